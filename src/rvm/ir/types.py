@@ -1,0 +1,164 @@
+"""Types of IR values: tensors with symbolic shapes, tuples, functions, shapes and data types.
+
+A tensor's shape is a tuple of dimensions. A dimension is an ``int`` (known), a ``str`` naming a
+symbolic dimension (``"n"``: the same name inside one function is one dimension), or ``None``
+(unknown: a dimension that depends on data). ``shape=None`` means even the rank is unknown.
+Types are small immutable values compared with ``==``; they are not expressions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from rvm.errors import IRError
+
+Dim = Union[int, str, None]
+Shape = tuple[Dim, ...]
+
+DTYPES: tuple[str, ...] = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+)
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
+
+
+def check_dtype(dtype: object) -> str:
+    """Return ``dtype`` as one of `DTYPES`, accepting numpy dtypes and scalar types."""
+    try:
+        name = np.dtype(dtype).name  # type: ignore[call-overload]
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise IRError(f"unsupported dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    return name
+
+
+def check_dim(dim: object) -> Dim:
+    """Return ``dim`` as a dimension: a non-negative int, an identifier string, or None."""
+    if dim is None:
+        return None
+    if isinstance(dim, (bool, np.bool_)):
+        raise IRError(f"a dimension must be an int or a name, got {dim!r}")
+    if isinstance(dim, (int, np.integer)):
+        if dim < 0:
+            raise IRError(f"a dimension must be >= 0, got {dim}")
+        return int(dim)
+    if isinstance(dim, str) and dim.isidentifier():
+        return dim
+    raise IRError(f"a dimension must be an int, a symbolic name or None, got {dim!r}")
+
+
+class Type:
+    """Base class of IR types."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType(Type):
+    """A tensor of ``dtype`` (None: unknown) and ``shape`` (None: unknown rank)."""
+
+    shape: Shape | None
+    dtype: str | None
+
+    def __post_init__(self) -> None:
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(check_dim(d) for d in self.shape))
+        if self.dtype is not None:
+            object.__setattr__(self, "dtype", check_dtype(self.dtype))
+
+    @property
+    def ndim(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        """True when every dimension is a known integer."""
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    def __str__(self) -> str:
+        shape = "None" if self.shape is None else repr(self.shape)
+        return f"T[{shape}, {self.dtype!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class TupleType(Type):
+    """A tuple of values of the given field types."""
+
+    fields: tuple[Type, ...]
+
+    def __str__(self) -> str:
+        inner = ", ".join(str(f) for f in self.fields)
+        return f"Tuple[{inner}{',' if len(self.fields) == 1 else ''}]"
+
+
+@dataclass(frozen=True, slots=True)
+class FuncType(Type):
+    """A function from ``params`` to ``ret``."""
+
+    params: tuple[Type, ...]
+    ret: Type
+
+    def __str__(self) -> str:
+        return f"Callable[[{', '.join(str(p) for p in self.params)}], {self.ret}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeType(Type):
+    """A shape value (a 1-d int64 tensor at run time) of ``ndim`` dimensions."""
+
+    ndim: int | None = None
+
+    def __str__(self) -> str:
+        return f"Shape[{self.ndim}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ADTType(Type):
+    """A value of the algebraic data type named ``name`` (declared in the IRModule)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class AnyType(Type):
+    """A value whose type is not known statically."""
+
+    def __str__(self) -> str:
+        return "Any"
+
+
+def tensor(shape: Shape | None, dtype: str | None) -> TensorType:
+    """Shorthand for `TensorType`."""
+    return TensorType(None if shape is None else tuple(shape), dtype)
+
+
+def scalar(dtype: str) -> TensorType:
+    """A 0-d tensor type."""
+    return TensorType((), dtype)
+
+
+def promote_dtypes(a: str | None, b: str | None) -> str | None:
+    """The dtype of a binary op on ``a`` and ``b``: equal dtypes stay, else numpy's promotion."""
+    if a is None or b is None:
+        return a or b
+    if a == b:
+        return a
+    return check_dtype(np.promote_types(a, b))
+
+
+def dims_equal(a: Dim, b: Dim) -> bool | None:
+    """True/False when provably equal/different, None when unknown."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, str) and isinstance(b, str) and a == b:
+        return True
+    return None

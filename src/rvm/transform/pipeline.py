@@ -1,0 +1,96 @@
+"""The compilation pipeline: an ordered, visible list of passes, each ``IRModule -> IRModule``.
+
+| pass | needs | guarantees |
+|---|---|---|
+| normalize | any module | A-normal form: call args, tuple fields, If conditions, Match data and tuple-index sources are atoms (Var, Constant, GlobalVar, Constructor); bodies and branches are SeqExprs |
+| infer_shapes | normal form | every expression has its type recorded; shapes provably wrong raise IRError |
+| lambda_lift | normal form | no nested Function: local functions are module functions taking their captured variables first; known calls are direct calls, escaping functions are ``vm.make_closure``, calls of closure values are ``vm.invoke_closure`` |
+| inline | lifted | calls of small non-recursive module functions are replaced by their bodies |
+| legalize | lifted | every op call is a call of a primitive function (``attrs["primitive"]``) holding that op; 0-d constants move into it |
+| fuse_ops | legalized | chains of primitive calls merged by pattern kind (elementwise/broadcast/injective chains; reductions absorb elementwise inputs and epilogue; matmul/conv absorb an elementwise epilogue) |
+| fold_constant | fused | primitive calls on constants are evaluated into constants |
+| dead_code | any | unused pure bindings and unreferenced private functions removed |
+| tail_call | any | calls in tail position carry ``attrs["tail"] = True`` |
+| memory_plan | fused | primitive calls become ``vm.alloc_storage`` / ``vm.alloc_tensor`` / ``vm.call_dps`` (``vm.call_alloc`` where the output shape depends on data); storage reused between non-overlapping static tensors |
+| kill | planned | ``vm.kill(x)`` after the last use of every tensor not used later (never between a tail call and its return) |
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+
+from rvm.ir import IRModule
+from rvm.ir.verify import verify as verify_module
+
+logger = logging.getLogger("rvm.transform")
+
+Pass = Callable[[IRModule], IRModule]
+
+
+def default_passes() -> list[tuple[str, Pass]]:
+    """The passes of `rvm.compile`, in order."""
+    from rvm.transform.dead_code import dead_code
+    from rvm.transform.fold_constant import fold_constant
+    from rvm.transform.fuse_ops import fuse_ops
+    from rvm.transform.infer_shapes import infer_shapes
+    from rvm.transform.inline import inline
+    from rvm.transform.kill import kill
+    from rvm.transform.lambda_lift import lambda_lift
+    from rvm.transform.legalize import legalize
+    from rvm.transform.memory_plan import memory_plan
+    from rvm.transform.normalize import normalize
+    from rvm.transform.tail_call import tail_call
+
+    return [
+        ("normalize", normalize),
+        ("infer_shapes", infer_shapes),
+        ("lambda_lift", lambda_lift),
+        ("inline", inline),
+        ("legalize", legalize),
+        ("fuse_ops", fuse_ops),
+        ("fold_constant", fold_constant),
+        ("dead_code", dead_code),
+        ("tail_call", tail_call),
+        ("memory_plan", memory_plan),
+        ("kill", kill),
+    ]
+
+
+def run_pipeline(
+    mod: IRModule,
+    passes: Sequence[tuple[str, Pass]] | None = None,
+    *,
+    verify: bool = False,
+    dump_dir: str | os.PathLike | None = None,
+) -> IRModule:
+    """Run ``passes`` (default: `default_passes`) over ``mod``.
+
+    Args:
+        mod: the module to compile.
+        passes: ``(name, pass)`` pairs; defaults to the full pipeline.
+        verify: run the verifier after every pass (an error names the pass).
+        dump_dir: write the module as rvm script after every pass, as
+            ``NN_<pass>.py`` in this directory.
+    """
+    passes = default_passes() if passes is None else list(passes)
+    if dump_dir is not None:
+        os.makedirs(dump_dir, exist_ok=True)
+        _dump(dump_dir, 0, "input", mod)
+    for index, (name, fn) in enumerate(passes, start=1):
+        mod = fn(mod)
+        if verify:
+            try:
+                verify_module(mod)
+            except Exception as err:
+                raise type(err)(f"after pass {name}: {err}") from err
+        if dump_dir is not None:
+            _dump(dump_dir, index, name, mod)
+    return mod
+
+
+def _dump(dump_dir: str | os.PathLike, index: int, name: str, mod: IRModule) -> None:
+    path = os.path.join(dump_dir, f"{index:02d}_{name}.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(mod.script())
