@@ -1,5 +1,7 @@
 """The IR: types with symbolic shapes, expressions, modules, the Builder and analyses."""
 
+from rvm.ir.analysis import bound_vars, called_globals, free_vars
+from rvm.ir.builder import Builder
 from rvm.ir.expr import (
     BindingBlock,
     Call,
@@ -27,9 +29,16 @@ from rvm.ir.expr import (
     pattern_vars,
     seq,
 )
+from rvm.ir.functor import ExprMutator, ExprVisitor
 from rvm.ir.infer import infer_type, join_types
 from rvm.ir.module import ADTDef, IRModule
 from rvm.ir.op import OpPattern, get_op, list_ops, register_op
+from rvm.ir.structural import (
+    assert_structural_equal,
+    structural_diff,
+    structural_equal,
+    structural_hash,
+)
 from rvm.ir.types import (
     DTYPES,
     ADTType,
@@ -45,18 +54,64 @@ from rvm.ir.types import (
     scalar,
     tensor,
 )
+from rvm.ir.verify import verify
 
-__all__ = [name for name in dir() if not name.startswith("_")]
-
-from rvm.ir.analysis import bound_vars, called_globals, free_vars  # noqa: E402
-from rvm.ir.builder import Builder  # noqa: E402
-from rvm.ir.functor import ExprMutator, ExprVisitor  # noqa: E402
-from rvm.ir.structural import (  # noqa: E402
-    assert_structural_equal,
-    structural_diff,
-    structural_equal,
-    structural_hash,
-)
-from rvm.ir.verify import verify  # noqa: E402
-
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "ADTDef",
+    "ADTType",
+    "AnyType",
+    "BindingBlock",
+    "Builder",
+    "Call",
+    "Clause",
+    "Constant",
+    "Constructor",
+    "DTYPES",
+    "Dim",
+    "Expr",
+    "ExprMutator",
+    "ExprVisitor",
+    "FuncType",
+    "Function",
+    "GlobalVar",
+    "IRModule",
+    "If",
+    "Match",
+    "Node",
+    "Op",
+    "OpPattern",
+    "Pattern",
+    "PatternConstructor",
+    "PatternTuple",
+    "PatternVar",
+    "PatternWildcard",
+    "SeqExpr",
+    "Shape",
+    "ShapeType",
+    "TensorType",
+    "Tuple",
+    "TupleGetItem",
+    "TupleType",
+    "Type",
+    "Var",
+    "VarBinding",
+    "assert_structural_equal",
+    "bound_vars",
+    "called_globals",
+    "const",
+    "free_vars",
+    "get_op",
+    "infer_type",
+    "join_types",
+    "list_ops",
+    "pattern_vars",
+    "promote_dtypes",
+    "register_op",
+    "scalar",
+    "seq",
+    "structural_diff",
+    "structural_equal",
+    "structural_hash",
+    "tensor",
+    "verify",
+]

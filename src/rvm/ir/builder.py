@@ -109,12 +109,14 @@ class Builder:
         return self.global_var(name)
 
     def add_adt(self, name: str, constructors: Sequence[tuple[str, Sequence[Type]]]) -> ADTDef:
-        """Declare a data type; constructors get tags 0, 1, ... in order."""
+        """Declare a data type; constructors get tags in order, unique within the module
+        (so values carry the same tags in the interpreter and the VM)."""
+        first = 1 + max((c.tag for a in self._adts.values() for c in a.constructors), default=-1)
         adt = ADTDef(
             name,
             tuple(
-                E.Constructor(cname, tag, tuple(fields), name)
-                for tag, (cname, fields) in enumerate(constructors)
+                E.Constructor(cname, first + i, tuple(fields), name)
+                for i, (cname, fields) in enumerate(constructors)
             ),
         )
         self._adts[name] = adt

@@ -145,7 +145,6 @@ class Expr(Node):
 
 
 def _binary(name: str, a: object, b: object) -> Expr:
-    from rvm.ir.infer import infer_type
     from rvm.ir.op import get_op
 
     if not isinstance(a, Expr):

@@ -138,8 +138,10 @@ def _rule(node: E.Expr) -> Type:  # noqa: C901 - one case per node kind
         return FuncType(tuple(p.type or ANY for p in node.params), ret)
     if isinstance(node, E.If):
         ct = node.cond.type
-        if isinstance(ct, TensorType) and ct.shape is not None and (
-            ct.shape != () or ct.dtype not in (None, "bool")
+        if (
+            isinstance(ct, TensorType)
+            and ct.shape is not None
+            and (ct.shape != () or ct.dtype not in (None, "bool"))
         ):
             raise IRError(f"`if` needs a 0-d bool tensor condition, got {ct}")
         return join_types(node.true_branch.type or ANY, node.false_branch.type or ANY)
@@ -201,8 +203,9 @@ def substitute_dims(ty: Type, dims: dict[str, Dim]) -> Type:
     if isinstance(ty, TensorType) and ty.shape is not None:
         if not any(isinstance(d, str) for d in ty.shape):
             return ty
-        return TensorType(tuple(dims.get(d) if isinstance(d, str) else d for d in ty.shape),
-                          ty.dtype)
+        return TensorType(
+            tuple(dims.get(d) if isinstance(d, str) else d for d in ty.shape), ty.dtype
+        )
     if isinstance(ty, TupleType):
         return TupleType(tuple(substitute_dims(f, dims) for f in ty.fields))
     return ty

@@ -61,4 +61,3 @@ def get_op(name: str) -> Op:
 def list_ops() -> list[str]:
     """Names of every registered op, sorted."""
     return sorted(_ops)
-

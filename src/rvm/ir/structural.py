@@ -50,9 +50,7 @@ def _items(node: object) -> list[tuple[int, Any]]:  # noqa: C901 - one case per 
     if isinstance(node, E.VarBinding):
         return [(_DEF, node.var), (_NODE, node.value)]
     if isinstance(node, E.Match):
-        return [(_NODE, node.data), (_LEAF, len(node.clauses))] + [
-            (_NODE, c) for c in node.clauses
-        ]
+        return [(_NODE, node.data), (_LEAF, len(node.clauses))] + [(_NODE, c) for c in node.clauses]
     if isinstance(node, E.Clause):
         return [(_NODE, node.pattern), (_NODE, node.body)]
     if isinstance(node, E.PatternVar):

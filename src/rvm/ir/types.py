@@ -9,17 +9,24 @@ Types are small immutable values compared with ``==``; they are not expressions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
 from rvm.errors import IRError
 
-Dim = Union[int, str, None]
+Dim = int | str | None
 Shape = tuple[Dim, ...]
 
 DTYPES: tuple[str, ...] = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "float16",
+    "float32",
+    "float64",
 )
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
 INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})

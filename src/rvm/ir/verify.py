@@ -82,16 +82,19 @@ class _WellFormed(ExprVisitor):
             if adt is None or all(k is not c and k.name != c.name for k in adt.constructors):
                 self.fail(f"pattern uses unknown constructor {c.name}")
             if len(p.patterns) != len(c.field_types):
-                self.fail(f"pattern {c.name} has {len(p.patterns)} fields, expected "
-                          f"{len(c.field_types)}")
+                self.fail(
+                    f"pattern {c.name} has {len(p.patterns)} fields, expected {len(c.field_types)}"
+                )
         if isinstance(p, (E.PatternConstructor, E.PatternTuple)):
             for q in p.patterns:
                 self._check_pattern(q)
 
     def visit_call(self, c: E.Call) -> None:
         if isinstance(c.callee, E.Constructor) and len(c.args) != len(c.callee.field_types):
-            self.fail(f"constructor {c.callee.name} takes {len(c.callee.field_types)} fields, "
-                      f"got {len(c.args)}")
+            self.fail(
+                f"constructor {c.callee.name} takes {len(c.callee.field_types)} fields, "
+                f"got {len(c.args)}"
+            )
         if isinstance(c.callee, E.GlobalVar) and c.callee.name in self.mod:
             want = len(self.mod[c.callee.name].params)
             if want != len(c.args):

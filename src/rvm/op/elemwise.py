@@ -1,0 +1,342 @@
+"""Elementwise ops: binary arithmetic with broadcasting, comparisons, logic, unary math.
+
+Binary ops broadcast as NumPy does, with symbolic dims (`rvm.op.shapes.broadcast_shapes`), and
+promote dtypes (`rvm.ir.promote_dtypes`). A Python scalar operand becomes a 0-d constant of the
+other operand's dtype, so ``add(x, 1.0)`` on float16 stays float16. Comparisons and logical ops
+give bool. Float math (exp, log, tanh, gelu...) accepts float tensors only and keeps their
+dtype; ``abs``/``sign``/``relu``/``clip``/rounding keep any numeric dtype. Integer ``divide``
+truncates toward zero (C, ONNX); ``floor_divide`` and ``mod`` follow Python.
+"""
+
+from __future__ import annotations
+
+from rvm.errors import IRError
+from rvm.ir.expr import Call, Expr, Op
+from rvm.ir.types import FLOAT_DTYPES, TensorType, Type, promote_dtypes
+from rvm.op import numpy_ref, ops
+from rvm.op.core import (
+    ExprLike,
+    as_expr,
+    call,
+    check_choice,
+    check_dtype_attr,
+    check_float,
+    reference,
+)
+from rvm.op.shapes import broadcast_shapes, fmt, rule
+
+# ---------------------------------------------------------------------------------------------
+# Rules
+
+
+def _binary_rule(op: Op, result_dtype: str | None = None) -> None:
+    @rule(op)
+    def infer_binary(call_: Call, args: list[TensorType]) -> Type:
+        a, b = args
+        shape = broadcast_shapes(op.name, a.shape, b.shape)
+        return TensorType(shape, result_dtype or promote_dtypes(a.dtype, b.dtype))
+
+
+def _unary_rule(op: Op, *, float_only: bool, result_dtype: str | None = None) -> None:
+    @rule(op)
+    def infer_unary(call_: Call, args: list[TensorType]) -> Type:
+        (x,) = args
+        if float_only and x.dtype is not None and x.dtype not in FLOAT_DTYPES:
+            raise IRError(f"{op.name}: expects a float tensor, got {x.dtype} {fmt(x.shape)}")
+        return TensorType(x.shape, result_dtype or x.dtype)
+
+
+for _op in (
+    ops.add,
+    ops.subtract,
+    ops.multiply,
+    ops.divide,
+    ops.floor_divide,
+    ops.mod,
+    ops.power,
+    ops.maximum,
+    ops.minimum,
+):
+    _binary_rule(_op)
+for _op in (
+    ops.equal,
+    ops.not_equal,
+    ops.less,
+    ops.less_equal,
+    ops.greater,
+    ops.greater_equal,
+    ops.logical_and,
+    ops.logical_or,
+):
+    _binary_rule(_op, "bool")
+for _op in (
+    ops.exp,
+    ops.log,
+    ops.sqrt,
+    ops.rsqrt,
+    ops.tanh,
+    ops.sigmoid,
+    ops.erf,
+    ops.sin,
+    ops.cos,
+    ops.gelu,
+    ops.silu,
+    ops.softplus,
+    ops.leaky_relu,
+):
+    _unary_rule(_op, float_only=True)
+for _op in (ops.negative, ops.abs, ops.sign, ops.floor, ops.ceil, ops.round, ops.relu, ops.clip):
+    _unary_rule(_op, float_only=False)
+_unary_rule(ops.logical_not, float_only=False, result_dtype="bool")
+
+
+@rule(ops.where)
+def _infer_where(call_: Call, args: list[TensorType]) -> Type:
+    cond, a, b = args
+    if cond.dtype not in (None, "bool"):
+        raise IRError(f"where: the condition must be a bool tensor, got {cond.dtype}")
+    shape = broadcast_shapes("where", cond.shape, a.shape, b.shape)
+    return TensorType(shape, promote_dtypes(a.dtype, b.dtype))
+
+
+@rule(ops.cast)
+def _infer_cast(call_: Call, args: list[TensorType]) -> Type:
+    return TensorType(args[0].shape, call_.attrs["dtype"])
+
+
+_ELEMWISE = (
+    "add subtract multiply divide floor_divide mod power maximum minimum equal not_equal less "
+    "less_equal greater greater_equal logical_and logical_or logical_not where negative exp log "
+    "sqrt rsqrt tanh sigmoid erf abs sign sin cos floor ceil round relu leaky_relu gelu silu "
+    "softplus clip cast"
+).split()
+for _name in _ELEMWISE:
+    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Builders
+
+
+def _binary(op: Op, a: ExprLike, b: ExprLike) -> Call:
+    if not isinstance(a, Expr) and isinstance(b, Expr):
+        a = as_expr(a, like=b)
+    a = as_expr(a)
+    return call(op, a, as_expr(b, like=a))
+
+
+def add(a: ExprLike, b: ExprLike) -> Call:
+    """``a + b`` with broadcasting."""
+    return _binary(ops.add, a, b)
+
+
+def subtract(a: ExprLike, b: ExprLike) -> Call:
+    """``a - b`` with broadcasting."""
+    return _binary(ops.subtract, a, b)
+
+
+def multiply(a: ExprLike, b: ExprLike) -> Call:
+    """``a * b`` with broadcasting."""
+    return _binary(ops.multiply, a, b)
+
+
+def divide(a: ExprLike, b: ExprLike) -> Call:
+    """``a / b``; integer division truncates toward zero."""
+    return _binary(ops.divide, a, b)
+
+
+def floor_divide(a: ExprLike, b: ExprLike) -> Call:
+    """``a // b`` (rounds toward minus infinity)."""
+    return _binary(ops.floor_divide, a, b)
+
+
+def mod(a: ExprLike, b: ExprLike) -> Call:
+    """``a % b`` with the sign of ``b``."""
+    return _binary(ops.mod, a, b)
+
+
+def power(a: ExprLike, b: ExprLike) -> Call:
+    """``a ** b``."""
+    return _binary(ops.power, a, b)
+
+
+def maximum(a: ExprLike, b: ExprLike) -> Call:
+    """The elementwise maximum."""
+    return _binary(ops.maximum, a, b)
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Call:
+    """The elementwise minimum."""
+    return _binary(ops.minimum, a, b)
+
+
+def equal(a: ExprLike, b: ExprLike) -> Call:
+    """``a == b`` as a bool tensor."""
+    return _binary(ops.equal, a, b)
+
+
+def not_equal(a: ExprLike, b: ExprLike) -> Call:
+    """``a != b`` as a bool tensor."""
+    return _binary(ops.not_equal, a, b)
+
+
+def less(a: ExprLike, b: ExprLike) -> Call:
+    """``a < b`` as a bool tensor."""
+    return _binary(ops.less, a, b)
+
+
+def less_equal(a: ExprLike, b: ExprLike) -> Call:
+    """``a <= b`` as a bool tensor."""
+    return _binary(ops.less_equal, a, b)
+
+
+def greater(a: ExprLike, b: ExprLike) -> Call:
+    """``a > b`` as a bool tensor."""
+    return _binary(ops.greater, a, b)
+
+
+def greater_equal(a: ExprLike, b: ExprLike) -> Call:
+    """``a >= b`` as a bool tensor."""
+    return _binary(ops.greater_equal, a, b)
+
+
+def logical_and(a: ExprLike, b: ExprLike) -> Call:
+    """Elementwise logical and (nonzero is true)."""
+    return _binary(ops.logical_and, a, b)
+
+
+def logical_or(a: ExprLike, b: ExprLike) -> Call:
+    """Elementwise logical or (nonzero is true)."""
+    return _binary(ops.logical_or, a, b)
+
+
+def logical_not(x: ExprLike) -> Call:
+    """Elementwise logical not (nonzero is true)."""
+    return call(ops.logical_not, as_expr(x))
+
+
+def where(cond: ExprLike, a: ExprLike, b: ExprLike) -> Call:
+    """``a`` where ``cond`` (a bool tensor) holds, else ``b``; all three broadcast."""
+    if not isinstance(a, Expr) and isinstance(b, Expr):
+        a = as_expr(a, like=b)
+    a = as_expr(a)
+    return call(ops.where, as_expr(cond), a, as_expr(b, like=a))
+
+
+def _unary(op: Op, x: ExprLike) -> Call:
+    return call(op, as_expr(x))
+
+
+def negative(x: ExprLike) -> Call:
+    """``-x``."""
+    return _unary(ops.negative, x)
+
+
+def exp(x: ExprLike) -> Call:
+    """e ** x."""
+    return _unary(ops.exp, x)
+
+
+def log(x: ExprLike) -> Call:
+    """The natural logarithm."""
+    return _unary(ops.log, x)
+
+
+def sqrt(x: ExprLike) -> Call:
+    """The square root."""
+    return _unary(ops.sqrt, x)
+
+
+def rsqrt(x: ExprLike) -> Call:
+    """1 / sqrt(x)."""
+    return _unary(ops.rsqrt, x)
+
+
+def tanh(x: ExprLike) -> Call:
+    """The hyperbolic tangent."""
+    return _unary(ops.tanh, x)
+
+
+def sigmoid(x: ExprLike) -> Call:
+    """1 / (1 + exp(-x))."""
+    return _unary(ops.sigmoid, x)
+
+
+def erf(x: ExprLike) -> Call:
+    """The error function."""
+    return _unary(ops.erf, x)
+
+
+def abs(x: ExprLike) -> Call:
+    """The absolute value."""
+    return _unary(ops.abs, x)
+
+
+def sign(x: ExprLike) -> Call:
+    """-1, 0 or 1 by the sign of x."""
+    return _unary(ops.sign, x)
+
+
+def sin(x: ExprLike) -> Call:
+    """The sine."""
+    return _unary(ops.sin, x)
+
+
+def cos(x: ExprLike) -> Call:
+    """The cosine."""
+    return _unary(ops.cos, x)
+
+
+def floor(x: ExprLike) -> Call:
+    """Round toward minus infinity (integers pass through)."""
+    return _unary(ops.floor, x)
+
+
+def ceil(x: ExprLike) -> Call:
+    """Round toward plus infinity (integers pass through)."""
+    return _unary(ops.ceil, x)
+
+
+def round(x: ExprLike) -> Call:
+    """Round half to even, as NumPy and ONNX Round (integers pass through)."""
+    return _unary(ops.round, x)
+
+
+def relu(x: ExprLike) -> Call:
+    """max(x, 0)."""
+    return _unary(ops.relu, x)
+
+
+def leaky_relu(x: ExprLike, alpha: float = 0.01) -> Call:
+    """x where x > 0, else alpha * x."""
+    return call(ops.leaky_relu, as_expr(x), alpha=check_float("leaky_relu", "alpha", alpha))
+
+
+def gelu(x: ExprLike, approximate: str = "none") -> Call:
+    """x * Phi(x) with the erf form, or the tanh approximation (``approximate="tanh"``)."""
+    mode = check_choice("gelu", "approximate", approximate, ("none", "tanh"))
+    return call(ops.gelu, as_expr(x), approximate=mode)
+
+
+def silu(x: ExprLike) -> Call:
+    """x * sigmoid(x) (swish)."""
+    return _unary(ops.silu, x)
+
+
+def softplus(x: ExprLike) -> Call:
+    """log(1 + exp(x))."""
+    return _unary(ops.softplus, x)
+
+
+def clip(x: ExprLike, a_min: float | None = None, a_max: float | None = None) -> Call:
+    """x limited to [a_min, a_max]; a None bound is no bound."""
+    lo = None if a_min is None else check_float("clip", "a_min", a_min)
+    hi = None if a_max is None else check_float("clip", "a_max", a_max)
+    if lo is not None and hi is not None and lo > hi:
+        raise IRError(f"clip: a_min {lo} is greater than a_max {hi}")
+    return call(ops.clip, as_expr(x), a_min=lo, a_max=hi)
+
+
+def cast(x: ExprLike, dtype: str) -> Call:
+    """x converted to ``dtype`` (NumPy's astype)."""
+    return call(ops.cast, as_expr(x), dtype=check_dtype_attr("cast", dtype))

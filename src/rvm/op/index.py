@@ -1,0 +1,120 @@
+"""Indexing ops: strided_slice, take and gather.
+
+``strided_slice`` slices like Python (ends out of range clamp; a huge end such as 2**63 - 1
+means "to the end"). ``take`` is NumPy's take: indices from ``axis`` (None: of the flattened
+tensor), negative indices counting from the end. ``gather`` is ONNX GatherElements, which is
+NumPy's take_along_axis: ``indices`` has the rank of ``x`` and the result has its shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rvm.errors import IRError
+from rvm.ir.expr import Call
+from rvm.ir.types import INT_DTYPES, Dim, TensorType, Type
+from rvm.op import numpy_ref, ops
+from rvm.op.core import ExprLike, as_expr, call, check_axis, check_ints, reference
+from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule
+
+_TO_END = 2**31 - 1  # ends at least this large slice to the end of a symbolic dim
+
+
+def _slice_dim(dim: Dim, begin: int, end: int, stride: int) -> Dim:
+    if isinstance(dim, int):
+        return len(range(dim)[begin:end:stride])
+    if stride == 1 and begin == 0 and end >= _TO_END:
+        return dim
+    if stride == -1 and begin == -1 and end <= -_TO_END:
+        return dim
+    return None
+
+
+@rule(ops.strided_slice)
+def _infer_strided_slice(call_: Call, args: list[TensorType]) -> Type:
+    (x,) = args
+    if x.shape is None:
+        return x
+    a = call_.attrs
+    out = list(x.shape)
+    for axis, b, e, s in zip(
+        normalize_axes("strided_slice", a["axes"], len(x.shape), what="axes"),
+        a["begin"],
+        a["end"],
+        a["strides"],
+    ):
+        out[axis] = _slice_dim(x.shape[axis], b, e, s)
+    return TensorType(tuple(out), x.dtype)
+
+
+def _check_indices(op: str, indices: TensorType) -> None:
+    if indices.dtype is not None and indices.dtype not in INT_DTYPES:
+        raise IRError(f"{op}: indices must be an integer tensor, got {indices.dtype}")
+
+
+@rule(ops.take)
+def _infer_take(call_: Call, args: list[TensorType]) -> Type:
+    x, indices = args
+    _check_indices("take", indices)
+    axis = call_.attrs["axis"]
+    if axis is None:
+        return TensorType(indices.shape, x.dtype)
+    if x.shape is None or indices.shape is None:
+        return TensorType(None, x.dtype)
+    axis = normalize_axis("take", axis, len(x.shape))
+    return TensorType(x.shape[:axis] + indices.shape + x.shape[axis + 1 :], x.dtype)
+
+
+@rule(ops.gather)
+def _infer_gather(call_: Call, args: list[TensorType]) -> Type:
+    x, indices = args
+    _check_indices("gather", indices)
+    if x.shape is not None:
+        normalize_axis("gather", call_.attrs["axis"], len(x.shape))
+        if indices.shape is not None and len(indices.shape) != len(x.shape):
+            raise IRError(
+                f"gather: indices {fmt(indices.shape)} must have the rank of x {fmt(x.shape)}"
+            )
+    return TensorType(indices.shape, x.dtype)
+
+
+for _name in ("strided_slice", "take", "gather"):
+    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
+
+
+def strided_slice(
+    x: ExprLike,
+    begin: Sequence[int],
+    end: Sequence[int],
+    strides: Sequence[int] | None = None,
+    axes: Sequence[int] | None = None,
+) -> Call:
+    """``x[begin:end:strides]`` along ``axes`` (None: the first ``len(begin)`` axes).
+
+    Attributes are stored in full: ``strides`` (default all 1) and ``axes``.
+    """
+    op = "strided_slice"
+    begin_ = check_ints(op, "begin", begin)
+    end_ = check_ints(op, "end", end, len(begin_))
+    strides_ = (1,) * len(begin_) if strides is None else check_ints(op, "strides", strides)
+    axes_ = tuple(range(len(begin_))) if axes is None else check_ints(op, "axes", axes)
+    if not len(begin_) == len(strides_) == len(axes_):
+        raise IRError(
+            f"{op}: begin {begin_}, end {end_}, strides {strides_} and axes {axes_} must have "
+            f"the same length"
+        )
+    if 0 in strides_:
+        raise IRError(f"{op}: strides must not be 0, got {strides_}")
+    return call(ops.strided_slice, as_expr(x), begin=begin_, end=end_, strides=strides_, axes=axes_)
+
+
+def take(x: ExprLike, indices: ExprLike, axis: int | None = None) -> Call:
+    """Elements of ``x`` at ``indices`` along ``axis`` (None: of the flattened ``x``)."""
+    return call(
+        ops.take, as_expr(x), as_expr(indices), axis=check_axis("take", axis, allow_none=True)
+    )
+
+
+def gather(x: ExprLike, indices: ExprLike, axis: int = 0) -> Call:
+    """ONNX GatherElements / NumPy take_along_axis: ``out[i][j] = x[indices[i][j]][j]``."""
+    return call(ops.gather, as_expr(x), as_expr(indices), axis=check_axis("gather", axis))

@@ -1,0 +1,126 @@
+"""Every op of rvm, registered once: its name, fusion pattern and number of inputs.
+
+This module is the one list of operators (``rvm.op.ops.relu`` is the `Op`; ``rvm.op.relu`` is
+the builder that calls it). The rules of each op sit beside its builder in the category
+modules: ``infer[ops.relu]`` (`rvm.ir.op.infer`), ``reference[ops.relu]`` (`rvm.op.reference`,
+the functions of `rvm.op.numpy_ref`). Other layers own their own tables (the jit's compute).
+
+Fusion patterns follow TVM's OpPatternKind, with these choices:
+
+- binary arithmetic, comparisons, ``where``, ``broadcast_to``: BROADCAST;
+- unary math, activations, ``cast``, ``clip``, ``zeros``/``ones``/``full``: ELEMWISE;
+- ``batch_norm`` (inference only: per-channel arithmetic on given statistics): BROADCAST;
+- layout and indexing (reshape, transpose, concat, take, strided_slice, one_hot...): INJECTIVE;
+- sum/mean/max/min/prod/argmax/argmin/variance: REDUCTION;
+- matmul, dense, convolutions and pools: OUT_ELEMWISE_FUSABLE (they absorb an epilogue);
+- softmax, log_softmax, layer_norm, lrn, cumsum, shape_of: OPAQUE (several reductions
+  broadcast back, or a scan; as in Relay they get a kernel of their own).
+"""
+
+from __future__ import annotations
+
+from rvm.ir.op import OpPattern, register_op
+
+_E = OpPattern.ELEMWISE
+_B = OpPattern.BROADCAST
+_I = OpPattern.INJECTIVE
+_R = OpPattern.REDUCTION
+_F = OpPattern.OUT_ELEMWISE_FUSABLE
+_O = OpPattern.OPAQUE
+
+# Binary arithmetic (numpy broadcasting, dtype promotion).
+add = register_op("add", _B, 2)
+subtract = register_op("subtract", _B, 2)
+multiply = register_op("multiply", _B, 2)
+divide = register_op("divide", _B, 2)
+floor_divide = register_op("floor_divide", _B, 2)
+mod = register_op("mod", _B, 2)
+power = register_op("power", _B, 2)
+maximum = register_op("maximum", _B, 2)
+minimum = register_op("minimum", _B, 2)
+
+# Comparisons and logic (bool results).
+equal = register_op("equal", _B, 2)
+not_equal = register_op("not_equal", _B, 2)
+less = register_op("less", _B, 2)
+less_equal = register_op("less_equal", _B, 2)
+greater = register_op("greater", _B, 2)
+greater_equal = register_op("greater_equal", _B, 2)
+logical_and = register_op("logical_and", _B, 2)
+logical_or = register_op("logical_or", _B, 2)
+logical_not = register_op("logical_not", _E, 1)
+where = register_op("where", _B, 3)
+
+# Unary math and activations.
+negative = register_op("negative", _E, 1)
+exp = register_op("exp", _E, 1)
+log = register_op("log", _E, 1)
+sqrt = register_op("sqrt", _E, 1)
+rsqrt = register_op("rsqrt", _E, 1)
+tanh = register_op("tanh", _E, 1)
+sigmoid = register_op("sigmoid", _E, 1)
+erf = register_op("erf", _E, 1)
+abs = register_op("abs", _E, 1)
+sign = register_op("sign", _E, 1)
+sin = register_op("sin", _E, 1)
+cos = register_op("cos", _E, 1)
+floor = register_op("floor", _E, 1)
+ceil = register_op("ceil", _E, 1)
+round = register_op("round", _E, 1)
+relu = register_op("relu", _E, 1)
+leaky_relu = register_op("leaky_relu", _E, 1)
+gelu = register_op("gelu", _E, 1)
+silu = register_op("silu", _E, 1)
+softplus = register_op("softplus", _E, 1)
+clip = register_op("clip", _E, 1)
+cast = register_op("cast", _E, 1)
+
+# Reductions.
+sum = register_op("sum", _R, 1)
+mean = register_op("mean", _R, 1)
+max = register_op("max", _R, 1)
+min = register_op("min", _R, 1)
+prod = register_op("prod", _R, 1)
+argmax = register_op("argmax", _R, 1)
+argmin = register_op("argmin", _R, 1)
+variance = register_op("variance", _R, 1)
+cumsum = register_op("cumsum", _O, 1)
+
+# Neural-network ops.
+softmax = register_op("softmax", _O, 1)
+log_softmax = register_op("log_softmax", _O, 1)
+layer_norm = register_op("layer_norm", _O, 3)
+batch_norm = register_op("batch_norm", _B, 5)
+lrn = register_op("lrn", _O, 1)
+matmul = register_op("matmul", _F, 2)
+dense = register_op("dense", _F, 2)
+conv1d = register_op("conv1d", _F, 2)
+conv2d = register_op("conv2d", _F, 2)
+max_pool2d = register_op("max_pool2d", _F, 1)
+avg_pool2d = register_op("avg_pool2d", _F, 1)
+global_avg_pool2d = register_op("global_avg_pool2d", _F, 1)
+global_max_pool2d = register_op("global_max_pool2d", _F, 1)
+
+# Layout and indexing.
+reshape = register_op("reshape", _I, 1)
+transpose = register_op("transpose", _I, 1)
+expand_dims = register_op("expand_dims", _I, 1)
+squeeze = register_op("squeeze", _I, 1)
+flatten = register_op("flatten", _I, 1)
+concat = register_op("concat", _I, 1)  # one Tuple argument
+split = register_op("split", _I, 1)
+stack = register_op("stack", _I, 1)  # one Tuple argument
+strided_slice = register_op("strided_slice", _I, 1)
+take = register_op("take", _I, 2)
+gather = register_op("gather", _I, 2)
+broadcast_to = register_op("broadcast_to", _B, 1)
+pad = register_op("pad", _I, 1)
+tile = register_op("tile", _I, 1)
+
+# Creation.
+zeros = register_op("zeros", _E, 0)
+ones = register_op("ones", _E, 0)
+full = register_op("full", _E, 0)
+arange = register_op("arange", _I, 0)
+one_hot = register_op("one_hot", _I, 1)
+shape_of = register_op("shape_of", _O, 1)

@@ -1,0 +1,120 @@
+"""The op set as a whole: every op has a rule, a reference and a builder that round-trips."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import numpy as np
+import pytest
+from op_testing import var
+
+from rvm import op
+from rvm.ir import Call, Op, OpPattern, Tuple, get_op, infer_type, list_ops
+from rvm.ir.op import infer
+from rvm.op import numpy_ref, ops
+
+
+def op_names() -> set[str]:
+    """The ops of the op set (other layers register their own, such as ``vm.*``)."""
+    return {v.name for v in vars(ops).values() if isinstance(v, Op)}
+
+
+def sample_calls() -> list[Call]:
+    """One call of every op with non-default attributes where it has any."""
+    x = var("x", (2, 4, 6, 6))
+    m, w = var("m", (3, 4)), var("w", (4, 5))
+    v = var("v", (4,))
+    i = var("i", (2,), "int64")
+    b = var("b", (3, 4), "bool")
+    calls = [getattr(op, n)(m, m) for n in (
+        "add", "subtract", "multiply", "divide", "floor_divide", "mod", "power", "maximum",
+        "minimum", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+        "logical_and", "logical_or",
+    )]  # fmt: skip
+    calls += [getattr(op, n)(m) for n in (
+        "negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "sign", "sin",
+        "cos", "floor", "ceil", "round", "relu", "silu", "softplus", "flatten", "shape_of",
+    )]  # fmt: skip
+    calls += [op.global_avg_pool2d(x), op.global_max_pool2d(x)]
+    calls += [
+        op.logical_not(b), op.where(b, m, 0.0), op.leaky_relu(m, 0.3),
+        op.gelu(m, approximate="tanh"), op.clip(m, a_min=0), op.cast(m, "float16"),
+        op.sum(m, 1, True), op.mean(m, [0]), op.max(m), op.min(m, -1), op.prod(m, (0, 1)),
+        op.argmax(m, 1), op.argmin(m, keepdims=True), op.variance(m, 0), op.cumsum(m, 1, True),
+        op.softmax(m, 0), op.log_softmax(m), op.layer_norm(m, v, v, axes=-1, epsilon=1e-3),
+        op.batch_norm(x, v, v, v, v, axis=1, epsilon=1e-3), op.lrn(x, size=3, alpha=1e-3),
+        op.matmul(m, w), op.dense(m, var("d", (5, 4))),
+        op.conv1d(var("c", (1, 4, 8)), var("k", (2, 4, 3)), strides=2, padding=1),
+        op.conv2d(x, var("k2", (8, 2, 3, 3)), strides=(1, 2), padding=(1, 0), groups=2),
+        op.max_pool2d(x, 2, 2, ceil_mode=True), op.avg_pool2d(x, 3, 1, 1, count_include_pad=True),
+        op.reshape(m, (-1, 2)), op.transpose(m, (1, 0)), op.expand_dims(m, 0),
+        op.squeeze(var("s", (1, 3)), 0), op.concat([m, m], axis=1), op.split(m, [1], axis=0),
+        op.stack((m, m), axis=-1), op.strided_slice(m, [0], [2], axes=[1]), op.take(m, i, axis=1),
+        op.gather(m, var("g", (3, 2), "int32"), axis=1), op.broadcast_to(v, ("n", 4)),
+        op.pad(m, [(1, 0), (0, 2)], pad_value=-1.0), op.tile(m, (2, 1)),
+        op.zeros(("n", 3), "int32"), op.ones((2,)), op.full((2, 2), 3, "int64"),
+        op.arange(1.0, 2.0, 0.25), op.one_hot(i, 5, axis=0),
+    ]  # fmt: skip
+    return calls
+
+
+def test_every_op_has_rule_reference_and_builder():
+    assert op_names() <= set(list_ops())
+    for name in op_names():
+        o = get_op(name)
+        assert o is getattr(ops, name)
+        assert o in infer, name
+        assert op.reference[o] is getattr(numpy_ref, name), name
+        builder = getattr(op, name)
+        assert callable(builder) and not isinstance(builder, Op), name
+    covered = {c.callee.name for c in sample_calls()}
+    assert covered == op_names()
+
+
+def test_python_operator_names_exist():
+    for name in ("add", "subtract", "multiply", "divide", "floor_divide", "mod", "power",
+                 "matmul", "less", "less_equal", "greater", "greater_equal", "equal",
+                 "not_equal", "negative"):  # fmt: skip
+        assert isinstance(get_op(name), Op)
+
+
+@pytest.mark.parametrize("call", sample_calls(), ids=lambda c: c.callee.name)
+def test_builders_round_trip_through_their_attrs(call):
+    """The parser rebuilds ``op.NAME(*args, **attrs)``: it must give an equal call."""
+    infer_type(call)
+    args = call.args
+    if call.callee.name in ("concat", "stack"):
+        assert len(args) == 1 and isinstance(args[0], Tuple)
+    again = getattr(op, call.callee.name)(*args, **call.attrs)
+    assert again.callee is call.callee
+    assert all(p is q for p, q in zip(again.args, args)) and len(again.args) == len(args)
+    assert again.attrs == call.attrs
+    assert infer_type(again) == call.type
+
+
+def test_patterns():
+    assert ops.add.pattern == OpPattern.BROADCAST
+    assert ops.exp.pattern == OpPattern.ELEMWISE
+    assert ops.reshape.pattern == OpPattern.INJECTIVE
+    assert ops.sum.pattern == OpPattern.REDUCTION
+    assert ops.conv2d.pattern == OpPattern.OUT_ELEMWISE_FUSABLE
+    assert ops.softmax.pattern == OpPattern.OPAQUE
+
+
+def test_numpy_ref_is_self_contained():
+    source = inspect.getsource(numpy_ref)
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            raise AssertionError(f"numpy_ref uses from-import: {ast.dump(node)}")
+        if isinstance(node, ast.Import):
+            assert {a.name for a in node.names} <= {"math", "numpy"}
+    for node in tree.body:
+        allowed = (ast.FunctionDef, ast.Import, ast.Assign, ast.Expr)
+        assert isinstance(node, allowed), ast.dump(node)
+    namespace: dict = {}
+    exec(compile(source, "<numpy_ref>", "exec"), namespace)
+    a = np.arange(6, dtype="float32").reshape(2, 3)
+    np.testing.assert_array_equal(namespace["softmax"](a), numpy_ref.softmax(a))
+    assert op_names() <= set(namespace)
