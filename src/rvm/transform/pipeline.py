@@ -1,18 +1,29 @@
 """The compilation pipeline: an ordered, visible list of passes, each ``IRModule -> IRModule``.
 
-| pass | needs | guarantees |
-|---|---|---|
-| normalize | any module | A-normal form: call args, tuple fields, If conditions, Match data and tuple-index sources are atoms (Var, Constant, GlobalVar, Constructor); bodies and branches are SeqExprs |
-| infer_shapes | normal form | every expression has its type recorded; shapes provably wrong raise IRError |
-| lambda_lift | normal form | no nested Function: local functions are module functions taking their captured variables first; known calls are direct calls, escaping functions are ``vm.make_closure``, calls of closure values are ``vm.invoke_closure`` |
-| inline | lifted | calls of small non-recursive module functions are replaced by their bodies |
-| legalize | lifted | every op call is a call of a primitive function (``attrs["primitive"]``) holding that op; 0-d constants move into it |
-| fuse_ops | legalized | chains of primitive calls merged by pattern kind (elementwise/broadcast/injective chains; reductions absorb elementwise inputs and epilogue; matmul/conv absorb an elementwise epilogue) |
-| fold_constant | fused | primitive calls on constants are evaluated into constants |
-| dead_code | any | unused pure bindings and unreferenced private functions removed |
-| tail_call | any | calls in tail position carry ``attrs["tail"] = True`` |
-| memory_plan | fused | primitive calls become ``vm.alloc_storage`` / ``vm.alloc_tensor`` / ``vm.call_dps`` (``vm.call_alloc`` where the output shape depends on data); storage reused between non-overlapping static tensors |
-| kill | planned | ``vm.kill(x)`` after the last use of every tensor not used later (never between a tail call and its return) |
+Each pass: what it needs → what it guarantees.
+
+- normalize: any module → A-normal form: call args, tuple fields, If conditions, Match data
+  and tuple-index sources are atoms (Var, Constant, GlobalVar, Constructor); bodies and
+  branches are SeqExprs.
+- infer_shapes: normal form → every expression has its type recorded; shapes provably wrong
+  raise IRError.
+- lambda_lift: normal form → no nested Function: local functions are module functions taking
+  their captured variables first; known calls are direct calls, escaping functions are
+  ``vm.make_closure``, calls of closure values are ``vm.invoke_closure``.
+- inline: lifted → calls of small non-recursive module functions are replaced by their bodies.
+- legalize: lifted → every op call is a call of a primitive function (``attrs["primitive"]``)
+  holding that op; 0-d constants move into it.
+- fuse_ops: legalized → chains of primitive calls merged by pattern kind (elementwise,
+  broadcast and injective chains; reductions absorb elementwise inputs and epilogue;
+  matmul/conv absorb an elementwise epilogue).
+- fold_constant: fused → primitive calls on constants are evaluated into constants.
+- dead_code: any → unused pure bindings and unreferenced private functions removed.
+- tail_call: any → calls in tail position carry ``attrs["tail"] = True``.
+- memory_plan: fused → primitive calls become ``vm.alloc_storage`` / ``vm.alloc_tensor`` /
+  ``vm.call_dps`` (``vm.call_alloc`` where the output shape depends on data); storage is
+  reused between non-overlapping static tensors.
+- kill: planned → ``vm.kill(x)`` after the last use of every tensor not used later (never
+  between a tail call and its return).
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@ calls, tuples, If and Match. Every op here maps to one or two instructions:
 
 | op | meaning | instruction |
 |---|---|---|
-| ``vm.call_dps(prim, *inputs, *outputs)`` | run kernel ``prim`` writing ``outputs`` | InvokePacked |
+| ``vm.call_dps(prim, *ins, *outs)`` | run kernel ``prim`` writing ``outs`` | InvokePacked |
 | ``vm.call_alloc(prim, *inputs)`` | run kernel ``prim``, which allocates its result | CallPacked |
 | ``vm.alloc_storage(size=, dtype=)`` | a storage block of ``size`` bytes | AllocStorage |
 | ``vm.alloc_storage(shape, dtype=)`` | a block sized for a run-time ``shape`` | AllocStorage |
-| ``vm.alloc_tensor(storage, offset=, shape=, dtype=)`` | a tensor viewing storage | AllocTensor(Reg) |
+| ``vm.alloc_tensor(storage, offset=, shape=, dtype=)`` | a tensor in storage | AllocTensor |
 | ``vm.make_shape(shape=)`` | a shape value from symbolic dims | builtins |
 | ``vm.shape_of(x)`` | ``x``'s shape as an int64 tensor | ShapeOf |
 | ``vm.reshape(x, shape)`` | a view of ``x`` with a run-time shape | ReshapeTensor |

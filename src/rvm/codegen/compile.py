@@ -1,0 +1,66 @@
+"""`rvm.compile`: an IRModule through the pipeline and codegen to an `Executable`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from rvm.codegen.kernel_numpy import LIBRARY_NAME, library_source, numpy_kernel
+from rvm.codegen.vm_codegen import vm_codegen
+from rvm.errors import IRError
+from rvm.ir import IRModule
+from rvm.runtime.executable import Executable, KernelRecord
+from rvm.transform.pipeline import default_passes, run_pipeline
+
+logger = logging.getLogger("rvm.codegen")
+
+KERNEL_BACKENDS = ("jit", "numpy")
+
+
+def _kernel_factory(kernels: str) -> Callable[..., KernelRecord]:
+    if kernels == "numpy":
+        return numpy_kernel
+    from rvm.jit.lower import jit_kernel
+
+    return jit_kernel
+
+
+def compile(  # noqa: A001 - the public name users expect, as tvm.compile
+    mod: IRModule,
+    *,
+    kernels: str = "numpy",
+    opt_level: int = 2,
+    verify: bool = False,
+    dump_dir: str | os.PathLike | None = None,
+) -> Executable:
+    """Compile ``mod`` to an executable for `rvm.VirtualMachine`.
+
+    Args:
+        mod: the module (from rvm script, the Builder or a frontend).
+        kernels: ``"jit"`` (native kernels through Numba) or ``"numpy"`` (the reference
+            implementations, for comparisons).
+        opt_level: 0 disables operator fusion; 2 (default) fuses.
+        verify: run the IR verifier after every pass.
+        dump_dir: write the module after every pass into this directory.
+    """
+    if not isinstance(mod, IRModule):
+        raise TypeError(f"rvm.compile expects an IRModule, got {type(mod).__name__}")
+    if kernels not in KERNEL_BACKENDS:
+        raise ValueError(f"kernels must be one of {KERNEL_BACKENDS}, got {kernels!r}")
+    passes = default_passes()
+    if opt_level < 2:
+        from rvm.transform.fuse_ops import fuse_ops
+
+        passes = [
+            (n, (lambda m: fuse_ops(m, opt_level=opt_level)) if n == "fuse_ops" else p)
+            for n, p in passes
+        ]
+    lowered = run_pipeline(mod, passes, verify=verify, dump_dir=dump_dir)
+    factory = _kernel_factory(kernels)
+    try:
+        ex = vm_codegen(lowered, factory, {LIBRARY_NAME: library_source()})
+    except IRError as err:
+        raise IRError(f"codegen: {err}") from None
+    logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))
+    return ex

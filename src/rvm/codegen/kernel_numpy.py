@@ -1,0 +1,168 @@
+"""Primitive functions to NumPy kernels: Python source calling the op library.
+
+A fused primitive function becomes a Python function over numpy arrays that runs its ops one
+by one with the reference implementations of `rvm.op.numpy_ref`, which the executable carries
+as the library ``ref`` (so a saved executable needs no compiler to run). Destination-passing
+kernels write their outputs in place (``out0[...] = t2``); "return" kernels (outputs whose shape
+depends on data) return them. Symbolic dimensions that an op's attributes name (``reshape(x,
+("n", 784))``) are read from the input arrays at the kernel's start.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+
+from rvm.errors import IRError
+from rvm.ir import expr as E
+from rvm.ir.types import TensorType, TupleType
+from rvm.op import numpy_ref, reference
+from rvm.runtime.executable import KernelRecord
+
+LIBRARY_NAME = "ref"
+
+
+def library_source() -> str:
+    """The source of the op library every numpy kernel calls (`rvm.op.numpy_ref`)."""
+    return inspect.getsource(numpy_ref)
+
+
+def literal(value: object) -> str:
+    """Python source for an attribute value (exact for floats, inf and nan included)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+        return repr(value)
+    if isinstance(value, tuple):
+        inner = ", ".join(literal(v) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})"
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    raise IRError(f"cannot put attribute value {value!r} into kernel source")
+
+
+def symbolic_names(value: object) -> set[str]:
+    """Identifier strings inside a shape-like attribute (names of symbolic dimensions)."""
+    if isinstance(value, tuple):
+        out: set[str] = set()
+        for v in value:
+            out |= symbolic_names(v)
+        return out
+    return set()
+
+
+class _KernelSource:
+    """Builds the source of one kernel from one primitive function."""
+
+    def __init__(self, name: str, func: E.Function) -> None:
+        self.name = name
+        self.func = func
+        self.lines: list[str] = []
+        self.consts: list[str] = []
+        self.names: dict[E.Var, str] = {p: f"p{i}" for i, p in enumerate(func.params)}
+
+    def dim_sources(self) -> dict[str, str]:
+        """For each symbolic dimension name, an expression reading it from an input."""
+        out: dict[str, str] = {}
+        for i, p in enumerate(self.func.params):
+            ty = p.type
+            if isinstance(ty, TensorType) and ty.shape is not None:
+                for axis, d in enumerate(ty.shape):
+                    if isinstance(d, str) and d not in out:
+                        out[d] = f"p{i}.shape[{axis}]"
+        return out
+
+    def atom(self, e: E.Expr) -> str:
+        if isinstance(e, E.Var):
+            return self.names[e]
+        if isinstance(e, E.Constant):
+            name = f"_c{len(self.consts)}"
+            data = e.data
+            self.consts.append(
+                f"{name} = np.array({literal(_py(data.tolist()))}, dtype={data.dtype.name!r})"
+            )
+            return name
+        if isinstance(e, E.Tuple):
+            inner = ", ".join(self.atom(f) for f in e.fields)
+            return f"({inner}{',' if len(e.fields) == 1 else ''})"
+        raise IRError(f"kernel {self.name}: unsupported argument {type(e).__name__}")
+
+    def call(self, call: E.Call, dims: dict[str, str]) -> str:
+        op = call.callee
+        if not isinstance(op, E.Op):
+            raise IRError(f"kernel {self.name}: primitive functions may only call ops")
+        fn = reference.get(op)
+        if fn is None or getattr(fn, "__module__", None) != numpy_ref.__name__:
+            raise IRError(f"kernel {self.name}: op {op.name} has no numpy_ref implementation")
+        args = [self.atom(a) for a in call.args]
+        for key, value in call.attrs.items():
+            args.append(f"{key}={self._attr(value, dims)}")
+        return f"{LIBRARY_NAME}.{fn.__name__}({', '.join(args)})"
+
+    def _attr(self, value: object, dims: dict[str, str]) -> str:
+        if isinstance(value, str) and value in dims:
+            return dims[value]
+        if isinstance(value, tuple) and any(isinstance(v, str) and v in dims for v in value):
+            parts = [dims[v] if isinstance(v, str) and v in dims else literal(v) for v in value]
+            return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
+        return literal(value)
+
+    def build(self, style: str) -> str:
+        params = [f"p{i}" for i in range(len(self.func.params))]
+        outs = _num_outputs(self.func)
+        if style == "dps":
+            params += [f"out{i}" for i in range(outs)]
+        dims = self.dim_sources()
+        body = self.func.body
+        bindings = list(body.bindings) if isinstance(body, E.SeqExpr) else []
+        result = body.body if isinstance(body, E.SeqExpr) else body
+        lines = [f"def {self.name}({', '.join(params)}):"]
+        used_dims = set()
+        for b in bindings:
+            for value in b.value.attrs.values() if isinstance(b.value, E.Call) else ():
+                used_dims |= symbolic_names(value) | ({value} if isinstance(value, str) else set())
+        lines += [f"    {d} = {src}" for d, src in dims.items() if d in used_dims]
+        for i, b in enumerate(bindings):
+            self.names[b.var] = f"t{i}"
+            if not isinstance(b.value, E.Call):
+                lines.append(f"    t{i} = {self.atom(b.value)}")
+                continue
+            lines.append(f"    t{i} = {self.call(b.value, dims)}")
+        res = self.atom(result)
+        if style == "return":
+            lines.append(f"    return {res}")
+        elif outs == 1:
+            lines.append(f"    out0[...] = {res}")
+        else:
+            lines += [f"    out{i}[...] = {res}[{i}]" for i in range(outs)]
+        return "\n".join(self.consts + lines) + "\n"
+
+
+def _py(value: object) -> object:
+    """numpy's tolist() result with nested lists as tuples (for `literal`)."""
+    if isinstance(value, list):
+        return tuple(_py(v) for v in value)
+    return value
+
+
+def _num_outputs(func: E.Function) -> int:
+    ret = func.ret_type or func.body.type
+    return len(ret.fields) if isinstance(ret, TupleType) else 1
+
+
+def numpy_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecord:
+    """The numpy-backend kernel record of primitive function ``func``."""
+    source = _KernelSource(name, func).build(style)
+    ops = [
+        b.value.callee.name
+        for b in (func.body.bindings if isinstance(func.body, E.SeqExpr) else ())
+        if isinstance(b.value, E.Call) and isinstance(b.value.callee, E.Op)
+    ]
+    return KernelRecord(name, "numpy", source, name, style, {"ops": ",".join(ops)})
+
+
+__all__ = ["numpy_kernel", "library_source", "LIBRARY_NAME", "literal", "np"]

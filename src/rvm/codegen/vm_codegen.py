@@ -1,0 +1,389 @@
+"""VM codegen: a VM-ready IRModule to register bytecode.
+
+Each non-primitive module function becomes a VM function: parameters in the first registers,
+one register per bound variable, one or two instructions per binding (see the table in
+`rvm.transform.vm_ops`). If and Match become jumps; in tail position every branch ends in its
+own Ret, so a call there is directly followed by Ret and the VM runs it as a tail call.
+Functions whose parameters have symbolic dimensions first store those dimensions in a shape
+heap (`vm.builtin.match_shape`), which also checks them on every call, internal ones included:
+no kernel runs on shapes its types did not promise. Primitive functions become kernels.
+"""
+
+from __future__ import annotations
+
+from rvm.errors import IRError
+from rvm.ir import expr as E
+from rvm.ir.module import IRModule
+from rvm.ir.types import ADTType, TensorType, TupleType, Type
+from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
+from rvm.runtime.bytecode import Opcode
+from rvm.runtime.executable import ParamSpec
+from rvm.transform import vm_ops
+
+ALIGNMENT = 64
+
+
+def param_spec(var: E.Var) -> ParamSpec:
+    """The entry check the VM runs for parameter ``var``."""
+    ty = var.type
+    if isinstance(ty, TensorType):
+        return ParamSpec(var.name, "tensor", ty.dtype, ty.shape)
+    if isinstance(ty, TupleType):
+        return ParamSpec(var.name, "tuple")
+    if isinstance(ty, ADTType):
+        return ParamSpec(var.name, "adt")
+    return ParamSpec(var.name, "any")
+
+
+class FunctionCodegen:
+    """Emits one VM function."""
+
+    def __init__(self, ctx: ModuleCodegen, name: str, func: E.Function) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.func = func
+        self.fb: FunctionBuilder = ctx.builder.function(
+            name, [p.name for p in func.params], [param_spec(p) for p in func.params]
+        )
+        self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
+        self.heap: int | None = None
+        self.slots: dict[str, int] = {}
+
+    # -- prologue: symbolic dimensions ---------------------------------------------------------
+    def prologue(self) -> None:
+        patterns = []
+        for i, p in enumerate(self.func.params):
+            ty = p.type
+            if (
+                isinstance(ty, TensorType)
+                and ty.shape
+                and any(isinstance(d, str) for d in ty.shape)
+            ):
+                patterns.append((i, p, ty.shape))
+        if not patterns:
+            return
+        names = {d for _, _, shape in patterns for d in shape if isinstance(d, str)}
+        self.heap = self.fb.new_register()
+        size = self.const_int(len(names))
+        self.fb.emit(Opcode.CALL_PACKED, self.heap, "vm.builtin.alloc_shape_heap", [size])
+        for i, p, shape in patterns:
+            pairs: list[int] = []
+            for d in shape:
+                if d is None:
+                    continue
+                if isinstance(d, int):
+                    pairs += [0, d]
+                elif d in self.slots:
+                    pairs += [2, self.slots[d]]
+                else:
+                    self.slots[d] = len(self.slots)
+                    pairs += [1, self.slots[d]]
+            if any(d is None for d in shape):
+                continue  # unknown dims: the pattern would not line up; checked by types only
+            pattern = self.load_const(self.ctx.int_pattern(pairs))
+            context = self.load_const(self.ctx.string(f"{self.name}: argument {i} '{p.name}'"))
+            self.fb.emit(
+                Opcode.CALL_PACKED,
+                self.fb.new_register(),
+                "vm.builtin.match_shape",
+                [self.regs[p], self.heap, pattern, context],
+            )
+
+    # -- helpers ------------------------------------------------------------------------------
+    def const_int(self, value: int) -> int:
+        reg = self.fb.new_register()
+        self.fb.emit(Opcode.LOAD_CONSTI, reg, int(value))
+        return reg
+
+    def load_const(self, index: int) -> int:
+        reg = self.fb.new_register()
+        self.fb.emit(Opcode.LOAD_CONST, reg, index)
+        return reg
+
+    def reg(self, atom: E.Expr) -> int:
+        """The register holding ``atom`` (constants and functions are loaded first)."""
+        if isinstance(atom, E.Var):
+            try:
+                return self.regs[atom]
+            except KeyError:
+                raise IRError(
+                    f"codegen {self.name}: variable {atom.name} has no register"
+                ) from None
+        if isinstance(atom, E.Constant):
+            return self.load_const(self.ctx.constant(atom))
+        if isinstance(atom, E.GlobalVar):
+            reg = self.fb.new_register()
+            self.fb.emit(Opcode.ALLOC_CLOSURE, reg, atom.name, [])
+            return reg
+        reg = self.fb.new_register()
+        self.value(atom, reg, tail=False)
+        return reg
+
+    def regs_of(self, atoms: tuple[E.Expr, ...]) -> list[int]:
+        return [self.reg(a) for a in atoms]
+
+    # -- bodies -------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.prologue()
+        self.value(self.func.body, self.fb.new_register(), tail=True)
+
+    def value(self, e: E.Expr, dst: int, tail: bool) -> None:
+        """Emit ``e`` into register ``dst``; in tail position also return it."""
+        if isinstance(e, E.SeqExpr):
+            for b in e.bindings:
+                self.binding(b)
+            self.value(e.body, dst, tail)
+            return
+        if isinstance(e, E.If):
+            self.if_(e, dst, tail)
+            return
+        if isinstance(e, E.Match):
+            self.match(e, dst, tail)
+            return
+        if tail and isinstance(e, E.Var):
+            self.fb.emit(Opcode.RET, self.reg(e))  # no move into a result register first
+            return
+        self.simple(e, dst)
+        if tail:
+            self.fb.emit(Opcode.RET, dst)
+
+    def binding(self, b: E.VarBinding) -> None:
+        dst = self.fb.new_register()
+        self.regs[b.var] = dst
+        self.value(b.value, dst, tail=False)
+
+    def simple(self, e: E.Expr, dst: int) -> None:
+        fb = self.fb
+        if isinstance(e, E.Var):
+            fb.emit(Opcode.MOVE, dst, self.reg(e))
+        elif isinstance(e, E.Constant):
+            fb.emit(Opcode.LOAD_CONST, dst, self.ctx.constant(e))
+        elif isinstance(e, E.GlobalVar):
+            fb.emit(Opcode.ALLOC_CLOSURE, dst, e.name, [])
+        elif isinstance(e, E.Tuple):
+            fb.emit(Opcode.ALLOC_ADT, dst, -1, self.regs_of(e.fields))
+        elif isinstance(e, E.TupleGetItem):
+            fb.emit(Opcode.GET_FIELD, dst, self.reg(e.tuple_value), e.index)
+        elif isinstance(e, E.Call):
+            self.call(e, dst)
+        else:
+            raise IRError(f"codegen {self.name}: cannot generate code for {type(e).__name__}")
+
+    def call(self, c: E.Call, dst: int) -> None:
+        fb, callee = self.fb, c.callee
+        if isinstance(callee, E.Constructor):
+            fb.emit(Opcode.ALLOC_ADT, dst, self.ctx.tag(callee), self.regs_of(c.args))
+        elif isinstance(callee, E.GlobalVar):
+            target = self.ctx.mod[callee.name]
+            if target.is_primitive:
+                kernel = self.ctx.kernel(callee.name, "return")
+                fb.emit(Opcode.CALL_PACKED, dst, kernel, self.regs_of(c.args))
+            else:
+                fb.emit(Opcode.INVOKE, dst, callee.name, self.regs_of(c.args))
+        elif isinstance(callee, E.Op):
+            self.vm_op(c, dst)
+        elif isinstance(callee, E.Var):
+            fb.emit(Opcode.INVOKE_CLOSURE, dst, self.reg(callee), self.regs_of(c.args))
+        else:
+            raise IRError(f"codegen {self.name}: cannot call {type(callee).__name__}")
+
+    def vm_op(self, c: E.Call, dst: int) -> None:  # noqa: C901 - one case per VM op
+        fb, op, a = self.fb, c.callee, c.attrs
+        if op is vm_ops.call_dps:
+            prim = c.args[0]
+            kernel = self.ctx.kernel(prim.name, "dps")
+            args = self.regs_of(c.args[1:])
+            fb.emit(Opcode.INVOKE_PACKED, kernel, len(args), a["num_outputs"], args)
+        elif op is vm_ops.call_alloc:
+            kernel = self.ctx.kernel(c.args[0].name, "return")
+            fb.emit(Opcode.CALL_PACKED, dst, kernel, self.regs_of(c.args[1:]))
+        elif op is vm_ops.alloc_storage:
+            if c.args:
+                dtype = self.load_const(self.ctx.string(a["dtype"]))
+                size = fb.new_register()
+                fb.emit(
+                    Opcode.CALL_PACKED,
+                    size,
+                    "vm.builtin.storage_size",
+                    [self.reg(c.args[0]), dtype],
+                )
+            else:
+                size = self.const_int(a["size"])
+            fb.emit(Opcode.ALLOC_STORAGE, dst, size, ALIGNMENT, a["dtype"])
+        elif op is vm_ops.alloc_tensor:
+            storage = self.reg(c.args[0])
+            if len(c.args) > 1:
+                fb.emit(
+                    Opcode.ALLOC_TENSOR_REG,
+                    dst,
+                    storage,
+                    a.get("offset", 0),
+                    self.reg(c.args[1]),
+                    a["dtype"],
+                )
+            else:
+                fb.emit(
+                    Opcode.ALLOC_TENSOR, dst, storage, a.get("offset", 0), a["shape"], a["dtype"]
+                )
+        elif op is vm_ops.make_shape:
+            self.make_shape(a["shape"], dst)
+        elif op is vm_ops.shape_of:
+            fb.emit(Opcode.SHAPE_OF, dst, self.reg(c.args[0]))
+        elif op is vm_ops.reshape_view:
+            fb.emit(Opcode.RESHAPE_TENSOR, dst, self.reg(c.args[0]), self.reg(c.args[1]))
+        elif op is vm_ops.kill:
+            if isinstance(c.args[0], E.Var):
+                fb.emit(Opcode.KILL_REGISTER, self.reg(c.args[0]))
+        elif op is vm_ops.make_closure:
+            fb.emit(Opcode.ALLOC_CLOSURE, dst, c.args[0].name, self.regs_of(c.args[1:]))
+        elif op is vm_ops.invoke_closure:
+            fb.emit(Opcode.INVOKE_CLOSURE, dst, self.reg(c.args[0]), self.regs_of(c.args[1:]))
+        else:
+            raise IRError(
+                f"codegen {self.name}: op {op.name} reached codegen; legalize turns ops into "
+                "primitive functions"
+            )
+
+    def make_shape(self, shape: tuple, dst: int) -> None:
+        pairs: list[int] = []
+        for d in shape:
+            if isinstance(d, int):
+                pairs += [0, d]
+            elif isinstance(d, str) and d in self.slots:
+                pairs += [1, self.slots[d]]
+            else:
+                raise IRError(
+                    f"codegen {self.name}: dimension {d!r} is not bound by any parameter's shape"
+                )
+        pattern = self.load_const(self.ctx.int_pattern(pairs))
+        self.fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.make_shape", [self.heap, pattern])
+
+    # -- control flow -------------------------------------------------------------------------
+    def if_(self, e: E.If, dst: int, tail: bool) -> None:
+        fb = self.fb
+        cond = self.reg(e.cond)
+        one = self.const_int(1)
+        else_label, end = fb.label("else"), fb.label("end")
+        fb.emit(Opcode.IF, cond, one, 1, else_label)
+        self.value(e.true_branch, dst, tail)
+        if not tail:
+            fb.emit(Opcode.GOTO, end)
+        fb.place(else_label)
+        self.value(e.false_branch, dst, tail)
+        if not tail:
+            fb.place(end)  # a non-tail If is always followed by more code
+
+    def match(self, m: E.Match, dst: int, tail: bool) -> None:
+        fb = self.fb
+        data = self.reg(m.data)
+        end = fb.label("end_match")
+        for clause in m.clauses:
+            fail = fb.label("next_case")
+            self.pattern(clause.pattern, data, fail)
+            self.value(clause.body, dst, tail)
+            if not tail:
+                fb.emit(Opcode.GOTO, end)
+            fb.place(fail)
+        message = self.ctx.string(f"{self.name}: no case of the match applies to the value")
+        fb.emit(Opcode.FATAL, message)
+        if not tail:
+            fb.place(end)
+
+    def pattern(self, p: E.Pattern, value: int, fail: Label) -> None:
+        fb = self.fb
+        if isinstance(p, E.PatternVar):
+            self.regs[p.var] = value
+        elif isinstance(p, E.PatternConstructor):
+            tag = fb.new_register()
+            fb.emit(Opcode.GET_TAG, tag, value)
+            want = self.const_int(self.ctx.tag(p.constructor))
+            fb.emit(Opcode.IF, tag, want, 1, fail)
+            self.fields(p.patterns, value, fail)
+        elif isinstance(p, E.PatternTuple):
+            self.fields(p.patterns, value, fail)
+
+    def fields(self, patterns: tuple[E.Pattern, ...], value: int, fail: Label) -> None:
+        for i, sub in enumerate(patterns):
+            if isinstance(sub, E.PatternWildcard):
+                continue
+            reg = self.fb.new_register()
+            self.fb.emit(Opcode.GET_FIELD, reg, value, i)
+            self.pattern(sub, reg, fail)
+
+
+class ModuleCodegen:
+    """Emits a whole module: functions, constants, kernels and data types."""
+
+    def __init__(self, mod: IRModule, kernel_factory, libraries: dict[str, str]) -> None:
+        self.mod = mod
+        self.builder = ExecBuilder()
+        for lib_name, source in libraries.items():
+            self.builder.add_library(lib_name, source)
+        self.kernel_factory = kernel_factory
+        self._consts: dict[E.Constant, int] = {}
+        self._strings: dict[str, int] = {}
+        self._patterns: dict[tuple[int, ...], int] = {}
+        self._kernels: dict[tuple[str, str], str] = {}
+        self._tags: dict[tuple[str, str], int] = {}
+        for adt in mod.adts.values():
+            rows = [(c.name, len(c.field_types)) for c in adt.constructors]
+            for (cname, _), tag in zip(rows, self.builder.add_adt(adt.name, rows)):
+                self._tags[(adt.name, cname)] = tag
+
+    def constant(self, c: E.Constant) -> int:
+        idx = self._consts.get(c)
+        if idx is None:
+            idx = self._consts[c] = self.builder.add_constant(c.data)
+        return idx
+
+    def string(self, s: str) -> int:
+        idx = self._strings.get(s)
+        if idx is None:
+            import numpy as np
+
+            idx = self._strings[s] = self.builder.add_constant(np.array(s))
+        return idx
+
+    def int_pattern(self, pairs: list[int]) -> int:
+        key = tuple(pairs)
+        idx = self._patterns.get(key)
+        if idx is None:
+            import numpy as np
+
+            idx = self._patterns[key] = self.builder.add_constant(np.array(key, dtype=np.int64))
+        return idx
+
+    def tag(self, c: E.Constructor) -> int:
+        return self._tags[(c.adt_name, c.name)]
+
+    def kernel(self, prim_name: str, style: str) -> str:
+        """The packed name of primitive ``prim_name`` as a kernel of ``style``."""
+        key = (prim_name, style)
+        name = self._kernels.get(key)
+        if name is None:
+            name = prim_name if style == "dps" else f"{prim_name}_alloc"
+            record = self.kernel_factory(name, self.mod[prim_name], style)
+            self.builder.add_kernel(record)
+            self._kernels[key] = name
+        return name
+
+    def run(self):
+        for name, func in self.mod.items():
+            if not func.is_primitive:
+                FunctionCodegen(self, name, func).run()
+        return self.builder.build()
+
+
+def vm_codegen(mod: IRModule, kernel_factory, libraries: dict[str, str]) -> object:
+    """Generate the `Executable` of a VM-ready module.
+
+    Args:
+        mod: the module after the pipeline.
+        kernel_factory: ``(name, primitive function, style) -> KernelRecord``.
+        libraries: Python sources the kernels share, by name.
+    """
+    return ModuleCodegen(mod, kernel_factory, libraries).run()
+
+
+def result_type(func: E.Function) -> Type | None:
+    return func.ret_type or func.body.type

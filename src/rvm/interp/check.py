@@ -1,0 +1,194 @@
+"""Checking run-time values against IR types, binding symbolic dimensions on the way.
+
+`check_value` is what the interpreter runs on each argument at function entry (and on
+annotated bindings): kind (tensor, tuple, data type, function), dtype, rank, fixed dimensions
+and symbolic dimensions, which are bound by their first occurrence and compared afterwards.
+With ``convert`` (arguments from the caller of `rvm.interpret`), Python scalars and lists become
+arrays of the annotated dtype, and `__dlpack__` / `__array__` / buffer objects become numpy arrays;
+numpy arrays of another dtype are an error, never cast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rvm.errors import DTypeError, ShapeError
+from rvm.interp.values import Closure, Env, describe
+from rvm.ir import expr as E
+from rvm.ir.module import IRModule
+from rvm.ir.types import DTYPES, ADTType, FuncType, ShapeType, TensorType, TupleType, Type
+from rvm.runtime.objects import ADT
+
+_DTYPES = {name: np.dtype(name) for name in DTYPES}  # dtype compares, not slow .name lookups
+
+# Which Python-value kinds (numpy dtype kinds) may become which dtype kinds.
+_SAFE_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+
+
+def check_value(
+    mod: IRModule, ty: Type | None, value: Any, env: Env, what: str, *, convert: bool
+) -> Any:
+    """Check ``value`` against ``ty`` and return it (converted when ``convert``).
+
+    Args:
+        mod: The module (for data type declarations).
+        ty: The expected type; None or `AnyType` accepts anything.
+        value: The run-time value.
+        env: The invocation whose symbolic dimensions are bound and compared.
+        what: The value in the user's words, ``argument 1 'y'``.
+        convert: Accept Python scalars, lists and array-like objects for tensors.
+
+    Raises:
+        TypeError: a value of the wrong kind.
+        DTypeError: a tensor of the wrong dtype.
+        ShapeError: a tensor of the wrong rank or dimensions, or a symbolic dimension that
+            disagrees with its earlier binding.
+    """
+    if isinstance(ty, TensorType):
+        return _check_tensor(ty, value, env, what, convert)
+    if isinstance(ty, TupleType):
+        return _check_tuple(mod, ty, value, env, what, convert)
+    if isinstance(ty, ADTType):
+        _check_adt(mod, ty, value, env, what)
+        return value
+    if isinstance(ty, FuncType):
+        if not isinstance(value, (Closure, E.Constructor)):
+            raise TypeError(f"{env.name}: {what} expects a function, got {describe(value)}")
+        return value
+    if isinstance(ty, ShapeType):
+        return _check_shape_value(ty, value, env, what)
+    if convert and not isinstance(value, (np.ndarray, tuple, ADT, Closure)):
+        return _to_array(value, None, env, what)
+    return value
+
+
+def _check_tensor(ty: TensorType, value: Any, env: Env, what: str, convert: bool) -> np.ndarray:
+    arr = value
+    if not isinstance(arr, np.ndarray):
+        if not convert or isinstance(value, (tuple, ADT, Closure, E.Constructor)):
+            raise TypeError(f"{env.name}: {what} expects a tensor {ty}, got {describe(value)}")
+        arr = _to_array(value, ty.dtype, env, what)
+    if ty.dtype is not None and arr.dtype != _DTYPES[ty.dtype]:
+        if not (convert and arr.dtype.name == ty.dtype):  # a byte-swapped array is converted
+            raise DTypeError(f"{env.name}: {what} expects dtype {ty.dtype}, got {arr.dtype.name}")
+        arr = arr.astype(_DTYPES[ty.dtype])
+    if ty.shape is None:
+        return arr
+    shape = arr.shape
+    if len(shape) != len(ty.shape):
+        raise ShapeError(
+            f"{env.name}: {what} expects rank {len(ty.shape)} (shape {_fmt(ty.shape)}), "
+            f"got shape {shape}"
+        )
+    for axis, (dim, size) in enumerate(zip(ty.shape, shape)):
+        if dim is None or dim == size:
+            continue
+        if type(dim) is int:
+            raise ShapeError(
+                f"{env.name}: {what} has shape {shape}, but dimension {axis} must be {dim} "
+                f"(expected shape {_fmt(ty.shape)})"
+            )
+        bound = env.dims.get(dim)
+        if bound is None:
+            env.dims[dim] = size
+            env.sources[dim] = what
+        elif bound != size:
+            raise ShapeError(
+                f"{env.name}: {what} has shape {shape}, but {dim} = {bound} from {env.sources[dim]}"
+            )
+    return arr
+
+
+def _check_tuple(
+    mod: IRModule, ty: TupleType, value: Any, env: Env, what: str, convert: bool
+) -> tuple:
+    if convert and isinstance(value, list):
+        value = tuple(value)
+    if not isinstance(value, tuple):
+        raise TypeError(f"{env.name}: {what} expects a tuple {ty}, got {describe(value)}")
+    if len(value) != len(ty.fields):
+        raise TypeError(
+            f"{env.name}: {what} expects a tuple of {len(ty.fields)} fields, "
+            f"got {len(value)} fields"
+        )
+    return tuple(
+        check_value(mod, fty, v, env, f"{what} field {i}", convert=convert)
+        for i, (fty, v) in enumerate(zip(ty.fields, value))
+    )
+
+
+def _check_adt(mod: IRModule, ty: ADTType, value: Any, env: Env, what: str) -> None:
+    """A shallow check (the constructor only): a deep one would make folds quadratic."""
+    if not isinstance(value, ADT):
+        raise TypeError(f"{env.name}: {what} expects a {ty.name} value, got {describe(value)}")
+    adt = mod.adts.get(ty.name)
+    if adt is None:
+        return
+    names = [c.name for c in adt.constructors]
+    ok = 0 <= value.tag < len(names) and value.name in (None, names[value.tag])
+    if not ok:
+        raise TypeError(
+            f"{env.name}: {what} expects a {ty.name} value ({' | '.join(names)}), "
+            f"got {describe(value)}"
+        )
+
+
+def _check_shape_value(ty: ShapeType, value: Any, env: Env, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception:  # any failure means "not a shape"
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise TypeError(f"{env.name}: {what} expects a shape, got {describe(value)}")
+    if ty.ndim is not None and arr.shape[0] != ty.ndim:
+        raise ShapeError(f"{env.name}: {what} expects a shape of {ty.ndim} dimensions, got {arr}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _to_array(value: Any, dtype: str | None, env: Env, what: str) -> np.ndarray:
+    """A numpy array from a Python scalar or list (of ``dtype``) or an array-like object."""
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, (bool, int, float, list, tuple)):
+        return _from_python(value, dtype, env, what)
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (TypeError, RuntimeError, BufferError):
+            pass  # e.g. a device array: fall back to __array__
+    if hasattr(value, "__array__") or isinstance(value, memoryview):
+        arr = np.asarray(value)
+        if arr.dtype.kind in "biuf":
+            return arr
+    raise TypeError(f"{env.name}: {what} expects a tensor, got {describe(value)}")
+
+
+def _from_python(value: Any, dtype: str | None, env: Env, what: str) -> np.ndarray:
+    try:
+        natural = np.asarray(value)
+    except (ValueError, TypeError):
+        natural = np.asarray(None, dtype=object)
+    if natural.dtype.kind not in "biuf":
+        raise TypeError(f"{env.name}: {what} expects a tensor, got {describe(value)}")
+    if dtype is None:
+        return natural
+    target = np.dtype(dtype)
+    if natural.dtype.kind not in _SAFE_KINDS[target.kind]:
+        raise DTypeError(
+            f"{env.name}: {what} expects dtype {dtype}, got a Python value of kind "
+            f"{natural.dtype.name}"
+        )
+    try:
+        arr = np.asarray(value, dtype=target)
+    except OverflowError:
+        arr = None
+    if arr is None or (target.kind in "iu" and not np.array_equal(arr, natural)):
+        raise DTypeError(f"{env.name}: {what} expects dtype {dtype}; {value!r} does not fit")
+    return arr
+
+
+def _fmt(shape: tuple) -> str:
+    inner = ", ".join(repr(d) for d in shape)
+    return f"({inner}{',' if len(shape) == 1 else ''})"

@@ -1,0 +1,152 @@
+"""The `vm.builtin.*` packed functions the compiler's bytecode calls through CALL_PACKED.
+
+Importing this module registers them. Each returns its result (CALL_PACKED style):
+
+- `vm.builtin.alloc_shape_heap(size)`: a zeroed 1-d int64 array of `size` slots that holds a
+  function's symbolic dimensions.
+- `vm.builtin.match_shape(tensor, heap, pattern, context="")`: checks `tensor.shape` against
+  `pattern`, an int64 array of (kind, value) pairs, one per dimension: kind 0 = the dim must
+  equal value, 1 = store the dim into heap[value], 2 = the dim must equal heap[value]. A
+  mismatch raises ShapeError; `context` (a str or 0-d str array, e.g. "main: result") starts
+  the message. Returns the tensor.
+- `vm.builtin.make_shape(heap, pattern)`: a 1-d int64 shape from (kind, value) pairs: kind 0 =
+  the literal value, 1 = heap[value].
+- `vm.builtin.storage_size(shape, dtype)`: the bytes a tensor of `shape` (a 1-d int array or a
+  tuple) and `dtype` (a str or 0-d str array) needs, as a Python int.
+- `vm.builtin.tuple(*fields)`: a Python tuple of its arguments.
+- `vm.builtin.read_bool(x)`: a 0-d tensor or scalar as a Python bool.
+- `vm.builtin.read_int(x)`: a 0-d tensor or scalar as a Python int.
+- `vm.builtin.empty(shape, dtype)`: a fresh uninitialized tensor (for results whose size is
+  known only after a data-dependent kernel).
+- `vm.builtin.copy(x)`: a copy of a tensor.
+- `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
+  dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rvm.errors import DTypeError, ShapeError
+from rvm.runtime.registry import register_func
+
+__all__ = ["as_str"]
+
+
+def as_str(value: Any) -> str:
+    """A str from a str or a string constant (a 0-d numpy unicode array)."""
+    if isinstance(value, np.ndarray):
+        return str(value.item()) if value.ndim == 0 else str(value.tolist())
+    return str(value)
+
+
+def _pairs(pattern: Any) -> np.ndarray:
+    pattern = np.asarray(pattern, dtype=np.int64)
+    if pattern.size % 2:
+        raise ValueError(f"a shape pattern has (kind, value) pairs, got {pattern.size} numbers")
+    return pattern.reshape(-1, 2)
+
+
+@register_func("vm.builtin.alloc_shape_heap")
+def alloc_shape_heap(size: Any) -> np.ndarray:
+    """A zeroed int64 shape heap of `size` slots."""
+    return np.zeros(int(size), dtype=np.int64)
+
+
+@register_func("vm.builtin.match_shape")
+def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") -> Any:
+    """Checks `tensor`'s shape against `pattern`, storing dims into `heap` (module docstring)."""
+    prefix = f"{as_str(context)}: " if as_str(context) else ""
+    shape = np.shape(tensor)
+    pairs = _pairs(pattern)
+    if len(shape) != len(pairs):
+        raise ShapeError(
+            f"{prefix}expected a {len(pairs)}-d tensor, got shape {tuple(shape)} "
+            f"({len(shape)}-d)"
+        )
+    for axis, ((kind, value), dim) in enumerate(zip(pairs.tolist(), shape)):
+        if kind == 0:
+            if dim != value:
+                raise ShapeError(
+                    f"{prefix}shape {tuple(shape)} has {dim} at axis {axis}, expected {value}"
+                )
+        elif kind == 1:
+            heap[value] = dim
+        elif kind == 2:
+            if dim != heap[value]:
+                raise ShapeError(
+                    f"{prefix}shape {tuple(shape)} has {dim} at axis {axis}, but an earlier "
+                    f"shape set that dimension to {int(heap[value])}"
+                )
+        else:
+            raise ValueError(f"match_shape: unknown pattern kind {kind}")
+    return tensor
+
+
+@register_func("vm.builtin.make_shape")
+def make_shape(heap: np.ndarray, pattern: Any) -> np.ndarray:
+    """A 1-d int64 shape from (kind, value) pairs: 0 = literal, 1 = heap[value]."""
+    dims = []
+    for kind, value in _pairs(pattern).tolist():
+        if kind == 0:
+            dims.append(value)
+        elif kind == 1:
+            dims.append(int(heap[value]))
+        else:
+            raise ValueError(f"make_shape: unknown pattern kind {kind}")
+    return np.array(dims, dtype=np.int64)
+
+
+@register_func("vm.builtin.storage_size")
+def storage_size(shape: Any, dtype: Any) -> int:
+    """Bytes needed by a tensor of `shape` and `dtype`."""
+    n = 1
+    for d in np.asarray(shape, dtype=np.int64).reshape(-1).tolist():
+        n *= d
+    return n * np.dtype(as_str(dtype)).itemsize
+
+
+@register_func("vm.builtin.tuple")
+def make_tuple(*fields: Any) -> tuple:
+    """A Python tuple of the arguments."""
+    return fields
+
+
+@register_func("vm.builtin.read_bool")
+def read_bool(x: Any) -> bool:
+    """A 0-d tensor or scalar as a Python bool."""
+    return bool(x)
+
+
+@register_func("vm.builtin.read_int")
+def read_int(x: Any) -> int:
+    """A 0-d tensor or scalar as a Python int."""
+    return int(x)
+
+
+@register_func("vm.builtin.empty")
+def empty(shape: Any, dtype: Any) -> np.ndarray:
+    """A fresh uninitialized tensor."""
+    return np.empty(tuple(np.asarray(shape, dtype=np.int64).tolist()), np.dtype(as_str(dtype)))
+
+
+@register_func("vm.builtin.copy")
+def copy(x: Any) -> np.ndarray:
+    """A copy of a tensor."""
+    return np.array(x, copy=True)
+
+
+@register_func("vm.builtin.check_tensor")
+def check_tensor(x: Any, ndim: Any, dtype: Any, context: Any = "") -> Any:
+    """Checks `x` is a tensor of `ndim` dims (-1: any) and `dtype` ("": any); returns `x`."""
+    prefix = f"{as_str(context)}: " if as_str(context) else ""
+    if not isinstance(x, np.ndarray):
+        raise DTypeError(f"{prefix}expected a tensor, got {type(x).__name__}")
+    ndim, want = int(ndim), as_str(dtype)
+    if want and x.dtype != np.dtype(want):
+        raise DTypeError(f"{prefix}expected dtype {want}, got {x.dtype}")
+    if ndim >= 0 and x.ndim != ndim:
+        raise ShapeError(f"{prefix}expected a {ndim}-d tensor, got shape {x.shape}")
+    return x

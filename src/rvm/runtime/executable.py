@@ -1,0 +1,369 @@
+"""The executable: function table, constant pool, primitive names, bytecode and kernels.
+
+An `Executable` is immutable once built and is shared by many `VirtualMachine`s and threads. It
+validates itself on construction (whether built by `ExecBuilder` or decoded from a file), so
+the VM can trust every index in the bytecode. The only mutable part is a private, locked cache
+where VMs keep what they derive from it once (decoded code, loaded kernels).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from rvm.errors import ExecutableFormatError
+from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+
+__all__ = ["ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
+
+MAX_REGISTERS = 1 << 20
+_KINDS = ("tensor", "tuple", "adt", "any")
+_BACKENDS = ("numpy", "jit")
+_STYLES = ("dps", "return")
+_TERMINATORS = (Opcode.RET, Opcode.GOTO, Opcode.FATAL, Opcode.IF)
+
+
+@dataclass(frozen=True, slots=True)
+class ParamSpec:
+    """What a function expects of one parameter, checked when Python calls the function.
+
+    Attributes:
+        name: The parameter's name.
+        kind: "tensor", "tuple", "adt" or "any".
+        dtype: The tensor's dtype name, or None for any.
+        shape: Per dimension an int (fixed), a str (a symbolic dimension shared by name across
+            the function's parameters) or None (unknown); None for any rank.
+    """
+
+    name: str
+    kind: str = "any"
+    dtype: str | None = None
+    shape: tuple[int | str | None, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VMFunction:
+    """A function of the executable: its signature, register count and bytecode."""
+
+    name: str
+    params: tuple[str, ...]
+    param_specs: tuple[ParamSpec, ...]
+    register_file_size: int
+    instructions: tuple[tuple, ...]
+    kind: str = "vm"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRecord:
+    """Everything needed to rebuild a kernel in a fresh process.
+
+    Attributes:
+        name: The packed-function name the bytecode calls.
+        backend: "numpy" (Python source run with numpy) or "jit" (compiled by `rvm.jit`).
+        source: The kernel's source.
+        entry: The function to call in `source`.
+        style: "dps" (outputs passed last, returns None; INVOKE_PACKED) or "return"
+            (returns its result; CALL_PACKED).
+        meta: Free string metadata (e.g. the fused ops, the jit signature).
+    """
+
+    name: str
+    backend: str
+    source: str
+    entry: str
+    style: str = "dps"
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ADTInfo:
+    """An algebraic data type: its name and constructors as (name, tag, arity)."""
+
+    name: str
+    constructors: tuple[tuple[str, int, int], ...]
+
+
+class Executable:
+    """The compiled program, immutable and shared.
+
+    Attributes:
+        functions: The function table, a tuple of `VMFunction`.
+        constants: The constant pool, a tuple of read-only numpy arrays.
+        primitive_names: Every packed function the bytecode calls, by index.
+        kernels: Kernel records by name (read-only mapping).
+        libraries: Python sources shared by numpy kernels, by name (read-only mapping).
+        adts: The algebraic data types, for printing values with constructor names.
+    """
+
+    def __init__(
+        self,
+        functions: Iterable[VMFunction],
+        constants: Iterable[np.ndarray] = (),
+        primitive_names: Iterable[str] = (),
+        kernels: Mapping[str, KernelRecord] | None = None,
+        libraries: Mapping[str, str] | None = None,
+        adts: Iterable[ADTInfo] = (),
+    ) -> None:
+        self.functions: tuple[VMFunction, ...] = tuple(functions)
+        consts = []
+        for c in constants:
+            # Read-only contiguous arrays (decoded from a file) are kept; others are copied so
+            # that nobody can change the executable's constants behind its back.
+            if not (isinstance(c, np.ndarray) and not c.flags.writeable
+                    and c.flags.c_contiguous):
+                c = np.array(c, copy=True, order="C")
+                c.flags.writeable = False
+            consts.append(c)
+        self.constants: tuple[np.ndarray, ...] = tuple(consts)
+        self.primitive_names: tuple[str, ...] = tuple(primitive_names)
+        self.kernels: Mapping[str, KernelRecord] = MappingProxyType(dict(kernels or {}))
+        self.libraries: Mapping[str, str] = MappingProxyType(dict(libraries or {}))
+        self.adts: tuple[ADTInfo, ...] = tuple(adts)
+        validate(self)
+        self._index = {f.name: i for i, f in enumerate(self.functions)}
+        self.constructor_names: dict[int, str] = {
+            tag: cname for info in self.adts for cname, tag, _ in info.constructors
+        }
+        self._cache: dict[str, Any] = {}
+        self._lock = threading.RLock()
+
+    # -- lookup ---------------------------------------------------------------------------
+
+    def function_index(self, name: str) -> int:
+        """Returns the index of function `name`; raises KeyError naming the known ones."""
+        try:
+            return self._index[name]
+        except KeyError:
+            known = ", ".join(sorted(self._index)) or "none"
+            raise KeyError(f"no function {name!r} in the executable (functions: {known})") from None
+
+    def get_function(self, name: str) -> VMFunction:
+        """Returns the `VMFunction` called `name`."""
+        return self.functions[self.function_index(name)]
+
+    def cached(self, key: str, factory: Callable[[], Any]) -> Any:
+        """Returns the value cached under `key`, computing it once with `factory` (thread-safe).
+
+        VMs keep what they derive from the executable here (decoded code, loaded kernels), so
+        many VMs over one executable share it.
+        """
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = factory()
+            return self._cache[key]
+
+    # -- dumps ----------------------------------------------------------------------------
+
+    def as_text(self) -> str:
+        """The disassembly: one line per instruction, jumps shown with their targets."""
+        from rvm.runtime.text import as_text
+
+        return as_text(self)
+
+    def as_python(self) -> str:
+        """Python source that rebuilds an equal executable through `ExecBuilder`."""
+        from rvm.runtime.text import as_python
+
+        return as_python(self)
+
+    def stats(self) -> str:
+        """A readable summary: functions, constants and their bytes, primitives, kernels."""
+        from rvm.runtime.text import stats
+
+        return stats(self)
+
+    def __repr__(self) -> str:
+        names = ", ".join(f.name for f in self.functions)
+        return f"<Executable functions=[{names}] constants={len(self.constants)}>"
+
+    # -- serialization --------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """Encodes the executable in the versioned RVMX format (see `serialize`)."""
+        from rvm.runtime.serialize import encode
+
+        return encode(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Executable:
+        """Decodes and validates an RVMX image; raises `ExecutableFormatError` if malformed."""
+        from rvm.runtime.serialize import decode
+
+        return cls(**decode(data))
+
+    def save(self, path: str) -> None:
+        """Writes the executable to `path`."""
+        with open(path, "wb") as f:
+            f.write(self.to_bytes())
+
+
+def load_executable(path: str) -> Executable:
+    """Reads an executable written by `Executable.save`.
+
+    Raises:
+        ExecutableFormatError: The file is truncated, corrupted or of another major version.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    return Executable.from_bytes(data)
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+def _fail(msg: str) -> None:
+    raise ExecutableFormatError(f"invalid executable: {msg}")
+
+
+def _is_int(x: Any) -> bool:
+    return type(x) is int
+
+
+def validate(ex: Executable) -> None:
+    """Checks every table and instruction so the VM can trust every index.
+
+    Raises:
+        ExecutableFormatError: naming the function, pc and operand at fault.
+    """
+    names = [f.name for f in ex.functions]
+    if len(set(names)) != len(names):
+        _fail(f"duplicate function names in {names}")
+    for i, c in enumerate(ex.constants):
+        if c.dtype.hasobject:
+            _fail(f"constant {i} has object dtype")
+    for p in ex.primitive_names:
+        if not isinstance(p, str) or not p:
+            _fail(f"primitive name {p!r} is not a non-empty string")
+    if len(set(ex.primitive_names)) != len(ex.primitive_names):
+        _fail("duplicate primitive names")
+    for key, rec in ex.kernels.items():
+        if not isinstance(rec, KernelRecord) or rec.name != key:
+            _fail(f"kernel entry {key!r} is not a KernelRecord named {key!r}")
+        if rec.backend not in _BACKENDS:
+            _fail(f"kernel {key!r}: backend {rec.backend!r} is not one of {_BACKENDS}")
+        if rec.style not in _STYLES:
+            _fail(f"kernel {key!r}: style {rec.style!r} is not one of {_STYLES}")
+    tags: dict[int, int] = {}
+    for info in ex.adts:
+        for cname, tag, arity in info.constructors:
+            if not _is_int(tag) or tag < 0 or tag in tags:
+                _fail(f"ADT {info.name}: constructor {cname} has a bad or duplicate tag {tag!r}")
+            tags[tag] = arity
+    for fn in ex.functions:
+        _validate_function(ex, fn, tags)
+
+
+def _validate_function(ex: Executable, fn: VMFunction, tags: dict[int, int]) -> None:
+    where = f"function {fn.name!r}"
+    if fn.kind != "vm":
+        _fail(f"{where}: kind {fn.kind!r} is not 'vm'")
+    if len(fn.param_specs) != len(fn.params):
+        _fail(f"{where}: {len(fn.params)} params but {len(fn.param_specs)} param specs")
+    for spec in fn.param_specs:
+        if spec.kind not in _KINDS:
+            _fail(f"{where}: parameter {spec.name!r} has kind {spec.kind!r}, not one of {_KINDS}")
+    nregs = fn.register_file_size
+    if not _is_int(nregs) or not len(fn.params) <= nregs <= MAX_REGISTERS or nregs < 1:
+        _fail(f"{where}: register file size {nregs!r} is not in [max(1, params), {MAX_REGISTERS}]")
+    code = fn.instructions
+    if not code:
+        _fail(f"{where}: no instructions")
+    if code[-1][0] not in _TERMINATORS:
+        _fail(f"{where}: the last instruction can fall off the end of the function")
+    for pc, ins in enumerate(code):
+        _validate_instruction(ex, fn, pc, ins, tags)
+
+
+def _validate_instruction(
+    ex: Executable, fn: VMFunction, pc: int, ins: tuple, tags: dict[int, int]
+) -> None:
+    where = f"@{fn.name} pc={pc}"
+    if not isinstance(ins, tuple) or not ins or ins[0] not in OPCODE_INFO:
+        _fail(f"{where}: {ins!r} is not an instruction tuple with a known opcode")
+    op = Opcode(ins[0])
+    info = OPCODE_INFO[op]
+    if len(ins) != 1 + len(info.operands):
+        _fail(f"{where}: {info.name} takes {len(info.operands)} operands, got {len(ins) - 1}")
+    nregs = fn.register_file_size
+    for (fname, kind), v in zip(info.operands, ins[1:]):
+        bad = f"{where}: {info.name} operand {fname}={v!r}"
+        if kind == "reg":
+            if not _is_int(v) or not 0 <= v < nregs:
+                _fail(f"{bad} is not a register below {nregs}")
+        elif kind == "regs":
+            if not isinstance(v, tuple) or not all(_is_int(r) and 0 <= r < nregs for r in v):
+                _fail(f"{bad} is not a tuple of registers below {nregs}")
+        elif kind == "imm":
+            if not _is_int(v) or not -(2**63) <= v < 2**63:
+                _fail(f"{bad} is not a 64-bit integer")
+        elif kind == "shape":
+            if not isinstance(v, tuple) or not all(_is_int(d) and 0 <= d < 2**63 for d in v):
+                _fail(f"{bad} is not a tuple of non-negative ints")
+        elif kind in ("dtype", "str"):
+            if not isinstance(v, str):
+                _fail(f"{bad} is not a string")
+            if kind == "dtype":
+                _check_dtype(v, bad)
+        else:
+            size = {"const": len(ex.constants), "func": len(ex.functions),
+                    "packed": len(ex.primitive_names), "offset": None}[kind]
+            if not _is_int(v):
+                _fail(f"{bad} is not an int")
+            if kind == "offset":
+                if not 0 <= pc + v < len(fn.instructions):
+                    _fail(f"{bad} jumps to {pc + v}, outside 0..{len(fn.instructions) - 1}")
+            elif not 0 <= v < size:
+                _fail(f"{bad} is out of range (the table has {size} entries)")
+    _validate_semantics(ex, op, ins, where, tags)
+
+
+def _check_dtype(name: str, bad: str) -> None:
+    try:
+        dt = np.dtype(name)
+    except (TypeError, ValueError):
+        _fail(f"{bad} is not a numpy dtype")
+    if dt.hasobject or dt.itemsize == 0:
+        _fail(f"{bad} is not a fixed-size, non-object dtype")
+
+
+def _validate_semantics(
+    ex: Executable, op: Opcode, ins: tuple, where: str, tags: dict[int, int]
+) -> None:
+    if op == Opcode.INVOKE_PACKED:
+        _, _, arity, nout, args = ins
+        if arity != len(args) or not 0 <= nout <= arity:
+            _fail(f"{where}: invoke_packed arity {arity} / outputs {nout} vs {len(args)} args")
+    elif op == Opcode.INVOKE:
+        callee = ex.functions[ins[2]]
+        if len(ins[3]) != len(callee.params):
+            _fail(f"{where}: invoke @{callee.name} with {len(ins[3])} args, "
+                  f"it takes {len(callee.params)}")
+    elif op == Opcode.ALLOC_CLOSURE:
+        callee = ex.functions[ins[2]]
+        if len(ins[3]) > len(callee.params):
+            _fail(f"{where}: closure of @{callee.name} captures {len(ins[3])} values, "
+                  f"it takes {len(callee.params)} params")
+    elif op == Opcode.ALLOC_ADT:
+        tag = ins[2]
+        if tag < -1 or (tag in tags and tags[tag] != len(ins[3])):
+            _fail(f"{where}: alloc_adt tag {tag} with {len(ins[3])} fields does not match "
+                  "its constructor")
+    elif op == Opcode.ALLOC_STORAGE:
+        align = ins[3]
+        if align <= 0 or align & (align - 1) or align > 4096:
+            _fail(f"{where}: alignment {align} is not a power of two up to 4096")
+    elif op in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG, Opcode.GET_FIELD):
+        if ins[3] < 0:
+            _fail(f"{where}: negative offset/index {ins[3]}")
+    elif op == Opcode.FATAL:
+        if ex.constants[ins[1]].dtype.kind != "U":
+            _fail(f"{where}: fatal's message constant is not a string")

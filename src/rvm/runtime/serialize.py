@@ -1,0 +1,388 @@
+"""The RVMX binary format of an executable. No pickle: every field is read with bounds checks.
+
+Layout (little endian)::
+
+    b"RVMX"  u16 major  u16 minor  u32 section_count
+    section*: 4-byte tag  u64 payload_length  u32 crc32(payload)  payload
+
+Sections, in DESIGN.md's order: GLOB (function table: name, kind, params and their specs,
+register-file size, code range; then the ADTs), CONS (constant pool: dtype string, shape, raw
+bytes), PRIM (primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
+`OPCODE_INFO`), KERN (kernel records and shared libraries). Readers skip unknown sections of the
+same major version; a new major version means an incompatible layout.
+
+Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
+against the bytes left before anything is allocated, so a corrupted file gives
+`ExecutableFormatError` and never a crash, a hang or a huge allocation.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rvm.errors import ExecutableFormatError
+from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.executable import ADTInfo, KernelRecord, ParamSpec, VMFunction
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import Executable
+
+__all__ = ["encode", "decode", "MAGIC", "VERSION"]
+
+MAGIC = b"RVMX"
+VERSION = (1, 0)
+SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
+_HEADER = struct.Struct("<4sHHI")
+_SECTION = struct.Struct("<4sQI")
+_SPEC_KINDS = ("tensor", "tuple", "adt", "any")
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def int(self, v: int) -> None:
+        self.parts.append(struct.pack("<q", v))
+
+    def count(self, v: int) -> None:
+        self.parts.append(struct.pack("<I", v))
+
+    def str(self, s: str) -> None:
+        b = s.encode("utf-8")
+        self.count(len(b))
+        self.parts.append(b)
+
+    def opt_str(self, s: str | None) -> None:
+        self.parts.append(b"\x00" if s is None else b"\x01")
+        if s is not None:
+            self.str(s)
+
+    def ints(self, vs: tuple[int, ...]) -> None:
+        self.count(len(vs))
+        for v in vs:
+            self.int(v)
+
+    def raw(self, b: bytes) -> None:
+        self.parts.append(b)
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class _Reader:
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+        self.what = what
+
+    def fail(self, msg: str) -> None:
+        raise ExecutableFormatError(f"corrupt executable: {self.what} section: {msg}")
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.data):
+            left = len(self.data) - self.pos
+            self.fail(f"needs {n} bytes at offset {self.pos}, only {left} left")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def int(self) -> int:
+        return struct.unpack("<q", self.take(8))[0]
+
+    def count(self, min_item_bytes: int = 1) -> int:
+        n = struct.unpack("<I", self.take(4))[0]
+        if n * min_item_bytes > len(self.data) - self.pos:
+            self.fail(f"a count of {n} items exceeds the {len(self.data) - self.pos} bytes left")
+        return n
+
+    def str(self) -> str:
+        n = self.count()
+        try:
+            return bytes(self.take(n)).decode("utf-8")
+        except UnicodeDecodeError:
+            self.fail("a string is not valid UTF-8")
+        raise AssertionError  # unreachable
+
+    def opt_str(self) -> str | None:
+        flag = self.take(1)[0]
+        if flag > 1:
+            self.fail(f"bad optional-string flag {flag}")
+        return self.str() if flag else None
+
+    def ints(self) -> tuple[int, ...]:
+        n = self.count(8)
+        return struct.unpack(f"<{n}q", self.take(8 * n))
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            self.fail(f"{len(self.data) - self.pos} unexpected trailing bytes")
+
+
+# -- encode -------------------------------------------------------------------------------
+
+
+def encode(ex: Executable) -> bytes:
+    """The RVMX image of `ex`."""
+    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex)]
+    out = [_HEADER.pack(MAGIC, VERSION[0], VERSION[1], len(sections))]
+    for tag, payload in zip(SECTIONS, sections):
+        out.append(_SECTION.pack(tag, len(payload), zlib.crc32(payload)))
+        out.append(payload)
+    return b"".join(out)
+
+
+def _glob(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(len(ex.functions))
+    start = 0
+    for fn in ex.functions:
+        w.str(fn.name)
+        w.str(fn.kind)
+        w.int(fn.register_file_size)
+        w.count(len(fn.params))
+        for p, spec in zip(fn.params, fn.param_specs):
+            w.str(p)
+            w.str(spec.name)
+            w.str(spec.kind)
+            w.opt_str(spec.dtype)
+            w.raw(b"\x00" if spec.shape is None else b"\x01")
+            if spec.shape is not None:
+                w.count(len(spec.shape))
+                for d in spec.shape:
+                    if d is None:
+                        w.raw(b"\x02")
+                    elif isinstance(d, str):
+                        w.raw(b"\x01")
+                        w.str(d)
+                    else:
+                        w.raw(b"\x00")
+                        w.int(d)
+        w.int(start)
+        w.int(len(fn.instructions))
+        start += len(fn.instructions)
+    w.count(len(ex.adts))
+    for info in ex.adts:
+        w.str(info.name)
+        w.count(len(info.constructors))
+        for cname, tag, arity in info.constructors:
+            w.str(cname)
+            w.int(tag)
+            w.int(arity)
+    return w.getvalue()
+
+
+def _cons(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(len(ex.constants))
+    for c in ex.constants:
+        w.str(c.dtype.str)
+        w.ints(tuple(int(d) for d in c.shape))
+        data = np.ascontiguousarray(c).tobytes()
+        w.int(len(data))
+        w.raw(data)
+    return w.getvalue()
+
+
+def _prim(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(len(ex.primitive_names))
+    for name in ex.primitive_names:
+        w.str(name)
+    return w.getvalue()
+
+
+def _code(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(sum(len(fn.instructions) for fn in ex.functions))
+    for fn in ex.functions:
+        for ins in fn.instructions:
+            w.raw(bytes([ins[0]]))
+            for kind, v in zip(OPCODE_INFO[Opcode(ins[0])].kinds, ins[1:]):
+                if kind in ("regs", "shape"):
+                    w.ints(v)
+                elif kind in ("dtype", "str"):
+                    w.str(v)
+                else:
+                    w.int(v)
+    return w.getvalue()
+
+
+def _kern(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(len(ex.kernels))
+    for rec in ex.kernels.values():
+        for s in (rec.name, rec.backend, rec.source, rec.entry, rec.style):
+            w.str(s)
+        w.count(len(rec.meta))
+        for k, v in rec.meta.items():
+            w.str(k)
+            w.str(v)
+    w.count(len(ex.libraries))
+    for name, src in ex.libraries.items():
+        w.str(name)
+        w.str(src)
+    return w.getvalue()
+
+
+# -- decode -------------------------------------------------------------------------------
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    """The `Executable` constructor arguments encoded in `data`.
+
+    Raises:
+        ExecutableFormatError: Not an RVMX image, another major version, truncated, or corrupt.
+    """
+    data = bytes(data)
+    if len(data) < _HEADER.size or data[:4] != MAGIC:
+        raise ExecutableFormatError("not an rvm executable (missing the b'RVMX' magic number)")
+    _, major, minor, nsec = _HEADER.unpack_from(data)
+    if major != VERSION[0]:
+        raise ExecutableFormatError(
+            f"executable format version {major}.{minor} is not supported; this rvm reads "
+            f"version {VERSION[0]}.x"
+        )
+    pos = _HEADER.size
+    found: dict[bytes, bytes] = {}
+    for i in range(nsec):
+        if pos + _SECTION.size > len(data):
+            raise ExecutableFormatError(f"truncated executable: section {i} header is cut off")
+        tag, length, crc = _SECTION.unpack_from(data, pos)
+        pos += _SECTION.size
+        if length > len(data) - pos:
+            raise ExecutableFormatError(
+                f"truncated executable: section {tag!r} needs {length} bytes, "
+                f"{len(data) - pos} left"
+            )
+        payload = data[pos : pos + length]
+        pos += length
+        if zlib.crc32(payload) != crc:
+            raise ExecutableFormatError(f"corrupt executable: section {tag!r} fails its CRC32")
+        found[tag] = payload
+    if pos != len(data):
+        raise ExecutableFormatError(f"corrupt executable: {len(data) - pos} trailing bytes")
+    order = [t for t in found if t in SECTIONS]
+    if order != list(SECTIONS):
+        raise ExecutableFormatError(
+            f"corrupt executable: sections {order} instead of {list(SECTIONS)}"
+        )
+    try:
+        return _decode_sections(found)
+    except ExecutableFormatError:
+        raise
+    except (ValueError, TypeError, OverflowError, struct.error, MemoryError) as e:
+        raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
+
+
+def _decode_sections(found: dict[bytes, bytes]) -> dict[str, Any]:
+    heads, adts = _read_glob(_Reader(found[b"GLOB"], "globals"))
+    constants = _read_cons(_Reader(found[b"CONS"], "constants"))
+    r = _Reader(found[b"PRIM"], "primitive names")
+    prims = [r.str() for _ in range(r.count(4))]
+    r.end()
+    code = _read_code(_Reader(found[b"CODE"], "code"))
+    functions = []
+    for name, kind, nregs, params, specs, start, length in heads:
+        if not (0 <= start and 0 <= length and start + length <= len(code)):
+            raise ExecutableFormatError(
+                f"corrupt executable: function {name!r} code range {start}+{length} is outside "
+                f"the {len(code)} instructions"
+            )
+        functions.append(
+            VMFunction(name, params, specs, nregs, tuple(code[start : start + length]), kind)
+        )
+    kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
+    return {"functions": functions, "constants": constants, "primitive_names": prims,
+            "kernels": kernels, "libraries": libraries, "adts": adts}
+
+
+def _read_glob(r: _Reader) -> tuple[list[tuple], list[ADTInfo]]:
+    heads = []
+    for _ in range(r.count(4)):
+        name, kind, nregs = r.str(), r.str(), r.int()
+        params, specs = [], []
+        for _ in range(r.count(4)):
+            params.append(r.str())
+            sname, skind, dtype = r.str(), r.str(), r.opt_str()
+            if skind not in _SPEC_KINDS:
+                r.fail(f"parameter kind {skind!r} is not one of {_SPEC_KINDS}")
+            shape: tuple | None = None
+            if r.take(1)[0]:
+                dims: list[int | str | None] = []
+                for _ in range(r.count(1)):
+                    tag = r.take(1)[0]
+                    if tag > 2:
+                        r.fail(f"bad dimension tag {tag}")
+                    dims.append(r.int() if tag == 0 else r.str() if tag == 1 else None)
+                shape = tuple(dims)
+            specs.append(ParamSpec(sname, skind, dtype, shape))
+        start, length = r.int(), r.int()
+        heads.append((name, kind, nregs, tuple(params), tuple(specs), start, length))
+    adts = []
+    for _ in range(r.count(4)):
+        aname = r.str()
+        cons = tuple((r.str(), r.int(), r.int()) for _ in range(r.count(20)))
+        adts.append(ADTInfo(aname, cons))
+    r.end()
+    return heads, adts
+
+
+def _read_cons(r: _Reader) -> list[np.ndarray]:
+    out = []
+    for i in range(r.count(4)):
+        dtype_str = r.str()
+        try:
+            dtype = np.dtype(dtype_str)
+        except (TypeError, ValueError, SyntaxError):
+            r.fail(f"constant {i} has an unknown dtype {dtype_str!r}")
+        if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+            r.fail(f"constant {i} has an unsupported dtype {dtype_str!r}")
+        shape = r.ints()
+        nbytes = r.int()
+        expect = dtype.itemsize
+        for d in shape:
+            if d < 0:
+                r.fail(f"constant {i} has a negative dimension in {shape}")
+            expect *= d
+        if expect != nbytes:
+            r.fail(f"constant {i} of shape {shape} {dtype} needs {expect} bytes, has {nbytes}")
+        raw = r.take(nbytes)
+        arr = np.frombuffer(bytes(raw), dtype=dtype).reshape(shape)
+        out.append(arr)  # frombuffer over bytes is read-only, as constants must be
+    r.end()
+    return out
+
+
+def _read_code(r: _Reader) -> list[tuple]:
+    code = []
+    for _ in range(r.count(1)):
+        op = r.take(1)[0]
+        if op not in OPCODE_INFO:
+            r.fail(f"unknown opcode {op}")
+        ins: list[Any] = [op]
+        for kind in OPCODE_INFO[Opcode(op)].kinds:
+            if kind in ("regs", "shape"):
+                ins.append(r.ints())
+            elif kind in ("dtype", "str"):
+                ins.append(r.str())
+            else:
+                ins.append(r.int())
+        code.append(tuple(ins))
+    r.end()
+    return code
+
+
+def _read_kern(r: _Reader) -> tuple[dict[str, KernelRecord], dict[str, str]]:
+    kernels = {}
+    for _ in range(r.count(24)):
+        name, backend, source, entry, style = (r.str() for _ in range(5))
+        meta = {r.str(): r.str() for _ in range(r.count(8))}
+        kernels[name] = KernelRecord(name, backend, source, entry, style, meta)
+    libraries = {r.str(): r.str() for _ in range(r.count(8))}
+    r.end()
+    return kernels, libraries
+

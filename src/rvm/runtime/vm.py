@@ -1,0 +1,386 @@
+"""The virtual machine: frames, the dispatch loop and the Python calling API.
+
+The loop (`_execute`) follows clox: the current function's code, its registers and the pc are
+locals; instructions were decoded once into int-led tuples (`decode.py`); the commonest opcodes
+are tested first; calls push `(code, regs, return_pc, dst, func_index)` on an explicit frame
+stack, so VM recursion never recurses in Python, and tail calls reuse the frame.
+
+Packed calls go through `self._packed`, a list of callables built at construction. Tracing and
+profiling replace that list with wrapped callables (see `profiler.py`), so the loop has no flags
+and runs at the same speed when nothing is instrumented.
+
+A failure in the loop raises `VMError` carrying the VM stack (`in @main pc=7: invoke_packed
+fused_add_exp`), chained to the original exception. All loop state is local, so the next call
+starts clean.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rvm.errors import VMError
+from rvm.runtime.bytecode import Opcode
+from rvm.runtime.decode import TAIL_INVOKE, TAIL_INVOKE_CLOSURE, decode_executable
+from rvm.runtime.entry import check_arguments
+from rvm.runtime.executable import Executable
+from rvm.runtime.kernels import KERNEL_FILE_PREFIX, resolve_primitives
+from rvm.runtime.memory import NaiveAllocator, PooledAllocator, make_allocator
+from rvm.runtime.objects import ADT, Closure
+from rvm.runtime.profiler import (
+    SKIP_RUN,
+    BenchmarkResult,
+    ProfileReport,
+    instrumented,
+    profiled,
+    timed_runs,
+)
+from rvm.runtime.text import describe_instruction
+
+__all__ = ["VirtualMachine", "SKIP_RUN"]
+
+EXEC_MODES = ("bytecode", "compiled")
+MAX_CALL_DEPTH = 500_000
+
+_MOVE = Opcode.MOVE.value
+_RET = Opcode.RET.value
+_FATAL = Opcode.FATAL.value
+_INVOKE_PACKED = Opcode.INVOKE_PACKED.value
+_CALL_PACKED = Opcode.CALL_PACKED.value
+_ALLOC_STORAGE = Opcode.ALLOC_STORAGE.value
+_ALLOC_TENSOR = Opcode.ALLOC_TENSOR.value
+_ALLOC_TENSOR_REG = Opcode.ALLOC_TENSOR_REG.value
+_ALLOC_ADT = Opcode.ALLOC_ADT.value
+_ALLOC_CLOSURE = Opcode.ALLOC_CLOSURE.value
+_GET_FIELD = Opcode.GET_FIELD.value
+_GET_TAG = Opcode.GET_TAG.value
+_IF = Opcode.IF.value
+_GOTO = Opcode.GOTO.value
+_INVOKE = Opcode.INVOKE.value
+_INVOKE_CLOSURE = Opcode.INVOKE_CLOSURE.value
+_LOAD_CONST = Opcode.LOAD_CONST.value
+_LOAD_CONSTI = Opcode.LOAD_CONSTI.value
+_SHAPE_OF = Opcode.SHAPE_OF.value
+_RESHAPE_TENSOR = Opcode.RESHAPE_TENSOR.value
+_KILL_REGISTER = Opcode.KILL_REGISTER.value
+
+
+class VirtualMachine:
+    """Runs the functions of an `Executable`.
+
+    A VM is cheap to create and is meant for one thread; make one per thread over a shared
+    executable.
+
+    Args:
+        ex: The executable.
+        exec_mode: "bytecode" (the interpreter loop). "compiled" is not available yet.
+        allocator: "pooled" (reuse storage nothing references any more), "naive", or an
+            allocator object with `alloc(nbytes, alignment) -> Storage`.
+
+    Raises:
+        ValueError: An unknown exec_mode or allocator.
+        VMError: A primitive name is neither a kernel nor a registered function.
+        JITError: A jit kernel cannot be loaded.
+    """
+
+    def __init__(
+        self, ex: Executable, exec_mode: str = "bytecode", allocator: Any = "pooled"
+    ) -> None:
+        if not isinstance(ex, Executable):
+            raise TypeError(f"VirtualMachine expects an Executable, got {type(ex).__name__}")
+        if exec_mode == "compiled":
+            raise ValueError(
+                "exec_mode='compiled' is not available yet; use exec_mode='bytecode'"
+            )
+        if exec_mode not in EXEC_MODES:
+            raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
+        self.executable = ex
+        self.exec_mode = exec_mode
+        self.allocator: NaiveAllocator | PooledAllocator = (
+            make_allocator(allocator) if isinstance(allocator, str) else allocator
+        )
+        self._funcs = decode_executable(ex)
+        self._raw_packed = resolve_primitives(ex)
+        self._packed = self._raw_packed
+        self._instrument: Callable[..., Any] | None = None
+        self._inputs: dict[str, list[Any]] = {}
+        self._outputs: dict[str, Any] = {}
+        self._saved: dict[str, tuple[int, list[Any]]] = {}
+
+    # -- calling from Python ----------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        """`vm["f"](*args)` calls function `f` (or a function saved by `save_function`)."""
+        if name in self._saved:
+            return lambda: self._run_saved(name)
+        self.executable.function_index(name)  # KeyError now, not at call time
+        return lambda *args: self.invoke(name, *args)
+
+    def invoke(self, name: str, *args: Any) -> Any:
+        """Calls function `name` with `args` after the entry checks; returns its result."""
+        if name in self._saved:
+            if args:
+                raise TypeError(f"{name} was saved with its arguments and takes none")
+            return self._run_saved(name)
+        fidx = self.executable.function_index(name)
+        return self._execute(fidx, check_arguments(self.executable.functions[fidx], args))
+
+    def _run_saved(self, name: str) -> Any:
+        fidx, args = self._saved[name]
+        return self._execute(fidx, args)
+
+    def _checked(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[int, list]:
+        fidx = self.executable.function_index(name)
+        fn = self.executable.functions[fidx]
+        if kwargs:
+            npos = len(args)
+            full = list(args) + [_MISSING] * (len(fn.params) - npos)
+            for key, value in kwargs.items():
+                if key not in fn.params:
+                    raise TypeError(f"{name} has no parameter {key!r} (params: {fn.params})")
+                i = fn.params.index(key)
+                if i < npos:
+                    raise TypeError(f"{name}: parameter {key!r} given twice")
+                full[i] = value
+            missing = [p for p, a in zip(fn.params, full) if a is _MISSING]
+            if missing:
+                raise TypeError(f"{name}: missing arguments {missing}")
+            args = tuple(full)
+        return fidx, check_arguments(fn, tuple(args))
+
+    def set_input(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Stores checked inputs of `name` for `invoke_stateful`, by position or param name."""
+        self._inputs[name] = self._checked(name, args, kwargs)[1]
+
+    def invoke_stateful(self, name: str) -> None:
+        """Runs `name` on the inputs given by `set_input`; read the result with `get_outputs`."""
+        if name not in self._inputs:
+            raise VMError(f"invoke_stateful({name!r}): call set_input({name!r}, ...) first")
+        fidx = self.executable.function_index(name)
+        self._outputs[name] = self._execute(fidx, self._inputs[name])
+
+    def get_outputs(self, name: str) -> Any:
+        """The result of the last `invoke_stateful(name)`."""
+        if name not in self._outputs:
+            raise VMError(f"get_outputs({name!r}): no invoke_stateful({name!r}) has run")
+        return self._outputs[name]
+
+    def save_function(self, name: str, new_name: str, *args: Any) -> None:
+        """Binds checked `args` to `name` as `new_name`; then `vm[new_name]()` runs it."""
+        fidx, checked = self._checked(name, args, {})
+        self._saved[new_name] = (fidx, checked)
+
+    def time_evaluator(
+        self, name: str, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0
+    ) -> Callable[..., BenchmarkResult]:
+        """Returns `evaluator(*args) -> BenchmarkResult` timing calls of `name`.
+
+        Each of `repeat` measurements times `number` calls (raised until one measurement
+        takes `min_repeat_ms`) and records seconds per call. One untimed call warms up first.
+        """
+
+        def evaluator(*args: Any) -> BenchmarkResult:
+            if name in self._saved:
+                fidx, checked = self._saved[name]
+            else:
+                fidx, checked = self._checked(name, args, {})
+            return timed_runs(lambda: self._execute(fidx, checked), number, repeat,
+                              min_repeat_ms)
+
+        return evaluator
+
+    def set_instrument(self, callback: Callable[[str, tuple, bool], Any] | None) -> None:
+        """Calls `callback(name, args, before)` around every packed call; None removes it.
+
+        `name` is the packed function's name, `args` its arguments (for INVOKE_PACKED the
+        outputs are the last ones), `before` True before the call and False after it. If the
+        call before returns `SKIP_RUN`, the packed function is not called: its outputs keep
+        whatever the allocator gave them (uninitialized or reused memory), a CALL_PACKED
+        destination gets None; the after callback still runs.
+        """
+        self._instrument = callback
+        names = self.executable.primitive_names
+        self._packed = (
+            self._raw_packed if callback is None
+            else [instrumented(n, f, callback) for n, f in zip(names, self._raw_packed)]
+        )
+
+    def profile(self, name: str, *args: Any) -> ProfileReport:
+        """Runs `name` once with every packed call timed; returns the per-function table."""
+        fidx, checked = self._checked(name, args, {})
+        records: dict[str, list] = {}
+        saved = self._packed
+        self._packed = [
+            profiled(n, f, records)
+            for n, f in zip(self.executable.primitive_names, self._raw_packed)
+        ]
+        try:
+            start = time.perf_counter()
+            self._execute(fidx, checked)
+            total = time.perf_counter() - start
+        finally:
+            self._packed = saved
+        return ProfileReport(name, total, records)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _execute(self, fidx: int, args: list[Any]) -> Any:
+        """Runs function `fidx` on VM values `args`; the dispatch loop."""
+        funcs = self._funcs
+        packed = self._packed
+        alloc = self.allocator.alloc
+        ndarray = np.ndarray
+        int64 = np.int64
+        frames: list[tuple] = []
+        code, pad, _ = funcs[fidx]
+        regs = list(args)
+        regs += pad
+        pc = 0
+        try:
+            while True:
+                ins = code[pc]
+                op = ins[0]
+                if op == _INVOKE_PACKED:
+                    packed[ins[1]](*ins[2](regs))
+                    pc += 1
+                elif op == _ALLOC_TENSOR:
+                    regs[ins[1]] = ndarray(ins[4], ins[5], regs[ins[2]].buffer, ins[3])
+                    pc += 1
+                elif op == _ALLOC_STORAGE:
+                    regs[ins[1]] = alloc(regs[ins[2]], ins[3])
+                    pc += 1
+                elif op == _KILL_REGISTER:
+                    regs[ins[1]] = None
+                    pc += 1
+                elif op == _MOVE:
+                    regs[ins[1]] = regs[ins[2]]
+                    pc += 1
+                elif op == _LOAD_CONST or op == _LOAD_CONSTI:
+                    regs[ins[1]] = ins[2]
+                    pc += 1
+                elif op == _CALL_PACKED:
+                    regs[ins[1]] = packed[ins[2]](*ins[3](regs))
+                    pc += 1
+                elif op == _RET:
+                    value = regs[ins[1]]
+                    if not frames:
+                        return value
+                    code, regs, pc, dst, fidx = frames.pop()
+                    regs[dst] = value
+                elif op == _IF:
+                    pc = ins[3] if regs[ins[1]] == regs[ins[2]] else ins[4]
+                elif op == _GOTO:
+                    pc = ins[1]
+                elif op == _INVOKE:
+                    frames.append((code, regs, pc + 1, ins[1], fidx))
+                    if len(frames) > MAX_CALL_DEPTH:
+                        raise VMError(f"call depth exceeds {MAX_CALL_DEPTH} (infinite recursion?)")
+                    fidx = ins[2]
+                    code, pad, _ = funcs[fidx]
+                    regs = [*ins[3](regs), *pad]
+                    pc = 0
+                elif op == TAIL_INVOKE:
+                    fidx = ins[1]
+                    code, pad, _ = funcs[fidx]
+                    regs = [*ins[2](regs), *pad]
+                    pc = 0
+                elif op == _GET_FIELD:
+                    obj = regs[ins[2]]
+                    regs[ins[1]] = obj.fields[ins[3]] if type(obj) is ADT else obj[ins[3]]
+                    pc += 1
+                elif op == _GET_TAG:
+                    regs[ins[1]] = regs[ins[2]].tag
+                    pc += 1
+                elif op == _ALLOC_ADT:
+                    fields = tuple(ins[3](regs))
+                    regs[ins[1]] = fields if ins[2] == -1 else ADT(ins[2], fields, ins[4])
+                    pc += 1
+                elif op == _INVOKE_CLOSURE or op == TAIL_INVOKE_CLOSURE:
+                    tail = op == TAIL_INVOKE_CLOSURE
+                    closure = regs[ins[1] if tail else ins[2]]
+                    if type(closure) is not Closure:
+                        raise VMError(f"invoke_closure on a {type(closure).__name__}, "
+                                      "not a closure")
+                    new_code, pad, nparams = funcs[closure.func_index]
+                    new_regs = [*closure.free_vars, *ins[-1](regs)]
+                    if len(new_regs) != nparams:
+                        nargs = len(new_regs) - len(closure.free_vars)
+                        raise VMError(f"closure @{closure.name} takes {nparams} values, got "
+                                      f"{len(closure.free_vars)} free vars + {nargs} args")
+                    new_regs += pad
+                    if not tail:
+                        frames.append((code, regs, pc + 1, ins[1], fidx))
+                        if len(frames) > MAX_CALL_DEPTH:
+                            raise VMError(f"call depth exceeds {MAX_CALL_DEPTH}")
+                    fidx, code, regs, pc = closure.func_index, new_code, new_regs, 0
+                elif op == _ALLOC_CLOSURE:
+                    free = tuple(ins[3](regs))
+                    regs[ins[1]] = Closure(ins[2], free, ins[4])
+                    pc += 1
+                elif op == _ALLOC_TENSOR_REG:
+                    shape = tuple(regs[ins[4]].tolist())
+                    regs[ins[1]] = ndarray(shape, ins[5], regs[ins[2]].buffer, ins[3])
+                    pc += 1
+                elif op == _SHAPE_OF:
+                    regs[ins[1]] = np.array(regs[ins[2]].shape, dtype=int64)
+                    pc += 1
+                elif op == _RESHAPE_TENSOR:
+                    regs[ins[1]] = regs[ins[2]].reshape(tuple(regs[ins[3]].tolist()))
+                    pc += 1
+                elif op == _FATAL:
+                    raise _Fatal(ins[1])
+                else:  # unreachable for a validated executable
+                    raise VMError(f"unknown decoded opcode {op}")
+        except Exception as e:
+            stack = [(f[4], f[2] - 1) for f in frames] + [(fidx, pc)]
+            # Drop the registers now: the traceback keeps this frame's locals alive.
+            frames.clear()
+            regs = code = None  # noqa: F841
+            raise self._vm_error(e, stack) from (None if isinstance(e, _Fatal) else e)
+
+    def _vm_error(self, error: Exception, stack: list[tuple[int, int]]) -> VMError:
+        ex = self.executable
+        lines = []
+        if len(stack) > 20:
+            omitted = len(stack) - 20
+            stack = stack[:10] + [(-1, omitted)] + stack[-10:]
+        for fidx, pc in stack:
+            if fidx < 0:
+                lines.append(f"  ... {pc} frames omitted ...")
+                continue
+            fn = ex.functions[fidx]
+            lines.append(f"  in @{fn.name} pc={pc}: "
+                         f"{describe_instruction(ex, fn.instructions[pc])}")
+        if isinstance(error, _Fatal):
+            head = f"fatal: {error.args[0]}"
+        else:
+            fn = ex.functions[stack[-1][0]]
+            what = describe_instruction(ex, fn.instructions[stack[-1][1]])
+            head = f"{what} failed: {type(error).__name__}: {error}"
+        tb, kernel_line = error.__traceback__, None
+        while tb is not None:
+            filename = tb.tb_frame.f_code.co_filename
+            if filename.startswith(KERNEL_FILE_PREFIX):
+                import linecache
+
+                text = linecache.getline(filename, tb.tb_lineno).strip()
+                kernel_line = f"  {filename}, line {tb.tb_lineno}: {text}"
+            tb = tb.tb_next
+        parts = [head, "VM stack (most recent call last):", *lines]
+        if kernel_line:
+            parts.append(kernel_line)
+        return VMError("\n".join(parts))
+
+    def __repr__(self) -> str:
+        names = ", ".join(f.name for f in self.executable.functions)
+        return f"<VirtualMachine {self.exec_mode} [{names}] allocator={self.allocator.name}>"
+
+
+class _Fatal(Exception):
+    """Raised by FATAL inside the loop; becomes a VMError with the VM stack."""
+
+
+_MISSING = object()

@@ -1,0 +1,30 @@
+"""The rvm script format: Python syntax for IR modules, printed and parsed back.
+
+    from rvm.script import T, module, func
+
+    @module
+    class Model:
+        @func
+        def main(x: T[("n", 784), "float32"], w: T[(784, 128), "float32"]):
+            return op.relu(op.matmul(x, w))
+
+`script(node)` prints any module, function, expression or type; `parse(text)` reads a printed
+module back (``parse(script(mod))`` is structurally equal to ``mod``). Importing this package
+installs the printer behind ``repr``/``str`` of every IR node.
+"""
+
+from __future__ import annotations
+
+from rvm.ir import expr as _expr
+from rvm.script.consts import const_b64
+from rvm.script.parser import adt, func, module, parse
+from rvm.script.printer import script
+from rvm.script.types import Any, Callable, Shape, T, Tuple
+
+if script not in _expr._printer:
+    _expr._printer.append(script)
+
+__all__ = [
+    "Any", "Callable", "Shape", "T", "Tuple", "adt", "const_b64", "func", "module", "parse",
+    "script",
+]

@@ -1,0 +1,287 @@
+"""Sample programs shared by the interpreter, VM, JIT and exec-mode tests and the benchmarks.
+
+Each `Program` holds a module, the function to call, and a function making its arguments; the
+expected result comes from NumPy (``numpy_ref``) where a closed form is handy, and always from
+`rvm.interpret`.
+"""
+
+# ruff: noqa: F821
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import rvm
+from rvm import op
+from rvm.ir import IRModule
+from rvm.runtime.objects import ADT
+from rvm.script import T, adt, func, module
+
+
+@dataclass
+class Program:
+    """A named sample program with inputs and an optional NumPy reference."""
+
+    name: str
+    mod: IRModule
+    fname: str
+    make_args: Callable[[np.random.Generator], tuple]
+    numpy_ref: Callable[..., Any] | None = None
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    def args(self, seed: int = 0) -> tuple:
+        return self.make_args(np.random.default_rng(seed))
+
+
+def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype("float32")
+
+
+@module
+class MLP:
+    @func
+    def main(
+        x: T[(n, 784), float32],
+        w1: T[(784, 128), float32],
+        b1: T[(128,), float32],
+        w2: T[(128, 10), float32],
+        b2: T[(10,), float32],
+    ):
+        h = op.relu(op.matmul(x, w1) + b1)
+        return op.softmax(op.matmul(h, w2) + b2, axis=-1)
+
+
+def _mlp_ref(x, w1, b1, w2, b2):
+    h = np.maximum(x @ w1 + b1, 0)
+    z = h @ w2 + b2
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype("float32")
+
+
+@module
+class Recursion:
+    @func
+    def factorial(n: T[(), int64]):
+        if n <= 1:
+            return rvm.const(1, "int64")
+        else:
+            return n * factorial(n - 1)
+
+    @func
+    def fib(n: T[(), int64]):
+        if n < 2:
+            return n
+        else:
+            return fib(n - 1) + fib(n - 2)
+
+    @func
+    def tail_sum(n: T[(), int64], acc: T[(), int64]):
+        if n == 0:
+            return acc
+        else:
+            return tail_sum(n - 1, acc + n)
+
+
+@module
+class Closures:
+    @func
+    def main(x: T[(4,), float32], k: T[(4,), float32]):
+        def add_k(y: T[(4,), float32]):
+            return y + k
+
+        scale = lambda y: y * 2.0  # noqa: E731
+        a, b = (add_k(x), scale(x))
+        if op.sum(a) > 0.0:
+            return a
+        else:
+            return b
+
+
+@adt
+class List:
+    Nil: ()
+    Cons: (T[(2,), float32], List)
+
+
+@module
+class Lists:
+    @func
+    def total(xs: List, acc: T[(2,), float32]):
+        match xs:
+            case Cons(h, t):
+                return total(t, acc + h)
+            case Nil():
+                return acc
+
+    @func
+    def build(n: T[(), int64], xs: List):
+        if n == 0:
+            return xs
+        else:
+            return build(n - 1, Cons(op.full((2,), 1.0, "float32") * op.cast(n, "float32"), xs))
+
+    @func
+    def main(n: T[(), int64]):
+        xs = build(n, Nil())
+        return total(xs, op.zeros((2,), "float32"))
+
+
+@module
+class RNN:
+    @func
+    def main(h: T[(1, 16), float32], w: T[(16, 16), float32], steps: T[(), int64]):
+        i = rvm.const(0, "int64")
+        while i < steps:
+            h = op.tanh(op.matmul(h, w))
+            i = i + 1
+        return h
+
+
+def _rnn_ref(h, w, steps):
+    for _ in range(int(steps)):
+        h = np.tanh(h @ w)
+    return h
+
+
+@module
+class Tuples:
+    @func
+    def stats(x: T[(n, 8), float32]):
+        return (op.mean(x, axis=1), op.max(x, axis=1))
+
+    @func
+    def main(x: T[(n, 8), float32]):
+        m, mx = stats(x)
+        return (mx - m, m)
+
+
+@module
+class Attention:
+    @func
+    def main(
+        x: T[(s, 32), float32],
+        gamma: T[(32,), float32],
+        beta: T[(32,), float32],
+        wq: T[(32, 32), float32],
+        wk: T[(32, 32), float32],
+        wv: T[(32, 32), float32],
+    ):
+        h = op.layer_norm(x, gamma, beta, axes=[-1], epsilon=1e-5)
+        q = op.matmul(h, wq)
+        k = op.matmul(h, wk)
+        v = op.matmul(h, wv)
+        scores = op.matmul(q, op.transpose(k, axes=[1, 0])) * 0.17677669
+        return op.matmul(op.softmax(scores, axis=-1), v) + x
+
+
+def _attention_ref(x, gamma, beta, wq, wk, wv):
+    mu = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    h = (x - mu) / np.sqrt(var + 1e-5) * gamma + beta
+    q, k, v = h @ wq, h @ wk, h @ wv
+    s = (q @ k.T) * np.float32(0.17677669)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return ((e / e.sum(-1, keepdims=True)) @ v + x).astype("float32")
+
+
+def _i64(v: int) -> np.ndarray:
+    return np.array(v, dtype="int64")
+
+
+PROGRAMS: list[Program] = [
+    Program(
+        "mlp_batch3",
+        MLP,
+        "main",
+        lambda r: (
+            _f32(r, 3, 784),
+            _f32(r, 784, 128) * 0.05,
+            _f32(r, 128),
+            _f32(r, 128, 10) * 0.1,
+            _f32(r, 10),
+        ),
+        _mlp_ref,
+    ),
+    Program(
+        "mlp_batch1",
+        MLP,
+        "main",
+        lambda r: (
+            _f32(r, 1, 784),
+            _f32(r, 784, 128) * 0.05,
+            _f32(r, 128),
+            _f32(r, 128, 10) * 0.1,
+            _f32(r, 10),
+        ),
+        _mlp_ref,
+    ),
+    Program(
+        "factorial", Recursion, "factorial", lambda r: (_i64(15),), lambda n: _i64(1307674368000)
+    ),
+    Program("fib", Recursion, "fib", lambda r: (_i64(12),), lambda n: _i64(144)),
+    Program(
+        "tail_sum_100k",
+        Recursion,
+        "tail_sum",
+        lambda r: (_i64(100_000), _i64(0)),
+        lambda n, a: _i64(100_000 * 100_001 // 2),
+        tags=("slow_interp",),
+    ),
+    Program(
+        "closures",
+        Closures,
+        "main",
+        lambda r: (_f32(r, 4), _f32(r, 4)),
+        lambda x, k: (x + k) if (x + k).sum() > 0 else x * np.float32(2.0),
+    ),
+    Program(
+        "adt_list",
+        Lists,
+        "main",
+        lambda r: (_i64(50),),
+        lambda n: np.full(2, 50 * 51 / 2, dtype="float32"),
+    ),
+    Program(
+        "rnn", RNN, "main", lambda r: (_f32(r, 1, 16), _f32(r, 16, 16) * 0.3, _i64(20)), _rnn_ref
+    ),
+    Program(
+        "tuples",
+        Tuples,
+        "main",
+        lambda r: (_f32(r, 5, 8),),
+        lambda x: (x.max(1) - x.mean(1), x.mean(1)),
+    ),
+    Program(
+        "attention_s7",
+        Attention,
+        "main",
+        lambda r: (
+            _f32(r, 7, 32),
+            _f32(r, 32),
+            _f32(r, 32),
+            _f32(r, 32, 32) * 0.2,
+            _f32(r, 32, 32) * 0.2,
+            _f32(r, 32, 32) * 0.2,
+        ),
+        _attention_ref,
+    ),
+    Program(
+        "attention_s13",
+        Attention,
+        "main",
+        lambda r: (
+            _f32(r, 13, 32),
+            _f32(r, 32),
+            _f32(r, 32),
+            _f32(r, 32, 32) * 0.2,
+            _f32(r, 32, 32) * 0.2,
+            _f32(r, 32, 32) * 0.2,
+        ),
+        _attention_ref,
+    ),
+]
+
+__all__ = ["ADT", "PROGRAMS", "Program"]

@@ -1,0 +1,240 @@
+"""legalize: every op call becomes a call of a primitive function holding that op.
+
+Needs: a lambda-lifted module in A-normal form: function bodies are SeqExprs of bindings, If and
+Match branches are SeqExprs, call arguments are atoms.
+
+Guarantees: outside primitive functions no binding calls an `rvm.op` op (``vm.*`` ops stay).
+Each ``y = op.X(args, attrs)`` is now ``y = fused_X(inputs)``, a call of a private module
+function with ``attrs["primitive"]``, ``attrs["pattern"]`` (the op's `OpPattern`) and
+``attrs["ops"] = ("X",)`` whose body is ``z = op.X(...); z``. 0-d constant arguments move into
+the primitive; every other argument (once per distinct argument) becomes a parameter typed as
+the argument (symbolic dimensions keep the caller's names: kernels read dimensions from their
+arrays). Structurally equal primitive functions are one module function. An op call in result
+position is bound to a variable first.
+
+Algorithm: walk each straight-line region (`map_regions`) and rewrite op-call bindings; new
+functions go through a `PrimitiveTable`, which finds an equal function by structural hash.
+
+This module also holds what the lowering passes (fuse_ops, fold_constant, memory_plan, kill)
+share: `map_regions`, `PrimitiveTable`, `primitive_callee`, `count_uses`, `Namer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rvm.ir import expr as E
+from rvm.ir.analysis import bound_vars
+from rvm.ir.functor import ExprVisitor
+from rvm.ir.infer import infer_type
+from rvm.ir.module import IRModule
+from rvm.ir.structural import structural_equal, structural_hash
+
+RegionFn = Callable[[list[E.VarBinding], E.Expr, int], tuple[list[E.VarBinding], E.Expr]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers of the lowering passes.
+
+
+def map_regions(expr: E.Expr, fn: RegionFn, depth: int = 0) -> E.Expr:
+    """Rewrite every straight-line region of ``expr`` with ``fn(bindings, result, depth)``.
+
+    A region is a SeqExpr's bindings and result; branches of If and Match (and nested
+    SeqExprs) are regions of their own, rewritten before the region that holds them. ``depth``
+    is 0 for ``expr`` itself. A branch that is not a SeqExpr is a region without bindings.
+    """
+    if isinstance(expr, E.SeqExpr):
+        bindings = [_rebind(b, _map_nested(b.value, fn, depth + 1)) for b in expr.bindings]
+    else:
+        bindings = []
+    body = _map_nested(expr.body if isinstance(expr, E.SeqExpr) else expr, fn, depth + 1)
+    new_bindings, new_body = fn(bindings, body, depth)
+    if not new_bindings and not isinstance(expr, E.SeqExpr):
+        return new_body
+    if isinstance(expr, E.SeqExpr) and new_body is expr.body and _same(new_bindings, expr):
+        return expr
+    return E.seq(new_bindings, new_body)
+
+
+def _same(bindings: list[E.VarBinding], seq: E.SeqExpr) -> bool:
+    old = list(seq.bindings)
+    return len(old) == len(bindings) and all(a is b for a, b in zip(old, bindings))
+
+
+def _rebind(b: E.VarBinding, value: E.Expr) -> E.VarBinding:
+    return b if value is b.value else E.VarBinding(b.var, value)
+
+
+def _map_nested(value: E.Expr, fn: RegionFn, depth: int) -> E.Expr:
+    """``value`` with the regions inside it (branches) rewritten."""
+    if isinstance(value, E.If):
+        t = map_regions(value.true_branch, fn, depth)
+        f = map_regions(value.false_branch, fn, depth)
+        if t is value.true_branch and f is value.false_branch:
+            return value
+        return E.If(value.cond, t, f)
+    if isinstance(value, E.Match):
+        clauses = [E.Clause(c.pattern, map_regions(c.body, fn, depth)) for c in value.clauses]
+        if all(a.body is b.body for a, b in zip(clauses, value.clauses)):
+            return value
+        return E.Match(value.data, tuple(clauses))
+    if isinstance(value, E.SeqExpr):
+        return map_regions(value, fn, depth)
+    return value
+
+
+def map_functions(mod: IRModule, fn: Callable[[str, E.Function], E.Function]) -> dict:
+    """``{name: fn(name, func)}`` for every non-primitive function of ``mod``."""
+    return {name: fn(name, f) for name, f in mod.items() if not f.is_primitive}
+
+
+def primitive_callee(value: E.Expr, funcs: dict[str, E.Function]) -> E.Function | None:
+    """The primitive function ``value`` calls directly, or None."""
+    if isinstance(value, E.Call) and isinstance(value.callee, E.GlobalVar):
+        f = funcs.get(value.callee.name)
+        if f is not None and f.is_primitive:
+            return f
+    return None
+
+
+def is_op_call(value: E.Expr) -> bool:
+    """True for a call of an `rvm.op` op (not a ``vm.*`` op)."""
+    return (
+        isinstance(value, E.Call)
+        and isinstance(value.callee, E.Op)
+        and not value.callee.name.startswith("vm.")
+    )
+
+
+class _UseCounter(ExprVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.uses: dict[E.Var, int] = {}
+
+    def visit_var(self, v: E.Var) -> None:
+        self.uses[v] = self.uses.get(v, 0) + 1
+
+
+def count_uses(expr: E.Expr) -> dict[E.Var, int]:
+    """How many times each variable occurs as a use in ``expr`` (nested regions included)."""
+    counter = _UseCounter()
+    counter.visit(expr)
+    return counter.uses
+
+
+class Namer:
+    """Fresh variable names that do not clash with the names already in a function."""
+
+    def __init__(self, func: E.Function | None = None) -> None:
+        self.taken = {v.name for v in bound_vars(func)} if func is not None else set()
+
+    def __call__(self, hint: str) -> str:
+        i = 0
+        name = hint
+        while name in self.taken:
+            i += 1
+            name = f"{hint}{i}"
+        self.taken.add(name)
+        return name
+
+
+class PrimitiveTable:
+    """The functions of a module being rewritten: unique names, shared equal primitives."""
+
+    def __init__(self, mod: IRModule) -> None:
+        self.mod = mod
+        self.funcs: dict[str, E.Function] = mod.functions
+        self.gvars: dict[str, E.GlobalVar] = mod.global_vars
+        self._by_hash: dict[int, list[str]] = {}
+        for name, f in self.funcs.items():
+            if f.is_primitive:
+                self._by_hash.setdefault(structural_hash(f), []).append(name)
+
+    def add(self, base: str, func: E.Function) -> E.GlobalVar:
+        """The GlobalVar of a function equal to ``func``, adding ``func`` if there is none."""
+        key = structural_hash(func)
+        for name in self._by_hash.get(key, []):
+            if structural_equal(self.funcs[name], func):
+                return self.gvars[name]
+        name, i = base, 0
+        while name in self.funcs:
+            i += 1
+            name = f"{base}_{i}"
+        gv = E.GlobalVar(name)
+        gv.with_type(infer_type(func))  # callers' types infer before the module records it
+        self.funcs[name], self.gvars[name] = func, gv
+        self._by_hash.setdefault(key, []).append(name)
+        return gv
+
+    def module(self, replaced: dict[str, E.Function], drop: set[str] = frozenset()) -> IRModule:
+        """The module with ``replaced`` functions, the added primitives, without ``drop``."""
+        funcs = {n: replaced.get(n, f) for n, f in self.funcs.items() if n not in drop}
+        gvars = {n: self.gvars[n] for n in funcs}
+        return IRModule(funcs, self.mod.adts, gvars, self.mod.attrs)
+
+
+def primitive_attrs(pattern: int, ops: tuple[str, ...]) -> dict:
+    """The attributes every primitive function carries."""
+    return {"primitive": True, "pattern": int(pattern), "ops": ops, "private": True}
+
+
+def hoist_result(
+    bindings: list[E.VarBinding], body: E.Expr, pred: Callable[[E.Expr], bool], name: str
+) -> tuple[list[E.VarBinding], E.Expr]:
+    """Bind a region result satisfying ``pred`` to a variable, so it is a binding too."""
+    if not pred(body):
+        return bindings, body
+    var = E.Var(name)
+    var.with_type(infer_type(body))
+    return [*bindings, E.VarBinding(var, body)], var
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass.
+
+
+def legalize(mod: IRModule) -> IRModule:
+    """Wrap every op call of ``mod`` in a primitive function (see the module docstring)."""
+    table = PrimitiveTable(mod)
+
+    def region(
+        bindings: list[E.VarBinding], body: E.Expr, depth: int
+    ) -> tuple[list[E.VarBinding], E.Expr]:
+        bindings, body = hoist_result(bindings, body, is_op_call, "out")
+        out = []
+        for b in bindings:
+            if is_op_call(b.value):
+                gv, args = _wrap_op_call(b.value, table)  # type: ignore[arg-type]
+                out.append(E.VarBinding(b.var, E.Call(gv, tuple(args))))
+            else:
+                out.append(b)
+        return out, body
+
+    def rewrite(name: str, func: E.Function) -> E.Function:
+        body = map_regions(func.body, region)
+        if body is func.body:
+            return func
+        return E.Function(func.params, body, func.ret_type, func.attrs)
+
+    return table.module(map_functions(mod, rewrite))
+
+
+def _wrap_op_call(call: E.Call, table: PrimitiveTable) -> tuple[E.GlobalVar, list[E.Expr]]:
+    """The primitive function holding ``call`` (added to ``table``) and its call's arguments."""
+    params: dict[E.Expr, E.Var] = {}
+    inner: list[E.Expr] = []
+    for a in call.args:
+        if isinstance(a, E.Constant) and a.data.ndim == 0:
+            inner.append(a)
+            continue
+        p = params.get(a)
+        if p is None:
+            p = params[a] = E.Var(f"p{len(params)}", a.type or infer_type(a))
+        inner.append(p)
+    op: E.Op = call.callee
+    result = E.Var("lv0")
+    body = E.seq([E.VarBinding(result, E.Call(op, tuple(inner), call.attrs))], result)
+    func = E.Function(tuple(params.values()), body, None, primitive_attrs(op.pattern, (op.name,)))
+    infer_type(func)
+    return table.add(f"fused_{op.name}", func), list(params)

@@ -1,0 +1,253 @@
+"""memory_plan: explicit allocation for every kernel call, with storage reuse.
+
+Needs: a fused module (primitive calls bound to variables: ``y = prim(args)``), ideally after
+dead_code and tail_call. Types recorded on every variable.
+
+Guarantees: no binding calls a primitive function directly. A result ``y`` of static shape
+(a TensorType with int dims) becomes::
+
+    st = vm.alloc_storage(size=<bytes>, dtype=d)
+    y = vm.alloc_tensor(st, offset=0, shape=(...), dtype=d)
+    _ = vm.call_dps(prim, *args, y)
+
+a result whose symbolic dims are all bound by the function's parameters' shapes gets
+``s = vm.make_shape(shape=(...))``, ``st = vm.alloc_storage(s, dtype=d)`` and
+``y = vm.alloc_tensor(st, s, offset=0, shape=(...), dtype=d)``; a tuple of such tensors gets
+one output per field and ``y = (o0, o1, ...)``; anything else (a dim that depends on data,
+unknown rank or dtype) is ``y = vm.call_alloc(prim, *args)``. Storage reuse never changes results: a static
+tensor that does not escape its region (its only uses are as inputs of later ``vm.call_dps``
+in the same region: not returned, not in a tuple, not passed to a function, not used in a
+branch) gives its block back after its last use, and a later non-escaping static tensor of the
+same dtype takes the smallest free block that is large enough instead of a new one. Figures go
+to one debug line per function and to ``mod.attrs["memory_plan"][name]``.
+
+Algorithm: per region, find which tensors escape and where each is last used, then rewrite the
+bindings in order, keeping a free list of blocks per dtype.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rvm.ir import expr as E
+from rvm.ir.module import IRModule
+from rvm.ir.types import TensorType, TupleType, Type
+from rvm.transform import vm_ops
+from rvm.transform.legalize import Namer, count_uses, hoist_result, map_regions, primitive_callee
+
+logger = logging.getLogger("rvm.transform")
+
+
+@dataclass
+class _Stats:
+    """Storage figures of one function: bytes without reuse, bytes allocated, counts."""
+
+    before: int = 0
+    after: int = 0
+    tensors: int = 0
+    blocks: int = 0
+
+
+@dataclass
+class _Region:
+    """What the rewrite of one region needs: free blocks, owners, last uses."""
+
+    last_use: dict[E.Var, int]
+    local: set[E.Var]  # non-escaping static tensors of this region
+    free: dict[str, list[tuple[int, E.Var]]] = field(default_factory=dict)  # dtype -> blocks
+    owned: dict[E.Var, tuple[str, int, E.Var]] = field(default_factory=dict)  # tensor -> block
+    shapes: dict[tuple, E.Var] = field(default_factory=dict)  # make_shape results
+
+
+class _Planner:
+    """Rewrites the regions of one function."""
+
+    def __init__(self, func: E.Function, funcs: dict[str, E.Function]) -> None:
+        self.funcs = funcs
+        self.fresh = Namer(func)
+        self.uses = count_uses(func.body)
+        self.dims = _param_dims(func.params)
+        self.stats = _Stats()
+
+    def region(
+        self, bindings: list[E.VarBinding], body: E.Expr, depth: int
+    ) -> tuple[list[E.VarBinding], E.Expr]:
+        bindings, body = hoist_result(bindings, body, self._is_prim_call, self.fresh("out"))
+        if not any(self._is_prim_call(b.value) for b in bindings):
+            return bindings, body
+        state = self._analyse(bindings)
+        out: list[E.VarBinding] = []
+        for i, b in enumerate(bindings):
+            if not self._is_prim_call(b.value):
+                out.append(b)
+                continue
+            call: E.Call = b.value  # type: ignore[assignment]
+            outputs = self._outputs(b.var, state, out)
+            if outputs is None:
+                alloc = E.Call(vm_ops.call_alloc, (call.callee, *call.args))
+                out.append(E.VarBinding(b.var, alloc))
+            else:
+                out.append(E.VarBinding(self._unit(), vm_ops.dps_call(
+                    call.callee, call.args, outputs)))  # type: ignore[arg-type]
+            self._release(state, i, [b.var, *call.args])
+        return out, body
+
+    def _is_prim_call(self, value: E.Expr) -> bool:
+        return primitive_callee(value, self.funcs) is not None
+
+    def _unit(self) -> E.Var:
+        var = E.Var("_")
+        var.with_type(vm_ops.UNIT)
+        return var
+
+    def _analyse(self, bindings: list[E.VarBinding]) -> _Region:
+        """Last uses of kernel inputs and the tensors that do not escape the region."""
+        last_use: dict[E.Var, int] = {}
+        dps_uses: dict[E.Var, int] = {}
+        for i, b in enumerate(bindings):
+            if not self._is_prim_call(b.value):
+                continue
+            dps = self._plannable(b.var.type) is not None
+            for a in b.value.args:  # type: ignore[attr-defined]
+                if isinstance(a, E.Var):
+                    last_use[a] = i
+                    # The inputs of a kernel that allocates may come back as views: escaping.
+                    dps_uses[a] = dps_uses.get(a, 0) + (1 if dps else 1 << 30)
+        local = set()
+        for b in bindings:
+            ty = b.var.type
+            if (
+                self._is_prim_call(b.value)
+                and isinstance(ty, TensorType)
+                and ty.is_static
+                and self.uses.get(b.var, 0) == dps_uses.get(b.var, 0)
+            ):
+                local.add(b.var)
+        return _Region(last_use, local)
+
+    def _plannable(self, ty: Type | None) -> list[TensorType] | None:
+        """The tensors a kernel writes for a result of type ``ty``; None: it allocates."""
+        fields = ty.fields if isinstance(ty, TupleType) else (ty,)
+        for f in fields:
+            if not isinstance(f, TensorType) or f.shape is None or f.dtype is None:
+                return None
+            if any(d is None or (isinstance(d, str) and d not in self.dims) for d in f.shape):
+                return None
+        return list(fields)  # type: ignore[arg-type]
+
+    def _outputs(
+        self, var: E.Var, state: _Region, out: list[E.VarBinding]
+    ) -> list[E.Var] | None:
+        """Emit the allocations of ``var``'s kernel outputs into ``out``; None: call_alloc."""
+        tensors = self._plannable(var.type)
+        if tensors is None:
+            return None
+        if not isinstance(var.type, TupleType):
+            self._alloc(var, tensors[0], state, out)
+            return [var]
+        fields = []
+        for j, ty in enumerate(tensors):
+            field_var = E.Var(self.fresh(f"{var.name}_{j}"))
+            field_var.with_type(ty)
+            self._alloc(field_var, ty, state, out)
+            fields.append(field_var)
+        out.append(E.VarBinding(var, E.Tuple(tuple(fields))))
+        return fields
+
+    def _alloc(self, var: E.Var, ty: TensorType, state: _Region, out: list) -> None:
+        """Bind ``var`` to a new tensor of type ``ty`` (and its storage, unless reused)."""
+        dtype: str = ty.dtype  # type: ignore[assignment]
+        if not ty.is_static:
+            shape = state.shapes.get(ty.shape)  # type: ignore[arg-type]
+            if shape is None:
+                shape = state.shapes[ty.shape] = self._bind(  # type: ignore[index]
+                    out, "shape", E.Call(vm_ops.make_shape, (), {"shape": ty.shape}))
+            storage = self._bind(
+                out, "storage", E.Call(vm_ops.alloc_storage, (shape,), {"dtype": dtype}))
+            attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
+            out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage, shape), attrs)))
+            return
+        size = int(np.prod(ty.shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        self.stats.before += size
+        self.stats.tensors += 1
+        storage = self._take(state, dtype, size) if var in state.local else None
+        if storage is None:
+            storage = self._bind(out, "storage", E.Call(
+                vm_ops.alloc_storage, (), {"size": size, "dtype": dtype}))
+            self.stats.after += size
+            self.stats.blocks += 1
+            block = size
+        else:
+            storage, block = storage
+        if var in state.local:
+            state.owned[var] = (dtype, block, storage)
+        attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
+        out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage,), attrs)))
+
+    def _bind(self, out: list, hint: str, value: E.Expr) -> E.Var:
+        var = E.Var(self.fresh(hint))
+        out.append(E.VarBinding(var, value))
+        return var
+
+    @staticmethod
+    def _take(state: _Region, dtype: str, size: int) -> tuple[E.Var, int] | None:
+        """The smallest free block of ``dtype`` holding ``size`` bytes, removed from the list."""
+        blocks = state.free.get(dtype, [])
+        fits = [blk for blk in blocks if blk[0] >= size]
+        if not fits:
+            return None
+        best = min(fits, key=lambda blk: blk[0])
+        blocks.remove(best)
+        return best[1], best[0]
+
+    def _release(self, state: _Region, index: int, vars_: list[E.Expr]) -> None:
+        """Give back the blocks of local tensors whose last use is binding ``index``."""
+        for v in dict.fromkeys(vars_):
+            if not isinstance(v, E.Var) or v not in state.owned:
+                continue
+            if state.last_use.get(v, index) == index:
+                dtype, size, storage = state.owned.pop(v)
+                state.free.setdefault(dtype, []).append((size, storage))
+
+
+def _param_dims(params: tuple[E.Var, ...]) -> set[str]:
+    """Symbolic dimension names bound by the shapes of ``params``."""
+    names: set[str] = set()
+    stack: list[Type | None] = [p.annotation or p.type for p in params]
+    while stack:
+        ty = stack.pop()
+        if isinstance(ty, TensorType) and ty.shape is not None:
+            names.update(d for d in ty.shape if isinstance(d, str))
+        elif isinstance(ty, TupleType):
+            stack.extend(ty.fields)
+    return names
+
+
+def memory_plan(mod: IRModule) -> IRModule:
+    """Lower every primitive call of ``mod`` to explicit allocation (see the docstring)."""
+    funcs = mod.functions
+    replaced: dict[str, E.Function] = {}
+    figures: dict[str, dict[str, int]] = {}
+    for name, func in funcs.items():
+        if func.is_primitive:
+            continue
+        planner = _Planner(func, funcs)
+        body = map_regions(func.body, planner.region)
+        if body is func.body:
+            continue
+        replaced[name] = E.Function(func.params, body, func.ret_type, func.attrs)
+        st = planner.stats
+        figures[name] = {"before": st.before, "after": st.after, "tensors": st.tensors,
+                         "blocks": st.blocks}
+        logger.debug(
+            "memory_plan %s: storage %.2f MB -> %.2f MB (%d tensors, %d blocks)",
+            name, st.before / 2**20, st.after / 2**20, st.tensors, st.blocks,
+        )
+    if not replaced:
+        return mod
+    out = mod.with_functions(replaced)
+    out.attrs["memory_plan"] = figures
+    return out

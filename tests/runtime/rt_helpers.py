@@ -1,0 +1,217 @@
+"""Hand-built executables shared by the runtime tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rvm.runtime import ExecBuilder, Executable, KernelRecord, Opcode, ParamSpec
+
+O = Opcode
+
+ADD = KernelRecord("add", "numpy", "def k(a, b, out):\n    np.add(a, b, out=out)\n", "k")
+EXP = KernelRecord("exp", "numpy", "def k(a, out):\n    np.exp(a, out=out)\n", "k")
+ADD_RET = KernelRecord("add_ret", "numpy", "def k(a, b):\n    return a + b\n", "k", "return")
+SUB_RET = KernelRecord("sub_ret", "numpy", "def k(a, b):\n    return a - b\n", "k", "return")
+BAD = KernelRecord(
+    "fused_add_exp", "numpy",
+    "def k(a, b, out):\n    x = a + b\n    raise ValueError('kernel exploded')\n", "k",
+)
+
+
+def tensor(name: str, shape: tuple, dtype: str = "float32") -> ParamSpec:
+    return ParamSpec(name, "tensor", dtype, shape)
+
+
+def alloc(f, shape: tuple, dtype: str = "float32") -> int:
+    """Emits storage + tensor for a fixed shape; returns the tensor's register."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    size, st, t = f.new_register(), f.new_register(), f.new_register()
+    f.emit(O.LOAD_CONSTI, size, nbytes)
+    f.emit(O.ALLOC_STORAGE, st, size, 64, dtype)
+    f.emit(O.ALLOC_TENSOR, t, st, 0, shape, dtype)
+    return t
+
+
+def straight_line(bad: bool = False) -> Executable:
+    """main(x, y) = exp(x + y) on float32[4]."""
+    b = ExecBuilder()
+    add = b.add_kernel(BAD if bad else ADD)
+    exp = b.add_kernel(EXP)
+    f = b.function("main", ("x", "y"), (tensor("x", (4,)), tensor("y", (4,))))
+    t1 = alloc(f, (4,))
+    f.emit(O.INVOKE_PACKED, add, 3, 1, (0, 1, t1))
+    t2 = alloc(f, (4,))
+    f.emit(O.INVOKE_PACKED, exp, 2, 1, (t1, t2))
+    f.emit(O.KILL_REGISTER, t1)
+    f.emit(O.RET, t2)
+    return b.build()
+
+
+def counting_loop() -> Executable:
+    """loop(i, n, acc): while i != n: acc += 1.5; i += 1 — as tail recursion."""
+    b = ExecBuilder()
+    add = b.add_kernel(ADD_RET)
+    b.add_constant(np.float32(1.5))
+    specs = (tensor("i", (), "int64"), tensor("n", (), "int64"), tensor("acc", (), "float32"))
+    f = b.function("loop", ("i", "n", "acc"), specs)
+    done, body = f.label("done"), f.label("body")
+    f.emit(O.IF, 0, 1, done, body)
+    f.place(body)
+    one, step, i2, acc2, r = (f.new_register() for _ in range(5))
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.emit(O.CALL_PACKED, i2, add, (0, one))
+    f.emit(O.LOAD_CONST, step, 0)
+    f.emit(O.CALL_PACKED, acc2, add, (2, step))
+    f.emit(O.INVOKE, r, "loop", (i2, 1, acc2))
+    f.emit(O.RET, r)
+    f.place(done)
+    f.emit(O.RET, 2)
+    return b.build()
+
+
+def recursive_sum() -> Executable:
+    """total(n) = 0 if n == 0 else n + total(n - 1), not a tail call."""
+    b = ExecBuilder()
+    add, sub = b.add_kernel(ADD_RET), b.add_kernel(SUB_RET)
+    f = b.function("total", ("n",), (tensor("n", (), "int64"),))
+    zero, one, m, r, s = (f.new_register() for _ in range(5))
+    base, rec = f.label(), f.label()
+    f.emit(O.LOAD_CONSTI, zero, 0)
+    f.emit(O.IF, 0, zero, base, rec)
+    f.place(base)
+    f.emit(O.RET, zero)
+    f.place(rec)
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.emit(O.CALL_PACKED, m, sub, (0, one))
+    f.emit(O.INVOKE, r, "total", (m,))
+    f.emit(O.CALL_PACKED, s, add, (r, 0))
+    f.emit(O.RET, s)
+    return b.build()
+
+
+def list_program() -> Executable:
+    """make(x, y) = Cons(x, Cons(y, Nil)); total(xs, acc) sums a list; pair(x, y) = (x, y)[1]."""
+    b = ExecBuilder()
+    nil, cons = b.add_adt("List", [("Nil", 0), ("Cons", 2)])
+    add = b.add_kernel(ADD_RET)
+    f = b.function("make", ("x", "y"))
+    n, c1, c2 = f.new_register(), f.new_register(), f.new_register()
+    f.emit(O.ALLOC_ADT, n, nil, ())
+    f.emit(O.ALLOC_ADT, c1, cons, (1, n))
+    f.emit(O.ALLOC_ADT, c2, cons, (0, c1))
+    f.emit(O.RET, c2)
+
+    f = b.function("total", ("xs", "acc"), (ParamSpec("xs", "adt"), ParamSpec("acc")))
+    tag, ctag, h, t, acc2, r = (f.new_register() for _ in range(6))
+    is_cons, is_nil = f.label(), f.label()
+    f.emit(O.GET_TAG, tag, 0)
+    f.emit(O.LOAD_CONSTI, ctag, cons)
+    f.emit(O.IF, tag, ctag, is_cons, is_nil)
+    f.place(is_cons)
+    f.emit(O.GET_FIELD, h, 0, 0)
+    f.emit(O.GET_FIELD, t, 0, 1)
+    f.emit(O.CALL_PACKED, acc2, add, (1, h))
+    f.emit(O.INVOKE, r, "total", (t, acc2))
+    f.emit(O.RET, r)
+    f.place(is_nil)
+    f.emit(O.RET, 1)
+
+    f = b.function("pair", ("x", "y"))
+    tup, second = f.new_register(), f.new_register()
+    f.emit(O.ALLOC_ADT, tup, -1, (0, 1))
+    f.emit(O.GET_FIELD, second, tup, 1)
+    f.emit(O.ALLOC_ADT, tup, -1, (second, 0))
+    f.emit(O.RET, tup)
+    return b.build()
+
+
+def closure_program() -> Executable:
+    """main(x, k) = (lambda y: y + k)(x); add_k(k, y) takes the free var first."""
+    b = ExecBuilder()
+    add = b.add_kernel(ADD_RET)
+    f = b.function("add_k", ("k", "y"))
+    r = f.new_register()
+    f.emit(O.CALL_PACKED, r, add, (1, 0))
+    f.emit(O.RET, r)
+    f = b.function("main", ("x", "k"))
+    c, out = f.new_register(), f.new_register()
+    f.emit(O.ALLOC_CLOSURE, c, "add_k", (1,))
+    f.emit(O.INVOKE_CLOSURE, out, c, (0,))
+    f.emit(O.RET, out)
+    f = b.function("make", ("k",))
+    c = f.new_register()
+    f.emit(O.ALLOC_CLOSURE, c, "add_k", (0,))
+    f.emit(O.RET, c)
+    f = b.function("apply", ("c", "x"))
+    out = f.new_register()
+    f.emit(O.INVOKE_CLOSURE, out, 0, (1,))
+    f.emit(O.RET, out)
+    return b.build()
+
+
+def symbolic_program() -> Executable:
+    """main(x: (n, 4), y: (n, 4)) = exp(x) with the output shape built from the shape heap."""
+    b = ExecBuilder()
+    exp = b.add_kernel(EXP)
+    pat = b.add_constant(np.array([1, 0, 0, 4], dtype=np.int64))
+    mk = b.add_constant(np.array([1, 0, 0, 4], dtype=np.int64))
+    dt = b.add_constant(np.array("float32"))
+    ctx = b.add_constant(np.array("main: x"))
+    specs = (tensor("x", ("n", 4)), tensor("y", ("n", 4)))
+    f = b.function("main", ("x", "y"), specs)
+    one, heap, p, m, d, c, shape, size, st, t, ignored = (f.new_register() for _ in range(11))
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.emit(O.CALL_PACKED, heap, "vm.builtin.alloc_shape_heap", (one,))
+    f.emit(O.LOAD_CONST, p, pat)
+    f.emit(O.LOAD_CONST, c, ctx)
+    f.emit(O.CALL_PACKED, ignored, "vm.builtin.match_shape", (0, heap, p, c))
+    f.emit(O.LOAD_CONST, m, mk)
+    f.emit(O.CALL_PACKED, shape, "vm.builtin.make_shape", (heap, m))
+    f.emit(O.LOAD_CONST, d, dt)
+    f.emit(O.CALL_PACKED, size, "vm.builtin.storage_size", (shape, d))
+    f.emit(O.ALLOC_STORAGE, st, size, 64, "float32")
+    f.emit(O.ALLOC_TENSOR_REG, t, st, 0, shape, "float32")
+    f.emit(O.INVOKE_PACKED, exp, 2, 1, (0, t))
+    f.emit(O.RET, t)
+    return b.build()
+
+
+def every_opcode_program() -> Executable:
+    """A program that executes every opcode at least once (FATAL in `boom`)."""
+    b = ExecBuilder()
+    exp = b.add_kernel(EXP)
+    b.add_constant(np.array("boom!"))
+    f = b.function("boom", ())
+    f.emit(O.FATAL, 0)
+    f = b.function("ident", ("v",))
+    f.emit(O.RET, 0)
+    f = b.function("main", ("x",), (tensor("x", (2, 3)),))
+    regs = [f.new_register() for _ in range(13)]
+    shp, flat, tup, clo, tag_src, tag, size, st, t, r, one, moved, tr = regs
+    f.emit(O.SHAPE_OF, shp, 0)
+    f.emit(O.LOAD_CONSTI, one, 6)
+    f.emit(O.CALL_PACKED, flat, "vm.builtin.tuple", (one,))
+    f.emit(O.GET_FIELD, flat, flat, 0)
+    f.emit(O.LOAD_CONST, flat, 0)
+    f.emit(O.LOAD_CONSTI, size, 24)
+    f.emit(O.ALLOC_STORAGE, st, size, 64, "float32")
+    f.emit(O.ALLOC_TENSOR, t, st, 0, (2, 3), "float32")
+    f.emit(O.ALLOC_TENSOR_REG, tr, st, 0, shp, "float32")
+    f.emit(O.INVOKE_PACKED, exp, 2, 1, (0, t))
+    f.emit(O.RESHAPE_TENSOR, r, t, shp)
+    f.emit(O.MOVE, moved, r)
+    f.emit(O.ALLOC_ADT, tup, 7, (moved,))
+    f.emit(O.GET_TAG, tag, tup)
+    f.emit(O.ALLOC_CLOSURE, clo, "ident", ())
+    f.emit(O.INVOKE_CLOSURE, tag_src, clo, (tag,))
+    f.emit(O.INVOKE, tag_src, "ident", (tag_src,))
+    f.emit(O.KILL_REGISTER, clo)
+    skip = f.label()
+    f.emit(O.IF, tag_src, tag, skip, skip)
+    f.place(skip)
+    end = f.label()
+    f.emit(O.GOTO, end)
+    f.place(end)
+    f.emit(O.ALLOC_ADT, tup, -1, (moved, tag_src, tr))
+    f.emit(O.RET, tup)
+    return b.build()

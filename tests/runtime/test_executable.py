@@ -1,0 +1,250 @@
+"""Executable: builder validation, save/load, the loader fuzz, as_text, as_python, stats."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rt_helpers as h
+
+import rvm.runtime.text as text_mod
+from rvm.errors import ExecutableFormatError
+from rvm.runtime import (
+    OPCODE_INFO,
+    ExecBuilder,
+    Executable,
+    Opcode,
+    VirtualMachine,
+    load_executable,
+)
+from rvm.runtime import Opcode as O
+from rvm.runtime.decode import _decoders
+from rvm.runtime.serialize import SECTIONS
+
+ALL_PROGRAMS = [h.straight_line, h.counting_loop, h.recursive_sum, h.list_program,
+                h.closure_program, h.symbolic_program, h.every_opcode_program]
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def assert_same(a: Executable, b: Executable) -> None:
+    assert a.functions == b.functions
+    assert len(a.constants) == len(b.constants)
+    for x, y in zip(a.constants, b.constants):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert x.tobytes() == y.tobytes()
+    assert a.primitive_names == b.primitive_names
+    assert dict(a.kernels) == dict(b.kernels)
+    assert dict(a.libraries) == dict(b.libraries)
+    assert a.adts == b.adts
+
+
+def test_opcode_table_covers_every_opcode():
+    assert set(OPCODE_INFO) == set(Opcode)
+    ex = h.straight_line()
+    assert set(_decoders(ex)) == set(Opcode)  # the VM's decoder
+    used = {Opcode(i[0]) for f in h.every_opcode_program().functions for i in f.instructions}
+    assert used == set(Opcode)  # ...and one program runs them all (test_vm_programs)
+    for op, info in OPCODE_INFO.items():  # disassembler templates name every operand
+        fields = {f: "x" for f, _ in info.operands}
+        info.text.format(**fields)
+        assert all("{" + f + "}" in info.text for f, _ in info.operands), op
+    # The serializer and as_python round-trip a program that uses every opcode.
+    prog = h.every_opcode_program()
+    assert_same(Executable.from_bytes(prog.to_bytes()), prog)
+    assert_same(_exec_python(prog.as_python()), prog)
+
+
+@pytest.mark.parametrize("make", ALL_PROGRAMS)
+def test_save_load_round_trip(make, tmp_path):
+    ex = make()
+    path = tmp_path / "prog.rvmx"
+    ex.save(str(path))
+    again = load_executable(str(path))
+    assert_same(again, ex)
+    assert again.to_bytes() == ex.to_bytes()
+    VirtualMachine(again)  # resolves every kernel
+
+
+def test_loaded_executable_runs():
+    ex = Executable.from_bytes(h.symbolic_program().to_bytes())
+    x = np.random.rand(3, 4).astype(np.float32)
+    np.testing.assert_allclose(VirtualMachine(ex)["main"](x, x), np.exp(x), rtol=1e-6)
+
+
+def test_format_errors_have_clear_messages():
+    data = h.straight_line().to_bytes()
+    with pytest.raises(ExecutableFormatError, match="magic"):
+        Executable.from_bytes(b"NOPE" + data[4:])
+    bumped = data[:4] + (9).to_bytes(2, "little") + data[6:]
+    with pytest.raises(ExecutableFormatError, match="version 9.0 is not supported"):
+        Executable.from_bytes(bumped)
+    with pytest.raises(ExecutableFormatError, match="truncated"):
+        Executable.from_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[-3] ^= 0xFF
+    with pytest.raises(ExecutableFormatError, match="CRC32"):
+        Executable.from_bytes(bytes(flipped))
+    assert [data.find(tag) for tag in SECTIONS] == sorted(data.find(tag) for tag in SECTIONS)
+
+
+FUZZ = textwrap.dedent("""
+    import random, struct, sys, zlib
+    sys.path[:0] = [{src!r}, {here!r}]
+    import numpy as np
+    import rt_helpers as h
+    from rvm.errors import ExecutableFormatError
+    from rvm.runtime import Executable, VirtualMachine
+
+    def recrc(data):
+        # Fix every section's CRC so corruption reaches the bounds-checked section readers.
+        pos = 12
+        while pos + 16 <= len(data):
+            length = struct.unpack_from("<Q", data, pos + 4)[0]
+            payload = data[pos + 16 : pos + 16 + length]
+            struct.pack_into("<I", data, pos + 12, zlib.crc32(payload))
+            pos += 16 + length
+        return data
+
+    rng = random.Random(1234)
+    images = [make().to_bytes() for make in (h.straight_line, h.list_program,
+                                             h.symbolic_program, h.every_opcode_program)]
+    runnable = images[0]
+    x = np.ones(4, np.float32)
+    ok = rejected = 0
+    for case in range(240):
+        data = bytearray(rng.choice(images))
+        mode = case % 4
+        if mode == 0:
+            data = data[: rng.randrange(len(data))]
+        else:
+            for _ in range(rng.randint(1, 4)):
+                pos = rng.randrange(min(len(data), 64)) if mode == 1 else rng.randrange(len(data))
+                data[pos] ^= 1 << rng.randrange(8)
+            if mode == 3:
+                data = recrc(data)
+        try:
+            ex = Executable.from_bytes(bytes(data))
+        except ExecutableFormatError:
+            rejected += 1
+            continue
+        ok += 1
+        try:
+            vm = VirtualMachine(ex)
+        except Exception:  # a re-CRC'd image may name a packed function that does not exist
+            assert mode == 3
+            continue
+        if mode != 3:  # the CRCs passed, so the content is the original
+            assert ex.to_bytes() in images
+            if ex.to_bytes() == runnable:
+                vm["main"](x, x)
+    print("ok", ok, "rejected", rejected)
+""")
+
+
+def test_loader_fuzz_in_a_subprocess():
+    here = str(Path(__file__).parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", FUZZ.format(src=SRC, here=here)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rejected" in proc.stdout, proc.stdout
+
+
+def test_build_validation():
+    b = ExecBuilder()
+    f = b.function("main", ("x",), register_file_size=1)
+    f.emit(O.MOVE, 5, 0)
+    f.emit(O.RET, 0)
+    with pytest.raises(ExecutableFormatError, match="register below 1"):
+        b.build()
+
+    b = ExecBuilder()
+    f = b.function("g", ("a", "b"))
+    f.emit(O.RET, 0)
+    f = b.function("main", ("x",))
+    f.emit(O.INVOKE, 1, "g", (0,))
+    f.emit(O.RET, 1)
+    with pytest.raises(ExecutableFormatError, match="invoke @g with 1 args, it takes 2"):
+        b.build()
+
+    b = ExecBuilder()
+    f = b.function("main", ("x",))
+    f.emit(O.GOTO, 7)
+    with pytest.raises(ExecutableFormatError, match="jumps to 7"):
+        b.build()
+
+    b = ExecBuilder()
+    f = b.function("main", ("x",))
+    f.emit(O.LOAD_CONST, 0, 3)
+    f.emit(O.RET, 0)
+    with pytest.raises(ExecutableFormatError, match="out of range"):
+        b.build()
+
+    b = ExecBuilder()
+    f = b.function("main", ("x",))
+    f.emit(O.MOVE, 0, 0)
+    with pytest.raises(ExecutableFormatError, match="fall off"):
+        b.build()
+
+    b = ExecBuilder()
+    f = b.function("main", ("x",))
+    f.emit(O.INVOKE, 0, "nowhere", ())
+    f.emit(O.RET, 0)
+    with pytest.raises(ExecutableFormatError, match="unknown function 'nowhere'"):
+        b.build()
+
+
+def test_as_text_shows_jump_targets_and_names():
+    text = h.counting_loop().as_text()
+    assert "@loop(i: Tensor((), int64)" in text
+    assert "if                $0 == $1 then -> 7 else -> 1" in text
+    assert "$5 = add_ret($0, $3)" in text
+    assert "ret               $2" in text
+    assert "c0 (float32[] 1.5)" in text
+    every = h.every_opcode_program().as_text()
+    assert "goto              -> 20" in every
+    assert "exp($0, $9)  outputs: 1 of 2" in every
+    assert "c0 ('boom!')" in every
+
+
+def _exec_python(src: str) -> Executable:
+    namespace: dict = {}
+    exec(compile(src, "<as_python>", "exec"), namespace)
+    return namespace["executable"]
+
+
+@pytest.mark.parametrize("make", ALL_PROGRAMS)
+def test_as_python_rebuilds_an_equal_executable(make):
+    ex = make()
+    assert_same(_exec_python(ex.as_python()), ex)
+
+
+def test_stats_summary():
+    s = h.symbolic_program().stats()
+    assert "functions: 1" in s and "main" in s
+    assert "constants: 4" in s
+    assert "primitives: 5 (1 kernels, 4 global functions)" in s
+    assert "kernels: 1 (1 numpy)" in s
+    assert text_mod.describe_value(np.zeros((100, 100), np.float32)) == "float32[100, 100]"
+
+
+def test_runtime_imports_nothing_from_the_compiler():
+    import ast
+
+    allowed = ("rvm.runtime", "rvm.errors", "rvm.jit.loader")
+    root = Path(SRC) / "rvm" / "runtime"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name == "rvm" or name.startswith("rvm."):
+                    assert name.startswith(allowed), f"{path.name} imports {name}"

@@ -1,0 +1,190 @@
+"""The VM's Python API: entry checks, VM errors, instrumentation, profiling, timing, state."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import rt_helpers as h
+
+from rvm.errors import DTypeError, ShapeError, VMError
+from rvm.runtime import SKIP_RUN, ExecBuilder, ParamSpec, VirtualMachine
+from rvm.runtime import Opcode as O
+
+
+def f32(*shape: int) -> np.ndarray:
+    return np.random.rand(*shape).astype(np.float32)
+
+
+@pytest.fixture
+def sym_vm() -> VirtualMachine:
+    return VirtualMachine(h.symbolic_program())
+
+
+def test_symbolic_dimension_mismatch_names_both_arguments(sym_vm):
+    with pytest.raises(ShapeError) as info:
+        sym_vm["main"](f32(3, 4), f32(2, 4))
+    assert str(info.value) == "main: argument 1 'y' has shape (2, 4), but n = 3 from argument 0 'x'"
+
+
+def test_fixed_dimension_rank_dtype_and_count_errors(sym_vm):
+    with pytest.raises(ShapeError, match=r"main: argument 0 'x' has shape \(3, 5\), expected "
+                                         r"\(n, 4\) \(axis 1 must be 4\)"):
+        sym_vm["main"](f32(3, 5), f32(3, 4))
+    with pytest.raises(ShapeError, match=r"argument 1 'y' expects a 2-d tensor of shape "
+                                         r"\(n, 4\), got shape \(4,\)"):
+        sym_vm["main"](f32(3, 4), f32(4))
+    with pytest.raises(DTypeError, match="main: argument 0 'x' expects float32, got float64"):
+        sym_vm["main"](np.zeros((3, 4)), f32(3, 4))
+    with pytest.raises(TypeError, match=r"main takes 2 arguments \(x, y\), got 1"):
+        sym_vm["main"](f32(3, 4))
+    with pytest.raises(TypeError, match="argument 0 'x' expects a tensor, got tuple"):
+        sym_vm["main"]((1, 2), f32(3, 4))
+
+
+def test_inputs_lists_dlpack_and_non_contiguous(sym_vm):
+    x = np.asfortranarray(f32(3, 4))
+    np.testing.assert_allclose(sym_vm["main"](x, x), np.exp(x), rtol=1e-6)
+    lst = [[0.5] * 4] * 2
+    np.testing.assert_allclose(sym_vm["main"](lst, lst), np.exp(np.array(lst)), rtol=1e-6)
+
+    class DL:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    y = f32(2, 4)
+    np.testing.assert_allclose(sym_vm["main"](DL(y), y), np.exp(y), rtol=1e-6)
+
+
+def test_vm_error_carries_the_vm_stack_and_the_next_call_works():
+    b = ExecBuilder()
+    bad = b.add_kernel(h.BAD)
+    f = b.function("helper", ("x",))
+    t = h.alloc(f, (2,))
+    f.emit(O.INVOKE_PACKED, bad, 3, 1, (0, 0, t))
+    f.emit(O.RET, t)
+    f = b.function("main", ("x", "fail"))
+    yes, no, r, one = f.label(), f.label(), f.new_register(), f.new_register()
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.emit(O.IF, 1, one, yes, no)
+    f.place(yes)
+    f.emit(O.INVOKE, r, "helper", (0,))
+    f.emit(O.MOVE, 0, r)
+    f.place(no)
+    f.emit(O.RET, 0)
+    vm = VirtualMachine(b.build())
+    x = f32(2)
+    with pytest.raises(VMError) as info:
+        vm["main"](x, np.int64(1))
+    msg = str(info.value)
+    assert msg.startswith("invoke_packed fused_add_exp failed: ValueError: kernel exploded")
+    assert "in @main pc=2: invoke @helper\n  in @helper pc=3: invoke_packed fused_add_exp" in msg
+    assert "line 3: raise ValueError('kernel exploded')" in msg  # the generated source line
+    assert isinstance(info.value.__cause__, ValueError)
+    np.testing.assert_array_equal(vm["main"](x, np.int64(0)), x)  # state was reset
+
+
+def test_fatal_raises_vm_error_with_message():
+    vm = VirtualMachine(h.every_opcode_program())
+    with pytest.raises(VMError, match=r"fatal: boom!\nVM stack.*\n  in @boom pc=0: fatal"):
+        vm["boom"]()
+
+
+def test_instrument_counts_and_skip_run():
+    vm = VirtualMachine(h.straight_line())
+    x = np.ones(4, np.float32)
+    calls = []
+
+    def cb(name, args, before):
+        calls.append((name, before, len(args)))
+        return None
+
+    vm.set_instrument(cb)
+    vm["main"](x, x)
+    assert calls == [("add", True, 3), ("add", False, 3), ("exp", True, 2), ("exp", False, 2)]
+
+    def skip_exp(name, args, before):
+        if before and name == "exp":
+            args[-1][...] = -1.0  # what the output holds when the call is skipped
+            return SKIP_RUN
+        return None
+
+    vm.set_instrument(skip_exp)
+    np.testing.assert_array_equal(vm["main"](x, x), np.full(4, -1.0, np.float32))
+    vm.set_instrument(None)
+    np.testing.assert_allclose(vm["main"](x, x), np.exp(2 * x), rtol=1e-6)
+
+
+def test_profile_report_rows():
+    vm = VirtualMachine(h.symbolic_program())
+    x = f32(3, 4)
+    report = vm.profile("main", x, x)
+    names = {r["name"]: r for r in report.rows}
+    assert set(names) == {"exp", "vm.builtin.alloc_shape_heap", "vm.builtin.match_shape",
+                          "vm.builtin.make_shape", "vm.builtin.storage_size"}
+    assert names["exp"]["calls"] == 1
+    assert names["exp"]["shapes"] == ["(float32[3, 4], float32[3, 4])"]
+    assert report.total >= report.kernel_total
+    assert report.vm_overhead == pytest.approx(report.total - report.kernel_total)
+    text = str(report)
+    assert "exp" in text and "VM overhead (dispatch + allocation)" in text
+    assert report.csv().splitlines()[0] == "name,calls,total_s,mean_s,share,shapes"
+    assert json.loads(report.json())["function"] == "main"
+    np.testing.assert_allclose(vm["main"](x, x), np.exp(x), rtol=1e-6)  # unwrapped again
+
+
+def test_time_evaluator_fields():
+    vm = VirtualMachine(h.straight_line())
+    x = np.ones(4, np.float32)
+    res = vm.time_evaluator("main", number=5, repeat=3)(x, x)
+    assert len(res.results) == 3 and all(t > 0 for t in res.results)
+    assert res.mean > 0 and res.median > 0 and res.std >= 0
+    res = vm.time_evaluator("main", number=1, repeat=1, min_repeat_ms=2)(x, x)
+    assert res.number > 1
+
+
+def test_set_input_by_name_and_invoke_stateful():
+    vm = VirtualMachine(h.straight_line())
+    x, y = f32(4), f32(4)
+    vm.set_input("main", x, y=y)
+    vm.invoke_stateful("main")
+    np.testing.assert_allclose(vm.get_outputs("main"), np.exp(x + y), rtol=1e-6)
+    vm.set_input("main", y=y, x=x)
+    vm.invoke_stateful("main")
+    np.testing.assert_allclose(vm.get_outputs("main"), np.exp(x + y), rtol=1e-6)
+    with pytest.raises(TypeError, match="no parameter 'z'"):
+        vm.set_input("main", x, z=y)
+    with pytest.raises(TypeError, match="missing arguments"):
+        vm.set_input("main", y=y)
+
+
+def test_save_function():
+    vm = VirtualMachine(h.straight_line())
+    x, y = f32(4), f32(4)
+    vm.save_function("main", "main_bound", x, y)
+    np.testing.assert_allclose(vm["main_bound"](), np.exp(x + y), rtol=1e-6)
+    assert vm.time_evaluator("main_bound", number=2, repeat=1)().mean > 0
+
+
+def test_unknown_function_name():
+    vm = VirtualMachine(h.straight_line())
+    with pytest.raises(KeyError, match="no function 'nope'"):
+        vm["nope"]
+
+
+def test_tuple_and_adt_param_kinds():
+    b = ExecBuilder()
+    f = b.function("first", ("t",), (ParamSpec("t", "tuple"),))
+    f.emit(O.GET_FIELD, 0, 0, 0)
+    f.emit(O.RET, 0)
+    vm = VirtualMachine(b.build())
+    np.testing.assert_array_equal(vm["first"]((np.ones(2), 3)), np.ones(2))
+    with pytest.raises(TypeError, match="argument 0 't' expects a tuple, got ndarray"):
+        vm["first"](np.ones(2))

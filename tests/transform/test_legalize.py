@@ -1,0 +1,148 @@
+"""legalize: op calls become calls of shared primitive functions; 0-d constants move inside."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rvm import op
+from rvm.interp import interpret
+from rvm.ir import (
+    Builder,
+    Call,
+    Function,
+    GlobalVar,
+    If,
+    Var,
+    assert_structural_equal,
+    const,
+    scalar,
+    tensor,
+    verify,
+)
+from rvm.ir.infer import infer_type
+from rvm.ir.op import OpPattern
+from rvm.transform.legalize import legalize
+
+F32 = "float32"
+
+
+def add_prim(bb: Builder, name: str, params, build, pattern: OpPattern, ops) -> GlobalVar:
+    """Add primitive function ``name`` whose body is ``build(inner_builder, *params)``."""
+    inner = Builder()
+    attrs = {"primitive": True, "pattern": int(pattern), "ops": tuple(ops), "private": True}
+    with inner.function(name, params, attrs=attrs):
+        inner.emit_output(build(inner, *params))
+    func: Function = inner.get()[name]
+    gv = bb.add_function(name, func)
+    gv.with_type(infer_type(func))
+    return gv
+
+
+def mlp_before():
+    bb = Builder()
+    x, w = Var("x", tensor(("n", 4), F32)), Var("w", tensor((4, 8), F32))
+    with bb.function("main", [x, w]):
+        y = bb.emit(op.matmul(x, w))
+        z = bb.emit(op.relu(y))
+        s = bb.emit(op.multiply(z, 2.0))
+        bb.emit_output(bb.emit(op.relu(s)))
+    return bb.get()
+
+
+def test_each_op_call_becomes_a_primitive_call():
+    bb = Builder()
+    n8 = tensor(("n", 8), F32)
+    mm = add_prim(
+        bb, "fused_matmul", [Var("p0", tensor(("n", 4), F32)), Var("p1", tensor((4, 8), F32))],
+        lambda b, p0, p1: b.emit(op.matmul(p0, p1)), OpPattern.OUT_ELEMWISE_FUSABLE, ["matmul"],
+    )
+    relu = add_prim(bb, "fused_relu", [Var("p0", n8)], lambda b, p0: b.emit(op.relu(p0)),
+                    OpPattern.ELEMWISE, ["relu"])
+    mul = add_prim(bb, "fused_multiply", [Var("p0", n8)],
+                   lambda b, p0: b.emit(op.multiply(p0, const(2.0, F32))),
+                   OpPattern.BROADCAST, ["multiply"])
+    x, w = Var("x", tensor(("n", 4), F32)), Var("w", tensor((4, 8), F32))
+    with bb.function("main", [x, w]):
+        y = bb.emit(Call(mm, (x, w)))
+        z = bb.emit(Call(relu, (y,)))
+        s = bb.emit(Call(mul, (z,)))
+        bb.emit_output(bb.emit(Call(relu, (s,))))
+    expected = bb.get()
+
+    after = legalize(mlp_before())
+    verify(after)
+    assert_structural_equal(after, expected)
+
+
+def test_identical_primitives_are_shared():
+    after = legalize(mlp_before())
+    prims = sorted(n for n, f in after.items() if f.is_primitive)
+    assert prims == ["fused_matmul", "fused_multiply", "fused_relu"]
+
+
+def test_results_unchanged():
+    before = mlp_before()
+    after = legalize(before)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4)).astype(F32)
+    w = rng.standard_normal((4, 8)).astype(F32)
+    np.testing.assert_allclose(interpret(after, "main", x, w), interpret(before, "main", x, w))
+
+
+def test_tensor_constants_stay_arguments_and_repeated_args_are_one_param():
+    c = const(np.arange(4, dtype=F32))
+    bb = Builder()
+    x = Var("x", tensor((4,), F32))
+    with bb.function("main", [x]):
+        y = bb.emit(op.add(x, c))
+        bb.emit_output(bb.emit(op.multiply(y, y)))
+    after = legalize(bb.get())
+
+    bb = Builder()
+    vec = tensor((4,), F32)
+    add = add_prim(bb, "fused_add", [Var("p0", vec), Var("p1", vec)],
+                   lambda b, p0, p1: b.emit(op.add(p0, p1)), OpPattern.BROADCAST, ["add"])
+    mul = add_prim(bb, "fused_multiply", [Var("p0", vec)],
+                   lambda b, p0: b.emit(op.multiply(p0, p0)), OpPattern.BROADCAST, ["multiply"])
+    x = Var("x", vec)
+    with bb.function("main", [x]):
+        y = bb.emit(Call(add, (x, c)))
+        bb.emit_output(bb.emit(Call(mul, (y,))))
+    assert_structural_equal(after, bb.get())
+
+
+def test_branches_are_legalized_and_vm_ops_kept():
+    bb = Builder()
+    x, c = Var("x", tensor((4,), F32)), Var("c", scalar("bool"))
+    with bb.function("main", [x, c]):
+        bb.begin_scope()
+        t = bb.end_scope(x)
+        bb.begin_scope()
+        e = bb.emit(op.exp(x))
+        f = bb.end_scope(e)
+        r = bb.emit(If(c, t, f))
+        bb.emit_output(bb.emit(op.negative(r)))
+    before = bb.get()
+    after = legalize(before)
+    verify(after)
+    main = after["main"]
+    branch = list(main.body.bindings)[0].value.false_branch
+    call = list(branch.bindings)[0].value
+    assert isinstance(call.callee, GlobalVar) and call.callee.name == "fused_exp"
+    xa = np.arange(4, dtype=F32)
+    for flag in (True, False):
+        np.testing.assert_allclose(
+            interpret(after, "main", xa, np.bool_(flag)), interpret(before, "main", xa, flag)
+        )
+
+
+def test_op_call_in_result_position_is_bound():
+    from rvm.ir import Function as Fn
+    from rvm.ir import IRModule, seq
+
+    x = Var("x", tensor((4,), F32))
+    mod = IRModule({"main": Fn((x,), seq([], op.relu(x)))})
+    after = legalize(mod)
+    verify(after)
+    body = after["main"].body
+    assert len(list(body.bindings)) == 1 and isinstance(body.body, Var)

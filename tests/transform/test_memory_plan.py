@@ -1,0 +1,183 @@
+"""memory_plan: explicit allocation for kernel calls, storage reuse for non-escaping tensors."""
+
+from __future__ import annotations
+
+import logging
+
+from rvm import op
+from rvm.ir import (
+    Builder,
+    Call,
+    GlobalVar,
+    If,
+    Tuple,
+    Var,
+    assert_structural_equal,
+    scalar,
+    tensor,
+    verify,
+)
+from rvm.transform import vm_ops
+from rvm.transform.legalize import legalize
+from rvm.transform.memory_plan import memory_plan
+
+F32 = "float32"
+
+
+def legalized(params, body):
+    bb = Builder()
+    with bb.function("main", params):
+        bb.emit_output(body(bb, *params))
+    return legalize(bb.get())
+
+
+def chain(n: int):
+    def body(bb, x):
+        for _ in range(n):
+            x = bb.emit(op.exp(x))
+        return x
+
+    return body
+
+
+def vm_calls(expr, name: str) -> list[Call]:
+    return [b.value for b in expr.bindings if vm_ops.is_vm_op(b.value, _VM[name])]
+
+
+_VM = {
+    "alloc_storage": vm_ops.alloc_storage,
+    "alloc_tensor": vm_ops.alloc_tensor,
+    "call_dps": vm_ops.call_dps,
+    "call_alloc": vm_ops.call_alloc,
+    "make_shape": vm_ops.make_shape,
+}
+
+
+def test_static_chain_structure():
+    x = Var("x", tensor((2, 3), F32))
+    before = legalized([x], chain(2))
+    after = memory_plan(before)
+    verify(after)
+
+    prim = before.get_global_var("fused_exp")
+    bb = Builder(before.without("main"))
+    x = Var("x", tensor((2, 3), F32))
+    attrs = {"offset": 0, "shape": (2, 3), "dtype": F32}
+    with bb.function("main", [x]):
+        st0 = bb.emit(Call(vm_ops.alloc_storage, (), {"size": 24, "dtype": F32}))
+        y0 = bb.emit(Call(vm_ops.alloc_tensor, (st0,), attrs))
+        bb.emit(vm_ops.dps_call(prim, [x], [y0]))
+        st1 = bb.emit(Call(vm_ops.alloc_storage, (), {"size": 24, "dtype": F32}))
+        y1 = bb.emit(Call(vm_ops.alloc_tensor, (st1,), attrs))  # returned: a block of its own
+        bb.emit(vm_ops.dps_call(prim, [y0], [y1]))
+        bb.emit_output(y1)
+    assert_structural_equal(after, bb.get())
+
+
+def test_chain_of_five_reuses_storage_but_not_for_the_result(caplog):
+    x = Var("x", tensor((64, 64), F32))
+    with caplog.at_level(logging.DEBUG, logger="rvm.transform"):
+        after = memory_plan(legalized([x], chain(5)))
+    verify(after)
+    body = after["main"].body
+    storages = vm_calls(body, "alloc_storage")
+    assert len(storages) <= 3
+    result = body.body
+    binding = next(b for b in body.bindings if b.var is result)
+    own = binding.value.args[0]
+    users = [t for t in vm_calls(body, "alloc_tensor") if t.args[0] is own]
+    assert len(users) == 1  # the returned tensor shares its storage with nothing
+    assert "memory_plan main: storage 0.08 MB -> 0.05 MB (5 tensors, 3 blocks)" in caplog.text
+    assert after.attrs["memory_plan"]["main"] == {
+        "before": 5 * 16384, "after": 3 * 16384, "tensors": 5, "blocks": 3
+    }
+
+
+def test_smaller_tensor_takes_a_larger_free_block_of_same_dtype():
+    x = Var("x", tensor((8, 8), F32))
+
+    def body(bb, x):
+        a = bb.emit(op.exp(x))
+        b = bb.emit(op.exp(a))
+        s = bb.emit(op.sum(b, axis=1))  # 32 bytes fits in a's 256-byte block
+        c = bb.emit(op.cast(s, "int32"))  # another dtype: a new block
+        return bb.emit(op.cast(c, F32))
+
+    after = memory_plan(legalized([x], body))
+    storages = vm_calls(after["main"].body, "alloc_storage")
+    assert [s.attrs["size"] for s in storages] == [256, 256, 32, 32]
+    tensors = vm_calls(after["main"].body, "alloc_tensor")
+    assert tensors[2].args[0] is tensors[0].args[0]  # the sum reuses a's block
+
+
+def test_symbolic_and_dynamic_and_tuple_results():
+    x = Var("x", tensor(("n", 4), F32))
+    d = Var("d", tensor((None, 4), F32))
+
+    def body(bb, x, d):
+        r = bb.emit(op.relu(x))
+        parts = bb.emit(op.split(r, 2, axis=1))
+        e = bb.emit(op.exp(d))
+        return bb.emit(Tuple((parts, e)))
+
+    before = legalized([x, d], body)
+    after = memory_plan(before)
+    verify(after)
+
+    gv = before.get_global_var
+    bb = Builder(before.without("main"))
+    x, d = Var("x", tensor(("n", 4), F32)), Var("d", tensor((None, 4), F32))
+    with bb.function("main", [x, d]):
+        s = bb.emit(Call(vm_ops.make_shape, (), {"shape": ("n", 4)}))
+        st = bb.emit(Call(vm_ops.alloc_storage, (s,), {"dtype": F32}))
+        attrs = {"offset": 0, "shape": ("n", 4), "dtype": F32}
+        r = bb.emit(Call(vm_ops.alloc_tensor, (st, s), attrs))
+        bb.emit(vm_ops.dps_call(gv("fused_relu"), [x], [r]))
+        s2 = bb.emit(Call(vm_ops.make_shape, (), {"shape": ("n", 2)}))
+        outs = []
+        for _ in range(2):
+            st = bb.emit(Call(vm_ops.alloc_storage, (s2,), {"dtype": F32}))
+            attrs = {"offset": 0, "shape": ("n", 2), "dtype": F32}
+            outs.append(bb.emit(Call(vm_ops.alloc_tensor, (st, s2), attrs)))
+        parts = bb.emit(Tuple(tuple(outs)))
+        bb.emit(vm_ops.dps_call(gv("fused_split"), [r], outs))
+        e = bb.emit(Call(vm_ops.call_alloc, (gv("fused_exp"), d)))
+        bb.emit_output(bb.emit(Tuple((parts, e))))
+    assert_structural_equal(after, bb.get())
+
+
+def test_tensor_used_in_a_branch_or_tuple_is_not_reused():
+    x, c = Var("x", tensor((4,), F32)), Var("c", scalar("bool"))
+
+    def body(bb, x, c):
+        a = bb.emit(op.exp(x))
+        b = bb.emit(op.exp(a))  # a escapes (used in the branch below)
+        t = bb.emit(Tuple((b,)))  # b escapes into a tuple
+        k = bb.emit(op.exp(b))
+        bb.begin_scope()
+        tb = bb.end_scope(bb.emit(op.exp(a)))
+        bb.begin_scope()
+        fb = bb.end_scope(k)
+        r = bb.emit(If(c, tb, fb))
+        return bb.emit(Tuple((r, t)))
+
+    after = memory_plan(legalized([x, c], body))
+    verify(after)
+    top = after["main"].body
+    assert len(vm_calls(top, "alloc_storage")) == 3
+    branch = list(top.bindings)[-2].value.true_branch
+    assert len(vm_calls(branch, "call_dps")) == 1 and len(vm_calls(branch, "alloc_storage")) == 1
+
+
+def test_non_primitive_calls_are_untouched():
+    bb = Builder()
+    x = Var("x", tensor((4,), F32))
+    helper = bb.global_var("helper")
+    with bb.function("helper", [x]):
+        bb.emit_output(x)
+    y = Var("y", tensor((4,), F32))
+    with bb.function("main", [y]):
+        bb.emit_output(bb.emit(Call(helper, (y,))))
+    mod = bb.get()
+    assert isinstance(helper, GlobalVar)
+    assert memory_plan(mod) is mod
