@@ -3,23 +3,23 @@
 Needs: a fused module (primitive calls bound to variables: ``y = prim(args)``), ideally after
 dead_code and tail_call. Types recorded on every variable.
 
-Guarantees: no binding calls a primitive function directly. A result ``y`` of static shape
-(a TensorType with int dims) becomes::
+Guarantees: no binding calls a primitive function directly. A result ``y`` of static shape (a
+TensorType with int dims) becomes::
 
     st = vm.alloc_storage(size=<bytes>, dtype=d)
     y = vm.alloc_tensor(st, offset=0, shape=(...), dtype=d)
     _ = vm.call_dps(prim, *args, y)
 
-a result whose symbolic dims are all bound by the function's parameters' shapes gets
-``s = vm.make_shape(shape=(...))``, ``st = vm.alloc_storage(s, dtype=d)`` and
-``y = vm.alloc_tensor(st, s, offset=0, shape=(...), dtype=d)``; a tuple of such tensors gets
-one output per field and ``y = (o0, o1, ...)``; anything else (a dim that depends on data,
-unknown rank or dtype) is ``y = vm.call_alloc(prim, *args)``. Storage reuse never changes
-results: a static tensor that does not escape its region (its only uses are as inputs of later ``vm.call_dps``
-in the same region: not returned, not in a tuple, not passed to a function, not used in a
-branch) gives its block back after its last use, and a later non-escaping static tensor of the
-same dtype takes the smallest free block that is large enough instead of a new one. Figures go
-to one debug line per function and to ``mod.attrs["memory_plan"][name]``.
+a result whose symbolic dims are all bound by the function's parameters' shapes gets ``s =
+vm.make_shape(shape=(...))``, ``st = vm.alloc_storage(s, dtype=d)`` and ``y = vm.alloc_tensor(st, s,
+offset=0, shape=(...), dtype=d)``; a tuple of such tensors gets one output per field and ``y = (o0,
+o1, ...)``; anything else (a dim that depends on data, unknown rank or dtype) is ``y =
+vm.call_alloc(prim, *args)``. Storage reuse never changes results: a static tensor that does not
+escape its region (its only uses are as inputs of later ``vm.call_dps`` in the same region: not
+returned, not in a tuple, not passed to a function, not used in a branch) gives its block back after
+its last use, and a later non-escaping static tensor of the same dtype takes the smallest free block
+that is large enough instead of a new one. Figures go to one debug line per function and to
+``mod.attrs["memory_plan"][name]``.
 
 Algorithm: per region, find which tensors escape and where each is last used, then rewrite the
 bindings in order, keeping a free list of blocks per dtype.
