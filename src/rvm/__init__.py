@@ -10,8 +10,11 @@ y = vm["main"](x, w, b)
 ref = rvm.interpret(Model, "main", x, w, b)
 """
 
-from rvm import op, script
-from rvm.codegen import compile
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from rvm.errors import (
     DTypeError,
     ExecutableFormatError,
@@ -22,8 +25,6 @@ from rvm.errors import (
     ShapeError,
     VMError,
 )
-from rvm.interp import interpret
-from rvm.ir import IRModule, const
 from rvm.runtime import (
     ADT,
     SKIP_RUN,
@@ -36,6 +37,33 @@ from rvm.runtime import (
 )
 
 __version__ = "0.1.0"
+
+# The compiler side loads on first use, so a deployment that only loads and runs saved
+# executables (`rvm.load_executable`, `rvm.VirtualMachine`) never imports it.
+_LAZY = {
+    "compile": ("rvm.codegen", "compile"),
+    "interpret": ("rvm.interp", "interpret"),
+    "IRModule": ("rvm.ir", "IRModule"),
+    "const": ("rvm.ir", "const"),
+    "op": ("rvm.op", None),
+    "script": ("rvm.script", None),
+    "ir": ("rvm.ir", None),
+    "transform": ("rvm.transform", None),
+    "testing": ("rvm.testing", None),
+    "jit": ("rvm.jit", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'rvm' has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "ADT",

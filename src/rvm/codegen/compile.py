@@ -29,7 +29,7 @@ def _kernel_factory(kernels: str) -> Callable[..., KernelRecord]:
 def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     mod: IRModule,
     *,
-    kernels: str = "numpy",
+    kernels: str = "jit",
     opt_level: int = 2,
     verify: bool = False,
     dump_dir: str | os.PathLike | None = None,

@@ -29,9 +29,11 @@ _printer: list = []
 
 
 def _print(node: object) -> str:
-    if _printer:
-        return _printer[0](node)
-    return f"<{type(node).__name__} at {id(node):#x}>"
+    if not _printer:
+        import importlib
+
+        importlib.import_module("rvm.script")  # installs the printer (rvm.script imports ir)
+    return _printer[0](node)
 
 
 class Node:

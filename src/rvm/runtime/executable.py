@@ -181,6 +181,40 @@ class Executable:
 
         return stats(self)
 
+    # -- kernels, for notebooks -------------------------------------------------------------
+
+    def _kernel_record(self, name: str) -> KernelRecord:
+        try:
+            return self.kernels[name]
+        except KeyError:
+            raise KeyError(
+                f"no kernel named {name!r}; kernels: {', '.join(sorted(self.kernels))}"
+            ) from None
+
+    def kernel_source(self, name: str) -> str:
+        """The generated Python source of kernel ``name`` (Numba source for jit kernels)."""
+        return self._kernel_record(name).source
+
+    def kernel_llvm(self, name: str) -> str:
+        """The LLVM IR Numba generated for jit kernel ``name``."""
+        return self._inspect(name, "kernel_llvm")
+
+    def kernel_asm(self, name: str) -> str:
+        """The native assembly of jit kernel ``name``."""
+        return self._inspect(name, "kernel_asm")
+
+    def _inspect(self, name: str, what: str) -> str:
+        record = self._kernel_record(name)
+        if record.backend != "jit":
+            raise ValueError(
+                f"kernel {name!r} runs on the {record.backend} backend; only jit kernels have "
+                "LLVM IR and assembly"
+            )
+        import importlib
+
+        loader = importlib.import_module("rvm.jit.loader")
+        return getattr(loader, what)(record)
+
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.functions)
         return f"<Executable functions=[{names}] constants={len(self.constants)}>"

@@ -44,11 +44,11 @@ def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
 class MLP:
     @func
     def main(
-        x: T[(n, 784), float32],
-        w1: T[(784, 128), float32],
-        b1: T[(128,), float32],
-        w2: T[(128, 10), float32],
-        b2: T[(10,), float32],
+        x: T[("n", 784), "float32"],
+        w1: T[(784, 128), "float32"],
+        b1: T[(128,), "float32"],
+        w2: T[(128, 10), "float32"],
+        b2: T[(10,), "float32"],
     ):
         h = op.relu(op.matmul(x, w1) + b1)
         return op.softmax(op.matmul(h, w2) + b2, axis=-1)
@@ -64,21 +64,21 @@ def _mlp_ref(x, w1, b1, w2, b2):
 @module
 class Recursion:
     @func
-    def factorial(n: T[(), int64]):
+    def factorial(n: T[(), "int64"]):
         if n <= 1:
             return rvm.const(1, "int64")
         else:
             return n * factorial(n - 1)
 
     @func
-    def fib(n: T[(), int64]):
+    def fib(n: T[(), "int64"]):
         if n < 2:
             return n
         else:
             return fib(n - 1) + fib(n - 2)
 
     @func
-    def tail_sum(n: T[(), int64], acc: T[(), int64]):
+    def tail_sum(n: T[(), "int64"], acc: T[(), "int64"]):
         if n == 0:
             return acc
         else:
@@ -88,8 +88,8 @@ class Recursion:
 @module
 class Closures:
     @func
-    def main(x: T[(4,), float32], k: T[(4,), float32]):
-        def add_k(y: T[(4,), float32]):
+    def main(x: T[(4,), "float32"], k: T[(4,), "float32"]):
+        def add_k(y: T[(4,), "float32"]):
             return y + k
 
         scale = lambda y: y * 2.0  # noqa: E731
@@ -103,13 +103,13 @@ class Closures:
 @adt
 class List:
     Nil: ()
-    Cons: (T[(2,), float32], List)
+    Cons: (T[(2,), "float32"], "List")
 
 
 @module
 class Lists:
     @func
-    def total(xs: List, acc: T[(2,), float32]):
+    def total(xs: List, acc: T[(2,), "float32"]):
         match xs:
             case Cons(h, t):
                 return total(t, acc + h)
@@ -117,22 +117,34 @@ class Lists:
                 return acc
 
     @func
-    def build(n: T[(), int64], xs: List):
+    def build(n: T[(), "int64"], xs: List):
         if n == 0:
             return xs
         else:
             return build(n - 1, Cons(op.full((2,), 1.0, "float32") * op.cast(n, "float32"), xs))
 
     @func
-    def main(n: T[(), int64]):
+    def sum_nt(xs: List):
+        match xs:
+            case Cons(h, t):
+                return h + sum_nt(t)  # not a tail call: the VM's frame stack grows
+            case Nil():
+                return op.zeros((2,), "float32")
+
+    @func
+    def main(n: T[(), "int64"]):
         xs = build(n, Nil())
         return total(xs, op.zeros((2,), "float32"))
+
+    @func
+    def main_nt(n: T[(), "int64"]):
+        return sum_nt(build(n, Nil()))
 
 
 @module
 class RNN:
     @func
-    def main(h: T[(1, 16), float32], w: T[(16, 16), float32], steps: T[(), int64]):
+    def main(h: T[(1, 16), "float32"], w: T[(16, 16), "float32"], steps: T[(), "int64"]):
         i = rvm.const(0, "int64")
         while i < steps:
             h = op.tanh(op.matmul(h, w))
@@ -149,11 +161,11 @@ def _rnn_ref(h, w, steps):
 @module
 class Tuples:
     @func
-    def stats(x: T[(n, 8), float32]):
+    def stats(x: T[("n", 8), "float32"]):
         return (op.mean(x, axis=1), op.max(x, axis=1))
 
     @func
-    def main(x: T[(n, 8), float32]):
+    def main(x: T[("n", 8), "float32"]):
         m, mx = stats(x)
         return (mx - m, m)
 
@@ -162,12 +174,12 @@ class Tuples:
 class Attention:
     @func
     def main(
-        x: T[(s, 32), float32],
-        gamma: T[(32,), float32],
-        beta: T[(32,), float32],
-        wq: T[(32, 32), float32],
-        wk: T[(32, 32), float32],
-        wv: T[(32, 32), float32],
+        x: T[("s", 32), "float32"],
+        gamma: T[(32,), "float32"],
+        beta: T[(32,), "float32"],
+        wq: T[(32, 32), "float32"],
+        wk: T[(32, 32), "float32"],
+        wv: T[(32, 32), "float32"],
     ):
         h = op.layer_norm(x, gamma, beta, axes=[-1], epsilon=1e-5)
         q = op.matmul(h, wq)

@@ -1,0 +1,313 @@
+"""Benchmark of jit kernels against NumPy eager and hand-written Numba, side by side.
+
+Run: ``PYTHONPATH=src python benchmarks/kernels.py [--quick]``. Prints a table and writes
+``benchmarks/results/kernels.json``. Every figure is the median of repeats; ratios compare
+timings taken in the same run. Jit kernels run destination-passing (outputs preallocated, as
+the VM's allocator provides them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numba as nb
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from rvm import op  # noqa: E402
+from rvm.ir import Call, Function, TensorType, Var, VarBinding, infer_type, seq  # noqa: E402
+from rvm.jit import jit_kernel, load_kernel  # noqa: E402
+
+FAST = {"reassoc", "nsz", "arcp", "contract", "afn"}
+
+
+def median_time(fn: Callable[[], object], repeat: int = 9) -> float:
+    """The median wall time of ``fn()`` over ``repeat`` runs, after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def prim(params: list[Var], result: Call) -> Function:
+    """A primitive function binding every call of ``result``."""
+    bindings: list[VarBinding] = []
+    seen: dict[int, Var] = {}
+
+    def visit(e):  # type: ignore[no-untyped-def]
+        if not isinstance(e, Call):
+            return e
+        if id(e) not in seen:
+            call = Call(e.callee, tuple(visit(a) for a in e.args), dict(e.attrs))
+            v = Var(f"t{len(bindings)}", infer_type(call))
+            bindings.append(VarBinding(v, call))
+            seen[id(e)] = v
+        return seen[id(e)]
+
+    out = visit(result)
+    return Function(tuple(params), seq(bindings, out), attrs={"primitive": True})
+
+
+def jit(params: list[Var], result: Call, name: str) -> Callable[..., None]:
+    """The dps jit kernel of the expression."""
+    return load_kernel(jit_kernel(name, prim(params, result), "dps"))
+
+
+def tvar(name: str, shape: tuple, dtype: str = "float32") -> Var:
+    return Var(name, TensorType(shape, dtype))
+
+
+@nb.njit(nogil=True, fastmath=FAST)
+def _hand_chain(x, out):  # type: ignore[no-untyped-def]
+    for i in range(x.shape[0]):
+        v = x[i]
+        out[i] = max(
+            (((v * np.float32(2.0) + np.float32(1.0)) * v - np.float32(0.5)) / np.float32(3.0)),
+            np.float32(0.0),
+        )
+
+
+def bench_chain(n: int) -> dict:
+    """(a) six arithmetic ops over n float32: jit vs NumPy eager vs a hand-written loop."""
+    x = tvar("x", ("n",))
+    k = jit([x], op.relu(((x * 2.0 + 1.0) * x - 0.5) / 3.0), "chain6")
+    xs = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    out = np.empty_like(xs)
+    two, one, half, three = (np.float32(v) for v in (2, 1, 0.5, 3))
+    t_jit = median_time(lambda: k(xs, out))
+    t_np = median_time(lambda: np.maximum(((xs * two + one) * xs - half) / three, 0))
+    t_hand = median_time(lambda: _hand_chain(xs, out))
+    return {
+        "jit_s": t_jit,
+        "numpy_s": t_np,
+        "hand_numba_s": t_hand,
+        "x_vs_numpy": t_np / t_jit,
+        "jit_over_hand": t_jit / t_hand,
+    }
+
+
+def bench_transcendental(n: int) -> dict:
+    """(b) sigmoid(tanh(x) + exp(-x * x)) over n float32."""
+    x = tvar("x", ("n",))
+    k = jit([x], op.sigmoid(op.tanh(x) + op.exp(op.negative(x * x))), "chain_exp")
+    xs = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    out = np.empty_like(xs)
+
+    def numpy_eager() -> np.ndarray:
+        z = np.tanh(xs) + np.exp(-(xs * xs))
+        return 1 / (1 + np.exp(-z))
+
+    t_jit, t_np = median_time(lambda: k(xs, out)), median_time(numpy_eager)
+    return {"jit_s": t_jit, "numpy_s": t_np, "x_vs_numpy": t_np / t_jit}
+
+
+def bench_rows(rows: int, cols: int) -> dict:
+    """(c) row softmax and layer_norm."""
+    x, g, b = tvar("x", ("n", cols)), tvar("g", (cols,)), tvar("b", (cols,))
+    rng = np.random.default_rng(2)
+    xs = rng.standard_normal((rows, cols)).astype(np.float32)
+    gs, bs = (
+        rng.standard_normal(cols).astype(np.float32),
+        rng.standard_normal(cols).astype(np.float32),
+    )
+    out = np.empty_like(xs)
+    soft = jit([x], op.softmax(x), "softmax")
+    norm = jit([x, g, b], op.layer_norm(x, g, b), "layer_norm")
+
+    def np_softmax() -> np.ndarray:
+        e = np.exp(xs - xs.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def np_layer_norm() -> np.ndarray:
+        m = xs.mean(axis=-1, keepdims=True)
+        v = xs.var(axis=-1, keepdims=True)
+        return (xs - m) / np.sqrt(v + np.float32(1e-5)) * gs + bs
+
+    res = {}
+    for name, kern, args, ref in (
+        ("softmax", soft, (xs, out), np_softmax),
+        ("layer_norm", norm, (xs, gs, bs, out), np_layer_norm),
+    ):
+        tj = median_time(lambda kern=kern, args=args: kern(*args))
+        tn = median_time(ref)
+        res[name] = {"jit_s": tj, "numpy_s": tn, "x_vs_numpy": tn / tj}
+    return res
+
+
+def bench_matmul(n: int) -> dict:
+    """(d) matmul + bias + relu, and NumPy's matmul GFLOP/s."""
+    a, w, bias = tvar("a", ("m", n)), tvar("w", (n, n)), tvar("bias", (n,))
+    k = jit([a, w, bias], op.relu(op.matmul(a, w) + bias), "fused_matmul_add_relu")
+    rng = np.random.default_rng(3)
+    xs, ws = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    bs = rng.standard_normal(n).astype(np.float32)
+    out = np.empty((n, n), np.float32)
+    t_jit = median_time(lambda: k(xs, ws, bs, out))
+    t_np = median_time(lambda: np.maximum(xs @ ws + bs, 0))
+    t_mm = median_time(lambda: np.matmul(xs, ws, out=out))
+    flops = 2.0 * n**3
+    return {
+        "jit_s": t_jit,
+        "numpy_s": t_np,
+        "jit_over_numpy": t_jit / t_np,
+        "numpy_matmul_gflops": flops / t_mm / 1e9,
+        "jit_gflops": flops / t_jit / 1e9,
+    }
+
+
+def bench_conv(matmul_gflops: float) -> dict:
+    """(e) 3x3 conv2d 64->64 (padding 1) + relu on 1x64x56x56."""
+    x, w = tvar("x", (1, 64, 56, 56)), tvar("w", (64, 64, 3, 3))
+    k = jit([x, w], op.relu(op.conv2d(x, w, padding=1)), "fused_conv2d_relu")
+    rng = np.random.default_rng(4)
+    xs = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    ws = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    out = np.empty((1, 64, 56, 56), np.float32)
+    t = median_time(lambda: k(xs, ws, out))
+    gflops = 2.0 * 64 * 64 * 9 * 56 * 56 / t / 1e9
+    return {"jit_s": t, "gflops": gflops, "fraction_of_matmul": gflops / matmul_gflops}
+
+
+def bench_call_overhead() -> dict:
+    """Per-call cost of a tiny kernel called as the VM calls it (dispatcher, dps)."""
+    a, b = tvar("a", (4,)), tvar("b", (4,))
+    k = jit([a, b], a + b, "tiny_add")
+    xs, ys, out = (np.ones(4, np.float32) for _ in range(3))
+    number = 20000
+
+    def many() -> None:
+        for _ in range(number):
+            k(xs, ys, out)
+
+    return {"call_us": median_time(many, 5) / number * 1e6}
+
+
+_MODEL = """
+import sys, time
+sys.path.insert(0, {src!r})
+from rvm import op
+from rvm.ir import TensorType, Var
+start = time.perf_counter()
+from benchmarks_kernels_model import build
+from rvm.jit import load_kernel
+records = build()
+t0 = time.perf_counter()
+for r in records:
+    load_kernel(r)
+print(time.perf_counter() - t0, time.perf_counter() - start)
+"""
+
+
+def model_records(count: int = 20) -> list:
+    """Twenty distinct fused kernels (different ops, constants and shapes)."""
+    x = tvar("x", ("n", 64))
+    b = tvar("b", (64,))
+    unary = [
+        op.relu,
+        op.tanh,
+        op.sigmoid,
+        op.exp,
+        op.silu,
+        op.softplus,
+        op.abs,
+        op.negative,
+        op.sqrt,
+        op.gelu,
+    ]
+    recs = []
+    for i in range(count):
+        f = unary[i % len(unary)]
+        expr = f(x * float(i + 1) + b) if i < 10 else op.softmax(f(op.abs(x) + float(i)))
+        recs.append(jit_kernel(f"fused_{i}", prim([x, b], expr), "dps"))
+    return recs
+
+
+def bench_cache(count: int = 20) -> dict:
+    """(f) a model of ``count`` kernels: cold compile vs warm cache, each in a new process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        helper = Path(tmp) / "benchmarks_kernels_model.py"
+        helper.write_text(
+            f"import sys\nsys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+            "from kernels import model_records as build\n"
+        )
+        env = {
+            **os.environ,
+            "RVM_CACHE_DIR": str(Path(tmp) / "cache"),
+            "PYTHONPATH": f"{tmp}:{ROOT / 'src'}",
+        }
+        script = _MODEL.format(src=str(ROOT / "src"))
+        runs = []
+        for _ in range(2):
+            out = subprocess.run(
+                [sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True
+            ).stdout.split()
+            runs.append((float(out[0]), float(out[1])))
+    (cold, cold_all), (warm, warm_all) = runs
+    return {
+        "kernels": count,
+        "cold_load_s": cold,
+        "warm_load_s": warm,
+        "speedup": cold / warm,
+        "cold_process_s": cold_all,
+        "warm_process_s": warm_all,
+    }
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    n = (1 << 20) if quick else 16 * 1024 * 1024
+    res: dict = {"numpy": np.__version__, "numba": nb.__version__}
+    res["a_chain6"] = bench_chain(n)
+    res["b_transcendental"] = bench_transcendental(n)
+    res["c_rows"] = bench_rows(512 if quick else 4096, 1024)
+    res["d_matmul"] = bench_matmul(256 if quick else 1024)
+    res["e_conv2d"] = bench_conv(res["d_matmul"]["numpy_matmul_gflops"])
+    res["call_overhead"] = bench_call_overhead()
+    res["f_cache"] = bench_cache()
+    _print(res)
+    out = ROOT / "benchmarks" / "results" / "kernels.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2))
+
+
+def _print(res: dict) -> None:
+    a, b, c, d, e, f = (
+        res[k]
+        for k in ("a_chain6", "b_transcendental", "c_rows", "d_matmul", "e_conv2d", "f_cache")
+    )
+    rows = [
+        ("(a) 6-op chain vs numpy (goal >= 5x)", f"{a['x_vs_numpy']:.2f}x"),
+        ("(a) jit / hand numba (goal <= 1.10)", f"{a['jit_over_hand']:.3f}"),
+        ("(b) exp/tanh/sigmoid vs numpy (goal >= 1.5x)", f"{b['x_vs_numpy']:.2f}x"),
+        ("(c) softmax vs numpy (goal >= 2x)", f"{c['softmax']['x_vs_numpy']:.2f}x"),
+        ("(c) layer_norm vs numpy (goal >= 2x)", f"{c['layer_norm']['x_vs_numpy']:.2f}x"),
+        ("(d) matmul+bias+relu jit / numpy (goal <= 1.10)", f"{d['jit_over_numpy']:.3f}"),
+        (
+            "(e) conv2d GFLOP/s / numpy matmul (goal >= 0.5)",
+            f"{e['gflops']:.1f} / {d['numpy_matmul_gflops']:.1f} = {e['fraction_of_matmul']:.2f}",
+        ),
+        (
+            "(f) 20 kernels cold / warm load (goal >= 5x)",
+            f"{f['cold_load_s']:.2f} s / {f['warm_load_s']:.2f} s = {f['speedup']:.1f}x",
+        ),
+        ("tiny kernel call", f"{res['call_overhead']['call_us']:.2f} us"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Window pools (inlined reduce loops) and ops that fill an array piece by piece.
+
+max_pool2d and avg_pool2d are reduce loops over the window, inlined into their consumer like
+any reduction (so an epilogue fuses); the window's rows and columns outside the input are
+skipped, and the average divides by the count the reference uses. concat, stack and pad fill
+their array with one loop nest per input (no conditional loads, so nothing is read out of
+bounds, size-0 pieces included); cumsum fills its array with a running sum along the axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rvm.jit.compute import compute
+from rvm.jit.kernel import KernelBuilder
+from rvm.jit.layout import reshape_to
+from rvm.jit.reduce import _init
+from rvm.jit.scalar import convert, lit
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, product
+from rvm.op import ops
+
+
+def _pool_geometry(kb: KernelBuilder, attrs: dict, x: Tensor) -> list[tuple]:
+    geo = []
+    for s in range(2):
+        size, kern = x.dims[2 + s], attrs["pool_size"][s]
+        st, dil = attrs["strides"][s], attrs["dilation"][s]
+        lo, hi = attrs["padding"][s], attrs["padding"][s + 2]
+        span = kb.dim(f"{size} + {lo + hi} - {dil * (kern - 1)} - 1")
+        kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the window is larger than the input")
+        if attrs["ceil_mode"]:
+            o = kb.dim(f"-(-{span} // {st}) + 1")
+            o = kb.dim(f"{o} - 1 if ({o} - 1) * {st} >= {size} + {lo} else {o}")
+        else:
+            o = kb.dim(f"{span} // {st} + 1")
+        geo.append((size, kern, st, dil, lo, hi, o))
+    return geo
+
+
+def _pool(kind: str):
+    def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+        (x,) = args
+        if x.dtype == "bool":
+            raise Unsupported("pooling of bools")
+        geo = _pool_geometry(kb, attrs, x)
+        dims = (x.dims[0], x.dims[1], geo[0][6], geo[1][6])
+        include = attrs.get("count_include_pad", False)
+
+        def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
+            home = body.home(deps_of(*index))
+            at = x.dtype if kind == "max" else "float64"
+            acc = kb.fresh("acc")
+            home.lines.append(f"{acc} = {_init(kind, at) if kind == 'max' else lit(0, at)}")
+            pos, loops, parent = [], [], home
+            for s, (size, kern, st, dil, lo, _hi, _) in enumerate(geo):
+                loop = kb.open_loop(parent, str(kern))
+                p = idx(
+                    f"({index[2 + s].code} * {st} - {lo} + {loop.var} * {dil})",
+                    index[2 + s],
+                    loop.var,
+                )
+                loops.append(loop)
+                pos.append((p, size))
+                parent = loop
+            v = convert(kb.load(x, parent, [index[0], index[1], pos[0][0], pos[1][0]]), at)
+            for (p, size), loop in zip(pos, loops):
+                loop.lines[:0] = [f"if {p.code} < 0 or {p.code} >= {size}:", "    continue"]
+            if kind == "max":
+                parent.lines.append(f"{acc} = np.maximum({acc}, {v.code})")
+            else:
+                parent.lines.append(f"{acc} += {v.code}")
+            for loop in reversed(loops):
+                kb.close_loop(loop)
+            if kind == "max":
+                return Scalar(acc, deps_of(*index), at)
+            cnt = _pool_count(kb, home, index, geo, include)
+            return convert(Scalar(f"({acc} / max({cnt}, 1))", deps_of(*index), "float64"), out)
+
+        return Tensor(dims, out, loader)
+
+    return lower
+
+
+def _pool_count(kb: KernelBuilder, home: Body, index: Sequence[Scalar], geo, include) -> str:
+    """The divisor of an average window: its input elements (plus padding when included)."""
+    names = []
+    for s, (size, kern, st, dil, lo, hi, _) in enumerate(geo):
+        c = kb.fresh("cnt")
+        names.append(c)
+        first = f"{index[2 + s].code} * {st} - {lo}"
+        low, high = ("-" + str(lo), f"{size} + {hi}") if include else ("0", size)
+        home.lines += [
+            f"{c} = 0",
+            f"for q_ in range({kern}):",
+            f"    if {low} <= {first} + q_ * {dil} < {high}:",
+            f"        {c} += 1",
+        ]
+    return f"{names[0]} * {names[1]}"
+
+
+compute[ops.max_pool2d] = _pool("max")
+compute[ops.avg_pool2d] = _pool("avg")
+
+
+# -- filled arrays -------------------------------------------------------------------------
+
+
+def _store(kb: KernelBuilder, target: str, x: Tensor, offset: dict[int, str], dtype: str):
+    def emit(body: Body, index: list[Scalar]) -> None:
+        v = kb.let(body, convert(kb.load(x, body, index), dtype))
+        where = [
+            idx(f"{offset[a]} + {i.code}", i) if a in offset else i for a, i in enumerate(index)
+        ]
+        body.lines.append(f"{target}[{', '.join(i.code for i in where) or '()'}] = {v.code}")
+
+    kb.loop_nest(kb.root, x.dims, emit)
+
+
+def join(kb: KernelBuilder, pieces: Sequence[Tensor], axis: int, out: str) -> Tensor:
+    """The pieces concatenated along ``axis`` as a filled array."""
+    first = pieces[0]
+    for p in pieces[1:]:
+        for a in range(first.ndim):
+            if a != axis and p.dims[a] != first.dims[a]:
+                kb.check(
+                    f"{p.dims[a]} != {first.dims[a]}",
+                    f"{kb.kernel}: {kb.op}: inputs differ outside the joined axis",
+                )
+    dims = list(first.dims)
+    dims[axis] = kb.dim(" + ".join(p.dims[axis] for p in pieces))
+    t = Tensor(tuple(dims), out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        offset = "0"
+        for p in pieces:
+            _store(kb, t.array, p, {axis: offset}, out)
+            offset = kb.dim(f"{offset} + {p.dims[axis]}")
+
+    t.fill = fill
+    return t
+
+
+def _concat(kb: KernelBuilder, attrs: dict, args: list, out: str) -> Tensor:
+    pieces = args[0]
+    return join(kb, pieces, attrs["axis"] % pieces[0].ndim, out)
+
+
+def _stack(kb: KernelBuilder, attrs: dict, args: list, out: str) -> Tensor:
+    pieces = args[0]
+    nd = pieces[0].ndim + 1
+    axis = attrs["axis"] % nd
+    expanded = compute[ops.expand_dims]
+    grown = [expanded(kb, {"axis": (axis,)}, [p], p.dtype) for p in pieces]
+    return join(kb, grown, axis, out)
+
+
+def _pad(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    widths = attrs["pad_width"]
+    dims = [kb.dim(f"{d} + {lo + hi}") if lo + hi else d for d, (lo, hi) in zip(x.dims, widths)]
+    t = Tensor(tuple(dims), out, kind="anchor")
+    value = lit(attrs["pad_value"], out)
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        kb.root.lines.append(f"{t.array}[...] = {value}")
+        _store(kb, t.array, x, {a: str(lo) for a, (lo, _) in enumerate(widths) if lo}, out)
+
+    t.fill = fill
+    return t
+
+
+def _cumsum(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    axis = attrs["axis"]
+    if axis is None:
+        x, axis = reshape_to(kb, x, [kb.dim(product(x.dims))]), 0
+    axis %= x.ndim
+    t = Tensor(x.dims, out, kind="anchor")
+    buf: list[str] = []
+
+    def fill() -> None:
+        name = kb.buffer(x.dims, out)
+        buf.append(name)
+
+        def emit(body: Body, index: list[Scalar]) -> None:
+            v = kb.let(body, convert(kb.load(x, body, index), out))
+            here = f"{name}[{', '.join(i.code for i in index)}]"
+            prev = [idx(f"{i.code} - 1", i) if a == axis else i for a, i in enumerate(index)]
+            body.lines += [
+                f"if {index[axis].code} == 0:",
+                f"    {here} = {v.code}",
+                "else:",
+                f"    {here} = {name}[{', '.join(i.code for i in prev)}] + {v.code}",
+            ]
+
+        kb.loop_nest(kb.root, x.dims, emit)
+
+    def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
+        if not buf:
+            fill()
+        v = Scalar(f"{buf[0]}[{', '.join(i.code for i in index)}]", deps_of(*index), out)
+        if attrs["exclusive"]:
+            xv = convert(kb.load(x, body, index), out)
+            return Scalar(f"({v.code} - {xv.code})", deps_of(v, xv), out)
+        return v
+
+    t.loader = loader
+    return t
+
+
+compute[ops.concat] = _concat
+compute[ops.stack] = _stack
+compute[ops.pad] = _pad
+compute[ops.cumsum] = _cumsum

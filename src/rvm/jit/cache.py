@@ -1,0 +1,121 @@
+"""rvm's on-disk kernel cache: generated source as real files, Numba's object code beside it.
+
+Kernel source is written to ``<cache dir>/kernels/k_<hash>.py`` and imported as a module, and
+its function is compiled with ``cache=True``, so Numba stores the object code in the
+``__pycache__`` folder next to it and a second process loads that instead of compiling (Numba
+cannot cache functions of ``exec``'d source, numba#3501, hence real files). The hash covers the
+source, the rvm, Numba and llvmlite versions and the host CPU's name and features, so a file is
+never reused for another compiler or machine. Writes go to a temporary file first and are
+moved in place with ``os.replace`` (atomic; two processes writing the same entry write the same
+bytes). The cache directory is read from the environment when asked for (`cache_dir`), never
+at import: ``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else ``~/.cache/rvm``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+KERNEL_DIR = "kernels"
+
+
+def cache_dir() -> Path:
+    """The cache directory (from the environment at each call; not created here)."""
+    explicit = os.environ.get("RVM_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "rvm"
+
+
+@functools.lru_cache(maxsize=1)
+def target_key() -> str:
+    """Versions and host CPU that compiled code depends on (one line, stable per machine)."""
+    import llvmlite
+    import llvmlite.binding as llvm
+    import numba
+
+    import rvm
+
+    version = getattr(rvm, "__version__", "0")
+    from rvm.jit import mathlib
+
+    lib = hashlib.sha256(Path(mathlib.__file__).read_bytes()).hexdigest()[:12]
+    cpu = llvm.get_host_cpu_name()
+    features = llvm.get_host_cpu_features().flatten()
+    return (
+        f"rvm={version} numba={numba.__version__} llvmlite={llvmlite.__version__} "
+        f"mathlib={lib} cpu={cpu} features={features}"
+    )
+
+
+def source_hash(source: str) -> str:
+    """The content hash naming a kernel's cache entry."""
+    digest = hashlib.sha256()
+    digest.update(target_key().encode())
+    digest.update(b"\0")
+    digest.update(source.encode())
+    return digest.hexdigest()[:24]
+
+
+def kernel_path(source: str) -> Path:
+    """Where the kernel file of ``source`` lives in the cache."""
+    return cache_dir() / KERNEL_DIR / f"k_{source_hash(source)}.py"
+
+
+def write_entry(path: Path, source: str) -> bool:
+    """Make ``path`` hold ``source``; return True when it had to be (re)written.
+
+    An existing file with other bytes (truncated, corrupted) is replaced, and Numba's
+    object code for it is dropped.
+    """
+    try:
+        if path.read_text() == source:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    drop_object_code(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def drop_object_code(path: Path) -> None:
+    """Remove Numba's cached object code of the kernel file ``path``."""
+    pycache = path.parent / "__pycache__"
+    if pycache.is_dir():
+        for f in pycache.glob(f"{path.stem}.*"):
+            f.unlink(missing_ok=True)
+
+
+def cache_info() -> dict:
+    """The cache's directory, number of kernels, and total bytes (sources and object code)."""
+    root = cache_dir()
+    kernels = root / KERNEL_DIR
+    entries = len(list(kernels.glob("k_*.py"))) if kernels.is_dir() else 0
+    size = 0
+    if root.is_dir():
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                try:
+                    size += os.path.getsize(os.path.join(dirpath, f))
+                except OSError:
+                    pass
+    return {"dir": str(root), "entries": entries, "bytes": size}
+
+
+def clear_cache() -> None:
+    """Delete every cached kernel (sources and object code)."""
+    shutil.rmtree(cache_dir() / KERNEL_DIR, ignore_errors=True)

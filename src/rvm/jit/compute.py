@@ -1,0 +1,217 @@
+"""Per-op compute definitions of the jit: ``compute[op](kb, call, args) -> Tensor``.
+
+Elementwise and broadcast ops are scalar expressions (`rvm.jit.scalar`) mapped over their
+broadcast operands; layout ops are index maps; reductions are reduce loops (`rvm.jit.reduce`);
+softmax, log_softmax, layer_norm, batch_norm and variance are compositions of those, which
+the loop builder schedules row by row (each row's statistics are hoisted to the row's loop).
+Anchors (matmul, dense, convolutions) and ops that fill arrays (concat, pad) live in
+`rvm.jit.stages`. An op missing from ``compute`` makes its kernel fall back to numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rvm.ir.expr import Op
+from rvm.ir.types import promote_dtypes
+from rvm.jit.kernel import KernelBuilder
+from rvm.jit.reduce import reduce_tensor
+from rvm.jit.scalar import exp_source, lit, scalar_compute
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, idx
+from rvm.op import ops
+
+Compute = Callable[..., Any]
+compute: dict[Op, Compute] = {}
+"""Per op: ``f(kb, attrs, args, out_dtype) -> Tensor`` (a list of Tensors for split)."""
+
+
+def _norm(axis: int, ndim: int) -> int:
+    return axis % ndim if ndim else 0
+
+
+# -- elementwise ---------------------------------------------------------------------------
+
+_COMPARE = {ops.equal, ops.not_equal, ops.less, ops.less_equal, ops.greater, ops.greater_equal}
+_LOGIC = {ops.logical_and, ops.logical_or, ops.logical_not}
+
+
+def _elementwise(op: Op) -> Compute:
+    fn = scalar_compute[op]
+
+    def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+        def f(*xs: str) -> str:
+            return fn(attrs, ct, *xs)
+
+        if op in _COMPARE or op in _LOGIC:
+            ct = args[0].dtype
+            for a in args[1:]:
+                ct = promote_dtypes(ct, a.dtype) or ct
+            return kb.elemwise(f, out, args, compute_dtype=ct)
+        if op is ops.where:
+            ct = out
+            return kb.elemwise(f, out, args, arg_dtypes=["bool", out, out])
+        if op is ops.cast:
+            ct = out
+            return kb.elemwise(f, out, args)
+        ct = out
+        return kb.elemwise(f, out, args)
+
+    return lower
+
+
+for _op in scalar_compute:
+    compute[_op] = _elementwise(_op)
+
+
+def _const_fill(v: int) -> Compute:
+    def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+        dims = tuple(kb.resolve(d) for d in attrs["shape"])
+        value = attrs.get("fill_value", v)
+        code = lit(value, out)
+        return Tensor(dims, out, lambda body, index: Scalar(code, frozenset(), out))
+
+    return lower
+
+
+compute[ops.zeros] = _const_fill(0)
+compute[ops.ones] = _const_fill(1)
+compute[ops.full] = _const_fill(0)
+
+
+# -- reductions ----------------------------------------------------------------------------
+
+
+def _reduction(kind: str) -> Compute:
+    def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+        return reduce_tensor(kb, kind, args[0], attrs["axis"], attrs["keepdims"], out)
+
+    return lower
+
+
+for _name in ("sum", "prod", "max", "min", "mean"):
+    compute[getattr(ops, _name)] = _reduction(_name)
+
+
+def _arg_reduction(kind: str) -> Compute:
+    def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+        axis = attrs["axis"]
+        axes = None if axis is None else (axis,)
+        return reduce_tensor(kb, kind, args[0], axes, attrs["keepdims"], out)
+
+    return lower
+
+
+compute[ops.argmax] = _arg_reduction("argmax")
+compute[ops.argmin] = _arg_reduction("argmin")
+
+
+def variance(kb: KernelBuilder, x: Tensor, axes: Any, keepdims: bool) -> Tensor:
+    """Population variance as NumPy computes it: mean((x - mean(x)) ** 2)."""
+    t = x.dtype
+    m = reduce_tensor(kb, "mean", x, axes, True, t)
+    d = kb.elemwise(lambda a, b: f"({a} - {b})", t, [x, m])
+    sq = kb.elemwise(lambda a: f"({a} * {a})", t, [d])
+    return reduce_tensor(kb, "mean", sq, axes, keepdims, t)
+
+
+compute[ops.variance] = lambda kb, attrs, args, out: variance(
+    kb, args[0], attrs["axis"], attrs["keepdims"]
+)
+
+
+# -- normalizations ------------------------------------------------------------------------
+
+
+def _softmax(log: bool) -> Compute:
+    def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+        (x,) = args
+        t = x.dtype
+        axes = (_norm(attrs["axis"], x.ndim),)
+        m = reduce_tensor(kb, "fmax", x, axes, True, t)
+        s = kb.elemwise(lambda a, b: f"({a} - {b})", t, [x, m])
+        e = kb.elemwise(lambda a: exp_source(t, a), t, [s])
+        total = reduce_tensor(kb, "sum", e, axes, True, t)
+        if log:
+            return kb.elemwise(lambda a, b: f"({a} - np.log({b}))", t, [s, total])
+        return kb.elemwise(lambda a, b: f"({a} / {b})", t, [e, total])
+
+    return lower
+
+
+compute[ops.softmax] = _softmax(False)
+compute[ops.log_softmax] = _softmax(True)
+
+
+def _layer_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, gamma, beta = args
+    t = x.dtype
+    axes = tuple(sorted(_norm(a, x.ndim) for a in attrs["axes"]))
+    for p, what in ((gamma, "gamma"), (beta, "beta")):
+        for k, a in enumerate(axes):
+            if p.dims[k] != x.dims[a]:
+                kb.check(
+                    f"{p.dims[k]} != {x.dims[a]}",
+                    f"{kb.kernel}: layer_norm: {what} "
+                    f"does not match the normalized axes of the input",
+                )
+    m = reduce_tensor(kb, "mean", x, axes, True, t)
+    d = kb.elemwise(lambda a, b: f"({a} - {b})", t, [x, m])
+    sq = kb.elemwise(lambda a: f"({a} * {a})", t, [d])
+    v = reduce_tensor(kb, "mean", sq, axes, True, t)
+    eps = lit(attrs["epsilon"], t)
+    den = kb.elemwise(lambda a: f"np.sqrt({a} + {eps})", t, [v])
+    y = kb.elemwise(lambda a, b: f"({a} / {b})", t, [d, den])
+
+    def params(body: Body, index: Sequence[Scalar]) -> Sequence[Scalar]:
+        return [index[a] for a in axes]
+
+    g = kb.index_map(gamma, x.dims, params)
+    b = kb.index_map(beta, x.dims, params)
+    return kb.elemwise(lambda a, s, c: f"({a} * {s} + {c})", t, [y, g, b])
+
+
+compute[ops.layer_norm] = _layer_norm
+
+
+def _batch_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, gamma, beta, mean, var = args
+    t = x.dtype
+    axis = _norm(attrs["axis"], x.ndim)
+    for p in (gamma, beta, mean, var):
+        if p.dims[0] != x.dims[axis]:
+            kb.check(
+                f"{p.dims[0]} != {x.dims[axis]}",
+                f"{kb.kernel}: batch_norm: a parameter does not match the channel axis",
+            )
+
+    def channel(body: Body, index: Sequence[Scalar]) -> Sequence[Scalar]:
+        return [index[axis]]
+
+    g, b, m, v = (kb.index_map(p, x.dims, channel) for p in (gamma, beta, mean, var))
+    eps = lit(attrs["epsilon"], t)
+    scale = kb.elemwise(lambda a, c: f"({a} / np.sqrt({c} + {eps}))", t, [g, v])
+    return kb.elemwise(lambda a, c, s, d: f"(({a} - {c}) * {s} + {d})", t, [x, m, scale, b])
+
+
+compute[ops.batch_norm] = _batch_norm
+
+
+# -- global pools --------------------------------------------------------------------------
+
+compute[ops.global_avg_pool2d] = lambda kb, attrs, args, out: reduce_tensor(
+    kb, "mean", args[0], (2, 3), True, out
+)
+compute[ops.global_max_pool2d] = lambda kb, attrs, args, out: reduce_tensor(
+    kb, "max", args[0], (2, 3), True, out
+)
+
+
+def literal_int(v: Any) -> str:
+    """An int attribute as source."""
+    return str(int(np.int64(v)))
+
+
+__all__ = ["compute", "variance", "literal_int", "idx", "Unsupported"]

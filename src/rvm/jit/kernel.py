@@ -1,0 +1,181 @@
+"""The kernel builder: parameters, run-time shape checks, broadcasting, elementwise maps.
+
+`KernelBuilder` extends the `Emitter` with what the compute definitions share: reading the
+parameters' dimensions at the kernel's start (checking fixed and symbolic dimensions),
+broadcasting dimension lists with run-time checks, and building elementwise and index-map
+tensors. Every check raises `ValueError` with a constant message before any loop runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rvm.jit.scalar import convert, wrap_result
+from rvm.jit.te import Body, Emitter, Scalar, Tensor, Unsupported, deps_of, idx, is_int
+
+
+class KernelBuilder(Emitter):
+    """Builds one kernel; see the module docstring."""
+
+    def __init__(self, kernel: str) -> None:
+        super().__init__(kernel)
+        self.symbols: dict[str, str] = {}
+        self.op = "kernel"
+
+    # -- parameters ----------------------------------------------------------------------
+
+    def param(self, name: str, shape: Sequence[object], dtype: str, what: str) -> Tensor:
+        """The tensor of array parameter ``name``, its dims read and checked at run time."""
+        dims: list[str] = []
+        for axis, d in enumerate(shape):
+            src = f"{name}.shape[{axis}]"
+            if isinstance(d, int):
+                self.check(f"{src} != {d}", f"{self.kernel}: {what} must have {d} at axis {axis}")
+                dims.append(str(d))
+            elif isinstance(d, str) and d in self.symbols:
+                self.check(
+                    f"{src} != {self.symbols[d]}",
+                    f"{self.kernel}: {what} disagrees on dimension {d!r} (axis {axis})",
+                )
+                dims.append(self.symbols[d])
+            else:
+                var = self.dim(src)
+                if isinstance(d, str):
+                    self.symbols[d] = var
+                dims.append(var)
+        return Tensor(tuple(dims), dtype, array=name, kind="array")
+
+    def resolve(self, d: object) -> str:
+        """A dim of an attribute (int or symbolic name) as source."""
+        if isinstance(d, int):
+            return str(d)
+        if isinstance(d, str) and d in self.symbols:
+            return self.symbols[d]
+        raise Unsupported(f"dimension {d!r} is not known from the inputs")
+
+    # -- broadcasting --------------------------------------------------------------------
+
+    def broadcast_dims(self, shapes: Sequence[Sequence[str]]) -> tuple[str, ...]:
+        """NumPy broadcasting of dim lists, checked at run time (ValueError)."""
+        n = max((len(s) for s in shapes), default=0)
+        out: list[str] = []
+        for axis in range(n):
+            ds: list[str] = []
+            for s in shapes:
+                k = axis - (n - len(s))
+                if k >= 0 and s[k] != "1" and s[k] not in ds:
+                    ds.append(s[k])
+            out.append(self._broadcast_axis(ds, axis))
+        return tuple(out)
+
+    def _broadcast_axis(self, ds: list[str], axis: int) -> str:
+        if not ds:
+            return "1"
+        if len(ds) == 1:
+            return ds[0]
+        lits = sorted({d for d in ds if is_int(d)})
+        msg = f"{self.kernel}: {self.op}: shapes do not broadcast at axis {axis}"
+        if len(lits) > 1:
+            raise Unsupported(msg)
+        if lits:
+            target = lits[0]
+        else:
+            target = ds[0]
+            for d in ds[1:]:
+                target = self.dim(f"{d} if {target} == 1 else {target}")
+        for d in ds:
+            if d != target:
+                self.check(f"{d} != 1 and {d} != {target}", msg)
+        return target
+
+    def broadcast_index(self, dims: Sequence[str], out: Sequence[str], index: Sequence[Scalar]):
+        """The index into a tensor of ``dims`` broadcast to ``out`` at ``index``."""
+        k = len(out) - len(dims)
+        res: list[Scalar] = []
+        for d, o, i in zip(dims, out[k:], index[k:]):
+            if d == o:
+                res.append(i)
+            elif d == "1":
+                res.append(idx(0))
+            else:
+                flag = self.dim(f"{d} != 1", "b")
+                res.append(idx(f"({i.code} if {flag} else 0)", i))
+        return res
+
+    # -- tensors -------------------------------------------------------------------------
+
+    def elemwise(
+        self,
+        fn: Callable[..., str],
+        dtype: str,
+        args: Sequence[Tensor],
+        compute_dtype: str | None = None,
+        arg_dtypes: Sequence[str] | None = None,
+    ) -> Tensor:
+        """The broadcast elementwise map ``fn(*operand_sources)`` over ``args``.
+
+        Operands are converted to ``arg_dtypes`` (default: ``compute_dtype``, default
+        ``dtype``) before ``fn``; the result is narrowed to ``dtype``.
+        """
+        dims = self.broadcast_dims([a.dims for a in args])
+        ct = compute_dtype or dtype
+        types = list(arg_dtypes) if arg_dtypes is not None else [ct] * len(args)
+
+        def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
+            vals = []
+            for a, t in zip(args, types):
+                v = self.load(a, body, self.broadcast_index(a.dims, dims, index))
+                vals.append(self.let(body, convert(v, t)))
+            code = wrap_result(fn(*(v.code for v in vals)), dtype)
+            return convert(Scalar(code, deps_of(*vals), ct), dtype)
+
+        return Tensor(dims, dtype, loader)
+
+    def index_map(
+        self,
+        x: Tensor,
+        dims: Sequence[str],
+        fn: Callable[[Body, Sequence[Scalar]], Sequence[Scalar]],
+    ) -> Tensor:
+        """A tensor of ``dims`` whose element at ``index`` is ``x`` at ``fn(body, index)``."""
+
+        def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
+            return self.load(x, body, fn(body, index))
+
+        return Tensor(tuple(dims), x.dtype, loader)
+
+    def materialize(self, x: Tensor, dtype: str | None = None) -> str:
+        """A C-contiguous array holding ``x`` (converted to ``dtype``): its own if it has one."""
+        dtype = dtype or x.dtype
+        if x.fill is not None and id(x) not in self.filled:
+            self.filled.add(id(x))
+            x.fill()
+        if x.array is not None and x.dtype == dtype and x.loader is None:
+            return x.array
+        name = self.fresh("m")
+        self.root.lines.append(f"{name} = np.empty({_shape(x.dims)}, dtype=np.{dtype})")
+
+        def emit(body: Body, index: list[Scalar]) -> None:
+            v = self.let(body, convert(self.load(x, body, index), dtype))
+            body.lines.append(f"{_ref(name, index)} = {v.code}")
+
+        self.loop_nest(self.root, x.dims, emit)
+        return name
+
+    def buffer(self, dims: Sequence[str], dtype: str, alias: str | None = None) -> str:
+        """A new array of ``dims`` (or the given output array) allocated at the start."""
+        if alias is not None:
+            return alias
+        name = self.fresh("buf")
+        self.root.lines.append(f"{name} = np.empty({_shape(dims)}, dtype=np.{dtype})")
+        return name
+
+
+def _shape(dims: Sequence[str]) -> str:
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+
+def _ref(name: str, index: Sequence[Scalar]) -> str:
+    if not index:
+        return f"{name}[()]"
+    return f"{name}[{', '.join(i.code for i in index)}]"

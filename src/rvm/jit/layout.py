@@ -1,0 +1,303 @@
+"""Compute definitions of layout and indexing ops: index maps over their input.
+
+transpose, expand_dims, squeeze, broadcast_to, strided_slice, split, tile, take, gather and
+one_hot map an output index to an input index (no data moves until the consumer loads).
+reshape and flatten view the input's array with the new shape (an array is materialized first
+when the input is computed). Indices read from data (take, gather) are bounds-checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rvm.jit.compute import compute
+from rvm.jit.kernel import KernelBuilder
+from rvm.jit.scalar import lit
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, is_int, product
+from rvm.op import ops
+
+
+def _transpose(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    perm = attrs["axes"]
+    perm = list(reversed(range(x.ndim))) if perm is None else [a % x.ndim for a in perm]
+    inv = [perm.index(a) for a in range(x.ndim)]
+    dims = [x.dims[a] for a in perm]
+    return kb.index_map(x, dims, lambda body, index: [index[inv[a]] for a in range(x.ndim)])
+
+
+def _expand_dims(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    nd = x.ndim + len(attrs["axis"])
+    new = {a % nd for a in attrs["axis"]}
+    dims, it = [], iter(x.dims)
+    for a in range(nd):
+        dims.append("1" if a in new else next(it))
+    return kb.index_map(x, dims, lambda body, index: [index[a] for a in range(nd) if a not in new])
+
+
+def _squeeze(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    if attrs["axis"] is None:
+        if not all(is_int(d) for d in x.dims):
+            raise Unsupported("squeeze of every size-1 axis of a symbolic shape")
+        drop = {a for a, d in enumerate(x.dims) if d == "1"}
+    else:
+        drop = {a % x.ndim for a in attrs["axis"]}
+    for a in drop:
+        kb.check(f"{x.dims[a]} != 1", f"{kb.kernel}: squeeze: axis {a} does not have size 1")
+    keep = [a for a in range(x.ndim) if a not in drop]
+
+    def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
+        it = iter(index)
+        return [idx(0) if a in drop else next(it) for a in range(x.ndim)]
+
+    return kb.index_map(x, [x.dims[a] for a in keep], fn)
+
+
+def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> Tensor:
+    """``x`` viewed with ``dims`` (same size, checked): a reshaped view of its array."""
+    kb.check(
+        f"{product(x.dims)} != {product(dims)}",
+        f"{kb.kernel}: reshape: the new shape does not have the input's size",
+    )
+    src = kb.materialize(x)
+    name = kb.fresh("r")
+    shape = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+    kb.root.lines.append(f"{name} = {src}.reshape({shape})")
+    return Tensor(tuple(dims), x.dtype, array=name, kind="array")
+
+
+def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    target = list(attrs["shape"])
+    known = [kb.resolve(d) for d in target if d != -1]
+    if -1 in target:
+        size, part = product(x.dims), product(known)
+        kb.check(
+            f"{part} == 0 or ({size}) % ({part}) != 0",
+            f"{kb.kernel}: reshape: cannot infer -1 for the input's size",
+        )
+        solved = kb.dim(f"({size}) // ({part})")
+        it = iter(known)
+        dims = [solved if d == -1 else next(it) for d in target]
+    else:
+        dims = known
+    return _lazy_view(kb, x, dims)
+
+
+def _lazy_view(kb: KernelBuilder, x: Tensor, dims: list[str]) -> Tensor:
+    """A reshape that materializes (and views) the input only when first loaded."""
+    out = Tensor(tuple(dims), x.dtype, array=None, kind="view")
+    view: list[Tensor] = []
+
+    def fill() -> None:
+        view.append(reshape_to(kb, x, dims))
+        out.array = view[0].array
+
+    out.fill = fill
+    return out
+
+
+def _flatten(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    return _lazy_view(kb, x, [x.dims[0], kb.dim(product(x.dims[1:]))])
+
+
+def _broadcast_to(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    dims = [kb.resolve(d) for d in attrs["shape"]]
+    lead = len(dims) - x.ndim
+    for a, d in enumerate(x.dims):
+        o = dims[lead + a]
+        if d != o and d != "1":
+            kb.check(
+                f"{d} != 1 and {d} != {o}",
+                f"{kb.kernel}: broadcast_to: the input does not broadcast at axis {a}",
+            )
+    return kb.index_map(x, dims, lambda body, index: kb.broadcast_index(x.dims, dims, index))
+
+
+def _slice(kb: KernelBuilder, n: str, b: int, e: int, s: int) -> tuple[str, str]:
+    """(start, length) of Python's ``range(n)[b:e:s]`` as run-time ints."""
+
+    def norm(v: int, lo: str, hi: str) -> str:
+        raw = f"({v} + {n})" if v < 0 else str(v)
+        return kb.dim(f"min(max({raw}, {lo}), {hi})")
+
+    if s > 0:
+        start, stop = norm(b, "0", n), norm(e, "0", n)
+        length = kb.dim(f"max(0, ({stop} - {start} + {s - 1}) // {s})")
+    else:
+        start, stop = norm(b, "-1", f"{n} - 1"), norm(e, "-1", f"{n} - 1")
+        length = kb.dim(f"max(0, ({start} - {stop} + {-s - 1}) // {-s})")
+    return start, length
+
+
+def _strided_slice(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    dims = list(x.dims)
+    starts: dict[int, tuple[str, int]] = {}
+    for a, b, e, s in zip(attrs["axes"], attrs["begin"], attrs["end"], attrs["strides"]):
+        a %= x.ndim
+        start, length = _slice(kb, x.dims[a], b, e, s)
+        dims[a] = length
+        starts[a] = (start, s)
+
+    def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
+        res = list(index)
+        for a, (start, s) in starts.items():
+            res[a] = idx(f"({start} + {index[a].code} * {s})", index[a])
+        return res
+
+    return kb.index_map(x, dims, fn)
+
+
+def _split(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> list[Tensor]:
+    (x,) = args
+    axis = attrs["axis"] % x.ndim
+    spec, n = attrs["indices_or_sections"], x.dims[axis]
+    if isinstance(spec, int):
+        kb.check(f"{n} % {spec} != 0", f"{kb.kernel}: split: the axis does not divide evenly")
+        size = kb.dim(f"{n} // {spec}")
+        bounds = [(kb.dim(f"{k} * {size}"), size) for k in range(spec)]
+    else:
+        cuts = [0, *spec]
+        bounds = []
+        for k, lo in enumerate(cuts):
+            hi = spec[k] if k < len(spec) else 2**62
+            bounds.append(_slice(kb, n, lo, hi, 1))
+    pieces = []
+    for start, length in bounds:
+        dims = list(x.dims)
+        dims[axis] = length
+
+        def fn(body: Body, index: Sequence[Scalar], start: str = start) -> list[Scalar]:
+            res = list(index)
+            res[axis] = idx(f"({start} + {index[axis].code})", index[axis])
+            return res
+
+        pieces.append(kb.index_map(x, dims, fn))
+    return pieces
+
+
+def _tile(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (x,) = args
+    reps = list(attrs["reps"])
+    nd = max(len(reps), x.ndim)
+    xdims = ["1"] * (nd - x.ndim) + list(x.dims)
+    reps = [1] * (nd - len(reps)) + reps
+    dims = [kb.dim(f"{d} * {r}") if r != 1 else d for d, r in zip(xdims, reps)]
+
+    def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
+        res = []
+        for i, d, r in zip(index, xdims, reps):
+            res.append(i if r == 1 else (idx(0) if d == "1" else idx(f"({i.code} % {d})", i)))
+        return res[nd - x.ndim :]
+
+    return kb.index_map(x, dims, fn)
+
+
+def checked_index(kb: KernelBuilder, body: Body, v: Scalar, n: str, op: str) -> Scalar:
+    """A data index ``v`` into an axis of size ``n``: negative counts from the end; checked."""
+    k = kb.let(body, Scalar(f"np.int64({v.code})", v.deps, "int64"))
+    k = kb.let(body, Scalar(f"({k.code} + {n} if {k.code} < 0 else {k.code})", k.deps, "int64"))
+    kb.stmt(body, f"if {k.code} < 0 or {k.code} >= {n}:", k.deps)
+    kb.stmt(
+        body, f"    raise IndexError({kb.kernel + ': ' + op + ': index out of range'!r})", k.deps
+    )
+    return k
+
+
+def _take(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, ind = args
+    axis = attrs["axis"]
+    if axis is None:
+        x = _lazy_view(kb, x, [kb.dim(product(x.dims))])
+        axis = 0
+    axis %= x.ndim
+    dims = list(x.dims[:axis]) + list(ind.dims) + list(x.dims[axis + 1 :])
+    m = ind.ndim
+
+    def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
+        k = checked_index(
+            kb, body, kb.load(ind, body, index[axis : axis + m]), x.dims[axis], "take"
+        )
+        return list(index[:axis]) + [k] + list(index[axis + m :])
+
+    return kb.index_map(x, dims, fn)
+
+
+def _gather(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, ind = args
+    axis = attrs["axis"] % x.ndim
+    for a in range(x.ndim):
+        if a != axis and ind.dims[a] != x.dims[a]:
+            kb.check(
+                f"{ind.dims[a]} > {x.dims[a]}",
+                f"{kb.kernel}: gather: indices are larger than the input at axis {a}",
+            )
+
+    def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
+        k = checked_index(kb, body, kb.load(ind, body, index), x.dims[axis], "gather")
+        res = list(index)
+        res[axis] = k
+        return res
+
+    return kb.index_map(x, ind.dims, fn)
+
+
+def _one_hot(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    (ind,) = args
+    depth = attrs["depth"]
+    nd = ind.ndim + 1
+    axis = attrs["axis"] % nd
+    dims = list(ind.dims)
+    dims.insert(axis, str(depth))
+    on, off = lit(attrs["on_value"], out), lit(attrs["off_value"], out)
+
+    def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
+        rest = [i for a, i in enumerate(index) if a != axis]
+        k = kb.load(ind, body, rest)
+        k = kb.let(body, Scalar(f"({k.code} + {depth} if {k.code} < 0 else {k.code})", k.deps))
+        return Scalar(
+            f"({on} if {k.code} == {index[axis].code} else {off})", deps_of(k, index[axis]), out
+        )
+
+    return Tensor(tuple(dims), out, loader)
+
+
+def _arange(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    start, stop, step = attrs["start"], attrs["stop"], attrs.get("step", 1)
+    n = (
+        len(range(start, stop, step))
+        if all(isinstance(v, int) for v in (start, stop, step))
+        else None
+    )
+    if n is None:
+        raise Unsupported("arange with float bounds")
+    return Tensor(
+        (str(n),),
+        out,
+        lambda body, index: Scalar(
+            f"np.{out}({start} + {index[0].code} * {step})", index[0].deps, out
+        ),
+    )
+
+
+for _op, _fn in (
+    (ops.transpose, _transpose),
+    (ops.expand_dims, _expand_dims),
+    (ops.squeeze, _squeeze),
+    (ops.reshape, _reshape),
+    (ops.flatten, _flatten),
+    (ops.broadcast_to, _broadcast_to),
+    (ops.strided_slice, _strided_slice),
+    (ops.split, _split),
+    (ops.tile, _tile),
+    (ops.take, _take),
+    (ops.gather, _gather),
+    (ops.one_hot, _one_hot),
+    (ops.arange, _arange),
+):
+    compute[_op] = _fn

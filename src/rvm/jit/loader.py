@@ -1,0 +1,206 @@
+"""Loading jit kernels: source file in the cache, imported, compiled by Numba (or loaded).
+
+`load_kernel(record)` returns the kernel's Numba dispatcher, resolved once; the VM calls it
+directly (a call costs the dispatcher's argument check, about a microsecond). The kernel's
+source is written to rvm's cache (`rvm.jit.cache`) and imported as a module, so Numba's
+``cache=True`` stores and reuses the object code across processes. Compiles, cache hits and
+misses are logged on the ``rvm.jit`` logger with their times. A kernel that does not compile
+raises `rvm.errors.JITError` naming the kernel, its ops, and the generated line that failed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import linecache
+import logging
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from rvm.errors import JITError
+from rvm.jit.cache import drop_object_code, kernel_path, write_entry
+from rvm.runtime.executable import KernelRecord
+
+logger = logging.getLogger("rvm.jit")
+
+_lock = threading.Lock()
+_modules: dict[str, ModuleType] = {}
+
+
+def load_kernel(record: KernelRecord) -> Callable[..., Any]:
+    """The Numba dispatcher of jit kernel ``record`` (compiled, or loaded from the cache).
+
+    Raises:
+        JITError: The record is not a jit kernel, or its source does not compile.
+    """
+    if record.backend != "jit":
+        raise JITError(f"kernel {record.name!r} has backend {record.backend!r}, not 'jit'")
+    path = kernel_path(record.source)
+    with _lock:
+        module = _modules.get(str(path))
+        if module is None:
+            module = _import_kernel(record, path)
+            _modules[str(path)] = module
+    func = getattr(module, record.entry, None)
+    if func is None:
+        raise JITError(f"kernel {record.name!r}: its source defines no {record.entry!r}")
+    return func
+
+
+def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
+    start = time.perf_counter()
+    wrote = write_entry(path, record.source)
+    lines = record.source.splitlines(True)
+    linecache.cache[str(path)] = (len(record.source), None, lines, str(path))
+    try:
+        module = _exec_module(path)
+    except Exception as first:  # noqa: BLE001 - any failure may be a stale object cache
+        drop_object_code(path)
+        try:
+            module = _exec_module(path)
+        except Exception as err:
+            raise _jit_error(record, path, err) from err
+        logger.warning("kernel %s: dropped a broken cache entry (%s)", record.name, first)
+    func = getattr(module, record.entry, None)
+    stats = getattr(func, "stats", None)
+    hits = sum(stats.cache_hits.values()) if stats is not None else 0
+    elapsed = time.perf_counter() - start
+    if hits:
+        logger.debug("kernel %s: cache hit, loaded in %.3f s (%s)", record.name, elapsed, path)
+    else:
+        what = "new entry" if wrote else "object code missing"
+        logger.info(
+            "kernel %s: cache miss (%s), compiled in %.3f s (%s)", record.name, what, elapsed, path
+        )
+    return module
+
+
+def _exec_module(path: Path) -> ModuleType:
+    name = f"rvm_jit_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _jit_error(record: KernelRecord, path: Path, err: Exception) -> JITError:
+    """A JITError naming the kernel, its ops and the generated line that failed."""
+    src = record.source.splitlines()
+    lineno = _named_line(src, str(err)) or _failing_line(path, err)
+    shown = ""
+    if lineno is not None and 1 <= lineno <= len(src):
+        shown = f"\n  generated source line {lineno}: {src[lineno - 1].strip()}"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+    summary = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    head = " ".join(summary[:3])
+    ops = record.meta.get("ops", "")
+    return JITError(
+        f"kernel {record.name!r} (ops: {ops}) failed to compile: {type(err).__name__}: {head}"
+        f"{shown}\n  kernel source: {path}"
+    )
+
+
+def _named_line(src: list[str], message: str) -> int | None:
+    """The first line using the name an error message says is undefined or untyped."""
+    m = re.search(r"name '(\w+)'", message)
+    if m is None:
+        return None
+    pattern = re.compile(rf"\b{re.escape(m.group(1))}\b")
+    for k, line in enumerate(src, 1):
+        if pattern.search(line) and not line.lstrip().startswith(("#", "@", "from ", "import ")):
+            return k
+    return None
+
+
+def _failing_line(path: Path, err: BaseException) -> int | None:
+    found = None
+    for m in re.finditer(r'File "([^"]+)", line (\d+)', str(err)):
+        if Path(m.group(1)).name == path.name:
+            return int(m.group(2))
+    tb = err.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).name == path.name:
+            found = tb.tb_lineno
+        tb = tb.tb_next
+    if found is None and isinstance(err, SyntaxError) and err.lineno:
+        found = err.lineno
+    return found
+
+
+def compile_kernels(
+    records: Iterable[KernelRecord], progress: bool = False
+) -> dict[str, Callable[..., Any]]:
+    """Load every jit kernel of ``records`` (others are skipped), optionally with a bar.
+
+    Args:
+        records: Kernel records (an executable's ``kernels.values()``).
+        progress: Draw a simple progress bar on stderr.
+    """
+    todo = [r for r in records if r.backend == "jit"]
+    out: dict[str, Callable[..., Any]] = {}
+    for k, rec in enumerate(todo):
+        if progress:
+            _bar(k, len(todo), rec.name)
+        out[rec.name] = load_kernel(rec)
+    if progress and todo:
+        _bar(len(todo), len(todo), "done")
+        sys.stderr.write("\n")
+    return out
+
+
+def _bar(done: int, total: int, label: str, width: int = 30) -> None:
+    filled = width * done // max(total, 1)
+    bar = "#" * filled + "-" * (width - filled)
+    sys.stderr.write(f"\rcompiling kernels [{bar}] {done}/{total} {label[:40]:<40}")
+    sys.stderr.flush()
+
+
+# -- introspection ---------------------------------------------------------------------------
+
+
+def kernel_source(record: KernelRecord) -> str:
+    """The kernel's generated source (Python for Numba, or numpy source for fallbacks)."""
+    return record.source
+
+
+def _fresh_dispatcher(record: KernelRecord) -> Any:
+    """The kernel compiled from its source without the disk cache (for inspection)."""
+    namespace: dict[str, Any] = {"__name__": f"rvm_jit_inspect_{record.entry}"}
+    source = record.source.replace("CACHE = True", "CACHE = False", 1)
+    exec(compile(source, f"<rvm-jit {record.name}>", "exec"), namespace)  # noqa: S102
+    return namespace[record.entry]
+
+
+def _inspect(record: KernelRecord, what: str) -> str:
+    if record.backend != "jit":
+        raise JITError(f"kernel {record.name!r} is a {record.backend} kernel: no {what}")
+    func = load_kernel(record)
+    try:
+        text = "\n".join(getattr(func, f"inspect_{what}")().values())
+    except Exception:  # noqa: BLE001 - object code loaded from the cache has no IR
+        text = ""
+    if not text.strip():
+        text = "\n".join(getattr(_fresh_dispatcher(record), f"inspect_{what}")().values())
+    return text
+
+
+def kernel_llvm(record: KernelRecord) -> str:
+    """The LLVM IR of the kernel."""
+    return _inspect(record, "llvm")
+
+
+def kernel_asm(record: KernelRecord) -> str:
+    """The native assembly of the kernel."""
+    return _inspect(record, "asm")

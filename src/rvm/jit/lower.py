@@ -1,0 +1,308 @@
+"""Lowering of fused primitive functions to Numba kernel source: `jit_kernel`.
+
+The function's bindings are lowered in order through the per-op `compute` table into
+`Tensor`s (elementwise maps, index maps, reduce loops, anchor stages); nothing is emitted for
+a value until a consumer loads it, so a chain of elementwise, broadcast and injective ops
+becomes one expression inside the output's loop nest. Each output gets one loop nest; an
+anchor (matmul, dense, conv, concat...) whose value reaches the single output only through
+same-shape elementwise ops writes straight into the output array, and the epilogue then runs
+in place over it. Ops the jit cannot lower make `jit_kernel` return the numpy kernel instead
+(logged); see `FALLBACK_NOTE`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from rvm.ir import expr as E
+from rvm.ir.infer import infer_type
+from rvm.ir.op import OpPattern
+from rvm.ir.types import TensorType, TupleType, Type
+from rvm.jit import assemble, layout, stages  # noqa: F401  (register compute definitions)
+from rvm.jit.compute import compute
+from rvm.jit.kernel import KernelBuilder
+from rvm.jit.scalar import convert, lit
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
+from rvm.runtime.executable import KernelRecord
+
+logger = logging.getLogger("rvm.jit")
+
+FALLBACK_NOTE = (
+    "falls back to numpy: lrn, shape_of, integer power, float16 tensors, arange with float "
+    "bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown rank"
+)
+FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
+FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")
+JIT_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64"})
+_NUMBA_DTYPE = {"bool": "boolean"}
+
+
+def jit_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecord:
+    """The jit kernel record of primitive function ``func`` (numpy's when it cannot lower).
+
+    Args:
+        name: The kernel's packed-function name.
+        func: A primitive function (``attrs["primitive"]``) with typed tensor parameters.
+        style: "dps" (``kernel(*inputs, *outputs)`` writes the outputs) or "return"
+            (``kernel(*inputs)`` returns the result or a tuple of results).
+    """
+    ops_used = _ops(func)
+    try:
+        source, entry, sig = _KernelLowering(name, func, style).build()
+    except Unsupported as err:
+        from rvm.codegen.kernel_numpy import numpy_kernel
+
+        logger.info("kernel %s (%s) falls back to numpy: %s", name, ",".join(ops_used), err)
+        rec = numpy_kernel(name, func, style)
+        return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
+    meta = {"ops": ",".join(ops_used), "signature": sig}
+    return KernelRecord(name, "jit", source, entry, style, meta)
+
+
+def _ops(func: E.Function) -> list[str]:
+    body = func.body
+    bindings = body.bindings if isinstance(body, E.SeqExpr) else ()
+    return [
+        b.value.callee.name
+        for b in bindings
+        if isinstance(b.value, E.Call) and isinstance(b.value.callee, E.Op)
+    ]
+
+
+def _tensor_type(ty: Type | None, what: str) -> TensorType:
+    if not isinstance(ty, TensorType) or ty.shape is None or ty.dtype is None:
+        raise Unsupported(f"{what} has type {ty}, not a tensor of known rank and dtype")
+    if ty.dtype not in JIT_DTYPES:
+        raise Unsupported(f"{what} has dtype {ty.dtype}")
+    return ty
+
+
+def numba_array_type(ty: TensorType, readonly: bool) -> str:
+    """Source of the Numba type of a C-contiguous array of ``ty``."""
+    dt = _NUMBA_DTYPE.get(ty.dtype or "", ty.dtype)
+    ro = ", readonly=True" if readonly else ""
+    return f'nt.Array(nt.{dt}, {len(ty.shape or ())}, "C"{ro})'
+
+
+class _KernelLowering:
+    def __init__(self, name: str, func: E.Function, style: str) -> None:
+        if style not in ("dps", "return"):
+            raise ValueError(f"style must be 'dps' or 'return', got {style!r}")
+        self.name, self.func, self.style = name, func, style
+        self.entry = name if name.isidentifier() else "k_" + re.sub(r"\W", "_", name)
+        self.kb = KernelBuilder(name)
+        self.env: dict[E.Var, object] = {}
+        self.consts: list[str] = []
+        self.uses_reduction = False
+
+    def build(self) -> tuple[str, str, str]:
+        body = self.func.body
+        if not isinstance(body, E.SeqExpr):
+            body = E.seq([], body)
+        in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
+        for i, (p, ty) in enumerate(zip(self.func.params, in_types)):
+            self.env[p] = self.kb.param(f"p{i}", ty.shape, ty.dtype, f"input {i} ({p.name!r})")
+        for b in body.bindings:
+            self.env[b.var] = self._binding(b)
+        results = self._results(body.body)
+        out_types = self._out_types(body.body, len(results))
+        outs = self._outputs(results, out_types)
+        self._emit_outputs(results, outs, out_types)
+        return self._source(in_types, out_types, outs)
+
+    # -- bindings ------------------------------------------------------------------------
+
+    def _arg(self, e: E.Expr) -> object:
+        if isinstance(e, E.Var):
+            if e not in self.env:
+                raise Unsupported(f"free variable {e.name!r}")
+            return self.env[e]
+        if isinstance(e, E.Constant):
+            return self._constant(e.data)
+        if isinstance(e, E.Tuple):
+            return [self._arg(f) for f in e.fields]
+        if isinstance(e, E.TupleGetItem):
+            return self._arg(e.tuple_value)[e.index]  # type: ignore[index]
+        raise Unsupported(f"argument {type(e).__name__}")
+
+    def _constant(self, data: np.ndarray) -> Tensor:
+        dt = data.dtype.name
+        if dt not in JIT_DTYPES:
+            raise Unsupported(f"constant of dtype {dt}")
+        if data.ndim == 0:
+            code = lit(data.item(), dt)
+            return Tensor((), dt, lambda body, index: Scalar(code, frozenset(), dt))
+        name = f"_c{len(self.consts)}"
+        self.consts.append(f"{name} = np.array({data.tolist()!r}, dtype=np.{dt})")
+        return Tensor(tuple(str(d) for d in data.shape), dt, array=name, kind="array")
+
+    def _binding(self, b: E.VarBinding) -> object:
+        value = b.value
+        if not isinstance(value, E.Call):
+            return self._arg(value)
+        op = value.callee
+        if not isinstance(op, E.Op):
+            raise Unsupported("a primitive function may only call ops")
+        fn = compute.get(op)
+        if fn is None:
+            raise Unsupported(f"op {op.name} has no jit compute definition")
+        if op.pattern >= OpPattern.REDUCTION:
+            self.uses_reduction = True
+        ty = b.var.type or infer_type(value)
+        args = [self._arg(a) for a in value.args]
+        self.kb.op = op.name
+        if isinstance(ty, TupleType):
+            pieces = fn(self.kb, dict(value.attrs), args, _tensor_type(ty.fields[0], "").dtype)
+            for t, f in zip(pieces, ty.fields):
+                self._check_rank(t, _tensor_type(f, f"result of {op.name}"), op.name)
+            return pieces
+        tt = _tensor_type(ty, f"result of {op.name}")
+        t = fn(self.kb, dict(value.attrs), args, tt.dtype)
+        self._check_rank(t, tt, op.name)
+        return t
+
+    def _check_rank(self, t: Tensor, ty: TensorType, op: str) -> None:
+        if t.ndim != len(ty.shape or ()):
+            raise Unsupported(f"{op}: lowered rank {t.ndim} differs from the type's {ty}")
+
+    # -- outputs -------------------------------------------------------------------------
+
+    def _results(self, result: E.Expr) -> list[Tensor]:
+        value = self._arg(result)
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(t, Tensor) for t in items):
+            raise Unsupported("nested tuple results")
+        return items  # type: ignore[return-value]
+
+    def _out_types(self, result: E.Expr, n: int) -> list[TensorType]:
+        ty = self.func.ret_type or infer_type(result)
+        fields = ty.fields if isinstance(ty, TupleType) else (ty,)
+        if len(fields) != n:
+            raise Unsupported("result arity differs from its type")
+        return [_tensor_type(f, "the result") for f in fields]
+
+    def _outputs(self, results: list[Tensor], types: list[TensorType]) -> list[str]:
+        kb, outs = self.kb, []
+        for i, (t, ty) in enumerate(zip(results, types)):
+            name = f"out{i}"
+            outs.append(name)
+            if self.style == "return":
+                kb.root.lines.append(
+                    f"{name} = np.empty({shape_tuple(t.dims)}, dtype=np.{ty.dtype})"
+                )
+                continue
+            for axis, d in enumerate(t.dims):
+                kb.check(
+                    f"{name}.shape[{axis}] != {d}",
+                    f"{self.name}: output {i} does not have the result's shape",
+                )
+        return outs
+
+    def _alias(self, results: list[Tensor], types: list[TensorType]) -> Tensor | None:
+        """The anchor that may compute straight into the single output, if any."""
+        if len(results) != 1:
+            return None
+        target = results[0]
+        body = self.func.body
+        bindings = list(body.bindings) if isinstance(body, E.SeqExpr) else []
+        for k, b in enumerate(bindings):
+            a = self.env.get(b.var)
+            if not (isinstance(a, Tensor) and a.kind == "anchor" and a.loader is None):
+                continue
+            if a.dtype != types[0].dtype or a.dims != target.dims:
+                continue
+            if _epilogue_ok(b.var, bindings[k + 1 :], self.env, target):
+                return a
+        return None
+
+    def _emit_outputs(self, results, outs, types) -> None:
+        kb = self.kb
+        anchor = self._alias(results, types)
+        if anchor is not None and id(anchor) not in kb.filled:
+            anchor.array = outs[0]
+        for t, name, ty in zip(results, outs, types):
+            if t is anchor:
+                kb.materialize(t)
+                continue
+
+            def emit(body: Body, index: list[Scalar], t=t, name=name, ty=ty) -> None:
+                v = kb.let(body, convert(kb.load(t, body, index), ty.dtype))
+                ref = f"{name}[{', '.join(i.code for i in index)}]" if index else f"{name}[()]"
+                body.lines.append(f"{ref} = {v.code}")
+
+            kb.loop_nest(kb.root, t.dims, emit)
+        if self.style == "return":
+            kb.root.lines.append(
+                f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)"
+            )
+
+    # -- source --------------------------------------------------------------------------
+
+    def _source(self, in_types, out_types, outs) -> tuple[str, str, str]:
+        ins = [numba_array_type(t, True) for t in in_types]
+        res = [numba_array_type(t, False) for t in out_types]
+        if self.style == "dps":
+            sig = f"nt.void({', '.join(ins + res)})"
+            params = [f"p{i}" for i in range(len(in_types))] + outs
+        else:
+            ret = res[0] if len(res) == 1 else f"nt.Tuple(({', '.join(res)},))"
+            sig = f"{ret}({', '.join(ins)})"
+            params = [f"p{i}" for i in range(len(in_types))]
+        fast = FAST_REDUCE if self.uses_reduction else FAST_ELEMWISE
+        ops_used = ", ".join(_ops(self.func))
+        lines = [
+            f"# rvm jit kernel {self.name} ({ops_used})",
+            "import math",
+            "",
+            "import numba as nb",
+            "import numpy as np",
+            "from numba import types as nt",
+            "",
+            "from rvm.jit.mathlib import exp32, sigmoid32, tanh32",
+            "",
+            "CACHE = True",
+            *self.consts,
+            f"SIGNATURE = {sig}",
+            "",
+            "",
+            f'@nb.njit(SIGNATURE, nogil=True, cache=CACHE, error_model="numpy", '
+            f"fastmath={{{', '.join(repr(f) for f in sorted(fast))}}}, boundscheck=False)",
+            f"def {self.entry}({', '.join(params)}):",
+            *self.kb.root.render(1),
+        ]
+        if not self.kb.root.lines:
+            lines.append("    pass")
+        return "\n".join(lines) + "\n", self.entry, sig
+
+
+_SAFE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
+
+
+def _epilogue_ok(anchor: E.Var, rest: list[E.VarBinding], env: dict, target: Tensor) -> bool:
+    """Whether every use of ``anchor`` (transitively) is a same-shape elementwise op that ends
+    in the output, so the output can hold the anchor and be updated in place."""
+    chain = {anchor}
+    for b in rest:
+        v = b.value
+        args = v.args if isinstance(v, E.Call) else (v,)
+        if not any(isinstance(a, E.Var) and a in chain for a in args):
+            if any(isinstance(a, E.Tuple) and any(f in chain for f in a.fields) for a in args):
+                return False
+            continue
+        t = env.get(b.var)
+        ok = (
+            isinstance(v, E.Call)
+            and isinstance(v.callee, E.Op)
+            and v.callee.pattern in _SAFE
+            and v.callee.name != "broadcast_to"
+            and isinstance(t, Tensor)
+            and t.dims == target.dims
+        )
+        if not ok:
+            return False
+        chain.add(b.var)
+    return any(env.get(c) is target for c in chain)

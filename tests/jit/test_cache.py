@@ -1,0 +1,76 @@
+"""The disk cache across processes, corrupt entries, introspection and the progress bar."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import rvm.jit as jit
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+SCRIPT = """
+import sys
+sys.path.insert(0, {src!r})
+from rvm import op
+from rvm.ir import Call, Function, TensorType, Var, VarBinding, infer_type, seq
+from rvm.jit import jit_kernel, load_kernel
+import numpy as np
+x = Var("x", TensorType(("n",), "float32"))
+call = op.tanh(x)
+t = Var("t", infer_type(call))
+f = Function((x,), seq([VarBinding(t, call)], t), attrs={{"primitive": True}})
+k = load_kernel(jit_kernel("fused_tanh_cache_test", f, "return"))
+assert np.allclose(k(np.ones(3, np.float32)), np.tanh(1.0))
+print(sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values()))
+"""
+
+
+def _run(cache: Path) -> tuple[int, int]:
+    env = {**os.environ, "RVM_CACHE_DIR": str(cache)}
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(src=SRC)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def test_second_process_hits(tmp_path: Path) -> None:
+    assert _run(tmp_path) == (0, 1)
+    assert _run(tmp_path) == (1, 0)
+    entries = list((tmp_path / "kernels").glob("k_*.py"))
+    assert len(entries) == 1
+    entries[0].write_text("garbage (")  # a corrupt entry is a miss, then rewritten
+    assert _run(tmp_path) == (0, 1)
+    assert _run(tmp_path) == (1, 0)
+
+
+def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    from jit_helpers import prim, var
+
+    from rvm import op
+
+    x = var("x", ("n",))
+    rec = jit.jit_kernel("fused_relu_info", prim([x], op.relu(x)), "dps")
+    loaded = jit.compile_kernels([rec], progress=True)
+    assert "fused_relu_info" in loaded
+    assert "compiling kernels" in capsys.readouterr().err
+    info = jit.cache_info()
+    assert info["dir"] == str(tmp_path) and info["entries"] == 1 and info["bytes"] > 0
+    assert "def fused_relu_info" in jit.kernel_source(rec)
+    assert "define" in jit.kernel_llvm(rec)
+    assert jit.kernel_asm(rec).strip()
+    jit.clear_cache()
+    assert jit.cache_info()["entries"] == 0
+
+
+def test_cache_dir_default(monkeypatch) -> None:
+    monkeypatch.delenv("RVM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/tmp/xdg-test")
+    assert jit.cache_dir() == Path("/tmp/xdg-test/rvm")
