@@ -1,0 +1,202 @@
+"""The VM's Python API on compiled programs: errors, state, instrumentation, profiling,
+threads and memory, in every exec mode and with every kernel backend."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.testing import assert_values_close
+from rvm.testing.programs import MLP, PROGRAMS, Recursion
+
+_CACHE: dict[tuple[int, str], rvm.Executable] = {}
+
+
+def compiled(mod, kernels: str) -> rvm.Executable:
+    key = (id(mod), kernels)
+    if key not in _CACHE:
+        _CACHE[key] = rvm.compile(mod, kernels=kernels)
+    return _CACHE[key]
+
+
+@pytest.fixture
+def mlp_vm(exec_mode, kernels):
+    return rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
+
+
+def mlp_args(n: int = 3) -> list[np.ndarray]:
+    args = list(PROGRAMS[0].args())
+    args[0] = np.random.default_rng(n).standard_normal((n, 784)).astype("float32")
+    return args
+
+
+def test_wrong_arity_dtype_and_shape(mlp_vm):
+    x, w1, b1, w2, b2 = mlp_args()
+    with pytest.raises(TypeError, match=r"main takes 5 arguments \(x, w1, b1, w2, b2\), got 4"):
+        mlp_vm["main"](x, w1, b1, w2)
+    with pytest.raises(TypeError, match="main: argument 1 'w1' expects float32, got float64"):
+        mlp_vm["main"](x, w1.astype("float64"), b1, w2, b2)
+    with pytest.raises(rvm.ShapeError, match=r"argument 0 'x' expects a 2-d tensor"):
+        mlp_vm["main"](x[0], w1, b1, w2, b2)
+    with pytest.raises(rvm.ShapeError, match=r"argument 2 'b1' has shape \(127,\), expected"):
+        mlp_vm["main"](x, w1, b1[:127], w2, b2)
+    # a bad call leaves the VM usable
+    out = mlp_vm["main"](x, w1, b1, w2, b2)
+    assert_values_close(out, PROGRAMS[0].numpy_ref(x, w1, b1, w2, b2), rtol=1e-4, atol=1e-5)
+
+
+def test_symbolic_dimension_disagreement_names_both_arguments(exec_mode, kernels):
+    from rvm.testing.programs import Attention  # noqa: F401  (one symbolic dim, one param)
+
+    mod = rvm.script.parse(
+        '''
+from rvm import op
+from rvm.script import T, module, func
+
+@module
+class M:
+    @func
+    def main(x: T[("n", 4), "float32"], y: T[("n", 4), "float32"]):
+        return x + y
+'''
+    )
+    vm = rvm.VirtualMachine(rvm.compile(mod, kernels=kernels), exec_mode=exec_mode)
+    x, y = np.ones((3, 4), "float32"), np.ones((2, 4), "float32")
+    with pytest.raises(
+        rvm.ShapeError, match=r"main: argument 1 'y' has shape \(2, 4\), but n = 3 from argument 0"
+    ):
+        vm["main"](x, y)
+    np.testing.assert_array_equal(vm["main"](x, x), x + x)
+
+
+def test_dlpack_and_array_like_inputs(mlp_vm):
+    x, w1, b1, w2, b2 = mlp_args()
+
+    class ArrayLike:
+        def __init__(self, a):
+            self.a = a
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a
+
+    out = mlp_vm["main"](ArrayLike(x), w1, b1, w2, b2)
+    assert isinstance(out, np.ndarray)
+    # numpy arrays export __dlpack__; a non-contiguous view is made contiguous
+    xt = np.asfortranarray(x)
+    assert_values_close(mlp_vm["main"](xt, w1, b1, w2, b2), out)
+
+
+def test_stateful_api_by_name_and_position(mlp_vm):
+    x, w1, b1, w2, b2 = mlp_args()
+    expected = mlp_vm["main"](x, w1, b1, w2, b2)
+    mlp_vm.set_input("main", x, w1, b1, w2=w2, b2=b2)
+    mlp_vm.invoke_stateful("main")
+    assert_values_close(mlp_vm.get_outputs("main"), expected)
+    mlp_vm.save_function("main", "main_bound", x, w1, b1, w2, b2)
+    assert_values_close(mlp_vm["main_bound"](), expected)
+
+
+def test_time_evaluator_and_profile(mlp_vm):
+    args = mlp_args()
+    t = mlp_vm.time_evaluator("main", number=3, repeat=2)(*args)
+    assert len(t.results) == 2 and t.mean > 0 and t.median > 0 and t.std >= 0
+    report = mlp_vm.profile("main", *args)
+    names = [row["name"] for row in report.rows]
+    assert any(n.startswith("fused_matmul_add_relu") for n in names), names
+    text = str(report)
+    assert "VM overhead" in text or "overhead" in text.lower()
+    assert "fused_matmul_add_relu" in report.csv()
+    assert "fused_matmul_add_relu" in report.json()
+
+
+def test_instrument_counts_and_skip_run(exec_mode, kernels):
+    vm = rvm.VirtualMachine(compiled(Recursion, kernels), exec_mode=exec_mode)
+    calls: dict[str, int] = {}
+
+    def count(name, args, before):
+        if before:
+            calls[name] = calls.get(name, 0) + 1
+
+    vm.set_instrument(count)
+    assert int(vm["fib"](np.int64(10))) == 55
+    kernel_calls = {k: v for k, v in calls.items() if not k.startswith("vm.builtin")}
+    # fib(10) makes 177 calls: each compares n < 2; the 88 that recurse subtract twice, add once
+    assert sum(v for k, v in kernel_calls.items() if "less" in k) == 177
+    assert sum(v for k, v in kernel_calls.items() if "subtract" in k) == 2 * 88
+    vm.set_instrument(None)
+    assert int(vm["fib"](np.int64(10))) == 55
+
+    def skip_all(name, args, before):
+        return rvm.SKIP_RUN if before and name.startswith("fused") else None
+
+    vm.set_instrument(skip_all)
+    vm["tail_sum"](np.int64(0), np.int64(0))  # runs without kernels doing anything
+    vm.set_instrument(None)
+
+
+def test_runtime_error_carries_vm_stack(exec_mode, kernels):
+    vm = rvm.VirtualMachine(compiled(Recursion, kernels), exec_mode=exec_mode)
+
+    def boom(name, args, before):
+        if before and "subtract" in name:
+            raise RuntimeError("injected")
+
+    vm.set_instrument(boom)
+    with pytest.raises(rvm.VMError, match=r"in @fib pc=\d+"):
+        vm["fib"](np.int64(5))
+    vm.set_instrument(None)
+    assert int(vm["fib"](np.int64(5))) == 5
+
+
+def test_threads_each_with_own_vm(exec_mode, kernels):
+    ex = compiled(MLP, kernels)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+            for n in (1, 4, 2):
+                args = mlp_args(n + seed)
+                assert_values_close(vm["main"](*args), PROGRAMS[0].numpy_ref(*args),
+                                    rtol=1e-4, atol=1e-5)
+        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_memory_stays_flat_over_many_calls(mlp_vm):
+    args = mlp_args(2)
+    for _ in range(50):
+        mlp_vm["main"](*args)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        for _ in range(2000):
+            mlp_vm["main"](*args)
+        gc.collect()
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert current - base < 256 * 1024, f"memory grew by {current - base} bytes"
+
+
+def test_run_pipeline_dumps_every_pass(tmp_path):
+    from rvm.transform import run_pipeline
+
+    run_pipeline(MLP, verify=True, dump_dir=tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files[0] == "00_input.py" and files[-1].endswith("_kill.py")
+    assert "vm.call_dps" in (tmp_path / files[-1]).read_text()
+    assert len(files) == 12
