@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Expr
+from rvm.ir.infer import infer_type
 from rvm.ir.types import AnyType, Dim, Shape, TensorType, TupleType, Type, promote_dtypes
 from rvm.op import numpy_ref, ops
 from rvm.op.core import (
@@ -81,8 +82,24 @@ def _infer_reshape(call_: Call, args: list[TensorType]) -> Type:
 
 
 def reshape(x: ExprLike, shape: Sequence[int | str]) -> Call:
-    """``x`` with a new shape of the same size; one dimension may be -1 (solved)."""
-    return call(ops.reshape, as_expr(x), shape=check_shape("reshape", shape, allow_infer=True))
+    """``x`` with a new shape of the same size; one dimension may be -1.
+
+    When ``x``'s shape is known well enough to solve the -1 (an int or a symbolic name), the
+    call stores the solved shape: at run time NumPy cannot solve a -1 beside an empty dimension
+    (``(0, 4)`` to ``(n, -1, 2)`` with n = 0), but the types can.
+    """
+    x = as_expr(x)
+    target = check_shape("reshape", shape, allow_infer=True)
+    if -1 in target:
+        ty = infer_type(x)
+        if isinstance(ty, TensorType) and ty.shape is not None:
+            try:
+                solved = reshape_shape(ty.shape, target)
+            except IRError:
+                solved = (None,)  # reported by type inference, where the binding is known
+            if all(d is not None for d in solved):
+                target = solved
+    return call(ops.reshape, x, shape=target)
 
 
 # ---------------------------------------------------------------------------------------------
