@@ -10,7 +10,6 @@ failing example replayed from hypothesis' database compiles fast.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 
 import rvm
