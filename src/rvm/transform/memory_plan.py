@@ -129,7 +129,14 @@ class _Planner:
         return _Region(last_use, local)
 
     def _plannable(self, ty: Type | None) -> list[TensorType] | None:
-        """The tensors a kernel writes for a result of type ``ty``; None: it allocates."""
+        """The tensors a kernel writes for a result of type ``ty``; None: it allocates.
+
+        A 0-d result (the counters and conditions of control code) is left to the kernel too:
+        one CallPacked whose kernel allocates costs less than four allocation instructions and
+        a pool lookup, and there is nothing worth planning in 8 bytes.
+        """
+        if isinstance(ty, TensorType) and ty.shape == ():
+            return None
         fields = ty.fields if isinstance(ty, TupleType) else (ty,)
         for f in fields:
             if not isinstance(f, TensorType) or f.shape is None or f.dtype is None:
