@@ -4,9 +4,10 @@ A `Storage` is an aligned uint8 numpy buffer; ALLOC_TENSOR makes C-contiguous vi
 (`alloc_tensor`). Views keep the block's root buffer alive, so CPython's reference count tells
 when nothing uses a block any more.
 
-`PooledAllocator` keeps every block it made in buckets by size class and, on allocation, reuses
+`PooledAllocator` keeps the blocks it made in buckets by size class and, on allocation, reuses
 a block of the right class whose root buffer is referenced only by the pool (checked with
-`sys.getrefcount`, against a baseline measured when the block was made). A tensor the caller
+`sys.getrefcount`, against a baseline measured when the block was made), checking at most a
+few blocks, oldest first, so an allocation costs the same however many blocks are alive. A tensor the caller
 still holds keeps its block's count up, so a result is never overwritten by a later call; a
 block comes back as soon as its last tensor dies (or its register is killed). Size classes are
 multiples of 64 bytes up to 4 KiB, then steps of 1/8 of the power of two above, so dynamic
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -61,6 +63,33 @@ def _new_block(nbytes: int, alignment: int) -> tuple[np.ndarray, np.ndarray]:
     raw = np.empty(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw, raw[start : start + nbytes]
+
+
+PROBES = 4
+"""How many blocks of a size class an allocation checks before it makes a new one."""
+
+MAX_POOLED_PER_CLASS = 256
+"""Blocks a size class keeps; beyond it new blocks are plain (numpy frees them)."""
+
+
+def _take_free(bucket: deque) -> Storage | None:
+    """A free block of ``bucket``, checking at most `PROBES` of them (oldest first).
+
+    Blocks handed out or found busy go to the back, so the front holds the blocks handed out
+    longest ago: the likeliest to be free. The cost stays constant however many blocks of the
+    class are alive (an ADT list of 10 000 tensors), where a full scan would make a program
+    quadratic.
+    """
+    for _ in range(min(PROBES, len(bucket))):
+        entry = bucket.popleft()
+        bucket.append(entry)
+        # Entries are [storage, storage baseline, raw baseline], measured in _alloc_new
+        # exactly as checked here: the entry's slot, the local and getrefcount's argument;
+        # for the raw buffer the storage's and the aligned view's references.
+        storage = entry[0]
+        if _getrefcount(storage) == entry[1] and _getrefcount(storage.owner) == entry[2]:
+            return storage
+    return None
 
 
 def size_class(nbytes: int) -> int:
@@ -136,45 +165,43 @@ class PooledAllocator:
         self.reserved_bytes = 0
         self.peak_bytes = 0
         # (request bytes, alignment) -> the bucket of its size class; (class, alignment) -> it.
-        self._requests: dict[tuple[int, int], list[list]] = {}
-        self._buckets: dict[tuple[int, int], list[list]] = {}
+        self._requests: dict[tuple[int, int], deque] = {}
+        self._buckets: dict[tuple[int, int], deque] = {}
 
     def alloc(self, nbytes: Any, alignment: int = 64) -> Storage:
         """Returns a `Storage` of at least `nbytes` bytes aligned to `alignment`."""
         nbytes = int(nbytes)
         bucket = self._requests.get((nbytes, alignment))
         if bucket is not None:
-            # Entries are [storage, storage baseline, raw baseline], measured in _alloc_new
-            # exactly as checked here: the list slot, the local and getrefcount's argument;
-            # for the raw buffer the storage's and the aligned view's references.
-            for entry in bucket:
-                storage = entry[0]
-                if (_getrefcount(storage) == entry[1]
-                        and _getrefcount(storage.owner) == entry[2]):
-                    self.pool_hits += 1
-                    return storage
+            storage = _take_free(bucket)
+            if storage is not None:
+                self.pool_hits += 1
+                return storage
         return self._alloc_new(nbytes, alignment)
 
     def _alloc_new(self, nbytes: int, alignment: int) -> Storage:
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
         size = size_class(nbytes)
-        bucket = self._buckets.setdefault((size, alignment), [])
+        bucket = self._buckets.get((size, alignment))
+        if bucket is None:
+            bucket = self._buckets[(size, alignment)] = deque()
         self._requests[(nbytes, alignment)] = bucket
-        for entry in bucket:  # a block of the class another request size made
-            storage = entry[0]
-            if _getrefcount(storage) == entry[1] and _getrefcount(storage.owner) == entry[2]:
-                self.pool_hits += 1
-                return storage
+        storage = _take_free(bucket)  # a block of the class another request size made
+        if storage is not None:
+            self.pool_hits += 1
+            return storage
         raw, buf = _new_block(size, alignment)
         storage = Storage(buf, size, raw)
         del raw, buf
+        self.allocations += 1
+        if len(bucket) >= MAX_POOLED_PER_CLASS:
+            return storage  # so many live blocks of this size: this one is not pooled
         entry = [storage, 0, 0]
         bucket.append(entry)
-        # Measured as alloc() checks: with the local `storage` bound.
+        # Measured as _take_free checks: with the local `storage` bound.
         entry[1] = _getrefcount(storage)
         entry[2] = _getrefcount(storage.owner)
-        self.allocations += 1
         self.reserved_bytes += size + alignment
         self.peak_bytes = max(self.peak_bytes, self.reserved_bytes)
         return storage
