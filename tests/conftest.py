@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-EXEC_MODES = ("bytecode",)
+EXEC_MODES = ("bytecode", "compiled")
 KERNELS = ("numpy", "jit")
 
 

@@ -18,8 +18,8 @@ def f32(*shape: int) -> np.ndarray:
 
 
 @pytest.fixture
-def sym_vm() -> VirtualMachine:
-    return VirtualMachine(h.symbolic_program())
+def sym_vm(exec_mode) -> VirtualMachine:
+    return VirtualMachine(h.symbolic_program(), exec_mode=exec_mode)
 
 
 def test_symbolic_dimension_mismatch_names_both_arguments(sym_vm):
@@ -63,7 +63,7 @@ def test_inputs_lists_dlpack_and_non_contiguous(sym_vm):
     np.testing.assert_allclose(sym_vm["main"](DL(y), y), np.exp(y), rtol=1e-6)
 
 
-def test_vm_error_carries_the_vm_stack_and_the_next_call_works():
+def test_vm_error_carries_the_vm_stack_and_the_next_call_works(exec_mode):
     b = ExecBuilder()
     bad = b.add_kernel(h.BAD)
     f = b.function("helper", ("x",))
@@ -79,7 +79,7 @@ def test_vm_error_carries_the_vm_stack_and_the_next_call_works():
     f.emit(O.MOVE, 0, r)
     f.place(no)
     f.emit(O.RET, 0)
-    vm = VirtualMachine(b.build())
+    vm = VirtualMachine(b.build(), exec_mode=exec_mode)
     x = f32(2)
     with pytest.raises(VMError) as info:
         vm["main"](x, np.int64(1))
@@ -91,14 +91,14 @@ def test_vm_error_carries_the_vm_stack_and_the_next_call_works():
     np.testing.assert_array_equal(vm["main"](x, np.int64(0)), x)  # state was reset
 
 
-def test_fatal_raises_vm_error_with_message():
-    vm = VirtualMachine(h.every_opcode_program())
+def test_fatal_raises_vm_error_with_message(exec_mode):
+    vm = VirtualMachine(h.every_opcode_program(), exec_mode=exec_mode)
     with pytest.raises(VMError, match=r"fatal: boom!\nVM stack.*\n  in @boom pc=0: fatal"):
         vm["boom"]()
 
 
-def test_instrument_counts_and_skip_run():
-    vm = VirtualMachine(h.straight_line())
+def test_instrument_counts_and_skip_run(exec_mode):
+    vm = VirtualMachine(h.straight_line(), exec_mode=exec_mode)
     x = np.ones(4, np.float32)
     calls = []
 
@@ -122,8 +122,8 @@ def test_instrument_counts_and_skip_run():
     np.testing.assert_allclose(vm["main"](x, x), np.exp(2 * x), rtol=1e-6)
 
 
-def test_profile_report_rows():
-    vm = VirtualMachine(h.symbolic_program())
+def test_profile_report_rows(exec_mode):
+    vm = VirtualMachine(h.symbolic_program(), exec_mode=exec_mode)
     x = f32(3, 4)
     report = vm.profile("main", x, x)
     names = {r["name"]: r for r in report.rows}
@@ -140,8 +140,8 @@ def test_profile_report_rows():
     np.testing.assert_allclose(vm["main"](x, x), np.exp(x), rtol=1e-6)  # unwrapped again
 
 
-def test_time_evaluator_fields():
-    vm = VirtualMachine(h.straight_line())
+def test_time_evaluator_fields(exec_mode):
+    vm = VirtualMachine(h.straight_line(), exec_mode=exec_mode)
     x = np.ones(4, np.float32)
     res = vm.time_evaluator("main", number=5, repeat=3)(x, x)
     assert len(res.results) == 3 and all(t > 0 for t in res.results)
@@ -150,8 +150,8 @@ def test_time_evaluator_fields():
     assert res.number > 1
 
 
-def test_set_input_by_name_and_invoke_stateful():
-    vm = VirtualMachine(h.straight_line())
+def test_set_input_by_name_and_invoke_stateful(exec_mode):
+    vm = VirtualMachine(h.straight_line(), exec_mode=exec_mode)
     x, y = f32(4), f32(4)
     vm.set_input("main", x, y=y)
     vm.invoke_stateful("main")
@@ -165,26 +165,26 @@ def test_set_input_by_name_and_invoke_stateful():
         vm.set_input("main", y=y)
 
 
-def test_save_function():
-    vm = VirtualMachine(h.straight_line())
+def test_save_function(exec_mode):
+    vm = VirtualMachine(h.straight_line(), exec_mode=exec_mode)
     x, y = f32(4), f32(4)
     vm.save_function("main", "main_bound", x, y)
     np.testing.assert_allclose(vm["main_bound"](), np.exp(x + y), rtol=1e-6)
     assert vm.time_evaluator("main_bound", number=2, repeat=1)().mean > 0
 
 
-def test_unknown_function_name():
-    vm = VirtualMachine(h.straight_line())
+def test_unknown_function_name(exec_mode):
+    vm = VirtualMachine(h.straight_line(), exec_mode=exec_mode)
     with pytest.raises(KeyError, match="no function 'nope'"):
         vm["nope"]
 
 
-def test_tuple_and_adt_param_kinds():
+def test_tuple_and_adt_param_kinds(exec_mode):
     b = ExecBuilder()
     f = b.function("first", ("t",), (ParamSpec("t", "tuple"),))
     f.emit(O.GET_FIELD, 0, 0, 0)
     f.emit(O.RET, 0)
-    vm = VirtualMachine(b.build())
+    vm = VirtualMachine(b.build(), exec_mode=exec_mode)
     np.testing.assert_array_equal(vm["first"]((np.ones(2), 3)), np.ones(2))
     with pytest.raises(TypeError, match="argument 0 't' expects a tuple, got ndarray"):
         vm["first"](np.ones(2))

@@ -10,7 +10,7 @@ from rvm.codegen.kernel_numpy import LIBRARY_NAME, library_source, numpy_kernel
 from rvm.codegen.vm_codegen import vm_codegen
 from rvm.errors import IRError
 from rvm.ir import IRModule
-from rvm.runtime.executable import Executable, KernelRecord
+from rvm.runtime.executable import EXEC_MODES, Executable, KernelRecord
 from rvm.transform.pipeline import default_passes, run_pipeline
 
 logger = logging.getLogger("rvm.codegen")
@@ -33,6 +33,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     opt_level: int = 2,
     verify: bool = False,
     dump_dir: str | os.PathLike | None = None,
+    exec_mode: str = "bytecode",
 ) -> Executable:
     """Compile ``mod`` to an executable for `rvm.VirtualMachine`.
 
@@ -43,11 +44,15 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         opt_level: 0 disables operator fusion; 2 (default) fuses.
         verify: run the IR verifier after every pass.
         dump_dir: write the module after every pass into this directory.
+        exec_mode: the executable's ``default_exec_mode``, which ``rvm.VirtualMachine(ex)``
+            uses when given none: ``"bytecode"`` or ``"compiled"``.
     """
     if not isinstance(mod, IRModule):
         raise TypeError(f"rvm.compile expects an IRModule, got {type(mod).__name__}")
     if kernels not in KERNEL_BACKENDS:
         raise ValueError(f"kernels must be one of {KERNEL_BACKENDS}, got {kernels!r}")
+    if exec_mode not in EXEC_MODES:
+        raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
     passes = default_passes()
     if opt_level < 2:
         from rvm.transform.fuse_ops import fuse_ops
@@ -63,4 +68,4 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     except IRError as err:
         raise IRError(f"codegen: {err}") from None
     logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))
-    return ex
+    return ex if exec_mode == ex.default_exec_mode else ex.with_exec_mode(exec_mode)

@@ -8,6 +8,7 @@ where VMs keep what they derive from it once (decoded code, loaded kernels).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ MAX_REGISTERS = 1 << 20
 _KINDS = ("tensor", "tuple", "adt", "any")
 _BACKENDS = ("numpy", "jit")
 _STYLES = ("dps", "return")
+EXEC_MODES = ("bytecode", "compiled")
 _TERMINATORS = (Opcode.RET, Opcode.GOTO, Opcode.FATAL, Opcode.IF)
 
 
@@ -98,6 +100,8 @@ class Executable:
         kernels: Kernel records by name (read-only mapping).
         libraries: Python sources shared by numpy kernels, by name (read-only mapping).
         adts: The algebraic data types, for printing values with constructor names.
+        default_exec_mode: The exec mode of `VirtualMachine(ex)` without one: "bytecode" or
+            "compiled" (recorded by `rvm.compile(..., exec_mode=...)`, saved with the file).
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class Executable:
         kernels: Mapping[str, KernelRecord] | None = None,
         libraries: Mapping[str, str] | None = None,
         adts: Iterable[ADTInfo] = (),
+        default_exec_mode: str = "bytecode",
     ) -> None:
         self.functions: tuple[VMFunction, ...] = tuple(functions)
         consts = []
@@ -124,6 +129,7 @@ class Executable:
         self.kernels: Mapping[str, KernelRecord] = MappingProxyType(dict(kernels or {}))
         self.libraries: Mapping[str, str] = MappingProxyType(dict(libraries or {}))
         self.adts: tuple[ADTInfo, ...] = tuple(adts)
+        self.default_exec_mode = default_exec_mode
         validate(self)
         self._index = {f.name: i for i, f in enumerate(self.functions)}
         self.constructor_names: dict[int, str] = {
@@ -145,6 +151,14 @@ class Executable:
     def get_function(self, name: str) -> VMFunction:
         """Returns the `VMFunction` called `name`."""
         return self.functions[self.function_index(name)]
+
+    def with_exec_mode(self, exec_mode: str) -> Executable:
+        """This executable with another `default_exec_mode` (sharing tables and caches)."""
+        if exec_mode not in EXEC_MODES:
+            raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
+        other = copy.copy(self)
+        other.default_exec_mode = exec_mode
+        return other
 
     def cached(self, key: str, factory: Callable[[], Any]) -> Any:
         """Returns the value cached under `key`, computing it once with `factory` (thread-safe).
@@ -268,6 +282,8 @@ def validate(ex: Executable) -> None:
     Raises:
         ExecutableFormatError: naming the function, pc and operand at fault.
     """
+    if ex.default_exec_mode not in EXEC_MODES:
+        _fail(f"default exec mode {ex.default_exec_mode!r} is not one of {EXEC_MODES}")
     names = [f.name for f in ex.functions]
     if len(set(names)) != len(names):
         _fail(f"duplicate function names in {names}")

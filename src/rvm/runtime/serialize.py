@@ -8,8 +8,10 @@ Layout (little endian)::
 Sections, in DESIGN.md's order: GLOB (function table: name, kind, params and their specs,
 register-file size, code range; then the ADTs), CONS (constant pool: dtype string, shape, raw
 bytes), PRIM (primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
-`OPCODE_INFO`), KERN (kernel records and shared libraries). Readers skip unknown sections of the
-same major version; a new major version means an incompatible layout.
+`OPCODE_INFO`), KERN (kernel records and shared libraries), then, since version 1.1, META
+(string key/value pairs: `default_exec_mode`). Readers skip unknown sections of the same major
+version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a
+new major version means an incompatible layout.
 
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
@@ -34,8 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["encode", "decode", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 0)
+VERSION = (1, 1)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
+META = b"META"  # optional (added in 1.1), after SECTIONS
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -127,9 +130,9 @@ class _Reader:
 
 def encode(ex: Executable) -> bytes:
     """The RVMX image of `ex`."""
-    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex)]
+    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex)]
     out = [_HEADER.pack(MAGIC, VERSION[0], VERSION[1], len(sections))]
-    for tag, payload in zip(SECTIONS, sections):
+    for tag, payload in zip((*SECTIONS, META), sections):
         out.append(_SECTION.pack(tag, len(payload), zlib.crc32(payload)))
         out.append(payload)
     return b"".join(out)
@@ -228,6 +231,16 @@ def _kern(ex: Executable) -> bytes:
     return w.getvalue()
 
 
+def _meta(ex: Executable) -> bytes:
+    w = _Writer()
+    items = {"default_exec_mode": ex.default_exec_mode}
+    w.count(len(items))
+    for key, value in items.items():
+        w.str(key)
+        w.str(value)
+    return w.getvalue()
+
+
 # -- decode -------------------------------------------------------------------------------
 
 
@@ -296,8 +309,15 @@ def _decode_sections(found: dict[bytes, bytes]) -> dict[str, Any]:
             VMFunction(name, params, specs, nregs, tuple(code[start : start + length]), kind)
         )
     kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
-    return {"functions": functions, "constants": constants, "primitive_names": prims,
-            "kernels": kernels, "libraries": libraries, "adts": adts}
+    out = {"functions": functions, "constants": constants, "primitive_names": prims,
+           "kernels": kernels, "libraries": libraries, "adts": adts}
+    if META in found:  # absent in version 1.0 files
+        r = _Reader(found[META], "metadata")
+        meta = {r.str(): r.str() for _ in range(r.count(8))}
+        r.end()
+        if "default_exec_mode" in meta:
+            out["default_exec_mode"] = meta["default_exec_mode"]
+    return out
 
 
 def _read_glob(r: _Reader) -> tuple[list[tuple], list[ADTInfo]]:

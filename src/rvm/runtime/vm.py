@@ -9,6 +9,9 @@ Packed calls go through `self._packed`, a list of callables built at constructio
 profiling replace that list with wrapped callables (see `profiler.py`), so the loop has no flags
 and runs at the same speed when nothing is instrumented.
 
+With `exec_mode="compiled"` the same API runs each function as generated Python instead
+(`compiled.py`): `self._run` is the one switch, and `_execute` stays the loop untouched.
+
 A failure in the loop raises `VMError` carrying the VM stack (`in @main pc=7: invoke_packed
 fused_add_exp`), chained to the original exception. All loop state is local, so the next call
 starts clean.
@@ -24,9 +27,10 @@ import numpy as np
 
 from rvm.errors import VMError
 from rvm.runtime.bytecode import Opcode
+from rvm.runtime.compiled import CompiledProgram, compiled_functions
 from rvm.runtime.decode import TAIL_INVOKE, TAIL_INVOKE_CLOSURE, decode_executable
 from rvm.runtime.entry import check_arguments
-from rvm.runtime.executable import Executable
+from rvm.runtime.executable import EXEC_MODES, Executable
 from rvm.runtime.kernels import KERNEL_FILE_PREFIX, resolve_primitives
 from rvm.runtime.memory import NaiveAllocator, PooledAllocator, make_allocator
 from rvm.runtime.objects import ADT, Closure
@@ -42,7 +46,6 @@ from rvm.runtime.text import describe_instruction
 
 __all__ = ["VirtualMachine", "SKIP_RUN"]
 
-EXEC_MODES = ("bytecode", "compiled")
 MAX_CALL_DEPTH = 500_000
 
 _MOVE = Opcode.MOVE.value
@@ -76,7 +79,8 @@ class VirtualMachine:
 
     Args:
         ex: The executable.
-        exec_mode: "bytecode" (the interpreter loop). "compiled" is not available yet.
+        exec_mode: "bytecode" (the dispatch loop) or "compiled" (each function as generated
+            Python, see `compiled.py`); None takes the executable's `default_exec_mode`.
         allocator: "pooled" (reuse storage nothing references any more), "naive", or an
             allocator object with `alloc(nbytes, alignment) -> Storage`.
 
@@ -87,14 +91,12 @@ class VirtualMachine:
     """
 
     def __init__(
-        self, ex: Executable, exec_mode: str = "bytecode", allocator: Any = "pooled"
+        self, ex: Executable, exec_mode: str | None = None, allocator: Any = "pooled"
     ) -> None:
         if not isinstance(ex, Executable):
             raise TypeError(f"VirtualMachine expects an Executable, got {type(ex).__name__}")
-        if exec_mode == "compiled":
-            raise ValueError(
-                "exec_mode='compiled' is not available yet; use exec_mode='bytecode'"
-            )
+        if exec_mode is None:
+            exec_mode = ex.default_exec_mode
         if exec_mode not in EXEC_MODES:
             raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
         self.executable = ex
@@ -109,6 +111,15 @@ class VirtualMachine:
         self._inputs: dict[str, list[Any]] = {}
         self._outputs: dict[str, Any] = {}
         self._saved: dict[str, tuple[int, list[Any]]] = {}
+        # `_run(fidx, args)` runs a function: the bytecode loop or the compiled closures.
+        self._run: Callable[[int, list[Any]], Any] = self._execute
+        if exec_mode == "compiled":
+            self._run = CompiledProgram(self, _Fatal).execute
+
+    def compiled_source(self, name: str) -> str:
+        """The Python source the compiled exec mode runs for function `name` (any mode)."""
+        _, functions = compiled_functions(self.executable)
+        return functions[self.executable.function_index(name)].source
 
     # -- calling from Python ----------------------------------------------------------------
 
@@ -126,11 +137,11 @@ class VirtualMachine:
                 raise TypeError(f"{name} was saved with its arguments and takes none")
             return self._run_saved(name)
         fidx = self.executable.function_index(name)
-        return self._execute(fidx, check_arguments(self.executable.functions[fidx], args))
+        return self._run(fidx, check_arguments(self.executable.functions[fidx], args))
 
     def _run_saved(self, name: str) -> Any:
         fidx, args = self._saved[name]
-        return self._execute(fidx, args)
+        return self._run(fidx, args)
 
     def _checked(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[int, list]:
         fidx = self.executable.function_index(name)
@@ -160,7 +171,7 @@ class VirtualMachine:
         if name not in self._inputs:
             raise VMError(f"invoke_stateful({name!r}): call set_input({name!r}, ...) first")
         fidx = self.executable.function_index(name)
-        self._outputs[name] = self._execute(fidx, self._inputs[name])
+        self._outputs[name] = self._run(fidx, self._inputs[name])
 
     def get_outputs(self, name: str) -> Any:
         """The result of the last `invoke_stateful(name)`."""
@@ -187,7 +198,7 @@ class VirtualMachine:
                 fidx, checked = self._saved[name]
             else:
                 fidx, checked = self._checked(name, args, {})
-            return timed_runs(lambda: self._execute(fidx, checked), number, repeat,
+            return timed_runs(lambda: self._run(fidx, checked), number, repeat,
                               min_repeat_ms)
 
         return evaluator
@@ -219,7 +230,7 @@ class VirtualMachine:
         ]
         try:
             start = time.perf_counter()
-            self._execute(fidx, checked)
+            self._run(fidx, checked)
             total = time.perf_counter() - start
         finally:
             self._packed = saved
@@ -344,6 +355,7 @@ class VirtualMachine:
     def _vm_error(self, error: Exception, stack: list[tuple[int, int]]) -> VMError:
         ex = self.executable
         lines = []
+        full_stack = stack
         if len(stack) > 20:
             omitted = len(stack) - 20
             stack = stack[:10] + [(-1, omitted)] + stack[-10:]
@@ -372,7 +384,10 @@ class VirtualMachine:
         parts = [head, "VM stack (most recent call last):", *lines]
         if kernel_line:
             parts.append(kernel_line)
-        return VMError("\n".join(parts))
+        err = VMError("\n".join(parts))
+        # For the compiled mode, which nests bytecode runs: the frames and the original error.
+        err._vm_stack, err._vm_cause = full_stack, error  # type: ignore[attr-defined]
+        return err
 
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.executable.functions)

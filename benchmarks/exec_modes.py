@@ -1,0 +1,252 @@
+"""Benchmark of the exec modes: `rvm.interpret`, the bytecode loop and the compiled mode.
+
+Run: ``PYTHONPATH=src python benchmarks/exec_modes.py [--quick] [--kernels numpy,jit]``.
+Prints a table and writes ``benchmarks/results/exec_modes.json``. Every time is a median of
+repeats (the machine is shared and noisy); every ratio compares timings of the same run.
+
+Programs:
+
+- ``chain100``: 100 x ``h = tanh(matmul(h, w))`` on a 1x8 input, as parsed rvm script.
+  matmul is a fusion anchor taking the tanh epilogue, so each step is one kernel plus its
+  allocation and kill instructions: straight-line, dispatch-bound code.
+- ``rnn100``: a ``while`` loop of 100 RNN-cell steps (``tanh(matmul(h, w))`` on 1x16 and the
+  counter): compare, branch, kernels and a self tail call per iteration.
+- ``fib20``: ``fib(20)`` by non-tail recursion (21 891 calls).
+- ``mlp1``: the MLP 784-128-10 at batch 1 (kernel-bound).
+
+Figures per program, kernel backend and mode: ``call_us`` (median of ``time_evaluator``),
+``instructions`` executed (counted exactly by a bytecode VM whose decoded code tuples count
+every fetch; a tail call counts once), ``kernel_us`` (the same packed calls, recorded with
+``set_instrument`` and replayed from a plain Python loop), and ``overhead_ns_per_instr`` =
+``(call - kernels) / instructions``: what the VM itself costs per instruction (dispatch,
+register moves, allocation, calls). The compiled mode runs the same instructions.
+
+Goals: compiled <= 0.6x bytecode on chain100 and rnn100; bytecode <= 0.5x interpret on
+chain100, rnn100 and fib20; compiled VM overhead <= 150 ns per instruction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # tiny kernels: a BLAS pool only adds noise
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import rvm  # noqa: E402
+from rvm.ir import IRModule  # noqa: E402
+from rvm.runtime.decode import DecodedFunction  # noqa: E402
+from rvm.testing.programs import MLP, Recursion  # noqa: E402
+
+MODES = ("bytecode", "compiled")
+GOAL_COMPILED_OVER_BYTECODE = 0.6
+GOAL_BYTECODE_OVER_INTERP = 0.5
+GOAL_OVERHEAD_NS = 150.0
+
+RNN_TEXT = '''
+@module
+class RNN:
+    @func
+    def main(h: T[(1, 16), "float32"], w: T[(16, 16), "float32"], steps: T[(), "int64"]):
+        i = rvm.const(0, "int64")
+        while i < steps:
+            h = op.tanh(op.matmul(h, w))
+            i = i + 1
+        return h
+'''
+
+
+def chain_module(steps: int) -> IRModule:
+    """``steps`` x ``h = tanh(matmul(h, w))`` on 1x8, written as rvm script and parsed."""
+    lines = ["@module", "class Chain:", "    @func",
+             '    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):']
+    lines += ["        h = op.tanh(op.matmul(h, w))"] * steps + ["        return h"]
+    return rvm.script.parse("\n".join(lines))
+
+
+def programs() -> list[dict[str, Any]]:
+    """name, module, function, args, and whether the interpreter is timed."""
+    rng = np.random.default_rng(0)
+
+    def f32(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype("float32")
+
+    return [
+        {"name": "chain100", "mod": chain_module(100), "fname": "main",
+         "args": (f32(1, 8), f32(8, 8, scale=0.3))},
+        {"name": "rnn100", "mod": rvm.script.parse(RNN_TEXT), "fname": "main",
+         "args": (f32(1, 16), f32(16, 16, scale=0.3), np.array(100, "int64"))},
+        {"name": "fib20", "mod": Recursion, "fname": "fib", "args": (np.array(20, "int64"),)},
+        {"name": "mlp1", "mod": MLP, "fname": "main",
+         "args": (f32(1, 784), f32(784, 128, scale=0.05), f32(128), f32(128, 10, scale=0.1),
+                  f32(10))},
+    ]
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+def median_time(fn: Callable[[], object], repeat: int, number: int = 1) -> float:
+    """The median seconds per call of ``fn()`` over ``repeat`` runs of ``number`` calls."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return sorted(times)[len(times) // 2]
+
+
+class _CountingCode(tuple):
+    """A decoded code tuple whose ``code[pc]`` counts the fetch."""
+
+    fetched = 0
+
+    def __getitem__(self, index: Any) -> Any:
+        _CountingCode.fetched += 1
+        return tuple.__getitem__(self, index)
+
+
+def count_instructions(ex: rvm.Executable, fname: str, args: tuple) -> int:
+    """Instructions one call executes (a counting bytecode VM, never used for timing)."""
+    vm = rvm.VirtualMachine(ex, exec_mode="bytecode")
+    vm._funcs = [DecodedFunction(_CountingCode(f.code), f.pad, f.nparams) for f in vm._funcs]
+    _CountingCode.fetched = 0
+    vm[fname](*args)
+    return _CountingCode.fetched
+
+
+def kernel_time(vm: rvm.VirtualMachine, fname: str, args: tuple, repeat: int) -> tuple[int, float]:
+    """The number of packed calls of one run, and their time replayed from a Python loop."""
+    by_name = dict(zip(vm.executable.primitive_names, vm._raw_packed))
+    calls: list[tuple[Callable[..., Any], tuple]] = []
+    vm.set_instrument(lambda name, a, before: calls.append((by_name[name], a)) if before else None)
+    try:
+        vm[fname](*args)
+    finally:
+        vm.set_instrument(None)
+
+    def replay() -> None:
+        for f, a in calls:
+            f(*a)
+
+    return len(calls), median_time(replay, repeat)
+
+
+def bench(prog: dict[str, Any], kernels: str, repeat: int, interp_s: float | None
+          ) -> list[dict[str, Any]]:
+    ex = rvm.compile(prog["mod"], kernels=kernels)
+    fname, args = prog["fname"], prog["args"]
+    instrs = count_instructions(ex, fname, args)
+    ref = rvm.interpret(prog["mod"], fname, *args) if prog["name"] != "fib20" else None
+    rows = []
+    for mode in MODES:
+        vm = rvm.VirtualMachine(ex, exec_mode=mode)
+        out = vm[fname](*args)
+        if ref is not None:
+            rvm.testing.assert_values_close(out, ref, rtol=1e-4, atol=1e-5)
+        number = 1 if prog["name"] == "fib20" else 20
+        call = vm.time_evaluator(fname, number=number, repeat=repeat)(*args).median
+        ncalls, kern = kernel_time(vm, fname, args, repeat)
+        rows.append({
+            "program": prog["name"], "kernels": kernels, "exec_mode": mode,
+            "instructions": instrs, "packed_calls": ncalls, "call_us": call * 1e6,
+            "kernel_us": kern * 1e6, "overhead_ns_per_instr": (call - kern) / instrs * 1e9,
+            "interp_us": None if interp_s is None else interp_s * 1e6,
+        })
+    byte, comp = rows
+    for r in rows:
+        r["over_bytecode"] = r["call_us"] / byte["call_us"]
+        r["over_interp"] = None if interp_s is None else r["call_us"] / (interp_s * 1e6)
+    comp["speedup_vs_bytecode"] = byte["call_us"] / comp["call_us"]
+    return rows
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def _f(v: Any, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'program':<9} {'kern':<5} {'mode':<8} {'instrs':>7} {'calls':>6} "
+            f"{'call us':>10} {'kern us':>9} {'ovh ns/i':>8} {'interp us':>10} "
+            f"{'/bytecode':>9} {'/interp':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['program']:<9} {r['kernels']:<5} {r['exec_mode']:<8} {r['instructions']:>7} "
+            f"{r['packed_calls']:>6} {r['call_us']:>10.1f} {r['kernel_us']:>9.1f} "
+            f"{r['overhead_ns_per_instr']:>8.0f} {_f(r['interp_us'], '10.1f')} "
+            f"{r['over_bytecode']:>9.2f} {_f(r['over_interp'], '8.3f')}")
+    return "\n".join(lines)
+
+
+def goals(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in rows:
+        key = f"{r['program']}/{r['kernels']}/{r['exec_mode']}"
+        if r["exec_mode"] == "compiled":
+            if r["program"] in ("chain100", "rnn100"):
+                ok = r["over_bytecode"] <= GOAL_COMPILED_OVER_BYTECODE
+                out.append(f"{key}: compiled/bytecode {r['over_bytecode']:.2f} "
+                           f"(goal <= {GOAL_COMPILED_OVER_BYTECODE}) {'ok' if ok else 'MISSED'}")
+            ok = r["overhead_ns_per_instr"] <= GOAL_OVERHEAD_NS
+            out.append(f"{key}: overhead {r['overhead_ns_per_instr']:.0f} ns/instr "
+                       f"(goal <= {GOAL_OVERHEAD_NS:.0f}) {'ok' if ok else 'MISSED'}")
+        elif r["over_interp"] is not None and r["program"] != "mlp1":
+            ok = r["over_interp"] <= GOAL_BYTECODE_OVER_INTERP
+            out.append(f"{key}: bytecode/interpret {r['over_interp']:.3f} "
+                       f"(goal <= {GOAL_BYTECODE_OVER_INTERP}) {'ok' if ok else 'MISSED'}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--kernels", default="numpy,jit", help="kernel backends to run")
+    opts = parser.parse_args()
+    repeat = 5 if opts.quick else 11
+    backends = [k for k in opts.kernels.split(",") if k]
+    rows: list[dict[str, Any]] = []
+    for prog in programs():
+        run = lambda p=prog: rvm.interpret(p["mod"], p["fname"], *p["args"])  # noqa: E731
+        interp_s = median_time(run, max(3, repeat // 2))
+        for kernels in backends:
+            try:
+                rows += bench(prog, kernels, repeat, interp_s)
+            except ImportError as e:  # no jit backend in this environment
+                print(f"{prog['name']}/{kernels}: skipped ({e})")
+    print(f"rvm exec modes (python {platform.python_version()}, numpy {np.__version__}, "
+          f"medians of {repeat})")
+    print(table(rows))
+    print()
+    for line in goals(rows):
+        print("  " + line)
+    out = ROOT / "benchmarks" / "results" / "exec_modes.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "python": platform.python_version(), "numpy": np.__version__, "repeat": repeat,
+        "goals": {"compiled_over_bytecode_max": GOAL_COMPILED_OVER_BYTECODE,
+                  "bytecode_over_interp_max": GOAL_BYTECODE_OVER_INTERP,
+                  "compiled_overhead_ns_per_instr_max": GOAL_OVERHEAD_NS},
+        "rows": rows,
+    }, indent=2))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""The compiled exec mode: every VM function as a generated Python closure.
+
+`compiled_codegen.py` turns each function's bytecode into Python source (registers as locals,
+instructions as statements, structured if/else and loops). This module compiles those sources
+once per executable (the code objects are cached on it and shared by its VMs), registers each
+in `linecache` as `<rvm-compiled @name #N>` so tracebacks show the generated line, and binds
+them per VM into a namespace holding the packed functions, constants, dtypes, the allocator and
+the other functions, so a call between VM functions is a direct Python call.
+
+Observations stay those of the bytecode loop:
+
+- Instrumented and profiled runs use the same code objects bound in a second namespace whose
+  packed functions are the wrapped ones (`VirtualMachine.set_instrument`, `profile`), so the
+  plain variant pays nothing for them.
+- Errors: the traceback's generated frames are mapped back to `(function, pc)` through each
+  source's line table and reported by `VirtualMachine._vm_error`, giving the same VM stack
+  text as the bytecode loop (`in @main pc=7: invoke_packed fused_add_exp`); frames of tail
+  calls are dropped, as the bytecode loop reuses their frames.
+- Depth: compiled functions recurse in Python, one frame per VM call, counted by the hidden
+  `_d` argument. A call deeper than `max_depth` (150 below the default recursion limit) runs
+  in the bytecode loop (`_deep`), which has its own frame stack, so non-tail recursion of any
+  depth works and no process-wide setting (`sys.setrecursionlimit`) is ever changed. Self tail
+  calls are loops and never deepen; other tail calls deepen until the bytecode loop takes over.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import sys
+from collections.abc import Callable
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rvm.errors import VMError
+from rvm.runtime.bytecode import Opcode
+from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source
+from rvm.runtime.objects import ADT, Closure
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import Executable
+    from rvm.runtime.vm import VirtualMachine
+
+__all__ = ["CompiledProgram", "compiled_functions", "COMPILED_FILE_PREFIX"]
+
+COMPILED_FILE_PREFIX = "<rvm-compiled "
+_serial = itertools.count()
+
+
+class CompiledFunction:
+    """A generated function: its source, line table and compiled code object."""
+
+    __slots__ = ("index", "name", "pyname", "source", "filename", "line_pcs", "tails", "code",
+                 "structured")
+
+    def __init__(self, ex: Executable, index: int, gen: FunctionSource) -> None:
+        self.index = index
+        self.name = ex.functions[index].name
+        self.pyname = gen.pyname
+        self.source = gen.source
+        self.line_pcs = gen.line_pcs
+        self.tails = gen.tails
+        self.structured = gen.structured
+        self.filename = f"{COMPILED_FILE_PREFIX}@{self.name} #{next(_serial)}>"
+        linecache.cache[self.filename] = (
+            len(gen.source), None, gen.source.splitlines(True), self.filename
+        )
+        self.code: CodeType = compile(gen.source, self.filename, "exec")
+
+
+def compiled_functions(ex: Executable) -> tuple[Names, list[CompiledFunction]]:
+    """The generated functions of `ex`, built once and cached on it."""
+
+    def build() -> tuple[Names, list[CompiledFunction]]:
+        names = Names(ex)
+        return names, [CompiledFunction(ex, i, generate_source(ex, i, names))
+                       for i in range(len(ex.functions))]
+
+    return ex.cached("compiled", build)
+
+
+class _Nested(Exception):
+    """A failure inside the bytecode loop `_deep` ran: its VM stack and original error."""
+
+    def __init__(self, stack: list[tuple[int, int]], cause: BaseException) -> None:
+        super().__init__("nested VM failure")
+        self.stack = stack
+        self.cause = cause
+
+
+def _constants(ex: Executable, names: Names) -> dict[str, Any]:
+    """Constants, immediates and dtypes the generated code names, built once per executable."""
+    ns: dict[str, Any] = {}
+    for i, c in enumerate(ex.constants):
+        ns[f"c{i}"] = c
+    for fn in ex.functions:
+        for ins in fn.instructions:
+            if ins[0] == Opcode.LOAD_CONSTI:
+                arr = np.array(ins[2], dtype=np.int64)
+                arr.flags.writeable = False  # shared by every execution, as decode.py's
+                ns.setdefault(names.immediate(ins[2]), arr)
+            elif ins[0] in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG):
+                ns.setdefault(names.dtype(ins[5]), np.dtype(ins[5]))
+    return ns
+
+
+class CompiledProgram:
+    """The compiled closures of one VM, bound to its packed functions and allocator.
+
+    Args:
+        vm: The VM; its current `_packed` table and `allocator` are bound on each change.
+        fatal: The exception class FATAL raises (the VM's, so its errors read "fatal: ...").
+    """
+
+    def __init__(self, vm: VirtualMachine, fatal: type[Exception]) -> None:
+        self.vm = vm
+        self.fatal = fatal
+        ex = vm.executable
+        self.names, self.functions = compiled_functions(ex)
+        self.by_file = {f.filename: f for f in self.functions}
+        self.constants = ex.cached("compiled_constants", lambda: _constants(ex, self.names))
+        self.nparams = [len(f.params) for f in ex.functions]
+        self.max_depth = min(150, max(20, (sys.getrecursionlimit() - 300) // 3))
+        self._allocator: Any = None
+        self._variants: dict[int, tuple[list, list[Callable[..., Any]]]] = {}
+        self._packed: list = []
+        self._funcs: list[Callable[..., Any]] = []
+        self._select()
+
+    def _select(self) -> None:
+        """Binds the variant for the VM's current packed table and allocator."""
+        vm = self.vm
+        if vm.allocator is not self._allocator:
+            self._variants.clear()
+            self._allocator = vm.allocator
+        packed = vm._packed
+        if id(packed) not in self._variants:
+            if len(self._variants) >= 2:  # keep the plain variant and one other
+                for key in [k for k in self._variants if k != id(vm._raw_packed)]:
+                    del self._variants[key]
+            self._variants[id(packed)] = (packed, self._bind(packed))
+        self._packed, self._funcs = self._variants[id(packed)]
+
+    def _bind(self, packed: list[Callable[..., Any]]) -> list[Callable[..., Any]]:
+        """Executes every generated function's code in a new namespace over `packed`."""
+        vm = self.vm
+        ns: dict[str, Any] = dict(self.constants)
+        ns.update(zip(self.names.packed, packed))
+        funcs: list[Callable[..., Any]] = []
+        ns.update(
+            __name__="rvm_compiled", _alloc=vm.allocator.alloc, _ndarray=np.ndarray, _ADT=ADT,
+            _Closure=Closure, _Fatal=self.fatal, _array=np.array, _int64=np.int64,
+            _MAX_DEPTH=self.max_depth, _call_closure=self._closure_caller(funcs),
+            _deep=self._deep,
+        )
+        for f in self.functions:
+            exec(f.code, ns)
+        funcs.extend(ns[f.pyname] for f in self.functions)
+        return funcs
+
+    def _closure_caller(self, funcs: list[Callable[..., Any]]) -> Callable[..., Any]:
+        nparams = self.nparams
+
+        def call_closure(closure: Any, args: tuple, depth: int) -> Any:
+            """INVOKE_CLOSURE: the closure's function gets its free vars first, then args."""
+            if type(closure) is not Closure:
+                raise VMError(f"invoke_closure on a {type(closure).__name__}, not a closure")
+            free = closure.free_vars
+            want = nparams[closure.func_index]
+            if len(free) + len(args) != want:
+                raise VMError(f"closure @{closure.name} takes {want} values, got "
+                              f"{len(free)} free vars + {len(args)} args")
+            return funcs[closure.func_index](*free, *args, depth + 1)
+
+        return call_closure
+
+    def _deep(self, fidx: int, args: tuple) -> Any:
+        """Runs a call past the compiled depth limit in the bytecode loop."""
+        vm = self.vm
+        try:
+            return type(vm)._execute(vm, fidx, list(args))
+        except VMError as e:
+            stack = getattr(e, "_vm_stack", None)
+            if stack is None:
+                raise
+            raise _Nested(stack, e._vm_cause) from None  # type: ignore[attr-defined]
+
+    # -- running -------------------------------------------------------------------------
+
+    def execute(self, fidx: int, args: list[Any]) -> Any:
+        """Runs function `fidx` on VM values `args` (the compiled counterpart of `_execute`)."""
+        vm = self.vm
+        if vm._packed is not self._packed or vm.allocator is not self._allocator:
+            self._select()
+        try:
+            return self._funcs[fidx](*args, 0)
+        except Exception as e:
+            error, cause = self._error(e)
+            raise error from (None if isinstance(cause, self.fatal) else cause)
+
+    def _error(self, e: Exception) -> tuple[VMError, BaseException]:
+        """The VMError the bytecode loop would raise for `e`, and its cause."""
+        frames: list[tuple[int, int, bool]] = []
+        tb = e.__traceback__
+        while tb is not None:
+            f = self.by_file.get(tb.tb_frame.f_code.co_filename)
+            if f is not None and 0 < tb.tb_lineno <= len(f.line_pcs):
+                pc = f.line_pcs[tb.tb_lineno - 1]
+                if pc is not None:
+                    frames.append((f.index, pc, pc in f.tails))
+            tb = tb.tb_next
+        nested: list[tuple[int, int]] = []
+        cause: BaseException = e
+        if isinstance(e, _Nested):
+            nested, cause = e.stack, e.cause
+        last = len(frames) - 1 if not nested else -1
+        stack = [(fi, pc) for i, (fi, pc, tail) in enumerate(frames) if not tail or i == last]
+        stack += nested
+        if not stack:  # failed before any instruction ran: not expected, but be honest
+            return VMError(f"compiled code failed: {type(cause).__name__}: {cause}"), cause
+        error = self.vm._vm_error(cause if isinstance(cause, Exception) else e, stack)
+        self._clear_frames(e)
+        return error, cause
+
+    def _clear_frames(self, e: BaseException) -> None:
+        """Drops the registers of finished generated frames, which the traceback keeps alive."""
+        tb = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename in self.by_file:
+                _clear_one(tb)
+            tb = tb.tb_next
+
+def _clear_one(tb: Any) -> None:
+    try:
+        tb.tb_frame.clear()
+    except RuntimeError:  # still executing
+        pass

@@ -1,0 +1,373 @@
+"""Python source from bytecode: one function per VM function, for the compiled exec mode.
+
+Registers become locals `r0, r1, ...` (the first k are the parameters), instructions become
+statements, each followed by a `# pc N: ...` comment, and a table maps every generated line to
+its pc, so a failure in generated code is reported with the same VM stack as the bytecode loop.
+
+Control flow is recovered from IF / GOTO when every jump is forward and nests: an IF whose
+first branch starts right after it and ends by falling through, returning or `goto join`
+becomes `if` / `if-else`; a GOTO to the current region's join ends the branch. A self tail call
+(INVOKE of the function itself followed by RET) wraps the body in `while True:` and becomes
+"rebind the parameters, clear the registers that may hold memory, continue". Anything else
+(a backward jump, a jump out of a nested branch) falls back to a `while True:` loop over basic
+blocks dispatched on a `_pc` local, which runs every control flow the bytecode loop runs.
+
+Every generated function takes a hidden last parameter `_d`, the compiled call depth. Calls
+pass `_d + 1`; past `_MAX_DEPTH` a function runs the call in the bytecode loop instead
+(`_deep`), whose frame stack has no Python recursion, so recursion of any depth works without
+raising Python's recursion limit (see `compiled.py`).
+
+Names the generated code uses, bound once per VM in its namespace (`compiled.py`): packed
+functions by their sanitized names, `f_<name>` for VM functions, `c<i>` for constants,
+`i<v>` / `i_m<v>` for LOAD_CONSTI immediates, `dt_<name>` for dtypes, and `_alloc`,
+`_ndarray`, `_ADT`, `_Closure`, `_Fatal`, `_array`, `_int64`, `_call_closure`, `_deep`,
+`_MAX_DEPTH`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+from typing import TYPE_CHECKING
+
+from rvm.runtime.bytecode import Opcode
+from rvm.runtime.compiled_flow import FlowInfo
+from rvm.runtime.text import describe_instruction
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import Executable
+
+__all__ = ["Names", "FunctionSource", "generate_source"]
+
+O = Opcode
+_RESERVED = re.compile(r"^(r\d+|c\d+|i_?m?\d+|f_.*|dt_.*|_.*)$")
+MAX_NESTING = 60  # Python's parser allows 100 indentation levels
+
+
+def _ident(name: str) -> str:
+    return re.sub(r"\W", "_", name) or "_"
+
+
+class Names:
+    """The Python names of an executable's packed functions, functions and dtypes."""
+
+    def __init__(self, ex: Executable) -> None:
+        used: set[str] = set()
+        self.packed = []
+        for i, name in enumerate(ex.primitive_names):
+            ident = _ident(name)
+            self.packed.append(self._unique(ident, f"p{i}_{ident}", used))
+        self.funcs = [self._unique(f"f_{_ident(fn.name)}", f"f{i}_{_ident(fn.name)}", used)
+                      for i, fn in enumerate(ex.functions)]
+
+    @staticmethod
+    def _unique(name: str, fallback: str, used: set[str]) -> str:
+        if (name in used or keyword.iskeyword(name) or hasattr(builtins, name)
+                or not name.isidentifier() or (_RESERVED.match(name) and name[:2] != "f_")):
+            name = fallback
+        while name in used:
+            name += "_"
+        used.add(name)
+        return name
+
+    @staticmethod
+    def immediate(value: int) -> str:
+        """The name of the 0-d int64 constant LOAD_CONSTI `value` loads."""
+        return f"i{value}" if value >= 0 else f"i_m{-value}"
+
+    @staticmethod
+    def dtype(name: str) -> str:
+        """The name of a numpy dtype object in the namespace."""
+        return "dt_" + _ident(name)
+
+
+class _Unstructured(Exception):
+    """The control flow does not nest as structured code; use the block state machine."""
+
+
+def _r(reg: int) -> str:
+    return f"r{reg}"
+
+
+def _tuple(regs: tuple[int, ...]) -> str:
+    if len(regs) == 1:
+        return f"({_r(regs[0])},)"
+    return "(" + ", ".join(_r(r) for r in regs) + ")"
+
+
+def _args(regs: tuple[int, ...], extra: str) -> str:
+    return ", ".join([_r(r) for r in regs] + [extra])
+
+
+class FunctionSource:
+    """The generated source of one VM function and its line -> pc table.
+
+    Attributes:
+        index: The function's index in the executable.
+        pyname: The Python name of the generated function.
+        source: The generated source text.
+        line_pcs: Per line (index = line number - 1), the pc it runs, or None.
+        tails: The pcs of tail calls (their frames vanish from the VM stack).
+        structured: False when the block state machine was used.
+    """
+
+    def __init__(self, ex: Executable, index: int, names: Names) -> None:
+        fn = ex.functions[index]
+        self.index = index
+        self.pyname = names.funcs[index]
+        self._ex = ex
+        self._names = names
+        self._flow = FlowInfo(fn.instructions, len(fn.params), index)
+        self._dead = self._dead_constants()
+        self.tails = frozenset(self._flow.tails)
+        self._lines: list[tuple[int, str, int | None]] = []
+        try:
+            self.structured = True
+            self._emit_function(self._emit_structured)
+        except _Unstructured:
+            self.structured = False
+            self._lines = []
+            self._emit_function(self._emit_state_machine)
+        self.source = "".join("    " * ind + text + "\n" for ind, text, _ in self._lines)
+        self.line_pcs = tuple(pc for _, _, pc in self._lines)
+
+    # -- lines -----------------------------------------------------------------------------
+
+    def _line(self, indent: int, text: str, pc: int | None = None) -> None:
+        if pc is not None:
+            ins = self._flow.code[pc]
+            text = f"{text}  # pc {pc}: {describe_instruction(self._ex, ins)}"
+        self._lines.append((indent, text, pc))
+
+    def _emit_function(self, body: object) -> None:
+        fn = self._ex.functions[self.index]
+        params = [_r(i) for i in range(len(fn.params))]
+        kind = "structured" if self.structured else "block state machine"
+        self._line(0, f"def {self.pyname}({', '.join(params + ['_d'])}):")
+        self._line(1, f'"""@{fn.name}: {len(fn.instructions)} instructions, {kind}."""')
+        self._line(1, "if _d > _MAX_DEPTH:")
+        self._line(2, f"return _deep({self.index}, {_tuple(tuple(range(len(params))))})")
+        for reg in self._flow.needs_init:
+            self._line(1, f"{_r(reg)} = None")
+        body()  # type: ignore[operator]
+
+    # -- statements --------------------------------------------------------------------------
+
+    def _stmt(self, pc: int, indent: int) -> bool:
+        """Emits the statement(s) of a non-jump instruction; True if it ends the path."""
+        ins = self._flow.code[pc]
+        op = ins[0]
+        if pc in self._flow.tails:
+            self._tail_call(pc, indent)
+            return True
+        if op == O.RET:
+            self._line(indent, f"return {_r(ins[1])}", pc)
+            return True
+        if op == O.FATAL:
+            message = str(self._ex.constants[ins[1]].item())
+            self._line(indent, f"raise _Fatal({message!r})", pc)
+            return True
+        if pc not in self._dead:
+            self._line(indent, self._expr_stmt(pc, ins), pc)
+        return False
+
+    def _expr_stmt(self, pc: int, ins: tuple) -> str:
+        op, n = ins[0], self._names
+        if op == O.INVOKE_PACKED:
+            return f"{n.packed[ins[1]]}({', '.join(_r(r) for r in ins[4])})"
+        dst = _r(ins[1])
+        if op == O.MOVE:
+            return f"{dst} = {_r(ins[2])}"
+        if op == O.CALL_PACKED:
+            return f"{dst} = {n.packed[ins[2]]}({', '.join(_r(r) for r in ins[3])})"
+        if op == O.ALLOC_STORAGE:
+            size = self._flow.const_int(ins[2], pc)
+            return f"{dst} = _alloc({_r(ins[2]) if size is None else size}, {ins[3]})"
+        if op == O.ALLOC_TENSOR:
+            return f"{dst} = _ndarray({ins[4]!r}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
+        if op == O.ALLOC_TENSOR_REG:
+            return (f"{dst} = _ndarray(tuple({_r(ins[4])}.tolist()), {n.dtype(ins[5])}, "
+                    f"{_r(ins[2])}.buffer, {ins[3]})")
+        if op == O.ALLOC_ADT:
+            if ins[2] == -1:
+                return f"{dst} = {_tuple(ins[3]) if ins[3] else '()'}"
+            fields = _tuple(ins[3]) if ins[3] else "()"
+            return f"{dst} = _ADT({ins[2]}, {fields}, {self._ex.constructor_names.get(ins[2])!r})"
+        if op == O.ALLOC_CLOSURE:
+            free = _tuple(ins[3]) if ins[3] else "()"
+            return f"{dst} = _Closure({ins[2]}, {free}, {self._ex.functions[ins[2]].name!r})"
+        if op == O.GET_FIELD:
+            obj, i = _r(ins[2]), ins[3]
+            return f"{dst} = {obj}.fields[{i}] if type({obj}) is _ADT else {obj}[{i}]"
+        if op == O.GET_TAG:
+            return f"{dst} = {_r(ins[2])}.tag"
+        if op == O.INVOKE:
+            return f"{dst} = {n.funcs[ins[2]]}({_args(ins[3], '_d + 1')})"
+        if op == O.INVOKE_CLOSURE:
+            args = _tuple(ins[3]) if ins[3] else "()"
+            return f"{dst} = _call_closure({_r(ins[2])}, {args}, _d)"
+        if op == O.LOAD_CONST:
+            return f"{dst} = c{ins[2]}"
+        if op == O.LOAD_CONSTI:
+            return f"{dst} = {n.immediate(ins[2])}"
+        if op == O.SHAPE_OF:
+            return f"{dst} = _array({_r(ins[2])}.shape, dtype=_int64)"
+        if op == O.RESHAPE_TENSOR:
+            return f"{dst} = {_r(ins[2])}.reshape(tuple({_r(ins[3])}.tolist()))"
+        if op == O.KILL_REGISTER:
+            return f"{dst} = None"
+        raise AssertionError(f"no statement for opcode {op}")  # jumps are handled by callers
+
+    def _tail_call(self, pc: int, indent: int) -> None:
+        ins = self._flow.code[pc]
+        if pc not in self._flow.self_tails:
+            if ins[0] == O.INVOKE:
+                call = f"{self._names.funcs[ins[2]]}({_args(ins[3], '_d + 1')})"
+            else:
+                args = _tuple(ins[3]) if ins[3] else "()"
+                call = f"_call_closure({_r(ins[2])}, {args}, _d)"
+            self._line(indent, f"return {call}", pc)
+            return
+        params = ", ".join(_r(i) for i in range(self._flow.nparams))
+        if params:
+            self._line(indent, f"{params} = {', '.join(_r(r) for r in ins[3])}", pc)
+        cleared = self._flow.clear_at_self_tail(pc)
+        if cleared:
+            self._line(indent, " = ".join(_r(r) for r in cleared) + " = None", pc)
+        if not self.structured:
+            self._line(indent, "_pc = 0", pc)
+        self._line(indent, "continue", pc)
+
+    def _cond(self, pc: int, negate: bool) -> str:
+        """The test of IF at `pc`: `test == target`, cheaper when the kinds are known."""
+        _, test, target, _, _ = self._flow.code[pc]
+        flow = self._flow
+        value = flow.const_int(target, pc)
+        if value in (0, 1) and flow.is_bool_tensor(test, pc):
+            return _r(test) if (value == 1) != negate else f"not {_r(test)}"
+        lhs, rhs = _r(test), _r(target)
+        if value is not None:
+            rhs = str(value)
+            if not flow.is_tag(test, pc):
+                # A 0-d array equals an int exactly when its Python scalar does (numeric
+                # dtypes, the only ones a test holds); avoids a ~1 us ufunc call.
+                lhs = f"({lhs}.item() if type({lhs}) is _ndarray and not {lhs}.ndim else {lhs})"
+        return f"not ({lhs} == {rhs})" if negate else f"{lhs} == {rhs}"
+
+    def _dead_constants(self) -> set[int]:
+        """pcs of LOAD_CONSTI whose register is only read where its value is inlined."""
+        flow, dead = self._flow, set()
+        for reg, pcs in flow.writers.items():
+            if len(pcs) != 1 or flow.code[pcs[0]][0] != O.LOAD_CONSTI or reg < flow.nparams:
+                continue
+            for pc, (reads, _) in enumerate(flow.rw):
+                if reg not in reads:
+                    continue
+                ins = flow.code[pc]
+                inlined = (ins[0] == O.ALLOC_STORAGE or (ins[0] == O.IF and ins[1] != reg))
+                if not inlined or flow.const_int(reg, pc) is None:
+                    break
+            else:
+                dead.add(pcs[0])
+        return dead
+
+    # -- structured control flow -------------------------------------------------------------
+
+    def _emit_structured(self) -> None:
+        code = self._flow.code
+        loop = bool(self._flow.self_tails)
+        if loop:
+            self._line(1, "while True:")
+        self._region(0, len(code), frozenset([len(code)]), 2 if loop else 1)
+
+    def _region(self, pc: int, end: int, exits: frozenset[int], indent: int) -> None:
+        """Emits pcs [pc, end); a jump to a pc in `exits` leaves the region (falls off)."""
+        if indent > MAX_NESTING:
+            raise _Unstructured
+        code = self._flow.code
+        while pc < end:
+            op = code[pc][0]
+            if op == O.IF:
+                nxt = self._if(pc, end, exits, indent)
+                if nxt is None:
+                    return
+                pc = nxt
+            elif op == O.GOTO:
+                target = pc + code[pc][1]
+                if target in exits:
+                    return
+                if target != pc + 1:
+                    raise _Unstructured
+                pc += 1
+            elif self._stmt(pc, indent):
+                return
+            else:
+                pc += 1
+
+    def _if(self, pc: int, end: int, exits: frozenset[int], indent: int) -> int | None:
+        """Emits the IF at `pc` and its branches; returns where the region goes on, or None."""
+        ins = self._flow.code[pc]
+        t, f = pc + ins[3], pc + ins[4]
+        if t == f:
+            return t if t not in exits else None
+        lo, hi = min(t, f), max(t, f)
+        if lo != pc + 1 or not (hi <= end or hi in exits):
+            raise _Unstructured
+        self._line(indent, f"if {self._cond(pc, negate=t != lo)}:", pc)
+        if hi in exits:  # the other branch leaves the region: only one branch here
+            self._region(lo, end, exits, indent + 1)
+            return None
+        last = self._flow.code[hi - 1]
+        join = hi - 1 + last[1] if last[0] == O.GOTO else hi
+        if join > hi and (join <= end or join in exits):
+            inner = frozenset([join]) | (exits if join in exits else frozenset())
+            self._region(lo, hi - 1, inner, indent + 1)
+            self._line(indent, "else:", pc)
+            self._region(hi, min(join, end), inner, indent + 1)
+            return None if join in exits else join
+        self._region(lo, hi, frozenset([hi]), indent + 1)
+        return hi
+
+    # -- the fallback: a state machine over basic blocks -------------------------------------
+
+    def _emit_state_machine(self) -> None:
+        code = self._flow.code
+        leaders = {0}
+        for pc in range(len(code)):
+            succ = self._flow.succ[pc]
+            if succ != [pc + 1]:
+                leaders.update(succ)
+                leaders.add(pc + 1)
+        leaders = sorted(p for p in leaders if p < len(code))
+        self._line(1, "_pc = 0")
+        self._line(1, "while True:")
+        for k, start in enumerate(leaders):
+            stop = leaders[k + 1] if k + 1 < len(leaders) else len(code)
+            self._line(2, f"{'if' if k == 0 else 'elif'} _pc == {start}:")
+            self._block(start, stop)
+        self._line(2, "else:")
+        self._line(3, "raise AssertionError(_pc)")
+
+    def _block(self, pc: int, stop: int) -> None:
+        code = self._flow.code
+        while pc < stop:
+            op = code[pc][0]
+            if op == O.IF:
+                t, f = pc + code[pc][3], pc + code[pc][4]
+                self._line(3, f"_pc = {t} if {self._cond(pc, False)} else {f}", pc)
+                self._line(3, "continue", pc)
+                return
+            if op == O.GOTO:
+                self._line(3, f"_pc = {pc + code[pc][1]}", pc)
+                self._line(3, "continue", pc)
+                return
+            if self._stmt(pc, 3):
+                return
+            pc += 1
+        self._line(3, f"_pc = {stop}")
+
+
+def generate_source(ex: Executable, index: int, names: Names) -> FunctionSource:
+    """The generated source of function `index` of `ex` (see the module docstring)."""
+    return FunctionSource(ex, index, names)

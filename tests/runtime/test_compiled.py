@@ -1,0 +1,242 @@
+"""The compiled exec mode: same results and observations as the bytecode loop."""
+
+from __future__ import annotations
+
+import linecache
+
+import numpy as np
+import pytest
+import rt_helpers as h
+
+import rvm
+from rvm.errors import ExecutableFormatError, VMError
+from rvm.runtime import ExecBuilder, Executable, VirtualMachine, load_executable
+from rvm.runtime import Opcode as O
+from rvm.runtime.compiled import compiled_functions
+from rvm.runtime.serialize import META
+from rvm.testing import assert_values_close
+from rvm.testing.programs import PROGRAMS
+
+MODES = ("bytecode", "compiled")
+
+
+@pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_programs_agree_with_bytecode_and_interpreter(prog):
+    ex = rvm.compile(prog.mod, kernels="numpy")
+    args = prog.args()
+    results = {mode: VirtualMachine(ex, exec_mode=mode)[prog.fname](*args) for mode in MODES}
+    assert_values_close(results["compiled"], results["bytecode"])
+    if "slow_interp" not in prog.tags:
+        assert_values_close(results["compiled"], rvm.interpret(prog.mod, prog.fname, *args))
+    if prog.numpy_ref is not None:
+        assert_values_close(results["compiled"], prog.numpy_ref(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_saved_once_loaded_in_each_mode(tmp_path):
+    prog = next(p for p in PROGRAMS if p.name == "adt_list")
+    path = str(tmp_path / "lists.rvmx")
+    rvm.compile(prog.mod, kernels="numpy", exec_mode="compiled").save(path)
+    ex = load_executable(path)
+    assert ex.default_exec_mode == "compiled"
+    assert VirtualMachine(ex).exec_mode == "compiled"
+    out = {m: VirtualMachine(ex, exec_mode=m)[prog.fname](*prog.args()) for m in MODES}
+    assert_values_close(out["compiled"], out["bytecode"])
+    assert_values_close(out["compiled"], prog.numpy_ref(*prog.args()))
+
+
+def test_default_exec_mode_and_previous_minor_version():
+    ex = h.straight_line()
+    assert ex.default_exec_mode == "bytecode"
+    data = ex.with_exec_mode("compiled").to_bytes()
+    assert Executable.from_bytes(data).default_exec_mode == "compiled"
+    # A version 1.0 file: no META section, minor 0.
+    cut = data.rindex(META)  # the last section: its header starts with its tag
+    old = bytearray(data[:cut])
+    old[6:8] = (0).to_bytes(2, "little")
+    old[8:12] = (5).to_bytes(4, "little")
+    again = Executable.from_bytes(bytes(old))
+    assert again.default_exec_mode == "bytecode" and again.functions == ex.functions
+    with pytest.raises(ValueError, match="exec_mode must be one of"):
+        ex.with_exec_mode("fast")
+    with pytest.raises(ExecutableFormatError, match="default exec mode 'fast'"):
+        Executable(ex.functions, ex.constants, ex.primitive_names, ex.kernels,
+                   default_exec_mode="fast")
+
+
+def test_compiled_source_is_visible_and_in_linecache():
+    ex = h.counting_loop()
+    vm = VirtualMachine(ex, exec_mode="compiled")
+    src = vm.compiled_source("loop")
+    assert src.startswith("def f_loop(r0, r1, r2, _d):")
+    assert "while True:" in src and "continue" in src  # the self tail call is a loop
+    assert "# pc 0: if" in src
+    _, functions = compiled_functions(ex)
+    f = functions[0]
+    assert f.filename.startswith("<rvm-compiled @loop #")
+    assert linecache.getline(f.filename, 1) == src.splitlines(True)[0]
+    assert VirtualMachine(ex).compiled_source("loop") == src  # visible in bytecode mode too
+
+
+def _failing_program() -> Executable:
+    b = ExecBuilder()
+    bad = b.add_kernel(h.BAD)
+    f = b.function("helper", ("x",))
+    t = h.alloc(f, (2,))
+    f.emit(O.INVOKE_PACKED, bad, 3, 1, (0, 0, t))
+    f.emit(O.RET, t)
+    f = b.function("tail", ("x",))
+    r = f.new_register()
+    f.emit(O.INVOKE, r, "helper", (0,))
+    f.emit(O.RET, r)
+    f = b.function("main", ("x",))
+    r = f.new_register()
+    f.emit(O.INVOKE, r, "tail", (0,))
+    f.emit(O.MOVE, 0, r)
+    f.emit(O.RET, 0)
+    return b.build()
+
+
+def test_error_in_compiled_code_carries_function_and_pc():
+    ex = _failing_program()
+    messages = {}
+    for mode in MODES:
+        with pytest.raises(VMError) as info:
+            VirtualMachine(ex, exec_mode=mode)["main"](np.ones(2, np.float32))
+        messages[mode] = str(info.value)
+        assert isinstance(info.value.__cause__, ValueError)
+    assert messages["compiled"] == messages["bytecode"]
+    # the tail call's frame is gone, as in the bytecode loop
+    assert "in @main pc=0: invoke @tail\n  in @helper pc=3: invoke_packed fused_add_exp" in (
+        messages["compiled"])
+
+
+def test_fatal_and_closure_errors_match_bytecode():
+    b = ExecBuilder()
+    b.add_constant(np.array("no case applies"))
+    f = b.function("boom", ("x",))
+    f.emit(O.FATAL, 0)
+    f = b.function("call", ("c", "x"))
+    r = f.new_register()
+    f.emit(O.INVOKE_CLOSURE, r, 0, (1,))
+    f.emit(O.RET, r)
+    ex = b.build()
+    x = np.ones(2, np.float32)
+    for fname, args in (("boom", (x,)), ("call", (x, x))):
+        texts = []
+        for mode in MODES:
+            with pytest.raises(VMError) as info:
+                VirtualMachine(ex, exec_mode=mode)[fname](*args)
+            texts.append(str(info.value))
+        assert texts[0] == texts[1]
+
+
+def test_instrumentation_counts_and_profile_equal_in_both_modes():
+    prog = next(p for p in PROGRAMS if p.name == "fib")
+    ex = rvm.compile(prog.mod, kernels="numpy")
+    counts, rows = {}, {}
+    for mode in MODES:
+        vm = VirtualMachine(ex, exec_mode=mode)
+        seen: dict[str, int] = {}
+
+        def cb(name, args, before, seen=seen):
+            if before:
+                seen[name] = seen.get(name, 0) + 1
+
+        vm.set_instrument(cb)
+        vm["fib"](*prog.args())
+        vm.set_instrument(None)
+        counts[mode] = seen
+        report = vm.profile("fib", *prog.args())
+        rows[mode] = {r["name"]: r["calls"] for r in report.rows}
+    assert counts["compiled"] == counts["bytecode"] and sum(counts["bytecode"].values()) > 100
+    assert rows["compiled"] == rows["bytecode"] == counts["bytecode"]
+
+
+def test_deep_recursion_both_kinds_and_no_global_change():
+    import sys
+
+    limit = sys.getrecursionlimit()
+    vm = VirtualMachine(h.recursive_sum(), exec_mode="compiled")
+    assert int(vm["total"](np.int64(30_000))) == 30_000 * 30_001 // 2
+    loop = VirtualMachine(h.counting_loop(), exec_mode="compiled")
+    assert float(loop["loop"](np.int64(0), np.int64(100_000), np.float32(0))) == pytest.approx(
+        150_000.0, rel=1e-3)
+    prog = next(p for p in PROGRAMS if p.name == "tail_sum_100k")
+    ex = rvm.compile(prog.mod, kernels="numpy")
+    out = VirtualMachine(ex, exec_mode="compiled")[prog.fname](*prog.args())
+    assert_values_close(out, prog.numpy_ref(*prog.args()))
+    assert sys.getrecursionlimit() == limit
+
+
+def test_deep_recursion_error_keeps_the_whole_vm_stack():
+    b = ExecBuilder()
+    sub = b.add_kernel(h.SUB_RET)
+    f = b.function("down", ("n",))
+    zero, one, m, r = (f.new_register() for _ in range(4))
+    base, rec = f.label(), f.label()
+    f.emit(O.LOAD_CONSTI, zero, 0)
+    f.emit(O.IF, 0, zero, base, rec)
+    f.place(base)
+    f.emit(O.FATAL, b.add_constant(np.array("bottom")))
+    f.place(rec)
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.emit(O.CALL_PACKED, m, sub, (0, one))
+    f.emit(O.INVOKE, r, "down", (m,))
+    f.emit(O.RET, r)  # a tail call: one frame in both modes
+    ex = b.build()
+    texts = []
+    for mode in MODES:
+        with pytest.raises(VMError) as info:
+            VirtualMachine(ex, exec_mode=mode)["down"](np.int64(500))
+        texts.append(str(info.value))
+    assert texts[0] == texts[1]
+
+
+def test_unstructured_control_flow_uses_the_state_machine():
+    """A backward GOTO loop: sum 1..n with an explicit counter (no tail call)."""
+    b = ExecBuilder()
+    add, sub = b.add_kernel(h.ADD_RET), b.add_kernel(h.SUB_RET)
+    f = b.function("tri", ("n",))
+    acc, zero, one = f.new_register(), f.new_register(), f.new_register()
+    head, body, done = f.label(), f.label(), f.label()
+    f.emit(O.LOAD_CONSTI, acc, 0)
+    f.emit(O.LOAD_CONSTI, zero, 0)
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.place(head)
+    f.emit(O.IF, 0, zero, done, body)
+    f.place(body)
+    f.emit(O.CALL_PACKED, acc, add, (acc, 0))
+    f.emit(O.CALL_PACKED, 0, sub, (0, one))
+    f.emit(O.GOTO, head)
+    f.place(done)
+    f.emit(O.RET, acc)
+    ex = b.build()
+    vm = VirtualMachine(ex, exec_mode="compiled")
+    assert int(vm["tri"](np.int64(100))) == 5050
+    assert not compiled_functions(ex)[1][0].structured
+    assert "_pc" in vm.compiled_source("tri")
+
+
+def test_kill_register_returns_memory_as_early_as_bytecode():
+    stats = {}
+    for mode in MODES:
+        for alloc in ("pooled", "naive"):
+            vm = VirtualMachine(h.straight_line(), exec_mode=mode, allocator=alloc)
+            x = np.ones(4, np.float32)
+            for _ in range(5):
+                vm["main"](x, x)
+            stats[mode, alloc] = (vm.allocator.allocations, vm.allocator.pool_hits)
+    assert stats["compiled", "pooled"] == stats["bytecode", "pooled"]
+    assert stats["compiled", "naive"] == stats["bytecode", "naive"]
+
+
+def test_api_in_compiled_mode():
+    vm = VirtualMachine(h.straight_line(), exec_mode="compiled")
+    x, y = np.ones(4, np.float32), np.full(4, 2.0, np.float32)
+    vm.set_input("main", x, y=y)
+    vm.invoke_stateful("main")
+    np.testing.assert_allclose(vm.get_outputs("main"), np.exp(x + y), rtol=1e-6)
+    vm.save_function("main", "bound", x, y)
+    np.testing.assert_allclose(vm["bound"](), np.exp(x + y), rtol=1e-6)
+    assert vm.time_evaluator("bound", number=3, repeat=2)().median > 0
+    assert "compiled" in repr(vm)
