@@ -4,14 +4,14 @@ A `Storage` is an aligned uint8 numpy buffer; ALLOC_TENSOR makes C-contiguous vi
 (`alloc_tensor`). Views keep the block's root buffer alive, so CPython's reference count tells
 when nothing uses a block any more.
 
-`PooledAllocator` keeps the blocks it made in buckets by size class and, on allocation, reuses
-a block of the right class whose root buffer is referenced only by the pool (checked with
-`sys.getrefcount`, against a baseline measured when the block was made), checking at most
-a few blocks, oldest first, so an allocation costs the same however many blocks are alive.
-A tensor the caller still holds keeps its block's count up, so a result is never overwritten
-by a later call; a block comes back as soon as its last tensor dies (or its register is killed). Size classes are
-multiples of 64 bytes up to 4 KiB, then steps of 1/8 of the power of two above, so dynamic
-shapes reuse blocks with at most 12.5 % waste.
+`PooledAllocator` keeps the blocks it made in buckets by size class and, on allocation, reuses a
+block of the right class whose root buffer is referenced only by the pool (checked with
+`sys.getrefcount`, against a baseline measured when the block was made), checking at most a few
+blocks, oldest first, so an allocation costs the same however many blocks are alive. A tensor
+the caller still holds keeps its block's count up, so a result is never overwritten by a later
+call; a block comes back as soon as its last tensor dies (or its register is killed). Size
+classes are multiples of 64 bytes up to 4 KiB, then steps of 1/8 of the power of two above, so
+dynamic shapes reuse blocks with at most 12.5 % waste.
 
 `NaiveAllocator` makes a fresh block each time and lets numpy free it.
 """
