@@ -76,7 +76,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import rvm  # noqa: E402
 from rvm import op  # noqa: E402
 from rvm.ir import IRModule  # noqa: E402
-from rvm.runtime.decode import DecodedFunction  # noqa: E402
+from rvm.runtime.decode import SUPERINSTRUCTIONS, DecodedFunction  # noqa: E402
 from rvm.script import T, func, module  # noqa: E402
 
 GOAL_NS_PER_INSTR = 400.0
@@ -149,8 +149,10 @@ class _CountingCode(tuple):
     fetched = 0
 
     def __getitem__(self, index: Any) -> Any:
-        _CountingCode.fetched += 1
-        return tuple.__getitem__(self, index)
+        ins = tuple.__getitem__(self, index)
+        # A superinstruction stands for several bytecode instructions: count them all.
+        _CountingCode.fetched += ins[-1] if ins[0] in SUPERINSTRUCTIONS else 1
+        return ins
 
 
 def count_instructions(ex: rvm.Executable, args: tuple) -> int:

@@ -28,10 +28,24 @@ from rvm.runtime.bytecode import Opcode
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
 
-__all__ = ["DecodedFunction", "decode_executable", "TAIL_INVOKE", "TAIL_INVOKE_CLOSURE"]
+__all__ = [
+    "ALLOC_STATIC",
+    "DecodedFunction",
+    "IF_CONST",
+    "SUPERINSTRUCTIONS",
+    "TAIL_INVOKE",
+    "TAIL_INVOKE_CLOSURE",
+    "decode_executable",
+]
 
 TAIL_INVOKE = 100
 TAIL_INVOKE_CLOSURE = 101
+IF_CONST = 102
+"""At a LOAD_CONSTI feeding the next IF: load, compare with `.item()`, jump (covers 2)."""
+ALLOC_STATIC = 103
+"""At a LOAD_CONSTI of a size: storage, tensor, kill of the storage, in one step (covers 4)."""
+SUPERINSTRUCTIONS = frozenset({IF_CONST, ALLOC_STATIC})
+"""Decoded forms standing for several instructions; their last field is how many."""
 
 
 class DecodedFunction(NamedTuple):
@@ -91,6 +105,35 @@ def _decoders(ex: Executable) -> dict[Opcode, Callable[[tuple, int], tuple]]:
     }
 
 
+def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
+    """A fused form of the run starting at LOAD_CONSTI `pc`, or None.
+
+    The fused form leaves every register as the run would, and the run's later instructions
+    stay in place, so a jump into the middle of it still works.
+    """
+    reg, value = code[pc][1], code[pc][2]
+    nxt = code[pc + 1] if pc + 1 < len(code) else None
+    if nxt is None:
+        return None
+    if nxt[0] == Opcode.IF and nxt[2] == reg:
+        return (IF_CONST, nxt[1], reg, _consti(value), value, pc + 1 + nxt[3], pc + 1 + nxt[4], 2)
+    if pc + 3 >= len(code) or nxt[0] != Opcode.ALLOC_STORAGE or nxt[2] != reg:
+        return None
+    tensor, kill = code[pc + 2], code[pc + 3]
+    storage = nxt[1]
+    if (
+        tensor[0] == Opcode.ALLOC_TENSOR
+        and tensor[2] == storage
+        and kill[0] == Opcode.KILL_REGISTER
+        and kill[1] == storage
+        and tensor[1] not in (storage, reg)
+    ):
+        # (op, size reg, size const, size, alignment, tensor reg, offset, shape, dtype, covers)
+        return (ALLOC_STATIC, reg, _consti(value), value, nxt[3], tensor[1], tensor[3],
+                tuple(tensor[4]), np.dtype(tensor[5]), 4)
+    return None
+
+
 def decode_function(ex: Executable, index: int) -> DecodedFunction:
     """Decodes function `index` of `ex` (see the module docstring)."""
     fn = ex.functions[index]
@@ -105,6 +148,8 @@ def decode_function(ex: Executable, index: int) -> DecodedFunction:
             out.append((TAIL_INVOKE, ins[2], fetcher(ins[3])))
         elif op == Opcode.INVOKE_CLOSURE and is_tail:
             out.append((TAIL_INVOKE_CLOSURE, ins[2], fetcher(ins[3])))
+        elif op == Opcode.LOAD_CONSTI and (fused := _superinstruction(code, pc)) is not None:
+            out.append(fused)
         else:
             out.append(decoders[op](ins, pc))
     pad = [None] * (fn.register_file_size - len(fn.params))

@@ -28,7 +28,13 @@ import numpy as np
 from rvm.errors import VMError
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled import CompiledProgram, compiled_functions
-from rvm.runtime.decode import TAIL_INVOKE, TAIL_INVOKE_CLOSURE, decode_executable
+from rvm.runtime.decode import (
+    ALLOC_STATIC,
+    IF_CONST,
+    TAIL_INVOKE,
+    TAIL_INVOKE_CLOSURE,
+    decode_executable,
+)
 from rvm.runtime.entry import check_arguments
 from rvm.runtime.executable import EXEC_MODES, Executable
 from rvm.runtime.kernels import KERNEL_FILE_PREFIX, resolve_primitives
@@ -257,6 +263,10 @@ class VirtualMachine:
                 if op == _INVOKE_PACKED:
                     packed[ins[1]](*ins[2](regs))
                     pc += 1
+                elif op == ALLOC_STATIC:
+                    regs[ins[1]] = ins[2]
+                    regs[ins[5]] = ndarray(ins[7], ins[8], alloc(ins[3], ins[4]).buffer, ins[6])
+                    pc += 4
                 elif op == _ALLOC_TENSOR:
                     regs[ins[1]] = ndarray(ins[4], ins[5], regs[ins[2]].buffer, ins[3])
                     pc += 1
@@ -281,6 +291,12 @@ class VirtualMachine:
                         return value
                     code, regs, pc, dst, fidx = frames.pop()
                     regs[dst] = value
+                elif op == IF_CONST:
+                    regs[ins[2]] = ins[3]
+                    test = regs[ins[1]]
+                    if type(test) is ndarray:
+                        test = test.item()
+                    pc = ins[5] if test == ins[4] else ins[6]
                 elif op == _IF:
                     pc = ins[3] if regs[ins[1]] == regs[ins[2]] else ins[4]
                 elif op == _GOTO:
