@@ -10,8 +10,6 @@ from rvm.ir import (
     Builder,
     Call,
     Constant,
-    Function,
-    GlobalVar,
     Tuple,
     Var,
     assert_structural_equal,
@@ -19,8 +17,8 @@ from rvm.ir import (
     tensor,
     verify,
 )
-from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern
+from rvm.testing.builders import add_prim
 from rvm.transform.fold_constant import evaluate_primitive, fold_constant
 from rvm.transform.fuse_ops import fuse_ops
 from rvm.transform.legalize import legalize
@@ -29,16 +27,6 @@ F32 = "float32"
 VEC = tensor((4,), F32)
 
 
-def add_prim(bb: Builder, name: str, params, build, pattern: OpPattern, ops) -> GlobalVar:
-    """Add primitive function ``name`` whose body is ``build(inner_builder, *params)``."""
-    inner = Builder()
-    attrs = {"primitive": True, "pattern": int(pattern), "ops": tuple(ops), "private": True}
-    with inner.function(name, params, attrs=attrs):
-        inner.emit_output(build(inner, *params))
-    func: Function = inner.get()[name]
-    gv = bb.add_function(name, func)
-    gv.with_type(infer_type(func))
-    return gv
 
 
 def exp_mul(b, p0):

@@ -9,7 +9,6 @@ from rvm.interp import interpret
 from rvm.ir import (
     Builder,
     Call,
-    Function,
     GlobalVar,
     If,
     Var,
@@ -19,23 +18,13 @@ from rvm.ir import (
     tensor,
     verify,
 )
-from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern
+from rvm.testing.builders import add_prim
 from rvm.transform.legalize import legalize
 
 F32 = "float32"
 
 
-def add_prim(bb: Builder, name: str, params, build, pattern: OpPattern, ops) -> GlobalVar:
-    """Add primitive function ``name`` whose body is ``build(inner_builder, *params)``."""
-    inner = Builder()
-    attrs = {"primitive": True, "pattern": int(pattern), "ops": tuple(ops), "private": True}
-    with inner.function(name, params, attrs=attrs):
-        inner.emit_output(build(inner, *params))
-    func: Function = inner.get()[name]
-    gv = bb.add_function(name, func)
-    gv.with_type(infer_type(func))
-    return gv
 
 
 def mlp_before():
