@@ -263,16 +263,19 @@ class VirtualMachine:
                 if op == _INVOKE_PACKED:
                     packed[ins[1]](*ins[2](regs))
                     pc += 1
+                elif op == _CALL_PACKED:
+                    regs[ins[1]] = packed[ins[2]](*ins[3](regs))
+                    pc += 1
                 elif op == ALLOC_STATIC:
                     regs[ins[1]] = ins[2]
                     regs[ins[5]] = ndarray(ins[7], ins[8], alloc(ins[3], ins[4]).buffer, ins[6])
                     pc += 4
-                elif op == _ALLOC_TENSOR:
-                    regs[ins[1]] = ndarray(ins[4], ins[5], regs[ins[2]].buffer, ins[3])
-                    pc += 1
-                elif op == _ALLOC_STORAGE:
-                    regs[ins[1]] = alloc(regs[ins[2]], ins[3])
-                    pc += 1
+                elif op == IF_CONST:
+                    regs[ins[2]] = ins[3]
+                    test = regs[ins[1]]
+                    if type(test) is ndarray:
+                        test = test.item()
+                    pc = ins[5] if test == ins[4] else ins[6]
                 elif op == _KILL_REGISTER:
                     regs[ins[1]] = None
                     pc += 1
@@ -282,25 +285,17 @@ class VirtualMachine:
                 elif op == _LOAD_CONST or op == _LOAD_CONSTI:
                     regs[ins[1]] = ins[2]
                     pc += 1
-                elif op == _CALL_PACKED:
-                    regs[ins[1]] = packed[ins[2]](*ins[3](regs))
-                    pc += 1
                 elif op == _RET:
                     value = regs[ins[1]]
                     if not frames:
                         return value
                     code, regs, pc, dst, fidx = frames.pop()
                     regs[dst] = value
-                elif op == IF_CONST:
-                    regs[ins[2]] = ins[3]
-                    test = regs[ins[1]]
-                    if type(test) is ndarray:
-                        test = test.item()
-                    pc = ins[5] if test == ins[4] else ins[6]
-                elif op == _IF:
-                    pc = ins[3] if regs[ins[1]] == regs[ins[2]] else ins[4]
-                elif op == _GOTO:
-                    pc = ins[1]
+                elif op == TAIL_INVOKE:
+                    fidx = ins[1]
+                    code, pad, _ = funcs[fidx]
+                    regs = [*ins[2](regs), *pad]
+                    pc = 0
                 elif op == _INVOKE:
                     frames.append((code, regs, pc + 1, ins[1], fidx))
                     if len(frames) > MAX_CALL_DEPTH:
@@ -309,11 +304,16 @@ class VirtualMachine:
                     code, pad, _ = funcs[fidx]
                     regs = [*ins[3](regs), *pad]
                     pc = 0
-                elif op == TAIL_INVOKE:
-                    fidx = ins[1]
-                    code, pad, _ = funcs[fidx]
-                    regs = [*ins[2](regs), *pad]
-                    pc = 0
+                elif op == _ALLOC_TENSOR:
+                    regs[ins[1]] = ndarray(ins[4], ins[5], regs[ins[2]].buffer, ins[3])
+                    pc += 1
+                elif op == _ALLOC_STORAGE:
+                    regs[ins[1]] = alloc(regs[ins[2]], ins[3])
+                    pc += 1
+                elif op == _IF:
+                    pc = ins[3] if regs[ins[1]] == regs[ins[2]] else ins[4]
+                elif op == _GOTO:
+                    pc = ins[1]
                 elif op == _GET_FIELD:
                     obj = regs[ins[2]]
                     regs[ins[1]] = obj.fields[ins[3]] if type(obj) is ADT else obj[ins[3]]
