@@ -203,33 +203,19 @@ def _i64(v: int) -> np.ndarray:
     return np.array(v, dtype="int64")
 
 
+def _mlp_args(r: np.random.Generator, batch: int) -> tuple:
+    return (_f32(r, batch, 784), _f32(r, 784, 128) * 0.05, _f32(r, 128),
+            _f32(r, 128, 10) * 0.1, _f32(r, 10))
+
+
+def _attention_args(r: np.random.Generator, seq: int) -> tuple:
+    x, gamma, beta = _f32(r, seq, 32), _f32(r, 32), _f32(r, 32)
+    return (x, gamma, beta, *(_f32(r, 32, 32) * 0.2 for _ in range(3)))
+
+
 PROGRAMS: list[Program] = [
-    Program(
-        "mlp_batch3",
-        MLP,
-        "main",
-        lambda r: (
-            _f32(r, 3, 784),
-            _f32(r, 784, 128) * 0.05,
-            _f32(r, 128),
-            _f32(r, 128, 10) * 0.1,
-            _f32(r, 10),
-        ),
-        _mlp_ref,
-    ),
-    Program(
-        "mlp_batch1",
-        MLP,
-        "main",
-        lambda r: (
-            _f32(r, 1, 784),
-            _f32(r, 784, 128) * 0.05,
-            _f32(r, 128),
-            _f32(r, 128, 10) * 0.1,
-            _f32(r, 10),
-        ),
-        _mlp_ref,
-    ),
+    Program("mlp_batch3", MLP, "main", lambda r: _mlp_args(r, 3), _mlp_ref),
+    Program("mlp_batch1", MLP, "main", lambda r: _mlp_args(r, 1), _mlp_ref),
     Program(
         "factorial", Recursion, "factorial", lambda r: (_i64(15),), lambda n: _i64(1307674368000)
     ),
@@ -266,34 +252,8 @@ PROGRAMS: list[Program] = [
         lambda r: (_f32(r, 5, 8),),
         lambda x: (x.max(1) - x.mean(1), x.mean(1)),
     ),
-    Program(
-        "attention_s7",
-        Attention,
-        "main",
-        lambda r: (
-            _f32(r, 7, 32),
-            _f32(r, 32),
-            _f32(r, 32),
-            _f32(r, 32, 32) * 0.2,
-            _f32(r, 32, 32) * 0.2,
-            _f32(r, 32, 32) * 0.2,
-        ),
-        _attention_ref,
-    ),
-    Program(
-        "attention_s13",
-        Attention,
-        "main",
-        lambda r: (
-            _f32(r, 13, 32),
-            _f32(r, 32),
-            _f32(r, 32),
-            _f32(r, 32, 32) * 0.2,
-            _f32(r, 32, 32) * 0.2,
-            _f32(r, 32, 32) * 0.2,
-        ),
-        _attention_ref,
-    ),
+    Program("attention_s7", Attention, "main", lambda r: _attention_args(r, 7), _attention_ref),
+    Program("attention_s13", Attention, "main", lambda r: _attention_args(r, 13), _attention_ref),
 ]
 
 __all__ = ["ADT", "PROGRAMS", "Program"]
