@@ -32,15 +32,15 @@ def alloc(f, shape: tuple, dtype: str = "float32") -> int:
     return t
 
 
-def straight_line(bad: bool = False) -> Executable:
-    """main(x, y) = exp(x + y) on float32[4]."""
+def straight_line(bad: bool = False, n: int = 4) -> Executable:
+    """main(x, y) = exp(x + y) on float32[n]."""
     b = ExecBuilder()
     add = b.add_kernel(BAD if bad else ADD)
     exp = b.add_kernel(EXP)
-    f = b.function("main", ("x", "y"), (tensor("x", (4,)), tensor("y", (4,))))
-    t1 = alloc(f, (4,))
+    f = b.function("main", ("x", "y"), (tensor("x", (n,)), tensor("y", (n,))))
+    t1 = alloc(f, (n,))
     f.emit(O.INVOKE_PACKED, add, 3, 1, (0, 1, t1))
-    t2 = alloc(f, (4,))
+    t2 = alloc(f, (n,))
     f.emit(O.INVOKE_PACKED, exp, 2, 1, (t1, t2))
     f.emit(O.KILL_REGISTER, t1)
     f.emit(O.RET, t2)

@@ -221,8 +221,9 @@ def test_kill_register_returns_memory_as_early_as_bytecode():
     stats = {}
     for mode in MODES:
         for alloc in ("pooled", "naive"):
-            vm = VirtualMachine(h.straight_line(), exec_mode=mode, allocator=alloc)
-            x = np.ones(4, np.float32)
+            # 64 floats: above the size that both modes give plain numpy arrays instead
+            vm = VirtualMachine(h.straight_line(n=64), exec_mode=mode, allocator=alloc)
+            x = np.ones(64, np.float32)
             for _ in range(5):
                 vm["main"](x, x)
             stats[mode, alloc] = (vm.allocator.allocations, vm.allocator.pool_hits)

@@ -150,7 +150,8 @@ class CompiledProgram:
         ns.update(zip(self.names.packed, packed))
         funcs: list[Callable[..., Any]] = []
         ns.update(
-            __name__="rvm_compiled", _alloc=vm.allocator.alloc, _ndarray=np.ndarray, _ADT=ADT,
+            __name__="rvm_compiled", _alloc=vm.allocator.alloc, _ndarray=np.ndarray,
+            _empty=np.empty, _ADT=ADT,
             _Closure=Closure, _Fatal=self.fatal, _array=np.array, _int64=np.int64,
             _MAX_DEPTH=self.max_depth, _call_closure=self._closure_caller(funcs),
             _deep=self._deep,

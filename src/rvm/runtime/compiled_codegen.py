@@ -182,9 +182,13 @@ class FunctionSource:
         if op == O.CALL_PACKED:
             return f"{dst} = {n.packed[ins[2]]}({', '.join(_r(r) for r in ins[3])})"
         if op == O.ALLOC_STORAGE:
+            if self._flow.small_storage(ins[1]):
+                return f"{dst} = None  # small: its tensors are plain arrays"
             size = self._flow.const_int(ins[2], pc)
             return f"{dst} = _alloc({_r(ins[2]) if size is None else size}, {ins[3]})"
         if op == O.ALLOC_TENSOR:
+            if self._flow.small_storage(ins[2]):
+                return f"{dst} = _empty({ins[4]!r}, {n.dtype(ins[5])})"
             return f"{dst} = _ndarray({ins[4]!r}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
         if op == O.ALLOC_TENSOR_REG:
             return (f"{dst} = _ndarray(tuple({_r(ins[4])}.tolist()), {n.dtype(ins[5])}, "

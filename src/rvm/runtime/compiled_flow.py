@@ -49,6 +49,10 @@ def reads_writes(ins: tuple) -> tuple[list[int], list[int]]:
     return reads, writes
 
 
+SMALL_STORAGE = 64
+"""Bytes up to which a constant-size storage block is replaced by plain numpy arrays."""
+
+
 class FlowInfo:
     """Control flow, dataflow and register kinds of one function (see the module docstring).
 
@@ -153,6 +157,27 @@ class FlowInfo:
         if len(found) == 1 and self.must[pc] >> reg & 1:
             return found[0][2]
         return None
+
+    def small_storage(self, reg: int) -> bool:
+        """Whether every write of `reg` is an ALLOC_STORAGE of a constant size of at most
+        `SMALL_STORAGE` bytes: its tensors are then plain `np.empty` arrays (numpy's allocator
+        beats a pool lookup for a few bytes), and the block itself is never needed."""
+        pcs = [pc for pc in self.writers.get(reg, []) if self.code[pc][0] != Opcode.KILL_REGISTER]
+        if reg < self.nparams or not pcs:
+            return False
+        for pc in pcs:
+            ins = self.code[pc]
+            if ins[0] != Opcode.ALLOC_STORAGE:
+                return False
+            size = self.const_int(ins[2], pc)
+            if size is None or size > SMALL_STORAGE:
+                return False
+        # Only static-shape tensors may be made from it (and the block only killed).
+        return all(
+            self.code[pc][0] in (Opcode.ALLOC_TENSOR, Opcode.KILL_REGISTER)
+            for pc, (reads, _) in enumerate(self.rw)
+            if reg in reads
+        )
 
     def is_bool_tensor(self, reg: int, pc: int) -> bool:
         """Whether `reg` surely holds a bool tensor at `pc`."""

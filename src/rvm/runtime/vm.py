@@ -250,6 +250,7 @@ class VirtualMachine:
         packed = self._packed
         alloc = self.allocator.alloc
         ndarray = np.ndarray
+        empty = np.empty
         int64 = np.int64
         frames: list[tuple] = []
         code, pad, _ = funcs[fidx]
@@ -268,7 +269,10 @@ class VirtualMachine:
                     pc += 1
                 elif op == ALLOC_STATIC:
                     regs[ins[1]] = ins[2]
-                    regs[ins[5]] = ndarray(ins[7], ins[8], alloc(ins[3], ins[4]).buffer, ins[6])
+                    if ins[3] <= 64:  # a tiny tensor: numpy's allocator beats a pool lookup
+                        regs[ins[5]] = empty(ins[7], ins[8])
+                    else:
+                        regs[ins[5]] = ndarray(ins[7], ins[8], alloc(ins[3], ins[4]).buffer, ins[6])
                     pc += 4
                 elif op == IF_CONST:
                     regs[ins[2]] = ins[3]

@@ -135,8 +135,6 @@ class _Planner:
         one CallPacked whose kernel allocates costs less than four allocation instructions and
         a pool lookup, and there is nothing worth planning in 8 bytes.
         """
-        if isinstance(ty, TensorType) and ty.shape == ():
-            return None
         fields = ty.fields if isinstance(ty, TupleType) else (ty,)
         for f in fields:
             if not isinstance(f, TensorType) or f.shape is None or f.dtype is None:
