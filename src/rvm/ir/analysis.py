@@ -1,9 +1,44 @@
-"""Analyses: free variables, called global functions, bound variables."""
+"""Analyses: sub-expression walks, free variables, called global functions, bound variables."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rvm.ir import expr as E
 from rvm.ir.functor import ExprVisitor
+
+
+def children(node: E.Expr) -> list[E.Expr]:
+    """The direct sub-expressions of ``node``, in evaluation order (a Function: its body)."""
+    if isinstance(node, E.Call):
+        callee = [node.callee] if isinstance(node.callee, E.Expr) else []
+        return callee + list(node.args)
+    if isinstance(node, E.Tuple):
+        return list(node.fields)
+    if isinstance(node, E.TupleGetItem):
+        return [node.tuple_value]
+    if isinstance(node, E.If):
+        return [node.cond, node.true_branch, node.false_branch]
+    if isinstance(node, E.Match):
+        return [node.data, *(c.body for c in node.clauses)]
+    if isinstance(node, E.SeqExpr):
+        return [*(b.value for b in node.bindings), node.body]
+    if isinstance(node, E.Function):
+        return [node.body]
+    return []
+
+
+def walk(expr: E.Expr, *, into_functions: bool = True) -> Iterator[E.Expr]:
+    """Every expression inside ``expr`` (itself included), with an explicit stack.
+
+    With ``into_functions=False`` a Function literal is yielded but not entered.
+    """
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if into_functions or not isinstance(node, E.Function):
+            stack.extend(reversed(children(node)))
 
 
 class _FreeVars(ExprVisitor):

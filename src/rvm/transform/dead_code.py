@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 
 from rvm.ir import expr as E
-from rvm.ir.analysis import called_globals
+from rvm.ir.analysis import called_globals, walk
 from rvm.ir.module import IRModule
 
 logger = logging.getLogger("rvm.transform")
@@ -69,29 +69,12 @@ def _reachable(funcs: dict[str, E.Function]) -> set[str]:
 
 
 def has_effect(expr: E.Expr) -> bool:
-    """True when evaluating ``expr`` may do more than compute its value."""
-    stack: list[E.Expr] = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, E.Call):
-            callee = node.callee
-            if isinstance(callee, E.Op) and _effect_op(callee.name):
-                return True
-            stack.extend(node.args)
-        elif isinstance(node, E.Tuple):
-            stack.extend(node.fields)
-        elif isinstance(node, E.TupleGetItem):
-            stack.append(node.tuple_value)
-        elif isinstance(node, E.If):
-            stack.extend((node.cond, node.true_branch, node.false_branch))
-        elif isinstance(node, E.Match):
-            stack.append(node.data)
-            stack.extend(c.body for c in node.clauses)
-        elif isinstance(node, E.SeqExpr):
-            stack.extend(b.value for b in node.bindings)
-            stack.append(node.body)
-        # a Function literal only defines; atoms do nothing
-    return False
+    """True when evaluating ``expr`` may do more than compute its value (a Function literal
+    only defines, so its body does not count)."""
+    return any(
+        isinstance(node, E.Call) and isinstance(node.callee, E.Op) and _effect_op(node.callee.name)
+        for node in walk(expr, into_functions=False)
+    )
 
 
 def _effect_op(name: str) -> bool:
@@ -163,28 +146,4 @@ class _Cleaner:
 
 def _used_vars(expr: E.Expr) -> set[E.Var]:
     """Every variable ``expr`` refers to (inner definitions included: harmless here)."""
-    out: set[E.Var] = set()
-    stack: list[E.Expr] = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, E.Var):
-            out.add(node)
-        elif isinstance(node, E.Call):
-            if isinstance(node.callee, E.Expr):
-                stack.append(node.callee)
-            stack.extend(node.args)
-        elif isinstance(node, E.Tuple):
-            stack.extend(node.fields)
-        elif isinstance(node, E.TupleGetItem):
-            stack.append(node.tuple_value)
-        elif isinstance(node, E.If):
-            stack.extend((node.cond, node.true_branch, node.false_branch))
-        elif isinstance(node, E.Match):
-            stack.append(node.data)
-            stack.extend(c.body for c in node.clauses)
-        elif isinstance(node, E.SeqExpr):
-            stack.extend(b.value for b in node.bindings)
-            stack.append(node.body)
-        elif isinstance(node, E.Function):
-            stack.append(node.body)
-    return out
+    return {node for node in walk(expr) if isinstance(node, E.Var)}
