@@ -42,40 +42,9 @@ def test_mlp(batch: int) -> None:
     np.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
 
 
-@rvm.script.adt
-class List:
-    Nil: ()
-    Cons: (T[(2,), "float32"], "List")
-
-
-@module
-class Prog:
-    @func
-    def total(xs: List, acc: T[(2,), "float32"]):
-        match xs:
-            case Cons(h, t):  # constructors are names of the script
-                return total(t, acc + h)
-            case Nil():
-                return acc
-
-    @func
-    def rnn(h: T[(1, 16), "float32"], w: T[(16, 16), "float32"], steps: T[(), "int64"]):
-        i = rvm.const(0, "int64")
-        while i < steps:
-            h = op.tanh(op.matmul(h, w))
-            i = i + 1
-        return h
-
-    @func
-    def main(x: T[(4,), "float32"], k: T[(4,), "float32"]):
-        def add_k(y: T[(4,), "float32"]):
-            return y + k
-
-        a, b = (add_k(x), x * 2.0)
-        if op.sum(a) > 0.0:
-            return a
-        else:
-            return b
+# The DESIGN.md example program (its `List` data type too), shared with the VM tests.
+from rvm.testing.programs import Design as Prog  # noqa: E402
+from rvm.testing.programs import List  # noqa: E402, F401  (used by the script below)
 
 
 def _cons_list(items: list[np.ndarray]) -> object:

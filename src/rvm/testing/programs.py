@@ -142,6 +142,38 @@ class Lists:
 
 
 @module
+class Design:
+    """The example program of DESIGN.md, as written there."""
+
+    @func
+    def total(xs: List, acc: T[(2,), "float32"]):
+        match xs:
+            case Cons(h, t):
+                return total(t, acc + h)  # recursion by name, a tail call
+            case Nil():
+                return acc
+
+    @func
+    def rnn(h: T[(1, 16), "float32"], w: T[(16, 16), "float32"], steps: T[(), "int64"]):
+        i = rvm.const(0, "int64")
+        while i < steps:  # becomes a tail-recursive local function
+            h = op.tanh(op.matmul(h, w))
+            i = i + 1
+        return h
+
+    @func
+    def main(x: T[(4,), "float32"], k: T[(4,), "float32"]):
+        def add_k(y: T[(4,), "float32"]):  # a closure capturing k
+            return y + k
+
+        a, b = (add_k(x), x * 2.0)  # tuples build and unpack
+        if op.sum(a) > 0.0:
+            return a
+        else:
+            return b
+
+
+@module
 class RNN:
     @func
     def main(h: T[(1, 16), "float32"], w: T[(16, 16), "float32"], steps: T[(), "int64"]):
@@ -256,4 +288,4 @@ PROGRAMS: list[Program] = [
     Program("attention_s13", Attention, "main", lambda r: _attention_args(r, 13), _attention_ref),
 ]
 
-__all__ = ["ADT", "PROGRAMS", "Program"]
+__all__ = ["ADT", "PROGRAMS", "Design", "List", "Program"]
