@@ -146,15 +146,7 @@ def conv1d(
 
     ``padding`` is an int or (left, right).
     """
-    return call(
-        ops.conv1d,
-        as_expr(x),
-        as_expr(w),
-        strides=_positive("conv1d", "strides", strides, 1),
-        padding=normalize_padding("conv1d", padding, 1),
-        dilation=_positive("conv1d", "dilation", dilation, 1),
-        groups=check_int("conv1d", "groups", groups, minimum=1),
-    )
+    return _conv_call(ops.conv1d, 1, x, w, strides, padding, dilation, groups)
 
 
 def conv2d(
@@ -169,14 +161,29 @@ def conv2d(
 
     ``padding`` is an int, (pad_h, pad_w), or (top, left, bottom, right).
     """
+    return _conv_call(ops.conv2d, 2, x, w, strides, padding, dilation, groups)
+
+
+def _conv_call(
+    conv_op: Op,
+    ndim: int,
+    x: ExprLike,
+    w: ExprLike,
+    strides: IntOrInts,
+    padding: IntOrInts,
+    dilation: IntOrInts,
+    groups: int,
+) -> Call:
+    """The call of ``conv_op`` over ``ndim`` spatial dims with normalized attributes."""
+    name = conv_op.name
     return call(
-        ops.conv2d,
+        conv_op,
         as_expr(x),
         as_expr(w),
-        strides=_positive("conv2d", "strides", strides, 2),
-        padding=normalize_padding("conv2d", padding, 2),
-        dilation=_positive("conv2d", "dilation", dilation, 2),
-        groups=check_int("conv2d", "groups", groups, minimum=1),
+        strides=_positive(name, "strides", strides, ndim),
+        padding=normalize_padding(name, padding, ndim),
+        dilation=_positive(name, "dilation", dilation, ndim),
+        groups=check_int(name, "groups", groups, minimum=1),
     )
 
 
