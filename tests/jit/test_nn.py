@@ -66,6 +66,40 @@ def test_conv2d_relu(attrs) -> None:
     )
 
 
+DEEP_CONVS = [
+    dict(strides=1, padding=1, dilation=1, groups=1),
+    dict(strides=1, padding=(2, 0, 1, 3), dilation=(2, 1), groups=1),
+    dict(strides=1, padding=0, dilation=1, groups=2),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("attrs", DEEP_CONVS)
+def test_conv2d_shifted_gemms(attrs, dtype) -> None:
+    """Stride-1 convolutions with >= 16 channels per group: one BLAS GEMM per kernel tap."""
+    cin = 16 * attrs["groups"]
+    img = var("img", ("b", cin, 9, 7), dtype)
+    k = var("k", (6, 16, 3, 2), dtype)
+    cb = var("cb", (6, 1, 1), dtype)
+    func = prim([img, k, cb], op.relu(op.conv2d(img, k, **attrs) + cb))
+    for batch in (2, 1, 0):
+        check(
+            func,
+            rand((batch, cin, 9, 7), dtype),
+            rand((6, 16, 3, 2), dtype, seed=1),
+            rand((6, 1, 1), dtype, seed=2),
+            rtol=1e-4,
+            atol=1e-4,
+        )
+
+
+def test_conv1d_shifted_gemms() -> None:
+    s, k1 = var("s", (2, 32, "t")), var("k1", (8, 32, 3))
+    func = prim([s, k1], op.conv1d(s, k1, padding=(2, 0)))
+    for t in (10, 1):
+        check(func, rand((2, 32, t)), rand((8, 32, 3)), rtol=1e-4, atol=1e-4)
+
+
 def test_conv_int_and_conv1d() -> None:
     img, k = var("img", (1, 4, 7, 7), "int32"), var("k", (6, 2, 3, 3), "int32")
     check(

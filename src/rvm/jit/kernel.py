@@ -21,6 +21,7 @@ class KernelBuilder(Emitter):
         super().__init__(kernel)
         self.symbols: dict[str, str] = {}
         self.op = "kernel"
+        self.imports: set[str] = set()  # extra import lines of the kernel module
 
     # -- parameters ----------------------------------------------------------------------
 

@@ -263,6 +263,7 @@ class _KernelLowering:
             "from numba import types as nt",
             "",
             "from rvm.jit.mathlib import exp32, sigmoid32, tanh32",
+            *sorted(self.kb.imports),
             "",
             "CACHE = True",
             *self.consts,

@@ -3,16 +3,20 @@
 Float matmul and dense call ``np.dot`` inside the kernel (BLAS through SciPy's cython_blas),
 one call per batch matrix, writing straight into the stage's array; the lowering points that
 array at the kernel's output when the epilogue (bias, activation) can run in place, so the
-epilogue is one pass over the output in the same kernel. Float convolutions pack the input
-windows of each (image, group) into a column matrix (im2col, with the padding as zero runs and
-unit-stride copies in between) and multiply it by the weight with one GEMM. Integer matmul and
-convolution, and the pools, are reduce loops inlined into their consumer.
+epilogue is one pass over the output in the same kernel. Float stride-1 convolutions with at
+least `SHIFT_MIN_CHANNELS` input channels per group run one GEMM per kernel tap on row-strided
+windows of the zero-padded input, accumulated in place by NumPy's BLAS (`rvm.jit.blas`): no
+column matrix at all. Other float convolutions pack the input windows of each (image, group)
+into a column matrix (im2col, with the padding as zero runs and unit-stride copies in between)
+and multiply it by the weight with one GEMM. Integer matmul and convolution, and the pools, are
+reduce loops inlined into their consumer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rvm.jit import blas
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
@@ -164,7 +168,12 @@ def _conv(nsp: int):
                 g2 = [("1", "1", 1, 1, 0, "1"), *geo]
             else:
                 g2 = geo
-            _emit_im2col(kb, xv, wv, t.array, x.dims[0], x.dims[1], w.dims[0], groups, g2, out)
+            args = (kb, xv, wv, t.array, x.dims[0], x.dims[1], w.dims[0], groups, g2, out)
+            unit = all(st == 1 for st in attrs["strides"]) and min(attrs["padding"]) >= 0
+            if blas.AVAILABLE and unit:
+                _emit_shifted_gemms(*args)
+            else:
+                _emit_im2col(*args)
 
         t.fill = fill
         return t
@@ -219,7 +228,7 @@ for n_ in range({n}):
 """
 
 
-def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt) -> None:
+def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into: list[str] | None = None) -> None:
     (ih, kh, sh, dh, pt, oh), (iw, kw, sw, dw, pl, ow) = geo
     names = {k: kb.fresh(k) for k in ("K", "P", "wm", "y", "col", "og", "tmp")}
     cg = kb.dim(f"{c} // {groups}")
@@ -249,10 +258,90 @@ def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt) -> None:
     )
     body = src.splitlines()
     # Skip the work for empty outputs or empty reductions (BLAS needs positive sizes).
-    kb.root.lines.append(f"if {n} * {o} * {oh} * {ow} > 0 and {c} * {kh} * {kw} == 0:")
-    kb.root.lines.append(f"    {out}[...] = 0")
-    kb.root.lines.append(f"elif {n} * {o} * {oh} * {ow} > 0:")
-    kb.root.lines.extend("    " + line for line in body)
+    lines = kb.root.lines if into is None else into
+    lines.append(f"if {n} * {o} * {oh} * {ow} > 0 and {c} * {kh} * {kw} == 0:")
+    lines.append(f"    {out}[...] = 0")
+    lines.append(f"elif {n} * {o} * {oh} * {ow} > 0:")
+    lines.extend("    " + line for line in body)
+
+
+# Stride-1 convolution as one GEMM per kernel tap (kh x kw GEMMs of depth cg), accumulated in
+# place (beta = 1) by BLAS: output position p = oh * Wp + ow of the zero-padded input, flattened
+# with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j),
+# so each tap's input matrix is a row-strided window of the padded input and needs no copy.
+# Row p's last Wp - ow columns are wrap-around garbage, dropped when the result is copied out.
+# Few input channels per group make shallow GEMMs: below SHIFT_MIN_CHANNELS, im2col instead.
+SHIFT_MIN_CHANNELS = 16
+_SHIFTED = """\
+{cg} = {c} // {groups}
+{og} = {o} // {groups}
+if {cg} >= {min_c}:
+    {Wp} = {ow} + {dw} * ({kw} - 1)
+    {Hp} = {oh} + {dh} * ({kh} - 1)
+    {L} = {Hp} * {Wp} + {dw} * ({kw} - 1)
+    {P} = {oh} * {Wp}
+    {wt} = np.empty(({kh}, {kw}, {o}, {cg}), dtype=np.{dt})
+    for o_ in range({o}):
+        for c_ in range({cg}):
+            for i_ in range({kh}):
+                for j_ in range({kw}):
+                    {wt}[i_, j_, o_, c_] = {w}[o_, c_, i_, j_]
+    {xp} = np.zeros(({cg}, {L}), dtype=np.{dt})
+    {tmp} = np.empty(({og}, {P}), dtype=np.{dt})
+    {y} = {out}.reshape(({n}, {o}, {oh}, {ow}))
+    for n_ in range({n}):
+        for g_ in range({groups}):
+            for c_ in range({cg}):
+                for h_ in range({ih}):
+                    r_ = (h_ + {pt}) * {Wp} + {pl}
+                    for q_ in range({iw}):
+                        {xp}[c_, r_ + q_] = {x}[n_, g_ * {cg} + c_, h_, q_]
+            for i_ in range({kh}):
+                for j_ in range({kw}):
+                    gemm(
+                        {wt}, ((i_ * {kw} + j_) * {o} + g_ * {og}) * {cg}, {cg},
+                        {xp}, i_ * {dh} * {Wp} + j_ * {dw}, {L},
+                        {tmp}, 0, {P}, {og}, {P}, {cg}, 0.0 if i_ + j_ == 0 else 1.0,
+                    )
+            for o_ in range({og}):
+                for h_ in range({oh}):
+                    for q_ in range({ow}):
+                        {y}[n_, g_ * {og} + o_, h_, q_] = {tmp}[o_, h_ * {Wp} + q_]
+else:
+"""
+
+
+def _emit_shifted_gemms(kb, x, w, out, n, c, o, groups, geo, dt) -> None:
+    """Stride-1 float convolution by shifted GEMMs, with im2col for shallow groups."""
+    (ih, kh, _, dh, pt, oh), (iw, kw, _, dw, pl, ow) = geo
+    kb.imports.add("from rvm.jit.blas import gemm")
+    names = {k: kb.fresh(k) for k in ("cg", "og", "Wp", "Hp", "L", "P", "wt", "xp", "tmp", "y")}
+    src = _SHIFTED.format(
+        **names,
+        min_c=SHIFT_MIN_CHANNELS,
+        c=c,
+        o=o,
+        n=n,
+        w=w,
+        x=x,
+        out=out,
+        groups=groups,
+        dt=dt,
+        ih=ih,
+        iw=iw,
+        kh=kh,
+        kw=kw,
+        dh=dh,
+        dw=dw,
+        pt=pt,
+        pl=pl,
+        oh=oh,
+        ow=ow,
+    )
+    lines = src.splitlines()
+    body: list[str] = []
+    _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into=body)
+    kb.root.lines.extend(lines + ["    " + line for line in body])
 
 
 def _conv_loops(kb, x, w, geo, groups, dims, out) -> Tensor:

@@ -1,0 +1,63 @@
+"""The strided GEMM that jit kernels call (NumPy's BLAS through an LLVM-level call)."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import pytest
+
+from rvm.jit import blas
+
+pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
+
+
+@nb.njit
+def _gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
+    blas.gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("beta", [0.0, 1.0, 0.5])
+def test_windows_of_flat_arrays(dtype: str, beta: float) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 7)).astype(dtype)
+    b = rng.standard_normal((9, 11)).astype(dtype)
+    c = rng.standard_normal((6, 8)).astype(dtype)
+    want = c.copy()
+    want[1:4, 2:6] = beta * want[1:4, 2:6] + a[1:4, 3:5] @ b[2:4, 1:5]
+    _gemm(a, 1 * 7 + 3, 7, b, 2 * 11 + 1, 11, c, 1 * 8 + 2, 8, 3, 4, 2, beta)
+    np.testing.assert_allclose(c, want, rtol=1e-5)
+
+
+def test_large_and_strided() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 3366)).astype(np.float32)
+    c = np.full((64, 3248), np.nan, np.float32)
+    _gemm(a, 0, 64, b, 59, 3366, c, 0, 3248, 64, 3248, 64, 0.0)  # beta 0 ignores NaN in C
+    np.testing.assert_allclose(c, a @ b[:, 59 : 59 + 3248], rtol=1e-4, atol=1e-4)
+
+
+def test_empty_depth_scales_c() -> None:
+    a, b = np.zeros((2, 1)), np.zeros((1, 3))
+    c = np.full((2, 3), 4.0)
+    _gemm(a, 0, 1, b, 0, 3, c, 0, 3, 2, 3, 0, 0.5)
+    np.testing.assert_array_equal(c, np.full((2, 3), 2.0))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0, 7, 0, 11, 5 * 8 + 2, 8),  # C window runs past the end
+        (-1, 7, 0, 11, 0, 8),  # negative offset
+        (0, 1, 0, 11, 0, 8),  # A's row stride shorter than its rows
+        (30, 7, 0, 11, 0, 8),  # A window runs past the end
+    ],
+)
+def test_out_of_bounds_windows_raise(args) -> None:
+    ia, lda, ib, ldb, ic, ldc = args
+    a, b, c = np.ones((5, 7)), np.ones((9, 11)), np.ones((6, 8))
+    before = c.copy()
+    with pytest.raises(IndexError, match="outside its array"):
+        _gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, 3, 4, 2, 1.0)
+    np.testing.assert_array_equal(c, before)
