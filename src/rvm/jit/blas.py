@@ -21,6 +21,7 @@ BLAS does not export that interface; the lowering then uses ``np.dot`` instead.
 from __future__ import annotations
 
 import ctypes
+import importlib
 
 import numba as nb
 from llvmlite import binding as llvm
@@ -40,11 +41,13 @@ _ROW_MAJOR, _NO_TRANS = 101, 111
 
 
 def _register() -> bool:
-    try:
-        import numpy._core._multiarray_umath as umath
-
-        lib = ctypes.CDLL(umath.__file__)
-    except (ImportError, OSError):
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            lib = ctypes.CDLL(importlib.import_module(module).__file__)
+            break
+        except (ImportError, OSError, TypeError):
+            continue
+    else:
         return False
     found = {}
     for dtype, names in _NAMES.items():
