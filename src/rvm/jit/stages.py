@@ -228,34 +228,21 @@ for n_ in range({n}):
 """
 
 
-def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into: list[str] | None = None) -> None:
+def _conv_fields(x, w, out, n, c, o, groups, geo, dt) -> dict[str, object]:
+    """The format fields the convolution templates share: operands, sizes and geometry."""
     (ih, kh, sh, dh, pt, oh), (iw, kw, sw, dw, pl, ow) = geo
+    return dict(
+        x=x, w=w, out=out, n=n, c=c, o=o, groups=groups, dt=dt,
+        ih=ih, kh=kh, sh=sh, dh=dh, pt=pt, oh=oh, iw=iw, kw=kw, sw=sw, dw=dw, pl=pl, ow=ow,
+    )  # fmt: skip
+
+
+def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into: list[str] | None = None) -> None:
+    (_, kh, _, _, _, oh), (_, kw, _, _, _, ow) = geo
     names = {k: kb.fresh(k) for k in ("K", "P", "wm", "y", "col", "og", "tmp")}
     cg = kb.dim(f"{c} // {groups}")
-    src = _IM2COL.format(
-        **names,
-        w=w,
-        x=x,
-        out=out,
-        n=n,
-        o=o,
-        groups=groups,
-        cg=cg,
-        kh=kh,
-        kw=kw,
-        oh=oh,
-        ow=ow,
-        ih=ih,
-        iw=iw,
-        sh=sh,
-        sw=sw,
-        dh=dh,
-        dw=dw,
-        pt=pt,
-        pl=pl,
-        dt=dt,
-        blk=CONV_BLOCK,
-    )
+    fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
+    src = _IM2COL.format(**names, **fields, cg=cg, blk=CONV_BLOCK)
     body = src.splitlines()
     # Skip the work for empty outputs or empty reductions (BLAS needs positive sizes).
     lines = kb.root.lines if into is None else into
@@ -313,31 +300,10 @@ else:
 
 def _emit_shifted_gemms(kb, x, w, out, n, c, o, groups, geo, dt) -> None:
     """Stride-1 float convolution by shifted GEMMs, with im2col for shallow groups."""
-    (ih, kh, _, dh, pt, oh), (iw, kw, _, dw, pl, ow) = geo
     kb.imports.add("from rvm.jit.blas import gemm")
     names = {k: kb.fresh(k) for k in ("cg", "og", "Wp", "Hp", "L", "P", "wt", "xp", "tmp", "y")}
-    src = _SHIFTED.format(
-        **names,
-        min_c=SHIFT_MIN_CHANNELS,
-        c=c,
-        o=o,
-        n=n,
-        w=w,
-        x=x,
-        out=out,
-        groups=groups,
-        dt=dt,
-        ih=ih,
-        iw=iw,
-        kh=kh,
-        kw=kw,
-        dh=dh,
-        dw=dw,
-        pt=pt,
-        pl=pl,
-        oh=oh,
-        ow=ow,
-    )
+    fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
+    src = _SHIFTED.format(**names, **fields, min_c=SHIFT_MIN_CHANNELS)
     lines = src.splitlines()
     body: list[str] = []
     _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into=body)
