@@ -231,6 +231,54 @@ def test_kill_register_returns_memory_as_early_as_bytecode():
     assert stats["compiled", "naive"] == stats["bytecode", "naive"]
 
 
+def test_recycled_tiny_tensors_never_overwrite_a_held_value():
+    """A loop's tiny tensors come from per-site slots, reused only when nothing holds them."""
+    from rvm.testing.programs import RNN
+
+    ex = rvm.compile(RNN, kernels="numpy")
+    assert "_rc(" in VirtualMachine(ex).compiled_source("main__while_loop0")
+    rng = np.random.default_rng(0)
+    h0 = rng.standard_normal((1, 16)).astype(np.float32)
+    w = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)
+    steps = np.array(12, np.int64)
+    want = VirtualMachine(ex, exec_mode="bytecode")["main"](h0, w, steps)
+    vm = VirtualMachine(ex, exec_mode="compiled")
+    held: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def keep_outputs(name, args, before):
+        if not before:
+            held.append((args[-1], args[-1].copy()))  # the output, and its value then
+
+    vm.set_instrument(keep_outputs)
+    assert_values_close(vm["main"](h0, w, steps), want)
+    assert len(held) == 3 * 12 + 1
+    for obj, value in held:
+        np.testing.assert_array_equal(obj, value)  # never reused while the callback holds it
+    vm.set_instrument(None)
+    first = vm["main"](h0, w, steps)
+    kept = first.copy()
+    assert_values_close(vm["main"](h0 + 1, w, steps), VirtualMachine(ex)["main"](h0 + 1, w, steps))
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_array_equal(h0, h0.copy())
+
+
+def test_small_blocks_are_one_tensor_in_straight_line_code():
+    """Tensors the memory plan puts in one small block are that block's one array, as they
+    share its memory in the bytecode loop; the results agree."""
+    head = ["@module", "class Chain:", "    @func"]
+    head.append('    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):')
+    text = "\n".join(head + ["        h = op.tanh(op.matmul(h, w))"] * 6 + ["        return h"])
+    ex = rvm.compile(rvm.script.parse(text), kernels="numpy")
+    src = VirtualMachine(ex).compiled_source("main")
+    # Two blocks alternate for five steps; the result gets its own. No loop: no slots.
+    assert src.count("_empty(") == 3 and "_rc(" not in src
+    rng = np.random.default_rng(1)
+    h0 = rng.standard_normal((1, 8)).astype(np.float32)
+    w = (rng.standard_normal((8, 8)) * 0.3).astype(np.float32)
+    out = {m: VirtualMachine(ex, exec_mode=m)["main"](h0, w) for m in MODES}
+    assert_values_close(out["compiled"], out["bytecode"])
+
+
 def test_api_in_compiled_mode():
     vm = VirtualMachine(h.straight_line(), exec_mode="compiled")
     x, y = np.ones(4, np.float32), np.full(4, 2.0, np.float32)

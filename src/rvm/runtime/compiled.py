@@ -21,6 +21,13 @@ Observations stay those of the bytecode loop:
   in the bytecode loop (`_deep`), which has its own frame stack, so non-tail recursion of any
   depth works and no process-wide setting (`sys.setrecursionlimit`) is ever changed. Self tail
   calls are loops and never deepen; other tail calls deepen until the bytecode loop takes over.
+- Memory: tensors of at most 64 bytes are plain numpy arrays, as in the bytecode loop. Those the
+  memory plan puts in one block are that block's one array (the plan proved each dead before
+  the next is made, so they share the block's memory in the bytecode loop as well), and in a
+  loop each such allocation takes the array of two iterations before when only its slot still
+  refers to it (`sys.getrefcount`, as `PooledAllocator` checks its blocks), so a held value is
+  never overwritten. Larger tensors view blocks of the VM's allocator exactly as the bytecode
+  loop's do.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import numpy as np
 
 from rvm.errors import VMError
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source
+from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source, ring_probe_source
 from rvm.runtime.objects import ADT, Closure
 
 if TYPE_CHECKING:
@@ -47,6 +54,17 @@ __all__ = ["CompiledProgram", "compiled_functions", "COMPILED_FILE_PREFIX"]
 
 COMPILED_FILE_PREFIX = "<rvm-compiled "
 _serial = itertools.count()
+
+
+def _free_refcount() -> int:
+    """What `sys.getrefcount` reports, in generated code, for a ring slot nothing else holds
+    (the interpreter's own temporary references vary between Python versions)."""
+    ns: dict[str, Any] = {"_rc": sys.getrefcount, "_new": object}
+    exec(compile(ring_probe_source(), f"{COMPILED_FILE_PREFIX}probe>", "exec"), ns)
+    return ns["_probe"]()
+
+
+_FREE = _free_refcount()
 
 
 class CompiledFunction:
@@ -154,7 +172,7 @@ class CompiledProgram:
             _empty=np.empty, _ADT=ADT,
             _Closure=Closure, _Fatal=self.fatal, _array=np.array, _int64=np.int64,
             _MAX_DEPTH=self.max_depth, _call_closure=self._closure_caller(funcs),
-            _deep=self._deep,
+            _deep=self._deep, _rc=sys.getrefcount, _FREE=_FREE,
         )
         for f in self.functions:
             exec(f.code, ns)

@@ -20,8 +20,13 @@ raising Python's recursion limit (see `compiled.py`).
 Names the generated code uses, bound once per VM in its namespace (`compiled.py`): packed
 functions by their sanitized names, `f_<name>` for VM functions, `c<i>` for constants,
 `i<v>` / `i_m<v>` for LOAD_CONSTI immediates, `dt_<name>` for dtypes, and `_alloc`,
-`_ndarray`, `_ADT`, `_Closure`, `_Fatal`, `_array`, `_int64`, `_call_closure`, `_deep`,
-`_MAX_DEPTH`.
+`_ndarray`, `_empty`, `_ADT`, `_Closure`, `_Fatal`, `_array`, `_int64`, `_call_closure`,
+`_deep`, `_MAX_DEPTH`, `_rc`, `_FREE`. Locals `_a<pc>` / `_b<pc>` are the two slots of the tiny
+tensor allocation at `pc` in a loop (`ring_lines`).
+
+Small blocks (`FlowInfo.shared_tensor`): a block of at most 64 bytes whose tensors are all the
+same view is made as that one numpy array, each ALLOC_TENSOR of it is a plain assignment, and a
+block made, viewed and killed in three consecutive instructions assigns the tensor directly.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from rvm.runtime.text import describe_instruction
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
 
-__all__ = ["Names", "FunctionSource", "generate_source"]
+__all__ = ["Names", "FunctionSource", "generate_source", "ring_lines", "ring_probe_source"]
 
 O = Opcode
 _RESERVED = re.compile(r"^(r\d+|c\d+|i_?m?\d+|f_.*|dt_.*|_.*)$")
@@ -120,6 +125,8 @@ class FunctionSource:
         self._names = names
         self._flow = FlowInfo(fn.instructions, len(fn.params), index)
         self._dead = self._dead_constants()
+        self._direct = self._direct_allocs()
+        self._rings = self._ring_sites()
         self.tails = frozenset(self._flow.tails)
         self._lines: list[tuple[int, str, int | None]] = []
         try:
@@ -150,6 +157,8 @@ class FunctionSource:
         self._line(2, f"return _deep({self.index}, {_tuple(tuple(range(len(params))))})")
         for reg in self._flow.needs_init:
             self._line(1, f"{_r(reg)} = None")
+        for pc in sorted(self._rings):
+            self._line(1, f"_a{pc} = _b{pc} = None")
         body()  # type: ignore[operator]
 
     # -- statements --------------------------------------------------------------------------
@@ -168,7 +177,15 @@ class FunctionSource:
             message = str(self._ex.constants[ins[1]].item())
             self._line(indent, f"raise _Fatal({message!r})", pc)
             return True
-        if pc not in self._dead:
+        if pc in self._rings:
+            for text in self._ring(pc, ins):
+                self._line(indent, text, pc)
+        elif pc in self._direct:
+            if self._direct[pc] is not None:
+                shape, dtype = self._flow.shared_tensor(ins[1])  # type: ignore[misc]
+                tensor = _r(self._direct[pc])
+                self._line(indent, f"{tensor} = _empty({shape!r}, {self._names.dtype(dtype)})", pc)
+        elif pc not in self._dead:
             self._line(indent, self._expr_stmt(pc, ins), pc)
         return False
 
@@ -182,11 +199,16 @@ class FunctionSource:
         if op == O.CALL_PACKED:
             return f"{dst} = {n.packed[ins[2]]}({', '.join(_r(r) for r in ins[3])})"
         if op == O.ALLOC_STORAGE:
+            shared = self._flow.shared_tensor(ins[1])
+            if shared is not None:
+                return f"{dst} = _empty({shared[0]!r}, {n.dtype(shared[1])})  # small: one view"
             if self._flow.small_storage(ins[1]):
                 return f"{dst} = None  # small: its tensors are plain arrays"
             size = self._flow.const_int(ins[2], pc)
             return f"{dst} = _alloc({_r(ins[2]) if size is None else size}, {ins[3]})"
         if op == O.ALLOC_TENSOR:
+            if self._flow.shared_tensor(ins[2]) is not None:
+                return f"{dst} = {_r(ins[2])}"
             if self._flow.small_storage(ins[2]):
                 return f"{dst} = _empty({ins[4]!r}, {n.dtype(ins[5])})"
             return f"{dst} = _ndarray({ins[4]!r}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
@@ -223,6 +245,39 @@ class FunctionSource:
             return f"{dst} = None"
         raise AssertionError(f"no statement for opcode {op}")  # jumps are handled by callers
 
+    def _ring(self, pc: int, ins: tuple) -> list[str]:
+        """ALLOC_STORAGE of a small one-view block in a loop: the tensor made two runs ago if
+        nothing refers to it any more (only its slot), else a new one (see `ring_lines`)."""
+        shape, dtype = self._flow.shared_tensor(ins[1])  # type: ignore[misc]
+        dst = _r(self._direct.get(pc, ins[1]))
+        return ring_lines(dst, pc, f"_empty({shape!r}, {self._names.dtype(dtype)})")
+
+    def _ring_sites(self) -> set[int]:
+        """pcs of ALLOC_STORAGE of small one-view blocks, in a function with a loop."""
+        flow = self._flow
+        if not flow.loops:
+            return set()
+        allocs = [pc for pc, ins in enumerate(flow.code) if ins[0] == O.ALLOC_STORAGE]
+        return {pc for pc in allocs if flow.shared_tensor(flow.code[pc][1]) is not None}
+
+    def _direct_allocs(self) -> dict[int, int | None]:
+        """Small one-view blocks made, viewed once and killed at once (storage, tensor, kill
+        at pcs p, p+1, p+2, nothing jumping between them): p maps to the tensor's register,
+        which the block's statement assigns directly, and p+1, p+2 to None (no statement)."""
+        flow, code, out = self._flow, self._flow.code, {}
+        targets = {s for pc, succ in enumerate(flow.succ) for s in succ if s != pc + 1}
+        for pc in range(len(code) - 2):
+            ins, view, kill = code[pc], code[pc + 1], code[pc + 2]
+            if ins[0] != O.ALLOC_STORAGE or flow.shared_tensor(ins[1]) is None:
+                continue
+            reg = ins[1]
+            alone = flow.writers[reg] == [pc, pc + 2] and flow.readers[reg] == [pc + 1]
+            viewed = view[0] == O.ALLOC_TENSOR and view[2] == reg
+            killed = kill[0] == O.KILL_REGISTER and kill[1] == reg
+            if alone and viewed and killed and not {pc + 1, pc + 2} & targets:
+                out[pc], out[pc + 1], out[pc + 2] = view[1], None, None
+        return out
+
     def _tail_call(self, pc: int, indent: int) -> None:
         ins = self._flow.code[pc]
         if pc not in self._flow.self_tails:
@@ -233,9 +288,10 @@ class FunctionSource:
                 call = f"_call_closure({_r(ins[2])}, {args}, _d)"
             self._line(indent, f"return {call}", pc)
             return
-        params = ", ".join(_r(i) for i in range(self._flow.nparams))
-        if params:
-            self._line(indent, f"{params} = {', '.join(_r(r) for r in ins[3])}", pc)
+        moved = [(i, r) for i, r in enumerate(ins[3]) if i != r]  # r0 = r0 is a no-op
+        if moved:
+            params = ", ".join(_r(i) for i, _ in moved)
+            self._line(indent, f"{params} = {', '.join(_r(r) for _, r in moved)}", pc)
         cleared = self._flow.clear_at_self_tail(pc)
         if cleared:
             self._line(indent, " = ".join(_r(r) for r in cleared) + " = None", pc)
@@ -265,9 +321,7 @@ class FunctionSource:
         for reg, pcs in flow.writers.items():
             if len(pcs) != 1 or flow.code[pcs[0]][0] != O.LOAD_CONSTI or reg < flow.nparams:
                 continue
-            for pc, (reads, _) in enumerate(flow.rw):
-                if reg not in reads:
-                    continue
+            for pc in flow.readers.get(reg, []):
                 ins = flow.code[pc]
                 inlined = (ins[0] == O.ALLOC_STORAGE or (ins[0] == O.IF and ins[1] != reg))
                 if not inlined or flow.const_int(reg, pc) is None:
@@ -370,6 +424,28 @@ class FunctionSource:
                 return
             pc += 1
         self._line(3, f"_pc = {stop}")
+
+
+def ring_lines(dst: str, pc: int, new: str) -> list[str]:
+    """Statements giving `dst` a tiny tensor from the two-slot ring of allocation site `pc`.
+
+    The slots `_a<pc>` (made last run) and `_b<pc>` (the run before) are the frame's locals.
+    `_b<pc>` is reused when `_rc` (`sys.getrefcount`) finds no reference but its slot, which
+    is `_FREE` (measured by `ring_probe_source` in the same code shape): a tensor a register,
+    a caller, an ADT or an instrument callback still holds is never overwritten. Two slots
+    cover a loop-carried value (made in one iteration, read in the next); it is dropped at
+    the following back edge, as in the bytecode loop.
+    """
+    return [
+        f"{dst} = _b{pc} if _rc(_b{pc}) == _FREE else {new}",
+        f"_b{pc} = _a{pc}",
+        f"_a{pc} = {dst}",
+    ]
+
+
+def ring_probe_source() -> str:
+    """A function `_probe()` returning what `_rc` gives for a ring slot nothing else holds."""
+    return "def _probe():\n    _b0 = _new()\n    return _rc(_b0)\n"
 
 
 def generate_source(ex: Executable, index: int, names: Names) -> FunctionSource:

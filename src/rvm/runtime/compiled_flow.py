@@ -15,12 +15,16 @@ Everything here reads the raw instructions of one `VMFunction` and the operand k
   returns to the allocator as early as when the bytecode loop drops the frame;
 - a tiny type lattice: registers written only by ALLOC_TENSOR(_REG) of dtype bool, only by
   GET_TAG, or only by one LOAD_CONSTI, which lets IF compile to `if r7:` instead of a 0-d array
-  comparison (for a bool tensor `x == 1` and `bool(x)` agree).
+  comparison (for a bool tensor `x == 1` and `bool(x)` agree);
+- small blocks: constant-size storage of at most `SMALL_STORAGE` bytes whose tensors can be
+  plain numpy arrays, and whether they are all one view of it (`shared_tensor`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+import numpy as np
 
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 
@@ -67,6 +71,9 @@ class FlowInfo:
         may_hold: Per pc, the bitset of registers that may hold memory before it runs.
         needs_init: Registers read where they may be unassigned (start as None).
         writers: Per register, the pcs that write it.
+        readers: Per register, the pcs that read it.
+        loops: Whether some pc may run more than once per call (a self tail call or a
+            backward jump).
     """
 
     def __init__(self, code: tuple[tuple, ...], nparams: int, index: int) -> None:
@@ -85,15 +92,21 @@ class FlowInfo:
         self.rw = [reads_writes(ins) for ins in code]
         self.succ = [self._successors(pc) for pc in range(len(code))]
         self.writers: dict[int, list[int]] = {}
-        for pc, (_, writes) in enumerate(self.rw):
+        self.readers: dict[int, list[int]] = {}
+        for pc, (reads, writes) in enumerate(self.rw):
             for r in writes:
                 self.writers.setdefault(r, []).append(pc)
+            for r in reads:
+                self.readers.setdefault(r, []).append(pc)
+        self._shared: dict[int, tuple[tuple[int, ...], str] | None] = {}
         self.must = self._must_assigned()
         self.may_hold = self._may_hold()
         init = 0
         for pc, (reads, _) in enumerate(self.rw):
             init |= _mask(reads) & ~self.must[pc]
         self.needs_init = sorted(r for r in range(init.bit_length()) if init >> r & 1)
+        back = any(s <= pc for pc, succ in enumerate(self.succ) for s in succ)
+        self.loops = bool(self.self_tails) or back
 
     def _successors(self, pc: int) -> list[int]:
         ins = self.code[pc]
@@ -175,9 +188,35 @@ class FlowInfo:
         # Only static-shape tensors may be made from it (and the block only killed).
         return all(
             self.code[pc][0] in (Opcode.ALLOC_TENSOR, Opcode.KILL_REGISTER)
-            for pc, (reads, _) in enumerate(self.rw)
-            if reg in reads
+            for pc in self.readers.get(reg, [])
         )
+
+    def shared_tensor(self, reg: int) -> tuple[tuple[int, ...], str] | None:
+        """The (shape, dtype) of the tensors of small storage `reg` when they are all the same
+        view (one offset, shape and dtype that fits every block): the block can then be that
+        one tensor, made at ALLOC_STORAGE. The memory plan put them in one block because each
+        is dead when the next is made, so they share memory in the bytecode loop too."""
+        if reg not in self._shared:
+            self._shared[reg] = self._shared_tensor(reg)
+        return self._shared[reg]
+
+    def _shared_tensor(self, reg: int) -> tuple[tuple[int, ...], str] | None:
+        if not self.small_storage(reg):
+            return None
+        views = set()
+        for pc in self.readers.get(reg, []):
+            ins = self.code[pc]
+            if ins[0] == Opcode.ALLOC_TENSOR:
+                views.add((ins[3], tuple(ins[4]), ins[5]))
+        if len(views) != 1:
+            return None
+        ((offset, shape, dtype),) = views
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        allocs = [pc for pc in self.writers[reg] if self.code[pc][0] == Opcode.ALLOC_STORAGE]
+        sizes = [self.const_int(self.code[pc][2], pc) for pc in allocs]
+        if offset < 0 or any(size is None or offset + nbytes > size for size in sizes):
+            return None
+        return shape, dtype
 
     def is_bool_tensor(self, reg: int, pc: int) -> bool:
         """Whether `reg` surely holds a bool tensor at `pc`."""
