@@ -54,7 +54,7 @@ GOAL_COMPILED_OVER_BYTECODE = 0.6
 GOAL_BYTECODE_OVER_INTERP = 0.5
 GOAL_OVERHEAD_NS = 150.0
 
-RNN_TEXT = '''
+RNN_TEXT = """
 @module
 class RNN:
     @func
@@ -64,13 +64,17 @@ class RNN:
             h = op.tanh(op.matmul(h, w))
             i = i + 1
         return h
-'''
+"""
 
 
 def chain_module(steps: int) -> IRModule:
     """``steps`` x ``h = tanh(matmul(h, w))`` on 1x8, written as rvm script and parsed."""
-    lines = ["@module", "class Chain:", "    @func",
-             '    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):']
+    lines = [
+        "@module",
+        "class Chain:",
+        "    @func",
+        '    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):',
+    ]
     lines += ["        h = op.tanh(op.matmul(h, w))"] * steps + ["        return h"]
     return rvm.script.parse("\n".join(lines))
 
@@ -83,14 +87,31 @@ def programs() -> list[dict[str, Any]]:
         return (rng.standard_normal(shape) * scale).astype("float32")
 
     return [
-        {"name": "chain100", "mod": chain_module(100), "fname": "main",
-         "args": (f32(1, 8), f32(8, 8, scale=0.3))},
-        {"name": "rnn100", "mod": rvm.script.parse(RNN_TEXT), "fname": "main",
-         "args": (f32(1, 16), f32(16, 16, scale=0.3), np.array(100, "int64"))},
+        {
+            "name": "chain100",
+            "mod": chain_module(100),
+            "fname": "main",
+            "args": (f32(1, 8), f32(8, 8, scale=0.3)),
+        },
+        {
+            "name": "rnn100",
+            "mod": rvm.script.parse(RNN_TEXT),
+            "fname": "main",
+            "args": (f32(1, 16), f32(16, 16, scale=0.3), np.array(100, "int64")),
+        },
         {"name": "fib20", "mod": Recursion, "fname": "fib", "args": (np.array(20, "int64"),)},
-        {"name": "mlp1", "mod": MLP, "fname": "main",
-         "args": (f32(1, 784), f32(784, 128, scale=0.05), f32(128), f32(128, 10, scale=0.1),
-                  f32(10))},
+        {
+            "name": "mlp1",
+            "mod": MLP,
+            "fname": "main",
+            "args": (
+                f32(1, 784),
+                f32(784, 128, scale=0.05),
+                f32(128),
+                f32(128, 10, scale=0.1),
+                f32(10),
+            ),
+        },
     ]
 
 
@@ -147,8 +168,9 @@ def kernel_time(vm: rvm.VirtualMachine, fname: str, args: tuple, repeat: int) ->
     return len(calls), median_time(replay, repeat)
 
 
-def bench(prog: dict[str, Any], kernels: str, repeat: int, interp_s: float | None
-          ) -> list[dict[str, Any]]:
+def bench(
+    prog: dict[str, Any], kernels: str, repeat: int, interp_s: float | None
+) -> list[dict[str, Any]]:
     ex = rvm.compile(prog["mod"], kernels=kernels)
     fname, args = prog["fname"], prog["args"]
     instrs = count_instructions(ex, fname, args)
@@ -162,12 +184,19 @@ def bench(prog: dict[str, Any], kernels: str, repeat: int, interp_s: float | Non
         number = 1 if prog["name"] == "fib20" else 20
         call = vm.time_evaluator(fname, number=number, repeat=repeat)(*args).median
         ncalls, kern = kernel_time(vm, fname, args, repeat)
-        rows.append({
-            "program": prog["name"], "kernels": kernels, "exec_mode": mode,
-            "instructions": instrs, "packed_calls": ncalls, "call_us": call * 1e6,
-            "kernel_us": kern * 1e6, "overhead_ns_per_instr": (call - kern) / instrs * 1e9,
-            "interp_us": None if interp_s is None else interp_s * 1e6,
-        })
+        rows.append(
+            {
+                "program": prog["name"],
+                "kernels": kernels,
+                "exec_mode": mode,
+                "instructions": instrs,
+                "packed_calls": ncalls,
+                "call_us": call * 1e6,
+                "kernel_us": kern * 1e6,
+                "overhead_ns_per_instr": (call - kern) / instrs * 1e9,
+                "interp_us": None if interp_s is None else interp_s * 1e6,
+            }
+        )
     byte, comp = rows
     for r in rows:
         r["over_bytecode"] = r["call_us"] / byte["call_us"]
@@ -184,16 +213,19 @@ def _f(v: Any, spec: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'program':<9} {'kern':<5} {'mode':<8} {'instrs':>7} {'calls':>6} "
-            f"{'call us':>10} {'kern us':>9} {'ovh ns/i':>8} {'interp us':>10} "
-            f"{'/bytecode':>9} {'/interp':>8}")
+    head = (
+        f"{'program':<9} {'kern':<5} {'mode':<8} {'instrs':>7} {'calls':>6} "
+        f"{'call us':>10} {'kern us':>9} {'ovh ns/i':>8} {'interp us':>10} "
+        f"{'/bytecode':>9} {'/interp':>8}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['program']:<9} {r['kernels']:<5} {r['exec_mode']:<8} {r['instructions']:>7} "
             f"{r['packed_calls']:>6} {r['call_us']:>10.1f} {r['kernel_us']:>9.1f} "
             f"{r['overhead_ns_per_instr']:>8.0f} {_f(r['interp_us'], '10.1f')} "
-            f"{r['over_bytecode']:>9.2f} {_f(r['over_interp'], '8.3f')}")
+            f"{r['over_bytecode']:>9.2f} {_f(r['over_interp'], '8.3f')}"
+        )
     return "\n".join(lines)
 
 
@@ -204,15 +236,21 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
         if r["exec_mode"] == "compiled":
             if r["program"] in ("chain100", "rnn100"):
                 ok = r["over_bytecode"] <= GOAL_COMPILED_OVER_BYTECODE
-                out.append(f"{key}: compiled/bytecode {r['over_bytecode']:.2f} "
-                           f"(goal <= {GOAL_COMPILED_OVER_BYTECODE}) {'ok' if ok else 'MISSED'}")
+                out.append(
+                    f"{key}: compiled/bytecode {r['over_bytecode']:.2f} "
+                    f"(goal <= {GOAL_COMPILED_OVER_BYTECODE}) {'ok' if ok else 'MISSED'}"
+                )
             ok = r["overhead_ns_per_instr"] <= GOAL_OVERHEAD_NS
-            out.append(f"{key}: overhead {r['overhead_ns_per_instr']:.0f} ns/instr "
-                       f"(goal <= {GOAL_OVERHEAD_NS:.0f}) {'ok' if ok else 'MISSED'}")
+            out.append(
+                f"{key}: overhead {r['overhead_ns_per_instr']:.0f} ns/instr "
+                f"(goal <= {GOAL_OVERHEAD_NS:.0f}) {'ok' if ok else 'MISSED'}"
+            )
         elif r["over_interp"] is not None and r["program"] != "mlp1":
             ok = r["over_interp"] <= GOAL_BYTECODE_OVER_INTERP
-            out.append(f"{key}: bytecode/interpret {r['over_interp']:.3f} "
-                       f"(goal <= {GOAL_BYTECODE_OVER_INTERP}) {'ok' if ok else 'MISSED'}")
+            out.append(
+                f"{key}: bytecode/interpret {r['over_interp']:.3f} "
+                f"(goal <= {GOAL_BYTECODE_OVER_INTERP}) {'ok' if ok else 'MISSED'}"
+            )
     return out
 
 
@@ -232,21 +270,32 @@ def main() -> None:
                 rows += bench(prog, kernels, repeat, interp_s)
             except ImportError as e:  # no jit backend in this environment
                 print(f"{prog['name']}/{kernels}: skipped ({e})")
-    print(f"rvm exec modes (python {platform.python_version()}, numpy {np.__version__}, "
-          f"medians of {repeat})")
+    print(
+        f"rvm exec modes (python {platform.python_version()}, numpy {np.__version__}, "
+        f"medians of {repeat})"
+    )
     print(table(rows))
     print()
     for line in goals(rows):
         print("  " + line)
     out = ROOT / "benchmarks" / "results" / "exec_modes.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "python": platform.python_version(), "numpy": np.__version__, "repeat": repeat,
-        "goals": {"compiled_over_bytecode_max": GOAL_COMPILED_OVER_BYTECODE,
-                  "bytecode_over_interp_max": GOAL_BYTECODE_OVER_INTERP,
-                  "compiled_overhead_ns_per_instr_max": GOAL_OVERHEAD_NS},
-        "rows": rows,
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+                "repeat": repeat,
+                "goals": {
+                    "compiled_over_bytecode_max": GOAL_COMPILED_OVER_BYTECODE,
+                    "bytecode_over_interp_max": GOAL_BYTECODE_OVER_INTERP,
+                    "compiled_overhead_ns_per_instr_max": GOAL_OVERHEAD_NS,
+                },
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

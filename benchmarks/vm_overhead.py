@@ -133,10 +133,18 @@ def programs(steps: int, iters: int) -> list[dict[str, Any]]:
     w4 = (rng.standard_normal((4, 4)) * 0.3).astype("float32")
     return [
         {"name": f"chain{steps}", "mod": chain_module(steps), "args": (h8, w8), "plus1": None},
-        {"name": f"rnn_loop{iters}", "mod": RNNCell, "args": (h4, w4, _i64(iters)),
-         "plus1": (h4, w4, _i64(iters + 1))},
-        {"name": f"counter_loop{iters}", "mod": Counter, "args": (_i64(iters),),
-         "plus1": (_i64(iters + 1),)},
+        {
+            "name": f"rnn_loop{iters}",
+            "mod": RNNCell,
+            "args": (h4, w4, _i64(iters)),
+            "plus1": (h4, w4, _i64(iters + 1)),
+        },
+        {
+            "name": f"counter_loop{iters}",
+            "mod": Counter,
+            "args": (_i64(iters),),
+            "plus1": (_i64(iters + 1),),
+        },
     ]
 
 
@@ -194,8 +202,9 @@ def replay(calls: list[tuple[Callable, tuple]]) -> Callable[[], None]:
     return run
 
 
-def interleaved(runs: dict[str, tuple[Callable[[], object], int]],
-                repeat: int) -> dict[str, dict[str, float]]:
+def interleaved(
+    runs: dict[str, tuple[Callable[[], object], int]], repeat: int
+) -> dict[str, dict[str, float]]:
     """Median seconds per call of each ``(fn, number)``, wall and thread CPU time.
 
     The runs take turns inside every repeat, so a burst of load from other processes hits all
@@ -214,8 +223,7 @@ def interleaved(runs: dict[str, tuple[Callable[[], object], int]],
             c1, w1 = cpu(), perf()
             samples[key]["wall"].append((w1 - w0) / number)
             samples[key]["cpu"].append((c1 - c0) / number)
-    return {k: {clock: statistics.median(v) for clock, v in d.items()}
-            for k, d in samples.items()}
+    return {k: {clock: statistics.median(v) for clock, v in d.items()} for k, d in samples.items()}
 
 
 def make_vm(ex: rvm.Executable, mode: str) -> rvm.VirtualMachine | None:
@@ -225,24 +233,33 @@ def make_vm(ex: rvm.Executable, mode: str) -> rvm.VirtualMachine | None:
         return None  # exec mode not available in this build: reported as n/a
 
 
-def measure(vm: rvm.VirtualMachine, mod: IRModule, args: tuple, repeat: int,
-            number: int) -> dict[str, Any]:
+def measure(
+    vm: rvm.VirtualMachine, mod: IRModule, args: tuple, repeat: int, number: int
+) -> dict[str, Any]:
     """One row's figures for ``vm`` (see the module docstring), in seconds."""
     evaluator = vm.time_evaluator("main", number=number, repeat=repeat)(*args)
     calls = recorded_calls(vm, args)
     vm.save_function("main", "main_bound", *args)  # no entry checks in the timed calls
-    times = interleaved({
-        "vm": (vm["main_bound"], number),
-        "kernels": (replay(calls), number),
-        "interp": (lambda: rvm.interpret(mod, "main", *args), max(1, number // 10)),
-    }, repeat)
+    times = interleaved(
+        {
+            "vm": (vm["main_bound"], number),
+            "kernels": (replay(calls), number),
+            "interp": (lambda: rvm.interpret(mod, "main", *args), max(1, number // 10)),
+        },
+        repeat,
+    )
     prof = sorted(vm.profile("main", *args).vm_overhead for _ in range(3))
-    return {"calls": len(calls), "time_evaluator": evaluator.median, "times": times,
-            "profile_overhead": prof[1]}
+    return {
+        "calls": len(calls),
+        "time_evaluator": evaluator.median,
+        "times": times,
+        "profile_overhead": prof[1],
+    }
 
 
-def bench_program(prog: dict[str, Any], kernels: str, repeat: int,
-                  number: int) -> list[dict[str, Any]]:
+def bench_program(
+    prog: dict[str, Any], kernels: str, repeat: int, number: int
+) -> list[dict[str, Any]]:
     mod, args = prog["mod"], prog["args"]
     ex = rvm.compile(mod, kernels=kernels)
     instrs = count_instructions(ex, args)
@@ -256,9 +273,14 @@ def bench_program(prog: dict[str, Any], kernels: str, repeat: int,
     rows = []
     for mode in ("bytecode", "compiled"):
         vm = make_vm(ex, mode)
-        row: dict[str, Any] = {"program": prog["name"], "kernels": kernels, "exec_mode": mode,
-                               "instructions": instrs, "instructions_per_iteration": per_iter,
-                               "available": vm is not None}
+        row: dict[str, Any] = {
+            "program": prog["name"],
+            "kernels": kernels,
+            "exec_mode": mode,
+            "instructions": instrs,
+            "instructions_per_iteration": per_iter,
+            "available": vm is not None,
+        }
         rows.append(row)
         if vm is None:
             continue
@@ -272,8 +294,13 @@ def bench_program(prog: dict[str, Any], kernels: str, repeat: int,
             print(f"{prog['name']} / {kernels} / {mode}: n/a ({row['error'][:200]})")
             continue
         t = m["times"]
-        row.update({"packed_calls": m["calls"], "time_evaluator_us": m["time_evaluator"] * 1e6,
-                    "profile_overhead_ns_per_instr": m["profile_overhead"] / instrs * 1e9})
+        row.update(
+            {
+                "packed_calls": m["calls"],
+                "time_evaluator_us": m["time_evaluator"] * 1e6,
+                "profile_overhead_ns_per_instr": m["profile_overhead"] / instrs * 1e9,
+            }
+        )
         for clock in ("cpu", "wall"):
             vm_s, kern_s, interp_s = t["vm"][clock], t["kernels"][clock], t["interp"][clock]
             row[clock] = {
@@ -307,9 +334,11 @@ def cprofile_top(prog: dict[str, Any], kernels: str, calls: int, top: int = 12) 
 
 
 def table(rows: list[dict[str, Any]], clock: str) -> str:
-    head = (f"{'program':<17} {'kernels':<6} {'mode':<8} {'instrs':>6} {'calls':>5} "
-            f"{'t_eval us':>9} {'call us':>9} {'ns/instr':>8} {'kern us':>8} {'ovh ns/i':>8} "
-            f"{'prof ns/i':>9} {'interp us':>9} {'interp/vm':>9}")
+    head = (
+        f"{'program':<17} {'kernels':<6} {'mode':<8} {'instrs':>6} {'calls':>5} "
+        f"{'t_eval us':>9} {'call us':>9} {'ns/instr':>8} {'kern us':>8} {'ovh ns/i':>8} "
+        f"{'prof ns/i':>9} {'interp us':>9} {'interp/vm':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         name = f"{r['program']:<17} {r['kernels']:<6} {r['exec_mode']:<8} {r['instructions']:>6}"
@@ -359,22 +388,32 @@ def main() -> None:
             if opts.text and kernels == "jit":
                 print(rvm.compile(prog["mod"], kernels=kernels).as_text())
 
-    print(f"rvm VM overhead (python {platform.python_version()}, numpy {np.__version__}); "
-          f"medians of {repeat} interleaved repeats")
-    for clock, what in (("cpu", "thread CPU time (robust on a shared machine)"),
-                        ("wall", "wall time")):
-        print(f"\n{what}; t_eval = vm.time_evaluator median (wall), "
-              "prof = vm.profile's VM-overhead line")
+    print(
+        f"rvm VM overhead (python {platform.python_version()}, numpy {np.__version__}); "
+        f"medians of {repeat} interleaved repeats"
+    )
+    for clock, what in (
+        ("cpu", "thread CPU time (robust on a shared machine)"),
+        ("wall", "wall time"),
+    ):
+        print(
+            f"\n{what}; t_eval = vm.time_evaluator median (wall), "
+            "prof = vm.profile's VM-overhead line"
+        )
         print(table(rows, clock))
-    print(f"\ngoals (thread CPU time): overhead <= {GOAL_NS_PER_INSTR:.0f} ns/instr, "
-          f"interp/vm >= {GOAL_INTERP_RATIO:.0f}x")
+    print(
+        f"\ngoals (thread CPU time): overhead <= {GOAL_NS_PER_INSTR:.0f} ns/instr, "
+        f"interp/vm >= {GOAL_INTERP_RATIO:.0f}x"
+    )
     for line in goals(rows, "cpu"):
         print("  " + line)
     for prog in progs:
         first = next(r for r in rows if r["program"] == prog["name"])
         if first["instructions_per_iteration"]:
-            print(f"  {prog['name']}: {first['instructions']} instructions executed, "
-                  f"{first['instructions_per_iteration']} per iteration")
+            print(
+                f"  {prog['name']}: {first['instructions']} instructions executed, "
+                f"{first['instructions_per_iteration']} per iteration"
+            )
 
     if opts.cprofile:
         for prog in progs:
@@ -383,14 +422,21 @@ def main() -> None:
 
     out = ROOT / "benchmarks" / "results" / "vm_overhead.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "repeat": repeat,
-        "goals": {"overhead_ns_per_instr_max": GOAL_NS_PER_INSTR,
-                  "interp_over_vm_min": GOAL_INTERP_RATIO},
-        "rows": rows,
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+                "repeat": repeat,
+                "goals": {
+                    "overhead_ns_per_instr_max": GOAL_NS_PER_INSTR,
+                    "interp_over_vm_min": GOAL_INTERP_RATIO,
+                },
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

@@ -72,8 +72,10 @@ executables = {}
 for backend in ("numpy", "jit"):
     start = time.perf_counter()
     executables[backend] = rvm.compile(Head, kernels=backend)
-    print(f"kernels={backend:<6} compiled in {time.perf_counter() - start:.2f} s; kernels: "
-          f"{', '.join(sorted(executables[backend].kernels))}")
+    print(
+        f"kernels={backend:<6} compiled in {time.perf_counter() - start:.2f} s; kernels: "
+        f"{', '.join(sorted(executables[backend].kernels))}"
+    )
 
 vms = {b: rvm.VirtualMachine(ex, exec_mode="bytecode") for b, ex in executables.items()}
 
@@ -93,8 +95,10 @@ for backend, vm in vms.items():
     t = vm.time_evaluator("main", number=50, repeat=7)(*args)
     medians[backend] = t.median
     print(f"kernels={backend:<6} {t}")
-print(f"jit is {medians['numpy'] / medians['jit']:.2f}x the speed of numpy kernels "
-      "(medians; the machine may be shared)")
+print(
+    f"jit is {medians['numpy'] / medians['jit']:.2f}x the speed of numpy kernels "
+    "(medians; the machine may be shared)"
+)
 
 # %% 5. One fused kernel: its source and its LLVM IR ----------------------------------------
 # The jit kernel is destination-passing: the output array is the last parameter.

@@ -15,9 +15,7 @@ from rvm.script import T, func, module
 @module
 class Model:
     @func
-    def main(
-        x: T[("n", 784), "float32"], w: T[(784, 128), "float32"], b: T[(128,), "float32"]
-    ):
+    def main(x: T[("n", 784), "float32"], w: T[(784, 128), "float32"], b: T[(128,), "float32"]):
         return op.relu(op.matmul(x, w) + b)
 
 

@@ -28,8 +28,9 @@ def test_program_matches_interpreter_and_numpy(program, exec_mode, kernels):
     if program.numpy_ref is not None:
         assert_values_close(out, program.numpy_ref(*args), rtol=1e-4, atol=1e-5)
     if "slow_interp" not in program.tags:
-        assert_values_close(out, rvm.interpret(program.mod, program.fname, *args), rtol=1e-4,
-                            atol=1e-5)
+        assert_values_close(
+            out, rvm.interpret(program.mod, program.fname, *args), rtol=1e-4, atol=1e-5
+        )
 
 
 def test_symbolic_batch_sizes_share_one_executable(exec_mode, kernels):

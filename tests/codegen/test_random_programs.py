@@ -54,8 +54,9 @@ def test_vm_matches_interpreter(exec_mode: str, kernels: str) -> None:
 
 
 def test_symbolic_dims_share_one_executable(exec_mode: str, kernels: str) -> None:
-    @settings(max_examples=SYMBOLIC_EXAMPLES[kernels], deadline=None,
-              suppress_health_check=FIXTURES_OK)
+    @settings(
+        max_examples=SYMBOLIC_EXAMPLES[kernels], deadline=None, suppress_health_check=FIXTURES_OK
+    )
     @given(program=random_programs(symbolic=True))
     def check(program: RandomProgram) -> None:
         assert program.symbolic

@@ -54,7 +54,7 @@ def test_symbolic_dimension_disagreement_names_both_arguments(exec_mode, kernels
     from rvm.testing.programs import Attention  # noqa: F401  (one symbolic dim, one param)
 
     mod = rvm.script.parse(
-        '''
+        """
 from rvm import op
 from rvm.script import T, module, func
 
@@ -63,7 +63,7 @@ class M:
     @func
     def main(x: T[("n", 4), "float32"], y: T[("n", 4), "float32"]):
         return x + y
-'''
+"""
     )
     vm = rvm.VirtualMachine(rvm.compile(mod, kernels=kernels), exec_mode=exec_mode)
     x, y = np.ones((3, 4), "float32"), np.ones((2, 4), "float32")
@@ -132,7 +132,6 @@ def test_instrument_counts_and_skip_run(exec_mode, kernels):
     assert int(vm["fib"](np.int64(10))) == 55
 
 
-
 def test_skip_run_skips_kernels(exec_mode, kernels):
     vm = rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
     seen: list[str] = []
@@ -174,8 +173,9 @@ def test_threads_each_with_own_vm(exec_mode, kernels):
             vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
             for n in (1, 4, 2):
                 args = mlp_args(n + seed)
-                assert_values_close(vm["main"](*args), PROGRAMS[0].numpy_ref(*args),
-                                    rtol=1e-4, atol=1e-5)
+                assert_values_close(
+                    vm["main"](*args), PROGRAMS[0].numpy_ref(*args), rtol=1e-4, atol=1e-5
+                )
         except BaseException as err:  # noqa: BLE001 - reported by the main thread
             errors.append(err)
 

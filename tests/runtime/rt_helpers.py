@@ -13,8 +13,10 @@ EXP = KernelRecord("exp", "numpy", "def k(a, out):\n    np.exp(a, out=out)\n", "
 ADD_RET = KernelRecord("add_ret", "numpy", "def k(a, b):\n    return a + b\n", "k", "return")
 SUB_RET = KernelRecord("sub_ret", "numpy", "def k(a, b):\n    return a - b\n", "k", "return")
 BAD = KernelRecord(
-    "fused_add_exp", "numpy",
-    "def k(a, b, out):\n    x = a + b\n    raise ValueError('kernel exploded')\n", "k",
+    "fused_add_exp",
+    "numpy",
+    "def k(a, b, out):\n    x = a + b\n    raise ValueError('kernel exploded')\n",
+    "k",
 )
 
 

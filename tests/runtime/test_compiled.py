@@ -59,8 +59,9 @@ def test_default_exec_mode_and_previous_minor_version():
     with pytest.raises(ValueError, match="exec_mode must be one of"):
         ex.with_exec_mode("fast")
     with pytest.raises(ExecutableFormatError, match="default exec mode 'fast'"):
-        Executable(ex.functions, ex.constants, ex.primitive_names, ex.kernels,
-                   default_exec_mode="fast")
+        Executable(
+            ex.functions, ex.constants, ex.primitive_names, ex.kernels, default_exec_mode="fast"
+        )
 
 
 def test_compiled_source_is_visible_and_in_linecache():
@@ -106,8 +107,10 @@ def test_error_in_compiled_code_carries_function_and_pc():
         assert isinstance(info.value.__cause__, ValueError)
     assert messages["compiled"] == messages["bytecode"]
     # the tail call's frame is gone, as in the bytecode loop
-    assert "in @main pc=0: invoke @tail\n  in @helper pc=3: invoke_packed fused_add_exp" in (
-        messages["compiled"])
+    assert (
+        "in @main pc=0: invoke @tail\n  in @helper pc=3: invoke_packed fused_add_exp"
+        in (messages["compiled"])
+    )
 
 
 def test_fatal_and_closure_errors_match_bytecode():
@@ -160,7 +163,8 @@ def test_deep_recursion_both_kinds_and_no_global_change():
     assert int(vm["total"](np.int64(30_000))) == 30_000 * 30_001 // 2
     loop = VirtualMachine(h.counting_loop(), exec_mode="compiled")
     assert float(loop["loop"](np.int64(0), np.int64(100_000), np.float32(0))) == pytest.approx(
-        150_000.0, rel=1e-3)
+        150_000.0, rel=1e-3
+    )
     prog = next(p for p in PROGRAMS if p.name == "tail_sum_100k")
     ex = rvm.compile(prog.mod, kernels="numpy")
     out = VirtualMachine(ex, exec_mode="compiled")[prog.fname](*prog.args())

@@ -25,8 +25,15 @@ from rvm.runtime import Opcode as O
 from rvm.runtime.decode import _decoders
 from rvm.runtime.serialize import SECTIONS
 
-ALL_PROGRAMS = [h.straight_line, h.counting_loop, h.recursive_sum, h.list_program,
-                h.closure_program, h.symbolic_program, h.every_opcode_program]
+ALL_PROGRAMS = [
+    h.straight_line,
+    h.counting_loop,
+    h.recursive_sum,
+    h.list_program,
+    h.closure_program,
+    h.symbolic_program,
+    h.every_opcode_program,
+]
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -149,7 +156,9 @@ def test_loader_fuzz_in_a_subprocess():
     here = str(Path(__file__).parent)
     proc = subprocess.run(
         [sys.executable, "-c", FUZZ.format(src=SRC, here=here)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rejected" in proc.stdout, proc.stdout

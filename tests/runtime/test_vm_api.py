@@ -29,11 +29,17 @@ def test_symbolic_dimension_mismatch_names_both_arguments(sym_vm):
 
 
 def test_fixed_dimension_rank_dtype_and_count_errors(sym_vm):
-    with pytest.raises(ShapeError, match=r"main: argument 0 'x' has shape \(3, 5\), expected "
-                                         r"\(n, 4\) \(axis 1 must be 4\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"main: argument 0 'x' has shape \(3, 5\), expected "
+        r"\(n, 4\) \(axis 1 must be 4\)",
+    ):
         sym_vm["main"](f32(3, 5), f32(3, 4))
-    with pytest.raises(ShapeError, match=r"argument 1 'y' expects a 2-d tensor of shape "
-                                         r"\(n, 4\), got shape \(4,\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"argument 1 'y' expects a 2-d tensor of shape "
+        r"\(n, 4\), got shape \(4,\)",
+    ):
         sym_vm["main"](f32(3, 4), f32(4))
     with pytest.raises(DTypeError, match="main: argument 0 'x' expects float32, got float64"):
         sym_vm["main"](np.zeros((3, 4)), f32(3, 4))
@@ -127,8 +133,13 @@ def test_profile_report_rows(exec_mode):
     x = f32(3, 4)
     report = vm.profile("main", x, x)
     names = {r["name"]: r for r in report.rows}
-    assert set(names) == {"exp", "vm.builtin.alloc_shape_heap", "vm.builtin.match_shape",
-                          "vm.builtin.make_shape", "vm.builtin.storage_size"}
+    assert set(names) == {
+        "exp",
+        "vm.builtin.alloc_shape_heap",
+        "vm.builtin.match_shape",
+        "vm.builtin.make_shape",
+        "vm.builtin.storage_size",
+    }
     assert names["exp"]["calls"] == 1
     assert names["exp"]["shapes"] == ["(float32[3, 4], float32[3, 4])"]
     assert report.total >= report.kernel_total

@@ -22,10 +22,7 @@ def parse_error(body: str) -> str:
 
 def test_unknown_op_caret():
     msg = parse_error(
-        "@func\n"
-        "def main(x: T[(2,), \"float32\"]):\n"
-        "    y = op.relux(x)\n"
-        "    return y\n"
+        '@func\ndef main(x: T[(2,), "float32"]):\n    y = op.relux(x)\n    return y\n'
     )
     assert msg.startswith("line 5: unknown op 'relux'")
     assert msg.splitlines()[1:] == ["    y = op.relux(x)", "        ^^^^^^^^"]
@@ -34,22 +31,34 @@ def test_unknown_op_caret():
 @pytest.mark.parametrize(
     ("body", "pattern"),
     [
-        ("    return zz + x\n",
-         r"line 5: undefined name 'zz'\n    return zz \+ x\n           \^\^$"),
+        (
+            "    return zz + x\n",
+            r"line 5: undefined name 'zz'\n    return zz \+ x\n           \^\^$",
+        ),
         ("    for i in x:\n        pass\n    return x\n", r"line 5: unsupported statement: for"),
-        ("    y = op.matmul(x, rvm.const([[1.0, 2.0, 3.0]], \"float32\"))\n    return y\n",
-         r"line 5: matmul: .*\n    y = op.matmul"),
-        ("    y = x + rvm.const([1.0, 2.0, 3.0], \"float32\")\n    return y\n",
-         r"line 5: .*\(2,\).*\(3,\)"),
+        (
+            '    y = op.matmul(x, rvm.const([[1.0, 2.0, 3.0]], "float32"))\n    return y\n',
+            r"line 5: matmul: .*\n    y = op.matmul",
+        ),
+        (
+            '    y = x + rvm.const([1.0, 2.0, 3.0], "float32")\n    return y\n',
+            r"line 5: .*\(2,\).*\(3,\)",
+        ),
         ("    y = helper(x, x)\n    return y\n", r"line 5: helper takes 1 arguments, got 2"),
         ("    if x > 0.0:\n        pass\n    return x\n", r"line 5: this `if` neither returns"),
-        ("    if op.sum(x) > 0.0:\n        y = x\n    return y\n",
-         r"line 5: 'y' is assigned in only some branches"),
-        ("    while op.sum(x) > 0.0:\n        return x\n    return x\n",
-         r"line 5: a `return` inside a loop"),
+        (
+            "    if op.sum(x) > 0.0:\n        y = x\n    return y\n",
+            r"line 5: 'y' is assigned in only some branches",
+        ),
+        (
+            "    while op.sum(x) > 0.0:\n        return x\n    return x\n",
+            r"line 5: a `return` inside a loop",
+        ),
         ("    y = op.relu(x)\n", r"line 4: function 'main' does not return a value"),
-        ("    def g(v):\n        return v\n    return g(x)\n",
-         r"line 5: parameter 'v' of 'g' needs a type annotation"),
+        (
+            "    def g(v):\n        return v\n    return g(x)\n",
+            r"line 5: parameter 'v' of 'g' needs a type annotation",
+        ),
         ("    return op.sum(x, axis=5)\n", r"line 5: sum: "),
         ("    a, b = x\n    return a\n", r"line 5: "),
         ("    x + x\n    return x\n", r"line 5: an expression statement has no effect"),
@@ -59,8 +68,8 @@ def test_unknown_op_caret():
     ],
 )
 def test_error_messages(body, pattern):
-    text = "@func\ndef main(x: T[(2,), \"float32\"]):\n" + body
-    text += "\n@func\ndef helper(x: T[(2,), \"float32\"]):\n    return x\n"
+    text = '@func\ndef main(x: T[(2,), "float32"]):\n' + body
+    text += '\n@func\ndef helper(x: T[(2,), "float32"]):\n    return x\n'
     msg = parse_error(text)
     assert re.search(pattern, msg, re.MULTILINE), msg
 
@@ -78,7 +87,7 @@ def test_unknown_type_and_bad_tensor_type():
 
 def test_match_errors():
     text = (
-        "@rvm.script.adt\nclass L:\n    Nil: ()\n    Cons: (T[(2,), \"float32\"], \"L\")\n\n"
+        '@rvm.script.adt\nclass L:\n    Nil: ()\n    Cons: (T[(2,), "float32"], "L")\n\n'
         "@func\ndef main(xs: L):\n    match xs:\n        case Cons(h):\n            return h\n"
         "        case Nil():\n            return xs\n"
     )
@@ -88,6 +97,7 @@ def test_match_errors():
 
 def test_decorator_error_has_file_line():
     with pytest.raises(ScriptError) as info:
+
         @module
         class Bad:
             @func
@@ -107,9 +117,10 @@ def test_syntax_error():
 
 def test_while_else_and_guard_unsupported():
     body = (
-        "    i = rvm.const(0, \"int64\")\n    while i < 3:\n        i = i + 1\n    else:\n"
+        '    i = rvm.const(0, "int64")\n    while i < 3:\n        i = i + 1\n    else:\n'
         "        i = i\n    return x\n"
     )
     assert "`while ... else` is not supported" in parse_error(
-        "@func\ndef main(x: T[(2,), \"float32\"]):\n" + body)
+        '@func\ndef main(x: T[(2,), "float32"]):\n' + body
+    )
     assert rvm  # the module the scripts name

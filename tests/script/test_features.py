@@ -18,8 +18,12 @@ def test_mlp_symbolic_batch(check):
     @module
     class MLP:
         @func
-        def main(x: T[("n", 784), "float32"], w1: T[(784, 128), "float32"],
-                 b1: T[(128,), "float32"], w2: T[(128, 10), "float32"]):
+        def main(
+            x: T[("n", 784), "float32"],
+            w1: T[(784, 128), "float32"],
+            b1: T[(128,), "float32"],
+            w2: T[(128, 10), "float32"],
+        ):
             h = op.relu(op.matmul(x, w1) + b1)
             return op.softmax(op.matmul(h, w2), axis=-1)
 
@@ -107,6 +111,7 @@ def test_closure_def_and_lambda(check):
         def main(x: T[(4,), "float32"], k: T[(4,), "float32"]):
             def add_k(y: T[(4,), "float32"]) -> T[(4,), "float32"]:
                 return op.relu(y + k)
+
             scale = lambda y: op.tanh(y * k)  # noqa: E731
             return scale(add_k(x))
 
@@ -118,7 +123,7 @@ def test_closure_def_and_lambda(check):
     assert [v.name for v in ir.free_vars(scale)] == ["k"]
     text = check(Clo)
     assert "scale = lambda y_1: op.tanh(op.multiply(y_1, k))" in text
-    assert "def add_k(y: T[(4,), \"float32\"]) -> T[(4,), \"float32\"]:" in text
+    assert 'def add_k(y: T[(4,), "float32"]) -> T[(4,), "float32"]:' in text
 
 
 def test_local_recursion(check):
@@ -130,6 +135,7 @@ def test_local_recursion(check):
                 if i > 0:
                     return go(v + x, i - 1)
                 return v
+
             return go(x, n)
 
     go = bindings(LocalRec["main"])[0]
@@ -270,6 +276,7 @@ def test_design_example(check):
         def main(x: T[(4,), "float32"], k: T[(4,), "float32"]):
             def add_k(y: T[(4,), "float32"]):
                 return y + k
+
             a, b = (add_k(x), x * 2.0)
             if op.sum(a) > 0.0:
                 return a
@@ -344,9 +351,14 @@ def test_attention_block(check):
     @module
     class Attention:
         @func
-        def main(x: T[("s", 64), "float32"], wq: T[(64, 64), "float32"],
-                 wk: T[(64, 64), "float32"], wv: T[(64, 64), "float32"],
-                 gamma: T[(64,), "float32"], beta: T[(64,), "float32"]):
+        def main(
+            x: T[("s", 64), "float32"],
+            wq: T[(64, 64), "float32"],
+            wk: T[(64, 64), "float32"],
+            wv: T[(64, 64), "float32"],
+            gamma: T[(64,), "float32"],
+            beta: T[(64,), "float32"],
+        ):
             h = op.layer_norm(x, gamma, beta, axes=[-1], epsilon=1e-5)
             q = h @ wq
             k = h @ wk
@@ -395,22 +407,24 @@ def test_constants(check):
 
 
 def test_parse_text_and_print_any_node():
-    text = '''
+    text = """
 @func
 def main(x: T[(2, "m"), "float16"], s: Shape[2], f: Callable[[T[None, "float32"]], Any]):
     y: T[(2, "m"), "float16"] = op.relu(x)
     return (y, s, f)
-'''
+"""
     mod = rvm.script.parse(text)
     f = mod["main"]
     assert f.params[1].annotation == ir.ShapeType(2)
     assert isinstance(f.params[2].annotation, ir.FuncType)
     assert bindings(f)[0].var.annotation == ir.tensor((2, "m"), "float16")
-    assert "y: T[(2, \"m\"), \"float16\"] = op.relu(x)" in mod.script()
+    assert 'y: T[(2, "m"), "float16"] = op.relu(x)' in mod.script()
     x = Var("x", ir.tensor((2,), "float32"))
     assert repr(op.relu(x + x)) == "op.relu(op.add(x, x))"
-    assert str(ir.TupleType((ir.tensor(None, "float32"),))) == 'Tuple[T[None, "float32"],]' \
-        or rvm.script.script(ir.TupleType((ir.tensor(None, "float32"),))) \
+    assert (
+        str(ir.TupleType((ir.tensor(None, "float32"),))) == 'Tuple[T[None, "float32"],]'
+        or rvm.script.script(ir.TupleType((ir.tensor(None, "float32"),)))
         == 'Tuple[T[None, "float32"]]'
+    )
     assert rvm.script.script(ir.tensor((), "int64")) == 'T[(), "int64"]'
     assert "def main" in repr(f)

@@ -17,8 +17,7 @@ STEP = st.one_of(
     st.tuples(st.just("unary"), st.sampled_from(UNARY), st.integers(0, 99)),
     st.tuples(st.just("binary"), st.sampled_from(BINARY), st.integers(0, 99), st.integers(0, 99)),
     st.tuples(st.just("scalar"), st.sampled_from(BINARY), st.integers(0, 99), FLOATS),
-    st.tuples(st.just("const"), st.integers(0, 99),
-              st.lists(FLOATS, min_size=3, max_size=3)),
+    st.tuples(st.just("const"), st.integers(0, 99), st.lists(FLOATS, min_size=3, max_size=3)),
     st.tuples(st.just("if"), st.integers(0, 99), st.integers(0, 99)),
     st.tuples(st.just("tuple"), st.integers(0, 99), st.integers(0, 99)),
 )
@@ -58,7 +57,8 @@ def build(steps: list[tuple], dims: tuple) -> object:
 
 
 @settings(max_examples=60, deadline=None)
-@given(steps=st.lists(STEP, min_size=1, max_size=12),
-       dims=st.sampled_from([(3,), ("n", 3), (2, 3)]))
+@given(
+    steps=st.lists(STEP, min_size=1, max_size=12), dims=st.sampled_from([(3,), ("n", 3), (2, 3)])
+)
 def test_random_chains_roundtrip(check, steps, dims):
     check(build(steps, dims))

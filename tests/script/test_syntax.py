@@ -19,10 +19,20 @@ def test_python_operators(check):
             d = -x if op.sum(x) != 0.0 else +y
             return (a, b, c, d)
 
-    names = [b.value.callee.name for b in Ops["main"].body.bindings
-             if isinstance(b.value, Call) and isinstance(b.value.callee, ir.Op)]
-    for expected in ("power", "floor_divide", "mod", "logical_and", "logical_or",
-                     "logical_not", "not_equal"):
+    names = [
+        b.value.callee.name
+        for b in Ops["main"].body.bindings
+        if isinstance(b.value, Call) and isinstance(b.value.callee, ir.Op)
+    ]
+    for expected in (
+        "power",
+        "floor_divide",
+        "mod",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "not_equal",
+    ):
         assert expected in names
     b = next(b for b in Ops["main"].body.bindings if b.var.name == "b")
     assert b.var.type == ir.tensor((3,), "int32")  # the literals took i's dtype
@@ -42,7 +52,8 @@ def test_augmented_assignment_negative_index_and_tuple_types(check):
             return x
 
     assert Aug["main"].params[0].annotation == ir.TupleType(
-        (ir.tensor((2,), "float32"), ir.scalar("int64")))
+        (ir.tensor((2,), "float32"), ir.scalar("int64"))
+    )
     check(Aug)
 
 
@@ -65,8 +76,9 @@ def test_nested_loops_and_if_in_loop(check):
 
     loops = [b for b in Nested["main"].body.bindings if isinstance(b.value, Function)]
     assert len(loops) == 1
-    inner = [b for b in loops[0].value.body.body.true_branch.bindings
-             if isinstance(b.value, Function)]
+    inner = [
+        b for b in loops[0].value.body.body.true_branch.bindings if isinstance(b.value, Function)
+    ]
     assert len(inner) == 1
     check(Nested)
 

@@ -27,8 +27,6 @@ F32 = "float32"
 VEC = tensor((4,), F32)
 
 
-
-
 def exp_mul(b, p0):
     return b.emit(op.multiply(b.emit(op.exp(p0)), const(2.0, F32)))
 
@@ -39,10 +37,22 @@ def test_call_on_constants_becomes_a_constant():
 
     def module(first, second_args):
         bb = Builder()
-        f = add_prim(bb, "fused_exp_multiply", [Var("p0", VEC)], exp_mul, OpPattern.BROADCAST,
-                     ["exp", "multiply"])
-        g = add_prim(bb, "fused_add", [Var("p0", VEC), Var("p1", VEC)],
-                     lambda b, p0, p1: b.emit(op.add(p0, p1)), OpPattern.BROADCAST, ["add"])
+        f = add_prim(
+            bb,
+            "fused_exp_multiply",
+            [Var("p0", VEC)],
+            exp_mul,
+            OpPattern.BROADCAST,
+            ["exp", "multiply"],
+        )
+        g = add_prim(
+            bb,
+            "fused_add",
+            [Var("p0", VEC), Var("p1", VEC)],
+            lambda b, p0, p1: b.emit(op.add(p0, p1)),
+            OpPattern.BROADCAST,
+            ["add"],
+        )
         x = Var("x", VEC)
         with bb.function("main", [x]):
             y = bb.emit(first(f))
@@ -112,12 +122,12 @@ def test_fused_chain_folds_through_constant_variables():
     before = fuse_ops(legalize(bb.get()))
     after = fold_constant(before)
     verify(after)
-    names = [b.value.callee.name for b in after["main"].body.bindings
-             if isinstance(b.value, Call)]
+    names = [b.value.callee.name for b in after["main"].body.bindings if isinstance(b.value, Call)]
     assert names == ["fused_multiply"]
     xa = np.arange(4, dtype=F32)
-    np.testing.assert_allclose(interpret(after, "main", xa), interpret(before, "main", xa),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        interpret(after, "main", xa), interpret(before, "main", xa), rtol=1e-6
+    )
 
 
 def test_evaluate_primitive_runs_the_body():

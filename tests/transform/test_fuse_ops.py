@@ -27,8 +27,6 @@ from rvm.transform.legalize import legalize
 F32 = "float32"
 
 
-
-
 def build(params, body) -> object:
     """A legalized module whose ``main(*params)`` returns ``body(builder, *params)``."""
     bb = Builder()
@@ -69,10 +67,19 @@ def test_matmul_add_relu_is_one_kernel():
     after = fuse_ops(before)
 
     bb = Builder()
-    ps = [Var("p0", tensor(("n", 4), F32)), Var("p1", tensor((4, 8), F32)),
-          Var("p2", tensor((8,), F32))]
-    fused = add_prim(bb, "fused_matmul_add_relu", ps, dense_relu,
-                     OpPattern.OUT_ELEMWISE_FUSABLE, ["matmul", "add", "relu"])
+    ps = [
+        Var("p0", tensor(("n", 4), F32)),
+        Var("p1", tensor((4, 8), F32)),
+        Var("p2", tensor((8,), F32)),
+    ]
+    fused = add_prim(
+        bb,
+        "fused_matmul_add_relu",
+        ps,
+        dense_relu,
+        OpPattern.OUT_ELEMWISE_FUSABLE,
+        ["matmul", "add", "relu"],
+    )
     x, w, b = dense_params(("n", 4), (4, 8))
     with bb.function("main", [x, w, b]):
         bb.emit_output(bb.emit(Call(fused, (x, w, b))))
@@ -223,5 +230,6 @@ def test_symbolic_shapes(n):
     after = fuse_ops(before)
     assert calls(after) == ["fused_add_relu"]
     rng = np.random.default_rng(n)
-    check_same_results(before, after, rng.standard_normal((n, 3)).astype(F32),
-                       rng.standard_normal(3).astype(F32))
+    check_same_results(
+        before, after, rng.standard_normal((n, 3)).astype(F32), rng.standard_normal(3).astype(F32)
+    )

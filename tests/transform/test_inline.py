@@ -40,9 +40,7 @@ def caller_module(attrs: dict | None = None) -> IRModule:
     g = GlobalVar("affine")
     x = Var("x", VEC)
     a, out = Var("a"), Var("out")
-    main = Function(
-        (x,), seq([VarBinding(a, Call(g, (x, x))), VarBinding(out, op.exp(a))], out)
-    )
+    main = Function((x,), seq([VarBinding(a, Call(g, (x, x))), VarBinding(out, op.exp(a))], out))
     return IRModule({"affine": affine(attrs=attrs), "main": main}, global_vars={"affine": g})
 
 

@@ -73,12 +73,13 @@ def test_branch_uses_count_at_the_if_and_result_is_not_killed():
     top = list(after["main"].body.bindings)
     killed = [b.value.args[0] for b in top if vm_ops.is_vm_op(b.value, vm_ops.kill)]
     if_index = next(i for i, b in enumerate(top) if isinstance(b.value, If))
-    after_if = [b.value.args[0] for b in top[if_index + 1:if_index + 4]]
+    after_if = [b.value.args[0] for b in top[if_index + 1 : if_index + 4]]
     assert len(after_if) == 3 and all(u is v for u, v in zip(after_if, [x, c, a]))
     assert after["main"].body.body not in set(killed)
     branch = top[if_index].value.true_branch
-    branch_kills = [b.value.args[0] for b in branch.bindings
-                    if vm_ops.is_vm_op(b.value, vm_ops.kill)]
+    branch_kills = [
+        b.value.args[0] for b in branch.bindings if vm_ops.is_vm_op(b.value, vm_ops.kill)
+    ]
     assert x not in set(branch_kills) and a not in set(branch_kills)  # outer vars: outer kills
 
 

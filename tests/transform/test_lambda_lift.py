@@ -291,7 +291,7 @@ def test_tuple_read_closure_is_invoked():
     assert values[-1].callee is invoke_closure
 
 
-PROGRAM = '''
+PROGRAM = """
 import rvm
 from rvm import op
 from rvm.script import T, func, module
@@ -317,7 +317,7 @@ class Prog:
             return a
         else:
             return b
-'''
+"""
 
 
 def test_script_program_through_the_control_passes():

@@ -25,8 +25,6 @@ from rvm.transform.legalize import legalize
 F32 = "float32"
 
 
-
-
 def mlp_before():
     bb = Builder()
     x, w = Var("x", tensor(("n", 4), F32)), Var("w", tensor((4, 8), F32))
@@ -42,14 +40,29 @@ def test_each_op_call_becomes_a_primitive_call():
     bb = Builder()
     n8 = tensor(("n", 8), F32)
     mm = add_prim(
-        bb, "fused_matmul", [Var("p0", tensor(("n", 4), F32)), Var("p1", tensor((4, 8), F32))],
-        lambda b, p0, p1: b.emit(op.matmul(p0, p1)), OpPattern.OUT_ELEMWISE_FUSABLE, ["matmul"],
+        bb,
+        "fused_matmul",
+        [Var("p0", tensor(("n", 4), F32)), Var("p1", tensor((4, 8), F32))],
+        lambda b, p0, p1: b.emit(op.matmul(p0, p1)),
+        OpPattern.OUT_ELEMWISE_FUSABLE,
+        ["matmul"],
     )
-    relu = add_prim(bb, "fused_relu", [Var("p0", n8)], lambda b, p0: b.emit(op.relu(p0)),
-                    OpPattern.ELEMWISE, ["relu"])
-    mul = add_prim(bb, "fused_multiply", [Var("p0", n8)],
-                   lambda b, p0: b.emit(op.multiply(p0, const(2.0, F32))),
-                   OpPattern.BROADCAST, ["multiply"])
+    relu = add_prim(
+        bb,
+        "fused_relu",
+        [Var("p0", n8)],
+        lambda b, p0: b.emit(op.relu(p0)),
+        OpPattern.ELEMWISE,
+        ["relu"],
+    )
+    mul = add_prim(
+        bb,
+        "fused_multiply",
+        [Var("p0", n8)],
+        lambda b, p0: b.emit(op.multiply(p0, const(2.0, F32))),
+        OpPattern.BROADCAST,
+        ["multiply"],
+    )
     x, w = Var("x", tensor(("n", 4), F32)), Var("w", tensor((4, 8), F32))
     with bb.function("main", [x, w]):
         y = bb.emit(Call(mm, (x, w)))
@@ -89,10 +102,22 @@ def test_tensor_constants_stay_arguments_and_repeated_args_are_one_param():
 
     bb = Builder()
     vec = tensor((4,), F32)
-    add = add_prim(bb, "fused_add", [Var("p0", vec), Var("p1", vec)],
-                   lambda b, p0, p1: b.emit(op.add(p0, p1)), OpPattern.BROADCAST, ["add"])
-    mul = add_prim(bb, "fused_multiply", [Var("p0", vec)],
-                   lambda b, p0: b.emit(op.multiply(p0, p0)), OpPattern.BROADCAST, ["multiply"])
+    add = add_prim(
+        bb,
+        "fused_add",
+        [Var("p0", vec), Var("p1", vec)],
+        lambda b, p0, p1: b.emit(op.add(p0, p1)),
+        OpPattern.BROADCAST,
+        ["add"],
+    )
+    mul = add_prim(
+        bb,
+        "fused_multiply",
+        [Var("p0", vec)],
+        lambda b, p0: b.emit(op.multiply(p0, p0)),
+        OpPattern.BROADCAST,
+        ["multiply"],
+    )
     x = Var("x", vec)
     with bb.function("main", [x]):
         y = bb.emit(Call(add, (x, c)))

@@ -89,7 +89,10 @@ def test_chain_of_five_reuses_storage_but_not_for_the_result(caplog):
     assert len(users) == 1  # the returned tensor shares its storage with nothing
     assert "memory_plan main: storage 0.08 MB -> 0.05 MB (5 tensors, 3 blocks)" in caplog.text
     assert after.attrs["memory_plan"]["main"] == {
-        "before": 5 * 16384, "after": 3 * 16384, "tensors": 5, "blocks": 3
+        "before": 5 * 16384,
+        "after": 3 * 16384,
+        "tensors": 5,
+        "blocks": 3,
     }
 
 

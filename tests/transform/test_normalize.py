@@ -122,9 +122,7 @@ def test_function_literal_bound_to_its_own_var():
     x, y = x_var(), x_var("y")
     f, a, t, r, out = Var("f"), Var("a"), Var("t"), Var("r"), Var("out")
     inner = Function((y,), seq([VarBinding(t, op.relu(y)), VarBinding(r, t * x)], r))
-    body = seq(
-        [VarBinding(f, inner), VarBinding(a, x + 1.0), VarBinding(out, Call(f, (a,)))], out
-    )
+    body = seq([VarBinding(f, inner), VarBinding(a, x + 1.0), VarBinding(out, Call(f, (a,)))], out)
     check(before, IRModule({"main": Function((x,), body)}))
 
 

@@ -101,9 +101,7 @@ def test_match_clauses_in_tail_position():
             Clause(PatternConstructor(nil, ()), seq([], acc)),
         )
         attrs = {"num_tail_calls": 1} if tail else {}
-        bb.add_function(
-            "total", Function((xs, acc), seq([], Match(xs, clauses)), VEC, attrs)
-        )
+        bb.add_function("total", Function((xs, acc), seq([], Match(xs, clauses)), VEC, attrs))
         return bb.get()
 
     before = build(False)
@@ -121,8 +119,6 @@ def test_op_and_primitive_calls_are_not_tail_calls():
     p, q = Var("p", VEC), Var("q")
     prim_fn = Function((p,), seq([VarBinding(q, op.relu(p))], q), None, {"primitive": True})
     x, a, b = Var("x", VEC), Var("a"), Var("b")
-    main = Function(
-        (x,), seq([VarBinding(a, op.exp(x)), VarBinding(b, Call(prim, (a,)))], b)
-    )
+    main = Function((x,), seq([VarBinding(a, op.exp(x)), VarBinding(b, Call(prim, (a,)))], b))
     before = IRModule({"fused_relu": prim_fn, "main": main}, global_vars={"fused_relu": prim})
     assert_structural_equal(tail_call(before), before)

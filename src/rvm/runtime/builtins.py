@@ -63,8 +63,7 @@ def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") 
     pairs = _pairs(pattern)
     if len(shape) != len(pairs):
         raise ShapeError(
-            f"{prefix}expected a {len(pairs)}-d tensor, got shape {tuple(shape)} "
-            f"({len(shape)}-d)"
+            f"{prefix}expected a {len(pairs)}-d tensor, got shape {tuple(shape)} ({len(shape)}-d)"
         )
     for axis, ((kind, value), dim) in enumerate(zip(pairs.tolist(), shape)):
         if kind == 0:

@@ -120,33 +120,45 @@ OPCODE_INFO: dict[Opcode, OpInfo] = {
     ),
     Opcode.ALLOC_TENSOR: OpInfo(
         "alloc_tensor",
-        (("dst", "reg"), ("storage", "reg"), ("offset", "imm"), ("shape", "shape"),
-         ("dtype", "dtype")),
+        (
+            ("dst", "reg"),
+            ("storage", "reg"),
+            ("offset", "imm"),
+            ("shape", "shape"),
+            ("dtype", "dtype"),
+        ),
         "{dst} = tensor({storage}, offset={offset}, shape={shape}, {dtype})",
     ),
     Opcode.ALLOC_TENSOR_REG: OpInfo(
         "alloc_tensor_reg",
-        (("dst", "reg"), ("storage", "reg"), ("offset", "imm"), ("shape", "reg"),
-         ("dtype", "dtype")),
+        (
+            ("dst", "reg"),
+            ("storage", "reg"),
+            ("offset", "imm"),
+            ("shape", "reg"),
+            ("dtype", "dtype"),
+        ),
         "{dst} = tensor({storage}, offset={offset}, shape={shape}, {dtype})",
     ),
     Opcode.ALLOC_ADT: OpInfo(
-        "alloc_adt", (("dst", "reg"), ("tag", "imm"), ("fields", "regs")),
+        "alloc_adt",
+        (("dst", "reg"), ("tag", "imm"), ("fields", "regs")),
         "{dst} = adt(tag={tag}, [{fields}])",
     ),
     Opcode.ALLOC_CLOSURE: OpInfo(
-        "alloc_closure", (("dst", "reg"), ("func", "func"), ("free_vars", "regs")),
+        "alloc_closure",
+        (("dst", "reg"), ("func", "func"), ("free_vars", "regs")),
         "{dst} = closure({func}, [{free_vars}])",
     ),
     Opcode.GET_FIELD: OpInfo(
-        "get_field", (("dst", "reg"), ("obj", "reg"), ("index", "imm")),
+        "get_field",
+        (("dst", "reg"), ("obj", "reg"), ("index", "imm")),
         "{dst} = {obj}[{index}]",
     ),
     Opcode.GET_TAG: OpInfo("get_tag", (("dst", "reg"), ("obj", "reg")), "{dst} = tag({obj})"),
     Opcode.IF: OpInfo(
         "if",
-        (("test", "reg"), ("target", "reg"), ("true_offset", "offset"),
-         ("false_offset", "offset")),
+        (("test", "reg"), ("target", "reg"), ("true_offset", "offset"), ("false_offset", "offset")),
         "{test} == {target} then {true_offset} else {false_offset}",
     ),
     Opcode.GOTO: OpInfo("goto", (("offset", "offset"),), "{offset}"),
@@ -154,7 +166,8 @@ OPCODE_INFO: dict[Opcode, OpInfo] = {
         "invoke", (("dst", "reg"), ("func", "func"), ("args", "regs")), "{dst} = {func}({args})"
     ),
     Opcode.INVOKE_CLOSURE: OpInfo(
-        "invoke_closure", (("dst", "reg"), ("closure", "reg"), ("args", "regs")),
+        "invoke_closure",
+        (("dst", "reg"), ("closure", "reg"), ("args", "regs")),
         "{dst} = {closure}({args})",
     ),
     Opcode.LOAD_CONST: OpInfo(
@@ -167,7 +180,8 @@ OPCODE_INFO: dict[Opcode, OpInfo] = {
         "shape_of", (("dst", "reg"), ("tensor", "reg")), "{dst} = shape_of({tensor})"
     ),
     Opcode.RESHAPE_TENSOR: OpInfo(
-        "reshape_tensor", (("dst", "reg"), ("tensor", "reg"), ("shape", "reg")),
+        "reshape_tensor",
+        (("dst", "reg"), ("tensor", "reg"), ("shape", "reg")),
         "{dst} = reshape({tensor}, {shape})",
     ),
     Opcode.KILL_REGISTER: OpInfo("kill_register", (("reg", "reg"),), "{reg}"),

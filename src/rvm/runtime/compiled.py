@@ -75,8 +75,17 @@ _FREE = _free_refcount()
 class CompiledFunction:
     """A generated function: its source, line table and compiled code object."""
 
-    __slots__ = ("index", "name", "pyname", "source", "filename", "line_pcs", "tails", "code",
-                 "structured")
+    __slots__ = (
+        "index",
+        "name",
+        "pyname",
+        "source",
+        "filename",
+        "line_pcs",
+        "tails",
+        "code",
+        "structured",
+    )
 
     def __init__(self, ex: Executable, index: int, gen: FunctionSource) -> None:
         self.index = index
@@ -88,7 +97,10 @@ class CompiledFunction:
         self.structured = gen.structured
         self.filename = f"{COMPILED_FILE_PREFIX}@{self.name} #{next(_serial)}>"
         linecache.cache[self.filename] = (
-            len(gen.source), None, gen.source.splitlines(True), self.filename
+            len(gen.source),
+            None,
+            gen.source.splitlines(True),
+            self.filename,
         )
         self.code: CodeType = compile(gen.source, self.filename, "exec")
 
@@ -98,8 +110,9 @@ def compiled_functions(ex: Executable) -> tuple[Names, list[CompiledFunction]]:
 
     def build() -> tuple[Names, list[CompiledFunction]]:
         names = Names(ex)
-        return names, [CompiledFunction(ex, i, generate_source(ex, i, names))
-                       for i in range(len(ex.functions))]
+        return names, [
+            CompiledFunction(ex, i, generate_source(ex, i, names)) for i in range(len(ex.functions))
+        ]
 
     return ex.cached("compiled", build)
 
@@ -173,11 +186,20 @@ class CompiledProgram:
         ns.update(zip(self.names.packed, packed))
         funcs: list[Callable[..., Any]] = []
         ns.update(
-            __name__="rvm_compiled", _alloc=vm.allocator.alloc, _ndarray=np.ndarray,
-            _empty=np.empty, _ADT=ADT,
-            _Closure=Closure, _Fatal=self.fatal, _array=np.array, _int64=np.int64,
-            _MAX_DEPTH=self.max_depth, _call_closure=self._closure_caller(funcs),
-            _deep=self._deep, _rc=sys.getrefcount, _FREE=_FREE,
+            __name__="rvm_compiled",
+            _alloc=vm.allocator.alloc,
+            _ndarray=np.ndarray,
+            _empty=np.empty,
+            _ADT=ADT,
+            _Closure=Closure,
+            _Fatal=self.fatal,
+            _array=np.array,
+            _int64=np.int64,
+            _MAX_DEPTH=self.max_depth,
+            _call_closure=self._closure_caller(funcs),
+            _deep=self._deep,
+            _rc=sys.getrefcount,
+            _FREE=_FREE,
         )
         for f in self.functions:
             exec(f.code, ns)
@@ -194,8 +216,10 @@ class CompiledProgram:
             free = closure.free_vars
             want = nparams[closure.func_index]
             if len(free) + len(args) != want:
-                raise VMError(f"closure @{closure.name} takes {want} values, got "
-                              f"{len(free)} free vars + {len(args)} args")
+                raise VMError(
+                    f"closure @{closure.name} takes {want} values, got "
+                    f"{len(free)} free vars + {len(args)} args"
+                )
             return funcs[closure.func_index](*free, *args, depth + 1)
 
         return call_closure
@@ -255,6 +279,7 @@ class CompiledProgram:
             if tb.tb_frame.f_code.co_filename in self.by_file:
                 _clear_one(tb)
             tb = tb.tb_next
+
 
 def _clear_one(tb: Any) -> None:
     try:

@@ -63,13 +63,20 @@ class Names:
         for i, name in enumerate(ex.primitive_names):
             ident = _ident(name)
             self.packed.append(self._unique(ident, f"p{i}_{ident}", used))
-        self.funcs = [self._unique(f"f_{_ident(fn.name)}", f"f{i}_{_ident(fn.name)}", used)
-                      for i, fn in enumerate(ex.functions)]
+        self.funcs = [
+            self._unique(f"f_{_ident(fn.name)}", f"f{i}_{_ident(fn.name)}", used)
+            for i, fn in enumerate(ex.functions)
+        ]
 
     @staticmethod
     def _unique(name: str, fallback: str, used: set[str]) -> str:
-        if (name in used or keyword.iskeyword(name) or hasattr(builtins, name)
-                or not name.isidentifier() or (_RESERVED.match(name) and name[:2] != "f_")):
+        if (
+            name in used
+            or keyword.iskeyword(name)
+            or hasattr(builtins, name)
+            or not name.isidentifier()
+            or (_RESERVED.match(name) and name[:2] != "f_")
+        ):
             name = fallback
         while name in used:
             name += "_"
@@ -213,8 +220,10 @@ class FunctionSource:
                 return f"{dst} = _empty({ins[4]!r}, {n.dtype(ins[5])})"
             return f"{dst} = _ndarray({ins[4]!r}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
         if op == O.ALLOC_TENSOR_REG:
-            return (f"{dst} = _ndarray(tuple({_r(ins[4])}.tolist()), {n.dtype(ins[5])}, "
-                    f"{_r(ins[2])}.buffer, {ins[3]})")
+            return (
+                f"{dst} = _ndarray(tuple({_r(ins[4])}.tolist()), {n.dtype(ins[5])}, "
+                f"{_r(ins[2])}.buffer, {ins[3]})"
+            )
         if op == O.ALLOC_ADT:
             if ins[2] == -1:
                 return f"{dst} = {_tuple(ins[3]) if ins[3] else '()'}"
@@ -323,7 +332,7 @@ class FunctionSource:
                 continue
             for pc in flow.readers.get(reg, []):
                 ins = flow.code[pc]
-                inlined = (ins[0] == O.ALLOC_STORAGE or (ins[0] == O.IF and ins[1] != reg))
+                inlined = ins[0] == O.ALLOC_STORAGE or (ins[0] == O.IF and ins[1] != reg)
                 if not inlined or flow.const_int(reg, pc) is None:
                     break
             else:

@@ -84,8 +84,11 @@ class FlowInfo:
         self.self_tails: set[int] = set()
         for pc, ins in enumerate(code[:-1]):
             nxt = code[pc + 1]
-            if (ins[0] in (Opcode.INVOKE, Opcode.INVOKE_CLOSURE) and nxt[0] == Opcode.RET
-                    and nxt[1] == ins[1]):
+            if (
+                ins[0] in (Opcode.INVOKE, Opcode.INVOKE_CLOSURE)
+                and nxt[0] == Opcode.RET
+                and nxt[1] == ins[1]
+            ):
                 self.tails.add(pc)
                 if ins[0] == Opcode.INVOKE and ins[2] == index:
                     self.self_tails.add(pc)
@@ -119,8 +122,9 @@ class FlowInfo:
             return []
         return [pc + 1]
 
-    def _solve(self, entry: int, top: int, meet_and: bool, transfer: list[tuple[int, int]]
-               ) -> list[int]:
+    def _solve(
+        self, entry: int, top: int, meet_and: bool, transfer: list[tuple[int, int]]
+    ) -> list[int]:
         """A forward dataflow fixpoint: out = (in & keep) | gen, met by AND or OR."""
         n = len(self.code)
         state = [top] * n
@@ -221,13 +225,17 @@ class FlowInfo:
     def is_bool_tensor(self, reg: int, pc: int) -> bool:
         """Whether `reg` surely holds a bool tensor at `pc`."""
         found = self._only_written_by(reg, (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG))
-        return bool(found) and all(ins[5] == "bool" for ins in found) and bool(
-            self.must[pc] >> reg & 1)
+        return (
+            bool(found)
+            and all(ins[5] == "bool" for ins in found)
+            and bool(self.must[pc] >> reg & 1)
+        )
 
     def is_tag(self, reg: int, pc: int) -> bool:
         """Whether `reg` surely holds an ADT tag (a Python int) at `pc`."""
         return bool(self._only_written_by(reg, (Opcode.GET_TAG,))) and bool(
-            self.must[pc] >> reg & 1)
+            self.must[pc] >> reg & 1
+        )
 
     def clear_at_self_tail(self, pc: int) -> list[int]:
         """Registers to set to None when the self tail call at `pc` restarts the function."""

@@ -83,14 +83,30 @@ def _decoders(ex: Executable) -> dict[Opcode, Callable[[tuple, int], tuple]]:
         O.INVOKE_PACKED: lambda i, pc: (O.INVOKE_PACKED.value, i[1], fetcher(i[4])),
         O.CALL_PACKED: lambda i, pc: (O.CALL_PACKED.value, i[1], i[2], fetcher(i[3])),
         O.ALLOC_STORAGE: lambda i, pc: (O.ALLOC_STORAGE.value, i[1], i[2], i[3]),
-        O.ALLOC_TENSOR: lambda i, pc: (O.ALLOC_TENSOR.value, i[1], i[2], i[3], i[4],
-                                       np.dtype(i[5])),
-        O.ALLOC_TENSOR_REG: lambda i, pc: (O.ALLOC_TENSOR_REG.value, i[1], i[2], i[3], i[4],
-                                           np.dtype(i[5])),
-        O.ALLOC_ADT: lambda i, pc: (O.ALLOC_ADT.value, i[1], i[2], fetcher(i[3]),
-                                        names.get(i[2])),
-        O.ALLOC_CLOSURE: lambda i, pc: (O.ALLOC_CLOSURE.value, i[1], i[2], fetcher(i[3]),
-                                            fnames[i[2]]),
+        O.ALLOC_TENSOR: lambda i, pc: (
+            O.ALLOC_TENSOR.value,
+            i[1],
+            i[2],
+            i[3],
+            i[4],
+            np.dtype(i[5]),
+        ),
+        O.ALLOC_TENSOR_REG: lambda i, pc: (
+            O.ALLOC_TENSOR_REG.value,
+            i[1],
+            i[2],
+            i[3],
+            i[4],
+            np.dtype(i[5]),
+        ),
+        O.ALLOC_ADT: lambda i, pc: (O.ALLOC_ADT.value, i[1], i[2], fetcher(i[3]), names.get(i[2])),
+        O.ALLOC_CLOSURE: lambda i, pc: (
+            O.ALLOC_CLOSURE.value,
+            i[1],
+            i[2],
+            fetcher(i[3]),
+            fnames[i[2]],
+        ),
         O.GET_FIELD: lambda i, pc: (O.GET_FIELD.value, i[1], i[2], i[3]),
         O.GET_TAG: lambda i, pc: (O.GET_TAG.value, i[1], i[2]),
         O.IF: lambda i, pc: (O.IF.value, i[1], i[2], pc + i[3], pc + i[4]),
@@ -129,8 +145,18 @@ def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
         and tensor[1] not in (storage, reg)
     ):
         # (op, size reg, size const, size, alignment, tensor reg, offset, shape, dtype, covers)
-        return (ALLOC_STATIC, reg, _consti(value), value, nxt[3], tensor[1], tensor[3],
-                tuple(tensor[4]), np.dtype(tensor[5]), 4)
+        return (
+            ALLOC_STATIC,
+            reg,
+            _consti(value),
+            value,
+            nxt[3],
+            tensor[1],
+            tensor[3],
+            tuple(tensor[4]),
+            np.dtype(tensor[5]),
+            4,
+        )
     return None
 
 
@@ -158,6 +184,4 @@ def decode_function(ex: Executable, index: int) -> DecodedFunction:
 
 def decode_executable(ex: Executable) -> list[DecodedFunction]:
     """Every function of `ex` decoded; cached on `ex` and shared by its VMs."""
-    return ex.cached(
-        "decoded", lambda: [decode_function(ex, i) for i in range(len(ex.functions))]
-    )
+    return ex.cached("decoded", lambda: [decode_function(ex, i) for i in range(len(ex.functions))])

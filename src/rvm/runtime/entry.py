@@ -119,8 +119,7 @@ def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
         elif kind == "tuple":
             if not isinstance(x, (tuple, list)):
                 raise TypeError(
-                    f"{fn.name}: argument {i} '{spec.name}' expects a tuple, got "
-                    f"{type(x).__name__}"
+                    f"{fn.name}: argument {i} '{spec.name}' expects a tuple, got {type(x).__name__}"
                 )
             out.append(to_value(tuple(x)))
         elif kind == "adt":

@@ -119,8 +119,7 @@ class Executable:
         for c in constants:
             # Read-only contiguous arrays (decoded from a file) are kept; others are copied so
             # that nobody can change the executable's constants behind its back.
-            if not (isinstance(c, np.ndarray) and not c.flags.writeable
-                    and c.flags.c_contiguous):
+            if not (isinstance(c, np.ndarray) and not c.flags.writeable and c.flags.c_contiguous):
                 c = np.array(c, copy=True, order="C")
                 c.flags.writeable = False
             consts.append(c)
@@ -364,8 +363,12 @@ def _validate_instruction(
             if kind == "dtype":
                 _check_dtype(v, bad)
         else:
-            size = {"const": len(ex.constants), "func": len(ex.functions),
-                    "packed": len(ex.primitive_names), "offset": None}[kind]
+            size = {
+                "const": len(ex.constants),
+                "func": len(ex.functions),
+                "packed": len(ex.primitive_names),
+                "offset": None,
+            }[kind]
             if not _is_int(v):
                 _fail(f"{bad} is not an int")
             if kind == "offset":
@@ -395,18 +398,24 @@ def _validate_semantics(
     elif op == Opcode.INVOKE:
         callee = ex.functions[ins[2]]
         if len(ins[3]) != len(callee.params):
-            _fail(f"{where}: invoke @{callee.name} with {len(ins[3])} args, "
-                  f"it takes {len(callee.params)}")
+            _fail(
+                f"{where}: invoke @{callee.name} with {len(ins[3])} args, "
+                f"it takes {len(callee.params)}"
+            )
     elif op == Opcode.ALLOC_CLOSURE:
         callee = ex.functions[ins[2]]
         if len(ins[3]) > len(callee.params):
-            _fail(f"{where}: closure of @{callee.name} captures {len(ins[3])} values, "
-                  f"it takes {len(callee.params)} params")
+            _fail(
+                f"{where}: closure of @{callee.name} captures {len(ins[3])} values, "
+                f"it takes {len(callee.params)} params"
+            )
     elif op == Opcode.ALLOC_ADT:
         tag = ins[2]
         if tag < -1 or (tag in tags and tags[tag] != len(ins[3])):
-            _fail(f"{where}: alloc_adt tag {tag} with {len(ins[3])} fields does not match "
-                  "its constructor")
+            _fail(
+                f"{where}: alloc_adt tag {tag} with {len(ins[3])} fields does not match "
+                "its constructor"
+            )
     elif op == Opcode.ALLOC_STORAGE:
         align = ins[3]
         if align <= 0 or align & (align - 1) or align > 4096:

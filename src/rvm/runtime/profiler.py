@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SKIP_RUN", "ProfileReport", "BenchmarkResult", "instrumented", "profiled",
-           "timed_runs"]
+__all__ = ["SKIP_RUN", "ProfileReport", "BenchmarkResult", "instrumented", "profiled", "timed_runs"]
 
 
 class _SkipRun:
@@ -93,14 +92,16 @@ class ProfileReport:
         self.total = total
         self.rows: list[dict[str, Any]] = []
         for name, (calls, seconds, shapes) in sorted(records.items(), key=lambda kv: -kv[1][1]):
-            self.rows.append({
-                "name": name,
-                "calls": calls,
-                "total": seconds,
-                "mean": seconds / calls,
-                "share": seconds / total if total > 0 else 0.0,
-                "shapes": list(shapes),
-            })
+            self.rows.append(
+                {
+                    "name": name,
+                    "calls": calls,
+                    "total": seconds,
+                    "mean": seconds / calls,
+                    "share": seconds / total if total > 0 else 0.0,
+                    "shapes": list(shapes),
+                }
+            )
         self.kernel_total = sum(r["total"] for r in self.rows)
         self.vm_overhead = max(0.0, total - self.kernel_total)
 
@@ -116,8 +117,10 @@ class ProfileReport:
             )
         share = self.vm_overhead / self.total if self.total > 0 else 0.0
         lines.append("-" * len(head))
-        lines.append(f"{'VM overhead (dispatch + allocation)':<{width}}  {'':>6}  "
-                     f"{self.vm_overhead * 1e6:>10.1f}  {'':>9}  {share:>6.1%}")
+        lines.append(
+            f"{'VM overhead (dispatch + allocation)':<{width}}  {'':>6}  "
+            f"{self.vm_overhead * 1e6:>10.1f}  {'':>9}  {share:>6.1%}"
+        )
         lines.append(f"{'total':<{width}}  {'':>6}  {self.total * 1e6:>10.1f}")
         return "\n".join(lines)
 
@@ -126,8 +129,10 @@ class ProfileReport:
         out = ["name,calls,total_s,mean_s,share,shapes"]
         for r in self.rows:
             shapes = "; ".join(r["shapes"]).replace('"', "'")
-            out.append(f"{r['name']},{r['calls']},{r['total']:.9f},{r['mean']:.9f},"
-                       f"{r['share']:.6f},\"{shapes}\"")
+            out.append(
+                f"{r['name']},{r['calls']},{r['total']:.9f},{r['mean']:.9f},"
+                f'{r["share"]:.6f},"{shapes}"'
+            )
         share = self.vm_overhead / self.total if self.total > 0 else 0.0
         out.append(f"VM overhead,,{self.vm_overhead:.9f},,{share:.6f},")
         out.append(f"total,,{self.total:.9f},,1.0,")
@@ -135,13 +140,16 @@ class ProfileReport:
 
     def json(self) -> str:
         """The report as a JSON document (seconds)."""
-        return json.dumps({
-            "function": self.function,
-            "total": self.total,
-            "kernel_total": self.kernel_total,
-            "vm_overhead": self.vm_overhead,
-            "rows": self.rows,
-        }, indent=2)
+        return json.dumps(
+            {
+                "function": self.function,
+                "total": self.total,
+                "kernel_total": self.kernel_total,
+                "vm_overhead": self.vm_overhead,
+                "rows": self.rows,
+            },
+            indent=2,
+        )
 
     def __repr__(self) -> str:
         return f"<ProfileReport @{self.function} {len(self.rows)} rows total={self.total:.6f}s>"
@@ -166,8 +174,10 @@ class BenchmarkResult:
         self.max = max(results)
 
     def __str__(self) -> str:
-        return (f"mean {self.mean * 1e6:.2f} us  median {self.median * 1e6:.2f} us  "
-                f"std {self.std * 1e6:.2f} us  ({len(self.results)} repeats x {self.number})")
+        return (
+            f"mean {self.mean * 1e6:.2f} us  median {self.median * 1e6:.2f} us  "
+            f"std {self.std * 1e6:.2f} us  ({len(self.results)} repeats x {self.number})"
+        )
 
     __repr__ = __str__
 

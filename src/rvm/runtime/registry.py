@@ -17,9 +17,7 @@ __all__ = ["register_func", "get_global_func", "list_global_func_names"]
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 
-def register_func(
-    name: str, f: Callable[..., Any] | None = None, override: bool = False
-) -> Any:
+def register_func(name: str, f: Callable[..., Any] | None = None, override: bool = False) -> Any:
     """Registers `f` as the packed function `name`; usable as a decorator.
 
     Args:

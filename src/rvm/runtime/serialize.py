@@ -309,8 +309,14 @@ def _decode_sections(found: dict[bytes, bytes]) -> dict[str, Any]:
             VMFunction(name, params, specs, nregs, tuple(code[start : start + length]), kind)
         )
     kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
-    out = {"functions": functions, "constants": constants, "primitive_names": prims,
-           "kernels": kernels, "libraries": libraries, "adts": adts}
+    out = {
+        "functions": functions,
+        "constants": constants,
+        "primitive_names": prims,
+        "kernels": kernels,
+        "libraries": libraries,
+        "adts": adts,
+    }
     if META in found:  # absent in version 1.0 files
         r = _Reader(found[META], "metadata")
         meta = {r.str(): r.str() for _ in range(r.count(8))}
@@ -405,4 +411,3 @@ def _read_kern(r: _Reader) -> tuple[dict[str, KernelRecord], dict[str, str]]:
     libraries = {r.str(): r.str() for _ in range(r.count(8))}
     r.end()
     return kernels, libraries
-

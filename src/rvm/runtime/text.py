@@ -51,9 +51,7 @@ def _operand(ex: Executable, kind: str, v: Any, pc: int) -> str:
 def format_instruction(ex: Executable, ins: tuple, pc: int) -> str:
     """The operands of one instruction rendered by the opcode's template."""
     info = OPCODE_INFO[Opcode(ins[0])]
-    fields = {
-        fname: _operand(ex, kind, v, pc) for (fname, kind), v in zip(info.operands, ins[1:])
-    }
+    fields = {fname: _operand(ex, kind, v, pc) for (fname, kind), v in zip(info.operands, ins[1:])}
     return info.text.format(**fields)
 
 
@@ -83,12 +81,12 @@ def as_text(ex: Executable) -> str:
     """The disassembly of `ex` (see the module docstring)."""
     lines: list[str] = []
     for fi, fn in enumerate(ex.functions):
-        params = ", ".join(
-            f"{p}: {_spec_text(s)}" for p, s in zip(fn.params, fn.param_specs)
-        )
+        params = ", ".join(f"{p}: {_spec_text(s)}" for p, s in zip(fn.params, fn.param_specs))
         lines.append(f"func {fi} @{fn.name}({params})")
-        lines.append(f"  # {len(fn.params)} params, {fn.register_file_size} registers, "
-                     f"{len(fn.instructions)} instructions")
+        lines.append(
+            f"  # {len(fn.params)} params, {fn.register_file_size} registers, "
+            f"{len(fn.instructions)} instructions"
+        )
         for pc, ins in enumerate(fn.instructions):
             name = OPCODE_INFO[Opcode(ins[0])].name
             lines.append(f"  {pc:>4}  {name:<17} {format_instruction(ex, ins, pc)}")
@@ -107,8 +105,10 @@ def as_text(ex: Executable) -> str:
     if ex.kernels:
         lines.append("kernels:")
         for rec in ex.kernels.values():
-            lines.append(f"  {rec.name}: backend={rec.backend} style={rec.style} "
-                         f"entry={rec.entry} ({len(rec.source.splitlines())} lines)")
+            lines.append(
+                f"  {rec.name}: backend={rec.backend} style={rec.style} "
+                f"entry={rec.entry} ({len(rec.source.splitlines())} lines)"
+            )
         lines.append("")
     if ex.libraries:
         lines.append("libraries: " + ", ".join(ex.libraries))
@@ -118,8 +118,10 @@ def as_text(ex: Executable) -> str:
 def _py_const(arr: np.ndarray) -> str:
     if arr.dtype.kind == "U" and arr.ndim == 0:
         return f"np.array({str(arr.item())!r})"
-    return (f"np.frombuffer(bytes.fromhex({arr.tobytes().hex()!r}), "
-            f"dtype={arr.dtype.str!r}).reshape({tuple(arr.shape)!r})")
+    return (
+        f"np.frombuffer(bytes.fromhex({arr.tobytes().hex()!r}), "
+        f"dtype={arr.dtype.str!r}).reshape({tuple(arr.shape)!r})"
+    )
 
 
 def as_python(ex: Executable) -> str:
@@ -164,15 +166,19 @@ def stats(ex: Executable) -> str:
     width = max([len(f.name) for f in ex.functions] + [8])
     lines.append(f"  {'name':<{width}}  {'params':>6}  {'registers':>9}  {'instructions':>12}")
     for fn in ex.functions:
-        lines.append(f"  {fn.name:<{width}}  {len(fn.params):>6}  "
-                     f"{fn.register_file_size:>9}  {len(fn.instructions):>12}")
+        lines.append(
+            f"  {fn.name:<{width}}  {len(fn.params):>6}  "
+            f"{fn.register_file_size:>9}  {len(fn.instructions):>12}"
+        )
     total = sum(c.nbytes for c in ex.constants)
     lines.append(f"constants: {len(ex.constants)} ({_bytes(total)})")
     for i, c in sorted(enumerate(ex.constants), key=lambda ic: -ic[1].nbytes)[:10]:
         lines.append(f"  c{i:<4} {describe_value(c, limit=0):<30} {_bytes(c.nbytes):>10}")
     nglob = sum(1 for p in ex.primitive_names if p not in ex.kernels)
-    lines.append(f"primitives: {len(ex.primitive_names)} "
-                 f"({len(ex.primitive_names) - nglob} kernels, {nglob} global functions)")
+    lines.append(
+        f"primitives: {len(ex.primitive_names)} "
+        f"({len(ex.primitive_names) - nglob} kernels, {nglob} global functions)"
+    )
     by_backend: dict[str, int] = {}
     for rec in ex.kernels.values():
         by_backend[rec.backend] = by_backend.get(rec.backend, 0) + 1

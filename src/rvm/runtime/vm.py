@@ -204,8 +204,7 @@ class VirtualMachine:
                 fidx, checked = self._saved[name]
             else:
                 fidx, checked = self._checked(name, args, {})
-            return timed_runs(lambda: self._run(fidx, checked), number, repeat,
-                              min_repeat_ms)
+            return timed_runs(lambda: self._run(fidx, checked), number, repeat, min_repeat_ms)
 
         return evaluator
 
@@ -221,7 +220,8 @@ class VirtualMachine:
         self._instrument = callback
         names = self.executable.primitive_names
         self._packed = (
-            self._raw_packed if callback is None
+            self._raw_packed
+            if callback is None
             else [instrumented(n, f, callback) for n, f in zip(names, self._raw_packed)]
         )
 
@@ -333,14 +333,17 @@ class VirtualMachine:
                     tail = op == TAIL_INVOKE_CLOSURE
                     closure = regs[ins[1] if tail else ins[2]]
                     if type(closure) is not Closure:
-                        raise VMError(f"invoke_closure on a {type(closure).__name__}, "
-                                      "not a closure")
+                        raise VMError(
+                            f"invoke_closure on a {type(closure).__name__}, not a closure"
+                        )
                     new_code, pad, nparams = funcs[closure.func_index]
                     new_regs = [*closure.free_vars, *ins[-1](regs)]
                     if len(new_regs) != nparams:
                         nargs = len(new_regs) - len(closure.free_vars)
-                        raise VMError(f"closure @{closure.name} takes {nparams} values, got "
-                                      f"{len(closure.free_vars)} free vars + {nargs} args")
+                        raise VMError(
+                            f"closure @{closure.name} takes {nparams} values, got "
+                            f"{len(closure.free_vars)} free vars + {nargs} args"
+                        )
                     new_regs += pad
                     if not tail:
                         frames.append((code, regs, pc + 1, ins[1], fidx))
@@ -384,8 +387,9 @@ class VirtualMachine:
                 lines.append(f"  ... {pc} frames omitted ...")
                 continue
             fn = ex.functions[fidx]
-            lines.append(f"  in @{fn.name} pc={pc}: "
-                         f"{describe_instruction(ex, fn.instructions[pc])}")
+            lines.append(
+                f"  in @{fn.name} pc={pc}: {describe_instruction(ex, fn.instructions[pc])}"
+            )
         if isinstance(error, _Fatal):
             head = f"fatal: {error.args[0]}"
         else:

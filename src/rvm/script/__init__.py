@@ -25,6 +25,15 @@ if script not in _expr._printer:
     _expr._printer.append(script)
 
 __all__ = [
-    "Any", "Callable", "Shape", "T", "Tuple", "adt", "const_b64", "func", "module", "parse",
+    "Any",
+    "Callable",
+    "Shape",
+    "T",
+    "Tuple",
+    "adt",
+    "const_b64",
+    "func",
+    "module",
+    "parse",
     "script",
 ]

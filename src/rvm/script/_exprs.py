@@ -31,12 +31,22 @@ if TYPE_CHECKING:
 Scalar = (bool, int, float)
 
 BINARY = {
-    ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
-    ast.FloorDiv: "floor_divide", ast.Mod: "mod", ast.Pow: "power", ast.MatMult: "matmul",
+    ast.Add: "add",
+    ast.Sub: "subtract",
+    ast.Mult: "multiply",
+    ast.Div: "divide",
+    ast.FloorDiv: "floor_divide",
+    ast.Mod: "mod",
+    ast.Pow: "power",
+    ast.MatMult: "matmul",
 }
 COMPARE = {
-    ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
-    ast.Eq: "equal", ast.NotEq: "not_equal",
+    ast.Lt: "less",
+    ast.LtE: "less_equal",
+    ast.Gt: "greater",
+    ast.GtE: "greater_equal",
+    ast.Eq: "equal",
+    ast.NotEq: "not_equal",
 }
 
 
@@ -93,7 +103,10 @@ class ExprParser:
         return name
 
     def emit(
-        self, value: E.Expr, name: str | None = None, annotation: Type | None = None,
+        self,
+        value: E.Expr,
+        name: str | None = None,
+        annotation: Type | None = None,
         var: E.Var | None = None,
     ) -> E.Var:
         """Bind ``value`` to a new variable (or ``var``) of its inferred type."""

@@ -45,9 +45,7 @@ def assigned_names(stmts: Iterable[ast.stmt]) -> list[str]:
 
 def read_names(node: ast.AST) -> set[str]:
     """Every name read anywhere inside ``node`` (nested functions included: captures)."""
-    return {
-        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    }
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def live_in(stmts: Sequence[ast.stmt], live_after: set[str]) -> set[str]:
@@ -101,7 +99,7 @@ def push_rest(stmts: list[ast.stmt]) -> list[ast.stmt]:
             continue
         if terminates([stmt]):
             return stmts
-        rest = stmts[i + 1:]
+        rest = stmts[i + 1 :]
         new = copy.copy(stmt)
         if isinstance(stmt, ast.If):
             new.body = _extend(stmt.body, rest)

@@ -34,7 +34,7 @@ class BodyParser(ExprParser):
         """Parse ``stmts`` into the current scope; the result if they return, else None."""
         stmts = _flow.push_rest(list(stmts))
         for i, stmt in enumerate(stmts):
-            rest = stmts[i + 1:]
+            rest = stmts[i + 1 :]
             result = self.statement(stmt, _flow.live_in(rest, live_after))
             if result is not None:
                 if rest:
@@ -86,8 +86,9 @@ class BodyParser(ExprParser):
             with self.at(stmt.value):
                 self.assign(stmt.target.id, value, ann)
         elif isinstance(stmt, ast.AugAssign):
-            target = ast.Name(stmt.target.id, ast.Load()) if isinstance(
-                stmt.target, ast.Name) else None
+            target = (
+                ast.Name(stmt.target.id, ast.Load()) if isinstance(stmt.target, ast.Name) else None
+            )
             if target is None:
                 raise self.error(stmt, "augmented assignment needs a variable name")
             value_node = ast.copy_location(ast.BinOp(target, stmt.op, stmt.value), stmt)
@@ -103,8 +104,11 @@ class BodyParser(ExprParser):
             self.local_def(stmt)
         elif isinstance(stmt, ast.Pass):
             pass
-        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
-                stmt.value.value, str):
+        elif (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Constant)
+            and isinstance(stmt.value.value, str)
+        ):
             pass  # a docstring or a string used as a comment
         elif isinstance(stmt, ast.Expr):
             raise self.error(stmt, "an expression statement has no effect; assign or return it")
@@ -133,11 +137,15 @@ class BodyParser(ExprParser):
         tup = self.atom(value_node)
         ty = infer_type(tup)
         if not isinstance(ty, (TupleType, AnyType)):
-            raise self.error(value_node, f"cannot unpack a value of type {type_text(ty)} into "
-                                         f"{len(names)} variables; only tuples unpack")
+            raise self.error(
+                value_node,
+                f"cannot unpack a value of type {type_text(ty)} into "
+                f"{len(names)} variables; only tuples unpack",
+            )
         if isinstance(ty, TupleType) and len(ty.fields) != len(names):
-            raise self.error(target, f"cannot unpack a tuple of {len(ty.fields)} into "
-                                     f"{len(names)} variables")
+            raise self.error(
+                target, f"cannot unpack a tuple of {len(ty.fields)} into {len(names)} variables"
+            )
         with self.at(value_node):
             for i, n in enumerate(names):
                 self.assign(n, E.TupleGetItem(tup, i))
@@ -165,17 +173,26 @@ class BodyParser(ExprParser):
         """The variables an if/match statement gives values to: those assigned in a branch
         and used after it; if none is used (a dead statement), those every branch assigns."""
         if _flow.contains_return(stmt):
-            raise self.error(stmt, "some paths through this statement return and others do "
-                                   "not; every path of a function must return a value")
+            raise self.error(
+                stmt,
+                "some paths through this statement return and others do "
+                "not; every path of a function must return a value",
+            )
         assigned = _flow.assigned_names(s for b in branches for s in b)
         results = [n for n in assigned if n in live_after]
         if not results:
             per_branch = [set(_flow.assigned_names(b)) for b in branches]
-            results = [n for n in assigned if self.lookup(n) is not None
-                       or all(n in names for names in per_branch)]
+            results = [
+                n
+                for n in assigned
+                if self.lookup(n) is not None or all(n in names for names in per_branch)
+            ]
         if not results:
-            raise self.error(stmt, f"this `{type(stmt).__name__.lower()}` neither returns nor "
-                                   "assigns a variable used after it")
+            raise self.error(
+                stmt,
+                f"this `{type(stmt).__name__.lower()}` neither returns nor "
+                "assigns a variable used after it",
+            )
         return results
 
     def tail_branch(self, stmts: list[ast.stmt], names: dict | None = None) -> E.SeqExpr:
@@ -248,17 +265,24 @@ class BodyParser(ExprParser):
             if node.kwd_patterns:
                 raise self.error(node, "constructor patterns take positional sub-patterns")
             if len(node.patterns) != len(ctor.field_types):
-                raise self.error(node, f"{ctor.name} has {len(ctor.field_types)} fields, "
-                                       f"the pattern has {len(node.patterns)}")
+                raise self.error(
+                    node,
+                    f"{ctor.name} has {len(ctor.field_types)} fields, "
+                    f"the pattern has {len(node.patterns)}",
+                )
             subs = [self.pattern(p, t, names) for p, t in zip(node.patterns, ctor.field_types)]
             return E.PatternConstructor(ctor, tuple(subs))
         if isinstance(node, ast.MatchSequence):
             fields = ty.fields if isinstance(ty, TupleType) else (AnyType(),) * len(node.patterns)
             if len(fields) != len(node.patterns):
-                raise self.error(node, f"a tuple of {len(fields)} fields cannot match this "
-                                       f"pattern of {len(node.patterns)}")
-            return E.PatternTuple(tuple(self.pattern(p, t, names)
-                                        for p, t in zip(node.patterns, fields)))
+                raise self.error(
+                    node,
+                    f"a tuple of {len(fields)} fields cannot match this "
+                    f"pattern of {len(node.patterns)}",
+                )
+            return E.PatternTuple(
+                tuple(self.pattern(p, t, names) for p, t in zip(node.patterns, fields))
+            )
         raise self.error(node, "unsupported pattern; use Constructor(...), a name, _ or a tuple")
 
     # -- while ------------------------------------------------------------------------------
@@ -275,8 +299,10 @@ class BodyParser(ExprParser):
         fname = f"{_WHILE}{sum(1 for s in self.scopes for k in s if k.startswith(_WHILE))}"
         for _ in range(3):  # widen the parameter types until the loop body agrees
             func, fvar, end_types = self.loop_function(stmt, fname, carried, types)
-            joined = [join_types(a, b) if not isinstance(b, AnyType) else a
-                      for a, b in zip(types, end_types)]
+            joined = [
+                join_types(a, b) if not isinstance(b, AnyType) else a
+                for a, b in zip(types, end_types)
+            ]
             if joined == types:
                 break
             types = joined

@@ -102,6 +102,7 @@ class ModuleContext:
     # -- types and signatures ---------------------------------------------------------------
     def type_of(self, node: ast.expr) -> Type:
         """The type an annotation writes, located errors for bad ones."""
+
         def resolve_name(n: ast.expr, name: str) -> Type:
             value = self.namespace.get(name)
             if isinstance(value, ADTDef):
@@ -128,8 +129,11 @@ class ModuleContext:
         out = []
         for p in a.args:
             if p.annotation is None:
-                raise self.error(p, f"parameter '{p.arg}' of '{node.name}' needs a type "
-                                    'annotation, e.g. T[(2,), "float32"]')
+                raise self.error(
+                    p,
+                    f"parameter '{p.arg}' of '{node.name}' needs a type "
+                    'annotation, e.g. T[(2,), "float32"]',
+                )
             out.append(E.Var(p.arg, self.type_of(p.annotation)))
         return tuple(out)
 
@@ -151,8 +155,10 @@ class ModuleContext:
         if not isinstance(node, ast.Dict) or any(k is None for k in node.keys):
             raise self.error(node, "attrs must be a dict literal")
         try:
-            return {literal_value(k): literal_value(v)  # type: ignore[misc]
-                    for k, v in zip(node.keys, node.values)}
+            return {
+                literal_value(k): literal_value(v)  # type: ignore[misc]
+                for k, v in zip(node.keys, node.values)
+            }
         except IRError as err:
             raise self.error(node, str(err)) from None
 
@@ -204,8 +210,9 @@ def _function(ctx: ModuleContext, node: ast.FunctionDef) -> E.Function:
 def _call_order(defs: Mapping[str, ast.FunctionDef]) -> list[str]:
     """Callees before callers where possible (cycles in source order), so calls get types."""
     calls = {
-        name: [n.id for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in defs
-               and n.id != name]
+        name: [
+            n.id for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in defs and n.id != name
+        ]
         for name, d in defs.items()
     }
     order: dict[str, None] = {}
@@ -262,13 +269,18 @@ def _settle_types(ctx: ModuleContext, funcs: Mapping[str, E.Function]) -> None:
 def _adt_from_class(node: ast.ClassDef, type_of: _Callable[[ast.expr], Type]) -> ADTDef:
     ctors = []
     for stmt in node.body:
-        if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr)
-                                          and isinstance(stmt.value, ast.Constant)):
+        if isinstance(stmt, ast.Pass) or (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        ):
             continue
-        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and stmt.value is None):
-            raise IRError(f"a data type body holds lines `Name: (field types...)`, got "
-                          f"{ast.unparse(stmt)}")
+        if not (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.value is None
+        ):
+            raise IRError(
+                f"a data type body holds lines `Name: (field types...)`, got {ast.unparse(stmt)}"
+            )
         ann = stmt.annotation
         fields = ann.elts if isinstance(ann, ast.Tuple) else [ann]
         types = tuple(type_of(f) for f in fields)
@@ -276,9 +288,7 @@ def _adt_from_class(node: ast.ClassDef, type_of: _Callable[[ast.expr], Type]) ->
     return ADTDef(node.name, tuple(ctors))
 
 
-def _adt_type_resolver(
-    ctx: ModuleContext, own: set[str]
-) -> _Callable[[ast.expr], Type]:
+def _adt_type_resolver(ctx: ModuleContext, own: set[str]) -> _Callable[[ast.expr], Type]:
     def type_of(node: ast.expr) -> Type:
         def resolve_name(n: ast.expr, name: str) -> Type:
             if name in own or name in ctx.adts or isinstance(ctx.namespace.get(name), ADTDef):
@@ -300,8 +310,15 @@ def default_namespace() -> dict[str, object]:
     import rvm
     import rvm.script
 
-    ns: dict[str, object] = {"rvm": rvm, "T": T, "Tuple": Tuple, "Shape": Shape, "Any": Any,
-                             "Callable": Callable, "const_b64": const_b64}
+    ns: dict[str, object] = {
+        "rvm": rvm,
+        "T": T,
+        "Tuple": Tuple,
+        "Shape": Shape,
+        "Any": Any,
+        "Callable": Callable,
+        "const_b64": const_b64,
+    }
     try:
         import rvm.op
 
@@ -322,8 +339,10 @@ def parse(text: str) -> IRModule:
     ctx = ModuleContext(lines, 0, default_namespace(), {}, {})
     adt_nodes, defs, name = [], {}, None
     for stmt in tree.body:
-        decorators = [_last_name(d.func if isinstance(d, ast.Call) else d)
-                      for d in getattr(stmt, "decorator_list", [])]
+        decorators = [
+            _last_name(d.func if isinstance(d, ast.Call) else d)
+            for d in getattr(stmt, "decorator_list", [])
+        ]
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             continue
         if isinstance(stmt, ast.ClassDef) and decorators == ["adt"]:
@@ -336,8 +355,10 @@ def parse(text: str) -> IRModule:
         elif isinstance(stmt, ast.FunctionDef) and decorators and decorators[0] == "func":
             defs[stmt.name] = stmt
         else:
-            raise ctx.error(stmt, "expected imports, @rvm.script.adt classes, a @module class "
-                                  "or @func functions")
+            raise ctx.error(
+                stmt,
+                "expected imports, @rvm.script.adt classes, a @module class or @func functions",
+            )
     own = {n.name for n in adt_nodes}
     for node in adt_nodes:
         try:

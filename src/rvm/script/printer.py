@@ -26,16 +26,35 @@ HEADER = (
     "from rvm.script import Any, Callable, Shape, T, Tuple, func, module\n"
 )
 RESERVED = frozenset(
-    {"rvm", "op", "T", "Tuple", "Shape", "Any", "Callable", "func", "module", "adt", "float",
-     "int", "bool", "const_b64", "lambda", "_"}
+    {
+        "rvm",
+        "op",
+        "T",
+        "Tuple",
+        "Shape",
+        "Any",
+        "Callable",
+        "func",
+        "module",
+        "adt",
+        "float",
+        "int",
+        "bool",
+        "const_b64",
+        "lambda",
+        "_",
+    }
 )
 
 
 def literal_text(value: _Any) -> str:
     """A Python literal for an attribute value (ints, floats, strings, tuples, None, bools)."""
     if isinstance(value, str):
-        return f'"{value}"' if value.isprintable() and '"' not in value and "\\" not in value \
+        return (
+            f'"{value}"'
+            if value.isprintable() and '"' not in value and "\\" not in value
             else repr(value)
+        )
     if isinstance(value, float):
         if math.isnan(value):
             return 'float("nan")'
@@ -49,8 +68,9 @@ def literal_text(value: _Any) -> str:
         inner = ", ".join(items)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{literal_text(k)}: {literal_text(v)}"
-                               for k, v in value.items()) + "}"
+        return (
+            "{" + ", ".join(f"{literal_text(k)}: {literal_text(v)}" for k, v in value.items()) + "}"
+        )
     return repr(value)
 
 
@@ -67,8 +87,7 @@ class _Printer:
     def define(self, var: E.Var, name: str | None = None) -> str:
         """Give ``var`` a fresh printed name (or ``name`` when forced)."""
         if name is None:
-            base = var.name if var.name.isidentifier() and not keyword.iskeyword(var.name) \
-                else "v"
+            base = var.name if var.name.isidentifier() and not keyword.iskeyword(var.name) else "v"
             name, k = base, 0
             while name in self.used or name in self.reserved:
                 k += 1

@@ -162,9 +162,11 @@ def _tensor_from_ast(node: ast.expr) -> TensorType:
     else:
         got = ast.unparse(shape_node)
         raise IRError(f"a tensor shape is a tuple of dimensions or None, got {got}")
-    if not (isinstance(dtype_node, ast.Constant) and (dtype_node.value is None
-                                                      or isinstance(dtype_node.value, str))):
-        raise IRError(f"a dtype is a string such as \"float32\", got {ast.unparse(dtype_node)}")
+    if not (
+        isinstance(dtype_node, ast.Constant)
+        and (dtype_node.value is None or isinstance(dtype_node.value, str))
+    ):
+        raise IRError(f'a dtype is a string such as "float32", got {ast.unparse(dtype_node)}')
     return TensorType(shape, dtype_node.value)  # type: ignore[arg-type]
 
 

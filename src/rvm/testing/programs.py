@@ -236,8 +236,13 @@ def _i64(v: int) -> np.ndarray:
 
 
 def _mlp_args(r: np.random.Generator, batch: int) -> tuple:
-    return (_f32(r, batch, 784), _f32(r, 784, 128) * 0.05, _f32(r, 128),
-            _f32(r, 128, 10) * 0.1, _f32(r, 10))
+    return (
+        _f32(r, batch, 784),
+        _f32(r, 784, 128) * 0.05,
+        _f32(r, 128),
+        _f32(r, 128, 10) * 0.1,
+        _f32(r, 10),
+    )
 
 
 def _attention_args(r: np.random.Generator, seq: int) -> tuple:

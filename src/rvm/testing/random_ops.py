@@ -113,8 +113,9 @@ class OpGen:
         return val
 
     def like(self, value: Expr, v: Val, mag: float | None = None, frac: int | None = -1) -> Val:
-        return self.emit(value, v.shape, v.dtype, v.mag if mag is None else mag,
-                         v.frac if frac == -1 else frac)
+        return self.emit(
+            value, v.shape, v.dtype, v.mag if mag is None else mag, v.frac if frac == -1 else frac
+        )
 
     def pick(self, pred: Callable[[Val], bool] = lambda v: True) -> Val | None:
         """A pool value satisfying ``pred``, most recent first (shrinks toward deep chains)."""
@@ -147,6 +148,7 @@ class OpGen:
 
     def partner(self, a: Val, into: bool = False) -> Val:
         """A value broadcasting with ``a`` (onto a's shape when ``into``), of a's dtype."""
+
         def fits(v: Val) -> bool:
             out = broadcast(a.shape, v.shape)
             return out is not None and (out == a.shape if into else len(out) <= 3)
@@ -158,8 +160,9 @@ class OpGen:
                 return found
         if kind <= 1:
             scalar = self.ch.pick((1.0, 0.5, -2.0, 0.25, 3.0) if a.is_float else (1, 2, -3))
-            return Val(op.as_expr(scalar, like=a.expr), (), a.dtype, abs(scalar),
-                       2 if a.is_float else 0)
+            return Val(
+                op.as_expr(scalar, like=a.expr), (), a.dtype, abs(scalar), 2 if a.is_float else 0
+            )
         shape = [1 if (d == SYM or self.ch.chance(40)) else d for d in a.shape]
         drop = self.ch.integer(0, len(shape))
         return self.constant(tuple(shape[drop:]), a.dtype)
@@ -170,8 +173,23 @@ class OpGen:
         if not v.is_float:
             name = self.ch.pick(("negative", "abs", "relu", "sign"))
             return self.like(getattr(op, name)(x), v, mag=1 if name == "sign" else None)
-        names = ["tanh", "negative", "abs", "relu", "sigmoid", "sin", "cos", "erf", "exp",
-                 "softplus", "gelu", "silu", "leaky_relu", "log1p_abs", "sqrt1p_abs"]
+        names = [
+            "tanh",
+            "negative",
+            "abs",
+            "relu",
+            "sigmoid",
+            "sin",
+            "cos",
+            "erf",
+            "exp",
+            "softplus",
+            "gelu",
+            "silu",
+            "leaky_relu",
+            "log1p_abs",
+            "sqrt1p_abs",
+        ]
         if v.exact:
             names += ["floor", "ceil", "round", "sign"]
         name = self.ch.pick(names)
@@ -236,8 +254,9 @@ class OpGen:
             if other is not None:
                 b, shape = other, broadcast(shape, other.shape)
         frac = max(a.frac, b.frac) if b.exact else None
-        return self.emit(op.where(cond.expr, a.expr, b.expr), shape, a.dtype,
-                         max(a.mag, b.mag), frac)
+        return self.emit(
+            op.where(cond.expr, a.expr, b.expr), shape, a.dtype, max(a.mag, b.mag), frac
+        )
 
     def reduce(self, v: Val) -> Val | None:
         names = ["sum", "max", "min", "mean", "argmax", "argmin"]
@@ -260,8 +279,9 @@ class OpGen:
         if name.startswith("arg") and not v.exact:
             return None  # near-ties would pick different indices
         keep = self.ch.chance(40)
-        shape = tuple(1 if i in reduced else d for i, d in enumerate(v.shape) if keep or
-                      i not in reduced)
+        shape = tuple(
+            1 if i in reduced else d for i, d in enumerate(v.shape) if keep or i not in reduced
+        )
         count = _size(tuple(v.shape[a] for a in reduced))
         frac: int | None = None
         if name == "sum":
@@ -289,8 +309,11 @@ class OpGen:
         how = self.ch.integer(0, 2)
         b = None
         if how == 0:
-            b = self.pick(lambda v: v.is_float and len(v.shape) >= 1 and
-                          _matmul_shape(a.shape, v.shape) is not None)
+            b = self.pick(
+                lambda v: (
+                    v.is_float and len(v.shape) >= 1 and _matmul_shape(a.shape, v.shape) is not None
+                )
+            )
         if b is None and how == 1 and len(a.shape) >= 2:
             axes = [*range(len(a.shape) - 2), len(a.shape) - 1, len(a.shape) - 2]
             t_shape = tuple(a.shape[i] for i in axes)
@@ -332,11 +355,11 @@ class OpGen:
             return self.emit(op.transpose(v.expr, perm), shape, v.dtype, v.mag, v.frac)
         if name == "squeeze" and 1 in v.shape:
             axis = v.shape.index(1)
-            shape = v.shape[:axis] + v.shape[axis + 1:]
+            shape = v.shape[:axis] + v.shape[axis + 1 :]
             return self.emit(op.squeeze(v.expr, axis=axis), shape, v.dtype, v.mag, v.frac)
         if name == "reshape" and rank >= 1 and SYM not in v.shape[1:]:
             lead = v.shape[:1] if v.shape[0] == SYM else ()
-            total = _size(v.shape[len(lead):])
+            total = _size(v.shape[len(lead) :])
             if total > 64:
                 return None
             target = lead + factor_shape(self.ch, total, 3 - len(lead))
@@ -349,9 +372,14 @@ class OpGen:
             if not axes:
                 return None
             axis = self.ch.pick(axes)
-            other = self.pick(lambda u: u.dtype == v.dtype and len(u.shape) == rank
-                              and u.shape[axis] != SYM
-                              and all(u.shape[i] == v.shape[i] for i in range(rank) if i != axis))
+            other = self.pick(
+                lambda u: (
+                    u.dtype == v.dtype
+                    and len(u.shape) == rank
+                    and u.shape[axis] != SYM
+                    and all(u.shape[i] == v.shape[i] for i in range(rank) if i != axis)
+                )
+            )
             if other is None or self.ch.chance(30):
                 shape = list(v.shape)
                 shape[axis] = self.ch.pick((1, 2, 3))
@@ -362,9 +390,15 @@ class OpGen:
             shape = list(v.shape)
             shape[axis] = v.shape[axis] + other.shape[axis]
             frac = max(v.frac, other.frac) if v.exact and other.exact else None
-            return self.emit(op.concat([v.expr, other.expr], axis=axis), tuple(shape), v.dtype,
-                             max(v.mag, other.mag), frac)
+            return self.emit(
+                op.concat([v.expr, other.expr], axis=axis),
+                tuple(shape),
+                v.dtype,
+                max(v.mag, other.mag),
+                frac,
+            )
         return None
+
     def cast(self, v: Val) -> Val | None:
         if not v.is_float:
             return self.to_float(v)
@@ -386,15 +420,17 @@ class OpGen:
         gv, params, result = self.helper
         args = []
         for p in params:
-            a = self.pick(lambda u, p=p: u.dtype == p.dtype and u.shape == p.shape and u.exact
-                          and u.frac <= p.frac)
+            a = self.pick(
+                lambda u, p=p: (
+                    u.dtype == p.dtype and u.shape == p.shape and u.exact and u.frac <= p.frac
+                )
+            )
             if a is None:
                 return None
             if a.mag > p.mag:  # clip, not scale: the helper's bounds assume p.frac
                 a = self.like(op.clip(a.expr, -p.mag, p.mag), a, mag=p.mag)
             args.append(a.expr)
-        return self.emit(Call(gv, tuple(args)), result.shape, result.dtype, result.mag,
-                         result.frac)
+        return self.emit(Call(gv, tuple(args)), result.shape, result.dtype, result.mag, result.frac)
 
     def if_(self, v: Val) -> Val | None:
         """``If`` on ``sum(c) > 0`` (c exact) choosing between two sub-DAGs from ``v``."""
@@ -409,7 +445,7 @@ class OpGen:
             saved = len(self.pool)
             out = v
             for _ in range(self.ch.integer(0, 2)):
-                out = (self.binary(out, into=True) if self.ch.chance(50) else self.unary(out))
+                out = self.binary(out, into=True) if self.ch.chance(50) else self.unary(out)
             del self.pool[saved:]  # values of the branch are out of scope after it
             branches.append((self.bb.end_scope(out.expr), out))
         (then, a), (other, b) = branches
@@ -461,7 +497,18 @@ def factor_shape(ch: Chooser, total: int, max_dims: int) -> Shape:
         total //= d
     return (*dims, total)
 
+
 __all__ = [
-    "AMP_LIMIT", "DIMS", "N_MAX", "OPS", "SYM", "Chooser", "OpGen", "Shape", "Val",
-    "broadcast", "factor_shape", "input_data",
+    "AMP_LIMIT",
+    "DIMS",
+    "N_MAX",
+    "OPS",
+    "SYM",
+    "Chooser",
+    "OpGen",
+    "Shape",
+    "Val",
+    "broadcast",
+    "factor_shape",
+    "input_data",
 ]

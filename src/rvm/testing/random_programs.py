@@ -86,15 +86,16 @@ def _param_specs(ch: Chooser, symbolic: bool) -> list[tuple[Shape, str]]:
             specs.append(tuple(first))
         elif how == 1:
             shape = [1 if ch.chance(40) else d for d in first]
-            specs.append(tuple(shape[ch.integer(0, len(shape)):]))
+            specs.append(tuple(shape[ch.integer(0, len(shape)) :]))
         else:
             specs.append(tuple(ch.pick(DIMS) for _ in range(ch.integer(0, 3))))
     return [(s, "int64" if ch.chance(20) else "float32") for s in specs]
 
 
 def _input_val(var: Var, shape: Shape, dtype: str) -> Val:
-    return Val(var, shape, dtype, 4.0 if dtype == "float32" else 8.0,
-               2 if dtype == "float32" else 0)
+    return Val(
+        var, shape, dtype, 4.0 if dtype == "float32" else 8.0, 2 if dtype == "float32" else 0
+    )
 
 
 def _body(g: OpGen, n_ops: int, ops: Sequence[tuple[str, int]]) -> Val:
@@ -113,8 +114,9 @@ def _body(g: OpGen, n_ops: int, ops: Sequence[tuple[str, int]]) -> Val:
     return last
 
 
-def _helper(ch: Chooser, bb: Builder, rng: np.random.Generator,
-            specs: list[tuple[Shape, str]]) -> tuple:
+def _helper(
+    ch: Chooser, bb: Builder, rng: np.random.Generator, specs: list[tuple[Shape, str]]
+) -> tuple:
     """Module function ``helper`` over 1-2 of main's parameter types."""
     chosen = [specs[ch.integer(0, len(specs) - 1)] for _ in range(ch.integer(1, 2))]
     params = [_input_val(Var(f"a{i}", tensor(s, d)), s, d) for i, (s, d) in enumerate(chosen)]
@@ -127,8 +129,14 @@ def _helper(ch: Chooser, bb: Builder, rng: np.random.Generator,
     return bb.global_var("helper"), params, result
 
 
-def generate(ch: Chooser, *, symbolic: bool | None = None, max_ops: int = 8,
-             control_flow: bool = True, calls: bool = True) -> RandomProgram:
+def generate(
+    ch: Chooser,
+    *,
+    symbolic: bool | None = None,
+    max_ops: int = 8,
+    control_flow: bool = True,
+    calls: bool = True,
+) -> RandomProgram:
     """A random program and its argument data, every decision taken from ``ch``."""
     rng = np.random.default_rng(ch.integer(0, 2**16))
     if symbolic is None:
@@ -152,12 +160,17 @@ def generate(ch: Chooser, *, symbolic: bool | None = None, max_ops: int = 8,
 
 
 @st.composite
-def random_programs(draw: Callable, *, symbolic: bool | None = None, max_ops: int = 8,
-                    control_flow: bool = True, calls: bool = True) -> RandomProgram:
+def random_programs(
+    draw: Callable,
+    *,
+    symbolic: bool | None = None,
+    max_ops: int = 8,
+    control_flow: bool = True,
+    calls: bool = True,
+) -> RandomProgram:
     """Hypothesis strategy of `RandomProgram` (options as `generate`)."""
     ch = Chooser(lambda lo, hi: draw(st.integers(lo, hi)))
-    return generate(ch, symbolic=symbolic, max_ops=max_ops, control_flow=control_flow,
-                    calls=calls)
+    return generate(ch, symbolic=symbolic, max_ops=max_ops, control_flow=control_flow, calls=calls)
 
 
 def random_program(seed: int, **options) -> RandomProgram:

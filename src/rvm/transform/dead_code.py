@@ -36,14 +36,16 @@ def dead_code(mod: IRModule) -> IRModule:
     funcs = {}
     for name, func in mod.items():
         body = cleaner.clean(func.body)
-        funcs[name] = func if body is func.body else E.Function(
-            func.params, body, func.ret_type, func.attrs
+        funcs[name] = (
+            func if body is func.body else E.Function(func.params, body, func.ret_type, func.attrs)
         )
     live = _reachable(funcs)
     dropped = [name for name in funcs if name not in live]
     if cleaner.removed or dropped:
         logger.debug(
-            "dead_code: %d bindings and %d functions removed%s", cleaner.removed, len(dropped),
+            "dead_code: %d bindings and %d functions removed%s",
+            cleaner.removed,
+            len(dropped),
             f" ({', '.join(dropped)})" if dropped else "",
         )
     funcs = {name: f for name, f in funcs.items() if name in live}
@@ -130,8 +132,10 @@ class _Cleaner:
                 kept.append(b if value is b.value else E.VarBinding(b.var, value))
                 changed |= value is not b.value
             kept.reverse()
-            if kept and len(kept) == len(block.bindings) and all(
-                a is b for a, b in zip(kept, block.bindings)
+            if (
+                kept
+                and len(kept) == len(block.bindings)
+                and all(a is b for a, b in zip(kept, block.bindings))
             ):
                 blocks.append(block)
             elif kept:

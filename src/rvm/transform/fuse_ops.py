@@ -85,7 +85,10 @@ def fuse_ops(mod: IRModule, *, opt_level: int = 2) -> IRModule:
     after = _count_calls(out)
     logger.debug(
         "fuse_ops: %d kernel calls -> %d (%d primitive functions -> %d)",
-        before[0], after[0], before[1], after[1],
+        before[0],
+        after[0],
+        before[1],
+        after[1],
     )
     return out
 

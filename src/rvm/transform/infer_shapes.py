@@ -108,8 +108,10 @@ def incompatible(expected: Type, actual: Type) -> bool:
                 continue
             if len(a.shape) != len(b.shape):
                 return True
-            if any(isinstance(x, int) and isinstance(y, int) and x != y
-                   for x, y in zip(a.shape, b.shape)):
+            if any(
+                isinstance(x, int) and isinstance(y, int) and x != y
+                for x, y in zip(a.shape, b.shape)
+            ):
                 return True
         elif isinstance(a, TupleType) and isinstance(b, TupleType):
             if len(a.fields) != len(b.fields):

@@ -98,7 +98,10 @@ class _Inliner(ExprMutator):
     """Replaces eligible call bindings in one caller."""
 
     def __init__(
-        self, funcs: dict[str, E.Function], recursive: set[str], max_bindings: int,
+        self,
+        funcs: dict[str, E.Function],
+        recursive: set[str],
+        max_bindings: int,
         caller: E.Function,
     ) -> None:
         super().__init__()

@@ -44,8 +44,8 @@ def lambda_lift(mod: IRModule) -> IRModule:
         uses.visit(func)
         state.escaping = uses.values
         body = _Rewriter(state, name, {}).visit(func.body)
-        funcs[name] = func if body is func.body else E.Function(
-            func.params, body, func.ret_type, func.attrs
+        funcs[name] = (
+            func if body is func.body else E.Function(func.params, body, func.ret_type, func.attrs)
         )
         funcs.update(state.lifted)
         state.lifted.clear()
@@ -161,8 +161,10 @@ class _Rewriter(ExprMutator):
             self_var = E.Var(var.name, var.type)
             subst[var] = self_var
             prologue.append(
-                E.VarBinding(self_var, E.Call(make_closure, (local.gv, *params),
-                                              {"type": _func_type(var, func)}))
+                E.VarBinding(
+                    self_var,
+                    E.Call(make_closure, (local.gv, *params), {"type": _func_type(var, func)}),
+                )
             )
         inner_rewriter = _Rewriter(self.state, local.gv.name, subst)
         body = inner_rewriter.visit(func.body)

@@ -90,8 +90,9 @@ class _Planner:
                 alloc = E.Call(vm_ops.call_alloc, (call.callee, *call.args))
                 out.append(E.VarBinding(b.var, alloc))
             else:
-                out.append(E.VarBinding(self._unit(), vm_ops.dps_call(
-                    call.callee, call.args, outputs)))  # type: ignore[arg-type]
+                out.append(
+                    E.VarBinding(self._unit(), vm_ops.dps_call(call.callee, call.args, outputs))
+                )  # type: ignore[arg-type]
             self._release(state, i, [b.var, *call.args])
         return out, body
 
@@ -143,9 +144,7 @@ class _Planner:
                 return None
         return list(fields)  # type: ignore[arg-type]
 
-    def _outputs(
-        self, var: E.Var, state: _Region, out: list[E.VarBinding]
-    ) -> list[E.Var] | None:
+    def _outputs(self, var: E.Var, state: _Region, out: list[E.VarBinding]) -> list[E.Var] | None:
         """Emit the allocations of ``var``'s kernel outputs into ``out``; None: call_alloc."""
         tensors = self._plannable(var.type)
         if tensors is None:
@@ -169,9 +168,11 @@ class _Planner:
             shape = state.shapes.get(ty.shape)  # type: ignore[arg-type]
             if shape is None:
                 shape = state.shapes[ty.shape] = self._bind(  # type: ignore[index]
-                    out, "shape", E.Call(vm_ops.make_shape, (), {"shape": ty.shape}))
+                    out, "shape", E.Call(vm_ops.make_shape, (), {"shape": ty.shape})
+                )
             storage = self._bind(
-                out, "storage", E.Call(vm_ops.alloc_storage, (shape,), {"dtype": dtype}))
+                out, "storage", E.Call(vm_ops.alloc_storage, (shape,), {"dtype": dtype})
+            )
             attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
             out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage, shape), attrs)))
             return
@@ -180,8 +181,9 @@ class _Planner:
         self.stats.tensors += 1
         storage = self._take(state, dtype, size) if var in state.local else None
         if storage is None:
-            storage = self._bind(out, "storage", E.Call(
-                vm_ops.alloc_storage, (), {"size": size, "dtype": dtype}))
+            storage = self._bind(
+                out, "storage", E.Call(vm_ops.alloc_storage, (), {"size": size, "dtype": dtype})
+            )
             self.stats.after += size
             self.stats.blocks += 1
             block = size
@@ -245,11 +247,19 @@ def memory_plan(mod: IRModule) -> IRModule:
             continue
         replaced[name] = E.Function(func.params, body, func.ret_type, func.attrs)
         st = planner.stats
-        figures[name] = {"before": st.before, "after": st.after, "tensors": st.tensors,
-                         "blocks": st.blocks}
+        figures[name] = {
+            "before": st.before,
+            "after": st.after,
+            "tensors": st.tensors,
+            "blocks": st.blocks,
+        }
         logger.debug(
             "memory_plan %s: storage %.2f MB -> %.2f MB (%d tensors, %d blocks)",
-            name, st.before / 2**20, st.after / 2**20, st.tensors, st.blocks,
+            name,
+            st.before / 2**20,
+            st.after / 2**20,
+            st.tensors,
+            st.blocks,
         )
     if not replaced:
         return mod
