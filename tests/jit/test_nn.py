@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
+import numpy as np
 import pytest
-from jit_helpers import check, prim, rand, var
+from jit_helpers import Jit, check, numpy_run, prim, rand, var
 
 from rvm import op
 
@@ -91,6 +94,29 @@ def test_conv2d_shifted_gemms(attrs, dtype) -> None:
             rtol=1e-4,
             atol=1e-4,
         )
+
+
+def test_conv2d_shifted_gemms_from_threads() -> None:
+    """Kernels release the GIL around BLAS: concurrent calls stay correct."""
+    img, k = var("img", (1, 16, 12, 12)), var("k", (16, 16, 3, 3))
+    func = prim([img, k], op.relu(op.conv2d(img, k, padding=1)))
+    kernel = Jit(func)
+    weights = rand((16, 16, 3, 3), seed=1)
+    images = [rand((1, 16, 12, 12), seed=10 + i) for i in range(4)]
+    wants = [numpy_run(func, x, weights) for x in images]
+    errors: list[float] = []
+
+    def run(i: int) -> None:
+        for _ in range(50):
+            got = kernel(images[i], weights)
+            errors.append(float(np.max(np.abs(got - wants[i]))))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 200 and max(errors) < 1e-3
 
 
 def test_conv1d_shifted_gemms() -> None:
