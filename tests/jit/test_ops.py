@@ -152,6 +152,23 @@ def test_symbolic_reduction_on_many_shapes() -> None:
         check(k.func, rand(shape), kernel=k, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda z: op.transpose(op.softmax(z), (1, 0)) * 2.0,  # rows read across the loop nest
+        lambda z: op.softmax(z) + op.softmax(z * 2.0),  # two row caches in one loop
+        lambda z: op.sum(op.softmax(z), axis=[1]),  # a reduction over the cached row
+        lambda z: op.softmax(op.reshape(z, (-1,))),  # one row: the cache filled once
+    ],
+)
+def test_softmax_row_cache_in_fused_consumers(make) -> None:
+    """softmax keeps each row's exp in a buffer; every consumer order reads it correctly."""
+    z = var("z", (5, "m"))
+    k = Jit(prim([z], make(z)))
+    for m in (1, 7):
+        check(k.func, rand((5, m)), kernel=k, rtol=1e-5, atol=1e-6)
+
+
 def test_dps_style_writes_output() -> None:
     func = prim([x, b], op.relu(x + b))
     k = Jit(func, style="dps")

@@ -20,7 +20,7 @@ from rvm.ir.types import promote_dtypes
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.reduce import reduce_tensor
 from rvm.jit.scalar import exp_source, lit, scalar_compute
-from rvm.jit.te import Body, Scalar, Tensor, Unsupported, idx
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx
 from rvm.op import ops
 
 Compute = Callable[..., Any]
@@ -133,12 +133,36 @@ def _softmax(log: bool) -> Compute:
         m = reduce_tensor(kb, "fmax", x, axes, True, t)
         s = kb.elemwise(lambda a, b: f"({a} - {b})", t, [x, m])
         e = kb.elemwise(lambda a: exp_source(t, a), t, [s])
-        total = reduce_tensor(kb, "sum", e, axes, True, t)
         if log:
+            total = reduce_tensor(kb, "sum", e, axes, True, t)
             return kb.elemwise(lambda a, b: f"({a} - np.log({b}))", t, [s, total])
+        if x.ndim and axes[0] == x.ndim - 1:
+            e, read = _row_cached(kb, e)
+            total = reduce_tensor(kb, "sum", e, axes, True, t)
+            # total first: its row loop (which fills the cache) precedes the cache's reads
+            return kb.elemwise(lambda b, a: f"({a} / {b})", t, [total, read])
+        total = reduce_tensor(kb, "sum", e, axes, True, t)
         return kb.elemwise(lambda a, b: f"({a} / {b})", t, [e, total])
 
     return lower
+
+
+def _row_cached(kb: KernelBuilder, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``x`` (last axis a row) as a tensor that also stores each element in a row buffer, and
+    a tensor reading the buffer. A trailing reduction over the first computes each element
+    once (softmax's exp) for consumers of the second in the same row; every read depends on
+    the whole index, so it stays inside the row after the reduction that filled it."""
+    row = kb.buffer((x.dims[-1],), x.dtype)
+
+    def fill(body: Body, index: Sequence[Scalar]) -> Scalar:
+        v = kb.let(body, kb.load(x, body, index))
+        body.home(v.deps).lines.append(f"{row}[{index[-1].code}] = {v.code}")
+        return v
+
+    def read(body: Body, index: Sequence[Scalar]) -> Scalar:
+        return Scalar(f"{row}[{index[-1].code}]", deps_of(*index), x.dtype)
+
+    return Tensor(x.dims, x.dtype, fill), Tensor(x.dims, x.dtype, read)
 
 
 compute[ops.softmax] = _softmax(False)
