@@ -25,6 +25,7 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -42,69 +43,101 @@ def as_str(value: Any) -> str:
     return str(value)
 
 
-def _pairs(pattern: Any) -> np.ndarray:
-    pattern = np.asarray(pattern, dtype=np.int64)
-    if pattern.size % 2:
-        raise ValueError(f"a shape pattern has (kind, value) pairs, got {pattern.size} numbers")
-    return pattern.reshape(-1, 2)
+_INT64 = np.dtype(np.int64)
+
+
+def _ints(values: Any) -> list[int]:
+    """`values` flattened to Python ints, as `np.asarray(values, dtype=np.int64)` holds them.
+
+    A 1-d signed-int array (a pattern or shape constant, a heap) skips the conversion."""
+    if type(values) is np.ndarray and values.ndim == 1 and values.dtype.kind == "i":
+        return values.tolist()
+    return np.asarray(values, dtype=_INT64).reshape(-1).tolist()
+
+
+def _pairs(pattern: Any) -> list[int]:
+    """The pattern's numbers, kind, value, kind, value, ... (indexed, not zipped: cheaper)."""
+    flat = _ints(pattern)
+    if len(flat) % 2:
+        raise ValueError(f"a shape pattern has (kind, value) pairs, got {len(flat)} numbers")
+    return flat
+
+
+def _prefix(context: Any) -> str:
+    text = as_str(context)
+    return f"{text}: " if text else ""
+
+
+_ITEMSIZE: dict[str, int] = {}
+"""dtype name -> itemsize: `np.dtype(name)` costs a few hundred ns, more than the rest."""
+
+
+def _itemsize(dtype: Any) -> int:
+    name = as_str(dtype)
+    size = _ITEMSIZE.get(name)
+    if size is None:
+        size = _ITEMSIZE[name] = np.dtype(name).itemsize
+    return size
 
 
 @register_func("vm.builtin.alloc_shape_heap")
 def alloc_shape_heap(size: Any) -> np.ndarray:
     """A zeroed int64 shape heap of `size` slots."""
-    return np.zeros(int(size), dtype=np.int64)
+    return np.zeros(int(size), _INT64)
 
 
 @register_func("vm.builtin.match_shape")
 def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") -> Any:
     """Checks `tensor`'s shape against `pattern`, storing dims into `heap` (module docstring)."""
-    prefix = f"{as_str(context)}: " if as_str(context) else ""
-    shape = np.shape(tensor)
+    shape = tensor.shape if type(tensor) is np.ndarray else np.shape(tensor)
     pairs = _pairs(pattern)
-    if len(shape) != len(pairs):
+    if 2 * len(shape) != len(pairs):
         raise ShapeError(
-            f"{prefix}expected a {len(pairs)}-d tensor, got shape {tuple(shape)} ({len(shape)}-d)"
+            f"{_prefix(context)}expected a {len(pairs) // 2}-d tensor, got shape {tuple(shape)} "
+            f"({len(shape)}-d)"
         )
-    for axis, ((kind, value), dim) in enumerate(zip(pairs.tolist(), shape)):
+    axis = 0
+    for dim in shape:
+        kind, value = pairs[2 * axis], pairs[2 * axis + 1]
         if kind == 0:
             if dim != value:
                 raise ShapeError(
-                    f"{prefix}shape {tuple(shape)} has {dim} at axis {axis}, expected {value}"
+                    f"{_prefix(context)}shape {tuple(shape)} has {dim} at axis {axis}, "
+                    f"expected {value}"
                 )
         elif kind == 1:
             heap[value] = dim
         elif kind == 2:
             if dim != heap[value]:
                 raise ShapeError(
-                    f"{prefix}shape {tuple(shape)} has {dim} at axis {axis}, but an earlier "
-                    f"shape set that dimension to {int(heap[value])}"
+                    f"{_prefix(context)}shape {tuple(shape)} has {dim} at axis {axis}, but an "
+                    f"earlier shape set that dimension to {int(heap[value])}"
                 )
         else:
             raise ValueError(f"match_shape: unknown pattern kind {kind}")
+        axis += 1
     return tensor
 
 
 @register_func("vm.builtin.make_shape")
 def make_shape(heap: np.ndarray, pattern: Any) -> np.ndarray:
     """A 1-d int64 shape from (kind, value) pairs: 0 = literal, 1 = heap[value]."""
-    dims = []
-    for kind, value in _pairs(pattern).tolist():
-        if kind == 0:
-            dims.append(value)
-        elif kind == 1:
-            dims.append(int(heap[value]))
-        else:
+    pairs = _pairs(pattern)
+    dims = pairs[1::2]  # the literals in place; heap slots are replaced by their values
+    axis = 0
+    for kind in pairs[::2]:
+        if kind == 1:
+            dims[axis] = int(heap[dims[axis]])
+        elif kind != 0:
             raise ValueError(f"make_shape: unknown pattern kind {kind}")
-    return np.array(dims, dtype=np.int64)
+        axis += 1
+    return np.array(dims, _INT64)
 
 
 @register_func("vm.builtin.storage_size")
 def storage_size(shape: Any, dtype: Any) -> int:
     """Bytes needed by a tensor of `shape` and `dtype`."""
-    n = 1
-    for d in np.asarray(shape, dtype=np.int64).reshape(-1).tolist():
-        n *= d
-    return n * np.dtype(as_str(dtype)).itemsize
+    return math.prod(_ints(shape)) * _itemsize(dtype)
 
 
 @register_func("vm.builtin.tuple")
