@@ -12,6 +12,11 @@ Observations stay those of the bytecode loop:
 - Instrumented and profiled runs use the same code objects bound in a second namespace whose
   packed functions are the wrapped ones (`VirtualMachine.set_instrument`, `profile`), so the
   plain variant pays nothing for them.
+- Shape builtins: where a primitive IS one of `vm.builtin.alloc_shape_heap`, `match_shape`,
+  `make_shape`, `storage_size` (by identity), its calls are written inline (`ShapePlan`). The
+  source depends on which primitives those are, so it is generated and cached per such set:
+  wrapped (instrumented, profiled) or re-registered functions get plain calls, and every call
+  is observed as in the bytecode loop.
 - Errors: the traceback's generated frames are mapped back to `(function, pc)` through each
   source's line table and reported by `VirtualMachine._vm_error`, giving the same VM stack
   text as the bytecode loop (`in @main pc=7: invoke_packed fused_add_exp`); frames of tail
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import math
 import sys
 from collections.abc import Callable
 from types import CodeType
@@ -42,9 +48,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rvm.errors import VMError
+from rvm.runtime.builtins import alloc_shape_heap, make_shape, match_shape, storage_size
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source, ring_probe_source
 from rvm.runtime.objects import ADT, Closure
+from rvm.runtime.registry import get_global_func
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
@@ -105,16 +113,43 @@ class CompiledFunction:
         self.code: CodeType = compile(gen.source, self.filename, "exec")
 
 
-def compiled_functions(ex: Executable) -> tuple[Names, list[CompiledFunction]]:
-    """The generated functions of `ex`, built once and cached on it."""
+_SHAPE_BUILTINS = {
+    "alloc_shape_heap": alloc_shape_heap,
+    "match_shape": match_shape,
+    "make_shape": make_shape,
+    "storage_size": storage_size,
+}
+
+
+def shape_builtins(packed: list[Callable[..., Any]]) -> dict[int, str]:
+    """The primitives of `packed` that ARE the shape builtins (by identity, so a name
+    registered to another function, or a wrapped one, is called as it is)."""
+    return {i: kind for i, f in enumerate(packed) for kind, b in _SHAPE_BUILTINS.items() if f is b}
+
+
+def compiled_functions(
+    ex: Executable, packed: list[Callable[..., Any]] | None = None
+) -> tuple[Names, list[CompiledFunction]]:
+    """The generated functions of `ex` for the packed functions `packed`, built once per
+    distinct set of shape builtins among them and cached on `ex`.
+
+    `packed` defaults to the primitives as the registry resolves them now.
+    """
+    if packed is None:
+        packed = [
+            None if name in ex.kernels else get_global_func(name, allow_missing=True)
+            for name in ex.primitive_names
+        ]
+    special = shape_builtins(packed)
 
     def build() -> tuple[Names, list[CompiledFunction]]:
         names = Names(ex)
         return names, [
-            CompiledFunction(ex, i, generate_source(ex, i, names)) for i in range(len(ex.functions))
+            CompiledFunction(ex, i, generate_source(ex, i, names, special))
+            for i in range(len(ex.functions))
         ]
 
-    return ex.cached("compiled", build)
+    return ex.cached(f"compiled:{sorted(special.items())}", build)
 
 
 class _Nested(Exception):
@@ -154,8 +189,8 @@ class CompiledProgram:
         self.vm = vm
         self.fatal = fatal
         ex = vm.executable
-        self.names, self.functions = compiled_functions(ex)
-        self.by_file = {f.filename: f for f in self.functions}
+        self.names = compiled_functions(ex, vm._raw_packed)[0]
+        self.by_file: dict[str, CompiledFunction] = {}  # of every variant bound
         self.constants = ex.cached("compiled_constants", lambda: _constants(ex, self.names))
         self.nparams = [len(f.params) for f in ex.functions]
         self.max_depth = min(150, max(20, (sys.getrecursionlimit() - 300) // 3))
@@ -180,8 +215,11 @@ class CompiledProgram:
         self._packed, self._funcs = self._variants[id(packed)]
 
     def _bind(self, packed: list[Callable[..., Any]]) -> list[Callable[..., Any]]:
-        """Executes every generated function's code in a new namespace over `packed`."""
+        """Executes every generated function's code in a new namespace over `packed` (the
+        code that writes the shape builtins of `packed` inline)."""
         vm = self.vm
+        _, functions = compiled_functions(vm.executable, packed)
+        self.by_file.update((f.filename, f) for f in functions)
         ns: dict[str, Any] = dict(self.constants)
         ns.update(zip(self.names.packed, packed))
         funcs: list[Callable[..., Any]] = []
@@ -195,15 +233,16 @@ class CompiledProgram:
             _Fatal=self.fatal,
             _array=np.array,
             _int64=np.int64,
+            _prod=math.prod,
             _MAX_DEPTH=self.max_depth,
             _call_closure=self._closure_caller(funcs),
             _deep=self._deep,
             _rc=sys.getrefcount,
             _FREE=_FREE,
         )
-        for f in self.functions:
+        for f in functions:
             exec(f.code, ns)
-        funcs.extend(ns[f.pyname] for f in self.functions)
+        funcs.extend(ns[f.pyname] for f in functions)
         return funcs
 
     def _closure_caller(self, funcs: list[Callable[..., Any]]) -> Callable[..., Any]:

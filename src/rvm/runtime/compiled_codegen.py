@@ -20,9 +20,15 @@ raising Python's recursion limit (see `compiled.py`).
 Names the generated code uses, bound once per VM in its namespace (`compiled.py`): packed
 functions by their sanitized names, `f_<name>` for VM functions, `c<i>` for constants,
 `i<v>` / `i_m<v>` for LOAD_CONSTI immediates, `dt_<name>` for dtypes, and `_alloc`,
-`_ndarray`, `_empty`, `_ADT`, `_Closure`, `_Fatal`, `_array`, `_int64`, `_call_closure`,
-`_deep`, `_MAX_DEPTH`, `_rc`, `_FREE`. Locals `_a<pc>` / `_b<pc>` are the two slots of the tiny
-tensor allocation at `pc` in a loop (`ring_lines`).
+`_ndarray`, `_empty`, `_ADT`, `_Closure`, `_Fatal`, `_array`, `_int64`, `_prod`,
+`_call_closure`, `_deep`, `_MAX_DEPTH`, `_rc`, `_FREE`. Locals `_a<pc>` / `_b<pc>` are the two
+slots of the tiny tensor allocation at `pc` in a loop (`ring_lines`); `_s` is the shape an
+inline `match_shape` checks.
+
+Shape builtins (`ShapePlan`): calls of `vm.builtin.alloc_shape_heap`, `match_shape`,
+`make_shape` and `storage_size` whose constants are known are written inline (a list heap,
+int compares, tuple shapes, a product times the itemsize), and their constant loads vanish;
+`match_shape` calls the builtin on any mismatch, so the error is the builtin's own.
 
 Small blocks (`FlowInfo.shared_tensor`): a block of at most 64 bytes whose tensors are all the
 same view is made as that one numpy array, each ALLOC_TENSOR of it is a plain assignment, and a
@@ -37,7 +43,7 @@ import re
 from typing import TYPE_CHECKING
 
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.compiled_flow import FlowInfo
+from rvm.runtime.compiled_flow import FlowInfo, ShapePlan
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
@@ -48,6 +54,7 @@ __all__ = ["Names", "FunctionSource", "generate_source", "ring_lines", "ring_pro
 O = Opcode
 _RESERVED = re.compile(r"^(r\d+|c\d+|i_?m?\d+|f_.*|dt_.*|_.*)$")
 MAX_NESTING = 60  # Python's parser allows 100 indentation levels
+_LOADS = (O.LOAD_CONST, O.LOAD_CONSTI)
 
 
 def _ident(name: str) -> str:
@@ -124,13 +131,16 @@ class FunctionSource:
         structured: False when the block state machine was used.
     """
 
-    def __init__(self, ex: Executable, index: int, names: Names) -> None:
+    def __init__(
+        self, ex: Executable, index: int, names: Names, shape_builtins: dict[int, str] | None = None
+    ) -> None:
         fn = ex.functions[index]
         self.index = index
         self.pyname = names.funcs[index]
         self._ex = ex
         self._names = names
         self._flow = FlowInfo(fn.instructions, len(fn.params), index)
+        self._shapes = ShapePlan(self._flow, ex.constants, shape_builtins or {})
         self._dead = self._dead_constants()
         self._direct = self._direct_allocs()
         self._rings = self._ring_sites()
@@ -192,9 +202,20 @@ class FunctionSource:
                 shape, dtype = self._flow.shared_tensor(ins[1])  # type: ignore[misc]
                 tensor = _r(self._direct[pc])
                 self._line(indent, f"{tensor} = _empty({shape!r}, {self._names.dtype(dtype)})", pc)
+        elif pc in self._shapes.calls:
+            call = self._names.packed[ins[2]]
+            for extra, text in self._shapes.lines(pc, call, lambda reg: self._arg(pc, reg)):
+                self._line(indent + extra, text, pc)
         elif pc not in self._dead:
             self._line(indent, self._expr_stmt(pc, ins), pc)
         return False
+
+    def _arg(self, pc: int, reg: int) -> str:
+        """Register `reg` as read at `pc`: the constant's name where the plan names it."""
+        load = self._shapes.consts.get(pc, {}).get(reg)
+        if load is None:
+            return _r(reg)
+        return f"c{load[2]}" if load[0] == O.LOAD_CONST else self._names.immediate(load[2])
 
     def _expr_stmt(self, pc: int, ins: tuple) -> str:
         op, n = ins[0], self._names
@@ -220,10 +241,8 @@ class FunctionSource:
                 return f"{dst} = _empty({ins[4]!r}, {n.dtype(ins[5])})"
             return f"{dst} = _ndarray({ins[4]!r}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
         if op == O.ALLOC_TENSOR_REG:
-            return (
-                f"{dst} = _ndarray(tuple({_r(ins[4])}.tolist()), {n.dtype(ins[5])}, "
-                f"{_r(ins[2])}.buffer, {ins[3]})"
-            )
+            shape = self._shape_tuple(ins[4])
+            return f"{dst} = _ndarray({shape}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
         if op == O.ALLOC_ADT:
             if ins[2] == -1:
                 return f"{dst} = {_tuple(ins[3]) if ins[3] else '()'}"
@@ -249,10 +268,14 @@ class FunctionSource:
         if op == O.SHAPE_OF:
             return f"{dst} = _array({_r(ins[2])}.shape, dtype=_int64)"
         if op == O.RESHAPE_TENSOR:
-            return f"{dst} = {_r(ins[2])}.reshape(tuple({_r(ins[3])}.tolist()))"
+            return f"{dst} = {_r(ins[2])}.reshape({self._shape_tuple(ins[3])})"
         if op == O.KILL_REGISTER:
             return f"{dst} = None"
         raise AssertionError(f"no statement for opcode {op}")  # jumps are handled by callers
+
+    def _shape_tuple(self, reg: int) -> str:
+        """A shape register as a tuple of ints (a 1-d int64 array unless the plan made it one)."""
+        return _r(reg) if reg in self._shapes.tuples else f"tuple({_r(reg)}.tolist())"
 
     def _ring(self, pc: int, ins: tuple) -> list[str]:
         """ALLOC_STORAGE of a small one-view block in a loop: the tensor made two runs ago if
@@ -325,13 +348,15 @@ class FunctionSource:
         return f"not ({lhs} == {rhs})" if negate else f"{lhs} == {rhs}"
 
     def _dead_constants(self) -> set[int]:
-        """pcs of LOAD_CONSTI whose register is only read where its value is inlined."""
+        """pcs of LOAD_CONST(I) whose register is only read where its value is inlined."""
         flow, dead = self._flow, set()
         for reg, pcs in flow.writers.items():
-            if len(pcs) != 1 or flow.code[pcs[0]][0] != O.LOAD_CONSTI or reg < flow.nparams:
+            if len(pcs) != 1 or flow.code[pcs[0]][0] not in _LOADS or reg < flow.nparams:
                 continue
             for pc in flow.readers.get(reg, []):
                 ins = flow.code[pc]
+                if reg in self._shapes.consts.get(pc, {}):
+                    continue
                 inlined = ins[0] == O.ALLOC_STORAGE or (ins[0] == O.IF and ins[1] != reg)
                 if not inlined or flow.const_int(reg, pc) is None:
                     break
@@ -457,6 +482,12 @@ def ring_probe_source() -> str:
     return "def _probe():\n    _b0 = _new()\n    return _rc(_b0)\n"
 
 
-def generate_source(ex: Executable, index: int, names: Names) -> FunctionSource:
-    """The generated source of function `index` of `ex` (see the module docstring)."""
-    return FunctionSource(ex, index, names)
+def generate_source(
+    ex: Executable, index: int, names: Names, shape_builtins: dict[int, str] | None = None
+) -> FunctionSource:
+    """The generated source of function `index` of `ex` (see the module docstring).
+
+    `shape_builtins` maps primitive indices to the shape builtins the VM resolved them to
+    (`ShapePlan`); the calls of those are written inline where possible.
+    """
+    return FunctionSource(ex, index, names, shape_builtins)

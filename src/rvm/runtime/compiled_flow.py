@@ -17,18 +17,20 @@ Everything here reads the raw instructions of one `VMFunction` and the operand k
   GET_TAG, or only by one LOAD_CONSTI, which lets IF compile to `if r7:` instead of a 0-d array
   comparison (for a bool tensor `x == 1` and `bool(x)` agree);
 - small blocks: constant-size storage of at most `SMALL_STORAGE` bytes whose tensors can be
-  plain numpy arrays, and whether they are all one view of it (`shared_tensor`).
+  plain numpy arrays, and whether they are all one view of it (`shared_tensor`);
+- the shape builtin calls written inline, and their statements (`ShapePlan`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from rvm.runtime.builtins import as_str
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 
-__all__ = ["FlowInfo"]
+__all__ = ["FlowInfo", "ShapePlan"]
 
 _CONST_LOADS = (Opcode.LOAD_CONST, Opcode.LOAD_CONSTI, Opcode.KILL_REGISTER)
 
@@ -170,10 +172,19 @@ class FlowInfo:
 
     def const_int(self, reg: int, pc: int) -> int | None:
         """The value of `reg` at `pc` if its only write is one LOAD_CONSTI and it ran."""
-        found = self._only_written_by(reg, (Opcode.LOAD_CONSTI,))
+        load = self.const_load(reg, pc)
+        return load[2] if load is not None and load[0] == Opcode.LOAD_CONSTI else None
+
+    def const_load(self, reg: int, pc: int) -> tuple | None:
+        """The LOAD_CONST / LOAD_CONSTI of `reg` if it is its only write and it ran by `pc`."""
+        found = self._only_written_by(reg, (Opcode.LOAD_CONST, Opcode.LOAD_CONSTI))
         if len(found) == 1 and self.must[pc] >> reg & 1:
-            return found[0][2]
+            return found[0]
         return None
+
+    def assigned(self, reg: int, pc: int) -> bool:
+        """Whether `reg` is surely assigned before `pc` runs."""
+        return bool(self.must[pc] >> reg & 1)
 
     def small_storage(self, reg: int) -> bool:
         """Whether every write of `reg` is an ALLOC_STORAGE of a constant size of at most
@@ -241,3 +252,201 @@ class FlowInfo:
         """Registers to set to None when the self tail call at `pc` restarts the function."""
         held = (self.may_hold[pc] | _mask(self.needs_init)) & ~_mask(self.code[pc][3])
         return [r for r in range(self.nparams, held.bit_length()) if held >> r & 1]
+
+
+class ShapePlan:
+    """The calls of the shape builtins a function's generated code runs inline.
+
+    `shape_builtins` maps primitive indices to the shape builtin (`alloc_shape_heap`, `match_shape`,
+    `make_shape`, `storage_size`) the VM resolved them to, by identity: a name registered to
+    another function is not in it. A call is written inline only where its effect is known when
+    the code is generated; every other call stays a call of the builtin:
+
+    - a heap becomes a Python list of `size` zeros when its size is a constant, it is written
+      only there, and every reader is a `match_shape` / `make_shape` with a constant, valid
+      pattern whose slots are in range (the same values as the int64 array: ints read back);
+    - those `match_shape` calls compare the dims with plain ints; on any mismatch (or a value
+      that is not an ndarray) they call the builtin, which raises its own error;
+    - those `make_shape` results are Python tuples of ints when every reader takes a tuple (a
+      `storage_size` with a constant dtype, the shape of ALLOC_TENSOR_REG or RESHAPE_TENSOR,
+      KILL_REGISTER), else fresh 1-d int64 arrays as the builtin makes;
+    - a `storage_size` of such a tuple is the product of its dims times the dtype's itemsize.
+
+    Attributes:
+        calls: pc -> the builtin written inline there.
+        heaps: Heap register -> its size, for heaps held as lists.
+        tuples: Shape registers held as tuples.
+        pairs: pc -> the (kind, value) pairs of an inline `match_shape` / `make_shape`.
+        itemsize: pc -> the dtype's itemsize of an inline `storage_size`.
+        consts: pc -> {register: its LOAD_CONST(I)} for the constant arguments named directly.
+    """
+
+    def __init__(self, flow: FlowInfo, constants: list, shape_builtins: dict[int, str]) -> None:
+        self.calls: dict[int, str] = {}
+        self.heaps: dict[int, int] = {}
+        self.tuples: set[int] = set()
+        self.pairs: dict[int, list[tuple[int, int]]] = {}
+        self.itemsize: dict[int, int] = {}
+        self.consts: dict[int, dict[int, tuple]] = {}
+        self._flow = flow
+        self._constants = constants
+        self._kind = {
+            pc: shape_builtins[ins[2]]
+            for pc, ins in enumerate(flow.code)
+            if ins[0] == Opcode.CALL_PACKED and ins[2] in shape_builtins
+        }
+        for pc, kind in self._kind.items():
+            if kind == "alloc_shape_heap":
+                self._plan_heap(pc)
+        for pc, kind in list(self.calls.items()):
+            if kind == "make_shape":
+                self._plan_tuple(flow.code[pc][1])
+
+    def _const(self, reg: int, pc: int) -> tuple | None:
+        load = self._flow.const_load(reg, pc)
+        if load is not None:
+            self.consts.setdefault(pc, {})[reg] = load
+        return load
+
+    def _pattern(self, reg: int, pc: int, kinds: tuple[int, ...], size: int) -> list | None:
+        """The (kind, value) pairs of a constant pattern, if valid with slots in range."""
+        load = self._flow.const_load(reg, pc)
+        if load is None or load[0] != Opcode.LOAD_CONST:
+            return None
+        value = self._constants[load[2]]
+        if not isinstance(value, np.ndarray) or value.dtype.kind != "i" or value.ndim != 1:
+            return None
+        flat = value.tolist()
+        pairs = list(zip(flat[::2], flat[1::2]))
+        if len(flat) % 2 or any(k not in kinds or (k and not 0 <= v < size) for k, v in pairs):
+            return None
+        return pairs
+
+    def _plan_heap(self, pc: int) -> None:
+        flow, ins = self._flow, self._flow.code[pc]
+        heap, size_args = ins[1], ins[3]
+        load = flow.const_load(size_args[0], pc) if len(size_args) == 1 else None
+        size = load[2] if load is not None and load[0] == Opcode.LOAD_CONSTI else -1
+        writers = [w for w in flow.writers[heap] if flow.code[w][0] != Opcode.KILL_REGISTER]
+        if size < 0 or heap < flow.nparams or writers != [pc]:
+            return
+        uses: dict[int, tuple[str, list]] = {}
+        for r in flow.readers.get(heap, []):
+            use = flow.code[r]
+            kind = self._kind.get(r)
+            if use[0] == Opcode.KILL_REGISTER:
+                continue
+            if not flow.assigned(heap, r) or kind not in ("match_shape", "make_shape"):
+                return
+            args = use[3]
+            at, nargs, kinds = (
+                (1, (3, 4), (0, 1, 2)) if kind == "match_shape" else (0, (2,), (0, 1))
+            )
+            if len(args) not in nargs or [i for i, a in enumerate(args) if a == heap] != [at]:
+                return
+            pairs = self._pattern(args[at + 1], r, kinds, size)
+            if pairs is None:
+                return
+            uses[r] = (kind, pairs)
+        self.heaps[heap] = size
+        self.calls[pc] = "alloc_shape_heap"
+        self._const(size_args[0], pc)
+        for r, (kind, pairs) in uses.items():
+            self.calls[r], self.pairs[r] = kind, pairs
+            for a in flow.code[r][3]:
+                if a != heap:
+                    self._const(a, r)
+
+    def _plan_tuple(self, reg: int) -> None:
+        flow = self._flow
+        if reg in self.tuples or reg < flow.nparams:
+            return
+        for w in flow.writers[reg]:
+            if flow.code[w][0] != Opcode.KILL_REGISTER and self.calls.get(w) != "make_shape":
+                return
+        sizes: dict[int, int] = {}
+        for r in flow.readers.get(reg, []):
+            use = flow.code[r]
+            op = use[0]
+            if op == Opcode.KILL_REGISTER:
+                continue
+            if not flow.assigned(reg, r):
+                return
+            if op == Opcode.ALLOC_TENSOR_REG and use[4] == reg and use[2] != reg:
+                continue
+            if op == Opcode.RESHAPE_TENSOR and use[3] == reg and use[2] != reg:
+                continue
+            if self._kind.get(r) != "storage_size" or len(use[3]) != 2 or use[3][1] == reg:
+                return
+            load = flow.const_load(use[3][1], r)
+            if load is None or load[0] != Opcode.LOAD_CONST:
+                return
+            try:
+                sizes[r] = np.dtype(as_str(self._constants[load[2]])).itemsize
+            except (TypeError, ValueError):
+                return
+        self.tuples.add(reg)
+        for r, itemsize in sizes.items():
+            self.calls[r], self.itemsize[r] = "storage_size", itemsize
+            self._const(flow.code[r][3][1], r)
+
+    def only_pattern(self, reg: int) -> list[tuple[int, int]] | None:
+        """The pattern of the one `make_shape` that writes tuple `reg`, if one does."""
+        writers = [w for w in self._flow.writers[reg] if self.calls.get(w) == "make_shape"]
+        return self.pairs[writers[0]] if len(writers) == 1 else None
+
+    # -- the inline code -------------------------------------------------------------------
+
+    def lines(self, pc: int, packed: str, arg: Callable[[int], str]) -> list[tuple[int, str]]:
+        """The inline statements of the call at `pc` as (extra indent, text) pairs; `packed` is
+        the builtin's name in the generated code, `arg(reg)` an argument's expression."""
+        ins = self._flow.code[pc]
+        kind, dst, args = self.calls[pc], f"r{ins[1]}", ins[3]
+        if kind == "alloc_shape_heap":
+            size = self.heaps[ins[1]]
+            return [(0, f"{dst} = {[0] * size!r}" if size <= 8 else f"{dst} = [0] * {size}")]
+        if kind == "storage_size":
+            return [(0, f"{dst} = {self._size(pc, f'r{args[0]}', args[0])}")]
+        if kind == "make_shape":
+            heap = f"r{args[0]}"
+            dims = [str(v) if k == 0 else f"{heap}[{v}]" for k, v in self.pairs[pc]]
+            tup = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+            return [(0, f"{dst} = {tup if ins[1] in self.tuples else f'_array({tup}, _int64)'}")]
+        return self._match(pc, packed, arg)
+
+    def _size(self, pc: int, shape: str, reg: int) -> str:
+        """storage_size: the symbolic dims of tuple `shape` times the rest, folded."""
+        pattern = self.only_pattern(reg)
+        if pattern is None:
+            return f"_prod({shape}) * {self.itemsize[pc]}"
+        factor = self.itemsize[pc]
+        for k, v in pattern:
+            factor *= v if k == 0 else 1
+        dims = [f"{shape}[{axis}]" for axis, (k, _) in enumerate(pattern) if k == 1]
+        return " * ".join(dims + [str(factor)])
+
+    def _match(self, pc: int, packed: str, arg: Callable[[int], str]) -> list[tuple[int, str]]:
+        """match_shape: the dims compared as ints, stored on success; on any mismatch the
+        builtin runs from the same heap and raises its own error."""
+        ins = self._flow.code[pc]
+        tensor, heap = arg(ins[3][0]), f"r{ins[3][1]}"
+        pairs = self.pairs[pc]
+        test = [f"type({tensor}) is _ndarray", f"len(_s := {tensor}.shape) == {len(pairs)}"]
+        stores: list[str] = []
+        set_at: dict[int, int] = {}  # heap slot -> the axis of this pattern that set it
+        for axis, (k, v) in enumerate(pairs):
+            if k == 0:
+                test.append(f"_s[{axis}] == {v}")
+            elif k == 1:
+                set_at[v] = axis
+                stores.append(f"{heap}[{v}] = _s[{axis}]")
+            else:
+                test.append(
+                    f"_s[{axis}] == {f'_s[{set_at[v]}]' if v in set_at else f'{heap}[{v}]'}"
+                )
+        call = f"{packed}({', '.join(arg(a) for a in ins[3])})"
+        if stores:
+            head = [(0, f"if {' and '.join(test)}:"), *((1, st) for st in stores), (0, "else:")]
+        else:
+            head = [(0, f"if not ({' and '.join(test)}):")]
+        return [*head, (1, call), (0, f"r{ins[1]} = {tensor}")]
