@@ -226,6 +226,7 @@ class CompiledProgram:
         ns.update(
             __name__="rvm_compiled",
             _alloc=vm.allocator.alloc,
+            _alloc_view=vm.allocator.alloc_view,
             _ndarray=np.ndarray,
             _empty=np.empty,
             _ADT=ADT,

@@ -199,9 +199,7 @@ class FunctionSource:
                 self._line(indent, text, pc)
         elif pc in self._direct:
             if self._direct[pc] is not None:
-                shape, dtype = self._flow.shared_tensor(ins[1])  # type: ignore[misc]
-                tensor = _r(self._direct[pc])
-                self._line(indent, f"{tensor} = _empty({shape!r}, {self._names.dtype(dtype)})", pc)
+                self._line(indent, self._direct_alloc(pc, ins), pc)
         elif pc in self._shapes.calls:
             call = self._names.packed[ins[2]]
             for extra, text in self._shapes.lines(pc, call, lambda reg: self._arg(pc, reg)):
@@ -293,22 +291,38 @@ class FunctionSource:
         return {pc for pc in allocs if flow.shared_tensor(flow.code[pc][1]) is not None}
 
     def _direct_allocs(self) -> dict[int, int | None]:
-        """Small one-view blocks made, viewed once and killed at once (storage, tensor, kill
-        at pcs p, p+1, p+2, nothing jumping between them): p maps to the tensor's register,
-        which the block's statement assigns directly, and p+1, p+2 to None (no statement)."""
+        """Blocks made, viewed once at offset 0 and killed at once (storage, tensor, kill at
+        pcs p, p+1, p+2, nothing jumping between them): p maps to the tensor's register, which
+        the block's statement assigns directly, and p+1, p+2 to None (no statement). A small
+        one-view block is a plain array; a pooled block's tensor comes from the allocator's
+        `alloc_view`, which reuses the tensor object too when nothing else holds it."""
         flow, code, out = self._flow, self._flow.code, {}
         targets = {s for pc, succ in enumerate(flow.succ) for s in succ if s != pc + 1}
         for pc in range(len(code) - 2):
             ins, view, kill = code[pc], code[pc + 1], code[pc + 2]
-            if ins[0] != O.ALLOC_STORAGE or flow.shared_tensor(ins[1]) is None:
+            if ins[0] != O.ALLOC_STORAGE:
                 continue
             reg = ins[1]
+            if flow.shared_tensor(reg) is None and flow.small_storage(reg):
+                continue  # a small block of several views: plain arrays, not a pooled block
             alone = flow.writers[reg] == [pc, pc + 2] and flow.readers[reg] == [pc + 1]
-            viewed = view[0] == O.ALLOC_TENSOR and view[2] == reg
+            viewed = view[0] in (O.ALLOC_TENSOR, O.ALLOC_TENSOR_REG) and view[2] == reg
             killed = kill[0] == O.KILL_REGISTER and kill[1] == reg
-            if alone and viewed and killed and not {pc + 1, pc + 2} & targets:
+            if alone and viewed and killed and view[3] == 0 and not {pc + 1, pc + 2} & targets:
                 out[pc], out[pc + 1], out[pc + 2] = view[1], None, None
         return out
+
+    def _direct_alloc(self, pc: int, ins: tuple) -> str:
+        """The statement of a made-viewed-killed block at `pc` (see `_direct_allocs`)."""
+        tensor, view = _r(self._direct[pc]), self._flow.code[pc + 1]  # type: ignore[arg-type]
+        shared = self._flow.shared_tensor(ins[1])
+        if shared is not None:
+            return f"{tensor} = _empty({shared[0]!r}, {self._names.dtype(shared[1])})"
+        size = self._flow.const_int(ins[2], pc)
+        size_src = _r(ins[2]) if size is None else str(size)
+        shape = repr(view[4]) if view[0] == O.ALLOC_TENSOR else self._shape_tuple(view[4])
+        dtype = self._names.dtype(view[5])
+        return f"{tensor} = _alloc_view({size_src}, {ins[3]}, {shape}, {dtype})"
 
     def _tail_call(self, pc: int, indent: int) -> None:
         ins = self._flow.code[pc]

@@ -13,6 +13,11 @@ call; a block comes back as soon as its last tensor dies (or its register is kil
 classes are multiples of 64 bytes up to 4 KiB, then steps of 1/8 of the power of two above, so
 dynamic shapes reuse blocks with at most 12.5 % waste.
 
+`alloc_view(nbytes, alignment, shape, dtype)` is `alloc` plus a view at offset 0 (the compiled
+mode's made-viewed-dropped storage): the pool keeps the block's last such view with the block
+and hands the same tensor object out again when nothing else refers to it, so a steady loop or
+a repeated call makes no numpy views at all. The view counts in the block's freeness check.
+
 `NaiveAllocator` makes a fresh block each time and lets numpy free it.
 """
 
@@ -72,8 +77,8 @@ MAX_POOLED_PER_CLASS = 256
 """Blocks a size class keeps; beyond it new blocks are plain (numpy frees them)."""
 
 
-def _take_free(bucket: deque, probes: int = PROBES) -> Storage | None:
-    """A free block of ``bucket``, checking at most ``probes`` of them (oldest first).
+def _take_free(bucket: deque, probes: int = PROBES) -> list | None:
+    """The entry of a free block of ``bucket``, checking at most ``probes`` (oldest first).
 
     Blocks handed out or found busy go to the back, so the front holds the blocks handed out
     longest ago: the likeliest to be free. The cost stays constant however many blocks of the
@@ -83,13 +88,28 @@ def _take_free(bucket: deque, probes: int = PROBES) -> Storage | None:
     for _ in range(min(probes, len(bucket))):
         entry = bucket.popleft()
         bucket.append(entry)
-        # Entries are [storage, storage baseline, raw baseline], measured in _alloc_new
-        # exactly as checked here: the entry's slot, the local and getrefcount's argument;
-        # for the raw buffer the storage's and the aligned view's references.
-        storage = entry[0]
-        if _getrefcount(storage) == entry[1] and _getrefcount(storage.owner) == entry[2]:
-            return storage
+        if _is_free(entry):
+            return entry
     return None
+
+
+# A pooled block's entry: [storage, its baseline, the raw buffer's baseline, the cached view or
+# None, the view's baseline, the view's (shape, dtype)]. Baselines are reference counts taken
+# exactly as _is_free takes them: for the storage the entry's slot, one local and getrefcount's
+# argument; for the raw buffer the storage's and the aligned buffer's references (plus the
+# cached view's base reference once there is one); for the view the entry's slot and the
+# argument. Anything else holding one of them (a register, a result, a view of a view) raises
+# its count, and the block is busy.
+_STORAGE, _STORAGE_RC, _RAW_RC, _VIEW, _VIEW_RC, _VIEW_KEY = range(6)
+
+
+def _is_free(entry: list) -> bool:
+    storage = entry[_STORAGE]
+    return (
+        _getrefcount(storage) == entry[_STORAGE_RC]
+        and _getrefcount(storage.owner) == entry[_RAW_RC]
+        and (entry[_VIEW] is None or _getrefcount(entry[_VIEW]) == entry[_VIEW_RC])
+    )
 
 
 def size_class(nbytes: int) -> int:
@@ -129,6 +149,10 @@ class NaiveAllocator:
             self._live = [(r, n) for r, n in self._live if r() is not None]
         self.peak_bytes = max(self.peak_bytes, self.current_bytes)
         return Storage(buf, nbytes, raw)
+
+    def alloc_view(self, nbytes: Any, alignment: int, shape: tuple, dtype: np.dtype) -> Any:
+        """``alloc_tensor(self.alloc(nbytes, alignment), 0, shape, dtype)``."""
+        return np.ndarray(shape, dtype, self.alloc(nbytes, alignment).buffer, 0)
 
     @property
     def current_bytes(self) -> int:
@@ -173,21 +197,67 @@ class PooledAllocator:
         if type(nbytes) is not int:
             nbytes = int(nbytes)
         bucket = self._requests.get((nbytes, alignment))
-        if bucket:
-            # The first probe of _take_free, inline: in a steady loop the oldest block is free.
+        if bucket:  # the first probe, as _is_free with literal indices: the common case
             entry = bucket[0]
-            bucket.rotate(-1)
             storage = entry[0]
-            if _getrefcount(storage) == entry[1] and _getrefcount(storage.owner) == entry[2]:
+            if (
+                _getrefcount(storage) == entry[1]
+                and _getrefcount(storage.owner) == entry[2]
+                and (entry[3] is None or _getrefcount(entry[3]) == entry[4])
+            ):
+                bucket.rotate(-1)
                 self.pool_hits += 1
                 return storage
-            storage = _take_free(bucket, PROBES - 1)
-            if storage is not None:
+        return self._entry(bucket, nbytes, alignment)[_STORAGE]
+
+    def alloc_view(self, nbytes: Any, alignment: int, shape: tuple, dtype: np.dtype) -> Any:
+        """``alloc_tensor(self.alloc(nbytes, alignment), 0, shape, dtype)``: the same block by
+        the same rule and statistics, but the tensor object itself is reused when the block's
+        last view from here had this shape and dtype and nothing refers to it any more.
+
+        For a storage that is made, viewed once and dropped (the compiled mode's common case):
+        a reused tensor skips making a numpy view and Numba's typing of a new array.
+        """
+        if type(nbytes) is not int:
+            nbytes = int(nbytes)
+        bucket = self._requests.get((nbytes, alignment))
+        if bucket:  # alloc's first probe, repeated here: a call would cost a third of the hit
+            entry = bucket[0]
+            storage = entry[0]
+            if (
+                _getrefcount(storage) == entry[1]
+                and _getrefcount(storage.owner) == entry[2]
+                and (entry[3] is None or _getrefcount(entry[3]) == entry[4])
+            ):
+                bucket.rotate(-1)
                 self.pool_hits += 1
-                return storage
+                if entry[5] == (shape, dtype):
+                    return entry[3]
+            else:
+                entry = self._entry(bucket, nbytes, alignment)
+        else:
+            entry = self._entry(bucket, nbytes, alignment)
+        if entry[_STORAGE_RC] is None:  # not pooled
+            return np.ndarray(shape, dtype, entry[_STORAGE].buffer, 0)
+        if entry[_VIEW_KEY] == (shape, dtype):
+            return entry[_VIEW]
+        if entry[_VIEW] is None:
+            entry[_RAW_RC] += 1  # the cached view's base reference
+        entry[_VIEW] = np.ndarray(shape, dtype, entry[_STORAGE].buffer, 0)
+        entry[_VIEW_KEY] = (shape, dtype)
+        entry[_VIEW_RC] = _getrefcount(entry[_VIEW])
+        return entry[_VIEW]
+
+    def _entry(self, bucket: deque | None, nbytes: int, alignment: int) -> list:
+        """The entry of a free block for a request whose bucket's front block is busy."""
+        if bucket:
+            entry = _take_free(bucket)  # probes the front once more: still busy, to the back
+            if entry is not None:
+                self.pool_hits += 1
+                return entry
         return self._alloc_new(nbytes, alignment)
 
-    def _alloc_new(self, nbytes: int, alignment: int) -> Storage:
+    def _alloc_new(self, nbytes: int, alignment: int) -> list:
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
         size = size_class(nbytes)
@@ -195,24 +265,24 @@ class PooledAllocator:
         if bucket is None:
             bucket = self._buckets[(size, alignment)] = deque()
         self._requests[(nbytes, alignment)] = bucket
-        storage = _take_free(bucket)  # a block of the class another request size made
-        if storage is not None:
+        entry = _take_free(bucket)  # a block of the class another request size made
+        if entry is not None:
             self.pool_hits += 1
-            return storage
+            return entry
         raw, buf = _new_block(size, alignment)
         storage = Storage(buf, size, raw)
         del raw, buf
         self.allocations += 1
+        entry = [storage, None, None, None, None, None]
         if len(bucket) >= MAX_POOLED_PER_CLASS:
-            return storage  # so many live blocks of this size: this one is not pooled
-        entry = [storage, 0, 0]
+            return entry  # so many live blocks of this size: this one is not pooled
         bucket.append(entry)
-        # Measured as _take_free checks: with the local `storage` bound.
-        entry[1] = _getrefcount(storage)
-        entry[2] = _getrefcount(storage.owner)
+        # Measured as _is_free checks: with the local `storage` bound.
+        entry[_STORAGE_RC] = _getrefcount(storage)
+        entry[_RAW_RC] = _getrefcount(storage.owner)
         self.reserved_bytes += size + alignment
         self.peak_bytes = max(self.peak_bytes, self.reserved_bytes)
-        return storage
+        return entry
 
     @property
     def current_bytes(self) -> int:
@@ -220,9 +290,8 @@ class PooledAllocator:
         used = 0
         for bucket in self._buckets.values():
             for entry in bucket:
-                storage = entry[0]
-                if _getrefcount(storage) > entry[1] or _getrefcount(storage.owner) > entry[2]:
-                    used += storage.nbytes
+                if not _is_free(entry):
+                    used += entry[_STORAGE].nbytes
         return used
 
     def release_all(self) -> None:
