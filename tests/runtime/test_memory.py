@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
+import rvm
 from rvm.runtime.memory import PROBES, NaiveAllocator, PooledAllocator, alloc_tensor, size_class
+from rvm.testing.programs import MLP
 
 F32 = np.dtype(np.float32)
 
@@ -101,3 +105,29 @@ def test_naive_allocator_views() -> None:
     naive = NaiveAllocator()
     t = naive.alloc_view(512, 64, (1, 128), F32)
     assert t.shape == (1, 128) and t.ctypes.data % 64 == 0 and naive.allocations == 1
+
+
+def test_symbolic_shapes_keep_memory_flat_and_results_intact(exec_mode, kernels) -> None:
+    """The MLP with changing batch sizes: reused blocks and tensors, held results untouched."""
+    vm = rvm.VirtualMachine(rvm.compile(MLP, kernels=kernels), exec_mode=exec_mode)
+    rng = np.random.default_rng(0)
+    shapes = [(784, 128), (128,), (128, 10), (10,)]
+    weights = [rng.standard_normal(s).astype(np.float32) * 0.1 for s in shapes]
+    inputs = {n: rng.standard_normal((n, 784)).astype(np.float32) for n in (1, 3, 8)}
+    wants = {n: rvm.interpret(MLP, "main", x, *weights) for n, x in inputs.items()}
+    held = {n: vm["main"](x, *weights) for n, x in inputs.items()}
+    for _ in range(100):
+        for x in inputs.values():
+            vm["main"](x, *weights)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(500):
+            for x in inputs.values():
+                vm["main"](x, *weights)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"memory grew by {grown} bytes"
+    for n, got in held.items():  # results held from the first calls were never reused
+        np.testing.assert_allclose(got, wants[n], rtol=1e-4, atol=1e-6)
