@@ -15,9 +15,8 @@ from rvm.testing.programs import MLP, PROGRAMS
 
 def test_fresh_process_runs_saved_executable_without_compiler(tmp_path, kernels):
     path = tmp_path / "mlp.rvmx"
-    ex = rvm.compile(MLP, kernels=kernels)
-    rvm.VirtualMachine(ex)  # builds (and caches) the kernels in this process
-    ex.save(str(path))
+    ex = rvm.compile(MLP, kernels=kernels)  # builds the kernels (the disk cache has them)
+    ex.save(str(path))  # saved before any VM ran
     args = PROGRAMS[0].args()
     np.savez(tmp_path / "args.npz", *args)
     expected = rvm.VirtualMachine(ex)["main"](*args)
@@ -50,3 +49,26 @@ def test_fresh_process_runs_saved_executable_without_compiler(tmp_path, kernels)
     )
     assert run.returncode == 0, run.stderr
     assert "compiles: []" in run.stdout, run.stdout
+
+
+def test_compile_builds_kernels_with_a_progress_bar_or_defers_them(capsys, monkeypatch):
+    from rvm.runtime import kernels as runtime_kernels
+
+    loads: list[str] = []
+    real = runtime_kernels._load_numpy_kernel
+
+    def spy(ex, rec):
+        loads.append(rec.name)
+        return real(ex, rec)
+
+    monkeypatch.setattr(runtime_kernels, "_load_numpy_kernel", spy)
+    ex = rvm.compile(MLP, kernels="numpy", progress=True)
+    err = capsys.readouterr().err
+    assert "compiling kernels [" in err and f"{len(ex.kernels)}/{len(ex.kernels)} done" in err
+    assert sorted(loads) == sorted(ex.kernels)  # built by compile ...
+    rvm.VirtualMachine(ex)
+    assert len(loads) == len(ex.kernels)  # ... so the VM builds nothing
+    lazy = rvm.compile(MLP, kernels="numpy", build_kernels=False)
+    assert len(loads) == len(ex.kernels) and capsys.readouterr().err == ""
+    rvm.VirtualMachine(lazy)
+    assert len(loads) == 2 * len(ex.kernels)

@@ -11,6 +11,7 @@ from rvm.codegen.vm_codegen import vm_codegen
 from rvm.errors import IRError
 from rvm.ir import IRModule
 from rvm.runtime.executable import EXEC_MODES, Executable, KernelRecord
+from rvm.runtime.kernels import build_kernels as build
 from rvm.transform.pipeline import default_passes, run_pipeline
 
 logger = logging.getLogger("rvm.codegen")
@@ -34,6 +35,8 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     verify: bool = False,
     dump_dir: str | os.PathLike | None = None,
     exec_mode: str = "bytecode",
+    build_kernels: bool = True,
+    progress: bool = False,
 ) -> Executable:
     """Compile ``mod`` to an executable for `rvm.VirtualMachine`.
 
@@ -46,6 +49,10 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         dump_dir: write the module after every pass into this directory.
         exec_mode: the executable's ``default_exec_mode``, which ``rvm.VirtualMachine(ex)``
             uses when given none: ``"bytecode"`` or ``"compiled"``.
+        build_kernels: build the kernels now (jit: compile them through Numba, or load them
+            from the on-disk cache), so a `rvm.JITError` surfaces here and a saved executable
+            finds them cached in the next process; False defers it to the first VM.
+        progress: draw a progress bar on stderr while the kernels build.
     """
     if not isinstance(mod, IRModule):
         raise TypeError(f"rvm.compile expects an IRModule, got {type(mod).__name__}")
@@ -68,4 +75,6 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     except IRError as err:
         raise IRError(f"codegen: {err}") from None
     logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))
+    if build_kernels:
+        build(ex, progress=progress)
     return ex if exec_mode == ex.default_exec_mode else ex.with_exec_mode(exec_mode)

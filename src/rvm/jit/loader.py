@@ -152,18 +152,19 @@ def compile_kernels(
     out: dict[str, Callable[..., Any]] = {}
     for k, rec in enumerate(todo):
         if progress:
-            _bar(k, len(todo), rec.name)
+            progress_bar(k, len(todo), rec.name)
         out[rec.name] = load_kernel(rec)
     if progress and todo:
-        _bar(len(todo), len(todo), "done")
-        sys.stderr.write("\n")
+        progress_bar(len(todo), len(todo), "done", end=True)
     return out
 
 
-def _bar(done: int, total: int, label: str, width: int = 30) -> None:
+def progress_bar(done: int, total: int, label: str, width: int = 30, end: bool = False) -> None:
+    """Draws ``compiling kernels [###---] done/total label`` over the last one on stderr."""
     filled = width * done // max(total, 1)
     bar = "#" * filled + "-" * (width - filled)
     sys.stderr.write(f"\rcompiling kernels [{bar}] {done}/{total} {label[:40]:<40}")
+    sys.stderr.write("\n" if end else "")
     sys.stderr.flush()
 
 

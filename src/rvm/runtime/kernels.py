@@ -27,7 +27,7 @@ from rvm.runtime.registry import get_global_func
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable, KernelRecord
 
-__all__ = ["resolve_primitives", "KERNEL_FILE_PREFIX"]
+__all__ = ["build_kernels", "resolve_primitives", "KERNEL_FILE_PREFIX"]
 
 KERNEL_FILE_PREFIX = "<rvm-kernel "
 _serial = itertools.count()
@@ -87,6 +87,19 @@ def load_kernel(ex: Executable, name: str) -> Callable[..., Any]:
     if rec.backend == "numpy":
         return ex.cached(f"kernel:{name}", lambda: _load_numpy_kernel(ex, rec))
     return ex.cached(f"kernel:{name}", lambda: _load_jit_kernel(rec))
+
+
+def build_kernels(ex: Executable, progress: bool = False) -> None:
+    """Builds every kernel of `ex` now (jit kernels compile, or load from the disk cache),
+    caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr."""
+    names = list(ex.kernels)
+    bar = importlib.import_module("rvm.jit.loader").progress_bar if progress and names else None
+    for k, name in enumerate(names):
+        if bar is not None:
+            bar(k, len(names), name)
+        load_kernel(ex, name)
+    if bar is not None:
+        bar(len(names), len(names), "done", end=True)
 
 
 def resolve_primitives(ex: Executable) -> list[Callable[..., Any]]:
