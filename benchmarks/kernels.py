@@ -180,6 +180,31 @@ def bench_conv(matmul_gflops: float) -> dict:
     return {"jit_s": t, "gflops": gflops, "fraction_of_matmul": gflops / matmul_gflops}
 
 
+def bench_conv_paths(sizes: tuple[tuple[int, int], ...]) -> dict:
+    """conv2d 3x3 (padding 1) + relu on 1 x c x hw x hw: shifted GEMMs against im2col."""
+    from rvm.jit import stages
+
+    rng = np.random.default_rng(5)
+    out: dict = {}
+    default = stages.SHIFT_MIN_CHANNELS
+    for c, hw in sizes:
+        xs = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+        ws = rng.standard_normal((c, c, 3, 3)).astype(np.float32)
+        res = np.empty((1, c, hw, hw), np.float32)
+        row = {}
+        for path, channels in (("shifted", default), ("im2col", 1 << 30)):
+            stages.SHIFT_MIN_CHANNELS = channels  # the lowering reads it per kernel
+            try:
+                x, w = tvar("x", (1, c, hw, hw)), tvar("w", (c, c, 3, 3))
+                k = jit([x, w], op.relu(op.conv2d(x, w, padding=1)), f"conv_{path}_{c}_{hw}")
+            finally:
+                stages.SHIFT_MIN_CHANNELS = default
+            row[f"{path}_us"] = median_time(lambda k=k, a=(xs, ws, res): k(*a)) * 1e6
+        row["im2col_over_shifted"] = row["im2col_us"] / row["shifted_us"]
+        out[f"{c}x{hw}x{hw}"] = row
+    return out
+
+
 def bench_call_overhead() -> dict:
     """Per-call cost of a tiny kernel called as the VM calls it (dispatcher, dps)."""
     a, b = tvar("a", (4,)), tvar("b", (4,))
@@ -274,6 +299,8 @@ def main() -> None:
     res["c_rows"] = bench_rows(512 if quick else 4096, 1024)
     res["d_matmul"] = bench_matmul(256 if quick else 1024)
     res["e_conv2d"] = bench_conv(res["d_matmul"]["numpy_matmul_gflops"])
+    sizes = ((64, 4), (64, 14)) if quick else ((64, 4), (64, 14), (64, 56))
+    res["conv_paths"] = bench_conv_paths(sizes)
     res["call_overhead"] = bench_call_overhead()
     res["f_cache"] = bench_cache()
     _print(res)
@@ -304,6 +331,14 @@ def _print(res: dict) -> None:
         ),
         ("tiny kernel call", f"{res['call_overhead']['call_us']:.2f} us"),
     ]
+    for size, r in res["conv_paths"].items():
+        rows.append(
+            (
+                f"conv2d 3x3 on 1x{size}: shifted GEMMs / im2col",
+                f"{r['shifted_us']:.1f} us / {r['im2col_us']:.1f} us "
+                f"(im2col {r['im2col_over_shifted']:.1f}x slower)",
+            )
+        )
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
