@@ -119,6 +119,21 @@ def test_conv2d_shifted_gemms_from_threads() -> None:
     assert len(errors) == 200 and max(errors) < 1e-3
 
 
+@pytest.mark.parametrize("strides", [1, 2])
+def test_conv2d_without_numpy_blas_uses_np_dot(strides, monkeypatch) -> None:
+    """Where NumPy's BLAS has no ILP64 CBLAS, convolutions fall back to im2col and np.dot."""
+    from rvm.jit import blas
+
+    monkeypatch.setattr(blas, "AVAILABLE", False)
+    img, k = var("img", ("b", 16, 9, 7)), var("k", (8, 16, 3, 3))
+    func = prim([img, k], op.relu(op.conv2d(img, k, strides=strides, padding=1)))
+    kernel = Jit(func, name=f"conv_dot_{strides}")
+    assert "np.dot(" in kernel.record.source and "gemm" not in kernel.record.source
+    check(
+        func, rand((2, 16, 9, 7)), rand((8, 16, 3, 3), seed=1), rtol=1e-4, atol=1e-4, kernel=kernel
+    )
+
+
 def test_conv1d_shifted_gemms() -> None:
     s, k1 = var("s", (2, 32, "t")), var("k1", (8, 32, 3))
     func = prim([s, k1], op.conv1d(s, k1, padding=(2, 0)))

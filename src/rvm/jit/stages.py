@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from rvm.jit import blas
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
@@ -24,7 +26,8 @@ from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, shape_tuple
 from rvm.op import ops
 
 BLAS_DTYPES = ("float32", "float64")
-CONV_BLOCK = 256  # output positions per im2col block: the block stays in L2, GEMMs stay small
+CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
+COL_BYTES = 1 << 21  # an im2col block's bytes at most: it stays in cache
 
 
 def _matmul_dims(kb: KernelBuilder, a: Tensor, b: Tensor, dense: bool):
@@ -187,11 +190,12 @@ _IM2COL = """\
 {og} = {o} // {groups}
 {wm} = {w}.reshape(({o}, {K}))
 {y} = {out}.reshape(({n}, {o}, {P}))
+{B} = min(max(64, {col_items} // {K}), {blk}, {P})
+{col} = np.empty(({K}, {B}), dtype=np.{dt})
 for n_ in range({n}):
     for g_ in range({groups}):
-        for pb_ in range(0, {P}, {blk}):
-            pe_ = min(pb_ + {blk}, {P})
-            {col} = np.empty(({K}, pe_ - pb_), dtype=np.{dt})
+        for pb_ in range(0, {P}, {B}):
+            pe_ = min(pb_ + {B}, {P})
             for c_ in range({cg}):
                 for kh_ in range({kh}):
                     for kw_ in range({kw}):
@@ -220,8 +224,20 @@ for n_ in range({n}):
                                 for q_ in range(z_, w1_):
                                     {col}[r_, b_ + q_] = 0
                             p_ += w1_ - w0_
+{product}"""
+
+# The block's product straight into the output's columns (row stride P), by NumPy's BLAS.
+_IM2COL_GEMM = """\
+            gemm(
+                {wm}, g_ * {og} * {K}, {K}, {col}, 0, {col}.shape[1],
+                {y}, (n_ * {o} + g_ * {og}) * {P} + pb_, {P}, {og}, pe_ - pb_, {K}, 0.0,
+            )
+"""
+
+# Without it: np.dot of contiguous operands into a temporary, copied into the output.
+_IM2COL_DOT = """\
             {tmp} = np.empty(({og}, pe_ - pb_), dtype=np.{dt})
-            np.dot({wm}[g_ * {og}:(g_ + 1) * {og}], {col}, {tmp})
+            np.dot({wm}[g_ * {og}:(g_ + 1) * {og}], {col}[:, :pe_ - pb_].copy(), {tmp})
             for o_ in range({og}):
                 for q_ in range(pe_ - pb_):
                     {y}[n_, g_ * {og} + o_, pb_ + q_] = {tmp}[o_, q_]
@@ -239,10 +255,20 @@ def _conv_fields(x, w, out, n, c, o, groups, geo, dt) -> dict[str, object]:
 
 def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into: list[str] | None = None) -> None:
     (_, kh, _, _, _, oh), (_, kw, _, _, _, ow) = geo
-    names = {k: kb.fresh(k) for k in ("K", "P", "wm", "y", "col", "og", "tmp")}
+    names = {k: kb.fresh(k) for k in ("K", "P", "B", "wm", "y", "col", "og", "tmp")}
     cg = kb.dim(f"{c} // {groups}")
     fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
-    src = _IM2COL.format(**names, **fields, cg=cg, blk=CONV_BLOCK)
+    if blas.AVAILABLE:
+        kb.imports.add("from rvm.jit.blas import gemm")
+    product = (_IM2COL_GEMM if blas.AVAILABLE else _IM2COL_DOT).format(**names, **fields)
+    src = _IM2COL.format(
+        **names,
+        **fields,
+        cg=cg,
+        blk=CONV_BLOCK,
+        col_items=COL_BYTES // np.dtype(dt).itemsize,
+        product=product,
+    )
     body = src.splitlines()
     # Skip the work for empty outputs or empty reductions (BLAS needs positive sizes).
     lines = kb.root.lines if into is None else into
