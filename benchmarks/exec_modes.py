@@ -29,26 +29,29 @@ chain100, rnn100 and fib20; compiled VM overhead <= 150 ns per instruction.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # tiny kernels: a BLAS pool only adds noise
+# One BLAS thread (before numpy loads): the kernels here are tiny, and a BLAS pool on a shared
+# machine only adds noise. Set OPENBLAS_NUM_THREADS yourself to override.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+# isort: split
+from common import (
+    chain_module,
+    count_instructions,
+    kernel_calls,
+    median_time,
+    replay,
+    write_results,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+# isort: split
+import numpy as np
 
-import rvm  # noqa: E402
-from rvm.ir import IRModule  # noqa: E402
-from rvm.runtime.decode import SUPERINSTRUCTIONS, DecodedFunction  # noqa: E402
-from rvm.testing.programs import MLP, Recursion  # noqa: E402
+import rvm
+from rvm.testing.programs import MLP, Recursion
 
 MODES = ("bytecode", "compiled")
 GOAL_COMPILED_OVER_BYTECODE = 0.6
@@ -66,18 +69,6 @@ class RNN:
             i = i + 1
         return h
 """
-
-
-def chain_module(steps: int) -> IRModule:
-    """``steps`` x ``h = tanh(matmul(h, w))`` on 1x8, written as rvm script and parsed."""
-    lines = [
-        "@module",
-        "class Chain:",
-        "    @func",
-        '    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):',
-    ]
-    lines += ["        h = op.tanh(op.matmul(h, w))"] * steps + ["        return h"]
-    return rvm.script.parse("\n".join(lines))
 
 
 def programs() -> list[dict[str, Any]]:
@@ -119,64 +110,11 @@ def programs() -> list[dict[str, Any]]:
 # -- measuring ----------------------------------------------------------------------------
 
 
-def median_time(fn: Callable[[], object], repeat: int, number: int = 1) -> float:
-    """The median seconds per call of ``fn()`` over ``repeat`` runs of ``number`` calls."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return sorted(times)[len(times) // 2]
-
-
-class _CountingCode(tuple):
-    """A decoded code tuple whose ``code[pc]`` counts the fetch."""
-
-    fetched = 0
-
-    def __getitem__(self, index: Any) -> Any:
-        ins = tuple.__getitem__(self, index)
-        # A superinstruction stands for several bytecode instructions: count them all.
-        _CountingCode.fetched += ins[-1] if ins[0] in SUPERINSTRUCTIONS else 1
-        return ins
-
-
-def count_instructions(ex: rvm.Executable, fname: str, args: tuple) -> int:
-    """Instructions one call executes (a counting bytecode VM, never used for timing)."""
-    vm = rvm.VirtualMachine(ex, exec_mode="bytecode")
-    vm._funcs = [DecodedFunction(_CountingCode(f.code), f.pad, f.nparams) for f in vm._funcs]
-    _CountingCode.fetched = 0
-    vm[fname](*args)
-    return _CountingCode.fetched
-
-
 def kernel_time(vm: rvm.VirtualMachine, fname: str, args: tuple, repeat: int) -> tuple[int, float]:
-    """The number of kernel calls of one run, and their time replayed from a Python loop.
-
-    Only the executable's kernels count: the VM's own builtins (shape checks and arithmetic,
-    ``vm.builtin.*``) are VM work, part of the overhead this benchmark measures.
-    """
-    by_name = dict(zip(vm.executable.primitive_names, vm._raw_packed))
-    kernels = vm.executable.kernels
-    calls: list[tuple[Callable[..., Any], tuple]] = []
-
-    def record(name: str, a: tuple, before: bool) -> None:
-        if before and name in kernels:
-            calls.append((by_name[name], a))
-
-    vm.set_instrument(record)
-    try:
-        vm[fname](*args)
-    finally:
-        vm.set_instrument(None)
-
-    def replay() -> None:
-        for f, a in calls:
-            f(*a)
-
-    return len(calls), median_time(replay, repeat)
+    """The number of kernel calls of one run, and their time replayed from a Python loop
+    (the VM's builtins are VM work, not kernels: see `common.kernel_calls`)."""
+    calls = kernel_calls(vm, fname, args)
+    return len(calls), median_time(replay(calls), repeat)
 
 
 def bench(
@@ -289,25 +227,18 @@ def main() -> None:
     print()
     for line in goals(rows):
         print("  " + line)
-    out = ROOT / "benchmarks" / "results" / "exec_modes.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                "repeat": repeat,
-                "goals": {
-                    "compiled_over_bytecode_max": GOAL_COMPILED_OVER_BYTECODE,
-                    "bytecode_over_interp_max": GOAL_BYTECODE_OVER_INTERP,
-                    "compiled_overhead_ns_per_instr_max": GOAL_OVERHEAD_NS,
-                },
-                "rows": rows,
+    write_results(
+        "exec_modes",
+        {
+            "repeat": repeat,
+            "goals": {
+                "compiled_over_bytecode_max": GOAL_COMPILED_OVER_BYTECODE,
+                "bytecode_over_interp_max": GOAL_BYTECODE_OVER_INTERP,
+                "compiled_overhead_ns_per_instr_max": GOAL_OVERHEAD_NS,
             },
-            indent=2,
-        )
+            "rows": rows,
+        },
     )
-    print(f"\nwrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

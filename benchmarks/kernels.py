@@ -8,37 +8,24 @@ the VM's allocator provides them).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from common import ROOT, median_time, write_results
+
+# isort: split
 import numba as nb
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from rvm import op  # noqa: E402
-from rvm.ir import Call, Function, TensorType, Var, VarBinding, infer_type, seq  # noqa: E402
-from rvm.jit import jit_kernel, load_kernel  # noqa: E402
+from rvm import op
+from rvm.ir import Call, Function, TensorType, Var, VarBinding, infer_type, seq
+from rvm.jit import jit_kernel, load_kernel
 
 FAST = {"reassoc", "nsz", "arcp", "contract", "afn"}
-
-
-def median_time(fn: Callable[[], object], repeat: int = 9) -> float:
-    """The median wall time of ``fn()`` over ``repeat`` runs, after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def prim(params: list[Var], result: Call) -> Function:
@@ -304,9 +291,7 @@ def main() -> None:
     res["call_overhead"] = bench_call_overhead()
     res["f_cache"] = bench_cache()
     _print(res)
-    out = ROOT / "benchmarks" / "results" / "kernels.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2))
+    write_results("kernels", res)
 
 
 def _print(res: dict) -> None:

@@ -33,9 +33,9 @@ with one BLAS thread). Figures per program, kernel backend ("numpy", "jit") and 
 - ``t_eval``: ``vm.time_evaluator("main", ...)(*args).median`` (wall, entry checks included).
 - ``call_us``: median time of one call; ``ns_per_instr``: ``call_us / instructions``, kernels
   included.
-- ``kernels_direct_us``: the very same packed calls (same callables, same argument arrays,
-  recorded with ``vm.set_instrument``) replayed from a plain Python ``for`` loop: what any
-  Python driver of these kernels would pay.
+- ``kernels_direct_us``: the very same kernel calls (same callables, copies of the argument
+  arrays, recorded with ``vm.set_instrument``; the VM's builtins are VM work, not kernels)
+  replayed from a plain Python ``for`` loop: what any Python driver of these kernels would pay.
 - ``overhead_ns_per_instr``: ``(call - kernels_direct) / instructions``: the bytecode loop's own
   cost (dispatch, register moves, allocation, branches, tail calls) per executed instruction.
 - ``profile_overhead_ns_per_instr``: the "VM overhead" line of ``vm.profile`` divided by the
@@ -53,50 +53,34 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
 import platform
 import pstats
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-# One BLAS thread: the kernels here are tiny, and a BLAS thread pool on a shared machine only
-# adds noise (set OPENBLAS_NUM_THREADS yourself to override).
+# One BLAS thread (before numpy loads): the kernels here are tiny, and a BLAS pool on a shared
+# machine only adds noise. Set OPENBLAS_NUM_THREADS yourself to override.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+# isort: split
+from common import chain_module, count_instructions, kernel_calls, replay, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+# isort: split
+import numpy as np
 
-import rvm  # noqa: E402
-from rvm import op  # noqa: E402
-from rvm.ir import IRModule  # noqa: E402
-from rvm.runtime.decode import SUPERINSTRUCTIONS, DecodedFunction  # noqa: E402
-from rvm.script import T, func, module  # noqa: E402
+import rvm
+from rvm import op
+from rvm.ir import IRModule
+from rvm.script import T, func, module
 
 GOAL_NS_PER_INSTR = 400.0
 GOAL_INTERP_RATIO = 5.0
 
 
 # -- programs -----------------------------------------------------------------------------------
-
-
-def chain_module(steps: int) -> IRModule:
-    """``steps`` x ``h = tanh(matmul(h, w))`` on 1x8, written as rvm script text and parsed."""
-    lines = [
-        "@module",
-        "class Chain:",
-        "    @func",
-        '    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):',
-    ]
-    lines += ["        h = op.tanh(op.matmul(h, w))"] * steps
-    lines += ["        return h"]
-    return rvm.script.parse("\n".join(lines))
 
 
 @module
@@ -151,57 +135,6 @@ def programs(steps: int, iters: int) -> list[dict[str, Any]]:
 # -- measuring ----------------------------------------------------------------------------------
 
 
-class _CountingCode(tuple):
-    """A decoded code tuple whose ``code[pc]`` counts the fetch (see the module docstring)."""
-
-    fetched = 0
-
-    def __getitem__(self, index: Any) -> Any:
-        ins = tuple.__getitem__(self, index)
-        # A superinstruction stands for several bytecode instructions: count them all.
-        _CountingCode.fetched += ins[-1] if ins[0] in SUPERINSTRUCTIONS else 1
-        return ins
-
-
-def count_instructions(ex: rvm.Executable, args: tuple) -> int:
-    """Instructions executed by one call of ``main`` (a counting VM, never used for timing)."""
-    vm = rvm.VirtualMachine(ex, exec_mode="bytecode")
-    vm._funcs = [DecodedFunction(_CountingCode(f.code), f.pad, f.nparams) for f in vm._funcs]
-    _CountingCode.fetched = 0
-    vm["main"](*args)
-    return _CountingCode.fetched
-
-
-def recorded_calls(vm: rvm.VirtualMachine, args: tuple) -> list[tuple[Callable, tuple]]:
-    """The packed calls one run makes, as (callable, copied arguments), for replaying them."""
-    by_name = dict(zip(vm.executable.primitive_names, vm._raw_packed))
-    calls: list[tuple[Callable, tuple]] = []
-
-    def record(name: str, call_args: tuple, before: bool) -> None:
-        # Copies: holding the VM's own tensors would keep its pooled blocks busy, and every
-        # later allocation would scan past them (the pool's free check is linear per bucket).
-        if before:
-            copies = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in call_args)
-            calls.append((by_name[name], copies))
-
-    vm.set_instrument(record)
-    try:
-        vm["main"](*args)
-    finally:
-        vm.set_instrument(None)
-    return calls
-
-
-def replay(calls: list[tuple[Callable, tuple]]) -> Callable[[], None]:
-    """The recorded kernel calls made again from a plain Python loop."""
-
-    def run() -> None:
-        for f, a in calls:
-            f(*a)
-
-    return run
-
-
 def interleaved(
     runs: dict[str, tuple[Callable[[], object], int]], repeat: int
 ) -> dict[str, dict[str, float]]:
@@ -238,7 +171,8 @@ def measure(
 ) -> dict[str, Any]:
     """One row's figures for ``vm`` (see the module docstring), in seconds."""
     evaluator = vm.time_evaluator("main", number=number, repeat=repeat)(*args)
-    calls = recorded_calls(vm, args)
+    # Copies: holding the VM's own tensors would keep its pooled blocks busy in the timed runs.
+    calls = kernel_calls(vm, "main", args, copy=True)
     vm.save_function("main", "main_bound", *args)  # no entry checks in the timed calls
     times = interleaved(
         {
@@ -262,13 +196,13 @@ def bench_program(
 ) -> list[dict[str, Any]]:
     mod, args = prog["mod"], prog["args"]
     ex = rvm.compile(mod, kernels=kernels)
-    instrs = count_instructions(ex, args)
+    instrs = count_instructions(ex, "main", args)
     per_iter = None
     if prog["plus1"] is None:
         static = len(ex.functions[ex.function_index("main")].instructions)
         assert instrs == static, (instrs, static)
     else:
-        per_iter = count_instructions(ex, prog["plus1"]) - instrs
+        per_iter = count_instructions(ex, "main", prog["plus1"]) - instrs
     ref = rvm.interpret(mod, "main", *args)
     rows = []
     for mode in ("bytecode", "compiled"):
@@ -296,7 +230,7 @@ def bench_program(
         t = m["times"]
         row.update(
             {
-                "packed_calls": m["calls"],
+                "kernel_calls": m["calls"],
                 "time_evaluator_us": m["time_evaluator"] * 1e6,
                 "profile_overhead_ns_per_instr": m["profile_overhead"] / instrs * 1e9,
             }
@@ -347,7 +281,7 @@ def table(rows: list[dict[str, Any]], clock: str) -> str:
             continue
         c = r[clock]
         lines.append(
-            f"{name} {r['packed_calls']:>5} {r['time_evaluator_us']:>9.1f} {c['call_us']:>9.1f} "
+            f"{name} {r['kernel_calls']:>5} {r['time_evaluator_us']:>9.1f} {c['call_us']:>9.1f} "
             f"{c['ns_per_instr']:>8.0f} {c['kernels_direct_us']:>8.1f} "
             f"{c['overhead_ns_per_instr']:>8.0f} {r['profile_overhead_ns_per_instr']:>9.0f} "
             f"{c['interp_us']:>9.1f} {c['interp_over_vm']:>9.1f}"
@@ -420,24 +354,17 @@ def main() -> None:
             print(f"\ncProfile: {prog['name']} (jit kernels), 20 calls")
             print(cprofile_top(prog, "jit", 20))
 
-    out = ROOT / "benchmarks" / "results" / "vm_overhead.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                "repeat": repeat,
-                "goals": {
-                    "overhead_ns_per_instr_max": GOAL_NS_PER_INSTR,
-                    "interp_over_vm_min": GOAL_INTERP_RATIO,
-                },
-                "rows": rows,
+    write_results(
+        "vm_overhead",
+        {
+            "repeat": repeat,
+            "goals": {
+                "overhead_ns_per_instr_max": GOAL_NS_PER_INSTR,
+                "interp_over_vm_min": GOAL_INTERP_RATIO,
             },
-            indent=2,
-        )
+            "rows": rows,
+        },
     )
-    print(f"\nwrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,120 @@
+"""What the benchmark scripts share: timing, instruction counting, kernel replay, results.
+
+Importing it puts the checkout's ``src`` first on ``sys.path``: the scripts run from a clone
+without installing.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import rvm  # noqa: E402
+from rvm.ir import IRModule  # noqa: E402
+from rvm.runtime.decode import SUPERINSTRUCTIONS, DecodedFunction  # noqa: E402
+
+
+def median_time(fn: Callable[[], object], repeat: int = 9, number: int = 1) -> float:
+    """The median seconds per call of ``fn()`` over ``repeat`` runs of ``number`` calls, after
+    one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return sorted(times)[len(times) // 2]
+
+
+def chain_module(steps: int) -> IRModule:
+    """``steps`` x ``h = tanh(matmul(h, w))`` on 1x8, written as rvm script text and parsed:
+    matmul is a fusion anchor and tanh its epilogue, so each step is one kernel."""
+    lines = [
+        "@module",
+        "class Chain:",
+        "    @func",
+        '    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):',
+    ]
+    lines += ["        h = op.tanh(op.matmul(h, w))"] * steps + ["        return h"]
+    return rvm.script.parse("\n".join(lines))
+
+
+class _CountingCode(tuple):
+    """A decoded code tuple whose ``code[pc]`` counts the fetch: the bytecode loop fetches
+    every executed instruction exactly once that way (a tail call counts once)."""
+
+    fetched = 0
+
+    def __getitem__(self, index: Any) -> Any:
+        ins = tuple.__getitem__(self, index)
+        # A superinstruction stands for several bytecode instructions: count them all.
+        _CountingCode.fetched += ins[-1] if ins[0] in SUPERINSTRUCTIONS else 1
+        return ins
+
+
+def count_instructions(ex: rvm.Executable, fname: str, args: tuple) -> int:
+    """Instructions one call of ``fname`` executes (a counting VM, never used for timing)."""
+    vm = rvm.VirtualMachine(ex, exec_mode="bytecode")
+    vm._funcs = [DecodedFunction(_CountingCode(f.code), f.pad, f.nparams) for f in vm._funcs]
+    _CountingCode.fetched = 0
+    vm[fname](*args)
+    return _CountingCode.fetched
+
+
+def kernel_calls(
+    vm: rvm.VirtualMachine, fname: str, args: tuple, copy: bool = False
+) -> list[tuple[Callable[..., Any], tuple]]:
+    """The kernel calls one run of ``fname`` makes, as (callable, arguments) to replay.
+
+    Only the executable's kernels count: the VM's builtins (shape checks, shape arithmetic)
+    are VM work. ``copy`` replays on copies of the arrays, so the recording holds none of the
+    VM's own tensors (their pooled blocks stay free for the timed runs).
+    """
+    by_name = dict(zip(vm.executable.primitive_names, vm._raw_packed))
+    kernels = vm.executable.kernels
+    calls: list[tuple[Callable[..., Any], tuple]] = []
+
+    def record(name: str, call_args: tuple, before: bool) -> None:
+        if before and name in kernels:
+            if copy:
+                call_args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in call_args)
+            calls.append((by_name[name], call_args))
+
+    vm.set_instrument(record)
+    try:
+        vm[fname](*args)
+    finally:
+        vm.set_instrument(None)
+    return calls
+
+
+def replay(calls: list[tuple[Callable[..., Any], tuple]]) -> Callable[[], None]:
+    """The recorded kernel calls made again from a plain Python loop."""
+
+    def run() -> None:
+        for f, a in calls:
+            f(*a)
+
+    return run
+
+
+def write_results(name: str, payload: dict[str, Any]) -> Path:
+    """Writes ``benchmarks/results/<name>.json`` (with the Python and NumPy versions) and says
+    so on stdout."""
+    out = ROOT / "benchmarks" / "results" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"python": platform.python_version(), "numpy": np.__version__}
+    out.write_text(json.dumps({**meta, **payload}, indent=2))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+    return out
