@@ -245,9 +245,6 @@ def test_if_assigning_variables(check):
     check(Branches)
 
 
-DesignList = None
-
-
 def test_design_example(check):
     @rvm.script.adt
     class List:

@@ -25,6 +25,7 @@ from typing import Any
 from rvm.errors import JITError
 from rvm.jit.cache import drop_object_code, kernel_path, write_entry
 from rvm.runtime.executable import KernelRecord
+from rvm.runtime.kernels import with_progress
 
 logger = logging.getLogger("rvm.jit")
 
@@ -149,23 +150,11 @@ def compile_kernels(
         progress: Draw a simple progress bar on stderr.
     """
     todo = [r for r in records if r.backend == "jit"]
-    out: dict[str, Callable[..., Any]] = {}
-    for k, rec in enumerate(todo):
-        if progress:
-            progress_bar(k, len(todo), rec.name)
-        out[rec.name] = load_kernel(rec)
-    if progress and todo:
-        progress_bar(len(todo), len(todo), "done", end=True)
-    return out
+    return {rec.name: load_kernel(rec) for rec in with_progress(todo, _name, progress)}
 
 
-def progress_bar(done: int, total: int, label: str, width: int = 30, end: bool = False) -> None:
-    """Draws ``compiling kernels [###---] done/total label`` over the last one on stderr."""
-    filled = width * done // max(total, 1)
-    bar = "#" * filled + "-" * (width - filled)
-    sys.stderr.write(f"\rcompiling kernels [{bar}] {done}/{total} {label[:40]:<40}")
-    sys.stderr.write("\n" if end else "")
-    sys.stderr.flush()
+def _name(record: KernelRecord) -> str:
+    return record.name
 
 
 # -- introspection ---------------------------------------------------------------------------

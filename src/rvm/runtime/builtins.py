@@ -25,6 +25,7 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -68,16 +69,14 @@ def _prefix(context: Any) -> str:
     return f"{text}: " if text else ""
 
 
-_ITEMSIZE: dict[str, int] = {}
-"""dtype name -> itemsize: `np.dtype(name)` costs a few hundred ns, more than the rest."""
+@functools.cache
+def _itemsize_of(name: str) -> int:
+    """`np.dtype(name).itemsize`, remembered: `np.dtype` costs more than the rest of a call."""
+    return np.dtype(name).itemsize
 
 
 def _itemsize(dtype: Any) -> int:
-    name = as_str(dtype)
-    size = _ITEMSIZE.get(name)
-    if size is None:
-        size = _ITEMSIZE[name] = np.dtype(name).itemsize
-    return size
+    return _itemsize_of(as_str(dtype))
 
 
 @register_func("vm.builtin.alloc_shape_heap")
@@ -96,8 +95,7 @@ def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") 
             f"{_prefix(context)}expected a {len(pairs) // 2}-d tensor, got shape {tuple(shape)} "
             f"({len(shape)}-d)"
         )
-    axis = 0
-    for dim in shape:
+    for axis, dim in enumerate(shape):
         kind, value = pairs[2 * axis], pairs[2 * axis + 1]
         if kind == 0:
             if dim != value:
@@ -115,7 +113,6 @@ def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") 
                 )
         else:
             raise ValueError(f"match_shape: unknown pattern kind {kind}")
-        axis += 1
     return tensor
 
 
@@ -124,13 +121,11 @@ def make_shape(heap: np.ndarray, pattern: Any) -> np.ndarray:
     """A 1-d int64 shape from (kind, value) pairs: 0 = literal, 1 = heap[value]."""
     pairs = _pairs(pattern)
     dims = pairs[1::2]  # the literals in place; heap slots are replaced by their values
-    axis = 0
-    for kind in pairs[::2]:
+    for axis, kind in enumerate(pairs[::2]):
         if kind == 1:
             dims[axis] = int(heap[dims[axis]])
         elif kind != 0:
             raise ValueError(f"make_shape: unknown pattern kind {kind}")
-        axis += 1
     return np.array(dims, _INT64)
 
 

@@ -14,9 +14,10 @@ import importlib
 import itertools
 import linecache
 import math
+import sys
 import types
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -27,7 +28,9 @@ from rvm.runtime.registry import get_global_func
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable, KernelRecord
 
-__all__ = ["build_kernels", "resolve_primitives", "KERNEL_FILE_PREFIX"]
+__all__ = ["build_kernels", "resolve_primitives", "with_progress", "KERNEL_FILE_PREFIX"]
+
+T = TypeVar("T")
 
 KERNEL_FILE_PREFIX = "<rvm-kernel "
 _serial = itertools.count()
@@ -89,17 +92,29 @@ def load_kernel(ex: Executable, name: str) -> Callable[..., Any]:
     return ex.cached(f"kernel:{name}", lambda: _load_jit_kernel(rec))
 
 
+def with_progress(items: Sequence[T], label: Callable[[T], str], show: bool) -> Iterator[T]:
+    """``items`` one by one; with ``show``, a ``compiling kernels [###---] k/n label`` bar on
+    stderr before each item and a finished bar (and newline) after the last."""
+
+    def draw(done: int, text: str, end: str = "") -> None:
+        filled = 30 * done // max(len(items), 1)
+        bar = "#" * filled + "-" * (30 - filled)
+        sys.stderr.write(f"\rcompiling kernels [{bar}] {done}/{len(items)} {text[:40]:<40}{end}")
+        sys.stderr.flush()
+
+    for k, item in enumerate(items):
+        if show:
+            draw(k, label(item))
+        yield item
+    if show and items:
+        draw(len(items), "done", "\n")
+
+
 def build_kernels(ex: Executable, progress: bool = False) -> None:
     """Builds every kernel of `ex` now (jit kernels compile, or load from the disk cache),
     caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr."""
-    names = list(ex.kernels)
-    bar = importlib.import_module("rvm.jit.loader").progress_bar if progress and names else None
-    for k, name in enumerate(names):
-        if bar is not None:
-            bar(k, len(names), name)
+    for name in with_progress(list(ex.kernels), str, progress):
         load_kernel(ex, name)
-    if bar is not None:
-        bar(len(names), len(names), "done", end=True)
 
 
 def resolve_primitives(ex: Executable) -> list[Callable[..., Any]]:
