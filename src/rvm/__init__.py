@@ -1,19 +1,30 @@
 """rvm: tensor programs compiled to register bytecode, run on a VM, kernels through LLVM.
 
-import rvm
-from rvm import op
-from rvm.script import T, module, func
+    import rvm
+    from rvm import op
+    from rvm.script import T, module, func
 
-ex = rvm.compile(Model)                  # an Executable
-vm = rvm.VirtualMachine(ex)              # exec_mode="bytecode" | "compiled"
-y = vm["main"](x, w, b)
-ref = rvm.interpret(Model, "main", x, w, b)
+    @module
+    class Model:
+        @func
+        def main(x: T[("n", 4), "float32"], w: T[(4, 2), "float32"]):
+            return op.relu(op.matmul(x, w))
+
+    ex = rvm.compile(Model)                  # an Executable (kernels="jit" | "numpy")
+    vm = rvm.VirtualMachine(ex)              # exec_mode="bytecode" | "compiled"
+    y = vm["main"](x, w)                     # numpy in, numpy out
+    ref = rvm.interpret(Model, "main", x, w) # the reference interpreter
+
+What users call lives here: `compile`, `interpret`, `const`, `VirtualMachine`,
+`load_executable`, the `op` and `script` packages, the errors. `docs/architecture.md` in the
+repository explains how the pieces fit. rvm logs through the standard `logging` module under
+the names `rvm.transform` (pass effects), `rvm.codegen` and `rvm.jit` (kernel builds and cache).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import importlib as _importlib
+from typing import Any as _Any
 
 from rvm.errors import (
     DTypeError,
@@ -54,16 +65,21 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     try:
         module, attr = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'rvm' has no attribute {name!r}") from None
-    value = importlib.import_module(module)
+    value = _importlib.import_module(module)
     if attr is not None:
         value = getattr(value, attr)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    # What users call, not this module's own imports (`annotations`, `importlib`, ...).
+    return sorted(__all__)
 
 
 __all__ = [
@@ -81,10 +97,12 @@ __all__ = [
     "ShapeError",
     "VMError",
     "VirtualMachine",
+    "__version__",
     "compile",
     "const",
     "get_global_func",
     "interpret",
+    "ir",
     "load_executable",
     "op",
     "register_func",

@@ -1,4 +1,4 @@
-"""The reference interpreter on programs written in rvm script (the DESIGN.md examples).
+"""The reference interpreter on programs written in rvm script (the design examples).
 
 No ``from __future__ import annotations`` here: script annotations like ``T[(4,), "float32"]``
 are expressions, not quoted types (ruff's UP037 would "fix" them otherwise). Ruff also reads
@@ -42,7 +42,7 @@ def test_mlp(batch: int) -> None:
     np.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
 
 
-# The DESIGN.md example program (its `List` data type too), shared with the VM tests.
+# The design example program (its `List` data type too), shared with the VM tests.
 from rvm.testing.programs import Design as Prog  # noqa: E402
 from rvm.testing.programs import List  # noqa: E402, F401  (used by the script below)
 

@@ -17,7 +17,7 @@ Operand kinds:
 | str | a free string (a dtype hint) | `float32` |
 | shape | a tuple of ints | `(2, 3)` |
 
-Operand layouts (see DESIGN.md; CALL_PACKED is an addition, as the Relax VM's `Call`):
+Operand layouts (see docs/architecture.md; CALL_PACKED is an addition, as the Relax VM's `Call`):
 
 - MOVE dst, src: dst = src, a reference, never a copy.
 - RET result.

@@ -5,7 +5,7 @@ Layout (little endian)::
     b"RVMX"  u16 major  u16 minor  u32 section_count
     section*: 4-byte tag  u64 payload_length  u32 crc32(payload)  payload
 
-Sections, in DESIGN.md's order: GLOB (function table: name, kind, params and their specs,
+Sections, in order (docs/architecture.md): GLOB (function table: name, kind, params and their specs,
 register-file size, code range; then the ADTs), CONS (constant pool: dtype string, shape, raw
 bytes), PRIM (primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
 `OPCODE_INFO`), KERN (kernel records and shared libraries), then, since version 1.1, META

@@ -143,7 +143,7 @@ class Lists:
 
 @module
 class Design:
-    """The example program of DESIGN.md, as written there."""
+    """The project's design example: a data-type fold, a while-loop RNN and a closure."""
 
     @func
     def total(xs: List, acc: T[(2,), "float32"]):
