@@ -8,6 +8,7 @@ its arguments and returns the result type, raising `IRError` when shapes provabl
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -46,8 +47,23 @@ def register_op(name: str, pattern: OpPattern, num_inputs: int = -1) -> Op:
     return op
 
 
+def _load_op_set() -> None:
+    """Import `rvm.op`, which registers the op set with its rules.
+
+    The registry lives here but the ops are defined a layer up, so a program that imports only
+    `rvm.ir` or `rvm.script` (``x + y`` on IR values, a script body) would find it empty.
+    Importing `rvm.op` at the top of this module would be a cycle (`rvm.op` imports `rvm.ir`);
+    at the first lookup that misses, `rvm.ir` is complete and the import is plain. Inside
+    `rvm.op`'s own import, `import_module` returns the partly built module and the lookup
+    reports the op as unknown, as it would without this.
+    """
+    importlib.import_module("rvm.op")
+
+
 def get_op(name: str) -> Op:
     """The op called ``name``; raises IRError naming close matches when there is none."""
+    if name not in _ops:
+        _load_op_set()
     try:
         return _ops[name]
     except KeyError:
@@ -60,4 +76,5 @@ def get_op(name: str) -> Op:
 
 def list_ops() -> list[str]:
     """Names of every registered op, sorted."""
+    _load_op_set()
     return sorted(_ops)

@@ -2,10 +2,11 @@
 
 Entry points: `parse(text)` for printed modules, and the decorators ``@module`` (a class of
 ``@func`` methods), ``@func`` (one function, or a method marker) and ``@adt`` (a data type).
-The decorators read the decorated object's source with `inspect` and resolve free names (data
-types, ``op``, constants) in the namespace where it is defined. Nothing in a script body is run
-by Python; each statement is translated, with errors reported as `ScriptError` naming the line
-and showing it with a caret under the offending expression.
+``@module`` and ``@func`` read the decorated object's source text, found through its code
+objects (`rvm.script.source`); ``@adt`` reads the class's annotations. Free names (data types,
+``op``, constants) resolve in the namespace where the object is defined. Nothing in a script
+body is run by Python; each statement is translated, with errors reported as `ScriptError`
+naming the line and showing it with a caret under the offending expression.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rvm.ir.module import ADTDef, IRModule
 from rvm.ir.types import ADTType, FuncType, TupleType, Type
 from rvm.script._stmts import BodyParser
 from rvm.script.consts import const_b64, literal_value
+from rvm.script.source import class_source, function_source
 from rvm.script.types import Any, Callable, Shape, T, Tuple, to_type, type_from_ast
 
 
@@ -291,8 +293,13 @@ def _adt_from_class(node: ast.ClassDef, type_of: _Callable[[ast.expr], Type]) ->
 def _adt_type_resolver(ctx: ModuleContext, own: set[str]) -> _Callable[[ast.expr], Type]:
     def type_of(node: ast.expr) -> Type:
         def resolve_name(n: ast.expr, name: str) -> Type:
-            if name in own or name in ctx.adts or isinstance(ctx.namespace.get(name), ADTDef):
+            if name in own or name in ctx.adts:
                 return ADTType(name)
+            value = ctx.namespace.get(name)  # a declared data type or a type alias
+            if isinstance(value, ADTDef):
+                return ADTType(value.name)
+            if isinstance(value, Type):
+                return value
             raise ctx.error(n, f"unknown type '{name}'")
 
         try:
@@ -395,15 +402,6 @@ def _caller_namespace(depth: int) -> dict[str, object]:
     return {**frame.f_globals, **frame.f_locals}
 
 
-def _source_of(obj: object) -> tuple[ast.Module, list[str], int]:
-    try:
-        lines, first = inspect.getsourcelines(obj)  # type: ignore[arg-type]
-    except (OSError, TypeError) as err:
-        raise ScriptError(f"cannot read the source of {obj!r}: {err}") from None
-    text = textwrap.dedent("".join(lines))
-    return ast.parse(text), text.splitlines(), max(first - 1, 0)
-
-
 def _namespace_adts(namespace: Mapping[str, object]) -> dict[str, ADTDef]:
     return {v.name: v for v in namespace.values() if isinstance(v, ADTDef)}
 
@@ -411,11 +409,9 @@ def _namespace_adts(namespace: Mapping[str, object]) -> dict[str, ADTDef]:
 def module(cls: type) -> IRModule:
     """Class decorator: the class's ``@func`` methods parsed into an IRModule."""
     namespace = _caller_namespace(1)
-    tree, lines, offset = _source_of(cls)
-    node = tree.body[0]
+    node, lines, offset = class_source(cls)
+    assert isinstance(node, ast.ClassDef)
     ctx = ModuleContext(lines, offset, namespace, _namespace_adts(namespace), {})
-    if not isinstance(node, ast.ClassDef):
-        raise ScriptError("@module decorates a class")
     defs = _methods(ctx, node)
     ctx.defs, ctx.gvars = defs, {n: E.GlobalVar(n) for n in defs}
     return _build_module(ctx, node.name)
@@ -430,9 +426,9 @@ def func(fn: _Callable | None = None, *, attrs: dict | None = None) -> _Any:
         parts = f.__qualname__.split(".")
         if len(parts) > 1 and parts[-2] != "<locals>":
             return f  # a method: the @module class parses it
-        tree, lines, offset = _source_of(f)
-        node = tree.body[0]
-        assert isinstance(node, ast.FunctionDef)
+        node, lines, offset = function_source(f)
+        if not isinstance(node, ast.FunctionDef):
+            raise ScriptError(f"@func decorates a plain `def` function, got {f!r}")
         ctx = ModuleContext(lines, offset, namespace, _namespace_adts(namespace), {node.name: node})
         return _build_module(ctx, None)
 
@@ -440,18 +436,33 @@ def func(fn: _Callable | None = None, *, attrs: dict | None = None) -> _Any:
 
 
 def adt(cls: type) -> ADTDef:
-    """Class decorator: lines ``Name: (field types...)`` declare an algebraic data type."""
+    """Class decorator: lines ``Name: (field types...)`` declare an algebraic data type.
+
+    The fields come from the class's annotations, so no source text is needed: evaluated
+    types, or under ``from __future__ import annotations`` strings, read as a script reads
+    annotations with names looked up where the class is defined.
+    """
     namespace = _caller_namespace(1)
+    ctx = ModuleContext([], 0, namespace, _namespace_adts(namespace), {})
+    type_of = _adt_type_resolver(ctx, {cls.__name__})
     ctors = []
-    for cname, value in cls.__dict__.get("__annotations__", {}).items():
-        if isinstance(value, str):
-            node = ast.parse(value, mode="eval").body
-            ctx = ModuleContext([], 0, namespace, _namespace_adts(namespace), {})
-            resolver = _adt_type_resolver(ctx, {cls.__name__})
-            items = node.elts if isinstance(node, ast.Tuple) else [node]
-            fields = tuple(resolver(e) for e in items)
-        else:
-            items = value if isinstance(value, tuple) else (value,)
-            fields = tuple(to_type(v) for v in items)
+    for cname, value in inspect.get_annotations(cls).items():
+        try:
+            fields = _adt_fields(value, type_of)
+        except IRError as err:
+            raise ScriptError(f"data type {cls.__name__}, constructor {cname}: {err}") from None
         ctors.append(E.Constructor(cname, len(ctors), fields, cls.__name__))
     return ADTDef(cls.__name__, tuple(ctors))
+
+
+def _adt_fields(value: object, type_of: _Callable[[ast.expr], Type]) -> tuple[Type, ...]:
+    """A constructor's field types from its annotation: a value, or a string to read."""
+    if isinstance(value, str):
+        try:
+            node = ast.parse(value, mode="eval").body
+        except SyntaxError:
+            raise IRError(f"not a type: {value}") from None
+        items = node.elts if isinstance(node, ast.Tuple) else [node]
+        return tuple(type_of(e) for e in items)
+    values = value if isinstance(value, tuple) else (value,)
+    return tuple(to_type(v) for v in values)
