@@ -119,8 +119,7 @@ for line in vector_ops[:4]:
     print("   ", line[:110])
 
 # %% 6. Per-kernel profiles ---------------------------------------------------------------
-# The VM-overhead line also holds the profiler's own bookkeeping; compare kernels row by row.
+# Medians of 10 timed runs after one warmup run; compare the kernels row by row.
 for backend, vm in vms.items():
     section(f"6. profile, kernels={backend}")
-    vm["main"](*args)  # warm
-    print(vm.profile("main", *args))
+    print(vm.profile("main", *args, warmup=1, repeat=10))

@@ -1,6 +1,10 @@
-"""Shared fixtures: the exec modes and kernel backends every VM test runs under."""
+"""Shared fixtures: the exec modes and kernel backends every VM test runs under, and a checker
+for the HTML of `_repr_html_`."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from html.parser import HTMLParser
 
 import pytest
 
@@ -16,3 +20,48 @@ def exec_mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=KERNELS)
 def kernels(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+class _Balance(HTMLParser):
+    """Checks that every element is closed in order; collects tags, attributes and text."""
+
+    VOID = {"br", "hr", "img", "meta", "input", "col", "wbr"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.stream: list[tuple[str, str]] = []  # ("start" | "end" | "data", tag or text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self.stream.append(("start", tag))
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes {self.stack[-1:]}"
+        self.stack.pop()
+        self.stream.append(("end", tag))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        self.stream.append(("data", data))
+
+
+@pytest.fixture
+def parse_html() -> Callable[[str], _Balance]:
+    """`parse_html(text)`: asserts the HTML's tags are balanced; returns the parser with its
+    `tags` (name, attributes), `text` (the data between tags, unescaped) and `stream` (both
+    in document order)."""
+
+    def parse(text: str) -> _Balance:
+        assert isinstance(text, str) and text
+        parser = _Balance()
+        parser.feed(text)
+        parser.close()
+        assert parser.stack == [], f"unclosed: {parser.stack}"
+        return parser
+
+    return parse

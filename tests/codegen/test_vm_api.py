@@ -4,6 +4,7 @@ threads and memory, in every exec mode and with every kernel backend."""
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import tracemalloc
 
@@ -105,13 +106,33 @@ def test_time_evaluator_and_profile(mlp_vm):
     args = mlp_args()
     t = mlp_vm.time_evaluator("main", number=3, repeat=2)(*args)
     assert len(t.results) == 2 and t.mean > 0 and t.median > 0 and t.std >= 0
-    report = mlp_vm.profile("main", *args)
-    names = [row["name"] for row in report.rows]
-    assert any(n.startswith("fused_matmul_add_relu") for n in names), names
-    text = str(report)
-    assert "VM overhead" in text or "overhead" in text.lower()
+    x, w1, b1, w2, b2 = args
+    report = mlp_vm.profile("main", x, w1, b1, w2=w2, b2=b2, warmup=1, repeat=3)
+    # one call of each fused kernel per run; the shape builtins are VM work
+    assert sorted((r["name"], r["calls"]) for r in report.rows) == [
+        ("fused_matmul_add", 1),
+        ("fused_matmul_add_relu", 1),
+        ("fused_softmax", 1),
+    ]
+    assert len(report.runs) == 3 and all(len(per) == 3 for _, per in report.runs)
+    assert all(r["total"] > 0 and 0 < r["share"] <= 1 for r in report.rows)
+    assert 0 <= report.vm_overhead < report.total
+    assert "VM overhead" in str(report)
     assert "fused_matmul_add_relu" in report.csv()
-    assert "fused_matmul_add_relu" in report.json()
+    assert json.loads(report.json())["repeat"] == 3
+
+
+def test_profile_has_one_structure_in_every_mode_and_backend():
+    args = mlp_args(1)
+    shapes = set()
+    for kernels in ("numpy", "jit"):
+        for mode in ("bytecode", "compiled"):
+            vm = rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=mode)
+            report = vm.profile("main", *args, repeat=2)
+            doc = json.loads(report.json())
+            rows = tuple(sorted((r["name"], r["calls"], tuple(r["shapes"])) for r in report.rows))
+            shapes.add((tuple(doc), tuple(tuple(r) for r in doc["rows"]), rows))
+    assert len(shapes) == 1, shapes
 
 
 def test_instrument_counts_and_skip_run(exec_mode, kernels):

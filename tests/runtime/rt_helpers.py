@@ -217,3 +217,17 @@ def every_opcode_program() -> Executable:
     f.emit(O.ALLOC_ADT, tup, -1, (moved, tag_src, tr))
     f.emit(O.RET, tup)
     return b.build()
+
+
+def packed_then_exp(global_name: str, n: int = 4) -> Executable:
+    """main(x) = exp(g(x)) on float32[n], `g` the registered function `global_name` (called
+    with CALL_PACKED) and exp a kernel named "exp<&>"."""
+    b = ExecBuilder()
+    exp = b.add_kernel(KernelRecord("exp<&>", "numpy", EXP.source, EXP.entry))
+    f = b.function("main", ("x",), (tensor("x", (n,)),))
+    g = f.new_register()
+    f.emit(O.CALL_PACKED, g, global_name, (0,))
+    out = alloc(f, (n,))
+    f.emit(O.INVOKE_PACKED, exp, 2, 1, (g, out))
+    f.emit(O.RET, out)
+    return b.build()

@@ -242,18 +242,45 @@ def test_stats_summary():
     assert text_mod.describe_value(np.zeros((100, 100), np.float32)) == "float32[100, 100]"
 
 
-def test_runtime_imports_nothing_from_the_compiler():
+def _rvm_imports(path: Path) -> list[str]:
+    """The rvm modules a file imports (`from rvm import x` counts as `rvm.x`)."""
     import ast
 
-    allowed = ("rvm.runtime", "rvm.errors", "rvm.jit.loader")
-    root = Path(SRC) / "rvm" / "runtime"
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "rvm":
+            out += [f"rvm.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+    return [n for n in out if n == "rvm" or n.startswith("rvm.")]
+
+
+@pytest.mark.parametrize(
+    "package, allowed",
+    [
+        ("runtime", ("rvm.runtime", "rvm.errors", "rvm.jit.loader", "rvm._html")),
+        ("ir", ("rvm.ir", "rvm.errors", "rvm._html")),
+    ],
+)
+def test_layers_import_only_below(package, allowed):
+    root = Path(SRC) / "rvm" / package
     for path in root.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                if name == "rvm" or name.startswith("rvm."):
-                    assert name.startswith(allowed), f"{path.name} imports {name}"
+        for name in _rvm_imports(path):
+            assert name.startswith(allowed), f"{package}/{path.name} imports {name}"
+
+
+def test_html_helpers_import_only_the_standard_library():
+    import ast
+
+    tree = ast.parse((Path(SRC) / "rvm" / "_html.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            assert name.split(".")[0] in sys.stdlib_module_names | {"__future__"}, name

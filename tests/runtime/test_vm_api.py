@@ -132,21 +132,14 @@ def test_profile_report_rows(exec_mode):
     vm = VirtualMachine(h.symbolic_program(), exec_mode=exec_mode)
     x = f32(3, 4)
     report = vm.profile("main", x, x)
-    names = {r["name"]: r for r in report.rows}
-    assert set(names) == {
-        "exp",
-        "vm.builtin.alloc_shape_heap",
-        "vm.builtin.match_shape",
-        "vm.builtin.make_shape",
-        "vm.builtin.storage_size",
-    }
-    assert names["exp"]["calls"] == 1
-    assert names["exp"]["shapes"] == ["(float32[3, 4], float32[3, 4])"]
-    assert report.total >= report.kernel_total
-    assert report.vm_overhead == pytest.approx(report.total - report.kernel_total)
+    # the shape builtins are VM work: in the VM-overhead line, not rows
+    assert [(r["name"], r["calls"]) for r in report.rows] == [("exp", 1)]
+    assert report.rows[0]["shapes"] == ["(float32[3, 4], float32[3, 4])"]
+    assert report.repeat == 10 and report.warmup == 1
+    assert report.total > 0 and report.kernel_total > 0 and report.vm_overhead >= 0
     text = str(report)
-    assert "exp" in text and "VM overhead (dispatch + allocation)" in text
-    assert report.csv().splitlines()[0] == "name,calls,total_s,mean_s,share,shapes"
+    assert "exp" in text and "VM overhead (dispatch, allocation, builtins)" in text
+    assert report.csv().splitlines()[0] == "name,calls_per_run,total_s,mean_s,share,shapes"
     assert json.loads(report.json())["function"] == "main"
     np.testing.assert_allclose(vm["main"](x, x), np.exp(x), rtol=1e-6)  # unwrapped again
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from rvm import _html
 from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
@@ -112,6 +113,18 @@ class IRModule(E.Node):
     def script(self) -> str:
         """The module as rvm script source."""
         return E._print(self)
+
+    # -- display --------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        # One line: a module's script can run to thousands of lines (`str` and `print` give it).
+        adts = f" adts=[{', '.join(self.adts)}]" if self.adts else ""
+        return f"<IRModule functions=[{', '.join(self._funcs)}]{adts}>"
+
+    __str__ = script
+
+    def _repr_html_(self) -> str:
+        """The script, syntax-highlighted, for notebooks."""
+        return _html.code_block(self.script(), highlighted=True)
 
     def _record_types(self) -> None:
         """Give each GlobalVar its function's type; iterate for recursive functions."""

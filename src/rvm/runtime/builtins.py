@@ -34,7 +34,11 @@ import numpy as np
 from rvm.errors import DTypeError, ShapeError
 from rvm.runtime.registry import register_func
 
-__all__ = ["as_str"]
+__all__ = ["NAMESPACE", "as_str"]
+
+NAMESPACE = "vm.builtin."
+"""The prefix of the VM's own packed functions: VM work (shape checks, shape arithmetic), which
+`VirtualMachine.profile` counts as VM overhead rather than as kernels."""
 
 
 def as_str(value: Any) -> str:

@@ -232,6 +232,12 @@ class Executable:
         names = ", ".join(f.name for f in self.functions)
         return f"<Executable functions=[{names}] constants={len(self.constants)}>"
 
+    def _repr_html_(self) -> str:
+        """The summary and the collapsed bytecode, for notebooks."""
+        from rvm.runtime.text import as_html
+
+        return as_html(self)
+
     # -- serialization --------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:

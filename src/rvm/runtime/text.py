@@ -1,4 +1,5 @@
-"""Text views of an executable: the disassembly, rebuilding Python source, and statistics.
+"""Text views of an executable: the disassembly, rebuilding Python source, statistics, and the
+summary as HTML for notebooks.
 
 `as_text` follows TVM's column layout (pc, opcode, operands), renders each operand by its kind
 from `OPCODE_INFO` (registers as `$3`, jumps as `-> target`, packed functions and constants by
@@ -11,12 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rvm import _html
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 
 if TYPE_CHECKING:
-    from rvm.runtime.executable import Executable, ParamSpec
+    from rvm.runtime.executable import Executable, ParamSpec, VMFunction
 
-__all__ = ["as_text", "as_python", "stats", "describe_value", "describe_instruction"]
+__all__ = [
+    "as_text",
+    "as_python",
+    "as_html",
+    "stats",
+    "signature",
+    "describe_value",
+    "describe_instruction",
+]
 
 
 def describe_value(arr: np.ndarray, limit: int = 6) -> str:
@@ -77,12 +87,17 @@ def _spec_text(spec: ParamSpec) -> str:
     return f"Tensor(({dims}{',' if len(spec.shape) == 1 else ''}), {spec.dtype or '?'})"
 
 
+def signature(fn: VMFunction) -> str:
+    """`@name(param: Tensor((n, 784), float32), ...)`: what the function expects."""
+    params = ", ".join(f"{p}: {_spec_text(s)}" for p, s in zip(fn.params, fn.param_specs))
+    return f"@{fn.name}({params})"
+
+
 def as_text(ex: Executable) -> str:
     """The disassembly of `ex` (see the module docstring)."""
     lines: list[str] = []
     for fi, fn in enumerate(ex.functions):
-        params = ", ".join(f"{p}: {_spec_text(s)}" for p, s in zip(fn.params, fn.param_specs))
-        lines.append(f"func {fi} @{fn.name}({params})")
+        lines.append(f"func {fi} {signature(fn)}")
         lines.append(
             f"  # {len(fn.params)} params, {fn.register_file_size} registers, "
             f"{len(fn.instructions)} instructions"
@@ -185,6 +200,54 @@ def stats(ex: Executable) -> str:
     detail = ", ".join(f"{n} {b}" for b, n in sorted(by_backend.items()))
     lines.append(f"kernels: {len(ex.kernels)}" + (f" ({detail})" if detail else ""))
     return "\n".join(lines) + "\n"
+
+
+def as_html(ex: Executable) -> str:
+    """The summary of `stats` as HTML tables, and the disassembly in a collapsed `<details>`."""
+    ninstr = sum(len(fn.instructions) for fn in ex.functions)
+    nbytes = sum(c.nbytes for c in ex.constants)
+    nglob = sum(1 for p in ex.primitive_names if p not in ex.kernels)
+    backends = sorted({rec.backend for rec in ex.kernels.values()})
+    facts = _html.table(
+        (),
+        [
+            ("functions", len(ex.functions)),
+            ("instructions", ninstr),
+            ("constants", f"{len(ex.constants)} ({_bytes(nbytes)})"),
+            ("kernels", len(ex.kernels)),
+            ("primitives", f"{len(ex.primitive_names)} ({nglob} global functions)"),
+            ("default exec mode", ex.default_exec_mode),
+            ("kernels backend", ", ".join(backends) or "none"),
+        ],
+    )
+    functions = _html.table(
+        ("function", "arity", "params", "registers", "instructions"),
+        [
+            (
+                f"@{fn.name}",
+                len(fn.params),
+                ", ".join(fn.params),
+                fn.register_file_size,
+                len(fn.instructions),
+            )
+            for fn in ex.functions
+        ],
+        numeric=(1, 3, 4),
+    )
+    primitives = _html.table(
+        ("primitive", "kind"),
+        [
+            (p, f"kernel ({ex.kernels[p].backend})" if p in ex.kernels else "global function")
+            for p in ex.primitive_names
+        ],
+    )
+    return _html.box(
+        "Executable",
+        facts,
+        functions,
+        _html.details(f"primitives ({len(ex.primitive_names)})", primitives),
+        _html.details(f"bytecode ({ninstr} instructions)", _html.code_block(as_text(ex))),
+    )
 
 
 def _bytes(n: int) -> str:

@@ -19,12 +19,12 @@ starts clean.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from rvm import _html
 from rvm.errors import VMError
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled import CompiledProgram, compiled_functions
@@ -45,10 +45,10 @@ from rvm.runtime.profiler import (
     BenchmarkResult,
     ProfileReport,
     instrumented,
-    profiled,
+    profile_runs,
     timed_runs,
 )
-from rvm.runtime.text import describe_instruction
+from rvm.runtime.text import describe_instruction, signature
 
 __all__ = ["VirtualMachine", "SKIP_RUN"]
 
@@ -225,22 +225,40 @@ class VirtualMachine:
             else [instrumented(n, f, callback) for n, f in zip(names, self._raw_packed)]
         )
 
-    def profile(self, name: str, *args: Any) -> ProfileReport:
-        """Runs `name` once with every packed call timed; returns the per-function table."""
-        fidx, checked = self._checked(name, args, {})
-        records: dict[str, list] = {}
+    def profile(
+        self, name: str, *args: Any, warmup: int = 1, repeat: int = 10, **kwargs: Any
+    ) -> ProfileReport:
+        """Times each kernel call of `name` over `repeat` runs; returns the per-kernel table.
+
+        `warmup` untimed runs come first (first-call costs: pools filling, the compiled mode
+        binding its code to the timed kernels), then `repeat` timed runs, then one untimed run
+        that records argument shapes. Arguments go by position or by parameter name, as for
+        `set_input`. Per kernel (and per registered function; the VM's own `vm.builtin.*`
+        functions are VM work) the report gives the median time per run, calls per run, mean
+        per call and share; the VM overhead is the median over runs of run time minus kernel
+        time, which includes the profiler's own cost of a few hundred ns per kernel call.
+
+        Raises:
+            ValueError: `repeat` < 1 or `warmup` < 0.
+        """
+        fidx, checked = self._checked(name, args, kwargs)
         saved = self._packed
-        self._packed = [
-            profiled(n, f, records)
-            for n, f in zip(self.executable.primitive_names, self._raw_packed)
-        ]
+
+        def install(table: list[Callable[..., Any]]) -> None:
+            self._packed = table
+
         try:
-            start = time.perf_counter()
-            self._run(fidx, checked)
-            total = time.perf_counter() - start
+            return profile_runs(
+                name,
+                self.executable.primitive_names,
+                self._raw_packed,
+                install,
+                lambda: self._run(fidx, checked),
+                warmup=warmup,
+                repeat=repeat,
+            )
         finally:
             self._packed = saved
-        return ProfileReport(name, total, records)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -416,6 +434,16 @@ class VirtualMachine:
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.executable.functions)
         return f"<VirtualMachine {self.exec_mode} [{names}] allocator={self.allocator.name}>"
+
+    def _repr_html_(self) -> str:
+        """Exec mode, allocator and the functions' signatures, for notebooks."""
+        facts = _html.table((), [("exec mode", self.exec_mode), ("allocator", self.allocator.name)])
+        functions = [(signature(fn),) for fn in self.executable.functions]
+        functions += [
+            (f"@{saved} = {signature(self.executable.functions[fidx])} with bound arguments",)
+            for saved, (fidx, _) in self._saved.items()
+        ]
+        return _html.box("VirtualMachine", facts, _html.table(("functions",), functions))
 
 
 class _Fatal(Exception):
