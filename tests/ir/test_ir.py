@@ -137,6 +137,22 @@ def test_join_of_branches_keeps_common_dims():
         ir.join_types(a, ir.tensor((3, 4), "int32"))
 
 
+def test_an_unknown_dtype_stays_unknown_and_any_gives_way():
+    known, unknown = ir.tensor((3, 4), "float32"), ir.tensor((3, 4), None)
+    assert ir.join_types(known, unknown) == ir.join_types(unknown, known) == unknown
+    assert ir.join_types(ir.AnyType(), known) == ir.join_types(known, ir.AnyType()) == known
+    assert ir.promote_dtypes(None, "float32") is None and ir.promote_dtypes("float32", None) is None
+    assert ir.promote_dtypes("float16", "float32") == "float32"
+
+
+def test_recursive_results_keep_the_dtype_of_the_base_case():
+    from rvm.testing.programs import Recursion
+
+    for name in ("factorial", "fib"):
+        assert Recursion[name].ret_type is None  # inferred, not annotated
+        assert Recursion.get_global_var(name).type.ret == ir.tensor((), "int64")
+
+
 def test_types_validate_dims_and_dtypes():
     with pytest.raises(IRError, match="unsupported dtype"):
         ir.tensor((2,), "complex64")

@@ -145,6 +145,19 @@ def test_a_dim_bound_and_checked_in_one_pattern():
     assert "shape (4, 5) has 5 at axis 1, but an earlier shape set that dimension to 4" in text
 
 
+def test_an_unknown_dim_counts_for_the_rank_only():
+    ex = _checked_add(y_pattern=(2, 0, 3, 0))  # y: (n, ?)
+    src = VirtualMachine(ex, exec_mode="compiled").compiled_source("main")
+    assert "len(_s := r1.shape) == 2 and _s[0] == r3[0])" in src  # inline, no test of axis 1
+    got = _run_both(ex, f32(3, 4), f32(3, 1))  # the ? dim takes any size: the add broadcasts
+    np.testing.assert_array_equal(got["compiled"], f32(3, 4) + f32(3, 1))
+    np.testing.assert_array_equal(got["compiled"], got["bytecode"])
+    text = _errors_both(ex, f32(3, 4), f32(3, 4, 1))[0]
+    assert "main: argument 1 'y': expected a 2-d tensor, got shape (3, 4, 1) (3-d)" in text
+    text = _errors_both(ex, f32(3, 4), f32(2, 4))[0]
+    assert "shape (2, 4) has 2 at axis 0, but an earlier shape set that dimension to 3" in text
+
+
 def test_a_reregistered_builtin_is_called():
     seen = []
 
@@ -195,6 +208,10 @@ def test_generic_builtins_keep_their_results_and_errors():
         B.match_shape(x, heap, np.array([2, 0, 0, 5]), "ctx")
     with pytest.raises(ShapeError, match=r"^expected a 1-d tensor, got shape \(3, 4\) \(2-d\)$"):
         B.match_shape(x, heap, np.array([2, 0]))
+    assert B.match_shape(x, heap, np.array([3, 0, 1, 1]), "ctx") is x  # (?, m): m = 4
+    assert heap.tolist() == [3, 4]
+    with pytest.raises(ValueError, match="unknown pattern kind 4"):
+        B.match_shape(x, heap, np.array([4, 0, 3, 0]))
     with pytest.raises(ValueError, match="pairs, got 3 numbers"):
         B.make_shape(heap, [0, 1, 2])
     with pytest.raises(ValueError, match="unknown pattern kind 2"):

@@ -4,9 +4,11 @@ Each non-primitive module function becomes a VM function: parameters in the firs
 one register per bound variable, one or two instructions per binding (see the table in
 `rvm.transform.vm_ops`). If and Match become jumps; in tail position every branch ends in its
 own Ret, so a call there is directly followed by Ret and the VM runs it as a tail call.
-Functions whose parameters have symbolic dimensions first store those dimensions in a shape
-heap (`vm.builtin.match_shape`), which also checks them on every call, internal ones included:
-no kernel runs on shapes its types did not promise. Primitive functions become kernels.
+Functions whose parameters (or tensor fields of tuple parameters) have symbolic dimensions first
+store those dimensions in a shape heap (`vm.builtin.match_shape`), which also checks the rank and
+fixed dimensions of those tensors on every call, internal ones included (an unknown `?` dimension
+in the same shape is checked for rank only): no kernel runs on shapes its types did not promise.
+Primitive functions become kernels.
 """
 
 from __future__ import annotations
@@ -35,6 +37,18 @@ def param_spec(var: E.Var) -> ParamSpec:
     return ParamSpec(var.name, "any")
 
 
+def _symbolic_tensors(
+    ty: Type | None, path: tuple[int, ...], what: str, out: list[tuple[tuple[int, ...], str, tuple]]
+) -> None:
+    """Append (path, description, shape) of each tensor with a symbolic dim in ``ty``: a
+    parameter's index, then field indices into nested tuples."""
+    if isinstance(ty, TensorType) and ty.shape and any(isinstance(d, str) for d in ty.shape):
+        out.append((path, what, ty.shape))
+    elif isinstance(ty, TupleType):
+        for j, field in enumerate(ty.fields):
+            _symbolic_tensors(field, (*path, j), f"{what} field {j}", out)
+
+
 class FunctionCodegen:
     """Emits one VM function."""
 
@@ -51,43 +65,52 @@ class FunctionCodegen:
 
     # -- prologue: symbolic dimensions ---------------------------------------------------------
     def prologue(self) -> None:
-        patterns = []
+        """Match the symbolic tensors among the parameters (tuple fields included, as the
+        interpreter does) into a new shape heap."""
+        found: list[tuple[tuple[int, ...], str, tuple]] = []
         for i, p in enumerate(self.func.params):
-            ty = p.type
-            if (
-                isinstance(ty, TensorType)
-                and ty.shape
-                and any(isinstance(d, str) for d in ty.shape)
-            ):
-                patterns.append((i, p, ty.shape))
-        if not patterns:
+            _symbolic_tensors(p.type, (i,), f"argument {i} '{p.name}'", found)
+        if not found:
             return
-        names = {d for _, _, shape in patterns for d in shape if isinstance(d, str)}
+        names = {d for _, _, shape in found for d in shape if isinstance(d, str)}
         self.heap = self.fb.new_register()
         size = self.const_int(len(names))
         self.fb.emit(Opcode.CALL_PACKED, self.heap, "vm.builtin.alloc_shape_heap", [size])
-        for i, p, shape in patterns:
-            pairs: list[int] = []
-            for d in shape:
-                if d is None:
-                    continue
-                if isinstance(d, int):
-                    pairs += [0, d]
-                elif d in self.slots:
-                    pairs += [2, self.slots[d]]
-                else:
-                    self.slots[d] = len(self.slots)
-                    pairs += [1, self.slots[d]]
-            if any(d is None for d in shape):
-                continue  # unknown dims: the pattern would not line up; checked by types only
-            pattern = self.load_const(self.ctx.int_pattern(pairs))
-            context = self.load_const(self.ctx.string(f"{self.name}: argument {i} '{p.name}'"))
+        fields: dict[tuple[int, ...], int] = {(i,): i for i in range(len(self.func.params))}
+        for path, what, shape in found:
+            pattern = self.load_const(self.ctx.int_pattern(self.match_pairs(shape)))
+            context = self.load_const(self.ctx.string(f"{self.name}: {what}"))
             self.fb.emit(
                 Opcode.CALL_PACKED,
                 self.fb.new_register(),
                 "vm.builtin.match_shape",
-                [self.regs[p], self.heap, pattern, context],
+                [self.field(path, fields), self.heap, pattern, context],
             )
+
+    def field(self, path: tuple[int, ...], fields: dict[tuple[int, ...], int]) -> int:
+        """The register of the parameter (tuple field) at ``path``, read once."""
+        reg = fields.get(path)
+        if reg is None:
+            reg = fields[path] = self.fb.new_register()
+            self.fb.emit(Opcode.GET_FIELD, reg, self.field(path[:-1], fields), path[-1])
+        return reg
+
+    def match_pairs(self, shape: tuple) -> list[int]:
+        """The `vm.builtin.match_shape` pattern of ``shape``, one (kind, value) pair per dim: a
+        fixed dim is checked (0), a symbolic one stored at its first occurrence (1) and checked
+        after (2), an unknown one (None) only counts toward the rank (3)."""
+        pairs: list[int] = []
+        for d in shape:
+            if d is None:
+                pairs += [3, 0]
+            elif isinstance(d, int):
+                pairs += [0, d]
+            elif d in self.slots:
+                pairs += [2, self.slots[d]]
+            else:
+                self.slots[d] = len(self.slots)
+                pairs += [1, self.slots[d]]
+        return pairs
 
     # -- helpers ------------------------------------------------------------------------------
     def const_int(self, value: int) -> int:

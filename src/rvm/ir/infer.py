@@ -27,7 +27,13 @@ ANY = AnyType()
 
 
 def join_types(a: Type, b: Type) -> Type:
-    """The type of a value that is either ``a`` or ``b`` (If and Match branches)."""
+    """The type of a value that is either ``a`` or ``b`` (If and Match branches, loop-carried
+    variables): ``Any`` (not typed yet) gives way; tensors keep the dims they agree on and their
+    dtype if it is the same, unknown if either is unknown (the dtype rule of `rvm.ir.types`).
+
+    Raises:
+        IRError: two different known dtypes, or types of different kinds.
+    """
     if isinstance(a, AnyType):
         return b
     if isinstance(b, AnyType) or a == b:
@@ -39,7 +45,7 @@ def join_types(a: Type, b: Type) -> Type:
             shape = None
         else:
             shape = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
-        return TensorType(shape, a.dtype or b.dtype)
+        return TensorType(shape, a.dtype if a.dtype == b.dtype else None)
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.fields) == len(b.fields):
         return TupleType(tuple(join_types(x, y) for x, y in zip(a.fields, b.fields)))
     raise IRError(f"branches have incompatible types: {a} and {b}")

@@ -4,6 +4,22 @@ A tensor's shape is a tuple of dimensions. A dimension is an ``int`` (known), a 
 symbolic dimension (``"n"``: the same name inside one function is one dimension), or ``None``
 (unknown: a dimension that depends on data). ``shape=None`` means even the rank is unknown.
 Types are small immutable values compared with ``==``; they are not expressions.
+
+Dtypes follow one rule, decided when the program is built, so that the interpreter (which
+computes with NumPy on the run-time values) and the VM (which allocates outputs and compiles
+kernels from the types) give every value the same dtype in every mode:
+
+- A constant has its array's dtype; a Python scalar written without one takes the dtype of
+  the tensor it meets in a binary op (``x * 2.0`` keeps ``x`` float16; a value that dtype
+  cannot hold, ``int_x * 0.5``, is an error) and is float32 / int64 / bool alone or next to a
+  value not typed yet (`rvm.op.core.as_expr`).
+- An op on known dtypes gives its rule's dtype: `promote_dtypes` for binary ops (NumPy's
+  ``promote_types``). A dtype known only at run time (``T[shape, None]``) makes the result's
+  dtype unknown too, never the other operand's, and every mode then computes it as NumPy does.
+- A value that is one of several (``if``/``match`` branches, a ``while`` loop's carried
+  variable, before the loop and after the body) has their common dtype, unknown if one is
+  unknown; two different known dtypes are an error (`rvm.ir.infer.join_types`). A loop-carried
+  variable thus keeps the dtype of its initial value: a body that changes it is an error.
 """
 
 from __future__ import annotations
@@ -152,9 +168,10 @@ def scalar(dtype: str) -> TensorType:
 
 
 def promote_dtypes(a: str | None, b: str | None) -> str | None:
-    """The dtype of a binary op on ``a`` and ``b``: equal dtypes stay, else numpy's promotion."""
+    """The dtype of a binary op on ``a`` and ``b``: equal dtypes stay, else numpy's promotion;
+    unknown (None) when either is unknown, since the run-time dtype decides then."""
     if a is None or b is None:
-        return a or b
+        return None
     if a == b:
         return a
     return check_dtype(np.promote_types(a, b))

@@ -16,7 +16,7 @@ import numpy as np
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Constant, Expr, Op, Tuple
 from rvm.ir.infer import infer_type
-from rvm.ir.types import DTYPES, Dim, Shape, TensorType, check_dim
+from rvm.ir.types import DTYPES, FLOAT_DTYPES, Dim, Shape, TensorType, check_dim
 
 ExprLike = Expr | bool | int | float | np.ndarray | np.generic
 
@@ -35,7 +35,11 @@ def as_expr(value: ExprLike, like: ExprLike | None = None) -> Expr:
 
     A Python or NumPy scalar becomes a 0-d `Constant` of ``like``'s dtype when ``like`` is an
     expression of known dtype (``x * 2.0`` keeps ``x`` float16), else of NumPy's dtype for it
-    (a Python float becomes float32, a Python int int64).
+    (a Python float becomes float32, a Python int int64): the dtype rule of `rvm.ir.types`.
+
+    Raises:
+        IRError: ``like``'s dtype is an integer or bool dtype that cannot hold ``value``
+            (``int_x * 0.5``), which would otherwise be truncated silently.
     """
     if isinstance(value, Expr):
         return value
@@ -46,10 +50,25 @@ def as_expr(value: ExprLike, like: ExprLike | None = None) -> Expr:
     if isinstance(like, Expr):
         ty = infer_type(like)
         if isinstance(ty, TensorType) and ty.dtype is not None:
-            return Constant(np.asarray(value, dtype=ty.dtype))
+            return Constant(_scalar_as(value, ty.dtype))
     if isinstance(value, float):
         return Constant(np.asarray(value, dtype="float32"))
     return Constant(np.asarray(value))
+
+
+def _scalar_as(value: bool | int | float | np.generic, dtype: str) -> np.ndarray:
+    """``value`` as a 0-d array of ``dtype``; an integer or bool dtype must hold it exactly."""
+    try:
+        data = np.asarray(value, dtype=dtype)
+    except (OverflowError, ValueError):
+        data = None
+    if data is None or (dtype not in FLOAT_DTYPES and data.item() != value):
+        raise IRError(
+            f"the scalar {value!r} takes the dtype {dtype} of the tensor it meets, which cannot "
+            f"hold it; write rvm.const({value!r}, dtype) with the dtype you mean and op.cast "
+            "the tensor to it"
+        )
+    return data
 
 
 def as_tuple_expr(op: str, tensors: Sequence[ExprLike] | Expr) -> Expr:

@@ -2,7 +2,8 @@
 
 Binary ops broadcast as NumPy does, with symbolic dims (`rvm.op.shapes.broadcast_shapes`), and
 promote dtypes (`rvm.ir.promote_dtypes`). A Python scalar operand becomes a 0-d constant of the
-other operand's dtype, so ``add(x, 1.0)`` on float16 stays float16. Comparisons and logical ops
+other operand's dtype, so ``add(x, 1.0)`` on float16 stays float16 (the dtype rule of
+`rvm.ir.types`). Comparisons and logical ops
 give bool. Float math (exp, log, tanh, gelu...) accepts float tensors only and keeps their
 dtype; ``abs``/``sign``/``relu``/``clip``/rounding keep any numeric dtype. Integer ``divide``
 truncates toward zero (C, ONNX); ``floor_divide`` and ``mod`` follow Python.

@@ -14,20 +14,24 @@ from typing import TYPE_CHECKING
 
 from rvm.errors import IRError
 from rvm.ir.op import infer
-from rvm.ir.types import AnyType, Dim, Shape, TensorType, Type
+from rvm.ir.types import AnyType, Dim, Shape, TensorType, TupleType, Type
 
 if TYPE_CHECKING:
     from rvm.ir.expr import Call, Op
 
 Rule = Callable[["Call", "list[TensorType]"], Type]
+ANY = AnyType()
 
 
 def rule(op: Op) -> Callable[[Rule], Rule]:
     """Register a type rule for ``op`` that receives its arguments as TensorTypes.
 
     The wrapper checks the argument count and turns ``Any`` into a tensor of unknown shape and
-    dtype, so rules only handle TensorTypes whose shape or dtype may be None. Rules of ops
-    taking one Tuple argument (concat, stack) are registered with `rule_raw` instead.
+    dtype, so rules only handle TensorTypes whose shape or dtype may be None. A call whose rule
+    leaves a dtype unknown because an argument is ``Any`` (a value not typed yet, such as the
+    result of a recursive call still being inferred) is ``Any`` itself: like ``Any``, it gives
+    way when branches join (`rvm.ir.infer.join_types`) instead of making their dtype unknown.
+    Rules of ops taking one Tuple argument (concat, stack) are registered with `rule_raw`.
     """
 
     def register(fn: Rule) -> Rule:
@@ -35,14 +39,23 @@ def rule(op: Op) -> Callable[[Rule], Rule]:
             check_num_args(op, arg_types)
             args = [as_tensor(op.name, t, i) for i, t in enumerate(arg_types)]
             try:
-                return fn(call, args)
+                ty = fn(call, args)
             except KeyError as err:
                 raise IRError(f"{op.name}: missing attribute {err}") from None
+            if _dtype_unknown(ty) and any(isinstance(t, AnyType) for t in arg_types):
+                return ANY
+            return ty
 
         infer[op] = checked
         return fn
 
     return register
+
+
+def _dtype_unknown(ty: Type) -> bool:
+    if isinstance(ty, TupleType):
+        return any(_dtype_unknown(f) for f in ty.fields)
+    return isinstance(ty, TensorType) and ty.dtype is None
 
 
 def rule_raw(op: Op) -> Callable[[Callable[[Call, list[Type]], Type]], Callable]:

@@ -6,8 +6,9 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
   function's symbolic dimensions.
 - `vm.builtin.match_shape(tensor, heap, pattern, context="")`: checks `tensor.shape` against
   `pattern`, an int64 array of (kind, value) pairs, one per dimension: kind 0 = the dim must
-  equal value, 1 = store the dim into heap[value], 2 = the dim must equal heap[value]. A
-  mismatch raises ShapeError; `context` (a str or 0-d str array, e.g. "main: result") starts
+  equal value, 1 = store the dim into heap[value], 2 = the dim must equal heap[value], 3 = any
+  dim (an unknown `?` dimension; value unused, 0). The rank must always match. A mismatch
+  raises ShapeError; `context` (a str or 0-d str array, e.g. "main: result") starts
   the message. Returns the tensor.
 - `vm.builtin.make_shape(heap, pattern)`: a 1-d int64 shape from (kind, value) pairs: kind 0 =
   the literal value, 1 = heap[value].
@@ -115,7 +116,7 @@ def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") 
                     f"{_prefix(context)}shape {tuple(shape)} has {dim} at axis {axis}, but an "
                     f"earlier shape set that dimension to {int(heap[value])}"
                 )
-        else:
+        elif kind != 3:
             raise ValueError(f"match_shape: unknown pattern kind {kind}")
     return tensor
 

@@ -265,8 +265,9 @@ class ShapePlan:
     - a heap becomes a Python list of `size` zeros when its size is a constant, it is written
       only there, and every reader is a `match_shape` / `make_shape` with a constant, valid
       pattern whose slots are in range (the same values as the int64 array: ints read back);
-    - those `match_shape` calls compare the dims with plain ints; on any mismatch (or a value
-      that is not an ndarray) they call the builtin, which raises its own error;
+    - those `match_shape` calls compare the dims with plain ints (an unknown dim, kind 3, only
+      counts toward the rank); on any mismatch (or a value that is not an ndarray) they call
+      the builtin, which raises its own error;
     - those `make_shape` results are Python tuples of ints when every reader takes a tuple (a
       `storage_size` with a constant dtype, the shape of ALLOC_TENSOR_REG or RESHAPE_TENSOR,
       KILL_REGISTER), else fresh 1-d int64 arrays as the builtin makes;
@@ -318,7 +319,10 @@ class ShapePlan:
             return None
         flat = value.tolist()
         pairs = list(zip(flat[::2], flat[1::2]))
-        if len(flat) % 2 or any(k not in kinds or (k and not 0 <= v < size) for k, v in pairs):
+        slot_kinds = (1, 2)  # the kinds whose value is a heap slot
+        if len(flat) % 2 or any(
+            k not in kinds or (k in slot_kinds and not 0 <= v < size) for k, v in pairs
+        ):
             return None
         return pairs
 
@@ -340,7 +344,7 @@ class ShapePlan:
                 return
             args = use[3]
             at, nargs, kinds = (
-                (1, (3, 4), (0, 1, 2)) if kind == "match_shape" else (0, (2,), (0, 1))
+                (1, (3, 4), (0, 1, 2, 3)) if kind == "match_shape" else (0, (2,), (0, 1))
             )
             if len(args) not in nargs or [i for i, a in enumerate(args) if a == heap] != [at]:
                 return
@@ -440,10 +444,10 @@ class ShapePlan:
             elif k == 1:
                 set_at[v] = axis
                 stores.append(f"{heap}[{v}] = _s[{axis}]")
-            else:
+            elif k == 2:
                 test.append(
                     f"_s[{axis}] == {f'_s[{set_at[v]}]' if v in set_at else f'{heap}[{v}]'}"
-                )
+                )  # kind 3, an unknown dim, tests nothing: the rank test covers its axis
         call = f"{packed}({', '.join(arg(a) for a in ins[3])})"
         if stores:
             head = [(0, f"if {' and '.join(test)}:"), *((1, st) for st in stores), (0, "else:")]

@@ -10,15 +10,19 @@ it assigns that exist before it:
         if cond: <body>; return _while_loop0(h', i')
         else: return (h, i)
     h, i = _while_loop0(h, i)
+
+A carried variable's shape widens to what the body gives it; its dtype is that of its value
+before the loop, and a body that changes it is an error (the dtype rule of `rvm.ir.types`).
 """
 
 from __future__ import annotations
 
 import ast
 
+from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.infer import infer_type, join_types
-from rvm.ir.types import AnyType, FuncType, TupleType, Type
+from rvm.ir.types import AnyType, FuncType, TensorType, TupleType, Type
 from rvm.script import _flow
 from rvm.script._exprs import ExprParser, is_atom
 from rvm.script.types import type_text
@@ -300,8 +304,7 @@ class BodyParser(ExprParser):
         for _ in range(3):  # widen the parameter types until the loop body agrees
             func, fvar, end_types = self.loop_function(stmt, fname, carried, types)
             joined = [
-                join_types(a, b) if not isinstance(b, AnyType) else a
-                for a, b in zip(types, end_types)
+                self.carried_type(stmt, n, a, b) for n, a, b in zip(carried, types, end_types)
             ]
             if joined == types:
                 break
@@ -310,6 +313,30 @@ class BodyParser(ExprParser):
             self.emit(func, var=fvar)
             self.scopes[-1][fname] = fvar
             self.bind_results(E.Call(fvar, tuple(initial)), carried)  # type: ignore[arg-type]
+
+    def carried_type(self, stmt: ast.While, name: str, start: Type, end: Type) -> Type:
+        """The type of loop-carried ``name``: its type before the loop joined with the type the
+        body gives it (`rvm.ir.infer.join_types`). Shapes widen; the dtype stays the one before
+        the loop (unknown if either is unknown), and a body that changes it is an error."""
+        if isinstance(end, AnyType):
+            return start
+        try:
+            return join_types(start, end)
+        except IRError:
+            pass
+        if isinstance(start, TensorType) and isinstance(end, TensorType):
+            msg = (
+                f"'{name}' is carried by this loop, so it keeps the dtype it has before the loop "
+                f"({type_text(start)}), but the loop body makes it {type_text(end)}: start it "
+                f'as {end.dtype} (e.g. rvm.const(..., "{end.dtype}")) or op.cast it back to '
+                f"{start.dtype} in the body"
+            )
+        else:
+            msg = (
+                f"the loop body makes '{name}' a {type_text(end)}, but it is a "
+                f"{type_text(start)} before the loop"
+            )
+        raise self.error(stmt, msg)
 
     def loop_function(
         self, stmt: ast.While, fname: str, carried: list[str], types: list[Type]
