@@ -18,6 +18,7 @@ from typing import Any
 from rvm.errors import (
     DTypeError,
     ExecutableFormatError,
+    FunctionNotFoundError,
     IRError,
     JITError,
     RVMError,
@@ -72,6 +73,7 @@ __all__ = [
     "DTypeError",
     "Executable",
     "ExecutableFormatError",
+    "FunctionNotFoundError",
     "IRError",
     "IRModule",
     "JITError",

@@ -7,12 +7,18 @@ parameters) agree. Errors name the function, the parameter, what was expected an
 
 Inputs may be numpy arrays, anything with `__dlpack__` (read with `np.from_dlpack`) or
 `__array__`, or Python scalars and lists (converted to the parameter's dtype). Arrays that are
-not C-contiguous are copied, because kernels index their inputs as C-contiguous.
+not C-contiguous are copied, because kernels index their inputs as C-contiguous. Arguments may
+also be given by parameter name (`bind_arguments`, with Python's own rules).
+
+`vm["main"]` is a `BoundFunction`: a callable that keeps the function's index and signature, so
+a call does the entry checks and runs, with no lookup by name; its repr and
+`inspect.signature` show the parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,8 +26,9 @@ import numpy as np
 from rvm.errors import DTypeError, ShapeError
 from rvm.runtime.executable import ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
+from rvm.runtime.text import signature_text
 
-__all__ = ["check_arguments", "to_value"]
+__all__ = ["BoundFunction", "SavedFunction", "bind_arguments", "check_arguments", "to_value"]
 
 
 def _to_array(x: Any, dtype: str | None) -> np.ndarray:
@@ -132,3 +139,113 @@ def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
         else:
             out.append(to_value(x))
     return out
+
+
+def bind_arguments(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
+    """`args` followed by `kwargs` placed by parameter name, as Python binds a call.
+
+    Raises:
+        TypeError: A name that is no parameter of `fn`, a parameter given both by position
+            and by name, or parameters given neither way; the message names `fn` and them.
+    """
+    rest = fn.params[len(args) :]
+    if len(kwargs) == len(rest) and len(args) <= len(fn.params):
+        try:  # every parameter after the positional ones named, so no name is wrong or twice
+            return (*args, *map(kwargs.__getitem__, rest))
+        except KeyError:
+            pass
+    raise _binding_error(fn, args, kwargs)
+
+
+def _binding_error(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> TypeError:
+    """What is wrong with a call of `fn` that `bind_arguments` cannot bind."""
+    params = fn.params
+    if len(args) > len(params):
+        return TypeError(
+            f"{fn.name} takes {len(params)} argument{'s' * (len(params) != 1)} "
+            f"({', '.join(params)}), got {len(args)} by position and {len(kwargs)} by name"
+        )
+    for key in kwargs:
+        if key not in params:
+            return TypeError(
+                f"{fn.name} has no parameter {key!r} (parameters: {', '.join(params)})"
+            )
+        if params.index(key) < len(args):
+            return TypeError(f"{fn.name}: parameter {key!r} given twice, by position and by name")
+    missing = [repr(p) for p in params[len(args) :] if p not in kwargs]
+    plural = "s" * (len(missing) > 1)
+    return TypeError(f"{fn.name}: missing argument{plural} {', '.join(missing)}")
+
+
+class BoundFunction:
+    """A function of one VM as a Python callable: `vm["main"](x, w, b=b)`.
+
+    Arguments go by position or by parameter name and pass the entry checks; `run(index,
+    values)` (the VM's entry) runs the function. The lookup by name happened once, when the
+    object was made, so a positional call costs the checks and the run only.
+
+    Attributes:
+        function: The `VMFunction` called.
+        index: Its index in the executable's function table.
+    """
+
+    __slots__ = ("function", "index", "_run", "_owner")
+
+    def __init__(
+        self, function: VMFunction, index: int, run: Callable[[int, list], Any], owner: str
+    ) -> None:
+        self.function = function
+        self.index = index
+        self._run = run
+        self._owner = owner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            args = bind_arguments(self.function, args, kwargs)
+        return self._run(self.index, check_arguments(self.function, args))
+
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """The parameters by name, for `inspect.signature` and IDEs (None if a name is not a
+        Python identifier: then nothing can pass it by keyword anyway)."""
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        try:
+            return inspect.Signature([inspect.Parameter(p, kind) for p in self.function.params])
+        except ValueError:
+            return None
+
+    def __repr__(self) -> str:
+        return f"<function {signature_text(self.function)} of {self._owner}>"
+
+
+class SavedFunction(BoundFunction):
+    """A function saved with its checked arguments (`VirtualMachine.save_function`): calling it
+    takes no arguments and runs the function on those."""
+
+    __slots__ = ("name", "values")
+
+    def __init__(
+        self,
+        name: str,
+        function: VMFunction,
+        index: int,
+        values: list[Any],
+        run: Callable[[int, list], Any],
+        owner: str,
+    ) -> None:
+        super().__init__(function, index, run, owner)
+        self.name = name
+        self.values = values
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            raise TypeError(f"{self.name} was saved with its arguments and takes none")
+        return self._run(self.index, self.values)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.Signature([])
+
+    def __repr__(self) -> str:
+        bound = f"{signature_text(self.function)} with saved arguments"
+        return f"<function {self.name}: {bound} of {self._owner}>"

@@ -14,9 +14,16 @@ import numpy as np
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 
 if TYPE_CHECKING:
-    from rvm.runtime.executable import Executable, ParamSpec
+    from rvm.runtime.executable import Executable, ParamSpec, VMFunction
 
-__all__ = ["as_text", "as_python", "stats", "describe_value", "describe_instruction"]
+__all__ = [
+    "as_text",
+    "as_python",
+    "stats",
+    "describe_value",
+    "describe_instruction",
+    "signature_text",
+]
 
 
 def describe_value(arr: np.ndarray, limit: int = 6) -> str:
@@ -77,12 +84,20 @@ def _spec_text(spec: ParamSpec) -> str:
     return f"Tensor(({dims}{',' if len(spec.shape) == 1 else ''}), {spec.dtype or '?'})"
 
 
+def signature_text(fn: VMFunction) -> str:
+    """`fn`'s name and parameters as the disassembly shows them.
+
+    For example `@main(x: Tensor((n, 4), float32), t: tuple)`.
+    """
+    params = ", ".join(f"{p}: {_spec_text(s)}" for p, s in zip(fn.params, fn.param_specs))
+    return f"@{fn.name}({params})"
+
+
 def as_text(ex: Executable) -> str:
     """The disassembly of `ex` (see the module docstring)."""
     lines: list[str] = []
     for fi, fn in enumerate(ex.functions):
-        params = ", ".join(f"{p}: {_spec_text(s)}" for p, s in zip(fn.params, fn.param_specs))
-        lines.append(f"func {fi} @{fn.name}({params})")
+        lines.append(f"func {fi} {signature_text(fn)}")
         lines.append(
             f"  # {len(fn.params)} params, {fn.register_file_size} registers, "
             f"{len(fn.instructions)} instructions"
