@@ -60,25 +60,31 @@ def _shape_text(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
+def _where(fn: VMFunction, i: int, spec: ParamSpec) -> str:
+    """The argument an entry error is about (made only for a message: a call costs less)."""
+    return f"{fn.name}: argument {i} '{spec.name}'"
+
+
 def _check_tensor(
     fn: VMFunction, i: int, spec: ParamSpec, x: Any, dims: dict[str, tuple[int, int, str]]
 ) -> np.ndarray:
-    where = f"{fn.name}: argument {i} '{spec.name}'"
     if isinstance(x, (ADT, Closure, tuple)):
-        raise TypeError(f"{where} expects a tensor, got {type(x).__name__}")
+        raise TypeError(f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__}")
     try:
         arr = _to_array(x, spec.dtype)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"{where} expects a tensor, got {type(x).__name__} ({e})") from e
-    if spec.dtype is not None and arr.dtype != np.dtype(spec.dtype):
-        raise DTypeError(f"{where} expects {spec.dtype}, got {arr.dtype}")
+        raise TypeError(
+            f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__} ({e})"
+        ) from e
+    if spec.dtype is not None and arr.dtype != spec.dtype:
+        raise DTypeError(f"{_where(fn, i, spec)} expects {spec.dtype}, got {arr.dtype}")
     if spec.shape is None:
         return arr
     shape = arr.shape
     if len(shape) != len(spec.shape):
         raise ShapeError(
-            f"{where} expects a {len(spec.shape)}-d tensor of shape {_shape_text(spec.shape)}, "
-            f"got shape {_shape_text(shape)}"
+            f"{_where(fn, i, spec)} expects a {len(spec.shape)}-d tensor of shape "
+            f"{_shape_text(spec.shape)}, got shape {_shape_text(shape)}"
         )
     for axis, (want, got) in enumerate(zip(spec.shape, shape)):
         if want is None:
@@ -89,12 +95,12 @@ def _check_tensor(
                 dims[want] = (got, i, spec.name)
             elif seen[0] != got:
                 raise ShapeError(
-                    f"{where} has shape {_shape_text(shape)}, but {want} = {seen[0]} from "
-                    f"argument {seen[1]} '{seen[2]}'"
+                    f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, but {want} = "
+                    f"{seen[0]} from argument {seen[1]} '{seen[2]}'"
                 )
         elif got != want:
             raise ShapeError(
-                f"{where} has shape {_shape_text(shape)}, expected "
+                f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, expected "
                 f"{_shape_text(spec.shape)} (axis {axis} must be {want})"
             )
     return arr

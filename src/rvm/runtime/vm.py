@@ -85,15 +85,15 @@ class VirtualMachine:
 
     Call a function as `vm["main"](x, w, b=b)`: arguments by position or by parameter name,
     checked against the function's parameters before anything runs. `"main" in vm` tells
-    whether `vm["main"]` exists.
+    whether `vm["main"]` exists; a name that does not raises `FunctionNotFoundError`.
 
     Threads: a VM has per-call state of its own (its allocator's blocks, the compiled mode's
     reused tensors), so one VM runs one call at a time. It is cheap to create: make one per
     thread over a shared executable. Every call from Python enters through a lock taken
-    without waiting (about 0.15 us a call): a call from another thread while one runs raises
-    `VMError` at once instead of corrupting either. The lock is reentrant: a packed function
-    may call back into the same VM from its own thread (a recursion through Python), and the
-    inner call runs as an independent call.
+    without waiting (about 0.3 us a call, `benchmarks/call_overhead.py`): a call from another
+    thread while one runs raises `VMError` at once instead of corrupting either. The lock is
+    reentrant: a packed function may call back into the same VM from its own thread (a
+    recursion through Python), and the inner call runs as an independent call.
 
     Args:
         ex: The executable.
@@ -178,7 +178,8 @@ class VirtualMachine:
     def invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         """Calls function `name` (or a saved one) with the arguments, by position or by
         parameter name, after the entry checks; returns its result. Same as `vm[name](...)`."""
-        return self[name](*args, **kwargs)
+        handle = self._handles.get(name) if type(name) is str else None
+        return (handle or self[name])(*args, **kwargs)
 
     def _checked(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[int, list]:
         """The index of executable function `name` and its checked arguments."""
