@@ -117,8 +117,9 @@ class Executable:
         self.functions: tuple[VMFunction, ...] = tuple(functions)
         consts = []
         for c in constants:
-            # Read-only contiguous arrays (decoded from a file) are kept; others are copied so
-            # that nobody can change the executable's constants behind its back.
+            # Read-only contiguous arrays (decoded from a file, or an IR constant's view of the
+            # user's weights) are shared, not copied: a model's weights are held once. Others
+            # are copied so that nobody can write the constants through this array.
             if not (isinstance(c, np.ndarray) and not c.flags.writeable and c.flags.c_contiguous):
                 c = np.array(c, copy=True, order="C")
                 c.flags.writeable = False
