@@ -29,6 +29,7 @@ from typing import Any as _Any
 from rvm.errors import (
     DTypeError,
     ExecutableFormatError,
+    FunctionNotFoundError,
     IRError,
     JITError,
     RVMError,
@@ -88,6 +89,7 @@ __all__ = [
     "DTypeError",
     "Executable",
     "ExecutableFormatError",
+    "FunctionNotFoundError",
     "IRError",
     "IRModule",
     "JITError",

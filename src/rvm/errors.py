@@ -2,10 +2,13 @@
 
 Every error rvm raises on purpose derives from `RVMError`, so callers can catch rvm's errors as
 a group. Shape and dtype problems with user input also derive from the matching builtin
-exception (`ValueError`, `TypeError`) so ordinary Python handlers keep working.
+exception (`ValueError`, `TypeError`), and a missing function name from `KeyError`, so
+ordinary Python handlers keep working.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 class RVMError(Exception):
@@ -30,6 +33,25 @@ class ScriptError(IRError):
 
 class VMError(RVMError):
     """A failure while the virtual machine runs; the message carries the VM stack."""
+
+
+class FunctionNotFoundError(RVMError, KeyError):
+    """A function name that the executable, the VM or the module does not have.
+
+    The message names the functions that exist: ``no function 'nope' in the executable; it
+    has: main, helper``. Raised by `rvm.interpret`, `VirtualMachine` (``vm["nope"]``,
+    ``invoke``, ``set_input``, ...) and `Executable.function_index`. It is also a `KeyError`,
+    so code catching ``KeyError`` keeps working.
+    """
+
+    def __str__(self) -> str:
+        # KeyError's str() is the repr of its key; this error's argument is a message.
+        return Exception.__str__(self)
+
+    @classmethod
+    def missing(cls, name: object, where: str, known: Iterable[str]) -> FunctionNotFoundError:
+        """The error for `name` missing from `where` ("the executable"), which has `known`."""
+        return cls(f"no function {name!r} in {where}; it has: {', '.join(known) or 'none'}")
 
 
 class JITError(RVMError):

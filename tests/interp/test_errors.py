@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rvm import op
-from rvm.errors import DTypeError, RVMError, ShapeError
+from rvm.errors import DTypeError, FunctionNotFoundError, RVMError, ShapeError
 from rvm.interp import InterpError, interpret
 from rvm.ir import (
     ADTType,
@@ -162,8 +162,10 @@ def test_failing_op_names_function_and_binding() -> None:
 
 
 def test_unknown_function() -> None:
-    with pytest.raises(RVMError, match="no function 'nope'"):
+    with pytest.raises(FunctionNotFoundError) as info:
         interpret(three_arg_module(), "nope")
+    assert str(info.value) == "no function 'nope' in the module; it has: main"
+    assert isinstance(info.value, RVMError) and isinstance(info.value, KeyError)
 
 
 def test_annotated_binding_is_checked() -> None:

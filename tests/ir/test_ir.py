@@ -159,3 +159,29 @@ def test_types_validate_dims_and_dtypes():
     with pytest.raises(IRError, match=">= 0"):
         ir.tensor((-1,), "float32")
     assert str(ir.tensor(("n", 3), "float32")) == "T[('n', 3), 'float32']"
+
+
+def test_constants_share_a_given_array_read_only() -> None:
+    big = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)
+    for c in (ir.const(big), ir.Constant(big), ir.const(big, "float32")):
+        assert np.shares_memory(c.data, big) and not c.data.flags.writeable
+        assert type(c.data) is np.ndarray and c.type.shape == (1024, 1024)
+    assert big.flags.writeable
+    c = ir.const(big)
+    with pytest.raises(ValueError, match="read-only"):
+        c.data[0, 0] = 1.0
+    big[0, 0] = -1.0  # documented: the IR holds a view; writing the source array shows
+    assert c.data[0, 0] == -1.0
+
+
+def test_constants_copy_only_what_must_be() -> None:
+    base = np.arange(12, dtype=np.float64).reshape(3, 4)
+    for given in (base.T, base[:, ::2], base.astype(">f8")):  # strided, byte-swapped
+        c = ir.Constant(given)
+        assert not np.shares_memory(c.data, base) and not c.data.flags.writeable
+        assert c.data.flags.c_contiguous and c.data.dtype == np.float64 and c.data.dtype.isnative
+        np.testing.assert_array_equal(c.data, given)
+    assert ir.const(1.5).data.dtype == np.float32  # Python floats become float32
+    assert ir.Constant([1.0, 2.0]).data.dtype == np.float32
+    assert ir.Constant(np.float64(2.0)).data.dtype == np.float32
+    assert ir.Constant(np.zeros(2)).data.dtype == np.float64  # an array keeps its dtype

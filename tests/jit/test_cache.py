@@ -74,3 +74,36 @@ def test_cache_dir_default(monkeypatch) -> None:
     monkeypatch.delenv("RVM_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/tmp/xdg-test")
     assert jit.cache_dir() == Path("/tmp/xdg-test/rvm")
+
+
+def test_the_key_covers_every_module_the_kernels_import(monkeypatch) -> None:
+    """Editing mathlib.py or blas.py (or anything they import from rvm) changes the key of
+    the kernels that import them, read off each kernel's own import lines."""
+    from jit_helpers import prim, var
+
+    from rvm import op
+    from rvm.jit import blas, cache
+
+    x = var("x", ("n",))
+    tanh = jit.jit_kernel("fused_tanh_key", prim([x], op.tanh(x)), "return").source
+    img, k = var("img", ("b", 16, 5, 5)), var("k", (4, 16, 3, 3))
+    conv = jit.jit_kernel("fused_conv_key", prim([img, k], op.conv2d(img, k)), "return").source
+    assert "rvm.jit.mathlib" in cache.imported_modules(tanh)
+    if blas.AVAILABLE:
+        assert {"rvm.jit.blas", "rvm.jit.mathlib"} <= set(cache.imported_modules(conv))
+    both = cache.imported_modules("from rvm.jit import blas\nimport rvm.jit.mathlib as m\n")
+    assert {"rvm.jit", "rvm.jit.blas", "rvm.jit.mathlib"} <= set(both)
+
+    before = {src: cache.source_hash(src) for src in (tanh, conv)}
+    real = cache.module_source
+    for edited in cache.imported_modules(conv):
+        monkeypatch.setattr(
+            cache, "module_source", lambda m, e=edited: real(m) + ("\n# edited" if m == e else "")
+        )
+        assert cache.source_hash(conv) != before[conv], edited
+        if edited in cache.imported_modules(tanh):
+            assert cache.source_hash(tanh) != before[tanh], edited
+        else:  # a kernel is not recompiled for a module it does not import
+            assert cache.source_hash(tanh) == before[tanh], edited
+    monkeypatch.setattr(cache, "module_source", real)
+    assert {src: cache.source_hash(src) for src in (tanh, conv)} == before

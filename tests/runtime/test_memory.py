@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm.runtime.memory import PROBES, NaiveAllocator, PooledAllocator, alloc_tensor, size_class
+from rvm.runtime.memory import (
+    PROBES,
+    NaiveAllocator,
+    PooledAllocator,
+    alloc_tensor,
+    alloc_view_of,
+    size_class,
+)
 from rvm.testing.programs import MLP
 
 F32 = np.dtype(np.float32)
@@ -103,7 +110,7 @@ def test_the_pool_checks_a_bounded_number_of_blocks() -> None:
 
 def test_naive_allocator_views() -> None:
     naive = NaiveAllocator()
-    t = naive.alloc_view(512, 64, (1, 128), F32)
+    t = alloc_view_of(naive)(512, 64, (1, 128), F32)
     assert t.shape == (1, 128) and t.ctypes.data % 64 == 0 and naive.allocations == 1
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rvm.errors import DTypeError, ShapeError
+from rvm.errors import DTypeError, FunctionNotFoundError, ShapeError
 from rvm.interp.check import check_value
 from rvm.interp.prims import (
     as_typed,
@@ -81,6 +81,8 @@ class Interpreter:
         """Run module function ``fname`` on ``args`` (numpy arrays, Python scalars and lists,
         array-like objects, tuples, ADT values) and return its result."""
         name = fname.name if isinstance(fname, E.GlobalVar) else fname
+        if name not in self.mod:
+            raise FunctionNotFoundError.missing(name, "the module", self.mod)
         func = self.mod[name]
         env = self._enter(func, name, None, args, convert=True)
         return self._run(_Eval(func.body, env))
@@ -360,6 +362,8 @@ def interpret(mod: IRModule, fname: str | E.GlobalVar, *args: Any) -> Any:
         numpy arrays, tuples, ADT values or interpreter `Closure` objects.
 
     Raises:
+        rvm.errors.FunctionNotFoundError: ``mod`` has no function ``fname`` (the message names
+            those it has; also a KeyError).
         TypeError: wrong number or kind of arguments.
         rvm.DTypeError: a tensor argument of the wrong dtype.
         rvm.ShapeError: a tensor argument of the wrong shape, or symbolic dimensions that

@@ -204,18 +204,43 @@ class GlobalVar(Expr):
 
 @dataclass(**_NODE)
 class Constant(Expr):
-    """A constant tensor (read-only numpy array)."""
+    """A constant tensor: ``data`` is a read-only, C-contiguous numpy array.
+
+    Given a numpy array, the constant shares its memory (a read-only view, no copy), so a
+    model's weights are held once, from the IR down to the executable's constant pool and the
+    VM. Only an array that is not C-contiguous or not in native byte order is copied. Anything
+    else (a Python scalar or list) becomes a new array, a Python float as float32.
+
+    The view is read-only, but the array it views may not be: do not write into an array
+    after making a constant of it. The IR, the compiled executable and its VMs would see the
+    new values (or, where a constant was folded or copied into a kernel, the old ones).
+    """
 
     data: np.ndarray
 
     def __post_init__(self) -> None:
-        data = np.array(self.data, copy=True)
-        if data.dtype == np.float64 and not isinstance(self.data, np.ndarray):
-            data = data.astype(np.float32)
+        given = self.data
+        if isinstance(given, np.ndarray):
+            data = _shared_readonly(given)
+        else:
+            data = np.array(given)
+            if data.dtype == np.float64:
+                data = data.astype(np.float32)
+            data.flags.writeable = False
         check_dtype(data.dtype)
-        data.flags.writeable = False
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "_type", TensorType(data.shape, data.dtype.name))
+
+
+def _shared_readonly(arr: np.ndarray) -> np.ndarray:
+    """A read-only, C-contiguous, native-byte-order numpy array with the contents of ``arr``:
+    a view of it when it already is all that (of any ndarray subclass), else a copy."""
+    if arr.flags.c_contiguous and arr.dtype.isnative:
+        view = arr.view(np.ndarray)
+    else:
+        view = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    view.flags.writeable = False
+    return view
 
 
 def const(value: object, dtype: str | None = None) -> Constant:

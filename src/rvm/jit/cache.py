@@ -4,18 +4,24 @@ Kernel source is written to ``<cache dir>/kernels/k_<hash>.py`` and imported as 
 its function is compiled with ``cache=True``, so Numba stores the object code in the
 ``__pycache__`` folder next to it and a second process loads that instead of compiling (Numba
 cannot cache functions of ``exec``'d source, numba#3501, hence real files). The hash covers the
-source, the rvm, Numba and llvmlite versions and the host CPU's name and features, so a file is
-never reused for another compiler or machine. Writes go to a temporary file first and are
-moved in place with ``os.replace`` (atomic; two processes writing the same entry write the same
-bytes). The cache directory is read from the environment when asked for (`cache_dir`), never
-at import: ``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else ``~/.cache/rvm``.
+source, the rvm, Numba and llvmlite versions, the host CPU's name and features, and the source
+of every rvm module the kernel imports (``from rvm.jit.mathlib import exp32``, read off the
+kernel's own import lines, and the rvm modules those import in turn), so a file is never reused
+for another compiler or machine, or after a change to code the kernel calls (Numba's object
+code has the intrinsics of `rvm.jit.mathlib` and `rvm.jit.blas` compiled in). Writes go to a
+temporary file first and are moved in place with ``os.replace`` (atomic; two processes writing
+the same entry write the same bytes). The cache directory is read from the environment when
+asked for (`cache_dir`), never at import: ``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else
+``~/.cache/rvm``.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -43,21 +49,66 @@ def target_key() -> str:
     import rvm
 
     version = getattr(rvm, "__version__", "0")
-    from rvm.jit import mathlib
-
-    lib = hashlib.sha256(Path(mathlib.__file__).read_bytes()).hexdigest()[:12]
     cpu = llvm.get_host_cpu_name()
     features = llvm.get_host_cpu_features().flatten()
     return (
         f"rvm={version} numba={numba.__version__} llvmlite={llvmlite.__version__} "
-        f"mathlib={lib} cpu={cpu} features={features}"
+        f"cpu={cpu} features={features}"
     )
 
 
+# `from rvm.x import a, b` (group 1: the module, 2: the names) or `import rvm.x` (group 3).
+_RVM_IMPORT = re.compile(
+    r"^[ \t]*(?:"
+    r"from[ \t]+(rvm(?:\.\w+)*)[ \t]+import[ \t]+\(?([\w, \t]+)"
+    r"|import[ \t]+(rvm(?:\.\w+)*))",
+    re.MULTILINE,
+)
+
+
+@functools.cache
+def module_source(name: str) -> str:
+    """The source of the rvm module `name`, as this process imports it (read once)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"no module named {name!r}")
+    return Path(spec.origin).read_text()
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
+
+
+def imported_modules(source: str) -> list[str]:
+    """The rvm modules `source` imports at module level, and those these import (sorted).
+
+    ``from rvm.jit import blas`` counts `rvm.jit` and `rvm.jit.blas`.
+    """
+    seen: set[str] = set()
+    todo = [source]
+    while todo:
+        for m in _RVM_IMPORT.finditer(todo.pop()):
+            names = [m.group(3)] if m.group(3) else [m.group(1)]
+            if m.group(2):
+                subs = (f"{m.group(1)}.{n.strip()}" for n in m.group(2).split(","))
+                names += [n for n in subs if n not in seen and _is_module(n)]
+            for name in names:
+                if name not in seen:
+                    seen.add(name)
+                    todo.append(module_source(name))
+    return sorted(seen)
+
+
 def source_hash(source: str) -> str:
-    """The content hash naming a kernel's cache entry."""
+    """The content hash naming a kernel's cache entry (see the module docstring)."""
     digest = hashlib.sha256()
     digest.update(target_key().encode())
+    for name in imported_modules(source):
+        digest.update(f"\0{name}\0".encode())
+        digest.update(module_source(name).encode())
     digest.update(b"\0")
     digest.update(source.encode())
     return digest.hexdigest()[:24]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rvm.runtime import builtins as _builtins  # noqa: F401  (registers vm.builtin.*)
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode, OpInfo
+from rvm.runtime.entry import BoundFunction
 from rvm.runtime.executable import (
     ADTInfo,
     Executable,
@@ -27,6 +28,7 @@ __all__ = [
     "ADT",
     "ADTInfo",
     "BenchmarkResult",
+    "BoundFunction",
     "Closure",
     "ExecBuilder",
     "Executable",

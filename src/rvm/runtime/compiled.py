@@ -51,6 +51,7 @@ from rvm.errors import VMError
 from rvm.runtime.builtins import alloc_shape_heap, make_shape, match_shape, storage_size
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source, ring_probe_source
+from rvm.runtime.memory import alloc_view_of
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.registry import get_global_func
 
@@ -195,6 +196,7 @@ class CompiledProgram:
         self.nparams = [len(f.params) for f in ex.functions]
         self.max_depth = min(150, max(20, (sys.getrecursionlimit() - 300) // 3))
         self._allocator: Any = None
+        self._alloc_view: Callable[..., Any] | None = None
         self._variants: dict[int, tuple[list, list[Callable[..., Any]]]] = {}
         self._packed: list = []
         self._funcs: list[Callable[..., Any]] = []
@@ -206,6 +208,7 @@ class CompiledProgram:
         if vm.allocator is not self._allocator:
             self._variants.clear()
             self._allocator = vm.allocator
+            self._alloc_view = alloc_view_of(vm.allocator)
         packed = vm._packed
         if id(packed) not in self._variants:
             if len(self._variants) >= 2:  # keep the plain variant and one other
@@ -226,7 +229,7 @@ class CompiledProgram:
         ns.update(
             __name__="rvm_compiled",
             _alloc=vm.allocator.alloc,
-            _alloc_view=vm.allocator.alloc_view,
+            _alloc_view=self._alloc_view,
             _ndarray=np.ndarray,
             _empty=np.empty,
             _ADT=ADT,

@@ -7,12 +7,18 @@ parameters) agree. Errors name the function, the parameter, what was expected an
 
 Inputs may be numpy arrays, anything with `__dlpack__` (read with `np.from_dlpack`) or
 `__array__`, or Python scalars and lists (converted to the parameter's dtype). Arrays that are
-not C-contiguous are copied, because kernels index their inputs as C-contiguous.
+not C-contiguous are copied, because kernels index their inputs as C-contiguous. Arguments may
+also be given by parameter name (`bind_arguments`, with Python's own rules).
+
+`vm["main"]` is a `BoundFunction`: a callable that keeps the function's index and signature, so
+a call does the entry checks and runs, with no lookup by name; its repr and
+`inspect.signature` show the parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,8 +26,9 @@ import numpy as np
 from rvm.errors import DTypeError, ShapeError
 from rvm.runtime.executable import ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
+from rvm.runtime.text import signature
 
-__all__ = ["check_arguments", "to_value"]
+__all__ = ["BoundFunction", "SavedFunction", "bind_arguments", "check_arguments", "to_value"]
 
 
 def _to_array(x: Any, dtype: str | None) -> np.ndarray:
@@ -53,25 +60,31 @@ def _shape_text(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
+def _where(fn: VMFunction, i: int, spec: ParamSpec) -> str:
+    """The argument an entry error is about (made only for a message: a call costs less)."""
+    return f"{fn.name}: argument {i} '{spec.name}'"
+
+
 def _check_tensor(
     fn: VMFunction, i: int, spec: ParamSpec, x: Any, dims: dict[str, tuple[int, int, str]]
 ) -> np.ndarray:
-    where = f"{fn.name}: argument {i} '{spec.name}'"
     if isinstance(x, (ADT, Closure, tuple)):
-        raise TypeError(f"{where} expects a tensor, got {type(x).__name__}")
+        raise TypeError(f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__}")
     try:
         arr = _to_array(x, spec.dtype)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"{where} expects a tensor, got {type(x).__name__} ({e})") from e
-    if spec.dtype is not None and arr.dtype != np.dtype(spec.dtype):
-        raise DTypeError(f"{where} expects {spec.dtype}, got {arr.dtype}")
+        raise TypeError(
+            f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__} ({e})"
+        ) from e
+    if spec.dtype is not None and arr.dtype != spec.dtype:
+        raise DTypeError(f"{_where(fn, i, spec)} expects {spec.dtype}, got {arr.dtype}")
     if spec.shape is None:
         return arr
     shape = arr.shape
     if len(shape) != len(spec.shape):
         raise ShapeError(
-            f"{where} expects a {len(spec.shape)}-d tensor of shape {_shape_text(spec.shape)}, "
-            f"got shape {_shape_text(shape)}"
+            f"{_where(fn, i, spec)} expects a {len(spec.shape)}-d tensor of shape "
+            f"{_shape_text(spec.shape)}, got shape {_shape_text(shape)}"
         )
     for axis, (want, got) in enumerate(zip(spec.shape, shape)):
         if want is None:
@@ -82,12 +95,12 @@ def _check_tensor(
                 dims[want] = (got, i, spec.name)
             elif seen[0] != got:
                 raise ShapeError(
-                    f"{where} has shape {_shape_text(shape)}, but {want} = {seen[0]} from "
-                    f"argument {seen[1]} '{seen[2]}'"
+                    f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, but {want} = "
+                    f"{seen[0]} from argument {seen[1]} '{seen[2]}'"
                 )
         elif got != want:
             raise ShapeError(
-                f"{where} has shape {_shape_text(shape)}, expected "
+                f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, expected "
                 f"{_shape_text(spec.shape)} (axis {axis} must be {want})"
             )
     return arr
@@ -132,3 +145,113 @@ def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
         else:
             out.append(to_value(x))
     return out
+
+
+def bind_arguments(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
+    """`args` followed by `kwargs` placed by parameter name, as Python binds a call.
+
+    Raises:
+        TypeError: A name that is no parameter of `fn`, a parameter given both by position
+            and by name, or parameters given neither way; the message names `fn` and them.
+    """
+    rest = fn.params[len(args) :]
+    if len(kwargs) == len(rest) and len(args) <= len(fn.params):
+        try:  # every parameter after the positional ones named, so no name is wrong or twice
+            return (*args, *map(kwargs.__getitem__, rest))
+        except KeyError:
+            pass
+    raise _binding_error(fn, args, kwargs)
+
+
+def _binding_error(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> TypeError:
+    """What is wrong with a call of `fn` that `bind_arguments` cannot bind."""
+    params = fn.params
+    if len(args) > len(params):
+        return TypeError(
+            f"{fn.name} takes {len(params)} argument{'s' * (len(params) != 1)} "
+            f"({', '.join(params)}), got {len(args)} by position and {len(kwargs)} by name"
+        )
+    for key in kwargs:
+        if key not in params:
+            return TypeError(
+                f"{fn.name} has no parameter {key!r} (parameters: {', '.join(params)})"
+            )
+        if params.index(key) < len(args):
+            return TypeError(f"{fn.name}: parameter {key!r} given twice, by position and by name")
+    missing = [repr(p) for p in params[len(args) :] if p not in kwargs]
+    plural = "s" * (len(missing) > 1)
+    return TypeError(f"{fn.name}: missing argument{plural} {', '.join(missing)}")
+
+
+class BoundFunction:
+    """A function of one VM as a Python callable: `vm["main"](x, w, b=b)`.
+
+    Arguments go by position or by parameter name and pass the entry checks; `run(index,
+    values)` (the VM's entry) runs the function. The lookup by name happened once, when the
+    object was made, so a positional call costs the checks and the run only.
+
+    Attributes:
+        function: The `VMFunction` called.
+        index: Its index in the executable's function table.
+    """
+
+    __slots__ = ("function", "index", "_run", "_owner")
+
+    def __init__(
+        self, function: VMFunction, index: int, run: Callable[[int, list], Any], owner: str
+    ) -> None:
+        self.function = function
+        self.index = index
+        self._run = run
+        self._owner = owner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            args = bind_arguments(self.function, args, kwargs)
+        return self._run(self.index, check_arguments(self.function, args))
+
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """The parameters by name, for `inspect.signature` and IDEs (None if a name is not a
+        Python identifier: then nothing can pass it by keyword anyway)."""
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        try:
+            return inspect.Signature([inspect.Parameter(p, kind) for p in self.function.params])
+        except ValueError:
+            return None
+
+    def __repr__(self) -> str:
+        return f"<function {signature(self.function)} of {self._owner}>"
+
+
+class SavedFunction(BoundFunction):
+    """A function saved with its checked arguments (`VirtualMachine.save_function`): calling it
+    takes no arguments and runs the function on those."""
+
+    __slots__ = ("name", "values")
+
+    def __init__(
+        self,
+        name: str,
+        function: VMFunction,
+        index: int,
+        values: list[Any],
+        run: Callable[[int, list], Any],
+        owner: str,
+    ) -> None:
+        super().__init__(function, index, run, owner)
+        self.name = name
+        self.values = values
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            raise TypeError(f"{self.name} was saved with its arguments and takes none")
+        return self._run(self.index, self.values)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.Signature([])
+
+    def __repr__(self) -> str:
+        bound = f"{signature(self.function)} with saved arguments"
+        return f"<function {self.name}: {bound} of {self._owner}>"

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rvm.errors import ExecutableFormatError
+from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 
 __all__ = ["ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
@@ -117,8 +117,9 @@ class Executable:
         self.functions: tuple[VMFunction, ...] = tuple(functions)
         consts = []
         for c in constants:
-            # Read-only contiguous arrays (decoded from a file) are kept; others are copied so
-            # that nobody can change the executable's constants behind its back.
+            # Read-only contiguous arrays (decoded from a file, or an IR constant's view of the
+            # user's weights) are shared, not copied: a model's weights are held once. Others
+            # are copied so that nobody can write the constants through this array.
             if not (isinstance(c, np.ndarray) and not c.flags.writeable and c.flags.c_contiguous):
                 c = np.array(c, copy=True, order="C")
                 c.flags.writeable = False
@@ -140,12 +141,23 @@ class Executable:
     # -- lookup ---------------------------------------------------------------------------
 
     def function_index(self, name: str) -> int:
-        """Returns the index of function `name`; raises KeyError naming the known ones."""
+        """Returns the index of function `name`.
+
+        Raises:
+            FunctionNotFoundError: No function is called `name` (the message names those that
+                are; it is also a KeyError).
+        """
         try:
             return self._index[name]
-        except KeyError:
-            known = ", ".join(sorted(self._index)) or "none"
-            raise KeyError(f"no function {name!r} in the executable (functions: {known})") from None
+        except (KeyError, TypeError):
+            raise FunctionNotFoundError.missing(name, "the executable", self._index) from None
+
+    def __contains__(self, name: object) -> bool:
+        """Whether the executable has a function called `name` (`"main" in ex`)."""
+        try:
+            return name in self._index
+        except TypeError:  # an unhashable name
+            return False
 
     def get_function(self, name: str) -> VMFunction:
         """Returns the `VMFunction` called `name`."""

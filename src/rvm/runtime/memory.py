@@ -18,7 +18,8 @@ mode's made-viewed-dropped storage): the pool keeps the block's last such view w
 and hands the same tensor object out again when nothing else refers to it, so a steady loop or
 a repeated call makes no numpy views at all. The view counts in the block's freeness check.
 
-`NaiveAllocator` makes a fresh block each time and lets numpy free it.
+`NaiveAllocator` makes a fresh block each time and lets numpy free it; it has no `alloc_view`
+of its own, as an allocator object need not have one: `alloc_view_of` makes it from `alloc`.
 """
 
 from __future__ import annotations
@@ -26,11 +27,19 @@ from __future__ import annotations
 import sys
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Storage", "NaiveAllocator", "PooledAllocator", "alloc_tensor", "make_allocator"]
+__all__ = [
+    "Storage",
+    "NaiveAllocator",
+    "PooledAllocator",
+    "alloc_tensor",
+    "alloc_view_of",
+    "make_allocator",
+]
 
 _getrefcount = sys.getrefcount
 
@@ -62,6 +71,24 @@ def alloc_tensor(storage: Storage, offset: int, shape: tuple[int, ...], dtype: n
         ValueError: The tensor does not fit in the storage (numpy's message).
     """
     return np.ndarray(shape, dtype, storage.buffer, offset)
+
+
+def alloc_view_of(allocator: Any) -> Callable[[Any, int, tuple, np.dtype], Any]:
+    """The allocator's `alloc_view`; for one with only `alloc` (the protocol an allocator
+    object must follow), the same made from `alloc`: a tensor at offset 0 of a new block.
+
+    The compiled mode calls this once per VM, so its generated code needs one allocator call
+    per allocation whatever the allocator.
+    """
+    alloc_view = getattr(allocator, "alloc_view", None)
+    if alloc_view is not None:
+        return alloc_view
+    alloc = allocator.alloc
+
+    def alloc_then_view(nbytes: Any, alignment: int, shape: tuple, dtype: np.dtype) -> Any:
+        return alloc_tensor(alloc(nbytes, alignment), 0, shape, dtype)
+
+    return alloc_then_view
 
 
 def _new_block(nbytes: int, alignment: int) -> tuple[np.ndarray, np.ndarray]:
@@ -149,10 +176,6 @@ class NaiveAllocator:
             self._live = [(r, n) for r, n in self._live if r() is not None]
         self.peak_bytes = max(self.peak_bytes, self.current_bytes)
         return Storage(buf, nbytes, raw)
-
-    def alloc_view(self, nbytes: Any, alignment: int, shape: tuple, dtype: np.dtype) -> Any:
-        """``alloc_tensor(self.alloc(nbytes, alignment), 0, shape, dtype)``."""
-        return np.ndarray(shape, dtype, self.alloc(nbytes, alignment).buffer, 0)
 
     @property
     def current_bytes(self) -> int:

@@ -19,13 +19,16 @@ starts clean.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 import numpy as np
 
 from rvm import _html
-from rvm.errors import VMError
+from rvm.errors import FunctionNotFoundError, VMError
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled import CompiledProgram, compiled_functions
 from rvm.runtime.decode import (
@@ -35,10 +38,10 @@ from rvm.runtime.decode import (
     TAIL_INVOKE_CLOSURE,
     decode_executable,
 )
-from rvm.runtime.entry import check_arguments
+from rvm.runtime.entry import BoundFunction, SavedFunction, bind_arguments, check_arguments
 from rvm.runtime.executable import EXEC_MODES, Executable
 from rvm.runtime.kernels import KERNEL_FILE_PREFIX, resolve_primitives
-from rvm.runtime.memory import NaiveAllocator, PooledAllocator, make_allocator
+from rvm.runtime.memory import make_allocator
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.profiler import (
     SKIP_RUN,
@@ -80,15 +83,27 @@ _KILL_REGISTER = Opcode.KILL_REGISTER.value
 class VirtualMachine:
     """Runs the functions of an `Executable`.
 
-    A VM is cheap to create and is meant for one thread; make one per thread over a shared
-    executable.
+    Call a function as `vm["main"](x, w, b=b)`: arguments by position or by parameter name,
+    checked against the function's parameters before anything runs. `"main" in vm` tells
+    whether `vm["main"]` exists; a name that does not raises `FunctionNotFoundError`.
+
+    Threads: a VM has per-call state of its own (its allocator's blocks, the compiled mode's
+    reused tensors), so one VM runs one call at a time. It is cheap to create: make one per
+    thread over a shared executable. Every call from Python enters through a lock taken
+    without waiting (about 0.3 us a call, `benchmarks/call_overhead.py`): a call from another
+    thread while one runs raises `VMError` at once instead of corrupting either. The lock is
+    reentrant: a packed function may call back into the same VM from its own thread (a
+    recursion through Python), and the inner call runs as an independent call.
 
     Args:
         ex: The executable.
         exec_mode: "bytecode" (the dispatch loop) or "compiled" (each function as generated
             Python, see `compiled.py`); None takes the executable's `default_exec_mode`.
         allocator: "pooled" (reuse storage nothing references any more), "naive", or an
-            allocator object with `alloc(nbytes, alignment) -> Storage`.
+            allocator object with `alloc(nbytes, alignment) -> Storage` (a `Storage` whose
+            `buffer` is a writable uint8 array of at least `nbytes` bytes aligned to
+            `alignment`); it may also have `alloc_view(nbytes, alignment, shape, dtype)`
+            returning a tensor at offset 0 of such a block (see `memory.py`).
 
     Raises:
         ValueError: An unknown exec_mode or allocator.
@@ -107,16 +122,17 @@ class VirtualMachine:
             raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
         self.executable = ex
         self.exec_mode = exec_mode
-        self.allocator: NaiveAllocator | PooledAllocator = (
-            make_allocator(allocator) if isinstance(allocator, str) else allocator
-        )
+        self.allocator: Any = make_allocator(allocator) if isinstance(allocator, str) else allocator
         self._funcs = decode_executable(ex)
         self._raw_packed = resolve_primitives(ex)
         self._packed = self._raw_packed
         self._instrument: Callable[..., Any] | None = None
         self._inputs: dict[str, list[Any]] = {}
         self._outputs: dict[str, Any] = {}
-        self._saved: dict[str, tuple[int, list[Any]]] = {}
+        self._saved: dict[str, SavedFunction] = {}
+        self._handles: dict[str, BoundFunction] = {}  # vm[name], made once per name
+        self._busy = threading.RLock()
+        self._owner: int | None = None  # the thread that last entered (for the busy error)
         # `_run(fidx, args)` runs a function: the bytecode loop or the compiled closures.
         self._run: Callable[[int, list[Any]], Any] = self._execute
         if exec_mode == "compiled":
@@ -129,82 +145,122 @@ class VirtualMachine:
 
     # -- calling from Python ----------------------------------------------------------------
 
-    def __getitem__(self, name: str) -> Callable[..., Any]:
-        """`vm["f"](*args)` calls function `f` (or a function saved by `save_function`)."""
-        if name in self._saved:
-            return lambda: self._run_saved(name)
-        self.executable.function_index(name)  # KeyError now, not at call time
-        return lambda *args: self.invoke(name, *args)
+    def __contains__(self, name: object) -> bool:
+        """Whether `vm[name]` exists: a function of the executable or one saved here."""
+        return isinstance(name, str) and (name in self._saved or name in self.executable)
 
-    def invoke(self, name: str, *args: Any) -> Any:
-        """Calls function `name` with `args` after the entry checks; returns its result."""
-        if name in self._saved:
-            if args:
-                raise TypeError(f"{name} was saved with its arguments and takes none")
-            return self._run_saved(name)
-        fidx = self.executable.function_index(name)
-        return self._run(fidx, check_arguments(self.executable.functions[fidx], args))
+    def __getitem__(self, name: str) -> BoundFunction:
+        """`vm["f"]`: function `f`, or one saved by `save_function`, as a callable.
 
-    def _run_saved(self, name: str) -> Any:
-        fidx, args = self._saved[name]
-        return self._run(fidx, args)
+        The callable takes the arguments by position or by parameter name and returns the
+        function's result; its repr and `inspect.signature` show the parameters.
+
+        Raises:
+            FunctionNotFoundError: No function or saved function is called `name` (the message
+                lists those there are; it is also a KeyError).
+        """
+        try:
+            return self._handles[name]
+        except (KeyError, TypeError):
+            pass
+        if name in self._saved:
+            return self._saved[name]
+        try:
+            fidx = self.executable.function_index(name)
+        except FunctionNotFoundError:
+            known = [f.name for f in self.executable.functions] + list(self._saved)
+            where = "the executable or saved on this VM" if self._saved else "the executable"
+            raise FunctionNotFoundError.missing(name, where, known) from None
+        handle = BoundFunction(self.executable.functions[fidx], fidx, self._enter, self._label())
+        self._handles[name] = handle
+        return handle
+
+    def invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Calls function `name` (or a saved one) with the arguments, by position or by
+        parameter name, after the entry checks; returns its result. Same as `vm[name](...)`."""
+        handle = self._handles.get(name) if type(name) is str else None
+        return (handle or self[name])(*args, **kwargs)
 
     def _checked(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[int, list]:
+        """The index of executable function `name` and its checked arguments."""
         fidx = self.executable.function_index(name)
         fn = self.executable.functions[fidx]
         if kwargs:
-            npos = len(args)
-            full = list(args) + [_MISSING] * (len(fn.params) - npos)
-            for key, value in kwargs.items():
-                if key not in fn.params:
-                    raise TypeError(f"{name} has no parameter {key!r} (params: {fn.params})")
-                i = fn.params.index(key)
-                if i < npos:
-                    raise TypeError(f"{name}: parameter {key!r} given twice")
-                full[i] = value
-            missing = [p for p, a in zip(fn.params, full) if a is _MISSING]
-            if missing:
-                raise TypeError(f"{name}: missing arguments {missing}")
-            args = tuple(full)
-        return fidx, check_arguments(fn, tuple(args))
+            args = bind_arguments(fn, args, kwargs)
+        return fidx, check_arguments(fn, args)
 
-    def set_input(self, name: str, *args: Any, **kwargs: Any) -> None:
+    def _enter(self, fidx: int, args: list[Any]) -> Any:
+        """Runs function `fidx` on checked values: the entry of every call from Python.
+
+        Takes the VM's reentrant lock without waiting (see the class docstring); a call from
+        another thread while one runs raises VMError.
+        """
+        busy = self._busy
+        if not busy.acquire(False):
+            raise self._busy_error()
+        self._owner = get_ident()
+        try:
+            return self._run(fidx, args)
+        finally:
+            busy.release()
+
+    def _busy_error(self) -> VMError:
+        owner = self._owner
+        names = {t.ident: t.name for t in threading.enumerate()}
+        running = f"thread {names.get(owner, owner)!r}" if owner is not None else "another thread"
+        return VMError(
+            f"this VirtualMachine is already running in {running} (called from thread "
+            f"{threading.current_thread().name!r}); create one VirtualMachine per thread over "
+            "the shared Executable"
+        )
+
+    def _label(self) -> str:
+        return f"VirtualMachine {self.exec_mode} at {id(self):#x}"
+
+    def set_input(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Stores checked inputs of `name` for `invoke_stateful`, by position or param name."""
         self._inputs[name] = self._checked(name, args, kwargs)[1]
 
     def invoke_stateful(self, name: str) -> None:
         """Runs `name` on the inputs given by `set_input`; read the result with `get_outputs`."""
+        fidx = self.executable.function_index(name)
         if name not in self._inputs:
             raise VMError(f"invoke_stateful({name!r}): call set_input({name!r}, ...) first")
-        fidx = self.executable.function_index(name)
-        self._outputs[name] = self._run(fidx, self._inputs[name])
+        self._outputs[name] = self._enter(fidx, self._inputs[name])
 
     def get_outputs(self, name: str) -> Any:
         """The result of the last `invoke_stateful(name)`."""
         if name not in self._outputs:
+            self.executable.function_index(name)  # FunctionNotFoundError for a wrong name
             raise VMError(f"get_outputs({name!r}): no invoke_stateful({name!r}) has run")
         return self._outputs[name]
 
-    def save_function(self, name: str, new_name: str, *args: Any) -> None:
-        """Binds checked `args` to `name` as `new_name`; then `vm[new_name]()` runs it."""
-        fidx, checked = self._checked(name, args, {})
-        self._saved[new_name] = (fidx, checked)
+    def save_function(self, name: str, new_name: str, /, *args: Any, **kwargs: Any) -> None:
+        """Binds checked arguments (by position or parameter name) to function `name` as
+        `new_name`; then `vm[new_name]()` runs it."""
+        fidx, checked = self._checked(name, args, kwargs)
+        fn = self.executable.functions[fidx]
+        saved = SavedFunction(new_name, fn, fidx, checked, self._enter, self._label())
+        self._saved[new_name] = self._handles[new_name] = saved
 
     def time_evaluator(
         self, name: str, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0
     ) -> Callable[..., BenchmarkResult]:
-        """Returns `evaluator(*args) -> BenchmarkResult` timing calls of `name`.
+        """Returns `evaluator(*args, **kwargs) -> BenchmarkResult` timing calls of `name`.
 
-        Each of `repeat` measurements times `number` calls (raised until one measurement
-        takes `min_repeat_ms`) and records seconds per call. One untimed call warms up first.
+        The arguments go by position or by parameter name (none for a saved function). Each
+        of `repeat` measurements times `number` calls (raised until one measurement takes
+        `min_repeat_ms`) and records seconds per call. One untimed call warms up first.
         """
+        self[name]  # FunctionNotFoundError now, not at the evaluator's call
 
-        def evaluator(*args: Any) -> BenchmarkResult:
-            if name in self._saved:
-                fidx, checked = self._saved[name]
+        def evaluator(*args: Any, **kwargs: Any) -> BenchmarkResult:
+            saved = self._saved.get(name)
+            if saved is not None:
+                run = functools.partial(saved, *args, **kwargs)  # arguments: its TypeError
             else:
-                fidx, checked = self._checked(name, args, {})
-            return timed_runs(lambda: self._run(fidx, checked), number, repeat, min_repeat_ms)
+                run = functools.partial(self._enter, *self._checked(name, args, kwargs))
+            return timed_runs(run, number, repeat, min_repeat_ms)
 
         return evaluator
 
@@ -253,7 +309,7 @@ class VirtualMachine:
                 self.executable.primitive_names,
                 self._raw_packed,
                 install,
-                lambda: self._run(fidx, checked),
+                lambda: self._enter(fidx, checked),
                 warmup=warmup,
                 repeat=repeat,
             )
@@ -431,23 +487,25 @@ class VirtualMachine:
         err._vm_stack, err._vm_cause = full_stack, error  # type: ignore[attr-defined]
         return err
 
+    def _allocator_name(self) -> str:
+        return getattr(self.allocator, "name", type(self.allocator).__name__)
+
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.executable.functions)
-        return f"<VirtualMachine {self.exec_mode} [{names}] allocator={self.allocator.name}>"
+        return f"<VirtualMachine {self.exec_mode} [{names}] allocator={self._allocator_name()}>"
 
     def _repr_html_(self) -> str:
         """Exec mode, allocator and the functions' signatures, for notebooks."""
-        facts = _html.table((), [("exec mode", self.exec_mode), ("allocator", self.allocator.name)])
+        facts = _html.table(
+            (), [("exec mode", self.exec_mode), ("allocator", self._allocator_name())]
+        )
         functions = [(signature(fn),) for fn in self.executable.functions]
         functions += [
-            (f"@{saved} = {signature(self.executable.functions[fidx])} with bound arguments",)
-            for saved, (fidx, _) in self._saved.items()
+            (f"@{name} = {signature(saved.function)} with bound arguments",)
+            for name, saved in self._saved.items()
         ]
         return _html.box("VirtualMachine", facts, _html.table(("functions",), functions))
 
 
 class _Fatal(Exception):
     """Raised by FATAL inside the loop; becomes a VMError with the VM stack."""
-
-
-_MISSING = object()
