@@ -1,0 +1,29 @@
+"""The README's first program runs as pasted, in a fresh process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def first_program() -> str:
+    text = README.read_text()
+    section = text[text.index("## A first program") :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "the README's first program has no python block"
+    return match.group(1)
+
+
+def test_readme_first_program_runs_as_pasted(tmp_path):
+    script = tmp_path / "first.py"
+    script.write_text(first_program())
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "def main" in out.stdout  # print(Model)
+    assert (tmp_path / "model.rvmx").is_file()
