@@ -43,14 +43,17 @@ def target_key() -> str:
     import rvm
 
     version = getattr(rvm, "__version__", "0")
-    from rvm.jit import mathlib
+    from rvm.jit import blas, mathlib
 
-    lib = hashlib.sha256(Path(mathlib.__file__).read_bytes()).hexdigest()[:12]
+    # Kernels import these modules' functions, whose code Numba's cache embeds in theirs.
+    lib = hashlib.sha256()
+    for module in (mathlib, blas):
+        lib.update(Path(module.__file__).read_bytes())
     cpu = llvm.get_host_cpu_name()
     features = llvm.get_host_cpu_features().flatten()
     return (
         f"rvm={version} numba={numba.__version__} llvmlite={llvmlite.__version__} "
-        f"mathlib={lib} cpu={cpu} features={features}"
+        f"libs={lib.hexdigest()[:12]} cpu={cpu} features={features}"
     )
 
 
