@@ -37,6 +37,23 @@ def median_time(fn: Callable[[], object], repeat: int = 9, number: int = 1) -> f
     return sorted(times)[len(times) // 2]
 
 
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], repeat: int = 21, number: int = 1
+) -> dict[str, float]:
+    """The median seconds per call of each ``fns[name]()``, the functions taking turns run by
+    run (after one warm-up call each), so a slow spell of a shared machine hits them alike."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times[name].append((time.perf_counter() - start) / number)
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+
+
 def chain_module(steps: int) -> IRModule:
     """``steps`` x ``h = tanh(matmul(h, w))`` on 1x8, written as rvm script text and parsed:
     matmul is a fusion anchor and tanh its epilogue, so each step is one kernel."""
