@@ -6,6 +6,10 @@ table and writes ``benchmarks/results/kernels.json`` (``--only`` runs the named 
 timings taken in the same run. Jit kernels run destination-passing (outputs preallocated, as
 the VM's allocator provides them). Every kernel's output is checked against NumPy before it is
 timed: a wrong kernel fails the run instead of posting a figure.
+
+BLAS runs one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise: on a machine shared with
+other busy processes, OpenBLAS's threaded GEMM on small shapes (the MLP layers from batch 8)
+took 50-95 ms a call instead of 40 us, for NumPy and the jit alike.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+# Before numpy loads (see above).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# isort: split
 from common import ROOT, interleaved_medians, kernel_calls, median_time, write_results
 
 # isort: split
@@ -328,7 +336,7 @@ class Layer:
 """
 
 
-def bench_mlp(batches: tuple[int, ...], repeat: int = 21) -> dict:
+def bench_mlp(batches: tuple[int, ...], repeat: int = 201) -> dict:
     """The MLP's two layers (784->128 + bias + relu, 128->10 + bias) at a few batch sizes: the
     fused kernel of ``kernels="jit"`` against that of ``kernels="numpy"`` and NumPy eager,
     interleaved in one process. Each backend's kernel is the one its VM calls (recorded)."""
@@ -351,12 +359,13 @@ def bench_mlp(batches: tuple[int, ...], repeat: int = 21) -> dict:
             fns = {}
             for backend, ex in exs.items():
                 (f, args), *more = kernel_calls(rvm.VirtualMachine(ex), "main", (x, w, b), True)
-                assert not more, f"{backend}: the layer ran {1 + len(more)} kernels, not one"
+                if more:
+                    raise AssertionError(f"{backend}: the layer ran {1 + len(more)} kernels")
                 f(*args)
                 check(args[-1], ref, f"MLP layer {k}->{n} batch {m} ({backend})", rtol=1e-4)
                 fns[backend] = lambda f=f, args=args: f(*args)
             fns["numpy_eager"] = numpy_eager
-            t = interleaved_medians(fns, repeat, number=20)
+            t = interleaved_medians(fns, repeat)
             out[f"{k}->{n}{' + relu' if relu else ''}, batch {m}"] = {
                 "jit_us": t["jit"] * 1e6,
                 "numpy_backend_us": t["numpy"] * 1e6,
