@@ -37,6 +37,32 @@ def median_time(fn: Callable[[], object], repeat: int = 9, number: int = 1) -> f
     return sorted(times)[len(times) // 2]
 
 
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], repeat: int = 101, sample_s: float = 1e-4
+) -> dict[str, float]:
+    """The median seconds per call of each ``fns[name]()``, the functions taking turns sample
+    by sample, so a slow spell of a shared machine hits them alike.
+
+    A sample is as many calls as take about ``sample_s`` (from a timed call after the warm-up
+    one): short samples mostly fit between two preemptions by other processes, which the
+    median then ignores.
+    """
+    number = {}
+    for name, fn in fns.items():
+        fn()
+        start = time.perf_counter()
+        fn()
+        number[name] = max(1, min(1000, int(sample_s / (time.perf_counter() - start))))
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(number[name]):
+                fn()
+            times[name].append((time.perf_counter() - start) / number[name])
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+
+
 def chain_module(steps: int) -> IRModule:
     """``steps`` x ``h = tanh(matmul(h, w))`` on 1x8, written as rvm script text and parsed:
     matmul is a fusion anchor and tanh its epilogue, so each step is one kernel."""

@@ -1,9 +1,15 @@
 """Benchmark of jit kernels against NumPy eager and hand-written Numba, side by side.
 
-Run: ``PYTHONPATH=src python benchmarks/kernels.py [--quick]``. Prints a table and writes
-``benchmarks/results/kernels.json``. Every figure is the median of repeats; ratios compare
+Run: ``PYTHONPATH=src python benchmarks/kernels.py [--quick] [--only a,mlp,...]``. Prints a
+table and writes ``benchmarks/results/kernels.json`` (``--only`` runs the named sections of
+`SECTIONS` and prints their rows). Every figure is the median of repeats; ratios compare
 timings taken in the same run. Jit kernels run destination-passing (outputs preallocated, as
-the VM's allocator provides them).
+the VM's allocator provides them). Every kernel's output is checked against NumPy before it is
+timed: a wrong kernel fails the run instead of posting a figure.
+
+BLAS runs one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise: on a machine shared with
+other busy processes, OpenBLAS's threaded GEMM on small shapes (the MLP layers from batch 8)
+took 50-95 ms a call instead of 40 us, for NumPy and the jit alike.
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from common import ROOT, median_time, write_results
+# Before numpy loads (see above).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# isort: split
+from common import ROOT, interleaved_medians, kernel_calls, median_time, write_results
 
 # isort: split
 import numba as nb
 import numpy as np
 
+import rvm
 from rvm import op
 from rvm.ir import Call, Function, TensorType, Var, VarBinding, infer_type, seq
 from rvm.jit import jit_kernel, load_kernel
@@ -56,6 +67,15 @@ def tvar(name: str, shape: tuple, dtype: str = "float32") -> Var:
     return Var(name, TensorType(shape, dtype))
 
 
+def check(actual: np.ndarray, expected: np.ndarray, what: str, rtol: float = 1e-5) -> None:
+    """Fails the run when a kernel's output is not NumPy's (within ``rtol``, and as absolute
+    tolerance; dtype and shape included)."""
+    try:
+        rvm.testing.assert_values_close(actual, expected, rtol=rtol, atol=rtol)
+    except AssertionError as err:
+        raise AssertionError(f"{what}: the output differs from NumPy's: {err}") from err
+
+
 @nb.njit(nogil=True, fastmath=FAST)
 def _hand_chain(x, out):  # type: ignore[no-untyped-def]
     for i in range(x.shape[0]):
@@ -73,8 +93,17 @@ def bench_chain(n: int) -> dict:
     xs = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     out = np.empty_like(xs)
     two, one, half, three = (np.float32(v) for v in (2, 1, 0.5, 3))
+
+    def numpy_eager() -> np.ndarray:
+        return np.maximum(((xs * two + one) * xs - half) / three, np.float32(0))
+
+    ref = numpy_eager()
+    k(xs, out)
+    check(out, ref, "(a) jit chain")
+    _hand_chain(xs, out)
+    check(out, ref, "(a) hand-written chain")
     t_jit = median_time(lambda: k(xs, out))
-    t_np = median_time(lambda: np.maximum(((xs * two + one) * xs - half) / three, 0))
+    t_np = median_time(numpy_eager)
     t_hand = median_time(lambda: _hand_chain(xs, out))
     return {
         "jit_s": t_jit,
@@ -96,6 +125,8 @@ def bench_transcendental(n: int) -> dict:
         z = np.tanh(xs) + np.exp(-(xs * xs))
         return 1 / (1 + np.exp(-z))
 
+    k(xs, out)
+    check(out, numpy_eager(), "(b) transcendental chain", rtol=1e-4)
     t_jit, t_np = median_time(lambda: k(xs, out)), median_time(numpy_eager)
     return {"jit_s": t_jit, "numpy_s": t_np, "x_vs_numpy": t_np / t_jit}
 
@@ -127,6 +158,8 @@ def bench_rows(rows: int, cols: int) -> dict:
         ("softmax", soft, (xs, out), np_softmax),
         ("layer_norm", norm, (xs, gs, bs, out), np_layer_norm),
     ):
+        kern(*args)
+        check(out, ref(), f"(c) {name}", rtol=1e-4)
         tj = median_time(lambda kern=kern, args=args: kern(*args))
         tn = median_time(ref)
         res[name] = {"jit_s": tj, "numpy_s": tn, "x_vs_numpy": tn / tj}
@@ -141,6 +174,8 @@ def bench_matmul(n: int) -> dict:
     xs, ws = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
     bs = rng.standard_normal(n).astype(np.float32)
     out = np.empty((n, n), np.float32)
+    k(xs, ws, bs, out)
+    check(out, np.maximum(xs @ ws + bs, 0), "(d) matmul + bias + relu", rtol=1e-3)
     t_jit = median_time(lambda: k(xs, ws, bs, out))
     t_np = median_time(lambda: np.maximum(xs @ ws + bs, 0))
     t_mm = median_time(lambda: np.matmul(xs, ws, out=out))
@@ -154,6 +189,14 @@ def bench_matmul(n: int) -> dict:
     }
 
 
+def conv3x3_relu_ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """NumPy's 3x3 convolution (padding 1) + relu: the windows of the zero-padded input
+    contracted with the weight."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    return np.maximum(np.einsum("nchwij,ocij->nohw", win, w, optimize=True), 0)
+
+
 def bench_conv(matmul_gflops: float) -> dict:
     """(e) 3x3 conv2d 64->64 (padding 1) + relu on 1x64x56x56."""
     x, w = tvar("x", (1, 64, 56, 56)), tvar("w", (64, 64, 3, 3))
@@ -162,6 +205,8 @@ def bench_conv(matmul_gflops: float) -> dict:
     xs = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
     ws = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
     out = np.empty((1, 64, 56, 56), np.float32)
+    k(xs, ws, out)
+    check(out, conv3x3_relu_ref(xs, ws), "(e) conv2d + relu", rtol=1e-3)
     t = median_time(lambda: k(xs, ws, out))
     gflops = 2.0 * 64 * 64 * 9 * 56 * 56 / t / 1e9
     return {"jit_s": t, "gflops": gflops, "fraction_of_matmul": gflops / matmul_gflops}
@@ -178,6 +223,7 @@ def bench_conv_paths(sizes: tuple[tuple[int, int], ...]) -> dict:
         xs = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
         ws = rng.standard_normal((c, c, 3, 3)).astype(np.float32)
         res = np.empty((1, c, hw, hw), np.float32)
+        ref = conv3x3_relu_ref(xs, ws)
         row = {}
         for path, channels in (("shifted", default), ("im2col", 1 << 30)):
             stages.SHIFT_MIN_CHANNELS = channels  # the lowering reads it per kernel
@@ -186,6 +232,8 @@ def bench_conv_paths(sizes: tuple[tuple[int, int], ...]) -> dict:
                 k = jit([x, w], op.relu(op.conv2d(x, w, padding=1)), f"conv_{path}_{c}_{hw}")
             finally:
                 stages.SHIFT_MIN_CHANNELS = default
+            k(xs, ws, res)
+            check(res, ref, f"conv2d 3x3 by {path} on 1x{c}x{hw}x{hw}", rtol=1e-3)
             row[f"{path}_us"] = median_time(lambda k=k, a=(xs, ws, res): k(*a)) * 1e6
         row["im2col_over_shifted"] = row["im2col_us"] / row["shifted_us"]
         out[f"{c}x{hw}x{hw}"] = row
@@ -197,6 +245,8 @@ def bench_call_overhead() -> dict:
     a, b = tvar("a", (4,)), tvar("b", (4,))
     k = jit([a, b], a + b, "tiny_add")
     xs, ys, out = (np.ones(4, np.float32) for _ in range(3))
+    k(xs, ys, out)
+    check(out, xs + ys, "tiny add")
     number = 20000
 
     def many() -> None:
@@ -277,46 +327,131 @@ def bench_cache(count: int = 20) -> dict:
     }
 
 
+_LAYER = """
+@module
+class Layer:
+    @func
+    def main(x: T[("n", {k}), "float32"], w: T[({k}, {n}), "float32"], b: T[({n},), "float32"]):
+        return {result}
+"""
+
+
+def bench_mlp(batches: tuple[int, ...], repeat: int = 201) -> dict:
+    """The MLP's two layers (784->128 + bias + relu, 128->10 + bias) at a few batch sizes: the
+    fused kernel of ``kernels="jit"`` against that of ``kernels="numpy"`` and NumPy eager,
+    interleaved in one process. Each backend's kernel is the one its VM calls (recorded)."""
+    out: dict = {}
+    rng = np.random.default_rng(6)
+    for k, n, relu in ((784, 128, True), (128, 10, False)):
+        result = "op.relu(op.matmul(x, w) + b)" if relu else "op.matmul(x, w) + b"
+        mod = rvm.script.parse(_LAYER.format(k=k, n=n, result=result))
+        exs = {backend: rvm.compile(mod, kernels=backend) for backend in ("jit", "numpy")}
+        w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        for m in batches:
+            x = rng.standard_normal((m, k)).astype(np.float32)
+
+            def numpy_eager(x=x, w=w, b=b, relu=relu) -> np.ndarray:
+                y = np.matmul(x, w) + b
+                return np.maximum(y, 0) if relu else y
+
+            ref = numpy_eager()
+            fns = {}
+            for backend, ex in exs.items():
+                (f, args), *more = kernel_calls(rvm.VirtualMachine(ex), "main", (x, w, b), True)
+                if more:
+                    raise AssertionError(f"{backend}: the layer ran {1 + len(more)} kernels")
+                f(*args)
+                check(args[-1], ref, f"MLP layer {k}->{n} batch {m} ({backend})", rtol=1e-4)
+                fns[backend] = lambda f=f, args=args: f(*args)
+            fns["numpy_eager"] = numpy_eager
+            t = interleaved_medians(fns, repeat)
+            out[f"{k}->{n}{' + relu' if relu else ''}, batch {m}"] = {
+                "jit_us": t["jit"] * 1e6,
+                "numpy_backend_us": t["numpy"] * 1e6,
+                "numpy_eager_us": t["numpy_eager"] * 1e6,
+                "jit_over_numpy_backend": t["jit"] / t["numpy"],
+                "jit_over_numpy_eager": t["jit"] / t["numpy_eager"],
+            }
+    return out
+
+
+SECTIONS = ("a", "b", "c", "d", "e", "conv_paths", "mlp", "call", "f")
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
+    only = set(SECTIONS)
+    if "--only" in sys.argv:
+        only = set(sys.argv[sys.argv.index("--only") + 1].split(","))
+        if only - set(SECTIONS):
+            raise SystemExit(f"--only takes some of {', '.join(SECTIONS)}")
+    if "e" in only:
+        only.add("d")  # (e) is measured against (d)'s NumPy GFLOP/s
     n = (1 << 20) if quick else 16 * 1024 * 1024
     res: dict = {"numpy": np.__version__, "numba": nb.__version__}
-    res["a_chain6"] = bench_chain(n)
-    res["b_transcendental"] = bench_transcendental(n)
-    res["c_rows"] = bench_rows(512 if quick else 4096, 1024)
-    res["d_matmul"] = bench_matmul(256 if quick else 1024)
-    res["e_conv2d"] = bench_conv(res["d_matmul"]["numpy_matmul_gflops"])
-    sizes = ((64, 4), (64, 14)) if quick else ((64, 4), (64, 14), (64, 56))
-    res["conv_paths"] = bench_conv_paths(sizes)
-    res["call_overhead"] = bench_call_overhead()
-    res["f_cache"] = bench_cache()
+    runs = {
+        "a": ("a_chain6", lambda: bench_chain(n)),
+        "b": ("b_transcendental", lambda: bench_transcendental(n)),
+        "c": ("c_rows", lambda: bench_rows(512 if quick else 4096, 1024)),
+        "d": ("d_matmul", lambda: bench_matmul(256 if quick else 1024)),
+        "e": ("e_conv2d", lambda: bench_conv(res["d_matmul"]["numpy_matmul_gflops"])),
+        "conv_paths": (
+            "conv_paths",
+            lambda: bench_conv_paths(((64, 4), (64, 14)) + (() if quick else ((64, 56),))),
+        ),
+        "mlp": ("mlp_layers", lambda: bench_mlp((1, 8, 64) if quick else (1, 2, 8, 16, 64))),
+        "call": ("call_overhead", bench_call_overhead),
+        "f": ("f_cache", bench_cache),
+    }
+    for section in SECTIONS:
+        if section in only:
+            key, run = runs[section]
+            res[key] = run()
     _print(res)
-    write_results("kernels", res)
+    write_results("kernels" if only == set(SECTIONS) else "kernels_partial", res)
 
 
-def _print(res: dict) -> None:
-    a, b, c, d, e, f = (
-        res[k]
-        for k in ("a_chain6", "b_transcendental", "c_rows", "d_matmul", "e_conv2d", "f_cache")
-    )
-    rows = [
-        ("(a) 6-op chain vs numpy (goal >= 5x)", f"{a['x_vs_numpy']:.2f}x"),
-        ("(a) jit / hand numba (goal <= 1.10)", f"{a['jit_over_hand']:.3f}"),
-        ("(b) exp/tanh/sigmoid vs numpy (goal >= 1.5x)", f"{b['x_vs_numpy']:.2f}x"),
-        ("(c) softmax vs numpy (goal >= 2x)", f"{c['softmax']['x_vs_numpy']:.2f}x"),
-        ("(c) layer_norm vs numpy (goal >= 2x)", f"{c['layer_norm']['x_vs_numpy']:.2f}x"),
-        ("(d) matmul+bias+relu jit / numpy (goal <= 1.10)", f"{d['jit_over_numpy']:.3f}"),
-        (
-            "(e) conv2d GFLOP/s / numpy matmul (goal >= 0.5)",
-            f"{e['gflops']:.1f} / {d['numpy_matmul_gflops']:.1f} = {e['fraction_of_matmul']:.2f}",
-        ),
-        (
-            "(f) 20 kernels cold / warm load (goal >= 5x)",
-            f"{f['cold_load_s']:.2f} s / {f['warm_load_s']:.2f} s = {f['speedup']:.1f}x",
-        ),
-        ("tiny kernel call", f"{res['call_overhead']['call_us']:.2f} us"),
-    ]
-    for size, r in res["conv_paths"].items():
+def _rows(res: dict) -> list[tuple[str, str]]:
+    """The printed table: (label, figure) for each section in ``res``."""
+    rows = []
+    if "a_chain6" in res:
+        a = res["a_chain6"]
+        rows.append(("(a) 6-op chain vs numpy (goal >= 5x)", f"{a['x_vs_numpy']:.2f}x"))
+        rows.append(("(a) jit / hand numba (goal <= 1.10)", f"{a['jit_over_hand']:.3f}"))
+    if "b_transcendental" in res:
+        b = res["b_transcendental"]
+        rows.append(("(b) exp/tanh/sigmoid vs numpy (goal >= 1.5x)", f"{b['x_vs_numpy']:.2f}x"))
+    if "c_rows" in res:
+        c = res["c_rows"]
+        rows.append(("(c) softmax vs numpy (goal >= 2x)", f"{c['softmax']['x_vs_numpy']:.2f}x"))
+        rows.append(
+            ("(c) layer_norm vs numpy (goal >= 2x)", f"{c['layer_norm']['x_vs_numpy']:.2f}x")
+        )
+    if "d_matmul" in res:
+        d = res["d_matmul"]
+        rows.append(
+            ("(d) matmul+bias+relu jit / numpy (goal <= 1.10)", f"{d['jit_over_numpy']:.3f}")
+        )
+    if "e_conv2d" in res:
+        e, gflops = res["e_conv2d"], res["d_matmul"]["numpy_matmul_gflops"]
+        rows.append(
+            (
+                "(e) conv2d GFLOP/s / numpy matmul (goal >= 0.5)",
+                f"{e['gflops']:.1f} / {gflops:.1f} = {e['fraction_of_matmul']:.2f}",
+            )
+        )
+    if "f_cache" in res:
+        f = res["f_cache"]
+        rows.append(
+            (
+                "(f) 20 kernels cold / warm load (goal >= 5x)",
+                f"{f['cold_load_s']:.2f} s / {f['warm_load_s']:.2f} s = {f['speedup']:.1f}x",
+            )
+        )
+    if "call_overhead" in res:
+        rows.append(("tiny kernel call", f"{res['call_overhead']['call_us']:.2f} us"))
+    for size, r in res.get("conv_paths", {}).items():
         rows.append(
             (
                 f"conv2d 3x3 on 1x{size}: shifted GEMMs / im2col",
@@ -324,6 +459,19 @@ def _print(res: dict) -> None:
                 f"(im2col {r['im2col_over_shifted']:.1f}x slower)",
             )
         )
+    for layer, r in res.get("mlp_layers", {}).items():
+        rows.append(
+            (
+                f"MLP layer {layer}: jit / numpy backend / numpy (goal jit <= both)",
+                f"{r['jit_us']:.1f} us / {r['numpy_backend_us']:.1f} us / "
+                f"{r['numpy_eager_us']:.1f} us",
+            )
+        )
+    return rows
+
+
+def _print(res: dict) -> None:
+    rows = _rows(res)
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

@@ -1,15 +1,16 @@
 """Anchor stages: matmul, dense, conv1d/conv2d (BLAS) and the window pools.
 
-Float matmul and dense call ``np.dot`` inside the kernel (BLAS through SciPy's cython_blas),
-one call per batch matrix, writing straight into the stage's array; the lowering points that
-array at the kernel's output when the epilogue (bias, activation) can run in place, so the
-epilogue is one pass over the output in the same kernel. Float stride-1 convolutions with at
-least `SHIFT_MIN_CHANNELS` input channels per group run one GEMM per kernel tap on row-strided
-windows of the zero-padded input, accumulated in place by NumPy's BLAS (`rvm.jit.blas`): no
-column matrix at all. Other float convolutions pack the input windows of each (image, group)
-into a column matrix (im2col, with the padding as zero runs and unit-stride copies in between)
-and multiply it by the weight with one GEMM. Integer matmul and convolution, and the pools, are
-reduce loops inlined into their consumer.
+Float matmul and dense call `rvm.jit.blas.matmul` inside the kernel (NumPy's BLAS, with the
+GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS is not
+reachable), one call per batch matrix, writing straight into the stage's array; the lowering
+points that array at the kernel's output when the epilogue (bias, activation) can run in
+place, so the epilogue is one pass over the output in the same kernel. Float stride-1
+convolutions with at least `SHIFT_MIN_CHANNELS` input channels per group run one GEMM per
+kernel tap on row-strided windows of the zero-padded input, accumulated in place by NumPy's
+BLAS: no column matrix at all. Other float convolutions pack the input windows of each (image,
+group) into a column matrix (im2col, with the padding as zero runs and unit-stride copies in
+between) and multiply it by the weight with one GEMM. Integer matmul and convolution, and the
+pools, are reduce loops inlined into their consumer.
 """
 
 from __future__ import annotations
@@ -86,11 +87,17 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     kb.root.lines.append(f"    {ov}[...] = 0")
     loop = Body(kb.root, None, f"elif {m} > 0 and {n} > 0:")
 
+    if blas.AVAILABLE:
+        kb.imports.add("from rvm.jit.blas import matmul")
+
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
         bi = kb.broadcast_index(b2[:-2], batch, index) if not dense else []
-        bref = f"{_sub(bv, bi)}.T" if dense else _sub(bv, bi)
-        body.lines.append(f"np.dot({_sub(av, ai)}, {bref}, {_sub(ov, index)})")
+        aref, bref, oref = _sub(av, ai), _sub(bv, bi), _sub(ov, index)
+        if blas.AVAILABLE:
+            body.lines.append(f"matmul({aref}, {bref}, {oref}, {dense})")
+        else:
+            body.lines.append(f"np.dot({aref}, {bref + '.T' if dense else bref}, {oref})")
 
     kb.loop_nest(loop, batch, emit)
     kb.root.lines.append(loop.header)
