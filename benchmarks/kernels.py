@@ -473,6 +473,7 @@ def _rows(res: dict) -> list[tuple[str, str]]:
 def _print(res: dict) -> None:
     rows = _rows(res)
     width = max(len(r[0]) for r in rows)
+    print(f"BLAS threads: OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']} (every row)")
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
 
