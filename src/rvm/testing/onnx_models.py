@@ -108,6 +108,26 @@ def randomize_weights(model: Any, seed: int = 0) -> Any:
     return model
 
 
+def expose_logits(model: Any) -> Any:
+    """A copy of ``model`` with the input of its final Softmax as an extra, last output.
+
+    Softmax saturates on random weights (every probability 0 or 1); the logits before it are
+    what a comparison should look at.
+    """
+    import onnx
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    outputs = {o.name: o for o in model.graph.output}
+    for node in reversed(model.graph.node):
+        if node.op_type == "Softmax" and node.output[0] in outputs:
+            info = onnx.ValueInfoProto()  # softmax keeps the shape: the probabilities' type
+            info.CopyFrom(outputs[node.output[0]])
+            info.name = node.input[0]
+            model.graph.output.append(info)
+            return model
+    return model
+
+
 def graph_inputs(model: Any) -> list[Any]:
     """The graph inputs that are not initializers, in order."""
     inits = {t.name for t in model.graph.initializer}
@@ -165,8 +185,10 @@ def compare(actual: np.ndarray, expected: np.ndarray) -> Comparison:
     return Comparison(rel, top1)
 
 
-def compare_with_ort(vm_main: Any, model: Any, inputs: list[np.ndarray]) -> Comparison:
-    """Run ``vm_main(*inputs)`` (an rvm VM function) and ONNX Runtime; compare output 0."""
+def compare_with_ort(
+    vm_main: Any, model: Any, inputs: list[np.ndarray], output: int = -1
+) -> Comparison:
+    """Run ``vm_main(*inputs)`` (an rvm VM function) and ONNX Runtime; compare ``output``."""
     out = vm_main(*inputs)
-    first = out[0] if isinstance(out, tuple) else out
-    return compare(np.asarray(first), run_ort(model, inputs)[0])
+    ours = out[output] if isinstance(out, tuple) else out
+    return compare(np.asarray(ours), run_ort(model, inputs)[output])
