@@ -81,8 +81,6 @@ def single_op(
     names = list(input_names) if input_names is not None else [*inputs, *(initializers or {})]
     outs = [f"y{i}" for i in range(n_outputs)]
     node = helper.make_node(op_type, names, outs, name=f"{op_type.lower()}_0", **attrs)
-    info = [
-        (k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()
-    ]
+    info = [(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()]
     model = make_model([node], info, outs, initializers, opset)
     return model, list(inputs.values())

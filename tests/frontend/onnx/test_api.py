@@ -50,11 +50,17 @@ def torch_like_model(batch="N"):
         n("Softmax", ["logits"], ["prob"], axis=1),
     ]
     inits = {
-        "w": W, "fc": FC, "i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
-        "two": _i64(2), "four": _i64(4), "zero": _i64(0),
+        "w": W,
+        "fc": FC,
+        "i0": np.array(0, np.int64),
+        "i1": np.array(1, np.int64),
+        "two": _i64(2),
+        "four": _i64(4),
+        "zero": _i64(0),
     }
-    return make_model(nodes, [("x", TensorProto.FLOAT, [batch, 3, 8, 8])], ["prob", "logits"],
-                      inits, opset=13)
+    return make_model(
+        nodes, [("x", TensorProto.FLOAT, [batch, 3, 8, 8])], ["prob", "logits"], inits, opset=13
+    )
 
 
 def _reshape_targets(mod):
@@ -156,7 +162,9 @@ def test_one_output_is_a_tensor_several_a_tuple():
 
 def _model_with(nodes, opset=13, extra_opsets=()):
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [2, 3])],
     )
     opsets = [helper.make_opsetid("", opset), *extra_opsets]
@@ -165,7 +173,9 @@ def _model_with(nodes, opset=13, extra_opsets=()):
 
 def test_unsupported_ops_are_all_listed_before_conversion():
     then = helper.make_graph(
-        [helper.make_node("Celu", ["x"], ["t"], name="inner_celu")], "then", [],
+        [helper.make_node("Celu", ["x"], ["t"], name="inner_celu")],
+        "then",
+        [],
         [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])],
     )
     nodes = [
@@ -174,16 +184,23 @@ def test_unsupported_ops_are_all_listed_before_conversion():
         helper.make_node("Det", ["b"], ["c"], name="det2"),
         helper.make_node("Greater", ["c", "c"], ["cond0"], name="gt"),
         helper.make_node("ReduceMin", ["cond0"], ["cond"], keepdims=0, name="rm"),
-        helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then,
-                         else_branch=then),
+        helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then, else_branch=then),
         helper.make_node("Thing", ["y"], ["z"], name="custom", domain="my.domain"),
     ]
     model = _model_with(nodes, extra_opsets=[helper.make_opsetid("my.domain", 1)])
     with pytest.raises(rvm.OnnxImportError) as info:
         rvm.from_onnx(model)
     message = str(info.value)
-    for expected in ("Det-11", "'det1', 'det2'", "If-13", "'branch'", "Celu-12",
-                     "'inner_celu'", "my.domain.Thing", "'custom'"):
+    for expected in (
+        "Det-11",
+        "'det1', 'det2'",
+        "If-13",
+        "'branch'",
+        "Celu-12",
+        "'inner_celu'",
+        "my.domain.Thing",
+        "'custom'",
+    ):
         assert expected in message, message
     assert "Relu" not in message
     assert isinstance(info.value, rvm.IRError)
@@ -218,8 +235,9 @@ def test_corrupt_truncated_and_invalid_models(tmp_path):
 
 
 def test_node_errors_name_the_node():
-    model, _ = single_op("Reshape", {"x": np.zeros((2, 3), np.float32),
-                                     "s": np.array([3, 2], np.int64)})
+    model, _ = single_op(
+        "Reshape", {"x": np.zeros((2, 3), np.float32), "s": np.array([3, 2], np.int64)}
+    )
     with pytest.raises(rvm.OnnxImportError, match=r"node 'reshape_0' \(Reshape-14\).*known at"):
         rvm.from_onnx(model)
 
@@ -231,6 +249,7 @@ def test_rvm_imports_without_onnx_and_from_onnx_says_how_to_install():
         "try:\n    rvm.from_onnx(b'')\nexcept ImportError as e:\n    print('IMPORT-ERROR', e)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert "IMPORT-ERROR" in out.stdout and "pip install 'rvm[onnx]'" in out.stdout, out

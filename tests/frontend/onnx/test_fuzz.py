@@ -64,7 +64,10 @@ def test_truncated_and_flipped_bytes_import_or_raise_rvm_errors():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run(
         [sys.executable, "-c", FUZZ.replace("CASES", "200")],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert out.returncode == 0, f"crashed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
     assert "FAIL" not in out.stdout, out.stdout

@@ -32,8 +32,9 @@ def test_split(opset):
         check_ort(*single_op("Split", {"x": X}, opset=opset, n_outputs=2, axis=2, split=[1, 3]))
     else:
         inits = {"s": _i64(1, 3)}
-        check_ort(*single_op("Split", {"x": X}, initializers=inits, opset=opset, n_outputs=2,
-                             axis=2))
+        check_ort(
+            *single_op("Split", {"x": X}, initializers=inits, opset=opset, n_outputs=2, axis=2)
+        )
     equal = {"num_outputs": 2} if opset >= 18 else {}
     check_ort(*single_op("Split", {"x": X}, opset=opset, n_outputs=2, axis=-1, **equal))
 
@@ -88,21 +89,40 @@ def test_shape_size_expand_constant_of_shape_range():
     check_ort(*single_op("Size", {"x": X}))
     check_ort(*single_op("Expand", {"x": X[:, :1]}, initializers={"s": _i64(3, 1, 1, 1)}))
     check_ort(*single_op("ConstantOfShape", {}, initializers={"s": _i64(2, 3)}))
-    check_ort(*single_op("Range", {}, initializers={
-        "a": np.array(1, np.int64), "b": np.array(9, np.int64), "d": np.array(3, np.int64)}))
+    check_ort(
+        *single_op(
+            "Range",
+            {},
+            initializers={
+                "a": np.array(1, np.int64),
+                "b": np.array(9, np.int64),
+                "d": np.array(3, np.int64),
+            },
+        )
+    )
 
 
 @pytest.mark.parametrize(
-    "op_type", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                "ReduceSumSquare", "ReduceL1", "ReduceL2"]
+    "op_type",
+    [
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSumSquare",
+        "ReduceL1",
+        "ReduceL2",
+    ],
 )
 @pytest.mark.parametrize("opset", [11, 18])
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_reductions(op_type, opset, keepdims):
     axes_as_input = opset >= 18 or (op_type == "ReduceSum" and opset >= 13)
     if axes_as_input:
-        model = single_op(op_type, {"x": X}, initializers={"a": _i64(0, -1)}, opset=opset,
-                          keepdims=keepdims)
+        model = single_op(
+            op_type, {"x": X}, initializers={"a": _i64(0, -1)}, opset=opset, keepdims=keepdims
+        )
     else:
         model = single_op(op_type, {"x": X}, opset=opset, axes=[0, -1], keepdims=keepdims)
     check_ort(*model, rtol=1e-4)

@@ -9,11 +9,11 @@ A converter receives a `NodeContext`: the node's attributes, its inputs as IR ex
   1-d integer tensor whose elements are known at import as ints or symbolic dimension names
   (None where unknown): ``Shape(x)`` of ``x: T[("n", 3, 224, 224)]`` is ``["n", 3, 224, 224]``.
   Structural ops (take, concat, expand_dims, squeeze, strided_slice, reshape, cast to an int,
-  sum and prod) run their reference on object arrays of those elements; arithmetic keeps a name only where
-  it provably stays that name (``n * 1``). ``Reshape`` and friends then read the target shape
-  from it, so the ``Shape -> Gather -> Concat -> Reshape`` chains of torch exports become a
-  static or symbolic reshape. The run-time IR is emitted too; dead code removes it when
-  nothing else reads it.
+  sum and prod) run their reference on object arrays of those elements; arithmetic keeps a
+  name only where it provably stays that name (``n * 1``). ``Reshape`` and friends then read
+  the target shape from it, so the ``Shape -> Gather -> Concat -> Reshape`` chains of torch
+  exports become a static or symbolic reshape. The run-time IR is emitted too; dead code
+  removes it when nothing else reads it.
 
 `Scope` maps ONNX value names to expressions; a subgraph's scope looks names up in its
 parents', which is how If/Loop bodies capture outer values.
@@ -227,9 +227,13 @@ _STRUCTURAL = {
 _ARITHMETIC = {
     ops.add: _symbolic(lambda a, b: a + b, lambda a, b: a if b == 0 else (b if a == 0 else None)),
     ops.subtract: _symbolic(lambda a, b: a - b, lambda a, b: a if b == 0 else None),
-    ops.multiply: _symbolic(lambda a, b: a * b, lambda a, b: a if b == 1 else (b if a == 1 else None)),
+    ops.multiply: _symbolic(
+        lambda a, b: a * b, lambda a, b: a if b == 1 else (b if a == 1 else None)
+    ),
     ops.divide: _symbolic(_div, lambda a, b: a if b == 1 else None),
-    ops.floor_divide: _symbolic(lambda a, b: a // b if b else None, lambda a, b: a if b == 1 else None),
+    ops.floor_divide: _symbolic(
+        lambda a, b: a // b if b else None, lambda a, b: a if b == 1 else None
+    ),
 }
 
 
@@ -265,9 +269,7 @@ class NodeContext:
         return len(outs)
 
     def fail(self, message: str) -> NoReturn:
-        raise OnnxImportError(
-            f"node {self.name!r} ({self.node.op_type}-{self.version}): {message}"
-        )
+        raise OnnxImportError(f"node {self.name!r} ({self.node.op_type}-{self.version}): {message}")
 
     def attr(self, name: str, default: Any = _REQUIRED) -> Any:
         if name in self.attrs:

@@ -94,9 +94,7 @@ def from_onnx(
     opsets = model_opsets(proto)
     check_supported(proto.graph, opsets)
     try:
-        return GraphImporter(opsets).import_model(
-            proto, shape_dict or {}, dtype_dict or {}, params
-        )
+        return GraphImporter(opsets).import_model(proto, shape_dict or {}, dtype_dict or {}, params)
     except RVMError:
         raise
     except Exception as err:  # a malformed model the checker let through: an error, no crash
