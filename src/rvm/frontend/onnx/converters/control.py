@@ -16,9 +16,10 @@ a free variable of the branch or loop function, which lambda lifting turns into 
               return (i, cond, v..., acc...)
 
   The self call is in tail position, so the VM runs it as a jump: constant stack space at any
-  trip count. The trip count and the condition may each be absent. Scan outputs grow by one
-  concat per iteration, which copies O(n^2) elements over n iterations: fine for short scans,
-  slow for long loops that produce scan outputs (loops without them are not affected).
+  trip count. The trip count may be absent; an absent condition starts true. Scan outputs
+  grow by one concat per iteration, which copies O(n^2) elements over n iterations: fine for
+  short scans, slow for long loops that produce scan outputs (loops without them are not
+  affected).
 - ``Scan`` (opset 9 semantics) is the same loop over the slices of its scan inputs, which are
   moved to axis 0 (and reversed) first; its scan outputs are moved back after.
 
@@ -144,7 +145,9 @@ def _loop(ctx: NodeContext) -> list[Expr]:
         return outs[0], outs[1 : 1 + len(inits)], outs[1 + len(inits) :]
 
     trip = None if trip is None else _scalar(ctx, trip, "int64")
-    cond = None if cond is None else _scalar(ctx, cond, "bool")
+    # An absent condition starts true; the body's condition still ends the loop (as ONNX
+    # Runtime and onnx.reference run it).
+    cond = ir_const(True, "bool") if cond is None else _scalar(ctx, cond, "bool")
     return tail_loop(ctx, trip, cond, inits, n_scan, step)
 
 
