@@ -170,10 +170,8 @@ def _value_kind(type_proto: Any) -> str:
 
 def _to_python(value: Any, kind: str) -> Any:
     """A VM result as ONNX's runner expects it: arrays, and lists of them for sequences."""
-    if kind == "sequence":
-        from rvm.frontend.onnx.sequence import sequence_items
-
-        return [np.asarray(v) for v in sequence_items(value)]
+    if kind == "sequence":  # rvm imports no sequence yet; a tuple of tensors would be one
+        return [np.asarray(v) for v in value]
     return np.asarray(value)
 
 
