@@ -180,8 +180,11 @@ def compare(actual: np.ndarray, expected: np.ndarray) -> Comparison:
         raise AssertionError(f"shape {a.shape}, expected {b.shape}")
     scale = np.max(np.abs(b)) if b.size else 1.0
     rel = float(np.max(np.abs(a - b)) / scale) if b.size else 0.0
-    top1 = bool(np.array_equal(np.argmax(a.reshape(-1, a.shape[-1]), -1),
-                               np.argmax(b.reshape(-1, b.shape[-1]), -1)))
+    top1 = bool(
+        np.array_equal(
+            np.argmax(a.reshape(-1, a.shape[-1]), -1), np.argmax(b.reshape(-1, b.shape[-1]), -1)
+        )
+    )
     return Comparison(rel, top1)
 
 

@@ -8,7 +8,3 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("RVM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "rvm-test-cache"))
-
-
-def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "slow: long-running (jit compiles of whole CNNs)")

@@ -72,17 +72,15 @@ def single_op(
     *,
     initializers: dict[str, np.ndarray] | None = None,
     opset: int = OPSET,
-    num_outputs: int = 1,
+    n_outputs: int = 1,
     input_names: Sequence[str] | None = None,
     **attrs,
 ):
     """A model of one node: graph inputs ``inputs`` (name: sample array), constants
     ``initializers``; returns (model, sample input list)."""
     names = list(input_names) if input_names is not None else [*inputs, *(initializers or {})]
-    outs = [f"y{i}" for i in range(num_outputs)]
+    outs = [f"y{i}" for i in range(n_outputs)]
     node = helper.make_node(op_type, names, outs, name=f"{op_type.lower()}_0", **attrs)
-    info = [
-        (k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()
-    ]
+    info = [(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()]
     model = make_model([node], info, outs, initializers, opset)
     return model, list(inputs.values())

@@ -17,8 +17,24 @@ POS = (np.abs(A) + 0.5).astype(np.float32)
 
 
 @pytest.mark.parametrize(
-    "op_type", ["Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
-                "GreaterOrEqual", "Max", "Min", "Sum", "Mean", "MatMul"]
+    "op_type",
+    [
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Equal",
+        "Less",
+        "Greater",
+        "LessOrEqual",
+        "GreaterOrEqual",
+        "Max",
+        "Min",
+        "Sum",
+        "Mean",
+        "MatMul",
+    ],
 )
 def test_binary(op_type):
     a, b = (POS, B) if op_type == "Pow" else (A, B)
@@ -33,10 +49,26 @@ def test_binary(op_type):
 @pytest.mark.parametrize(
     "op_type, x",
     [
-        ("Neg", A), ("Abs", A), ("Sqrt", POS), ("Exp", A), ("Log", POS), ("Tanh", A),
-        ("Sigmoid", A), ("Relu", A), ("Erf", A), ("Floor", A), ("Ceil", A), ("Round", A),
-        ("Sign", A), ("Sin", A), ("Cos", A), ("Softplus", A), ("Reciprocal", POS),
-        ("Elu", A), ("HardSigmoid", A), ("LeakyRelu", A),
+        ("Neg", A),
+        ("Abs", A),
+        ("Sqrt", POS),
+        ("Exp", A),
+        ("Log", POS),
+        ("Tanh", A),
+        ("Sigmoid", A),
+        ("Relu", A),
+        ("Erf", A),
+        ("Floor", A),
+        ("Ceil", A),
+        ("Round", A),
+        ("Sign", A),
+        ("Sin", A),
+        ("Cos", A),
+        ("Softplus", A),
+        ("Reciprocal", POS),
+        ("Elu", A),
+        ("HardSigmoid", A),
+        ("LeakyRelu", A),
     ],
 )
 def test_unary(op_type, x):

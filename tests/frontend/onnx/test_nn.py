@@ -111,7 +111,7 @@ def test_softmax_versions(op_type, opset, axis):
 
 def test_dropout_is_identity_with_mask():
     check_ort(*single_op("Dropout", {"x": X}, opset=9, ratio=0.3))
-    check_ort(*single_op("Dropout", {"x": X}, opset=13, num_outputs=2))
+    check_ort(*single_op("Dropout", {"x": X}, opset=13, n_outputs=2))
     check_ort(*single_op("Dropout", {"x": X}, opset=13))
 
 

@@ -8,12 +8,12 @@ A converter receives a `NodeContext`: the node's attributes, its inputs as IR ex
 - a call on *shape values* keeps a known value beside its variable. A shape value is a 0-d or
   1-d integer tensor whose elements are known at import as ints or symbolic dimension names
   (None where unknown): ``Shape(x)`` of ``x: T[("n", 3, 224, 224)]`` is ``["n", 3, 224, 224]``.
-  Structural ops (take, concat, expand_dims, squeeze, strided_slice, reshape, cast to an int)
-  run their reference on object arrays of those elements; arithmetic keeps a name only where
-  it provably stays that name (``n * 1``). ``Reshape`` and friends then read the target shape
-  from it, so the ``Shape -> Gather -> Concat -> Reshape`` chains of torch exports become a
-  static or symbolic reshape. The run-time IR is emitted too; dead code removes it when
-  nothing else reads it.
+  Structural ops (take, concat, expand_dims, squeeze, strided_slice, reshape, cast to an int,
+  sum and prod) run their reference on object arrays of those elements; arithmetic keeps a
+  name only where it provably stays that name (``n * 1``). ``Reshape`` and friends then read
+  the target shape from it, so the ``Shape -> Gather -> Concat -> Reshape`` chains of torch
+  exports become a static or symbolic reshape. The run-time IR is emitted too; dead code
+  removes it when nothing else reads it.
 
 `Scope` maps ONNX value names to expressions; a subgraph's scope looks names up in its
 parents', which is how If/Loop bodies capture outer values.
@@ -89,6 +89,9 @@ class Emitter:
             if folded is not None:
                 return folded
         known = self._shape_value(expr)
+        if known is not None and all(isinstance(d, int) for d in known.flat):
+            ty = infer_type(expr)  # every element known: the value is a constant
+            return _typed_constant(known.astype(np.int64), ty)
         var = self.builder.emit(expr)
         if known is not None:
             self.shape_values[var] = known
@@ -141,7 +144,7 @@ class Emitter:
         if op not in _STRUCTURAL and op not in _ARITHMETIC:
             return None
         args = [self._known(a) for a in call.args]
-        if any(a is None for a in args):
+        if any(a is None for a in args) or all(isinstance(a, Constant) for a in call.args):
             return None
         try:
             if op in _ARITHMETIC:
@@ -156,10 +159,13 @@ class Emitter:
         return out if out.ndim <= 1 else None
 
     def _known(self, arg: Expr) -> Any:
+        """A constant's data (indices stay ints) or a shape value; None if neither."""
         if isinstance(arg, Tuple):
-            fields = [self.shape_value(f) for f in arg.fields]
+            fields = [self._known(f) for f in arg.fields]
             return None if any(f is None for f in fields) else fields
-        return self.shape_value(arg)
+        if isinstance(arg, Constant):
+            return arg.data
+        return self.shape_values.get(arg)
 
 
 def _constant_data(arg: Expr) -> Any:
@@ -215,13 +221,19 @@ _STRUCTURAL = {
     ops.reshape,
     ops.cast,
     ops.flatten,
+    ops.prod,
+    ops.sum,
 }
 _ARITHMETIC = {
     ops.add: _symbolic(lambda a, b: a + b, lambda a, b: a if b == 0 else (b if a == 0 else None)),
     ops.subtract: _symbolic(lambda a, b: a - b, lambda a, b: a if b == 0 else None),
-    ops.multiply: _symbolic(lambda a, b: a * b, lambda a, b: a if b == 1 else (b if a == 1 else None)),
+    ops.multiply: _symbolic(
+        lambda a, b: a * b, lambda a, b: a if b == 1 else (b if a == 1 else None)
+    ),
     ops.divide: _symbolic(_div, lambda a, b: a if b == 1 else None),
-    ops.floor_divide: _symbolic(lambda a, b: a // b if b else None, lambda a, b: a if b == 1 else None),
+    ops.floor_divide: _symbolic(
+        lambda a, b: a // b if b else None, lambda a, b: a if b == 1 else None
+    ),
 }
 
 
@@ -259,9 +271,7 @@ class NodeContext:
         return len(outs)
 
     def fail(self, message: str) -> NoReturn:
-        raise OnnxImportError(
-            f"node {self.name!r} ({self.node.op_type}-{self.version}): {message}"
-        )
+        raise OnnxImportError(f"node {self.name!r} ({self.node.op_type}-{self.version}): {message}")
 
     def attr(self, name: str, default: Any = _REQUIRED) -> Any:
         if name in self.attrs:

@@ -35,8 +35,13 @@ from rvm.ir.types import check_dtype
 PARAMS_MODES = ("constants", "inputs")
 
 
-def identifier(name: str) -> str:
-    """``name`` made a valid Python identifier (the IR's names must be)."""
+def identifier(name: str | bytes) -> str:
+    """``name`` made a valid Python identifier (the IR's names must be).
+
+    Protobuf hands back bytes for a string field that is not valid UTF-8.
+    """
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", errors="replace")
     out = re.sub(r"\W", "_", name) or "v"
     if out[0].isdigit():
         out = "v_" + out
@@ -88,7 +93,12 @@ def from_onnx(
     proto = load_model(model)
     opsets = model_opsets(proto)
     check_supported(proto.graph, opsets)
-    return GraphImporter(opsets).import_model(proto, shape_dict or {}, dtype_dict or {}, params)
+    try:
+        return GraphImporter(opsets).import_model(proto, shape_dict or {}, dtype_dict or {}, params)
+    except RVMError:
+        raise
+    except Exception as err:  # a malformed model the checker let through: an error, no crash
+        raise OnnxImportError(f"cannot import the model: {type(err).__name__}: {err}") from err
 
 
 class GraphImporter:

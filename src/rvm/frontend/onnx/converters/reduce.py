@@ -42,9 +42,7 @@ converter("ReduceMin", since=(1, 11, 12, 13, 18, 20))(_reduction(op.min, 18))
 converter("ReduceProd", since=(1, 11, 13, 18))(_reduction(op.prod, 18))
 converter("ReduceSumSquare", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=_square))
 converter("ReduceL1", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=op.abs))
-converter("ReduceL2", since=(1, 11, 13, 18))(
-    _reduction(op.sum, 18, before=_square, after=op.sqrt)
-)
+converter("ReduceL2", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=_square, after=op.sqrt))
 
 
 def _arg(fn):
