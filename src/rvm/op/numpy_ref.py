@@ -66,6 +66,12 @@ def mod(a, b):
     return _like(np.mod(a, b), _binary_dtype(a, b))
 
 
+def fmod(a, b):
+    """Remainder with the sign of the dividend (C's fmod, ONNX Mod with fmod=1)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _like(np.fmod(a, b), _binary_dtype(a, b))
+
+
 def power(a, b):
     return _like(np.power(a, b), _binary_dtype(a, b))
 
@@ -112,6 +118,46 @@ def logical_or(a, b):
 
 def logical_not(x):
     return np.asarray(np.logical_not(x))
+
+
+def bitwise_and(a, b):
+    return _like(np.bitwise_and(a, b), _binary_dtype(a, b))
+
+
+def bitwise_or(a, b):
+    return _like(np.bitwise_or(a, b), _binary_dtype(a, b))
+
+
+def bitwise_xor(a, b):
+    return _like(np.bitwise_xor(a, b), _binary_dtype(a, b))
+
+
+def bitwise_not(x):
+    return _like(np.invert(x), x.dtype)
+
+
+def _shift_parts(a, b):
+    """``a`` and ``b`` in their common dtype, the shifts in range, and a safe shift count."""
+    dtype = _binary_dtype(a, b)
+    a, b = np.broadcast_arrays(np.asarray(a, dtype), np.asarray(b, dtype))
+    in_range = (b >= 0) & (b < dtype.itemsize * 8)
+    return a, in_range, np.where(in_range, b, 0)
+
+
+def left_shift(a, b):
+    """``a << b`` wrapping within the dtype; a shift out of [0, bits) gives 0 (ONNX BitShift)."""
+    a, in_range, count = _shift_parts(a, b)
+    unsigned = np.dtype(f"u{a.dtype.itemsize}")
+    shifted = np.left_shift(a.astype(unsigned), count.astype(unsigned)).astype(a.dtype)
+    return _like(np.where(in_range, shifted, 0), a.dtype)
+
+
+def right_shift(a, b):
+    """``a >> b``, arithmetic for signed dtypes; a shift out of [0, bits) gives the sign fill
+    (0, or -1 for a negative signed value), as NumPy's saturating shift and ONNX BitShift."""
+    a, in_range, count = _shift_parts(a, b)
+    fill = np.where(a < 0, -1, 0).astype(a.dtype)
+    return _like(np.where(in_range, np.right_shift(a, count), fill), a.dtype)
 
 
 def where(cond, a, b):

@@ -38,6 +38,15 @@ mod = register_op("mod", _B, 2)
 power = register_op("power", _B, 2)
 maximum = register_op("maximum", _B, 2)
 minimum = register_op("minimum", _B, 2)
+fmod = register_op("fmod", _B, 2)
+
+# Bitwise ops on integers (and bools for and/or/xor/not).
+bitwise_and = register_op("bitwise_and", _B, 2)
+bitwise_or = register_op("bitwise_or", _B, 2)
+bitwise_xor = register_op("bitwise_xor", _B, 2)
+bitwise_not = register_op("bitwise_not", _E, 1)
+left_shift = register_op("left_shift", _B, 2)
+right_shift = register_op("right_shift", _B, 2)
 
 # Comparisons and logic (bool results).
 equal = register_op("equal", _B, 2)
