@@ -235,7 +235,7 @@ def test_bitwise_bools_and_errors():
     np.testing.assert_array_equal(check(op.bitwise_xor(p, q), {p: a, q: b}), a ^ b)
     np.testing.assert_array_equal(check(op.bitwise_not(p), {p: a}), ~a)
     f = var("f", (4,), "float32")
-    with pytest.raises(IRError, match="bitwise_and: expects an integer or bool tensor, got float32"):
+    with pytest.raises(IRError, match="bitwise_and: expects an integer or bool tensor"):
         infer_type(op.bitwise_and(f, f))
     with pytest.raises(IRError, match="left_shift: expects an integer tensor, got bool"):
         infer_type(op.left_shift(p, q))
@@ -275,4 +275,3 @@ def test_fmod_sign_of_dividend():
     c, d = np.array([-7, 7, -7, 7], np.int32), np.array([3, -3, -3, 3], np.int32)
     out = check(op.fmod(i, j), {i: c, j: d}, tensor((4,), "int32"))
     np.testing.assert_array_equal(out, [-1, 1, -1, 1])
-

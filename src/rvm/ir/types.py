@@ -48,9 +48,7 @@ DTYPES: tuple[str, ...] = (
     "float64",
 )
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
-INT_DTYPES = frozenset(
-    {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
-)
+INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 
 def check_dtype(dtype: object) -> str:
