@@ -72,7 +72,7 @@ from rvm.op.elemwise import (
     tanh,
     where,
 )
-from rvm.op.index import gather, strided_slice, take
+from rvm.op.index import gather, gather_nd, scatter_elements, scatter_nd, strided_slice, take
 from rvm.op.manipulate import (
     broadcast_to,
     concat,
@@ -85,9 +85,11 @@ from rvm.op.manipulate import (
     stack,
     tile,
     transpose,
+    trilu,
 )
 from rvm.op.nn import batch_norm, dense, layer_norm, log_softmax, lrn, matmul, softmax
-from rvm.op.reduce import argmax, argmin, cumsum, max, mean, min, prod, sum, variance
+from rvm.op.reduce import argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, variance
+from rvm.op.search import nonzero, topk, unique
 
 __all__ = [
     "ExprLike",
@@ -112,6 +114,7 @@ __all__ = [
     "conv1d",
     "conv2d",
     "cos",
+    "cumprod",
     "cumsum",
     "dense",
     "divide",
@@ -125,6 +128,7 @@ __all__ = [
     "fmod",
     "full",
     "gather",
+    "gather_nd",
     "gelu",
     "global_avg_pool2d",
     "global_max_pool2d",
@@ -151,6 +155,7 @@ __all__ = [
     "mod",
     "multiply",
     "negative",
+    "nonzero",
     "not_equal",
     "one_hot",
     "ones",
@@ -164,6 +169,8 @@ __all__ = [
     "right_shift",
     "round",
     "rsqrt",
+    "scatter_elements",
+    "scatter_nd",
     "shape_of",
     "sigmoid",
     "sign",
@@ -181,7 +188,10 @@ __all__ = [
     "take",
     "tanh",
     "tile",
+    "topk",
     "transpose",
+    "trilu",
+    "unique",
     "variance",
     "where",
     "zeros",

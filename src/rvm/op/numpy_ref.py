@@ -330,6 +330,17 @@ def cumsum(x, axis=None, exclusive=False):
     return _like(out, _acc_dtype(x))
 
 
+def cumprod(x, axis=None, exclusive=False):
+    """Inclusive (or exclusive: starting from 1) running product along ``axis``."""
+    if axis is None:
+        x = np.ravel(x)
+        axis = 0
+    out = np.moveaxis(np.cumprod(x, axis=axis, dtype=_acc_dtype(x)), axis, 0)
+    if exclusive:
+        out = np.concatenate([np.ones_like(out[:1]), out[:-1]])
+    return _like(np.moveaxis(out, 0, axis), _acc_dtype(x))
+
+
 # ---------------------------------------------------------------------------------------------
 # Neural-network ops
 
@@ -571,6 +582,48 @@ def gather(x, indices, axis=0):
     return np.take_along_axis(x, indices, axis=axis)
 
 
+def gather_nd(x, indices, batch_dims=0):
+    """ONNX GatherND: each index tuple along ``indices``' last axis picks a slice of ``x``;
+    the first ``batch_dims`` axes of both are matched one to one."""
+    b = batch_dims
+    batch = x.shape[:b]
+    size = int(np.prod(batch, dtype=np.int64))
+    rows = np.reshape(x, (size,) + x.shape[b:])
+    picks = np.reshape(indices, (size, -1, indices.shape[-1]))
+    which = np.arange(size).reshape(size, 1)
+    out = rows[(which, *np.moveaxis(picks, -1, 0))]
+    return np.reshape(out, batch + indices.shape[b:-1] + x.shape[b + indices.shape[-1] :])
+
+
+_SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(x, where, updates, reduction):
+    """``x`` with ``updates`` written (or combined by ``reduction``) at index tuple ``where``;
+    repeated indices combine in order (NumPy's ``ufunc.at``)."""
+    out = np.array(x)
+    if reduction == "none":
+        out[where] = updates
+    else:
+        _SCATTER_REDUCE[reduction].at(out, where, updates)
+    return out
+
+
+def scatter_elements(x, indices, updates, axis=0, reduction="none"):
+    """ONNX ScatterElements, the inverse of ``gather``: ``out[..indices[i][j]..][j] = u[i][j]``
+    along ``axis``; negative indices count from the end."""
+    idx = np.where(indices < 0, indices + x.shape[axis], indices)
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = idx
+    return _scatter(x, tuple(where), updates, reduction)
+
+
+def scatter_nd(x, indices, updates, reduction="none"):
+    """ONNX ScatterND, the inverse of ``gather_nd``: each index tuple along ``indices``' last
+    axis names a slice of ``x`` that the matching slice of ``updates`` replaces."""
+    return _scatter(x, tuple(np.moveaxis(indices, -1, 0)), updates, reduction)
+
+
 def broadcast_to(x, shape):
     return np.array(np.broadcast_to(x, shape))
 
@@ -582,6 +635,53 @@ def pad(x, pad_width, pad_value=0.0):
 
 def tile(x, reps):
     return np.tile(x, reps)
+
+
+def trilu(x, k=0, upper=True):
+    """The upper (``np.triu``) or lower (``np.tril``) triangle of the last two axes, from the
+    ``k``-th diagonal; the rest is zero."""
+    return np.triu(x, k) if upper else np.tril(x, k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Searching and sorting
+
+
+def topk(x, k, axis=-1, largest=True, sorted=True):
+    """The ``k`` largest (or smallest) values along ``axis`` in order, and their int64
+    indices; equal values come lowest index first (ONNX TopK)."""
+    axis = axis % x.ndim
+    if largest:  # a stable sort of the reversed axis, reversed back, keeps ties in order
+        n = x.shape[axis]
+        order = n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis), idx.astype(np.int64)
+
+
+def nonzero(x):
+    """The int64 indices of the nonzero elements, one row per axis (ONNX NonZero)."""
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+def unique(x, axis=None, sorted=True):
+    """The unique elements (or slices along ``axis``; None: of the flattened ``x``), the int64
+    index of each one's first occurrence, the inverse indices that rebuild ``x``, and the
+    counts. ``sorted=False`` keeps them in order of first occurrence (ONNX Unique)."""
+    y, first, inverse, counts = np.unique(
+        x, return_index=True, return_inverse=True, return_counts=True, axis=axis
+    )
+    inverse = np.reshape(inverse, -1)
+    if not sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        y = np.take(y, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return tuple(
+        [np.asarray(y, x.dtype)] + [np.asarray(a, np.int64) for a in (first, inverse, counts)]
+    )
 
 
 # ---------------------------------------------------------------------------------------------

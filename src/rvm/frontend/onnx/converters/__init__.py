@@ -5,10 +5,21 @@ from rvm.frontend.onnx.converters import (
     bitwise,
     control,
     elemwise,
+    index,
     nn,
     reduce,
     shape,
     tensor,
 )
 
-__all__ = ["activation", "bitwise", "control", "elemwise", "nn", "reduce", "shape", "tensor"]
+__all__ = [
+    "activation",
+    "bitwise",
+    "control",
+    "elemwise",
+    "index",
+    "nn",
+    "reduce",
+    "shape",
+    "tensor",
+]
