@@ -72,6 +72,7 @@ from rvm.op.elemwise import (
     tanh,
     where,
 )
+from rvm.op.image import resize
 from rvm.op.index import gather, gather_nd, scatter_elements, scatter_nd, strided_slice, take
 from rvm.op.manipulate import (
     broadcast_to,
@@ -166,6 +167,7 @@ __all__ = [
     "reference",
     "relu",
     "reshape",
+    "resize",
     "right_shift",
     "round",
     "rsqrt",

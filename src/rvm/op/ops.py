@@ -134,6 +134,9 @@ pad = register_op("pad", _I, 1)
 tile = register_op("tile", _I, 1)
 trilu = register_op("trilu", _O, 1)
 
+# Image ops.
+resize = register_op("resize", _O, 1)
+
 # Searching and sorting.
 topk = register_op("topk", _O, 1)
 nonzero = register_op("nonzero", _O, 1)

@@ -1,17 +1,21 @@
 """Indexing, scattering and searching ONNX ops: GatherND, ScatterElements, ScatterND,
-Scatter, TopK, NonZero, Unique, Compress, Trilu and CumProd.
+Scatter, TopK, NonZero, Unique, Compress, Trilu, CumProd and OneHot.
 
-``k`` (TopK), the diagonal (Trilu) and the axis (CumProd) must be constants known at import,
+``k`` (TopK), the diagonal (Trilu), the axis (CumProd), the depth and values (OneHot) must be
+constants known at import,
 as rvm takes them as attributes. NonZero, Unique and Compress give shapes that depend on the
 data (an unknown dimension in their type).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
 from rvm.ir import Expr, TupleGetItem
+from rvm.ir.types import INT_DTYPES
 
 
 @converter("GatherND", since=(11, 12, 13))
@@ -106,3 +110,17 @@ def _cumprod(ctx: NodeContext) -> Expr:
     backwards = [-1], [-(2**63)], [-1], [axis]
     out = op.cumprod(op.strided_slice(x, *backwards), axis=axis, exclusive=exclusive)
     return ctx.emit(op.strided_slice(out, *backwards))
+
+
+@converter("OneHot", since=(9, 11, 28))
+def _one_hot(ctx: NodeContext) -> Expr:
+    depth, values = ctx.const(1), ctx.const(2)
+    if depth is None or values is None:
+        ctx.fail("depth and values (inputs 1 and 2) must be constants known at import")
+    indices = ctx.input(0)
+    if ctx.type(indices).dtype not in INT_DTYPES:
+        indices = op.cast(indices, "int64")  # ONNX allows float indices; they truncate
+    off, on = (v.item() for v in np.ravel(values))
+    y = op.one_hot(indices, int(np.ravel(depth)[0]), on, off, ctx.attr("axis", -1),
+                   values.dtype.name)  # fmt: skip
+    return ctx.emit(y)
