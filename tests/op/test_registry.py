@@ -66,6 +66,9 @@ def sample_calls() -> list[Call]:
         op.scatter_elements(m, var("si", (2, 4), "int64"), var("su", (2, 4)), 1, "add"),
         op.scatter_nd(m, var("ni", (2, 1), "int64"), var("nu", (2, 4)), reduction="max"),
         op.topk(m, 2, axis=0, largest=False), op.nonzero(m), op.unique(m, 1, sorted=False),
+        op.resize(x, (2, 4, 3, 12), (1.0, 1.0, 0.5, 2.0), roi=(0.0,) * 4 + (1.0,) * 4,
+                  mode="cubic", coordinate_transformation_mode="tf_crop_and_resize",
+                  antialias=True),
     ]  # fmt: skip
     return calls
 
