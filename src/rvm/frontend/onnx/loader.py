@@ -1,9 +1,11 @@
 """Reading and vetting an ONNX model before anything is converted.
 
 `load_model` accepts a ModelProto, a path or serialized bytes; a file that cannot be read or
-parsed, or a model that fails ``onnx.checker``, raises `rvm.OnnxImportError`. `check_supported`
-walks every node, subgraphs (If/Loop/Scan bodies) included, and raises one error listing every
-op type and version that no converter implements, with the names of its nodes.
+parsed, or a model that fails ``onnx.checker``, raises `rvm.OnnxImportError`. The weights of a
+file or bytes are read in place (`rvm.frontend.onnx.weights`): the model is held once.
+`check_supported` walks every node, subgraphs (If/Loop/Scan bodies) included, and raises one
+error listing every op type and version that no converter implements, with the names of its
+nodes.
 """
 
 from __future__ import annotations
@@ -15,25 +17,45 @@ import numpy as np
 
 from rvm.errors import OnnxImportError
 from rvm.frontend.onnx.registry import lookup, normalize_domain
+from rvm.frontend.onnx.weights import split_weights, weight_views
 from rvm.ir.types import DTYPES
 
 
-def load_model(model: Any) -> Any:
-    """``model`` (ModelProto, path or bytes) as a checked ``onnx.ModelProto``."""
+def load_model(model: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    """``model`` (ModelProto, path or bytes) as a checked ``onnx.ModelProto``, and the graph
+    initializers read in place from the file's bytes (read-only arrays by name).
+
+    The initializers in that dict have no data left in the ModelProto.
+    """
     import onnx
 
+    weights: dict[str, np.ndarray] = {}
     if isinstance(model, onnx.ModelProto):
         proto, where = model, "the model"
     elif isinstance(model, (bytes, bytearray, memoryview)):
-        proto, where = _parse(bytes(model), "the given bytes"), "the given bytes"
+        where = "the given bytes"
+        proto, weights = _parse_in_place(bytes(model), where)
     elif isinstance(model, (str, os.PathLike)):
-        proto, where = _load_path(os.fspath(model)), repr(os.fspath(model))
+        where = repr(os.fspath(model))
+        proto, weights = _load_path(os.fspath(model))
     else:
         raise TypeError(
             f"rvm.from_onnx expects an onnx.ModelProto, a path or bytes, got {type(model).__name__}"
         )
     _check(proto, where)
-    return proto
+    return proto, weights
+
+
+def _parse_in_place(data: bytes, where: str) -> tuple[Any, dict[str, np.ndarray]]:
+    """The model parsed without its initializers' raw data, which become views of ``data``;
+    the whole model parsed when that cannot be done."""
+    split = split_weights(data)
+    if split is not None:
+        proto = _parse(split[0], where)
+        views = weight_views(data, split[1], proto.graph.initializer)
+        if views is not None:
+            return proto, views
+    return _parse(data, where), {}
 
 
 def _parse(data: bytes, where: str) -> Any:
@@ -49,7 +71,7 @@ def _parse(data: bytes, where: str) -> Any:
     return proto
 
 
-def _load_path(path: str) -> Any:
+def _load_path(path: str) -> tuple[Any, dict[str, np.ndarray]]:
     import onnx
 
     try:
@@ -57,12 +79,12 @@ def _load_path(path: str) -> Any:
             data = f.read()
     except OSError as err:
         raise OnnxImportError(f"cannot read the ONNX model {path!r}: {err}") from None
-    proto = _parse(data, f"{path!r}")
+    proto, weights = _parse_in_place(data, f"{path!r}")
     try:  # weights stored beside the model file
         onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
     except Exception as err:
         raise OnnxImportError(f"cannot load the external data of {path!r}: {err}") from None
-    return proto
+    return proto, weights
 
 
 def _check(proto: Any, where: str) -> None:
@@ -80,8 +102,8 @@ def _skeleton(proto: Any) -> Any:
     and element types.
 
     ``onnx.checker`` serializes the model it checks, and C++ parses it again: on the whole
-    model that holds the weights three times over (vgg19: 3 x 548 MB). The weights' sizes are
-    checked when they are read (`tensor_to_array`).
+    model that holds the weights three times over (vgg19: 3 x 548 MB); and initializers read
+    in place have no data left. The weights' sizes are checked when they are read.
     """
     import onnx
 
