@@ -1,5 +1,5 @@
 """Converters by op category; importing this package registers all of them."""
 
-from rvm.frontend.onnx.converters import elemwise, nn, reduce, shape, tensor
+from rvm.frontend.onnx.converters import activation, control, elemwise, nn, reduce, shape, tensor
 
-__all__ = ["elemwise", "nn", "reduce", "shape", "tensor"]
+__all__ = ["activation", "control", "elemwise", "nn", "reduce", "shape", "tensor"]
