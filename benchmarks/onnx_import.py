@@ -1,7 +1,8 @@
 """Benchmark of the ONNX frontend: import and compile times and peak memory of the light CNNs.
 
 Run: ``PYTHONPATH=src python benchmarks/onnx_import.py [--kernels numpy|jit] [--models a,b]``.
-Prints a table and writes ``benchmarks/results/onnx_import.json``.
+Prints a table and writes ``benchmarks/results/onnx_import.json`` (``onnx_import_jit.json``
+with jit kernels).
 
 Each of the 9 light CNNs shipped in the onnx package gets seeded random weights
 (`rvm.testing.onnx_models.randomize_weights`: the files carry every weight as
@@ -186,7 +187,8 @@ def main() -> None:
         f"\nlogits of every model within {MAX_REL_ERR:g} of ONNX Runtime's, top-1 equal; "
         "(peak - base) / weights ~ 1: the weights held once"
     )
-    write_results("onnx_import", {"kernels": args.kernels, "models": rows})
+    name = "onnx_import" if args.kernels == "numpy" else f"onnx_import_{args.kernels}"
+    write_results(name, {"kernels": args.kernels, "models": rows})
 
 
 if __name__ == "__main__":
