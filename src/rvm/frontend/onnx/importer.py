@@ -23,14 +23,9 @@ import numpy as np
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
-from rvm.frontend.onnx.loader import (
-    check_supported,
-    load_model,
-    model_opsets,
-    np_dtype,
-    tensor_to_array,
-)
+from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
+from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var
 from rvm.ir.types import check_dtype
 
@@ -149,8 +144,6 @@ class GraphImporter:
             arr = weights.get(name)
             if arr is None:
                 arr = tensor_to_array(tensor, f"initializer {name!r}")
-            else:  # read in place: its dtype is checked here
-                np_dtype(tensor.data_type, f"initializer {name!r}")
             if params == "inputs" and arr.dtype.kind == "f":
                 var = Var(self.names(name), TensorType(arr.shape, arr.dtype.name))
                 scope.bind(name, var)

@@ -17,13 +17,13 @@ import numpy as np
 
 from rvm.errors import OnnxImportError
 from rvm.frontend.onnx.registry import lookup, normalize_domain
-from rvm.frontend.onnx.weights import split_weights, weight_views
-from rvm.ir.types import DTYPES
+from rvm.frontend.onnx.weights import external_weights, split_weights, weight_views
 
 
 def load_model(model: Any) -> tuple[Any, dict[str, np.ndarray]]:
     """``model`` (ModelProto, path or bytes) as a checked ``onnx.ModelProto``, and the graph
-    initializers read in place from the file's bytes (read-only arrays by name).
+    initializers already read, by name: read-only views of a file's or the bytes' data, and
+    arrays of the data a path keeps in external files.
 
     The initializers in that dict have no data left in the ModelProto.
     """
@@ -80,8 +80,12 @@ def _load_path(path: str) -> tuple[Any, dict[str, np.ndarray]]:
     except OSError as err:
         raise OnnxImportError(f"cannot read the ONNX model {path!r}: {err}") from None
     proto, weights = _parse_in_place(data, f"{path!r}")
-    try:  # weights stored beside the model file
-        onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
+    base_dir = os.path.dirname(os.path.abspath(path))
+    try:  # data stored beside the model file: initializers, then any tensor in an attribute
+        weights.update(external_weights(proto.graph.initializer, base_dir))
+        onnx.load_external_data_for_model(proto, base_dir)
+    except OnnxImportError:
+        raise
     except Exception as err:
         raise OnnxImportError(f"cannot load the external data of {path!r}: {err}") from None
     return proto, weights
@@ -184,32 +188,3 @@ def check_supported(graph: Any, opsets: dict[str, int]) -> None:
             + "\n".join(lines)
             + "\n(rvm.frontend.onnx.registry.supported() lists what rvm supports)"
         )
-
-
-def np_dtype(elem_type: int, what: str) -> str:
-    """The rvm dtype of an ONNX element type; OnnxImportError for one rvm lacks."""
-    import onnx
-
-    try:
-        name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except Exception:
-        name = None
-    if name not in DTYPES:
-        type_name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
-        raise OnnxImportError(
-            f"{what} has ONNX element type {type_name}, which rvm does not support "
-            f"(supported: {', '.join(DTYPES)})"
-        )
-    return name
-
-
-def tensor_to_array(tensor: Any, what: str) -> np.ndarray:
-    """An ONNX TensorProto as a NumPy array of an rvm dtype."""
-    from onnx import numpy_helper
-
-    dtype = np_dtype(tensor.data_type, what)
-    try:
-        arr = numpy_helper.to_array(tensor)
-    except Exception as err:
-        raise OnnxImportError(f"{what}: cannot read the tensor data: {err}") from None
-    return np.asarray(arr, dtype=dtype)
