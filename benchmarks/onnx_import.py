@@ -24,6 +24,11 @@ from it (`rvm.frontend.onnx.weights`), and neither the checker, constant folding
 codegen nor the VM copies them, so ``(peak_mb - base_mb) / weights_mb`` is about 1 for the
 models whose weights dominate (a few MB of IR and kernels on top).
 
+For scale, two more fresh processes per model load the same file with ``onnx.load`` alone
+(``onnx_load_s``, ``onnx_load_mb``) and create an ONNX Runtime ``InferenceSession`` on it
+(``ort_s``, ``ort_mb``); their ``_mb`` is the peak RSS over the process's own base, as
+``peak_mb - base_mb`` is for rvm.
+
 Before its figures are reported, every model's logits are checked against ONNX Runtime on
 the same model and inputs (`rvm.testing.onnx_models.compare`): relative error <= 1e-4 and
 equal top-1, else the benchmark fails.
@@ -74,6 +79,35 @@ def child(path: str, kernels: str, inputs_path: str, out_path: str) -> None:
     print(json.dumps(figures))
 
 
+def baseline_child(tool: str, path: str) -> None:
+    """In a fresh process: load ``path`` with ``onnx.load`` or into an ORT session; print the
+    seconds and the peak RSS over the process's base as JSON on stdout."""
+    import time
+
+    import onnx
+
+    if tool == "ort":
+        import onnxruntime as ort
+    base = peak_mb()
+    start = time.perf_counter()
+    if tool == "ort":
+        ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    else:
+        onnx.load(path)
+    print(json.dumps({"s": time.perf_counter() - start, "mb": peak_mb() - base}))
+
+
+def run_child(args: list[str], what: str) -> dict[str, float]:
+    """The JSON figures a fresh process of this script prints with ``args``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, env=env
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what}: the measuring process failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def peak_mb() -> float:
     """This process's peak resident memory in MiB (Linux)."""
     with open("/proc/self/status") as f:
@@ -115,20 +149,11 @@ def measure(name: str, kernels: str, tmp: Path) -> dict[str, Any]:
 
     path, inputs_path, model, inputs = prepare(name, tmp)
     out_path = tmp / f"{name}_out.npy"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    args = [
-        sys.executable,
-        __file__,
-        "--child",
-        str(path),
-        kernels,
-        str(inputs_path),
-        str(out_path),
-    ]
-    proc = subprocess.run(args, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name}: the measuring process failed:\n{proc.stderr}")
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    args = ["--child", str(path), kernels, str(inputs_path), str(out_path)]
+    figures = run_child(args, name)
+    for key, tool in (("onnx_load", "onnx"), ("ort", "ort")):
+        got = run_child(["--baseline", tool, str(path)], f"{name} ({tool})")
+        figures[f"{key}_s"], figures[f"{key}_mb"] = got["s"], got["mb"]
     check = compare(np.load(out_path), run_ort(model, inputs)[-1])
     if not (check.rel_err <= MAX_REL_ERR and check.top1_equal):
         raise AssertionError(f"{name}: rvm's logits differ from ONNX Runtime's: {check}")
@@ -151,16 +176,18 @@ def measure(name: str, kernels: str, tmp: Path) -> dict[str, Any]:
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (
         f"{'model':<14}{'nodes':>6}{'weights MB':>11}{'import s':>10}{'compile s':>11}"
-        f"{'base MB':>9}{'import MB':>11}{'peak MB':>9}{'(peak-base)/w':>15}{'rel err':>10}"
+        f"{'held MB':>9}{'held/w':>8}{'onnx.load s':>13}{'MB':>6}{'ORT s':>8}{'MB':>6}"
+        f"{'rel err':>10}"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
+        held = r["peak_mb"] - r["base_mb"]
         ratio = f"{r['held_over_weights']:.2f}" if r["held_over_weights"] else "-"
         print(
             f"{r['model']:<14}{r['nodes']:>6}{r['weights_mb']:>11.1f}{r['import_s']:>10.2f}"
-            f"{r['compile_s']:>11.2f}{r['base_mb']:>9.0f}{r['import_mb']:>11.0f}{r['peak_mb']:>9.0f}{ratio:>15}"
-            f"{r['rel_err']:>10.1e}"
+            f"{r['compile_s']:>11.2f}{held:>9.0f}{ratio:>8}{r['onnx_load_s']:>13.2f}"
+            f"{r['onnx_load_mb']:>6.0f}{r['ort_s']:>8.2f}{r['ort_mb']:>6.0f}{r['rel_err']:>10.1e}"
         )
 
 
@@ -184,8 +211,10 @@ def main() -> None:
     print()
     print_table(rows)
     print(
-        f"\nlogits of every model within {MAX_REL_ERR:g} of ONNX Runtime's, top-1 equal; "
-        "(peak - base) / weights ~ 1: the weights held once"
+        f"\nlogits of every model within {MAX_REL_ERR:g} of ONNX Runtime's, top-1 equal.\n"
+        "held MB: peak RSS of import + compile over the base; held/w ~ 1: the weights held "
+        "once. onnx.load, ORT: the same file loaded alone, an InferenceSession created (fresh "
+        "processes, peak RSS over their base)."
     )
     name = "onnx_import" if args.kernels == "numpy" else f"onnx_import_{args.kernels}"
     write_results(name, {"kernels": args.kernels, "models": rows})
@@ -194,5 +223,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(*sys.argv[2:6])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--baseline":
+        baseline_child(*sys.argv[2:4])
     else:
         main()
