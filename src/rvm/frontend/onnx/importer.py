@@ -70,6 +70,9 @@ def from_onnx(
 
     Args:
         model: an ``onnx.ModelProto``, a path to a ``.onnx`` file, or its serialized bytes.
+            The weights of a path or bytes are not copied: their constants are read-only
+            views of the bytes read. A path's external data (``onnx.save(...,
+            save_as_external_data=True)``) is read from its directory.
         shape_dict: ``{input_name: shape}`` fixing input shapes (ints or symbolic names).
         dtype_dict: ``{input_name: dtype}`` overriding input dtypes.
         params: ``"constants"`` embeds initializers as constants; ``"inputs"`` makes every
