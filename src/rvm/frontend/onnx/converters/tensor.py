@@ -13,8 +13,8 @@ import numpy as np
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
-from rvm.frontend.onnx.loader import np_dtype
 from rvm.frontend.onnx.registry import converter
+from rvm.frontend.onnx.weights import np_dtype
 from rvm.ir import Expr, TupleGetItem
 
 _LATEST = (21, 23, 24, 25)  # versions that only add types rvm lacks (float8, int4, ...)
