@@ -74,7 +74,9 @@ def _check_groups(op: str, x: TensorType, w: TensorType, groups: int, transpose:
     assert x.shape is not None
     if w.shape is None:
         return None
-    per_group = w.shape[0] if transpose else w.shape[1] * groups
+    per_group = w.shape[0] if transpose else w.shape[1]
+    if not transpose and isinstance(per_group, int):
+        per_group *= groups
     cin = x.shape[1]
     if isinstance(cin, int) and isinstance(per_group, int) and cin != per_group:
         raise IRError(

@@ -17,7 +17,7 @@ from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
 from rvm.ir import Constant, Expr
 
-_CONVS = {1: op.conv1d, 2: op.conv2d, 3: op.conv3d}
+CONVS = {1: op.conv1d, 2: op.conv2d, 3: op.conv3d}
 _CONV_TRANSPOSES = {1: op.conv1d_transpose, 2: op.conv2d_transpose, 3: op.conv3d_transpose}
 
 
@@ -72,7 +72,7 @@ def _kernel(ctx: NodeContext, w: Expr) -> list[int]:
     kernel = list(ctx.attr("kernel_shape", ctx.shape(w)[2:]))
     if not all(isinstance(k, int) for k in kernel):
         ctx.fail(f"needs a static kernel shape, got weight {tuple(ctx.shape(w))}")
-    if len(kernel) not in _CONVS:
+    if len(kernel) not in CONVS:
         ctx.fail(f"rvm has 1-d, 2-d and 3-d convolutions, got a {len(kernel)}-d kernel")
     return kernel
 
@@ -88,7 +88,7 @@ def _add_bias(ctx: NodeContext, y: Expr, nspatial: int) -> Expr:
 def _conv(ctx: NodeContext) -> Expr:
     x, w = ctx.input(0), ctx.input(1)
     kernel = _kernel(ctx, w)
-    y = _CONVS[len(kernel)](x, w, groups=ctx.attr("group", 1), **window_attrs(ctx, x, kernel))
+    y = CONVS[len(kernel)](x, w, groups=ctx.attr("group", 1), **window_attrs(ctx, x, kernel))
     return ctx.emit(_add_bias(ctx, y, len(kernel)))
 
 

@@ -17,14 +17,13 @@ import numpy as np
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
-from rvm.frontend.onnx.converters.conv import static_sizes, window_attrs
+from rvm.frontend.onnx.converters.conv import CONVS, static_sizes, window_attrs
 from rvm.frontend.onnx.registry import converter
 from rvm.ir import Constant, Expr
 from rvm.op.shapes import window_out_dim
 
 _MAX_POOLS = {1: op.max_pool1d, 2: op.max_pool2d, 3: op.max_pool3d}
 _AVG_POOLS = {1: op.avg_pool1d, 2: op.avg_pool2d, 3: op.avg_pool3d}
-_CONVS = {1: op.conv1d, 2: op.conv2d, 3: op.conv3d}
 
 
 def _pool_window(ctx: NodeContext, x: Expr) -> dict:
@@ -88,7 +87,7 @@ def _lp_pool(ctx: NodeContext) -> Expr:
     p = float(ctx.attr("p", 2))
     dtype = ctx.type(x).dtype
     ones = Constant(np.ones((channels, 1, *kernel), dtype=dtype))
-    sums = _CONVS[len(kernel)](op.power(op.abs(x), p), ones, groups=channels, **window)
+    sums = CONVS[len(kernel)](op.power(op.abs(x), p), ones, groups=channels, **window)
     return ctx.emit(op.power(sums, 1.0 / p))
 
 
