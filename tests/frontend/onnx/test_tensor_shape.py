@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx_helpers import check_ort, single_op  # noqa: E402
+from onnx_helpers import check_ort, run_rvm, single_op  # noqa: E402
 
 RNG = np.random.default_rng(2)
 X = RNG.standard_normal((2, 3, 4)).astype(np.float32)
@@ -135,3 +135,14 @@ def test_argmax_argmin_cumsum():
     axis = np.array(1, np.int64)
     check_ort(*single_op("CumSum", {"x": X}, initializers={"a": axis}))
     check_ort(*single_op("CumSum", {"x": X}, initializers={"a": axis}, exclusive=1, reverse=1))
+
+
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_arg_select_last_index_picks_the_last_tie(op_type, keepdims):
+    ties = RNG.integers(0, 3, (3, 5, 4)).astype(np.float32)  # many equal extremes
+    model = single_op(op_type, {"x": ties}, axis=1, keepdims=keepdims, select_last_index=1)
+    check_ort(*model)
+    expected = 4 - getattr(np, op_type.lower())(ties[:, ::-1], axis=1)
+    out = run_rvm(*model)[0]
+    np.testing.assert_array_equal(out if keepdims == 0 else out[:, 0], expected)

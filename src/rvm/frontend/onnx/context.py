@@ -329,3 +329,8 @@ class NodeContext:
 
     def emit(self, expr: Expr) -> Expr:
         return self.emitter.emit(expr)
+
+    def expand(self) -> list[Expr]:
+        """The node's outputs from its ONNX function body, for a case the converter leaves to
+        it (see `rvm.frontend.onnx.functions`)."""
+        return self.importer.expand(self.node, self.scope, self.inputs, self.name)
