@@ -83,7 +83,7 @@ class RvmBackendRep(BackendRep):
         if vm is None:
             vm = self._vms[key] = _compile(_freeze(self.model, bound), self.kernels)
         args = [v for n, v in named.items() if n not in bound]
-        out = vm["main"](*args)
+        out = vm(*args)
         outs = list(out) if len(self.output_kinds) > 1 else [out]
         return tuple(_to_python(o, kind) for o, kind in zip(outs, self.output_kinds))
 
@@ -128,10 +128,45 @@ class RvmJitBackend(RvmSpecializingBackend):
     kernels = "jit"
 
 
-def _compile(model: Any, kernels: str) -> Any:
-    import rvm
+class _Compiled:
+    """A compiled model's ``main``; takes Python lists for sequence inputs."""
 
-    return rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model), kernels=kernels))
+    def __init__(self, model: Any, kernels: str) -> None:
+        import rvm
+
+        mod = rvm.from_onnx(model)
+        tags = mod.attrs.get("onnx_sequence_inputs", {})
+        self.tags = [tags.get(p.name) for p in mod["main"].params]
+        self.main = rvm.VirtualMachine(rvm.compile(mod, kernels=kernels))["main"]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.main(*(_to_list(a, t) for a, t in zip(args, self.tags)))
+
+
+def _to_list(value: Any, tags: tuple[int, int] | None) -> Any:
+    """A Python list as the rvm list (``Cons``/``Nil``) of a sequence parameter."""
+    if tags is None:
+        return value
+    from rvm.runtime.objects import ADT
+
+    nil, cons = tags
+    out = ADT(nil, (), "Nil")
+    for item in reversed(list(value)):
+        out = ADT(cons, (np.ascontiguousarray(item), out), "Cons")
+    return out
+
+
+def _from_list(value: Any) -> list[np.ndarray]:
+    """An rvm list (``Cons``/``Nil`` values) as a Python list of arrays."""
+    out = []
+    while len(value) == 2:
+        out.append(np.asarray(value[0]))
+        value = value[1]
+    return out
+
+
+def _compile(model: Any, kernels: str) -> Any:
+    return _Compiled(model, kernels)
 
 
 def _integer_inputs(model: Any) -> list[str]:
@@ -170,8 +205,8 @@ def _value_kind(type_proto: Any) -> str:
 
 def _to_python(value: Any, kind: str) -> Any:
     """A VM result as ONNX's runner expects it: arrays, and lists of them for sequences."""
-    if kind == "sequence":  # rvm imports no sequence yet; a tuple of tensors would be one
-        return [np.asarray(v) for v in value]
+    if kind == "sequence":
+        return _from_list(value)
     return np.asarray(value)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
+from rvm.frontend.onnx.converters import sequence
 from rvm.frontend.onnx.functions import (
     MAX_DEPTH,
     LocalFunctions,
@@ -38,7 +39,8 @@ from rvm.frontend.onnx.loader import (
 )
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
-from rvm.ir.types import check_dtype
+from rvm.ir.module import ADTDef
+from rvm.ir.types import ADTType, Type, check_dtype
 
 PARAMS_MODES = ("constants", "inputs")
 
@@ -119,6 +121,7 @@ class GraphImporter:
         self.opsets = opsets
         self.functions = functions or {}
         self.depth = 0  # function bodies being expanded, nested
+        self.adts: dict[str, ADTDef] = {}
         self.builder = Builder()
         self.emitter = Emitter(self.builder)
         self.names = _Names()
@@ -166,13 +169,30 @@ class GraphImporter:
             self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
         mod = self.builder.get()
         attrs = {**mod.attrs, "onnx_input_names": origin}
+        tags = {  # how to build each sequence parameter from a list: (Nil tag, Cons tag)
+            v.name: tuple(c.tag for c in self.adts[v.type.name].constructors)
+            for v in param_vars
+            if isinstance(v.type, ADTType)
+        }
+        if tags:
+            attrs["onnx_sequence_inputs"] = tags
         return IRModule(mod.functions, mod.adts, mod.global_vars, attrs)
+
+    def declare_adt(self, name: str, constructors: Sequence[tuple[str, Sequence[Type]]]) -> ADTDef:
+        """The module's data type ``name``, declared with ``constructors`` on first use."""
+        if name not in self.adts:
+            self.adts[name] = self.builder.add_adt(name, constructors)
+        return self.adts[name]
 
     # -- inputs -----------------------------------------------------------------------------
     def _input_var(self, inp: Any, shape: Sequence[int | str] | None, dtype: str | None) -> Var:
         what = f"graph input {inp.name!r}"
+        if inp.type.HasField("sequence_type"):
+            return self._sequence_var(inp, what)
         if not inp.type.HasField("tensor_type"):
-            raise OnnxImportError(f"{what} is not a tensor; rvm imports tensor inputs only")
+            raise OnnxImportError(
+                f"{what} is not a tensor or a sequence of tensors, which rvm imports"
+            )
         tt = inp.type.tensor_type
         if dtype is not None:
             try:
@@ -189,6 +209,14 @@ class GraphImporter:
             return Var(self.names(inp.name), TensorType(shape, dtype))
         except RVMError as err:
             raise OnnxImportError(f"{what}: {err}") from None
+
+    def _sequence_var(self, inp: Any, what: str) -> Var:
+        elem = inp.type.sequence_type.elem_type
+        if not elem.HasField("tensor_type"):
+            raise OnnxImportError(f"{what} is a sequence of non-tensors, which rvm cannot import")
+        dtype = np_dtype(elem.tensor_type.elem_type, what)
+        sequence.constructors(self, dtype)
+        return Var(self.names(inp.name), sequence.sequence_type(dtype))
 
     def _onnx_shape(self, tt: Any) -> tuple[int | str, ...]:
         dims: list[int | str] = []

@@ -1,5 +1,14 @@
 """Converters by op category; importing this package registers all of them."""
 
-from rvm.frontend.onnx.converters import activation, control, elemwise, nn, reduce, shape, tensor
+from rvm.frontend.onnx.converters import (
+    activation,
+    control,
+    elemwise,
+    nn,
+    reduce,
+    sequence,
+    shape,
+    tensor,
+)
 
-__all__ = ["activation", "control", "elemwise", "nn", "reduce", "shape", "tensor"]
+__all__ = ["activation", "control", "elemwise", "nn", "reduce", "sequence", "shape", "tensor"]

@@ -73,7 +73,7 @@ def convert_graph(ctx: NodeContext, graph: object, scope: Scope) -> list[Expr]:
     return outs
 
 
-def _block(ctx: NodeContext, build: Callable[[], Expr]) -> Expr:
+def block(ctx: NodeContext, build: Callable[[], Expr]) -> Expr:
     """The SeqExpr of the bindings ``build`` emits and the expression it returns."""
     builder = ctx.emitter.builder
     builder.begin_scope()
@@ -95,7 +95,7 @@ def _unpack(ctx: NodeContext, value: Expr, count: int) -> list[Expr]:
     return [ctx.emit(TupleGetItem(value, k)) for k in range(count)]
 
 
-def _scalar(ctx: NodeContext, value: Expr, dtype: str) -> Expr:
+def as_scalar(ctx: NodeContext, value: Expr, dtype: str) -> Expr:
     """``value`` as a 0-d tensor of ``dtype`` (ONNX allows a one-element 1-d tensor)."""
     ty = ctx.type(value)
     if ty.shape != ():
@@ -112,10 +112,10 @@ def _if(ctx: NodeContext) -> list[Expr]:
     if known is not None:  # only the taken branch exists
         taken = then_graph if bool(known.item()) else else_graph
         return convert_graph(ctx, taken, Scope(ctx.scope))
-    cond = _scalar(ctx, ctx.input(0), "bool")
+    cond = as_scalar(ctx, ctx.input(0), "bool")
 
     def branch(graph: object) -> Expr:
-        return _block(ctx, lambda: _pack(convert_graph(ctx, graph, Scope(ctx.scope))))
+        return block(ctx, lambda: _pack(convert_graph(ctx, graph, Scope(ctx.scope))))
 
     out = ctx.emitter.builder.emit(If(cond, branch(then_graph), branch(else_graph)))
     return _unpack(ctx, out, len(then_graph.output))
@@ -144,10 +144,10 @@ def _loop(ctx: NodeContext) -> list[Expr]:
         outs = convert_graph(ctx, body, scope)
         return outs[0], outs[1 : 1 + len(inits)], outs[1 + len(inits) :]
 
-    trip = None if trip is None else _scalar(ctx, trip, "int64")
+    trip = None if trip is None else as_scalar(ctx, trip, "int64")
     # An absent condition starts true; the body's condition still ends the loop (as ONNX
     # Runtime and onnx.reference run it).
-    cond = ir_const(True, "bool") if cond is None else _scalar(ctx, cond, "bool")
+    cond = ir_const(True, "bool") if cond is None else as_scalar(ctx, cond, "bool")
     return tail_loop(ctx, trip, cond, inits, n_scan, step)
 
 
@@ -219,7 +219,7 @@ def _loop_function(
         ]
         nxt = [ctx.emit(op.add(i, ir_const(1, "int64")))]
         if flag:
-            nxt.append(_scalar(ctx, cond_out, "bool"))  # type: ignore[arg-type]
+            nxt.append(as_scalar(ctx, cond_out, "bool"))  # type: ignore[arg-type]
         return ctx.emitter.builder.emit(Call(fvar, (*nxt, *outs, *grown)))
 
     def body() -> Expr:
@@ -228,9 +228,9 @@ def _loop_function(
             keep = ctx.emit(op.less(i, trip))
         if flag:
             keep = flag[0] if trip is None else ctx.emit(op.logical_and(keep, flag[0]))
-        return If(keep, _block(ctx, again), _block(ctx, lambda: Tuple(params)))
+        return If(keep, block(ctx, again), block(ctx, lambda: Tuple(params)))
 
-    return Function(params, _block(ctx, body)), fvar, end_types, elem_types
+    return Function(params, block(ctx, body)), fvar, end_types, elem_types
 
 
 # -- Scan ---------------------------------------------------------------------------------------
