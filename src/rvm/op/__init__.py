@@ -65,7 +65,7 @@ from rvm.op.elemwise import (
     tanh,
     where,
 )
-from rvm.op.index import gather, strided_slice, take
+from rvm.op.index import dynamic_slice, gather, strided_slice, take
 from rvm.op.manipulate import (
     broadcast_to,
     concat,
@@ -104,6 +104,7 @@ __all__ = [
     "cumsum",
     "dense",
     "divide",
+    "dynamic_slice",
     "equal",
     "erf",
     "exp",

@@ -515,6 +515,14 @@ def strided_slice(x, begin, end, strides, axes):
     return np.array(x[tuple(index)])
 
 
+def dynamic_slice(x, begin, end, axes, strides):
+    """strided_slice with ``begin`` and ``end`` read from 1-d integer arrays at run time."""
+    index = [slice(None)] * x.ndim
+    for b, e, s, a in zip(np.ravel(begin).tolist(), np.ravel(end).tolist(), strides, axes):
+        index[a] = slice(int(b), int(e), s)
+    return np.array(x[tuple(index)])
+
+
 def take(x, indices, axis=None):
     """NumPy take (negative indices count from the end); axis None takes from the flat x."""
     return np.take(x, indices, axis=axis)

@@ -111,6 +111,8 @@ concat = register_op("concat", _I, 1)  # one Tuple argument
 split = register_op("split", _I, 1)
 stack = register_op("stack", _I, 1)  # one Tuple argument
 strided_slice = register_op("strided_slice", _I, 1)
+# bounds from run-time tensors: the output shape depends on data, so it is opaque
+dynamic_slice = register_op("dynamic_slice", _O, 3)
 take = register_op("take", _I, 2)
 gather = register_op("gather", _I, 2)
 broadcast_to = register_op("broadcast_to", _B, 1)
