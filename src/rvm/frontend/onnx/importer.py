@@ -21,7 +21,7 @@ from typing import Any
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
-from rvm.frontend.onnx.converters import sequence
+from rvm.frontend.onnx.converters import optional
 from rvm.frontend.onnx.functions import (
     MAX_DEPTH,
     LocalFunctions,
@@ -40,7 +40,7 @@ from rvm.frontend.onnx.loader import (
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
 from rvm.ir.module import ADTDef
-from rvm.ir.types import ADTType, Type, check_dtype
+from rvm.ir.types import Type, check_dtype
 
 PARAMS_MODES = ("constants", "inputs")
 
@@ -122,6 +122,7 @@ class GraphImporter:
         self.functions = functions or {}
         self.depth = 0  # function bodies being expanded, nested
         self.adts: dict[str, ADTDef] = {}
+        self.adt_inputs: dict[str, tuple] = {}  # see converters.optional.adt_type
         self.builder = Builder()
         self.emitter = Emitter(self.builder)
         self.names = _Names()
@@ -169,13 +170,8 @@ class GraphImporter:
             self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
         mod = self.builder.get()
         attrs = {**mod.attrs, "onnx_input_names": origin}
-        tags = {  # how to build each sequence parameter from a list: (Nil tag, Cons tag)
-            v.name: tuple(c.tag for c in self.adts[v.type.name].constructors)
-            for v in param_vars
-            if isinstance(v.type, ADTType)
-        }
-        if tags:
-            attrs["onnx_sequence_inputs"] = tags
+        if self.adt_inputs:  # how to build sequence and optional parameters from Python
+            attrs["onnx_adt_inputs"] = dict(self.adt_inputs)
         return IRModule(mod.functions, mod.adts, mod.global_vars, attrs)
 
     def declare_adt(self, name: str, constructors: Sequence[tuple[str, Sequence[Type]]]) -> ADTDef:
@@ -187,12 +183,11 @@ class GraphImporter:
     # -- inputs -----------------------------------------------------------------------------
     def _input_var(self, inp: Any, shape: Sequence[int | str] | None, dtype: str | None) -> Var:
         what = f"graph input {inp.name!r}"
-        if inp.type.HasField("sequence_type"):
-            return self._sequence_var(inp, what)
         if not inp.type.HasField("tensor_type"):
-            raise OnnxImportError(
-                f"{what} is not a tensor or a sequence of tensors, which rvm imports"
-            )
+            ty, how = optional.adt_type(self, inp.type, what)
+            var = Var(self.names(inp.name), ty)
+            self.adt_inputs[var.name] = how
+            return var
         tt = inp.type.tensor_type
         if dtype is not None:
             try:
@@ -209,14 +204,6 @@ class GraphImporter:
             return Var(self.names(inp.name), TensorType(shape, dtype))
         except RVMError as err:
             raise OnnxImportError(f"{what}: {err}") from None
-
-    def _sequence_var(self, inp: Any, what: str) -> Var:
-        elem = inp.type.sequence_type.elem_type
-        if not elem.HasField("tensor_type"):
-            raise OnnxImportError(f"{what} is a sequence of non-tensors, which rvm cannot import")
-        dtype = np_dtype(elem.tensor_type.elem_type, what)
-        sequence.constructors(self, dtype)
-        return Var(self.names(inp.name), sequence.sequence_type(dtype))
 
     def _onnx_shape(self, tt: Any) -> tuple[int | str, ...]:
         dims: list[int | str] = []

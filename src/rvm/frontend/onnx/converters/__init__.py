@@ -5,10 +5,21 @@ from rvm.frontend.onnx.converters import (
     control,
     elemwise,
     nn,
+    optional,
     reduce,
     sequence,
     shape,
     tensor,
 )
 
-__all__ = ["activation", "control", "elemwise", "nn", "reduce", "sequence", "shape", "tensor"]
+__all__ = [
+    "activation",
+    "control",
+    "elemwise",
+    "nn",
+    "optional",
+    "reduce",
+    "sequence",
+    "shape",
+    "tensor",
+]

@@ -136,6 +136,8 @@ def _loop(ctx: NodeContext) -> list[Expr]:
             f"at least {1 + len(inits)}"
         )
 
+    from rvm.frontend.onnx.converters.optional import like  # optional builds on this module
+
     def step(i: Expr, cond_in: Expr | None, carried: list[Expr]):
         scope = Scope(ctx.scope)
         scope.bind(names[0], i)
@@ -143,7 +145,9 @@ def _loop(ctx: NodeContext) -> list[Expr]:
         for name, value in zip(names[2:], carried):
             scope.bind(name, value)
         outs = convert_graph(ctx, body, scope)
-        return outs[0], outs[1 : 1 + len(inits)], outs[1 + len(inits) :]
+        # a body may give back the element of a loop-carried optional: wrapped again
+        carried_out = [like(ctx, v, infer_type(c)) for v, c in zip(outs[1:], carried)]
+        return outs[0], carried_out, outs[1 + len(inits) :]
 
     trip = None if trip is None else as_scalar(ctx, trip, "int64")
     # An absent condition starts true; the body's condition still ends the loop (as ONNX
