@@ -137,3 +137,84 @@ def test_sequence_inputs_and_outputs_through_the_backend():
         assert len(out) == len(want)
         for a, e in zip(out, want):
             np.testing.assert_allclose(a, e, rtol=1e-6)
+
+
+def _optional_model():
+    """y = x + 1 when the optional input holds x, else zeros; and whether it holds one."""
+    opt_f = helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [3]))
+    then = helper.make_graph(
+        [
+            helper.make_node("OptionalGetElement", ["o"], ["x"]),
+            helper.make_node("Add", ["x", "one"], ["t"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F, [3])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Sub", ["one", "one"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", F, [3])],
+    )
+    nodes = [
+        helper.make_node("OptionalHasElement", ["o"], ["has"]),
+        helper.make_node("If", ["has"], ["y"], then_branch=then, else_branch=other),
+        helper.make_node("Optional", ["y"], ["oy"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_value_info("o", opt_f)],
+        [
+            helper.make_tensor_value_info("has", TensorProto.BOOL, []),
+            helper.make_value_info("oy", opt_f),
+        ],
+        [numpy_helper.from_array(np.ones(3, np.float32), "one")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_optional_inputs_and_outputs_through_the_backend(given):
+    model = _optional_model()
+    x = _f32(3) if given else None
+    expected = ReferenceEvaluator(model).run(None, {"o": x})
+    has, oy = RvmBackend.prepare(model).run([x])
+    assert bool(has) == given == bool(expected[0])
+    np.testing.assert_allclose(oy, x + 1 if given else np.zeros(3), rtol=1e-6)
+
+
+def test_empty_optional_of_a_sequence_from_an_if():
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [2]))
+    opt_t = helper.make_optional_type_proto(seq_t)
+    then = helper.make_graph(
+        [helper.make_node("Optional", [], ["none"], type=seq_t)],
+        "then",
+        [],
+        [helper.make_value_info("none", opt_t)],
+    )
+    other = helper.make_graph(
+        [
+            helper.make_node("SequenceConstruct", ["x", "x"], ["s"]),
+            helper.make_node("Optional", ["s"], ["some"]),
+        ],
+        "else",
+        [],
+        [helper.make_value_info("some", opt_t)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["o"], then_branch=then, else_branch=other)],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", F, [2]),
+        ],
+        [helper.make_value_info("o", opt_t)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    rep = RvmBackend.prepare(model)
+    x = _f32(2)
+    assert rep.run([np.array(True), x])[0] is None
+    got = rep.run([np.array(False), x])[0]
+    assert len(got) == 2 and all(np.array_equal(g, x) for g in got)
