@@ -93,7 +93,8 @@ class RvmBackend(Backend):
 
     With ``specialize`` set, a model that rvm cannot import because a value it needs at
     import (axes, a target shape, pads...) is a graph input gets its integer graph inputs
-    bound as constants to the values of each run (``RvmBackendRep.frozen``).
+    bound as constants to the values of each run (``RvmBackendRep.frozen``), and so do float
+    inputs that only feed parameter slots (Resize's scales and roi, Range's bounds).
     """
 
     kernels = "numpy"
@@ -106,7 +107,7 @@ class RvmBackend(Backend):
         try:
             return RvmBackendRep(model, cls.kernels)
         except OnnxImportError as err:
-            frozen = _integer_inputs(model)
+            frozen = _parameter_inputs(model)
             if not (cls.specialize and frozen and "known at import" in str(err)):
                 raise
         return RvmBackendRep(model, cls.kernels, frozen)
@@ -167,18 +168,33 @@ def _compile(model: Any, kernels: str) -> Any:
     return _Compiled(model, kernels)
 
 
-def _integer_inputs(model: Any) -> list[str]:
-    """The graph inputs of an integer element type (not initializers)."""
+# Float inputs that are parameters rather than data: (op type, input slots).
+_FLOAT_PARAMETERS = {
+    "Resize": (1, 2),
+    "Upsample": (1,),
+    "Range": (0, 1, 2),
+    "OneHot": (1, 2),
+}
+
+
+def _parameter_inputs(model: Any) -> list[str]:
+    """The graph inputs (not initializers) of an integer element type, and the float ones
+    that only feed parameter slots such as Resize's scales and roi."""
     import onnx
 
     ints = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
     inits = {t.name for t in model.graph.initializer}
+    uses: dict[str, set[bool]] = {}
+    for node in model.graph.node:
+        slots = _FLOAT_PARAMETERS.get(node.op_type, ())
+        for i, name in enumerate(node.input):
+            uses.setdefault(name, set()).add(i in slots)
     return [
         i.name
         for i in model.graph.input
         if i.name not in inits
         and i.type.HasField("tensor_type")
-        and i.type.tensor_type.elem_type in ints
+        and (i.type.tensor_type.elem_type in ints or uses.get(i.name) == {True})
     ]
 
 

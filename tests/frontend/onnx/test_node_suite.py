@@ -73,6 +73,19 @@ JIT_SAMPLE = (
     "test_tanh",
     "test_transpose_all_permutations_3",
     "test_where_example",
+    "test_bitshift_right_int8_negative_input",
+    "test_bitwise_xor_ui8_bcast_4v3d",
+    "test_gathernd_example_int32_batch_dim1",
+    "test_scatter_elements_with_reduction_max",
+    "test_scatternd_multiply",
+    "test_top_k_smallest",
+    "test_nonzero_example",
+    "test_unique_sorted_with_axis",
+    "test_compress_1",
+    "test_tril_neg",
+    "test_resize_downsample_scales_cubic_antialias",
+    "test_depthtospace_crd_mode_example",
+    "test_onehot_with_axis",
 )
 
 

@@ -2,8 +2,11 @@
 
 from rvm.frontend.onnx.converters import (
     activation,
+    bitwise,
     control,
     elemwise,
+    image,
+    index,
     nn,
     optional,
     reduce,
@@ -14,8 +17,11 @@ from rvm.frontend.onnx.converters import (
 
 __all__ = [
     "activation",
+    "bitwise",
     "control",
     "elemwise",
+    "image",
+    "index",
     "nn",
     "optional",
     "reduce",
