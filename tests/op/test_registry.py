@@ -35,6 +35,7 @@ def sample_calls() -> list[Call]:
     calls += [getattr(op, n)(m) for n in (
         "negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "sign", "sin",
         "cos", "floor", "ceil", "round", "relu", "silu", "softplus", "flatten", "shape_of",
+        "asin", "acos", "atan", "asinh", "acosh", "atanh",
     )]  # fmt: skip
     calls += [op.global_avg_pool2d(x), op.global_max_pool2d(x)]
     calls += [

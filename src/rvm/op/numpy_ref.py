@@ -220,6 +220,30 @@ def cos(x):
     return _like(np.cos(x), x.dtype)
 
 
+def asin(x):
+    return _like(np.arcsin(x), x.dtype)
+
+
+def acos(x):
+    return _like(np.arccos(x), x.dtype)
+
+
+def atan(x):
+    return _like(np.arctan(x), x.dtype)
+
+
+def asinh(x):
+    return _like(np.arcsinh(x), x.dtype)
+
+
+def acosh(x):
+    return _like(np.arccosh(x), x.dtype)
+
+
+def atanh(x):
+    return _like(np.arctanh(x), x.dtype)
+
+
 def floor(x):
     if x.dtype.kind != "f":
         return np.array(x)
