@@ -322,12 +322,30 @@ def mean(x, axis=None, keepdims=False):
     return _like(np.mean(x, axis=axis, keepdims=keepdims), x.dtype)
 
 
+def _lowest(dtype):
+    """The identity of max: -inf, the least integer, or False."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(-np.inf)
+    return np.False_ if dtype.kind == "b" else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    """The identity of min: inf, the greatest integer, or True."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(np.inf)
+    return np.True_ if dtype.kind == "b" else np.iinfo(dtype).max
+
+
 def max(x, axis=None, keepdims=False):
-    return _like(np.max(x, axis=axis, keepdims=keepdims), x.dtype)
+    """The maximum; over no elements it is the identity ``_lowest`` (ONNX ReduceMax)."""
+    return _like(np.max(x, axis=axis, keepdims=keepdims, initial=_lowest(x.dtype)), x.dtype)
 
 
 def min(x, axis=None, keepdims=False):
-    return _like(np.min(x, axis=axis, keepdims=keepdims), x.dtype)
+    """The minimum; over no elements it is the identity ``_highest`` (ONNX ReduceMin)."""
+    return _like(np.min(x, axis=axis, keepdims=keepdims, initial=_highest(x.dtype)), x.dtype)
 
 
 def argmax(x, axis=None, keepdims=False):
@@ -492,7 +510,7 @@ def max_pool2d(
     x, pool_size=(1, 1), strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False
 ):
     """Max pooling over NCHW windows; padding never wins (it is -inf)."""
-    low = np.asarray(-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min).astype(x.dtype)
+    low = _lowest(x.dtype)
 
     def reduce(pads, extra, out_sp):
         widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
@@ -544,7 +562,7 @@ def global_avg_pool2d(x):
 
 
 def global_max_pool2d(x):
-    return _like(np.max(x, axis=(2, 3), keepdims=True), x.dtype)
+    return max(x, axis=(2, 3), keepdims=True)
 
 
 # ---------------------------------------------------------------------------------------------
