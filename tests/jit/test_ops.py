@@ -34,6 +34,18 @@ CASES = {
         ),
         (X,),
     ),
+    "inverse_trig": (
+        [x],
+        lambda: (
+            op.asin(op.tanh(x))
+            + op.acos(op.tanh(x))
+            + op.atan(x)
+            + op.asinh(x)
+            + op.acosh(op.abs(x) + 1.0)
+            + op.atanh(op.tanh(x) * 0.9)
+        ),
+        (X,),
+    ),
     "rounding": ([x], lambda: op.floor(x) + op.ceil(x) + op.round(x * 4.0), (X,)),
     "leaky_clip": ([x], lambda: op.clip(op.leaky_relu(x, 0.2), -0.5, 0.5), (X,)),
     "minmax_pow": (

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from op_testing import check, rand, var
+from op_testing import check, evaluate, rand, var
 
 import rvm
 from rvm import op
@@ -144,6 +144,22 @@ def test_strided_slice():
     assert infer_type(op.strided_slice(s, [1], [3])) == tensor((None, 6), "float32")
     with pytest.raises(IRError, match="strided_slice: strides must not be 0"):
         op.strided_slice(x, [0], [1], [0])
+
+
+def test_dynamic_slice():
+    x = var("x", (5, 6))
+    b, e = var("b", (2,), "int64"), var("e", (2,), "int64")
+    a = rand((5, 6))
+    bv, ev = np.array([1, -1]), np.array([4, -7])
+    call = op.dynamic_slice(x, b, e, axes=[0, 1], strides=[1, -2])
+    assert infer_type(call) == tensor((None, None), "float32")  # the bounds are data
+    np.testing.assert_array_equal(evaluate(call, {x: a, b: bv, e: ev}), a[1:4, -1:-7:-2])
+    one = var("one", (1,), "int64")
+    assert infer_type(op.dynamic_slice(x, one, one, axes=[-1])) == tensor((5, None), "float32")
+    with pytest.raises(IRError, match="dynamic_slice: begin must be a 1-d tensor of 1 bounds"):
+        infer_type(op.dynamic_slice(x, b, one, axes=[0]))
+    with pytest.raises(IRError, match="dynamic_slice begin: indices must be an integer"):
+        infer_type(op.dynamic_slice(x, x, one, axes=[0]))
 
 
 def test_take_and_gather():

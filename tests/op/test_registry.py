@@ -35,6 +35,7 @@ def sample_calls() -> list[Call]:
     calls += [getattr(op, n)(m) for n in (
         "negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "sign", "sin",
         "cos", "floor", "ceil", "round", "relu", "silu", "softplus", "flatten", "shape_of",
+        "asin", "acos", "atan", "asinh", "acosh", "atanh",
     )]  # fmt: skip
     calls += [op.global_avg_pool2d(x), op.global_max_pool2d(x)]
     calls += [
@@ -62,6 +63,7 @@ def sample_calls() -> list[Call]:
         op.reshape(m, (-1, 2)), op.transpose(m, (1, 0)), op.expand_dims(m, 0),
         op.squeeze(var("s", (1, 3)), 0), op.concat([m, m], axis=1), op.split(m, [1], axis=0),
         op.stack((m, m), axis=-1), op.strided_slice(m, [0], [2], axes=[1]), op.take(m, i, axis=1),
+        op.dynamic_slice(m, i, i, axes=[0, 1], strides=[1, 2]),
         op.gather(m, var("g", (3, 2), "int32"), axis=1), op.broadcast_to(v, ("n", 4)),
         op.pad(m, [(1, 0), (0, 2)], pad_value=-1.0), op.tile(m, (2, 1)),
         op.zeros(("n", 3), "int32"), op.ones((2,)), op.full((2, 2), 3, "int64"),

@@ -188,6 +188,12 @@ for _op, _fn in (
     (ops.sqrt, "np.sqrt"),
     (ops.sin, "np.sin"),
     (ops.cos, "np.cos"),
+    (ops.asin, "np.arcsin"),
+    (ops.acos, "np.arccos"),
+    (ops.atan, "np.arctan"),
+    (ops.asinh, "np.arcsinh"),
+    (ops.acosh, "np.arccosh"),
+    (ops.atanh, "np.arctanh"),
 ):
     scalar_compute[_op] = lambda attrs, t, x, _f=_fn: f"{_f}({x})"
 

@@ -24,7 +24,13 @@ from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import arange, full, one_hot, ones, shape_of, zeros
 from rvm.op.elemwise import (
     abs,
+    acos,
+    acosh,
     add,
+    asin,
+    asinh,
+    atan,
+    atanh,
     bitwise_and,
     bitwise_not,
     bitwise_or,
@@ -73,7 +79,15 @@ from rvm.op.elemwise import (
     where,
 )
 from rvm.op.image import resize
-from rvm.op.index import gather, gather_nd, scatter_elements, scatter_nd, strided_slice, take
+from rvm.op.index import (
+    dynamic_slice,
+    gather,
+    gather_nd,
+    scatter_elements,
+    scatter_nd,
+    strided_slice,
+    take,
+)
 from rvm.op.manipulate import (
     broadcast_to,
     concat,
@@ -106,12 +120,18 @@ from rvm.op.search import nonzero, topk, unique
 __all__ = [
     "ExprLike",
     "abs",
+    "acos",
+    "acosh",
     "add",
     "arange",
     "argmax",
     "argmin",
     "as_expr",
     "avg_pool1d",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
     "avg_pool2d",
     "avg_pool3d",
     "batch_norm",
@@ -136,6 +156,7 @@ __all__ = [
     "cumsum",
     "dense",
     "divide",
+    "dynamic_slice",
     "equal",
     "erf",
     "exp",

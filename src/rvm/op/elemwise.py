@@ -96,6 +96,12 @@ for _op in (
     ops.erf,
     ops.sin,
     ops.cos,
+    ops.asin,
+    ops.acos,
+    ops.atan,
+    ops.asinh,
+    ops.acosh,
+    ops.atanh,
     ops.gelu,
     ops.silu,
     ops.softplus,
@@ -130,9 +136,9 @@ def _infer_cast(call_: Call, args: list[TensorType]) -> Type:
 _ELEMWISE = (
     "add subtract multiply divide floor_divide mod power maximum minimum equal not_equal less "
     "less_equal greater greater_equal logical_and logical_or logical_not where negative exp log "
-    "sqrt rsqrt tanh sigmoid erf abs sign sin cos floor ceil round relu leaky_relu gelu silu "
-    "softplus clip cast fmod bitwise_and bitwise_or bitwise_xor bitwise_not left_shift "
-    "right_shift"
+    "sqrt rsqrt tanh sigmoid erf abs sign sin cos asin acos atan asinh acosh atanh floor ceil "
+    "round relu leaky_relu gelu silu softplus clip cast fmod bitwise_and bitwise_or bitwise_xor "
+    "bitwise_not left_shift right_shift"
 ).split()
 for _name in _ELEMWISE:
     reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
@@ -345,6 +351,36 @@ def sin(x: ExprLike) -> Call:
 def cos(x: ExprLike) -> Call:
     """The cosine."""
     return _unary(ops.cos, x)
+
+
+def asin(x: ExprLike) -> Call:
+    """The arcsine (inverse sine), in [-pi/2, pi/2]; NaN outside [-1, 1]."""
+    return _unary(ops.asin, x)
+
+
+def acos(x: ExprLike) -> Call:
+    """The arccosine (inverse cosine), in [0, pi]; NaN outside [-1, 1]."""
+    return _unary(ops.acos, x)
+
+
+def atan(x: ExprLike) -> Call:
+    """The arctangent (inverse tangent), in (-pi/2, pi/2)."""
+    return _unary(ops.atan, x)
+
+
+def asinh(x: ExprLike) -> Call:
+    """The inverse hyperbolic sine."""
+    return _unary(ops.asinh, x)
+
+
+def acosh(x: ExprLike) -> Call:
+    """The inverse hyperbolic cosine; NaN below 1."""
+    return _unary(ops.acosh, x)
+
+
+def atanh(x: ExprLike) -> Call:
+    """The inverse hyperbolic tangent; +-inf at +-1, NaN outside [-1, 1]."""
+    return _unary(ops.atanh, x)
 
 
 def floor(x: ExprLike) -> Call:

@@ -220,6 +220,30 @@ def cos(x):
     return _like(np.cos(x), x.dtype)
 
 
+def asin(x):
+    return _like(np.arcsin(x), x.dtype)
+
+
+def acos(x):
+    return _like(np.arccos(x), x.dtype)
+
+
+def atan(x):
+    return _like(np.arctan(x), x.dtype)
+
+
+def asinh(x):
+    return _like(np.arcsinh(x), x.dtype)
+
+
+def acosh(x):
+    return _like(np.arccosh(x), x.dtype)
+
+
+def atanh(x):
+    return _like(np.arctanh(x), x.dtype)
+
+
 def floor(x):
     if x.dtype.kind != "f":
         return np.array(x)
@@ -298,12 +322,30 @@ def mean(x, axis=None, keepdims=False):
     return _like(np.mean(x, axis=axis, keepdims=keepdims), x.dtype)
 
 
+def _lowest(dtype):
+    """The identity of max: -inf, the least integer, or False."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(-np.inf)
+    return np.False_ if dtype.kind == "b" else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    """The identity of min: inf, the greatest integer, or True."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype.type(np.inf)
+    return np.True_ if dtype.kind == "b" else np.iinfo(dtype).max
+
+
 def max(x, axis=None, keepdims=False):
-    return _like(np.max(x, axis=axis, keepdims=keepdims), x.dtype)
+    """The maximum; over no elements it is the identity ``_lowest`` (ONNX ReduceMax)."""
+    return _like(np.max(x, axis=axis, keepdims=keepdims, initial=_lowest(x.dtype)), x.dtype)
 
 
 def min(x, axis=None, keepdims=False):
-    return _like(np.min(x, axis=axis, keepdims=keepdims), x.dtype)
+    """The minimum; over no elements it is the identity ``_highest`` (ONNX ReduceMin)."""
+    return _like(np.min(x, axis=axis, keepdims=keepdims, initial=_highest(x.dtype)), x.dtype)
 
 
 def argmax(x, axis=None, keepdims=False):
@@ -493,11 +535,6 @@ def _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode):
     return pads, extra, out_sp
 
 
-def _lowest(dtype):
-    """The value a max never picks over real data: -inf, or the integer minimum."""
-    return np.asarray(-np.inf if dtype.kind == "f" else np.iinfo(dtype).min).astype(dtype)
-
-
 def _max_pool(x, pool_size, strides, padding, dilation, ceil_mode):
     """Max pooling over N-d windows; padding never wins (it is -inf)."""
     pads, extra, out_sp = _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode)
@@ -569,7 +606,7 @@ def global_avg_pool2d(x):
 
 
 def global_max_pool2d(x):
-    return _like(np.max(x, axis=(2, 3), keepdims=True), x.dtype)
+    return max(x, axis=(2, 3), keepdims=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -618,6 +655,14 @@ def strided_slice(x, begin, end, strides, axes):
     index = [slice(None)] * x.ndim
     for b, e, s, a in zip(begin, end, strides, axes):
         index[a] = slice(b, e, s)
+    return np.array(x[tuple(index)])
+
+
+def dynamic_slice(x, begin, end, axes, strides):
+    """strided_slice with ``begin`` and ``end`` read from 1-d integer arrays at run time."""
+    index = [slice(None)] * x.ndim
+    for b, e, s, a in zip(np.ravel(begin).tolist(), np.ravel(end).tolist(), strides, axes):
+        index[a] = slice(int(b), int(e), s)
     return np.array(x[tuple(index)])
 
 

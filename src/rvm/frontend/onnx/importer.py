@@ -23,11 +23,21 @@ import numpy as np
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
+from rvm.frontend.onnx.converters import optional
+from rvm.frontend.onnx.functions import (
+    MAX_DEPTH,
+    LocalFunctions,
+    function_body,
+    graph_types,
+    local_functions,
+    type_proto,
+)
 from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
-from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var
-from rvm.ir.types import check_dtype
+from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
+from rvm.ir.module import ADTDef
+from rvm.ir.types import Type, check_dtype
 
 PARAMS_MODES = ("constants", "inputs")
 
@@ -92,9 +102,10 @@ def from_onnx(
         raise ValueError(f"params must be one of {PARAMS_MODES}, got {params!r}")
     proto, weights = load_model(model)
     opsets = model_opsets(proto)
-    check_supported(proto.graph, opsets)
+    functions = local_functions(proto)
+    check_supported(proto.graph, opsets, functions, graph_types(proto))
     try:
-        return GraphImporter(opsets).import_model(
+        return GraphImporter(opsets, functions).import_model(
             proto, shape_dict or {}, dtype_dict or {}, params, weights
         )
     except RVMError:
@@ -106,8 +117,12 @@ def from_onnx(
 class GraphImporter:
     """Converts ONNX graphs to IR; one instance per model."""
 
-    def __init__(self, opsets: dict[str, int]) -> None:
+    def __init__(self, opsets: dict[str, int], functions: LocalFunctions | None = None) -> None:
         self.opsets = opsets
+        self.functions = functions or {}
+        self.depth = 0  # function bodies being expanded, nested
+        self.adts: dict[str, ADTDef] = {}
+        self.adt_inputs: dict[str, tuple] = {}  # see converters.optional.adt_type
         self.builder = Builder()
         self.emitter = Emitter(self.builder)
         self.names = _Names()
@@ -125,7 +140,7 @@ class GraphImporter:
         """The module of ``proto``; ``weights`` holds initializers already read (by name)."""
         graph = proto.graph
         weights = weights or {}
-        scope = Scope()
+        scope = Scope(opsets=self.opsets)
         inits = {t.name: t for t in graph.initializer}
         unknown = set(shape_dict) | set(dtype_dict)
         unknown -= {i.name for i in graph.input if i.name not in inits}
@@ -160,13 +175,24 @@ class GraphImporter:
             self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
         mod = self.builder.get()
         attrs = {**mod.attrs, "onnx_input_names": origin}
+        if self.adt_inputs:  # how to build sequence and optional parameters from Python
+            attrs["onnx_adt_inputs"] = dict(self.adt_inputs)
         return IRModule(mod.functions, mod.adts, mod.global_vars, attrs)
+
+    def declare_adt(self, name: str, constructors: Sequence[tuple[str, Sequence[Type]]]) -> ADTDef:
+        """The module's data type ``name``, declared with ``constructors`` on first use."""
+        if name not in self.adts:
+            self.adts[name] = self.builder.add_adt(name, constructors)
+        return self.adts[name]
 
     # -- inputs -----------------------------------------------------------------------------
     def _input_var(self, inp: Any, shape: Sequence[int | str] | None, dtype: str | None) -> Var:
         what = f"graph input {inp.name!r}"
         if not inp.type.HasField("tensor_type"):
-            raise OnnxImportError(f"{what} is not a tensor; rvm imports tensor inputs only")
+            ty, how = optional.adt_type(self, inp.type, what)
+            var = Var(self.names(inp.name), ty)
+            self.adt_inputs[var.name] = how
+            return var
         tt = inp.type.tensor_type
         if dtype is not None:
             try:
@@ -222,12 +248,14 @@ class GraphImporter:
 
     def convert_node(self, node: Any, scope: Scope) -> None:
         domain = normalize_domain(node.domain)
-        version, conv = lookup(node.op_type, self.opsets[domain], domain)
-        assert version is not None and conv is not None  # check_supported ran first
+        version, conv = lookup(node.op_type, scope.opsets.get(domain, 0), domain)
         label = node.name or (node.output[0] if node.output else "?")
         inputs = [
             self._lookup(scope, n, f"input of node {label!r}:") if n else None for n in node.input
         ]
+        if conv is None:
+            self._bind_outputs(node, scope, self.expand(node, scope, inputs, label))
+            return
         attrs = parse_attributes(node)
         ctx = NodeContext(node, version, attrs, inputs, self.emitter, self, scope)
         try:
@@ -242,11 +270,44 @@ class GraphImporter:
             ) from err
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for i, name in enumerate(node.output):
-            if not name:
-                continue
-            if i >= len(results) or results[i] is None:
+            if name and (i >= len(results) or results[i] is None):
                 ctx.fail(f"rvm cannot produce output {i} ({name!r})")
-            scope.bind(name, results[i])
+        self._bind_outputs(node, scope, results)
+
+    @staticmethod
+    def _bind_outputs(node: Any, scope: Scope, results: Sequence[Expr | None]) -> None:
+        for name, value in zip(node.output, results):
+            if name:
+                scope.bind(name, value)  # type: ignore[arg-type]
+
+    def expand(
+        self, node: Any, scope: Scope, inputs: Sequence[Expr | None], label: str
+    ) -> list[Expr]:
+        """The outputs of ``node``, which no converter implements, from its function body
+        (see `rvm.frontend.onnx.functions`)."""
+        where = f"node {label!r} ({node.op_type})"
+        types = [None if v is None else type_proto(infer_type(v)) for v in inputs]
+        body = function_body(node, scope.opsets, self.functions, types)
+        if body is None:
+            raise OnnxImportError(f"{where}: no converter and no function body for its inputs")
+        if self.depth >= MAX_DEPTH:
+            raise OnnxImportError(f"{where}: function bodies nest deeper than {MAX_DEPTH}")
+        inner = Scope(opsets=body.opsets)  # no parent: the body sees only its inputs
+        for name, value in zip(body.inputs, inputs):
+            if name and value is not None:
+                inner.bind(name, value)
+        self.depth += 1
+        try:
+            self.convert_nodes(body.nodes, inner)
+        finally:
+            self.depth -= 1
+        outs = []
+        for i, name in enumerate(body.outputs[: len(node.output)]):
+            value = inner.lookup(name)
+            if value is None and node.output[i]:
+                raise OnnxImportError(f"{where}: its function body does not define {name!r}")
+            outs.append(value)
+        return outs
 
 
 def parse_attributes(node: Any) -> dict[str, Any]:

@@ -16,6 +16,13 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import OnnxImportError
+from rvm.frontend.onnx.functions import (
+    MAX_DEPTH,
+    LocalFunctions,
+    TypeLookup,
+    body_types,
+    function_body,
+)
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.frontend.onnx.weights import external_weights, split_weights, weight_views
 
@@ -152,30 +159,20 @@ def subgraphs(node: Any) -> list[Any]:
     return out
 
 
-def check_supported(graph: Any, opsets: dict[str, int]) -> None:
-    """Raise one OnnxImportError naming every unsupported op, version and node."""
+def check_supported(
+    graph: Any,
+    opsets: dict[str, int],
+    functions: LocalFunctions | None = None,
+    types: TypeLookup | None = None,
+) -> None:
+    """Raise one OnnxImportError naming every unsupported op, version and node.
+
+    An op no converter implements is supported when it has a function body (in ``functions``
+    or its schema) whose ops all are, recursively; ``types`` gives the input types that
+    context-dependent bodies need (see `rvm.frontend.onnx.functions`).
+    """
     missing: dict[str, list[str]] = {}
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        for node in g.node:
-            domain = normalize_domain(node.domain)
-            label = node.name or (node.output[0] if node.output else "?")
-            if domain not in opsets:
-                key = f"{node.op_type} (domain {domain!r}, which the model does not import)"
-            else:
-                version, conv = lookup(node.op_type, opsets[domain], domain)
-                if conv is not None:
-                    stack.extend(subgraphs(node))
-                    continue
-                qualified = f"{domain}.{node.op_type}" if domain else node.op_type
-                key = (
-                    f"{qualified} (no such op at opset {opsets[domain]})"
-                    if version is None
-                    else f"{qualified}-{version} (opset {opsets[domain]})"
-                )
-            missing.setdefault(key, []).append(label)
-            stack.extend(subgraphs(node))
+    _check_graph(graph.node, opsets, functions or {}, types or _unknown, missing, 0)
     if missing:
         lines = [
             f"  {key}: {len(names)} node{'s' if len(names) > 1 else ''}: "
@@ -188,3 +185,55 @@ def check_supported(graph: Any, opsets: dict[str, int]) -> None:
             + "\n".join(lines)
             + "\n(rvm.frontend.onnx.registry.supported() lists what rvm supports)"
         )
+
+
+def _unknown(name: str) -> None:
+    return None
+
+
+def _check_graph(
+    nodes: Any,
+    opsets: dict[str, int],
+    functions: LocalFunctions,
+    types: TypeLookup,
+    missing: dict[str, list[str]],
+    depth: int,
+) -> None:
+    """Add the unsupported ops among ``nodes`` and their subgraphs to ``missing``."""
+    stack = [list(nodes)]
+    while stack:
+        for node in stack.pop():
+            stack.extend(list(g.node) for g in subgraphs(node))
+            key = _unsupported(node, opsets, functions, types, depth)
+            if key is not None:
+                label = node.name or (node.output[0] if node.output else "?")
+                missing.setdefault(key, []).append(label)
+
+
+def _unsupported(
+    node: Any, opsets: dict[str, int], functions: LocalFunctions, types: TypeLookup, depth: int
+) -> str | None:
+    """Why ``node`` cannot be imported (its line in the error), or None if it can."""
+    domain = normalize_domain(node.domain)
+    if domain not in opsets:
+        return f"{node.op_type} (domain {domain!r}, which the model does not import)"
+    version, conv = lookup(node.op_type, opsets[domain], domain)
+    if conv is not None:
+        return None
+    qualified = f"{domain}.{node.op_type}" if domain else node.op_type
+    what = (
+        f"{qualified} (no such op at opset {opsets[domain]})"
+        if version is None
+        else f"{qualified}-{version} (opset {opsets[domain]})"
+    )
+    input_types = [types(n) if n else None for n in node.input]
+    body = function_body(node, opsets, functions, input_types)
+    if body is None or depth >= MAX_DEPTH:
+        return what
+    inner: dict[str, list[str]] = {}
+    inner_types = body_types(body, input_types, functions)
+    _check_graph(body.nodes, body.opsets, functions, inner_types, inner, depth + 1)
+    if not inner:
+        return None
+    uses = ", ".join(sorted(k.split(" ")[0] for k in inner))
+    return f"{what}, whose function body uses {uses}"

@@ -9,8 +9,10 @@ from rvm.frontend.onnx.converters import (
     image,
     index,
     nn,
+    optional,
     pool,
     reduce,
+    sequence,
     shape,
     tensor,
 )
@@ -25,7 +27,9 @@ __all__ = [
     "index",
     "nn",
     "pool",
+    "optional",
     "reduce",
+    "sequence",
     "shape",
     "tensor",
 ]

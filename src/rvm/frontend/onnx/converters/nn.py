@@ -52,9 +52,9 @@ def _lrn(ctx: NodeContext) -> Expr:
 
 
 @converter("LayerNormalization", since=17)
-def _layer_norm(ctx: NodeContext) -> Expr:
-    if ctx.num_outputs > 1:
-        ctx.fail("the Mean and InvStdDev outputs are not supported")
+def _layer_norm(ctx: NodeContext) -> Expr | list[Expr]:
+    if ctx.num_outputs > 1:  # the Mean and InvStdDev outputs: the function body gives them
+        return ctx.expand()
     x = ctx.input(0)
     rank = len(ctx.shape(x))
     axis = ctx.attr("axis", -1) % rank

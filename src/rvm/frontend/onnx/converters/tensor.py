@@ -75,12 +75,17 @@ def _slice_v1(ctx: NodeContext) -> Expr:
 
 @converter("Slice", since=(10, 11, 13))
 def _slice(ctx: NodeContext) -> Expr:
-    starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
-    axes = ctx.ints(3, "axes") or list(range(len(starts)))
-    steps = ctx.ints(4, "steps") or [1] * len(starts)
-    rank = len(ctx.shape(ctx.input(0)))
+    x = ctx.input(0)
+    count = ctx.shape(ctx.input(1))[0]
+    axes = ctx.ints(3, "axes") or list(range(count))
+    steps = ctx.ints(4, "steps") or [1] * len(axes)
+    rank = len(ctx.shape(x))
     axes = [a % rank for a in axes]
-    return ctx.emit(op.strided_slice(ctx.input(0), starts, ends, steps, axes))
+    if ctx.const(1) is None or ctx.const(2) is None:  # bounds computed at run time
+        bounds = [ctx.emit(op.cast(ctx.input(k), "int64")) for k in (1, 2)]
+        return ctx.emit(op.dynamic_slice(x, *bounds, axes=axes, strides=steps))
+    starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
+    return ctx.emit(op.strided_slice(x, starts, ends, steps, axes))
 
 
 @converter("Gather", since=(1, 11, 13))
