@@ -25,6 +25,7 @@ from rvm.ir.types import TensorType, TupleType, Type
 from rvm.jit import assemble, layout, stages  # noqa: F401  (register compute definitions)
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
+from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.runtime.executable import KernelRecord
@@ -54,8 +55,6 @@ def jit_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecord:
     try:
         source, entry, sig = _KernelLowering(name, func, style).build()
     except Unsupported as err:
-        from rvm.codegen.kernel_numpy import numpy_kernel
-
         logger.info("kernel %s (%s) falls back to numpy: %s", name, ",".join(ops_used), err)
         rec = numpy_kernel(name, func, style)
         return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
@@ -262,7 +261,7 @@ class _KernelLowering:
             "import numpy as np",
             "from numba import types as nt",
             "",
-            "from rvm.jit.mathlib import exp32, sigmoid32, tanh32",
+            "from rvm.runtime.native.mathlib import exp32, sigmoid32, tanh32",
             *sorted(self.kb.imports),
             "",
             "CACHE = True",

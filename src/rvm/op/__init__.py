@@ -10,6 +10,7 @@ self-contained `rvm.op.numpy_ref`).
 
 from __future__ import annotations
 
+from rvm import _hooks
 from rvm.ir.expr import const
 from rvm.op import ops
 from rvm.op.conv import (
@@ -81,6 +82,9 @@ from rvm.op.manipulate import (
 )
 from rvm.op.nn import batch_norm, dense, layer_norm, log_softmax, lrn, matmul, softmax
 from rvm.op.reduce import argmax, argmin, cumsum, max, mean, min, prod, sum, variance
+
+# The IR builds ``x + y`` on its values from this op set (see rvm._hooks).
+_hooks.supply("ops", ops)
 
 __all__ = [
     "ExprLike",
