@@ -28,7 +28,7 @@ from rvm.runtime.registry import get_global_func
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable, KernelRecord
 
-__all__ = ["build_kernels", "resolve_primitives", "with_progress", "KERNEL_FILE_PREFIX"]
+__all__ = ["build_kernels", "resolve_primitives", "KERNEL_FILE_PREFIX"]
 
 KERNEL_FILE_PREFIX = "<rvm-kernel "
 _serial = itertools.count()
