@@ -83,7 +83,7 @@ class BytecodeMode:
                     pc += 1
                 elif op == ALLOC_STATIC:
                     regs[ins[1]] = ins[2]
-                    if ins[3] <= 64:  # a tiny tensor: numpy's allocator beats a pool lookup
+                    if ins[9]:  # a tiny tensor (`memory.is_tiny`, decided by decode)
                         regs[ins[5]] = empty(ins[7], ins[8])
                     else:
                         regs[ins[5]] = ndarray(ins[7], ins[8], alloc(ins[3], ins[4]).buffer, ins[6])
