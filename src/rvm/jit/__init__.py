@@ -19,6 +19,7 @@ from typing import Any
 _EXPORTS = {
     "jit_kernel": "rvm.jit.lower",
     "FALLBACK_NOTE": "rvm.jit.lower",
+    "NO_JIT_COMPUTE": "rvm.jit.lower",
     "compute": "rvm.jit.compute",
     "numpy_kernel": "rvm.jit.numpy_kernel",
     "load_kernel": "rvm.runtime.native.loader",

@@ -32,6 +32,9 @@ from rvm.runtime.executable import KernelRecord
 
 logger = logging.getLogger("rvm.jit")
 
+# The ops with no jit compute at all: their kernels are always the numpy kernel. Every other op
+# of rvm.op has an entry in `rvm.jit.compute.compute` (tests/jit/test_coverage.py checks both).
+NO_JIT_COMPUTE = frozenset({"lrn", "shape_of"})
 FALLBACK_NOTE = (
     "falls back to numpy: lrn, shape_of, integer power, float16 tensors, arange with float "
     "bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown rank"
