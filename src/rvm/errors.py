@@ -31,6 +31,10 @@ class ScriptError(IRError):
     """rvm script source that cannot be parsed; the message shows the line and a caret."""
 
 
+class OnnxImportError(IRError):
+    """An ONNX model rvm cannot import: unreadable, invalid, or using unsupported ops."""
+
+
 class VMError(RVMError):
     """A failure while the virtual machine runs; the message carries the VM stack."""
 

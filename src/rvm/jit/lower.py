@@ -36,8 +36,9 @@ logger = logging.getLogger("rvm.jit")
 # of rvm.op has an entry in `rvm.jit.compute.compute` (tests/jit/test_coverage.py checks both).
 NO_JIT_COMPUTE = frozenset({"lrn", "shape_of"})
 FALLBACK_NOTE = (
-    "falls back to numpy: lrn, shape_of, integer power, float16 tensors, arange with float "
-    "bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown rank"
+    "falls back to numpy: lrn, shape_of, integer power, float16 and uint16/32/64 tensors, "
+    "arange with float bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown "
+    "rank, ops without a compute definition (resize, einsum, scatters, topk...)"
 )
 FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
 FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")

@@ -1,0 +1,1 @@
+"""Importers of models from other frameworks into rvm IR (`rvm.frontend.onnx` first)."""

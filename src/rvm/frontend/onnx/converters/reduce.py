@@ -1,0 +1,59 @@
+"""Reduction ONNX ops: ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2, ArgMax and ArgMin.
+
+Axes come from an attribute before the version that made them an input (ReduceSum 13, the
+others 18); they must be constants. ``keepdims`` defaults to 1; with
+``noop_with_empty_axes`` and no axes the input passes through.
+"""
+
+from __future__ import annotations
+
+from rvm import op
+from rvm.frontend.onnx.context import NodeContext
+from rvm.frontend.onnx.registry import converter
+from rvm.ir import Expr
+
+
+def _reduction(fn, axes_input_since: int, before=None, after=None):
+    def convert(ctx: NodeContext) -> Expr:
+        x = ctx.input(0)
+        if ctx.version >= axes_input_since:
+            axes = ctx.ints(1, "axes")
+        else:
+            axes = ctx.attr("axes", None)
+        if not axes:
+            if ctx.attr("noop_with_empty_axes", 0):
+                return x
+            axes = None
+        keepdims = bool(ctx.attr("keepdims", 1))
+        y = fn(x if before is None else before(x), axis=axes, keepdims=keepdims)
+        return ctx.emit(y if after is None else after(y))
+
+    return convert
+
+
+def _square(x: Expr) -> Expr:
+    return op.multiply(x, x)
+
+
+converter("ReduceSum", since=(1, 11, 13))(_reduction(op.sum, 13))
+converter("ReduceMean", since=(1, 11, 13, 18))(_reduction(op.mean, 18))
+converter("ReduceMax", since=(1, 11, 12, 13, 18, 20))(_reduction(op.max, 18))
+converter("ReduceMin", since=(1, 11, 12, 13, 18, 20))(_reduction(op.min, 18))
+converter("ReduceProd", since=(1, 11, 13, 18))(_reduction(op.prod, 18))
+converter("ReduceSumSquare", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=_square))
+converter("ReduceL1", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=op.abs))
+converter("ReduceL2", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=_square, after=op.sqrt))
+
+
+def _arg(fn):
+    def convert(ctx: NodeContext) -> Expr:
+        if ctx.attr("select_last_index", 0):
+            ctx.fail("select_last_index=1 is not supported")
+        axis = ctx.attr("axis", 0)
+        return ctx.emit(fn(ctx.input(0), axis=axis, keepdims=bool(ctx.attr("keepdims", 1))))
+
+    return convert
+
+
+converter("ArgMax", since=(1, 11, 12, 13))(_arg(op.argmax))
+converter("ArgMin", since=(1, 11, 12, 13))(_arg(op.argmin))

@@ -1,0 +1,144 @@
+"""Tensor ONNX ops: Transpose, Concat, Split, Slice, Gather, GatherElements, Identity, Cast,
+Tile, Pad and CumSum.
+
+Indices, starts, sizes and pads must be constants known at import (rvm takes them as static
+attributes); values computed from ``Shape`` count when they are fully known ints.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rvm import op
+from rvm.frontend.onnx.context import NodeContext
+from rvm.frontend.onnx.loader import np_dtype
+from rvm.frontend.onnx.registry import converter
+from rvm.ir import Expr, TupleGetItem
+
+_LATEST = (21, 23, 24, 25)  # versions that only add types rvm lacks (float8, int4, ...)
+
+
+@converter("Transpose", since=(1, 13, *_LATEST))
+def _transpose(ctx: NodeContext) -> Expr:
+    perm = ctx.attr("perm", None)
+    return ctx.emit(op.transpose(ctx.input(0), None if perm is None else list(perm)))
+
+
+@converter("Concat", since=(4, 11, 13))
+def _concat(ctx: NodeContext) -> Expr:
+    args = [a for a in ctx.inputs if a is not None]
+    return ctx.emit(op.concat(args, axis=ctx.attr("axis")))
+
+
+@converter("Identity", since=(1, 13, 14, 16, 19, *_LATEST))
+def _identity(ctx: NodeContext) -> Expr:
+    return ctx.input(0)
+
+
+@converter("Cast", since=(6, 9, 13, 19, *_LATEST, 28))
+def _cast(ctx: NodeContext) -> Expr:
+    dtype = np_dtype(ctx.attr("to"), "the target type")
+    return ctx.emit(op.cast(ctx.input(0), dtype))
+
+
+@converter("Split", since=(2, 11, 13, 18))
+def _split(ctx: NodeContext) -> list:
+    x = ctx.input(0)
+    shape = ctx.shape(x)
+    axis = ctx.attr("axis", 0) % len(shape)
+    sizes = ctx.attr("split", None) if ctx.version < 13 else ctx.ints(1, "split")
+    count = len(ctx.node.output)
+    if not sizes and ctx.version >= 18:
+        count = ctx.attr("num_outputs", count)
+        dim = shape[axis]
+        if isinstance(dim, int) and dim % count:  # opset 18: the last piece is smaller
+            chunk = math.ceil(dim / count)
+            sizes = [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+    if sizes:
+        spec = list(np.cumsum(sizes)[:-1].tolist())
+        count = len(sizes)
+    else:
+        spec = count
+    pieces = ctx.emit(op.split(x, spec, axis=axis))
+    return [ctx.emit(TupleGetItem(pieces, i)) for i in range(count)]
+
+
+@converter("Slice", since=1)
+def _slice_v1(ctx: NodeContext) -> Expr:
+    starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+    axes = list(ctx.attr("axes", range(len(starts))))
+    return ctx.emit(op.strided_slice(ctx.input(0), starts, ends, None, axes))
+
+
+@converter("Slice", since=(10, 11, 13))
+def _slice(ctx: NodeContext) -> Expr:
+    starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
+    axes = ctx.ints(3, "axes") or list(range(len(starts)))
+    steps = ctx.ints(4, "steps") or [1] * len(starts)
+    rank = len(ctx.shape(ctx.input(0)))
+    axes = [a % rank for a in axes]
+    return ctx.emit(op.strided_slice(ctx.input(0), starts, ends, steps, axes))
+
+
+@converter("Gather", since=(1, 11, 13))
+def _gather(ctx: NodeContext) -> Expr:
+    return ctx.emit(op.take(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0)))
+
+
+@converter("GatherElements", since=(11, 13))
+def _gather_elements(ctx: NodeContext) -> Expr:
+    return ctx.emit(op.gather(ctx.input(0), ctx.input(1), axis=ctx.attr("axis", 0)))
+
+
+@converter("Tile", since=(6, 13))
+def _tile(ctx: NodeContext) -> Expr:
+    return ctx.emit(op.tile(ctx.input(0), ctx.ints(1, "repeats")))
+
+
+@converter("Pad", since=2)
+def _pad_v2(ctx: NodeContext) -> Expr:
+    return _pad(ctx, list(ctx.attr("pads")), ctx.attr("value", 0.0), None)
+
+
+@converter("Pad", since=(11, 13, 18, 19, *_LATEST))
+def _pad_v11(ctx: NodeContext) -> Expr:
+    value = ctx.optional(2)
+    if value is not None and ctx.const(2) is None:
+        ctx.fail("constant_value must be a constant known at import")
+    fill = 0 if value is None else ctx.const(2).item()
+    return _pad(ctx, ctx.ints(1, "pads"), fill, ctx.ints(3, "axes"))
+
+
+def _pad(ctx: NodeContext, pads: list[int], value: float, axes: list[int] | None) -> Expr:
+    mode = ctx.attr("mode", "constant")
+    if mode != "constant":
+        ctx.fail(f"mode {mode!r} is not supported (rvm pads with a constant)")
+    x = ctx.input(0)
+    rank = len(ctx.shape(x))
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    n = len(axes)
+    if len(pads) != 2 * n:
+        ctx.fail(f"pads must have {2 * n} values, got {pads}")
+    if any(p < 0 for p in pads):
+        ctx.fail(f"negative pads (cropping) are not supported, got {pads}")
+    widths = [[0, 0] for _ in range(rank)]
+    for i, a in enumerate(axes):
+        widths[a] = [pads[i], pads[i + n]]
+    return ctx.emit(op.pad(x, widths, value))
+
+
+@converter("CumSum", since=(11, 14))
+def _cumsum(ctx: NodeContext) -> Expr:
+    x = ctx.input(0)
+    axis = ctx.ints(1, "axis")
+    if axis is None or len(axis) != 1:
+        ctx.fail("axis must be a constant scalar")
+    exclusive = bool(ctx.attr("exclusive", 0))
+    if not ctx.attr("reverse", 0):
+        return ctx.emit(op.cumsum(x, axis=axis[0], exclusive=exclusive))
+    backwards = [-1], [-(2**63)], [-1], [axis[0]]
+    flipped = op.strided_slice(x, *backwards)
+    out = op.cumsum(flipped, axis=axis[0], exclusive=exclusive)
+    return ctx.emit(op.strided_slice(out, *backwards))

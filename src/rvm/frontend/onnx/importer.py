@@ -1,0 +1,260 @@
+"""The graph walk: ONNX graph inputs, initializers and nodes to one rvm function "main".
+
+The model is loaded and vetted first (`rvm.frontend.onnx.loader`), so an unsupported model
+fails before anything is converted. Then nodes are converted in graph order (ONNX requires a
+topological order) through the registry; each converter builds IR through a `NodeContext`,
+which folds constants and tracks shape values as it emits.
+
+Names: IR variables are ONNX names made identifiers (``gpu_0/data_0`` becomes
+``gpu_0_data_0``); the module's ``attrs["onnx_input_names"]`` maps each parameter back to its
+ONNX name. Symbolic dimensions are the ONNX ``dim_param`` names, made identifiers the same way;
+a dynamic dimension without a name gets a fresh one (``dim0``, ``dim1``...).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rvm.errors import OnnxImportError, RVMError
+from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
+from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
+from rvm.frontend.onnx.loader import (
+    check_supported,
+    load_model,
+    model_opsets,
+    np_dtype,
+    tensor_to_array,
+)
+from rvm.frontend.onnx.registry import lookup, normalize_domain
+from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var
+from rvm.ir.types import check_dtype
+
+PARAMS_MODES = ("constants", "inputs")
+
+
+def identifier(name: str | bytes) -> str:
+    """``name`` made a valid Python identifier (the IR's names must be).
+
+    Protobuf hands back bytes for a string field that is not valid UTF-8.
+    """
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", errors="replace")
+    out = re.sub(r"\W", "_", name) or "v"
+    if out[0].isdigit():
+        out = "v_" + out
+    return out + "_" if keyword.iskeyword(out) else out
+
+
+class _Names:
+    """Unique identifiers for ONNX names."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def __call__(self, name: str) -> str:
+        base = identifier(name)
+        out, k = base, 1
+        while out in self.used:
+            out, k = f"{base}_{k}", k + 1
+        self.used.add(out)
+        return out
+
+
+def from_onnx(
+    model: Any,
+    shape_dict: Mapping[str, Sequence[int | str]] | None = None,
+    dtype_dict: Mapping[str, str] | None = None,
+    params: str = "constants",
+) -> IRModule:
+    """Import an ONNX model as an IRModule whose entry function is ``"main"``.
+
+    Args:
+        model: an ``onnx.ModelProto``, a path to a ``.onnx`` file, or its serialized bytes.
+        shape_dict: ``{input_name: shape}`` fixing input shapes (ints or symbolic names).
+        dtype_dict: ``{input_name: dtype}`` overriding input dtypes.
+        params: ``"constants"`` embeds initializers as constants; ``"inputs"`` makes every
+            float initializer a parameter after the graph inputs (in initializer order), so
+            weights can be swapped at run time. Integer initializers (shapes, axes, indices)
+            stay constants: the graph's structure depends on them.
+
+    Returns:
+        The module. ``main`` takes the graph inputs that are not initializers, in graph
+        order, and returns one tensor for one graph output, else a tuple.
+
+    Raises:
+        rvm.OnnxImportError: the model cannot be read, fails ``onnx.checker``, uses ops rvm
+            does not support (all of them listed), or a node cannot be converted.
+    """
+    if params not in PARAMS_MODES:
+        raise ValueError(f"params must be one of {PARAMS_MODES}, got {params!r}")
+    proto = load_model(model)
+    opsets = model_opsets(proto)
+    check_supported(proto.graph, opsets)
+    try:
+        return GraphImporter(opsets).import_model(proto, shape_dict or {}, dtype_dict or {}, params)
+    except RVMError:
+        raise
+    except Exception as err:  # a malformed model the checker let through: an error, no crash
+        raise OnnxImportError(f"cannot import the model: {type(err).__name__}: {err}") from err
+
+
+class GraphImporter:
+    """Converts ONNX graphs to IR; one instance per model."""
+
+    def __init__(self, opsets: dict[str, int]) -> None:
+        self.opsets = opsets
+        self.builder = Builder()
+        self.emitter = Emitter(self.builder)
+        self.names = _Names()
+        self.dim_names: dict[str, str] = {}
+        self.fresh_dims = 0
+
+    def import_model(
+        self,
+        proto: Any,
+        shape_dict: Mapping[str, Sequence[int | str]],
+        dtype_dict: Mapping[str, str],
+        params: str,
+    ) -> IRModule:
+        graph = proto.graph
+        scope = Scope()
+        inits = {t.name: t for t in graph.initializer}
+        unknown = set(shape_dict) | set(dtype_dict)
+        unknown -= {i.name for i in graph.input if i.name not in inits}
+        if unknown:
+            raise OnnxImportError(
+                f"shape_dict/dtype_dict name {sorted(unknown)}, which are not graph inputs; "
+                f"the inputs are {[i.name for i in graph.input if i.name not in inits]}"
+            )
+        param_vars: list[Var] = []
+        origin: dict[str, str] = {}
+        for inp in graph.input:
+            if inp.name in inits:
+                continue
+            var = self._input_var(inp, shape_dict.get(inp.name), dtype_dict.get(inp.name))
+            scope.bind(inp.name, var)
+            param_vars.append(var)
+            origin[var.name] = inp.name
+        for name, tensor in inits.items():
+            arr = tensor_to_array(tensor, f"initializer {name!r}")
+            if params == "inputs" and arr.dtype.kind == "f":
+                var = Var(self.names(name), TensorType(arr.shape, arr.dtype.name))
+                scope.bind(name, var)
+                param_vars.append(var)
+                origin[var.name] = name
+            else:
+                scope.bind(name, Constant(arr))
+        with self.builder.function("main", param_vars):
+            self.convert_nodes(graph.node, scope)
+            outs = [self._lookup(scope, o.name, "graph output") for o in graph.output]
+            self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
+        mod = self.builder.get()
+        attrs = {**mod.attrs, "onnx_input_names": origin}
+        return IRModule(mod.functions, mod.adts, mod.global_vars, attrs)
+
+    # -- inputs -----------------------------------------------------------------------------
+    def _input_var(self, inp: Any, shape: Sequence[int | str] | None, dtype: str | None) -> Var:
+        what = f"graph input {inp.name!r}"
+        if not inp.type.HasField("tensor_type"):
+            raise OnnxImportError(f"{what} is not a tensor; rvm imports tensor inputs only")
+        tt = inp.type.tensor_type
+        if dtype is not None:
+            try:
+                dtype = check_dtype(dtype)
+            except RVMError as err:
+                raise OnnxImportError(f"dtype_dict[{inp.name!r}]: {err}") from None
+        else:
+            dtype = np_dtype(tt.elem_type, what)
+        if shape is None:
+            shape = self._onnx_shape(tt) if tt.HasField("shape") else None
+        else:
+            shape = tuple(self._dim_name(d) if isinstance(d, str) else d for d in shape)
+        try:
+            return Var(self.names(inp.name), TensorType(shape, dtype))
+        except RVMError as err:
+            raise OnnxImportError(f"{what}: {err}") from None
+
+    def _onnx_shape(self, tt: Any) -> tuple[int | str, ...]:
+        dims: list[int | str] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            elif d.dim_param:
+                dims.append(self._dim_name(d.dim_param))
+            else:
+                dims.append(self._fresh_dim())
+        return tuple(dims)
+
+    def _dim_name(self, name: str) -> str:
+        if name not in self.dim_names:
+            self.dim_names[name] = identifier(name)
+        return self.dim_names[name]
+
+    def _fresh_dim(self) -> str:
+        taken = set(self.dim_names.values())
+        while f"dim{self.fresh_dims}" in taken:
+            self.fresh_dims += 1
+        name = f"dim{self.fresh_dims}"
+        self.fresh_dims += 1
+        return name
+
+    # -- nodes ------------------------------------------------------------------------------
+    def _lookup(self, scope: Scope, name: str, what: str) -> Expr:
+        value = scope.lookup(name)
+        if value is None:
+            raise OnnxImportError(f"{what} {name!r} is not defined by any input or node")
+        return value
+
+    def convert_nodes(self, nodes: Sequence[Any], scope: Scope) -> None:
+        """Convert ``nodes`` in order, binding their outputs in ``scope``."""
+        for node in nodes:
+            self.convert_node(node, scope)
+
+    def convert_node(self, node: Any, scope: Scope) -> None:
+        domain = normalize_domain(node.domain)
+        version, conv = lookup(node.op_type, self.opsets[domain], domain)
+        assert version is not None and conv is not None  # check_supported ran first
+        label = node.name or (node.output[0] if node.output else "?")
+        inputs = [
+            self._lookup(scope, n, f"input of node {label!r}:") if n else None for n in node.input
+        ]
+        attrs = parse_attributes(node)
+        ctx = NodeContext(node, version, attrs, inputs, self.emitter, self, scope)
+        try:
+            result = conv.fn(ctx)
+        except OnnxImportError:
+            raise
+        except RVMError as err:
+            raise OnnxImportError(f"node {label!r} ({node.op_type}-{version}): {err}") from None
+        except Exception as err:  # a converter meeting a malformed node: an error, not a crash
+            raise OnnxImportError(
+                f"node {label!r} ({node.op_type}-{version}): {type(err).__name__}: {err}"
+            ) from err
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        for i, name in enumerate(node.output):
+            if not name:
+                continue
+            if i >= len(results) or results[i] is None:
+                ctx.fail(f"rvm cannot produce output {i} ({name!r})")
+            scope.bind(name, results[i])
+
+
+def parse_attributes(node: Any) -> dict[str, Any]:
+    """A node's attributes as Python values: strings decoded, tensors as arrays."""
+    import onnx
+
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.TENSOR:
+            out[a.name] = tensor_to_array(a.t, f"attribute {a.name!r} of node {node.name!r}")
+            continue
+        value = onnx.helper.get_attribute_value(a)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", errors="replace")
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8", errors="replace") for v in value]
+        out[a.name] = value
+    return out

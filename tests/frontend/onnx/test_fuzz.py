@@ -1,0 +1,74 @@
+"""Truncated and corrupted model bytes: each imports or raises an RVMError, never crashes.
+
+The cases run in a subprocess, so a crash (a segfault in a C++ parser or checker) fails the
+test instead of taking pytest down.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("onnx")
+
+FUZZ = textwrap.dedent(
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import rvm
+
+    rng = np.random.default_rng(10)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    s = numpy_helper.from_array(np.array([0, -1], np.int64), "s")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Reshape", ["p", "s"], ["y"], name="flatten"),
+    ]
+    graph = helper.make_graph(
+        nodes, "fuzz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])], [w, s],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    data = data.SerializeToString()
+    rvm.from_onnx(data)  # the intact model imports
+
+    ok = errors = 0
+    for case in range(CASES):
+        r = np.random.default_rng(case)
+        buf = bytearray(data)
+        if case % 2 == 0:
+            buf = buf[: int(r.integers(0, len(buf)))]
+        else:
+            for _ in range(int(r.integers(1, 4))):
+                buf[int(r.integers(len(buf)))] ^= 1 << int(r.integers(8))
+        try:
+            rvm.from_onnx(bytes(buf))
+            ok += 1
+        except rvm.RVMError:
+            errors += 1
+        except Exception as err:
+            print(f"FAIL case {case}: {type(err).__name__}: {err}")
+    print(f"imported {ok}, rejected {errors}")
+    """
+)
+
+
+def test_truncated_and_flipped_bytes_import_or_raise_rvm_errors():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", FUZZ.replace("CASES", "200")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 0, f"crashed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+    assert "FAIL" not in out.stdout, out.stdout
+    assert "imported" in out.stdout and "rejected" in out.stdout

@@ -1,0 +1,57 @@
+"""The 9 light CNNs shipped with onnx, with random weights, against ONNX Runtime.
+
+Each model's weights (``ConstantOfShape(shape, 0.02)`` in the files) become seeded random
+values, and the logits before the final Softmax become an extra output; rvm must match ONNX
+Runtime on them within 1e-4 relative error with the same top-1 class, in both exec modes.
+Numpy kernels run for all nine; jit kernels for squeezenet and shufflenet by default and the
+rest under ``-m slow`` (a cold jit compile of one of these CNNs takes minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import rvm  # noqa: E402
+from rvm.testing.onnx_models import (  # noqa: E402
+    LIGHT_MODELS,
+    compare_with_ort,
+    expose_logits,
+    light_model_path,
+    random_inputs,
+    randomize_weights,
+)
+
+JIT_BY_DEFAULT = ("squeezenet", "shufflenet")
+
+
+def _check(name: str, kernels: str) -> None:
+    path = light_model_path(name)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not shipped with this onnx")
+    model = expose_logits(randomize_weights(onnx.load(path), seed=0))
+    ex = rvm.compile(rvm.from_onnx(model), kernels=kernels)
+    inputs = random_inputs(model, seed=1)
+    for mode in ("bytecode", "compiled"):
+        result = compare_with_ort(rvm.VirtualMachine(ex, exec_mode=mode)["main"], model, inputs)
+        assert result.rel_err <= 1e-4, (name, kernels, mode, str(result))
+        assert result.top1_equal, (name, kernels, mode, str(result))
+        probs = compare_with_ort(rvm.VirtualMachine(ex, exec_mode=mode)["main"], model, inputs, 0)
+        assert probs.rel_err <= 1e-4, (name, kernels, mode, "probabilities", str(probs))
+
+
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_numpy_kernels(name):
+    _check(name, "numpy")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=() if n in JIT_BY_DEFAULT else pytest.mark.slow) for n in LIGHT_MODELS],
+)
+def test_light_model_jit_kernels(name):
+    _check(name, "jit")
