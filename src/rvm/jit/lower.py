@@ -34,11 +34,28 @@ logger = logging.getLogger("rvm.jit")
 
 # The ops with no jit compute at all: their kernels are always the numpy kernel. Every other op
 # of rvm.op has an entry in `rvm.jit.compute.compute` (tests/jit/test_coverage.py checks both).
-NO_JIT_COMPUTE = frozenset({"lrn", "shape_of"})
+NO_JIT_COMPUTE = frozenset(
+    {
+        "cumprod",
+        "fmod",
+        "gather_nd",
+        "left_shift",
+        "lrn",
+        "nonzero",
+        "resize",
+        "right_shift",
+        "scatter_elements",
+        "scatter_nd",
+        "shape_of",
+        "topk",
+        "trilu",
+        "unique",
+    }
+)
 FALLBACK_NOTE = (
-    "falls back to numpy: lrn, shape_of, integer power, float16 and uint16/32/64 tensors, "
-    "arange with float bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown "
-    "rank, ops without a compute definition (resize, einsum, scatters, topk...)"
+    f"falls back to numpy: {', '.join(sorted(NO_JIT_COMPUTE))}; integer power, float16 and "
+    "uint16/32/64 tensors, arange with float bounds, squeeze(axis=None) of symbolic shapes, "
+    "parameters of unknown rank"
 )
 FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
 FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")
