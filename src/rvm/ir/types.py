@@ -53,6 +53,8 @@ INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "u
 
 def check_dtype(dtype: object) -> str:
     """Return ``dtype`` as one of `DTYPES`, accepting numpy dtypes and scalar types."""
+    if isinstance(dtype, str) and dtype in DTYPES:  # the common case, without numpy's lookup
+        return dtype
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
     except TypeError:
