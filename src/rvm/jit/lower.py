@@ -36,11 +36,20 @@ logger = logging.getLogger("rvm.jit")
 # of rvm.op has an entry in `rvm.jit.compute.compute` (tests/jit/test_coverage.py checks both).
 NO_JIT_COMPUTE = frozenset(
     {
+        "avg_pool1d",
+        "avg_pool3d",
+        "conv1d_transpose",
+        "conv2d_transpose",
+        "conv3d",
+        "conv3d_transpose",
         "cumprod",
         "fmod",
         "gather_nd",
         "left_shift",
         "lrn",
+        "max_pool1d",
+        "max_pool3d",
+        "max_pool_indices",
         "nonzero",
         "resize",
         "right_shift",
