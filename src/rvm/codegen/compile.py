@@ -6,10 +6,10 @@ import logging
 import os
 from collections.abc import Callable
 
-from rvm.codegen.kernel_numpy import LIBRARY_NAME, library_source, numpy_kernel
 from rvm.codegen.vm_codegen import vm_codegen
 from rvm.errors import IRError
 from rvm.ir import IRModule
+from rvm.jit.numpy_kernel import LIBRARY_NAME, library_source, numpy_kernel
 from rvm.runtime.executable import EXEC_MODES, Executable, KernelRecord
 from rvm.runtime.kernels import build_kernels as build
 from rvm.transform.pipeline import default_passes, run_pipeline

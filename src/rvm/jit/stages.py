@@ -1,16 +1,15 @@
 """Anchor stages: matmul, dense, conv1d/conv2d (BLAS) and the window pools.
 
-Float matmul and dense call `rvm.jit.blas.matmul` inside the kernel (NumPy's BLAS, with the
-GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS is not
-reachable), one call per batch matrix, writing straight into the stage's array; the lowering
-points that array at the kernel's output when the epilogue (bias, activation) can run in
-place, so the epilogue is one pass over the output in the same kernel. Float stride-1
-convolutions with at least `SHIFT_MIN_CHANNELS` input channels per group run one GEMM per
-kernel tap on row-strided windows of the zero-padded input, accumulated in place by NumPy's
-BLAS: no column matrix at all. Other float convolutions pack the input windows of each (image,
-group) into a column matrix (im2col, with the padding as zero runs and unit-stride copies in
-between) and multiply it by the weight with one GEMM. Integer matmul and convolution, and the
-pools, are reduce loops inlined into their consumer.
+Float matmul and dense call `rvm.runtime.native.blas.matmul` inside the kernel (NumPy's BLAS, with
+the GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS is not
+reachable), one call per batch matrix, writing straight into the stage's array; the lowering points
+that array at the kernel's output when the epilogue (bias, activation) can run in place, so the
+epilogue is one pass over the output in the same kernel. Float stride-1 convolutions with at least
+`SHIFT_MIN_CHANNELS` input channels per group run one GEMM per kernel tap on row-strided windows of
+the zero-padded input, accumulated in place by NumPy's BLAS: no column matrix at all. Other float
+convolutions pack the input windows of each (image, group) into a column matrix (im2col, with the
+padding as zero runs and unit-stride copies in between) and multiply it by the weight with one
+GEMM. Integer matmul and convolution, and the pools, are reduce loops inlined into their consumer.
 """
 
 from __future__ import annotations
@@ -19,12 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rvm.jit import blas
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, shape_tuple
 from rvm.op import ops
+from rvm.runtime.native import blas
 
 BLAS_DTYPES = ("float32", "float64")
 CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
@@ -88,7 +87,7 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     loop = Body(kb.root, None, f"elif {m} > 0 and {n} > 0:")
 
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.jit.blas import matmul")
+        kb.imports.add("from rvm.runtime.native.blas import matmul")
 
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
@@ -266,7 +265,7 @@ def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into: list[str] | None
     cg = kb.dim(f"{c} // {groups}")
     fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.jit.blas import gemm")
+        kb.imports.add("from rvm.runtime.native.blas import gemm")
     product = (_IM2COL_GEMM if blas.AVAILABLE else _IM2COL_DOT).format(**names, **fields)
     src = _IM2COL.format(
         **names,
@@ -333,7 +332,7 @@ else:
 
 def _emit_shifted_gemms(kb, x, w, out, n, c, o, groups, geo, dt) -> None:
     """Stride-1 float convolution by shifted GEMMs, with im2col for shallow groups."""
-    kb.imports.add("from rvm.jit.blas import gemm")
+    kb.imports.add("from rvm.runtime.native.blas import gemm")
     names = {k: kb.fresh(k) for k in ("cg", "og", "Wp", "Hp", "L", "P", "wt", "xp", "tmp", "y")}
     fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
     src = _SHIFTED.format(**names, **fields, min_c=SHIFT_MIN_CHANNELS)

@@ -10,6 +10,7 @@ self-contained `rvm.op.numpy_ref`).
 
 from __future__ import annotations
 
+from rvm import _hooks
 from rvm.ir.expr import const
 from rvm.op import ops
 from rvm.op.conv import (
@@ -116,6 +117,9 @@ from rvm.op.pool import (
 )
 from rvm.op.reduce import argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, variance
 from rvm.op.search import nonzero, topk, unique
+
+# The IR builds ``x + y`` on its values from this op set (see rvm._hooks).
+_hooks.supply("ops", ops)
 
 __all__ = [
     "ExprLike",

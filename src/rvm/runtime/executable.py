@@ -19,6 +19,7 @@ import numpy as np
 
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.native import loader
 
 __all__ = ["ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
@@ -235,9 +236,6 @@ class Executable:
                 f"kernel {name!r} runs on the {record.backend} backend; only jit kernels have "
                 "LLVM IR and assembly"
             )
-        import importlib
-
-        loader = importlib.import_module("rvm.jit.loader")
         return getattr(loader, what)(record)
 
     def __repr__(self) -> str:
