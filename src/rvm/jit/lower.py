@@ -43,6 +43,7 @@ NO_JIT_COMPUTE = frozenset(
         "conv3d",
         "conv3d_transpose",
         "cumprod",
+        "dynamic_slice",
         "fmod",
         "gather_nd",
         "left_shift",
