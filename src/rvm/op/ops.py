@@ -149,3 +149,35 @@ full = register_op("full", _E, 0)
 arange = register_op("arange", _I, 0)
 one_hot = register_op("one_hot", _I, 1)
 shape_of = register_op("shape_of", _O, 1)
+
+# Ops that take the storage-only dtypes (`rvm.ir.types.STORAGE_DTYPES`: int4, uint4, int2,
+# uint2): conversion, data movement, selection and comparison, none of which computes new
+# values in the dtype. Every other op refuses them (`rvm.op.shapes.rule`).
+STORAGE_OPS = frozenset(
+    {
+        cast,
+        reshape,
+        transpose,
+        expand_dims,
+        squeeze,
+        flatten,
+        concat,
+        split,
+        stack,
+        strided_slice,
+        take,
+        gather,
+        gather_nd,
+        broadcast_to,
+        pad,
+        tile,
+        where,
+        equal,
+        not_equal,
+        less,
+        less_equal,
+        greater,
+        greater_equal,
+        shape_of,
+    }
+)
