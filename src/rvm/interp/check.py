@@ -22,7 +22,6 @@ from rvm.ir.module import IRModule
 from rvm.ir.types import DTYPES, ADTType, FuncType, ShapeType, TensorType, TupleType, Type
 from rvm.runtime.objects import ADT
 
-
 # Which Python-value kinds (numpy dtype kinds) may become which dtype kinds.
 _SAFE_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 

@@ -17,7 +17,6 @@ from rvm.ir.types import DTYPES, TensorType, TupleType
 from rvm.runtime.objects import ADT
 
 
-
 def get_item(value: Any, index: int, env: Env) -> Any:
     """Field ``index`` of a tuple (or of an ADT value's fields)."""
     if not isinstance(value, (tuple, ADT)):

@@ -25,6 +25,7 @@ from rvm.op.create import arange, full, one_hot, ones, shape_of, zeros
 from rvm.op.elemwise import (
     abs,
     add,
+    bitcast,
     bitwise_and,
     bitwise_not,
     bitwise_or,
@@ -102,6 +103,7 @@ __all__ = [
     "as_expr",
     "avg_pool2d",
     "batch_norm",
+    "bitcast",
     "bitwise_and",
     "bitwise_not",
     "bitwise_or",

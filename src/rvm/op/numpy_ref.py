@@ -295,6 +295,10 @@ def cast(x, dtype):
     return np.asarray(x).astype(_dtype(dtype))
 
 
+def bitcast(x, dtype):
+    return np.ascontiguousarray(x).view(_dtype(dtype))
+
+
 # ---------------------------------------------------------------------------------------------
 # Reductions (axis: None or a tuple of ints)
 

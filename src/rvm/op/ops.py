@@ -15,7 +15,7 @@ Fusion patterns follow TVM's OpPatternKind, with these choices:
 - matmul, dense, convolutions and pools: OUT_ELEMWISE_FUSABLE (they absorb an epilogue);
 - softmax, log_softmax, layer_norm, lrn, cumsum, cumprod, shape_of: OPAQUE (several
   reductions broadcast back, or a scan; as in Relay they get a kernel of their own);
-- ops that the jit has no compute definition for (scatters, topk, nonzero, unique, trilu,
+- ops that the jit has no compute definition for (bitcast, scatters, topk, nonzero, unique, trilu,
   einsum, det, conv_transpose, resize, the 1-d/3-d pools...): OPAQUE, so that their numpy
   kernel stands alone and does not pull fusable neighbours out of the jit.
 """
@@ -86,6 +86,7 @@ silu = register_op("silu", _E, 1)
 softplus = register_op("softplus", _E, 1)
 clip = register_op("clip", _E, 1)
 cast = register_op("cast", _E, 1)
+bitcast = register_op("bitcast", _O, 1)  # no jit compute: a numpy kernel of its own
 
 # Reductions.
 sum = register_op("sum", _R, 1)

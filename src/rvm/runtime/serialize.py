@@ -7,7 +7,8 @@ Layout (little endian)::
 
 Sections, in order (docs/architecture.md): GLOB (function table: name, kind, params and their specs,
 register-file size, code range; then the ADTs), CONS (constant pool: dtype string -- numpy's
-type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM (primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
+type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM
+(primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
 `OPCODE_INFO`), KERN (kernel records and shared libraries), then, since version 1.1, META
 (string key/value pairs: `default_exec_mode`). Readers skip unknown sections of the same major
 version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a

@@ -3,6 +3,7 @@
 from rvm.frontend.onnx.converters import (
     activation,
     bitwise,
+    cast,
     control,
     elemwise,
     image,
@@ -16,6 +17,7 @@ from rvm.frontend.onnx.converters import (
 __all__ = [
     "activation",
     "bitwise",
+    "cast",
     "control",
     "elemwise",
     "image",
