@@ -58,9 +58,9 @@ def _window(ctx: NodeContext, x: Expr, kernel: Sequence[int]) -> dict:
     return {"strides": strides, "padding": pads, "dilation": dilations}
 
 
-@converter("Conv", since=(1, 11, 22))
-def _conv(ctx: NodeContext) -> Expr:
-    x, w = ctx.input(0), ctx.input(1)
+def convolve(ctx: NodeContext, x: Expr, w: Expr) -> Expr:
+    """``x`` convolved with ``w`` as the node's Conv attributes say (kernel_shape, strides,
+    pads or auto_pad, dilations, group); no bias. QLinearConv and ConvInteger share it."""
     wshape = ctx.shape(w)
     kernel = list(ctx.attr("kernel_shape", wshape[2:]))
     if not all(isinstance(k, int) for k in kernel):
@@ -68,7 +68,14 @@ def _conv(ctx: NodeContext) -> Expr:
     conv = {1: op.conv1d, 2: op.conv2d}.get(len(kernel))
     if conv is None:
         ctx.fail(f"rvm has 1-d and 2-d convolutions, got a {len(kernel)}-d kernel")
-    y = conv(x, w, groups=ctx.attr("group", 1), **_window(ctx, x, kernel))
+    return conv(x, w, groups=ctx.attr("group", 1), **_window(ctx, x, kernel))
+
+
+@converter("Conv", since=(1, 11, 22))
+def _conv(ctx: NodeContext) -> Expr:
+    x, w = ctx.input(0), ctx.input(1)
+    y = convolve(ctx, x, w)
+    kernel = ctx.shape(w)[2:]
     bias = ctx.optional(2)
     if bias is not None:
         y = op.add(y, op.reshape(bias, (-1,) + (1,) * len(kernel)))
