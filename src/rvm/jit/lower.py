@@ -32,7 +32,8 @@ from rvm.runtime.executable import KernelRecord
 logger = logging.getLogger("rvm.jit")
 
 FALLBACK_NOTE = (
-    "falls back to numpy: lrn, shape_of, integer power, float16 and uint16/32/64 tensors, "
+    "falls back to numpy: lrn, shape_of, integer power, float16, uint16/32/64 and the narrow "
+    "dtypes (bfloat16, float8, int4...: Numba has no such types), "
     "arange with float bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown "
     "rank, ops without a compute definition (resize, einsum, scatters, topk...)"
 )

@@ -443,6 +443,10 @@ def _out_size(size, kernel, stride, pads, dilation, ceil_mode=False):
 def _conv(x, w, strides, pads, dilation, groups):
     """N-d convolution, NC+spatial / OI+spatial, cross-correlation as in every framework."""
     dtype = _binary_dtype(x, w)
+    if _is_float(dtype) and dtype.name not in ("float16", "float32", "float64"):
+        # ml_dtypes' floats (bfloat16, float8...): einsum has no loops for them
+        wide = _conv(x.astype(np.float32), w.astype(np.float32), strides, pads, dilation, groups)
+        return _like(wide, dtype)
     nsp = x.ndim - 2
     kernel = w.shape[2:]
     out_sp = [

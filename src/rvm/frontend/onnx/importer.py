@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rvm.dtypes import dtype_kind
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
@@ -140,7 +141,7 @@ class GraphImporter:
             origin[var.name] = inp.name
         for name, tensor in inits.items():
             arr = tensor_to_array(tensor, f"initializer {name!r}")
-            if params == "inputs" and arr.dtype.kind == "f":
+            if params == "inputs" and dtype_kind(arr.dtype.name) == "f":
                 var = Var(self.names(name), TensorType(arr.shape, arr.dtype.name))
                 scope.bind(name, var)
                 param_vars.append(var)
