@@ -62,13 +62,14 @@ def _dtype_unknown(ty: Type) -> bool:
 
 
 def rule_raw(op: Op) -> Callable[[Callable[[Call, list[Type]], Type]], Callable]:
-    """Register a rule that receives the raw argument types (after the count check)."""
+    """Register a rule that receives the raw argument types (after the count check).
+
+    Only ops that take the storage dtypes (concat, stack: `rvm.op.ops.STORAGE_OPS`) use it, so
+    it does not refuse them as `rule` does."""
 
     def register(fn: Callable[[Call, list[Type]], Type]) -> Callable:
         def checked(call: Call, arg_types: list[Type]) -> Type:
             check_num_args(op, arg_types)
-            if op not in STORAGE_OPS:
-                check_computes(op, arg_types)
             try:
                 return fn(call, arg_types)
             except KeyError as err:
@@ -83,13 +84,11 @@ def rule_raw(op: Op) -> Callable[[Callable[[Call, list[Type]], Type]], Callable]
 def check_computes(op: Op, arg_types: Sequence[Type]) -> None:
     """Refuse a storage-only dtype (int4...) to ``op``, which computes with its inputs."""
     for i, ty in enumerate(arg_types):
-        fields = ty.fields if isinstance(ty, TupleType) else (ty,)
-        for f in fields:
-            if isinstance(f, TensorType) and f.dtype in STORAGE_DTYPES:
-                raise IRError(
-                    f"{op.name}: input {i} is {f.dtype}, a dtype rvm only stores, moves and "
-                    "compares; op.cast it to int8 (or wider) to compute with it"
-                )
+        if isinstance(ty, TensorType) and ty.dtype in STORAGE_DTYPES:
+            raise IRError(
+                f"{op.name}: input {i} is {ty.dtype}, a dtype rvm only stores, moves and "
+                "compares; op.cast it to int8 (or wider) to compute with it"
+            )
 
 
 def check_num_args(op: Op, arg_types: Sequence[Type]) -> None:
