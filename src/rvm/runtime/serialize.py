@@ -288,7 +288,7 @@ def decode(data: bytes) -> dict[str, Any]:
         )
     try:
         return _decode_sections(found)
-    except ExecutableFormatError:
+    except (ExecutableFormatError, DTypeError):  # DTypeError: ml_dtypes is missing
         raise
     except (ValueError, TypeError, OverflowError, struct.error, MemoryError) as e:
         raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
