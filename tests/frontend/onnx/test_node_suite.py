@@ -86,6 +86,14 @@ JIT_SAMPLE = (
     "test_resize_downsample_scales_cubic_antialias",
     "test_depthtospace_crd_mode_example",
     "test_onehot_with_axis",
+    "test_cast_FLOAT_to_FLOAT8E4M3FN",
+    "test_castlike_BFLOAT16_to_FLOAT",
+    "test_celu_bfloat16_expanded",
+    "test_quantizelinear_int4",
+    "test_quantizelinear_blocked_asymmetric",
+    "test_dequantizelinear_e4m3fn",
+    "test_qlinearmatmul_3D_uint8_float16",
+    "test_bitcast_float32_to_int32",
 )
 
 
