@@ -14,6 +14,8 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP  # noqa: E402
 from onnx_helpers import check_ort, check_reference, single_op  # noqa: E402
 
+import rvm  # noqa: E402
+
 RNG = np.random.default_rng(10)
 # Exact halves (round half to even), values beyond every range, and NaN-free random ones.
 X = np.concatenate(
@@ -99,6 +101,18 @@ def test_quantize_precision_and_dequantize_output_dtype():
         "DequantizeLinear", {"x": xq}, initializers=q, opset=23, output_dtype=TP.BFLOAT16
     )
     check_reference(model, inputs)
+
+
+@pytest.mark.parametrize("opset", [21, 23])
+def test_quantize_divides_in_the_scales_type_since_23(opset):
+    """x = 2049 / scale 1: float16 (the scale's type, since 23) rounds it to 2048."""
+    x = np.array([2049.0, 3.0, -2051.0], np.float32)
+    q = {"s": np.array(1.0, np.float16), "z": np.array(0, np.int16)}
+    model, inputs = single_op("QuantizeLinear", {"x": x}, initializers=q, opset=opset)
+    y = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model)))["main"](*inputs)
+    common = np.float16 if opset >= 23 else np.float32
+    np.testing.assert_array_equal(y, np.rint(x.astype(common)).astype(np.int16))
+    assert y[0] == (2048 if opset >= 23 else 2049)
 
 
 def test_dequantize_packed_int4_and_float8_initializers(kernels):

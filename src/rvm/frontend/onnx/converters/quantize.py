@@ -8,8 +8,8 @@ ONNX's reference implementation (``onnx.reference``), which produced the conform
   (`rvm.op.round`), the sum in int32 and clipped to the target's range (int16...int2, uint16...
   uint2). A float8 target instead casts ``x / scale`` (saturating by default, as Cast does) and
   ignores the zero point, which must be 0; a float4 target adds it and casts. The output type
-  is the zero point's, else ``output_dtype``, else uint8. ``precision`` casts ``x`` and
-  ``scale`` to that type before dividing.
+  is the zero point's, else ``output_dtype``, else uint8. The division runs in the scale's
+  type since version 23 (in ``precision``'s when given), before in the operands' common type.
 - DequantizeLinear: ``y = (float32(x) - float32(zero_point)) * scale`` in float32, cast to
   ``output_dtype`` or the scale's type; float8 zero points are 0 and ignored.
 - Scales and zero points are per tensor (a scalar), per axis (1-D along ``axis``) or blocked
@@ -19,7 +19,7 @@ ONNX's reference implementation (``onnx.reference``), which produced the conform
 
 Every version listed shares these semantics: later versions only add types and attributes
 (axis at 13, saturate at 19, block_size and output_dtype at 21, precision at 23), whose
-defaults give the earlier behaviour.
+defaults give the earlier behaviour, and version 23 fixes the division's type to the scale's.
 """
 
 from __future__ import annotations
@@ -66,12 +66,15 @@ def _options(ctx: NodeContext, x: Expr) -> tuple[int, int]:
 
 
 def _quotient(ctx: NodeContext, x: Expr, scale: Expr) -> Expr:
-    """``x / scale``, in the ``precision`` type when given, else in their common type (float32
-    for a narrow one, which rvm does not promote implicitly)."""
+    """``x / scale`` in the ``precision`` type when given, else (since version 23) in the
+    scale's type, else (before) in their common type as NumPy (and ONNX's reference) computes
+    it: float32 for a narrow type, which rvm does not promote implicitly."""
     precision = ctx.attr("precision", 0)
     dt = ctx.type(x).dtype, ctx.type(scale).dtype
     if precision:
         common = np_dtype(precision, "precision")
+    elif ctx.version >= 23:
+        common = dt[1]
     elif dt[0] != dt[1] and (dt[0] in NARROW_DTYPES or dt[1] in NARROW_DTYPES):
         common = "float32"
     else:
