@@ -79,6 +79,8 @@ def check_dtype(dtype: object) -> str:
     if isinstance(dtype, str) and dtype in NARROW_DTYPES:
         numpy_dtype(dtype)  # the dtype must be usable, not just named
         return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:  # the common case, without numpy's lookup
+        return dtype
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
     except TypeError:

@@ -13,12 +13,12 @@ from __future__ import annotations
 from rvm.ir.expr import const
 from rvm.op import ops
 from rvm.op.conv import (
-    avg_pool2d,
     conv1d,
+    conv1d_transpose,
     conv2d,
-    global_avg_pool2d,
-    global_max_pool2d,
-    max_pool2d,
+    conv2d_transpose,
+    conv3d,
+    conv3d_transpose,
 )
 from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import arange, full, one_hot, ones, shape_of, zeros
@@ -90,6 +90,17 @@ from rvm.op.manipulate import (
     trilu,
 )
 from rvm.op.nn import batch_norm, dense, layer_norm, log_softmax, lrn, matmul, softmax
+from rvm.op.pool import (
+    avg_pool1d,
+    avg_pool2d,
+    avg_pool3d,
+    global_avg_pool2d,
+    global_max_pool2d,
+    max_pool1d,
+    max_pool2d,
+    max_pool3d,
+    max_pool_indices,
+)
 from rvm.op.reduce import argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, variance
 from rvm.op.search import nonzero, topk, unique
 
@@ -101,7 +112,9 @@ __all__ = [
     "argmax",
     "argmin",
     "as_expr",
+    "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
     "batch_norm",
     "bitcast",
     "bitwise_and",
@@ -115,7 +128,11 @@ __all__ = [
     "concat",
     "const",
     "conv1d",
+    "conv1d_transpose",
     "conv2d",
+    "conv2d_transpose",
+    "conv3d",
+    "conv3d_transpose",
     "cos",
     "cumprod",
     "cumsum",
@@ -150,7 +167,10 @@ __all__ = [
     "lrn",
     "matmul",
     "max",
+    "max_pool1d",
     "max_pool2d",
+    "max_pool3d",
+    "max_pool_indices",
     "maximum",
     "mean",
     "min",

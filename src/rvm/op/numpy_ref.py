@@ -43,6 +43,12 @@ def _is_float(dtype):
     return dtype.kind == "f" or dtype.name.startswith(("bfloat", "float"))
 
 
+def _is_ml_float(dtype):
+    """Whether ``dtype`` is one of ml_dtypes' floats, for which some numpy functions (einsum)
+    have no loops: those compute in float32 and round once."""
+    return _is_float(dtype) and dtype.name not in ("float16", "float32", "float64")
+
+
 def _binary_dtype(a, b):
     return np.result_type(a.dtype, b.dtype)
 
@@ -426,10 +432,21 @@ def dense(x, w):
 def _windows(xp, kernel, strides, dilation, out_shape):
     """For each kernel offset: (offset, the strided view of ``xp``'s spatial axes it reads)."""
     for offset in np.ndindex(*kernel):
-        index = [slice(None)] * (xp.ndim - len(kernel))
-        for k, s, d, o in zip(offset, strides, dilation, out_shape):
-            index.append(slice(k * d, k * d + s * (o - 1) + 1, s))
-        yield offset, xp[tuple(index)]
+        yield offset, xp[_tap(xp.ndim, offset, strides, dilation, out_shape)]
+
+
+def _tap(ndim, offset, strides, dilation, out_shape):
+    """The index of the elements kernel ``offset`` meets, over trailing spatial axes."""
+    index = [slice(None)] * (ndim - len(offset))
+    for k, s, d, o in zip(offset, strides, dilation, out_shape):
+        index.append(slice(k * d, k * d + s * (o - 1) + 1, s))
+    return tuple(index)
+
+
+def _pad_pairs(padding):
+    """(before..., after...) as one (before, after) pair per spatial axis."""
+    n = len(padding) // 2
+    return [(padding[i], padding[i + n]) for i in range(n)]
 
 
 def _out_size(size, kernel, stride, pads, dilation, ceil_mode=False):
@@ -440,19 +457,18 @@ def _out_size(size, kernel, stride, pads, dilation, ceil_mode=False):
     return out - 1 if (out - 1) * stride >= size + pads[0] else out
 
 
-def _conv(x, w, strides, pads, dilation, groups):
+def _conv(x, w, strides, padding, dilation, groups):
     """N-d convolution, NC+spatial / OI+spatial, cross-correlation as in every framework."""
     dtype = _binary_dtype(x, w)
-    if _is_float(dtype) and dtype.name not in ("float16", "float32", "float64"):
-        # ml_dtypes' floats (bfloat16, float8...): einsum has no loops for them
-        wide = _conv(x.astype(np.float32), w.astype(np.float32), strides, pads, dilation, groups)
+    if _is_ml_float(dtype):  # bfloat16, float8...: einsum has no loops for ml_dtypes' floats
+        wide = _conv(x.astype(np.float32), w.astype(np.float32), strides, padding, dilation, groups)
         return _like(wide, dtype)
-    nsp = x.ndim - 2
+    pads = _pad_pairs(padding)
     kernel = w.shape[2:]
     out_sp = [
-        _out_size(x.shape[2 + i], kernel[i], strides[i], pads[i], dilation[i]) for i in range(nsp)
+        _out_size(x.shape[2 + i], k, strides[i], pads[i], dilation[i]) for i, k in enumerate(kernel)
     ]
-    xp = np.pad(x, [(0, 0), (0, 0)] + [tuple(p) for p in pads])
+    xp = np.pad(x, [(0, 0), (0, 0)] + pads)
     n, c = x.shape[:2]
     o = w.shape[0]
     xg = xp.reshape((n, groups, c // groups) + xp.shape[2:])
@@ -463,82 +479,126 @@ def _conv(x, w, strides, pads, dilation, groups):
     return out.reshape((n, o, *out_sp))
 
 
-def conv1d(x, w, strides=(1,), padding=(0, 0), dilation=(1,), groups=1):
-    """1-d convolution, NCW input and OIW weight; padding is (left, right)."""
-    return _conv(x, w, strides, [padding], dilation, groups)
+conv1d = conv2d = conv3d = _conv  # padding is (before..., after...) per spatial axis
 
 
-def conv2d(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
-    """2-d convolution, NCHW input and OIHW weight; padding is (top, left, bottom, right)."""
-    pads = [(padding[0], padding[2]), (padding[1], padding[3])]
-    return _conv(x, w, strides, pads, dilation, groups)
+def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
+    """N-d transposed convolution, NC+spatial input, IO+spatial weight (the gradient of conv).
 
-
-def _pool2d(x, pool_size, strides, padding, dilation, ceil_mode, reduce):
-    """Window geometry shared by the pools; ``reduce(pads, extra, out_shape)`` does the rest.
-
-    ``extra`` is the right padding ceil-mode windows need beyond ``pads`` to stay in bounds.
+    Input position ``i`` and kernel offset ``k`` add into position ``i * stride + k * dilation``
+    of the full result; the output is that result from ``before`` on, ``after`` short of its
+    end and ``output_padding`` longer (zeros past the end).
     """
-    pads = [(padding[0], padding[2]), (padding[1], padding[3])]
-    out_sp = []
-    extra = []
-    for i in range(2):
-        o = _out_size(x.shape[2 + i], pool_size[i], strides[i], pads[i], dilation[i], ceil_mode)
-        reach = (o - 1) * strides[i] + dilation[i] * (pool_size[i] - 1) + 1
+    dtype = _binary_dtype(x, w)
+    if _is_ml_float(dtype):
+        wide = _conv_transpose(
+            x.astype(np.float32), w.astype(np.float32), strides, padding, output_padding,
+            dilation, groups,
+        )  # fmt: skip
+        return _like(wide, dtype)
+    n, c = x.shape[:2]
+    kernel = w.shape[2:]
+    og = w.shape[1]
+    pads = _pad_pairs(padding)
+    sizes = x.shape[2:]
+    full = [s * (i - 1) + d * (k - 1) + 1 for i, k, s, d in zip(sizes, kernel, strides, dilation)]
+    out_sp = [f - lo - hi + e for f, (lo, hi), e in zip(full, pads, output_padding)]
+    reach = [np.maximum(f, lo + o) for f, (lo, _), o in zip(full, pads, out_sp)]
+    acc = np.zeros((n, groups, og, *reach), dtype=dtype)
+    xg = x.reshape((n, groups, c // groups) + sizes)
+    wg = w.reshape((groups, c // groups, og) + kernel)
+    for offset in np.ndindex(*kernel):
+        tap = _tap(acc.ndim, offset, strides, dilation, sizes)
+        acc[tap] += np.einsum("ngc...,gco->ngo...", xg, wg[(Ellipsis, *offset)]).astype(dtype)
+    crop = tuple(slice(lo, lo + o) for (lo, _), o in zip(pads, out_sp))
+    return acc[(Ellipsis, *crop)].reshape((n, groups * og, *out_sp))
+
+
+conv1d_transpose = conv2d_transpose = conv3d_transpose = _conv_transpose
+
+
+def _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode):
+    """(pads, extra, out_shape): ``extra`` is the right padding ceil-mode windows need beyond
+    ``pads`` to stay in bounds."""
+    pads = _pad_pairs(padding)
+    out_sp, extra = [], []
+    for i, k in enumerate(pool_size):
+        o = _out_size(x.shape[2 + i], k, strides[i], pads[i], dilation[i], ceil_mode)
+        reach = (o - 1) * strides[i] + dilation[i] * (k - 1) + 1
         out_sp.append(o)
-        extra.append(np.maximum(reach - (x.shape[2 + i] + pads[i][0] + pads[i][1]), 0))
-    return reduce(pads, [int(e) for e in extra], out_sp)
+        extra.append(int(np.maximum(reach - (x.shape[2 + i] + pads[i][0] + pads[i][1]), 0)))
+    return pads, extra, out_sp
 
 
-def max_pool2d(
-    x, pool_size=(1, 1), strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False
-):
-    """Max pooling over NCHW windows; padding never wins (it is -inf)."""
-    low = np.asarray(-np.inf if _is_float(x.dtype) else np.iinfo(x.dtype).min).astype(x.dtype)
-
-    def reduce(pads, extra, out_sp):
-        widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
-        xp = np.pad(x, widths, constant_values=low)
-        out = np.full(x.shape[:2] + tuple(out_sp), low, dtype=x.dtype)
-        for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
-            out = np.maximum(out, patch)
-        return out
-
-    return _pool2d(x, pool_size, strides, padding, dilation, ceil_mode, reduce)
+def _lowest(dtype):
+    """The value a max never picks over real data: -inf, or the integer minimum."""
+    return np.asarray(-np.inf if _is_float(dtype) else np.iinfo(dtype).min).astype(dtype)
 
 
-def avg_pool2d(
-    x,
-    pool_size=(1, 1),
-    strides=(1, 1),
-    padding=(0, 0, 0, 0),
-    dilation=(1, 1),
-    ceil_mode=False,
-    count_include_pad=False,
-):
-    """Average pooling over NCHW windows.
+def _max_pool(x, pool_size, strides, padding, dilation, ceil_mode):
+    """Max pooling over N-d windows; padding never wins (it is -inf)."""
+    pads, extra, out_sp = _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode)
+    low = _lowest(x.dtype)
+    widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+    xp = np.pad(x, widths, constant_values=low)
+    out = np.full(x.shape[:2] + tuple(out_sp), low, dtype=x.dtype)
+    for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
+        out = np.maximum(out, patch)
+    return out
+
+
+def _avg_pool(x, pool_size, strides, padding, dilation, ceil_mode, count_include_pad):
+    """Average pooling over N-d windows.
 
     The divisor counts the window's input elements, plus its padding elements when
     ``count_include_pad``; the ceil-mode overhang past the padding is never counted.
     """
+    pads, extra, out_sp = _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode)
+    widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+    xp = np.pad(x.astype(np.float64), widths)
+    if count_include_pad:
+        padded = [x.shape[2 + i] + lo + hi for i, (lo, hi) in enumerate(pads)]
+        weight = np.pad(np.ones(padded), [(0, e) for e in extra])
+    else:
+        weight = np.pad(np.ones(x.shape[2:]), widths[2:])
+    total = np.zeros(x.shape[:2] + tuple(out_sp))
+    count = np.zeros(tuple(out_sp))
+    for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
+        total += patch
+    for _, cnt in _windows(weight, pool_size, strides, dilation, out_sp):
+        count += cnt
+    return _like(total / np.maximum(count, 1.0), x.dtype)
 
-    def reduce(pads, extra, out_sp):
-        widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
-        xp = np.pad(x.astype(np.float64), widths)
-        if count_include_pad:
-            padded = [x.shape[2 + i] + pads[i][0] + pads[i][1] for i in range(2)]
-            weight = np.pad(np.ones(padded), [(0, e) for e in extra])
-        else:
-            weight = np.pad(np.ones(x.shape[2:]), widths[2:])
-        total = np.zeros(x.shape[:2] + tuple(out_sp))
-        count = np.zeros(tuple(out_sp))
-        for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
-            total += patch
-        for _, cnt in _windows(weight, pool_size, strides, dilation, out_sp):
-            count += cnt
-        return _like(total / np.maximum(count, 1.0), x.dtype)
 
-    return _pool2d(x, pool_size, strides, padding, dilation, ceil_mode, reduce)
+max_pool1d = max_pool2d = max_pool3d = _max_pool
+avg_pool1d = avg_pool2d = avg_pool3d = _avg_pool
+
+
+def max_pool_indices(x, pool_size, strides, padding, dilation, ceil_mode=False):
+    """Where each window of ``max_poolNd`` found its maximum: the row-major index into the
+    spatial plane of its (batch, channel); the first maximum wins a tie, padding never."""
+    pads, extra, out_sp = _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode)
+    widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+    xp = np.pad(x, widths, constant_values=_lowest(x.dtype))
+    inside = np.pad(np.ones(x.shape[2:], dtype=bool), widths[2:])
+    best = np.zeros(x.shape[:2] + tuple(out_sp), dtype=x.dtype)
+    tap = np.zeros(best.shape, dtype=np.int64)
+    seen = np.zeros(best.shape, dtype=bool)
+    taps = list(np.ndindex(*pool_size))
+    for t, offset in enumerate(taps):
+        valid = inside[_tap(inside.ndim, offset, strides, dilation, out_sp)]
+        patch = xp[_tap(xp.ndim, offset, strides, dilation, out_sp)]
+        wins = valid & (~seen | (patch > best))
+        best = np.where(wins, patch, best)
+        tap = np.where(wins, t, tap)
+        seen |= valid
+    offsets = np.asarray(taps, dtype=np.int64).reshape(len(taps), len(pool_size))
+    index = np.zeros(best.shape, dtype=np.int64)
+    for i, o in enumerate(out_sp):
+        trailing = (1,) * (len(out_sp) - i - 1)  # broadcasts the window starts along axis i
+        start = (np.arange(o) * strides[i] - pads[i][0]).reshape((o, *trailing))
+        index = index * x.shape[2 + i] + start + offsets[tap, i] * dilation[i]
+    return index
 
 
 def global_avg_pool2d(x):
@@ -654,9 +714,13 @@ def broadcast_to(x, shape):
     return np.array(np.broadcast_to(x, shape))
 
 
-def pad(x, pad_width, pad_value=0.0):
-    """Constant padding; ``pad_width`` holds a (before, after) pair per axis."""
-    return np.pad(x, pad_width, constant_values=np.asarray(pad_value).astype(x.dtype))
+def pad(x, pad_width, pad_value=0.0, mode="constant"):
+    """``x`` padded by a (before, after) pair per axis: with ``pad_value`` ("constant"), the
+    edge value ("edge"), the mirror image without the edge ("reflect") or the other end
+    ("wrap"), NumPy's modes of those names."""
+    if mode == "constant":
+        return np.pad(x, pad_width, constant_values=np.asarray(pad_value).astype(x.dtype))
+    return np.pad(x, pad_width, mode=mode)
 
 
 def tile(x, reps):

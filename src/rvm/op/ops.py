@@ -12,12 +12,14 @@ Fusion patterns follow TVM's OpPatternKind, with these choices:
 - ``batch_norm`` (inference only: per-channel arithmetic on given statistics): BROADCAST;
 - layout and indexing (reshape, transpose, concat, take, strided_slice, one_hot...): INJECTIVE;
 - sum/mean/max/min/prod/argmax/argmin/variance: REDUCTION;
-- matmul, dense, convolutions and pools: OUT_ELEMWISE_FUSABLE (they absorb an epilogue);
+- matmul, dense, conv1d/conv2d and the 2-d pools: OUT_ELEMWISE_FUSABLE (they absorb an
+  epilogue);
 - softmax, log_softmax, layer_norm, lrn, cumsum, cumprod, shape_of: OPAQUE (several
   reductions broadcast back, or a scan; as in Relay they get a kernel of their own);
 - ops that the jit has no compute definition for (bitcast, scatters, topk, nonzero, unique, trilu,
-  einsum, det, conv_transpose, resize, the 1-d/3-d pools...): OPAQUE, so that their numpy
-  kernel stands alone and does not pull fusable neighbours out of the jit.
+  einsum, det, conv3d, the transposed convolutions, resize, the 1-d/3-d pools,
+  max_pool_indices...): OPAQUE, so that their numpy kernel stands alone and does not pull
+  fusable neighbours out of the jit.
 """
 
 from __future__ import annotations
@@ -110,8 +112,17 @@ matmul = register_op("matmul", _F, 2)
 dense = register_op("dense", _F, 2)
 conv1d = register_op("conv1d", _F, 2)
 conv2d = register_op("conv2d", _F, 2)
+conv3d = register_op("conv3d", _O, 2)
+conv1d_transpose = register_op("conv1d_transpose", _O, 2)
+conv2d_transpose = register_op("conv2d_transpose", _O, 2)
+conv3d_transpose = register_op("conv3d_transpose", _O, 2)
+max_pool1d = register_op("max_pool1d", _O, 1)
 max_pool2d = register_op("max_pool2d", _F, 1)
+max_pool3d = register_op("max_pool3d", _O, 1)
+avg_pool1d = register_op("avg_pool1d", _O, 1)
 avg_pool2d = register_op("avg_pool2d", _F, 1)
+avg_pool3d = register_op("avg_pool3d", _O, 1)
+max_pool_indices = register_op("max_pool_indices", _O, 1)
 global_avg_pool2d = register_op("global_avg_pool2d", _F, 1)
 global_max_pool2d = register_op("global_max_pool2d", _F, 1)
 

@@ -18,18 +18,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from rvm.dtypes import dtype_kind
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
-from rvm.frontend.onnx.loader import (
-    check_supported,
-    load_model,
-    model_opsets,
-    np_dtype,
-    tensor_to_array,
-)
+from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
+from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var
 from rvm.ir.types import check_dtype
 
@@ -74,6 +71,9 @@ def from_onnx(
 
     Args:
         model: an ``onnx.ModelProto``, a path to a ``.onnx`` file, or its serialized bytes.
+            The weights of a path or bytes are not copied: their constants are read-only
+            views of the bytes read. A path's external data (``onnx.save(...,
+            save_as_external_data=True)``) is read from its directory.
         shape_dict: ``{input_name: shape}`` fixing input shapes (ints or symbolic names).
         dtype_dict: ``{input_name: dtype}`` overriding input dtypes.
         params: ``"constants"`` embeds initializers as constants; ``"inputs"`` makes every
@@ -91,11 +91,13 @@ def from_onnx(
     """
     if params not in PARAMS_MODES:
         raise ValueError(f"params must be one of {PARAMS_MODES}, got {params!r}")
-    proto = load_model(model)
+    proto, weights = load_model(model)
     opsets = model_opsets(proto)
     check_supported(proto.graph, opsets)
     try:
-        return GraphImporter(opsets).import_model(proto, shape_dict or {}, dtype_dict or {}, params)
+        return GraphImporter(opsets).import_model(
+            proto, shape_dict or {}, dtype_dict or {}, params, weights
+        )
     except RVMError:
         raise
     except Exception as err:  # a malformed model the checker let through: an error, no crash
@@ -119,8 +121,11 @@ class GraphImporter:
         shape_dict: Mapping[str, Sequence[int | str]],
         dtype_dict: Mapping[str, str],
         params: str,
+        weights: Mapping[str, np.ndarray] | None = None,
     ) -> IRModule:
+        """The module of ``proto``; ``weights`` holds initializers already read (by name)."""
         graph = proto.graph
+        weights = weights or {}
         scope = Scope()
         inits = {t.name: t for t in graph.initializer}
         unknown = set(shape_dict) | set(dtype_dict)
@@ -140,7 +145,9 @@ class GraphImporter:
             param_vars.append(var)
             origin[var.name] = inp.name
         for name, tensor in inits.items():
-            arr = tensor_to_array(tensor, f"initializer {name!r}")
+            arr = weights.get(name)
+            if arr is None:
+                arr = tensor_to_array(tensor, f"initializer {name!r}")
             if params == "inputs" and dtype_kind(arr.dtype.name) == "f":
                 var = Var(self.names(name), TensorType(arr.shape, arr.dtype.name))
                 scope.bind(name, var)

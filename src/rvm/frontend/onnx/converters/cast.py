@@ -15,8 +15,8 @@ import ml_dtypes
 from rvm import op
 from rvm.dtypes import dtype_kind
 from rvm.frontend.onnx.context import NodeContext
-from rvm.frontend.onnx.loader import np_dtype
 from rvm.frontend.onnx.registry import converter
+from rvm.frontend.onnx.weights import np_dtype
 from rvm.ir import Expr, const
 
 # Targets whose plain cast overflows to inf or NaN, so that ``saturate`` changes the result.

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext, Scope
-from rvm.frontend.onnx.loader import tensor_to_array
 from rvm.frontend.onnx.registry import converter
+from rvm.frontend.onnx.weights import tensor_to_array
 from rvm.ir import (
     Call,
     Constant,

@@ -31,9 +31,9 @@ from rvm import op
 from rvm.dtypes import dtype_kind
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.converters.cast import SATURATING, saturate_cast
-from rvm.frontend.onnx.converters.nn import convolve
-from rvm.frontend.onnx.loader import np_dtype
+from rvm.frontend.onnx.converters.conv import convolve
 from rvm.frontend.onnx.registry import converter
+from rvm.frontend.onnx.weights import np_dtype
 from rvm.ir import Expr, const
 from rvm.ir.types import NARROW_DTYPES, promote_dtypes
 
