@@ -16,8 +16,9 @@ SRC = Path(rvm.__file__).parent
 
 # What each package may import besides itself. `rvm` alone is the package root (always loaded
 # first); `rvm.errors`, `rvm._html` and `rvm._hooks` (where higher layers supply the IR's
-# printer and op set) import only the standard library.
-BASE = ("rvm.errors", "rvm._html", "rvm._hooks")
+# printer and op set) import only the standard library; `rvm.dtypes` adds numpy (and
+# ml_dtypes, lazily) and `rvm.errors`.
+BASE = ("rvm.errors", "rvm._html", "rvm._hooks", "rvm.dtypes")
 ALLOWED: dict[str, tuple[str, ...]] = {
     "runtime": (),
     "ir": (),
@@ -87,6 +88,22 @@ def test_shared_helpers_import_only_the_standard_library() -> None:
                 continue
             for mod in mods:
                 assert mod.split(".")[0] in sys.stdlib_module_names | {"__future__"}, (name, mod)
+
+
+def test_dtypes_imports_only_numpy_ml_dtypes_and_errors() -> None:
+    import sys
+
+    outside = sys.stdlib_module_names | {"__future__", "numpy", "ml_dtypes"}
+    for node in ast.walk(ast.parse((SRC / "dtypes.py").read_text())):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mods = [node.module or ""]
+        else:
+            continue
+        for mod in mods:
+            top = mod.split(".")[0]
+            assert mod == "rvm.errors" if top == "rvm" else top in outside, mod
 
 
 def test_every_package_is_placed_in_a_layer() -> None:

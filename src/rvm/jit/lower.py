@@ -38,6 +38,7 @@ NO_JIT_COMPUTE = frozenset(
     {
         "avg_pool1d",
         "avg_pool3d",
+        "bitcast",
         "conv1d_transpose",
         "conv2d_transpose",
         "conv3d",
@@ -63,9 +64,9 @@ NO_JIT_COMPUTE = frozenset(
     }
 )
 FALLBACK_NOTE = (
-    f"falls back to numpy: {', '.join(sorted(NO_JIT_COMPUTE))}; integer power, float16 and "
-    "uint16/32/64 tensors, arange with float bounds, squeeze(axis=None) of symbolic shapes, "
-    "parameters of unknown rank"
+    f"falls back to numpy: {', '.join(sorted(NO_JIT_COMPUTE))}; integer power, float16, "
+    "uint16/32/64 and the narrow dtypes (bfloat16, float8, int4...: Numba has no such types), "
+    "arange with float bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown rank"
 )
 FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
 FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")

@@ -6,8 +6,9 @@ ints: the caller resolves symbolic names first. ``concat`` and ``stack`` receive
 as one sequence; ``split`` returns a tuple. Results are arrays (never NumPy scalars) of the
 dtype the op's type rule promises: float32 in, float32 out.
 
-This module is self-contained on purpose: it imports only ``math`` and ``numpy`` and holds only
-functions and constants, because the compiler embeds its source in saved executables and
+This module is self-contained on purpose: it imports only ``math`` and ``numpy`` (and
+``ml_dtypes``, on first use of a narrow dtype such as bfloat16) and holds only functions and
+constants, because the compiler embeds its source in saved executables and
 executes it in a fresh namespace. Function names shadow builtins (``sum``, ``max``, ``abs``...)
 so that every op maps to the function of its name; the module never uses those builtins.
 """
@@ -23,6 +24,29 @@ SQRT_2_OVER_PI = 0.7978845608028654
 def _like(result, dtype):
     """``result`` as an array of ``dtype`` (undoes float64 from 0-d or mixed promotion)."""
     return np.asarray(result, dtype=dtype)
+
+
+def _dtype(name):
+    """The numpy dtype ``name``. A narrow one (bfloat16, float8_e4m3fn, int4...) is ml_dtypes',
+    imported here on first use because importing it registers its names with numpy: a saved
+    executable may run this library in a process that never imported it."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes  # noqa: F401
+
+    return np.dtype(name)
+
+
+def _is_float(dtype):
+    """Whether ``dtype`` is a float, ml_dtypes' bfloat16/float8... (numpy kind "V") included."""
+    return dtype.kind == "f" or dtype.name.startswith(("bfloat", "float"))
+
+
+def _is_ml_float(dtype):
+    """Whether ``dtype`` is one of ml_dtypes' floats, for which some numpy functions (einsum)
+    have no loops: those compute in float32 and round once."""
+    return _is_float(dtype) and dtype.name not in ("float16", "float32", "float64")
 
 
 def _binary_dtype(a, b):
@@ -48,7 +72,7 @@ def multiply(a, b):
 def divide(a, b):
     """True division for floats; integer division truncates toward zero (C, ONNX)."""
     dtype = _binary_dtype(a, b)
-    if dtype.kind == "f":
+    if _is_float(dtype):
         return _like(np.true_divide(a, b), dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.floor_divide(a, b)
@@ -245,20 +269,20 @@ def atanh(x):
 
 
 def floor(x):
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return np.array(x)
     return _like(np.floor(x), x.dtype)
 
 
 def ceil(x):
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return np.array(x)
     return _like(np.ceil(x), x.dtype)
 
 
 def round(x):
     """Round half to even (NumPy, ONNX Round)."""
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return np.array(x)
     return _like(np.round(x), x.dtype)
 
@@ -298,7 +322,11 @@ def clip(x, a_min=None, a_max=None):
 
 
 def cast(x, dtype):
-    return np.asarray(x).astype(dtype)
+    return np.asarray(x).astype(_dtype(dtype))
+
+
+def bitcast(x, dtype):
+    return np.ascontiguousarray(x).view(_dtype(dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +353,7 @@ def mean(x, axis=None, keepdims=False):
 def _lowest(dtype):
     """The identity of max: -inf, the least integer, or False."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "f":
+    if _is_float(dtype):
         return dtype.type(-np.inf)
     return np.False_ if dtype.kind == "b" else np.iinfo(dtype).min
 
@@ -333,7 +361,7 @@ def _lowest(dtype):
 def _highest(dtype):
     """The identity of min: inf, the greatest integer, or True."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "f":
+    if _is_float(dtype):
         return dtype.type(np.inf)
     return np.True_ if dtype.kind == "b" else np.iinfo(dtype).max
 
@@ -474,6 +502,9 @@ def _out_size(size, kernel, stride, pads, dilation, ceil_mode=False):
 def _conv(x, w, strides, padding, dilation, groups):
     """N-d convolution, NC+spatial / OI+spatial, cross-correlation as in every framework."""
     dtype = _binary_dtype(x, w)
+    if _is_ml_float(dtype):  # bfloat16, float8...: einsum has no loops for ml_dtypes' floats
+        wide = _conv(x.astype(np.float32), w.astype(np.float32), strides, padding, dilation, groups)
+        return _like(wide, dtype)
     pads = _pad_pairs(padding)
     kernel = w.shape[2:]
     out_sp = [
@@ -501,6 +532,12 @@ def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
     end and ``output_padding`` longer (zeros past the end).
     """
     dtype = _binary_dtype(x, w)
+    if _is_ml_float(dtype):
+        wide = _conv_transpose(
+            x.astype(np.float32), w.astype(np.float32), strides, padding, output_padding,
+            dilation, groups,
+        )  # fmt: skip
+        return _like(wide, dtype)
     n, c = x.shape[:2]
     kernel = w.shape[2:]
     og = w.shape[1]
@@ -925,19 +962,19 @@ def unique(x, axis=None, sorted=True):
 
 
 def zeros(shape, dtype="float32"):
-    return np.zeros(shape, dtype=dtype)
+    return np.zeros(shape, dtype=_dtype(dtype))
 
 
 def ones(shape, dtype="float32"):
-    return np.ones(shape, dtype=dtype)
+    return np.ones(shape, dtype=_dtype(dtype))
 
 
 def full(shape, fill_value, dtype="float32"):
-    return np.full(shape, fill_value, dtype=dtype)
+    return np.full(shape, fill_value, dtype=_dtype(dtype))
 
 
 def arange(start, stop, step=1, dtype="int64"):
-    return np.arange(start, stop, step, dtype=dtype)
+    return np.arange(start, stop, step, dtype=_dtype(dtype))
 
 
 def one_hot(indices, depth, on_value=1.0, off_value=0.0, axis=-1, dtype="float32"):
@@ -947,6 +984,7 @@ def one_hot(indices, depth, on_value=1.0, off_value=0.0, axis=-1, dtype="float32
     """
     idx = np.where(indices < 0, indices + depth, indices)
     hot = idx[..., None] == np.arange(depth)
+    dtype = _dtype(dtype)
     out = np.where(hot, np.asarray(on_value).astype(dtype), np.asarray(off_value).astype(dtype))
     return np.moveaxis(out, -1, axis)
 

@@ -16,7 +16,7 @@ Fusion patterns follow TVM's OpPatternKind, with these choices:
   epilogue);
 - softmax, log_softmax, layer_norm, lrn, cumsum, cumprod, shape_of: OPAQUE (several
   reductions broadcast back, or a scan; as in Relay they get a kernel of their own);
-- ops that the jit has no compute definition for (scatters, topk, nonzero, unique, trilu,
+- ops that the jit has no compute definition for (bitcast, scatters, topk, nonzero, unique, trilu,
   einsum, det, conv3d, the transposed convolutions, resize, the 1-d/3-d pools,
   max_pool_indices...): OPAQUE, so that their numpy kernel stands alone and does not pull
   fusable neighbours out of the jit.
@@ -94,6 +94,7 @@ silu = register_op("silu", _E, 1)
 softplus = register_op("softplus", _E, 1)
 clip = register_op("clip", _E, 1)
 cast = register_op("cast", _E, 1)
+bitcast = register_op("bitcast", _O, 1)  # no jit compute: a numpy kernel of its own
 
 # Reductions.
 sum = register_op("sum", _R, 1)
@@ -168,3 +169,35 @@ full = register_op("full", _E, 0)
 arange = register_op("arange", _I, 0)
 one_hot = register_op("one_hot", _I, 1)
 shape_of = register_op("shape_of", _O, 1)
+
+# Ops that take the storage-only dtypes (`rvm.ir.types.STORAGE_DTYPES`: int4, uint4, int2,
+# uint2): conversion, data movement, selection and comparison, none of which computes new
+# values in the dtype. Every other op refuses them (`rvm.op.shapes.rule`).
+STORAGE_OPS = frozenset(
+    {
+        cast,
+        reshape,
+        transpose,
+        expand_dims,
+        squeeze,
+        flatten,
+        concat,
+        split,
+        stack,
+        strided_slice,
+        take,
+        gather,
+        gather_nd,
+        broadcast_to,
+        pad,
+        tile,
+        where,
+        equal,
+        not_equal,
+        less,
+        less_equal,
+        greater,
+        greater_equal,
+        shape_of,
+    }
+)

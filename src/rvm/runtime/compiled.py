@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import VMError
 from rvm.runtime.builtins import alloc_shape_heap, make_shape, match_shape, storage_size
 from rvm.runtime.bytecode import Opcode
@@ -174,7 +175,7 @@ def _constants(ex: Executable, names: Names) -> dict[str, Any]:
                 arr.flags.writeable = False  # shared by every execution, as decode.py's
                 ns.setdefault(names.immediate(ins[2]), arr)
             elif ins[0] in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG):
-                ns.setdefault(names.dtype(ins[5]), np.dtype(ins[5]))
+                ns.setdefault(names.dtype(ins[5]), numpy_dtype(ins[5]))
     return ns
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.runtime.builtins import as_str
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode, is_tail_call
 from rvm.runtime.memory import is_tiny
@@ -221,7 +222,7 @@ class FlowInfo:
         if len(views) != 1:
             return None
         ((offset, shape, dtype),) = views
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
         allocs = [pc for pc in self.writers[reg] if self.code[pc][0] == Opcode.ALLOC_STORAGE]
         sizes = [self.const_int(self.code[pc][2], pc) for pc in allocs]
         if offset < 0 or any(size is None or offset + nbytes > size for size in sizes):
@@ -381,7 +382,7 @@ class ShapePlan:
             if load is None or load[0] != Opcode.LOAD_CONST:
                 return
             try:
-                sizes[r] = np.dtype(as_str(self._constants[load[2]])).itemsize
+                sizes[r] = numpy_dtype(as_str(self._constants[load[2]])).itemsize
             except (TypeError, ValueError):
                 return
         self.tuples.add(reg)

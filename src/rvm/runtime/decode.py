@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.runtime.bytecode import Opcode, is_tail_call
 from rvm.runtime.memory import is_tiny
 
@@ -90,7 +91,7 @@ def _decoders(ex: Executable) -> dict[Opcode, Callable[[tuple, int], tuple]]:
             i[2],
             i[3],
             i[4],
-            np.dtype(i[5]),
+            numpy_dtype(i[5]),
         ),
         O.ALLOC_TENSOR_REG: lambda i, pc: (
             O.ALLOC_TENSOR_REG.value,
@@ -98,7 +99,7 @@ def _decoders(ex: Executable) -> dict[Opcode, Callable[[tuple, int], tuple]]:
             i[2],
             i[3],
             i[4],
-            np.dtype(i[5]),
+            numpy_dtype(i[5]),
         ),
         O.ALLOC_ADT: lambda i, pc: (O.ALLOC_ADT.value, i[1], i[2], fetcher(i[3]), names.get(i[2])),
         O.ALLOC_CLOSURE: lambda i, pc: (
@@ -156,7 +157,7 @@ def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
             tensor[1],
             tensor[3],
             tuple(tensor[4]),
-            np.dtype(tensor[5]),
+            numpy_dtype(tensor[5]),
             is_tiny(value),
             4,
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.native import loader
@@ -397,7 +398,7 @@ def _validate_instruction(
 
 def _check_dtype(name: str, bad: str) -> None:
     try:
-        dt = np.dtype(name)
+        dt = numpy_dtype(name)
     except (TypeError, ValueError):
         _fail(f"{bad} is not a numpy dtype")
     if dt.hasobject or dt.itemsize == 0:

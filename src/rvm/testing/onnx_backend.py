@@ -281,8 +281,22 @@ def run_case(case: Any, backend: type[RvmBackend] = RvmSpecializingBackend) -> O
             stage = "compare"
             Runner.assert_similar_outputs(expected, outputs, rtol=case.rtol, atol=case.atol)
     except Exception as err:
+        if stage == "compare" and not _comparable(expected, case):
+            return Outcome(case.name, False, "onnx's runner cannot compare the expected output")
         return Outcome(case.name, False, classify(stage, err))
     return Outcome(case.name, True, specialized=rep.specialized)
+
+
+def _comparable(expected: Any, case: Any) -> bool:
+    """Whether ONNX's runner can compare ``expected`` with itself (it cannot, e.g., for a
+    sequence holding a 0-d tensor: ``len()`` of an unsized array)."""
+    from onnx.backend.test.runner import Runner
+
+    try:
+        Runner.assert_similar_outputs(expected, expected, rtol=case.rtol, atol=case.atol)
+    except Exception:
+        return False
+    return True
 
 
 def classify(stage: str, err: BaseException) -> str:

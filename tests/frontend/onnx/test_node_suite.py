@@ -95,6 +95,14 @@ JIT_SAMPLE = (
     "test_maxunpool_export_without_output_shape",
     "test_reflect_pad",
     "test_constant_pad_axes",
+    "test_cast_FLOAT_to_FLOAT8E4M3FN",
+    "test_castlike_BFLOAT16_to_FLOAT",
+    "test_celu_bfloat16_expanded",
+    "test_quantizelinear_int4",
+    "test_quantizelinear_blocked_asymmetric",
+    "test_dequantizelinear_e4m3fn",
+    "test_qlinearmatmul_3D_uint8_float16",
+    "test_bitcast_float32_to_int32",
 )
 
 

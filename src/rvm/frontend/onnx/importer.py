@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import dtype_kind
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
@@ -162,7 +163,7 @@ class GraphImporter:
             arr = weights.get(name)
             if arr is None:
                 arr = tensor_to_array(tensor, f"initializer {name!r}")
-            if params == "inputs" and arr.dtype.kind == "f":
+            if params == "inputs" and dtype_kind(arr.dtype.name) == "f":
                 var = Var(self.names(name), TensorType(arr.shape, arr.dtype.name))
                 scope.bind(name, var)
                 param_vars.append(var)

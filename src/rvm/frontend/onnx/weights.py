@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import OnnxImportError
 from rvm.ir.types import DTYPES
 
@@ -50,6 +51,18 @@ _DATA_FIELDS = (
 )
 
 Cut = tuple[int, int]  # where a payload lies: data[start:end]
+
+# Element types that ONNX stores packed, several to a byte (bits per element), where NumPy
+# (ml_dtypes) holds one per byte: their data is unpacked by onnx.numpy_helper, never viewed.
+_PACKED_BITS = {
+    "int4": 4,
+    "uint4": 4,
+    "float4_e2m1fn": 4,
+    "int2": 2,
+    "uint2": 2,
+    "float6_e2m3fn": 6,
+    "float6_e3m2fn": 6,
+}
 
 
 class _Malformed(Exception):
@@ -125,7 +138,7 @@ def weight_views(
             continue
         dtype, dims, count = _layout(tensor, f"initializer {tensor.name!r}", "raw_data")
         _check_size(tensor, dtype, count, cut[1] - cut[0], "its raw_data")
-        out[tensor.name] = np.frombuffer(data, dtype, count, cut[0]).reshape(dims)
+        out[tensor.name] = _from_bytes(data, cut[0], dtype, dims)
     return out
 
 
@@ -144,9 +157,9 @@ def external_weights(initializers: Any, base_dir: str) -> dict[str, np.ndarray]:
             info = external_data_helper.ExternalDataInfo(tensor)
         except ValueError as err:  # a negative offset or length
             raise OnnxImportError(f"initializer {tensor.name!r}: {err}") from None
-        arr = _read_external(tensor, base_dir, info, dtype, count)
+        arr = _read_external(tensor, base_dir, info, dtype, count).reshape(dims)
         arr.flags.writeable = False
-        out[tensor.name] = arr.reshape(dims)
+        out[tensor.name] = arr
         tensor.data_location = TensorProto.DEFAULT
         del tensor.external_data[:]
     return out
@@ -170,13 +183,16 @@ def _read_external(
     if info.length is not None:
         _check_size(tensor, dtype, count, info.length, "its external data length")
     available = os.path.getsize(path) - offset
-    if available < count * dtype.itemsize:
+    nbytes = _nbytes(dtype, count)
+    if available < nbytes:
         raise OnnxImportError(
-            f"{what}: {count * dtype.itemsize} bytes are expected at offset {offset} of "
+            f"{what}: {nbytes} bytes are expected at offset {offset} of "
             f"{path!r}, which holds {max(available, 0)} from there"
         )
     with open(path, "rb") as f:
         f.seek(offset)
+        if dtype.name in _PACKED_BITS:
+            return _from_bytes(f.read(nbytes), 0, dtype, (count,))
         return np.fromfile(f, dtype, count)
 
 
@@ -186,7 +202,7 @@ def _layout(
     """The dtype, dims and element count of a tensor, checked: an rvm element type, no
     negative dimension, at most one data field (counting ``cut_from``, the field its data
     was cut from)."""
-    dtype = np.dtype(np_dtype(tensor.data_type, what))
+    dtype = numpy_dtype(np_dtype(tensor.data_type, what))
     dims = tuple(tensor.dims)
     if any(d < 0 for d in dims):
         raise OnnxImportError(f"{what} has a negative dimension: dims {list(dims)}")
@@ -199,11 +215,32 @@ def _layout(
 
 
 def _check_size(tensor: Any, dtype: np.dtype, count: int, nbytes: int, where: str) -> None:
-    if count * dtype.itemsize != nbytes:
+    if _nbytes(dtype, count) != nbytes:
         raise OnnxImportError(
             f"initializer {tensor.name!r}: a {dtype.name} tensor of dims {list(tensor.dims)} "
-            f"takes {count * dtype.itemsize} bytes, but {where} holds {nbytes}"
+            f"takes {_nbytes(dtype, count)} bytes, but {where} holds {nbytes}"
         )
+
+
+def _nbytes(dtype: np.dtype, count: int) -> int:
+    """The bytes ``count`` elements take in ONNX's serialization (packed types packed)."""
+    bits = _PACKED_BITS.get(dtype.name)
+    return count * dtype.itemsize if bits is None else -(-count * bits // 8)
+
+
+def _from_bytes(data: Any, offset: int, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
+    """The tensor of ``dtype`` and ``dims`` serialized at ``offset`` of ``data``: a view of
+    the bytes, or for a packed type (int4...) its elements unpacked into an array of its own."""
+    count = math.prod(dims)
+    if dtype.name not in _PACKED_BITS:
+        return np.frombuffer(data, dtype, count, offset).reshape(dims)
+    from onnx import TensorProto, helper, numpy_helper
+
+    tensor = TensorProto(data_type=helper.np_dtype_to_tensor_dtype(dtype), dims=dims)
+    tensor.raw_data = bytes(data[offset : offset + _nbytes(dtype, count)])
+    arr = numpy_helper.to_array(tensor)
+    arr.flags.writeable = False
+    return arr
 
 
 # -- the wire-format walker --------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from rvm.frontend.onnx.converters import (
     activation,
     bitwise,
+    cast,
     control,
     conv,
     elemwise,
@@ -11,6 +12,7 @@ from rvm.frontend.onnx.converters import (
     nn,
     optional,
     pool,
+    quantize,
     reduce,
     sequence,
     shape,
@@ -20,6 +22,7 @@ from rvm.frontend.onnx.converters import (
 __all__ = [
     "activation",
     "bitwise",
+    "cast",
     "control",
     "conv",
     "elemwise",
@@ -28,6 +31,7 @@ __all__ = [
     "nn",
     "pool",
     "optional",
+    "quantize",
     "reduce",
     "sequence",
     "shape",

@@ -84,12 +84,17 @@ def _add_bias(ctx: NodeContext, y: Expr, nspatial: int) -> Expr:
     return op.add(y, op.reshape(bias, (-1,) + (1,) * nspatial))
 
 
+def convolve(ctx: NodeContext, x: Expr, w: Expr) -> Expr:
+    """``x`` convolved with ``w`` as the node's Conv attributes say (kernel_shape, strides,
+    pads or auto_pad, dilations, group), without bias: Conv, QLinearConv and ConvInteger."""
+    kernel = _kernel(ctx, w)
+    return CONVS[len(kernel)](x, w, groups=ctx.attr("group", 1), **window_attrs(ctx, x, kernel))
+
+
 @converter("Conv", since=(1, 11, 22))
 def _conv(ctx: NodeContext) -> Expr:
     x, w = ctx.input(0), ctx.input(1)
-    kernel = _kernel(ctx, w)
-    y = CONVS[len(kernel)](x, w, groups=ctx.attr("group", 1), **window_attrs(ctx, x, kernel))
-    return ctx.emit(_add_bias(ctx, y, len(kernel)))
+    return ctx.emit(_add_bias(ctx, convolve(ctx, x, w), len(ctx.shape(w)) - 2))
 
 
 @converter("ConvTranspose", since=(1, 11, 22))

@@ -1,5 +1,5 @@
-"""Tensor ONNX ops: Transpose, Concat, Split, Slice, Gather, GatherElements, Identity, Cast,
-Tile, Pad and CumSum.
+"""Tensor ONNX ops: Transpose, Concat, Split, Slice, Gather, GatherElements, Identity, Tile, Pad
+and CumSum.
 
 Indices, starts, sizes and pads must be constants known at import (rvm takes them as static
 attributes); values computed from ``Shape`` count when they are fully known ints.
@@ -14,7 +14,6 @@ import numpy as np
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
-from rvm.frontend.onnx.weights import np_dtype
 from rvm.ir import Expr, TupleGetItem
 from rvm.op.manipulate import PAD_MODES
 
@@ -36,12 +35,6 @@ def _concat(ctx: NodeContext) -> Expr:
 @converter("Identity", since=(1, 13, 14, 16, 19, *_LATEST))
 def _identity(ctx: NodeContext) -> Expr:
     return ctx.input(0)
-
-
-@converter("Cast", since=(6, 9, 13, 19, *_LATEST, 28))
-def _cast(ctx: NodeContext) -> Expr:
-    dtype = np_dtype(ctx.attr("to"), "the target type")
-    return ctx.emit(op.cast(ctx.input(0), dtype))
 
 
 @converter("Split", since=(2, 11, 13, 18))
