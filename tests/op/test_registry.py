@@ -46,7 +46,7 @@ def sample_calls() -> list[Call]:
         op.argmax(m, 1), op.argmin(m, keepdims=True), op.variance(m, 0), op.cumsum(m, 1, True),
         op.softmax(m, 0), op.log_softmax(m), op.layer_norm(m, v, v, axes=-1, epsilon=1e-3),
         op.batch_norm(x, v, v, v, v, axis=1, epsilon=1e-3), op.lrn(x, size=3, alpha=1e-3),
-        op.matmul(m, w), op.dense(m, var("d", (5, 4))),
+        op.matmul(m, w), op.dense(m, var("d", (5, 4))), op.einsum("ij,jk->ik", m, w),
         op.conv1d(var("c", (1, 4, 8)), var("k", (2, 4, 3)), strides=2, padding=1),
         op.conv2d(x, var("k2", (8, 2, 3, 3)), strides=(1, 2), padding=(1, 0), groups=2),
         op.max_pool2d(x, 2, 2, ceil_mode=True), op.avg_pool2d(x, 3, 1, 1, count_include_pad=True),

@@ -45,6 +45,7 @@ NO_JIT_COMPUTE = frozenset(
         "conv3d_transpose",
         "cumprod",
         "dynamic_slice",
+        "einsum",
         "fmod",
         "gather_nd",
         "left_shift",

@@ -23,6 +23,7 @@ from rvm.op.conv import (
 )
 from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import arange, full, one_hot, ones, shape_of, zeros
+from rvm.op.einsum import einsum
 from rvm.op.elemwise import (
     abs,
     acos,
@@ -162,6 +163,7 @@ __all__ = [
     "cumsum",
     "dense",
     "divide",
+    "einsum",
     "dynamic_slice",
     "equal",
     "erf",

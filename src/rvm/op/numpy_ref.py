@@ -466,6 +466,15 @@ def matmul(a, b):
     return _like(np.matmul(a, b), _binary_dtype(a, b))
 
 
+def einsum(*operands, equation):
+    """NumPy's einsum of ``operands`` in the operands' promoted dtype; ml_dtypes' floats
+    (bfloat16...), for which einsum has no loops, compute in float32 and round once."""
+    dtype = np.result_type(*operands)
+    if _is_ml_float(dtype):
+        operands = [o.astype(np.float32) for o in operands]
+    return _like(np.einsum(equation, *operands, optimize=True), dtype)
+
+
 def dense(x, w):
     """x @ w.T: ``w`` is (units, in_features) as in TVM and ONNX Gemm(transB=1)."""
     return _like(np.matmul(x, np.swapaxes(w, -1, -2)), _binary_dtype(x, w))

@@ -115,6 +115,7 @@ layer_norm = register_op("layer_norm", _O, 3)
 batch_norm = register_op("batch_norm", _B, 5)
 lrn = register_op("lrn", _O, 1)
 matmul = register_op("matmul", _F, 2)
+einsum = register_op("einsum", _O)  # variadic: the operands of its equation
 dense = register_op("dense", _F, 2)
 conv1d = register_op("conv1d", _F, 2)
 conv2d = register_op("conv2d", _F, 2)

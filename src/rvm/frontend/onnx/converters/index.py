@@ -1,10 +1,11 @@
 """Indexing, scattering and searching ONNX ops: GatherND, ScatterElements, ScatterND,
-Scatter, TopK, NonZero, Unique, Compress, Trilu, CumProd and OneHot.
+Scatter, TopK, NonZero, Unique, Compress, Trilu, CumProd, OneHot, EyeLike and ReverseSequence.
 
 ``k`` (TopK), the diagonal (Trilu), the axis (CumProd), the depth and values (OneHot) must be
 constants known at import,
 as rvm takes them as attributes. NonZero, Unique and Compress give shapes that depend on the
-data (an unknown dimension in their type).
+data (an unknown dimension in their type). EyeLike and ReverseSequence compare and gather
+positions counted along an axis (`_positions`), so their inputs need known or named sizes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
+from rvm.frontend.onnx.weights import np_dtype
 from rvm.ir import Expr, TupleGetItem
 from rvm.ir.types import INT_DTYPES
 
@@ -124,3 +126,43 @@ def _one_hot(ctx: NodeContext) -> Expr:
     y = op.one_hot(indices, int(np.ravel(depth)[0]), on, off, ctx.attr("axis", -1),
                    values.dtype.name)  # fmt: skip
     return ctx.emit(y)
+
+
+def _positions(ctx: NodeContext, size: object, axis: int, rank: int) -> Expr:
+    """``0, 1, ..., size - 1`` (int64) along ``axis`` of a rank-``rank`` tensor, size 1 on
+    every other axis; ``size`` may be a symbolic name (an exclusive running sum of ones)."""
+    if size is None:
+        ctx.fail(f"needs axis {axis} of its input to have a known or named size")
+    shape = tuple(size if i == axis else 1 for i in range(rank))
+    return op.cumsum(op.ones(shape, "int64"), axis, exclusive=True)
+
+
+@converter("EyeLike", since=(9, 22))
+def _eye_like(ctx: NodeContext) -> Expr:
+    """Ones on diagonal ``k`` (positive: above the main one) of a tensor shaped as the 2-d
+    input, of the ``dtype`` attribute (default: the input's): rows and columns compared."""
+    x = ctx.input(0)
+    shape = ctx.shape(x)
+    if len(shape) != 2:
+        ctx.fail(f"the input must be 2-d, got shape {shape}")
+    dtype = ctx.attr("dtype", None)
+    dtype = ctx.type(x).dtype if dtype is None else np_dtype(dtype, "the dtype attribute")
+    rows, cols = (_positions(ctx, shape[i], i, 2) for i in range(2))
+    return ctx.emit(op.cast(op.equal(cols - rows, ctx.attr("k", 0)), dtype))
+
+
+@converter("ReverseSequence", since=(10, 28))  # 28 adds types (bfloat16...)
+def _reverse_sequence(ctx: NodeContext) -> Expr:
+    """The first ``sequence_lens[b]`` steps along ``time_axis`` of each batch entry ``b``
+    reversed, the rest kept: a gather along the time axis of ``t < n ? n - 1 - t : t``."""
+    x, lens = ctx.input(0), ctx.input(1)
+    shape = ctx.shape(x)
+    batch_axis, time_axis = ctx.attr("batch_axis", 1), ctx.attr("time_axis", 0)
+    if sorted((batch_axis, time_axis)) != [0, 1] or None in shape:
+        ctx.fail(f"needs batch_axis/time_axis 0 and 1 and a known shape, got {shape}")
+    t = _positions(ctx, shape[time_axis], time_axis, len(shape))
+    n = op.reshape(
+        op.cast(lens, "int64"), tuple(-1 if i == batch_axis else 1 for i in range(len(shape)))
+    )
+    source = op.where(op.less(t, n), n - t - 1, t)
+    return ctx.emit(op.gather(x, op.broadcast_to(source, shape), axis=time_axis))

@@ -1,4 +1,5 @@
-"""Neural-network ONNX ops: Gemm, normalizations, Softmax, Dropout.
+"""Neural-network ONNX ops: Gemm, Einsum, normalizations (LpNormalization too), Softmax,
+Dropout.
 
 Convolutions are in `conv`, pools in `pool`. Everything here is inference: Dropout is the
 identity, BatchNormalization uses the given statistics.
@@ -106,3 +107,24 @@ def _dropout(ctx: NodeContext) -> list:
     if ctx.num_outputs < 2:
         return [x]
     return [x, ctx.emit(op.full(ctx.shape(x), True, "bool"))]
+
+
+@converter("Einsum", since=(12, 28))  # 28 adds bfloat16
+def _einsum(ctx: NodeContext) -> Expr:
+    operands = [ctx.input(i) for i in range(len(ctx.inputs))]
+    return ctx.emit(op.einsum(ctx.attr("equation"), *operands))
+
+
+@converter("LpNormalization", since=(1, 22))
+def _lp_normalization(ctx: NodeContext) -> Expr:
+    """``x`` over its L1 or L2 norm along ``axis``; a zero norm gives zeros (as ONNX's
+    reference), not NaN."""
+    x, axis, p = ctx.input(0), ctx.attr("axis", -1), ctx.attr("p", 2)
+    if p == 1:
+        norm = ctx.emit(op.sum(ctx.emit(op.abs(x)), axis, keepdims=True))
+    elif p == 2:
+        norm = ctx.emit(op.sqrt(ctx.emit(op.sum(ctx.emit(x * x), axis, keepdims=True))))
+    else:
+        ctx.fail(f"p must be 1 or 2, got {p}")
+    zero = ctx.emit(op.equal(norm, 0.0))
+    return ctx.emit(op.where(zero, 0.0, ctx.emit(x / ctx.emit(op.where(zero, 1.0, norm)))))
