@@ -20,6 +20,7 @@ class KernelBuilder(Emitter):
     def __init__(self, kernel: str) -> None:
         super().__init__(kernel)
         self.symbols: dict[str, str] = {}
+        self.origins: dict[str, str] = {}  # symbol -> where it was first read
         self.op = "kernel"
         self.imports: set[str] = set()  # extra import lines of the kernel module
 
@@ -34,17 +35,20 @@ class KernelBuilder(Emitter):
                 self.check(f"{src} != {d}", f"{self.kernel}: {what} must have {d} at axis {axis}")
                 dims.append(str(d))
             elif isinstance(d, str) and d in self.symbols:
-                self.check(
-                    f"{src} != {self.symbols[d]}",
-                    f"{self.kernel}: {what} disagrees on dimension {d!r} (axis {axis})",
-                )
+                self.check(f"{src} != {self.symbols[d]}", self._disagree(d, what, axis))
                 dims.append(self.symbols[d])
             else:
                 var = self.dim(src)
                 if isinstance(d, str):
                     self.symbols[d] = var
+                    self.origins[d] = f"{what} at axis {axis}"
                 dims.append(var)
         return Tensor(tuple(dims), dtype, array=name, kind="array")
+
+    def _disagree(self, d: str, what: str, axis: int) -> str:
+        if d.startswith("#"):  # a size made generic (`rvm.jit.lower.generic_shapes`)
+            return f"{self.kernel}: {what} at axis {axis} must equal {self.origins[d]}"
+        return f"{self.kernel}: {what} disagrees on dimension {d!r} (axis {axis})"
 
     def resolve(self, d: object) -> str:
         """A dim of an attribute (int or symbolic name) as source."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -41,7 +42,9 @@ JIT_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "flo
 _NUMBA_DTYPE = {"bool": "boolean"}
 
 
-def jit_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecord:
+def jit_kernel(
+    name: str, func: E.Function, style: str = "dps", generic: bool = True
+) -> KernelRecord:
     """The jit kernel record of primitive function ``func`` (numpy's when it cannot lower).
 
     Args:
@@ -49,10 +52,14 @@ def jit_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecord:
         func: A primitive function (``attrs["primitive"]``) with typed tensor parameters.
         style: "dps" (``kernel(*inputs, *outputs)`` writes the outputs) or "return"
             (``kernel(*inputs)`` returns the result or a tuple of results).
+        generic: Read the parameters' fixed sizes other than 1 at run time (see
+            `generic_shapes`) and leave the kernel's name out of its source, so the layers
+            of a model that differ only in sizes share one source, hence one compile.
+            False checks every fixed size against the parameter types.
     """
     ops_used = _ops(func)
     try:
-        source, entry, sig = _KernelLowering(name, func, style).build()
+        source, entry, sig = _KernelLowering(name, func, style, generic).build()
     except Unsupported as err:
         from rvm.codegen.kernel_numpy import numpy_kernel
 
@@ -88,13 +95,38 @@ def numba_array_type(ty: TensorType, readonly: bool) -> str:
     return f'nt.Array(nt.{dt}, {len(ty.shape or ())}, "C"{ro})'
 
 
+def generic_shapes(shapes: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
+    """``shapes`` with every fixed size other than 1 made a symbolic dimension.
+
+    Equal sizes become one symbol (``"#0"``, ``"#1"``... in order of first appearance), so
+    the kernel still checks that they agree and broadcasting still sees them as one size;
+    1 stays fixed, since it decides broadcasting. Symbolic dimensions are kept.
+    """
+    names: dict[int, str] = {}
+
+    def generic(d: object) -> object:
+        if isinstance(d, int) and d != 1:
+            return names.setdefault(d, f"#{len(names)}")
+        return d
+
+    return [tuple(generic(d) for d in shape) for shape in shapes]
+
+
+def _label(name: str, generic: bool) -> str:
+    """The name the kernel's source uses: generic kernels drop the packed name's ``_<n>``
+    suffix (the VM's errors name the packed function anyway)."""
+    if generic:
+        name = re.sub(r"_\d+$", "", name)
+    return name if name.isidentifier() else "k_" + re.sub(r"\W", "_", name)
+
+
 class _KernelLowering:
-    def __init__(self, name: str, func: E.Function, style: str) -> None:
+    def __init__(self, name: str, func: E.Function, style: str, generic: bool) -> None:
         if style not in ("dps", "return"):
             raise ValueError(f"style must be 'dps' or 'return', got {style!r}")
-        self.name, self.func, self.style = name, func, style
-        self.entry = name if name.isidentifier() else "k_" + re.sub(r"\W", "_", name)
-        self.kb = KernelBuilder(name)
+        self.func, self.style, self.generic = func, style, generic
+        self.name = self.entry = _label(name, generic)
+        self.kb = KernelBuilder(self.name)
         self.env: dict[E.Var, object] = {}
         self.consts: list[str] = []
         self.uses_reduction = False
@@ -104,8 +136,11 @@ class _KernelLowering:
         if not isinstance(body, E.SeqExpr):
             body = E.seq([], body)
         in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
-        for i, (p, ty) in enumerate(zip(self.func.params, in_types)):
-            self.env[p] = self.kb.param(f"p{i}", ty.shape, ty.dtype, f"input {i} ({p.name!r})")
+        shapes = [ty.shape or () for ty in in_types]
+        if self.generic:
+            shapes = generic_shapes(shapes)
+        for i, (p, ty, shape) in enumerate(zip(self.func.params, in_types, shapes)):
+            self.env[p] = self.kb.param(f"p{i}", shape, ty.dtype, f"input {i} ({p.name!r})")
         for b in body.bindings:
             self.env[b.var] = self._binding(b)
         results = self._results(body.body)

@@ -4,20 +4,16 @@ Float matmul and dense call `rvm.jit.blas.matmul` inside the kernel (NumPy's BLA
 GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS is not
 reachable), one call per batch matrix, writing straight into the stage's array; the lowering
 points that array at the kernel's output when the epilogue (bias, activation) can run in
-place, so the epilogue is one pass over the output in the same kernel. Float stride-1
-convolutions with at least `SHIFT_MIN_CHANNELS` input channels per group run one GEMM per
-kernel tap on row-strided windows of the zero-padded input, accumulated in place by NumPy's
-BLAS: no column matrix at all. Other float convolutions pack the input windows of each (image,
-group) into a column matrix (im2col, with the padding as zero runs and unit-stride copies in
-between) and multiply it by the weight with one GEMM. Integer matmul and convolution, and the
+place, so the epilogue is one pass over the output in the same kernel. Float convolutions
+call `rvm.jit.conv.conv2d` (shifted GEMMs or im2col, by NumPy's BLAS), compiled once for all
+kernels rather than into each: a kernel only checks shapes, makes the call and runs its
+epilogue. Integer matmul and convolution, and the
 pools, are reduce loops inlined into their consumer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import numpy as np
 
 from rvm.jit import blas
 from rvm.jit.compute import compute
@@ -27,8 +23,9 @@ from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, shape_tuple
 from rvm.op import ops
 
 BLAS_DTYPES = ("float32", "float64")
-CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
-COL_BYTES = 1 << 21  # an im2col block's bytes at most: it stays in cache
+# Stride-1 convolutions with fewer input channels per group than this make shallow GEMMs:
+# im2col instead of shifted GEMMs (passed to `rvm.jit.conv.conv2d` by every kernel).
+SHIFT_MIN_CHANNELS = 16
 
 
 def _matmul_dims(kb: KernelBuilder, a: Tensor, b: Tensor, dense: bool):
@@ -178,12 +175,10 @@ def _conv(nsp: int):
                 g2 = [("1", "1", 1, 1, 0, "1"), *geo]
             else:
                 g2 = geo
-            args = (kb, xv, wv, t.array, x.dims[0], x.dims[1], w.dims[0], groups, g2, out)
-            unit = all(st == 1 for st in attrs["strides"]) and min(attrs["padding"]) >= 0
-            if blas.AVAILABLE and unit:
-                _emit_shifted_gemms(*args)
-            else:
-                _emit_im2col(*args)
+            ov = t.array
+            if nsp == 1:
+                ov = _view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
+            _emit_conv(kb, xv, wv, ov, groups, g2)
 
         t.fill = fill
         return t
@@ -191,156 +186,16 @@ def _conv(nsp: int):
     return lower
 
 
-_IM2COL = """\
-{K} = {cg} * {kh} * {kw}
-{P} = {oh} * {ow}
-{og} = {o} // {groups}
-{wm} = {w}.reshape(({o}, {K}))
-{y} = {out}.reshape(({n}, {o}, {P}))
-{B} = min(max(64, {col_items} // {K}), {blk}, {P})
-{col} = np.empty(({K}, {B}), dtype=np.{dt})
-for n_ in range({n}):
-    for g_ in range({groups}):
-        for pb_ in range(0, {P}, {B}):
-            pe_ = min(pb_ + {B}, {P})
-            for c_ in range({cg}):
-                for kh_ in range({kh}):
-                    for kw_ in range({kw}):
-                        r_ = (c_ * {kh} + kh_) * {kw} + kw_
-                        off_ = kw_ * {dw} - {pl}
-                        lo_ = min(max(0, -(off_ // {sw})), {ow})
-                        hi_ = min(max(lo_, ({iw} - 1 - off_) // {sw} + 1), {ow})
-                        p_ = pb_
-                        while p_ < pe_:
-                            oh_ = p_ // {ow}
-                            w0_ = p_ - oh_ * {ow}
-                            w1_ = min({ow}, w0_ + pe_ - p_)
-                            b_ = p_ - pb_ - w0_
-                            ih_ = oh_ * {sh} - {pt} + kh_ * {dh}
-                            if ih_ < 0 or ih_ >= {ih}:
-                                for q_ in range(w0_, w1_):
-                                    {col}[r_, b_ + q_] = 0
-                            else:
-                                a_ = max(w0_, min(lo_, w1_))
-                                z_ = max(a_, min(hi_, w1_))
-                                for q_ in range(w0_, a_):
-                                    {col}[r_, b_ + q_] = 0
-                                ch_ = g_ * {cg} + c_
-                                for q_ in range(a_, z_):
-                                    {col}[r_, b_ + q_] = {x}[n_, ch_, ih_, q_ * {sw} + off_]
-                                for q_ in range(z_, w1_):
-                                    {col}[r_, b_ + q_] = 0
-                            p_ += w1_ - w0_
-{product}"""
-
-# The block's product straight into the output's columns (row stride P), by NumPy's BLAS.
-_IM2COL_GEMM = """\
-            gemm(
-                {wm}, g_ * {og} * {K}, {K}, {col}, 0, {col}.shape[1],
-                {y}, (n_ * {o} + g_ * {og}) * {P} + pb_, {P}, {og}, pe_ - pb_, {K}, 0.0,
-            )
-"""
-
-# Without it: np.dot of contiguous operands into a temporary, copied into the output.
-_IM2COL_DOT = """\
-            {tmp} = np.empty(({og}, pe_ - pb_), dtype=np.{dt})
-            np.dot({wm}[g_ * {og}:(g_ + 1) * {og}], {col}[:, :pe_ - pb_].copy(), {tmp})
-            for o_ in range({og}):
-                for q_ in range(pe_ - pb_):
-                    {y}[n_, g_ * {og} + o_, pb_ + q_] = {tmp}[o_, q_]
-"""
-
-
-def _conv_fields(x, w, out, n, c, o, groups, geo, dt) -> dict[str, object]:
-    """The format fields the convolution templates share: operands, sizes and geometry."""
-    (ih, kh, sh, dh, pt, oh), (iw, kw, sw, dw, pl, ow) = geo
-    return dict(
-        x=x, w=w, out=out, n=n, c=c, o=o, groups=groups, dt=dt,
-        ih=ih, kh=kh, sh=sh, dh=dh, pt=pt, oh=oh, iw=iw, kw=kw, sw=sw, dw=dw, pl=pl, ow=ow,
-    )  # fmt: skip
-
-
-def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into: list[str] | None = None) -> None:
-    (_, kh, _, _, _, oh), (_, kw, _, _, _, ow) = geo
-    names = {k: kb.fresh(k) for k in ("K", "P", "B", "wm", "y", "col", "og", "tmp")}
-    cg = kb.dim(f"{c} // {groups}")
-    fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
+def _emit_conv(kb, x, w, out, groups, geo) -> None:
+    """A call of the convolution library (`rvm.jit.conv`) on 4-d views of the operands."""
+    (_, _, sh, dh, pt, _), (_, _, sw, dw, pl, _) = geo
+    call = f"{x}, {w}, {out}, {groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}"
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.jit.blas import gemm")
-    product = (_IM2COL_GEMM if blas.AVAILABLE else _IM2COL_DOT).format(**names, **fields)
-    src = _IM2COL.format(
-        **names,
-        **fields,
-        cg=cg,
-        blk=CONV_BLOCK,
-        col_items=COL_BYTES // np.dtype(dt).itemsize,
-        product=product,
-    )
-    body = src.splitlines()
-    # Skip the work for empty outputs or empty reductions (BLAS needs positive sizes).
-    lines = kb.root.lines if into is None else into
-    lines.append(f"if {n} * {o} * {oh} * {ow} > 0 and {c} * {kh} * {kw} == 0:")
-    lines.append(f"    {out}[...] = 0")
-    lines.append(f"elif {n} * {o} * {oh} * {ow} > 0:")
-    lines.extend("    " + line for line in body)
-
-
-# Stride-1 convolution as one GEMM per kernel tap (kh x kw GEMMs of depth cg), accumulated in
-# place (beta = 1) by BLAS: output position p = oh * Wp + ow of the zero-padded input, flattened
-# with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j),
-# so each tap's input matrix is a row-strided window of the padded input and needs no copy.
-# Row p's last Wp - ow columns are wrap-around garbage, dropped when the result is copied out.
-# Few input channels per group make shallow GEMMs: below SHIFT_MIN_CHANNELS, im2col instead.
-SHIFT_MIN_CHANNELS = 16
-_SHIFTED = """\
-{cg} = {c} // {groups}
-{og} = {o} // {groups}
-if {cg} >= {min_c}:
-    {Wp} = {ow} + {dw} * ({kw} - 1)
-    {Hp} = {oh} + {dh} * ({kh} - 1)
-    {L} = {Hp} * {Wp} + {dw} * ({kw} - 1)
-    {P} = {oh} * {Wp}
-    {wt} = np.empty(({kh}, {kw}, {o}, {cg}), dtype=np.{dt})
-    for o_ in range({o}):
-        for c_ in range({cg}):
-            for i_ in range({kh}):
-                for j_ in range({kw}):
-                    {wt}[i_, j_, o_, c_] = {w}[o_, c_, i_, j_]
-    {xp} = np.zeros(({cg}, {L}), dtype=np.{dt})
-    {tmp} = np.empty(({og}, {P}), dtype=np.{dt})
-    {y} = {out}.reshape(({n}, {o}, {oh}, {ow}))
-    for n_ in range({n}):
-        for g_ in range({groups}):
-            for c_ in range({cg}):
-                for h_ in range({ih}):
-                    r_ = (h_ + {pt}) * {Wp} + {pl}
-                    for q_ in range({iw}):
-                        {xp}[c_, r_ + q_] = {x}[n_, g_ * {cg} + c_, h_, q_]
-            for i_ in range({kh}):
-                for j_ in range({kw}):
-                    gemm(
-                        {wt}, ((i_ * {kw} + j_) * {o} + g_ * {og}) * {cg}, {cg},
-                        {xp}, i_ * {dh} * {Wp} + j_ * {dw}, {L},
-                        {tmp}, 0, {P}, {og}, {P}, {cg}, 0.0 if i_ + j_ == 0 else 1.0,
-                    )
-            for o_ in range({og}):
-                for h_ in range({oh}):
-                    for q_ in range({ow}):
-                        {y}[n_, g_ * {og} + o_, h_, q_] = {tmp}[o_, h_ * {Wp} + q_]
-else:
-"""
-
-
-def _emit_shifted_gemms(kb, x, w, out, n, c, o, groups, geo, dt) -> None:
-    """Stride-1 float convolution by shifted GEMMs, with im2col for shallow groups."""
-    kb.imports.add("from rvm.jit.blas import gemm")
-    names = {k: kb.fresh(k) for k in ("cg", "og", "Wp", "Hp", "L", "P", "wt", "xp", "tmp", "y")}
-    fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
-    src = _SHIFTED.format(**names, **fields, min_c=SHIFT_MIN_CHANNELS)
-    lines = src.splitlines()
-    body: list[str] = []
-    _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into=body)
-    kb.root.lines.extend(lines + ["    " + line for line in body])
+        kb.imports.add("from rvm.jit.conv import conv2d")
+        kb.root.lines.append(f"conv2d({call}, {SHIFT_MIN_CHANNELS})")
+    else:
+        kb.imports.add("from rvm.jit.conv import conv2d_dot")
+        kb.root.lines.append(f"conv2d_dot({call})")
 
 
 def _conv_loops(kb, x, w, geo, groups, dims, out) -> Tensor:

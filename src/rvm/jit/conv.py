@@ -1,0 +1,277 @@
+"""Float convolution for jit kernels, compiled once and called by every convolution kernel.
+
+A convolution kernel checks its operands' shapes, calls `conv2d` (or `conv2d_dot`) with the
+attributes, and runs its epilogue (bias, activation) over the output; the convolution itself
+lives here, so it is compiled once per operand type and cached with this module's Numba
+cache, not compiled again into every kernel (it was most of a CNN's compile time):
+
+- `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, min_shift)`: NumPy's BLAS
+  (`rvm.jit.blas.gemm`). Stride-1 convolutions with at least ``min_shift`` (the lowering's
+  `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per group run one
+  GEMM per kernel tap on row-strided windows of the zero-padded input, accumulated in place by
+  BLAS: no column matrix at all. Others pack the input windows of each (image, group) into a
+  column matrix (im2col, with the padding as zero runs and unit-stride copies in between) and
+  multiply it by the weight, one GEMM per block of output positions.
+- `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
+
+Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
+oh, ow); ``pt``/``pl`` are the top and left padding (the bottom and right ones follow from
+the output size). The caller has checked that the shapes agree; a disagreement that would
+touch memory outside an array raises ValueError here too.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rvm.jit.blas import gemm
+
+CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
+COL_BYTES = 1 << 21  # an im2col block's bytes at most: it stays in cache
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+
+@nb.njit(**_OPTS)
+def _check(x, w, out, groups, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
+    """Whether the operands' channels, groups and batch agree (the loops rely on it)."""
+    return (
+        groups > 0
+        and x.shape[1] == w.shape[1] * groups
+        and w.shape[0] % groups == 0
+        and out.shape[0] == x.shape[0]
+        and out.shape[1] == w.shape[0]
+        and min(sh, sw, dh, dw) > 0
+    )
+
+
+@nb.njit(**_OPTS)
+def _im2col_block(x, col, n_, g_, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pb_, pe_):  # type: ignore[no-untyped-def]
+    """Column block ``col[:, :pe_ - pb_]``: the windows of output positions [pb_, pe_) of
+    image ``n_``, group ``g_`` (zero outside the input)."""
+    ih, iw = x.shape[2], x.shape[3]
+    for c_ in range(cg):
+        ch_ = g_ * cg + c_
+        for kh_ in range(kh):
+            for kw_ in range(kw):
+                r_ = (c_ * kh + kh_) * kw + kw_
+                off_ = kw_ * dw - pl
+                lo_ = min(max(0, -(off_ // sw)), ow)
+                hi_ = min(max(lo_, (iw - 1 - off_) // sw + 1), ow)
+                p_ = pb_
+                while p_ < pe_:
+                    oh_ = p_ // ow
+                    w0_ = p_ - oh_ * ow
+                    w1_ = min(ow, w0_ + pe_ - p_)
+                    b_ = p_ - pb_ - w0_
+                    ih_ = oh_ * sh - pt + kh_ * dh
+                    if ih_ < 0 or ih_ >= ih:
+                        col[r_, b_ + w0_ : b_ + w1_] = 0
+                    else:
+                        a_ = max(w0_, min(lo_, w1_))
+                        z_ = max(a_, min(hi_, w1_))
+                        col[r_, b_ + w0_ : b_ + a_] = 0
+                        if sw == 1:  # a unit-stride copy (vectorized)
+                            for q_ in range(a_, z_):
+                                col[r_, b_ + q_] = x[n_, ch_, ih_, q_ + off_]
+                        else:
+                            for q_ in range(a_, z_):
+                                col[r_, b_ + q_] = x[n_, ch_, ih_, q_ * sw + off_]
+                        col[r_, b_ + z_ : b_ + w1_] = 0
+                    p_ += w1_ - w0_
+
+
+def _im2col(product):  # type: ignore[no-untyped-def]
+    """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes."""
+
+    @nb.njit(**_OPTS)
+    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+        n = x.shape[0]
+        o, cg, kh, kw = w.shape
+        oh, ow = out.shape[2], out.shape[3]
+        if n * o * oh * ow == 0:
+            return
+        if cg * kh * kw == 0:
+            out[...] = 0
+            return
+        K = cg * kh * kw
+        P = oh * ow
+        og = o // groups
+        wm = w.reshape((o, K))
+        y = out.reshape((n, o, P))
+        B = min(max(64, COL_BYTES // x.itemsize // K), CONV_BLOCK, P)
+        col = np.empty((K, B), dtype=x.dtype)
+        for n_ in range(n):
+            for g_ in range(groups):
+                for pb_ in range(0, P, B):
+                    pe_ = min(pb_ + B, P)
+                    _im2col_block(
+                        x, col, n_, g_, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pb_, pe_
+                    )
+                    product(wm, col, y, n_, g_, og, K, P, pb_, pe_)
+
+    return conv
+
+
+@nb.njit(**_OPTS)
+def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
+    """The block's product straight into the output's columns (row stride P), by BLAS."""
+    o = y.shape[1]
+    at = (n_ * o + g_ * og) * P + pb_
+    gemm(wm, g_ * og * K, K, col, 0, col.shape[1], y, at, P, og, pe_ - pb_, K, 0.0)
+
+
+@nb.njit(**_OPTS)
+def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
+    """np.dot of contiguous operands into a temporary, copied into the output."""
+    tmp = np.empty((og, pe_ - pb_), dtype=y.dtype)
+    np.dot(wm[g_ * og : (g_ + 1) * og], col[:, : pe_ - pb_].copy(), tmp)
+    y[n_, g_ * og : (g_ + 1) * og, pb_:pe_] = tmp
+
+
+_im2col_gemm = _im2col(_gemm_product)
+conv2d_dot_unchecked = _im2col(_dot_product)
+
+
+# Stride-1 convolution as one GEMM per kernel tap (kh x kw GEMMs of depth cg), accumulated in
+# place (beta = 1) by BLAS: output position p = oh * Wp + ow of the zero-padded input, flattened
+# with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j),
+# so each tap's input matrix is a row-strided window of the padded input and needs no copy.
+# Row p's last Wp - ow columns are wrap-around garbage, dropped when the result is copied out.
+@nb.njit(**_OPTS)
+def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    n, c, ih, iw = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    og = o // groups
+    Wp = ow + dw * (kw - 1)
+    Hp = oh + dh * (kh - 1)
+    L = Hp * Wp + dw * (kw - 1)
+    P = oh * Wp
+    wt = np.empty((kh, kw, o, cg), dtype=w.dtype)
+    for o_ in range(o):
+        for c_ in range(cg):
+            for i_ in range(kh):
+                for j_ in range(kw):
+                    wt[i_, j_, o_, c_] = w[o_, c_, i_, j_]
+    xp = np.zeros((cg, L), dtype=x.dtype)
+    tmp = np.empty((og, P), dtype=x.dtype)
+    for n_ in range(n):
+        for g_ in range(groups):
+            for c_ in range(cg):
+                for h_ in range(min(ih, Hp - pt)):
+                    r_ = (h_ + pt) * Wp + pl
+                    for q_ in range(min(iw, Wp - pl)):
+                        xp[c_, r_ + q_] = x[n_, g_ * cg + c_, h_, q_]
+            for i_ in range(kh):
+                for j_ in range(kw):
+                    gemm(
+                        wt, ((i_ * kw + j_) * o + g_ * og) * cg, cg,
+                        xp, i_ * dh * Wp + j_ * dw, L,
+                        tmp, 0, P, og, P, cg, 0.0 if i_ + j_ == 0 else 1.0,
+                    )  # fmt: skip
+            for o_ in range(og):
+                for h_ in range(oh):
+                    for q_ in range(ow):
+                        out[n_, g_ * og + o_, h_, q_] = tmp[o_, h_ * Wp + q_]
+
+
+@nb.njit(**_OPTS)
+def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, min_shift):  # type: ignore[no-untyped-def]
+    """`conv2d`'s work; False when the channels, groups or batch disagree."""
+    if not _check(x, w, out, groups, sh, sw, dh, dw):
+        return False
+    n, o, oh, ow = out.shape
+    unit = sh == 1 and sw == 1 and min(pt, pl) >= 0
+    if unit and w.shape[1] >= min_shift and n * o * oh * ow > 0:
+        _shifted(x, w, out, groups, dh, dw, pt, pl)
+    else:
+        _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
+    return True
+
+
+# -- the compiled entry points -------------------------------------------------------------
+#
+# Kernels reach `_conv2d_blas` through a C function per dtype whose address is registered
+# with llvmlite under a fixed symbol (as `rvm.jit.blas` does with NumPy's CBLAS), so a kernel
+# calls it like a C library: Numba does not link the convolution's code into the kernel and
+# compile it again (linking it cost 1-3 s per kernel).
+
+
+def _symbol(dtype: str) -> str:
+    return f"rvm_conv2d_{dtype}"
+
+
+_NDIMS = 12  # x, w and out: 4 dims each
+_NPARAMS = 8  # groups, sh, sw, dh, dw, pt, pl, min_shift
+
+
+def _entry(dtype: str):  # type: ignore[no-untyped-def]
+    """The C entry point of `_conv2d_blas` for ``dtype``: 0 done, 1 shapes disagree."""
+    ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
+    sig = nt.int64(ptr, ptr, ptr, *([nt.int64] * (_NDIMS + _NPARAMS)))
+
+    @nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)
+    def entry(
+        xp, wp, op, n, c, ih, iw, o, cg, kh, kw, n2, o2, oh, ow, groups, sh, sw, dh, dw, pt, pl, ms
+    ):  # type: ignore[no-untyped-def]  # noqa: E501
+        x = nb.carray(xp, (n, c, ih, iw))
+        w = nb.carray(wp, (o, cg, kh, kw))
+        out = nb.carray(op, (n2, o2, oh, ow))
+        return 0 if _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, ms) else 1
+
+    llvm.add_symbol(_symbol(dtype), entry.address)
+    return entry
+
+
+_ENTRIES = [_entry(dtype) for dtype in ("float32", "float64")]
+
+
+@intrinsic
+def _call_conv2d(typingctx, x, w, out, params):  # type: ignore[no-untyped-def]
+    """Calls the C entry point of the operands' dtype with their data and dims."""
+    arrays = (x, w, out)
+    if not all(isinstance(t, nt.Array) and t.ndim == 4 and t.layout == "C" for t in arrays):
+        return None
+    if len({t.dtype for t in arrays}) != 1 or str(x.dtype) not in ("float32", "float64"):
+        return None
+    if not (isinstance(params, nt.UniTuple) and params.count == _NPARAMS):
+        return None
+    sig = nt.int64(x, w, out, params)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptrs, dims = [], []
+        for aty, av in zip(arrays, args[:3]):
+            arr = context.make_array(aty)(context, builder, av)
+            ptrs.append(arr.data)
+            dims += cgutils.unpack_tuple(builder, arr.shape, 4)
+        values = ptrs + dims + cgutils.unpack_tuple(builder, args[3], _NPARAMS)
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(i64, [v.type for v in values])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _symbol(str(x.dtype)))
+        return builder.call(fn, values)
+
+    return sig, codegen
+
+
+@nb.njit(nogil=True, cache=True)
+def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, min_shift):  # type: ignore[no-untyped-def]
+    """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS;
+    shifted GEMMs from ``min_shift`` input channels per group."""
+    params = (groups, sh, sw, dh, dw, pt, pl, min_shift)
+    if _call_conv2d(x, w, out, params) != 0:
+        raise ValueError("conv2d: the operands' shapes do not match the geometry")
+
+
+@nb.njit(**_OPTS)
+def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """`conv2d` by im2col and ``np.dot`` (where NumPy's BLAS is not reachable)."""
+    if not _check(x, w, out, groups, sh, sw, dh, dw):
+        raise ValueError("conv2d: the operands' shapes do not match the geometry")
+    conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl)
