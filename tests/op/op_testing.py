@@ -38,7 +38,7 @@ def evaluate(expr: Any, env: dict[Var, np.ndarray]) -> Any:
 
 
 def assert_matches(value: Any, ty: Type) -> None:
-    """``value`` has exactly the static shape and dtype of ``ty``."""
+    """``value`` has the dtype of ``ty`` and its shape (any size where a dim is None)."""
     if isinstance(ty, TupleType):
         assert isinstance(value, tuple) and len(value) == len(ty.fields)
         for v, t in zip(value, ty.fields):
@@ -47,7 +47,8 @@ def assert_matches(value: Any, ty: Type) -> None:
     assert isinstance(ty, TensorType)
     assert isinstance(value, np.ndarray), type(value)
     assert value.dtype == np.dtype(ty.dtype), (value.dtype, ty)
-    assert value.shape == ty.shape, (value.shape, ty)
+    assert ty.shape is not None and len(value.shape) == len(ty.shape), (value.shape, ty)
+    assert all(t is None or v == t for v, t in zip(value.shape, ty.shape)), (value.shape, ty)
 
 
 def check(call: Call, env: dict[Var, np.ndarray], expected: Type | None = None) -> Any:

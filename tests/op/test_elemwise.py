@@ -10,6 +10,7 @@ from rvm import op
 from rvm.errors import IRError
 from rvm.ir import AnyType, Constant, infer_type, tensor
 
+RNG_BITS = np.random.default_rng(10)
 BINARY = {
     "add": np.add,
     "subtract": np.subtract,
@@ -210,3 +211,67 @@ def test_unknown_types_give_unknown_results():
     w = Var("w", tensor((2, 3), None))  # a dtype known only at run time stays unknown
     assert infer_type(op.add(w, var("y", (2, 3)))) == tensor((2, 3), None)
     assert infer_type(op.multiply(w, 2.0)) == tensor((2, 3), None)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint8", "uint16", "uint32", "uint64"])
+def test_bitwise(dtype):
+    x, y = var("x", (3, 5), dtype), var("y", (5,), dtype)
+    info = np.iinfo(dtype)
+    a = RNG_BITS.integers(info.min, info.max, (3, 5), endpoint=True, dtype=dtype)
+    b = RNG_BITS.integers(info.min, info.max, (5,), endpoint=True, dtype=dtype)
+    for fn, expected in (
+        (op.bitwise_and, a & b),
+        (op.bitwise_or, a | b),
+        (op.bitwise_xor, a ^ b),
+    ):
+        out = check(fn(x, y), {x: a, y: b}, tensor((3, 5), dtype))
+        np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(check(op.bitwise_not(x), {x: a}), ~a)
+
+
+def test_bitwise_bools_and_errors():
+    p, q = var("p", (4,), "bool"), var("q", (4,), "bool")
+    a, b = np.array([1, 1, 0, 0], bool), np.array([1, 0, 1, 0], bool)
+    np.testing.assert_array_equal(check(op.bitwise_xor(p, q), {p: a, q: b}), a ^ b)
+    np.testing.assert_array_equal(check(op.bitwise_not(p), {p: a}), ~a)
+    f = var("f", (4,), "float32")
+    with pytest.raises(IRError, match="bitwise_and: expects an integer or bool tensor"):
+        infer_type(op.bitwise_and(f, f))
+    with pytest.raises(IRError, match="left_shift: expects an integer tensor, got bool"):
+        infer_type(op.left_shift(p, q))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int64", "uint8", "uint64"])
+def test_shifts_wrap_and_saturate(dtype):
+    bits = np.dtype(dtype).itemsize * 8
+    signed = np.dtype(dtype).kind == "i"
+    x, y = var("x", (6,), dtype), var("y", (6,), dtype)
+    a = np.array([1, 3, 5, -8 if signed else 200, 7, -1 if signed else 9], dtype)
+    counts = [0, 1, bits - 1, 2, bits, bits + 3]
+    if signed:
+        counts[-1] = -1  # a negative count is out of range too
+    b = np.array(counts, dtype)
+    left = check(op.left_shift(x, y), {x: a, y: b}, tensor((6,), dtype))
+    right = check(op.right_shift(x, y), {x: a, y: b}, tensor((6,), dtype))
+    for i in range(6):
+        c = int(b[i])
+        if 0 <= c < bits:
+            wrapped = (int(a[i]) << c) % 2**bits
+            if signed and wrapped >= 2 ** (bits - 1):
+                wrapped -= 2**bits
+            assert left[i] == wrapped
+            assert right[i] == int(a[i]) >> c
+        else:
+            assert left[i] == 0
+            assert right[i] == (-1 if int(a[i]) < 0 else 0)
+
+
+def test_fmod_sign_of_dividend():
+    x, y = var("x", (4,), "float32"), var("y", (4,), "float32")
+    a = np.array([-4.5, 7.25, -3.0, 5.5], np.float32)
+    b = np.array([2.0, -2.0, 3.0, 0.75], np.float32)
+    np.testing.assert_array_equal(check(op.fmod(x, y), {x: a, y: b}), np.fmod(a, b))
+    i, j = var("i", (4,), "int32"), var("j", (4,), "int32")
+    c, d = np.array([-7, 7, -7, 7], np.int32), np.array([3, -3, -3, 3], np.int32)
+    out = check(op.fmod(i, j), {i: c, j: d}, tensor((4,), "int32"))
+    np.testing.assert_array_equal(out, [-1, 1, -1, 1])

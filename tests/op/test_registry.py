@@ -56,6 +56,20 @@ def sample_calls() -> list[Call]:
         op.zeros(("n", 3), "int32"), op.ones((2,)), op.full((2, 2), 3, "int64"),
         op.arange(1.0, 2.0, 0.25), op.one_hot(i, 5, axis=0),
     ]  # fmt: skip
+    n = var("n", (3, 4), "int32")
+    calls += [getattr(op, name)(n, n) for name in (
+        "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
+    )]  # fmt: skip
+    calls += [
+        op.fmod(m, m), op.bitwise_not(n), op.cumprod(m, 0, exclusive=True), op.trilu(m, -1, False),
+        op.gather_nd(m, var("gi", (3, 1), "int64"), batch_dims=1),
+        op.scatter_elements(m, var("si", (2, 4), "int64"), var("su", (2, 4)), 1, "add"),
+        op.scatter_nd(m, var("ni", (2, 1), "int64"), var("nu", (2, 4)), reduction="max"),
+        op.topk(m, 2, axis=0, largest=False), op.nonzero(m), op.unique(m, 1, sorted=False),
+        op.resize(x, (2, 4, 3, 12), (1.0, 1.0, 0.5, 2.0), roi=(0.0,) * 4 + (1.0,) * 4,
+                  mode="cubic", coordinate_transformation_mode="tf_crop_and_resize",
+                  antialias=True),
+    ]  # fmt: skip
     return calls
 
 

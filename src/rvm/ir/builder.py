@@ -99,6 +99,18 @@ class Builder:
         self._scopes[-1].append(binding)
         return var
 
+    def bind(self, var: E.Var, value: E.Expr) -> E.Var:
+        """Bind ``value`` to the given ``var``: a local function that calls its own variable
+        (recursion, as a loop's tail call) must be bound to that very variable."""
+        if not self._scopes:
+            raise IRError("Builder.bind outside a function or scope")
+        binding = E.VarBinding(var, value)
+        ty = infer_type(value)
+        if var.annotation is None:
+            var.with_type(ty)
+        self._scopes[-1].append(binding)
+        return var
+
     def emit_output(self, value: E.Expr) -> None:
         """Set the result of the function being built."""
         self._output = value

@@ -40,12 +40,15 @@ DTYPES: tuple[str, ...] = (
     "int32",
     "int64",
     "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "float16",
     "float32",
     "float64",
 )
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
-INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
+INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 
 def check_dtype(dtype: object) -> str:

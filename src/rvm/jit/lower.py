@@ -33,8 +33,9 @@ from rvm.runtime.executable import KernelRecord
 logger = logging.getLogger("rvm.jit")
 
 FALLBACK_NOTE = (
-    "falls back to numpy: lrn, shape_of, integer power, float16 tensors, arange with float "
-    "bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown rank"
+    "falls back to numpy: lrn, shape_of, integer power, float16 and uint16/32/64 tensors, "
+    "arange with float bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown "
+    "rank, ops without a compute definition (resize, einsum, scatters, topk...)"
 )
 FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
 FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")

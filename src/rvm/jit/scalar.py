@@ -149,6 +149,19 @@ def _logical_not(attrs: dict, t: str, x: str) -> str:
     return f"({x} == 0)"
 
 
+for _op, _sym in ((ops.bitwise_and, "&"), (ops.bitwise_or, "|"), (ops.bitwise_xor, "^")):
+
+    def _bitwise(attrs: dict, t: str, a: str, b: str, _sym: str = _sym) -> str:
+        return f"({a} {_sym} {b})"
+
+    scalar_compute[_op] = _bitwise
+
+
+@_reg(ops.bitwise_not)
+def _bitwise_not(attrs: dict, t: str, x: str) -> str:
+    return f"(not {x})" if t == "bool" else f"(~{x})"
+
+
 @_reg(ops.where)
 def _where(attrs: dict, t: str, c: str, a: str, b: str) -> str:
     return f"({a} if {c} else {b})"

@@ -25,6 +25,10 @@ from rvm.op.create import arange, full, one_hot, ones, shape_of, zeros
 from rvm.op.elemwise import (
     abs,
     add,
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
     cast,
     ceil,
     clip,
@@ -35,10 +39,12 @@ from rvm.op.elemwise import (
     exp,
     floor,
     floor_divide,
+    fmod,
     gelu,
     greater,
     greater_equal,
     leaky_relu,
+    left_shift,
     less,
     less_equal,
     log,
@@ -53,6 +59,7 @@ from rvm.op.elemwise import (
     not_equal,
     power,
     relu,
+    right_shift,
     round,
     rsqrt,
     sigmoid,
@@ -65,7 +72,8 @@ from rvm.op.elemwise import (
     tanh,
     where,
 )
-from rvm.op.index import gather, strided_slice, take
+from rvm.op.image import resize
+from rvm.op.index import gather, gather_nd, scatter_elements, scatter_nd, strided_slice, take
 from rvm.op.manipulate import (
     broadcast_to,
     concat,
@@ -78,9 +86,11 @@ from rvm.op.manipulate import (
     stack,
     tile,
     transpose,
+    trilu,
 )
 from rvm.op.nn import batch_norm, dense, layer_norm, log_softmax, lrn, matmul, softmax
-from rvm.op.reduce import argmax, argmin, cumsum, max, mean, min, prod, sum, variance
+from rvm.op.reduce import argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, variance
+from rvm.op.search import nonzero, topk, unique
 
 __all__ = [
     "ExprLike",
@@ -92,6 +102,10 @@ __all__ = [
     "as_expr",
     "avg_pool2d",
     "batch_norm",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
     "broadcast_to",
     "cast",
     "ceil",
@@ -101,6 +115,7 @@ __all__ = [
     "conv1d",
     "conv2d",
     "cos",
+    "cumprod",
     "cumsum",
     "dense",
     "divide",
@@ -111,8 +126,10 @@ __all__ = [
     "flatten",
     "floor",
     "floor_divide",
+    "fmod",
     "full",
     "gather",
+    "gather_nd",
     "gelu",
     "global_avg_pool2d",
     "global_max_pool2d",
@@ -120,6 +137,7 @@ __all__ = [
     "greater_equal",
     "layer_norm",
     "leaky_relu",
+    "left_shift",
     "less",
     "less_equal",
     "log",
@@ -138,6 +156,7 @@ __all__ = [
     "mod",
     "multiply",
     "negative",
+    "nonzero",
     "not_equal",
     "one_hot",
     "ones",
@@ -148,8 +167,12 @@ __all__ = [
     "reference",
     "relu",
     "reshape",
+    "resize",
+    "right_shift",
     "round",
     "rsqrt",
+    "scatter_elements",
+    "scatter_nd",
     "shape_of",
     "sigmoid",
     "sign",
@@ -167,7 +190,10 @@ __all__ = [
     "take",
     "tanh",
     "tile",
+    "topk",
     "transpose",
+    "trilu",
+    "unique",
     "variance",
     "where",
     "zeros",

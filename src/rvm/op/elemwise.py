@@ -6,14 +6,16 @@ other operand's dtype, so ``add(x, 1.0)`` on float16 stays float16 (the dtype ru
 `rvm.ir.types`). Comparisons and logical ops
 give bool. Float math (exp, log, tanh, gelu...) accepts float tensors only and keeps their
 dtype; ``abs``/``sign``/``relu``/``clip``/rounding keep any numeric dtype. Integer ``divide``
-truncates toward zero (C, ONNX); ``floor_divide`` and ``mod`` follow Python.
+truncates toward zero (C, ONNX); ``floor_divide`` and ``mod`` follow Python, ``fmod`` C. Bitwise
+ops take integers (and/or/xor/not bools too); shifts wrap within the dtype, and a shift count
+outside ``[0, bits)`` saturates as NumPy's (0, or -1 for a right shift of a negative value).
 """
 
 from __future__ import annotations
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Expr, Op
-from rvm.ir.types import FLOAT_DTYPES, TensorType, Type, promote_dtypes
+from rvm.ir.types import FLOAT_DTYPES, INT_DTYPES, TensorType, Type, promote_dtypes
 from rvm.op import numpy_ref, ops
 from rvm.op.core import (
     ExprLike,
@@ -30,12 +32,23 @@ from rvm.op.shapes import broadcast_shapes, fmt, rule
 # Rules
 
 
-def _binary_rule(op: Op, result_dtype: str | None = None) -> None:
+def _binary_rule(op: Op, result_dtype: str | None = None, *, integer_only: bool = False) -> None:
     @rule(op)
     def infer_binary(call_: Call, args: list[TensorType]) -> Type:
         a, b = args
+        if integer_only:
+            _integer_input(op, a)
+            _integer_input(op, b)
         shape = broadcast_shapes(op.name, a.shape, b.shape)
         return TensorType(shape, result_dtype or promote_dtypes(a.dtype, b.dtype))
+
+
+def _integer_input(op: Op, x: TensorType) -> None:
+    """Bitwise ops take integers; and/or/xor/not take bools too, shifts do not."""
+    allowed = INT_DTYPES if op in (ops.left_shift, ops.right_shift) else INT_DTYPES | {"bool"}
+    if x.dtype is not None and x.dtype not in allowed:
+        what = "an integer" if op in (ops.left_shift, ops.right_shift) else "an integer or bool"
+        raise IRError(f"{op.name}: expects {what} tensor, got {x.dtype} {fmt(x.shape)}")
 
 
 def _unary_rule(op: Op, *, float_only: bool, result_dtype: str | None = None) -> None:
@@ -57,8 +70,11 @@ for _op in (
     ops.power,
     ops.maximum,
     ops.minimum,
+    ops.fmod,
 ):
     _binary_rule(_op)
+for _op in (ops.bitwise_and, ops.bitwise_or, ops.bitwise_xor, ops.left_shift, ops.right_shift):
+    _binary_rule(_op, integer_only=True)
 for _op in (
     ops.equal,
     ops.not_equal,
@@ -91,6 +107,12 @@ for _op in (ops.negative, ops.abs, ops.sign, ops.floor, ops.ceil, ops.round, ops
 _unary_rule(ops.logical_not, float_only=False, result_dtype="bool")
 
 
+@rule(ops.bitwise_not)
+def _infer_bitwise_not(call_: Call, args: list[TensorType]) -> Type:
+    _integer_input(ops.bitwise_not, args[0])
+    return args[0]
+
+
 @rule(ops.where)
 def _infer_where(call_: Call, args: list[TensorType]) -> Type:
     cond, a, b = args
@@ -109,7 +131,8 @@ _ELEMWISE = (
     "add subtract multiply divide floor_divide mod power maximum minimum equal not_equal less "
     "less_equal greater greater_equal logical_and logical_or logical_not where negative exp log "
     "sqrt rsqrt tanh sigmoid erf abs sign sin cos floor ceil round relu leaky_relu gelu silu "
-    "softplus clip cast"
+    "softplus clip cast fmod bitwise_and bitwise_or bitwise_xor bitwise_not left_shift "
+    "right_shift"
 ).split()
 for _name in _ELEMWISE:
     reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
@@ -154,6 +177,42 @@ def floor_divide(a: ExprLike, b: ExprLike) -> Call:
 def mod(a: ExprLike, b: ExprLike) -> Call:
     """``a % b`` with the sign of ``b``."""
     return _binary(ops.mod, a, b)
+
+
+def fmod(a: ExprLike, b: ExprLike) -> Call:
+    """The remainder of ``a / b`` with the sign of ``a`` (C's fmod)."""
+    return _binary(ops.fmod, a, b)
+
+
+def bitwise_and(a: ExprLike, b: ExprLike) -> Call:
+    """``a & b`` on integers (logical and on bools)."""
+    return _binary(ops.bitwise_and, a, b)
+
+
+def bitwise_or(a: ExprLike, b: ExprLike) -> Call:
+    """``a | b`` on integers (logical or on bools)."""
+    return _binary(ops.bitwise_or, a, b)
+
+
+def bitwise_xor(a: ExprLike, b: ExprLike) -> Call:
+    """``a ^ b`` on integers (logical xor on bools)."""
+    return _binary(ops.bitwise_xor, a, b)
+
+
+def bitwise_not(x: ExprLike) -> Call:
+    """``~x`` on integers (logical not on bools)."""
+    return call(ops.bitwise_not, as_expr(x))
+
+
+def left_shift(a: ExprLike, b: ExprLike) -> Call:
+    """``a << b``, wrapping within the dtype; a count outside [0, bits) gives 0."""
+    return _binary(ops.left_shift, a, b)
+
+
+def right_shift(a: ExprLike, b: ExprLike) -> Call:
+    """``a >> b`` (arithmetic for signed dtypes); a count outside [0, bits) gives the sign
+    fill: 0, or -1 for a negative value."""
+    return _binary(ops.right_shift, a, b)
 
 
 def power(a: ExprLike, b: ExprLike) -> Call:

@@ -1,9 +1,13 @@
-"""Indexing ops: strided_slice, take and gather.
+"""Indexing ops: strided_slice, take, gather, gather_nd, scatter_elements and scatter_nd.
 
 ``strided_slice`` slices like Python (ends out of range clamp; a huge end such as 2**63 - 1
 means "to the end"). ``take`` is NumPy's take: indices from ``axis`` (None: of the flattened
 tensor), negative indices counting from the end. ``gather`` is ONNX GatherElements, which is
 NumPy's take_along_axis: ``indices`` has the rank of ``x`` and the result has its shape.
+``gather_nd`` is ONNX GatherND: the last axis of ``indices`` holds index tuples into ``x``.
+The scatters are their inverses (ONNX ScatterElements and ScatterND): a copy of ``x`` with
+``updates`` written at the indices, or combined with what is there by ``reduction`` ("add",
+"mul", "max", "min"; repeated indices combine in order).
 """
 
 from __future__ import annotations
@@ -12,10 +16,19 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call
-from rvm.ir.types import INT_DTYPES, Dim, TensorType, Type
+from rvm.ir.types import INT_DTYPES, Dim, Shape, TensorType, Type
 from rvm.op import numpy_ref, ops
-from rvm.op.core import ExprLike, as_expr, call, check_axis, check_ints, reference
-from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule
+from rvm.op.core import (
+    ExprLike,
+    as_expr,
+    call,
+    check_axis,
+    check_choice,
+    check_int,
+    check_ints,
+    reference,
+)
+from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule, unify_dim
 
 _TO_END = 2**31 - 1  # ends at least this large slice to the end of a symbolic dim
 
@@ -78,7 +91,79 @@ def _infer_gather(call_: Call, args: list[TensorType]) -> Type:
     return TensorType(indices.shape, x.dtype)
 
 
-for _name in ("strided_slice", "take", "gather"):
+@rule(ops.gather_nd)
+def _infer_gather_nd(call_: Call, args: list[TensorType]) -> Type:
+    x, indices = args
+    _check_indices("gather_nd", indices)
+    if x.shape is None or indices.shape is None or not indices.shape:
+        return TensorType(None, x.dtype)
+    b = call_.attrs["batch_dims"]
+    depth = indices.shape[-1]
+    if b >= min(len(x.shape), len(indices.shape)):
+        raise IRError(
+            f"gather_nd: batch_dims={b} must be less than the ranks of x {fmt(x.shape)} and "
+            f"indices {fmt(indices.shape)}"
+        )
+    batch = tuple(
+        unify_dim("gather_nd", d, e, "x and indices differ in a batch dimension")
+        for d, e in zip(x.shape[:b], indices.shape[:b])
+    )
+    if not isinstance(depth, int):
+        return TensorType(None, x.dtype)
+    if b + depth > len(x.shape):
+        raise IRError(
+            f"gather_nd: index tuples of length {depth} (indices {fmt(indices.shape)}) do not "
+            f"fit x {fmt(x.shape)} after {b} batch dimensions"
+        )
+    return TensorType(batch + indices.shape[b:-1] + x.shape[b + depth :], x.dtype)
+
+
+def _check_updates(op: str, x: TensorType, updates: TensorType, expected: Shape | None) -> None:
+    if None not in (x.dtype, updates.dtype) and x.dtype != updates.dtype:
+        raise IRError(f"{op}: updates have dtype {updates.dtype}, x has {x.dtype}")
+    if expected is None or updates.shape is None:
+        return
+    clash = len(expected) != len(updates.shape) or any(
+        isinstance(a, int) and isinstance(b, int) and a != b
+        for a, b in zip(expected, updates.shape)
+    )
+    if clash:
+        raise IRError(f"{op}: updates have shape {fmt(updates.shape)}, expected {fmt(expected)}")
+
+
+@rule(ops.scatter_elements)
+def _infer_scatter_elements(call_: Call, args: list[TensorType]) -> Type:
+    x, indices, updates = args
+    _check_indices("scatter_elements", indices)
+    if x.shape is not None:
+        normalize_axis("scatter_elements", call_.attrs["axis"], len(x.shape))
+        if indices.shape is not None and len(indices.shape) != len(x.shape):
+            raise IRError(
+                f"scatter_elements: indices {fmt(indices.shape)} must have the rank of x "
+                f"{fmt(x.shape)}"
+            )
+    _check_updates("scatter_elements", x, updates, indices.shape)
+    return x
+
+
+@rule(ops.scatter_nd)
+def _infer_scatter_nd(call_: Call, args: list[TensorType]) -> Type:
+    x, indices, updates = args
+    _check_indices("scatter_nd", indices)
+    expected = None
+    if x.shape is not None and indices.shape is not None and indices.shape:
+        depth = indices.shape[-1]
+        if isinstance(depth, int):
+            if depth > len(x.shape):
+                raise IRError(
+                    f"scatter_nd: index tuples of length {depth} do not fit x {fmt(x.shape)}"
+                )
+            expected = indices.shape[:-1] + x.shape[depth:]
+    _check_updates("scatter_nd", x, updates, expected)
+    return x
+
+
+for _name in ("strided_slice", "take", "gather", "gather_nd", "scatter_elements", "scatter_nd"):
     reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
@@ -118,3 +203,40 @@ def take(x: ExprLike, indices: ExprLike, axis: int | None = None) -> Call:
 def gather(x: ExprLike, indices: ExprLike, axis: int = 0) -> Call:
     """ONNX GatherElements / NumPy take_along_axis: ``out[i][j] = x[indices[i][j]][j]``."""
     return call(ops.gather, as_expr(x), as_expr(indices), axis=check_axis("gather", axis))
+
+
+def gather_nd(x: ExprLike, indices: ExprLike, batch_dims: int = 0) -> Call:
+    """ONNX GatherND: ``out[i] = x[tuple(indices[i])]`` for every index tuple along the last
+    axis of ``indices``, after ``batch_dims`` leading axes matched one to one."""
+    b = check_int("gather_nd", "batch_dims", batch_dims, minimum=0)
+    return call(ops.gather_nd, as_expr(x), as_expr(indices), batch_dims=b)
+
+
+_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def scatter_elements(
+    x: ExprLike, indices: ExprLike, updates: ExprLike, axis: int = 0, reduction: str = "none"
+) -> Call:
+    """``x`` with ``updates[i][j]`` at ``[indices[i][j]][j]`` (axis 0), the inverse of
+    ``gather``; ``reduction`` combines an update with the value there instead."""
+    return call(
+        ops.scatter_elements,
+        as_expr(x),
+        as_expr(indices),
+        as_expr(updates),
+        axis=check_axis("scatter_elements", axis),
+        reduction=check_choice("scatter_elements", "reduction", reduction, _REDUCTIONS),
+    )
+
+
+def scatter_nd(x: ExprLike, indices: ExprLike, updates: ExprLike, reduction: str = "none") -> Call:
+    """``x`` with the slice ``x[tuple(indices[i])]`` replaced by ``updates[i]`` (or combined by
+    ``reduction``), the inverse of ``gather_nd``."""
+    return call(
+        ops.scatter_nd,
+        as_expr(x),
+        as_expr(indices),
+        as_expr(updates),
+        reduction=check_choice("scatter_nd", "reduction", reduction, _REDUCTIONS),
+    )

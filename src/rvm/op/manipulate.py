@@ -1,5 +1,5 @@
 """Layout ops: reshape, transpose, expand_dims, squeeze, flatten, broadcast_to, pad, tile,
-concat, stack and split.
+trilu, concat, stack and split.
 
 Shapes given as attributes may hold symbolic names (``reshape(x, ("n", 784))``). ``reshape``
 solves a -1 from the input's product, symbolic factors included (``(n, 28, 28)`` to
@@ -23,6 +23,7 @@ from rvm.op.core import (
     call,
     check_axes,
     check_axis,
+    check_bool,
     check_int,
     check_ints,
     check_scalar,
@@ -257,6 +258,25 @@ def tile(x: ExprLike, reps: int | Sequence[int]) -> Call:
     return call(ops.tile, as_expr(x), reps=reps_)
 
 
+@rule(ops.trilu)
+def _infer_trilu(call_: Call, args: list[TensorType]) -> Type:
+    (x,) = args
+    if x.shape is not None and len(x.shape) < 2:
+        raise IRError(f"trilu: the input must have rank >= 2, got {fmt(x.shape)}")
+    return x
+
+
+def trilu(x: ExprLike, k: int = 0, upper: bool = True) -> Call:
+    """The upper (or lower) triangle of the last two axes of ``x`` from diagonal ``k``
+    (positive: above the main one), zeros elsewhere: NumPy's triu and tril."""
+    return call(
+        ops.trilu,
+        as_expr(x),
+        k=check_int("trilu", "k", k),
+        upper=check_bool("trilu", "upper", upper),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # concat, stack, split
 
@@ -384,6 +404,7 @@ for _name in (
     "broadcast_to",
     "pad",
     "tile",
+    "trilu",
     "concat",
     "stack",
     "split",

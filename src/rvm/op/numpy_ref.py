@@ -66,6 +66,12 @@ def mod(a, b):
     return _like(np.mod(a, b), _binary_dtype(a, b))
 
 
+def fmod(a, b):
+    """Remainder with the sign of the dividend (C's fmod, ONNX Mod with fmod=1)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _like(np.fmod(a, b), _binary_dtype(a, b))
+
+
 def power(a, b):
     return _like(np.power(a, b), _binary_dtype(a, b))
 
@@ -112,6 +118,46 @@ def logical_or(a, b):
 
 def logical_not(x):
     return np.asarray(np.logical_not(x))
+
+
+def bitwise_and(a, b):
+    return _like(np.bitwise_and(a, b), _binary_dtype(a, b))
+
+
+def bitwise_or(a, b):
+    return _like(np.bitwise_or(a, b), _binary_dtype(a, b))
+
+
+def bitwise_xor(a, b):
+    return _like(np.bitwise_xor(a, b), _binary_dtype(a, b))
+
+
+def bitwise_not(x):
+    return _like(np.invert(x), x.dtype)
+
+
+def _shift_parts(a, b):
+    """``a`` and ``b`` in their common dtype, the shifts in range, and a safe shift count."""
+    dtype = _binary_dtype(a, b)
+    a, b = np.broadcast_arrays(np.asarray(a, dtype), np.asarray(b, dtype))
+    in_range = (b >= 0) & (b < dtype.itemsize * 8)
+    return a, in_range, np.where(in_range, b, 0)
+
+
+def left_shift(a, b):
+    """``a << b`` wrapping within the dtype; a shift out of [0, bits) gives 0 (ONNX BitShift)."""
+    a, in_range, count = _shift_parts(a, b)
+    unsigned = np.dtype(f"u{a.dtype.itemsize}")
+    shifted = np.left_shift(a.astype(unsigned), count.astype(unsigned)).astype(a.dtype)
+    return _like(np.where(in_range, shifted, 0), a.dtype)
+
+
+def right_shift(a, b):
+    """``a >> b``, arithmetic for signed dtypes; a shift out of [0, bits) gives the sign fill
+    (0, or -1 for a negative signed value), as NumPy's saturating shift and ONNX BitShift."""
+    a, in_range, count = _shift_parts(a, b)
+    fill = np.where(a < 0, -1, 0).astype(a.dtype)
+    return _like(np.where(in_range, np.right_shift(a, count), fill), a.dtype)
 
 
 def where(cond, a, b):
@@ -282,6 +328,17 @@ def cumsum(x, axis=None, exclusive=False):
     if exclusive:
         out = out - x
     return _like(out, _acc_dtype(x))
+
+
+def cumprod(x, axis=None, exclusive=False):
+    """Inclusive (or exclusive: starting from 1) running product along ``axis``."""
+    if axis is None:
+        x = np.ravel(x)
+        axis = 0
+    out = np.moveaxis(np.cumprod(x, axis=axis, dtype=_acc_dtype(x)), axis, 0)
+    if exclusive:
+        out = np.concatenate([np.ones_like(out[:1]), out[:-1]])
+    return _like(np.moveaxis(out, 0, axis), _acc_dtype(x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -525,6 +582,48 @@ def gather(x, indices, axis=0):
     return np.take_along_axis(x, indices, axis=axis)
 
 
+def gather_nd(x, indices, batch_dims=0):
+    """ONNX GatherND: each index tuple along ``indices``' last axis picks a slice of ``x``;
+    the first ``batch_dims`` axes of both are matched one to one."""
+    b = batch_dims
+    batch = x.shape[:b]
+    size = int(np.prod(batch, dtype=np.int64))
+    rows = np.reshape(x, (size,) + x.shape[b:])
+    picks = np.reshape(indices, (size, -1, indices.shape[-1]))
+    which = np.arange(size).reshape(size, 1)
+    out = rows[(which, *np.moveaxis(picks, -1, 0))]
+    return np.reshape(out, batch + indices.shape[b:-1] + x.shape[b + indices.shape[-1] :])
+
+
+_SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(x, where, updates, reduction):
+    """``x`` with ``updates`` written (or combined by ``reduction``) at index tuple ``where``;
+    repeated indices combine in order (NumPy's ``ufunc.at``)."""
+    out = np.array(x)
+    if reduction == "none":
+        out[where] = updates
+    else:
+        _SCATTER_REDUCE[reduction].at(out, where, updates)
+    return out
+
+
+def scatter_elements(x, indices, updates, axis=0, reduction="none"):
+    """ONNX ScatterElements, the inverse of ``gather``: ``out[..indices[i][j]..][j] = u[i][j]``
+    along ``axis``; negative indices count from the end."""
+    idx = np.where(indices < 0, indices + x.shape[axis], indices)
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = idx
+    return _scatter(x, tuple(where), updates, reduction)
+
+
+def scatter_nd(x, indices, updates, reduction="none"):
+    """ONNX ScatterND, the inverse of ``gather_nd``: each index tuple along ``indices``' last
+    axis names a slice of ``x`` that the matching slice of ``updates`` replaces."""
+    return _scatter(x, tuple(np.moveaxis(indices, -1, 0)), updates, reduction)
+
+
 def broadcast_to(x, shape):
     return np.array(np.broadcast_to(x, shape))
 
@@ -536,6 +635,191 @@ def pad(x, pad_width, pad_value=0.0):
 
 def tile(x, reps):
     return np.tile(x, reps)
+
+
+def trilu(x, k=0, upper=True):
+    """The upper (``np.triu``) or lower (``np.tril``) triangle of the last two axes, from the
+    ``k``-th diagonal; the rest is zero."""
+    return np.triu(x, k) if upper else np.tril(x, k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Image resizing (ONNX Resize): one axis at a time, since the interpolation is separable
+
+
+def _resize_source(mode, out, scale, n_in, size, roi):
+    """The source coordinate of each output position along one axis, and the positions
+    outside the input (tf_crop_and_resize only; else None). ``length`` is the fractional
+    output length ``scale * n_in`` that ONNX's formulas use."""
+    length = scale * n_in
+    if mode == "align_corners":
+        return (np.zeros(size) if length == 1 else out * (n_in - 1) / (length - 1)), None
+    if mode == "asymmetric":
+        return out / scale, None
+    if mode == "tf_crop_and_resize":
+        lo, hi = roi
+        if length == 1:
+            src = np.full(size, (hi - lo) * (n_in - 1) / 2)
+        else:
+            src = out * (hi - lo) * (n_in - 1) / (length - 1)
+        src = src + lo * (n_in - 1)
+        return src, (src < 0) | (src > n_in - 1)
+    if mode == "pytorch_half_pixel" and length == 1:
+        return np.full(size, -0.5), None
+    src = (out + 0.5) / scale - 0.5  # half_pixel, pytorch_half_pixel
+    if mode == "half_pixel_symmetric":
+        src = src + n_in / 2 * (1 - size / length)
+    return src, None
+
+
+def _cubic_kernel(t, a):
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _resize_coeffs(ratio, scale, mode, nearest_mode, cubic_coeff_a, antialias):
+    """Interpolation weights, one row per output position, for the taps around its source
+    (``ratio``: the source's distance past the tap before it; 1 when exactly on a tap)."""
+    r = ratio[:, None]
+    if mode == "nearest":
+        below = {
+            "round_prefer_floor": r <= 0.5,
+            "round_prefer_ceil": r < 0.5,
+            "floor": np.ones_like(r, bool),
+            "ceil": np.zeros_like(r, bool),
+        }[nearest_mode] & (r != 1)
+        return np.concatenate([below, ~below], axis=1).astype(np.float64)
+    reach = 1 if mode == "linear" else 2
+    if antialias:  # a kernel stretched by 1 / scale when shrinking, normalized
+        s = np.minimum(scale, 1.0)
+        start = int(np.floor(-reach / s) + 1)
+        taps = np.arange(start, 2 - start)
+        t = (taps[None, :] - r) * s
+        w = np.clip(1 - np.abs(t), 0, 1) if mode == "linear" else _cubic_kernel(t, cubic_coeff_a)
+        return w / np.sum(w, axis=1, keepdims=True)
+    if mode == "linear":
+        return np.concatenate([1 - r, r], axis=1)
+    return _cubic_kernel(np.arange(-1, 3)[None, :] - r, cubic_coeff_a)
+
+
+def _resize_axis(x, axis, size, scale, roi, attrs):
+    """``x`` (float64) resized along ``axis`` to ``size``."""
+    n_in = x.shape[axis]
+    if size == 0:
+        return np.take(x, np.arange(0), axis=axis)
+    src, outside = _resize_source(
+        attrs["coordinate_transformation_mode"], np.arange(size, dtype=np.float64), scale, n_in,
+        size, roi,
+    )  # fmt: skip
+    base = np.floor(src)
+    ratio = np.where(src == base, 1.0, src - base)
+    coeffs = _resize_coeffs(
+        ratio, scale, attrs["mode"], attrs["nearest_mode"], attrs["cubic_coeff_a"],
+        attrs["antialias"],
+    )  # fmt: skip
+    taps = coeffs.shape[1]
+    pad = -(-taps // 2)
+    frac = src + pad - np.floor(src + pad)
+    if taps % 2 == 0:
+        first = np.where(frac == 0, -(taps // 2), 1 - taps // 2)
+    else:
+        first = np.where(frac <= 0.5, -((taps - 1) // 2), 1 - (taps - 1) // 2)
+    idx = (np.floor(src + pad).astype(np.int64) + first)[:, None] + np.arange(taps) - pad
+    if attrs["exclude_outside"]:
+        coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
+        total = np.sum(coeffs, axis=1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    picked = np.take(x, np.clip(idx, 0, n_in - 1), axis=axis)
+    shape = (1,) * axis + coeffs.shape + (1,) * (x.ndim - axis - 1)
+    out = np.sum(picked * coeffs.reshape(shape), axis=axis + 1)
+    if outside is not None:
+        mask = outside.reshape((1,) * axis + (size,) + (1,) * (x.ndim - axis - 1))
+        out = np.where(mask, attrs["extrapolation_value"], out)
+    return out
+
+
+def resize(
+    x,
+    sizes,
+    scales,
+    roi=None,
+    mode="nearest",
+    coordinate_transformation_mode="half_pixel",
+    nearest_mode="round_prefer_floor",
+    cubic_coeff_a=-0.75,
+    exclude_outside=False,
+    extrapolation_value=0.0,
+    antialias=False,
+):
+    """ONNX Resize with every axis given: ``sizes`` is the output shape, ``scales`` the
+    factor each axis's coordinate transform uses, ``roi`` (start..., end...) the crop of
+    tf_crop_and_resize. Computed in float64; integer results round and saturate."""
+    attrs = {
+        "mode": mode,
+        "coordinate_transformation_mode": coordinate_transformation_mode,
+        "nearest_mode": nearest_mode,
+        "cubic_coeff_a": cubic_coeff_a,
+        "exclude_outside": exclude_outside,
+        "extrapolation_value": extrapolation_value,
+        "antialias": antialias,
+    }
+    out = np.asarray(x, np.float64)
+    for axis in range(x.ndim):
+        span = (0.0, 1.0) if roi is None else (roi[axis], roi[axis + x.ndim])
+        if (
+            math.isclose(scales[axis], 1.0)
+            and sizes[axis] == x.shape[axis]
+            and (math.isclose(span[0], 0.0) and math.isclose(span[1], 1.0))
+        ):
+            continue
+        out = _resize_axis(out, axis, sizes[axis], scales[axis], span, attrs)
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        out = np.clip(np.rint(out), info.min, info.max)
+    return _like(out, x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Searching and sorting
+
+
+def topk(x, k, axis=-1, largest=True, sorted=True):
+    """The ``k`` largest (or smallest) values along ``axis`` in order, and their int64
+    indices; equal values come lowest index first (ONNX TopK)."""
+    axis = axis % x.ndim
+    if largest:  # a stable sort of the reversed axis, reversed back, keeps ties in order
+        n = x.shape[axis]
+        order = n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis), idx.astype(np.int64)
+
+
+def nonzero(x):
+    """The int64 indices of the nonzero elements, one row per axis (ONNX NonZero)."""
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+def unique(x, axis=None, sorted=True):
+    """The unique elements (or slices along ``axis``; None: of the flattened ``x``), the int64
+    index of each one's first occurrence, the inverse indices that rebuild ``x``, and the
+    counts. ``sorted=False`` keeps them in order of first occurrence (ONNX Unique)."""
+    y, first, inverse, counts = np.unique(
+        x, return_index=True, return_inverse=True, return_counts=True, axis=axis
+    )
+    inverse = np.reshape(inverse, -1)
+    if not sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        y = np.take(y, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return tuple(
+        [np.asarray(y, x.dtype)] + [np.asarray(a, np.int64) for a in (first, inverse, counts)]
+    )
 
 
 # ---------------------------------------------------------------------------------------------

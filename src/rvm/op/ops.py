@@ -13,8 +13,11 @@ Fusion patterns follow TVM's OpPatternKind, with these choices:
 - layout and indexing (reshape, transpose, concat, take, strided_slice, one_hot...): INJECTIVE;
 - sum/mean/max/min/prod/argmax/argmin/variance: REDUCTION;
 - matmul, dense, convolutions and pools: OUT_ELEMWISE_FUSABLE (they absorb an epilogue);
-- softmax, log_softmax, layer_norm, lrn, cumsum, shape_of: OPAQUE (several reductions
-  broadcast back, or a scan; as in Relay they get a kernel of their own).
+- softmax, log_softmax, layer_norm, lrn, cumsum, cumprod, shape_of: OPAQUE (several
+  reductions broadcast back, or a scan; as in Relay they get a kernel of their own);
+- ops that the jit has no compute definition for (scatters, topk, nonzero, unique, trilu,
+  einsum, det, conv_transpose, resize, the 1-d/3-d pools...): OPAQUE, so that their numpy
+  kernel stands alone and does not pull fusable neighbours out of the jit.
 """
 
 from __future__ import annotations
@@ -38,6 +41,15 @@ mod = register_op("mod", _B, 2)
 power = register_op("power", _B, 2)
 maximum = register_op("maximum", _B, 2)
 minimum = register_op("minimum", _B, 2)
+fmod = register_op("fmod", _B, 2)
+
+# Bitwise ops on integers (and bools for and/or/xor/not).
+bitwise_and = register_op("bitwise_and", _B, 2)
+bitwise_or = register_op("bitwise_or", _B, 2)
+bitwise_xor = register_op("bitwise_xor", _B, 2)
+bitwise_not = register_op("bitwise_not", _E, 1)
+left_shift = register_op("left_shift", _B, 2)
+right_shift = register_op("right_shift", _B, 2)
 
 # Comparisons and logic (bool results).
 equal = register_op("equal", _B, 2)
@@ -85,6 +97,7 @@ argmax = register_op("argmax", _R, 1)
 argmin = register_op("argmin", _R, 1)
 variance = register_op("variance", _R, 1)
 cumsum = register_op("cumsum", _O, 1)
+cumprod = register_op("cumprod", _O, 1)
 
 # Neural-network ops.
 softmax = register_op("softmax", _O, 1)
@@ -113,9 +126,21 @@ stack = register_op("stack", _I, 1)  # one Tuple argument
 strided_slice = register_op("strided_slice", _I, 1)
 take = register_op("take", _I, 2)
 gather = register_op("gather", _I, 2)
+gather_nd = register_op("gather_nd", _I, 2)
+scatter_elements = register_op("scatter_elements", _O, 3)
+scatter_nd = register_op("scatter_nd", _O, 3)
 broadcast_to = register_op("broadcast_to", _B, 1)
 pad = register_op("pad", _I, 1)
 tile = register_op("tile", _I, 1)
+trilu = register_op("trilu", _O, 1)
+
+# Image ops.
+resize = register_op("resize", _O, 1)
+
+# Searching and sorting.
+topk = register_op("topk", _O, 1)
+nonzero = register_op("nonzero", _O, 1)
+unique = register_op("unique", _O, 1)
 
 # Creation.
 zeros = register_op("zeros", _E, 0)

@@ -1,4 +1,5 @@
-"""Reductions over axes: sum, mean, max, min, prod, variance, argmax, argmin, and cumsum.
+"""Reductions over axes: sum, mean, max, min, prod, variance, argmax, argmin; the running
+cumsum and cumprod.
 
 ``axis`` is stored as None (every axis) or a tuple of ints (possibly negative; they are
 normalized against the rank when types are inferred). ``argmax``/``argmin`` take one axis or
@@ -51,20 +52,24 @@ _arg_rule(ops.argmax)
 _arg_rule(ops.argmin)
 
 
-@rule(ops.cumsum)
-def _infer_cumsum(call_: Call, args: list[TensorType]) -> Type:
-    (x,) = args
-    dtype = "int64" if x.dtype == "bool" else x.dtype
-    axis = call_.attrs["axis"]
-    if x.shape is None:
-        return TensorType(None if axis is not None else (None,), dtype)
-    if axis is None:
-        return TensorType((dims_product(x.shape),), dtype)
-    normalize_axis("cumsum", axis, len(x.shape))
-    return TensorType(x.shape, dtype)
+def _scan_rule(op: Op) -> None:
+    @rule(op)
+    def infer_scan(call_: Call, args: list[TensorType]) -> Type:
+        (x,) = args
+        dtype = "int64" if x.dtype == "bool" else x.dtype
+        axis = call_.attrs["axis"]
+        if x.shape is None:
+            return TensorType(None if axis is not None else (None,), dtype)
+        if axis is None:
+            return TensorType((dims_product(x.shape),), dtype)
+        normalize_axis(op.name, axis, len(x.shape))
+        return TensorType(x.shape, dtype)
 
 
-for _name in ("sum", "mean", "max", "min", "prod", "argmax", "argmin", "variance", "cumsum"):
+_scan_rule(ops.cumsum)
+_scan_rule(ops.cumprod)
+_NAMES = "sum mean max min prod argmax argmin variance cumsum cumprod".split()
+for _name in _NAMES:
     reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
@@ -132,9 +137,21 @@ def cumsum(x: ExprLike, axis: int | None = None, exclusive: bool = False) -> Cal
 
     ``exclusive`` starts from 0 and leaves each element out of its own sum.
     """
+    return _scan(ops.cumsum, x, axis, exclusive)
+
+
+def cumprod(x: ExprLike, axis: int | None = None, exclusive: bool = False) -> Call:
+    """The running product along ``axis`` (None: of the flattened tensor, giving 1-d).
+
+    ``exclusive`` starts from 1 and leaves each element out of its own product.
+    """
+    return _scan(ops.cumprod, x, axis, exclusive)
+
+
+def _scan(op: Op, x: ExprLike, axis: int | None, exclusive: bool) -> Call:
     return call(
-        ops.cumsum,
+        op,
         as_expr(x),
-        axis=check_axis("cumsum", axis, allow_none=True),
-        exclusive=check_bool("cumsum", "exclusive", exclusive),
+        axis=check_axis(op.name, axis, allow_none=True),
+        exclusive=check_bool(op.name, "exclusive", exclusive),
     )

@@ -248,6 +248,7 @@ class NodeContext:
         inputs: Sequence[Expr | None],
         emitter: Emitter,
         importer: Any = None,
+        scope: Scope | None = None,
     ) -> None:
         self.node = node
         self.version = version
@@ -255,6 +256,7 @@ class NodeContext:
         self.inputs = list(inputs)
         self.emitter = emitter
         self.importer = importer  # the graph importer: subgraphs of control flow use it
+        self.scope = scope  # the node's scope: subgraphs look outer names up through it
 
     @property
     def name(self) -> str:

@@ -221,7 +221,8 @@ class GraphImporter:
         inputs = [
             self._lookup(scope, n, f"input of node {label!r}:") if n else None for n in node.input
         ]
-        ctx = NodeContext(node, version, parse_attributes(node), inputs, self.emitter, self)
+        attrs = parse_attributes(node)
+        ctx = NodeContext(node, version, attrs, inputs, self.emitter, self, scope)
         try:
             result = conv.fn(ctx)
         except OnnxImportError:

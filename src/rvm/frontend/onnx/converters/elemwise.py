@@ -41,12 +41,10 @@ for _name, _fn, _since in (
     converter(_name, since=_since)(_binary(_fn))
 
 
-@converter("Mod", since=(10, 13))
+@converter("Mod", since=(10, 13, 28))
 def _mod(ctx: NodeContext) -> Expr:
-    if ctx.attr("fmod", 0):
-        a, b = ctx.input(0), ctx.input(1)  # the sign of the dividend (C fmod)
-        return ctx.emit(op.subtract(a, op.multiply(op.divide(a, b), b)))
-    return ctx.emit(op.mod(ctx.input(0), ctx.input(1)))
+    fn = op.fmod if ctx.attr("fmod", 0) else op.mod  # the sign of the dividend or the divisor
+    return ctx.emit(fn(ctx.input(0), ctx.input(1)))
 
 
 @converter("Pow", since=(7, 12, 13, 15))

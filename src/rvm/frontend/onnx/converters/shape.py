@@ -137,7 +137,7 @@ def _constant(ctx: NodeContext) -> Expr:
     ctx.fail(f"attributes {sorted(a)} are not supported (sparse and string constants)")
 
 
-@converter("Range", since=(11,))
+@converter("Range", since=(11, 27))
 def _range(ctx: NodeContext) -> Expr:
     bounds = [ctx.const(i) for i in range(3)]
     if any(b is None for b in bounds):

@@ -37,7 +37,7 @@ def _identity(ctx: NodeContext) -> Expr:
     return ctx.input(0)
 
 
-@converter("Cast", since=(6, 9, 13, 19, *_LATEST))
+@converter("Cast", since=(6, 9, 13, 19, *_LATEST, 28))
 def _cast(ctx: NodeContext) -> Expr:
     dtype = np_dtype(ctx.attr("to"), "the target type")
     return ctx.emit(op.cast(ctx.input(0), dtype))

@@ -1,0 +1,287 @@
+"""Control-flow ONNX ops: If, Loop and Scan.
+
+Subgraphs (If branches, Loop and Scan bodies) are converted in a child `Scope` of the node's
+scope, so they refer to the values of every enclosing graph by name; in the IR such a value is
+a free variable of the branch or loop function, which lambda lifting turns into a captured one.
+
+- ``If`` becomes an IR ``If`` whose branches are SeqExprs, so only the taken branch runs. A
+  condition known at import converts the taken branch alone, inline.
+- ``Loop`` becomes a local tail-recursive function, as rvm script's ``while`` does::
+
+      def loop(i, cond, v..., acc...):
+          if i < M and cond:
+              <body>
+              return loop(i + 1, cond_out, v_out..., concat(acc, [scan_out])...)
+          else:
+              return (i, cond, v..., acc...)
+
+  The self call is in tail position, so the VM runs it as a jump: constant stack space at any
+  trip count. The trip count may be absent; an absent condition starts true. Scan outputs
+  grow by one concat per iteration, which copies O(n^2) elements over n iterations: fine for
+  short scans, slow for long loops that produce scan outputs (loops without them are not
+  affected).
+- ``Scan`` (opset 9 semantics) is the same loop over the slices of its scan inputs, which are
+  moved to axis 0 (and reversed) first; its scan outputs are moved back after.
+
+A loop's parameter types start from the initial values and widen (to unknown dimensions) until
+the body gives back values of the same types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rvm import op
+from rvm.frontend.onnx.context import NodeContext, Scope
+from rvm.frontend.onnx.loader import tensor_to_array
+from rvm.frontend.onnx.registry import converter
+from rvm.ir import (
+    Call,
+    Constant,
+    Expr,
+    Function,
+    If,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    Var,
+    infer_type,
+)
+from rvm.ir import const as ir_const
+from rvm.ir.infer import join_types
+from rvm.ir.types import Type
+
+_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+_INT64 = TensorType((), "int64")
+_BOOL = TensorType((), "bool")
+
+# step(i, cond, carried) -> (cond_out or None, carried_out, scan_elements), emitting the body
+StepFn = Callable[[Expr, Expr | None, list[Expr]], tuple[Expr | None, list[Expr], list[Expr]]]
+
+
+def convert_graph(ctx: NodeContext, graph: object, scope: Scope) -> list[Expr]:
+    """Convert a subgraph's initializers and nodes in ``scope``; its outputs, in order."""
+    for t in graph.initializer:  # type: ignore[attr-defined]
+        scope.bind(t.name, Constant(tensor_to_array(t, f"initializer {t.name!r}")))
+    ctx.importer.convert_nodes(graph.node, scope)  # type: ignore[attr-defined]
+    outs = []
+    for o in graph.output:  # type: ignore[attr-defined]
+        value = scope.lookup(o.name)
+        if value is None:
+            ctx.fail(f"subgraph output {o.name!r} is not defined by any input or node")
+        outs.append(value)
+    return outs
+
+
+def _block(ctx: NodeContext, build: Callable[[], Expr]) -> Expr:
+    """The SeqExpr of the bindings ``build`` emits and the expression it returns."""
+    builder = ctx.emitter.builder
+    builder.begin_scope()
+    try:
+        result = build()
+    except BaseException:
+        builder.end_scope(Tuple(()))
+        raise
+    return builder.end_scope(result)
+
+
+def _pack(values: Sequence[Expr]) -> Expr:
+    return values[0] if len(values) == 1 else Tuple(tuple(values))
+
+
+def _unpack(ctx: NodeContext, value: Expr, count: int) -> list[Expr]:
+    if count == 1:
+        return [value]
+    return [ctx.emit(TupleGetItem(value, k)) for k in range(count)]
+
+
+def _scalar(ctx: NodeContext, value: Expr, dtype: str) -> Expr:
+    """``value`` as a 0-d tensor of ``dtype`` (ONNX allows a one-element 1-d tensor)."""
+    ty = ctx.type(value)
+    if ty.shape != ():
+        value = ctx.emit(op.reshape(value, ()))
+    if ty.dtype != dtype:
+        value = ctx.emit(op.cast(value, dtype))
+    return value
+
+
+@converter("If", since=_VERSIONS)
+def _if(ctx: NodeContext) -> list[Expr]:
+    then_graph, else_graph = ctx.attr("then_branch"), ctx.attr("else_branch")
+    known = ctx.const(0)
+    if known is not None:  # only the taken branch exists
+        taken = then_graph if bool(known.item()) else else_graph
+        return convert_graph(ctx, taken, Scope(ctx.scope))
+    cond = _scalar(ctx, ctx.input(0), "bool")
+
+    def branch(graph: object) -> Expr:
+        return _block(ctx, lambda: _pack(convert_graph(ctx, graph, Scope(ctx.scope))))
+
+    out = ctx.emitter.builder.emit(If(cond, branch(then_graph), branch(else_graph)))
+    return _unpack(ctx, out, len(then_graph.output))
+
+
+@converter("Loop", since=_VERSIONS)
+def _loop(ctx: NodeContext) -> list[Expr]:
+    body = ctx.attr("body")
+    trip, cond = ctx.optional(0), ctx.optional(1)
+    inits = [ctx.input(k) for k in range(2, len(ctx.inputs))]
+    n_scan = len(body.output) - 1 - len(inits)
+    names = [i.name for i in body.input]
+    if len(names) != 2 + len(inits) or n_scan < 0:
+        ctx.fail(
+            f"the body takes {len(names)} inputs and gives {len(body.output)} outputs; "
+            f"with {len(inits)} loop-carried values it must take {2 + len(inits)} and give "
+            f"at least {1 + len(inits)}"
+        )
+
+    def step(i: Expr, cond_in: Expr | None, carried: list[Expr]):
+        scope = Scope(ctx.scope)
+        scope.bind(names[0], i)
+        scope.bind(names[1], cond_in if cond_in is not None else ir_const(True, "bool"))
+        for name, value in zip(names[2:], carried):
+            scope.bind(name, value)
+        outs = convert_graph(ctx, body, scope)
+        return outs[0], outs[1 : 1 + len(inits)], outs[1 + len(inits) :]
+
+    trip = None if trip is None else _scalar(ctx, trip, "int64")
+    # An absent condition starts true; the body's condition still ends the loop (as ONNX
+    # Runtime and onnx.reference run it).
+    cond = ir_const(True, "bool") if cond is None else _scalar(ctx, cond, "bool")
+    return tail_loop(ctx, trip, cond, inits, n_scan, step)
+
+
+def tail_loop(
+    ctx: NodeContext,
+    trip: Expr | None,
+    cond: Expr | None,
+    inits: list[Expr],
+    n_scan: int,
+    step: StepFn,
+) -> list[Expr]:
+    """Emit a loop as a tail-recursive local function; its final carried values and its
+    scan outputs stacked along a new axis 0."""
+    types = [infer_type(v) for v in inits]
+    scan_types: list[Type] | None = None
+    for _ in range(4):  # widen the parameter types until the body agrees
+        func, fvar, end_types, elem_types = _loop_function(ctx, trip, cond, types, scan_types, step)
+        joined = [join_types(a, b) for a, b in zip(types, end_types)]
+        stacked = [_stacked_type(ctx, t) for t in elem_types]
+        if joined == types and stacked == scan_types:
+            break
+        types, scan_types = joined, stacked
+    else:
+        ctx.fail(f"the loop-carried types do not settle: {types} then {end_types}")
+    builder = ctx.emitter.builder
+    builder.bind(fvar, func)
+    empty = [
+        ctx.emit(op.zeros((0, *t.shape[1:]), t.dtype))  # type: ignore[union-attr]
+        for t in scan_types
+    ]
+    flag = [] if cond is None else [cond]
+    args = [ir_const(0, "int64"), *flag, *inits, *empty]
+    result = builder.emit(Call(fvar, tuple(args)))
+    first = 1 + len(flag)
+    return [ctx.emit(TupleGetItem(result, first + k)) for k in range(len(inits) + n_scan)]
+
+
+def _stacked_type(ctx: NodeContext, elem: Type) -> TensorType:
+    if not isinstance(elem, TensorType) or elem.shape is None or None in elem.shape:
+        ctx.fail(f"a scan output must be a tensor of known shape, got {elem}")
+    return TensorType((None, *elem.shape), elem.dtype)
+
+
+def _loop_function(
+    ctx: NodeContext,
+    trip: Expr | None,
+    cond: Expr | None,
+    types: list[Type],
+    scan_types: list[Type] | None,
+    step: StepFn,
+) -> tuple[Function, Var, list[Type], list[Type]]:
+    """One build of the loop function for the given parameter types."""
+    names = ctx.importer.names
+    i = Var(names("iter"), _INT64)
+    flag = [] if cond is None else [Var(names("cond"), _BOOL)]
+    carried = [Var(names("carried"), t) for t in types]
+    accs = [Var(names("scan"), t) for t in scan_types or []]
+    params = (i, *flag, *carried, *accs)
+    fvar = Var(names("loop"))
+    end_types: list[Type] = []
+    elem_types: list[Type] = []
+
+    def again() -> Expr:
+        cond_out, outs, elems = step(i, flag[0] if flag else None, carried)
+        end_types.extend(infer_type(v) for v in outs)
+        elem_types.extend(infer_type(v) for v in elems)
+        grown = [
+            ctx.emit(op.concat([a, op.expand_dims(e, 0)], axis=0)) for a, e in zip(accs, elems)
+        ]
+        nxt = [ctx.emit(op.add(i, ir_const(1, "int64")))]
+        if flag:
+            nxt.append(_scalar(ctx, cond_out, "bool"))  # type: ignore[arg-type]
+        return ctx.emitter.builder.emit(Call(fvar, (*nxt, *outs, *grown)))
+
+    def body() -> Expr:
+        keep: Expr = ir_const(True, "bool")
+        if trip is not None:
+            keep = ctx.emit(op.less(i, trip))
+        if flag:
+            keep = flag[0] if trip is None else ctx.emit(op.logical_and(keep, flag[0]))
+        return If(keep, _block(ctx, again), _block(ctx, lambda: Tuple(params)))
+
+    return Function(params, _block(ctx, body)), fvar, end_types, elem_types
+
+
+# -- Scan ---------------------------------------------------------------------------------------
+def _reverse0(x: Expr) -> Expr:
+    return op.strided_slice(x, [-1], [-(2**63)], [-1], [0])
+
+
+def _to_front(ctx: NodeContext, x: Expr, axis: int, reverse: bool) -> Expr:
+    rank = len(ctx.shape(x))
+    axis %= rank
+    if axis:
+        x = ctx.emit(op.transpose(x, [axis, *(a for a in range(rank) if a != axis)]))
+    return ctx.emit(_reverse0(x)) if reverse else x
+
+
+def _from_front(ctx: NodeContext, y: Expr, axis: int, reverse: bool) -> Expr:
+    if reverse:
+        y = ctx.emit(_reverse0(y))
+    rank = len(ctx.shape(y))
+    axis %= rank
+    if axis:
+        perm = [*range(1, axis + 1), 0, *range(axis + 1, rank)]
+        y = ctx.emit(op.transpose(y, perm))
+    return y
+
+
+@converter("Scan", since=(9, 11, 16, 19, 21, 23, 24, 25))
+def _scan(ctx: NodeContext) -> list[Expr]:
+    body = ctx.attr("body")
+    m = ctx.attr("num_scan_inputs")
+    n_state = len(ctx.inputs) - m
+    states = [ctx.input(k) for k in range(n_state)]
+    n_out = len(body.output) - n_state
+    in_dirs = ctx.attr("scan_input_directions", [0] * m)
+    in_axes = ctx.attr("scan_input_axes", [0] * m)
+    out_dirs = ctx.attr("scan_output_directions", [0] * n_out)
+    out_axes = ctx.attr("scan_output_axes", [0] * n_out)
+    xs = [_to_front(ctx, ctx.input(n_state + k), in_axes[k], bool(in_dirs[k])) for k in range(m)]
+    trip = ctx.emit(op.take(op.shape_of(xs[0]), ir_const(0, "int64")))
+    names = [i.name for i in body.input]
+
+    def step(i: Expr, _cond: Expr | None, carried: list[Expr]):
+        scope = Scope(ctx.scope)
+        slices = [ctx.emit(op.take(x, i, axis=0)) for x in xs]
+        for name, value in zip(names, [*carried, *slices]):
+            scope.bind(name, value)
+        outs = convert_graph(ctx, body, scope)
+        return None, outs[:n_state], outs[n_state:]
+
+    results = tail_loop(ctx, trip, None, states, n_out, step)
+    scans = [
+        _from_front(ctx, y, out_axes[k], bool(out_dirs[k])) for k, y in enumerate(results[n_state:])
+    ]
+    return [*results[:n_state], *scans]

@@ -1,0 +1,103 @@
+"""ONNX's backend node suite through ``onnx.backend.test.BackendTest`` and rvm's backend.
+
+Every case runs with numpy kernels, integer graph inputs that rvm needs at import (axes,
+shapes...) bound to the case's values (`RvmSpecializingBackend`). The cases listed in
+``node_suite_expected_failures.txt`` are expected failures (unittest's ``expectedFailure``):
+one that starts passing is reported as an unexpected success, which fails the run, so the
+list only shrinks; a case failing while not listed fails as usual, so the pass count cannot
+regress silently. A sample of varied cases also runs with jit kernels.
+
+Counts per failure reason, and the file regenerated: ``python -m rvm.testing.onnx_backend
+--report [--write]``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("onnx")
+
+import onnx.backend.test  # noqa: E402
+
+from rvm.testing.onnx_backend import (  # noqa: E402
+    RvmJitBackend,
+    RvmSpecializingBackend,
+    node_cases,
+    read_expected_failures,
+    run_case,
+)
+
+EXPECTED_FAILURES = read_expected_failures()
+
+_backend_test = onnx.backend.test.BackendTest(RvmSpecializingBackend, __name__)
+_backend_test.include(r"_cpu$")
+if EXPECTED_FAILURES:
+    _names = "|".join(re.escape(n) for n in EXPECTED_FAILURES)
+    _backend_test.xfail(f"^(?:{_names})_cpu$")
+
+OnnxBackendNodeModelTest = _backend_test.test_cases["OnnxBackendNodeModelTest"]
+for _attr in list(vars(OnnxBackendNodeModelTest)):
+    if _attr.startswith("test_") and not _attr.endswith("_cpu"):
+        delattr(OnnxBackendNodeModelTest, _attr)  # the CUDA variants rvm does not run
+
+JIT_SAMPLE = (
+    "test_abs",
+    "test_add_bcast",
+    "test_argmax_keepdims_example",
+    "test_averagepool_2d_pads",
+    "test_batchnorm_example",
+    "test_clip",
+    "test_concat_3d_axis_1",
+    "test_conv_with_strides_padding",
+    "test_sum_two_inputs",
+    "test_div_bcast",
+    "test_flatten_axis2",
+    "test_gather_1",
+    "test_if",
+    "test_scan9_sum",
+    "test_range_float_type_positive_delta_expanded",
+    "test_reduce_sum_keepdims_example",
+    "test_gemm_all_attributes",
+    "test_globalaveragepool",
+    "test_leakyrelu",
+    "test_matmul_3d",
+    "test_maxpool_2d_strides",
+    "test_pow",
+    "test_reduce_max_default_axes_keepdim_example",
+    "test_relu",
+    "test_sigmoid",
+    "test_softmax_axis_1",
+    "test_split_equal_parts_1d_opset18",
+    "test_tanh",
+    "test_transpose_all_permutations_3",
+    "test_where_example",
+    "test_bitshift_right_int8_negative_input",
+    "test_bitwise_xor_ui8_bcast_4v3d",
+    "test_gathernd_example_int32_batch_dim1",
+    "test_scatter_elements_with_reduction_max",
+    "test_scatternd_multiply",
+    "test_top_k_smallest",
+    "test_nonzero_example",
+    "test_unique_sorted_with_axis",
+    "test_compress_1",
+    "test_tril_neg",
+    "test_resize_downsample_scales_cubic_antialias",
+    "test_depthtospace_crd_mode_example",
+    "test_onehot_with_axis",
+)
+
+
+def test_expected_failures_name_real_cases() -> None:
+    names = {c.name for c in node_cases()}
+    stale = sorted(set(EXPECTED_FAILURES) - names)
+    assert not stale, f"expected failures that are not node-suite cases: {stale}"
+
+
+@pytest.mark.parametrize("name", JIT_SAMPLE)
+def test_jit_sample(name: str) -> None:
+    assert name not in EXPECTED_FAILURES
+    (case,) = node_cases(f"^{re.escape(name)}$")
+    outcome = run_case(case, RvmJitBackend)
+    assert outcome.passed, outcome.reason
