@@ -5,7 +5,7 @@ attributes, and runs its epilogue (bias, activation) over the output; the convol
 lives here, so it is compiled once per operand type and cached with this module's Numba
 cache, not compiled again into every kernel (it was most of a CNN's compile time):
 
-- `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, min_shift)`: NumPy's BLAS
+- `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift)`: NumPy's BLAS
   (`rvm.jit.blas.gemm`). Stride-1 convolutions with at least ``min_shift`` (the lowering's
   `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per group run one
   GEMM per kernel tap on row-strided windows of the zero-padded input, accumulated in place by
@@ -15,9 +15,10 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
-oh, ow); ``pt``/``pl`` are the top and left padding (the bottom and right ones follow from
-the output size). The caller has checked that the shapes agree; a disagreement that would
-touch memory outside an array raises ValueError here too.
+oh, ow); ``pt``, ``pl``, ``pb``, ``pr`` are the top, left, bottom and right padding. Both
+entry points check that channels, groups, batch and output size agree with the geometry before
+touching memory, and raise ValueError when they do not (the kernels check the same earlier,
+with messages in the model's terms; this check is what keeps the library itself safe).
 """
 
 from __future__ import annotations
@@ -39,15 +40,26 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 @nb.njit(**_OPTS)
-def _check(x, w, out, groups, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
-    """Whether the operands' channels, groups and batch agree (the loops rely on it)."""
+def _out_size(size, kern, stride, dil, lo, hi):  # type: ignore[no-untyped-def]
+    """The output size along one spatial axis (-1 when the kernel is larger than the input)."""
+    span = size + lo + hi - dil * (kern - 1) - 1
+    return -1 if span < 0 else span // stride + 1
+
+
+@nb.njit(**_OPTS)
+def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
+    """Whether the operands' channels, groups, batch and output size agree with the geometry
+    (the loops rely on it)."""
+    if min(groups, sh, sw, dh, dw) <= 0:
+        return False
+    kh, kw = w.shape[2], w.shape[3]
     return (
-        groups > 0
-        and x.shape[1] == w.shape[1] * groups
+        x.shape[1] == w.shape[1] * groups
         and w.shape[0] % groups == 0
         and out.shape[0] == x.shape[0]
         and out.shape[1] == w.shape[0]
-        and min(sh, sw, dh, dw) > 0
+        and out.shape[2] == _out_size(x.shape[2], kh, sh, dh, pt, pb)
+        and out.shape[3] == _out_size(x.shape[3], kw, sw, dw, pl, pr)
     )
 
 
@@ -183,9 +195,9 @@ def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, min_shift):  # type: ignore[no-untyped-def]
-    """`conv2d`'s work; False when the channels, groups or batch disagree."""
-    if not _check(x, w, out, groups, sh, sw, dh, dw):
+def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
+    """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`)."""
+    if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
     n, o, oh, ow = out.shape
     unit = sh == 1 and sw == 1 and min(pt, pl) >= 0
@@ -209,7 +221,7 @@ def _symbol(dtype: str) -> str:
 
 
 _NDIMS = 12  # x, w and out: 4 dims each
-_NPARAMS = 8  # groups, sh, sw, dh, dw, pt, pl, min_shift
+_NPARAMS = 10  # groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift
 
 
 def _entry(dtype: str):  # type: ignore[no-untyped-def]
@@ -219,12 +231,13 @@ def _entry(dtype: str):  # type: ignore[no-untyped-def]
 
     @nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)
     def entry(
-        xp, wp, op, n, c, ih, iw, o, cg, kh, kw, n2, o2, oh, ow, groups, sh, sw, dh, dw, pt, pl, ms
-    ):  # type: ignore[no-untyped-def]  # noqa: E501
+        xp, wp, op, n, c, ih, iw, o, cg, kh, kw, n2, o2, oh, ow,
+        groups, sh, sw, dh, dw, pt, pl, pb, pr, ms,
+    ):  # type: ignore[no-untyped-def]  # fmt: skip
         x = nb.carray(xp, (n, c, ih, iw))
         w = nb.carray(wp, (o, cg, kh, kw))
         out = nb.carray(op, (n2, o2, oh, ow))
-        return 0 if _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, ms) else 1
+        return 0 if _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, ms) else 1
 
     llvm.add_symbol(_symbol(dtype), entry.address)
     return entry
@@ -261,17 +274,17 @@ def _call_conv2d(typingctx, x, w, out, params):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(nogil=True, cache=True)
-def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, min_shift):  # type: ignore[no-untyped-def]
+def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
     """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS;
     shifted GEMMs from ``min_shift`` input channels per group."""
-    params = (groups, sh, sw, dh, dw, pt, pl, min_shift)
+    params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift)
     if _call_conv2d(x, w, out, params) != 0:
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 
 
 @nb.njit(**_OPTS)
-def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d` by im2col and ``np.dot`` (where NumPy's BLAS is not reachable)."""
-    if not _check(x, w, out, groups, sh, sw, dh, dw):
+    if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
     conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl)

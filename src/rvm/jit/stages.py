@@ -144,7 +144,7 @@ def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: in
         lo, hi = pads[s], pads[s + nsp]
         span = kb.dim(f"{size} + {lo + hi} - {dil} * ({kern} - 1) - 1")
         kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
-        geo.append((size, kern, st, dil, lo, kb.dim(f"{span} // {st} + 1")))
+        geo.append((size, kern, st, dil, (lo, hi), kb.dim(f"{span} // {st} + 1")))
     return geo
 
 
@@ -172,7 +172,7 @@ def _conv(nsp: int):
             if nsp == 1:
                 xv = _view(kb, xv, x.dims, (x.dims[0], x.dims[1], "1", x.dims[2]))
                 wv = _view(kb, wv, w.dims, (w.dims[0], w.dims[1], "1", w.dims[2]))
-                g2 = [("1", "1", 1, 1, 0, "1"), *geo]
+                g2 = [("1", "1", 1, 1, (0, 0), "1"), *geo]
             else:
                 g2 = geo
             ov = t.array
@@ -188,8 +188,8 @@ def _conv(nsp: int):
 
 def _emit_conv(kb, x, w, out, groups, geo) -> None:
     """A call of the convolution library (`rvm.jit.conv`) on 4-d views of the operands."""
-    (_, _, sh, dh, pt, _), (_, _, sw, dw, pl, _) = geo
-    call = f"{x}, {w}, {out}, {groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}"
+    (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
+    call = f"{x}, {w}, {out}, {groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {pb}, {pr}"
     if blas.AVAILABLE:
         kb.imports.add("from rvm.jit.conv import conv2d")
         kb.root.lines.append(f"conv2d({call}, {SHIFT_MIN_CHANNELS})")
@@ -211,7 +211,7 @@ def _conv_loops(kb, x, w, geo, groups, dims, out) -> Tensor:
         loop = kb.open_loop(home, cg)
         c = idx(f"({o.code} // {og}) * {cg} + {loop.var}", o, loop.var)
         inner, pos = loop, []
-        for s, (size, kern, st, dil, lo, _) in enumerate(geo):
+        for s, (size, kern, st, dil, (lo, _), _) in enumerate(geo):
             inner = kb.open_loop(inner, kern)
             pos.append(
                 (
