@@ -13,6 +13,10 @@ Prints a table and writes ``benchmarks/results/models.json``. Per model:
   with the cache the cold run filled.
 - the TVM build time the issue sets as the goal for the cold compile.
 
+BLAS runs one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise (as in
+``benchmarks/kernels.py``: threaded BLAS on a busy shared machine made squeezenet's first call
+take 1.4 s instead of 0.05 s).
+
 Before any figure is posted, the model's outputs (logits and probabilities) are checked
 against ONNX Runtime: a wrong model fails the run. Later sections (rvm against ORT per call,
 peak memory) add columns to the same rows.
@@ -27,6 +31,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+# Before numpy loads (see above); the child processes inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# isort: split
 from common import ROOT, write_results
 
 # isort: split
