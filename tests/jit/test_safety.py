@@ -54,6 +54,37 @@ def test_generic_kernels_of_one_pattern_share_source_and_code() -> None:
     assert load_kernel(recs[0]) is load_kernel(recs[1])
 
 
+def _shared(funcs, shapes) -> None:
+    """The functions' kernels have one source, and it computes each function right."""
+    sources = {jit_kernel(f"fused_k_{i}", f, "return").source for i, f in enumerate(funcs)}
+    assert len(sources) == 1
+    for f, shape in zip(funcs, shapes):
+        inputs = [rand(s, seed=k) for k, s in enumerate(shape)]
+        check(f, *inputs, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_convolutions_of_any_width_share_a_kernel() -> None:
+    """groups equal to the channels reads the channels at run time, not the literal."""
+    funcs, shapes = [], []
+    for c, hw, stride in ((8, 9, 2), (12, 7, 2)):
+        img, w = var("img", (1, c, hw, hw)), var("w", (c, 1, 3, 3))
+        funcs.append(prim([img, w], op.conv2d(img, w, strides=stride, padding=1, groups=c)))
+        shapes.append([(1, c, hw, hw), (c, 1, 3, 3)])
+    _shared(funcs, shapes)
+
+
+def test_channel_shuffles_of_any_width_share_a_kernel() -> None:
+    """A reshape's one size that is no input size is inferred from the input's size."""
+    funcs, shapes = [], []
+    for c, hw in ((12, 5), (24, 7)):
+        x = var("x", (1, c, hw, hw))
+        y = op.reshape(x, (1, 3, c // 3, hw, hw))
+        z = op.reshape(op.transpose(y, (0, 2, 1, 3, 4)), (1, c, hw, hw))
+        funcs.append(prim([x], z))
+        shapes.append([(1, c, hw, hw)])
+    _shared(funcs, shapes)
+
+
 def test_broadcast_mismatch_and_output_shape() -> None:
     x, y = var("x", ("n", "m")), var("y", ("k",))
     k = Jit(prim([x, y], x * y), style="dps")

@@ -68,9 +68,23 @@ def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> Tensor:
     return Tensor(tuple(dims), x.dtype, array=name, kind="array")
 
 
+def _generic_target(kb: KernelBuilder, target: list) -> list:
+    """In a generic kernel, a reshape's largest target size that is not a size read at run
+    time (`KernelBuilder.sizes`) is inferred from the input's size instead (as -1), so layers
+    whose reshapes differ in that size only share the kernel (a channel shuffle's channels per
+    group; the largest is the one most likely to vary with the layer)."""
+    if not kb.sizes or -1 in target or 0 in target:
+        return target
+    fixed = [d for d in target if isinstance(d, int) and d != 1 and d not in kb.sizes]
+    if not fixed:
+        return target
+    k = target.index(max(fixed))
+    return [-1 if a == k else d for a, d in enumerate(target)]
+
+
 def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     (x,) = args
-    target = list(attrs["shape"])
+    target = _generic_target(kb, list(attrs["shape"]))
     known = [kb.resolve(d) for d in target if d != -1]
     if -1 in target:
         size, part = product(x.dims), product(known)

@@ -96,12 +96,18 @@ def numba_array_type(ty: TensorType, readonly: bool) -> str:
     return f'nt.Array(nt.{dt}, {len(ty.shape or ())}, "C"{ro})'
 
 
-def generic_shapes(shapes: Sequence[Sequence[object]]) -> list[tuple[object, ...]]:
-    """``shapes`` with every fixed size other than 1 made a symbolic dimension.
+def generic_shapes(
+    shapes: Sequence[Sequence[object]],
+) -> tuple[list[tuple[object, ...]], dict[int, str]]:
+    """``shapes`` with every fixed size other than 1 made a symbolic dimension, and the
+    symbol of each such size.
 
     Equal sizes become one symbol (``"#0"``, ``"#1"``... in order of first appearance), so
     the kernel still checks that they agree and broadcasting still sees them as one size;
-    1 stays fixed, since it decides broadcasting. Symbolic dimensions are kept.
+    1 stays fixed, since it decides broadcasting. Symbolic dimensions are kept. The kernel
+    reads an attribute equal to one of these sizes as its symbol too (`KernelBuilder.resolve`:
+    a depthwise convolution's groups, a reshape's target), so it holds for whatever size the
+    layer sharing the kernel has.
     """
     names: dict[int, str] = {}
 
@@ -110,7 +116,7 @@ def generic_shapes(shapes: Sequence[Sequence[object]]) -> list[tuple[object, ...
             return names.setdefault(d, f"#{len(names)}")
         return d
 
-    return [tuple(generic(d) for d in shape) for shape in shapes]
+    return [tuple(generic(d) for d in shape) for shape in shapes], names
 
 
 def _label(name: str, generic: bool) -> str:
@@ -139,7 +145,7 @@ class _KernelLowering:
         in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
         shapes = [ty.shape or () for ty in in_types]
         if self.generic:
-            shapes = generic_shapes(shapes)
+            shapes, self.kb.sizes = generic_shapes(shapes)
         for i, (p, ty, shape) in enumerate(zip(self.func.params, in_types, shapes)):
             self.env[p] = self.kb.param(f"p{i}", shape, ty.dtype, f"input {i} ({p.name!r})")
         for b in body.bindings:
@@ -231,11 +237,10 @@ class _KernelLowering:
                     f"{name} = np.empty({shape_tuple(t.dims)}, dtype=np.{ty.dtype})"
                 )
                 continue
-            for axis, d in enumerate(t.dims):
-                kb.check(
-                    f"{name}.shape[{axis}] != {d}",
-                    f"{self.name}: output {i} does not have the result's shape",
-                )
+            kb.check(
+                f"{name}.shape != {shape_tuple(t.dims)}",
+                f"{self.name}: output {i} does not have the result's shape",
+            )
         return outs
 
     def _alias(self, results: list[Tensor], types: list[TensorType]) -> Tensor | None:

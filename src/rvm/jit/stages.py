@@ -13,6 +13,7 @@ pools, are reduce loops inlined into their consumer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rvm.jit import blas
@@ -135,6 +136,15 @@ def _dot_loops(kb, a, b, a2, b2, batch, res, out, dense) -> Tensor:
 # -- convolution ---------------------------------------------------------------------------
 
 
+def _plus(dim: str, c: int, rest: str = "") -> str:
+    """Source of ``dim + c + rest``, the constant folded in (``rest`` too, when it is
+    ``- dil * (k - 1)`` of a literal ``k``): fewer statements to compile."""
+    m = re.fullmatch(r" - (\d+) \* \((\d+) - 1\)", rest)
+    if m:
+        c, rest = c - int(m.group(1)) * (int(m.group(2)) - 1), ""
+    return f"{dim}{rest}" + (f" + {c}" if c > 0 else f" - {-c}" if c < 0 else "")
+
+
 def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: int):
     pads = attrs["padding"]
     geo = []
@@ -142,24 +152,27 @@ def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: in
         size, kern = x.dims[2 + s], w.dims[2 + s]
         st, dil = attrs["strides"][s], attrs["dilation"][s]
         lo, hi = pads[s], pads[s + nsp]
-        span = kb.dim(f"{size} + {lo + hi} - {dil} * ({kern} - 1) - 1")
+        span = kb.dim(_plus(size, lo + hi - 1, f" - {dil} * ({kern} - 1)"))
         kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
-        geo.append((size, kern, st, dil, (lo, hi), kb.dim(f"{span} // {st} + 1")))
+        out = kb.dim(_plus(span if st == 1 else f"{span} // {st}", 1))
+        geo.append((size, kern, st, dil, (lo, hi), out))
     return geo
 
 
 def _conv(nsp: int):
     def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
         x, w = args
-        groups = attrs["groups"]
-        kb.check(
-            f"{x.dims[1]} != {w.dims[1]} * {groups}",
-            f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
-        )
-        kb.check(
-            f"{w.dims[0]} % {groups} != 0",
-            f"{kb.kernel}: {kb.op}: output channels do not divide into groups",
-        )
+        groups = kb.resolve(attrs["groups"])  # depthwise: the channels' size
+        if groups != "1" or x.dims[1] != w.dims[1]:
+            kb.check(
+                f"{x.dims[1]} != {w.dims[1]} * {groups}",
+                f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
+            )
+        if groups != "1":
+            kb.check(
+                f"{w.dims[0]} % {groups} != 0",
+                f"{kb.kernel}: {kb.op}: output channels do not divide into groups",
+            )
         geo = _conv_geometry(kb, attrs, x, w, nsp)
         dims = (x.dims[0], w.dims[0], *(g[5] for g in geo))
         if out not in BLAS_DTYPES:
