@@ -123,3 +123,17 @@ def test_grouped_and_depthwise_kernels_with_symbolic_batch(attrs) -> None:
     for batch in (2, 1, 0):
         inputs = (rand((batch, 24, 9, 11)), rand((24, 24 // groups, kh, kh), seed=1))
         check(func, *inputs, rand((24, 1, 1), seed=2), rtol=1e-4, atol=1e-4, kernel=kernel)
+
+
+@pytest.mark.parametrize(("kernel", "pad"), [(1, 0), (3, 1)])
+def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
+    """The output of a stride-1 convolution that keeps the size is known to be the input's
+    size: a residual add broadcasts nothing, and the convolution writes the output itself."""
+    img, res = var("img", (1, 16, 7, 7)), var("res", (1, 8, 7, 7))
+    k = var("k", (8, 16, kernel, kernel))
+    func = prim([img, k, res], op.relu(op.conv2d(img, k, padding=pad) + res))
+    jit = Jit(func)
+    src = jit.record.source  # one array (the returned output), no broadcast flags
+    assert src.count("np.empty") == 1 and " if b" not in src
+    inputs = (rand((1, 16, 7, 7)), rand((8, 16, kernel, kernel), seed=1), rand((1, 8, 7, 7)))
+    check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=jit)

@@ -175,7 +175,7 @@ def _cumsum(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Ten
     (x,) = args
     axis = attrs["axis"]
     if axis is None:
-        x, axis = reshape_to(kb, x, [kb.dim(product(x.dims))]), 0
+        x, axis = reshape_to(kb, x, [kb.dim(product(x.dims))], checked=True), 0
     axis %= x.ndim
     t = Tensor(x.dims, out, kind="anchor")
     buf: list[str] = []

@@ -28,6 +28,7 @@ from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
+from rvm.op import ops
 from rvm.runtime.executable import KernelRecord
 
 logger = logging.getLogger("rvm.jit")
@@ -97,10 +98,11 @@ def numba_array_type(ty: TensorType, readonly: bool) -> str:
 
 
 def generic_shapes(
-    shapes: Sequence[Sequence[object]],
+    shapes: Sequence[Sequence[object]], keep: frozenset[tuple[int, int]] = frozenset()
 ) -> tuple[list[tuple[object, ...]], dict[int, str]]:
     """``shapes`` with every fixed size other than 1 made a symbolic dimension, and the
-    symbol of each such size.
+    symbol of each such size. Axis ``a`` of shape ``k`` stays fixed when ``(k, a)`` is in
+    ``keep`` (a convolution's window: its geometry then folds at lowering time).
 
     Equal sizes become one symbol (``"#0"``, ``"#1"``... in order of first appearance), so
     the kernel still checks that they agree and broadcasting still sees them as one size;
@@ -116,7 +118,24 @@ def generic_shapes(
             return names.setdefault(d, f"#{len(names)}")
         return d
 
-    return [tuple(generic(d) for d in shape) for shape in shapes], names
+    out = [
+        tuple(d if (k, a) in keep else generic(d) for a, d in enumerate(shape))
+        for k, shape in enumerate(shapes)
+    ]
+    return out, names
+
+
+def _windows(func: E.Function) -> frozenset[tuple[int, int]]:
+    """(parameter, axis) of every convolution window size that a parameter holds."""
+    body = func.body
+    index = {p: k for k, p in enumerate(func.params)}
+    out = set()
+    for b in body.bindings if isinstance(body, E.SeqExpr) else ():
+        v = b.value
+        if isinstance(v, E.Call) and v.callee in (ops.conv1d, ops.conv2d) and v.args[1] in index:
+            k = index[v.args[1]]
+            out |= {(k, a) for a in range(2, len(v.args[1].type.shape or ()))}
+    return frozenset(out)
 
 
 def _label(name: str, generic: bool) -> str:
@@ -145,7 +164,7 @@ class _KernelLowering:
         in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
         shapes = [ty.shape or () for ty in in_types]
         if self.generic:
-            shapes, self.kb.sizes = generic_shapes(shapes)
+            shapes, self.kb.sizes = generic_shapes(shapes, _windows(self.func))
         for i, (p, ty, shape) in enumerate(zip(self.func.params, in_types, shapes)):
             self.env[p] = self.kb.param(f"p{i}", shape, ty.dtype, f"input {i} ({p.name!r})")
         for b in body.bindings:

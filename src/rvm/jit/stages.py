@@ -13,14 +13,13 @@ pools, are reduce loops inlined into their consumer.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from rvm.jit import blas
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
-from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, shape_tuple
+from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, is_int, shape_tuple
 from rvm.op import ops
 
 BLAS_DTYPES = ("float32", "float64")
@@ -136,13 +135,10 @@ def _dot_loops(kb, a, b, a2, b2, batch, res, out, dense) -> Tensor:
 # -- convolution ---------------------------------------------------------------------------
 
 
-def _plus(dim: str, c: int, rest: str = "") -> str:
-    """Source of ``dim + c + rest``, the constant folded in (``rest`` too, when it is
-    ``- dil * (k - 1)`` of a literal ``k``): fewer statements to compile."""
-    m = re.fullmatch(r" - (\d+) \* \((\d+) - 1\)", rest)
-    if m:
-        c, rest = c - int(m.group(1)) * (int(m.group(2)) - 1), ""
-    return f"{dim}{rest}" + (f" + {c}" if c > 0 else f" - {-c}" if c < 0 else "")
+def _plus(dim: str, c: int) -> str:
+    """Source of ``dim + c`` (``dim`` itself for 0): fewer statements to compile, and equal
+    sizes stay one name (a residual add after a same-size convolution broadcasts nothing)."""
+    return f"{dim} + {c}" if c > 0 else f"{dim} - {-c}" if c < 0 else dim
 
 
 def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: int):
@@ -152,9 +148,13 @@ def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: in
         size, kern = x.dims[2 + s], w.dims[2 + s]
         st, dil = attrs["strides"][s], attrs["dilation"][s]
         lo, hi = pads[s], pads[s + nsp]
-        span = kb.dim(_plus(size, lo + hi - 1, f" - {dil} * ({kern} - 1)"))
+        if is_int(kern):  # folded: a same-size convolution's output is its input's size
+            span = _plus(size, lo + hi - 1 - dil * (int(kern) - 1))
+        else:
+            span = _plus(f"{size} - {dil} * ({kern} - 1)", lo + hi - 1)
         kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
-        out = kb.dim(_plus(span if st == 1 else f"{span} // {st}", 1))
+        out = _plus(size, lo + hi - dil * (int(kern) - 1)) if st == 1 and is_int(kern) else None
+        out = kb.dim(out or f"({span}) // {st} + 1")
         geo.append((size, kern, st, dil, (lo, hi), out))
     return geo
 
