@@ -112,7 +112,15 @@ def with_progress(items: Sequence[T], label: Callable[[T], str], show: bool) -> 
 
 def build_kernels(ex: Executable, progress: bool = False) -> None:
     """Builds every kernel of `ex` now (jit kernels compile, or load from the disk cache),
-    caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr."""
+    caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr. Missing
+    jit kernels compile in several processes at once first (`rvm.jit.parallel`)."""
+    if any(rec.backend == "jit" for rec in ex.kernels.values()):
+        try:
+            parallel = importlib.import_module("rvm.jit.parallel")
+        except ImportError:
+            pass  # the loop below reports that jit kernels cannot load
+        else:
+            parallel.precompile(list(ex.kernels.values()))
     for name in with_progress(list(ex.kernels), str, progress):
         load_kernel(ex, name)
 
