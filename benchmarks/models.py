@@ -9,7 +9,8 @@ checkout's ``src``), to measure another version with the same script. Prints a t
 
 - **cold**: ``rvm.from_onnx`` + ``rvm.compile`` (kernels built) with an empty kernel cache
   (its own ``RVM_CACHE_DIR``), wall and CPU seconds, the median of ``--runs`` processes. CPU
-  seconds are what a loaded, shared machine distorts least. rvm's own library code
+  seconds are what a loaded, shared machine distorts least; ``+help`` is the CPU of the helper
+  processes that compiled kernels alongside (`rvm.jit.parallel`). rvm's own library code
   (``rvm.jit.conv``, ``rvm.jit.blas``...) is compiled once per install and kept in Numba's
   cache beside it, as any prebuilt runtime library; the first run after an install pays for it.
 - **warm**: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call, with the cache the
@@ -75,6 +76,7 @@ def _child(what: str, src: Path, model: Path, inputs: Path, cache: Path) -> dict
     """One fresh-process measurement (see `model_child.py`); a failing child fails the run."""
     result = cache.with_name(f"{cache.name}_{what}.json")
     env = {**os.environ, "RVM_CACHE_DIR": str(cache), "PYTHONPATH": str(src)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # rvm's modules byte-compiled, as when installed
     cmd = [sys.executable, str(CHILD), what, str(model), str(inputs), str(result)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -105,6 +107,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     row = {
         "cold_s": _median(colds, "wall_s"),
         "cold_cpu_s": _median(colds, "cpu_s"),
+        "cold_helpers_cpu_s": _median(colds, "cpu_helpers_s"),
         "tvm_build_s": TVM_BUILD_S[name],
         "warm_s": _median(warms, "wall_s"),
         "warm_cpu_s": _median(warms, "cpu_s"),
@@ -128,14 +131,16 @@ def _goal(value: float, goal: float | None) -> str:
 
 def _table(rows: dict[str, dict]) -> str:
     head = (
-        f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'TVM s':>7}{'':>5}{'warm s':>8}{'cpu s':>7}"
+        f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'warm s':>8}"
+        f"{'cpu s':>7}"
         f"{'':>5}{'rvm bc':>8}{'rvm cm':>8}{'ORT':>7}{'ORT 1t':>8}{'rvm/ORT':>8}"
         f"{'RSS MB':>8}{'ORT MB':>8}"
     )
     lines = [head, "-" * len(head)]
     for name, r in rows.items():
         line = (
-            f"{name:<14}{r['cold_s']:>8.2f}{r['cold_cpu_s']:>7.2f}{r['tvm_build_s']:>7.1f}"
+            f"{name:<14}{r['cold_s']:>8.2f}{r['cold_cpu_s']:>7.2f}"
+            f"{r['cold_helpers_cpu_s']:>7.2f}{r['tvm_build_s']:>7.1f}"
             f"{_goal(r['cold_s'], r['tvm_build_s']):>5}{r['warm_s']:>8.2f}{r['warm_cpu_s']:>7.2f}"
             f"{_goal(r['warm_s'], WARM_GOAL_S.get(name)):>5}"
         )
