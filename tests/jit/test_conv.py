@@ -1,9 +1,10 @@
 """The convolution library (`rvm.jit.conv`) against the NumPy reference, and its own checks.
 
-Every path is covered: shifted GEMMs (stride 1, >= `SHIFT_MIN_CHANNELS` channels per group),
-im2col by BLAS GEMM, and im2col by ``np.dot``; with strides, dilations, groups (depthwise
-too), asymmetric pads, odd sizes and empty batches. Operands that disagree with the geometry
-raise ValueError before any memory is touched.
+Every path is covered: 1x1 GEMMs, depthwise loops, shifted GEMMs (stride 1, at least
+`SHIFT_MIN_CHANNELS` channels per group), im2col by BLAS GEMM, and im2col by ``np.dot``;
+with strides, dilations, groups (depthwise too), asymmetric pads, odd sizes and empty
+batches. Operands that disagree with the geometry raise ValueError before any memory is
+touched.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ CASES = [
     (2, 4, 10, 9, 8, (3, 3), (1, 3), (2, 2), 4, (0, 1, 2, 0)),
     (1, 8, 5, 6, 4, (2, 3), (3, 2), (1, 1), 2, (2, 2, 2, 2)),
     (0, 16, 6, 6, 4, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (2, 6, 8, 9, 12, (3, 3), (2, 3), (2, 1), 6, (1, 0, 2, 1)),  # depthwise, multiplier 2
+    (2, 12, 5, 7, 24, (1, 1), (1, 1), (1, 1), 3, (0, 0, 0, 0)),  # grouped 1x1, batch 2
+    (1, 8, 6, 5, 8, (1, 1), (2, 1), (1, 1), 1, (0, 1, 0, 1)),  # 1x1 strided, padded
+    (1, 1, 7, 6, 4, (2, 3), (1, 1), (1, 1), 1, (1, 1, 0, 0)),  # one input channel
 ]
 
 

@@ -6,11 +6,13 @@ lives here, so it is compiled once per operand type and cached with this module'
 cache, not compiled again into every kernel (it was most of a CNN's compile time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift)`: NumPy's BLAS
-  (`rvm.jit.blas.gemm`). Stride-1 convolutions with at least ``min_shift`` (the lowering's
-  `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per group run one
-  GEMM per kernel tap on row-strided windows of the zero-padded input, accumulated in place by
-  BLAS: no column matrix at all. Others pack the input windows of each (image, group) into a
-  column matrix (im2col, with the padding as zero runs and unit-stride copies in between) and
+  (`rvm.jit.blas.gemm`), the method chosen by shape (`_conv2d_blas`). 1x1 convolutions are
+  one GEMM per (image, group) on the operands themselves. Depthwise ones (one input channel
+  per group) are direct loops. Stride-1 convolutions with at least ``min_shift`` (the
+  lowering's `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per group run one GEMM per
+  kernel tap on row-strided windows of the zero-padded input, accumulated in place by BLAS:
+  no column matrix at all. Others pack the input windows of each (image, group) into a column
+  matrix (im2col, with the padding as zero runs and unit-stride copies in between) and
   multiply it by the weight, one GEMM per block of output positions.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
@@ -167,10 +169,10 @@ def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     L = Hp * Wp + dw * (kw - 1)
     P = oh * Wp
     wt = np.empty((kh, kw, o, cg), dtype=w.dtype)
-    for o_ in range(o):
-        for c_ in range(cg):
-            for i_ in range(kh):
-                for j_ in range(kw):
+    for i_ in range(kh):  # written in order (strided reads cost less than strided writes)
+        for j_ in range(kw):
+            for o_ in range(o):
+                for c_ in range(cg):
                     wt[i_, j_, o_, c_] = w[o_, c_, i_, j_]
     xp = np.zeros((cg, L), dtype=x.dtype)
     tmp = np.empty((og, P), dtype=x.dtype)
@@ -195,13 +197,128 @@ def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
+def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
+    """A 1x1, stride-1, unpadded convolution: one GEMM per (image, group) straight from the
+    input to the output, (og, cg) weight rows times the group's (cg, h * w) input rows."""
+    n, c, ih, iw = x.shape
+    o, cg = w.shape[0], w.shape[1]
+    og, P = o // groups, ih * iw
+    for n_ in range(n):
+        for g_ in range(groups):
+            at_x, at_out = (n_ * c + g_ * cg) * P, (n_ * o + g_ * og) * P
+            gemm(w, g_ * og * cg, cg, x, at_x, P, out, at_out, P, og, P, cg, 0.0)
+
+
+@nb.njit(**_OPTS)
+def _padded_plane(x, n_, ch, plane, pt, pl):  # type: ignore[no-untyped-def]
+    """Channel ``ch`` of image ``n_`` into the zero-padded ``plane`` (its first rows and
+    columns: the padding is zero from the allocation, the same for every channel)."""
+    ih, iw = x.shape[2], x.shape[3]
+    hp, wp = plane.shape
+    h0, h1 = max(0, -pt), min(ih, hp - pt)
+    q0, q1 = max(0, -pl), min(iw, wp - pl)
+    for h_ in range(h0, h1):
+        dst = plane[h_ + pt, q0 + pl : q1 + pl]
+        src = x[n_, ch, h_, q0:q1]
+        for q_ in range(q1 - q0):
+            dst[q_] = src[q_]
+
+
+@nb.njit(**_OPTS)
+def _split_columns(plane, phases):  # type: ignore[no-untyped-def]
+    """``phases[k]`` = the columns k, k + s, k + 2s... of ``plane`` (s = ``len(phases)``), so
+    a stride-s run over a row is a unit-stride run over one phase's row."""
+    s = phases.shape[0]
+    for k in range(s):
+        for h_ in range(plane.shape[0]):
+            src = plane[h_, k::s]  # columns past the plane's stay zero
+            dst = phases[k, h_]
+            for q_ in range(src.shape[0]):
+                dst[q_] = src[q_]
+
+
+@nb.njit(**_OPTS)
+def _strided_taps(w, oc, phases, out, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
+    """Output channel ``oc`` (``out``: (oh, ow)) of a depthwise convolution at any stride,
+    one unit-stride run per output row and tap over the column phases of its plane."""
+    oh, ow = out.shape
+    kh, kw = w.shape[2], w.shape[3]
+    for p_ in range(oh):
+        row = out[p_]
+        row[:] = 0
+        for i_ in range(kh):
+            for j_ in range(kw):
+                wv, col = w[oc, 0, i_, j_], j_ * dw
+                src = phases[col % sw, p_ * sh + i_ * dh, col // sw : col // sw + ow]
+                for q_ in range(ow):
+                    row[q_] += wv * src[q_]
+
+
+@nb.njit(**_OPTS)
+def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """A convolution with one input channel per group (depthwise, any channel multiplier):
+    each channel is copied into a zero-padded plane, then every tap adds its weighted
+    window. At stride 1 a tap is one long run over the plane flattened with its row width
+    (as in `_shifted`; the wrap-around columns are dropped at the copy out); otherwise one
+    unit-stride run per output row over the plane's column phases (`_split_columns`). Loops
+    index views by their own counter: an index with an
+    offset would cost a negative-index check per element and stop vectorization."""
+    n, c = x.shape[0], x.shape[1]
+    o, _, kh, kw = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    m = o // c  # outputs per input channel
+    wp = (ow - 1) * sw + dw * (kw - 1) + 1
+    hp = (oh - 1) * sh + dh * (kh - 1) + 1
+    plane = np.zeros((hp + 1, wp), dtype=x.dtype)  # one row of slack for the flat runs
+    flat = plane.reshape(plane.size)
+    run = oh * wp
+    acc = np.empty(run, dtype=x.dtype)
+    phases = np.zeros((sw, hp + 1, (wp + sw - 1) // sw), dtype=x.dtype)
+    for n_ in range(n):
+        for ch in range(c):
+            _padded_plane(x, n_, ch, plane, pt, pl)
+            if sh != 1 or sw != 1:
+                _split_columns(plane, phases)
+            for oc in range(ch * m, ch * m + m):
+                if sh == 1 and sw == 1:
+                    acc[:] = 0
+                    for i_ in range(kh):
+                        for j_ in range(kw):
+                            wv, at = w[oc, 0, i_, j_], i_ * dh * wp + j_ * dw
+                            src = flat[at : at + run]
+                            for r_ in range(run):
+                                acc[r_] += wv * src[r_]
+                    for p_ in range(oh):
+                        row, got = out[n_, oc, p_], acc[p_ * wp : p_ * wp + ow]
+                        for q_ in range(ow):
+                            row[q_] = got[q_]
+                    continue
+                _strided_taps(w, oc, phases, out[n_, oc], sh, sw, dh, dw)
+
+
+@nb.njit(**_OPTS)
 def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
-    """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`)."""
+    """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
+
+    The method by shape: 1x1 unpadded stride-1 convolutions are GEMMs on the operands
+    themselves (`_pointwise`); one input channel per group runs direct loops
+    (`_depthwise`); stride-1 convolutions with ``min_shift`` channels per group and more
+    output positions than output channels run shifted GEMMs (`_shifted`: its weight
+    transpose costs o * cg * kh * kw, im2col's column matrix cg * kh * kw per position);
+    the rest im2col.
+    """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
     n, o, oh, ow = out.shape
-    unit = sh == 1 and sw == 1 and min(pt, pl) >= 0
-    if unit and w.shape[1] >= min_shift and n * o * oh * ow > 0:
+    cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+    unit = sh == 1 and sw == 1
+    if n * o * oh * ow == 0:
+        return True
+    if unit and kh == 1 and kw == 1 and pt == 0 and pl == 0 and pb == 0 and pr == 0:
+        _pointwise(x, w, out, groups)
+    elif cg == 1:
+        _depthwise(x, w, out, sh, sw, dh, dw, pt, pl)
+    elif unit and min(pt, pl) >= 0 and cg >= min_shift and oh * ow >= o:
         _shifted(x, w, out, groups, dh, dw, pt, pl)
     else:
         _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
