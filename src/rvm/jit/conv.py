@@ -34,6 +34,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.jit.blas import gemm
+from rvm.jit.planes import U, padded_phases, phase_shape, tap_starts
 
 CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
 COL_BYTES = 1 << 21  # an im2col block's bytes at most: it stays in cache
@@ -210,90 +211,40 @@ def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _padded_plane(x, n_, ch, plane, pt, pl):  # type: ignore[no-untyped-def]
-    """Channel ``ch`` of image ``n_`` into the zero-padded ``plane`` (its first rows and
-    columns: the padding is zero from the allocation, the same for every channel)."""
-    ih, iw = x.shape[2], x.shape[3]
-    hp, wp = plane.shape
-    h0, h1 = max(0, -pt), min(ih, hp - pt)
-    q0, q1 = max(0, -pl), min(iw, wp - pl)
-    for h_ in range(h0, h1):
-        dst = plane[h_ + pt, q0 + pl : q1 + pl]
-        src = x[n_, ch, h_, q0:q1]
-        for q_ in range(q1 - q0):
-            dst[q_] = src[q_]
-
-
-@nb.njit(**_OPTS)
-def _split_columns(plane, phases):  # type: ignore[no-untyped-def]
-    """``phases[k]`` = the columns k, k + s, k + 2s... of ``plane`` (s = ``len(phases)``), so
-    a stride-s run over a row is a unit-stride run over one phase's row."""
-    s = phases.shape[0]
-    for k in range(s):
-        for h_ in range(plane.shape[0]):
-            src = plane[h_, k::s]  # columns past the plane's stay zero
-            dst = phases[k, h_]
-            for q_ in range(src.shape[0]):
-                dst[q_] = src[q_]
-
-
-@nb.njit(**_OPTS)
-def _strided_taps(w, oc, phases, out, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
-    """Output channel ``oc`` (``out``: (oh, ow)) of a depthwise convolution at any stride,
-    one unit-stride run per output row and tap over the column phases of its plane."""
-    oh, ow = out.shape
-    kh, kw = w.shape[2], w.shape[3]
-    for p_ in range(oh):
-        row = out[p_]
-        row[:] = 0
-        for i_ in range(kh):
-            for j_ in range(kw):
-                wv, col = w[oc, 0, i_, j_], j_ * dw
-                src = phases[col % sw, p_ * sh + i_ * dh, col // sw : col // sw + ow]
-                for q_ in range(ow):
-                    row[q_] += wv * src[q_]
-
-
-@nb.njit(**_OPTS)
 def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """A convolution with one input channel per group (depthwise, any channel multiplier):
-    each channel is copied into a zero-padded plane, then every tap adds its weighted
-    window. At stride 1 a tap is one long run over the plane flattened with its row width
-    (as in `_shifted`; the wrap-around columns are dropped at the copy out); otherwise one
-    unit-stride run per output row over the plane's column phases (`_split_columns`). Loops
-    index views by their own counter: an index with an
-    offset would cost a negative-index check per element and stop vectorization."""
-    n, c = x.shape[0], x.shape[1]
+    each channel is copied into a zero-padded plane split into its stride phases, then every
+    tap adds its weighted window as one long run (see `rvm.jit.planes`)."""
+    n, c, ih, iw = x.shape
     o, _, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
     m = o // c  # outputs per input channel
-    wp = (ow - 1) * sw + dw * (kw - 1) + 1
-    hp = (oh - 1) * sh + dh * (kh - 1) + 1
-    plane = np.zeros((hp + 1, wp), dtype=x.dtype)  # one row of slack for the flat runs
-    flat = plane.reshape(plane.size)
-    run = oh * wp
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    flat = np.zeros(sh * sw * hq * wq, dtype=x.dtype)
+    starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
+    run = U(oh * wq)
     acc = np.empty(run, dtype=x.dtype)
-    phases = np.zeros((sw, hp + 1, (wp + sw - 1) // sw), dtype=x.dtype)
+    xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
     for n_ in range(n):
         for ch in range(c):
-            _padded_plane(x, n_, ch, plane, pt, pl)
-            if sh != 1 or sw != 1:
-                _split_columns(plane, phases)
+            padded_phases(xf, (n_ * c + ch) * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
             for oc in range(ch * m, ch * m + m):
-                if sh == 1 and sw == 1:
-                    acc[:] = 0
-                    for i_ in range(kh):
-                        for j_ in range(kw):
-                            wv, at = w[oc, 0, i_, j_], i_ * dh * wp + j_ * dw
-                            src = flat[at : at + run]
-                            for r_ in range(run):
-                                acc[r_] += wv * src[r_]
-                    for p_ in range(oh):
-                        row, got = out[n_, oc, p_], acc[p_ * wp : p_ * wp + ow]
-                        for q_ in range(ow):
-                            row[q_] = got[q_]
-                    continue
-                _strided_taps(w, oc, phases, out[n_, oc], sh, sw, dh, dw)
+                acc[:] = 0
+                for t in range(kh * kw):
+                    wv, at = wf[oc * kh * kw + t], U(starts[t])
+                    for r_ in range(run):
+                        acc[r_] += wv * flat[at + r_]
+                _copy_rows(acc, wq, of, (n_ * o + oc) * oh * ow, oh, ow)
+
+
+@nb.njit(**_OPTS)
+def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
+    """The first ``ow`` of every ``wq`` elements of ``acc`` to ``of[at:]`` (the output plane
+    without the wrap-around columns); unsigned indices, as in `rvm.jit.planes`."""
+    for p_ in range(oh):
+        dst, src = U(at + p_ * ow), U(p_ * wq)
+        for q_ in range(U(ow)):
+            of[dst + q_] = acc[src + q_]
 
 
 @nb.njit(**_OPTS)

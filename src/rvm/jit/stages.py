@@ -19,7 +19,7 @@ from rvm.jit import blas
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
-from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, is_int, shape_tuple
+from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
 from rvm.op import ops
 
 BLAS_DTYPES = ("float32", "float64")
@@ -202,10 +202,10 @@ def _conv(nsp: int):
 def _emit_conv(kb, x, w, out, groups, geo) -> None:
     """A call of the convolution library (`rvm.jit.conv`) on 4-d views of the operands."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
-    call = f"{x}, {w}, {out}, {groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {pb}, {pr}"
+    call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
     if blas.AVAILABLE:
         kb.imports.add("from rvm.jit.conv import conv2d")
-        kb.root.lines.append(f"conv2d({call}, {SHIFT_MIN_CHANNELS})")
+        kb.root.lines.append(f"conv2d({call}, {int_args(SHIFT_MIN_CHANNELS)})")
     else:
         kb.imports.add("from rvm.jit.conv import conv2d_dot")
         kb.root.lines.append(f"conv2d_dot({call})")

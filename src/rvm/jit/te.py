@@ -250,6 +250,13 @@ def _is_literal(code: str) -> bool:
         return code in ("True", "False")
 
 
+def int_args(*values: object) -> str:
+    """Source of int arguments to a library function (`rvm.jit.conv`, `rvm.jit.pool`): each
+    literal as ``np.int64(v)``, since Numba compiles a jit callee again for every literal
+    value it is passed, and a kernel's attributes would each cost a library compile."""
+    return ", ".join(f"np.int64({v})" if is_int(str(v)) else str(v) for v in values)
+
+
 def is_int(code: str) -> bool:
     """Whether a dim's source is an integer literal."""
     try:
