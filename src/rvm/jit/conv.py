@@ -27,12 +27,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from llvmlite import binding as llvm
-from llvmlite import ir
-from numba import types as nt
-from numba.core import cgutils
-from numba.extending import intrinsic
 
+from rvm.jit import entry
 from rvm.jit.blas import gemm
 from rvm.jit.planes import U, padded_phases, phase_shape, tap_starts
 
@@ -276,77 +272,30 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift): 
     return True
 
 
-# -- the compiled entry points -------------------------------------------------------------
-#
-# Kernels reach `_conv2d_blas` through a C function per dtype whose address is registered
-# with llvmlite under a fixed symbol (as `rvm.jit.blas` does with NumPy's CBLAS), so a kernel
-# calls it like a C library: Numba does not link the convolution's code into the kernel and
-# compile it again (linking it cost 1-3 s per kernel).
+# -- the compiled entry point (see `rvm.jit.entry`) -----------------------------------------
 
 
-def _symbol(dtype: str) -> str:
-    return f"rvm_conv2d_{dtype}"
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+    """`_conv2d_blas` on x (a), w (b), out (c): 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 12), nb.carray(params, 10)
+    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
+    w = nb.carray(b, (d[4], d[5], d[6], d[7]))
+    out = nb.carray(c, (d[8], d[9], d[10], d[11]))
+    ok = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9])
+    return 0 if ok else 1
 
 
-_NDIMS = 12  # x, w and out: 4 dims each
-_NPARAMS = 10  # groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift
-
-
-def _entry(dtype: str):  # type: ignore[no-untyped-def]
-    """The C entry point of `_conv2d_blas` for ``dtype``: 0 done, 1 shapes disagree."""
-    ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
-    sig = nt.int64(ptr, ptr, ptr, *([nt.int64] * (_NDIMS + _NPARAMS)))
-
-    @nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)
-    def entry(
-        xp, wp, op, n, c, ih, iw, o, cg, kh, kw, n2, o2, oh, ow,
-        groups, sh, sw, dh, dw, pt, pl, pb, pr, ms,
-    ):  # type: ignore[no-untyped-def]  # fmt: skip
-        x = nb.carray(xp, (n, c, ih, iw))
-        w = nb.carray(wp, (o, cg, kh, kw))
-        out = nb.carray(op, (n2, o2, oh, ow))
-        return 0 if _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, ms) else 1
-
-    llvm.add_symbol(_symbol(dtype), entry.address)
-    return entry
-
-
-_ENTRIES = [_entry(dtype) for dtype in ("float32", "float64")]
-
-
-@intrinsic
-def _call_conv2d(typingctx, x, w, out, params):  # type: ignore[no-untyped-def]
-    """Calls the C entry point of the operands' dtype with their data and dims."""
-    arrays = (x, w, out)
-    if not all(isinstance(t, nt.Array) and t.ndim == 4 and t.layout == "C" for t in arrays):
-        return None
-    if len({t.dtype for t in arrays}) != 1 or str(x.dtype) not in ("float32", "float64"):
-        return None
-    if not (isinstance(params, nt.UniTuple) and params.count == _NPARAMS):
-        return None
-    sig = nt.int64(x, w, out, params)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        ptrs, dims = [], []
-        for aty, av in zip(arrays, args[:3]):
-            arr = context.make_array(aty)(context, builder, av)
-            ptrs.append(arr.data)
-            dims += cgutils.unpack_tuple(builder, arr.shape, 4)
-        values = ptrs + dims + cgutils.unpack_tuple(builder, args[3], _NPARAMS)
-        i64 = ir.IntType(64)
-        fnty = ir.FunctionType(i64, [v.type for v in values])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, _symbol(str(x.dtype)))
-        return builder.call(fn, values)
-
-    return sig, codegen
+entry.export("conv2d", _entry)
+_call = entry.caller("conv2d", 10)
 
 
 @nb.njit(nogil=True, cache=True)
 def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
     """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS;
     shifted GEMMs from ``min_shift`` input channels per group."""
-    params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift)
-    if _call_conv2d(x, w, out, params) != 0:
+    i = np.int64
+    params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr), i(min_shift))
+    if _call((x, w, out), params) != 0:
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 
 

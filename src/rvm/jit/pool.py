@@ -9,10 +9,11 @@ wins a max, and an average divides the sum of a window's input elements by their
 its padding elements with ``include_pad``; a ceil-mode window's overhang past the padding
 never counts). Averages sum in float64, as the reference does.
 
-Each channel is copied into a plane that holds the padding value (-inf for max, 0 for
-average) around it, split into its stride phases, so each tap is one long vectorizable run
-(`rvm.jit.planes`). The output size is checked against the geometry before any memory is
-touched (ValueError).
+Kernels reach it through a C entry point (`rvm.jit.entry`), so its code is compiled once,
+not again into each kernel. Each channel is copied into a plane that holds the padding value
+(-inf for max, 0 for average) around it, split into its stride phases, so each tap is one
+long vectorizable run (`rvm.jit.planes`). The output size is checked against the geometry
+before any memory is touched (ValueError).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from rvm.jit import entry
 from rvm.jit.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -67,16 +69,16 @@ def _windows(flat, starts, acc, is_max):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
-    """``out`` = the max or average pools of ``x`` (see the module docstring)."""
+def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
+    """`pool2d`'s work; False when the shapes disagree with the geometry."""
     n, c, ih, iw = x.shape
     oh, ow = out.shape[2], out.shape[3]
     ok = min(kh, kw, sh, sw, dh, dw) > 0 and out.shape[0] == n and out.shape[1] == c
     ok = ok and oh == out_size(ih, kh, sh, dh, pt, pb, ceil_mode)
     if not (ok and ow == out_size(iw, kw, sw, dw, pl, pr, ceil_mode)):
-        raise ValueError("pool2d: the operands' shapes do not match the geometry")
+        return False
     if n * c * oh * ow == 0:
-        return
+        return True
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     flat = np.full(sh * sw * hq * wq, -np.inf if is_max else 0.0, dtype=x.dtype)
     starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
@@ -100,3 +102,27 @@ def pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, in
             else:
                 for q_ in range(U(ow)):
                     of[dst + q_] = total[src + q_] / max(rows[p_] * cols[q_], 1.0)
+    return True
+
+
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+    """`_pool2d` on x (a), out (b) (see `rvm.jit.entry`): 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 8), nb.carray(params, 13)
+    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
+    out = nb.carray(b, (d[4], d[5], d[6], d[7]))
+    flags = (p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12])
+    return 0 if _pool2d(x, out, *flags) else 1
+
+
+entry.export("pool2d", _entry)
+_call = entry.caller("pool2d", 13)
+
+
+@nb.njit(nogil=True, cache=True)
+def pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
+    """``out`` = the max or average pools of ``x`` (see the module docstring)."""
+    i = np.int64
+    window = (i(kh), i(kw), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr))
+    params = (i(is_max), *window, i(ceil_mode), i(include_pad))
+    if _call((x, out), params) != 0:
+        raise ValueError("pool2d: the operands' shapes do not match the geometry")
