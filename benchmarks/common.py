@@ -92,7 +92,11 @@ class _CountingCode(tuple):
 def count_instructions(ex: rvm.Executable, fname: str, args: tuple) -> int:
     """Instructions one call of ``fname`` executes (a counting VM, never used for timing)."""
     vm = rvm.VirtualMachine(ex, exec_mode="bytecode")
-    vm._funcs = [DecodedFunction(_CountingCode(f.code), f.pad, f.nparams) for f in vm._funcs]
+    # This VM's own list (the decoded functions are shared by every VM of the executable);
+    # the loop reads it from the context at each run.
+    vm.context.functions = [
+        DecodedFunction(_CountingCode(f.code), f.pad, f.nparams) for f in vm.context.functions
+    ]
     _CountingCode.fetched = 0
     vm[fname](*args)
     return _CountingCode.fetched
@@ -107,7 +111,7 @@ def kernel_calls(
     are VM work. ``copy`` replays on copies of the arrays, so the recording holds none of the
     VM's own tensors (their pooled blocks stay free for the timed runs).
     """
-    by_name = dict(zip(vm.executable.primitive_names, vm._raw_packed))
+    by_name = dict(zip(vm.executable.primitive_names, vm.context.raw_packed))
     kernels = vm.executable.kernels
     calls: list[tuple[Callable[..., Any], tuple]] = []
 

@@ -14,6 +14,7 @@ took 50-95 ms a call instead of 40 us, for NumPy and the jit alike.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -380,12 +381,18 @@ SECTIONS = ("a", "b", "c", "d", "e", "conv_paths", "mlp", "call", "f")
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
-    only = set(SECTIONS)
-    if "--only" in sys.argv:
-        only = set(sys.argv[sys.argv.index("--only") + 1].split(","))
-        if only - set(SECTIONS):
-            raise SystemExit(f"--only takes some of {', '.join(SECTIONS)}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument(
+        "--only",
+        type=lambda text: set(text.split(",")),
+        default=set(SECTIONS),
+        help=f"comma-separated sections to run, of: {','.join(SECTIONS)}",
+    )
+    args = parser.parse_args()
+    quick, only = args.quick, set(args.only)
+    if only - set(SECTIONS):
+        parser.error(f"--only takes some of {', '.join(SECTIONS)}")
     if "e" in only:
         only.add("d")  # (e) is measured against (d)'s NumPy GFLOP/s
     n = (1 << 20) if quick else 16 * 1024 * 1024

@@ -11,8 +11,9 @@ checkout's ``src``), to measure another version with the same script. Prints a t
   (its own ``RVM_CACHE_DIR``), wall and CPU seconds, the median of ``--runs`` processes. CPU
   seconds are what a loaded, shared machine distorts least; ``+help`` is the CPU of the helper
   processes that compiled kernels alongside (`rvm.jit.parallel`). rvm's own library code
-  (``rvm.jit.conv``, ``rvm.jit.blas``...) is compiled once per install and kept in Numba's
-  cache beside it, as any prebuilt runtime library; the first run after an install pays for it.
+  (``rvm.runtime.native.conv``, ``.pool``, ``.blas``...) is compiled once per install and
+  kept in Numba's cache beside it, as any prebuilt runtime library; the first run after an
+  install pays for it.
 - **warm**: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call, with the cache the
   cold run filled. The first call's outputs (logits and probabilities) are checked against
   ONNX Runtime's: a wrong model fails the run.

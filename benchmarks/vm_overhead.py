@@ -13,15 +13,15 @@ Programs (all dispatch-bound: the kernels are tiny, so the VM's own work dominat
   the counter update): compare, branch, three kernels and a tail call per iteration.
 - ``counter_loop1000``: a ``while`` loop of 1000 iterations that only counts (``i = i + 1``).
 
-How instructions are counted (exactly, on the executed path): a counting run replaces the
-VM's decoded code tuples (``vm._funcs``, built once by ``rvm.runtime.decode``) with a tuple
-subclass whose ``__getitem__`` counts; the loop fetches every instruction with ``code[pc]``, so
-the counter sees each executed instruction once (a tail call, decoded to the internal
-TAIL_INVOKE, counts as one; its following RET is never fetched). The counting VM is used only
-for counting, never for timing. The count is cross-checked against the static form: for the
-chain it must equal ``len(ex.functions[0].instructions)`` (straight-line code); for the loops
-the script counts ``steps`` and ``steps + 1`` iterations, and the difference is the
-per-iteration count, which can be read off ``ex.as_text()`` (printed with ``--text``).
+How instructions are counted (exactly, on the executed path): a counting run replaces the VM's
+decoded code tuples (``vm.context.functions``, built once by ``rvm.runtime.decode``) with a tuple
+subclass whose ``__getitem__`` counts; the loop fetches every instruction with ``code[pc]``, so the
+counter sees each executed instruction once (a tail call, decoded to the internal TAIL_INVOKE,
+counts as one; its following RET is never fetched). The counting VM is used only for counting,
+never for timing. The count is cross-checked against the static form: for the chain it must equal
+``len(ex.functions[0].instructions)`` (straight-line code); for the loops the script counts
+``steps`` and ``steps + 1`` iterations, and the difference is the per-iteration count, which can be
+read off ``ex.as_text()`` (printed with ``--text``).
 
 Timing: the VM call (arguments bound with ``vm.save_function``, so no entry checks), the
 same kernels replayed directly, and ``rvm.interpret`` take turns inside each of the repeats, so
@@ -159,11 +159,8 @@ def interleaved(
     return {k: {clock: statistics.median(v) for clock, v in d.items()} for k, d in samples.items()}
 
 
-def make_vm(ex: rvm.Executable, mode: str) -> rvm.VirtualMachine | None:
-    try:
-        return rvm.VirtualMachine(ex, exec_mode=mode)
-    except ValueError:
-        return None  # exec mode not available in this build: reported as n/a
+def make_vm(ex: rvm.Executable, mode: str) -> rvm.VirtualMachine:
+    return rvm.VirtualMachine(ex, exec_mode=mode)  # any failure stops the run: never "n/a"
 
 
 def measure(
@@ -213,20 +210,10 @@ def bench_program(
             "exec_mode": mode,
             "instructions": instrs,
             "instructions_per_iteration": per_iter,
-            "available": vm is not None,
         }
         rows.append(row)
-        if vm is None:
-            continue
-        try:
-            np.testing.assert_allclose(vm["main"](*args), ref, rtol=1e-5, atol=1e-6)
-            m = measure(vm, mod, args, repeat, number)
-        except Exception as e:  # a mode still under construction must not stop the run
-            if mode == "bytecode":
-                raise
-            row.update({"available": False, "error": f"{type(e).__name__}: {e}"})
-            print(f"{prog['name']} / {kernels} / {mode}: n/a ({row['error'][:200]})")
-            continue
+        np.testing.assert_allclose(vm["main"](*args), ref, rtol=1e-5, atol=1e-6)
+        m = measure(vm, mod, args, repeat, number)
         t = m["times"]
         row.update(
             {
@@ -276,9 +263,6 @@ def table(rows: list[dict[str, Any]], clock: str) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         name = f"{r['program']:<17} {r['kernels']:<6} {r['exec_mode']:<8} {r['instructions']:>6}"
-        if not r["available"]:
-            lines.append(f"{name} {'n/a':>5}")
-            continue
         c = r[clock]
         lines.append(
             f"{name} {r['kernel_calls']:>5} {r['time_evaluator_us']:>9.1f} {c['call_us']:>9.1f} "
@@ -292,8 +276,6 @@ def table(rows: list[dict[str, Any]], clock: str) -> str:
 def goals(rows: list[dict[str, Any]], clock: str) -> list[str]:
     out = []
     for r in rows:
-        if not r["available"]:
-            continue
         key = f"{r['program']} / {r['kernels']} / {r['exec_mode']}"
         ovh, ratio = r[clock]["overhead_ns_per_instr"], r[clock]["interp_over_vm"]
         out.append(

@@ -8,7 +8,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-EXEC_MODES = ("bytecode", "compiled")
+from rvm.runtime.executable import EXEC_MODES  # every mode the VM has runs every VM test
+
 KERNELS = ("numpy", "jit")
 
 

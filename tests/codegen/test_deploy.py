@@ -38,8 +38,12 @@ def test_fresh_process_runs_saved_executable_without_compiler(tmp_path, kernels)
         args = [data[f"arr_{{i}}"] for i in range(len(data.files))]
         out = rvm.VirtualMachine(ex)["main"](*args)
         np.testing.assert_allclose(out, np.load({str(tmp_path / "expected.npy")!r}), rtol=1e-6)
-        leaked = [m for m in ("rvm.ir", "rvm.transform", "rvm.codegen", "rvm.script", "rvm.op")
-                  if m in sys.modules]
+        for mode in ("bytecode", "compiled"):
+            out = rvm.VirtualMachine(ex, exec_mode=mode)["main"](*args)
+            np.testing.assert_allclose(out, np.load({str(tmp_path / "expected.npy")!r}), rtol=1e-6)
+        compiler = ("rvm.ir", "rvm.op", "rvm.script", "rvm.transform", "rvm.codegen", "rvm.jit",
+                    "rvm.frontend", "rvm.interp")
+        leaked = sorted(m for m in sys.modules if m.startswith(compiler))
         assert not leaked, leaked
         print("compiles:", compiled)
         """

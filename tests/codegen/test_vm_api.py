@@ -15,18 +15,9 @@ import rvm
 from rvm.testing import assert_values_close
 from rvm.testing.programs import MLP, PROGRAMS, Recursion
 
-_CACHE: dict[tuple[int, str], rvm.Executable] = {}
-
-
-def compiled(mod, kernels: str) -> rvm.Executable:
-    key = (id(mod), kernels)
-    if key not in _CACHE:
-        _CACHE[key] = rvm.compile(mod, kernels=kernels)
-    return _CACHE[key]
-
 
 @pytest.fixture
-def mlp_vm(exec_mode, kernels):
+def mlp_vm(exec_mode, kernels, compiled):
     return rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
 
 
@@ -122,7 +113,7 @@ def test_time_evaluator_and_profile(mlp_vm):
     assert json.loads(report.json())["repeat"] == 3
 
 
-def test_profile_has_one_structure_in_every_mode_and_backend():
+def test_profile_has_one_structure_in_every_mode_and_backend(compiled):
     args = mlp_args(1)
     shapes = set()
     for kernels in ("numpy", "jit"):
@@ -135,7 +126,7 @@ def test_profile_has_one_structure_in_every_mode_and_backend():
     assert len(shapes) == 1, shapes
 
 
-def test_instrument_counts_and_skip_run(exec_mode, kernels):
+def test_instrument_counts_and_skip_run(exec_mode, kernels, compiled):
     vm = rvm.VirtualMachine(compiled(Recursion, kernels), exec_mode=exec_mode)
     calls: dict[str, int] = {}
 
@@ -153,7 +144,7 @@ def test_instrument_counts_and_skip_run(exec_mode, kernels):
     assert int(vm["fib"](np.int64(10))) == 55
 
 
-def test_skip_run_skips_kernels(exec_mode, kernels):
+def test_skip_run_skips_kernels(exec_mode, kernels, compiled):
     vm = rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
     seen: list[str] = []
 
@@ -171,7 +162,7 @@ def test_skip_run_skips_kernels(exec_mode, kernels):
     assert_values_close(vm["main"](*args), PROGRAMS[0].numpy_ref(*args), rtol=1e-4, atol=1e-5)
 
 
-def test_runtime_error_carries_vm_stack(exec_mode, kernels):
+def test_runtime_error_carries_vm_stack(exec_mode, kernels, compiled):
     vm = rvm.VirtualMachine(compiled(Recursion, kernels), exec_mode=exec_mode)
 
     def boom(name, args, before):
@@ -185,7 +176,7 @@ def test_runtime_error_carries_vm_stack(exec_mode, kernels):
     assert int(vm["fib"](np.int64(5))) == 5
 
 
-def test_threads_each_with_own_vm(exec_mode, kernels):
+def test_threads_each_with_own_vm(exec_mode, kernels, compiled):
     ex = compiled(MLP, kernels)
     errors: list[BaseException] = []
 

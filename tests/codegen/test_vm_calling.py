@@ -16,15 +16,6 @@ from rvm.script import T, func, module
 from rvm.testing import assert_values_close
 from rvm.testing.programs import MLP, PROGRAMS
 
-_CACHE: dict[tuple[int, str], rvm.Executable] = {}
-
-
-def compiled(mod, kernels: str) -> rvm.Executable:
-    key = (id(mod), kernels)
-    if key not in _CACHE:
-        _CACHE[key] = rvm.compile(mod, kernels=kernels)
-    return _CACHE[key]
-
 
 def mlp_args(n: int) -> list[np.ndarray]:
     args = list(PROGRAMS[0].args())
@@ -36,7 +27,7 @@ def mlp_ref(*args: np.ndarray) -> np.ndarray:
     return PROGRAMS[0].numpy_ref(*args)
 
 
-def test_keywords_on_a_compiled_program(exec_mode, kernels):
+def test_keywords_on_a_compiled_program(exec_mode, kernels, compiled):
     vm = rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
     x, w1, b1, w2, b2 = mlp_args(3)
     want = mlp_ref(x, w1, b1, w2, b2)
@@ -48,7 +39,7 @@ def test_keywords_on_a_compiled_program(exec_mode, kernels):
         vm["main"](x, w1, b1, w2, w3=b2)
 
 
-def test_one_vm_hammered_by_two_threads(exec_mode, kernels):
+def test_one_vm_hammered_by_two_threads(exec_mode, kernels, compiled):
     """Each call either runs alone and is right, or is refused with the clear VMError."""
     vm = rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
     outcomes: dict[str, list] = {"ok": [], "busy": [], "other": []}
@@ -107,7 +98,7 @@ class WideRNN:
         return h
 
 
-def test_a_custom_allocator_with_only_alloc(exec_mode, kernels):
+def test_a_custom_allocator_with_only_alloc(exec_mode, kernels, compiled):
     allocator = NaNAllocator()
     vm = rvm.VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode, allocator=allocator)
     for n in (3, 1, 3):

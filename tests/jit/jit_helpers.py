@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rvm.codegen.kernel_numpy import numpy_kernel
 from rvm.ir import Call, Constant, Function, Tuple, Var, VarBinding, infer_type, seq
 from rvm.ir.expr import Expr, TupleGetItem
 from rvm.ir.types import TensorType
 from rvm.jit import jit_kernel, load_kernel
+from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.op import numpy_ref
 
 

@@ -6,7 +6,7 @@ import numba as nb
 import numpy as np
 import pytest
 
-from rvm.jit import blas
+from rvm.runtime.native import blas
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
 

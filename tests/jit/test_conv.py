@@ -1,4 +1,5 @@
-"""The convolution library (`rvm.jit.conv`) against the NumPy reference, and its own checks.
+"""The convolution library (`rvm.runtime.native.conv`) against the NumPy reference, and its
+own checks.
 
 Every path is covered: 1x1 GEMMs, depthwise loops, shifted GEMMs (stride 1, at least
 `SHIFT_MIN_CHANNELS` channels per group), im2col by BLAS GEMM, and im2col by ``np.dot``;
@@ -14,9 +15,9 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.jit import conv
 from rvm.jit.stages import SHIFT_MIN_CHANNELS
 from rvm.op import numpy_ref
+from rvm.runtime.native import conv
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
 #  pads (top, left, bottom, right)); depthwise and grouped ones as in shufflenet.

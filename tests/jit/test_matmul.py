@@ -1,5 +1,6 @@
-"""Float matmul and dense through `rvm.jit.blas.matmul`: every shape path (GEMV for one row or
-column, the row loop and per-row GEMV for a few rows, GEMM) against NumPy, and its checks."""
+"""Float matmul and dense through `rvm.runtime.native.blas.matmul`: every shape path (GEMV
+for one row or column, the row loop and per-row GEMV for a few rows, GEMM) against NumPy, and its
+checks."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.jit import blas
+from rvm.runtime.native import blas
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
 

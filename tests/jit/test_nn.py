@@ -122,7 +122,7 @@ def test_conv2d_shifted_gemms_from_threads() -> None:
 @pytest.mark.parametrize("strides", [1, 2])
 def test_conv2d_without_numpy_blas_uses_np_dot(strides, monkeypatch) -> None:
     """Where NumPy's BLAS has no ILP64 CBLAS, convolutions fall back to im2col and np.dot."""
-    from rvm.jit import blas
+    from rvm.runtime.native import blas
 
     monkeypatch.setattr(blas, "AVAILABLE", False)
     img, k = var("img", ("b", 16, 9, 7)), var("k", (8, 16, 3, 3))

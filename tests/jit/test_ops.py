@@ -34,6 +34,18 @@ CASES = {
         ),
         (X,),
     ),
+    "inverse_trig": (
+        [x],
+        lambda: (
+            op.asin(op.tanh(x))
+            + op.acos(op.tanh(x))
+            + op.atan(x)
+            + op.asinh(x)
+            + op.acosh(op.abs(x) + 1.0)
+            + op.atanh(op.tanh(x) * 0.9)
+        ),
+        (X,),
+    ),
     "rounding": ([x], lambda: op.floor(x) + op.ceil(x) + op.round(x * 4.0), (X,)),
     "leaky_clip": ([x], lambda: op.clip(op.leaky_relu(x, 0.2), -0.5, 0.5), (X,)),
     "minmax_pow": (
@@ -82,6 +94,9 @@ CASES = {
     ),
     "cumsum": ([x], lambda: op.cumsum(x, axis=1) + op.cumsum(x, axis=0, exclusive=True), (X,)),
     "pad_tile": ([b], lambda: op.pad(op.tile(b, (2, 2)), [(1, 2), (0, 1)], 3.0), (B,)),
+    "pad_edge": ([x], lambda: op.pad(x, [(2, 1), (0, 9)], mode="edge") * 2.0, (X,)),
+    "pad_reflect": ([x], lambda: op.exp(op.pad(x, [(5, 9), (9, 1)], mode="reflect")), (X,)),
+    "pad_wrap": ([x], lambda: op.pad(x + 1.0, [(0, 11), (3, 17)], mode="wrap"), (X,)),
     "one_hot": ([ind], lambda: op.one_hot(ind, 5), (IND,)),
     "gather": (
         [x, var("gi", (2, 8), "int64")],

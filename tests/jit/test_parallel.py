@@ -11,7 +11,7 @@ from jit_helpers import numpy_run, prim, rand, var
 
 from rvm import op
 from rvm.jit import jit_kernel, load_kernel, parallel
-from rvm.jit.cache import has_object_code, kernel_path
+from rvm.runtime.native.cache import has_object_code, kernel_path
 
 OPS = (op.tanh, op.sigmoid, op.exp, op.negative)
 

@@ -1,4 +1,5 @@
-"""The pooling library (`rvm.jit.pool`) against the NumPy reference, and the kernels using it.
+"""The pooling library (`rvm.runtime.native.pool`) against the NumPy reference, and the
+kernels using it.
 
 Max and average pools with every stride, dilation, asymmetric pad, ceil mode and
 count_include_pad combination on odd sizes; disagreeing operands raise before any memory is
@@ -15,8 +16,8 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.jit import conv, pool
 from rvm.op import numpy_ref
+from rvm.runtime.native import conv, pool
 
 GEOMETRIES = [
     (k, s, d, pads, ceil)

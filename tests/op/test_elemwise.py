@@ -112,6 +112,12 @@ UNARY = {
     "sign": np.sign,
     "sin": np.sin,
     "cos": np.cos,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
     "floor": np.floor,
     "ceil": np.ceil,
     "round": np.round,
@@ -120,12 +126,22 @@ UNARY = {
     "softplus": lambda v: np.log1p(np.exp(v)),
 }
 
+UNARY_DOMAIN = {  # (low, high) inside the op's domain, for those not defined on (-2, 2)
+    "log": (0.1, 3.0),
+    "sqrt": (0.1, 3.0),
+    "rsqrt": (0.1, 3.0),
+    "asin": (-0.95, 0.95),
+    "acos": (-0.95, 0.95),
+    "atanh": (-0.95, 0.95),
+    "acosh": (1.0, 4.0),
+}
+
 
 @pytest.mark.parametrize("name", sorted(UNARY))
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_unary(name, dtype):
     x = var("x", ("n", 3), dtype)
-    a = rand((4, 3), dtype, 0.1, 3.0) if name in ("log", "sqrt", "rsqrt") else rand((4, 3), dtype)
+    a = rand((4, 3), dtype, *UNARY_DOMAIN.get(name, (-2.0, 2.0)))
     assert infer_type(getattr(op, name)(x)) == tensor(("n", 3), dtype)
     y = var("y", (4, 3), dtype)
     out = check(getattr(op, name)(y), {y: a}, tensor((4, 3), dtype))

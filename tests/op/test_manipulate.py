@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from op_testing import check, rand, var
+from op_testing import check, evaluate, rand, var
 
+import rvm
 from rvm import op
 from rvm.errors import IRError
 from rvm.ir import TupleType, Var, infer_type, tensor
@@ -120,6 +121,8 @@ def test_broadcast_to_pad_tile():
     np.testing.assert_array_equal(out, np.pad(a, [(1, 2), (0, 3)], constant_values=7))
     with pytest.raises(IRError, match="pad: pad_width has 1 pairs for a tensor of shape"):
         infer_type(op.pad(x, [(1, 1)]))
+    with pytest.raises(IRError, match="pad: mode must be one of 'constant', 'edge'"):
+        op.pad(x, [(1, 1), (0, 0)], mode="symmetric")
     out = check(op.tile(x, (2, 3)), {x: a}, tensor((6, 3), "float32"))
     np.testing.assert_array_equal(out, np.tile(a, (2, 3)))
     check(op.tile(x, 2), {x: a}, tensor((3, 2), "float32"))
@@ -143,6 +146,22 @@ def test_strided_slice():
         op.strided_slice(x, [0], [1], [0])
 
 
+def test_dynamic_slice():
+    x = var("x", (5, 6))
+    b, e = var("b", (2,), "int64"), var("e", (2,), "int64")
+    a = rand((5, 6))
+    bv, ev = np.array([1, -1]), np.array([4, -7])
+    call = op.dynamic_slice(x, b, e, axes=[0, 1], strides=[1, -2])
+    assert infer_type(call) == tensor((None, None), "float32")  # the bounds are data
+    np.testing.assert_array_equal(evaluate(call, {x: a, b: bv, e: ev}), a[1:4, -1:-7:-2])
+    one = var("one", (1,), "int64")
+    assert infer_type(op.dynamic_slice(x, one, one, axes=[-1])) == tensor((5, None), "float32")
+    with pytest.raises(IRError, match="dynamic_slice: begin must be a 1-d tensor of 1 bounds"):
+        infer_type(op.dynamic_slice(x, b, one, axes=[0]))
+    with pytest.raises(IRError, match="dynamic_slice begin: indices must be an integer"):
+        infer_type(op.dynamic_slice(x, x, one, axes=[0]))
+
+
 def test_take_and_gather():
     x = var("x", (4, 5))
     i = var("i", (2, 3), "int64")
@@ -162,3 +181,42 @@ def test_take_and_gather():
         infer_type(op.take(x, x))
     with pytest.raises(IRError, match=r"gather: indices \(2, 3, 1\) must have the rank of x"):
         infer_type(op.gather(x, var("j", (2, 3, 1), "int64")))
+
+
+def test_pad_modes_by_hand():
+    x = var("x", (3,), "int32")
+    a = np.array([1, 2, 3], np.int32)
+    pads = [(4, 2)]
+    want = {
+        "constant": [9, 9, 9, 9, 1, 2, 3, 9, 9],
+        "edge": [1, 1, 1, 1, 1, 2, 3, 3, 3],
+        "reflect": [1, 2, 3, 2, 1, 2, 3, 2, 1],  # mirrored about the edge, repeatedly
+        "wrap": [3, 1, 2, 3, 1, 2, 3, 1, 2],
+    }
+    for mode, values in want.items():
+        out = check(op.pad(x, pads, 9, mode=mode), {x: a}, tensor((9,), "int32"))
+        np.testing.assert_array_equal(out, values)
+    y = var("y", (2, 0))
+    assert infer_type(op.pad(y, [(1, 0), (1, 1)])) == tensor((3, 2), "float32")
+    assert infer_type(op.pad(y, [(1, 0), (0, 0)], mode="edge")) == tensor((3, 0), "float32")
+    with pytest.raises(IRError, match=r"pad: mode 'wrap' copies values of the input, but axis 1"):
+        infer_type(op.pad(y, [(0, 0), (1, 0)], mode="wrap"))
+
+
+@rvm.script.module
+class Padded:
+    @rvm.script.func
+    def main(x: rvm.script.T[("n", 3), "float32"]):
+        edge = op.pad(x, [(1, 2), (0, 0)], mode="edge")
+        wrap = op.pad(x, [(2, 1), (2, 5)], mode="wrap")
+        return op.relu(op.pad(edge * 2.0, [(0, 0), (4, 3)], mode="reflect")) + wrap
+
+
+def test_pad_modes_in_the_vm(exec_mode, kernels):
+    a = rand((2, 3))
+    ex = rvm.compile(Padded, kernels=kernels)
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](a)
+    edge = np.pad(a, [(1, 2), (0, 0)], mode="edge")
+    want = np.maximum(np.pad(edge * 2, [(0, 0), (4, 3)], mode="reflect"), 0)
+    want = want + np.pad(a, [(2, 1), (2, 5)], mode="wrap")
+    np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from op_testing import check, rand, var
 
+import rvm
 from rvm import op
 from rvm.errors import IRError
-from rvm.ir import infer_type, tensor
+from rvm.ir import Builder, Tuple, infer_type, tensor
 
 REDUCE = {
     "sum": np.sum,
@@ -107,3 +108,31 @@ def test_reduction_errors():
         op.sum(x, axis=1.5)
     with pytest.raises(IRError, match="sum: keepdims must be True or False"):
         op.sum(x, keepdims=1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint16", "bool"])
+def test_max_min_of_nothing_are_their_identities(dtype, exec_mode, kernels):
+    x = var("x", (2, "n", 3), dtype)
+    bb = Builder()
+    with bb.function("main", [x]):
+        hi = bb.emit(op.max(x, axis=1))
+        lo = bb.emit(op.min(x, axis=(0, 1), keepdims=True))
+        everything = bb.emit(op.max(x))
+        bb.emit_output(Tuple((hi, lo, everything)))
+    main = rvm.VirtualMachine(rvm.compile(bb.get(), kernels=kernels), exec_mode=exec_mode)["main"]
+    if dtype == "bool":
+        low, high = False, True
+    elif dtype.startswith("float"):
+        low, high = -np.inf, np.inf
+    else:
+        low, high = np.iinfo(dtype).min, np.iinfo(dtype).max
+    hi, lo, everything = main(np.zeros((2, 0, 3), dtype))
+    np.testing.assert_array_equal(hi, np.full((2, 3), low, dtype))
+    np.testing.assert_array_equal(lo, np.full((1, 1, 3), high, dtype))
+    np.testing.assert_array_equal(everything, np.array(low, dtype))
+    assert hi.dtype == lo.dtype == everything.dtype == np.dtype(dtype)
+    a = rand((2, 4, 3), dtype, 0, 5)  # not empty: the identities never win
+    hi, lo, everything = main(a)
+    np.testing.assert_array_equal(hi, a.max(axis=1))
+    np.testing.assert_array_equal(lo, a.min(axis=(0, 1), keepdims=True))
+    np.testing.assert_array_equal(everything, a.max())

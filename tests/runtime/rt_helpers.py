@@ -231,3 +231,19 @@ def packed_then_exp(global_name: str, n: int = 4) -> Executable:
     f.emit(O.INVOKE_PACKED, exp, 2, 1, (g, out))
     f.emit(O.RET, out)
     return b.build()
+
+
+def narrow_constant_program(dtype: str = "bfloat16") -> Executable:
+    """main(x: dtype[4]) = x + c, with c a constant of the narrow ``dtype`` (ml_dtypes')."""
+    import ml_dtypes
+
+    b = ExecBuilder()
+    add = b.add_kernel(ADD)
+    values = np.array([0.5, -1.0, 3.0, 1e3], np.float32)
+    c = b.add_constant(values.astype(getattr(ml_dtypes, dtype)))  # int4 wraps 1000 to -8
+    f = b.function("main", ("x",), (tensor("x", (4,), dtype),))
+    k, t = f.new_register(), alloc(f, (4,), dtype)
+    f.emit(O.LOAD_CONST, k, c)
+    f.emit(O.INVOKE_PACKED, add, 3, 1, (0, k, t))
+    f.emit(O.RET, t)
+    return b.build()

@@ -403,6 +403,27 @@ def test_constants(check):
     assert isinstance(d, ir.Constant) and np.array_equal(d.data, big)
 
 
+def test_narrow_dtypes_print_and_parse_back(check):
+    import ml_dtypes
+
+    big = np.linspace(-2, 2, 40).astype(ml_dtypes.bfloat16)
+
+    @module
+    class Narrow:
+        @func
+        def main(x: T[(4,), "bfloat16"], q: T[("n",), "int4"]):
+            a = x * rvm.const([0.1, 1.5, -2.0, 300.7], "bfloat16")
+            b = op.cast(q, "float8_e5m2")
+            c = rvm.const([448.0, float("nan"), -0.0, 0.5], "float8_e4m3fn")
+            return (a, b, c, rvm.const([-8, 7, 3, 0], "int4"), rvm.const(big))
+
+    text = check(Narrow)
+    assert 'rvm.const([0.100098, 1.5, -2.0, 300.0], "bfloat16")' in text
+    assert 'rvm.const([-8, 7, 3, 0], "int4")' in text
+    assert 'rvm.script.const_b64("' in text and '"bfloat16", (40,))' in text
+    assert 'def main(x: T[(4,), "bfloat16"], q: T[("n",), "int4"]):' in text
+
+
 def test_parse_text_and_print_any_node():
     text = """
 @func

@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import dtype_kind, numpy_dtype
 from rvm.errors import DTypeError, ShapeError
 from rvm.interp.values import Closure, Env, describe
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import DTYPES, ADTType, FuncType, ShapeType, TensorType, TupleType, Type
 from rvm.runtime.objects import ADT
-
-_DTYPES = {name: np.dtype(name) for name in DTYPES}  # dtype compares, not slow .name lookups
 
 # Which Python-value kinds (numpy dtype kinds) may become which dtype kinds.
 _SAFE_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
@@ -70,10 +69,10 @@ def _check_tensor(ty: TensorType, value: Any, env: Env, what: str, convert: bool
         if not convert or isinstance(value, (tuple, ADT, Closure, E.Constructor)):
             raise TypeError(f"{env.name}: {what} expects a tensor {ty}, got {describe(value)}")
         arr = _to_array(value, ty.dtype, env, what)
-    if ty.dtype is not None and arr.dtype != _DTYPES[ty.dtype]:
+    if ty.dtype is not None and arr.dtype != numpy_dtype(ty.dtype):
         if not (convert and arr.dtype.name == ty.dtype):  # a byte-swapped array is converted
             raise DTypeError(f"{env.name}: {what} expects dtype {ty.dtype}, got {arr.dtype.name}")
-        arr = arr.astype(_DTYPES[ty.dtype])
+        arr = arr.astype(numpy_dtype(ty.dtype))
     if ty.shape is None:
         return arr
     shape = arr.shape
@@ -160,7 +159,7 @@ def _to_array(value: Any, dtype: str | None, env: Env, what: str) -> np.ndarray:
             pass  # e.g. a device array: fall back to __array__
     if hasattr(value, "__array__") or isinstance(value, memoryview):
         arr = np.asarray(value)
-        if arr.dtype.kind in "biuf":
+        if arr.dtype.kind in "biuf" or arr.dtype.name in DTYPES:  # ml_dtypes' are kind "V"
             return arr
     raise TypeError(f"{env.name}: {what} expects a tensor, got {describe(value)}")
 
@@ -174,8 +173,8 @@ def _from_python(value: Any, dtype: str | None, env: Env, what: str) -> np.ndarr
         raise TypeError(f"{env.name}: {what} expects a tensor, got {describe(value)}")
     if dtype is None:
         return natural
-    target = np.dtype(dtype)
-    if natural.dtype.kind not in _SAFE_KINDS[target.kind]:
+    target, kind = numpy_dtype(dtype), dtype_kind(dtype)
+    if natural.dtype.kind not in _SAFE_KINDS[kind]:
         raise DTypeError(
             f"{env.name}: {what} expects dtype {dtype}, got a Python value of kind "
             f"{natural.dtype.name}"
@@ -184,7 +183,7 @@ def _from_python(value: Any, dtype: str | None, env: Env, what: str) -> np.ndarr
         arr = np.asarray(value, dtype=target)
     except OverflowError:
         arr = None
-    if arr is None or (target.kind in "iu" and not np.array_equal(arr, natural)):
+    if arr is None or (kind in "iu" and not np.array_equal(arr, natural)):
         raise DTypeError(f"{env.name}: {what} expects dtype {dtype}; {value!r} does not fit")
     return arr
 

@@ -20,20 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from rvm import _hooks
 from rvm.errors import IRError
 from rvm.ir.types import AnyType, TensorType, Type, check_dtype
 
-# Hooks filled by higher layers (the ir layer imports only numpy): the printer behind
-# ``repr``/``str``, and the op table behind Python operators.
-_printer: list = []
-
 
 def _print(node: object) -> str:
-    if not _printer:
-        import importlib
-
-        importlib.import_module("rvm.script")  # installs the printer (rvm.script imports ir)
-    return _printer[0](node)
+    """``node`` as rvm script, by the printer `rvm.script` supplies (see `rvm._hooks`)."""
+    return _hooks.demand("printer")(node)
 
 
 class Node:
@@ -70,7 +64,7 @@ class Expr(Node):
 
     __hash__ = object.__hash__
 
-    # Python operators build op calls; the table lives in rvm.ir.op (filled by rvm.op).
+    # Python operators build op calls, looked up by name in rvm.ir.op (filled by rvm.op).
     def __add__(self, o: object) -> Expr:
         return _binary("add", self, o)
 

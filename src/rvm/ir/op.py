@@ -8,11 +8,11 @@ its arguments and returns the result type, raising `IRError` when shapes provabl
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from rvm import _hooks
 from rvm.errors import IRError
 from rvm.ir.expr import Op
 
@@ -48,16 +48,10 @@ def register_op(name: str, pattern: OpPattern, num_inputs: int = -1) -> Op:
 
 
 def _load_op_set() -> None:
-    """Import `rvm.op`, which registers the op set with its rules.
-
-    The registry lives here but the ops are defined a layer up, so a program that imports only
-    `rvm.ir` or `rvm.script` (``x + y`` on IR values, a script body) would find it empty.
-    Importing `rvm.op` at the top of this module would be a cycle (`rvm.op` imports `rvm.ir`);
-    at the first lookup that misses, `rvm.ir` is complete and the import is plain. Inside
-    `rvm.op`'s own import, `import_module` returns the partly built module and the lookup
-    reports the op as unknown, as it would without this.
-    """
-    importlib.import_module("rvm.op")
+    """Make sure the op set is registered: it is defined a layer up, in `rvm.op`, which
+    supplies it through `rvm._hooks` when imported (during its own import the lookup finds
+    the ops registered so far and reports others as unknown)."""
+    _hooks.demand("ops")
 
 
 def get_op(name: str) -> Op:

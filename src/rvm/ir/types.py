@@ -16,6 +16,11 @@ kernels from the types) give every value the same dtype in every mode:
 - An op on known dtypes gives its rule's dtype: `promote_dtypes` for binary ops (NumPy's
   ``promote_types``). A dtype known only at run time (``T[shape, None]``) makes the result's
   dtype unknown too, never the other operand's, and every mode then computes it as NumPy does.
+- The narrow dtypes (`rvm.dtypes`: ``bfloat16``, the float8/float6/float4 family, ``int4``,
+  ``uint4``, ``int2``, ``uint2``) never promote implicitly: a binary op on one of them and any
+  other dtype is an error that asks for an ``op.cast``. NumPy's promotion between them (through
+  ``ml_dtypes``) is partial and sometimes lossy (``int8 + bfloat16`` is bfloat16, float8
+  e4m3fnuz + e4m3fn is e4m3fn), so rvm does not follow it.
 - A value that is one of several (``if``/``match`` branches, a ``while`` loop's carried
   variable, before the loop and after the body) has their common dtype, unknown if one is
   unknown; two different known dtypes are an error (`rvm.ir.infer.join_types`). A loop-carried
@@ -28,12 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rvm.dtypes import NARROW_DTYPES, NARROW_FLOAT_DTYPES, NARROW_INT_DTYPES, numpy_dtype
 from rvm.errors import IRError
 
 Dim = int | str | None
 Shape = tuple[Dim, ...]
 
-DTYPES: tuple[str, ...] = (
+STANDARD_DTYPES: tuple[str, ...] = (
     "bool",
     "int8",
     "int16",
@@ -47,12 +53,34 @@ DTYPES: tuple[str, ...] = (
     "float32",
     "float64",
 )
-FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+"""NumPy's own dtypes that rvm supports."""
+
+DTYPES: tuple[str, ...] = STANDARD_DTYPES + NARROW_FLOAT_DTYPES + NARROW_INT_DTYPES
+"""Every dtype name rvm supports; the narrow ones need ``ml_dtypes`` (`rvm.dtypes`)."""
+
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64", *NARROW_FLOAT_DTYPES})
+"""Float dtypes: the ops that need floats (exp, softmax, conv...) take all of them."""
+
 INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+"""Integer dtypes that ops compute with (indices, bitwise ops, integer arithmetic)."""
+
+STORAGE_DTYPES = frozenset(NARROW_INT_DTYPES)
+"""Dtypes that only store values: cast to and from them, move, select and compare them, and
+compute in a wider type (`rvm.op.shapes.rule` refuses them to every other op)."""
 
 
 def check_dtype(dtype: object) -> str:
-    """Return ``dtype`` as one of `DTYPES`, accepting numpy dtypes and scalar types."""
+    """Return ``dtype`` as one of `DTYPES`, accepting numpy dtypes and scalar types.
+
+    Raises:
+        IRError: ``dtype`` is not one of `DTYPES`.
+        DTypeError: it is a narrow dtype and ``ml_dtypes`` is not installed.
+    """
+    if isinstance(dtype, str) and dtype in NARROW_DTYPES:
+        numpy_dtype(dtype)  # the dtype must be usable, not just named
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:  # the common case, without numpy's lookup
+        return dtype
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
     except TypeError:
@@ -172,11 +200,21 @@ def scalar(dtype: str) -> TensorType:
 
 def promote_dtypes(a: str | None, b: str | None) -> str | None:
     """The dtype of a binary op on ``a`` and ``b``: equal dtypes stay, else numpy's promotion;
-    unknown (None) when either is unknown, since the run-time dtype decides then."""
+    unknown (None) when either is unknown, since the run-time dtype decides then.
+
+    Raises:
+        IRError: ``a`` and ``b`` differ and one is narrow (no implicit promotion).
+    """
     if a is None or b is None:
         return None
     if a == b:
         return a
+    if a in NARROW_DTYPES or b in NARROW_DTYPES:
+        narrow = a if a in NARROW_DTYPES else b
+        raise IRError(
+            f"no implicit promotion between {a} and {b}: rvm promotes the narrow dtype "
+            f"{narrow} with nothing else; op.cast one operand to the dtype you mean"
+        )
     return check_dtype(np.promote_types(a, b))
 
 

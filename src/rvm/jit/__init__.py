@@ -2,12 +2,13 @@
 
 - `jit_kernel(name, func, style)` (`rvm.jit.lower`): a primitive function to a `KernelRecord`
   of backend "jit" (Numba source), or the numpy kernel for ops the jit does not lower.
-- `load_kernel(record)` (`rvm.jit.loader`): the kernel's Numba dispatcher, compiled once and
-  cached on disk (`cache_dir`, `cache_info`, `clear_cache`).
-- `compile_kernels`, `kernel_source`, `kernel_llvm`, `kernel_asm`.
+- `numpy_kernel(name, func, style)` (`rvm.jit.numpy_kernel`): the numpy backend's kernel
+  record, and the jit's fallback for ops it does not lower.
 
-Attributes are imported lazily, so the runtime's ``import rvm.jit.loader`` does not pull in
-the lowering (and with it the IR and the op set).
+The jit only compiles: loading a kernel and everything a kernel calls at run time live in
+`rvm.runtime.native`. `load_kernel`, `compile_kernels`, `kernel_source`, `kernel_llvm`,
+`kernel_asm`, `cache_dir`, `cache_info` and `clear_cache` are re-exported from there for
+convenience. Attributes are imported lazily, so ``import rvm.jit`` costs nothing until used.
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from typing import Any
 _EXPORTS = {
     "jit_kernel": "rvm.jit.lower",
     "FALLBACK_NOTE": "rvm.jit.lower",
+    "NO_JIT_COMPUTE": "rvm.jit.lower",
     "compute": "rvm.jit.compute",
-    "load_kernel": "rvm.jit.loader",
-    "compile_kernels": "rvm.jit.loader",
-    "kernel_source": "rvm.jit.loader",
-    "kernel_llvm": "rvm.jit.loader",
-    "kernel_asm": "rvm.jit.loader",
-    "cache_dir": "rvm.jit.cache",
-    "cache_info": "rvm.jit.cache",
-    "clear_cache": "rvm.jit.cache",
+    "numpy_kernel": "rvm.jit.numpy_kernel",
+    "load_kernel": "rvm.runtime.native.loader",
+    "compile_kernels": "rvm.runtime.native.loader",
+    "kernel_source": "rvm.runtime.native.loader",
+    "kernel_llvm": "rvm.runtime.native.loader",
+    "kernel_asm": "rvm.runtime.native.loader",
+    "cache_dir": "rvm.runtime.native.cache",
+    "cache_info": "rvm.runtime.native.cache",
+    "clear_cache": "rvm.runtime.native.cache",
 }
 
 __all__ = sorted(_EXPORTS)

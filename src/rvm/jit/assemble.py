@@ -1,12 +1,13 @@
 """Window pools (inlined reduce loops) and ops that fill an array piece by piece.
 
-Float max_pool2d and avg_pool2d call `rvm.jit.pool.pool2d` (compiled once for every kernel)
-into an array that the epilogue reads, or the output itself. Other dtypes' pools are reduce
-loops over the window, inlined into their consumer like any reduction; the window's rows and
-columns outside the input are skipped, and the average divides by the count the reference
-uses. concat, stack and pad fill
-their array with one loop nest per input (no conditional loads, so nothing is read out of
-bounds, size-0 pieces included); cumsum fills its array with a running sum along the axis.
+Float max_pool2d and avg_pool2d call `rvm.runtime.native.pool.pool2d` (compiled once for
+every kernel) into an array that the epilogue reads, or the output itself. Other dtypes'
+pools are reduce loops over the window, inlined into their consumer like any reduction; the
+window's rows and columns outside the input are skipped, and the average divides by the
+count the reference uses. concat, stack and pad fill their array with one loop nest per
+input (no conditional loads, so nothing is read out of bounds, size-0 pieces included);
+pad's edge, reflect and wrap modes are index maps instead, each element reading the one it
+copies; cumsum fills its array with a running sum.
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ FLOATS = ("float32", "float64")
 
 
 def _library_pool(kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, include) -> Tensor:
-    """A float pool as a call of `rvm.jit.pool.pool2d` (compiled once for all kernels) filling
-    an array, as convolutions do: the kernel's own code is the checks and the epilogue."""
+    """A float pool as a call of `rvm.runtime.native.pool.pool2d` (compiled once for all
+    kernels) filling an array, as convolutions do: the kernel's own code is the checks and
+    the epilogue."""
     t = Tensor(dims, x.dtype, kind="anchor")
     (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
     ceil, pads = attrs["ceil_mode"], attrs["padding"]
@@ -99,7 +101,7 @@ def _library_pool(kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, in
     def fill() -> None:
         t.array = kb.buffer(dims, x.dtype, t.array)
         xv = kb.materialize(x)
-        kb.imports.add("from rvm.jit.pool import pool2d")
+        kb.imports.add("from rvm.runtime.native.pool import pool2d")
         kb.root.lines.append(f"pool2d({xv}, {t.array}, {args})")
 
     t.fill = fill
@@ -184,6 +186,9 @@ def _pad(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor
     (x,) = args
     widths = attrs["pad_width"]
     dims = [kb.dim(f"{d} + {lo + hi}") if lo + hi else d for d, (lo, hi) in zip(x.dims, widths)]
+    mode = attrs.get("mode", "constant")
+    if mode != "constant":
+        return _pad_copying(kb, x, widths, dims, mode)
     t = Tensor(tuple(dims), out, kind="anchor")
     value = lit(attrs["pad_value"], out)
 
@@ -194,6 +199,35 @@ def _pad(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor
 
     t.fill = fill
     return t
+
+
+def _pad_copying(
+    kb: KernelBuilder, x: Tensor, widths: Sequence[Sequence[int]], dims: Sequence[str], mode: str
+) -> Tensor:
+    """Edge, reflect or wrap padding: each element reads the input element it copies."""
+    for d, (lo, hi) in zip(x.dims, widths):
+        if lo + hi and not (d.isdigit() and int(d) > 0):  # the type rule rejects a static 0
+            kb.check(f"{d} == 0", f"{kb.kernel}: {kb.op}: {mode} padding of an empty axis")
+
+    def source(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
+        src = []
+        for i, d, (lo, hi) in zip(index, x.dims, widths):
+            if not lo + hi:
+                src.append(i)
+                continue
+            at = f"({i.code} - {lo})"
+            if mode == "edge":
+                code = f"min(max({at}, 0), {d} - 1)"
+            elif mode == "wrap":
+                code = f"{at} % {d}"
+            else:  # reflect: a triangle wave of period 2 * (d - 1) (NumPy's repeated mirroring)
+                period = kb.dim(f"max(2 * {d} - 2, 1)")
+                t = kb.let(body, idx(f"{at} % {period}", i), "r")
+                code = f"({t.code} if {t.code} < {d} else {period} - {t.code})"
+            src.append(kb.let(body, idx(code, i), "s"))
+        return src
+
+    return kb.index_map(x, dims, source)
 
 
 def _cumsum(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:

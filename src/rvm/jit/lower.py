@@ -26,6 +26,7 @@ from rvm.ir.types import TensorType, TupleType, Type
 from rvm.jit import assemble, layout, stages  # noqa: F401  (register compute definitions)
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
+from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.op import ops
@@ -33,10 +34,41 @@ from rvm.runtime.executable import KernelRecord
 
 logger = logging.getLogger("rvm.jit")
 
+# The ops with no jit compute at all: their kernels are always the numpy kernel. Every other op
+# of rvm.op has an entry in `rvm.jit.compute.compute` (tests/jit/test_coverage.py checks both).
+NO_JIT_COMPUTE = frozenset(
+    {
+        "avg_pool1d",
+        "avg_pool3d",
+        "bitcast",
+        "conv1d_transpose",
+        "conv2d_transpose",
+        "conv3d",
+        "conv3d_transpose",
+        "cumprod",
+        "dynamic_slice",
+        "fmod",
+        "gather_nd",
+        "left_shift",
+        "lrn",
+        "max_pool1d",
+        "max_pool3d",
+        "max_pool_indices",
+        "nonzero",
+        "resize",
+        "right_shift",
+        "scatter_elements",
+        "scatter_nd",
+        "shape_of",
+        "topk",
+        "trilu",
+        "unique",
+    }
+)
 FALLBACK_NOTE = (
-    "falls back to numpy: lrn, shape_of, integer power, float16 and uint16/32/64 tensors, "
-    "arange with float bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown "
-    "rank, ops without a compute definition (resize, einsum, scatters, topk...)"
+    f"falls back to numpy: {', '.join(sorted(NO_JIT_COMPUTE))}; integer power, float16, "
+    "uint16/32/64 and the narrow dtypes (bfloat16, float8, int4...: Numba has no such types), "
+    "arange with float bounds, squeeze(axis=None) of symbolic shapes, parameters of unknown rank"
 )
 FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
 FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")
@@ -63,8 +95,6 @@ def jit_kernel(
     try:
         source, entry, sig = _KernelLowering(name, func, style, generic).build()
     except Unsupported as err:
-        from rvm.codegen.kernel_numpy import numpy_kernel
-
         logger.info("kernel %s (%s) falls back to numpy: %s", name, ",".join(ops_used), err)
         rec = numpy_kernel(name, func, style)
         return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
@@ -322,7 +352,7 @@ class _KernelLowering:
             "import numpy as np",
             "from numba import types as nt",
             "",
-            "from rvm.jit.mathlib import exp32, sigmoid32, tanh32",
+            "from rvm.runtime.native.mathlib import exp32, sigmoid32, tanh32",
             *sorted(self.kb.imports),
             "",
             "CACHE = True",

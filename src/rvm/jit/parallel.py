@@ -1,9 +1,10 @@
 """Compiling an executable's missing jit kernels in several processes at once.
 
 Numba compiles under the GIL and a process-wide lock, so threads cannot compile two kernels
-at once; processes can, and rvm's disk cache (`rvm.jit.cache`) is what lets the parent use
-their work: a kernel is a file whose object code Numba caches beside it, so a kernel a helper
-process compiled is a cache hit when the parent loads it.
+at once; processes can, and rvm's disk cache (`rvm.runtime.native.cache`) is what lets the
+parent use their work: a kernel is a file whose object code Numba caches beside it, so a
+kernel a helper process compiled is a cache hit when the parent loads it.
+
 
 `precompile(records)` writes the missing kernels' files, starts helper processes
 (``python -m rvm.jit.parallel CLAIMS FILE...``) and compiles kernels itself meanwhile. Each
@@ -29,8 +30,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rvm.jit.cache import has_object_code, kernel_path, write_entry
 from rvm.runtime.executable import KernelRecord
+from rvm.runtime.native.cache import has_object_code, kernel_path, write_entry
 
 logger = logging.getLogger("rvm.jit")
 
@@ -65,8 +66,8 @@ def claim(claims: Path, path: Path) -> bool:
 def precompile(records: Sequence[KernelRecord]) -> int:
     """Compile the jit kernels of ``records`` whose object code is not cached, with helper
     processes when it pays; returns how many helpers ran. The parent's kernels are loaded
-    (`rvm.jit.loader.load_kernel`); the helpers' are cache hits for it afterwards."""
-    from rvm.jit.loader import load_kernel
+    (`rvm.runtime.native.loader.load_kernel`); the helpers' are cache hits for it afterwards."""
+    from rvm.runtime.native.loader import load_kernel
 
     missing: dict[Path, KernelRecord] = {}
     for rec in records:
@@ -124,7 +125,7 @@ def _spawn(claims: Path, paths: list[Path]) -> subprocess.Popen | None:
 
 def _main(argv: list[str]) -> None:
     """A helper: compile each kernel file of ``argv[1:]`` it claims in ``argv[0]``."""
-    from rvm.jit.loader import exec_kernel_file
+    from rvm.runtime.native.loader import exec_kernel_file
 
     claims = Path(argv[0])
     for name in argv[1:]:

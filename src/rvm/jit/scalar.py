@@ -171,12 +171,12 @@ def _where(attrs: dict, t: str, c: str, a: str, b: str) -> str:
 
 
 def exp_source(t: str, x: str) -> str:
-    """e ** x: the vectorizable `rvm.jit.mathlib.exp32` for float32."""
+    """e ** x: the vectorizable `rvm.runtime.native.mathlib.exp32` for float32."""
     return f"exp32({x})" if t == "float32" else f"np.exp({x})"
 
 
 def tanh_source(t: str, x: str) -> str:
-    """tanh(x): the vectorizable `rvm.jit.mathlib.tanh32` for float32."""
+    """tanh(x): the vectorizable `rvm.runtime.native.mathlib.tanh32` for float32."""
     return f"tanh32({x})" if t == "float32" else f"np.tanh({x})"
 
 
@@ -188,6 +188,12 @@ for _op, _fn in (
     (ops.sqrt, "np.sqrt"),
     (ops.sin, "np.sin"),
     (ops.cos, "np.cos"),
+    (ops.asin, "np.arcsin"),
+    (ops.acos, "np.arccos"),
+    (ops.atan, "np.arctan"),
+    (ops.asinh, "np.arcsinh"),
+    (ops.acosh, "np.arccosh"),
+    (ops.atanh, "np.arctanh"),
 ):
     scalar_compute[_op] = lambda attrs, t, x, _f=_fn: f"{_f}({x})"
 

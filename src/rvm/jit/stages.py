@@ -1,30 +1,30 @@
 """Anchor stages: matmul, dense, conv1d/conv2d (BLAS) and the window pools.
 
-Float matmul and dense call `rvm.jit.blas.matmul` inside the kernel (NumPy's BLAS, with the
-GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS is not
-reachable), one call per batch matrix, writing straight into the stage's array; the lowering
-points that array at the kernel's output when the epilogue (bias, activation) can run in
-place, so the epilogue is one pass over the output in the same kernel. Float convolutions
-call `rvm.jit.conv.conv2d` (shifted GEMMs or im2col, by NumPy's BLAS), compiled once for all
-kernels rather than into each: a kernel only checks shapes, makes the call and runs its
-epilogue. Integer matmul and convolution, and the
-pools, are reduce loops inlined into their consumer.
+Float matmul and dense call `rvm.runtime.native.blas.matmul` inside the kernel (NumPy's BLAS,
+with the GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS
+is not reachable), one call per batch matrix, writing straight into the stage's array; the
+lowering points that array at the kernel's output when the epilogue (bias, activation) can
+run in place, so the epilogue is one pass over the output in the same kernel. Float
+convolutions call `rvm.runtime.native.conv.conv2d` (1x1 GEMMs, depthwise loops, shifted GEMMs
+or im2col), compiled once for all kernels rather than into each: a kernel only checks shapes,
+makes the call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
+into their consumer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rvm.jit import blas
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
 from rvm.op import ops
+from rvm.runtime.native import blas
 
 BLAS_DTYPES = ("float32", "float64")
 # Stride-1 convolutions with fewer input channels per group than this make shallow GEMMs:
-# im2col instead of shifted GEMMs (passed to `rvm.jit.conv.conv2d` by every kernel).
+# im2col instead of shifted GEMMs (passed to `rvm.runtime.native.conv.conv2d` by every kernel).
 SHIFT_MIN_CHANNELS = 16
 
 
@@ -85,7 +85,7 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     loop = Body(kb.root, None, f"elif {m} > 0 and {n} > 0:")
 
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.jit.blas import matmul")
+        kb.imports.add("from rvm.runtime.native.blas import matmul")
 
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
@@ -200,14 +200,14 @@ def _conv(nsp: int):
 
 
 def _emit_conv(kb, x, w, out, groups, geo) -> None:
-    """A call of the convolution library (`rvm.jit.conv`) on 4-d views of the operands."""
+    """A call of the convolution library (`rvm.runtime.native.conv`) on 4-d views."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
     call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.jit.conv import conv2d")
+        kb.imports.add("from rvm.runtime.native.conv import conv2d")
         kb.root.lines.append(f"conv2d({call}, {int_args(SHIFT_MIN_CHANNELS)})")
     else:
-        kb.imports.add("from rvm.jit.conv import conv2d_dot")
+        kb.imports.add("from rvm.runtime.native.conv import conv2d_dot")
         kb.root.lines.append(f"conv2d_dot({call})")
 
 

@@ -10,21 +10,29 @@ self-contained `rvm.op.numpy_ref`).
 
 from __future__ import annotations
 
+from rvm import _hooks
 from rvm.ir.expr import const
 from rvm.op import ops
 from rvm.op.conv import (
-    avg_pool2d,
     conv1d,
+    conv1d_transpose,
     conv2d,
-    global_avg_pool2d,
-    global_max_pool2d,
-    max_pool2d,
+    conv2d_transpose,
+    conv3d,
+    conv3d_transpose,
 )
 from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import arange, full, one_hot, ones, shape_of, zeros
 from rvm.op.elemwise import (
     abs,
+    acos,
+    acosh,
     add,
+    asin,
+    asinh,
+    atan,
+    atanh,
+    bitcast,
     bitwise_and,
     bitwise_not,
     bitwise_or,
@@ -73,7 +81,15 @@ from rvm.op.elemwise import (
     where,
 )
 from rvm.op.image import resize
-from rvm.op.index import gather, gather_nd, scatter_elements, scatter_nd, strided_slice, take
+from rvm.op.index import (
+    dynamic_slice,
+    gather,
+    gather_nd,
+    scatter_elements,
+    scatter_nd,
+    strided_slice,
+    take,
+)
 from rvm.op.manipulate import (
     broadcast_to,
     concat,
@@ -89,19 +105,42 @@ from rvm.op.manipulate import (
     trilu,
 )
 from rvm.op.nn import batch_norm, dense, layer_norm, log_softmax, lrn, matmul, softmax
+from rvm.op.pool import (
+    avg_pool1d,
+    avg_pool2d,
+    avg_pool3d,
+    global_avg_pool2d,
+    global_max_pool2d,
+    max_pool1d,
+    max_pool2d,
+    max_pool3d,
+    max_pool_indices,
+)
 from rvm.op.reduce import argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, variance
 from rvm.op.search import nonzero, topk, unique
+
+# The IR builds ``x + y`` on its values from this op set (see rvm._hooks).
+_hooks.supply("ops", ops)
 
 __all__ = [
     "ExprLike",
     "abs",
+    "acos",
+    "acosh",
     "add",
     "arange",
     "argmax",
     "argmin",
     "as_expr",
+    "avg_pool1d",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
     "avg_pool2d",
+    "avg_pool3d",
     "batch_norm",
+    "bitcast",
     "bitwise_and",
     "bitwise_not",
     "bitwise_or",
@@ -113,12 +152,17 @@ __all__ = [
     "concat",
     "const",
     "conv1d",
+    "conv1d_transpose",
     "conv2d",
+    "conv2d_transpose",
+    "conv3d",
+    "conv3d_transpose",
     "cos",
     "cumprod",
     "cumsum",
     "dense",
     "divide",
+    "dynamic_slice",
     "equal",
     "erf",
     "exp",
@@ -148,7 +192,10 @@ __all__ = [
     "lrn",
     "matmul",
     "max",
+    "max_pool1d",
     "max_pool2d",
+    "max_pool3d",
+    "max_pool_indices",
     "maximum",
     "mean",
     "min",

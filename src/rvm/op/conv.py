@@ -1,10 +1,19 @@
-"""Convolutions and pools over NCW / NCHW tensors with OIW / OIHW weights.
+"""Convolutions and transposed convolutions over 1, 2 or 3 spatial axes (NCW, NCHW, NCDHW).
 
-Attributes are stored normalized: ``strides`` and ``dilation`` as one int per spatial axis;
-``padding`` as (left, right) for 1-d and (top, left, bottom, right) for 2-d (TVM's order). A
-builder accepts an int (every side), a pair (per axis, both sides) or the full form. Output
-sizes follow ``(size + pads - dilation * (kernel - 1) - 1) // stride + 1``; a symbolic spatial
-size gives an unknown output size, a symbolic batch size passes through.
+One definition serves every rank: ``conv{1,2,3}d`` and ``conv{1,2,3}d_transpose`` are separate
+ops (the jit lowers conv1d/conv2d itself, the others run their numpy kernel) sharing one type
+rule, one builder and one reference each. Attributes are stored normalized: ``strides``,
+``dilation`` and ``output_padding`` as one int per spatial axis; ``padding`` as (before...,
+after...) per spatial axis (TVM's (top, left, bottom, right) in 2-d). A builder accepts an int
+(every side), one value per axis (both sides) or the full form. A symbolic spatial size gives an
+unknown output size; a symbolic batch size passes through.
+
+A convolution's output size is ``(size + before + after - dilation * (kernel - 1) - 1) //
+stride + 1``. A transposed convolution (the gradient of a convolution with the same attributes;
+its weight is (in channels, out channels / groups, kernel...)) scatters input position ``i``
+through kernel offset ``k`` to ``i * stride + k * dilation``, then drops ``before`` positions at
+the start and ``after`` at the end and adds ``output_padding`` zeros-or-values at the end:
+``stride * (size - 1) + dilation * (kernel - 1) + 1 - before - after + output_padding``.
 """
 
 from __future__ import annotations
@@ -15,14 +24,15 @@ from rvm.errors import IRError
 from rvm.ir.expr import Call, Op
 from rvm.ir.types import Dim, TensorType, Type, promote_dtypes
 from rvm.op import numpy_ref, ops
-from rvm.op.core import ExprLike, as_expr, call, check_bool, check_int, check_ints, reference
+from rvm.op.core import ExprLike, as_expr, call, check_int, check_ints, reference
 from rvm.op.shapes import fmt, rule, window_out_dim
 
 IntOrInts = int | Sequence[int]
+LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
 
 def normalize_padding(op: str, padding: IntOrInts, nspatial: int) -> tuple[int, ...]:
-    """Padding as (before..., after...) per spatial axis: 2 values for 1-d, 4 for 2-d."""
+    """Padding as (before..., after...) per spatial axis: 2 values for 1-d, 4 for 2-d..."""
     pads = check_ints(op, "padding", padding)
     if len(pads) == 1:
         pads = pads * (2 * nspatial)
@@ -37,101 +47,119 @@ def normalize_padding(op: str, padding: IntOrInts, nspatial: int) -> tuple[int, 
     return pads
 
 
-def _positive(op: str, name: str, value: IntOrInts, n: int) -> tuple[int, ...]:
+def positive_ints(op: str, name: str, value: IntOrInts, n: int) -> tuple[int, ...]:
+    """``n`` ints >= 1 (a single int is repeated)."""
     out = check_ints(op, name, value, n)
     if any(v < 1 for v in out):
         raise IRError(f"{op}: {name} must be >= 1, got {value!r}")
     return out
 
 
-def _pairs(pads: Sequence[int], nspatial: int) -> list[tuple[int, int]]:
+def pad_pairs(pads: Sequence[int], nspatial: int) -> list[tuple[int, int]]:
+    """(before..., after...) as one (before, after) pair per spatial axis."""
     return [(pads[i], pads[i + nspatial]) for i in range(nspatial)]
 
 
-def _check_rank(op: str, x: TensorType, rank: int, what: str) -> None:
+def check_rank(op: str, x: TensorType, rank: int, what: str) -> None:
+    """IRError unless ``x`` (of known rank) has ``rank`` axes."""
     if x.shape is not None and len(x.shape) != rank:
         raise IRError(f"{op}: {what} must have rank {rank}, got {fmt(x.shape)}")
 
 
-def _conv_rule(op: Op, nspatial: int) -> None:
-    layout = "NCW" if nspatial == 1 else "NCHW"
+def _check_groups(op: str, x: TensorType, w: TensorType, groups: int, transpose: bool) -> Dim:
+    """Checks the channels against the weight and ``groups``; returns the output channels.
+
+    A convolution's weight is (out, in / groups, ...); a transposed one's (in, out / groups).
+    """
+    assert x.shape is not None
+    if w.shape is None:
+        return None
+    per_group = w.shape[0] if transpose else w.shape[1]
+    if not transpose and isinstance(per_group, int):
+        per_group *= groups
+    cin = x.shape[1]
+    if isinstance(cin, int) and isinstance(per_group, int) and cin != per_group:
+        raise IRError(
+            f"{op}: input {fmt(x.shape)} has {cin} channels but weight {fmt(w.shape)} "
+            f"with groups={groups} expects {per_group}"
+        )
+    what = "input" if transpose else "output"
+    if isinstance(w.shape[0], int) and w.shape[0] % groups:
+        raise IRError(f"{op}: {w.shape[0]} {what} channels do not divide into {groups} groups")
+    if not transpose:
+        return w.shape[0]
+    if isinstance(w.shape[1], int):
+        return w.shape[1] * groups
+    return w.shape[1] if groups == 1 else None
+
+
+def _transpose_out_dim(op: str, size: Dim, kernel: Dim, i: int, attrs: dict, nsp: int) -> Dim:
+    if not isinstance(size, int) or not isinstance(kernel, int):
+        return None
+    lo, hi = pad_pairs(attrs["padding"], nsp)[i]
+    stride, dil = attrs["strides"][i], attrs["dilation"][i]
+    out = stride * (size - 1) + dil * (kernel - 1) + 1 - lo - hi + attrs["output_padding"][i]
+    if out < 1:
+        raise IRError(f"{op}: padding ({lo}, {hi}) leaves no output along spatial axis {i}")
+    return out
+
+
+def _conv_rule(op: Op, nspatial: int, transpose: bool) -> None:
+    layout = LAYOUTS[nspatial]
+    weight = ("IO" if transpose else "OI") + layout[2:]
 
     @rule(op)
     def infer_conv(call_: Call, args: list[TensorType]) -> Type:
         x, w = args
-        _check_rank(op.name, x, 2 + nspatial, f"the input ({layout})")
-        _check_rank(op.name, w, 2 + nspatial, f"the weight (O{layout[1:].replace('C', 'I')})")
+        check_rank(op.name, x, 2 + nspatial, f"the input ({layout})")
+        check_rank(op.name, w, 2 + nspatial, f"the weight ({weight})")
         dtype = promote_dtypes(x.dtype, w.dtype)
         if x.shape is None:
             return TensorType(None, dtype)
         attrs = call_.attrs
-        groups = attrs["groups"]
-        cin, out_ch = x.shape[1], None if w.shape is None else w.shape[0]
-        if w.shape is not None and isinstance(cin, int) and isinstance(w.shape[1], int):
-            if cin != w.shape[1] * groups:
-                raise IRError(
-                    f"{op.name}: input {fmt(x.shape)} has {cin} channels but weight "
-                    f"{fmt(w.shape)} with groups={groups} expects {w.shape[1] * groups}"
-                )
-        if isinstance(out_ch, int) and out_ch % groups:
-            raise IRError(f"{op.name}: {out_ch} output channels do not divide into {groups} groups")
+        out_ch = _check_groups(op.name, x, w, attrs["groups"], transpose)
         spatial: list[Dim] = []
-        for i, pads in enumerate(_pairs(attrs["padding"], nspatial)):
-            kernel = None if w.shape is None else w.shape[2 + i]
-            spatial.append(
-                window_out_dim(
-                    op.name, x.shape[2 + i], kernel, attrs["strides"][i], pads, attrs["dilation"][i]
-                )
-            )
+        for i, pads in enumerate(pad_pairs(attrs["padding"], nspatial)):
+            size, kernel = x.shape[2 + i], None if w.shape is None else w.shape[2 + i]
+            if transpose:
+                spatial.append(_transpose_out_dim(op.name, size, kernel, i, attrs, nspatial))
+                continue
+            stride, dil = attrs["strides"][i], attrs["dilation"][i]
+            spatial.append(window_out_dim(op.name, size, kernel, stride, pads, dil))
         return TensorType((x.shape[0], out_ch, *spatial), dtype)
 
 
-def _pool_rule(op: Op) -> None:
-    @rule(op)
-    def infer_pool(call_: Call, args: list[TensorType]) -> Type:
-        (x,) = args
-        _check_rank(op.name, x, 4, "the input (NCHW)")
-        if x.shape is None:
-            return x
-        a = call_.attrs
-        spatial = [
-            window_out_dim(
-                op.name,
-                x.shape[2 + i],
-                a["pool_size"][i],
-                a["strides"][i],
-                pads,
-                a["dilation"][i],
-                a["ceil_mode"],
-            )
-            for i, pads in enumerate(_pairs(a["padding"], 2))
-        ]
-        return TensorType((*x.shape[:2], *spatial), x.dtype)
+for _n in (1, 2, 3):
+    for _transpose, _name in ((False, f"conv{_n}d"), (True, f"conv{_n}d_transpose")):
+        _conv_rule(getattr(ops, _name), _n, _transpose)
+        reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
-def _global_pool_rule(op: Op) -> None:
-    @rule(op)
-    def infer_global_pool(call_: Call, args: list[TensorType]) -> Type:
-        (x,) = args
-        _check_rank(op.name, x, 4, "the input (NCHW)")
-        return TensorType(None if x.shape is None else (*x.shape[:2], 1, 1), x.dtype)
-
-
-_conv_rule(ops.conv1d, 1)
-_conv_rule(ops.conv2d, 2)
-_pool_rule(ops.max_pool2d)
-_pool_rule(ops.avg_pool2d)
-_global_pool_rule(ops.global_avg_pool2d)
-_global_pool_rule(ops.global_max_pool2d)
-for _name in (
-    "conv1d",
-    "conv2d",
-    "max_pool2d",
-    "avg_pool2d",
-    "global_avg_pool2d",
-    "global_max_pool2d",
-):
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
+def _conv_call(
+    conv_op: Op,
+    ndim: int,
+    x: ExprLike,
+    w: ExprLike,
+    strides: IntOrInts,
+    padding: IntOrInts,
+    dilation: IntOrInts,
+    groups: int,
+    output_padding: IntOrInts | None = None,
+) -> Call:
+    """The call of ``conv_op`` over ``ndim`` spatial dims with normalized attributes."""
+    name = conv_op.name
+    attrs = {
+        "strides": positive_ints(name, "strides", strides, ndim),
+        "padding": normalize_padding(name, padding, ndim),
+    }
+    if output_padding is not None:
+        extra = check_ints(name, "output_padding", output_padding, ndim)
+        if any(e < 0 for e in extra):
+            raise IRError(f"{name}: output_padding must be >= 0, got {output_padding!r}")
+        attrs["output_padding"] = extra
+    attrs["dilation"] = positive_ints(name, "dilation", dilation, ndim)
+    attrs["groups"] = check_int(name, "groups", groups, minimum=1)
+    return call(conv_op, as_expr(x), as_expr(w), **attrs)
 
 
 def conv1d(
@@ -164,85 +192,63 @@ def conv2d(
     return _conv_call(ops.conv2d, 2, x, w, strides, padding, dilation, groups)
 
 
-def _conv_call(
-    conv_op: Op,
-    ndim: int,
+def conv3d(
     x: ExprLike,
     w: ExprLike,
-    strides: IntOrInts,
-    padding: IntOrInts,
-    dilation: IntOrInts,
-    groups: int,
+    strides: IntOrInts = 1,
+    padding: IntOrInts = 0,
+    dilation: IntOrInts = 1,
+    groups: int = 1,
 ) -> Call:
-    """The call of ``conv_op`` over ``ndim`` spatial dims with normalized attributes."""
-    name = conv_op.name
-    return call(
-        conv_op,
-        as_expr(x),
-        as_expr(w),
-        strides=_positive(name, "strides", strides, ndim),
-        padding=normalize_padding(name, padding, ndim),
-        dilation=_positive(name, "dilation", dilation, ndim),
-        groups=check_int(name, "groups", groups, minimum=1),
+    """3-d convolution: x is (N, C, D, H, W), w is (O, C / groups, KD, KH, KW).
+
+    ``padding`` is an int, (pad_d, pad_h, pad_w), or (front, top, left, back, bottom, right).
+    """
+    return _conv_call(ops.conv3d, 3, x, w, strides, padding, dilation, groups)
+
+
+def conv1d_transpose(
+    x: ExprLike,
+    w: ExprLike,
+    strides: IntOrInts = 1,
+    padding: IntOrInts = 0,
+    output_padding: IntOrInts = 0,
+    dilation: IntOrInts = 1,
+    groups: int = 1,
+) -> Call:
+    """1-d transposed convolution: x is (N, C, W), w is (C, O / groups, KW); see the module
+    docstring for the output size."""
+    return _conv_call(
+        ops.conv1d_transpose, 1, x, w, strides, padding, dilation, groups, output_padding
     )
 
 
-def _pool_attrs(
-    op: str,
-    pool_size: IntOrInts,
-    strides: IntOrInts,
-    padding: IntOrInts,
-    dilation: IntOrInts,
-    ceil_mode: bool,
-) -> dict:
-    return {
-        "pool_size": _positive(op, "pool_size", pool_size, 2),
-        "strides": _positive(op, "strides", strides, 2),
-        "padding": normalize_padding(op, padding, 2),
-        "dilation": _positive(op, "dilation", dilation, 2),
-        "ceil_mode": check_bool(op, "ceil_mode", ceil_mode),
-    }
-
-
-def max_pool2d(
+def conv2d_transpose(
     x: ExprLike,
-    pool_size: IntOrInts = 1,
+    w: ExprLike,
     strides: IntOrInts = 1,
     padding: IntOrInts = 0,
+    output_padding: IntOrInts = 0,
     dilation: IntOrInts = 1,
-    ceil_mode: bool = False,
+    groups: int = 1,
 ) -> Call:
-    """The maximum over windows of an NCHW tensor (padding never wins).
+    """2-d transposed convolution (the gradient of conv2d): x is (N, C, H, W), w is
+    (C, O / groups, KH, KW)."""
+    return _conv_call(
+        ops.conv2d_transpose, 2, x, w, strides, padding, dilation, groups, output_padding
+    )
 
-    As in TVM, ``strides`` default to 1, not to ``pool_size``.
-    """
-    attrs = _pool_attrs("max_pool2d", pool_size, strides, padding, dilation, ceil_mode)
-    return call(ops.max_pool2d, as_expr(x), **attrs)
 
-
-def avg_pool2d(
+def conv3d_transpose(
     x: ExprLike,
-    pool_size: IntOrInts = 1,
+    w: ExprLike,
     strides: IntOrInts = 1,
     padding: IntOrInts = 0,
+    output_padding: IntOrInts = 0,
     dilation: IntOrInts = 1,
-    ceil_mode: bool = False,
-    count_include_pad: bool = False,
+    groups: int = 1,
 ) -> Call:
-    """The mean over windows of an NCHW tensor.
-
-    The divisor counts padding elements only when ``count_include_pad``.
-    """
-    attrs = _pool_attrs("avg_pool2d", pool_size, strides, padding, dilation, ceil_mode)
-    attrs["count_include_pad"] = check_bool("avg_pool2d", "count_include_pad", count_include_pad)
-    return call(ops.avg_pool2d, as_expr(x), **attrs)
-
-
-def global_avg_pool2d(x: ExprLike) -> Call:
-    """The mean over H and W of an NCHW tensor, giving (N, C, 1, 1)."""
-    return call(ops.global_avg_pool2d, as_expr(x))
-
-
-def global_max_pool2d(x: ExprLike) -> Call:
-    """The maximum over H and W of an NCHW tensor, giving (N, C, 1, 1)."""
-    return call(ops.global_max_pool2d, as_expr(x))
+    """3-d transposed convolution: x is (N, C, D, H, W), w is (C, O / groups, KD, KH, KW)."""
+    return _conv_call(
+        ops.conv3d_transpose, 3, x, w, strides, padding, dilation, groups, output_padding
+    )

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from rvm.errors import IRError
+from rvm.errors import IRError, RVMError
 from rvm.ir.expr import Call, Constant, Expr, Op, Tuple
 from rvm.ir.infer import infer_type
-from rvm.ir.types import DTYPES, FLOAT_DTYPES, Dim, Shape, TensorType, check_dim
+from rvm.ir.types import FLOAT_DTYPES, Dim, Shape, TensorType, check_dim, check_dtype
 
 ExprLike = Expr | bool | int | float | np.ndarray | np.generic
 
@@ -193,9 +193,6 @@ def check_shape(op: str, shape: object, *, allow_infer: bool = False) -> Shape:
 def check_dtype_attr(op: str, dtype: object) -> str:
     """A dtype attribute as one of `rvm.ir.DTYPES`."""
     try:
-        name = np.dtype(dtype).name  # type: ignore[call-overload]
-    except TypeError:
-        name = None
-    if name not in DTYPES:
-        raise IRError(f"{op}: unsupported dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
-    return name
+        return check_dtype(dtype)
+    except RVMError as err:
+        raise type(err)(f"{op}: {err}") from None

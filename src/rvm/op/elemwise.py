@@ -13,6 +13,7 @@ outside ``[0, bits)`` saturates as NumPy's (0, or -1 for a right shift of a nega
 
 from __future__ import annotations
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Expr, Op
 from rvm.ir.types import FLOAT_DTYPES, INT_DTYPES, TensorType, Type, promote_dtypes
@@ -96,6 +97,12 @@ for _op in (
     ops.erf,
     ops.sin,
     ops.cos,
+    ops.asin,
+    ops.acos,
+    ops.atan,
+    ops.asinh,
+    ops.acosh,
+    ops.atanh,
     ops.gelu,
     ops.silu,
     ops.softplus,
@@ -127,12 +134,23 @@ def _infer_cast(call_: Call, args: list[TensorType]) -> Type:
     return TensorType(args[0].shape, call_.attrs["dtype"])
 
 
+@rule(ops.bitcast)
+def _infer_bitcast(call_: Call, args: list[TensorType]) -> Type:
+    (x,), dtype = args, call_.attrs["dtype"]
+    if x.dtype is not None and numpy_dtype(x.dtype).itemsize != numpy_dtype(dtype).itemsize:
+        raise IRError(
+            f"bitcast: {x.dtype} and {dtype} differ in size "
+            f"({numpy_dtype(x.dtype).itemsize} and {numpy_dtype(dtype).itemsize} bytes)"
+        )
+    return TensorType(x.shape, dtype)
+
+
 _ELEMWISE = (
     "add subtract multiply divide floor_divide mod power maximum minimum equal not_equal less "
     "less_equal greater greater_equal logical_and logical_or logical_not where negative exp log "
-    "sqrt rsqrt tanh sigmoid erf abs sign sin cos floor ceil round relu leaky_relu gelu silu "
-    "softplus clip cast fmod bitwise_and bitwise_or bitwise_xor bitwise_not left_shift "
-    "right_shift"
+    "sqrt rsqrt tanh sigmoid erf abs sign sin cos asin acos atan asinh acosh atanh floor ceil "
+    "round relu leaky_relu gelu silu softplus clip cast bitcast fmod bitwise_and bitwise_or "
+    "bitwise_xor bitwise_not left_shift right_shift"
 ).split()
 for _name in _ELEMWISE:
     reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
@@ -347,6 +365,36 @@ def cos(x: ExprLike) -> Call:
     return _unary(ops.cos, x)
 
 
+def asin(x: ExprLike) -> Call:
+    """The arcsine (inverse sine), in [-pi/2, pi/2]; NaN outside [-1, 1]."""
+    return _unary(ops.asin, x)
+
+
+def acos(x: ExprLike) -> Call:
+    """The arccosine (inverse cosine), in [0, pi]; NaN outside [-1, 1]."""
+    return _unary(ops.acos, x)
+
+
+def atan(x: ExprLike) -> Call:
+    """The arctangent (inverse tangent), in (-pi/2, pi/2)."""
+    return _unary(ops.atan, x)
+
+
+def asinh(x: ExprLike) -> Call:
+    """The inverse hyperbolic sine."""
+    return _unary(ops.asinh, x)
+
+
+def acosh(x: ExprLike) -> Call:
+    """The inverse hyperbolic cosine; NaN below 1."""
+    return _unary(ops.acosh, x)
+
+
+def atanh(x: ExprLike) -> Call:
+    """The inverse hyperbolic tangent; +-inf at +-1, NaN outside [-1, 1]."""
+    return _unary(ops.atanh, x)
+
+
 def floor(x: ExprLike) -> Call:
     """Round toward minus infinity (integers pass through)."""
     return _unary(ops.floor, x)
@@ -400,3 +448,8 @@ def clip(x: ExprLike, a_min: float | None = None, a_max: float | None = None) ->
 def cast(x: ExprLike, dtype: str) -> Call:
     """x converted to ``dtype`` (NumPy's astype)."""
     return call(ops.cast, as_expr(x), dtype=check_dtype_attr("cast", dtype))
+
+
+def bitcast(x: ExprLike, dtype: str) -> Call:
+    """x's bits read as ``dtype``, which must have the same size (NumPy's view)."""
+    return call(ops.bitcast, as_expr(x), dtype=check_dtype_attr("bitcast", dtype))

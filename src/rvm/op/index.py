@@ -1,9 +1,11 @@
-"""Indexing ops: strided_slice, take, gather, gather_nd, scatter_elements and scatter_nd.
+"""Indexing ops: slices, takes, gathers and scatters.
 
 ``strided_slice`` slices like Python (ends out of range clamp; a huge end such as 2**63 - 1
-means "to the end"). ``take`` is NumPy's take: indices from ``axis`` (None: of the flattened
-tensor), negative indices counting from the end. ``gather`` is ONNX GatherElements, which is
-NumPy's take_along_axis: ``indices`` has the rank of ``x`` and the result has its shape.
+means "to the end"). ``dynamic_slice`` is the same with ``begin`` and ``end`` given as 1-d
+integer tensors at run time (the sliced dimensions are then unknown). ``take`` is NumPy's
+take: indices from ``axis`` (None: of the flattened tensor), negative indices counting from
+the end. ``gather`` is ONNX GatherElements, which is NumPy's take_along_axis: ``indices`` has
+the rank of ``x`` and the result has its shape.
 ``gather_nd`` is ONNX GatherND: the last axis of ``indices`` holds index tuples into ``x``.
 The scatters are their inverses (ONNX ScatterElements and ScatterND): a copy of ``x`` with
 ``updates`` written at the indices, or combined with what is there by ``reduction`` ("add",
@@ -57,6 +59,25 @@ def _infer_strided_slice(call_: Call, args: list[TensorType]) -> Type:
         a["strides"],
     ):
         out[axis] = _slice_dim(x.shape[axis], b, e, s)
+    return TensorType(tuple(out), x.dtype)
+
+
+@rule(ops.dynamic_slice)
+def _infer_dynamic_slice(call_: Call, args: list[TensorType]) -> Type:
+    x, begin, end = args
+    n = len(call_.attrs["axes"])
+    for what, bound in (("begin", begin), ("end", end)):
+        _check_indices(f"dynamic_slice {what}", bound)
+        if bound.shape is not None and bound.shape not in ((n,), (None,)):
+            raise IRError(
+                f"dynamic_slice: {what} must be a 1-d tensor of {n} bounds, got shape "
+                f"{fmt(bound.shape)}"
+            )
+    if x.shape is None:
+        return x
+    out = list(x.shape)
+    for axis in normalize_axes("dynamic_slice", call_.attrs["axes"], len(out), what="axes"):
+        out[axis] = None
     return TensorType(tuple(out), x.dtype)
 
 
@@ -163,7 +184,15 @@ def _infer_scatter_nd(call_: Call, args: list[TensorType]) -> Type:
     return x
 
 
-for _name in ("strided_slice", "take", "gather", "gather_nd", "scatter_elements", "scatter_nd"):
+for _name in (
+    "strided_slice",
+    "dynamic_slice",
+    "take",
+    "gather",
+    "gather_nd",
+    "scatter_elements",
+    "scatter_nd",
+):
     reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
@@ -191,6 +220,25 @@ def strided_slice(
     if 0 in strides_:
         raise IRError(f"{op}: strides must not be 0, got {strides_}")
     return call(ops.strided_slice, as_expr(x), begin=begin_, end=end_, strides=strides_, axes=axes_)
+
+
+def dynamic_slice(
+    x: ExprLike,
+    begin: ExprLike,
+    end: ExprLike,
+    axes: Sequence[int],
+    strides: Sequence[int] | None = None,
+) -> Call:
+    """``x[begin:end:strides]`` along ``axes``, ``begin`` and ``end`` being 1-d integer
+    tensors (one bound per axis) known only at run time."""
+    op = "dynamic_slice"
+    axes_ = check_ints(op, "axes", axes)
+    strides_ = (1,) * len(axes_) if strides is None else check_ints(op, "strides", strides)
+    if len(strides_) != len(axes_) or 0 in strides_:
+        raise IRError(f"{op}: strides {strides_} must be nonzero, one per axis of {axes_}")
+    return call(
+        ops.dynamic_slice, as_expr(x), as_expr(begin), as_expr(end), axes=axes_, strides=strides_
+    )
 
 
 def take(x: ExprLike, indices: ExprLike, axis: int | None = None) -> Call:

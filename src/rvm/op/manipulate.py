@@ -24,6 +24,7 @@ from rvm.op.core import (
     check_axes,
     check_axis,
     check_bool,
+    check_choice,
     check_int,
     check_ints,
     check_scalar,
@@ -41,6 +42,8 @@ from rvm.op.shapes import (
     rule_raw,
     unify_dim,
 )
+
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
 
 # ---------------------------------------------------------------------------------------------
 # reshape
@@ -211,7 +214,12 @@ def _infer_pad(call_: Call, args: list[TensorType]) -> Type:
             f"pad: pad_width has {len(widths)} pairs for a tensor of shape {fmt(x.shape)}"
         )
     out: list[Dim] = []
-    for d, (lo, hi) in zip(x.shape, widths):
+    for axis, (d, (lo, hi)) in enumerate(zip(x.shape, widths)):
+        if d == 0 and lo + hi and call_.attrs["mode"] != "constant":
+            raise IRError(
+                f"pad: mode {call_.attrs['mode']!r} copies values of the input, but axis {axis} "
+                f"of {fmt(x.shape)} is empty"
+            )
         if isinstance(d, int):
             out.append(d + lo + hi)
         else:
@@ -237,16 +245,29 @@ def broadcast_to(x: ExprLike, shape: Sequence[int | str]) -> Call:
 
 
 def pad(
-    x: ExprLike, pad_width: Sequence[Sequence[int]], pad_value: float | int | bool = 0.0
+    x: ExprLike,
+    pad_width: Sequence[Sequence[int]],
+    pad_value: float | int | bool = 0.0,
+    mode: str = "constant",
 ) -> Call:
-    """``x`` padded with ``pad_value``; ``pad_width`` is a (before, after) pair per axis."""
+    """``x`` padded by a (before, after) pair per axis in ``pad_width``.
+
+    ``mode`` fills the new elements as NumPy's modes of the same names (and ONNX Pad's):
+    "constant" with ``pad_value``, "edge" with the nearest edge value, "reflect" with the
+    mirror image about the edge (the edge itself not repeated), "wrap" with the values from
+    the other end. ``pad_value`` counts only in "constant" mode.
+    """
     if not isinstance(pad_width, (list, tuple)):
         raise IRError(f"pad: pad_width must be a (before, after) pair per axis, got {pad_width!r}")
     widths = tuple(check_ints("pad", "pad_width", p, 2) for p in pad_width)
     if any(v < 0 for p in widths for v in p):
         raise IRError(f"pad: pad_width must be >= 0, got {pad_width!r}")
     return call(
-        ops.pad, as_expr(x), pad_width=widths, pad_value=check_scalar("pad", "pad_value", pad_value)
+        ops.pad,
+        as_expr(x),
+        pad_width=widths,
+        pad_value=check_scalar("pad", "pad_value", pad_value),
+        mode=check_choice("pad", "mode", mode, PAD_MODES),
     )
 
 

@@ -6,8 +6,9 @@ ints: the caller resolves symbolic names first. ``concat`` and ``stack`` receive
 as one sequence; ``split`` returns a tuple. Results are arrays (never NumPy scalars) of the
 dtype the op's type rule promises: float32 in, float32 out.
 
-This module is self-contained on purpose: it imports only ``math`` and ``numpy`` and holds only
-functions and constants, because the compiler embeds its source in saved executables and
+This module is self-contained on purpose: it imports only ``math`` and ``numpy`` (and
+``ml_dtypes``, on first use of a narrow dtype such as bfloat16) and holds only functions and
+constants, because the compiler embeds its source in saved executables and
 executes it in a fresh namespace. Function names shadow builtins (``sum``, ``max``, ``abs``...)
 so that every op maps to the function of its name; the module never uses those builtins.
 """
@@ -23,6 +24,29 @@ SQRT_2_OVER_PI = 0.7978845608028654
 def _like(result, dtype):
     """``result`` as an array of ``dtype`` (undoes float64 from 0-d or mixed promotion)."""
     return np.asarray(result, dtype=dtype)
+
+
+def _dtype(name):
+    """The numpy dtype ``name``. A narrow one (bfloat16, float8_e4m3fn, int4...) is ml_dtypes',
+    imported here on first use because importing it registers its names with numpy: a saved
+    executable may run this library in a process that never imported it."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes  # noqa: F401
+
+    return np.dtype(name)
+
+
+def _is_float(dtype):
+    """Whether ``dtype`` is a float, ml_dtypes' bfloat16/float8... (numpy kind "V") included."""
+    return dtype.kind == "f" or dtype.name.startswith(("bfloat", "float"))
+
+
+def _is_ml_float(dtype):
+    """Whether ``dtype`` is one of ml_dtypes' floats, for which some numpy functions (einsum)
+    have no loops: those compute in float32 and round once."""
+    return _is_float(dtype) and dtype.name not in ("float16", "float32", "float64")
 
 
 def _binary_dtype(a, b):
@@ -48,7 +72,7 @@ def multiply(a, b):
 def divide(a, b):
     """True division for floats; integer division truncates toward zero (C, ONNX)."""
     dtype = _binary_dtype(a, b)
-    if dtype.kind == "f":
+    if _is_float(dtype):
         return _like(np.true_divide(a, b), dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.floor_divide(a, b)
@@ -220,21 +244,45 @@ def cos(x):
     return _like(np.cos(x), x.dtype)
 
 
+def asin(x):
+    return _like(np.arcsin(x), x.dtype)
+
+
+def acos(x):
+    return _like(np.arccos(x), x.dtype)
+
+
+def atan(x):
+    return _like(np.arctan(x), x.dtype)
+
+
+def asinh(x):
+    return _like(np.arcsinh(x), x.dtype)
+
+
+def acosh(x):
+    return _like(np.arccosh(x), x.dtype)
+
+
+def atanh(x):
+    return _like(np.arctanh(x), x.dtype)
+
+
 def floor(x):
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return np.array(x)
     return _like(np.floor(x), x.dtype)
 
 
 def ceil(x):
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return np.array(x)
     return _like(np.ceil(x), x.dtype)
 
 
 def round(x):
     """Round half to even (NumPy, ONNX Round)."""
-    if x.dtype.kind != "f":
+    if not _is_float(x.dtype):
         return np.array(x)
     return _like(np.round(x), x.dtype)
 
@@ -274,7 +322,11 @@ def clip(x, a_min=None, a_max=None):
 
 
 def cast(x, dtype):
-    return np.asarray(x).astype(dtype)
+    return np.asarray(x).astype(_dtype(dtype))
+
+
+def bitcast(x, dtype):
+    return np.ascontiguousarray(x).view(_dtype(dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,12 +350,30 @@ def mean(x, axis=None, keepdims=False):
     return _like(np.mean(x, axis=axis, keepdims=keepdims), x.dtype)
 
 
+def _lowest(dtype):
+    """The identity of max: -inf, the least integer, or False."""
+    dtype = np.dtype(dtype)
+    if _is_float(dtype):
+        return dtype.type(-np.inf)
+    return np.False_ if dtype.kind == "b" else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    """The identity of min: inf, the greatest integer, or True."""
+    dtype = np.dtype(dtype)
+    if _is_float(dtype):
+        return dtype.type(np.inf)
+    return np.True_ if dtype.kind == "b" else np.iinfo(dtype).max
+
+
 def max(x, axis=None, keepdims=False):
-    return _like(np.max(x, axis=axis, keepdims=keepdims), x.dtype)
+    """The maximum; over no elements it is the identity ``_lowest`` (ONNX ReduceMax)."""
+    return _like(np.max(x, axis=axis, keepdims=keepdims, initial=_lowest(x.dtype)), x.dtype)
 
 
 def min(x, axis=None, keepdims=False):
-    return _like(np.min(x, axis=axis, keepdims=keepdims), x.dtype)
+    """The minimum; over no elements it is the identity ``_highest`` (ONNX ReduceMin)."""
+    return _like(np.min(x, axis=axis, keepdims=keepdims, initial=_highest(x.dtype)), x.dtype)
 
 
 def argmax(x, axis=None, keepdims=False):
@@ -404,10 +474,21 @@ def dense(x, w):
 def _windows(xp, kernel, strides, dilation, out_shape):
     """For each kernel offset: (offset, the strided view of ``xp``'s spatial axes it reads)."""
     for offset in np.ndindex(*kernel):
-        index = [slice(None)] * (xp.ndim - len(kernel))
-        for k, s, d, o in zip(offset, strides, dilation, out_shape):
-            index.append(slice(k * d, k * d + s * (o - 1) + 1, s))
-        yield offset, xp[tuple(index)]
+        yield offset, xp[_tap(xp.ndim, offset, strides, dilation, out_shape)]
+
+
+def _tap(ndim, offset, strides, dilation, out_shape):
+    """The index of the elements kernel ``offset`` meets, over trailing spatial axes."""
+    index = [slice(None)] * (ndim - len(offset))
+    for k, s, d, o in zip(offset, strides, dilation, out_shape):
+        index.append(slice(k * d, k * d + s * (o - 1) + 1, s))
+    return tuple(index)
+
+
+def _pad_pairs(padding):
+    """(before..., after...) as one (before, after) pair per spatial axis."""
+    n = len(padding) // 2
+    return [(padding[i], padding[i + n]) for i in range(n)]
 
 
 def _out_size(size, kernel, stride, pads, dilation, ceil_mode=False):
@@ -418,15 +499,18 @@ def _out_size(size, kernel, stride, pads, dilation, ceil_mode=False):
     return out - 1 if (out - 1) * stride >= size + pads[0] else out
 
 
-def _conv(x, w, strides, pads, dilation, groups):
+def _conv(x, w, strides, padding, dilation, groups):
     """N-d convolution, NC+spatial / OI+spatial, cross-correlation as in every framework."""
     dtype = _binary_dtype(x, w)
-    nsp = x.ndim - 2
+    if _is_ml_float(dtype):  # bfloat16, float8...: einsum has no loops for ml_dtypes' floats
+        wide = _conv(x.astype(np.float32), w.astype(np.float32), strides, padding, dilation, groups)
+        return _like(wide, dtype)
+    pads = _pad_pairs(padding)
     kernel = w.shape[2:]
     out_sp = [
-        _out_size(x.shape[2 + i], kernel[i], strides[i], pads[i], dilation[i]) for i in range(nsp)
+        _out_size(x.shape[2 + i], k, strides[i], pads[i], dilation[i]) for i, k in enumerate(kernel)
     ]
-    xp = np.pad(x, [(0, 0), (0, 0)] + [tuple(p) for p in pads])
+    xp = np.pad(x, [(0, 0), (0, 0)] + pads)
     n, c = x.shape[:2]
     o = w.shape[0]
     xg = xp.reshape((n, groups, c // groups) + xp.shape[2:])
@@ -437,82 +521,121 @@ def _conv(x, w, strides, pads, dilation, groups):
     return out.reshape((n, o, *out_sp))
 
 
-def conv1d(x, w, strides=(1,), padding=(0, 0), dilation=(1,), groups=1):
-    """1-d convolution, NCW input and OIW weight; padding is (left, right)."""
-    return _conv(x, w, strides, [padding], dilation, groups)
+conv1d = conv2d = conv3d = _conv  # padding is (before..., after...) per spatial axis
 
 
-def conv2d(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
-    """2-d convolution, NCHW input and OIHW weight; padding is (top, left, bottom, right)."""
-    pads = [(padding[0], padding[2]), (padding[1], padding[3])]
-    return _conv(x, w, strides, pads, dilation, groups)
+def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
+    """N-d transposed convolution, NC+spatial input, IO+spatial weight (the gradient of conv).
 
-
-def _pool2d(x, pool_size, strides, padding, dilation, ceil_mode, reduce):
-    """Window geometry shared by the pools; ``reduce(pads, extra, out_shape)`` does the rest.
-
-    ``extra`` is the right padding ceil-mode windows need beyond ``pads`` to stay in bounds.
+    Input position ``i`` and kernel offset ``k`` add into position ``i * stride + k * dilation``
+    of the full result; the output is that result from ``before`` on, ``after`` short of its
+    end and ``output_padding`` longer (zeros past the end).
     """
-    pads = [(padding[0], padding[2]), (padding[1], padding[3])]
-    out_sp = []
-    extra = []
-    for i in range(2):
-        o = _out_size(x.shape[2 + i], pool_size[i], strides[i], pads[i], dilation[i], ceil_mode)
-        reach = (o - 1) * strides[i] + dilation[i] * (pool_size[i] - 1) + 1
+    dtype = _binary_dtype(x, w)
+    if _is_ml_float(dtype):
+        wide = _conv_transpose(
+            x.astype(np.float32), w.astype(np.float32), strides, padding, output_padding,
+            dilation, groups,
+        )  # fmt: skip
+        return _like(wide, dtype)
+    n, c = x.shape[:2]
+    kernel = w.shape[2:]
+    og = w.shape[1]
+    pads = _pad_pairs(padding)
+    sizes = x.shape[2:]
+    full = [s * (i - 1) + d * (k - 1) + 1 for i, k, s, d in zip(sizes, kernel, strides, dilation)]
+    out_sp = [f - lo - hi + e for f, (lo, hi), e in zip(full, pads, output_padding)]
+    reach = [np.maximum(f, lo + o) for f, (lo, _), o in zip(full, pads, out_sp)]
+    acc = np.zeros((n, groups, og, *reach), dtype=dtype)
+    xg = x.reshape((n, groups, c // groups) + sizes)
+    wg = w.reshape((groups, c // groups, og) + kernel)
+    for offset in np.ndindex(*kernel):
+        tap = _tap(acc.ndim, offset, strides, dilation, sizes)
+        acc[tap] += np.einsum("ngc...,gco->ngo...", xg, wg[(Ellipsis, *offset)]).astype(dtype)
+    crop = tuple(slice(lo, lo + o) for (lo, _), o in zip(pads, out_sp))
+    return acc[(Ellipsis, *crop)].reshape((n, groups * og, *out_sp))
+
+
+conv1d_transpose = conv2d_transpose = conv3d_transpose = _conv_transpose
+
+
+def _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode):
+    """(pads, extra, out_shape): ``extra`` is the right padding ceil-mode windows need beyond
+    ``pads`` to stay in bounds."""
+    pads = _pad_pairs(padding)
+    out_sp, extra = [], []
+    for i, k in enumerate(pool_size):
+        o = _out_size(x.shape[2 + i], k, strides[i], pads[i], dilation[i], ceil_mode)
+        reach = (o - 1) * strides[i] + dilation[i] * (k - 1) + 1
         out_sp.append(o)
-        extra.append(np.maximum(reach - (x.shape[2 + i] + pads[i][0] + pads[i][1]), 0))
-    return reduce(pads, [int(e) for e in extra], out_sp)
+        extra.append(int(np.maximum(reach - (x.shape[2 + i] + pads[i][0] + pads[i][1]), 0)))
+    return pads, extra, out_sp
 
 
-def max_pool2d(
-    x, pool_size=(1, 1), strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False
-):
-    """Max pooling over NCHW windows; padding never wins (it is -inf)."""
-    low = np.asarray(-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min).astype(x.dtype)
-
-    def reduce(pads, extra, out_sp):
-        widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
-        xp = np.pad(x, widths, constant_values=low)
-        out = np.full(x.shape[:2] + tuple(out_sp), low, dtype=x.dtype)
-        for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
-            out = np.maximum(out, patch)
-        return out
-
-    return _pool2d(x, pool_size, strides, padding, dilation, ceil_mode, reduce)
+def _max_pool(x, pool_size, strides, padding, dilation, ceil_mode):
+    """Max pooling over N-d windows; padding never wins (it is -inf)."""
+    pads, extra, out_sp = _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode)
+    low = _lowest(x.dtype)
+    widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+    xp = np.pad(x, widths, constant_values=low)
+    out = np.full(x.shape[:2] + tuple(out_sp), low, dtype=x.dtype)
+    for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
+        out = np.maximum(out, patch)
+    return out
 
 
-def avg_pool2d(
-    x,
-    pool_size=(1, 1),
-    strides=(1, 1),
-    padding=(0, 0, 0, 0),
-    dilation=(1, 1),
-    ceil_mode=False,
-    count_include_pad=False,
-):
-    """Average pooling over NCHW windows.
+def _avg_pool(x, pool_size, strides, padding, dilation, ceil_mode, count_include_pad):
+    """Average pooling over N-d windows.
 
     The divisor counts the window's input elements, plus its padding elements when
     ``count_include_pad``; the ceil-mode overhang past the padding is never counted.
     """
+    pads, extra, out_sp = _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode)
+    widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+    xp = np.pad(x.astype(np.float64), widths)
+    if count_include_pad:
+        padded = [x.shape[2 + i] + lo + hi for i, (lo, hi) in enumerate(pads)]
+        weight = np.pad(np.ones(padded), [(0, e) for e in extra])
+    else:
+        weight = np.pad(np.ones(x.shape[2:]), widths[2:])
+    total = np.zeros(x.shape[:2] + tuple(out_sp))
+    count = np.zeros(tuple(out_sp))
+    for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
+        total += patch
+    for _, cnt in _windows(weight, pool_size, strides, dilation, out_sp):
+        count += cnt
+    return _like(total / np.maximum(count, 1.0), x.dtype)
 
-    def reduce(pads, extra, out_sp):
-        widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
-        xp = np.pad(x.astype(np.float64), widths)
-        if count_include_pad:
-            padded = [x.shape[2 + i] + pads[i][0] + pads[i][1] for i in range(2)]
-            weight = np.pad(np.ones(padded), [(0, e) for e in extra])
-        else:
-            weight = np.pad(np.ones(x.shape[2:]), widths[2:])
-        total = np.zeros(x.shape[:2] + tuple(out_sp))
-        count = np.zeros(tuple(out_sp))
-        for _, patch in _windows(xp, pool_size, strides, dilation, out_sp):
-            total += patch
-        for _, cnt in _windows(weight, pool_size, strides, dilation, out_sp):
-            count += cnt
-        return _like(total / np.maximum(count, 1.0), x.dtype)
 
-    return _pool2d(x, pool_size, strides, padding, dilation, ceil_mode, reduce)
+max_pool1d = max_pool2d = max_pool3d = _max_pool
+avg_pool1d = avg_pool2d = avg_pool3d = _avg_pool
+
+
+def max_pool_indices(x, pool_size, strides, padding, dilation, ceil_mode=False):
+    """Where each window of ``max_poolNd`` found its maximum: the row-major index into the
+    spatial plane of its (batch, channel); the first maximum wins a tie, padding never."""
+    pads, extra, out_sp = _pool_geometry(x, pool_size, strides, padding, dilation, ceil_mode)
+    widths = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+    xp = np.pad(x, widths, constant_values=_lowest(x.dtype))
+    inside = np.pad(np.ones(x.shape[2:], dtype=bool), widths[2:])
+    best = np.zeros(x.shape[:2] + tuple(out_sp), dtype=x.dtype)
+    tap = np.zeros(best.shape, dtype=np.int64)
+    seen = np.zeros(best.shape, dtype=bool)
+    taps = list(np.ndindex(*pool_size))
+    for t, offset in enumerate(taps):
+        valid = inside[_tap(inside.ndim, offset, strides, dilation, out_sp)]
+        patch = xp[_tap(xp.ndim, offset, strides, dilation, out_sp)]
+        wins = valid & (~seen | (patch > best))
+        best = np.where(wins, patch, best)
+        tap = np.where(wins, t, tap)
+        seen |= valid
+    offsets = np.asarray(taps, dtype=np.int64).reshape(len(taps), len(pool_size))
+    index = np.zeros(best.shape, dtype=np.int64)
+    for i, o in enumerate(out_sp):
+        trailing = (1,) * (len(out_sp) - i - 1)  # broadcasts the window starts along axis i
+        start = (np.arange(o) * strides[i] - pads[i][0]).reshape((o, *trailing))
+        index = index * x.shape[2 + i] + start + offsets[tap, i] * dilation[i]
+    return index
 
 
 def global_avg_pool2d(x):
@@ -520,7 +643,7 @@ def global_avg_pool2d(x):
 
 
 def global_max_pool2d(x):
-    return _like(np.max(x, axis=(2, 3), keepdims=True), x.dtype)
+    return max(x, axis=(2, 3), keepdims=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,6 +692,14 @@ def strided_slice(x, begin, end, strides, axes):
     index = [slice(None)] * x.ndim
     for b, e, s, a in zip(begin, end, strides, axes):
         index[a] = slice(b, e, s)
+    return np.array(x[tuple(index)])
+
+
+def dynamic_slice(x, begin, end, axes, strides):
+    """strided_slice with ``begin`` and ``end`` read from 1-d integer arrays at run time."""
+    index = [slice(None)] * x.ndim
+    for b, e, s, a in zip(np.ravel(begin).tolist(), np.ravel(end).tolist(), strides, axes):
+        index[a] = slice(int(b), int(e), s)
     return np.array(x[tuple(index)])
 
 
@@ -628,9 +759,13 @@ def broadcast_to(x, shape):
     return np.array(np.broadcast_to(x, shape))
 
 
-def pad(x, pad_width, pad_value=0.0):
-    """Constant padding; ``pad_width`` holds a (before, after) pair per axis."""
-    return np.pad(x, pad_width, constant_values=np.asarray(pad_value).astype(x.dtype))
+def pad(x, pad_width, pad_value=0.0, mode="constant"):
+    """``x`` padded by a (before, after) pair per axis: with ``pad_value`` ("constant"), the
+    edge value ("edge"), the mirror image without the edge ("reflect") or the other end
+    ("wrap"), NumPy's modes of those names."""
+    if mode == "constant":
+        return np.pad(x, pad_width, constant_values=np.asarray(pad_value).astype(x.dtype))
+    return np.pad(x, pad_width, mode=mode)
 
 
 def tile(x, reps):
@@ -827,19 +962,19 @@ def unique(x, axis=None, sorted=True):
 
 
 def zeros(shape, dtype="float32"):
-    return np.zeros(shape, dtype=dtype)
+    return np.zeros(shape, dtype=_dtype(dtype))
 
 
 def ones(shape, dtype="float32"):
-    return np.ones(shape, dtype=dtype)
+    return np.ones(shape, dtype=_dtype(dtype))
 
 
 def full(shape, fill_value, dtype="float32"):
-    return np.full(shape, fill_value, dtype=dtype)
+    return np.full(shape, fill_value, dtype=_dtype(dtype))
 
 
 def arange(start, stop, step=1, dtype="int64"):
-    return np.arange(start, stop, step, dtype=dtype)
+    return np.arange(start, stop, step, dtype=_dtype(dtype))
 
 
 def one_hot(indices, depth, on_value=1.0, off_value=0.0, axis=-1, dtype="float32"):
@@ -849,6 +984,7 @@ def one_hot(indices, depth, on_value=1.0, off_value=0.0, axis=-1, dtype="float32
     """
     idx = np.where(indices < 0, indices + depth, indices)
     hot = idx[..., None] == np.arange(depth)
+    dtype = _dtype(dtype)
     out = np.where(hot, np.asarray(on_value).astype(dtype), np.asarray(off_value).astype(dtype))
     return np.moveaxis(out, -1, axis)
 

@@ -12,12 +12,14 @@ Fusion patterns follow TVM's OpPatternKind, with these choices:
 - ``batch_norm`` (inference only: per-channel arithmetic on given statistics): BROADCAST;
 - layout and indexing (reshape, transpose, concat, take, strided_slice, one_hot...): INJECTIVE;
 - sum/mean/max/min/prod/argmax/argmin/variance: REDUCTION;
-- matmul, dense, convolutions and pools: OUT_ELEMWISE_FUSABLE (they absorb an epilogue);
+- matmul, dense, conv1d/conv2d and the 2-d pools: OUT_ELEMWISE_FUSABLE (they absorb an
+  epilogue);
 - softmax, log_softmax, layer_norm, lrn, cumsum, cumprod, shape_of: OPAQUE (several
   reductions broadcast back, or a scan; as in Relay they get a kernel of their own);
-- ops that the jit has no compute definition for (scatters, topk, nonzero, unique, trilu,
-  einsum, det, conv_transpose, resize, the 1-d/3-d pools...): OPAQUE, so that their numpy
-  kernel stands alone and does not pull fusable neighbours out of the jit.
+- ops that the jit has no compute definition for (bitcast, scatters, topk, nonzero, unique, trilu,
+  einsum, det, conv3d, the transposed convolutions, resize, the 1-d/3-d pools,
+  max_pool_indices...): OPAQUE, so that their numpy kernel stands alone and does not pull
+  fusable neighbours out of the jit.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ abs = register_op("abs", _E, 1)
 sign = register_op("sign", _E, 1)
 sin = register_op("sin", _E, 1)
 cos = register_op("cos", _E, 1)
+asin = register_op("asin", _E, 1)
+acos = register_op("acos", _E, 1)
+atan = register_op("atan", _E, 1)
+asinh = register_op("asinh", _E, 1)
+acosh = register_op("acosh", _E, 1)
+atanh = register_op("atanh", _E, 1)
 floor = register_op("floor", _E, 1)
 ceil = register_op("ceil", _E, 1)
 round = register_op("round", _E, 1)
@@ -86,6 +94,7 @@ silu = register_op("silu", _E, 1)
 softplus = register_op("softplus", _E, 1)
 clip = register_op("clip", _E, 1)
 cast = register_op("cast", _E, 1)
+bitcast = register_op("bitcast", _O, 1)  # no jit compute: a numpy kernel of its own
 
 # Reductions.
 sum = register_op("sum", _R, 1)
@@ -109,8 +118,17 @@ matmul = register_op("matmul", _F, 2)
 dense = register_op("dense", _F, 2)
 conv1d = register_op("conv1d", _F, 2)
 conv2d = register_op("conv2d", _F, 2)
+conv3d = register_op("conv3d", _O, 2)
+conv1d_transpose = register_op("conv1d_transpose", _O, 2)
+conv2d_transpose = register_op("conv2d_transpose", _O, 2)
+conv3d_transpose = register_op("conv3d_transpose", _O, 2)
+max_pool1d = register_op("max_pool1d", _O, 1)
 max_pool2d = register_op("max_pool2d", _F, 1)
+max_pool3d = register_op("max_pool3d", _O, 1)
+avg_pool1d = register_op("avg_pool1d", _O, 1)
 avg_pool2d = register_op("avg_pool2d", _F, 1)
+avg_pool3d = register_op("avg_pool3d", _O, 1)
+max_pool_indices = register_op("max_pool_indices", _O, 1)
 global_avg_pool2d = register_op("global_avg_pool2d", _F, 1)
 global_max_pool2d = register_op("global_max_pool2d", _F, 1)
 
@@ -124,6 +142,8 @@ concat = register_op("concat", _I, 1)  # one Tuple argument
 split = register_op("split", _I, 1)
 stack = register_op("stack", _I, 1)  # one Tuple argument
 strided_slice = register_op("strided_slice", _I, 1)
+# bounds from run-time tensors: the output shape depends on data, so it is opaque
+dynamic_slice = register_op("dynamic_slice", _O, 3)
 take = register_op("take", _I, 2)
 gather = register_op("gather", _I, 2)
 gather_nd = register_op("gather_nd", _I, 2)
@@ -149,3 +169,35 @@ full = register_op("full", _E, 0)
 arange = register_op("arange", _I, 0)
 one_hot = register_op("one_hot", _I, 1)
 shape_of = register_op("shape_of", _O, 1)
+
+# Ops that take the storage-only dtypes (`rvm.ir.types.STORAGE_DTYPES`: int4, uint4, int2,
+# uint2): conversion, data movement, selection and comparison, none of which computes new
+# values in the dtype. Every other op refuses them (`rvm.op.shapes.rule`).
+STORAGE_OPS = frozenset(
+    {
+        cast,
+        reshape,
+        transpose,
+        expand_dims,
+        squeeze,
+        flatten,
+        concat,
+        split,
+        stack,
+        strided_slice,
+        take,
+        gather,
+        gather_nd,
+        broadcast_to,
+        pad,
+        tile,
+        where,
+        equal,
+        not_equal,
+        less,
+        less_equal,
+        greater,
+        greater_equal,
+        shape_of,
+    }
+)

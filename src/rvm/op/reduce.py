@@ -5,6 +5,8 @@ cumsum and cumprod.
 normalized against the rank when types are inferred). ``argmax``/``argmin`` take one axis or
 None, as NumPy, and give int64. Sums and products keep the input dtype (bool counts as int64);
 ``mean`` and ``variance`` (population, ddof=0) keep it too, so an integer mean truncates.
+``max`` and ``min`` over no elements give their identities, as ONNX ReduceMax/ReduceMin:
+-inf/inf for floats, the dtype's least/greatest integer, False/True for bools.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from rvm.errors import IRError
 from rvm.ir.op import infer
-from rvm.ir.types import AnyType, Dim, Shape, TensorType, TupleType, Type
+from rvm.ir.types import STORAGE_DTYPES, AnyType, Dim, Shape, TensorType, TupleType, Type
+from rvm.op.ops import STORAGE_OPS
 
 if TYPE_CHECKING:
     from rvm.ir.expr import Call, Op
@@ -38,6 +39,8 @@ def rule(op: Op) -> Callable[[Rule], Rule]:
         def checked(call: Call, arg_types: list[Type]) -> Type:
             check_num_args(op, arg_types)
             args = [as_tensor(op.name, t, i) for i, t in enumerate(arg_types)]
+            if op not in STORAGE_OPS:
+                check_computes(op, args)
             try:
                 ty = fn(call, args)
             except KeyError as err:
@@ -59,7 +62,10 @@ def _dtype_unknown(ty: Type) -> bool:
 
 
 def rule_raw(op: Op) -> Callable[[Callable[[Call, list[Type]], Type]], Callable]:
-    """Register a rule that receives the raw argument types (after the count check)."""
+    """Register a rule that receives the raw argument types (after the count check).
+
+    Only ops that take the storage dtypes (concat, stack: `rvm.op.ops.STORAGE_OPS`) use it, so
+    it does not refuse them as `rule` does."""
 
     def register(fn: Callable[[Call, list[Type]], Type]) -> Callable:
         def checked(call: Call, arg_types: list[Type]) -> Type:
@@ -73,6 +79,16 @@ def rule_raw(op: Op) -> Callable[[Callable[[Call, list[Type]], Type]], Callable]
         return fn
 
     return register
+
+
+def check_computes(op: Op, arg_types: Sequence[Type]) -> None:
+    """Refuse a storage-only dtype (int4...) to ``op``, which computes with its inputs."""
+    for i, ty in enumerate(arg_types):
+        if isinstance(ty, TensorType) and ty.dtype in STORAGE_DTYPES:
+            raise IRError(
+                f"{op.name}: input {i} is {ty.dtype}, a dtype rvm only stores, moves and "
+                "compares; op.cast it to int8 (or wider) to compute with it"
+            )
 
 
 def check_num_args(op: Op, arg_types: Sequence[Type]) -> None:

@@ -10,6 +10,7 @@ from rvm.runtime import builtins as _builtins  # noqa: F401  (registers vm.built
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode, OpInfo
 from rvm.runtime.entry import BoundFunction
+from rvm.runtime.exec_mode import ExecContext, ExecMode, VMStackError
 from rvm.runtime.executable import (
     ADTInfo,
     Executable,
@@ -31,6 +32,8 @@ __all__ = [
     "BoundFunction",
     "Closure",
     "ExecBuilder",
+    "ExecContext",
+    "ExecMode",
     "Executable",
     "FunctionBuilder",
     "KernelRecord",
@@ -45,6 +48,7 @@ __all__ = [
     "SKIP_RUN",
     "Storage",
     "VMFunction",
+    "VMStackError",
     "VirtualMachine",
     "get_global_func",
     "list_global_func_names",

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.executable import (
@@ -104,7 +105,7 @@ class FunctionBuilder:
             elif kind == "packed" and isinstance(v, str):
                 v = self.owner.add_primitive(v)
             elif kind in ("dtype", "str"):
-                v = str(np.dtype(v)) if kind == "dtype" else str(v)
+                v = _dtype_name(v) if kind == "dtype" else str(v)
             elif kind in ("func", "offset") and isinstance(v, (str, Label)):
                 pass  # resolved in finish()
             else:
@@ -228,3 +229,8 @@ class ExecBuilder:
         return Executable(
             funcs, self.constants, self.primitive_names, self.kernels, self.libraries, self.adts
         )
+
+
+def _dtype_name(dtype: Any) -> str:
+    """The name of a dtype given as a name or a numpy dtype (``"float32"``, ``"bfloat16"``)."""
+    return str(numpy_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype))

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import DTypeError, ShapeError
 from rvm.runtime.registry import register_func
 
@@ -77,7 +78,7 @@ def _prefix(context: Any) -> str:
 @functools.cache
 def _itemsize_of(name: str) -> int:
     """`np.dtype(name).itemsize`, remembered: `np.dtype` costs more than the rest of a call."""
-    return np.dtype(name).itemsize
+    return numpy_dtype(name).itemsize
 
 
 def _itemsize(dtype: Any) -> int:
@@ -161,7 +162,7 @@ def read_int(x: Any) -> int:
 @register_func("vm.builtin.empty")
 def empty(shape: Any, dtype: Any) -> np.ndarray:
     """A fresh uninitialized tensor."""
-    return np.empty(tuple(np.asarray(shape, dtype=np.int64).tolist()), np.dtype(as_str(dtype)))
+    return np.empty(tuple(np.asarray(shape, dtype=np.int64).tolist()), numpy_dtype(as_str(dtype)))
 
 
 @register_func("vm.builtin.copy")
@@ -177,7 +178,7 @@ def check_tensor(x: Any, ndim: Any, dtype: Any, context: Any = "") -> Any:
     if not isinstance(x, np.ndarray):
         raise DTypeError(f"{prefix}expected a tensor, got {type(x).__name__}")
     ndim, want = int(ndim), as_str(dtype)
-    if want and x.dtype != np.dtype(want):
+    if want and x.dtype != numpy_dtype(want):
         raise DTypeError(f"{prefix}expected dtype {want}, got {x.dtype}")
     if ndim >= 0 and x.ndim != ndim:
         raise ShapeError(f"{prefix}expected a {ndim}-d tensor, got shape {x.shape}")

@@ -43,6 +43,7 @@ Operand layouts (see docs/architecture.md; CALL_PACKED is an addition, as the Re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -188,3 +189,15 @@ OPCODE_INFO: dict[Opcode, OpInfo] = {
 }
 
 JUMP_OPCODES = frozenset(op for op, info in OPCODE_INFO.items() if "offset" in info.kinds)
+
+
+def is_tail_call(code: Sequence[tuple], pc: int) -> bool:
+    """Whether instruction `pc` of `code` is a tail call: the one definition every exec mode
+    reads. The compiler marks calls in tail position (`rvm.transform.tail_call`) and emits each
+    as INVOKE or INVOKE_CLOSURE directly followed by RET of its destination; a mode may run such
+    a call in its caller's frame (its frame then vanishes from the VM stack)."""
+    ins = code[pc]
+    if ins[0] != Opcode.INVOKE and ins[0] != Opcode.INVOKE_CLOSURE or pc + 1 >= len(code):
+        return False
+    nxt = code[pc + 1]
+    return nxt[0] == Opcode.RET and nxt[1] == ins[1]

@@ -18,7 +18,7 @@ Observations stay those of the bytecode loop:
   wrapped (instrumented, profiled) or re-registered functions get plain calls, and every call
   is observed as in the bytecode loop.
 - Errors: the traceback's generated frames are mapped back to `(function, pc)` through each
-  source's line table and reported by `VirtualMachine._vm_error`, giving the same VM stack
+  source's line table and reported by `ExecContext.error`, giving the same VM stack
   text as the bytecode loop (`in @main pc=7: invoke_packed fused_add_exp`); frames of tail
   calls are dropped, as the bytecode loop reuses their frames.
 - Depth: compiled functions recurse in Python, one frame per VM call, counted by the hidden
@@ -47,19 +47,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import VMError
 from rvm.runtime.builtins import alloc_shape_heap, make_shape, match_shape, storage_size
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source, ring_probe_source
+from rvm.runtime.exec_mode import ExecContext, VMStackError
 from rvm.runtime.memory import alloc_view_of
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.registry import get_global_func
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
-    from rvm.runtime.vm import VirtualMachine
 
-__all__ = ["CompiledProgram", "compiled_functions", "COMPILED_FILE_PREFIX"]
+__all__ = ["CompiledMode", "compiled_functions", "COMPILED_FILE_PREFIX"]
 
 COMPILED_FILE_PREFIX = "<rvm-compiled "
 _serial = itertools.count()
@@ -174,23 +175,24 @@ def _constants(ex: Executable, names: Names) -> dict[str, Any]:
                 arr.flags.writeable = False  # shared by every execution, as decode.py's
                 ns.setdefault(names.immediate(ins[2]), arr)
             elif ins[0] in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG):
-                ns.setdefault(names.dtype(ins[5]), np.dtype(ins[5]))
+                ns.setdefault(names.dtype(ins[5]), numpy_dtype(ins[5]))
     return ns
 
 
-class CompiledProgram:
-    """The compiled closures of one VM, bound to its packed functions and allocator.
+class CompiledMode:
+    """The compiled exec mode: the generated functions of one VM, bound to its packed
+    functions and allocator (an `ExecMode`).
 
     Args:
-        vm: The VM; its current `_packed` table and `allocator` are bound on each change.
-        fatal: The exception class FATAL raises (the VM's, so its errors read "fatal: ...").
+        context: The VM's context; its current `packed` table and `allocator` are bound again
+            whenever either changes.
     """
 
-    def __init__(self, vm: VirtualMachine, fatal: type[Exception]) -> None:
-        self.vm = vm
-        self.fatal = fatal
-        ex = vm.executable
-        self.names = compiled_functions(ex, vm._raw_packed)[0]
+    def __init__(self, context: ExecContext) -> None:
+        self.context = context
+        self.fatal = context.fatal
+        ex = context.executable
+        self.names = compiled_functions(ex, context.raw_packed)[0]
         self.by_file: dict[str, CompiledFunction] = {}  # of every variant bound
         self.constants = ex.cached("compiled_constants", lambda: _constants(ex, self.names))
         self.nparams = [len(f.params) for f in ex.functions]
@@ -204,15 +206,16 @@ class CompiledProgram:
 
     def _select(self) -> None:
         """Binds the variant for the VM's current packed table and allocator."""
-        vm = self.vm
-        if vm.allocator is not self._allocator:
+        context = self.context
+        allocator = context.allocator
+        if allocator is not self._allocator:
             self._variants.clear()
-            self._allocator = vm.allocator
-            self._alloc_view = alloc_view_of(vm.allocator)
-        packed = vm._packed
+            self._allocator = allocator
+            self._alloc_view = alloc_view_of(allocator)
+        packed = context.packed
         if id(packed) not in self._variants:
             if len(self._variants) >= 2:  # keep the plain variant and one other
-                for key in [k for k in self._variants if k != id(vm._raw_packed)]:
+                for key in [k for k in self._variants if k != id(context.raw_packed)]:
                     del self._variants[key]
             self._variants[id(packed)] = (packed, self._bind(packed))
         self._packed, self._funcs = self._variants[id(packed)]
@@ -220,15 +223,14 @@ class CompiledProgram:
     def _bind(self, packed: list[Callable[..., Any]]) -> list[Callable[..., Any]]:
         """Executes every generated function's code in a new namespace over `packed` (the
         code that writes the shape builtins of `packed` inline)."""
-        vm = self.vm
-        _, functions = compiled_functions(vm.executable, packed)
+        _, functions = compiled_functions(self.context.executable, packed)
         self.by_file.update((f.filename, f) for f in functions)
         ns: dict[str, Any] = dict(self.constants)
         ns.update(zip(self.names.packed, packed))
         funcs: list[Callable[..., Any]] = []
         ns.update(
             __name__="rvm_compiled",
-            _alloc=vm.allocator.alloc,
+            _alloc=self._allocator.alloc,
             _alloc_view=self._alloc_view,
             _ndarray=np.ndarray,
             _empty=np.empty,
@@ -269,21 +271,17 @@ class CompiledProgram:
 
     def _deep(self, fidx: int, args: tuple) -> Any:
         """Runs a call past the compiled depth limit in the bytecode loop."""
-        vm = self.vm
         try:
-            return type(vm)._execute(vm, fidx, list(args))
-        except VMError as e:
-            stack = getattr(e, "_vm_stack", None)
-            if stack is None:
-                raise
-            raise _Nested(stack, e._vm_cause) from None  # type: ignore[attr-defined]
+            return self.context.run_bytecode(fidx, list(args))
+        except VMStackError as e:
+            raise _Nested(e.stack, e.cause) from None
 
     # -- running -------------------------------------------------------------------------
 
-    def execute(self, fidx: int, args: list[Any]) -> Any:
-        """Runs function `fidx` on VM values `args` (the compiled counterpart of `_execute`)."""
-        vm = self.vm
-        if vm._packed is not self._packed or vm.allocator is not self._allocator:
+    def run(self, fidx: int, args: list[Any]) -> Any:
+        """Runs function `fidx` on VM values `args`."""
+        context = self.context
+        if context.packed is not self._packed or context.allocator is not self._allocator:
             self._select()
         try:
             return self._funcs[fidx](*args, 0)
@@ -311,7 +309,7 @@ class CompiledProgram:
         stack += nested
         if not stack:  # failed before any instruction ran: not expected, but be honest
             return VMError(f"compiled code failed: {type(cause).__name__}: {cause}"), cause
-        error = self.vm._vm_error(cause if isinstance(cause, Exception) else e, stack)
+        error = self.context.error(cause if isinstance(cause, Exception) else e, stack)
         self._clear_frames(e)
         return error, cause
 

@@ -30,7 +30,7 @@ Shape builtins (`ShapePlan`): calls of `vm.builtin.alloc_shape_heap`, `match_sha
 int compares, tuple shapes, a product times the itemsize), and their constant loads vanish;
 `match_shape` calls the builtin on any mismatch, so the error is the builtin's own.
 
-Small blocks (`FlowInfo.shared_tensor`): a block of at most 64 bytes whose tensors are all the
+Small blocks (`FlowInfo.shared_tensor`): a tiny block (`memory.is_tiny`) whose tensors are all the
 same view is made as that one numpy array, each ALLOC_TENSOR of it is a plain assignment, and a
 block made, viewed and killed in three consecutive instructions assigns the tensor directly.
 """

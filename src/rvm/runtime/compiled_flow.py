@@ -16,7 +16,7 @@ Everything here reads the raw instructions of one `VMFunction` and the operand k
 - a tiny type lattice: registers written only by ALLOC_TENSOR(_REG) of dtype bool, only by
   GET_TAG, or only by one LOAD_CONSTI, which lets IF compile to `if r7:` instead of a 0-d array
   comparison (for a bool tensor `x == 1` and `bool(x)` agree);
-- small blocks: constant-size storage of at most `SMALL_STORAGE` bytes whose tensors can be
+- small blocks: constant-size storage that is tiny (`memory.is_tiny`), whose tensors can be
   plain numpy arrays, and whether they are all one view of it (`shared_tensor`);
 - the shape builtin calls written inline, and their statements (`ShapePlan`).
 """
@@ -27,8 +27,10 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.runtime.builtins import as_str
-from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.bytecode import OPCODE_INFO, Opcode, is_tail_call
+from rvm.runtime.memory import is_tiny
 
 __all__ = ["FlowInfo", "ShapePlan"]
 
@@ -55,7 +57,6 @@ def reads_writes(ins: tuple) -> tuple[list[int], list[int]]:
     return reads, writes
 
 
-SMALL_STORAGE = 64
 """Bytes up to which a constant-size storage block is replaced by plain numpy arrays."""
 
 
@@ -84,13 +85,8 @@ class FlowInfo:
         self.index = index
         self.tails: set[int] = set()
         self.self_tails: set[int] = set()
-        for pc, ins in enumerate(code[:-1]):
-            nxt = code[pc + 1]
-            if (
-                ins[0] in (Opcode.INVOKE, Opcode.INVOKE_CLOSURE)
-                and nxt[0] == Opcode.RET
-                and nxt[1] == ins[1]
-            ):
+        for pc, ins in enumerate(code):
+            if is_tail_call(code, pc):
                 self.tails.add(pc)
                 if ins[0] == Opcode.INVOKE and ins[2] == index:
                     self.self_tails.add(pc)
@@ -187,9 +183,9 @@ class FlowInfo:
         return bool(self.must[pc] >> reg & 1)
 
     def small_storage(self, reg: int) -> bool:
-        """Whether every write of `reg` is an ALLOC_STORAGE of a constant size of at most
-        `SMALL_STORAGE` bytes: its tensors are then plain `np.empty` arrays (numpy's allocator
-        beats a pool lookup for a few bytes), and the block itself is never needed."""
+        """Whether every write of `reg` is an ALLOC_STORAGE of a constant, tiny size
+        (`memory.is_tiny`): its tensors are then plain `np.empty` arrays, and the block itself
+        is never needed."""
         pcs = [pc for pc in self.writers.get(reg, []) if self.code[pc][0] != Opcode.KILL_REGISTER]
         if reg < self.nparams or not pcs:
             return False
@@ -198,7 +194,7 @@ class FlowInfo:
             if ins[0] != Opcode.ALLOC_STORAGE:
                 return False
             size = self.const_int(ins[2], pc)
-            if size is None or size > SMALL_STORAGE:
+            if size is None or not is_tiny(size):
                 return False
         # Only static-shape tensors may be made from it (and the block only killed).
         return all(
@@ -226,7 +222,7 @@ class FlowInfo:
         if len(views) != 1:
             return None
         ((offset, shape, dtype),) = views
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
         allocs = [pc for pc in self.writers[reg] if self.code[pc][0] == Opcode.ALLOC_STORAGE]
         sizes = [self.const_int(self.code[pc][2], pc) for pc in allocs]
         if offset < 0 or any(size is None or offset + nbytes > size for size in sizes):
@@ -386,7 +382,7 @@ class ShapePlan:
             if load is None or load[0] != Opcode.LOAD_CONST:
                 return
             try:
-                sizes[r] = np.dtype(as_str(self._constants[load[2]])).itemsize
+                sizes[r] = numpy_dtype(as_str(self._constants[load[2]])).itemsize
             except (TypeError, ValueError):
                 return
         self.tuples.add(reg)

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from rvm.runtime.bytecode import Opcode
+from rvm.dtypes import numpy_dtype
+from rvm.runtime.bytecode import Opcode, is_tail_call
+from rvm.runtime.memory import is_tiny
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
@@ -89,7 +91,7 @@ def _decoders(ex: Executable) -> dict[Opcode, Callable[[tuple, int], tuple]]:
             i[2],
             i[3],
             i[4],
-            np.dtype(i[5]),
+            numpy_dtype(i[5]),
         ),
         O.ALLOC_TENSOR_REG: lambda i, pc: (
             O.ALLOC_TENSOR_REG.value,
@@ -97,7 +99,7 @@ def _decoders(ex: Executable) -> dict[Opcode, Callable[[tuple, int], tuple]]:
             i[2],
             i[3],
             i[4],
-            np.dtype(i[5]),
+            numpy_dtype(i[5]),
         ),
         O.ALLOC_ADT: lambda i, pc: (O.ALLOC_ADT.value, i[1], i[2], fetcher(i[3]), names.get(i[2])),
         O.ALLOC_CLOSURE: lambda i, pc: (
@@ -144,7 +146,8 @@ def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
         and kill[1] == storage
         and tensor[1] not in (storage, reg)
     ):
-        # (op, size reg, size const, size, alignment, tensor reg, offset, shape, dtype, covers)
+        # (op, size reg, size const, size, alignment, tensor reg, offset, shape, dtype, tiny,
+        #  covers): `tiny` is `is_tiny(size)`, decided here once
         return (
             ALLOC_STATIC,
             reg,
@@ -154,7 +157,8 @@ def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
             tensor[1],
             tensor[3],
             tuple(tensor[4]),
-            np.dtype(tensor[5]),
+            numpy_dtype(tensor[5]),
+            is_tiny(value),
             4,
         )
     return None
@@ -168,8 +172,7 @@ def decode_function(ex: Executable, index: int) -> DecodedFunction:
     out = []
     for pc, ins in enumerate(code):
         op = Opcode(ins[0])
-        nxt = code[pc + 1] if pc + 1 < len(code) else None
-        is_tail = nxt is not None and nxt[0] == Opcode.RET and nxt[1] == ins[1]
+        is_tail = is_tail_call(code, pc)
         if op == Opcode.INVOKE and is_tail:
             out.append((TAIL_INVOKE, ins[2], fetcher(ins[3])))
         elif op == Opcode.INVOKE_CLOSURE and is_tail:

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.native import loader
 
 __all__ = ["ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
@@ -235,9 +237,6 @@ class Executable:
                 f"kernel {name!r} runs on the {record.backend} backend; only jit kernels have "
                 "LLVM IR and assembly"
             )
-        import importlib
-
-        loader = importlib.import_module("rvm.jit.loader")
         return getattr(loader, what)(record)
 
     def __repr__(self) -> str:
@@ -399,7 +398,7 @@ def _validate_instruction(
 
 def _check_dtype(name: str, bad: str) -> None:
     try:
-        dt = np.dtype(name)
+        dt = numpy_dtype(name)
     except (TypeError, ValueError):
         _fail(f"{bad} is not a numpy dtype")
     if dt.hasobject or dt.itemsize == 0:

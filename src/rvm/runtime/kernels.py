@@ -1,36 +1,34 @@
 """Turning an executable's primitive names into Python callables.
 
-A name is first looked up among the executable's kernel records, then in the global registry.
-Numpy kernels are exec'd from their source with `np`, `math` and the executable's libraries in
-their namespace; each source is registered in `linecache` under a unique file name
-(`<rvm-kernel NAME #N>`) so tracebacks show the generated lines. JIT kernels are built by
-`rvm.jit.loader.load_kernel(record)`, imported only when needed. Built kernels are cached on the
-executable (thread-safe), so every VM over it shares them.
+A name is first looked up among the executable's kernel records, then in the global registry. Numpy
+kernels are exec'd from their source with `np`, `math` and the executable's libraries in their
+namespace; each source is registered in `linecache` under a unique file name (`<rvm-kernel NAME
+#N>`) so tracebacks show the generated lines. JIT kernels are built by
+`rvm.runtime.native.loader.load_kernel(record)` (Numba loads when the first one does). Built
+kernels are cached on the executable (thread-safe), so every VM over it shares them.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import linecache
 import math
-import sys
 import types
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import rvm.runtime.builtins  # noqa: F401  (registers vm.builtin.*)
-from rvm.errors import JITError, VMError
+from rvm.errors import VMError
+from rvm.runtime.native import loader
+from rvm.runtime.progress import with_progress
 from rvm.runtime.registry import get_global_func
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable, KernelRecord
 
-__all__ = ["build_kernels", "resolve_primitives", "with_progress", "KERNEL_FILE_PREFIX"]
-
-T = TypeVar("T")
+__all__ = ["build_kernels", "resolve_primitives", "KERNEL_FILE_PREFIX"]
 
 KERNEL_FILE_PREFIX = "<rvm-kernel "
 _serial = itertools.count()
@@ -73,54 +71,17 @@ def _load_numpy_kernel(ex: Executable, rec: KernelRecord) -> Callable[..., Any]:
     return func
 
 
-def _load_jit_kernel(rec: KernelRecord) -> Callable[..., Any]:
-    try:
-        loader = importlib.import_module("rvm.jit.loader")
-    except ImportError as e:
-        raise JITError(
-            f"kernel {rec.name!r} needs the jit backend, but rvm.jit.loader is not available "
-            f"({e}); compile with kernels='numpy' instead"
-        ) from e
-    return loader.load_kernel(rec)
-
-
 def load_kernel(ex: Executable, name: str) -> Callable[..., Any]:
     """The callable of kernel `name` of `ex`, built once and cached on `ex`."""
     rec = ex.kernels[name]
     if rec.backend == "numpy":
         return ex.cached(f"kernel:{name}", lambda: _load_numpy_kernel(ex, rec))
-    return ex.cached(f"kernel:{name}", lambda: _load_jit_kernel(rec))
-
-
-def with_progress(items: Sequence[T], label: Callable[[T], str], show: bool) -> Iterator[T]:
-    """``items`` one by one; with ``show``, a ``compiling kernels [###---] k/n label`` bar on
-    stderr before each item and a finished bar (and newline) after the last."""
-
-    def draw(done: int, text: str, end: str = "") -> None:
-        filled = 30 * done // max(len(items), 1)
-        bar = "#" * filled + "-" * (30 - filled)
-        sys.stderr.write(f"\rcompiling kernels [{bar}] {done}/{len(items)} {text[:40]:<40}{end}")
-        sys.stderr.flush()
-
-    for k, item in enumerate(items):
-        if show:
-            draw(k, label(item))
-        yield item
-    if show and items:
-        draw(len(items), "done", "\n")
+    return ex.cached(f"kernel:{name}", lambda: loader.load_kernel(rec))
 
 
 def build_kernels(ex: Executable, progress: bool = False) -> None:
     """Builds every kernel of `ex` now (jit kernels compile, or load from the disk cache),
-    caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr. Missing
-    jit kernels compile in several processes at once first (`rvm.jit.parallel`)."""
-    if any(rec.backend == "jit" for rec in ex.kernels.values()):
-        try:
-            parallel = importlib.import_module("rvm.jit.parallel")
-        except ImportError:
-            pass  # the loop below reports that jit kernels cannot load
-        else:
-            parallel.precompile(list(ex.kernels.values()))
+    caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr."""
     for name in with_progress(list(ex.kernels), str, progress):
         load_kernel(ex, name)
 

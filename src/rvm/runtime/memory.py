@@ -64,6 +64,17 @@ class Storage:
         return f"Storage({self.nbytes} bytes)"
 
 
+# Blocks of at most this many bytes are plain ``np.empty`` tensors in every exec mode: numpy's
+# own allocator beats a pool lookup for a few bytes (`is_tiny`).
+TINY_TENSOR_BYTES = 64
+
+
+def is_tiny(nbytes: int) -> bool:
+    """Whether a constant-size block of `nbytes` bytes is a tiny tensor: allocated with
+    ``np.empty`` rather than from the VM's allocator, by every exec mode."""
+    return nbytes <= TINY_TENSOR_BYTES
+
+
 def alloc_tensor(storage: Storage, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     """A C-contiguous tensor viewing `storage` at byte `offset`.
 

@@ -6,8 +6,9 @@ Layout (little endian)::
     section*: 4-byte tag  u64 payload_length  u32 crc32(payload)  payload
 
 Sections, in order (docs/architecture.md): GLOB (function table: name, kind, params and their specs,
-register-file size, code range; then the ADTs), CONS (constant pool: dtype string, shape, raw
-bytes), PRIM (primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
+register-file size, code range; then the ADTs), CONS (constant pool: dtype string -- numpy's
+type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM
+(primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
 `OPCODE_INFO`), KERN (kernel records and shared libraries), then, since version 1.1, META
 (string key/value pairs: `default_exec_mode`). Readers skip unknown sections of the same major
 version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a
@@ -26,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rvm.errors import ExecutableFormatError
+from rvm.dtypes import NARROW_DTYPES, numpy_dtype
+from rvm.errors import DTypeError, ExecutableFormatError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.executable import ADTInfo, KernelRecord, ParamSpec, VMFunction
 
@@ -182,7 +184,8 @@ def _cons(ex: Executable) -> bytes:
     w = _Writer()
     w.count(len(ex.constants))
     for c in ex.constants:
-        w.str(c.dtype.str)
+        # ml_dtypes' dtypes have no type code of their own (bfloat16's .str is "<V2"): by name
+        w.str(c.dtype.name if c.dtype.name in NARROW_DTYPES else c.dtype.str)
         w.ints(tuple(int(d) for d in c.shape))
         data = np.ascontiguousarray(c).tobytes()
         w.int(len(data))
@@ -285,7 +288,7 @@ def decode(data: bytes) -> dict[str, Any]:
         )
     try:
         return _decode_sections(found)
-    except ExecutableFormatError:
+    except (ExecutableFormatError, DTypeError):  # DTypeError: ml_dtypes is missing
         raise
     except (ValueError, TypeError, OverflowError, struct.error, MemoryError) as e:
         raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
@@ -362,7 +365,9 @@ def _read_cons(r: _Reader) -> list[np.ndarray]:
     for i in range(r.count(4)):
         dtype_str = r.str()
         try:
-            dtype = np.dtype(dtype_str)
+            dtype = numpy_dtype(dtype_str)
+        except DTypeError:
+            raise  # a narrow dtype without ml_dtypes installed: the message says what to do
         except (TypeError, ValueError, SyntaxError):
             r.fail(f"constant {i} has an unknown dtype {dtype_str!r}")
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:

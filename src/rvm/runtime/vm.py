@@ -1,20 +1,11 @@
-"""The virtual machine: frames, the dispatch loop and the Python calling API.
+"""The virtual machine: the Python calling API over an exec mode.
 
-The loop (`_execute`) follows clox: the current function's code, its registers and the pc are
-locals; instructions were decoded once into int-led tuples (`decode.py`); the commonest opcodes
-are tested first; calls push `(code, regs, return_pc, dst, func_index)` on an explicit frame
-stack, so VM recursion never recurses in Python, and tail calls reuse the frame.
-
-Packed calls go through `self._packed`, a list of callables built at construction. Tracing and
-profiling replace that list with wrapped callables (see `profiler.py`), so the loop has no flags
-and runs at the same speed when nothing is instrumented.
-
-With `exec_mode="compiled"` the same API runs each function as generated Python instead
-(`compiled.py`): `self._run` is the one switch, and `_execute` stays the loop untouched.
-
-A failure in the loop raises `VMError` carrying the VM stack (`in @main pc=7: invoke_packed
-fused_add_exp`), chained to the original exception. All loop state is local, so the next call
-starts clean.
+The VM checks arguments, guards against concurrent calls, keeps saved functions and stateful
+inputs, and swaps the packed-function table for wrapped callables while instrumented or
+profiled (see `profiler.py`), so the modes have no flags and run at full speed when nothing is
+instrumented. Running a function is the exec mode's work: the VM builds an `ExecContext`
+(`exec_mode.py`) and the mode named by `exec_mode` from it (`EXEC_MODE_FACTORIES`): the
+bytecode loop (`loop.py`) or generated Python (`compiled.py`); `self._run` is the one switch.
 """
 
 from __future__ import annotations
@@ -25,24 +16,16 @@ from collections.abc import Callable
 from threading import get_ident
 from typing import Any
 
-import numpy as np
-
 from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
-from rvm.runtime.bytecode import Opcode
-from rvm.runtime.compiled import CompiledProgram, compiled_functions
-from rvm.runtime.decode import (
-    ALLOC_STATIC,
-    IF_CONST,
-    TAIL_INVOKE,
-    TAIL_INVOKE_CLOSURE,
-    decode_executable,
-)
+from rvm.runtime.compiled import CompiledMode, compiled_functions
+from rvm.runtime.decode import decode_executable
 from rvm.runtime.entry import BoundFunction, SavedFunction, bind_arguments, check_arguments
-from rvm.runtime.executable import EXEC_MODES, Executable
-from rvm.runtime.kernels import KERNEL_FILE_PREFIX, resolve_primitives
+from rvm.runtime.exec_mode import ExecContext, ExecMode
+from rvm.runtime.executable import Executable
+from rvm.runtime.kernels import resolve_primitives
+from rvm.runtime.loop import BytecodeMode
 from rvm.runtime.memory import make_allocator
-from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.profiler import (
     SKIP_RUN,
     BenchmarkResult,
@@ -51,33 +34,15 @@ from rvm.runtime.profiler import (
     profile_runs,
     timed_runs,
 )
-from rvm.runtime.text import describe_instruction, signature
+from rvm.runtime.text import signature
 
 __all__ = ["VirtualMachine", "SKIP_RUN"]
 
-MAX_CALL_DEPTH = 500_000
-
-_MOVE = Opcode.MOVE.value
-_RET = Opcode.RET.value
-_FATAL = Opcode.FATAL.value
-_INVOKE_PACKED = Opcode.INVOKE_PACKED.value
-_CALL_PACKED = Opcode.CALL_PACKED.value
-_ALLOC_STORAGE = Opcode.ALLOC_STORAGE.value
-_ALLOC_TENSOR = Opcode.ALLOC_TENSOR.value
-_ALLOC_TENSOR_REG = Opcode.ALLOC_TENSOR_REG.value
-_ALLOC_ADT = Opcode.ALLOC_ADT.value
-_ALLOC_CLOSURE = Opcode.ALLOC_CLOSURE.value
-_GET_FIELD = Opcode.GET_FIELD.value
-_GET_TAG = Opcode.GET_TAG.value
-_IF = Opcode.IF.value
-_GOTO = Opcode.GOTO.value
-_INVOKE = Opcode.INVOKE.value
-_INVOKE_CLOSURE = Opcode.INVOKE_CLOSURE.value
-_LOAD_CONST = Opcode.LOAD_CONST.value
-_LOAD_CONSTI = Opcode.LOAD_CONSTI.value
-_SHAPE_OF = Opcode.SHAPE_OF.value
-_RESHAPE_TENSOR = Opcode.RESHAPE_TENSOR.value
-_KILL_REGISTER = Opcode.KILL_REGISTER.value
+# Each exec mode by name: the factory of its `ExecMode` from the VM's `ExecContext`.
+EXEC_MODE_FACTORIES: dict[str, Callable[[ExecContext], ExecMode]] = {
+    "bytecode": BytecodeMode,
+    "compiled": CompiledMode,
+}
 
 
 class VirtualMachine:
@@ -118,14 +83,17 @@ class VirtualMachine:
             raise TypeError(f"VirtualMachine expects an Executable, got {type(ex).__name__}")
         if exec_mode is None:
             exec_mode = ex.default_exec_mode
-        if exec_mode not in EXEC_MODES:
-            raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
+        if exec_mode not in EXEC_MODE_FACTORIES:
+            known = tuple(EXEC_MODE_FACTORIES)
+            raise ValueError(f"exec_mode must be one of {known}, got {exec_mode!r}")
         self.executable = ex
         self.exec_mode = exec_mode
         self.allocator: Any = make_allocator(allocator) if isinstance(allocator, str) else allocator
-        self._funcs = decode_executable(ex)
-        self._raw_packed = resolve_primitives(ex)
-        self._packed = self._raw_packed
+        # What the exec mode sees of this VM; `set_instrument` and `profile` swap its `packed`.
+        self.context = ExecContext(
+            ex, decode_executable(ex), resolve_primitives(ex), lambda: self.allocator
+        )
+        self.context.run_bytecode = BytecodeMode(self.context).run
         self._instrument: Callable[..., Any] | None = None
         self._inputs: dict[str, list[Any]] = {}
         self._outputs: dict[str, Any] = {}
@@ -133,10 +101,10 @@ class VirtualMachine:
         self._handles: dict[str, BoundFunction] = {}  # vm[name], made once per name
         self._busy = threading.RLock()
         self._owner: int | None = None  # the thread that last entered (for the busy error)
-        # `_run(fidx, args)` runs a function: the bytecode loop or the compiled closures.
-        self._run: Callable[[int, list[Any]], Any] = self._execute
-        if exec_mode == "compiled":
-            self._run = CompiledProgram(self, _Fatal).execute
+        # `_run(fidx, args)` runs a function: the exec mode's `run`, the one switch.
+        self._run: Callable[[int, list[Any]], Any] = EXEC_MODE_FACTORIES[exec_mode](
+            self.context
+        ).run
 
     def compiled_source(self, name: str) -> str:
         """The Python source the compiled exec mode runs for function `name` (any mode)."""
@@ -275,10 +243,9 @@ class VirtualMachine:
         """
         self._instrument = callback
         names = self.executable.primitive_names
-        self._packed = (
-            self._raw_packed
-            if callback is None
-            else [instrumented(n, f, callback) for n, f in zip(names, self._raw_packed)]
+        raw = self.context.raw_packed
+        self.context.packed = (
+            raw if callback is None else [instrumented(n, f, callback) for n, f in zip(names, raw)]
         )
 
     def profile(
@@ -298,194 +265,24 @@ class VirtualMachine:
             ValueError: `repeat` < 1 or `warmup` < 0.
         """
         fidx, checked = self._checked(name, args, kwargs)
-        saved = self._packed
+        context = self.context
+        saved = context.packed
 
         def install(table: list[Callable[..., Any]]) -> None:
-            self._packed = table
+            context.packed = table
 
         try:
             return profile_runs(
                 name,
                 self.executable.primitive_names,
-                self._raw_packed,
+                context.raw_packed,
                 install,
                 lambda: self._enter(fidx, checked),
                 warmup=warmup,
                 repeat=repeat,
             )
         finally:
-            self._packed = saved
-
-    # -- the loop ---------------------------------------------------------------------------
-
-    def _execute(self, fidx: int, args: list[Any]) -> Any:
-        """Runs function `fidx` on VM values `args`; the dispatch loop."""
-        funcs = self._funcs
-        packed = self._packed
-        alloc = self.allocator.alloc
-        ndarray = np.ndarray
-        empty = np.empty
-        int64 = np.int64
-        frames: list[tuple] = []
-        code, pad, _ = funcs[fidx]
-        regs = list(args)
-        regs += pad
-        pc = 0
-        try:
-            while True:
-                ins = code[pc]
-                op = ins[0]
-                if op == _INVOKE_PACKED:
-                    packed[ins[1]](*ins[2](regs))
-                    pc += 1
-                elif op == _CALL_PACKED:
-                    regs[ins[1]] = packed[ins[2]](*ins[3](regs))
-                    pc += 1
-                elif op == ALLOC_STATIC:
-                    regs[ins[1]] = ins[2]
-                    if ins[3] <= 64:  # a tiny tensor: numpy's allocator beats a pool lookup
-                        regs[ins[5]] = empty(ins[7], ins[8])
-                    else:
-                        regs[ins[5]] = ndarray(ins[7], ins[8], alloc(ins[3], ins[4]).buffer, ins[6])
-                    pc += 4
-                elif op == IF_CONST:
-                    regs[ins[2]] = ins[3]
-                    test = regs[ins[1]]
-                    if type(test) is ndarray:
-                        test = test.item()
-                    pc = ins[5] if test == ins[4] else ins[6]
-                elif op == _KILL_REGISTER:
-                    regs[ins[1]] = None
-                    pc += 1
-                elif op == _MOVE:
-                    regs[ins[1]] = regs[ins[2]]
-                    pc += 1
-                elif op == _LOAD_CONST or op == _LOAD_CONSTI:
-                    regs[ins[1]] = ins[2]
-                    pc += 1
-                elif op == _RET:
-                    value = regs[ins[1]]
-                    if not frames:
-                        return value
-                    code, regs, pc, dst, fidx = frames.pop()
-                    regs[dst] = value
-                elif op == TAIL_INVOKE:
-                    fidx = ins[1]
-                    code, pad, _ = funcs[fidx]
-                    regs = [*ins[2](regs), *pad]
-                    pc = 0
-                elif op == _INVOKE:
-                    frames.append((code, regs, pc + 1, ins[1], fidx))
-                    if len(frames) > MAX_CALL_DEPTH:
-                        raise VMError(f"call depth exceeds {MAX_CALL_DEPTH} (infinite recursion?)")
-                    fidx = ins[2]
-                    code, pad, _ = funcs[fidx]
-                    regs = [*ins[3](regs), *pad]
-                    pc = 0
-                elif op == _ALLOC_TENSOR:
-                    regs[ins[1]] = ndarray(ins[4], ins[5], regs[ins[2]].buffer, ins[3])
-                    pc += 1
-                elif op == _ALLOC_STORAGE:
-                    regs[ins[1]] = alloc(regs[ins[2]], ins[3])
-                    pc += 1
-                elif op == _IF:
-                    pc = ins[3] if regs[ins[1]] == regs[ins[2]] else ins[4]
-                elif op == _GOTO:
-                    pc = ins[1]
-                elif op == _GET_FIELD:
-                    obj = regs[ins[2]]
-                    regs[ins[1]] = obj.fields[ins[3]] if type(obj) is ADT else obj[ins[3]]
-                    pc += 1
-                elif op == _GET_TAG:
-                    regs[ins[1]] = regs[ins[2]].tag
-                    pc += 1
-                elif op == _ALLOC_ADT:
-                    fields = tuple(ins[3](regs))
-                    regs[ins[1]] = fields if ins[2] == -1 else ADT(ins[2], fields, ins[4])
-                    pc += 1
-                elif op == _INVOKE_CLOSURE or op == TAIL_INVOKE_CLOSURE:
-                    tail = op == TAIL_INVOKE_CLOSURE
-                    closure = regs[ins[1] if tail else ins[2]]
-                    if type(closure) is not Closure:
-                        raise VMError(
-                            f"invoke_closure on a {type(closure).__name__}, not a closure"
-                        )
-                    new_code, pad, nparams = funcs[closure.func_index]
-                    new_regs = [*closure.free_vars, *ins[-1](regs)]
-                    if len(new_regs) != nparams:
-                        nargs = len(new_regs) - len(closure.free_vars)
-                        raise VMError(
-                            f"closure @{closure.name} takes {nparams} values, got "
-                            f"{len(closure.free_vars)} free vars + {nargs} args"
-                        )
-                    new_regs += pad
-                    if not tail:
-                        frames.append((code, regs, pc + 1, ins[1], fidx))
-                        if len(frames) > MAX_CALL_DEPTH:
-                            raise VMError(f"call depth exceeds {MAX_CALL_DEPTH}")
-                    fidx, code, regs, pc = closure.func_index, new_code, new_regs, 0
-                elif op == _ALLOC_CLOSURE:
-                    free = tuple(ins[3](regs))
-                    regs[ins[1]] = Closure(ins[2], free, ins[4])
-                    pc += 1
-                elif op == _ALLOC_TENSOR_REG:
-                    shape = tuple(regs[ins[4]].tolist())
-                    regs[ins[1]] = ndarray(shape, ins[5], regs[ins[2]].buffer, ins[3])
-                    pc += 1
-                elif op == _SHAPE_OF:
-                    regs[ins[1]] = np.array(regs[ins[2]].shape, dtype=int64)
-                    pc += 1
-                elif op == _RESHAPE_TENSOR:
-                    regs[ins[1]] = regs[ins[2]].reshape(tuple(regs[ins[3]].tolist()))
-                    pc += 1
-                elif op == _FATAL:
-                    raise _Fatal(ins[1])
-                else:  # unreachable for a validated executable
-                    raise VMError(f"unknown decoded opcode {op}")
-        except Exception as e:
-            stack = [(f[4], f[2] - 1) for f in frames] + [(fidx, pc)]
-            # Drop the registers now: the traceback keeps this frame's locals alive.
-            frames.clear()
-            regs = code = None  # noqa: F841
-            raise self._vm_error(e, stack) from (None if isinstance(e, _Fatal) else e)
-
-    def _vm_error(self, error: Exception, stack: list[tuple[int, int]]) -> VMError:
-        ex = self.executable
-        lines = []
-        full_stack = stack
-        if len(stack) > 20:
-            omitted = len(stack) - 20
-            stack = stack[:10] + [(-1, omitted)] + stack[-10:]
-        for fidx, pc in stack:
-            if fidx < 0:
-                lines.append(f"  ... {pc} frames omitted ...")
-                continue
-            fn = ex.functions[fidx]
-            lines.append(
-                f"  in @{fn.name} pc={pc}: {describe_instruction(ex, fn.instructions[pc])}"
-            )
-        if isinstance(error, _Fatal):
-            head = f"fatal: {error.args[0]}"
-        else:
-            fn = ex.functions[stack[-1][0]]
-            what = describe_instruction(ex, fn.instructions[stack[-1][1]])
-            head = f"{what} failed: {type(error).__name__}: {error}"
-        tb, kernel_line = error.__traceback__, None
-        while tb is not None:
-            filename = tb.tb_frame.f_code.co_filename
-            if filename.startswith(KERNEL_FILE_PREFIX):
-                import linecache
-
-                text = linecache.getline(filename, tb.tb_lineno).strip()
-                kernel_line = f"  {filename}, line {tb.tb_lineno}: {text}"
-            tb = tb.tb_next
-        parts = [head, "VM stack (most recent call last):", *lines]
-        if kernel_line:
-            parts.append(kernel_line)
-        err = VMError("\n".join(parts))
-        # For the compiled mode, which nests bytecode runs: the frames and the original error.
-        err._vm_stack, err._vm_cause = full_stack, error  # type: ignore[attr-defined]
-        return err
+            context.packed = saved
 
     def _allocator_name(self) -> str:
         return getattr(self.allocator, "name", type(self.allocator).__name__)
@@ -505,7 +302,3 @@ class VirtualMachine:
             for name, saved in self._saved.items()
         ]
         return _html.box("VirtualMachine", facts, _html.table(("functions",), functions))
-
-
-class _Fatal(Exception):
-    """Raised by FATAL inside the loop; becomes a VMError with the VM stack."""

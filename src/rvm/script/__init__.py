@@ -15,14 +15,14 @@ installs the printer behind ``repr``/``str`` of every IR node.
 
 from __future__ import annotations
 
-from rvm.ir import expr as _expr
+from rvm import _hooks
 from rvm.script.consts import const_b64
 from rvm.script.parser import adt, func, module, parse
 from rvm.script.printer import script
 from rvm.script.types import Any, Callable, Shape, T, Tuple
 
-if script not in _expr._printer:
-    _expr._printer.append(script)
+# The IR prints itself (repr, errors) with this printer (see rvm._hooks).
+_hooks.supply("printer", script)
 
 __all__ = [
     "Any",

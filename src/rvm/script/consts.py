@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir.expr import Constant
 from rvm.ir.types import check_dtype
@@ -26,7 +27,7 @@ MAX_LITERAL = 32
 def const_b64(data: str, dtype: str, shape: Sequence[int]) -> Constant:
     """The constant whose raw little-endian bytes are ``data`` (base64), of ``dtype`` and shape."""
     raw = base64.b64decode(data.encode("ascii"))
-    dt = np.dtype(check_dtype(dtype)).newbyteorder("<")
+    dt = numpy_dtype(check_dtype(dtype)).newbyteorder("<")
     arr = np.frombuffer(raw, dtype=dt).astype(dt.newbyteorder("="))
     return Constant(arr.reshape(tuple(shape)))
 

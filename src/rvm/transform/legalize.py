@@ -9,8 +9,11 @@ function with ``attrs["primitive"]``, ``attrs["pattern"]`` (the op's `OpPattern`
 ``attrs["ops"] = ("X",)`` whose body is ``z = op.X(...); z``. 0-d constant arguments move into
 the primitive; every other argument (once per distinct argument) becomes a parameter typed as
 the argument (symbolic dimensions keep the caller's names: kernels read dimensions from their
-arrays). Structurally equal primitive functions are one module function. An op call in result
-position is bound to a variable first.
+arrays). An op whose attributes name a dimension its arguments do not carry (``full(("n", 4))``,
+``broadcast_to(x, ("n", 4))``) also gets, as an extra parameter, the enclosing function's first
+parameter whose shape has that dimension: the kernel reads the dimension from it, and the
+caller knows the result's shape. Structurally equal primitive functions are one module
+function. An op call in result position is bound to a variable first.
 
 Algorithm: walk each straight-line region (`map_regions`) and rewrite op-call bindings; new
 functions go through a `PrimitiveTable`, which finds an equal function by structural hash.
@@ -29,6 +32,7 @@ from rvm.ir.functor import ExprVisitor
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.ir.structural import structural_equal, structural_hash
+from rvm.ir.types import TensorType
 
 RegionFn = Callable[[list[E.VarBinding], E.Expr, int], tuple[list[E.VarBinding], E.Expr]]
 
@@ -198,20 +202,22 @@ def legalize(mod: IRModule) -> IRModule:
     """Wrap every op call of ``mod`` in a primitive function (see the module docstring)."""
     table = PrimitiveTable(mod)
 
-    def region(
-        bindings: list[E.VarBinding], body: E.Expr, depth: int
-    ) -> tuple[list[E.VarBinding], E.Expr]:
-        bindings, body = hoist_result(bindings, body, is_op_call, "out")
-        out = []
-        for b in bindings:
-            if is_op_call(b.value):
-                gv, args = _wrap_op_call(b.value, table)  # type: ignore[arg-type]
-                out.append(E.VarBinding(b.var, E.Call(gv, tuple(args))))
-            else:
-                out.append(b)
-        return out, body
-
     def rewrite(name: str, func: E.Function) -> E.Function:
+        binders = _dim_binders(func.params)
+
+        def region(
+            bindings: list[E.VarBinding], body: E.Expr, depth: int
+        ) -> tuple[list[E.VarBinding], E.Expr]:
+            bindings, body = hoist_result(bindings, body, is_op_call, "out")
+            out = []
+            for b in bindings:
+                if is_op_call(b.value):
+                    gv, args = _wrap_op_call(b.value, table, binders)  # type: ignore[arg-type]
+                    out.append(E.VarBinding(b.var, E.Call(gv, tuple(args))))
+                else:
+                    out.append(b)
+            return out, body
+
         body = map_regions(func.body, region)
         if body is func.body:
             return func
@@ -220,18 +226,51 @@ def legalize(mod: IRModule) -> IRModule:
     return table.module(map_functions(mod, rewrite))
 
 
-def _wrap_op_call(call: E.Call, table: PrimitiveTable) -> tuple[E.GlobalVar, list[E.Expr]]:
-    """The primitive function holding ``call`` (added to ``table``) and its call's arguments."""
+def _dim_binders(params: tuple[E.Var, ...]) -> dict[str, E.Var]:
+    """Each symbolic dimension of a function's tensor parameters: the first one that has it."""
+    out: dict[str, E.Var] = {}
+    for p in params:
+        for d in _shape_names(p.type):
+            out.setdefault(d, p)
+    return out
+
+
+def _shape_names(ty: object) -> list[str]:
+    if isinstance(ty, TensorType) and ty.shape is not None:
+        return [d for d in ty.shape if isinstance(d, str)]
+    return []
+
+
+def _attr_dims(attrs: dict) -> list[str]:
+    """The symbolic dimensions a call's shape-like attributes name (``shape=("n", 4)``)."""
+    return [d for v in attrs.values() if isinstance(v, tuple) for d in v if isinstance(d, str)]
+
+
+def _wrap_op_call(
+    call: E.Call, table: PrimitiveTable, binders: dict[str, E.Var]
+) -> tuple[E.GlobalVar, list[E.Expr]]:
+    """The primitive function holding ``call`` (added to ``table``) and its call's arguments.
+
+    ``binders`` gives, per symbolic dimension, a variable of the caller that carries it: one
+    is passed in for every dimension the attributes name and no argument carries.
+    """
     params: dict[E.Expr, E.Var] = {}
     inner: list[E.Expr] = []
-    for a in call.args:
-        if isinstance(a, E.Constant) and a.data.ndim == 0:
-            inner.append(a)
-            continue
+
+    def param(a: E.Expr) -> E.Var:
         p = params.get(a)
         if p is None:
             p = params[a] = E.Var(f"p{len(params)}", a.type or infer_type(a))
-        inner.append(p)
+        return p
+
+    for a in call.args:
+        if isinstance(a, E.Constant) and a.data.ndim == 0:
+            inner.append(a)
+        else:
+            inner.append(param(a))
+    for d in _attr_dims(call.attrs):
+        if d in binders and not any(d in _shape_names(p.type) for p in params.values()):
+            param(binders[d])  # carries the dimension only: the kernel reads its shape
     op: E.Op = call.callee
     result = E.Var("lv0")
     body = E.seq([E.VarBinding(result, E.Call(op, tuple(inner), call.attrs))], result)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType, TupleType, Type
@@ -176,7 +177,7 @@ class _Planner:
             attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
             out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage, shape), attrs)))
             return
-        size = int(np.prod(ty.shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        size = int(np.prod(ty.shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
         self.stats.before += size
         self.stats.tensors += 1
         storage = self._take(state, dtype, size) if var in state.local else None

@@ -224,3 +224,57 @@ def test_an_unsupported_op_inside_a_loop_body_is_listed_before_import() -> None:
     model = make_model([node], [("m", I64, []), ("s0", F, [2, 2])], [("s", 1)])
     with pytest.raises(OnnxImportError, match="Det-.*det_in_body"):
         rvm.from_onnx(model)
+
+
+def test_loop_slicing_at_run_time_positions(kernels: str) -> None:
+    # x[i : i + 2] in iteration i: Slice bounds computed in the body (rvm's dynamic_slice);
+    # the scan output's length is unknown at import
+    body = loop_body(
+        [
+            helper.make_node("Constant", [], ["two"], value_ints=[2]),
+            helper.make_node("Unsqueeze", ["i", "zero"], ["start"]),
+            helper.make_node("Add", ["start", "two"], ["end"]),
+            helper.make_node("Slice", ["x", "start", "end"], ["part"]),
+            helper.make_node("ReduceSum", ["part"], ["tot"], keepdims=1),
+            helper.make_node("Add", ["s_in", "tot"], ["s_out"]),
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Identity", ["part"], ["scan"]),
+        ],
+        [("s_in", "s_out", F, [1])],
+        [("scan", F, [None])],
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["zero"], value_ints=[0]),
+        helper.make_node("Loop", ["m", "", "s0"], ["s", "parts"], body=body),
+    ]
+    model = make_model(
+        nodes, [("m", I64, []), ("s0", F, [1]), ("x", F, [5])], [("s", 1), ("parts", 2)]
+    )
+    x = np.arange(5, dtype=np.float32) + 1
+    check_ort(model, [np.array(3, np.int64), np.zeros(1, np.float32), x], kernels=kernels)
+
+
+def test_scan_8_with_a_batch_axis(exec_mode: str) -> None:
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["s_in", "xt"], ["s_out"]),
+            helper.make_node("Mul", ["s_out", "xt"], ["y"]),
+        ],
+        "body",
+        [vinfo("s_in", F, [3]), vinfo("xt", F, [3])],
+        [vinfo("s_out", F, [3]), vinfo("y", F, [3])],
+    )
+    node = helper.make_node(
+        "Scan", ["", "s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1, directions=[1]
+    )
+    graph = helper.make_graph(
+        [node],
+        "scan8",
+        [vinfo("s0", F, [2, 3]), vinfo("x", F, [2, 4, 3])],
+        [vinfo("s", F, [2, 3]), vinfo("ys", F, [2, 4, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+    model.ir_version = 8
+    rng = np.random.default_rng(1)
+    s0, x = rng.standard_normal((2, 3)), rng.standard_normal((2, 4, 3))
+    check_ort(model, [s0.astype(np.float32), x.astype(np.float32)], exec_modes=(exec_mode,))

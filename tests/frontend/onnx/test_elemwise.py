@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx_helpers import check_ort, single_op  # noqa: E402
+from onnx_helpers import OPSET, check_ort, single_op  # noqa: E402
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((2, 3, 4)).astype(np.float32)
@@ -73,6 +73,25 @@ def test_binary(op_type):
 )
 def test_unary(op_type, x):
     check_ort(*single_op(op_type, {"x": x}))
+
+
+UNIT = np.tanh(A)  # in (-1, 1), the domain of Asin, Acos and Atanh
+
+
+@pytest.mark.parametrize(
+    "op_type, x",
+    [
+        ("Asin", UNIT),
+        ("Acos", UNIT),
+        ("Atan", A),
+        ("Asinh", A),
+        ("Acosh", POS + 1.0),
+        ("Atanh", UNIT),
+    ],
+)
+@pytest.mark.parametrize("opset", [OPSET, 22])
+def test_inverse_trigonometric(op_type, x, opset):
+    check_ort(*single_op(op_type, {"x": x}, opset=opset))
 
 
 def test_leaky_relu_alpha_and_prelu():

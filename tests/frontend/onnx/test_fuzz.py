@@ -39,15 +39,24 @@ FUZZ = textwrap.dedent(
     data = data.SerializeToString()
     rvm.from_onnx(data)  # the intact model imports
 
+    # Where corruption lands: anywhere, or (WEIGHTS) in the bytes the in-place weight reader
+    # walks: the 24 bytes before each raw_data payload (its tensor's key, length, dims, type).
+    positions = np.arange(len(data))
+    if WEIGHTS:
+        from rvm.frontend.onnx.weights import split_weights
+
+        cuts = [c for c in split_weights(data)[1] if c is not None]
+        positions = np.unique([p for s, e in cuts for p in range(max(s - 24, 0), s + 1)])
+
     ok = errors = 0
     for case in range(CASES):
         r = np.random.default_rng(case)
         buf = bytearray(data)
         if case % 2 == 0:
-            buf = buf[: int(r.integers(0, len(buf)))]
+            buf = buf[: int(r.choice(positions))]
         else:
             for _ in range(int(r.integers(1, 4))):
-                buf[int(r.integers(len(buf)))] ^= 1 << int(r.integers(8))
+                buf[int(r.choice(positions))] ^= 1 << int(r.integers(8))
         try:
             rvm.from_onnx(bytes(buf))
             ok += 1
@@ -60,10 +69,12 @@ FUZZ = textwrap.dedent(
 )
 
 
-def test_truncated_and_flipped_bytes_import_or_raise_rvm_errors():
+@pytest.mark.parametrize("weights", [False, True], ids=["anywhere", "weight_headers"])
+def test_truncated_and_flipped_bytes_import_or_raise_rvm_errors(weights):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    script = FUZZ.replace("CASES", "200").replace("WEIGHTS", str(weights))
     out = subprocess.run(
-        [sys.executable, "-c", FUZZ.replace("CASES", "200")],
+        [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         env=env,

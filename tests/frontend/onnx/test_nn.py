@@ -102,6 +102,13 @@ def test_batch_norm_lrn_layer_norm():
     check_ort(*single_op("LayerNormalization", {"x": X}, initializers=ln, axis=-2), rtol=1e-4)
 
 
+def test_layer_norm_mean_and_inv_std_dev_outputs():
+    # the converter leaves the extra outputs to LayerNormalization's function body
+    ln = {"g": _f32(9, 8), "b": _f32(9, 8)}
+    model = single_op("LayerNormalization", {"x": X}, initializers=ln, axis=-2, n_outputs=3)
+    check_ort(*model, rtol=1e-4)
+
+
 @pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("opset, axis", [(9, 1), (11, 2), (11, -1), (13, 1), (13, -1)])
 def test_softmax_versions(op_type, opset, axis):

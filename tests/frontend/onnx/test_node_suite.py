@@ -86,6 +86,23 @@ JIT_SAMPLE = (
     "test_resize_downsample_scales_cubic_antialias",
     "test_depthtospace_crd_mode_example",
     "test_onehot_with_axis",
+    "test_convtranspose_group_2",
+    "test_col2im_pads",
+    "test_maxpool_3d_dilations",
+    "test_averagepool_1d_default",
+    "test_maxpool_with_argmax_2d_precomputed_strides",
+    "test_lppool_2d_same_upper",
+    "test_maxunpool_export_without_output_shape",
+    "test_reflect_pad",
+    "test_constant_pad_axes",
+    "test_cast_FLOAT_to_FLOAT8E4M3FN",
+    "test_castlike_BFLOAT16_to_FLOAT",
+    "test_celu_bfloat16_expanded",
+    "test_quantizelinear_int4",
+    "test_quantizelinear_blocked_asymmetric",
+    "test_dequantizelinear_e4m3fn",
+    "test_qlinearmatmul_3D_uint8_float16",
+    "test_bitcast_float32_to_int32",
 )
 
 

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx_helpers import check_ort, single_op  # noqa: E402
+from onnx_helpers import check_ort, run_rvm, single_op  # noqa: E402
 
 RNG = np.random.default_rng(2)
 X = RNG.standard_normal((2, 3, 4)).astype(np.float32)
@@ -135,3 +135,40 @@ def test_argmax_argmin_cumsum():
     axis = np.array(1, np.int64)
     check_ort(*single_op("CumSum", {"x": X}, initializers={"a": axis}))
     check_ort(*single_op("CumSum", {"x": X}, initializers={"a": axis}, exclusive=1, reverse=1))
+
+
+def test_constant_of_shape_and_expand_with_a_symbolic_batch(kernels, exec_mode):
+    """The target shape ["N", 3] comes from Shape(x): the kernels read N at run time."""
+    import onnx
+    from onnx import helper
+    from onnx_helpers import make_model
+
+    import rvm
+    from rvm.testing.onnx_models import run_ort
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node(
+            "ConstantOfShape", ["s"], ["c"], value=helper.make_tensor("v", 1, [1], [1.5])
+        ),
+        helper.make_node("Expand", ["b", "s"], ["e"]),
+    ]
+    b = np.arange(3, dtype=np.float32)[None]
+    model = make_model(nodes, [("x", onnx.TensorProto.FLOAT, ["N", 3])], ["c", "e"], {"b": b})
+    vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model), kernels=kernels), exec_mode=exec_mode)
+    for batch in (1, 4):
+        x = np.zeros((batch, 3), np.float32)
+        for ours, expected in zip(vm["main"](x), run_ort(model, [x])):
+            assert ours.shape == (batch, 3)
+            np.testing.assert_array_equal(ours, expected)
+
+
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_arg_select_last_index_picks_the_last_tie(op_type, keepdims):
+    ties = RNG.integers(0, 3, (3, 5, 4)).astype(np.float32)  # many equal extremes
+    model = single_op(op_type, {"x": ties}, axis=1, keepdims=keepdims, select_last_index=1)
+    check_ort(*model)
+    expected = 4 - getattr(np, op_type.lower())(ties[:, ::-1], axis=1)
+    out = run_rvm(*model)[0]
+    np.testing.assert_array_equal(out if keepdims == 0 else out[:, 0], expected)

@@ -3,9 +3,10 @@
 The ``onnx`` package is an optional dependency (``pip install 'rvm[onnx]'``); importing this
 package does not need it, calling `from_onnx` does.
 
-Layout: `loader` reads and vets a model, `importer` walks the graph, `context` is what a
-converter sees (scopes, constant folding, shape values), `registry` maps an op and its opset
-to a converter, and `converters/` holds the converters by category.
+Layout: `loader` reads and vets a model, `weights` reads tensor data (a file's weights in
+place, as views of its bytes), `importer` walks the graph, `context` is what a converter sees
+(scopes, constant folding, shape values), `registry` maps an op and its opset to a
+converter, and `converters/` holds the converters by category.
 """
 
 from __future__ import annotations

@@ -48,11 +48,18 @@ _REQUIRED = object()
 
 
 class Scope:
-    """ONNX value names bound to IR expressions, with the enclosing graph's scope as parent."""
+    """ONNX value names bound to IR expressions, with the enclosing graph's scope as parent.
 
-    def __init__(self, parent: Scope | None = None) -> None:
+    ``opsets`` (domain to opset version) selects the op versions of the nodes converted in the
+    scope: the model's, inherited by subgraphs; a function body's own (see `functions`).
+    """
+
+    def __init__(self, parent: Scope | None = None, opsets: dict[str, int] | None = None) -> None:
         self.parent = parent
         self.values: dict[str, Expr] = {}
+        if opsets is None:
+            opsets = parent.opsets if parent is not None else {}
+        self.opsets = opsets
 
     def lookup(self, name: str) -> Expr | None:
         scope: Scope | None = self
@@ -322,3 +329,8 @@ class NodeContext:
 
     def emit(self, expr: Expr) -> Expr:
         return self.emitter.emit(expr)
+
+    def expand(self) -> list[Expr]:
+        """The node's outputs from its ONNX function body, for a case the converter leaves to
+        it (see `rvm.frontend.onnx.functions`)."""
+        return self.importer.expand(self.node, self.scope, self.inputs, self.name)

@@ -18,19 +18,27 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from rvm.dtypes import dtype_kind
 from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
-from rvm.frontend.onnx.loader import (
-    check_supported,
-    load_model,
-    model_opsets,
-    np_dtype,
-    tensor_to_array,
+from rvm.frontend.onnx.converters import optional
+from rvm.frontend.onnx.functions import (
+    MAX_DEPTH,
+    LocalFunctions,
+    function_body,
+    graph_types,
+    local_functions,
+    type_proto,
 )
+from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
-from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var
-from rvm.ir.types import check_dtype
+from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
+from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
+from rvm.ir.module import ADTDef
+from rvm.ir.types import Type, check_dtype
 
 PARAMS_MODES = ("constants", "inputs")
 
@@ -73,6 +81,9 @@ def from_onnx(
 
     Args:
         model: an ``onnx.ModelProto``, a path to a ``.onnx`` file, or its serialized bytes.
+            The weights of a path or bytes are not copied: their constants are read-only
+            views of the bytes read. A path's external data (``onnx.save(...,
+            save_as_external_data=True)``) is read from its directory.
         shape_dict: ``{input_name: shape}`` fixing input shapes (ints or symbolic names).
         dtype_dict: ``{input_name: dtype}`` overriding input dtypes.
         params: ``"constants"`` embeds initializers as constants; ``"inputs"`` makes every
@@ -90,11 +101,14 @@ def from_onnx(
     """
     if params not in PARAMS_MODES:
         raise ValueError(f"params must be one of {PARAMS_MODES}, got {params!r}")
-    proto = load_model(model)
+    proto, weights = load_model(model)
     opsets = model_opsets(proto)
-    check_supported(proto.graph, opsets)
+    functions = local_functions(proto)
+    check_supported(proto.graph, opsets, functions, graph_types(proto))
     try:
-        return GraphImporter(opsets).import_model(proto, shape_dict or {}, dtype_dict or {}, params)
+        return GraphImporter(opsets, functions).import_model(
+            proto, shape_dict or {}, dtype_dict or {}, params, weights
+        )
     except RVMError:
         raise
     except Exception as err:  # a malformed model the checker let through: an error, no crash
@@ -104,8 +118,12 @@ def from_onnx(
 class GraphImporter:
     """Converts ONNX graphs to IR; one instance per model."""
 
-    def __init__(self, opsets: dict[str, int]) -> None:
+    def __init__(self, opsets: dict[str, int], functions: LocalFunctions | None = None) -> None:
         self.opsets = opsets
+        self.functions = functions or {}
+        self.depth = 0  # function bodies being expanded, nested
+        self.adts: dict[str, ADTDef] = {}
+        self.adt_inputs: dict[str, tuple] = {}  # see converters.optional.adt_type
         self.builder = Builder()
         self.emitter = Emitter(self.builder)
         self.names = _Names()
@@ -118,9 +136,12 @@ class GraphImporter:
         shape_dict: Mapping[str, Sequence[int | str]],
         dtype_dict: Mapping[str, str],
         params: str,
+        weights: Mapping[str, np.ndarray] | None = None,
     ) -> IRModule:
+        """The module of ``proto``; ``weights`` holds initializers already read (by name)."""
         graph = proto.graph
-        scope = Scope()
+        weights = weights or {}
+        scope = Scope(opsets=self.opsets)
         inits = {t.name: t for t in graph.initializer}
         unknown = set(shape_dict) | set(dtype_dict)
         unknown -= {i.name for i in graph.input if i.name not in inits}
@@ -139,8 +160,10 @@ class GraphImporter:
             param_vars.append(var)
             origin[var.name] = inp.name
         for name, tensor in inits.items():
-            arr = tensor_to_array(tensor, f"initializer {name!r}")
-            if params == "inputs" and arr.dtype.kind == "f":
+            arr = weights.get(name)
+            if arr is None:
+                arr = tensor_to_array(tensor, f"initializer {name!r}")
+            if params == "inputs" and dtype_kind(arr.dtype.name) == "f":
                 var = Var(self.names(name), TensorType(arr.shape, arr.dtype.name))
                 scope.bind(name, var)
                 param_vars.append(var)
@@ -153,13 +176,24 @@ class GraphImporter:
             self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
         mod = self.builder.get()
         attrs = {**mod.attrs, "onnx_input_names": origin}
+        if self.adt_inputs:  # how to build sequence and optional parameters from Python
+            attrs["onnx_adt_inputs"] = dict(self.adt_inputs)
         return IRModule(mod.functions, mod.adts, mod.global_vars, attrs)
+
+    def declare_adt(self, name: str, constructors: Sequence[tuple[str, Sequence[Type]]]) -> ADTDef:
+        """The module's data type ``name``, declared with ``constructors`` on first use."""
+        if name not in self.adts:
+            self.adts[name] = self.builder.add_adt(name, constructors)
+        return self.adts[name]
 
     # -- inputs -----------------------------------------------------------------------------
     def _input_var(self, inp: Any, shape: Sequence[int | str] | None, dtype: str | None) -> Var:
         what = f"graph input {inp.name!r}"
         if not inp.type.HasField("tensor_type"):
-            raise OnnxImportError(f"{what} is not a tensor; rvm imports tensor inputs only")
+            ty, how = optional.adt_type(self, inp.type, what)
+            var = Var(self.names(inp.name), ty)
+            self.adt_inputs[var.name] = how
+            return var
         tt = inp.type.tensor_type
         if dtype is not None:
             try:
@@ -215,12 +249,14 @@ class GraphImporter:
 
     def convert_node(self, node: Any, scope: Scope) -> None:
         domain = normalize_domain(node.domain)
-        version, conv = lookup(node.op_type, self.opsets[domain], domain)
-        assert version is not None and conv is not None  # check_supported ran first
+        version, conv = lookup(node.op_type, scope.opsets.get(domain, 0), domain)
         label = node.name or (node.output[0] if node.output else "?")
         inputs = [
             self._lookup(scope, n, f"input of node {label!r}:") if n else None for n in node.input
         ]
+        if conv is None:
+            self._bind_outputs(node, scope, self.expand(node, scope, inputs, label))
+            return
         attrs = parse_attributes(node)
         ctx = NodeContext(node, version, attrs, inputs, self.emitter, self, scope)
         try:
@@ -235,11 +271,44 @@ class GraphImporter:
             ) from err
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for i, name in enumerate(node.output):
-            if not name:
-                continue
-            if i >= len(results) or results[i] is None:
+            if name and (i >= len(results) or results[i] is None):
                 ctx.fail(f"rvm cannot produce output {i} ({name!r})")
-            scope.bind(name, results[i])
+        self._bind_outputs(node, scope, results)
+
+    @staticmethod
+    def _bind_outputs(node: Any, scope: Scope, results: Sequence[Expr | None]) -> None:
+        for name, value in zip(node.output, results):
+            if name:
+                scope.bind(name, value)  # type: ignore[arg-type]
+
+    def expand(
+        self, node: Any, scope: Scope, inputs: Sequence[Expr | None], label: str
+    ) -> list[Expr]:
+        """The outputs of ``node``, which no converter implements, from its function body
+        (see `rvm.frontend.onnx.functions`)."""
+        where = f"node {label!r} ({node.op_type})"
+        types = [None if v is None else type_proto(infer_type(v)) for v in inputs]
+        body = function_body(node, scope.opsets, self.functions, types)
+        if body is None:
+            raise OnnxImportError(f"{where}: no converter and no function body for its inputs")
+        if self.depth >= MAX_DEPTH:
+            raise OnnxImportError(f"{where}: function bodies nest deeper than {MAX_DEPTH}")
+        inner = Scope(opsets=body.opsets)  # no parent: the body sees only its inputs
+        for name, value in zip(body.inputs, inputs):
+            if name and value is not None:
+                inner.bind(name, value)
+        self.depth += 1
+        try:
+            self.convert_nodes(body.nodes, inner)
+        finally:
+            self.depth -= 1
+        outs = []
+        for i, name in enumerate(body.outputs[: len(node.output)]):
+            value = inner.lookup(name)
+            if value is None and node.output[i]:
+                raise OnnxImportError(f"{where}: its function body does not define {name!r}")
+            outs.append(value)
+        return outs
 
 
 def parse_attributes(node: Any) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """Reading and vetting an ONNX model before anything is converted.
 
 `load_model` accepts a ModelProto, a path or serialized bytes; a file that cannot be read or
-parsed, or a model that fails ``onnx.checker``, raises `rvm.OnnxImportError`. `check_supported`
-walks every node, subgraphs (If/Loop/Scan bodies) included, and raises one error listing every
-op type and version that no converter implements, with the names of its nodes.
+parsed, or a model that fails ``onnx.checker``, raises `rvm.OnnxImportError`. The weights of a
+file or bytes are read in place (`rvm.frontend.onnx.weights`): the model is held once.
+`check_supported` walks every node, subgraphs (If/Loop/Scan bodies) included, and raises one
+error listing every op type and version that no converter implements, with the names of its
+nodes.
 """
 
 from __future__ import annotations
@@ -14,26 +16,53 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import OnnxImportError
+from rvm.frontend.onnx.functions import (
+    MAX_DEPTH,
+    LocalFunctions,
+    TypeLookup,
+    body_types,
+    function_body,
+)
 from rvm.frontend.onnx.registry import lookup, normalize_domain
-from rvm.ir.types import DTYPES
+from rvm.frontend.onnx.weights import external_weights, split_weights, weight_views
 
 
-def load_model(model: Any) -> Any:
-    """``model`` (ModelProto, path or bytes) as a checked ``onnx.ModelProto``."""
+def load_model(model: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    """``model`` (ModelProto, path or bytes) as a checked ``onnx.ModelProto``, and the graph
+    initializers already read, by name: read-only views of a file's or the bytes' data, and
+    arrays of the data a path keeps in external files.
+
+    The initializers in that dict have no data left in the ModelProto.
+    """
     import onnx
 
+    weights: dict[str, np.ndarray] = {}
     if isinstance(model, onnx.ModelProto):
         proto, where = model, "the model"
     elif isinstance(model, (bytes, bytearray, memoryview)):
-        proto, where = _parse(bytes(model), "the given bytes"), "the given bytes"
+        where = "the given bytes"
+        proto, weights = _parse_in_place(bytes(model), where)
     elif isinstance(model, (str, os.PathLike)):
-        proto, where = _load_path(os.fspath(model)), repr(os.fspath(model))
+        where = repr(os.fspath(model))
+        proto, weights = _load_path(os.fspath(model))
     else:
         raise TypeError(
             f"rvm.from_onnx expects an onnx.ModelProto, a path or bytes, got {type(model).__name__}"
         )
     _check(proto, where)
-    return proto
+    return proto, weights
+
+
+def _parse_in_place(data: bytes, where: str) -> tuple[Any, dict[str, np.ndarray]]:
+    """The model parsed without its initializers' raw data, which become views of ``data``;
+    the whole model parsed when that cannot be done."""
+    split = split_weights(data)
+    if split is not None:
+        proto = _parse(split[0], where)
+        views = weight_views(data, split[1], proto.graph.initializer)
+        if views is not None:
+            return proto, views
+    return _parse(data, where), {}
 
 
 def _parse(data: bytes, where: str) -> Any:
@@ -49,7 +78,7 @@ def _parse(data: bytes, where: str) -> Any:
     return proto
 
 
-def _load_path(path: str) -> Any:
+def _load_path(path: str) -> tuple[Any, dict[str, np.ndarray]]:
     import onnx
 
     try:
@@ -57,22 +86,59 @@ def _load_path(path: str) -> Any:
             data = f.read()
     except OSError as err:
         raise OnnxImportError(f"cannot read the ONNX model {path!r}: {err}") from None
-    proto = _parse(data, f"{path!r}")
-    try:  # weights stored beside the model file
-        onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
+    proto, weights = _parse_in_place(data, f"{path!r}")
+    base_dir = os.path.dirname(os.path.abspath(path))
+    try:  # data stored beside the model file: initializers, then any tensor in an attribute
+        weights.update(external_weights(proto.graph.initializer, base_dir))
+        onnx.load_external_data_for_model(proto, base_dir)
+    except OnnxImportError:
+        raise
     except Exception as err:
         raise OnnxImportError(f"cannot load the external data of {path!r}: {err}") from None
-    return proto
+    return proto, weights
 
 
 def _check(proto: Any, where: str) -> None:
     import onnx
 
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(_skeleton(proto))
     except Exception as err:  # ValidationError, and C++ errors surfacing as others
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise OnnxImportError(f"{where} fails onnx.checker: {first}") from None
+
+
+def _skeleton(proto: Any) -> Any:
+    """A copy of ``proto`` whose graph initializers are empty stand-ins of the same names
+    and element types.
+
+    ``onnx.checker`` serializes the model it checks, and C++ parses it again: on the whole
+    model that holds the weights three times over (vgg19: 3 x 548 MB); and initializers read
+    in place have no data left. The weights' sizes are checked when they are read.
+    """
+    import onnx
+
+    graph = onnx.GraphProto()
+    _copy_fields(proto.graph, graph, skip="initializer")
+    for tensor in proto.graph.initializer:
+        graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=[0])
+    model = onnx.ModelProto()
+    _copy_fields(proto, model, skip="graph")
+    model.graph.CopyFrom(graph)
+    return model
+
+
+def _copy_fields(src: Any, dst: Any, skip: str) -> None:
+    """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(dst, field.name).extend(value)
+        elif hasattr(value, "CopyFrom"):  # a message
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
 
 
 def model_opsets(proto: Any) -> dict[str, int]:
@@ -93,30 +159,20 @@ def subgraphs(node: Any) -> list[Any]:
     return out
 
 
-def check_supported(graph: Any, opsets: dict[str, int]) -> None:
-    """Raise one OnnxImportError naming every unsupported op, version and node."""
+def check_supported(
+    graph: Any,
+    opsets: dict[str, int],
+    functions: LocalFunctions | None = None,
+    types: TypeLookup | None = None,
+) -> None:
+    """Raise one OnnxImportError naming every unsupported op, version and node.
+
+    An op no converter implements is supported when it has a function body (in ``functions``
+    or its schema) whose ops all are, recursively; ``types`` gives the input types that
+    context-dependent bodies need (see `rvm.frontend.onnx.functions`).
+    """
     missing: dict[str, list[str]] = {}
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        for node in g.node:
-            domain = normalize_domain(node.domain)
-            label = node.name or (node.output[0] if node.output else "?")
-            if domain not in opsets:
-                key = f"{node.op_type} (domain {domain!r}, which the model does not import)"
-            else:
-                version, conv = lookup(node.op_type, opsets[domain], domain)
-                if conv is not None:
-                    stack.extend(subgraphs(node))
-                    continue
-                qualified = f"{domain}.{node.op_type}" if domain else node.op_type
-                key = (
-                    f"{qualified} (no such op at opset {opsets[domain]})"
-                    if version is None
-                    else f"{qualified}-{version} (opset {opsets[domain]})"
-                )
-            missing.setdefault(key, []).append(label)
-            stack.extend(subgraphs(node))
+    _check_graph(graph.node, opsets, functions or {}, types or _unknown, missing, 0)
     if missing:
         lines = [
             f"  {key}: {len(names)} node{'s' if len(names) > 1 else ''}: "
@@ -131,30 +187,53 @@ def check_supported(graph: Any, opsets: dict[str, int]) -> None:
         )
 
 
-def np_dtype(elem_type: int, what: str) -> str:
-    """The rvm dtype of an ONNX element type; OnnxImportError for one rvm lacks."""
-    import onnx
-
-    try:
-        name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except Exception:
-        name = None
-    if name not in DTYPES:
-        type_name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
-        raise OnnxImportError(
-            f"{what} has ONNX element type {type_name}, which rvm does not support "
-            f"(supported: {', '.join(DTYPES)})"
-        )
-    return name
+def _unknown(name: str) -> None:
+    return None
 
 
-def tensor_to_array(tensor: Any, what: str) -> np.ndarray:
-    """An ONNX TensorProto as a NumPy array of an rvm dtype."""
-    from onnx import numpy_helper
+def _check_graph(
+    nodes: Any,
+    opsets: dict[str, int],
+    functions: LocalFunctions,
+    types: TypeLookup,
+    missing: dict[str, list[str]],
+    depth: int,
+) -> None:
+    """Add the unsupported ops among ``nodes`` and their subgraphs to ``missing``."""
+    stack = [list(nodes)]
+    while stack:
+        for node in stack.pop():
+            stack.extend(list(g.node) for g in subgraphs(node))
+            key = _unsupported(node, opsets, functions, types, depth)
+            if key is not None:
+                label = node.name or (node.output[0] if node.output else "?")
+                missing.setdefault(key, []).append(label)
 
-    dtype = np_dtype(tensor.data_type, what)
-    try:
-        arr = numpy_helper.to_array(tensor)
-    except Exception as err:
-        raise OnnxImportError(f"{what}: cannot read the tensor data: {err}") from None
-    return np.asarray(arr, dtype=dtype)
+
+def _unsupported(
+    node: Any, opsets: dict[str, int], functions: LocalFunctions, types: TypeLookup, depth: int
+) -> str | None:
+    """Why ``node`` cannot be imported (its line in the error), or None if it can."""
+    domain = normalize_domain(node.domain)
+    if domain not in opsets:
+        return f"{node.op_type} (domain {domain!r}, which the model does not import)"
+    version, conv = lookup(node.op_type, opsets[domain], domain)
+    if conv is not None:
+        return None
+    qualified = f"{domain}.{node.op_type}" if domain else node.op_type
+    what = (
+        f"{qualified} (no such op at opset {opsets[domain]})"
+        if version is None
+        else f"{qualified}-{version} (opset {opsets[domain]})"
+    )
+    input_types = [types(n) if n else None for n in node.input]
+    body = function_body(node, opsets, functions, input_types)
+    if body is None or depth >= MAX_DEPTH:
+        return what
+    inner: dict[str, list[str]] = {}
+    inner_types = body_types(body, input_types, functions)
+    _check_graph(body.nodes, body.opsets, functions, inner_types, inner, depth + 1)
+    if not inner:
+        return None
+    uses = ", ".join(sorted(k.split(" ")[0] for k in inner))
+    return f"{what}, whose function body uses {uses}"

@@ -17,6 +17,7 @@ refused, never given another version's semantics.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,7 @@ def converter(
     return register
 
 
+@functools.cache  # asked once per node: thousands of times per model
 def schema_version(op_type: str, opset: int, domain: str = "") -> int | None:
     """The ``since_version`` of ``op_type``'s definition in force at ``opset``; None if none."""
     import onnx.defs

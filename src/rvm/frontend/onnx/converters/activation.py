@@ -1,5 +1,5 @@
 """ONNX ops composed from rvm's elementwise ops: activations, Tan/Sinh/Cosh, IsNaN/IsInf,
-Hardmax, and CastLike.
+and Hardmax.
 
 Selu, Celu, ThresholdedRelu, Softsign, HardSwish, Mish, Swish and Shrink have no rvm op of their
 own: each is the composition its ONNX definition gives. The later versions listed (22, 28...)
@@ -17,15 +17,6 @@ from rvm.ir import Expr, const
 def _scalar(ctx: NodeContext, x: Expr, value: float) -> Expr:
     """``value`` as a 0-d constant of ``x``'s dtype (no promotion of float16 inputs)."""
     return const(value, ctx.type(x).dtype)
-
-
-@converter("CastLike", since=(15, 19, 21, 23, 24, 25))
-def _cast_like(ctx: NodeContext) -> Expr:
-    x, like = ctx.input(0), ctx.input(1)
-    dtype = ctx.type(like).dtype
-    if ctx.type(x).dtype == dtype:
-        return x
-    return ctx.emit(op.cast(x, dtype))
 
 
 @converter("Selu", since=(6, 22))

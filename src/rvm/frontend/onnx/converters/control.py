@@ -21,7 +21,8 @@ a free variable of the branch or loop function, which lambda lifting turns into 
   short scans, slow for long loops that produce scan outputs (loops without them are not
   affected).
 - ``Scan`` (opset 9 semantics) is the same loop over the slices of its scan inputs, which are
-  moved to axis 0 (and reversed) first; its scan outputs are moved back after.
+  moved to axis 0 (and reversed) first; its scan outputs are moved back after. Scan-8 has a
+  batch axis first: one such loop per batch entry (a static batch), results stacked.
 
 A loop's parameter types start from the initial values and widen (to unknown dimensions) until
 the body gives back values of the same types.
@@ -33,8 +34,8 @@ from collections.abc import Callable, Sequence
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext, Scope
-from rvm.frontend.onnx.loader import tensor_to_array
 from rvm.frontend.onnx.registry import converter
+from rvm.frontend.onnx.weights import tensor_to_array
 from rvm.ir import (
     Call,
     Constant,
@@ -73,7 +74,7 @@ def convert_graph(ctx: NodeContext, graph: object, scope: Scope) -> list[Expr]:
     return outs
 
 
-def _block(ctx: NodeContext, build: Callable[[], Expr]) -> Expr:
+def block(ctx: NodeContext, build: Callable[[], Expr]) -> Expr:
     """The SeqExpr of the bindings ``build`` emits and the expression it returns."""
     builder = ctx.emitter.builder
     builder.begin_scope()
@@ -95,7 +96,7 @@ def _unpack(ctx: NodeContext, value: Expr, count: int) -> list[Expr]:
     return [ctx.emit(TupleGetItem(value, k)) for k in range(count)]
 
 
-def _scalar(ctx: NodeContext, value: Expr, dtype: str) -> Expr:
+def as_scalar(ctx: NodeContext, value: Expr, dtype: str) -> Expr:
     """``value`` as a 0-d tensor of ``dtype`` (ONNX allows a one-element 1-d tensor)."""
     ty = ctx.type(value)
     if ty.shape != ():
@@ -112,10 +113,10 @@ def _if(ctx: NodeContext) -> list[Expr]:
     if known is not None:  # only the taken branch exists
         taken = then_graph if bool(known.item()) else else_graph
         return convert_graph(ctx, taken, Scope(ctx.scope))
-    cond = _scalar(ctx, ctx.input(0), "bool")
+    cond = as_scalar(ctx, ctx.input(0), "bool")
 
     def branch(graph: object) -> Expr:
-        return _block(ctx, lambda: _pack(convert_graph(ctx, graph, Scope(ctx.scope))))
+        return block(ctx, lambda: _pack(convert_graph(ctx, graph, Scope(ctx.scope))))
 
     out = ctx.emitter.builder.emit(If(cond, branch(then_graph), branch(else_graph)))
     return _unpack(ctx, out, len(then_graph.output))
@@ -135,6 +136,8 @@ def _loop(ctx: NodeContext) -> list[Expr]:
             f"at least {1 + len(inits)}"
         )
 
+    from rvm.frontend.onnx.converters.optional import like  # optional builds on this module
+
     def step(i: Expr, cond_in: Expr | None, carried: list[Expr]):
         scope = Scope(ctx.scope)
         scope.bind(names[0], i)
@@ -142,12 +145,14 @@ def _loop(ctx: NodeContext) -> list[Expr]:
         for name, value in zip(names[2:], carried):
             scope.bind(name, value)
         outs = convert_graph(ctx, body, scope)
-        return outs[0], outs[1 : 1 + len(inits)], outs[1 + len(inits) :]
+        # a body may give back the element of a loop-carried optional: wrapped again
+        carried_out = [like(ctx, v, infer_type(c)) for v, c in zip(outs[1:], carried)]
+        return outs[0], carried_out, outs[1 + len(inits) :]
 
-    trip = None if trip is None else _scalar(ctx, trip, "int64")
+    trip = None if trip is None else as_scalar(ctx, trip, "int64")
     # An absent condition starts true; the body's condition still ends the loop (as ONNX
     # Runtime and onnx.reference run it).
-    cond = ir_const(True, "bool") if cond is None else _scalar(ctx, cond, "bool")
+    cond = ir_const(True, "bool") if cond is None else as_scalar(ctx, cond, "bool")
     return tail_loop(ctx, trip, cond, inits, n_scan, step)
 
 
@@ -174,10 +179,11 @@ def tail_loop(
         ctx.fail(f"the loop-carried types do not settle: {types} then {end_types}")
     builder = ctx.emitter.builder
     builder.bind(fvar, func)
-    empty = [
-        ctx.emit(op.zeros((0, *t.shape[1:]), t.dtype))  # type: ignore[union-attr]
-        for t in scan_types
-    ]
+    # (a dimension unknown at import is 0 here: only a loop that never runs returns this)
+    empty = []
+    for t in scan_types:  # type: ignore[union-attr]
+        dims = [0 if d is None else d for d in t.shape[1:]]  # type: ignore[union-attr]
+        empty.append(ctx.emit(op.zeros((0, *dims), t.dtype)))  # type: ignore[union-attr]
     flag = [] if cond is None else [cond]
     args = [ir_const(0, "int64"), *flag, *inits, *empty]
     result = builder.emit(Call(fvar, tuple(args)))
@@ -185,9 +191,23 @@ def tail_loop(
     return [ctx.emit(TupleGetItem(result, first + k)) for k in range(len(inits) + n_scan)]
 
 
+def _grow(ctx: NodeContext, i: Expr, acc: Expr, elem: Expr) -> Expr:
+    """``acc`` with ``elem`` stacked after it. When ``elem`` has dimensions unknown at import,
+    the first iteration starts the stack from it (the initial empty stack guessed them)."""
+    row = ctx.emit(op.expand_dims(elem, 0))
+
+    def grown() -> Expr:
+        return ctx.emit(op.concat([acc, row], axis=0))
+
+    if None not in ctx.shape(elem):
+        return grown()
+    first = ctx.emit(op.equal(i, ir_const(0, "int64")))
+    return ctx.emitter.builder.emit(If(first, block(ctx, lambda: row), block(ctx, grown)))
+
+
 def _stacked_type(ctx: NodeContext, elem: Type) -> TensorType:
-    if not isinstance(elem, TensorType) or elem.shape is None or None in elem.shape:
-        ctx.fail(f"a scan output must be a tensor of known shape, got {elem}")
+    if not isinstance(elem, TensorType) or elem.shape is None:
+        ctx.fail(f"a scan output must be a tensor of known rank, got {elem}")
     return TensorType((None, *elem.shape), elem.dtype)
 
 
@@ -214,12 +234,10 @@ def _loop_function(
         cond_out, outs, elems = step(i, flag[0] if flag else None, carried)
         end_types.extend(infer_type(v) for v in outs)
         elem_types.extend(infer_type(v) for v in elems)
-        grown = [
-            ctx.emit(op.concat([a, op.expand_dims(e, 0)], axis=0)) for a, e in zip(accs, elems)
-        ]
+        grown = [_grow(ctx, i, a, e) for a, e in zip(accs, elems)]
         nxt = [ctx.emit(op.add(i, ir_const(1, "int64")))]
         if flag:
-            nxt.append(_scalar(ctx, cond_out, "bool"))  # type: ignore[arg-type]
+            nxt.append(as_scalar(ctx, cond_out, "bool"))  # type: ignore[arg-type]
         return ctx.emitter.builder.emit(Call(fvar, (*nxt, *outs, *grown)))
 
     def body() -> Expr:
@@ -228,9 +246,9 @@ def _loop_function(
             keep = ctx.emit(op.less(i, trip))
         if flag:
             keep = flag[0] if trip is None else ctx.emit(op.logical_and(keep, flag[0]))
-        return If(keep, _block(ctx, again), _block(ctx, lambda: Tuple(params)))
+        return If(keep, block(ctx, again), block(ctx, lambda: Tuple(params)))
 
-    return Function(params, _block(ctx, body)), fvar, end_types, elem_types
+    return Function(params, block(ctx, body)), fvar, end_types, elem_types
 
 
 # -- Scan ---------------------------------------------------------------------------------------
@@ -269,8 +287,44 @@ def _scan(ctx: NodeContext) -> list[Expr]:
     out_dirs = ctx.attr("scan_output_directions", [0] * n_out)
     out_axes = ctx.attr("scan_output_axes", [0] * n_out)
     xs = [_to_front(ctx, ctx.input(n_state + k), in_axes[k], bool(in_dirs[k])) for k in range(m)]
+    results = _scan_loop(ctx, body, states, xs)
+    scans = [
+        _from_front(ctx, y, out_axes[k], bool(out_dirs[k])) for k, y in enumerate(results[n_state:])
+    ]
+    return [*results[:n_state], *scans]
+
+
+@converter("Scan", since=8)
+def _scan_v8(ctx: NodeContext) -> list[Expr]:
+    """Scan-8: every input has a batch axis 0 (scanned along axis 1); the batch is unrolled."""
+    body = ctx.attr("body")
+    if ctx.optional(0) is not None:
+        ctx.fail("sequence_lens is not supported (every batch entry scans its whole length)")
+    m = ctx.attr("num_scan_inputs")
+    states = [ctx.input(k) for k in range(1, len(ctx.inputs) - m)]
+    scanned = [ctx.input(k) for k in range(len(ctx.inputs) - m, len(ctx.inputs))]
+    dirs = ctx.attr("directions", [0] * m)
+    batch = ctx.shape(scanned[0])[0]
+    if not isinstance(batch, int):
+        ctx.fail(f"needs a static batch size, got shape {ctx.shape(scanned[0])}")
+    per_entry = []
+    for b in range(batch):
+        index = ir_const(b, "int64")
+        entry = [ctx.emit(op.take(x, index, axis=0)) for x in states]
+        xs = [
+            _to_front(ctx, ctx.emit(op.take(x, index, axis=0)), 0, bool(d))
+            for x, d in zip(scanned, dirs)
+        ]
+        per_entry.append(_scan_loop(ctx, body, entry, xs))
+    return [ctx.emit(op.stack(list(outs), axis=0)) for outs in zip(*per_entry)]
+
+
+def _scan_loop(ctx: NodeContext, body: object, states: list[Expr], xs: list[Expr]) -> list[Expr]:
+    """The final states and the stacked scan outputs of ``body`` over axis 0 of ``xs``."""
+    n_state = len(states)
+    n_out = len(body.output) - n_state  # type: ignore[attr-defined]
     trip = ctx.emit(op.take(op.shape_of(xs[0]), ir_const(0, "int64")))
-    names = [i.name for i in body.input]
+    names = [i.name for i in body.input]  # type: ignore[attr-defined]
 
     def step(i: Expr, _cond: Expr | None, carried: list[Expr]):
         scope = Scope(ctx.scope)
@@ -280,8 +334,4 @@ def _scan(ctx: NodeContext) -> list[Expr]:
         outs = convert_graph(ctx, body, scope)
         return None, outs[:n_state], outs[n_state:]
 
-    results = tail_loop(ctx, trip, None, states, n_out, step)
-    scans = [
-        _from_front(ctx, y, out_axes[k], bool(out_dirs[k])) for k, y in enumerate(results[n_state:])
-    ]
-    return [*results[:n_state], *scans]
+    return tail_loop(ctx, trip, None, states, n_out, step)

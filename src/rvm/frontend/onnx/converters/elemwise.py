@@ -79,6 +79,13 @@ for _name, _fn, _since in (
     ("Sign", op.sign, (9, 13)),
     ("Sin", op.sin, (7, 22)),
     ("Cos", op.cos, (7, 22)),
+    # version 22 of the inverse trigonometric and hyperbolic ops only adds bfloat16
+    ("Asin", op.asin, (7, 22)),
+    ("Acos", op.acos, (7, 22)),
+    ("Atan", op.atan, (7, 22)),
+    ("Asinh", op.asinh, (9, 22)),
+    ("Acosh", op.acosh, (9, 22)),
+    ("Atanh", op.atanh, (9, 22)),
     ("Softplus", op.softplus, (1, 22)),
     ("Not", op.logical_not, (1,)),
 ):

@@ -1,117 +1,16 @@
-"""Neural-network ONNX ops: Conv, pools, Gemm, normalizations, Softmax, Dropout.
+"""Neural-network ONNX ops: Gemm, normalizations, Softmax, Dropout.
 
-Convolutions take 1-d or 2-d inputs (rvm's conv1d/conv2d), pools 2-d (NCHW). ONNX pads are
-(begin..., end...) per spatial axis, which is rvm's padding order. ``auto_pad`` SAME_* needs
-static spatial sizes. Everything here is inference: Dropout is the identity, BatchNormalization
-uses the given statistics.
+Convolutions are in `conv`, pools in `pool`. Everything here is inference: Dropout is the
+identity, BatchNormalization uses the given statistics.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Sequence
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
 from rvm.ir import Expr
 from rvm.op.shapes import dims_product
-
-
-def _pads(
-    ctx: NodeContext,
-    spatial: Sequence,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-) -> list[int]:
-    """Explicit pads (begin..., end...) from ``pads`` or ``auto_pad``."""
-    n = len(kernel)
-    auto = ctx.attr("auto_pad", "NOTSET")
-    if auto == "NOTSET":
-        pads = list(ctx.attr("pads", [0] * 2 * n))
-        if len(pads) != 2 * n:
-            ctx.fail(f"pads must have {2 * n} values, got {pads}")
-        return pads
-    if auto == "VALID":
-        return [0] * 2 * n
-    if auto not in ("SAME_UPPER", "SAME_LOWER"):
-        ctx.fail(f"unknown auto_pad {auto!r}")
-    if not all(isinstance(d, int) for d in spatial):
-        ctx.fail(f"auto_pad={auto} needs static spatial sizes, got {tuple(spatial)}")
-    begin, end = [], []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
-        out = math.ceil(size / s)
-        total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
-        small, big = total // 2, total - total // 2
-        begin.append(small if auto == "SAME_UPPER" else big)
-        end.append(big if auto == "SAME_UPPER" else small)
-    return begin + end
-
-
-def _window(ctx: NodeContext, x: Expr, kernel: Sequence[int]) -> dict:
-    shape = ctx.shape(x)
-    n = len(kernel)
-    strides = list(ctx.attr("strides", [1] * n))
-    dilations = list(ctx.attr("dilations", [1] * n))
-    pads = _pads(ctx, shape[2:], kernel, strides, dilations)
-    return {"strides": strides, "padding": pads, "dilation": dilations}
-
-
-@converter("Conv", since=(1, 11, 22))
-def _conv(ctx: NodeContext) -> Expr:
-    x, w = ctx.input(0), ctx.input(1)
-    wshape = ctx.shape(w)
-    kernel = list(ctx.attr("kernel_shape", wshape[2:]))
-    if not all(isinstance(k, int) for k in kernel):
-        ctx.fail(f"needs a static kernel shape, got weight {tuple(wshape)}")
-    conv = {1: op.conv1d, 2: op.conv2d}.get(len(kernel))
-    if conv is None:
-        ctx.fail(f"rvm has 1-d and 2-d convolutions, got a {len(kernel)}-d kernel")
-    y = conv(x, w, groups=ctx.attr("group", 1), **_window(ctx, x, kernel))
-    bias = ctx.optional(2)
-    if bias is not None:
-        y = op.add(y, op.reshape(bias, (-1,) + (1,) * len(kernel)))
-    return ctx.emit(y)
-
-
-def _pool(ctx: NodeContext, pool, **extra) -> Expr:
-    x = ctx.input(0)
-    kernel = list(ctx.attr("kernel_shape"))
-    if len(kernel) != 2:
-        ctx.fail(f"rvm has 2-d pools, got kernel_shape {kernel}")
-    attrs = _window(ctx, x, kernel)
-    return ctx.emit(
-        pool(x, pool_size=kernel, ceil_mode=bool(ctx.attr("ceil_mode", 0)), **attrs, **extra)
-    )
-
-
-@converter("MaxPool", since=(1, 8, 10, 11, 12, 22))
-def _max_pool(ctx: NodeContext) -> Expr:
-    if ctx.num_outputs > 1:
-        ctx.fail("the Indices output is not supported")
-    return _pool(ctx, op.max_pool2d)
-
-
-@converter("AveragePool", since=(1, 7, 10, 11, 19, 22))
-def _avg_pool(ctx: NodeContext) -> Expr:
-    include = bool(ctx.attr("count_include_pad", 0))
-    return _pool(ctx, op.avg_pool2d, count_include_pad=include)
-
-
-def _global_pool(pool, reduce):
-    def convert(ctx: NodeContext) -> Expr:
-        x = ctx.input(0)
-        rank = len(ctx.shape(x))
-        if rank == 4:
-            return ctx.emit(pool(x))
-        return ctx.emit(reduce(x, axis=list(range(2, rank)), keepdims=True))
-
-    return convert
-
-
-converter("GlobalAveragePool", since=(1, 22))(_global_pool(op.global_avg_pool2d, op.mean))
-converter("GlobalMaxPool", since=(1, 22))(_global_pool(op.global_max_pool2d, op.max))
 
 
 @converter("Gemm", since=(6, 7, 9, 11, 13))
@@ -153,9 +52,9 @@ def _lrn(ctx: NodeContext) -> Expr:
 
 
 @converter("LayerNormalization", since=17)
-def _layer_norm(ctx: NodeContext) -> Expr:
-    if ctx.num_outputs > 1:
-        ctx.fail("the Mean and InvStdDev outputs are not supported")
+def _layer_norm(ctx: NodeContext) -> Expr | list[Expr]:
+    if ctx.num_outputs > 1:  # the Mean and InvStdDev outputs: the function body gives them
+        return ctx.expand()
     x = ctx.input(0)
     rank = len(ctx.shape(x))
     axis = ctx.attr("axis", -1) % rank

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
-from rvm.ir import Expr
+from rvm.ir import Expr, const
 
 
 def _reduction(fn, axes_input_since: int, before=None, after=None):
@@ -47,10 +47,15 @@ converter("ReduceL2", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=_squa
 
 def _arg(fn):
     def convert(ctx: NodeContext) -> Expr:
-        if ctx.attr("select_last_index", 0):
-            ctx.fail("select_last_index=1 is not supported")
-        axis = ctx.attr("axis", 0)
-        return ctx.emit(fn(ctx.input(0), axis=axis, keepdims=bool(ctx.attr("keepdims", 1))))
+        x = ctx.input(0)
+        axis = ctx.attr("axis", 0) % max(len(ctx.shape(x)), 1)
+        keepdims = bool(ctx.attr("keepdims", 1))
+        if not ctx.attr("select_last_index", 0):
+            return ctx.emit(fn(x, axis=axis, keepdims=keepdims))
+        # the last extreme: the first one along the reversed axis, counted from the end
+        reverse = op.strided_slice(x, [-1], [-(2**63)], [-1], [axis])
+        last = op.subtract(op.take(op.shape_of(x), const(axis, "int64")), const(1, "int64"))
+        return ctx.emit(op.subtract(last, fn(reverse, axis=axis, keepdims=keepdims)))
 
     return convert
 

@@ -1,5 +1,5 @@
-"""Tensor ONNX ops: Transpose, Concat, Split, Slice, Gather, GatherElements, Identity, Cast,
-Tile, Pad and CumSum.
+"""Tensor ONNX ops: Transpose, Concat, Split, Slice, Gather, GatherElements, Identity, Tile, Pad
+and CumSum.
 
 Indices, starts, sizes and pads must be constants known at import (rvm takes them as static
 attributes); values computed from ``Shape`` count when they are fully known ints.
@@ -13,9 +13,9 @@ import numpy as np
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
-from rvm.frontend.onnx.loader import np_dtype
 from rvm.frontend.onnx.registry import converter
 from rvm.ir import Expr, TupleGetItem
+from rvm.op.manipulate import PAD_MODES
 
 _LATEST = (21, 23, 24, 25)  # versions that only add types rvm lacks (float8, int4, ...)
 
@@ -35,12 +35,6 @@ def _concat(ctx: NodeContext) -> Expr:
 @converter("Identity", since=(1, 13, 14, 16, 19, *_LATEST))
 def _identity(ctx: NodeContext) -> Expr:
     return ctx.input(0)
-
-
-@converter("Cast", since=(6, 9, 13, 19, *_LATEST, 28))
-def _cast(ctx: NodeContext) -> Expr:
-    dtype = np_dtype(ctx.attr("to"), "the target type")
-    return ctx.emit(op.cast(ctx.input(0), dtype))
 
 
 @converter("Split", since=(2, 11, 13, 18))
@@ -74,12 +68,17 @@ def _slice_v1(ctx: NodeContext) -> Expr:
 
 @converter("Slice", since=(10, 11, 13))
 def _slice(ctx: NodeContext) -> Expr:
-    starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
-    axes = ctx.ints(3, "axes") or list(range(len(starts)))
-    steps = ctx.ints(4, "steps") or [1] * len(starts)
-    rank = len(ctx.shape(ctx.input(0)))
+    x = ctx.input(0)
+    count = ctx.shape(ctx.input(1))[0]
+    axes = ctx.ints(3, "axes") or list(range(count))
+    steps = ctx.ints(4, "steps") or [1] * len(axes)
+    rank = len(ctx.shape(x))
     axes = [a % rank for a in axes]
-    return ctx.emit(op.strided_slice(ctx.input(0), starts, ends, steps, axes))
+    if ctx.const(1) is None or ctx.const(2) is None:  # bounds computed at run time
+        bounds = [ctx.emit(op.cast(ctx.input(k), "int64")) for k in (1, 2)]
+        return ctx.emit(op.dynamic_slice(x, *bounds, axes=axes, strides=steps))
+    starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
+    return ctx.emit(op.strided_slice(x, starts, ends, steps, axes))
 
 
 @converter("Gather", since=(1, 11, 13))
@@ -99,23 +98,36 @@ def _tile(ctx: NodeContext) -> Expr:
 
 @converter("Pad", since=2)
 def _pad_v2(ctx: NodeContext) -> Expr:
-    return _pad(ctx, list(ctx.attr("pads")), ctx.attr("value", 0.0), None)
+    x = ctx.input(0)
+    widths = _pad_widths(ctx, x, list(ctx.attr("pads")), None)
+    return ctx.emit(op.pad(x, widths, ctx.attr("value", 0.0), mode=_pad_mode(ctx)))
 
 
 @converter("Pad", since=(11, 13, 18, 19, *_LATEST))
 def _pad_v11(ctx: NodeContext) -> Expr:
-    value = ctx.optional(2)
-    if value is not None and ctx.const(2) is None:
-        ctx.fail("constant_value must be a constant known at import")
-    fill = 0 if value is None else ctx.const(2).item()
-    return _pad(ctx, ctx.ints(1, "pads"), fill, ctx.ints(3, "axes"))
+    x, value = ctx.input(0), ctx.optional(2)
+    widths = _pad_widths(ctx, x, ctx.ints(1, "pads"), ctx.ints(3, "axes"))
+    mode = _pad_mode(ctx)
+    if value is None or mode != "constant" or ctx.const(2) is not None:
+        fill = 0 if value is None or ctx.const(2) is None else ctx.const(2).item()
+        return ctx.emit(op.pad(x, widths, fill, mode=mode))
+    # A constant_value known only at run time: the padded elements are where a padded mask of
+    # the input's shape is False (the mask folds to a constant when the shape is static).
+    mask = op.pad(op.full(ctx.shape(x), True, "bool"), widths, False)
+    return ctx.emit(op.where(mask, op.pad(x, widths), op.reshape(value, ())))
 
 
-def _pad(ctx: NodeContext, pads: list[int], value: float, axes: list[int] | None) -> Expr:
+def _pad_mode(ctx: NodeContext) -> str:
     mode = ctx.attr("mode", "constant")
-    if mode != "constant":
-        ctx.fail(f"mode {mode!r} is not supported (rvm pads with a constant)")
-    x = ctx.input(0)
+    if mode not in PAD_MODES:
+        ctx.fail(f"unknown mode {mode!r}; expected one of {', '.join(PAD_MODES)}")
+    return mode
+
+
+def _pad_widths(
+    ctx: NodeContext, x: Expr, pads: list[int], axes: list[int] | None
+) -> list[list[int]]:
+    """ONNX pads (begin..., end...) over ``axes`` as a (before, after) pair per axis."""
     rank = len(ctx.shape(x))
     axes = list(range(rank)) if axes is None else [a % rank for a in axes]
     n = len(axes)
@@ -126,7 +138,7 @@ def _pad(ctx: NodeContext, pads: list[int], value: float, axes: list[int] | None
     widths = [[0, 0] for _ in range(rank)]
     for i, a in enumerate(axes):
         widths[a] = [pads[i], pads[i + n]]
-    return ctx.emit(op.pad(x, widths, value))
+    return widths
 
 
 @converter("CumSum", since=(11, 14))

@@ -2,7 +2,7 @@
 
 `load_kernel(record)` returns the kernel's Numba dispatcher, resolved once; the VM calls it
 directly (a call costs the dispatcher's argument check, about a microsecond). The kernel's
-source is written to rvm's cache (`rvm.jit.cache`) and imported as a module, so Numba's
+source is written to rvm's cache (`rvm.runtime.native.cache`) and imported as a module, so Numba's
 ``cache=True`` stores and reuses the object code across processes. Compiles, cache hits and
 misses are logged on the ``rvm.jit`` logger with their times. A kernel that does not compile
 raises `rvm.errors.JITError` naming the kernel, its ops, and the generated line that failed.
@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rvm.errors import JITError
-from rvm.jit.cache import drop_object_code, kernel_path, write_entry
-from rvm.runtime.executable import KernelRecord
-from rvm.runtime.kernels import with_progress
+from rvm.runtime.native.cache import drop_object_code, kernel_path, write_entry
+from rvm.runtime.progress import with_progress
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import KernelRecord
 
 logger = logging.getLogger("rvm.jit")
 

@@ -9,10 +9,10 @@ wins a max, and an average divides the sum of a window's input elements by their
 its padding elements with ``include_pad``; a ceil-mode window's overhang past the padding
 never counts). Averages sum in float64, as the reference does.
 
-Kernels reach it through a C entry point (`rvm.jit.entry`), so its code is compiled once,
+Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled once,
 not again into each kernel. Each channel is copied into a plane that holds the padding value
 (-inf for max, 0 for average) around it, split into its stride phases, so each tap is one
-long vectorizable run (`rvm.jit.planes`). The output size is checked against the geometry
+long vectorizable run (`rvm.runtime.native.planes`). The output size is checked against the geometry
 before any memory is touched (ValueError).
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.jit import entry
-from rvm.jit.planes import U, padded_phases, phase_shape, tap_starts
+from rvm.runtime.native import entry
+from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -55,7 +55,7 @@ def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignor
 @nb.njit(**_OPTS)
 def _windows(flat, starts, acc, is_max):  # type: ignore[no-untyped-def]
     """``acc`` (the output plane, flat, rows as wide as a phase's) = the max (``is_max``) or
-    the sum of every window, one run per tap (see `rvm.jit.planes`)."""
+    the sum of every window, one run per tap (see `rvm.runtime.native.planes`)."""
     run = U(acc.shape[0])
     acc[:] = -np.inf if is_max else 0.0
     for t in range(starts.shape[0]):
@@ -106,7 +106,8 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
 
 
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
-    """`_pool2d` on x (a), out (b) (see `rvm.jit.entry`): 0 done, 1 the shapes disagree."""
+    """`_pool2d` on x (a), out (b) (see `rvm.runtime.native.entry`): 0 done, 1 the shapes
+    disagree."""
     d, p = nb.carray(dims, 8), nb.carray(params, 13)
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
     out = nb.carray(b, (d[4], d[5], d[6], d[7]))

@@ -6,14 +6,15 @@ lives here, so it is compiled once per operand type and cached with this module'
 cache, not compiled again into every kernel (it was most of a CNN's compile time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift)`: NumPy's BLAS
-  (`rvm.jit.blas.gemm`), the method chosen by shape (`_conv2d_blas`). 1x1 convolutions are
-  one GEMM per (image, group) on the operands themselves. Depthwise ones (one input channel
-  per group) are direct loops. Stride-1 convolutions with at least ``min_shift`` (the
-  lowering's `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per group run one GEMM per
-  kernel tap on row-strided windows of the zero-padded input, accumulated in place by BLAS:
-  no column matrix at all. Others pack the input windows of each (image, group) into a column
-  matrix (im2col, with the padding as zero runs and unit-stride copies in between) and
-  multiply it by the weight, one GEMM per block of output positions.
+  (`rvm.runtime.native.blas.gemm`), the method chosen by shape (`_conv2d_blas`). 1x1
+  convolutions are one GEMM per (image, group) on the operands themselves. Depthwise ones
+  (one input channel per group) are direct loops. Stride-1 convolutions with at least
+  ``min_shift`` (the lowering's `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per
+  group run one GEMM per kernel tap on row-strided windows of the zero-padded input,
+  accumulated in place by BLAS: no column matrix at all. Others pack the input windows of
+  each (image, group) into a column matrix (im2col, with the padding as zero runs and
+  unit-stride copies in between) and multiply it by the weight, one GEMM per block of output
+  positions.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
@@ -28,9 +29,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.jit import entry
-from rvm.jit.blas import gemm
-from rvm.jit.planes import U, padded_phases, phase_shape, tap_starts
+from rvm.runtime.native import entry
+from rvm.runtime.native.blas import gemm
+from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
 
 CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
 COL_BYTES = 1 << 21  # an im2col block's bytes at most: it stays in cache
@@ -210,7 +211,7 @@ def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
 def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """A convolution with one input channel per group (depthwise, any channel multiplier):
     each channel is copied into a zero-padded plane split into its stride phases, then every
-    tap adds its weighted window as one long run (see `rvm.jit.planes`)."""
+    tap adds its weighted window as one long run (see `rvm.runtime.native.planes`)."""
     n, c, ih, iw = x.shape
     o, _, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
@@ -236,7 +237,7 @@ def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-de
 @nb.njit(**_OPTS)
 def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
     """The first ``ow`` of every ``wq`` elements of ``acc`` to ``of[at:]`` (the output plane
-    without the wrap-around columns); unsigned indices, as in `rvm.jit.planes`."""
+    without the wrap-around columns); unsigned indices, as in `rvm.runtime.native.planes`."""
     for p_ in range(oh):
         dst, src = U(at + p_ * ow), U(p_ * wq)
         for q_ in range(U(ow)):
@@ -272,7 +273,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift): 
     return True
 
 
-# -- the compiled entry point (see `rvm.jit.entry`) -----------------------------------------
+# -- the compiled entry point (see `rvm.runtime.native.entry`) ------------------------------
 
 
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]

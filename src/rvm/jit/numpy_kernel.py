@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from rvm.dtypes import NARROW_DTYPES, dtype_kind
 from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.types import TensorType, TupleType
@@ -81,10 +82,7 @@ class _KernelSource:
             return self.names[e]
         if isinstance(e, E.Constant):
             name = f"_c{len(self.consts)}"
-            data = e.data
-            self.consts.append(
-                f"{name} = np.array({literal(_py(data.tolist()))}, dtype={data.dtype.name!r})"
-            )
+            self.consts.append(f"{name} = {_array_source(e.data)}")
             return name
         if isinstance(e, E.Tuple):
             inner = ", ".join(self.atom(f) for f in e.fields)
@@ -140,6 +138,18 @@ class _KernelSource:
         else:
             lines += [f"    out{i}[...] = {res}[{i}]" for i in range(outs)]
         return "\n".join(self.consts + lines) + "\n"
+
+
+def _array_source(data: np.ndarray) -> str:
+    """Source building ``data``. A narrow dtype (bfloat16, int4...) is built by the library's
+    cast from float32 or int8, which hold its values exactly: its name means nothing to numpy
+    until ml_dtypes is imported, which the library's cast sees to."""
+    dtype = data.dtype.name
+    if dtype not in NARROW_DTYPES:
+        return f"np.array({literal(_py(data.tolist()))}, dtype={dtype!r})"
+    wide = "float32" if dtype_kind(dtype) == "f" else "int8"
+    values = literal(_py(data.astype(wide).tolist()))
+    return f"{LIBRARY_NAME}.cast(np.array({values}, dtype={wide!r}), {dtype!r})"
 
 
 def _py(value: object) -> object:

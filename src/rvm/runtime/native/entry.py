@@ -1,10 +1,10 @@
-"""C entry points of the jit library (`rvm.jit.conv`, `rvm.jit.pool`), called from kernels.
+"""C entry points of the kernel library (`rvm.runtime.native.conv`, `.pool`).
 
 A kernel that called a library function directly would link the function's code into its own
 module, and LLVM would optimize it again in every kernel (1-3 s per kernel for the
 convolution). Instead each library function has a C entry point per float dtype (a cached
 `numba.cfunc`) whose address is registered with llvmlite under a fixed symbol, as
-`rvm.jit.blas` does with NumPy's CBLAS: a kernel calls the symbol like a C library, and a
+`rvm.runtime.native.blas` does with NumPy's CBLAS: a kernel calls the symbol like a C library, and a
 cached kernel's call is resolved when it is linked.
 
 Every entry point has one C signature, so one caller serves them all: three data pointers

@@ -1,0 +1,142 @@
+"""The interface between the VM and its exec modes.
+
+A `VirtualMachine` owns the calling API (argument checks, the thread guard, saved functions,
+instrumentation); an exec mode only runs functions. What a mode may see of its VM is an
+`ExecContext`: the executable, its decoded functions, the current table of packed functions
+(swapped for wrapped ones by `set_instrument` and `profile`), the allocator, the bytecode loop
+(for work a mode hands back, such as calls deeper than it nests) and how failures are
+reported. A mode is any object with ``run(fidx, args)`` (`ExecMode`), built from the context
+by the factory the VM's mode table names (see `rvm.runtime.vm.EXEC_MODE_FACTORIES`).
+
+Failures: a mode raises `VMStackError` (a `VMError`) made by `ExecContext.error` from the
+original exception and the VM stack as ``(function index, pc)`` pairs, outermost first, so
+every mode reports a failure in the same words; `Fatal` is what the FATAL instruction raises.
+"""
+
+from __future__ import annotations
+
+import linecache
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rvm.errors import VMError
+from rvm.runtime.kernels import KERNEL_FILE_PREFIX
+from rvm.runtime.text import describe_instruction
+
+if TYPE_CHECKING:
+    from rvm.runtime.decode import DecodedFunction
+    from rvm.runtime.executable import Executable
+
+__all__ = ["ExecContext", "ExecMode", "Fatal", "VMStackError", "vm_error"]
+
+# A VM stack longer than this is shown as its first and last half.
+STACK_SHOWN = 20
+
+
+class Fatal(Exception):
+    """Raised by FATAL; becomes a `VMStackError` reading ``fatal: <message>``."""
+
+
+class VMStackError(VMError):
+    """A failure inside VM code, with the VM stack it happened in.
+
+    Attributes:
+        stack: ``(function index, pc)`` per frame, outermost first (all of them; the message
+            shows at most `STACK_SHOWN`).
+        cause: The original exception (a kernel's, a builtin's, or `Fatal`).
+    """
+
+    def __init__(self, message: str, stack: list[tuple[int, int]], cause: BaseException) -> None:
+        super().__init__(message)
+        self.stack = stack
+        self.cause = cause
+
+
+class ExecMode(Protocol):
+    """An exec mode: runs function ``fidx`` of the context's executable on checked values."""
+
+    def run(self, fidx: int, args: list[Any]) -> Any:
+        """The function's result; failures raise `VMStackError` (see `ExecContext.error`)."""
+        ...
+
+
+class ExecContext:
+    """What an exec mode sees of its VM (one per VM; the VM keeps it current).
+
+    Attributes:
+        executable: The executable the VM runs.
+        functions: Its functions decoded for the bytecode loop (`rvm.runtime.decode`).
+        raw_packed: A callable per primitive name, in index order, as resolved.
+        packed: The table the VM calls now: `raw_packed`, or wrapped callables while
+            instrumented or profiled. A mode reads it at each run (its identity changes).
+        fatal: The exception class FATAL raises.
+        run_bytecode: ``run_bytecode(fidx, args)`` runs a function in the bytecode loop.
+    """
+
+    fatal = Fatal
+
+    def __init__(
+        self,
+        executable: Executable,
+        functions: list[DecodedFunction],
+        packed: list[Callable[..., Any]],
+        allocator: Callable[[], Any],
+    ) -> None:
+        self.executable = executable
+        self.functions = functions
+        self.raw_packed = packed
+        self.packed = packed
+        self._allocator = allocator
+        self.run_bytecode: Callable[[int, list[Any]], Any] = _unbound
+
+    @property
+    def allocator(self) -> Any:
+        """The VM's allocator now (`VirtualMachine.allocator` may be replaced between calls)."""
+        return self._allocator()
+
+    def error(self, error: BaseException, stack: Sequence[tuple[int, int]]) -> VMStackError:
+        """The error every mode raises for `error` at VM stack `stack` (see `vm_error`)."""
+        return vm_error(self.executable, error, list(stack))
+
+
+def _unbound(fidx: int, args: list[Any]) -> Any:
+    raise VMError("this exec context has no bytecode loop bound")
+
+
+def vm_error(ex: Executable, error: BaseException, stack: list[tuple[int, int]]) -> VMStackError:
+    """A `VMStackError` naming the failed instruction, the VM stack and, when a numpy kernel
+    failed, its generated line; `stack` is ``(function index, pc)`` outermost first."""
+    shown: list[tuple[int, int]] = stack
+    if len(stack) > STACK_SHOWN:
+        half = STACK_SHOWN // 2
+        shown = stack[:half] + [(-1, len(stack) - STACK_SHOWN)] + stack[-half:]
+    lines = []
+    for fidx, pc in shown:
+        if fidx < 0:
+            lines.append(f"  ... {pc} frames omitted ...")
+            continue
+        fn = ex.functions[fidx]
+        lines.append(f"  in @{fn.name} pc={pc}: {describe_instruction(ex, fn.instructions[pc])}")
+    if isinstance(error, Fatal):
+        head = f"fatal: {error.args[0]}"
+    else:
+        fn = ex.functions[stack[-1][0]]
+        what = describe_instruction(ex, fn.instructions[stack[-1][1]])
+        head = f"{what} failed: {type(error).__name__}: {error}"
+    parts = [head, "VM stack (most recent call last):", *lines]
+    kernel_line = _kernel_line(error)
+    if kernel_line:
+        parts.append(kernel_line)
+    return VMStackError("\n".join(parts), stack, error)
+
+
+def _kernel_line(error: BaseException) -> str | None:
+    """The last line of a numpy kernel's generated source in `error`'s traceback."""
+    tb, found = error.__traceback__, None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith(KERNEL_FILE_PREFIX):
+            text = linecache.getline(filename, tb.tb_lineno).strip()
+            found = f"  {filename}, line {tb.tb_lineno}: {text}"
+        tb = tb.tb_next
+    return found

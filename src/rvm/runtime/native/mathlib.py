@@ -1,0 +1,78 @@
+"""Vectorizable float32 exp and tanh for jit kernels (Cephes polynomials, within 2 ulp).
+
+The Numba/llvmlite wheels are built without Intel SVML (``llvmlite.binding.targets.has_svml()``
+is False even with ``intel-cmplr-lib-rt`` installed), so ``np.exp`` in a loop is a scalar libm
+call that LLVM cannot vectorize. These versions are straight-line arithmetic (range reduction,
+a polynomial, and 2**n built from the exponent bits), which LLVM vectorizes like any other
+elementwise code. NaN propagates; overflow gives inf; results below float32's range give 0
+(or a denormal).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.extending import intrinsic
+
+_FAST = {"nsz", "arcp", "contract", "afn"}
+
+
+@intrinsic
+def _bits_to_float32(typingctx, bits):  # type: ignore[no-untyped-def]
+    """Reinterpret an int32 as a float32 (an LLVM bitcast)."""
+    if bits != nt.int32:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return nt.float32(nt.int32), codegen
+
+
+@nb.njit(nt.float32(nt.int32), inline="always", nogil=True, cache=True)
+def _pow2(n):  # type: ignore[no-untyped-def]
+    return _bits_to_float32(np.int32((n + 127) << 23))
+
+
+@nb.njit(nt.float32(nt.float32), inline="always", nogil=True, cache=True, fastmath=_FAST)
+def exp32(x):  # type: ignore[no-untyped-def]
+    """e ** x for float32."""
+    xc = np.minimum(np.maximum(x, np.float32(-104.0)), np.float32(89.0))
+    n = np.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
+    r = xc - n * np.float32(0.693359375) - n * np.float32(-2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    ni = np.int32(n)
+    half = ni >> 1
+    return p * _pow2(half) * _pow2(ni - half)
+
+
+@nb.njit(nt.float32(nt.float32), inline="always", nogil=True, cache=True, fastmath=_FAST)
+def tanh32(x):  # type: ignore[no-untyped-def]
+    """tanh(x) for float32: a polynomial near 0, 1 - 2 / (exp(2|x|) + 1) elsewhere."""
+    a = np.abs(x)
+    big = np.float32(1.0) - np.float32(2.0) / (exp32(np.float32(2.0) * a) + np.float32(1.0))
+    big = big if x >= np.float32(0.0) else -big
+    z = x * x
+    p = np.float32(-5.70498872745e-3)
+    p = p * z + np.float32(2.06390887954e-2)
+    p = p * z - np.float32(5.37397155531e-2)
+    p = p * z + np.float32(1.33314422036e-1)
+    p = p * z - np.float32(3.33332819422e-1)
+    small = p * z * x + x
+    return small if a < np.float32(0.625) else big
+
+
+@nb.njit(nt.float32(nt.float32), inline="always", nogil=True, cache=True, fastmath=_FAST)
+def sigmoid32(x):  # type: ignore[no-untyped-def]
+    """1 / (1 + exp(-x)) for float32, from exp(-|x|): exact in both tails."""
+    e = exp32(-np.abs(x))
+    r = np.float32(1.0) / (np.float32(1.0) + e)
+    return r if x >= np.float32(0.0) else e * r
