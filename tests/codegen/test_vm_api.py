@@ -217,10 +217,10 @@ def test_memory_stays_flat_over_many_calls(mlp_vm):
 
 
 def test_run_pipeline_dumps_every_pass(tmp_path):
-    from rvm.transform import run_pipeline
+    from rvm.transform import default_passes, run_pipeline
 
     run_pipeline(MLP, verify=True, dump_dir=tmp_path)
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files[0] == "00_input.py" and files[-1].endswith("_kill.py")
     assert "vm.call_dps" in (tmp_path / files[-1]).read_text()
-    assert len(files) == 12
+    assert len(files) == len(default_passes()) + 1  # the input, then one file per pass

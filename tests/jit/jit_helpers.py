@@ -62,9 +62,11 @@ def numpy_run(func: Function, *inputs: np.ndarray, style: str = "return"):
 class Jit:
     """A compiled jit kernel of a function, callable in both styles."""
 
-    def __init__(self, func: Function, name: str = "k", style: str = "return") -> None:
+    def __init__(
+        self, func: Function, name: str = "k", style: str = "return", generic: bool = True
+    ) -> None:
         self.func = func
-        self.record = jit_kernel(name, func, style)
+        self.record = jit_kernel(name, func, style, generic)
         assert self.record.backend == "jit", self.record.meta.get("jit_fallback")
         self.kernel = load_kernel(self.record)
 

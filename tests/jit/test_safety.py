@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from jit_helpers import Jit, prim, rand, var
+from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
 from rvm.errors import JITError
@@ -19,8 +19,70 @@ def test_symbolic_dims_must_agree() -> None:
     k = Jit(prim([x, y], x + y))
     with pytest.raises(ValueError, match="disagrees on dimension 'n'"):
         k(rand((3, 4)), rand((2, 4)))
+    with pytest.raises(ValueError, match=r"input 1 \('y'\) at axis 1 must equal input 0"):
+        k(rand((3, 4)), rand((3, 5)))
+
+
+def test_fixed_dims_are_generic_unless_asked() -> None:
+    """By default a fixed size other than 1 is read at run time (one kernel serves every
+    layer of a pattern); generic=False checks it against the type."""
+    x, b = var("x", (2, 4)), var("b", (4, 1))
+    func = prim([x, b], op.relu(x) + op.transpose(b, (1, 0)))
+    check(func, rand((2, 4)), rand((4, 1), seed=1))
+    wide = Jit(func)
+    got = wide(rand((3, 6)), rand((6, 1), seed=1))
+    want = np.maximum(rand((3, 6)), 0) + rand((6, 1), seed=1).reshape(1, 6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(ValueError, match="must have 1 at axis 1"):
+        wide(rand((2, 4)), rand((4, 2)))
+    fixed = Jit(func, generic=False)
     with pytest.raises(ValueError, match="must have 4 at axis 1"):
-        k(rand((3, 5)), rand((3, 5)))
+        fixed(rand((2, 5)), rand((5, 1)))
+
+
+def test_generic_kernels_of_one_pattern_share_source_and_code() -> None:
+    """Layers differing only in sizes get one source (no ``_<n>`` suffix in it), hence one
+    compiled dispatcher."""
+    recs = []
+    for k, (c, hw) in enumerate(((8, 9), (16, 5))):
+        img, w = var("img", (1, c, hw, hw)), var("w", (2 * c, c, 3, 3))
+        bias = var("bias", (2 * c, 1, 1))
+        func = prim([img, w, bias], op.relu(op.conv2d(img, w, padding=1) + bias))
+        recs.append(jit_kernel(f"fused_conv2d_add_relu_{k + 1}", func, "dps"))
+    assert recs[0].source == recs[1].source and recs[0].entry == "fused_conv2d_add_relu"
+    assert "_1" not in recs[0].source.split("def ")[1].split("(")[0]
+    assert load_kernel(recs[0]) is load_kernel(recs[1])
+
+
+def _shared(funcs, shapes) -> None:
+    """The functions' kernels have one source, and it computes each function right."""
+    sources = {jit_kernel(f"fused_k_{i}", f, "return").source for i, f in enumerate(funcs)}
+    assert len(sources) == 1
+    for f, shape in zip(funcs, shapes):
+        inputs = [rand(s, seed=k) for k, s in enumerate(shape)]
+        check(f, *inputs, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_convolutions_of_any_width_share_a_kernel() -> None:
+    """groups equal to the channels reads the channels at run time, not the literal."""
+    funcs, shapes = [], []
+    for c, hw, stride in ((8, 9, 2), (12, 7, 2)):
+        img, w = var("img", (1, c, hw, hw)), var("w", (c, 1, 3, 3))
+        funcs.append(prim([img, w], op.conv2d(img, w, strides=stride, padding=1, groups=c)))
+        shapes.append([(1, c, hw, hw), (c, 1, 3, 3)])
+    _shared(funcs, shapes)
+
+
+def test_channel_shuffles_of_any_width_share_a_kernel() -> None:
+    """A reshape's one size that is no input size is inferred from the input's size."""
+    funcs, shapes = [], []
+    for c, hw in ((12, 5), (24, 7)):
+        x = var("x", (1, c, hw, hw))
+        y = op.reshape(x, (1, 3, c // 3, hw, hw))
+        z = op.reshape(op.transpose(y, (0, 2, 1, 3, 4)), (1, c, hw, hw))
+        funcs.append(prim([x], z))
+        shapes.append([(1, c, hw, hw)])
+    _shared(funcs, shapes)
 
 
 def test_broadcast_mismatch_and_output_shape() -> None:

@@ -49,9 +49,10 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         dump_dir: write the module after every pass into this directory.
         exec_mode: the executable's ``default_exec_mode``, which ``rvm.VirtualMachine(ex)``
             uses when given none: ``"bytecode"`` or ``"compiled"``.
-        build_kernels: build the kernels now (jit: compile them through Numba, or load them
-            from the on-disk cache), so a `rvm.JITError` surfaces here and a saved executable
-            finds them cached in the next process; False defers it to the first VM.
+        build_kernels: build the kernels now (jit: compile them through Numba, the missing
+            ones in several processes at once (`rvm.jit.parallel`), or load them from the
+            on-disk cache), so a `rvm.JITError` surfaces here and a saved executable finds
+            them cached in the next process; False defers it to the first VM.
         progress: draw a progress bar on stderr while the kernels build.
     """
     if not isinstance(mod, IRModule):
@@ -76,5 +77,9 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         raise IRError(f"codegen: {err}") from None
     logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))
     if build_kernels:
+        if kernels == "jit":  # missing kernels compile in several processes at once first
+            from rvm.jit.parallel import precompile
+
+            precompile(list(ex.kernels.values()))
         build(ex, progress=progress)
     return ex if exec_mode == ex.default_exec_mode else ex.with_exec_mode(exec_mode)

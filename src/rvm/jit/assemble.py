@@ -1,11 +1,13 @@
 """Window pools (inlined reduce loops) and ops that fill an array piece by piece.
 
-max_pool2d and avg_pool2d are reduce loops over the window, inlined into their consumer like
-any reduction (so an epilogue fuses); the window's rows and columns outside the input are
-skipped, and the average divides by the count the reference uses. concat, stack and pad fill
-their array with one loop nest per input (no conditional loads, so nothing is read out of
-bounds, size-0 pieces included); pad's edge, reflect and wrap modes are index maps instead,
-each element reading the one it copies; cumsum fills its array with a running sum.
+Float max_pool2d and avg_pool2d call `rvm.runtime.native.pool.pool2d` (compiled once for
+every kernel) into an array that the epilogue reads, or the output itself. Other dtypes'
+pools are reduce loops over the window, inlined into their consumer like any reduction; the
+window's rows and columns outside the input are skipped, and the average divides by the
+count the reference uses. concat, stack and pad fill their array with one loop nest per
+input (no conditional loads, so nothing is read out of bounds, size-0 pieces included);
+pad's edge, reflect and wrap modes are index maps instead, each element reading the one it
+copies; cumsum fills its array with a running sum.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.layout import reshape_to
 from rvm.jit.reduce import _init
 from rvm.jit.scalar import convert, lit
-from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, product
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, int_args, product
 from rvm.op import ops
 
 
@@ -46,6 +48,8 @@ def _pool(kind: str):
         geo = _pool_geometry(kb, attrs, x)
         dims = (x.dims[0], x.dims[1], geo[0][6], geo[1][6])
         include = attrs.get("count_include_pad", False)
+        if x.dtype in FLOATS:
+            return _library_pool(kb, kind, attrs, x, dims, include)
 
         def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
             home = body.home(deps_of(*index))
@@ -80,6 +84,28 @@ def _pool(kind: str):
         return Tensor(dims, out, loader)
 
     return lower
+
+
+FLOATS = ("float32", "float64")
+
+
+def _library_pool(kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, include) -> Tensor:
+    """A float pool as a call of `rvm.runtime.native.pool.pool2d` (compiled once for all
+    kernels) filling an array, as convolutions do: the kernel's own code is the checks and
+    the epilogue."""
+    t = Tensor(dims, x.dtype, kind="anchor")
+    (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
+    ceil, pads = attrs["ceil_mode"], attrs["padding"]
+    args = int_args(int(kind == "max"), kh, kw, sh, sw, dh, dw, *pads, int(ceil), int(include))
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, x.dtype, t.array)
+        xv = kb.materialize(x)
+        kb.imports.add("from rvm.runtime.native.pool import pool2d")
+        kb.root.lines.append(f"pool2d({xv}, {t.array}, {args})")
+
+    t.fill = fill
+    return t
 
 
 def _pool_count(kb: KernelBuilder, home: Body, index: Sequence[Scalar], geo, include) -> str:
@@ -208,7 +234,7 @@ def _cumsum(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Ten
     (x,) = args
     axis = attrs["axis"]
     if axis is None:
-        x, axis = reshape_to(kb, x, [kb.dim(product(x.dims))]), 0
+        x, axis = reshape_to(kb, x, [kb.dim(product(x.dims))], checked=True), 0
     axis %= x.ndim
     t = Tensor(x.dims, out, kind="anchor")
     buf: list[str] = []

@@ -11,7 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rvm.jit.scalar import convert, wrap_result
-from rvm.jit.te import Body, Emitter, Scalar, Tensor, Unsupported, deps_of, idx, is_int
+from rvm.jit.te import (
+    Body,
+    Emitter,
+    Scalar,
+    Tensor,
+    Unsupported,
+    deps_of,
+    idx,
+    is_int,
+    shape_tuple,
+)
 
 
 class KernelBuilder(Emitter):
@@ -20,36 +30,54 @@ class KernelBuilder(Emitter):
     def __init__(self, kernel: str) -> None:
         super().__init__(kernel)
         self.symbols: dict[str, str] = {}
+        self.origins: dict[str, str] = {}  # symbol -> where it was first read
+        self.sizes: dict[int, str] = {}  # fixed sizes read at run time -> their symbols
         self.op = "kernel"
         self.imports: set[str] = set()  # extra import lines of the kernel module
 
     # -- parameters ----------------------------------------------------------------------
 
     def param(self, name: str, shape: Sequence[object], dtype: str, what: str) -> Tensor:
-        """The tensor of array parameter ``name``, its dims read and checked at run time."""
+        """The tensor of array parameter ``name``, its dims read and checked at run time.
+
+        The dims a parameter fixes (literals, symbols read before) are checked by one
+        comparison of its whole shape, whose message lists them all: one statement per
+        parameter rather than one per dimension, which Numba compiles much faster.
+        """
         dims: list[str] = []
+        clauses: list[str] = []
         for axis, d in enumerate(shape):
-            src = f"{name}.shape[{axis}]"
             if isinstance(d, int):
-                self.check(f"{src} != {d}", f"{self.kernel}: {what} must have {d} at axis {axis}")
+                clauses.append(f"{what} must have {d} at axis {axis}")
                 dims.append(str(d))
             elif isinstance(d, str) and d in self.symbols:
-                self.check(
-                    f"{src} != {self.symbols[d]}",
-                    f"{self.kernel}: {what} disagrees on dimension {d!r} (axis {axis})",
-                )
+                clauses.append(self._disagree(d, what, axis))
                 dims.append(self.symbols[d])
             else:
-                var = self.dim(src)
+                var = self.dim(f"{name}.shape[{axis}]")
                 if isinstance(d, str):
                     self.symbols[d] = var
+                    self.origins[d] = f"{what} at axis {axis}"
                 dims.append(var)
+        if clauses:
+            self.check(f"{name}.shape != {shape_tuple(dims)}", self.expect(clauses))
         return Tensor(tuple(dims), dtype, array=name, kind="array")
 
+    def expect(self, clauses: Sequence[str]) -> str:
+        """The message of a check of several conditions, each a clause (one failed)."""
+        return f"{self.kernel}: {'; '.join(clauses)}"
+
+    def _disagree(self, d: str, what: str, axis: int) -> str:
+        if d.startswith("#"):  # a size made generic (`rvm.jit.lower.generic_shapes`)
+            return f"{what} at axis {axis} must equal {self.origins[d]}"
+        return f"{what} disagrees on dimension {d!r} (axis {axis})"
+
     def resolve(self, d: object) -> str:
-        """A dim of an attribute (int or symbolic name) as source."""
+        """A dim of an attribute (int or symbolic name) as source; an int equal to a size
+        read at run time (`sizes`, generic kernels) is that size's variable."""
         if isinstance(d, int):
-            return str(d)
+            name = self.sizes.get(d)
+            return self.symbols[name] if name in self.symbols else str(d)
         if isinstance(d, str) and d in self.symbols:
             return self.symbols[d]
         raise Unsupported(f"dimension {d!r} is not known from the inputs")

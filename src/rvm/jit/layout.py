@@ -55,12 +55,14 @@ def _squeeze(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
     return kb.index_map(x, [x.dims[a] for a in keep], fn)
 
 
-def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> Tensor:
-    """``x`` viewed with ``dims`` (same size, checked): a reshaped view of its array."""
-    kb.check(
-        f"{product(x.dims)} != {product(dims)}",
-        f"{kb.kernel}: reshape: the new shape does not have the input's size",
-    )
+def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str], checked: bool = False) -> Tensor:
+    """``x`` viewed with ``dims`` (same size: checked unless ``checked`` says it was): a
+    reshaped view of its array."""
+    if not checked:
+        kb.check(
+            f"{product(x.dims)} != {product(dims)}",
+            f"{kb.kernel}: reshape: the new shape does not have the input's size",
+        )
     src = kb.materialize(x)
     name = kb.fresh("r")
     shape = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
@@ -68,9 +70,23 @@ def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> Tensor:
     return Tensor(tuple(dims), x.dtype, array=name, kind="array")
 
 
+def _generic_target(kb: KernelBuilder, target: list) -> list:
+    """In a generic kernel, a reshape's largest target size that is not a size read at run
+    time (`KernelBuilder.sizes`) is inferred from the input's size instead (as -1), so layers
+    whose reshapes differ in that size only share the kernel (a channel shuffle's channels per
+    group; the largest is the one most likely to vary with the layer)."""
+    if not kb.sizes or -1 in target or 0 in target:
+        return target
+    fixed = [d for d in target if isinstance(d, int) and d != 1 and d not in kb.sizes]
+    if not fixed:
+        return target
+    k = target.index(max(fixed))
+    return [-1 if a == k else d for a, d in enumerate(target)]
+
+
 def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     (x,) = args
-    target = list(attrs["shape"])
+    target = _generic_target(kb, list(attrs["shape"]))
     known = [kb.resolve(d) for d in target if d != -1]
     if -1 in target:
         size, part = product(x.dims), product(known)
@@ -83,16 +99,17 @@ def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
         dims = [solved if d == -1 else next(it) for d in target]
     else:
         dims = known
-    return _lazy_view(kb, x, dims)
+    return _lazy_view(kb, x, dims, checked=-1 in target)  # -1's check covers the size
 
 
-def _lazy_view(kb: KernelBuilder, x: Tensor, dims: list[str]) -> Tensor:
-    """A reshape that materializes (and views) the input only when first loaded."""
+def _lazy_view(kb: KernelBuilder, x: Tensor, dims: list[str], checked: bool = False) -> Tensor:
+    """A reshape that materializes (and views) the input only when first loaded (see
+    `reshape_to` for ``checked``)."""
     out = Tensor(tuple(dims), x.dtype, array=None, kind="view")
     view: list[Tensor] = []
 
     def fill() -> None:
-        view.append(reshape_to(kb, x, dims))
+        view.append(reshape_to(kb, x, dims, checked))
         out.array = view[0].array
 
     out.fill = fill
@@ -101,7 +118,7 @@ def _lazy_view(kb: KernelBuilder, x: Tensor, dims: list[str]) -> Tensor:
 
 def _flatten(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     (x,) = args
-    return _lazy_view(kb, x, [x.dims[0], kb.dim(product(x.dims[1:]))])
+    return _lazy_view(kb, x, [x.dims[0], kb.dim(product(x.dims[1:]))], checked=True)
 
 
 def _broadcast_to(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
@@ -213,7 +230,7 @@ def _take(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     x, ind = args
     axis = attrs["axis"]
     if axis is None:
-        x = _lazy_view(kb, x, [kb.dim(product(x.dims))])
+        x = _lazy_view(kb, x, [kb.dim(product(x.dims))], checked=True)
         axis = 0
     axis %= x.ndim
     dims = list(x.dims[:axis]) + list(ind.dims) + list(x.dims[axis + 1 :])

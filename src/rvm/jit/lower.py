@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -28,6 +29,7 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
+from rvm.op import ops
 from rvm.runtime.executable import KernelRecord
 
 logger = logging.getLogger("rvm.jit")
@@ -75,7 +77,9 @@ JIT_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "flo
 _NUMBA_DTYPE = {"bool": "boolean"}
 
 
-def jit_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecord:
+def jit_kernel(
+    name: str, func: E.Function, style: str = "dps", generic: bool = True
+) -> KernelRecord:
     """The jit kernel record of primitive function ``func`` (numpy's when it cannot lower).
 
     Args:
@@ -83,10 +87,14 @@ def jit_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecord:
         func: A primitive function (``attrs["primitive"]``) with typed tensor parameters.
         style: "dps" (``kernel(*inputs, *outputs)`` writes the outputs) or "return"
             (``kernel(*inputs)`` returns the result or a tuple of results).
+        generic: Read the parameters' fixed sizes other than 1 at run time (see
+            `generic_shapes`) and leave the kernel's name out of its source, so the layers
+            of a model that differ only in sizes share one source, hence one compile.
+            False checks every fixed size against the parameter types.
     """
     ops_used = _ops(func)
     try:
-        source, entry, sig = _KernelLowering(name, func, style).build()
+        source, entry, sig = _KernelLowering(name, func, style, generic).build()
     except Unsupported as err:
         logger.info("kernel %s (%s) falls back to numpy: %s", name, ",".join(ops_used), err)
         rec = numpy_kernel(name, func, style)
@@ -120,13 +128,62 @@ def numba_array_type(ty: TensorType, readonly: bool) -> str:
     return f'nt.Array(nt.{dt}, {len(ty.shape or ())}, "C"{ro})'
 
 
+def generic_shapes(
+    shapes: Sequence[Sequence[object]], keep: frozenset[tuple[int, int]] = frozenset()
+) -> tuple[list[tuple[object, ...]], dict[int, str]]:
+    """``shapes`` with every fixed size other than 1 made a symbolic dimension, and the
+    symbol of each such size. Axis ``a`` of shape ``k`` stays fixed when ``(k, a)`` is in
+    ``keep`` (a convolution's window: its geometry then folds at lowering time).
+
+    Equal sizes become one symbol (``"#0"``, ``"#1"``... in order of first appearance), so
+    the kernel still checks that they agree and broadcasting still sees them as one size;
+    1 stays fixed, since it decides broadcasting. Symbolic dimensions are kept. The kernel
+    reads an attribute equal to one of these sizes as its symbol too (`KernelBuilder.resolve`:
+    a depthwise convolution's groups, a reshape's target), so it holds for whatever size the
+    layer sharing the kernel has.
+    """
+    names: dict[int, str] = {}
+
+    def generic(d: object) -> object:
+        if isinstance(d, int) and d != 1:
+            return names.setdefault(d, f"#{len(names)}")
+        return d
+
+    out = [
+        tuple(d if (k, a) in keep else generic(d) for a, d in enumerate(shape))
+        for k, shape in enumerate(shapes)
+    ]
+    return out, names
+
+
+def _windows(func: E.Function) -> frozenset[tuple[int, int]]:
+    """(parameter, axis) of every convolution window size that a parameter holds."""
+    body = func.body
+    index = {p: k for k, p in enumerate(func.params)}
+    out = set()
+    for b in body.bindings if isinstance(body, E.SeqExpr) else ():
+        v = b.value
+        if isinstance(v, E.Call) and v.callee in (ops.conv1d, ops.conv2d) and v.args[1] in index:
+            k = index[v.args[1]]
+            out |= {(k, a) for a in range(2, len(v.args[1].type.shape or ()))}
+    return frozenset(out)
+
+
+def _label(name: str, generic: bool) -> str:
+    """The name the kernel's source uses: generic kernels drop the packed name's ``_<n>``
+    suffix (the VM's errors name the packed function anyway)."""
+    if generic:
+        name = re.sub(r"_\d+$", "", name)
+    return name if name.isidentifier() else "k_" + re.sub(r"\W", "_", name)
+
+
 class _KernelLowering:
-    def __init__(self, name: str, func: E.Function, style: str) -> None:
+    def __init__(self, name: str, func: E.Function, style: str, generic: bool) -> None:
         if style not in ("dps", "return"):
             raise ValueError(f"style must be 'dps' or 'return', got {style!r}")
-        self.name, self.func, self.style = name, func, style
-        self.entry = name if name.isidentifier() else "k_" + re.sub(r"\W", "_", name)
-        self.kb = KernelBuilder(name)
+        self.func, self.style, self.generic = func, style, generic
+        self.name = self.entry = _label(name, generic)
+        self.kb = KernelBuilder(self.name)
         self.env: dict[E.Var, object] = {}
         self.consts: list[str] = []
         self.uses_reduction = False
@@ -136,8 +193,11 @@ class _KernelLowering:
         if not isinstance(body, E.SeqExpr):
             body = E.seq([], body)
         in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
-        for i, (p, ty) in enumerate(zip(self.func.params, in_types)):
-            self.env[p] = self.kb.param(f"p{i}", ty.shape, ty.dtype, f"input {i} ({p.name!r})")
+        shapes = [ty.shape or () for ty in in_types]
+        if self.generic:
+            shapes, self.kb.sizes = generic_shapes(shapes, _windows(self.func))
+        for i, (p, ty, shape) in enumerate(zip(self.func.params, in_types, shapes)):
+            self.env[p] = self.kb.param(f"p{i}", shape, ty.dtype, f"input {i} ({p.name!r})")
         for b in body.bindings:
             self.env[b.var] = self._binding(b)
         results = self._results(body.body)
@@ -227,11 +287,10 @@ class _KernelLowering:
                     f"{name} = np.empty({shape_tuple(t.dims)}, dtype=np.{ty.dtype})"
                 )
                 continue
-            for axis, d in enumerate(t.dims):
-                kb.check(
-                    f"{name}.shape[{axis}] != {d}",
-                    f"{self.name}: output {i} does not have the result's shape",
-                )
+            kb.check(
+                f"{name}.shape != {shape_tuple(t.dims)}",
+                f"{self.name}: output {i} does not have the result's shape",
+            )
         return outs
 
     def _alias(self, results: list[Tensor], types: list[TensorType]) -> Tensor | None:

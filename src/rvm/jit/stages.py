@@ -1,33 +1,31 @@
 """Anchor stages: matmul, dense, conv1d/conv2d (BLAS) and the window pools.
 
-Float matmul and dense call `rvm.runtime.native.blas.matmul` inside the kernel (NumPy's BLAS, with
-the GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS is not
-reachable), one call per batch matrix, writing straight into the stage's array; the lowering points
-that array at the kernel's output when the epilogue (bias, activation) can run in place, so the
-epilogue is one pass over the output in the same kernel. Float stride-1 convolutions with at least
-`SHIFT_MIN_CHANNELS` input channels per group run one GEMM per kernel tap on row-strided windows of
-the zero-padded input, accumulated in place by NumPy's BLAS: no column matrix at all. Other float
-convolutions pack the input windows of each (image, group) into a column matrix (im2col, with the
-padding as zero runs and unit-stride copies in between) and multiply it by the weight with one
-GEMM. Integer matmul and convolution, and the pools, are reduce loops inlined into their consumer.
+Float matmul and dense call `rvm.runtime.native.blas.matmul` inside the kernel (NumPy's BLAS,
+with the GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS
+is not reachable), one call per batch matrix, writing straight into the stage's array; the
+lowering points that array at the kernel's output when the epilogue (bias, activation) can
+run in place, so the epilogue is one pass over the output in the same kernel. Float
+convolutions call `rvm.runtime.native.conv.conv2d` (1x1 GEMMs, depthwise loops, shifted GEMMs
+or im2col), compiled once for all kernels rather than into each: a kernel only checks shapes,
+makes the call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
+into their consumer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
-from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, shape_tuple
+from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
 from rvm.op import ops
 from rvm.runtime.native import blas
 
 BLAS_DTYPES = ("float32", "float64")
-CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
-COL_BYTES = 1 << 21  # an im2col block's bytes at most: it stays in cache
+# Stride-1 convolutions with fewer input channels per group than this make shallow GEMMs:
+# im2col instead of shifted GEMMs (passed to `rvm.runtime.native.conv.conv2d` by every kernel).
+SHIFT_MIN_CHANNELS = 16
 
 
 def _matmul_dims(kb: KernelBuilder, a: Tensor, b: Tensor, dense: bool):
@@ -137,6 +135,12 @@ def _dot_loops(kb, a, b, a2, b2, batch, res, out, dense) -> Tensor:
 # -- convolution ---------------------------------------------------------------------------
 
 
+def _plus(dim: str, c: int) -> str:
+    """Source of ``dim + c`` (``dim`` itself for 0): fewer statements to compile, and equal
+    sizes stay one name (a residual add after a same-size convolution broadcasts nothing)."""
+    return f"{dim} + {c}" if c > 0 else f"{dim} - {-c}" if c < 0 else dim
+
+
 def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: int):
     pads = attrs["padding"]
     geo = []
@@ -144,24 +148,31 @@ def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: in
         size, kern = x.dims[2 + s], w.dims[2 + s]
         st, dil = attrs["strides"][s], attrs["dilation"][s]
         lo, hi = pads[s], pads[s + nsp]
-        span = kb.dim(f"{size} + {lo + hi} - {dil} * ({kern} - 1) - 1")
+        if is_int(kern):  # folded: a same-size convolution's output is its input's size
+            span = _plus(size, lo + hi - 1 - dil * (int(kern) - 1))
+        else:
+            span = _plus(f"{size} - {dil} * ({kern} - 1)", lo + hi - 1)
         kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
-        geo.append((size, kern, st, dil, lo, kb.dim(f"{span} // {st} + 1")))
+        out = _plus(size, lo + hi - dil * (int(kern) - 1)) if st == 1 and is_int(kern) else None
+        out = kb.dim(out or f"({span}) // {st} + 1")
+        geo.append((size, kern, st, dil, (lo, hi), out))
     return geo
 
 
 def _conv(nsp: int):
     def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
         x, w = args
-        groups = attrs["groups"]
-        kb.check(
-            f"{x.dims[1]} != {w.dims[1]} * {groups}",
-            f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
-        )
-        kb.check(
-            f"{w.dims[0]} % {groups} != 0",
-            f"{kb.kernel}: {kb.op}: output channels do not divide into groups",
-        )
+        groups = kb.resolve(attrs["groups"])  # depthwise: the channels' size
+        if groups != "1" or x.dims[1] != w.dims[1]:
+            kb.check(
+                f"{x.dims[1]} != {w.dims[1]} * {groups}",
+                f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
+            )
+        if groups != "1":
+            kb.check(
+                f"{w.dims[0]} % {groups} != 0",
+                f"{kb.kernel}: {kb.op}: output channels do not divide into groups",
+            )
         geo = _conv_geometry(kb, attrs, x, w, nsp)
         dims = (x.dims[0], w.dims[0], *(g[5] for g in geo))
         if out not in BLAS_DTYPES:
@@ -174,15 +185,13 @@ def _conv(nsp: int):
             if nsp == 1:
                 xv = _view(kb, xv, x.dims, (x.dims[0], x.dims[1], "1", x.dims[2]))
                 wv = _view(kb, wv, w.dims, (w.dims[0], w.dims[1], "1", w.dims[2]))
-                g2 = [("1", "1", 1, 1, 0, "1"), *geo]
+                g2 = [("1", "1", 1, 1, (0, 0), "1"), *geo]
             else:
                 g2 = geo
-            args = (kb, xv, wv, t.array, x.dims[0], x.dims[1], w.dims[0], groups, g2, out)
-            unit = all(st == 1 for st in attrs["strides"]) and min(attrs["padding"]) >= 0
-            if blas.AVAILABLE and unit:
-                _emit_shifted_gemms(*args)
-            else:
-                _emit_im2col(*args)
+            ov = t.array
+            if nsp == 1:
+                ov = _view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
+            _emit_conv(kb, xv, wv, ov, groups, g2)
 
         t.fill = fill
         return t
@@ -190,156 +199,16 @@ def _conv(nsp: int):
     return lower
 
 
-_IM2COL = """\
-{K} = {cg} * {kh} * {kw}
-{P} = {oh} * {ow}
-{og} = {o} // {groups}
-{wm} = {w}.reshape(({o}, {K}))
-{y} = {out}.reshape(({n}, {o}, {P}))
-{B} = min(max(64, {col_items} // {K}), {blk}, {P})
-{col} = np.empty(({K}, {B}), dtype=np.{dt})
-for n_ in range({n}):
-    for g_ in range({groups}):
-        for pb_ in range(0, {P}, {B}):
-            pe_ = min(pb_ + {B}, {P})
-            for c_ in range({cg}):
-                for kh_ in range({kh}):
-                    for kw_ in range({kw}):
-                        r_ = (c_ * {kh} + kh_) * {kw} + kw_
-                        off_ = kw_ * {dw} - {pl}
-                        lo_ = min(max(0, -(off_ // {sw})), {ow})
-                        hi_ = min(max(lo_, ({iw} - 1 - off_) // {sw} + 1), {ow})
-                        p_ = pb_
-                        while p_ < pe_:
-                            oh_ = p_ // {ow}
-                            w0_ = p_ - oh_ * {ow}
-                            w1_ = min({ow}, w0_ + pe_ - p_)
-                            b_ = p_ - pb_ - w0_
-                            ih_ = oh_ * {sh} - {pt} + kh_ * {dh}
-                            if ih_ < 0 or ih_ >= {ih}:
-                                for q_ in range(w0_, w1_):
-                                    {col}[r_, b_ + q_] = 0
-                            else:
-                                a_ = max(w0_, min(lo_, w1_))
-                                z_ = max(a_, min(hi_, w1_))
-                                for q_ in range(w0_, a_):
-                                    {col}[r_, b_ + q_] = 0
-                                ch_ = g_ * {cg} + c_
-                                for q_ in range(a_, z_):
-                                    {col}[r_, b_ + q_] = {x}[n_, ch_, ih_, q_ * {sw} + off_]
-                                for q_ in range(z_, w1_):
-                                    {col}[r_, b_ + q_] = 0
-                            p_ += w1_ - w0_
-{product}"""
-
-# The block's product straight into the output's columns (row stride P), by NumPy's BLAS.
-_IM2COL_GEMM = """\
-            gemm(
-                {wm}, g_ * {og} * {K}, {K}, {col}, 0, {col}.shape[1],
-                {y}, (n_ * {o} + g_ * {og}) * {P} + pb_, {P}, {og}, pe_ - pb_, {K}, 0.0,
-            )
-"""
-
-# Without it: np.dot of contiguous operands into a temporary, copied into the output.
-_IM2COL_DOT = """\
-            {tmp} = np.empty(({og}, pe_ - pb_), dtype=np.{dt})
-            np.dot({wm}[g_ * {og}:(g_ + 1) * {og}], {col}[:, :pe_ - pb_].copy(), {tmp})
-            for o_ in range({og}):
-                for q_ in range(pe_ - pb_):
-                    {y}[n_, g_ * {og} + o_, pb_ + q_] = {tmp}[o_, q_]
-"""
-
-
-def _conv_fields(x, w, out, n, c, o, groups, geo, dt) -> dict[str, object]:
-    """The format fields the convolution templates share: operands, sizes and geometry."""
-    (ih, kh, sh, dh, pt, oh), (iw, kw, sw, dw, pl, ow) = geo
-    return dict(
-        x=x, w=w, out=out, n=n, c=c, o=o, groups=groups, dt=dt,
-        ih=ih, kh=kh, sh=sh, dh=dh, pt=pt, oh=oh, iw=iw, kw=kw, sw=sw, dw=dw, pl=pl, ow=ow,
-    )  # fmt: skip
-
-
-def _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into: list[str] | None = None) -> None:
-    (_, kh, _, _, _, oh), (_, kw, _, _, _, ow) = geo
-    names = {k: kb.fresh(k) for k in ("K", "P", "B", "wm", "y", "col", "og", "tmp")}
-    cg = kb.dim(f"{c} // {groups}")
-    fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
+def _emit_conv(kb, x, w, out, groups, geo) -> None:
+    """A call of the convolution library (`rvm.runtime.native.conv`) on 4-d views."""
+    (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
+    call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.runtime.native.blas import gemm")
-    product = (_IM2COL_GEMM if blas.AVAILABLE else _IM2COL_DOT).format(**names, **fields)
-    src = _IM2COL.format(
-        **names,
-        **fields,
-        cg=cg,
-        blk=CONV_BLOCK,
-        col_items=COL_BYTES // np.dtype(dt).itemsize,
-        product=product,
-    )
-    body = src.splitlines()
-    # Skip the work for empty outputs or empty reductions (BLAS needs positive sizes).
-    lines = kb.root.lines if into is None else into
-    lines.append(f"if {n} * {o} * {oh} * {ow} > 0 and {c} * {kh} * {kw} == 0:")
-    lines.append(f"    {out}[...] = 0")
-    lines.append(f"elif {n} * {o} * {oh} * {ow} > 0:")
-    lines.extend("    " + line for line in body)
-
-
-# Stride-1 convolution as one GEMM per kernel tap (kh x kw GEMMs of depth cg), accumulated in
-# place (beta = 1) by BLAS: output position p = oh * Wp + ow of the zero-padded input, flattened
-# with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j),
-# so each tap's input matrix is a row-strided window of the padded input and needs no copy.
-# Row p's last Wp - ow columns are wrap-around garbage, dropped when the result is copied out.
-# Few input channels per group make shallow GEMMs: below SHIFT_MIN_CHANNELS, im2col instead.
-SHIFT_MIN_CHANNELS = 16
-_SHIFTED = """\
-{cg} = {c} // {groups}
-{og} = {o} // {groups}
-if {cg} >= {min_c}:
-    {Wp} = {ow} + {dw} * ({kw} - 1)
-    {Hp} = {oh} + {dh} * ({kh} - 1)
-    {L} = {Hp} * {Wp} + {dw} * ({kw} - 1)
-    {P} = {oh} * {Wp}
-    {wt} = np.empty(({kh}, {kw}, {o}, {cg}), dtype=np.{dt})
-    for o_ in range({o}):
-        for c_ in range({cg}):
-            for i_ in range({kh}):
-                for j_ in range({kw}):
-                    {wt}[i_, j_, o_, c_] = {w}[o_, c_, i_, j_]
-    {xp} = np.zeros(({cg}, {L}), dtype=np.{dt})
-    {tmp} = np.empty(({og}, {P}), dtype=np.{dt})
-    {y} = {out}.reshape(({n}, {o}, {oh}, {ow}))
-    for n_ in range({n}):
-        for g_ in range({groups}):
-            for c_ in range({cg}):
-                for h_ in range({ih}):
-                    r_ = (h_ + {pt}) * {Wp} + {pl}
-                    for q_ in range({iw}):
-                        {xp}[c_, r_ + q_] = {x}[n_, g_ * {cg} + c_, h_, q_]
-            for i_ in range({kh}):
-                for j_ in range({kw}):
-                    gemm(
-                        {wt}, ((i_ * {kw} + j_) * {o} + g_ * {og}) * {cg}, {cg},
-                        {xp}, i_ * {dh} * {Wp} + j_ * {dw}, {L},
-                        {tmp}, 0, {P}, {og}, {P}, {cg}, 0.0 if i_ + j_ == 0 else 1.0,
-                    )
-            for o_ in range({og}):
-                for h_ in range({oh}):
-                    for q_ in range({ow}):
-                        {y}[n_, g_ * {og} + o_, h_, q_] = {tmp}[o_, h_ * {Wp} + q_]
-else:
-"""
-
-
-def _emit_shifted_gemms(kb, x, w, out, n, c, o, groups, geo, dt) -> None:
-    """Stride-1 float convolution by shifted GEMMs, with im2col for shallow groups."""
-    kb.imports.add("from rvm.runtime.native.blas import gemm")
-    names = {k: kb.fresh(k) for k in ("cg", "og", "Wp", "Hp", "L", "P", "wt", "xp", "tmp", "y")}
-    fields = _conv_fields(x, w, out, n, c, o, groups, geo, dt)
-    src = _SHIFTED.format(**names, **fields, min_c=SHIFT_MIN_CHANNELS)
-    lines = src.splitlines()
-    body: list[str] = []
-    _emit_im2col(kb, x, w, out, n, c, o, groups, geo, dt, into=body)
-    kb.root.lines.extend(lines + ["    " + line for line in body])
+        kb.imports.add("from rvm.runtime.native.conv import conv2d")
+        kb.root.lines.append(f"conv2d({call}, {int_args(SHIFT_MIN_CHANNELS)})")
+    else:
+        kb.imports.add("from rvm.runtime.native.conv import conv2d_dot")
+        kb.root.lines.append(f"conv2d_dot({call})")
 
 
 def _conv_loops(kb, x, w, geo, groups, dims, out) -> Tensor:
@@ -355,7 +224,7 @@ def _conv_loops(kb, x, w, geo, groups, dims, out) -> Tensor:
         loop = kb.open_loop(home, cg)
         c = idx(f"({o.code} // {og}) * {cg} + {loop.var}", o, loop.var)
         inner, pos = loop, []
-        for s, (size, kern, st, dil, lo, _) in enumerate(geo):
+        for s, (size, kern, st, dil, (lo, _), _) in enumerate(geo):
             inner = kb.open_loop(inner, kern)
             pos.append(
                 (

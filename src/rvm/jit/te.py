@@ -17,10 +17,27 @@ LLVM vectorizes.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rvm.errors import RVMError
+
+# A condition on int literals only (evaluated at lowering time by `Emitter.check`).
+_CONSTANT = re.compile(r"[0-9 ()+\-*/%<>=!]+")
+
+
+def _never(cond: str) -> bool:
+    """Whether ``cond`` is false by its text: on int literals only, or ``a != a``."""
+    sides = cond.split(" != ")
+    if len(sides) == 2 and sides[0].strip() == sides[1].strip():
+        return True
+    if not _CONSTANT.fullmatch(cond):
+        return False
+    try:
+        return not eval(cond)  # noqa: S307 - digits and operators only (`_CONSTANT`)
+    except (ArithmeticError, SyntaxError):
+        return False
 
 
 class Unsupported(RVMError):
@@ -124,6 +141,8 @@ class Emitter:
         self._names = itertools.count()
         self.globals: list[str] = []
         self.filled: set[int] = set()
+        self._dims: dict[str, str] = {}  # code -> the local already holding it
+        self._checks: set[tuple[str, str]] = set()
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self._names)}"
@@ -143,16 +162,26 @@ class Emitter:
         body.home(deps).lines.append(line)
 
     def check(self, cond: str, message: str) -> None:
-        """At the kernel's start: raise ValueError(message) when ``cond`` holds."""
+        """At the kernel's start: raise ValueError(message) when ``cond`` holds.
+
+        A condition on literals only that is false, or a check made before, adds nothing:
+        every statement costs Numba compile time.
+        """
+        if (cond, message) in self._checks or _never(cond):
+            return
+        self._checks.add((cond, message))
         self.root.lines.append(f"if {cond}:")
         self.root.lines.append(f"    raise ValueError({message!r})")
 
     def dim(self, code: str, prefix: str = "d") -> str:
-        """An int computed at the kernel's start (literals stay literals)."""
+        """An int computed at the kernel's start (literals stay literals; the same code
+        twice is one local)."""
         if _is_literal(code) or code.isidentifier():
             return code
-        name = self.fresh(prefix)
-        self.root.lines.append(f"{name} = {code}")
+        name = self._dims.get(code)
+        if name is None:
+            name = self._dims[code] = self.fresh(prefix)
+            self.root.lines.append(f"{name} = {code}")
         return name
 
     # -- loads ---------------------------------------------------------------------------
@@ -222,6 +251,13 @@ def _is_literal(code: str) -> bool:
         return True
     except ValueError:
         return code in ("True", "False")
+
+
+def int_args(*values: object) -> str:
+    """Source of int arguments to a library function (`rvm.runtime.native.conv`, `.pool`):
+    each literal as ``np.int64(v)``, since Numba compiles a jit callee again for every literal
+    value it is passed, and a kernel's attributes would each cost a library compile."""
+    return ", ".join(f"np.int64({v})" if is_int(str(v)) else str(v) for v in values)
 
 
 def is_int(code: str) -> bool:

@@ -11,6 +11,8 @@ Each pass: what it needs → what it guarantees.
   their captured variables first; known calls are direct calls, escaping functions are
   ``vm.make_closure``, calls of closure values are ``vm.invoke_closure``.
 - inline: lifted → calls of small non-recursive module functions are replaced by their bodies.
+- fold_batch_norm: inlined → a batch norm of a convolution with constant weights and
+  statistics is folded into the weights and a per-channel bias add.
 - legalize: lifted → every op call is a call of a primitive function (``attrs["primitive"]``)
   holding that op; 0-d constants move into it.
 - fuse_ops: legalized → chains of primitive calls merged by pattern kind (elementwise,
@@ -43,6 +45,7 @@ Pass = Callable[[IRModule], IRModule]
 def default_passes() -> list[tuple[str, Pass]]:
     """The passes of `rvm.compile`, in order."""
     from rvm.transform.dead_code import dead_code
+    from rvm.transform.fold_batch_norm import fold_batch_norm
     from rvm.transform.fold_constant import fold_constant
     from rvm.transform.fuse_ops import fuse_ops
     from rvm.transform.infer_shapes import infer_shapes
@@ -59,6 +62,7 @@ def default_passes() -> list[tuple[str, Pass]]:
         ("infer_shapes", infer_shapes),
         ("lambda_lift", lambda_lift),
         ("inline", inline),
+        ("fold_batch_norm", fold_batch_norm),
         ("legalize", legalize),
         ("fuse_ops", fuse_ops),
         ("fold_constant", fold_constant),

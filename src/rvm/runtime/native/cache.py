@@ -144,6 +144,12 @@ def write_entry(path: Path, source: str) -> bool:
     return True
 
 
+def has_object_code(path: Path) -> bool:
+    """Whether Numba's cached object code of the kernel file ``path`` is there (its index)."""
+    pycache = path.parent / "__pycache__"
+    return pycache.is_dir() and any(pycache.glob(f"{path.stem}.*.nbi"))
+
+
 def drop_object_code(path: Path) -> None:
     """Remove Numba's cached object code of the kernel file ``path``."""
     pycache = path.parent / "__pycache__"

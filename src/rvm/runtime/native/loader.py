@@ -61,11 +61,11 @@ def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
     lines = record.source.splitlines(True)
     linecache.cache[str(path)] = (len(record.source), None, lines, str(path))
     try:
-        module = _exec_module(path)
+        module = exec_kernel_file(path)
     except Exception as first:  # noqa: BLE001 - any failure may be a stale object cache
         drop_object_code(path)
         try:
-            module = _exec_module(path)
+            module = exec_kernel_file(path)
         except Exception as err:
             raise _jit_error(record, path, err) from err
         logger.warning("kernel %s: dropped a broken cache entry (%s)", record.name, first)
@@ -83,7 +83,9 @@ def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
     return module
 
 
-def _exec_module(path: Path) -> ModuleType:
+def exec_kernel_file(path: Path) -> ModuleType:
+    """Import the kernel file ``path`` as a module (compiling its kernel, or loading it from
+    Numba's cache)."""
     name = f"rvm_jit_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -1,0 +1,127 @@
+"""One measurement of `benchmarks/models.py`, in a fresh process of its own.
+
+Run by models.py, never by hand: ``python model_child.py WHAT MODEL INPUTS RESULT``, with
+``PYTHONPATH`` naming the rvm sources to measure and ``RVM_CACHE_DIR`` the kernel cache.
+WHAT is one of:
+
+- ``cold``: ``rvm.from_onnx`` + ``rvm.compile`` (kernels built);
+- ``warm``: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call; the call's outputs
+  go to ``RESULT.npz`` for the parent to check against ONNX Runtime;
+- ``speed``: rvm with jit kernels in both exec modes, ONNX Runtime with default session
+  options and with one thread: outputs checked against ORT's first, then interleaved medians;
+- ``ort``: ONNX Runtime alone (default options), for its peak RSS.
+
+Wall and CPU seconds (this process's, and its helper processes' that compiled kernels), and
+the process's peak RSS, go to ``RESULT`` as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+
+_WALL, _CPU = time.perf_counter(), time.process_time()
+
+# isort: split
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+TOLERANCE = 1e-4  # relative error of every output against ONNX Runtime's
+
+
+def _inputs(path: str) -> list[np.ndarray]:
+    data = np.load(path)
+    return [data[k] for k in sorted(data.files)]
+
+
+def _ort(model: str, threads: int | None):  # type: ignore[no-untyped-def]
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads is not None:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = threads
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    return lambda *xs: sess.run(None, dict(zip(names, xs)))
+
+
+def _rvm_main(model: str):  # type: ignore[no-untyped-def]
+    import rvm
+
+    ex = rvm.compile(rvm.from_onnx(model))
+    return ex, rvm.VirtualMachine(ex)["main"]
+
+
+def _outputs(result) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    return [np.asarray(r) for r in (result if isinstance(result, (tuple, list)) else [result])]
+
+
+def check_outputs(name: str, got: list[np.ndarray], want: list[np.ndarray]) -> list[float]:
+    """The relative error of each output against ORT's; raises past `TOLERANCE` or when the
+    top-1 classes of the last output (the logits, see `expose_logits`) differ. Saturated
+    probabilities tie, so their top-1 says nothing."""
+    from rvm.testing.onnx_models import compare
+
+    errors = []
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        result = compare(g, w)
+        if result.rel_err > TOLERANCE or (k == len(want) - 1 and not result.top1_equal):
+            raise AssertionError(f"{name}: output {k} differs from ORT's: {result}")
+        errors.append(result.rel_err)
+    return errors
+
+
+def speed(model: str, inputs: list[np.ndarray]) -> dict:
+    """Milliseconds per call of rvm (both exec modes) and ORT (default, 1 thread)."""
+    import rvm
+
+    # After rvm: common.py puts this checkout's src first on sys.path, but the rvm already
+    # imported (from PYTHONPATH, the sources measured) is the one its imports see.
+    sys.path.insert(0, str(Path(__file__).parent))
+    from common import interleaved_medians
+
+    ex, _ = _rvm_main(model)
+    fns = {
+        "rvm_bytecode": rvm.VirtualMachine(ex, exec_mode="bytecode")["main"],
+        "rvm_compiled": rvm.VirtualMachine(ex, exec_mode="compiled")["main"],
+        "ort": _ort(model, None),
+        "ort_1thread": _ort(model, 1),
+    }
+    want = _outputs(fns["ort"](*inputs))
+    for name in ("rvm_bytecode", "rvm_compiled", "ort_1thread"):
+        check_outputs(name, _outputs(fns[name](*inputs)), want)
+    calls = {name: (lambda f=f: f(*inputs)) for name, f in fns.items()}
+    medians = interleaved_medians(calls, repeat=31, sample_s=0.05)
+    return {f"{name}_ms": 1e3 * t for name, t in medians.items()}
+
+
+def main() -> None:
+    what, model, inputs_path, result = sys.argv[1:5]
+    out: dict = {}
+    if what == "cold":
+        _rvm_main(model)
+    elif what == "warm":
+        _, main_fn = _rvm_main(model)
+        outputs = _outputs(main_fn(*_inputs(inputs_path)))
+        np.savez(result + ".npz", *outputs)
+    elif what == "speed":
+        out = speed(model, _inputs(inputs_path))
+    elif what == "ort":
+        _ort(model, None)(*_inputs(inputs_path))
+    else:
+        raise SystemExit(f"unknown measurement {what!r}")
+    out["wall_s"] = time.perf_counter() - _WALL
+    out["cpu_s"] = time.process_time() - _CPU
+    times = os.times()  # helper processes compiling kernels (rvm.jit.parallel)
+    out["cpu_helpers_s"] = times.children_user + times.children_system
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    Path(result).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

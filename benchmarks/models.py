@@ -1,0 +1,211 @@
+"""Benchmark of the 9 light ONNX CNNs (random weights) with jit kernels against ONNX Runtime.
+
+Run: ``python benchmarks/models.py [--only squeezenet,vgg19] [--runs 3] [--no-speed]
+[--src DIR]``. ``--src`` names the rvm sources the measured processes import (default: this
+checkout's ``src``), to measure another version with the same script. Prints a table, writes
+``benchmarks/results/models.json`` (``--name``) and a bar chart of rvm/ORT per model
+(``models.png``). Every figure comes from a fresh process
+(`model_child.py`); per model:
+
+- **cold**: ``rvm.from_onnx`` + ``rvm.compile`` (kernels built) with an empty kernel cache
+  (its own ``RVM_CACHE_DIR``), wall and CPU seconds, the median of ``--runs`` processes. CPU
+  seconds are what a loaded, shared machine distorts least; ``+help`` is the CPU of the helper
+  processes that compiled kernels alongside (`rvm.jit.parallel`). rvm's own library code
+  (``rvm.runtime.native.conv``, ``.pool``, ``.blas``...) is compiled once per install and
+  kept in Numba's cache beside it, as any prebuilt runtime library; the first run after an
+  install pays for it.
+- **warm**: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call, with the cache the
+  cold run filled. The first call's outputs (logits and probabilities) are checked against
+  ONNX Runtime's: a wrong model fails the run.
+- **speed** (unless ``--no-speed``): milliseconds per call of rvm (jit kernels, both exec
+  modes) and ORT (default session options, and one thread), interleaved medians in one
+  process after checking every output against ORT's; rvm/ORT is against ORT's default.
+- **peak RSS** of the speed process (rvm, ORT, the model twice) and of ORT alone.
+- the TVM build time the issue sets as the goal for the cold compile.
+
+BLAS runs one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise (as in
+``benchmarks/kernels.py``: threaded BLAS on a busy shared machine made squeezenet's first call
+take 1.4 s instead of 0.05 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# Before numpy loads (see above); the child processes inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# isort: split
+from common import ROOT, write_results
+
+# isort: split
+import numpy as np
+from model_child import check_outputs
+
+from rvm.testing.onnx_models import (
+    LIGHT_MODELS,
+    expose_logits,
+    light_model_path,
+    random_inputs,
+    randomize_weights,
+    run_ort,
+)
+
+# The issue's goals: TVM's fused-pipeline build of each model on this machine (seconds).
+TVM_BUILD_S = {
+    "squeezenet": 6.8,
+    "shufflenet": 8.2,
+    "bvlc_alexnet": 4.3,
+    "zfnet512": 5.7,
+    "inception_v1": 21.0,
+    "inception_v2": 22.0,
+    "resnet50": 8.2,
+    "densenet121": 31.0,
+    "vgg19": 8.7,
+}
+WARM_GOAL_S = {"squeezenet": 1.0}
+CHILD = Path(__file__).with_name("model_child.py")
+
+
+def _child(what: str, src: Path, model: Path, inputs: Path, cache: Path) -> dict:
+    """One fresh-process measurement (see `model_child.py`); a failing child fails the run."""
+    result = cache.with_name(f"{cache.name}_{what}.json")
+    env = {**os.environ, "RVM_CACHE_DIR": str(cache), "PYTHONPATH": str(src)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # rvm's modules byte-compiled, as when installed
+    cmd = [sys.executable, str(CHILD), what, str(model), str(inputs), str(result)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} measurement of {model.stem} failed:\n{proc.stderr}")
+    return {**json.loads(result.read_text()), "result": str(result)}
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return float(np.median([r[key] for r in rows]))
+
+
+def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
+    """The row of light model ``name`` (see the module docstring)."""
+    import onnx
+
+    model = expose_logits(randomize_weights(onnx.load(light_model_path(name)), seed=0))
+    path = work / f"{name}.onnx"
+    onnx.save(model, path)
+    inputs = random_inputs(model, seed=1)
+    npz = work / f"{name}_inputs.npz"
+    np.savez(npz, **{f"x{i:03d}": x for i, x in enumerate(inputs)})
+    run = [args.src, path, npz]
+    colds = [_child("cold", *run, work / f"{name}_cache_{k}") for k in range(args.runs)]
+    cache = work / f"{name}_cache_0"
+    warms = [_child("warm", *run, cache) for _ in range(args.runs)]
+    got = np.load(warms[-1]["result"] + ".npz")
+    errors = check_outputs(name, [got[k] for k in got.files], run_ort(model, inputs))
+    row = {
+        "cold_s": _median(colds, "wall_s"),
+        "cold_cpu_s": _median(colds, "cpu_s"),
+        "cold_helpers_cpu_s": _median(colds, "cpu_helpers_s"),
+        "tvm_build_s": TVM_BUILD_S[name],
+        "warm_s": _median(warms, "wall_s"),
+        "warm_cpu_s": _median(warms, "cpu_s"),
+        "rel_err_vs_ort": errors,
+        "runs": args.runs,
+    }
+    if args.speed:
+        speed = _child("speed", *run, cache)
+        row.update({k: v for k, v in speed.items() if k.endswith("_ms")})
+        row["rvm_over_ort"] = (
+            min(speed["rvm_bytecode_ms"], speed["rvm_compiled_ms"]) / (speed["ort_ms"])
+        )
+        row["peak_rss_mb"] = speed["peak_rss_mb"]
+        row["ort_peak_rss_mb"] = _child("ort", *run, cache)["peak_rss_mb"]
+    return row
+
+
+def _goal(value: float, goal: float | None) -> str:
+    return "" if goal is None else ("ok" if value <= goal else "MISS")
+
+
+def _table(rows: dict[str, dict]) -> str:
+    head = (
+        f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'warm s':>8}"
+        f"{'cpu s':>7}"
+        f"{'':>5}{'rvm bc':>8}{'rvm cm':>8}{'ORT':>7}{'ORT 1t':>8}{'rvm/ORT':>8}"
+        f"{'RSS MB':>8}{'ORT MB':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for name, r in rows.items():
+        line = (
+            f"{name:<14}{r['cold_s']:>8.2f}{r['cold_cpu_s']:>7.2f}"
+            f"{r['cold_helpers_cpu_s']:>7.2f}{r['tvm_build_s']:>7.1f}"
+            f"{_goal(r['cold_s'], r['tvm_build_s']):>5}{r['warm_s']:>8.2f}{r['warm_cpu_s']:>7.2f}"
+            f"{_goal(r['warm_s'], WARM_GOAL_S.get(name)):>5}"
+        )
+        if "ort_ms" in r:
+            line += (
+                f"{r['rvm_bytecode_ms']:>8.2f}{r['rvm_compiled_ms']:>8.2f}{r['ort_ms']:>7.2f}"
+                f"{r['ort_1thread_ms']:>8.2f}{r['rvm_over_ort']:>8.2f}"
+                f"{r['peak_rss_mb']:>8.0f}{r['ort_peak_rss_mb']:>8.0f}"
+            )
+        lines.append(line)
+    lines.append("(times in ms per call for rvm bytecode/compiled mode and ORT; rvm/ORT: the")
+    lines.append(" faster rvm mode over ORT with default options; RSS: the speed process)")
+    return "\n".join(lines)
+
+
+def _chart(rows: dict[str, dict], path: Path) -> None:
+    """A bar chart of rvm/ORT per model, with the issue's 1.25 geometric-mean goal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, r in rows.items() if "rvm_over_ort" in r]
+    if not names:
+        return
+    fig, ax = plt.subplots(figsize=(1 + len(names), 3.5))
+    ax.bar(names, [rows[n]["rvm_over_ort"] for n in names])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(1.25, color="red", linestyle="--", linewidth=0.8, label="goal (geomean)")
+    ax.set_ylabel("rvm / ORT time per call")
+    ax.legend()
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(LIGHT_MODELS), help="comma-separated models")
+    parser.add_argument("--runs", type=int, default=1, help="processes per cold/warm figure")
+    parser.add_argument("--no-speed", dest="speed", action="store_false", help="compile only")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="rvm sources to measure")
+    parser.add_argument("--name", default="models", help="results file name (no suffix)")
+    args = parser.parse_args()
+    names = args.only.split(",")
+    unknown = set(names) - set(LIGHT_MODELS)
+    if unknown:
+        parser.error(f"--only takes some of {', '.join(LIGHT_MODELS)}; not {sorted(unknown)}")
+    args.src = args.src.resolve()
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            rows[name] = bench_model(name, args, Path(tmp))
+            print(f"{name}: cold {rows[name]['cold_s']:.2f} s", file=sys.stderr, flush=True)
+    print(_table(rows))
+    ratios = [r["rvm_over_ort"] for r in rows.values() if "rvm_over_ort" in r]
+    if ratios:
+        print(f"geometric mean of rvm/ORT: {float(np.exp(np.mean(np.log(ratios)))):.2f}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    payload = {"src": str(args.src), "load_average": load, "cpus": os.cpu_count()}
+    out = write_results(args.name, {**payload, "models": rows})
+    _chart(rows, out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()

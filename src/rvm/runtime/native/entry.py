@@ -1,0 +1,105 @@
+"""C entry points of the kernel library (`rvm.runtime.native.conv`, `.pool`).
+
+A kernel that called a library function directly would link the function's code into its own
+module, and LLVM would optimize it again in every kernel (1-3 s per kernel for the
+convolution). Instead each library function has a C entry point per float dtype (a cached
+`numba.cfunc`) whose address is registered with llvmlite under a fixed symbol, as
+`rvm.runtime.native.blas` does with NumPy's CBLAS: a kernel calls the symbol like a C library, and a
+cached kernel's call is resolved when it is linked.
+
+Every entry point has one C signature, so one caller serves them all: three data pointers
+(up to three 4-d arrays of the dtype; null past the last), their dims (an int64 array of
+12), the integer parameters (an int64 array), and an int64 status back (0: done).
+
+- `export(name, body)` compiles ``body(a, b, c, dims, params)`` as entry point ``name``;
+- `caller(name, n_params)` is the intrinsic ``call((arrays...), (params...))`` that a jit
+  function uses to call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numba as nb
+import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+DTYPES = ("float32", "float64")
+MAX_ARRAYS = 3
+NDIMS = 4
+
+_compiled: list = []  # the cfuncs, alive as long as their registered addresses
+
+
+def symbol(name: str, dtype: str) -> str:
+    """The registered symbol of entry point ``name`` for ``dtype``."""
+    return f"rvm_{name}_{dtype}"
+
+
+def export(name: str, body: Callable[..., int]) -> None:
+    """Compile ``body(a, b, c, dims, params) -> int`` (module level, for Numba's cache) as
+    the C entry point ``name`` of each float dtype and register its symbols."""
+    for dtype in DTYPES:
+        ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
+        sig = nt.int64(ptr, ptr, ptr, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
+        cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
+        llvm.add_symbol(symbol(name, dtype), cfunc.address)
+        _compiled.append(cfunc)
+
+
+def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
+    """The intrinsic ``call(arrays, params) -> int64`` of entry point ``name``: ``arrays`` a
+    tuple of up to `MAX_ARRAYS` C-contiguous 4-d arrays of one float dtype, ``params`` a
+    tuple of ``n_params`` int64."""
+
+    @intrinsic
+    def call(typingctx, arrays, params):  # type: ignore[no-untyped-def]
+        if not _arrays_ok(arrays):
+            return None
+        if not (isinstance(params, nt.UniTuple) and params.count == n_params):
+            return None
+        if params.dtype != nt.int64:
+            return None
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64 = ir.IntType(64)
+            values = cgutils.unpack_tuple(builder, args[0], len(arrays))
+            ptrs, dims = [], []
+            for aty, av in zip(arrays.types, values):
+                arr = context.make_array(aty)(context, builder, av)
+                ptrs.append(arr.data)
+                dims += cgutils.unpack_tuple(builder, arr.shape, NDIMS)
+            ptrs += [ir.Constant(ptrs[0].type, None)] * (MAX_ARRAYS - len(ptrs))
+            dims += [i64(0)] * (MAX_ARRAYS * NDIMS - len(dims))
+            pvals = cgutils.unpack_tuple(builder, args[1], n_params)
+            bufs = [_stack_array(builder, dims), _stack_array(builder, pvals)]
+            fnty = ir.FunctionType(i64, [p.type for p in ptrs] + [b.type for b in bufs])
+            dtype = str(arrays.types[0].dtype)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol(name, dtype))
+            return builder.call(fn, ptrs + bufs)
+
+        return nt.int64(arrays, params), codegen
+
+    return call
+
+
+def _arrays_ok(arrays: nt.Type) -> bool:
+    if not isinstance(arrays, nt.BaseTuple) or not 1 <= len(arrays) <= MAX_ARRAYS:
+        return False
+    types = list(arrays.types)
+    if not all(isinstance(t, nt.Array) and t.ndim == NDIMS and t.layout == "C" for t in types):
+        return False
+    return len({t.dtype for t in types}) == 1 and str(types[0].dtype) in DTYPES
+
+
+def _stack_array(builder: ir.IRBuilder, values: list) -> ir.Value:
+    """An int64 array on the stack holding ``values``."""
+    i64 = ir.IntType(64)
+    buf = cgutils.alloca_once(builder, i64, size=len(values))
+    for k, v in enumerate(values):
+        builder.store(v, builder.gep(buf, [i64(k)]))
+    return buf

@@ -1,0 +1,62 @@
+"""Padded planes of one channel, for loops over windows (convolution, pooling).
+
+A window loop reads the channel at offsets that may fall in the padding. Copying the channel
+into a plane that already holds the padding value lets every tap read a plain run with no
+per-element test; splitting the plane by the strides (`padded_phases`) makes each tap one
+unit-stride run over all the output positions.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+U = np.uint64  # an index type without the negative-index test
+
+
+@nb.njit(**_OPTS)
+def phase_shape(oh, ow, kh, kw, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
+    """The plane (rows, columns) that every window of an (oh, ow) output reads, and the
+    (rows, columns) of each of its phases (`split_phases`), one row of slack included."""
+    hp = (oh - 1) * sh + dh * (kh - 1) + 1
+    wp = (ow - 1) * sw + dw * (kw - 1) + 1
+    return hp, wp, (hp + sh - 1) // sh + 1, (wp + sw - 1) // sw
+
+
+@nb.njit(**_OPTS)
+def tap_starts(sh, sw, hq, wq, kh, kw, dh, dw):  # type: ignore[no-untyped-def]
+    """Where the run of each tap (i, j) starts in the flat phases (index i * kw + j); see
+    `padded_phases`."""
+    starts = np.empty(kh * kw, dtype=np.int64)
+    for i_ in range(kh):
+        for j_ in range(kw):
+            phase = ((i_ * dh) % sh) * sw + (j_ * dw) % sw
+            starts[i_ * kw + j_] = phase * hq * wq + ((i_ * dh) // sh) * wq + (j_ * dw) // sw
+    return starts
+
+
+@nb.njit(**_OPTS)
+def padded_phases(xf, at_x, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
+    """The (ih, iw) channel starting at ``at_x`` in the flat input ``xf``, padded by ``pt``
+    rows on top and ``pl`` columns on the left and clipped to an (hp, wp) plane, into the
+    plane's stride phases: ``flat`` holds sh * sw phases of (hq, wq), phase (a, b) the
+    plane's rows a, a + sh, ... and columns b, b + sw, .... Positions no input element
+    reaches keep the value ``flat`` was allocated with: the padding value, the same for every
+    channel.
+
+    Output position (p, q) of a window loop with strides (sh, sw) reads, for tap (i, j),
+    phase ((i * dh) % sh, (j * dw) % sw) at row p + (i * dh) // sh, column
+    q + (j * dw) // sw: one run of oh * wq elements per tap from `tap_starts`, whose
+    columns from ow on are wrap-around garbage to drop. (Indices are unsigned: a signed one
+    costs a negative-index test per element, which stops vectorization.)
+    """
+    q0, q1 = max(0, -pl), min(iw, wp - pl)
+    for h_ in range(max(0, -pt), min(ih, hp - pt)):
+        r = h_ + pt
+        for b in range(sw):
+            first = q0 + (b - pl - q0) % sw  # the first column landing in phase b
+            at = U(((r % sh) * sw + b) * hq * wq + (r // sh) * wq + (first + pl) // sw)
+            src, step = U(at_x + h_ * iw + first), U(sw)
+            for k in range(U(max(0, (q1 - first + sw - 1) // sw))):
+                flat[at + k] = xf[src + k * step]

@@ -1,0 +1,160 @@
+"""fold_batch_norm: an inference batch norm after a convolution folds into its weights.
+
+Needs: an inlined module in A-normal form whose op calls are not yet legalized (run before
+`legalize`).
+
+Guarantees: the same program, where a chain ``y = conv(x, W)``, optionally ``y = add(y, b)``,
+then ``z = batch_norm(y, gamma, beta, mean, var)`` over the channel axis, with ``W``, ``b`` and
+the four statistics constants and each intermediate used only by the next step, is
+``y = conv(x, W * s)``, ``z = add(y, (b - mean) * s + beta)`` with ``s = gamma /
+sqrt(var + epsilon)`` per output channel (computed in float64, stored in the weight's dtype).
+``b`` is a per-channel constant (all its axes 1 but the channel axis); conv is conv1d or
+conv2d of float dtype. The kernel then computes a convolution with a bias, the pattern that
+convolutions without batch norm have, instead of normalizing every output element.
+
+Algorithm: one walk over each straight-line region (`map_regions`), remembering the
+convolutions with constant weights and single-use results and their bias adds; a batch norm
+of one of them rewrites the chain in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from rvm import op
+from rvm.ir import expr as E
+from rvm.ir.infer import infer_type
+from rvm.ir.module import IRModule
+from rvm.op import ops
+from rvm.transform.legalize import count_uses, map_functions, map_regions
+
+logger = logging.getLogger("rvm.transform")
+
+_CONVS = (ops.conv1d, ops.conv2d)
+_FLOATS = ("float32", "float64")
+
+
+@dataclass
+class _Chain:
+    """A convolution with constant weights, and the per-channel bias added to it if any."""
+
+    conv: int  # index of the conv binding in the region
+    weight: np.ndarray
+    add: int | None = None  # index of the bias add binding
+    bias: np.ndarray | None = None  # (channels,) float64
+
+
+def fold_batch_norm(mod: IRModule) -> IRModule:
+    """Fold every batch norm of a convolution into the convolution's weights."""
+    folded = 0
+
+    def rewrite(name: str, func: E.Function) -> E.Function:
+        nonlocal folded
+        uses = count_uses(func.body)
+        consts: dict[E.Var, np.ndarray] = {}
+
+        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
+            nonlocal folded
+            out, n = _fold_region(bindings, uses, consts)
+            folded += n
+            return out, body
+
+        body = map_regions(func.body, region)
+        if body is func.body:
+            return func
+        return E.Function(func.params, body, func.ret_type, func.attrs)
+
+    funcs = map_functions(mod, rewrite)
+    if not folded:
+        return mod
+    logger.debug("fold_batch_norm: %d batch norms folded into convolutions", folded)
+    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+
+
+def _fold_region(
+    bindings: list[E.VarBinding], uses: dict[E.Var, int], consts: dict[E.Var, np.ndarray]
+) -> tuple[list[E.VarBinding], int]:
+    out: list[E.VarBinding | None] = list(bindings)
+    chains: dict[E.Var, _Chain] = {}
+    folded = 0
+    for i, b in enumerate(bindings):
+        value = b.value
+        if isinstance(value, E.Constant):
+            consts[b.var] = value.data
+        if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
+            continue
+        if value.callee in _CONVS:
+            weight = _const(value.args[1], consts)
+            if weight is not None and weight.dtype.name in _FLOATS and uses.get(b.var) == 1:
+                chains[b.var] = _Chain(i, weight)
+        elif value.callee is ops.add:
+            _bias_add(b, i, chains, uses, consts)
+        elif value.callee is ops.batch_norm and _fold(b, i, chains, out, consts):
+            folded += 1
+    return [b for b in out if b is not None], folded
+
+
+def _const(arg: E.Expr, consts: dict[E.Var, np.ndarray]) -> np.ndarray | None:
+    if isinstance(arg, E.Constant):
+        return arg.data
+    return consts.get(arg) if isinstance(arg, E.Var) else None
+
+
+def _per_channel(
+    c: np.ndarray | None, ndim: int, channels: int, axis: int = 1
+) -> np.ndarray | None:
+    """``c`` as a (channels,) float64 vector when it broadcasts along ``axis`` of an
+    ``ndim``-d tensor only, else None."""
+    if c is None or c.ndim > ndim or c.dtype.name not in _FLOATS:
+        return None
+    shape = (1,) * (ndim - c.ndim) + c.shape
+    if shape[axis] != channels or any(d != 1 for k, d in enumerate(shape) if k != axis):
+        return None
+    return c.reshape(channels).astype(np.float64)
+
+
+def _bias_add(b, i, chains, uses, consts) -> None:  # type: ignore[no-untyped-def]
+    """Record ``b`` (an add) as the bias add of a convolution chain, when it is one."""
+    lhs, rhs = b.value.args
+    for y, c in ((lhs, rhs), (rhs, lhs)):
+        chain = chains.get(y) if isinstance(y, E.Var) else None
+        if chain is None or chain.add is not None or uses.get(b.var) != 1:
+            continue
+        ty = y.type
+        bias = _per_channel(_const(c, consts), len(ty.shape), chain.weight.shape[0])
+        if bias is not None and b.var.type == ty:
+            chains[b.var] = _Chain(chain.conv, chain.weight, i, bias)
+            return
+
+
+def _fold(b, i, chains, out, consts) -> bool:  # type: ignore[no-untyped-def]
+    """Rewrite the chain that ``b`` (a batch norm, binding ``i``) normalizes, if any; True
+    when it did."""
+    x, *stats = b.value.args
+    chain = chains.pop(x, None) if isinstance(x, E.Var) else None
+    if chain is None:
+        return False
+    ndim, channels = len(x.type.shape), chain.weight.shape[0]
+    gamma, beta, mean, var = (_per_channel(_const(s, consts), 1, channels, 0) for s in stats)
+    if b.value.attrs["axis"] % ndim != 1 or any(s is None for s in (gamma, beta, mean, var)):
+        chains[x] = chain
+        return False
+    scale = gamma / np.sqrt(var + b.value.attrs["epsilon"])
+    bias = chain.bias if chain.bias is not None else np.zeros(channels)
+    dtype = chain.weight.dtype
+    weight = chain.weight * scale.reshape((channels,) + (1,) * (chain.weight.ndim - 1))
+    shift = ((bias - mean) * scale + beta).reshape((channels,) + (1,) * (ndim - 2))
+    conv_b = out[chain.conv]
+    args = (conv_b.value.args[0], E.Constant(weight.astype(dtype)))
+    conv = E.Call(conv_b.value.callee, args, conv_b.value.attrs)
+    infer_type(conv)
+    out[chain.conv] = E.VarBinding(conv_b.var, conv)
+    if chain.add is not None:
+        out[chain.add] = None
+    call = op.add(conv_b.var, E.Constant(shift.astype(dtype)))
+    infer_type(call)
+    out[i] = E.VarBinding(b.var, call)
+    return True

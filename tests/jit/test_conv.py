@@ -1,0 +1,145 @@
+"""The convolution library (`rvm.runtime.native.conv`) against the NumPy reference, and its
+own checks.
+
+Every path is covered: 1x1 GEMMs, depthwise loops, shifted GEMMs (stride 1, at least
+`SHIFT_MIN_CHANNELS` channels per group), im2col by BLAS GEMM, and im2col by ``np.dot``;
+with strides, dilations, groups (depthwise too), asymmetric pads, odd sizes and empty
+batches. Operands that disagree with the geometry raise ValueError before any memory is
+touched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from jit_helpers import Jit, check, prim, rand, var
+
+from rvm import op
+from rvm.jit.stages import SHIFT_MIN_CHANNELS
+from rvm.op import numpy_ref
+from rvm.runtime.native import conv
+
+# (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
+#  pads (top, left, bottom, right)); depthwise and grouped ones as in shufflenet.
+CASES = [
+    (2, 16, 9, 7, 6, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (1, 32, 8, 11, 8, (3, 2), (1, 1), (2, 1), 2, (2, 0, 1, 3)),
+    (1, 16, 5, 5, 32, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+    (3, 3, 13, 11, 5, (7, 7), (2, 2), (1, 1), 1, (3, 2, 3, 4)),
+    (1, 24, 9, 9, 24, (3, 3), (2, 2), (1, 1), 24, (1, 1, 1, 1)),
+    (1, 24, 7, 7, 24, (3, 3), (1, 1), (1, 1), 24, (1, 1, 1, 1)),
+    (1, 12, 6, 6, 24, (1, 1), (1, 1), (1, 1), 3, (0, 0, 0, 0)),
+    (2, 4, 10, 9, 8, (3, 3), (1, 3), (2, 2), 4, (0, 1, 2, 0)),
+    (1, 8, 5, 6, 4, (2, 3), (3, 2), (1, 1), 2, (2, 2, 2, 2)),
+    (0, 16, 6, 6, 4, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (2, 6, 8, 9, 12, (3, 3), (2, 3), (2, 1), 6, (1, 0, 2, 1)),  # depthwise, multiplier 2
+    (2, 12, 5, 7, 24, (1, 1), (1, 1), (1, 1), 3, (0, 0, 0, 0)),  # grouped 1x1, batch 2
+    (1, 8, 6, 5, 8, (1, 1), (2, 1), (1, 1), 1, (0, 1, 0, 1)),  # 1x1 strided, padded
+    (1, 1, 7, 6, 4, (2, 3), (1, 1), (1, 1), 1, (1, 1, 0, 0)),  # one input channel
+]
+
+
+def _operands(case, dtype: str):
+    n, c, h, w, o, (kh, kw), _, _, groups, _ = case
+    return rand((n, c, h, w), dtype), rand((o, c // groups, kh, kw), dtype, seed=1)
+
+
+def _reference(case, x, w):
+    strides, dilation, groups, pads = case[6], case[7], case[8], case[9]
+    return numpy_ref.conv2d(x, w, strides, pads, dilation, groups)
+
+
+def _args(case) -> tuple[int, ...]:
+    (sh, sw), (dh, dw), groups, (pt, pl, pb, pr) = case[6:10]
+    return (groups, sh, sw, dh, dw, pt, pl, pb, pr)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("min_shift", [SHIFT_MIN_CHANNELS, 1 << 30])  # shifted GEMMs or not
+@pytest.mark.parametrize("case", CASES)
+def test_conv2d_matches_reference(case, min_shift, dtype) -> None:
+    x, w = _operands(case, dtype)
+    want = _reference(case, x, w)
+    out = np.full(want.shape, np.nan, dtype=dtype)
+    conv.conv2d(x, w, out, *_args(case), min_shift)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", CASES[:5])
+def test_conv2d_dot_matches_reference(case) -> None:
+    x, w = _operands(case, "float32")
+    want = _reference(case, x, w)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    conv.conv2d_dot(x, w, out, *_args(case))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+# Each disagrees with the case's geometry in one way: output height or width one too many
+# or one too few, output channels, batch, input channels for the groups, groups, a stride.
+BAD = [
+    ("out", (1, 6, 10, 7)),
+    ("out", (1, 6, 9, 6)),
+    ("out", (1, 6, 9, 8)),
+    ("out", (1, 7, 9, 7)),
+    ("out", (2, 6, 9, 7)),
+    ("x", (1, 15, 9, 7)),
+    ("groups", 3),
+    ("groups", 0),
+    ("sh", 0),
+]
+
+
+@pytest.mark.parametrize("entry", ["conv2d", "conv2d_dot"])
+@pytest.mark.parametrize(("what", "value"), BAD)
+def test_geometry_disagreements_raise(entry, what, value) -> None:
+    """Wrong operands raise before any read or write (no crash, the output untouched)."""
+    params = dict(groups=1, sh=1, sw=1, dh=1, dw=1, pt=1, pl=1, pb=1, pr=1)
+    x, w = rand((1, 16, 9, 7)), rand((6, 16, 3, 3), seed=1)
+    out = np.zeros((1, 6, 9, 7), dtype="float32")
+    if what == "out":
+        out = np.zeros(value, dtype="float32")
+    elif what == "x":
+        x = rand(value)
+    else:
+        params[what] = value
+    extra = (SHIFT_MIN_CHANNELS,) if entry == "conv2d" else ()
+    with pytest.raises(ValueError, match="do not match the geometry"):
+        getattr(conv, entry)(x, w, out, *params.values(), *extra)
+    assert not out.any()
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        dict(strides=2, padding=1, groups=24),  # shufflenet's depthwise, stride 2
+        dict(strides=1, padding=1, groups=24),  # and stride 1
+        dict(strides=1, padding=0, groups=3),  # its grouped 1x1
+        dict(strides=(2, 1), padding=(0, 1, 1, 0), dilation=(1, 2), groups=2),
+    ],
+)
+def test_grouped_and_depthwise_kernels_with_symbolic_batch(attrs) -> None:
+    """Kernels built on the library, for any batch (one kernel, batch 2, 1 and 0)."""
+    groups = attrs["groups"]
+    kh = 1 if attrs["padding"] == 0 else 3
+    img = var("img", ("b", 24, 9, 11))
+    k = var("k", (24, 24 // groups, kh, kh))
+    cb = var("cb", (24, 1, 1))
+    func = prim([img, k, cb], op.relu(op.conv2d(img, k, **attrs) + cb))
+    kernel = Jit(func)
+    for batch in (2, 1, 0):
+        inputs = (rand((batch, 24, 9, 11)), rand((24, 24 // groups, kh, kh), seed=1))
+        check(func, *inputs, rand((24, 1, 1), seed=2), rtol=1e-4, atol=1e-4, kernel=kernel)
+
+
+@pytest.mark.parametrize(("kernel", "pad"), [(1, 0), (3, 1)])
+def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
+    """The output of a stride-1 convolution that keeps the size is known to be the input's
+    size: a residual add broadcasts nothing, and the convolution writes the output itself."""
+    img, res = var("img", (1, 16, 7, 7)), var("res", (1, 8, 7, 7))
+    k = var("k", (8, 16, kernel, kernel))
+    func = prim([img, k, res], op.relu(op.conv2d(img, k, padding=pad) + res))
+    jit = Jit(func)
+    src = jit.record.source  # one array (the returned output), no broadcast flags
+    assert src.count("np.empty") == 1 and " if b" not in src
+    inputs = (rand((1, 16, 7, 7)), rand((8, 16, kernel, kernel), seed=1), rand((1, 8, 7, 7)))
+    check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=jit)

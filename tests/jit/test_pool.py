@@ -1,0 +1,70 @@
+"""The pooling library (`rvm.runtime.native.pool`) against the NumPy reference, and the
+kernels using it.
+
+Max and average pools with every stride, dilation, asymmetric pad, ceil mode and
+count_include_pad combination on odd sizes; disagreeing operands raise before any memory is
+touched; kernels call the library without literal arguments (each literal would compile the
+library function again).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from jit_helpers import Jit, check, prim, rand, var
+
+from rvm import op
+from rvm.op import numpy_ref
+from rvm.runtime.native import conv, pool
+
+GEOMETRIES = [
+    (k, s, d, pads, ceil)
+    for k, s, d, pads, ceil in itertools.product(
+        [(3, 3), (2, 3)],
+        [(1, 1), (2, 2), (3, 2)],
+        [(1, 1), (2, 1)],
+        [(0, 0, 0, 0), (1, 0, 2, 1)],
+        [False, True],
+    )  # fmt: skip
+    if max(pads[0], pads[2]) < k[0] and max(pads[1], pads[3]) < k[1]
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
+def test_pool2d_matches_reference(kind, include, dtype) -> None:
+    for shape in ((2, 3, 7, 9), (1, 2, 10, 5)):
+        x = rand(shape, dtype)
+        for k, s, d, pads, ceil in GEOMETRIES:
+            if kind == "max":
+                want = numpy_ref.max_pool2d(x, k, s, pads, d, ceil)
+            else:
+                want = numpy_ref.avg_pool2d(x, k, s, pads, d, ceil, include)
+            out = np.full(want.shape, np.nan, dtype=dtype)
+            flags = (int(kind == "max"), *k, *s, *d, *pads)
+            pool.pool2d(x, out, *flags, int(ceil), int(include))
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(flags))
+
+
+@pytest.mark.parametrize("bad", [(1, 3, 3, 4), (1, 3, 4, 3), (2, 3, 3, 3), (1, 2, 3, 3)])
+def test_pool2d_geometry_disagreement_raises(bad) -> None:
+    x, out = rand((1, 3, 7, 7)), np.zeros(bad, dtype="float32")  # right: (1, 3, 3, 3)
+    with pytest.raises(ValueError, match="do not match the geometry"):
+        pool.pool2d(x, out, 1, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
+    assert not out.any()
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_float_pool_kernels_call_the_library_with_no_literals(kind, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))  # kernels compiled here, not loaded
+    for size, stride in ((3, 2), (2, 1)):
+        x = var("x", ("n", 5, 11, 8))
+        pooled = getattr(op, f"{kind}_pool2d")(x, pool_size=size, strides=stride, padding=1)
+        func = prim([x], op.relu(pooled))
+        kernel = Jit(func)
+        assert "pool2d(" in kernel.record.source
+        check(func, rand((2, 5, 11, 8)), kernel=kernel)
+    for f in (pool.pool2d, conv.conv2d):
+        assert not any("Literal" in str(sig) for sig in f.signatures), f.signatures
