@@ -148,3 +148,24 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     out.write_text(json.dumps({**meta, **payload}, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
     return out
+
+
+def light_model_files(name: str, tmp: Path) -> tuple[Path, Path, Any, list[np.ndarray]]:
+    """Light ONNX model ``name`` with random weights saved to ``tmp`` (logits exposed), its
+    random inputs saved beside it (`.npz`, read back in key order), and both in memory."""
+    import onnx
+
+    from rvm.testing.onnx_models import (
+        expose_logits,
+        light_model_path,
+        random_inputs,
+        randomize_weights,
+    )
+
+    model = expose_logits(randomize_weights(onnx.load(light_model_path(name)), seed=0))
+    path = tmp / f"{name}.onnx"
+    onnx.save(model, path)
+    inputs = random_inputs(model, seed=1)
+    inputs_path = tmp / f"{name}_inputs.npz"
+    np.savez(inputs_path, **{f"x{i:03d}": x for i, x in enumerate(inputs)})
+    return path, inputs_path, model, inputs

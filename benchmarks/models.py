@@ -42,7 +42,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # isort: split
-from common import ROOT, write_results
+from common import ROOT, light_model_files, write_results
 
 # isort: split
 import numpy as np
@@ -50,10 +50,6 @@ from model_child import check_outputs
 
 from rvm.testing.onnx_models import (
     LIGHT_MODELS,
-    expose_logits,
-    light_model_path,
-    random_inputs,
-    randomize_weights,
     run_ort,
 )
 
@@ -91,14 +87,8 @@ def _median(rows: list[dict], key: str) -> float:
 
 def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     """The row of light model ``name`` (see the module docstring)."""
-    import onnx
 
-    model = expose_logits(randomize_weights(onnx.load(light_model_path(name)), seed=0))
-    path = work / f"{name}.onnx"
-    onnx.save(model, path)
-    inputs = random_inputs(model, seed=1)
-    npz = work / f"{name}_inputs.npz"
-    np.savez(npz, **{f"x{i:03d}": x for i, x in enumerate(inputs)})
+    path, npz, model, inputs = light_model_files(name, work)
     run = [args.src, path, npz]
     colds = [_child("cold", *run, work / f"{name}_cache_{k}") for k in range(args.runs)]
     cache = work / f"{name}_cache_0"

@@ -45,7 +45,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, write_results
+from common import ROOT, light_model_files, write_results
 
 # isort: split
 import numpy as np
@@ -117,26 +117,6 @@ def peak_mb() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status: the benchmark needs Linux")
 
 
-def prepare(name: str, tmp: Path) -> tuple[Path, Path, Any, list[np.ndarray]]:
-    """The randomized model saved to ``tmp``, its inputs saved beside it, and both in memory."""
-    import onnx
-
-    from rvm.testing.onnx_models import (
-        expose_logits,
-        light_model_path,
-        random_inputs,
-        randomize_weights,
-    )
-
-    model = expose_logits(randomize_weights(onnx.load(light_model_path(name)), seed=0))
-    path = tmp / f"{name}.onnx"
-    onnx.save(model, path)
-    inputs = random_inputs(model, seed=1)
-    inputs_path = tmp / f"{name}_inputs.npz"
-    np.savez(inputs_path, **{f"x{i:02d}": x for i, x in enumerate(inputs)})
-    return path, inputs_path, model, inputs
-
-
 def weights_mb(model: Any) -> float:
     from onnx import numpy_helper
 
@@ -147,7 +127,7 @@ def measure(name: str, kernels: str, tmp: Path) -> dict[str, Any]:
     """One model's figures, after its logits matched ONNX Runtime's."""
     from rvm.testing.onnx_models import compare, run_ort
 
-    path, inputs_path, model, inputs = prepare(name, tmp)
+    path, inputs_path, model, inputs = light_model_files(name, tmp)
     out_path = tmp / f"{name}_out.npy"
     args = ["--child", str(path), kernels, str(inputs_path), str(out_path)]
     figures = run_child(args, name)
