@@ -3,8 +3,8 @@
 Each model's weights (``ConstantOfShape(shape, 0.02)`` in the files) become seeded random
 values, and the logits before the final Softmax become an extra output; rvm must match ONNX
 Runtime on them within 1e-4 relative error with the same top-1 class, in both exec modes.
-Numpy kernels run for all nine; jit kernels for squeezenet and shufflenet by default and the
-rest under ``-m slow`` (a cold jit compile of one of these CNNs takes minutes on 2 cores).
+Numpy and jit kernels run for all nine (the seven cold jit compiles take about two minutes on
+2 cores, now that layers of one pattern share a kernel).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from rvm.testing.onnx_models import (  # noqa: E402
     random_inputs,
     randomize_weights,
 )
-
-JIT_BY_DEFAULT = ("squeezenet", "shufflenet")
 
 
 def _check(name: str, kernels: str) -> None:
@@ -49,9 +47,6 @@ def test_light_model_numpy_kernels(name):
     _check(name, "numpy")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=() if n in JIT_BY_DEFAULT else pytest.mark.slow) for n in LIGHT_MODELS],
-)
+@pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_light_model_jit_kernels(name):
     _check(name, "jit")
