@@ -16,9 +16,11 @@
     ref = rvm.interpret(Model, "main", x, w) # the reference interpreter
 
 What users call lives here: `compile`, `interpret`, `const`, `VirtualMachine`,
-`load_executable`, the `op` and `script` packages, the errors. `docs/architecture.md` in the
-repository explains how the pieces fit. rvm logs through the standard `logging` module under
-the names `rvm.transform` (pass effects), `rvm.codegen` and `rvm.jit` (kernel builds and cache).
+`load_executable`, the `op` and `script` packages, the errors, and `set_num_threads` /
+`get_num_threads` (the ``RVM_NUM_THREADS`` environment variable does the same).
+`docs/architecture.md` in the repository explains how the pieces fit. rvm logs through the
+standard `logging` module under the names `rvm.transform` (pass effects), `rvm.codegen` and
+`rvm.jit` (kernel builds and cache).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from rvm.runtime import (
     load_executable,
     register_func,
 )
+from rvm.runtime.native.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -107,10 +110,12 @@ __all__ = [
     "const",
     "from_onnx",
     "get_global_func",
+    "get_num_threads",
     "interpret",
     "ir",
     "load_executable",
     "op",
     "register_func",
     "script",
+    "set_num_threads",
 ]

@@ -26,6 +26,7 @@ from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
 from rvm.runtime.memory import make_allocator
+from rvm.runtime.native.threads import apply_environment
 from rvm.runtime.profiler import (
     SKIP_RUN,
     BenchmarkResult,
@@ -86,6 +87,7 @@ class VirtualMachine:
         if exec_mode not in EXEC_MODE_FACTORIES:
             known = tuple(EXEC_MODE_FACTORIES)
             raise ValueError(f"exec_mode must be one of {known}, got {exec_mode!r}")
+        apply_environment()  # RVM_NUM_THREADS, read at the first VM
         self.executable = ex
         self.exec_mode = exec_mode
         self.allocator: Any = make_allocator(allocator) if isinstance(allocator, str) else allocator

@@ -6,6 +6,7 @@
 - `blas`: NumPy's BLAS called from inside kernels (GEMM, the matmul anchor).
 - `conv`, `pool`: float convolution and pooling, compiled once and called by every kernel
   through C entry points (`entry`); `planes`: the padded window planes they share.
+- `threads`: how many threads the BLAS and Numba use (`rvm.set_num_threads`).
 
 The compiler (`rvm.jit`) writes kernel source that imports these from here, so
 a process that only loads and runs a saved executable never imports the compiler. Numba and
