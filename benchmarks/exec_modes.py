@@ -133,9 +133,7 @@ def kernel_time(vm: rvm.VirtualMachine, fname: str, args: tuple, repeat: int) ->
     return len(calls), median_time(replay(calls), repeat)
 
 
-def bench(
-    prog: dict[str, Any], kernels: str, repeat: int, interp_s: float | None
-) -> list[dict[str, Any]]:
+def bench(prog: dict[str, Any], kernels: str, repeat: int, interp_s: float) -> list[dict[str, Any]]:
     ex = rvm.compile(prog["mod"], kernels=kernels)
     fname, args = prog["fname"], prog["args"]
     instrs = count_instructions(ex, fname, args)
@@ -159,22 +157,18 @@ def bench(
                 "call_us": call * 1e6,
                 "kernel_us": kern * 1e6,
                 "overhead_ns_per_instr": (call - kern) / instrs * 1e9,
-                "interp_us": None if interp_s is None else interp_s * 1e6,
+                "interp_us": interp_s * 1e6,
             }
         )
     byte, comp = rows
     for r in rows:
         r["over_bytecode"] = r["call_us"] / byte["call_us"]
-        r["over_interp"] = None if interp_s is None else r["call_us"] / (interp_s * 1e6)
+        r["over_interp"] = r["call_us"] / (interp_s * 1e6)
     comp["speedup_vs_bytecode"] = byte["call_us"] / comp["call_us"]
     return rows
 
 
 # -- report -------------------------------------------------------------------------------
-
-
-def _f(v: Any, spec: str) -> str:
-    return "n/a" if v is None else format(v, spec)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -188,8 +182,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['program']:<9} {r['kernels']:<5} {r['exec_mode']:<8} {r['instructions']:>7} "
             f"{r['kernel_calls']:>6} {r['call_us']:>10.1f} {r['kernel_us']:>9.1f} "
-            f"{r['overhead_ns_per_instr']:>8.0f} {_f(r['interp_us'], '10.1f')} "
-            f"{r['over_bytecode']:>9.2f} {_f(r['over_interp'], '8.3f')}"
+            f"{r['overhead_ns_per_instr']:>8.0f} {r['interp_us']:>10.1f} "
+            f"{r['over_bytecode']:>9.2f} {r['over_interp']:>8.3f}"
         )
     return "\n".join(lines)
 
@@ -210,7 +204,7 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
                 f"{key}: overhead {r['overhead_ns_per_instr']:.0f} ns/instr "
                 f"(goal <= {GOAL_OVERHEAD_NS:.0f}) {'ok' if ok else 'MISSED'}"
             )
-        elif r["over_interp"] is not None and r["program"] != "mlp1":
+        elif r["program"] != "mlp1":
             ok = r["over_interp"] <= GOAL_BYTECODE_OVER_INTERP
             out.append(
                 f"{key}: bytecode/interpret {r['over_interp']:.3f} "
