@@ -5,245 +5,51 @@ parameters are keyword attributes stored under the same names in ``Call.attrs``,
 printer's ``op.NAME(arg0, attr=value)`` calls the builder back to an equal call. The `Op`
 objects live in `rvm.op.ops` (``rvm.op.ops.relu``; or ``rvm.ir.get_op("relu")``); each op's
 type rule is in `rvm.ir.op.infer`, its NumPy reference in `reference` (the functions of the
-self-contained `rvm.op.numpy_ref`).
+self-contained `rvm.op.numpy_ref`). Each category module registers its ops (`rvm.op.core.define_op`)
+and lists its builders in its ``__all__``, which this package exports.
 """
 
 from __future__ import annotations
 
 from rvm import _hooks
 from rvm.ir.expr import const
+from rvm.op import conv as _conv
+from rvm.op import create as _create
+from rvm.op import einsum as _einsum
+from rvm.op import elemwise as _elemwise
+from rvm.op import image as _image
+from rvm.op import index as _index
+from rvm.op import manipulate as _manipulate
+from rvm.op import nn as _nn
 from rvm.op import ops
-from rvm.op.conv import (
-    conv1d,
-    conv1d_transpose,
-    conv2d,
-    conv2d_transpose,
-    conv3d,
-    conv3d_transpose,
-)
+from rvm.op import pool as _pool
+from rvm.op import reduce as _reduce
+from rvm.op import search as _search
+from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
-from rvm.op.create import arange, full, one_hot, ones, shape_of, zeros
-from rvm.op.einsum import einsum
-from rvm.op.elemwise import (
-    abs,
-    acos,
-    acosh,
-    add,
-    asin,
-    asinh,
-    atan,
-    atanh,
-    bitcast,
-    bitwise_and,
-    bitwise_not,
-    bitwise_or,
-    bitwise_xor,
-    cast,
-    ceil,
-    clip,
-    cos,
-    divide,
-    equal,
-    erf,
-    exp,
-    floor,
-    floor_divide,
-    fmod,
-    gelu,
-    greater,
-    greater_equal,
-    leaky_relu,
-    left_shift,
-    less,
-    less_equal,
-    log,
-    logical_and,
-    logical_not,
-    logical_or,
-    maximum,
-    minimum,
-    mod,
-    multiply,
-    negative,
-    not_equal,
-    power,
-    relu,
-    right_shift,
-    round,
-    rsqrt,
-    sigmoid,
-    sign,
-    silu,
-    sin,
-    softplus,
-    sqrt,
-    subtract,
-    tanh,
-    where,
-)
-from rvm.op.image import resize
-from rvm.op.index import (
-    dynamic_slice,
-    gather,
-    gather_nd,
-    scatter_elements,
-    scatter_nd,
-    strided_slice,
-    take,
-)
-from rvm.op.manipulate import (
-    broadcast_to,
-    concat,
-    expand_dims,
-    flatten,
-    pad,
-    reshape,
-    split,
-    squeeze,
-    stack,
-    tile,
-    transpose,
-    trilu,
-)
-from rvm.op.nn import batch_norm, dense, layer_norm, log_softmax, lrn, matmul, softmax
-from rvm.op.pool import (
-    avg_pool1d,
-    avg_pool2d,
-    avg_pool3d,
-    global_avg_pool2d,
-    global_max_pool2d,
-    max_pool1d,
-    max_pool2d,
-    max_pool3d,
-    max_pool_indices,
-)
-from rvm.op.reduce import argmax, argmin, cumprod, cumsum, max, mean, min, prod, sum, variance
-from rvm.op.search import nonzero, topk, unique
+from rvm.op.create import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.einsum import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.elemwise import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.image import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.index import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.manipulate import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.nn import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.pool import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.reduce import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.search import *  # noqa: F403 (its builders, listed in its __all__)
 
 # The IR builds ``x + y`` on its values from this op set (see rvm._hooks).
 _hooks.supply("ops", ops)
 
-__all__ = [
-    "ExprLike",
-    "abs",
-    "acos",
-    "acosh",
-    "add",
-    "arange",
-    "argmax",
-    "argmin",
-    "as_expr",
-    "avg_pool1d",
-    "asin",
-    "asinh",
-    "atan",
-    "atanh",
-    "avg_pool2d",
-    "avg_pool3d",
-    "batch_norm",
-    "bitcast",
-    "bitwise_and",
-    "bitwise_not",
-    "bitwise_or",
-    "bitwise_xor",
-    "broadcast_to",
-    "cast",
-    "ceil",
-    "clip",
-    "concat",
-    "const",
-    "conv1d",
-    "conv1d_transpose",
-    "conv2d",
-    "conv2d_transpose",
-    "conv3d",
-    "conv3d_transpose",
-    "cos",
-    "cumprod",
-    "cumsum",
-    "dense",
-    "divide",
-    "einsum",
-    "dynamic_slice",
-    "equal",
-    "erf",
-    "exp",
-    "expand_dims",
-    "flatten",
-    "floor",
-    "floor_divide",
-    "fmod",
-    "full",
-    "gather",
-    "gather_nd",
-    "gelu",
-    "global_avg_pool2d",
-    "global_max_pool2d",
-    "greater",
-    "greater_equal",
-    "layer_norm",
-    "leaky_relu",
-    "left_shift",
-    "less",
-    "less_equal",
-    "log",
-    "log_softmax",
-    "logical_and",
-    "logical_not",
-    "logical_or",
-    "lrn",
-    "matmul",
-    "max",
-    "max_pool1d",
-    "max_pool2d",
-    "max_pool3d",
-    "max_pool_indices",
-    "maximum",
-    "mean",
-    "min",
-    "minimum",
-    "mod",
-    "multiply",
-    "negative",
-    "nonzero",
-    "not_equal",
-    "one_hot",
-    "ones",
-    "ops",
-    "pad",
-    "power",
-    "prod",
-    "reference",
-    "relu",
-    "reshape",
-    "resize",
-    "right_shift",
-    "round",
-    "rsqrt",
-    "scatter_elements",
-    "scatter_nd",
-    "shape_of",
-    "sigmoid",
-    "sign",
-    "silu",
-    "sin",
-    "softmax",
-    "softplus",
-    "split",
-    "sqrt",
-    "squeeze",
-    "stack",
-    "strided_slice",
-    "subtract",
-    "sum",
-    "take",
-    "tanh",
-    "tile",
-    "topk",
-    "transpose",
-    "trilu",
-    "unique",
-    "variance",
-    "where",
-    "zeros",
-]
+__all__ = ["ExprLike", "as_expr", "const", "ops", "reference"]
+__all__ += _conv.__all__
+__all__ += _create.__all__
+__all__ += _einsum.__all__
+__all__ += _elemwise.__all__
+__all__ += _image.__all__
+__all__ += _index.__all__
+__all__ += _manipulate.__all__
+__all__ += _nn.__all__
+__all__ += _pool.__all__
+__all__ += _reduce.__all__
+__all__ += _search.__all__

@@ -22,10 +22,22 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Op
+from rvm.ir.op import OpPattern
 from rvm.ir.types import Dim, TensorType, Type, promote_dtypes
-from rvm.op import numpy_ref, ops
-from rvm.op.core import ExprLike, as_expr, call, check_int, check_ints, reference
+from rvm.op import ops
+from rvm.op.core import ExprLike, as_expr, call, check_int, check_ints, define_op
 from rvm.op.shapes import fmt, rule, window_out_dim
+
+__all__ = ["conv1d", "conv1d_transpose", "conv2d", "conv2d_transpose", "conv3d", "conv3d_transpose"]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+define_op("conv1d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+define_op("conv2d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+define_op("conv3d", OpPattern.OPAQUE, 2)
+define_op("conv1d_transpose", OpPattern.OPAQUE, 2)
+define_op("conv2d_transpose", OpPattern.OPAQUE, 2)
+define_op("conv3d_transpose", OpPattern.OPAQUE, 2)
 
 IntOrInts = int | Sequence[int]
 LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
@@ -132,7 +144,6 @@ def _conv_rule(op: Op, nspatial: int, transpose: bool) -> None:
 for _n in (1, 2, 3):
     for _transpose, _name in ((False, f"conv{_n}d"), (True, f"conv{_n}d_transpose")):
         _conv_rule(getattr(ops, _name), _n, _transpose)
-        reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
 def _conv_call(

@@ -16,7 +16,9 @@ import numpy as np
 from rvm.errors import IRError, RVMError
 from rvm.ir.expr import Call, Constant, Expr, Op, Tuple
 from rvm.ir.infer import infer_type
+from rvm.ir.op import OpPattern, register_op
 from rvm.ir.types import FLOAT_DTYPES, Dim, Shape, TensorType, check_dim, check_dtype
+from rvm.op import numpy_ref
 
 ExprLike = Expr | bool | int | float | np.ndarray | np.generic
 
@@ -28,6 +30,17 @@ reach a reference as concrete ints (the caller resolves symbolic names first). A
 input is a Tuple (``concat``, ``stack``) receives the tuple of arrays as one argument; ``split``
 returns a tuple of arrays.
 """
+
+
+def define_op(name: str, pattern: OpPattern, num_inputs: int = -1) -> Op:
+    """Registers op ``name`` (`rvm.ir.op.register_op`) with its reference, the function of
+    `rvm.op.numpy_ref` of the same name: the one line that makes an op exist."""
+    ref = getattr(numpy_ref, name, None)
+    if ref is None:
+        raise IRError(f"op {name!r} has no NumPy reference: rvm.op.numpy_ref.{name} is missing")
+    op = register_op(name, pattern, num_inputs)
+    reference[op] = ref
+    return op
 
 
 def as_expr(value: ExprLike, like: ExprLike | None = None) -> Expr:

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Op
+from rvm.ir.op import OpPattern
 from rvm.ir.types import INT_DTYPES, TensorType, Type
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.core import (
     ExprLike,
     as_expr,
@@ -23,9 +24,21 @@ from rvm.op.core import (
     check_int,
     check_scalar,
     check_shape,
-    reference,
+    define_op,
 )
 from rvm.op.shapes import normalize_axis, rule
+
+__all__ = ["arange", "full", "one_hot", "ones", "shape_of", "zeros"]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# Creation.
+define_op("zeros", OpPattern.ELEMWISE, 0)
+define_op("ones", OpPattern.ELEMWISE, 0)
+define_op("full", OpPattern.ELEMWISE, 0)
+define_op("arange", OpPattern.INJECTIVE, 0)
+define_op("one_hot", OpPattern.INJECTIVE, 1)
+define_op("shape_of", OpPattern.OPAQUE, 1)
 
 
 def _shape_rule(op: Op) -> None:
@@ -68,10 +81,6 @@ def _infer_one_hot(call_: Call, args: list[TensorType]) -> Type:
 def _infer_shape_of(call_: Call, args: list[TensorType]) -> Type:
     (x,) = args
     return TensorType((None if x.shape is None else len(x.shape),), "int64")
-
-
-for _name in ("zeros", "ones", "full", "arange", "one_hot", "shape_of"):
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
 def zeros(shape: Sequence[int | str], dtype: str = "float32") -> Call:

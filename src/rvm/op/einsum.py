@@ -16,10 +16,17 @@ from dataclasses import dataclass
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
 from rvm.ir.types import Dim, Shape, TensorType, Type, promote_dtypes
-from rvm.op import numpy_ref, ops
-from rvm.op.core import ExprLike, as_expr, call, reference
+from rvm.op import ops
+from rvm.op.core import ExprLike, as_expr, call, define_op
 from rvm.op.shapes import broadcast_dim, broadcast_shapes, fmt, rule
+
+__all__ = ["einsum"]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+define_op("einsum", OpPattern.OPAQUE)  # variadic: the operands of its equation
 
 ELLIPSIS = "..."
 
@@ -145,9 +152,6 @@ def _infer_einsum(call_: Call, args: list[TensorType]) -> Type:
     for label in eq.output:
         out.extend(ellipsis if label == ELLIPSIS else (sizes[label],))  # type: ignore[arg-type]
     return TensorType(tuple(out), dtype)
-
-
-reference[ops.einsum] = numpy_ref.einsum
 
 
 def einsum(*args: str | ExprLike, equation: str | None = None) -> Call:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Expr, Op
+from rvm.ir.op import OpPattern
 from rvm.ir.types import FLOAT_DTYPES, INT_DTYPES, TensorType, Type, promote_dtypes
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.core import (
     ExprLike,
     as_expr,
@@ -25,9 +26,129 @@ from rvm.op.core import (
     check_choice,
     check_dtype_attr,
     check_float,
-    reference,
+    define_op,
 )
 from rvm.op.shapes import broadcast_shapes, fmt, rule
+
+__all__ = [
+    "abs",
+    "acos",
+    "acosh",
+    "add",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "bitcast",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
+    "cast",
+    "ceil",
+    "clip",
+    "cos",
+    "divide",
+    "equal",
+    "erf",
+    "exp",
+    "floor",
+    "floor_divide",
+    "fmod",
+    "gelu",
+    "greater",
+    "greater_equal",
+    "leaky_relu",
+    "left_shift",
+    "less",
+    "less_equal",
+    "log",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "maximum",
+    "minimum",
+    "mod",
+    "multiply",
+    "negative",
+    "not_equal",
+    "power",
+    "relu",
+    "right_shift",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "silu",
+    "sin",
+    "softplus",
+    "sqrt",
+    "subtract",
+    "tanh",
+    "where",
+]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# Binary arithmetic (numpy broadcasting, dtype promotion).
+define_op("add", OpPattern.BROADCAST, 2)
+define_op("subtract", OpPattern.BROADCAST, 2)
+define_op("multiply", OpPattern.BROADCAST, 2)
+define_op("divide", OpPattern.BROADCAST, 2)
+define_op("floor_divide", OpPattern.BROADCAST, 2)
+define_op("mod", OpPattern.BROADCAST, 2)
+define_op("power", OpPattern.BROADCAST, 2)
+define_op("maximum", OpPattern.BROADCAST, 2)
+define_op("minimum", OpPattern.BROADCAST, 2)
+define_op("fmod", OpPattern.BROADCAST, 2)
+# Bitwise ops on integers (and bools for and/or/xor/not).
+define_op("bitwise_and", OpPattern.BROADCAST, 2)
+define_op("bitwise_or", OpPattern.BROADCAST, 2)
+define_op("bitwise_xor", OpPattern.BROADCAST, 2)
+define_op("bitwise_not", OpPattern.ELEMWISE, 1)
+define_op("left_shift", OpPattern.BROADCAST, 2)
+define_op("right_shift", OpPattern.BROADCAST, 2)
+# Comparisons and logic (bool results).
+define_op("equal", OpPattern.BROADCAST, 2)
+define_op("not_equal", OpPattern.BROADCAST, 2)
+define_op("less", OpPattern.BROADCAST, 2)
+define_op("less_equal", OpPattern.BROADCAST, 2)
+define_op("greater", OpPattern.BROADCAST, 2)
+define_op("greater_equal", OpPattern.BROADCAST, 2)
+define_op("logical_and", OpPattern.BROADCAST, 2)
+define_op("logical_or", OpPattern.BROADCAST, 2)
+define_op("logical_not", OpPattern.ELEMWISE, 1)
+define_op("where", OpPattern.BROADCAST, 3)
+# Unary math and activations.
+define_op("negative", OpPattern.ELEMWISE, 1)
+define_op("exp", OpPattern.ELEMWISE, 1)
+define_op("log", OpPattern.ELEMWISE, 1)
+define_op("sqrt", OpPattern.ELEMWISE, 1)
+define_op("rsqrt", OpPattern.ELEMWISE, 1)
+define_op("tanh", OpPattern.ELEMWISE, 1)
+define_op("sigmoid", OpPattern.ELEMWISE, 1)
+define_op("erf", OpPattern.ELEMWISE, 1)
+define_op("abs", OpPattern.ELEMWISE, 1)
+define_op("sign", OpPattern.ELEMWISE, 1)
+define_op("sin", OpPattern.ELEMWISE, 1)
+define_op("cos", OpPattern.ELEMWISE, 1)
+define_op("asin", OpPattern.ELEMWISE, 1)
+define_op("acos", OpPattern.ELEMWISE, 1)
+define_op("atan", OpPattern.ELEMWISE, 1)
+define_op("asinh", OpPattern.ELEMWISE, 1)
+define_op("acosh", OpPattern.ELEMWISE, 1)
+define_op("atanh", OpPattern.ELEMWISE, 1)
+define_op("floor", OpPattern.ELEMWISE, 1)
+define_op("ceil", OpPattern.ELEMWISE, 1)
+define_op("round", OpPattern.ELEMWISE, 1)
+define_op("relu", OpPattern.ELEMWISE, 1)
+define_op("leaky_relu", OpPattern.ELEMWISE, 1)
+define_op("gelu", OpPattern.ELEMWISE, 1)
+define_op("silu", OpPattern.ELEMWISE, 1)
+define_op("softplus", OpPattern.ELEMWISE, 1)
+define_op("clip", OpPattern.ELEMWISE, 1)
+define_op("cast", OpPattern.ELEMWISE, 1)
+define_op("bitcast", OpPattern.OPAQUE, 1)  # no jit compute: a numpy kernel of its own
 
 # ---------------------------------------------------------------------------------------------
 # Rules
@@ -143,17 +264,6 @@ def _infer_bitcast(call_: Call, args: list[TensorType]) -> Type:
             f"({numpy_dtype(x.dtype).itemsize} and {numpy_dtype(dtype).itemsize} bytes)"
         )
     return TensorType(x.shape, dtype)
-
-
-_ELEMWISE = (
-    "add subtract multiply divide floor_divide mod power maximum minimum equal not_equal less "
-    "less_equal greater greater_equal logical_and logical_or logical_not where negative exp log "
-    "sqrt rsqrt tanh sigmoid erf abs sign sin cos asin acos atan asinh acosh atanh floor ceil "
-    "round relu leaky_relu gelu silu softplus clip cast bitcast fmod bitwise_and bitwise_or "
-    "bitwise_xor bitwise_not left_shift right_shift"
-).split()
-for _name in _ELEMWISE:
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.core import (
     ExprLike,
     as_expr,
@@ -23,9 +24,16 @@ from rvm.op.core import (
     check_choice,
     check_float,
     check_shape,
-    reference,
+    define_op,
 )
 from rvm.op.shapes import fmt, rule
+
+__all__ = ["resize"]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# Image ops.
+define_op("resize", OpPattern.OPAQUE, 1)
 
 MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = (
@@ -46,9 +54,6 @@ def _infer_resize(call_: Call, args: list[TensorType]) -> Type:
     if x.shape is not None and len(x.shape) != len(sizes):
         raise IRError(f"resize: sizes {fmt(sizes)} do not match the rank of x {fmt(x.shape)}")
     return TensorType(sizes, x.dtype)
-
-
-reference[ops.resize] = numpy_ref.resize
 
 
 def resize(

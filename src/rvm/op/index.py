@@ -18,8 +18,9 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
 from rvm.ir.types import INT_DTYPES, Dim, Shape, TensorType, Type
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.core import (
     ExprLike,
     as_expr,
@@ -28,9 +29,30 @@ from rvm.op.core import (
     check_choice,
     check_int,
     check_ints,
-    reference,
+    define_op,
 )
 from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule, unify_dim
+
+__all__ = [
+    "dynamic_slice",
+    "gather",
+    "gather_nd",
+    "scatter_elements",
+    "scatter_nd",
+    "strided_slice",
+    "take",
+]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+define_op("strided_slice", OpPattern.INJECTIVE, 1)
+# bounds from run-time tensors: the output shape depends on data, so it is opaque
+define_op("dynamic_slice", OpPattern.OPAQUE, 3)
+define_op("take", OpPattern.INJECTIVE, 2)
+define_op("gather", OpPattern.INJECTIVE, 2)
+define_op("gather_nd", OpPattern.INJECTIVE, 2)
+define_op("scatter_elements", OpPattern.OPAQUE, 3)
+define_op("scatter_nd", OpPattern.OPAQUE, 3)
 
 _TO_END = 2**31 - 1  # ends at least this large slice to the end of a symbolic dim
 
@@ -182,18 +204,6 @@ def _infer_scatter_nd(call_: Call, args: list[TensorType]) -> Type:
             expected = indices.shape[:-1] + x.shape[depth:]
     _check_updates("scatter_nd", x, updates, expected)
     return x
-
-
-for _name in (
-    "strided_slice",
-    "dynamic_slice",
-    "take",
-    "gather",
-    "gather_nd",
-    "scatter_elements",
-    "scatter_nd",
-):
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
 def strided_slice(

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Expr
 from rvm.ir.infer import infer_type
+from rvm.ir.op import OpPattern
 from rvm.ir.types import AnyType, Dim, Shape, TensorType, TupleType, Type, promote_dtypes
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.core import (
     ExprLike,
     as_expr,
@@ -29,7 +30,7 @@ from rvm.op.core import (
     check_ints,
     check_scalar,
     check_shape,
-    reference,
+    define_op,
 )
 from rvm.op.shapes import (
     as_tensor,
@@ -42,6 +43,37 @@ from rvm.op.shapes import (
     rule_raw,
     unify_dim,
 )
+
+__all__ = [
+    "broadcast_to",
+    "concat",
+    "expand_dims",
+    "flatten",
+    "pad",
+    "reshape",
+    "split",
+    "squeeze",
+    "stack",
+    "tile",
+    "transpose",
+    "trilu",
+]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# Layout and indexing.
+define_op("reshape", OpPattern.INJECTIVE, 1)
+define_op("transpose", OpPattern.INJECTIVE, 1)
+define_op("expand_dims", OpPattern.INJECTIVE, 1)
+define_op("squeeze", OpPattern.INJECTIVE, 1)
+define_op("flatten", OpPattern.INJECTIVE, 1)
+define_op("concat", OpPattern.INJECTIVE, 1)  # one Tuple argument
+define_op("split", OpPattern.INJECTIVE, 1)
+define_op("stack", OpPattern.INJECTIVE, 1)  # one Tuple argument
+define_op("broadcast_to", OpPattern.BROADCAST, 1)
+define_op("pad", OpPattern.INJECTIVE, 1)
+define_op("tile", OpPattern.INJECTIVE, 1)
+define_op("trilu", OpPattern.OPAQUE, 1)
 
 PAD_MODES = ("constant", "edge", "reflect", "wrap")
 
@@ -414,20 +446,3 @@ def split(x: ExprLike, indices_or_sections: int | Sequence[int], axis: int = 0) 
     else:
         spec = check_int("split", "indices_or_sections", indices_or_sections, minimum=1)
     return call(ops.split, as_expr(x), indices_or_sections=spec, axis=check_axis("split", axis))
-
-
-for _name in (
-    "reshape",
-    "transpose",
-    "expand_dims",
-    "squeeze",
-    "flatten",
-    "broadcast_to",
-    "pad",
-    "tile",
-    "trilu",
-    "concat",
-    "stack",
-    "split",
-):
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)

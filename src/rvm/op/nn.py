@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
 from rvm.ir.types import FLOAT_DTYPES, Dim, Shape, TensorType, Type, promote_dtypes
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.core import (
     ExprLike,
     as_expr,
@@ -22,9 +23,22 @@ from rvm.op.core import (
     check_axis,
     check_float,
     check_int,
-    reference,
+    define_op,
 )
 from rvm.op.shapes import broadcast_shapes, fmt, normalize_axes, normalize_axis, rule
+
+__all__ = ["batch_norm", "dense", "layer_norm", "log_softmax", "lrn", "matmul", "softmax"]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# Neural-network ops.
+define_op("softmax", OpPattern.OPAQUE, 1)
+define_op("log_softmax", OpPattern.OPAQUE, 1)
+define_op("layer_norm", OpPattern.OPAQUE, 3)
+define_op("batch_norm", OpPattern.BROADCAST, 5)
+define_op("lrn", OpPattern.OPAQUE, 1)
+define_op("matmul", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+define_op("dense", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 
 
 def _float_input(op: str, x: TensorType) -> None:
@@ -240,7 +254,3 @@ def lrn(
         beta=check_float("lrn", "beta", beta),
         bias=check_float("lrn", "bias", bias),
     )
-
-
-for _name in ("matmul", "dense", "softmax", "log_softmax", "layer_norm", "batch_norm", "lrn"):
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)

@@ -15,11 +15,36 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Op
+from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.conv import LAYOUTS, IntOrInts, check_rank, normalize_padding, pad_pairs, positive_ints
-from rvm.op.core import ExprLike, as_expr, call, check_bool, reference
+from rvm.op.core import ExprLike, as_expr, call, check_bool, define_op
 from rvm.op.shapes import rule, window_out_dim
+
+__all__ = [
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "global_avg_pool2d",
+    "global_max_pool2d",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "max_pool_indices",
+]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+define_op("max_pool1d", OpPattern.OPAQUE, 1)
+define_op("max_pool2d", OpPattern.OUT_ELEMWISE_FUSABLE, 1)
+define_op("max_pool3d", OpPattern.OPAQUE, 1)
+define_op("avg_pool1d", OpPattern.OPAQUE, 1)
+define_op("avg_pool2d", OpPattern.OUT_ELEMWISE_FUSABLE, 1)
+define_op("avg_pool3d", OpPattern.OPAQUE, 1)
+define_op("max_pool_indices", OpPattern.OPAQUE, 1)
+define_op("global_avg_pool2d", OpPattern.OUT_ELEMWISE_FUSABLE, 1)
+define_op("global_max_pool2d", OpPattern.OUT_ELEMWISE_FUSABLE, 1)
 
 
 def _pool_rank(call_: Call) -> int:
@@ -67,8 +92,6 @@ for _name in _WINDOW_POOLS:
 _pool_rule(ops.max_pool_indices, "int64")
 _global_pool_rule(ops.global_avg_pool2d)
 _global_pool_rule(ops.global_max_pool2d)
-for _name in (*_WINDOW_POOLS, "max_pool_indices", "global_avg_pool2d", "global_max_pool2d"):
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
 def _pool_attrs(

@@ -15,10 +15,35 @@ from collections.abc import Sequence
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Op
+from rvm.ir.op import OpPattern
 from rvm.ir.types import FLOAT_DTYPES, TensorType, Type
-from rvm.op import numpy_ref, ops
-from rvm.op.core import ExprLike, as_expr, call, check_axes, check_axis, check_bool, reference
+from rvm.op import ops
+from rvm.op.core import (
+    ExprLike,
+    as_expr,
+    call,
+    check_axes,
+    check_axis,
+    check_bool,
+    define_op,
+)
 from rvm.op.shapes import dims_product, fmt, normalize_axis, reduce_shape, rule
+
+__all__ = ["argmax", "argmin", "cumprod", "cumsum", "max", "mean", "min", "prod", "sum", "variance"]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# Reductions.
+define_op("sum", OpPattern.REDUCTION, 1)
+define_op("mean", OpPattern.REDUCTION, 1)
+define_op("max", OpPattern.REDUCTION, 1)
+define_op("min", OpPattern.REDUCTION, 1)
+define_op("prod", OpPattern.REDUCTION, 1)
+define_op("argmax", OpPattern.REDUCTION, 1)
+define_op("argmin", OpPattern.REDUCTION, 1)
+define_op("variance", OpPattern.REDUCTION, 1)
+define_op("cumsum", OpPattern.OPAQUE, 1)
+define_op("cumprod", OpPattern.OPAQUE, 1)
 
 Axis = int | Sequence[int] | None
 
@@ -70,9 +95,6 @@ def _scan_rule(op: Op) -> None:
 
 _scan_rule(ops.cumsum)
 _scan_rule(ops.cumprod)
-_NAMES = "sum mean max min prod argmax argmin variance cumsum cumprod".split()
-for _name in _NAMES:
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
 def _reduce(op: Op, x: ExprLike, axis: Axis, keepdims: bool) -> Call:

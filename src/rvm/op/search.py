@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, TupleType, Type
-from rvm.op import numpy_ref, ops
+from rvm.op import ops
 from rvm.op.core import (
     ExprLike,
     as_expr,
@@ -19,9 +20,18 @@ from rvm.op.core import (
     check_axis,
     check_bool,
     check_int,
-    reference,
+    define_op,
 )
 from rvm.op.shapes import dims_product, fmt, normalize_axis, rule
+
+__all__ = ["nonzero", "topk", "unique"]
+
+# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
+# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# Searching and sorting.
+define_op("topk", OpPattern.OPAQUE, 1)
+define_op("nonzero", OpPattern.OPAQUE, 1)
+define_op("unique", OpPattern.OPAQUE, 1)
 
 
 @rule(ops.topk)
@@ -59,10 +69,6 @@ def _infer_unique(call_: Call, args: list[TensorType]) -> Type:
         size = x.shape[axis]
         values = TensorType(x.shape[:axis] + (None,) + x.shape[axis + 1 :], x.dtype)
     return TupleType((values, count, TensorType((size,), "int64"), count))
-
-
-for _name in ("topk", "nonzero", "unique"):
-    reference[getattr(ops, _name)] = getattr(numpy_ref, _name)
 
 
 def topk(x: ExprLike, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> Call:

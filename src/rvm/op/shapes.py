@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rvm.errors import IRError
 from rvm.ir.op import infer
 from rvm.ir.types import STORAGE_DTYPES, AnyType, Dim, Shape, TensorType, TupleType, Type
-from rvm.op.ops import STORAGE_OPS
+from rvm.op.ops import STORAGE_OP_NAMES
 
 if TYPE_CHECKING:
     from rvm.ir.expr import Call, Op
@@ -39,7 +39,7 @@ def rule(op: Op) -> Callable[[Rule], Rule]:
         def checked(call: Call, arg_types: list[Type]) -> Type:
             check_num_args(op, arg_types)
             args = [as_tensor(op.name, t, i) for i, t in enumerate(arg_types)]
-            if op not in STORAGE_OPS:
+            if op.name not in STORAGE_OP_NAMES:
                 check_computes(op, args)
             try:
                 ty = fn(call, args)
@@ -64,7 +64,7 @@ def _dtype_unknown(ty: Type) -> bool:
 def rule_raw(op: Op) -> Callable[[Callable[[Call, list[Type]], Type]], Callable]:
     """Register a rule that receives the raw argument types (after the count check).
 
-    Only ops that take the storage dtypes (concat, stack: `rvm.op.ops.STORAGE_OPS`) use it, so
+    Only ops that take the storage dtypes (concat, stack: `rvm.op.ops.STORAGE_OP_NAMES`) use it, so
     it does not refuse them as `rule` does."""
 
     def register(fn: Callable[[Call, list[Type]], Type]) -> Callable:
