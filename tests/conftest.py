@@ -1,5 +1,5 @@
-"""Shared fixtures: the exec modes and kernel backends every VM test runs under, and a checker
-for the HTML of `_repr_html_`."""
+"""Shared fixtures: the exec modes and kernel backends every VM test runs under, programs
+compiled once per session (`compiled`), and a checker for the HTML of `_repr_html_`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from html.parser import HTMLParser
 
 import pytest
 
+import rvm
+from rvm.ir import IRModule
 from rvm.runtime.executable import EXEC_MODES  # every mode the VM has runs every VM test
 
 KERNELS = ("numpy", "jit")
@@ -66,3 +68,17 @@ def parse_html() -> Callable[[str], _Balance]:
         return parser
 
     return parse
+
+
+@pytest.fixture(scope="session")
+def compiled() -> Callable[[IRModule, str], rvm.Executable]:
+    """``compiled(mod, kernels)``: ``rvm.compile(mod, kernels=kernels)``, once per session."""
+    cache: dict[tuple[int, str], rvm.Executable] = {}
+
+    def compile_once(mod: IRModule, kernels: str) -> rvm.Executable:
+        key = (id(mod), kernels)
+        if key not in cache:
+            cache[key] = rvm.compile(mod, kernels=kernels)
+        return cache[key]
+
+    return compile_once

@@ -1,8 +1,15 @@
-"""The VM's Python API: entry checks, VM errors, instrumentation, profiling, timing, state."""
+"""The VM's Python API: entry checks, VM errors, instrumentation, profiling, timing, state.
+
+Hand-built executables first (every exec mode); then compiled programs with both kernel
+backends, for what only real fused kernels show: profile rows, instrumented kernel calls,
+threads and memory over many calls."""
 
 from __future__ import annotations
 
+import gc
 import json
+import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -11,6 +18,8 @@ import rt_helpers as h
 from rvm.errors import DTypeError, ShapeError, VMError
 from rvm.runtime import SKIP_RUN, ExecBuilder, ParamSpec, VirtualMachine
 from rvm.runtime import Opcode as O
+from rvm.testing import assert_values_close
+from rvm.testing.programs import MLP, PROGRAMS, Recursion
 
 
 def f32(*shape: int) -> np.ndarray:
@@ -192,3 +201,148 @@ def test_tuple_and_adt_param_kinds(exec_mode):
     np.testing.assert_array_equal(vm["first"]((np.ones(2), 3)), np.ones(2))
     with pytest.raises(TypeError, match="argument 0 't' expects a tuple, got ndarray"):
         vm["first"](np.ones(2))
+
+
+# -- compiled programs with real kernels (jit and numpy), where the kernels matter ------------
+
+
+@pytest.fixture
+def mlp_vm(exec_mode, kernels, compiled):
+    return VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
+
+
+def mlp_args(n: int = 3) -> list[np.ndarray]:
+    args = list(PROGRAMS[0].args())
+    args[0] = np.random.default_rng(n).standard_normal((n, 784)).astype("float32")
+    return args
+
+
+def test_array_like_inputs(mlp_vm):
+    x, w1, b1, w2, b2 = mlp_args()
+
+    class ArrayLike:
+        def __init__(self, a):
+            self.a = a
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a
+
+    out = mlp_vm["main"](ArrayLike(x), w1, b1, w2, b2)
+    assert isinstance(out, np.ndarray)
+    assert_values_close(out, PROGRAMS[0].numpy_ref(x, w1, b1, w2, b2), rtol=1e-4, atol=1e-5)
+
+
+def test_profile_of_fused_kernels(mlp_vm):
+    x, w1, b1, w2, b2 = mlp_args()
+    report = mlp_vm.profile("main", x, w1, b1, w2=w2, b2=b2, warmup=1, repeat=3)
+    # one call of each fused kernel per run; the shape builtins are VM work
+    assert sorted((r["name"], r["calls"]) for r in report.rows) == [
+        ("fused_matmul_add", 1),
+        ("fused_matmul_add_relu", 1),
+        ("fused_softmax", 1),
+    ]
+    assert len(report.runs) == 3 and all(len(per) == 3 for _, per in report.runs)
+    assert all(r["total"] > 0 and 0 < r["share"] <= 1 for r in report.rows)
+    assert 0 <= report.vm_overhead < report.total
+    assert "VM overhead" in str(report)
+    assert "fused_matmul_add_relu" in report.csv()
+    assert json.loads(report.json())["repeat"] == 3
+
+
+def test_profile_has_one_structure_in_every_mode_and_backend(compiled):
+    args = mlp_args(1)
+    shapes = set()
+    for kernels in ("numpy", "jit"):
+        for mode in ("bytecode", "compiled"):
+            vm = VirtualMachine(compiled(MLP, kernels), exec_mode=mode)
+            report = vm.profile("main", *args, repeat=2)
+            doc = json.loads(report.json())
+            rows = tuple(sorted((r["name"], r["calls"], tuple(r["shapes"])) for r in report.rows))
+            shapes.add((tuple(doc), tuple(tuple(r) for r in doc["rows"]), rows))
+    assert len(shapes) == 1, shapes
+
+
+def test_instrument_counts_kernel_calls_of_a_recursion(exec_mode, kernels, compiled):
+    vm = VirtualMachine(compiled(Recursion, kernels), exec_mode=exec_mode)
+    calls: dict[str, int] = {}
+
+    def count(name, args, before):
+        if before:
+            calls[name] = calls.get(name, 0) + 1
+
+    vm.set_instrument(count)
+    assert int(vm["fib"](np.int64(10))) == 55
+    kernel_calls = {k: v for k, v in calls.items() if not k.startswith("vm.builtin")}
+    # fib(10) makes 177 calls: each compares n < 2; the 88 that recurse subtract twice, add once
+    assert sum(v for k, v in kernel_calls.items() if "less" in k) == 177
+    assert sum(v for k, v in kernel_calls.items() if "subtract" in k) == 2 * 88
+    vm.set_instrument(None)
+    assert int(vm["fib"](np.int64(10))) == 55
+
+
+def test_skip_run_skips_kernels(exec_mode, kernels, compiled):
+    vm = VirtualMachine(compiled(MLP, kernels), exec_mode=exec_mode)
+    seen: list[str] = []
+
+    def skip_kernels(name, args, before):
+        if before and name.startswith("fused"):
+            seen.append(name)
+            return SKIP_RUN
+        return None
+
+    vm.set_instrument(skip_kernels)
+    out = vm["main"](*mlp_args())  # kernels skipped: the output holds whatever memory it got
+    assert out.shape == (3, 10) and len(seen) == 3  # matmul+add+relu, matmul+add, softmax
+    vm.set_instrument(None)
+    args = mlp_args()
+    assert_values_close(vm["main"](*args), PROGRAMS[0].numpy_ref(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_threads_each_with_own_vm(exec_mode, kernels, compiled):
+    ex = compiled(MLP, kernels)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            vm = VirtualMachine(ex, exec_mode=exec_mode)
+            for n in (1, 4, 2):
+                args = mlp_args(n + seed)
+                assert_values_close(
+                    vm["main"](*args), PROGRAMS[0].numpy_ref(*args), rtol=1e-4, atol=1e-5
+                )
+        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_memory_stays_flat_over_many_calls(mlp_vm):
+    args = mlp_args(2)
+    for _ in range(50):
+        mlp_vm["main"](*args)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        for _ in range(2000):
+            mlp_vm["main"](*args)
+        gc.collect()
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert current - base < 256 * 1024, f"memory grew by {current - base} bytes"
+
+
+def test_run_pipeline_dumps_every_pass(tmp_path):
+    from rvm.transform import default_passes, run_pipeline
+
+    run_pipeline(MLP, verify=True, dump_dir=tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files[0] == "00_input.py" and files[-1].endswith("_kill.py")
+    assert "vm.call_dps" in (tmp_path / files[-1]).read_text()
+    assert len(files) == len(default_passes()) + 1  # the input, then one file per pass
