@@ -178,6 +178,67 @@ def symbolic_program() -> Executable:
     return b.build()
 
 
+def checked_add(y_pattern: tuple = (2, 0, 0, 4), out: str = "sum") -> Executable:
+    """main(x, y) = x + y with x: (n, 4) and y checked against `y_pattern` by match_shape only
+    (the parameters have no entry specs, so the bytecode checks every shape).
+
+    `out` picks the result: "sum", "shape" (the make_shape value), "heap", "reshaped" (the sum
+    viewed as (4, n))."""
+    b = ExecBuilder()
+    add = b.add_kernel(ADD)
+    consts = [
+        b.add_constant(np.array(v, np.int64))
+        for v in ([1, 0, 0, 4], y_pattern, [1, 0, 0, 4], [0, 4, 1, 0])
+    ]
+    dtype = b.add_constant(np.array("float32"))
+    contexts = [b.add_constant(np.array(f"main: argument {i} '{p}'")) for i, p in enumerate("xy")]
+    f = b.function("main", ("x", "y"))
+    r = [f.new_register() for _ in range(16)]
+    f.emit(O.LOAD_CONSTI, r[0], 1)
+    f.emit(O.CALL_PACKED, r[1], "vm.builtin.alloc_shape_heap", (r[0],))
+    for i, (pattern, context) in enumerate(zip(consts[:2], contexts)):
+        f.emit(O.LOAD_CONST, r[2 + 2 * i], pattern)
+        f.emit(O.LOAD_CONST, r[3 + 2 * i], context)
+        f.emit(O.CALL_PACKED, r[6], "vm.builtin.match_shape", (i, r[1], r[2 + 2 * i], r[3 + 2 * i]))
+    f.emit(O.LOAD_CONST, r[7], consts[2])
+    f.emit(O.CALL_PACKED, r[8], "vm.builtin.make_shape", (r[1], r[7]))
+    f.emit(O.LOAD_CONST, r[9], dtype)
+    f.emit(O.CALL_PACKED, r[10], "vm.builtin.storage_size", (r[8], r[9]))
+    f.emit(O.ALLOC_STORAGE, r[11], r[10], 64, "float32")
+    f.emit(O.ALLOC_TENSOR_REG, r[12], r[11], 0, r[8], "float32")
+    f.emit(O.KILL_REGISTER, r[11])
+    f.emit(O.INVOKE_PACKED, add, 3, 1, (0, 1, r[12]))
+    if out == "reshaped":
+        f.emit(O.LOAD_CONST, r[13], consts[3])
+        f.emit(O.CALL_PACKED, r[14], "vm.builtin.make_shape", (r[1], r[13]))
+        f.emit(O.RESHAPE_TENSOR, r[15], r[12], r[14])
+    result = {"sum": r[12], "shape": r[8], "heap": r[1], "reshaped": r[15]}[out]
+    f.emit(O.RET, result)
+    return b.build()
+
+
+def triangle() -> Executable:
+    """tri(n) = 1 + ... + n by a backward GOTO loop with an explicit counter (no tail call:
+    unstructured for the compiled mode)."""
+    b = ExecBuilder()
+    add, sub = b.add_kernel(ADD_RET), b.add_kernel(SUB_RET)
+    f = b.function("tri", ("n",))
+    acc, zero, one = f.new_register(), f.new_register(), f.new_register()
+    head, body, done = f.label(), f.label(), f.label()
+    f.emit(O.LOAD_CONSTI, acc, 0)
+    f.emit(O.LOAD_CONSTI, zero, 0)
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.place(head)
+    f.emit(O.IF, 0, zero, done, body)
+    f.place(body)
+    f.emit(O.CALL_PACKED, acc, add, (acc, 0))
+    f.emit(O.CALL_PACKED, 0, sub, (0, one))
+    f.emit(O.GOTO, head)
+    f.place(done)
+    f.emit(O.RET, acc)
+    return b.build()
+
+
 def every_opcode_program() -> Executable:
     """A program that executes every opcode at least once (FATAL in `boom`)."""
     b = ExecBuilder()

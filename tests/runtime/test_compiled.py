@@ -69,8 +69,7 @@ def test_compiled_source_is_visible_and_in_linecache():
     vm = VirtualMachine(ex, exec_mode="compiled")
     src = vm.compiled_source("loop")
     assert src.startswith("def f_loop(r0, r1, r2, _d):")
-    assert "while True:" in src and "continue" in src  # the self tail call is a loop
-    assert "# pc 0: if" in src
+    # its form (the self tail call a loop...) is pinned in test_compiled_golden.py
     _, functions = compiled_functions(ex)
     f = functions[0]
     assert f.filename.startswith("<rvm-compiled @loop #")
@@ -198,27 +197,10 @@ def test_deep_recursion_error_keeps_the_whole_vm_stack():
 
 def test_unstructured_control_flow_uses_the_state_machine():
     """A backward GOTO loop: sum 1..n with an explicit counter (no tail call)."""
-    b = ExecBuilder()
-    add, sub = b.add_kernel(h.ADD_RET), b.add_kernel(h.SUB_RET)
-    f = b.function("tri", ("n",))
-    acc, zero, one = f.new_register(), f.new_register(), f.new_register()
-    head, body, done = f.label(), f.label(), f.label()
-    f.emit(O.LOAD_CONSTI, acc, 0)
-    f.emit(O.LOAD_CONSTI, zero, 0)
-    f.emit(O.LOAD_CONSTI, one, 1)
-    f.place(head)
-    f.emit(O.IF, 0, zero, done, body)
-    f.place(body)
-    f.emit(O.CALL_PACKED, acc, add, (acc, 0))
-    f.emit(O.CALL_PACKED, 0, sub, (0, one))
-    f.emit(O.GOTO, head)
-    f.place(done)
-    f.emit(O.RET, acc)
-    ex = b.build()
+    ex = h.triangle()
     vm = VirtualMachine(ex, exec_mode="compiled")
     assert int(vm["tri"](np.int64(100))) == 5050
     assert not compiled_functions(ex)[1][0].structured
-    assert "_pc" in vm.compiled_source("tri")
 
 
 def test_kill_register_returns_memory_as_early_as_bytecode():
@@ -240,7 +222,6 @@ def test_recycled_tiny_tensors_never_overwrite_a_held_value():
     from rvm.testing.programs import RNN
 
     ex = rvm.compile(RNN, kernels="numpy")
-    assert "_rc(" in VirtualMachine(ex).compiled_source("main__while_loop0")
     rng = np.random.default_rng(0)
     h0 = rng.standard_normal((1, 16)).astype(np.float32)
     w = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)
@@ -273,9 +254,7 @@ def test_small_blocks_are_one_tensor_in_straight_line_code():
     head.append('    def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"]):')
     text = "\n".join(head + ["        h = op.tanh(op.matmul(h, w))"] * 6 + ["        return h"])
     ex = rvm.compile(rvm.script.parse(text), kernels="numpy")
-    src = VirtualMachine(ex).compiled_source("main")
-    # Two blocks alternate for five steps; the result gets its own. No loop: no slots.
-    assert src.count("_empty(") == 3 and "_rc(" not in src
+    # Two blocks alternate for five steps; the result gets its own (test_compiled_golden.py).
     rng = np.random.default_rng(1)
     h0 = rng.standard_normal((1, 8)).astype(np.float32)
     w = (rng.standard_normal((8, 8)) * 0.3).astype(np.float32)
