@@ -57,7 +57,7 @@ def _rvm_main(model: str):  # type: ignore[no-untyped-def]
     return ex, rvm.VirtualMachine(ex)["main"]
 
 
-def _outputs(result) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+def as_outputs(result) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
     return [np.asarray(r) for r in (result if isinstance(result, (tuple, list)) else [result])]
 
 
@@ -92,9 +92,9 @@ def speed(model: str, inputs: list[np.ndarray]) -> dict:
         "ort": _ort(model, None),
         "ort_1thread": _ort(model, 1),
     }
-    want = _outputs(fns["ort"](*inputs))
+    want = as_outputs(fns["ort"](*inputs))
     for name in ("rvm_bytecode", "rvm_compiled", "ort_1thread"):
-        check_outputs(name, _outputs(fns[name](*inputs)), want)
+        check_outputs(name, as_outputs(fns[name](*inputs)), want)
     calls = {name: (lambda f=f: f(*inputs)) for name, f in fns.items()}
     medians = interleaved_medians(calls, repeat=31, sample_s=0.05)
     return {f"{name}_ms": 1e3 * t for name, t in medians.items()}
@@ -107,7 +107,7 @@ def main() -> None:
         _rvm_main(model)
     elif what == "warm":
         _, main_fn = _rvm_main(model)
-        outputs = _outputs(main_fn(*_inputs(inputs_path)))
+        outputs = as_outputs(main_fn(*_inputs(inputs_path)))
         np.savez(result + ".npz", *outputs)
     elif what == "speed":
         out = speed(model, _inputs(inputs_path))
