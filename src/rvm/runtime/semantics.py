@@ -164,7 +164,7 @@ def fuse(statements: list[str], temps: frozenset[str]) -> list[str]:
         nxt, kill = out[i + 1], out[i + 2]
         uses = re.findall(rf"\b{re.escape(target)}\b", nxt)
         if target in temps and len(uses) == 1 and kill == f"{target} = None":
-            out[i : i + 3] = [re.sub(rf"\b{re.escape(target)}\b", lambda _: value, nxt)]
+            out[i : i + 3] = [re.sub(rf"\b{re.escape(target)}\b", lambda _, v=value: v, nxt)]
             continue
         i += 1
     return out
