@@ -38,7 +38,7 @@ from rvm.runtime.decode import (
 )
 from rvm.runtime.exec_mode import ExecContext, Fatal
 
-__all__ = ["BytecodeMode", "MAX_CALL_DEPTH", "loop_source"]
+__all__ = ["BytecodeMode", "MAX_CALL_DEPTH", "compile_loop", "loop_source"]
 
 MAX_CALL_DEPTH = 500_000
 O = Opcode
@@ -247,7 +247,9 @@ def loop_source() -> str:
     return "".join(lines)
 
 
-def _compile_run() -> Callable[..., Any]:
+def compile_loop() -> Callable[..., Any]:
+    """The dispatch loop compiled from `loop_source()` (a `run(self, fidx, args)` method) over
+    the templates as they are now."""
     source = loop_source()
     linecache.cache[_FILE] = (len(source), None, source.splitlines(True), _FILE)
     ns: dict[str, Any] = {
@@ -267,4 +269,4 @@ class BytecodeMode:
     def __init__(self, context: ExecContext) -> None:
         self.context = context
 
-    run = _compile_run()
+    run = compile_loop()

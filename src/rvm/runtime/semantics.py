@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALLOC_VIEW",
+    "CONTROL_OPCODES",
     "DERIVED",
     "IF_BOOL",
     "IF_EQUAL",
@@ -60,6 +61,7 @@ __all__ = [
     "consti",
     "fields",
     "fuse",
+    "operand_kinds",
     "render",
     "template",
 ]
@@ -85,6 +87,9 @@ SEMANTICS: dict[Opcode, str] = {
     O.KILL_REGISTER: "{reg} = None",
 }
 """The statement of every opcode that is not control flow (see the module docstring)."""
+
+CONTROL_OPCODES = frozenset({O.RET, O.GOTO, O.IF, O.INVOKE, O.INVOKE_CLOSURE})
+"""The opcodes each mode runs by its own mechanics (IF's test is `IF_EQUAL`)."""
 
 VARIANTS: dict[Opcode, tuple[str, Callable[[tuple], bool], str]] = {
     O.ALLOC_ADT: ("tuple", lambda ins: ins[2] == -1, "{dst} = {fields:tuple}"),
