@@ -117,3 +117,16 @@ def test_a_jump_into_a_superinstruction_runs_its_later_instructions(exec_mode):
     assert d.decode_function(ex, 0).code[1][0] == d.IF_CONST
     vm = VirtualMachine(ex, exec_mode=exec_mode)
     assert vm["count"](np.array(4, np.int64), np.array(10, np.int64)) == 14
+
+
+def test_the_single_view_block_rule_is_shared_by_both_modes():
+    """`bytecode.is_single_view_block` decides both the loop's ALLOC_STATIC and the compiled
+    mode's one-call allocation: a kept block is neither."""
+    from rvm.runtime.bytecode import is_single_view_block
+
+    assert is_single_view_block(_allocs(True, 4096).functions[0].instructions, 1)
+    kept = _allocs(False, 4096)
+    assert not is_single_view_block(kept.functions[0].instructions, 1)
+    vm = VirtualMachine(kept, exec_mode="compiled")
+    assert "_alloc_view" not in vm.compiled_source("main")
+    assert "_alloc_view" in VirtualMachine(_allocs(True, 4096)).compiled_source("main")

@@ -43,7 +43,7 @@ import re
 from typing import TYPE_CHECKING
 
 from rvm.runtime import semantics as sem
-from rvm.runtime.bytecode import Opcode
+from rvm.runtime.bytecode import Opcode, is_single_view_block
 from rvm.runtime.compiled_flow import FlowInfo, ShapePlan
 from rvm.runtime.semantics import DERIVED, operand_kinds
 from rvm.runtime.text import describe_instruction
@@ -313,18 +313,15 @@ class FunctionSource:
         `alloc_view`, which reuses the tensor object too when nothing else holds it."""
         flow, code, out = self._flow, self._flow.code, {}
         targets = {s for pc, succ in enumerate(flow.succ) for s in succ if s != pc + 1}
-        for pc in range(len(code) - 2):
-            ins, view, kill = code[pc], code[pc + 1], code[pc + 2]
-            if ins[0] != O.ALLOC_STORAGE:
+        for pc in range(len(code)):
+            if not is_single_view_block(code, pc):
                 continue
-            reg = ins[1]
+            reg = code[pc][1]
             if flow.shared_tensor(reg) is None and flow.small_storage(reg):
                 continue  # a small block of several views: plain arrays, not a pooled block
             alone = flow.writers[reg] == [pc, pc + 2] and flow.readers[reg] == [pc + 1]
-            viewed = view[0] in (O.ALLOC_TENSOR, O.ALLOC_TENSOR_REG) and view[2] == reg
-            killed = kill[0] == O.KILL_REGISTER and kill[1] == reg
-            if alone and viewed and killed and view[3] == 0 and not {pc + 1, pc + 2} & targets:
-                out[pc], out[pc + 1], out[pc + 2] = view[1], None, None
+            if alone and code[pc + 1][3] == 0 and not {pc + 1, pc + 2} & targets:
+                out[pc], out[pc + 1], out[pc + 2] = code[pc + 1][1], None, None
         return out
 
     def _direct_alloc(self, pc: int, ins: tuple) -> str:

@@ -26,7 +26,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rvm.dtypes import numpy_dtype
-from rvm.runtime.bytecode import OPCODE_INFO, Opcode, is_tail_call
+from rvm.runtime.bytecode import OPCODE_INFO, Opcode, is_single_view_block, is_tail_call
 from rvm.runtime.memory import is_tiny
 from rvm.runtime.semantics import DERIVED, SEMANTICS, VARIANTS, consti, fields, template
 
@@ -127,17 +127,10 @@ def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
         return None
     if nxt[0] == Opcode.IF and nxt[2] == reg:
         return (IF_CONST, nxt[1], reg, consti(value), value, pc + 1 + nxt[3], pc + 1 + nxt[4], 2)
-    if pc + 3 >= len(code) or nxt[0] != Opcode.ALLOC_STORAGE or nxt[2] != reg:
+    if nxt[0] != Opcode.ALLOC_STORAGE or nxt[2] != reg or not is_single_view_block(code, pc + 1):
         return None
-    tensor, kill = code[pc + 2], code[pc + 3]
-    storage = nxt[1]
-    if (
-        tensor[0] == Opcode.ALLOC_TENSOR
-        and tensor[2] == storage
-        and kill[0] == Opcode.KILL_REGISTER
-        and kill[1] == storage
-        and tensor[1] not in (storage, reg)
-    ):
+    tensor = code[pc + 2]
+    if tensor[0] == Opcode.ALLOC_TENSOR and tensor[1] != reg:
         # (op, size reg, size const, size, alignment, tensor reg, offset, shape, dtype, tiny,
         #  covers): `tiny` is `is_tiny(size)`, decided here once
         return (
