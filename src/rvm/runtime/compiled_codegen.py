@@ -1,7 +1,8 @@
 """Python source from bytecode: one function per VM function, for the compiled exec mode.
 
 Registers become locals `r0, r1, ...` (the first k are the parameters), instructions become
-statements, each followed by a `# pc N: ...` comment, and a table maps every generated line to
+statements rendered from their opcode's template in `semantics.py` (the bytecode loop renders
+the same ones), each followed by a `# pc N: ...` comment, and a table maps every generated line to
 its pc, so a failure in generated code is reported with the same VM stack as the bytecode loop.
 
 Control flow is recovered from IF / GOTO when every jump is forward and nests: an IF whose
