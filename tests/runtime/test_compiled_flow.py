@@ -118,22 +118,7 @@ def test_small_blocks_are_known_by_size_and_views():
 
 
 def test_a_backward_jump_falls_back_to_the_block_state_machine():
-    b = ExecBuilder()
-    add, sub = b.add_kernel(h.ADD_RET), b.add_kernel(h.SUB_RET)
-    f = b.function("count", ("x", "acc"), (h.tensor("x", (), "int64"), h.tensor("a", (), "int64")))
-    one, zero = f.new_register(), f.new_register()
-    test, done, body = f.label(), f.label(), f.label()
-    f.emit(O.LOAD_CONSTI, one, 1)
-    f.emit(O.LOAD_CONSTI, zero, 0)
-    f.place(test)
-    f.emit(O.IF, 0, zero, done, body)
-    f.place(body)
-    f.emit(O.CALL_PACKED, 0, sub, (0, one))
-    f.emit(O.CALL_PACKED, 1, add, (1, one))
-    f.emit(O.GOTO, test)
-    f.place(done)
-    f.emit(O.RET, 1)
-    ex = b.build()
+    ex = h.count_down()
     flow = _flow(ex)
     assert flow.loops and not flow.self_tails
     assert not _structured(ex)

@@ -90,30 +90,9 @@ def test_a_block_kept_alive_is_not_fused():
     assert ops[:3] == [O.LOAD_CONSTI, O.ALLOC_STORAGE, O.ALLOC_TENSOR]
 
 
-def _count_down() -> Executable:
-    """count(x, acc): acc + x, by a loop whose back edge jumps to the IF of an IF_CONST."""
-    b = ExecBuilder()
-    add, sub = b.add_kernel(h.ADD_RET), b.add_kernel(h.SUB_RET)
-    scalar = h.tensor("x", (), "int64")
-    f = b.function("count", ("x", "acc"), (scalar, h.tensor("acc", (), "int64")))
-    one, zero = f.new_register(), f.new_register()
-    f.emit(O.LOAD_CONSTI, one, 1)
-    f.emit(O.LOAD_CONSTI, zero, 0)
-    test, done, body = f.label(), f.label(), f.label()
-    f.place(test)
-    f.emit(O.IF, 0, zero, done, body)
-    f.place(body)
-    f.emit(O.CALL_PACKED, 0, sub, (0, one))
-    f.emit(O.CALL_PACKED, 1, add, (1, one))
-    f.emit(O.GOTO, test)
-    f.place(done)
-    f.emit(O.RET, 1)
-    return b.build()
-
-
 @pytest.mark.parametrize("exec_mode", ["bytecode", "compiled"])
 def test_a_jump_into_a_superinstruction_runs_its_later_instructions(exec_mode):
-    ex = _count_down()
+    ex = h.count_down()
     assert d.decode_function(ex, 0).code[1][0] == d.IF_CONST
     vm = VirtualMachine(ex, exec_mode=exec_mode)
     assert vm["count"](np.array(4, np.int64), np.array(10, np.int64)) == 14
