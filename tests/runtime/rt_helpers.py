@@ -91,6 +91,28 @@ def recursive_sum() -> Executable:
     return b.build()
 
 
+def count_down() -> Executable:
+    """count(x, acc) = acc + x by a backward GOTO to an IF fed by a LOAD_CONSTI (a jump into
+    the loop's IF_CONST superinstruction; unstructured for the compiled mode)."""
+    b = ExecBuilder()
+    add, sub = b.add_kernel(ADD_RET), b.add_kernel(SUB_RET)
+    scalar = tensor("x", (), "int64")
+    f = b.function("count", ("x", "acc"), (scalar, tensor("acc", (), "int64")))
+    one, zero = f.new_register(), f.new_register()
+    f.emit(O.LOAD_CONSTI, one, 1)
+    f.emit(O.LOAD_CONSTI, zero, 0)
+    test, done, body = f.label(), f.label(), f.label()
+    f.place(test)
+    f.emit(O.IF, 0, zero, done, body)
+    f.place(body)
+    f.emit(O.CALL_PACKED, 0, sub, (0, one))
+    f.emit(O.CALL_PACKED, 1, add, (1, one))
+    f.emit(O.GOTO, test)
+    f.place(done)
+    f.emit(O.RET, 1)
+    return b.build()
+
+
 def list_program() -> Executable:
     """make(x, y) = Cons(x, Cons(y, Nil)); total(xs, acc) sums a list; pair(x, y) = (x, y)[1]."""
     b = ExecBuilder()

@@ -201,3 +201,22 @@ def is_tail_call(code: Sequence[tuple], pc: int) -> bool:
         return False
     nxt = code[pc + 1]
     return nxt[0] == Opcode.RET and nxt[1] == ins[1]
+
+
+def is_single_view_block(code: Sequence[tuple], pc: int) -> bool:
+    """Whether instruction `pc` of `code` makes a block that lives for one view: the one
+    definition of the fused allocation every exec mode reads. The compiler emits each
+    storage the memory plan gives one tensor as ALLOC_STORAGE, the ALLOC_TENSOR(_REG) of it
+    and, when the tensor is all that needs it, KILL_REGISTER of the block right after, so a
+    mode may make the block and its view in one step (`semantics.ALLOC_VIEW`) and never hold
+    the block in a register. The tensor must not be written into the block's own register."""
+    if pc + 2 >= len(code) or code[pc][0] != Opcode.ALLOC_STORAGE:
+        return False
+    block, view, kill = code[pc][1], code[pc + 1], code[pc + 2]
+    return (
+        view[0] in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG)
+        and view[2] == block
+        and view[1] != block
+        and kill[0] == Opcode.KILL_REGISTER
+        and kill[1] == block
+    )

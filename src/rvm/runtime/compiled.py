@@ -45,8 +45,6 @@ from collections.abc import Callable
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from rvm.dtypes import numpy_dtype
 from rvm.errors import VMError
 from rvm.runtime.builtins import alloc_shape_heap, make_shape, match_shape, storage_size
@@ -54,8 +52,9 @@ from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source, ring_probe_source
 from rvm.runtime.exec_mode import ExecContext, VMStackError
 from rvm.runtime.memory import alloc_view_of
-from rvm.runtime.objects import ADT, Closure
+from rvm.runtime.objects import Closure
 from rvm.runtime.registry import get_global_func
+from rvm.runtime.semantics import RUNTIME_NAMES, closure_error, consti
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
@@ -171,9 +170,7 @@ def _constants(ex: Executable, names: Names) -> dict[str, Any]:
     for fn in ex.functions:
         for ins in fn.instructions:
             if ins[0] == Opcode.LOAD_CONSTI:
-                arr = np.array(ins[2], dtype=np.int64)
-                arr.flags.writeable = False  # shared by every execution, as decode.py's
-                ns.setdefault(names.immediate(ins[2]), arr)
+                ns.setdefault(names.immediate(ins[2]), consti(ins[2]))
             elif ins[0] in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG):
                 ns.setdefault(names.dtype(ins[5]), numpy_dtype(ins[5]))
     return ns
@@ -228,17 +225,12 @@ class CompiledMode:
         ns: dict[str, Any] = dict(self.constants)
         ns.update(zip(self.names.packed, packed))
         funcs: list[Callable[..., Any]] = []
+        ns.update(RUNTIME_NAMES)
         ns.update(
             __name__="rvm_compiled",
             _alloc=self._allocator.alloc,
             _alloc_view=self._alloc_view,
-            _ndarray=np.ndarray,
-            _empty=np.empty,
-            _ADT=ADT,
-            _Closure=Closure,
             _Fatal=self.fatal,
-            _array=np.array,
-            _int64=np.int64,
             _prod=math.prod,
             _MAX_DEPTH=self.max_depth,
             _call_closure=self._closure_caller(funcs),
@@ -257,14 +249,11 @@ class CompiledMode:
         def call_closure(closure: Any, args: tuple, depth: int) -> Any:
             """INVOKE_CLOSURE: the closure's function gets its free vars first, then args."""
             if type(closure) is not Closure:
-                raise VMError(f"invoke_closure on a {type(closure).__name__}, not a closure")
+                raise closure_error(closure, 0, 0)
             free = closure.free_vars
             want = nparams[closure.func_index]
             if len(free) + len(args) != want:
-                raise VMError(
-                    f"closure @{closure.name} takes {want} values, got "
-                    f"{len(free)} free vars + {len(args)} args"
-                )
+                raise closure_error(closure, len(args), want)
             return funcs[closure.func_index](*free, *args, depth + 1)
 
         return call_closure

@@ -1,7 +1,8 @@
 """Python source from bytecode: one function per VM function, for the compiled exec mode.
 
 Registers become locals `r0, r1, ...` (the first k are the parameters), instructions become
-statements, each followed by a `# pc N: ...` comment, and a table maps every generated line to
+statements rendered from their opcode's template in `semantics.py` (the bytecode loop renders
+the same ones), each followed by a `# pc N: ...` comment, and a table maps every generated line to
 its pc, so a failure in generated code is reported with the same VM stack as the bytecode loop.
 
 Control flow is recovered from IF / GOTO when every jump is forward and nests: an IF whose
@@ -42,8 +43,10 @@ import keyword
 import re
 from typing import TYPE_CHECKING
 
-from rvm.runtime.bytecode import Opcode
+from rvm.runtime import semantics as sem
+from rvm.runtime.bytecode import Opcode, is_single_view_block
 from rvm.runtime.compiled_flow import FlowInfo, ShapePlan
+from rvm.runtime.semantics import DERIVED, operand_kinds
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
@@ -191,8 +194,7 @@ class FunctionSource:
             self._line(indent, f"return {_r(ins[1])}", pc)
             return True
         if op == O.FATAL:
-            message = str(self._ex.constants[ins[1]].item())
-            self._line(indent, f"raise _Fatal({message!r})", pc)
+            self._line(indent, self._render(sem.SEMANTICS[O.FATAL], ins), pc)
             return True
         if pc in self._rings:
             for text in self._ring(pc, ins):
@@ -215,61 +217,75 @@ class FunctionSource:
             return _r(reg)
         return f"c{load[2]}" if load[0] == O.LOAD_CONST else self._names.immediate(load[2])
 
+    def _render(self, text: str, ins: tuple, given: dict[str, str] | None = None) -> str:
+        """Template `text` (`semantics.py`) over the operands of `ins` as this mode names them:
+        registers as locals, immediates as literals, constants, dtypes and packed functions by
+        their names in the namespace; `given` names some operands otherwise."""
+        op = Opcode(ins[0])
+        kinds = operand_kinds(op)
+        n = self._names
+
+        def operand(field: str, form: str) -> str:
+            if given and field in given:
+                return given[field]
+            pos, kind = kinds[field]
+            if kind == "derived":
+                return repr(DERIVED[op][1](self._ex, ins))
+            v = ins[pos]
+            if kind == "reg":
+                return self._shape_tuple(v) if form == "dims" else _r(v)
+            if kind == "regs":
+                if form == "splat":
+                    return ", ".join(_r(r) for r in v)
+                return _tuple(v) if v else "()"
+            if kind == "const":
+                return f"c{v}"
+            if kind == "packed":
+                return n.packed[v]
+            if kind == "dtype":
+                return n.dtype(v)
+            if kind == "shape":
+                return repr(tuple(v))
+            return n.immediate(v) if form == "consti" else repr(v)
+
+        return sem.render(text, operand)
+
     def _expr_stmt(self, pc: int, ins: tuple) -> str:
-        op, n = ins[0], self._names
-        if op == O.INVOKE_PACKED:
-            return f"{n.packed[ins[1]]}({', '.join(_r(r) for r in ins[4])})"
-        dst = _r(ins[1])
-        if op == O.MOVE:
-            return f"{dst} = {_r(ins[2])}"
-        if op == O.CALL_PACKED:
-            return f"{dst} = {n.packed[ins[2]]}({', '.join(_r(r) for r in ins[3])})"
+        """The statement of a non-control instruction: its template, where the facts of
+        `FlowInfo` allow with a constant inlined or a tiny block as a plain array."""
+        op, dst = ins[0], _r(ins[1])
+        if op == O.INVOKE or op == O.INVOKE_CLOSURE:
+            return f"{dst} = {self._call(ins)}"
+        given: dict[str, str] = {}
         if op == O.ALLOC_STORAGE:
             shared = self._flow.shared_tensor(ins[1])
             if shared is not None:
-                return f"{dst} = _empty({shared[0]!r}, {n.dtype(shared[1])})  # small: one view"
+                return f"{self._tiny(dst, shared[0], shared[1])}  # small: one view"
             if self._flow.small_storage(ins[1]):
-                return f"{dst} = None  # small: its tensors are plain arrays"
+                kill = sem.SEMANTICS[O.KILL_REGISTER]
+                return f"{sem.render(kill, lambda *_: dst)}  # small: its tensors are plain arrays"
             size = self._flow.const_int(ins[2], pc)
-            return f"{dst} = _alloc({_r(ins[2]) if size is None else size}, {ins[3]})"
-        if op == O.ALLOC_TENSOR:
-            if self._flow.shared_tensor(ins[2]) is not None:
-                return f"{dst} = {_r(ins[2])}"
+            if size is not None:
+                given["size"] = str(size)
+        elif op == O.ALLOC_TENSOR:
+            if self._flow.shared_tensor(ins[2]) is not None:  # the block's one view is it
+                return self._render(sem.SEMANTICS[O.MOVE], (O.MOVE, ins[1], ins[2]))
             if self._flow.small_storage(ins[2]):
-                return f"{dst} = _empty({ins[4]!r}, {n.dtype(ins[5])})"
-            return f"{dst} = _ndarray({ins[4]!r}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
-        if op == O.ALLOC_TENSOR_REG:
-            shape = self._shape_tuple(ins[4])
-            return f"{dst} = _ndarray({shape}, {n.dtype(ins[5])}, {_r(ins[2])}.buffer, {ins[3]})"
-        if op == O.ALLOC_ADT:
-            if ins[2] == -1:
-                return f"{dst} = {_tuple(ins[3]) if ins[3] else '()'}"
-            fields = _tuple(ins[3]) if ins[3] else "()"
-            return f"{dst} = _ADT({ins[2]}, {fields}, {self._ex.constructor_names.get(ins[2])!r})"
-        if op == O.ALLOC_CLOSURE:
-            free = _tuple(ins[3]) if ins[3] else "()"
-            return f"{dst} = _Closure({ins[2]}, {free}, {self._ex.functions[ins[2]].name!r})"
-        if op == O.GET_FIELD:
-            obj, i = _r(ins[2]), ins[3]
-            return f"{dst} = {obj}.fields[{i}] if type({obj}) is _ADT else {obj}[{i}]"
-        if op == O.GET_TAG:
-            return f"{dst} = {_r(ins[2])}.tag"
-        if op == O.INVOKE:
-            return f"{dst} = {n.funcs[ins[2]]}({_args(ins[3], '_d + 1')})"
-        if op == O.INVOKE_CLOSURE:
-            args = _tuple(ins[3]) if ins[3] else "()"
-            return f"{dst} = _call_closure({_r(ins[2])}, {args}, _d)"
-        if op == O.LOAD_CONST:
-            return f"{dst} = c{ins[2]}"
-        if op == O.LOAD_CONSTI:
-            return f"{dst} = {n.immediate(ins[2])}"
-        if op == O.SHAPE_OF:
-            return f"{dst} = _array({_r(ins[2])}.shape, dtype=_int64)"
-        if op == O.RESHAPE_TENSOR:
-            return f"{dst} = {_r(ins[2])}.reshape({self._shape_tuple(ins[3])})"
-        if op == O.KILL_REGISTER:
-            return f"{dst} = None"
-        raise AssertionError(f"no statement for opcode {op}")  # jumps are handled by callers
+                return self._tiny(dst, ins[4], ins[5])
+        return self._render(sem.template(ins)[1], ins, given)
+
+    def _tiny(self, dst: str, shape: tuple[int, ...], dtype: str) -> str:
+        """`TINY_TENSOR`: a tensor of a tiny block as a plain array."""
+        given = {"dst": dst, "shape": repr(tuple(shape)), "dtype": self._names.dtype(dtype)}
+        return sem.render(sem.TINY_TENSOR, lambda field, _: given[field])
+
+    def _call(self, ins: tuple) -> str:
+        """The call of INVOKE / INVOKE_CLOSURE `ins`: a direct call of the generated function
+        (one deeper), or of a closure through `_call_closure`."""
+        if ins[0] == O.INVOKE:
+            return f"{self._names.funcs[ins[2]]}({_args(ins[3], '_d + 1')})"
+        args = _tuple(ins[3]) if ins[3] else "()"
+        return f"_call_closure({_r(ins[2])}, {args}, _d)"
 
     def _shape_tuple(self, reg: int) -> str:
         """A shape register as a tuple of ints (a 1-d int64 array unless the plan made it one)."""
@@ -279,8 +295,8 @@ class FunctionSource:
         """ALLOC_STORAGE of a small one-view block in a loop: the tensor made two runs ago if
         nothing refers to it any more (only its slot), else a new one (see `ring_lines`)."""
         shape, dtype = self._flow.shared_tensor(ins[1])  # type: ignore[misc]
-        dst = _r(self._direct.get(pc, ins[1]))
-        return ring_lines(dst, pc, f"_empty({shape!r}, {self._names.dtype(dtype)})")
+        dst, _, new = self._tiny(_r(self._direct.get(pc, ins[1])), shape, dtype).partition(" = ")
+        return ring_lines(dst, pc, new)
 
     def _ring_sites(self) -> set[int]:
         """pcs of ALLOC_STORAGE of small one-view blocks, in a function with a loop."""
@@ -298,18 +314,15 @@ class FunctionSource:
         `alloc_view`, which reuses the tensor object too when nothing else holds it."""
         flow, code, out = self._flow, self._flow.code, {}
         targets = {s for pc, succ in enumerate(flow.succ) for s in succ if s != pc + 1}
-        for pc in range(len(code) - 2):
-            ins, view, kill = code[pc], code[pc + 1], code[pc + 2]
-            if ins[0] != O.ALLOC_STORAGE:
+        for pc in range(len(code)):
+            if not is_single_view_block(code, pc):
                 continue
-            reg = ins[1]
+            reg = code[pc][1]
             if flow.shared_tensor(reg) is None and flow.small_storage(reg):
                 continue  # a small block of several views: plain arrays, not a pooled block
             alone = flow.writers[reg] == [pc, pc + 2] and flow.readers[reg] == [pc + 1]
-            viewed = view[0] in (O.ALLOC_TENSOR, O.ALLOC_TENSOR_REG) and view[2] == reg
-            killed = kill[0] == O.KILL_REGISTER and kill[1] == reg
-            if alone and viewed and killed and view[3] == 0 and not {pc + 1, pc + 2} & targets:
-                out[pc], out[pc + 1], out[pc + 2] = view[1], None, None
+            if alone and code[pc + 1][3] == 0 and not {pc + 1, pc + 2} & targets:
+                out[pc], out[pc + 1], out[pc + 2] = code[pc + 1][1], None, None
         return out
 
     def _direct_alloc(self, pc: int, ins: tuple) -> str:
@@ -317,22 +330,23 @@ class FunctionSource:
         tensor, view = _r(self._direct[pc]), self._flow.code[pc + 1]  # type: ignore[arg-type]
         shared = self._flow.shared_tensor(ins[1])
         if shared is not None:
-            return f"{tensor} = _empty({shared[0]!r}, {self._names.dtype(shared[1])})"
+            return self._tiny(tensor, shared[0], shared[1])
         size = self._flow.const_int(ins[2], pc)
-        size_src = _r(ins[2]) if size is None else str(size)
-        shape = repr(view[4]) if view[0] == O.ALLOC_TENSOR else self._shape_tuple(view[4])
-        dtype = self._names.dtype(view[5])
-        return f"{tensor} = _alloc_view({size_src}, {ins[3]}, {shape}, {dtype})"
+        given = {
+            "dst": tensor,
+            "size": _r(ins[2]) if size is None else str(size),
+            "alignment": repr(ins[3]),
+            "shape": repr(tuple(view[4]))
+            if view[0] == O.ALLOC_TENSOR
+            else self._shape_tuple(view[4]),
+            "dtype": self._names.dtype(view[5]),
+        }
+        return sem.render(sem.ALLOC_VIEW, lambda field, _: given[field])
 
     def _tail_call(self, pc: int, indent: int) -> None:
         ins = self._flow.code[pc]
         if pc not in self._flow.self_tails:
-            if ins[0] == O.INVOKE:
-                call = f"{self._names.funcs[ins[2]]}({_args(ins[3], '_d + 1')})"
-            else:
-                args = _tuple(ins[3]) if ins[3] else "()"
-                call = f"_call_closure({_r(ins[2])}, {args}, _d)"
-            self._line(indent, f"return {call}", pc)
+            self._line(indent, f"return {self._call(ins)}", pc)
             return
         moved = [(i, r) for i, r in enumerate(ins[3]) if i != r]  # r0 = r0 is a no-op
         if moved:
@@ -346,20 +360,21 @@ class FunctionSource:
         self._line(indent, "continue", pc)
 
     def _cond(self, pc: int, negate: bool) -> str:
-        """The test of IF at `pc`: `test == target`, cheaper when the kinds are known."""
-        _, test, target, _, _ = self._flow.code[pc]
-        flow = self._flow
+        """The test of IF at `pc`: `semantics.IF_EQUAL`, or its cheaper forms where the kinds
+        are known (`IF_BOOL` for a bool tensor against 0 or 1, `IF_INT` against a known int,
+        `IF_EQUAL` with the int inlined against a tag)."""
+        ins = self._flow.code[pc]
+        test, target, flow = ins[1], ins[2], self._flow
         value = flow.const_int(target, pc)
+        given = {"test": _r(test), "target": _r(target)}
+        text = sem.IF_EQUAL
         if value in (0, 1) and flow.is_bool_tensor(test, pc):
-            return _r(test) if (value == 1) != negate else f"not {_r(test)}"
-        lhs, rhs = _r(test), _r(target)
-        if value is not None:
-            rhs = str(value)
-            if not flow.is_tag(test, pc):
-                # A 0-d array equals an int exactly when its Python scalar does (numeric
-                # dtypes, the only ones a test holds); avoids a ~1 us ufunc call.
-                lhs = f"({lhs}.item() if type({lhs}) is _ndarray and not {lhs}.ndim else {lhs})"
-        return f"not ({lhs} == {rhs})" if negate else f"{lhs} == {rhs}"
+            text, negate = sem.IF_BOOL, negate == (value == 1)
+        elif value is not None:
+            given["target"] = given["value"] = str(value)
+            text = sem.IF_EQUAL if flow.is_tag(test, pc) else sem.IF_INT
+        cond = sem.render(text, lambda field, _: given[field])
+        return f"not ({cond})" if negate else cond
 
     def _dead_constants(self) -> set[int]:
         """pcs of LOAD_CONST(I) whose register is only read where its value is inlined."""

@@ -1,11 +1,15 @@
 """Pre-decoding: an executable's instructions turned once into the tuples the VM loop runs.
 
 The decoded form keeps one tuple per original instruction (so a pc means the same in both and
-VM stack traces can describe the original instruction), with:
+VM stack traces can describe the original instruction), `(opcode, *operands, *derived)` with
+every operand at its own position, decoded by its kind in `OPCODE_INFO` (the loop renders the
+templates of `semantics.py` over these positions):
 
 - jump offsets made absolute (IF, GOTO);
-- dtype names made `np.dtype` objects, constants and immediates made the arrays they load;
-- packed arity / output counts dropped (the executable was validated);
+- dtype names made `np.dtype` objects, constants the arrays they are, the immediate of
+  LOAD_CONSTI the 0-d array it loads (`semantics.consti`), shapes tuples;
+- the operands `semantics.DERIVED` names appended (a FATAL's text, a constructor's name);
+- ALLOC_ADT of tag -1 given its own number, ALLOC_TUPLE (`semantics.VARIANTS`);
 - register lists (args, fields, free vars) made `fetch(regs) -> sequence` getters built from
   `operator.itemgetter`, which run in C (a list comprehension costs ~300 ns on CPython 3.11);
 - INVOKE / INVOKE_CLOSURE followed by `RET` of their own destination rewritten to the internal
@@ -21,23 +25,25 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
-
 from rvm.dtypes import numpy_dtype
-from rvm.runtime.bytecode import Opcode, is_tail_call
+from rvm.runtime.bytecode import OPCODE_INFO, Opcode, is_single_view_block, is_tail_call
 from rvm.runtime.memory import is_tiny
+from rvm.runtime.semantics import DERIVED, SEMANTICS, VARIANTS, consti, fields, template
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
 
 __all__ = [
     "ALLOC_STATIC",
+    "ALLOC_TUPLE",
     "DecodedFunction",
     "IF_CONST",
     "SUPERINSTRUCTIONS",
     "TAIL_INVOKE",
     "TAIL_INVOKE_CLOSURE",
     "decode_executable",
+    "decode_function",
+    "decode_instruction",
 ]
 
 TAIL_INVOKE = 100
@@ -48,6 +54,11 @@ ALLOC_STATIC = 103
 """At a LOAD_CONSTI of a size: storage, tensor, kill of the storage, in one step (covers 4)."""
 SUPERINSTRUCTIONS = frozenset({IF_CONST, ALLOC_STATIC})
 """Decoded forms standing for several instructions; their last field is how many."""
+ALLOC_TUPLE = 104
+"""ALLOC_ADT of tag -1 (`semantics.VARIANTS`): a Python tuple."""
+VARIANT_CODES = {(Opcode.ALLOC_ADT, "tuple"): ALLOC_TUPLE}
+"""(opcode, variant) -> the number the loop dispatches that variant on."""
+_TAIL_CODES = {Opcode.INVOKE: TAIL_INVOKE, Opcode.INVOKE_CLOSURE: TAIL_INVOKE_CLOSURE}
 
 
 class DecodedFunction(NamedTuple):
@@ -67,60 +78,41 @@ def fetcher(regs: Sequence[int]) -> Callable[[list], Sequence[Any]]:
     return itemgetter(slice(0, 0))
 
 
-def _consti(value: int) -> np.ndarray:
-    arr = np.array(value, dtype=np.int64)
-    arr.flags.writeable = False  # shared by every execution; kernels only write outputs
-    return arr
+def decoded_opcode(ins: tuple) -> int:
+    """The number the loop dispatches raw instruction `ins` on: its opcode's, or its
+    variant's (`semantics.VARIANTS`)."""
+    op = Opcode(ins[0])
+    variant = template(ins)[0] if op in VARIANTS else ""
+    return VARIANT_CODES[(op, variant)] if variant else ins[0]
 
 
-def _decoders(ex: Executable) -> dict[Opcode, Callable[[tuple, int], tuple]]:
-    """One decoder per opcode: `(instruction, pc) -> decoded tuple`."""
-    names = ex.constructor_names
-    fnames = [f.name for f in ex.functions]
-    O = Opcode
-    return {
-        O.MOVE: lambda i, pc: (O.MOVE.value, i[1], i[2]),
-        O.RET: lambda i, pc: (O.RET.value, i[1]),
-        O.FATAL: lambda i, pc: (O.FATAL.value, str(ex.constants[i[1]].item())),
-        O.INVOKE_PACKED: lambda i, pc: (O.INVOKE_PACKED.value, i[1], fetcher(i[4])),
-        O.CALL_PACKED: lambda i, pc: (O.CALL_PACKED.value, i[1], i[2], fetcher(i[3])),
-        O.ALLOC_STORAGE: lambda i, pc: (O.ALLOC_STORAGE.value, i[1], i[2], i[3]),
-        O.ALLOC_TENSOR: lambda i, pc: (
-            O.ALLOC_TENSOR.value,
-            i[1],
-            i[2],
-            i[3],
-            i[4],
-            numpy_dtype(i[5]),
-        ),
-        O.ALLOC_TENSOR_REG: lambda i, pc: (
-            O.ALLOC_TENSOR_REG.value,
-            i[1],
-            i[2],
-            i[3],
-            i[4],
-            numpy_dtype(i[5]),
-        ),
-        O.ALLOC_ADT: lambda i, pc: (O.ALLOC_ADT.value, i[1], i[2], fetcher(i[3]), names.get(i[2])),
-        O.ALLOC_CLOSURE: lambda i, pc: (
-            O.ALLOC_CLOSURE.value,
-            i[1],
-            i[2],
-            fetcher(i[3]),
-            fnames[i[2]],
-        ),
-        O.GET_FIELD: lambda i, pc: (O.GET_FIELD.value, i[1], i[2], i[3]),
-        O.GET_TAG: lambda i, pc: (O.GET_TAG.value, i[1], i[2]),
-        O.IF: lambda i, pc: (O.IF.value, i[1], i[2], pc + i[3], pc + i[4]),
-        O.GOTO: lambda i, pc: (O.GOTO.value, pc + i[1]),
-        O.INVOKE: lambda i, pc: (O.INVOKE.value, i[1], i[2], fetcher(i[3])),
-        O.INVOKE_CLOSURE: lambda i, pc: (O.INVOKE_CLOSURE.value, i[1], i[2], fetcher(i[3])),
-        O.LOAD_CONST: lambda i, pc: (O.LOAD_CONST.value, i[1], ex.constants[i[2]]),
-        O.LOAD_CONSTI: lambda i, pc: (O.LOAD_CONSTI.value, i[1], _consti(i[2])),
-        O.SHAPE_OF: lambda i, pc: (O.SHAPE_OF.value, i[1], i[2]),
-        O.RESHAPE_TENSOR: lambda i, pc: (O.RESHAPE_TENSOR.value, i[1], i[2], i[3]),
-        O.KILL_REGISTER: lambda i, pc: (O.KILL_REGISTER.value, i[1]),
-    }
+def _decode_operand(ex: Executable, kind: str, form: str, value: Any, pc: int) -> Any:
+    if kind == "regs":
+        return fetcher(value)
+    if kind == "const":
+        return ex.constants[value]
+    if kind == "offset":
+        return pc + value
+    if kind == "dtype":
+        return numpy_dtype(value)
+    if kind == "shape":
+        return tuple(value)
+    if form == "consti":
+        return consti(value)
+    return value
+
+
+def decode_instruction(ex: Executable, ins: tuple, pc: int) -> tuple:
+    """`ins` as the loop runs it: `(decoded opcode, *operands, *derived operands)`, each operand
+    at its own position, decoded by its kind and the form its template reads it in."""
+    op = Opcode(ins[0])
+    forms = dict(fields(template(ins)[1])) if op in SEMANTICS else {}
+    out = [decoded_opcode(ins)]
+    for (field, kind), value in zip(OPCODE_INFO[op].operands, ins[1:]):
+        out.append(_decode_operand(ex, kind, forms.get(field, ""), value, pc))
+    if op in DERIVED:
+        out.append(DERIVED[op][1](ex, ins))
+    return tuple(out)
 
 
 def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
@@ -134,24 +126,17 @@ def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
     if nxt is None:
         return None
     if nxt[0] == Opcode.IF and nxt[2] == reg:
-        return (IF_CONST, nxt[1], reg, _consti(value), value, pc + 1 + nxt[3], pc + 1 + nxt[4], 2)
-    if pc + 3 >= len(code) or nxt[0] != Opcode.ALLOC_STORAGE or nxt[2] != reg:
+        return (IF_CONST, nxt[1], reg, consti(value), value, pc + 1 + nxt[3], pc + 1 + nxt[4], 2)
+    if nxt[0] != Opcode.ALLOC_STORAGE or nxt[2] != reg or not is_single_view_block(code, pc + 1):
         return None
-    tensor, kill = code[pc + 2], code[pc + 3]
-    storage = nxt[1]
-    if (
-        tensor[0] == Opcode.ALLOC_TENSOR
-        and tensor[2] == storage
-        and kill[0] == Opcode.KILL_REGISTER
-        and kill[1] == storage
-        and tensor[1] not in (storage, reg)
-    ):
+    tensor = code[pc + 2]
+    if tensor[0] == Opcode.ALLOC_TENSOR and tensor[1] != reg:
         # (op, size reg, size const, size, alignment, tensor reg, offset, shape, dtype, tiny,
         #  covers): `tiny` is `is_tiny(size)`, decided here once
         return (
             ALLOC_STATIC,
             reg,
-            _consti(value),
+            consti(value),
             value,
             nxt[3],
             tensor[1],
@@ -167,20 +152,16 @@ def _superinstruction(code: list[tuple], pc: int) -> tuple | None:
 def decode_function(ex: Executable, index: int) -> DecodedFunction:
     """Decodes function `index` of `ex` (see the module docstring)."""
     fn = ex.functions[index]
-    decoders = _decoders(ex)
     code = list(fn.instructions)
     out = []
     for pc, ins in enumerate(code):
         op = Opcode(ins[0])
-        is_tail = is_tail_call(code, pc)
-        if op == Opcode.INVOKE and is_tail:
-            out.append((TAIL_INVOKE, ins[2], fetcher(ins[3])))
-        elif op == Opcode.INVOKE_CLOSURE and is_tail:
-            out.append((TAIL_INVOKE_CLOSURE, ins[2], fetcher(ins[3])))
+        if op in _TAIL_CODES and is_tail_call(code, pc):
+            out.append((_TAIL_CODES[op], *decode_instruction(ex, ins, pc)[1:]))
         elif op == Opcode.LOAD_CONSTI and (fused := _superinstruction(code, pc)) is not None:
             out.append(fused)
         else:
-            out.append(decoders[op](ins, pc))
+            out.append(decode_instruction(ex, ins, pc))
     pad = [None] * (fn.register_file_size - len(fn.params))
     return DecodedFunction(tuple(out), pad, len(fn.params))
 

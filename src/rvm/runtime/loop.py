@@ -1,4 +1,4 @@
-"""The bytecode exec mode: one dispatch loop over the decoded instructions.
+"""The bytecode exec mode: one dispatch loop over the decoded instructions, generated.
 
 The loop follows clox: the current function's code, its registers and the pc are locals;
 instructions were decoded once into int-led tuples (`decode.py`); the commonest opcodes are
@@ -7,6 +7,14 @@ so VM recursion never recurses in Python, and tail calls reuse the frame. Packed
 through the context's `packed` table, read once per run, so instrumentation costs the plain
 path nothing.
 
+The loop's source is generated once, at import, from the opcode templates of `semantics.py`:
+an operand becomes a read of the decoded instruction (`ins[3]`) or of the registers
+(`regs[ins[1]]`), a register read more than once is read once into a local. Only the control
+opcodes (RET, GOTO, IF's jump, INVOKE, INVOKE_CLOSURE and their tail forms) are written here,
+as they are this mode's mechanics; the superinstructions of `decode.py` render the templates
+of the instructions they stand for (`semantics.fuse`). `loop_source()` shows the source, which
+is registered in `linecache` so tracebacks show its lines.
+
 A failure raises the context's `VMStackError` carrying the VM stack (`in @main pc=7:
 invoke_packed fused_add_exp`), chained to the original exception. All loop state is local, so
 the next call starts clean.
@@ -14,41 +22,245 @@ the next call starts clean.
 
 from __future__ import annotations
 
+import linecache
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from rvm.errors import VMError
+from rvm.runtime import semantics as sem
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.decode import ALLOC_STATIC, IF_CONST, TAIL_INVOKE, TAIL_INVOKE_CLOSURE
+from rvm.runtime.decode import (
+    ALLOC_STATIC,
+    ALLOC_TUPLE,
+    IF_CONST,
+    TAIL_INVOKE,
+    TAIL_INVOKE_CLOSURE,
+)
 from rvm.runtime.exec_mode import ExecContext, Fatal
-from rvm.runtime.objects import ADT, Closure
 
-__all__ = ["BytecodeMode", "MAX_CALL_DEPTH"]
+__all__ = ["BytecodeMode", "MAX_CALL_DEPTH", "compile_loop", "loop_source"]
 
 MAX_CALL_DEPTH = 500_000
+O = Opcode
+_FILE = "<rvm bytecode loop>"
 
-_MOVE = Opcode.MOVE.value
-_RET = Opcode.RET.value
-_FATAL = Opcode.FATAL.value
-_INVOKE_PACKED = Opcode.INVOKE_PACKED.value
-_CALL_PACKED = Opcode.CALL_PACKED.value
-_ALLOC_STORAGE = Opcode.ALLOC_STORAGE.value
-_ALLOC_TENSOR = Opcode.ALLOC_TENSOR.value
-_ALLOC_TENSOR_REG = Opcode.ALLOC_TENSOR_REG.value
-_ALLOC_ADT = Opcode.ALLOC_ADT.value
-_ALLOC_CLOSURE = Opcode.ALLOC_CLOSURE.value
-_GET_FIELD = Opcode.GET_FIELD.value
-_GET_TAG = Opcode.GET_TAG.value
-_IF = Opcode.IF.value
-_GOTO = Opcode.GOTO.value
-_INVOKE = Opcode.INVOKE.value
-_INVOKE_CLOSURE = Opcode.INVOKE_CLOSURE.value
-_LOAD_CONST = Opcode.LOAD_CONST.value
-_LOAD_CONSTI = Opcode.LOAD_CONSTI.value
-_SHAPE_OF = Opcode.SHAPE_OF.value
-_RESHAPE_TENSOR = Opcode.RESHAPE_TENSOR.value
-_KILL_REGISTER = Opcode.KILL_REGISTER.value
+Where = dict[str, tuple[str, Any]]
+"""Per template field: `("reg", position)`, `("regs", position)`, `("packed", position)`,
+`("value", position)` (a decoded value) or `("temp", name)` (a local)."""
+
+
+def _where(op: Opcode) -> Where:
+    """Where the operands of decoded `op` are (see `decode.decode_instruction`)."""
+    out: Where = {}
+    for field, (pos, kind) in sem.operand_kinds(op).items():
+        out[field] = (kind if kind in ("reg", "regs", "packed") else "value", pos)
+    return out
+
+
+def _statements(text: str, where: Where) -> list[str]:
+    """The loop's statements for template `text`: a register read more than once is read
+    into a local `_<field>` first."""
+    target = text.startswith("{") and text.split("}", 1)[0][1:]
+    reads = [f for f, _ in sem.fields(text)]
+    if target:
+        reads.remove(target)
+    bound = {f for f in reads if where[f][0] == "reg" and reads.count(f) > 1}
+    out = [f"_{f} = regs[ins[{where[f][1]}]]" for f in sorted(bound)]
+
+    def operand(field: str, form: str) -> str:
+        kind, at = where[field]
+        if kind == "temp":
+            base = at
+        elif kind == "reg":
+            base = f"_{field}" if field in bound and field != target else f"regs[ins[{at}]]"
+        elif kind == "regs":
+            fetched = f"ins[{at}](regs)"
+            return {"splat": "*" + fetched, "tuple": f"tuple({fetched})"}.get(form, fetched)
+        elif kind == "packed":
+            return f"packed[ins[{at}]]"
+        else:
+            return f"ins[{at}]"  # decoded already in the form the template reads
+        return f"tuple({base}.tolist())" if form == "dims" else base
+
+    out.append(sem.render(text, operand))
+    return out
+
+
+def _alloc_static() -> list[str]:
+    """ALLOC_STATIC: LOAD_CONSTI, ALLOC_STORAGE, ALLOC_TENSOR, KILL_REGISTER of the block
+    (decode's tuple: op, size reg, size array, size, alignment, tensor reg, offset, shape,
+    dtype, tiny, covers); a tiny block's tensor is `TINY_TENSOR`, the block never made."""
+    block = ("temp", "_block")
+    tensor = {"dst": ("reg", 5), "offset": ("value", 6), "shape": ("value", 7)}
+    tensor["dtype"] = ("value", 8)
+    load = _statements(sem.SEMANTICS[O.LOAD_CONSTI], {"dst": ("reg", 1), "value": ("value", 2)})
+    storage = {"dst": block, "size": ("value", 3), "alignment": ("value", 4)}
+    made = [
+        *_statements(sem.SEMANTICS[O.ALLOC_STORAGE], storage),
+        *_statements(sem.SEMANTICS[O.ALLOC_TENSOR], {**tensor, "storage": block}),
+        *_statements(sem.SEMANTICS[O.KILL_REGISTER], {"reg": block}),
+    ]
+    fused = sem.fuse(made, frozenset(["_block"]))
+    tiny = _statements(sem.TINY_TENSOR, tensor)
+    return [*load, "if ins[9]:", *_indent(tiny), "else:", *_indent(fused), "pc += 4"]
+
+
+def _if_const() -> list[str]:
+    """IF_CONST: LOAD_CONSTI, then IF on it (test, reg, array, value, true pc, false pc)."""
+    load = _statements(sem.SEMANTICS[O.LOAD_CONSTI], {"dst": ("reg", 2), "value": ("value", 3)})
+    *pre, test = _statements(sem.IF_INT, {"test": ("reg", 1), "value": ("value", 4)})
+    return [*load, *pre, f"pc = ins[5] if {test} else ins[6]"]
+
+
+def _if() -> list[str]:
+    *pre, test = _statements(sem.IF_EQUAL, _where(O.IF))
+    return [*pre, f"pc = ins[3] if {test} else ins[4]"]
+
+
+def _call() -> list[str]:
+    """The frame switch of INVOKE (after the frame push) and TAIL_INVOKE (instead of it)."""
+    return [
+        "fidx = ins[2]",
+        "code, pad, _ = funcs[fidx]",
+        "regs = [*ins[3](regs), *pad]",
+        "pc = 0",
+    ]
+
+
+_PUSH = [
+    "frames.append((code, regs, pc + 1, ins[1], fidx))",
+    "if len(frames) > MAX_CALL_DEPTH:",
+    '    raise VMError(f"call depth exceeds {MAX_CALL_DEPTH} (infinite recursion?)")',
+]
+
+_CLOSURE = [
+    "closure = regs[ins[2]]",
+    "if type(closure) is not _Closure:",
+    "    raise closure_error(closure, 0, 0)",
+    "new_code, pad, nparams = funcs[closure.func_index]",
+    "new_regs = [*closure.free_vars, *ins[3](regs)]",
+    "if len(new_regs) != nparams:",
+    "    raise closure_error(closure, len(new_regs) - len(closure.free_vars), nparams)",
+    "new_regs += pad",
+    f"if op != {TAIL_INVOKE_CLOSURE}:",
+    *("    " + line for line in _PUSH),
+    "fidx, code, regs, pc = closure.func_index, new_code, new_regs, 0",
+]
+
+_RET = [
+    "value = regs[ins[1]]",
+    "if not frames:",
+    "    return value",
+    "code, regs, pc, dst, fidx = frames.pop()",
+    "regs[dst] = value",
+]
+
+
+def _data(op: Opcode, variant: str = "") -> list[str]:
+    """A non-control opcode: its template, then the next pc."""
+    text = sem.VARIANTS[op][2] if variant else sem.SEMANTICS[op]
+    lines = _statements(text, _where(op))
+    return lines if lines[-1].startswith("raise ") else [*lines, "pc += 1"]
+
+
+def _indent(lines: list[str], by: int = 1) -> list[str]:
+    return ["    " * by + line for line in lines]
+
+
+_ORDER: list[tuple[tuple[int, ...], str, Callable[[], list[str]]]] = [
+    ((O.INVOKE_PACKED,), "INVOKE_PACKED", lambda: _data(O.INVOKE_PACKED)),
+    ((O.CALL_PACKED,), "CALL_PACKED", lambda: _data(O.CALL_PACKED)),
+    ((ALLOC_STATIC,), "ALLOC_STATIC", _alloc_static),
+    ((IF_CONST,), "IF_CONST", _if_const),
+    ((O.KILL_REGISTER,), "KILL_REGISTER", lambda: _data(O.KILL_REGISTER)),
+    ((O.MOVE,), "MOVE", lambda: _data(O.MOVE)),
+    ((O.LOAD_CONST,), "LOAD_CONST", lambda: _data(O.LOAD_CONST)),
+    ((O.LOAD_CONSTI,), "LOAD_CONSTI", lambda: _data(O.LOAD_CONSTI)),
+    ((O.RET,), "RET", lambda: _RET),
+    ((TAIL_INVOKE,), "TAIL_INVOKE", _call),
+    ((O.INVOKE,), "INVOKE", lambda: [*_PUSH, *_call()]),
+    ((O.ALLOC_TENSOR,), "ALLOC_TENSOR", lambda: _data(O.ALLOC_TENSOR)),
+    ((O.ALLOC_STORAGE,), "ALLOC_STORAGE", lambda: _data(O.ALLOC_STORAGE)),
+    ((O.IF,), "IF", _if),
+    ((O.GOTO,), "GOTO", lambda: ["pc = ins[1]"]),
+    ((O.GET_FIELD,), "GET_FIELD", lambda: _data(O.GET_FIELD)),
+    ((O.GET_TAG,), "GET_TAG", lambda: _data(O.GET_TAG)),
+    ((ALLOC_TUPLE,), "ALLOC_ADT tuple", lambda: _data(O.ALLOC_ADT, "tuple")),
+    ((O.ALLOC_ADT,), "ALLOC_ADT", lambda: _data(O.ALLOC_ADT)),
+    ((O.INVOKE_CLOSURE, TAIL_INVOKE_CLOSURE), "INVOKE_CLOSURE", lambda: _CLOSURE),
+    ((O.ALLOC_CLOSURE,), "ALLOC_CLOSURE", lambda: _data(O.ALLOC_CLOSURE)),
+    ((O.ALLOC_TENSOR_REG,), "ALLOC_TENSOR_REG", lambda: _data(O.ALLOC_TENSOR_REG)),
+    ((O.SHAPE_OF,), "SHAPE_OF", lambda: _data(O.SHAPE_OF)),
+    ((O.RESHAPE_TENSOR,), "RESHAPE_TENSOR", lambda: _data(O.RESHAPE_TENSOR)),
+    ((O.FATAL,), "FATAL", lambda: _data(O.FATAL)),
+]
+"""Every decoded opcode the loop dispatches on, commonest first."""
+
+_HEAD = """\
+def run(self, fidx, args):
+    \"\"\"Runs function `fidx` on VM values `args`; the dispatch loop.\"\"\"
+    context = self.context
+    funcs = context.functions
+    packed = context.packed
+    _alloc = context.allocator.alloc
+    {names} = _NAMES
+    frames = []
+    code, pad, _ = funcs[fidx]
+    regs = list(args)
+    regs += pad
+    pc = 0
+    try:
+        while True:
+            ins = code[pc]
+            op = ins[0]
+"""
+
+_TAIL = """\
+            else:  # unreachable for a validated executable
+                raise VMError(f"unknown decoded opcode {op}")
+    except Exception as e:
+        stack = [(f[4], f[2] - 1) for f in frames] + [(fidx, pc)]
+        # Drop the registers now: the traceback keeps this frame's locals alive.
+        frames.clear()
+        regs = code = None
+        raise context.error(e, stack) from (None if isinstance(e, _Fatal) else e)
+"""
+
+
+def loop_source() -> str:
+    """The source of the dispatch loop, generated from `semantics.py` (see the docstring)."""
+    lines = [_HEAD.format(names=", ".join(sem.RUNTIME_NAMES))]
+    merged: list[tuple[list[int], list[str], list[str]]] = []
+    for codes, label, body in _ORDER:
+        lines_ = body()
+        if merged and merged[-1][2] == lines_:  # the same statements: one test for both
+            merged[-1][0].extend(int(c) for c in codes)
+            merged[-1][1].append(label)
+        else:
+            merged.append(([int(c) for c in codes], [label], lines_))
+    for k, (codes, labels, body) in enumerate(merged):
+        test = " or ".join(f"op == {c}" for c in codes)
+        keyword = "if" if k == 0 else "elif"
+        lines.append(f"            {keyword} {test}:  # {', '.join(labels)}\n")
+        lines.extend("                " + line + "\n" for line in body)
+    lines.append(_TAIL)
+    return "".join(lines)
+
+
+def compile_loop() -> Callable[..., Any]:
+    """The dispatch loop compiled from `loop_source()` (a `run(self, fidx, args)` method) over
+    the templates as they are now."""
+    source = loop_source()
+    linecache.cache[_FILE] = (len(source), None, source.splitlines(True), _FILE)
+    ns: dict[str, Any] = {
+        "_NAMES": tuple(sem.RUNTIME_NAMES.values()),
+        "_Fatal": Fatal,
+        "VMError": VMError,
+        "MAX_CALL_DEPTH": MAX_CALL_DEPTH,
+        "closure_error": sem.closure_error,
+    }
+    exec(compile(source, _FILE, "exec"), ns)
+    return ns["run"]
 
 
 class BytecodeMode:
@@ -57,134 +269,4 @@ class BytecodeMode:
     def __init__(self, context: ExecContext) -> None:
         self.context = context
 
-    def run(self, fidx: int, args: list[Any]) -> Any:
-        """Runs function `fidx` on VM values `args`; the dispatch loop."""
-        context = self.context
-        funcs = context.functions
-        packed = context.packed
-        alloc = context.allocator.alloc
-        ndarray = np.ndarray
-        empty = np.empty
-        int64 = np.int64
-        frames: list[tuple] = []
-        code, pad, _ = funcs[fidx]
-        regs = list(args)
-        regs += pad
-        pc = 0
-        try:
-            while True:
-                ins = code[pc]
-                op = ins[0]
-                if op == _INVOKE_PACKED:
-                    packed[ins[1]](*ins[2](regs))
-                    pc += 1
-                elif op == _CALL_PACKED:
-                    regs[ins[1]] = packed[ins[2]](*ins[3](regs))
-                    pc += 1
-                elif op == ALLOC_STATIC:
-                    regs[ins[1]] = ins[2]
-                    if ins[9]:  # a tiny tensor (`memory.is_tiny`, decided by decode)
-                        regs[ins[5]] = empty(ins[7], ins[8])
-                    else:
-                        regs[ins[5]] = ndarray(ins[7], ins[8], alloc(ins[3], ins[4]).buffer, ins[6])
-                    pc += 4
-                elif op == IF_CONST:
-                    regs[ins[2]] = ins[3]
-                    test = regs[ins[1]]
-                    if type(test) is ndarray:
-                        test = test.item()
-                    pc = ins[5] if test == ins[4] else ins[6]
-                elif op == _KILL_REGISTER:
-                    regs[ins[1]] = None
-                    pc += 1
-                elif op == _MOVE:
-                    regs[ins[1]] = regs[ins[2]]
-                    pc += 1
-                elif op == _LOAD_CONST or op == _LOAD_CONSTI:
-                    regs[ins[1]] = ins[2]
-                    pc += 1
-                elif op == _RET:
-                    value = regs[ins[1]]
-                    if not frames:
-                        return value
-                    code, regs, pc, dst, fidx = frames.pop()
-                    regs[dst] = value
-                elif op == TAIL_INVOKE:
-                    fidx = ins[1]
-                    code, pad, _ = funcs[fidx]
-                    regs = [*ins[2](regs), *pad]
-                    pc = 0
-                elif op == _INVOKE:
-                    frames.append((code, regs, pc + 1, ins[1], fidx))
-                    if len(frames) > MAX_CALL_DEPTH:
-                        raise VMError(f"call depth exceeds {MAX_CALL_DEPTH} (infinite recursion?)")
-                    fidx = ins[2]
-                    code, pad, _ = funcs[fidx]
-                    regs = [*ins[3](regs), *pad]
-                    pc = 0
-                elif op == _ALLOC_TENSOR:
-                    regs[ins[1]] = ndarray(ins[4], ins[5], regs[ins[2]].buffer, ins[3])
-                    pc += 1
-                elif op == _ALLOC_STORAGE:
-                    regs[ins[1]] = alloc(regs[ins[2]], ins[3])
-                    pc += 1
-                elif op == _IF:
-                    pc = ins[3] if regs[ins[1]] == regs[ins[2]] else ins[4]
-                elif op == _GOTO:
-                    pc = ins[1]
-                elif op == _GET_FIELD:
-                    obj = regs[ins[2]]
-                    regs[ins[1]] = obj.fields[ins[3]] if type(obj) is ADT else obj[ins[3]]
-                    pc += 1
-                elif op == _GET_TAG:
-                    regs[ins[1]] = regs[ins[2]].tag
-                    pc += 1
-                elif op == _ALLOC_ADT:
-                    fields = tuple(ins[3](regs))
-                    regs[ins[1]] = fields if ins[2] == -1 else ADT(ins[2], fields, ins[4])
-                    pc += 1
-                elif op == _INVOKE_CLOSURE or op == TAIL_INVOKE_CLOSURE:
-                    tail = op == TAIL_INVOKE_CLOSURE
-                    closure = regs[ins[1] if tail else ins[2]]
-                    if type(closure) is not Closure:
-                        raise VMError(
-                            f"invoke_closure on a {type(closure).__name__}, not a closure"
-                        )
-                    new_code, pad, nparams = funcs[closure.func_index]
-                    new_regs = [*closure.free_vars, *ins[-1](regs)]
-                    if len(new_regs) != nparams:
-                        nargs = len(new_regs) - len(closure.free_vars)
-                        raise VMError(
-                            f"closure @{closure.name} takes {nparams} values, got "
-                            f"{len(closure.free_vars)} free vars + {nargs} args"
-                        )
-                    new_regs += pad
-                    if not tail:
-                        frames.append((code, regs, pc + 1, ins[1], fidx))
-                        if len(frames) > MAX_CALL_DEPTH:
-                            raise VMError(f"call depth exceeds {MAX_CALL_DEPTH}")
-                    fidx, code, regs, pc = closure.func_index, new_code, new_regs, 0
-                elif op == _ALLOC_CLOSURE:
-                    free = tuple(ins[3](regs))
-                    regs[ins[1]] = Closure(ins[2], free, ins[4])
-                    pc += 1
-                elif op == _ALLOC_TENSOR_REG:
-                    shape = tuple(regs[ins[4]].tolist())
-                    regs[ins[1]] = ndarray(shape, ins[5], regs[ins[2]].buffer, ins[3])
-                    pc += 1
-                elif op == _SHAPE_OF:
-                    regs[ins[1]] = np.array(regs[ins[2]].shape, dtype=int64)
-                    pc += 1
-                elif op == _RESHAPE_TENSOR:
-                    regs[ins[1]] = regs[ins[2]].reshape(tuple(regs[ins[3]].tolist()))
-                    pc += 1
-                elif op == _FATAL:
-                    raise Fatal(ins[1])
-                else:  # unreachable for a validated executable
-                    raise VMError(f"unknown decoded opcode {op}")
-        except Exception as e:
-            stack = [(f[4], f[2] - 1) for f in frames] + [(fidx, pc)]
-            # Drop the registers now: the traceback keeps this frame's locals alive.
-            frames.clear()
-            regs = code = None  # noqa: F841
-            raise context.error(e, stack) from (None if isinstance(e, Fatal) else e)
+    run = compile_loop()

@@ -1,0 +1,203 @@
+"""Each opcode's meaning, written once, as Python source over the opcode's named operands.
+
+`SEMANTICS` holds, for every opcode that computes a value (all but the control opcodes RET,
+GOTO, IF, INVOKE and INVOKE_CLOSURE, whose mechanics are each mode's own: a frame stack in the
+bytecode loop, Python calls and structured branches in the compiled mode), one statement
+template. Both exec modes render these templates and nothing else for those opcodes:
+
+- the bytecode loop (`loop.py`) is generated from them: an operand becomes a read of the
+  decoded instruction (`ins[3]`) or of the register list (`regs[ins[1]]`);
+- the compiled mode (`compiled_codegen.py`) renders them with registers as locals (`r3`),
+  immediates as literals and constants by name (`c2`).
+
+The optimisations either mode applies on top are built from the same templates: a fused form
+renders its instructions' templates in sequence and substitutes a block that lives for one
+statement into its single use (`fuse`); the few meanings that only exist for a combination of
+instructions are the derived templates below (`TINY_TENSOR`, `ALLOC_VIEW`, the IF tests),
+each stated once, next to the rule that makes it equal to the instructions it stands for.
+
+Template language: `{field}` is an operand of `OPCODE_INFO` (or one of `DERIVED`); `{field:form}`
+asks for one form of it:
+
+| form | of | renders as |
+|---|---|---|
+| `splat` | `regs` | call arguments: `r1, r2` |
+| `tuple` | `regs` | a tuple value: `(r1, r2)` |
+| `dims` | a `reg` holding a 1-d int64 shape | a tuple of ints |
+| `consti` | `imm` | the shared read-only 0-d int64 array of the immediate (`consti`) |
+
+A template writes a register only as its first target (`{dst} = ...`). The free names templates
+use are `RUNTIME_NAMES` plus, bound per VM, `_alloc` (the allocator's `alloc`), `_alloc_view`
+(`memory.alloc_view_of`) and `_Fatal` (the exception FATAL raises).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rvm.errors import VMError
+from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.objects import ADT, Closure
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import Executable
+
+__all__ = [
+    "ALLOC_VIEW",
+    "CONTROL_OPCODES",
+    "DERIVED",
+    "IF_BOOL",
+    "IF_EQUAL",
+    "IF_INT",
+    "RUNTIME_NAMES",
+    "SEMANTICS",
+    "TINY_TENSOR",
+    "VARIANTS",
+    "closure_error",
+    "consti",
+    "fields",
+    "fuse",
+    "operand_kinds",
+    "render",
+    "template",
+]
+
+O = Opcode
+
+SEMANTICS: dict[Opcode, str] = {
+    O.MOVE: "{dst} = {src}",
+    O.FATAL: "raise _Fatal({text})",
+    O.INVOKE_PACKED: "{packed}({args:splat})",
+    O.CALL_PACKED: "{dst} = {packed}({args:splat})",
+    O.ALLOC_STORAGE: "{dst} = _alloc({size}, {alignment})",
+    O.ALLOC_TENSOR: "{dst} = _ndarray({shape}, {dtype}, {storage}.buffer, {offset})",
+    O.ALLOC_TENSOR_REG: "{dst} = _ndarray({shape:dims}, {dtype}, {storage}.buffer, {offset})",
+    O.ALLOC_ADT: "{dst} = _ADT({tag}, {fields:tuple}, {name})",
+    O.ALLOC_CLOSURE: "{dst} = _Closure({func}, {free_vars:tuple}, {name})",
+    O.GET_FIELD: "{dst} = {obj}.fields[{index}] if type({obj}) is _ADT else {obj}[{index}]",
+    O.GET_TAG: "{dst} = {obj}.tag",
+    O.LOAD_CONST: "{dst} = {const}",
+    O.LOAD_CONSTI: "{dst} = {value:consti}",
+    O.SHAPE_OF: "{dst} = _array({tensor}.shape, dtype=_int64)",
+    O.RESHAPE_TENSOR: "{dst} = {tensor}.reshape({shape:dims})",
+    O.KILL_REGISTER: "{reg} = None",
+}
+"""The statement of every opcode that is not control flow (see the module docstring)."""
+
+CONTROL_OPCODES = frozenset({O.RET, O.GOTO, O.IF, O.INVOKE, O.INVOKE_CLOSURE})
+"""The opcodes each mode runs by its own mechanics (IF's test is `IF_EQUAL`)."""
+
+VARIANTS: dict[Opcode, tuple[str, Callable[[tuple], bool], str]] = {
+    O.ALLOC_ADT: ("tuple", lambda ins: ins[2] == -1, "{dst} = {fields:tuple}"),
+}
+"""Opcodes whose meaning depends on an immediate: `(name, applies(ins), template)`. Both modes
+choose when they see the instruction (tag -1 builds a Python tuple, not an `ADT`)."""
+
+IF_EQUAL = "{test} == {target}"
+"""IF's test: jump to the true offset when it holds."""
+
+IF_INT = "({test}.item() if type({test}) is _ndarray and not {test}.ndim else {test}) == {value}"
+"""IF_EQUAL when `target` is known to hold the int `value`: a 0-d array equals an int exactly
+when its Python scalar does (numeric dtypes, the only ones a test holds), without a ufunc call."""
+
+IF_BOOL = "{test}"
+"""IF_EQUAL when `test` holds a bool tensor and `target` the int 1 (`not` it for 0)."""
+
+TINY_TENSOR = "{dst} = _empty({shape}, {dtype})"
+"""ALLOC_TENSOR of a constant-size block that is tiny (`memory.is_tiny`): a plain numpy array,
+in every mode (the block itself is then never made)."""
+
+ALLOC_VIEW = "{dst} = _alloc_view({size}, {alignment}, {shape}, {dtype})"
+"""ALLOC_STORAGE, ALLOC_TENSOR at offset 0 of it and KILL_REGISTER of the block, in one call:
+`memory.alloc_view_of` gives the same block by the same rule as `_alloc`."""
+
+DERIVED: dict[Opcode, tuple[str, Callable[[Executable, tuple], Any]]] = {
+    O.FATAL: ("text", lambda ex, ins: str(ex.constants[ins[1]].item())),
+    O.ALLOC_ADT: ("name", lambda ex, ins: ex.constructor_names.get(ins[2])),
+    O.ALLOC_CLOSURE: ("name", lambda ex, ins: ex.functions[ins[2]].name),
+}
+"""Operands computed from the executable once, after the instruction's own: `(field, value)`."""
+
+RUNTIME_NAMES: dict[str, Any] = {
+    "_ndarray": np.ndarray,
+    "_empty": np.empty,
+    "_array": np.array,
+    "_int64": np.int64,
+    "_ADT": ADT,
+    "_Closure": Closure,
+}
+"""The free names of the templates that are the same for every VM."""
+
+_FIELD = re.compile(r"\{(\w+)(?::(\w+))?\}")
+
+
+def template(ins: tuple) -> tuple[str, str]:
+    """`(variant, template)` of raw instruction `ins`; the variant is `""` for the plain one."""
+    op = Opcode(ins[0])
+    variant = VARIANTS.get(op)
+    if variant is not None and variant[1](ins):
+        return variant[0], variant[2]
+    return "", SEMANTICS[op]
+
+
+def fields(text: str) -> list[tuple[str, str]]:
+    """The `(field, form)` pairs a template names, in order, with repeats."""
+    return [(m.group(1), m.group(2) or "") for m in _FIELD.finditer(text)]
+
+
+def render(text: str, operand: Callable[[str, str], str]) -> str:
+    """`text` with each `{field:form}` replaced by `operand(field, form)`."""
+    return _FIELD.sub(lambda m: operand(m.group(1), m.group(2) or ""), text)
+
+
+def fuse(statements: list[str], temps: frozenset[str]) -> list[str]:
+    """Statements with every temporary in `temps` (a block that lives for one use) substituted
+    into that use: `t = E; ...t...; t = None` becomes `...E...`.
+
+    The temporary must be read exactly once, by the next statement, and killed right after,
+    which is what a fused allocation is (the block is made, viewed, dropped); anything else is
+    kept as written. Evaluation order is unchanged: `E` runs where `t` was read.
+    """
+    out = list(statements)
+    i = 0
+    while i + 2 < len(out):
+        target, _, value = out[i].partition(" = ")
+        nxt, kill = out[i + 1], out[i + 2]
+        uses = re.findall(rf"\b{re.escape(target)}\b", nxt)
+        if target in temps and len(uses) == 1 and kill == f"{target} = None":
+            out[i : i + 3] = [re.sub(rf"\b{re.escape(target)}\b", lambda _, v=value: v, nxt)]
+            continue
+        i += 1
+    return out
+
+
+def consti(value: int) -> np.ndarray:
+    """The 0-d int64 array LOAD_CONSTI `value` loads: read-only, as it is shared by every run
+    (kernels only write their outputs)."""
+    arr = np.array(value, dtype=np.int64)
+    arr.flags.writeable = False
+    return arr
+
+
+def closure_error(closure: Any, nargs: int, nparams: int) -> VMError:
+    """The error of INVOKE_CLOSURE on `closure` with `nargs` args when the callee takes
+    `nparams` values (free vars first): not a closure, or the wrong count."""
+    if type(closure) is not Closure:
+        return VMError(f"invoke_closure on a {type(closure).__name__}, not a closure")
+    return VMError(
+        f"closure @{closure.name} takes {nparams} values, got "
+        f"{len(closure.free_vars)} free vars + {nargs} args"
+    )
+
+
+def operand_kinds(op: Opcode) -> dict[str, tuple[int, str]]:
+    """Field -> (position in the instruction, kind), derived operands (kind "derived") last."""
+    info = OPCODE_INFO[op]
+    out = {f: (i + 1, kind) for i, (f, kind) in enumerate(info.operands)}
+    if op in DERIVED:
+        out[DERIVED[op][0]] = (len(info.operands) + 1, "derived")
+    return out
