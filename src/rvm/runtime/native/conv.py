@@ -30,7 +30,7 @@ import numba as nb
 import numpy as np
 
 from rvm.runtime.native import entry
-from rvm.runtime.native.blas import gemm
+from rvm.runtime.native.blas import gemm_split as gemm
 from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
 
 CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
