@@ -159,21 +159,21 @@ conv2d_dot_unchecked = _im2col(_dot_product)
 # Stride-1 convolution as one GEMM per kernel row (kh GEMMs of depth kw * cg), accumulated in
 # place (beta = 1) by BLAS: output position p = oh * Wp + ow of the zero-padded input, flattened
 # with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j).
-# The kw horizontal shifts of the padded input are stacked as rows ((j, c) order, `_stack_taps`),
+# The kw horizontal shifts of the padded input are stacked as rows ((c, j) order, `_stack_taps`),
 # so each kernel row's input matrix is a row-strided window of the stack and needs no further
 # copy; fewer, deeper GEMMs than one per tap (K = cg is 16-64 in squeezenet) also read and
 # write the output kw times less and split better over threads.
 # Row p's last Wp - ow columns are wrap-around garbage, dropped when the result is copied out.
 @nb.njit(**_OPTS)
 def _stack_taps(x, xs, n_, ch0, cg, kw, dw, pt, pl, Wp):  # type: ignore[no-untyped-def]
-    """``xs[j * cg + c, q]`` = padded input channel ``ch0 + c`` at flat position ``q + j * dw``
+    """``xs[c * kw + j, q]`` = padded input channel ``ch0 + c`` at flat position ``q + j * dw``
     (zero outside the input), for the kw horizontal taps j."""
     ih, iw = x.shape[2], x.shape[3]
     Lr = xs.shape[1]
     xs[:, :] = 0
-    for j_ in range(kw):
-        for c_ in range(cg):
-            r_ = j_ * cg + c_
+    for c_ in range(cg):
+        for j_ in range(kw):
+            r_ = c_ * kw + j_
             for h_ in range(min(ih, Lr // Wp - pt)):
                 at = (h_ + pt) * Wp + pl - j_ * dw  # where input row h_ starts in this row
                 lo, hi = max(0, -at), min(iw, Lr - at, Wp - pl)
@@ -191,12 +191,12 @@ def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     Hp = oh + dh * (kh - 1)
     P = oh * Wp
     K = kw * cg
-    wt = np.empty((kh, o, kw, cg), dtype=w.dtype)
-    for i_ in range(kh):  # written in order (strided reads cost less than strided writes)
-        for o_ in range(o):
-            for j_ in range(kw):
-                for c_ in range(cg):
-                    wt[i_, o_, j_, c_] = w[o_, c_, i_, j_]
+    wt = np.empty((kh, o, cg, kw), dtype=w.dtype)  # kernel rows first, runs of kw copied
+    for o_ in range(o):
+        for c_ in range(cg):
+            for i_ in range(kh):
+                for j_ in range(kw):
+                    wt[i_, o_, c_, j_] = w[o_, c_, i_, j_]
     xs = np.empty((K, Hp * Wp), dtype=x.dtype)
     tmp = np.empty((og, P), dtype=x.dtype)
     for n_ in range(n):
