@@ -6,5 +6,18 @@ import os
 import sys
 import tempfile
 
+import pytest
+
+import rvm
+
 sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("RVM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "rvm-test-cache"))
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def blas_threads(request):
+    """The BLAS thread count for the test (rvm's), set back after it."""
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(request.param)
+    yield request.param
+    rvm.set_num_threads(before)

@@ -61,3 +61,41 @@ def test_out_of_bounds_windows_raise(args) -> None:
     with pytest.raises(IndexError, match="outside its array"):
         _gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, 3, 4, 2, 1.0)
     np.testing.assert_array_equal(c, before)
+
+
+@nb.njit
+def _gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
+    blas.gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)
+
+
+# (m, n, k): split along n (64 x 3025), along m (1000 rows), odd sizes that leave a short
+# last piece, and a product too small to split.
+SPLIT_SHAPES = [(64, 3025, 144), (1000, 169, 512), (97, 1013, 61), (301, 37, 997), (5, 7, 3)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+@pytest.mark.parametrize("shape", SPLIT_SHAPES)
+def test_split_gemm_matches_numpy_on_windows(blas_threads, shape, beta, dtype) -> None:
+    """The pieces of a split product, each on its own BLAS thread, tile the whole window."""
+    m, n, k = shape
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((m + 2, k + 3)).astype(dtype)
+    b = rng.standard_normal((k + 1, n + 5)).astype(dtype)
+    c = rng.standard_normal((m + 1, n + 4)).astype(dtype)
+    want = c.copy()
+    want[1:, 2 : 2 + n] = beta * want[1:, 2 : 2 + n] + a[2:, 1 : 1 + k] @ b[1:, 3 : 3 + n]
+    _gemm_split(a, 2 * (k + 3) + 1, k + 3, b, n + 5 + 3, n + 5, c, n + 4 + 2, n + 4, m, n, k, beta)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(c, want, rtol=tol, atol=tol * np.sqrt(k))
+
+
+def test_split_gemm_checks_its_windows(blas_threads) -> None:
+    a, b, c = np.ones((100, 300)), np.ones((300, 400)), np.ones((100, 400))
+    with pytest.raises(IndexError, match="outside its array"):
+        _gemm_split(a, 0, 300, b, 1, 400, c, 0, 400, 100, 400, 300, 0.0)
+    assert (c == 1).all()
+
+
+def test_blas_threads_follow_rvms_count(blas_threads) -> None:
+    assert nb.njit(lambda: blas.blas_threads())() == (blas_threads if blas.BATCH else 1)

@@ -65,6 +65,28 @@ def test_conv2d_matches_reference(case, min_shift, dtype) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
+# Large enough that their GEMMs are split over two BLAS threads: shifted (stride 1, odd
+# sizes, asymmetric pads, 2 groups), im2col (stride 2, dilated), 1x1 with more output
+# channels than positions (split along the channels), and a batch of 2.
+SPLIT_CASES = [
+    (1, 32, 41, 37, 64, (3, 3), (1, 1), (1, 1), 1, (1, 0, 2, 1)),
+    (1, 64, 29, 31, 96, (3, 3), (1, 1), (1, 1), 2, (1, 1, 1, 1)),
+    (1, 24, 45, 43, 64, (5, 3), (2, 2), (1, 2), 1, (2, 1, 2, 3)),
+    (1, 256, 13, 11, 1000, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+    (2, 16, 57, 55, 48, (3, 3), (2, 1), (1, 1), 1, (0, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("min_shift", [SHIFT_MIN_CHANNELS, 1 << 30])
+@pytest.mark.parametrize("case", SPLIT_CASES)
+def test_split_gemms_match_reference(blas_threads, case, min_shift) -> None:
+    x, w = _operands(case, "float32")
+    want = _reference(case, x, w)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    conv.conv2d(x, w, out, *_args(case), min_shift)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
 @pytest.mark.parametrize("case", CASES[:5])
 def test_conv2d_dot_matches_reference(case) -> None:
     x, w = _operands(case, "float32")

@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 import rvm
+from rvm import op
+from rvm.op import numpy_ref
+from rvm.script import T, func, module
 from rvm.testing.programs import MLP
 
 
@@ -93,18 +96,9 @@ def test_import_leaves_library_thread_counts_alone():
     assert out.stdout.strip() == "True", out.stderr
 
 
-def test_four_threads_with_their_own_vms_match_one_thread(exec_mode, restore_threads):
-    ex = rvm.compile(MLP, kernels="jit")
-    rng = np.random.default_rng(0)
-    # Eight rows: past the small-row path, so matmul runs as a BLAS GEMM.
-    args = (
-        rng.standard_normal((8, 784)).astype("float32"),
-        rng.standard_normal((784, 128)).astype("float32") * 0.05,
-        rng.standard_normal(128).astype("float32"),
-        rng.standard_normal((128, 10)).astype("float32") * 0.1,
-        rng.standard_normal(10).astype("float32"),
-    )
-    expected = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](*args)
+def _run_in_threads(ex, exec_mode: str, args: tuple, expected, rtol: float, atol: float):
+    """Four threads, each with its own VM of ``ex``, call main 20 times with two BLAS
+    threads; every result matches ``expected``."""
     rvm.set_num_threads(2)
     results: dict[int, list[np.ndarray]] = {}
     errors: list[BaseException] = []
@@ -125,7 +119,55 @@ def test_four_threads_with_their_own_vms_match_one_thread(exec_mode, restore_thr
     assert sorted(results) == [0, 1, 2, 3]
     for outs in results.values():
         for out in outs:
-            np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(out, expected, rtol=rtol, atol=atol)
+
+
+def test_four_threads_with_their_own_vms_match_one_thread(exec_mode, restore_threads):
+    ex = rvm.compile(MLP, kernels="jit")
+    rng = np.random.default_rng(0)
+    # Eight rows: past the small-row path, so matmul runs as a BLAS GEMM.
+    args = (
+        rng.standard_normal((8, 784)).astype("float32"),
+        rng.standard_normal((784, 128)).astype("float32") * 0.05,
+        rng.standard_normal(128).astype("float32"),
+        rng.standard_normal((128, 10)).astype("float32") * 0.1,
+        rng.standard_normal(10).astype("float32"),
+    )
+    rvm.set_num_threads(1)
+    expected = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](*args)
+    _run_in_threads(ex, exec_mode, args, expected, rtol=1e-5, atol=1e-6)
+
+
+@module
+class CNN:
+    """Convolutions large enough that each GEMM is split over two BLAS threads: stride-1
+    3x3 (shifted GEMMs), stride-2 3x3 (im2col) and 1x1 (pointwise)."""
+
+    @func
+    def main(
+        x: T[(1, 32, 40, 40), "float32"],
+        w1: T[(64, 32, 3, 3), "float32"],
+        w2: T[(64, 64, 3, 3), "float32"],
+        w3: T[(128, 64, 1, 1), "float32"],
+    ):
+        h = op.relu(op.conv2d(x, w1, padding=1))
+        h = op.relu(op.conv2d(h, w2, strides=2, padding=1))
+        return op.conv2d(h, w3)
+
+
+def _cnn_ref(x, w1, w2, w3):
+    h = np.maximum(numpy_ref.conv2d(x, w1, (1, 1), (1, 1, 1, 1), (1, 1), 1), 0)
+    h = np.maximum(numpy_ref.conv2d(h, w2, (2, 2), (1, 1, 1, 1), (1, 1), 1), 0)
+    return numpy_ref.conv2d(h, w3, (1, 1), (0, 0, 0, 0), (1, 1), 1)
+
+
+def test_four_threads_running_convolutions_match_numpy(exec_mode, restore_threads):
+    """Each thread's convolutions split their GEMMs over the BLAS's threads at once."""
+    ex = rvm.compile(CNN, kernels="jit")
+    rng = np.random.default_rng(0)
+    shapes = [(1, 32, 40, 40), (64, 32, 3, 3), (64, 64, 3, 3), (128, 64, 1, 1)]
+    args = tuple(rng.standard_normal(s).astype("float32") / 8 for s in shapes)
+    _run_in_threads(ex, exec_mode, args, _cnn_ref(*args), rtol=1e-4, atol=1e-4)
 
 
 def test_without_openblas_thread_control_says_so_once_and_sets_numba(

@@ -28,6 +28,7 @@ import ctypes
 import importlib
 
 import numba as nb
+import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
@@ -36,6 +37,8 @@ from numba.extending import intrinsic
 
 _PREFIX = {"float32": "s", "float64": "d"}
 _ROUTINES = ("gemm", "gemv")
+_THREAD_NAMES = ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_")
+_THREADS = "rvm_openblas_get_num_threads"
 # CBLAS enums: row-major layout, no transpose, transpose.
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
@@ -51,14 +54,18 @@ def _symbol(routine: str, dtype: str) -> str:
     return f"rvm_cblas_{_PREFIX[dtype]}{routine}64"
 
 
-def _register() -> bool:
+def _core_library() -> ctypes.CDLL | None:
     for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
         try:
-            lib = ctypes.CDLL(importlib.import_module(module).__file__)
-            break
+            return ctypes.CDLL(importlib.import_module(module).__file__)
         except (ImportError, OSError, TypeError):
             continue
-    else:
+    return None
+
+
+def _register() -> bool:
+    lib = _core_library()
+    if lib is None:
         return False
     found = {}
     for routine in _ROUTINES:
@@ -72,7 +79,32 @@ def _register() -> bool:
     return True
 
 
+# Stand-ins where the BLAS lacks the batched GEMM or its thread count: one thread, so the
+# batch is never called (kept alive: llvmlite holds only their addresses).
+_ONE_THREAD = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 1)
+_NO_BATCH = ctypes.CFUNCTYPE(None)(lambda: None)
+
+
+def _register_batch() -> bool:
+    """Registers OpenBLAS's batched GEMM (``cblas_?gemm_batch``, OpenBLAS 0.3.30+) and its
+    thread count; True when both exist (otherwise `blas_threads` answers 1)."""
+    lib = _core_library()
+    batch = {
+        _symbol("gemm_batch", dtype): next(
+            (getattr(lib, n) for n in _names("gemm_batch", dtype) if hasattr(lib, n)), None
+        )
+        for dtype in _PREFIX
+    }
+    count = next((getattr(lib, n) for n in _THREAD_NAMES if hasattr(lib, n)), None)
+    ok = AVAILABLE and count is not None and all(f is not None for f in batch.values())
+    for symbol, fn in batch.items():
+        llvm.add_symbol(symbol, ctypes.cast(fn if ok else _NO_BATCH, ctypes.c_void_p).value)
+    llvm.add_symbol(_THREADS, ctypes.cast(count if ok else _ONE_THREAD, ctypes.c_void_p).value)
+    return ok
+
+
 AVAILABLE = _register()
+BATCH = _register_batch()
 
 
 def _blas_arrays(*arrays: nt.Type) -> bool:
@@ -162,6 +194,63 @@ def _cblas_gemv(typingctx, trans, a, lda, rows, cols, x, ix, y, iy):  # type: ig
     return sig, codegen
 
 
+@intrinsic
+def _blas_threads(typingctx):  # type: ignore[no-untyped-def]
+    """The BLAS's thread count now (1 without a batched GEMM: see `_register_batch`)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, []), _THREADS)
+        return builder.sext(builder.call(fn, []), ir.IntType(64))
+
+    return nt.int64(), codegen
+
+
+@intrinsic
+def _address(typingctx, a, offset):  # type: ignore[no-untyped-def]
+    """The address of element ``offset`` of the C-contiguous array ``a``, as an int64."""
+    if not (isinstance(a, nt.Array) and a.layout == "C"):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        data = context.make_array(a)(context, builder, args[0]).data
+        return builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+
+    return nt.int64(a, nt.int64), codegen
+
+
+@intrinsic
+def _cblas_gemm_batch(typingctx, trans, ints, scal, ptrs, count):  # type: ignore[no-untyped-def]
+    """Raw row-major ``cblas_?gemm_batch`` of ``count`` groups of one product each: ``trans``
+    int32 (2, count) (A's, B's CBLAS enums), ``ints`` int64 (7, count) (m, n, k, lda, ldb,
+    ldc, 1), ``scal`` (2, count) (alpha, beta) in the operands' dtype, ``ptrs`` int64 (3,
+    count) (A, B, C addresses). No checks."""
+    dtype = scal.dtype
+    sig = nt.void(trans, ints, scal, ptrs, nt.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        tv, iv, sv, pv, cv = args
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+
+        def row(aty, av, r):  # a pointer to row r of a (rows, count) array
+            data = context.make_array(aty)(context, builder, av).data
+            return builder.gep(data, [builder.mul(cv, i64(r))])
+
+        values = [
+            i32(_ROW_MAJOR), row(trans, tv, 0), row(trans, tv, 1),
+            row(ints, iv, 0), row(ints, iv, 1), row(ints, iv, 2),
+            row(scal, sv, 0), row(ptrs, pv, 0), row(ints, iv, 3),
+            row(ptrs, pv, 1), row(ints, iv, 4), row(scal, sv, 1),
+            row(ptrs, pv, 2), row(ints, iv, 5), cv, row(ints, iv, 6),
+        ]  # fmt: skip
+        fnty = ir.FunctionType(ir.VoidType(), [v.type for v in values])
+        name = _symbol("gemm_batch", str(dtype))
+        builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), values)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @nb.njit(nogil=True, cache=True)
 def _extent(start, rows, cols, ld, size):  # type: ignore[no-untyped-def]
     """Whether a rows x cols window at ``start`` with row stride ``ld`` fits in ``size``."""
@@ -171,16 +260,21 @@ def _extent(start, rows, cols, ld, size):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(nogil=True, cache=True)
-def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
-    """``C[m, n] = A[m, k] @ B[k, n] + beta * C`` on strided windows of flat arrays."""
-    if m <= 0 or n <= 0:
-        return
+def _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k):  # type: ignore[no-untyped-def]
     if not (
         _extent(ia, m, k, lda, a.size)
         and _extent(ib, k, n, ldb, b.size)
         and _extent(ic, m, n, ldc, c.size)
     ):
         raise IndexError("gemm: a matrix window lies outside its array")
+
+
+@nb.njit(nogil=True, cache=True)
+def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
+    """``C[m, n] = A[m, k] @ B[k, n] + beta * C`` on strided windows of flat arrays."""
+    if m <= 0 or n <= 0:
+        return
+    _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k)
     if k == 0:
         flat = c.reshape(c.size)
         for i in range(m):
@@ -188,6 +282,59 @@ def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-
                 flat[ic + i * ldc + j] *= beta
         return
     _cblas_gemm(_NO_TRANS, _NO_TRANS, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)
+
+
+# A product is split over the BLAS's threads only when each piece keeps at least this many
+# multiply-adds (m * n * k): OpenBLAS's batch runs pieces up to 1e6 with its small-matrix
+# kernels, and a thread's wake-up costs microseconds.
+SPLIT_MIN_MNK = 1 << 20
+SPLIT_ALIGN = 16  # pieces start on multiples of this many columns (or rows)
+
+
+@nb.njit(nogil=True, cache=True)
+def blas_threads():  # type: ignore[no-untyped-def]
+    """How many threads `gemm_split` spreads a product over (1 when the BLAS has no batched
+    GEMM)."""
+    return max(1, _blas_threads())
+
+
+@nb.njit(nogil=True, cache=True)
+def gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
+    """`gemm`, cut into independent pieces along its longer output side that run at once,
+    one single-threaded GEMM on each of the BLAS's threads (``cblas_?gemm_batch``).
+
+    OpenBLAS's own threading of one GEMM pays off only on large products (and one such
+    GEMM at a time per process, under a lock); a batch of pieces spreads the small and
+    thin products of convolutions too, and serializes nothing. With one BLAS thread, or
+    pieces too small (`SPLIT_MIN_MNK`), it is `gemm`.
+    """
+    if m <= 0 or n <= 0:
+        return
+    threads = blas_threads()
+    if threads <= 1 or k == 0 or m * n * k < 2 * SPLIT_MIN_MNK:
+        gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)
+        return
+    _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k)
+    along_n = n >= m
+    side = n if along_n else m
+    parts = min(threads, m * n * k // SPLIT_MIN_MNK)
+    step = -(-side // parts)
+    step = -(-step // SPLIT_ALIGN) * SPLIT_ALIGN
+    parts = -(-side // step)
+    trans = np.full((2, parts), _NO_TRANS, dtype=np.int32)
+    ints = np.empty((7, parts), dtype=np.int64)
+    scal = np.empty((2, parts), dtype=c.dtype)
+    ptrs = np.empty((3, parts), dtype=np.int64)
+    for p in range(parts):
+        lo = p * step
+        size = min(step, side - lo)
+        ints[0, p], ints[1, p] = (m, size) if along_n else (size, n)
+        ints[2, p], ints[3, p], ints[4, p], ints[5, p], ints[6, p] = k, lda, ldb, ldc, 1
+        scal[0, p], scal[1, p] = 1.0, beta
+        ptrs[0, p] = _address(a, ia if along_n else ia + lo * lda)
+        ptrs[1, p] = _address(b, ib + lo if along_n else ib)
+        ptrs[2, p] = _address(c, ic + lo if along_n else ic + lo * ldc)
+    _cblas_gemm_batch(trans, ints, scal, ptrs, parts)
 
 
 # Fewer rows than this multiply without GEMM, whose packing of B is a fixed cost (single

@@ -6,15 +6,16 @@ lives here, so it is compiled once per operand type and cached with this module'
 cache, not compiled again into every kernel (it was most of a CNN's compile time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift)`: NumPy's BLAS
-  (`rvm.runtime.native.blas.gemm`), the method chosen by shape (`_conv2d_blas`). 1x1
+  (`rvm.runtime.native.blas.gemm_split`: every GEMM is cut into pieces that run at once on
+  the BLAS's threads, one thread each), the method chosen by shape (`_conv2d_blas`). 1x1
   convolutions are one GEMM per (image, group) on the operands themselves. Depthwise ones
   (one input channel per group) are direct loops. Stride-1 convolutions with at least
   ``min_shift`` (the lowering's `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per
-  group run one GEMM per kernel tap on row-strided windows of the zero-padded input,
-  accumulated in place by BLAS: no column matrix at all. Others pack the input windows of
-  each (image, group) into a column matrix (im2col, with the padding as zero runs and
-  unit-stride copies in between) and multiply it by the weight, one GEMM per block of output
-  positions.
+  group stack the kw horizontal shifts of the zero-padded input and run one GEMM per kernel
+  row on row-strided windows of the stack, accumulated in place by BLAS: no column matrix.
+  Others pack the input windows of each (image, group) into a column matrix (im2col, with
+  the padding as zero runs and unit-stride copies in between) and multiply it by the
+  weight, one GEMM per block of output positions.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
@@ -30,11 +31,13 @@ import numba as nb
 import numpy as np
 
 from rvm.runtime.native import entry
-from rvm.runtime.native.blas import gemm
+from rvm.runtime.native.blas import blas_threads
+from rvm.runtime.native.blas import gemm_split as gemm
 from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
 
-CONV_BLOCK = 1024  # output positions per im2col block, fewer past COL_BYTES (64 at least)
-COL_BYTES = 1 << 21  # an im2col block's bytes at most: it stays in cache
+# Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
+CONV_BLOCK = 1024
+COL_BYTES = 1 << 21  # an im2col block's bytes per BLAS thread at most: it stays in cache
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -117,7 +120,9 @@ def _im2col(product):  # type: ignore[no-untyped-def]
         og = o // groups
         wm = w.reshape((o, K))
         y = out.reshape((n, o, P))
-        B = min(max(64, COL_BYTES // x.itemsize // K), CONV_BLOCK, P)
+        # A block per thread: each thread's piece of the split GEMM stays in its cache.
+        B = min(max(64, COL_BYTES // x.itemsize // K), CONV_BLOCK) * blas_threads()
+        B = min(B, P)
         col = np.empty((K, B), dtype=x.dtype)
         for n_ in range(n):
             for g_ in range(groups):
@@ -151,11 +156,31 @@ _im2col_gemm = _im2col(_gemm_product)
 conv2d_dot_unchecked = _im2col(_dot_product)
 
 
-# Stride-1 convolution as one GEMM per kernel tap (kh x kw GEMMs of depth cg), accumulated in
+# Stride-1 convolution as one GEMM per kernel row (kh GEMMs of depth kw * cg), accumulated in
 # place (beta = 1) by BLAS: output position p = oh * Wp + ow of the zero-padded input, flattened
-# with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j),
-# so each tap's input matrix is a row-strided window of the padded input and needs no copy.
+# with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j).
+# The kw horizontal shifts of the padded input are stacked as rows ((c, j) order, `_stack_taps`),
+# so each kernel row's input matrix is a row-strided window of the stack and needs no further
+# copy; fewer, deeper GEMMs than one per tap (K = cg is 16-64 in squeezenet) also read and
+# write the output kw times less and split better over threads.
 # Row p's last Wp - ow columns are wrap-around garbage, dropped when the result is copied out.
+@nb.njit(**_OPTS)
+def _stack_taps(x, xs, n_, ch0, cg, kw, dw, pt, pl, Wp):  # type: ignore[no-untyped-def]
+    """``xs[c * kw + j, q]`` = padded input channel ``ch0 + c`` at flat position ``q + j * dw``
+    (zero outside the input), for the kw horizontal taps j."""
+    ih, iw = x.shape[2], x.shape[3]
+    Lr = xs.shape[1]
+    xs[:, :] = 0
+    for c_ in range(cg):
+        for j_ in range(kw):
+            r_ = c_ * kw + j_
+            for h_ in range(min(ih, Lr // Wp - pt)):
+                at = (h_ + pt) * Wp + pl - j_ * dw  # where input row h_ starts in this row
+                lo, hi = max(0, -at), min(iw, Lr - at, Wp - pl)
+                for q_ in range(lo, hi):
+                    xs[r_, at + q_] = x[n_, ch0 + c_, h_, q_]
+
+
 @nb.njit(**_OPTS)
 def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     n, c, ih, iw = x.shape
@@ -164,30 +189,25 @@ def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     og = o // groups
     Wp = ow + dw * (kw - 1)
     Hp = oh + dh * (kh - 1)
-    L = Hp * Wp + dw * (kw - 1)
     P = oh * Wp
-    wt = np.empty((kh, kw, o, cg), dtype=w.dtype)
-    for i_ in range(kh):  # written in order (strided reads cost less than strided writes)
-        for j_ in range(kw):
-            for o_ in range(o):
-                for c_ in range(cg):
-                    wt[i_, j_, o_, c_] = w[o_, c_, i_, j_]
-    xp = np.zeros((cg, L), dtype=x.dtype)
+    K = kw * cg
+    wt = np.empty((kh, o, cg, kw), dtype=w.dtype)  # kernel rows first, runs of kw copied
+    for o_ in range(o):
+        for c_ in range(cg):
+            for i_ in range(kh):
+                for j_ in range(kw):
+                    wt[i_, o_, c_, j_] = w[o_, c_, i_, j_]
+    xs = np.empty((K, Hp * Wp), dtype=x.dtype)
     tmp = np.empty((og, P), dtype=x.dtype)
     for n_ in range(n):
         for g_ in range(groups):
-            for c_ in range(cg):
-                for h_ in range(min(ih, Hp - pt)):
-                    r_ = (h_ + pt) * Wp + pl
-                    for q_ in range(min(iw, Wp - pl)):
-                        xp[c_, r_ + q_] = x[n_, g_ * cg + c_, h_, q_]
+            _stack_taps(x, xs, n_, g_ * cg, cg, kw, dw, pt, pl, Wp)
             for i_ in range(kh):
-                for j_ in range(kw):
-                    gemm(
-                        wt, ((i_ * kw + j_) * o + g_ * og) * cg, cg,
-                        xp, i_ * dh * Wp + j_ * dw, L,
-                        tmp, 0, P, og, P, cg, 0.0 if i_ + j_ == 0 else 1.0,
-                    )  # fmt: skip
+                gemm(
+                    wt, (i_ * o + g_ * og) * K, K,
+                    xs, i_ * dh * Wp, Hp * Wp,
+                    tmp, 0, P, og, P, K, 0.0 if i_ == 0 else 1.0,
+                )  # fmt: skip
             for o_ in range(og):
                 for h_ in range(oh):
                     for q_ in range(ow):
