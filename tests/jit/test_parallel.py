@@ -61,6 +61,26 @@ def test_precompile_with_a_helper(tmp_path: Path, monkeypatch) -> None:
     assert parallel.precompile(recs) == 0  # nothing missing any more
 
 
+def test_precompile_with_numba_cache_dir(tmp_path: Path, monkeypatch) -> None:
+    """With ``NUMBA_CACHE_DIR`` set, Numba keeps the object code there, not beside the kernel
+    file: the cache still sees it, so a second compile finds nothing missing."""
+    from numba.core import config
+
+    numba_dir = tmp_path / "numba"
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "rvm"))
+    monkeypatch.setenv("RVM_JIT_WORKERS", "1")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(numba_dir))  # the helper's
+    monkeypatch.setattr(config, "CACHE_DIR", str(numba_dir))  # this process's
+    funcs, recs = _records("numba_dir")
+    assert parallel.precompile(recs) == 1
+    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    assert not (tmp_path / "rvm" / "kernels" / "__pycache__").exists()
+    stems = {kernel_path(r.source).stem for r in recs}
+    assert {f.name.split(".")[0] for f in numba_dir.rglob("k_*.nbi")} == stems
+    _check(funcs, recs)
+    assert parallel.precompile(recs) == 0
+
+
 def test_a_helper_that_fails_changes_nothing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("RVM_JIT_WORKERS", "1")
