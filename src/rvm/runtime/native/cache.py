@@ -3,8 +3,8 @@
 Kernel source is written to ``<cache dir>/kernels/k_<hash>.py`` and imported as a module, and its
 function is compiled with ``cache=True``, so Numba stores the object code in the ``__pycache__``
 folder next to it (or under ``NUMBA_CACHE_DIR``, `object_code_dir`) and a second process loads
-that instead of compiling (Numba cannot cache
-functions of ``exec``'d source, numba#3501, hence real files). The hash covers the source, the rvm,
+that instead of compiling (Numba cannot cache functions of ``exec``'d source, numba#3501, hence
+real files). The hash covers the source, the rvm,
 Numba and llvmlite versions, the host CPU's name and features, and the source of every rvm module
 the kernel imports (``from rvm.runtime.native.mathlib import exp32``, read off the kernel's own
 import lines, and the rvm modules those import in turn), so a file is never reused for another
