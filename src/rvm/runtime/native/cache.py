@@ -2,18 +2,17 @@
 
 Kernel source is written to ``<cache dir>/kernels/k_<hash>.py`` and imported as a module, and its
 function is compiled with ``cache=True``, so Numba stores the object code in the ``__pycache__``
-folder next to it (or under ``NUMBA_CACHE_DIR``, `object_code_dir`) and a second process loads
-that instead of compiling (Numba cannot cache functions of ``exec``'d source, numba#3501, hence
-real files). The hash covers the source, the rvm,
-Numba and llvmlite versions, the host CPU's name and features, and the source of every rvm module
-the kernel imports (``from rvm.runtime.native.mathlib import exp32``, read off the kernel's own
-import lines, and the rvm modules those import in turn), so a file is never reused for another
-compiler or machine, or after a change to code the kernel calls (Numba's object code has the
-intrinsics of `rvm.runtime.native.mathlib` and `rvm.runtime.native.blas` compiled in). Writes go to
-a temporary file first and are moved in place with ``os.replace`` (atomic; two processes writing
-the same entry write the same bytes). The cache directory is read from the environment when asked
-for (`cache_dir`), never at import: ``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else
-``~/.cache/rvm``.
+folder next to it (or under ``NUMBA_CACHE_DIR``, `object_code_dir`) and a second process loads that
+instead of compiling (Numba cannot cache functions of ``exec``'d source, numba#3501, hence real
+files). The hash covers the source, the rvm, Numba and llvmlite versions, the host CPU's name and
+features, and the source of every rvm module the kernel imports (``from rvm.runtime.native.mathlib
+import exp32``, read off the kernel's own import lines, and the rvm modules those import in turn),
+so a file is never reused for another compiler or machine, or after a change to code the kernel
+calls (Numba's object code has the intrinsics of `rvm.runtime.native.mathlib` and
+`rvm.runtime.native.blas` compiled in). Writes go to a temporary file first and are moved in place
+with ``os.replace`` (atomic; two processes writing the same entry write the same bytes). The cache
+directory is read from the environment when asked for (`cache_dir`), never at import:
+``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else ``~/.cache/rvm``.
 """
 
 from __future__ import annotations
