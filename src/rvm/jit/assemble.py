@@ -102,6 +102,7 @@ def _library_pool(kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, in
         t.array = kb.buffer(dims, x.dtype, t.array)
         xv = kb.materialize(x)
         kb.imports.add("from rvm.runtime.native.pool import pool2d")
+        kb.entries.add(("pool2d", x.dtype))
         kb.root.lines.append(f"pool2d({xv}, {t.array}, {args})")
 
     t.fill = fill

@@ -34,6 +34,9 @@ class KernelBuilder(Emitter):
         self.sizes: dict[int, str] = {}  # fixed sizes read at run time -> their symbols
         self.op = "kernel"
         self.imports: set[str] = set()  # extra import lines of the kernel module
+        # Library entry points (name, dtype) the kernel calls: its module requires them at
+        # import, before its function is compiled or loaded (`rvm.runtime.native.entry`).
+        self.entries: set[tuple[str, str]] = set()
 
     # -- parameters ----------------------------------------------------------------------
 

@@ -290,7 +290,9 @@ entry.export("conv2d", _entry)
 _call = entry.caller("conv2d", 10)
 
 
-@nb.njit(nogil=True, cache=True)
+# Not cached: compiling it (a call, a fraction of a second) types the call, which registers the
+# entry point (`entry.require`); object code loaded from a cache would be linked without it.
+@nb.njit(nogil=True)
 def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
     """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS;
     shifted GEMMs from ``min_shift`` input channels per group."""

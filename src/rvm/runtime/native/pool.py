@@ -119,7 +119,9 @@ entry.export("pool2d", _entry)
 _call = entry.caller("pool2d", 13)
 
 
-@nb.njit(nogil=True, cache=True)
+# Not cached: compiling it (a call, a fraction of a second) types the call, which registers the
+# entry point (`entry.require`); object code loaded from a cache would be linked without it.
+@nb.njit(nogil=True)
 def pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
     """``out`` = the max or average pools of ``x`` (see the module docstring)."""
     i = np.int64
