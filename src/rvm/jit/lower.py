@@ -31,6 +31,7 @@ from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.op import ops
 from rvm.runtime.executable import KernelRecord
+from rvm.runtime.native.entry import require_line
 
 logger = logging.getLogger("rvm.jit")
 
@@ -358,7 +359,7 @@ class _KernelLowering:
             *(["from rvm.runtime.native.entry import require"] if self.kb.entries else []),
             "",
             "CACHE = True",
-            *(f"require({n!r}, {d!r})" for n, d in sorted(self.kb.entries)),
+            *(require_line(n, d) for n, d in sorted(self.kb.entries)),
             *self.consts,
             f"SIGNATURE = {sig}",
             "",

@@ -25,6 +25,8 @@ Every entry point has one C signature, so one caller serves them all: three data
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable
 
 import numba as nb
@@ -39,6 +41,11 @@ from numba.extending import intrinsic
 DTYPES = ("float32", "float64")
 MAX_ARRAYS = 3
 NDIMS = 4
+
+# The library's entry points and the modules exporting them (imported by `require`).
+MODULES = {"conv2d": "rvm.runtime.native.conv", "pool2d": "rvm.runtime.native.pool"}
+# The line of a kernel's source that requires an entry point (see `required_by`).
+_REQUIRE = re.compile(r"^require\('(\w+)', '(\w+)'\)$", re.MULTILINE)
 
 _bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
@@ -60,13 +67,17 @@ def require(name: str, dtype: str) -> None:
     its symbol, unless this process already has.
 
     Raises:
-        KeyError: No entry point ``name`` was exported (its module is not imported).
-        ValueError: ``dtype`` is not one of `DTYPES`.
+        ValueError: ``name`` is not one of `MODULES`, or ``dtype`` not one of `DTYPES`.
     """
     if (name, dtype) in _compiled:
         return
-    if dtype not in DTYPES:
-        raise ValueError(f"entry point {name!r}: dtype {dtype!r} is not one of {DTYPES}")
+    if name not in MODULES or dtype not in DTYPES:
+        raise ValueError(
+            f"no entry point {name!r} for {dtype!r}: entry points are {', '.join(MODULES)}, "
+            f"dtypes {', '.join(DTYPES)}"
+        )
+    if name not in _bodies:
+        importlib.import_module(MODULES[name])  # exports it
     body = _bodies[name]
     # Numba's own (reentrant) lock: typing a call requires the entry point while holding it.
     with global_compiler_lock:
@@ -77,6 +88,17 @@ def require(name: str, dtype: str) -> None:
         cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         llvm.add_symbol(symbol(name, dtype), cfunc.address)
         _compiled[name, dtype] = cfunc
+
+
+def require_line(name: str, dtype: str) -> str:
+    """The statement of a kernel's source requiring entry point ``name`` for ``dtype`` (after
+    ``from rvm.runtime.native.entry import require``)."""
+    return f"require({name!r}, {dtype!r})"
+
+
+def required_by(source: str) -> list[tuple[str, str]]:
+    """The (entry point, dtype) pairs the kernel source ``source`` requires at import."""
+    return [(m.group(1), m.group(2)) for m in _REQUIRE.finditer(source)]
 
 
 def required() -> list[tuple[str, str]]:
