@@ -203,12 +203,11 @@ def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
     """A call of the convolution library (`rvm.runtime.native.conv`) on 4-d views of
     ``dtype``."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
-    call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.runtime.native.conv import conv2d")
-        kb.entries.add(("conv2d", dtype))
-        kb.root.lines.append(f"conv2d({call}, {int_args(SHIFT_MIN_CHANNELS)})")
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, SHIFT_MIN_CHANNELS)
+        kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
+        call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
         kb.imports.add("from rvm.runtime.native.conv import conv2d_dot")
         kb.root.lines.append(f"conv2d_dot({call})")
 
