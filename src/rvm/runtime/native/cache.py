@@ -82,11 +82,13 @@ def _is_module(name: str) -> bool:
         return False
 
 
-def imported_modules(source: str) -> list[str]:
+@functools.lru_cache(maxsize=1024)
+def imported_modules(source: str) -> tuple[str, ...]:
     """The rvm modules `source` imports at module level, and those these import (sorted).
 
     ``from rvm.runtime.native import blas`` counts `rvm.runtime.native` and
-    `rvm.runtime.native.blas`.
+    `rvm.runtime.native.blas`. Found once per source and process (compiling and loading a
+    kernel both ask), as the modules' sources are read once.
     """
     seen: set[str] = set()
     todo = [source]
@@ -100,7 +102,7 @@ def imported_modules(source: str) -> list[str]:
                 if name not in seen:
                     seen.add(name)
                     todo.append(module_source(name))
-    return sorted(seen)
+    return tuple(sorted(seen))
 
 
 def source_hash(source: str) -> str:
