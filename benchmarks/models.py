@@ -1,6 +1,6 @@
 """Benchmark of the 9 light ONNX CNNs (random weights) with jit kernels against ONNX Runtime.
 
-Run: ``python benchmarks/models.py [--only squeezenet,vgg19] [--runs 3] [--no-speed]
+Run: ``python benchmarks/models.py [--only squeezenet,vgg19] [--runs 3] [--no-speed] [--no-first]
 [--src DIR]``. ``--src`` names the rvm sources the measured processes import (default: this
 checkout's ``src``), to measure another version with the same script. Prints a table, writes
 ``benchmarks/results/models.json`` (``--name``) and a bar chart of rvm/ORT per model
@@ -11,9 +11,12 @@ checkout's ``src``), to measure another version with the same script. Prints a t
   (its own ``RVM_CACHE_DIR``), wall and CPU seconds, the median of ``--runs`` processes. CPU
   seconds are what a loaded, shared machine distorts least; ``+help`` is the CPU of the helper
   processes that compiled kernels alongside (`rvm.jit.parallel`). rvm's own library code
-  (``rvm.runtime.native.conv``, ``.pool``, ``.blas``...) is compiled once per install and
-  kept in Numba's cache beside it, as any prebuilt runtime library; the first run after an
-  install pays for it.
+  (``rvm.runtime.native.conv``, ``.pool``, ``.mathlib``...) is compiled once per install and
+  kept in Numba's cache beside it, as any prebuilt runtime library (only the entry points and
+  dtypes a model uses are built); ``cold`` has it cached.
+- **1st** (unless ``--no-first``): the cold compile of the first run after an install, with
+  rvm's library not compiled either: one process whose Numba cache (``NUMBA_CACHE_DIR``) is
+  empty too, wall seconds and CPU (this process's and its helpers').
 - **warm**: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call, with the cache the
   cold run filled. The first call's outputs (logits and probabilities) are checked against
   ONNX Runtime's: a wrong model fails the run.
@@ -66,10 +69,15 @@ WARM_GOAL_S = {"squeezenet": 1.0}
 CHILD = Path(__file__).with_name("model_child.py")
 
 
-def _child(what: str, src: Path, model: Path, inputs: Path, cache: Path) -> dict:
-    """One fresh-process measurement (see `model_child.py`); a failing child fails the run."""
+def _child(
+    what: str, src: Path, model: Path, inputs: Path, cache: Path, numba_cache: Path | None = None
+) -> dict:
+    """One fresh-process measurement (see `model_child.py`); a failing child fails the run.
+    ``numba_cache``: an empty folder for Numba's cache (rvm's library not compiled yet)."""
     result = cache.with_name(f"{cache.name}_{what}.json")
     env = {**os.environ, "RVM_CACHE_DIR": str(cache), "PYTHONPATH": str(src)}
+    if numba_cache is not None:
+        env["NUMBA_CACHE_DIR"] = str(numba_cache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # rvm's modules byte-compiled, as when installed
     cmd = [sys.executable, str(CHILD), what, str(model), str(inputs), str(result)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -102,6 +110,10 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         "rel_err_vs_ort": errors,
         "runs": args.runs,
     }
+    if args.first:
+        first = _child("cold", *run, work / f"{name}_first", numba_cache=work / f"{name}_numba")
+        row["first_s"] = first["wall_s"]
+        row["first_cpu_s"] = first["cpu_s"] + first["cpu_helpers_s"]
     if args.speed:
         speed = _child("speed", *run, cache)
         row.update({k: v for k, v in speed.items() if k.endswith("_ms")})
@@ -117,10 +129,14 @@ def _goal(value: float, goal: float | None) -> str:
     return "" if goal is None else ("ok" if value <= goal else "MISS")
 
 
+def _fmt(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.2f}"
+
+
 def _table(rows: dict[str, dict]) -> str:
     head = (
-        f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'warm s':>8}"
-        f"{'cpu s':>7}"
+        f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'1st s':>7}"
+        f"{'cpu s':>7}{'warm s':>8}{'cpu s':>7}"
         f"{'':>5}{'rvm bc':>8}{'rvm cm':>8}{'ORT':>7}{'ORT 1t':>8}{'rvm/ORT':>8}"
         f"{'RSS MB':>8}{'ORT MB':>8}"
     )
@@ -129,7 +145,9 @@ def _table(rows: dict[str, dict]) -> str:
         line = (
             f"{name:<14}{r['cold_s']:>8.2f}{r['cold_cpu_s']:>7.2f}"
             f"{r['cold_helpers_cpu_s']:>7.2f}{r['tvm_build_s']:>7.1f}"
-            f"{_goal(r['cold_s'], r['tvm_build_s']):>5}{r['warm_s']:>8.2f}{r['warm_cpu_s']:>7.2f}"
+            f"{_goal(r['cold_s'], r['tvm_build_s']):>5}"
+            f"{_fmt(r.get('first_s'), 7)}{_fmt(r.get('first_cpu_s'), 7)}"
+            f"{r['warm_s']:>8.2f}{r['warm_cpu_s']:>7.2f}"
             f"{_goal(r['warm_s'], WARM_GOAL_S.get(name)):>5}"
         )
         if "ort_ms" in r:
@@ -140,7 +158,9 @@ def _table(rows: dict[str, dict]) -> str:
             )
         lines.append(line)
     lines.append("(times in ms per call for rvm bytecode/compiled mode and ORT; rvm/ORT: the")
-    lines.append(" faster rvm mode over ORT with default options; RSS: the speed process)")
+    lines.append(" faster rvm mode over ORT with default options; RSS: the speed process;")
+    lines.append(" 1st: the first cold compile after an install, rvm's library compiled too,")
+    lines.append(" its cpu with the helpers')")
     return "\n".join(lines)
 
 
@@ -171,6 +191,12 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(LIGHT_MODELS), help="comma-separated models")
     parser.add_argument("--runs", type=int, default=1, help="processes per cold/warm figure")
     parser.add_argument("--no-speed", dest="speed", action="store_false", help="compile only")
+    parser.add_argument(
+        "--no-first",
+        dest="first",
+        action="store_false",
+        help="skip the first-after-install cold compile (rvm's library compiled too)",
+    )
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="rvm sources to measure")
     parser.add_argument("--name", default="models", help="results file name (no suffix)")
     args = parser.parse_args()

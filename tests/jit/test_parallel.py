@@ -61,6 +61,26 @@ def test_precompile_with_a_helper(tmp_path: Path, monkeypatch) -> None:
     assert parallel.precompile(recs) == 0  # nothing missing any more
 
 
+def test_precompile_with_numba_cache_dir(tmp_path: Path, monkeypatch) -> None:
+    """With ``NUMBA_CACHE_DIR`` set, Numba keeps the object code there, not beside the kernel
+    file: the cache still sees it, so a second compile finds nothing missing."""
+    from numba.core import config
+
+    numba_dir = tmp_path / "numba"
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "rvm"))
+    monkeypatch.setenv("RVM_JIT_WORKERS", "1")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(numba_dir))  # the helper's
+    monkeypatch.setattr(config, "CACHE_DIR", str(numba_dir))  # this process's
+    funcs, recs = _records("numba_dir")
+    assert parallel.precompile(recs) == 1
+    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    assert not (tmp_path / "rvm" / "kernels" / "__pycache__").exists()
+    stems = {kernel_path(r.source).stem for r in recs}
+    assert {f.name.split(".")[0] for f in numba_dir.rglob("k_*.nbi")} == stems
+    _check(funcs, recs)
+    assert parallel.precompile(recs) == 0
+
+
 def test_a_helper_that_fails_changes_nothing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("RVM_JIT_WORKERS", "1")
@@ -85,3 +105,45 @@ def test_how_many_helpers(env, cpus, missing, want, monkeypatch) -> None:
     monkeypatch.setenv("RVM_JIT_WORKERS", env)
     monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
     assert parallel.workers(missing) == want
+
+
+def _conv_source(tag: str, dtype: str = "float32") -> str:
+    x, w = var("x", (1, 2, 5, 5), dtype), var("w", (2, 2, 3, 3), dtype)
+    func = prim([x, w], op.conv2d(x, w, padding=1) * 2.0)
+    return jit_kernel(f"k_{tag}", func, "return", generic=False).source
+
+
+def test_work_builds_entry_points_first_then_kernels_calling_none_first(tmp_path) -> None:
+    from rvm.runtime.native import entry
+
+    _, recs = _records("work")
+    sources = {tmp_path / "conv.py": _conv_source("work"), tmp_path / "tanh.py": recs[0].source}
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    order = list(parallel._work(claims, sources, lambda: False))
+    assert order == [tmp_path / "tanh.py", tmp_path / "conv.py"]
+    assert (claims / "entry-conv2d-float32.done").exists()
+    assert ("conv2d", "float32") in entry.required()
+
+
+def test_work_waits_for_an_entry_point_another_process_builds(tmp_path) -> None:
+    """A kernel calling an entry point another process claimed is handed out only once that
+    process says it is built (a file), not while it is still building it."""
+    import threading
+
+    path = tmp_path / "conv.py"
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    assert parallel.claim(claims, Path("entry-conv2d-float64"))  # "another process" has it
+    done = claims / "entry-conv2d-float64.done"
+    timer = threading.Timer(0.2, done.touch)
+    timer.start()
+    work = parallel._work(claims, {path: _conv_source("wait", "float64")}, lambda: True)
+    assert next(work) == path and done.exists()
+    timer.join()
+    # With nobody left to build it, nothing waits.
+    other = tmp_path / "other"
+    other.mkdir()
+    assert parallel.claim(other, Path("entry-conv2d-float64"))
+    work = parallel._work(other, {path: _conv_source("wait", "float64")}, lambda: False)
+    assert next(work) == path and not (other / "entry-conv2d-float64.done").exists()

@@ -19,7 +19,7 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.layout import reshape_to
 from rvm.jit.reduce import _init
 from rvm.jit.scalar import convert, lit
-from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, int_args, product
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, product
 from rvm.op import ops
 
 
@@ -96,13 +96,12 @@ def _library_pool(kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, in
     t = Tensor(dims, x.dtype, kind="anchor")
     (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
     ceil, pads = attrs["ceil_mode"], attrs["padding"]
-    args = int_args(int(kind == "max"), kh, kw, sh, sw, dh, dw, *pads, int(ceil), int(include))
+    params = (int(kind == "max"), kh, kw, sh, sw, dh, dw, *pads, int(ceil), int(include))
 
     def fill() -> None:
         t.array = kb.buffer(dims, x.dtype, t.array)
         xv = kb.materialize(x)
-        kb.imports.add("from rvm.runtime.native.pool import pool2d")
-        kb.root.lines.append(f"pool2d({xv}, {t.array}, {args})")
+        kb.call_entry("pool2d", (xv, t.array), params, x.dtype)
 
     t.fill = fill
     return t

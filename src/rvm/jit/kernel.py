@@ -22,6 +22,7 @@ from rvm.jit.te import (
     is_int,
     shape_tuple,
 )
+from rvm.runtime.native import entry
 
 
 class KernelBuilder(Emitter):
@@ -34,6 +35,23 @@ class KernelBuilder(Emitter):
         self.sizes: dict[int, str] = {}  # fixed sizes read at run time -> their symbols
         self.op = "kernel"
         self.imports: set[str] = set()  # extra import lines of the kernel module
+        # Library entry points (name, dtype) the kernel calls: its module requires them at
+        # import, before its function is compiled or loaded (`rvm.runtime.native.entry`).
+        self.entries: set[tuple[str, str]] = set()
+
+    def call_entry(
+        self, name: str, arrays: Sequence[str], params: Sequence[object], dtype: str
+    ) -> None:
+        """A call of the library's entry point ``name`` (`rvm.runtime.native.entry`) on the 4-d
+        arrays ``arrays`` of ``dtype`` and the int ``params``, raising ValueError when the
+        library finds their shapes do not match. The kernel's module requires the entry point
+        at import, so its cached object code links."""
+        self.imports.add(f"from {entry.MODULES[name]} import entry_call as {name}_entry")
+        self.entries.add((name, dtype))
+        values = "".join(f"np.int64({v}), " for v in params)
+        self.root.lines.append(f"if {name}_entry(({', '.join(arrays)},), ({values})) != 0:")
+        message = f"{self.kernel}: {name}: the operands' shapes do not match the geometry"
+        self.root.lines.append(f"    raise ValueError({message!r})")
 
     # -- parameters ----------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.op import ops
 from rvm.runtime.executable import KernelRecord
+from rvm.runtime.native.entry import require_line
 
 logger = logging.getLogger("rvm.jit")
 
@@ -355,8 +356,10 @@ class _KernelLowering:
             "",
             "from rvm.runtime.native.mathlib import exp32, sigmoid32, tanh32",
             *sorted(self.kb.imports),
+            *(["from rvm.runtime.native.entry import require"] if self.kb.entries else []),
             "",
             "CACHE = True",
+            *(require_line(n, d) for n, d in sorted(self.kb.entries)),
             *self.consts,
             f"SIGNATURE = {sig}",
             "",

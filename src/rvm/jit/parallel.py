@@ -13,6 +13,12 @@ fresh claims directory): the parent takes the list from the front, the helpers f
 The helpers are only an accelerator: one that fails or dies leaves its kernels uncompiled,
 and loading them compiles them in the parent, which reports any error as usual.
 
+The library entry points the kernels call (`rvm.runtime.native.entry`; seconds of LLVM each
+when Numba's cache does not have them yet, as on the first run after an install) are claimed
+the same way, before any kernel: one process builds each while the others compile kernels
+that call none, and a kernel that calls one waits until its builder is done (then loads it
+from the cache), rather than every process building the same entry point at once.
+
 Helpers run when at least `MIN_MISSING` kernels are missing and the machine has more than one
 CPU: ``os.cpu_count() - 1`` of them (at most `MAX_WORKERS`), or ``RVM_JIT_WORKERS`` (0 turns
 them off). A helper costs a Python start and Numba's initialization (about a second of CPU).
@@ -27,16 +33,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rvm.runtime.executable import KernelRecord
 from rvm.runtime.native.cache import has_object_code, kernel_path, write_entry
+from rvm.runtime.native.entry import require, required_by
 
 logger = logging.getLogger("rvm.jit")
 
 MIN_MISSING = 3
 MAX_WORKERS = 4
+ENTRY_WAIT_S = 600.0  # at most, for another process building an entry point; then build it
 
 
 def workers(missing: int) -> int:
@@ -82,10 +90,14 @@ def precompile(records: Sequence[KernelRecord]) -> int:
         write_entry(path, rec.source)
     claims = Path(tempfile.mkdtemp(prefix="rvm-claims-"))
     procs = [_spawn(claims, list(reversed(missing))) for _ in range(n)]
+
+    def helping() -> bool:
+        return any(p is not None and p.poll() is None for p in procs)
+
     try:
-        for path, rec in missing.items():
-            if claim(claims, path):
-                load_kernel(rec)
+        sources = {path: rec.source for path, rec in missing.items()}
+        for path in _work(claims, sources, helping):
+            load_kernel(missing[path])
     finally:
         for proc in procs:
             if proc is not None:
@@ -98,6 +110,34 @@ def precompile(records: Sequence[KernelRecord]) -> int:
         sum(p is not None for p in procs),
     )
     return n
+
+
+def _work(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> Iterator[Path]:
+    """This process's share of the work, in ``sources``' order: it builds each entry point
+    the kernels call that it claims, then yields each kernel file it claims once the entry
+    points it calls are built (by whichever process claimed them; ``others()``: whether any
+    other process may still be building one). Kernels calling no entry point come first."""
+    entries = list(dict.fromkeys(e for src in sources.values() for e in required_by(src)))
+    for name, dtype in entries:
+        if claim(claims, Path(f"entry-{name}-{dtype}")):
+            try:
+                require(name, dtype)
+            except Exception:  # noqa: BLE001, S110 - the kernels needing it compile it and report
+                pass
+            finally:
+                (claims / f"entry-{name}-{dtype}.done").touch()
+    for path in sorted(sources, key=lambda p: bool(required_by(sources[p]))):
+        if claim(claims, path):
+            for name, dtype in required_by(sources[path]):
+                _await(claims / f"entry-{name}-{dtype}.done", others)
+            yield path
+
+
+def _await(done: Path, others: Callable[[], bool]) -> None:
+    """Wait until the file ``done`` exists, no other process may write it, or `ENTRY_WAIT_S`."""
+    deadline = time.monotonic() + ENTRY_WAIT_S
+    while not done.exists() and others() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _spawn(claims: Path, paths: list[Path]) -> subprocess.Popen | None:
@@ -124,17 +164,23 @@ def _spawn(claims: Path, paths: list[Path]) -> subprocess.Popen | None:
 
 
 def _main(argv: list[str]) -> None:
-    """A helper: compile each kernel file of ``argv[1:]`` it claims in ``argv[0]``."""
+    """A helper: compile each kernel file of ``argv[1:]`` it claims in ``argv[0]`` (and the
+    entry points they call that it claims first)."""
     from rvm.runtime.native.loader import exec_kernel_file
 
     claims = Path(argv[0])
+    parent = os.getppid()
+    sources = {}
     for name in argv[1:]:
-        path = Path(name)
-        if claim(claims, path):
-            try:
-                exec_kernel_file(path)
-            except Exception:  # noqa: BLE001, S112 - the parent compiles it again and reports
-                continue
+        try:
+            sources[Path(name)] = Path(name).read_text()
+        except OSError:
+            continue
+    for path in _work(claims, sources, lambda: os.getppid() == parent):
+        try:
+            exec_kernel_file(path)
+        except Exception:  # noqa: BLE001, S112 - the parent compiles it again and reports
+            continue
 
 
 if __name__ == "__main__":

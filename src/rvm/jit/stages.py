@@ -191,7 +191,7 @@ def _conv(nsp: int):
             ov = t.array
             if nsp == 1:
                 ov = _view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
-            _emit_conv(kb, xv, wv, ov, groups, g2)
+            _emit_conv(kb, xv, wv, ov, groups, g2, out)
 
         t.fill = fill
         return t
@@ -199,14 +199,15 @@ def _conv(nsp: int):
     return lower
 
 
-def _emit_conv(kb, x, w, out, groups, geo) -> None:
-    """A call of the convolution library (`rvm.runtime.native.conv`) on 4-d views."""
+def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
+    """A call of the convolution library (`rvm.runtime.native.conv`) on 4-d views of
+    ``dtype``."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
-    call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
     if blas.AVAILABLE:
-        kb.imports.add("from rvm.runtime.native.conv import conv2d")
-        kb.root.lines.append(f"conv2d({call}, {int_args(SHIFT_MIN_CHANNELS)})")
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, SHIFT_MIN_CHANNELS)
+        kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
+        call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
         kb.imports.add("from rvm.runtime.native.conv import conv2d_dot")
         kb.root.lines.append(f"conv2d_dot({call})")
 

@@ -2,17 +2,17 @@
 
 Kernel source is written to ``<cache dir>/kernels/k_<hash>.py`` and imported as a module, and its
 function is compiled with ``cache=True``, so Numba stores the object code in the ``__pycache__``
-folder next to it and a second process loads that instead of compiling (Numba cannot cache
-functions of ``exec``'d source, numba#3501, hence real files). The hash covers the source, the rvm,
-Numba and llvmlite versions, the host CPU's name and features, and the source of every rvm module
-the kernel imports (``from rvm.runtime.native.mathlib import exp32``, read off the kernel's own
-import lines, and the rvm modules those import in turn), so a file is never reused for another
-compiler or machine, or after a change to code the kernel calls (Numba's object code has the
-intrinsics of `rvm.runtime.native.mathlib` and `rvm.runtime.native.blas` compiled in). Writes go to
-a temporary file first and are moved in place with ``os.replace`` (atomic; two processes writing
-the same entry write the same bytes). The cache directory is read from the environment when asked
-for (`cache_dir`), never at import: ``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else
-``~/.cache/rvm``.
+folder next to it (or under ``NUMBA_CACHE_DIR``, `object_code_dir`) and a second process loads that
+instead of compiling (Numba cannot cache functions of ``exec``'d source, numba#3501, hence real
+files). The hash covers the source, the rvm, Numba and llvmlite versions, the host CPU's name and
+features, and the source of every rvm module the kernel imports (``from rvm.runtime.native.mathlib
+import exp32``, read off the kernel's own import lines, and the rvm modules those import in turn),
+so a file is never reused for another compiler or machine, or after a change to code the kernel
+calls (Numba's object code has the intrinsics of `rvm.runtime.native.mathlib` and
+`rvm.runtime.native.blas` compiled in). Writes go to a temporary file first and are moved in place
+with ``os.replace`` (atomic; two processes writing the same entry write the same bytes). The cache
+directory is read from the environment when asked for (`cache_dir`), never at import:
+``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else ``~/.cache/rvm``.
 """
 
 from __future__ import annotations
@@ -82,11 +82,13 @@ def _is_module(name: str) -> bool:
         return False
 
 
-def imported_modules(source: str) -> list[str]:
+@functools.lru_cache(maxsize=1024)
+def imported_modules(source: str) -> tuple[str, ...]:
     """The rvm modules `source` imports at module level, and those these import (sorted).
 
     ``from rvm.runtime.native import blas`` counts `rvm.runtime.native` and
-    `rvm.runtime.native.blas`.
+    `rvm.runtime.native.blas`. Found once per source and process (compiling and loading a
+    kernel both ask), as the modules' sources are read once.
     """
     seen: set[str] = set()
     todo = [source]
@@ -100,7 +102,7 @@ def imported_modules(source: str) -> list[str]:
                 if name not in seen:
                     seen.add(name)
                     todo.append(module_source(name))
-    return sorted(seen)
+    return tuple(sorted(seen))
 
 
 def source_hash(source: str) -> str:
@@ -144,17 +146,31 @@ def write_entry(path: Path, source: str) -> bool:
     return True
 
 
+def object_code_dir(path: Path) -> Path:
+    """The folder where Numba caches the object code of the kernel file ``path``: the
+    ``__pycache__`` beside it, or its mirror under ``NUMBA_CACHE_DIR`` when that is set
+    (Numba's own rule, `numba.core.caching.UserProvidedCacheLocator`)."""
+    from numba.core import config
+    from numba.core.caching import UserProvidedCacheLocator
+
+    if config.CACHE_DIR:
+        return Path(config.CACHE_DIR) / UserProvidedCacheLocator.get_suitable_cache_subpath(
+            str(path)
+        )
+    return path.parent / "__pycache__"
+
+
 def has_object_code(path: Path) -> bool:
     """Whether Numba's cached object code of the kernel file ``path`` is there (its index)."""
-    pycache = path.parent / "__pycache__"
-    return pycache.is_dir() and any(pycache.glob(f"{path.stem}.*.nbi"))
+    folder = object_code_dir(path)
+    return folder.is_dir() and any(folder.glob(f"{path.stem}.*.nbi"))
 
 
 def drop_object_code(path: Path) -> None:
     """Remove Numba's cached object code of the kernel file ``path``."""
-    pycache = path.parent / "__pycache__"
-    if pycache.is_dir():
-        for f in pycache.glob(f"{path.stem}.*"):
+    folder = object_code_dir(path)
+    if folder.is_dir():
+        for f in folder.glob(f"{path.stem}.*"):
             f.unlink(missing_ok=True)
 
 

@@ -307,16 +307,19 @@ def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
 
 
 entry.export("conv2d", _entry)
-_call = entry.caller("conv2d", 10)
+# What kernels call (`rvm.runtime.native.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+entry_call = entry.caller("conv2d", 10)
 
 
-@nb.njit(nogil=True, cache=True)
+# For Python callers (kernels call `entry_call`). Not cached: compiling it types the call, which
+# registers the entry point (`entry.require`); cached object code would be linked without it.
+@nb.njit(nogil=True)
 def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
     """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS;
     shifted GEMMs from ``min_shift`` input channels per group."""
     i = np.int64
     params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr), i(min_shift))
-    if _call((x, w, out), params) != 0:
+    if entry_call((x, w, out), params) != 0:
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 
 

@@ -7,17 +7,26 @@ convolution). Instead each library function has a C entry point per float dtype 
 `rvm.runtime.native.blas` does with NumPy's CBLAS: a kernel calls the symbol like a C library, and a
 cached kernel's call is resolved when it is linked.
 
+An entry point is compiled (or loaded from Numba's cache) only for the dtypes a process uses,
+when first required: the first compile after an install then builds the float32 convolution
+alone, not every dtype's (each is seconds of LLVM). A kernel that calls one requires it at
+import (its generated source has ``require("conv2d", "float32")`` before its function), so the
+symbol is registered before a cached kernel is linked; typing a call requires it too.
+
 Every entry point has one C signature, so one caller serves them all: three data pointers
 (up to three 4-d arrays of the dtype; null past the last), their dims (an int64 array of
 12), the integer parameters (an int64 array), and an int64 status back (0: done).
 
-- `export(name, body)` compiles ``body(a, b, c, dims, params)`` as entry point ``name``;
+- `export(name, body)` declares ``body(a, b, c, dims, params)`` as entry point ``name``;
+- `require(name, dtype)` compiles and registers it for ``dtype``, once per process;
 - `caller(name, n_params)` is the intrinsic ``call((arrays...), (params...))`` that a jit
   function uses to call it.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable
 
 import numba as nb
@@ -26,13 +35,20 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
+from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
 DTYPES = ("float32", "float64")
 MAX_ARRAYS = 3
 NDIMS = 4
 
-_compiled: list = []  # the cfuncs, alive as long as their registered addresses
+# The library's entry points and the modules exporting them (imported by `require`).
+MODULES = {"conv2d": "rvm.runtime.native.conv", "pool2d": "rvm.runtime.native.pool"}
+# The line of a kernel's source that requires an entry point (see `required_by`).
+_REQUIRE = re.compile(r"^require\('(\w+)', '(\w+)'\)$", re.MULTILINE)
+
+_bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
+_compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
 
 
 def symbol(name: str, dtype: str) -> str:
@@ -41,14 +57,53 @@ def symbol(name: str, dtype: str) -> str:
 
 
 def export(name: str, body: Callable[..., int]) -> None:
-    """Compile ``body(a, b, c, dims, params) -> int`` (module level, for Numba's cache) as
-    the C entry point ``name`` of each float dtype and register its symbols."""
-    for dtype in DTYPES:
+    """Declare ``body(a, b, c, dims, params) -> int`` (module level, for Numba's cache) as the
+    C entry point ``name``; `require` compiles it for a dtype."""
+    _bodies[name] = body
+
+
+def require(name: str, dtype: str) -> None:
+    """Compile entry point ``name`` for ``dtype`` (or load it from Numba's cache) and register
+    its symbol, unless this process already has.
+
+    Raises:
+        ValueError: ``name`` is not one of `MODULES`, or ``dtype`` not one of `DTYPES`.
+    """
+    if (name, dtype) in _compiled:
+        return
+    if name not in MODULES or dtype not in DTYPES:
+        raise ValueError(
+            f"no entry point {name!r} for {dtype!r}: entry points are {', '.join(MODULES)}, "
+            f"dtypes {', '.join(DTYPES)}"
+        )
+    if name not in _bodies:
+        importlib.import_module(MODULES[name])  # exports it
+    body = _bodies[name]
+    # Numba's own (reentrant) lock: typing a call requires the entry point while holding it.
+    with global_compiler_lock:
+        if (name, dtype) in _compiled:
+            return
         ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
         sig = nt.int64(ptr, ptr, ptr, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
         cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         llvm.add_symbol(symbol(name, dtype), cfunc.address)
-        _compiled.append(cfunc)
+        _compiled[name, dtype] = cfunc
+
+
+def require_line(name: str, dtype: str) -> str:
+    """The statement of a kernel's source requiring entry point ``name`` for ``dtype`` (after
+    ``from rvm.runtime.native.entry import require``)."""
+    return f"require({name!r}, {dtype!r})"
+
+
+def required_by(source: str) -> list[tuple[str, str]]:
+    """The (entry point, dtype) pairs the kernel source ``source`` requires at import."""
+    return [(m.group(1), m.group(2)) for m in _REQUIRE.finditer(source)]
+
+
+def required() -> list[tuple[str, str]]:
+    """The (entry point, dtype) pairs this process has compiled or loaded."""
+    return sorted(_compiled)
 
 
 def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
@@ -64,6 +119,8 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
             return None
         if params.dtype != nt.int64:
             return None
+        dtype = str(arrays.types[0].dtype)
+        require(name, dtype)  # before the caller is linked
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             i64 = ir.IntType(64)
@@ -78,7 +135,6 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
             pvals = cgutils.unpack_tuple(builder, args[1], n_params)
             bufs = [_stack_array(builder, dims), _stack_array(builder, pvals)]
             fnty = ir.FunctionType(i64, [p.type for p in ptrs] + [b.type for b in bufs])
-            dtype = str(arrays.types[0].dtype)
             fn = cgutils.get_or_insert_function(builder.module, fnty, symbol(name, dtype))
             return builder.call(fn, ptrs + bufs)
 

@@ -116,14 +116,17 @@ def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
 
 
 entry.export("pool2d", _entry)
-_call = entry.caller("pool2d", 13)
+# What kernels call (`rvm.runtime.native.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+entry_call = entry.caller("pool2d", 13)
 
 
-@nb.njit(nogil=True, cache=True)
+# For Python callers (kernels call `entry_call`). Not cached: compiling it types the call, which
+# registers the entry point (`entry.require`); cached object code would be linked without it.
+@nb.njit(nogil=True)
 def pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
     """``out`` = the max or average pools of ``x`` (see the module docstring)."""
     i = np.int64
     window = (i(kh), i(kw), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr))
     params = (i(is_max), *window, i(ceil_mode), i(include_pad))
-    if _call((x, out), params) != 0:
+    if entry_call((x, out), params) != 0:
         raise ValueError("pool2d: the operands' shapes do not match the geometry")
