@@ -1,5 +1,6 @@
-"""Concatenations written in place (`rvm.transform.concat_plan`) give the same results as the
-NumPy reference in every exec mode and with every kernel backend, call after call."""
+"""Concatenations written in place (`rvm.transform.concat_plan`) and concat kernels (a tuple
+parameter) give the same results as the NumPy reference in every exec mode and with every
+kernel backend, call after call."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def test_concat_in_place_matches_reference(exec_mode, kernels):
     # c and e are written in place; f (one piece is the concat e) is copied.
     concats = sorted(name for name in ex.kernels if "concat" in name)
     assert len(concats) == 1, concats
+    assert ex.kernels[concats[0]].backend == kernels  # a tuple parameter lowers to jit too
     vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
     rng = np.random.default_rng(0)
     results, wants = [], []
