@@ -35,7 +35,7 @@ GEOMETRIES = [
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
 def test_pool2d_matches_reference(kind, include, dtype) -> None:
-    for shape in ((2, 3, 7, 9), (1, 2, 10, 5)):
+    for shape in ((2, 3, 7, 9), (1, 2, 10, 5), (1, 2, 23, 31)):
         x = rand(shape, dtype)
         for k, s, d, pads, ceil in GEOMETRIES:
             if kind == "max":
@@ -68,3 +68,15 @@ def test_float_pool_kernels_call_the_library_with_no_literals(kind, tmp_path, mo
         check(func, rand((2, 5, 11, 8)), kernel=kernel)
     for f in (pool.pool2d, conv.conv2d):
         assert not any("Literal" in str(sig) for sig in f.signatures), f.signatures
+
+
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (1, 2)])
+def test_max_pool2d_propagates_nan_as_the_reference(strides) -> None:
+    x = rand((1, 2, 9, 11))
+    x[0, 0, 4, 5] = np.nan
+    want = numpy_ref.max_pool2d(x, (3, 3), strides, (1, 1, 1, 1), (1, 1), False)
+    out = np.zeros(want.shape, dtype="float32")
+    pool.pool2d(x, out, 1, 3, 3, *strides, 1, 1, 1, 1, 1, 1, 0, 0)
+    assert np.isnan(want).any()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_allclose(out, want)

@@ -9,11 +9,15 @@ wins a max, and an average divides the sum of a window's input elements by their
 its padding elements with ``include_pad``; a ceil-mode window's overhang past the padding
 never counts). Averages sum in float64, as the reference does.
 
-Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled once,
-not again into each kernel. Each channel is copied into a plane that holds the padding value
-(-inf for max, 0 for average) around it, split into its stride phases, so each tap is one
-long vectorizable run (`rvm.runtime.native.planes`). The output size is checked against the geometry
-before any memory is touched (ValueError).
+Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled
+once, not again into each kernel. Every step is a unit-stride, vectorizable run: a strided read
+is not one. With unit column stride, each channel is copied into a plane that holds the
+padding value (-inf for max, 0 for average) around it, split by the row stride, and each tap
+is one run over the whole plane (`rvm.runtime.native.planes`). With a larger column stride,
+that split would be a slow strided copy of the input; the pools are separable instead: for
+each output row, its window rows are reduced column by column into a padded line, then the
+line's columns tap by tap, and the row takes every stride-th. The output size is checked
+against the geometry before any memory is touched (ValueError).
 """
 
 from __future__ import annotations
@@ -53,19 +57,120 @@ def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignor
 
 
 @nb.njit(**_OPTS)
-def _windows(flat, starts, acc, is_max):  # type: ignore[no-untyped-def]
-    """``acc`` (the output plane, flat, rows as wide as a phase's) = the max (``is_max``) or
-    the sum of every window, one run per tap (see `rvm.runtime.native.planes`)."""
-    run = U(acc.shape[0])
-    acc[:] = -np.inf if is_max else 0.0
-    for t in range(starts.shape[0]):
-        at = U(starts[t])
-        if is_max:
-            for r_ in range(run):
-                acc[r_] = np.maximum(acc[r_], flat[at + r_])
+def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore[no-untyped-def]
+    """``line[pl:pl + iw]`` = the max (``is_max``) or the sum, column by column, of the input
+    rows of output row ``p_``'s windows in the (ih, iw) channel at ``at`` of ``xf``; the
+    padding value when no row is in the input."""
+    dst, first = U(pl), True
+    for i_ in range(kh):
+        r = p_ * sh - pt + i_ * dh
+        if r < 0 or r >= ih:
+            continue
+        src = U(at + r * iw)
+        if first:
+            for c in range(U(iw)):
+                line[dst + c] = xf[src + c]
+            first = False
+        elif is_max:
+            for c in range(U(iw)):
+                line[dst + c] = np.maximum(line[dst + c], xf[src + c])
         else:
-            for r_ in range(run):
-                acc[r_] += flat[at + r_]
+            for c in range(U(iw)):
+                line[dst + c] += xf[src + c]
+    if first:
+        for c in range(U(iw)):
+            line[dst + c] = -np.inf if is_max else 0.0
+
+
+@nb.njit(**_OPTS)
+def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
+    """``acc[s]`` = the max or the sum of ``line[s + j * dw]`` over the taps j, for s < n:
+    every window start, ``sw`` of them apart from 0."""
+    for s in range(U(n)):
+        acc[s] = line[s]
+    for j in range(1, kw):
+        off = U(j * dw)
+        if is_max:
+            for s in range(U(n)):
+                acc[s] = np.maximum(acc[s], line[s + off])
+        else:
+            for s in range(U(n)):
+                acc[s] += line[s + off]
+
+
+@nb.njit(**_OPTS)
+def _emit_row(of, dst, acc, src, step, ow, rows_p, cols, is_max):  # type: ignore[no-untyped-def]
+    """Output row at ``dst`` of ``of`` = ``acc[src + q * step]`` for q < ow (averages divided
+    by their counts: ``rows_p`` times ``cols[q]``)."""
+    dst, src, step = U(dst), U(src), U(step)
+    if is_max:
+        for q_ in range(U(ow)):
+            of[dst + q_] = acc[src + q_ * step]
+    else:
+        for q_ in range(U(ow)):
+            of[dst + q_] = acc[src + q_ * step] / max(rows_p * cols[q_], 1.0)
+
+
+@nb.njit(**_OPTS)
+def _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi`` (flat n * c index), output row by output row: the window rows
+    reduced column by column into ``line`` (its first ``pl`` and its last entries hold the
+    padding value), then the window columns into ``acc``, of which the row takes every
+    ``sw``-th."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    line[:] = -np.inf if is_max else 0.0
+    for plane in range(lo, hi):
+        for p_ in range(oh):
+            _rows(xf, plane * ih * iw, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max)
+            _cols(line, acc, (ow - 1) * sw + 1, kw, dw, is_max)
+            _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, rows[p_], cols, is_max)
+
+
+@nb.njit(**_OPTS)
+def _phased(x, out, lo, hi, flat, starts, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi`` with unit column stride: each copied into the padded plane
+    ``flat`` split by the row stride (`rvm.runtime.native.planes`; a unit-stride copy), then
+    one run over the whole plane per tap into ``acc`` (rows as wide as a phase's)."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    run = U(oh * wq)
+    for plane in range(lo, hi):
+        padded_phases(xf, plane * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
+        acc[:] = -np.inf if is_max else 0.0
+        for t in range(starts.shape[0]):
+            at = U(starts[t])
+            if is_max:
+                for r_ in range(run):
+                    acc[r_] = np.maximum(acc[r_], flat[at + r_])
+            else:
+                for r_ in range(run):
+                    acc[r_] += flat[at + r_]
+        for p_ in range(oh):
+            _emit_row(of, (plane * oh + p_) * ow, acc, p_ * wq, 1, ow, rows[p_], cols, is_max)
+
+
+@nb.njit(**_OPTS)
+def _planes(x, out, lo, hi, rows, cols, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_phased` when the
+    column stride is 1 (its runs span whole planes), else `_separable` (it reads the input
+    in place, where splitting it by a column stride is a slow strided copy)."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    oh, ow, iw = out.shape[2], out.shape[3], x.shape[3]
+    pad = -np.inf if is_max else 0.0
+    if sw == 1:
+        hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+        flat = np.full(sh * hq * wq, pad, dtype=x.dtype)
+        starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
+        acc = np.empty(oh * wq, dtype=acc_dtype)
+        _phased(x, out, lo, hi, flat, starts, acc, rows, cols, is_max, window)
+    else:
+        width = max(pl + iw, (ow - 1) * sw + (kw - 1) * dw + 1)
+        line, acc = np.empty(width, dtype=acc_dtype), np.empty(width, dtype=acc_dtype)
+        _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window)
 
 
 @nb.njit(**_OPTS)
@@ -79,29 +184,13 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return False
     if n * c * oh * ow == 0:
         return True
-    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
-    flat = np.full(sh * sw * hq * wq, -np.inf if is_max else 0.0, dtype=x.dtype)
-    starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
-    top = np.empty(oh * wq, dtype=x.dtype)  # the maxima (rows wq wide)
-    total = np.empty(oh * wq, dtype=np.float64)  # the sums
     rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
     cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
-    xf, of = x.reshape(x.size), out.reshape(out.size)
-    for plane in range(n * c):
-        padded_phases(xf, plane * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
-        at = plane * oh * ow
-        if is_max:
-            _windows(flat, starts, top, True)
-        else:
-            _windows(flat, starts, total, False)
-        for p_ in range(oh):
-            dst, src = U(at + p_ * ow), U(p_ * wq)
-            if is_max:
-                for q_ in range(U(ow)):
-                    of[dst + q_] = top[src + q_]
-            else:
-                for q_ in range(U(ow)):
-                    of[dst + q_] = total[src + q_] / max(rows[p_] * cols[q_], 1.0)
+    window = (kh, kw, sh, sw, dh, dw, pt, pl)
+    if is_max:  # maxima in the input's dtype, sums in float64
+        _planes(x, out, 0, n * c, rows, cols, True, window, x.dtype)
+    else:
+        _planes(x, out, 0, n * c, rows, cols, False, window, np.float64)
     return True
 
 
