@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.runtime.native import entry
+from rvm.runtime.native import entry, parfor
 from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -174,8 +174,40 @@ def _planes(x, out, lo, hi, rows, cols, is_max, window, acc_dtype):  # type: ign
 
 
 @nb.njit(**_OPTS)
+def _range(x, out, lo, hi, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi`` (flat n * c index) of the pools."""
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
+    cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
+    window = (kh, kw, sh, sw, dh, dw, pt, pl)
+    if is_max:  # maxima in the input's dtype, sums in float64
+        _planes(x, out, lo, hi, rows, cols, True, window, x.dtype)
+    else:
+        _planes(x, out, lo, hi, rows, cols, False, window, np.float64)
+
+
+_JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
+
+
+def _task(args, dims, like, data):  # type: ignore[no-untyped-def]
+    """One chunk of channels of a pool split over threads (`rvm.runtime.native.parfor`)."""
+    job, k = parfor.job(data), parfor.chunk(args)
+    n, c, ih, iw, oh, ow = job[3], job[4], job[5], job[6], job[7], job[8]
+    x = parfor.array_at(job[1], (n, c, ih, iw), like)
+    out = parfor.array_at(job[2], (n, c, oh, ow), like)
+    f = job[9:21]
+    lo, hi = k * n * c // job[21], (k + 1) * n * c // job[21]
+    _range(x, out, lo, hi, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11])
+
+
+parfor.export_task("pool2d", _task)
+_run = parfor.runner("pool2d")
+
+
+@nb.njit(**_OPTS)
 def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
-    """`pool2d`'s work; False when the shapes disagree with the geometry."""
+    """`pool2d`'s work, over channels split between threads when it is large; False when the
+    shapes disagree with the geometry."""
     n, c, ih, iw = x.shape
     oh, ow = out.shape[2], out.shape[3]
     ok = min(kh, kw, sh, sw, dh, dw) > 0 and out.shape[0] == n and out.shape[1] == c
@@ -184,13 +216,14 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return False
     if n * c * oh * ow == 0:
         return True
-    rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
-    cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
-    window = (kh, kw, sh, sw, dh, dw, pt, pl)
-    if is_max:  # maxima in the input's dtype, sums in float64
-        _planes(x, out, 0, n * c, rows, cols, True, window, x.dtype)
-    else:
-        _planes(x, out, 0, n * c, rows, cols, False, window, np.float64)
+    flags = (is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad)
+    chunks = min(parfor.threads(), n * c)
+    if chunks < 2 or n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
+        _range(x, out, 0, n * c, *flags)
+        return True
+    job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow,
+                    *flags, chunks), dtype=np.int64)  # fmt: skip
+    _run(x, np.arange(chunks, dtype=np.int64), job)
     return True
 
 
