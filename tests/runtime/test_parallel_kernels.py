@@ -1,4 +1,4 @@
-"""Library loops split over threads (`rvm.runtime.native.parfor`): large pools run on
+"""Library loops split over threads (`rvm.runtime.native.parfor`): large pools and lrn run on
 Numba's thread pool, give the reference's results from several VMs in several threads at
 once, and run on one thread when `rvm.set_num_threads(1)` says so."""
 
@@ -26,7 +26,8 @@ class M:
         m = op.max_pool2d(x, pool_size=3, strides=2, padding=(1, 0, 1, 1), ceil_mode=True)
         a = op.avg_pool2d(x, pool_size=2, strides=2, count_include_pad=True)
         s = op.max_pool2d(x, pool_size=3, strides=1, padding=1)
-        return op.relu(m), a, s
+        n = op.lrn(x, size=5, alpha=0.001, beta=0.75, bias=1.0)
+        return op.relu(m), a, s, n
 """
 
 
@@ -34,7 +35,8 @@ def reference(x: np.ndarray) -> tuple[np.ndarray, ...]:
     m = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (1, 0, 1, 1), (1, 1), True)
     a = numpy_ref.avg_pool2d(x, (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, True)
     s = numpy_ref.max_pool2d(x, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
-    return np.maximum(m, 0), a, s
+    n = numpy_ref.lrn(x, size=5, axis=1, alpha=0.001, beta=0.75, bias=1.0)
+    return np.maximum(m, 0), a, s, n
 
 
 @pytest.fixture

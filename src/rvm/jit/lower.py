@@ -51,7 +51,6 @@ NO_JIT_COMPUTE = frozenset(
         "fmod",
         "gather_nd",
         "left_shift",
-        "lrn",
         "max_pool1d",
         "max_pool3d",
         "max_pool_indices",
