@@ -10,14 +10,21 @@ its padding elements with ``include_pad``; a ceil-mode window's overhang past th
 never counts). Averages sum in float64, as the reference does.
 
 Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled
-once, not again into each kernel. Every step is a unit-stride, vectorizable run: a strided read
-is not one. With unit column stride, each channel is copied into a plane that holds the
-padding value (-inf for max, 0 for average) around it, split by the row stride, and each tap
-is one run over the whole plane (`rvm.runtime.native.planes`). With a larger column stride,
-that split would be a slow strided copy of the input; the pools are separable instead: for
-each output row, its window rows are reduced column by column into a padded line, then the
-line's columns tap by tap, and the row takes every stride-th. The output size is checked
-against the geometry before any memory is touched (ValueError).
+once, not again into each kernel. Every step is a unit-stride, vectorizable run where it can
+be (a strided read is not one):
+
+- by default, channels are copied into planes that hold the padding value (-inf for max, 0
+  for average) around them, split by the strides, many small planes stacked, and each tap is
+  one run over the whole stack (`rvm.runtime.native.planes`);
+- for a column stride above 1 on a wide input, that split would be a slow strided copy; the
+  pools are separable instead: for each output row, its window rows are reduced column by
+  column into a padded line, then the line's columns tap by tap, and the row takes every
+  stride-th;
+- when the output keeps few of the positions a run would compute (global-like windows), window
+  by window.
+
+Large pools are split by channels over threads (`rvm.runtime.native.parfor`). The output
+size is checked against the geometry before any memory is touched (ValueError).
 """
 
 from __future__ import annotations
@@ -129,17 +136,25 @@ def _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window):  # type: 
 
 
 @nb.njit(**_OPTS)
-def _phased(x, out, lo, hi, flat, starts, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
-    """Channels ``lo`` to ``hi`` with unit column stride: each copied into the padded plane
-    ``flat`` split by the row stride (`rvm.runtime.native.planes`; a unit-stride copy), then
-    one run over the whole plane per tap into ``acc`` (rows as wide as a phase's)."""
+def _phased(x, out, lo, hi, k, flat, starts, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi``, ``k`` at a time: each copied into its padded plane split by
+    the strides (`rvm.runtime.native.planes`), the ``k`` planes stacked in each phase of
+    ``flat``, then one run over the whole stack per tap into ``acc`` (rows as wide as a
+    phase's; a plane's windows never reach the next plane, and the rows between the planes'
+    outputs are dropped). Small planes thus make long runs too."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     xf, of = x.reshape(x.size), out.reshape(out.size)
-    run = U(oh * wq)
-    for plane in range(lo, hi):
-        padded_phases(xf, plane * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
+    size = hq * wq  # one plane's share of a phase
+    for first in range(lo, hi, k):
+        m = min(k, hi - first)
+        for j in range(m):
+            plane = flat[j * size :]
+            padded_phases(
+                xf, (first + j) * ih * iw, ih, iw, plane, sh, sw, k * hq, wq, hp, wp, pt, pl
+            )
+        run = U((m - 1) * size + oh * wq)
         acc[:] = -np.inf if is_max else 0.0
         for t in range(starts.shape[0]):
             at = U(starts[t])
@@ -149,28 +164,70 @@ def _phased(x, out, lo, hi, flat, starts, acc, rows, cols, is_max, window):  # t
             else:
                 for r_ in range(run):
                     acc[r_] += flat[at + r_]
+        for j in range(m):
+            for p_ in range(oh):
+                dst, src = ((first + j) * oh + p_) * ow, j * size + p_ * wq
+                _emit_row(of, dst, acc, src, 1, ow, rows[p_], cols, is_max)
+
+
+@nb.njit(**_OPTS)
+def _direct(x, out, lo, hi, rows, cols, is_max, acc0, window):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi``, window by window (``acc0``: a zero of the accumulator's
+    dtype): for outputs much smaller than their windows' span (global-like pools), where a
+    run per tap would compute every position of the plane for the few kept."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    for plane in range(lo, hi):
         for p_ in range(oh):
-            _emit_row(of, (plane * oh + p_) * ow, acc, p_ * wq, 1, ow, rows[p_], cols, is_max)
+            for q_ in range(ow):
+                acc = acc0 - np.inf if is_max else acc0
+                for i_ in range(kh):
+                    r = p_ * sh - pt + i_ * dh
+                    if r < 0 or r >= ih:
+                        continue
+                    row = (plane * ih + r) * iw
+                    for j_ in range(kw):
+                        c = q_ * sw - pl + j_ * dw
+                        if 0 <= c < iw:
+                            v = xf[row + c]
+                            acc = np.maximum(acc, v) if is_max else acc + v
+                at = (plane * oh + p_) * ow + q_
+                of[at] = acc if is_max else acc / max(rows[p_] * cols[q_], 1.0)
+
+
+STACK = 4096
+"""Elements of a phase that `_phased` fills with stacked planes at a time (an L1-sized run)."""
+DIRECT_SPARSITY = 4
+"""`_planes` takes `_direct` when a plane's phase holds this many times the positions whose
+pools are kept (a 6 x 6 average of a 6 x 6 input keeps 1 row of 7)."""
+SEPARABLE_WIDTH = 24
+"""The input width from which a column stride above 1 takes `_separable`: below it, its
+per-row loops are too short, and the strided copy of `_phased` is cheap."""
 
 
 @nb.njit(**_OPTS)
 def _planes(x, out, lo, hi, rows, cols, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
-    """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_phased` when the
-    column stride is 1 (its runs span whole planes), else `_separable` (it reads the input
-    in place, where splitting it by a column stride is a slow strided copy)."""
+    """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_separable` for a
+    column stride above 1 on wide inputs (it reads the input in place, where splitting it by
+    the column stride is a slow strided copy), `_direct` for outputs much sparser than their
+    input, else `_phased`."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     oh, ow, iw = out.shape[2], out.shape[3], x.shape[3]
-    pad = -np.inf if is_max else 0.0
-    if sw == 1:
-        hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
-        flat = np.full(sh * hq * wq, pad, dtype=x.dtype)
-        starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
-        acc = np.empty(oh * wq, dtype=acc_dtype)
-        _phased(x, out, lo, hi, flat, starts, acc, rows, cols, is_max, window)
-    else:
+    if sw > 1 and iw >= SEPARABLE_WIDTH:
         width = max(pl + iw, (ow - 1) * sw + (kw - 1) * dw + 1)
         line, acc = np.empty(width, dtype=acc_dtype), np.empty(width, dtype=acc_dtype)
         _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window)
+        return
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    if oh * wq * DIRECT_SPARSITY <= hq * wq:
+        _direct(x, out, lo, hi, rows, cols, is_max, np.zeros(1, dtype=acc_dtype)[0], window)
+        return
+    k = max(1, min(hi - lo, STACK // (hq * wq)))
+    flat = np.full(sh * sw * k * hq * wq, -np.inf if is_max else 0.0, dtype=x.dtype)
+    starts = tap_starts(sh, sw, k * hq, wq, kh, kw, dh, dw)
+    acc = np.empty(k * hq * wq, dtype=acc_dtype)
+    _phased(x, out, lo, hi, k, flat, starts, acc, rows, cols, is_max, window)
 
 
 @nb.njit(**_OPTS)
