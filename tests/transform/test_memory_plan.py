@@ -201,7 +201,7 @@ def _concat_program(shape, axis, share_piece=False):
 
 
 def test_concat_of_contiguous_pieces_is_written_in_place():
-    after = _concat_program((1, 3, 4, 4), axis=1)
+    after = _concat_program((1, 3, 8, 8), axis=1)
     verify(after)
     top = after["main"].body
     calls = [c.args[0].name for c in vm_calls(top, "call_dps")]
@@ -209,15 +209,21 @@ def test_concat_of_contiguous_pieces_is_written_in_place():
     views = vm_calls(top, "alloc_tensor")
     storages = {v.args[0].name for v in views[:3]}
     assert len(storages) == 1  # both pieces and the concat are views of one block
-    assert [v.attrs["offset"] for v in views[:3]] == [0, 3 * 16 * 4, 0]
-    assert [v.attrs["shape"] for v in views[:3]] == [(1, 3, 4, 4), (1, 3, 4, 4), (1, 6, 4, 4)]
+    assert [v.attrs["offset"] for v in views[:3]] == [0, 3 * 64 * 4, 0]
+    assert [v.attrs["shape"] for v in views[:3]] == [(1, 3, 8, 8), (1, 3, 8, 8), (1, 6, 8, 8)]
     sizes = [s.attrs["size"] for s in vm_calls(top, "alloc_storage")]
-    assert sizes[0] == 6 * 16 * 4
+    assert sizes[0] == 6 * 64 * 4
     assert not any(isinstance(b.value, Tuple) for b in top.bindings)  # the tuple is gone
 
 
-def test_concat_is_copied_when_pieces_are_not_contiguous_or_shared():
-    for shape, axis, share in (((2, 3, 4), 1, False), ((1, 3, 4), 2, False), ((1, 3), 1, True)):
+def test_concat_is_copied_when_pieces_are_not_contiguous_shared_or_small():
+    cases = (
+        ((2, 3, 40), 1, False),  # batch 2: a piece is two runs
+        ((1, 3, 100), 2, False),  # along the last axis: a piece is three runs
+        ((1, 3, 100), 1, True),  # the same piece twice
+        ((1, 3, 4, 4), 1, False),  # small (and tiny blocks' views are separate arrays)
+    )
+    for shape, axis, share in cases:
         top = _concat_program(shape, axis, share)["main"].body
         calls = [c.args[0].name for c in vm_calls(top, "call_dps")]
         assert any("concat" in name for name in calls), (shape, axis, share)

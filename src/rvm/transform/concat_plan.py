@@ -23,6 +23,11 @@ from rvm.ir.types import TensorType
 from rvm.op import ops
 from rvm.transform.legalize import primitive_callee
 
+MIN_BYTES = 1024
+"""The smallest output written in place. Far above the runtime's tiny tensors (64 bytes,
+`rvm.runtime.memory.is_tiny`), whose views of one block are separate arrays, so they could
+not share it; and below it a copy costs next to nothing."""
+
 
 @dataclass(frozen=True)
 class ConcatSite:
@@ -97,6 +102,8 @@ def _pieces(
     if any(d != 1 for d in out.shape[:axis]):  # type: ignore[union-attr]
         return None  # a piece would not be one contiguous run of the output
     itemsize = numpy_dtype(out.dtype).itemsize  # type: ignore[arg-type]
+    if int(np.prod(out.shape, dtype=np.int64)) * itemsize < MIN_BYTES:
+        return None
     pieces, offset = [], 0
     for f in fields:
         ty = _static(f.type)
