@@ -1,11 +1,15 @@
 """Library loops split over threads (`rvm.runtime.native.parfor`): large pools and lrn run on
 Numba's thread pool, give the reference's results from several VMs in several threads at
-once, and run on one thread when `rvm.set_num_threads(1)` says so."""
+once, and run on one thread when `rvm.set_num_threads(1)` says so or in a forked process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,3 +87,37 @@ def test_vms_in_threads_at_once_match_reference(exec_mode, kernels) -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+FORKED = """
+import multiprocessing as mp
+import numpy as np
+from rvm.runtime.native import pool
+
+def run(seed):
+    x = np.random.default_rng(seed).standard_normal((1, 64, 57, 59)).astype("float32")
+    out = np.empty((1, 64, 28, 29), dtype="float32")
+    pool.pool2d(x, out, 1, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
+    return float(out.sum())
+
+if __name__ == "__main__":
+    parent = run(0)  # starts the thread pool in this process
+    with mp.get_context("fork").Pool(1) as workers:
+        assert workers.apply(run, (0,)) == parent
+    print("ok")
+"""
+
+
+def test_a_forked_process_runs_split_loops_on_one_thread(tmp_path) -> None:
+    # GNU OpenMP terminates a forked child that enters its parent's pool.
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    src = str(Path(rvm.__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

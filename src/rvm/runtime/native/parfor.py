@@ -14,7 +14,8 @@ per chunk on ``n`` threads (the calling thread's Numba thread count, which
   dtype once per entry of the int64 array ``chunks`` (each gets its entry);
 - `threads()` is how many chunks to cut: Numba's thread count for the calling thread, or 1
   when the pool cannot be entered from several threads at once (Numba's workqueue layer
-  aborts then; the OpenMP and TBB layers do not), or did not start;
+  aborts then; the OpenMP and TBB layers do not), did not start, or belongs to the parent
+  of this forked process;
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
 - `MIN_WORK`: the size (elements touched) from which a loop is worth splitting, written once.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from collections.abc import Callable
 
 import numba as nb
@@ -46,15 +48,30 @@ _enabled = ctypes.c_int64(0)  # read by compiled code through the symbol below
 _compiled: list = []  # the task cfuncs, alive as long as their registered addresses
 
 
+# Stand-ins for the pool's symbols when it does not start (the library's code still links;
+# with splitting off it never calls them).
+_one_thread = ctypes.CFUNCTYPE(ctypes.c_int64)(lambda: 1)
+_no_pool = ctypes.CFUNCTYPE(None)(lambda: None)
+
+
+def _disable_in_child() -> None:
+    # GNU OpenMP aborts a forked child that enters the pool its parent started.
+    _enabled.value = 0
+
+
 def _start_pool() -> None:
     """Start Numba's thread pool (registering ``numba_parallel_for`` and
-    ``get_num_threads``) and enable splitting if its layer takes concurrent callers."""
+    ``get_num_threads``) and enable splitting if its layer takes concurrent callers; a
+    process forked from this one runs the loops on one thread."""
     llvm.add_symbol("rvm_parallel_enabled", ctypes.addressof(_enabled))
+    os.register_at_fork(after_in_child=_disable_in_child)
     try:
         nb.get_num_threads()  # launches the threading layer
         layer = nb.threading_layer()
-    except (ValueError, RuntimeError, OSError) as err:
+    except (ValueError, RuntimeError, OSError, ImportError) as err:
         logger.info("Numba's thread pool did not start (%s): library loops run on one thread", err)
+        llvm.add_symbol("get_num_threads", ctypes.cast(_one_thread, ctypes.c_void_p).value)
+        llvm.add_symbol("numba_parallel_for", ctypes.cast(_no_pool, ctypes.c_void_p).value)
         return
     if layer in _SAFE_LAYERS:
         _enabled.value = 1
