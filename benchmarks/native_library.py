@@ -4,7 +4,8 @@ Run: ``python benchmarks/native_library.py [--src DIR] [--threads 1,2]``. ``--sr
 rvm sources to measure (default: this checkout's ``src``), so the same script times another
 version. Each row is one pool of a model (max or avg, kernel, stride, pads, ceil mode) on
 float32, called from compiled code as the kernels call it; the figure is the minimum and the
-median microseconds of 40 samples of 5 calls, per thread count (``rvm.set_num_threads``).
+median microseconds of 40 samples of 5 calls, per thread count (``rvm.set_num_threads``;
+splitting on: `rvm.runtime.native.parfor.enable`).
 Every output is checked against the NumPy reference first. The minimum is what a shared,
 busy machine distorts least; the median shows what it costs when the threads are late.
 """
@@ -45,7 +46,11 @@ def main() -> None:
 
     import rvm
     from rvm.op import numpy_ref
+    from rvm.runtime.native import parfor
     from rvm.runtime.native.pool import out_size, pool2d
+
+    if hasattr(parfor, "enable"):
+        parfor.enable(True)  # splitting is off by default (see `rvm.runtime.native.parfor`)
 
     @nb.njit(nogil=True)
     def calls(x, out, g, n):  # type: ignore[no-untyped-def]

@@ -43,6 +43,14 @@ def reference(x: np.ndarray) -> tuple[np.ndarray, ...]:
     return np.maximum(m, 0), a, s, n
 
 
+@pytest.fixture(autouse=True)
+def split_loops() -> Iterator[None]:
+    """Splitting on for these tests (it is off by default)."""
+    parfor.enable(True)
+    yield
+    parfor.enable(False)
+
+
 @pytest.fixture
 def restore_threads() -> Iterator[int]:
     before = rvm.get_num_threads()
@@ -101,6 +109,8 @@ def run(seed):
     return float(out.sum())
 
 if __name__ == "__main__":
+    from rvm.runtime.native import parfor
+    parfor.enable(True)
     parent = run(0)  # starts the thread pool in this process
     with mp.get_context("fork").Pool(1) as workers:
         assert workers.apply(run, (0,)) == parent

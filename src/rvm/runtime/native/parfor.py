@@ -74,13 +74,27 @@ def _start_pool() -> None:
         llvm.add_symbol("numba_parallel_for", ctypes.cast(_no_pool, ctypes.c_void_p).value)
         return
     if layer in _SAFE_LAYERS:
-        _enabled.value = 1
+        _safe.append(True)
+        enable(os.environ.get(ENV_VAR, "").strip() == "1")
     else:
         logger.info(
             "Numba's %r threading layer aborts when several threads enter it: library loops "
             "run on one thread (install OpenMP or TBB for both cores)",
             layer,
         )
+
+
+ENV_VAR = "RVM_SPLIT_LOOPS"
+_safe: list[bool] = []  # [True] once a pool that takes concurrent callers has started
+
+
+def enable(on: bool) -> None:
+    """Split large library loops over threads (``on``) or not. Off by default (set
+    ``RVM_SPLIT_LOOPS=1`` to start on): in a model, each pool follows a GEMM whose OpenBLAS
+    threads keep spinning on the other core, and the pool's second thread waited for it (a
+    0.2-0.4 ms pool took 1.7-2.8 ms on two threads on an idle 2-core machine; alone it
+    takes half)."""
+    _enabled.value = int(bool(on) and bool(_safe))
 
 
 _start_pool()
