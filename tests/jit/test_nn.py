@@ -177,6 +177,16 @@ def test_global_pools() -> None:
     check(prim([img], op.global_avg_pool2d(img) + op.global_max_pool2d(img)), rand((2, 3, 5, 5)))
 
 
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "prod"])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_trailing_axes_of_an_array_reduce_as_one_flat_run(kind, keepdims) -> None:
+    img = var("img", (2, 3, 5, 7))
+    func = prim([img], getattr(op, kind)(img, axis=(2, 3), keepdims=keepdims))
+    kernel = Jit(func)
+    assert ".reshape((" in kernel.record.source  # one loop over the 5 x 7 elements
+    check(func, rand((2, 3, 5, 7)), kernel=kernel, rtol=1e-5)
+
+
 def test_layer_norm_and_batch_norm() -> None:
     g, be = var("g", (8,)), var("be", (8,))
     check(

@@ -35,7 +35,7 @@ GEOMETRIES = [
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
 def test_pool2d_matches_reference(kind, include, dtype) -> None:
-    for shape in ((2, 3, 7, 9), (1, 2, 10, 5)):
+    for shape in ((2, 3, 7, 9), (1, 2, 10, 5), (1, 2, 23, 31), (1, 150, 6, 5)):
         x = rand(shape, dtype)
         for k, s, d, pads, ceil in GEOMETRIES:
             if kind == "max":
@@ -68,3 +68,32 @@ def test_float_pool_kernels_call_the_library_with_no_literals(kind, tmp_path, mo
         params = call.split("), (", 1)[1]
         assert params.count("np.int64(") == 13, call  # never a literal: one library compile
         check(func, rand((2, 5, 11, 8)), kernel=kernel)
+
+
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (1, 2)])
+def test_max_pool2d_propagates_nan_as_the_reference(strides) -> None:
+    x = rand((1, 2, 9, 11))
+    x[0, 0, 4, 5] = np.nan
+    want = numpy_ref.max_pool2d(x, (3, 3), strides, (1, 1, 1, 1), (1, 1), False)
+    out = np.zeros(want.shape, dtype="float32")
+    pool.pool2d(x, out, 1, 3, 3, *strides, 1, 1, 1, 1, 1, 1, 0, 0)
+    assert np.isnan(want).any()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_allclose(out, want)
+
+
+@pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
+def test_pools_keeping_few_of_their_positions_match_reference(kind, include) -> None:
+    # Windows as large as the input (global-like) and large strides: the window-by-window path.
+    cases = [((2, 5, 6, 5), (6, 5), (1, 1), (0, 0, 0, 0), False),
+             ((1, 3, 8, 8), (7, 7), (1, 1), (1, 0, 0, 1), False),
+             ((1, 4, 9, 9), (2, 2), (4, 4), (0, 0, 0, 0), True)]  # fmt: skip
+    for shape, k, s, pads, ceil in cases:
+        x = rand(shape)
+        if kind == "max":
+            want = numpy_ref.max_pool2d(x, k, s, pads, (1, 1), ceil)
+        else:
+            want = numpy_ref.avg_pool2d(x, k, s, pads, (1, 1), ceil, include)
+        out = np.full(want.shape, np.nan, dtype="float32")
+        pool.pool2d(x, out, int(kind == "max"), *k, *s, 1, 1, *pads, int(ceil), int(include))
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str((shape, k, s)))

@@ -184,3 +184,46 @@ def test_non_primitive_calls_are_untouched():
     mod = bb.get()
     assert isinstance(helper, GlobalVar)
     assert memory_plan(mod) is mod
+
+
+def _concat_program(shape, axis, share_piece=False):
+    """a = exp(x), b = tanh(x) (or a again when ``share_piece``), c = concat((a, b)), exp(c)."""
+    x = Var("x", tensor(shape, F32))
+
+    def body(bb, x):
+        a = bb.emit(op.exp(x))
+        b = a if share_piece else bb.emit(op.tanh(x))
+        t = bb.emit(Tuple((a, b)))
+        c = bb.emit(op.concat(t, axis=axis))
+        return bb.emit(op.exp(c))
+
+    return memory_plan(legalized([x], body))
+
+
+def test_concat_of_contiguous_pieces_is_written_in_place():
+    after = _concat_program((1, 3, 8, 8), axis=1)
+    verify(after)
+    top = after["main"].body
+    calls = [c.args[0].name for c in vm_calls(top, "call_dps")]
+    assert not any("concat" in name for name in calls), calls
+    views = vm_calls(top, "alloc_tensor")
+    storages = {v.args[0].name for v in views[:3]}
+    assert len(storages) == 1  # both pieces and the concat are views of one block
+    assert [v.attrs["offset"] for v in views[:3]] == [0, 3 * 64 * 4, 0]
+    assert [v.attrs["shape"] for v in views[:3]] == [(1, 3, 8, 8), (1, 3, 8, 8), (1, 6, 8, 8)]
+    sizes = [s.attrs["size"] for s in vm_calls(top, "alloc_storage")]
+    assert sizes[0] == 6 * 64 * 4
+    assert not any(isinstance(b.value, Tuple) for b in top.bindings)  # the tuple is gone
+
+
+def test_concat_is_copied_when_pieces_are_not_contiguous_shared_or_small():
+    cases = (
+        ((2, 3, 40), 1, False),  # batch 2: a piece is two runs
+        ((1, 3, 100), 2, False),  # along the last axis: a piece is three runs
+        ((1, 3, 100), 1, True),  # the same piece twice
+        ((1, 3, 4, 4), 1, False),  # small (and tiny blocks' views are separate arrays)
+    )
+    for shape, axis, share in cases:
+        top = _concat_program(shape, axis, share)["main"].body
+        calls = [c.args[0].name for c in vm_calls(top, "call_dps")]
+        assert any("concat" in name for name in calls), (shape, axis, share)

@@ -1,7 +1,8 @@
 """Window pools (inlined reduce loops) and ops that fill an array piece by piece.
 
 Float max_pool2d and avg_pool2d call `rvm.runtime.native.pool.pool2d` (compiled once for
-every kernel) into an array that the epilogue reads, or the output itself. Other dtypes'
+every kernel) into an array that the epilogue reads, or the output itself; float NCHW lrn
+calls `rvm.runtime.native.lrn.lrn` the same way. Other dtypes'
 pools are reduce loops over the window, inlined into their consumer like any reduction; the
 window's rows and columns outside the input are skipped, and the average divides by the
 count the reference uses. concat, stack and pad fill their array with one loop nest per
@@ -126,6 +127,29 @@ def _pool_count(kb: KernelBuilder, home: Body, index: Sequence[Scalar], geo, inc
 
 compute[ops.max_pool2d] = _pool("max")
 compute[ops.avg_pool2d] = _pool("avg")
+
+
+def _lrn(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    """Float NCHW lrn across channels as a call of the library's ``lrn`` entry point
+    (`rvm.runtime.native.lrn`) filling an array (other ranks and axes: the numpy kernel)."""
+    (x,) = args
+    if x.dtype not in FLOATS or x.ndim != 4 or attrs["axis"] % 4 != 1:
+        raise Unsupported("lrn other than across the channels of a float NCHW tensor")
+    from rvm.runtime.native.lrn import float_bits
+
+    t = Tensor(x.dims, x.dtype, kind="anchor")
+    bits = [float_bits(float(attrs[k])) for k in ("alpha", "beta", "bias")]
+
+    def fill() -> None:
+        t.array = kb.buffer(x.dims, x.dtype, t.array)
+        xv = kb.materialize(x)
+        kb.call_entry("lrn", (xv, t.array), (attrs["size"], *bits), x.dtype)
+
+    t.fill = fill
+    return t
+
+
+compute[ops.lrn] = _lrn
 
 
 # -- filled arrays -------------------------------------------------------------------------

@@ -52,7 +52,6 @@ NO_JIT_COMPUTE = frozenset(
         "fmod",
         "gather_nd",
         "left_shift",
-        "lrn",
         "max_pool1d",
         "max_pool3d",
         "max_pool_indices",
@@ -120,6 +119,29 @@ def _tensor_type(ty: Type | None, what: str) -> TensorType:
     if ty.dtype not in JIT_DTYPES:
         raise Unsupported(f"{what} has dtype {ty.dtype}")
     return ty
+
+
+def _param_leaves(params: Sequence[E.Var]) -> list[tuple[tuple[int, int | None], TensorType]]:
+    """The tensors the parameters hold, in order, each with (parameter, field or None): a
+    parameter is a tensor or a tuple of tensors (concat's pieces)."""
+    leaves: list[tuple[tuple[int, int | None], TensorType]] = []
+    for i, p in enumerate(params):
+        if isinstance(p.type, TupleType) and p.type.fields:
+            for j, f in enumerate(p.type.fields):
+                leaves.append(((i, j), _tensor_type(f, f"field {j} of parameter {p.name!r}")))
+        else:
+            leaves.append(((i, None), _tensor_type(p.type, f"parameter {p.name!r}")))
+    return leaves
+
+
+def _param_type(p: E.Var) -> str:
+    """Source of the Numba type of a parameter: a read-only array or a tuple of them."""
+    if not isinstance(p.type, TupleType):
+        return numba_array_type(p.type, True)  # type: ignore[arg-type]
+    fields = [numba_array_type(f, True) for f in p.type.fields]  # type: ignore[arg-type]
+    if len(set(fields)) == 1:
+        return f"nt.UniTuple({fields[0]}, {len(fields)})"
+    return f"nt.Tuple(({', '.join(fields)},))"
 
 
 def numba_array_type(ty: TensorType, readonly: bool) -> str:
@@ -193,12 +215,28 @@ class _KernelLowering:
         body = self.func.body
         if not isinstance(body, E.SeqExpr):
             body = E.seq([], body)
-        in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
+        leaves = _param_leaves(self.func.params)
+        in_types = [ty for _, ty in leaves]
         shapes = [ty.shape or () for ty in in_types]
         if self.generic:
-            shapes, self.kb.sizes = generic_shapes(shapes, _windows(self.func))
-        for i, (p, ty, shape) in enumerate(zip(self.func.params, in_types, shapes)):
-            self.env[p] = self.kb.param(f"p{i}", shape, ty.dtype, f"input {i} ({p.name!r})")
+            leaf = {i: k for k, ((i, j), _) in enumerate(leaves) if j is None}
+            keep = {(leaf[i], a) for i, a in _windows(self.func) if i in leaf}
+            shapes, self.kb.sizes = generic_shapes(shapes, frozenset(keep))
+        fields: dict[E.Var, list[Tensor]] = {}
+        for i, p in enumerate(self.func.params):
+            if isinstance(p.type, TupleType):  # unpacked at the start: p0_0, p0_1 = p0
+                names = [f"p{i}_{j}" for j in range(len(p.type.fields))]
+                self.kb.root.lines.append(f"{', '.join(names)}, = p{i}")
+        for k, ((i, j), ty) in enumerate(leaves):
+            p = self.func.params[i]
+            name, what = (f"p{i}", f"input {i} ({p.name!r})") if j is None else (
+                f"p{i}_{j}", f"input {i} ({p.name!r}) field {j}")  # fmt: skip
+            t = self.kb.param(name, shapes[k], ty.dtype, what)
+            if j is None:
+                self.env[p] = t
+            else:
+                self.env[p] = fields.setdefault(p, [])
+                fields[p].append(t)
         for b in body.bindings:
             self.env[b.var] = self._binding(b)
         results = self._results(body.body)
@@ -335,15 +373,15 @@ class _KernelLowering:
     # -- source --------------------------------------------------------------------------
 
     def _source(self, in_types, out_types, outs) -> tuple[str, str, str]:
-        ins = [numba_array_type(t, True) for t in in_types]
+        ins = [_param_type(p) for p in self.func.params]
         res = [numba_array_type(t, False) for t in out_types]
         if self.style == "dps":
             sig = f"nt.void({', '.join(ins + res)})"
-            params = [f"p{i}" for i in range(len(in_types))] + outs
+            params = [f"p{i}" for i in range(len(ins))] + outs
         else:
             ret = res[0] if len(res) == 1 else f"nt.Tuple(({', '.join(res)},))"
             sig = f"{ret}({', '.join(ins)})"
-            params = [f"p{i}" for i in range(len(in_types))]
+            params = [f"p{i}" for i in range(len(ins))]
         fast = FAST_REDUCE if self.uses_reduction else FAST_ELEMWISE
         ops_used = ", ".join(_ops(self.func))
         lines = [

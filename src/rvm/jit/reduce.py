@@ -4,6 +4,7 @@ A reduction over the trailing axes (rows: softmax, layer_norm, ``sum(x, -1)``) i
 loader emits a loop with a scalar accumulator in the body of the consumer's loop that binds
 the kept indices, so the epilogue and any broadcast-back use sit in the same loop nest and the
 prologue is computed inside the reduction loop (unit stride, vectorized with reassociation).
+Several trailing axes of an array are reduced as one flat axis (a reshaped view).
 A reduction over leading or inner axes accumulates into a buffer while walking the input in
 memory order (vectorized along the kept inner axes); its loader reads the buffer.
 """
@@ -67,6 +68,13 @@ def reduce_tensor(
     if kind in ("argmax", "argmin", "fmax"):  # max and min of nothing are their identities
         kb.check(f"{count} == 0", f"{kb.kernel}: {kind}: reduction over a zero-size axis")
     trailing = axes == list(range(nd - len(axes), nd))
+    if trailing and len(axes) > 1 and x.array is not None and x.loader is None:
+        if kind not in ("argmax", "argmin"):  # (their position is per axis)
+            from rvm.jit.layout import reshape_to  # (layout imports compute, which imports us)
+
+            # One flat run instead of a nest of short loops (global pools: 7 x 7, 13 x 13).
+            x = reshape_to(kb, x, [x.dims[a] for a in kept] + [count], checked=True)
+            axes = [len(kept)]
     if kind in ("argmax", "argmin") or trailing:
         loader = _inline(kb, kind, x, axes, kept, keepdims, count, out)
         return Tensor(dims, out, loader)

@@ -18,8 +18,11 @@ vm.call_alloc(prim, *args)``. Storage reuse never changes results: a static tens
 escape its region (its only uses are as inputs of later ``vm.call_dps`` in the same region: not
 returned, not in a tuple, not passed to a function, not used in a branch) gives its block back after
 its last use, and a later non-escaping static tensor of the same dtype takes the smallest free block
-that is large enough instead of a new one. Figures go to one debug line per function and to
-``mod.attrs["memory_plan"][name]``.
+that is large enough instead of a new one. A kernel that only concatenates pieces that other
+kernels of the region make for it alone, each a contiguous run of its output
+(`rvm.transform.concat_plan`), is dropped: the output's storage is made at the first piece, the
+pieces' kernels write into views of it at their offsets, and the result is a view of it too.
+Figures go to one debug line per function and to ``mod.attrs["memory_plan"][name]``.
 
 Algorithm: per region, find which tensors escape and where each is last used, then rewrite the
 bindings in order, keeping a free list of blocks per dtype.
@@ -37,6 +40,7 @@ from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType, TupleType, Type
 from rvm.transform import vm_ops
+from rvm.transform.concat_plan import ConcatSite, concat_sites
 from rvm.transform.legalize import Namer, count_uses, hoist_result, map_regions, primitive_callee
 
 logger = logging.getLogger("rvm.transform")
@@ -61,6 +65,9 @@ class _Region:
     free: dict[str, list[tuple[int, E.Var]]] = field(default_factory=dict)  # dtype -> blocks
     owned: dict[E.Var, tuple[str, int, E.Var]] = field(default_factory=dict)  # tensor -> block
     shapes: dict[tuple, E.Var] = field(default_factory=dict)  # make_shape results
+    concats: dict[E.Var, ConcatSite] = field(default_factory=dict)  # written in place
+    pieces: dict[E.Var, tuple[E.Var, int]] = field(default_factory=dict)  # -> concat, offset
+    concat_storage: dict[E.Var, E.Var] = field(default_factory=dict)  # concat -> its storage
 
 
 class _Planner:
@@ -80,12 +87,22 @@ class _Planner:
         if not any(self._is_prim_call(b.value) for b in bindings):
             return bindings, body
         state = self._analyse(bindings)
+        state.concats = concat_sites(bindings, self.funcs, self.uses)
+        for site in state.concats.values():
+            state.pieces.update({var: (site.out, offset) for var, offset in site.pieces})
+        dropped = {site.tuple_var for site in state.concats.values()}
         out: list[E.VarBinding] = []
         for i, b in enumerate(bindings):
+            if b.var in dropped:
+                continue
             if not self._is_prim_call(b.value):
                 out.append(b)
                 continue
             call: E.Call = b.value  # type: ignore[assignment]
+            if b.var in state.concats:  # its pieces are in place: the result is a view
+                self._alloc(b.var, b.var.type, state, out)  # type: ignore[arg-type]
+                self._release(state, i, [b.var])
+                continue
             outputs = self._outputs(b.var, state, out)
             if outputs is None:
                 alloc = E.Call(vm_ops.call_alloc, (call.callee, *call.args))
@@ -163,7 +180,18 @@ class _Planner:
         return fields
 
     def _alloc(self, var: E.Var, ty: TensorType, state: _Region, out: list) -> None:
-        """Bind ``var`` to a new tensor of type ``ty`` (and its storage, unless reused)."""
+        """Bind ``var`` to a new tensor of type ``ty`` (and its storage, unless reused); a
+        piece of a concat written in place, and the concat, to views of the concat's storage,
+        made at its first piece."""
+        concat, offset = state.pieces.get(var, (var, 0))
+        if concat in state.concats:
+            storage = state.concat_storage.get(concat)
+            if storage is None:
+                storage = self._static_storage(concat, concat.type, state, out)  # type: ignore[arg-type]
+                state.concat_storage[concat] = storage
+            attrs = {"offset": offset, "shape": ty.shape, "dtype": ty.dtype}
+            out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage,), attrs)))
+            return
         dtype: str = ty.dtype  # type: ignore[assignment]
         if not ty.is_static:
             shape = state.shapes.get(ty.shape)  # type: ignore[arg-type]
@@ -177,6 +205,14 @@ class _Planner:
             attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
             out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage, shape), attrs)))
             return
+        storage = self._static_storage(var, ty, state, out)
+        attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
+        out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage,), attrs)))
+
+    def _static_storage(self, var: E.Var, ty: TensorType, state: _Region, out: list) -> E.Var:
+        """The storage of static tensor ``var``: a free block if it is local and one fits
+        (owned by it until its last use), else a new one."""
+        dtype: str = ty.dtype  # type: ignore[assignment]
         size = int(np.prod(ty.shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
         self.stats.before += size
         self.stats.tensors += 1
@@ -192,8 +228,7 @@ class _Planner:
             storage, block = storage
         if var in state.local:
             state.owned[var] = (dtype, block, storage)
-        attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
-        out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage,), attrs)))
+        return storage
 
     def _bind(self, out: list, hint: str, value: E.Expr) -> E.Var:
         var = E.Var(self.fresh(hint))

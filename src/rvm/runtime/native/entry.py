@@ -43,7 +43,11 @@ MAX_ARRAYS = 3
 NDIMS = 4
 
 # The library's entry points and the modules exporting them (imported by `require`).
-MODULES = {"conv2d": "rvm.runtime.native.conv", "pool2d": "rvm.runtime.native.pool"}
+MODULES = {
+    "conv2d": "rvm.runtime.native.conv",
+    "pool2d": "rvm.runtime.native.pool",
+    "lrn": "rvm.runtime.native.lrn",
+}
 # The line of a kernel's source that requires an entry point (see `required_by`).
 _REQUIRE = re.compile(r"^require\('(\w+)', '(\w+)'\)$", re.MULTILINE)
 

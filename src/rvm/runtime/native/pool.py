@@ -9,11 +9,22 @@ wins a max, and an average divides the sum of a window's input elements by their
 its padding elements with ``include_pad``; a ceil-mode window's overhang past the padding
 never counts). Averages sum in float64, as the reference does.
 
-Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled once,
-not again into each kernel. Each channel is copied into a plane that holds the padding value
-(-inf for max, 0 for average) around it, split into its stride phases, so each tap is one
-long vectorizable run (`rvm.runtime.native.planes`). The output size is checked against the geometry
-before any memory is touched (ValueError).
+Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled
+once, not again into each kernel. Every step is a unit-stride, vectorizable run where it can
+be (a strided read is not one):
+
+- by default, channels are copied into planes that hold the padding value (-inf for max, 0
+  for average) around them, split by the strides, many small planes stacked, and each tap is
+  one run over the whole stack (`rvm.runtime.native.planes`);
+- for a column stride above 1 on a wide input, that split would be a slow strided copy; the
+  pools are separable instead: for each output row, its window rows are reduced column by
+  column into a padded line, then the line's columns tap by tap, and the row takes every
+  stride-th;
+- when the output keeps few of the positions a run would compute (global-like windows), window
+  by window.
+
+Large pools are split by channels over threads (`rvm.runtime.native.parfor`). The output
+size is checked against the geometry before any memory is touched (ValueError).
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.runtime.native import entry
+from rvm.runtime.native import entry, parfor
 from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -53,24 +64,207 @@ def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignor
 
 
 @nb.njit(**_OPTS)
-def _windows(flat, starts, acc, is_max):  # type: ignore[no-untyped-def]
-    """``acc`` (the output plane, flat, rows as wide as a phase's) = the max (``is_max``) or
-    the sum of every window, one run per tap (see `rvm.runtime.native.planes`)."""
-    run = U(acc.shape[0])
-    acc[:] = -np.inf if is_max else 0.0
-    for t in range(starts.shape[0]):
-        at = U(starts[t])
-        if is_max:
-            for r_ in range(run):
-                acc[r_] = np.maximum(acc[r_], flat[at + r_])
+def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore[no-untyped-def]
+    """``line[pl:pl + iw]`` = the max (``is_max``) or the sum, column by column, of the input
+    rows of output row ``p_``'s windows in the (ih, iw) channel at ``at`` of ``xf``; the
+    padding value when no row is in the input."""
+    dst, first = U(pl), True
+    for i_ in range(kh):
+        r = p_ * sh - pt + i_ * dh
+        if r < 0 or r >= ih:
+            continue
+        src = U(at + r * iw)
+        if first:
+            for c in range(U(iw)):
+                line[dst + c] = xf[src + c]
+            first = False
+        elif is_max:
+            for c in range(U(iw)):
+                line[dst + c] = np.maximum(line[dst + c], xf[src + c])
         else:
-            for r_ in range(run):
-                acc[r_] += flat[at + r_]
+            for c in range(U(iw)):
+                line[dst + c] += xf[src + c]
+    if first:
+        for c in range(U(iw)):
+            line[dst + c] = -np.inf if is_max else 0.0
+
+
+@nb.njit(**_OPTS)
+def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
+    """``acc[s]`` = the max or the sum of ``line[s + j * dw]`` over the taps j, for s < n:
+    every window start, ``sw`` of them apart from 0."""
+    for s in range(U(n)):
+        acc[s] = line[s]
+    for j in range(1, kw):
+        off = U(j * dw)
+        if is_max:
+            for s in range(U(n)):
+                acc[s] = np.maximum(acc[s], line[s + off])
+        else:
+            for s in range(U(n)):
+                acc[s] += line[s + off]
+
+
+@nb.njit(**_OPTS)
+def _emit_row(of, dst, acc, src, step, ow, rows_p, cols, is_max):  # type: ignore[no-untyped-def]
+    """Output row at ``dst`` of ``of`` = ``acc[src + q * step]`` for q < ow (averages divided
+    by their counts: ``rows_p`` times ``cols[q]``)."""
+    dst, src, step = U(dst), U(src), U(step)
+    if is_max:
+        for q_ in range(U(ow)):
+            of[dst + q_] = acc[src + q_ * step]
+    else:
+        for q_ in range(U(ow)):
+            of[dst + q_] = acc[src + q_ * step] / max(rows_p * cols[q_], 1.0)
+
+
+@nb.njit(**_OPTS)
+def _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi`` (flat n * c index), output row by output row: the window rows
+    reduced column by column into ``line`` (its first ``pl`` and its last entries hold the
+    padding value), then the window columns into ``acc``, of which the row takes every
+    ``sw``-th."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    line[:] = -np.inf if is_max else 0.0
+    for plane in range(lo, hi):
+        for p_ in range(oh):
+            _rows(xf, plane * ih * iw, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max)
+            _cols(line, acc, (ow - 1) * sw + 1, kw, dw, is_max)
+            _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, rows[p_], cols, is_max)
+
+
+@nb.njit(**_OPTS)
+def _phased(x, out, lo, hi, k, flat, starts, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi``, ``k`` at a time: each copied into its padded plane split by
+    the strides (`rvm.runtime.native.planes`), the ``k`` planes stacked in each phase of
+    ``flat``, then one run over the whole stack per tap into ``acc`` (rows as wide as a
+    phase's; a plane's windows never reach the next plane, and the rows between the planes'
+    outputs are dropped). Small planes thus make long runs too."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    size = hq * wq  # one plane's share of a phase
+    for first in range(lo, hi, k):
+        m = min(k, hi - first)
+        for j in range(m):
+            plane = flat[j * size :]
+            padded_phases(
+                xf, (first + j) * ih * iw, ih, iw, plane, sh, sw, k * hq, wq, hp, wp, pt, pl
+            )
+        run = U((m - 1) * size + oh * wq)
+        acc[:] = -np.inf if is_max else 0.0
+        for t in range(starts.shape[0]):
+            at = U(starts[t])
+            if is_max:
+                for r_ in range(run):
+                    acc[r_] = np.maximum(acc[r_], flat[at + r_])
+            else:
+                for r_ in range(run):
+                    acc[r_] += flat[at + r_]
+        for j in range(m):
+            for p_ in range(oh):
+                dst, src = ((first + j) * oh + p_) * ow, j * size + p_ * wq
+                _emit_row(of, dst, acc, src, 1, ow, rows[p_], cols, is_max)
+
+
+@nb.njit(**_OPTS)
+def _direct(x, out, lo, hi, rows, cols, is_max, acc0, window):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi``, window by window (``acc0``: a zero of the accumulator's
+    dtype): for outputs much smaller than their windows' span (global-like pools), where a
+    run per tap would compute every position of the plane for the few kept."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    xf, of = x.reshape(x.size), out.reshape(out.size)
+    for plane in range(lo, hi):
+        for p_ in range(oh):
+            for q_ in range(ow):
+                acc = acc0 - np.inf if is_max else acc0
+                for i_ in range(kh):
+                    r = p_ * sh - pt + i_ * dh
+                    if r < 0 or r >= ih:
+                        continue
+                    row = (plane * ih + r) * iw
+                    for j_ in range(kw):
+                        c = q_ * sw - pl + j_ * dw
+                        if 0 <= c < iw:
+                            v = xf[row + c]
+                            acc = np.maximum(acc, v) if is_max else acc + v
+                at = (plane * oh + p_) * ow + q_
+                of[at] = acc if is_max else acc / max(rows[p_] * cols[q_], 1.0)
+
+
+STACK = 4096
+"""Elements of a phase that `_phased` fills with stacked planes at a time (an L1-sized run)."""
+DIRECT_SPARSITY = 4
+"""`_planes` takes `_direct` when a plane's phase holds this many times the positions whose
+pools are kept (a 6 x 6 average of a 6 x 6 input keeps 1 row of 7)."""
+SEPARABLE_WIDTH = 24
+"""The input width from which a column stride above 1 takes `_separable`: below it, its
+per-row loops are too short, and the strided copy of `_phased` is cheap."""
+
+
+@nb.njit(**_OPTS)
+def _planes(x, out, lo, hi, rows, cols, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_separable` for a
+    column stride above 1 on wide inputs (it reads the input in place, where splitting it by
+    the column stride is a slow strided copy), `_direct` for outputs much sparser than their
+    input, else `_phased`."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    oh, ow, iw = out.shape[2], out.shape[3], x.shape[3]
+    if sw > 1 and iw >= SEPARABLE_WIDTH:
+        width = max(pl + iw, (ow - 1) * sw + (kw - 1) * dw + 1)
+        line, acc = np.empty(width, dtype=acc_dtype), np.empty(width, dtype=acc_dtype)
+        _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window)
+        return
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    if oh * wq * DIRECT_SPARSITY <= hq * wq:
+        _direct(x, out, lo, hi, rows, cols, is_max, np.zeros(1, dtype=acc_dtype)[0], window)
+        return
+    k = max(1, min(hi - lo, STACK // (hq * wq)))
+    flat = np.full(sh * sw * k * hq * wq, -np.inf if is_max else 0.0, dtype=x.dtype)
+    starts = tap_starts(sh, sw, k * hq, wq, kh, kw, dh, dw)
+    acc = np.empty(k * hq * wq, dtype=acc_dtype)
+    _phased(x, out, lo, hi, k, flat, starts, acc, rows, cols, is_max, window)
+
+
+@nb.njit(**_OPTS)
+def _range(x, out, lo, hi, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad):  # type: ignore[no-untyped-def]
+    """Channels ``lo`` to ``hi`` (flat n * c index) of the pools."""
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
+    cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
+    window = (kh, kw, sh, sw, dh, dw, pt, pl)
+    if is_max:  # maxima in the input's dtype, sums in float64
+        _planes(x, out, lo, hi, rows, cols, True, window, x.dtype)
+    else:
+        _planes(x, out, lo, hi, rows, cols, False, window, np.float64)
+
+
+_JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
+
+
+def _task(args, dims, like, data):  # type: ignore[no-untyped-def]
+    """One chunk of channels of a pool split over threads (`rvm.runtime.native.parfor`)."""
+    job, k = parfor.job(data), parfor.chunk(args)
+    n, c, ih, iw, oh, ow = job[3], job[4], job[5], job[6], job[7], job[8]
+    x = parfor.array_at(job[1], (n, c, ih, iw), like)
+    out = parfor.array_at(job[2], (n, c, oh, ow), like)
+    f = job[9:21]
+    lo, hi = k * n * c // job[21], (k + 1) * n * c // job[21]
+    _range(x, out, lo, hi, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11])
+
+
+parfor.export_task("pool2d", _task)
+_run = parfor.runner("pool2d")
 
 
 @nb.njit(**_OPTS)
 def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
-    """`pool2d`'s work; False when the shapes disagree with the geometry."""
+    """`pool2d`'s work, over channels split between threads when it is large; False when the
+    shapes disagree with the geometry."""
     n, c, ih, iw = x.shape
     oh, ow = out.shape[2], out.shape[3]
     ok = min(kh, kw, sh, sw, dh, dw) > 0 and out.shape[0] == n and out.shape[1] == c
@@ -79,29 +273,14 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return False
     if n * c * oh * ow == 0:
         return True
-    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
-    flat = np.full(sh * sw * hq * wq, -np.inf if is_max else 0.0, dtype=x.dtype)
-    starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
-    top = np.empty(oh * wq, dtype=x.dtype)  # the maxima (rows wq wide)
-    total = np.empty(oh * wq, dtype=np.float64)  # the sums
-    rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
-    cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
-    xf, of = x.reshape(x.size), out.reshape(out.size)
-    for plane in range(n * c):
-        padded_phases(xf, plane * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
-        at = plane * oh * ow
-        if is_max:
-            _windows(flat, starts, top, True)
-        else:
-            _windows(flat, starts, total, False)
-        for p_ in range(oh):
-            dst, src = U(at + p_ * ow), U(p_ * wq)
-            if is_max:
-                for q_ in range(U(ow)):
-                    of[dst + q_] = top[src + q_]
-            else:
-                for q_ in range(U(ow)):
-                    of[dst + q_] = total[src + q_] / max(rows[p_] * cols[q_], 1.0)
+    flags = (is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad)
+    chunks = min(parfor.threads(), n * c)
+    if chunks < 2 or n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
+        _range(x, out, 0, n * c, *flags)
+        return True
+    job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow,
+                    *flags, chunks), dtype=np.int64)  # fmt: skip
+    _run(x, np.arange(chunks, dtype=np.int64), job)
     return True
 
 

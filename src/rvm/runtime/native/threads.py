@@ -9,7 +9,8 @@ importing rvm changes no process-wide setting.
 The BLAS is the one jit kernels call (`rvm.runtime.native.blas`) and the numpy backend uses:
 NumPy's bundled OpenBLAS, whose thread count is process-wide and read on every GEMM. Numba's
 count is per calling thread (Numba's rule), capped at ``numba.config.NUMBA_NUM_THREADS``;
-rvm's kernels have no parallel loops today, so it matters only to code that does. Several
+the kernel library's large loops (pooling, lrn) can split over that many threads of Numba's
+pool (`rvm.runtime.native.parfor`; off unless ``RVM_SPLIT_LOOPS=1``). Several
 VMs in several threads (one VM per thread) share the one BLAS pool, which serializes their
 GEMMs rather than multiplying threads, so a pool of 1-2 suits many concurrent VMs.
 """

@@ -1,0 +1,133 @@
+"""Library loops split over threads (`rvm.runtime.native.parfor`): large pools and lrn run on
+Numba's thread pool, give the reference's results from several VMs in several threads at
+once, and run on one thread when `rvm.set_num_threads(1)` says so or in a forked process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.op import numpy_ref
+from rvm.runtime.native import parfor, pool
+from rvm.testing import assert_values_close
+
+SOURCE = """
+from rvm import op
+from rvm.script import T, module, func
+
+@module
+class M:
+    @func
+    def main(x: T[(1, 64, 57, 59), "float32"]):
+        m = op.max_pool2d(x, pool_size=3, strides=2, padding=(1, 0, 1, 1), ceil_mode=True)
+        a = op.avg_pool2d(x, pool_size=2, strides=2, count_include_pad=True)
+        s = op.max_pool2d(x, pool_size=3, strides=1, padding=1)
+        n = op.lrn(x, size=5, alpha=0.001, beta=0.75, bias=1.0)
+        return op.relu(m), a, s, n
+"""
+
+
+def reference(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    m = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (1, 0, 1, 1), (1, 1), True)
+    a = numpy_ref.avg_pool2d(x, (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, True)
+    s = numpy_ref.max_pool2d(x, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
+    n = numpy_ref.lrn(x, size=5, axis=1, alpha=0.001, beta=0.75, bias=1.0)
+    return np.maximum(m, 0), a, s, n
+
+
+@pytest.fixture(autouse=True)
+def split_loops() -> Iterator[None]:
+    """Splitting on for these tests (it is off by default)."""
+    parfor.enable(True)
+    yield
+    parfor.enable(False)
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[int]:
+    before = rvm.get_num_threads()
+    yield before
+    rvm.set_num_threads(before)
+
+
+def test_the_models_pools_are_large_enough_to_split() -> None:
+    n, c, ih, iw, oh, ow = 1, 64, 57, 59, 29, 30
+    assert n * c * (ih * iw + oh * ow * 9) >= parfor.MIN_WORK
+
+
+def test_one_thread_gives_the_same_pools(restore_threads) -> None:
+    rvm.set_num_threads(1)
+    x = np.random.default_rng(0).standard_normal((1, 64, 57, 59)).astype("float32")
+    out = np.empty((1, 64, 29, 30), dtype="float32")
+    pool.pool2d(x, out, 1, 3, 3, 2, 2, 1, 1, 1, 0, 1, 1, 1, 0)  # one thread: not split
+    want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (1, 0, 1, 1), (1, 1), True)
+    np.testing.assert_allclose(out, want)
+
+
+def test_vms_in_threads_at_once_match_reference(exec_mode, kernels) -> None:
+    ex = rvm.compile(rvm.script.parse(SOURCE), kernels=kernels)
+    errors: list[BaseException] = []
+    start = threading.Barrier(3)
+
+    def work(seed: int) -> None:
+        try:
+            vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+            rng = np.random.default_rng(seed)
+            start.wait()
+            for _ in range(5):
+                x = rng.standard_normal((1, 64, 57, 59)).astype("float32")
+                for got, want in zip(vm["main"](x), reference(x), strict=True):
+                    assert_values_close(got, want, rtol=1e-5, atol=1e-6)
+        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+FORKED = """
+import multiprocessing as mp
+import numpy as np
+from rvm.runtime.native import pool
+
+def run(seed):
+    x = np.random.default_rng(seed).standard_normal((1, 64, 57, 59)).astype("float32")
+    out = np.empty((1, 64, 28, 29), dtype="float32")
+    pool.pool2d(x, out, 1, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
+    return float(out.sum())
+
+if __name__ == "__main__":
+    from rvm.runtime.native import parfor
+    parfor.enable(True)
+    parent = run(0)  # starts the thread pool in this process
+    with mp.get_context("fork").Pool(1) as workers:
+        assert workers.apply(run, (0,)) == parent
+    print("ok")
+"""
+
+
+def test_a_forked_process_runs_split_loops_on_one_thread(tmp_path) -> None:
+    # GNU OpenMP terminates a forked child that enters its parent's pool.
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    src = str(Path(rvm.__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
