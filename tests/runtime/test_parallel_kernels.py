@@ -18,6 +18,7 @@ import rvm
 from rvm.op import numpy_ref
 from rvm.runtime.native import parfor, pool
 from rvm.testing import assert_values_close
+from rvm.testing.threads import run_in_threads
 
 SOURCE = """
 from rvm import op
@@ -74,27 +75,18 @@ def test_one_thread_gives_the_same_pools(restore_threads) -> None:
 
 def test_vms_in_threads_at_once_match_reference(exec_mode, kernels) -> None:
     ex = rvm.compile(rvm.script.parse(SOURCE), kernels=kernels)
-    errors: list[BaseException] = []
     start = threading.Barrier(3)
 
     def work(seed: int) -> None:
-        try:
-            vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
-            rng = np.random.default_rng(seed)
-            start.wait()
-            for _ in range(5):
-                x = rng.standard_normal((1, 64, 57, 59)).astype("float32")
-                for got, want in zip(vm["main"](x), reference(x), strict=True):
-                    assert_values_close(got, want, rtol=1e-5, atol=1e-6)
-        except BaseException as err:  # noqa: BLE001 - reported by the main thread
-            errors.append(err)
+        vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+        rng = np.random.default_rng(seed)
+        start.wait()
+        for _ in range(5):
+            x = rng.standard_normal((1, 64, 57, 59)).astype("float32")
+            for got, want in zip(vm["main"](x), reference(x), strict=True):
+                assert_values_close(got, want, rtol=1e-5, atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(work, 3)
 
 
 FORKED = """

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 
 import numba
@@ -18,6 +17,7 @@ from rvm import op
 from rvm.op import numpy_ref
 from rvm.script import T, func, module
 from rvm.testing.programs import MLP
+from rvm.testing.threads import run_in_threads
 
 
 @pytest.fixture
@@ -101,21 +101,12 @@ def _run_in_threads(ex, exec_mode: str, args: tuple, expected, rtol: float, atol
     threads; every result matches ``expected``."""
     rvm.set_num_threads(2)
     results: dict[int, list[np.ndarray]] = {}
-    errors: list[BaseException] = []
 
     def work(i: int) -> None:
-        try:
-            vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
-            results[i] = [vm["main"](*args) for _ in range(20)]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+        results[i] = [vm["main"](*args) for _ in range(20)]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(work, 4)
     assert sorted(results) == [0, 1, 2, 3]
     for outs in results.values():
         for out in outs:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import json
-import threading
 import tracemalloc
 
 import numpy as np
@@ -20,6 +19,7 @@ from rvm.runtime import SKIP_RUN, ExecBuilder, ParamSpec, VirtualMachine
 from rvm.runtime import Opcode as O
 from rvm.testing import assert_values_close
 from rvm.testing.programs import MLP, PROGRAMS, Recursion
+from rvm.testing.threads import run_in_threads
 
 
 def f32(*shape: int) -> np.ndarray:
@@ -300,25 +300,16 @@ def test_skip_run_skips_kernels(exec_mode, kernels, compiled):
 
 def test_threads_each_with_own_vm(exec_mode, kernels, compiled):
     ex = compiled(MLP, kernels)
-    errors: list[BaseException] = []
 
     def work(seed: int) -> None:
-        try:
-            vm = VirtualMachine(ex, exec_mode=exec_mode)
-            for n in (1, 4, 2):
-                args = mlp_args(n + seed)
-                assert_values_close(
-                    vm["main"](*args), PROGRAMS[0].numpy_ref(*args), rtol=1e-4, atol=1e-5
-                )
-        except BaseException as err:  # noqa: BLE001 - reported by the main thread
-            errors.append(err)
+        vm = VirtualMachine(ex, exec_mode=exec_mode)
+        for n in (1, 4, 2):
+            args = mlp_args(n + seed)
+            assert_values_close(
+                vm["main"](*args), PROGRAMS[0].numpy_ref(*args), rtol=1e-4, atol=1e-5
+            )
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(work, 4)
 
 
 def test_memory_stays_flat_over_many_calls(mlp_vm):
