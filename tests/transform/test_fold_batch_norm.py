@@ -87,3 +87,64 @@ def test_compiled_model_matches_the_reference(exec_mode, kernels) -> None:
     x = _inputs()
     got = rvm.VirtualMachine(ex)["main"](*x)
     np.testing.assert_allclose(got, interpret(mod, "main", *x), rtol=1e-4, atol=1e-4)
+
+
+def _arith_module(bias: bool, shift: bool, scale_uses: int = 1):
+    """main(x): conv2d [+ per-channel bias] * per-channel scale [+ per-channel shift] -> relu:
+    a batch norm written as Mul and Add (as ONNX exports of inception_v2 have it);
+    ``scale_uses`` 2 also returns the scaled value."""
+    x = Var("x", tensor(("n", 3, 9, 8), F32))
+    bb = Builder()
+    with bb.function("main", [x]):
+        w = const(RNG.standard_normal((6, 3, 3, 3)).astype(F32))
+        y = bb.emit(op.conv2d(x, w, strides=2, padding=(1, 0, 1, 1)))
+        if bias:
+            y = bb.emit(op.add(y, const(RNG.standard_normal((6, 1, 1)).astype(F32))))
+        scale = const(RNG.standard_normal((1, 6, 1, 1)).astype(F32))
+        scaled = y = bb.emit(op.multiply(scale, y))
+        if shift:
+            y = bb.emit(op.add(y, const(RNG.standard_normal((6, 1, 1)).astype(F32))))
+        z = bb.emit(op.relu(y))
+        bb.emit_output(rvm.ir.Tuple((z, scaled)) if scale_uses == 2 else z)
+    return bb.get()
+
+
+@pytest.mark.parametrize(("bias", "shift"), [(False, False), (True, False), (True, True)])
+def test_conv_scale_and_shift_fold(bias, shift) -> None:
+    mod = _arith_module(bias, shift)
+    folded = fold_batch_norm(mod)
+    verify(folded)
+    assert _ops(folded) == ["conv2d", "add", "relu"]  # one bias add, no multiply
+    x = _inputs()
+    want = interpret(mod, "main", *x)
+    np.testing.assert_allclose(interpret(folded, "main", *x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_scaled_value_used_twice_folds_but_ends_the_chain() -> None:
+    mod = _arith_module(bias=True, shift=False, scale_uses=2)
+    folded = fold_batch_norm(mod)
+    verify(folded)
+    assert "multiply" not in _ops(folded)
+    x = _inputs()
+    for got, want in zip(interpret(folded, "main", *x), interpret(mod, "main", *x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_scale_and_shift_after_a_batch_norm_fold_too() -> None:
+    """conv -> batch_norm -> multiply -> add -> relu (inception_v2's ONNX export)."""
+    x = Var("x", tensor(("n", 3, 9, 8), F32))
+    bb = Builder()
+    with bb.function("main", [x]):
+        w = const(RNG.standard_normal((6, 3, 3, 3)).astype(F32))
+        y = bb.emit(op.conv2d(x, w, strides=2, padding=(1, 0, 1, 1)))
+        y = bb.emit(op.batch_norm(y, *_stats(6), epsilon=1e-3))
+        y = bb.emit(op.multiply(y, const(RNG.standard_normal((6, 1, 1)).astype(F32))))
+        y = bb.emit(op.add(y, const(RNG.standard_normal((6, 1, 1)).astype(F32))))
+        bb.emit_output(bb.emit(op.relu(y)))
+    mod = bb.get()
+    folded = fold_batch_norm(mod)
+    verify(folded)
+    assert _ops(folded) == ["conv2d", "add", "relu"]
+    x = _inputs()
+    want = interpret(mod, "main", *x)
+    np.testing.assert_allclose(interpret(folded, "main", *x), want, rtol=1e-4, atol=1e-4)

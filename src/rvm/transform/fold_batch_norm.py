@@ -12,6 +12,11 @@ sqrt(var + epsilon)`` per output channel (computed in float64, stored in the wei
 conv2d of float dtype. The kernel then computes a convolution with a bias, the pattern that
 convolutions without batch norm have, instead of normalizing every output element.
 
+The same holds for a batch norm that arrives as arithmetic (ONNX exports write it as Mul and
+Add, as inception_v2's does): ``z = multiply(y, s)`` of a chain with a per-channel constant
+``s`` becomes ``z = add(conv(x, W * s), b * s)``, and a further per-channel ``add`` of the
+result joins that bias, so the convolution keeps one bias add.
+
 Algorithm: one walk over each straight-line region (`map_regions`), remembering the
 convolutions with constant weights and single-use results and their bias adds; a batch norm
 of one of them rewrites the chain in place.
@@ -91,8 +96,10 @@ def _fold_region(
             if weight is not None and weight.dtype.name in _FLOATS and uses.get(b.var) == 1:
                 chains[b.var] = _Chain(i, weight)
         elif value.callee is ops.add:
-            _bias_add(b, i, chains, uses, consts)
-        elif value.callee is ops.batch_norm and _fold(b, i, chains, out, consts):
+            _bias_add(b, i, chains, uses, consts, out)
+        elif value.callee is ops.multiply and _scale(b, i, chains, uses, consts, out):
+            folded += 1
+        elif value.callee is ops.batch_norm and _fold(b, i, chains, uses, out, consts):
             folded += 1
     return [b for b in out if b is not None], folded
 
@@ -116,21 +123,72 @@ def _per_channel(
     return c.reshape(channels).astype(np.float64)
 
 
-def _bias_add(b, i, chains, uses, consts) -> None:  # type: ignore[no-untyped-def]
-    """Record ``b`` (an add) as the bias add of a convolution chain, when it is one."""
+def _chain_operand(b, chains, consts):  # type: ignore[no-untyped-def]
+    """``(y, chain, c)`` when ``b`` (a binary call) applies the per-channel constant ``c`` to
+    the chain ``y`` without changing its type, else None."""
     lhs, rhs = b.value.args
     for y, c in ((lhs, rhs), (rhs, lhs)):
         chain = chains.get(y) if isinstance(y, E.Var) else None
-        if chain is None or chain.add is not None or uses.get(b.var) != 1:
+        if chain is None or b.var.type != y.type:
             continue
-        ty = y.type
-        bias = _per_channel(_const(c, consts), len(ty.shape), chain.weight.shape[0])
-        if bias is not None and b.var.type == ty:
-            chains[b.var] = _Chain(chain.conv, chain.weight, i, bias)
-            return
+        vec = _per_channel(_const(c, consts), len(y.type.shape), chain.weight.shape[0])
+        if vec is not None:
+            return y, chain, vec
+    return None
 
 
-def _fold(b, i, chains, out, consts) -> bool:  # type: ignore[no-untyped-def]
+def _bias_add(b, i, chains, uses, consts, out) -> None:  # type: ignore[no-untyped-def]
+    """Record ``b`` (an add) as the bias add of a convolution chain, when it is one; a second
+    bias add replaces the first by one of their sum."""
+    found = _chain_operand(b, chains, consts)
+    if found is None or uses.get(b.var) != 1:
+        return
+    y, chain, bias = found
+    if chain.add is not None:
+        del chains[y]
+        bias = chain.bias + bias
+        out[chain.add] = None
+        conv_var = out[chain.conv].var
+        call = op.add(conv_var, E.Constant(_channels(bias, y).astype(chain.weight.dtype)))
+        infer_type(call)
+        out[i] = E.VarBinding(b.var, call)
+    chains[b.var] = _Chain(chain.conv, chain.weight, i, bias)
+
+
+def _channels(vec: np.ndarray, like: E.Var) -> np.ndarray:
+    """The (channels,) vector ``vec`` shaped to broadcast along axis 1 of ``like``."""
+    return vec.reshape((vec.shape[0],) + (1,) * (len(like.type.shape) - 2))
+
+
+def _scale(b, i, chains, uses, consts, out) -> bool:  # type: ignore[no-untyped-def]
+    """Fold ``b`` (a multiply of a chain by a per-channel constant) into the convolution's
+    weights and bias; True when it did."""
+    found = _chain_operand(b, chains, consts)
+    if found is None:
+        return False
+    y, chain, scale = found
+    del chains[y]
+    dtype = chain.weight.dtype
+    weight = chain.weight * scale.reshape((-1,) + (1,) * (chain.weight.ndim - 1))
+    bias = (chain.bias if chain.bias is not None else np.zeros(scale.shape[0])) * scale
+    conv_b = out[chain.conv]
+    conv = E.Call(
+        conv_b.value.callee, (conv_b.value.args[0], E.Constant(weight.astype(dtype))),
+        conv_b.value.attrs,
+    )  # fmt: skip
+    infer_type(conv)
+    out[chain.conv] = E.VarBinding(conv_b.var, conv)
+    if chain.add is not None:
+        out[chain.add] = None
+    call = op.add(conv_b.var, E.Constant(_channels(bias, y).astype(dtype)))
+    infer_type(call)
+    out[i] = E.VarBinding(b.var, call)
+    if uses.get(b.var) == 1:
+        chains[b.var] = _Chain(chain.conv, weight.astype(dtype), i, bias)
+    return True
+
+
+def _fold(b, i, chains, uses, out, consts) -> bool:  # type: ignore[no-untyped-def]
     """Rewrite the chain that ``b`` (a batch norm, binding ``i``) normalizes, if any; True
     when it did."""
     x, *stats = b.value.args
@@ -157,4 +215,6 @@ def _fold(b, i, chains, out, consts) -> bool:  # type: ignore[no-untyped-def]
     call = op.add(conv_b.var, E.Constant(shift.astype(dtype)))
     infer_type(call)
     out[i] = E.VarBinding(b.var, call)
+    if uses.get(b.var) == 1:  # a scale or shift after it may fold too
+        chains[b.var] = _Chain(chain.conv, weight.astype(dtype), i, shift.reshape(channels))
     return True
