@@ -60,15 +60,20 @@ def _inputs(const_stats: bool = True) -> list[np.ndarray]:
     return [x] if const_stats else [x, RNG.standard_normal(6).astype(F32)]
 
 
-@pytest.mark.parametrize("bias", [None, "channel"])
-def test_conv_batch_norm_folds(bias) -> None:
-    mod = _module(bias)
+def _assert_folds_to_conv_add_relu(mod) -> None:
+    """The pass leaves one convolution, its one bias add and the relu, with the same results."""
     folded = fold_batch_norm(mod)
     verify(folded)
     assert _ops(folded) == ["conv2d", "add", "relu"]
     x = _inputs()
     want = interpret(mod, "main", *x)
     np.testing.assert_allclose(interpret(folded, "main", *x), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bias", [None, "channel"])
+def test_conv_batch_norm_folds(bias) -> None:
+    mod = _module(bias)
+    _assert_folds_to_conv_add_relu(mod)
 
 
 @pytest.mark.parametrize(
@@ -112,12 +117,7 @@ def _arith_module(bias: bool, shift: bool, scale_uses: int = 1):
 @pytest.mark.parametrize(("bias", "shift"), [(False, False), (True, False), (True, True)])
 def test_conv_scale_and_shift_fold(bias, shift) -> None:
     mod = _arith_module(bias, shift)
-    folded = fold_batch_norm(mod)
-    verify(folded)
-    assert _ops(folded) == ["conv2d", "add", "relu"]  # one bias add, no multiply
-    x = _inputs()
-    want = interpret(mod, "main", *x)
-    np.testing.assert_allclose(interpret(folded, "main", *x), want, rtol=1e-4, atol=1e-4)
+    _assert_folds_to_conv_add_relu(mod)
 
 
 def test_a_scaled_value_used_twice_folds_but_ends_the_chain() -> None:
@@ -142,9 +142,4 @@ def test_a_scale_and_shift_after_a_batch_norm_fold_too() -> None:
         y = bb.emit(op.add(y, const(RNG.standard_normal((6, 1, 1)).astype(F32))))
         bb.emit_output(bb.emit(op.relu(y)))
     mod = bb.get()
-    folded = fold_batch_norm(mod)
-    verify(folded)
-    assert _ops(folded) == ["conv2d", "add", "relu"]
-    x = _inputs()
-    want = interpret(mod, "main", *x)
-    np.testing.assert_allclose(interpret(folded, "main", *x), want, rtol=1e-4, atol=1e-4)
+    _assert_folds_to_conv_add_relu(mod)
