@@ -9,7 +9,9 @@ WHAT is one of:
   go to ``RESULT.npz`` for the parent to check against ONNX Runtime;
 - ``speed``: rvm with jit kernels in both exec modes, ONNX Runtime with default session
   options and with one thread: outputs checked against ORT's first, then interleaved medians;
-- ``ort``: ONNX Runtime alone (default options), for its peak RSS.
+- ``ort``: ONNX Runtime alone (default options): its peak RSS, and its time per call with
+  no rvm in the process (rvm's OpenBLAS threads spin after each call, which slows ORT's
+  interleaved turn in ``speed`` when rvm runs on more than one BLAS thread).
 
 Wall and CPU seconds (this process's, and its helper processes' that compiled kernels), and
 the process's peak RSS, go to ``RESULT`` as JSON.
@@ -127,7 +129,11 @@ def main() -> None:
     elif what == "speed":
         out = speed(model, _inputs(inputs_path))
     elif what == "ort":
-        _ort(model, None)(*_inputs(inputs_path))
+        from common import interleaved_medians
+
+        run, inputs = _ort(model, None), _inputs(inputs_path)
+        median = interleaved_medians({"ort": lambda: run(*inputs)}, repeat=31, sample_s=0.05)
+        out["ort_alone_ms"] = 1e3 * median["ort"]
     else:
         raise SystemExit(f"unknown measurement {what!r}")
     out["wall_s"] = time.perf_counter() - _WALL
