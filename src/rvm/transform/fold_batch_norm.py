@@ -144,20 +144,10 @@ def _bias_add(b, i, chains, uses, consts, out) -> None:  # type: ignore[no-untyp
     if found is None or uses.get(b.var) != 1:
         return
     y, chain, bias = found
-    if chain.add is not None:
-        del chains[y]
-        bias = chain.bias + bias
-        out[chain.add] = None
-        conv_var = out[chain.conv].var
-        call = op.add(conv_var, E.Constant(_channels(bias, y).astype(chain.weight.dtype)))
-        infer_type(call)
-        out[i] = E.VarBinding(b.var, call)
-    chains[b.var] = _Chain(chain.conv, chain.weight, i, bias)
-
-
-def _channels(vec: np.ndarray, like: E.Var) -> np.ndarray:
-    """The (channels,) vector ``vec`` shaped to broadcast along axis 1 of ``like``."""
-    return vec.reshape((vec.shape[0],) + (1,) * (len(like.type.shape) - 2))
+    if chain.add is None:
+        chains[b.var] = _Chain(chain.conv, chain.weight, i, bias)
+    else:
+        _rewrite(b, i, chains.pop(y), None, bias, uses, chains, out)
 
 
 def _scale(b, i, chains, uses, consts, out) -> bool:  # type: ignore[no-untyped-def]
@@ -167,24 +157,7 @@ def _scale(b, i, chains, uses, consts, out) -> bool:  # type: ignore[no-untyped-
     if found is None:
         return False
     y, chain, scale = found
-    del chains[y]
-    dtype = chain.weight.dtype
-    weight = chain.weight * scale.reshape((-1,) + (1,) * (chain.weight.ndim - 1))
-    bias = (chain.bias if chain.bias is not None else np.zeros(scale.shape[0])) * scale
-    conv_b = out[chain.conv]
-    conv = E.Call(
-        conv_b.value.callee, (conv_b.value.args[0], E.Constant(weight.astype(dtype))),
-        conv_b.value.attrs,
-    )  # fmt: skip
-    infer_type(conv)
-    out[chain.conv] = E.VarBinding(conv_b.var, conv)
-    if chain.add is not None:
-        out[chain.add] = None
-    call = op.add(conv_b.var, E.Constant(_channels(bias, y).astype(dtype)))
-    infer_type(call)
-    out[i] = E.VarBinding(b.var, call)
-    if uses.get(b.var) == 1:
-        chains[b.var] = _Chain(chain.conv, weight.astype(dtype), i, bias)
+    _rewrite(b, i, chains.pop(y), scale, np.zeros_like(scale), uses, chains, out)
     return True
 
 
@@ -192,29 +165,38 @@ def _fold(b, i, chains, uses, out, consts) -> bool:  # type: ignore[no-untyped-d
     """Rewrite the chain that ``b`` (a batch norm, binding ``i``) normalizes, if any; True
     when it did."""
     x, *stats = b.value.args
-    chain = chains.pop(x, None) if isinstance(x, E.Var) else None
+    chain = chains.get(x) if isinstance(x, E.Var) else None
     if chain is None:
         return False
     ndim, channels = len(x.type.shape), chain.weight.shape[0]
     gamma, beta, mean, var = (_per_channel(_const(s, consts), 1, channels, 0) for s in stats)
     if b.value.attrs["axis"] % ndim != 1 or any(s is None for s in (gamma, beta, mean, var)):
-        chains[x] = chain
         return False
     scale = gamma / np.sqrt(var + b.value.attrs["epsilon"])
-    bias = chain.bias if chain.bias is not None else np.zeros(channels)
-    dtype = chain.weight.dtype
-    weight = chain.weight * scale.reshape((channels,) + (1,) * (chain.weight.ndim - 1))
-    shift = ((bias - mean) * scale + beta).reshape((channels,) + (1,) * (ndim - 2))
-    conv_b = out[chain.conv]
-    args = (conv_b.value.args[0], E.Constant(weight.astype(dtype)))
-    conv = E.Call(conv_b.value.callee, args, conv_b.value.attrs)
-    infer_type(conv)
-    out[chain.conv] = E.VarBinding(conv_b.var, conv)
+    _rewrite(b, i, chains.pop(x), scale, beta - mean * scale, uses, chains, out)
+    return True
+
+
+def _rewrite(b, i, chain, scale, shift, uses, chains, out) -> None:  # type: ignore[no-untyped-def]
+    """Binding ``i`` (``b``) becomes ``add(conv, bias * scale + shift)`` of the chain's
+    convolution, whose weights are multiplied by ``scale`` (None: kept); the chain's bias add
+    goes. ``b``'s value continues the chain when it has one use."""
+    bias = chain.bias if chain.bias is not None else np.zeros(chain.weight.shape[0])
+    weight, conv_b = chain.weight, out[chain.conv]
+    if scale is not None:
+        bias = bias * scale
+        weight = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+        weight = weight.astype(chain.weight.dtype)
+        conv = E.Call(conv_b.value.callee, (conv_b.value.args[0], E.Constant(weight)),
+                      conv_b.value.attrs)  # fmt: skip
+        infer_type(conv)
+        out[chain.conv] = E.VarBinding(conv_b.var, conv)
+    bias = bias + shift
     if chain.add is not None:
         out[chain.add] = None
-    call = op.add(conv_b.var, E.Constant(shift.astype(dtype)))
+    channels = bias.reshape((-1,) + (1,) * (len(b.var.type.shape) - 2))
+    call = op.add(conv_b.var, E.Constant(channels.astype(weight.dtype)))
     infer_type(call)
     out[i] = E.VarBinding(b.var, call)
     if uses.get(b.var) == 1:  # a scale or shift after it may fold too
-        chains[b.var] = _Chain(chain.conv, weight.astype(dtype), i, shift.reshape(channels))
-    return True
+        chains[b.var] = _Chain(chain.conv, weight, i, bias)
