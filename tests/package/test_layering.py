@@ -75,35 +75,32 @@ def test_package_imports_only_the_layers_below(package: str) -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def _imported(name: str) -> list[str]:
+    """The modules the source file ``name`` (under src/rvm) imports, anywhere in it."""
+    mods: list[str] = []
+    for node in ast.walk(ast.parse((SRC / name).read_text())):
+        if isinstance(node, ast.Import):
+            mods += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mods.append(node.module or "")
+    return mods
+
+
 def test_shared_helpers_import_only_the_standard_library() -> None:
     import sys
 
     for name in ("errors.py", "_html.py", "_hooks.py"):
-        for node in ast.walk(ast.parse((SRC / name).read_text())):
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                mods = [node.module or ""]
-            else:
-                continue
-            for mod in mods:
-                assert mod.split(".")[0] in sys.stdlib_module_names | {"__future__"}, (name, mod)
+        for mod in _imported(name):
+            assert mod.split(".")[0] in sys.stdlib_module_names | {"__future__"}, (name, mod)
 
 
 def test_dtypes_imports_only_numpy_ml_dtypes_and_errors() -> None:
     import sys
 
     outside = sys.stdlib_module_names | {"__future__", "numpy", "ml_dtypes"}
-    for node in ast.walk(ast.parse((SRC / "dtypes.py").read_text())):
-        if isinstance(node, ast.Import):
-            mods = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            mods = [node.module or ""]
-        else:
-            continue
-        for mod in mods:
-            top = mod.split(".")[0]
-            assert mod == "rvm.errors" if top == "rvm" else top in outside, mod
+    for mod in _imported("dtypes.py"):
+        top = mod.split(".")[0]
+        assert mod == "rvm.errors" if top == "rvm" else top in outside, mod
 
 
 def test_every_package_is_placed_in_a_layer() -> None:

@@ -30,8 +30,7 @@ from rvm.op.shapes import fmt, rule, window_out_dim
 
 __all__ = ["conv1d", "conv1d_transpose", "conv2d", "conv2d_transpose", "conv3d", "conv3d_transpose"]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 define_op("conv1d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv2d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv3d", OpPattern.OPAQUE, 2)

@@ -30,8 +30,7 @@ from rvm.op.shapes import normalize_axis, rule
 
 __all__ = ["arange", "full", "one_hot", "ones", "shape_of", "zeros"]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 # Creation.
 define_op("zeros", OpPattern.ELEMWISE, 0)
 define_op("ones", OpPattern.ELEMWISE, 0)

@@ -24,8 +24,7 @@ from rvm.op.shapes import broadcast_dim, broadcast_shapes, fmt, rule
 
 __all__ = ["einsum"]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 define_op("einsum", OpPattern.OPAQUE)  # variadic: the operands of its equation
 
 ELLIPSIS = "..."

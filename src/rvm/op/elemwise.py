@@ -88,8 +88,7 @@ __all__ = [
     "where",
 ]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 # Binary arithmetic (numpy broadcasting, dtype promotion).
 define_op("add", OpPattern.BROADCAST, 2)
 define_op("subtract", OpPattern.BROADCAST, 2)

@@ -30,8 +30,7 @@ from rvm.op.shapes import fmt, rule
 
 __all__ = ["resize"]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 # Image ops.
 define_op("resize", OpPattern.OPAQUE, 1)
 

@@ -43,8 +43,7 @@ __all__ = [
     "take",
 ]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 define_op("strided_slice", OpPattern.INJECTIVE, 1)
 # bounds from run-time tensors: the output shape depends on data, so it is opaque
 define_op("dynamic_slice", OpPattern.OPAQUE, 3)

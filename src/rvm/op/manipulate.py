@@ -59,8 +59,7 @@ __all__ = [
     "trilu",
 ]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 # Layout and indexing.
 define_op("reshape", OpPattern.INJECTIVE, 1)
 define_op("transpose", OpPattern.INJECTIVE, 1)

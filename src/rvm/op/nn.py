@@ -29,8 +29,7 @@ from rvm.op.shapes import broadcast_shapes, fmt, normalize_axes, normalize_axis,
 
 __all__ = ["batch_norm", "dense", "layer_norm", "log_softmax", "lrn", "matmul", "softmax"]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 # Neural-network ops.
 define_op("softmax", OpPattern.OPAQUE, 1)
 define_op("log_softmax", OpPattern.OPAQUE, 1)

@@ -34,8 +34,7 @@ __all__ = [
     "max_pool_indices",
 ]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 define_op("max_pool1d", OpPattern.OPAQUE, 1)
 define_op("max_pool2d", OpPattern.OUT_ELEMWISE_FUSABLE, 1)
 define_op("max_pool3d", OpPattern.OPAQUE, 1)

@@ -31,8 +31,7 @@ from rvm.op.shapes import dims_product, fmt, normalize_axis, reduce_shape, rule
 
 __all__ = ["argmax", "argmin", "cumprod", "cumsum", "max", "mean", "min", "prod", "sum", "variance"]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 # Reductions.
 define_op("sum", OpPattern.REDUCTION, 1)
 define_op("mean", OpPattern.REDUCTION, 1)

@@ -26,8 +26,7 @@ from rvm.op.shapes import dims_product, fmt, normalize_axis, rule
 
 __all__ = ["nonzero", "topk", "unique"]
 
-# The ops defined here: name, fusion pattern (the choices are in `rvm.op.ops`) and number
-# of inputs; each one's reference is the `rvm.op.numpy_ref` function of its name.
+# The ops of this module (`rvm.op.core.define_op`).
 # Searching and sorting.
 define_op("topk", OpPattern.OPAQUE, 1)
 define_op("nonzero", OpPattern.OPAQUE, 1)
