@@ -83,6 +83,10 @@ def require(name: str, dtype: str) -> None:
     if name not in _bodies:
         importlib.import_module(MODULES[name])  # exports it
     body = _bodies[name]
+    # The entry point may split its loop over threads: its task's symbol first.
+    from rvm.runtime.native import parfor
+
+    parfor.require_task(name, dtype)
     # Numba's own (reentrant) lock: typing a call requires the entry point while holding it.
     with global_compiler_lock:
         if (name, dtype) in _compiled:

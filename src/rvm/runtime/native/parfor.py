@@ -45,7 +45,8 @@ pool's wake-up (a few microseconds) outweighs the work."""
 
 _SAFE_LAYERS = ("omp", "tbb")
 _enabled = ctypes.c_int64(0)  # read by compiled code through the symbol below
-_compiled: list = []  # the task cfuncs, alive as long as their registered addresses
+_task_bodies: dict[str, Callable[..., None]] = {}  # exported tasks by name
+_compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
 
 
 # Stand-ins for the pool's symbols when it does not start (the library's code still links;
@@ -106,17 +107,25 @@ def task_symbol(name: str, dtype: str) -> str:
 
 
 def export_task(name: str, body: Callable[..., None]) -> None:
-    """Compile ``body(args, dims, dtype_ptr, data)`` (module level, for Numba's cache) as the
-    task ``name`` of each float dtype. ``chunk(args)`` is the chunk it runs, ``job(data)`` the
-    caller's int64 array; ``dtype_ptr`` is a pointer typed by the dtype (never read: pass it
-    to `array_at`)."""
-    for dtype in DTYPES:
-        ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
-        i64p = nt.CPointer(nt.int64)
-        sig = nt.void(nt.CPointer(i64p), i64p, ptr, i64p)
-        cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
-        llvm.add_symbol(task_symbol(name, dtype), cfunc.address)
-        _compiled.append(cfunc)
+    """Declare ``body(args, dims, dtype_ptr, data)`` (module level, for Numba's cache) as the
+    task ``name``; `require_task` compiles it for a dtype (the library entry point of the same
+    name requires it, `rvm.runtime.native.entry.require`). ``chunk(args)`` is the chunk it
+    runs, ``job(data)`` the caller's int64 array; ``dtype_ptr`` is a pointer typed by the
+    dtype (never read: pass it to `array_at`)."""
+    _task_bodies[name] = body
+
+
+def require_task(name: str, dtype: str) -> None:
+    """Compile task ``name`` for ``dtype`` (or load it from Numba's cache) and register its
+    symbol, unless this process already has; a name without a task is a no-op."""
+    if (name, dtype) in _compiled or name not in _task_bodies:
+        return
+    ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
+    i64p = nt.CPointer(nt.int64)
+    sig = nt.void(nt.CPointer(i64p), i64p, ptr, i64p)
+    cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(_task_bodies[name])
+    llvm.add_symbol(task_symbol(name, dtype), cfunc.address)
+    _compiled[name, dtype] = cfunc
 
 
 @nb.njit(nogil=True, cache=True)
