@@ -126,6 +126,8 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         )
         row["peak_rss_mb"] = speed["peak_rss_mb"]
         alone = _child("ort", *run, cache)
+        got = np.load(alone["result"] + ".npz")
+        check_outputs("ORT alone", [got[k] for k in got.files], run_ort(model, inputs))
         row["ort_peak_rss_mb"] = alone["peak_rss_mb"]
         row["ort_alone_ms"] = alone["ort_alone_ms"]
         row["rvm_over_ort_alone"] = (

@@ -65,10 +65,12 @@ STORAGE_OP_NAMES = frozenset(
 
 
 def __getattr__(name: str) -> Op:
-    """``ops.NAME``: the registered op NAME."""
+    """``ops.NAME``: the registered op NAME (looked up on first read)."""
     if name.startswith("__"):
         raise AttributeError(name)
     try:
-        return get_op(name)
+        op = get_op(name)
     except IRError as e:
         raise AttributeError(f"module 'rvm.op.ops' has no op {name!r}: {e}") from None
+    globals()[name] = op  # found once: later reads are plain attribute reads
+    return op
