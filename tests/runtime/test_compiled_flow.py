@@ -27,7 +27,7 @@ def test_self_tail_call_loop():
     flow = _flow(h.counting_loop())
     code = flow.code
     (tail,) = flow.tails
-    assert code[tail][0] == O.INVOKE and flow.self_tails == {tail}
+    assert code[tail][0] == O.TAIL_INVOKE and flow.self_tails == {tail}
     assert flow.succ[0] == [code[0][3], code[0][4]]  # IF: both targets
     assert flow.succ[tail] == []  # a tail call ends the path, as RET does
     assert flow.loops
@@ -37,9 +37,10 @@ def test_a_plain_call_is_not_a_tail_call_and_constants_are_known():
     ex = h.recursive_sum()
     flow = _flow(ex)
     assert not flow.tails and not flow.loops
-    zero = flow.code[0][1]
-    assert flow.const_int(zero, 1) == 0  # LOAD_CONSTI at pc 0 ran before the IF
-    assert flow.const_int(zero, 0) is None  # ...but not before itself
+    assert flow.succ[0] == [flow.code[0][3], 0 + flow.code[0][4]]  # IF_IMM: both targets
+    zero = flow.code[1][1]
+    assert flow.const_int(zero, 2) == 0  # LOAD_CONSTI at pc 1 ran before the RET
+    assert flow.const_int(zero, 1) is None  # ...but not before itself
     assert _structured(ex)
 
 
@@ -79,12 +80,11 @@ def _loop_with_garbage() -> Executable:
     done, body = f.label(), f.label()
     f.emit(O.IF, 0, 1, done, body)
     f.place(body)
-    one, tmp, nxt, r = (f.new_register() for _ in range(4))
+    one, tmp, nxt = (f.new_register() for _ in range(3))
     f.emit(O.LOAD_CONSTI, one, 1)
     f.emit(O.CALL_PACKED, tmp, add, (0, 0))
     f.emit(O.CALL_PACKED, nxt, add, (0, one))
-    f.emit(O.INVOKE, r, "spin", (nxt, 1))
-    f.emit(O.RET, r)
+    f.emit(O.TAIL_INVOKE, "spin", (nxt, 1))
     f.place(done)
     f.emit(O.RET, 0)
     return b.build()
@@ -101,20 +101,6 @@ def test_a_self_tail_call_clears_what_may_hold_memory():
     assert one not in cleared  # a constant load holds no memory of the run
     vm = VirtualMachine(ex, exec_mode="compiled")
     assert vm["spin"](np.array(0, np.int64), np.array(50, np.int64)) == 50
-
-
-def test_small_blocks_are_known_by_size_and_views():
-    b = ExecBuilder()
-    f = b.function("main", ())
-    t16 = h.alloc(f, (4,))  # 16 bytes, one view: a plain array
-    t4k = h.alloc(f, (1024,))
-    tup = f.new_register()
-    f.emit(O.ALLOC_ADT, tup, -1, (t16, t4k))
-    f.emit(O.RET, tup)
-    flow = _flow(b.build())
-    small, big = flow.code[1][1], flow.code[4][1]
-    assert flow.small_storage(small) and flow.shared_tensor(small) == ((4,), "float32")
-    assert not flow.small_storage(big) and flow.shared_tensor(big) is None
 
 
 def test_a_backward_jump_falls_back_to_the_block_state_machine():

@@ -8,8 +8,8 @@ review the diff. What the cases pin down:
 
 - ``self_tail_call``: a self tail call becomes a ``while True`` loop (no recursion);
 - ``unstructured``: control flow that is not structured runs as a ``_pc`` dispatch loop;
-- ``inline_shapes``: the shape builtins inline (the builtin only on the mismatch path), the
-  made/viewed/killed block is one ``_alloc_view`` call;
+- ``inline_shapes``: the shape instructions inline (the builtin only on the mismatch path),
+  NEW_TENSOR_REG one ``_alloc_view`` call;
 - ``mlp``: a compiled program's entry checks and kernel calls;
 - ``small_blocks``: straight-line code gives each small block one array (``_empty``), without
   the per-site slots a loop needs;

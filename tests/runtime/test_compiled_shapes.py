@@ -9,10 +9,12 @@ import rt_helpers as h
 
 import rvm
 from rvm.errors import ShapeError, VMError
-from rvm.runtime import Executable, VirtualMachine
+from rvm.runtime import ExecBuilder, Executable, Opcode, VirtualMachine
 from rvm.runtime import builtins as B
 from rvm.runtime.registry import register_func
 from rvm.testing.programs import MLP
+
+O = Opcode
 
 MODES = ("bytecode", "compiled")
 
@@ -99,37 +101,63 @@ def test_an_unknown_dim_counts_for_the_rank_only():
     assert "shape (2, 4) has 2 at axis 0, but an earlier shape set that dimension to 3" in text
 
 
-def test_a_reregistered_builtin_is_called():
+def _builtin_calls_program() -> Executable:
+    """main(x: (n, 4)) = x + x with the shape work as format 1.1 wrote it: CALL_PACKED of the
+    `vm.builtin.*` functions (files of that format still run them so)."""
+    b = ExecBuilder()
+    add = b.add_kernel(h.ADD)
+    pattern = b.add_constant(np.array([1, 0, 0, 4], np.int64))
+    context = b.add_constant(np.array("main: x"))
+    dtype = b.add_constant(np.array("float32"))
+    f = b.function("main", ("x",))
+    r = [f.new_register() for _ in range(10)]
+    f.emit(O.LOAD_CONSTI, r[0], 1)
+    f.emit(O.CALL_PACKED, r[1], "vm.builtin.alloc_shape_heap", (r[0],))
+    f.emit(O.LOAD_CONST, r[2], pattern)
+    f.emit(O.LOAD_CONST, r[3], context)
+    f.emit(O.CALL_PACKED, r[4], "vm.builtin.match_shape", (0, r[1], r[2], r[3]))
+    f.emit(O.CALL_PACKED, r[5], "vm.builtin.make_shape", (r[1], r[2]))
+    f.emit(O.LOAD_CONST, r[6], dtype)
+    f.emit(O.CALL_PACKED, r[7], "vm.builtin.storage_size", (r[5], r[6]))
+    f.emit(O.ALLOC_STORAGE, r[8], r[7], 64, "float32")
+    f.emit(O.ALLOC_TENSOR_REG, r[9], r[8], 0, r[5], "float32")
+    f.emit(O.INVOKE_PACKED, add, 3, 1, (0, 0, r[9]))
+    f.emit(O.RET, r[9])
+    return b.build()
+
+
+def test_builtin_calls_of_older_files_run_through_the_registry():
     seen = []
 
     def storage_size(shape, dtype):
         seen.append(type(shape))
         return B.storage_size(shape, dtype)
 
-    ex = h.checked_add()
+    ex = _builtin_calls_program()
     register_func("vm.builtin.storage_size", storage_size, override=True)
     try:
-        got = _run_both(ex, f32(2, 4), f32(2, 4))
+        got = _run_both(ex, f32(3, 4))
     finally:
         register_func("vm.builtin.storage_size", B.storage_size, override=True)
     assert seen == [np.ndarray, np.ndarray]  # once per mode, given the int64 shape array
-    np.testing.assert_array_equal(got["compiled"], got["bytecode"])
-    _run_both(ex, f32(2, 4), f32(2, 4))
-    assert len(seen) == 2  # restored: the inline form again
+    np.testing.assert_array_equal(got["compiled"], 2 * f32(3, 4))
+    np.testing.assert_array_equal(got["bytecode"], got["compiled"])
+    assert "expected a 2-d tensor" in _errors_both(ex, f32(3))[0]
 
 
-def test_instrumented_runs_see_every_builtin_call():
+def test_instrumented_runs_see_the_same_packed_calls_and_shape_checks_still_run():
     ex = h.checked_add()
     counts = {}
     for mode in MODES:
         vm = VirtualMachine(ex, exec_mode=mode)
-        vm["main"](f32(2, 4), f32(2, 4))  # the inline variant first
+        vm["main"](f32(2, 4), f32(2, 4))
         seen: list[str] = []
         vm.set_instrument(lambda name, a, before, seen=seen: seen.append(name) if before else None)
         vm["main"](f32(2, 4), f32(2, 4))
         counts[mode] = seen
-    assert counts["compiled"] == counts["bytecode"]
-    assert counts["bytecode"].count("vm.builtin.match_shape") == 2
+        with pytest.raises(VMError, match="main: argument 1 'y'"):
+            vm["main"](f32(2, 4), f32(3, 4))
+    assert counts["compiled"] == counts["bytecode"] == ["add"]  # shape work is instructions
 
 
 def test_generic_builtins_keep_their_results_and_errors():

@@ -1,5 +1,5 @@
-"""Decoding (`rvm.runtime.decode`): what the bytecode loop's tuples hold, where tail calls and
-superinstructions are formed and where not, and that a jump into a fused run still works."""
+"""Decoding (`rvm.runtime.decode`): what the bytecode loop's tuples hold, the variants chosen
+from an instruction's own operands, and that nothing is fused from the order of instructions."""
 
 from __future__ import annotations
 
@@ -49,18 +49,22 @@ def test_alloc_adt_of_tag_minus_one_is_its_own_decoded_opcode():
     assert d.ALLOC_TUPLE in ops and O.ALLOC_ADT in ops
 
 
-def test_tail_calls_are_marked_and_other_calls_are_not():
-    assert d.TAIL_INVOKE in _ops(h.counting_loop(), "loop")
-    ops = _ops(h.recursive_sum(), "total")
-    assert O.INVOKE in ops and d.TAIL_INVOKE not in ops
+def test_tail_calls_are_their_own_opcodes_with_operands_decoded():
+    ex = h.counting_loop()
+    raw = next(i for i in ex.functions[0].instructions if i[0] == O.TAIL_INVOKE)
+    dec = next(i for i in d.decode_function(ex, 0).code if i[0] == O.TAIL_INVOKE)
+    regs = list(range(100, 200))
+    assert dec[1] == raw[1] == 0 and list(dec[2](regs)) == [regs[r] for r in raw[2]]
+    ops = _ops(h.recursive_sum(), "total")  # a call whose result is used is a plain INVOKE
+    assert O.INVOKE in ops and O.TAIL_INVOKE not in ops
 
 
-def test_a_constant_feeding_an_if_is_one_superinstruction():
-    ex = h.recursive_sum()
-    first = d.decode_function(ex, 0).code[0]
-    assert first[0] == d.IF_CONST and first[-1] == 2  # covers LOAD_CONSTI and IF
-    raw_if = ex.functions[0].instructions[1]
-    assert first[5:7] == (1 + raw_if[3], 1 + raw_if[4])
+def test_if_imm_decodes_to_absolute_targets_and_its_int():
+    ex = h.every_opcode_program()
+    main = ex.functions[ex.function_index("main")]
+    pc = next(pc for pc, i in enumerate(main.instructions) if i[0] == O.IF_IMM)
+    raw, dec = main.instructions[pc], d.decode_function(ex, ex.function_index("main")).code[pc]
+    assert dec == (O.IF_IMM, raw[1], 7, pc + raw[3], pc + raw[4])
 
 
 def _allocs(kill: bool, nbytes: int) -> Executable:
@@ -76,36 +80,39 @@ def _allocs(kill: bool, nbytes: int) -> Executable:
     return b.build()
 
 
-@pytest.mark.parametrize(("nbytes", "tiny"), [(16, True), (4096, False)])
-def test_made_viewed_killed_is_one_superinstruction(nbytes, tiny):
-    ex = _allocs(True, nbytes)
-    fused = d.decode_function(ex, 0).code[0]
-    assert fused[0] == d.ALLOC_STATIC and fused[-1] == 4 and fused[9] is tiny
-    out = VirtualMachine(ex, exec_mode="bytecode")["main"]()
-    assert out.shape == (nbytes // 4,) and out.dtype == np.float32
+def _new_tensor(nbytes: int) -> Executable:
+    b = ExecBuilder()
+    f = b.function("main", ())
+    t = f.new_register()
+    f.emit(O.NEW_TENSOR, t, (nbytes // 4,), "float32", 64)
+    f.emit(O.RET, t)
+    return b.build()
 
 
-def test_a_block_kept_alive_is_not_fused():
-    ops = _ops(_allocs(False, 16), "main")
-    assert ops[:3] == [O.LOAD_CONSTI, O.ALLOC_STORAGE, O.ALLOC_TENSOR]
+@pytest.mark.parametrize(("nbytes", "tiny"), [(16, True), (64, True), (68, False), (4096, False)])
+def test_new_tensor_is_tiny_by_its_own_size(nbytes, tiny):
+    """The tiny-tensor rule is applied to NEW_TENSOR's own operands: a variant of its own."""
+    ex = _new_tensor(nbytes)
+    dec = d.decode_function(ex, 0).code[0]
+    assert dec[0] == (d.NEW_TINY if tiny else O.NEW_TENSOR)
+    assert dec[-1] == nbytes  # the derived block size
+    for mode in ("bytecode", "compiled"):
+        out = VirtualMachine(ex, exec_mode=mode)["main"]()
+        assert out.shape == (nbytes // 4,) and out.dtype == np.float32
+
+
+@pytest.mark.parametrize("kill", [True, False])
+def test_nothing_is_fused_from_the_order_of_instructions(kill):
+    """A block made, viewed and killed in a row stays three instructions: only the compiler,
+    which emits NEW_TENSOR, says a block serves one tensor."""
+    ex = _allocs(kill, 16)
+    raw = [i[0] for i in ex.functions[0].instructions]
+    assert _ops(ex, "main") == raw
+    out = VirtualMachine(ex, exec_mode="compiled")["main"]()
+    assert out.shape == (4,) and out.dtype == np.float32
 
 
 @pytest.mark.parametrize("exec_mode", ["bytecode", "compiled"])
-def test_a_jump_into_a_superinstruction_runs_its_later_instructions(exec_mode):
-    ex = h.count_down()
-    assert d.decode_function(ex, 0).code[1][0] == d.IF_CONST
-    vm = VirtualMachine(ex, exec_mode=exec_mode)
+def test_a_backward_jump_to_an_if_runs_in_both_modes(exec_mode):
+    vm = VirtualMachine(h.count_down(), exec_mode=exec_mode)
     assert vm["count"](np.array(4, np.int64), np.array(10, np.int64)) == 14
-
-
-def test_the_single_view_block_rule_is_shared_by_both_modes():
-    """`bytecode.is_single_view_block` decides both the loop's ALLOC_STATIC and the compiled
-    mode's one-call allocation: a kept block is neither."""
-    from rvm.runtime.bytecode import is_single_view_block
-
-    assert is_single_view_block(_allocs(True, 4096).functions[0].instructions, 1)
-    kept = _allocs(False, 4096)
-    assert not is_single_view_block(kept.functions[0].instructions, 1)
-    vm = VirtualMachine(kept, exec_mode="compiled")
-    assert "_alloc_view" not in vm.compiled_source("main")
-    assert "_alloc_view" in VirtualMachine(_allocs(True, 4096)).compiled_source("main")

@@ -67,9 +67,9 @@ def test_executable_html_summary_and_collapsed_bytecode(parse_html):
 def test_executable_html_counts(parse_html):
     ex = h.symbolic_program()
     rows = _rows(parse_html(ex._repr_html_()))
-    assert ["instructions", "13"] in rows and ["kernels backend", "numpy"] in rows
-    assert ["@main", "2", "x, y", str(ex.functions[0].register_file_size), "13"] in rows
-    assert ["constants", f"4 ({sum(c.nbytes for c in ex.constants)} B)"] in rows
+    assert ["instructions", "6"] in rows and ["kernels backend", "numpy"] in rows
+    assert ["@main", "2", "x, y", str(ex.functions[0].register_file_size), "6"] in rows
+    assert ["constants", f"3 ({sum(c.nbytes for c in ex.constants)} B)"] in rows
 
 
 def test_vm_html_shows_mode_allocator_and_signatures(parse_html, exec_mode):

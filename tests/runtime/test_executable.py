@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,64 @@ def test_format_errors_have_clear_messages():
     assert [data.find(tag) for tag in SECTIONS] == sorted(data.find(tag) for tag in SECTIONS)
 
 
+def _with_minor(data: bytes, minor: int) -> bytes:
+    return data[:6] + minor.to_bytes(2, "little") + data[8:]
+
+
+@pytest.mark.parametrize("exec_mode", ["bytecode", "compiled"])
+def test_a_format_1_1_file_runs_with_its_tail_calls_as_tail_opcodes(exec_mode):
+    data = h.counting_loop(old_style=True).to_bytes()
+    old = Executable.from_bytes(_with_minor(data, 1))
+    ops = [ins[0] for ins in old.functions[0].instructions]
+    assert O.TAIL_INVOKE in ops and O.INVOKE not in ops and len(ops) == 8  # no pc moved
+    current = Executable.from_bytes(data)  # a 1.2 file runs its INVOKE as written
+    assert O.INVOKE in [ins[0] for ins in current.functions[0].instructions]
+    n = np.array(20_000, np.int64)
+    for ex in (old, current):
+        out = VirtualMachine(ex, exec_mode=exec_mode)["loop"](np.array(0, np.int64), n, 0)
+        assert out == np.float32(30_000)
+
+
+def _set_first_opcode(data: bytes, opcode: int) -> bytes:
+    """`data` with the first instruction's opcode byte replaced, the CODE section's CRC fixed."""
+    out = bytearray(data)
+    pos = 12
+    while out[pos : pos + 4] != b"CODE":
+        pos += 16 + int.from_bytes(out[pos + 4 : pos + 12], "little")
+    length = int.from_bytes(out[pos + 4 : pos + 12], "little")
+    out[pos + 16 + 4] = opcode  # after the u32 instruction count
+    crc = zlib.crc32(bytes(out[pos + 16 : pos + 16 + length]))
+    out[pos + 12 : pos + 16] = crc.to_bytes(4, "little")
+    return bytes(out)
+
+
+def test_unknown_opcodes_of_a_newer_format_say_which_rvm_to_use():
+    data = _set_first_opcode(h.straight_line().to_bytes(), 200)
+    with pytest.raises(ExecutableFormatError, match=r"section: unknown opcode 200"):
+        Executable.from_bytes(data)
+    with pytest.raises(ExecutableFormatError, match=r"format 1\.9\) uses opcode 200"):
+        Executable.from_bytes(_with_minor(data, 9))
+
+
+def test_corrupt_shape_instructions_are_rejected():
+    b = ExecBuilder()
+    bad = b.add_constant(np.array([1, 0, 0], np.int64))  # not (kind, value) pairs
+    context = b.add_constant(np.array("ctx"))
+    f = b.function("main", ("x",))
+    heap = f.new_register()
+    f.emit(O.ALLOC_SHAPE_HEAP, heap, 1)
+    f.emit(O.MATCH_SHAPE, 0, heap, bad, context)
+    f.emit(O.RET, 0)
+    with pytest.raises(ExecutableFormatError, match="pattern constant"):
+        b.build()
+    b = ExecBuilder()
+    f = b.function("main", ())
+    f.emit(O.ALLOC_SHAPE_HEAP, f.new_register(), 1 << 40)
+    f.emit(O.RET, 0)
+    with pytest.raises(ExecutableFormatError, match="shape heap size"):
+        b.build()
+
+
 FUZZ = textwrap.dedent("""
     import random, struct, sys, zlib
     sys.path[:0] = [{src!r}, {here!r}]
@@ -269,12 +328,13 @@ def test_build_validation():
 def test_as_text_shows_jump_targets_and_names():
     text = h.counting_loop().as_text()
     assert "@loop(i: Tensor((), int64)" in text
-    assert "if                $0 == $1 then -> 7 else -> 1" in text
+    assert "if                $0 == $1 then -> 6 else -> 1" in text
+    assert "tail_invoke       return @loop($5, $1, $6)" in text
     assert "$5 = add_ret($0, $3)" in text
     assert "ret               $2" in text
     assert "c0 (float32[] 1.5)" in text
     every = h.every_opcode_program().as_text()
-    assert "goto              -> 20" in every
+    assert "goto              -> 30" in every
     assert "exp($0, $9)  outputs: 1 of 2" in every
     assert "c0 ('boom!')" in every
 
@@ -294,7 +354,7 @@ def test_as_python_rebuilds_an_equal_executable(make):
 def test_stats_summary():
     s = h.symbolic_program().stats()
     assert "functions: 1" in s and "main" in s
-    assert "constants: 4" in s
-    assert "primitives: 5 (1 kernels, 4 global functions)" in s
+    assert "constants: 3" in s
+    assert "primitives: 1 (1 kernels, 0 global functions)" in s
     assert "kernels: 1 (1 numpy)" in s
     assert text_mod.describe_value(np.zeros((100, 100), np.float32)) == "float32[100, 100]"

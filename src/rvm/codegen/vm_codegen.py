@@ -2,12 +2,15 @@
 
 Each non-primitive module function becomes a VM function: parameters in the first registers,
 one register per bound variable, one or two instructions per binding (see the table in
-`rvm.transform.vm_ops`). If and Match become jumps; in tail position every branch ends in its
-own Ret, so a call there is directly followed by Ret and the VM runs it as a tail call.
-Functions whose parameters (or tensor fields of tuple parameters) have symbolic dimensions first
-store those dimensions in a shape heap (`vm.builtin.match_shape`), which also checks the rank and
-fixed dimensions of those tensors on every call, internal ones included (an unknown `?` dimension
-in the same shape is checked for rank only): no kernel runs on shapes its types did not promise.
+`rvm.transform.vm_ops`). If and Match become jumps (IF_IMM against the constant 1 or the
+constructor's tag); in tail position every branch ends in its own Ret, and a call the
+`tail_call` pass marked becomes TAIL_INVOKE / TAIL_INVOKE_CLOSURE. A storage block that the
+memory plan gives one tensor (its one use other than kills is that tensor, at offset 0) is not
+emitted: the tensor is NEW_TENSOR (NEW_TENSOR_REG for a run-time shape). Functions whose
+parameters (or tensor fields of tuple parameters) have symbolic dimensions first store those
+dimensions in a shape heap (ALLOC_SHAPE_HEAP, MATCH_SHAPE), which also checks the rank and fixed
+dimensions of those tensors on every call, internal ones included (an unknown `?` dimension in
+the same shape is checked for rank only): no kernel runs on shapes its types did not promise.
 Primitive functions become kernels.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from rvm.errors import IRError
 from rvm.ir import expr as E
+from rvm.ir.functor import ExprVisitor
 from rvm.ir.module import IRModule
 from rvm.ir.types import ADTType, TensorType, TupleType, Type
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
@@ -49,6 +53,32 @@ def _symbolic_tensors(
             _symbolic_tensors(field, (*path, j), f"{what} field {j}", out)
 
 
+class _OwnedBlocks(ExprVisitor):
+    """The storage variables of a function that hold one tensor: their one use other than
+    kills is an alloc_tensor at offset 0 (the memory plan gave the block to that tensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uses: dict[E.Var, int] = {}
+        self.viewed: set[E.Var] = set()
+
+    def visit_var(self, v: E.Var) -> None:
+        self.uses[v] = self.uses.get(v, 0) + 1
+
+    def visit_call(self, c: E.Call) -> None:
+        if c.callee is vm_ops.kill:
+            return  # a kill is not a use of the block's memory
+        if c.callee is vm_ops.alloc_tensor and c.attrs.get("offset", 0) == 0:
+            self.viewed.add(c.args[0])  # type: ignore[arg-type]
+        super().visit_call(c)
+
+    @classmethod
+    def of(cls, func: E.Function) -> set[E.Var]:
+        found = cls()
+        found.visit(func.body)
+        return {v for v in found.viewed if found.uses.get(v) == 1}
+
+
 class FunctionCodegen:
     """Emits one VM function."""
 
@@ -62,6 +92,7 @@ class FunctionCodegen:
         self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
         self.heap: int | None = None
         self.slots: dict[str, int] = {}
+        self.owned = _OwnedBlocks.of(func)
 
     # -- prologue: symbolic dimensions ---------------------------------------------------------
     def prologue(self) -> None:
@@ -74,18 +105,13 @@ class FunctionCodegen:
             return
         names = {d for _, _, shape in found for d in shape if isinstance(d, str)}
         self.heap = self.fb.new_register()
-        size = self.const_int(len(names))
-        self.fb.emit(Opcode.CALL_PACKED, self.heap, "vm.builtin.alloc_shape_heap", [size])
+        self.fb.emit(Opcode.ALLOC_SHAPE_HEAP, self.heap, len(names))
         fields: dict[tuple[int, ...], int] = {(i,): i for i in range(len(self.func.params))}
         for path, what, shape in found:
-            pattern = self.load_const(self.ctx.int_pattern(self.match_pairs(shape)))
-            context = self.load_const(self.ctx.string(f"{self.name}: {what}"))
-            self.fb.emit(
-                Opcode.CALL_PACKED,
-                self.fb.new_register(),
-                "vm.builtin.match_shape",
-                [self.field(path, fields), self.heap, pattern, context],
-            )
+            pattern = self.ctx.int_pattern(self.match_pairs(shape))
+            context = self.ctx.string(f"{self.name}: {what}")
+            tensor = self.field(path, fields)
+            self.fb.emit(Opcode.MATCH_SHAPE, tensor, self.heap, pattern, context)
 
     def field(self, path: tuple[int, ...], fields: dict[tuple[int, ...], int]) -> int:
         """The register of the parameter (tuple field) at ``path``, read once."""
@@ -153,7 +179,11 @@ class FunctionCodegen:
     def value(self, e: E.Expr, dst: int, tail: bool) -> None:
         """Emit ``e`` into register ``dst``; in tail position also return it."""
         if isinstance(e, E.SeqExpr):
-            for b in e.bindings:
+            bindings = list(e.bindings)
+            for i, b in enumerate(bindings):
+                if tail and i == len(bindings) - 1 and b.var is e.body and _marked(b.value):
+                    self.tail_call(b.value)  # type: ignore[arg-type]
+                    return
                 self.binding(b)
             self.value(e.body, dst, tail)
             return
@@ -171,6 +201,8 @@ class FunctionCodegen:
             self.fb.emit(Opcode.RET, dst)
 
     def binding(self, b: E.VarBinding) -> None:
+        if b.var in self.owned:
+            return  # the block of one tensor: its NEW_TENSOR makes it
         dst = self.fb.new_register()
         self.regs[b.var] = dst
         self.value(b.value, dst, tail=False)
@@ -210,6 +242,14 @@ class FunctionCodegen:
         else:
             raise IRError(f"codegen {self.name}: cannot call {type(callee).__name__}")
 
+    def tail_call(self, c: E.Call) -> None:
+        """A call the `tail_call` pass marked, in tail position: its result is the result."""
+        if c.callee is vm_ops.invoke_closure:
+            closure, args = self.reg(c.args[0]), self.regs_of(c.args[1:])
+            self.fb.emit(Opcode.TAIL_INVOKE_CLOSURE, closure, args)
+        else:  # the pass marks nothing else than calls of module functions
+            self.fb.emit(Opcode.TAIL_INVOKE, c.callee.name, self.regs_of(c.args))  # type: ignore[union-attr]
+
     def vm_op(self, c: E.Call, dst: int) -> None:  # noqa: C901 - one case per VM op
         fb, op, a = self.fb, c.callee, c.attrs
         if op is vm_ops.call_dps:
@@ -234,6 +274,11 @@ class FunctionCodegen:
                 size = self.const_int(a["size"])
             fb.emit(Opcode.ALLOC_STORAGE, dst, size, ALIGNMENT, a["dtype"])
         elif op is vm_ops.alloc_tensor:
+            if c.args[0] in self.owned:
+                shape = self.reg(c.args[1]) if len(c.args) > 1 else a["shape"]
+                new = Opcode.NEW_TENSOR_REG if len(c.args) > 1 else Opcode.NEW_TENSOR
+                fb.emit(new, dst, shape, a["dtype"], ALIGNMENT)
+                return
             storage = self.reg(c.args[0])
             if len(c.args) > 1:
                 fb.emit(
@@ -255,7 +300,7 @@ class FunctionCodegen:
         elif op is vm_ops.reshape_view:
             fb.emit(Opcode.RESHAPE_TENSOR, dst, self.reg(c.args[0]), self.reg(c.args[1]))
         elif op is vm_ops.kill:
-            if isinstance(c.args[0], E.Var):
+            if isinstance(c.args[0], E.Var) and c.args[0] not in self.owned:
                 fb.emit(Opcode.KILL_REGISTER, self.reg(c.args[0]))
         elif op is vm_ops.make_closure:
             fb.emit(Opcode.ALLOC_CLOSURE, dst, c.args[0].name, self.regs_of(c.args[1:]))
@@ -278,16 +323,14 @@ class FunctionCodegen:
                 raise IRError(
                     f"codegen {self.name}: dimension {d!r} is not bound by any parameter's shape"
                 )
-        pattern = self.load_const(self.ctx.int_pattern(pairs))
-        self.fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.make_shape", [self.heap, pattern])
+        self.fb.emit(Opcode.MAKE_SHAPE, dst, self.heap, self.ctx.int_pattern(pairs))
 
     # -- control flow -------------------------------------------------------------------------
     def if_(self, e: E.If, dst: int, tail: bool) -> None:
         fb = self.fb
         cond = self.reg(e.cond)
-        one = self.const_int(1)
         else_label, end = fb.label("else"), fb.label("end")
-        fb.emit(Opcode.IF, cond, one, 1, else_label)
+        fb.emit(Opcode.IF_IMM, cond, 1, 1, else_label)
         self.value(e.true_branch, dst, tail)
         if not tail:
             fb.emit(Opcode.GOTO, end)
@@ -319,8 +362,7 @@ class FunctionCodegen:
         elif isinstance(p, E.PatternConstructor):
             tag = fb.new_register()
             fb.emit(Opcode.GET_TAG, tag, value)
-            want = self.const_int(self.ctx.tag(p.constructor))
-            fb.emit(Opcode.IF, tag, want, 1, fail)
+            fb.emit(Opcode.IF_IMM, tag, self.ctx.tag(p.constructor), 1, fail)
             self.fields(p.patterns, value, fail)
         elif isinstance(p, E.PatternTuple):
             self.fields(p.patterns, value, fail)
@@ -395,6 +437,11 @@ class ModuleCodegen:
             if not func.is_primitive:
                 FunctionCodegen(self, name, func).run()
         return self.builder.build()
+
+
+def _marked(value: E.Expr) -> bool:
+    """Whether `value` is a call the `tail_call` pass marked."""
+    return isinstance(value, E.Call) and bool(value.attrs.get("tail"))
 
 
 def vm_codegen(mod: IRModule, kernel_factory, libraries: dict[str, str]) -> object:

@@ -39,15 +39,31 @@ Operand layouts (see docs/architecture.md; CALL_PACKED is an addition, as the Re
 - LOAD_CONST dst, const; LOAD_CONSTI dst, value (a 0-d int64 array).
 - SHAPE_OF dst, tensor (1-d int64); RESHAPE_TENSOR dst, tensor, shape (a view).
 - KILL_REGISTER reg: the register becomes None so memory returns to the allocator early.
+
+Since format 1.2, facts the compiler knows are instructions of their own, so no mode has to
+recognise them in the order code happens to be emitted:
+
+- TAIL_INVOKE func, args; TAIL_INVOKE_CLOSURE closure, args: a call in tail position (as
+  `rvm.transform.tail_call` marks it): its result is the caller's result, and a mode may run it
+  in the caller's frame (`TAIL_OPCODES`).
+- NEW_TENSOR dst, shape, dtype, alignment: a tensor in a block of its own, which no other tensor
+  shares (ALLOC_STORAGE of its bytes, then ALLOC_TENSOR at offset 0, the block never named);
+  NEW_TENSOR_REG the same with a register holding a 1-d int64 shape. A static one of at most
+  `memory.TINY_TENSOR_BYTES` is a plain numpy array in every mode.
+- IF_IMM test, value, true_offset, false_offset: IF against an integer immediate (a branch
+  on a bool or a constructor tag).
+- ALLOC_SHAPE_HEAP dst, size: a zeroed heap of `size` int64 slots for a function's symbolic
+  dimensions; MATCH_SHAPE tensor, heap, pattern, context: check the tensor's shape against a
+  constant pattern, storing dimensions into the heap (`vm.builtin.match_shape`); MAKE_SHAPE
+  dst, heap, pattern: a 1-d int64 shape from a constant pattern (`vm.builtin.make_shape`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
-__all__ = ["Opcode", "OpInfo", "OPCODE_INFO", "OPERAND_KINDS", "JUMP_OPCODES"]
+__all__ = ["Opcode", "OpInfo", "OPCODE_INFO", "OPERAND_KINDS", "JUMP_OPCODES", "TAIL_OPCODES"]
 
 
 class Opcode(IntEnum):
@@ -74,6 +90,14 @@ class Opcode(IntEnum):
     SHAPE_OF = 18
     RESHAPE_TENSOR = 19
     KILL_REGISTER = 20
+    TAIL_INVOKE = 21
+    TAIL_INVOKE_CLOSURE = 22
+    NEW_TENSOR = 23
+    NEW_TENSOR_REG = 24
+    ALLOC_SHAPE_HEAP = 25
+    MATCH_SHAPE = 26
+    MAKE_SHAPE = 27
+    IF_IMM = 28
 
 
 OPERAND_KINDS = frozenset(
@@ -186,37 +210,49 @@ OPCODE_INFO: dict[Opcode, OpInfo] = {
         "{dst} = reshape({tensor}, {shape})",
     ),
     Opcode.KILL_REGISTER: OpInfo("kill_register", (("reg", "reg"),), "{reg}"),
+    Opcode.TAIL_INVOKE: OpInfo(
+        "tail_invoke", (("func", "func"), ("args", "regs")), "return {func}({args})"
+    ),
+    Opcode.TAIL_INVOKE_CLOSURE: OpInfo(
+        "tail_invoke_closure",
+        (("closure", "reg"), ("args", "regs")),
+        "return {closure}({args})",
+    ),
+    Opcode.NEW_TENSOR: OpInfo(
+        "new_tensor",
+        (("dst", "reg"), ("shape", "shape"), ("dtype", "dtype"), ("alignment", "imm")),
+        "{dst} = new_tensor({shape}, {dtype}, alignment={alignment})",
+    ),
+    Opcode.NEW_TENSOR_REG: OpInfo(
+        "new_tensor_reg",
+        (("dst", "reg"), ("shape", "reg"), ("dtype", "dtype"), ("alignment", "imm")),
+        "{dst} = new_tensor({shape}, {dtype}, alignment={alignment})",
+    ),
+    Opcode.ALLOC_SHAPE_HEAP: OpInfo(
+        "alloc_shape_heap", (("dst", "reg"), ("size", "imm")), "{dst} = shape_heap({size})"
+    ),
+    Opcode.MATCH_SHAPE: OpInfo(
+        "match_shape",
+        (("tensor", "reg"), ("heap", "reg"), ("pattern", "const"), ("context", "const")),
+        "{tensor} against {pattern} into {heap}  ({context})",
+    ),
+    Opcode.MAKE_SHAPE: OpInfo(
+        "make_shape",
+        (("dst", "reg"), ("heap", "reg"), ("pattern", "const")),
+        "{dst} = shape({pattern}, {heap})",
+    ),
+    Opcode.IF_IMM: OpInfo(
+        "if_imm",
+        (("test", "reg"), ("value", "imm"), ("true_offset", "offset"), ("false_offset", "offset")),
+        "{test} == {value} then {true_offset} else {false_offset}",
+    ),
 }
 
 JUMP_OPCODES = frozenset(op for op, info in OPCODE_INFO.items() if "offset" in info.kinds)
-
-
-def is_tail_call(code: Sequence[tuple], pc: int) -> bool:
-    """Whether instruction `pc` of `code` is a tail call: the one definition every exec mode
-    reads. The compiler marks calls in tail position (`rvm.transform.tail_call`) and emits each
-    as INVOKE or INVOKE_CLOSURE directly followed by RET of its destination; a mode may run such
-    a call in its caller's frame (its frame then vanishes from the VM stack)."""
-    ins = code[pc]
-    if ins[0] != Opcode.INVOKE and ins[0] != Opcode.INVOKE_CLOSURE or pc + 1 >= len(code):
-        return False
-    nxt = code[pc + 1]
-    return nxt[0] == Opcode.RET and nxt[1] == ins[1]
-
-
-def is_single_view_block(code: Sequence[tuple], pc: int) -> bool:
-    """Whether instruction `pc` of `code` makes a block that lives for one view: the one
-    definition of the fused allocation every exec mode reads. The compiler emits each
-    storage the memory plan gives one tensor as ALLOC_STORAGE, the ALLOC_TENSOR(_REG) of it
-    and, when the tensor is all that needs it, KILL_REGISTER of the block right after, so a
-    mode may make the block and its view in one step (`semantics.ALLOC_VIEW`) and never hold
-    the block in a register. The tensor must not be written into the block's own register."""
-    if pc + 2 >= len(code) or code[pc][0] != Opcode.ALLOC_STORAGE:
-        return False
-    block, view, kill = code[pc][1], code[pc + 1], code[pc + 2]
-    return (
-        view[0] in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG)
-        and view[2] == block
-        and view[1] != block
-        and kill[0] == Opcode.KILL_REGISTER
-        and kill[1] == block
-    )
+TAIL_OPCODES = {
+    Opcode.TAIL_INVOKE: Opcode.INVOKE,
+    Opcode.TAIL_INVOKE_CLOSURE: Opcode.INVOKE_CLOSURE,
+}
+"""Each tail call opcode and the call it is in tail position: the same call, whose result is
+the caller's result, so a mode may run it in the caller's frame (which then vanishes from the
+VM stack). The compiler emits one for every call `rvm.transform.tail_call` marks."""

@@ -12,11 +12,6 @@ Observations stay those of the bytecode loop:
 - Instrumented and profiled runs use the same code objects bound in a second namespace whose
   packed functions are the wrapped ones (`VirtualMachine.set_instrument`, `profile`), so the
   plain variant pays nothing for them.
-- Shape builtins: where a primitive IS one of `vm.builtin.alloc_shape_heap`, `match_shape`,
-  `make_shape`, `storage_size` (by identity), its calls are written inline (`ShapePlan`). The
-  source depends on which primitives those are, so it is generated and cached per such set:
-  wrapped (instrumented, profiled) or re-registered functions get plain calls, and every call
-  is observed as in the bytecode loop.
 - Errors: the traceback's generated frames are mapped back to `(function, pc)` through each
   source's line table and reported by `ExecContext.error`, giving the same VM stack
   text as the bytecode loop (`in @main pc=7: invoke_packed fused_add_exp`); frames of tail
@@ -39,7 +34,6 @@ from __future__ import annotations
 
 import itertools
 import linecache
-import math
 import sys
 from collections.abc import Callable
 from types import CodeType
@@ -47,13 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 from rvm.dtypes import numpy_dtype
 from rvm.errors import VMError
-from rvm.runtime.builtins import alloc_shape_heap, make_shape, match_shape, storage_size
-from rvm.runtime.bytecode import Opcode
+from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source, ring_probe_source
 from rvm.runtime.exec_mode import ExecContext, VMStackError
 from rvm.runtime.memory import alloc_view_of
 from rvm.runtime.objects import Closure
-from rvm.runtime.registry import get_global_func
 from rvm.runtime.semantics import RUNTIME_NAMES, closure_error, consti
 
 if TYPE_CHECKING:
@@ -114,43 +106,16 @@ class CompiledFunction:
         self.code: CodeType = compile(gen.source, self.filename, "exec")
 
 
-_SHAPE_BUILTINS = {
-    "alloc_shape_heap": alloc_shape_heap,
-    "match_shape": match_shape,
-    "make_shape": make_shape,
-    "storage_size": storage_size,
-}
-
-
-def shape_builtins(packed: list[Callable[..., Any]]) -> dict[int, str]:
-    """The primitives of `packed` that ARE the shape builtins (by identity, so a name
-    registered to another function, or a wrapped one, is called as it is)."""
-    return {i: kind for i, f in enumerate(packed) for kind, b in _SHAPE_BUILTINS.items() if f is b}
-
-
-def compiled_functions(
-    ex: Executable, packed: list[Callable[..., Any]] | None = None
-) -> tuple[Names, list[CompiledFunction]]:
-    """The generated functions of `ex` for the packed functions `packed`, built once per
-    distinct set of shape builtins among them and cached on `ex`.
-
-    `packed` defaults to the primitives as the registry resolves them now.
-    """
-    if packed is None:
-        packed = [
-            None if name in ex.kernels else get_global_func(name, allow_missing=True)
-            for name in ex.primitive_names
-        ]
-    special = shape_builtins(packed)
+def compiled_functions(ex: Executable) -> tuple[Names, list[CompiledFunction]]:
+    """The generated functions of `ex`, built once and cached on it."""
 
     def build() -> tuple[Names, list[CompiledFunction]]:
         names = Names(ex)
         return names, [
-            CompiledFunction(ex, i, generate_source(ex, i, names, special))
-            for i in range(len(ex.functions))
+            CompiledFunction(ex, i, generate_source(ex, i, names)) for i in range(len(ex.functions))
         ]
 
-    return ex.cached(f"compiled:{sorted(special.items())}", build)
+    return ex.cached("compiled", build)
 
 
 class _Nested(Exception):
@@ -171,8 +136,9 @@ def _constants(ex: Executable, names: Names) -> dict[str, Any]:
         for ins in fn.instructions:
             if ins[0] == Opcode.LOAD_CONSTI:
                 ns.setdefault(names.immediate(ins[2]), consti(ins[2]))
-            elif ins[0] in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG):
-                ns.setdefault(names.dtype(ins[5]), numpy_dtype(ins[5]))
+            for kind, value in zip(OPCODE_INFO[Opcode(ins[0])].kinds, ins[1:]):
+                if kind == "dtype":
+                    ns.setdefault(names.dtype(value), numpy_dtype(value))
     return ns
 
 
@@ -189,7 +155,7 @@ class CompiledMode:
         self.context = context
         self.fatal = context.fatal
         ex = context.executable
-        self.names = compiled_functions(ex, context.raw_packed)[0]
+        self.names = compiled_functions(ex)[0]
         self.by_file: dict[str, CompiledFunction] = {}  # of every variant bound
         self.constants = ex.cached("compiled_constants", lambda: _constants(ex, self.names))
         self.nparams = [len(f.params) for f in ex.functions]
@@ -218,9 +184,8 @@ class CompiledMode:
         self._packed, self._funcs = self._variants[id(packed)]
 
     def _bind(self, packed: list[Callable[..., Any]]) -> list[Callable[..., Any]]:
-        """Executes every generated function's code in a new namespace over `packed` (the
-        code that writes the shape builtins of `packed` inline)."""
-        _, functions = compiled_functions(self.context.executable, packed)
+        """Executes every generated function's code in a new namespace over `packed`."""
+        _, functions = compiled_functions(self.context.executable)
         self.by_file.update((f.filename, f) for f in functions)
         ns: dict[str, Any] = dict(self.constants)
         ns.update(zip(self.names.packed, packed))
@@ -231,7 +196,6 @@ class CompiledMode:
             _alloc=self._allocator.alloc,
             _alloc_view=self._alloc_view,
             _Fatal=self.fatal,
-            _prod=math.prod,
             _MAX_DEPTH=self.max_depth,
             _call_closure=self._closure_caller(funcs),
             _deep=self._deep,

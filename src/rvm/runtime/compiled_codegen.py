@@ -8,7 +8,7 @@ its pc, so a failure in generated code is reported with the same VM stack as the
 Control flow is recovered from IF / GOTO when every jump is forward and nests: an IF whose
 first branch starts right after it and ends by falling through, returning or `goto join`
 becomes `if` / `if-else`; a GOTO to the current region's join ends the branch. A self tail call
-(INVOKE of the function itself followed by RET) wraps the body in `while True:` and becomes
+(TAIL_INVOKE of the function itself) wraps the body in `while True:` and becomes
 "rebind the parameters, clear the registers that may hold memory, continue". Anything else
 (a backward jump, a jump out of a nested branch) falls back to a `while True:` loop over basic
 blocks dispatched on a `_pc` local, which runs every control flow the bytecode loop runs.
@@ -26,14 +26,12 @@ functions by their sanitized names, `f_<name>` for VM functions, `c<i>` for cons
 slots of the tiny tensor allocation at `pc` in a loop (`ring_lines`); `_s` is the shape an
 inline `match_shape` checks.
 
-Shape builtins (`ShapePlan`): calls of `vm.builtin.alloc_shape_heap`, `match_shape`,
-`make_shape` and `storage_size` whose constants are known are written inline (a list heap,
-int compares, tuple shapes, a product times the itemsize), and their constant loads vanish;
-`match_shape` calls the builtin on any mismatch, so the error is the builtin's own.
+Shape instructions (`ShapePlan`): a heap only MATCH_SHAPE / MAKE_SHAPE read is a Python list,
+MATCH_SHAPE compares ints (and runs its template, the builtin, on any mismatch, so the error is
+the builtin's own), MAKE_SHAPE builds a tuple where every reader takes one.
 
-Small blocks (`FlowInfo.shared_tensor`): a tiny block (`memory.is_tiny`) whose tensors are all the
-same view is made as that one numpy array, each ALLOC_TENSOR of it is a plain assignment, and a
-block made, viewed and killed in three consecutive instructions assigns the tensor directly.
+Tiny tensors: a tiny NEW_TENSOR is a plain array by its template's variant; in a loop it
+takes the array of two iterations before when nothing else refers to it (`ring_lines`).
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ import re
 from typing import TYPE_CHECKING
 
 from rvm.runtime import semantics as sem
-from rvm.runtime.bytecode import Opcode, is_single_view_block
+from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled_flow import FlowInfo, ShapePlan
 from rvm.runtime.semantics import DERIVED, operand_kinds
 from rvm.runtime.text import describe_instruction
@@ -58,6 +56,7 @@ O = Opcode
 _RESERVED = re.compile(r"^(r\d+|c\d+|i_?m?\d+|f_.*|dt_.*|_.*)$")
 MAX_NESTING = 60  # Python's parser allows 100 indentation levels
 _LOADS = (O.LOAD_CONST, O.LOAD_CONSTI)
+_SHAPE_OPS = (O.ALLOC_SHAPE_HEAP, O.MATCH_SHAPE, O.MAKE_SHAPE)
 
 
 def _ident(name: str) -> str:
@@ -108,6 +107,11 @@ class _Unstructured(Exception):
     """The control flow does not nest as structured code; use the block state machine."""
 
 
+def _tiny(ins: tuple) -> bool:
+    """Whether NEW_TENSOR `ins` is the tiny variant (a plain array, `semantics.VARIANTS`)."""
+    return sem.template(ins)[0] == "tiny"
+
+
 def _r(reg: int) -> str:
     return f"r{reg}"
 
@@ -134,18 +138,15 @@ class FunctionSource:
         structured: False when the block state machine was used.
     """
 
-    def __init__(
-        self, ex: Executable, index: int, names: Names, shape_builtins: dict[int, str] | None = None
-    ) -> None:
+    def __init__(self, ex: Executable, index: int, names: Names) -> None:
         fn = ex.functions[index]
         self.index = index
         self.pyname = names.funcs[index]
         self._ex = ex
         self._names = names
         self._flow = FlowInfo(fn.instructions, len(fn.params), index)
-        self._shapes = ShapePlan(self._flow, ex.constants, shape_builtins or {})
+        self._shapes = ShapePlan(self._flow, ex.constants)
         self._dead = self._dead_constants()
-        self._direct = self._direct_allocs()
         self._rings = self._ring_sites()
         self.tails = frozenset(self._flow.tails)
         self._lines: list[tuple[int, str, int | None]] = []
@@ -199,23 +200,13 @@ class FunctionSource:
         if pc in self._rings:
             for text in self._ring(pc, ins):
                 self._line(indent, text, pc)
-        elif pc in self._direct:
-            if self._direct[pc] is not None:
-                self._line(indent, self._direct_alloc(pc, ins), pc)
-        elif pc in self._shapes.calls:
-            call = self._names.packed[ins[2]]
-            for extra, text in self._shapes.lines(pc, call, lambda reg: self._arg(pc, reg)):
+        elif op in _SHAPE_OPS and self._shapes.inline(pc):
+            fallback = self._render(sem.template(ins)[1], ins)
+            for extra, text in self._shapes.lines(pc, fallback):
                 self._line(indent + extra, text, pc)
         elif pc not in self._dead:
             self._line(indent, self._expr_stmt(pc, ins), pc)
         return False
-
-    def _arg(self, pc: int, reg: int) -> str:
-        """Register `reg` as read at `pc`: the constant's name where the plan names it."""
-        load = self._shapes.consts.get(pc, {}).get(reg)
-        if load is None:
-            return _r(reg)
-        return f"c{load[2]}" if load[0] == O.LOAD_CONST else self._names.immediate(load[2])
 
     def _render(self, text: str, ins: tuple, given: dict[str, str] | None = None) -> str:
         """Template `text` (`semantics.py`) over the operands of `ins` as this mode names them:
@@ -251,104 +242,47 @@ class FunctionSource:
         return sem.render(text, operand)
 
     def _expr_stmt(self, pc: int, ins: tuple) -> str:
-        """The statement of a non-control instruction: its template, where the facts of
-        `FlowInfo` allow with a constant inlined or a tiny block as a plain array."""
+        """The statement of a non-control instruction: its template, with a block's constant
+        size inlined where `FlowInfo` knows it."""
         op, dst = ins[0], _r(ins[1])
         if op == O.INVOKE or op == O.INVOKE_CLOSURE:
-            return f"{dst} = {self._call(ins)}"
+            return f"{dst} = {self._call(op, ins[2], ins[3])}"
         given: dict[str, str] = {}
-        if op == O.ALLOC_STORAGE:
-            shared = self._flow.shared_tensor(ins[1])
-            if shared is not None:
-                return f"{self._tiny(dst, shared[0], shared[1])}  # small: one view"
-            if self._flow.small_storage(ins[1]):
-                kill = sem.SEMANTICS[O.KILL_REGISTER]
-                return f"{sem.render(kill, lambda *_: dst)}  # small: its tensors are plain arrays"
-            size = self._flow.const_int(ins[2], pc)
-            if size is not None:
-                given["size"] = str(size)
-        elif op == O.ALLOC_TENSOR:
-            if self._flow.shared_tensor(ins[2]) is not None:  # the block's one view is it
-                return self._render(sem.SEMANTICS[O.MOVE], (O.MOVE, ins[1], ins[2]))
-            if self._flow.small_storage(ins[2]):
-                return self._tiny(dst, ins[4], ins[5])
+        if op == O.ALLOC_STORAGE and (size := self._flow.const_int(ins[2], pc)) is not None:
+            given["size"] = str(size)
         return self._render(sem.template(ins)[1], ins, given)
 
-    def _tiny(self, dst: str, shape: tuple[int, ...], dtype: str) -> str:
-        """`TINY_TENSOR`: a tensor of a tiny block as a plain array."""
-        given = {"dst": dst, "shape": repr(tuple(shape)), "dtype": self._names.dtype(dtype)}
-        return sem.render(sem.TINY_TENSOR, lambda field, _: given[field])
-
-    def _call(self, ins: tuple) -> str:
-        """The call of INVOKE / INVOKE_CLOSURE `ins`: a direct call of the generated function
-        (one deeper), or of a closure through `_call_closure`."""
-        if ins[0] == O.INVOKE:
-            return f"{self._names.funcs[ins[2]]}({_args(ins[3], '_d + 1')})"
-        args = _tuple(ins[3]) if ins[3] else "()"
-        return f"_call_closure({_r(ins[2])}, {args}, _d)"
+    def _call(self, op: int, target: int, args: tuple[int, ...]) -> str:
+        """A call of function `target` (INVOKE, TAIL_INVOKE): a direct call of the generated
+        function (one deeper), or of the closure in register `target` through
+        `_call_closure`."""
+        if op == O.INVOKE or op == O.TAIL_INVOKE:
+            return f"{self._names.funcs[target]}({_args(args, '_d + 1')})"
+        return f"_call_closure({_r(target)}, {_tuple(args) if args else '()'}, _d)"
 
     def _shape_tuple(self, reg: int) -> str:
         """A shape register as a tuple of ints (a 1-d int64 array unless the plan made it one)."""
         return _r(reg) if reg in self._shapes.tuples else f"tuple({_r(reg)}.tolist())"
 
     def _ring(self, pc: int, ins: tuple) -> list[str]:
-        """ALLOC_STORAGE of a small one-view block in a loop: the tensor made two runs ago if
-        nothing refers to it any more (only its slot), else a new one (see `ring_lines`)."""
-        shape, dtype = self._flow.shared_tensor(ins[1])  # type: ignore[misc]
-        dst, _, new = self._tiny(_r(self._direct.get(pc, ins[1])), shape, dtype).partition(" = ")
+        """A tiny NEW_TENSOR in a loop: the array made two runs ago if nothing refers to it
+        any more (only its slot), else a new one by its template (see `ring_lines`)."""
+        dst, _, new = self._render(sem.template(ins)[1], ins).partition(" = ")
         return ring_lines(dst, pc, new)
 
     def _ring_sites(self) -> set[int]:
-        """pcs of ALLOC_STORAGE of small one-view blocks, in a function with a loop."""
-        flow = self._flow
-        if not flow.loops:
+        """pcs of tiny NEW_TENSOR in a function with a loop."""
+        if not self._flow.loops:
             return set()
-        allocs = [pc for pc, ins in enumerate(flow.code) if ins[0] == O.ALLOC_STORAGE]
-        return {pc for pc in allocs if flow.shared_tensor(flow.code[pc][1]) is not None}
-
-    def _direct_allocs(self) -> dict[int, int | None]:
-        """Blocks made, viewed once at offset 0 and killed at once (storage, tensor, kill at
-        pcs p, p+1, p+2, nothing jumping between them): p maps to the tensor's register, which
-        the block's statement assigns directly, and p+1, p+2 to None (no statement). A small
-        one-view block is a plain array; a pooled block's tensor comes from the allocator's
-        `alloc_view`, which reuses the tensor object too when nothing else holds it."""
-        flow, code, out = self._flow, self._flow.code, {}
-        targets = {s for pc, succ in enumerate(flow.succ) for s in succ if s != pc + 1}
-        for pc in range(len(code)):
-            if not is_single_view_block(code, pc):
-                continue
-            reg = code[pc][1]
-            if flow.shared_tensor(reg) is None and flow.small_storage(reg):
-                continue  # a small block of several views: plain arrays, not a pooled block
-            alone = flow.writers[reg] == [pc, pc + 2] and flow.readers[reg] == [pc + 1]
-            if alone and code[pc + 1][3] == 0 and not {pc + 1, pc + 2} & targets:
-                out[pc], out[pc + 1], out[pc + 2] = code[pc + 1][1], None, None
-        return out
-
-    def _direct_alloc(self, pc: int, ins: tuple) -> str:
-        """The statement of a made-viewed-killed block at `pc` (see `_direct_allocs`)."""
-        tensor, view = _r(self._direct[pc]), self._flow.code[pc + 1]  # type: ignore[arg-type]
-        shared = self._flow.shared_tensor(ins[1])
-        if shared is not None:
-            return self._tiny(tensor, shared[0], shared[1])
-        size = self._flow.const_int(ins[2], pc)
-        given = {
-            "dst": tensor,
-            "size": _r(ins[2]) if size is None else str(size),
-            "alignment": repr(ins[3]),
-            "shape": repr(tuple(view[4]))
-            if view[0] == O.ALLOC_TENSOR
-            else self._shape_tuple(view[4]),
-            "dtype": self._names.dtype(view[5]),
-        }
-        return sem.render(sem.ALLOC_VIEW, lambda field, _: given[field])
+        code = self._flow.code
+        return {pc for pc, ins in enumerate(code) if ins[0] == O.NEW_TENSOR and _tiny(ins)}
 
     def _tail_call(self, pc: int, indent: int) -> None:
         ins = self._flow.code[pc]
         if pc not in self._flow.self_tails:
-            self._line(indent, f"return {self._call(ins)}", pc)
+            self._line(indent, f"return {self._call(ins[0], ins[1], ins[2])}", pc)
             return
-        moved = [(i, r) for i, r in enumerate(ins[3]) if i != r]  # r0 = r0 is a no-op
+        moved = [(i, r) for i, r in enumerate(ins[2]) if i != r]  # r0 = r0 is a no-op
         if moved:
             params = ", ".join(_r(i) for i, _ in moved)
             self._line(indent, f"{params} = {', '.join(_r(r) for _, r in moved)}", pc)
@@ -360,19 +294,18 @@ class FunctionSource:
         self._line(indent, "continue", pc)
 
     def _cond(self, pc: int, negate: bool) -> str:
-        """The test of IF at `pc`: `semantics.IF_EQUAL`, or its cheaper forms where the kinds
-        are known (`IF_BOOL` for a bool tensor against 0 or 1, `IF_INT` against a known int,
-        `IF_EQUAL` with the int inlined against a tag)."""
+        """The test of IF (`semantics.IF_EQUAL`) or IF_IMM (`IF_INT`) at `pc`; for IF_IMM its
+        cheaper forms where the kinds are known: `IF_BOOL` for a bool tensor against 0 or 1,
+        `IF_EQUAL` of plain ints for a tag."""
         ins = self._flow.code[pc]
-        test, target, flow = ins[1], ins[2], self._flow
-        value = flow.const_int(target, pc)
-        given = {"test": _r(test), "target": _r(target)}
-        text = sem.IF_EQUAL
-        if value in (0, 1) and flow.is_bool_tensor(test, pc):
-            text, negate = sem.IF_BOOL, negate == (value == 1)
-        elif value is not None:
-            given["target"] = given["value"] = str(value)
-            text = sem.IF_EQUAL if flow.is_tag(test, pc) else sem.IF_INT
+        test, flow = ins[1], self._flow
+        given = {"test": _r(test), "target": _r(ins[2]) if ins[0] == O.IF else str(ins[2])}
+        given["value"] = given["target"]
+        text = sem.IF_EQUAL if ins[0] == O.IF else sem.IF_INT
+        if ins[0] == O.IF_IMM and ins[2] in (0, 1) and flow.is_bool_tensor(test, pc):
+            text, negate = sem.IF_BOOL, negate == (ins[2] == 1)
+        elif ins[0] == O.IF_IMM and flow.is_tag(test, pc):
+            text = sem.IF_EQUAL
         cond = sem.render(text, lambda field, _: given[field])
         return f"not ({cond})" if negate else cond
 
@@ -384,10 +317,7 @@ class FunctionSource:
                 continue
             for pc in flow.readers.get(reg, []):
                 ins = flow.code[pc]
-                if reg in self._shapes.consts.get(pc, {}):
-                    continue
-                inlined = ins[0] == O.ALLOC_STORAGE or (ins[0] == O.IF and ins[1] != reg)
-                if not inlined or flow.const_int(reg, pc) is None:
+                if ins[0] != O.ALLOC_STORAGE or flow.const_int(reg, pc) is None:
                     break
             else:
                 dead.add(pcs[0])
@@ -409,7 +339,7 @@ class FunctionSource:
         code = self._flow.code
         while pc < end:
             op = code[pc][0]
-            if op == O.IF:
+            if op == O.IF or op == O.IF_IMM:
                 nxt = self._if(pc, end, exits, indent)
                 if nxt is None:
                     return
@@ -474,7 +404,7 @@ class FunctionSource:
         code = self._flow.code
         while pc < stop:
             op = code[pc][0]
-            if op == O.IF:
+            if op == O.IF or op == O.IF_IMM:
                 t, f = pc + code[pc][3], pc + code[pc][4]
                 self._line(3, f"_pc = {t} if {self._cond(pc, False)} else {f}", pc)
                 self._line(3, "continue", pc)
@@ -511,12 +441,6 @@ def ring_probe_source() -> str:
     return "def _probe():\n    _b0 = _new()\n    return _rc(_b0)\n"
 
 
-def generate_source(
-    ex: Executable, index: int, names: Names, shape_builtins: dict[int, str] | None = None
-) -> FunctionSource:
-    """The generated source of function `index` of `ex` (see the module docstring).
-
-    `shape_builtins` maps primitive indices to the shape builtins the VM resolved them to
-    (`ShapePlan`); the calls of those are written inline where possible.
-    """
-    return FunctionSource(ex, index, names, shape_builtins)
+def generate_source(ex: Executable, index: int, names: Names) -> FunctionSource:
+    """The generated source of function `index` of `ex` (see the module docstring)."""
+    return FunctionSource(ex, index, names)

@@ -29,7 +29,16 @@ _KINDS = ("tensor", "tuple", "adt", "any")
 _BACKENDS = ("numpy", "jit")
 _STYLES = ("dps", "return")
 EXEC_MODES = ("bytecode", "compiled")
-_TERMINATORS = (Opcode.RET, Opcode.GOTO, Opcode.FATAL, Opcode.IF)
+_TERMINATORS = (
+    Opcode.RET,
+    Opcode.GOTO,
+    Opcode.FATAL,
+    Opcode.IF,
+    Opcode.IF_IMM,
+    Opcode.TAIL_INVOKE,
+    Opcode.TAIL_INVOKE_CLOSURE,
+)
+MAX_SHAPE_HEAP = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,11 +421,18 @@ def _validate_semantics(
         _, _, arity, nout, args = ins
         if arity != len(args) or not 0 <= nout <= arity:
             _fail(f"{where}: invoke_packed arity {arity} / outputs {nout} vs {len(args)} args")
-    elif op == Opcode.INVOKE:
-        callee = ex.functions[ins[2]]
-        if len(ins[3]) != len(callee.params):
+    elif op == Opcode.INVOKE or op == Opcode.TAIL_INVOKE:
+        callee, args = (
+            (ex.functions[ins[2]], ins[3])
+            if op == Opcode.INVOKE
+            else (
+                ex.functions[ins[1]],
+                ins[2],
+            )
+        )
+        if len(args) != len(callee.params):
             _fail(
-                f"{where}: invoke @{callee.name} with {len(ins[3])} args, "
+                f"{where}: invoke @{callee.name} with {len(args)} args, "
                 f"it takes {len(callee.params)}"
             )
     elif op == Opcode.ALLOC_CLOSURE:
@@ -433,10 +449,19 @@ def _validate_semantics(
                 f"{where}: alloc_adt tag {tag} with {len(ins[3])} fields does not match "
                 "its constructor"
             )
-    elif op == Opcode.ALLOC_STORAGE:
-        align = ins[3]
+    elif op in (Opcode.ALLOC_STORAGE, Opcode.NEW_TENSOR, Opcode.NEW_TENSOR_REG):
+        align = ins[3] if op == Opcode.ALLOC_STORAGE else ins[4]
         if align <= 0 or align & (align - 1) or align > 4096:
             _fail(f"{where}: alignment {align} is not a power of two up to 4096")
+    elif op == Opcode.ALLOC_SHAPE_HEAP:
+        if not 0 <= ins[2] <= MAX_SHAPE_HEAP:
+            _fail(f"{where}: shape heap size {ins[2]} is not in [0, {MAX_SHAPE_HEAP}]")
+    elif op in (Opcode.MATCH_SHAPE, Opcode.MAKE_SHAPE):
+        pattern = ex.constants[ins[3]]
+        if pattern.dtype.kind != "i" or pattern.ndim != 1 or len(pattern) % 2:
+            _fail(f"{where}: the pattern constant is not a 1-d int array of (kind, value) pairs")
+        if op == Opcode.MATCH_SHAPE and ex.constants[ins[4]].dtype.kind != "U":
+            _fail(f"{where}: match_shape's context constant is not a string")
     elif op in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG, Opcode.GET_FIELD):
         if ins[3] < 0:
             _fail(f"{where}: negative offset/index {ins[3]}")

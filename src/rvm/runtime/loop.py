@@ -10,10 +10,9 @@ path nothing.
 The loop's source is generated once, at import, from the opcode templates of `semantics.py`:
 an operand becomes a read of the decoded instruction (`ins[3]`) or of the registers
 (`regs[ins[1]]`), a register read more than once is read once into a local. Only the control
-opcodes (RET, GOTO, IF's jump, INVOKE, INVOKE_CLOSURE and their tail forms) are written here,
-as they are this mode's mechanics; the superinstructions of `decode.py` render the templates
-of the instructions they stand for (`semantics.fuse`). `loop_source()` shows the source, which
-is registered in `linecache` so tracebacks show its lines.
+opcodes (RET, GOTO, the jumps of IF and IF_IMM, INVOKE, INVOKE_CLOSURE and their tail forms)
+are written here, as they are this mode's mechanics. `loop_source()` shows the source, which is
+registered in `linecache` so tracebacks show its lines.
 
 A failure raises the context's `VMStackError` carrying the VM stack (`in @main pc=7:
 invoke_packed fused_add_exp`), chained to the original exception. All loop state is local, so
@@ -29,14 +28,9 @@ from typing import Any
 from rvm.errors import VMError
 from rvm.runtime import semantics as sem
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.decode import (
-    ALLOC_STATIC,
-    ALLOC_TUPLE,
-    IF_CONST,
-    TAIL_INVOKE,
-    TAIL_INVOKE_CLOSURE,
-)
+from rvm.runtime.decode import ALLOC_TUPLE, NEW_TINY
 from rvm.runtime.exec_mode import ExecContext, Fatal
+from rvm.runtime.memory import alloc_view_of
 
 __all__ = ["BytecodeMode", "MAX_CALL_DEPTH", "compile_loop", "loop_source"]
 
@@ -86,43 +80,19 @@ def _statements(text: str, where: Where) -> list[str]:
     return out
 
 
-def _alloc_static() -> list[str]:
-    """ALLOC_STATIC: LOAD_CONSTI, ALLOC_STORAGE, ALLOC_TENSOR, KILL_REGISTER of the block
-    (decode's tuple: op, size reg, size array, size, alignment, tensor reg, offset, shape,
-    dtype, tiny, covers); a tiny block's tensor is `TINY_TENSOR`, the block never made."""
-    block = ("temp", "_block")
-    tensor = {"dst": ("reg", 5), "offset": ("value", 6), "shape": ("value", 7)}
-    tensor["dtype"] = ("value", 8)
-    load = _statements(sem.SEMANTICS[O.LOAD_CONSTI], {"dst": ("reg", 1), "value": ("value", 2)})
-    storage = {"dst": block, "size": ("value", 3), "alignment": ("value", 4)}
-    made = [
-        *_statements(sem.SEMANTICS[O.ALLOC_STORAGE], storage),
-        *_statements(sem.SEMANTICS[O.ALLOC_TENSOR], {**tensor, "storage": block}),
-        *_statements(sem.SEMANTICS[O.KILL_REGISTER], {"reg": block}),
-    ]
-    fused = sem.fuse(made, frozenset(["_block"]))
-    tiny = _statements(sem.TINY_TENSOR, tensor)
-    return [*load, "if ins[9]:", *_indent(tiny), "else:", *_indent(fused), "pc += 4"]
+def _if(op: Opcode, test: str) -> list[str]:
+    """IF (`test` is `IF_EQUAL`) or IF_IMM (`IF_INT`): the test, then the jump."""
+    *pre, cond = _statements(test, _where(op))
+    return [*pre, f"pc = ins[3] if {cond} else ins[4]"]
 
 
-def _if_const() -> list[str]:
-    """IF_CONST: LOAD_CONSTI, then IF on it (test, reg, array, value, true pc, false pc)."""
-    load = _statements(sem.SEMANTICS[O.LOAD_CONSTI], {"dst": ("reg", 2), "value": ("value", 3)})
-    *pre, test = _statements(sem.IF_INT, {"test": ("reg", 1), "value": ("value", 4)})
-    return [*load, *pre, f"pc = ins[5] if {test} else ins[6]"]
-
-
-def _if() -> list[str]:
-    *pre, test = _statements(sem.IF_EQUAL, _where(O.IF))
-    return [*pre, f"pc = ins[3] if {test} else ins[4]"]
-
-
-def _call() -> list[str]:
-    """The frame switch of INVOKE (after the frame push) and TAIL_INVOKE (instead of it)."""
+def _call(at: int) -> list[str]:
+    """The frame switch of INVOKE (after the frame push) and TAIL_INVOKE (instead of it):
+    the callee's index at `ins[at]`, the args' getter after it."""
     return [
-        "fidx = ins[2]",
+        f"fidx = ins[{at}]",
         "code, pad, _ = funcs[fidx]",
-        "regs = [*ins[3](regs), *pad]",
+        f"regs = [*ins[{at + 1}](regs), *pad]",
         "pc = 0",
     ]
 
@@ -133,19 +103,23 @@ _PUSH = [
     '    raise VMError(f"call depth exceeds {MAX_CALL_DEPTH} (infinite recursion?)")',
 ]
 
-_CLOSURE = [
-    "closure = regs[ins[2]]",
-    "if type(closure) is not _Closure:",
-    "    raise closure_error(closure, 0, 0)",
-    "new_code, pad, nparams = funcs[closure.func_index]",
-    "new_regs = [*closure.free_vars, *ins[3](regs)]",
-    "if len(new_regs) != nparams:",
-    "    raise closure_error(closure, len(new_regs) - len(closure.free_vars), nparams)",
-    "new_regs += pad",
-    f"if op != {TAIL_INVOKE_CLOSURE}:",
-    *("    " + line for line in _PUSH),
-    "fidx, code, regs, pc = closure.func_index, new_code, new_regs, 0",
-]
+
+def _closure(at: int, tail: bool) -> list[str]:
+    """INVOKE_CLOSURE (`tail`: TAIL_INVOKE_CLOSURE, in the caller's frame): the closure at
+    `ins[at]`, the args' getter after it."""
+    return [
+        f"closure = regs[ins[{at}]]",
+        "if type(closure) is not _Closure:",
+        "    raise closure_error(closure, 0, 0)",
+        "new_code, pad, nparams = funcs[closure.func_index]",
+        f"new_regs = [*closure.free_vars, *ins[{at + 1}](regs)]",
+        "if len(new_regs) != nparams:",
+        "    raise closure_error(closure, len(new_regs) - len(closure.free_vars), nparams)",
+        "new_regs += pad",
+        *([] if tail else _PUSH),
+        "fidx, code, regs, pc = closure.func_index, new_code, new_regs, 0",
+    ]
+
 
 _RET = [
     "value = regs[ins[1]]",
@@ -163,31 +137,33 @@ def _data(op: Opcode, variant: str = "") -> list[str]:
     return lines if lines[-1].startswith("raise ") else [*lines, "pc += 1"]
 
 
-def _indent(lines: list[str], by: int = 1) -> list[str]:
-    return ["    " * by + line for line in lines]
-
-
 _ORDER: list[tuple[tuple[int, ...], str, Callable[[], list[str]]]] = [
     ((O.INVOKE_PACKED,), "INVOKE_PACKED", lambda: _data(O.INVOKE_PACKED)),
     ((O.CALL_PACKED,), "CALL_PACKED", lambda: _data(O.CALL_PACKED)),
-    ((ALLOC_STATIC,), "ALLOC_STATIC", _alloc_static),
-    ((IF_CONST,), "IF_CONST", _if_const),
+    ((O.NEW_TENSOR,), "NEW_TENSOR", lambda: _data(O.NEW_TENSOR)),
+    ((NEW_TINY,), "NEW_TENSOR tiny", lambda: _data(O.NEW_TENSOR, "tiny")),
+    ((O.IF_IMM,), "IF_IMM", lambda: _if(O.IF_IMM, sem.IF_INT)),
     ((O.KILL_REGISTER,), "KILL_REGISTER", lambda: _data(O.KILL_REGISTER)),
     ((O.MOVE,), "MOVE", lambda: _data(O.MOVE)),
     ((O.LOAD_CONST,), "LOAD_CONST", lambda: _data(O.LOAD_CONST)),
     ((O.LOAD_CONSTI,), "LOAD_CONSTI", lambda: _data(O.LOAD_CONSTI)),
     ((O.RET,), "RET", lambda: _RET),
-    ((TAIL_INVOKE,), "TAIL_INVOKE", _call),
-    ((O.INVOKE,), "INVOKE", lambda: [*_PUSH, *_call()]),
+    ((O.TAIL_INVOKE,), "TAIL_INVOKE", lambda: _call(1)),
+    ((O.INVOKE,), "INVOKE", lambda: [*_PUSH, *_call(2)]),
+    ((O.NEW_TENSOR_REG,), "NEW_TENSOR_REG", lambda: _data(O.NEW_TENSOR_REG)),
+    ((O.MATCH_SHAPE,), "MATCH_SHAPE", lambda: _data(O.MATCH_SHAPE)),
+    ((O.MAKE_SHAPE,), "MAKE_SHAPE", lambda: _data(O.MAKE_SHAPE)),
+    ((O.ALLOC_SHAPE_HEAP,), "ALLOC_SHAPE_HEAP", lambda: _data(O.ALLOC_SHAPE_HEAP)),
     ((O.ALLOC_TENSOR,), "ALLOC_TENSOR", lambda: _data(O.ALLOC_TENSOR)),
     ((O.ALLOC_STORAGE,), "ALLOC_STORAGE", lambda: _data(O.ALLOC_STORAGE)),
-    ((O.IF,), "IF", _if),
+    ((O.IF,), "IF", lambda: _if(O.IF, sem.IF_EQUAL)),
     ((O.GOTO,), "GOTO", lambda: ["pc = ins[1]"]),
     ((O.GET_FIELD,), "GET_FIELD", lambda: _data(O.GET_FIELD)),
     ((O.GET_TAG,), "GET_TAG", lambda: _data(O.GET_TAG)),
     ((ALLOC_TUPLE,), "ALLOC_ADT tuple", lambda: _data(O.ALLOC_ADT, "tuple")),
     ((O.ALLOC_ADT,), "ALLOC_ADT", lambda: _data(O.ALLOC_ADT)),
-    ((O.INVOKE_CLOSURE, TAIL_INVOKE_CLOSURE), "INVOKE_CLOSURE", lambda: _CLOSURE),
+    ((O.TAIL_INVOKE_CLOSURE,), "TAIL_INVOKE_CLOSURE", lambda: _closure(1, tail=True)),
+    ((O.INVOKE_CLOSURE,), "INVOKE_CLOSURE", lambda: _closure(2, tail=False)),
     ((O.ALLOC_CLOSURE,), "ALLOC_CLOSURE", lambda: _data(O.ALLOC_CLOSURE)),
     ((O.ALLOC_TENSOR_REG,), "ALLOC_TENSOR_REG", lambda: _data(O.ALLOC_TENSOR_REG)),
     ((O.SHAPE_OF,), "SHAPE_OF", lambda: _data(O.SHAPE_OF)),
@@ -202,7 +178,9 @@ def run(self, fidx, args):
     context = self.context
     funcs = context.functions
     packed = context.packed
-    _alloc = context.allocator.alloc
+    allocator = context.allocator
+    _alloc = allocator.alloc
+    _alloc_view = _view_of(allocator)
     {names} = _NAMES
     frames = []
     code, pad, _ = funcs[fidx]
@@ -258,6 +236,7 @@ def compile_loop() -> Callable[..., Any]:
         "VMError": VMError,
         "MAX_CALL_DEPTH": MAX_CALL_DEPTH,
         "closure_error": sem.closure_error,
+        "_view_of": alloc_view_of,
     }
     exec(compile(source, _FILE, "exec"), ns)
     return ns["run"]

@@ -1,20 +1,18 @@
 """Each opcode's meaning, written once, as Python source over the opcode's named operands.
 
 `SEMANTICS` holds, for every opcode that computes a value (all but the control opcodes RET,
-GOTO, IF, INVOKE and INVOKE_CLOSURE, whose mechanics are each mode's own: a frame stack in the
-bytecode loop, Python calls and structured branches in the compiled mode), one statement
-template. Both exec modes render these templates and nothing else for those opcodes:
+GOTO, IF, INVOKE, INVOKE_CLOSURE and their tail forms, whose mechanics are each mode's own: a
+frame stack in the bytecode loop, Python calls and structured branches in the compiled mode),
+one statement template. Both exec modes render these templates and nothing else for those opcodes:
 
 - the bytecode loop (`loop.py`) is generated from them: an operand becomes a read of the
   decoded instruction (`ins[3]`) or of the register list (`regs[ins[1]]`);
 - the compiled mode (`compiled_codegen.py`) renders them with registers as locals (`r3`),
   immediates as literals and constants by name (`c2`).
 
-The optimisations either mode applies on top are built from the same templates: a fused form
-renders its instructions' templates in sequence and substitutes a block that lives for one
-statement into its single use (`fuse`); the few meanings that only exist for a combination of
-instructions are the derived templates below (`TINY_TENSOR`, `ALLOC_VIEW`, the IF tests),
-each stated once, next to the rule that makes it equal to the instructions it stands for.
+A meaning that depends on an instruction's operands is a variant (`VARIANTS`: a tuple ADT, a
+tiny tensor), chosen once from the instruction; the cheaper IF tests a mode may use where it
+knows more (`IF_INT`, `IF_BOOL`) are stated here too, next to the rule that makes them equal.
 
 Template language: `{field}` is an operand of `OPCODE_INFO` (or one of `DERIVED`); `{field:form}`
 asks for one form of it:
@@ -33,21 +31,24 @@ use are `RUNTIME_NAMES` plus, bound per VM, `_alloc` (the allocator's `alloc`), 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import VMError
+from rvm.runtime.builtins import make_shape, match_shape
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.memory import is_tiny
 from rvm.runtime.objects import ADT, Closure
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
 
 __all__ = [
-    "ALLOC_VIEW",
     "CONTROL_OPCODES",
     "DERIVED",
     "IF_BOOL",
@@ -60,7 +61,7 @@ __all__ = [
     "closure_error",
     "consti",
     "fields",
-    "fuse",
+    "new_tensor_nbytes",
     "operand_kinds",
     "render",
     "template",
@@ -85,40 +86,58 @@ SEMANTICS: dict[Opcode, str] = {
     O.SHAPE_OF: "{dst} = _array({tensor}.shape, dtype=_int64)",
     O.RESHAPE_TENSOR: "{dst} = {tensor}.reshape({shape:dims})",
     O.KILL_REGISTER: "{reg} = None",
+    O.NEW_TENSOR: "{dst} = _alloc_view({nbytes}, {alignment}, {shape}, {dtype})",
+    O.NEW_TENSOR_REG: (
+        "{dst} = _alloc_view(_prod(_s := {shape:dims}) * {itemsize}, {alignment}, _s, {dtype})"
+    ),
+    O.ALLOC_SHAPE_HEAP: "{dst} = _zeros({size}, _int64)",
+    O.MATCH_SHAPE: "_match_shape({tensor}, {heap}, {pattern}, {context})",
+    O.MAKE_SHAPE: "{dst} = _make_shape({heap}, {pattern})",
 }
 """The statement of every opcode that is not control flow (see the module docstring)."""
 
-CONTROL_OPCODES = frozenset({O.RET, O.GOTO, O.IF, O.INVOKE, O.INVOKE_CLOSURE})
-"""The opcodes each mode runs by its own mechanics (IF's test is `IF_EQUAL`)."""
+CONTROL_OPCODES = frozenset(
+    {O.RET, O.GOTO, O.IF, O.IF_IMM, O.INVOKE, O.INVOKE_CLOSURE}
+    | {O.TAIL_INVOKE, O.TAIL_INVOKE_CLOSURE}
+)
+"""The opcodes each mode runs by its own mechanics (IF's test is `IF_EQUAL`, IF_IMM's
+`IF_INT`)."""
+
+
+def new_tensor_nbytes(ins: tuple) -> int:
+    """The bytes of the block of NEW_TENSOR `ins` (raw): its shape's size times the itemsize."""
+    return math.prod(ins[2]) * numpy_dtype(ins[3]).itemsize
+
+
+TINY_TENSOR = "{dst} = _empty({shape}, {dtype})"
+"""NEW_TENSOR of a tiny block (`memory.is_tiny`), or ALLOC_TENSOR of a tiny constant-size block:
+a plain numpy array, in every mode (the block itself is never made)."""
 
 VARIANTS: dict[Opcode, tuple[str, Callable[[tuple], bool], str]] = {
     O.ALLOC_ADT: ("tuple", lambda ins: ins[2] == -1, "{dst} = {fields:tuple}"),
+    O.NEW_TENSOR: ("tiny", lambda ins: is_tiny(new_tensor_nbytes(ins)), TINY_TENSOR),
 }
-"""Opcodes whose meaning depends on an immediate: `(name, applies(ins), template)`. Both modes
-choose when they see the instruction (tag -1 builds a Python tuple, not an `ADT`)."""
+"""Opcodes whose meaning depends on their operands: `(name, applies(ins), template)`. Both modes
+choose when they see the instruction (tag -1 builds a Python tuple, not an `ADT`; a tiny
+NEW_TENSOR is a plain array, the tiny-tensor rule's one place)."""
 
 IF_EQUAL = "{test} == {target}"
 """IF's test: jump to the true offset when it holds."""
 
 IF_INT = "({test}.item() if type({test}) is _ndarray and not {test}.ndim else {test}) == {value}"
-"""IF_EQUAL when `target` is known to hold the int `value`: a 0-d array equals an int exactly
-when its Python scalar does (numeric dtypes, the only ones a test holds), without a ufunc call."""
+"""IF_IMM's test, against the int `value`: a 0-d array equals an int exactly when its Python
+scalar does (numeric dtypes, the only ones a test holds), without a ufunc call."""
 
 IF_BOOL = "{test}"
-"""IF_EQUAL when `test` holds a bool tensor and `target` the int 1 (`not` it for 0)."""
+"""IF_INT when `test` surely holds a bool tensor and `value` is 1 (`not` it for 0)."""
 
-TINY_TENSOR = "{dst} = _empty({shape}, {dtype})"
-"""ALLOC_TENSOR of a constant-size block that is tiny (`memory.is_tiny`): a plain numpy array,
-in every mode (the block itself is then never made)."""
-
-ALLOC_VIEW = "{dst} = _alloc_view({size}, {alignment}, {shape}, {dtype})"
-"""ALLOC_STORAGE, ALLOC_TENSOR at offset 0 of it and KILL_REGISTER of the block, in one call:
-`memory.alloc_view_of` gives the same block by the same rule as `_alloc`."""
 
 DERIVED: dict[Opcode, tuple[str, Callable[[Executable, tuple], Any]]] = {
     O.FATAL: ("text", lambda ex, ins: str(ex.constants[ins[1]].item())),
     O.ALLOC_ADT: ("name", lambda ex, ins: ex.constructor_names.get(ins[2])),
     O.ALLOC_CLOSURE: ("name", lambda ex, ins: ex.functions[ins[2]].name),
+    O.NEW_TENSOR: ("nbytes", lambda ex, ins: new_tensor_nbytes(ins)),
+    O.NEW_TENSOR_REG: ("itemsize", lambda ex, ins: numpy_dtype(ins[3]).itemsize),
 }
 """Operands computed from the executable once, after the instruction's own: `(field, value)`."""
 
@@ -127,6 +146,10 @@ RUNTIME_NAMES: dict[str, Any] = {
     "_empty": np.empty,
     "_array": np.array,
     "_int64": np.int64,
+    "_zeros": np.zeros,
+    "_prod": math.prod,
+    "_match_shape": match_shape,
+    "_make_shape": make_shape,
     "_ADT": ADT,
     "_Closure": Closure,
 }
@@ -152,27 +175,6 @@ def fields(text: str) -> list[tuple[str, str]]:
 def render(text: str, operand: Callable[[str, str], str]) -> str:
     """`text` with each `{field:form}` replaced by `operand(field, form)`."""
     return _FIELD.sub(lambda m: operand(m.group(1), m.group(2) or ""), text)
-
-
-def fuse(statements: list[str], temps: frozenset[str]) -> list[str]:
-    """Statements with every temporary in `temps` (a block that lives for one use) substituted
-    into that use: `t = E; ...t...; t = None` becomes `...E...`.
-
-    The temporary must be read exactly once, by the next statement, and killed right after,
-    which is what a fused allocation is (the block is made, viewed, dropped); anything else is
-    kept as written. Evaluation order is unchanged: `E` runs where `t` was read.
-    """
-    out = list(statements)
-    i = 0
-    while i + 2 < len(out):
-        target, _, value = out[i].partition(" = ")
-        nxt, kill = out[i + 1], out[i + 2]
-        uses = re.findall(rf"\b{re.escape(target)}\b", nxt)
-        if target in temps and len(uses) == 1 and kill == f"{target} = None":
-            out[i : i + 3] = [re.sub(rf"\b{re.escape(target)}\b", lambda _, v=value: v, nxt)]
-            continue
-        i += 1
-    return out
 
 
 def consti(value: int) -> np.ndarray:

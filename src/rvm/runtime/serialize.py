@@ -12,7 +12,12 @@ type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw byte
 `OPCODE_INFO`), KERN (kernel records and shared libraries), then, since version 1.1, META
 (string key/value pairs: `default_exec_mode`). Readers skip unknown sections of the same major
 version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a
-new major version means an incompatible layout.
+new major version means an incompatible layout. Version 1.2 added opcodes (the tail calls,
+NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`), which older readers reject as
+unknown opcodes.
+A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those versions
+emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail
+call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
 
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["encode", "decode", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 1)
+VERSION = (1, 2)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 _HEADER = struct.Struct("<4sHHI")
@@ -287,20 +292,20 @@ def decode(data: bytes) -> dict[str, Any]:
             f"corrupt executable: sections {order} instead of {list(SECTIONS)}"
         )
     try:
-        return _decode_sections(found)
+        return _decode_sections(found, minor)
     except (ExecutableFormatError, DTypeError):  # DTypeError: ml_dtypes is missing
         raise
     except (ValueError, TypeError, OverflowError, struct.error, MemoryError) as e:
         raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
 
 
-def _decode_sections(found: dict[bytes, bytes]) -> dict[str, Any]:
+def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
     heads, adts = _read_glob(_Reader(found[b"GLOB"], "globals"))
     constants = _read_cons(_Reader(found[b"CONS"], "constants"))
     r = _Reader(found[b"PRIM"], "primitive names")
     prims = [r.str() for _ in range(r.count(4))]
     r.end()
-    code = _read_code(_Reader(found[b"CODE"], "code"))
+    code = _read_code(_Reader(found[b"CODE"], "code"), minor)
     functions = []
     for name, kind, nregs, params, specs, start, length in heads:
         if not (0 <= start and 0 <= length and start + length <= len(code)):
@@ -308,9 +313,10 @@ def _decode_sections(found: dict[bytes, bytes]) -> dict[str, Any]:
                 f"corrupt executable: function {name!r} code range {start}+{length} is outside "
                 f"the {len(code)} instructions"
             )
-        functions.append(
-            VMFunction(name, params, specs, nregs, tuple(code[start : start + length]), kind)
-        )
+        body = code[start : start + length]
+        if minor < 2:
+            body = _upgrade_tail_calls(body)
+        functions.append(VMFunction(name, params, specs, nregs, tuple(body), kind))
     kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
     out = {
         "functions": functions,
@@ -388,11 +394,31 @@ def _read_cons(r: _Reader) -> list[np.ndarray]:
     return out
 
 
-def _read_code(r: _Reader) -> list[tuple]:
+def _upgrade_tail_calls(code: list[tuple]) -> list[tuple]:
+    """A function of a format 1.0 / 1.1 file with its tail calls as the tail call opcodes: an
+    INVOKE / INVOKE_CLOSURE directly followed by RET of its result (the rule of those
+    versions) becomes TAIL_INVOKE / TAIL_INVOKE_CLOSURE; the RET stays, unreachable, so no pc
+    moves."""
+    tail = {Opcode.INVOKE: Opcode.TAIL_INVOKE, Opcode.INVOKE_CLOSURE: Opcode.TAIL_INVOKE_CLOSURE}
+    out = list(code)
+    for pc, ins in enumerate(code[:-1]):
+        nxt = code[pc + 1]
+        if ins[0] in tail and nxt[0] == Opcode.RET and nxt[1] == ins[1]:
+            out[pc] = (tail[Opcode(ins[0])], *ins[2:])
+    return out
+
+
+def _read_code(r: _Reader, minor: int) -> list[tuple]:
     code = []
     for _ in range(r.count(1)):
         op = r.take(1)[0]
         if op not in OPCODE_INFO:
+            if minor > VERSION[1]:
+                raise ExecutableFormatError(
+                    f"this executable (format {VERSION[0]}.{minor}) uses opcode {op}, which "
+                    f"this rvm (format {VERSION[0]}.{VERSION[1]}) does not know: load it with "
+                    "the rvm version that saved it or a newer one"
+                )
             r.fail(f"unknown opcode {op}")
         ins: list[Any] = [op]
         for kind in OPCODE_INFO[Opcode(op)].kinds:

@@ -75,6 +75,8 @@ def describe_instruction(ex: Executable, ins: tuple) -> str:
         return f"{name} {ex.primitive_names[ins[2]]}"
     if op in (Opcode.INVOKE, Opcode.ALLOC_CLOSURE):
         return f"{name} @{ex.functions[ins[2]].name}"
+    if op == Opcode.TAIL_INVOKE:
+        return f"{name} @{ex.functions[ins[1]].name}"
     return name
 
 
