@@ -6,7 +6,8 @@ one register per bound variable, one or two instructions per binding (see the ta
 constructor's tag); in tail position every branch ends in its own Ret, and a call the
 `tail_call` pass marked becomes TAIL_INVOKE / TAIL_INVOKE_CLOSURE. A storage block that the
 memory plan gives one tensor (its one use other than kills is that tensor, at offset 0) is not
-emitted: the tensor is NEW_TENSOR (NEW_TENSOR_REG for a run-time shape). Functions whose
+emitted: the tensor is NEW_TENSOR (NEW_TENSOR_REG for a run-time shape); so is every tensor of
+a block whose tensors are all tiny (`_OwnedBlocks`). Functions whose
 parameters (or tensor fields of tuple parameters) have symbolic dimensions first store those
 dimensions in a shape heap (ALLOC_SHAPE_HEAP, MATCH_SHAPE), which also checks the rank and fixed
 dimensions of those tensors on every call, internal ones included (an unknown `?` dimension in
@@ -16,6 +17,9 @@ Primitive functions become kernels.
 
 from __future__ import annotations
 
+import math
+
+from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.functor import ExprVisitor
@@ -24,6 +28,7 @@ from rvm.ir.types import ADTType, TensorType, TupleType, Type
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.executable import ParamSpec
+from rvm.runtime.memory import is_tiny
 from rvm.transform import vm_ops
 
 ALIGNMENT = 64
@@ -54,13 +59,17 @@ def _symbolic_tensors(
 
 
 class _OwnedBlocks(ExprVisitor):
-    """The storage variables of a function that hold one tensor: their one use other than
-    kills is an alloc_tensor at offset 0 (the memory plan gave the block to that tensor)."""
+    """The storage variables of a function whose tensors are each made as NEW_TENSOR, the
+    block never emitted: a block the memory plan gave one tensor (its one use other than kills
+    is an alloc_tensor at offset 0), and a block whose every tensor is tiny (`is_tiny`) and at
+    offset 0 (tensors the plan let share it one after another; a tiny tensor is a plain array
+    of its own in every mode, and views at offset 0 of a block the plan reuses never need to
+    share memory, unlike the pieces of a concat written in place)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.uses: dict[E.Var, int] = {}
-        self.viewed: set[E.Var] = set()
+        self.views: dict[E.Var, list[E.Call]] = {}
 
     def visit_var(self, v: E.Var) -> None:
         self.uses[v] = self.uses.get(v, 0) + 1
@@ -68,15 +77,29 @@ class _OwnedBlocks(ExprVisitor):
     def visit_call(self, c: E.Call) -> None:
         if c.callee is vm_ops.kill:
             return  # a kill is not a use of the block's memory
-        if c.callee is vm_ops.alloc_tensor and c.attrs.get("offset", 0) == 0:
-            self.viewed.add(c.args[0])  # type: ignore[arg-type]
+        if c.callee is vm_ops.alloc_tensor:
+            self.views.setdefault(c.args[0], []).append(c)  # type: ignore[arg-type]
         super().visit_call(c)
 
     @classmethod
     def of(cls, func: E.Function) -> set[E.Var]:
         found = cls()
         found.visit(func.body)
-        return {v for v in found.viewed if found.uses.get(v) == 1}
+        return {
+            block
+            for block, views in found.views.items()
+            if found.uses.get(block) == len(views)
+            and all(c.attrs.get("offset", 0) == 0 for c in views)
+            and (len(views) == 1 or all(_tiny_view(c) for c in views))
+        }
+
+
+def _tiny_view(c: E.Call) -> bool:
+    """Whether alloc_tensor `c` makes a tensor of static shape that is tiny (`is_tiny`)."""
+    shape = c.attrs.get("shape")
+    if len(c.args) > 1 or shape is None or not all(isinstance(d, int) for d in shape):
+        return False
+    return is_tiny(math.prod(shape) * numpy_dtype(c.attrs["dtype"]).itemsize)
 
 
 class FunctionCodegen:

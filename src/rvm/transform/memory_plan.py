@@ -18,10 +18,8 @@ vm.call_alloc(prim, *args)``. Storage reuse never changes results: a static tens
 escape its region (its only uses are as inputs of later ``vm.call_dps`` in the same region: not
 returned, not in a tuple, not passed to a function, not used in a branch) gives its block back after
 its last use, and a later non-escaping static tensor of the same dtype takes the smallest free block
-that is large enough instead of a new one; a tiny tensor (`rvm.runtime.memory.is_tiny`) always
-gets a block of its own, which the VM makes as a plain array (NEW_TENSOR). A kernel that only
-concatenates pieces that other kernels of the region make for it alone, each a contiguous run of
-its output
+that is large enough instead of a new one. A kernel that only concatenates pieces that other
+kernels of the region make for it alone, each a contiguous run of its output
 (`rvm.transform.concat_plan`), is dropped: the output's storage is made at the first piece, the
 pieces' kernels write into views of it at their offsets, and the result is a view of it too.
 Figures go to one debug line per function and to ``mod.attrs["memory_plan"][name]``.
@@ -41,7 +39,6 @@ from rvm.dtypes import numpy_dtype
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType, TupleType, Type
-from rvm.runtime.memory import is_tiny
 from rvm.transform import vm_ops
 from rvm.transform.concat_plan import ConcatSite, concat_sites
 from rvm.transform.legalize import Namer, count_uses, hoist_result, map_regions, primitive_callee
@@ -214,14 +211,12 @@ class _Planner:
 
     def _static_storage(self, var: E.Var, ty: TensorType, state: _Region, out: list) -> E.Var:
         """The storage of static tensor ``var``: a free block if it is local and one fits
-        (owned by it until its last use), else a new one. A tiny tensor (`is_tiny`) neither
-        takes nor gives back a block: the VM makes it a plain array of its own."""
+        (owned by it until its last use), else a new one."""
         dtype: str = ty.dtype  # type: ignore[assignment]
         size = int(np.prod(ty.shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
         self.stats.before += size
         self.stats.tensors += 1
-        shares = var in state.local and not is_tiny(size)
-        storage = self._take(state, dtype, size) if shares else None
+        storage = self._take(state, dtype, size) if var in state.local else None
         if storage is None:
             storage = self._bind(
                 out, "storage", E.Call(vm_ops.alloc_storage, (), {"size": size, "dtype": dtype})
@@ -231,7 +226,7 @@ class _Planner:
             block = size
         else:
             storage, block = storage
-        if shares:
+        if var in state.local:
             state.owned[var] = (dtype, block, storage)
         return storage
 
