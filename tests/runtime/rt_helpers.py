@@ -96,8 +96,8 @@ def recursive_sum() -> Executable:
 
 
 def count_down() -> Executable:
-    """count(x, acc) = acc + x by a backward GOTO to an IF fed by a LOAD_CONSTI (a jump into
-    the loop's IF_CONST superinstruction; unstructured for the compiled mode)."""
+    """count(x, acc) = acc + x by a backward GOTO to an IF against a loaded constant
+    (unstructured for the compiled mode)."""
     b = ExecBuilder()
     add, sub = b.add_kernel(ADD_RET), b.add_kernel(SUB_RET)
     scalar = tensor("x", (), "int64")

@@ -6,8 +6,8 @@ one register per bound variable, one or two instructions per binding (see the ta
 constructor's tag); in tail position every branch ends in its own Ret, and a call the
 `tail_call` pass marked becomes TAIL_INVOKE / TAIL_INVOKE_CLOSURE. A storage block that the
 memory plan gives one tensor (its one use other than kills is that tensor, at offset 0) is not
-emitted: the tensor is NEW_TENSOR (NEW_TENSOR_REG for a run-time shape); so is every tensor of
-a block whose tensors are all tiny (`_OwnedBlocks`). Functions whose
+emitted: the tensor is NEW_TENSOR (NEW_TENSOR_REG for a run-time shape); a block whose tensors
+are all tiny is made as a tiny NEW_TENSOR too (`_OwnedBlocks`). Functions whose
 parameters (or tensor fields of tuple parameters) have symbolic dimensions first store those
 dimensions in a shape heap (ALLOC_SHAPE_HEAP, MATCH_SHAPE), which also checks the rank and fixed
 dimensions of those tensors on every call, internal ones included (an unknown `?` dimension in
@@ -59,12 +59,18 @@ def _symbolic_tensors(
 
 
 class _OwnedBlocks(ExprVisitor):
-    """The storage variables of a function whose tensors are each made as NEW_TENSOR, the
-    block never emitted: a block the memory plan gave one tensor (its one use other than kills
-    is an alloc_tensor at offset 0), and a block whose every tensor is tiny (`is_tiny`) and at
-    offset 0 (tensors the plan let share it one after another; a tiny tensor is a plain array
-    of its own in every mode, and views at offset 0 of a block the plan reuses never need to
-    share memory, unlike the pieces of a concat written in place)."""
+    """How a function's storage blocks are emitted when the memory plan's facts allow better
+    than ALLOC_STORAGE and views of it (`of`).
+
+    - A block the plan gave one tensor (its one use other than kills is an alloc_tensor at
+      offset 0) is not emitted: the tensor is NEW_TENSOR.
+    - A block whose tensors are all tiny (`is_tiny`) and at offset 0 is not a block: a tiny
+      tensor is a plain array in every mode. When they all have one shape and dtype, the plan
+      proved each dead before the next is made, so the block is made as that one tensor
+      (NEW_TENSOR into the block's register) and each of them is a MOVE of it; otherwise each
+      is a NEW_TENSOR of its own. (Views at offset 0 of a block the plan reuses never need to
+      share memory, unlike the pieces of a concat written in place, at other offsets.)
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,16 +88,27 @@ class _OwnedBlocks(ExprVisitor):
         super().visit_call(c)
 
     @classmethod
-    def of(cls, func: E.Function) -> set[E.Var]:
+    def of(cls, func: E.Function) -> tuple[set[E.Var], dict[E.Var, tuple[tuple, str]]]:
+        """(blocks not emitted, their tensors each NEW_TENSOR; blocks made as their one
+        tiny tensor -> its (shape, dtype))."""
         found = cls()
         found.visit(func.body)
-        return {
-            block
-            for block, views in found.views.items()
-            if found.uses.get(block) == len(views)
-            and all(c.attrs.get("offset", 0) == 0 for c in views)
-            and (len(views) == 1 or all(_tiny_view(c) for c in views))
-        }
+        owned: set[E.Var] = set()
+        shared: dict[E.Var, tuple[tuple, str]] = {}
+        for block, views in found.views.items():
+            if found.uses.get(block) != len(views) or any(
+                c.attrs.get("offset", 0) != 0 for c in views
+            ):
+                continue
+            kinds = {(tuple(c.attrs["shape"]), c.attrs["dtype"]) for c in views}
+            if len(views) == 1:
+                owned.add(block)
+            elif all(_tiny_view(c) for c in views):
+                if len(kinds) == 1:
+                    shared[block] = kinds.pop()
+                else:
+                    owned.add(block)
+        return owned, shared
 
 
 def _tiny_view(c: E.Call) -> bool:
@@ -115,7 +132,7 @@ class FunctionCodegen:
         self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
         self.heap: int | None = None
         self.slots: dict[str, int] = {}
-        self.owned = _OwnedBlocks.of(func)
+        self.owned, self.shared = _OwnedBlocks.of(func)
 
     # -- prologue: symbolic dimensions ---------------------------------------------------------
     def prologue(self) -> None:
@@ -225,9 +242,12 @@ class FunctionCodegen:
 
     def binding(self, b: E.VarBinding) -> None:
         if b.var in self.owned:
-            return  # the block of one tensor: its NEW_TENSOR makes it
+            return  # its tensors are each a NEW_TENSOR (`_OwnedBlocks`)
         dst = self.fb.new_register()
         self.regs[b.var] = dst
+        if b.var in self.shared:  # the block is made as its one tiny tensor
+            self.fb.emit(Opcode.NEW_TENSOR, dst, *self.shared[b.var], ALIGNMENT)
+            return
         self.value(b.value, dst, tail=False)
 
     def simple(self, e: E.Expr, dst: int) -> None:
@@ -297,6 +317,9 @@ class FunctionCodegen:
                 size = self.const_int(a["size"])
             fb.emit(Opcode.ALLOC_STORAGE, dst, size, ALIGNMENT, a["dtype"])
         elif op is vm_ops.alloc_tensor:
+            if c.args[0] in self.shared:
+                fb.emit(Opcode.MOVE, dst, self.reg(c.args[0]))
+                return
             if c.args[0] in self.owned:
                 shape = self.reg(c.args[1]) if len(c.args) > 1 else a["shape"]
                 new = Opcode.NEW_TENSOR_REG if len(c.args) > 1 else Opcode.NEW_TENSOR
