@@ -38,6 +38,8 @@ from numba.core import cgutils
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
+from rvm.runtime.native.numba_cache import light_loads
+
 DTYPES = ("float32", "float64")
 MAX_ARRAYS = 3
 NDIMS = 4
@@ -86,7 +88,12 @@ def require(name: str, dtype: str) -> None:
     # The entry point may split its loop over threads: its task's symbol first.
     from rvm.runtime.native import parfor
 
-    parfor.require_task(name, dtype)
+    with light_loads():  # a cached entry point loads without starting Numba's compiler
+        parfor.require_task(name, dtype)
+        _build(name, dtype, body)
+
+
+def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
     # Numba's own (reentrant) lock: typing a call requires the entry point while holding it.
     with global_compiler_lock:
         if (name, dtype) in _compiled:
