@@ -215,3 +215,17 @@ def test_work_waits_for_an_entry_point_another_process_builds(tmp_path) -> None:
     assert parallel.claim(other, Path("entry-conv2d-float64"))
     work = parallel._work(other, {path: _conv_source("wait", "float64")}, lambda: False)
     assert next(work) == path and not (other / "entry-conv2d-float64.done").exists()
+
+
+def test_frozen_gc_nests_and_unfreezes_at_the_last_exit() -> None:
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    with parallel.frozen_gc():
+        assert gc.get_freeze_count() > 0
+        with parallel.frozen_gc():
+            pass
+        assert gc.get_freeze_count() > 0
+        kept = [object()]  # made while frozen: collected as usual
+        del kept
+    assert gc.get_freeze_count() == 0
