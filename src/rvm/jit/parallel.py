@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import logging
 import os
 import re
@@ -272,6 +273,7 @@ def _fork(claims: Path, order: list[Path], sources: dict[Path, str]) -> _Helper 
         return _Helper(pid=pid)
     code = 1
     try:
+        _own_function_ids()
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
@@ -279,6 +281,19 @@ def _fork(claims: Path, order: list[Path], sources: dict[Path, str]) -> _Helper 
         code = 0
     finally:
         os._exit(code)
+
+
+def _own_function_ids() -> None:
+    """Give this forked process function ids of its own. Numba names each function it compiles
+    by a per-process counter (its symbols are ``module.name$id``), which a fork copies: the
+    child would name its functions as the parent names its next ones, and the parent links
+    both (the child's from the cache), so a same-named pair would resolve to one of them.
+    The child counts from its pid times 2**24 instead (Numba's private counter; left alone if
+    it has none)."""
+    from numba.core import bytecode
+
+    if isinstance(getattr(bytecode.FunctionIdentity, "_unique_ids", None), itertools.count):
+        bytecode.FunctionIdentity._unique_ids = itertools.count((os.getpid() << 24) + 1)
 
 
 def _compile_claimed(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> None:
