@@ -284,12 +284,12 @@ def _fork(claims: Path, order: list[Path], sources: dict[Path, str]) -> _Helper 
 
 
 def _own_function_ids() -> None:
-    """Give this forked process function ids of its own. Numba names each function it compiles
-    by a per-process counter (its symbols are ``module.name$id``), which a fork copies: the
-    child would name its functions as the parent names its next ones, and the parent links
-    both (the child's from the cache), so a same-named pair would resolve to one of them.
-    The child counts from its pid times 2**24 instead (Numba's private counter; left alone if
-    it has none)."""
+    """Give this helper process function ids of its own. Numba names each function it compiles
+    by a per-process counter (its symbols are ``module.name$id``), which a fork copies and a
+    fresh process starts as the parent did: a helper would name its functions as the parent
+    names its own, and the parent links both (the helper's from the cache), so a same-named
+    pair would resolve to one of them. A helper counts from its pid times 2**24 instead
+    (Numba's private counter; left alone if it has none)."""
     from numba.core import bytecode
 
     if isinstance(getattr(bytecode.FunctionIdentity, "_unique_ids", None), itertools.count):
@@ -343,6 +343,7 @@ def _main(argv: list[str]) -> None:
             sources[Path(name)] = Path(name).read_text()
         except OSError:
             continue
+    _own_function_ids()  # a fresh process counts from Numba's start, as the parent did
     _compile_claimed(claims, sources, lambda: os.getppid() == parent)
 
 
