@@ -3,9 +3,11 @@
 `load_kernel(record)` returns the kernel's Numba dispatcher, resolved once; the VM calls it
 directly (a call costs the dispatcher's argument check, about a microsecond). The kernel's
 source is written to rvm's cache (`rvm.runtime.native.cache`) and imported as a module, so Numba's
-``cache=True`` stores and reuses the object code across processes. Compiles, cache hits and
-misses are logged on the ``rvm.jit`` logger with their times. A kernel that does not compile
-raises `rvm.errors.JITError` naming the kernel, its ops, and the generated line that failed.
+``cache=True`` stores and reuses the object code across processes; a cached kernel loads
+without starting Numba's compiler (`rvm.runtime.native.numba_cache`). Compiles, cache hits and
+misses are logged on the ``rvm.jit`` logger with their times, and counted (`kernel_counts`).
+A kernel that does not compile raises `rvm.errors.JITError` naming the kernel, its ops, and the
+generated line that failed.
 """
 
 from __future__ import annotations
