@@ -31,7 +31,11 @@ class Shapes:
 
     @func
     def pair(x: T[("n", 4), "float32"]):
-        return (x, x)
+        return (op.exp(x), op.sum(x, axis=1))
+
+    @func
+    def nested(x: T[("n", 4), "float32"]):
+        return (x, (x, x))
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +105,21 @@ def test_other_axes_are_rechunked_and_symbolic_dims_come_from_the_arguments():
     np.testing.assert_allclose(y.compute(scheduler="sync"), x @ w, rtol=1e-5)
 
 
+def test_a_tuple_result_gives_a_tuple_of_arrays():
+    ex = rvm.compile(Shapes, kernels="numpy")
+    x = np.random.default_rng(2).standard_normal((9, 4)).astype("float32")
+    e, s = rvm_dask.map_batches(ex, da.from_array(x, chunks=4), fname="pair")
+    assert e.chunks == ((4, 4, 1), (4,)) and s.chunks == ((4, 4, 1),)
+    got_e, got_s = da.compute(e, s, scheduler="processes")
+    np.testing.assert_allclose(got_e, np.exp(x), rtol=1e-5)
+    np.testing.assert_allclose(got_s, x.sum(axis=1), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     "fname, message",
     [
         ("total", "whose first dimension is not the batch dimension 'n'"),
-        ("pair", "returns a tuple; map_batches needs one tensor"),
+        ("nested", "returns a tuple; map_batches needs a tensor of known rank and dtype, or a"),
     ],
 )
 def test_results_without_a_block_layout_are_refused(fname, message):

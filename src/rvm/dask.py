@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import ShapeError
 from rvm.runtime.executable import Executable, ParamSpec, VMFunction
 from rvm.runtime.vm import VirtualMachine
@@ -102,29 +103,42 @@ def _thread_vm(shipped: _Shipped, exec_mode: str | None) -> VirtualMachine:
     return vm
 
 
+Layout = tuple[tuple[int, ...], np.dtype]  # an output block's shape after axis 0, its dtype
+
+
 def _run_block(
     block: np.ndarray,
     *args: Any,
     shipped: _Shipped,
     fname: str,
     exec_mode: str | None,
-    tail: tuple[int, ...],
-    out_dtype: np.dtype,
-) -> np.ndarray:
+    layouts: tuple[Layout, ...],
+    is_tuple: bool,
+) -> Any:
     out = _thread_vm(shipped, exec_mode)[fname](block, *args)
-    expect = (block.shape[0], *tail)
-    if (
-        not isinstance(out, np.ndarray)
-        or out.dtype != out_dtype
-        or out.ndim != len(expect)
-        or out.shape != expect
-    ):
-        got = f"{out.shape} {out.dtype}" if isinstance(out, np.ndarray) else type(out).__name__
+    outs = out if is_tuple and isinstance(out, tuple) else (out,)
+    if len(outs) != len(layouts):
         raise ShapeError(
-            f"map_batches: @{fname} returned {got} for a block of {block.shape[0]} rows; its "
-            f"result type promised {expect} {out_dtype}"
+            f"map_batches: @{fname} returned {len(outs)} values; its result type promised "
+            f"{len(layouts)}"
         )
+    for value, (tail, dtype) in zip(outs, layouts):
+        expect = (block.shape[0], *tail)
+        if not isinstance(value, np.ndarray) or value.dtype != dtype or value.shape != expect:
+            got = (
+                f"{value.shape} {value.dtype}"
+                if isinstance(value, np.ndarray)
+                else type(value).__name__
+            )
+            raise ShapeError(
+                f"map_batches: @{fname} returned {got} for a block of {block.shape[0]} rows; "
+                f"its result type promised {expect} {dtype}"
+            )
     return out
+
+
+def _field(block: tuple, i: int) -> np.ndarray:
+    return block[i]
 
 
 def map_batches(
@@ -149,13 +163,14 @@ def map_batches(
 
     Returns:
         A dask array with x's chunks along axis 0 and one chunk along every other axis, its
-        shape and dtype from the function's result type.
+        shape and dtype from the function's result type; for a function returning a tuple of
+        tensors, a tuple of such arrays (computing them together runs each block once).
 
     Raises:
         TypeError: `x` is not a dask array.
-        ValueError: The function's result type does not say the blocks' shape and dtype: a
-            tuple, an unknown dtype or dimension, or a first dimension that is not the batch
-            dimension of the first parameter.
+        ValueError: The function's result type does not say the blocks' shape and dtype: not
+            a tensor or a tuple of tensors, an unknown dtype or dimension, or a first dimension
+            that is not the batch dimension of the first parameter.
         FunctionNotFoundError: `ex` has no function `fname`.
     """
     if not isinstance(x, da.Array):
@@ -171,10 +186,12 @@ def map_batches(
     if any(len(c) > 1 for c in x.chunks[1:]):
         x = x.rechunk({axis: -1 for axis in range(1, x.ndim)})
     args = tuple(a.compute() if isinstance(a, da.Array) else a for a in args)
-    tail, dtype = _block_layout(fn, x, args)
+    layouts, is_tuple = _block_layouts(fn, x, args)
     shipped = _Shipped(ex.content_hash(), ex, None)
     # Block indices: "b" the batch axis, x's other axes contracted (one chunk each), each
-    # array argument's axes its own (one chunk each), the output's other axes new.
+    # array argument's axes its own (one chunk each), the output's other axes new. A tuple
+    # result is a 1-d array of tuple blocks, each field a dask array taken from it.
+    tail, dtype = layouts[0] if not is_tuple else ((), np.dtype(object))
     out_ind = ("b", *(f"o{i}" for i in range(1, 1 + len(tail))))
     operands: list[Any] = [x, ("b", *(f"x{i}" for i in range(1, x.ndim)))]
     for k, a in enumerate(args):
@@ -184,7 +201,7 @@ def map_batches(
             operands += [whole, tuple(f"a{k}_{i}" for i in range(a.ndim))]
         else:
             operands += [a, None]
-    return da.blockwise(
+    blocks = da.blockwise(
         _run_block,
         out_ind,
         *operands,
@@ -196,16 +213,30 @@ def map_batches(
         shipped=shipped,
         fname=fname,
         exec_mode=exec_mode,
-        tail=tail,
-        out_dtype=dtype,
+        layouts=layouts,
+        is_tuple=is_tuple,
+    )
+    if not is_tuple:
+        return blocks
+    return tuple(
+        blocks.map_blocks(
+            _field,
+            i,
+            dtype=dtype,
+            chunks=(x.chunks[0], *((d,) for d in tail)),
+            new_axis=list(range(1, 1 + len(tail))) or None,
+            meta=np.empty((0,) * (1 + len(tail)), dtype=dtype),
+        )
+        for i, (tail, dtype) in enumerate(layouts)
     )
 
 
-def _block_layout(
+def _block_layouts(
     fn: VMFunction, x: Any, args: tuple[Any, ...]
-) -> tuple[tuple[int, ...], np.dtype]:
-    """The shape after the batch axis of every output block, and its dtype, from `fn`'s
-    result type, resolving symbolic dims from the shapes of `x` (after axis 0) and `args`."""
+) -> tuple[tuple[Layout, ...], bool]:
+    """Per output (one tensor, or each field of a tuple of tensors) the shape of its blocks
+    after the batch axis and its dtype, from `fn`'s result type, with symbolic dims resolved
+    from the shapes of `x` (after axis 0) and `args`; and whether the result is a tuple."""
     where = f"map_batches: @{fn.name}"
     result = fn.result
     if result is None:
@@ -213,11 +244,8 @@ def _block_layout(
             f"{where} has no result type in this executable (saved before rvm format 1.3, or "
             "built by hand): recompile it"
         )
-    if result.kind != "tensor" or result.dtype is None or result.shape is None:
-        raise ValueError(
-            f"{where} returns {_describe(result)}; map_batches needs one tensor of known rank "
-            "and dtype"
-        )
+    fields = result.fields if result.kind == "tuple" else None
+    outputs = fields if fields is not None else (result,)
     first = fn.param_specs[0]
     batch = first.shape[0] if first.shape else None
     if not isinstance(batch, str):
@@ -225,27 +253,34 @@ def _block_layout(
             f"{where}: its first parameter {first.name!r} has shape {first.shape}; map_batches "
             "needs a symbolic batch dimension first (such as 'n')"
         )
-    if not result.shape or result.shape[0] != batch:
+    known = _bind_dims(fn, x, args, batch)
+    return tuple(_layout(where, out, batch, known) for out in outputs), fields is not None
+
+
+def _layout(where: str, out: ParamSpec, batch: str, known: dict[str, int]) -> Layout:
+    if out.kind != "tensor" or out.dtype is None or out.shape is None:
         raise ValueError(
-            f"{where} returns shape {result.shape}, whose first dimension is not the batch "
+            f"{where} returns {_describe(out)}; map_batches needs a tensor of known rank and "
+            "dtype, or a tuple of them"
+        )
+    if not out.shape or out.shape[0] != batch:
+        raise ValueError(
+            f"{where} returns shape {out.shape}, whose first dimension is not the batch "
             f"dimension {batch!r}: its blocks could not be stacked along axis 0"
         )
-    known = _bind_dims(fn, x, args, batch)
     tail = []
-    for d in result.shape[1:]:
+    for d in out.shape[1:]:
         if isinstance(d, int):
             tail.append(d)
         elif isinstance(d, str) and d in known:
             tail.append(known[d])
         else:
             raise ValueError(
-                f"{where} returns shape {result.shape}, and dimension {d!r} is known only when "
-                "it runs: map_batches needs every output dimension but the batch one from the "
+                f"{where} returns shape {out.shape}, and dimension {d!r} is known only when it "
+                "runs: map_batches needs every output dimension but the batch one from the "
                 "arguments' shapes"
             )
-    from rvm.dtypes import numpy_dtype
-
-    return tuple(tail), numpy_dtype(result.dtype)
+    return tuple(tail), numpy_dtype(out.dtype)
 
 
 def _bind_dims(fn: VMFunction, x: Any, args: tuple[Any, ...], batch: str) -> dict[str, int]:
