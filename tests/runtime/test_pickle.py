@@ -27,6 +27,9 @@ def test_executable_pickles_through_its_saved_bytes(ex):
     assert back.functions == ex.functions and back.default_exec_mode == "compiled"
     assert back.content_hash() == ex.content_hash()
     assert back.get_function("main").result == ex.get_function("main").result
+    other = ex.with_exec_mode("bytecode")  # shares ex's caches, saves other bytes
+    assert other.content_hash() != ex.content_hash()
+    assert pickle.loads(pickle.dumps(other)).content_hash() == other.content_hash()
 
 
 def test_corrupt_pickled_executable_raises_format_error(ex):

@@ -302,7 +302,9 @@ class Executable:
 
             return hashlib.sha256(self.to_bytes()).hexdigest()
 
-        return self.cached("content_hash", digest)
+        # Keyed by the default exec mode too: `with_exec_mode` copies share the cache and
+        # differ in that alone.
+        return self.cached(f"content_hash:{self.default_exec_mode}", digest)
 
 
 def load_executable(path: str) -> Executable:
