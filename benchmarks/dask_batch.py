@@ -30,6 +30,7 @@ import argparse
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -141,6 +142,9 @@ def main() -> None:
     p.add_argument("--no-cnn", action="store_true")
     args = p.parse_args()
     import distributed
+
+    # `client.persist` sends the inputs once, on purpose; distributed warns of any large graph.
+    warnings.filterwarnings("ignore", message="Sending large graph")
 
     ex = rvm.compile(MLP)
     mlp_args = _mlp_args(np.random.default_rng(0), 4096)

@@ -27,6 +27,7 @@ this module or dask.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -47,10 +48,10 @@ except ImportError:  # pragma: no cover - the error says what to install
 
 __all__ = ["map_batches", "worker_vm"]
 
-# Per process: executables by content hash. Per thread: VMs by (hash, exec mode), the most
-# recently used first evicted last; a worker running many models keeps this many per thread.
+# Per process: executables by content hash, held as long as a VM (or a task) uses them. Per
+# thread: VMs by (hash, exec mode); past this many, the least recently used goes.
 MAX_VMS_PER_THREAD = 8
-_executables: dict[str, Executable] = {}
+_executables: weakref.WeakValueDictionary[str, Executable] = weakref.WeakValueDictionary()
 _executables_lock = threading.Lock()
 _local = threading.local()
 
