@@ -128,6 +128,23 @@ def test_results_without_a_block_layout_are_refused(fname, message):
         rvm_dask.map_batches(ex, da.zeros((8, 4), chunks=4, dtype="float32"), fname=fname)
 
 
+def test_an_output_dim_known_only_at_run_time_is_refused():
+    from rvm.runtime import ExecBuilder, Opcode, ParamSpec
+
+    def built(result):
+        b = ExecBuilder()
+        x = ParamSpec("x", "tensor", "float32", ("n", 4))
+        b.function("main", ("x",), [x], result=result).emit(Opcode.RET, 0)
+        return b.build()
+
+    x = da.zeros((8, 4), chunks=4, dtype="float32")
+    unbound = ParamSpec("result", "tensor", "float32", ("n", "m"))
+    with pytest.raises(ValueError, match="dimension 'm' is known only when it runs"):
+        rvm_dask.map_batches(built(unbound), x)
+    with pytest.raises(ValueError, match="has no result type in this executable"):
+        rvm_dask.map_batches(built(None), x)
+
+
 def test_bad_calls_are_refused(mlp_ex):
     args, _ = mlp_inputs(8)
     with pytest.raises(TypeError, match="x must be a dask array"):
