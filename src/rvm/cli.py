@@ -306,7 +306,12 @@ def _check_against_ort(ours: Any, theirs: list[Any]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rvm", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="rvm",
+        description="Compile, run, inspect and benchmark rvm models.",
+        epilog="examples:\n" + __doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"rvm {rvm.__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
