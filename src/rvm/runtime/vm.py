@@ -25,7 +25,7 @@ from rvm.runtime.exec_mode import ExecContext, ExecMode
 from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
-from rvm.runtime.memory import make_allocator
+from rvm.runtime.memory import NaiveAllocator, PooledAllocator, make_allocator
 from rvm.runtime.native.threads import apply_environment
 from rvm.runtime.profiler import (
     SKIP_RUN,
@@ -125,17 +125,15 @@ class VirtualMachine:
                 "cannot pickle a VirtualMachine with an instrument callback: call "
                 "vm.set_instrument(None) first, or pickle vm.executable and make a new VM"
             )
-        kind = self._allocator_name()
-        if kind not in ("pooled", "naive") or type(self.allocator) is not type(
-            make_allocator(kind)
-        ):
+        if type(self.allocator) not in (PooledAllocator, NaiveAllocator):
             raise TypeError(
                 f"cannot pickle a VirtualMachine over the allocator object {self.allocator!r}: "
                 "only the 'pooled' and 'naive' allocators are re-created; pickle vm.executable "
                 "and make the VM with its allocator where it is unpickled"
             )
         saved = [(s.name, s.function.name, s.values) for s in self._saved.values()]
-        inputs = {name: values for name, values in self._inputs.items()}
+        inputs = dict(self._inputs)
+        kind = self.allocator.name
         return _rebuild_vm, (self.executable, self.exec_mode, kind, saved, inputs)
 
     def compiled_source(self, name: str) -> str:
