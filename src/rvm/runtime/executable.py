@@ -9,6 +9,7 @@ where VMs keep what they derive from it once (decoded code, loaded kernels).
 from __future__ import annotations
 
 import copy
+import hashlib
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -298,8 +299,6 @@ class Executable:
         (computed once; keys caches across processes, as `rvm.dask` does)."""
 
         def digest() -> str:
-            import hashlib
-
             return hashlib.sha256(self.to_bytes()).hexdigest()
 
         # Keyed by the default exec mode too: `with_exec_mode` copies share the cache and
