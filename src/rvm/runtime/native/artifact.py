@@ -3,9 +3,10 @@
 A saved executable (`rvm.runtime.serialize`, section NATV) carries, beside the kernels' source,
 the files Numba's ``cache=True`` wrote for them in the saving process (`collect`): per jit
 kernel, the index (``.nbi``) and data (``.nbc``, the object code) files of its kernel file in
-rvm's cache (`rvm.runtime.native.cache`), and per rvm library module the kernels need
-(`rvm.runtime.native.mathlib`, `.blas`, the modules of the entry points they require,
-`rvm.runtime.native.entry`), that module's Numba cache files. They are tagged with a key
+rvm's cache (`rvm.runtime.native.cache`), and per rvm library module, the files of the
+functions a loading process loads from Numba's cache (`loaded_functions`: those compiled at
+import, such as `rvm.runtime.native.mathlib`'s, and the entry points and tasks the kernels
+require, `rvm.runtime.native.entry`). They are tagged with a key
 (`native_key`: rvm, Numba and llvmlite versions, the host CPU's name and features, Python's
 version).
 
@@ -134,32 +135,78 @@ def module_cache_folder(module: str) -> Path | None:
     return None
 
 
-def _cache_files(folder: Path | None, stem: str) -> tuple[tuple[str, bytes], ...]:
+def _cache_files(
+    folder: Path | None, stem: str, bases: set[str] | None = None
+) -> tuple[tuple[str, bytes], ...]:
+    """The Numba cache files named ``stem.*`` in ``folder``; with ``bases``, only the index and
+    data files of those functions (file names ``<base>.nbi``, ``<base>.<n>.nbc``)."""
     if folder is None or not folder.is_dir():
         return ()
     out = []
     for f in sorted(folder.glob(f"{stem}.*")):
-        if CACHE_FILE.fullmatch(f.name):
-            try:
-                out.append((f.name, f.read_bytes()))
-            except OSError:
-                continue
+        if not CACHE_FILE.fullmatch(f.name):
+            continue
+        if bases is not None and _base(f.name) not in bases:
+            continue
+        try:
+            out.append((f.name, f.read_bytes()))
+        except OSError:
+            continue
     return tuple(out)
 
 
-def needed_modules(records: Iterable[KernelRecord]) -> list[str]:
-    """The rvm modules the jit kernels ``records`` import, with the modules of the entry points
-    they require and what those import (sorted)."""
-    from rvm.runtime.native.cache import imported_modules, module_source
-    from rvm.runtime.native.entry import MODULES, required_by
+def _base(name: str) -> str:
+    """The function's file name base of a cache file: ``m.f-3.py311`` for ``m.f-3.py311.nbi``
+    and ``m.f-3.py311.2.nbc``."""
+    base = name.rsplit(".", 1)[0]
+    return base.rsplit(".", 1)[0] if name.endswith(".nbc") else base
 
-    found: set[str] = set()
+
+def _function_cache(obj: object) -> tuple[str, str] | None:
+    """(module, file name base) of the Numba cache of a dispatcher or cfunc ``obj``, or None
+    when it has none."""
+    impl = getattr(getattr(obj, "_cache", None), "_impl", None)
+    base = getattr(impl, "filename_base", None)
+    func = getattr(obj, "py_func", None) or getattr(obj, "_pyfunc", None)
+    module = getattr(func, "__module__", None)
+    if not isinstance(base, str) or not isinstance(module, str):
+        return None
+    return module, base
+
+
+def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
+    """The library functions a process loading the jit kernels ``records`` loads from Numba's
+    cache, as {module: file name bases}: the functions the modules the kernels import compile
+    at import (eagerly, with signatures: `rvm.runtime.native.mathlib`), and the entry points
+    and their tasks that the kernels require (`rvm.runtime.native.entry`, `.parfor`). Their
+    modules must be imported (the kernels loaded) first. The other library functions (BLAS
+    calls...) are in the kernels' object code, and compile only where a kernel does."""
+    from numba.core.registry import CPUDispatcher
+
+    from rvm.runtime.native import entry, parfor
+    from rvm.runtime.native.cache import imported_modules
+
+    found: dict[str, set[str]] = {}
+
+    def add(obj: object) -> None:
+        got = _function_cache(obj)
+        if got is not None and got[0].startswith("rvm."):
+            found.setdefault(got[0], set()).add(got[1])
+
+    modules: set[str] = set()
+    pairs: set[tuple[str, str]] = set()
     for rec in records:
-        found.update(imported_modules(rec.source))
-        for name, _ in required_by(rec.source):
-            found.add(MODULES[name])
-            found.update(imported_modules(module_source(MODULES[name])))
-    return sorted(found)
+        modules.update(imported_modules(rec.source))
+        pairs.update(entry.required_by(rec.source))
+    for name in modules:
+        for obj in vars(sys.modules.get(name, object())).values():
+            if isinstance(obj, CPUDispatcher) and not getattr(obj, "_can_compile", True):
+                add(obj)
+    for pair in pairs:
+        for table in (entry._compiled, parfor._compiled):
+            if pair in table:
+                add(table[pair])
+    return found
 
 
 def collect(records: Iterable[KernelRecord]) -> NativeCode | None:
@@ -188,8 +235,8 @@ def collect(records: Iterable[KernelRecord]) -> NativeCode | None:
             except OSError:
                 continue
             groups.append(NativeGroup("kernel", path.name, mtime, files))
-    for module in needed_modules(jit):
-        files = _cache_files(module_cache_folder(module), module.rpartition(".")[2])
+    for module, bases in sorted(loaded_functions(jit).items()):
+        files = _cache_files(module_cache_folder(module), module.rpartition(".")[2], bases)
         if files:
             groups.append(NativeGroup("module", module, 0, files))
     return NativeCode(native_key(), tuple(groups))
