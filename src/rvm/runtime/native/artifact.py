@@ -43,7 +43,7 @@ _debug = logging.getLogger("rvm.jit")
 
 KINDS = ("kernel", "module")
 KERNEL_FILE = re.compile(r"k_[0-9a-f]{24}\.py")
-MODULE_NAME = re.compile(r"rvm(?:\.[A-Za-z_]\w*)+")
+MODULE_NAME = re.compile(r"rvm\.runtime\.native\.[A-Za-z_]\w*")  # no other package is imported
 CACHE_FILE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*\.(?:nbi|nbc)")
 
 
@@ -190,7 +190,7 @@ def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
 
     def add(obj: object) -> None:
         got = _function_cache(obj)
-        if got is not None and got[0].startswith("rvm."):
+        if got is not None and MODULE_NAME.fullmatch(got[0]):
             found.setdefault(got[0], set()).add(got[1])
 
     modules: set[str] = set()
@@ -280,7 +280,7 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
                 if folder is None:
                     continue
             written += _write_group(group, folder)
-        except OSError as err:
+        except (OSError, ValueError, OverflowError) as err:  # ValueError: a bad mtime
             _debug.debug("native code of %s not installed: %s", group.ident, err)
     if stale:
         logger.info(
