@@ -224,7 +224,7 @@ def collect(records: Iterable[KernelRecord]) -> NativeCode | None:
     for rec in jit:
         try:
             load_kernel(rec)
-        except JITError as err:
+        except (JITError, OSError) as err:  # OSError: a cache it cannot write
             _debug.debug("kernel %s: no native code saved (%s)", rec.name, err)
             continue
         path = kernel_path(rec.source)
