@@ -181,7 +181,7 @@ def test_four_threads_running_convolutions_match_numpy(exec_mode, restore_thread
 def test_without_openblas_thread_control_the_first_vm_still_works(monkeypatch):
     from rvm.runtime.native import threads
 
-    monkeypatch.setattr(threads, "_first_use_done", False)
+    monkeypatch.setattr(threads, "_openblas_set", False)
     monkeypatch.setattr(threads, "_openblas_control", lambda: None)
     threads.apply_environment()  # sets nothing in the BLAS, raises nothing
-    assert threads._first_use_done
+    assert threads._openblas_set

@@ -44,6 +44,9 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # a piece of 1e6 takes 20-40 us on one core, a helper's wake-up a few.
 SPLIT_MIN_MNK = 1 << 20
 SPLIT_ALIGN = 16  # pieces start on multiples of this many columns (or rows)
+# Pieces per thread a large product is cut into, so that the threads that come first take
+# more of them when a helper is late (woken from sleep, or its core busy).
+PIECES_PER_THREAD = 4
 # A matrix-vector product is split only when each piece reads at least this many elements of
 # the matrix (memory-bound: 256 KB of float32 take 15-30 us).
 SPLIT_MIN_GEMV = 1 << 16
@@ -112,12 +115,12 @@ def _float(bits):  # type: ignore[no-untyped-def]
 @nb.njit(**_OPTS)
 def _pieces(side, work, min_work):  # type: ignore[no-untyped-def]
     """(pieces, step): how to cut ``side`` rows or columns of a product of ``work`` into
-    pieces of at least ``min_work`` each, at most one per thread, steps of `SPLIT_ALIGN`;
-    (1, side) when it is not worth it or the pool is busy with another job."""
+    pieces of at least ``min_work`` each, up to `PIECES_PER_THREAD` per thread, steps of
+    `SPLIT_ALIGN`; (1, side) when it is not worth it or the pool is busy with another job."""
     threads = workpool.threads()
-    parts = min(threads, work // min_work)
-    if parts < 2 or workpool.busy():
+    if threads < 2 or work < 2 * min_work or workpool.busy():
         return 1, side
+    parts = min(PIECES_PER_THREAD * threads, work // min_work)
     step = -(-side // parts)
     step = -(-step // SPLIT_ALIGN) * SPLIT_ALIGN
     return -(-side // step), step

@@ -4,9 +4,9 @@
 loop, `rvm.runtime.native.workpool`) run on the calling thread and ``n - 1`` pool helpers;
 `get_num_threads()` reads it back. Without a call, the count is the environment variable
 ``RVM_NUM_THREADS`` if set, else every CPU this process may run on
-(``os.sched_getaffinity``). Importing rvm changes nothing; the first `VirtualMachine`
-applies the environment (`apply_environment`), starts the pool's helpers if jit kernels are
-loaded, and sets NumPy's OpenBLAS to one thread, process-wide.
+(``os.sched_getaffinity``). Importing rvm changes nothing; the first `VirtualMachine` (or
+`set_num_threads`) applies the environment (`apply_environment`), starts the pool's helpers
+if jit kernels are loaded, and sets NumPy's OpenBLAS to one thread, process-wide.
 
 Why rvm's own pool and OpenBLAS on one thread: OpenBLAS threads a GEMM only when it is large,
 runs one threaded GEMM at a time per process, and its threads spin after each call on the
@@ -44,7 +44,7 @@ _POOL = "rvm.runtime.native.workpool"
 
 _lock = threading.Lock()
 _count: int | None = None  # the chosen count, once chosen (explicitly or at first use)
-_first_use_done = False
+_openblas_set = False  # NumPy's OpenBLAS set to one thread
 
 
 @functools.cache
@@ -133,24 +133,29 @@ def _size_pool(import_it: bool) -> None:
     importlib.import_module(_POOL).set_helpers(_chosen() - 1)
 
 
+def _openblas_to_one_thread() -> None:
+    """Sets NumPy's OpenBLAS to one thread, once per process (with `_lock` held): the pool's
+    GEMM pieces call it from several threads at once, each piece one thread's work."""
+    global _openblas_set
+    if not _openblas_set:
+        control = _openblas_control()
+        if control is not None:
+            control[0](1)  # type: ignore[operator]
+        _openblas_set = True
+
+
 def apply_environment() -> None:
     """What the first `VirtualMachine` does (and each after it, cheaply): chooses the count
     (``RVM_NUM_THREADS`` or every CPU, unless `set_num_threads` chose), sets NumPy's
-    OpenBLAS to one thread the first time, and gives the
-    pool its helpers if jit code has loaded it (again in a forked child, whose pool starts
-    without helpers).
+    OpenBLAS to one thread, and gives the pool its helpers if jit code has loaded it (again
+    in a forked child, whose pool starts without helpers).
 
     Raises:
-        ValueError: An environment variable is set to a value it does not take.
+        ValueError: ``RVM_NUM_THREADS`` is set to a value it does not take.
     """
-    global _first_use_done
     with _lock:
         _chosen()
-        if not _first_use_done:
-            control = _openblas_control()
-            if control is not None:
-                control[0](1)  # type: ignore[operator]
-            _first_use_done = True
+        _openblas_to_one_thread()
         _size_pool(import_it=False)
 
 
@@ -164,7 +169,8 @@ os.register_at_fork(after_in_child=_reset_in_child)
 
 def set_num_threads(n: int) -> None:
     """Sets how many threads rvm's kernels use: the calling thread plus ``n - 1`` helpers of
-    rvm's pool, process-wide (started or stopped now). Overrides ``RVM_NUM_THREADS``.
+    rvm's pool, process-wide (started or stopped now), and NumPy's OpenBLAS to one thread.
+    Overrides ``RVM_NUM_THREADS``.
 
     Args:
         n: The number of threads, at least 1.
@@ -176,6 +182,7 @@ def set_num_threads(n: int) -> None:
     n = _check(n, "rvm.set_num_threads")
     with _lock:
         _count = n
+        _openblas_to_one_thread()
         _size_pool(import_it=True)
 
 
