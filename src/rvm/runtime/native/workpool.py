@@ -12,6 +12,8 @@ that starts a parallel section runs its share of it):
   no extra thread;
 - a helper that finishes spins about `SPIN_US` for the next job (a model's next GEMM is
   usually microseconds away), then sleeps on a condition variable; a job wakes sleepers;
+- a caller left waiting for pieces that helpers still run spins as long, then sleeps until
+  the last piece wakes it (on a busy machine its core may be the one a late helper needs);
 - no helper at all (one thread, or a forked child before its pool restarts) is a plain loop
   in the caller.
 
@@ -54,7 +56,8 @@ SPIN_US = 10
 """How long a helper spins for the next job before it sleeps, in microseconds."""
 
 # Fields of the state, one cache line (8 int64) apart.
-WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, SPIN, MUTEX, COND = range(11)
+(WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
+_FIELDS = 13
 _LINE = 8
 _STATE = "rvm_pool_state"
 _SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
@@ -62,27 +65,28 @@ _INDEX_MASK = (1 << 32) - 1  # the next piece's bits
 MAX_PIECES = 1 << 31
 """A job has fewer pieces than this (the claim counter's range)."""
 
-_state = (ctypes.c_int64 * (11 * _LINE))()
-_sync = ctypes.create_string_buffer(512)  # a pthread mutex, then a condition variable
+_state = (ctypes.c_int64 * (_FIELDS * _LINE))()
+_SYNC_BYTES = 256  # room for a pthread mutex or condition variable on every platform
+_sync = ctypes.create_string_buffer(3 * _SYNC_BYTES)  # the mutex, then two conditions
 _libc = ctypes.CDLL(None)
 _LIBC = {
     "rvm_pthread_mutex_lock": "pthread_mutex_lock",
     "rvm_pthread_mutex_unlock": "pthread_mutex_unlock",
     "rvm_pthread_cond_wait": "pthread_cond_wait",
     "rvm_pthread_cond_broadcast": "pthread_cond_broadcast",
-    "rvm_sched_yield": "sched_yield",
 }
 
 
 def _init_sync() -> None:
     """(Re)initializes the mutex and condition variable (at start and in a forked child,
     where the parent's may have been held by a thread that does not exist there)."""
-    mutex, cond = ctypes.addressof(_sync), ctypes.addressof(_sync) + 256
+    mutex, cond, done = (ctypes.addressof(_sync) + i * _SYNC_BYTES for i in range(3))
     if _libc.pthread_mutex_init(ctypes.c_void_p(mutex), None) != 0:
         raise OSError("rvm's thread pool: pthread_mutex_init failed")
-    if _libc.pthread_cond_init(ctypes.c_void_p(cond), None) != 0:
-        raise OSError("rvm's thread pool: pthread_cond_init failed")
-    _state[MUTEX * _LINE], _state[COND * _LINE] = mutex, cond
+    for at in (cond, done):
+        if _libc.pthread_cond_init(ctypes.c_void_p(at), None) != 0:
+            raise OSError("rvm's thread pool: pthread_cond_init failed")
+    _state[MUTEX * _LINE], _state[COND * _LINE], _state[DONE_COND * _LINE] = mutex, cond, done
 
 
 _init_sync()
@@ -99,7 +103,7 @@ def _field(builder: ir.IRBuilder, index: ir.Value) -> ir.Value:
     i64 = ir.IntType(64)
     state = builder.module.globals.get(_STATE)
     if state is None:
-        state = ir.GlobalVariable(builder.module, ir.ArrayType(i64, 11 * _LINE), _STATE)
+        state = ir.GlobalVariable(builder.module, ir.ArrayType(i64, _FIELDS * _LINE), _STATE)
         state.linkage = "external"
     at = builder.mul(index, i64(_LINE))
     return builder.gep(state, [ir.IntType(32)(0), at])
@@ -193,7 +197,8 @@ _lock = _sync_call("rvm_pthread_mutex_lock", (MUTEX,))
 _unlock = _sync_call("rvm_pthread_mutex_unlock", (MUTEX,))
 _wait = _sync_call("rvm_pthread_cond_wait", (COND, MUTEX))
 _broadcast = _sync_call("rvm_pthread_cond_broadcast", (COND,))
-_yield = _sync_call("rvm_sched_yield", ())
+_wait_done = _sync_call("rvm_pthread_cond_wait", (DONE_COND, MUTEX))
+_signal_done = _sync_call("rvm_pthread_cond_broadcast", (DONE_COND,))
 
 
 @intrinsic
@@ -233,7 +238,10 @@ def _claim():  # type: ignore[no-untyped-def]
         # only after the sequence number does).
         if _cas(WORD, word, word + 1):
             _piece(fn, i, data)
-            _add(DONE, 1)
+            if _add(DONE, 1) == n - 1 and _load(WAITING) != 0:  # the caller sleeps
+                _lock()
+                _signal_done()
+                _unlock()
 
 
 @nb.cfunc(nt.void(nt.int64, nt.int64, nt.int64), **_OPTS)
@@ -258,12 +266,16 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
         _unlock()
     _claim()
     spins, s = _load(SPIN), 0
-    while _load(DONE) < n:  # pieces helpers claimed and still run
-        if s < spins:
-            _pause()
-            s += 1
-        else:
-            _yield()
+    while _load(DONE) < n and s < spins:  # pieces helpers claimed and still run
+        _pause()
+        s += 1
+    if _load(DONE) < n:  # sleep: the core may be the late helper's
+        _lock()
+        _store(WAITING, 1)
+        while _load(DONE) < n:
+            _wait_done()
+        _store(WAITING, 0)
+        _unlock()
     _store(BUSY, 0)
 
 
@@ -447,7 +459,7 @@ def _reset_in_child() -> None:
     global _guard
     _guard = threading.Lock()
     _helpers.clear()
-    for field in (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING):
+    for field in (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING):
         _state[field * _LINE] = 0
     _init_sync()
 
