@@ -92,6 +92,40 @@ def test_first_vm_with_numpy_kernels_loads_no_pool():
     assert out.stdout.split()[1:] == ["1", "None"]
 
 
+NO_LAYER = """
+import numba, numpy as np, rvm
+
+M = rvm.script.parse('''
+from rvm import op
+from rvm.script import T, module, func
+
+@module
+class M:
+    @func
+    def main(x: T[(1, 32, 40, 40), "float32"], w: T[(64, 32, 3, 3), "float32"]):
+        h = op.relu(op.conv2d(x, w, padding=1))
+        return op.max_pool2d(h, pool_size=3, strides=2), op.lrn(h, size=5)
+''')
+ex = rvm.compile(M, kernels="jit")
+rng = np.random.default_rng(0)
+args = [rng.standard_normal(s, "float32") for s in [(1, 32, 40, 40), (64, 32, 3, 3)]]
+for _ in range(3):
+    rvm.VirtualMachine(ex)["main"](*args)
+try:
+    print(numba.threading_layer())
+except ValueError:
+    print("no threading layer")
+"""
+
+
+def test_parallel_kernels_never_start_numbas_threading_layer():
+    """Split GEMMs, pools and lrn run on rvm's pool: Numba's threading layer (whose workqueue
+    layer aborts when several threads enter it) is never launched."""
+    out = _run_with_env("2", NO_LAYER)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "no threading layer"
+
+
 def test_bad_environment_variable_names_it():
     out = _run_with_env("two", "import rvm; rvm.get_num_threads()")
     assert out.returncode != 0
