@@ -5,7 +5,8 @@ inputs, and swaps the packed-function table for wrapped callables while instrume
 profiled (see `profiler.py`), so the modes have no flags and run at full speed when nothing is
 instrumented. Running a function is the exec mode's work: the VM builds an `ExecContext`
 (`exec_mode.py`) and the mode named by `exec_mode` from it (`EXEC_MODE_FACTORIES`): the
-bytecode loop (`loop.py`) or generated Python (`compiled.py`); `self._run` is the one switch.
+bytecode loop (`loop.py`), generated Python (`compiled.py`) or Numba functions
+(`native_mode.py`); `self._run` is the one switch.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
 from rvm.runtime.memory import make_allocator
 from rvm.runtime.native.threads import apply_environment
+from rvm.runtime.native_mode import NativeMode, NativeReport
 from rvm.runtime.profiler import (
     SKIP_RUN,
     BenchmarkResult,
@@ -43,6 +45,7 @@ __all__ = ["VirtualMachine", "SKIP_RUN"]
 EXEC_MODE_FACTORIES: dict[str, Callable[[ExecContext], ExecMode]] = {
     "bytecode": BytecodeMode,
     "compiled": CompiledMode,
+    "native": NativeMode,
 }
 
 
@@ -63,8 +66,10 @@ class VirtualMachine:
 
     Args:
         ex: The executable.
-        exec_mode: "bytecode" (the dispatch loop) or "compiled" (each function as generated
-            Python, see `compiled.py`); None takes the executable's `default_exec_mode`.
+        exec_mode: "bytecode" (the dispatch loop), "compiled" (each function as generated
+            Python, see `compiled.py`) or "native" (each function as one Numba function where
+            it can be, else compiled, see `native_mode.py` and `native_report`); None takes
+            the executable's `default_exec_mode`.
         allocator: "pooled" (reuse storage nothing references any more), "naive", or an
             allocator object with `alloc(nbytes, alignment) -> Storage` (a `Storage` whose
             `buffer` is a writable uint8 array of at least `nbytes` bytes aligned to
@@ -104,9 +109,19 @@ class VirtualMachine:
         self._busy = threading.RLock()
         self._owner: int | None = None  # the thread that last entered (for the busy error)
         # `_run(fidx, args)` runs a function: the exec mode's `run`, the one switch.
-        self._run: Callable[[int, list[Any]], Any] = EXEC_MODE_FACTORIES[exec_mode](
-            self.context
-        ).run
+        self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
+        self._run: Callable[[int, list[Any]], Any] = self._mode.run
+
+    def native_report(self) -> NativeReport:
+        """Which functions run as native code in this VM's native mode, and for the others
+        (which run in the compiled mode) why not; `str()` of it is a table.
+
+        Raises:
+            VMError: The VM does not run in the native mode.
+        """
+        if not isinstance(self._mode, NativeMode):
+            raise VMError(f"native_report: this VM runs in the {self.exec_mode} mode, not native")
+        return self._mode.report()
 
     def compiled_source(self, name: str) -> str:
         """The Python source the compiled exec mode runs for function `name` (any mode)."""

@@ -1,0 +1,195 @@
+"""The native exec mode: every VM function that can be, one Numba function.
+
+`native_codegen.py` writes one Python file per executable holding an njit function per native
+VM function (registers as typed locals, kernels called njit to njit, tensors allocated by
+Numba, branches and loops native, calls between native functions native calls). The file is
+the native code's cache entry: it lives at ``<rvm cache dir>/native/n_<hash>.py``, named by the
+hash of its text, the versions and CPU it is compiled for and the rvm modules it imports
+(`rvm.runtime.native.cache.source_hash`), written atomically, registered in `linecache`, and
+imported as a module with its kernels bound as globals, so Numba's ``cache=True`` keeps the
+object code beside it: identical programs compile once, and a second process compiles nothing.
+A function is compiled at its first call (for the types of that call's values).
+
+Fallback, per function, to the compiled mode (`CompiledMode`, which this mode holds):
+
+- functions that cannot be native (`native_codegen.NotNative`: ADT values, closures, packed
+  functions that are not jit kernels, big constants, recursion through other functions), and
+  functions Numba fails to type at their first call, always run compiled; `NativeMode.report`
+  (`VirtualMachine.native_report()`) says which and why;
+- a failure inside native code (a kernel's error, a failed shape check, FATAL, recursion
+  deeper than `native_codegen.MAX_DEPTH`) reruns the call in the compiled mode, so its error
+  and VM stack read exactly as in the other modes (kernels write only the outputs native code
+  allocated, so a rerun sees the arguments unchanged);
+- while instrumented (`set_instrument`) or profiled (`profile`) the VM calls the wrapped packed
+  functions, which native code cannot: those calls run in the compiled mode, observed exactly
+  as there; so do calls with an allocator the VM did not make (native memory is Numba's).
+
+Entry checks are the VM's (`entry.check_arguments`), before any mode runs, so their messages
+are those of every mode.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import linecache
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from rvm.runtime.compiled import CompiledMode
+from rvm.runtime.exec_mode import ExecContext
+from rvm.runtime.memory import NaiveAllocator, PooledAllocator
+from rvm.runtime.native import cache as native_cache
+from rvm.runtime.native_codegen import NativeModule, render_module
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import Executable
+
+__all__ = ["NATIVE_DIR", "NativeMode", "NativeReport", "native_path"]
+
+NATIVE_DIR = "native"
+_lock = threading.Lock()
+_modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
+
+
+@dataclass(frozen=True)
+class NativeReport:
+    """Which functions of an executable run natively, and why the others do not.
+
+    Attributes:
+        functions: Per function, in table order, ``(name, reason)``: reason None when native.
+        path: The generated file, or None when no function is native.
+    """
+
+    functions: tuple[tuple[str, str | None], ...]
+    path: str | None
+
+    @property
+    def native(self) -> list[str]:
+        """The names of the native functions."""
+        return [name for name, why in self.functions if why is None]
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """Each function that runs in the compiled mode, with the reason."""
+        return {name: why for name, why in self.functions if why is not None}
+
+    def __str__(self) -> str:
+        width = max((len(name) for name, _ in self.functions), default=0) + 1
+        lines = [f"native functions ({len(self.native)} of {len(self.functions)}):"]
+        for name, why in self.functions:
+            what = "native" if why is None else f"compiled mode: {why}"
+            lines.append(f"  @{name:<{width}} {what}")
+        return "\n".join(lines)
+
+
+class _Plan:
+    """An executable's native functions, shared by its VMs: the generated module, the
+    dispatchers, and the reasons of the functions that run compiled."""
+
+    def __init__(self, ex: Executable, kernels: list[Any]) -> None:
+        kinds = [
+            "jit" if name in ex.kernels and ex.kernels[name].backend == "jit" else "other"
+            for name in ex.primitive_names
+        ]
+        for i, name in enumerate(ex.primitive_names):
+            if name in ex.kernels and ex.kernels[name].backend == "numpy":
+                kinds[i] = "numpy"
+        self.module: NativeModule = render_module(ex, kinds)
+        self.reasons: dict[int, str] = dict(self.module.reasons)
+        self.names = [f.name for f in ex.functions]
+        self.path: Path | None = None
+        self.funcs: list[Any] = [None] * len(ex.functions)
+        if self.module.source:
+            self.path = native_path(self.module.source)
+            bound = {name: kernels[k] for name, k in self.module.kernels.items()}
+            mod = _load(self.path, self.module.source, bound)
+            for i, pyname in enumerate(self.module.pynames):
+                if i not in self.reasons:
+                    self.funcs[i] = getattr(mod, pyname)
+
+    def fail(self, fidx: int, error: BaseException) -> None:
+        """Function `fidx` did not compile: it runs compiled from now on."""
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        useful = [ln for ln in lines if not ln.startswith(("Failed in", "During:"))]
+        first = (useful or lines or [type(error).__name__])[0]
+        self.reasons[fidx] = f"Numba typing error: {first[:200]}"
+        self.funcs[fidx] = None
+
+
+def native_path(source: str) -> Path:
+    """Where the generated file of `source` lives in rvm's cache."""
+    return native_cache.cache_dir() / NATIVE_DIR / f"n_{native_cache.source_hash(source)}.py"
+
+
+def _load(path: Path, source: str, kernels: dict[str, Any]) -> ModuleType:
+    """The generated module at `path` (written if needed), its kernels bound as globals."""
+    key = str(path)
+    with _lock:
+        module = _modules.get(key)
+        if module is not None:
+            return module
+        native_cache.write_entry(path, source)
+        linecache.cache[key] = (len(source), None, source.splitlines(True), key)
+        name = f"rvm_native_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__.update(kernels)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        _modules[key] = module
+        return module
+
+
+class NativeMode:
+    """The native exec mode (an `ExecMode`; see the module docstring).
+
+    Args:
+        context: The VM's context.
+    """
+
+    def __init__(self, context: ExecContext) -> None:
+        self.context = context
+        self.compiled = CompiledMode(context)
+        ex = context.executable
+        self.plan: _Plan = ex.cached("native", lambda: _Plan(ex, context.raw_packed))
+        self._typing_error: type[BaseException] | None = None
+        if self.plan.path is not None:
+            from numba.core.errors import NumbaError
+
+            self._typing_error = NumbaError
+
+    def run(self, fidx: int, args: list[Any]) -> Any:
+        """Runs function `fidx` on checked VM values: natively when it can, else compiled."""
+        context = self.context
+        func = self.plan.funcs[fidx]
+        if (
+            func is None
+            or context.packed is not context.raw_packed
+            or type(context.allocator) not in (PooledAllocator, NaiveAllocator)
+        ):
+            return self.compiled.run(fidx, args)
+        try:
+            return func(*args, 0)
+        except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
+            if self._typing_error is not None and isinstance(e, self._typing_error):
+                self.plan.fail(fidx, e)
+            return self.compiled.run(fidx, args)
+
+    def report(self) -> NativeReport:
+        """Which functions are native and why the others are not (typing errors show once a
+        function has been called)."""
+        plan = self.plan
+        functions = tuple((name, plan.reasons.get(i)) for i, name in enumerate(plan.names))
+        return NativeReport(functions, None if plan.path is None else str(plan.path))
