@@ -49,6 +49,7 @@ __all__ = [
     "MAX_DEPTH",
     "NativeModule",
     "NotNative",
+    "entry_lines",
     "render_module",
 ]
 
@@ -82,12 +83,15 @@ class NativeModule:
         pynames: Per function index, its Python name in the file.
         reasons: Per function index that is not native, why not.
         kernels: The kernel names the file takes as globals (`k<i>` = the primitive at i).
+        entries: Per native function whose parameters are all tensors of known dtype and rank,
+            its entry from Python (`entry_lines`) and the `(dtype, ndim)` of each parameter.
     """
 
     source: str
     pynames: list[str]
     reasons: dict[int, str] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
+    entries: dict[int, tuple[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
 
 
 def _r(reg: int) -> str:
@@ -332,6 +336,9 @@ class _Function:
         )
 
 
+_DECORATOR = "@_nb.njit(cache=True, nogil=True, error_model='numpy')"
+
+
 def _bail() -> str:
     return "rvm native: rerun in compiled mode"
 
@@ -397,9 +404,44 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
     native = [f for i, f in rendered.items() if i not in reasons]
     module = NativeModule("", names.funcs, reasons)
     if native:
-        module.source = _file(ex, names, native)
+        entries: list[str] = []
+        for f in native:
+            specs = ex.functions[f.index].param_specs
+            if all(s.kind == "tensor" and s.dtype and s.shape is not None for s in specs):
+                name = f"_e{f.index}"
+                types = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
+                module.entries[f.index] = (name, types)
+                entries += ["", "", _DECORATOR, *entry_lines(ex, f.index, name, names)]
+        module.source = _file(ex, names, native) + "\n".join(entries) + "\n"
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
     return module
+
+
+def entry_lines(ex: Executable, index: int, name: str, names: Names) -> list[str]:
+    """The entry of native function `index` from Python: checks the fixed and symbolic dims of
+    its parameters (their dtypes and ranks are the entry's compiled signature, so Numba's
+    dispatcher checks those) and calls the function at depth 0; any mismatch raises, and the
+    VM's own entry checks then report it in the words of every mode."""
+    fn = ex.functions[index]
+    params = [_r(i) for i in range(len(fn.params))]
+    tests: list[str] = []
+    seen: dict[str, str] = {}
+    for i, spec in enumerate(fn.param_specs):
+        for axis, want in enumerate(spec.shape or ()):
+            dim = f"{_r(i)}.shape[{axis}]"
+            if isinstance(want, int):
+                tests.append(f"{dim} == {want}")
+            elif isinstance(want, str):
+                if want in seen:
+                    tests.append(f"{dim} == {seen[want]}")
+                else:
+                    seen[want] = dim
+    lines = [f"def {name}({', '.join(params)}):"]
+    if tests:
+        lines.append(f"    if not ({' and '.join(tests)}):")
+        lines.append(f"        raise RuntimeError({_bail()!r})")
+    lines.append(f"    return {names.funcs[index]}({', '.join(params + ['0'])})")
+    return lines
 
 
 def _file(ex: Executable, names: Names, functions: list[_Function]) -> str:
@@ -434,7 +476,7 @@ def _file(ex: Executable, names: Names, functions: list[_Function]) -> str:
         head.append(f"_PAD{n} = {(-1,) * n!r}")
     body: list[str] = []
     for f in functions:
-        body += ["", "", "@_nb.njit(cache=True, nogil=True, error_model='numpy')", *f.lines]
+        body += ["", "", _DECORATOR, *f.lines]
     return "\n".join(head + body) + "\n"
 
 

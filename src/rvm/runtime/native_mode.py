@@ -35,12 +35,16 @@ import linecache
 import re
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from rvm.runtime.compiled import CompiledMode
+from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.exec_mode import ExecContext
 from rvm.runtime.memory import NaiveAllocator, PooledAllocator
 from rvm.runtime.native import cache as native_cache
@@ -54,6 +58,7 @@ __all__ = ["NATIVE_DIR", "NativeMode", "NativeReport", "native_path"]
 NATIVE_DIR = "native"
 _lock = threading.Lock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
+_OWN_ALLOCATORS = (PooledAllocator, NaiveAllocator)  # the VM's: native code may bypass them
 
 
 @dataclass(frozen=True)
@@ -104,13 +109,40 @@ class _Plan:
         self.names = [f.name for f in ex.functions]
         self.path: Path | None = None
         self.funcs: list[Any] = [None] * len(ex.functions)
+        self.entries: list[Any] = [None] * len(ex.functions)
+        self._entry_lock = threading.Lock()
         if self.module.source:
             self.path = native_path(self.module.source)
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
-            mod = _load(self.path, self.module.source, bound)
+            self._mod = _load(self.path, self.module.source, bound)
             for i, pyname in enumerate(self.module.pynames):
                 if i not in self.reasons:
-                    self.funcs[i] = getattr(mod, pyname)
+                    self.funcs[i] = getattr(self._mod, pyname)
+
+    def entry(self, fidx: int) -> Any:
+        """The entry dispatcher of native function `fidx` (`native_codegen.entry_lines`),
+        compiled for its parameters' specs only (C-contiguous arrays of their dtypes and
+        ranks; other values make Numba raise TypeError), or None if it has none or does not
+        compile."""
+        found = self.entries[fidx]
+        if found is not None or fidx not in self.module.entries or self.funcs[fidx] is None:
+            return found
+        from numba import from_dtype
+        from numba import types as nt
+
+        name, types = self.module.entries[fidx]
+        dispatcher = getattr(self._mod, name)
+        sig = tuple(nt.Array(from_dtype(np.dtype(d)), n, "C") for d, n in types)
+        with self._entry_lock:
+            if self.entries[fidx] is None:
+                try:
+                    dispatcher.compile(sig)
+                except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
+                    self.fail(fidx, e)
+                    return None
+                dispatcher.disable_compile()
+                self.entries[fidx] = dispatcher
+        return self.entries[fidx]
 
     def fail(self, fidx: int, error: BaseException) -> None:
         """Function `fidx` did not compile: it runs compiled from now on."""
@@ -177,7 +209,7 @@ class NativeMode:
         if (
             func is None
             or context.packed is not context.raw_packed
-            or type(context.allocator) not in (PooledAllocator, NaiveAllocator)
+            or type(context.allocator) not in _OWN_ALLOCATORS
         ):
             return self.compiled.run(fidx, args)
         try:
@@ -186,6 +218,36 @@ class NativeMode:
             if self._typing_error is not None and isinstance(e, self._typing_error):
                 self.plan.fail(fidx, e)
             return self.compiled.run(fidx, args)
+
+    def fast_call(self, fidx: int) -> Callable[[tuple], Any] | None:
+        """A call of function `fidx` straight from Python arguments, for the VM's entry: it
+        returns `NOT_RUN` unless they are what the entry checks would pass unchanged (arrays
+        of the parameters' dtypes, ranks and dims, C-contiguous) and the function runs native
+        now, so the VM then takes its usual path. None if the function has no such entry."""
+        plan = self.plan
+        if fidx not in plan.module.entries or plan.funcs[fidx] is None:
+            return None
+        context = self.context
+        raw = context.raw_packed
+        funcs = plan.funcs
+        entry = plan.entry
+
+        def call(args: tuple) -> Any:
+            if (
+                context.packed is not raw
+                or funcs[fidx] is None
+                or type(context.allocator) not in _OWN_ALLOCATORS
+            ):
+                return NOT_RUN
+            native = entry(fidx)
+            if native is None:
+                return NOT_RUN
+            try:
+                return native(*args)
+            except Exception:  # noqa: BLE001 - bad input or a failure: the usual path says
+                return NOT_RUN
+
+        return call
 
     def report(self) -> NativeReport:
         """Which functions are native and why the others are not (typing errors show once a

@@ -21,7 +21,13 @@ from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
 from rvm.runtime.compiled import CompiledMode, compiled_functions
 from rvm.runtime.decode import decode_executable
-from rvm.runtime.entry import BoundFunction, SavedFunction, bind_arguments, check_arguments
+from rvm.runtime.entry import (
+    NOT_RUN,
+    BoundFunction,
+    SavedFunction,
+    bind_arguments,
+    check_arguments,
+)
 from rvm.runtime.exec_mode import ExecContext, ExecMode
 from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
@@ -156,9 +162,30 @@ class VirtualMachine:
             known = [f.name for f in self.executable.functions] + list(self._saved)
             where = "the executable or saved on this VM" if self._saved else "the executable"
             raise FunctionNotFoundError.missing(name, where, known) from None
-        handle = BoundFunction(self.executable.functions[fidx], fidx, self._enter, self._label())
+        fn = self.executable.functions[fidx]
+        handle = BoundFunction(fn, fidx, self._enter, self._label(), self._fast_entry(fidx))
         self._handles[name] = handle
         return handle
+
+    def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
+        """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
+        under the same lock as `_enter`; see `BoundFunction`."""
+        make = getattr(self._mode, "fast_call", None)
+        call = make(fidx) if make is not None else None
+        if call is None:
+            return None
+        busy = self._busy
+
+        def fast(args: tuple) -> Any:
+            if not busy.acquire(False):
+                return NOT_RUN  # `_enter` raises the busy error
+            self._owner = get_ident()
+            try:
+                return call(args)
+            finally:
+                busy.release()
+
+        return fast
 
     def invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         """Calls function `name` (or a saved one) with the arguments, by position or by
