@@ -68,10 +68,14 @@ class NativeReport:
     Attributes:
         functions: Per function, in table order, ``(name, reason)``: reason None when native.
         path: The generated file, or None when no function is native.
+        compiled: Native functions (per signature) this process compiled so far.
+        loaded: Native functions (per signature) this process loaded from the disk cache.
     """
 
     functions: tuple[tuple[str, str | None], ...]
     path: str | None
+    compiled: int = 0
+    loaded: int = 0
 
     @property
     def native(self) -> list[str]:
@@ -254,4 +258,11 @@ class NativeMode:
         function has been called)."""
         plan = self.plan
         functions = tuple((name, plan.reasons.get(i)) for i, name in enumerate(plan.names))
-        return NativeReport(functions, None if plan.path is None else str(plan.path))
+        compiled = loaded = 0
+        for dispatcher in plan.funcs + plan.entries:
+            stats = getattr(dispatcher, "stats", None)
+            if stats is not None:
+                compiled += sum(stats.cache_misses.values())
+                loaded += sum(stats.cache_hits.values())
+        path = None if plan.path is None else str(plan.path)
+        return NativeReport(functions, path, compiled, loaded)

@@ -49,7 +49,6 @@ def _size_native(shape):  # type: ignore[no-untyped-def]
     if len(shape) == 0:  # Numba cannot iterate an empty tuple
         return lambda shape: 1
 
-
     def impl(shape):  # type: ignore[no-untyped-def]
         size = 1
         for d in shape:
