@@ -437,7 +437,8 @@ def entry_lines(ex: Executable, index: int, name: str, names: Names) -> list[str
                     tests.append(f"{dim} == {seen[want]}")
                 else:
                     seen[want] = dim
-    lines = [f"def {name}({', '.join(params)}):"]
+    types = ", ".join(f"{s.dtype}[{len(s.shape or ())}-d]" for s in fn.param_specs)
+    lines = [f"def {name}({', '.join(params)}):", f'    """Compiled for ({types}) only."""']
     if tests:
         lines.append(f"    if not ({' and '.join(tests)}):")
         lines.append(f"        raise RuntimeError({_bail()!r})")

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["NATIVE_DIR", "NativeMode", "NativeReport", "native_path"]
 
 NATIVE_DIR = "native"
-_lock = threading.Lock()
+_lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
 _OWN_ALLOCATORS = (PooledAllocator, NaiveAllocator)  # the VM's: native code may bypass them
 
@@ -114,7 +114,6 @@ class _Plan:
         self.path: Path | None = None
         self.funcs: list[Any] = [None] * len(ex.functions)
         self.entries: list[Any] = [None] * len(ex.functions)
-        self._entry_lock = threading.Lock()
         if self.module.source:
             self.path = native_path(self.module.source)
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
@@ -137,14 +136,15 @@ class _Plan:
         name, types = self.module.entries[fidx]
         dispatcher = getattr(self._mod, name)
         sig = tuple(nt.Array(from_dtype(np.dtype(d)), n, "C") for d, n in types)
-        with self._entry_lock:
+        with _lock:  # the module, so its dispatchers, may be shared with other plans
             if self.entries[fidx] is None:
-                try:
-                    dispatcher.compile(sig)
-                except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
-                    self.fail(fidx, e)
-                    return None
-                dispatcher.disable_compile()
+                if sig not in dispatcher.overloads:
+                    try:
+                        dispatcher.compile(sig)
+                    except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
+                        self.fail(fidx, e)
+                        return None
+                    dispatcher.disable_compile()
                 self.entries[fidx] = dispatcher
         return self.entries[fidx]
 
