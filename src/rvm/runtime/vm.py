@@ -283,7 +283,8 @@ class VirtualMachine:
         outputs are the last ones), `before` True before the call and False after it. If the
         call before returns `SKIP_RUN`, the packed function is not called: its outputs keep
         whatever the allocator gave them (uninitialized or reused memory), a CALL_PACKED
-        destination gets None; the after callback still runs.
+        destination gets None; the after callback still runs. In the native mode, calls run in
+        the compiled mode while a callback is set (native code calls kernels directly).
         """
         self._instrument = callback
         names = self.executable.primitive_names
@@ -304,6 +305,9 @@ class VirtualMachine:
         functions are VM work) the report gives the median time per run, calls per run, mean
         per call and share; the VM overhead is the median over runs of run time minus kernel
         time, which includes the profiler's own cost of a few hundred ns per kernel call.
+
+        In the native mode the profiled runs are the compiled mode's (native code calls kernels
+        directly, so they cannot be timed one by one there).
 
         Raises:
             ValueError: `repeat` < 1 or `warmup` < 0.
