@@ -49,7 +49,7 @@ __all__ = [
     "MAX_DEPTH",
     "NativeModule",
     "NotNative",
-    "entry_lines",
+    "entry_checks",
     "render_module",
 ]
 
@@ -84,14 +84,16 @@ class NativeModule:
         reasons: Per function index that is not native, why not.
         kernels: The kernel names the file takes as globals (`k<i>` = the primitive at i).
         entries: Per native function whose parameters are all tensors of known dtype and rank,
-            its entry from Python (`entry_lines`) and the `(dtype, ndim)` of each parameter.
+            the `(dtype, ndim)` of each: its entry from Python (`entry_checks`).
+        uncached: The native functions Numba's disk cache cannot hold (`_uncached`).
     """
 
     source: str
     pynames: list[str]
     reasons: dict[int, str] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
-    entries: dict[int, tuple[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
+    entries: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    uncached: set[int] = field(default_factory=set)
 
 
 def _r(reg: int) -> str:
@@ -160,7 +162,7 @@ class _Function:
         if self.recursive:
             out.append(f"    if _d > {MAX_DEPTH}:")
             out.append(f"        raise RuntimeError({_bail()!r})")
-        return out + body
+        return out + entry_checks(self.ex, self.index) + body
 
     def _leaders(self) -> list[int]:
         code = self.flow.code
@@ -404,30 +406,24 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
     module = NativeModule("", names.funcs, reasons)
     if native:
         uncached = _uncached(native)
-        entries: list[str] = []
+        module.uncached = uncached
         for f in native:
             specs = ex.functions[f.index].param_specs
             if all(s.kind == "tensor" and s.dtype and s.shape is not None for s in specs):
-                name = f"_e{f.index}"
-                types = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
-                module.entries[f.index] = (name, types)
-                lines = entry_lines(ex, f.index, name, names)
-                entries += ["", "", _decorator(f.index not in uncached), *lines]
-        module.source = _file(ex, names, native, uncached) + "\n".join(entries) + "\n"
+                module.entries[f.index] = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
+        module.source = _file(ex, names, native, uncached)
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
     return module
 
 
-def entry_lines(ex: Executable, index: int, name: str, names: Names) -> list[str]:
-    """The entry of native function `index` from Python: checks the fixed and symbolic dims of
-    its parameters (their dtypes and ranks are the entry's compiled signature, so Numba's
-    dispatcher checks those) and calls the function at depth 0; any mismatch raises, and the
-    VM's own entry checks then report it in the words of every mode."""
-    fn = ex.functions[index]
-    params = [_r(i) for i in range(len(fn.params))]
+def entry_checks(ex: Executable, index: int) -> list[str]:
+    """The dims checks of a call of function `index` from Python (its body runs them at depth
+    0): fixed dims and symbolic dims shared by parameters. Their dtypes and ranks are the
+    compiled signature of the mode's entry dispatcher, so Numba checks those; a mismatch
+    raises, and the VM's own entry checks then report it in the words of every mode."""
     tests: list[str] = []
     seen: dict[str, str] = {}
-    for i, spec in enumerate(fn.param_specs):
+    for i, spec in enumerate(ex.functions[index].param_specs):
         for axis, want in enumerate(spec.shape or ()):
             dim = f"{_r(i)}.shape[{axis}]"
             if isinstance(want, int):
@@ -437,13 +433,12 @@ def entry_lines(ex: Executable, index: int, name: str, names: Names) -> list[str
                     tests.append(f"{dim} == {seen[want]}")
                 else:
                     seen[want] = dim
-    types = ", ".join(f"{s.dtype}[{len(s.shape or ())}-d]" for s in fn.param_specs)
-    lines = [f"def {name}({', '.join(params)}):", f'    """Compiled for ({types}) only."""']
-    if tests:
-        lines.append(f"    if not ({' and '.join(tests)}):")
-        lines.append(f"        raise RuntimeError({_bail()!r})")
-    lines.append(f"    return {names.funcs[index]}({', '.join(params + ['0'])})")
-    return lines
+    if not tests:
+        return []
+    return [
+        "    if _d == 0 and not (" + " and ".join(tests) + "):  # the entry's dims",
+        f"        raise RuntimeError({_bail()!r})",
+    ]
 
 
 def _uncached(functions: list[_Function]) -> set[int]:

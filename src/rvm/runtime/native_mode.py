@@ -58,6 +58,7 @@ __all__ = ["NATIVE_DIR", "NativeMode", "NativeReport", "native_path"]
 NATIVE_DIR = "native"
 _lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
+_ENTRIES: dict[tuple, Any] = {}  # by (id of the function, signature); modules live on
 _OWN_ALLOCATORS = (PooledAllocator, NaiveAllocator)  # the VM's: native code may bypass them
 
 
@@ -123,29 +124,36 @@ class _Plan:
                     self.funcs[i] = getattr(self._mod, pyname)
 
     def entry(self, fidx: int) -> Any:
-        """The entry dispatcher of native function `fidx` (`native_codegen.entry_lines`),
-        compiled for its parameters' specs only (C-contiguous arrays of their dtypes and
-        ranks; other values make Numba raise TypeError), or None if it has none or does not
-        compile."""
+        """The entry dispatcher of native function `fidx`: a second dispatcher of its function,
+        compiled for its parameters' specs only (C-contiguous arrays of their dtypes and ranks,
+        and the depth 0; other values make Numba raise TypeError at once), or None if it has
+        none or does not compile. Calls from Python take it, so a function called with the
+        values its signature promises compiles once."""
         found = self.entries[fidx]
         if found is not None or fidx not in self.module.entries or self.funcs[fidx] is None:
             return found
-        from numba import from_dtype
+        import numba as nb
         from numba import types as nt
 
-        name, types = self.module.entries[fidx]
-        dispatcher = getattr(self._mod, name)
-        sig = tuple(nt.Array(from_dtype(np.dtype(d)), n, "C") for d, n in types)
-        with _lock:  # the module, so its dispatchers, may be shared with other plans
+        sig = tuple(
+            nt.Array(nb.from_dtype(np.dtype(d)), n, "C") for d, n in self.module.entries[fidx]
+        )
+        cache = fidx not in self.module.uncached
+        with _lock:
             if self.entries[fidx] is None:
-                if sig not in dispatcher.overloads:
+                func = self.funcs[fidx]
+                key = (id(func), sig)
+                entry = _ENTRIES.get(key)  # the module may be another plan's too
+                if entry is None:
+                    entry = nb.njit(cache=cache, nogil=True, error_model="numpy")(func.py_func)
                     try:
-                        dispatcher.compile(sig)
+                        entry.compile((*sig, nt.int64))
                     except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
                         self.fail(fidx, e)
                         return None
-                    dispatcher.disable_compile()
-                self.entries[fidx] = dispatcher
+                    entry.disable_compile()
+                    _ENTRIES[key] = entry
+                self.entries[fidx] = entry
         return self.entries[fidx]
 
     def fail(self, fidx: int, error: BaseException) -> None:
@@ -216,6 +224,12 @@ class NativeMode:
             or type(context.allocator) not in _OWN_ALLOCATORS
         ):
             return self.compiled.run(fidx, args)
+        entry = self.plan.entry(fidx)
+        if entry is not None:
+            try:
+                return entry(*args, 0)
+            except Exception:  # noqa: BLE001, S110 - other types, or a failure: said below
+                pass
         try:
             return func(*args, 0)
         except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
@@ -234,7 +248,7 @@ class NativeMode:
         context = self.context
         raw = context.raw_packed
         funcs = plan.funcs
-        entry = plan.entry
+        ready: list[Any] = []  # the entry dispatcher, once compiled
 
         def call(args: tuple) -> Any:
             if (
@@ -243,11 +257,13 @@ class NativeMode:
                 or type(context.allocator) not in _OWN_ALLOCATORS
             ):
                 return NOT_RUN
-            native = entry(fidx)
-            if native is None:
-                return NOT_RUN
+            if not ready:
+                native = plan.entry(fidx)
+                if native is None:
+                    return NOT_RUN
+                ready.append(native)
             try:
-                return native(*args)
+                return ready[0](*args, 0)
             except Exception:  # noqa: BLE001 - bad input or a failure: the usual path says
                 return NOT_RUN
 
