@@ -276,3 +276,38 @@ def test_a_second_process_compiles_nothing(tmp_path: Path) -> None:
     assert path1 == path2 and Path(path1).parent == tmp_path / "rvm" / "native"
     assert int(compiled1) >= 1
     assert int(compiled2) == 0 and int(loaded2) >= 1
+
+
+def test_native_is_a_default_exec_mode_a_saved_executable_keeps(tmp_path: Path) -> None:
+    ex = rvm.compile(MLP, exec_mode="native")
+    path = tmp_path / "mlp.rvmx"
+    ex.save(path)
+    again = rvm.load_executable(path)
+    vm = VirtualMachine(again)
+    assert vm.exec_mode == "native" and vm.native_report().native == ["main"]
+    args = _mlp_args(1)
+    np.testing.assert_allclose(vm["main"](*args), rvm.interpret(MLP, "main", *args), rtol=1e-5)
+
+
+def test_threads_each_with_a_native_vm_over_one_executable() -> None:
+    import threading
+
+    ex = rvm.compile(RNN)
+    args = (_f32(1, 8), _f32(8, 8) * 0.3, _i64(50))
+    want = VirtualMachine(ex, exec_mode="native")["main"](*args)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        vm = VirtualMachine(ex, exec_mode="native")
+        try:
+            for _ in range(50):
+                np.testing.assert_array_equal(vm["main"](*args), want)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
