@@ -311,3 +311,22 @@ def test_threads_each_with_a_native_vm_over_one_executable() -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:
+    # pick(c, x, y) returns a 1-d or a 2-d tensor: one Numba function cannot return both
+    b = ExecBuilder()
+    specs = (h.tensor("c", (), "bool"), h.tensor("x", (3,)), h.tensor("y", (1, 3)))
+    f = b.function("pick", ("c", "x", "y"), specs)
+    one, two = f.label(), f.label()
+    f.emit(Opcode.IF_IMM, 0, 1, one, two)
+    f.place(one)
+    f.emit(Opcode.RET, 1)
+    f.place(two)
+    f.emit(Opcode.RET, 2)
+    vm = VirtualMachine(b.build(), exec_mode="native")
+    assert vm.native_report().fallbacks == {}  # known only once it compiles
+    x, y = np.ones(3, "float32"), np.zeros((1, 3), "float32")
+    assert vm["pick"](np.array(True), x, y) is x
+    assert vm["pick"](np.array(False), x, y) is y
+    assert vm.native_report().fallbacks["pick"].startswith("Numba typing error: ")
