@@ -82,7 +82,11 @@ def _report(ex: rvm.Executable) -> dict[str, str | None]:
 def test_straight_line_loops_and_self_recursion_are_native() -> None:
     assert _report(rvm.compile(MLP)) == {"main": None}
     assert set(_report(rvm.compile(RNN)).values()) == {None}
-    report = _report(rvm.compile(Recursion))
+    vm = VirtualMachine(rvm.compile(Recursion), exec_mode="native")
+    assert int(vm["fib"](_i64(10))) == 55
+    assert int(vm["factorial"](_i64(5))) == 120
+    assert int(vm["tail_sum"](_i64(10), _i64(0))) == 55
+    report = dict(vm.native_report().functions)  # typing errors show once compiled
     assert report == {"factorial": None, "fib": None, "tail_sum": None}
 
 
@@ -131,8 +135,8 @@ def test_fallbacks_and_native_functions_agree_with_the_interpreter(mod, fname, a
 
 def test_deep_tail_recursion_runs_natively() -> None:
     vm = VirtualMachine(rvm.compile(Recursion), exec_mode="native")
-    assert vm.native_report().fallbacks == {}
     assert int(vm["tail_sum"](_i64(100_000), _i64(0))) == 100_000 * 100_001 // 2
+    assert vm.native_report().fallbacks == {}
 
 
 def test_deep_non_tail_recursion_hands_over_to_the_compiled_mode() -> None:

@@ -219,10 +219,10 @@ class _Function:
         if op == O.INVOKE:
             out.append(f"{pad}{_r(ins[1])} = {self._call(ins[2], ins[3])}{note}")
         elif op == O.MATCH_SHAPE:
-            out.extend(pad + text for text in self._match(ins))
+            out.extend(pad + text for text in self._match(ins, pc))
             out[-1] += note
         elif op == O.MAKE_SHAPE:
-            out.append(f"{pad}{_r(ins[1])} = {self._make(ins)}{note}")
+            out.append(f"{pad}{_r(ins[1])} = {self._make(ins, pc)}{note}")
         else:
             out.append(pad + self._render(sem.native_template(ins), ins, pc) + note)
         return False
@@ -244,21 +244,37 @@ class _Function:
         out.append(f"{pad}_pc = 0")
         out.append(f"{pad}continue")
 
-    def _pairs(self, const: int) -> list[tuple[int, int]]:
+    def _pairs(self, const: int, heap: int, pc: int) -> list[tuple[int, int]]:
+        """The (kind, value) pairs of shape pattern `const` read against heap register `heap`,
+        whose slots must be in range of the one ALLOC_SHAPE_HEAP that surely made it by `pc`:
+        native code indexes the heap unchecked."""
         value = self.ex.constants[const]
         if not isinstance(value, np.ndarray) or value.dtype.kind != "i" or value.ndim != 1:
             raise NotNative(f"shape pattern c{const} is not an int array")
         flat = [int(v) for v in value.tolist()]
         if len(flat) % 2:
             raise NotNative(f"shape pattern c{const} has an odd length")
-        return list(zip(flat[::2], flat[1::2]))
+        code = self.flow.code
+        made = [w for w in self.flow.writers.get(heap, []) if code[w][0] != O.KILL_REGISTER]
+        if (
+            heap < self.flow.nparams
+            or len(made) != 1
+            or code[made[0]][0] != O.ALLOC_SHAPE_HEAP
+            or not self.flow.assigned(heap, pc)
+        ):
+            raise NotNative(f"shape heap {_r(heap)} is not one alloc_shape_heap's")
+        size = code[made[0]][2]
+        pairs = list(zip(flat[::2], flat[1::2]))
+        if any(k in (1, 2) and not 0 <= v < size for k, v in pairs):
+            raise NotNative(f"shape pattern c{const} has a heap slot out of range")
+        return pairs
 
-    def _match(self, ins: tuple) -> list[str]:
+    def _match(self, ins: tuple, pc: int) -> list[str]:
         """MATCH_SHAPE (`vm.builtin.match_shape`): the rank and dims compared inline, the
         symbolic dims stored in the heap; a mismatch hands the call back (the builtin raises
         the error in the compiled mode)."""
         tensor, heap = _r(ins[1]), _r(ins[2])
-        pairs = self._pairs(ins[3])
+        pairs = self._pairs(ins[3], ins[2], pc)
         n = len(pairs)
         self.pads.add(n)
         test = [f"len({tensor}.shape) == {n}"]
@@ -278,10 +294,10 @@ class _Function:
         lines += [f"if not ({' and '.join(test)}):", f"    raise RuntimeError({_bail()!r})"]
         return lines
 
-    def _make(self, ins: tuple) -> str:
+    def _make(self, ins: tuple, pc: int) -> str:
         """MAKE_SHAPE (`vm.builtin.make_shape`) as a tuple of ints."""
         dims = []
-        for k, v in self._pairs(ins[3]):
+        for k, v in self._pairs(ins[3], ins[2], pc):
             if k == 0:
                 dims.append(str(v))
             elif k == 1:

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -145,7 +145,8 @@ class _Plan:
                 key = (id(func), sig)
                 entry = _ENTRIES.get(key)  # the module may be another plan's too
                 if entry is None:
-                    entry = nb.njit(cache=cache, nogil=True, error_model="numpy")(func.py_func)
+                    jit = nb.njit(cache=cache, nogil=True, error_model="numpy")
+                    entry = jit(_copy(func.py_func))
                     try:
                         entry.compile((*sig, nt.int64))
                     except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
@@ -194,6 +195,19 @@ def _load(path: Path, source: str, kernels: dict[str, Any]) -> ModuleType:
             raise
         _modules[key] = module
         return module
+
+
+def _copy(function: FunctionType) -> FunctionType:
+    """A second function object of the same code and globals: Numba refuses to compile a
+    function while it compiles the same one for the same types (a recursive function's entry
+    would), and tells functions apart by object."""
+    return FunctionType(
+        function.__code__,
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
 
 
 class NativeMode:
