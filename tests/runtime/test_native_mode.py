@@ -334,3 +334,16 @@ def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:
     assert vm["pick"](np.array(True), x, y) is x
     assert vm["pick"](np.array(False), x, y) is y
     assert vm.native_report().fallbacks["pick"].startswith("Numba typing error: ")
+
+
+def test_an_unwritable_cache_means_compiled_mode_with_the_reason(tmp_path, monkeypatch) -> None:
+    from rvm.runtime import native_mode
+
+    ex = rvm.compile(RNN)  # its kernels load now, from the usual cache
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setattr(native_mode.native_cache, "cache_dir", lambda: blocked)
+    vm = VirtualMachine(ex, exec_mode="native")
+    args = (_f32(1, 8), _f32(8, 8) * 0.3, _i64(3))
+    assert_values_close(vm["main"](*args), rvm.interpret(RNN, "main", *args), rtol=1e-5)
+    assert "the native module did not load" in vm.native_report().fallbacks["main"]

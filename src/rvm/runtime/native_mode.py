@@ -118,7 +118,14 @@ class _Plan:
         if self.module.source:
             self.path = native_path(self.module.source)
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
-            self._mod = _load(self.path, self.module.source, bound)
+            try:
+                self._mod = _load(self.path, self.module.source, bound)
+            except Exception as e:  # noqa: BLE001 - an unwritable cache: everything compiled
+                why = f"the native module did not load: {type(e).__name__}: {e}"
+                for i in range(len(self.names)):
+                    self.reasons.setdefault(i, why)
+                self.path = None
+                return
             for i, pyname in enumerate(self.module.pynames):
                 if i not in self.reasons:
                     self.funcs[i] = getattr(self._mod, pyname)
