@@ -29,6 +29,7 @@ that are not native themselves. Numba typing errors are found when a function is
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -511,6 +512,4 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
 
 
 def _kernel_key(source: str) -> str:
-    import hashlib
-
     return hashlib.sha256(source.encode()).hexdigest()[:16]
