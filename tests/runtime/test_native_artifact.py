@@ -57,7 +57,8 @@ def test_install_of_another_key_or_other_sources_writes_nothing_and_says_so_once
         lines = [r for r in caplog.records if r.name == "rvm"]
         assert len(lines) == 1 and lines[0].levelno == logging.INFO
         assert said in lines[0].getMessage()
-    assert not (caches / "numba").exists() and not (caches / "rvm").exists()
+    assert not (caches / "rvm").exists()
+    assert not object_code_dir(kernel_path(SOURCE)).exists()
 
 
 def test_install_survives_a_bad_modification_time(caches):

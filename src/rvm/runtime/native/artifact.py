@@ -8,7 +8,7 @@ functions a loading process loads from Numba's cache (`loaded_functions`: those 
 import, such as `rvm.runtime.native.mathlib`'s, and the entry points and tasks the kernels
 require, `rvm.runtime.native.entry`). They are tagged with a key
 (`native_key`: rvm, Numba and llvmlite versions, the host CPU's name and features, Python's
-version).
+version, the hash of the library's sources).
 
 Loading (`install`) in a process with the same key writes the files where this process's
 Numba looks for them, each index after its data files, each file through a temporary file
@@ -89,11 +89,14 @@ def check(native: NativeCode) -> str | None:
 
 def native_key() -> str:
     """The key native code is valid for: `rvm.runtime.native.cache.target_key` (rvm, Numba,
-    llvmlite versions, CPU name and features) and Python's version."""
-    from rvm.runtime.native.cache import target_key
+    llvmlite versions, CPU name and features), Python's version, and the hash of the library's
+    sources (`rvm.runtime.native.cache.library_digest`: library code compiled from other
+    sources may link symbols this library no longer registers)."""
+    from rvm.runtime.native.cache import library_digest, target_key
 
     abi = getattr(sys, "abiflags", "")
-    return f"{target_key()} python={sys.version_info[0]}.{sys.version_info[1]}{abi}"
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}{abi}"
+    return f"{target_key()} python={python} library={library_digest()[:16]}"
 
 
 def _fields(key: str) -> dict[str, str]:
@@ -255,7 +258,14 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
             key_difference(native.key, here),
         )
         return 0
-    from rvm.runtime.native.cache import kernel_path, object_code_dir, write_entry
+    from rvm.runtime.native.cache import (
+        drop_stale_library_code,
+        kernel_path,
+        object_code_dir,
+        write_entry,
+    )
+
+    drop_stale_library_code()  # now, not at the first kernel load, which would drop these
 
     records = {}
     for rec in kernels.values():
