@@ -106,8 +106,10 @@ FRESH = textwrap.dedent(
     compiler = ("rvm.ir", "rvm.op", "rvm.script", "rvm.transform", "rvm.codegen", "rvm.jit",
                 "rvm.frontend", "rvm.interp")
     leaked = sorted(m for m in sys.modules if m.startswith(compiler))
+    import os
+    cached = sorted(f for _, _, fs in os.walk(os.environ["NUMBA_CACHE_DIR"]) for f in fs)
     print(json.dumps({"kernels": kernel_counts(), "numba": numba_cache.counts(),
-                      "leaked": leaked, "log": lines}))
+                      "leaked": leaked, "log": lines, "cached": cached}))
     """
 )
 
@@ -146,6 +148,9 @@ def test_saved_native_code_loads_with_empty_caches_and_compiles_nothing(tmp_path
     assert got["numba"]["fallback"] == 0
     assert got["leaked"] == []
     assert not [line for line in got["log"] if line[1] in ("INFO", "WARNING")], got["log"]
+    # Numba wrote nothing: every function it loaded came from the file (none compiled).
+    shipped = sorted(name for g in native.groups for name, _ in g.files)
+    assert [f for f in got["cached"] if f.endswith((".nbi", ".nbc"))] == shipped
 
 
 def test_native_code_for_another_key_rebuilds_and_says_so_once(tmp_path):

@@ -179,36 +179,40 @@ def _function_cache(obj: object) -> tuple[str, str] | None:
 
 def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
     """The library functions a process loading the jit kernels ``records`` loads from Numba's
-    cache, as {module: file name bases}: the functions the modules the kernels import compile
-    at import (eagerly, with signatures: `rvm.runtime.native.mathlib`), and the entry points
-    and their tasks that the kernels require (`rvm.runtime.native.entry`, `.parfor`). Their
-    modules must be imported (the kernels loaded) first. The other library functions (BLAS
-    calls...) are in the kernels' object code, and compile only where a kernel does."""
+    cache, as {module: file name bases}: in the runtime modules the kernels import (and those
+    of the entry points they require, and what these import), every function compiled when
+    its module is imported or a kernel is (a `numba.cfunc`, such as the work pool's, the
+    entry points and tasks of `rvm.runtime.native.entry` and `.parfor`, or an ``njit`` with
+    signatures, such as `rvm.runtime.native.mathlib`'s). The modules must be imported (the
+    kernels loaded) first. Lazily compiled functions (BLAS calls...) are left out: they are in
+    the object code of what calls them, and compile only where a kernel does."""
+    from numba.core.ccallback import CFunc
     from numba.core.registry import CPUDispatcher
 
     from rvm.runtime.native import entry, parfor
-    from rvm.runtime.native.cache import imported_modules
+    from rvm.runtime.native.cache import imported_modules, module_source
 
+    modules: set[str] = set()
+    for rec in records:
+        modules.update(imported_modules(rec.source))
+        for name, _ in entry.required_by(rec.source):
+            modules.add(entry.MODULES[name])
+            modules.update(imported_modules(module_source(entry.MODULES[name])))
     found: dict[str, set[str]] = {}
 
     def add(obj: object) -> None:
         got = _function_cache(obj)
-        if got is not None and MODULE_NAME.fullmatch(got[0]):
+        if got is not None and got[0] in modules and MODULE_NAME.fullmatch(got[0]):
             found.setdefault(got[0], set()).add(got[1])
 
-    modules: set[str] = set()
-    pairs: set[tuple[str, str]] = set()
-    for rec in records:
-        modules.update(imported_modules(rec.source))
-        pairs.update(entry.required_by(rec.source))
     for name in modules:
-        for obj in vars(sys.modules.get(name, object())).values():
-            if isinstance(obj, CPUDispatcher) and not getattr(obj, "_can_compile", True):
+        for obj in list(vars(sys.modules.get(name, object())).values()):
+            eager = isinstance(obj, CPUDispatcher) and not getattr(obj, "_can_compile", True)
+            if eager or isinstance(obj, CFunc):
                 add(obj)
-    for pair in pairs:
-        for table in (entry._compiled, parfor._compiled):
-            if pair in table:
-                add(table[pair])
+    for table in (entry._compiled, parfor._compiled):
+        for obj in list(table.values()):
+            add(obj)
     return found
 
 
