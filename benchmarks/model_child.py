@@ -10,8 +10,8 @@ WHAT is one of:
 - ``speed``: rvm with jit kernels in both exec modes, ONNX Runtime with default session
   options and with one thread: outputs checked against ORT's first, then interleaved medians;
 - ``ort``: ONNX Runtime alone (default options): its peak RSS, and its time per call with
-  no rvm in the process (rvm's OpenBLAS threads spin after each call, which slows ORT's
-  interleaved turn in ``speed`` when rvm runs on more than one BLAS thread).
+  no rvm in the process (threads rvm leaves spinning after a call would slow ORT's
+  interleaved turn in ``speed``).
 
 Wall and CPU seconds (this process's, and its helper processes' that compiled kernels), and
 the process's peak RSS, go to ``RESULT`` as JSON.

@@ -24,16 +24,16 @@ checkout's ``src``), to measure another version with the same script. Prints a t
   modes) and ORT (default session options, and one thread), interleaved medians in one
   process after checking every output against ORT's; rvm/ORT is against ORT's default.
 - **peak RSS** of the speed process (rvm, ORT, the model twice) and of ORT alone.
-- **ORT alone**: ORT's default in a process of its own (``alone``, ``rvm/al``). With more
-  than one BLAS thread, rvm's OpenBLAS threads spin after each call and slow ORT's
-  interleaved turn in the speed process (squeezenet: 12.7 ms there against 6.5 ms alone), so
-  rvm/ORT side by side flatters rvm; ``rvm/al`` does not.
+- **ORT alone**: ORT's default in a process of its own (``alone``, ``rvm/al``). Threads one
+  runtime leaves spinning slow the other's interleaved turn in the speed process (with
+  OpenBLAS's threads, which rvm no longer uses, squeezenet's ORT took 12.7 ms there against
+  6.5 ms alone; rvm's pool helpers spin about 10 us), so side by side can flatter either;
+  ``rvm/al`` compares with ORT undisturbed.
 - the TVM build time the issue sets as the goal for the cold compile.
 
-Everything runs with the user's thread settings; the table says which BLAS thread count was
-in effect. Set ``RVM_NUM_THREADS=1`` (or ``OPENBLAS_NUM_THREADS=1``) to measure one BLAS
-thread: threaded BLAS on a busy shared machine made squeezenet's first call take 1.4 s instead
-of 0.05 s.
+Everything runs with the user's thread settings; the table says which were in effect (rvm's
+default: every CPU, `rvm.set_num_threads`). Set ``RVM_NUM_THREADS=1`` to measure rvm on one
+thread.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _table(rows: dict[str, dict]) -> str:
         lines.append(line)
     lines.append("(times in ms per call for rvm bytecode/compiled mode and ORT; rvm/ORT: the")
     lines.append(" faster rvm mode over ORT with default options, side by side; alone: ORT's")
-    lines.append(" default in a process without rvm, whose BLAS threads can slow ORT's turn;")
+    lines.append(" default in a process without rvm, whose threads can slow ORT's turn;")
     lines.append(" rvm/al: rvm over that; RSS: the speed process;")
     lines.append(" 1st: the first cold compile after an install, rvm's library compiled too,")
     lines.append(" its cpu with the helpers')")
@@ -228,7 +228,7 @@ def main() -> None:
     threads = {
         k: os.environ[k] for k in ("RVM_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
     }
-    print(f"BLAS threads: {threads or 'library defaults'}")
+    print(f"threads: {threads or 'defaults (rvm: every CPU)'}")
     print(_table(rows))
     ratios = [r["rvm_over_ort"] for r in rows.values() if "rvm_over_ort" in r]
     if ratios:

@@ -50,7 +50,7 @@ def main() -> None:
     from rvm.runtime.native.pool import out_size, pool2d
 
     if hasattr(parfor, "enable"):
-        parfor.enable(True)  # splitting is off by default (see `rvm.runtime.native.parfor`)
+        parfor.enable(True)  # on by default since the pool; off before (older --src)
 
     @nb.njit(nogil=True)
     def calls(x, out, g, n):  # type: ignore[no-untyped-def]

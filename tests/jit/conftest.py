@@ -16,7 +16,7 @@ os.environ.setdefault("RVM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "rvm-
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
 def blas_threads(request):
-    """The BLAS thread count for the test (rvm's), set back after it."""
+    """rvm's thread count for the test (GEMMs split over the pool), set back after it."""
     before = rvm.get_num_threads()
     rvm.set_num_threads(request.param)
     yield request.param

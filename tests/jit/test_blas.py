@@ -1,4 +1,5 @@
-"""The strided GEMM that jit kernels call (NumPy's BLAS through an LLVM-level call)."""
+"""The strided GEMM and GEMV that jit kernels call (NumPy's BLAS through an LLVM-level call),
+whole and split over rvm's thread pool."""
 
 from __future__ import annotations
 
@@ -69,15 +70,27 @@ def _gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ign
 
 
 # (m, n, k): split along n (64 x 3025), along m (1000 rows), odd sizes that leave a short
-# last piece, and a product too small to split.
-SPLIT_SHAPES = [(64, 3025, 144), (1000, 169, 512), (97, 1013, 61), (301, 37, 997), (5, 7, 3)]
+# last piece, products too small to split, and the sizes around 1e6 multiply-adds where
+# OpenBLAS's batched GEMM crashed (rvm never calls it: the pool runs the pieces).
+SPLIT_SHAPES = [
+    (64, 3025, 144),
+    (1000, 169, 512),
+    (97, 1013, 61),
+    (301, 37, 997),
+    (5, 7, 3),
+    (100, 100, 100),
+    (100, 101, 103),
+    (128, 128, 128),
+    (1, 4099, 517),
+    (4099, 1, 517),
+]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 @pytest.mark.parametrize("shape", SPLIT_SHAPES)
 def test_split_gemm_matches_numpy_on_windows(blas_threads, shape, beta, dtype) -> None:
-    """The pieces of a split product, each on its own BLAS thread, tile the whole window."""
+    """The pieces of a split product, each one BLAS call on the pool, tile the whole window."""
     m, n, k = shape
     rng = np.random.default_rng(2)
     a = rng.standard_normal((m + 2, k + 3)).astype(dtype)
@@ -98,4 +111,26 @@ def test_split_gemm_checks_its_windows(blas_threads) -> None:
 
 
 def test_blas_threads_follow_rvms_count(blas_threads) -> None:
-    assert nb.njit(lambda: blas.blas_threads())() == (blas_threads if blas.BATCH else 1)
+    assert nb.njit(lambda: blas.blas_threads())() == blas_threads
+
+
+@nb.njit
+def _matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
+    blas.matmul(a, b, out, b_t)
+
+
+# (m, n, k) large enough to split: GEMV of one row (by columns of b, or rows of b.T), of one
+# column, and GEMM with b transposed along n and along m, at odd sizes.
+MATMUL_SPLITS = [(1, 4097, 301), (1, 33, 9001), (2053, 1, 301), (67, 2051, 133), (2051, 67, 133)]
+
+
+@pytest.mark.parametrize("b_t", [False, True], ids=["b", "b_t"])
+@pytest.mark.parametrize("shape", MATMUL_SPLITS)
+def test_split_matmul_matches_numpy(blas_threads, shape, b_t) -> None:
+    m, n, k = shape
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    out = np.full((m, n), np.nan, dtype="float32")
+    _matmul(a, np.ascontiguousarray(b.T) if b_t else b, out, b_t)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))

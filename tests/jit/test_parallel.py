@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from jit_helpers import numpy_run, prim, rand, var
 
 from rvm import op
 from rvm.jit import jit_kernel, load_kernel, parallel
-from rvm.runtime.native.cache import has_object_code, kernel_path
+from rvm.runtime.native.cache import has_object_code, kernel_path, write_entry
 
 OPS = (op.tanh, op.sigmoid, op.exp, op.negative)
 
@@ -81,13 +82,76 @@ def test_precompile_with_numba_cache_dir(tmp_path: Path, monkeypatch) -> None:
     assert parallel.precompile(recs) == 0
 
 
-def test_a_helper_that_fails_changes_nothing(tmp_path: Path, monkeypatch) -> None:
+def test_a_started_helper_that_fails_changes_nothing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("RVM_JIT_WORKERS", "1")
+    monkeypatch.setenv("RVM_JIT_FORK", "0")
     monkeypatch.setattr(sys, "executable", "/bin/false")
     funcs, recs = _records("failing")
     assert parallel.precompile(recs) == 1
     _check(funcs, recs)
+
+
+def test_a_forked_helper_that_fails_changes_nothing(tmp_path: Path, monkeypatch) -> None:
+    if not parallel.can_fork():
+        pytest.skip("helpers are not forked here")
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RVM_JIT_WORKERS", "1")
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a helper that dies")
+
+    monkeypatch.setattr(parallel, "_compile_claimed", broken)  # the fork's, not the parent's
+    funcs, recs = _records("fork_failing")
+    assert parallel.precompile(recs) == 1
+    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    _check(funcs, recs)
+
+
+def test_a_forked_helper_compiles_what_a_single_process_does(tmp_path: Path, monkeypatch) -> None:
+    """Kernels a forked helper compiled load from the cache (nothing compiled in the parent)
+    and give bit-identical results to those compiled in one process; `precompile` with a
+    forked helper does too, though this process then compiles again kernels the first helper
+    compiled (a fork counts Numba's function ids from its own start, else the same kernel
+    compiled here and there would have one symbol and crash when called)."""
+    if not parallel.can_fork():
+        pytest.skip("helpers are not forked here")
+    from rvm.runtime.native import loader
+
+    funcs, recs = _records("forked")
+    x = rand((33,), seed=3)
+
+    def run(how: str) -> list[np.ndarray]:
+        monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / how))
+        monkeypatch.setattr(loader, "_modules", {})
+        return [load_kernel(r)(x) for r in recs]
+
+    serial = run("serial")
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "forked"))
+    sources = {kernel_path(r.source): r.source for r in recs}
+    for path, src in sources.items():
+        write_entry(path, src)
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    parallel.numba_ready()
+    helper = parallel._fork(claims, parallel.balanced(sources), sources)
+    assert helper is not None
+    helper.wait()
+    assert not helper.running() and os.WIFEXITED(helper.status)
+    assert os.WEXITSTATUS(helper.status) == 0
+    assert all(has_object_code(p) for p in sources)  # the helper compiled every one
+    before = loader.kernel_counts()
+    forked = run("forked")
+    assert loader.kernel_counts()["compiled"] == before["compiled"]  # all loaded
+    for a, b in zip(serial, forked):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "precompiled"))
+    monkeypatch.setenv("RVM_JIT_WORKERS", "1")
+    monkeypatch.setattr(loader, "_modules", {})
+    assert parallel.precompile(recs) == 1
+    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    for a, b in zip(serial, run("precompiled")):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize(
@@ -113,17 +177,41 @@ def _conv_source(tag: str, dtype: str = "float32") -> str:
     return jit_kernel(f"k_{tag}", func, "return", generic=False).source
 
 
-def test_work_builds_entry_points_first_then_kernels_calling_none_first(tmp_path) -> None:
+def test_work_builds_entry_points_first_then_kernels_costliest_first(tmp_path) -> None:
     from rvm.runtime.native import entry
 
     _, recs = _records("work")
     sources = {tmp_path / "conv.py": _conv_source("work"), tmp_path / "tanh.py": recs[0].source}
+    assert parallel.balanced(sources) == [tmp_path / "conv.py", tmp_path / "tanh.py"]
     claims = tmp_path / "claims"
     claims.mkdir()
     order = list(parallel._work(claims, sources, lambda: False))
-    assert order == [tmp_path / "tanh.py", tmp_path / "conv.py"]
+    assert order == [tmp_path / "conv.py", tmp_path / "tanh.py"]
     assert (claims / "entry-conv2d-float32.done").exists()
     assert ("conv2d", "float32") in entry.required()
+
+
+def test_work_puts_off_a_kernel_whose_entry_point_another_process_builds(tmp_path) -> None:
+    _, recs = _records("put_off")
+    conv, tanh = tmp_path / "conv.py", tmp_path / "tanh.py"
+    sources = {conv: _conv_source("put_off", "float64"), tanh: recs[0].source}
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    assert parallel.claim(claims, Path("entry-conv2d-float64"))  # "another process" has it
+    work = parallel._work(claims, sources, lambda: True)
+    assert next(work) == tanh  # the conv waits for its entry point
+    (claims / "entry-conv2d-float64.done").touch()
+    assert next(work) == conv
+
+
+def test_balanced_puts_the_costliest_kernels_first() -> None:
+    small = "def f(x):\n    return x\n"
+    loops = "def f(x):\n    for i in range(3):\n        for j in range(3):\n            pass\n"
+    calls = "def f(x):\n    return tanh32(exp32(x))\n"
+    assert parallel.compile_cost(loops) > parallel.compile_cost(calls)
+    assert parallel.compile_cost(calls) > parallel.compile_cost(small)
+    sources = {Path("a.py"): small, Path("b.py"): loops, Path("c.py"): calls, Path("d.py"): small}
+    assert parallel.balanced(sources) == [Path(n) for n in ("b.py", "c.py", "a.py", "d.py")]
 
 
 def test_work_waits_for_an_entry_point_another_process_builds(tmp_path) -> None:
@@ -147,3 +235,17 @@ def test_work_waits_for_an_entry_point_another_process_builds(tmp_path) -> None:
     assert parallel.claim(other, Path("entry-conv2d-float64"))
     work = parallel._work(other, {path: _conv_source("wait", "float64")}, lambda: False)
     assert next(work) == path and not (other / "entry-conv2d-float64.done").exists()
+
+
+def test_frozen_gc_nests_and_unfreezes_at_the_last_exit() -> None:
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    with parallel.frozen_gc():
+        assert gc.get_freeze_count() > 0
+        with parallel.frozen_gc():
+            pass
+        assert gc.get_freeze_count() > 0
+        kept = [object()]  # made while frozen: collected as usual
+        del kept
+    assert gc.get_freeze_count() == 0

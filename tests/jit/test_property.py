@@ -61,5 +61,8 @@ def test_random_chain_many_shapes(spec) -> None:
         concrete = tuple({"n": n, "m": m}.get(d, d) for d in other)
         xs = rand((n, m), dtype, seed=seed)
         ys = rand(concrete, dtype, seed=seed + 100)
+        # exp chains amplify a last-place difference (Numba's exp against NumPy's) by the
+        # product of their intermediate values: exp^4 in float32 reaches 2e-5 relative.
+        rtol = 1e-4 if dtype == "float32" else 1e-5
         with np.errstate(all="ignore"):
-            check(func, xs, ys, kernel=kernel, rtol=1e-5, atol=1e-5)
+            check(func, xs, ys, kernel=kernel, rtol=rtol, atol=1e-5)

@@ -180,7 +180,7 @@ def symbolic_program() -> Executable:
     mk = b.add_constant(np.array([1, 0, 0, 4], dtype=np.int64))
     ctx = b.add_constant(np.array("main: x"))
     specs = (tensor("x", ("n", 4)), tensor("y", ("n", 4)))
-    f = b.function("main", ("x", "y"), specs)
+    f = b.function("main", ("x", "y"), specs, result=tensor("result", ("n", 4)))
     heap, shape, t = (f.new_register() for _ in range(3))
     f.emit(O.ALLOC_SHAPE_HEAP, heap, 1)
     f.emit(O.MATCH_SHAPE, 0, heap, pat, ctx)

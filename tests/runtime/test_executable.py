@@ -281,6 +281,31 @@ def test_loader_fuzz_in_a_subprocess():
     assert "rejected" in proc.stdout, proc.stdout
 
 
+def test_result_specs_round_trip_and_older_files_have_none():
+    from rvm.runtime import ParamSpec
+
+    pair = ParamSpec(
+        "result",
+        "tuple",
+        fields=(ParamSpec("result[0]", "tensor", "float32", ("n", 4)), ParamSpec("result[1]")),
+    )
+    b = ExecBuilder()
+    f = b.function("main", ("x",), result=pair)
+    f.emit(O.RET, 0)
+    ex = b.build()
+    assert Executable.from_bytes(ex.to_bytes()).functions[0].result == pair
+    assert _exec_python(ex.as_python()).functions[0].result == pair
+    assert text_mod.signature(ex.functions[0], result=True) == (
+        "@main(x: any) -> Tuple(Tensor((n, 4), float32), any)"
+    )
+    # A 1.2 writer had no RSLT section: drop it (the last section) and the header's count.
+    data = bytearray(ex.to_bytes())
+    cut = data.rindex(b"RSLT")
+    old = bytes(data[:4]) + (1).to_bytes(2, "little") + (2).to_bytes(2, "little")
+    old += (int.from_bytes(data[8:12], "little") - 1).to_bytes(4, "little") + bytes(data[12:cut])
+    assert Executable.from_bytes(old).functions[0].result is None
+
+
 def test_build_validation():
     b = ExecBuilder()
     f = b.function("main", ("x",), register_file_size=1)

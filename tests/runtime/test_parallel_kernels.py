@@ -1,6 +1,7 @@
 """Library loops split over threads (`rvm.runtime.native.parfor`): large pools and lrn run on
-Numba's thread pool, give the reference's results from several VMs in several threads at
-once, and run on one thread when `rvm.set_num_threads(1)` says so or in a forked process."""
+rvm's thread pool, give the reference's results from several VMs in several threads at once,
+on one thread when `rvm.set_num_threads(1)` says so, in a forked process, and unsplit with
+``RVM_SPLIT_LOOPS=0``."""
 
 from __future__ import annotations
 
@@ -44,14 +45,6 @@ def reference(x: np.ndarray) -> tuple[np.ndarray, ...]:
     return np.maximum(m, 0), a, s, n
 
 
-@pytest.fixture(autouse=True)
-def split_loops() -> Iterator[None]:
-    """Splitting on for these tests (it is off by default)."""
-    parfor.enable(True)
-    yield
-    parfor.enable(False)
-
-
 @pytest.fixture
 def restore_threads() -> Iterator[int]:
     before = rvm.get_num_threads()
@@ -73,7 +66,15 @@ def test_one_thread_gives_the_same_pools(restore_threads) -> None:
     np.testing.assert_allclose(out, want)
 
 
-def test_vms_in_threads_at_once_match_reference(exec_mode, kernels) -> None:
+def test_split_loops_are_on_by_default() -> None:
+    assert parfor.enabled()
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_vms_in_threads_at_once_match_reference(exec_mode, kernels, restore_threads, count):
+    """Three VMs in three threads, each splitting its loops over the pool or, while another's
+    job holds it, running them whole."""
+    rvm.set_num_threads(count)
     ex = rvm.compile(rvm.script.parse(SOURCE), kernels=kernels)
     start = threading.Barrier(3)
 
@@ -101,25 +102,63 @@ def run(seed):
     return float(out.sum())
 
 if __name__ == "__main__":
-    from rvm.runtime.native import parfor
-    parfor.enable(True)
-    parent = run(0)  # starts the thread pool in this process
+    import rvm
+    rvm.set_num_threads(2)
+    parent = run(0)  # runs on this process's pool
     with mp.get_context("fork").Pool(1) as workers:
         assert workers.apply(run, (0,)) == parent
     print("ok")
 """
 
 
-def test_a_forked_process_runs_split_loops_on_one_thread(tmp_path) -> None:
-    # GNU OpenMP terminates a forked child that enters its parent's pool.
+def test_a_forked_process_runs_split_loops(tmp_path) -> None:
+    # GNU OpenMP (Numba's omp layer) terminated a forked child that entered its parent's pool.
     script = tmp_path / "forked.py"
     script.write_text(FORKED)
-    src = str(Path(rvm.__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-    }
     done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+SPLIT_ENV = """
+import numpy as np
+import rvm
+from rvm.runtime.native import parfor, pool
+from rvm.op import numpy_ref
+
+rvm.set_num_threads(2)
+x = np.random.default_rng(0).standard_normal((1, 64, 57, 59)).astype("float32")
+out = np.empty((1, 64, 28, 29), dtype="float32")
+pool.pool2d(x, out, 1, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
+want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), False)
+np.testing.assert_allclose(out, want)
+print(parfor.enabled())
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This process's environment, with this checkout's rvm first on the path."""
+    src = str(Path(rvm.__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+@pytest.mark.parametrize("value, enabled", [("0", "False"), ("1", "True"), ("", "True")])
+def test_split_loops_environment_variable(value: str, enabled: str) -> None:
+    env = _env(RVM_SPLIT_LOOPS=value)
+    done = subprocess.run(
+        [sys.executable, "-c", SPLIT_ENV], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == enabled
+
+
+def test_bad_split_loops_value_names_the_variable() -> None:
+    env = _env(RVM_SPLIT_LOOPS="yes")
+    code = "import rvm.runtime.native.parfor"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "environment variable RVM_SPLIT_LOOPS: expected 0 or 1, got 'yes'" in done.stderr

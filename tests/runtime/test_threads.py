@@ -1,5 +1,5 @@
-"""Thread counts: `rvm.set_num_threads`, `rvm.get_num_threads`, ``RVM_NUM_THREADS``, and
-several VMs running at once in several threads."""
+"""Thread counts: `rvm.set_num_threads`, `rvm.get_num_threads`, ``RVM_NUM_THREADS``, OpenBLAS
+on one thread from the first VM, and several VMs running at once in several threads."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-import numba
 import numpy as np
 import pytest
 
@@ -29,19 +28,16 @@ def restore_threads() -> Iterator[int]:
 
 
 def test_set_then_get_roundtrips_and_restores(restore_threads):
+    from rvm.runtime.native import workpool
+
     rvm.set_num_threads(1)
     assert rvm.get_num_threads() == 1
-    assert numba.get_num_threads() == 1
-    rvm.set_num_threads(2)
-    assert rvm.get_num_threads() == 2
-    assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    assert workpool.helpers() == 0
+    rvm.set_num_threads(3)
+    assert rvm.get_num_threads() == 3
+    assert workpool.helpers() == 2
     rvm.set_num_threads(restore_threads)
     assert rvm.get_num_threads() == restore_threads
-
-
-def test_more_threads_than_numba_allows_caps_numbas_count(restore_threads):
-    rvm.set_num_threads(numba.config.NUMBA_NUM_THREADS + 3)
-    assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True, None])
@@ -59,22 +55,75 @@ def _run_with_env(value: str, code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_environment_variable_sets_the_count_at_first_use():
-    code = "import rvm, numba; print(rvm.get_num_threads(), numba.get_num_threads())"
-    out = _run_with_env("1", code)
+    out = _run_with_env("1", "import rvm; print(rvm.get_num_threads())")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "1"]
+    assert out.stdout.split() == ["1"]
 
 
-def test_environment_variable_applies_at_the_first_vm():
-    code = (
-        "import rvm, rvm.runtime.native.threads as t, numba, numpy as np; "
-        "from rvm.testing.programs import MLP; "
-        "ex = rvm.compile(MLP, kernels='numpy'); rvm.VirtualMachine(ex); "
-        "print(t._blas_control()[1](), numba.get_num_threads())"
+def test_default_is_every_cpu_this_process_may_use():
+    env = {k: v for k, v in os.environ.items() if k != "RVM_NUM_THREADS"}
+    code = "import os, rvm; print(rvm.get_num_threads() == len(os.sched_getaffinity(0)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
-    out = _run_with_env("1", code)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+FIRST_VM = (
+    "import sys, rvm, rvm.runtime.native.threads as t; "
+    "from rvm.testing.programs import MLP; "
+    "ex = rvm.compile(MLP, kernels='{kernels}'); before = t.openblas_threads(); "
+    "rvm.VirtualMachine(ex); "
+    "pool = sys.modules.get('rvm.runtime.native.workpool'); "
+    "print(before, t.openblas_threads(), pool.helpers() if pool else None)"
+)
+
+
+def test_first_vm_with_jit_kernels_starts_the_pool_and_sets_openblas_to_one_thread():
+    out = _run_with_env("3", FIRST_VM.format(kernels="jit"))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "1"]
+    before, after, helpers = out.stdout.split()
+    assert after == "1" and helpers == "2"
+
+
+def test_first_vm_with_numpy_kernels_loads_no_pool():
+    out = _run_with_env("3", FIRST_VM.format(kernels="numpy"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[1:] == ["1", "None"]
+
+
+NO_LAYER = """
+import numba, numpy as np, rvm
+
+M = rvm.script.parse('''
+from rvm import op
+from rvm.script import T, module, func
+
+@module
+class M:
+    @func
+    def main(x: T[(1, 32, 40, 40), "float32"], w: T[(64, 32, 3, 3), "float32"]):
+        h = op.relu(op.conv2d(x, w, padding=1))
+        return op.max_pool2d(h, pool_size=3, strides=2), op.lrn(h, size=5)
+''')
+ex = rvm.compile(M, kernels="jit")
+rng = np.random.default_rng(0)
+args = [rng.standard_normal(s, "float32") for s in [(1, 32, 40, 40), (64, 32, 3, 3)]]
+for _ in range(3):
+    rvm.VirtualMachine(ex)["main"](*args)
+try:
+    print(numba.threading_layer())
+except ValueError:
+    print("no threading layer")
+"""
+
+
+def test_parallel_kernels_never_start_numbas_threading_layer():
+    """Split GEMMs, pools and lrn run on rvm's pool: Numba's threading layer (whose workqueue
+    layer aborts when several threads enter it) is never launched."""
+    out = _run_with_env("2", NO_LAYER)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "no threading layer"
 
 
 def test_bad_environment_variable_names_it():
@@ -86,19 +135,20 @@ def test_bad_environment_variable_names_it():
 
 def test_import_leaves_library_thread_counts_alone():
     code = (
-        "import rvm.runtime.native.threads as t; before = t._blas_control()[1](); "
-        "import rvm; print(before == t._blas_control()[1]())"
+        "import rvm.runtime.native.threads as t; before = t.openblas_threads(); "
+        "import rvm, sys; print(before == t.openblas_threads(), "
+        "'rvm.runtime.native.workpool' in sys.modules)"
     )
     env = {k: v for k, v in os.environ.items() if k != "RVM_NUM_THREADS"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
-    assert out.stdout.strip() == "True", out.stderr
+    assert out.stdout.split() == ["True", "False"], out.stderr
 
 
 def _run_in_threads(ex, exec_mode: str, args: tuple, expected, rtol: float, atol: float):
-    """Four threads, each with its own VM of ``ex``, call main 20 times with two BLAS
-    threads; every result matches ``expected``."""
+    """Four threads, each with its own VM of ``ex``, call main 20 times with two rvm
+    threads (the four share one pool helper); every result matches ``expected``."""
     rvm.set_num_threads(2)
     results: dict[int, list[np.ndarray]] = {}
 
@@ -131,8 +181,8 @@ def test_four_threads_with_their_own_vms_match_one_thread(exec_mode, restore_thr
 
 @module
 class CNN:
-    """Convolutions large enough that each GEMM is split over two BLAS threads: stride-1
-    3x3 (shifted GEMMs), stride-2 3x3 (im2col) and 1x1 (pointwise)."""
+    """Convolutions large enough that each GEMM is split over two threads: stride-1 3x3
+    (shifted GEMMs), stride-2 3x3 (im2col) and 1x1 (pointwise)."""
 
     @func
     def main(
@@ -153,7 +203,8 @@ def _cnn_ref(x, w1, w2, w3):
 
 
 def test_four_threads_running_convolutions_match_numpy(exec_mode, restore_threads):
-    """Each thread's convolutions split their GEMMs over the BLAS's threads at once."""
+    """Each thread's convolutions split their GEMMs over the pool, or run them whole while
+    another thread's job holds it."""
     ex = rvm.compile(CNN, kernels="jit")
     rng = np.random.default_rng(0)
     shapes = [(1, 32, 40, 40), (64, 32, 3, 3), (64, 64, 3, 3), (128, 64, 1, 1)]
@@ -161,19 +212,10 @@ def test_four_threads_running_convolutions_match_numpy(exec_mode, restore_thread
     _run_in_threads(ex, exec_mode, args, _cnn_ref(*args), rtol=1e-4, atol=1e-4)
 
 
-def test_without_openblas_thread_control_says_so_once_and_sets_numba(
-    monkeypatch, caplog, restore_threads
-):
+def test_without_openblas_thread_control_the_first_vm_still_works(monkeypatch):
     from rvm.runtime.native import threads
 
-    monkeypatch.setattr(threads, "_blas", False)  # look the symbols up again ...
-    monkeypatch.setattr(threads, "_SET_NAMES", ("no_such_set_num_threads",))  # ... and miss
-    monkeypatch.setattr(threads, "_GET_NAMES", ("no_such_get_num_threads",))
-    with caplog.at_level("WARNING", logger="rvm.jit"):
-        rvm.set_num_threads(1)
-        rvm.set_num_threads(1)
-    assert numba.get_num_threads() == 1
-    assert rvm.get_num_threads() == 1  # Numba's count stands in
-    warnings = [r for r in caplog.records if "no OpenBLAS thread control" in r.getMessage()]
-    assert len(warnings) == 1
-    monkeypatch.undo()  # the real BLAS again, for the fixture's restore
+    monkeypatch.setattr(threads, "_openblas_set", False)
+    monkeypatch.setattr(threads, "_openblas_control", lambda: None)
+    threads.apply_environment()  # sets nothing in the BLAS, raises nothing
+    assert threads._openblas_set

@@ -78,8 +78,11 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))
     if build_kernels:
         if kernels == "jit":  # missing kernels compile in several processes at once first
-            from rvm.jit.parallel import precompile
+            from rvm.jit.parallel import frozen_gc, precompile
 
-            precompile(list(ex.kernels.values()))
-        build(ex, progress=progress)
+            with frozen_gc():
+                precompile(list(ex.kernels.values()))
+                build(ex, progress=progress)
+        else:
+            build(ex, progress=progress)
     return ex if exec_mode == ex.default_exec_mode else ex.with_exec_mode(exec_mode)

@@ -46,6 +46,19 @@ def param_spec(var: E.Var) -> ParamSpec:
     return ParamSpec(var.name, "any")
 
 
+def result_spec(ty: Type | None, name: str = "result") -> ParamSpec:
+    """What a function returns, for callers (`VMFunction.result`): tensors with their shape
+    and dtype, tuples with a spec per field."""
+    if isinstance(ty, TensorType):
+        return ParamSpec(name, "tensor", ty.dtype, ty.shape)
+    if isinstance(ty, TupleType):
+        fields = tuple(result_spec(f, f"{name}[{i}]") for i, f in enumerate(ty.fields))
+        return ParamSpec(name, "tuple", fields=fields)
+    if isinstance(ty, ADTType):
+        return ParamSpec(name, "adt")
+    return ParamSpec(name, "any")
+
+
 def _symbolic_tensors(
     ty: Type | None, path: tuple[int, ...], what: str, out: list[tuple[tuple[int, ...], str, tuple]]
 ) -> None:
@@ -127,7 +140,10 @@ class FunctionCodegen:
         self.name = name
         self.func = func
         self.fb: FunctionBuilder = ctx.builder.function(
-            name, [p.name for p in func.params], [param_spec(p) for p in func.params]
+            name,
+            [p.name for p in func.params],
+            [param_spec(p) for p in func.params],
+            result=result_spec(result_type(func)),
         )
         self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
         self.heap: int | None = None

@@ -48,7 +48,7 @@ class KernelBuilder(Emitter):
         at import, so its cached object code links."""
         self.imports.add(f"from {entry.MODULES[name]} import entry_call as {name}_entry")
         self.entries.add((name, dtype))
-        values = "".join(f"np.int64({v}), " for v in params)
+        values = "".join(f"{v}, " for v in params)  # plain ints: no np.int64 call to type
         self.root.lines.append(f"if {name}_entry(({', '.join(arrays)},), ({values})) != 0:")
         message = f"{self.kernel}: {name}: the operands' shapes do not match the geometry"
         self.root.lines.append(f"    raise ValueError({message!r})")

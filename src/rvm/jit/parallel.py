@@ -2,38 +2,47 @@
 
 Numba compiles under the GIL and a process-wide lock, so threads cannot compile two kernels
 at once; processes can, and rvm's disk cache (`rvm.runtime.native.cache`) is what lets the
-parent use their work: a kernel is a file whose object code Numba caches beside it, so a
-kernel a helper process compiled is a cache hit when the parent loads it.
+parent use their work: a kernel is a file whose object code Numba caches beside it (written to a
+temporary file and renamed, so a reader never sees half of it), so a kernel a helper process
+compiled is a cache hit when the parent loads it.
 
-
-`precompile(records)` writes the missing kernels' files, starts helper processes
-(``python -m rvm.jit.parallel CLAIMS FILE...``) and compiles kernels itself meanwhile. Each
-kernel is compiled by whichever process claims it first (an exclusively created file in a
-fresh claims directory): the parent takes the list from the front, the helpers from the back.
-The helpers are only an accelerator: one that fails or dies leaves its kernels uncompiled,
-and loading them compiles them in the parent, which reports any error as usual.
+`precompile(records)` writes the missing kernels' files, starts helper processes and compiles
+kernels itself meanwhile. On Linux a helper is a fork of the parent taken once Numba's compiler
+is initialized there (`numba_ready`), so it starts compiling at once, with nothing to import;
+elsewhere it is a fresh ``python -m rvm.jit.parallel CLAIMS FILE...`` (a Python start and
+Numba's initialization, about a second of CPU). Each kernel is compiled by whichever process
+claims it first (an exclusively created file in a fresh claims directory), and every process
+takes the costliest kernel left first (`balanced`, by `compile_cost`), so the processes finish
+close together rather than one compiling the largest kernel after the others are done. The
+helpers are only an accelerator: one that fails or dies leaves its kernels uncompiled, and
+loading them compiles them in the parent, which reports any error as usual.
 
 The library entry points the kernels call (`rvm.runtime.native.entry`; seconds of LLVM each
 when Numba's cache does not have them yet, as on the first run after an install) are claimed
 the same way, before any kernel: one process builds each while the others compile kernels
-that call none, and a kernel that calls one waits until its builder is done (then loads it
-from the cache), rather than every process building the same entry point at once.
+that call none, and a kernel that calls one is put off while another process builds it (then
+loads it from the cache), rather than every process building the same entry point at once.
 
 Helpers run when at least `MIN_MISSING` kernels are missing and the machine has more than one
 CPU: ``os.cpu_count() - 1`` of them (at most `MAX_WORKERS`), or ``RVM_JIT_WORKERS`` (0 turns
-them off). A helper costs a Python start and Numba's initialization (about a second of CPU).
+them off).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rvm.runtime.executable import KernelRecord
@@ -45,6 +54,30 @@ logger = logging.getLogger("rvm.jit")
 MIN_MISSING = 3
 MAX_WORKERS = 4
 ENTRY_WAIT_S = 600.0  # at most, for another process building an entry point; then build it
+
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+
+
+@contextlib.contextmanager
+def frozen_gc() -> Iterator[None]:
+    """Within: the objects that exist on entry (Numba's, rvm's, the model's) are left out of
+    Python's garbage collections (`gc.freeze`), which otherwise walk them all again and again
+    while Numba compiles (a tenth to a quarter of a kernel's compile time), and forked helpers
+    do not copy their pages by touching them. Nested and concurrent uses unfreeze once, at the
+    last exit."""
+    global _gc_depth
+    with _gc_lock:
+        _gc_depth += 1
+        gc.freeze()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0:
+                gc.unfreeze()
 
 
 def workers(missing: int) -> int:
@@ -71,6 +104,27 @@ def claim(claims: Path, path: Path) -> bool:
     return True
 
 
+def compile_cost(source: str) -> float:
+    """An estimate of the time Numba takes to compile the kernel ``source`` (arbitrary units):
+    its lines, each loop (what LLVM's optimizer spends its time on) and each call of a mathlib
+    function (inlined) weighing more."""
+    lines = source.count("\n")
+    loops = len(_LOOP.findall(source))
+    inlined = len(_MATHLIB_CALL.findall(source))
+    return 10.0 + lines + 8.0 * loops + 6.0 * inlined
+
+
+_LOOP = re.compile(r"^\s+for \w+ in ", re.MULTILINE)
+_MATHLIB_CALL = re.compile(r"\b(?:exp32|tanh32|sigmoid32)\(")
+
+
+def balanced(sources: Mapping[Path, str]) -> list[Path]:
+    """The kernel files of ``sources`` costliest first (`compile_cost`; ties by name): taken
+    in this order by every process, the longest compiles start first and the last process to
+    finish is not long after the others."""
+    return sorted(sources, key=lambda p: (-compile_cost(sources[p]), p.name))
+
+
 def precompile(records: Sequence[KernelRecord]) -> int:
     """Compile the jit kernels of ``records`` whose object code is not cached, with helper
     processes when it pays; returns how many helpers ran. The parent's kernels are loaded
@@ -88,35 +142,43 @@ def precompile(records: Sequence[KernelRecord]) -> int:
     start = time.perf_counter()
     for path, rec in missing.items():
         write_entry(path, rec.source)
+    sources = {path: rec.source for path, rec in missing.items()}
+    order = balanced(sources)
     claims = Path(tempfile.mkdtemp(prefix="rvm-claims-"))
-    procs = [_spawn(claims, list(reversed(missing))) for _ in range(n)]
+    forking = can_fork()
+    if forking:
+        numba_ready()
+        helpers: list[_Helper | None] = [_fork(claims, order, sources) for _ in range(n)]
+    else:
+        helpers = [_spawn(claims, order) for _ in range(n)]
 
     def helping() -> bool:
-        return any(p is not None and p.poll() is None for p in procs)
+        return any(h is not None and h.running() for h in helpers)
 
     try:
-        sources = {path: rec.source for path, rec in missing.items()}
-        for path in _work(claims, sources, helping):
+        for path in _work(claims, {p: sources[p] for p in order}, helping):
             load_kernel(missing[path])
     finally:
-        for proc in procs:
-            if proc is not None:
-                proc.wait()
+        for helper in helpers:
+            if helper is not None:
+                helper.wait()
         shutil.rmtree(claims, ignore_errors=True)
     logger.info(
-        "compiled %d kernels in %.3f s with %d helper processes",
+        "compiled %d kernels in %.3f s with %d helper processes (%s)",
         len(missing),
         time.perf_counter() - start,
-        sum(p is not None for p in procs),
+        sum(h is not None for h in helpers),
+        "forked" if forking else "started",
     )
     return n
 
 
 def _work(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> Iterator[Path]:
     """This process's share of the work, in ``sources``' order: it builds each entry point
-    the kernels call that it claims, then yields each kernel file it claims once the entry
-    points it calls are built (by whichever process claimed them; ``others()``: whether any
-    other process may still be building one). Kernels calling no entry point come first."""
+    the kernels call that it claims, then yields each kernel file it claims. A kernel calling
+    an entry point another process is still building (``others()``: whether any other process
+    may still be building one) is put off for the next kernel whose entry points are built;
+    when none is, it waits for the first one's."""
     entries = list(dict.fromkeys(e for src in sources.values() for e in required_by(src)))
     for name, dtype in entries:
         if claim(claims, Path(f"entry-{name}-{dtype}")):
@@ -125,12 +187,27 @@ def _work(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) ->
             except Exception:  # noqa: BLE001, S110 - the kernels needing it compile it and report
                 pass
             finally:
-                (claims / f"entry-{name}-{dtype}.done").touch()
-    for path in sorted(sources, key=lambda p: bool(required_by(sources[p]))):
-        if claim(claims, path):
+                _done(claims, name, dtype).touch()
+    todo = list(sources)
+    while todo:
+        path = next((p for p in todo if _entries_built(claims, sources[p], others)), None)
+        if path is None:
+            path = todo[0]
             for name, dtype in required_by(sources[path]):
-                _await(claims / f"entry-{name}-{dtype}.done", others)
+                _await(_done(claims, name, dtype), others)
+        todo.remove(path)
+        if claim(claims, path):
             yield path
+
+
+def _done(claims: Path, name: str, dtype: str) -> Path:
+    """The file saying entry point ``name`` for ``dtype`` is built (or failed to be)."""
+    return claims / f"entry-{name}-{dtype}.done"
+
+
+def _entries_built(claims: Path, source: str, others: Callable[[], bool]) -> bool:
+    needed = required_by(source)
+    return not needed or all(_done(claims, *e).exists() for e in needed) or not others()
 
 
 def _await(done: Path, others: Callable[[], bool]) -> None:
@@ -140,8 +217,99 @@ def _await(done: Path, others: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
-def _spawn(claims: Path, paths: list[Path]) -> subprocess.Popen | None:
-    """A helper process compiling ``paths`` (None when it cannot start)."""
+def can_fork() -> bool:
+    """Whether helpers are forks of this process (Linux; ``RVM_JIT_FORK=0`` turns it off)."""
+    if os.environ.get("RVM_JIT_FORK", "").strip() == "0":
+        return False
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def numba_ready() -> None:
+    """Initialize Numba's compiler in this process (its typing and target registries, as the
+    first compile would), so forked helpers start with it ready rather than each doing it."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
+
+    with global_compiler_lock:
+        cpu_target.target_context.refresh()
+
+
+class _Helper:
+    """A helper process: a fork (``pid``) or a started one (``proc``)."""
+
+    def __init__(self, pid: int | None = None, proc: subprocess.Popen | None = None) -> None:
+        self.pid, self.proc, self.status = pid, proc, None
+
+    def running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid != 0:
+                self.status = status
+        return self.status is None
+
+    def wait(self) -> None:
+        if self.proc is not None:
+            self.proc.wait()
+        elif self.status is None:
+            self.status = os.waitpid(self.pid, 0)[1]
+
+
+def _fork(claims: Path, order: list[Path], sources: dict[Path, str]) -> _Helper | None:
+    """A forked helper compiling the kernels of ``order`` it claims (None when it cannot
+    start). The child never returns: it leaves with ``os._exit``, running none of the
+    parent's exit handlers."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    parent = os.getpid()
+    try:
+        with global_compiler_lock:  # no other thread is inside Numba while it forks
+            pid = os.fork()
+    except OSError as err:
+        logger.debug("no helper process (%s): compiling in this one", err)
+        return None
+    if pid != 0:
+        return _Helper(pid=pid)
+    code = 1
+    try:
+        _own_function_ids()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        _compile_claimed(claims, {p: sources[p] for p in order}, lambda: os.getppid() == parent)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _own_function_ids() -> None:
+    """Give this helper process function ids of its own. Numba names each function it compiles
+    by a per-process counter (its symbols are ``module.name$id``), which a fork copies and a
+    fresh process starts as the parent did: a helper would name its functions as the parent
+    names its own, and the parent links both (the helper's from the cache), so a same-named
+    pair would resolve to one of them. A helper counts from its pid times 2**24 instead
+    (Numba's private counter; left alone if it has none)."""
+    from numba.core import bytecode
+
+    if isinstance(getattr(bytecode.FunctionIdentity, "_unique_ids", None), itertools.count):
+        bytecode.FunctionIdentity._unique_ids = itertools.count((os.getpid() << 24) + 1)
+
+
+def _compile_claimed(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> None:
+    """A helper's loop: compile each kernel file of ``sources`` it claims (errors are left
+    to the parent, which compiles the kernel again and reports them)."""
+    from rvm.runtime.native.loader import exec_kernel_file
+
+    for path in _work(claims, sources, others):
+        try:
+            exec_kernel_file(path)
+        except Exception:  # noqa: BLE001, S112 - the parent compiles it again and reports
+            continue
+
+
+def _spawn(claims: Path, paths: list[Path]) -> _Helper | None:
+    """A started helper process compiling ``paths`` (None when it cannot start)."""
     import rvm
 
     src = str(Path(rvm.__file__).resolve().parents[1])  # this rvm, first on the path
@@ -151,7 +319,7 @@ def _spawn(claims: Path, paths: list[Path]) -> subprocess.Popen | None:
     }
     cmd = [sys.executable, "-m", "rvm.jit.parallel", str(claims), *map(str, paths)]
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             cmd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -161,13 +329,12 @@ def _spawn(claims: Path, paths: list[Path]) -> subprocess.Popen | None:
     except OSError as err:
         logger.debug("no helper process (%s): compiling in this one", err)
         return None
+    return _Helper(proc=proc)
 
 
 def _main(argv: list[str]) -> None:
-    """A helper: compile each kernel file of ``argv[1:]`` it claims in ``argv[0]`` (and the
-    entry points they call that it claims first)."""
-    from rvm.runtime.native.loader import exec_kernel_file
-
+    """A started helper: compile each kernel file of ``argv[1:]`` it claims in ``argv[0]``
+    (and the entry points they call that it claims first)."""
     claims = Path(argv[0])
     parent = os.getppid()
     sources = {}
@@ -176,11 +343,8 @@ def _main(argv: list[str]) -> None:
             sources[Path(name)] = Path(name).read_text()
         except OSError:
             continue
-    for path in _work(claims, sources, lambda: os.getppid() == parent):
-        try:
-            exec_kernel_file(path)
-        except Exception:  # noqa: BLE001, S112 - the parent compiles it again and reports
-            continue
+    _own_function_ids()  # a fresh process counts from Numba's start, as the parent did
+    _compile_claimed(claims, sources, lambda: os.getppid() == parent)
 
 
 if __name__ == "__main__":

@@ -49,8 +49,10 @@ class FunctionBuilder:
         params: Sequence[str],
         param_specs: Sequence[ParamSpec] | None,
         register_file_size: int | None,
+        result: ParamSpec | None = None,
     ) -> None:
         self.owner = owner
+        self.result = result
         self.name = name
         self.params = tuple(params)
         specs = param_specs if param_specs is not None else [ParamSpec(p) for p in self.params]
@@ -139,7 +141,9 @@ class FunctionBuilder:
                 ins.append(v)
             out.append(tuple(ins))
         size = self.fixed_size if self.fixed_size is not None else max(1, self.num_registers)
-        return VMFunction(self.name, self.params, self.param_specs, size, tuple(out))
+        return VMFunction(
+            self.name, self.params, self.param_specs, size, tuple(out), result=self.result
+        )
 
 
 class ExecBuilder:
@@ -205,6 +209,7 @@ class ExecBuilder:
         params: Sequence[str] = (),
         param_specs: Sequence[ParamSpec] | None = None,
         register_file_size: int | None = None,
+        result: ParamSpec | None = None,
     ) -> FunctionBuilder:
         """Starts a function; its parameters occupy registers 0..len(params)-1.
 
@@ -213,8 +218,9 @@ class ExecBuilder:
             params: Parameter names.
             param_specs: Entry checks per parameter (default: kind "any").
             register_file_size: Fix the register count (default: highest register used + 1).
+            result: What the function returns (`VMFunction.result`), if known.
         """
-        fb = FunctionBuilder(self, name, params, param_specs, register_file_size)
+        fb = FunctionBuilder(self, name, params, param_specs, register_file_size, result)
         self.functions.append(fb)
         return fb
 

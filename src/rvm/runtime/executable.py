@@ -9,6 +9,7 @@ where VMs keep what they derive from it once (decoded code, loaded kernels).
 from __future__ import annotations
 
 import copy
+import hashlib
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,17 +52,26 @@ class ParamSpec:
         dtype: The tensor's dtype name, or None for any.
         shape: Per dimension an int (fixed), a str (a symbolic dimension shared by name across
             the function's parameters) or None (unknown); None for any rank.
+        fields: For a tuple whose field types are known (a function's result), a spec per
+            field; None otherwise.
     """
 
     name: str
     kind: str = "any"
     dtype: str | None = None
     shape: tuple[int | str | None, ...] | None = None
+    fields: tuple[ParamSpec, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class VMFunction:
-    """A function of the executable: its signature, register count and bytecode."""
+    """A function of the executable: its signature, register count and bytecode.
+
+    `result` is what the function returns as the compiler typed it (a `ParamSpec` named
+    "result"; its symbolic dims are the parameters' ones), or None where unknown (built by
+    hand, or saved before format 1.3). It is information for callers (`rvm.dask` plans its
+    output blocks from it); the VM does not check it.
+    """
 
     name: str
     params: tuple[str, ...]
@@ -69,6 +79,7 @@ class VMFunction:
     register_file_size: int
     instructions: tuple[tuple, ...]
     kind: str = "vm"
+    result: ParamSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +289,22 @@ class Executable:
         with open(path, "wb") as f:
             f.write(self.to_bytes())
 
+    def __reduce__(self) -> tuple[Callable[[bytes], Executable], tuple[bytes]]:
+        """Pickles through the RVMX bytes of `save` (so whatever a saved file carries, a
+        pickle carries, and unpickling validates as loading does); the caches stay behind."""
+        return Executable.from_bytes, (self.to_bytes(),)
+
+    def content_hash(self) -> str:
+        """A hex digest of the RVMX bytes: equal for executables that save identically
+        (computed once; keys caches across processes, as `rvm.dask` does)."""
+
+        def digest() -> str:
+            return hashlib.sha256(self.to_bytes()).hexdigest()
+
+        # Keyed by the default exec mode too: `with_exec_mode` copies share the cache and
+        # differ in that alone.
+        return self.cached(f"content_hash:{self.default_exec_mode}", digest)
+
 
 def load_executable(path: str) -> Executable:
     """Reads an executable written by `Executable.save`.
@@ -346,6 +373,8 @@ def _validate_function(ex: Executable, fn: VMFunction, tags: dict[int, int]) -> 
     for spec in fn.param_specs:
         if spec.kind not in _KINDS:
             _fail(f"{where}: parameter {spec.name!r} has kind {spec.kind!r}, not one of {_KINDS}")
+    if fn.result is not None:
+        _validate_result(where, fn.result, 0)
     nregs = fn.register_file_size
     if not _is_int(nregs) or not len(fn.params) <= nregs <= MAX_REGISTERS or nregs < 1:
         _fail(f"{where}: register file size {nregs!r} is not in [max(1, params), {MAX_REGISTERS}]")
@@ -356,6 +385,21 @@ def _validate_function(ex: Executable, fn: VMFunction, tags: dict[int, int]) -> 
         _fail(f"{where}: the last instruction can fall off the end of the function")
     for pc, ins in enumerate(code):
         _validate_instruction(ex, fn, pc, ins, tags)
+
+
+MAX_RESULT_DEPTH = 32
+
+
+def _validate_result(where: str, spec: ParamSpec, depth: int) -> None:
+    if not isinstance(spec, ParamSpec) or spec.kind not in _KINDS:
+        _fail(f"{where}: result spec {spec!r} is not a ParamSpec of a kind in {_KINDS}")
+    if depth > MAX_RESULT_DEPTH:
+        _fail(f"{where}: result tuples nest deeper than {MAX_RESULT_DEPTH}")
+    if spec.fields is not None:
+        if spec.kind != "tuple":
+            _fail(f"{where}: a result of kind {spec.kind!r} has tuple fields")
+        for field in spec.fields:
+            _validate_result(where, field, depth + 1)
 
 
 def _validate_instruction(

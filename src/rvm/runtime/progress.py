@@ -1,4 +1,4 @@
-"""A one-line progress bar on stderr for long loops (kernel builds)."""
+"""A one-line progress bar on stderr for long loops (kernel builds, `rvm bench`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,22 @@ __all__ = ["with_progress"]
 T = TypeVar("T")
 
 
-def with_progress(items: Sequence[T], label: Callable[[T], str], show: bool) -> Iterator[T]:
-    """``items`` one by one; with ``show``, a ``compiling kernels [###---] k/n label`` bar on
-    stderr before each item and a finished bar (and newline) after the last."""
+def with_progress(
+    items: Sequence[T], label: Callable[[T], str], show: bool, title: str = "compiling kernels"
+) -> Iterator[T]:
+    """``items`` one by one; with ``show``, a ``compiling kernels [###---] k/n label`` bar
+    (`title` first) on stderr before each item and a finished bar (and newline) after the
+    last."""
+
+    drawn: list[tuple[int, str]] = []
 
     def draw(done: int, text: str, end: str = "") -> None:
         filled = 30 * done // max(len(items), 1)
+        if not end and drawn and drawn[-1] == (filled, text):
+            return  # the same bar: many fast items redraw it some 30 times, not once each
+        drawn.append((filled, text))
         bar = "#" * filled + "-" * (30 - filled)
-        sys.stderr.write(f"\rcompiling kernels [{bar}] {done}/{len(items)} {text[:40]:<40}{end}")
+        sys.stderr.write(f"\r{title} [{bar}] {done}/{len(items)} {text[:40]:<40}{end}")
         sys.stderr.flush()
 
     for k, item in enumerate(items):

@@ -10,11 +10,13 @@ register-file size, code range; then the ADTs), CONS (constant pool: dtype strin
 type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM
 (primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
 `OPCODE_INFO`), KERN (kernel records and shared libraries), then, since version 1.1, META
-(string key/value pairs: `default_exec_mode`). Readers skip unknown sections of the same major
-version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a
-new major version means an incompatible layout. Version 1.2 added opcodes (the tail calls,
-NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`), which older readers reject as
-unknown opcodes.
+(string key/value pairs: `default_exec_mode`), and, since version 1.3, RSLT (per function, what
+it returns: a flag, then the result spec, its tuple fields after it). Readers skip unknown
+sections of the same major version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no
+META) loads with the defaults; a new major version means an incompatible layout. Version 1.2
+added opcodes (the tail calls, NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`),
+which older readers reject as unknown opcodes. A file before 1.3 (no RSLT) loads with every
+`VMFunction.result` None.
 A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those versions
 emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail
 call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +38,13 @@ import numpy as np
 from rvm.dtypes import NARROW_DTYPES, numpy_dtype
 from rvm.errors import DTypeError, ExecutableFormatError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
-from rvm.runtime.executable import ADTInfo, KernelRecord, ParamSpec, VMFunction
+from rvm.runtime.executable import (
+    MAX_RESULT_DEPTH,
+    ADTInfo,
+    KernelRecord,
+    ParamSpec,
+    VMFunction,
+)
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
@@ -43,9 +52,10 @@ if TYPE_CHECKING:
 __all__ = ["encode", "decode", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 2)
+VERSION = (1, 3)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
+RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -123,6 +133,12 @@ class _Reader:
             self.fail(f"bad optional-string flag {flag}")
         return self.str() if flag else None
 
+    def flag(self) -> bool:
+        flag = self.take(1)[0]
+        if flag > 1:
+            self.fail(f"bad flag byte {flag}")
+        return bool(flag)
+
     def ints(self) -> tuple[int, ...]:
         n = self.count(8)
         return struct.unpack(f"<{n}q", self.take(8 * n))
@@ -137,9 +153,9 @@ class _Reader:
 
 def encode(ex: Executable) -> bytes:
     """The RVMX image of `ex`."""
-    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex)]
+    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _rslt(ex)]
     out = [_HEADER.pack(MAGIC, VERSION[0], VERSION[1], len(sections))]
-    for tag, payload in zip((*SECTIONS, META), sections):
+    for tag, payload in zip((*SECTIONS, META, RSLT), sections):
         out.append(_SECTION.pack(tag, len(payload), zlib.crc32(payload)))
         out.append(payload)
     return b"".join(out)
@@ -156,21 +172,7 @@ def _glob(ex: Executable) -> bytes:
         w.count(len(fn.params))
         for p, spec in zip(fn.params, fn.param_specs):
             w.str(p)
-            w.str(spec.name)
-            w.str(spec.kind)
-            w.opt_str(spec.dtype)
-            w.raw(b"\x00" if spec.shape is None else b"\x01")
-            if spec.shape is not None:
-                w.count(len(spec.shape))
-                for d in spec.shape:
-                    if d is None:
-                        w.raw(b"\x02")
-                    elif isinstance(d, str):
-                        w.raw(b"\x01")
-                        w.str(d)
-                    else:
-                        w.raw(b"\x00")
-                        w.int(d)
+            _write_spec(w, spec)
         w.int(start)
         w.int(len(fn.instructions))
         start += len(fn.instructions)
@@ -182,6 +184,43 @@ def _glob(ex: Executable) -> bytes:
             w.str(cname)
             w.int(tag)
             w.int(arity)
+    return w.getvalue()
+
+
+def _write_spec(w: _Writer, spec: ParamSpec) -> None:
+    w.str(spec.name)
+    w.str(spec.kind)
+    w.opt_str(spec.dtype)
+    w.raw(b"\x00" if spec.shape is None else b"\x01")
+    if spec.shape is not None:
+        w.count(len(spec.shape))
+        for d in spec.shape:
+            if d is None:
+                w.raw(b"\x02")
+            elif isinstance(d, str):
+                w.raw(b"\x01")
+                w.str(d)
+            else:
+                w.raw(b"\x00")
+                w.int(d)
+
+
+def _write_result(w: _Writer, spec: ParamSpec) -> None:
+    _write_spec(w, spec)
+    w.raw(b"\x00" if spec.fields is None else b"\x01")
+    if spec.fields is not None:
+        w.count(len(spec.fields))
+        for field in spec.fields:
+            _write_result(w, field)
+
+
+def _rslt(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(len(ex.functions))
+    for fn in ex.functions:
+        w.raw(b"\x00" if fn.result is None else b"\x01")
+        if fn.result is not None:
+            _write_result(w, fn.result)
     return w.getvalue()
 
 
@@ -332,6 +371,13 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
         r.end()
         if "default_exec_mode" in meta:
             out["default_exec_mode"] = meta["default_exec_mode"]
+    if RSLT in found:  # absent before version 1.3
+        r = _Reader(found[RSLT], "results")
+        if r.count(1) != len(functions):
+            r.fail(f"{len(functions)} functions but another count of results")
+        results = [_read_result(r, 0) if r.flag() else None for _ in functions]
+        r.end()
+        out["functions"] = [replace(fn, result=res) for fn, res in zip(functions, results)]
     return out
 
 
@@ -342,19 +388,7 @@ def _read_glob(r: _Reader) -> tuple[list[tuple], list[ADTInfo]]:
         params, specs = [], []
         for _ in range(r.count(4)):
             params.append(r.str())
-            sname, skind, dtype = r.str(), r.str(), r.opt_str()
-            if skind not in _SPEC_KINDS:
-                r.fail(f"parameter kind {skind!r} is not one of {_SPEC_KINDS}")
-            shape: tuple | None = None
-            if r.take(1)[0]:
-                dims: list[int | str | None] = []
-                for _ in range(r.count(1)):
-                    tag = r.take(1)[0]
-                    if tag > 2:
-                        r.fail(f"bad dimension tag {tag}")
-                    dims.append(r.int() if tag == 0 else r.str() if tag == 1 else None)
-                shape = tuple(dims)
-            specs.append(ParamSpec(sname, skind, dtype, shape))
+            specs.append(_read_spec(r))
         start, length = r.int(), r.int()
         heads.append((name, kind, nregs, tuple(params), tuple(specs), start, length))
     adts = []
@@ -364,6 +398,32 @@ def _read_glob(r: _Reader) -> tuple[list[tuple], list[ADTInfo]]:
         adts.append(ADTInfo(aname, cons))
     r.end()
     return heads, adts
+
+
+def _read_spec(r: _Reader) -> ParamSpec:
+    sname, skind, dtype = r.str(), r.str(), r.opt_str()
+    if skind not in _SPEC_KINDS:
+        r.fail(f"parameter kind {skind!r} is not one of {_SPEC_KINDS}")
+    shape: tuple | None = None
+    if r.take(1)[0]:
+        dims: list[int | str | None] = []
+        for _ in range(r.count(1)):
+            tag = r.take(1)[0]
+            if tag > 2:
+                r.fail(f"bad dimension tag {tag}")
+            dims.append(r.int() if tag == 0 else r.str() if tag == 1 else None)
+        shape = tuple(dims)
+    return ParamSpec(sname, skind, dtype, shape)
+
+
+def _read_result(r: _Reader, depth: int) -> ParamSpec:
+    if depth > MAX_RESULT_DEPTH:
+        r.fail(f"result tuples nest deeper than {MAX_RESULT_DEPTH}")
+    spec = _read_spec(r)
+    if not r.flag():
+        return spec
+    fields = tuple(_read_result(r, depth + 1) for _ in range(r.count(4)))
+    return replace(spec, fields=fields)
 
 
 def _read_cons(r: _Reader) -> list[np.ndarray]:

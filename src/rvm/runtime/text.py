@@ -81,6 +81,9 @@ def describe_instruction(ex: Executable, ins: tuple) -> str:
 
 
 def _spec_text(spec: ParamSpec) -> str:
+    if spec.kind == "tuple" and spec.fields is not None:
+        inner = ", ".join(_spec_text(f) for f in spec.fields)
+        return f"Tuple({inner}{',' if len(spec.fields) == 1 else ''})"
     if spec.kind != "tensor":
         return spec.kind
     if spec.shape is None:
@@ -89,10 +92,14 @@ def _spec_text(spec: ParamSpec) -> str:
     return f"Tensor(({dims}{',' if len(spec.shape) == 1 else ''}), {spec.dtype or '?'})"
 
 
-def signature(fn: VMFunction) -> str:
-    """`@name(param: Tensor((n, 784), float32), ...)`: what the function expects."""
+def signature(fn: VMFunction, result: bool = False) -> str:
+    """`@name(param: Tensor((n, 784), float32), ...)`: what the function expects; with
+    `result`, followed by ` -> Tensor((n, 10), float32)` (`?` where the result is unknown)."""
     params = ", ".join(f"{p}: {_spec_text(s)}" for p, s in zip(fn.params, fn.param_specs))
-    return f"@{fn.name}({params})"
+    if not result:
+        return f"@{fn.name}({params})"
+    ret = "?" if fn.result is None else _spec_text(fn.result)
+    return f"@{fn.name}({params}) -> {ret}"
 
 
 def as_text(ex: Executable) -> str:
@@ -167,7 +174,9 @@ def as_python(ex: Executable) -> str:
         out.append("")
         out.append(
             f"f = b.function({fn.name!r}, {fn.params!r}, {fn.param_specs!r}, "
-            f"register_file_size={fn.register_file_size})"
+            f"register_file_size={fn.register_file_size}"
+            + ("" if fn.result is None else f", result={fn.result!r}")
+            + ")"
         )
         for ins in fn.instructions:
             op = Opcode(ins[0])

@@ -25,7 +25,7 @@ from rvm.runtime.exec_mode import ExecContext, ExecMode
 from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
-from rvm.runtime.memory import make_allocator
+from rvm.runtime.memory import NaiveAllocator, PooledAllocator, make_allocator
 from rvm.runtime.native.threads import apply_environment
 from rvm.runtime.profiler import (
     SKIP_RUN,
@@ -107,6 +107,34 @@ class VirtualMachine:
         self._run: Callable[[int, list[Any]], Any] = EXEC_MODE_FACTORIES[exec_mode](
             self.context
         ).run
+
+    # -- pickling ---------------------------------------------------------------------------
+
+    def __reduce__(self) -> tuple[Callable[..., VirtualMachine], tuple]:
+        """A VM pickles by re-creating itself: its executable (as RVMX bytes), exec mode and
+        allocator kind, with its saved functions and `set_input` inputs. Per-call state (the
+        allocator's pooled blocks, `get_outputs` results) starts afresh.
+
+        Raises:
+            TypeError: The VM has what cannot be re-created: an instrument callback
+                (`set_instrument(None)` first) or an allocator object rather than "pooled"
+                or "naive" (pickle the executable and make the VM where it is unpickled).
+        """
+        if self._instrument is not None:
+            raise TypeError(
+                "cannot pickle a VirtualMachine with an instrument callback: call "
+                "vm.set_instrument(None) first, or pickle vm.executable and make a new VM"
+            )
+        if type(self.allocator) not in (PooledAllocator, NaiveAllocator):
+            raise TypeError(
+                f"cannot pickle a VirtualMachine over the allocator object {self.allocator!r}: "
+                "only the 'pooled' and 'naive' allocators are re-created; pickle vm.executable "
+                "and make the VM with its allocator where it is unpickled"
+            )
+        saved = [(s.name, s.function.name, s.values) for s in self._saved.values()]
+        inputs = dict(self._inputs)
+        kind = self.allocator.name
+        return _rebuild_vm, (self.executable, self.exec_mode, kind, saved, inputs)
 
     def compiled_source(self, name: str) -> str:
         """The Python source the compiled exec mode runs for function `name` (any mode)."""
@@ -304,3 +332,19 @@ class VirtualMachine:
             for name, saved in self._saved.items()
         ]
         return _html.box("VirtualMachine", facts, _html.table(("functions",), functions))
+
+
+def _rebuild_vm(
+    ex: Executable,
+    exec_mode: str,
+    allocator: str,
+    saved: list[tuple[str, str, list[Any]]],
+    inputs: dict[str, list[Any]],
+) -> VirtualMachine:
+    """The VM `VirtualMachine.__reduce__` describes (the unpickling side)."""
+    vm = VirtualMachine(ex, exec_mode=exec_mode, allocator=allocator)
+    for new_name, name, values in saved:
+        vm.save_function(name, new_name, *values)
+    for name, values in inputs.items():
+        vm.set_input(name, *values)
+    return vm

@@ -76,9 +76,15 @@ def module_source(name: str) -> str:
 
 
 def _is_module(name: str) -> bool:
+    """Whether ``name`` is a module, without running the module it would be a name of (a
+    kernel's source is hashed before anything it imports is loaded, `rvm.runtime.native.mathlib`
+    compiles functions at import)."""
+    parent = name.rpartition(".")[0]
     try:
+        if parent and importlib.util.find_spec(parent).submodule_search_locations is None:
+            return False  # a name in a module, not a package's module
         return importlib.util.find_spec(name) is not None
-    except ImportError:
+    except (ImportError, AttributeError):
         return False
 
 

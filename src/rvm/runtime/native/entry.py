@@ -38,6 +38,8 @@ from numba.core import cgutils
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
+from rvm.runtime.native.numba_cache import light_loads
+
 DTYPES = ("float32", "float64")
 MAX_ARRAYS = 3
 NDIMS = 4
@@ -86,7 +88,12 @@ def require(name: str, dtype: str) -> None:
     # The entry point may split its loop over threads: its task's symbol first.
     from rvm.runtime.native import parfor
 
-    parfor.require_task(name, dtype)
+    with light_loads():  # a cached entry point loads without starting Numba's compiler
+        parfor.require_task(name, dtype)
+        _build(name, dtype, body)
+
+
+def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
     # Numba's own (reentrant) lock: typing a call requires the entry point while holding it.
     with global_compiler_lock:
         if (name, dtype) in _compiled:
@@ -117,15 +124,13 @@ def required() -> list[tuple[str, str]]:
 def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
     """The intrinsic ``call(arrays, params) -> int64`` of entry point ``name``: ``arrays`` a
     tuple of up to `MAX_ARRAYS` C-contiguous 4-d arrays of one float dtype, ``params`` a
-    tuple of ``n_params`` int64."""
+    tuple of ``n_params`` integers (each passed as int64)."""
 
     @intrinsic
     def call(typingctx, arrays, params):  # type: ignore[no-untyped-def]
         if not _arrays_ok(arrays):
             return None
-        if not (isinstance(params, nt.UniTuple) and params.count == n_params):
-            return None
-        if params.dtype != nt.int64:
+        if not _params_ok(params, n_params):
             return None
         dtype = str(arrays.types[0].dtype)
         require(name, dtype)  # before the caller is linked
@@ -140,7 +145,10 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
                 dims += cgutils.unpack_tuple(builder, arr.shape, NDIMS)
             ptrs += [ir.Constant(ptrs[0].type, None)] * (MAX_ARRAYS - len(ptrs))
             dims += [i64(0)] * (MAX_ARRAYS * NDIMS - len(dims))
-            pvals = cgutils.unpack_tuple(builder, args[1], n_params)
+            pvals = [
+                context.cast(builder, v, t, nt.int64)
+                for v, t in zip(cgutils.unpack_tuple(builder, args[1], n_params), params.types)
+            ]
             bufs = [_stack_array(builder, dims), _stack_array(builder, pvals)]
             fnty = ir.FunctionType(i64, [p.type for p in ptrs] + [b.type for b in bufs])
             fn = cgutils.get_or_insert_function(builder.module, fnty, symbol(name, dtype))
@@ -149,6 +157,14 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
         return nt.int64(arrays, params), codegen
 
     return call
+
+
+def _params_ok(params: nt.Type, n_params: int) -> bool:
+    """A tuple of ``n_params`` integers: int64 values, or plain int literals and variables
+    (a kernel passes its attributes as they are, with no ``np.int64(...)`` call to type)."""
+    if not isinstance(params, nt.BaseTuple) or len(params) != n_params:
+        return False
+    return all(isinstance(t, (nt.Integer, nt.IntegerLiteral)) for t in params.types)
 
 
 def _arrays_ok(arrays: nt.Type) -> bool:

@@ -3,9 +3,11 @@
 `load_kernel(record)` returns the kernel's Numba dispatcher, resolved once; the VM calls it
 directly (a call costs the dispatcher's argument check, about a microsecond). The kernel's
 source is written to rvm's cache (`rvm.runtime.native.cache`) and imported as a module, so Numba's
-``cache=True`` stores and reuses the object code across processes. Compiles, cache hits and
-misses are logged on the ``rvm.jit`` logger with their times. A kernel that does not compile
-raises `rvm.errors.JITError` naming the kernel, its ops, and the generated line that failed.
+``cache=True`` stores and reuses the object code across processes; a cached kernel loads
+without starting Numba's compiler (`rvm.runtime.native.numba_cache`). Compiles, cache hits and
+misses are logged on the ``rvm.jit`` logger with their times, and counted (`kernel_counts`).
+A kernel that does not compile raises `rvm.errors.JITError` naming the kernel, its ops, and the
+generated line that failed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rvm.errors import JITError
 from rvm.runtime.native.cache import drop_object_code, kernel_path, write_entry
+from rvm.runtime.native.numba_cache import light_loads
 from rvm.runtime.progress import with_progress
 
 if TYPE_CHECKING:
@@ -33,6 +36,13 @@ logger = logging.getLogger("rvm.jit")
 
 _lock = threading.Lock()
 _modules: dict[str, ModuleType] = {}
+_counts = {"loaded": 0, "compiled": 0}
+
+
+def kernel_counts() -> dict[str, int]:
+    """How many kernels this process loaded from the cache (``loaded``) and compiled
+    (``compiled``)."""
+    return dict(_counts)
 
 
 def load_kernel(record: KernelRecord) -> Callable[..., Any]:
@@ -73,6 +83,7 @@ def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
     stats = getattr(func, "stats", None)
     hits = sum(stats.cache_hits.values()) if stats is not None else 0
     elapsed = time.perf_counter() - start
+    _counts["loaded" if hits else "compiled"] += 1
     if hits:
         logger.debug("kernel %s: cache hit, loaded in %.3f s (%s)", record.name, elapsed, path)
     else:
@@ -85,7 +96,12 @@ def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
 
 def exec_kernel_file(path: Path) -> ModuleType:
     """Import the kernel file ``path`` as a module (compiling its kernel, or loading it from
-    Numba's cache)."""
+    Numba's cache without starting Numba's compiler, `rvm.runtime.native.numba_cache`)."""
+    with light_loads():
+        return _exec_module(path)
+
+
+def _exec_module(path: Path) -> ModuleType:
     name = f"rvm_jit_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -75,9 +75,9 @@ def _floats(p, at):  # type: ignore[no-untyped-def]
 _JOB = 12  # a job: its length, x, out, n, c, h, w, size, alpha, beta, bias (bits), chunks
 
 
-def _task(args, dims, like, data):  # type: ignore[no-untyped-def]
+def _task(k, like, data):  # type: ignore[no-untyped-def]
     """One chunk of channels of an lrn split over threads (`rvm.runtime.native.parfor`)."""
-    job, k = parfor.job(data), parfor.chunk(args)
+    job = parfor.job(data)
     n, c, h, w = job[3], job[4], job[5], job[6]
     x = parfor.array_at(job[1], (n, c, h, w), like)
     out = parfor.array_at(job[2], (n, c, h, w), like)
@@ -105,7 +105,7 @@ def _lrn(x, out, params):  # type: ignore[no-untyped-def]
         return True
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, h, w, size,
                     params[1], params[2], params[3], chunks), dtype=np.int64)  # fmt: skip
-    _run(x, np.arange(chunks, dtype=np.int64), job)
+    _run(x, chunks, job)
     return True
 
 

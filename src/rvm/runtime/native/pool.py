@@ -301,9 +301,9 @@ def _range(x, out, lo, hi, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, inclu
 _JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
 
 
-def _task(args, dims, like, data):  # type: ignore[no-untyped-def]
+def _task(k, like, data):  # type: ignore[no-untyped-def]
     """One chunk of channels of a pool split over threads (`rvm.runtime.native.parfor`)."""
-    job, k = parfor.job(data), parfor.chunk(args)
+    job = parfor.job(data)
     n, c, ih, iw, oh, ow = job[3], job[4], job[5], job[6], job[7], job[8]
     x = parfor.array_at(job[1], (n, c, ih, iw), like)
     out = parfor.array_at(job[2], (n, c, oh, ow), like)
@@ -335,7 +335,7 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return True
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow,
                     *flags, chunks), dtype=np.int64)  # fmt: skip
-    _run(x, np.arange(chunks, dtype=np.int64), job)
+    _run(x, chunks, job)
     return True
 
 

@@ -1,32 +1,37 @@
-"""How many threads rvm's kernels use: NumPy's OpenBLAS pool and Numba's.
+"""How many threads rvm's kernels use: the calling thread plus the helpers of rvm's own pool.
 
-`set_num_threads(n)` sets both; `get_num_threads()` reads back the BLAS count (Numba's when
-NumPy's BLAS has no OpenBLAS thread control). The environment variable ``RVM_NUM_THREADS``
-does the same at first use (the first `VirtualMachine` or `get_num_threads` call), so a
-deployment can choose without code. Without either, the libraries keep their own defaults:
-importing rvm changes no process-wide setting.
+`set_num_threads(n)` makes jobs of native work (the pieces of a large GEMM, GEMV or library
+loop, `rvm.runtime.native.workpool`) run on the calling thread and ``n - 1`` pool helpers;
+`get_num_threads()` reads it back. Without a call, the count is the environment variable
+``RVM_NUM_THREADS`` if set, else every CPU this process may run on
+(``os.sched_getaffinity``). Importing rvm changes nothing; the first `VirtualMachine` (or
+`set_num_threads`) applies the environment (`apply_environment`), starts the pool's helpers
+if jit kernels are loaded, and sets NumPy's OpenBLAS to one thread, process-wide.
 
-The BLAS is the one jit kernels call (`rvm.runtime.native.blas`) and the numpy backend uses:
-NumPy's bundled OpenBLAS, whose thread count is process-wide and read on every GEMM. Numba's
-count is per calling thread (Numba's rule), capped at ``numba.config.NUMBA_NUM_THREADS``;
-the kernel library's large loops (pooling, lrn) can split over that many threads of Numba's
-pool (`rvm.runtime.native.parfor`; off unless ``RVM_SPLIT_LOOPS=1``). Several
-VMs in several threads (one VM per thread) share the one BLAS pool, which serializes their
-GEMMs rather than multiplying threads, so a pool of 1-2 suits many concurrent VMs.
+Why rvm's own pool and OpenBLAS on one thread: OpenBLAS threads a GEMM only when it is large,
+runs one threaded GEMM at a time per process, and its threads spin after each call on the
+core the next kernel wants; Numba's threading layers either abort when entered from several
+threads at once (workqueue) or in a forked child (GNU OpenMP). rvm's pool cuts each large
+product or loop into pieces that the calling thread and the helpers claim; a job that finds
+the pool busy with another VM's job runs in its own thread. So several VMs in several
+threads share the cores without oversubscription collapse, and one VM uses them all. The
+numpy kernels' ``np.dot`` runs on one thread as a consequence.
+
+``RVM_SPLIT_LOOPS=0`` turns off the splitting of library loops (pooling, lrn;
+`rvm.runtime.native.parfor`, which reads it here when it is imported).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
-import logging
 import os
+import sys
 import threading
-from typing import Any
-
-logger = logging.getLogger("rvm.jit")
 
 ENV_VAR = "RVM_NUM_THREADS"
+SPLIT_ENV_VAR = "RVM_SPLIT_LOOPS"
 
 # NumPy's bundled OpenBLAS spelling (scipy_ prefix, ILP64 64_ suffix), then other builds'.
 _SET_NAMES = (
@@ -35,38 +40,44 @@ _SET_NAMES = (
     "openblas_set_num_threads",
 )
 _GET_NAMES = tuple(n.replace("_set_", "_get_") for n in _SET_NAMES)
+_POOL = "rvm.runtime.native.workpool"
 
 _lock = threading.Lock()
-_env_read = False
-_blas: tuple[Any, Any] | None | bool = False  # False: not looked up yet; None: not found
+_count: int | None = None  # the chosen count, once chosen (explicitly or at first use)
+_openblas_set = False  # NumPy's OpenBLAS set to one thread
 
 
-def _blas_control() -> tuple[Any, Any] | None:
-    """NumPy's OpenBLAS (set, get) thread functions, looked up once; None, said once in the
-    log, when NumPy's core module does not export them."""
-    global _blas
-    if _blas is not False:
-        return _blas  # type: ignore[return-value]
-    _blas = None
+@functools.cache
+def numpy_core_library() -> ctypes.CDLL | None:
+    """NumPy's core extension module, which exports NumPy's BLAS (None if it cannot be
+    loaded)."""
     for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
         try:
-            lib = ctypes.CDLL(importlib.import_module(module).__file__)
+            return ctypes.CDLL(importlib.import_module(module).__file__)
         except (ImportError, OSError, TypeError):
             continue
-        for set_name, get_name in zip(_SET_NAMES, _GET_NAMES, strict=True):
-            if hasattr(lib, set_name) and hasattr(lib, get_name):
-                setter, getter = getattr(lib, set_name), getattr(lib, get_name)
-                setter.argtypes, setter.restype = [ctypes.c_int], None
-                getter.argtypes, getter.restype = [], ctypes.c_int
-                _blas = (setter, getter)
-                return _blas
-        break
-    logger.warning(
-        "NumPy's BLAS exports no OpenBLAS thread control (%s): rvm sets only Numba's thread "
-        "count; the BLAS keeps its own",
-        " / ".join(_SET_NAMES),
-    )
     return None
+
+
+@functools.cache
+def _openblas_control() -> tuple[object, object] | None:
+    """NumPy's OpenBLAS (set, get) thread functions; None without OpenBLAS thread control."""
+    lib = numpy_core_library()
+    if lib is None:
+        return None
+    for set_name, get_name in zip(_SET_NAMES, _GET_NAMES, strict=True):
+        if hasattr(lib, set_name) and hasattr(lib, get_name):
+            setter, getter = getattr(lib, set_name), getattr(lib, get_name)
+            setter.argtypes, setter.restype = [ctypes.c_int], None
+            getter.argtypes, getter.restype = [], ctypes.c_int
+            return setter, getter
+    return None
+
+
+def openblas_threads() -> int | None:
+    """NumPy's OpenBLAS thread count (None without OpenBLAS thread control)."""
+    control = _openblas_control()
+    return None if control is None else int(control[1]())  # type: ignore[operator]
 
 
 def _check(n: object, where: str) -> int:
@@ -75,45 +86,91 @@ def _check(n: object, where: str) -> int:
     return n
 
 
-def _apply(n: int) -> None:
-    import numba  # with the first use, not with `import rvm`
+def _all_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
-    control = _blas_control()
-    if control is not None:
-        control[0](n)
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+def _from_environment() -> int:
+    text = os.environ.get(ENV_VAR, "").strip()
+    if not text:
+        return _all_cpus()
+    try:
+        value: object = int(text)
+    except ValueError:
+        value = text
+    return _check(value, f"environment variable {ENV_VAR}")
+
+
+def split_loops_from_environment() -> bool:
+    """Whether ``RVM_SPLIT_LOOPS`` leaves library loops split (anything but ``0``; unset
+    is on).
+
+    Raises:
+        ValueError: The variable is set to something other than ``0`` or ``1``.
+    """
+    text = os.environ.get(SPLIT_ENV_VAR, "").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(f"environment variable {SPLIT_ENV_VAR}: expected 0 or 1, got {text!r}")
+    return text != "0"
+
+
+def _chosen() -> int:
+    """The count, chosen from the environment the first time (with `_lock` held)."""
+    global _count
+    if _count is None:
+        _count = _from_environment()  # a bad value raises at every use until fixed
+    return _count
+
+
+def _size_pool(import_it: bool) -> None:
+    """Gives the pool ``count - 1`` helpers: always when ``import_it``, else only if jit
+    code has loaded it (a process running numpy kernels alone never loads Numba)."""
+    if not import_it and _POOL not in sys.modules:
+        return
+    importlib.import_module(_POOL).set_helpers(_chosen() - 1)
+
+
+def _openblas_to_one_thread() -> None:
+    """Sets NumPy's OpenBLAS to one thread, once per process (with `_lock` held): the pool's
+    GEMM pieces call it from several threads at once, each piece one thread's work."""
+    global _openblas_set
+    if not _openblas_set:
+        control = _openblas_control()
+        if control is not None:
+            control[0](1)  # type: ignore[operator]
+        _openblas_set = True
 
 
 def apply_environment() -> None:
-    """Applies ``RVM_NUM_THREADS`` once per process, if it is set (a no-op after that, and
-    after an explicit `set_num_threads`).
+    """What the first `VirtualMachine` does (and each after it, cheaply): chooses the count
+    (``RVM_NUM_THREADS`` or every CPU, unless `set_num_threads` chose), sets NumPy's
+    OpenBLAS to one thread, and gives the pool its helpers if jit code has loaded it (again
+    in a forked child, whose pool starts without helpers).
 
     Raises:
-        ValueError: The variable is set but is not a positive whole number.
+        ValueError: ``RVM_NUM_THREADS`` is set to a value it does not take.
     """
-    global _env_read
-    if _env_read:
-        return
     with _lock:
-        if _env_read:
-            return
-        text = os.environ.get(ENV_VAR, "").strip()
-        if text:
-            try:
-                value: object = int(text)
-            except ValueError:
-                value = text
-            # A bad value raises at every first use until fixed, not once and then ignored.
-            _apply(_check(value, f"environment variable {ENV_VAR}"))
-        _env_read = True
+        _chosen()
+        _openblas_to_one_thread()
+        _size_pool(import_it=False)
+
+
+def _reset_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a thread of the parent may have held it
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def set_num_threads(n: int) -> None:
-    """Sets how many threads rvm's kernels use: NumPy's OpenBLAS pool (process-wide; GEMMs
-    of matmul, dense and convolution) and Numba's (this thread's, capped at Numba's maximum).
-
-    Overrides ``RVM_NUM_THREADS``. If NumPy's BLAS has no OpenBLAS thread control, says so
-    once on the ``rvm.jit`` logger and sets Numba's alone.
+    """Sets how many threads rvm's kernels use: the calling thread plus ``n - 1`` helpers of
+    rvm's pool, process-wide (started or stopped now), and NumPy's OpenBLAS to one thread.
+    Overrides ``RVM_NUM_THREADS``.
 
     Args:
         n: The number of threads, at least 1.
@@ -121,20 +178,20 @@ def set_num_threads(n: int) -> None:
     Raises:
         ValueError: `n` is not a positive int.
     """
-    global _env_read
+    global _count
     n = _check(n, "rvm.set_num_threads")
     with _lock:
-        _env_read = True  # an explicit choice wins over the environment
-        _apply(n)
+        _count = n
+        _openblas_to_one_thread()
+        _size_pool(import_it=True)
 
 
 def get_num_threads() -> int:
-    """How many threads NumPy's OpenBLAS uses (Numba's count for this thread when the BLAS
-    has no OpenBLAS thread control). Applies ``RVM_NUM_THREADS`` first, if not yet done."""
-    apply_environment()
-    control = _blas_control()
-    if control is not None:
-        return int(control[1]())
-    import numba
+    """How many threads rvm's kernels use (see `set_num_threads`); chooses the count from
+    ``RVM_NUM_THREADS`` or the CPUs first, if not yet done.
 
-    return int(numba.get_num_threads())
+    Raises:
+        ValueError: ``RVM_NUM_THREADS`` is set to a value it does not take.
+    """
+    with _lock:
+        return _chosen()

@@ -1,0 +1,384 @@
+"""The ``rvm`` command: compile, run, inspect and benchmark models from a shell.
+
+    rvm compile model.onnx -o model.rvmx [--exec-mode compiled] [--kernels jit]
+    rvm run model.rvmx [--input x=x.npy ...] [--dim n=8 ...] [--output out.npz]
+    rvm inspect model.rvmx [--text]
+    rvm bench model.onnx [--repeat 50] [--json]
+
+A model is a saved executable (``.rvmx``) or an ONNX model (``.onnx``, compiled on the spot;
+that needs the compiler and ``onnx``, which nothing else here imports). Inputs not given with
+``--input`` are random, of the shape and dtype the function's signature asks for; a symbolic
+dimension takes its size from ``--dim`` or from a given input of that dimension.
+
+A user's error (a missing or corrupt file, a wrong input name, shape or dtype, an unsupported
+ONNX op) prints one line, ``rvm: error: ...``, on stderr and exits with status 1; a wrong
+command line exits with status 2 (argparse's usage message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import rvm
+from rvm.dtypes import numpy_dtype
+from rvm.errors import RVMError
+from rvm.runtime.executable import EXEC_MODES, Executable, ParamSpec, VMFunction
+from rvm.runtime.progress import with_progress
+from rvm.runtime.text import signature
+
+__all__ = ["main", "UserError"]
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for; `main` prints its message in one line."""
+
+
+# -- loading models and inputs ----------------------------------------------------------------
+
+
+def _existing(path: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"no such file: {path}")
+    return p
+
+
+def _is_onnx(path: Path) -> bool:
+    return path.suffix.lower() == ".onnx"
+
+
+def _compile_onnx(path: Path, exec_mode: str, kernels: str, progress: bool) -> Executable:
+    mod = rvm.from_onnx(str(path))  # the compiler loads here, and only here
+    return rvm.compile(mod, exec_mode=exec_mode, kernels=kernels, progress=progress)
+
+
+def _load_model(path: str, exec_mode: str | None, kernels: str) -> Executable:
+    """An executable from a ``.rvmx`` file, or compiled from a ``.onnx`` one."""
+    p = _existing(path)
+    if _is_onnx(p):
+        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=sys.stderr.isatty())
+    return rvm.load_executable(str(p))
+
+
+def _parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise UserError(f"{what} {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _dims(items: Sequence[str]) -> dict[str, int]:
+    out = {}
+    for name, value in _parse_pairs(items, "--dim").items():
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise UserError(f"--dim {name}={value}: the size must be an integer") from None
+        if out[name] < 0:
+            raise UserError(f"--dim {name}={value}: the size must not be negative")
+    return out
+
+
+def _read_npy(name: str, path: str) -> np.ndarray:
+    try:
+        return np.load(_existing(path), allow_pickle=False)
+    except UserError:
+        raise
+    except (OSError, ValueError, EOFError) as e:
+        raise UserError(f"--input {name}={path}: not a .npy array file ({e})") from None
+
+
+def _inputs(fn: VMFunction, given: Sequence[str], dims: Sequence[str], seed: int) -> list[Any]:
+    """The arguments of `fn`: the files of ``--input``, random arrays for the others."""
+    files = _parse_pairs(given, "--input")
+    unknown = [n for n in files if n not in fn.params]
+    if unknown:
+        raise UserError(
+            f"--input {unknown[0]}: @{fn.name} has no parameter {unknown[0]!r}; its parameters: "
+            f"{', '.join(fn.params) or 'none'}"
+        )
+    arrays = {name: _read_npy(name, path) for name, path in files.items()}
+    sizes = _dims(dims)
+    for spec in fn.param_specs:  # a given input names the sizes of its symbolic dims
+        x = arrays.get(spec.name)
+        if x is not None and spec.shape is not None and len(spec.shape) == x.ndim:
+            for d, size in zip(spec.shape, x.shape):
+                if isinstance(d, str):
+                    sizes.setdefault(d, size)
+    rng = np.random.default_rng(seed)
+    return [
+        arrays[spec.name] if spec.name in arrays else _random(fn, spec, sizes, rng)
+        for spec in fn.param_specs
+    ]
+
+
+def _random(
+    fn: VMFunction, spec: ParamSpec, sizes: dict[str, int], rng: np.random.Generator
+) -> np.ndarray:
+    where = f"@{fn.name} parameter {spec.name!r}"
+    if spec.kind != "tensor" or spec.dtype is None or spec.shape is None:
+        what = "a tensor of unknown rank or dtype" if spec.kind == "tensor" else f"a {spec.kind}"
+        raise UserError(f"{where} is {what}: give it with --input {spec.name}=FILE.npy")
+    shape = []
+    for d in spec.shape:
+        if isinstance(d, int):
+            shape.append(d)
+        elif isinstance(d, str) and d in sizes:
+            shape.append(sizes[d])
+        elif isinstance(d, str):
+            raise UserError(
+                f"{where} has the symbolic dimension {d!r}: give its size with --dim {d}=SIZE"
+            )
+        else:
+            raise UserError(
+                f"{where} has a dimension of unknown size: give it with "
+                f"--input {spec.name}=FILE.npy"
+            )
+    dtype = numpy_dtype(spec.dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, 2, shape).astype(dtype)  # 0 and 1: valid as indices and counts
+    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+def _leaves(value: Any, name: str = "output") -> list[tuple[str, Any]]:
+    """(name, array or other value) for each tensor of a result, tuples flattened."""
+    if isinstance(value, tuple):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{name}[{i}]")]
+    return [(name, value)]
+
+
+def _summary(name: str, x: Any) -> str:
+    if not isinstance(x, np.ndarray):
+        return f"{name}: {type(x).__name__} {x!r}"[:200]
+    head = f"{name}: shape {tuple(x.shape)} {x.dtype}"
+    if x.size == 0:
+        return f"{head}  (empty)"
+    try:
+        v = x.astype(np.float64)
+    except (TypeError, ValueError):
+        return head
+    return f"{head}  min {v.min():.6g}  max {v.max():.6g}  mean {v.mean():.6g}"
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    src = _existing(args.model)
+    if not _is_onnx(src):
+        raise UserError(f"{args.model}: rvm compile takes an ONNX model (.onnx)")
+    ex = _compile_onnx(src, args.exec_mode, args.kernels, progress=not args.quiet)
+    out = Path(args.output) if args.output else src.with_suffix(".rvmx")
+    try:
+        ex.save(str(out))
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+    print(
+        f"wrote {out} ({out.stat().st_size} bytes: {len(ex.functions)} functions, "
+        f"{len(ex.kernels)} kernels, exec mode {ex.default_exec_mode})"
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    ex = _load_model(args.model, args.exec_mode, args.kernels)
+    vm = rvm.VirtualMachine(ex, exec_mode=args.exec_mode)
+    fn = ex.get_function(args.function)
+    values = _inputs(fn, args.input, args.dim, args.seed)
+    for spec, x in zip(fn.param_specs, values):
+        print(_summary(f"input {spec.name}", x))
+    result = vm[args.function](*values)
+    leaves = _leaves(result)
+    for name, x in leaves:
+        print(_summary(name, x))
+    if args.output:
+        arrays = {name: x for name, x in leaves if isinstance(x, np.ndarray)}
+        try:
+            np.savez(args.output, **arrays)
+        except OSError as e:
+            raise UserError(f"cannot write {args.output}: {e.strerror or e}") from None
+        print(f"wrote {args.output} ({', '.join(arrays)})")
+
+
+def cmd_inspect(args: argparse.Namespace) -> None:
+    ex = _load_model(args.model, None, "jit")
+    print(f"{args.model}: exec mode {ex.default_exec_mode}")
+    print(ex.stats())
+    print("signatures:")
+    for fn in ex.functions:
+        print(f"  {signature(fn, result=True)}")
+    if ex.kernels:
+        print("kernels:")
+        width = max(len(n) for n in ex.kernels)
+        for rec in ex.kernels.values():
+            ops = rec.meta.get("ops", "")
+            print(f"  {rec.name:<{width}}  {rec.backend:<5}  {rec.style:<6}  {ops}")
+    if args.text:
+        print()
+        print(ex.as_text())
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    if args.repeat < 1 or args.warmup < 0:
+        raise UserError("--repeat must be at least 1 and --warmup at least 0")
+    ex = _load_model(args.model, args.exec_mode, args.kernels)
+    vm = rvm.VirtualMachine(ex, exec_mode=args.exec_mode)
+    fn = ex.get_function(args.function)
+    values = _inputs(fn, args.input, args.dim, args.seed)
+    run = vm[args.function]
+    engines: dict[str, Callable[[], Any]] = {f"rvm {vm.exec_mode}": lambda: run(*values)}
+    ort = _ort_runner(args.model, values) if _is_onnx(Path(args.model)) else None
+    if ort is not None:
+        _check_against_ort(run(*values), ort())
+        engines["onnxruntime"] = ort
+    rows = {
+        name: _time(name, f, args.warmup, args.repeat, not args.json) for name, f in engines.items()
+    }
+    report = {
+        "model": args.model,
+        "function": args.function,
+        "inputs": {
+            s.name: [list(np.shape(x)), str(np.asarray(x).dtype)]
+            for s, x in zip(fn.param_specs, values)
+        },
+        "repeat": args.repeat,
+        "median_ms": {n: statistics.median(t) * 1e3 for n, t in rows.items()},
+        "min_ms": {n: min(t) * 1e3 for n, t in rows.items()},
+    }
+    if ort is not None:
+        med = report["median_ms"]
+        report["rvm_over_ort"] = med[f"rvm {vm.exec_mode}"] / med["onnxruntime"]
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{args.model} @{args.function}, {args.repeat} calls after {args.warmup} warm-up")
+    print(f"  {'engine':<16} {'median ms':>10} {'min ms':>10}")
+    for name in rows:
+        print(f"  {name:<16} {report['median_ms'][name]:>10.3f} {report['min_ms'][name]:>10.3f}")
+    if ort is not None:
+        print(f"  rvm / onnxruntime: {report['rvm_over_ort']:.2f}x")
+
+
+def _time(name: str, f: Callable[[], Any], warmup: int, repeat: int, show: bool) -> list[float]:
+    for _ in range(warmup):
+        f()
+    times = []
+    for _ in with_progress(range(repeat), lambda i: "", show, title=f"timing {name:<16}"):
+        start = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _ort_runner(path: str, values: list[Any]) -> Callable[[], Any] | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feed = {i.name: x for i, x in zip(sess.get_inputs(), values)}
+    return lambda: sess.run(None, feed)
+
+
+def _check_against_ort(ours: Any, theirs: list[Any]) -> None:
+    leaves = [x for _, x in _leaves(ours)]
+    if len(leaves) != len(theirs) or any(
+        np.shape(a) != np.shape(b) or not np.allclose(a, b, rtol=1e-3, atol=1e-4, equal_nan=True)
+        for a, b in zip(leaves, theirs)
+    ):
+        raise UserError("rvm's outputs differ from onnxruntime's on these inputs; not timing")
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rvm",
+        description="Compile, run, inspect and benchmark rvm models.",
+        epilog="examples:\n" + __doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"rvm {rvm.__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def model_options(c: argparse.ArgumentParser, mode_default: str | None) -> None:
+        c.add_argument("--exec-mode", choices=EXEC_MODES, default=mode_default)
+        c.add_argument(
+            "--kernels", choices=("jit", "numpy"), default="jit", help="for an .onnx model"
+        )
+
+    def input_options(c: argparse.ArgumentParser) -> None:
+        c.add_argument("model", help="a saved executable (.rvmx) or an ONNX model (.onnx)")
+        c.add_argument("-f", "--function", default="main")
+        c.add_argument(
+            "--input",
+            action="append",
+            default=[],
+            metavar="NAME=FILE.npy",
+            help="an input from a .npy file (others are random)",
+        )
+        c.add_argument(
+            "--dim",
+            action="append",
+            default=[],
+            metavar="NAME=SIZE",
+            help="the size of a symbolic dimension, for random inputs",
+        )
+        c.add_argument("--seed", type=int, default=0, help="of the random inputs")
+        model_options(c, None)
+
+    c = sub.add_parser("compile", help="compile an ONNX model to a saved executable")
+    c.add_argument("model", help="an ONNX model (.onnx)")
+    c.add_argument("-o", "--output", help="the .rvmx file (default: beside the model)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    model_options(c, "bytecode")
+    c.set_defaults(run=cmd_compile)
+
+    c = sub.add_parser("run", help="run a function once and summarize its outputs")
+    input_options(c)
+    c.add_argument("-o", "--output", help="save the outputs to this .npz file")
+    c.set_defaults(run=cmd_run)
+
+    c = sub.add_parser("inspect", help="statistics, signatures and kernels of an executable")
+    c.add_argument("model", help="a saved executable (.rvmx) or an ONNX model (.onnx)")
+    c.add_argument("--text", action="store_true", help="also print the bytecode")
+    c.set_defaults(run=cmd_inspect)
+
+    c = sub.add_parser("bench", help="time a function (and ONNX Runtime on an .onnx model)")
+    input_options(c)
+    c.add_argument("--repeat", type=int, default=20, help="timed calls per engine")
+    c.add_argument("--warmup", type=int, default=2, help="untimed calls first")
+    c.add_argument("--json", action="store_true", help="print the figures as JSON")
+    c.set_defaults(run=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the ``rvm`` command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (UserError, RVMError, OSError, ValueError, TypeError, ImportError) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, RVMError):
+            message = f"{type(e).__name__}: {message}"
+        print(f"rvm: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rvm: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,476 @@
+"""rvm's own thread pool: jobs of N native pieces of work, claimed by whoever is free.
+
+A job is a piece function ``fn(i, null, data)`` (C ABI: int64, a pointer, a pointer; a
+`numba.cfunc`, nogil) run once for each i in ``0 .. n - 1``. `run(fn, n, data)` publishes the
+job and the calling thread claims pieces itself, through one atomic counter, alongside the
+pool's helper threads; it returns when every piece has finished. So the caller always works
+and never waits on a busy pool (ONNX Runtime's thread pool works the same way: the thread
+that starts a parallel section runs its share of it):
+
+- one job at a time: while a job runs, a `run` from another thread (another VM) or from
+  inside a piece (nesting) runs all its pieces in its own thread, at once, with no wait and
+  no extra thread;
+- a helper that finishes spins about `SPIN_US` for the next job (a model's next GEMM is
+  usually microseconds away), then sleeps on a condition variable; a job wakes sleepers;
+- a caller left waiting for pieces that helpers still run spins as long, then sleeps until
+  the last piece wakes it (on a busy machine its core may be the one a late helper needs);
+- no helper at all (one thread, or a forked child before its pool restarts) is a plain loop
+  in the caller.
+
+The pool is written in Numba-compiled code with no C of its own: the state is an int64 array
+registered with llvmlite as ``rvm_pool_state`` (one cache line per field), claims are LLVM
+atomics, sleeping is the C library's pthread mutex and condition variable. The published job
+is guarded like a seqlock: a word holds the job's sequence number (odd while it is being
+published) and its next unclaimed piece, and a piece is claimed by a compare-and-swap of the
+whole word, so a thread that read a finished job's fields never runs one of its pieces.
+
+Helpers are Python threads that enter the native helper loop through ctypes (the GIL released)
+and leave it only when `set_helpers` asks fewer of them. A forked child resets the pool (its
+parent's helpers do not exist there) and runs jobs in the caller until `set_helpers` restarts
+helpers (`rvm.runtime.native.threads` does at the next VM).
+
+For compiled callers: `run(fn, n, data)`, `threads()` (1 + helpers) and `busy()` are
+intrinsics calling the pool's C functions by symbol, so cached code that uses them is
+resolved when linked. For Python: `for_each(n, fn)` runs a Python callable per piece
+(exceptions propagate), `helpers()` and `set_helpers(n)`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+
+import numba as nb
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+SPIN_US = 10
+"""How long a helper spins for the next job before it sleeps, in microseconds."""
+
+# Fields of the state, one cache line (8 int64) apart.
+(WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
+_FIELDS = 13
+_LINE = 8
+_STATE = "rvm_pool_state"
+_SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
+_INDEX_MASK = (1 << 32) - 1  # the next piece's bits
+MAX_PIECES = 1 << 31
+"""A job has fewer pieces than this (the claim counter's range)."""
+
+_state = (ctypes.c_int64 * (_FIELDS * _LINE))()
+_SYNC_BYTES = 256  # room for a pthread mutex or condition variable on every platform
+_sync = ctypes.create_string_buffer(3 * _SYNC_BYTES)  # the mutex, then two conditions
+_libc = ctypes.CDLL(None)
+_LIBC = {
+    "rvm_pthread_mutex_lock": "pthread_mutex_lock",
+    "rvm_pthread_mutex_unlock": "pthread_mutex_unlock",
+    "rvm_pthread_cond_wait": "pthread_cond_wait",
+    "rvm_pthread_cond_broadcast": "pthread_cond_broadcast",
+}
+
+
+def _init_sync() -> None:
+    """(Re)initializes the mutex and condition variable (at start and in a forked child,
+    where the parent's may have been held by a thread that does not exist there)."""
+    mutex, cond, done = (ctypes.addressof(_sync) + i * _SYNC_BYTES for i in range(3))
+    if _libc.pthread_mutex_init(ctypes.c_void_p(mutex), None) != 0:
+        raise OSError("rvm's thread pool: pthread_mutex_init failed")
+    for at in (cond, done):
+        if _libc.pthread_cond_init(ctypes.c_void_p(at), None) != 0:
+            raise OSError("rvm's thread pool: pthread_cond_init failed")
+    _state[MUTEX * _LINE], _state[COND * _LINE], _state[DONE_COND * _LINE] = mutex, cond, done
+
+
+_init_sync()
+llvm.add_symbol(_STATE, ctypes.addressof(_state))
+for _symbol, _name in _LIBC.items():
+    llvm.add_symbol(_symbol, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
+
+
+# -- the atomics and calls the pool is made of ----------------------------------------------
+
+
+def _field(builder: ir.IRBuilder, index: ir.Value) -> ir.Value:
+    """A pointer to field ``index`` of the state."""
+    i64 = ir.IntType(64)
+    state = builder.module.globals.get(_STATE)
+    if state is None:
+        state = ir.GlobalVariable(builder.module, ir.ArrayType(i64, _FIELDS * _LINE), _STATE)
+        state.linkage = "external"
+    at = builder.mul(index, i64(_LINE))
+    return builder.gep(state, [ir.IntType(32)(0), at])
+
+
+@intrinsic
+def _load(typingctx, field):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.load_atomic(_field(builder, args[0]), "seq_cst", 8)
+
+    return nt.int64(nt.int64), codegen
+
+
+@intrinsic
+def _store(typingctx, field, value):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        builder.store_atomic(args[1], _field(builder, args[0]), "seq_cst", 8)
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64, nt.int64), codegen
+
+
+@intrinsic
+def _add(typingctx, field, value):  # type: ignore[no-untyped-def]
+    """Adds ``value`` to the field; returns its value before."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.atomic_rmw("add", _field(builder, args[0]), args[1], "seq_cst")
+
+    return nt.int64(nt.int64, nt.int64), codegen
+
+
+@intrinsic
+def _cas(typingctx, field, old, new):  # type: ignore[no-untyped-def]
+    """Sets the field to ``new`` if it holds ``old``; whether it did."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        pair = builder.cmpxchg(_field(builder, args[0]), args[1], args[2], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
+
+    return nt.boolean(nt.int64, nt.int64, nt.int64), codegen
+
+
+# The CPU's spin-wait hint as an LLVM intrinsic (name, arguments); none elsewhere.
+_PAUSE = {
+    "x86_64": ("llvm.x86.sse2.pause", ()),
+    "amd64": ("llvm.x86.sse2.pause", ()),
+    "aarch64": ("llvm.aarch64.hint", (1,)),  # YIELD
+    "arm64": ("llvm.aarch64.hint", (1,)),
+}.get(platform.machine().lower())
+
+
+@intrinsic
+def _pause(typingctx):  # type: ignore[no-untyped-def]
+    """The CPU's spin-wait hint (nothing where it has none)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        if _PAUSE is not None:
+            name, values = _PAUSE
+            _c_call(builder, name, ir.VoidType(), [ir.IntType(32)(v) for v in values])
+        return context.get_dummy_value()
+
+    return nt.void(), codegen
+
+
+def _c_call(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
+
+
+def _sync_call(name: str, fields: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    """The intrinsic calling C function ``name`` on the addresses in ``fields``."""
+
+    @intrinsic
+    def call(typingctx):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+            ptrs = [
+                builder.inttoptr(builder.load_atomic(_field(builder, i64(f)), "monotonic", 8), i8p)
+                for f in fields
+            ]
+            _c_call(builder, name, ir.IntType(32), ptrs)
+            return context.get_dummy_value()
+
+        return nt.void(), codegen
+
+    return call
+
+
+_lock = _sync_call("rvm_pthread_mutex_lock", (MUTEX,))
+_unlock = _sync_call("rvm_pthread_mutex_unlock", (MUTEX,))
+_wait = _sync_call("rvm_pthread_cond_wait", (COND, MUTEX))
+_broadcast = _sync_call("rvm_pthread_cond_broadcast", (COND,))
+_wait_done = _sync_call("rvm_pthread_cond_wait", (DONE_COND, MUTEX))
+_signal_done = _sync_call("rvm_pthread_cond_broadcast", (DONE_COND,))
+
+
+@intrinsic
+def _piece(typingctx, fn, i, data):  # type: ignore[no-untyped-def]
+    """Calls piece function ``fn`` (an address) on piece ``i`` and ``data``."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [i64, i8p, i8p])
+        target = builder.inttoptr(args[0], fnty.as_pointer())
+        builder.call(target, [args[1], ir.Constant(i8p, None), builder.inttoptr(args[2], i8p)])
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64, nt.int64, nt.int64), codegen
+
+
+# -- the pool ---------------------------------------------------------------------------------
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+
+@nb.njit(**_OPTS)
+def _claim():  # type: ignore[no-untyped-def]
+    """Runs pieces of the published job until none is left unclaimed; returns the job's
+    sequence number."""
+    while True:
+        word = _load(WORD)
+        seq = word >> 32
+        if seq & 1:  # being published: ready in a moment
+            _pause()
+            continue
+        i = word & _INDEX_MASK
+        fn, n, data = _load(FN), _load(N), _load(DATA)
+        if i >= n:
+            return seq
+        # The word still holding (seq, i) proves fn, n and data were seq's (fields change
+        # only after the sequence number does).
+        if _cas(WORD, word, word + 1):
+            _piece(fn, i, data)
+            if _add(DONE, 1) == n - 1 and _load(WAITING) != 0:  # the caller sleeps
+                _lock()
+                _signal_done()
+                _unlock()
+
+
+@nb.cfunc(nt.void(nt.int64, nt.int64, nt.int64), **_OPTS)
+def _run(fn, n, data):  # type: ignore[no-untyped-def]
+    """Runs the job ``fn`` on pieces 0 .. n - 1 (see the module docstring)."""
+    if n <= 0:
+        return
+    if n == 1 or n >= MAX_PIECES or _load(WANTED) == 0 or not _cas(BUSY, 0, 1):
+        for i in range(n):
+            _piece(fn, i, data)
+        return
+    seq = ((_load(WORD) >> 32) + 1) & _SEQ_MASK  # odd: publishing
+    _store(WORD, seq << 32)
+    _store(FN, fn)
+    _store(DATA, data)
+    _store(N, n)
+    _store(DONE, 0)
+    _store(WORD, ((seq + 1) & _SEQ_MASK) << 32)  # even: open, from piece 0
+    if _load(SLEEPING) > 0:
+        _lock()
+        _broadcast()
+        _unlock()
+    _claim()
+    spins, s = _load(SPIN), 0
+    while _load(DONE) < n and s < spins:  # pieces helpers claimed and still run
+        _pause()
+        s += 1
+    if _load(DONE) < n:  # sleep: the core may be the late helper's
+        _lock()
+        _store(WAITING, 1)
+        while _load(DONE) < n:
+            _wait_done()
+        _store(WAITING, 0)
+        _unlock()
+    _store(BUSY, 0)
+
+
+@nb.njit(**_OPTS)
+def _wanted(index):  # type: ignore[no-untyped-def]
+    return index < _load(WANTED)
+
+
+@nb.cfunc(nt.void(nt.int64), **_OPTS)
+def _helper(index):  # type: ignore[no-untyped-def]
+    """Helper ``index``'s loop: claim pieces, spin, sleep; returns once the pool wants at most
+    ``index`` helpers."""
+    while _wanted(index):
+        seen = _claim()
+        spins, s = _load(SPIN), 0
+        while (_load(WORD) >> 32) == seen and _wanted(index):
+            if s < spins:
+                _pause()
+                s += 1
+                continue
+            _lock()
+            _add(SLEEPING, 1)
+            while (_load(WORD) >> 32) == seen and _wanted(index):
+                _wait()
+            _add(SLEEPING, -1)
+            _unlock()
+
+
+@nb.cfunc(nt.int64(), **_OPTS)
+def _threads():  # type: ignore[no-untyped-def]
+    return _load(WANTED) + 1
+
+
+@nb.cfunc(nt.int64(), **_OPTS)
+def _busy():  # type: ignore[no-untyped-def]
+    return _load(BUSY)
+
+
+@nb.cfunc(nt.void(nt.int64), **_OPTS)
+def _spin(count):  # type: ignore[no-untyped-def]
+    """``count`` spin-wait steps, as a helper takes them (to calibrate `SPIN_US`)."""
+    for _ in range(count):
+        _load(WORD)
+        _pause()
+
+
+RUN = "rvm_pool_run"
+"""The symbol of the pool's C function ``run(fn, n, data)`` (int64 each)."""
+_SYMBOLS = {RUN: _run, "rvm_pool_threads": _threads, "rvm_pool_busy": _busy}
+for _symbol, _cfunc in _SYMBOLS.items():
+    llvm.add_symbol(_symbol, _cfunc.address)
+
+# Through ctypes the GIL is released for the call.
+_run_c = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(_run.address)
+_helper_c = ctypes.CFUNCTYPE(None, ctypes.c_int64)(_helper.address)
+_spin_c = ctypes.CFUNCTYPE(None, ctypes.c_int64)(_spin.address)
+PIECE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+"""The C type of a piece function."""
+
+
+# -- for compiled callers ---------------------------------------------------------------------
+
+
+@intrinsic
+def run(typingctx, fn, n, data):  # type: ignore[no-untyped-def]
+    """Runs piece function ``fn`` (an int64 address) on pieces 0 .. n - 1 with ``data`` (an
+    int64 address), on the pool and the calling thread; returns when all are done."""
+    for a in (fn, n, data):
+        if not isinstance(a, nt.Integer):
+            return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        values = [context.cast(builder, v, t, nt.int64) for v, t in zip(args, signature.args)]
+        _c_call(builder, RUN, ir.VoidType(), values)
+        return context.get_dummy_value()
+
+    return nt.void(fn, n, data), codegen
+
+
+@intrinsic
+def threads(typingctx):  # type: ignore[no-untyped-def]
+    """How many threads a job can run on: the caller and the pool's helpers."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return _c_call(builder, "rvm_pool_threads", ir.IntType(64), [])
+
+    return nt.int64(), codegen
+
+
+@intrinsic
+def busy(typingctx):  # type: ignore[no-untyped-def]
+    """Whether a job runs on the pool now (a job started now would run in its caller)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        value = _c_call(builder, "rvm_pool_busy", ir.IntType(64), [])
+        return builder.icmp_signed("!=", value, ir.IntType(64)(0))
+
+    return nt.boolean(), codegen
+
+
+# -- for Python -------------------------------------------------------------------------------
+
+_guard = threading.Lock()  # over _helpers and the helper count
+_helpers: list[threading.Thread] = []
+
+
+def helpers() -> int:
+    """How many helper threads the pool has (jobs run on these and their caller)."""
+    return int(_state[WANTED * _LINE])
+
+
+def _calibrate() -> int:
+    """Spin-wait steps in `SPIN_US` on this machine (the fastest of three timings)."""
+    steps = 1 << 12
+    best = min(_timed(steps) for _ in range(3))
+    return max(1, int(steps * SPIN_US * 1000 / max(best, 1)))
+
+
+def _timed(steps: int) -> int:
+    t0 = time.perf_counter_ns()
+    _spin_c(steps)
+    return time.perf_counter_ns() - t0
+
+
+def _wake_all() -> None:
+    _libc.pthread_mutex_lock(ctypes.c_void_p(_state[MUTEX * _LINE]))
+    _libc.pthread_cond_broadcast(ctypes.c_void_p(_state[COND * _LINE]))
+    _libc.pthread_mutex_unlock(ctypes.c_void_p(_state[MUTEX * _LINE]))
+
+
+def set_helpers(n: int) -> None:
+    """Makes the pool have ``n`` helper threads (0: every job runs in its caller), starting
+    or stopping threads; a no-op when it has them.
+
+    Raises:
+        ValueError: ``n`` is not a whole number >= 0.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"set_helpers: expected a whole number >= 0 of helpers, got {n!r}")
+    with _guard:
+        alive = [t for t in _helpers if t.is_alive()]
+        if n == len(alive) == helpers():
+            return
+        if _state[SPIN * _LINE] == 0:
+            _state[SPIN * _LINE] = _calibrate()
+        _state[WANTED * _LINE] = n
+        _wake_all()  # sleepers past the new count leave
+        for t in alive[n:]:
+            t.join()
+        del alive[n:]
+        for i in range(len(alive), n):
+            t = threading.Thread(target=_helper_c, args=(i,), name=f"rvm-pool-{i}", daemon=True)
+            t.start()
+            alive.append(t)
+        _helpers[:] = alive
+
+
+def for_each(n: int, fn: Callable[[int], object]) -> None:
+    """Calls ``fn(i)`` for i in 0 .. n - 1 on the pool and this thread, and returns when all
+    have returned. The first exception a call raised is raised here (the pieces not yet
+    started then are skipped)."""
+    errors: list[BaseException] = []
+
+    def piece(i: int, _null: int | None, _data: int | None) -> None:
+        if errors:
+            return
+        try:
+            fn(i)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller
+            errors.append(err)
+
+    callback = PIECE(piece)
+    _run_c(ctypes.cast(callback, ctypes.c_void_p).value, n, 0)
+    if errors:
+        raise errors[0]
+
+
+def _reset_in_child() -> None:
+    """A forked child has none of its parent's helpers: jobs run in their caller until
+    `set_helpers` starts new ones."""
+    global _guard
+    _guard = threading.Lock()
+    _helpers.clear()
+    for field in (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING):
+        _state[field * _LINE] = 0
+    _init_sync()
+
+
+def _stop() -> None:
+    """At exit: helpers leave their loop (none is left inside native code or a piece)."""
+    _state[WANTED * _LINE] = 0
+    _wake_all()
+    for t in list(_helpers):
+        t.join(timeout=1.0)
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+atexit.register(_stop)

@@ -1,0 +1,116 @@
+"""Cached kernels load without Numba's compiler (`rvm.runtime.native.numba_cache`): a warm start
+compiles nothing and imports none of Numba's lowering registries; a light load that fails falls
+back to Numba's own; a corrupt object-code file is recompiled with a log line, not a crash."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from jit_helpers import numpy_run, prim, rand, var
+
+from rvm import op
+from rvm.jit import jit_kernel, load_kernel
+from rvm.runtime.native import loader, numba_cache
+from rvm.runtime.native.cache import kernel_path, object_code_dir
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+# A model with a convolution (a library entry point), tanh (mathlib) and a softmax.
+SCRIPT = """
+import json, sys
+sys.path.insert(0, {src!r})
+import numpy as np
+import rvm
+from rvm import op
+from rvm.script import T, module, func
+
+@module
+class M:
+    @func
+    def main(x: T[(1, 3, 9, 9), "float32"], w: T[(4, 3, 3, 3), "float32"]):
+        y = op.tanh(op.conv2d(x, w, padding=1))
+        return op.softmax(op.reshape(y, (1, 324)), axis=1)
+
+ex = rvm.compile(M)
+x = np.linspace(-1, 1, 243, dtype=np.float32).reshape(1, 3, 9, 9)
+w = np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)
+out = np.asarray(rvm.VirtualMachine(ex)["main"](x, w))
+from rvm.runtime.native import loader, numba_cache
+print(json.dumps({{
+    "kernels": loader.kernel_counts(),
+    "loads": numba_cache.counts(),
+    "registries": "numba.np.arraymath" in sys.modules,
+    "sum": float(out.sum()),
+}}))
+"""
+
+
+def _start(tmp_path: Path) -> dict:
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT.format(src=SRC))
+    env = {**os.environ, "RVM_CACHE_DIR": str(tmp_path / "cache"), "RVM_JIT_WORKERS": "0"}
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_warm_start_compiles_nothing(tmp_path: Path) -> None:
+    cold = _start(tmp_path)
+    assert cold["kernels"]["compiled"] >= 1
+    warm = _start(tmp_path)
+    assert warm["kernels"] == {"loaded": cold["kernels"]["compiled"], "compiled": 0}
+    assert warm["loads"]["light"] >= warm["kernels"]["loaded"]
+    assert warm["loads"]["fallback"] == 0 and warm["loads"]["normal"] == 0
+    assert not warm["registries"]  # Numba's compiler was not started
+    assert np.isclose(warm["sum"], 1.0) and np.isclose(cold["sum"], 1.0)
+
+
+def _record(tag: str):
+    x = var("x", ("n",))
+    func = prim([x], op.tanh(x) * 3.0)
+    return func, jit_kernel(f"k_numba_cache_{tag}", func, "return", generic=False)
+
+
+def test_a_failing_light_load_falls_back_to_numbas_own(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    func, rec = _record("fallback")
+    x = rand((7,))
+    load_kernel(rec)  # compiled (or loaded) and cached
+    monkeypatch.setattr(loader, "_modules", {})  # forget it: the next load reads the cache
+
+    def broken(*args: object) -> None:
+        raise AttributeError("no _load_overload in this Numba")
+
+    monkeypatch.setattr(numba_cache, "light_load", broken)
+    before = numba_cache.counts()
+    k = load_kernel(rec)
+    assert numba_cache.counts()["fallback"] == before["fallback"] + 1
+    assert sum(k.stats.cache_hits.values()) == 1  # Numba's own load found it
+    np.testing.assert_allclose(k(x), numpy_run(func, x), rtol=1e-5)
+
+
+def test_a_corrupt_object_code_file_is_recompiled_with_a_log_line(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    func, rec = _record("corrupt")
+    load_kernel(rec)
+    path = kernel_path(rec.source)
+    data = list(object_code_dir(path).glob(f"{path.stem}.*.nbc"))
+    assert data
+    for f in data:
+        f.write_bytes(b"not a pickle")
+    monkeypatch.setattr(loader, "_modules", {})  # forget it: the next load reads the cache
+    with caplog.at_level(logging.WARNING, logger="rvm.jit"):
+        k = load_kernel(rec)
+    assert "dropped a broken cache entry" in caplog.text
+    assert sum(k.stats.cache_misses.values()) == 1  # compiled again
+    x = rand((9,))
+    np.testing.assert_allclose(k(x), numpy_run(func, x), rtol=1e-5)

@@ -1,0 +1,195 @@
+"""rvm's thread pool (`rvm.runtime.native.workpool`): every piece runs exactly once, errors
+reach the caller, a nested or busy pool runs the job in its caller, compiled code runs pieces
+on it, and a forked child runs jobs (in the caller, then on new helpers)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numba as nb
+import numpy as np
+import pytest
+
+import rvm
+from rvm.runtime.native import parfor, workpool
+from rvm.testing.threads import run_in_threads
+
+
+@pytest.fixture(params=[1, 2, 4], ids=["1-thread", "2-threads", "4-threads"])
+def threads(request) -> Iterator[int]:
+    """rvm's thread count for the test (more threads than cores too), set back after it."""
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(request.param)
+    yield request.param
+    rvm.set_num_threads(before)
+
+
+def test_the_pool_has_count_minus_one_helpers(threads) -> None:
+    assert workpool.helpers() == threads - 1
+    assert nb.njit(lambda: workpool.threads())() == threads
+    names = [t.name for t in threading.enumerate() if t.name.startswith("rvm-pool-")]
+    assert len(names) == threads - 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 17, 1000])
+def test_every_piece_runs_exactly_once(threads, n) -> None:
+    for _ in range(20):
+        hits: list[int] = []
+        workpool.for_each(n, hits.append)
+        assert Counter(hits) == Counter(range(n))
+
+
+def test_helpers_take_pieces_while_the_caller_works(threads) -> None:
+    """With helpers, a job whose pieces wait for each other can only finish if pieces run
+    on several threads at once."""
+    if threads == 1:
+        pytest.skip("no helper")
+    both = threading.Barrier(2, timeout=30)
+    where: set[int] = set()
+
+    def piece(i: int) -> None:
+        where.add(threading.get_ident())
+        both.wait()
+
+    workpool.for_each(2, piece)
+    assert len(where) == 2
+
+
+def test_the_first_error_reaches_the_caller(threads) -> None:
+    def piece(i: int) -> None:
+        if i == 5:
+            raise KeyError("piece 5")
+
+    with pytest.raises(KeyError, match="piece 5"):
+        workpool.for_each(40, piece)
+    hits: list[int] = []
+    workpool.for_each(40, hits.append)  # the pool still works
+    assert Counter(hits) == Counter(range(40))
+
+
+def test_a_nested_job_runs_in_the_piece_that_started_it(threads) -> None:
+    inner: list[tuple[int, int]] = []
+
+    def outer(i: int) -> None:
+        me = threading.get_ident()
+        workpool.for_each(5, lambda j: inner.append((me, threading.get_ident())))
+
+    workpool.for_each(4, outer)
+    assert len(inner) == 20
+    assert all(starter == runner for starter, runner in inner)
+
+
+def test_a_job_finding_the_pool_busy_runs_in_its_caller(threads) -> None:
+    """While one thread's job holds the pool, another thread's job runs all its pieces in
+    that thread, without waiting for the first."""
+    if threads == 1:
+        pytest.skip("no helper")
+    holding, release = threading.Event(), threading.Event()
+    other: list[int] = []
+
+    def slow(i: int) -> None:
+        holding.set()
+        assert release.wait(timeout=30)
+
+    def first(_: int) -> None:
+        workpool.for_each(threads, slow)
+
+    def second(_: int) -> None:
+        assert holding.wait(timeout=30)
+        try:
+            workpool.for_each(6, lambda j: other.append(threading.get_ident()))
+            assert other == [threading.get_ident()] * 6
+        finally:
+            release.set()
+
+    run_in_threads(lambda i: (first if i == 0 else second)(i), 2)
+
+
+def test_jobs_from_many_threads_at_once(threads) -> None:
+    def work(t: int) -> None:
+        for n in range(1, 40):
+            hits: list[int] = []
+            workpool.for_each(n, hits.append)
+            assert Counter(hits) == Counter(range(n)), (t, n)
+
+    run_in_threads(work, 4)
+
+
+def test_bad_helper_counts_raise() -> None:
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="expected a whole number >= 0 of helpers"):
+            workpool.set_helpers(bad)  # type: ignore[arg-type]
+
+
+# -- compiled pieces ----------------------------------------------------------------------------
+
+
+def _fill_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``k`` adds k + 1 to element k (a `parfor` task)."""
+    job = parfor.job(data)
+    out = parfor.array_at(job[1], (job[2],), like)
+    out[k] += k + 1
+
+
+parfor.export_task("test_fill", _fill_task)
+_run_fill = parfor.runner("test_fill")
+
+
+@nb.njit(nogil=True)
+def _fill(out):  # type: ignore[no-untyped-def]
+    job = np.array((3, parfor.address(out), out.size), dtype=np.int64)
+    _run_fill(out, out.size, job)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64])
+def test_compiled_tasks_run_each_piece_once(threads, n) -> None:
+    parfor.require_task("test_fill", "float64")
+    for _ in range(20):
+        out = np.zeros(n)
+        _fill(out)
+        np.testing.assert_array_equal(out, np.arange(1, n + 1))
+
+
+FORKED = """
+import multiprocessing as mp
+from collections import Counter
+import rvm
+from rvm.runtime.native import workpool
+
+def run(n):
+    hits = []
+    workpool.for_each(n, hits.append)
+    assert Counter(hits) == Counter(range(n))
+    before = workpool.helpers()
+    rvm.runtime.native.threads.apply_environment()  # what the child's first VM does
+    workpool.for_each(n, hits.append)
+    assert Counter(hits) == Counter(list(range(n)) * 2)
+    return before, workpool.helpers(), len(hits)
+
+if __name__ == "__main__":
+    rvm.set_num_threads(3)
+    workpool.for_each(10, lambda i: None)  # the parent's helpers run
+    with mp.get_context("fork").Pool(1) as workers:
+        print(workers.apply(run, (50,)))
+"""
+
+
+def test_a_forked_child_resets_the_pool_then_restarts_it(tmp_path) -> None:
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    src = str(Path(rvm.__file__).resolve().parents[1])  # this checkout's rvm
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(0, 2, 100)"

@@ -1,0 +1,184 @@
+"""The `rvm` command line, end to end through real subprocesses (`python -m rvm ...`), on
+small ONNX models built here with onnx.helper."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def rvm_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", "rvm", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def ok(run: subprocess.CompletedProcess) -> str:
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    return run.stdout
+
+
+def user_error(run: subprocess.CompletedProcess, *phrases: str) -> str:
+    """The one-line message of a user error: status 1, no traceback."""
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    lines = [ln for ln in run.stderr.replace("\r", "\n").splitlines() if ln.startswith("rvm:")]
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    return lines[0]
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """small.onnx (x: (n, 4) -> relu(x @ w + b)), two_out.onnx (a tuple result),
+    unsupported.onnx (an op rvm lacks), and small.rvmx compiled from small.onnx."""
+    d = tmp_path_factory.mktemp("cli")
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype("float32"), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype("float32"), "b")
+    f32 = TensorProto.FLOAT
+    small = _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"]),
+            helper.make_node("Add", ["h", "b"], ["a"]),
+            helper.make_node("Relu", ["a"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", f32, ["n", 4])],
+        [helper.make_tensor_value_info("y", f32, ["n", 3])],
+        [w, b],
+    )
+    onnx.save(small, d / "small.onnx")
+    two = _model(
+        [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Neg", ["x"], ["m"])],
+        [helper.make_tensor_value_info("x", f32, [2, 3])],
+        [
+            helper.make_tensor_value_info("e", f32, [2, 3]),
+            helper.make_tensor_value_info("m", f32, [2, 3]),
+        ],
+    )
+    onnx.save(two, d / "two_out.onnx")
+    bad = _model(
+        [helper.make_node("NonMaxSuppression", ["x", "s"], ["y"])],
+        [
+            helper.make_tensor_value_info("x", f32, [1, 4, 4]),
+            helper.make_tensor_value_info("s", f32, [1, 1, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [None, 3])],
+    )
+    onnx.save(bad, d / "unsupported.onnx")
+    ok(rvm_cmd("compile", "small.onnx", "-o", "small.rvmx", "--exec-mode", "compiled", cwd=d))
+    np.save(d / "x.npy", rng.standard_normal((5, 4)).astype("float32"))
+    return d
+
+
+def test_compile_writes_a_loadable_executable(work):
+    import rvm
+
+    ex = rvm.load_executable(str(work / "small.rvmx"))
+    assert ex.default_exec_mode == "compiled" and len(ex.kernels) == 1
+    out = ok(rvm_cmd("compile", "two_out.onnx", "-q", cwd=work))  # -o defaults to beside it
+    assert "wrote two_out.rvmx" in out and (work / "two_out.rvmx").is_file()
+
+
+def test_run_given_inputs_matches_numpy(work):
+    import onnx.numpy_helper as nh
+
+    model = onnx.load(work / "small.onnx")
+    w, b = (nh.to_array(t) for t in model.graph.initializer)
+    x = np.load(work / "x.npy")
+    for path in ("small.rvmx", "small.onnx"):
+        out = ok(rvm_cmd("run", path, "--input", "x=x.npy", "-o", "out.npz", cwd=work))
+        assert "output: shape (5, 3) float32  min " in out and " mean " in out
+        got = np.load(work / "out.npz")["output"]
+        np.testing.assert_allclose(got, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_run_makes_random_inputs_from_the_signature(work):
+    out = ok(rvm_cmd("run", "small.rvmx", "--dim", "n=7", cwd=work))
+    assert "input x: shape (7, 4) float32" in out and "output: shape (7, 3) float32" in out
+    out = ok(rvm_cmd("run", "two_out.onnx", cwd=work))
+    assert "output[0]: shape (2, 3) float32" in out and "output[1]: shape (2, 3)" in out
+
+
+def test_inspect_shows_stats_signatures_kernels_and_bytecode(work):
+    out = ok(rvm_cmd("inspect", "small.rvmx", cwd=work))
+    assert "exec mode compiled" in out and "functions: 1" in out
+    assert "@main(x: Tensor((n, 4), float32)) -> Tensor((n, 3), float32)" in out
+    assert "fused_matmul_add_relu" in out and "matmul,add,relu" in out
+    assert "invoke_packed" not in out
+    text = ok(rvm_cmd("inspect", "small.rvmx", "--text", cwd=work))
+    assert "invoke_packed" in text and "func 0 @main" in text
+
+
+def test_bench_compares_with_onnxruntime_and_prints_json(work):
+    pytest.importorskip("onnxruntime")
+    run = rvm_cmd("bench", "small.onnx", "--dim", "n=16", "--repeat", "5", cwd=work)
+    out = ok(run)
+    assert "timing rvm bytecode" in run.stderr and "5/5 done" in run.stderr  # progress bar
+    assert "onnxruntime" in out and "rvm / onnxruntime:" in out
+    report = json.loads(ok(rvm_cmd("bench", "small.rvmx", "--dim", "n=4", "--json", cwd=work)))
+    assert set(report["median_ms"]) == {"rvm compiled"} and report["repeat"] == 20
+    assert report["inputs"] == {"x": [[4, 4], "float32"]}
+
+
+def test_user_errors_are_one_line_without_traceback(work):
+    (work / "corrupt.rvmx").write_bytes((work / "small.rvmx").read_bytes()[:200])
+    np.save(work / "wide.npy", np.zeros((5, 7), "float32"))
+    np.save(work / "ints.npy", np.zeros((5, 4), "int32"))
+    user_error(rvm_cmd("run", "missing.rvmx", cwd=work), "no such file: missing.rvmx")
+    user_error(rvm_cmd("inspect", "corrupt.rvmx", cwd=work), "ExecutableFormatError")
+    user_error(rvm_cmd("run", "x.npy", cwd=work), "ExecutableFormatError", "not an rvm executable")
+    user_error(rvm_cmd("run", "small.rvmx", cwd=work), "give its size with --dim n=SIZE")
+    user_error(
+        rvm_cmd("run", "small.rvmx", "--input", "z=x.npy", cwd=work),
+        "@main has no parameter 'z'; its parameters: x",
+    )
+    user_error(rvm_cmd("run", "small.rvmx", "--input", "x=wide.npy", cwd=work), "ShapeError")
+    user_error(rvm_cmd("run", "small.rvmx", "--input", "x=ints.npy", cwd=work), "DTypeError")
+    user_error(rvm_cmd("run", "small.rvmx", "--input", "x=nope.npy", cwd=work), "no such file")
+    user_error(rvm_cmd("run", "small.rvmx", "--dim", "n=many", cwd=work), "must be an integer")
+    user_error(rvm_cmd("run", "small.rvmx", "-f", "nope", cwd=work), "no function 'nope'")
+    user_error(rvm_cmd("compile", "unsupported.onnx", cwd=work), "OnnxImportError", "NonMax")
+    user_error(rvm_cmd("compile", "small.rvmx", cwd=work), "takes an ONNX model")
+    usage = rvm_cmd("frobnicate", cwd=work)
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr
+
+
+def test_run_and_inspect_of_a_saved_executable_import_no_compiler(work):
+    code = (
+        "import sys; from rvm.cli import main; main(['run', 'small.rvmx', '--dim', 'n=2']); "
+        "main(['inspect', 'small.rvmx']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('rvm.ir', 'rvm.codegen', "
+        "'rvm.transform', 'rvm.frontend', 'onnx'))))"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC}
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[]"
