@@ -28,11 +28,22 @@ bytecode it replaces, not a cost per statement it runs. Counts changed with exec
 
 Goals: compiled <= 0.6x bytecode on chain100 and rnn100; bytecode <= 0.5x interpret on
 chain100, rnn100 and fib20; compiled VM overhead <= 150 ns per instruction.
+
+The native section (`native_programs.py`: the MLP 784-128-10 at batch 1, 50 tiny unfused
+elementwise ops on a (4,) tensor, 100 steps of an H=32 RNN cell) times, interleaved in one
+process after checking every output against `rvm.interpret`: rvm's compiled and native modes
+(``vm["main"](...)``, entry checks included), a hand-written whole-function Numba function of
+the same computation, ONNX Runtime (one thread, as OpenBLAS here) on the same program as an
+ONNX model (the RNN as a ``Loop``), and rvm's native mode on that model imported with
+`rvm.from_onnx`. Goals, native over whole-function Numba: MLP <= 1.25, tiny ops <= 1.3, RNN
+<= 1.5, and native faster than ONNX Runtime on each. The cold build (the programs' kernels
+and native functions compiled with empty caches, in a child process) is reported too.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 from typing import Any
@@ -45,6 +56,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from common import (
     chain_module,
     count_instructions,
+    interleaved_medians,
     kernel_calls,
     median_time,
     replay,
@@ -52,15 +64,24 @@ from common import (
 )
 
 # isort: split
+import json
+import subprocess
+import sys
+import tempfile
+import time
+
 import numpy as np
+from native_programs import programs as native_programs
 
 import rvm
+from rvm.testing import assert_values_close
 from rvm.testing.programs import MLP, Recursion
 
-MODES = ("bytecode", "compiled")
+MODES = ("bytecode", "compiled", "native")
 GOAL_COMPILED_OVER_BYTECODE = 0.6
 GOAL_BYTECODE_OVER_INTERP = 0.5
 GOAL_OVERHEAD_NS = 150.0
+GOAL_NATIVE_OVER_NUMBA = {"mlp": 1.25, "tiny50": 1.3, "rnn100": 1.5}
 
 RNN_TEXT = """
 @module
@@ -161,7 +182,7 @@ def bench(prog: dict[str, Any], kernels: str, repeat: int, interp_s: float) -> l
                 "interp_us": interp_s * 1e6,
             }
         )
-    byte, comp = rows
+    byte, comp = rows[0], rows[1]
     for r in rows:
         r["over_bytecode"] = r["call_us"] / byte["call_us"]
         r["over_interp"] = r["call_us"] / (interp_s * 1e6)
@@ -205,7 +226,7 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
                 f"{key}: overhead {r['overhead_ns_per_instr']:.0f} ns/instr "
                 f"(goal <= {GOAL_OVERHEAD_NS:.0f}) {'ok' if ok else 'MISSED'}"
             )
-        elif r["program"] != "mlp1":
+        elif r["exec_mode"] == "bytecode" and r["program"] != "mlp1":
             ok = r["over_interp"] <= GOAL_BYTECODE_OVER_INTERP
             out.append(
                 f"{key}: bytecode/interpret {r['over_interp']:.3f} "
@@ -214,12 +235,149 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+# -- the native section ---------------------------------------------------------------------
+
+
+def _ort_session(model: Any) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def native_rows(repeat: int) -> list[dict[str, Any]]:
+    """Per program of `native_programs`: the interleaved medians and their ratios."""
+    rows = []
+    for prog in native_programs():
+        name, args = prog["name"], prog["args"]
+        ex = rvm.compile(prog["mod"], opt_level=prog["opt_level"])
+        compiled = rvm.VirtualMachine(ex, exec_mode="compiled")["main"]
+        vm = rvm.VirtualMachine(ex, exec_mode="native")
+        native = vm["main"]
+        model = prog["onnx"]()
+        session = _ort_session(model)
+        feed = {i.name: a for i, a in zip(session.get_inputs(), args)}
+        imported = rvm.compile(rvm.from_onnx(model), opt_level=prog["opt_level"])
+        vm_onnx = rvm.VirtualMachine(imported, exec_mode="native")
+        native_onnx = vm_onnx["main"]
+        numba_fn = prog["numba"]
+        ref = rvm.interpret(prog["mod"], "main", *args)
+        close = {"rtol": 1e-4, "atol": 1e-5}
+        assert_values_close(compiled(*args), ref, **close)
+        assert_values_close(native(*args), ref, **close)
+        assert_values_close(native_onnx(*args), ref, **close)
+        assert_values_close(numba_fn(*args), ref, rtol=1e-3, atol=1e-4)
+        assert_values_close(session.run(None, feed)[0], ref, rtol=1e-3, atol=1e-4)
+        for which, report in (("rvm script", vm), ("onnx import", vm_onnx)):
+            fallbacks = report.native_report().fallbacks
+            if fallbacks:
+                raise AssertionError(f"{name} ({which}) is not all native: {fallbacks}")
+        times = interleaved_medians(
+            {
+                "compiled": functools.partial(compiled, *args),
+                "native": functools.partial(native, *args),
+                "numba": functools.partial(numba_fn, *args),
+                "ort": functools.partial(session.run, None, feed),
+                "native_onnx": functools.partial(native_onnx, *args),
+            },
+            repeat=repeat,
+        )
+        row = {"program": name, **{f"{k}_us": v * 1e6 for k, v in times.items()}}
+        row["native_over_numba"] = times["native"] / times["numba"]
+        row["native_over_ort"] = times["native"] / times["ort"]
+        rows.append(row)
+    return rows
+
+
+def native_table(rows: list[dict[str, Any]]) -> str:
+    cols = ["compiled", "native", "numba", "ort", "native_onnx"]
+    head = f"{'program':<8} " + " ".join(f"{c + ' us':>14}" for c in cols)
+    head += f" {'native/numba':>13} {'native/ort':>11}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        figures = " ".join(f"{r[c + '_us']:>14.2f}" for c in cols)
+        lines.append(
+            f"{r['program']:<8} {figures} {r['native_over_numba']:>13.2f} "
+            f"{r['native_over_ort']:>11.2f}"
+        )
+    return "\n".join(lines)
+
+
+def native_goals(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in rows:
+        goal = GOAL_NATIVE_OVER_NUMBA[r["program"]]
+        ok = r["native_over_numba"] <= goal and r["native_over_ort"] < 1
+        out.append(
+            f"{r['program']}/native: {r['native_over_numba']:.2f}x whole-function Numba (goal "
+            f"<= {goal}), {r['native_over_ort']:.2f}x ONNX Runtime (goal < 1) "
+            f"{'ok' if ok else 'MISSED'}"
+        )
+    return out
+
+
+def cold_build() -> dict[str, dict[str, float]]:
+    """Seconds to build each native program from empty caches (a child process): its kernels
+    (`rvm.compile`) and its native functions (the first native call)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, RVM_CACHE_DIR=f"{tmp}/rvm", NUMBA_CACHE_DIR=f"{tmp}/numba")
+        out = subprocess.run(
+            [sys.executable, __file__, "--cold-child"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _cold_child() -> None:
+    builds = {}
+    rvm.VirtualMachine(rvm.compile(chain_module(1)), exec_mode="native")["main"](
+        np.ones((1, 8), "float32"), np.ones((8, 8), "float32")
+    )  # Numba's own start-up (and the native helpers), not counted
+    for prog in native_programs():
+        start = time.perf_counter()
+        ex = rvm.compile(prog["mod"], opt_level=prog["opt_level"])
+        kernels = time.perf_counter() - start
+        vm = rvm.VirtualMachine(ex, exec_mode="native")
+        start = time.perf_counter()
+        vm["main"](*prog["args"])
+        native = time.perf_counter() - start
+        builds[prog["name"]] = {"kernels_s": kernels, "native_s": native}
+    print(json.dumps(builds))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--kernels", default="numpy,jit", help="kernel backends to run")
+    parser.add_argument("--native-only", action="store_true", help="only the native section")
+    parser.add_argument("--cold-child", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.cold_child:
+        _cold_child()
+        return
     repeat = 5 if opts.quick else 11
+    native = native_rows(31 if opts.quick else 101)
+    cold = cold_build()
+    print(f"native section (load {os.getloadavg()[0]:.1f}), medians interleaved, us per call")
+    print(native_table(native))
+    for line in native_goals(native):
+        print("  " + line)
+    for name, build in cold.items():
+        print(
+            f"  cold build {name}: kernels {build['kernels_s']:.2f} s, "
+            f"native functions {build['native_s']:.2f} s"
+        )
+    print()
+    if opts.native_only:
+        write_results("exec_modes_native", {"native": native, "cold_build": cold})
+        return
     backends = [k for k in opts.kernels.split(",") if k]
     rows: list[dict[str, Any]] = []
     for prog in programs():
@@ -248,6 +406,9 @@ def main() -> None:
                 "compiled_overhead_ns_per_instr_max": GOAL_OVERHEAD_NS,
             },
             "rows": rows,
+            "native": native,
+            "native_goals": GOAL_NATIVE_OVER_NUMBA,
+            "cold_build": cold,
         },
     )
 

@@ -114,3 +114,41 @@ def test_a_corrupt_object_code_file_is_recompiled_with_a_log_line(
     assert sum(k.stats.cache_misses.values()) == 1  # compiled again
     x = rand((9,))
     np.testing.assert_allclose(k(x), numpy_run(func, x), rtol=1e-5)
+
+
+STAMP_SCRIPT = """
+import sys
+sys.path.insert(0, {src!r})
+from rvm.runtime.native import cache, numba_cache
+numba_cache.install()
+print(cache.object_code_dir(cache.Path(cache.__file__)))
+"""
+
+
+def test_the_librarys_object_code_is_dropped_after_its_source_changes(tmp_path: Path) -> None:
+    """A change to the library's source (the stamp beside its object code no longer matches)
+    drops every cached library function, once, before the first load: stale code compiled
+    against another version of a sibling module would abort the process in LLVM."""
+    script = tmp_path / "stamp.py"
+    script.write_text(STAMP_SCRIPT.format(src=SRC))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def start() -> Path:
+        out = subprocess.run(
+            [sys.executable, str(script)], env=env, check=True, capture_output=True, text=True
+        )
+        return Path(out.stdout.strip().splitlines()[-1])
+
+    folder = start()
+    stamp = folder / "rvm-native-library.stamp"
+    digest = stamp.read_text()
+    planted = [folder / "conv.f-1.py311.nbi", folder / "conv.f-1.py311.1.nbc"]
+    other = folder / "notes.txt"
+    for f in [*planted, other]:
+        f.write_bytes(b"x")
+    start()  # the stamp matches: nothing dropped
+    assert all(f.exists() for f in planted)
+    stamp.write_text("an older library")
+    start()
+    assert not any(f.exists() for f in planted)
+    assert other.exists() and stamp.read_text() == digest

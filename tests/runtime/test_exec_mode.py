@@ -22,13 +22,18 @@ from rvm.runtime.decode import decode_executable
 from rvm.runtime.executable import EXEC_MODES, Executable
 from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
+from rvm.runtime.native_mode import NativeMode
 
 # The attributes `ExecContext` documents: all a mode may read.
 INTERFACE = frozenset(
     {"executable", "functions", "raw_packed", "packed", "allocator", "fatal", "run_bytecode"}
     | {"error"}
 )
-REAL_MODES: dict[str, Callable[[Any], Any]] = {"bytecode": BytecodeMode, "compiled": CompiledMode}
+REAL_MODES: dict[str, Callable[[Any], Any]] = {
+    "bytecode": BytecodeMode,
+    "compiled": CompiledMode,
+    "native": NativeMode,
+}
 
 
 class Restricted:
@@ -129,7 +134,7 @@ def test_failures_read_the_same_in_both_modes() -> None:
             run.run(0, [np.ones(4, "float32")] * 2)
         assert info.value.stack == [(0, 3)] and isinstance(info.value.cause, ValueError)
         messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    assert messages[0] == messages[1] == messages[2]
     assert messages[0].startswith("invoke_packed fused_add_exp failed: ValueError: kernel explo")
 
 

@@ -48,7 +48,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         verify: run the IR verifier after every pass.
         dump_dir: write the module after every pass into this directory.
         exec_mode: the executable's ``default_exec_mode``, which ``rvm.VirtualMachine(ex)``
-            uses when given none: ``"bytecode"`` or ``"compiled"``.
+            uses when given none: ``"bytecode"``, ``"compiled"`` or ``"native"``.
         build_kernels: build the kernels now (jit: compile them through Numba, the missing
             ones in several processes at once (`rvm.jit.parallel`), or load them from the
             on-disk cache), so a `rvm.JITError` surfaces here and a saved executable finds

@@ -20,7 +20,7 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
 from rvm.op import ops
-from rvm.runtime.native import blas
+from rvm.runtime.native import cblas
 
 BLAS_DTYPES = ("float32", "float64")
 
@@ -81,14 +81,14 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     kb.root.lines.append(f"    {ov}[...] = 0")
     loop = Body(kb.root, None, f"elif {m} > 0 and {n} > 0:")
 
-    if blas.AVAILABLE:
+    if cblas.AVAILABLE:
         kb.imports.add("from rvm.runtime.native.blas import matmul")
 
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
         bi = kb.broadcast_index(b2[:-2], batch, index) if not dense else []
         aref, bref, oref = _sub(av, ai), _sub(bv, bi), _sub(ov, index)
-        if blas.AVAILABLE:
+        if cblas.AVAILABLE:
             body.lines.append(f"matmul({aref}, {bref}, {oref}, {dense})")
         else:
             body.lines.append(f"np.dot({aref}, {bref + '.T' if dense else bref}, {oref})")
@@ -200,7 +200,7 @@ def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
     """A call of the convolution library (`rvm.runtime.native.conv`) on 4-d views of
     ``dtype``."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
-    if blas.AVAILABLE:
+    if cblas.AVAILABLE:
         params = (groups, sh, sw, dh, dw, pt, pl, pb, pr)
         kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:

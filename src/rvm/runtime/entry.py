@@ -28,7 +28,17 @@ from rvm.runtime.executable import ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.text import signature
 
-__all__ = ["BoundFunction", "SavedFunction", "bind_arguments", "check_arguments", "to_value"]
+__all__ = [
+    "NOT_RUN",
+    "BoundFunction",
+    "SavedFunction",
+    "bind_arguments",
+    "check_arguments",
+    "to_value",
+]
+
+NOT_RUN: Any = object()
+"""What a `BoundFunction`'s fast path returns when it did not run the call (see there)."""
 
 
 def _to_array(x: Any, dtype: str | None) -> np.ndarray:
@@ -190,24 +200,39 @@ class BoundFunction:
     values)` (the VM's entry) runs the function. The lookup by name happened once, when the
     object was made, so a positional call costs the checks and the run only.
 
+    An exec mode may offer a fast path (`fast(args)`, the native mode's): it runs a positional
+    call only when the arguments already are what the checks would pass unchanged, checking
+    them its own cheaper way, and returns `NOT_RUN` otherwise; the checks and `run` then take
+    the call as usual, so every error reads the same.
+
     Attributes:
         function: The `VMFunction` called.
         index: Its index in the executable's function table.
     """
 
-    __slots__ = ("function", "index", "_run", "_owner")
+    __slots__ = ("function", "index", "_run", "_owner", "_fast")
 
     def __init__(
-        self, function: VMFunction, index: int, run: Callable[[int, list], Any], owner: str
+        self,
+        function: VMFunction,
+        index: int,
+        run: Callable[[int, list], Any],
+        owner: str,
+        fast: Callable[[tuple], Any] | None = None,
     ) -> None:
         self.function = function
         self.index = index
         self._run = run
         self._owner = owner
+        self._fast = fast
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
             args = bind_arguments(self.function, args, kwargs)
+        elif self._fast is not None:
+            out = self._fast(args)
+            if out is not NOT_RUN:
+                return out
         return self._run(self.index, check_arguments(self.function, args))
 
     @property

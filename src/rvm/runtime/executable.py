@@ -29,7 +29,7 @@ MAX_REGISTERS = 1 << 20
 _KINDS = ("tensor", "tuple", "adt", "any")
 _BACKENDS = ("numpy", "jit")
 _STYLES = ("dps", "return")
-EXEC_MODES = ("bytecode", "compiled")
+EXEC_MODES = ("bytecode", "compiled", "native")
 _TERMINATORS = (
     Opcode.RET,
     Opcode.GOTO,

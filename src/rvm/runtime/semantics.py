@@ -27,6 +27,13 @@ asks for one form of it:
 A template writes a register only as its first target (`{dst} = ...`). The free names templates
 use are `RUNTIME_NAMES` plus, bound per VM, `_alloc` (the allocator's `alloc`), `_alloc_view`
 (`memory.alloc_view_of`) and `_Fatal` (the exception FATAL raises).
+
+The native mode (`native_codegen.py`) renders the same templates inside a Numba function, where
+a few Python forms have no meaning (`None`, `type(x) is`, the VM's allocator, ADT objects):
+`NATIVE` gives those opcodes their native form, with the same meaning for the values native
+code holds (tensors, tuples of them, int64 shape heaps, shapes as tuples of ints). Its own free
+names are those of `rvm.runtime.native_support` (`_storage`, `_view`, `_shape_array`) and
+`_empty`, `_zeros`, `_int64` (numpy's).
 """
 
 from __future__ import annotations
@@ -54,13 +61,20 @@ __all__ = [
     "IF_BOOL",
     "IF_EQUAL",
     "IF_INT",
+    "IF_SCALAR",
+    "IF_SCALARS",
+    "NATIVE",
     "RUNTIME_NAMES",
     "SEMANTICS",
     "TINY_TENSOR",
+    "TUPLE_FIELD",
     "VARIANTS",
+    "VIEW_TENSOR",
+    "VIEW_TENSOR_REG",
     "closure_error",
     "consti",
     "fields",
+    "native_template",
     "new_tensor_nbytes",
     "operand_kinds",
     "render",
@@ -130,6 +144,44 @@ scalar does (numeric dtypes, the only ones a test holds), without a ufunc call."
 
 IF_BOOL = "{test}"
 """IF_INT when `test` surely holds a bool tensor and `value` is 1 (`not` it for 0)."""
+
+
+IF_SCALAR = "{test}[()] == {value}"
+"""IF_IMM's test in native code, where `test` is a 0-d array and `value` an int (`IF_INT`)."""
+
+IF_SCALARS = "{test}[()] == {target}[()]"
+"""IF's test in native code, where `test` and `target` are 0-d arrays (`IF_EQUAL`)."""
+
+TUPLE_FIELD = "{dst} = {obj}[{index}]"
+"""GET_FIELD of a tuple (native code holds no `ADT`: its functions take and build tuples)."""
+
+VIEW_TENSOR = "{dst} = _view({storage}, {offset}, {shape}, {dtype})"
+"""ALLOC_TENSOR in native code: the block's bytes from `offset` as a tensor (`_view`)."""
+
+VIEW_TENSOR_REG = "{dst} = _view({storage}, {offset}, {shape:dims}, {dtype})"
+"""ALLOC_TENSOR_REG in native code (the shape register holds a tuple of ints there)."""
+
+NATIVE: dict[Opcode, str] = {
+    O.ALLOC_STORAGE: "{dst} = _storage({size:scalar})",
+    O.ALLOC_TENSOR: VIEW_TENSOR,
+    O.ALLOC_TENSOR_REG: VIEW_TENSOR_REG,
+    O.GET_FIELD: TUPLE_FIELD,
+    O.SHAPE_OF: "{dst} = _shape_array({tensor})",
+    O.KILL_REGISTER: "pass  # {reg} dies where Numba sees its last use",
+    O.NEW_TENSOR: TINY_TENSOR,
+    O.NEW_TENSOR_REG: "{dst} = _empty({shape:dims}, {dtype})",
+}
+"""The native form of the opcodes whose `SEMANTICS` template Numba cannot run (see the module
+docstring); the other non-control opcodes native code runs use their `SEMANTICS` template. A
+NEW_TENSOR of any size is a fresh array there (Numba's allocator owns native memory), and
+`{size:scalar}` is a register's 0-d int64 value (`{reg}[()]`) or an inlined literal."""
+
+
+def native_template(ins: tuple) -> str:
+    """The template native code runs for non-control instruction `ins` (`NATIVE`, else the
+    variant or plain template of `template`)."""
+    native = NATIVE.get(Opcode(ins[0]))
+    return native if native is not None else template(ins)[1]
 
 
 DERIVED: dict[Opcode, tuple[str, Callable[[Executable, tuple], Any]]] = {

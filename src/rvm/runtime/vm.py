@@ -5,7 +5,8 @@ inputs, and swaps the packed-function table for wrapped callables while instrume
 profiled (see `profiler.py`), so the modes have no flags and run at full speed when nothing is
 instrumented. Running a function is the exec mode's work: the VM builds an `ExecContext`
 (`exec_mode.py`) and the mode named by `exec_mode` from it (`EXEC_MODE_FACTORIES`): the
-bytecode loop (`loop.py`) or generated Python (`compiled.py`); `self._run` is the one switch.
+bytecode loop (`loop.py`), generated Python (`compiled.py`) or Numba functions
+(`native_mode.py`); `self._run` is the one switch.
 """
 
 from __future__ import annotations
@@ -20,13 +21,20 @@ from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
 from rvm.runtime.compiled import CompiledMode, compiled_functions
 from rvm.runtime.decode import decode_executable
-from rvm.runtime.entry import BoundFunction, SavedFunction, bind_arguments, check_arguments
+from rvm.runtime.entry import (
+    NOT_RUN,
+    BoundFunction,
+    SavedFunction,
+    bind_arguments,
+    check_arguments,
+)
 from rvm.runtime.exec_mode import ExecContext, ExecMode
 from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
 from rvm.runtime.memory import NaiveAllocator, PooledAllocator, make_allocator
 from rvm.runtime.native.threads import apply_environment
+from rvm.runtime.native_mode import NativeMode, NativeReport
 from rvm.runtime.profiler import (
     SKIP_RUN,
     BenchmarkResult,
@@ -43,6 +51,7 @@ __all__ = ["VirtualMachine", "SKIP_RUN"]
 EXEC_MODE_FACTORIES: dict[str, Callable[[ExecContext], ExecMode]] = {
     "bytecode": BytecodeMode,
     "compiled": CompiledMode,
+    "native": NativeMode,
 }
 
 
@@ -63,8 +72,10 @@ class VirtualMachine:
 
     Args:
         ex: The executable.
-        exec_mode: "bytecode" (the dispatch loop) or "compiled" (each function as generated
-            Python, see `compiled.py`); None takes the executable's `default_exec_mode`.
+        exec_mode: "bytecode" (the dispatch loop), "compiled" (each function as generated
+            Python, see `compiled.py`) or "native" (each function as one Numba function where
+            it can be, else compiled, see `native_mode.py` and `native_report`); None takes
+            the executable's `default_exec_mode`.
         allocator: "pooled" (reuse storage nothing references any more), "naive", or an
             allocator object with `alloc(nbytes, alignment) -> Storage` (a `Storage` whose
             `buffer` is a writable uint8 array of at least `nbytes` bytes aligned to
@@ -104,9 +115,19 @@ class VirtualMachine:
         self._busy = threading.RLock()
         self._owner: int | None = None  # the thread that last entered (for the busy error)
         # `_run(fidx, args)` runs a function: the exec mode's `run`, the one switch.
-        self._run: Callable[[int, list[Any]], Any] = EXEC_MODE_FACTORIES[exec_mode](
-            self.context
-        ).run
+        self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
+        self._run: Callable[[int, list[Any]], Any] = self._mode.run
+
+    def native_report(self) -> NativeReport:
+        """Which functions run as native code in this VM's native mode, and for the others
+        (which run in the compiled mode) why not; `str()` of it is a table.
+
+        Raises:
+            VMError: The VM does not run in the native mode.
+        """
+        if not isinstance(self._mode, NativeMode):
+            raise VMError(f"native_report: this VM runs in the {self.exec_mode} mode, not native")
+        return self._mode.report()
 
     # -- pickling ---------------------------------------------------------------------------
 
@@ -169,9 +190,30 @@ class VirtualMachine:
             known = [f.name for f in self.executable.functions] + list(self._saved)
             where = "the executable or saved on this VM" if self._saved else "the executable"
             raise FunctionNotFoundError.missing(name, where, known) from None
-        handle = BoundFunction(self.executable.functions[fidx], fidx, self._enter, self._label())
+        fn = self.executable.functions[fidx]
+        handle = BoundFunction(fn, fidx, self._enter, self._label(), self._fast_entry(fidx))
         self._handles[name] = handle
         return handle
+
+    def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
+        """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
+        under the same lock as `_enter`; see `BoundFunction`."""
+        make = getattr(self._mode, "fast_call", None)
+        call = make(fidx) if make is not None else None
+        if call is None:
+            return None
+        busy = self._busy
+
+        def fast(args: tuple) -> Any:
+            if not busy.acquire(False):
+                return NOT_RUN  # `_enter` raises the busy error
+            self._owner = get_ident()
+            try:
+                return call(args)
+            finally:
+                busy.release()
+
+        return fast
 
     def invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         """Calls function `name` (or a saved one) with the arguments, by position or by
@@ -269,7 +311,8 @@ class VirtualMachine:
         outputs are the last ones), `before` True before the call and False after it. If the
         call before returns `SKIP_RUN`, the packed function is not called: its outputs keep
         whatever the allocator gave them (uninitialized or reused memory), a CALL_PACKED
-        destination gets None; the after callback still runs.
+        destination gets None; the after callback still runs. In the native mode, calls run in
+        the compiled mode while a callback is set (native code calls kernels directly).
         """
         self._instrument = callback
         names = self.executable.primitive_names
@@ -290,6 +333,9 @@ class VirtualMachine:
         functions are VM work) the report gives the median time per run, calls per run, mean
         per call and share; the VM overhead is the median over runs of run time minus kernel
         time, which includes the profiler's own cost of a few hundred ns per kernel call.
+
+        In the native mode the profiled runs are the compiled mode's (native code calls kernels
+        directly, so they cannot be timed one by one there).
 
         Raises:
             ValueError: `repeat` < 1 or `warmup` < 0.

@@ -180,6 +180,43 @@ def drop_object_code(path: Path) -> None:
             f.unlink(missing_ok=True)
 
 
+# Beside the library's object code: the hash of the library's source it was compiled from.
+LIBRARY_STAMP = "rvm-native-library.stamp"
+
+
+@functools.lru_cache(maxsize=1)
+def drop_stale_library_code() -> bool:
+    """Drop Numba's cached object code of this package's modules if any module's source
+    changed since it was written (once per process, before the first load); True if dropped.
+
+    Numba checks a cached function against its own file only, but the library's modules
+    compile each other's functions in and link symbols others register, so after an edit (a
+    git pull under an editable install) a module's stale code could name a symbol that no
+    longer exists, which LLVM answers by aborting the process. A folder rvm cannot write is
+    left as it is (Numba cannot cache there either)."""
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    folder = object_code_dir(sources[0])
+    stamp = folder / LIBRARY_STAMP
+    try:
+        if stamp.read_text() == digest:
+            return False
+    except OSError:
+        pass
+    try:
+        for module in sources:
+            for f in folder.glob(f"{module.stem}.*.nb[ic]"):
+                f.unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".stamp")
+        with os.fdopen(fd, "w") as f:
+            f.write(digest)
+        os.replace(tmp, stamp)
+    except OSError:
+        return False
+    return True
+
+
 def cache_info() -> dict:
     """The cache's directory, number of kernels, and total bytes (sources and object code)."""
     root = cache_dir()

@@ -12,9 +12,10 @@ Numba whose internals differ, a corrupt file) is done again by Numba's own `load
 which reports a corrupt file as it always did (`rvm.runtime.native.loader` then drops the
 entry and recompiles).
 
-`install()` puts the switch in place, once per process; on a Numba without the private
-methods it changes nothing and loads stay Numba's own. `counts()` says how many loads went
-which way in this process.
+`install()` puts the switch in place, once per process, after dropping the library's object
+code if the library's source changed since it was cached (`cache.drop_stale_library_code`);
+on a Numba without the private methods it changes nothing and loads stay Numba's own.
+`counts()` says how many loads went which way in this process.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
+
+from rvm.runtime.native.cache import drop_stale_library_code
 
 logger = logging.getLogger("rvm.jit")
 
@@ -56,6 +59,7 @@ def install() -> bool:
     global _installed
     with _lock:
         if _installed is None:
+            drop_stale_library_code()
             _installed = _patch()
         return _installed
 

@@ -1,0 +1,515 @@
+"""Numba source from bytecode: one njit function per VM function, for the native exec mode.
+
+`render_module(ex, kinds)` writes one Python file for an executable: a Numba function per VM
+function that can be native, and, for each of the others, the reason it cannot (`NotNative`).
+Registers become typed locals `r0, r1, ...`; non-control instructions are their opcode's
+template (`semantics.native_template`: `NATIVE` where Numba needs another form, else the
+`SEMANTICS` one every mode renders); jit kernels are called directly (`k<i>`, the kernels'
+own dispatchers, so a call is njit to njit); tensors are allocated by Numba in native code.
+
+Control flow: a function with jumps or a self tail call is a `while True:` loop over its basic
+blocks dispatched on a `_pc` local (LLVM turns the constant `_pc` stores into direct branches);
+IF / IF_IMM compare 0-d values (`IF_SCALARS`, `IF_SCALAR`), a self tail call rebinds the
+parameters and goes to block 0, another tail call or INVOKE is a call of that native function.
+
+Shapes: an int64 heap is a numpy array, MAKE_SHAPE builds a tuple of ints (every reader takes
+a shape as `{shape:dims}`), MATCH_SHAPE compares the dims inline and, on a mismatch, hands the
+call back (`BAIL`): the compiled mode reruns it and raises the builtin's own error. FATAL and a
+recursion deeper than `MAX_DEPTH` hand back the same way (every function takes the call depth as
+its last argument `_d`), so an error reads the same as in the other modes and no recursion can
+exhaust the native stack.
+
+What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): ADT values and
+closures (Numba has no such objects), packed functions that are not jit kernels (numpy kernels,
+builtins and registered Python functions), constants that are not small numeric arrays,
+recursion through other functions (Numba types self-recursion only), and calls of functions
+that are not native themselves. Numba typing errors are found when a function is compiled
+(`native_mode.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rvm.runtime import semantics as sem
+from rvm.runtime.bytecode import Opcode
+from rvm.runtime.compiled_codegen import Names
+from rvm.runtime.compiled_flow import FlowInfo
+from rvm.runtime.semantics import DERIVED, operand_kinds
+from rvm.runtime.text import describe_instruction
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import Executable
+
+__all__ = [
+    "MAX_CONSTANT_BYTES",
+    "MAX_DEPTH",
+    "NativeModule",
+    "NotNative",
+    "entry_checks",
+    "render_module",
+]
+
+O = Opcode
+MAX_CONSTANT_BYTES = 4096
+"""Constants larger than this are not written into generated files (a function loading one
+is not native): Numba would freeze each into the object code it compiles and caches."""
+MAX_DEPTH = 1000
+"""Native calls nest at most this deep (a recursive function counts its depth); deeper, the
+call hands back to the compiled mode, whose own limit hands on to the bytecode loop."""
+
+_UNSUPPORTED = {
+    O.ALLOC_CLOSURE: "closures",
+    O.INVOKE_CLOSURE: "closures",
+    O.TAIL_INVOKE_CLOSURE: "closures",
+    O.GET_TAG: "ADT values",
+    O.CALL_PACKED: "packed Python builtins",
+}
+
+
+class NotNative(Exception):
+    """A function cannot be native; the message says why (`vm.native_report()`)."""
+
+
+@dataclass
+class NativeModule:
+    """The generated file of an executable's native functions.
+
+    Attributes:
+        source: The file's text (empty when no function is native).
+        pynames: Per function index, its Python name in the file.
+        reasons: Per function index that is not native, why not.
+        kernels: The kernel names the file takes as globals (`k<i>` = the primitive at i).
+        entries: Per native function whose parameters are all tensors of known dtype and rank,
+            the `(dtype, ndim)` of each: its entry from Python (`entry_checks`).
+        uncached: The native functions Numba's disk cache cannot hold (`_uncached`).
+    """
+
+    source: str
+    pynames: list[str]
+    reasons: dict[int, str] = field(default_factory=dict)
+    kernels: dict[str, int] = field(default_factory=dict)
+    entries: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    uncached: set[int] = field(default_factory=set)
+
+
+def _r(reg: int) -> str:
+    return f"r{reg}"
+
+
+class _Function:
+    """The rendering of one VM function (see the module docstring)."""
+
+    def __init__(self, ex: Executable, index: int, names: Names, kinds: list[str]) -> None:
+        fn = ex.functions[index]
+        self.ex = ex
+        self.index = index
+        self.names = names
+        self.kinds = kinds
+        self.flow = FlowInfo(fn.instructions, len(fn.params), index)
+        self.callees: set[int] = set()
+        self.constants: set[int] = set()
+        self.immediates: set[int] = set()
+        self.dtypes: set[str] = set()
+        self.kernels: set[int] = set()
+        self.pads: set[int] = set()
+        self.recursive = False
+        self.lines: list[str] = []
+        for spec in fn.param_specs:
+            if spec.kind == "adt":
+                raise NotNative(f"parameter {spec.name!r} is an ADT value")
+        self._check()
+
+    def _check(self) -> None:
+        for pc, ins in enumerate(self.flow.code):
+            op = Opcode(ins[0])
+            why = _UNSUPPORTED.get(op)
+            if op == O.ALLOC_ADT and ins[2] != -1:
+                why = "ADT values"
+            if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
+                why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
+            if op == O.LOAD_CONST:
+                why = _constant_reason(self.ex.constants[ins[2]])
+            if why is not None:
+                raise NotNative(f"{why} (pc {pc}: {describe_instruction(self.ex, ins)})")
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def render(self) -> list[str]:
+        fn = self.ex.functions[self.index]
+        params = [_r(i) for i in range(len(fn.params))] + ["_d"]
+        code = self.flow.code
+        out = [f"def {self.names.funcs[self.index]}({', '.join(params)}):"]
+        out.append(f'    """@{fn.name}: {len(code)} instructions."""')
+        jumps = any(ins[0] in (O.IF, O.IF_IMM, O.GOTO) for ins in code) or self.flow.self_tails
+        body: list[str] = []
+        if not jumps:
+            for pc in range(len(code)):
+                self._stmt(pc, 1, body)
+        else:
+            body.append("    _pc = 0")
+            body.append("    while True:")
+            leaders = self._leaders()
+            for k, start in enumerate(leaders):
+                stop = leaders[k + 1] if k + 1 < len(leaders) else len(code)
+                body.append(f"        {'if' if k == 0 else 'elif'} _pc == {start}:")
+                self._block(start, stop, body)
+            body.append("        else:")
+            body.append(f"            raise RuntimeError({_bail()!r})")
+        if self.recursive:
+            out.append(f"    if _d > {MAX_DEPTH}:")
+            out.append(f"        raise RuntimeError({_bail()!r})")
+        return out + entry_checks(self.ex, self.index) + body
+
+    def _leaders(self) -> list[int]:
+        code = self.flow.code
+        leaders = {0}
+        for pc in range(len(code)):
+            succ = self.flow.succ[pc]
+            if succ != [pc + 1]:
+                leaders.update(succ)
+                leaders.add(pc + 1)
+        return sorted(p for p in leaders if p < len(code))
+
+    def _block(self, pc: int, stop: int, out: list[str]) -> None:
+        code = self.flow.code
+        while pc < stop:
+            ins = code[pc]
+            if ins[0] in (O.IF, O.IF_IMM):
+                t, f = pc + ins[3], pc + ins[4]
+                out.append(f"            _pc = {t} if {self._cond(ins)} else {f}  # pc {pc}")
+                out.append("            continue")
+                return
+            if ins[0] == O.GOTO:
+                out.append(f"            _pc = {pc + ins[1]}  # pc {pc}: goto")
+                out.append("            continue")
+                return
+            if self._stmt(pc, 3, out):
+                return
+            pc += 1
+        out.append(f"            _pc = {stop}")
+        out.append("            continue")
+
+    def _cond(self, ins: tuple) -> str:
+        if ins[0] == O.IF:
+            given = {"test": _r(ins[1]), "target": _r(ins[2])}
+            return sem.render(sem.IF_SCALARS, lambda f, _: given[f])
+        given = {"test": _r(ins[1]), "value": str(ins[2])}
+        return sem.render(sem.IF_SCALAR, lambda f, _: given[f])
+
+    def _stmt(self, pc: int, indent: int, out: list[str]) -> bool:
+        """Appends the statement(s) of the non-jump instruction at `pc`; True if it ends the
+        path."""
+        ins = self.flow.code[pc]
+        op = ins[0]
+        pad = "    " * indent
+        note = f"  # pc {pc}: {describe_instruction(self.ex, ins)}"
+        if op == O.RET:
+            out.append(f"{pad}return {_r(ins[1])}{note}")
+            return True
+        if op == O.FATAL:
+            out.append(f"{pad}raise RuntimeError({_bail()!r}){note}")
+            return True
+        if op == O.TAIL_INVOKE:
+            self._tail(pc, ins, pad, note, out)
+            return True
+        if op == O.INVOKE:
+            out.append(f"{pad}{_r(ins[1])} = {self._call(ins[2], ins[3])}{note}")
+        elif op == O.MATCH_SHAPE:
+            out.extend(pad + text for text in self._match(ins, pc))
+            out[-1] += note
+        elif op == O.MAKE_SHAPE:
+            out.append(f"{pad}{_r(ins[1])} = {self._make(ins, pc)}{note}")
+        else:
+            out.append(pad + self._render(sem.native_template(ins), ins, pc) + note)
+        return False
+
+    def _call(self, callee: int, args: tuple[int, ...]) -> str:
+        if callee == self.index:
+            self.recursive = True
+        self.callees.add(callee)
+        return f"{self.names.funcs[callee]}({', '.join([_r(a) for a in args] + ['_d + 1'])})"
+
+    def _tail(self, pc: int, ins: tuple, pad: str, note: str, out: list[str]) -> None:
+        if pc not in self.flow.self_tails:
+            out.append(f"{pad}return {self._call(ins[1], ins[2])}{note}")
+            return
+        moved = [(i, r) for i, r in enumerate(ins[2]) if i != r]
+        if moved:
+            params = ", ".join(_r(i) for i, _ in moved)
+            out.append(f"{pad}{params} = {', '.join(_r(r) for _, r in moved)}{note}")
+        out.append(f"{pad}_pc = 0")
+        out.append(f"{pad}continue")
+
+    def _pairs(self, const: int, heap: int, pc: int) -> list[tuple[int, int]]:
+        """The (kind, value) pairs of shape pattern `const` read against heap register `heap`,
+        whose slots must be in range of the one ALLOC_SHAPE_HEAP that surely made it by `pc`:
+        native code indexes the heap unchecked."""
+        value = self.ex.constants[const]
+        if not isinstance(value, np.ndarray) or value.dtype.kind != "i" or value.ndim != 1:
+            raise NotNative(f"shape pattern c{const} is not an int array")
+        flat = [int(v) for v in value.tolist()]
+        if len(flat) % 2:
+            raise NotNative(f"shape pattern c{const} has an odd length")
+        code = self.flow.code
+        made = [w for w in self.flow.writers.get(heap, []) if code[w][0] != O.KILL_REGISTER]
+        if (
+            heap < self.flow.nparams
+            or len(made) != 1
+            or code[made[0]][0] != O.ALLOC_SHAPE_HEAP
+            or not self.flow.assigned(heap, pc)
+        ):
+            raise NotNative(f"shape heap {_r(heap)} is not one alloc_shape_heap's")
+        size = code[made[0]][2]
+        pairs = list(zip(flat[::2], flat[1::2]))
+        if any(k in (1, 2) and not 0 <= v < size for k, v in pairs):
+            raise NotNative(f"shape pattern c{const} has a heap slot out of range")
+        return pairs
+
+    def _match(self, ins: tuple, pc: int) -> list[str]:
+        """MATCH_SHAPE (`vm.builtin.match_shape`): the rank and dims compared inline, the
+        symbolic dims stored in the heap; a mismatch hands the call back (the builtin raises
+        the error in the compiled mode)."""
+        tensor, heap = _r(ins[1]), _r(ins[2])
+        pairs = self._pairs(ins[3], ins[2], pc)
+        n = len(pairs)
+        self.pads.add(n)
+        test = [f"len({tensor}.shape) == {n}"]
+        stores = []
+        for axis, (k, v) in enumerate(pairs):
+            if k == 0:
+                test.append(f"_s[{axis}] == {v}")
+            elif k == 1:
+                stores.append(f"{heap}[{v}] = _s[{axis}]")
+            elif k == 2:
+                test.append(f"_s[{axis}] == {heap}[{v}]")
+            elif k != 3:
+                raise NotNative(f"shape pattern c{ins[3]} has kind {k}")
+        lines = [f"_s = {tensor}.shape + _PAD{n}"]
+        # kind 2 may read a slot an earlier axis of this pattern stores: store, then test
+        lines += stores
+        lines += [f"if not ({' and '.join(test)}):", f"    raise RuntimeError({_bail()!r})"]
+        return lines
+
+    def _make(self, ins: tuple, pc: int) -> str:
+        """MAKE_SHAPE (`vm.builtin.make_shape`) as a tuple of ints."""
+        dims = []
+        for k, v in self._pairs(ins[3], ins[2], pc):
+            if k == 0:
+                dims.append(str(v))
+            elif k == 1:
+                dims.append(f"{_r(ins[2])}[{v}]")
+            else:
+                raise NotNative(f"shape pattern c{ins[3]} has kind {k}")
+        return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+    def _render(self, text: str, ins: tuple, pc: int) -> str:
+        op = Opcode(ins[0])
+        kinds = operand_kinds(op)
+
+        def operand(name: str, form: str) -> str:
+            pos, kind = kinds[name]
+            if kind == "derived":
+                return repr(DERIVED[op][1](self.ex, ins))
+            v = ins[pos]
+            if kind == "reg":
+                if form == "scalar":
+                    size = self.flow.const_int(v, pc)
+                    return str(size) if size is not None else f"{_r(v)}[()]"
+                if form == "dims" and not self._is_shape(v):
+                    raise NotNative(f"shape register {_r(v)} is not made by make_shape")
+                return _r(v)
+            if kind == "regs":
+                if form == "splat":
+                    return ", ".join(_r(r) for r in v)
+                if len(v) == 1:
+                    return f"({_r(v[0])},)"
+                return "(" + ", ".join(_r(r) for r in v) + ")"
+            if kind == "const":
+                self.constants.add(v)
+                return f"c{v}"
+            if kind == "packed":
+                self.kernels.add(v)
+                return f"k{v}"
+            if kind == "dtype":
+                self.dtypes.add(v)
+                return self.names.dtype(v)
+            if kind == "shape":
+                return repr(tuple(v))
+            if form == "consti":
+                self.immediates.add(v)
+                return self.names.immediate(v)
+            return repr(v)
+
+        return sem.render(text, operand)
+
+    def _is_shape(self, reg: int) -> bool:
+        writers = self.flow.writers.get(reg, [])
+        code = self.flow.code
+        return bool(writers) and all(code[w][0] in (O.MAKE_SHAPE, O.KILL_REGISTER) for w in writers)
+
+
+def _decorator(cache: bool) -> str:
+    return f"@_nb.njit(cache={cache}, nogil=True, error_model='numpy')"
+
+
+def _bail() -> str:
+    return "rvm native: rerun in compiled mode"
+
+
+def _packed_reason(name: str, kind: str) -> str:
+    if kind == "numpy":
+        return f"numpy (non-jit) kernel {name}"
+    return f"packed Python builtin {name}"
+
+
+def _constant_reason(value: object) -> str | None:
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        return f"constant of type {type(value).__name__}"
+    if value.nbytes > MAX_CONSTANT_BYTES:
+        return f"big constant ({value.nbytes} bytes > {MAX_CONSTANT_BYTES})"
+    return None
+
+
+def _cycles(calls: dict[int, set[int]]) -> dict[int, list[int]]:
+    """Per function in a call cycle through other functions, the members of its cycle."""
+    out: dict[int, list[int]] = {}
+    for start in calls:
+        seen, todo = set(), [c for c in calls[start] if c != start]
+        while todo:
+            f = todo.pop()
+            if f in seen or f not in calls:
+                continue
+            seen.add(f)
+            todo.extend(c for c in calls[f] if c != f)
+        if start in seen:
+            out[start] = sorted(seen)
+    return out
+
+
+def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
+    """The generated file of the native functions of `ex`; `kinds[i]` is "jit" when primitive
+    `i` is a jit kernel (see the module docstring)."""
+    names = Names(ex)
+    rendered: dict[int, _Function] = {}
+    reasons: dict[int, str] = {}
+    for i in range(len(ex.functions)):
+        try:
+            f = _Function(ex, i, names, kinds)
+            f.lines = f.render()
+            rendered[i] = f
+        except NotNative as e:
+            reasons[i] = str(e)
+    calls = {i: f.callees for i, f in rendered.items()}
+    for i, members in _cycles(calls).items():
+        others = ", ".join(f"@{ex.functions[m].name}" for m in members if m != i)
+        reasons[i] = f"recursion through {others} (Numba types self-recursion only)"
+    changed = True
+    while changed:
+        changed = False
+        for i, f in rendered.items():
+            if i in reasons:
+                continue
+            for c in sorted(f.callees):
+                if c in reasons:
+                    reasons[i] = f"calls @{ex.functions[c].name}, which is not native"
+                    changed = True
+                    break
+    native = [f for i, f in rendered.items() if i not in reasons]
+    module = NativeModule("", names.funcs, reasons)
+    if native:
+        uncached = _uncached(native)
+        module.uncached = uncached
+        for f in native:
+            specs = ex.functions[f.index].param_specs
+            if all(s.kind == "tensor" and s.dtype and s.shape is not None for s in specs):
+                module.entries[f.index] = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
+        module.source = _file(ex, names, native, uncached)
+        module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
+    return module
+
+
+def entry_checks(ex: Executable, index: int) -> list[str]:
+    """The dims checks of a call of function `index` from Python (its body runs them at depth
+    0): fixed dims and symbolic dims shared by parameters. Their dtypes and ranks are the
+    compiled signature of the mode's entry dispatcher, so Numba checks those; a mismatch
+    raises, and the VM's own entry checks then report it in the words of every mode."""
+    tests: list[str] = []
+    seen: dict[str, str] = {}
+    for i, spec in enumerate(ex.functions[index].param_specs):
+        for axis, want in enumerate(spec.shape or ()):
+            dim = f"{_r(i)}.shape[{axis}]"
+            if isinstance(want, int):
+                tests.append(f"{dim} == {want}")
+            elif isinstance(want, str):
+                if want in seen:
+                    tests.append(f"{dim} == {seen[want]}")
+                else:
+                    seen[want] = dim
+    if not tests:
+        return []
+    return [
+        "    if _d == 0 and not (" + " and ".join(tests) + "):  # the entry's dims",
+        f"        raise RuntimeError({_bail()!r})",
+    ]
+
+
+def _uncached(functions: list[_Function]) -> set[int]:
+    """The functions that recurse or call one that does, transitively: Numba's disk cache
+    cannot hold them (object code of a caller of a recursive function, loaded from the cache,
+    crashes: numba#6061), so each process compiles them."""
+    out = {f.index for f in functions if f.recursive}
+    changed = True
+    while changed:
+        changed = False
+        for f in functions:
+            if f.index not in out and f.callees & out:
+                out.add(f.index)
+                changed = True
+    return out
+
+
+def _file(ex: Executable, names: Names, functions: list[_Function], uncached: set[int]) -> str:
+    head = [
+        "# rvm native functions (exec_mode='native'), generated by rvm.runtime.native_codegen",
+        "import numba as _nb",
+        "import numpy as _np",
+        "",
+        "from rvm.runtime.native_support import constant as _constant",
+        "from rvm.runtime.native_support import shape_array as _shape_array",
+        "from rvm.runtime.native_support import storage as _storage",
+        "from rvm.runtime.native_support import view as _view",
+        "",
+        "_empty = _np.empty",
+        "_zeros = _np.zeros",
+        "_int64 = _np.int64",
+    ]
+    kernels = sorted({k for f in functions for k in f.kernels})
+    for k in kernels:  # bound by native_mode before the file runs; named here for the hash
+        rec = ex.kernels[ex.primitive_names[k]]
+        head.append(f"# k{k} = kernel {rec.name!r}: {rec.entry} of k_{_kernel_key(rec.source)}")
+    for d in sorted({d for f in functions for d in f.dtypes}):
+        head.append(f"{names.dtype(d)} = _np.dtype({d!r})")
+    for c in sorted({c for f in functions for c in f.constants}):
+        value = np.array(ex.constants[c], order="C")
+        head.append(
+            f"c{c} = _constant({value.tobytes().hex()!r}, {value.dtype.str!r}, "
+            f"{tuple(value.shape)!r})"
+        )
+    for v in sorted({v for f in functions for v in f.immediates}):
+        data = np.array(v, np.int64)
+        head.append(f"{names.immediate(v)} = _constant({data.tobytes().hex()!r}, '<i8', ())")
+    for n in sorted({n for f in functions for n in f.pads}):
+        head.append(f"_PAD{n} = {(-1,) * n!r}")
+    body: list[str] = []
+    for f in functions:
+        body += ["", "", _decorator(f.index not in uncached), *f.lines]
+    return "\n".join(head + body) + "\n"
+
+
+def _kernel_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]

@@ -1,0 +1,305 @@
+"""The native exec mode: every VM function that can be, one Numba function.
+
+`native_codegen.py` writes one Python file per executable holding an njit function per native
+VM function (registers as typed locals, kernels called njit to njit, tensors allocated by
+Numba, branches and loops native, calls between native functions native calls). The file is
+the native code's cache entry: it lives at ``<rvm cache dir>/native/n_<hash>.py``, named by the
+hash of its text, the versions and CPU it is compiled for and the rvm modules it imports
+(`rvm.runtime.native.cache.source_hash`), written atomically, registered in `linecache`, and
+imported as a module with its kernels bound as globals, so Numba's ``cache=True`` keeps the
+object code beside it: identical programs compile once, and a second process compiles nothing.
+A function is compiled at its first call (for the types of that call's values).
+
+Fallback, per function, to the compiled mode (`CompiledMode`, which this mode holds):
+
+- functions that cannot be native (`native_codegen.NotNative`: ADT values, closures, packed
+  functions that are not jit kernels, big constants, recursion through other functions), and
+  functions Numba fails to type at their first call, always run compiled; `NativeMode.report`
+  (`VirtualMachine.native_report()`) says which and why;
+- a failure inside native code (a kernel's error, a failed shape check, FATAL, recursion
+  deeper than `native_codegen.MAX_DEPTH`) reruns the call in the compiled mode, so its error
+  and VM stack read exactly as in the other modes (kernels write only the outputs native code
+  allocated, so a rerun sees the arguments unchanged);
+- while instrumented (`set_instrument`) or profiled (`profile`) the VM calls the wrapped packed
+  functions, which native code cannot: those calls run in the compiled mode, observed exactly
+  as there; so do calls with an allocator the VM did not make (native memory is Numba's).
+
+Entry checks are the VM's (`entry.check_arguments`), before any mode runs, so their messages
+are those of every mode.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import linecache
+import re
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FunctionType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rvm.runtime.compiled import CompiledMode
+from rvm.runtime.entry import NOT_RUN
+from rvm.runtime.exec_mode import ExecContext
+from rvm.runtime.memory import NaiveAllocator, PooledAllocator
+from rvm.runtime.native import cache as native_cache
+from rvm.runtime.native_codegen import NativeModule, render_module
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import Executable
+
+__all__ = ["NATIVE_DIR", "NativeMode", "NativeReport", "native_path"]
+
+NATIVE_DIR = "native"
+_lock = threading.RLock()
+_modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
+_ENTRIES: dict[tuple, Any] = {}  # by (id of the function, signature); modules live on
+_OWN_ALLOCATORS = (PooledAllocator, NaiveAllocator)  # the VM's: native code may bypass them
+
+
+@dataclass(frozen=True)
+class NativeReport:
+    """Which functions of an executable run natively, and why the others do not.
+
+    Attributes:
+        functions: Per function, in table order, ``(name, reason)``: reason None when native.
+        path: The generated file, or None when no function is native.
+        compiled: Native functions (per signature) this process compiled so far.
+        loaded: Native functions (per signature) this process loaded from the disk cache.
+    """
+
+    functions: tuple[tuple[str, str | None], ...]
+    path: str | None
+    compiled: int = 0
+    loaded: int = 0
+
+    @property
+    def native(self) -> list[str]:
+        """The names of the native functions."""
+        return [name for name, why in self.functions if why is None]
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """Each function that runs in the compiled mode, with the reason."""
+        return {name: why for name, why in self.functions if why is not None}
+
+    def __str__(self) -> str:
+        width = max((len(name) for name, _ in self.functions), default=0) + 1
+        lines = [f"native functions ({len(self.native)} of {len(self.functions)}):"]
+        for name, why in self.functions:
+            what = "native" if why is None else f"compiled mode: {why}"
+            lines.append(f"  @{name:<{width}} {what}")
+        return "\n".join(lines)
+
+
+class _Plan:
+    """An executable's native functions, shared by its VMs: the generated module, the
+    dispatchers, and the reasons of the functions that run compiled."""
+
+    def __init__(self, ex: Executable, kernels: list[Any]) -> None:
+        kinds = [
+            "jit" if name in ex.kernels and ex.kernels[name].backend == "jit" else "other"
+            for name in ex.primitive_names
+        ]
+        for i, name in enumerate(ex.primitive_names):
+            if name in ex.kernels and ex.kernels[name].backend == "numpy":
+                kinds[i] = "numpy"
+        self.module: NativeModule = render_module(ex, kinds)
+        self.reasons: dict[int, str] = dict(self.module.reasons)
+        self.names = [f.name for f in ex.functions]
+        self.path: Path | None = None
+        self.funcs: list[Any] = [None] * len(ex.functions)
+        self.entries: list[Any] = [None] * len(ex.functions)
+        if self.module.source:
+            self.path = native_path(self.module.source)
+            bound = {name: kernels[k] for name, k in self.module.kernels.items()}
+            try:
+                self._mod = _load(self.path, self.module.source, bound)
+            except Exception as e:  # noqa: BLE001 - an unwritable cache: everything compiled
+                why = f"the native module did not load: {type(e).__name__}: {e}"
+                for i in range(len(self.names)):
+                    self.reasons.setdefault(i, why)
+                self.path = None
+                return
+            for i, pyname in enumerate(self.module.pynames):
+                if i not in self.reasons:
+                    self.funcs[i] = getattr(self._mod, pyname)
+
+    def entry(self, fidx: int) -> Any:
+        """The entry dispatcher of native function `fidx`: a second dispatcher of its function,
+        compiled for its parameters' specs only (C-contiguous arrays of their dtypes and ranks,
+        and the depth 0; other values make Numba raise TypeError at once), or None if it has
+        none or does not compile. Calls from Python take it, so a function called with the
+        values its signature promises compiles once."""
+        found = self.entries[fidx]
+        if found is not None or fidx not in self.module.entries or self.funcs[fidx] is None:
+            return found
+        import numba as nb
+        from numba import types as nt
+
+        sig = tuple(
+            nt.Array(nb.from_dtype(np.dtype(d)), n, "C") for d, n in self.module.entries[fidx]
+        )
+        cache = fidx not in self.module.uncached
+        with _lock:
+            if self.entries[fidx] is None:
+                func = self.funcs[fidx]
+                key = (id(func), sig)
+                entry = _ENTRIES.get(key)  # the module may be another plan's too
+                if entry is None:
+                    jit = nb.njit(cache=cache, nogil=True, error_model="numpy")
+                    entry = jit(_copy(func.py_func))
+                    try:
+                        entry.compile((*sig, nt.int64))
+                    except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
+                        self.fail(fidx, e)
+                        return None
+                    entry.disable_compile()
+                    _ENTRIES[key] = entry
+                self.entries[fidx] = entry
+        return self.entries[fidx]
+
+    def fail(self, fidx: int, error: BaseException) -> None:
+        """Function `fidx` did not compile: it runs compiled from now on."""
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        useful = [ln for ln in lines if not ln.startswith(("Failed in", "During:"))]
+        first = (useful or lines or [type(error).__name__])[0]
+        self.reasons[fidx] = f"Numba typing error: {first[:200]}"
+        self.funcs[fidx] = None
+
+
+def native_path(source: str) -> Path:
+    """Where the generated file of `source` lives in rvm's cache."""
+    return native_cache.cache_dir() / NATIVE_DIR / f"n_{native_cache.source_hash(source)}.py"
+
+
+def _load(path: Path, source: str, kernels: dict[str, Any]) -> ModuleType:
+    """The generated module at `path` (written if needed), its kernels bound as globals."""
+    key = str(path)
+    with _lock:
+        module = _modules.get(key)
+        if module is not None:
+            return module
+        native_cache.write_entry(path, source)
+        linecache.cache[key] = (len(source), None, source.splitlines(True), key)
+        name = f"rvm_native_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__.update(kernels)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        _modules[key] = module
+        return module
+
+
+def _copy(function: FunctionType) -> FunctionType:
+    """A second function object of the same code and globals: Numba refuses to compile a
+    function while it compiles the same one for the same types (a recursive function's entry
+    would), and tells functions apart by object."""
+    return FunctionType(
+        function.__code__,
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+
+
+class NativeMode:
+    """The native exec mode (an `ExecMode`; see the module docstring).
+
+    Args:
+        context: The VM's context.
+    """
+
+    def __init__(self, context: ExecContext) -> None:
+        self.context = context
+        self.compiled = CompiledMode(context)
+        ex = context.executable
+        self.plan: _Plan = ex.cached("native", lambda: _Plan(ex, context.raw_packed))
+        self._typing_error: type[BaseException] | None = None
+        if self.plan.path is not None:
+            from numba.core.errors import NumbaError
+
+            self._typing_error = NumbaError
+
+    def run(self, fidx: int, args: list[Any]) -> Any:
+        """Runs function `fidx` on checked VM values: natively when it can, else compiled."""
+        context = self.context
+        func = self.plan.funcs[fidx]
+        if (
+            func is None
+            or context.packed is not context.raw_packed
+            or type(context.allocator) not in _OWN_ALLOCATORS
+        ):
+            return self.compiled.run(fidx, args)
+        entry = self.plan.entry(fidx)
+        if entry is not None:
+            try:
+                return entry(*args, 0)
+            except Exception:  # noqa: BLE001, S110 - other types, or a failure: said below
+                pass
+        try:
+            return func(*args, 0)
+        except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
+            if self._typing_error is not None and isinstance(e, self._typing_error):
+                self.plan.fail(fidx, e)
+            return self.compiled.run(fidx, args)
+
+    def fast_call(self, fidx: int) -> Callable[[tuple], Any] | None:
+        """A call of function `fidx` straight from Python arguments, for the VM's entry: it
+        returns `NOT_RUN` unless they are what the entry checks would pass unchanged (arrays
+        of the parameters' dtypes, ranks and dims, C-contiguous) and the function runs native
+        now, so the VM then takes its usual path. None if the function has no such entry."""
+        plan = self.plan
+        if fidx not in plan.module.entries or plan.funcs[fidx] is None:
+            return None
+        context = self.context
+        raw = context.raw_packed
+        funcs = plan.funcs
+        ready: list[Any] = []  # the entry dispatcher, once compiled
+
+        def call(args: tuple) -> Any:
+            if (
+                context.packed is not raw
+                or funcs[fidx] is None
+                or type(context.allocator) not in _OWN_ALLOCATORS
+            ):
+                return NOT_RUN
+            if not ready:
+                native = plan.entry(fidx)
+                if native is None:
+                    return NOT_RUN
+                ready.append(native)
+            try:
+                return ready[0](*args, 0)
+            except Exception:  # noqa: BLE001 - bad input or a failure: the usual path says
+                return NOT_RUN
+
+        return call
+
+    def report(self) -> NativeReport:
+        """Which functions are native and why the others are not (typing errors show once a
+        function has been called)."""
+        plan = self.plan
+        functions = tuple((name, plan.reasons.get(i)) for i, name in enumerate(plan.names))
+        compiled = loaded = 0
+        for dispatcher in plan.funcs + plan.entries:
+            stats = getattr(dispatcher, "stats", None)
+            if stats is not None:
+                compiled += sum(stats.cache_misses.values())
+                loaded += sum(stats.cache_hits.values())
+        path = None if plan.path is None else str(plan.path)
+        return NativeReport(functions, path, compiled, loaded)

@@ -1,0 +1,74 @@
+"""What the native exec mode's generated files import: small njit helpers and constants.
+
+The free names of `semantics.NATIVE` templates that are not numpy's: `storage` (ALLOC_STORAGE,
+a block of bytes), `view` (ALLOC_TENSOR, a tensor over a block's bytes), `shape_array`
+(SHAPE_OF), and `constant`, which rebuilds a constant of the executable from the hex text a
+generated file holds (Numba freezes module-level arrays into the code it compiles). A change to
+this file changes the hash of every generated file (`rvm.runtime.native.cache.source_hash`
+covers the rvm modules a file imports), so no stale object code is reused.
+
+Imported only by generated files: importing it imports Numba.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from numba.extending import overload
+
+__all__ = ["BAIL", "constant", "shape_array", "storage", "view"]
+
+BAIL = "rvm native: rerun in compiled mode"
+"""The message of the exception native code raises where it hands the call back (a failed
+shape check, FATAL, too deep a recursion): the compiled mode reruns the call and reports it."""
+
+
+def constant(hex_bytes: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only array of `dtype` and `shape` from its bytes written as hex."""
+    arr = np.frombuffer(bytes.fromhex(hex_bytes), dtype=np.dtype(dtype)).reshape(shape).copy()
+    arr.flags.writeable = False
+    return arr
+
+
+@nb.njit(cache=True, nogil=True)
+def storage(nbytes):  # type: ignore[no-untyped-def]
+    """A block of `nbytes` bytes (ALLOC_STORAGE; native memory is Numba's)."""
+    return np.empty(nbytes, np.uint8)
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    """The number of elements of `shape` (in native code; an empty tuple has one)."""
+    size = 1
+    for d in shape:
+        size *= d
+    return size
+
+
+@overload(_size)
+def _size_native(shape):  # type: ignore[no-untyped-def]
+    if len(shape) == 0:  # Numba cannot iterate an empty tuple
+        return lambda shape: 1
+
+    def impl(shape):  # type: ignore[no-untyped-def]
+        size = 1
+        for d in shape:
+            size *= d
+        return size
+
+    return impl
+
+
+@nb.njit(cache=True, nogil=True)
+def view(block, offset, shape, dtype):  # type: ignore[no-untyped-def]
+    """The tensor of `shape` and `dtype` in `block` from byte `offset` (ALLOC_TENSOR)."""
+    nbytes = _size(shape) * np.empty(0, dtype).itemsize
+    return block[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+@nb.njit(cache=True, nogil=True)
+def shape_array(tensor):  # type: ignore[no-untyped-def]
+    """The shape of `tensor` as a 1-d int64 array (SHAPE_OF)."""
+    out = np.empty(tensor.ndim, np.int64)
+    for i in range(tensor.ndim):
+        out[i] = tensor.shape[i]
+    return out
