@@ -213,34 +213,6 @@ def bench_conv(matmul_gflops: float) -> dict:
     return {"jit_s": t, "gflops": gflops, "fraction_of_matmul": gflops / matmul_gflops}
 
 
-def bench_conv_paths(sizes: tuple[tuple[int, int], ...]) -> dict:
-    """conv2d 3x3 (padding 1) + relu on 1 x c x hw x hw: shifted GEMMs against im2col."""
-    from rvm.jit import stages
-
-    rng = np.random.default_rng(5)
-    out: dict = {}
-    default = stages.SHIFT_MIN_CHANNELS
-    for c, hw in sizes:
-        xs = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
-        ws = rng.standard_normal((c, c, 3, 3)).astype(np.float32)
-        res = np.empty((1, c, hw, hw), np.float32)
-        ref = conv3x3_relu_ref(xs, ws)
-        row = {}
-        for path, channels in (("shifted", default), ("im2col", 1 << 30)):
-            stages.SHIFT_MIN_CHANNELS = channels  # the lowering reads it per kernel
-            try:
-                x, w = tvar("x", (1, c, hw, hw)), tvar("w", (c, c, 3, 3))
-                k = jit([x, w], op.relu(op.conv2d(x, w, padding=1)), f"conv_{path}_{c}_{hw}")
-            finally:
-                stages.SHIFT_MIN_CHANNELS = default
-            k(xs, ws, res)
-            check(res, ref, f"conv2d 3x3 by {path} on 1x{c}x{hw}x{hw}", rtol=1e-3)
-            row[f"{path}_us"] = median_time(lambda k=k, a=(xs, ws, res): k(*a)) * 1e6
-        row["im2col_over_shifted"] = row["im2col_us"] / row["shifted_us"]
-        out[f"{c}x{hw}x{hw}"] = row
-    return out
-
-
 def bench_call_overhead() -> dict:
     """Per-call cost of a tiny kernel called as the VM calls it (dispatcher, dps)."""
     a, b = tvar("a", (4,)), tvar("b", (4,))
@@ -377,7 +349,7 @@ def bench_mlp(batches: tuple[int, ...], repeat: int = 201) -> dict:
     return out
 
 
-SECTIONS = ("a", "b", "c", "d", "e", "conv_paths", "mlp", "call", "f")
+SECTIONS = ("a", "b", "c", "d", "e", "mlp", "call", "f")
 
 
 def main() -> None:
@@ -403,10 +375,6 @@ def main() -> None:
         "c": ("c_rows", lambda: bench_rows(512 if quick else 4096, 1024)),
         "d": ("d_matmul", lambda: bench_matmul(256 if quick else 1024)),
         "e": ("e_conv2d", lambda: bench_conv(res["d_matmul"]["numpy_matmul_gflops"])),
-        "conv_paths": (
-            "conv_paths",
-            lambda: bench_conv_paths(((64, 4), (64, 14)) + (() if quick else ((64, 56),))),
-        ),
         "mlp": ("mlp_layers", lambda: bench_mlp((1, 8, 64) if quick else (1, 2, 8, 16, 64))),
         "call": ("call_overhead", bench_call_overhead),
         "f": ("f_cache", bench_cache),
@@ -458,14 +426,6 @@ def _rows(res: dict) -> list[tuple[str, str]]:
         )
     if "call_overhead" in res:
         rows.append(("tiny kernel call", f"{res['call_overhead']['call_us']:.2f} us"))
-    for size, r in res.get("conv_paths", {}).items():
-        rows.append(
-            (
-                f"conv2d 3x3 on 1x{size}: shifted GEMMs / im2col",
-                f"{r['shifted_us']:.1f} us / {r['im2col_us']:.1f} us "
-                f"(im2col {r['im2col_over_shifted']:.1f}x slower)",
-            )
-        )
     for layer, r in res.get("mlp_layers", {}).items():
         rows.append(
             (

@@ -1,11 +1,11 @@
 """The convolution library (`rvm.runtime.native.conv`) against the NumPy reference, and its
 own checks.
 
-Every path is covered: 1x1 GEMMs, depthwise loops, shifted GEMMs (stride 1, at least
-`SHIFT_MIN_CHANNELS` channels per group), im2col by BLAS GEMM, and im2col by ``np.dot``;
+Every path is covered: 1x1 GEMMs (strided too, on the subsampled input), depthwise loops
+(1 to 3 taps a pass), im2col from the input's stride phases by BLAS GEMM and by ``np.dot``;
 with strides, dilations, groups (depthwise too), asymmetric pads, odd sizes and empty
-batches. Operands that disagree with the geometry raise ValueError before any memory is
-touched.
+batches, and the geometries of the model zoo's CNNs. Operands that disagree with the
+geometry raise ValueError before any memory is touched.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.jit.stages import SHIFT_MIN_CHANNELS
 from rvm.op import numpy_ref
 from rvm.runtime.native import conv
 
@@ -36,6 +35,19 @@ CASES = [
     (2, 12, 5, 7, 24, (1, 1), (1, 1), (1, 1), 3, (0, 0, 0, 0)),  # grouped 1x1, batch 2
     (1, 8, 6, 5, 8, (1, 1), (2, 1), (1, 1), 1, (0, 1, 0, 1)),  # 1x1 strided, padded
     (1, 1, 7, 6, 4, (2, 3), (1, 1), (1, 1), 1, (1, 1, 0, 0)),  # one input channel
+    (2, 8, 9, 11, 6, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)),  # 1x1 stride 2 (resnet50)
+    (1, 6, 10, 7, 9, (1, 1), (3, 2), (1, 1), 3, (0, 0, 0, 0)),  # 1x1 strided, grouped
+    (1, 8, 9, 8, 4, (1, 1), (1, 2), (1, 1), 1, (0, 0, 0, 0)),  # 1x1 column stride only
+    (1, 3, 23, 21, 5, (7, 7), (2, 2), (1, 1), 1, (3, 3, 3, 3)),  # 7x7 s2 (resnet, inception)
+    (1, 3, 27, 25, 4, (11, 11), (4, 4), (1, 1), 1, (0, 0, 0, 0)),  # 11x11 s4 (alexnet)
+    (1, 3, 15, 17, 5, (3, 3), (2, 2), (1, 1), 1, (0, 0, 0, 0)),  # 3x3 s2 unpadded (squeezenet)
+    (1, 10, 9, 9, 8, (5, 5), (1, 1), (1, 1), 2, (2, 2, 2, 2)),  # 5x5 grouped (alexnet)
+    (1, 7, 11, 9, 7, (3, 3), (2, 2), (1, 1), 7, (1, 1, 1, 1)),  # depthwise s2, odd
+    (1, 5, 6, 7, 5, (2, 2), (1, 1), (1, 1), 5, (1, 0, 0, 1)),  # depthwise, 4 taps
+    (1, 5, 6, 7, 10, (1, 2), (1, 1), (1, 2), 5, (0, 1, 0, 1)),  # depthwise, 2 taps, dilated
+    (2, 4, 6, 5, 4, (1, 1), (2, 1), (1, 1), 4, (1, 0, 0, 1)),  # depthwise, 1 tap, padded
+    (1, 4, 13, 12, 4, (2, 5), (3, 1), (2, 1), 4, (0, 2, 1, 0)),  # depthwise, 10 taps
+    (1, 6, 11, 13, 5, (3, 3), (3, 3), (2, 2), 1, (2, 1, 0, 2)),  # stride 3, dilated
 ]
 
 
@@ -55,39 +67,40 @@ def _args(case) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("min_shift", [SHIFT_MIN_CHANNELS, 1 << 30])  # shifted GEMMs or not
 @pytest.mark.parametrize("case", CASES)
-def test_conv2d_matches_reference(case, min_shift, dtype) -> None:
+def test_conv2d_matches_reference(case, dtype) -> None:
     x, w = _operands(case, dtype)
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, dtype=dtype)
-    conv.conv2d(x, w, out, *_args(case), min_shift)
+    conv.conv2d(x, w, out, *_args(case))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
-# Large enough that their GEMMs are split over two BLAS threads: shifted (stride 1, odd
-# sizes, asymmetric pads, 2 groups), im2col (stride 2, dilated), 1x1 with more output
-# channels than positions (split along the channels), and a batch of 2.
+# Large enough that their GEMMs are split over two BLAS threads and im2col takes several
+# blocks of output rows: stride 1 (odd sizes, asymmetric pads, 2 groups), stride 2
+# (dilated), 1x1 with more output channels than positions (split along the channels), a
+# batch of 2, and a strided 1x1.
 SPLIT_CASES = [
     (1, 32, 41, 37, 64, (3, 3), (1, 1), (1, 1), 1, (1, 0, 2, 1)),
     (1, 64, 29, 31, 96, (3, 3), (1, 1), (1, 1), 2, (1, 1, 1, 1)),
     (1, 24, 45, 43, 64, (5, 3), (2, 2), (1, 2), 1, (2, 1, 2, 3)),
     (1, 256, 13, 11, 1000, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
     (2, 16, 57, 55, 48, (3, 3), (2, 1), (1, 1), 1, (0, 1, 1, 1)),
+    (1, 128, 57, 53, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (1, 64, 29, 27, 96, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)),
 ]
 
 
-@pytest.mark.parametrize("min_shift", [SHIFT_MIN_CHANNELS, 1 << 30])
 @pytest.mark.parametrize("case", SPLIT_CASES)
-def test_split_gemms_match_reference(blas_threads, case, min_shift) -> None:
+def test_split_gemms_match_reference(blas_threads, case) -> None:
     x, w = _operands(case, "float32")
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, dtype="float32")
-    conv.conv2d(x, w, out, *_args(case), min_shift)
+    conv.conv2d(x, w, out, *_args(case))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
-@pytest.mark.parametrize("case", CASES[:5])
+@pytest.mark.parametrize("case", CASES[:5] + CASES[17:20])
 def test_conv2d_dot_matches_reference(case) -> None:
     x, w = _operands(case, "float32")
     want = _reference(case, x, w)
@@ -124,9 +137,8 @@ def test_geometry_disagreements_raise(entry, what, value) -> None:
         x = rand(value)
     else:
         params[what] = value
-    extra = (SHIFT_MIN_CHANNELS,) if entry == "conv2d" else ()
     with pytest.raises(ValueError, match="do not match the geometry"):
-        getattr(conv, entry)(x, w, out, *params.values(), *extra)
+        getattr(conv, entry)(x, w, out, *params.values())
     assert not out.any()
 
 

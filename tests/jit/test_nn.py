@@ -78,8 +78,8 @@ DEEP_CONVS = [
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("attrs", DEEP_CONVS)
-def test_conv2d_shifted_gemms(attrs, dtype) -> None:
-    """Stride-1 convolutions with >= 16 channels per group: one BLAS GEMM per kernel tap."""
+def test_conv2d_deep_gemms(attrs, dtype) -> None:
+    """Stride-1 convolutions with 16 channels per group, padded, dilated and grouped."""
     cin = 16 * attrs["groups"]
     img = var("img", ("b", cin, 9, 7), dtype)
     k = var("k", (6, 16, 3, 2), dtype)
@@ -96,7 +96,7 @@ def test_conv2d_shifted_gemms(attrs, dtype) -> None:
         )
 
 
-def test_conv2d_shifted_gemms_from_threads() -> None:
+def test_conv2d_gemms_from_threads() -> None:
     """Kernels release the GIL around BLAS: concurrent calls stay correct."""
     img, k = var("img", (1, 16, 12, 12)), var("k", (16, 16, 3, 3))
     func = prim([img, k], op.relu(op.conv2d(img, k, padding=1)))
@@ -122,9 +122,9 @@ def test_conv2d_shifted_gemms_from_threads() -> None:
 @pytest.mark.parametrize("strides", [1, 2])
 def test_conv2d_without_numpy_blas_uses_np_dot(strides, monkeypatch) -> None:
     """Where NumPy's BLAS has no ILP64 CBLAS, convolutions fall back to im2col and np.dot."""
-    from rvm.runtime.native import blas
+    from rvm.runtime.native import cblas
 
-    monkeypatch.setattr(blas, "AVAILABLE", False)
+    monkeypatch.setattr(cblas, "AVAILABLE", False)  # what the lowering reads
     img, k = var("img", ("b", 16, 9, 7)), var("k", (8, 16, 3, 3))
     func = prim([img, k], op.relu(op.conv2d(img, k, strides=strides, padding=1)))
     kernel = Jit(func, name=f"conv_dot_{strides}")
@@ -134,7 +134,7 @@ def test_conv2d_without_numpy_blas_uses_np_dot(strides, monkeypatch) -> None:
     )
 
 
-def test_conv1d_shifted_gemms() -> None:
+def test_conv1d_gemms() -> None:
     s, k1 = var("s", (2, 32, "t")), var("k1", (8, 32, 3))
     func = prim([s, k1], op.conv1d(s, k1, padding=(2, 0)))
     for t in (10, 1):

@@ -190,3 +190,35 @@ def test_dps_style_writes_output() -> None:
     out = np.empty((4, 8), np.float32)
     assert k(X, B, out) is None
     np.testing.assert_allclose(out, numpy_run(func, X, B), rtol=1e-6)
+
+
+@pytest.mark.parametrize("style", ["return", "dps"])
+@pytest.mark.parametrize("batch", [2, 1])
+def test_reshaped_outputs_are_written_directly(style, batch) -> None:
+    """A kernel whose output is a reshape or flatten of computed work (a channel shuffle's
+    transpose, an activation) writes that work straight into its output: no buffer, no
+    copy, the same values as the reference; a reshape of an input is still a copy."""
+    x = var("x", ("n", 6, 5, 3))
+    shuffle = op.reshape(
+        op.transpose(op.reshape(x, (-1, 2, 3, 5, 3)), (0, 2, 1, 3, 4)), (-1, 6, 5, 3)
+    )
+    cases = [
+        (shuffle, 1),  # the copy of the transpose's buffer is gone
+        (op.flatten(op.relu(x)), 1),
+        (op.reshape(x * 2.0, (-1, 5, 18)), 1),
+        (op.reshape(x, (-1, 90)), 1),  # a view of the input, copied
+    ]
+    for result, loops in cases:
+        func = prim([x], result)
+        kernel = Jit(func, style=style)
+        src = kernel.record.source
+        assert "np.empty((" not in src.replace("out0 = np.empty", ""), src
+        assert src.count("out0[") + src.count("out0.reshape(") == loops, src
+        inputs = (rand((batch, 6, 5, 3)),)
+        if style == "return":
+            check(func, *inputs, kernel=kernel)
+        else:
+            want = numpy_run(func, *inputs)
+            out = np.full(want.shape, np.nan, dtype=want.dtype)
+            kernel(*inputs, out)
+            np.testing.assert_array_equal(out, want)

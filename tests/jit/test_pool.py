@@ -2,9 +2,10 @@
 kernels using it.
 
 Max and average pools with every stride, dilation, asymmetric pad, ceil mode and
-count_include_pad combination on odd sizes; disagreeing operands raise before any memory is
-touched; kernels call the library without literal arguments (each literal would compile the
-library function again).
+count_include_pad combination on odd sizes, windows of 2 to 9 taps (three a pass, the rest
+one or two), inputs wide enough for the separable path, and the model zoo's geometries;
+disagreeing operands raise before any memory is touched; kernels call the library without
+literal arguments (each literal would compile the library function again).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rvm.runtime.native import pool
 GEOMETRIES = [
     (k, s, d, pads, ceil)
     for k, s, d, pads, ceil in itertools.product(
-        [(3, 3), (2, 3)],
+        [(3, 3), (2, 3), (2, 2), (1, 2)],
         [(1, 1), (2, 2), (3, 2)],
         [(1, 1), (2, 1)],
         [(0, 0, 0, 0), (1, 0, 2, 1)],
@@ -35,7 +36,7 @@ GEOMETRIES = [
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
 def test_pool2d_matches_reference(kind, include, dtype) -> None:
-    for shape in ((2, 3, 7, 9), (1, 2, 10, 5), (1, 2, 23, 31), (1, 150, 6, 5)):
+    for shape in ((2, 3, 7, 9), (1, 2, 10, 5), (1, 2, 23, 31), (1, 150, 6, 5), (1, 2, 9, 101)):
         x = rand(shape, dtype)
         for k, s, d, pads, ceil in GEOMETRIES:
             if kind == "max":
@@ -46,6 +47,33 @@ def test_pool2d_matches_reference(kind, include, dtype) -> None:
             flags = (int(kind == "max"), *k, *s, *d, *pads)
             pool.pool2d(x, out, *flags, int(ceil), int(include))
             np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(flags))
+
+
+# The models' pools: squeezenet and inception_v1 (3x3 s2 ceil, wide), resnet50 (3x3 s2 p1,
+# wide), inception's stride-1 3x3 (p1, avg with and without the padding), densenet's 2x2 s2,
+# shufflenet's 3x3 s2 p1 average.
+MODEL_POOLS = [
+    ((1, 3, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), True),
+    ((1, 2, 55, 55), (3, 3), (2, 2), (0, 0, 0, 0), True),
+    ((1, 3, 112, 112), (3, 3), (2, 2), (1, 1, 1, 1), False),
+    ((1, 5, 13, 13), (3, 3), (1, 1), (1, 1, 1, 1), False),
+    ((1, 4, 28, 28), (2, 2), (2, 2), (0, 0, 0, 0), False),
+    ((1, 3, 57, 57), (3, 3), (2, 2), (1, 1, 1, 1), False),
+    ((2, 3, 15, 15), (3, 3), (2, 2), (1, 1, 1, 1), True),
+]
+
+
+@pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
+@pytest.mark.parametrize(("shape", "k", "s", "pads", "ceil"), MODEL_POOLS)
+def test_model_pools_match_reference(kind, include, shape, k, s, pads, ceil) -> None:
+    x = rand(shape)
+    if kind == "max":
+        want = numpy_ref.max_pool2d(x, k, s, pads, (1, 1), ceil)
+    else:
+        want = numpy_ref.avg_pool2d(x, k, s, pads, (1, 1), ceil, include)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    pool.pool2d(x, out, int(kind == "max"), *k, *s, 1, 1, *pads, int(ceil), int(include))
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("bad", [(1, 3, 3, 4), (1, 3, 4, 3), (2, 3, 3, 3), (1, 2, 3, 3)])

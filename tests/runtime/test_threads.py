@@ -182,7 +182,7 @@ def test_four_threads_with_their_own_vms_match_one_thread(exec_mode, restore_thr
 @module
 class CNN:
     """Convolutions large enough that each GEMM is split over two threads: stride-1 3x3
-    (shifted GEMMs), stride-2 3x3 (im2col) and 1x1 (pointwise)."""
+    and stride-2 3x3 (im2col) and 1x1 (pointwise)."""
 
     @func
     def main(

@@ -201,13 +201,18 @@ class KernelBuilder(Emitter):
             return x.array
         name = self.fresh("m")
         self.root.lines.append(f"{name} = np.empty({_shape(x.dims)}, dtype=np.{dtype})")
+        self.write(x, name, dtype)
+        return name
+
+    def write(self, x: Tensor, name: str, dtype: str) -> None:
+        """Loops storing ``x`` (converted to ``dtype``) into the array ``name`` of its
+        shape."""
 
         def emit(body: Body, index: list[Scalar]) -> None:
             v = self.let(body, convert(self.load(x, body, index), dtype))
             body.lines.append(f"{_ref(name, index)} = {v.code}")
 
         self.loop_nest(self.root, x.dims, emit)
-        return name
 
     def buffer(self, dims: Sequence[str], dtype: str, alias: str | None = None) -> str:
         """A new array of ``dims`` (or the given output array) allocated at the start."""

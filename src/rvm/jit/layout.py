@@ -3,7 +3,8 @@
 transpose, expand_dims, squeeze, broadcast_to, strided_slice, split, tile, take, gather and
 one_hot map an output index to an input index (no data moves until the consumer loads).
 reshape and flatten view the input's array with the new shape (an array is materialized first
-when the input is computed). Indices read from data (take, gather) are bounds-checked.
+when the input is computed; as a kernel's output, the input is computed straight into it).
+Indices read from data (take, gather) are bounds-checked.
 """
 
 from __future__ import annotations
@@ -59,15 +60,42 @@ def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str], checked: bool 
     """``x`` viewed with ``dims`` (same size: checked unless ``checked`` says it was): a
     reshaped view of its array."""
     if not checked:
-        kb.check(
-            f"{product(x.dims)} != {product(dims)}",
-            f"{kb.kernel}: reshape: the new shape does not have the input's size",
-        )
+        _check_size(kb, x, dims)
     src = kb.materialize(x)
     name = kb.fresh("r")
-    shape = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-    kb.root.lines.append(f"{name} = {src}.reshape({shape})")
+    kb.root.lines.append(f"{name} = {src}.reshape({_shape(dims)})")
     return Tensor(tuple(dims), x.dtype, array=name, kind="array")
+
+
+def _check_size(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> None:
+    kb.check(
+        f"{product(x.dims)} != {product(dims)}",
+        f"{kb.kernel}: reshape: the new shape does not have the input's size",
+    )
+
+
+def _shape(dims: Sequence[str]) -> str:
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+
+
+def write_reshaped(kb: KernelBuilder, t: Tensor, name: str, dtype: str) -> bool:
+    """When ``t``, the kernel's output ``name`` of ``dtype``, is a reshape or flatten of a
+    computed tensor (an index map, elementwise work: not an array), that tensor is written
+    straight into the output viewed with its own shape, with no buffer and no copy (a
+    channel shuffle's transpose is one pass); False, nothing emitted, otherwise."""
+    source = t.info.get("reshape_of")
+    if source is None or id(t) in kb.filled:
+        return False
+    x, checked = source
+    if x.loader is None or x.fill is not None or x.array is not None or x.dtype != dtype:
+        return False
+    if not checked:
+        _check_size(kb, x, t.dims)
+    kb.filled.add(id(t))
+    view = kb.fresh("r")
+    kb.root.lines.append(f"{view} = {name}.reshape({_shape(x.dims)})")
+    kb.write(x, view, dtype)
+    return True
 
 
 def _generic_target(kb: KernelBuilder, target: list) -> list:
@@ -106,6 +134,7 @@ def _lazy_view(kb: KernelBuilder, x: Tensor, dims: list[str], checked: bool = Fa
     """A reshape that materializes (and views) the input only when first loaded (see
     `reshape_to` for ``checked``)."""
     out = Tensor(tuple(dims), x.dtype, array=None, kind="view")
+    out.info["reshape_of"] = (x, checked)  # see `write_reshaped`
     view: list[Tensor] = []
 
     def fill() -> None:

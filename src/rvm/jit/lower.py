@@ -358,6 +358,8 @@ class _KernelLowering:
             if t is anchor:
                 kb.materialize(t)
                 continue
+            if layout.write_reshaped(kb, t, name, ty.dtype):
+                continue
 
             def emit(body: Body, index: list[Scalar], t=t, name=name, ty=ty) -> None:
                 v = kb.let(body, convert(kb.load(t, body, index), ty.dtype))

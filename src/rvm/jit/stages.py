@@ -5,9 +5,9 @@ with the GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when 
 is not reachable), one call per batch matrix, writing straight into the stage's array; the
 lowering points that array at the kernel's output when the epilogue (bias, activation) can
 run in place, so the epilogue is one pass over the output in the same kernel. Float
-convolutions call `rvm.runtime.native.conv.conv2d` (1x1 GEMMs, depthwise loops, shifted GEMMs
-or im2col), compiled once for all kernels rather than into each: a kernel only checks shapes,
-makes the call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
+convolutions call `rvm.runtime.native.conv.conv2d` (1x1 GEMMs, depthwise loops or im2col),
+compiled once for all kernels rather than into each: a kernel only checks shapes, makes the
+call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
 into their consumer.
 """
 
@@ -23,9 +23,6 @@ from rvm.op import ops
 from rvm.runtime.native import cblas
 
 BLAS_DTYPES = ("float32", "float64")
-# Stride-1 convolutions with fewer input channels per group than this make shallow GEMMs:
-# im2col instead of shifted GEMMs (passed to `rvm.runtime.native.conv.conv2d` by every kernel).
-SHIFT_MIN_CHANNELS = 16
 
 
 def _matmul_dims(kb: KernelBuilder, a: Tensor, b: Tensor, dense: bool):
@@ -204,7 +201,7 @@ def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
     ``dtype``."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
     if cblas.AVAILABLE:
-        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, SHIFT_MIN_CHANNELS)
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr)
         kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
         call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"

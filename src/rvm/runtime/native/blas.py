@@ -8,8 +8,8 @@ strided operands are copied first. So float matmul and convolution call NumPy's 
 
 - `gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)` computes, row-major,
   ``C[m, n] = A[m, k] @ B[k, n] + beta * C`` where ``A`` starts at flat element ``ia`` of the
-  C-contiguous array ``a`` with row stride ``lda`` (likewise ``B``, ``C``): the shifted GEMMs
-  and im2col blocks of a convolution. `gemm_split` is the same cut into pieces that run at
+  C-contiguous array ``a`` with row stride ``lda`` (likewise ``B``, ``C``): the im2col
+  blocks of a convolution. `gemm_split` is the same cut into pieces that run at
   once on the pool.
 - `matmul(a, b, out, b_t)` computes ``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d
   C-contiguous arrays, with the BLAS call that costs least for the shape (see `matmul`).

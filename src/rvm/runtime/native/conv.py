@@ -5,17 +5,17 @@ attributes, and runs its epilogue (bias, activation) over the output; the convol
 lives here, so it is compiled once per operand type and cached with this module's Numba
 cache, not compiled again into every kernel (it was most of a CNN's compile time):
 
-- `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift)`: NumPy's BLAS
+- `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr)`: NumPy's BLAS
   (`rvm.runtime.native.blas.gemm_split`: every GEMM is cut into pieces that run at once on
   the BLAS's threads, one thread each), the method chosen by shape (`_conv2d_blas`). 1x1
-  convolutions are one GEMM per (image, group) on the operands themselves. Depthwise ones
-  (one input channel per group) are direct loops. Stride-1 convolutions with at least
-  ``min_shift`` (the lowering's `rvm.jit.stages.SHIFT_MIN_CHANNELS`) input channels per
-  group stack the kw horizontal shifts of the zero-padded input and run one GEMM per kernel
-  row on row-strided windows of the stack, accumulated in place by BLAS: no column matrix.
-  Others pack the input windows of each (image, group) into a column matrix (im2col, with
-  the padding as zero runs and unit-stride copies in between) and multiply it by the
-  weight, one GEMM per block of output positions.
+  unpadded convolutions are one GEMM per (image, group), on the operands themselves at
+  stride 1, on the input subsampled once otherwise. Depthwise ones (one input channel per
+  group) are direct loops, three taps per pass. Others split the zero-padded input of each
+  (image, group) into its stride phases once (`rvm.runtime.native.planes`), so each tap of
+  each output row is a unit-stride run, copy those runs into a column matrix (im2col) and
+  multiply it by the weight, one GEMM per block of output rows. (Stride-1 convolutions used
+  to run one GEMM per kernel row on shifted windows of the padded input, with no column
+  matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
@@ -67,47 +67,41 @@ def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
 
 
 @nb.njit(**_OPTS)
-def _im2col_block(x, col, n_, g_, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pb_, pe_):  # type: ignore[no-untyped-def]
-    """Column block ``col[:, :pe_ - pb_]``: the windows of output positions [pb_, pe_) of
-    image ``n_``, group ``g_`` (zero outside the input)."""
-    ih, iw = x.shape[2], x.shape[3]
+def _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
+    """The zero-padded channels of image ``n_``, group ``g_`` split into their stride phases
+    (`rvm.runtime.native.planes.padded_phases`), channel after channel in ``ph``."""
+    size = sh * sw * hq * wq
     for c_ in range(cg):
-        ch_ = g_ * cg + c_
-        for kh_ in range(kh):
-            for kw_ in range(kw):
-                r_ = (c_ * kh + kh_) * kw + kw_
-                off_ = kw_ * dw - pl
-                lo_ = min(max(0, -(off_ // sw)), ow)
-                hi_ = min(max(lo_, (iw - 1 - off_) // sw + 1), ow)
-                p_ = pb_
-                while p_ < pe_:
-                    oh_ = p_ // ow
-                    w0_ = p_ - oh_ * ow
-                    w1_ = min(ow, w0_ + pe_ - p_)
-                    b_ = p_ - pb_ - w0_
-                    ih_ = oh_ * sh - pt + kh_ * dh
-                    if ih_ < 0 or ih_ >= ih:
-                        col[r_, b_ + w0_ : b_ + w1_] = 0
-                    else:
-                        a_ = max(w0_, min(lo_, w1_))
-                        z_ = max(a_, min(hi_, w1_))
-                        col[r_, b_ + w0_ : b_ + a_] = 0
-                        if sw == 1:  # a unit-stride copy (vectorized)
-                            for q_ in range(a_, z_):
-                                col[r_, b_ + q_] = x[n_, ch_, ih_, q_ + off_]
-                        else:
-                            for q_ in range(a_, z_):
-                                col[r_, b_ + q_] = x[n_, ch_, ih_, q_ * sw + off_]
-                        col[r_, b_ + z_ : b_ + w1_] = 0
-                    p_ += w1_ - w0_
+        at_x = ((n_ * c) + g_ * cg + c_) * ih * iw
+        padded_phases(xf, at_x, ih, iw, ph[c_ * size :], sh, sw, hq, wq, hp, wp, pt, pl)
+
+
+@nb.njit(**_OPTS)
+def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-untyped-def]
+    """Column block ``col[:, :(p1 - p0) * ow]``: the windows of output rows [p0, p1), tap
+    rows in (channel, tap) order, each output row one unit-stride run of the phases ``ph``
+    (``size`` elements a channel, taps starting at ``starts``)."""
+    taps = starts.shape[0]
+    ld = U(col.shape[1])
+    colf = col.reshape(col.size)
+    for c_ in range(cg):
+        for t in range(taps):
+            dst = U(c_ * taps + t) * ld
+            src = U(c_ * size + starts[t] + p0 * wq)
+            for _ in range(p1 - p0):
+                for q_ in range(U(ow)):
+                    colf[dst + q_] = ph[src + q_]
+                dst, src = dst + U(ow), src + U(wq)
 
 
 def _im2col(product):  # type: ignore[no-untyped-def]
-    """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes."""
+    """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes: the
+    input of each (image, group) is split into its zero-padded stride phases once, so every
+    tap of every output row is a unit-stride run of them (`rvm.runtime.native.planes`)."""
 
     @nb.njit(**_OPTS)
     def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-        n = x.shape[0]
+        n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
         oh, ow = out.shape[2], out.shape[3]
         if n * o * oh * ow == 0:
@@ -120,18 +114,23 @@ def _im2col(product):  # type: ignore[no-untyped-def]
         og = o // groups
         wm = w.reshape((o, K))
         y = out.reshape((n, o, P))
-        # A block per thread: each thread's piece of the split GEMM stays in its cache.
+        hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+        size = sh * sw * hq * wq
+        ph = np.zeros(cg * size, dtype=x.dtype)
+        starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
+        # Whole output rows per block, a block per thread: each thread's piece of the split
+        # GEMM stays in its cache.
         B = min(max(64, COL_BYTES // x.itemsize // K), CONV_BLOCK) * blas_threads()
-        B = min(B, P)
-        col = np.empty((K, B), dtype=x.dtype)
+        rows = max(1, min(B // ow, oh))
+        col = np.empty((K, rows * ow), dtype=x.dtype)
+        xf = x.reshape(x.size)
         for n_ in range(n):
             for g_ in range(groups):
-                for pb_ in range(0, P, B):
-                    pe_ = min(pb_ + B, P)
-                    _im2col_block(
-                        x, col, n_, g_, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pb_, pe_
-                    )
-                    product(wm, col, y, n_, g_, og, K, P, pb_, pe_)
+                _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
+                for p0 in range(0, oh, rows):
+                    p1 = min(p0 + rows, oh)
+                    _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1)
+                    product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow)
 
     return conv
 
@@ -156,64 +155,6 @@ _im2col_gemm = _im2col(_gemm_product)
 conv2d_dot_unchecked = _im2col(_dot_product)
 
 
-# Stride-1 convolution as one GEMM per kernel row (kh GEMMs of depth kw * cg), accumulated in
-# place (beta = 1) by BLAS: output position p = oh * Wp + ow of the zero-padded input, flattened
-# with its padded row width Wp, reads input position p + i * dh * Wp + j * dw for tap (i, j).
-# The kw horizontal shifts of the padded input are stacked as rows ((c, j) order, `_stack_taps`),
-# so each kernel row's input matrix is a row-strided window of the stack and needs no further
-# copy; fewer, deeper GEMMs than one per tap (K = cg is 16-64 in squeezenet) also read and
-# write the output kw times less and split better over threads.
-# Row p's last Wp - ow columns are wrap-around garbage, dropped when the result is copied out.
-@nb.njit(**_OPTS)
-def _stack_taps(x, xs, n_, ch0, cg, kw, dw, pt, pl, Wp):  # type: ignore[no-untyped-def]
-    """``xs[c * kw + j, q]`` = padded input channel ``ch0 + c`` at flat position ``q + j * dw``
-    (zero outside the input), for the kw horizontal taps j."""
-    ih, iw = x.shape[2], x.shape[3]
-    Lr = xs.shape[1]
-    xs[:, :] = 0
-    for c_ in range(cg):
-        for j_ in range(kw):
-            r_ = c_ * kw + j_
-            for h_ in range(min(ih, Lr // Wp - pt)):
-                at = (h_ + pt) * Wp + pl - j_ * dw  # where input row h_ starts in this row
-                lo, hi = max(0, -at), min(iw, Lr - at, Wp - pl)
-                for q_ in range(lo, hi):
-                    xs[r_, at + q_] = x[n_, ch0 + c_, h_, q_]
-
-
-@nb.njit(**_OPTS)
-def _shifted(x, w, out, groups, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    n, c, ih, iw = x.shape
-    o, cg, kh, kw = w.shape
-    oh, ow = out.shape[2], out.shape[3]
-    og = o // groups
-    Wp = ow + dw * (kw - 1)
-    Hp = oh + dh * (kh - 1)
-    P = oh * Wp
-    K = kw * cg
-    wt = np.empty((kh, o, cg, kw), dtype=w.dtype)  # kernel rows first, runs of kw copied
-    for o_ in range(o):
-        for c_ in range(cg):
-            for i_ in range(kh):
-                for j_ in range(kw):
-                    wt[i_, o_, c_, j_] = w[o_, c_, i_, j_]
-    xs = np.empty((K, Hp * Wp), dtype=x.dtype)
-    tmp = np.empty((og, P), dtype=x.dtype)
-    for n_ in range(n):
-        for g_ in range(groups):
-            _stack_taps(x, xs, n_, g_ * cg, cg, kw, dw, pt, pl, Wp)
-            for i_ in range(kh):
-                gemm(
-                    wt, (i_ * o + g_ * og) * K, K,
-                    xs, i_ * dh * Wp, Hp * Wp,
-                    tmp, 0, P, og, P, K, 0.0 if i_ == 0 else 1.0,
-                )  # fmt: skip
-            for o_ in range(og):
-                for h_ in range(oh):
-                    for q_ in range(ow):
-                        out[n_, g_ * og + o_, h_, q_] = tmp[o_, h_ * Wp + q_]
-
-
 @nb.njit(**_OPTS)
 def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
     """A 1x1, stride-1, unpadded convolution: one GEMM per (image, group) straight from the
@@ -228,10 +169,32 @@ def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
+def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
+    """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
+    every sw-th column), then one GEMM per (image, group) as `_pointwise`."""
+    n, c, ih, iw = x.shape
+    oh, ow = out.shape[2], out.shape[3]
+    xs = np.empty((n, c, oh, ow), dtype=x.dtype)
+    xf, sf = x.reshape(x.size), xs.reshape(xs.size)
+    for plane in range(n * c):
+        for p_ in range(oh):
+            src, dst = U((plane * ih + p_ * sh) * iw), U((plane * oh + p_) * ow)
+            if sw == 1:
+                for q_ in range(U(ow)):
+                    sf[dst + q_] = xf[src + q_]
+            else:
+                step = U(sw)
+                for q_ in range(U(ow)):
+                    sf[dst + q_] = xf[src + q_ * step]
+    _pointwise(xs, w, out, groups)
+
+
+@nb.njit(**_OPTS)
 def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """A convolution with one input channel per group (depthwise, any channel multiplier):
-    each channel is copied into a zero-padded plane split into its stride phases, then every
-    tap adds its weighted window as one long run (see `rvm.runtime.native.planes`)."""
+    each channel is copied into a zero-padded plane split into its stride phases, then the
+    taps add their weighted windows as long runs, three per pass (see
+    `rvm.runtime.native.planes`)."""
     n, c, ih, iw = x.shape
     o, _, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
@@ -246,12 +209,46 @@ def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-de
         for ch in range(c):
             padded_phases(xf, (n_ * c + ch) * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
             for oc in range(ch * m, ch * m + m):
-                acc[:] = 0
-                for t in range(kh * kw):
-                    wv, at = wf[oc * kh * kw + t], U(starts[t])
-                    for r_ in range(run):
-                        acc[r_] += wv * flat[at + r_]
+                _weighted_taps(flat, starts, wf, oc * kh * kw, acc, run)
                 _copy_rows(acc, wq, of, (n_ * o + oc) * oh * ow, oh, ow)
+
+
+@nb.njit(**_OPTS)
+def _weighted_taps(flat, starts, wf, at_w, acc, run):  # type: ignore[no-untyped-def]
+    """``acc[:run]`` = the sum over the taps t of ``wf[at_w + t]`` times the run of ``flat``
+    at ``starts[t]``, three taps per pass over ``acc`` (a pass per tap reads and writes it
+    three times as often)."""
+    taps = starts.shape[0]
+    if taps == 0:
+        acc[:run] = 0
+    first = True
+    for t in range(0, taps, 3):
+        left = taps - t
+        w0, a0 = wf[at_w + t], U(starts[t])
+        if left >= 3:
+            w1, a1 = wf[at_w + t + 1], U(starts[t + 1])
+            w2, a2 = wf[at_w + t + 2], U(starts[t + 2])
+            if first:
+                for r_ in range(run):
+                    acc[r_] = w0 * flat[a0 + r_] + w1 * flat[a1 + r_] + w2 * flat[a2 + r_]
+            else:
+                for r_ in range(run):
+                    acc[r_] += w0 * flat[a0 + r_] + w1 * flat[a1 + r_] + w2 * flat[a2 + r_]
+        elif left == 2:
+            w1, a1 = wf[at_w + t + 1], U(starts[t + 1])
+            if first:
+                for r_ in range(run):
+                    acc[r_] = w0 * flat[a0 + r_] + w1 * flat[a1 + r_]
+            else:
+                for r_ in range(run):
+                    acc[r_] += w0 * flat[a0 + r_] + w1 * flat[a1 + r_]
+        elif first:
+            for r_ in range(run):
+                acc[r_] = w0 * flat[a0 + r_]
+        else:
+            for r_ in range(run):
+                acc[r_] += w0 * flat[a0 + r_]
+        first = False
 
 
 @nb.njit(**_OPTS)
@@ -265,29 +262,26 @@ def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
+def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
 
-    The method by shape: 1x1 unpadded stride-1 convolutions are GEMMs on the operands
-    themselves (`_pointwise`); one input channel per group runs direct loops
-    (`_depthwise`); stride-1 convolutions with ``min_shift`` channels per group and more
-    output positions than output channels run shifted GEMMs (`_shifted`: its weight
-    transpose costs o * cg * kh * kw, im2col's column matrix cg * kh * kw per position);
-    the rest im2col.
+    The method by shape: 1x1 unpadded convolutions are GEMMs on the operands (`_pointwise`,
+    `_strided_pointwise` on the subsampled input); one input channel per group runs direct
+    loops (`_depthwise`); the rest im2col from the input's stride phases (`_im2col_gemm`).
     """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
     n, o, oh, ow = out.shape
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
-    unit = sh == 1 and sw == 1
     if n * o * oh * ow == 0:
         return True
-    if unit and kh == 1 and kw == 1 and pt == 0 and pl == 0 and pb == 0 and pr == 0:
-        _pointwise(x, w, out, groups)
+    if kh == 1 and kw == 1 and pt == 0 and pl == 0 and pb == 0 and pr == 0:
+        if sh == 1 and sw == 1:
+            _pointwise(x, w, out, groups)
+        else:
+            _strided_pointwise(x, w, out, groups, sh, sw)
     elif cg == 1:
         _depthwise(x, w, out, sh, sw, dh, dw, pt, pl)
-    elif unit and min(pt, pl) >= 0 and cg >= min_shift and oh * ow >= o:
-        _shifted(x, w, out, groups, dh, dw, pt, pl)
     else:
         _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
     return True
@@ -298,27 +292,26 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift): 
 
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
     """`_conv2d_blas` on x (a), w (b), out (c): 0 done, 1 the shapes disagree."""
-    d, p = nb.carray(dims, 12), nb.carray(params, 10)
+    d, p = nb.carray(dims, 12), nb.carray(params, 9)
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
     w = nb.carray(b, (d[4], d[5], d[6], d[7]))
     out = nb.carray(c, (d[8], d[9], d[10], d[11]))
-    ok = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9])
+    ok = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
     return 0 if ok else 1
 
 
 entry.export("conv2d", _entry)
 # What kernels call (`rvm.runtime.native.entry.caller`): ``entry_call(arrays, params)``, 0 done.
-entry_call = entry.caller("conv2d", 10)
+entry_call = entry.caller("conv2d", 9)
 
 
 # For Python callers (kernels call `entry_call`). Not cached: compiling it types the call, which
 # registers the entry point (`entry.require`); cached object code would be linked without it.
 @nb.njit(nogil=True)
-def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, min_shift):  # type: ignore[no-untyped-def]
-    """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS;
-    shifted GEMMs from ``min_shift`` input channels per group."""
+def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
+    """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS."""
     i = np.int64
-    params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr), i(min_shift))
+    params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr))
     if entry_call((x, w, out), params) != 0:
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 

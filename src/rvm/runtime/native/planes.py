@@ -49,14 +49,31 @@ def padded_phases(xf, at_x, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl):  # ty
     phase ((i * dh) % sh, (j * dw) % sw) at row p + (i * dh) // sh, column
     q + (j * dw) // sw: one run of oh * wq elements per tap from `tap_starts`, whose
     columns from ow on are wrap-around garbage to drop. (Indices are unsigned: a signed one
-    costs a negative-index test per element, which stops vectorization.)
+    costs a negative-index test per element, which stops vectorization; the phase of a row
+    is known from the loop, with no division per row.)
     """
     q0, q1 = max(0, -pl), min(iw, wp - pl)
-    for h_ in range(max(0, -pt), min(ih, hp - pt)):
-        r = h_ + pt
-        for b in range(sw):
+    h0, h1 = max(0, -pt), min(ih, hp - pt)
+    for a in range(sh):  # the row phase: input rows h with (h + pt) % sh == a
+        h_first = h0 + (a - pt - h0) % sh
+        if h_first >= h1:
+            continue
+        rows = (h1 - h_first + sh - 1) // sh
+        row0 = (h_first + pt) // sh  # its first row in the phase
+        for b in range(sw):  # the column phase
             first = q0 + (b - pl - q0) % sw  # the first column landing in phase b
-            at = U(((r % sh) * sw + b) * hq * wq + (r // sh) * wq + (first + pl) // sw)
-            src, step = U(at_x + h_ * iw + first), U(sw)
-            for k in range(U(max(0, (q1 - first + sw - 1) // sw))):
-                flat[at + k] = xf[src + k * step]
+            count = U(max(0, (q1 - first + sw - 1) // sw))
+            at = U((a * sw + b) * hq * wq + row0 * wq + (first + pl) // sw)
+            src = U(at_x + h_first * iw + first)
+            src_step, dst_step = U(sh * iw), U(wq)
+            if sw == 1:  # a unit-stride copy (vectorized)
+                for _ in range(rows):
+                    for k in range(count):
+                        flat[at + k] = xf[src + k]
+                    at, src = at + dst_step, src + src_step
+            else:
+                step = U(sw)
+                for _ in range(rows):
+                    for k in range(count):
+                        flat[at + k] = xf[src + k * step]
+                    at, src = at + dst_step, src + src_step

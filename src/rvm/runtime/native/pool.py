@@ -7,15 +7,16 @@ C-contiguous of one float dtype, with the semantics of `rvm.op.max_pool2d` /
 the input padded by ``pt``, ``pl``, ``pb``, ``pr`` (top, left, bottom, right); padding never
 wins a max, and an average divides the sum of a window's input elements by their count (plus
 its padding elements with ``include_pad``; a ceil-mode window's overhang past the padding
-never counts). Averages sum in float64, as the reference does.
+never counts). Averages sum in float64, as the reference does, and are multiplied by a table
+of the reciprocal counts made once per call (only edge windows differ in it).
 
 Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled
 once, not again into each kernel. Every step is a unit-stride, vectorizable run where it can
 be (a strided read is not one):
 
 - by default, channels are copied into planes that hold the padding value (-inf for max, 0
-  for average) around them, split by the strides, many small planes stacked, and each tap is
-  one run over the whole stack (`rvm.runtime.native.planes`);
+  for average) around them, split by the strides, many small planes stacked, and each pass
+  over the whole stack adds three taps' runs (`rvm.runtime.native.planes`);
 - for a column stride above 1 on a wide input, that split would be a slow strided copy; the
   pools are separable instead: for each output row, its window rows are reduced column by
   column into a padded line, then the line's columns tap by tap, and the row takes every
@@ -64,6 +65,17 @@ def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignor
 
 
 @nb.njit(**_OPTS)
+def _scales(oh, ow, rows, cols):  # type: ignore[no-untyped-def]
+    """Per output position (p, q), flat: what its window's sum is multiplied by to make the
+    average, 1 / (rows[p] * cols[q]) (`_counts`; 1 for a window with nothing to count)."""
+    scale = np.empty(oh * ow, dtype=np.float64)
+    for p_ in range(oh):
+        for q_ in range(ow):
+            scale[p_ * ow + q_] = 1.0 / max(rows[p_] * cols[q_], 1.0)
+    return scale
+
+
+@nb.njit(**_OPTS)
 def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore[no-untyped-def]
     """``line[pl:pl + iw]`` = the max (``is_max``) or the sum, column by column, of the input
     rows of output row ``p_``'s windows in the (ih, iw) channel at ``at`` of ``xf``; the
@@ -106,20 +118,20 @@ def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _emit_row(of, dst, acc, src, step, ow, rows_p, cols, is_max):  # type: ignore[no-untyped-def]
-    """Output row at ``dst`` of ``of`` = ``acc[src + q * step]`` for q < ow (averages divided
-    by their counts: ``rows_p`` times ``cols[q]``)."""
-    dst, src, step = U(dst), U(src), U(step)
+def _emit_row(of, dst, acc, src, step, ow, scale, at_s, is_max):  # type: ignore[no-untyped-def]
+    """Output row at ``dst`` of ``of`` = ``acc[src + q * step]`` for q < ow (averages
+    multiplied by ``scale[at_s + q]``)."""
+    dst, src, step, at_s = U(dst), U(src), U(step), U(at_s)
     if is_max:
         for q_ in range(U(ow)):
             of[dst + q_] = acc[src + q_ * step]
     else:
         for q_ in range(U(ow)):
-            of[dst + q_] = acc[src + q_ * step] / max(rows_p * cols[q_], 1.0)
+            of[dst + q_] = acc[src + q_ * step] * scale[at_s + q_]
 
 
 @nb.njit(**_OPTS)
-def _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
+def _separable(x, out, lo, hi, line, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi`` (flat n * c index), output row by output row: the window rows
     reduced column by column into ``line`` (its first ``pl`` and its last entries hold the
     padding value), then the window columns into ``acc``, of which the row takes every
@@ -132,16 +144,56 @@ def _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window):  # type: 
         for p_ in range(oh):
             _rows(xf, plane * ih * iw, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max)
             _cols(line, acc, (ow - 1) * sw + 1, kw, dw, is_max)
-            _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, rows[p_], cols, is_max)
+            _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, scale, p_ * ow, is_max)
 
 
 @nb.njit(**_OPTS)
-def _phased(x, out, lo, hi, k, flat, starts, acc, rows, cols, is_max, window):  # type: ignore[no-untyped-def]
+def _max_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
+    """``acc[:run]`` = the maximum over the taps t of the run of ``flat`` at ``starts[t]``,
+    three taps per pass over ``acc`` (a pass per tap reads and writes it three times as
+    often); NaN wins, as in the reference."""
+    taps = starts.shape[0]
+    for t in range(0, taps, 3):
+        a0 = U(starts[t])
+        a1 = U(starts[min(t + 1, taps - 1)])  # fewer than three left: a tap again
+        a2 = U(starts[min(t + 2, taps - 1)])
+        if t == 0:
+            for r_ in range(run):
+                acc[r_] = np.maximum(np.maximum(flat[a0 + r_], flat[a1 + r_]), flat[a2 + r_])
+        else:
+            for r_ in range(run):
+                m = np.maximum(np.maximum(flat[a0 + r_], flat[a1 + r_]), flat[a2 + r_])
+                acc[r_] = np.maximum(acc[r_], m)
+
+
+@nb.njit(**_OPTS)
+def _sum_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
+    """``acc[:run]`` = the sum over the taps t of the run of ``flat`` at ``starts[t]``, three
+    taps per pass over ``acc``, in ``acc``'s dtype."""
+    taps = starts.shape[0]
+    zero = acc.dtype.type(0)
+    for t in range(0, taps, 3):
+        a0 = U(starts[t])
+        a1, a2 = U(starts[min(t + 1, taps - 1)]), U(starts[min(t + 2, taps - 1)])
+        k1, k2 = t + 1 < taps, t + 2 < taps  # fewer than three left: the tap again, unused
+        for r_ in range(run):
+            v = acc[r_] if t > 0 else zero
+            v += flat[a0 + r_]
+            if k1:
+                v += flat[a1 + r_]
+            if k2:
+                v += flat[a2 + r_]
+            acc[r_] = v
+
+
+@nb.njit(**_OPTS)
+def _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi``, ``k`` at a time: each copied into its padded plane split by
     the strides (`rvm.runtime.native.planes`), the ``k`` planes stacked in each phase of
-    ``flat``, then one run over the whole stack per tap into ``acc`` (rows as wide as a
-    phase's; a plane's windows never reach the next plane, and the rows between the planes'
-    outputs are dropped). Small planes thus make long runs too."""
+    ``flat``, then one run over the whole stack per three taps into ``acc`` (rows as wide
+    as a phase's; a plane's windows never reach the next plane, and the rows between the
+    planes' outputs are dropped). Small planes thus make long runs too. Averages are
+    multiplied by ``scale`` (`_scales`)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
@@ -155,23 +207,25 @@ def _phased(x, out, lo, hi, k, flat, starts, acc, rows, cols, is_max, window):  
                 xf, (first + j) * ih * iw, ih, iw, plane, sh, sw, k * hq, wq, hp, wp, pt, pl
             )
         run = U((m - 1) * size + oh * wq)
-        acc[:] = -np.inf if is_max else 0.0
-        for t in range(starts.shape[0]):
-            at = U(starts[t])
-            if is_max:
-                for r_ in range(run):
-                    acc[r_] = np.maximum(acc[r_], flat[at + r_])
-            else:
-                for r_ in range(run):
-                    acc[r_] += flat[at + r_]
+        if is_max:
+            _max_taps(flat, starts, acc, run)
+        else:
+            _sum_taps(flat, starts, acc, run)
         for j in range(m):
+            dst = U((first + j) * oh * ow)
             for p_ in range(oh):
-                dst, src = ((first + j) * oh + p_) * ow, j * size + p_ * wq
-                _emit_row(of, dst, acc, src, 1, ow, rows[p_], cols, is_max)
+                src, at_s = U(j * size + p_ * wq), U(p_ * ow)
+                if is_max:
+                    for q_ in range(U(ow)):
+                        of[dst + q_] = acc[src + q_]
+                else:
+                    for q_ in range(U(ow)):
+                        of[dst + q_] = acc[src + q_] * scale[at_s + q_]
+                dst += U(ow)
 
 
 @nb.njit(**_OPTS)
-def _direct(x, out, lo, hi, rows, cols, is_max, acc0, window):  # type: ignore[no-untyped-def]
+def _direct(x, out, lo, hi, scale, is_max, acc0, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi``, window by window (``acc0``: a zero of the accumulator's
     dtype): for outputs much smaller than their windows' span (global-like pools), where a
     run per tap would compute every position of the plane for the few kept."""
@@ -193,7 +247,7 @@ def _direct(x, out, lo, hi, rows, cols, is_max, acc0, window):  # type: ignore[n
                             v = xf[row + c]
                             acc = np.maximum(acc, v) if is_max else acc + v
                 at = (plane * oh + p_) * ow + q_
-                of[at] = acc if is_max else acc / max(rows[p_] * cols[q_], 1.0)
+                of[at] = acc if is_max else acc * scale[p_ * ow + q_]
 
 
 STACK = 4096
@@ -201,13 +255,14 @@ STACK = 4096
 DIRECT_SPARSITY = 4
 """`_planes` takes `_direct` when a plane's phase holds this many times the positions whose
 pools are kept (a 6 x 6 average of a 6 x 6 input keeps 1 row of 7)."""
-SEPARABLE_WIDTH = 24
+SEPARABLE_WIDTH = 96
 """The input width from which a column stride above 1 takes `_separable`: below it, its
-per-row loops are too short, and the strided copy of `_phased` is cheap."""
+per-row loops are too short, and the strided copy of `_phased` costs less (3x3 stride-2 max
+pools on one thread broke even between 56 and 111 columns)."""
 
 
 @nb.njit(**_OPTS)
-def _planes(x, out, lo, hi, rows, cols, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
+def _planes(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_separable` for a
     column stride above 1 on wide inputs (it reads the input in place, where splitting it by
     the column stride is a slow strided copy), `_direct` for outputs much sparser than their
@@ -217,30 +272,30 @@ def _planes(x, out, lo, hi, rows, cols, is_max, window, acc_dtype):  # type: ign
     if sw > 1 and iw >= SEPARABLE_WIDTH:
         width = max(pl + iw, (ow - 1) * sw + (kw - 1) * dw + 1)
         line, acc = np.empty(width, dtype=acc_dtype), np.empty(width, dtype=acc_dtype)
-        _separable(x, out, lo, hi, line, acc, rows, cols, is_max, window)
+        _separable(x, out, lo, hi, line, acc, scale, is_max, window)
         return
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     if oh * wq * DIRECT_SPARSITY <= hq * wq:
-        _direct(x, out, lo, hi, rows, cols, is_max, np.zeros(1, dtype=acc_dtype)[0], window)
+        _direct(x, out, lo, hi, scale, is_max, np.zeros(1, dtype=acc_dtype)[0], window)
         return
     k = max(1, min(hi - lo, STACK // (hq * wq)))
     flat = np.full(sh * sw * k * hq * wq, -np.inf if is_max else 0.0, dtype=x.dtype)
     starts = tap_starts(sh, sw, k * hq, wq, kh, kw, dh, dw)
     acc = np.empty(k * hq * wq, dtype=acc_dtype)
-    _phased(x, out, lo, hi, k, flat, starts, acc, rows, cols, is_max, window)
+    _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window)
 
 
 @nb.njit(**_OPTS)
 def _range(x, out, lo, hi, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi`` (flat n * c index) of the pools."""
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
-    rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
-    cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
     window = (kh, kw, sh, sw, dh, dw, pt, pl)
     if is_max:  # maxima in the input's dtype, sums in float64
-        _planes(x, out, lo, hi, rows, cols, True, window, x.dtype)
+        _planes(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
     else:
-        _planes(x, out, lo, hi, rows, cols, False, window, np.float64)
+        rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
+        cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
+        _planes(x, out, lo, hi, _scales(oh, ow, rows, cols), False, window, np.float64)
 
 
 _JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
