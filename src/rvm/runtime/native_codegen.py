@@ -12,6 +12,15 @@ blocks dispatched on a `_pc` local (LLVM turns the constant `_pc` stores into di
 IF / IF_IMM compare 0-d values (`IF_SCALARS`, `IF_SCALAR`), a self tail call rebinds the
 parameters and goes to block 0, another tail call or INVOKE is a call of that native function.
 
+Scalars: a 0-d register whose definitions are all scalar values (an output of a jit kernel's
+scalar form, `executable.SCALAR_META`; a 0-d constant; a 0-d parameter; a move of one) and that
+no other kernel writes is a machine scalar `s<i>`: a kernel call with a scalar form becomes
+`s5 = ks0(s3, s0)` (its output's allocation is nothing), IF tests compare scalars, self tail
+calls carry them, a 0-d parameter read as a scalar is read once at entry (`s0 = r0[()]`), and
+where an array is needed (another kernel's input, a result, a call's argument, a tuple field)
+it is made there (`_full0`; a parameter never rebound is its argument). So a loop's counter and
+compare allocate nothing and call no kernel.
+
 Shapes: an int64 heap is a numpy array, MAKE_SHAPE builds a tuple of ints (every reader takes
 a shape as `{shape:dims}`), MATCH_SHAPE compares the dims inline and, on a mismatch, hands the
 call back (`BAIL`): the compiled mode reruns it and raises the builtin's own error. FATAL and a
