@@ -67,6 +67,9 @@ def test_the_loop_counter_and_compare_are_machine_scalars() -> None:
     assert len(scalar) == 2  # i < steps, i + 1
     for k in scalar:
         assert f"k{k}(" not in src and f"= ks{k}(s" in src  # a scalar call, no kernel call
+        rec = ex.kernels[ex.primitive_names[k]]
+        assert f"out0[()] = {rec.meta['scalar']}(p0[()]" in rec.source  # the kernel calls it
+    assert "scalar" not in ex.kernels[ex.primitive_names[1]].meta  # the matmul's kernel
     loop = src[src.index("while True:") : src.index("elif _pc == 8:")]  # the loop's blocks
     assert "_empty((), " not in src and "_full0" not in loop  # no 0-d array in the loop
     assert re.search(r"_pc = 3 if s\d+ == 1 else 8", loop)  # the test reads a scalar local
