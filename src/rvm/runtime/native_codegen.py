@@ -155,9 +155,10 @@ class _Function:
 
     def _scalar_kernel(self, k: int) -> str | None:
         """The scalar form of primitive `k` (a jit kernel of 0-d tensors), if it has one."""
-        if self.kinds[k] != "jit":
+        rec = self.ex.kernels.get(self.ex.primitive_names[k])
+        if self.kinds[k] != "jit" or rec is None:
             return None
-        return self.ex.kernels[self.ex.primitive_names[k]].meta.get(SCALAR_META)
+        return rec.meta.get(SCALAR_META)
 
     def _scalar_registers(self) -> dict[int, str]:
         """The scalar registers, each with its dtype: 0-d values held as machine scalars
