@@ -23,7 +23,7 @@ from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.native import loader
 
-__all__ = ["ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
+__all__ = ["SCALAR_META", "ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
 MAX_REGISTERS = 1 << 20
 _KINDS = ("tensor", "tuple", "adt", "any")
@@ -80,6 +80,13 @@ class VMFunction:
     instructions: tuple[tuple, ...]
     kind: str = "vm"
     result: ParamSpec | None = None
+
+
+SCALAR_META = "scalar"
+"""The `KernelRecord.meta` key of a jit kernel of 0-d tensors naming its scalar form: a
+function of the same source taking and returning scalars (``fused_add__scalar(p0)``), which
+the kernel itself calls, so its computation is written once; the native exec mode calls it on
+scalar locals (`rvm.runtime.native_codegen`)."""
 
 
 @dataclass(frozen=True, slots=True)
