@@ -30,7 +30,7 @@ from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.op import ops
-from rvm.runtime.executable import KernelRecord
+from rvm.runtime.executable import SCALAR_META, KernelRecord
 from rvm.runtime.native.entry import require_line
 
 logger = logging.getLogger("rvm.jit")
@@ -75,6 +75,7 @@ FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
 FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")
 JIT_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64"})
 _NUMBA_DTYPE = {"bool": "boolean"}
+SCALAR_SUFFIX = "__scalar"
 
 
 def jit_kernel(
@@ -93,14 +94,34 @@ def jit_kernel(
             False checks every fixed size against the parameter types.
     """
     ops_used = _ops(func)
+    meta = {"ops": ",".join(ops_used)}
     try:
-        source, entry, sig = _KernelLowering(name, func, style, generic).build()
+        lowered = None
+        if _scalar_kernel(func, style):
+            try:
+                lowered = _KernelLowering(name, func, style, generic).build_scalar()
+                meta[SCALAR_META] = lowered[1] + SCALAR_SUFFIX
+            except Unsupported as err:  # the plain kernel may still lower
+                logger.debug("kernel %s has no scalar form: %s", name, err)
+        if lowered is None:
+            lowered = _KernelLowering(name, func, style, generic).build()
     except Unsupported as err:
         logger.info("kernel %s (%s) falls back to numpy: %s", name, ",".join(ops_used), err)
         rec = numpy_kernel(name, func, style)
         return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
-    meta = {"ops": ",".join(ops_used), "signature": sig}
-    return KernelRecord(name, "jit", source, entry, style, meta)
+    source, entry, sig = lowered
+    return KernelRecord(name, "jit", source, entry, style, {**meta, "signature": sig})
+
+
+def _scalar_kernel(func: E.Function, style: str) -> bool:
+    """Whether ``func`` maps 0-d tensors to one 0-d tensor (a dps kernel): its kernel also
+    has a scalar form (`SCALAR_META`)."""
+    if style != "dps":
+        return False
+    body = func.body
+    ret = func.ret_type or infer_type(body.body if isinstance(body, E.SeqExpr) else body)
+    types = [p.type for p in func.params] + [ret]
+    return all(isinstance(t, TensorType) and t.shape == () for t in types)
 
 
 def _ops(func: E.Function) -> list[str]:
@@ -245,6 +266,44 @@ class _KernelLowering:
         self._emit_outputs(results, outs, out_types)
         return self._source(in_types, out_types, outs)
 
+    def build_scalar(self) -> tuple[str, str, str]:
+        """The source of a kernel of 0-d tensors (`_scalar_kernel`) as its scalar form, a
+        function of the parameters' values returning the result's, and the kernel, which
+        checks its output's shape and stores the scalar form's value of its inputs'."""
+        body = self.func.body
+        if not isinstance(body, E.SeqExpr):
+            body = E.seq([], body)
+        in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
+        for i, (p, ty) in enumerate(zip(self.func.params, in_types)):
+            value = Scalar(f"p{i}", frozenset(), ty.dtype or "")
+            self.env[p] = Tensor((), ty.dtype or "", lambda body, index, v=value: v)
+        for b in body.bindings:
+            self.env[b.var] = self._binding(b)
+        results = self._results(body.body)
+        (out_type,) = self._out_types(body.body, len(results))
+        kb = self.kb
+        if kb.entries or kb.imports or self.consts:
+            raise Unsupported("library calls or array constants")
+        v = kb.let(kb.root, convert(kb.load(results[0], kb.root, []), out_type.dtype))
+        kb.root.lines.append(f"return {v.code}")
+        scalar = self.entry + SCALAR_SUFFIX
+        params = [f"p{i}" for i in range(len(in_types))]
+        types = [f"nt.{_NUMBA_DTYPE.get(t.dtype or '', t.dtype)}" for t in in_types]
+        ret = f"nt.{_NUMBA_DTYPE.get(out_type.dtype or '', out_type.dtype)}"
+        fast = FAST_REDUCE if self.uses_reduction else FAST_ELEMWISE
+        lines = [
+            f"@nb.njit({ret}({', '.join(types)}), {_flags(fast)})",
+            f"def {scalar}({', '.join(params)}):",
+            *kb.root.render(1),
+            "",
+            "",
+        ]
+        kb.root = Body(None, None)
+        self._outputs(results, [out_type])
+        reads = ", ".join(f"{p}[()]" for p in params)
+        kb.root.lines.append(f"out0[()] = {scalar}({reads})")
+        return self._source(in_types, [out_type], ["out0"], lines)
+
     # -- bindings ------------------------------------------------------------------------
 
     def _arg(self, e: E.Expr) -> object:
@@ -374,7 +433,7 @@ class _KernelLowering:
 
     # -- source --------------------------------------------------------------------------
 
-    def _source(self, in_types, out_types, outs) -> tuple[str, str, str]:
+    def _source(self, in_types, out_types, outs, before=()) -> tuple[str, str, str]:
         ins = [_param_type(p) for p in self.func.params]
         res = [numba_array_type(t, False) for t in out_types]
         if self.style == "dps":
@@ -404,14 +463,22 @@ class _KernelLowering:
             f"SIGNATURE = {sig}",
             "",
             "",
-            f'@nb.njit(SIGNATURE, nogil=True, cache=CACHE, error_model="numpy", '
-            f"fastmath={{{', '.join(repr(f) for f in sorted(fast))}}}, boundscheck=False)",
+            *before,
+            f"@nb.njit(SIGNATURE, {_flags(fast)})",
             f"def {self.entry}({', '.join(params)}):",
             *self.kb.root.render(1),
         ]
         if not self.kb.root.lines:
             lines.append("    pass")
         return "\n".join(lines) + "\n", self.entry, sig
+
+
+def _flags(fast: Sequence[str]) -> str:
+    """The njit options every kernel function is compiled with, its signature aside."""
+    fastmath = ", ".join(repr(f) for f in sorted(fast))
+    return (
+        f'nogil=True, cache=CACHE, error_model="numpy", fastmath={{{fastmath}}}, boundscheck=False'
+    )
 
 
 _SAFE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)

@@ -26,7 +26,7 @@ from rvm.runtime.native import loader
 if TYPE_CHECKING:
     from rvm.runtime.native.artifact import NativeCode
 
-__all__ = ["ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
+__all__ = ["SCALAR_META", "ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
 MAX_REGISTERS = 1 << 20
 _KINDS = ("tensor", "tuple", "adt", "any")
@@ -83,6 +83,13 @@ class VMFunction:
     instructions: tuple[tuple, ...]
     kind: str = "vm"
     result: ParamSpec | None = None
+
+
+SCALAR_META = "scalar"
+"""The `KernelRecord.meta` key of a jit kernel of 0-d tensors naming its scalar form: a
+function of the same source taking and returning scalars (``fused_add__scalar(p0)``), which
+the kernel itself calls, so its computation is written once; the native exec mode calls it on
+scalar locals (`rvm.runtime.native_codegen`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,15 @@ blocks dispatched on a `_pc` local (LLVM turns the constant `_pc` stores into di
 IF / IF_IMM compare 0-d values (`IF_SCALARS`, `IF_SCALAR`), a self tail call rebinds the
 parameters and goes to block 0, another tail call or INVOKE is a call of that native function.
 
+Scalars: a 0-d register whose definitions are all scalar values (an output of a jit kernel's
+scalar form, `executable.SCALAR_META`; a 0-d constant; a 0-d parameter; a move of one) and that
+no other kernel writes is a machine scalar `s<i>`: a kernel call with a scalar form becomes
+`s5 = ks0(s3, s0)` (its output's allocation is nothing), IF tests compare scalars, self tail
+calls carry them, a 0-d parameter read as a scalar is read once at entry (`s0 = r0[()]`), and
+where an array is needed (another kernel's input, a result, a call's argument, a tuple field)
+it is made there (`_full0`; a parameter never rebound is its argument). So a loop's counter and
+compare allocate nothing and call no kernel.
+
 Shapes: an int64 heap is a numpy array, MAKE_SHAPE builds a tuple of ints (every reader takes
 a shape as `{shape:dims}`), MATCH_SHAPE compares the dims inline and, on a mismatch, hands the
 call back (`BAIL`): the compiled mode reruns it and raises the builtin's own error. FATAL and a
@@ -39,6 +48,7 @@ from rvm.runtime import semantics as sem
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled_codegen import Names
 from rvm.runtime.compiled_flow import FlowInfo
+from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.semantics import DERIVED, operand_kinds
 from rvm.runtime.text import describe_instruction
 
@@ -93,6 +103,7 @@ class NativeModule:
     pynames: list[str]
     reasons: dict[int, str] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
+    scalar_kernels: dict[str, int] = field(default_factory=dict)
     entries: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     uncached: set[int] = field(default_factory=set)
 
@@ -117,12 +128,15 @@ class _Function:
         self.dtypes: set[str] = set()
         self.kernels: set[int] = set()
         self.pads: set[int] = set()
+        self.scalar_kernels: set[int] = set()
         self.recursive = False
         self.lines: list[str] = []
+        self.sub: dict[int, str] = {}  # registers read as materialized scalars (`_stmt`)
         for spec in fn.param_specs:
             if spec.kind == "adt":
                 raise NotNative(f"parameter {spec.name!r} is an ADT value")
         self._check()
+        self.scalars = self._scalar_registers()
 
     def _check(self) -> None:
         for pc, ins in enumerate(self.flow.code):
@@ -137,6 +151,102 @@ class _Function:
             if why is not None:
                 raise NotNative(f"{why} (pc {pc}: {describe_instruction(self.ex, ins)})")
 
+    # -- scalar registers --------------------------------------------------------------------
+
+    def _scalar_kernel(self, k: int) -> str | None:
+        """The scalar form of primitive `k` (a jit kernel of 0-d tensors), if it has one."""
+        rec = self.ex.kernels.get(self.ex.primitive_names[k])
+        if self.kinds[k] != "jit" or rec is None:
+            return None
+        return rec.meta.get(SCALAR_META)
+
+    def _scalar_registers(self) -> dict[int, str]:
+        """The scalar registers, each with its dtype: 0-d values held as machine scalars
+        `s<i>` (see the module docstring)."""
+        fn = self.ex.functions[self.index]
+        code = self.flow.code
+        dtypes: dict[int, set[str]] = {}
+        bad: set[int] = set()
+        moves: dict[int, list[int]] = {}
+        outputs: set[int] = set()  # written by a scalar form
+        arrays: set[int] = set()  # outputs of other kernels
+        used: set[int] = set()  # read as scalars: scalar forms' inputs, tests, loop values
+        made: set[int] = set()  # allocated, or moved: maybe a kernel's output
+        for i, spec in enumerate(fn.param_specs):
+            if spec.kind == "tensor" and spec.dtype and spec.shape == ():
+                dtypes.setdefault(i, set()).add(str(spec.dtype))
+            else:
+                bad.add(i)
+        for pc, ins in enumerate(code):
+            op, dst = ins[0], ins[1]
+            if op == O.NEW_TENSOR and tuple(ins[2]) == ():
+                dtypes.setdefault(dst, set()).add(str(ins[3]))
+                made.add(dst)
+            elif op == O.ALLOC_TENSOR and tuple(ins[4]) == ():
+                dtypes.setdefault(dst, set()).add(str(ins[5]))
+                made.add(dst)
+            elif op == O.LOAD_CONST and _scalar_constant(self.ex.constants[ins[2]]):
+                dtypes.setdefault(dst, set()).add(self.ex.constants[ins[2]].dtype.name)
+            elif op == O.LOAD_CONSTI:
+                dtypes.setdefault(dst, set()).add("int64")
+            elif op == O.MOVE:
+                moves.setdefault(dst, []).append(ins[2])
+                made.add(dst)
+            elif op == O.INVOKE_PACKED and self._scalar_kernel(ins[1]) is not None:
+                outputs.add(ins[4][-1])
+                used.update(ins[4][:-1])
+            elif op == O.INVOKE_PACKED:
+                arrays.update(ins[4][len(ins[4]) - ins[3] :])  # another kernel's outputs
+            elif op != O.KILL_REGISTER:
+                bad.update(self.flow.rw[pc][1])  # any other write: not a scalar
+            if op in (O.IF, O.IF_IMM) or pc in self.flow.self_tails:
+                used.update(self.flow.rw[pc][0])
+        for dst, srcs in moves.items():  # a move's value has its source's dtype
+            dtypes.setdefault(dst, set()).update(d for src in srcs for d in dtypes.get(src, {"?"}))
+        scalars = {
+            r: next(iter(d))
+            for r, d in dtypes.items()
+            if len(d) == 1
+            and "?" not in d
+            and r not in bad
+            and not (r in made and r in arrays)
+            and (r in outputs if r in made and r not in moves else r in used or r in moves)
+        }
+        changed = True
+        while changed:
+            changed = False
+            for dst, srcs in moves.items():
+                if dst in scalars and any(
+                    s not in scalars or scalars[s] != scalars[dst] for s in srcs
+                ):
+                    del scalars[dst]
+                    changed = True
+        return scalars
+
+    def _value(self, reg: int) -> str:
+        """The machine value of 0-d register `reg`."""
+        return f"s{reg}" if reg in self.scalars else f"{_r(reg)}[()]"
+
+    def _array(self, reg: int) -> str:
+        """Register `reg` as an array: a scalar register materialized (`_full0`), but a
+        parameter the function never rebinds is its argument."""
+        if reg not in self.scalars or self._fixed(reg):
+            return _r(reg)
+        self.dtypes.add(self.scalars[reg])
+        return f"_full0(s{reg}, {self.names.dtype(self.scalars[reg])})"
+
+    def _fixed(self, reg: int) -> bool:
+        """Whether `reg` is a parameter that holds its argument throughout."""
+        if reg >= self.flow.nparams:
+            return False
+        code = self.flow.code
+        if any(code[w][0] != O.KILL_REGISTER for w in self.flow.writers.get(reg, [])):
+            return False
+        return all(code[pc][2][reg] == reg for pc in self.flow.self_tails)
+
+    def _reg(self, reg: int) -> str:
+        return self.sub.get(reg, _r(reg))
+
     # -- rendering ---------------------------------------------------------------------------
 
     def render(self) -> list[str]:
@@ -146,7 +256,11 @@ class _Function:
         out = [f"def {self.names.funcs[self.index]}({', '.join(params)}):"]
         out.append(f'    """@{fn.name}: {len(code)} instructions."""')
         jumps = any(ins[0] in (O.IF, O.IF_IMM, O.GOTO) for ins in code) or self.flow.self_tails
-        body: list[str] = []
+        body: list[str] = [
+            f"    s{i} = {_r(i)}[()]  # a scalar parameter"
+            for i in range(len(fn.params))
+            if i in self.scalars
+        ]
         if not jumps:
             for pc in range(len(code)):
                 self._stmt(pc, 1, body)
@@ -196,9 +310,9 @@ class _Function:
 
     def _cond(self, ins: tuple) -> str:
         if ins[0] == O.IF:
-            given = {"test": _r(ins[1]), "target": _r(ins[2])}
+            given = {"test": self._value(ins[1]), "target": self._value(ins[2])}
             return sem.render(sem.IF_SCALARS, lambda f, _: given[f])
-        given = {"test": _r(ins[1]), "value": str(ins[2])}
+        given = {"test": self._value(ins[1]), "value": str(ins[2])}
         return sem.render(sem.IF_SCALAR, lambda f, _: given[f])
 
     def _stmt(self, pc: int, indent: int, out: list[str]) -> bool:
@@ -208,8 +322,18 @@ class _Function:
         op = ins[0]
         pad = "    " * indent
         note = f"  # pc {pc}: {describe_instruction(self.ex, ins)}"
+        scalar = self._scalar_stmt(ins)
+        if scalar is not None:
+            out.append(f"{pad}{scalar}{note}")
+            return False
+        self.sub = {}
+        if op != O.TAIL_INVOKE or pc not in self.flow.self_tails:
+            for r in self.flow.rw[pc][0]:
+                if r in self.scalars and r not in self.sub and not self._fixed(r):
+                    self.sub[r] = f"m{r}"
+                    out.append(f"{pad}m{r} = {self._array(r)}  # scalar s{r} as an array")
         if op == O.RET:
-            out.append(f"{pad}return {_r(ins[1])}{note}")
+            out.append(f"{pad}return {self._reg(ins[1])}{note}")
             return True
         if op == O.FATAL:
             out.append(f"{pad}raise RuntimeError({_bail()!r}){note}")
@@ -228,11 +352,36 @@ class _Function:
             out.append(pad + self._render(sem.native_template(ins), ins, pc) + note)
         return False
 
+    def _scalar_stmt(self, ins: tuple) -> str | None:
+        """The statement of `ins` on scalar registers, if it is one: the scalar form of a
+        kernel, a value load or move, an allocation of a scalar (none)."""
+        op, dst = ins[0], ins[1]
+        if op == O.INVOKE_PACKED:
+            name = self._scalar_kernel(ins[1])
+            args = ins[4]
+            if name is None or ins[3] != 1 or args[-1] not in self.scalars:
+                return None
+            self.scalar_kernels.add(ins[1])
+            values = ", ".join(self._value(r) for r in args[:-1])
+            return f"s{args[-1]} = ks{ins[1]}({values})"
+        if op in (O.NEW_TENSOR, O.ALLOC_TENSOR) and dst in self.scalars:
+            return f"pass  # s{dst} is a scalar"
+        if op == O.LOAD_CONST and dst in self.scalars:
+            self.constants.add(ins[2])
+            return f"s{dst} = c{ins[2]}[()]"
+        if op == O.LOAD_CONSTI and dst in self.scalars:
+            return f"s{dst} = _int64({int(ins[2])})"
+        if op == O.MOVE and dst in self.scalars:
+            return f"s{dst} = {self._value(ins[2])}"
+        if op == O.MOVE and ins[2] in self.scalars:
+            return f"{_r(dst)} = {self._array(ins[2])}"
+        return None
+
     def _call(self, callee: int, args: tuple[int, ...]) -> str:
         if callee == self.index:
             self.recursive = True
         self.callees.add(callee)
-        return f"{self.names.funcs[callee]}({', '.join([_r(a) for a in args] + ['_d + 1'])})"
+        return f"{self.names.funcs[callee]}({', '.join([self._reg(a) for a in args] + ['_d + 1'])})"
 
     def _tail(self, pc: int, ins: tuple, pad: str, note: str, out: list[str]) -> None:
         if pc not in self.flow.self_tails:
@@ -240,8 +389,11 @@ class _Function:
             return
         moved = [(i, r) for i, r in enumerate(ins[2]) if i != r]
         if moved:
-            params = ", ".join(_r(i) for i, _ in moved)
-            out.append(f"{pad}{params} = {', '.join(_r(r) for _, r in moved)}{note}")
+            params, values = [], []
+            for i, r in moved:
+                params.append(f"s{i}" if i in self.scalars else _r(i))
+                values.append(self._value(r) if i in self.scalars else self._array(r))
+            out.append(f"{pad}{', '.join(params)} = {', '.join(values)}{note}")
         out.append(f"{pad}_pc = 0")
         out.append(f"{pad}continue")
 
@@ -274,7 +426,7 @@ class _Function:
         """MATCH_SHAPE (`vm.builtin.match_shape`): the rank and dims compared inline, the
         symbolic dims stored in the heap; a mismatch hands the call back (the builtin raises
         the error in the compiled mode)."""
-        tensor, heap = _r(ins[1]), _r(ins[2])
+        tensor, heap = self._reg(ins[1]), self._reg(ins[2])
         pairs = self._pairs(ins[3], ins[2], pc)
         n = len(pairs)
         self.pads.add(n)
@@ -302,7 +454,7 @@ class _Function:
             if k == 0:
                 dims.append(str(v))
             elif k == 1:
-                dims.append(f"{_r(ins[2])}[{v}]")
+                dims.append(f"{self._reg(ins[2])}[{v}]")
             else:
                 raise NotNative(f"shape pattern c{ins[3]} has kind {k}")
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
@@ -317,18 +469,20 @@ class _Function:
                 return repr(DERIVED[op][1](self.ex, ins))
             v = ins[pos]
             if kind == "reg":
+                if form == "scalar" and v in self.scalars:
+                    return f"s{v}"
                 if form == "scalar":
                     size = self.flow.const_int(v, pc)
                     return str(size) if size is not None else f"{_r(v)}[()]"
                 if form == "dims" and not self._is_shape(v):
                     raise NotNative(f"shape register {_r(v)} is not made by make_shape")
-                return _r(v)
+                return self._reg(v)
             if kind == "regs":
                 if form == "splat":
-                    return ", ".join(_r(r) for r in v)
+                    return ", ".join(self._reg(r) for r in v)
                 if len(v) == 1:
-                    return f"({_r(v[0])},)"
-                return "(" + ", ".join(_r(r) for r in v) + ")"
+                    return f"({self._reg(v[0])},)"
+                return "(" + ", ".join(self._reg(r) for r in v) + ")"
             if kind == "const":
                 self.constants.add(v)
                 return f"c{v}"
@@ -365,6 +519,11 @@ def _packed_reason(name: str, kind: str) -> str:
     if kind == "numpy":
         return f"numpy (non-jit) kernel {name}"
     return f"packed Python builtin {name}"
+
+
+def _scalar_constant(value: object) -> bool:
+    """Whether a constant is a 0-d numeric array (a scalar register's value)."""
+    return isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf"
 
 
 def _constant_reason(value: object) -> str | None:
@@ -430,6 +589,7 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
                 module.entries[f.index] = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
         module.source = _file(ex, names, native, uncached)
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
+        module.scalar_kernels = {f"ks{k}": k for f in native for k in sorted(f.scalar_kernels)}
     return module
 
 
@@ -480,6 +640,7 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
         "import numpy as _np",
         "",
         "from rvm.runtime.native_support import constant as _constant",
+        "from rvm.runtime.native_support import full0 as _full0",
         "from rvm.runtime.native_support import shape_array as _shape_array",
         "from rvm.runtime.native_support import storage as _storage",
         "from rvm.runtime.native_support import view as _view",
@@ -492,6 +653,10 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
     for k in kernels:  # bound by native_mode before the file runs; named here for the hash
         rec = ex.kernels[ex.primitive_names[k]]
         head.append(f"# k{k} = kernel {rec.name!r}: {rec.entry} of k_{_kernel_key(rec.source)}")
+    for k in sorted({k for f in functions for k in f.scalar_kernels}):
+        rec = ex.kernels[ex.primitive_names[k]]
+        name = rec.meta[SCALAR_META]
+        head.append(f"# ks{k} = kernel {rec.name!r}: {name} of k_{_kernel_key(rec.source)}")
     for d in sorted({d for f in functions for d in f.dtypes}):
         head.append(f"{names.dtype(d)} = _np.dtype({d!r})")
     for c in sorted({c for f in functions for c in f.constants}):

@@ -46,8 +46,10 @@ import numpy as np
 from rvm.runtime.compiled import CompiledMode
 from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.exec_mode import ExecContext
+from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.memory import NaiveAllocator, PooledAllocator
 from rvm.runtime.native import cache as native_cache
+from rvm.runtime.native.loader import kernel_function
 from rvm.runtime.native_codegen import NativeModule, render_module
 
 if TYPE_CHECKING:
@@ -119,6 +121,9 @@ class _Plan:
             self.path = native_path(self.module.source)
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
             try:
+                for name, k in self.module.scalar_kernels.items():
+                    rec = ex.kernels[ex.primitive_names[k]]
+                    bound[name] = kernel_function(rec, rec.meta[SCALAR_META])
                 self._mod = _load(self.path, self.module.source, bound)
             except Exception as e:  # noqa: BLE001 - an unwritable cache: everything compiled
                 why = f"the native module did not load: {type(e).__name__}: {e}"

@@ -2,10 +2,11 @@
 
 The free names of `semantics.NATIVE` templates that are not numpy's: `storage` (ALLOC_STORAGE,
 a block of bytes), `view` (ALLOC_TENSOR, a tensor over a block's bytes), `shape_array`
-(SHAPE_OF), and `constant`, which rebuilds a constant of the executable from the hex text a
-generated file holds (Numba freezes module-level arrays into the code it compiles). A change to
-this file changes the hash of every generated file (`rvm.runtime.native.cache.source_hash`
-covers the rvm modules a file imports), so no stale object code is reused.
+(SHAPE_OF), `full0` (a scalar register where an array is needed), and `constant`, which
+rebuilds a constant of the executable from the hex text a generated file holds (Numba freezes
+module-level arrays into the code it compiles). A change to this file changes the hash of every
+generated file (`rvm.runtime.native.cache.source_hash` covers the rvm modules a file imports),
+so no stale object code is reused.
 
 Imported only by generated files: importing it imports Numba.
 """
@@ -16,7 +17,7 @@ import numba as nb
 import numpy as np
 from numba.extending import overload
 
-__all__ = ["BAIL", "constant", "shape_array", "storage", "view"]
+__all__ = ["BAIL", "constant", "full0", "shape_array", "storage", "view"]
 
 BAIL = "rvm native: rerun in compiled mode"
 """The message of the exception native code raises where it hands the call back (a failed
@@ -63,6 +64,15 @@ def view(block, offset, shape, dtype):  # type: ignore[no-untyped-def]
     """The tensor of `shape` and `dtype` in `block` from byte `offset` (ALLOC_TENSOR)."""
     nbytes = _size(shape) * np.empty(0, dtype).itemsize
     return block[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+@nb.njit(cache=True, nogil=True)
+def full0(value, dtype):  # type: ignore[no-untyped-def]
+    """A new 0-d array of `dtype` holding `value`: a scalar register of native code where an
+    array is needed (a kernel's argument, a result, a call's argument, a tuple field)."""
+    out = np.empty((), dtype)
+    out[()] = value
+    return out
 
 
 @nb.njit(cache=True, nogil=True)

@@ -146,11 +146,12 @@ IF_BOOL = "{test}"
 """IF_INT when `test` surely holds a bool tensor and `value` is 1 (`not` it for 0)."""
 
 
-IF_SCALAR = "{test}[()] == {value}"
-"""IF_IMM's test in native code, where `test` is a 0-d array and `value` an int (`IF_INT`)."""
+IF_SCALAR = "{test} == {value}"
+"""IF_IMM's test in native code, where `test` is a machine scalar (a scalar local, or a 0-d
+array's `[()]`) and `value` an int (`IF_INT`)."""
 
-IF_SCALARS = "{test}[()] == {target}[()]"
-"""IF's test in native code, where `test` and `target` are 0-d arrays (`IF_EQUAL`)."""
+IF_SCALARS = "{test} == {target}"
+"""IF's test in native code, where `test` and `target` are machine scalars (`IF_EQUAL`)."""
 
 TUPLE_FIELD = "{dst} = {obj}[{index}]"
 """GET_FIELD of a tuple (native code holds no `ADT`: its functions take and build tuples)."""

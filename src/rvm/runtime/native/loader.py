@@ -65,6 +65,20 @@ def load_kernel(record: KernelRecord) -> Callable[..., Any]:
     return func
 
 
+def kernel_function(record: KernelRecord, name: str) -> Callable[..., Any]:
+    """Function ``name`` of jit kernel ``record``'s module (a kernel's scalar form, whose name
+    its meta holds), the module loaded as `load_kernel` loads it.
+
+    Raises:
+        JITError: The record is not a jit kernel, or its module defines no ``name``.
+    """
+    load_kernel(record)
+    func = getattr(_modules[str(kernel_path(record.source))], name, None)
+    if func is None:
+        raise JITError(f"kernel {record.name!r}: its source defines no {name!r}")
+    return func
+
+
 def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
     start = time.perf_counter()
     wrote = write_entry(path, record.source)
