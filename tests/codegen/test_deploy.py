@@ -3,11 +3,16 @@ its jit kernels come from the on-disk cache (nothing recompiles)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
+import zlib
+from dataclasses import replace
 
 import numpy as np
+import pytest
 
 import rvm
 from rvm.testing.programs import MLP, PROGRAMS
@@ -76,3 +81,128 @@ def test_compile_builds_kernels_with_a_progress_bar_or_defers_them(capsys, monke
     assert len(loads) == len(ex.kernels) and capsys.readouterr().err == ""
     rvm.VirtualMachine(lazy)
     assert len(loads) == 2 * len(ex.kernels)
+
+
+# -- native code in the artifact (format 1.4, section NATV) --------------------------------
+
+FRESH = textwrap.dedent(
+    """
+    import json, logging, sys
+    import numpy as np
+    lines = []
+    class Spy(logging.Handler):
+        def emit(self, record):
+            lines.append((record.name, record.levelname, record.getMessage()))
+    logging.getLogger("rvm").addHandler(Spy())
+    logging.getLogger("rvm").setLevel(logging.DEBUG)
+    import rvm
+    from rvm.runtime.native import numba_cache
+    from rvm.runtime.native.loader import kernel_counts
+    ex = rvm.load_executable(sys.argv[1])
+    data = np.load(sys.argv[2])
+    args = [data[f"arr_{i}"] for i in range(len(data.files))]
+    out = rvm.VirtualMachine(ex)["main"](*args)
+    np.testing.assert_allclose(out, np.load(sys.argv[3]), rtol=1e-6)
+    compiler = ("rvm.ir", "rvm.op", "rvm.script", "rvm.transform", "rvm.codegen", "rvm.jit",
+                "rvm.frontend", "rvm.interp")
+    leaked = sorted(m for m in sys.modules if m.startswith(compiler))
+    import os
+    cached = sorted(f for _, _, fs in os.walk(os.environ["NUMBA_CACHE_DIR"]) for f in fs)
+    print(json.dumps({"kernels": kernel_counts(), "numba": numba_cache.counts(),
+                      "leaked": leaked, "log": lines, "cached": cached}))
+    """
+)
+
+
+def _mlp_files(tmp_path):
+    ex = rvm.compile(MLP, kernels="jit")
+    args = PROGRAMS[0].args()
+    np.savez(tmp_path / "args.npz", *args)
+    np.save(tmp_path / "expected.npy", rvm.VirtualMachine(ex)["main"](*args))
+    return ex
+
+
+def _fresh_load(tmp_path, name: str, data: bytes) -> dict:
+    """Load ``data`` in a new process whose kernel caches are new empty folders."""
+    path = tmp_path / f"{name}.rvmx"
+    path.write_bytes(data)
+    env = dict(os.environ)
+    env["RVM_CACHE_DIR"] = str(tmp_path / f"{name}_rvm_cache")
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / f"{name}_numba_cache")
+    argv = [str(path), str(tmp_path / "args.npz"), str(tmp_path / "expected.npy")]
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH, *argv], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_saved_native_code_loads_with_empty_caches_and_compiles_nothing(tmp_path):
+    ex = _mlp_files(tmp_path)
+    native = ex.native_code()
+    assert native is not None
+    kinds = [g.kind for g in native.groups]
+    assert kinds.count("kernel") == len(ex.kernels)
+    got = _fresh_load(tmp_path, "mlp", ex.to_bytes())
+    assert got["kernels"] == {"loaded": len(ex.kernels), "compiled": 0}
+    assert got["numba"]["fallback"] == 0
+    assert got["leaked"] == []
+    assert not [line for line in got["log"] if line[1] in ("INFO", "WARNING")], got["log"]
+    # Numba wrote nothing: every function it loaded came from the file (none compiled).
+    shipped = sorted(name for g in native.groups for name, _ in g.files)
+    assert [f for f in got["cached"] if f.endswith((".nbi", ".nbc"))] == shipped
+
+
+def test_native_code_for_another_key_rebuilds_and_says_so_once(tmp_path):
+    from rvm.runtime.serialize import encode
+
+    ex = _mlp_files(tmp_path)
+    native = ex.native_code()
+    key = native.key.replace("cpu=", "cpu=other-", 1)
+    got = _fresh_load(tmp_path, "other", encode(ex, replace(native, key=key)))
+    assert got["kernels"] == {"loaded": 0, "compiled": len(ex.kernels)}
+    said = [line for line in got["log"] if line[0] == "rvm"]
+    assert len(said) == 1 and said[0][1] == "INFO", got["log"]
+    assert "rebuild from source" in said[0][2] and "cpu" in said[0][2]
+
+
+def test_native_section_round_trips_and_is_left_out_of_the_content_hash(tmp_path):
+    from rvm.runtime.serialize import decode
+
+    ex = rvm.compile(MLP, kernels="jit")
+    with_native, without = ex.to_bytes(), ex.to_bytes(native=False)
+    assert b"NATV" in with_native and b"NATV" not in without
+    assert decode(with_native)["native"] == ex.native_code()
+    assert "native" not in decode(without)
+    loaded = rvm.Executable.from_bytes(with_native)
+    assert loaded.content_hash() == ex.content_hash()
+    assert rvm.compile(MLP, kernels="numpy").native_code() is None
+
+
+def test_corrupt_native_section_raises_format_error():
+    from rvm.errors import ExecutableFormatError
+    from rvm.runtime.native.artifact import NativeCode, NativeGroup
+    from rvm.runtime.serialize import encode
+
+    ex = rvm.compile(MLP, kernels="numpy")
+    ok = ("mathlib.f-1.py311.nbi", b"x")
+    good = NativeGroup("module", "rvm.runtime.native.mathlib", 0, (ok,))
+    assert rvm.Executable.from_bytes(encode(ex, NativeCode("k", (good,)))).kernels
+    bad_groups = [
+        replace(good, kind="shared"),
+        replace(good, ident="os.path"),
+        replace(good, files=(("../../evil.nbi", b"x"),)),
+        replace(good, files=(("other.f-1.py311.nbi", b"x"),)),
+        replace(good, files=(("mathlib.f-1.py311.so", b"x"),)),
+        NativeGroup("kernel", "../k_0123456789abcdef01234567.py", 0, ()),
+    ]
+    for group in bad_groups:
+        with pytest.raises(ExecutableFormatError, match="native code section"):
+            rvm.Executable.from_bytes(encode(ex, NativeCode("k", (group,))))
+    data = bytearray(encode(ex, NativeCode("k", (good,))))
+    cut = data.rindex(b"NATV")
+    data[cut + 4 : cut + 12] = (5).to_bytes(8, "little")  # the payload cut to 5 bytes
+    data = data[: cut + 16 + 5]
+    data[cut + 12 : cut + 16] = zlib.crc32(bytes(data[cut + 16 :])).to_bytes(4, "little")
+    with pytest.raises(ExecutableFormatError, match="native code section"):
+        rvm.Executable.from_bytes(bytes(data))

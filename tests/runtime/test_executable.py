@@ -234,8 +234,19 @@ FUZZ = textwrap.dedent("""
         return data
 
     rng = random.Random(1234)
+    from rvm.runtime.native.artifact import NativeCode, NativeGroup
+    from rvm.runtime.serialize import encode
     images = [make().to_bytes() for make in (h.straight_line, h.list_program,
                                              h.symbolic_program, h.every_opcode_program)]
+    # A NATV section (native code, format 1.4) of another machine's key: it loads as the
+    # image without it, which its to_bytes gives back.
+    native = NativeCode("rvm=0 cpu=fuzz", (
+        NativeGroup("module", "rvm.runtime.native.mathlib", 0,
+                    (("mathlib.f-1.py311.nbi", b"index"), ("mathlib.f-1.py311.1.nbc", b"da"))),
+        NativeGroup("kernel", "k_0123456789abcdef01234567.py", 1 << 60,
+                    (("k_0123456789abcdef01234567.f-3.py311.nbi", b"ix"),)),
+    ))
+    images.append(encode(h.straight_line(), native))
     runnable = images[0]
     x = np.ones(4, np.float32)
     ok = rejected = 0

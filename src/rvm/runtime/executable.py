@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.native import loader
+
+if TYPE_CHECKING:
+    from rvm.runtime.native.artifact import NativeCode
 
 __all__ = ["SCALAR_META", "ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
@@ -278,21 +281,47 @@ class Executable:
 
     # -- serialization --------------------------------------------------------------------
 
-    def to_bytes(self) -> bytes:
-        """Encodes the executable in the versioned RVMX format (see `serialize`)."""
+    def to_bytes(self, native: bool = True) -> bytes:
+        """Encodes the executable in the versioned RVMX format (see `serialize`).
+
+        Args:
+            native: Embed the native code of the jit kernels (Numba's cache files, for this
+                CPU and these library versions; `rvm.runtime.native.artifact`), compiling
+                the kernels not compiled yet (once per executable). Without it, a process
+                loading the bytes compiles the kernels its cache lacks.
+        """
         from rvm.runtime.serialize import encode
 
-        return encode(self)
+        return encode(self, self.native_code() if native else None)
+
+    def native_code(self) -> NativeCode | None:
+        """The native code of the jit kernels (None without any), collected once."""
+        from rvm.runtime.native.artifact import collect
+
+        return self.cached("native_code", lambda: collect(self.kernels.values()))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Executable:
-        """Decodes and validates an RVMX image; raises `ExecutableFormatError` if malformed."""
+        """Decodes and validates an RVMX image; raises `ExecutableFormatError` if malformed.
+
+        Native code in the image is written to this process's kernel cache when it was built
+        for this CPU and these library versions, so the kernels load without compiling; else
+        they rebuild from source, and one INFO line on the ``rvm`` logger says so
+        (`rvm.runtime.native.artifact`).
+        """
         from rvm.runtime.serialize import decode
 
-        return cls(**decode(data))
+        args = decode(data)
+        native = args.pop("native", None)
+        ex = cls(**args)
+        if native is not None:
+            from rvm.runtime.native.artifact import install
+
+            install(native, ex.kernels)
+        return ex
 
     def save(self, path: str) -> None:
-        """Writes the executable to `path`."""
+        """Writes the executable to `path`, with its kernels' native code (`to_bytes`)."""
         with open(path, "wb") as f:
             f.write(self.to_bytes())
 
@@ -302,11 +331,11 @@ class Executable:
         return Executable.from_bytes, (self.to_bytes(),)
 
     def content_hash(self) -> str:
-        """A hex digest of the RVMX bytes: equal for executables that save identically
-        (computed once; keys caches across processes, as `rvm.dask` does)."""
+        """A hex digest of the RVMX bytes without native code: equal for executables that save
+        identically (computed once; keys caches across processes, as `rvm.dask` does)."""
 
         def digest() -> str:
-            return hashlib.sha256(self.to_bytes()).hexdigest()
+            return hashlib.sha256(self.to_bytes(native=False)).hexdigest()
 
         # Keyed by the default exec mode too: `with_exec_mode` copies share the cache and
         # differ in that alone.

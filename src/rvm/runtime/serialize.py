@@ -16,7 +16,11 @@ sections of the same major version, so a 1.0 reader loads a 1.1 file, and a 1.0 
 META) loads with the defaults; a new major version means an incompatible layout. Version 1.2
 added opcodes (the tail calls, NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`),
 which older readers reject as unknown opcodes. A file before 1.3 (no RSLT) loads with every
-`VMFunction.result` None.
+`VMFunction.result` None. Since version 1.4, an optional NATV section carries the native
+code of the jit kernels (`rvm.runtime.native.artifact`): the key it was built for, then per
+group (a kernel file or an rvm module) its kind, name, modification time and Numba cache
+files (name, bytes). A file without it loads as before (its kernels load from the cache or
+compile).
 A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those versions
 emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail
 call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
@@ -45,6 +49,7 @@ from rvm.runtime.executable import (
     ParamSpec,
     VMFunction,
 )
+from rvm.runtime.native.artifact import NativeCode, NativeGroup, check
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
@@ -52,10 +57,11 @@ if TYPE_CHECKING:
 __all__ = ["encode", "decode", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 3)
+VERSION = (1, 4)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
+NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -151,11 +157,15 @@ class _Reader:
 # -- encode -------------------------------------------------------------------------------
 
 
-def encode(ex: Executable) -> bytes:
-    """The RVMX image of `ex`."""
+def encode(ex: Executable, native: NativeCode | None = None) -> bytes:
+    """The RVMX image of `ex`, with the NATV section of ``native`` when given."""
     sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _rslt(ex)]
+    tags = [*SECTIONS, META, RSLT]
+    if native is not None:
+        sections.append(_natv(native))
+        tags.append(NATV)
     out = [_HEADER.pack(MAGIC, VERSION[0], VERSION[1], len(sections))]
-    for tag, payload in zip((*SECTIONS, META, RSLT), sections):
+    for tag, payload in zip(tags, sections):
         out.append(_SECTION.pack(tag, len(payload), zlib.crc32(payload)))
         out.append(payload)
     return b"".join(out)
@@ -278,6 +288,22 @@ def _kern(ex: Executable) -> bytes:
     return w.getvalue()
 
 
+def _natv(native: NativeCode) -> bytes:
+    w = _Writer()
+    w.str(native.key)
+    w.count(len(native.groups))
+    for g in native.groups:
+        w.str(g.kind)
+        w.str(g.ident)
+        w.int(g.mtime_ns)
+        w.count(len(g.files))
+        for name, data in g.files:
+            w.str(name)
+            w.int(len(data))
+            w.raw(data)
+    return w.getvalue()
+
+
 def _meta(ex: Executable) -> bytes:
     w = _Writer()
     items = {"default_exec_mode": ex.default_exec_mode}
@@ -378,7 +404,28 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
         results = [_read_result(r, 0) if r.flag() else None for _ in functions]
         r.end()
         out["functions"] = [replace(fn, result=res) for fn, res in zip(functions, results)]
+    if NATV in found:  # absent before version 1.4, and in executables without jit kernels
+        out["native"] = _read_natv(_Reader(found[NATV], "native code"))
     return out
+
+
+def _read_natv(r: _Reader) -> NativeCode:
+    key = r.str()
+    groups = []
+    for _ in range(r.count(17)):
+        kind, ident, mtime = r.str(), r.str(), r.int()
+        files = []
+        for _ in range(r.count(12)):
+            name = r.str()
+            size = r.int()
+            files.append((name, bytes(r.take(size))))
+        groups.append(NativeGroup(kind, ident, mtime, tuple(files)))
+    r.end()
+    native = NativeCode(key, tuple(groups))
+    problem = check(native)
+    if problem is not None:
+        r.fail(problem)
+    return native
 
 
 def _read_glob(r: _Reader) -> tuple[list[tuple], list[ADTInfo]]:

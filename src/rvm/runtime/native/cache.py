@@ -88,9 +88,16 @@ def _is_module(name: str) -> bool:
         return False
 
 
+def _in_runtime(name: str) -> bool:
+    return name == "rvm.runtime" or name.startswith("rvm.runtime.")
+
+
 @functools.lru_cache(maxsize=1024)
 def imported_modules(source: str) -> tuple[str, ...]:
-    """The rvm modules `source` imports at module level, and those these import (sorted).
+    """The rvm runtime modules `source` imports (at module level or in a function), and those
+    these import (sorted). Only `rvm.runtime` counts: kernels and the library they call import
+    nothing else that is compiled in (`cache` imports `rvm` for its version, which is in the
+    hash already), and a process loading kernels never imports the compiler's packages.
 
     ``from rvm.runtime.native import blas`` counts `rvm.runtime.native` and
     `rvm.runtime.native.blas`. Found once per source and process (compiling and loading a
@@ -103,9 +110,9 @@ def imported_modules(source: str) -> tuple[str, ...]:
             names = [m.group(3)] if m.group(3) else [m.group(1)]
             if m.group(2):
                 subs = (f"{m.group(1)}.{n.strip()}" for n in m.group(2).split(","))
-                names += [n for n in subs if n not in seen and _is_module(n)]
+                names += [n for n in subs if n not in seen and _in_runtime(n) and _is_module(n)]
             for name in names:
-                if name not in seen:
+                if name not in seen and _in_runtime(name):
                     seen.add(name)
                     todo.append(module_source(name))
     return tuple(sorted(seen))
@@ -185,6 +192,13 @@ LIBRARY_STAMP = "rvm-native-library.stamp"
 
 
 @functools.lru_cache(maxsize=1)
+def library_digest() -> str:
+    """The hash of the library's sources (this package's modules, read once per process)."""
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
 def drop_stale_library_code() -> bool:
     """Drop Numba's cached object code of this package's modules if any module's source
     changed since it was written (once per process, before the first load); True if dropped.
@@ -195,7 +209,7 @@ def drop_stale_library_code() -> bool:
     longer exists, which LLVM answers by aborting the process. A folder rvm cannot write is
     left as it is (Numba cannot cache there either)."""
     sources = sorted(Path(__file__).parent.glob("*.py"))
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    digest = library_digest()
     folder = object_code_dir(sources[0])
     stamp = folder / LIBRARY_STAMP
     try:

@@ -1,0 +1,164 @@
+"""Load time of a saved executable in a fresh process with an empty kernel cache.
+
+Run: ``python benchmarks/load_time.py [--repeat 5] [--no-cnn]``.
+
+For each model (the MLP of ``rvm.testing.programs``, jit kernels; onnx's light squeezenet with
+random weights, imported through ``rvm.from_onnx``), the parent compiles it, saves it (with its
+kernels' native code, `rvm.runtime.native.artifact`), and computes the reference output. Then
+each measurement is a new subprocess with ``RVM_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` set to new
+empty folders, which times
+
+- ``import rvm`` (stated on its own, not part of the goal);
+- ``rvm.load_executable`` + ``rvm.VirtualMachine`` + the first call (the goal: <= 0.5 s for
+  the MLP, <= 1 s for squeezenet);
+
+checks the output against the parent's reference, and reports how many kernels it loaded and
+compiled (`rvm.runtime.native.loader.kernel_counts`; a compile makes the run fail). The same is
+measured for the executable saved without native code (``to_bytes(native=False)``, as before
+format 1.4: every kernel compiles). The table gives medians over ``--repeat`` subprocesses
+(interleaved); writes ``benchmarks/results/load_time.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from common import ROOT, light_model_files, write_results
+
+# isort: split
+import numpy as np
+
+import rvm
+from rvm.testing.programs import MLP, PROGRAMS
+
+GOALS = {"mlp": 0.5, "squeezenet": 1.0}
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    start = time.perf_counter()
+    import rvm
+    imported = time.perf_counter()
+    import numpy as np
+    from rvm.runtime.native.loader import kernel_counts
+    args = np.load(sys.argv[2])
+    args = [args[k] for k in sorted(args.files)]
+    t0 = time.perf_counter()
+    ex = rvm.load_executable(sys.argv[1])
+    vm = rvm.VirtualMachine(ex)
+    out = vm["main"](*args)
+    t1 = time.perf_counter()
+    out = out if isinstance(out, tuple) else (out,)
+    ref = np.load(sys.argv[3])
+    ref = [ref[k] for k in sorted(ref.files)]
+    assert len(out) == len(ref), (len(out), len(ref))
+    for a, b in zip(out, ref):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5)
+    print(json.dumps({"import_s": imported - start, "load_first_call_s": t1 - t0,
+                      **kernel_counts()}))
+    """
+)
+
+
+def _child(rvmx: Path, args: Path, ref: Path, work: Path) -> dict:
+    """One fresh process with empty caches: its timings and kernel counts."""
+    caches = Path(tempfile.mkdtemp(dir=work))
+    env = dict(os.environ)
+    env["RVM_CACHE_DIR"] = str(caches / "rvm")
+    env["NUMBA_CACHE_DIR"] = str(caches / "numba")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, str(rvmx), str(args), str(ref)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"child failed on {rvmx.name}:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _save(name: str, ex: rvm.Executable, args: tuple, work: Path) -> dict[str, Path]:
+    """The executable saved with and without native code, its args and its reference
+    output (computed here, in the parent)."""
+    out = rvm.VirtualMachine(ex)["main"](*args)
+    out = out if isinstance(out, tuple) else (out,)
+    paths = {"args": work / f"{name}_args.npz", "ref": work / f"{name}_ref.npz"}
+    np.savez(paths["args"], **{f"a{i:03d}": a for i, a in enumerate(args)})
+    np.savez(paths["ref"], **{f"r{i:03d}": np.asarray(o) for i, o in enumerate(out)})
+    paths["native"] = work / f"{name}.rvmx"
+    ex.save(str(paths["native"]))
+    paths["source"] = work / f"{name}_source_only.rvmx"
+    paths["source"].write_bytes(ex.to_bytes(native=False))
+    return paths
+
+
+def _models(work: Path, cnn: bool) -> dict[str, tuple[rvm.Executable, tuple]]:
+    models = {"mlp": (rvm.compile(MLP, kernels="jit"), PROGRAMS[0].args())}
+    if cnn:
+        path, _, _, inputs = light_model_files("squeezenet", work)
+        mod = rvm.from_onnx(str(path))
+        models["squeezenet"] = (rvm.compile(mod, kernels="jit", progress=True), tuple(inputs))
+    return models
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-cnn", action="store_true", help="the MLP only")
+    parser.add_argument("--source-repeat", type=int, default=1, help="runs without native code")
+    opts = parser.parse_args()
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="rvm-load-time-") as tmp:
+        work = Path(tmp)
+        for name, (ex, args) in _models(work, not opts.no_cnn).items():
+            paths = _save(name, ex, args, work)
+            runs = {"native": [], "source": []}
+            for k in range(opts.repeat):
+                runs["native"].append(_child(paths["native"], paths["args"], paths["ref"], work))
+                if k < opts.source_repeat:
+                    child = _child(paths["source"], paths["args"], paths["ref"], work)
+                    runs["source"].append(child)
+            bad = [r for r in runs["native"] if r["compiled"]]
+            if bad:
+                raise RuntimeError(f"{name}: a load with native code compiled kernels: {bad}")
+            results[name] = {
+                "kernels": sum(r.backend == "jit" for r in ex.kernels.values()),
+                "file_bytes": paths["native"].stat().st_size,
+                "source_only_file_bytes": paths["source"].stat().st_size,
+                "goal_s": GOALS.get(name),
+                **{
+                    f"{way}_{what}_median": statistics.median(r[what] for r in rs)
+                    for way, rs in runs.items()
+                    for what in ("import_s", "load_first_call_s")
+                },
+                "runs": runs,
+            }
+    print(
+        f"\nload + VirtualMachine + first call, fresh process, empty caches (load: "
+        f"{os.getloadavg()[0]:.1f}); medians of {opts.repeat}"
+    )
+    print(
+        f"{'model':<12}{'kernels':>8}{'MB':>7}{'native s':>10}{'goal s':>8}"
+        f"{'no-native s':>13}{'import rvm s':>14}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:<12}{r['kernels']:>8}{r['file_bytes'] / 1e6:>7.2f}"
+            f"{r['native_load_first_call_s_median']:>10.3f}{r['goal_s'] or 0:>8.1f}"
+            f"{r['source_load_first_call_s_median']:>13.3f}{r['native_import_s_median']:>14.3f}"
+        )
+    write_results("load_time", {"load_average": os.getloadavg()[0], "models": results})
+
+
+if __name__ == "__main__":
+    main()

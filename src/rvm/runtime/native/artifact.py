@@ -1,0 +1,339 @@
+"""Native code in a saved executable: Numba's cache files of its kernels and library, carried.
+
+A saved executable (`rvm.runtime.serialize`, section NATV) carries, beside the kernels' source,
+the files Numba's ``cache=True`` wrote for them in the saving process (`collect`): per jit
+kernel, the index (``.nbi``) and data (``.nbc``, the object code) files of its kernel file in
+rvm's cache (`rvm.runtime.native.cache`), and per rvm library module, the files of the
+functions a loading process loads from Numba's cache (`loaded_functions`: those compiled at
+import, such as `rvm.runtime.native.mathlib`'s, and the entry points and tasks the kernels
+require, `rvm.runtime.native.entry`). They are tagged with a key
+(`native_key`: rvm, Numba and llvmlite versions, the host CPU's name and features, Python's
+version, the hash of the library's sources).
+
+Loading (`install`) in a process with the same key writes the files where this process's
+Numba looks for them, each index after its data files, each file through a temporary file
+and ``os.replace``, and never over an index already there; the kernel file is written first
+(the same bytes, so Numba's source stamp, a hash of the file in Numba 0.57+, matches; its
+modification time is set to the saved one too, for a Numba whose stamp is the time and size).
+The normal cached load then finds them and nothing compiles. With another key, nothing is
+written, the kernels rebuild from source as for an executable without native code, and one
+INFO line on the ``rvm`` logger says so.
+
+Numba's cache files are pickles: loading an executable with native code runs what its
+author compiled, as importing their Python module would. Load only executables you trust.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rvm.runtime.executable import KernelRecord
+
+logger = logging.getLogger("rvm")
+_debug = logging.getLogger("rvm.jit")
+
+KINDS = ("kernel", "module")
+KERNEL_FILE = re.compile(r"k_[0-9a-f]{24}\.py")
+MODULE_NAME = re.compile(r"rvm\.runtime\.native\.[A-Za-z_]\w*")  # no other package is imported
+CACHE_FILE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*\.(?:nbi|nbc)")
+
+
+@dataclass(frozen=True)
+class NativeGroup:
+    """Numba's cache files of one kernel file (``kind`` "kernel", ``ident`` its file name in
+    rvm's cache, ``mtime_ns`` its saved modification time) or of one rvm module (``kind``
+    "module", ``ident`` its dotted name)."""
+
+    kind: str
+    ident: str
+    mtime_ns: int
+    files: tuple[tuple[str, bytes], ...]
+
+    def stem(self) -> str:
+        """The prefix of every cache file name of the group (the source file's stem)."""
+        return self.ident[:-3] if self.kind == "kernel" else self.ident.rpartition(".")[2]
+
+
+@dataclass(frozen=True)
+class NativeCode:
+    """An executable's native code: the key it was built for and its groups of files."""
+
+    key: str
+    groups: tuple[NativeGroup, ...]
+
+
+def check(native: NativeCode) -> str | None:
+    """What is wrong with ``native``'s names (None when nothing): a group kind, a kernel file
+    or module name, or a cache file name that is not one Numba writes for it (no file may
+    land outside its folder)."""
+    for g in native.groups:
+        if g.kind not in KINDS:
+            return f"native group kind {g.kind!r} is not one of {KINDS}"
+        pattern = KERNEL_FILE if g.kind == "kernel" else MODULE_NAME
+        if not pattern.fullmatch(g.ident):
+            return f"native {g.kind} name {g.ident!r} is not valid"
+        for name, _ in g.files:
+            if not CACHE_FILE.fullmatch(name) or not name.startswith(g.stem() + "."):
+                return f"native file name {name!r} of {g.ident!r} is not valid"
+    return None
+
+
+def native_key() -> str:
+    """The key native code is valid for: `rvm.runtime.native.cache.target_key` (rvm, Numba,
+    llvmlite versions, CPU name and features), Python's version, and the hash of the library's
+    sources (`rvm.runtime.native.cache.library_digest`: library code compiled from other
+    sources may link symbols this library no longer registers)."""
+    from rvm.runtime.native.cache import library_digest, target_key
+
+    abi = getattr(sys, "abiflags", "")
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}{abi}"
+    return f"{target_key()} python={python} library={library_digest()[:16]}"
+
+
+def _fields(key: str) -> dict[str, str]:
+    return dict(part.partition("=")[::2] for part in key.split())
+
+
+def key_difference(saved: str, here: str) -> str:
+    """The names of the key fields that differ, e.g. ``"cpu, features"``."""
+    a, b = _fields(saved), _fields(here)
+    diff = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+    return ", ".join(diff) or "the key"
+
+
+def module_cache_folder(module: str) -> Path | None:
+    """Where this process's Numba caches the functions of the rvm module ``module`` (Numba's
+    own locators, tried in its order: ``NUMBA_CACHE_DIR``, ``__pycache__`` beside the file,
+    the user-wide cache), without importing it; None when it has no file or no locator fits."""
+    import importlib.util
+
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    if impl is None:
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+
+    def probe() -> None:  # the locators read its line number only
+        pass
+
+    for cls in impl._locator_classes:
+        locator = cls.from_function(probe, spec.origin)
+        if locator is not None:
+            return Path(locator.get_cache_path())
+    return None
+
+
+def _cache_files(
+    folder: Path | None, stem: str, bases: set[str] | None = None
+) -> tuple[tuple[str, bytes], ...]:
+    """The Numba cache files named ``stem.*`` in ``folder``; with ``bases``, only the index and
+    data files of those functions (file names ``<base>.nbi``, ``<base>.<n>.nbc``)."""
+    if folder is None or not folder.is_dir():
+        return ()
+    out = []
+    for f in sorted(folder.glob(f"{stem}.*")):
+        if not CACHE_FILE.fullmatch(f.name):
+            continue
+        if bases is not None and _base(f.name) not in bases:
+            continue
+        try:
+            out.append((f.name, f.read_bytes()))
+        except OSError:
+            continue
+    return tuple(out)
+
+
+def _base(name: str) -> str:
+    """The function's file name base of a cache file: ``m.f-3.py311`` for ``m.f-3.py311.nbi``
+    and ``m.f-3.py311.2.nbc``."""
+    base = name.rsplit(".", 1)[0]
+    return base.rsplit(".", 1)[0] if name.endswith(".nbc") else base
+
+
+def _function_cache(obj: object) -> tuple[str, str] | None:
+    """(module, file name base) of the Numba cache of a dispatcher or cfunc ``obj``, or None
+    when it has none."""
+    impl = getattr(getattr(obj, "_cache", None), "_impl", None)
+    base = getattr(impl, "filename_base", None)
+    func = getattr(obj, "py_func", None) or getattr(obj, "_pyfunc", None)
+    module = getattr(func, "__module__", None)
+    if not isinstance(base, str) or not isinstance(module, str):
+        return None
+    return module, base
+
+
+def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
+    """The library functions a process loading the jit kernels ``records`` loads from Numba's
+    cache, as {module: file name bases}: in the runtime modules the kernels import (and those
+    of the entry points they require, and what these import), every function compiled when
+    its module is imported or a kernel is (a `numba.cfunc`, such as the work pool's, the
+    entry points and tasks of `rvm.runtime.native.entry` and `.parfor`, or an ``njit`` with
+    signatures, such as `rvm.runtime.native.mathlib`'s). The modules must be imported (the
+    kernels loaded) first. Lazily compiled functions (BLAS calls...) are left out: they are in
+    the object code of what calls them, and compile only where a kernel does."""
+    from numba.core.ccallback import CFunc
+    from numba.core.registry import CPUDispatcher
+
+    from rvm.runtime.native import entry, parfor
+    from rvm.runtime.native.cache import imported_modules, module_source
+
+    modules: set[str] = set()
+    for rec in records:
+        modules.update(imported_modules(rec.source))
+        for name, _ in entry.required_by(rec.source):
+            modules.add(entry.MODULES[name])
+            modules.update(imported_modules(module_source(entry.MODULES[name])))
+    found: dict[str, set[str]] = {}
+
+    def add(obj: object) -> None:
+        got = _function_cache(obj)
+        if got is not None and got[0] in modules and MODULE_NAME.fullmatch(got[0]):
+            found.setdefault(got[0], set()).add(got[1])
+
+    for name in modules:
+        for obj in list(vars(sys.modules.get(name, object())).values()):
+            eager = isinstance(obj, CPUDispatcher) and not getattr(obj, "_can_compile", True)
+            if eager or isinstance(obj, CFunc):
+                add(obj)
+    for table in (entry._compiled, parfor._compiled):
+        for obj in list(table.values()):
+            add(obj)
+    return found
+
+
+def collect(records: Iterable[KernelRecord]) -> NativeCode | None:
+    """The native code of the jit kernels among ``records``, loaded (compiled when not
+    cached) first; None when there are none. A kernel that does not compile is left out
+    (it rebuilds from source where it is loaded, and fails there as here)."""
+    from rvm.errors import JITError
+    from rvm.runtime.native.cache import kernel_path, object_code_dir
+    from rvm.runtime.native.loader import load_kernel
+
+    jit = [r for r in records if r.backend == "jit"]
+    if not jit:
+        return None
+    groups = []
+    for rec in jit:
+        try:
+            load_kernel(rec)
+        except (JITError, OSError) as err:  # OSError: a cache it cannot write
+            _debug.debug("kernel %s: no native code saved (%s)", rec.name, err)
+            continue
+        path = kernel_path(rec.source)
+        files = _cache_files(object_code_dir(path), path.stem)
+        if files:
+            try:
+                mtime = path.stat().st_mtime_ns
+            except OSError:
+                continue
+            groups.append(NativeGroup("kernel", path.name, mtime, files))
+    for module, bases in sorted(loaded_functions(jit).items()):
+        files = _cache_files(module_cache_folder(module), module.rpartition(".")[2], bases)
+        if files:
+            groups.append(NativeGroup("module", module, 0, files))
+    return NativeCode(native_key(), tuple(groups))
+
+
+def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
+    """Write ``native``'s files where this process's Numba finds them, when its key is this
+    process's (see the module docstring); returns how many files were written. A failure to
+    write (a read-only cache) is logged at debug level: the kernels then compile as usual.
+    """
+    here = native_key()
+    if native.key != here:
+        logger.info(
+            "executable's native code was built for another machine or library versions "
+            "(%s differ): its kernels rebuild from source",
+            key_difference(native.key, here),
+        )
+        return 0
+    from rvm.runtime.native.cache import (
+        drop_stale_library_code,
+        kernel_path,
+        object_code_dir,
+        write_entry,
+    )
+
+    drop_stale_library_code()  # now, not at the first kernel load, which would drop these
+
+    records = {}
+    for rec in kernels.values():
+        if rec.backend == "jit":
+            records[kernel_path(rec.source).name] = rec
+    written = 0
+    stale = 0
+    for group in native.groups:
+        try:
+            if group.kind == "kernel":
+                rec = records.get(group.ident)
+                if rec is None:  # the same versions, other rvm library sources
+                    stale += 1
+                    continue
+                path = kernel_path(rec.source)
+                folder = object_code_dir(path)
+                if _missing_indexes(group, folder):
+                    write_entry(path, rec.source)
+                    os.utime(path, ns=(group.mtime_ns, group.mtime_ns))
+            else:
+                folder = module_cache_folder(group.ident)
+                if folder is None:
+                    continue
+            written += _write_group(group, folder)
+        except (OSError, ValueError, OverflowError) as err:  # ValueError: a bad mtime
+            _debug.debug("native code of %s not installed: %s", group.ident, err)
+    if stale:
+        logger.info(
+            "executable's native code was built from other rvm library sources: %d of its "
+            "kernels rebuild from source",
+            stale,
+        )
+    return written
+
+
+def _missing_indexes(group: NativeGroup, folder: Path) -> list[str]:
+    return [n for n, _ in group.files if n.endswith(".nbi") and not (folder / n).exists()]
+
+
+def _write_group(group: NativeGroup, folder: Path) -> int:
+    """Write the group's index files missing from ``folder``, each after its data files."""
+    todo = _missing_indexes(group, folder)
+    if not todo:
+        return 0
+    folder.mkdir(parents=True, exist_ok=True)
+    files = dict(group.files)
+    written = 0
+    for index in todo:
+        base = index[: -len(".nbi")]
+        for name, data in group.files:
+            if name.startswith(base + ".") and name.endswith(".nbc"):
+                _write_atomic(folder / name, data)
+                written += 1
+        _write_atomic(folder / index, files[index])
+        written += 1
+    return written
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
