@@ -118,13 +118,14 @@ class _Plan:
         self.funcs: list[Any] = [None] * len(ex.functions)
         self.entries: list[Any] = [None] * len(ex.functions)
         if self.module.source:
-            self.path = native_path(self.module.source)
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
             try:
                 for name, k in self.module.scalar_kernels.items():
                     rec = ex.kernels[ex.primitive_names[k]]
                     bound[name] = kernel_function(rec, rec.meta[SCALAR_META])
-                self._mod = _load(self.path, self.module.source, bound)
+                source = self.module.source + _links(bound)
+                self.path = native_path(source)
+                self._mod = _load(self.path, source, bound)
             except Exception as e:  # noqa: BLE001 - an unwritable cache: everything compiled
                 why = f"the native module did not load: {type(e).__name__}: {e}"
                 for i in range(len(self.names)):
@@ -154,6 +155,8 @@ class _Plan:
         with _lock:
             if self.entries[fidx] is None:
                 func = self.funcs[fidx]
+                if func is None:  # another thread's compile of it failed meanwhile
+                    return None
                 key = (id(func), sig)
                 entry = _ENTRIES.get(key)  # the module may be another plan's too
                 if entry is None:
@@ -177,6 +180,17 @@ class _Plan:
         first = (useful or lines or [type(error).__name__])[0]
         self.reasons[fidx] = f"Numba typing error: {first[:200]}"
         self.funcs[fidx] = None
+
+
+def _links(bound: dict[str, Any]) -> str:
+    """A comment naming the module of every kernel a native module calls: Numba's cached code
+    of a caller names its callees' modules, so a native file is keyed by them too (a kernel
+    whose source changed lives in another module)."""
+    names = sorted(
+        f"{name}={getattr(getattr(fn, 'py_func', fn), '__module__', '?')}"
+        for name, fn in bound.items()
+    )
+    return "".join(f"# links {n}\n" for n in names)
 
 
 def native_path(source: str) -> Path:
