@@ -206,3 +206,51 @@ def test_corrupt_native_section_raises_format_error():
     data[cut + 12 : cut + 16] = zlib.crc32(bytes(data[cut + 16 :])).to_bytes(4, "little")
     with pytest.raises(ExecutableFormatError, match="native code section"):
         rvm.Executable.from_bytes(bytes(data))
+
+
+FRESH_NATIVE = FRESH.replace(
+    'out = rvm.VirtualMachine(ex)["main"](*args)',
+    'vm = rvm.VirtualMachine(ex)\nout = vm["main"](*args)\nreport = vm.native_report()',
+).replace('"cached": cached}', '"cached": cached,\n "native": [report.compiled, report.loaded]}')
+
+
+def test_a_native_executable_ships_its_native_functions_too(tmp_path):
+    """Saved with exec_mode="native", the native mode's functions travel with the kernels: a
+    fresh process with empty caches compiles neither."""
+    ex = rvm.compile(MLP, kernels="jit", exec_mode="native")
+    args = PROGRAMS[0].args()
+    np.savez(tmp_path / "args.npz", *args)
+    np.save(tmp_path / "expected.npy", rvm.VirtualMachine(ex)["main"](*args))
+    kinds = [g.kind for g in ex.native_code().groups]
+    assert kinds.count("native") == 1
+    path = tmp_path / "mlp_native.rvmx"
+    path.write_bytes(ex.to_bytes())
+    env = dict(os.environ)
+    env["RVM_CACHE_DIR"] = str(tmp_path / "rvm_cache")
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba_cache")
+    argv = [str(path), str(tmp_path / "args.npz"), str(tmp_path / "expected.npy")]
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH_NATIVE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["kernels"]["compiled"] == 0
+    compiled, loaded = got["native"]
+    assert compiled == 0 and loaded >= 1, got["native"]
+    assert got["leaked"] == []
+
+
+def test_a_native_file_whose_source_does_not_match_its_name_is_not_installed(tmp_path, monkeypatch):
+    from rvm.runtime.native import artifact
+
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    name = "n_" + "0" * 24 + ".py"
+    group = artifact.NativeGroup("native", name, 0, ((name, b"x = 1\n"),))
+    native = artifact.NativeCode(artifact.native_key(), (group,))
+    assert artifact.check(native) is None
+    assert artifact.install(native, {}) == 0
+    assert not list(tmp_path.rglob(name))

@@ -295,10 +295,22 @@ class Executable:
         return encode(self, self.native_code() if native else None)
 
     def native_code(self) -> NativeCode | None:
-        """The native code of the jit kernels (None without any), collected once."""
+        """The native code of the jit kernels (None without any), and of the native exec
+        mode's functions when the executable runs natively by default, collected once."""
         from rvm.runtime.native.artifact import collect
 
-        return self.cached("native_code", lambda: collect(self.kernels.values()))
+        return self.cached(
+            "native_code", lambda: collect(self.kernels.values(), self._native_file())
+        )
+
+    def _native_file(self) -> str | None:
+        """The native exec mode's file of this executable, its functions compiled, when the
+        executable runs natively by default (else None: nothing native to ship)."""
+        if self.default_exec_mode != "native":
+            return None
+        from rvm.runtime.vm import VirtualMachine
+
+        return VirtualMachine(self).native_report(compile=True).path
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Executable:

@@ -309,10 +309,14 @@ class NativeMode:
 
         return call
 
-    def report(self) -> NativeReport:
+    def report(self, compile: bool = False) -> NativeReport:
         """Which functions are native and why the others are not (typing errors show once a
-        function has been called)."""
+        function has been called, or with ``compile``, which compiles every function's entry
+        from Python first, so their native code is in the cache)."""
         plan = self.plan
+        if compile:
+            for fidx in plan.module.entries:
+                plan.entry(fidx)
         functions = tuple((name, plan.reasons.get(i)) for i, name in enumerate(plan.names))
         compiled = loaded = 0
         for dispatcher in plan.funcs + plan.entries:

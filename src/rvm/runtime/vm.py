@@ -118,16 +118,21 @@ class VirtualMachine:
         self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
         self._run: Callable[[int, list[Any]], Any] = self._mode.run
 
-    def native_report(self) -> NativeReport:
+    def native_report(self, compile: bool = False) -> NativeReport:
         """Which functions run as native code in this VM's native mode, and for the others
         (which run in the compiled mode) why not; `str()` of it is a table.
+
+        Args:
+            compile: Compile every function's native entry first (a function whose compile
+                fails is then reported with its reason; `Executable.save` of a native
+                executable does this, to ship the native code).
 
         Raises:
             VMError: The VM does not run in the native mode.
         """
         if not isinstance(self._mode, NativeMode):
             raise VMError(f"native_report: this VM runs in the {self.exec_mode} mode, not native")
-        return self._mode.report()
+        return self._mode.report(compile)
 
     # -- pickling ---------------------------------------------------------------------------
 

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rvm")
 _debug = logging.getLogger("rvm.jit")
 
-KINDS = ("kernel", "module")
+KINDS = ("kernel", "module", "native")
 KERNEL_FILE = re.compile(r"k_[0-9a-f]{24}\.py")
+NATIVE_FILE = re.compile(r"n_[0-9a-f]{24}\.py")
 MODULE_NAME = re.compile(r"rvm\.runtime\.native\.[A-Za-z_]\w*")  # no other package is imported
 CACHE_FILE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*\.(?:nbi|nbc)")
 
@@ -50,8 +51,10 @@ CACHE_FILE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*\.(?:nbi|nbc)")
 @dataclass(frozen=True)
 class NativeGroup:
     """Numba's cache files of one kernel file (``kind`` "kernel", ``ident`` its file name in
-    rvm's cache, ``mtime_ns`` its saved modification time) or of one rvm module (``kind``
-    "module", ``ident`` its dotted name)."""
+    rvm's cache, ``mtime_ns`` its saved modification time), of one rvm module (``kind``
+    "module", ``ident`` its dotted name), or of the native exec mode's file of the executable
+    (``kind`` "native", ``ident`` its file name; its source is the file of that name among
+    ``files``, as the executable does not hold it)."""
 
     kind: str
     ident: str
@@ -60,7 +63,7 @@ class NativeGroup:
 
     def stem(self) -> str:
         """The prefix of every cache file name of the group (the source file's stem)."""
-        return self.ident[:-3] if self.kind == "kernel" else self.ident.rpartition(".")[2]
+        return self.ident[:-3] if self.kind != "module" else self.ident.rpartition(".")[2]
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,14 @@ def check(native: NativeCode) -> str | None:
     for g in native.groups:
         if g.kind not in KINDS:
             return f"native group kind {g.kind!r} is not one of {KINDS}"
-        pattern = KERNEL_FILE if g.kind == "kernel" else MODULE_NAME
+        pattern = {"kernel": KERNEL_FILE, "module": MODULE_NAME, "native": NATIVE_FILE}[g.kind]
         if not pattern.fullmatch(g.ident):
             return f"native {g.kind} name {g.ident!r} is not valid"
+        if g.kind == "native" and g.ident not in dict(g.files):
+            return f"native file {g.ident!r} has no source"
         for name, _ in g.files:
+            if g.kind == "native" and name == g.ident:
+                continue
             if not CACHE_FILE.fullmatch(name) or not name.startswith(g.stem() + "."):
                 return f"native file name {name!r} of {g.ident!r} is not valid"
     return None
@@ -216,10 +223,12 @@ def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
     return found
 
 
-def collect(records: Iterable[KernelRecord]) -> NativeCode | None:
+def collect(records: Iterable[KernelRecord], native_file: str | None = None) -> NativeCode | None:
     """The native code of the jit kernels among ``records``, loaded (compiled when not
-    cached) first; None when there are none. A kernel that does not compile is left out
-    (it rebuilds from source where it is loaded, and fails there as here)."""
+    cached) first, and of the native exec mode's file ``native_file`` (its functions compiled
+    first, `rvm.runtime.vm.VirtualMachine.native_report`); None when there are no jit kernels.
+    A kernel that does not compile is left out (it rebuilds from source where it is loaded,
+    and fails there as here)."""
     from rvm.errors import JITError
     from rvm.runtime.native.cache import kernel_path, object_code_dir
     from rvm.runtime.native.loader import load_kernel
@@ -246,6 +255,15 @@ def collect(records: Iterable[KernelRecord]) -> NativeCode | None:
         files = _cache_files(module_cache_folder(module), module.rpartition(".")[2], bases)
         if files:
             groups.append(NativeGroup("module", module, 0, files))
+    if native_file is not None:
+        path = Path(native_file)
+        files = _cache_files(object_code_dir(path), path.stem)
+        try:
+            source, mtime = path.read_bytes(), path.stat().st_mtime_ns
+        except OSError:
+            files = ()
+        if files:
+            groups.append(NativeGroup("native", path.name, mtime, ((path.name, source), *files)))
     return NativeCode(native_key(), tuple(groups))
 
 
@@ -289,6 +307,10 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
                 if _missing_indexes(group, folder):
                     write_entry(path, rec.source)
                     os.utime(path, ns=(group.mtime_ns, group.mtime_ns))
+            elif group.kind == "native":
+                folder = _install_native_file(group)
+                if folder is None:
+                    continue
             else:
                 folder = module_cache_folder(group.ident)
                 if folder is None:
@@ -303,6 +325,25 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
             stale,
         )
     return written
+
+
+def _install_native_file(group: NativeGroup) -> Path | None:
+    """Write the native mode's file of ``group`` into rvm's cache (when its indexes are
+    missing there) and return the folder of its object code; None when its source is not the
+    one its name promises (another library, or a corrupt file: the mode then compiles)."""
+    from rvm.runtime.native.cache import cache_dir, object_code_dir, source_hash, write_entry
+    from rvm.runtime.native_mode import NATIVE_DIR
+
+    source = dict(group.files)[group.ident].decode()
+    if f"n_{source_hash(source)}.py" != group.ident:
+        _debug.debug("native file %s not installed: its source hashes otherwise", group.ident)
+        return None
+    path = cache_dir() / NATIVE_DIR / group.ident
+    folder = object_code_dir(path)
+    if _missing_indexes(group, folder):
+        write_entry(path, source)
+        os.utime(path, ns=(group.mtime_ns, group.mtime_ns))
+    return folder
 
 
 def _missing_indexes(group: NativeGroup, folder: Path) -> list[str]:
