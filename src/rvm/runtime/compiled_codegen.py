@@ -384,13 +384,7 @@ class FunctionSource:
 
     def _emit_state_machine(self) -> None:
         code = self._flow.code
-        leaders = {0}
-        for pc in range(len(code)):
-            succ = self._flow.succ[pc]
-            if succ != [pc + 1]:
-                leaders.update(succ)
-                leaders.add(pc + 1)
-        leaders = sorted(p for p in leaders if p < len(code))
+        leaders = self._flow.leaders()
         self._line(1, "_pc = 0")
         self._line(1, "while True:")
         for k, start in enumerate(leaders):

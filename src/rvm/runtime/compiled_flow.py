@@ -109,6 +109,16 @@ class FlowInfo:
         back = any(s <= pc for pc, succ in enumerate(self.succ) for s in succ)
         self.loops = bool(self.self_tails) or back
 
+    def leaders(self) -> list[int]:
+        """The first pc of every basic block, ascending: 0, every jump target, and every pc
+        after a jump."""
+        leaders = {0}
+        for pc, succ in enumerate(self.succ):
+            if succ != [pc + 1]:
+                leaders.update(succ)
+                leaders.add(pc + 1)
+        return sorted(p for p in leaders if p < len(self.code))
+
     def _successors(self, pc: int) -> list[int]:
         ins = self.code[pc]
         op = ins[0]

@@ -267,7 +267,7 @@ class _Function:
         else:
             body.append("    _pc = 0")
             body.append("    while True:")
-            leaders = self._leaders()
+            leaders = self.flow.leaders()
             for k, start in enumerate(leaders):
                 stop = leaders[k + 1] if k + 1 < len(leaders) else len(code)
                 body.append(f"        {'if' if k == 0 else 'elif'} _pc == {start}:")
@@ -278,16 +278,6 @@ class _Function:
             out.append(f"    if _d > {MAX_DEPTH}:")
             out.append(f"        raise RuntimeError({_bail()!r})")
         return out + entry_checks(self.ex, self.index) + body
-
-    def _leaders(self) -> list[int]:
-        code = self.flow.code
-        leaders = {0}
-        for pc in range(len(code)):
-            succ = self.flow.succ[pc]
-            if succ != [pc + 1]:
-                leaders.update(succ)
-                leaders.add(pc + 1)
-        return sorted(p for p in leaders if p < len(code))
 
     def _block(self, pc: int, stop: int, out: list[str]) -> None:
         code = self.flow.code

@@ -30,10 +30,8 @@ are those of every mode.
 
 from __future__ import annotations
 
-import importlib.util
 import linecache
 import re
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +47,7 @@ from rvm.runtime.exec_mode import ExecContext
 from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.memory import NaiveAllocator, PooledAllocator
 from rvm.runtime.native import cache as native_cache
-from rvm.runtime.native.loader import kernel_function
+from rvm.runtime.native.loader import exec_module_file, kernel_function
 from rvm.runtime.native_codegen import NativeModule, render_module
 
 if TYPE_CHECKING:
@@ -207,18 +205,7 @@ def _load(path: Path, source: str, kernels: dict[str, Any]) -> ModuleType:
             return module
         native_cache.write_entry(path, source)
         linecache.cache[key] = (len(source), None, source.splitlines(True), key)
-        name = f"rvm_native_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        module.__dict__.update(kernels)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
+        module = exec_module_file(path, f"rvm_native_{path.stem}", kernels)
         _modules[key] = module
         return module
 

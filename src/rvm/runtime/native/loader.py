@@ -112,15 +112,17 @@ def exec_kernel_file(path: Path) -> ModuleType:
     """Import the kernel file ``path`` as a module (compiling its kernel, or loading it from
     Numba's cache without starting Numba's compiler, `rvm.runtime.native.numba_cache`)."""
     with light_loads():
-        return _exec_module(path)
+        return exec_module_file(path, f"rvm_jit_{path.stem}")
 
 
-def _exec_module(path: Path) -> ModuleType:
-    name = f"rvm_jit_{path.stem}"
+def exec_module_file(path: Path, name: str, namespace: dict[str, Any] | None = None) -> ModuleType:
+    """Import the generated file ``path`` as module ``name`` (in `sys.modules`, so Numba's
+    cache can name it), with ``namespace`` bound as its globals before it runs."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(namespace or {})
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
