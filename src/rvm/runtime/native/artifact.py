@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,6 +351,8 @@ def _missing_indexes(group: NativeGroup, folder: Path) -> list[str]:
 
 def _write_group(group: NativeGroup, folder: Path) -> int:
     """Write the group's index files missing from ``folder``, each after its data files."""
+    from rvm.runtime.native.cache import write_atomic
+
     todo = _missing_indexes(group, folder)
     if not todo:
         return 0
@@ -362,19 +363,8 @@ def _write_group(group: NativeGroup, folder: Path) -> int:
         base = index[: -len(".nbi")]
         for name, data in group.files:
             if name.startswith(base + ".") and name.endswith(".nbc"):
-                _write_atomic(folder / name, data)
+                write_atomic(folder / name, data)
                 written += 1
-        _write_atomic(folder / index, files[index])
+        write_atomic(folder / index, files[index])
         written += 1
     return written
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -141,22 +141,29 @@ def write_entry(path: Path, source: str) -> bool:
     An existing file with other bytes (truncated, corrupted) is replaced, and Numba's
     object code for it is dropped.
     """
+    data = source.encode()
     try:
-        if path.read_text() == source:
+        if path.read_bytes() == data:
             return False
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     drop_object_code(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
+    write_atomic(path, data)
+    return True
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its folder moved in place with
+    ``os.replace`` (atomic: a reader sees the old file or the whole new one)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return True
 
 
 def object_code_dir(path: Path) -> Path:
@@ -222,10 +229,7 @@ def drop_stale_library_code() -> bool:
             for f in folder.glob(f"{module.stem}.*.nb[ic]"):
                 f.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".stamp")
-        with os.fdopen(fd, "w") as f:
-            f.write(digest)
-        os.replace(tmp, stamp)
+        write_atomic(stamp, digest.encode())
     except OSError:
         return False
     return True
