@@ -39,6 +39,7 @@ __all__ = [
     "alloc_tensor",
     "alloc_view_of",
     "make_allocator",
+    "NAMED_ALLOCATORS",
 ]
 
 _getrefcount = sys.getrefcount
@@ -341,10 +342,17 @@ class PooledAllocator:
         )
 
 
+# The VM's own allocators by name (a VM made with one of these names can be re-created, and
+# the native mode may allocate beside them).
+NAMED_ALLOCATORS: dict[str, type[NaiveAllocator] | type[PooledAllocator]] = {
+    "pooled": PooledAllocator,
+    "naive": NaiveAllocator,
+}
+
+
 def make_allocator(kind: str) -> NaiveAllocator | PooledAllocator:
     """Returns a new allocator: "pooled" or "naive"."""
-    if kind == "pooled":
-        return PooledAllocator()
-    if kind == "naive":
-        return NaiveAllocator()
-    raise ValueError(f"allocator must be 'pooled' or 'naive', got {kind!r}")
+    cls = NAMED_ALLOCATORS.get(kind)
+    if cls is None:
+        raise ValueError(f"allocator must be 'pooled' or 'naive', got {kind!r}")
+    return cls()

@@ -45,7 +45,7 @@ from rvm.runtime.compiled import CompiledMode
 from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.exec_mode import ExecContext
 from rvm.runtime.executable import SCALAR_META
-from rvm.runtime.memory import NaiveAllocator, PooledAllocator
+from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.native import cache as native_cache
 from rvm.runtime.native.loader import exec_module_file, kernel_function
 from rvm.runtime.native_codegen import NativeModule, render_module
@@ -59,7 +59,7 @@ NATIVE_DIR = "native"
 _lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
 _ENTRIES: dict[tuple, Any] = {}  # by (id of the function, signature); modules live on
-_OWN_ALLOCATORS = (PooledAllocator, NaiveAllocator)  # the VM's: native code may bypass them
+_OWN_ALLOCATORS = tuple(NAMED_ALLOCATORS.values())  # the VM's: native code may bypass them
 
 
 @dataclass(frozen=True)

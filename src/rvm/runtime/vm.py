@@ -32,7 +32,7 @@ from rvm.runtime.exec_mode import ExecContext, ExecMode
 from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
-from rvm.runtime.memory import NaiveAllocator, PooledAllocator, make_allocator
+from rvm.runtime.memory import NAMED_ALLOCATORS, make_allocator
 from rvm.runtime.native.threads import apply_environment
 from rvm.runtime.native_mode import NativeMode, NativeReport
 from rvm.runtime.profiler import (
@@ -151,7 +151,7 @@ class VirtualMachine:
                 "cannot pickle a VirtualMachine with an instrument callback: call "
                 "vm.set_instrument(None) first, or pickle vm.executable and make a new VM"
             )
-        if type(self.allocator) not in (PooledAllocator, NaiveAllocator):
+        if type(self.allocator) not in NAMED_ALLOCATORS.values():
             raise TypeError(
                 f"cannot pickle a VirtualMachine over the allocator object {self.allocator!r}: "
                 "only the 'pooled' and 'naive' allocators are re-created; pickle vm.executable "
