@@ -314,7 +314,7 @@ def native_goals(rows: list[dict[str, Any]]) -> list[str]:
         ok = r["native_over_numba"] <= goal and r["native_over_ort"] < 1
         out.append(
             f"{r['program']}/native: {r['native_over_numba']:.2f}x whole-function Numba (goal "
-            f"<= {goal}), {r['native_over_ort']:.2f}x ONNX Runtime (goal < 1) "
+            f"<= {goal}), {r['native_over_ort']:.2f}x ONNX Runtime on 1 thread (goal < 1) "
             f"{'ok' if ok else 'MISSED'}"
         )
     return out
@@ -365,7 +365,10 @@ def main() -> None:
     repeat = 5 if opts.quick else 11
     native = native_rows(31 if opts.quick else 101)
     cold = cold_build()
-    print(f"native section (load {os.getloadavg()[0]:.1f}), medians interleaved, us per call")
+    print(
+        f"native section (load {os.getloadavg()[0]:.1f}), medians interleaved, us per call; "
+        "ONNX Runtime and OpenBLAS on one thread"
+    )
     print(native_table(native))
     for line in native_goals(native):
         print("  " + line)
