@@ -15,7 +15,7 @@ import functools
 import threading
 from collections.abc import Callable
 from threading import get_ident
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
@@ -34,7 +34,6 @@ from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loop import BytecodeMode
 from rvm.runtime.memory import NAMED_ALLOCATORS, make_allocator
 from rvm.runtime.native.threads import apply_environment
-from rvm.runtime.native_mode import NativeMode, NativeReport
 from rvm.runtime.profiler import (
     SKIP_RUN,
     BenchmarkResult,
@@ -45,13 +44,25 @@ from rvm.runtime.profiler import (
 )
 from rvm.runtime.text import signature
 
+if TYPE_CHECKING:
+    from rvm.runtime.native_mode import NativeReport
+
+
+def _native_mode(context: ExecContext) -> ExecMode:
+    """The native mode, imported when a VM first asks for it (its code generator is not needed
+    by the other modes)."""
+    from rvm.runtime.native_mode import NativeMode
+
+    return NativeMode(context)
+
+
 __all__ = ["VirtualMachine", "SKIP_RUN"]
 
 # Each exec mode by name: the factory of its `ExecMode` from the VM's `ExecContext`.
 EXEC_MODE_FACTORIES: dict[str, Callable[[ExecContext], ExecMode]] = {
     "bytecode": BytecodeMode,
     "compiled": CompiledMode,
-    "native": NativeMode,
+    "native": _native_mode,
 }
 
 
@@ -130,9 +141,9 @@ class VirtualMachine:
         Raises:
             VMError: The VM does not run in the native mode.
         """
-        if not isinstance(self._mode, NativeMode):
+        if self.exec_mode != "native":
             raise VMError(f"native_report: this VM runs in the {self.exec_mode} mode, not native")
-        return self._mode.report(compile)
+        return self._mode.report(compile)  # type: ignore[attr-defined]
 
     # -- pickling ---------------------------------------------------------------------------
 
