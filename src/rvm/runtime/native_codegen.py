@@ -38,7 +38,6 @@ that are not native themselves. Numba typing errors are found when a function is
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,11 +48,13 @@ from rvm.runtime.bytecode import Opcode
 from rvm.runtime.compiled_codegen import Names
 from rvm.runtime.compiled_flow import FlowInfo
 from rvm.runtime.executable import SCALAR_META
+from rvm.runtime.native.cache import kernel_path
+from rvm.runtime.native.loader import kernel_module_name
 from rvm.runtime.semantics import DERIVED, operand_kinds
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
-    from rvm.runtime.executable import Executable
+    from rvm.runtime.executable import Executable, KernelRecord
 
 __all__ = [
     "MAX_CONSTANT_BYTES",
@@ -639,14 +640,16 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
         "_zeros = _np.zeros",
         "_int64 = _np.int64",
     ]
+    # Bound by native_mode before the file runs; named here, by the modules they live in, for
+    # the file's hash: Numba's cached code of a caller names its callees' modules.
     kernels = sorted({k for f in functions for k in f.kernels})
-    for k in kernels:  # bound by native_mode before the file runs; named here for the hash
+    for k in kernels:
         rec = ex.kernels[ex.primitive_names[k]]
-        head.append(f"# k{k} = kernel {rec.name!r}: {rec.entry} of k_{_kernel_key(rec.source)}")
+        head.append(f"# k{k} = kernel {rec.name!r}: {rec.entry} of {_kernel_module(rec)}")
     for k in sorted({k for f in functions for k in f.scalar_kernels}):
         rec = ex.kernels[ex.primitive_names[k]]
         name = rec.meta[SCALAR_META]
-        head.append(f"# ks{k} = kernel {rec.name!r}: {name} of k_{_kernel_key(rec.source)}")
+        head.append(f"# ks{k} = kernel {rec.name!r}: {name} of {_kernel_module(rec)}")
     for d in sorted({d for f in functions for d in f.dtypes}):
         head.append(f"{names.dtype(d)} = _np.dtype({d!r})")
     for c in sorted({c for f in functions for c in f.constants}):
@@ -666,5 +669,6 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
     return "\n".join(head + body) + "\n"
 
 
-def _kernel_key(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
+def _kernel_module(rec: KernelRecord) -> str:
+    """The module a jit kernel is loaded as (`rvm.runtime.native.loader`)."""
+    return kernel_module_name(kernel_path(rec.source))

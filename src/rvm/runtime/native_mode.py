@@ -121,9 +121,8 @@ class _Plan:
                 for name, k in self.module.scalar_kernels.items():
                     rec = ex.kernels[ex.primitive_names[k]]
                     bound[name] = kernel_function(rec, rec.meta[SCALAR_META])
-                source = self.module.source + _links(bound)
-                self.path = native_path(source)
-                self._mod = _load(self.path, source, bound)
+                self.path = native_path(self.module.source)
+                self._mod = _load(self.path, self.module.source, bound)
             except Exception as e:  # noqa: BLE001 - an unwritable cache: everything compiled
                 why = f"the native module did not load: {type(e).__name__}: {e}"
                 for i in range(len(self.names)):
@@ -178,17 +177,6 @@ class _Plan:
         first = (useful or lines or [type(error).__name__])[0]
         self.reasons[fidx] = f"Numba typing error: {first[:200]}"
         self.funcs[fidx] = None
-
-
-def _links(bound: dict[str, Any]) -> str:
-    """A comment naming the module of every kernel a native module calls: Numba's cached code
-    of a caller names its callees' modules, so a native file is keyed by them too (a kernel
-    whose source changed lives in another module)."""
-    names = sorted(
-        f"{name}={getattr(getattr(fn, 'py_func', fn), '__module__', '?')}"
-        for name, fn in bound.items()
-    )
-    return "".join(f"# links {n}\n" for n in names)
 
 
 def native_path(source: str) -> Path:

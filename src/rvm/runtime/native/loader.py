@@ -112,7 +112,13 @@ def exec_kernel_file(path: Path) -> ModuleType:
     """Import the kernel file ``path`` as a module (compiling its kernel, or loading it from
     Numba's cache without starting Numba's compiler, `rvm.runtime.native.numba_cache`)."""
     with light_loads():
-        return exec_module_file(path, f"rvm_jit_{path.stem}")
+        return exec_module_file(path, kernel_module_name(path))
+
+
+def kernel_module_name(path: Path) -> str:
+    """The module name the kernel file ``path`` is imported as (Numba's cached code of a
+    function calling the kernel names it)."""
+    return f"rvm_jit_{path.stem}"
 
 
 def exec_module_file(path: Path, name: str, namespace: dict[str, Any] | None = None) -> ModuleType:
