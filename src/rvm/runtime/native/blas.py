@@ -1,4 +1,9 @@
-"""GEMM and the matmul anchor for jit kernels: NumPy's BLAS, split over rvm's thread pool.
+"""GEMM and the matmul anchor for jit kernels: rvm's float32 kernel or NumPy's BLAS, split
+over rvm's thread pool.
+
+Float32 products with B as it is (not transposed) and beta 0 or 1 -- every convolution's --
+run rvm's own kernel (`rvm.runtime.native.sgemm`, the CPU's full vector width whatever BLAS
+was told); the rest run NumPy's BLAS.
 
 Numba's ``np.dot`` reaches BLAS through SciPy's bundled OpenBLAS, a second library beside
 NumPy's with its own thread pool, and on this build its ``sgemm`` costs 75-100 us for any
@@ -33,7 +38,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.runtime.native import cblas, parfor, workpool
+from rvm.runtime.native import cblas, parfor, sgemm, workpool
 from rvm.runtime.native.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 
 __all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul"]
@@ -80,6 +85,17 @@ def _scale(c, ic, ldc, m, n, beta):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
+def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[no-untyped-def]
+    """``C = A @ op(B) + beta * C`` on addresses in the calling thread, m, n, k > 0: rvm's
+    own kernel (`rvm.runtime.native.sgemm`) for float32 with B as it is and beta 0 or 1,
+    BLAS otherwise."""
+    if sgemm.applies(like) and tb == NO_TRANS and (beta == 0.0 or beta == 1.0):
+        sgemm.sgemm(a, lda, b, ldb, c, ldc, m, n, k, beta != 0.0)
+    else:
+        cblas.gemm(like, NO_TRANS, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)
+
+
+@nb.njit(**_OPTS)
 def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
     """``C[m, n] = A[m, k] @ B[k, n] + beta * C`` on strided windows of flat arrays, one BLAS
     call in the calling thread."""
@@ -91,7 +107,7 @@ def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-
         _scale(c, ic, ldc, m, n, beta)
         return
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
-    cblas.gemm(c, NO_TRANS, NO_TRANS, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
+    _product(c, NO_TRANS, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
 
 
 @nb.njit(**_OPTS)
@@ -141,12 +157,11 @@ def _gemm_task(p, like, data):  # type: ignore[no-untyped-def]
     if along_n:
         cols = min(step, n - lo)
         at_b = lo * ldb if tb == TRANS else lo  # B's columns are rows of B^T
-        cblas.gemm(like, NO_TRANS, tb, m, cols, k, a, lda, b + at_b * size, ldb, beta,
-                   c + lo * size, ldc)  # fmt: skip
+        _product(like, tb, m, cols, k, a, lda, b + at_b * size, ldb, beta, c + lo * size, ldc)
     else:
         rows = min(step, m - lo)
-        cblas.gemm(like, NO_TRANS, tb, rows, n, k, a + lo * lda * size, lda, b, ldb, beta,
-                   c + lo * ldc * size, ldc)  # fmt: skip
+        at_a, at_c = a + lo * lda * size, c + lo * ldc * size
+        _product(like, tb, rows, n, k, at_a, lda, b, ldb, beta, at_c, ldc)
 
 
 # A GEMV job (int64): its length, trans, A's address, lda, rows, cols, x's and y's addresses,
@@ -185,7 +200,7 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     parts, step = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
     if parts == 1:
-        cblas.gemm(c, NO_TRANS, tb, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
+        _product(c, tb, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
         return
     job = np.empty(_GEMM_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc

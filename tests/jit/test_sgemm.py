@@ -1,0 +1,79 @@
+"""rvm's own float32 GEMM (`rvm.runtime.native.sgemm`): every tile shape the micro-kernel
+has -- full and masked last vectors, rows past the band, depths across blocks -- against NumPy
+in float64, writing and accumulating, on windows of larger matrices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rvm.runtime.native import sgemm
+
+# Around the tile edges: one row, a band, a band and one; one lane, a vector, a tile, a tile
+# and one; depths around the depth block.
+SIZES_M = [1, sgemm.MR - 1, sgemm.MR, sgemm.MR + 1, 3 * sgemm.MR + 5]
+SIZES_N = [1, sgemm.LANES - 1, sgemm.LANES, sgemm.NR - 1, sgemm.NR, sgemm.NR + 1, 169]
+SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3]
+
+
+def _run(m: int, n: int, k: int, accumulate: bool, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    # Windows inside larger matrices: the row strides exceed the widths, and a canary
+    # border around C's window shows any write outside it.
+    a = rng.standard_normal((m, k + 3)).astype(np.float32)
+    b = rng.standard_normal((k, n + 5)).astype(np.float32)
+    c = rng.standard_normal((m + 2, n + 7)).astype(np.float32)
+    want = c.astype(np.float64)
+    product = a[:, 1 : k + 1].astype(np.float64) @ b[:, 2 : n + 2]
+    want[1 : m + 1, 3 : n + 3] = product + (want[1 : m + 1, 3 : n + 3] if accumulate else 0)
+    sgemm.sgemm(
+        a.ctypes.data + 4 * 1, k + 3, b.ctypes.data + 4 * 2, n + 5,
+        c.ctypes.data + 4 * (n + 7 + 3), n + 7, m, n, k, accumulate,
+    )  # fmt: skip
+    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("m", SIZES_M)
+@pytest.mark.parametrize("n", SIZES_N)
+@pytest.mark.parametrize("k", SIZES_K)
+def test_tile_edges_write(m: int, n: int, k: int) -> None:
+    _run(m, n, k, accumulate=False)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (sgemm.MR + 1, sgemm.NR + 1, sgemm.KC + 3)])
+def test_accumulates(m: int, n: int, k: int) -> None:
+    _run(m, n, k, accumulate=True)
+
+
+def test_empty_depth_writes_zeros_or_keeps() -> None:
+    c = np.full((3, 4), 5.0, np.float32)
+    sgemm.sgemm(0, 0, 0, 4, c.ctypes.data, 4, 3, 4, 0, True)
+    np.testing.assert_array_equal(c, 5.0)
+    sgemm.sgemm(0, 0, 0, 4, c.ctypes.data, 4, 3, 4, 0, False)
+    np.testing.assert_array_equal(c, 0.0)
+
+
+def test_non_finite_values_propagate() -> None:
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 20), np.float32)
+    b[1, 17] = np.inf
+    b[2, 0] = np.nan
+    c = np.empty((2, 20), np.float32)
+    sgemm.sgemm(a.ctypes.data, 3, b.ctypes.data, 20, c.ctypes.data, 20, 2, 20, 3, False)
+    assert np.isinf(c[:, 17]).all() and np.isnan(c[:, 0]).all()
+    np.testing.assert_array_equal(np.delete(c, [0, 17], axis=1), 3.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 40), st.integers(1, 120), st.integers(1, 300), st.booleans(), st.integers(0, 9)
+)
+def test_property_against_numpy(m: int, n: int, k: int, accumulate: bool, seed: int) -> None:
+    _run(m, n, k, accumulate, seed)
+
+
+def test_applies_to_float32_only() -> None:
+    assert sgemm.applies(np.zeros(1, np.float32))
+    assert not sgemm.applies(np.zeros(1, np.float64))
