@@ -77,3 +77,31 @@ def test_property_against_numpy(m: int, n: int, k: int, accumulate: bool, seed: 
 def test_applies_to_float32_only() -> None:
     assert sgemm.applies(np.zeros(1, np.float32))
     assert not sgemm.applies(np.zeros(1, np.float64))
+
+
+@pytest.mark.parametrize("width", [1, 5, sgemm.LANES - 1, sgemm.LANES, sgemm.NR + 3])
+@pytest.mark.parametrize("segments", [1, 2, sgemm.MR // 2 * 3 + 1])
+@pytest.mark.parametrize("indexed", [False, True])
+def test_segments(width: int, segments: int, indexed: bool) -> None:
+    """Runs of columns: B's run s at s * b_step, C's at s * c_step, B's rows by stride or by
+    a table (a convolution's taps in place); narrow runs share a tile, one per vector."""
+    rng = np.random.default_rng(width * 100 + segments)
+    m, k = 2 * sgemm.MR + 3, sgemm.KC + 9
+    b_step, c_step = width + 3, width + 1
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    span = (segments - 1) * b_step + width
+    order = rng.permutation(k)  # the table's rows: a shuffled stack of B's
+    b = rng.standard_normal(k * span + 11).astype(np.float32)
+    c = np.full((m, segments * c_step + 2), 9.0, np.float32)
+    starts = order * span + 7 if indexed else np.arange(k) * span
+    b_at = b.ctypes.data + (0 if indexed else 4 * 7)
+    table = starts.astype(np.int64)
+    sgemm.sgemm_segments(
+        a.ctypes.data, k, b_at, span, table.ctypes.data if indexed else 0,
+        c.ctypes.data, c.shape[1], m, k, segments, width, b_step, c_step, False,
+    )  # fmt: skip
+    want = np.full(c.shape, 9.0)
+    for s in range(segments):
+        rows = np.stack([b[st + 7 * (not indexed) + s * b_step :][:width] for st in starts])
+        want[:, s * c_step : s * c_step + width] = a.astype(np.float64) @ rows
+    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-4)

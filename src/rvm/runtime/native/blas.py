@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba import types as nt
+from numba.extending import intrinsic
 
 from rvm.runtime.native import cblas, parfor, sgemm, workpool
 from rvm.runtime.native.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
@@ -207,6 +209,97 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
     job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, c.itemsize
     _run_gemm(c, parts, job)
+
+
+@intrinsic
+def _require_float32(typingctx, c):  # type: ignore[no-untyped-def]
+    """Nothing at run time; refuses at typing an array that is not float32."""
+    if not (isinstance(c, nt.Array) and c.dtype == nt.float32):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return context.get_dummy_value()
+
+    return nt.void(c), codegen
+
+
+# A segmented GEMM job (int64): its length, the A, B, table, C addresses, lda, ldb, ldc, m, k,
+# segments, width, b_step, c_step, then the pieces: rows per piece, segments per piece, and
+# how many pieces along the segments.
+_SEGMENTS_JOB = 18
+
+
+def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a split segmented GEMM: a band of C's rows by a range of segments."""
+    job = parfor.job(data)
+    a, b, table, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
+    m, k, segments, width, b_step, c_step = job[8], job[9], job[10], job[11], job[12], job[13]
+    m_step, s_step, s_parts = job[14], job[15], job[16]
+    m0, s0 = (p // s_parts) * m_step, (p % s_parts) * s_step
+    at_a, at_b, at_c = a + 4 * m0 * lda, b + 4 * s0 * b_step, c + 4 * (m0 * ldc + s0 * c_step)
+    rows, runs = min(m_step, m - m0), min(s_step, segments - s0)
+    sgemm.sgemm_segments(at_a, lda, at_b, ldb, table, at_c, ldc, rows, k, runs, width, b_step,
+                         c_step, False)  # fmt: skip
+
+
+parfor.export_task("gemm_segments", _segments_task)
+_run_segments = parfor.runner("gemm_segments")
+parfor.require_task("gemm_segments", "float32")
+
+
+@nb.njit(**_OPTS)
+def _table_extent(table, k, lo, hi, size):  # type: ignore[no-untyped-def]
+    """Whether every row ``table[r] + [lo, hi)`` (r < k) lies in ``size`` elements."""
+    for r in range(k):
+        if table[r] + lo < 0 or table[r] + hi > size:
+            return False
+    return True
+
+
+@nb.njit(**_OPTS)
+def gemm_segments(a, ia, lda, b, table, c, ic, ldc, m, k, segments, width, b_step, c_step):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``C = A[m, k] @ B`` for float32, B's rows at ``table`` (row ``r`` starts at
+    ``b[table[r]]``) and the columns in ``segments`` runs of ``width``, run ``s`` of B
+    ``s * b_step`` elements on, of C ``s * c_step`` (`rvm.runtime.native.sgemm.
+    sgemm_segments`): a convolution by its taps. Cut on the pool into bands of C's rows first
+    (each piece packs only its own rows of A), runs of segments when the rows are few.
+    Checks every window first; float32 only (a TypingError for other dtypes)."""
+    require_operands(a, b, c)
+    _require_float32(c)
+    if m <= 0 or segments <= 0 or width <= 0:
+        return
+    last_col = (segments - 1) * max(b_step, 0) + width
+    if not (
+        _extent(ia, m, k, lda, a.size)
+        and table.shape[0] >= k
+        and b_step >= 0
+        and _table_extent(table, k, 0, last_col, b.size)
+        and c_step >= 0
+        and _extent(ic, m, (segments - 1) * c_step + width, ldc, c.size)
+    ):
+        raise IndexError("gemm_segments: a matrix window lies outside its array")
+    threads = workpool.threads()
+    work = m * k * segments * width
+    parts = 1
+    if threads >= 2 and work >= 2 * SPLIT_MIN_MNK and not workpool.busy():
+        parts = min(PIECES_PER_THREAD * threads, work // SPLIT_MIN_MNK)
+    m_parts = max(1, min(parts, m // (4 * sgemm.MR)))
+    s_parts = max(1, min(segments, parts // m_parts))
+    band = -(-m // m_parts)
+    m_step = -(-band // sgemm.MR) * sgemm.MR
+    s_step = -(-segments // s_parts)
+    m_parts, s_parts = -(-m // m_step), -(-segments // s_step)
+    pa, pb, pc = address(a, ia), address(b, 0), address(c, ic)
+    job = np.empty(_SEGMENTS_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3], job[4] = _SEGMENTS_JOB, pa, pb, table.ctypes.data, pc
+    job[5], job[6], job[7], job[8], job[9] = lda, 0, ldc, m, k
+    job[10], job[11], job[12], job[13] = segments, width, b_step, c_step
+    job[14], job[15], job[16], job[17] = m_step, s_step, s_parts, 0
+    if m_parts * s_parts == 1:
+        sgemm.sgemm_segments(pa, lda, pb, 0, job[3], pc, ldc, m, k, segments, width, b_step,
+                             c_step, False)  # fmt: skip
+    else:
+        _run_segments(c, m_parts * s_parts, job)
 
 
 @nb.njit(**_OPTS)

@@ -29,15 +29,22 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba.core import types as nt
+from numba.extending import overload
 
 from rvm.runtime.native import entry
-from rvm.runtime.native.blas import blas_threads
+from rvm.runtime.native.blas import blas_threads, gemm_segments
 from rvm.runtime.native.blas import gemm_split as gemm
 from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
 CONV_BLOCK = 1024
 COL_BYTES = 1 << 21  # an im2col block's bytes per BLAS thread at most: it stays in cache
+
+# Float32 convolutions with output rows at least this wide read their taps in place
+# (`_taps_gemm`); narrower ones use im2col. Each output row is a run of tiles whose last one is
+# masked: at width 7 only 7 of 16 lanes work, where im2col's GEMM runs over all rows at once.
+TAPS_MIN_WIDTH = 12
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -153,6 +160,54 @@ def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-unt
 
 _im2col_gemm = _im2col(_gemm_product)
 conv2d_dot_unchecked = _im2col(_dot_product)
+
+
+@nb.njit(**_OPTS)
+def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """The convolution as a GEMM that reads its taps in place: the input of each (image,
+    group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
+    that tap's run in them (a table of where each starts), one segment per output row
+    (`rvm.runtime.native.blas.gemm_segments`). No column matrix is built."""
+    n, c, ih, iw = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    if n * o * oh * ow == 0:
+        return
+    K, P, og, taps = cg * kh * kw, oh * ow, o // groups, kh * kw
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    size = sh * sw * hq * wq
+    ph = np.zeros(max(cg * size, 1), dtype=x.dtype)
+    starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
+    table = np.empty(K, dtype=np.int64)
+    for c_ in range(cg):
+        for t in range(taps):
+            table[c_ * taps + t] = c_ * size + starts[t]
+    xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    for n_ in range(n):
+        for g_ in range(groups):
+            _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
+            at_out = (n_ * o + g_ * og) * P
+            gemm_segments(wf, g_ * og * K, K, ph, table, of, at_out, P, og, K, oh, ow, wq, ow)
+
+
+def _by_taps(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """`_taps_gemm` where it serves (float32, rows of `TAPS_MIN_WIDTH` or more, some depth):
+    True when it ran. Jitted code only."""
+    raise NotImplementedError("_by_taps is for jitted code")
+
+
+@overload(_by_taps, jit_options=_OPTS)
+def _by_taps_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    if not (isinstance(x, nt.Array) and x.dtype == nt.float32):
+        return lambda x, w, out, groups, sh, sw, dh, dw, pt, pl: False
+
+    def run(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+        if out.shape[3] < TAPS_MIN_WIDTH or w.shape[1] * w.shape[2] * w.shape[3] == 0:
+            return False
+        _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
+        return True
+
+    return run
 
 
 @nb.njit(**_OPTS)
@@ -282,7 +337,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
             _strided_pointwise(x, w, out, groups, sh, sw)
     elif cg == 1:
         _depthwise(x, w, out, sh, sw, dh, dw, pt, pl)
-    else:
+    elif not _by_taps(x, w, out, groups, sh, sw, dh, dw, pt, pl):
         _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
     return True
 

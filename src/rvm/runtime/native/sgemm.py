@@ -39,7 +39,7 @@ from numba import types as nt
 from numba.core import cgutils, config
 from numba.extending import intrinsic, overload
 
-__all__ = ["KC", "LANES", "MR", "NR", "applies", "sgemm"]
+__all__ = ["KC", "LANES", "MR", "NR", "applies", "sgemm", "sgemm_segments"]
 
 
 def _target_features() -> str:
@@ -70,55 +70,59 @@ KC = 256  # depth block: the packed band of A (MR x KC) stays in L1
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-def _micro_kernel(vectors: int):  # type: ignore[no-untyped-def]
+def _micro_kernel(vectors: int, indexed: bool):  # type: ignore[no-untyped-def]
     """The micro-kernel with ``vectors`` vectors per tile row: the intrinsic
-    ``micro(kc, ap, b, ldb, c, ldc, accumulate, rows, last)`` on int64 addresses: ``C[:rows,
-    :width] (+)= Ap @ B[:kc, :width]`` with ``Ap`` the packed band (``kc`` steps of `MR`),
-    ``width = (vectors - 1) * LANES + last`` (``0 < last <= LANES``)."""
+    ``micro(kc, ap, b, rows_b, c, ldc, accumulate, rows, last)`` on int64 addresses:
+    ``C[:rows, :width] (+)= Ap @ B[:kc, :width]`` with ``Ap`` the packed band (``kc`` steps of
+    `MR`) and ``width = (vectors - 1) * LANES + last`` (``0 < last <= LANES``). B's row ``s``
+    starts ``rows_b * s`` floats after ``b``, or, ``indexed``, ``table[s]`` floats after it,
+    ``rows_b`` being the table's address. Vector ``j`` of a row is ``j * b_vec`` floats on in
+    B and ``j * c_vec`` in C: `LANES` for one run of columns; ``narrow``, each vector is a
+    segment of ``last`` columns of its own (`sgemm_segments`)."""
 
     @intrinsic
-    def micro(typingctx, kc, ap, b, ldb, c, ldc, accumulate, rows, last):  # type: ignore[no-untyped-def]
-        sig = nt.void(*(nt.int64,) * 9)
+    def micro(typingctx, kc, ap, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
+        sig = nt.void(*(nt.int64,) * 12)
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            kc, ap, b, ldb, c, ldc, accumulate, rows, last = args
+            kc, ap, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow = args
             i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
             vec = ir.VectorType(f32, LANES)
             vptr, fptr = vec.as_pointer(), f32.as_pointer()
-            module = builder.module
-            masks = ir.VectorType(i1, LANES)
-            name = f"v{LANES}f32"
-            fma = cgutils.get_or_insert_function(
-                module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.{name}"
-            )
-            masked_load = cgutils.get_or_insert_function(
-                module, ir.FunctionType(vec, [vptr, i32, masks, vec]), f"llvm.masked.load.{name}.p0"
-            )
-            masked_store = cgutils.get_or_insert_function(
-                module,
-                ir.FunctionType(ir.VoidType(), [vec, vptr, i32, masks]),
-                f"llvm.masked.store.{name}.p0",
+            masks, name, module = ir.VectorType(i1, LANES), f"v{LANES}f32", builder.module
+
+            def declare(ret, params, intrinsic_name):  # type: ignore[no-untyped-def]
+                fnty = ir.FunctionType(ret, params)
+                return cgutils.get_or_insert_function(module, fnty, intrinsic_name)
+
+            fma = declare(vec, [vec] * 3, f"llvm.fma.{name}")
+            masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0")
+            masked_store = declare(
+                ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"
             )
             ap, b, c = (builder.inttoptr(x, fptr) for x in (ap, b, c))
+            table = builder.inttoptr(rows_b, i64.as_pointer())
             zero, align = ir.Constant(vec, None), i32(4)
             splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-            lanes = ir.VectorType(i64, LANES)
-            undef_lanes = ir.Constant(lanes, ir.Undefined)
-            last_all = builder.shuffle_vector(
-                builder.insert_element(undef_lanes, last, i32(0)), undef_lanes, splat
-            )
-            mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(LANES))), last_all)
 
-            def broadcast(value):  # type: ignore[no-untyped-def]
-                undef = ir.Constant(vec, ir.Undefined)
-                return builder.shuffle_vector(
-                    builder.insert_element(undef, value, i32(0)), undef, splat
-                )
+            def broadcast(value, vtype):  # type: ignore[no-untyped-def]
+                undef = ir.Constant(vtype, ir.Undefined)
+                one = builder.insert_element(undef, value, i32(0))
+                return builder.shuffle_vector(one, undef, splat)
 
-            def vector_at(base, offset, j):  # type: ignore[no-untyped-def]
-                return builder.bitcast(
-                    builder.gep(base, [builder.add(offset, i64(j * LANES))]), vptr
-                )
+            lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
+            mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+            # Vectors other than the last are whole, unless they are narrow segments.
+            whole = ir.Constant(masks, [1] * LANES)
+            inner = builder.select(builder.icmp_signed("!=", narrow, i64(0)), mask, whole)
+
+            def vector_at(base, offset, j, apart):  # type: ignore[no-untyped-def]
+                at = builder.gep(base, [builder.add(offset, builder.mul(apart, i64(j)))])
+                return builder.bitcast(at, vptr)
+
+            def load(at, j):  # type: ignore[no-untyped-def]
+                lanes = mask if j == vectors - 1 else inner
+                return builder.call(masked_load, [at, align, lanes, zero])
 
             # Accumulators as stack slots: LLVM promotes them to registers.
             acc = [
@@ -127,16 +131,15 @@ def _micro_kernel(vectors: int):  # type: ignore[no-untyped-def]
             ]
             with cgutils.for_range(builder, kc) as loop:
                 step = loop.index
-                row_b = builder.mul(step, ldb)
-                bs = [
-                    builder.call(masked_load, [vector_at(b, row_b, j), align, mask, zero])
-                    if j == vectors - 1
-                    else builder.load(vector_at(b, row_b, j), align=4)
-                    for j in range(vectors)
-                ]
+                if indexed:
+                    row_b = builder.load(builder.gep(table, [step]))
+                else:
+                    row_b = builder.mul(step, rows_b)
+                bs = [load(vector_at(b, row_b, j, b_vec), j) for j in range(vectors)]
                 at_a = builder.mul(step, i64(MR))
                 for i in range(MR):
-                    a = broadcast(builder.load(builder.gep(ap, [builder.add(at_a, i64(i))])))
+                    a = builder.load(builder.gep(ap, [builder.add(at_a, i64(i))]))
+                    a = broadcast(a, vec)
                     for j in range(vectors):
                         old = builder.load(acc[i][j])
                         if _FMA:
@@ -149,19 +152,11 @@ def _micro_kernel(vectors: int):  # type: ignore[no-untyped-def]
                 with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
                     row_c = builder.mul(ldc, i64(i))
                     for j in range(vectors):
-                        at = vector_at(c, row_c, j)
+                        at = vector_at(c, row_c, j, c_vec)
                         value = builder.load(acc[i][j])
-                        if j == vectors - 1:
-                            old = builder.call(masked_load, [at, align, mask, zero])
-                            value = builder.select(add, builder.fadd(old, value), value)
-                            builder.call(masked_store, [value, at, align, mask])
-                        else:
-                            with builder.if_then(add):
-                                builder.store(
-                                    builder.fadd(builder.load(at, align=4), value), at, align=4
-                                )
-                            with builder.if_then(builder.not_(add)):
-                                builder.store(value, at, align=4)
+                        value = builder.select(add, builder.fadd(load(at, j), value), value)
+                        lanes = mask if j == vectors - 1 else inner
+                        builder.call(masked_store, [value, at, align, lanes])
             return context.get_dummy_value()
 
         return sig, codegen
@@ -169,8 +164,9 @@ def _micro_kernel(vectors: int):  # type: ignore[no-untyped-def]
     return micro
 
 
-# A tile row of one, two or three vectors (at most `VECTORS` are used).
-_micro1, _micro2, _micro3 = (_micro_kernel(v) for v in range(1, 4))
+# Tile rows of one, two or three vectors (at most `VECTORS` are used), B by stride or table.
+_micro1, _micro2, _micro3 = (_micro_kernel(v, False) for v in range(1, 4))
+_indexed1, _indexed2, _indexed3 = (_micro_kernel(v, True) for v in range(1, 4))
 
 
 @intrinsic
@@ -195,40 +191,87 @@ def _pack_band(a, lda, rows, kc, band):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate):  # type: ignore[no-untyped-def]
-    """``C[m, n] (+)= A[m, k] @ B[k, n]`` on the float32 row-major matrices at the int64
-    addresses ``a``, ``b``, ``c`` (row strides ``lda``, ``ldb``, ``ldc``), in the calling
-    thread; ``accumulate`` adds to C. No checks."""
-    if m <= 0 or n <= 0:
+def _tiles(kc, band, b, rows_b, indexed, c, ldc, add, rows, width):  # type: ignore[no-untyped-def]
+    """The packed band times B's first ``width`` columns, tile after tile along C's row."""
+    for j0 in range(0, width, NR):
+        cols = min(NR, width - j0)
+        vectors = (cols + LANES - 1) // LANES
+        last = cols - (vectors - 1) * LANES
+        _tile(kc, band, b + 4 * j0, rows_b, indexed, c + 4 * j0, ldc, add, rows, vectors, last,
+              LANES, LANES, 0)  # fmt: skip
+
+
+@nb.njit(**_OPTS)
+def _tile(kc, band, b, rows_b, indexed, c, ldc, add, rows, vectors, last, b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
+    """One micro-kernel call (see `_micro_kernel`), the variant by ``vectors`` and ``indexed``."""
+    if indexed:
+        if vectors == 3:
+            _indexed3(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+        elif vectors == 2:
+            _indexed2(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+        else:
+            _indexed1(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+    elif vectors == 3:
+        _micro3(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+    elif vectors == 2:
+        _micro2(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+    else:
+        _micro1(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+
+
+@nb.njit(**_OPTS)
+def sgemm_segments(
+    a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate
+):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``C (+)= A[m, k] @ B`` where C's and B's columns come in ``segments`` runs of
+    ``width``: run ``s`` of B starts ``s * b_step`` floats after ``b``, of C ``s * c_step``
+    after ``c``. B's row ``r`` is ``r * ldb`` floats on, or with a ``table`` (an int64 array's
+    address, else 0) ``table[r]``. One segment of ``n`` columns is a plain GEMM; a convolution
+    reads its taps in place, an output row a segment (`rvm.runtime.native.conv`). float32
+    at int64 addresses, in the calling thread, no checks."""
+    if m <= 0 or segments <= 0 or width <= 0:
+        return
+    if k <= 0:
+        if not accumulate:
+            for s in range(segments):
+                out = _floats_at(c + 4 * s * c_step)
+                for i in range(m):
+                    for j in range(width):
+                        out[i * ldc + j] = 0.0
         return
     band = np.empty(KC * MR, dtype=np.float32)
     at_band = band.ctypes.data
-    if k <= 0:
-        if not accumulate:
-            out = _floats_at(c)
-            for i in range(m):
-                for j in range(n):
-                    out[i * ldc + j] = 0.0
-        return
+    indexed = table != 0
     for p0 in range(0, k, KC):
         kc = min(KC, k - p0)
         add = 1 if (accumulate or p0 > 0) else 0
-        b_block = b + 4 * p0 * ldb
+        if indexed:
+            b_block, rows_b = b, table + 8 * p0
+        else:
+            b_block, rows_b = b + 4 * p0 * ldb, ldb
         for i0 in range(0, m, MR):
             rows = min(MR, m - i0)
             _pack_band(_floats_at(a + 4 * (i0 * lda + p0)), lda, rows, kc, band)
             c_band = c + 4 * i0 * ldc
-            for j0 in range(0, n, NR):
-                width = min(NR, n - j0)
-                vectors = (width + LANES - 1) // LANES
-                last = width - (vectors - 1) * LANES
-                at_b, at_c = b_block + 4 * j0, c_band + 4 * j0
-                if vectors == 3:
-                    _micro3(kc, at_band, at_b, ldb, at_c, ldc, add, rows, last)
-                elif vectors == 2:
-                    _micro2(kc, at_band, at_b, ldb, at_c, ldc, add, rows, last)
-                else:
-                    _micro1(kc, at_band, at_b, ldb, at_c, ldc, add, rows, last)
+            if width < LANES and segments > 1:
+                # Narrow segments: one per vector, up to `VECTORS` of them a tile.
+                for s in range(0, segments, VECTORS):
+                    at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
+                    vectors = min(VECTORS, segments - s)
+                    _tile(kc, at_band, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
+                          width, b_step, c_step, 1)  # fmt: skip
+                continue
+            for s in range(segments):
+                at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
+                _tiles(kc, at_band, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
+
+
+@nb.njit(**_OPTS)
+def sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate):  # type: ignore[no-untyped-def]
+    """``C[m, n] (+)= A[m, k] @ B[k, n]`` on the float32 row-major matrices at the int64
+    addresses ``a``, ``b``, ``c`` (row strides ``lda``, ``ldb``, ``ldc``), in the calling
+    thread; ``accumulate`` adds to C. No checks."""
+    sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate)
 
 
 def applies(like):  # type: ignore[no-untyped-def]
