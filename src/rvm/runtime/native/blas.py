@@ -223,23 +223,33 @@ def _require_float32(typingctx, c):  # type: ignore[no-untyped-def]
     return nt.void(c), codegen
 
 
-# A segmented GEMM job (int64): its length, the A, B, table, C addresses, lda, ldb, ldc, m, k,
-# segments, width, b_step, c_step, then the pieces: rows per piece, segments per piece, and
-# how many pieces along the segments.
-_SEGMENTS_JOB = 18
+# A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
+# ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
+# through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
+# pieces along the segments and per batch.
+(_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
+ _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH) = range(1, 23)  # fmt: skip
+_SEGMENTS_JOB = 23
+
+
+@nb.njit(**_OPTS)
+def _segments_piece(p, job):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
+    segments."""
+    batch, piece = p // job[_PER_BATCH], p % job[_PER_BATCH]
+    m0, s0 = (piece // job[_SPARTS]) * job[_MSTEP], (piece % job[_SPARTS]) * job[_SSTEP]
+    lda, ldc, b_step, c_step = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP]
+    at_a = job[_A] + 4 * ((batch % job[_GROUPS]) * job[_AGROUP] + m0 * lda)
+    at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step)
+    at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step)
+    rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
+    sgemm.sgemm_segments(at_a, lda, at_b, job[_LDB], job[_TABLE], at_c, ldc, rows, job[_K], runs,
+                         job[_WIDTH], b_step, c_step, False)  # fmt: skip
 
 
 def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split segmented GEMM: a band of C's rows by a range of segments."""
-    job = parfor.job(data)
-    a, b, table, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
-    m, k, segments, width, b_step, c_step = job[8], job[9], job[10], job[11], job[12], job[13]
-    m_step, s_step, s_parts = job[14], job[15], job[16]
-    m0, s0 = (p // s_parts) * m_step, (p % s_parts) * s_step
-    at_a, at_b, at_c = a + 4 * m0 * lda, b + 4 * s0 * b_step, c + 4 * (m0 * ldc + s0 * c_step)
-    rows, runs = min(m_step, m - m0), min(s_step, segments - s0)
-    sgemm.sgemm_segments(at_a, lda, at_b, ldb, table, at_c, ldc, rows, k, runs, width, b_step,
-                         c_step, False)  # fmt: skip
+    """`_segments_piece` as a pool task."""
+    _segments_piece(p, parfor.job(data))
 
 
 parfor.export_task("gemm_segments", _segments_task)
@@ -248,8 +258,11 @@ parfor.require_task("gemm_segments", "float32")
 
 
 @nb.njit(**_OPTS)
-def _table_extent(table, k, lo, hi, size):  # type: ignore[no-untyped-def]
-    """Whether every row ``table[r] + [lo, hi)`` (r < k) lies in ``size`` elements."""
+def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
+    """Whether every one of B's ``k`` rows (at ``table[r]``, or ``r * ldb`` with no table)
+    plus ``[lo, hi)`` lies in ``size`` elements."""
+    if table.shape[0] == 0:
+        return ldb >= 0 and lo >= 0 and (k - 1) * ldb + hi <= size
     for r in range(k):
         if table[r] + lo < 0 or table[r] + hi > size:
             return False
@@ -257,49 +270,65 @@ def _table_extent(table, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def gemm_segments(a, ia, lda, b, table, c, ic, ldc, m, k, segments, width, b_step, c_step):  # type: ignore[no-untyped-def]  # noqa: E501
-    """``C = A[m, k] @ B`` for float32, B's rows at ``table`` (row ``r`` starts at
-    ``b[table[r]]``) and the columns in ``segments`` runs of ``width``, run ``s`` of B
-    ``s * b_step`` elements on, of C ``s * c_step`` (`rvm.runtime.native.sgemm.
-    sgemm_segments`): a convolution by its taps. Cut on the pool into bands of C's rows first
-    (each piece packs only its own rows of A), runs of segments when the rows are few.
-    Checks every window first; float32 only (a TypingError for other dtypes)."""
+def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
+                  batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
+    """``C = A[m, k] @ B`` for float32 (`rvm.runtime.native.sgemm.sgemm_segments`), for
+    each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
+    ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
+    ``s * b_step`` elements on, of C ``s * c_step``. Batch ``i`` takes A ``(i % groups) *
+    a_group`` elements on, B ``i * b_batch``, C ``i * c_batch``: the (image, group) pairs of a
+    grouped convolution. A convolution reads its taps in place through the table, one segment
+    per output row.
+
+    Cut on the pool into batches, then bands of C's rows (each piece packs only its own rows
+    of A), then runs of segments when the rows are few. Checks every window first; float32
+    only (a TypingError for other dtypes)."""
     require_operands(a, b, c)
     _require_float32(c)
-    if m <= 0 or segments <= 0 or width <= 0:
+    if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
         return
-    last_col = (segments - 1) * max(b_step, 0) + width
+    if min(b_step, c_step, a_group, b_batch, c_batch, groups - 1) < 0 or (
+        table.shape[0] > 0 and table.shape[0] < k
+    ):
+        raise IndexError("gemm_segments: a negative step or a short table")
+    span_b = (batches - 1) * b_batch + (segments - 1) * b_step + width
+    span_c = (batches - 1) * c_batch + (segments - 1) * c_step + width
     if not (
         _extent(ia, m, k, lda, a.size)
-        and table.shape[0] >= k
-        and b_step >= 0
-        and _table_extent(table, k, 0, last_col, b.size)
-        and c_step >= 0
-        and _extent(ic, m, (segments - 1) * c_step + width, ldc, c.size)
+        and _extent(ia + (min(groups, batches) - 1) * a_group, m, k, lda, a.size)
+        and _rows_extent(table, ldb, k, 0, span_b, b.size)
+        and ic >= 0
+        and ldc >= 0
+        and ic + (m - 1) * ldc + span_c <= c.size
     ):
         raise IndexError("gemm_segments: a matrix window lies outside its array")
     threads = workpool.threads()
-    work = m * k * segments * width
+    work = batches * m * k * segments * width
     parts = 1
     if threads >= 2 and work >= 2 * SPLIT_MIN_MNK and not workpool.busy():
         parts = min(PIECES_PER_THREAD * threads, work // SPLIT_MIN_MNK)
-    m_parts = max(1, min(parts, m // (4 * sgemm.MR)))
-    s_parts = max(1, min(segments, parts // m_parts))
+    per_batch = max(1, -(-parts // batches))
+    m_parts = max(1, min(per_batch, m // (4 * sgemm.MR)))
+    s_parts = max(1, min(segments, per_batch // m_parts))
     band = -(-m // m_parts)
     m_step = -(-band // sgemm.MR) * sgemm.MR
     s_step = -(-segments // s_parts)
     m_parts, s_parts = -(-m // m_step), -(-segments // s_step)
-    pa, pb, pc = address(a, ia), address(b, 0), address(c, ic)
     job = np.empty(_SEGMENTS_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3], job[4] = _SEGMENTS_JOB, pa, pb, table.ctypes.data, pc
-    job[5], job[6], job[7], job[8], job[9] = lda, 0, ldc, m, k
-    job[10], job[11], job[12], job[13] = segments, width, b_step, c_step
-    job[14], job[15], job[16], job[17] = m_step, s_step, s_parts, 0
-    if m_parts * s_parts == 1:
-        sgemm.sgemm_segments(pa, lda, pb, 0, job[3], pc, ldc, m, k, segments, width, b_step,
-                             c_step, False)  # fmt: skip
+    job[0], job[_A], job[_B], job[_C] = _SEGMENTS_JOB, address(a, ia), address(b, 0), address(c, ic)
+    job[_TABLE] = table.ctypes.data if table.shape[0] > 0 else 0
+    job[_LDA], job[_LDB], job[_LDC], job[_M], job[_K] = lda, ldb, ldc, m, k
+    job[_SEGS], job[_WIDTH], job[_BSTEP], job[_CSTEP] = segments, width, b_step, c_step
+    job[_BATCHES], job[_GROUPS], job[_AGROUP] = batches, groups, a_group
+    job[_BBATCH], job[_CBATCH] = b_batch, c_batch
+    job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
+    job[_PER_BATCH] = m_parts * s_parts
+    pieces = batches * m_parts * s_parts
+    if pieces == 1 or parts == 1:
+        for p in range(pieces):
+            _segments_piece(p, job)
     else:
-        _run_segments(c, m_parts * s_parts, job)
+        _run_segments(c, pieces, job)
 
 
 @nb.njit(**_OPTS)

@@ -187,7 +187,8 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
         for g_ in range(groups):
             _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
             at_out = (n_ * o + g_ * og) * P
-            gemm_segments(wf, g_ * og * K, K, ph, table, of, at_out, P, og, K, oh, ow, wq, ow)
+            gemm_segments(wf, g_ * og * K, K, ph, 0, table, of, at_out, P, og, K, oh, ow, wq, ow,
+                          1, 1, 0, 0, 0)  # fmt: skip
 
 
 def _by_taps(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
@@ -213,7 +214,10 @@ def _by_taps_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no
 @nb.njit(**_OPTS)
 def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
     """A 1x1, stride-1, unpadded convolution: one GEMM per (image, group) straight from the
-    input to the output, (og, cg) weight rows times the group's (cg, h * w) input rows."""
+    input to the output, (og, cg) weight rows times the group's (cg, h * w) input rows; for
+    float32 one batched call (`_pointwise_batched`)."""
+    if _pointwise_batched(x, w, out, groups):
+        return
     n, c, ih, iw = x.shape
     o, cg = w.shape[0], w.shape[1]
     og, P = o // groups, ih * iw
@@ -221,6 +225,31 @@ def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
         for g_ in range(groups):
             at_x, at_out = (n_ * c + g_ * cg) * P, (n_ * o + g_ * og) * P
             gemm(w, g_ * og * cg, cg, x, at_x, P, out, at_out, P, og, P, cg, 0.0)
+
+
+def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
+    """`_pointwise` as one batched GEMM over the (image, group) pairs, whose pieces the pool
+    takes pair by pair when each product is small (shufflenet's groups): True when it ran
+    (float32). Jitted code only."""
+    raise NotImplementedError("_pointwise_batched is for jitted code")
+
+
+@overload(_pointwise_batched, jit_options=_OPTS)
+def _pointwise_batched_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
+    if not (isinstance(x, nt.Array) and x.dtype == nt.float32):
+        return lambda x, w, out, groups: False
+
+    def run(x, w, out, groups):  # type: ignore[no-untyped-def]
+        n, _, ih, iw = x.shape
+        o, cg = w.shape[0], w.shape[1]
+        og, P = o // groups, ih * iw
+        none = np.empty(0, dtype=np.int64)
+        wf, xf, of = w.reshape(w.size), x.reshape(x.size), out.reshape(out.size)
+        gemm_segments(wf, 0, cg, xf, P, none, of, 0, P, og, cg, 1, P, 0, 0, n * groups, groups,
+                      og * cg, cg * P, og * P)  # fmt: skip
+        return True
+
+    return run
 
 
 @nb.njit(**_OPTS)
