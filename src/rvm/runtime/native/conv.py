@@ -32,7 +32,7 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.runtime.native import entry
+from rvm.runtime.native import entry, parfor
 from rvm.runtime.native.blas import blas_threads, gemm_segments
 from rvm.runtime.native.blas import gemm_split as gemm
 from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
@@ -274,13 +274,13 @@ def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-de
 
 
 @nb.njit(**_OPTS)
-def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """A convolution with one input channel per group (depthwise, any channel multiplier):
-    each channel is copied into a zero-padded plane split into its stride phases, then the
-    taps add their weighted windows as long runs, three per pass (see
-    `rvm.runtime.native.planes`)."""
-    n, c, ih, iw = x.shape
-    o, _, kh, kw = w.shape
+def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
+    channel per group (depthwise, any channel multiplier): each plane is copied into a
+    zero-padded plane split into its stride phases, then the taps add their weighted windows
+    as long runs, three per pass (see `rvm.runtime.native.planes`)."""
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    o, kh, kw = w.shape[0], w.shape[2], w.shape[3]
     oh, ow = out.shape[2], out.shape[3]
     m = o // c  # outputs per input channel
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
@@ -289,12 +289,50 @@ def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-de
     run = U(oh * wq)
     acc = np.empty(run, dtype=x.dtype)
     xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
-    for n_ in range(n):
-        for ch in range(c):
-            padded_phases(xf, (n_ * c + ch) * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
-            for oc in range(ch * m, ch * m + m):
-                _weighted_taps(flat, starts, wf, oc * kh * kw, acc, run)
-                _copy_rows(acc, wq, of, (n_ * o + oc) * oh * ow, oh, ow)
+    for plane in range(lo, hi):
+        n_, ch = plane // c, plane % c
+        padded_phases(xf, plane * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
+        for oc in range(ch * m, ch * m + m):
+            _weighted_taps(flat, starts, wf, oc * kh * kw, acc, run)
+            _copy_rows(acc, wq, of, (n_ * o + oc) * oh * ow, oh, ow)
+
+
+# A depthwise job (int64): its length (20), x, w, out, n, c, ih, iw, o, kh, kw, oh, ow, sh, sw,
+# dh, dw, pt, pl, chunks.
+
+
+def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
+    """One chunk of input planes of a depthwise convolution split over threads."""
+    job = parfor.job(data)
+    n, c, ih, iw, o = job[4], job[5], job[6], job[7], job[8]
+    kh, kw, oh, ow = job[9], job[10], job[11], job[12]
+    x = parfor.array_at(job[1], (n, c, ih, iw), like)
+    w = parfor.array_at(job[2], (o, 1, kh, kw), like)
+    out = parfor.array_at(job[3], (n, o, oh, ow), like)
+    chunks = job[19]
+    lo, hi = k * n * c // chunks, (k + 1) * n * c // chunks
+    _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18])
+
+
+# The entry point's own task (`rvm.runtime.native.entry.require` compiles it with the entry
+# point); its GEMMs' tasks are `rvm.runtime.native.blas`'s.
+parfor.export_task("conv2d", _depthwise_task)
+_run_depthwise = parfor.runner("conv2d")
+
+
+@nb.njit(**_OPTS)
+def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """`_depthwise_range` over every input plane, in chunks of planes on the pool when large."""
+    n, c, ih, iw = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    chunks = min(parfor.threads(), n * c)
+    if chunks < 2 or n * o * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
+        _depthwise_range(x, w, out, 0, n * c, sh, sw, dh, dw, pt, pl)
+        return
+    job = np.array((20, parfor.address(x), parfor.address(w), parfor.address(out), n, c, ih, iw,
+                    o, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, chunks), dtype=np.int64)  # fmt: skip
+    _run_depthwise(x, chunks, job)
 
 
 @nb.njit(**_OPTS)
