@@ -280,8 +280,8 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     grouped convolution. A convolution reads its taps in place through the table, one segment
     per output row.
 
-    Cut on the pool into batches, then bands of C's rows (each piece packs only its own rows
-    of A), then runs of segments when the rows are few. Checks every window first; float32
+    Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
+    are few. Checks every window first; float32
     only (a TypingError for other dtypes)."""
     require_operands(a, b, c)
     _require_float32(c)

@@ -5,22 +5,23 @@ Why not BLAS: NumPy's OpenBLAS picks its kernels once per process, by CPU or by 
 machine the benchmarks run on, the environment pins it to its Haswell (AVX2) kernels: 110-125
 GFLOP/s on one core, where ONNX Runtime's own GEMM (MLAS, dispatched on the CPU itself) reaches
 about twice that. This kernel is built by Numba for the CPU Numba targets, so it uses the
-widest vectors there are (200-220 GFLOP/s on one core of that machine, `benchmarks/kernels.py`).
+widest vectors there are (210-250 GFLOP/s on one core of that machine, against OpenBLAS's
+115-125 there: `benchmarks/kernels.py`).
 
 `sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate)` computes, row-major on int64 addresses,
 ``C[m, n] = A[m, k] @ B[k, n]`` (``+= ...`` when ``accumulate``). No checks: the callers
 (`rvm.runtime.native.blas`) check every window first.
 
-How (the GotoBLAS/BLIS scheme, with C's rows along A and its columns in vectors):
+How (a register-blocked GEMM, C's rows along A and its columns in vectors):
 
-- the depth is cut into blocks of `KC`; for each block and each band of `MR` rows of A, the
-  band is packed k-major (``MR`` values a step, zero past the last row) into a buffer that
-  stays in L1;
-- the micro-kernel then walks the band across C in tiles of `MR` rows by up to `NR` columns:
-  for each of the ``KC`` steps it loads up to three vectors of B's row (B is read in place: its
-  rows are contiguous, and packing them cost more than it saved at these sizes), broadcasts
-  the band's ``MR`` values of A and adds their products into ``MR x 3`` accumulator registers
-  (24 of the 32 AVX-512 registers); it stores the tile once, at the end of the block;
+- the depth is cut into blocks of `KC`; for each block, each band of `MR` rows of A walks
+  across C in tiles of `MR` rows by up to `NR` columns: for each of the ``KC`` steps the
+  micro-kernel loads up to three vectors of B's row, broadcasts the band's ``MR`` values of A
+  and adds their products into ``MR x 3`` accumulator registers (24 of the 32 AVX-512
+  registers); it stores the tile once per block;
+- neither operand is packed (BLIS packs both): A's rows and B's rows are read where they are,
+  each a unit-stride stream. Packing A's band cost 4.5 times a plain copy of A, most of a
+  GEMM with few columns (a 7 x 7 image's 49), and B's rows are contiguous already;
 - the last tile of a row is as wide as what is left (one, two or three vectors), its last
   vector loaded and stored under a lane mask, and rows past ``m`` are not stored, so no edge
   needs a copy.
@@ -65,27 +66,30 @@ def _shape(features: str) -> tuple[int, int, int, bool]:
 
 LANES, MR, VECTORS, _FMA = _shape(_target_features())
 NR = LANES * VECTORS  # a tile's columns at most
-KC = 256  # depth block: the packed band of A (MR x KC) stays in L1
+KC = 512  # depth block: a tile's sums go to C once per block (256 and 128 were no faster)
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 def _micro_kernel(vectors: int, indexed: bool):  # type: ignore[no-untyped-def]
     """The micro-kernel with ``vectors`` vectors per tile row: the intrinsic
-    ``micro(kc, ap, b, rows_b, c, ldc, accumulate, rows, last)`` on int64 addresses:
-    ``C[:rows, :width] (+)= Ap @ B[:kc, :width]`` with ``Ap`` the packed band (``kc`` steps of
-    `MR`) and ``width = (vectors - 1) * LANES + last`` (``0 < last <= LANES``). B's row ``s``
+    ``micro(kc, a, lda, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow)`` on
+    int64 addresses: ``C[:rows, :width] (+)= A[:rows, :kc] @ B[:kc, :width]`` with A's rows
+    ``lda`` floats apart and ``width = (vectors - 1) * LANES + last`` (``0 < last <=
+    LANES``). B's row ``s``
     starts ``rows_b * s`` floats after ``b``, or, ``indexed``, ``table[s]`` floats after it,
     ``rows_b`` being the table's address. Vector ``j`` of a row is ``j * b_vec`` floats on in
     B and ``j * c_vec`` in C: `LANES` for one run of columns; ``narrow``, each vector is a
     segment of ``last`` columns of its own (`sgemm_segments`)."""
 
     @intrinsic
-    def micro(typingctx, kc, ap, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
-        sig = nt.void(*(nt.int64,) * 12)
+    def micro(
+        typingctx, kc, ap, lda, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow
+    ):  # type: ignore[no-untyped-def]
+        sig = nt.void(*(nt.int64,) * 13)
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            kc, ap, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow = args
+            kc, ap, lda, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow = args
             i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
             vec = ir.VectorType(f32, LANES)
             vptr, fptr = vec.as_pointer(), f32.as_pointer()
@@ -124,6 +128,15 @@ def _micro_kernel(vectors: int, indexed: bool):  # type: ignore[no-untyped-def]
                 lanes = mask if j == vectors - 1 else inner
                 return builder.call(masked_load, [at, align, lanes, zero])
 
+            # A's rows as they are (no packing): row i at i * lda, rows past ``rows`` read the
+            # last one (their sums are not stored).
+            last_row = builder.sub(rows, i64(1))
+            a_rows = [
+                builder.mul(
+                    builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row), lda
+                )
+                for i in range(MR)
+            ]
             # Accumulators as stack slots: LLVM promotes them to registers.
             acc = [
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
@@ -136,9 +149,8 @@ def _micro_kernel(vectors: int, indexed: bool):  # type: ignore[no-untyped-def]
                 else:
                     row_b = builder.mul(step, rows_b)
                 bs = [load(vector_at(b, row_b, j, b_vec), j) for j in range(vectors)]
-                at_a = builder.mul(step, i64(MR))
                 for i in range(MR):
-                    a = builder.load(builder.gep(ap, [builder.add(at_a, i64(i))]))
+                    a = builder.load(builder.gep(ap, [builder.add(a_rows[i], step)]))
                     a = broadcast(a, vec)
                     for j in range(vectors):
                         old = builder.load(acc[i][j])
@@ -180,43 +192,32 @@ def _floats_at(typingctx, address):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _pack_band(a, lda, rows, kc, band):  # type: ignore[no-untyped-def]
-    """``band[s * MR + i] = A[i, s]`` for the ``rows`` x ``kc`` block at ``a`` (row stride
-    ``lda``); zero for ``rows <= i < MR``."""
-    for s in range(kc):
-        for i in range(rows):
-            band[s * MR + i] = a[i * lda + s]
-        for i in range(rows, MR):
-            band[s * MR + i] = 0.0
-
-
-@nb.njit(**_OPTS)
-def _tiles(kc, band, b, rows_b, indexed, c, ldc, add, rows, width):  # type: ignore[no-untyped-def]
-    """The packed band times B's first ``width`` columns, tile after tile along C's row."""
+def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: ignore[no-untyped-def]
+    """A's band of ``rows`` times B's first ``width`` columns, tile after tile along C's rows."""
     for j0 in range(0, width, NR):
         cols = min(NR, width - j0)
         vectors = (cols + LANES - 1) // LANES
         last = cols - (vectors - 1) * LANES
-        _tile(kc, band, b + 4 * j0, rows_b, indexed, c + 4 * j0, ldc, add, rows, vectors, last,
+        _tile(kc, a, lda, b + 4 * j0, rows_b, indexed, c + 4 * j0, ldc, add, rows, vectors, last,
               LANES, LANES, 0)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
-def _tile(kc, band, b, rows_b, indexed, c, ldc, add, rows, vectors, last, b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
+def _tile(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, vectors, last, b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
     """One micro-kernel call (see `_micro_kernel`), the variant by ``vectors`` and ``indexed``."""
     if indexed:
         if vectors == 3:
-            _indexed3(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+            _indexed3(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
         elif vectors == 2:
-            _indexed2(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+            _indexed2(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
         else:
-            _indexed1(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+            _indexed1(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
     elif vectors == 3:
-        _micro3(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+        _micro3(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
     elif vectors == 2:
-        _micro2(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+        _micro2(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
     else:
-        _micro1(kc, band, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+        _micro1(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
 
 
 @nb.njit(**_OPTS)
@@ -239,9 +240,8 @@ def sgemm_segments(
                     for j in range(width):
                         out[i * ldc + j] = 0.0
         return
-    band = np.empty(KC * MR, dtype=np.float32)
-    at_band = band.ctypes.data
     indexed = table != 0
+    narrow = width < LANES and segments > 1
     for p0 in range(0, k, KC):
         kc = min(KC, k - p0)
         add = 1 if (accumulate or p0 > 0) else 0
@@ -251,19 +251,17 @@ def sgemm_segments(
             b_block, rows_b = b + 4 * p0 * ldb, ldb
         for i0 in range(0, m, MR):
             rows = min(MR, m - i0)
-            _pack_band(_floats_at(a + 4 * (i0 * lda + p0)), lda, rows, kc, band)
-            c_band = c + 4 * i0 * ldc
-            if width < LANES and segments > 1:
-                # Narrow segments: one per vector, up to `VECTORS` of them a tile.
+            a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
+            if narrow:  # one segment per vector, up to `VECTORS` of them a tile
                 for s in range(0, segments, VECTORS):
                     at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
                     vectors = min(VECTORS, segments - s)
-                    _tile(kc, at_band, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
+                    _tile(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
                           width, b_step, c_step, 1)  # fmt: skip
                 continue
             for s in range(segments):
                 at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
-                _tiles(kc, at_band, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
+                _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
 
 
 @nb.njit(**_OPTS)
