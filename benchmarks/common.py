@@ -38,14 +38,19 @@ def median_time(fn: Callable[[], object], repeat: int = 9, number: int = 1) -> f
 
 
 def interleaved_medians(
-    fns: dict[str, Callable[[], object]], repeat: int = 101, sample_s: float = 1e-4
+    fns: dict[str, Callable[[], object]],
+    repeat: int = 101,
+    sample_s: float = 1e-4,
+    settle_s: float = 0.0,
 ) -> dict[str, float]:
     """The median seconds per call of each ``fns[name]()``, the functions taking turns sample
     by sample, so a slow spell of a shared machine hits them alike.
 
     A sample is as many calls as take about ``sample_s`` (from a timed call after the warm-up
     one): short samples mostly fit between two preemptions by other processes, which the
-    median then ignores.
+    median then ignores. With ``settle_s``, each turn first sleeps that long and makes one
+    untimed call: runtimes whose thread pools spin on after a call (ONNX Runtime's, about
+    30 ms here) then do not slow the next one's turn, nor its first, cold call count.
     """
     number = {}
     for name, fn in fns.items():
@@ -56,6 +61,9 @@ def interleaved_medians(
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
+            if settle_s > 0:
+                time.sleep(settle_s)
+                fn()
             start = time.perf_counter()
             for _ in range(number[name]):
                 fn()

@@ -32,6 +32,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 TOLERANCE = 1e-4  # relative error of every output against ONNX Runtime's
+SETTLE_S = 0.1  # the pause before each turn of the speed measurement (`interleaved_medians`)
 
 
 def _inputs(path: str) -> list[np.ndarray]:
@@ -113,7 +114,9 @@ def speed(model: str, inputs: list[np.ndarray]) -> dict:
     for name in ("rvm_bytecode", "rvm_compiled", "ort_1thread"):
         check_outputs(name, as_outputs(fns[name](*inputs)), want)
     calls = {name: (lambda f=f: f(*inputs)) for name, f in fns.items()}
-    medians = interleaved_medians(calls, repeat=31, sample_s=0.05)
+    # ORT's pool threads spin about 30 ms after its calls: rvm's next calls ran 1.7 times
+    # slower for that long (squeezenet), so each turn starts after a settling pause.
+    medians = interleaved_medians(calls, repeat=31, sample_s=0.05, settle_s=SETTLE_S)
     return {f"{name}_ms": 1e3 * t for name, t in medians.items()}
 
 
@@ -133,7 +136,9 @@ def main() -> None:
 
         run, inputs = _ort(model, None), _inputs(inputs_path)
         np.savez(result + ".npz", *as_outputs(run(*inputs)))  # checked by the parent first
-        median = interleaved_medians({"ort": lambda: run(*inputs)}, repeat=31, sample_s=0.05)
+        median = interleaved_medians(
+            {"ort": lambda: run(*inputs)}, repeat=31, sample_s=0.05, settle_s=SETTLE_S
+        )
         out["ort_alone_ms"] = 1e3 * median["ort"]
     else:
         raise SystemExit(f"unknown measurement {what!r}")

@@ -22,12 +22,15 @@ checkout's ``src``), to measure another version with the same script. Prints a t
   ONNX Runtime's: a wrong model fails the run.
 - **speed** (unless ``--no-speed``): milliseconds per call of rvm (jit kernels, both exec
   modes) and ORT (default session options, and one thread), interleaved medians in one
-  process after checking every output against ORT's; rvm/ORT is against ORT's default.
+  process after checking every output against ORT's; rvm/ORT is against ORT's default. Each
+  turn starts after a 0.1 s pause and one untimed call (`common.interleaved_medians`):
+  ORT's pool threads spin about 30 ms after its calls, and rvm's calls in that time ran 1.7
+  times slower (squeezenet), which 50 ms turns right after ORT's would have counted.
 - **peak RSS** of the speed process (rvm, ORT, the model twice) and of ORT alone.
 - **ORT alone**: ORT's default in a process of its own (``alone``, ``rvm/al``). Threads one
   runtime leaves spinning slow the other's interleaved turn in the speed process (with
   OpenBLAS's threads, which rvm no longer uses, squeezenet's ORT took 12.7 ms there against
-  6.5 ms alone; rvm's pool helpers spin about 10 us), so side by side can flatter either;
+  6.5 ms alone; rvm's pool helpers spin about 200 us), so side by side can flatter either;
   ``rvm/al`` compares with ORT undisturbed.
 - the TVM build time the issue sets as the goal for the cold compile.
 
