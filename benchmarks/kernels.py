@@ -213,6 +213,48 @@ def bench_conv(matmul_gflops: float) -> dict:
     return {"jit_s": t, "gflops": gflops, "fraction_of_matmul": gflops / matmul_gflops}
 
 
+# GEMM shapes (m, n, k) of the light ONNX models' convolutions (C = weight @ columns): resnet50's
+# 3x3 at 14 x 14 and 1x1 at 7 x 7, squeezenet's last 1x1, a squeeze, inception's 3x3 at 56 x 56.
+SGEMM_SHAPES = (
+    (256, 196, 2304),
+    (512, 49, 4608),
+    (1000, 169, 512),
+    (16, 3025, 64),
+    (64, 3136, 576),
+)
+
+
+def bench_sgemm(repeat: int) -> dict:
+    """(g) rvm's float32 GEMM (`rvm.runtime.native.sgemm`) against NumPy's BLAS (np.matmul),
+    both on one thread, in GFLOP/s."""
+    from rvm.runtime.native import sgemm
+
+    res = {}
+    rng = np.random.default_rng(5)
+    for m, n, k in SGEMM_SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        ours, theirs = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+
+        def run(a=a, b=b, ours=ours, m=m, n=n, k=k) -> None:
+            sgemm.sgemm(a.ctypes.data, k, b.ctypes.data, n, ours.ctypes.data, n, m, n, k, False)
+
+        run()
+        check(ours, a.astype(np.float64) @ b, f"(g) sgemm {m}x{n}x{k}", rtol=1e-4)
+        t = interleaved_medians(
+            {"rvm": run, "numpy": lambda a=a, b=b, out=theirs: np.matmul(a, b, out=out)},
+            repeat=repeat,
+            sample_s=0.02,
+        )
+        flops = 2.0 * m * n * k
+        res[f"{m}x{n}x{k}"] = {
+            "rvm_gflops": flops / t["rvm"] / 1e9,
+            "numpy_gflops": flops / t["numpy"] / 1e9,
+            "numpy_over_rvm": t["numpy"] / t["rvm"],
+        }
+    return res
+
+
 def bench_call_overhead() -> dict:
     """Per-call cost of a tiny kernel called as the VM calls it (dispatcher, dps)."""
     a, b = tvar("a", (4,)), tvar("b", (4,))
@@ -349,7 +391,7 @@ def bench_mlp(batches: tuple[int, ...], repeat: int = 201) -> dict:
     return out
 
 
-SECTIONS = ("a", "b", "c", "d", "e", "mlp", "call", "f")
+SECTIONS = ("a", "b", "c", "d", "e", "mlp", "call", "f", "g")
 
 
 def main() -> None:
@@ -378,6 +420,7 @@ def main() -> None:
         "mlp": ("mlp_layers", lambda: bench_mlp((1, 8, 64) if quick else (1, 2, 8, 16, 64))),
         "call": ("call_overhead", bench_call_overhead),
         "f": ("f_cache", bench_cache),
+        "g": ("g_sgemm", lambda: bench_sgemm(5 if quick else 21)),
     }
     for section in SECTIONS:
         if section in only:
@@ -426,6 +469,13 @@ def _rows(res: dict) -> list[tuple[str, str]]:
         )
     if "call_overhead" in res:
         rows.append(("tiny kernel call", f"{res['call_overhead']['call_us']:.2f} us"))
+    for shape, g in res.get("g_sgemm", {}).items():
+        rows.append(
+            (
+                f"(g) sgemm {shape} GFLOP/s: rvm / numpy BLAS",
+                f"{g['rvm_gflops']:.0f} / {g['numpy_gflops']:.0f} = {g['numpy_over_rvm']:.2f}x",
+            )
+        )
     for layer, r in res.get("mlp_layers", {}).items():
         rows.append(
             (

@@ -134,3 +134,57 @@ def test_split_matmul_matches_numpy(blas_threads, shape, b_t) -> None:
     out = np.full((m, n), np.nan, dtype="float32")
     _matmul(a, np.ascontiguousarray(b.T) if b_t else b, out, b_t)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@nb.njit
+def _segments(
+    a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb
+):  # type: ignore[no-untyped-def]  # noqa: E501
+    blas.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches,
+                       groups, ag, bb, cb)  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("groups,batches", [(1, 1), (4, 4), (3, 6)])
+def test_segments_batched_groups(threads: int, groups: int, batches: int) -> None:
+    """A grouped 1x1 convolution's (image, group) products in one call, cut on the pool:
+    each batch's A cycles through the groups, B and C step per batch."""
+    import rvm
+
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(groups * 10 + batches)
+        og, cg, P = 37, 29, 200
+        w = rng.standard_normal(groups * og * cg).astype(np.float32)
+        x = rng.standard_normal(batches * cg * P).astype(np.float32)
+        out = np.full(batches * og * P, np.nan, np.float32)
+        none = np.empty(0, np.int64)
+        _segments(w, 0, cg, x, P, none, out, 0, P, og, cg, 1, P, 0, 0, batches, groups,
+                  og * cg, cg * P, og * P)  # fmt: skip
+        for i in range(batches):
+            a = w[(i % groups) * og * cg :][: og * cg].reshape(og, cg).astype(np.float64)
+            b = x[i * cg * P :][: cg * P].reshape(cg, P)
+            got = out[i * og * P :][: og * P].reshape(og, P)
+            np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    finally:
+        rvm.set_num_threads(before)
+
+
+def test_segments_window_outside_raises() -> None:
+    a, b = np.ones(12, np.float32), np.ones(20, np.float32)
+    c = np.ones(12, np.float32)
+    none = np.empty(0, np.int64)
+    with pytest.raises(IndexError, match="outside"):  # C: 3 rows of 5 in 12 elements
+        _segments(a, 0, 4, b, 5, none, c, 0, 5, 3, 4, 1, 5, 0, 0, 1, 1, 0, 0, 0)
+    with pytest.raises(IndexError, match="outside"):  # a table row past B's end
+        table = np.array([0, 5, 10, 17], np.int64)
+        _segments(a, 0, 4, b, 0, table, c, 0, 4, 3, 4, 1, 4, 0, 0, 1, 1, 0, 0, 0)
+    with pytest.raises(IndexError, match="short table"):
+        _segments(a, 0, 4, b, 0, np.zeros(2, np.int64), c, 0, 4, 3, 4, 1, 4, 0, 0, 1, 1, 0, 0, 0)
+
+
+def test_segments_refuse_float64() -> None:
+    a = np.ones(4)
+    with pytest.raises(nb.core.errors.TypingError):
+        _segments(a, 0, 2, a, 2, np.empty(0, np.int64), a, 0, 2, 2, 2, 1, 2, 0, 0, 1, 1, 0, 0, 0)
