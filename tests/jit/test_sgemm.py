@@ -105,3 +105,37 @@ def test_segments(width: int, segments: int, indexed: bool) -> None:
         rows = np.stack([b[st + 7 * (not indexed) + s * b_step :][:width] for st in starts])
         want[:, s * c_step : s * c_step + width] = a.astype(np.float64) @ rows
     np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-4)
+
+
+@pytest.mark.parametrize(
+    "cpu,features,lanes",
+    [
+        ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
+        ("generic", None, 4),  # no vector extension named: SSE's four lanes, no FMA
+    ],
+)
+def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: int) -> None:
+    """The kernel's tile follows the CPU Numba compiles for (`NUMBA_CPU_NAME` and
+    `NUMBA_CPU_FEATURES`): AVX2 and plain SSE give the same products as AVX-512."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np\n"
+        "from rvm.runtime.native import sgemm\n"
+        f"assert sgemm.LANES == {lanes}, sgemm.LANES\n"
+        "rng = np.random.default_rng(0)\n"
+        "for m, n, k in [(1, 1, 1), (7, 17, 3), (13, 40, 600), (25, 9, 70)]:\n"
+        "    a = rng.standard_normal((m, k)).astype(np.float32)\n"
+        "    b = rng.standard_normal((k, n)).astype(np.float32)\n"
+        "    c = np.empty((m, n), np.float32)\n"
+        "    sgemm.sgemm(a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, m, n, k, False)\n"
+        "    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)\n"
+    )
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop("NUMBA_CPU_FEATURES", None)
+    if features:
+        env["NUMBA_CPU_FEATURES"] = features
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
