@@ -47,6 +47,15 @@ def test_accumulates(m: int, n: int, k: int) -> None:
     _run(m, n, k, accumulate=True)
 
 
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_wide_products_in_column_blocks(accumulate: bool) -> None:
+    """A product wider than a column block (`BLOCK_BYTES` of B's rows) runs block by block,
+    the last one partial."""
+    k = sgemm.KC + 8
+    block = sgemm.BLOCK_BYTES // (4 * sgemm.KC) // sgemm.NR * sgemm.NR
+    _run(sgemm.MR + 3, 4 * block + 7, k, accumulate)
+
+
 def test_empty_depth_writes_zeros_or_keeps() -> None:
     c = np.full((3, 4), 5.0, np.float32)
     sgemm.sgemm(0, 0, 0, 4, c.ctypes.data, 4, 3, 4, 0, True)

@@ -67,6 +67,7 @@ def _shape(features: str) -> tuple[int, int, int, bool]:
 LANES, MR, VECTORS, _FMA = _shape(_target_features())
 NR = LANES * VECTORS  # a tile's columns at most
 KC = 512  # depth block: a tile's sums go to C once per block (256 and 128 were no faster)
+BLOCK_BYTES = 1 << 19  # B's rows for a block of C's columns at most (half of a 1 MB L2)
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -249,6 +250,22 @@ def sgemm_segments(
                     for j in range(width):
                         out[i * ldc + j] = 0.0
         return
+    # One run (a plain GEMM): blocks of its columns whose rows of B stay in L2 while every
+    # band of A walks them. Runs of taps are not cut: their rows overlap (a block would
+    # read every band of A again for little B), and cutting them was slower.
+    if segments == 1:
+        step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
+        for j0 in range(0, width, step):
+            _block(a, lda, b + 4 * j0, ldb, table, c + 4 * j0, ldc, m, k, 1, min(step, width - j0),
+                   0, 0, accumulate)  # fmt: skip
+        return
+    _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate)
+
+
+@nb.njit(**_OPTS)
+def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`sgemm_segments` on one block of C's columns: each depth block, each band of A across
+    the block's segments; m, k, segments, width > 0."""
     indexed = table != 0
     narrow = width < LANES and segments > 1
     for p0 in range(0, k, KC):
