@@ -72,72 +72,87 @@ BLOCK_BYTES = 1 << 19  # B's rows for a block of C's columns at most (half of a 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-def _micro_kernel(vectors: int, indexed: bool):  # type: ignore[no-untyped-def]
-    """The micro-kernel with ``vectors`` vectors per tile row: the intrinsic
-    ``micro(kc, a, lda, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow)`` on
-    int64 addresses: ``C[:rows, :width] (+)= A[:rows, :kc] @ B[:kc, :width]`` with A's rows
-    ``lda`` floats apart and ``width = (vectors - 1) * LANES + last`` (``0 < last <=
-    LANES``). B's row ``s``
-    starts ``rows_b * s`` floats after ``b``, or, ``indexed``, ``table[s]`` floats after it,
-    ``rows_b`` being the table's address. Vector ``j`` of a row is ``j * b_vec`` floats on in
-    B and ``j * c_vec`` in C: `LANES` for one run of columns; ``narrow``, each vector is a
-    segment of ``last`` columns of its own (`sgemm_segments`)."""
+@intrinsic
+def _micro(
+    typingctx,
+    kc,
+    ap,
+    lda,
+    b,
+    rows_b,
+    indexed,
+    c,
+    ldc,
+    accumulate,
+    rows,
+    vectors,
+    last,
+    b_vec,
+    c_vec,
+    narrow,
+):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The micro-kernel: on int64 addresses, ``C[:rows, :width] (+)= A[:rows, :kc] @
+    B[:kc, :width]`` with A's rows ``lda`` floats apart and ``width = (vectors - 1) * LANES +
+    last`` (``0 < vectors <= VECTORS``, ``0 < last <= LANES``). B's row ``s`` starts ``rows_b
+    * s`` floats after ``b``, or, ``indexed``, ``table[s]`` floats after it, ``rows_b`` being
+    the table's address. Vector ``j`` of a row is ``j * b_vec`` floats on in B and ``j *
+    c_vec`` in C: `LANES` for one run of columns; ``narrow``, each vector is a segment of
+    ``last`` columns of its own (`sgemm_segments`). The IR has one loop per (vectors,
+    indexed), chosen by a switch: each keeps its accumulators in registers."""
+    sig = nt.void(*(nt.int64,) * 15)
 
-    @intrinsic
-    def micro(
-        typingctx, kc, ap, lda, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow
-    ):  # type: ignore[no-untyped-def]
-        sig = nt.void(*(nt.int64,) * 13)
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        kc, ap, lda, b, rows_b, indexed, c, ldc, accumulate, rows, vectors, last = args[:12]
+        b_vec, c_vec, narrow = args[12:]
+        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vec = ir.VectorType(f32, LANES)
+        vptr, fptr = vec.as_pointer(), f32.as_pointer()
+        masks, name, module = ir.VectorType(i1, LANES), f"v{LANES}f32", builder.module
 
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            kc, ap, lda, b, rows_b, c, ldc, accumulate, rows, last, b_vec, c_vec, narrow = args
-            i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
-            vec = ir.VectorType(f32, LANES)
-            vptr, fptr = vec.as_pointer(), f32.as_pointer()
-            masks, name, module = ir.VectorType(i1, LANES), f"v{LANES}f32", builder.module
+        def declare(ret, params, intrinsic_name):  # type: ignore[no-untyped-def]
+            fnty = ir.FunctionType(ret, params)
+            return cgutils.get_or_insert_function(module, fnty, intrinsic_name)
 
-            def declare(ret, params, intrinsic_name):  # type: ignore[no-untyped-def]
-                fnty = ir.FunctionType(ret, params)
-                return cgutils.get_or_insert_function(module, fnty, intrinsic_name)
+        fma = declare(vec, [vec] * 3, f"llvm.fma.{name}")
+        masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0")
+        masked_store = declare(
+            ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"
+        )
+        ap, b, c = (builder.inttoptr(x, fptr) for x in (ap, b, c))
+        table = builder.inttoptr(rows_b, i64.as_pointer())
+        zero, align = ir.Constant(vec, None), i32(4)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
 
-            fma = declare(vec, [vec] * 3, f"llvm.fma.{name}")
-            masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0")
-            masked_store = declare(
-                ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"
+        def broadcast(value, vtype):  # type: ignore[no-untyped-def]
+            undef = ir.Constant(vtype, ir.Undefined)
+            one = builder.insert_element(undef, value, i32(0))
+            return builder.shuffle_vector(one, undef, splat)
+
+        lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
+        mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+        # Vectors other than the last are whole, unless they are narrow segments.
+        whole = ir.Constant(masks, [1] * LANES)
+        inner = builder.select(builder.icmp_signed("!=", narrow, i64(0)), mask, whole)
+
+        def vector_at(base, offset, j, apart):  # type: ignore[no-untyped-def]
+            at = builder.gep(base, [builder.add(offset, builder.mul(apart, i64(j)))])
+            return builder.bitcast(at, vptr)
+
+        # A's rows as they are (no packing): row i at i * lda, rows past ``rows`` read the
+        # last one (their sums are not stored).
+        last_row = builder.sub(rows, i64(1))
+        a_rows = [
+            builder.mul(
+                builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row), lda
             )
-            ap, b, c = (builder.inttoptr(x, fptr) for x in (ap, b, c))
-            table = builder.inttoptr(rows_b, i64.as_pointer())
-            zero, align = ir.Constant(vec, None), i32(4)
-            splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+            for i in range(MR)
+        ]
 
-            def broadcast(value, vtype):  # type: ignore[no-untyped-def]
-                undef = ir.Constant(vtype, ir.Undefined)
-                one = builder.insert_element(undef, value, i32(0))
-                return builder.shuffle_vector(one, undef, splat)
-
-            lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
-            mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
-            # Vectors other than the last are whole, unless they are narrow segments.
-            whole = ir.Constant(masks, [1] * LANES)
-            inner = builder.select(builder.icmp_signed("!=", narrow, i64(0)), mask, whole)
-
-            def vector_at(base, offset, j, apart):  # type: ignore[no-untyped-def]
-                at = builder.gep(base, [builder.add(offset, builder.mul(apart, i64(j)))])
-                return builder.bitcast(at, vptr)
-
+        def tile(vectors, indexed):  # type: ignore[no-untyped-def]
             def load(at, j):  # type: ignore[no-untyped-def]
                 lanes = mask if j == vectors - 1 else inner
                 return builder.call(masked_load, [at, align, lanes, zero])
 
-            # A's rows as they are (no packing): row i at i * lda, rows past ``rows`` read the
-            # last one (their sums are not stored).
-            last_row = builder.sub(rows, i64(1))
-            a_rows = [
-                builder.mul(
-                    builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row), lda
-                )
-                for i in range(MR)
-            ]
             # Accumulators as stack slots: LLVM promotes them to registers.
             acc = [
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
@@ -179,16 +194,22 @@ def _micro_kernel(vectors: int, indexed: bool):  # type: ignore[no-untyped-def]
                     store(True)
                 with write:
                     store(False)
-            return context.get_dummy_value()
 
-        return sig, codegen
+        # One tile loop per variant: (vectors - 1) * 2 + indexed picks it.
+        variants = [(v, x) for v in range(1, VECTORS + 1) for x in (0, 1)]
+        picked = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(2)), indexed)
+        blocks = [builder.append_basic_block(f"tile{v}.{x}") for v, x in variants]
+        done = builder.append_basic_block("tiled")
+        switch = builder.switch(picked, blocks[-1])
+        for index, ((v, x), block) in enumerate(zip(variants, blocks)):
+            switch.add_case(i64(index), block)
+            builder.position_at_end(block)
+            tile(v, x)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
 
-    return micro
-
-
-# Tile rows of one, two or three vectors (at most `VECTORS` are used), B by stride or table.
-_micro1, _micro2, _micro3 = (_micro_kernel(v, False) for v in range(1, 4))
-_indexed1, _indexed2, _indexed3 = (_micro_kernel(v, True) for v in range(1, 4))
+    return sig, codegen
 
 
 @intrinsic
@@ -214,20 +235,9 @@ def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: i
 
 @nb.njit(**_OPTS)
 def _tile(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, vectors, last, b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
-    """One micro-kernel call (see `_micro_kernel`), the variant by ``vectors`` and ``indexed``."""
-    if indexed:
-        if vectors == 3:
-            _indexed3(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
-        elif vectors == 2:
-            _indexed2(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
-        else:
-            _indexed1(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
-    elif vectors == 3:
-        _micro3(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
-    elif vectors == 2:
-        _micro2(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
-    else:
-        _micro1(kc, a, lda, b, rows_b, c, ldc, add, rows, last, b_vec, c_vec, narrow)
+    """One micro-kernel call (`_micro`)."""
+    _micro(kc, a, lda, b, rows_b, 1 if indexed else 0, c, ldc, add, rows, vectors, last, b_vec,
+           c_vec, narrow)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
