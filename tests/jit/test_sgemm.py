@@ -120,7 +120,7 @@ def test_segments(width: int, segments: int, indexed: bool) -> None:
     "cpu,features,lanes",
     [
         ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
-        ("generic", None, 4),  # no vector extension named: SSE's four lanes, no FMA
+        ("generic", None, 4),  # Numba's generic CPU has no features: SSE's lanes, no FMA
     ],
 )
 def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: int) -> None:

@@ -44,11 +44,10 @@ __all__ = ["KC", "LANES", "MR", "NR", "applies", "sgemm", "sgemm_segments"]
 
 
 def _target_features() -> str:
-    """The CPU features Numba compiles for (its override, else the host's)."""
+    """The CPU features Numba compiles for, as its codegen reads them: ``NUMBA_CPU_FEATURES``
+    (empty by default when ``NUMBA_CPU_NAME`` is ``generic``), else the host's."""
     if config.CPU_FEATURES is not None:
         return config.CPU_FEATURES
-    if config.CPU_NAME is not None:  # a named CPU without features: assume the least
-        return ""
     return llvm.get_host_cpu_features().flatten()
 
 
