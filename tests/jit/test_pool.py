@@ -66,6 +66,11 @@ MODEL_POOLS = [
 @pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
 @pytest.mark.parametrize(("shape", "k", "s", "pads", "ceil"), MODEL_POOLS)
 def test_model_pools_match_reference(kind, include, shape, k, s, pads, ceil) -> None:
+    _check_pool(kind, include, shape, k, s, pads, ceil)
+
+
+def _check_pool(kind, include, shape, k, s, pads, ceil) -> None:  # type: ignore[no-untyped-def]
+    """`pool.pool2d` on a random input against the NumPy reference."""
     x = rand(shape)
     if kind == "max":
         want = numpy_ref.max_pool2d(x, k, s, pads, (1, 1), ceil)
@@ -73,7 +78,7 @@ def test_model_pools_match_reference(kind, include, shape, k, s, pads, ceil) -> 
         want = numpy_ref.avg_pool2d(x, k, s, pads, (1, 1), ceil, include)
     out = np.full(want.shape, np.nan, dtype="float32")
     pool.pool2d(x, out, int(kind == "max"), *k, *s, 1, 1, *pads, int(ceil), int(include))
-    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str((shape, k, s)))
 
 
 @pytest.mark.parametrize("bad", [(1, 3, 3, 4), (1, 3, 4, 3), (2, 3, 3, 3), (1, 2, 3, 3)])
@@ -121,11 +126,4 @@ def test_pools_keeping_few_of_their_positions_match_reference(kind, include) -> 
              ((1, 3, 8, 8), (7, 7), (1, 1), (1, 0, 0, 1), False),
              ((1, 4, 9, 9), (2, 2), (4, 4), (0, 0, 0, 0), True)]  # fmt: skip
     for shape, k, s, pads, ceil in cases:
-        x = rand(shape)
-        if kind == "max":
-            want = numpy_ref.max_pool2d(x, k, s, pads, (1, 1), ceil)
-        else:
-            want = numpy_ref.avg_pool2d(x, k, s, pads, (1, 1), ceil, include)
-        out = np.full(want.shape, np.nan, dtype="float32")
-        pool.pool2d(x, out, int(kind == "max"), *k, *s, 1, 1, *pads, int(ceil), int(include))
-        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str((shape, k, s)))
+        _check_pool(kind, include, shape, k, s, pads, ceil)

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from numba import types as nt
-from numba.extending import intrinsic
 
 from rvm.runtime.native import cblas, parfor, sgemm, workpool
 from rvm.runtime.native.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
@@ -87,6 +85,20 @@ def _scale(c, ic, ldc, m, n, beta):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
+def _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
+    """What `gemm` and `gemm_split` do before multiplying: type and bound checks, and an empty
+    product done (depth 0 scales C); True when a product of m, n, k > 0 is left."""
+    require_operands(a, b, c)
+    if m <= 0 or n <= 0:
+        return False
+    _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k)
+    if k == 0:
+        _scale(c, ic, ldc, m, n, beta)
+        return False
+    return True
+
+
+@nb.njit(**_OPTS)
 def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[no-untyped-def]
     """``C = A @ op(B) + beta * C`` on addresses in the calling thread, m, n, k > 0: rvm's
     own kernel (`rvm.runtime.native.sgemm`) for float32 with B as it is and beta 0 or 1,
@@ -101,12 +113,7 @@ def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[n
 def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
     """``C[m, n] = A[m, k] @ B[k, n] + beta * C`` on strided windows of flat arrays, one BLAS
     call in the calling thread."""
-    require_operands(a, b, c)
-    if m <= 0 or n <= 0:
-        return
-    _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k)
-    if k == 0:
-        _scale(c, ic, ldc, m, n, beta)
+    if not _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):
         return
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
     _product(c, NO_TRANS, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
@@ -131,14 +138,23 @@ def _float(bits):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
+def _parts(work, min_work):  # type: ignore[no-untyped-def]
+    """How many pieces a product of ``work`` is worth: up to `PIECES_PER_THREAD` per thread,
+    each of ``min_work`` at least; 1 with one thread, too little work or a busy pool."""
+    threads = workpool.threads()
+    if threads < 2 or work < 2 * min_work or workpool.busy():
+        return 1
+    return min(PIECES_PER_THREAD * threads, work // min_work)
+
+
+@nb.njit(**_OPTS)
 def _pieces(side, work, min_work):  # type: ignore[no-untyped-def]
     """(pieces, step): how to cut ``side`` rows or columns of a product of ``work`` into
     pieces of at least ``min_work`` each, up to `PIECES_PER_THREAD` per thread, steps of
     `SPLIT_ALIGN`; (1, side) when it is not worth it or the pool is busy with another job."""
-    threads = workpool.threads()
-    if threads < 2 or work < 2 * min_work or workpool.busy():
+    parts = _parts(work, min_work)
+    if parts == 1:
         return 1, side
-    parts = min(PIECES_PER_THREAD * threads, work // min_work)
     step = -(-side // parts)
     step = -(-step // SPLIT_ALIGN) * SPLIT_ALIGN
     return -(-side // step), step
@@ -211,18 +227,6 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     _run_gemm(c, parts, job)
 
 
-@intrinsic
-def _require_float32(typingctx, c):  # type: ignore[no-untyped-def]
-    """Nothing at run time; refuses at typing an array that is not float32."""
-    if not (isinstance(c, nt.Array) and c.dtype == nt.float32):
-        return None
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return context.get_dummy_value()
-
-    return nt.void(c), codegen
-
-
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
 # through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
@@ -284,7 +288,7 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     are few. Checks every window first; float32
     only (a TypingError for other dtypes)."""
     require_operands(a, b, c)
-    _require_float32(c)
+    sgemm.require(c)
     if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
         return
     if min(b_step, c_step, a_group, b_batch, c_batch, groups - 1) < 0 or (
@@ -302,11 +306,7 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         and ic + (m - 1) * ldc + span_c <= c.size
     ):
         raise IndexError("gemm_segments: a matrix window lies outside its array")
-    threads = workpool.threads()
-    work = batches * m * k * segments * width
-    parts = 1
-    if threads >= 2 and work >= 2 * SPLIT_MIN_MNK and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, work // SPLIT_MIN_MNK)
+    parts = _parts(batches * m * k * segments * width, SPLIT_MIN_MNK)
     per_batch = max(1, -(-parts // batches))
     m_parts = max(1, min(per_batch, m // (4 * sgemm.MR)))
     s_parts = max(1, min(segments, per_batch // m_parts))
@@ -336,12 +336,7 @@ def gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     """`gemm`, cut along its longer output side into pieces that run at once on the pool,
     one single-threaded BLAS call each (with one thread, a busy pool or pieces below
     `SPLIT_MIN_MNK`, one call)."""
-    require_operands(a, b, c)
-    if m <= 0 or n <= 0:
-        return
-    _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k)
-    if k == 0:
-        _scale(c, ic, ldc, m, n, beta)
+    if not _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):
         return
     _split(NO_TRANS, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)
 

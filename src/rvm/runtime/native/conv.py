@@ -191,19 +191,26 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
                           1, 1, 0, 0, 0)  # fmt: skip
 
 
-def _by_taps(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """`_taps_gemm` where it serves (float32, rows of `TAPS_MIN_WIDTH` or more, some depth):
-    True when it ran. Jitted code only."""
-    raise NotImplementedError("_by_taps is for jitted code")
+def _by_sgemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """The float32 convolution by rvm's GEMM where it serves, True when it ran: a 1x1,
+    stride-1, unpadded one as one batched GEMM (`_pointwise_batched`), one with rows of
+    `TAPS_MIN_WIDTH` or more and some depth by its taps in place (`_taps_gemm`). Always
+    False for other dtypes, whose code never types those calls. Jitted code only."""
+    raise NotImplementedError("_by_sgemm is for jitted code")
 
 
-@overload(_by_taps, jit_options=_OPTS)
-def _by_taps_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+@overload(_by_sgemm, jit_options=_OPTS)
+def _by_sgemm_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     if not (isinstance(x, nt.Array) and x.dtype == nt.float32):
         return lambda x, w, out, groups, sh, sw, dh, dw, pt, pl: False
 
     def run(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-        if out.shape[3] < TAPS_MIN_WIDTH or w.shape[1] * w.shape[2] * w.shape[3] == 0:
+        kh, kw, oh, ow = w.shape[2], w.shape[3], out.shape[2], out.shape[3]
+        unpadded = pt == 0 and pl == 0 and oh == x.shape[2] and ow == x.shape[3]
+        if kh == 1 and kw == 1 and sh == 1 and sw == 1 and unpadded:
+            _pointwise_batched(x, w, out, groups)
+            return True
+        if ow < TAPS_MIN_WIDTH or w.shape[1] * kh * kw == 0:
             return False
         _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
         return True
@@ -215,8 +222,8 @@ def _by_taps_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no
 def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
     """A 1x1, stride-1, unpadded convolution: one GEMM per (image, group) straight from the
     input to the output, (og, cg) weight rows times the group's (cg, h * w) input rows; for
-    float32 one batched call (`_pointwise_batched`)."""
-    if _pointwise_batched(x, w, out, groups):
+    float32 one batched call (`_by_sgemm`)."""
+    if _by_sgemm(x, w, out, groups, 1, 1, 1, 1, 0, 0):
         return
     n, c, ih, iw = x.shape
     o, cg = w.shape[0], w.shape[1]
@@ -227,29 +234,17 @@ def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
             gemm(w, g_ * og * cg, cg, x, at_x, P, out, at_out, P, og, P, cg, 0.0)
 
 
+@nb.njit(**_OPTS)
 def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
-    """`_pointwise` as one batched GEMM over the (image, group) pairs, whose pieces the pool
-    takes pair by pair when each product is small (shufflenet's groups): True when it ran
-    (float32). Jitted code only."""
-    raise NotImplementedError("_pointwise_batched is for jitted code")
-
-
-@overload(_pointwise_batched, jit_options=_OPTS)
-def _pointwise_batched_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
-    if not (isinstance(x, nt.Array) and x.dtype == nt.float32):
-        return lambda x, w, out, groups: False
-
-    def run(x, w, out, groups):  # type: ignore[no-untyped-def]
-        n, _, ih, iw = x.shape
-        o, cg = w.shape[0], w.shape[1]
-        og, P = o // groups, ih * iw
-        none = np.empty(0, dtype=np.int64)
-        wf, xf, of = w.reshape(w.size), x.reshape(x.size), out.reshape(out.size)
-        gemm_segments(wf, 0, cg, xf, P, none, of, 0, P, og, cg, 1, P, 0, 0, n * groups, groups,
-                      og * cg, cg * P, og * P)  # fmt: skip
-        return True
-
-    return run
+    """`_pointwise` for float32 as one batched GEMM over the (image, group) pairs, whose
+    pieces the pool takes pair by pair when each product is small (shufflenet's groups)."""
+    n, _, ih, iw = x.shape
+    o, cg = w.shape[0], w.shape[1]
+    og, P = o // groups, ih * iw
+    none = np.empty(0, dtype=np.int64)
+    wf, xf, of = w.reshape(w.size), x.reshape(x.size), out.reshape(out.size)
+    gemm_segments(wf, 0, cg, xf, P, none, of, 0, P, og, cg, 1, P, 0, 0, n * groups, groups,
+                  og * cg, cg * P, og * P)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
@@ -389,7 +384,8 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
 
     The method by shape: 1x1 unpadded convolutions are GEMMs on the operands (`_pointwise`,
     `_strided_pointwise` on the subsampled input); one input channel per group runs direct
-    loops (`_depthwise`); the rest im2col from the input's stride phases (`_im2col_gemm`).
+    loops (`_depthwise`); float32 ones with wide enough rows read their taps in place
+    (`_by_sgemm`); the rest im2col from the input's stride phases (`_im2col_gemm`).
     """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
@@ -404,7 +400,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
             _strided_pointwise(x, w, out, groups, sh, sw)
     elif cg == 1:
         _depthwise(x, w, out, sh, sw, dh, dw, pt, pl)
-    elif not _by_taps(x, w, out, groups, sh, sw, dh, dw, pt, pl):
+    elif not _by_sgemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):
         _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
     return True
 

@@ -40,7 +40,7 @@ from numba import types as nt
 from numba.core import cgutils, config
 from numba.extending import intrinsic, overload
 
-__all__ = ["KC", "LANES", "MR", "NR", "applies", "sgemm", "sgemm_segments"]
+__all__ = ["KC", "LANES", "MR", "NR", "applies", "require", "sgemm", "sgemm_segments"]
 
 
 def _target_features() -> str:
@@ -228,15 +228,8 @@ def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: i
         cols = min(NR, width - j0)
         vectors = (cols + LANES - 1) // LANES
         last = cols - (vectors - 1) * LANES
-        _tile(kc, a, lda, b + 4 * j0, rows_b, indexed, c + 4 * j0, ldc, add, rows, vectors, last,
-              LANES, LANES, 0)  # fmt: skip
-
-
-@nb.njit(**_OPTS)
-def _tile(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, vectors, last, b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
-    """One micro-kernel call (`_micro`)."""
-    _micro(kc, a, lda, b, rows_b, 1 if indexed else 0, c, ldc, add, rows, vectors, last, b_vec,
-           c_vec, narrow)  # fmt: skip
+        _micro(kc, a, lda, b + 4 * j0, rows_b, indexed, c + 4 * j0, ldc, add, rows, vectors,
+               last, LANES, LANES, 0)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
@@ -275,7 +268,7 @@ def sgemm_segments(
 def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate):  # type: ignore[no-untyped-def]  # noqa: E501
     """`sgemm_segments` on one block of C's columns: each depth block, each band of A across
     the block's segments; m, k, segments, width > 0."""
-    indexed = table != 0
+    indexed = 1 if table != 0 else 0
     narrow = width < LANES and segments > 1
     for p0 in range(0, k, KC):
         kc = min(KC, k - p0)
@@ -291,8 +284,8 @@ def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step,
                 for s in range(0, segments, VECTORS):
                     at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
                     vectors = min(VECTORS, segments - s)
-                    _tile(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
-                          width, b_step, c_step, 1)  # fmt: skip
+                    _micro(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
+                           width, b_step, c_step, 1)  # fmt: skip
                 continue
             for s in range(segments):
                 at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
@@ -307,6 +300,11 @@ def sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate):  # type: ignore[no-untyp
     sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate)
 
 
+def _serves(like: nt.Type) -> bool:
+    """Whether `sgemm` serves the Numba type ``like`` (an array or a typed pointer)."""
+    return isinstance(like, (nt.Array, nt.CPointer)) and like.dtype == nt.float32
+
+
 def applies(like):  # type: ignore[no-untyped-def]
     """Whether `sgemm` serves ``like``'s dtype (an array or a typed pointer): float32. A
     compile-time constant in jitted code."""
@@ -315,5 +313,17 @@ def applies(like):  # type: ignore[no-untyped-def]
 
 @overload(applies, jit_options=dict(cache=True))
 def _applies(like):  # type: ignore[no-untyped-def]
-    serves = isinstance(like, (nt.Array, nt.CPointer)) and like.dtype == nt.float32
+    serves = _serves(like)
     return lambda like: serves
+
+
+@intrinsic
+def require(typingctx, like):  # type: ignore[no-untyped-def]
+    """Nothing at run time; at typing, refuses (a TypingError) what `applies` rejects."""
+    if not _serves(like):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return context.get_dummy_value()
+
+    return nt.void(like), codegen
