@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import rvm  # noqa: E402
 from rvm.ir import IRModule  # noqa: E402
-from rvm.runtime.decode import DecodedFunction  # noqa: E402
+from rvm.runtime.modes.decode import DecodedFunction  # noqa: E402
 
 
 def median_time(fn: Callable[[], object], repeat: int = 9, number: int = 1) -> float:

@@ -225,9 +225,9 @@ SGEMM_SHAPES = (
 
 
 def bench_sgemm(repeat: int) -> dict:
-    """(g) rvm's float32 GEMM (`rvm.runtime.native.sgemm`) against NumPy's BLAS (np.matmul),
+    """(g) rvm's float32 GEMM (`rvm.kernels.sgemm`) against NumPy's BLAS (np.matmul),
     both on one thread, in GFLOP/s."""
-    from rvm.runtime.native import sgemm
+    from rvm.kernels import sgemm
 
     res = {}
     rng = np.random.default_rng(5)

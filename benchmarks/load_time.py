@@ -5,7 +5,7 @@ Run: ``python benchmarks/load_time.py [--repeat 5] [--no-cnn]``.
 For each model (the MLP of ``rvm.testing.programs``, jit kernels, in the default exec mode and
 compiled with ``exec_mode="native"``, whose native functions ship too; onnx's light squeezenet with
 random weights, imported through ``rvm.from_onnx``), the parent compiles it, saves it (with its
-kernels' native code, `rvm.runtime.native.artifact`), and computes the reference output. Then
+kernels' native code, `rvm.runtime.loading.artifact`), and computes the reference output. Then
 each measurement is a new subprocess with ``RVM_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` set to new
 empty folders, which times
 
@@ -14,7 +14,7 @@ empty folders, which times
   the MLP, <= 1 s for squeezenet);
 
 checks the output against the parent's reference, and reports how many kernels it loaded and
-compiled (`rvm.runtime.native.loader.kernel_counts`; a compile makes the run fail). The same is
+compiled (`rvm.runtime.loading.loader.kernel_counts`; a compile makes the run fail). The same is
 measured for the executable saved without native code (``to_bytes(native=False)``, as before
 format 1.4: every kernel compiles). The table gives medians over ``--repeat`` subprocesses
 (interleaved); writes ``benchmarks/results/load_time.json``.
@@ -49,7 +49,7 @@ CHILD = textwrap.dedent(
     import rvm
     imported = time.perf_counter()
     import numpy as np
-    from rvm.runtime.native.loader import kernel_counts
+    from rvm.runtime.loading.loader import kernel_counts
     args = np.load(sys.argv[2])
     args = [args[k] for k in sorted(args.files)]
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ checkout's ``src``), to measure another version with the same script. Prints a t
   (its own ``RVM_CACHE_DIR``), wall and CPU seconds, the median of ``--runs`` processes. CPU
   seconds are what a loaded, shared machine distorts least; ``+help`` is the CPU of the helper
   processes that compiled kernels alongside (`rvm.jit.parallel`). rvm's own library code
-  (``rvm.runtime.native.conv``, ``.pool``, ``.mathlib``...) is compiled once per install and
+  (``rvm.kernels.conv``, ``.pool``, ``.mathlib``...) is compiled once per install and
   kept in Numba's cache beside it, as any prebuilt runtime library (only the entry points and
   dtypes a model uses are built); ``cold`` has it cached.
 - **1st** (unless ``--no-first``): the cold compile of the first run after an install, with

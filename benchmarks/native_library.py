@@ -5,7 +5,7 @@ rvm sources to measure (default: this checkout's ``src``), so the same script ti
 version. Each row is one pool of a model (max or avg, kernel, stride, pads, ceil mode) on
 float32, called from compiled code as the kernels call it; the figure is the minimum and the
 median microseconds of 40 samples of 5 calls, per thread count (``rvm.set_num_threads``;
-splitting on: `rvm.runtime.native.parfor.enable`).
+splitting on: `rvm.kernels.parfor.enable`).
 Every output is checked against the NumPy reference first. The minimum is what a shared,
 busy machine distorts least; the median shows what it costs when the threads are late.
 """
@@ -46,8 +46,8 @@ def main() -> None:
 
     import rvm
     from rvm.op import numpy_ref
-    from rvm.runtime.native import parfor
-    from rvm.runtime.native.pool import out_size, pool2d
+    from rvm.kernels import parfor
+    from rvm.kernels.pool import out_size, pool2d
 
     if hasattr(parfor, "enable"):
         parfor.enable(True)  # on by default since the pool; off before (older --src)

@@ -40,6 +40,7 @@ from rvm.errors import (
     ShapeError,
     VMError,
 )
+from rvm.kernels.threads import get_num_threads, set_num_threads
 from rvm.runtime import (
     ADT,
     SKIP_RUN,
@@ -50,9 +51,7 @@ from rvm.runtime import (
     load_executable,
     register_func,
 )
-from rvm.runtime.native.threads import get_num_threads, set_num_threads
-
-__version__ = "0.1.0"
+from rvm.runtime.loading import VERSION as __version__
 
 # The compiler side loads on first use, so a deployment that only loads and runs saved
 # executables (`rvm.load_executable`, `rvm.VirtualMachine`) never imports it.

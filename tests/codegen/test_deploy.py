@@ -96,8 +96,8 @@ FRESH = textwrap.dedent(
     logging.getLogger("rvm").addHandler(Spy())
     logging.getLogger("rvm").setLevel(logging.DEBUG)
     import rvm
-    from rvm.runtime.native import numba_cache
-    from rvm.runtime.native.loader import kernel_counts
+    from rvm.runtime.loading import numba_cache
+    from rvm.runtime.loading.loader import kernel_counts
     ex = rvm.load_executable(sys.argv[1])
     data = np.load(sys.argv[2])
     args = [data[f"arr_{i}"] for i in range(len(data.files))]
@@ -181,12 +181,12 @@ def test_native_section_round_trips_and_is_left_out_of_the_content_hash(tmp_path
 
 def test_corrupt_native_section_raises_format_error():
     from rvm.errors import ExecutableFormatError
-    from rvm.runtime.native.artifact import NativeCode, NativeGroup
+    from rvm.runtime.loading.artifact import NativeCode, NativeGroup
     from rvm.runtime.serialize import encode
 
     ex = rvm.compile(MLP, kernels="numpy")
     ok = ("mathlib.f-1.py311.nbi", b"x")
-    good = NativeGroup("module", "rvm.runtime.native.mathlib", 0, (ok,))
+    good = NativeGroup("module", "rvm.kernels.mathlib", 0, (ok,))
     assert rvm.Executable.from_bytes(encode(ex, NativeCode("k", (good,)))).kernels
     bad_groups = [
         replace(good, kind="shared"),
@@ -245,7 +245,7 @@ def test_a_native_executable_ships_its_native_functions_too(tmp_path):
 
 
 def test_a_native_file_whose_source_does_not_match_its_name_is_not_installed(tmp_path, monkeypatch):
-    from rvm.runtime.native import artifact
+    from rvm.runtime.loading import artifact
 
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     name = "n_" + "0" * 24 + ".py"

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 
 import rvm
-from rvm.runtime.native_codegen import render_module
+from rvm.runtime.modes.native_codegen import render_module
 from rvm.testing import assert_values_close
 from rvm.testing.programs import MLP
 from rvm.testing.random_programs import RandomProgram, random_programs

@@ -7,7 +7,7 @@ import numba as nb
 import numpy as np
 import pytest
 
-from rvm.runtime.native import blas
+from rvm.kernels import blas
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
 

@@ -82,21 +82,25 @@ def test_the_key_covers_every_module_the_kernels_import(monkeypatch) -> None:
     from jit_helpers import prim, var
 
     from rvm import op
-    from rvm.runtime.native import blas, cache
+    from rvm.kernels import blas
+    from rvm.runtime.loading import cache
 
     x = var("x", ("n",))
     tanh = jit.jit_kernel("fused_tanh_key", prim([x], op.tanh(x)), "return").source
     img, k = var("img", ("b", 16, 5, 5)), var("k", (4, 16, 3, 3))
     conv = jit.jit_kernel("fused_conv_key", prim([img, k], op.conv2d(img, k)), "return").source
-    assert "rvm.runtime.native.mathlib" in cache.imported_modules(tanh)
+    assert "rvm.kernels.mathlib" in cache.imported_modules(tanh)
     if blas.AVAILABLE:
-        assert {"rvm.runtime.native.blas", "rvm.runtime.native.mathlib"} <= set(
-            cache.imported_modules(conv)
-        )
+        assert {"rvm.kernels.blas", "rvm.kernels.mathlib"} <= set(cache.imported_modules(conv))
     both = cache.imported_modules(
-        "from rvm.runtime.native import blas\nimport rvm.runtime.native.mathlib as m\n"
+        "from rvm.kernels import blas\nimport rvm.runtime.native.mathlib as m\n"
     )
-    native = {"rvm.runtime.native", "rvm.runtime.native.blas", "rvm.runtime.native.mathlib"}
+    native = {
+        "rvm.kernels",
+        "rvm.kernels.blas",
+        "rvm.kernels.mathlib",
+        "rvm.runtime.native.mathlib",
+    }
     assert native <= set(both)
 
     before = {src: cache.source_hash(src) for src in (tanh, conv)}

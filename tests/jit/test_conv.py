@@ -1,4 +1,4 @@
-"""The convolution library (`rvm.runtime.native.conv`) against the NumPy reference, and its
+"""The convolution library (`rvm.kernels.conv`) against the NumPy reference, and its
 own checks.
 
 Every path is covered: 1x1 GEMMs (strided too, on the subsampled input), depthwise loops
@@ -15,8 +15,8 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
+from rvm.kernels import conv
 from rvm.op import numpy_ref
-from rvm.runtime.native import conv
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
 #  pads (top, left, bottom, right)); depthwise and grouped ones as in shufflenet.

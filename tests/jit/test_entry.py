@@ -1,4 +1,4 @@
-"""Library entry points (`rvm.runtime.native.entry`) built per dtype when first required.
+"""Library entry points (`rvm.kernels.entry`) built per dtype when first required.
 
 Each case runs in a fresh process: which entry points a process has compiled or loaded is
 process state, and a cached kernel must link in a process that has registered nothing yet.
@@ -25,7 +25,7 @@ import numpy as np
 from jit_helpers import numpy_run, prim, rand, var
 from rvm import op
 from rvm.jit import jit_kernel, load_kernel
-from rvm.runtime.native import conv, entry, pool
+from rvm.kernels import conv, entry, pool
 
 before = entry.required()
 dtype = sys.argv[1]
@@ -68,7 +68,7 @@ def test_a_process_builds_only_the_entry_points_its_kernels_use(dtype, tmp_path)
 
 
 def test_require_checks_its_dtype() -> None:
-    from rvm.runtime.native import conv, entry  # noqa: F401 - conv exports conv2d
+    from rvm.kernels import entry  # noqa: F401 - conv exports conv2d
 
     with pytest.raises(ValueError, match="float16"):
         entry.require("conv2d", "float16")

@@ -1,4 +1,4 @@
-"""The lrn library (`rvm.runtime.native.lrn`) against the NumPy reference, and the kernels
+"""The lrn library (`rvm.kernels.lrn`) against the NumPy reference, and the kernels
 calling it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
 from rvm.jit import jit_kernel
+from rvm.kernels import lrn as native
 from rvm.op import numpy_ref
-from rvm.runtime.native import lrn as native
 
 CASES = [  # shape, size, alpha, beta, bias: odd and even windows, c below the window, every
     # power branch (0.75, 0.5, other), and a tensor large enough to split over threads

@@ -1,4 +1,4 @@
-"""Float matmul and dense through `rvm.runtime.native.blas.matmul`: every shape path (GEMV
+"""Float matmul and dense through `rvm.kernels.blas.matmul`: every shape path (GEMV
 for one row or column, the row loop and per-row GEMV for a few rows, GEMM) against NumPy, and its
 checks."""
 
@@ -10,7 +10,7 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.runtime.native import blas, cblas
+from rvm.kernels import blas, cblas
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
 

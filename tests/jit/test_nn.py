@@ -122,7 +122,7 @@ def test_conv2d_gemms_from_threads() -> None:
 @pytest.mark.parametrize("strides", [1, 2])
 def test_conv2d_without_numpy_blas_uses_np_dot(strides, monkeypatch) -> None:
     """Where NumPy's BLAS has no ILP64 CBLAS, convolutions fall back to im2col and np.dot."""
-    from rvm.runtime.native import cblas
+    from rvm.kernels import cblas
 
     monkeypatch.setattr(cblas, "AVAILABLE", False)  # what the lowering reads
     img, k = var("img", ("b", 16, 9, 7)), var("k", (8, 16, 3, 3))

@@ -1,4 +1,4 @@
-"""Cached kernels load without Numba's compiler (`rvm.runtime.native.numba_cache`): a warm start
+"""Cached kernels load without Numba's compiler (`rvm.runtime.loading.numba_cache`): a warm start
 compiles nothing and imports none of Numba's lowering registries; a light load that fails falls
 back to Numba's own; a corrupt object-code file is recompiled with a log line, not a crash."""
 
@@ -16,8 +16,8 @@ from jit_helpers import numpy_run, prim, rand, var
 
 from rvm import op
 from rvm.jit import jit_kernel, load_kernel
-from rvm.runtime.native import loader, numba_cache
-from rvm.runtime.native.cache import kernel_path, object_code_dir
+from rvm.runtime.loading import loader, numba_cache
+from rvm.runtime.loading.cache import kernel_path, object_code_dir
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -41,7 +41,7 @@ ex = rvm.compile(M)
 x = np.linspace(-1, 1, 243, dtype=np.float32).reshape(1, 3, 9, 9)
 w = np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)
 out = np.asarray(rvm.VirtualMachine(ex)["main"](x, w))
-from rvm.runtime.native import loader, numba_cache
+from rvm.runtime.loading import loader, numba_cache
 print(json.dumps({{
     "kernels": loader.kernel_counts(),
     "loads": numba_cache.counts(),
@@ -119,7 +119,7 @@ def test_a_corrupt_object_code_file_is_recompiled_with_a_log_line(
 STAMP_SCRIPT = """
 import sys
 sys.path.insert(0, {src!r})
-from rvm.runtime.native import cache, numba_cache
+from rvm.runtime.loading import cache, numba_cache
 numba_cache.install()
 print(cache.object_code_dir(cache.Path(cache.__file__)))
 """

@@ -12,7 +12,7 @@ from jit_helpers import numpy_run, prim, rand, var
 
 from rvm import op
 from rvm.jit import jit_kernel, load_kernel, parallel
-from rvm.runtime.native.cache import has_object_code, kernel_path, write_entry
+from rvm.runtime.loading.cache import has_object_code, kernel_path, write_entry
 
 OPS = (op.tanh, op.sigmoid, op.exp, op.negative)
 
@@ -116,7 +116,7 @@ def test_a_forked_helper_compiles_what_a_single_process_does(tmp_path: Path, mon
     compiled here and there would have one symbol and crash when called)."""
     if not parallel.can_fork():
         pytest.skip("helpers are not forked here")
-    from rvm.runtime.native import loader
+    from rvm.runtime.loading import loader
 
     funcs, recs = _records("forked")
     x = rand((33,), seed=3)
@@ -178,7 +178,7 @@ def _conv_source(tag: str, dtype: str = "float32") -> str:
 
 
 def test_work_builds_entry_points_first_then_kernels_costliest_first(tmp_path) -> None:
-    from rvm.runtime.native import entry
+    from rvm.kernels import entry
 
     _, recs = _records("work")
     sources = {tmp_path / "conv.py": _conv_source("work"), tmp_path / "tanh.py": recs[0].source}

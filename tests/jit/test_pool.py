@@ -1,4 +1,4 @@
-"""The pooling library (`rvm.runtime.native.pool`) against the NumPy reference, and the
+"""The pooling library (`rvm.kernels.pool`) against the NumPy reference, and the
 kernels using it.
 
 Max and average pools with every stride, dilation, asymmetric pad, ceil mode and
@@ -17,8 +17,8 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
+from rvm.kernels import pool
 from rvm.op import numpy_ref
-from rvm.runtime.native import pool
 
 GEOMETRIES = [
     (k, s, d, pads, ceil)
@@ -102,7 +102,7 @@ def test_float_pool_kernels_call_the_library_entry_point_with_plain_ints(
         call = next(ln for ln in kernel.record.source.splitlines() if "pool2d_entry((" in ln)
         params = call.split("), (", 1)[1]
         # 13 plain ints (nothing to type per value): the library's entry point is one C
-        # function per dtype, compiled once whatever the values (`rvm.runtime.native.entry`)
+        # function per dtype, compiled once whatever the values (`rvm.kernels.entry`)
         assert "np.int64(" not in params and params.count(",") == 13, call
         check(func, rand((2, 5, 11, 8)), kernel=kernel)
 

@@ -1,4 +1,4 @@
-"""rvm's own float32 GEMM (`rvm.runtime.native.sgemm`): every tile shape the micro-kernel
+"""rvm's own float32 GEMM (`rvm.kernels.sgemm`): every tile shape the micro-kernel
 has -- full and masked last vectors, rows past the band, depths across blocks -- against NumPy
 in float64, writing and accumulating, on windows of larger matrices."""
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rvm.runtime.native import sgemm
+from rvm.kernels import sgemm
 
 # Around the tile edges: one row, a band, a band and one; one lane, a vector, a tile, a tile
 # and one; depths around the depth block.
@@ -132,7 +132,7 @@ def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: in
 
     script = (
         "import numpy as np\n"
-        "from rvm.runtime.native import sgemm\n"
+        "from rvm.kernels import sgemm\n"
         f"assert sgemm.LANES == {lanes}, sgemm.LANES\n"
         "rng = np.random.default_rng(0)\n"
         "for m, n, k in [(1, 1, 1), (7, 17, 3), (13, 40, 600), (25, 9, 70)]:\n"

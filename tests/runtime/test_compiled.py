@@ -12,7 +12,7 @@ import rvm
 from rvm.errors import ExecutableFormatError, VMError
 from rvm.runtime import ExecBuilder, Executable, VirtualMachine, load_executable
 from rvm.runtime import Opcode as O
-from rvm.runtime.compiled import compiled_functions
+from rvm.runtime.modes.compiled import compiled_functions
 from rvm.runtime.serialize import META
 from rvm.testing import assert_values_close
 from rvm.testing.programs import PROGRAMS

@@ -8,8 +8,8 @@ import pytest
 import rt_helpers as h
 
 from rvm.runtime import ExecBuilder, Executable, Opcode, VirtualMachine
-from rvm.runtime.compiled_codegen import Names, generate_source
-from rvm.runtime.compiled_flow import FlowInfo
+from rvm.runtime.modes.compiled_codegen import Names, generate_source
+from rvm.runtime.modes.flow import FlowInfo
 
 O = Opcode
 

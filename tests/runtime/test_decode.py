@@ -1,4 +1,4 @@
-"""Decoding (`rvm.runtime.decode`): what the bytecode loop's tuples hold, the variants chosen
+"""Decoding (`rvm.runtime.modes.decode`): what the bytecode loop's tuples hold, the variants chosen
 from an instruction's own operands, and that nothing is fused from the order of instructions."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import rt_helpers as h
 
 from rvm.runtime import ExecBuilder, Executable, Opcode, VirtualMachine
-from rvm.runtime import decode as d
+from rvm.runtime.modes import decode as d
 
 O = Opcode
 

@@ -17,12 +17,12 @@ import rt_helpers as h
 from rvm.errors import VMError
 from rvm.runtime import ExecContext, NaiveAllocator, VirtualMachine, VMStackError
 from rvm.runtime import vm as vm_module
-from rvm.runtime.compiled import CompiledMode
-from rvm.runtime.decode import decode_executable
 from rvm.runtime.executable import EXEC_MODES, Executable
 from rvm.runtime.kernels import resolve_primitives
-from rvm.runtime.loop import BytecodeMode
-from rvm.runtime.native_mode import NativeMode
+from rvm.runtime.modes.bytecode import BytecodeMode
+from rvm.runtime.modes.compiled import CompiledMode
+from rvm.runtime.modes.decode import decode_executable
+from rvm.runtime.modes.native import NativeMode
 
 # The attributes `ExecContext` documents: all a mode may read.
 INTERFACE = frozenset(

@@ -23,8 +23,8 @@ from rvm.runtime import (
     load_executable,
 )
 from rvm.runtime import Opcode as O
-from rvm.runtime.decode import decode_executable
-from rvm.runtime.loop import loop_source
+from rvm.runtime.modes.bytecode import loop_source
+from rvm.runtime.modes.decode import decode_executable
 from rvm.runtime.serialize import SECTIONS
 
 ALL_PROGRAMS = [
@@ -234,14 +234,14 @@ FUZZ = textwrap.dedent("""
         return data
 
     rng = random.Random(1234)
-    from rvm.runtime.native.artifact import NativeCode, NativeGroup
+    from rvm.runtime.loading.artifact import NativeCode, NativeGroup
     from rvm.runtime.serialize import encode
     images = [make().to_bytes() for make in (h.straight_line, h.list_program,
                                              h.symbolic_program, h.every_opcode_program)]
     # A NATV section (native code, format 1.4) of another machine's key: it loads as the
     # image without it, which its to_bytes gives back.
     native = NativeCode("rvm=0 cpu=fuzz", (
-        NativeGroup("module", "rvm.runtime.native.mathlib", 0,
+        NativeGroup("module", "rvm.kernels.mathlib", 0,
                     (("mathlib.f-1.py311.nbi", b"index"), ("mathlib.f-1.py311.1.nbc", b"da"))),
         NativeGroup("kernel", "k_0123456789abcdef01234567.py", 1 << 60,
                     (("k_0123456789abcdef01234567.f-3.py311.nbi", b"ix"),)),

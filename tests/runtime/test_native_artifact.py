@@ -1,4 +1,4 @@
-"""Installing an executable's native code (`rvm.runtime.native.artifact`) into the caches,
+"""Installing an executable's native code (`rvm.runtime.loading.artifact`) into the caches,
 in process and without compiling: where files go, what is never overwritten, what is said."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import logging
 import pytest
 
 from rvm.runtime.executable import KernelRecord
-from rvm.runtime.native import artifact
-from rvm.runtime.native.artifact import NativeCode, NativeGroup
-from rvm.runtime.native.cache import kernel_path, object_code_dir
+from rvm.runtime.loading import artifact
+from rvm.runtime.loading.artifact import NativeCode, NativeGroup
+from rvm.runtime.loading.cache import kernel_path, object_code_dir
 
 SOURCE = "# a kernel's source (installing writes it; nothing compiles it here)\n"
 

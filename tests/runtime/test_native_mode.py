@@ -203,8 +203,8 @@ def test_arguments_the_checks_convert_still_run() -> None:
 def test_errors_inside_native_code_read_as_in_the_compiled_mode() -> None:
     # A run that skips the VM's entry checks meets the function's own shape check natively;
     # the compiled mode reruns it and raises the builtin's error with the VM stack.
-    from rvm.runtime.compiled import CompiledMode
-    from rvm.runtime.native_mode import NativeMode
+    from rvm.runtime.modes.compiled import CompiledMode
+    from rvm.runtime.modes.native import NativeMode
 
     ex = rvm.compile(MLP)
     bad = [_f32(2, 700), *_mlp_args()[1:]]
@@ -337,7 +337,7 @@ def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:
 
 
 def test_an_unwritable_cache_means_compiled_mode_with_the_reason(tmp_path, monkeypatch) -> None:
-    from rvm.runtime import native_mode
+    from rvm.runtime.modes import native as native_mode
 
     ex = rvm.compile(RNN)  # its kernels load now, from the usual cache
     blocked = tmp_path / "file"

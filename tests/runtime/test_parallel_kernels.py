@@ -1,4 +1,4 @@
-"""Library loops split over threads (`rvm.runtime.native.parfor`): large pools and lrn run on
+"""Library loops split over threads (`rvm.kernels.parfor`): large pools and lrn run on
 rvm's thread pool, give the reference's results from several VMs in several threads at once,
 on one thread when `rvm.set_num_threads(1)` says so, in a forked process, and unsplit with
 ``RVM_SPLIT_LOOPS=0``."""
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import rvm
+from rvm.kernels import parfor, pool
 from rvm.op import numpy_ref
-from rvm.runtime.native import parfor, pool
 from rvm.testing import assert_values_close
 from rvm.testing.threads import run_in_threads
 
@@ -93,7 +93,7 @@ def test_vms_in_threads_at_once_match_reference(exec_mode, kernels, restore_thre
 FORKED = """
 import multiprocessing as mp
 import numpy as np
-from rvm.runtime.native import pool
+from rvm.kernels import pool
 
 def run(seed):
     x = np.random.default_rng(seed).standard_normal((1, 64, 57, 59)).astype("float32")
@@ -124,7 +124,7 @@ def test_a_forked_process_runs_split_loops(tmp_path) -> None:
 SPLIT_ENV = """
 import numpy as np
 import rvm
-from rvm.runtime.native import parfor, pool
+from rvm.kernels import parfor, pool
 from rvm.op import numpy_ref
 
 rvm.set_num_threads(2)
@@ -156,7 +156,7 @@ def test_split_loops_environment_variable(value: str, enabled: str) -> None:
 
 def test_bad_split_loops_value_names_the_variable() -> None:
     env = _env(RVM_SPLIT_LOOPS="yes")
-    code = "import rvm.runtime.native.parfor"
+    code = "import rvm.kernels.parfor"
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )

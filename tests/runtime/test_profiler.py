@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import rt_helpers as h
 
-import rvm.runtime.compiled as compiled_mod
+import rvm.runtime.modes.compiled as compiled_mod
 from rvm.runtime import ProfileReport, VirtualMachine, register_func
 
 COUNTED = "test.profiler.double<&>"

@@ -17,10 +17,10 @@ import rt_helpers as h
 from rvm.errors import VMError
 from rvm.runtime import ExecContext, Executable, NaiveAllocator, Opcode
 from rvm.runtime import semantics as sem
-from rvm.runtime.compiled import CompiledMode
-from rvm.runtime.decode import decode_executable
 from rvm.runtime.kernels import resolve_primitives
-from rvm.runtime.loop import BytecodeMode, compile_loop
+from rvm.runtime.modes.bytecode import BytecodeMode, compile_loop
+from rvm.runtime.modes.compiled import CompiledMode
+from rvm.runtime.modes.decode import decode_executable
 
 O = Opcode
 DERIVED_TEMPLATES = ("TINY_TENSOR", "IF_EQUAL", "IF_INT", "IF_BOOL")

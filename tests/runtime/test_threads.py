@@ -28,7 +28,7 @@ def restore_threads() -> Iterator[int]:
 
 
 def test_set_then_get_roundtrips_and_restores(restore_threads):
-    from rvm.runtime.native import workpool
+    from rvm.kernels import workpool
 
     rvm.set_num_threads(1)
     assert rvm.get_num_threads() == 1
@@ -70,11 +70,11 @@ def test_default_is_every_cpu_this_process_may_use():
 
 
 FIRST_VM = (
-    "import sys, rvm, rvm.runtime.native.threads as t; "
+    "import sys, rvm, rvm.kernels.threads as t; "
     "from rvm.testing.programs import MLP; "
     "ex = rvm.compile(MLP, kernels='{kernels}'); before = t.openblas_threads(); "
     "rvm.VirtualMachine(ex); "
-    "pool = sys.modules.get('rvm.runtime.native.workpool'); "
+    "pool = sys.modules.get('rvm.kernels.workpool'); "
     "print(before, t.openblas_threads(), pool.helpers() if pool else None)"
 )
 
@@ -135,9 +135,9 @@ def test_bad_environment_variable_names_it():
 
 def test_import_leaves_library_thread_counts_alone():
     code = (
-        "import rvm.runtime.native.threads as t; before = t.openblas_threads(); "
+        "import rvm.kernels.threads as t; before = t.openblas_threads(); "
         "import rvm, sys; print(before == t.openblas_threads(), "
-        "'rvm.runtime.native.workpool' in sys.modules)"
+        "'rvm.kernels.workpool' in sys.modules)"
     )
     env = {k: v for k, v in os.environ.items() if k != "RVM_NUM_THREADS"}
     out = subprocess.run(
@@ -213,7 +213,7 @@ def test_four_threads_running_convolutions_match_numpy(exec_mode, restore_thread
 
 
 def test_without_openblas_thread_control_the_first_vm_still_works(monkeypatch):
-    from rvm.runtime.native import threads
+    from rvm.kernels import threads
 
     monkeypatch.setattr(threads, "_openblas_set", False)
     monkeypatch.setattr(threads, "_openblas_control", lambda: None)

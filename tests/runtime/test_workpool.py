@@ -1,4 +1,4 @@
-"""rvm's thread pool (`rvm.runtime.native.workpool`): every piece runs exactly once, errors
+"""rvm's thread pool (`rvm.kernels.workpool`): every piece runs exactly once, errors
 reach the caller, a nested or busy pool runs the job in its caller, compiled code runs pieces
 on it, and a forked child runs jobs (in the caller, then on new helpers)."""
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm.runtime.native import parfor, workpool
+from rvm.kernels import parfor, workpool
 from rvm.testing.threads import run_in_threads
 
 
@@ -160,14 +160,14 @@ FORKED = """
 import multiprocessing as mp
 from collections import Counter
 import rvm
-from rvm.runtime.native import workpool
+from rvm.kernels import workpool
 
 def run(n):
     hits = []
     workpool.for_each(n, hits.append)
     assert Counter(hits) == Counter(range(n))
     before = workpool.helpers()
-    rvm.runtime.native.threads.apply_environment()  # what the child's first VM does
+    rvm.kernels.threads.apply_environment()  # what the child's first VM does
     workpool.for_each(n, hits.append)
     assert Counter(hits) == Counter(list(range(n)) * 2)
     return before, workpool.helpers(), len(hits)

@@ -5,10 +5,10 @@
 - `numpy_kernel(name, func, style)` (`rvm.jit.numpy_kernel`): the numpy backend's kernel
   record, and the jit's fallback for ops it does not lower.
 
-The jit only compiles: loading a kernel and everything a kernel calls at run time live in
-`rvm.runtime.native`. `load_kernel`, `compile_kernels`, `kernel_source`, `kernel_llvm`,
-`kernel_asm`, `cache_dir`, `cache_info` and `clear_cache` are re-exported from there for
-convenience. Attributes are imported lazily, so ``import rvm.jit`` costs nothing until used.
+The jit only compiles: loading a kernel lives in `rvm.runtime.loading`, and everything a
+kernel calls at run time in `rvm.kernels`. `load_kernel`, `compile_kernels`, `kernel_source`,
+`kernel_llvm`, `kernel_asm`, `cache_dir`, `cache_info` and `clear_cache` are re-exported from
+there for convenience. Attributes are imported lazily, so ``import rvm.jit`` costs nothing until used.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ _EXPORTS = {
     "NO_JIT_COMPUTE": "rvm.jit.lower",
     "compute": "rvm.jit.compute",
     "numpy_kernel": "rvm.jit.numpy_kernel",
-    "load_kernel": "rvm.runtime.native.loader",
-    "compile_kernels": "rvm.runtime.native.loader",
-    "kernel_source": "rvm.runtime.native.loader",
-    "kernel_llvm": "rvm.runtime.native.loader",
-    "kernel_asm": "rvm.runtime.native.loader",
-    "cache_dir": "rvm.runtime.native.cache",
-    "cache_info": "rvm.runtime.native.cache",
-    "clear_cache": "rvm.runtime.native.cache",
+    "load_kernel": "rvm.runtime.loading.loader",
+    "compile_kernels": "rvm.runtime.loading.loader",
+    "kernel_source": "rvm.runtime.loading.loader",
+    "kernel_llvm": "rvm.runtime.loading.loader",
+    "kernel_asm": "rvm.runtime.loading.loader",
+    "cache_dir": "rvm.runtime.loading.cache",
+    "cache_info": "rvm.runtime.loading.cache",
+    "clear_cache": "rvm.runtime.loading.cache",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,8 +1,8 @@
 """Window pools (inlined reduce loops) and ops that fill an array piece by piece.
 
-Float max_pool2d and avg_pool2d call `rvm.runtime.native.pool.pool2d` (compiled once for
+Float max_pool2d and avg_pool2d call `rvm.kernels.pool.pool2d` (compiled once for
 every kernel) into an array that the epilogue reads, or the output itself; float NCHW lrn
-calls `rvm.runtime.native.lrn.lrn` the same way. Other dtypes'
+calls `rvm.kernels.lrn.lrn` the same way. Other dtypes'
 pools are reduce loops over the window, inlined into their consumer like any reduction; the
 window's rows and columns outside the input are skipped, and the average divides by the
 count the reference uses. concat, stack and pad fill their array with one loop nest per
@@ -91,7 +91,7 @@ FLOATS = ("float32", "float64")
 
 
 def _library_pool(kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, include) -> Tensor:
-    """A float pool as a call of `rvm.runtime.native.pool.pool2d` (compiled once for all
+    """A float pool as a call of `rvm.kernels.pool.pool2d` (compiled once for all
     kernels) filling an array, as convolutions do: the kernel's own code is the checks and
     the epilogue."""
     t = Tensor(dims, x.dtype, kind="anchor")
@@ -131,11 +131,11 @@ compute[ops.avg_pool2d] = _pool("avg")
 
 def _lrn(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     """Float NCHW lrn across channels as a call of the library's ``lrn`` entry point
-    (`rvm.runtime.native.lrn`) filling an array (other ranks and axes: the numpy kernel)."""
+    (`rvm.kernels.lrn`) filling an array (other ranks and axes: the numpy kernel)."""
     (x,) = args
     if x.dtype not in FLOATS or x.ndim != 4 or attrs["axis"] % 4 != 1:
         raise Unsupported("lrn other than across the channels of a float NCHW tensor")
-    from rvm.runtime.native.lrn import float_bits
+    from rvm.kernels.lrn import float_bits
 
     t = Tensor(x.dims, x.dtype, kind="anchor")
     bits = [float_bits(float(attrs[k])) for k in ("alpha", "beta", "bias")]

@@ -22,7 +22,7 @@ from rvm.jit.te import (
     is_int,
     shape_tuple,
 )
-from rvm.runtime.native import entry
+from rvm.kernels import entry
 
 
 class KernelBuilder(Emitter):
@@ -36,13 +36,13 @@ class KernelBuilder(Emitter):
         self.op = "kernel"
         self.imports: set[str] = set()  # extra import lines of the kernel module
         # Library entry points (name, dtype) the kernel calls: its module requires them at
-        # import, before its function is compiled or loaded (`rvm.runtime.native.entry`).
+        # import, before its function is compiled or loaded (`rvm.kernels.entry`).
         self.entries: set[tuple[str, str]] = set()
 
     def call_entry(
         self, name: str, arrays: Sequence[str], params: Sequence[object], dtype: str
     ) -> None:
-        """A call of the library's entry point ``name`` (`rvm.runtime.native.entry`) on the 4-d
+        """A call of the library's entry point ``name`` (`rvm.kernels.entry`) on the 4-d
         arrays ``arrays`` of ``dtype`` and the int ``params``, raising ValueError when the
         library finds their shapes do not match. The kernel's module requires the entry point
         at import, so its cached object code links."""

@@ -29,9 +29,9 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
+from rvm.kernels.entry import require_line
 from rvm.op import ops
 from rvm.runtime.executable import SCALAR_META, KernelRecord
-from rvm.runtime.native.entry import require_line
 
 logger = logging.getLogger("rvm.jit")
 
@@ -453,9 +453,9 @@ class _KernelLowering:
             "import numpy as np",
             "from numba import types as nt",
             "",
-            "from rvm.runtime.native.mathlib import exp32, sigmoid32, tanh32",
+            "from rvm.kernels.mathlib import exp32, sigmoid32, tanh32",
             *sorted(self.kb.imports),
-            *(["from rvm.runtime.native.entry import require"] if self.kb.entries else []),
+            *(["from rvm.kernels.entry import require"] if self.kb.entries else []),
             "",
             "CACHE = True",
             *(require_line(n, d) for n, d in sorted(self.kb.entries)),

@@ -1,9 +1,8 @@
-"""Moved to `rvm.runtime.native.mathlib`; this name stays so kernels saved before the move load.
+"""Moved to `rvm.kernels.mathlib`; this old name is the same module (kernels saved before the move
+import it by this path, and never load the compiler package for it: `rvm.jit` is lazy)."""
 
-Executables saved by rvm 0.1.0 hold kernel source with ``from rvm.jit.mathlib import ...``.
-New kernels import `rvm.runtime.native.mathlib` and never load the compiler package.
-"""
+import sys
 
-from __future__ import annotations
+import rvm.kernels.mathlib  # noqa: F401 - the module this name aliases
 
-from rvm.runtime.native.mathlib import *  # noqa: F403
+sys.modules[__name__] = sys.modules["rvm.kernels.mathlib"]

@@ -1,7 +1,7 @@
 """Compiling an executable's missing jit kernels in several processes at once.
 
 Numba compiles under the GIL and a process-wide lock, so threads cannot compile two kernels
-at once; processes can, and rvm's disk cache (`rvm.runtime.native.cache`) is what lets the
+at once; processes can, and rvm's disk cache (`rvm.runtime.loading.cache`) is what lets the
 parent use their work: a kernel is a file whose object code Numba caches beside it (written to a
 temporary file and renamed, so a reader never sees half of it), so a kernel a helper process
 compiled is a cache hit when the parent loads it.
@@ -17,7 +17,7 @@ close together rather than one compiling the largest kernel after the others are
 helpers are only an accelerator: one that fails or dies leaves its kernels uncompiled, and
 loading them compiles them in the parent, which reports any error as usual.
 
-The library entry points the kernels call (`rvm.runtime.native.entry`; seconds of LLVM each
+The library entry points the kernels call (`rvm.kernels.entry`; seconds of LLVM each
 when Numba's cache does not have them yet, as on the first run after an install) are claimed
 the same way, before any kernel: one process builds each while the others compile kernels
 that call none, and a kernel that calls one is put off while another process builds it (then
@@ -45,9 +45,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from rvm.kernels.entry import require, required_by
 from rvm.runtime.executable import KernelRecord
-from rvm.runtime.native.cache import has_object_code, kernel_path, write_entry
-from rvm.runtime.native.entry import require, required_by
+from rvm.runtime.loading.cache import has_object_code, kernel_path, write_entry
 
 logger = logging.getLogger("rvm.jit")
 
@@ -128,8 +128,8 @@ def balanced(sources: Mapping[Path, str]) -> list[Path]:
 def precompile(records: Sequence[KernelRecord]) -> int:
     """Compile the jit kernels of ``records`` whose object code is not cached, with helper
     processes when it pays; returns how many helpers ran. The parent's kernels are loaded
-    (`rvm.runtime.native.loader.load_kernel`); the helpers' are cache hits for it afterwards."""
-    from rvm.runtime.native.loader import load_kernel
+    (`rvm.runtime.loading.loader.load_kernel`); the helpers' are cache hits for it afterwards."""
+    from rvm.runtime.loading.loader import load_kernel
 
     missing: dict[Path, KernelRecord] = {}
     for rec in records:
@@ -299,7 +299,7 @@ def _own_function_ids() -> None:
 def _compile_claimed(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> None:
     """A helper's loop: compile each kernel file of ``sources`` it claims (errors are left
     to the parent, which compiles the kernel again and reports them)."""
-    from rvm.runtime.native.loader import exec_kernel_file
+    from rvm.runtime.loading.loader import exec_kernel_file
 
     for path in _work(claims, sources, others):
         try:

@@ -171,12 +171,12 @@ def _where(attrs: dict, t: str, c: str, a: str, b: str) -> str:
 
 
 def exp_source(t: str, x: str) -> str:
-    """e ** x: the vectorizable `rvm.runtime.native.mathlib.exp32` for float32."""
+    """e ** x: the vectorizable `rvm.kernels.mathlib.exp32` for float32."""
     return f"exp32({x})" if t == "float32" else f"np.exp({x})"
 
 
 def tanh_source(t: str, x: str) -> str:
-    """tanh(x): the vectorizable `rvm.runtime.native.mathlib.tanh32` for float32."""
+    """tanh(x): the vectorizable `rvm.kernels.mathlib.tanh32` for float32."""
     return f"tanh32({x})" if t == "float32" else f"np.tanh({x})"
 
 

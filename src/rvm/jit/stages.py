@@ -1,11 +1,11 @@
 """Anchor stages: matmul, dense, conv1d/conv2d (BLAS) and the window pools.
 
-Float matmul and dense call `rvm.runtime.native.blas.matmul` inside the kernel (NumPy's BLAS,
+Float matmul and dense call `rvm.kernels.blas.matmul` inside the kernel (NumPy's BLAS,
 with the GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS
 is not reachable), one call per batch matrix, writing straight into the stage's array; the
 lowering points that array at the kernel's output when the epilogue (bias, activation) can
 run in place, so the epilogue is one pass over the output in the same kernel. Float
-convolutions call `rvm.runtime.native.conv.conv2d` (1x1 GEMMs, depthwise loops or im2col),
+convolutions call `rvm.kernels.conv.conv2d` (1x1 GEMMs, depthwise loops or im2col),
 compiled once for all kernels rather than into each: a kernel only checks shapes, makes the
 call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
 into their consumer.
@@ -19,8 +19,8 @@ from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
+from rvm.kernels import cblas
 from rvm.op import ops
-from rvm.runtime.native import cblas
 
 BLAS_DTYPES = ("float32", "float64")
 
@@ -82,7 +82,7 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     loop = Body(kb.root, None, f"elif {m} > 0 and {n} > 0:")
 
     if cblas.AVAILABLE:
-        kb.imports.add("from rvm.runtime.native.blas import matmul")
+        kb.imports.add("from rvm.kernels.blas import matmul")
 
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
@@ -197,7 +197,7 @@ def _conv(nsp: int):
 
 
 def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
-    """A call of the convolution library (`rvm.runtime.native.conv`) on 4-d views of
+    """A call of the convolution library (`rvm.kernels.conv`) on 4-d views of
     ``dtype``."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
     if cblas.AVAILABLE:
@@ -205,7 +205,7 @@ def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
         kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
         call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
-        kb.imports.add("from rvm.runtime.native.conv import conv2d_dot")
+        kb.imports.add("from rvm.kernels.conv import conv2d_dot")
         kb.root.lines.append(f"conv2d_dot({call})")
 
 

@@ -254,7 +254,7 @@ def _is_literal(code: str) -> bool:
 
 
 def int_args(*values: object) -> str:
-    """Source of int arguments to a library function (`rvm.runtime.native.conv`, `.pool`):
+    """Source of int arguments to a library function (`rvm.kernels.conv`, `.pool`):
     each literal as ``np.int64(v)``, since Numba compiles a jit callee again for every literal
     value it is passed, and a kernel's attributes would each cost a library compile."""
     return ", ".join(f"np.int64({v})" if is_int(str(v)) else str(v) for v in values)

@@ -10,7 +10,6 @@ from rvm.runtime import builtins as _builtins  # noqa: F401  (registers vm.built
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode, OpInfo
 from rvm.runtime.entry import BoundFunction
-from rvm.runtime.exec_mode import ExecContext, ExecMode, VMStackError
 from rvm.runtime.executable import (
     ADTInfo,
     Executable,
@@ -20,6 +19,7 @@ from rvm.runtime.executable import (
     load_executable,
 )
 from rvm.runtime.memory import NaiveAllocator, PooledAllocator, Storage
+from rvm.runtime.modes.base import ExecContext, ExecMode, VMStackError
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.profiler import SKIP_RUN, BenchmarkResult, ProfileReport
 from rvm.runtime.registry import get_global_func, list_global_func_names, register_func

@@ -21,10 +21,10 @@ import numpy as np
 from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
-from rvm.runtime.native import loader
+from rvm.runtime.loading import loader
 
 if TYPE_CHECKING:
-    from rvm.runtime.native.artifact import NativeCode
+    from rvm.runtime.loading.artifact import NativeCode
 
 __all__ = ["SCALAR_META", "ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
@@ -89,7 +89,7 @@ SCALAR_META = "scalar"
 """The `KernelRecord.meta` key of a jit kernel of 0-d tensors naming its scalar form: a
 function of the same source taking and returning scalars (``fused_add__scalar(p0)``), which
 the kernel itself calls, so its computation is written once; the native exec mode calls it on
-scalar locals (`rvm.runtime.native_codegen`)."""
+scalar locals (`rvm.runtime.modes.native_codegen`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +286,7 @@ class Executable:
 
         Args:
             native: Embed the native code of the jit kernels (Numba's cache files, for this
-                CPU and these library versions; `rvm.runtime.native.artifact`), compiling
+                CPU and these library versions; `rvm.runtime.loading.artifact`), compiling
                 the kernels not compiled yet (once per executable). Without it, a process
                 loading the bytes compiles the kernels its cache lacks.
         """
@@ -297,7 +297,7 @@ class Executable:
     def native_code(self) -> NativeCode | None:
         """The native code of the jit kernels (None without any), and of the native exec
         mode's functions when the executable runs natively by default, collected once."""
-        from rvm.runtime.native.artifact import collect
+        from rvm.runtime.loading.artifact import collect
 
         return self.cached(
             "native_code", lambda: collect(self.kernels.values(), self._native_file())
@@ -319,7 +319,7 @@ class Executable:
         Native code in the image is written to this process's kernel cache when it was built
         for this CPU and these library versions, so the kernels load without compiling; else
         they rebuild from source, and one INFO line on the ``rvm`` logger says so
-        (`rvm.runtime.native.artifact`).
+        (`rvm.runtime.loading.artifact`).
         """
         from rvm.runtime.serialize import decode
 
@@ -327,7 +327,7 @@ class Executable:
         native = args.pop("native", None)
         ex = cls(**args)
         if native is not None:
-            from rvm.runtime.native.artifact import install
+            from rvm.runtime.loading.artifact import install
 
             install(native, ex.kernels)
         return ex

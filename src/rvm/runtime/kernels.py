@@ -4,7 +4,7 @@ A name is first looked up among the executable's kernel records, then in the glo
 kernels are exec'd from their source with `np`, `math` and the executable's libraries in their
 namespace; each source is registered in `linecache` under a unique file name (`<rvm-kernel NAME
 #N>`) so tracebacks show the generated lines. JIT kernels are built by
-`rvm.runtime.native.loader.load_kernel(record)` (Numba loads when the first one does). Built
+`rvm.runtime.loading.loader.load_kernel(record)` (Numba loads when the first one does). Built
 kernels are cached on the executable (thread-safe), so every VM over it shares them.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 
 import rvm.runtime.builtins  # noqa: F401  (registers vm.builtin.*)
 from rvm.errors import VMError
-from rvm.runtime.native import loader
+from rvm.runtime.loading import loader
 from rvm.runtime.progress import with_progress
 from rvm.runtime.registry import get_global_func
 

@@ -17,7 +17,7 @@ META) loads with the defaults; a new major version means an incompatible layout.
 added opcodes (the tail calls, NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`),
 which older readers reject as unknown opcodes. A file before 1.3 (no RSLT) loads with every
 `VMFunction.result` None. Since version 1.4, an optional NATV section carries the native
-code of the jit kernels (`rvm.runtime.native.artifact`): the key it was built for, then per
+code of the jit kernels (`rvm.runtime.loading.artifact`): the key it was built for, then per
 group (a kernel file or an rvm module) its kind, name, modification time and Numba cache
 files (name, bytes). A file without it loads as before (its kernels load from the cache or
 compile).
@@ -49,7 +49,7 @@ from rvm.runtime.executable import (
     ParamSpec,
     VMFunction,
 )
-from rvm.runtime.native.artifact import NativeCode, NativeGroup, check
+from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable

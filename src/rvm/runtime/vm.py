@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
-from rvm.runtime.compiled import CompiledMode, compiled_functions
-from rvm.runtime.decode import decode_executable
+from rvm.kernels.threads import apply_environment
 from rvm.runtime.entry import (
     NOT_RUN,
     BoundFunction,
@@ -28,12 +27,13 @@ from rvm.runtime.entry import (
     bind_arguments,
     check_arguments,
 )
-from rvm.runtime.exec_mode import ExecContext, ExecMode
 from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
-from rvm.runtime.loop import BytecodeMode
 from rvm.runtime.memory import NAMED_ALLOCATORS, make_allocator
-from rvm.runtime.native.threads import apply_environment
+from rvm.runtime.modes.base import ExecContext, ExecMode
+from rvm.runtime.modes.bytecode import BytecodeMode
+from rvm.runtime.modes.compiled import CompiledMode, compiled_functions
+from rvm.runtime.modes.decode import decode_executable
 from rvm.runtime.profiler import (
     SKIP_RUN,
     BenchmarkResult,
@@ -45,13 +45,13 @@ from rvm.runtime.profiler import (
 from rvm.runtime.text import signature
 
 if TYPE_CHECKING:
-    from rvm.runtime.native_mode import NativeReport
+    from rvm.runtime.modes.native import NativeReport
 
 
 def _native_mode(context: ExecContext) -> ExecMode:
     """The native mode, imported when a VM first asks for it (its code generator is not needed
     by the other modes)."""
-    from rvm.runtime.native_mode import NativeMode
+    from rvm.runtime.modes.native import NativeMode
 
     return NativeMode(context)
 

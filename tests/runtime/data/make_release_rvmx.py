@@ -7,9 +7,9 @@ saved by that release still load and run)::
     git worktree add /tmp/rvm-old a1d17c9
     RVM_CACHE_DIR=$(mktemp -d) PYTHONPATH=/tmp/rvm-old/src python make_release_rvmx.py
 
-The program has jit kernels that import the kernel library by its old paths (a matmul through
-``rvm.runtime.native.blas``, ``tanh``/``exp`` through ``rvm.runtime.native.mathlib``), control flow, and runs in the native exec
-mode by default, so the file carries a native section too.
+The program has jit kernels that import the kernel library by its old paths (a matmul
+through ``rvm.runtime.native.blas``, ``tanh``/``exp`` through ``rvm.runtime.native.mathlib``),
+control flow, and runs in the native exec mode by default, so the file carries a native section too.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ widest vectors there are (210-250 GFLOP/s on one core of that machine, against O
 
 `sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate)` computes, row-major on int64 addresses,
 ``C[m, n] = A[m, k] @ B[k, n]`` (``+= ...`` when ``accumulate``). No checks: the callers
-(`rvm.runtime.native.blas`) check every window first.
+(`rvm.kernels.blas`) check every window first.
 
 How (a register-blocked GEMM, C's rows along A and its columns in vectors):
 
@@ -26,7 +26,7 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   vector loaded and stored under a lane mask, and rows past ``m`` are not stored, so no edge
   needs a copy.
 
-Multiple threads: `rvm.runtime.native.blas` cuts large products into pieces on rvm's pool, one
+Multiple threads: `rvm.kernels.blas` cuts large products into pieces on rvm's pool, one
 call of this each.
 """
 
@@ -240,7 +240,7 @@ def sgemm_segments(
     ``width``: run ``s`` of B starts ``s * b_step`` floats after ``b``, of C ``s * c_step``
     after ``c``. B's row ``r`` is ``r * ldb`` floats on, or with a ``table`` (an int64 array's
     address, else 0) ``table[r]``. One segment of ``n`` columns is a plain GEMM; a convolution
-    reads its taps in place, an output row a segment (`rvm.runtime.native.conv`). float32
+    reads its taps in place, an output row a segment (`rvm.kernels.conv`). float32
     at int64 addresses, in the calling thread, no checks."""
     if m <= 0 or segments <= 0 or width <= 0:
         return

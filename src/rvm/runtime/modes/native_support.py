@@ -5,7 +5,7 @@ a block of bytes), `view` (ALLOC_TENSOR, a tensor over a block's bytes), `shape_
 (SHAPE_OF), `full0` (a scalar register where an array is needed), and `constant`, which
 rebuilds a constant of the executable from the hex text a generated file holds (Numba freezes
 module-level arrays into the code it compiles). A change to this file changes the hash of every
-generated file (`rvm.runtime.native.cache.source_hash` covers the rvm modules a file imports),
+generated file (`rvm.runtime.loading.cache.source_hash` covers the rvm modules a file imports),
 so no stale object code is reused.
 
 Imported only by generated files: importing it imports Numba.

@@ -10,9 +10,9 @@ in float64).
 
 Each output channel is one vectorizable run over the plane: the window's squares summed in
 the dtype (as the reference does), then the power. A power has no vectorized libm call here
-(`rvm.runtime.native.mathlib`), so the common exponents are square roots: ``t ** 0.75`` is
+(`rvm.kernels.mathlib`), so the common exponents are square roots: ``t ** 0.75`` is
 ``sqrt(t) * sqrt(sqrt(t))``, ``t ** 0.5`` is ``sqrt(t)``; others call ``pow``. Large inputs
-are split by channels over threads (`rvm.runtime.native.parfor`).
+are split by channels over threads (`rvm.kernels.parfor`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.runtime.native import entry, parfor
-from rvm.runtime.native.planes import U
+from rvm.kernels import entry, parfor
+from rvm.kernels.planes import U
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -76,7 +76,7 @@ _JOB = 12  # a job: its length, x, out, n, c, h, w, size, alpha, beta, bias (bit
 
 
 def _task(k, like, data):  # type: ignore[no-untyped-def]
-    """One chunk of channels of an lrn split over threads (`rvm.runtime.native.parfor`)."""
+    """One chunk of channels of an lrn split over threads (`rvm.kernels.parfor`)."""
     job = parfor.job(data)
     n, c, h, w = job[3], job[4], job[5], job[6]
     x = parfor.array_at(job[1], (n, c, h, w), like)
@@ -110,7 +110,7 @@ def _lrn(x, out, params):  # type: ignore[no-untyped-def]
 
 
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
-    """`_lrn` on x (a), out (b) (see `rvm.runtime.native.entry`): 0 done, 1 the shapes
+    """`_lrn` on x (a), out (b) (see `rvm.kernels.entry`): 0 done, 1 the shapes
     disagree."""
     d = nb.carray(dims, 8)
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
@@ -119,7 +119,7 @@ def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
 
 
 entry.export("lrn", _entry)
-# What kernels call (`rvm.runtime.native.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
 entry_call = entry.caller("lrn", 4)
 
 

@@ -29,7 +29,7 @@ whole word, so a thread that read a finished job's fields never runs one of its 
 Helpers are Python threads that enter the native helper loop through ctypes (the GIL released)
 and leave it only when `set_helpers` asks fewer of them. A forked child resets the pool (its
 parent's helpers do not exist there) and runs jobs in the caller until `set_helpers` restarts
-helpers (`rvm.runtime.native.threads` does at the next VM).
+helpers (`rvm.kernels.threads` does at the next VM).
 
 For compiled callers: `run(fn, n, data)`, `threads()` (1 + helpers) and `busy()` are
 intrinsics calling the pool's C functions by symbol, so cached code that uses them is

@@ -1,10 +1,10 @@
-"""C entry points of the kernel library (`rvm.runtime.native.conv`, `.pool`).
+"""C entry points of the kernel library (`rvm.kernels.conv`, `.pool`).
 
 A kernel that called a library function directly would link the function's code into its own
 module, and LLVM would optimize it again in every kernel (1-3 s per kernel for the
 convolution). Instead each library function has a C entry point per float dtype (a cached
 `numba.cfunc`) whose address is registered with llvmlite under a fixed symbol, as
-`rvm.runtime.native.blas` does with NumPy's CBLAS: a kernel calls the symbol like a C library, and a
+`rvm.kernels.blas` does with NumPy's CBLAS: a kernel calls the symbol like a C library, and a
 cached kernel's call is resolved when it is linked.
 
 An entry point is compiled (or loaded from Numba's cache) only for the dtypes a process uses,
@@ -38,7 +38,7 @@ from numba.core import cgutils
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
-from rvm.runtime.native.numba_cache import light_loads
+from rvm.runtime.loading.numba_cache import light_loads
 
 DTYPES = ("float32", "float64")
 MAX_ARRAYS = 3
@@ -46,9 +46,9 @@ NDIMS = 4
 
 # The library's entry points and the modules exporting them (imported by `require`).
 MODULES = {
-    "conv2d": "rvm.runtime.native.conv",
-    "pool2d": "rvm.runtime.native.pool",
-    "lrn": "rvm.runtime.native.lrn",
+    "conv2d": "rvm.kernels.conv",
+    "pool2d": "rvm.kernels.pool",
+    "lrn": "rvm.kernels.lrn",
 }
 # The line of a kernel's source that requires an entry point (see `required_by`).
 _REQUIRE = re.compile(r"^require\('(\w+)', '(\w+)'\)$", re.MULTILINE)
@@ -86,7 +86,7 @@ def require(name: str, dtype: str) -> None:
         importlib.import_module(MODULES[name])  # exports it
     body = _bodies[name]
     # The entry point may split its loop over threads: its task's symbol first.
-    from rvm.runtime.native import parfor
+    from rvm.kernels import parfor
 
     with light_loads():  # a cached entry point loads without starting Numba's compiler
         parfor.require_task(name, dtype)
@@ -107,7 +107,7 @@ def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
 
 def require_line(name: str, dtype: str) -> str:
     """The statement of a kernel's source requiring entry point ``name`` for ``dtype`` (after
-    ``from rvm.runtime.native.entry import require``)."""
+    ``from rvm.kernels.entry import require``)."""
     return f"require({name!r}, {dtype!r})"
 
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from rvm.runtime import semantics as sem
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.compiled_flow import FlowInfo, ShapePlan
+from rvm.runtime.modes.flow import FlowInfo, ShapePlan
 from rvm.runtime.semantics import DERIVED, operand_kinds
 from rvm.runtime.text import describe_instruction
 

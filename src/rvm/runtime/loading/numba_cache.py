@@ -9,7 +9,7 @@ object code is loaded through Numba's own cache classes (its private ``Cache._lo
 used in `light_load` only). Everything else goes Numba's normal way: a miss compiles (Numba's
 compiler refreshes the context itself first), and a light load that fails for any reason (a
 Numba whose internals differ, a corrupt file) is done again by Numba's own `load_overload`,
-which reports a corrupt file as it always did (`rvm.runtime.native.loader` then drops the
+which reports a corrupt file as it always did (`rvm.runtime.loading.loader` then drops the
 entry and recompiles).
 
 `install()` puts the switch in place, once per process, after dropping the library's object
@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from rvm.runtime.native.cache import drop_stale_library_code
+from rvm.runtime.loading.cache import drop_stale_library_code
 
 logger = logging.getLogger("rvm.jit")
 

@@ -3,10 +3,10 @@
 A saved executable (`rvm.runtime.serialize`, section NATV) carries, beside the kernels' source,
 the files Numba's ``cache=True`` wrote for them in the saving process (`collect`): per jit
 kernel, the index (``.nbi``) and data (``.nbc``, the object code) files of its kernel file in
-rvm's cache (`rvm.runtime.native.cache`), and per rvm library module, the files of the
+rvm's cache (`rvm.runtime.loading.cache`), and per rvm library module, the files of the
 functions a loading process loads from Numba's cache (`loaded_functions`: those compiled at
-import, such as `rvm.runtime.native.mathlib`'s, and the entry points and tasks the kernels
-require, `rvm.runtime.native.entry`). They are tagged with a key
+import, such as `rvm.kernels.mathlib`'s, and the entry points and tasks the kernels
+require, `rvm.kernels.entry`). They are tagged with a key
 (`native_key`: rvm, Numba and llvmlite versions, the host CPU's name and features, Python's
 version, the hash of the library's sources).
 
@@ -94,11 +94,11 @@ def check(native: NativeCode) -> str | None:
 
 
 def native_key() -> str:
-    """The key native code is valid for: `rvm.runtime.native.cache.target_key` (rvm, Numba,
+    """The key native code is valid for: `rvm.runtime.loading.cache.target_key` (rvm, Numba,
     llvmlite versions, CPU name and features), Python's version, and the hash of the library's
-    sources (`rvm.runtime.native.cache.library_digest`: library code compiled from other
+    sources (`rvm.runtime.loading.cache.library_digest`: library code compiled from other
     sources may link symbols this library no longer registers)."""
-    from rvm.runtime.native.cache import library_digest, target_key
+    from rvm.runtime.loading.cache import library_digest, target_key
 
     abi = getattr(sys, "abiflags", "")
     python = f"{sys.version_info[0]}.{sys.version_info[1]}{abi}"
@@ -188,15 +188,15 @@ def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
     cache, as {module: file name bases}: in the runtime modules the kernels import (and those
     of the entry points they require, and what these import), every function compiled when
     its module is imported or a kernel is (a `numba.cfunc`, such as the work pool's, the
-    entry points and tasks of `rvm.runtime.native.entry` and `.parfor`, or an ``njit`` with
-    signatures, such as `rvm.runtime.native.mathlib`'s). The modules must be imported (the
+    entry points and tasks of `rvm.kernels.entry` and `.parfor`, or an ``njit`` with
+    signatures, such as `rvm.kernels.mathlib`'s). The modules must be imported (the
     kernels loaded) first. Lazily compiled functions (BLAS calls...) are left out: they are in
     the object code of what calls them, and compile only where a kernel does."""
     from numba.core.ccallback import CFunc
     from numba.core.registry import CPUDispatcher
 
-    from rvm.runtime.native import entry, parfor
-    from rvm.runtime.native.cache import imported_modules, module_source
+    from rvm.kernels import entry, parfor
+    from rvm.runtime.loading.cache import imported_modules, module_source
 
     modules: set[str] = set()
     for rec in records:
@@ -229,8 +229,8 @@ def collect(records: Iterable[KernelRecord], native_file: str | None = None) -> 
     A kernel that does not compile is left out (it rebuilds from source where it is loaded,
     and fails there as here)."""
     from rvm.errors import JITError
-    from rvm.runtime.native.cache import kernel_path, object_code_dir
-    from rvm.runtime.native.loader import load_kernel
+    from rvm.runtime.loading.cache import kernel_path, object_code_dir
+    from rvm.runtime.loading.loader import load_kernel
 
     jit = [r for r in records if r.backend == "jit"]
     if not jit:
@@ -279,7 +279,7 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
             key_difference(native.key, here),
         )
         return 0
-    from rvm.runtime.native.cache import (
+    from rvm.runtime.loading.cache import (
         drop_stale_library_code,
         kernel_path,
         object_code_dir,
@@ -330,8 +330,8 @@ def _install_native_file(group: NativeGroup) -> Path | None:
     """Write the native mode's file of ``group`` into rvm's cache (when its indexes are
     missing there) and return the folder of its object code; None when its source is not the
     one its name promises (another library, or a corrupt file: the mode then compiles)."""
-    from rvm.runtime.native.cache import cache_dir, object_code_dir, source_hash, write_entry
-    from rvm.runtime.native_mode import NATIVE_DIR
+    from rvm.runtime.loading import NATIVE_DIR
+    from rvm.runtime.loading.cache import cache_dir, object_code_dir, source_hash, write_entry
 
     source = dict(group.files)[group.ident].decode()
     if f"n_{source_hash(source)}.py" != group.ident:
@@ -351,7 +351,7 @@ def _missing_indexes(group: NativeGroup, folder: Path) -> list[str]:
 
 def _write_group(group: NativeGroup, folder: Path) -> int:
     """Write the group's index files missing from ``folder``, each after its data files."""
-    from rvm.runtime.native.cache import write_atomic
+    from rvm.runtime.loading.cache import write_atomic
 
     todo = _missing_indexes(group, folder)
     if not todo:

@@ -1,7 +1,7 @@
 """How many threads rvm's kernels use: the calling thread plus the helpers of rvm's own pool.
 
 `set_num_threads(n)` makes jobs of native work (the pieces of a large GEMM, GEMV or library
-loop, `rvm.runtime.native.workpool`) run on the calling thread and ``n - 1`` pool helpers;
+loop, `rvm.kernels.workpool`) run on the calling thread and ``n - 1`` pool helpers;
 `get_num_threads()` reads it back. Without a call, the count is the environment variable
 ``RVM_NUM_THREADS`` if set, else every CPU this process may run on
 (``os.sched_getaffinity``). Importing rvm changes nothing; the first `VirtualMachine` (or
@@ -18,7 +18,7 @@ threads share the cores without oversubscription collapse, and one VM uses them 
 numpy kernels' ``np.dot`` runs on one thread as a consequence.
 
 ``RVM_SPLIT_LOOPS=0`` turns off the splitting of library loops (pooling, lrn;
-`rvm.runtime.native.parfor`, which reads it here when it is imported).
+`rvm.kernels.parfor`, which reads it here when it is imported).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _SET_NAMES = (
     "openblas_set_num_threads",
 )
 _GET_NAMES = tuple(n.replace("_set_", "_get_") for n in _SET_NAMES)
-_POOL = "rvm.runtime.native.workpool"
+_POOL = "rvm.kernels.workpool"
 
 _lock = threading.Lock()
 _count: int | None = None  # the chosen count, once chosen (explicitly or at first use)

@@ -14,10 +14,10 @@ under a fixed symbol name, so compiled code that calls it is cached by Numba lik
 - `address(array, offset)`: the address of an element of a C-contiguous array;
   `require_operands(a, b, c)` types only for C-contiguous arrays of one BLAS dtype.
 
-OpenBLAS's thread count is set in `rvm.runtime.native.threads` (one thread: rvm splits its
+OpenBLAS's thread count is set in `rvm.kernels.threads` (one thread: rvm splits its
 GEMMs itself).
 
-Nothing here checks a bound: `rvm.runtime.native.blas` checks every window before it calls.
+Nothing here checks a bound: `rvm.kernels.blas` checks every window before it calls.
 `AVAILABLE` is False when NumPy's BLAS does not export this interface; kernels then use
 ``np.dot``.
 """
@@ -32,7 +32,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.runtime.native.threads import numpy_core_library
+from rvm.kernels.threads import numpy_core_library
 
 # CBLAS enums: row-major layout, no transpose, transpose.
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112

@@ -2,14 +2,14 @@
 over rvm's thread pool.
 
 Float32 products with B as it is (not transposed) and beta 0 or 1 -- every convolution's --
-run rvm's own kernel (`rvm.runtime.native.sgemm`, the CPU's full vector width whatever BLAS
+run rvm's own kernel (`rvm.kernels.sgemm`, the CPU's full vector width whatever BLAS
 was told); the rest run NumPy's BLAS.
 
 Numba's ``np.dot`` reaches BLAS through SciPy's bundled OpenBLAS, a second library beside
 NumPy's with its own thread pool, and on this build its ``sgemm`` costs 75-100 us for any
 product of two to sixteen rows by a 784 x 128 float32 matrix (NumPy's: 25-55 us, one thread);
 strided operands are copied first. So float matmul and convolution call NumPy's BLAS directly
-(`rvm.runtime.native.cblas`, the raw binding):
+(`rvm.kernels.cblas`, the raw binding):
 
 - `gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)` computes, row-major,
   ``C[m, n] = A[m, k] @ B[k, n] + beta * C`` where ``A`` starts at flat element ``ia`` of the
@@ -20,9 +20,9 @@ strided operands are copied first. So float matmul and convolution call NumPy's 
   C-contiguous arrays, with the BLAS call that costs least for the shape (see `matmul`).
 
 Large products are cut along their longer output side into pieces, one single-threaded BLAS
-call each, run as a job of `rvm.runtime.native.workpool`: the calling thread and the pool's
+call each, run as a job of `rvm.kernels.workpool`: the calling thread and the pool's
 helpers take them. rvm splits its GEMMs itself and OpenBLAS runs on one thread
-(`rvm.runtime.native.threads`): OpenBLAS's own threading pays off only on large products,
+(`rvm.kernels.threads`): OpenBLAS's own threading pays off only on large products,
 one at a time per process, and its threads spin on after each call, taking the core the
 next kernel wants. OpenBLAS's batched GEMM (``cblas_sgemm_batch``) is not used: it crashed
 on products of up to 1e6 multiply-adds (its small-matrix path), and the pool does its job.
@@ -38,8 +38,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.runtime.native import cblas, parfor, sgemm, workpool
-from rvm.runtime.native.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
+from rvm.kernels import cblas, parfor, sgemm, workpool
+from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 
 __all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul"]
 
@@ -101,7 +101,7 @@ def _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: i
 @nb.njit(**_OPTS)
 def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[no-untyped-def]
     """``C = A @ op(B) + beta * C`` on addresses in the calling thread, m, n, k > 0: rvm's
-    own kernel (`rvm.runtime.native.sgemm`) for float32 with B as it is and beta 0 or 1,
+    own kernel (`rvm.kernels.sgemm`) for float32 with B as it is and beta 0 or 1,
     BLAS otherwise."""
     if sgemm.applies(like) and tb == NO_TRANS and (beta == 0.0 or beta == 1.0):
         sgemm.sgemm(a, lda, b, ldb, c, ldc, m, n, k, beta != 0.0)
@@ -166,7 +166,7 @@ _GEMM_JOB = 15
 
 
 def _gemm_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split GEMM (a pool task, `rvm.runtime.native.parfor`)."""
+    """Piece ``p`` of a split GEMM (a pool task, `rvm.kernels.parfor`)."""
     job = parfor.job(data)
     tb, a, b, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
     m, n, k, beta = job[8], job[9], job[10], _float(job[11])
@@ -276,7 +276,7 @@ def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 @nb.njit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
                   batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
-    """``C = A[m, k] @ B`` for float32 (`rvm.runtime.native.sgemm.sgemm_segments`), for
+    """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
     each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
     ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
     ``s * b_step`` elements on, of C ``s * c_step``. Batch ``i`` takes A ``(i % groups) *

@@ -28,9 +28,9 @@ from typing import Any
 from rvm.errors import VMError
 from rvm.runtime import semantics as sem
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.decode import ALLOC_TUPLE, NEW_TINY
-from rvm.runtime.exec_mode import ExecContext, Fatal
 from rvm.runtime.memory import alloc_view_of
+from rvm.runtime.modes.base import ExecContext, Fatal
+from rvm.runtime.modes.decode import ALLOC_TUPLE, NEW_TINY
 
 __all__ = ["BytecodeMode", "MAX_CALL_DEPTH", "compile_loop", "loop_source"]
 

@@ -1,10 +1,10 @@
 """Both cores for the kernel library's large loops: chunks of work on rvm's thread pool.
 
 A library function splits a large loop (pooling, lrn) into chunks, one piece each of a job on
-`rvm.runtime.native.workpool`: the calling thread and the pool's helpers claim them. A chunk
+`rvm.kernels.workpool`: the calling thread and the pool's helpers claim them. A chunk
 is a task, compiled once per dtype as a `numba.cfunc` and registered under a fixed symbol, so
 the library's cached code calls it as a kernel calls the library
-(`rvm.runtime.native.entry`): the symbol is resolved when the cached code is linked.
+(`rvm.kernels.entry`): the symbol is resolved when the cached code is linked.
 
 - `export_task(name, body)` declares ``body(chunk, like, data)`` as the task ``name``: it
   runs chunk ``chunk`` (0 to ``chunks - 1``) of the job whose int64 array is ``data``
@@ -35,9 +35,9 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.runtime.native import workpool
-from rvm.runtime.native.entry import DTYPES
-from rvm.runtime.native.threads import split_loops_from_environment
+from rvm.kernels import workpool
+from rvm.kernels.entry import DTYPES
+from rvm.kernels.threads import split_loops_from_environment
 
 MIN_WORK = 1 << 18
 """Elements a loop touches from which its chunks go to two or more threads: below it a
@@ -69,10 +69,10 @@ def task_symbol(name: str, dtype: str) -> str:
 def export_task(name: str, body: Callable[..., None]) -> None:
     """Declare ``body(chunk, like, data)`` (module level, for Numba's cache) as the task
     ``name``; `require_task` compiles it for a dtype (the library entry point of the same
-    name requires it, `rvm.runtime.native.entry.require`). ``chunk`` is the chunk it runs,
+    name requires it, `rvm.kernels.entry.require`). ``chunk`` is the chunk it runs,
     ``job(data)`` the caller's int64 array; ``like`` is a null pointer typed by the dtype
     (never read: pass it to `array_at`). Its C signature is a pool piece's
-    (`rvm.runtime.native.workpool`)."""
+    (`rvm.kernels.workpool`)."""
     _task_bodies[name] = body
 
 

@@ -5,7 +5,7 @@ VM function (registers as typed locals, kernels called njit to njit, tensors all
 Numba, branches and loops native, calls between native functions native calls). The file is
 the native code's cache entry: it lives at ``<rvm cache dir>/native/n_<hash>.py``, named by the
 hash of its text, the versions and CPU it is compiled for and the rvm modules it imports
-(`rvm.runtime.native.cache.source_hash`), written atomically, registered in `linecache`, and
+(`rvm.runtime.loading.cache.source_hash`), written atomically, registered in `linecache`, and
 imported as a module with its kernels bound as globals, so Numba's ``cache=True`` keeps the
 object code beside it: identical programs compile once, and a second process compiles nothing.
 A function is compiled at its first call (for the types of that call's values).
@@ -41,21 +41,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rvm.runtime.compiled import CompiledMode
 from rvm.runtime.entry import NOT_RUN
-from rvm.runtime.exec_mode import ExecContext
 from rvm.runtime.executable import SCALAR_META
+from rvm.runtime.loading import NATIVE_DIR
+from rvm.runtime.loading import cache as native_cache
+from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.memory import NAMED_ALLOCATORS
-from rvm.runtime.native import cache as native_cache
-from rvm.runtime.native.loader import exec_module_file, kernel_function
-from rvm.runtime.native_codegen import NativeModule, render_module
+from rvm.runtime.modes.base import ExecContext
+from rvm.runtime.modes.compiled import CompiledMode
+from rvm.runtime.modes.native_codegen import NativeModule, render_module
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
 
 __all__ = ["NATIVE_DIR", "NativeMode", "NativeReport", "native_path"]
 
-NATIVE_DIR = "native"
 _lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
 _ENTRIES: dict[tuple, Any] = {}  # by (id of the function, signature); modules live on

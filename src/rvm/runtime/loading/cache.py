@@ -5,11 +5,11 @@ function is compiled with ``cache=True``, so Numba stores the object code in the
 folder next to it (or under ``NUMBA_CACHE_DIR``, `object_code_dir`) and a second process loads that
 instead of compiling (Numba cannot cache functions of ``exec``'d source, numba#3501, hence real
 files). The hash covers the source, the rvm, Numba and llvmlite versions, the host CPU's name and
-features, and the source of every rvm module the kernel imports (``from rvm.runtime.native.mathlib
+features, and the source of every rvm module the kernel imports (``from rvm.kernels.mathlib
 import exp32``, read off the kernel's own import lines, and the rvm modules those import in turn),
 so a file is never reused for another compiler or machine, or after a change to code the kernel
-calls (Numba's object code has the intrinsics of `rvm.runtime.native.mathlib` and
-`rvm.runtime.native.blas` compiled in). Writes go to a temporary file first and are moved in place
+calls (Numba's object code has the intrinsics of `rvm.kernels.mathlib` and
+`rvm.kernels.blas` compiled in). Writes go to a temporary file first and are moved in place
 with ``os.replace`` (atomic; two processes writing the same entry write the same bytes). The cache
 directory is read from the environment when asked for (`cache_dir`), never at import:
 ``RVM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rvm``, else ``~/.cache/rvm``.
@@ -46,9 +46,9 @@ def target_key() -> str:
     import llvmlite.binding as llvm
     import numba
 
-    import rvm
+    from rvm.runtime.loading import VERSION
 
-    version = getattr(rvm, "__version__", "0")
+    version = VERSION
     cpu = llvm.get_host_cpu_name()
     features = llvm.get_host_cpu_features().flatten()
     return (
@@ -77,7 +77,7 @@ def module_source(name: str) -> str:
 
 def _is_module(name: str) -> bool:
     """Whether ``name`` is a module, without running the module it would be a name of (a
-    kernel's source is hashed before anything it imports is loaded, `rvm.runtime.native.mathlib`
+    kernel's source is hashed before anything it imports is loaded, `rvm.kernels.mathlib`
     compiles functions at import)."""
     parent = name.rpartition(".")[0]
     try:
@@ -89,18 +89,19 @@ def _is_module(name: str) -> bool:
 
 
 def _in_runtime(name: str) -> bool:
-    return name == "rvm.runtime" or name.startswith("rvm.runtime.")
+    return any(name == p or name.startswith(p + ".") for p in ("rvm.runtime", "rvm.kernels"))
 
 
 @functools.lru_cache(maxsize=1024)
 def imported_modules(source: str) -> tuple[str, ...]:
     """The rvm runtime modules `source` imports (at module level or in a function), and those
-    these import (sorted). Only `rvm.runtime` counts: kernels and the library they call import
-    nothing else that is compiled in (`cache` imports `rvm` for its version, which is in the
-    hash already), and a process loading kernels never imports the compiler's packages.
+    these import (sorted). Only `rvm.runtime` and `rvm.kernels` count: kernels and the library
+    they call import nothing else that is compiled in (rvm's version is in the hash already),
+    and a process loading kernels never imports the compiler's packages.
 
-    ``from rvm.runtime.native import blas`` counts `rvm.runtime.native` and
-    `rvm.runtime.native.blas`. Found once per source and process (compiling and loading a
+    ``from rvm.kernels import blas`` counts `rvm.kernels` and `rvm.kernels.blas`; an old
+    path such as ``rvm.runtime.native.blas`` counts its alias module and, through it, the
+    module it names. Found once per source and process (compiling and loading a
     kernel both ask), as the modules' sources are read once.
     """
     seen: set[str] = set()

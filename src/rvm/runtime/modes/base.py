@@ -27,8 +27,8 @@ from rvm.runtime.kernels import KERNEL_FILE_PREFIX
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
-    from rvm.runtime.decode import DecodedFunction
     from rvm.runtime.executable import Executable
+    from rvm.runtime.modes.decode import DecodedFunction
 
 __all__ = ["ExecContext", "ExecMode", "Fatal", "VMStackError", "vm_error"]
 
@@ -68,7 +68,7 @@ class ExecContext:
 
     Attributes:
         executable: The executable the VM runs.
-        functions: Its functions decoded for the bytecode loop (`rvm.runtime.decode`).
+        functions: Its functions decoded for the bytecode loop (`rvm.runtime.modes.decode`).
         raw_packed: A callable per primitive name, in index order, as resolved.
         packed: The table the VM calls now: `raw_packed`, or wrapped callables while
             instrumented or profiled. A mode reads it at each run (its identity changes).

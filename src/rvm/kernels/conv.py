@@ -6,12 +6,12 @@ lives here, so it is compiled once per operand type and cached with this module'
 cache, not compiled again into every kernel (it was most of a CNN's compile time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr)`: NumPy's BLAS
-  (`rvm.runtime.native.blas.gemm_split`: every GEMM is cut into pieces that run at once on
+  (`rvm.kernels.blas.gemm_split`: every GEMM is cut into pieces that run at once on
   the BLAS's threads, one thread each), the method chosen by shape (`_conv2d_blas`). 1x1
   unpadded convolutions are one GEMM per (image, group), on the operands themselves at
   stride 1, on the input subsampled once otherwise. Depthwise ones (one input channel per
   group) are direct loops, three taps per pass. Others split the zero-padded input of each
-  (image, group) into its stride phases once (`rvm.runtime.native.planes`), so each tap of
+  (image, group) into its stride phases once (`rvm.kernels.planes`), so each tap of
   each output row is a unit-stride run, copy those runs into a column matrix (im2col) and
   multiply it by the weight, one GEMM per block of output rows. (Stride-1 convolutions used
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
@@ -32,10 +32,10 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.runtime.native import entry, parfor
-from rvm.runtime.native.blas import blas_threads, gemm_segments
-from rvm.runtime.native.blas import gemm_split as gemm
-from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
+from rvm.kernels import entry, parfor
+from rvm.kernels.blas import blas_threads, gemm_segments
+from rvm.kernels.blas import gemm_split as gemm
+from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
 CONV_BLOCK = 1024
@@ -76,7 +76,7 @@ def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
 @nb.njit(**_OPTS)
 def _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
     """The zero-padded channels of image ``n_``, group ``g_`` split into their stride phases
-    (`rvm.runtime.native.planes.padded_phases`), channel after channel in ``ph``."""
+    (`rvm.kernels.planes.padded_phases`), channel after channel in ``ph``."""
     size = sh * sw * hq * wq
     for c_ in range(cg):
         at_x = ((n_ * c) + g_ * cg + c_) * ih * iw
@@ -104,7 +104,7 @@ def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-
 def _im2col(product):  # type: ignore[no-untyped-def]
     """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes: the
     input of each (image, group) is split into its zero-padded stride phases once, so every
-    tap of every output row is a unit-stride run of them (`rvm.runtime.native.planes`)."""
+    tap of every output row is a unit-stride run of them (`rvm.kernels.planes`)."""
 
     @nb.njit(**_OPTS)
     def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
@@ -167,7 +167,7 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
     that tap's run in them (a table of where each starts), one segment per output row
-    (`rvm.runtime.native.blas.gemm_segments`). No column matrix is built."""
+    (`rvm.kernels.blas.gemm_segments`). No column matrix is built."""
     n, c, ih, iw = x.shape
     o, cg, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
@@ -273,7 +273,7 @@ def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore
     """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
     channel per group (depthwise, any channel multiplier): each plane is copied into a
     zero-padded plane split into its stride phases, then the taps add their weighted windows
-    as long runs, three per pass (see `rvm.runtime.native.planes`)."""
+    as long runs, three per pass (see `rvm.kernels.planes`)."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     o, kh, kw = w.shape[0], w.shape[2], w.shape[3]
     oh, ow = out.shape[2], out.shape[3]
@@ -309,8 +309,8 @@ def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
     _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18])
 
 
-# The entry point's own task (`rvm.runtime.native.entry.require` compiles it with the entry
-# point); its GEMMs' tasks are `rvm.runtime.native.blas`'s.
+# The entry point's own task (`rvm.kernels.entry.require` compiles it with the entry
+# point); its GEMMs' tasks are `rvm.kernels.blas`'s.
 parfor.export_task("conv2d", _depthwise_task)
 _run_depthwise = parfor.runner("conv2d")
 
@@ -371,7 +371,7 @@ def _weighted_taps(flat, starts, wf, at_w, acc, run):  # type: ignore[no-untyped
 @nb.njit(**_OPTS)
 def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
     """The first ``ow`` of every ``wq`` elements of ``acc`` to ``of[at:]`` (the output plane
-    without the wrap-around columns); unsigned indices, as in `rvm.runtime.native.planes`."""
+    without the wrap-around columns); unsigned indices, as in `rvm.kernels.planes`."""
     for p_ in range(oh):
         dst, src = U(at + p_ * ow), U(p_ * wq)
         for q_ in range(U(ow)):
@@ -405,7 +405,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
     return True
 
 
-# -- the compiled entry point (see `rvm.runtime.native.entry`) ------------------------------
+# -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------
 
 
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
@@ -419,7 +419,7 @@ def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
 
 
 entry.export("conv2d", _entry)
-# What kernels call (`rvm.runtime.native.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
 entry_call = entry.caller("conv2d", 9)
 
 

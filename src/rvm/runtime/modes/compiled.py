@@ -42,9 +42,14 @@ from typing import TYPE_CHECKING, Any
 from rvm.dtypes import numpy_dtype
 from rvm.errors import VMError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
-from rvm.runtime.compiled_codegen import FunctionSource, Names, generate_source, ring_probe_source
-from rvm.runtime.exec_mode import ExecContext, VMStackError
 from rvm.runtime.memory import alloc_view_of
+from rvm.runtime.modes.base import ExecContext, VMStackError
+from rvm.runtime.modes.compiled_codegen import (
+    FunctionSource,
+    Names,
+    generate_source,
+    ring_probe_source,
+)
 from rvm.runtime.objects import Closure
 from rvm.runtime.semantics import RUNTIME_NAMES, closure_error, consti
 

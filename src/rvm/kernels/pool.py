@@ -10,13 +10,13 @@ its padding elements with ``include_pad``; a ceil-mode window's overhang past th
 never counts). Averages sum in float64, as the reference does, and are multiplied by a table
 of the reciprocal counts made once per call (only edge windows differ in it).
 
-Kernels reach it through a C entry point (`rvm.runtime.native.entry`), so its code is compiled
+Kernels reach it through a C entry point (`rvm.kernels.entry`), so its code is compiled
 once, not again into each kernel. Every step is a unit-stride, vectorizable run where it can
 be (a strided read is not one):
 
 - by default, channels are copied into planes that hold the padding value (-inf for max, 0
   for average) around them, split by the strides, many small planes stacked, and each pass
-  over the whole stack adds three taps' runs (`rvm.runtime.native.planes`);
+  over the whole stack adds three taps' runs (`rvm.kernels.planes`);
 - for a column stride above 1 on a wide input, that split would be a slow strided copy; the
   pools are separable instead: for each output row, its window rows are reduced column by
   column into a padded line, then the line's columns tap by tap, and the row takes every
@@ -24,7 +24,7 @@ be (a strided read is not one):
 - when the output keeps few of the positions a run would compute (global-like windows), window
   by window.
 
-Large pools are split by channels over threads (`rvm.runtime.native.parfor`). The output
+Large pools are split by channels over threads (`rvm.kernels.parfor`). The output
 size is checked against the geometry before any memory is touched (ValueError).
 """
 
@@ -33,8 +33,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.runtime.native import entry, parfor
-from rvm.runtime.native.planes import U, padded_phases, phase_shape, tap_starts
+from rvm.kernels import entry, parfor
+from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -189,7 +189,7 @@ def _sum_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
 @nb.njit(**_OPTS)
 def _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi``, ``k`` at a time: each copied into its padded plane split by
-    the strides (`rvm.runtime.native.planes`), the ``k`` planes stacked in each phase of
+    the strides (`rvm.kernels.planes`), the ``k`` planes stacked in each phase of
     ``flat``, then one run over the whole stack per three taps into ``acc`` (rows as wide
     as a phase's; a plane's windows never reach the next plane, and the rows between the
     planes' outputs are dropped). Small planes thus make long runs too. Averages are
@@ -302,7 +302,7 @@ _JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the 
 
 
 def _task(k, like, data):  # type: ignore[no-untyped-def]
-    """One chunk of channels of a pool split over threads (`rvm.runtime.native.parfor`)."""
+    """One chunk of channels of a pool split over threads (`rvm.kernels.parfor`)."""
     job = parfor.job(data)
     n, c, ih, iw, oh, ow = job[3], job[4], job[5], job[6], job[7], job[8]
     x = parfor.array_at(job[1], (n, c, ih, iw), like)
@@ -340,7 +340,7 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
 
 
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
-    """`_pool2d` on x (a), out (b) (see `rvm.runtime.native.entry`): 0 done, 1 the shapes
+    """`_pool2d` on x (a), out (b) (see `rvm.kernels.entry`): 0 done, 1 the shapes
     disagree."""
     d, p = nb.carray(dims, 8), nb.carray(params, 13)
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
@@ -350,7 +350,7 @@ def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
 
 
 entry.export("pool2d", _entry)
-# What kernels call (`rvm.runtime.native.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
 entry_call = entry.caller("pool2d", 13)
 
 

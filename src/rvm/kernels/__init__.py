@@ -1,0 +1,16 @@
+"""The kernel library that native code calls: the bottom floor of rvm's native side.
+
+- `mathlib`: vectorizable float32 ``exp``/``tanh`` that generated kernels import.
+- `cblas`: the raw binding to NumPy's CBLAS; `blas`: GEMM and the matmul anchor kernels
+  call, large products split over the pool; `sgemm`: rvm's own float32 micro-kernel GEMM.
+- `conv`, `pool`, `lrn`: float convolution, pooling and lrn, compiled once and called by
+  every kernel through C entry points (`entry`); `planes`: the padded window planes they
+  share; `parfor`: their large loops split into chunks on the pool.
+- `workpool`: rvm's thread pool (the caller claims pieces of a job beside its helpers);
+  `threads`: how many threads it has (`rvm.set_num_threads`).
+
+Jit kernels (`rvm.jit`) and native exec-mode functions import these by name. The package
+imports numpy, Numba and llvmlite only, never the VM (`rvm.runtime`) or the compiler; Numba
+and llvmlite load with the first module that needs them, not with this package. The old
+paths (``rvm.runtime.native.<module>``) stay as aliases for executables saved before.
+"""

@@ -1,0 +1,19 @@
+"""Loading and caching native code: jit kernels and native exec-mode files on disk.
+
+- `cache`: the on-disk cache (where a kernel's source lives, keyed by a hash of it, the
+  rvm modules it imports and the versions below).
+- `loader`: a jit kernel record to its Numba dispatcher (imported from the cache).
+- `numba_cache`: loads Numba's cached code without starting Numba's compiler.
+- `artifact`: the native section of a saved executable (collect, check, install).
+
+It imports `rvm.runtime`'s records and `rvm.kernels`, never the VM or the exec modes. The
+constants here are the stamps the cache is laid out by; this module imports nothing.
+"""
+
+from __future__ import annotations
+
+VERSION = "0.1.0"
+"""rvm's version (``rvm.__version__``), part of every cache key and artifact key."""
+
+NATIVE_DIR = "native"
+"""The cache subfolder of the native exec mode's files (`rvm.runtime.modes.native`)."""
