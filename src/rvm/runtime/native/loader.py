@@ -1,0 +1,7 @@
+"""Moved to `rvm.runtime.loading.loader`; this old name is the same module."""
+
+import sys
+
+import rvm.runtime.loading.loader  # noqa: F401 - the module this name aliases
+
+sys.modules[__name__] = sys.modules["rvm.runtime.loading.loader"]
