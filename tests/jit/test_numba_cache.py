@@ -1,4 +1,4 @@
-"""Cached kernels load without Numba's compiler (`rvm.runtime.loading.numba_cache`): a warm start
+"""Cached kernels load without Numba's compiler (`rvm.kernels.numba_cache`): a warm start
 compiles nothing and imports none of Numba's lowering registries; a light load that fails falls
 back to Numba's own; a corrupt object-code file is recompiled with a log line, not a crash."""
 
@@ -16,8 +16,9 @@ from jit_helpers import numpy_run, prim, rand, var
 
 from rvm import op
 from rvm.jit import jit_kernel, load_kernel
+from rvm.kernels.numba_cache import object_code_dir
 from rvm.runtime.loading import loader, numba_cache
-from rvm.runtime.loading.cache import kernel_path, object_code_dir
+from rvm.runtime.loading.cache import kernel_path
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -119,9 +120,9 @@ def test_a_corrupt_object_code_file_is_recompiled_with_a_log_line(
 STAMP_SCRIPT = """
 import sys
 sys.path.insert(0, {src!r})
-from rvm.runtime.loading import cache, numba_cache
+from rvm.kernels import numba_cache
 numba_cache.install()
-print(cache.object_code_dir(cache.Path(cache.__file__)))
+print(numba_cache.object_code_dir(numba_cache.Path(numba_cache.__file__)))
 """
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import rvm
+from rvm.testing.import_graph import cycles, graph
 
 SRC = Path(rvm.__file__).parent
 
@@ -20,16 +21,22 @@ SRC = Path(rvm.__file__).parent
 # ml_dtypes, lazily) and `rvm.errors`.
 BASE = ("rvm.errors", "rvm._html", "rvm._hooks", "rvm.dtypes")
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "runtime": (),
+    "kernels": (),
+    "runtime": ("rvm.kernels",),
     "ir": (),
     "op": ("rvm.ir",),
     "script": ("rvm.ir", "rvm.op"),
     "transform": ("rvm.ir", "rvm.op"),
     "interp": ("rvm.ir", "rvm.op", "rvm.runtime"),
     "frontend": ("rvm.ir", "rvm.op"),
-    "jit": ("rvm.ir", "rvm.op", "rvm.runtime"),
-    "codegen": ("rvm.ir", "rvm.op", "rvm.transform", "rvm.jit", "rvm.runtime"),
+    "jit": ("rvm.ir", "rvm.op", "rvm.runtime", "rvm.kernels"),
+    "codegen": ("rvm.ir", "rvm.op", "rvm.transform", "rvm.jit", "rvm.runtime", "rvm.kernels"),
 }
+
+# Inside these, no import cycle at all (lazy imports in functions count; TYPE_CHECKING ones do
+# not, they never run): the runtime with its modes and loading, the kernel library, the jit's
+# compute modules and the ONNX converters (`rvm.testing.import_graph` builds the graph).
+ACYCLIC = ("rvm.runtime", "rvm.kernels", "rvm.jit", "rvm.frontend.onnx.converters")
 
 
 def rvm_imports(path: Path) -> list[tuple[int, str]]:
@@ -118,3 +125,40 @@ def test_the_scanner_sees_hidden_imports(tmp_path: Path) -> None:
         "    return importlib.import_module('rvm.op')\n"
     )
     assert [n for _, n in rvm_imports(path)] == ["rvm.script", "rvm.op"]
+
+
+def test_no_import_cycles_in_the_runtime_kernels_jit_and_converters() -> None:
+    comps = cycles(graph(SRC))
+    inside = [c for c in comps if any(_within(m, ACYCLIC) for m in c)]
+    assert not inside, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in inside)
+
+
+def test_within_runtime_the_record_sits_below_what_uses_it() -> None:
+    """`Executable` is data plus validation: it imports none of the modules that encode,
+    print, package, load or run it (they bind its methods from `rvm.runtime.methods`)."""
+    g = graph(SRC)
+    above = ("rvm.runtime.serialize", "rvm.runtime.text", "rvm.runtime.vm")
+    above += ("rvm.runtime.loading", "rvm.runtime.modes")
+    wrong = [m for m in g["rvm.runtime.executable"] if _within(m, above)]
+    assert not wrong, wrong
+    assert not [m for m in g["rvm.runtime.loading.artifact"] if _within(m, ("rvm.runtime.modes",))]
+
+
+def test_the_graph_sees_lazy_imports_and_skips_type_checking(tmp_path: Path) -> None:
+    pkg = tmp_path / "rvm"
+    (pkg / "a").mkdir(parents=True)
+    for name in ("__init__.py", "a/__init__.py", "b.py", "c.py"):
+        (pkg / name).write_text("")
+    (pkg / "a" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import importlib\n"
+        "if TYPE_CHECKING:\n"
+        "    from rvm import c\n"
+        "def f():\n"
+        "    from rvm import b\n"
+        "    return importlib.import_module('rvm.a')\n"
+    )
+    (pkg / "b.py").write_text("from rvm.a import x\n")
+    g = graph(pkg)
+    assert g["rvm.a.x"] == {"rvm.b", "rvm.a"}
+    assert cycles(g) == [["rvm.a.x", "rvm.b"]]

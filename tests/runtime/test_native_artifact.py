@@ -7,10 +7,11 @@ import logging
 
 import pytest
 
+from rvm.kernels.numba_cache import object_code_dir
 from rvm.runtime.executable import KernelRecord
 from rvm.runtime.loading import artifact
 from rvm.runtime.loading.artifact import NativeCode, NativeGroup
-from rvm.runtime.loading.cache import kernel_path, object_code_dir
+from rvm.runtime.loading.cache import kernel_path
 
 SOURCE = "# a kernel's source (installing writes it; nothing compiles it here)\n"
 

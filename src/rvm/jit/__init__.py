@@ -8,7 +8,8 @@
 The jit only compiles: loading a kernel lives in `rvm.runtime.loading`, and everything a
 kernel calls at run time in `rvm.kernels`. `load_kernel`, `compile_kernels`, `kernel_source`,
 `kernel_llvm`, `kernel_asm`, `cache_dir`, `cache_info` and `clear_cache` are re-exported from
-there for convenience. Attributes are imported lazily, so ``import rvm.jit`` costs nothing until used.
+there for convenience. Attributes are imported lazily, so ``import rvm.jit`` costs nothing
+until used.
 """
 
 from __future__ import annotations

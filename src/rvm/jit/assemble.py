@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
-from rvm.jit.layout import reshape_to
 from rvm.jit.reduce import _init
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, product
+from rvm.jit.views import reshape_to
 from rvm.op import ops
 
 

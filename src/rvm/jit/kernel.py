@@ -200,7 +200,7 @@ class KernelBuilder(Emitter):
         if x.array is not None and x.dtype == dtype and x.loader is None:
             return x.array
         name = self.fresh("m")
-        self.root.lines.append(f"{name} = np.empty({_shape(x.dims)}, dtype=np.{dtype})")
+        self.root.lines.append(f"{name} = np.empty({shape_tuple(x.dims)}, dtype=np.{dtype})")
         self.write(x, name, dtype)
         return name
 
@@ -219,12 +219,8 @@ class KernelBuilder(Emitter):
         if alias is not None:
             return alias
         name = self.fresh("buf")
-        self.root.lines.append(f"{name} = np.empty({_shape(dims)}, dtype=np.{dtype})")
+        self.root.lines.append(f"{name} = np.empty({shape_tuple(dims)}, dtype=np.{dtype})")
         return name
-
-
-def _shape(dims: Sequence[str]) -> str:
-    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
 
 def _ref(name: str, index: Sequence[Scalar]) -> str:

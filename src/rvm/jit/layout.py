@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import lit
-from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, is_int, product
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, is_int, product, shape_tuple
+from rvm.jit.views import check_size, reshape_to
 from rvm.op import ops
 
 
@@ -56,28 +57,6 @@ def _squeeze(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
     return kb.index_map(x, [x.dims[a] for a in keep], fn)
 
 
-def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str], checked: bool = False) -> Tensor:
-    """``x`` viewed with ``dims`` (same size: checked unless ``checked`` says it was): a
-    reshaped view of its array."""
-    if not checked:
-        _check_size(kb, x, dims)
-    src = kb.materialize(x)
-    name = kb.fresh("r")
-    kb.root.lines.append(f"{name} = {src}.reshape({_shape(dims)})")
-    return Tensor(tuple(dims), x.dtype, array=name, kind="array")
-
-
-def _check_size(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> None:
-    kb.check(
-        f"{product(x.dims)} != {product(dims)}",
-        f"{kb.kernel}: reshape: the new shape does not have the input's size",
-    )
-
-
-def _shape(dims: Sequence[str]) -> str:
-    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-
-
 def write_reshaped(kb: KernelBuilder, t: Tensor, name: str, dtype: str) -> bool:
     """When ``t``, the kernel's output ``name`` of ``dtype``, is a reshape or flatten of a
     computed tensor (an index map, elementwise work: not an array), that tensor is written
@@ -90,10 +69,10 @@ def write_reshaped(kb: KernelBuilder, t: Tensor, name: str, dtype: str) -> bool:
     if x.loader is None or x.fill is not None or x.array is not None or x.dtype != dtype:
         return False
     if not checked:
-        _check_size(kb, x, t.dims)
+        check_size(kb, x, t.dims)
     kb.filled.add(id(t))
     view = kb.fresh("r")
-    kb.root.lines.append(f"{view} = {name}.reshape({_shape(x.dims)})")
+    kb.root.lines.append(f"{view} = {name}.reshape({shape_tuple(x.dims)})")
     kb.write(x, view, dtype)
     return True
 

@@ -19,6 +19,7 @@ import numpy as np
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, product
+from rvm.jit.views import reshape_to
 
 
 def _acc_dtype(kind: str, t: str) -> str:
@@ -70,8 +71,6 @@ def reduce_tensor(
     trailing = axes == list(range(nd - len(axes), nd))
     if trailing and len(axes) > 1 and x.array is not None and x.loader is None:
         if kind not in ("argmax", "argmin"):  # (their position is per axis)
-            from rvm.jit.layout import reshape_to  # (layout imports compute, which imports us)
-
             # One flat run instead of a nest of short loops (global pools: 7 x 7, 13 x 13).
             x = reshape_to(kb, x, [x.dims[a] for a in kept] + [count], checked=True)
             axes = [len(kept)]

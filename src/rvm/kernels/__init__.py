@@ -14,3 +14,6 @@ imports numpy, Numba and llvmlite only, never the VM (`rvm.runtime`) or the comp
 and llvmlite load with the first module that needs them, not with this package. The old
 paths (``rvm.runtime.native.<module>``) stay as aliases for executables saved before.
 """
+
+DTYPES = ("float32", "float64")
+"""The dtypes the library's entry points and parallel loops take (`entry`, `parfor`)."""

@@ -38,9 +38,9 @@ from numba.core import cgutils
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
-from rvm.runtime.loading.numba_cache import light_loads
+from rvm.kernels import DTYPES
+from rvm.kernels.numba_cache import light_loads
 
-DTYPES = ("float32", "float64")
 MAX_ARRAYS = 3
 NDIMS = 4
 

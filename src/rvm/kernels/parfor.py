@@ -35,8 +35,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import workpool
-from rvm.kernels.entry import DTYPES
+from rvm.kernels import DTYPES, workpool
 from rvm.kernels.threads import split_loops_from_environment
 
 MIN_WORK = 1 << 18

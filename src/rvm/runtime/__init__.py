@@ -7,6 +7,7 @@ saved executable loads and runs without it.
 from __future__ import annotations
 
 from rvm.runtime import builtins as _builtins  # noqa: F401  (registers vm.builtin.*)
+from rvm.runtime import methods as _methods  # noqa: F401  (binds Executable's methods)
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode, OpInfo
 from rvm.runtime.entry import BoundFunction
@@ -16,13 +17,13 @@ from rvm.runtime.executable import (
     KernelRecord,
     ParamSpec,
     VMFunction,
-    load_executable,
 )
 from rvm.runtime.memory import NaiveAllocator, PooledAllocator, Storage
 from rvm.runtime.modes.base import ExecContext, ExecMode, VMStackError
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.profiler import SKIP_RUN, BenchmarkResult, ProfileReport
 from rvm.runtime.registry import get_global_func, list_global_func_names, register_func
+from rvm.runtime.serialize import load_executable
 from rvm.runtime.vm import VirtualMachine
 
 __all__ = [

@@ -14,17 +14,13 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
-from rvm.runtime.loading import loader
-
-if TYPE_CHECKING:
-    from rvm.runtime.loading.artifact import NativeCode
 
 __all__ = ["SCALAR_META", "ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
@@ -134,6 +130,13 @@ class Executable:
         adts: The algebraic data types, for printing values with constructor names.
         default_exec_mode: The exec mode of `VirtualMachine(ex)` without one: "bytecode" or
             "compiled" (recorded by `rvm.compile(..., exec_mode=...)`, saved with the file).
+
+    This module holds the record and its validation only. The methods that need the modules
+    above it (``save``, ``to_bytes``, ``from_bytes``, ``native_code``, ``as_text``,
+    ``as_python``, ``stats``, ``kernel_source``/``kernel_llvm``/``kernel_asm``) are functions
+    of those modules (`rvm.runtime.serialize`, `rvm.runtime.text`, `rvm.runtime.loading`),
+    bound onto this class by `rvm.runtime.methods`, which `rvm.runtime` imports first: so
+    they are there whenever any runtime module is, and no module imports one above it.
     """
 
     def __init__(
@@ -218,124 +221,9 @@ class Executable:
                 self._cache[key] = factory()
             return self._cache[key]
 
-    # -- dumps ----------------------------------------------------------------------------
-
-    def as_text(self) -> str:
-        """The disassembly: one line per instruction, jumps shown with their targets."""
-        from rvm.runtime.text import as_text
-
-        return as_text(self)
-
-    def as_python(self) -> str:
-        """Python source that rebuilds an equal executable through `ExecBuilder`."""
-        from rvm.runtime.text import as_python
-
-        return as_python(self)
-
-    def stats(self) -> str:
-        """A readable summary: functions, constants and their bytes, primitives, kernels."""
-        from rvm.runtime.text import stats
-
-        return stats(self)
-
-    # -- kernels, for notebooks -------------------------------------------------------------
-
-    def _kernel_record(self, name: str) -> KernelRecord:
-        try:
-            return self.kernels[name]
-        except KeyError:
-            raise KeyError(
-                f"no kernel named {name!r}; kernels: {', '.join(sorted(self.kernels))}"
-            ) from None
-
-    def kernel_source(self, name: str) -> str:
-        """The generated Python source of kernel ``name`` (Numba source for jit kernels)."""
-        return self._kernel_record(name).source
-
-    def kernel_llvm(self, name: str) -> str:
-        """The LLVM IR Numba generated for jit kernel ``name``."""
-        return self._inspect(name, "kernel_llvm")
-
-    def kernel_asm(self, name: str) -> str:
-        """The native assembly of jit kernel ``name``."""
-        return self._inspect(name, "kernel_asm")
-
-    def _inspect(self, name: str, what: str) -> str:
-        record = self._kernel_record(name)
-        if record.backend != "jit":
-            raise ValueError(
-                f"kernel {name!r} runs on the {record.backend} backend; only jit kernels have "
-                "LLVM IR and assembly"
-            )
-        return getattr(loader, what)(record)
-
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.functions)
         return f"<Executable functions=[{names}] constants={len(self.constants)}>"
-
-    def _repr_html_(self) -> str:
-        """The summary and the collapsed bytecode, for notebooks."""
-        from rvm.runtime.text import as_html
-
-        return as_html(self)
-
-    # -- serialization --------------------------------------------------------------------
-
-    def to_bytes(self, native: bool = True) -> bytes:
-        """Encodes the executable in the versioned RVMX format (see `serialize`).
-
-        Args:
-            native: Embed the native code of the jit kernels (Numba's cache files, for this
-                CPU and these library versions; `rvm.runtime.loading.artifact`), compiling
-                the kernels not compiled yet (once per executable). Without it, a process
-                loading the bytes compiles the kernels its cache lacks.
-        """
-        from rvm.runtime.serialize import encode
-
-        return encode(self, self.native_code() if native else None)
-
-    def native_code(self) -> NativeCode | None:
-        """The native code of the jit kernels (None without any), and of the native exec
-        mode's functions when the executable runs natively by default, collected once."""
-        from rvm.runtime.loading.artifact import collect
-
-        return self.cached(
-            "native_code", lambda: collect(self.kernels.values(), self._native_file())
-        )
-
-    def _native_file(self) -> str | None:
-        """The native exec mode's file of this executable, its functions compiled, when the
-        executable runs natively by default (else None: nothing native to ship)."""
-        if self.default_exec_mode != "native":
-            return None
-        from rvm.runtime.vm import VirtualMachine
-
-        return VirtualMachine(self).native_report(compile=True).path
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Executable:
-        """Decodes and validates an RVMX image; raises `ExecutableFormatError` if malformed.
-
-        Native code in the image is written to this process's kernel cache when it was built
-        for this CPU and these library versions, so the kernels load without compiling; else
-        they rebuild from source, and one INFO line on the ``rvm`` logger says so
-        (`rvm.runtime.loading.artifact`).
-        """
-        from rvm.runtime.serialize import decode
-
-        args = decode(data)
-        native = args.pop("native", None)
-        ex = cls(**args)
-        if native is not None:
-            from rvm.runtime.loading.artifact import install
-
-            install(native, ex.kernels)
-        return ex
-
-    def save(self, path: str) -> None:
-        """Writes the executable to `path`, with its kernels' native code (`to_bytes`)."""
-        with open(path, "wb") as f:
-            f.write(self.to_bytes())
 
     def __reduce__(self) -> tuple[Callable[[bytes], Executable], tuple[bytes]]:
         """Pickles through the RVMX bytes of `save` (so whatever a saved file carries, a
@@ -352,17 +240,6 @@ class Executable:
         # Keyed by the default exec mode too: `with_exec_mode` copies share the cache and
         # differ in that alone.
         return self.cached(f"content_hash:{self.default_exec_mode}", digest)
-
-
-def load_executable(path: str) -> Executable:
-    """Reads an executable written by `Executable.save`.
-
-    Raises:
-        ExecutableFormatError: The file is truncated, corrupted or of another major version.
-    """
-    with open(path, "rb") as f:
-        data = f.read()
-    return Executable.from_bytes(data)
 
 
 # -- validation -----------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -45,16 +45,14 @@ from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.executable import (
     MAX_RESULT_DEPTH,
     ADTInfo,
+    Executable,
     KernelRecord,
     ParamSpec,
     VMFunction,
 )
-from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check
+from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
 
-if TYPE_CHECKING:
-    from rvm.runtime.executable import Executable
-
-__all__ = ["encode", "decode", "MAGIC", "VERSION"]
+__all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
 VERSION = (1, 4)
@@ -312,6 +310,39 @@ def _meta(ex: Executable) -> bytes:
         w.str(key)
         w.str(value)
     return w.getvalue()
+
+
+# -- load ---------------------------------------------------------------------------------
+
+
+def from_bytes(cls: type[Executable], data: bytes) -> Executable:
+    """Decodes and validates an RVMX image (`Executable.from_bytes`).
+
+    Native code in the image is written to this process's kernel cache when it was built
+    for this CPU and these library versions, so the kernels load without compiling; else
+    they rebuild from source, and one INFO line on the ``rvm`` logger says so
+    (`rvm.runtime.loading.artifact`).
+
+    Raises:
+        ExecutableFormatError: The image is truncated, corrupted or of another major version.
+    """
+    args = decode(data)
+    native = args.pop("native", None)
+    ex = cls(**args)
+    if native is not None:
+        install(native, ex.kernels)
+    return ex
+
+
+def load_executable(path: str) -> Executable:
+    """Reads an executable written by `Executable.save`.
+
+    Raises:
+        ExecutableFormatError: The file is truncated, corrupted or of another major version.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    return from_bytes(Executable, data)
 
 
 # -- decode -------------------------------------------------------------------------------

@@ -96,9 +96,10 @@ def check(native: NativeCode) -> str | None:
 def native_key() -> str:
     """The key native code is valid for: `rvm.runtime.loading.cache.target_key` (rvm, Numba,
     llvmlite versions, CPU name and features), Python's version, and the hash of the library's
-    sources (`rvm.runtime.loading.cache.library_digest`: library code compiled from other
+    sources (`rvm.kernels.numba_cache.library_digest`: library code compiled from other
     sources may link symbols this library no longer registers)."""
-    from rvm.runtime.loading.cache import library_digest, target_key
+    from rvm.kernels.numba_cache import library_digest
+    from rvm.runtime.loading.cache import target_key
 
     abi = getattr(sys, "abiflags", "")
     python = f"{sys.version_info[0]}.{sys.version_info[1]}{abi}"
@@ -229,7 +230,8 @@ def collect(records: Iterable[KernelRecord], native_file: str | None = None) -> 
     A kernel that does not compile is left out (it rebuilds from source where it is loaded,
     and fails there as here)."""
     from rvm.errors import JITError
-    from rvm.runtime.loading.cache import kernel_path, object_code_dir
+    from rvm.kernels.numba_cache import object_code_dir
+    from rvm.runtime.loading.cache import kernel_path
     from rvm.runtime.loading.loader import load_kernel
 
     jit = [r for r in records if r.backend == "jit"]
@@ -279,12 +281,8 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
             key_difference(native.key, here),
         )
         return 0
-    from rvm.runtime.loading.cache import (
-        drop_stale_library_code,
-        kernel_path,
-        object_code_dir,
-        write_entry,
-    )
+    from rvm.kernels.numba_cache import drop_stale_library_code, object_code_dir
+    from rvm.runtime.loading.cache import kernel_path, write_entry
 
     drop_stale_library_code()  # now, not at the first kernel load, which would drop these
 
@@ -330,8 +328,9 @@ def _install_native_file(group: NativeGroup) -> Path | None:
     """Write the native mode's file of ``group`` into rvm's cache (when its indexes are
     missing there) and return the folder of its object code; None when its source is not the
     one its name promises (another library, or a corrupt file: the mode then compiles)."""
+    from rvm.kernels.numba_cache import object_code_dir
     from rvm.runtime.loading import NATIVE_DIR
-    from rvm.runtime.loading.cache import cache_dir, object_code_dir, source_hash, write_entry
+    from rvm.runtime.loading.cache import cache_dir, source_hash, write_entry
 
     source = dict(group.files)[group.ident].decode()
     if f"n_{source_hash(source)}.py" != group.ident:
@@ -351,7 +350,7 @@ def _missing_indexes(group: NativeGroup, folder: Path) -> list[str]:
 
 def _write_group(group: NativeGroup, folder: Path) -> int:
     """Write the group's index files missing from ``folder``, each after its data files."""
-    from rvm.runtime.loading.cache import write_atomic
+    from rvm.kernels.numba_cache import write_atomic
 
     todo = _missing_indexes(group, folder)
     if not todo:

@@ -23,8 +23,9 @@ import importlib.util
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
+
+from rvm.kernels.numba_cache import object_code_dir, write_atomic
 
 KERNEL_DIR = "kernels"
 
@@ -154,33 +155,6 @@ def write_entry(path: Path, source: str) -> bool:
     return True
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in its folder moved in place with
-    ``os.replace`` (atomic: a reader sees the old file or the whole new one)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def object_code_dir(path: Path) -> Path:
-    """The folder where Numba caches the object code of the kernel file ``path``: the
-    ``__pycache__`` beside it, or its mirror under ``NUMBA_CACHE_DIR`` when that is set
-    (Numba's own rule, `numba.core.caching.UserProvidedCacheLocator`)."""
-    from numba.core import config
-    from numba.core.caching import UserProvidedCacheLocator
-
-    if config.CACHE_DIR:
-        return Path(config.CACHE_DIR) / UserProvidedCacheLocator.get_suitable_cache_subpath(
-            str(path)
-        )
-    return path.parent / "__pycache__"
-
-
 def has_object_code(path: Path) -> bool:
     """Whether Numba's cached object code of the kernel file ``path`` is there (its index)."""
     folder = object_code_dir(path)
@@ -193,47 +167,6 @@ def drop_object_code(path: Path) -> None:
     if folder.is_dir():
         for f in folder.glob(f"{path.stem}.*"):
             f.unlink(missing_ok=True)
-
-
-# Beside the library's object code: the hash of the library's source it was compiled from.
-LIBRARY_STAMP = "rvm-native-library.stamp"
-
-
-@functools.lru_cache(maxsize=1)
-def library_digest() -> str:
-    """The hash of the library's sources (this package's modules, read once per process)."""
-    sources = sorted(Path(__file__).parent.glob("*.py"))
-    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
-
-
-@functools.lru_cache(maxsize=1)
-def drop_stale_library_code() -> bool:
-    """Drop Numba's cached object code of this package's modules if any module's source
-    changed since it was written (once per process, before the first load); True if dropped.
-
-    Numba checks a cached function against its own file only, but the library's modules
-    compile each other's functions in and link symbols others register, so after an edit (a
-    git pull under an editable install) a module's stale code could name a symbol that no
-    longer exists, which LLVM answers by aborting the process. A folder rvm cannot write is
-    left as it is (Numba cannot cache there either)."""
-    sources = sorted(Path(__file__).parent.glob("*.py"))
-    digest = library_digest()
-    folder = object_code_dir(sources[0])
-    stamp = folder / LIBRARY_STAMP
-    try:
-        if stamp.read_text() == digest:
-            return False
-    except OSError:
-        pass
-    try:
-        for module in sources:
-            for f in folder.glob(f"{module.stem}.*.nb[ic]"):
-                f.unlink(missing_ok=True)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(stamp, digest.encode())
-    except OSError:
-        return False
-    return True
 
 
 def cache_info() -> dict:

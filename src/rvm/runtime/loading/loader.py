@@ -4,7 +4,7 @@
 directly (a call costs the dispatcher's argument check, about a microsecond). The kernel's
 source is written to rvm's cache (`rvm.runtime.loading.cache`) and imported as a module, so Numba's
 ``cache=True`` stores and reuses the object code across processes; a cached kernel loads
-without starting Numba's compiler (`rvm.runtime.loading.numba_cache`). Compiles, cache hits and
+without starting Numba's compiler (`rvm.kernels.numba_cache`). Compiles, cache hits and
 misses are logged on the ``rvm.jit`` logger with their times, and counted (`kernel_counts`).
 A kernel that does not compile raises `rvm.errors.JITError` naming the kernel, its ops, and the
 generated line that failed.
@@ -25,8 +25,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from rvm.errors import JITError
+from rvm.kernels.numba_cache import light_loads
 from rvm.runtime.loading.cache import drop_object_code, kernel_path, write_entry
-from rvm.runtime.loading.numba_cache import light_loads
 from rvm.runtime.progress import with_progress
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
 
 def exec_kernel_file(path: Path) -> ModuleType:
     """Import the kernel file ``path`` as a module (compiling its kernel, or loading it from
-    Numba's cache without starting Numba's compiler, `rvm.runtime.loading.numba_cache`)."""
+    Numba's cache without starting Numba's compiler, `rvm.kernels.numba_cache`)."""
     with light_loads():
         return exec_module_file(path, kernel_module_name(path))
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.executable import SCALAR_META
+from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loading import NATIVE_DIR
 from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
@@ -54,7 +55,7 @@ from rvm.runtime.modes.native_codegen import NativeModule, render_module
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
 
-__all__ = ["NATIVE_DIR", "NativeMode", "NativeReport", "native_path"]
+__all__ = ["NativeMode", "NativeReport", "native_file", "native_path"]
 
 _lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
@@ -179,6 +180,16 @@ class _Plan:
         self.funcs[fidx] = None
 
 
+def native_file(ex: Executable) -> str | None:
+    """The native mode's file of ``ex`` with every function's entry compiled, so its native
+    code is in the cache (what a saved native executable ships); None when no function is
+    native. The plan is the one ``ex``'s VMs share; no VM is made."""
+    plan = ex.cached("native", lambda: _Plan(ex, resolve_primitives(ex)))
+    for fidx in plan.module.entries:
+        plan.entry(fidx)
+    return None if plan.path is None else str(plan.path)
+
+
 def native_path(source: str) -> Path:
     """Where the generated file of `source` lives in rvm's cache."""
     return native_cache.cache_dir() / NATIVE_DIR / f"n_{native_cache.source_hash(source)}.py"
@@ -290,8 +301,7 @@ class NativeMode:
         from Python first, so their native code is in the cache)."""
         plan = self.plan
         if compile:
-            for fidx in plan.module.entries:
-                plan.entry(fidx)
+            native_file(self.context.executable)  # compiles this plan's entries (shared)
         functions = tuple((name, plan.reasons.get(i)) for i, name in enumerate(plan.names))
         compiled = loaded = 0
         for dispatcher in plan.funcs + plan.entries:

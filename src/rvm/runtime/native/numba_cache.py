@@ -1,7 +1,7 @@
-"""Moved to `rvm.runtime.loading.numba_cache`; this old name is the same module."""
+"""Moved to `rvm.kernels.numba_cache`; this old name is the same module."""
 
 import sys
 
-import rvm.runtime.loading.numba_cache  # noqa: F401 - the module this name aliases
+import rvm.kernels.numba_cache  # noqa: F401 - the module this name aliases
 
-sys.modules[__name__] = sys.modules["rvm.runtime.loading.numba_cache"]
+sys.modules[__name__] = sys.modules["rvm.kernels.numba_cache"]

@@ -21,7 +21,7 @@ from typing import Any
 from rvm.errors import OnnxImportError
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.converters import sequence
-from rvm.frontend.onnx.converters.control import block
+from rvm.frontend.onnx.converters.subgraph import block
 from rvm.frontend.onnx.registry import converter
 from rvm.frontend.onnx.weights import np_dtype
 from rvm.ir import (

@@ -24,7 +24,7 @@ from typing import Any
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext, Scope
-from rvm.frontend.onnx.converters.control import as_scalar, block, convert_graph, tail_loop
+from rvm.frontend.onnx.converters.subgraph import as_scalar, block, convert_graph, tail_loop
 from rvm.frontend.onnx.registry import converter
 from rvm.frontend.onnx.weights import np_dtype
 from rvm.ir import (

@@ -13,20 +13,26 @@ which reports a corrupt file as it always did (`rvm.runtime.loading.loader` then
 entry and recompiles).
 
 `install()` puts the switch in place, once per process, after dropping the library's object
-code if the library's source changed since it was cached (`cache.drop_stale_library_code`);
+code if the library's source changed since it was cached (`drop_stale_library_code`);
 on a Numba without the private methods it changes nothing and loads stay Numba's own.
 `counts()` says how many loads went which way in this process.
+
+The rules of Numba's cache folders (`object_code_dir`) and atomic writes (`write_atomic`)
+live here too, at the bottom, for the library's stamp and for `rvm.runtime.loading`'s caches.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
-
-from rvm.runtime.loading.cache import drop_stale_library_code
 
 logger = logging.getLogger("rvm.jit")
 
@@ -111,3 +117,71 @@ def light_loads() -> Iterator[None]:
         yield
     finally:
         _state.depth -= 1
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its folder moved in place with
+    ``os.replace`` (atomic: a reader sees the old file or the whole new one)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def object_code_dir(path: Path) -> Path:
+    """The folder where Numba caches the object code of the kernel file ``path``: the
+    ``__pycache__`` beside it, or its mirror under ``NUMBA_CACHE_DIR`` when that is set
+    (Numba's own rule, `numba.core.caching.UserProvidedCacheLocator`)."""
+    from numba.core import config
+    from numba.core.caching import UserProvidedCacheLocator
+
+    if config.CACHE_DIR:
+        return Path(config.CACHE_DIR) / UserProvidedCacheLocator.get_suitable_cache_subpath(
+            str(path)
+        )
+    return path.parent / "__pycache__"
+
+
+# Beside the library's object code: the hash of the library's source it was compiled from.
+LIBRARY_STAMP = "rvm-native-library.stamp"
+
+
+@functools.lru_cache(maxsize=1)
+def library_digest() -> str:
+    """The hash of the library's sources (this package's modules, read once per process)."""
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def drop_stale_library_code() -> bool:
+    """Drop Numba's cached object code of this package's modules if any module's source
+    changed since it was written (once per process, before the first load); True if dropped.
+
+    Numba checks a cached function against its own file only, but the library's modules
+    compile each other's functions in and link symbols others register, so after an edit (a
+    git pull under an editable install) a module's stale code could name a symbol that no
+    longer exists, which LLVM answers by aborting the process. A folder rvm cannot write is
+    left as it is (Numba cannot cache there either)."""
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    digest = library_digest()
+    folder = object_code_dir(sources[0])
+    stamp = folder / LIBRARY_STAMP
+    try:
+        if stamp.read_text() == digest:
+            return False
+    except OSError:
+        pass
+    try:
+        for module in sources:
+            for f in folder.glob(f"{module.stem}.*.nb[ic]"):
+                f.unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(stamp, digest.encode())
+    except OSError:
+        return False
+    return True

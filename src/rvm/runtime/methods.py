@@ -1,0 +1,102 @@
+"""`Executable`'s methods that belong to the modules above the record, bound onto it here.
+
+`rvm.runtime.executable` is data plus validation and imports none of the modules that encode,
+print, package or inspect an executable; each of those is a function over the record in the
+module that owns it. This module sits above all of them and binds them as the public methods
+(``ex.save(path)``, ``ex.as_text()``, ``Executable.from_bytes(data)``...). `rvm.runtime`
+imports it first, and Python runs a package's ``__init__`` before any of its modules, so the
+methods are bound whenever an executable exists; nothing imports this module but that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rvm.runtime import serialize, text
+from rvm.runtime.executable import Executable, KernelRecord
+from rvm.runtime.loading import artifact, loader
+
+if TYPE_CHECKING:
+    from rvm.runtime.loading.artifact import NativeCode
+
+
+def native_code(ex: Executable) -> NativeCode | None:
+    """The native code of the jit kernels (None without any), and of the native exec
+    mode's functions when the executable runs natively by default, collected once."""
+
+    def collect() -> NativeCode | None:
+        native = None
+        if ex.default_exec_mode == "native":
+            from rvm.runtime.modes.native import native_file  # Numba loads with it
+
+            native = native_file(ex)
+        return artifact.collect(ex.kernels.values(), native)
+
+    return ex.cached("native_code", collect)
+
+
+def to_bytes(ex: Executable, native: bool = True) -> bytes:
+    """Encodes the executable in the versioned RVMX format (see `rvm.runtime.serialize`).
+
+    Args:
+        ex: The executable.
+        native: Embed the native code of the jit kernels (Numba's cache files, for this
+            CPU and these library versions; `rvm.runtime.loading.artifact`), compiling
+            the kernels not compiled yet (once per executable). Without it, a process
+            loading the bytes compiles the kernels its cache lacks.
+    """
+    return serialize.encode(ex, native_code(ex) if native else None)
+
+
+def save(ex: Executable, path: str) -> None:
+    """Writes the executable to `path`, with its kernels' native code (`to_bytes`)."""
+    data = to_bytes(ex)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _kernel_record(ex: Executable, name: str) -> KernelRecord:
+    try:
+        return ex.kernels[name]
+    except KeyError:
+        raise KeyError(
+            f"no kernel named {name!r}; kernels: {', '.join(sorted(ex.kernels))}"
+        ) from None
+
+
+def kernel_source(ex: Executable, name: str) -> str:
+    """The generated Python source of kernel ``name`` (Numba source for jit kernels)."""
+    return _kernel_record(ex, name).source
+
+
+def _jit_record(ex: Executable, name: str) -> KernelRecord:
+    record = _kernel_record(ex, name)
+    if record.backend != "jit":
+        raise ValueError(
+            f"kernel {name!r} runs on the {record.backend} backend; only jit kernels have "
+            "LLVM IR and assembly"
+        )
+    return record
+
+
+def kernel_llvm(ex: Executable, name: str) -> str:
+    """The LLVM IR Numba generated for jit kernel ``name``."""
+    return loader.kernel_llvm(_jit_record(ex, name))
+
+
+def kernel_asm(ex: Executable, name: str) -> str:
+    """The native assembly of jit kernel ``name``."""
+    return loader.kernel_asm(_jit_record(ex, name))
+
+
+Executable.as_text = text.as_text  # type: ignore[attr-defined]
+Executable.as_python = text.as_python  # type: ignore[attr-defined]
+Executable.stats = text.stats  # type: ignore[attr-defined]
+Executable._repr_html_ = text.as_html  # type: ignore[attr-defined]
+Executable.kernel_source = kernel_source  # type: ignore[attr-defined]
+Executable.kernel_llvm = kernel_llvm  # type: ignore[attr-defined]
+Executable.kernel_asm = kernel_asm  # type: ignore[attr-defined]
+Executable.native_code = native_code  # type: ignore[attr-defined]
+Executable.to_bytes = to_bytes  # type: ignore[attr-defined]
+Executable.save = save  # type: ignore[attr-defined]
+Executable.from_bytes = classmethod(serialize.from_bytes)  # type: ignore[attr-defined]

@@ -1,0 +1,71 @@
+"""An executable saved by an earlier release still loads and runs (`data/release_a1d17c9.rvmx`,
+written by `data/make_release_rvmx.py` with rvm at a1d17c9, before the kernel library moved
+from ``rvm.runtime.native`` to `rvm.kernels`: its jit kernels import the old paths)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rvm
+
+RELEASE = pathlib.Path(__file__).with_name("data") / "release_a1d17c9.rvmx"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "rvm"))
+
+
+def _inputs(n: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, 16)).astype("float32")
+    w = rng.standard_normal((16, 8)).astype("float32") * 0.3
+    return x, w
+
+
+def _expected(x: np.ndarray, w: np.ndarray, t: np.ndarray) -> np.ndarray:
+    p = x @ w
+    y = np.tanh(p) + np.exp(-np.abs(p))
+    c = y.sum(dtype=np.float32)
+    return y * c if c > t else y - c
+
+
+def test_the_file_is_from_the_old_layout() -> None:
+    ex = rvm.load_executable(str(RELEASE))
+    sources = "".join(r.source for r in ex.kernels.values())
+    assert "rvm.runtime.native.blas" in sources and "rvm.runtime.native.mathlib" in sources
+    assert ex.default_exec_mode == "native"
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_a_release_file_runs(exec_mode: str, n: int) -> None:
+    ex = rvm.load_executable(str(RELEASE)).with_exec_mode(exec_mode)
+    x, w = _inputs(n)
+    vm = rvm.VirtualMachine(ex)
+    for t in (np.float32(-1e9), np.float32(1e9)):  # both branches
+        out = vm["main"](x, w, t)
+        np.testing.assert_allclose(out, _expected(x, w, t), rtol=1e-4, atol=1e-4)
+
+
+def test_a_release_file_runs_without_the_compiler(tmp_path: pathlib.Path) -> None:
+    script = (
+        "import sys, numpy as np, rvm\n"
+        f"ex = rvm.load_executable({str(RELEASE)!r})\n"
+        "x = np.ones((3, 16), np.float32); w = np.full((16, 8), 0.1, np.float32)\n"
+        "out = rvm.VirtualMachine(ex)['main'](x, w, np.float32(0))\n"
+        "print(out.shape, float(out[0, 0]))\n"
+        "bad = [m for m in sys.modules if m.startswith(('rvm.jit.', 'rvm.codegen'))]\n"
+        "print(sorted(bad))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shape, bad = done.stdout.splitlines()[-2:]
+    x = np.ones((3, 16), np.float32)
+    want = _expected(x, np.full((16, 8), 0.1, np.float32), np.float32(0))
+    assert shape.startswith("(3, 8)") and np.isclose(float(shape.split()[-1]), want[0, 0])
+    assert bad == "[]"
