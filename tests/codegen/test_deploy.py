@@ -96,7 +96,7 @@ FRESH = textwrap.dedent(
     logging.getLogger("rvm").addHandler(Spy())
     logging.getLogger("rvm").setLevel(logging.DEBUG)
     import rvm
-    from rvm.runtime.loading import numba_cache
+    from rvm.kernels import numba_cache
     from rvm.runtime.loading.loader import kernel_counts
     ex = rvm.load_executable(sys.argv[1])
     data = np.load(sys.argv[2])

@@ -16,8 +16,9 @@ from jit_helpers import numpy_run, prim, rand, var
 
 from rvm import op
 from rvm.jit import jit_kernel, load_kernel
+from rvm.kernels import numba_cache
 from rvm.kernels.numba_cache import object_code_dir
-from rvm.runtime.loading import loader, numba_cache
+from rvm.runtime.loading import loader
 from rvm.runtime.loading.cache import kernel_path
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -42,7 +43,8 @@ ex = rvm.compile(M)
 x = np.linspace(-1, 1, 243, dtype=np.float32).reshape(1, 3, 9, 9)
 w = np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)
 out = np.asarray(rvm.VirtualMachine(ex)["main"](x, w))
-from rvm.runtime.loading import loader, numba_cache
+from rvm.kernels import numba_cache
+from rvm.runtime.loading import loader
 print(json.dumps({{
     "kernels": loader.kernel_counts(),
     "loads": numba_cache.counts(),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import rvm
+from rvm.runtime.serialize import decode
 
 RELEASE = pathlib.Path(__file__).with_name("data") / "release_a1d17c9.rvmx"
 
@@ -40,6 +41,11 @@ def test_the_file_is_from_the_old_layout() -> None:
     sources = "".join(r.source for r in ex.kernels.values())
     assert "rvm.runtime.native.blas" in sources and "rvm.runtime.native.mathlib" in sources
     assert ex.default_exec_mode == "native"
+    # its native section names the library's modules by their old paths (still valid names)
+    native = decode(RELEASE.read_bytes())["native"]
+    modules = {g.ident for g in native.groups if g.kind == "module"}
+    assert "rvm.runtime.native.mathlib" in modules
+    assert {g.kind for g in native.groups} == {"kernel", "module", "native"}
 
 
 @pytest.mark.parametrize("n", [1, 5])

@@ -43,7 +43,11 @@ _debug = logging.getLogger("rvm.jit")
 KINDS = ("kernel", "module", "native")
 KERNEL_FILE = re.compile(r"k_[0-9a-f]{24}\.py")
 NATIVE_FILE = re.compile(r"n_[0-9a-f]{24}\.py")
-MODULE_NAME = re.compile(r"rvm\.runtime\.native\.[A-Za-z_]\w*")  # no other package is imported
+# The kernel library's modules (no other package is imported); ``rvm.runtime.native.*`` is
+# their path before the layout moved, valid in files saved then (whose key never matches now:
+# the library's sources differ, so they are never installed).
+MODULE_NAME = re.compile(r"rvm\.kernels\.[A-Za-z_]\w*")
+OLD_MODULE_NAME = re.compile(r"rvm\.runtime\.native\.[A-Za-z_]\w*")
 CACHE_FILE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*\.(?:nbi|nbc)")
 
 
@@ -81,7 +85,9 @@ def check(native: NativeCode) -> str | None:
         if g.kind not in KINDS:
             return f"native group kind {g.kind!r} is not one of {KINDS}"
         pattern = {"kernel": KERNEL_FILE, "module": MODULE_NAME, "native": NATIVE_FILE}[g.kind]
-        if not pattern.fullmatch(g.ident):
+        if not pattern.fullmatch(g.ident) and not (
+            g.kind == "module" and OLD_MODULE_NAME.fullmatch(g.ident)
+        ):
             return f"native {g.kind} name {g.ident!r} is not valid"
         if g.kind == "native" and g.ident not in dict(g.files):
             return f"native file {g.ident!r} has no source"
@@ -308,10 +314,12 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
                 folder = _install_native_file(group)
                 if folder is None:
                     continue
-            else:
+            elif MODULE_NAME.fullmatch(group.ident):
                 folder = module_cache_folder(group.ident)
                 if folder is None:
                     continue
+            else:
+                continue
             written += _write_group(group, folder)
         except (OSError, ValueError, OverflowError) as err:  # ValueError: a bad mtime
             _debug.debug("native code of %s not installed: %s", group.ident, err)
