@@ -14,9 +14,10 @@ from pathlib import Path
 from rvm.testing.import_graph import cycles, graph, module_files
 
 
-def _room(name: str) -> str:
-    """The package a module is counted in: rvm.runtime.<sub> for the runtime, else rvm.<pkg>."""
-    parts = name.split(".")
+def _room(name: str, path: Path) -> str:
+    """The package a module is counted in: rvm.runtime's subpackages apart, else rvm.<pkg>."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    parts = package.split(".")
     return ".".join(parts[:3] if parts[:2] == ["rvm", "runtime"] else parts[:2])
 
 
@@ -31,7 +32,8 @@ def main() -> None:
     files = module_files(src)
     sizes: dict[str, int] = {}
     for name, path in files.items():
-        sizes[_room(name)] = sizes.get(_room(name), 0) + len(path.read_text().splitlines())
+        room = _room(name, path)
+        sizes[room] = sizes.get(room, 0) + len(path.read_text().splitlines())
     print(
         "biggest rooms (lines): "
         + ", ".join(f"{k} {v}" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:8])
