@@ -1,0 +1,217 @@
+"""What a VM call hands back to Python, and the callables made from a VM's functions.
+
+- **Result checks.** A function's result is checked against its recorded result type
+  (`VMFunction.result`) at the VM boundary, as its parameters are on the way in: a tensor's
+  dtype, rank and dims (a symbolic dim against the argument it came from), a tuple's length
+  and fields. `result_check(fn)` builds the check of one function once; a tensor of the right
+  type costs one comparison of the shape and one of the dtype (`benchmarks/exec_modes.py`).
+- **Closures.** A closure in a result (itself or a field of a result tuple) is bound to the VM
+  that made it, so `clo(*args)` runs it there, as `vm.invoke_closure(clo, *args)` does. The
+  closure keeps its VM alive (a VM is cheap and its executable shared; an error after the VM
+  is gone would surprise more than the memory).
+- **Bound last arguments.** `BoundLast` is `vm.bind(name, *last)`: the function with its last
+  arguments fixed (Relax's `BindLastArgs`), checked with the rest at every call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rvm.errors import DTypeError, ShapeError
+from rvm.runtime.executable import ParamSpec, VMFunction
+from rvm.runtime.objects import Closure
+from rvm.runtime.text import signature
+
+__all__ = ["BoundLast", "ResultCheck", "closure_function", "result_check"]
+
+ResultCheck = Callable[[Any, Sequence[Any], Any], None]
+"""`check(result, args, vm)`: raises if `result` is not what the function promised; binds the
+closures in it to `vm`."""
+
+_NDARRAY = np.ndarray
+
+
+def _text(shape: Sequence[Any]) -> str:
+    dims = ["?" if d is None else str(d) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _dim_sources(fn: VMFunction) -> dict[str, tuple[int, int]]:
+    """Each symbolic dim of `fn`'s tensor parameters -> (parameter index, axis) of its first
+    occurrence: where a result dim of that name is read from at a call."""
+    found: dict[str, tuple[int, int]] = {}
+    for i, spec in enumerate(fn.param_specs):
+        if spec.kind == "tensor" and spec.shape is not None:
+            for axis, d in enumerate(spec.shape):
+                if isinstance(d, str) and d not in found:
+                    found[d] = (i, axis)
+    return found
+
+
+def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> ResultCheck:
+    dtype = np.dtype(spec.dtype) if spec.dtype is not None else None
+    pattern = spec.shape
+    static = pattern is not None and all(type(d) is int for d in pattern)
+    want = tuple(pattern) if static else None
+    # Symbolic dims read from the arguments, (result axis, parameter, parameter axis).
+    reads = [
+        (axis, *sources[d])
+        for axis, d in enumerate(pattern or ())
+        if isinstance(d, str) and d in sources
+    ]
+
+    def slow(x: Any, args: Sequence[Any]) -> None:
+        what = f"{fn.name}: {where}"
+        if not isinstance(x, _NDARRAY):
+            raise TypeError(f"{what} should be a tensor, got {type(x).__name__}")
+        if dtype is not None and x.dtype != dtype:
+            raise DTypeError(f"{what} should be {dtype}, got {x.dtype}")
+        if pattern is None:
+            return
+        if x.ndim != len(pattern):
+            raise ShapeError(
+                f"{what} should be a {len(pattern)}-d tensor of shape {_text(pattern)}, got "
+                f"shape {_text(x.shape)}"
+            )
+        seen: dict[str, int] = {}
+        for axis, (d, got) in enumerate(zip(pattern, x.shape)):
+            if type(d) is int and d != got:
+                raise ShapeError(
+                    f"{what} has shape {_text(x.shape)}, expected {_text(pattern)} (axis "
+                    f"{axis} must be {d})"
+                )
+            if isinstance(d, str):
+                if d in sources:
+                    p, pa = sources[d]
+                    expected = args[p].shape[pa]
+                    origin = f"argument {p} '{fn.params[p]}'"
+                else:
+                    expected, origin = seen.setdefault(d, got), "an earlier axis of the result"
+                if got != expected:
+                    raise ShapeError(
+                        f"{what} has shape {_text(x.shape)}, but {d} = {expected} from {origin}"
+                    )
+
+    if static:
+
+        def check(x: Any, args: Sequence[Any], vm: Any) -> None:
+            if x.__class__ is _NDARRAY and x.shape == want and x.dtype is dtype:
+                return
+            if not (isinstance(x, _NDARRAY) and x.shape == want and x.dtype == dtype):
+                slow(x, args)
+
+        return check
+
+    rank = None if pattern is None else len(pattern)
+    fixed = [(axis, d) for axis, d in enumerate(pattern or ()) if type(d) is int]
+    free = [d for d in pattern or () if isinstance(d, str) and d not in sources]
+    repeats = len(free) != len(set(free))  # a result-only dim twice: the slow path compares
+
+    def check_symbolic(x: Any, args: Sequence[Any], vm: Any) -> None:
+        if x.__class__ is _NDARRAY and (dtype is None or x.dtype == dtype) and not repeats:
+            shape = x.shape
+            if rank is None or (
+                len(shape) == rank
+                and all(shape[a] == d for a, d in fixed)
+                and all(shape[a] == args[p].shape[pa] for a, p, pa in reads)
+            ):
+                return
+        slow(x, args)
+
+    return check_symbolic
+
+
+def _bind_closure(x: Any, args: Sequence[Any], vm: Any) -> None:
+    if x.__class__ is Closure:
+        x._vm = vm
+
+
+def _check_of(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> ResultCheck | None:
+    if spec.kind == "tensor":
+        return _tensor_check(fn, spec, where, sources)
+    if spec.kind == "tuple" and spec.fields is not None:
+        fields = [_check_of(fn, f, f"{where}[{i}]", sources) for i, f in enumerate(spec.fields)]
+        count = len(fields)
+        checks = [(i, c) for i, c in enumerate(fields) if c is not None]
+
+        def check_tuple(x: Any, args: Sequence[Any], vm: Any) -> None:
+            if not isinstance(x, tuple) or len(x) != count:
+                got = f"{len(x)} fields" if isinstance(x, tuple) else type(x).__name__
+                raise TypeError(f"{fn.name}: {where} should be a tuple of {count}, got {got}")
+            for i, c in checks:
+                c(x[i], args, vm)
+
+        return check_tuple
+    if spec.kind == "any":
+        return _bind_closure
+    return None  # an ADT value: its constructor tags are the executable's own
+
+
+def result_check(fn: VMFunction) -> ResultCheck | None:
+    """The check of `fn`'s results (None when nothing is recorded or nothing to check)."""
+    if fn.result is None:
+        return None
+    return _check_of(fn, fn.result, "result", _dim_sources(fn))
+
+
+def closure_function(ex: Any, closure: Closure) -> VMFunction:
+    """The signature a call of `closure` from Python is checked against: its function's
+    parameters after the captured values.
+
+    Raises:
+        TypeError: `closure` is not a Closure of `ex`'s functions.
+    """
+    if not isinstance(closure, Closure):
+        raise TypeError(f"invoke_closure expects a Closure, got {type(closure).__name__}")
+    functions = ex.functions
+    index = closure.func_index
+    if not 0 <= index < len(functions) or len(closure.free_vars) > len(functions[index].params):
+        raise TypeError(f"{closure!r} is not a closure of this VM's executable")
+    fn = functions[index]
+    k = len(closure.free_vars)
+    return VMFunction(
+        fn.name, fn.params[k:], fn.param_specs[k:], fn.register_file_size, (), fn.kind, fn.result
+    )
+
+
+class BoundLast:
+    """`vm.bind(name, *last)`: function `name` of one VM with its last arguments fixed.
+
+    Calling it with the first arguments (by position) calls `vm[name](*first, *last)`, with
+    every entry check of that call.
+    """
+
+    __slots__ = ("function", "last", "_call", "_owner")
+
+    def __init__(
+        self, function: VMFunction, last: tuple, call: Callable[..., Any], owner: str
+    ) -> None:
+        if len(last) > len(function.params):
+            raise TypeError(
+                f"bind: {function.name} takes {len(function.params)} arguments, got "
+                f"{len(last)} to bind"
+            )
+        self.function = function
+        self.last = last
+        self._call = call
+        self._owner = owner
+
+    def __call__(self, *first: Any) -> Any:
+        return self._call(*first, *self.last)
+
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        kind = inspect.Parameter.POSITIONAL_ONLY
+        names = self.function.params[: len(self.function.params) - len(self.last)]
+        try:
+            return inspect.Signature([inspect.Parameter(p, kind) for p in names])
+        except ValueError:
+            return None
+
+    def __repr__(self) -> str:
+        bound = ", ".join(self.function.params[len(self.function.params) - len(self.last) :])
+        return f"<function {signature(self.function)} with {bound} bound, of {self._owner}>"
