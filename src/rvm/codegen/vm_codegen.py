@@ -22,9 +22,11 @@ import math
 from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir import expr as E
+from rvm.ir.analysis import walk
 from rvm.ir.functor import ExprVisitor
 from rvm.ir.module import IRModule
 from rvm.ir.types import ADTType, TensorType, TupleType, Type
+from rvm.op import effects
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.executable import ParamSpec
@@ -157,9 +159,11 @@ class FunctionCodegen:
         found: list[tuple[tuple[int, ...], str, tuple]] = []
         for i, p in enumerate(self.func.params):
             _symbolic_tensors(p.type, (i,), f"argument {i} '{p.name}'", found)
-        if not found:
+        outputs = _declared_shapes(self.func)  # packed calls' results, checked (`effect`)
+        if not found and not outputs:
             return
-        names = {d for _, _, shape in found for d in shape if isinstance(d, str)}
+        names = {d for shape in [s for _, _, s in found] + outputs for d in shape}
+        names = {d for d in names if isinstance(d, str)}
         self.heap = self.fb.new_register()
         self.fb.emit(Opcode.ALLOC_SHAPE_HEAP, self.heap, len(names))
         fields: dict[tuple[int, ...], int] = {(i,): i for i in range(len(self.func.params))}
@@ -294,6 +298,8 @@ class FunctionCodegen:
                 fb.emit(Opcode.CALL_PACKED, dst, kernel, self.regs_of(c.args))
             else:
                 fb.emit(Opcode.INVOKE, dst, callee.name, self.regs_of(c.args))
+        elif isinstance(callee, E.Op) and callee in effects.EFFECT_OPS:
+            self.effect(c, dst)
         elif isinstance(callee, E.Op):
             self.vm_op(c, dst)
         elif isinstance(callee, E.Var):
@@ -373,6 +379,46 @@ class FunctionCodegen:
                 f"codegen {self.name}: op {op.name} reached codegen; legalize turns ops into "
                 "primitive functions"
             )
+
+    def effect(self, c: E.Call, dst: int) -> None:
+        """An op of `rvm.op.effects`: a packed call of a registered function (its result
+        checked against the declared type), a debug print, an assert."""
+        fb, op, a = self.fb, c.callee, c.attrs
+        args = self.regs_of(c.args)
+        if op is effects.ASSERT:
+            ok = fb.label("assert_ok")
+            fb.emit(Opcode.IF_IMM, args[0], 1, ok, 1)
+            fb.emit(Opcode.FATAL, self.ctx.string(a["message"]))
+            fb.place(ok)  # an assert's binding is never the last: code follows
+        elif op is effects.DEBUG_PRINT:
+            label = self.load_const(self.ctx.string(a["label"]))
+            fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.debug_print", [*args, label])
+        elif op is effects.CALL_PACKED:
+            fb.emit(Opcode.CALL_PACKED, dst, a["func"], args)
+            if "dtype" in a:
+                self.check_output(dst, a.get("shape"), a["dtype"], a["func"])
+        else:  # CALL_DPS_PACKED: the VM allocates the destination
+            shape = a["shape"]
+            if all(isinstance(d, int) for d in shape):
+                fb.emit(Opcode.NEW_TENSOR, dst, shape, a["dtype"], ALIGNMENT)
+            else:
+                dims = self.fb.new_register()
+                self.make_shape(shape, dims)
+                fb.emit(Opcode.NEW_TENSOR_REG, dst, dims, a["dtype"], ALIGNMENT)
+            fb.emit(Opcode.INVOKE_PACKED, a["func"], len(args) + 1, 1, [*args, dst])
+
+    def check_output(self, reg: int, shape: tuple | None, dtype: str, func: str) -> None:
+        """Checks the value a registered function returned against its declared type: dtype
+        and rank (`vm.builtin.check_tensor`), then dims (MATCH_SHAPE: a symbolic dim seen
+        first here is bound, later ones checked)."""
+        fb = self.fb
+        context = self.ctx.string(f"{self.name}: the result of {func}")
+        ndim = self.const_int(-1 if shape is None else len(shape))
+        check = [reg, ndim, self.load_const(self.ctx.string(dtype)), self.load_const(context)]
+        fb.emit(Opcode.CALL_PACKED, fb.new_register(), "vm.builtin.check_tensor", check)
+        if shape and any(d is not None for d in shape):
+            pattern = self.ctx.int_pattern(self.match_pairs(shape))
+            fb.emit(Opcode.MATCH_SHAPE, reg, self.heap, pattern, context)
 
     def make_shape(self, shape: tuple, dst: int) -> None:
         pairs: list[int] = []
@@ -499,6 +545,17 @@ class ModuleCodegen:
             if not func.is_primitive:
                 FunctionCodegen(self, name, func).run()
         return self.builder.build()
+
+
+def _declared_shapes(func: E.Function) -> list[tuple]:
+    """The declared output shapes of the packed calls in ``func`` (`rvm.op.effects`)."""
+    return [
+        node.attrs["shape"]
+        for node in walk(func.body, into_functions=False)
+        if isinstance(node, E.Call)
+        and node.callee in (effects.CALL_PACKED, effects.CALL_DPS_PACKED)
+        and node.attrs.get("shape")
+    ]
 
 
 def _marked(value: E.Expr) -> bool:

@@ -22,6 +22,7 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.copy(x)`: a copy of a tensor.
 - `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
   dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
+- `vm.builtin.debug_print(x, label)`: prints `label: x` (`rvm.debug_print`); returns None.
 """
 
 from __future__ import annotations
@@ -183,3 +184,15 @@ def check_tensor(x: Any, ndim: Any, dtype: Any, context: Any = "") -> Any:
     if ndim >= 0 and x.ndim != ndim:
         raise ShapeError(f"{prefix}expected a {ndim}-d tensor, got shape {x.shape}")
     return x
+
+
+@register_func("vm.builtin.debug_print")
+def debug_print(x: Any, label: Any = "") -> None:
+    """Prints `label: x` (`rvm.debug_print` in a program); a tensor shows its dtype and shape
+    before its values."""
+    text = as_str(label)
+    if isinstance(x, np.ndarray):
+        body = f"{x.dtype}{list(x.shape)} {np.array2string(x, threshold=64)}"
+    else:
+        body = repr(x)
+    print(f"{text}: {body}" if text else body, flush=True)

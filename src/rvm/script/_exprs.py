@@ -282,6 +282,8 @@ class ExprParser:
             return self.const_call(node)
         if path and path[-1] == "const_b64" and (path[0] == "rvm" or self._is(path, const_b64)):
             return self.const_call(node, b64=True)
+        if path and len(path) == 2 and path[0] == "rvm" and path[1] in _EFFECT_CALLS:
+            return self.effect_call(node, path[1])
         if node.keywords:
             raise self.error(node.keywords[0], "keyword arguments are only for op attributes")
         callee = self.operand(func) if isinstance(func, ast.Name) else self.atom(func)
@@ -317,6 +319,36 @@ class ExprParser:
             if isinstance(err, ScriptError):
                 raise
             raise self.error(node, f"bad constant: {err}") from None
+
+    def effect_call(self, node: ast.Call, name: str) -> E.Expr:
+        """``rvm.call_packed("f", *args, out=T[...])``, ``rvm.call_dps_packed(...)`` and
+        ``rvm.debug_print(x, "label")`` (`rvm.op.effects`): a string literal names the
+        function or the label, ``out=`` is a type."""
+        import rvm.op.effects as effects
+
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.error(node, f"*args are not supported in rvm.{name}")
+        kwargs: dict[str, object] = {}
+        for kw in node.keywords:
+            if kw.arg != "out" or name == "debug_print":
+                raise self.error(kw, f"rvm.{name} takes no keyword {kw.arg!r}")
+            kwargs["out"] = self.ctx.type_of(kw.value)
+        strings = [literal_value(a) for a in node.args if _is_str(a)]
+        values = [self.atom(a) for a in node.args if not _is_str(a)]
+        try:
+            with self.at(node):
+                if name == "debug_print":
+                    out = effects.debug_print(*values, *strings)
+                else:
+                    if not strings or not _is_str(node.args[0]):
+                        raise IRError(f"rvm.{name} takes the function's name first, a string")
+                    out = getattr(effects, name)(*strings, *values, **kwargs)
+                infer_type(out)
+        except (IRError, TypeError) as err:
+            if isinstance(err, ScriptError):
+                raise
+            raise self.error(node, f"rvm.{name}: {err}") from None
+        return out
 
     def const_arg(self, node: ast.expr) -> object:
         """A literal, or a name bound to an array or number where the script is defined."""
@@ -388,6 +420,13 @@ class ExprParser:
             out = E.If(cond, branches[0], branches[1])
             infer_type(out)
         return out
+
+
+_EFFECT_CALLS = frozenset({"call_packed", "call_dps_packed", "debug_print"})
+
+
+def _is_str(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def _dotted(node: ast.expr) -> list[str] | None:
