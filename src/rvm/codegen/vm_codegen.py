@@ -393,6 +393,11 @@ class FunctionCodegen:
         elif op is effects.DEBUG_PRINT:
             label = self.load_const(self.ctx.string(a["label"]))
             fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.debug_print", [*args, label])
+        elif op is effects.DIM:  # the carrier's shape (n, 0) binds or checks n
+            context = self.ctx.string(f"{self.name}: rvm.dim {a['name']}")
+            fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)  # the stack says where
+            pattern = self.ctx.int_pattern(self.match_pairs((a["name"], 0)))
+            fb.emit(Opcode.MATCH_SHAPE, dst, self.heap, pattern, context)
         elif op is effects.CALL_PACKED:
             fb.emit(Opcode.CALL_PACKED, dst, a["func"], args)
             if "dtype" in a:
@@ -548,14 +553,17 @@ class ModuleCodegen:
 
 
 def _declared_shapes(func: E.Function) -> list[tuple]:
-    """The declared output shapes of the packed calls in ``func`` (`rvm.op.effects`)."""
-    return [
-        node.attrs["shape"]
-        for node in walk(func.body, into_functions=False)
-        if isinstance(node, E.Call)
-        and node.callee in (effects.CALL_PACKED, effects.CALL_DPS_PACKED)
-        and node.attrs.get("shape")
-    ]
+    """The shapes ``func`` checks values against besides its parameters: the declared outputs
+    of its packed calls and the carriers of its `rvm.dim` dimensions (`rvm.op.effects`)."""
+    shapes = []
+    for node in walk(func.body, into_functions=False):
+        if not isinstance(node, E.Call):
+            continue
+        if node.callee in (effects.CALL_PACKED, effects.CALL_DPS_PACKED) and node.attrs.get("shape"):
+            shapes.append(node.attrs["shape"])
+        elif node.callee is effects.DIM:
+            shapes.append((node.attrs["name"], 0))
+    return shapes
 
 
 def _marked(value: E.Expr) -> bool:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import ShapeError, VMError
-from rvm.op.effects import ASSERT, CALL_DPS_PACKED, CALL_PACKED, DEBUG_PRINT
-from rvm.runtime.builtins import check_tensor
+from rvm.op.effects import ASSERT, CALL_DPS_PACKED, CALL_PACKED, DEBUG_PRINT, DIM
+from rvm.runtime.builtins import check_tensor, dim_carrier
 from rvm.runtime.builtins import debug_print as print_builtin
 from rvm.runtime.registry import get_global_func
 
@@ -50,7 +50,13 @@ def _assert(cond: Any, message: str) -> tuple:
     return ()
 
 
+def _dim(value: Any, name: str) -> np.ndarray:
+    # The binding's annotation, T[(name, 0), "int64"], then binds or checks the dimension.
+    return dim_carrier(value, f"rvm.dim {name}")
+
+
 EFFECTS: dict[Any, Callable[..., Any]] = {
+    DIM: _dim,
     CALL_PACKED: _call_packed,
     CALL_DPS_PACKED: _call_dps_packed,
     DEBUG_PRINT: _debug_print,

@@ -14,6 +14,13 @@ They are the program's way out to Python (Relax's `call_packed`, `call_dps_packe
 - ``assert_(cond, message)``: stops the program with ``VMError`` (``fatal: message`` and the VM
   stack) when the 0-d bool ``cond`` is false; returns nothing. rvm script writes it
   ``assert cond, "message"``.
+- ``dim(value, name)``: binds the symbolic dimension ``name`` to a 0-d integer ``value`` (Relax's
+  ``match_prim_value``), checked at run time (a negative value, or one that disagrees with an
+  earlier binding of ``name``, a parameter's dim among them, is a ShapeError). Its value is a
+  tensor of shape ``(name, 0)``, no data: the carrier the rest of the compiler reads the
+  dimension from (kernels read dims from their arguments' shapes; the VM stores it in the shape
+  heap with MATCH_SHAPE). rvm script writes ``n = rvm.dim(steps)`` and then ``n`` in shapes:
+  ``op.zeros((n, 4))``, ``op.reshape(x, (n, -1))``.
 
 All four are named ``vm.*``: no pass fuses, folds or removes them (`dead_code` keeps every
 ``vm.*`` call as an effect), and VM codegen turns each into instructions (CALL_PACKED,
@@ -33,13 +40,14 @@ from rvm.ir.op import OpPattern, infer, register_op
 from rvm.ir.types import TensorType, TupleType, Type
 from rvm.op.core import ExprLike, as_expr
 
-__all__ = ["assert_", "call_dps_packed", "call_packed", "debug_print"]
+__all__ = ["assert_", "call_dps_packed", "call_packed", "debug_print", "dim"]
 
 CALL_PACKED = register_op("vm.call_packed", OpPattern.OPAQUE)
 CALL_DPS_PACKED = register_op("vm.call_dps_packed", OpPattern.OPAQUE)
 DEBUG_PRINT = register_op("vm.debug_print", OpPattern.OPAQUE, 1)
 ASSERT = register_op("vm.assert", OpPattern.OPAQUE, 1)
-EFFECT_OPS = frozenset({CALL_PACKED, CALL_DPS_PACKED, DEBUG_PRINT, ASSERT})
+DIM = register_op("vm.dim", OpPattern.OPAQUE, 1)
+EFFECT_OPS = frozenset({CALL_PACKED, CALL_DPS_PACKED, DEBUG_PRINT, ASSERT, DIM})
 
 UNIT = TupleType(())
 
@@ -66,6 +74,19 @@ def _infer_assert(call: Call, types: list[Type]) -> Type:
 
 
 infer[ASSERT] = _infer_assert
+
+
+def _infer_dim(call: Call, types: list[Type]) -> Type:
+    ty = types[0]
+    if isinstance(ty, TensorType) and (
+        (ty.shape is not None and len(ty.shape) != 0)
+        or (ty.dtype is not None and not ty.dtype.startswith(("int", "uint")))
+    ):
+        raise IRError(f"dim: the value must be a 0-d integer tensor, got {ty}")
+    return TensorType((call.attrs["name"], 0), "int64")
+
+
+infer[DIM] = _infer_dim
 
 
 def _packed(op: Op, func: str, args: tuple[ExprLike, ...], out: Any) -> Call:
@@ -107,3 +128,10 @@ def assert_(cond: ExprLike, message: str = "assertion failed") -> Call:
     if not isinstance(message, str):
         raise IRError(f"assert: the message must be a str, got {message!r}")
     return Call(ASSERT, (as_expr(cond),), {"message": message})
+
+
+def dim(value: ExprLike, name: str) -> Call:
+    """The symbolic dimension ``name`` bound to the 0-d integer ``value`` (module docstring)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise IRError(f"dim: the dimension's name must be an identifier, got {name!r}")
+    return Call(DIM, (as_expr(value),), {"name": name})

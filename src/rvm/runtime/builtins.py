@@ -23,6 +23,8 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
   dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
 - `vm.builtin.debug_print(x, label)`: prints `label: x` (`rvm.debug_print`); returns None.
+- `vm.builtin.dim_carrier(value, context="rvm.dim")`: an empty `(value, 0)` int64 tensor from a 0-d
+  integer (`rvm.dim`), raising ShapeError for a negative one.
 """
 
 from __future__ import annotations
@@ -196,3 +198,19 @@ def debug_print(x: Any, label: Any = "") -> None:
     else:
         body = repr(x)
     print(f"{text}: {body}" if text else body, flush=True)
+
+
+@register_func("vm.builtin.dim_carrier")
+def dim_carrier(value: Any, context: Any = "rvm.dim") -> np.ndarray:
+    """An empty int64 tensor of shape `(value, 0)` from a 0-d integer `value` (`rvm.dim`): it
+    carries the dimension in its shape, where MATCH_SHAPE and kernels read dimensions."""
+    arr = np.asarray(value)
+    if arr.ndim != 0 or arr.dtype.kind not in "iu":
+        raise ShapeError(
+            f"{_prefix(context)}a dimension comes from a 0-d integer tensor, got {arr.dtype} "
+            f"of shape {arr.shape}"
+        )
+    n = int(arr)
+    if n < 0:
+        raise ShapeError(f"{_prefix(context)}a dimension must be >= 0, got {n}")
+    return np.empty((n, 0), _INT64)

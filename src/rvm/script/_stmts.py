@@ -140,6 +140,18 @@ class BodyParser(ExprParser):
             self.emit(assert_(cond, message))
 
     def assign_target(self, target: ast.expr, value_node: ast.expr) -> None:
+        if isinstance(target, ast.Name) and _dim_call(value_node):
+            # `n = rvm.dim(steps)`: `n` is the dimension "n" in shapes (`rvm.op.effects.dim`)
+            if len(value_node.args) == 1:  # type: ignore[attr-defined]
+                from rvm.op.effects import dim
+
+                with self.at(value_node):
+                    value = dim(self.atom(value_node.args[0]), target.id)  # type: ignore[attr-defined]
+            else:
+                value = self.value(value_node)
+            with self.at(value_node):
+                self.assign(target.id, value, infer_type(value))
+            return
         if isinstance(target, ast.Name):
             value = self.value(value_node)
             with self.at(value_node):
@@ -407,4 +419,15 @@ def _effect_call(node: ast.expr) -> bool:
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id == "rvm"
         and node.func.attr in ("debug_print", "call_packed", "call_dps_packed")
+    )
+
+
+def _dim_call(node: ast.expr) -> bool:
+    """Whether ``node`` is ``rvm.dim(...)``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "rvm"
+        and node.func.attr == "dim"
     )

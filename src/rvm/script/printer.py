@@ -52,6 +52,7 @@ _EFFECT_CALLS = {
     "vm.call_dps_packed": "call_dps_packed",
     "vm.debug_print": "debug_print",
     "vm.assert": "assert",
+    "vm.dim": "dim",
 }
 
 
@@ -159,6 +160,8 @@ class _Printer:
             return f"rvm.debug_print({', '.join(args)}, {literal_text(a['label'])})"
         if name == "assert":
             return f"assert {args[0]}, {literal_text(a['message'])}"
+        if name == "dim":
+            return f"rvm.dim({args[0]}, {literal_text(a['name'])})"
         if "dtype" in a:
             args.append(f"out={type_text(TensorType(a.get('shape'), a['dtype']))}")
         return f"rvm.{name}({', '.join([literal_text(a['func']), *args])})"
