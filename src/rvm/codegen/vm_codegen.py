@@ -160,7 +160,7 @@ class FunctionCodegen:
         for i, p in enumerate(self.func.params):
             _symbolic_tensors(p.type, (i,), f"argument {i} '{p.name}'", found)
         outputs = _declared_shapes(self.func)  # packed calls' results, checked (`effect`)
-        if not found and not outputs:
+        if not found and not outputs and not _makes_shapes(self.func):
             return
         names = {d for shape in [s for _, _, s in found] + outputs for d in shape}
         names = {d for d in names if isinstance(d, str)}
@@ -564,6 +564,14 @@ def _declared_shapes(func: E.Function) -> list[tuple]:
         elif node.callee is effects.DIM:
             shapes.append((node.attrs["name"], 0))
     return shapes
+
+
+def _makes_shapes(func: E.Function) -> bool:
+    """Whether ``func`` builds a shape value (MAKE_SHAPE reads a heap, maybe an empty one)."""
+    return any(
+        isinstance(node, E.Call) and node.callee is vm_ops.make_shape
+        for node in walk(func.body, into_functions=False)
+    )
 
 
 def _marked(value: E.Expr) -> bool:
