@@ -161,3 +161,34 @@ def test_results_are_checked_against_the_recorded_type(exec_mode):
     fine = _wrong_result("def k(a):\n    return a + 1\n")
     x = f32(3)
     np.testing.assert_allclose(VirtualMachine(fine, exec_mode=exec_mode)["main"](x), x + 1)
+
+
+def test_result_proof_is_sound_on_the_sample_programs():
+    """Every function whose result type the code proves (so it is not checked at run time)
+    returns values the run-time check passes, for every sample program; the MLP is proved."""
+    from rvm.runtime.calling import result_check
+    from rvm.runtime.result_proof import proved_results
+    from rvm.testing.programs import PROGRAMS
+
+    rng = np.random.default_rng(0)
+    proved_any = False
+    for prog in PROGRAMS:
+        ex = rvm.compile(prog.mod, kernels="numpy")
+        fidx = ex.function_index(prog.fname)
+        if not proved_results(ex)[fidx]:
+            continue
+        proved_any = True
+        args = prog.make_args(rng)
+        vm = VirtualMachine(ex, exec_mode="bytecode")
+        out = vm[prog.fname](*args)
+        check = result_check(ex.functions[fidx])
+        if check is not None:
+            check(out, vm._checked(prog.fname, args, {})[1], vm)
+    assert proved_any
+    assert proved_results(rvm.compile(MLP)) == [True]
+
+
+def test_results_of_python_functions_are_not_proved():
+    from rvm.runtime.result_proof import proved_results
+
+    assert proved_results(_wrong_result("def k(a):\n    return a\n")) == [False]

@@ -3,8 +3,10 @@
 - **Result checks.** A function's result is checked against its recorded result type
   (`VMFunction.result`) at the VM boundary, as its parameters are on the way in: a tensor's
   dtype, rank and dims (a symbolic dim against the argument it came from), a tuple's length
-  and fields. `result_check(fn)` builds the check of one function once; a tensor of the right
-  type costs one comparison of the shape and one of the dtype (`benchmarks/exec_modes.py`).
+  and fields. `result_checks(ex)` builds them once per executable, and none where the code
+  itself guarantees the type (`result_proof.py`: allocations of the promised shape and dtype
+  that kernels write into), so most calls pay nothing; the others (results of registered
+  Python functions, data-dependent kernels, closures) pay a shape and a dtype comparison.
 - **Closures.** A closure in a result (itself or a field of a result tuple) is bound to the VM
   that made it, so `clo(*args)` runs it there, as `vm.invoke_closure(clo, *args)` does. The
   closure keeps its VM alive (a VM is cheap and its executable shared; an error after the VM
@@ -22,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import DTypeError, ShapeError
-from rvm.runtime.executable import ParamSpec, VMFunction
+from rvm.runtime.executable import Executable, ParamSpec, VMFunction
 from rvm.runtime.objects import Closure
+from rvm.runtime.result_proof import proved_results
 from rvm.runtime.text import signature
 
-__all__ = ["BoundLast", "ResultCheck", "closure_function", "result_check"]
+__all__ = ["BoundLast", "ResultCheck", "closure_function", "result_check", "result_checks"]
 
 ResultCheck = Callable[[Any, Sequence[Any], Any], None]
 """`check(result, args, vm)`: raises if `result` is not what the function promised; binds the
@@ -156,6 +159,13 @@ def result_check(fn: VMFunction) -> ResultCheck | None:
     if fn.result is None:
         return None
     return _check_of(fn, fn.result, "result", _dim_sources(fn))
+
+
+def result_checks(ex: Executable) -> list[ResultCheck | None]:
+    """Each function's result check, None where its code already guarantees its recorded
+    result type (`result_proof.py`: then a call pays nothing)."""
+    proved = proved_results(ex)
+    return [None if ok else result_check(fn) for fn, ok in zip(ex.functions, proved)]
 
 
 def closure_function(ex: Any, closure: Closure) -> VMFunction:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
-from rvm.runtime.calling import BoundLast, closure_function, result_check
+from rvm.runtime.calling import BoundLast, closure_function, result_checks
 from rvm.runtime.compiled import CompiledMode, compiled_functions
 from rvm.runtime.decode import decode_executable
 from rvm.runtime.entry import (
@@ -131,7 +131,7 @@ class VirtualMachine:
         self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
         self._run: Callable[[int, list[Any]], Any] = self._mode.run
         # Each function's result check at the boundary (`calling.py`), by function index.
-        self._results = ex.cached("result_checks", lambda: [result_check(f) for f in ex.functions])
+        self._results = ex.cached("result_checks", lambda: result_checks(ex))
 
     def native_report(self, compile: bool = False) -> NativeReport:
         """Which functions run as native code in this VM's native mode, and for the others
