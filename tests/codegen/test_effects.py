@@ -77,7 +77,9 @@ def test_packed_results_are_checked(effects_ex, exec_mode):
     x = np.ones(4, np.float32)
     with pytest.raises(VMError, match=r"twice: the result of test_effects.twice: shape \(8,\)"):
         vm["twice"](x)
-    with pytest.raises(VMError, match="wide: the result of test_effects.wide: expected dtype float32"):
+    with pytest.raises(
+        VMError, match="wide: the result of test_effects.wide: expected dtype float32"
+    ):
         vm["wide"](x)
     with pytest.raises(ShapeError, match="the result of test_effects.twice"):
         rvm.interpret(Effects, "twice", x)

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 
+from rvm.codegen.effects import declared_shapes, emit_effect, makes_shapes
 from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir import expr as E
-from rvm.ir.analysis import walk
 from rvm.ir.functor import ExprVisitor
 from rvm.ir.module import IRModule
 from rvm.ir.types import ADTType, TensorType, TupleType, Type
@@ -137,6 +137,8 @@ def _tiny_view(c: E.Call) -> bool:
 class FunctionCodegen:
     """Emits one VM function."""
 
+    ALIGNMENT = ALIGNMENT  # of the tensors it makes (`rvm.codegen.effects` reads it here)
+
     def __init__(self, ctx: ModuleCodegen, name: str, func: E.Function) -> None:
         self.ctx = ctx
         self.name = name
@@ -159,8 +161,8 @@ class FunctionCodegen:
         found: list[tuple[tuple[int, ...], str, tuple]] = []
         for i, p in enumerate(self.func.params):
             _symbolic_tensors(p.type, (i,), f"argument {i} '{p.name}'", found)
-        outputs = _declared_shapes(self.func)  # packed calls' results, checked (`effect`)
-        if not found and not outputs and not _makes_shapes(self.func):
+        outputs = declared_shapes(self.func)  # packed calls' results, checked (`effect`)
+        if not found and not outputs and not makes_shapes(self.func):
             return
         names = {d for shape in [s for _, _, s in found] + outputs for d in shape}
         names = {d for d in names if isinstance(d, str)}
@@ -299,7 +301,7 @@ class FunctionCodegen:
             else:
                 fb.emit(Opcode.INVOKE, dst, callee.name, self.regs_of(c.args))
         elif isinstance(callee, E.Op) and callee in effects.EFFECT_OPS:
-            self.effect(c, dst)
+            emit_effect(self, c, dst)
         elif isinstance(callee, E.Op):
             self.vm_op(c, dst)
         elif isinstance(callee, E.Var):
@@ -379,51 +381,6 @@ class FunctionCodegen:
                 f"codegen {self.name}: op {op.name} reached codegen; legalize turns ops into "
                 "primitive functions"
             )
-
-    def effect(self, c: E.Call, dst: int) -> None:
-        """An op of `rvm.op.effects`: a packed call of a registered function (its result
-        checked against the declared type), a debug print, an assert."""
-        fb, op, a = self.fb, c.callee, c.attrs
-        args = self.regs_of(c.args)
-        if op is effects.ASSERT:
-            ok = fb.label("assert_ok")
-            fb.emit(Opcode.IF_IMM, args[0], 1, ok, 1)
-            fb.emit(Opcode.FATAL, self.ctx.string(a["message"]))
-            fb.place(ok)  # an assert's binding is never the last: code follows
-        elif op is effects.DEBUG_PRINT:
-            label = self.load_const(self.ctx.string(a["label"]))
-            fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.debug_print", [*args, label])
-        elif op is effects.DIM:  # the carrier's shape (n, 0) binds or checks n
-            context = self.ctx.string(f"{self.name}: rvm.dim {a['name']}")
-            fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)  # the stack says where
-            pattern = self.ctx.int_pattern(self.match_pairs((a["name"], 0)))
-            fb.emit(Opcode.MATCH_SHAPE, dst, self.heap, pattern, context)
-        elif op is effects.CALL_PACKED:
-            fb.emit(Opcode.CALL_PACKED, dst, a["func"], args)
-            if "dtype" in a:
-                self.check_output(dst, a.get("shape"), a["dtype"], a["func"])
-        else:  # CALL_DPS_PACKED: the VM allocates the destination
-            shape = a["shape"]
-            if all(isinstance(d, int) for d in shape):
-                fb.emit(Opcode.NEW_TENSOR, dst, shape, a["dtype"], ALIGNMENT)
-            else:
-                dims = self.fb.new_register()
-                self.make_shape(shape, dims)
-                fb.emit(Opcode.NEW_TENSOR_REG, dst, dims, a["dtype"], ALIGNMENT)
-            fb.emit(Opcode.INVOKE_PACKED, a["func"], len(args) + 1, 1, [*args, dst])
-
-    def check_output(self, reg: int, shape: tuple | None, dtype: str, func: str) -> None:
-        """Checks the value a registered function returned against its declared type: dtype
-        and rank (`vm.builtin.check_tensor`), then dims (MATCH_SHAPE: a symbolic dim seen
-        first here is bound, later ones checked)."""
-        fb = self.fb
-        context = self.ctx.string(f"{self.name}: the result of {func}")
-        ndim = self.const_int(-1 if shape is None else len(shape))
-        check = [reg, ndim, self.load_const(self.ctx.string(dtype)), self.load_const(context)]
-        fb.emit(Opcode.CALL_PACKED, fb.new_register(), "vm.builtin.check_tensor", check)
-        if shape and any(d is not None for d in shape):
-            pattern = self.ctx.int_pattern(self.match_pairs(shape))
-            fb.emit(Opcode.MATCH_SHAPE, reg, self.heap, pattern, context)
 
     def make_shape(self, shape: tuple, dst: int) -> None:
         pairs: list[int] = []
@@ -550,28 +507,6 @@ class ModuleCodegen:
             if not func.is_primitive:
                 FunctionCodegen(self, name, func).run()
         return self.builder.build()
-
-
-def _declared_shapes(func: E.Function) -> list[tuple]:
-    """The shapes ``func`` checks values against besides its parameters: the declared outputs
-    of its packed calls and the carriers of its `rvm.dim` dimensions (`rvm.op.effects`)."""
-    shapes = []
-    for node in walk(func.body, into_functions=False):
-        if not isinstance(node, E.Call):
-            continue
-        if node.callee in (effects.CALL_PACKED, effects.CALL_DPS_PACKED) and node.attrs.get("shape"):
-            shapes.append(node.attrs["shape"])
-        elif node.callee is effects.DIM:
-            shapes.append((node.attrs["name"], 0))
-    return shapes
-
-
-def _makes_shapes(func: E.Function) -> bool:
-    """Whether ``func`` builds a shape value (MAKE_SHAPE reads a heap, maybe an empty one)."""
-    return any(
-        isinstance(node, E.Call) and node.callee is vm_ops.make_shape
-        for node in walk(func.body, into_functions=False)
-    )
 
 
 def _marked(value: E.Expr) -> bool:

@@ -29,7 +29,9 @@ from rvm.runtime.executable import Executable, ParamSpec, VMFunction
 __all__ = ["proved_results"]
 
 O = Opcode
-_WRITES = frozenset(op for op, info in OPCODE_INFO.items() if info.operands[:1] == (("dst", "reg"),))
+_WRITES = frozenset(
+    op for op, info in OPCODE_INFO.items() if info.operands[:1] == (("dst", "reg"),)
+)
 
 
 def _of_spec(spec: ParamSpec | None) -> Any:

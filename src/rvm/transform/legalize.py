@@ -13,8 +13,8 @@ arrays). An op whose attributes name a dimension its arguments do not carry (``f
 ``broadcast_to(x, ("n", 4))``) also gets, as an extra parameter, the enclosing function's first
 parameter whose shape has that dimension (else the first value bound before the call that has
 it: a dimension a packed call's result or `rvm.dim` bound): the kernel reads the dimension
-from it, and the caller knows the result's shape. Structurally equal primitive functions are one module
-function. An op call in result position is bound to a variable first.
+from it, and the caller knows the result's shape. Structurally equal primitive functions are
+one module function. An op call in result position is bound to a variable first.
 
 Algorithm: walk each straight-line region (`map_regions`) and rewrite op-call bindings; new
 functions go through a `PrimitiveTable`, which finds an equal function by structural hash.

@@ -296,7 +296,9 @@ class GraphImporter:
         label = node.name or (node.output[0] if node.output else "?")
         where = f"node {label!r} ({key})"
         if len(node.output) != 1:
-            raise OnnxImportError(f"{where}: a custom op maps to one output, it has {len(node.output)}")
+            raise OnnxImportError(
+                f"{where}: a custom op maps to one output, it has {len(node.output)}"
+            )
         func, out = self.custom_ops[key]
         if out is None:
             proto = self.types(node.output[0])
