@@ -55,17 +55,17 @@ def _dim_sources(fn: VMFunction) -> dict[str, tuple[int, int]]:
     return found
 
 
+def _dim_text(d: Any, sources: dict[str, tuple[int, int]]) -> str:
+    """A dim of a result spec as an expression: an int, or the argument's axis it comes from."""
+    if isinstance(d, str):
+        p, axis = sources[d]
+        return f"a[{p}].shape[{axis}]"
+    return str(int(d))
+
+
 def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> ResultCheck:
     dtype = np.dtype(spec.dtype) if spec.dtype is not None else None
     pattern = spec.shape
-    static = pattern is not None and all(type(d) is int for d in pattern)
-    want = tuple(pattern) if static else None
-    # Symbolic dims read from the arguments, (result axis, parameter, parameter axis).
-    reads = [
-        (axis, *sources[d])
-        for axis, d in enumerate(pattern or ())
-        if isinstance(d, str) and d in sources
-    ]
 
     def slow(x: Any, args: Sequence[Any]) -> None:
         what = f"{fn.name}: {where}"
@@ -99,33 +99,35 @@ def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) ->
                         f"{what} has shape {_text(x.shape)}, but {d} = {expected} from {origin}"
                     )
 
-    if static:
+    # The fast test as one expression over the result `x` and the arguments `a`, compiled
+    # once (generated from the spec, as the compiled mode's code is): the shape compared with a
+    # tuple of fixed dims and dims read off the arguments, the dtype by identity first.
+    if pattern is None:
+        shape_test = "True"
+    elif any(isinstance(d, str) and d not in sources for d in pattern):
+        free = [d for d in pattern if isinstance(d, str) and d not in sources]
+        if len(free) != len(set(free)):
+            shape_test = "False"  # a result-only dim twice: the slow path compares them
+        else:
+            shape_test = f"len(x.shape) == {len(pattern)}" + "".join(
+                f" and x.shape[{axis}] == {_dim_text(d, sources)}"
+                for axis, d in enumerate(pattern)
+                if not (isinstance(d, str) and d not in sources)
+            )
+    else:
+        dims = ", ".join(_dim_text(d, sources) for d in pattern)
+        shape_test = f"x.shape == ({dims}{',' if len(pattern) == 1 else ''})"
+    dtype_test = "True" if dtype is None else "(x.dtype is dt or x.dtype == dt)"
+    test = eval(  # noqa: S307 - source built above from ints and indices only
+        f"lambda x, a: x.__class__ is nd and {dtype_test} and {shape_test}",
+        {"nd": _NDARRAY, "dt": dtype},
+    )
 
-        def check(x: Any, args: Sequence[Any], vm: Any) -> None:
-            if x.__class__ is _NDARRAY and x.shape == want and x.dtype is dtype:
-                return
-            if not (isinstance(x, _NDARRAY) and x.shape == want and x.dtype == dtype):
-                slow(x, args)
+    def check(x: Any, args: Sequence[Any], vm: Any) -> None:
+        if not test(x, args):
+            slow(x, args)
 
-        return check
-
-    rank = None if pattern is None else len(pattern)
-    fixed = [(axis, d) for axis, d in enumerate(pattern or ()) if type(d) is int]
-    free = [d for d in pattern or () if isinstance(d, str) and d not in sources]
-    repeats = len(free) != len(set(free))  # a result-only dim twice: the slow path compares
-
-    def check_symbolic(x: Any, args: Sequence[Any], vm: Any) -> None:
-        if x.__class__ is _NDARRAY and (dtype is None or x.dtype == dtype) and not repeats:
-            shape = x.shape
-            if rank is None or (
-                len(shape) == rank
-                and all(shape[a] == d for a, d in fixed)
-                and all(shape[a] == args[p].shape[pa] for a, p, pa in reads)
-            ):
-                return
-        slow(x, args)
-
-    return check_symbolic
+    return check
 
 
 def _bind_closure(x: Any, args: Sequence[Any], vm: Any) -> None:
