@@ -192,3 +192,31 @@ def test_results_of_python_functions_are_not_proved():
     from rvm.runtime.result_proof import proved_results
 
     assert proved_results(_wrong_result("def k(a):\n    return a\n")) == [False]
+
+
+@pytest.mark.parametrize(
+    ("shape", "good", "bad"),
+    [
+        ((None, 2), (5, 2), (5, 3)),
+        (("m", "m"), (3, 3), (3, 4)),
+        (("n",), (3,), (4,)),
+        ((2,), (2,), (3,)),
+    ],
+)
+def test_result_check_shapes(shape, good, bad):
+    from rvm.runtime.calling import result_check
+    from rvm.runtime.executable import VMFunction
+
+    x = ParamSpec("x", "tensor", "float32", ("n",))
+    fn = VMFunction(
+        "f", ("x",), (x,), 1, (), result=ParamSpec("result", "tensor", "float32", shape)
+    )
+    check = result_check(fn)
+    args = [np.zeros(3, np.float32)]
+    check(np.zeros(good, np.float32), args, None)
+    with pytest.raises(ShapeError, match="f: result"):
+        check(np.zeros(bad, np.float32), args, None)
+    with pytest.raises(DTypeError, match="f: result should be float32, got int64"):
+        check(np.zeros(good, np.int64), args, None)
+    with pytest.raises(TypeError, match="f: result should be a tensor, got tuple"):
+        check((), args, None)

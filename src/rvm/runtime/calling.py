@@ -104,7 +104,7 @@ def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) ->
     # tuple of fixed dims and dims read off the arguments, the dtype by identity first.
     if pattern is None:
         shape_test = "True"
-    elif any(isinstance(d, str) and d not in sources for d in pattern):
+    elif any(d is None or (isinstance(d, str) and d not in sources) for d in pattern):
         free = [d for d in pattern if isinstance(d, str) and d not in sources]
         if len(free) != len(set(free)):
             shape_test = "False"  # a result-only dim twice: the slow path compares them
@@ -112,7 +112,7 @@ def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) ->
             shape_test = f"len(x.shape) == {len(pattern)}" + "".join(
                 f" and x.shape[{axis}] == {_dim_text(d, sources)}"
                 for axis, d in enumerate(pattern)
-                if not (isinstance(d, str) and d not in sources)
+                if d is not None and not (isinstance(d, str) and d not in sources)
             )
     else:
         dims = ", ".join(_dim_text(d, sources) for d in pattern)
