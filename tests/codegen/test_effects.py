@@ -65,11 +65,14 @@ def test_packed_calls_match_the_interpreter(effects_ex, exec_mode, capsys):
         x = np.random.rand(n, 4).astype(np.float32)
         want = rvm.interpret(Effects, "main", x)
         np.testing.assert_allclose(want, x * 2 + 2, rtol=1e-6)
+        assert capsys.readouterr().out.startswith(f"z: float32[{n}, 4] [[")  # the interpreter's
         np.testing.assert_allclose(vm["main"](x), want, rtol=1e-6)
+        printed = capsys.readouterr().out
+        assert printed.startswith(f"z: float32[{n}, 4] [[")  # the VM's, through the builtin
+        values = printed.split("] ", 1)[1].replace("[", " ").replace("]", " ").split()
+        np.testing.assert_allclose(np.array(values, np.float32), (x * 2 + 1).ravel(), rtol=1e-6)
     x = np.array([[1, 2], [-1, 0], [3, 4]], np.float32)
     np.testing.assert_allclose(vm["rows"](x), x[[0, 2]])
-    printed = capsys.readouterr().out
-    assert "z: float32[3, 4] [[" in printed
 
 
 def test_packed_results_are_checked(effects_ex, exec_mode):
