@@ -76,6 +76,9 @@ def test_closure_call_takes_the_entry_checks(closures_ex, exec_mode):
         clo(f32(4), f32(4))
     with pytest.raises(TypeError, match="invoke_closure expects a Closure, got ndarray"):
         vm.invoke_closure(f32(4), f32(4))
+    other = rvm.runtime.Closure(clo.func_index, clo.free_vars, "elsewhere")
+    with pytest.raises(TypeError, match="is not a closure of this VM's executable"):
+        vm.invoke_closure(other, f32(4))
 
 
 def test_closure_keeps_its_vm_alive(closures_ex, exec_mode):

@@ -181,7 +181,11 @@ def closure_function(ex: Any, closure: Closure) -> VMFunction:
         raise TypeError(f"invoke_closure expects a Closure, got {type(closure).__name__}")
     functions = ex.functions
     index = closure.func_index
-    if not 0 <= index < len(functions) or len(closure.free_vars) > len(functions[index].params):
+    if (
+        not 0 <= index < len(functions)
+        or len(closure.free_vars) > len(functions[index].params)
+        or (closure.name and closure.name != functions[index].name)
+    ):
         raise TypeError(f"{closure!r} is not a closure of this VM's executable")
     fn = functions[index]
     k = len(closure.free_vars)
