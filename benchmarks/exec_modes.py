@@ -348,7 +348,11 @@ def result_check_rows(repeat: int) -> list[dict[str, Any]]:
                 if checks is not None:
                     vm._results = checks  # before its handles are made (a benchmark's knob)
                 fns[f"{mode}/{which}"] = functools.partial(vm["main"], *prog["args"])
-        times = interleaved_medians(fns, repeat=repeat)
+        # Twice, in opposite orders: the position in a turn biases a median by more than
+        # these checks cost (the first VM's call after another's pays for the cold caches).
+        forward = interleaved_medians(fns, repeat=repeat)
+        backward = interleaved_medians(dict(reversed(list(fns.items()))), repeat=repeat)
+        times = {k: (forward[k] + backward[k]) / 2 for k in fns}
         for mode in ("bytecode", "compiled", "native"):
             off = times[f"{mode}/off"]
             row = {"program": prog["name"], "mode": mode, "off_us": off * 1e6}
