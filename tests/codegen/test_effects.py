@@ -23,6 +23,8 @@ rvm.register_func("test_effects.fill", _fill, override=True)
 rvm.register_func("test_effects.twice", lambda x: np.concatenate([x, x]), override=True)
 rvm.register_func("test_effects.wide", lambda x: x.astype(np.float64), override=True)
 rvm.register_func("test_effects.rows", lambda x: x[x[:, 0] > 0], override=True)
+rvm.register_func("test_effects.pos", lambda x: x[x > 0], override=True)
+rvm.register_func("test_effects.neg", lambda x: x[x < 0], override=True)
 
 
 @module
@@ -50,6 +52,15 @@ class Effects:
         return op.zeros(("m", 2), "float32") + kept
 
     @func
+    def branches(x: T[(6,), "float32"], flag: T[(), "bool"]):
+        # "m" is bound in each branch by its own call: neither checks it against the other
+        if flag:
+            y = rvm.call_packed("test_effects.pos", x, out=T[("m",), "float32"])
+        else:
+            y = rvm.call_packed("test_effects.neg", x, out=T[("m",), "float32"])
+        return y * 2.0
+
+    @func
     def plain(x: T[(4,), "float32"]):
         return x * 3.0
 
@@ -73,6 +84,9 @@ def test_packed_calls_match_the_interpreter(effects_ex, exec_mode, capsys):
         np.testing.assert_allclose(np.array(values, np.float32), (x * 2 + 1).ravel(), rtol=1e-6)
     x = np.array([[1, 2], [-1, 0], [3, 4]], np.float32)
     np.testing.assert_allclose(vm["rows"](x), x[[0, 2]])
+    x = np.array([1, -2, 3, -4, 5, 6], np.float32)
+    np.testing.assert_allclose(vm["branches"](x, np.bool_(True)), [2, 6, 10, 12])
+    np.testing.assert_allclose(vm["branches"](x, np.bool_(False)), [-4, -8])
 
 
 def test_packed_results_are_checked(effects_ex, exec_mode):

@@ -27,6 +27,16 @@ class Dims:
         n = rvm.dim(steps)
         return op.ones((n, 3), "float32") + op.sum(x)
 
+    @func
+    def loop(steps: T[(), "int64"]):
+        i = rvm.const(0, "int64")
+        acc = rvm.const(0.0, "float32")
+        while i < steps:
+            n = rvm.dim(i + 1)  # a new n each step
+            acc = acc + op.sum(op.ones((n, 2), "float32"))
+            i = i + 1
+        return acc
+
 
 @pytest.fixture(scope="module")
 def dims_ex() -> rvm.Executable:
@@ -45,6 +55,7 @@ def test_int_parameter_as_dimension(dims_ex, exec_mode, n):
     np.testing.assert_array_equal(want_y, y)
     x2 = np.ones((n, 2), np.float32)
     np.testing.assert_allclose(vm["agree"](x2, np.int64(n)), np.full((n, 3), 1 + 2 * n))
+    assert vm["loop"](np.int64(n)) == rvm.interpret(Dims, "loop", np.int64(n)) == n * (n + 1)
 
 
 def test_dimension_is_checked_at_run_time(dims_ex, exec_mode):

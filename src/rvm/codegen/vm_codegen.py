@@ -152,6 +152,7 @@ class FunctionCodegen:
         self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
         self.heap: int | None = None
         self.slots: dict[str, int] = {}
+        self.bound: set[str] = set()  # dims stored on every path to the code being emitted
         self.owned, self.shared = _OwnedBlocks.of(func)
 
     # -- prologue: symbolic dimensions ---------------------------------------------------------
@@ -193,11 +194,11 @@ class FunctionCodegen:
                 pairs += [3, 0]
             elif isinstance(d, int):
                 pairs += [0, d]
-            elif d in self.slots:
+            elif d in self.bound:
                 pairs += [2, self.slots[d]]
-            else:
-                self.slots[d] = len(self.slots)
-                pairs += [1, self.slots[d]]
+            else:  # stored here: first on this path (a branch's dims are not the other's)
+                self.bound.add(d)
+                pairs += [1, self.slots.setdefault(d, len(self.slots))]
         return pairs
 
     # -- helpers ------------------------------------------------------------------------------
@@ -401,11 +402,14 @@ class FunctionCodegen:
         cond = self.reg(e.cond)
         else_label, end = fb.label("else"), fb.label("end")
         fb.emit(Opcode.IF_IMM, cond, 1, 1, else_label)
+        bound = set(self.bound)
         self.value(e.true_branch, dst, tail)
         if not tail:
             fb.emit(Opcode.GOTO, end)
         fb.place(else_label)
+        self.bound = set(bound)
         self.value(e.false_branch, dst, tail)
+        self.bound = bound  # what one branch stored, the other may not have
         if not tail:
             fb.place(end)  # a non-tail If is always followed by more code
 
@@ -413,13 +417,16 @@ class FunctionCodegen:
         fb = self.fb
         data = self.reg(m.data)
         end = fb.label("end_match")
+        bound = self.bound
         for clause in m.clauses:
             fail = fb.label("next_case")
             self.pattern(clause.pattern, data, fail)
+            self.bound = set(bound)
             self.value(clause.body, dst, tail)
             if not tail:
                 fb.emit(Opcode.GOTO, end)
             fb.place(fail)
+        self.bound = bound
         message = self.ctx.string(f"{self.name}: no case of the match applies to the value")
         fb.emit(Opcode.FATAL, message)
         if not tail:
