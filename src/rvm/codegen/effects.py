@@ -44,7 +44,8 @@ def emit_effect(cg: FunctionCodegen, c: E.Call, dst: int) -> None:
         label = cg.load_const(cg.ctx.string(a["label"]))
         fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.debug_print", [*args, label])
     elif op is effects.DIM:  # the carrier's shape (n, 0) binds or checks n
-        context = cg.ctx.string(f"{cg.name}: rvm.dim {a['name']}")
+        value = getattr(c.args[0], "name", "value")
+        context = cg.ctx.string(f"{cg.name}: {a['name']} = rvm.dim({value})")
         fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)  # the stack says where
         pattern = cg.ctx.int_pattern(cg.match_pairs((a["name"], 0)))
         fb.emit(Opcode.MATCH_SHAPE, dst, cg.heap, pattern, context)
