@@ -147,3 +147,13 @@ def test_script_round_trip_and_errors():
             "    @func\n    def main(x: T[(4,), 'float32']):\n"
             "        assert x, 'no'\n        return x\n"
         )
+
+
+def test_a_saved_executable_calls_the_registered_functions(effects_ex, exec_mode, tmp_path):
+    path = str(tmp_path / "effects.rvmx")
+    effects_ex.save(path)
+    vm = rvm.VirtualMachine(rvm.load_executable(path), exec_mode=exec_mode)
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(vm["main"](x), x * 2 + 2)
+    with pytest.raises(VMError, match="z too big"):
+        vm["main"](np.full((2, 4), 100, np.float32))
