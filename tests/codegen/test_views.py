@@ -71,3 +71,10 @@ def test_no_kernel_for_reshape_or_shape_of(views_ex, exec_mode):
     if exec_mode == "native":
         report = dict(vm.native_report().functions)
         assert report["flat"] is None and report["shape"] is None and report["rows"] is None
+
+
+def test_views_and_shapes_need_no_result_check(views_ex):
+    from rvm.runtime.result_proof import proved_results
+
+    proved = dict(zip([f.name for f in views_ex.functions], proved_results(views_ex)))
+    assert proved["flat"] and proved["rows"] and proved["reuse"]

@@ -10,7 +10,7 @@ gets an abstract value, joined over every instruction that writes it:
 - a tensor ``(dtype, dims)``, each dim an int or a parameter's symbolic dim name;
 - a tuple of abstract values (ALLOC_ADT of tag -1, GET_FIELD of one);
 - unknown (None): anything a Python function or a data-dependent kernel returned (CALL_PACKED),
-  a closure call, a reshape (-1 in its shape), a field of an ADT value.
+  a closure call, a reshape to a shape with -1 in it, a field of an ADT value.
 
 A function is proved when the value of every RET is its result type, and every tail call is of
 a proved function of the same static result type (a function calling itself is assumed proved
@@ -117,6 +117,15 @@ class _Function:
         if op == O.INVOKE:
             result = self.prover.result(ins[2])
             return result if _static(result) else None
+        if op == O.RESHAPE_TENSOR:  # a view: the input's dtype, the shape it is given
+            src, dims = self.value(ins[2], depth + 1), self._shape(ins[3])
+            ok = src is not None and src[0] == "tensor" and dims is not None
+            return ("tensor", src[1], dims) if ok else None
+        if op == O.SHAPE_OF:
+            src = self.value(ins[2], depth + 1)
+            return ("tensor", "int64", (len(src[2]),)) if src and src[0] == "tensor" else None
+        if op == O.LOAD_CONSTI:
+            return ("tensor", "int64", ())
         if op == O.LOAD_CONST:
             c = self.prover.ex.constants[ins[2]]
             return ("tensor", c.dtype.name, tuple(c.shape)) if c.dtype.kind in "biuf" else None
