@@ -84,9 +84,11 @@ def test_packed_calls_match_the_interpreter(effects_ex, exec_mode, capsys):
         np.testing.assert_allclose(np.array(values, np.float32), (x * 2 + 1).ravel(), rtol=1e-6)
     x = np.array([[1, 2], [-1, 0], [3, 4]], np.float32)
     np.testing.assert_allclose(vm["rows"](x), x[[0, 2]])
+    np.testing.assert_allclose(rvm.interpret(Effects, "rows", x), x[[0, 2]])
     x = np.array([1, -2, 3, -4, 5, 6], np.float32)
-    np.testing.assert_allclose(vm["branches"](x, np.bool_(True)), [2, 6, 10, 12])
-    np.testing.assert_allclose(vm["branches"](x, np.bool_(False)), [-4, -8])
+    for flag, want in ((True, [2, 6, 10, 12]), (False, [-4, -8])):
+        np.testing.assert_allclose(vm["branches"](x, np.bool_(flag)), want)
+        np.testing.assert_allclose(rvm.interpret(Effects, "branches", x, np.bool_(flag)), want)
 
 
 def test_packed_results_are_checked(effects_ex, exec_mode):

@@ -9,12 +9,15 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import ShapeError, VMError
+from rvm.interp.prims import as_typed, run_reference
+from rvm.interp.values import Env
+from rvm.ir import expr as E
 from rvm.op.effects import ASSERT, CALL_DPS_PACKED, CALL_PACKED, DEBUG_PRINT, DIM
 from rvm.runtime.builtins import check_tensor, dim_carrier
 from rvm.runtime.builtins import debug_print as print_builtin
 from rvm.runtime.registry import get_global_func
 
-__all__ = ["EFFECTS"]
+__all__ = ["EFFECTS", "PACKED_OPS", "packed_call"]
 
 
 def _checked(x: Any, func: str, shape: tuple | None, dtype: str) -> Any:
@@ -62,3 +65,21 @@ EFFECTS: dict[Any, Callable[..., Any]] = {
     DEBUG_PRINT: _debug_print,
     ASSERT: _assert,
 }
+
+
+PACKED_OPS = frozenset({CALL_PACKED, CALL_DPS_PACKED})
+
+
+def packed_call(ref: Callable[..., Any], op: E.Op, call: E.Call, args: list, env: Env) -> Any:
+    """A packed call: the dims of its declared output that ``env`` binds are checked, the
+    others are bound by the result (as the VM's MATCH_SHAPE stores them)."""
+    attrs = dict(call.attrs)
+    shape = attrs.get("shape")
+    if shape is not None:
+        attrs["shape"] = tuple(env.dim(d) if isinstance(d, str) else d for d in shape)
+    out = run_reference(ref, op, args, attrs, env)
+    for d, size in zip(shape or (), getattr(out, "shape", ())):
+        if isinstance(d, str) and env.dim(d) is None:
+            env.dims[d] = int(size)
+            env.sources[d] = f"the result of {attrs['func']}"
+    return as_typed(out, call.type)
