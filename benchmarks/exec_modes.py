@@ -38,6 +38,12 @@ ONNX model (the RNN as a ``Loop``), and rvm's native mode on that model imported
 `rvm.from_onnx`. Goals, native over whole-function Numba: MLP <= 1.25, tiny ops <= 1.3, RNN
 <= 1.5, and native faster than ONNX Runtime on each. The cold build (the programs' kernels
 and native functions compiled with empty caches, in a child process) is reported too.
+
+The result-check section (also alone with ``--result-checks``) times the native programs in
+each mode on a default VM (results checked against the recorded type where the code does not
+prove it: these programs are all proved, so ``default`` should cost nothing), on one checking
+every result at run time (``forced``, the cost where a check runs) and on one with no checks,
+interleaved.
 """
 
 from __future__ import annotations
@@ -320,6 +326,57 @@ def native_goals(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def result_check_rows(repeat: int) -> list[dict[str, Any]]:
+    """What checking a call's result against its recorded type costs (`rvm.runtime.calling`):
+    per native program and exec mode, ``vm["main"](...)`` on a default VM (whose checks are
+    none where the code proves the result type), on one that checks every result at run time
+    (`forced`) and on one whose checks are off, interleaved."""
+    from rvm.runtime.calling import result_check
+
+    rows = []
+    for prog in native_programs():
+        ex = rvm.compile(prog["mod"], opt_level=prog["opt_level"])
+        fns = {}
+        for mode in ("bytecode", "compiled", "native"):
+            variants = {
+                "default": None,
+                "forced": [result_check(f) for f in ex.functions],
+                "off": [None] * len(ex.functions),
+            }
+            for which, checks in variants.items():
+                vm = rvm.VirtualMachine(ex, exec_mode=mode)
+                if checks is not None:
+                    vm._results = checks  # before its handles are made (a benchmark's knob)
+                fns[f"{mode}/{which}"] = functools.partial(vm["main"], *prog["args"])
+        # Twice, in opposite orders: the position in a turn biases a median by more than
+        # these checks cost (the first VM's call after another's pays for the cold caches).
+        forward = interleaved_medians(fns, repeat=repeat)
+        backward = interleaved_medians(dict(reversed(list(fns.items()))), repeat=repeat)
+        times = {k: (forward[k] + backward[k]) / 2 for k in fns}
+        for mode in ("bytecode", "compiled", "native"):
+            off = times[f"{mode}/off"]
+            row = {"program": prog["name"], "mode": mode, "off_us": off * 1e6}
+            for which in ("default", "forced"):
+                row[f"{which}_us"] = times[f"{mode}/{which}"] * 1e6
+                row[f"{which}_cost_ns"] = (times[f"{mode}/{which}"] - off) * 1e9
+            rows.append(row)
+    return rows
+
+
+def result_check_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'program':<8} {'mode':<9} {'off us':>8} {'default us':>11} {'cost ns':>8} "
+        f"{'forced us':>10} {'cost ns':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['program']:<8} {r['mode']:<9} {r['off_us']:>8.2f} {r['default_us']:>11.2f} "
+            f"{r['default_cost_ns']:>8.0f} {r['forced_us']:>10.2f} {r['forced_cost_ns']:>8.0f}"
+        )
+    return "\n".join(lines)
+
+
 def cold_build() -> dict[str, dict[str, float]]:
     """Seconds to build each native program from empty caches (a child process): its kernels
     (`rvm.compile`) and its native functions (the first native call)."""
@@ -357,12 +414,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--kernels", default="numpy,jit", help="kernel backends to run")
     parser.add_argument("--native-only", action="store_true", help="only the native section")
+    parser.add_argument(
+        "--result-checks", action="store_true", help="only the cost of the result checks"
+    )
     parser.add_argument("--cold-child", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.cold_child:
         _cold_child()
         return
     repeat = 5 if opts.quick else 11
+    checks = result_check_rows(31 if opts.quick else 101)
+    print(f"result checks (load {os.getloadavg()[0]:.1f}), medians interleaved, us per call")
+    print(result_check_table(checks))
+    print()
+    if opts.result_checks:
+        write_results("exec_modes_result_checks", {"result_checks": checks})
+        return
     native = native_rows(31 if opts.quick else 101)
     cold = cold_build()
     print(
@@ -412,6 +479,7 @@ def main() -> None:
             "native": native,
             "native_goals": GOAL_NATIVE_OVER_NUMBA,
             "cold_build": cold,
+            "result_checks": checks,
         },
     )
 

@@ -1,4 +1,4 @@
-"""The README's first program runs as pasted, in a fresh process."""
+"""The README's runnable programs run as pasted, in a fresh process."""
 
 from __future__ import annotations
 
@@ -27,3 +27,20 @@ def test_readme_first_program_runs_as_pasted(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "def main" in out.stdout  # print(Model)
     assert (tmp_path / "model.rvmx").is_file()
+
+
+def test_readme_python_in_and_out_runs_as_pasted(tmp_path):
+    text = README.read_text()
+    section = text[text.index("## Python in and out of the VM") :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "the README's Python in and out section has no python block"
+    script = tmp_path / "in_out.py"
+    script.write_text(match.group(1))
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "z: float32[2, 4]" in out.stdout
+    assert "[1. 2. 3. 4.]" in out.stdout
+    assert "(5, 2)" in out.stdout
+    assert "planned storage" in out.stdout

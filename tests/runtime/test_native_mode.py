@@ -113,7 +113,7 @@ def test_big_constants_and_python_builtins_are_not_native() -> None:
     f.emit(Opcode.CALL_PACKED, r, "test.native.double", (0,))
     f.emit(Opcode.RET, r)
     ex = b.build()
-    assert "packed Python builtins (pc 0: call_packed" in _report(ex)["main"]
+    assert "registered Python function test.native.double (pc 0: call_packed" in _report(ex)["main"]
     out = VirtualMachine(ex, exec_mode="native")["main"](np.ones(3, "float32"))
     np.testing.assert_array_equal(out, np.full(3, 2, "float32"))
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 
+from rvm.codegen.effects import declared_shapes, emit_effect, makes_shapes
 from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.functor import ExprVisitor
 from rvm.ir.module import IRModule
 from rvm.ir.types import ADTType, TensorType, TupleType, Type
+from rvm.op import effects
 from rvm.runtime.builder import ExecBuilder, FunctionBuilder, Label
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.executable import ParamSpec
@@ -135,6 +137,8 @@ def _tiny_view(c: E.Call) -> bool:
 class FunctionCodegen:
     """Emits one VM function."""
 
+    ALIGNMENT = ALIGNMENT  # of the tensors it makes (`rvm.codegen.effects` reads it here)
+
     def __init__(self, ctx: ModuleCodegen, name: str, func: E.Function) -> None:
         self.ctx = ctx
         self.name = name
@@ -148,6 +152,7 @@ class FunctionCodegen:
         self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
         self.heap: int | None = None
         self.slots: dict[str, int] = {}
+        self.bound: set[str] = set()  # dims stored on every path to the code being emitted
         self.owned, self.shared = _OwnedBlocks.of(func)
 
     # -- prologue: symbolic dimensions ---------------------------------------------------------
@@ -157,9 +162,11 @@ class FunctionCodegen:
         found: list[tuple[tuple[int, ...], str, tuple]] = []
         for i, p in enumerate(self.func.params):
             _symbolic_tensors(p.type, (i,), f"argument {i} '{p.name}'", found)
-        if not found:
+        outputs = declared_shapes(self.func)  # packed calls' results, checked (`effect`)
+        if not found and not outputs and not makes_shapes(self.func):
             return
-        names = {d for _, _, shape in found for d in shape if isinstance(d, str)}
+        names = {d for shape in [s for _, _, s in found] + outputs for d in shape}
+        names = {d for d in names if isinstance(d, str)}
         self.heap = self.fb.new_register()
         self.fb.emit(Opcode.ALLOC_SHAPE_HEAP, self.heap, len(names))
         fields: dict[tuple[int, ...], int] = {(i,): i for i in range(len(self.func.params))}
@@ -187,11 +194,11 @@ class FunctionCodegen:
                 pairs += [3, 0]
             elif isinstance(d, int):
                 pairs += [0, d]
-            elif d in self.slots:
+            elif d in self.bound:
                 pairs += [2, self.slots[d]]
-            else:
-                self.slots[d] = len(self.slots)
-                pairs += [1, self.slots[d]]
+            else:  # stored here: first on this path (a branch's dims are not the other's)
+                self.bound.add(d)
+                pairs += [1, self.slots.setdefault(d, len(self.slots))]
         return pairs
 
     # -- helpers ------------------------------------------------------------------------------
@@ -294,6 +301,8 @@ class FunctionCodegen:
                 fb.emit(Opcode.CALL_PACKED, dst, kernel, self.regs_of(c.args))
             else:
                 fb.emit(Opcode.INVOKE, dst, callee.name, self.regs_of(c.args))
+        elif isinstance(callee, E.Op) and callee in effects.EFFECT_OPS:
+            emit_effect(self, c, dst)
         elif isinstance(callee, E.Op):
             self.vm_op(c, dst)
         elif isinstance(callee, E.Var):
@@ -393,11 +402,14 @@ class FunctionCodegen:
         cond = self.reg(e.cond)
         else_label, end = fb.label("else"), fb.label("end")
         fb.emit(Opcode.IF_IMM, cond, 1, 1, else_label)
+        bound = set(self.bound)
         self.value(e.true_branch, dst, tail)
         if not tail:
             fb.emit(Opcode.GOTO, end)
         fb.place(else_label)
+        self.bound = set(bound)
         self.value(e.false_branch, dst, tail)
+        self.bound = bound  # what one branch stored, the other may not have
         if not tail:
             fb.place(end)  # a non-tail If is always followed by more code
 
@@ -405,13 +417,16 @@ class FunctionCodegen:
         fb = self.fb
         data = self.reg(m.data)
         end = fb.label("end_match")
+        bound = self.bound
         for clause in m.clauses:
             fail = fb.label("next_case")
             self.pattern(clause.pattern, data, fail)
+            self.bound = set(bound)
             self.value(clause.body, dst, tail)
             if not tail:
                 fb.emit(Opcode.GOTO, end)
             fb.place(fail)
+        self.bound = bound
         message = self.ctx.string(f"{self.name}: no case of the match applies to the value")
         fb.emit(Opcode.FATAL, message)
         if not tail:

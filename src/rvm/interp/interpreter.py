@@ -31,6 +31,7 @@ import numpy as np
 
 from rvm.errors import DTypeError, FunctionNotFoundError, ShapeError
 from rvm.interp.check import check_value
+from rvm.interp.effects import EFFECTS, PACKED_OPS, packed_call
 from rvm.interp.prims import (
     as_typed,
     get_item,
@@ -72,7 +73,7 @@ class Interpreter:
 
     def __init__(self, mod: IRModule) -> None:
         self.mod = mod
-        self._reference = reference
+        self._reference = {**reference, **EFFECTS}
         self._needs_resolve: dict[E.Call, bool] = {}
         self.max_depth = 0  # the deepest the stack of pending evaluations grew (for tests)
         self._plans: dict[E.SeqExpr, tuple[tuple[E.VarBinding, ...], E.Expr, E.Var | None]] = {}
@@ -337,6 +338,8 @@ class Interpreter:
         ref = self._reference.get(callee)
         if ref is None:
             raise InterpError(f"{env.where()}: op.{callee.name} has no reference implementation")
+        if callee in PACKED_OPS:  # its result binds the dims no earlier value bound
+            return packed_call(ref, callee, call, args, env)
         needs = self._needs_resolve.get(call)
         if needs is None:
             needs = any(names_dims(k, v) for k, v in call.attrs.items())

@@ -22,6 +22,9 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.copy(x)`: a copy of a tensor.
 - `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
   dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
+- `vm.builtin.debug_print(x, label)`: prints `label: x` (`rvm.debug_print`); returns None.
+- `vm.builtin.dim_carrier(value, context="rvm.dim")`: an empty `(value, 0)` int64 tensor from a 0-d
+  integer (`rvm.dim`), raising ShapeError for a negative one.
 """
 
 from __future__ import annotations
@@ -183,3 +186,31 @@ def check_tensor(x: Any, ndim: Any, dtype: Any, context: Any = "") -> Any:
     if ndim >= 0 and x.ndim != ndim:
         raise ShapeError(f"{prefix}expected a {ndim}-d tensor, got shape {x.shape}")
     return x
+
+
+@register_func("vm.builtin.debug_print")
+def debug_print(x: Any, label: Any = "") -> None:
+    """Prints `label: x` (`rvm.debug_print` in a program); a tensor shows its dtype and shape
+    before its values."""
+    text = as_str(label)
+    if isinstance(x, np.ndarray):
+        body = f"{x.dtype}{list(x.shape)} {np.array2string(x, threshold=64)}"
+    else:
+        body = repr(x)
+    print(f"{text}: {body}" if text else body, flush=True)
+
+
+@register_func("vm.builtin.dim_carrier")
+def dim_carrier(value: Any, context: Any = "rvm.dim") -> np.ndarray:
+    """An empty int64 tensor of shape `(value, 0)` from a 0-d integer `value` (`rvm.dim`): it
+    carries the dimension in its shape, where MATCH_SHAPE and kernels read dimensions."""
+    arr = np.asarray(value)
+    if arr.ndim != 0 or arr.dtype.kind not in "iu":
+        raise ShapeError(
+            f"{_prefix(context)}a dimension comes from a 0-d integer tensor, got {arr.dtype} "
+            f"of shape {arr.shape}"
+        )
+    n = int(arr)
+    if n < 0:
+        raise ShapeError(f"{_prefix(context)}a dimension must be >= 0, got {n}")
+    return np.empty((n, 0), _INT64)

@@ -67,13 +67,16 @@ class Closure:
     When called, the closure's function receives the free variables first, then the call's
     arguments (`func(free_vars..., args...)`, the Relay VM convention).
 
+    A closure a VM call returned to Python is bound to that VM (and keeps it alive):
+    `clo(*args)` is `vm.invoke_closure(clo, *args)`, with the same entry checks.
+
     Attributes:
         func_index: Index of the function in the executable's function table.
         free_vars: The captured values, a tuple.
         name: The function's name, for printing.
     """
 
-    __slots__ = ("func_index", "free_vars", "name")
+    __slots__ = ("func_index", "free_vars", "name", "_vm")
 
     def __init__(self, func_index: int, free_vars: tuple = (), name: str = "") -> None:
         self.func_index = func_index
@@ -83,3 +86,18 @@ class Closure:
     def __repr__(self) -> str:
         label = self.name or f"#{self.func_index}"
         return f"Closure(@{label}, {len(self.free_vars)} free vars)"
+
+    def __call__(self, *args: Any) -> Any:
+        """Runs the closure on the VM that returned it (`VirtualMachine.invoke_closure`).
+
+        Raises:
+            TypeError: The closure did not come out of a VM call (one made by the interpreter,
+                or by hand): call `vm.invoke_closure(closure, *args)`.
+        """
+        vm = getattr(self, "_vm", None)
+        if vm is None:
+            raise TypeError(
+                f"{self!r} was not returned by a VirtualMachine call, so it has no VM to run "
+                "on: call vm.invoke_closure(closure, *args)"
+            )
+        return vm.invoke_closure(self, *args)

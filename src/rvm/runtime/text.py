@@ -14,6 +14,7 @@ import numpy as np
 
 from rvm import _html
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.storage_stats import planned_storage
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable, ParamSpec, VMFunction
@@ -190,11 +191,14 @@ def stats(ex: Executable) -> str:
     """A summary table of functions, constants, primitives and kernels."""
     lines = [f"functions: {len(ex.functions)}"]
     width = max([len(f.name) for f in ex.functions] + [8])
-    lines.append(f"  {'name':<{width}}  {'params':>6}  {'registers':>9}  {'instructions':>12}")
+    lines.append(
+        f"  {'name':<{width}}  {'params':>6}  {'registers':>9}  {'instructions':>12}  "
+        "planned storage"
+    )
     for fn in ex.functions:
         lines.append(
             f"  {fn.name:<{width}}  {len(fn.params):>6}  "
-            f"{fn.register_file_size:>9}  {len(fn.instructions):>12}"
+            f"{fn.register_file_size:>9}  {len(fn.instructions):>12}  {_storage(fn)}"
         )
     total = sum(c.nbytes for c in ex.constants)
     lines.append(f"constants: {len(ex.constants)} ({_bytes(total)})")
@@ -259,6 +263,13 @@ def as_html(ex: Executable) -> str:
         _html.details(f"primitives ({len(ex.primitive_names)})", primitives),
         _html.details(f"bytecode ({ninstr} instructions)", _html.code_block(as_text(ex))),
     )
+
+
+def _storage(fn: VMFunction) -> str:
+    """The planned storage column: constant bytes, and allocations sized at run time."""
+    plan = planned_storage(fn)
+    dynamic = f" + {plan.dynamic} sized at run time" if plan.dynamic else ""
+    return _bytes(plan.nbytes) + dynamic
 
 
 def _bytes(n: int) -> str:

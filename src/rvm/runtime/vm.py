@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
 from rvm.kernels.threads import apply_environment
+from rvm.runtime.calling import BoundLast, closure_function, result_checks
 from rvm.runtime.entry import (
     NOT_RUN,
     BoundFunction,
@@ -34,6 +35,7 @@ from rvm.runtime.modes.base import ExecContext, ExecMode
 from rvm.runtime.modes.bytecode import BytecodeMode
 from rvm.runtime.modes.compiled import CompiledMode, compiled_functions
 from rvm.runtime.modes.decode import decode_executable
+from rvm.runtime.objects import Closure
 from rvm.runtime.profiler import (
     SKIP_RUN,
     BenchmarkResult,
@@ -128,6 +130,8 @@ class VirtualMachine:
         # `_run(fidx, args)` runs a function: the exec mode's `run`, the one switch.
         self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
         self._run: Callable[[int, list[Any]], Any] = self._mode.run
+        # Each function's result check at the boundary (`calling.py`), by function index.
+        self._results = ex.cached("result_checks", lambda: result_checks(ex))
 
     def native_report(self, compile: bool = False) -> NativeReport:
         """Which functions run as native code in this VM's native mode, and for the others
@@ -219,15 +223,19 @@ class VirtualMachine:
         if call is None:
             return None
         busy = self._busy
+        check = self._results[fidx]
 
         def fast(args: tuple) -> Any:
             if not busy.acquire(False):
                 return NOT_RUN  # `_enter` raises the busy error
             self._owner = get_ident()
             try:
-                return call(args)
+                result = call(args)
             finally:
                 busy.release()
+            if check is not None and result is not NOT_RUN:
+                check(result, args, self)
+            return result
 
         return fast
 
@@ -236,6 +244,29 @@ class VirtualMachine:
         parameter name, after the entry checks; returns its result. Same as `vm[name](...)`."""
         handle = self._handles.get(name) if type(name) is str else None
         return (handle or self[name])(*args, **kwargs)
+
+    def invoke_closure(self, closure: Closure, /, *args: Any) -> Any:
+        """Calls `closure` (a function value a VM call returned) with the arguments, after the
+        entry checks of its function's parameters past the captured values; returns its
+        result. `closure(*args)` does the same on the VM that returned it.
+
+        Raises:
+            TypeError: `closure` is not a Closure of this VM's executable, or wrong arguments.
+        """
+        fn = closure_function(self.executable, closure)
+        checked = check_arguments(fn, args)
+        return self._enter(closure.func_index, [*closure.free_vars, *checked])
+
+    def bind(self, name: str, /, *last: Any) -> BoundLast:
+        """Function `name` with its last arguments bound to `last` (Relax's `BindLastArgs`):
+        `vm.bind("f", w, b)(x)` is `vm["f"](x, w, b)`, every entry check included.
+
+        Raises:
+            FunctionNotFoundError: No function is called `name`.
+            TypeError: More arguments than the function takes.
+        """
+        handle = self[name]
+        return BoundLast(handle.function, last, handle, self._label())
 
     def _checked(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[int, list]:
         """The index of executable function `name` and its checked arguments."""
@@ -256,9 +287,13 @@ class VirtualMachine:
             raise self._busy_error()
         self._owner = get_ident()
         try:
-            return self._run(fidx, args)
+            result = self._run(fidx, args)
         finally:
             busy.release()
+        check = self._results[fidx]
+        if check is not None:
+            check(result, args, self)
+        return result
 
     def _busy_error(self) -> VMError:
         owner = self._owner

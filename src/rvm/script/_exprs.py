@@ -261,11 +261,16 @@ class ExprParser:
             raise self.error(node, f"op.{name} did not build an expression")
         return result
 
-    def op_arg(self, node: ast.expr) -> object:
-        """A positional op argument: a literal stays Python (shapes, axes), else an atom."""
+    def op_arg(self, node: ast.expr, in_shape: bool = False) -> object:
+        """A positional op argument: a literal stays Python (shapes, axes), else an atom. In a
+        tuple or list, a name bound by ``rvm.dim`` is its dimension."""
         if isinstance(node, (ast.List, ast.Tuple)):
-            items = [self.op_arg(e) for e in node.elts]
+            items = [self.op_arg(e, True) for e in node.elts]
             return items if isinstance(node, ast.List) else tuple(items)
+        if in_shape and isinstance(node, ast.Name):
+            dim = _dim_name(self.lookup(node.id))
+            if dim is not None:
+                return dim
         try:
             return literal_value(node)
         except IRError:
@@ -282,6 +287,8 @@ class ExprParser:
             return self.const_call(node)
         if path and path[-1] == "const_b64" and (path[0] == "rvm" or self._is(path, const_b64)):
             return self.const_call(node, b64=True)
+        if path and len(path) == 2 and path[0] == "rvm" and path[1] in _EFFECT_CALLS:
+            return self.effect_call(node, path[1])
         if node.keywords:
             raise self.error(node.keywords[0], "keyword arguments are only for op attributes")
         callee = self.operand(func) if isinstance(func, ast.Name) else self.atom(func)
@@ -317,6 +324,38 @@ class ExprParser:
             if isinstance(err, ScriptError):
                 raise
             raise self.error(node, f"bad constant: {err}") from None
+
+    def effect_call(self, node: ast.Call, name: str) -> E.Expr:
+        """``rvm.call_packed("f", *args, out=T[...])``, ``rvm.call_dps_packed(...)``,
+        ``rvm.debug_print(x, "label")`` and ``rvm.dim(x, "n")`` (`rvm.op.effects`): a string
+        literal names the function, the label or the dimension, ``out=`` is a type."""
+        import rvm.op.effects as effects
+
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.error(node, f"*args are not supported in rvm.{name}")
+        kwargs: dict[str, object] = {}
+        for kw in node.keywords:
+            if kw.arg != "out" or name in ("debug_print", "dim"):
+                raise self.error(kw, f"rvm.{name} takes no keyword {kw.arg!r}")
+            kwargs["out"] = self.ctx.type_of(kw.value)
+        strings = [literal_value(a) for a in node.args if _is_str(a)]
+        values = [self.atom(a) for a in node.args if not _is_str(a)]
+        try:
+            with self.at(node):
+                if name == "debug_print":
+                    out = effects.debug_print(*values, *strings)
+                elif name == "dim":
+                    out = effects.dim(*values, *strings)
+                else:
+                    if not strings or not _is_str(node.args[0]):
+                        raise IRError(f"rvm.{name} takes the function's name first, a string")
+                    out = getattr(effects, name)(*strings, *values, **kwargs)
+                infer_type(out)
+        except (IRError, TypeError) as err:
+            if isinstance(err, ScriptError):
+                raise
+            raise self.error(node, f"rvm.{name}: {err}") from None
+        return out
 
     def const_arg(self, node: ast.expr) -> object:
         """A literal, or a name bound to an array or number where the script is defined."""
@@ -388,6 +427,27 @@ class ExprParser:
             out = E.If(cond, branches[0], branches[1])
             infer_type(out)
         return out
+
+
+_EFFECT_CALLS = frozenset({"call_packed", "call_dps_packed", "debug_print", "dim"})
+
+
+def dim_type(name: str) -> TensorType:
+    """The type of ``rvm.dim``'s value: the carrier of dimension ``name`` (`rvm.op.effects`)."""
+    return TensorType((name, 0), "int64")
+
+
+def _dim_name(value: object) -> str | None:
+    """The dimension a variable bound by ``rvm.dim`` stands for in a shape (else None)."""
+    ty = value.annotation if isinstance(value, E.Var) else None
+    if isinstance(ty, TensorType) and ty.dtype == "int64" and ty.shape is not None:
+        if len(ty.shape) == 2 and isinstance(ty.shape[0], str) and ty.shape[1] == 0:
+            return ty.shape[0]
+    return None
+
+
+def _is_str(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def _dotted(node: ast.expr) -> list[str] | None:

@@ -114,14 +114,44 @@ class BodyParser(ExprParser):
             and isinstance(stmt.value.value, str)
         ):
             pass  # a docstring or a string used as a comment
+        elif isinstance(stmt, ast.Expr) and _effect_call(stmt.value):
+            self.emit(self.value(stmt.value))  # debug_print, call_packed: kept for the effect
         elif isinstance(stmt, ast.Expr):
             raise self.error(stmt, "an expression statement has no effect; assign or return it")
+        elif isinstance(stmt, ast.Assert):
+            self.assert_stmt(stmt)
         else:
             word = type(stmt).__name__.lower()
             raise self.error(stmt, f"unsupported statement: {word}")
         return None
 
+    def assert_stmt(self, stmt: ast.Assert) -> None:
+        """``assert cond, "message"``: a conditional fatal (`rvm.op.effects.assert_`)."""
+        from rvm.op.effects import assert_
+
+        if stmt.msg is None:
+            message = f"assertion failed: {ast.unparse(stmt.test)}"
+        elif isinstance(stmt.msg, ast.Constant) and isinstance(stmt.msg.value, str):
+            message = stmt.msg.value
+        else:
+            raise self.error(stmt.msg, "an assert's message must be a string literal")
+        cond = self.atom(stmt.test)
+        with self.at(stmt):
+            self.emit(assert_(cond, message))
+
     def assign_target(self, target: ast.expr, value_node: ast.expr) -> None:
+        if isinstance(target, ast.Name) and _dim_call(value_node):
+            # `n = rvm.dim(steps)`: `n` is the dimension "n" in shapes (`rvm.op.effects.dim`)
+            if len(value_node.args) == 1:  # type: ignore[attr-defined]
+                from rvm.op.effects import dim
+
+                with self.at(value_node):
+                    value = dim(self.atom(value_node.args[0]), target.id)  # type: ignore[attr-defined]
+            else:
+                value = self.value(value_node)
+            with self.at(value_node):
+                self.assign(target.id, value, infer_type(value))
+            return
         if isinstance(target, ast.Name):
             value = self.value(value_node)
             with self.at(value_node):
@@ -378,3 +408,26 @@ class BodyParser(ExprParser):
         with self.at(stmt):
             self.emit(E.Function(params, body, ret, attrs), var=fvar)
         self.scopes[-1][stmt.name] = fvar
+
+
+def _effect_call(node: ast.expr) -> bool:
+    """Whether ``node`` is ``rvm.debug_print(...)``, ``rvm.call_packed(...)`` or
+    ``rvm.call_dps_packed(...)``: calls worth making for their effect alone."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "rvm"
+        and node.func.attr in ("debug_print", "call_packed", "call_dps_packed")
+    )
+
+
+def _dim_call(node: ast.expr) -> bool:
+    """Whether ``node`` is ``rvm.dim(...)``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "rvm"
+        and node.func.attr == "dim"
+    )

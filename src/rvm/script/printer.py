@@ -15,7 +15,7 @@ from typing import Any as _Any
 
 from rvm.ir import expr as E
 from rvm.ir.module import ADTDef, IRModule
-from rvm.ir.types import ADTType, Type
+from rvm.ir.types import ADTType, TensorType, Type
 from rvm.script.consts import const_text
 from rvm.script.types import type_text
 
@@ -45,6 +45,15 @@ RESERVED = frozenset(
         "_",
     }
 )
+
+
+_EFFECT_CALLS = {
+    "vm.call_packed": "call_packed",
+    "vm.call_dps_packed": "call_dps_packed",
+    "vm.debug_print": "debug_print",
+    "vm.assert": "assert",
+    "vm.dim": "dim",
+}
 
 
 def literal_text(value: _Any) -> str:
@@ -130,6 +139,8 @@ class _Printer:
         return f"<{type(e).__name__}>"
 
     def call(self, c: E.Call) -> str:
+        if isinstance(c.callee, E.Op) and c.callee.name in _EFFECT_CALLS:
+            return self.effect_call(c)
         args = [self.expr(a) for a in c.args]
         args += [f"{k}={literal_text(v)}" for k, v in c.attrs.items()]
         callee = c.callee
@@ -140,6 +151,20 @@ class _Printer:
         else:
             head = self.expr(callee)
         return f"{head}({', '.join(args)})"
+
+    def effect_call(self, c: E.Call) -> str:
+        """``rvm.call_packed("f", x, out=T[...])`` and the like (`rvm.op.effects`)."""
+        name, a = _EFFECT_CALLS[c.callee.name], c.attrs  # type: ignore[union-attr]
+        args = [self.expr(x) for x in c.args]
+        if name == "debug_print":
+            return f"rvm.debug_print({', '.join(args)}, {literal_text(a['label'])})"
+        if name == "assert":
+            return f"assert {args[0]}, {literal_text(a['message'])}"
+        if name == "dim":
+            return f"rvm.dim({args[0]}, {literal_text(a['name'])})"
+        if "dtype" in a:
+            args.append(f"out={type_text(TensorType(a.get('shape'), a['dtype']))}")
+        return f"rvm.{name}({', '.join([literal_text(a['func']), *args])})"
 
     def lambda_text(self, f: E.Function) -> str | None:
         """``lambda ...: body`` when ``f`` has unannotated params and its bindings inline."""
@@ -174,6 +199,9 @@ class _Printer:
             return
         if isinstance(value, E.SeqExpr):
             self.assign_result(value, indent, target)
+            return
+        if isinstance(value, E.Call) and getattr(value.callee, "name", "") == "vm.assert":
+            self.emit(indent, self.expr(value))  # a statement: `assert cond, "message"`
             return
         lam = self.lambda_text(value) if isinstance(value, E.Function) else None
         text = lam if lam is not None else self.expr(value)

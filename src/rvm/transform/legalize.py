@@ -11,9 +11,10 @@ the primitive; every other argument (once per distinct argument) becomes a param
 the argument (symbolic dimensions keep the caller's names: kernels read dimensions from their
 arrays). An op whose attributes name a dimension its arguments do not carry (``full(("n", 4))``,
 ``broadcast_to(x, ("n", 4))``) also gets, as an extra parameter, the enclosing function's first
-parameter whose shape has that dimension: the kernel reads the dimension from it, and the
-caller knows the result's shape. Structurally equal primitive functions are one module
-function. An op call in result position is bound to a variable first.
+parameter whose shape has that dimension (else the first value bound before the call that has
+it: a dimension a packed call's result or `rvm.dim` bound): the kernel reads the dimension
+from it, and the caller knows the result's shape. Structurally equal primitive functions are
+one module function. An op call in result position is bound to a variable first.
 
 Algorithm: walk each straight-line region (`map_regions`) and rewrite op-call bindings; new
 functions go through a `PrimitiveTable`, which finds an equal function by structural hash.
@@ -204,18 +205,25 @@ def legalize(mod: IRModule) -> IRModule:
 
     def rewrite(name: str, func: E.Function) -> E.Function:
         binders = _dim_binders(func.params)
+        if isinstance(func.body, E.SeqExpr):  # values of the function's own scope, visible
+            for b in func.body.bindings:  # in every nested region after them
+                for d in _shape_names(b.var.type):
+                    binders.setdefault(d, b.var)
 
         def region(
             bindings: list[E.VarBinding], body: E.Expr, depth: int
         ) -> tuple[list[E.VarBinding], E.Expr]:
             bindings, body = hoist_result(bindings, body, is_op_call, "out")
+            local = dict(binders)  # and this region's values, after each is bound
             out = []
             for b in bindings:
                 if is_op_call(b.value):
-                    gv, args = _wrap_op_call(b.value, table, binders)  # type: ignore[arg-type]
+                    gv, args = _wrap_op_call(b.value, table, local)  # type: ignore[arg-type]
                     out.append(E.VarBinding(b.var, E.Call(gv, tuple(args))))
                 else:
                     out.append(b)
+                for d in _shape_names(b.var.type):
+                    local.setdefault(d, b.var)
             return out, body
 
         body = map_regions(func.body, region)

@@ -86,8 +86,10 @@ class _Planner:
         bindings, body = hoist_result(bindings, body, self._is_prim_call, self.fresh("out"))
         if not any(self._is_prim_call(b.value) for b in bindings):
             return bindings, body
+        concats = concat_sites(bindings, self.funcs, self.uses)
+        self._pieces = {var for site in concats.values() for var, _ in site.pieces}
         state = self._analyse(bindings)
-        state.concats = concat_sites(bindings, self.funcs, self.uses)
+        state.concats = concats
         for site in state.concats.values():
             state.pieces.update({var: (site.out, offset) for var, offset in site.pieces})
         dropped = {site.tuple_var for site in state.concats.values()}
@@ -99,6 +101,14 @@ class _Planner:
                 out.append(b)
                 continue
             call: E.Call = b.value  # type: ignore[assignment]
+            view = None if b.var in state.pieces else self._view_shape(call, b.var.type)
+            if view is not None:  # a reshape: a view of its input (RESHAPE_TENSOR)
+                value = self._reshape_view(call.args[0], view, b, state, out)
+                out.append(E.VarBinding(b.var, value))
+                continue
+            if _lone_op(primitive_callee(call, self.funcs), "shape_of") is not None:  # SHAPE_OF
+                out.append(E.VarBinding(b.var, E.Call(vm_ops.shape_of, (call.args[0],))))
+                continue
             if b.var in state.concats:  # its pieces are in place: the result is a view
                 self._alloc(b.var, b.var.type, state, out)  # type: ignore[arg-type]
                 self._release(state, i, [b.var])
@@ -117,6 +127,34 @@ class _Planner:
     def _is_prim_call(self, value: E.Expr) -> bool:
         return primitive_callee(value, self.funcs) is not None
 
+    def _view_shape(self, call: E.Call, result_type: Type | None) -> tuple | None:
+        """The shape a call of a lone reshape makes, when it can be a view of its input (every
+        VM tensor is C-contiguous, so a reshape never needs a copy), built from constants and
+        the dims the parameters bind; None: the kernel runs."""
+        prim = primitive_callee(call, self.funcs)
+        inner = _lone_op(prim, "reshape")
+        if inner is None or not call.args or not isinstance(call.args[0], E.Var):
+            return None
+        for shape in (getattr(result_type, "shape", None), inner.attrs.get("shape")):
+            if shape is not None and all(self._known(d) for d in shape) and 0 not in shape:
+                return tuple(shape)
+        return None
+
+    def _known(self, d: object) -> bool:
+        return (type(d) is int and d >= -1) or (isinstance(d, str) and d in self.dims)
+
+    def _reshape_view(
+        self, x: E.Expr, shape: tuple, b: E.VarBinding, state: _Region, out: list
+    ) -> E.Call:
+        """``vm.reshape(x, s)`` with the shape value ``s`` (MAKE_SHAPE: every mode reads it)."""
+        value = state.shapes.get(shape)
+        if value is None:
+            value = state.shapes[shape] = self._bind(
+                out, "shape", E.Call(vm_ops.make_shape, (), {"shape": shape})
+            )
+        ty = b.var.type
+        return E.Call(vm_ops.reshape_view, (x, value), {"shape": getattr(ty, "shape", None)})
+
     def _unit(self) -> E.Var:
         var = E.Var("_")
         var.with_type(vm_ops.UNIT)
@@ -129,7 +167,10 @@ class _Planner:
         for i, b in enumerate(bindings):
             if not self._is_prim_call(b.value):
                 continue
-            dps = self._plannable(b.var.type) is not None
+            # A reshape's result views its input: the input's block must outlive it.
+            dps = self._plannable(b.var.type) is not None and (
+                b.var in self._pieces or self._view_shape(b.value, b.var.type) is None  # type: ignore[arg-type]
+            )
             for a in b.value.args:  # type: ignore[attr-defined]
                 if isinstance(a, E.Var):
                     last_use[a] = i
@@ -254,6 +295,19 @@ class _Planner:
             if state.last_use.get(v, index) == index:
                 dtype, size, storage = state.owned.pop(v)
                 state.free.setdefault(dtype, []).append((size, storage))
+
+
+def _lone_op(prim: E.Function | None, name: str) -> E.Call | None:
+    """The call of op ``name`` when primitive ``prim`` is that one call on its first
+    parameter (None otherwise)."""
+    if prim is None or prim.attrs.get("ops") != (name,):
+        return None
+    body = prim.body
+    bindings = list(body.bindings) if isinstance(body, E.SeqExpr) else []
+    inner = bindings[0].value if len(bindings) == 1 else None
+    if isinstance(inner, E.Call) and inner.args and inner.args[0] is prim.params[0]:
+        return inner
+    return None
 
 
 def _param_dims(params: tuple[E.Var, ...]) -> set[str]:

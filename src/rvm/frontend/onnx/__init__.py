@@ -22,6 +22,7 @@ def from_onnx(
     shape_dict: Mapping[str, Sequence[int | str]] | None = None,
     dtype_dict: Mapping[str, str] | None = None,
     params: str = "constants",
+    custom_ops: Mapping[str, Any] | None = None,
 ) -> IRModule:
     """Import an ONNX model (ModelProto, path or bytes) as an IRModule with entry "main".
 
@@ -35,7 +36,7 @@ def from_onnx(
         ) from None
     from rvm.frontend.onnx.importer import from_onnx as _from_onnx
 
-    return _from_onnx(model, shape_dict, dtype_dict, params)
+    return _from_onnx(model, shape_dict, dtype_dict, params, custom_ops)
 
 
 __all__ = ["from_onnx"]

@@ -76,6 +76,7 @@ def from_onnx(
     shape_dict: Mapping[str, Sequence[int | str]] | None = None,
     dtype_dict: Mapping[str, str] | None = None,
     params: str = "constants",
+    custom_ops: Mapping[str, str | tuple[str, TensorType]] | None = None,
 ) -> IRModule:
     """Import an ONNX model as an IRModule whose entry function is ``"main"``.
 
@@ -90,6 +91,11 @@ def from_onnx(
             float initializer a parameter after the graph inputs (in initializer order), so
             weights can be swapped at run time. Integer initializers (shapes, axes, indices)
             stay constants: the graph's structure depends on them.
+        custom_ops: ``{"Domain.OpType": "registered.name"}``: a node of a custom domain's op
+            becomes ``rvm.call_packed("registered.name", *inputs, out=...)``, a call of the
+            function registered with `rvm.register_func` (one output, checked at run time
+            against its type: the model's value_info or graph output type for it, or the type
+            given as ``("registered.name", T[shape, dtype])``).
 
     Returns:
         The module. ``main`` takes the graph inputs that are not initializers, in graph
@@ -104,11 +110,13 @@ def from_onnx(
     proto, weights = load_model(model)
     opsets = model_opsets(proto)
     functions = local_functions(proto)
-    check_supported(proto.graph, opsets, functions, graph_types(proto))
+    custom = _custom_ops(custom_ops)
+    types = graph_types(proto)
+    check_supported(proto.graph, opsets, functions, types, frozenset(custom))
     try:
-        return GraphImporter(opsets, functions).import_model(
-            proto, shape_dict or {}, dtype_dict or {}, params, weights
-        )
+        importer = GraphImporter(opsets, functions)
+        importer.custom_ops, importer.types = custom, types
+        return importer.import_model(proto, shape_dict or {}, dtype_dict or {}, params, weights)
     except RVMError:
         raise
     except Exception as err:  # a malformed model the checker let through: an error, no crash
@@ -129,6 +137,8 @@ class GraphImporter:
         self.names = _Names()
         self.dim_names: dict[str, str] = {}
         self.fresh_dims = 0
+        self.custom_ops: dict[str, tuple[str, TensorType | None]] = {}
+        self.types: Any = lambda name: None  # ONNX shape inference's types, by value name
 
     def import_model(
         self,
@@ -248,6 +258,9 @@ class GraphImporter:
             self.convert_node(node, scope)
 
     def convert_node(self, node: Any, scope: Scope) -> None:
+        if self.custom_ops and f"{node.domain}.{node.op_type}" in self.custom_ops:
+            self._bind_outputs(node, scope, [self.custom_call(node, scope)])
+            return
         domain = normalize_domain(node.domain)
         version, conv = lookup(node.op_type, scope.opsets.get(domain, 0), domain)
         label = node.name or (node.output[0] if node.output else "?")
@@ -274,6 +287,31 @@ class GraphImporter:
             if name and (i >= len(results) or results[i] is None):
                 ctx.fail(f"rvm cannot produce output {i} ({name!r})")
         self._bind_outputs(node, scope, results)
+
+    def custom_call(self, node: Any, scope: Scope) -> Expr:
+        """A node of a custom op as a packed call of the registered function (`custom_ops`)."""
+        from rvm.op.effects import call_packed
+
+        key = f"{node.domain}.{node.op_type}"
+        label = node.name or (node.output[0] if node.output else "?")
+        where = f"node {label!r} ({key})"
+        if len(node.output) != 1:
+            raise OnnxImportError(
+                f"{where}: a custom op maps to one output, it has {len(node.output)}"
+            )
+        func, out = self.custom_ops[key]
+        if out is None:
+            proto = self.types(node.output[0])
+            if proto is None or not proto.HasField("tensor_type"):
+                raise OnnxImportError(
+                    f"{where}: the model gives no type for its output {node.output[0]!r}; give "
+                    f"it: custom_ops={{{key!r}: ({func!r}, T[shape, dtype])}}"
+                )
+            tt = proto.tensor_type
+            shape = self._onnx_shape(tt) if tt.HasField("shape") else None
+            out = TensorType(shape, np_dtype(tt.elem_type, where))
+        inputs = [self._lookup(scope, n, f"input of {where}:") for n in node.input if n]
+        return self.emitter.emit(call_packed(func, *inputs, out=out))
 
     @staticmethod
     def _bind_outputs(node: Any, scope: Scope, results: Sequence[Expr | None]) -> None:
@@ -326,4 +364,29 @@ def parse_attributes(node: Any) -> dict[str, Any]:
         elif isinstance(value, list) and value and isinstance(value[0], bytes):
             value = [v.decode("utf-8", errors="replace") for v in value]
         out[a.name] = value
+    return out
+
+
+def _custom_ops(
+    custom_ops: Mapping[str, str | tuple[str, TensorType]] | None,
+) -> dict[str, tuple[str, TensorType | None]]:
+    """``custom_ops`` checked, each as (registered name, declared output type or None)."""
+    out: dict[str, tuple[str, TensorType | None]] = {}
+    for key, value in (custom_ops or {}).items():
+        if not isinstance(key, str) or "." not in key:
+            raise ValueError(f"custom_ops keys are 'Domain.OpType', got {key!r}")
+        if isinstance(value, str):
+            out[key] = (value, None)
+        elif (
+            isinstance(value, tuple)
+            and len(value) == 2
+            and isinstance(value[0], str)
+            and isinstance(value[1], TensorType)
+        ):
+            out[key] = value
+        else:
+            raise ValueError(
+                f"custom_ops[{key!r}] must be a registered function's name or (name, "
+                f"T[shape, dtype]), got {value!r}"
+            )
     return out

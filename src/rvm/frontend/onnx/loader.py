@@ -164,15 +164,18 @@ def check_supported(
     opsets: dict[str, int],
     functions: LocalFunctions | None = None,
     types: TypeLookup | None = None,
+    custom: frozenset[str] = frozenset(),
 ) -> None:
     """Raise one OnnxImportError naming every unsupported op, version and node.
+
+    A node whose ``"domain.op_type"`` is in ``custom`` is supported (`from_onnx`'s custom_ops).
 
     An op no converter implements is supported when it has a function body (in ``functions``
     or its schema) whose ops all are, recursively; ``types`` gives the input types that
     context-dependent bodies need (see `rvm.frontend.onnx.functions`).
     """
     missing: dict[str, list[str]] = {}
-    _check_graph(graph.node, opsets, functions or {}, types or _unknown, missing, 0)
+    _check_graph(graph.node, opsets, functions or {}, types or _unknown, missing, 0, custom)
     if missing:
         lines = [
             f"  {key}: {len(names)} node{'s' if len(names) > 1 else ''}: "
@@ -198,12 +201,15 @@ def _check_graph(
     types: TypeLookup,
     missing: dict[str, list[str]],
     depth: int,
+    custom: frozenset[str] = frozenset(),
 ) -> None:
     """Add the unsupported ops among ``nodes`` and their subgraphs to ``missing``."""
     stack = [list(nodes)]
     while stack:
         for node in stack.pop():
             stack.extend(list(g.node) for g in subgraphs(node))
+            if f"{node.domain}.{node.op_type}" in custom:
+                continue
             key = _unsupported(node, opsets, functions, types, depth)
             if key is not None:
                 label = node.name or (node.output[0] if node.output else "?")

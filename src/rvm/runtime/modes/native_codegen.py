@@ -147,6 +147,9 @@ class _Function:
                 why = "ADT values"
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
                 why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
+            if op == O.CALL_PACKED and not self.ex.primitive_names[ins[2]].startswith("vm."):
+                if self.ex.primitive_names[ins[2]] not in self.ex.kernels:
+                    why = f"calls the registered Python function {self.ex.primitive_names[ins[2]]}"
             if op == O.LOAD_CONST:
                 why = _constant_reason(self.ex.constants[ins[2]])
             if why is not None:
@@ -509,7 +512,9 @@ def _bail() -> str:
 def _packed_reason(name: str, kind: str) -> str:
     if kind == "numpy":
         return f"numpy (non-jit) kernel {name}"
-    return f"packed Python builtin {name}"
+    if name.startswith("vm.builtin."):
+        return f"packed Python builtin {name}"
+    return f"calls the registered Python function {name}"
 
 
 def _scalar_constant(value: object) -> bool:

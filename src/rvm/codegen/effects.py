@@ -1,0 +1,102 @@
+"""VM codegen of the ops with effects (`rvm.op.effects`): packed calls of registered Python
+functions with their results checked, debug prints, asserts and `rvm.dim` dimensions.
+
+- ``call_packed``: CALL_PACKED, then `vm.builtin.check_tensor` (dtype, rank) and MATCH_SHAPE
+  (dims: a symbolic dim seen first here is stored in the shape heap, later ones checked).
+- ``call_dps_packed``: NEW_TENSOR (NEW_TENSOR_REG of a MAKE_SHAPE) for the destination, then
+  INVOKE_PACKED of the registered function with it as the output.
+- ``debug_print``: CALL_PACKED of `vm.builtin.debug_print` with the label as a constant.
+- ``assert``: IF_IMM on the condition over a FATAL with the message.
+- ``dim``: CALL_PACKED of `vm.builtin.dim_carrier` (a `(n, 0)` tensor), MATCH_SHAPE storing or
+  checking ``n`` in the heap.
+
+The function's prologue allocates the shape heap with a slot for every dim these bind
+(`declared_shapes`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rvm.ir import expr as E
+from rvm.ir.analysis import walk
+from rvm.op import effects
+from rvm.runtime.bytecode import Opcode
+from rvm.transform import vm_ops
+
+if TYPE_CHECKING:
+    from rvm.codegen.vm_codegen import FunctionCodegen
+
+__all__ = ["declared_shapes", "emit_effect", "makes_shapes"]
+
+
+def emit_effect(cg: FunctionCodegen, c: E.Call, dst: int) -> None:
+    """An op of `rvm.op.effects`: a packed call of a registered function (its result
+    checked against the declared type), a debug print, an assert."""
+    fb, op, a = cg.fb, c.callee, c.attrs
+    args = cg.regs_of(c.args)
+    if op is effects.ASSERT:
+        ok = fb.label("assert_ok")
+        fb.emit(Opcode.IF_IMM, args[0], 1, ok, 1)
+        fb.emit(Opcode.FATAL, cg.ctx.string(a["message"]))
+        fb.place(ok)  # an assert's binding is never the last: code follows
+    elif op is effects.DEBUG_PRINT:
+        label = cg.load_const(cg.ctx.string(a["label"]))
+        fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.debug_print", [*args, label])
+    elif op is effects.DIM:  # the carrier's shape (n, 0) binds or checks n
+        value = getattr(c.args[0], "name", "value")
+        context = cg.ctx.string(f"{cg.name}: {a['name']} = rvm.dim({value})")
+        fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)  # the stack says where
+        pattern = cg.ctx.int_pattern(cg.match_pairs((a["name"], 0)))
+        fb.emit(Opcode.MATCH_SHAPE, dst, cg.heap, pattern, context)
+    elif op is effects.CALL_PACKED:
+        fb.emit(Opcode.CALL_PACKED, dst, a["func"], args)
+        if "dtype" in a:
+            check_output(cg, dst, a.get("shape"), a["dtype"], a["func"])
+    else:  # CALL_DPS_PACKED: the VM allocates the destination
+        shape = a["shape"]
+        if all(isinstance(d, int) for d in shape):
+            fb.emit(Opcode.NEW_TENSOR, dst, shape, a["dtype"], cg.ALIGNMENT)
+        else:
+            dims = cg.fb.new_register()
+            cg.make_shape(shape, dims)
+            fb.emit(Opcode.NEW_TENSOR_REG, dst, dims, a["dtype"], cg.ALIGNMENT)
+        fb.emit(Opcode.INVOKE_PACKED, a["func"], len(args) + 1, 1, [*args, dst])
+
+
+def check_output(cg: FunctionCodegen, reg: int, shape: tuple | None, dtype: str, func: str) -> None:
+    """Checks the value a registered function returned against its declared type: dtype
+    and rank (`vm.builtin.check_tensor`), then dims (MATCH_SHAPE: a symbolic dim seen
+    first here is bound, later ones checked)."""
+    fb = cg.fb
+    context = cg.ctx.string(f"{cg.name}: the result of {func}")
+    ndim = cg.const_int(-1 if shape is None else len(shape))
+    check = [reg, ndim, cg.load_const(cg.ctx.string(dtype)), cg.load_const(context)]
+    fb.emit(Opcode.CALL_PACKED, fb.new_register(), "vm.builtin.check_tensor", check)
+    if shape and any(d is not None for d in shape):
+        pattern = cg.ctx.int_pattern(cg.match_pairs(shape))
+        fb.emit(Opcode.MATCH_SHAPE, reg, cg.heap, pattern, context)
+
+
+def declared_shapes(func: E.Function) -> list[tuple]:
+    """The shapes ``func`` checks values against besides its parameters: the declared outputs
+    of its packed calls and the carriers of its `rvm.dim` dimensions (`rvm.op.effects`)."""
+    shapes = []
+    for node in walk(func.body, into_functions=False):
+        if not isinstance(node, E.Call):
+            continue
+        if node.callee in (effects.CALL_PACKED, effects.CALL_DPS_PACKED) and node.attrs.get(
+            "shape"
+        ):
+            shapes.append(node.attrs["shape"])
+        elif node.callee is effects.DIM:
+            shapes.append((node.attrs["name"], 0))
+    return shapes
+
+
+def makes_shapes(func: E.Function) -> bool:
+    """Whether ``func`` builds a shape value (MAKE_SHAPE reads a heap, maybe an empty one)."""
+    return any(
+        isinstance(node, E.Call) and node.callee is vm_ops.make_shape
+        for node in walk(func.body, into_functions=False)
+    )

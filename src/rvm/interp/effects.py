@@ -1,0 +1,85 @@
+"""The interpreter's meaning of the ops with effects (`rvm.op.effects`): the same registered
+functions, builtin and checks the VM calls, so both print and fail alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rvm.errors import ShapeError, VMError
+from rvm.interp.prims import as_typed, run_reference
+from rvm.interp.values import Env
+from rvm.ir import expr as E
+from rvm.op.effects import ASSERT, CALL_DPS_PACKED, CALL_PACKED, DEBUG_PRINT, DIM
+from rvm.runtime.builtins import check_tensor, dim_carrier
+from rvm.runtime.builtins import debug_print as print_builtin
+from rvm.runtime.registry import get_global_func
+
+__all__ = ["EFFECTS", "PACKED_OPS", "packed_call"]
+
+
+def _checked(x: Any, func: str, shape: tuple | None, dtype: str) -> Any:
+    context = f"the result of {func}"
+    check_tensor(x, -1 if shape is None else len(shape), dtype, context)
+    for axis, (want, got) in enumerate(zip(shape or (), x.shape)):
+        if type(want) is int and want != got:
+            raise ShapeError(
+                f"{context}: shape {tuple(x.shape)} has {got} at axis {axis}, expected {want}"
+            )
+    return x
+
+
+def _call_packed(*args: Any, func: str, shape: tuple | None = None, dtype: str | None = None):
+    out = get_global_func(func)(*args)
+    return () if dtype is None else _checked(out, func, shape, dtype)
+
+
+def _call_dps_packed(*args: Any, func: str, shape: tuple, dtype: str) -> np.ndarray:
+    out = np.empty(shape, dtype)
+    get_global_func(func)(*args, out)
+    return out
+
+
+def _debug_print(x: Any, label: str = "") -> tuple:
+    print_builtin(x, label)
+    return ()
+
+
+def _assert(cond: Any, message: str) -> tuple:
+    if not bool(cond):
+        raise VMError(f"fatal: {message}")
+    return ()
+
+
+def _dim(value: Any, name: str) -> np.ndarray:
+    # The binding's annotation, T[(name, 0), "int64"], then binds or checks the dimension.
+    return dim_carrier(value, f"rvm.dim {name}")
+
+
+EFFECTS: dict[Any, Callable[..., Any]] = {
+    DIM: _dim,
+    CALL_PACKED: _call_packed,
+    CALL_DPS_PACKED: _call_dps_packed,
+    DEBUG_PRINT: _debug_print,
+    ASSERT: _assert,
+}
+
+
+PACKED_OPS = frozenset({CALL_PACKED, CALL_DPS_PACKED})
+
+
+def packed_call(ref: Callable[..., Any], op: E.Op, call: E.Call, args: list, env: Env) -> Any:
+    """A packed call: the dims of its declared output that ``env`` binds are checked, the
+    others are bound by the result (as the VM's MATCH_SHAPE stores them)."""
+    attrs = dict(call.attrs)
+    shape = attrs.get("shape")
+    if shape is not None:
+        attrs["shape"] = tuple(env.dim(d) if isinstance(d, str) else d for d in shape)
+    out = run_reference(ref, op, args, attrs, env)
+    for d, size in zip(shape or (), getattr(out, "shape", ())):
+        if isinstance(d, str) and env.dim(d) is None:
+            env.dims[d] = int(size)
+            env.sources[d] = f"the result of {attrs['func']}"
+    return as_typed(out, call.type)

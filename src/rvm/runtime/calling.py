@@ -1,0 +1,233 @@
+"""What a VM call hands back to Python, and the callables made from a VM's functions.
+
+- **Result checks.** A function's result is checked against its recorded result type
+  (`VMFunction.result`) at the VM boundary, as its parameters are on the way in: a tensor's
+  dtype, rank and dims (a symbolic dim against the argument it came from), a tuple's length
+  and fields. `result_checks(ex)` builds them once per executable, and none where the code
+  itself guarantees the type (`result_proof.py`: allocations of the promised shape and dtype
+  that kernels write into), so most calls pay nothing; the others (results of registered
+  Python functions, data-dependent kernels, closures) pay a shape and a dtype comparison.
+- **Closures.** A closure in a result (itself or a field of a result tuple) is bound to the VM
+  that made it, so `clo(*args)` runs it there, as `vm.invoke_closure(clo, *args)` does. The
+  closure keeps its VM alive (a VM is cheap and its executable shared; an error after the VM
+  is gone would surprise more than the memory).
+- **Bound last arguments.** `BoundLast` is `vm.bind(name, *last)`: the function with its last
+  arguments fixed (Relax's `BindLastArgs`), checked with the rest at every call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rvm.errors import DTypeError, ShapeError
+from rvm.runtime.executable import Executable, ParamSpec, VMFunction
+from rvm.runtime.objects import Closure
+from rvm.runtime.result_proof import proved_results
+from rvm.runtime.text import signature
+
+__all__ = ["BoundLast", "ResultCheck", "closure_function", "result_check", "result_checks"]
+
+ResultCheck = Callable[[Any, Sequence[Any], Any], None]
+"""`check(result, args, vm)`: raises if `result` is not what the function promised; binds the
+closures in it to `vm`."""
+
+_NDARRAY = np.ndarray
+
+
+def _text(shape: Sequence[Any]) -> str:
+    dims = ["?" if d is None else str(d) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _dim_sources(fn: VMFunction) -> dict[str, tuple[int, int]]:
+    """Each symbolic dim of `fn`'s tensor parameters -> (parameter index, axis) of its first
+    occurrence: where a result dim of that name is read from at a call."""
+    found: dict[str, tuple[int, int]] = {}
+    for i, spec in enumerate(fn.param_specs):
+        if spec.kind == "tensor" and spec.shape is not None:
+            for axis, d in enumerate(spec.shape):
+                if isinstance(d, str) and d not in found:
+                    found[d] = (i, axis)
+    return found
+
+
+def _dim_text(d: Any, sources: dict[str, tuple[int, int]]) -> str:
+    """A dim of a result spec as an expression: an int, or the argument's axis it comes from."""
+    if isinstance(d, str):
+        p, axis = sources[d]
+        return f"a[{p}].shape[{axis}]"
+    return str(int(d))
+
+
+def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> ResultCheck:
+    dtype = np.dtype(spec.dtype) if spec.dtype is not None else None
+    pattern = spec.shape
+
+    def slow(x: Any, args: Sequence[Any]) -> None:
+        what = f"{fn.name}: {where}"
+        if not isinstance(x, _NDARRAY):
+            raise TypeError(f"{what} should be a tensor, got {type(x).__name__}")
+        if dtype is not None and x.dtype != dtype:
+            raise DTypeError(f"{what} should be {dtype}, got {x.dtype}")
+        if pattern is None:
+            return
+        if x.ndim != len(pattern):
+            raise ShapeError(
+                f"{what} should be a {len(pattern)}-d tensor of shape {_text(pattern)}, got "
+                f"shape {_text(x.shape)}"
+            )
+        seen: dict[str, int] = {}
+        for axis, (d, got) in enumerate(zip(pattern, x.shape)):
+            if type(d) is int and d != got:
+                raise ShapeError(
+                    f"{what} has shape {_text(x.shape)}, expected {_text(pattern)} (axis "
+                    f"{axis} must be {d})"
+                )
+            if isinstance(d, str):
+                if d in sources:
+                    p, pa = sources[d]
+                    expected = args[p].shape[pa]
+                    origin = f"argument {p} '{fn.params[p]}'"
+                else:
+                    expected, origin = seen.setdefault(d, got), "an earlier axis of the result"
+                if got != expected:
+                    raise ShapeError(
+                        f"{what} has shape {_text(x.shape)}, but {d} = {expected} from {origin}"
+                    )
+
+    # The fast test as one expression over the result `x` and the arguments `a`, compiled
+    # once (generated from the spec, as the compiled mode's code is): the shape compared with a
+    # tuple of fixed dims and dims read off the arguments, the dtype by identity first.
+    if pattern is None:
+        shape_test = "True"
+    elif any(d is None or (isinstance(d, str) and d not in sources) for d in pattern):
+        free = [d for d in pattern if isinstance(d, str) and d not in sources]
+        if len(free) != len(set(free)):
+            shape_test = "False"  # a result-only dim twice: the slow path compares them
+        else:
+            shape_test = f"len(x.shape) == {len(pattern)}" + "".join(
+                f" and x.shape[{axis}] == {_dim_text(d, sources)}"
+                for axis, d in enumerate(pattern)
+                if d is not None and not (isinstance(d, str) and d not in sources)
+            )
+    else:
+        dims = ", ".join(_dim_text(d, sources) for d in pattern)
+        shape_test = f"x.shape == ({dims}{',' if len(pattern) == 1 else ''})"
+    dtype_test = "True" if dtype is None else "(x.dtype is dt or x.dtype == dt)"
+    test = eval(  # noqa: S307 - source built above from ints and indices only
+        f"lambda x, a: x.__class__ is nd and {dtype_test} and {shape_test}",
+        {"nd": _NDARRAY, "dt": dtype},
+    )
+
+    def check(x: Any, args: Sequence[Any], vm: Any) -> None:
+        if not test(x, args):
+            slow(x, args)
+
+    return check
+
+
+def _bind_closure(x: Any, args: Sequence[Any], vm: Any) -> None:
+    if x.__class__ is Closure:
+        x._vm = vm
+
+
+def _check_of(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> ResultCheck | None:
+    if spec.kind == "tensor":
+        return _tensor_check(fn, spec, where, sources)
+    if spec.kind == "tuple" and spec.fields is not None:
+        fields = [_check_of(fn, f, f"{where}[{i}]", sources) for i, f in enumerate(spec.fields)]
+        count = len(fields)
+        checks = [(i, c) for i, c in enumerate(fields) if c is not None]
+
+        def check_tuple(x: Any, args: Sequence[Any], vm: Any) -> None:
+            if not isinstance(x, tuple) or len(x) != count:
+                got = f"{len(x)} fields" if isinstance(x, tuple) else type(x).__name__
+                raise TypeError(f"{fn.name}: {where} should be a tuple of {count}, got {got}")
+            for i, c in checks:
+                c(x[i], args, vm)
+
+        return check_tuple
+    if spec.kind == "any":
+        return _bind_closure
+    return None  # an ADT value: its constructor tags are the executable's own
+
+
+def result_check(fn: VMFunction) -> ResultCheck | None:
+    """The check of `fn`'s results (None when nothing is recorded or nothing to check)."""
+    if fn.result is None:
+        return None
+    return _check_of(fn, fn.result, "result", _dim_sources(fn))
+
+
+def result_checks(ex: Executable) -> list[ResultCheck | None]:
+    """Each function's result check, None where its code already guarantees its recorded
+    result type (`result_proof.py`: then a call pays nothing)."""
+    proved = proved_results(ex)
+    return [None if ok else result_check(fn) for fn, ok in zip(ex.functions, proved)]
+
+
+def closure_function(ex: Any, closure: Closure) -> VMFunction:
+    """The signature a call of `closure` from Python is checked against: its function's
+    parameters after the captured values.
+
+    Raises:
+        TypeError: `closure` is not a Closure of `ex`'s functions.
+    """
+    if not isinstance(closure, Closure):
+        raise TypeError(f"invoke_closure expects a Closure, got {type(closure).__name__}")
+    functions = ex.functions
+    index = closure.func_index
+    if (
+        not 0 <= index < len(functions)
+        or len(closure.free_vars) > len(functions[index].params)
+        or (closure.name and closure.name != functions[index].name)
+    ):
+        raise TypeError(f"{closure!r} is not a closure of this VM's executable")
+    fn = functions[index]
+    k = len(closure.free_vars)
+    return VMFunction(
+        fn.name, fn.params[k:], fn.param_specs[k:], fn.register_file_size, (), fn.kind, fn.result
+    )
+
+
+class BoundLast:
+    """`vm.bind(name, *last)`: function `name` of one VM with its last arguments fixed.
+
+    Calling it with the first arguments (by position) calls `vm[name](*first, *last)`, with
+    every entry check of that call.
+    """
+
+    __slots__ = ("function", "last", "_call", "_owner")
+
+    def __init__(
+        self, function: VMFunction, last: tuple, call: Callable[..., Any], owner: str
+    ) -> None:
+        if len(last) > len(function.params):
+            raise TypeError(
+                f"bind: {function.name} takes {len(function.params)} arguments, got "
+                f"{len(last)} to bind"
+            )
+        self.function = function
+        self.last = last
+        self._call = call
+        self._owner = owner
+
+    def __call__(self, *first: Any) -> Any:
+        return self._call(*first, *self.last)
+
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        kind = inspect.Parameter.POSITIONAL_ONLY
+        names = self.function.params[: len(self.function.params) - len(self.last)]
+        try:
+            return inspect.Signature([inspect.Parameter(p, kind) for p in names])
+        except ValueError:
+            return None
+
+    def __repr__(self) -> str:
+        bound = ", ".join(self.function.params[len(self.function.params) - len(self.last) :])
+        return f"<function {signature(self.function)} with {bound} bound, of {self._owner}>"
