@@ -194,28 +194,6 @@ class Executable:
         except TypeError:  # an unhashable name
             return False
 
-    def __getitem__(self, name: str) -> Any:
-        """`ex["f"]`: function `f` as a callable over this executable's default VM.
-
-        A convenience for scripts and notebooks: every `ex[...]` and `ex(...)` shares one
-        `VirtualMachine(ex)` (made at the first use, in the default exec mode), so like any VM
-        it runs one call at a time; make a VM per thread for concurrent calls.
-
-        Raises:
-            FunctionNotFoundError: No function is called `name`.
-        """
-        return self.default_vm()[name]
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """`ex(...)` calls "main" on the default VM (see `__getitem__`)."""
-        return self.default_vm()["main"](*args, **kwargs)
-
-    def default_vm(self) -> Any:
-        """The `VirtualMachine` that `ex[name]` and `ex(...)` share, made at the first use."""
-        from rvm.runtime.vm import VirtualMachine
-
-        return self.cached(f"default_vm:{self.default_exec_mode}", lambda: VirtualMachine(self))
-
     def get_function(self, name: str) -> VMFunction:
         """Returns the `VMFunction` called `name`."""
         return self.functions[self.function_index(name)]

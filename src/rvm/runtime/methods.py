@@ -10,11 +10,12 @@ methods are bound whenever an executable exists; nothing imports this module but
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rvm.runtime import serialize, text
 from rvm.runtime.executable import Executable, KernelRecord
 from rvm.runtime.loading import artifact, loader
+from rvm.runtime.vm import VirtualMachine
 
 if TYPE_CHECKING:
     from rvm.runtime.loading.artifact import NativeCode
@@ -89,6 +90,29 @@ def kernel_asm(ex: Executable, name: str) -> str:
     return loader.kernel_asm(_jit_record(ex, name))
 
 
+def default_vm(ex: Executable) -> VirtualMachine:
+    """The `VirtualMachine` that `ex[name]` and `ex(...)` share, made at the first use."""
+    return ex.cached(f"default_vm:{ex.default_exec_mode}", lambda: VirtualMachine(ex))
+
+
+def function(ex: Executable, name: str) -> Any:
+    """`ex["f"]`: function `f` as a callable over this executable's default VM.
+
+    A convenience for scripts and notebooks: every `ex[...]` and `ex(...)` shares one
+    `VirtualMachine(ex)` (made at the first use, in the default exec mode), so like any VM
+    it runs one call at a time; make a VM per thread for concurrent calls.
+
+    Raises:
+        FunctionNotFoundError: No function is called `name`.
+    """
+    return default_vm(ex)[name]
+
+
+def call_main(ex: Executable, *args: Any, **kwargs: Any) -> Any:
+    """`ex(...)` calls "main" on the default VM (see `function`)."""
+    return default_vm(ex)["main"](*args, **kwargs)
+
+
 Executable.as_text = text.as_text  # type: ignore[attr-defined]
 Executable.as_python = text.as_python  # type: ignore[attr-defined]
 Executable.stats = text.stats  # type: ignore[attr-defined]
@@ -100,3 +124,6 @@ Executable.native_code = native_code  # type: ignore[attr-defined]
 Executable.to_bytes = to_bytes  # type: ignore[attr-defined]
 Executable.save = save  # type: ignore[attr-defined]
 Executable.from_bytes = classmethod(serialize.from_bytes)  # type: ignore[attr-defined]
+Executable.default_vm = default_vm  # type: ignore[attr-defined]
+Executable.__getitem__ = function  # type: ignore[attr-defined]
+Executable.__call__ = call_main  # type: ignore[attr-defined]
