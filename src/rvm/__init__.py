@@ -68,6 +68,7 @@ _LAZY = {
     "transform": ("rvm.transform", None),
     "testing": ("rvm.testing", None),
     "jit": ("rvm.jit", None),
+    "generation": ("rvm.generation", None),
 }
 
 
@@ -109,6 +110,7 @@ __all__ = [
     "compile",
     "const",
     "from_onnx",
+    "generation",
     "get_global_func",
     "get_num_threads",
     "interpret",

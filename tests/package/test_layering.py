@@ -27,6 +27,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "transform": ("rvm.ir", "rvm.op"),
     "interp": ("rvm.ir", "rvm.op", "rvm.runtime"),
     "frontend": ("rvm.ir", "rvm.op"),
+    "generation": ("rvm.ir", "rvm.op"),
     "jit": ("rvm.ir", "rvm.op", "rvm.runtime"),
     "codegen": ("rvm.ir", "rvm.op", "rvm.transform", "rvm.jit", "rvm.runtime"),
 }

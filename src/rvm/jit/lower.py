@@ -42,6 +42,7 @@ NO_JIT_COMPUTE = frozenset(
         "avg_pool1d",
         "avg_pool3d",
         "bitcast",
+        "check",
         "conv1d_transpose",
         "conv2d_transpose",
         "conv3d",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from rvm import _hooks
 from rvm.ir.expr import const
+from rvm.op import checks as _checks
 from rvm.op import conv as _conv
 from rvm.op import create as _create
 from rvm.op import einsum as _einsum
@@ -25,6 +26,7 @@ from rvm.op import ops
 from rvm.op import pool as _pool
 from rvm.op import reduce as _reduce
 from rvm.op import search as _search
+from rvm.op.checks import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import *  # noqa: F403 (its builders, listed in its __all__)
@@ -42,6 +44,7 @@ from rvm.op.search import *  # noqa: F403 (its builders, listed in its __all__)
 _hooks.supply("ops", ops)
 
 __all__ = ["ExprLike", "as_expr", "const", "ops", "reference"]
+__all__ += _checks.__all__
 __all__ += _conv.__all__
 __all__ += _create.__all__
 __all__ += _einsum.__all__

@@ -942,6 +942,14 @@ def topk(x, k, axis=-1, largest=True, sorted=True):
     return np.take_along_axis(x, idx, axis), idx.astype(np.int64)
 
 
+def check(x, cond, detail, message):
+    """``x`` when ``cond`` holds, else ``ValueError(message)`` with ``{0}``, ``{1}``...
+    replaced by the elements of ``detail``."""
+    if not bool(cond):
+        raise ValueError(message.format(*np.asarray(detail).tolist()))
+    return x
+
+
 def nonzero(x):
     """The int64 indices of the nonzero elements, one row per axis (ONNX NonZero)."""
     return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
