@@ -54,19 +54,34 @@ def tiny_decoder(seed: int = 0, *, layers: int = LAYERS, positions: int = POSITI
     x = node("Add", [tok, pos], "x0")
     # key positions 0..past+seq-1 from the mask's shape; a key is visible to a query when it
     # is not after the query's position and its mask entry is 1
-    ones = node("Add", [node("Mul", ["attention_mask", const("zero_i", 0, np.int64)], "m0"), "one_i"], "ones")
+    ones = node(
+        "Add",
+        [node("Mul", ["attention_mask", const("zero_i", 0, np.int64)], "m0"), "one_i"],
+        "ones",
+    )
     kpos = node("Sub", [node("CumSum", [ones, "axis1"], "csum"), "one_i"], "kpos")
     kpos4 = node("Unsqueeze", [kpos, "ax12"], "kpos4")  # (b, 1, 1, past+seq)
     qpos4 = node("Unsqueeze", ["position_ids", "ax13"], "qpos4")  # (b, 1, seq, 1)
     causal = node("LessOrEqual", [kpos4, qpos4], "causal")
-    padded = node("Cast", [node("Unsqueeze", ["attention_mask", "ax12"], "mask4")], "maskb", to=TensorProto.BOOL)
+    padded = node(
+        "Cast",
+        [node("Unsqueeze", ["attention_mask", "ax12"], "mask4")],
+        "maskb",
+        to=TensorProto.BOOL,
+    )
     visible = node("And", [causal, padded], "visible")
     outputs = []
     for i in range(layers):
         p = f"l{i}."
-        h = node("LayerNormalization", [x, weight(p + "ln1_g", (WIDTH,)), weight(p + "ln1_b", (WIDTH,))], p + "h", axis=-1, epsilon=1e-5)
+        h = node(
+            "LayerNormalization",
+            [x, weight(p + "ln1_g", (WIDTH,)), weight(p + "ln1_b", (WIDTH,))],
+            p + "h",
+            axis=-1,
+            epsilon=1e-5,
+        )
 
-        def heads(name: str) -> str:
+        def heads(name: str, h: str = h, p: str = p) -> str:
             y = node("MatMul", [h, weight(p + "w" + name, (WIDTH, WIDTH))], p + name)
             y = node("Reshape", [y, "heads_shape"], p + name + "_r")
             return node("Transpose", [y], p + name + "_t", perm=[0, 2, 1, 3])
@@ -79,14 +94,38 @@ def tiny_decoder(seed: int = 0, *, layers: int = LAYERS, positions: int = POSITI
         s = node("Mul", [node("MatMul", [q, kt], p + "qk"), "scale"], p + "scores")
         s = node("Where", [visible, s, "neg"], p + "masked")
         a = node("MatMul", [node("Softmax", [s], p + "probs", axis=-1), v], p + "ctx")
-        a = node("Reshape", [node("Transpose", [a], p + "ctx_t", perm=[0, 2, 1, 3]), "width_shape"], p + "ctx_r")
-        x = node("Add", [x, node("MatMul", [a, weight(p + "wo", (WIDTH, WIDTH))], p + "attn")], p + "x1")
-        h2 = node("LayerNormalization", [x, weight(p + "ln2_g", (WIDTH,)), weight(p + "ln2_b", (WIDTH,))], p + "h2", axis=-1, epsilon=1e-5)
+        a = node(
+            "Reshape",
+            [node("Transpose", [a], p + "ctx_t", perm=[0, 2, 1, 3]), "width_shape"],
+            p + "ctx_r",
+        )
+        x = node(
+            "Add", [x, node("MatMul", [a, weight(p + "wo", (WIDTH, WIDTH))], p + "attn")], p + "x1"
+        )
+        h2 = node(
+            "LayerNormalization",
+            [x, weight(p + "ln2_g", (WIDTH,)), weight(p + "ln2_b", (WIDTH,))],
+            p + "h2",
+            axis=-1,
+            epsilon=1e-5,
+        )
         m = node("MatMul", [h2, weight(p + "w1", (WIDTH, 4 * WIDTH))], p + "m1")
         half = const(p + "half", 0.5)
-        g = node("Mul", [node("Mul", [m, half], p + "gh"), node("Add", [node("Erf", [node("Div", [m, const(p + "sqrt2", np.sqrt(2.0))], p + "gd")], p + "ge"), const(p + "onef", 1.0)], p + "ga")], p + "gelu")
-        x = node("Add", [x, node("MatMul", [g, weight(p + "w2", (4 * WIDTH, WIDTH))], p + "m2")], p + "x2")
-    hf = node("LayerNormalization", [x, weight("lnf_g", (WIDTH,)), weight("lnf_b", (WIDTH,))], "hf", axis=-1, epsilon=1e-5)
+        erf = node("Erf", [node("Div", [m, const(p + "sqrt2", np.sqrt(2.0))], p + "gd")], p + "ge")
+        erf1 = node("Add", [erf, const(p + "onef", 1.0)], p + "ga")
+        g = node("Mul", [node("Mul", [m, half], p + "gh"), erf1], p + "gelu")  # erf GELU
+        x = node(
+            "Add",
+            [x, node("MatMul", [g, weight(p + "w2", (4 * WIDTH, WIDTH))], p + "m2")],
+            p + "x2",
+        )
+    hf = node(
+        "LayerNormalization",
+        [x, weight("lnf_g", (WIDTH,)), weight("lnf_b", (WIDTH,))],
+        "hf",
+        axis=-1,
+        epsilon=1e-5,
+    )
     node("MatMul", [hf, weight("head", (WIDTH, VOCAB), 2.0)], "logits")
 
     def value(name: str, elem: int, dims: list) -> onnx.ValueInfoProto:
@@ -95,7 +134,9 @@ def tiny_decoder(seed: int = 0, *, layers: int = LAYERS, positions: int = POSITI
     kv = ["batch", HEADS, "past", HEAD_DIM]
     inputs = [value("input_ids", TensorProto.INT64, ["batch", "seq"])]
     for i in range(layers):
-        inputs += [value(f"past_key_values.{i}.{n}", TensorProto.FLOAT, kv) for n in ("key", "value")]
+        inputs += [
+            value(f"past_key_values.{i}.{n}", TensorProto.FLOAT, kv) for n in ("key", "value")
+        ]
     inputs += [
         value("attention_mask", TensorProto.INT64, ["batch", "past + seq"]),
         value("position_ids", TensorProto.INT64, ["batch", "seq"]),

@@ -21,13 +21,13 @@ whole generation grows with its square only through attention itself.
 
 from __future__ import annotations
 
+from rvm import op
 from rvm.errors import IRError
 from rvm.generation.layout import DecoderLayout, decoder_layout
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
 from rvm.ir.module import IRModule
 from rvm.ir.types import FuncType, Type, scalar, tensor
-from rvm import op
 
 _LAST = 2**62  # strided_slice's end for "to the end of the axis"
 
@@ -92,8 +92,9 @@ class _Generate:
         with bb.function("generate", [ids, n]):
             ids_c, n_c = self.checked(ids, n)
             bb.begin_scope()
-            out = self.call_main(ids_c, self.empty_caches(), self.emit(op.ones(("batch", "seq"),
-                                                                                "int64")))
+            out = self.call_main(
+                ids_c, self.empty_caches(), self.emit(op.ones(("batch", "seq"), "int64"))
+            )
             loop = self.loop_function()
             fields = [self.emit(E.TupleGetItem(out, i)) for i in range(1 + len(self.kv_types))]
             state = [ids_c, *fields]
@@ -103,29 +104,52 @@ class _Generate:
             run = bb.end_scope(result)
             bb.begin_scope()
             none = bb.end_scope(ids_c)
-            bb.emit_output(self.emit(E.If(self.emit(op.greater(n_c, op.const(0, "int64"))),
-                                          run, none)))
+            bb.emit_output(
+                self.emit(E.If(self.emit(op.greater(n_c, op.const(0, "int64"))), run, none))
+            )
 
     def checked(self, ids: E.Var, n: E.Var) -> tuple[E.Var, E.Var]:
         """``ids`` and ``n`` behind the run-time checks of the inputs."""
         seq = self.emit(op.take(op.shape_of(ids), op.const(1, "int64"), axis=0), "seq_len")
         detail = self.emit(op.stack([seq, n]), "detail")
         zero = op.const(0, "int64")
-        n = self.emit(op.check(n, op.greater_equal(n, zero), detail,
-                               "generate: max_new_tokens must be >= 0, got {1}"))
-        ids = self.emit(op.check(ids, op.greater(seq, zero), detail,
-                                 "generate: the prompt is empty (input_ids has 0 tokens)"))
+        n = self.emit(
+            op.check(
+                n,
+                op.greater_equal(n, zero),
+                detail,
+                "generate: max_new_tokens must be >= 0, got {1}",
+            )
+        )
+        ids = self.emit(
+            op.check(
+                ids,
+                op.greater(seq, zero),
+                detail,
+                "generate: the prompt is empty (input_ids has 0 tokens)",
+            )
+        )
         positions = self.layout.positions
         if positions is not None:
             limit = op.const(positions, "int64")
-            ids = self.emit(op.check(
-                ids, op.less_equal(seq, limit), detail,
-                f"generate: the prompt has {{0}} tokens, more than the model's {positions} "
-                "positions"))
-            ids = self.emit(op.check(
-                ids, op.less_equal(op.add(seq, n), limit), detail,
-                f"generate: the prompt's {{0}} tokens and max_new_tokens={{1}} need more than "
-                f"the model's {positions} positions"))
+            ids = self.emit(
+                op.check(
+                    ids,
+                    op.less_equal(seq, limit),
+                    detail,
+                    f"generate: the prompt has {{0}} tokens, more than the model's {positions} "
+                    "positions",
+                )
+            )
+            ids = self.emit(
+                op.check(
+                    ids,
+                    op.less_equal(op.add(seq, n), limit),
+                    detail,
+                    f"generate: the prompt's {{0}} tokens and max_new_tokens={{1}} need more than "
+                    f"the model's {positions} positions",
+                )
+            )
         return ids, n
 
     def empty_caches(self) -> list[E.Var]:
@@ -135,8 +159,9 @@ class _Generate:
             for t in pair
         ]
 
-    def call_main(self, ids: E.Expr, caches: list[E.Var], mask: E.Var,
-                  positions: E.Expr | None = None) -> E.Var:
+    def call_main(
+        self, ids: E.Expr, caches: list[E.Var], mask: E.Var, positions: E.Expr | None = None
+    ) -> E.Var:
         """``main`` on ``ids`` (batch, s) after ``caches``; positions default to the last s
         of the mask's length."""
         if positions is None:
@@ -158,8 +183,10 @@ class _Generate:
         """The decoding loop, bound to a local variable: (tokens, logits, caches...,
         [finished], remaining) -> tokens, called with ``remaining > 0``."""
         bb = self.bb
-        params = [E.Var("tokens", tensor(("batch", None), "int64")),
-                  E.Var("logits", self.logits_type)]
+        params = [
+            E.Var("tokens", tensor(("batch", None), "int64")),
+            E.Var("logits", self.logits_type),
+        ]
         params += [E.Var(f"cache{i}", t) for i, t in enumerate(self.kv_types)]
         if self.eos is not None:
             params.append(E.Var("finished", tensor(("batch",), "bool")))
@@ -176,17 +203,23 @@ class _Generate:
         if finished is not None:
             eos = op.const(self.eos, "int64")
             token = self.emit(op.where(op.expand_dims(finished, 1), eos, token), "token")
-            finished = self.emit(op.logical_or(finished, op.squeeze(op.equal(token, eos),
-                                                                    axis=1)), "finished")
+            finished = self.emit(
+                op.logical_or(finished, op.squeeze(op.equal(token, eos), axis=1)), "finished"
+            )
             go = op.logical_and(go, op.logical_not(op.min(finished)))
         tokens = self.emit(op.concat([tokens, token], axis=1), "tokens")
         go = self.emit(go, "go")
         bb.begin_scope()
-        mask = self.emit(op.add(op.multiply(tokens, op.const(0, "int64")),
-                                op.const(1, "int64")), "mask")
+        mask = self.emit(
+            op.add(op.multiply(tokens, op.const(0, "int64")), op.const(1, "int64")), "mask"
+        )
         length = op.take(op.shape_of(tokens), op.const(1, "int64"), axis=0)
-        pos = self.emit(op.add(op.multiply(token, op.const(0, "int64")),
-                               op.subtract(length, op.const(1, "int64"))), "position")
+        pos = self.emit(
+            op.add(
+                op.multiply(token, op.const(0, "int64")), op.subtract(length, op.const(1, "int64"))
+            ),
+            "position",
+        )
         out = self.call_main(token, caches, mask, pos)
         fields = [self.emit(E.TupleGetItem(out, i)) for i in range(1 + len(self.kv_types))]
         state = [tokens, *fields, *([finished] if finished is not None else []), more]

@@ -50,8 +50,9 @@ class DecoderLayout:
 
 
 def _fail(what: str) -> IRError:
-    return IRError(f"greedy: the module is not a decoder in the with-past layout: {what}; "
-                   f"expected {EXPECTED}")
+    return IRError(
+        f"greedy: the module is not a decoder in the with-past layout: {what}; expected {EXPECTED}"
+    )
 
 
 def decoder_layout(mod: IRModule) -> DecoderLayout:
@@ -78,13 +79,19 @@ def decoder_layout(mod: IRModule) -> DecoderLayout:
             past[(layer, kind)] = _cache_type(p.name, ty)
             roles.append(("past", layer, kind))
         else:
-            raise _fail(f"main has a parameter {p.name!r} ({_show(ty)}) outside the layout; "
-                        f"its parameters are {', '.join(names)}")
+            raise _fail(
+                f"main has a parameter {p.name!r} ({_show(ty)}) outside the layout; "
+                f"its parameters are {', '.join(names)}"
+            )
     if "input_ids" not in roles:
         raise _fail(f"main has no parameter 'input_ids'; its parameters are {', '.join(names)}")
     layers = 1 + max((k[0] for k in past), default=-1)
-    missing = [f"past_key_values.{i}.{n}" for i in range(layers) for j, n in
-               enumerate(("key", "value")) if (i, j) not in past]
+    missing = [
+        f"past_key_values.{i}.{n}"
+        for i in range(layers)
+        for j, n in enumerate(("key", "value"))
+        if (i, j) not in past
+    ]
     if not past or missing:
         what = ", ".join(missing) if missing else "any past_key_values.N.key/value"
         raise _fail(f"main has no parameter {what}; its parameters are {', '.join(names)}")
@@ -100,16 +107,22 @@ def _show(ty: object) -> str:
 
 
 def _int_input(name: str, ty: object) -> None:
-    if not (isinstance(ty, TensorType) and ty.dtype == "int64"
-            and ty.shape is not None and len(ty.shape) == 2):
+    if not (
+        isinstance(ty, TensorType)
+        and ty.dtype == "int64"
+        and ty.shape is not None
+        and len(ty.shape) == 2
+    ):
         raise _fail(f"main's parameter {name!r} is {_show(ty)}, expected a 2-d int64 tensor")
 
 
 def _cache_type(name: str, ty: object) -> TensorType:
     ok = isinstance(ty, TensorType) and ty.dtype in FLOAT_DTYPES and ty.shape is not None
     if not ok or len(ty.shape) != 4 or not all(isinstance(d, int) for d in ty.shape[1::2]):
-        raise _fail(f"main's parameter {name!r} is {_show(ty)}, expected a float tensor "
-                    "(batch, heads, past, head_dim) with fixed heads and head_dim")
+        raise _fail(
+            f"main's parameter {name!r} is {_show(ty)}, expected a float tensor "
+            "(batch, heads, past, head_dim) with fixed heads and head_dim"
+        )
     return ty
 
 
@@ -117,12 +130,13 @@ def _check_results(func: E.Function, layers: int) -> None:
     ret = infer_type(func.body)
     fields = ret.fields if isinstance(ret, TupleType) else (ret,)
     if len(fields) != 1 + 2 * layers or not all(isinstance(f, TensorType) for f in fields):
-        raise _fail(f"main returns {len(fields)} values, expected logits and {2 * layers} "
-                    f"present.N.key/value for its {layers} layers")
+        raise _fail(
+            f"main returns {len(fields)} values, expected logits and {2 * layers} "
+            f"present.N.key/value for its {layers} layers"
+        )
     logits = fields[0]
     if logits.shape is not None and len(logits.shape) != 3:
-        raise _fail(f"main's first result is {_show(logits)}, expected logits "
-                    "(batch, seq, vocab)")
+        raise _fail(f"main's first result is {_show(logits)}, expected logits (batch, seq, vocab)")
 
 
 def _positions(func: E.Function) -> int | None:
