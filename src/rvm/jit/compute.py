@@ -200,6 +200,31 @@ def _layer_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) ->
 compute[ops.layer_norm] = _layer_norm
 
 
+def _rms_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, gamma = args
+    t = x.dtype
+    axes = tuple(sorted(_norm(a, x.ndim) for a in attrs["axes"]))
+    for k, a in enumerate(axes):
+        if gamma.dims[k] != x.dims[a]:
+            kb.check(
+                f"{gamma.dims[k]} != {x.dims[a]}",
+                f"{kb.kernel}: rms_norm: gamma does not match the normalized axes of the input",
+            )
+    sq = kb.elemwise(lambda a: f"({a} * {a})", t, [x])
+    ms = reduce_tensor(kb, "mean", sq, axes, True, t)
+    eps = lit(attrs["epsilon"], t)
+    den = kb.elemwise(lambda a: f"np.sqrt({a} + {eps})", t, [ms])
+
+    def params(body: Body, index: Sequence[Scalar]) -> Sequence[Scalar]:
+        return [index[a] for a in axes]
+
+    g = kb.index_map(gamma, x.dims, params)
+    return kb.elemwise(lambda a, s, c: f"({a} / {s} * {c})", t, [x, den, g])
+
+
+compute[ops.rms_norm] = _rms_norm
+
+
 def _batch_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     x, gamma, beta, mean, var = args
     t = x.dtype

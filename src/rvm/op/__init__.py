@@ -26,6 +26,7 @@ from rvm.op import ops
 from rvm.op import pool as _pool
 from rvm.op import reduce as _reduce
 from rvm.op import search as _search
+from rvm.op import transformer as _transformer
 from rvm.op.checks import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
@@ -39,6 +40,7 @@ from rvm.op.nn import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.pool import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.reduce import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.search import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.transformer import *  # noqa: F403 (its builders, listed in its __all__)
 
 # The IR builds ``x + y`` on its values from this op set (see rvm._hooks).
 _hooks.supply("ops", ops)
@@ -56,3 +58,4 @@ __all__ += _nn.__all__
 __all__ += _pool.__all__
 __all__ += _reduce.__all__
 __all__ += _search.__all__
+__all__ += _transformer.__all__
