@@ -53,7 +53,9 @@ def default_passes() -> list[tuple[str, Pass]]:
     from rvm.transform.dead_code import dead_code
     from rvm.transform.fold_batch_norm import fold_batch_norm
     from rvm.transform.fold_constant import fold_constant
+    from rvm.transform.fuse_activations import fuse_activations
     from rvm.transform.fuse_attention import fuse_attention
+    from rvm.transform.fuse_norms import fuse_norms
     from rvm.transform.fuse_ops import fuse_ops
     from rvm.transform.infer_shapes import infer_shapes
     from rvm.transform.inline import inline
@@ -71,6 +73,8 @@ def default_passes() -> list[tuple[str, Pass]]:
         ("inline", inline),
         ("fold_batch_norm", fold_batch_norm),
         ("fuse_attention", fuse_attention),
+        ("fuse_norms", fuse_norms),
+        ("fuse_activations", fuse_activations),
         ("legalize", legalize),
         ("fuse_ops", fuse_ops),
         ("fold_constant", fold_constant),
