@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from ort_greedy import ort_greedy
 
 import rvm
+from rvm.testing.ort_greedy import ort_greedy
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,21 @@
 """The oracle of `rvm.generation.greedy`: greedy decoding as a Python loop over ONNX Runtime,
-feeding each step's ``present.N.key/value`` back as ``past_key_values.N.key/value``."""
+feeding each step's ``present.N.key/value`` back as ``past_key_values.N.key/value`` (what
+users write around an exported decoder; the tests, the example and the benchmark compare
+``generate`` with it)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 
-def ort_greedy(sess, input_ids: np.ndarray, max_new_tokens: int, eos: int | None = None):
-    """The prompt followed by up to ``max_new_tokens`` greedy tokens (ONNX Runtime)."""
+def ort_greedy(
+    sess: Any, input_ids: np.ndarray, max_new_tokens: int, eos: int | None = None
+) -> np.ndarray:
+    """The prompt followed by up to ``max_new_tokens`` greedy tokens of the decoder that
+    ONNX Runtime session ``sess`` runs (optimum's with-past layout); with ``eos``, rows that
+    produced it are padded with it and the loop stops once every row has."""
     names = {i.name: i for i in sess.get_inputs()}
     outputs = [o.name for o in sess.get_outputs()]
     batch = input_ids.shape[0]
