@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from tiny_decoder import POSITIONS, VOCAB, tiny_decoder
 
 import rvm
 from rvm import op
 from rvm.ir import Builder, Var, tensor
 from rvm.testing.ort_greedy import ort_greedy
+from rvm.testing.tiny_decoder import POSITIONS, VOCAB, tiny_decoder
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@
 It spells attention the way exported graphs do (MatMul, Mul by the scale, Where on a causal
 and padding mask, Softmax, MatMul with V) but builds its masks from the inputs with
 elementwise ops and CumSum only, so it imports with symbolic dimensions (batch, sequence,
-past) without run-time shape computations. ONNX Runtime runs the same file: the oracle.
+past) without run-time shape computations. ONNX Runtime runs the same file: the oracle. The
+generation tests and ``examples/generate.py`` use it; its weights are random (seeded).
 """
 
 from __future__ import annotations
