@@ -84,6 +84,7 @@ def sample_calls() -> list[Call]:
                   mode="cubic", coordinate_transformation_mode="tf_crop_and_resize",
                   antialias=True),
         op.check(m, const(np.array(True)), i, "bad {0} and {1}"), op.rms_norm(m, v, 1, 1e-5),
+        op.rope(m, v, v),
         op.attention(x, x, var("av", (2, 4, 6, 3)), var("am", (2, 1, 6, 6), "bool"), 0.5,
                      "select", -1e4, float("nan")),
     ]  # fmt: skip

@@ -225,6 +225,34 @@ def _rms_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> T
 compute[ops.rms_norm] = _rms_norm
 
 
+def _rope(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    """``x * cos + rotate_half(x) * sin``: the rotated element read in place, its sign from
+    the index (no halves, negation or concat materialized)."""
+    x, cos, sin = args
+    n = x.dims[-1]
+    half = kb.dim(f"{n} // 2", "h")
+    kb.check(f"{n} % 2 != 0", f"{kb.kernel}: rope: the last axis must have an even length")
+
+    def partner(body: Body, index: Sequence[Scalar]) -> Sequence[Scalar]:
+        i = index[-1]
+        j = idx(f"({i.code} + {half} if {i.code} < {half} else {i.code} - {half})", i)
+        return [*index[:-1], j]
+
+    other = kb.index_map(x, x.dims, partner)
+
+    def sign_of(body: Body, index: Sequence[Scalar]) -> Scalar:
+        i = index[-1]
+        return Scalar(f"({lit(-1, out)} if {i.code} < {half} else {lit(1, out)})", i.deps, out)
+
+    sign = Tensor(x.dims, out, sign_of)
+    return kb.elemwise(
+        lambda a, c, o, g, s: f"({a} * {c} + {g} * {o} * {s})", out, [x, cos, other, sign, sin]
+    )
+
+
+compute[ops.rope] = _rope
+
+
 def _batch_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     x, gamma, beta, mean, var = args
     t = x.dtype

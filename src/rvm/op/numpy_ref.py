@@ -963,6 +963,14 @@ def rms_norm(x, gamma, axes=(-1,), epsilon=1e-6):
     return _like(x / np.sqrt(ms + np.asarray(epsilon, x.dtype)) * gamma, x.dtype)
 
 
+def rope(x, cos, sin):
+    """x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x2, x1) of the last axis's
+    halves."""
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return _like(x * cos + rotated * sin, x.dtype)
+
+
 def check(x, cond, detail, message):
     """``x`` when ``cond`` holds, else ``ValueError(message)`` with ``{0}``, ``{1}``...
     replaced by the elements of ``detail``."""

@@ -12,7 +12,12 @@ kernel that never holds more than one head's scores (`rvm.jit.attention`).
 ``rms_norm(x, gamma, axes, epsilon)`` is ``x / sqrt(mean(x * x, axes) + epsilon) * gamma``
 (Llama's RMSNorm; gamma has the shape of the normalized axes).
 
-`rvm.transform.fuse_attention` and `rvm.transform.fuse_norms` find their primitive spellings.
+``rope(x, cos, sin)`` is the rotary position embedding of Llama-style models:
+``x * cos + rotate_half(x) * sin``, ``rotate_half(x)`` being ``concat(-x2, x1)`` of the two
+halves of the last axis; cos and sin broadcast to x.
+
+`rvm.transform.fuse_attention`, `rvm.transform.fuse_norms` and `rvm.transform.fuse_rope` find
+their primitive spellings.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ from rvm.op.core import (
     check_float,
     define_op,
 )
-from rvm.op.shapes import fmt, normalize_axes, rule
+from rvm.op.shapes import broadcast_shapes, fmt, normalize_axes, rule
 
-__all__ = ["attention", "rms_norm"]
+__all__ = ["attention", "rms_norm", "rope"]
 
 define_op("attention", OpPattern.OPAQUE, 4)
 define_op("rms_norm", OpPattern.OPAQUE, 2)
+define_op("rope", OpPattern.INJECTIVE, 3)
 
 
 def _same(a: object, b: object) -> bool:
@@ -95,6 +101,33 @@ def _infer_rms_norm(call_: Call, args: list[TensorType]) -> Type:
             f"{fmt(x.shape)}"
         )
     return x
+
+
+@rule(ops.rope)
+def _infer_rope(call_: Call, args: list[TensorType]) -> Type:
+    x, cos, sin = args
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if t.dtype is not None and t.dtype not in FLOAT_DTYPES:
+            raise IRError(f"rope: {name} must be a float tensor, got {t.dtype}")
+    if x.shape is None:
+        return x
+    last = x.shape[-1] if x.shape else None
+    if not x.shape or (isinstance(last, int) and last % 2):
+        raise IRError(f"rope: x's last axis must have an even length, got {fmt(x.shape)}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.shape is None:
+            continue
+        out = broadcast_shapes("rope", x.shape, t.shape)
+        if out is not None and len(out) != len(x.shape):
+            raise IRError(f"rope: {name} {fmt(t.shape)} has more axes than x {fmt(x.shape)}")
+        if out is not None and not all(map(_same, out, x.shape)):
+            raise IRError(f"rope: {name} {fmt(t.shape)} does not broadcast to x {fmt(x.shape)}")
+    return x
+
+
+def rope(x: ExprLike, cos: ExprLike, sin: ExprLike) -> Call:
+    """``x * cos + rotate_half(x) * sin`` (rotary embedding; halves of the last axis)."""
+    return call(ops.rope, as_expr(x), as_expr(cos), as_expr(sin))
 
 
 def attention(

@@ -19,6 +19,8 @@ Each pass: what it needs → what it guarantees.
   ``layer_norm`` calls.
 - fuse_activations: inlined → GELU (erf and tanh forms) and SiLU chains are ``gelu`` and
   ``silu`` calls.
+- fuse_rope: inlined → rotary-embedding chains (halves, negation, concat, products) are
+  ``rope`` calls.
 - legalize: lifted → every op call is a call of a primitive function (``attrs["primitive"]``)
   holding that op; 0-d constants move into it.
 - fuse_ops: legalized → chains of primitive calls merged by pattern kind (elementwise,
@@ -57,6 +59,7 @@ def default_passes() -> list[tuple[str, Pass]]:
     from rvm.transform.fuse_attention import fuse_attention
     from rvm.transform.fuse_norms import fuse_norms
     from rvm.transform.fuse_ops import fuse_ops
+    from rvm.transform.fuse_rope import fuse_rope
     from rvm.transform.infer_shapes import infer_shapes
     from rvm.transform.inline import inline
     from rvm.transform.kill import kill
@@ -75,6 +78,7 @@ def default_passes() -> list[tuple[str, Pass]]:
         ("fuse_attention", fuse_attention),
         ("fuse_norms", fuse_norms),
         ("fuse_activations", fuse_activations),
+        ("fuse_rope", fuse_rope),
         ("legalize", legalize),
         ("fuse_ops", fuse_ops),
         ("fold_constant", fold_constant),
