@@ -46,3 +46,20 @@ def test_gpt2_generate_equals_onnx_runtime(gpt2, executable, exec_mode) -> None:
     for shape in ((1, 4), (2, 7)):
         ids = rng.integers(0, 256, shape)
         np.testing.assert_array_equal(vm["generate"](ids, np.int64(6)), ort_greedy(session, ids, 6))
+
+
+def test_the_layout_of_an_optimum_export_is_read(gpt2: Path) -> None:
+    """Runs today: the layout read from the export imported with fixed shapes (which
+    generate refuses, naming why), the position table's 1024 rows found."""
+    kv = (1, 4, 3, 16)
+    shapes = {"input_ids": (1, 1), "attention_mask": (1, 4), "position_ids": (1, 1)}
+    shapes.update({f"past_key_values.{i}.{n}": kv for i in range(2) for n in ("key", "value")})
+    mod = rvm.from_onnx(str(gpt2), shape_dict=shapes)
+    layout = rvm.generation.decoder_layout(mod)
+    assert layout.layers == 2 and layout.positions == 1024
+    assert layout.roles[0] == "input_ids" and layout.roles[-2:] == (
+        "attention_mask",
+        "position_ids",
+    )
+    with pytest.raises(rvm.IRError, match="'input_ids' has the fixed shape"):
+        rvm.generation.greedy(mod)

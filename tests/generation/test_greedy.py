@@ -116,3 +116,12 @@ def test_greedy_checks_its_arguments(model: bytes) -> None:
         rvm.generation.greedy(mod, eos_token_id=-2)
     with pytest.raises(rvm.IRError, match="already has a function 'generate'"):
         rvm.generation.greedy(rvm.generation.greedy(mod))
+
+
+def test_a_decoder_imported_with_fixed_lengths_is_refused(model: bytes) -> None:
+    kv = (2, 2, 3, 8)
+    shapes = {"input_ids": (2, 1), "attention_mask": (2, 4), "position_ids": (2, 1)}
+    shapes.update({f"past_key_values.{i}.{n}": kv for i in range(2) for n in ("key", "value")})
+    mod = rvm.from_onnx(model, shape_dict=shapes)
+    with pytest.raises(rvm.IRError, match=r"'input_ids' has the fixed shape \(2, 1\).*symbolic"):
+        rvm.generation.greedy(mod)

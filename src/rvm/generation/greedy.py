@@ -51,10 +51,18 @@ def greedy(mod: IRModule, eos_token_id: int | None = None) -> IRModule:
         positions than the model's position table has.
 
     Raises:
-        IRError: ``mod`` is not a decoder in the with-past layout, it already has a function
-            ``generate``, or ``eos_token_id`` is not an int >= 0.
+        IRError: ``mod`` is not a decoder in the with-past layout, its sequence or past
+            length is fixed, it already has a function ``generate``, or ``eos_token_id`` is
+            not an int >= 0.
     """
     layout = decoder_layout(mod)
+    fixed = layout.fixed_length(mod)
+    if fixed is not None:
+        raise IRError(
+            f"greedy: {fixed} (imported with shape_dict?); generate calls main on the prompt, "
+            "then one token at a time with a growing past, so the sequence and past lengths "
+            "must stay symbolic"
+        )
     if "generate" in mod.functions:
         raise IRError("greedy: the module already has a function 'generate'")
     if eos_token_id is not None and (

@@ -48,6 +48,15 @@ class DecoderLayout:
     def layers(self) -> int:
         return len(self.caches)
 
+    def fixed_length(self, mod: IRModule) -> str | None:
+        """The first parameter of ``mod["main"]`` whose sequence or past length is a fixed
+        number (a model imported with ``shape_dict``), as a message; None if there is none."""
+        for p, role in zip(mod["main"].params, self.roles):
+            axis = 1 if role == "input_ids" else 2 if isinstance(role, tuple) else None
+            if axis is not None and isinstance(p.annotation.shape[axis], int):
+                return f"main's parameter {p.name!r} has the fixed shape {p.annotation.shape}"
+        return None
+
 
 def _fail(what: str) -> IRError:
     return IRError(
