@@ -3,6 +3,9 @@ same model, in every exec mode; eos stops and pads; bad input and bad models are
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -125,3 +128,20 @@ def test_a_decoder_imported_with_fixed_lengths_is_refused(model: bytes) -> None:
     mod = rvm.from_onnx(model, shape_dict=shapes)
     with pytest.raises(rvm.IRError, match=r"'input_ids' has the fixed shape \(2, 1\).*symbolic"):
         rvm.generation.greedy(mod)
+
+
+def test_the_interpreter_and_a_saved_executable_agree(model: bytes, executables, tmp_path) -> None:
+    gen = rvm.generation.greedy(rvm.from_onnx(model), eos_token_id=EOS)
+    ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]])
+    want = rvm.VirtualMachine(executables["eos"])["generate"](ids, np.int64(9))
+    np.testing.assert_array_equal(rvm.interpret(gen, "generate", ids, np.int64(9)), want)
+    path = tmp_path / "generate.rvmx"
+    executables["eos"].save(str(path))
+    code = (
+        "import sys, numpy as np, rvm; ex = rvm.load_executable(sys.argv[1]); "
+        "ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]]); "
+        "print(rvm.VirtualMachine(ex, exec_mode='native')['generate'](ids, np.int64(9)).tolist())"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(want.tolist())
