@@ -61,6 +61,22 @@ def _select(divide: bool = False):
     return build([q, k, v, mask], body)
 
 
+def _bert():
+    """BERT as optimum exports it: k^T by one transpose of (batch, seq, heads, dim)."""
+    q, _, v = _qkv()
+    k4 = Var("k4", tensor(("b", "t", 2, 8), F32))
+    bias = Var("bias", tensor(("b", 1, 1, "t"), F32))
+
+    def body(emit):
+        kt = emit(op.transpose(k4, (0, 2, 3, 1)))
+        qs = emit(op.multiply(q, const(np.array([0.5], F32))))
+        ks = emit(op.multiply(kt, const(np.array([0.5], F32))))
+        s = emit(op.add(emit(op.matmul(qs, ks)), bias))
+        return emit(op.matmul(emit(op.softmax(s, axis=-1)), v))
+
+    return build([q, k4, v, bias], body)
+
+
 def _plain():
     """No mask, no scale, no guard."""
     q, k, v = _qkv()
@@ -95,6 +111,15 @@ def test_select_mask_and_scales_after_the_product() -> None:
         assert call.attrs["scale"] == pytest.approx(1 / np.sqrt(8.0), rel=1e-6)
 
 
+def test_bert_spelling_binds_k_in_head_layout() -> None:
+    fused = run(_bert(), fuse_attention)
+    assert op_names(fused) == ["transpose", "attention"]
+    transpose, attention = (b.value for b in fused["main"].body.bindings)
+    assert transpose.attrs["axes"] == (0, 2, 1, 3)
+    assert attention.args[1] is next(iter(fused["main"].body.bindings)).var
+    assert attention.attrs["scale"] == 0.25
+
+
 def test_no_mask_is_a_zero_bias() -> None:
     fused = run(_plain(), fuse_attention)
     assert op_names(fused) == ["attention"]
@@ -118,3 +143,5 @@ def test_fused_attention_equals_the_chain(exec_mode, b, s, t) -> None:
     mask = RNG.random((b, 1, s, t)) < 0.7
     check_numbers(_select(), [q, k, v, mask], exec_mode)
     check_numbers(_plain(), [q, k, v], exec_mode)
+    bias[0] = 0
+    check_numbers(_bert(), [q, np.ascontiguousarray(k.transpose(0, 2, 1, 3)), v, bias], exec_mode)

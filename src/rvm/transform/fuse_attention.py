@@ -6,6 +6,8 @@ Needs: an inlined module in A-normal form whose op calls are not yet legalized (
 Guarantees: the same program, where a chain over 4-d (batch, heads, seq, dim) tensors
 
     r = matmul(q [* c1], transpose(k [* c2], (0, 1, 3, 2)) [* c2])
+        (or transpose(k4, (0, 2, 3, 1)) of k4 (batch, seq, heads, dim), as BERT's: then
+        k = transpose(k4, (0, 2, 1, 3)) is bound before the attention call)
     s = r [* c3 | / c3]
     s = s + bias | bias + s | where(mask, s, fill) | s
     p = softmax(s, axis=-1)
@@ -175,9 +177,12 @@ def _qk(r: Region, s: E.Expr) -> tuple[E.Expr, E.Expr, float] | None:
     q, scale = _times_scalar(r, mm.args[0])
     kt, k_scale = _times_scalar(r, mm.args[1])
     tr = r.call(kt, ops.transpose)
-    if tr is None or tuple(tr.attrs["axes"] or ()) != (0, 1, 3, 2):
+    axes = tuple(tr.attrs["axes"] or ()) if tr is not None else ()
+    if axes not in ((0, 1, 3, 2), (0, 2, 3, 1)):
         return None
     k, inner = _times_scalar(r, tr.args[0])
+    if axes == (0, 2, 3, 1):  # k^T straight from (batch, seq, heads, dim), as BERT's
+        k = r.bind(op.transpose(k, (0, 2, 1, 3)), "k_heads")
     if rank(q) != 4 or rank(k) != 4 or not math.isfinite(scale * k_scale * inner):
         return None
     return q, k, scale * k_scale * inner

@@ -30,6 +30,9 @@ class Region:
             b.var: b.value.data for b in bindings if isinstance(b.value, E.Constant)
         }
         self.matched: list[E.Var] = []
+        self.pending: list[E.VarBinding] = []  # new bindings the fused call needs
+        self.before: dict[int, list[E.VarBinding]] = {}
+        self._fresh = 0
 
     def __iter__(self) -> Iterator[tuple[int, E.VarBinding]]:
         for i, b in enumerate(list(self.bindings)):
@@ -65,6 +68,15 @@ class Region:
     def start(self) -> None:
         """Start matching a new chain."""
         self.matched = []
+        self.pending = []
+
+    def bind(self, value: E.Call, hint: str) -> E.Var:
+        """A new variable bound to ``value``, placed before the chain's last binding if the
+        chain is rewritten (an operand the fused call needs in another layout)."""
+        var = E.Var(f"{hint}_{self._fresh}", infer_type(value))
+        self._fresh += 1
+        self.pending.append(E.VarBinding(var, value))
+        return var
 
     def rewrite(self, root: int, value: E.Call) -> bool:
         """Bind the variable of binding ``root`` to ``value`` (whose type must equal it) and
@@ -81,11 +93,18 @@ class Region:
         for v in self.matched:
             if v is not var:
                 self.bindings[self.index[v]] = None
-        self.matched = []
+        if self.pending:
+            self.before[root] = self.pending
+        self.matched, self.pending = [], []
         return True
 
     def result(self) -> list[E.VarBinding]:
-        return [b for b in self.bindings if b is not None]
+        out: list[E.VarBinding] = []
+        for i, b in enumerate(self.bindings):
+            out += self.before.get(i, [])
+            if b is not None:
+                out.append(b)
+        return out
 
 
 def _same_type(a: object, b: object) -> bool:
