@@ -82,13 +82,13 @@ class _Generate:
         self.layout = layout
         self.eos = eos
         self.main = bb.global_var("main")
-        vocab = None
         self.kv_types = [
             tensor(("batch", t.shape[1], None, t.shape[3]), t.dtype)
             for pair in layout.caches
             for t in pair
         ]
-        self.logits_type = tensor(("batch", None, vocab), layout.caches[0][0].dtype)
+        vocab = layout.logits.shape[2] if layout.logits.shape is not None else None
+        self.logits_type = tensor(("batch", None, vocab), layout.logits.dtype)
 
     def emit(self, value: E.Expr, name: str | None = None) -> E.Var:
         return self.bb.emit(value, name)

@@ -36,12 +36,14 @@ class DecoderLayout:
         roles: Per parameter: ``"input_ids"``, ``"attention_mask"``, ``"position_ids"`` or
             ``("past", layer, 0 for key | 1 for value)``.
         caches: Per layer, the (key, value) types of its past.
+        logits: The type of main's first result.
         positions: The number of positions of the model's position table, None if unknown.
     """
 
     params: tuple[str, ...]
     roles: tuple[object, ...]
     caches: tuple[tuple[TensorType, TensorType], ...]
+    logits: TensorType
     positions: int | None
 
     @property
@@ -104,9 +106,9 @@ def decoder_layout(mod: IRModule) -> DecoderLayout:
     if not past or missing:
         what = ", ".join(missing) if missing else "any past_key_values.N.key/value"
         raise _fail(f"main has no parameter {what}; its parameters are {', '.join(names)}")
-    _check_results(func, layers)
+    logits = _logits(func, layers)
     caches = tuple((past[(i, 0)], past[(i, 1)]) for i in range(layers))
-    return DecoderLayout(names, tuple(roles), caches, _positions(func))
+    return DecoderLayout(names, tuple(roles), caches, logits, _positions(func))
 
 
 def _show(ty: object) -> str:
@@ -135,7 +137,8 @@ def _cache_type(name: str, ty: object) -> TensorType:
     return ty
 
 
-def _check_results(func: E.Function, layers: int) -> None:
+def _logits(func: E.Function, layers: int) -> TensorType:
+    """The logits' type, after checking that ``main`` returns logits and the presents."""
     ret = infer_type(func.body)
     fields = ret.fields if isinstance(ret, TupleType) else (ret,)
     if len(fields) != 1 + 2 * layers or not all(isinstance(f, TensorType) for f in fields):
@@ -146,6 +149,7 @@ def _check_results(func: E.Function, layers: int) -> None:
     logits = fields[0]
     if logits.shape is not None and len(logits.shape) != 3:
         raise _fail(f"main's first result is {_show(logits)}, expected logits (batch, seq, vocab)")
+    return logits
 
 
 def _positions(func: E.Function) -> int | None:
