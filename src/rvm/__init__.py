@@ -70,6 +70,7 @@ _LAZY = {
     "transform": ("rvm.transform", None),
     "testing": ("rvm.testing", None),
     "jit": ("rvm.jit", None),
+    "generation": ("rvm.generation", None),
 }
 
 
@@ -114,6 +115,7 @@ __all__ = [
     "const",
     "debug_print",
     "from_onnx",
+    "generation",
     "get_global_func",
     "get_num_threads",
     "interpret",

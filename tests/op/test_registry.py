@@ -10,7 +10,7 @@ import pytest
 from op_testing import var
 
 from rvm import op
-from rvm.ir import Call, Op, OpPattern, Tuple, get_op, infer_type, list_ops
+from rvm.ir import Call, Op, OpPattern, Tuple, const, get_op, infer_type, list_ops
 from rvm.ir.op import infer
 from rvm.op import numpy_ref, ops
 
@@ -83,6 +83,10 @@ def sample_calls() -> list[Call]:
         op.resize(x, (2, 4, 3, 12), (1.0, 1.0, 0.5, 2.0), roi=(0.0,) * 4 + (1.0,) * 4,
                   mode="cubic", coordinate_transformation_mode="tf_crop_and_resize",
                   antialias=True),
+        op.check(m, const(np.array(True)), i, "bad {0} and {1}"), op.rms_norm(m, v, 1, 1e-5),
+        op.rope(m, v, v),
+        op.attention(x, x, var("av", (2, 4, 6, 3)), var("am", (2, 1, 6, 6), "bool"), 0.5,
+                     "select", -1e4, float("nan")),
     ]  # fmt: skip
     return calls
 

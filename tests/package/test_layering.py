@@ -29,6 +29,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "transform": ("rvm.ir", "rvm.op"),
     "interp": ("rvm.ir", "rvm.op", "rvm.runtime"),
     "frontend": ("rvm.ir", "rvm.op"),
+    "generation": ("rvm.ir", "rvm.op"),
     "jit": ("rvm.ir", "rvm.op", "rvm.runtime", "rvm.kernels"),
     "codegen": ("rvm.ir", "rvm.op", "rvm.transform", "rvm.jit", "rvm.runtime", "rvm.kernels"),
 }

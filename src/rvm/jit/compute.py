@@ -200,6 +200,59 @@ def _layer_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) ->
 compute[ops.layer_norm] = _layer_norm
 
 
+def _rms_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, gamma = args
+    t = x.dtype
+    axes = tuple(sorted(_norm(a, x.ndim) for a in attrs["axes"]))
+    for k, a in enumerate(axes):
+        if gamma.dims[k] != x.dims[a]:
+            kb.check(
+                f"{gamma.dims[k]} != {x.dims[a]}",
+                f"{kb.kernel}: rms_norm: gamma does not match the normalized axes of the input",
+            )
+    sq = kb.elemwise(lambda a: f"({a} * {a})", t, [x])
+    ms = reduce_tensor(kb, "mean", sq, axes, True, t)
+    eps = lit(attrs["epsilon"], t)
+    den = kb.elemwise(lambda a: f"np.sqrt({a} + {eps})", t, [ms])
+
+    def params(body: Body, index: Sequence[Scalar]) -> Sequence[Scalar]:
+        return [index[a] for a in axes]
+
+    g = kb.index_map(gamma, x.dims, params)
+    return kb.elemwise(lambda a, s, c: f"({a} / {s} * {c})", t, [x, den, g])
+
+
+compute[ops.rms_norm] = _rms_norm
+
+
+def _rope(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    """``x * cos + rotate_half(x) * sin``: the rotated element read in place, its sign from
+    the index (no halves, negation or concat materialized)."""
+    x, cos, sin = args
+    n = x.dims[-1]
+    half = kb.dim(f"{n} // 2", "h")
+    kb.check(f"{n} % 2 != 0", f"{kb.kernel}: rope: the last axis must have an even length")
+
+    def partner(body: Body, index: Sequence[Scalar]) -> Sequence[Scalar]:
+        i = index[-1]
+        j = idx(f"({i.code} + {half} if {i.code} < {half} else {i.code} - {half})", i)
+        return [*index[:-1], j]
+
+    other = kb.index_map(x, x.dims, partner)
+
+    def sign_of(body: Body, index: Sequence[Scalar]) -> Scalar:
+        i = index[-1]
+        return Scalar(f"({lit(-1, out)} if {i.code} < {half} else {lit(1, out)})", i.deps, out)
+
+    sign = Tensor(x.dims, out, sign_of)
+    return kb.elemwise(
+        lambda a, c, o, g, s: f"({a} * {c} + {g} * {o} * {s})", out, [x, cos, other, sign, sin]
+    )
+
+
+compute[ops.rope] = _rope
+
+
 def _batch_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     x, gamma, beta, mean, var = args
     t = x.dtype

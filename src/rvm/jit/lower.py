@@ -23,7 +23,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, TupleType, Type
-from rvm.jit import assemble, layout, stages  # noqa: F401  (register compute definitions)
+from rvm.jit import assemble, attention, layout, stages  # noqa: F401  (register compute definitions)
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
@@ -42,6 +42,7 @@ NO_JIT_COMPUTE = frozenset(
         "avg_pool1d",
         "avg_pool3d",
         "bitcast",
+        "check",
         "conv1d_transpose",
         "conv2d_transpose",
         "conv3d",

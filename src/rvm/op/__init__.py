@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from rvm import _hooks
 from rvm.ir.expr import const
+from rvm.op import checks as _checks
 from rvm.op import conv as _conv
 from rvm.op import create as _create
 from rvm.op import effects as _effects
@@ -26,6 +27,8 @@ from rvm.op import ops
 from rvm.op import pool as _pool
 from rvm.op import reduce as _reduce
 from rvm.op import search as _search
+from rvm.op import transformer as _transformer
+from rvm.op.checks import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import *  # noqa: F403 (its builders, listed in its __all__)
@@ -39,11 +42,13 @@ from rvm.op.nn import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.pool import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.reduce import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.search import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.transformer import *  # noqa: F403 (its builders, listed in its __all__)
 
 # The IR builds ``x + y`` on its values from this op set (see rvm._hooks).
 _hooks.supply("ops", ops)
 
 __all__ = ["ExprLike", "as_expr", "const", "ops", "reference"]
+__all__ += _checks.__all__
 __all__ += _conv.__all__
 __all__ += _create.__all__
 __all__ += _effects.__all__
@@ -56,3 +61,4 @@ __all__ += _nn.__all__
 __all__ += _pool.__all__
 __all__ += _reduce.__all__
 __all__ += _search.__all__
+__all__ += _transformer.__all__

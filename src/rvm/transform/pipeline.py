@@ -13,6 +13,14 @@ Each pass: what it needs → what it guarantees.
 - inline: lifted → calls of small non-recursive module functions are replaced by their bodies.
 - fold_batch_norm: inlined → a batch norm of a convolution with constant weights and
   statistics is folded into the weights and a per-channel bias add.
+- fuse_attention: inlined → a scaled dot-product attention chain (matmul, scale, mask,
+  softmax, matmul) is one ``attention`` call.
+- fuse_norms: inlined → RMSNorm and decomposed LayerNorm chains are ``rms_norm`` and
+  ``layer_norm`` calls.
+- fuse_activations: inlined → GELU (erf and tanh forms) and SiLU chains are ``gelu`` and
+  ``silu`` calls.
+- fuse_rope: inlined → rotary-embedding chains (halves, negation, concat, products) are
+  ``rope`` calls.
 - legalize: lifted → every op call is a call of a primitive function (``attrs["primitive"]``)
   holding that op; 0-d constants move into it.
 - fuse_ops: legalized → chains of primitive calls merged by pattern kind (elementwise,
@@ -47,7 +55,11 @@ def default_passes() -> list[tuple[str, Pass]]:
     from rvm.transform.dead_code import dead_code
     from rvm.transform.fold_batch_norm import fold_batch_norm
     from rvm.transform.fold_constant import fold_constant
+    from rvm.transform.fuse_activations import fuse_activations
+    from rvm.transform.fuse_attention import fuse_attention
+    from rvm.transform.fuse_norms import fuse_norms
     from rvm.transform.fuse_ops import fuse_ops
+    from rvm.transform.fuse_rope import fuse_rope
     from rvm.transform.infer_shapes import infer_shapes
     from rvm.transform.inline import inline
     from rvm.transform.kill import kill
@@ -63,6 +75,10 @@ def default_passes() -> list[tuple[str, Pass]]:
         ("lambda_lift", lambda_lift),
         ("inline", inline),
         ("fold_batch_norm", fold_batch_norm),
+        ("fuse_attention", fuse_attention),
+        ("fuse_norms", fuse_norms),
+        ("fuse_activations", fuse_activations),
+        ("fuse_rope", fuse_rope),
         ("legalize", legalize),
         ("fuse_ops", fuse_ops),
         ("fold_constant", fold_constant),

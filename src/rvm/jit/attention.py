@@ -1,0 +1,119 @@
+"""The attention kernel: scores, scale, mask, softmax and the product with V in one kernel.
+
+Per (batch, head), one head's scores live in an (seq, kv_seq) buffer: ``q @ k^T`` by the
+BLAS stage's `matmul` (a GEMV per query row for a decode step, a GEMM for a prompt), then one
+pass per row scales, masks and finds the row's maximum, a second takes exponentials and their
+sum and a third normalizes, and ``p @ v`` writes the head's output rows in place. The whole
+(batch, heads, seq, kv_seq) scores tensor never exists, nor do the scaled, masked and
+normalized copies a chain of kernels would write. A row whose scores are all ``-inf`` gives
+``masked_row`` (`rvm.op.attention`). Float32 and float64 (BLAS); other dtypes fall back to
+numpy.
+"""
+
+from __future__ import annotations
+
+from rvm.jit.compute import compute
+from rvm.jit.kernel import KernelBuilder
+from rvm.jit.scalar import lit
+from rvm.jit.stages import BLAS_DTYPES
+from rvm.jit.te import Tensor, Unsupported
+from rvm.op import ops
+from rvm.kernels import cblas
+
+
+def _attention(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    q, k, v, mask = args
+    if out not in BLAS_DTYPES or k.dtype != out or v.dtype != out:
+        raise Unsupported(f"attention of {out}")
+    b, h, s, d = q.dims
+    t = k.dims[2]
+    for what, (x, y) in {
+        "k's batch": (k.dims[0], b),
+        "k's heads": (k.dims[1], h),
+        "k's dim": (k.dims[3], d),
+        "v's batch": (v.dims[0], b),
+        "v's heads": (v.dims[1], h),
+        "v's length": (v.dims[2], t),
+    }.items():
+        if x != y:
+            kb.check(f"{x} != {y}", f"{kb.kernel}: attention: {what} does not match")
+    for axis, (m, full) in enumerate(zip(mask.dims, (b, h, s, t))):
+        if m != "1" and m != full:
+            kb.check(
+                f"{m} != 1 and {m} != {full}",
+                f"{kb.kernel}: attention: mask axis {axis} does not broadcast to the scores",
+            )
+    dims = (b, h, s, v.dims[3])
+    result = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        result.array = kb.buffer(dims, out, result.array)
+        qa, ka, va = (kb.materialize(x, out) for x in (q, k, v))
+        ma = kb.materialize(mask)
+        _emit(kb, attrs, qa, ka, va, ma, result.array, mask.dims, (b, h, s, t), out)
+
+    result.fill = fill
+    return result
+
+
+def _emit(kb, attrs, q, k, v, mask, o, mdims, dims, dtype) -> None:  # type: ignore[no-untyped-def]
+    b, h, s, t = dims
+    mb, mh, ms, mt = mdims
+    scale = lit(attrs["scale"], dtype)
+    empty = lit(attrs["masked_row"], dtype)
+    if attrs["mask_kind"] == "add":
+        masked = "x + mrow[j * jstep]"
+    else:
+        masked = f"x if mrow[j * jstep] else {lit(attrs['fill'], dtype)}"
+    if cblas.AVAILABLE:
+        kb.imports.add("from rvm.kernels.blas import matmul")
+        scores = "matmul(q[bi, hi], k[bi, hi], sc, True)"
+        product = "matmul(sc, v[bi, hi], o[bi, hi], False)"
+    else:
+        scores = "np.dot(q[bi, hi], k[bi, hi].T, sc)"
+        product = "np.dot(sc, v[bi, hi], o[bi, hi])"
+    lines = f"""\
+q, k, v, o, mk = {q}, {k}, {v}, {o}, {mask}
+sc = np.empty(({s}, {t}), dtype=np.{dtype})
+empty_rows = np.zeros({s}, dtype=np.bool_)
+jstep = 1 if {mt} != 1 else 0
+for bh in range({b} * {h}):
+    bi = bh // {h}
+    hi = bh - bi * {h}
+    if {s} == 0:
+        continue
+    if {t} == 0:
+        o[bi, hi, :, :] = {empty}
+        continue
+    {scores}
+    mhead = mk[min(bi, {mb} - 1), min(hi, {mh} - 1)]
+    for i in range({s}):
+        mrow = mhead[min(i, {ms} - 1)]
+        top = -np.inf
+        for j in range({t}):
+            x = sc[i, j] * {scale}
+            x = {masked}
+            sc[i, j] = x
+            if x > top:
+                top = x
+        empty_rows[i] = top == -np.inf
+        if empty_rows[i]:
+            sc[i, :] = 0
+            continue
+        total = 0.0
+        for j in range({t}):
+            e = np.exp(sc[i, j] - top)
+            sc[i, j] = e
+            total += e
+        inv = 1.0 / total
+        for j in range({t}):
+            sc[i, j] = sc[i, j] * inv
+    {product}
+    for i in range({s}):
+        if empty_rows[i]:
+            o[bi, hi, i, :] = {empty}
+"""
+    kb.root.lines.extend(lines.splitlines())
+
+
+compute[ops.attention] = _attention

@@ -1,0 +1,147 @@
+"""`rvm.generation.greedy`: ``generate`` equals a greedy Python loop over ONNX Runtime on the
+same model, in every exec mode; eos stops and pads; bad input and bad models are refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import rvm
+from rvm import op
+from rvm.ir import Builder, Var, tensor
+from rvm.testing.ort_greedy import ort_greedy
+from rvm.testing.tiny_decoder import POSITIONS, VOCAB, tiny_decoder
+
+
+@pytest.fixture(scope="module")
+def model() -> bytes:
+    return tiny_decoder(seed=2)
+
+
+@pytest.fixture(scope="module")
+def session(model: bytes) -> ort.InferenceSession:
+    return ort.InferenceSession(model)
+
+
+@pytest.fixture(scope="module")
+def executables(model: bytes) -> dict[object, rvm.Executable]:
+    mod = rvm.from_onnx(model)
+    return {
+        None: rvm.compile(rvm.generation.greedy(mod)),
+        "eos": rvm.compile(rvm.generation.greedy(mod, eos_token_id=EOS)),
+    }
+
+
+EOS = 30
+
+
+def _prompts() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.integers(0, VOCAB, shape) for shape in ((1, 1), (2, 5), (3, 9))]
+
+
+def test_generate_equals_a_greedy_loop_over_onnx_runtime(executables, session, exec_mode) -> None:
+    vm = rvm.VirtualMachine(executables[None], exec_mode=exec_mode)
+    for ids in _prompts():
+        for n in (1, 7):
+            got = vm["generate"](ids, np.int64(n))
+            np.testing.assert_array_equal(got, ort_greedy(session, ids, n))
+            assert got.shape == (ids.shape[0], ids.shape[1] + n)
+
+
+def test_zero_new_tokens_is_the_prompt(executables, exec_mode) -> None:
+    vm = rvm.VirtualMachine(executables[None], exec_mode=exec_mode)
+    ids = np.array([[3, 1, 4], [1, 5, 9]])
+    np.testing.assert_array_equal(vm["generate"](ids, np.int64(0)), ids)
+
+
+def test_eos_stops_when_every_row_has_it_and_pads(executables, session, exec_mode) -> None:
+    vm = rvm.VirtualMachine(executables["eos"], exec_mode=exec_mode)
+    ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]])
+    full = ort_greedy(session, ids, 12)
+    assert (full[:, 5:] == EOS).any(axis=1).all(), "the test needs every row to reach eos"
+    got = vm["generate"](ids, np.int64(12))
+    expected = ort_greedy(session, ids, 12, eos=EOS)
+    np.testing.assert_array_equal(got, expected)
+    assert got.shape[1] < full.shape[1]  # stopped early
+    first = [int(np.argmax(row[5:] == EOS)) for row in got]
+    for row, k in zip(got, first):
+        assert (row[5 + k :] == EOS).all()  # finished rows padded with eos
+
+
+@pytest.mark.parametrize(
+    "shape, n, message",
+    [
+        ((2, 3), -1, "max_new_tokens must be >= 0, got -1"),
+        ((1, 0), 2, "the prompt is empty"),
+        ((1, POSITIONS + 1), 0, f"the prompt has {POSITIONS + 1} tokens, more than the model's "),
+        ((2, 30), 11, "the prompt's 30 tokens and max_new_tokens=11 need more than the model's 40"),
+    ],
+)
+def test_bad_input_is_refused(executables, exec_mode, shape, n, message) -> None:
+    vm = rvm.VirtualMachine(executables[None], exec_mode=exec_mode)
+    with pytest.raises(rvm.VMError, match=message.replace("(", r"\(")):
+        vm["generate"](np.zeros(shape, np.int64), np.int64(n))
+
+
+def _module(params: list[Var], result) -> rvm.IRModule:
+    bb = Builder()
+    with bb.function("main", params):
+        bb.emit_output(bb.emit(result))
+    return bb.get()
+
+
+def test_a_module_without_the_with_past_layout_is_refused() -> None:
+    x = Var("x", tensor(("n", 4), "float32"))
+    with pytest.raises(rvm.IRError, match="parameter 'x' .* outside the layout.*expected main"):
+        rvm.generation.greedy(_module([x], op.relu(x)))
+    ids = Var("input_ids", tensor(("b", "s"), "int64"))
+    with pytest.raises(rvm.IRError, match="no parameter any past_key_values.N.key/value"):
+        rvm.generation.greedy(_module([ids], ids))
+    k = Var("past_key_values.0.key", tensor(("b", 2, "p", 8), "float32"))
+    with pytest.raises(rvm.IRError, match="no parameter past_key_values.0.value"):
+        rvm.generation.greedy(_module([ids, k], ids))
+    v = Var("past_key_values.0.value", tensor(("b", 2, "p", 8), "float32"))
+    with pytest.raises(rvm.IRError, match="main returns 1 values, expected logits and 2 present"):
+        rvm.generation.greedy(_module([ids, k, v], k))
+    f = Var("input_ids", tensor(("b", "s"), "float32"))
+    with pytest.raises(rvm.IRError, match="'input_ids' is float32 .*expected a 2-d int64"):
+        rvm.generation.greedy(_module([f, k, v], k))
+
+
+def test_greedy_checks_its_arguments(model: bytes) -> None:
+    mod = rvm.from_onnx(model)
+    with pytest.raises(rvm.IRError, match="eos_token_id must be an int >= 0 or None, got -2"):
+        rvm.generation.greedy(mod, eos_token_id=-2)
+    with pytest.raises(rvm.IRError, match="already has a function 'generate'"):
+        rvm.generation.greedy(rvm.generation.greedy(mod))
+
+
+def test_a_decoder_imported_with_fixed_lengths_is_refused(model: bytes) -> None:
+    kv = (2, 2, 3, 8)
+    shapes = {"input_ids": (2, 1), "attention_mask": (2, 4), "position_ids": (2, 1)}
+    shapes.update({f"past_key_values.{i}.{n}": kv for i in range(2) for n in ("key", "value")})
+    mod = rvm.from_onnx(model, shape_dict=shapes)
+    with pytest.raises(rvm.IRError, match=r"'input_ids' has the fixed shape \(2, 1\).*symbolic"):
+        rvm.generation.greedy(mod)
+
+
+def test_the_interpreter_and_a_saved_executable_agree(model: bytes, executables, tmp_path) -> None:
+    gen = rvm.generation.greedy(rvm.from_onnx(model), eos_token_id=EOS)
+    ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]])
+    want = rvm.VirtualMachine(executables["eos"])["generate"](ids, np.int64(9))
+    np.testing.assert_array_equal(rvm.interpret(gen, "generate", ids, np.int64(9)), want)
+    path = tmp_path / "generate.rvmx"
+    executables["eos"].save(str(path))
+    code = (
+        "import sys, numpy as np, rvm; ex = rvm.load_executable(sys.argv[1]); "
+        "ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]]); "
+        "print(rvm.VirtualMachine(ex, exec_mode='native')['generate'](ids, np.int64(9)).tolist())"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(want.tolist())
