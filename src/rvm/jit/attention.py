@@ -17,8 +17,8 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import lit
 from rvm.jit.stages import BLAS_DTYPES
 from rvm.jit.te import Tensor, Unsupported
-from rvm.op import ops
 from rvm.kernels import cblas
+from rvm.op import ops
 
 
 def _attention(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
