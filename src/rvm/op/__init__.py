@@ -15,6 +15,7 @@ from rvm import _hooks
 from rvm.ir.expr import const
 from rvm.op import conv as _conv
 from rvm.op import create as _create
+from rvm.op import dynamic as _dynamic
 from rvm.op import einsum as _einsum
 from rvm.op import elemwise as _elemwise
 from rvm.op import image as _image
@@ -28,6 +29,7 @@ from rvm.op import search as _search
 from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.dynamic import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.einsum import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.elemwise import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.image import *  # noqa: F403 (its builders, listed in its __all__)
@@ -44,6 +46,7 @@ _hooks.supply("ops", ops)
 __all__ = ["ExprLike", "as_expr", "const", "ops", "reference"]
 __all__ += _conv.__all__
 __all__ += _create.__all__
+__all__ += _dynamic.__all__
 __all__ += _einsum.__all__
 __all__ += _elemwise.__all__
 __all__ += _image.__all__

@@ -1000,3 +1000,78 @@ def one_hot(indices, depth, on_value=1.0, off_value=0.0, axis=-1, dtype="float32
 
 def shape_of(x):
     return np.array(np.shape(x), dtype=np.int64)
+
+
+def _run_time_shape(op, shape, dims):
+    """The result shape ``shape`` checked against ``dims``, the dimensions the program knew
+    (ints; names resolved to the bound sizes, or left as names where the kernel has none)."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != len(dims) or any(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d != s
+        for d, s in zip(dims, shape)
+    ):
+        raise ValueError(
+            f"{op}: the shape computed at run time, {shape}, contradicts the shape the program "
+            f"promised, {tuple(dims)}"
+        )
+    return shape
+
+
+def dynamic_reshape(x, shape, dims, allowzero=False):
+    """ONNX Reshape to the run-time ``shape``: one -1 is inferred, a 0 keeps ``x``'s
+    dimension unless ``allowzero``."""
+    target = [int(d) for d in np.ravel(shape).tolist()]
+    if not allowzero:
+        target = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(target)]
+    try:
+        out = np.reshape(x, target)
+    except ValueError:
+        raise ValueError(
+            f"dynamic_reshape: cannot reshape a tensor of shape {x.shape} to {tuple(target)}"
+        ) from None
+    _run_time_shape("dynamic_reshape", out.shape, dims)
+    return np.array(out)
+
+
+def dynamic_expand(x, shape, dims, rank):
+    """ONNX Expand: ``x`` broadcast with the run-time ``shape`` (both ways)."""
+    target = tuple(int(d) for d in np.ravel(shape).tolist())
+    try:
+        out_shape = np.broadcast_shapes(x.shape, target)
+    except ValueError:
+        raise ValueError(
+            f"dynamic_expand: cannot expand a tensor of shape {x.shape} to {target}"
+        ) from None
+    _run_time_shape("dynamic_expand", out_shape, dims)
+    return np.array(np.broadcast_to(x, out_shape))
+
+
+def dynamic_full(shape, fill_value, dtype, dims):
+    """A tensor of the run-time ``shape`` filled with ``fill_value``."""
+    target = tuple(int(d) for d in np.ravel(shape).tolist())
+    if any(d < 0 for d in target):
+        raise ValueError(f"dynamic_full: negative dimension in the shape {target}")
+    _run_time_shape("dynamic_full", target, dims)
+    return np.full(target, fill_value, dtype=_dtype(dtype))
+
+
+def dynamic_arange(start, stop, step, dtype, length=None):
+    """arange with 0-d tensor bounds read at run time."""
+    a, b, s = (np.asarray(v).item() for v in (start, stop, step))
+    if s == 0:
+        raise ValueError("dynamic_arange: step must not be 0")
+    n = math.ceil((b - a) / s)
+    n = n if n > 0 else 0
+    out = (a + s * np.arange(n)).astype(_dtype(dtype))
+    _run_time_shape("dynamic_arange", out.shape, (length,))
+    return out
+
+
+def dynamic_tile(x, reps, dims):
+    """``x`` repeated along each axis by the run-time ``reps``."""
+    counts = [int(r) for r in np.ravel(reps).tolist()]
+    if len(counts) != x.ndim or any(r < 0 for r in counts):
+        raise ValueError(f"dynamic_tile: bad repeats {counts} for a tensor of shape {x.shape}")
+    out = np.tile(x, counts)
+    _run_time_shape("dynamic_tile", out.shape, dims)
+    return out

@@ -93,7 +93,24 @@ def _gather_elements(ctx: NodeContext) -> Expr:
 
 @converter("Tile", since=(6, 13))
 def _tile(ctx: NodeContext) -> Expr:
-    return ctx.emit(op.tile(ctx.input(0), ctx.ints(1, "repeats")))
+    x = ctx.input(0)
+    if ctx.const(1) is not None:
+        return ctx.emit(op.tile(x, ctx.ints(1, "repeats")))
+    known = ctx.shape_value(1)
+    src = ctx.shape(x)
+    reps = list(known) if known is not None and known.ndim == 1 else [None] * len(src)
+    dims = [_tiled_dim(d, r) for d, r in zip(src, reps)]
+    counts = ctx.emit(op.cast(ctx.input(1), "int64"))
+    return ctx.emit(op.dynamic_tile(x, counts, dims))
+
+
+def _tiled_dim(dim, rep):
+    """The known size of ``dim`` repeated ``rep`` times (None: known only at run time)."""
+    if rep == 1 or dim == 1:
+        return dim if rep == 1 else rep
+    if isinstance(dim, int) and isinstance(rep, int):
+        return dim * rep
+    return 0 if dim == 0 or rep == 0 else None
 
 
 @converter("Pad", since=2)

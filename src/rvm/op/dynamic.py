@@ -1,0 +1,161 @@
+"""Ops whose shape is a tensor computed at run time: reshape, expand, full, arange and tile.
+
+A shape that depends on the inputs' symbolic dimensions (``Shape(x)[1] * 4``, ``past + seq``)
+or on data cannot be a static attribute. These ops take it as a 1-d int64 tensor input (the
+bounds of ``dynamic_arange`` as 0-d tensors) and carry in ``dims`` what is known of the result
+when the program is built: an int, a symbolic name, or None (computed at run time) per
+dimension. The type rule reads ``dims``; the reference computes the result from the run-time
+shape and checks it against ``dims`` (names arrive resolved to the bound sizes), so a shape
+that contradicts what the program promised is an error at run time, not a wrong tensor.
+They are opaque: kernels never fuse them and the VM allocates their results by their run-time
+size. ``dynamic_slice`` (`rvm.op.index`) is the slicing member of the family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rvm.errors import IRError
+from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
+from rvm.ir.types import INT_DTYPES, Dim, Shape, TensorType, Type, check_dim
+from rvm.op import ops
+from rvm.op.core import ExprLike, as_expr, call, check_dtype_attr, check_scalar, define_op
+from rvm.op.shapes import fmt, rule
+
+__all__ = [
+    "dynamic_arange",
+    "dynamic_expand",
+    "dynamic_full",
+    "dynamic_reshape",
+    "dynamic_tile",
+]
+
+# The ops of this module (`rvm.op.core.define_op`).
+define_op("dynamic_reshape", OpPattern.OPAQUE, 2)
+define_op("dynamic_expand", OpPattern.OPAQUE, 2)
+define_op("dynamic_full", OpPattern.OPAQUE, 1)
+define_op("dynamic_arange", OpPattern.OPAQUE, 3)
+define_op("dynamic_tile", OpPattern.OPAQUE, 2)
+
+
+def _check_dims(op: str, dims: Sequence[Dim]) -> Shape:
+    """``dims`` as a tuple of dimensions (ints >= 0, names, None)."""
+    try:
+        return tuple(check_dim(d) for d in dims)
+    except IRError as err:
+        raise IRError(f"{op}: bad dims {tuple(dims)!r}: {err}") from None
+
+
+def _check_shape_input(op: str, shape: TensorType, rank: int) -> None:
+    """A run-time shape: a 1-d integer tensor of ``rank`` elements."""
+    if shape.dtype is not None and shape.dtype not in INT_DTYPES:
+        raise IRError(f"{op}: the shape must be an integer tensor, got {shape.dtype}")
+    if shape.shape is not None and shape.shape not in ((rank,), (None,)):
+        raise IRError(
+            f"{op}: the shape must be a 1-d tensor of {rank} dims, got shape {fmt(shape.shape)}"
+        )
+
+
+@rule(ops.dynamic_reshape)
+def _infer_dynamic_reshape(call_: Call, args: list[TensorType]) -> Type:
+    x, shape = args
+    dims = call_.attrs["dims"]
+    _check_shape_input("dynamic_reshape", shape, len(dims))
+    return TensorType(dims, x.dtype)
+
+
+@rule(ops.dynamic_expand)
+def _infer_dynamic_expand(call_: Call, args: list[TensorType]) -> Type:
+    x, shape = args
+    dims = call_.attrs["dims"]
+    if x.shape is not None and len(x.shape) > len(dims):
+        raise IRError(f"dynamic_expand: cannot expand rank {len(x.shape)} to dims {dims}")
+    _check_shape_input("dynamic_expand", shape, call_.attrs["rank"])
+    return TensorType(dims, x.dtype)
+
+
+@rule(ops.dynamic_full)
+def _infer_dynamic_full(call_: Call, args: list[TensorType]) -> Type:
+    (shape,) = args
+    dims = call_.attrs["dims"]
+    _check_shape_input("dynamic_full", shape, len(dims))
+    return TensorType(dims, call_.attrs["dtype"])
+
+
+@rule(ops.dynamic_arange)
+def _infer_dynamic_arange(call_: Call, args: list[TensorType]) -> Type:
+    for what, bound in zip(("start", "stop", "step"), args):
+        if bound.shape is not None and bound.shape != ():
+            raise IRError(f"dynamic_arange: {what} must be 0-d, got shape {fmt(bound.shape)}")
+    return TensorType((call_.attrs["length"],), call_.attrs["dtype"])
+
+
+@rule(ops.dynamic_tile)
+def _infer_dynamic_tile(call_: Call, args: list[TensorType]) -> Type:
+    x, reps = args
+    dims = call_.attrs["dims"]
+    _check_shape_input("dynamic_tile", reps, len(dims))
+    if x.shape is not None and len(x.shape) != len(dims):
+        raise IRError(f"dynamic_tile: {len(dims)} repeats for a tensor of rank {len(x.shape)}")
+    return TensorType(dims, x.dtype)
+
+
+def dynamic_reshape(
+    x: ExprLike, shape: ExprLike, dims: Sequence[Dim], allowzero: bool = False
+) -> Call:
+    """``x`` reshaped to the 1-d integer tensor ``shape`` (ONNX Reshape: one -1 is inferred;
+    a 0 copies ``x``'s dimension unless ``allowzero``); ``dims``: what is known of the result."""
+    op = "dynamic_reshape"
+    return call(
+        ops.dynamic_reshape,
+        as_expr(x),
+        as_expr(shape),
+        dims=_check_dims(op, dims),
+        allowzero=bool(allowzero),
+    )
+
+
+def dynamic_expand(x: ExprLike, shape: ExprLike, dims: Sequence[Dim]) -> Call:
+    """``x`` broadcast with the 1-d integer tensor ``shape`` (ONNX Expand: both ways, so a
+    1 in ``shape`` keeps ``x``'s dimension); ``dims``: what is known of the result."""
+    dims_ = _check_dims("dynamic_expand", dims)
+    return call(ops.dynamic_expand, as_expr(x), as_expr(shape), dims=dims_, rank=len(dims_))
+
+
+def dynamic_full(
+    shape: ExprLike, fill_value: float | int | bool, dtype: str, dims: Sequence[Dim]
+) -> Call:
+    """A tensor of the 1-d integer tensor ``shape`` filled with ``fill_value``."""
+    op = "dynamic_full"
+    return call(
+        ops.dynamic_full,
+        as_expr(shape),
+        fill_value=check_scalar(op, "fill_value", fill_value),
+        dtype=check_dtype_attr(op, dtype),
+        dims=_check_dims(op, dims),
+    )
+
+
+def dynamic_arange(
+    start: ExprLike, stop: ExprLike, step: ExprLike, dtype: str, length: Dim = None
+) -> Call:
+    """``start, start + step, ...`` below ``stop``, the bounds being 0-d tensors read at run
+    time (step 0 is an error then); ``length``: the count when known (an int or a name)."""
+    op = "dynamic_arange"
+    (length_,) = _check_dims(op, (length,))
+    return call(
+        ops.dynamic_arange,
+        as_expr(start),
+        as_expr(stop),
+        as_expr(step),
+        dtype=check_dtype_attr(op, dtype),
+        length=length_,
+    )
+
+
+def dynamic_tile(x: ExprLike, reps: ExprLike, dims: Sequence[Dim]) -> Call:
+    """``x`` repeated along each axis by the 1-d integer tensor ``reps``."""
+    return call(
+        ops.dynamic_tile, as_expr(x), as_expr(reps), dims=_check_dims("dynamic_tile", dims)
+    )
