@@ -1030,7 +1030,7 @@ def dynamic_reshape(x, shape, dims, allowzero=False):
             f"dynamic_reshape: cannot reshape a tensor of shape {x.shape} to {tuple(target)}"
         ) from None
     _run_time_shape("dynamic_reshape", out.shape, dims)
-    return np.array(out)
+    return np.ascontiguousarray(out)
 
 
 def dynamic_expand(x, shape, dims, rank):
@@ -1043,7 +1043,7 @@ def dynamic_expand(x, shape, dims, rank):
             f"dynamic_expand: cannot expand a tensor of shape {x.shape} to {target}"
         ) from None
     _run_time_shape("dynamic_expand", out_shape, dims)
-    return np.array(np.broadcast_to(x, out_shape))
+    return np.ascontiguousarray(np.broadcast_to(x, out_shape))
 
 
 def dynamic_full(shape, fill_value, dtype, dims):
