@@ -47,14 +47,15 @@ def _check_dims(op: str, dims: Sequence[Dim]) -> Shape:
         raise IRError(f"{op}: bad dims {tuple(dims)!r}: {err}") from None
 
 
-def _check_shape_input(op: str, shape: TensorType, rank: int) -> None:
-    """A run-time shape: a 1-d integer tensor of ``rank`` elements."""
+def _check_shape_input(op: str, shape: TensorType, rank: int | None) -> None:
+    """A run-time shape: a 1-d integer tensor of ``rank`` elements (None: any number)."""
     if shape.dtype is not None and shape.dtype not in INT_DTYPES:
         raise IRError(f"{op}: the shape must be an integer tensor, got {shape.dtype}")
-    if shape.shape is not None and shape.shape not in ((rank,), (None,)):
-        raise IRError(
-            f"{op}: the shape must be a 1-d tensor of {rank} dims, got shape {fmt(shape.shape)}"
-        )
+    if shape.shape is not None and (
+        len(shape.shape) != 1 or shape.shape[0] not in (rank, None) and rank is not None
+    ):
+        count = "" if rank is None else f" of {rank} dims"
+        raise IRError(f"{op}: the shape must be a 1-d tensor{count}, got shape {fmt(shape.shape)}")
 
 
 @rule(ops.dynamic_reshape)
@@ -71,7 +72,7 @@ def _infer_dynamic_expand(call_: Call, args: list[TensorType]) -> Type:
     dims = call_.attrs["dims"]
     if x.shape is not None and len(x.shape) > len(dims):
         raise IRError(f"dynamic_expand: cannot expand rank {len(x.shape)} to dims {dims}")
-    _check_shape_input("dynamic_expand", shape, call_.attrs["rank"])
+    _check_shape_input("dynamic_expand", shape, None)
     return TensorType(dims, x.dtype)
 
 
@@ -120,7 +121,7 @@ def dynamic_expand(x: ExprLike, shape: ExprLike, dims: Sequence[Dim]) -> Call:
     """``x`` broadcast with the 1-d integer tensor ``shape`` (ONNX Expand: both ways, so a
     1 in ``shape`` keeps ``x``'s dimension); ``dims``: what is known of the result."""
     dims_ = _check_dims("dynamic_expand", dims)
-    return call(ops.dynamic_expand, as_expr(x), as_expr(shape), dims=dims_, rank=len(dims_))
+    return call(ops.dynamic_expand, as_expr(x), as_expr(shape), dims=dims_)
 
 
 def dynamic_full(
@@ -156,6 +157,4 @@ def dynamic_arange(
 
 def dynamic_tile(x: ExprLike, reps: ExprLike, dims: Sequence[Dim]) -> Call:
     """``x`` repeated along each axis by the 1-d integer tensor ``reps``."""
-    return call(
-        ops.dynamic_tile, as_expr(x), as_expr(reps), dims=_check_dims("dynamic_tile", dims)
-    )
+    return call(ops.dynamic_tile, as_expr(x), as_expr(reps), dims=_check_dims("dynamic_tile", dims))

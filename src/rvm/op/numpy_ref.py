@@ -1033,7 +1033,7 @@ def dynamic_reshape(x, shape, dims, allowzero=False):
     return np.ascontiguousarray(out)
 
 
-def dynamic_expand(x, shape, dims, rank):
+def dynamic_expand(x, shape, dims):
     """ONNX Expand: ``x`` broadcast with the run-time ``shape`` (both ways)."""
     target = tuple(int(d) for d in np.ravel(shape).tolist())
     try:

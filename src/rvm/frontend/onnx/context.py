@@ -148,12 +148,15 @@ class Emitter:
             if isinstance(ty, TensorType) and ty.shape is not None:
                 return np.array(list(ty.shape), dtype=object)
             return None
-        if op not in _STRUCTURAL and op not in _ARITHMETIC:
+        if op not in _STRUCTURAL and op not in _ARITHMETIC and op is not ops.where:
             return None
         args = [self._known(a) for a in call.args]
         if any(a is None for a in args) or all(isinstance(a, Constant) for a in call.args):
             return None
         try:
+            if op is ops.where:
+                out = np.frompyfunc(_choose, 3, 1)(*args)
+                return np.asarray(out, dtype=object)
             if op in _ARITHMETIC:
                 out = np.frompyfunc(_ARITHMETIC[op], 2, 1)(*args)
                 return np.asarray(out, dtype=object)
@@ -212,6 +215,13 @@ def _symbolic(int_op: Callable[[int, int], int], keep: Callable[[Any, Any], Any]
     return apply
 
 
+def _choose(cond: Any, a: Any, b: Any) -> Any:
+    """One element of ``where(cond, a, b)``; an unknown condition knows only ``a == b``."""
+    if cond is None or isinstance(cond, str):
+        return a if a == b and a is not None else None
+    return a if cond else b
+
+
 def _div(a: int, b: int) -> int | None:
     if b == 0:
         return None
@@ -231,6 +241,21 @@ _STRUCTURAL = {
     ops.prod,
     ops.sum,
 }
+
+
+def _equal_names(a: Any, b: Any) -> bool | None:
+    """``a == b`` for a name and an int or name: a dimension is never negative."""
+    if a == b:
+        return True
+    other = b if isinstance(a, str) else a
+    return False if isinstance(other, int) and other < 0 else None
+
+
+def _extreme(pick: Callable[[int, int], int], keep: Callable[[Any, Any], Any]):
+    """min or max: ints compute; a name survives against itself or as ``keep`` says."""
+    return _symbolic(pick, lambda a, b: a if a == b else keep(a, b))
+
+
 _ARITHMETIC = {
     ops.add: _symbolic(lambda a, b: a + b, lambda a, b: a if b == 0 else (b if a == 0 else None)),
     ops.subtract: _symbolic(lambda a, b: a - b, lambda a, b: a if b == 0 else None),
@@ -240,6 +265,24 @@ _ARITHMETIC = {
     ops.divide: _symbolic(_div, lambda a, b: a if b == 1 else None),
     ops.floor_divide: _symbolic(
         lambda a, b: a // b if b else None, lambda a, b: a if b == 1 else None
+    ),
+    ops.equal: _symbolic(lambda a, b: a == b, _equal_names),
+    ops.not_equal: _symbolic(
+        lambda a, b: a != b,
+        lambda a, b: None if _equal_names(a, b) is None else not _equal_names(a, b),
+    ),
+    # a dimension is >= 0: max(n, 0) is n, min(n, 0) is 0
+    ops.maximum: _extreme(
+        max,
+        lambda a, b: (
+            a if isinstance(b, int) and b <= 0 else (b if isinstance(a, int) and a <= 0 else None)
+        ),
+    ),
+    ops.minimum: _extreme(
+        min,
+        lambda a, b: (
+            b if isinstance(b, int) and b <= 0 else (a if isinstance(a, int) and a <= 0 else None)
+        ),
     ),
 }
 

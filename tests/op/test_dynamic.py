@@ -1,0 +1,79 @@
+"""rvm.op.dynamic: reshape, expand, full, arange and tile to shapes read at run time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from op_testing import check, evaluate, rand, var
+
+from rvm import op
+from rvm.errors import IRError
+from rvm.ir import infer_type, tensor
+
+I64 = "int64"
+
+
+def test_dynamic_reshape():
+    x, s = var("x", (2, 3, 4)), var("s", (3,), I64)
+    call = op.dynamic_reshape(x, s, (2, None, None))
+    a = rand((2, 3, 4))
+    out = check(call, {x: a, s: np.array([0, -1, 2])}, tensor((2, None, None), "float32"))
+    np.testing.assert_array_equal(out, a.reshape(2, 6, 2))  # 0 keeps x's dim, -1 is inferred
+    assert out.flags.c_contiguous
+    empty = op.dynamic_reshape(var("e", (0, 3)), var("t", (2,), I64), (None, None), True)
+    assert evaluate(empty, {empty.args[0]: np.zeros((0, 3)), empty.args[1]: [3, 0]}).shape == (3, 0)
+    with pytest.raises(ValueError, match=r"cannot reshape a tensor of shape \(2, 3, 4\) to"):
+        evaluate(call, {x: a, s: np.array([5, -1, 7])})
+    with pytest.raises(ValueError, match=r"computed at run time, \(4, 3, 2\), contradicts"):
+        evaluate(call, {x: a, s: np.array([4, 3, 2])})
+    with pytest.raises(IRError, match="the shape must be a 1-d tensor of 3 dims"):
+        infer_type(op.dynamic_reshape(x, var("s2", (2,), I64), (2, None, None)))
+    with pytest.raises(IRError, match="the shape must be an integer tensor"):
+        infer_type(op.dynamic_reshape(x, var("f", (3,)), (2, None, None)))
+
+
+def test_dynamic_expand():
+    x, s = var("x", (1, 3, 1)), var("s", (4,), I64)
+    call = op.dynamic_expand(x, s, (2, None, 3, None))
+    a = rand((1, 3, 1))
+    out = check(call, {x: a, s: np.array([2, 1, 1, 5])}, tensor((2, None, 3, None), "float32"))
+    np.testing.assert_array_equal(out, np.broadcast_to(a, (2, 1, 3, 5)))  # both ways
+    assert out.flags.c_contiguous
+    with pytest.raises(ValueError, match=r"cannot expand a tensor of shape \(1, 3, 1\) to"):
+        evaluate(call, {x: a, s: np.array([2, 1, 4, 5])})
+    with pytest.raises(IRError, match="cannot expand rank 3"):
+        infer_type(op.dynamic_expand(x, var("s2", (2,), I64), ("n", 3)))
+
+
+def test_dynamic_full_and_tile():
+    s = var("s", (2,), I64)
+    out = check(
+        op.dynamic_full(s, 7, I64, (None, 3)), {s: np.array([2, 3])}, tensor((None, 3), I64)
+    )
+    np.testing.assert_array_equal(out, np.full((2, 3), 7))
+    with pytest.raises(ValueError, match="negative dimension"):
+        evaluate(op.dynamic_full(s, 0.0, "float32", (None, None)), {s: np.array([2, -1])})
+    x, r = var("x", (2, 3)), var("r", (2,), I64)
+    a = rand((2, 3))
+    out = check(op.dynamic_tile(x, r, (None, 6)), {x: a, r: np.array([3, 2])})
+    np.testing.assert_array_equal(out, np.tile(a, (3, 2)))
+    with pytest.raises(ValueError, match="bad repeats"):
+        evaluate(op.dynamic_tile(x, r, (None, None)), {x: a, r: np.array([1, -1])})
+
+
+def test_dynamic_arange():
+    a, b, d = var("a", (), I64), var("b", (), I64), var("d", (), I64)
+    call = op.dynamic_arange(a, b, d, I64, "n")
+    assert infer_type(call) == tensor(("n",), I64)
+    env = {a: np.array(2), b: np.array(11), d: np.array(3)}
+    np.testing.assert_array_equal(evaluate(op.dynamic_arange(a, b, d, I64), env), [2, 5, 8])
+    env[d] = np.array(-1)
+    assert evaluate(op.dynamic_arange(a, b, d, I64), env).shape == (0,)
+    env[d] = np.array(0)
+    with pytest.raises(ValueError, match="step must not be 0"):
+        evaluate(op.dynamic_arange(a, b, d, I64), env)
+    f = var("f", (), "float32")
+    out = evaluate(op.dynamic_arange(f, f, f, "float32"), {f: np.float32(1.0)})
+    assert out.dtype == np.float32 and out.shape == (0,)
+    with pytest.raises(IRError, match="start must be 0-d"):
+        infer_type(op.dynamic_arange(var("v", (1,), I64), b, d, I64))
