@@ -77,3 +77,27 @@ def test_dynamic_arange():
     assert out.dtype == np.float32 and out.shape == (0,)
     with pytest.raises(IRError, match="start must be 0-d"):
         infer_type(op.dynamic_arange(var("v", (1,), I64), b, d, I64))
+
+
+def test_dynamic_reduce():
+    x, axes = var("x", (2, 1, 4)), var("axes", (2,), I64)
+    a = rand((2, 1, 4))
+    env = {x: a, axes: np.array([-1, 0])}
+    out = check(op.dynamic_reduce(x, axes, "sum"), env, tensor((None, 1, None), "float32"))
+    np.testing.assert_allclose(out, a.sum(axis=(0, 2), keepdims=True), rtol=1e-6)
+    out = check(op.dynamic_reduce(x, axes, "max", keepdims=False), env, tensor((None,), "float32"))
+    np.testing.assert_array_equal(out, a.max(axis=(0, 2)))
+    none = var("none", (0,), I64)
+    env[none] = np.zeros(0, np.int64)
+    out = check(op.dynamic_reduce(x, none, "mean", keepdims=False), env, tensor((), "float32"))
+    np.testing.assert_allclose(out, a.mean(), rtol=1e-6)
+    out = check(op.dynamic_reduce(x, none, "min", noop_with_empty_axes=True), env)
+    np.testing.assert_array_equal(out, a)
+    b = var("b", (3,), "bool")
+    assert infer_type(op.dynamic_reduce(b, var("one", (1,), I64), "sum")) == tensor((None,), I64)
+    with pytest.raises(ValueError, match=r"bad axes \[0, -3\] for a tensor of rank 3"):
+        evaluate(op.dynamic_reduce(x, axes, "prod"), {x: a, axes: np.array([0, -3])})
+    with pytest.raises(IRError, match="reducer must be one of"):
+        op.dynamic_reduce(x, axes, "median")
+    with pytest.raises(IRError, match="2 axes for a tensor of rank 1"):
+        infer_type(op.dynamic_reduce(var("v", (3,)), axes, "sum"))

@@ -68,6 +68,7 @@ def sample_calls() -> list[Call]:
         op.dynamic_reshape(m, i, ("n", None), allowzero=True), op.dynamic_expand(v, i, (3, 4)),
         op.dynamic_full(i, 1.5, "float32", (None, 2)), op.dynamic_tile(m, i, (None, 4)),
         op.dynamic_arange(var("z0", (), "int64"), var("z1", (), "int64"), 2, "int64", "n"),
+        op.dynamic_reduce(m, i, "max", keepdims=False, noop_with_empty_axes=True),
         op.gather(m, var("g", (3, 2), "int32"), axis=1), op.broadcast_to(v, ("n", 4)),
         op.pad(m, [(1, 0), (0, 2)], pad_value=-1.0), op.tile(m, (2, 1)),
         op.zeros(("n", 3), "int32"), op.ones((2,)), op.full((2, 2), 3, "int64"),

@@ -50,6 +50,7 @@ NO_JIT_COMPUTE = frozenset(
         "dynamic_arange",
         "dynamic_expand",
         "dynamic_full",
+        "dynamic_reduce",
         "dynamic_reshape",
         "dynamic_slice",
         "dynamic_tile",

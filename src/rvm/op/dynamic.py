@@ -1,4 +1,5 @@
-"""Ops whose shape is a tensor computed at run time: reshape, expand, full, arange and tile.
+"""Ops whose shape is a tensor computed at run time: reshape, expand, full, arange and tile;
+and reductions over axes read at run time.
 
 A shape that depends on the inputs' symbolic dimensions (``Shape(x)[1] * 4``, ``past + seq``)
 or on data cannot be a static attribute. These ops take it as a 1-d int64 tensor input (the
@@ -9,6 +10,9 @@ shape and checks it against ``dims`` (names arrive resolved to the bound sizes),
 that contradicts what the program promised is an error at run time, not a wrong tensor.
 They are opaque: kernels never fuse them and the VM allocates their results by their run-time
 size. ``dynamic_slice`` (`rvm.op.index`) is the slicing member of the family.
+
+``dynamic_reduce`` reduces over axes given as a 1-d integer tensor (ONNX's ReduceSum and
+friends take them as an input): its rank is known from the number of axes, its dims are not.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from rvm.op.core import ExprLike, as_expr, call, check_dtype_attr, check_scalar,
 from rvm.op.shapes import fmt, rule
 
 __all__ = [
+    "REDUCERS",
     "dynamic_arange",
     "dynamic_expand",
     "dynamic_full",
+    "dynamic_reduce",
     "dynamic_reshape",
     "dynamic_tile",
 ]
@@ -37,6 +43,10 @@ define_op("dynamic_expand", OpPattern.OPAQUE, 2)
 define_op("dynamic_full", OpPattern.OPAQUE, 1)
 define_op("dynamic_arange", OpPattern.OPAQUE, 3)
 define_op("dynamic_tile", OpPattern.OPAQUE, 2)
+define_op("dynamic_reduce", OpPattern.OPAQUE, 2)
+
+REDUCERS = ("sum", "mean", "max", "min", "prod")
+"""The reductions `dynamic_reduce` applies: the ops of those names (`rvm.op.reduce`)."""
 
 
 def _check_dims(op: str, dims: Sequence[Dim]) -> Shape:
@@ -158,3 +168,53 @@ def dynamic_arange(
 def dynamic_tile(x: ExprLike, reps: ExprLike, dims: Sequence[Dim]) -> Call:
     """``x`` repeated along each axis by the 1-d integer tensor ``reps``."""
     return call(ops.dynamic_tile, as_expr(x), as_expr(reps), dims=_check_dims("dynamic_tile", dims))
+
+
+@rule(ops.dynamic_reduce)
+def _infer_dynamic_reduce(call_: Call, args: list[TensorType]) -> Type:
+    x, axes = args
+    a = call_.attrs
+    if axes.dtype is not None and axes.dtype not in INT_DTYPES:
+        raise IRError(f"dynamic_reduce: axes must be an integer tensor, got {axes.dtype}")
+    if axes.shape is not None and len(axes.shape) != 1:
+        raise IRError(f"dynamic_reduce: axes must be a 1-d tensor, got shape {fmt(axes.shape)}")
+    dtype = "int64" if x.dtype == "bool" and a["reducer"] in ("sum", "prod") else x.dtype
+    count = None if axes.shape is None else axes.shape[0]
+    if x.shape is None or count is None:
+        shape = x.shape if x.shape is not None and a["keepdims"] else None
+        if shape is not None:
+            shape = tuple(1 if d == 1 else None for d in shape)
+        return TensorType(shape, dtype)
+    if count == 0:  # every axis, or none
+        if a["noop_with_empty_axes"]:
+            return TensorType(x.shape, dtype)
+        return TensorType((1,) * len(x.shape) if a["keepdims"] else (), dtype)
+    if count > len(x.shape):
+        raise IRError(f"dynamic_reduce: {count} axes for a tensor of rank {len(x.shape)}")
+    if a["keepdims"]:
+        return TensorType(tuple(1 if d == 1 else None for d in x.shape), dtype)
+    return TensorType((None,) * (len(x.shape) - count), dtype)
+
+
+def dynamic_reduce(
+    x: ExprLike,
+    axes: ExprLike,
+    reducer: str,
+    keepdims: bool = True,
+    noop_with_empty_axes: bool = False,
+) -> Call:
+    """``reducer`` (one of `REDUCERS`) of ``x`` over ``axes``, a 1-d integer tensor read at
+    run time (negative axes count from the end). No axes reduce every axis, or none with
+    ``noop_with_empty_axes`` (ONNX)."""
+    if reducer not in REDUCERS:
+        raise IRError(
+            f"dynamic_reduce: reducer must be one of {', '.join(REDUCERS)}, got {reducer!r}"
+        )
+    return call(
+        ops.dynamic_reduce,
+        as_expr(x),
+        as_expr(axes),
+        reducer=reducer,
+        keepdims=bool(keepdims),
+        noop_with_empty_axes=bool(noop_with_empty_axes),
+    )

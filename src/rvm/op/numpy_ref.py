@@ -1075,3 +1075,15 @@ def dynamic_tile(x, reps, dims):
     out = np.tile(x, counts)
     _run_time_shape("dynamic_tile", out.shape, dims)
     return out
+
+
+def dynamic_reduce(x, axes, reducer, keepdims=True, noop_with_empty_axes=False):
+    """``reducer`` ("sum", "mean", "max", "min" or "prod") over the run-time ``axes``."""
+    picked = [int(a) for a in np.ravel(axes).tolist()]
+    if not picked and noop_with_empty_axes:
+        return np.array(sum(x, axis=(), keepdims=True)) if reducer in ("sum", "prod") else x.copy()
+    normal = [a + x.ndim if a < 0 else a for a in picked]
+    if any(not 0 <= a < x.ndim for a in normal) or len(set(normal)) != len(normal):
+        raise ValueError(f"dynamic_reduce: bad axes {picked} for a tensor of rank {x.ndim}")
+    fn = {"sum": sum, "mean": mean, "max": max, "min": min, "prod": prod}[reducer]
+    return fn(x, axis=tuple(normal) if normal else None, keepdims=keepdims)
