@@ -101,3 +101,43 @@ def test_dynamic_reduce():
         op.dynamic_reduce(x, axes, "median")
     with pytest.raises(IRError, match="2 axes for a tensor of rank 1"):
         infer_type(op.dynamic_reduce(var("v", (3,)), axes, "sum"))
+
+
+def test_dynamic_trilu_scan_topk():
+    x, k = var("x", (3, 4)), var("k", (1,), I64)
+    a = rand((3, 4))
+    out = check(op.dynamic_trilu(x, k, upper=False), {x: a, k: np.array([1])}, x.type)
+    np.testing.assert_array_equal(out, np.tril(a, 1))
+    with pytest.raises(IRError, match="k must hold one value"):
+        infer_type(op.dynamic_trilu(x, var("k2", (2,), I64)))
+    b = var("b", (3, 4), "bool")
+    scan = op.dynamic_scan(b, k, "sum", exclusive=True, reverse=True)
+    assert infer_type(scan) == tensor((3, 4), I64)
+    bits = rand((3, 4)) > 0
+    expected = np.flip(np.cumsum(np.flip(bits, 1), 1) - np.flip(bits, 1), 1)
+    np.testing.assert_array_equal(evaluate(scan, {b: bits, k: np.array([1])}), expected)
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        evaluate(scan, {b: bits, k: np.array([2])})
+    pair = op.dynamic_topk(x, k, axis=0, largest=False)
+    values, indices = check(pair, {x: a, k: np.array([2])})
+    np.testing.assert_array_equal(indices, np.argsort(a, axis=0, kind="stable")[:2])
+    np.testing.assert_array_equal(values, np.sort(a, axis=0)[:2])
+    with pytest.raises(ValueError, match="k=5 is out of range"):
+        evaluate(pair, {x: a, k: np.array([5])})
+
+
+def test_dynamic_pad():
+    x, pads, v = var("x", (2, 3)), var("pads", (4,), I64), var("v", (), "float32")
+    a = rand((2, 3))
+    call = op.dynamic_pad(x, pads, v)
+    env = {x: a, pads: np.array([1, -1, 0, 2]), v: np.float32(7.0)}
+    out = check(call, env, tensor((None, None), "float32"))
+    np.testing.assert_array_equal(out, np.pad(a[:, 1:], [(1, 0), (0, 2)], constant_values=7.0))
+    edge = op.dynamic_pad(x, var("p2", (2,), I64), 0.0, axes=(-1,), mode="reflect")
+    assert infer_type(edge) == tensor((2, None), "float32")
+    out = evaluate(edge, {x: a, edge.args[1]: np.array([2, 1])})
+    np.testing.assert_array_equal(out, np.pad(a, [(0, 0), (2, 1)], mode="reflect"))
+    with pytest.raises(ValueError, match="4 pads for 1 axes"):
+        evaluate(edge, {x: a, edge.args[1]: np.array([1, 1, 1, 1])})
+    with pytest.raises(IRError, match="unknown mode 'mirror'"):
+        op.dynamic_pad(x, pads, 0.0, mode="mirror")

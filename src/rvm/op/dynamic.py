@@ -13,6 +13,9 @@ size. ``dynamic_slice`` (`rvm.op.index`) is the slicing member of the family.
 
 ``dynamic_reduce`` reduces over axes given as a 1-d integer tensor (ONNX's ReduceSum and
 friends take them as an input): its rank is known from the number of axes, its dims are not.
+The other ops that ONNX gives a parameter as a tensor take it the same way: ``dynamic_trilu``
+(the diagonal), ``dynamic_scan`` (cumsum/cumprod's axis), ``dynamic_topk`` (k) and
+``dynamic_pad`` (the pads, negative ones crop, and the fill value).
 """
 
 from __future__ import annotations
@@ -22,19 +25,24 @@ from collections.abc import Sequence
 from rvm.errors import IRError
 from rvm.ir.expr import Call
 from rvm.ir.op import OpPattern
-from rvm.ir.types import INT_DTYPES, Dim, Shape, TensorType, Type, check_dim
+from rvm.ir.types import INT_DTYPES, Dim, Shape, TensorType, TupleType, Type, check_dim
 from rvm.op import ops
 from rvm.op.core import ExprLike, as_expr, call, check_dtype_attr, check_scalar, define_op
-from rvm.op.shapes import fmt, rule
+from rvm.op.manipulate import PAD_MODES
+from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule
 
 __all__ = [
     "REDUCERS",
     "dynamic_arange",
     "dynamic_expand",
     "dynamic_full",
+    "dynamic_pad",
     "dynamic_reduce",
     "dynamic_reshape",
+    "dynamic_scan",
     "dynamic_tile",
+    "dynamic_topk",
+    "dynamic_trilu",
 ]
 
 # The ops of this module (`rvm.op.core.define_op`).
@@ -44,6 +52,10 @@ define_op("dynamic_full", OpPattern.OPAQUE, 1)
 define_op("dynamic_arange", OpPattern.OPAQUE, 3)
 define_op("dynamic_tile", OpPattern.OPAQUE, 2)
 define_op("dynamic_reduce", OpPattern.OPAQUE, 2)
+define_op("dynamic_trilu", OpPattern.OPAQUE, 2)
+define_op("dynamic_scan", OpPattern.OPAQUE, 2)
+define_op("dynamic_topk", OpPattern.OPAQUE, 2)
+define_op("dynamic_pad", OpPattern.OPAQUE, 3)
 
 REDUCERS = ("sum", "mean", "max", "min", "prod")
 """The reductions `dynamic_reduce` applies: the ops of those names (`rvm.op.reduce`)."""
@@ -217,4 +229,110 @@ def dynamic_reduce(
         reducer=reducer,
         keepdims=bool(keepdims),
         noop_with_empty_axes=bool(noop_with_empty_axes),
+    )
+
+
+def _check_scalar_input(op: str, what: str, value: TensorType) -> None:
+    """A run-time integer parameter: a 0-d or one-element 1-d integer tensor."""
+    if value.dtype is not None and value.dtype not in INT_DTYPES:
+        raise IRError(f"{op}: {what} must be an integer tensor, got {value.dtype}")
+    if value.shape is not None and value.shape not in ((), (1,), (None,)):
+        raise IRError(f"{op}: {what} must hold one value, got shape {fmt(value.shape)}")
+
+
+@rule(ops.dynamic_trilu)
+def _infer_dynamic_trilu(call_: Call, args: list[TensorType]) -> Type:
+    x, k = args
+    _check_scalar_input("dynamic_trilu", "k", k)
+    if x.shape is not None and len(x.shape) < 2:
+        raise IRError(f"dynamic_trilu: expects a tensor of rank >= 2, got {fmt(x.shape)}")
+    return x
+
+
+@rule(ops.dynamic_scan)
+def _infer_dynamic_scan(call_: Call, args: list[TensorType]) -> Type:
+    x, axis = args
+    _check_scalar_input("dynamic_scan", "axis", axis)
+    return TensorType(x.shape, "int64" if x.dtype == "bool" else x.dtype)
+
+
+@rule(ops.dynamic_topk)
+def _infer_dynamic_topk(call_: Call, args: list[TensorType]) -> Type:
+    x, k = args
+    _check_scalar_input("dynamic_topk", "k", k)
+    shape = None
+    if x.shape is not None:
+        axis = normalize_axis("dynamic_topk", call_.attrs["axis"], len(x.shape))
+        shape = x.shape[:axis] + (None,) + x.shape[axis + 1 :]
+    return TupleType((TensorType(shape, x.dtype), TensorType(shape, "int64")))
+
+
+@rule(ops.dynamic_pad)
+def _infer_dynamic_pad(call_: Call, args: list[TensorType]) -> Type:
+    x, pads, value = args
+    _check_shape_input("dynamic_pad", pads, None)
+    if value.shape is not None and value.shape not in ((), (1,)):
+        raise IRError(f"dynamic_pad: the value must be one element, got shape {fmt(value.shape)}")
+    if x.shape is None:
+        return x
+    axes = call_.attrs["axes"]
+    axes = (
+        range(len(x.shape)) if axes is None else normalize_axes("dynamic_pad", axes, len(x.shape))
+    )
+    return TensorType(tuple(None if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
+
+
+def dynamic_trilu(x: ExprLike, k: ExprLike, upper: bool = True) -> Call:
+    """`rvm.op.trilu` from the diagonal ``k`` read at run time (a one-element int tensor)."""
+    return call(ops.dynamic_trilu, as_expr(x), as_expr(k), upper=bool(upper))
+
+
+def dynamic_scan(
+    x: ExprLike, axis: ExprLike, reducer: str, exclusive: bool = False, reverse: bool = False
+) -> Call:
+    """The running ``reducer`` ("sum" or "prod") of ``x`` along the axis read at run time;
+    ``reverse`` runs from the end (ONNX CumSum and CumProd)."""
+    if reducer not in ("sum", "prod"):
+        raise IRError(f"dynamic_scan: reducer must be sum or prod, got {reducer!r}")
+    return call(
+        ops.dynamic_scan,
+        as_expr(x),
+        as_expr(axis),
+        reducer=reducer,
+        exclusive=bool(exclusive),
+        reverse=bool(reverse),
+    )
+
+
+def dynamic_topk(
+    x: ExprLike, k: ExprLike, axis: int = -1, largest: bool = True, sorted: bool = True
+) -> Call:
+    """`rvm.op.topk` of the ``k`` read at run time: (values, int64 indices)."""
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise IRError(f"dynamic_topk: axis must be an int, got {axis!r}")
+    return call(
+        ops.dynamic_topk,
+        as_expr(x),
+        as_expr(k),
+        axis=axis,
+        largest=bool(largest),
+        sorted=bool(sorted),
+    )
+
+
+def dynamic_pad(
+    x: ExprLike,
+    pads: ExprLike,
+    value: ExprLike,
+    axes: Sequence[int] | None = None,
+    mode: str = "constant",
+) -> Call:
+    """``x`` padded by ``pads``, a 1-d integer tensor read at run time in ONNX's order (every
+    begin, then every end, over ``axes``: None for all); a negative pad crops. ``value`` (one
+    element) fills in "constant" mode; the other modes are `rvm.op.pad`'s."""
+    if mode not in PAD_MODES:
+        raise IRError(f"dynamic_pad: unknown mode {mode!r}; expected one of {', '.join(PAD_MODES)}")
+    axes_ = None if axes is None else tuple(int(a) for a in axes)
+    return call(
+        ops.dynamic_pad, as_expr(x), as_expr(pads), as_expr(value, x), axes=axes_, mode=mode
     )

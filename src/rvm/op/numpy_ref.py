@@ -1087,3 +1087,49 @@ def dynamic_reduce(x, axes, reducer, keepdims=True, noop_with_empty_axes=False):
         raise ValueError(f"dynamic_reduce: bad axes {picked} for a tensor of rank {x.ndim}")
     fn = {"sum": sum, "mean": mean, "max": max, "min": min, "prod": prod}[reducer]
     return fn(x, axis=tuple(normal) if normal else None, keepdims=keepdims)
+
+
+def _one_int(value, what):
+    flat = np.ravel(value).tolist()
+    if len(flat) != 1:
+        raise ValueError(f"{what} must hold one value, got {flat}")
+    return int(flat[0])
+
+
+def dynamic_trilu(x, k, upper=True):
+    """trilu from the run-time diagonal ``k``."""
+    return trilu(x, _one_int(k, "dynamic_trilu: k"), upper)
+
+
+def dynamic_scan(x, axis, reducer, exclusive=False, reverse=False):
+    """cumsum or cumprod along the run-time ``axis``, from the end with ``reverse``."""
+    a = _one_int(axis, "dynamic_scan: axis")
+    if not -x.ndim <= a < x.ndim:
+        raise ValueError(f"dynamic_scan: axis {a} is out of range for a tensor of rank {x.ndim}")
+    fn = cumsum if reducer == "sum" else cumprod
+    if not reverse:
+        return fn(x, a, exclusive)
+    return np.ascontiguousarray(np.flip(fn(np.flip(x, a), a, exclusive), a))
+
+
+def dynamic_topk(x, k, axis=-1, largest=True, sorted=True):
+    """topk of the run-time ``k``."""
+    n = _one_int(k, "dynamic_topk: k")
+    if not 0 <= n <= x.shape[axis]:
+        raise ValueError(f"dynamic_topk: k={n} is out of range for axis {axis} of {x.shape}")
+    return topk(x, n, axis, largest, sorted)
+
+
+def dynamic_pad(x, pads, value, axes=None, mode="constant"):
+    """pad by the run-time ONNX ``pads`` (begins, then ends, over ``axes``); negative crops."""
+    widths = [int(p) for p in np.ravel(pads).tolist()]
+    axes = list(range(x.ndim)) if axes is None else [a % x.ndim for a in axes]
+    if len(widths) != 2 * len(axes):
+        raise ValueError(f"dynamic_pad: {len(widths)} pads for {len(axes)} axes")
+    index = [slice(None)] * x.ndim
+    grow = [(0, 0)] * x.ndim
+    for i, a in enumerate(axes):
+        before, after = widths[i], widths[i + len(axes)]
+        index[a] = slice(-before if before < 0 else 0, x.shape[a] + after if after < 0 else None)
+        grow[a] = (before if before > 0 else 0, after if after > 0 else 0)
+    return np.ascontiguousarray(pad(x[tuple(index)], grow, np.ravel(value)[0], mode))
