@@ -20,6 +20,7 @@ from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.types import TensorType, TupleType
 from rvm.op import numpy_ref, reference
+from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import KernelRecord
 
 LIBRARY_NAME = "ref"
@@ -109,6 +110,14 @@ class _KernelSource:
             return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
         return literal(value)
 
+    @staticmethod
+    def _run_time_shapes(bindings: list) -> bool:
+        """Whether an op reads its result's shape from data at run time (`rvm.op.dynamic`):
+        its result must have the shape of the output planned from its type."""
+        return any(
+            isinstance(b.value, E.Call) and b.value.callee.name in DYNAMIC_OPS for b in bindings
+        )
+
     def build(self, style: str) -> str:
         params = [f"p{i}" for i in range(len(self.func.params))]
         outs = _num_outputs(self.func)
@@ -133,6 +142,12 @@ class _KernelSource:
         res = self.atom(result)
         if style == "return":
             lines.append(f"    return {res}")
+        elif self._run_time_shapes(bindings):  # no silent broadcast into the planned output
+            store = f"{LIBRARY_NAME}._store_exact"
+            if outs == 1:
+                lines.append(f"    {store}(out0, {res})")
+            else:
+                lines += [f"    {store}(out{i}, {res}[{i}])" for i in range(outs)]
         elif outs == 1:
             lines.append(f"    out0[...] = {res}")
         else:

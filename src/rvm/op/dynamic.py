@@ -32,6 +32,7 @@ from rvm.op.manipulate import PAD_MODES
 from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule
 
 __all__ = [
+    "DYNAMIC_OPS",
     "REDUCERS",
     "dynamic_arange",
     "dynamic_expand",
@@ -56,6 +57,24 @@ define_op("dynamic_trilu", OpPattern.OPAQUE, 2)
 define_op("dynamic_scan", OpPattern.OPAQUE, 2)
 define_op("dynamic_topk", OpPattern.OPAQUE, 2)
 define_op("dynamic_pad", OpPattern.OPAQUE, 3)
+
+DYNAMIC_OPS = frozenset(
+    {
+        "dynamic_arange",
+        "dynamic_expand",
+        "dynamic_full",
+        "dynamic_pad",
+        "dynamic_reduce",
+        "dynamic_reshape",
+        "dynamic_scan",
+        "dynamic_slice",
+        "dynamic_tile",
+        "dynamic_topk",
+        "dynamic_trilu",
+    }
+)
+"""The ops whose result shape is read from data at run time (`rvm.op.index.dynamic_slice`
+too): a kernel that writes one into an output planned from its type checks it fits exactly."""
 
 REDUCERS = ("sum", "mean", "max", "min", "prod")
 """The reductions `dynamic_reduce` applies: the ops of those names (`rvm.op.reduce`)."""

@@ -1002,6 +1002,17 @@ def shape_of(x):
     return np.array(np.shape(x), dtype=np.int64)
 
 
+def _store_exact(out, value):
+    """``out[...] = value`` where ``value`` must have ``out``'s shape (no broadcasting): a
+    result whose shape was computed at run time, written into an output planned from types."""
+    if np.shape(value) != out.shape:
+        raise ValueError(
+            f"the result's shape {np.shape(value)}, computed at run time, differs from the "
+            f"shape its type promised, {out.shape}"
+        )
+    out[...] = value
+
+
 def _run_time_shape(op, shape, dims):
     """The result shape ``shape`` checked against ``dims``, the dimensions the program knew
     (ints; names resolved to the bound sizes, or left as names where the kernel has none)."""
