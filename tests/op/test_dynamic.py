@@ -141,3 +141,26 @@ def test_dynamic_pad():
         evaluate(edge, {x: a, edge.args[1]: np.array([1, 1, 1, 1])})
     with pytest.raises(IRError, match="unknown mode 'mirror'"):
         op.dynamic_pad(x, pads, 0.0, mode="mirror")
+
+
+def test_dynamic_resize():
+    x = var("x", (1, 1, 2, 4))
+    roi, scales, sizes = var("roi", (0,)), var("scales", (None,)), var("sizes", (None,), I64)
+    a = rand((1, 1, 2, 4))
+    call = op.dynamic_resize(x, roi, scales, sizes, axes=(2, 3), mode="nearest")
+    assert infer_type(call) == tensor((1, 1, None, None), "float32")
+    empty_f, empty_i = np.zeros(0, np.float32), np.zeros(0, np.int64)
+    env = {x: a, roi: empty_f, scales: np.array([2.0, 0.5], np.float32), sizes: empty_i}
+    static = op.resize(x, (1, 1, 4, 2), (1.0, 1.0, 2.0, 0.5), mode="nearest")
+    np.testing.assert_array_equal(evaluate(call, env), evaluate(static, {x: a}))
+    env[scales], env[sizes] = empty_f, np.array([3, 8])  # not_larger keeps the aspect ratio
+    fit = op.dynamic_resize(
+        x, roi, scales, sizes, axes=(2, 3), keep_aspect_ratio_policy="not_larger"
+    )
+    static = op.resize(x, (1, 1, 3, 6), (1.0, 1.0, 1.5, 1.5))
+    np.testing.assert_array_equal(evaluate(fit, env), evaluate(static, {x: a}))
+    env[sizes] = empty_i
+    with pytest.raises(ValueError, match="needs scales or sizes"):
+        evaluate(call, env)
+    with pytest.raises(IRError, match="keep_aspect_ratio_policy"):
+        op.dynamic_resize(x, roi, scales, sizes, keep_aspect_ratio_policy="fit")

@@ -53,6 +53,7 @@ NO_JIT_COMPUTE = frozenset(
         "dynamic_pad",
         "dynamic_reduce",
         "dynamic_reshape",
+        "dynamic_resize",
         "dynamic_scan",
         "dynamic_slice",
         "dynamic_tile",

@@ -14,8 +14,9 @@ size. ``dynamic_slice`` (`rvm.op.index`) is the slicing member of the family.
 ``dynamic_reduce`` reduces over axes given as a 1-d integer tensor (ONNX's ReduceSum and
 friends take them as an input): its rank is known from the number of axes, its dims are not.
 The other ops that ONNX gives a parameter as a tensor take it the same way: ``dynamic_trilu``
-(the diagonal), ``dynamic_scan`` (cumsum/cumprod's axis), ``dynamic_topk`` (k) and
-``dynamic_pad`` (the pads, negative ones crop, and the fill value).
+(the diagonal), ``dynamic_scan`` (cumsum/cumprod's axis), ``dynamic_topk`` (k),
+``dynamic_pad`` (the pads, negative ones crop, and the fill value) and ``dynamic_resize``
+(ONNX Resize's roi, scales and sizes).
 """
 
 from __future__ import annotations
@@ -27,7 +28,18 @@ from rvm.ir.expr import Call
 from rvm.ir.op import OpPattern
 from rvm.ir.types import INT_DTYPES, Dim, Shape, TensorType, TupleType, Type, check_dim
 from rvm.op import ops
-from rvm.op.core import ExprLike, as_expr, call, check_dtype_attr, check_scalar, define_op
+from rvm.op.core import (
+    ExprLike,
+    as_expr,
+    call,
+    check_bool,
+    check_choice,
+    check_dtype_attr,
+    check_float,
+    check_scalar,
+    define_op,
+)
+from rvm.op.image import COORDINATE_MODES, MODES, NEAREST_MODES
 from rvm.op.manipulate import PAD_MODES
 from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule
 
@@ -40,6 +52,7 @@ __all__ = [
     "dynamic_pad",
     "dynamic_reduce",
     "dynamic_reshape",
+    "dynamic_resize",
     "dynamic_scan",
     "dynamic_tile",
     "dynamic_topk",
@@ -57,6 +70,7 @@ define_op("dynamic_trilu", OpPattern.OPAQUE, 2)
 define_op("dynamic_scan", OpPattern.OPAQUE, 2)
 define_op("dynamic_topk", OpPattern.OPAQUE, 2)
 define_op("dynamic_pad", OpPattern.OPAQUE, 3)
+define_op("dynamic_resize", OpPattern.OPAQUE, 4)
 
 DYNAMIC_OPS = frozenset(
     {
@@ -66,6 +80,7 @@ DYNAMIC_OPS = frozenset(
         "dynamic_pad",
         "dynamic_reduce",
         "dynamic_reshape",
+        "dynamic_resize",
         "dynamic_scan",
         "dynamic_slice",
         "dynamic_tile",
@@ -354,4 +369,65 @@ def dynamic_pad(
     axes_ = None if axes is None else tuple(int(a) for a in axes)
     return call(
         ops.dynamic_pad, as_expr(x), as_expr(pads), as_expr(value, x), axes=axes_, mode=mode
+    )
+
+
+ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
+
+
+@rule(ops.dynamic_resize)
+def _infer_dynamic_resize(call_: Call, args: list[TensorType]) -> Type:
+    x = args[0]
+    for what, value in zip(("roi", "scales", "sizes"), args[1:]):
+        if value.shape is not None and len(value.shape) != 1:
+            raise IRError(f"dynamic_resize: {what} must be 1-d, got shape {fmt(value.shape)}")
+    if args[3].dtype is not None and args[3].dtype not in INT_DTYPES:
+        raise IRError(f"dynamic_resize: sizes must be an integer tensor, got {args[3].dtype}")
+    if x.shape is None:
+        return x
+    axes = call_.attrs["axes"]
+    rank = len(x.shape)
+    axes = range(rank) if axes is None else normalize_axes("dynamic_resize", axes, rank)
+    return TensorType(tuple(None if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
+
+
+def dynamic_resize(
+    x: ExprLike,
+    roi: ExprLike,
+    scales: ExprLike,
+    sizes: ExprLike,
+    axes: Sequence[int] | None = None,
+    keep_aspect_ratio_policy: str = "stretch",
+    mode: str = "nearest",
+    coordinate_transformation_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor",
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: bool = False,
+    extrapolation_value: float = 0.0,
+    antialias: bool = False,
+) -> Call:
+    """ONNX Resize with ``roi``, ``scales`` and ``sizes`` read at run time (1-d tensors over
+    ``axes``, None for all; an empty one is absent): the output has ``floor(scale * size)``
+    elements per axis, or ``sizes`` under ``keep_aspect_ratio_policy``. The other
+    attributes are `rvm.op.resize`'s."""
+    op = "dynamic_resize"
+    return call(
+        ops.dynamic_resize,
+        as_expr(x),
+        as_expr(roi),
+        as_expr(scales),
+        as_expr(sizes),
+        axes=None if axes is None else tuple(int(a) for a in axes),
+        keep_aspect_ratio_policy=check_choice(
+            op, "keep_aspect_ratio_policy", keep_aspect_ratio_policy, ASPECT_POLICIES
+        ),
+        mode=check_choice(op, "mode", mode, MODES),
+        coordinate_transformation_mode=check_choice(
+            op, "coordinate_transformation_mode", coordinate_transformation_mode, COORDINATE_MODES
+        ),
+        nearest_mode=check_choice(op, "nearest_mode", nearest_mode, NEAREST_MODES),
+        cubic_coeff_a=check_float(op, "cubic_coeff_a", cubic_coeff_a),
+        exclude_outside=check_bool(op, "exclude_outside", exclude_outside),
+        extrapolation_value=check_float(op, "extrapolation_value", extrapolation_value),
+        antialias=check_bool(op, "antialias", antialias),
     )

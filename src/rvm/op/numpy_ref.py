@@ -1144,3 +1144,45 @@ def dynamic_pad(x, pads, value, axes=None, mode="constant"):
         index[a] = slice(-before if before < 0 else 0, x.shape[a] + after if after < 0 else None)
         grow[a] = (before if before > 0 else 0, after if after > 0 else 0)
     return np.ascontiguousarray(pad(x[tuple(index)], grow, np.ravel(value)[0], mode))
+
+
+def _spread_axes(values, axes, fill):
+    out = list(fill)
+    for v, a in zip(values, axes):
+        out[a] = v
+    return out
+
+
+def dynamic_resize(x, roi, scales, sizes, axes=None, keep_aspect_ratio_policy="stretch", **attrs):
+    """ONNX Resize from the run-time ``roi``, ``scales`` and ``sizes`` over ``axes``."""
+    rank = x.ndim
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    scales = [float(v) for v in np.ravel(scales).tolist()]
+    sizes = [int(v) for v in np.ravel(sizes).tolist()]
+    roi = [float(v) for v in np.ravel(roi).tolist()]
+    if scales:
+        if len(scales) != len(axes) or any(v <= 0 for v in scales):
+            raise ValueError(f"dynamic_resize: scales {scales} must be positive, one per axis")
+        full = _spread_axes(scales, axes, [1.0] * rank)
+        out = [int(math.floor(f * d)) if a in axes else d for a, (f, d) in
+               enumerate(zip(full, x.shape))]  # fmt: skip
+    elif sizes:
+        if len(sizes) != len(axes):
+            raise ValueError(f"dynamic_resize: {len(sizes)} sizes for {len(axes)} axes")
+        ratios = [n / x.shape[a] for n, a in zip(sizes, axes)]
+        if keep_aspect_ratio_policy != "stretch":
+            ordered = sorted(ratios)
+            scale = ordered[0] if keep_aspect_ratio_policy == "not_larger" else ordered[-1]
+            ratios = [scale] * len(axes)
+            sizes = [int(scale * x.shape[a] + 0.5) for a in axes]
+        out = _spread_axes(sizes, axes, list(x.shape))
+        full = _spread_axes(ratios, axes, [1.0] * rank)
+    else:
+        raise ValueError("dynamic_resize: needs scales or sizes")
+    crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    if crop:
+        n = len(axes)
+        if len(roi) != 2 * n:
+            raise ValueError(f"dynamic_resize: roi must have {2 * n} values, got {roi}")
+        roi = _spread_axes(roi[:n], axes, [0.0] * rank) + _spread_axes(roi[n:], axes, [1.0] * rank)
+    return resize(x, tuple(out), tuple(full), roi if crop else None, **attrs)
