@@ -164,3 +164,29 @@ def test_dynamic_resize():
         evaluate(call, env)
     with pytest.raises(IRError, match="keep_aspect_ratio_policy"):
         op.dynamic_resize(x, roi, scales, sizes, keep_aspect_ratio_policy="fit")
+
+
+def test_dynamic_squeeze_unsqueeze_split():
+    x, axes = var("x", (1, 3, 1)), var("axes", (2,), I64)
+    a = rand((1, 3, 1))
+    out = check(
+        op.dynamic_squeeze(x, axes), {x: a, axes: np.array([0, -1])}, tensor((None,), "float32")
+    )
+    np.testing.assert_array_equal(out, a.reshape(3))
+    with pytest.raises(ValueError, match=r"axes \[0, 1\] of shape \(1, 3, 1\) are not all 1"):
+        evaluate(op.dynamic_squeeze(x, axes), {x: a, axes: np.array([0, 1])})
+    out = check(op.dynamic_unsqueeze(x, axes), {x: a, axes: np.array([-1, 1])})
+    assert out.shape == (1, 1, 3, 1, 1)
+    with pytest.raises(ValueError, match="bad axes"):
+        evaluate(op.dynamic_unsqueeze(x, axes), {x: a, axes: np.array([1, 1])})
+    y, sizes = var("y", (2, 5)), var("sizes", (2,), I64)
+    b = rand((2, 5))
+    first, second = check(
+        op.dynamic_split(y, sizes, axis=1, count=2), {y: b, sizes: np.array([2, 3])}
+    )
+    np.testing.assert_array_equal(first, b[:, :2])
+    np.testing.assert_array_equal(second, b[:, 2:])
+    with pytest.raises(ValueError, match="adding up to 5"):
+        evaluate(op.dynamic_split(y, sizes, axis=1, count=2), {y: b, sizes: np.array([2, 2])})
+    with pytest.raises(IRError, match="count must be a positive int"):
+        op.dynamic_split(y, sizes, axis=1, count=0)

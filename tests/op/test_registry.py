@@ -73,6 +73,8 @@ def sample_calls() -> list[Call]:
         op.dynamic_scan(m, var("a0", (1,), "int64"), "prod", exclusive=True, reverse=True),
         op.dynamic_topk(m, var("t0", (1,), "int64"), axis=0, largest=False, sorted=False),
         op.dynamic_pad(m, var("p0", (2,), "int64"), 1.5, axes=(1,), mode="edge"),
+        op.dynamic_squeeze(var("q", (1, 3, 1)), i), op.dynamic_unsqueeze(m, i),
+        op.dynamic_split(m, i, axis=-1, count=2),
         op.dynamic_resize(x, var("r0", (0,)), var("r1", (2,)), var("r2", (0,), "int64"),
                           axes=(2, 3), keep_aspect_ratio_policy="not_larger", mode="linear",
                           coordinate_transformation_mode="align_corners", nearest_mode="ceil",

@@ -15,8 +15,9 @@ size. ``dynamic_slice`` (`rvm.op.index`) is the slicing member of the family.
 friends take them as an input): its rank is known from the number of axes, its dims are not.
 The other ops that ONNX gives a parameter as a tensor take it the same way: ``dynamic_trilu``
 (the diagonal), ``dynamic_scan`` (cumsum/cumprod's axis), ``dynamic_topk`` (k),
-``dynamic_pad`` (the pads, negative ones crop, and the fill value) and ``dynamic_resize``
-(ONNX Resize's roi, scales and sizes).
+``dynamic_pad`` (the pads, negative ones crop, and the fill value), ``dynamic_resize``
+(ONNX Resize's roi, scales and sizes), ``dynamic_split`` (the sizes) and
+``dynamic_squeeze``/``dynamic_unsqueeze`` (the axes).
 """
 
 from __future__ import annotations
@@ -54,9 +55,12 @@ __all__ = [
     "dynamic_reshape",
     "dynamic_resize",
     "dynamic_scan",
+    "dynamic_split",
+    "dynamic_squeeze",
     "dynamic_tile",
     "dynamic_topk",
     "dynamic_trilu",
+    "dynamic_unsqueeze",
 ]
 
 # The ops of this module (`rvm.op.core.define_op`).
@@ -71,6 +75,9 @@ define_op("dynamic_scan", OpPattern.OPAQUE, 2)
 define_op("dynamic_topk", OpPattern.OPAQUE, 2)
 define_op("dynamic_pad", OpPattern.OPAQUE, 3)
 define_op("dynamic_resize", OpPattern.OPAQUE, 4)
+define_op("dynamic_split", OpPattern.OPAQUE, 2)
+define_op("dynamic_squeeze", OpPattern.OPAQUE, 2)
+define_op("dynamic_unsqueeze", OpPattern.OPAQUE, 2)
 
 DYNAMIC_OPS = frozenset(
     {
@@ -83,9 +90,12 @@ DYNAMIC_OPS = frozenset(
         "dynamic_resize",
         "dynamic_scan",
         "dynamic_slice",
+        "dynamic_split",
+        "dynamic_squeeze",
         "dynamic_tile",
         "dynamic_topk",
         "dynamic_trilu",
+        "dynamic_unsqueeze",
     }
 )
 """The ops whose result shape is read from data at run time (`rvm.op.index.dynamic_slice`
@@ -431,3 +441,67 @@ def dynamic_resize(
         extrapolation_value=check_float(op, "extrapolation_value", extrapolation_value),
         antialias=check_bool(op, "antialias", antialias),
     )
+
+
+def _axes_count(op: str, axes: TensorType) -> int | None:
+    """How many axes a run-time axes tensor holds (None: unknown); it must be 1-d integer."""
+    if axes.dtype is not None and axes.dtype not in INT_DTYPES:
+        raise IRError(f"{op}: axes must be an integer tensor, got {axes.dtype}")
+    if axes.shape is None:
+        return None
+    if len(axes.shape) != 1:
+        raise IRError(f"{op}: axes must be a 1-d tensor, got shape {fmt(axes.shape)}")
+    return axes.shape[0]
+
+
+@rule(ops.dynamic_squeeze)
+def _infer_dynamic_squeeze(call_: Call, args: list[TensorType]) -> Type:
+    x, axes = args
+    count = _axes_count("dynamic_squeeze", axes)
+    if x.shape is None or count is None:
+        return TensorType(None, x.dtype)
+    if count > len(x.shape):
+        raise IRError(f"dynamic_squeeze: {count} axes for a tensor of rank {len(x.shape)}")
+    return TensorType((None,) * (len(x.shape) - count), x.dtype)
+
+
+@rule(ops.dynamic_unsqueeze)
+def _infer_dynamic_unsqueeze(call_: Call, args: list[TensorType]) -> Type:
+    x, axes = args
+    count = _axes_count("dynamic_unsqueeze", axes)
+    if x.shape is None or count is None:
+        return TensorType(None, x.dtype)
+    return TensorType((None,) * (len(x.shape) + count), x.dtype)
+
+
+@rule(ops.dynamic_split)
+def _infer_dynamic_split(call_: Call, args: list[TensorType]) -> Type:
+    x, sizes = args
+    count = call_.attrs["count"]
+    _check_shape_input("dynamic_split", sizes, count)
+    shape = None
+    if x.shape is not None:
+        axis = normalize_axis("dynamic_split", call_.attrs["axis"], len(x.shape))
+        shape = x.shape[:axis] + (None,) + x.shape[axis + 1 :]
+    return TupleType((TensorType(shape, x.dtype),) * count)
+
+
+def dynamic_squeeze(x: ExprLike, axes: ExprLike) -> Call:
+    """``x`` without the axes of size 1 listed in ``axes``, a 1-d int tensor read at run time."""
+    return call(ops.dynamic_squeeze, as_expr(x), as_expr(axes))
+
+
+def dynamic_unsqueeze(x: ExprLike, axes: ExprLike) -> Call:
+    """``x`` with new axes of size 1 at the positions of the result in ``axes``, read at run
+    time (ONNX Unsqueeze)."""
+    return call(ops.dynamic_unsqueeze, as_expr(x), as_expr(axes))
+
+
+def dynamic_split(x: ExprLike, sizes: ExprLike, axis: int, count: int) -> Call:
+    """``x`` cut along ``axis`` into ``count`` pieces of the sizes in ``sizes``, a 1-d int
+    tensor read at run time that must add up to the axis."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise IRError(f"dynamic_split: count must be a positive int, got {count!r}")
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise IRError(f"dynamic_split: axis must be an int, got {axis!r}")
+    return call(ops.dynamic_split, as_expr(x), as_expr(sizes), axis=axis, count=count)

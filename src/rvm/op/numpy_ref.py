@@ -1186,3 +1186,36 @@ def dynamic_resize(x, roi, scales, sizes, axes=None, keep_aspect_ratio_policy="s
             raise ValueError(f"dynamic_resize: roi must have {2 * n} values, got {roi}")
         roi = _spread_axes(roi[:n], axes, [0.0] * rank) + _spread_axes(roi[n:], axes, [1.0] * rank)
     return resize(x, tuple(out), tuple(full), roi if crop else None, **attrs)
+
+
+def _run_time_axes(op, axes, ndim):
+    picked = [int(a) for a in np.ravel(axes).tolist()]
+    normal = [a + ndim if a < 0 else a for a in picked]
+    if any(not 0 <= a < ndim for a in normal) or len(set(normal)) != len(normal):
+        raise ValueError(f"{op}: bad axes {picked} for rank {ndim}")
+    return tuple(normal)
+
+
+def dynamic_squeeze(x, axes):
+    """np.squeeze over the run-time ``axes``, which must have size 1."""
+    picked = _run_time_axes("dynamic_squeeze", axes, x.ndim)
+    if any(x.shape[a] != 1 for a in picked):
+        raise ValueError(f"dynamic_squeeze: axes {list(picked)} of shape {x.shape} are not all 1")
+    return np.squeeze(x, picked).copy()
+
+
+def dynamic_unsqueeze(x, axes):
+    """np.expand_dims at the run-time ``axes`` of the result."""
+    picked = [int(a) for a in np.ravel(axes).tolist()]
+    return np.expand_dims(x, _run_time_axes("dynamic_unsqueeze", picked, x.ndim + len(picked)))
+
+
+def dynamic_split(x, sizes, axis, count):
+    """``x`` cut along ``axis`` into pieces of the run-time ``sizes``."""
+    widths = [int(v) for v in np.ravel(sizes).tolist()]
+    if len(widths) != count or any(w < 0 for w in widths) or np.sum(widths) != x.shape[axis]:
+        raise ValueError(
+            f"dynamic_split: sizes {widths} must be {count} non-negative sizes adding up to "
+            f"{x.shape[axis]}"
+        )
+    return tuple(np.ascontiguousarray(p) for p in np.split(x, np.cumsum(widths)[:-1], axis))

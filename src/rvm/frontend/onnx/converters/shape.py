@@ -111,11 +111,17 @@ def _axes(ctx: NodeContext) -> list[int] | None:
 
 @converter("Squeeze", since=(1, 11, 13, *_LATEST))
 def _squeeze(ctx: NodeContext) -> Expr:
+    if ctx.version >= 13 and ctx.optional(1) is not None and ctx.const(1) is None:
+        axes = ctx.emit(op.cast(ctx.input(1), "int64"))  # read at run time
+        return ctx.emit(op.dynamic_squeeze(ctx.input(0), axes))
     return ctx.emit(op.squeeze(ctx.input(0), _axes(ctx)))
 
 
 @converter("Unsqueeze", since=(1, 11, 13, *_LATEST))
 def _unsqueeze(ctx: NodeContext) -> Expr:
+    if ctx.version >= 13 and ctx.const(1) is None:
+        axes_ = ctx.emit(op.cast(ctx.input(1), "int64"))  # read at run time
+        return ctx.emit(op.dynamic_unsqueeze(ctx.input(0), axes_))
     axes = _axes(ctx)
     if not axes:
         ctx.fail("needs axes")

@@ -44,6 +44,10 @@ def _split(ctx: NodeContext) -> list:
     x = ctx.input(0)
     shape = ctx.shape(x)
     axis = ctx.attr("axis", 0) % len(shape)
+    if ctx.version >= 13 and ctx.optional(1) is not None and ctx.const(1) is None:
+        sizes_ = ctx.emit(op.cast(ctx.input(1), "int64"))  # read at run time
+        pieces = ctx.emit(op.dynamic_split(x, sizes_, axis, len(ctx.node.output)))
+        return [ctx.emit(TupleGetItem(pieces, i)) for i in range(len(ctx.node.output))]
     sizes = ctx.attr("split", None) if ctx.version < 13 else ctx.ints(1, "split")
     count = len(ctx.node.output)
     if not sizes and ctx.version >= 18:
