@@ -94,10 +94,11 @@ class RvmBackendRep(BackendRep):
 class RvmBackend(Backend):
     """rvm behind ONNX's backend interface; ``kernels`` picks the kernel backend.
 
-    With ``specialize`` set, a model that rvm cannot import because a value it needs at
-    import (axes, a target shape, pads...) is a graph input gets its integer graph inputs
-    bound as constants to the values of each run (``RvmBackendRep.frozen``), and so do float
-    inputs that only feed parameter slots (Resize's scales and roi, Range's bounds).
+    With ``specialize`` set, a model that rvm cannot import as it is (a value it needs at
+    import, such as an axis, is a graph input; or a shape computed from one leaves a rank
+    unknown) gets its integer graph inputs bound as constants to the values of each run
+    (``RvmBackendRep.frozen``), and so do float inputs that only feed parameter slots
+    (Resize's scales and roi, Range's bounds).
     """
 
     kernels = "numpy"
@@ -111,7 +112,7 @@ class RvmBackend(Backend):
             return RvmBackendRep(model, cls.kernels)
         except OnnxImportError as err:
             frozen = _parameter_inputs(model)
-            if not (cls.specialize and frozen and "known at import" in str(err)):
+            if not (cls.specialize and frozen):
                 raise
         return RvmBackendRep(model, cls.kernels, frozen)
 
