@@ -126,3 +126,28 @@ def test_inconsistent_past_is_an_error():
     feeds["attention_mask"] = feeds["attention_mask"][:, 1:]
     with pytest.raises(VMError, match="broadcast|shape"):
         vm["main"](*[feeds[i.name] for i in session.get_inputs()])
+
+
+@pytest.mark.slow
+def test_export_script_reproduces_the_models(tmp_path):
+    """scripts/export_transformers.py (the ``export`` extra) writes models that import and
+    match ONNX Runtime; the committed files came from it."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("optimum.exporters.onnx")
+    import runpy
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts")
+    exporter = runpy.run_path(os.path.join(script, "export_transformers.py"))
+    exporter["main"](["--out", str(tmp_path)])
+    for name in MODELS:
+        path = tmp_path / f"{name}.onnx"
+        assert path.stat().st_size <= 2_000_000
+        model = onnx.load(str(path))
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = _feeds(session, 2, 3, 2 if name in WITH_PAST else 0, 0)
+        vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model), kernels="numpy"))
+        out = vm["main"](*[feeds[i.name] for i in session.get_inputs()])
+        out = list(out) if isinstance(out, tuple) else [out]
+        for got, want in zip(out, session.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
