@@ -98,7 +98,10 @@ class _KernelSource:
         if fn is None or getattr(fn, "__module__", None) != numpy_ref.__name__:
             raise IRError(f"kernel {self.name}: op {op.name} has no numpy_ref implementation")
         args = [self.atom(a) for a in call.args]
-        for key, value in call.attrs.items():
+        attrs = dict(call.attrs)
+        if op.name == "reshape":
+            attrs["shape"] = _inferred(attrs["shape"], dims)
+        for key, value in attrs.items():
             args.append(f"{key}={self._attr(value, dims)}")
         return f"{LIBRARY_NAME}.{fn.__name__}({', '.join(args)})"
 
@@ -140,8 +143,8 @@ class _KernelSource:
                 continue
             lines.append(f"    t{i} = {self.call(b.value, dims)}")
         res = self.atom(result)
-        if style == "return":
-            lines.append(f"    return {res}")
+        if style == "return":  # C order: a jit kernel may read it next
+            lines.append(f"    return {LIBRARY_NAME}._contiguous({res})")
         elif self._run_time_shapes(bindings):  # no silent broadcast into the planned output
             store = f"{LIBRARY_NAME}._store_exact"
             if outs == 1:
@@ -153,6 +156,15 @@ class _KernelSource:
         else:
             lines += [f"    out{i}[...] = {res}[{i}]" for i in range(outs)]
         return "\n".join(self.consts + lines) + "\n"
+
+
+def _inferred(shape: tuple, dims: dict[str, str]) -> tuple:
+    """A reshape's target with its one dim that no parameter gives (a name the input types do
+    not carry once passes re-infer them) left to NumPy to infer, as a -1."""
+    missing = [i for i, d in enumerate(shape) if isinstance(d, str) and d not in dims]
+    if len(missing) == 1 and -1 not in shape:
+        return tuple(-1 if i == missing[0] else d for i, d in enumerate(shape))
+    return shape
 
 
 def _array_source(data: np.ndarray) -> str:

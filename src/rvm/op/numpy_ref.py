@@ -1002,6 +1002,15 @@ def shape_of(x):
     return np.array(np.shape(x), dtype=np.int64)
 
 
+def _contiguous(value):
+    """``value`` (an array or a tuple of them) in C order, copied only where it is not."""
+    if isinstance(value, tuple):
+        return tuple(_contiguous(v) for v in value)
+    if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+        return value.copy(order="C")
+    return value
+
+
 def _store_exact(out, value):
     """``out[...] = value`` where ``value`` must have ``out``'s shape (no broadcasting): a
     result whose shape was computed at run time, written into an output planned from types."""

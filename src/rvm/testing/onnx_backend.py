@@ -110,7 +110,7 @@ class RvmBackend(Backend):
 
         try:
             return RvmBackendRep(model, cls.kernels)
-        except OnnxImportError as err:
+        except OnnxImportError:
             frozen = _parameter_inputs(model)
             if not (cls.specialize and frozen):
                 raise

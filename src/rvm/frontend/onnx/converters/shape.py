@@ -31,7 +31,7 @@ def target_shape(ctx: NodeContext, i: int, what: str) -> list:
     """
     known = ctx.shape_value(i)
     if known is not None and known.ndim == 1:
-        return [d if d is None or isinstance(d, str) else int(d) for d in known]
+        return [ctx.emitter.dims.dim(d) for d in known]
     shape = ctx.shape(ctx.input(i))
     if len(shape) != 1 or not isinstance(shape[0], int):
         ctx.fail(f"the {what} (input {i}) must be a 1-d tensor of known length, got {shape}")
@@ -76,7 +76,11 @@ def _reshape(ctx: NodeContext) -> Expr:
             for i, d in enumerate(dims)
         ]
     unknown = [i for i, d in enumerate(dims) if d is None]
-    if len(unknown) + dims.count(-1) <= 1:
+    # A static reshape's kernel finds the named dims of its target on its input: a name the
+    # input does not carry (``(b, seq, 64)`` from ``(b, 4, ?, 16)``) is read from the shape
+    # tensor at run time instead, and checked against the name's size.
+    foreign = any(isinstance(d, str) and d not in src for d in dims)
+    if len(unknown) + dims.count(-1) <= 1 and not foreign:
         if unknown:
             dims[unknown[0]] = -1
         return ctx.emit(op.reshape(x, dims))
@@ -193,13 +197,16 @@ def _range(ctx: NodeContext) -> Expr:
         return ctx.emit(op.arange(start, limit, delta, dtype=dtype))
     if dtype is None:
         ctx.fail("the bounds' dtype must be known at import")
-    # Bounds computed at run time; the length is known when they count up from 0 by 1 to a
-    # dimension (``Range(0, Shape(x)[1], 1)``, the positions of a sequence).
+    # Bounds computed at run time; the length is known when they count up by 1 and the
+    # difference is a dimension (``Range(0, Shape(x)[1], 1)``, ``Range(past, past + seq)``).
     known = [ctx.shape_value(i) for i in range(3)]
     length = None
     if all(k is not None and k.ndim == 0 for k in known):
         start, limit, delta = (k.item() for k in known)
-        if start == 0 and delta == 1 and isinstance(limit, str):
-            length = limit
+        if delta == 1:
+            count = ctx.emitter.dims.subtract(limit, start)
+            length = ctx.emitter.dims.dim(count)
+            if isinstance(length, int):
+                length = None  # bounds that are no constants (a sum that might be negative)
     start, limit, delta = (ctx.emit(op.reshape(ctx.input(i), ())) for i in range(3))
     return ctx.emit(op.dynamic_arange(start, limit, delta, dtype, length))
