@@ -107,6 +107,18 @@ def test_numpy_kernels_match_ort(name, exec_mode):
     _check(name, "numpy", exec_mode)
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_interpreter_matches_ort(name):
+    """rvm.interpret runs the run-time shape ops by their references, names resolved."""
+    session = _session(name)
+    feeds = _feeds(session, 2, 3, 2 if name in WITH_PAST else 0, 7)
+    mod = rvm.from_onnx(onnx.load(_path(name)))
+    out = rvm.interpret(mod, "main", *[feeds[i.name] for i in session.get_inputs()])
+    out = list(out) if isinstance(out, tuple) else [out]
+    for got, want in zip(out, session.run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_llama_jit_matches_ort(exec_mode):
     _check("llama_with_past", "jit", exec_mode)
 
