@@ -24,6 +24,7 @@ from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.functor import ExprVisitor
+from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.ir.types import ADTType, TensorType, TupleType, Type
 from rvm.op import effects
@@ -201,6 +202,30 @@ class FunctionCodegen:
                 pairs += [1, self.slots.setdefault(d, len(self.slots))]
         return pairs
 
+    def match_result(self, c: E.Call, dst: int) -> None:
+        """Match a kernel result allocated by its kernel (its shape depends on data: a shape
+        computed at run time, a nonzero) against the fixed dims and the parameters' symbolic
+        dims its type promises: a ShapeError when they disagree, so no later kernel runs on
+        shapes its types did not promise. Dims unknown or named by nothing bound are free."""
+        if self.heap is None:
+            return
+        ty = c.type or infer_type(c)
+        if not isinstance(ty, TensorType) or ty.shape is None:
+            return
+        pairs: list[int] = []
+        for d in ty.shape:
+            if isinstance(d, int):
+                pairs += [0, d]
+            elif isinstance(d, str) and d in self.slots:
+                pairs += [2, self.slots[d]]
+            else:
+                pairs += [3, 0]
+        if not any(pairs[k] in (0, 2) for k in range(0, len(pairs), 2)):
+            return
+        pattern = self.ctx.int_pattern(pairs)
+        context = self.ctx.string(f"{self.name}: the result of {c.args[0].name}")
+        self.fb.emit(Opcode.MATCH_SHAPE, dst, self.heap, pattern, context)
+
     # -- helpers ------------------------------------------------------------------------------
     def const_int(self, value: int) -> int:
         reg = self.fb.new_register()
@@ -328,6 +353,7 @@ class FunctionCodegen:
         elif op is vm_ops.call_alloc:
             kernel = self.ctx.kernel(c.args[0].name, "return")
             fb.emit(Opcode.CALL_PACKED, dst, kernel, self.regs_of(c.args[1:]))
+            self.match_result(c, dst)
         elif op is vm_ops.alloc_storage:
             if c.args:
                 dtype = self.load_const(self.ctx.string(a["dtype"]))

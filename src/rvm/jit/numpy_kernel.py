@@ -20,6 +20,7 @@ from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.types import TensorType, TupleType
 from rvm.op import numpy_ref, reference
+from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import KernelRecord
 
 LIBRARY_NAME = "ref"
@@ -97,7 +98,10 @@ class _KernelSource:
         if fn is None or getattr(fn, "__module__", None) != numpy_ref.__name__:
             raise IRError(f"kernel {self.name}: op {op.name} has no numpy_ref implementation")
         args = [self.atom(a) for a in call.args]
-        for key, value in call.attrs.items():
+        attrs = dict(call.attrs)
+        if op.name == "reshape":
+            attrs["shape"] = _inferred(attrs["shape"], dims)
+        for key, value in attrs.items():
             args.append(f"{key}={self._attr(value, dims)}")
         return f"{LIBRARY_NAME}.{fn.__name__}({', '.join(args)})"
 
@@ -108,6 +112,14 @@ class _KernelSource:
             parts = [dims[v] if isinstance(v, str) and v in dims else literal(v) for v in value]
             return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
         return literal(value)
+
+    @staticmethod
+    def _run_time_shapes(bindings: list) -> bool:
+        """Whether an op reads its result's shape from data at run time (`rvm.op.dynamic`):
+        its result must have the shape of the output planned from its type."""
+        return any(
+            isinstance(b.value, E.Call) and b.value.callee.name in DYNAMIC_OPS for b in bindings
+        )
 
     def build(self, style: str) -> str:
         params = [f"p{i}" for i in range(len(self.func.params))]
@@ -131,13 +143,28 @@ class _KernelSource:
                 continue
             lines.append(f"    t{i} = {self.call(b.value, dims)}")
         res = self.atom(result)
-        if style == "return":
-            lines.append(f"    return {res}")
+        if style == "return":  # C order: a jit kernel may read it next
+            lines.append(f"    return {LIBRARY_NAME}._contiguous({res})")
+        elif self._run_time_shapes(bindings):  # no silent broadcast into the planned output
+            store = f"{LIBRARY_NAME}._store_exact"
+            if outs == 1:
+                lines.append(f"    {store}(out0, {res})")
+            else:
+                lines += [f"    {store}(out{i}, {res}[{i}])" for i in range(outs)]
         elif outs == 1:
             lines.append(f"    out0[...] = {res}")
         else:
             lines += [f"    out{i}[...] = {res}[{i}]" for i in range(outs)]
         return "\n".join(self.consts + lines) + "\n"
+
+
+def _inferred(shape: tuple, dims: dict[str, str]) -> tuple:
+    """A reshape's target with its one dim that no parameter gives (a name the input types do
+    not carry once passes re-infer them) left to NumPy to infer, as a -1."""
+    missing = [i for i, d in enumerate(shape) if isinstance(d, str) and d not in dims]
+    if len(missing) == 1 and -1 not in shape:
+        return tuple(-1 if i == missing[0] else d for i, d in enumerate(shape))
+    return shape
 
 
 def _array_source(data: np.ndarray) -> str:

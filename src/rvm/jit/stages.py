@@ -79,7 +79,8 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     m, k, n = full[-2], a2[-1], full[-1]
     kb.root.lines.append(f"if {k} == 0:")
     kb.root.lines.append(f"    {ov}[...] = 0")
-    loop = Body(kb.root, None, f"elif {m} > 0 and {n} > 0:")
+    # not an elif: the loop nest may emit broadcast flags at the root before its header
+    loop = Body(kb.root, None, f"if {k} != 0 and {m} > 0 and {n} > 0:")
 
     if cblas.AVAILABLE:
         kb.imports.add("from rvm.kernels.blas import matmul")

@@ -16,6 +16,7 @@ from rvm.ir.expr import const
 from rvm.op import checks as _checks
 from rvm.op import conv as _conv
 from rvm.op import create as _create
+from rvm.op import dynamic as _dynamic
 from rvm.op import effects as _effects
 from rvm.op import einsum as _einsum
 from rvm.op import elemwise as _elemwise
@@ -32,6 +33,7 @@ from rvm.op.checks import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
 from rvm.op.create import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.dynamic import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.effects import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.einsum import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.elemwise import *  # noqa: F403 (its builders, listed in its __all__)
@@ -51,6 +53,7 @@ __all__ = ["ExprLike", "as_expr", "const", "ops", "reference"]
 __all__ += _checks.__all__
 __all__ += _conv.__all__
 __all__ += _create.__all__
+__all__ += _dynamic.__all__
 __all__ += _effects.__all__
 __all__ += _einsum.__all__
 __all__ += _elemwise.__all__

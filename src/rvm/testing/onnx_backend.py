@@ -6,9 +6,11 @@
 ``tests/frontend/onnx/test_node_suite.py``).
 
 rvm takes axes, shapes, pads and the like as static attributes, while the node suite often
-feeds them as graph inputs. `RvmSpecializingBackend` (which the suite uses) binds the integer
-graph inputs of such a model to the values of each run, as a user would freeze them, and the
-report counts the cases that pass only that way.
+feeds them as graph inputs. A shape computed at run time is read at run time (`rvm.op.dynamic`),
+but an axis or a pad still has to be known at import. `RvmBackend` feeds every input as ONNX
+Runtime does (a *plain* model); `RvmSpecializingBackend` (which the suite uses) binds the
+integer graph inputs of a model rvm cannot import that way to the values of each run, as a user
+would freeze them, and the report counts the cases that pass only that way.
 
 The same module runs the suite outside pytest, classifies each failure by its cause and
 rewrites the expected-failures file the tests read::
@@ -16,6 +18,7 @@ rewrites the expected-failures file the tests read::
     python -m rvm.testing.onnx_backend --report            # counts per failure reason
     python -m rvm.testing.onnx_backend --report --write    # also rewrite the expectations
     python -m rvm.testing.onnx_backend -k loop             # only cases whose name has "loop"
+    python -m rvm.testing.onnx_backend --report --plain    # every input fed at run time
 
 The expected-failures file has one case per line, ``test_name  # reason``, grouped by reason
 under ``## reason`` headers; blank lines and other ``#`` lines are comments.
@@ -91,10 +94,11 @@ class RvmBackendRep(BackendRep):
 class RvmBackend(Backend):
     """rvm behind ONNX's backend interface; ``kernels`` picks the kernel backend.
 
-    With ``specialize`` set, a model that rvm cannot import because a value it needs at
-    import (axes, a target shape, pads...) is a graph input gets its integer graph inputs
-    bound as constants to the values of each run (``RvmBackendRep.frozen``), and so do float
-    inputs that only feed parameter slots (Resize's scales and roi, Range's bounds).
+    With ``specialize`` set, a model that rvm cannot import as it is (a value it needs at
+    import, such as an axis, is a graph input; or a shape computed from one leaves a rank
+    unknown) gets its integer graph inputs bound as constants to the values of each run
+    (``RvmBackendRep.frozen``), and so do float inputs that only feed parameter slots
+    (Resize's scales and roi, Range's bounds).
     """
 
     kernels = "numpy"
@@ -106,9 +110,9 @@ class RvmBackend(Backend):
 
         try:
             return RvmBackendRep(model, cls.kernels)
-        except OnnxImportError as err:
+        except OnnxImportError:
             frozen = _parameter_inputs(model)
-            if not (cls.specialize and frozen and "known at import" in str(err)):
+            if not (cls.specialize and frozen):
                 raise
         return RvmBackendRep(model, cls.kernels, frozen)
 
@@ -127,6 +131,21 @@ class RvmJitBackend(RvmSpecializingBackend):
     """`RvmSpecializingBackend` with native (Numba) kernels."""
 
     kernels = "jit"
+
+
+class RvmPlainJitBackend(RvmBackend):
+    """`RvmBackend` (every input fed at run time, as ONNX Runtime takes it) with native
+    (Numba) kernels."""
+
+    kernels = "jit"
+
+
+def backend_for(kernels: str = "numpy", plain: bool = False) -> type[RvmBackend]:
+    """The backend class for ``kernels`` ("numpy" or "jit"); ``plain``: never bind an input
+    as a constant (the model runs as ONNX Runtime runs it)."""
+    if plain:
+        return RvmPlainJitBackend if kernels == "jit" else RvmBackend
+    return RvmJitBackend if kernels == "jit" else RvmSpecializingBackend
 
 
 class _Compiled:
@@ -354,12 +373,12 @@ def write_expected_failures(outcomes: Iterable[Outcome], path: str = EXPECTED_FA
 
 
 def report(outcomes: Sequence[Outcome], out: Any = sys.stdout) -> None:
-    """Print pass/fail counts and the failures per reason."""
+    """Print pass/fail counts (all, and as plain models) and the failures per reason."""
     passed = sum(o.passed for o in outcomes)
     bound = sum(o.passed and o.specialized for o in outcomes)
     print(
         f"passed {passed} of {len(outcomes)} ({bound} of them with integer graph inputs "
-        "bound as constants)",
+        f"bound as constants; {passed - bound} as plain models, every input fed at run time)",
         file=out,
     )
     reasons = Counter(o.reason for o in outcomes if not o.passed)
@@ -374,8 +393,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-k", dest="pattern", default=None, help="regex on case names")
     parser.add_argument("--kernels", default="numpy", choices=("numpy", "jit"))
     parser.add_argument("--failures", action="store_true", help="list each failing case")
+    parser.add_argument(
+        "--plain", action="store_true", help="never bind an input as a constant (as ORT runs)"
+    )
     args = parser.parse_args(argv)
-    backend = RvmJitBackend if args.kernels == "jit" else RvmSpecializingBackend
+    backend = backend_for(args.kernels, args.plain)
     start = time.perf_counter()
     outcomes = [run_case(c, backend) for c in node_cases(args.pattern)]
     if args.failures:

@@ -233,10 +233,9 @@ def test_corrupt_truncated_and_invalid_models(tmp_path):
 
 
 def test_node_errors_name_the_node():
-    model, _ = single_op(
-        "Reshape", {"x": np.zeros((2, 3), np.float32), "s": np.array([3, 2], np.int64)}
-    )
-    with pytest.raises(rvm.OnnxImportError, match=r"node 'reshape_0' \(Reshape-14\).*known at"):
+    inputs = {"i": np.zeros(2, np.int64), "d": np.array(3), "v": np.zeros(2, np.float32)}
+    model, _ = single_op("OneHot", inputs)
+    with pytest.raises(rvm.OnnxImportError, match=r"node 'onehot_0' \(OneHot-11\).*known at"):
         rvm.from_onnx(model)
 
 

@@ -9,8 +9,9 @@ A converter receives a `NodeContext`: the node's attributes, its inputs as IR ex
   1-d integer tensor whose elements are known at import as ints or symbolic dimension names
   (None where unknown): ``Shape(x)`` of ``x: T[("n", 3, 224, 224)]`` is ``["n", 3, 224, 224]``.
   Structural ops (take, concat, expand_dims, squeeze, strided_slice, reshape, cast to an int,
-  sum and prod) run their reference on object arrays of those elements; arithmetic keeps a
-  name only where it provably stays that name (``n * 1``). ``Reshape`` and friends then read
+  sum and prod, where) run their reference on object arrays of those elements; arithmetic
+  (add, subtract, multiply, divide, equal, min, max) keeps sums of names exact
+  (`rvm.frontend.onnx.dims`: ``(past + seq) - past`` is ``seq``). ``Reshape`` and friends then read
   the target shape from it, so the ``Shape -> Gather -> Concat -> Reshape`` chains of torch
   exports become a static or symbolic reshape. The run-time IR is emitted too; dead code
   removes it when nothing else reads it.
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from rvm.errors import OnnxImportError
+from rvm.frontend.onnx.dims import Dims
 from rvm.ir import (
     Call,
     Constant,
@@ -79,6 +81,7 @@ class Emitter:
     def __init__(self, builder: Builder) -> None:
         self.builder = builder
         self.shape_values: dict[Expr, np.ndarray] = {}
+        self.dims = Dims()  # the arithmetic of elements, with the model's aliases for sums
 
     def emit(self, expr: Expr) -> Expr:
         """``expr`` bound to a new variable, or folded to a constant."""
@@ -148,14 +151,18 @@ class Emitter:
             if isinstance(ty, TensorType) and ty.shape is not None:
                 return np.array(list(ty.shape), dtype=object)
             return None
-        if op not in _STRUCTURAL and op not in _ARITHMETIC:
+        if op not in _STRUCTURAL and op not in _ARITHMETIC and op is not ops.where:
             return None
         args = [self._known(a) for a in call.args]
         if any(a is None for a in args) or all(isinstance(a, Constant) for a in call.args):
             return None
         try:
+            if op is ops.where:
+                out = np.frompyfunc(_choose, 3, 1)(*args)
+                return np.asarray(out, dtype=object)
             if op in _ARITHMETIC:
-                out = np.frompyfunc(_ARITHMETIC[op], 2, 1)(*args)
+                fn = _ARITHMETIC[op]
+                out = np.frompyfunc(lambda a, b: fn(self.dims, _item(a), _item(b)), 2, 1)(*args)
                 return np.asarray(out, dtype=object)
             if op is ops.cast:
                 return args[0] if call.attrs["dtype"] in INT_DTYPES else None
@@ -173,6 +180,15 @@ class Emitter:
         if isinstance(arg, Constant):
             return arg.data
         return self.shape_values.get(arg)
+
+
+def _item(x: Any) -> Any:
+    """An element as a Python value (NumPy ints from constants become ints)."""
+    if isinstance(x, np.bool_):
+        return bool(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
 
 
 def _constant_data(arg: Expr) -> Any:
@@ -199,24 +215,16 @@ def _names_dims(attrs: Any) -> bool:
     return False
 
 
-def _symbolic(int_op: Callable[[int, int], int], keep: Callable[[Any, Any], Any]):
-    """An elementwise function on known elements: ints compute, names survive ``keep``."""
-
-    def apply(a: Any, b: Any) -> Any:
-        if a is None or b is None:
-            return None
-        if isinstance(a, int) and isinstance(b, int):
-            return int_op(a, b)
-        return keep(a, b)
-
-    return apply
+def _choose(cond: Any, a: Any, b: Any) -> Any:
+    """One element of ``where(cond, a, b)``; an unknown condition knows only ``a == b``."""
+    if cond is None or not isinstance(cond, (bool, int, np.bool_, np.integer)):
+        return a if a == b and a is not None else None
+    return a if cond else b
 
 
-def _div(a: int, b: int) -> int | None:
-    if b == 0:
-        return None
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
+def _not_equal(dims: Dims, a: Any, b: Any) -> bool | None:
+    same = dims.equal(a, b)
+    return None if same is None else not same
 
 
 _STRUCTURAL = {
@@ -231,16 +239,18 @@ _STRUCTURAL = {
     ops.prod,
     ops.sum,
 }
-_ARITHMETIC = {
-    ops.add: _symbolic(lambda a, b: a + b, lambda a, b: a if b == 0 else (b if a == 0 else None)),
-    ops.subtract: _symbolic(lambda a, b: a - b, lambda a, b: a if b == 0 else None),
-    ops.multiply: _symbolic(
-        lambda a, b: a * b, lambda a, b: a if b == 1 else (b if a == 1 else None)
-    ),
-    ops.divide: _symbolic(_div, lambda a, b: a if b == 1 else None),
-    ops.floor_divide: _symbolic(
-        lambda a, b: a // b if b else None, lambda a, b: a if b == 1 else None
-    ),
+# Elementwise arithmetic on elements (`rvm.frontend.onnx.dims`): ints compute, names and sums
+# of names stay exact where they can, anything else is unknown.
+_ARITHMETIC: dict[Op, Callable[[Dims, Any, Any], Any]] = {
+    ops.add: Dims.add,
+    ops.subtract: Dims.subtract,
+    ops.multiply: Dims.multiply,
+    ops.divide: Dims.divide,
+    ops.floor_divide: Dims.floor_divide,
+    ops.equal: Dims.equal,
+    ops.not_equal: _not_equal,
+    ops.maximum: lambda dims, a, b: dims.extreme(a, b, larger=True),
+    ops.minimum: lambda dims, a, b: dims.extreme(a, b, larger=False),
 }
 
 

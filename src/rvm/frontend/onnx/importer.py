@@ -235,6 +235,8 @@ class GraphImporter:
     def _dim_name(self, name: str) -> str:
         if name not in self.dim_names:
             self.dim_names[name] = identifier(name)
+            if not name.isidentifier():  # "past + seq": that sum, computed, is this dimension
+                self.emitter.dims.alias(name, self.dim_names[name], self._dim_name)
         return self.dim_names[name]
 
     def _fresh_dim(self) -> str:

@@ -1,8 +1,10 @@
 """Image ONNX ops: Resize and Upsample, onto rvm's ``resize``; DepthToSpace and SpaceToDepth
 as reshape/transpose.
 
-rvm's resize takes the output shape and per-axis scales as attributes, so ``roi``, ``scales``
-and ``sizes`` must be constants known at import, and the input's resized axes static. The
+rvm's resize takes the output shape and per-axis scales as attributes when ``roi``, ``scales``
+and ``sizes`` are constants known at import (the input's resized axes must then be static);
+any of them known only at run time makes an ``op.dynamic_resize``, which plans the same way
+when it runs. The
 converter resolves what ONNX leaves implicit: ``axes``, ``keep_aspect_ratio_policy``, and the
 sizes ``floor(scale * size)`` that scales imply.
 """
@@ -16,7 +18,7 @@ import numpy as np
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
-from rvm.ir import Expr
+from rvm.ir import Constant, Expr
 
 
 def _floats(ctx: NodeContext, i: int, what: str) -> list[float] | None:
@@ -62,11 +64,54 @@ def _plan(ctx: NodeContext, shape: tuple, scales, sizes, axes: list[int]) -> tup
     return out, [ratios.get(a, 1.0) for a in range(rank)]
 
 
+def _run_time_inputs(ctx: NodeContext, slots: tuple[int, ...]) -> bool:
+    """Whether one of the inputs in ``slots`` is given and known only at run time."""
+    return any(ctx.optional(i) is not None and ctx.const(i) is None for i in slots)
+
+
+def _resize_run_time(ctx: NodeContext, roi_slot: int | None, scales_slot: int) -> Expr:
+    """Resize (or Upsample) whose roi, scales or sizes are read at run time."""
+    x = ctx.input(0)
+    parts = []
+    for slot, dtype in (
+        (roi_slot, "float32"),
+        (scales_slot, "float32"),
+        (scales_slot + 1, "int64"),
+    ):
+        value = None if slot is None or slot >= len(ctx.inputs) else ctx.optional(slot)
+        if value is None:
+            parts.append(Constant(np.zeros(0, dtype)))
+        else:
+            parts.append(ctx.emit(op.cast(value, dtype if dtype == "int64" else "float64")))
+    old = ctx.version < 11
+    axes = ctx.attr("axes", None)
+    y = op.dynamic_resize(
+        x,
+        *parts,
+        axes=None if axes is None else list(axes),
+        keep_aspect_ratio_policy=ctx.attr("keep_aspect_ratio_policy", "stretch"),
+        mode=ctx.attr("mode", "nearest"),
+        coordinate_transformation_mode=(
+            "asymmetric" if old else ctx.attr("coordinate_transformation_mode", "half_pixel")
+        ),
+        nearest_mode="floor" if old else ctx.attr("nearest_mode", "round_prefer_floor"),
+        cubic_coeff_a=ctx.attr("cubic_coeff_a", -0.75),
+        exclude_outside=bool(ctx.attr("exclude_outside", 0)),
+        extrapolation_value=ctx.attr("extrapolation_value", 0.0),
+        antialias=bool(ctx.attr("antialias", 0)),
+    )
+    return ctx.emit(y)
+
+
 @converter("Resize", since=(10, 11, 13, 18, 19))
 def _resize(ctx: NodeContext) -> Expr:
     x = ctx.input(0)
     shape = ctx.shape(x)
     rank = len(shape)
+    if ctx.version == 10 and _run_time_inputs(ctx, (1,)):
+        return _resize_run_time(ctx, None, 1)
+    if ctx.version > 10 and _run_time_inputs(ctx, (1, 2, 3)):
+        return _resize_run_time(ctx, 1, 2)
     if ctx.version == 10:
         roi, scales, sizes = None, _floats(ctx, 1, "scales"), None
     else:
@@ -105,6 +150,8 @@ def _resize(ctx: NodeContext) -> Expr:
 def _upsample(ctx: NodeContext) -> Expr:
     x = ctx.input(0)
     shape = ctx.shape(x)
+    if ctx.version > 7 and _run_time_inputs(ctx, (1,)):
+        return _resize_run_time(ctx, None, 1)
     scales = ctx.attr("scales") if ctx.version == 7 else _floats(ctx, 1, "scales")
     out, full = _plan(ctx, shape, list(scales), None, list(range(len(shape))))
     mode = ctx.attr("mode", "nearest")

@@ -1,9 +1,9 @@
 """Indexing, scattering and searching ONNX ops: GatherND, ScatterElements, ScatterND,
 Scatter, TopK, NonZero, Unique, Compress, Trilu, CumProd, OneHot, EyeLike and ReverseSequence.
 
-``k`` (TopK), the diagonal (Trilu), the axis (CumProd), the depth and values (OneHot) must be
-constants known at import,
-as rvm takes them as attributes. NonZero, Unique and Compress give shapes that depend on the
+``k`` (TopK), the diagonal (Trilu) and the axis (CumProd) known only at run time make the ops
+of `rvm.op.dynamic`; the depth and values (OneHot) must be constants known at import, as rvm
+takes them as attributes. NonZero, Unique and Compress give shapes that depend on the
 data (an unknown dimension in their type). EyeLike and ReverseSequence compare and gather
 positions counted along an axis (`_positions`), so their inputs need known or named sizes.
 """
@@ -66,8 +66,13 @@ def _topk_v1(ctx: NodeContext) -> list:
 
 @converter("TopK", since=(10, 11, 24))
 def _topk_v10(ctx: NodeContext) -> list:
-    k = _scalar_input(ctx, 1, "k")
     largest = bool(ctx.attr("largest", 1)) if ctx.version >= 11 else True
+    if ctx.const(1) is None:  # k read at run time
+        k = ctx.emit(op.cast(ctx.input(1), "int64"))
+        axis, sort = ctx.attr("axis", -1), bool(ctx.attr("sorted", 1))
+        pair = ctx.emit(op.dynamic_topk(ctx.input(0), k, axis, largest, sort))
+        return [ctx.emit(TupleGetItem(pair, i)) for i in range(2)]
+    k = _scalar_input(ctx, 1, "k")
     return _topk(ctx, k, largest, bool(ctx.attr("sorted", 1)))
 
 
@@ -98,6 +103,9 @@ def _compress(ctx: NodeContext) -> Expr:
 
 @converter("Trilu", since=14)
 def _trilu(ctx: NodeContext) -> Expr:
+    if ctx.optional(1) is not None and ctx.const(1) is None:  # k read at run time
+        k = ctx.emit(op.cast(ctx.input(1), "int64"))
+        return ctx.emit(op.dynamic_trilu(ctx.input(0), k, upper=bool(ctx.attr("upper", 1))))
     k = _scalar_input(ctx, 1, "k", default=0)
     return ctx.emit(op.trilu(ctx.input(0), k, upper=bool(ctx.attr("upper", 1))))
 
@@ -105,8 +113,12 @@ def _trilu(ctx: NodeContext) -> Expr:
 @converter("CumProd", since=26)
 def _cumprod(ctx: NodeContext) -> Expr:
     x = ctx.input(0)
-    axis = _scalar_input(ctx, 1, "axis")
     exclusive = bool(ctx.attr("exclusive", 0))
+    if ctx.const(1) is None:  # the axis read at run time
+        axis_ = ctx.emit(op.cast(ctx.input(1), "int64"))
+        reverse = bool(ctx.attr("reverse", 0))
+        return ctx.emit(op.dynamic_scan(x, axis_, "prod", exclusive, reverse))
+    axis = _scalar_input(ctx, 1, "axis")
     if not ctx.attr("reverse", 0):
         return ctx.emit(op.cumprod(x, axis=axis, exclusive=exclusive))
     backwards = [-1], [-(2**63)], [-1], [axis]

@@ -1,7 +1,8 @@
 """Reduction ONNX ops: ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2, ArgMax and ArgMin.
 
 Axes come from an attribute before the version that made them an input (ReduceSum 13, the
-others 18); they must be constants. ``keepdims`` defaults to 1; with
+others 18); axes known only at run time make an ``op.dynamic_reduce``. ``keepdims`` defaults
+to 1; with
 ``noop_with_empty_axes`` and no axes the input passes through.
 """
 
@@ -16,6 +17,15 @@ from rvm.ir import Expr, const
 def _reduction(fn, axes_input_since: int, before=None, after=None):
     def convert(ctx: NodeContext) -> Expr:
         x = ctx.input(0)
+        if ctx.version >= axes_input_since and _run_time_axes(ctx):
+            # axes read at run time: the rank is known from their count, the dims are not
+            noop = bool(ctx.attr("noop_with_empty_axes", 0))
+            keepdims = bool(ctx.attr("keepdims", 1))
+            axes = ctx.emit(op.cast(ctx.input(1), "int64"))
+            y = op.dynamic_reduce(
+                x if before is None else before(x), axes, fn.__name__, keepdims, noop
+            )
+            return ctx.emit(y if after is None else after(y))
         if ctx.version >= axes_input_since:
             axes = ctx.ints(1, "axes")
         else:
@@ -29,6 +39,11 @@ def _reduction(fn, axes_input_since: int, before=None, after=None):
         return ctx.emit(y if after is None else after(y))
 
     return convert
+
+
+def _run_time_axes(ctx: NodeContext) -> bool:
+    """Whether the axes input is given and known only at run time."""
+    return ctx.optional(1) is not None and ctx.const(1) is None
 
 
 def _square(x: Expr) -> Expr:

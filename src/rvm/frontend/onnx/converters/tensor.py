@@ -1,8 +1,10 @@
 """Tensor ONNX ops: Transpose, Concat, Split, Slice, Gather, GatherElements, Identity, Tile, Pad
 and CumSum.
 
-Indices, starts, sizes and pads must be constants known at import (rvm takes them as static
-attributes); values computed from ``Shape`` count when they are fully known ints.
+Indices, starts and sizes must be constants known at import (rvm takes them as static
+attributes); values computed from ``Shape`` count when they are fully known ints. Slice bounds,
+Tile's repeats, Pad's pads and CumSum's axis known only at run time make the ops of
+`rvm.op.dynamic`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
-from rvm.ir import Expr, TupleGetItem
+from rvm.ir import Constant, Expr, TupleGetItem
 from rvm.op.manipulate import PAD_MODES
 
 _LATEST = (21, 23, 24, 25)  # versions that only add types rvm lacks (float8, int4, ...)
@@ -42,6 +44,10 @@ def _split(ctx: NodeContext) -> list:
     x = ctx.input(0)
     shape = ctx.shape(x)
     axis = ctx.attr("axis", 0) % len(shape)
+    if ctx.version >= 13 and ctx.optional(1) is not None and ctx.const(1) is None:
+        sizes_ = ctx.emit(op.cast(ctx.input(1), "int64"))  # read at run time
+        pieces = ctx.emit(op.dynamic_split(x, sizes_, axis, len(ctx.node.output)))
+        return [ctx.emit(TupleGetItem(pieces, i)) for i in range(len(ctx.node.output))]
     sizes = ctx.attr("split", None) if ctx.version < 13 else ctx.ints(1, "split")
     count = len(ctx.node.output)
     if not sizes and ctx.version >= 18:
@@ -93,7 +99,24 @@ def _gather_elements(ctx: NodeContext) -> Expr:
 
 @converter("Tile", since=(6, 13))
 def _tile(ctx: NodeContext) -> Expr:
-    return ctx.emit(op.tile(ctx.input(0), ctx.ints(1, "repeats")))
+    x = ctx.input(0)
+    if ctx.const(1) is not None:
+        return ctx.emit(op.tile(x, ctx.ints(1, "repeats")))
+    known = ctx.shape_value(1)
+    src = ctx.shape(x)
+    reps = list(known) if known is not None and known.ndim == 1 else [None] * len(src)
+    dims = [_tiled_dim(d, r) for d, r in zip(src, reps)]
+    counts = ctx.emit(op.cast(ctx.input(1), "int64"))
+    return ctx.emit(op.dynamic_tile(x, counts, dims))
+
+
+def _tiled_dim(dim, rep):
+    """The known size of ``dim`` repeated ``rep`` times (None: known only at run time)."""
+    if rep == 1 or dim == 1:
+        return dim if rep == 1 else rep
+    if isinstance(dim, int) and isinstance(rep, int):
+        return dim * rep
+    return 0 if dim == 0 or rep == 0 else None
 
 
 @converter("Pad", since=2)
@@ -106,6 +129,11 @@ def _pad_v2(ctx: NodeContext) -> Expr:
 @converter("Pad", since=(11, 13, 18, 19, *_LATEST))
 def _pad_v11(ctx: NodeContext) -> Expr:
     x, value = ctx.input(0), ctx.optional(2)
+    if ctx.const(1) is None:  # pads read at run time (negative ones crop)
+        pads = ctx.emit(op.cast(ctx.input(1), "int64"))
+        fill = value if value is not None else Constant(np.zeros((), _dtype_of(ctx, x)))
+        axes = ctx.ints(3, "axes")
+        return ctx.emit(op.dynamic_pad(x, pads, fill, axes, mode=_pad_mode(ctx)))
     widths = _pad_widths(ctx, x, ctx.ints(1, "pads"), ctx.ints(3, "axes"))
     mode = _pad_mode(ctx)
     if value is None or mode != "constant" or ctx.const(2) is not None:
@@ -115,6 +143,14 @@ def _pad_v11(ctx: NodeContext) -> Expr:
     # the input's shape is False (the mask folds to a constant when the shape is static).
     mask = op.pad(op.full(ctx.shape(x), True, "bool"), widths, False)
     return ctx.emit(op.where(mask, op.pad(x, widths), op.reshape(value, ())))
+
+
+def _dtype_of(ctx: NodeContext, x: Expr) -> str:
+    """The dtype of tensor ``x``, which must be known."""
+    dtype = ctx.type(x).dtype
+    if dtype is None:
+        ctx.fail("needs an input of known dtype")
+    return dtype
 
 
 def _pad_mode(ctx: NodeContext) -> str:
@@ -144,6 +180,10 @@ def _pad_widths(
 @converter("CumSum", since=(11, 14))
 def _cumsum(ctx: NodeContext) -> Expr:
     x = ctx.input(0)
+    if ctx.const(1) is None:  # the axis read at run time
+        axis_ = ctx.emit(op.cast(ctx.input(1), "int64"))
+        flags = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
+        return ctx.emit(op.dynamic_scan(x, axis_, "sum", *flags))
     axis = ctx.ints(1, "axis")
     if axis is None or len(axis) != 1:
         ctx.fail("axis must be a constant scalar")
