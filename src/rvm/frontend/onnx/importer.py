@@ -35,6 +35,7 @@ from rvm.frontend.onnx.functions import (
 )
 from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
+from rvm.frontend.onnx.signature import check_inputs, check_outputs
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
 from rvm.ir.module import ADTDef
@@ -254,8 +255,12 @@ class GraphImporter:
         inputs = [
             self._lookup(scope, n, f"input of node {label!r}:") if n else None for n in node.input
         ]
+        where = f"node {label!r} ({node.op_type}-{version})"
+        types = check_inputs(node, version, domain, inputs, where)
         if conv is None:
-            self._bind_outputs(node, scope, self.expand(node, scope, inputs, label))
+            outs = self.expand(node, scope, inputs, label)
+            check_outputs(types, node, outs)
+            self._bind_outputs(node, scope, outs)
             return
         attrs = parse_attributes(node)
         ctx = NodeContext(node, version, attrs, inputs, self.emitter, self, scope)
@@ -264,15 +269,14 @@ class GraphImporter:
         except OnnxImportError:
             raise
         except RVMError as err:
-            raise OnnxImportError(f"node {label!r} ({node.op_type}-{version}): {err}") from None
+            raise OnnxImportError(f"{where}: {err}") from None
         except Exception as err:  # a converter meeting a malformed node: an error, not a crash
-            raise OnnxImportError(
-                f"node {label!r} ({node.op_type}-{version}): {type(err).__name__}: {err}"
-            ) from err
+            raise OnnxImportError(f"{where}: {type(err).__name__}: {err}") from err
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for i, name in enumerate(node.output):
             if name and (i >= len(results) or results[i] is None):
                 ctx.fail(f"rvm cannot produce output {i} ({name!r})")
+        check_outputs(types, node, results)
         self._bind_outputs(node, scope, results)
 
     @staticmethod
