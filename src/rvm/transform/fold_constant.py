@@ -18,11 +18,14 @@ call runs the primitive's body binding by binding with the op references.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import RVMError
+from rvm.ir import TensorType, TupleType, infer_type
 from rvm.ir import expr as E
 from rvm.ir.functor import ExprMutator
 from rvm.ir.module import IRModule
@@ -115,6 +118,20 @@ def _nbytes(value: Value) -> int:
     return int(value.nbytes)
 
 
+def _static_nbytes(call: E.Call) -> int:
+    """The bytes of ``call``'s result when its type is static, else 0."""
+    try:
+        ty = infer_type(call)
+    except RVMError:
+        return 0
+    fields = ty.fields if isinstance(ty, TupleType) else (ty,)
+    total = 0
+    for f in fields:
+        if isinstance(f, TensorType) and f.is_static and f.dtype is not None:
+            total += math.prod(f.shape) * numpy_dtype(f.dtype).itemsize  # type: ignore[arg-type]
+    return total
+
+
 class _Folder(ExprMutator):
     """Substitutes constants for variables and folds bindings, in program order."""
 
@@ -158,6 +175,9 @@ class _Folder(ExprMutator):
         args = [_const_value(self.tuples.get(a, a)) for a in value.args]  # type: ignore
         if any(a is None for a in args):
             return None
+        limit = max(MAX_GROWTH_BYTES, sum(_nbytes(a) for a in args))
+        if _static_nbytes(value) > limit:
+            return None  # known too large before evaluating it
         try:
             if isinstance(value.callee, E.Op):
                 out = _as_value(_reference(value.callee)(*args, **value.attrs))
@@ -166,6 +186,6 @@ class _Folder(ExprMutator):
         except Exception as err:  # noqa: BLE001 - a call we cannot evaluate stays a call
             logger.debug("fold_constant: keeping a call: %s: %s", type(err).__name__, err)
             return None
-        if _nbytes(out) > max(MAX_GROWTH_BYTES, sum(_nbytes(a) for a in args)):
+        if _nbytes(out) > limit:
             return None
         return _as_expr(out)

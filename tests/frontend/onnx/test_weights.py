@@ -331,6 +331,11 @@ def _data_up(path) -> None:
     _set_entry("location", "../w.bin")(path)
 
 
+def _hard_link(path) -> None:
+    """w.bin gets a second name (as a link to a file elsewhere would look)."""
+    os.link(path.parent / "w.bin", path.parent.parent / "alias")
+
+
 def _truncate_data(path) -> None:
     os.truncate(path.parent / "w.bin", 40)
 
@@ -343,6 +348,7 @@ def _truncate_data(path) -> None:
         (_truncate_data, r"bytes are expected at offset \d+ of .*w.bin', which holds \d+ from"),
         (_set_entry("length", "4"), r"takes 24 bytes, but its external data length holds 4"),
         (_set_entry("offset", "-8"), r"'w_float32': External data offset must be non-negative"),
+        (_hard_link, r"its external data file .*w.bin' is a hard link \(it has 2 names\); rvm"),
     ],
 )
 def test_external_data_that_cannot_be_read_is_an_import_error(spoil, message, tmp_path):

@@ -21,11 +21,13 @@ parents', which is how If/Loop bodies capture outer values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from rvm.dtypes import numpy_dtype
 from rvm.errors import OnnxImportError
 from rvm.ir import (
     Call,
@@ -45,6 +47,11 @@ if TYPE_CHECKING:
     from rvm.ir import Builder
 
 _REQUIRED = object()
+
+FOLD_LIMIT_BYTES = 1 << 20
+"""The largest result import folds into a constant, unless an input of the call is as large:
+a larger one is computed at run time, so a small file cannot grow into a huge import
+(``ConstantOfShape([100000, 100000])`` is 40 GB of zeros)."""
 
 
 class Scope:
@@ -133,7 +140,11 @@ class Emitter:
         if any(a is None for a in arrays) or _names_dims(call.attrs) or op not in reference:
             return None
         ty = infer_type(call)
+        if _grows_past_limit(_static_nbytes(ty), arrays):
+            return None  # computed at run time, as ONNX Runtime leaves it
         out = reference[op](*arrays, **call.attrs)
+        if _grows_past_limit(_nbytes(out), arrays):
+            return None
         if isinstance(out, tuple):
             fields = ty.fields if isinstance(ty, TupleType) else (None,) * len(out)
             return Tuple(tuple(_typed_constant(o, t) for o, t in zip(out, fields)))
@@ -173,6 +184,30 @@ class Emitter:
         if isinstance(arg, Constant):
             return arg.data
         return self.shape_values.get(arg)
+
+
+def _grows_past_limit(nbytes: int | None, inputs: Sequence[Any]) -> bool:
+    """Whether a result of ``nbytes`` is too large to fold: above `FOLD_LIMIT_BYTES` and
+    larger than each of its inputs (folding never makes a large constant out of a small one)."""
+    if nbytes is None or nbytes <= FOLD_LIMIT_BYTES:
+        return False
+    return all(nbytes > _nbytes(a) for a in inputs)
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return int(np.asarray(value).nbytes)
+
+
+def _static_nbytes(ty: Any) -> int | None:
+    """The bytes of a value of type ``ty`` when its shapes are static, else None."""
+    if isinstance(ty, TupleType):
+        sizes = [_static_nbytes(f) for f in ty.fields]
+        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[misc]
+    if not isinstance(ty, TensorType) or not ty.is_static or ty.dtype is None:
+        return None
+    return math.prod(ty.shape) * numpy_dtype(ty.dtype).itemsize  # type: ignore[arg-type]
 
 
 def _constant_data(arg: Expr) -> Any:

@@ -1,13 +1,18 @@
-"""Reduction ONNX ops: ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2, ArgMax and ArgMin.
+"""Reduction ONNX ops: ReduceSum/Mean/Max/Min/Prod/SumSquare/L1/L2/LogSum/LogSumExp, ArgMax
+and ArgMin.
 
 Axes come from an attribute before the version that made them an input (ReduceSum 13, the
 others 18); they must be constants. ``keepdims`` defaults to 1; with
-``noop_with_empty_axes`` and no axes the input passes through.
+``noop_with_empty_axes`` and no axes the input passes through. ReduceLogSumExp subtracts the
+largest element before ``exp`` (where it is finite), so large inputs do not overflow.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from rvm import op
+from rvm.dtypes import dtype_kind
 from rvm.frontend.onnx.context import NodeContext
 from rvm.frontend.onnx.registry import converter
 from rvm.ir import Expr, const
@@ -16,19 +21,47 @@ from rvm.ir import Expr, const
 def _reduction(fn, axes_input_since: int, before=None, after=None):
     def convert(ctx: NodeContext) -> Expr:
         x = ctx.input(0)
-        if ctx.version >= axes_input_since:
-            axes = ctx.ints(1, "axes")
-        else:
-            axes = ctx.attr("axes", None)
-        if not axes:
-            if ctx.attr("noop_with_empty_axes", 0):
-                return x
-            axes = None
+        axes = _axes(ctx, axes_input_since)
+        if axes == ():
+            return x
         keepdims = bool(ctx.attr("keepdims", 1))
         y = fn(x if before is None else before(x), axis=axes, keepdims=keepdims)
         return ctx.emit(y if after is None else after(y))
 
     return convert
+
+
+def _axes(ctx: NodeContext, axes_input_since: int) -> list[int] | tuple | None:
+    """The axes to reduce (None: all of them), or () when the input passes through."""
+    if ctx.version >= axes_input_since:
+        axes = ctx.ints(1, "axes")
+    else:
+        axes = ctx.attr("axes", None)
+    if not axes:
+        return () if ctx.attr("noop_with_empty_axes", 0) else None
+    return list(axes)
+
+
+def _log_sum_exp(ctx: NodeContext) -> Expr:
+    x = ctx.input(0)
+    dtype = ctx.type(x).dtype
+    if dtype is None or dtype_kind(dtype) != "f":
+        ctx.fail(f"rvm computes it on floats, got {dtype}")
+    axes = _axes(ctx, 18)
+    if axes == ():
+        return x
+    keepdims = bool(ctx.attr("keepdims", 1))
+
+    def shift(keep: bool) -> Expr:  # the largest element where finite, else 0
+        m = op.max(x, axis=axes, keepdims=keep)
+        finite = op.less(op.abs(m), const(np.inf, dtype))
+        return op.where(finite, m, const(0.0, dtype))
+
+    total = op.sum(op.exp(op.subtract(x, shift(True))), axis=axes, keepdims=keepdims)
+    return ctx.emit(op.add(op.log(total), shift(keepdims)))
+
+
+converter("ReduceLogSumExp", since=(1, 11, 13, 18))(_log_sum_exp)
 
 
 def _square(x: Expr) -> Expr:
@@ -43,6 +76,7 @@ converter("ReduceProd", since=(1, 11, 13, 18))(_reduction(op.prod, 18))
 converter("ReduceSumSquare", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=_square))
 converter("ReduceL1", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=op.abs))
 converter("ReduceL2", since=(1, 11, 13, 18))(_reduction(op.sum, 18, before=_square, after=op.sqrt))
+converter("ReduceLogSum", since=(1, 11, 13, 18))(_reduction(op.sum, 18, after=op.log))
 
 
 def _arg(fn):
