@@ -182,3 +182,18 @@ def test_reduce_log_sum_exp_matches_ort():
         check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=opset))
         check_ort(*single_op("ReduceLogSum", {"x": np.abs(x) + 1}, opset=opset, axes=[2]))
     check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=18, initializers=axes))
+
+
+def test_graph_outputs_must_have_their_declared_types():
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    x = [("x", TensorProto.FLOAT, [2, 3])]
+    for out, message in [
+        ((TensorProto.DOUBLE, [2, 3]), "graph output 'y' is declared float64, but its value is "),
+        ((TensorProto.FLOAT, [2, 4]), r"'y' is declared of shape \(2, 4\), but its value has \(2,"),
+        ((TensorProto.FLOAT, [6]), r"'y' is declared of shape \(6,\), but its value has \(2, 3\)"),
+    ]:
+        with pytest.raises(rvm.OnnxImportError, match=message):
+            rvm.from_onnx(_model([node], x, [("y", *out)]))
+    # dims the caller fixes may re-shape a declared output; the rank and type still hold
+    mod = rvm.from_onnx(_model([node], x, [("y", TensorProto.FLOAT, [2, 3])]), {"x": (5, 3)})
+    assert rvm.ir.infer_type(mod["main"].body.body).shape == (5, 3)

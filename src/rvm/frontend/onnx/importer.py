@@ -35,7 +35,7 @@ from rvm.frontend.onnx.functions import (
 )
 from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
-from rvm.frontend.onnx.signature import check_inputs, check_outputs
+from rvm.frontend.onnx.signature import check_declared, check_inputs, check_outputs
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
 from rvm.ir.module import ADTDef
@@ -174,6 +174,9 @@ class GraphImporter:
         with self.builder.function("main", param_vars):
             self.convert_nodes(graph.node, scope)
             outs = [self._lookup(scope, o.name, "graph output") for o in graph.output]
+            for info, value in zip(graph.output, outs):
+                # dims given in shape_dict may re-shape the graph's declared outputs
+                check_declared(info, value, f"graph output {info.name!r}", dims=not shape_dict)
             self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
         mod = self.builder.get()
         attrs = {**mod.attrs, "onnx_input_names": origin}

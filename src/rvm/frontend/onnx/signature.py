@@ -6,7 +6,8 @@ the whole node. ``Add(float32, int64)`` binds ``T`` twice and ``Add(float32, boo
 ``T`` a type it does not allow: ONNX declares such a model invalid and ONNX Runtime refuses it.
 rvm checks each node before converting it (`check_inputs`), with one rule for every op, and the
 outputs the converter produced after (`check_outputs`), so no conversion can silently change a
-declared type.
+declared type; the graph's outputs must have the types and static dims they declare
+(`check_declared`).
 
 Only tensor values are checked (sequences and optionals are rvm data types, checked by their
 converters), and only nodes with a schema (a model's local functions have none).
@@ -159,3 +160,29 @@ def check_outputs(binder: _Binder | None, node: Any, results: Sequence[Expr | No
         formal, actual = _formal_of(binder.sig.outputs, i), _type_str(value)
         if name and formal is not None and actual is not None:
             binder.check(formal, actual, f"rvm's output {i} ({name!r})")
+
+
+def check_declared(info: Any, value: Expr, what: str, dims: bool = True) -> None:
+    """Refuse ``value`` when it contradicts its ValueInfo ``info``: another element type, rank
+    or (with ``dims``) static dimension (ONNX Runtime refuses such a graph output too)."""
+    from rvm.frontend.onnx.weights import np_dtype
+
+    if not info.type.HasField("tensor_type"):
+        return
+    tt = info.type.tensor_type
+    ty = infer_type(value)
+    if not isinstance(ty, TensorType):
+        raise OnnxImportError(f"{what} is declared a tensor, but its value is {ty}")
+    declared = np_dtype(tt.elem_type, what)
+    if ty.dtype is not None and ty.dtype != declared:
+        raise OnnxImportError(f"{what} is declared {declared}, but its value is {ty.dtype}")
+    if not tt.HasField("shape") or ty.shape is None:
+        return
+    declared_dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    clash = len(declared_dims) != len(ty.shape) or any(
+        dims and isinstance(a, int) and b is not None and a != b
+        for a, b in zip(ty.shape, declared_dims)
+    )
+    if clash:
+        shown = tuple("?" if d is None else d for d in declared_dims)
+        raise OnnxImportError(f"{what} is declared of shape {shown}, but its value has {ty.shape}")
