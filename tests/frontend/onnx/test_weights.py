@@ -68,15 +68,14 @@ def tensor(name: str, arr: np.ndarray, raw: bool) -> TensorProto:
 
 
 def identity_model(arrays: dict[str, np.ndarray], raw: dict[str, bool]) -> onnx.ModelProto:
-    """One graph output per initializer (through Identity); ``raw[name]`` picks its storage."""
+    """One graph output per initializer (the initializer itself: no op takes every dtype);
+    ``raw[name]`` picks its storage."""
     graph = helper.make_graph(
-        [helper.make_node("Identity", [k], [f"y_{k}"]) for k in arrays],
+        [],
         "weights",
         [],
         [
-            helper.make_tensor_value_info(
-                f"y_{k}", helper.np_dtype_to_tensor_dtype(v.dtype), v.shape
-            )
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
             for k, v in arrays.items()
         ],
         [tensor(k, v, raw[k]) for k, v in arrays.items()],

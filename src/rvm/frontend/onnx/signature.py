@@ -116,9 +116,10 @@ class _Binder:
         if not any(a.startswith("tensor(") for a in allowed):
             return  # a parameter of sequences or optionals only: not a tensor's to check
         if actual not in allowed:
+            tensors = sorted(a for a in allowed if a.startswith("tensor("))
             self._fail(
                 f"{what} is {actual}, which its type {formal.type_str} does not allow "
-                f"(allowed: {', '.join(sorted(allowed))})"
+                f"(tensors allowed: {', '.join(tensors)})"
             )
         if formal.variadic and not formal.homogeneous:
             return  # each value of a heterogeneous variadic has its own type
