@@ -96,11 +96,17 @@ def _run_rvm(source: Any, data: list[np.ndarray], exec_mode: str, kernels: str) 
 
 
 def _run_ort(source: Any, data: list[np.ndarray]) -> list[np.ndarray] | None:
-    """ONNX Runtime's outputs, or None if it refuses the model or the inputs."""
+    """ONNX Runtime's outputs, or None if it refuses the model or the inputs.
+
+    A path's external data is loaded by ``onnx.load`` first: ONNX Runtime's shape inference
+    cannot read a shape kept in an external file."""
+    import onnx
     import onnxruntime
 
     try:
-        model = source if isinstance(source, (str, bytes)) else source.SerializeToString()
+        if isinstance(source, str):
+            source = onnx.load(source)
+        model = source if isinstance(source, bytes) else source.SerializeToString()
         opts = onnxruntime.SessionOptions()
         opts.log_severity_level = 4
         sess = onnxruntime.InferenceSession(model, opts, providers=["CPUExecutionProvider"])

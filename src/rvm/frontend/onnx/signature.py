@@ -163,9 +163,12 @@ def check_outputs(binder: _Binder | None, node: Any, results: Sequence[Expr | No
             binder.check(formal, actual, f"rvm's output {i} ({name!r})")
 
 
-def check_declared(info: Any, value: Expr, what: str, dims: bool = True) -> None:
-    """Refuse ``value`` when it contradicts its ValueInfo ``info``: another element type, rank
-    or (with ``dims``) static dimension (ONNX Runtime refuses such a graph output too)."""
+def check_declared(
+    info: Any, value: Expr, what: str, dims: bool = True, dtype: bool = True
+) -> None:
+    """Refuse ``value`` when it contradicts its ValueInfo ``info``: another rank, or (with
+    ``dims`` and ``dtype``) static dimension and element type. ONNX Runtime refuses such a
+    graph output too."""
     from rvm.frontend.onnx.weights import np_dtype
 
     if not info.type.HasField("tensor_type"):
@@ -175,7 +178,7 @@ def check_declared(info: Any, value: Expr, what: str, dims: bool = True) -> None
     if not isinstance(ty, TensorType):
         raise OnnxImportError(f"{what} is declared a tensor, but its value is {ty}")
     declared = np_dtype(tt.elem_type, what)
-    if ty.dtype is not None and ty.dtype != declared:
+    if dtype and ty.dtype is not None and ty.dtype != declared:
         raise OnnxImportError(f"{what} is declared {declared}, but its value is {ty.dtype}")
     if not tt.HasField("shape") or ty.shape is None:
         return
