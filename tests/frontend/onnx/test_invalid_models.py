@@ -54,7 +54,7 @@ def _split(opset, sizes=None, outputs=2, dim=3, **attrs):
     )
 
 
-@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("opset", [7, 11, 13, 18])
 @pytest.mark.parametrize(
     ("sizes", "outputs", "message"),
     [
@@ -171,17 +171,6 @@ def test_a_constant_above_the_fold_limit_is_computed_at_run_time(exec_mode):
     assert not isinstance(mod["main"].body.body, rvm.ir.Constant)
     out = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)["main"]()
     np.testing.assert_array_equal(out, np.full((rows, 256), 1.5, np.float32))
-
-
-def test_reduce_log_sum_exp_matches_ort():
-    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32) * 50
-    x[0, 0, :] = -np.inf
-    axes = {"axes": np.array([1, 2], np.int64)}
-    for opset in (11, 13):
-        check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=opset, axes=[1], keepdims=0))
-        check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=opset))
-        check_ort(*single_op("ReduceLogSum", {"x": np.abs(x) + 1}, opset=opset, axes=[2]))
-    check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=18, initializers=axes))
 
 
 def test_graph_outputs_must_have_their_declared_types():
