@@ -173,16 +173,15 @@ def test_a_constant_above_the_fold_limit_is_computed_at_run_time(exec_mode):
     np.testing.assert_array_equal(out, np.full((rows, 256), 1.5, np.float32))
 
 
-def test_graph_outputs_must_have_their_declared_types():
+def test_graph_outputs_must_have_their_declared_element_types():
     node = helper.make_node("Relu", ["x"], ["y"], name="relu")
     x = [("x", TensorProto.FLOAT, [2, 3])]
-    for out, message in [
-        ((TensorProto.DOUBLE, [2, 3]), "graph output 'y' is declared float64, but its value is "),
-        ((TensorProto.FLOAT, [2, 4]), r"'y' is declared of shape \(2, 4\), but its value has \(2,"),
-        ((TensorProto.FLOAT, [6]), r"'y' is declared of shape \(6,\), but its value has \(2, 3\)"),
-    ]:
-        with pytest.raises(rvm.OnnxImportError, match=message):
-            rvm.from_onnx(_model([node], x, [("y", *out)]))
-    # dims the caller fixes may re-shape a declared output; the rank and type still hold
-    mod = rvm.from_onnx(_model([node], x, [("y", TensorProto.FLOAT, [2, 3])]), {"x": (5, 3)})
-    assert rvm.ir.infer_type(mod["main"].body.body).shape == (5, 3)
+    with pytest.raises(rvm.OnnxImportError, match="output 'y' is declared float64, but its va"):
+        rvm.from_onnx(_model([node], x, [("y", TensorProto.DOUBLE, [2, 3])]))
+    # dims that contradict the value are tolerated, as ONNX Runtime does (with a warning)
+    mod = rvm.from_onnx(_model([node], x, [("y", TensorProto.FLOAT, [6])]))
+    assert rvm.ir.infer_type(mod["main"].body.body).shape == (2, 3)
+    # a caller's dtype_dict re-types the outputs
+    model = _model([node], x, [("y", TensorProto.FLOAT, [2, 3])])
+    mod = rvm.from_onnx(model, dtype_dict={"x": "float64"})
+    assert rvm.ir.infer_type(mod["main"].body.body).dtype == "float64"

@@ -6,7 +6,7 @@ the whole node. ``Add(float32, int64)`` binds ``T`` twice and ``Add(float32, boo
 ``T`` a type it does not allow: ONNX declares such a model invalid and ONNX Runtime refuses it.
 rvm checks each node before converting it (`check_inputs`), with one rule for every op, and the
 outputs the converter produced after (`check_outputs`), so no conversion can silently change a
-declared type; the graph's outputs must have the types and static dims they declare
+declared type; the graph's outputs must have the element types they declare
 (`check_declared`).
 
 Only tensor values are checked (sequences and optionals are rvm data types, checked by their
@@ -163,30 +163,17 @@ def check_outputs(binder: _Binder | None, node: Any, results: Sequence[Expr | No
             binder.check(formal, actual, f"rvm's output {i} ({name!r})")
 
 
-def check_declared(
-    info: Any, value: Expr, what: str, dims: bool = True, dtype: bool = True
-) -> None:
-    """Refuse ``value`` when it contradicts its ValueInfo ``info``: another rank, or (with
-    ``dims`` and ``dtype``) static dimension and element type. ONNX Runtime refuses such a
-    graph output too."""
+def check_declared(info: Any, value: Expr, what: str) -> None:
+    """Refuse ``value`` when its element type contradicts its ValueInfo ``info``, as ONNX
+    Runtime does. Declared dims that contradict it are tolerated, as ONNX Runtime does (it
+    warns, and the value's shape wins)."""
     from rvm.frontend.onnx.weights import np_dtype
 
     if not info.type.HasField("tensor_type"):
         return
-    tt = info.type.tensor_type
     ty = infer_type(value)
     if not isinstance(ty, TensorType):
         raise OnnxImportError(f"{what} is declared a tensor, but its value is {ty}")
-    declared = np_dtype(tt.elem_type, what)
-    if dtype and ty.dtype is not None and ty.dtype != declared:
+    declared = np_dtype(info.type.tensor_type.elem_type, what)
+    if ty.dtype is not None and ty.dtype != declared:
         raise OnnxImportError(f"{what} is declared {declared}, but its value is {ty.dtype}")
-    if not tt.HasField("shape") or ty.shape is None:
-        return
-    declared_dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-    clash = len(declared_dims) != len(ty.shape) or any(
-        dims and isinstance(a, int) and b is not None and a != b
-        for a, b in zip(ty.shape, declared_dims)
-    )
-    if clash:
-        shown = tuple("?" if d is None else d for d in declared_dims)
-        raise OnnxImportError(f"{what} is declared of shape {shown}, but its value has {ty.shape}")
