@@ -185,3 +185,13 @@ def test_graph_outputs_must_have_their_declared_element_types():
     model = _model([node], x, [("y", TensorProto.FLOAT, [2, 3])])
     mod = rvm.from_onnx(model, dtype_dict={"x": "float64"})
     assert rvm.ir.infer_type(mod["main"].body.body).dtype == "float64"
+
+
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMax", "ReduceLogSumExp", "ArgMax"])
+def test_reduction_flags_must_be_0_or_1(op_type):
+    # ONNX Runtime reads keepdims=-1 as false, ONNX's reference as true: refused (fuzz found it)
+    node = helper.make_node(op_type, ["x"], ["y"], keepdims=-1, name="r")
+    out = TensorProto.INT64 if op_type == "ArgMax" else TensorProto.FLOAT
+    model = _model([node], [("x", TensorProto.FLOAT, [2, 3])], [("y", out, [None, None])])
+    with pytest.raises(rvm.OnnxImportError, match="node 'r' .*attribute keepdims must be 0 or 1"):
+        rvm.from_onnx(model)

@@ -24,11 +24,20 @@ def _reduction(fn, axes_input_since: int, before=None, after=None):
         axes = _axes(ctx, axes_input_since)
         if axes == ():
             return x
-        keepdims = bool(ctx.attr("keepdims", 1))
+        keepdims = _flag(ctx, "keepdims", 1)
         y = fn(x if before is None else before(x), axis=axes, keepdims=keepdims)
         return ctx.emit(y if after is None else after(y))
 
     return convert
+
+
+def _flag(ctx: NodeContext, name: str, default: int) -> bool:
+    """A 0/1 attribute; any other value is refused (ONNX Runtime reads only 1 as true, ONNX's
+    reference any nonzero: the meaning is not defined)."""
+    value = ctx.attr(name, default)
+    if value not in (0, 1):
+        ctx.fail(f"attribute {name} must be 0 or 1, got {value}")
+    return bool(value)
 
 
 def _axes(ctx: NodeContext, axes_input_since: int) -> list[int] | tuple | None:
@@ -38,7 +47,7 @@ def _axes(ctx: NodeContext, axes_input_since: int) -> list[int] | tuple | None:
     else:
         axes = ctx.attr("axes", None)
     if not axes:
-        return () if ctx.attr("noop_with_empty_axes", 0) else None
+        return () if _flag(ctx, "noop_with_empty_axes", 0) else None
     return list(axes)
 
 
@@ -50,7 +59,7 @@ def _log_sum_exp(ctx: NodeContext) -> Expr:
     axes = _axes(ctx, 18)
     if axes == ():
         return x
-    keepdims = bool(ctx.attr("keepdims", 1))
+    keepdims = _flag(ctx, "keepdims", 1)
 
     def shift(keep: bool) -> Expr:  # the largest element where finite, else 0
         m = op.max(x, axis=axes, keepdims=keep)
@@ -83,8 +92,8 @@ def _arg(fn):
     def convert(ctx: NodeContext) -> Expr:
         x = ctx.input(0)
         axis = ctx.attr("axis", 0) % max(len(ctx.shape(x)), 1)
-        keepdims = bool(ctx.attr("keepdims", 1))
-        if not ctx.attr("select_last_index", 0):
+        keepdims = _flag(ctx, "keepdims", 1)
+        if not _flag(ctx, "select_last_index", 0):
             return ctx.emit(fn(x, axis=axis, keepdims=keepdims))
         # the last extreme: the first one along the reversed axis, counted from the end
         reverse = op.strided_slice(x, [-1], [-(2**63)], [-1], [axis])
