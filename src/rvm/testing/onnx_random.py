@@ -2,11 +2,13 @@
 
 `random_model(seed)` builds a model of 3-10 nodes over one or two float32 graph inputs of
 random static shapes: unary and binary elementwise ops (broadcasting a suffix of the shape),
-MatMul with a weight, Transpose, Reshape, Concat, Split, Softmax, the reductions (ReduceLogSumExp
-among them) with random axes and keepdims, Gather, Slice, Unsqueeze, Clip, Where and CumSum, at
-opset 13, 17 or 18 (where reductions take their axes as an input). Values stay in a range where
-float32 results agree to rtol 1e-4: division and logarithms take ``abs(x) + 1``, ``exp`` takes
-``tanh(x)``. The model passes ``onnx.checker`` and strict shape inference.
+MatMul and Gemm with a weight, Transpose, Reshape, Concat, Split, Softmax, the reductions
+(ReduceLogSumExp among them) with random axes and keepdims, Gather, Slice, Unsqueeze, Clip,
+Where, CumSum, Pad, Tile, Expand, variadic Sum/Mean/Max/Min, Pow, LayerNormalization, and a Conv
+or pool over the value reshaped to (1, C, H, W), at opset 13, 17 or 18 (where reductions take
+their axes as an input). Values stay in a range where float32 results agree to rtol 1e-4:
+division, logarithms and Pow take ``abs(x) + 1``, ``exp`` takes ``tanh(x)``. The model passes
+``onnx.checker`` and strict shape inference.
 """
 
 from __future__ import annotations
@@ -15,7 +17,23 @@ from typing import Any
 
 import numpy as np
 
-_UNARY = ("Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Floor", "Ceil", "Erf", "Sin", "Identity")
+_UNARY = (
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Abs",
+    "Neg",
+    "Floor",
+    "Ceil",
+    "Erf",
+    "Sin",
+    "Identity",
+    "Softplus",
+    "Selu",
+    "Elu",
+    "LeakyRelu",
+    "HardSigmoid",
+)
 _BINARY = ("Add", "Sub", "Mul", "Max", "Min")
 _REDUCE = (
     "ReduceSum",
@@ -141,6 +159,64 @@ def _layout(b: _Builder, x: str) -> str:
     return b.node("Softmax", [x], shape, axis=axis - rank)
 
 
+def _spatial(b: _Builder, x: str) -> str:
+    """A convolution or pool over ``x`` viewed as (1, channels, height, width)."""
+    shape = b.shapes[x]
+    size = int(np.prod(shape))
+    c = b.pick([d for d in (1, 2, 3) if size % d == 0])
+    h = b.pick([d for d in range(1, size // c + 1) if (size // c) % d == 0])
+    w = size // c // h
+    x = b.node("Reshape", [x, b.const(np.array([1, c, h, w], np.int64))], (1, c, h, w))
+    kh, kw = int(b.rng.integers(1, min(h, 3) + 1)), int(b.rng.integers(1, min(w, 3) + 1))
+    pads = [int(b.rng.integers(0, k)) for k in (kh, kw)] * 2
+    out_hw = (h + 2 * pads[0] - kh + 1, w + 2 * pads[1] - kw + 1)
+    choice = b.pick(["Conv", "MaxPool", "AveragePool", "GlobalAveragePool"])
+    if choice == "Conv":
+        k = int(b.rng.integers(1, 4))
+        weight = b.const(b.rng.standard_normal((k, c, kh, kw)).astype(np.float32) * 0.5)
+        bias = b.const(b.rng.standard_normal(k).astype(np.float32))
+        return b.node("Conv", [x, weight, bias], (1, k, *out_hw), pads=pads)
+    if choice == "GlobalAveragePool":
+        return b.node(choice, [x], (1, c, 1, 1))
+    extra = {"count_include_pad": int(b.rng.integers(2))} if choice == "AveragePool" else {}
+    return b.node(choice, [x], (1, c, *out_hw), kernel_shape=[kh, kw], pads=pads, **extra)
+
+
+def _grow(b: _Builder, x: str, values: list[str]) -> str:
+    """Pad, Tile, Expand, a variadic Sum/Mean/Max, Pow, LayerNormalization or Gemm."""
+    shape = b.shapes[x]
+    rank = len(shape)
+    choice = b.pick(["Pad", "Tile", "Expand", "Variadic", "Pow", "LayerNorm", "Gemm"])
+    if choice == "Pad" and rank:
+        pads = [int(v) for v in b.rng.integers(0, 3, size=2 * rank)]
+        mode = b.pick(["constant", "edge", "reflect"])
+        if mode == "reflect":
+            pads = [min(p, d - 1) for p, d in zip(pads, shape * 2)]
+        out = tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(shape))
+        return b.node("Pad", [x, b.const(np.array(pads, np.int64))], out, mode=mode)
+    if choice == "Tile" and rank:
+        reps = [int(v) for v in b.rng.integers(1, 3, size=rank)]
+        out = tuple(d * r for d, r in zip(shape, reps))
+        return b.node("Tile", [x, b.const(np.array(reps, np.int64))], out)
+    if choice == "Expand":
+        target = (int(b.rng.integers(1, 3)), *shape)
+        return b.node("Expand", [x, b.const(np.array(target, np.int64))], target)
+    if choice == "Variadic":
+        same = [v for v in values if b.shapes[v] == shape] or [x]
+        args = [x, *(b.pick(same) for _ in range(int(b.rng.integers(1, 3))))]
+        return b.node(b.pick(["Sum", "Mean", "Max", "Min"]), args, shape)
+    if choice == "Pow":
+        base = b.node("Add", [b.node("Abs", [x], shape), b.const(np.array(1, np.float32))], shape)
+        return b.node("Pow", [base, b.const(np.array(b.pick([0.5, 2.0, 3.0]), np.float32))], shape)
+    if choice == "LayerNorm" and rank and b.opset >= 17:
+        scale = b.const(b.rng.standard_normal(shape[-1]).astype(np.float32))
+        return b.node("LayerNormalization", [x, scale], shape, axis=-1)
+    if rank == 2:
+        w = b.const(b.rng.standard_normal((shape[1], 3)).astype(np.float32))
+        return b.node("Gemm", [x, w], (shape[0], 3), alpha=0.5)
+    return _spatial(b, x)
+
+
 def _other(b: _Builder, x: str, values: list[str]) -> str:
     shape = b.shapes[x]
     choice = b.pick(["MatMul", "Unsqueeze", "Clip", "Where", "CumSum"])
@@ -184,8 +260,10 @@ def random_model(seed: int) -> tuple[Any, list[np.ndarray]]:
             y = _binary(b, x, values)
         elif kind < 0.65:
             y = _reduce(b, x)
-        elif kind < 0.85:
+        elif kind < 0.77:
             y = _layout(b, x)
+        elif kind < 0.88:
+            y = _grow(b, x, values)
         else:
             y = _other(b, x, values)
         values.append(y)
