@@ -11,10 +11,13 @@ and a new worker goes on from the next case. Each case ends as one outcome:
 - ``ok``: rvm's outputs equal ONNX Runtime's (dtype, shape, values to rtol 1e-4);
 - ``accepted``: rvm ran a model (or inputs) ONNX Runtime refuses;
 - ``error``: rvm raised an `rvm.RVMError` (a clear error, `rvm.OnnxImportError` for a bad model);
+  ONNX Runtime then tries the model too, and ``error_ort_ran`` counts those it ran (ops or
+  cases rvm does not support, or checks stricter than ONNX Runtime's);
 - ``other``: rvm raised anything else;
 - ``wrong``: rvm's outputs differ from ONNX Runtime's;
 - ``crash`` and ``hang``: in rvm;
-- ``unchecked``: rvm ran, then ONNX Runtime crashed or hung, so nothing was compared.
+- ``unchecked``: rvm ran, then ONNX Runtime crashed or hung, so nothing was compared;
+- ``skipped``: the case could not be built (not rvm's outcome).
 
 rvm runs first and its outcome is printed before ONNX Runtime runs, so a crash of ONNX Runtime
 (it aborts on some invalid models) is never charged to rvm.
@@ -38,7 +41,7 @@ import numpy as np
 
 from rvm.testing.onnx_mutants import KINDS
 
-OUTCOMES = ("ok", "accepted", "error", "other", "wrong", "crash", "hang", "unchecked")
+OUTCOMES = ("ok", "accepted", "error", "other", "wrong", "crash", "hang", "unchecked", "skipped")
 MEMORY_LIMIT = 6 << 30  # a worker's address space: a huge allocation fails, not the machine
 
 
@@ -143,7 +146,8 @@ def _worker(cases: Sequence[tuple[str, int]], exec_modes: Sequence[str], kernels
             try:
                 what, source, model, data = _build(kind, seed, workdir)
             except Exception as err:  # the generator itself failed: not rvm's outcome
-                _emit({"case": n, "step": "skip", "detail": f"{type(err).__name__}: {err}"})
+                detail = f"{type(err).__name__}: {err}"
+                _emit({"case": n, "step": "rvm", "outcome": "skipped", "detail": detail})
                 continue
             mode = exec_modes[seed % len(exec_modes)]
             record: dict[str, Any] = {"case": n, "step": "rvm", "what": what, "mode": mode}
@@ -152,6 +156,8 @@ def _worker(cases: Sequence[tuple[str, int]], exec_modes: Sequence[str], kernels
                     actual = _run_rvm(source, data, mode, kernels)
             except rvm.RVMError as err:
                 _emit({**record, "outcome": "error", "detail": str(err)[:300]})
+                ran = data is not None and _run_ort(source, data) is not None
+                _emit({"case": n, "step": "ort", "outcome": "error", "ort": ran})
                 continue
             except Exception as err:
                 detail = f"{type(err).__name__}: {err}"[:300]
@@ -161,8 +167,7 @@ def _worker(cases: Sequence[tuple[str, int]], exec_modes: Sequence[str], kernels
             expected = _run_ort(source, data)
             reason = None if expected is None else _same(actual, expected)
             outcome = "accepted" if expected is None else "wrong" if reason else "ok"
-            _emit({"case": n, "step": "ort", "outcome": outcome, "detail": reason,
-                   "ort": expected is not None})  # fmt: skip
+            _emit({"case": n, "step": "ort", "outcome": outcome, "detail": reason})
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -187,20 +192,23 @@ def run(
     notes: list[dict[str, Any]] = []
     done = 0
     while done < len(todo):
-        results = _run_worker(todo[done:], exec_modes, kernels, timeout)
+        results, ended = _run_worker(todo[done:], exec_modes, kernels, timeout)
         for rec in results:
             counts[rec["outcome"]] += 1
-            if rec["outcome"] not in ("ok", "error"):  # the cases to look at
-                notes.append({**rec, "kind": todo[done + rec["case"]][0],
-                              "seed": todo[done + rec["case"]][1]})  # fmt: skip
-        done += max(len(results), 1)
+            if rec["outcome"] == "error" and rec.get("ort_ran"):
+                counts["error_ort_ran"] += 1
+            if rec["outcome"] != "ok" and (rec["outcome"] != "error" or rec.get("ort_ran")):
+                kind, seed = todo[done + rec["case"]]
+                notes.append({**rec, "kind": kind, "seed": seed})
+        done += ended
     return counts, notes
 
 
 def _run_worker(
     todo: Sequence[tuple[str, int]], exec_modes: Sequence[str], kernels: str, timeout: float
-) -> list[dict[str, Any]]:
-    """One worker over ``todo`` until it finishes or dies: one record per case it ended."""
+) -> tuple[list[dict[str, Any]], int]:
+    """One worker over ``todo`` until it finishes or dies: one record per case it ended, and
+    how many cases it got through (the one it died on included)."""
     args = [sys.executable, "-m", "rvm.testing.onnx_fuzz", "--worker", json.dumps(list(todo))]
     args += ["--exec-modes", ",".join(exec_modes), "--kernels", kernels]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -208,22 +216,22 @@ def _run_worker(
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
     results: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
+    current: dict[str, Any] = {"case": 0, "step": "rvm"}  # a death before case 0 is its
     buffer = b""
     deadline = time.monotonic() + timeout
     try:
         while True:
             if not sel.select(max(deadline - time.monotonic(), 0)):
-                results.append(_ended(current, "hang", f"no progress in {timeout} s"))
-                return results
+                _ended(current, results, "hang", f"no progress in {timeout} s")
+                return results, current["case"] + 1
             chunk = os.read(proc.stdout.fileno(), 1 << 16)  # type: ignore[union-attr]
             if not chunk:
                 proc.wait()
-                if current or proc.returncode:
-                    current = current or {"case": len(results), "step": "rvm"}
-                    stderr = proc.stderr.read().decode(errors="replace")[-300:]  # type: ignore
-                    results.append(_ended(current, "crash", f"exit {proc.returncode}: {stderr}"))
-                return results
+                if proc.returncode == 0:
+                    return results, len(todo)
+                stderr = proc.stderr.read().decode(errors="replace")[-300:]  # type: ignore
+                _ended(current, results, "crash", f"exit {proc.returncode}: {stderr}")
+                return results, current["case"] + 1
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
@@ -238,25 +246,27 @@ def _run_worker(
 
 
 def _step(rec: dict[str, Any], current: dict[str, Any], results: list) -> dict[str, Any]:
-    """Fold one worker line into the case in progress; return the new one."""
+    """Fold one worker line into the case in progress; return the new state of that case."""
     if rec["step"] == "start":
         return {"case": rec["case"], "step": "rvm"}
-    if rec["step"] == "skip":
-        return {}
-    if rec["step"] == "rvm" and rec["outcome"] != "ran":
-        results.append({k: rec[k] for k in ("case", "outcome", "what", "detail", "mode")})
-        return {}
-    if rec["step"] == "rvm":
-        return {**rec, "step": "ort"}
-    results.append({**current, "outcome": rec["outcome"], "detail": rec["detail"]})
-    return {}
+    if rec["step"] == "rvm":  # rvm's outcome: ONNX Runtime runs next unless it was skipped
+        keys = ("case", "outcome", "what", "detail", "mode")
+        results.append({k: rec[k] for k in keys if k in rec})
+        return {**current, "step": "ort" if rec["outcome"] != "skipped" else "done"}
+    if rec["outcome"] == "error":  # whether ONNX Runtime ran the model rvm refused
+        results[-1]["ort_ran"] = rec["ort"]
+    else:
+        results[-1].update(outcome=rec["outcome"], detail=rec["detail"])
+    return {**current, "step": "done"}
 
 
-def _ended(current: dict[str, Any], how: str, detail: str) -> dict[str, Any]:
-    """The record of a case whose worker crashed or hung: rvm's fault unless rvm had finished."""
-    if current.get("step") == "ort":
-        return {**current, "outcome": "unchecked", "detail": f"ONNX Runtime: {how}: {detail}"}
-    return {**current, "outcome": how, "detail": detail}
+def _ended(current: dict[str, Any], results: list, how: str, detail: str) -> None:
+    """Record the death of a worker in the case ``current``: rvm's crash or hang, unless rvm
+    had finished the case and ONNX Runtime was running."""
+    if current["step"] == "rvm":
+        results.append({"case": current["case"], "outcome": how, "detail": detail})
+    elif current["step"] == "ort" and results[-1]["outcome"] == "ran":
+        results[-1].update(outcome="unchecked", detail=f"ONNX Runtime: {how}: {detail}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
