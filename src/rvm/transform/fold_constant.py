@@ -18,17 +18,16 @@ call runs the primitive's body binding by binding with the op references.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import numpy as np
 
-from rvm.dtypes import numpy_dtype
 from rvm.errors import RVMError
-from rvm.ir import TensorType, TupleType, infer_type
 from rvm.ir import expr as E
+from rvm.ir import infer_type
 from rvm.ir.functor import ExprMutator
 from rvm.ir.module import IRModule
+from rvm.ir.types import static_nbytes
 
 logger = logging.getLogger("rvm.transform")
 
@@ -118,18 +117,12 @@ def _nbytes(value: Value) -> int:
     return int(value.nbytes)
 
 
-def _static_nbytes(call: E.Call) -> int:
-    """The bytes of ``call``'s result when its type is static, else 0."""
+def _known_nbytes(call: E.Call) -> int:
+    """The bytes of ``call``'s result when its type says, else 0."""
     try:
-        ty = infer_type(call)
-    except RVMError:
+        return static_nbytes(infer_type(call)) or 0
+    except Exception:  # noqa: BLE001 - a call whose type is unknown is evaluated to find out
         return 0
-    fields = ty.fields if isinstance(ty, TupleType) else (ty,)
-    total = 0
-    for f in fields:
-        if isinstance(f, TensorType) and f.is_static and f.dtype is not None:
-            total += math.prod(f.shape) * numpy_dtype(f.dtype).itemsize  # type: ignore[arg-type]
-    return total
 
 
 class _Folder(ExprMutator):
@@ -176,7 +169,7 @@ class _Folder(ExprMutator):
         if any(a is None for a in args):
             return None
         limit = max(MAX_GROWTH_BYTES, sum(_nbytes(a) for a in args))
-        if _static_nbytes(value) > limit:
+        if _known_nbytes(value) > limit:
             return None  # known too large before evaluating it
         try:
             if isinstance(value.callee, E.Op):

@@ -21,13 +21,11 @@ parents', which is how If/Loop bodies capture outer values.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from rvm.dtypes import numpy_dtype
 from rvm.errors import OnnxImportError
 from rvm.ir import (
     Call,
@@ -40,7 +38,7 @@ from rvm.ir import (
     TupleType,
     infer_type,
 )
-from rvm.ir.types import INT_DTYPES
+from rvm.ir.types import INT_DTYPES, static_nbytes
 from rvm.op import ops, reference
 
 if TYPE_CHECKING:
@@ -140,7 +138,7 @@ class Emitter:
         if any(a is None for a in arrays) or _names_dims(call.attrs) or op not in reference:
             return None
         ty = infer_type(call)
-        if _grows_past_limit(_static_nbytes(ty), arrays):
+        if _grows_past_limit(static_nbytes(ty), arrays):
             return None  # computed at run time, as ONNX Runtime leaves it
         out = reference[op](*arrays, **call.attrs)
         if _grows_past_limit(_nbytes(out), arrays):
@@ -198,16 +196,6 @@ def _nbytes(value: Any) -> int:
     if isinstance(value, (tuple, list)):
         return sum(_nbytes(v) for v in value)
     return int(np.asarray(value).nbytes)
-
-
-def _static_nbytes(ty: Any) -> int | None:
-    """The bytes of a value of type ``ty`` when its shapes are static, else None."""
-    if isinstance(ty, TupleType):
-        sizes = [_static_nbytes(f) for f in ty.fields]
-        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[misc]
-    if not isinstance(ty, TensorType) or not ty.is_static or ty.dtype is None:
-        return None
-    return math.prod(ty.shape) * numpy_dtype(ty.dtype).itemsize  # type: ignore[arg-type]
 
 
 def _constant_data(arg: Expr) -> Any:
