@@ -188,6 +188,17 @@ class AnyType(Type):
         return "Any"
 
 
+def static_nbytes(ty: Type) -> int | None:
+    """The bytes a value of ``ty`` holds (a tensor, or a tuple of them) when every shape and
+    dtype in it is known; None otherwise."""
+    if isinstance(ty, TupleType):
+        sizes = [static_nbytes(f) for f in ty.fields]
+        return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+    if not isinstance(ty, TensorType) or not ty.is_static or ty.dtype is None:
+        return None
+    return int(np.prod(ty.shape, dtype=object)) * numpy_dtype(ty.dtype).itemsize
+
+
 def tensor(shape: Shape | None, dtype: str | None) -> TensorType:
     """Shorthand for `TensorType`."""
     return TensorType(None if shape is None else tuple(shape), dtype)

@@ -478,10 +478,24 @@ def _read_glob(r: _Reader) -> tuple[list[tuple], list[ADTInfo]]:
     return heads, adts
 
 
+def _is_dtype_name(name: str) -> bool:
+    """Whether ``name`` names one of rvm's dtypes: a narrow one, or NumPy's bool, ints and
+    floats up to 64 bits, spelled as NumPy spells them."""
+    if name in NARROW_DTYPES:
+        return True
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        return False
+    return dtype.name == name and dtype.kind in "biuf" and dtype.itemsize <= 8
+
+
 def _read_spec(r: _Reader) -> ParamSpec:
     sname, skind, dtype = r.str(), r.str(), r.opt_str()
     if skind not in _SPEC_KINDS:
         r.fail(f"parameter kind {skind!r} is not one of {_SPEC_KINDS}")
+    if dtype is not None and not _is_dtype_name(dtype):
+        r.fail(f"parameter {sname!r} has an unknown dtype {dtype!r}")
     shape: tuple | None = None
     if r.take(1)[0]:
         dims: list[int | str | None] = []

@@ -24,8 +24,10 @@ import numpy as np
 
 from rvm.errors import RVMError
 from rvm.ir import expr as E
+from rvm.ir import infer_type
 from rvm.ir.functor import ExprMutator
 from rvm.ir.module import IRModule
+from rvm.ir.types import static_nbytes
 
 logger = logging.getLogger("rvm.transform")
 
@@ -115,6 +117,14 @@ def _nbytes(value: Value) -> int:
     return int(value.nbytes)
 
 
+def _known_nbytes(call: E.Call) -> int:
+    """The bytes of ``call``'s result when its type says, else 0."""
+    try:
+        return static_nbytes(infer_type(call)) or 0
+    except Exception:  # noqa: BLE001 - a call whose type is unknown is evaluated to find out
+        return 0
+
+
 class _Folder(ExprMutator):
     """Substitutes constants for variables and folds bindings, in program order."""
 
@@ -158,6 +168,9 @@ class _Folder(ExprMutator):
         args = [_const_value(self.tuples.get(a, a)) for a in value.args]  # type: ignore
         if any(a is None for a in args):
             return None
+        limit = max(MAX_GROWTH_BYTES, sum(_nbytes(a) for a in args))
+        if _known_nbytes(value) > limit:
+            return None  # known too large before evaluating it
         try:
             if isinstance(value.callee, E.Op):
                 out = _as_value(_reference(value.callee)(*args, **value.attrs))
@@ -166,6 +179,6 @@ class _Folder(ExprMutator):
         except Exception as err:  # noqa: BLE001 - a call we cannot evaluate stays a call
             logger.debug("fold_constant: keeping a call: %s: %s", type(err).__name__, err)
             return None
-        if _nbytes(out) > max(MAX_GROWTH_BYTES, sum(_nbytes(a) for a in args)):
+        if _nbytes(out) > limit:
             return None
         return _as_expr(out)

@@ -1,7 +1,10 @@
-"""Truncated and corrupted model bytes: each imports or raises an RVMError, never crashes.
+"""Fuzzing the importer: corrupted model bytes, mutated models (graph, attributes, types,
+shapes, opsets, external data) and random valid models against ONNX Runtime.
 
-The cases run in a subprocess, so a crash (a segfault in a C++ parser or checker) fails the
-test instead of taking pytest down.
+Every case either imports or raises an RVMError, never crashes or hangs; a model that imports
+runs to ONNX Runtime's results. The cases run in subprocesses, so a crash (a segfault in a C++
+parser or checker) fails the test instead of taking pytest down. ``benchmarks/fuzz.py`` runs
+the long version of the mutations and random models.
 """
 
 from __future__ import annotations
@@ -83,3 +86,15 @@ def test_truncated_and_flipped_bytes_import_or_raise_rvm_errors(weights):
     assert out.returncode == 0, f"crashed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
     assert "FAIL" not in out.stdout, out.stdout
     assert "imported" in out.stdout and "rejected" in out.stdout
+
+
+def test_mutated_and_random_models_raise_clear_errors_or_match_onnx_runtime():
+    pytest.importorskip("onnxruntime")
+    from rvm.testing.onnx_fuzz import ALL_KINDS, OUTCOMES, cases, run
+
+    counts, notes = run(cases(ALL_KINDS, 5), timeout=300)
+    assert sum(counts[k] for k in OUTCOMES) == 5 * len(ALL_KINDS), counts
+    bad = [n for n in notes if n["outcome"] not in ("error", "accepted", "unchecked")]
+    bad += [n for n in notes if n["kind"] == "random"]  # valid models: ONNX Runtime runs them
+    assert not bad, "\n".join(map(str, bad))
+    assert counts["error"] > 0 and counts["ok"] >= 5  # the random models matched

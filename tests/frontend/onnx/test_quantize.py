@@ -103,16 +103,19 @@ def test_quantize_precision_and_dequantize_output_dtype():
     check_reference(model, inputs)
 
 
-@pytest.mark.parametrize("opset", [21, 23])
-def test_quantize_divides_in_the_scales_type_since_23(opset):
-    """x = 2049 / scale 1: float16 (the scale's type, since 23) rounds it to 2048."""
+def test_quantize_divides_in_the_scales_type_since_23():
+    """x = 2049 / scale 1: float16 (the scale's type, since 23) rounds it to 2048. Before 23,
+    x and the scale must have one type (T1): the model is refused."""
     x = np.array([2049.0, 3.0, -2051.0], np.float32)
     q = {"s": np.array(1.0, np.float16), "z": np.array(0, np.int16)}
-    model, inputs = single_op("QuantizeLinear", {"x": x}, initializers=q, opset=opset)
+    model, inputs = single_op("QuantizeLinear", {"x": x}, initializers=q, opset=23)
     y = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model)))["main"](*inputs)
-    common = np.float16 if opset >= 23 else np.float32
-    np.testing.assert_array_equal(y, np.rint(x.astype(common)).astype(np.int16))
-    assert y[0] == (2048 if opset >= 23 else 2049)
+    np.testing.assert_array_equal(y, np.rint(x.astype(np.float16)).astype(np.int16))
+    assert y[0] == 2048
+    model, inputs = single_op("QuantizeLinear", {"x": x}, initializers=q, opset=21)
+    message = r"input 1 \('s'\) is tensor\(float16\), but input 0 \('x'\) is tensor\(float\)"
+    with pytest.raises(rvm.OnnxImportError, match=message):
+        rvm.from_onnx(model)
 
 
 def test_dequantize_packed_int4_and_float8_initializers(kernels):

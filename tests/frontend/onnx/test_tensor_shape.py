@@ -172,3 +172,14 @@ def test_arg_select_last_index_picks_the_last_tie(op_type, keepdims):
     expected = 4 - getattr(np, op_type.lower())(ties[:, ::-1], axis=1)
     out = run_rvm(*model)[0]
     np.testing.assert_array_equal(out if keepdims == 0 else out[:, 0], expected)
+
+
+def test_reduce_log_sum_exp_matches_ort():
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32) * 50
+    x[0, 0, :] = -np.inf
+    axes = {"axes": np.array([1, 2], np.int64)}
+    for opset in (11, 13):
+        check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=opset, axes=[1], keepdims=0))
+        check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=opset))
+        check_ort(*single_op("ReduceLogSum", {"x": np.abs(x) + 1}, opset=opset, axes=[2]))
+    check_ort(*single_op("ReduceLogSumExp", {"x": x}, opset=18, initializers=axes))

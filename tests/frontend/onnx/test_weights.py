@@ -68,15 +68,14 @@ def tensor(name: str, arr: np.ndarray, raw: bool) -> TensorProto:
 
 
 def identity_model(arrays: dict[str, np.ndarray], raw: dict[str, bool]) -> onnx.ModelProto:
-    """One graph output per initializer (through Identity); ``raw[name]`` picks its storage."""
+    """One graph output per initializer (the initializer itself: no op takes every dtype);
+    ``raw[name]`` picks its storage."""
     graph = helper.make_graph(
-        [helper.make_node("Identity", [k], [f"y_{k}"]) for k in arrays],
+        [],
         "weights",
         [],
         [
-            helper.make_tensor_value_info(
-                f"y_{k}", helper.np_dtype_to_tensor_dtype(v.dtype), v.shape
-            )
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
             for k, v in arrays.items()
         ],
         [tensor(k, v, raw[k]) for k, v in arrays.items()],
@@ -331,6 +330,11 @@ def _data_up(path) -> None:
     _set_entry("location", "../w.bin")(path)
 
 
+def _hard_link(path) -> None:
+    """w.bin gets a second name (as a link to a file elsewhere would look)."""
+    os.link(path.parent / "w.bin", path.parent.parent / "alias")
+
+
 def _truncate_data(path) -> None:
     os.truncate(path.parent / "w.bin", 40)
 
@@ -343,6 +347,7 @@ def _truncate_data(path) -> None:
         (_truncate_data, r"bytes are expected at offset \d+ of .*w.bin', which holds \d+ from"),
         (_set_entry("length", "4"), r"takes 24 bytes, but its external data length holds 4"),
         (_set_entry("offset", "-8"), r"'w_float32': External data offset must be non-negative"),
+        (_hard_link, r"its external data file .*w.bin' is a hard link \(it has 2 names\); rvm"),
     ],
 )
 def test_external_data_that_cannot_be_read_is_an_import_error(spoil, message, tmp_path):

@@ -40,13 +40,18 @@ from rvm.ir import (
     TupleType,
     infer_type,
 )
-from rvm.ir.types import INT_DTYPES
+from rvm.ir.types import INT_DTYPES, static_nbytes
 from rvm.op import ops, reference
 
 if TYPE_CHECKING:
     from rvm.ir import Builder
 
 _REQUIRED = object()
+
+FOLD_LIMIT_BYTES = 1 << 20
+"""The largest result import folds into a constant, unless an input of the call is as large:
+a larger one is computed at run time, so a small file cannot grow into a huge import
+(``ConstantOfShape([100000, 100000])`` is 40 GB of zeros)."""
 
 
 class Scope:
@@ -136,7 +141,11 @@ class Emitter:
         if any(a is None for a in arrays) or _names_dims(call.attrs) or op not in reference:
             return None
         ty = infer_type(call)
+        if _grows_past_limit(static_nbytes(ty), arrays):
+            return None  # computed at run time, as ONNX Runtime leaves it
         out = reference[op](*arrays, **call.attrs)
+        if _grows_past_limit(_nbytes(out), arrays):
+            return None
         if isinstance(out, tuple):
             fields = ty.fields if isinstance(ty, TupleType) else (None,) * len(out)
             return Tuple(tuple(_typed_constant(o, t) for o, t in zip(out, fields)))
@@ -189,6 +198,20 @@ def _item(x: Any) -> Any:
     if isinstance(x, np.integer):
         return int(x)
     return x
+
+
+def _grows_past_limit(nbytes: int | None, inputs: Sequence[Any]) -> bool:
+    """Whether a result of ``nbytes`` is too large to fold: above `FOLD_LIMIT_BYTES` and
+    larger than each of its inputs (folding never makes a large constant out of a small one)."""
+    if nbytes is None or nbytes <= FOLD_LIMIT_BYTES:
+        return False
+    return all(nbytes > _nbytes(a) for a in inputs)
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    return int(np.asarray(value).nbytes)
 
 
 def _constant_data(arg: Expr) -> Any:

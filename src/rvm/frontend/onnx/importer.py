@@ -35,6 +35,7 @@ from rvm.frontend.onnx.functions import (
 )
 from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
+from rvm.frontend.onnx.signature import check_declared, check_inputs, check_outputs
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
 from rvm.ir.module import ADTDef
@@ -103,7 +104,10 @@ def from_onnx(
 
     Raises:
         rvm.OnnxImportError: the model cannot be read, fails ``onnx.checker``, uses ops rvm
-            does not support (all of them listed), or a node cannot be converted.
+            does not support (all of them listed), imports an opset version ONNX does not
+            define, declares no outputs, has a node whose tensor types break its schema's type
+            constraints (`rvm.frontend.onnx.signature`) or that cannot be converted, or an
+            output whose element type contradicts its declaration.
     """
     if params not in PARAMS_MODES:
         raise ValueError(f"params must be one of {PARAMS_MODES}, got {params!r}")
@@ -183,6 +187,9 @@ class GraphImporter:
         with self.builder.function("main", param_vars):
             self.convert_nodes(graph.node, scope)
             outs = [self._lookup(scope, o.name, "graph output") for o in graph.output]
+            for info, value in zip(graph.output, outs):
+                if not dtype_dict:  # inputs the caller re-typed may re-type the outputs
+                    check_declared(info, value, f"graph output {info.name!r}")
             self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
         mod = self.builder.get()
         attrs = {**mod.attrs, "onnx_input_names": origin}
@@ -269,8 +276,12 @@ class GraphImporter:
         inputs = [
             self._lookup(scope, n, f"input of node {label!r}:") if n else None for n in node.input
         ]
+        where = f"node {label!r} ({node.op_type}-{version})"
+        types = check_inputs(node, version, domain, inputs, where)
         if conv is None:
-            self._bind_outputs(node, scope, self.expand(node, scope, inputs, label))
+            outs = self.expand(node, scope, inputs, label)
+            check_outputs(types, node, outs)
+            self._bind_outputs(node, scope, outs)
             return
         attrs = parse_attributes(node)
         ctx = NodeContext(node, version, attrs, inputs, self.emitter, self, scope)
@@ -279,15 +290,14 @@ class GraphImporter:
         except OnnxImportError:
             raise
         except RVMError as err:
-            raise OnnxImportError(f"node {label!r} ({node.op_type}-{version}): {err}") from None
+            raise OnnxImportError(f"{where}: {err}") from None
         except Exception as err:  # a converter meeting a malformed node: an error, not a crash
-            raise OnnxImportError(
-                f"node {label!r} ({node.op_type}-{version}): {type(err).__name__}: {err}"
-            ) from err
+            raise OnnxImportError(f"{where}: {type(err).__name__}: {err}") from err
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for i, name in enumerate(node.output):
             if name and (i >= len(results) or results[i] is None):
                 ctx.fail(f"rvm cannot produce output {i} ({name!r})")
+        check_outputs(types, node, results)
         self._bind_outputs(node, scope, results)
 
     def custom_call(self, node: Any, scope: Scope) -> Expr:

@@ -50,6 +50,9 @@ def load_model(model: Any) -> tuple[Any, dict[str, np.ndarray]]:
             f"rvm.from_onnx expects an onnx.ModelProto, a path or bytes, got {type(model).__name__}"
         )
     _check(proto, where)
+    _check_opsets(proto, where)
+    if not proto.graph.output:
+        raise OnnxImportError(f"{where} has an empty graph: it declares no outputs")
     return proto, weights
 
 
@@ -106,6 +109,22 @@ def _check(proto: Any, where: str) -> None:
     except Exception as err:  # ValidationError, and C++ errors surfacing as others
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise OnnxImportError(f"{where} fails onnx.checker: {first}") from None
+
+
+def _check_opsets(proto: Any, where: str) -> None:
+    """Refuse an opset version that ONNX does not define for a domain it defines (``opset
+    99`` of the default domain): its ops' meaning is unknown."""
+    import onnx.defs
+
+    known = onnx.defs.C.schema_version_map()  # domain: (first, last) opset version
+    for opset in proto.opset_import:
+        domain = normalize_domain(opset.domain)
+        if domain in known and not known[domain][0] <= opset.version <= known[domain][1]:
+            first, last = known[domain]
+            raise OnnxImportError(
+                f"{where} imports opset {opset.version} of domain {domain or 'ai.onnx'!r}, "
+                f"which ONNX {onnx.__version__} does not define: expected {first} to {last}"
+            )
 
 
 def _skeleton(proto: Any) -> Any:

@@ -179,6 +179,11 @@ def _read_external(
         )
     if not os.path.isfile(path):
         raise OnnxImportError(f"{what}: its external data file {path!r} does not exist")
+    if os.stat(path).st_nlink > 1:  # a link could expose any file of the filesystem
+        raise OnnxImportError(
+            f"{what}: its external data file {path!r} is a hard link (it has "
+            f"{os.stat(path).st_nlink} names); rvm, like onnx.load, refuses hard-linked data files"
+        )
     offset = info.offset or 0
     if info.length is not None:
         _check_size(tensor, dtype, count, info.length, "its external data length")

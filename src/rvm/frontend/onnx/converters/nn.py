@@ -106,7 +106,8 @@ def _dropout(ctx: NodeContext) -> list:
     x = ctx.input(0)
     if ctx.num_outputs < 2:
         return [x]
-    return [x, ctx.emit(op.full(ctx.shape(x), True, "bool"))]
+    mask_dtype = "bool" if ctx.version >= 10 else ctx.type(x).dtype  # Dropout-7: mask is T
+    return [x, ctx.emit(op.full(ctx.shape(x), True, mask_dtype))]
 
 
 @converter("Einsum", since=(12, 28))  # 28 adds bfloat16

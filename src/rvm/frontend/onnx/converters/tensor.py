@@ -10,6 +10,7 @@ Tile's repeats, Pad's pads and CumSum's axis known only at run time make the ops
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -24,8 +25,13 @@ _LATEST = (21, 23, 24, 25)  # versions that only add types rvm lacks (float8, in
 
 @converter("Transpose", since=(1, 13, *_LATEST))
 def _transpose(ctx: NodeContext) -> Expr:
-    perm = ctx.attr("perm", None)
-    return ctx.emit(op.transpose(ctx.input(0), None if perm is None else list(perm)))
+    x, perm = ctx.input(0), ctx.attr("perm", None)
+    if perm is not None:
+        perm = [int(p) for p in perm]
+        rank = ctx.type(x).ndim
+        if sorted(perm) != list(range(len(perm) if rank is None else rank)):
+            ctx.fail(f"perm {perm} is not a permutation of the axes of a rank-{rank} input")
+    return ctx.emit(op.transpose(x, perm))
 
 
 @converter("Concat", since=(4, 11, 13))
@@ -43,26 +49,55 @@ def _identity(ctx: NodeContext) -> Expr:
 def _split(ctx: NodeContext) -> list:
     x = ctx.input(0)
     shape = ctx.shape(x)
-    axis = ctx.attr("axis", 0) % len(shape)
+    axis = _axis(ctx, ctx.attr("axis", 0), len(shape))
     if ctx.version >= 13 and ctx.optional(1) is not None and ctx.const(1) is None:
         sizes_ = ctx.emit(op.cast(ctx.input(1), "int64"))  # read at run time
         pieces = ctx.emit(op.dynamic_split(x, sizes_, axis, len(ctx.node.output)))
         return [ctx.emit(TupleGetItem(pieces, i)) for i in range(len(ctx.node.output))]
-    sizes = ctx.attr("split", None) if ctx.version < 13 else ctx.ints(1, "split")
+    sizes = _split_sizes(ctx, shape[axis])
+    if sizes:
+        spec: list[int] | int = list(np.cumsum(sizes)[:-1].tolist())
+    else:
+        spec = len(ctx.node.output)
+    pieces = ctx.emit(op.split(x, spec, axis=axis))
+    return [ctx.emit(TupleGetItem(pieces, i)) for i in range(len(ctx.node.output))]
+
+
+def _split_sizes(ctx: NodeContext, dim: Any) -> list[int] | None:
+    """The sizes of Split's pieces, checked as ONNX's definition requires; None for equal
+    pieces of an axis whose length is unknown at import."""
     count = len(ctx.node.output)
-    if not sizes and ctx.version >= 18:
-        count = ctx.attr("num_outputs", count)
-        dim = shape[axis]
+    sizes = ctx.attr("split", None) if ctx.version < 13 else ctx.ints(1, "split")
+    pieces = ctx.attr("num_outputs", None) if ctx.version >= 18 else None
+    if sizes and pieces is not None:
+        ctx.fail("takes either the 'split' input or the 'num_outputs' attribute, not both")
+    if sizes:
+        sizes = [int(s) for s in sizes]
+        if len(sizes) != count:
+            ctx.fail(f"split {sizes} has {len(sizes)} sizes for {count} outputs")
+        if any(s < 0 for s in sizes) or (isinstance(dim, int) and sum(sizes) != dim):
+            ctx.fail(f"split sizes {sizes} must be >= 0 and sum to the axis length {dim}")
+        return sizes
+    if ctx.version >= 18:
+        if pieces is None:
+            ctx.fail("needs the 'split' input or the 'num_outputs' attribute")
+        if pieces != count:
+            ctx.fail(f"num_outputs is {pieces}, but the node has {count} outputs")
         if isinstance(dim, int) and dim % count:  # opset 18: the last piece is smaller
             chunk = math.ceil(dim / count)
-            sizes = [chunk] * (count - 1) + [dim - chunk * (count - 1)]
-    if sizes:
-        spec = list(np.cumsum(sizes)[:-1].tolist())
-        count = len(sizes)
-    else:
-        spec = count
-    pieces = ctx.emit(op.split(x, spec, axis=axis))
-    return [ctx.emit(TupleGetItem(pieces, i)) for i in range(count)]
+            if chunk * (count - 1) > dim:
+                ctx.fail(f"{count} pieces of an axis of length {dim} leave a negative last piece")
+            return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+    elif isinstance(dim, int) and dim % count:
+        ctx.fail(f"an axis of length {dim} does not split evenly into {count} outputs")
+    return None
+
+
+def _axis(ctx: NodeContext, axis: int, rank: int) -> int:
+    """``axis`` in [-rank, rank - 1] made non-negative; refused outside that range."""
+    if not -rank <= axis < rank:
+        ctx.fail(f"axis {axis} is out of range for rank {rank}: expected [-{rank}, {rank - 1}]")
+    return axis % rank
 
 
 @converter("Slice", since=1)
