@@ -8,7 +8,8 @@ empty folders (so rvm's kernel library, `rvm.kernels`, compiles in it as on a fr
 - ``quickstart``: ``python examples/quickstart.py`` (goal <= 5 s);
 - ``onnx_quickstart``: ``python examples/onnx_quickstart.py``, squeezenet (goal <= 15 s);
 - ``compile``: ``rvm.from_onnx`` + ``rvm.compile`` of squeezenet (random weights), timed
-  around the compile alone, in a new process (goal <= 10 s);
+  around the compile alone (its CPU with its helper processes'), in a new process (goal
+  <= 10 s);
 
 and the same command once more with the caches it filled (``warm``). A failing command (an
 example checks its own results) fails the run. Wall time is what the goals name; CPU time
@@ -38,15 +39,19 @@ GOALS = {"quickstart": 5.0, "onnx_quickstart": 15.0, "compile": 10.0}
 
 COMPILE_CHILD = textwrap.dedent(
     """
-    import json, sys, time
+    import json, resource, sys, time
     import onnx
     import rvm
     from rvm.testing.onnx_models import light_model_path, randomize_weights
     model = randomize_weights(onnx.load(light_model_path("squeezenet")), seed=0)
     mod = rvm.from_onnx(model)
-    wall, cpu = time.perf_counter(), time.process_time()
+    def helpers():  # CPU of the helper processes that compiled kernels (waited for)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+    wall, cpu, cpu_helpers = time.perf_counter(), time.process_time(), helpers()
     rvm.compile(mod)
-    print(json.dumps({"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}))
+    cpu = time.process_time() - cpu + helpers() - cpu_helpers
+    print(json.dumps({"wall_s": time.perf_counter() - wall, "cpu_s": cpu}))
     """
 )
 
