@@ -154,15 +154,20 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f}); medians of {opts.repeat}"
     )
     print(
-        f"{'model':<12}{'kernels':>8}{'MB':>7}{'native s':>10}{'goal s':>8}"
+        f"{'model':<12}{'kernels':>8}{'MB':>7}{'first run s':>12}{'goal s':>8}"
         f"{'no-native s':>13}{'import rvm s':>14}"
     )
     for name, r in results.items():
         print(
             f"{name:<12}{r['kernels']:>8}{r['file_bytes'] / 1e6:>7.2f}"
-            f"{r['native_load_first_call_s_median']:>10.3f}{r['goal_s'] or 0:>8.1f}"
+            f"{r['native_load_first_call_s_median']:>12.3f}{r['goal_s'] or 0:>8.1f}"
             f"{r['source_load_first_call_s_median']:>13.3f}{r['native_import_s_median']:>14.3f}"
         )
+    print(
+        "(every column is a first run: a new process, empty RVM_CACHE_DIR and NUMBA_CACHE_DIR;\n"
+        " first run: the file with its native code, rvm's library code included; no-native: the\n"
+        " file without it, every kernel and the library functions it calls compiled)"
+    )
     write_results("load_time", {"load_average": os.getloadavg()[0], "models": results})
 
 

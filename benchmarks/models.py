@@ -14,7 +14,7 @@ checkout's ``src``), to measure another version with the same script. Prints a t
   (``rvm.kernels.conv``, ``.pool``, ``.mathlib``...) is compiled once per install and
   kept in Numba's cache beside it, as any prebuilt runtime library (only the entry points and
   dtypes a model uses are built); ``cold`` has it cached.
-- **1st** (unless ``--no-first``): the cold compile of the first run after an install, with
+- **first** (unless ``--no-first``): the cold compile of the first run after an install, with
   rvm's library not compiled either: one process whose Numba cache (``NUMBA_CACHE_DIR``) is
   empty too, wall seconds and CPU (this process's and its helpers').
 - **warm**: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call, with the cache the
@@ -149,7 +149,7 @@ def _fmt(value: float | None, width: int) -> str:
 
 def _table(rows: dict[str, dict]) -> str:
     head = (
-        f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'1st s':>7}"
+        f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'first':>7}"
         f"{'cpu s':>7}{'warm s':>8}{'cpu s':>7}"
         f"{'':>5}{'rvm bc':>8}{'rvm cm':>8}{'ORT':>7}{'ORT 1t':>8}{'rvm/ORT':>8}"
         f"{'alone':>7}{'rvm/al':>7}"
@@ -177,8 +177,8 @@ def _table(rows: dict[str, dict]) -> str:
     lines.append(" faster rvm mode over ORT with default options, side by side; alone: ORT's")
     lines.append(" default in a process without rvm, whose threads can slow ORT's turn;")
     lines.append(" rvm/al: rvm over that; RSS: the speed process;")
-    lines.append(" 1st: the first cold compile after an install, rvm's library compiled too,")
-    lines.append(" its cpu with the helpers')")
+    lines.append(" first: the first run after an install, empty RVM_CACHE_DIR and NUMBA_CACHE_DIR:")
+    lines.append(" the cold compile with rvm's library built too, s and cpu s with the helpers')")
     return "\n".join(lines)
 
 

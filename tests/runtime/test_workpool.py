@@ -156,6 +156,39 @@ def test_compiled_tasks_run_each_piece_once(threads, n) -> None:
         np.testing.assert_array_equal(out, np.arange(1, n + 1))
 
 
+parfor.export_task("test_fill_lazy", _fill_task)
+_run_fill_lazy = parfor.runner("test_fill_lazy")
+
+
+@nb.njit(nogil=True)
+def _fill_lazy(out):  # type: ignore[no-untyped-def]
+    job = np.array((3, parfor.address(out), out.size), dtype=np.int64)
+    _run_fill_lazy(out, out.size, job)
+
+
+def test_a_task_is_built_at_its_first_run_once_for_every_thread() -> None:
+    """Code calling a task compiles without it; the task is built when a run first finds its
+    slot empty (several threads at once: built once, each run complete)."""
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(2)
+    try:
+        out = np.zeros(3, dtype=np.float32)
+        _fill_lazy.compile((nb.typeof(out),))
+        assert ("test_fill_lazy", "float32") not in parfor.required_tasks()
+
+        def work(_: int) -> None:
+            for n in (1, 5, 64):
+                got = np.zeros(n, dtype=np.float32)
+                _fill_lazy(got)
+                np.testing.assert_array_equal(got, np.arange(1, n + 1, dtype=np.float32))
+
+        run_in_threads(work, 4)
+        assert ("test_fill_lazy", "float32") in parfor.required_tasks()
+        assert ("test_fill_lazy", "float64") not in parfor.required_tasks()
+    finally:
+        rvm.set_num_threads(before)
+
+
 FORKED = """
 import multiprocessing as mp
 from collections import Counter

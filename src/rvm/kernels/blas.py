@@ -204,10 +204,6 @@ parfor.export_task("gemm", _gemm_task)
 parfor.export_task("gemv", _gemv_task)
 _run_gemm = parfor.runner("gemm")
 _run_gemv = parfor.runner("gemv")
-if AVAILABLE:  # registered before any kernel that calls them is linked
-    for _dtype in ("float32", "float64"):
-        parfor.require_task("gemm", _dtype)
-        parfor.require_task("gemv", _dtype)
 
 
 @nb.njit(**_OPTS)
@@ -258,7 +254,6 @@ def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
 
 parfor.export_task("gemm_segments", _segments_task)
 _run_segments = parfor.runner("gemm_segments")
-parfor.require_task("gemm_segments", "float32")
 
 
 @nb.njit(**_OPTS)

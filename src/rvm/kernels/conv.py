@@ -309,8 +309,8 @@ def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
     _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18])
 
 
-# The entry point's own task (`rvm.kernels.entry.require` compiles it with the entry
-# point); its GEMMs' tasks are `rvm.kernels.blas`'s.
+# The entry point's own task, and its GEMMs' (`rvm.kernels.blas`), are built when a loop
+# first splits (`rvm.kernels.parfor`).
 parfor.export_task("conv2d", _depthwise_task)
 _run_depthwise = parfor.runner("conv2d")
 

@@ -85,11 +85,8 @@ def require(name: str, dtype: str) -> None:
     if name not in _bodies:
         importlib.import_module(MODULES[name])  # exports it
     body = _bodies[name]
-    # The entry point may split its loop over threads: its task's symbol first.
-    from rvm.kernels import parfor
-
+    # A task it splits its loop into is built when first run (`rvm.kernels.parfor`).
     with light_loads():  # a cached entry point loads without starting Numba's compiler
-        parfor.require_task(name, dtype)
         _build(name, dtype, body)
 
 

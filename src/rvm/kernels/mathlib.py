@@ -6,6 +6,9 @@ call that LLVM cannot vectorize. These versions are straight-line arithmetic (ra
 a polynomial, and 2**n built from the exponent bits), which LLVM vectorizes like any other
 elementwise code. NaN propagates; overflow gives inf; results below float32's range give 0
 (or a denormal).
+
+They are compiled (for float32) when a kernel first calls one, not at import: a first run whose
+kernels call none builds none.
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ def _bits_to_float32(typingctx, bits):  # type: ignore[no-untyped-def]
     return nt.float32(nt.int32), codegen
 
 
-@nb.njit(nt.float32(nt.int32), inline="always", nogil=True, cache=True)
+@nb.njit(inline="always", nogil=True, cache=True)
 def _pow2(n):  # type: ignore[no-untyped-def]
     return _bits_to_float32(np.int32((n + 127) << 23))
 
 
-@nb.njit(nt.float32(nt.float32), inline="always", nogil=True, cache=True, fastmath=_FAST)
+@nb.njit(inline="always", nogil=True, cache=True, fastmath=_FAST)
 def exp32(x):  # type: ignore[no-untyped-def]
     """e ** x for float32."""
     xc = np.minimum(np.maximum(x, np.float32(-104.0)), np.float32(89.0))
@@ -54,7 +57,7 @@ def exp32(x):  # type: ignore[no-untyped-def]
     return p * _pow2(half) * _pow2(ni - half)
 
 
-@nb.njit(nt.float32(nt.float32), inline="always", nogil=True, cache=True, fastmath=_FAST)
+@nb.njit(inline="always", nogil=True, cache=True, fastmath=_FAST)
 def tanh32(x):  # type: ignore[no-untyped-def]
     """tanh(x) for float32: a polynomial near 0, 1 - 2 / (exp(2|x|) + 1) elsewhere."""
     a = np.abs(x)
@@ -70,7 +73,7 @@ def tanh32(x):  # type: ignore[no-untyped-def]
     return small if a < np.float32(0.625) else big
 
 
-@nb.njit(nt.float32(nt.float32), inline="always", nogil=True, cache=True, fastmath=_FAST)
+@nb.njit(inline="always", nogil=True, cache=True, fastmath=_FAST)
 def sigmoid32(x):  # type: ignore[no-untyped-def]
     """1 / (1 + exp(-x)) for float32, from exp(-|x|): exact in both tails."""
     e = exp32(-np.abs(x))

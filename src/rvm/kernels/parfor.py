@@ -1,12 +1,17 @@
 """Both cores for the kernel library's large loops: chunks of work on rvm's thread pool.
 
-A library function splits a large loop (pooling, lrn) into chunks, one piece each of a job on
-`rvm.kernels.workpool`: the calling thread and the pool's helpers claim them. A chunk
-is a task, compiled once per dtype as a `numba.cfunc` and registered under a fixed symbol, so
-the library's cached code calls it as a kernel calls the library
-(`rvm.kernels.entry`): the symbol is resolved when the cached code is linked.
+A library function splits a large loop (pooling, lrn, GEMM) into chunks, one piece each of a
+job on `rvm.kernels.workpool`: the calling thread and the pool's helpers claim them. A chunk
+is a task, compiled once per dtype as a `numba.cfunc`, only when first needed (each is seconds
+of LLVM on a first run). Compiled code finds a task through its slot: an int64 registered under
+a fixed symbol when the task is exported, holding the task's address once compiled, 0 before.
+A run whose slot is 0 first asks `_resolve` (a C callback into Python, in the thread that
+runs it) to compile or load the task. Code calling a task thus compiles, or links from the
+cache, without it, and a process whose loops never split never builds one (a small product
+runs in the calling thread).
 
-- `export_task(name, body)` declares ``body(chunk, like, data)`` as the task ``name``: it
+- `export_task(name, body)` declares ``body(chunk, like, data)`` as the task ``name`` (and
+  registers its slots): it
   runs chunk ``chunk`` (0 to ``chunks - 1``) of the job whose int64 array is ``data``
   (`job(data)` reads it; ``like`` is a null pointer typed by the dtype, for `array_at`);
 - `runner(name)` is the intrinsic ``run(x, chunks, job)`` that runs the task of ``x``'s
@@ -25,6 +30,10 @@ their loops, on the pool or, while another's job holds it, in their own thread.
 from __future__ import annotations
 
 import ctypes
+import logging
+import os
+import sys
+import threading
 from collections.abc import Callable
 
 import numba as nb
@@ -47,6 +56,10 @@ _enabled = ctypes.c_int64(int(split_loops_from_environment()))
 llvm.add_symbol("rvm_parallel_enabled", ctypes.addressof(_enabled))
 _task_bodies: dict[str, Callable[..., None]] = {}  # exported tasks by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
+_slots: dict[tuple[str, str], ctypes.c_int64] = {}  # (name, dtype) -> its address slot
+_slot_keys: dict[int, tuple[str, str]] = {}  # a slot's address -> (name, dtype)
+_task_lock = threading.RLock()
+logger = logging.getLogger("rvm.jit")
 
 
 def enable(on: bool) -> None:
@@ -60,9 +73,9 @@ def enabled() -> bool:
     return bool(_enabled.value)
 
 
-def task_symbol(name: str, dtype: str) -> str:
-    """The registered symbol of task ``name`` for ``dtype``."""
-    return f"rvm_task_{name}_{dtype}"
+def slot_symbol(name: str, dtype: str) -> str:
+    """The registered symbol of task ``name``'s slot for ``dtype`` (see the module docstring)."""
+    return f"rvm_task_slot_{name}_{dtype}"
 
 
 def export_task(name: str, body: Callable[..., None]) -> None:
@@ -73,18 +86,59 @@ def export_task(name: str, body: Callable[..., None]) -> None:
     (never read: pass it to `array_at`). Its C signature is a pool piece's
     (`rvm.kernels.workpool`)."""
     _task_bodies[name] = body
+    for dtype in DTYPES:
+        if (name, dtype) not in _slots:
+            slot = ctypes.c_int64(0)
+            _slots[name, dtype] = slot
+            _slot_keys[ctypes.addressof(slot)] = (name, dtype)
+            llvm.add_symbol(slot_symbol(name, dtype), ctypes.addressof(slot))
 
 
 def require_task(name: str, dtype: str) -> None:
-    """Compile task ``name`` for ``dtype`` (or load it from Numba's cache) and register its
-    symbol, unless this process already has; a name without a task is a no-op."""
+    """Compile task ``name`` for ``dtype`` (or load it from Numba's cache) and fill its slot,
+    unless this process already has; a name without a task is a no-op."""
+    from numba.core.compiler_lock import global_compiler_lock
+
     if (name, dtype) in _compiled or name not in _task_bodies:
         return
-    ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
-    sig = nt.void(nt.int64, ptr, nt.CPointer(nt.int64))
-    cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(_task_bodies[name])
-    llvm.add_symbol(task_symbol(name, dtype), cfunc.address)
-    _compiled[name, dtype] = cfunc
+    # Numba's (reentrant) lock first, as typing holds it when it requires a task.
+    with global_compiler_lock, _task_lock:
+        if (name, dtype) in _compiled:
+            return
+        ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
+        sig = nt.void(nt.int64, ptr, nt.CPointer(nt.int64))
+        body = _task_bodies[name]
+        cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
+        _compiled[name, dtype] = cfunc
+        _slots[name, dtype].value = cfunc.address
+
+
+def required_tasks() -> list[tuple[str, str]]:
+    """The (task, dtype) pairs this process has compiled or loaded."""
+    return sorted(_compiled)
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+def _resolve(at: int) -> int:
+    """The address of the task whose slot is at ``at``, compiled or loaded now (a C callback:
+    compiled code calls it, holding no lock, when it finds the slot empty)."""
+    from rvm.kernels.numba_cache import light_loads
+
+    name, dtype = _slot_keys[at]
+    try:
+        with light_loads():
+            require_task(name, dtype)
+    except BaseException as err:  # noqa: BLE001 - nothing can be raised through C
+        # Running without the task would leave its chunks undone: a wrong answer.
+        logger.critical("rvm: the library task %s (%s) failed to build: %r", name, dtype, err)
+        sys.stderr.write(f"rvm: the library task {name} ({dtype}) failed to build: {err!r}\n")
+        sys.stderr.flush()
+        os.abort()
+    return _slots[name, dtype].value
+
+
+RESOLVE = "rvm_task_resolve"
+llvm.add_symbol(RESOLVE, ctypes.cast(_resolve, ctypes.c_void_p).value)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -126,14 +180,11 @@ def runner(name: str):  # type: ignore[no-untyped-def]
             return None
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
+            i64 = ir.IntType(64)
             jb = context.make_array(job)(context, builder, args[2])
-            task_ty = ir.FunctionType(ir.VoidType(), [i64, i8p, i64.as_pointer()])
-            task = cgutils.get_or_insert_function(
-                builder.module, task_ty, task_symbol(name, str(x.dtype))
-            )
+            task = _task_address(builder, slot_symbol(name, str(x.dtype)))
             values = [
-                builder.ptrtoint(task, i64),
+                task,
                 context.cast(builder, args[1], chunks, nt.int64),
                 builder.ptrtoint(jb.data, i64),
             ]
@@ -144,6 +195,28 @@ def runner(name: str):  # type: ignore[no-untyped-def]
         return nt.void(x, chunks, job), codegen
 
     return run
+
+
+def _task_address(builder: ir.IRBuilder, symbol: str) -> ir.Value:
+    """The task's address from its slot ``symbol``, resolved (`_resolve`) when still 0."""
+    i64 = ir.IntType(64)
+    slot = builder.module.globals.get(symbol)
+    if slot is None:
+        slot = ir.GlobalVariable(builder.module, i64, symbol)
+        slot.linkage = "external"
+    known = builder.load(slot)
+    with builder.if_else(builder.icmp_signed("!=", known, i64(0)), likely=True) as (then, other):
+        with then:
+            bb_known = builder.basic_block
+        with other:
+            fnty = ir.FunctionType(i64, [i64])
+            resolve = cgutils.get_or_insert_function(builder.module, fnty, RESOLVE)
+            resolved = builder.call(resolve, [builder.ptrtoint(slot, i64)])
+            bb_resolved = builder.basic_block
+    address = builder.phi(i64)
+    address.add_incoming(known, bb_known)
+    address.add_incoming(resolved, bb_resolved)
+    return address
 
 
 @intrinsic
