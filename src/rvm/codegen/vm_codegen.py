@@ -35,15 +35,8 @@ ALIGNMENT = 64
 
 
 def param_spec(var: E.Var) -> ParamSpec:
-    """The entry check the VM runs for parameter ``var``."""
-    ty = var.type
-    if isinstance(ty, TensorType):
-        return ParamSpec(var.name, "tensor", ty.dtype, ty.shape)
-    if isinstance(ty, TupleType):
-        return ParamSpec(var.name, "tuple")
-    if isinstance(ty, ADTType):
-        return ParamSpec(var.name, "adt")
-    return ParamSpec(var.name, "any")
+    """The entry check the VM runs for parameter ``var`` (a tuple's fields checked too)."""
+    return result_spec(var.type, var.name)
 
 
 def result_spec(ty: Type | None, name: str = "result") -> ParamSpec:

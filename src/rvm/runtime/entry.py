@@ -2,8 +2,9 @@
 
 Everything is checked before any kernel touches memory: the argument count, each argument's
 kind, dtype, rank and fixed dimensions, and that symbolic dimensions (a name shared by several
-parameters) agree. Errors name the function, the parameter, what was expected and what came:
-`main: argument 1 'y' has shape (2, 4), but n = 3 from argument 0 'x'`.
+parameters) agree; a tuple's fields are checked the same way, as deep as they nest. Errors name
+the function, the parameter, what was expected and what came: `main: argument 1 'y' has shape
+(2, 4), but n = 3 from argument 0 'x'`.
 
 Inputs may be numpy arrays, anything with `__dlpack__` (read with `np.from_dlpack`) or
 `__array__`, or Python scalars and lists (converted to the parameter's dtype). Arrays that are
@@ -34,7 +35,9 @@ __all__ = [
     "SavedFunction",
     "bind_arguments",
     "check_arguments",
+    "check_shape",
     "to_value",
+    "tuple_arity_error",
 ]
 
 NOT_RUN: Any = object()
@@ -70,50 +73,108 @@ def _shape_text(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _where(fn: VMFunction, i: int, spec: ParamSpec) -> str:
-    """The argument an entry error is about (made only for a message: a call costs less)."""
-    return f"{fn.name}: argument {i} '{spec.name}'"
+def check_shape(
+    fname: str,
+    what: str,
+    want: Sequence[int | str | None],
+    shape: tuple[int, ...],
+    dims: dict[str, int],
+    sources: dict[str, str],
+) -> None:
+    """Checks a tensor's `shape` against the declared `want`, binding symbolic dimensions.
+
+    The one shape check of values entering a function from Python: the VM's entry checks and
+    the reference interpreter's both call it, so their messages are the same.
+
+    Args:
+        fname: The function's name, for messages.
+        what: The value in the user's words (``argument 0 't' field 1``).
+        want: Per dimension an int (fixed), a str (symbolic) or None (any).
+        shape: The value's shape.
+        dims: Symbolic dimensions bound so far in this call; a new one is added.
+        sources: For each dimension in `dims`, the value that bound it.
+
+    Raises:
+        ShapeError: Another rank, a fixed dimension that differs, or a symbolic dimension
+            that disagrees with its earlier binding.
+    """
+    if len(shape) != len(want):
+        raise ShapeError(
+            f"{fname}: {what} expects rank {len(want)} (shape {_shape_text(want)}), "
+            f"got shape {_shape_text(shape)}"
+        )
+    for axis, (dim, size) in enumerate(zip(want, shape)):
+        if dim is None or dim == size:
+            continue
+        if type(dim) is int:
+            raise ShapeError(
+                f"{fname}: {what} has shape {_shape_text(shape)}, but dimension {axis} must be "
+                f"{dim} (expected shape {_shape_text(want)})"
+            )
+        bound = dims.get(dim)  # type: ignore[arg-type]
+        if bound is None:
+            dims[dim] = size  # type: ignore[index]
+            sources[dim] = what  # type: ignore[index]
+        elif bound != size:
+            raise ShapeError(
+                f"{fname}: {what} has shape {_shape_text(shape)}, but {dim} = {bound} from "
+                f"{sources[dim]}"  # type: ignore[index]
+            )
 
 
-def _check_tensor(
-    fn: VMFunction, i: int, spec: ParamSpec, x: Any, dims: dict[str, tuple[int, int, str]]
-) -> np.ndarray:
+def tuple_arity_error(fname: str, what: str, want: int, got: int) -> TypeError:
+    """The error for a tuple of `got` fields where `want` are declared (VM and interpreter)."""
+    return TypeError(f"{fname}: {what} expects a tuple of {want} fields, got {got} fields")
+
+
+class _Call:
+    """The symbolic dimensions one call's arguments bind, and the function, for messages."""
+
+    __slots__ = ("name", "dims", "sources")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.dims: dict[str, int] = {}
+        self.sources: dict[str, str] = {}
+
+
+def _check_tensor(call: _Call, what: str, spec: ParamSpec, x: Any) -> np.ndarray:
     if isinstance(x, (ADT, Closure, tuple)):
-        raise TypeError(f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__}")
+        raise TypeError(f"{call.name}: {what} expects a tensor, got {type(x).__name__}")
     try:
         arr = _to_array(x, spec.dtype)
     except (TypeError, ValueError) as e:
         raise TypeError(
-            f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__} ({e})"
+            f"{call.name}: {what} expects a tensor, got {type(x).__name__} ({e})"
         ) from e
     if spec.dtype is not None and arr.dtype != spec.dtype:
-        raise DTypeError(f"{_where(fn, i, spec)} expects {spec.dtype}, got {arr.dtype}")
-    if spec.shape is None:
-        return arr
-    shape = arr.shape
-    if len(shape) != len(spec.shape):
-        raise ShapeError(
-            f"{_where(fn, i, spec)} expects a {len(spec.shape)}-d tensor of shape "
-            f"{_shape_text(spec.shape)}, got shape {_shape_text(shape)}"
-        )
-    for axis, (want, got) in enumerate(zip(spec.shape, shape)):
-        if want is None:
-            continue
-        if isinstance(want, str):
-            seen = dims.get(want)
-            if seen is None:
-                dims[want] = (got, i, spec.name)
-            elif seen[0] != got:
-                raise ShapeError(
-                    f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, but {want} = "
-                    f"{seen[0]} from argument {seen[1]} '{seen[2]}'"
-                )
-        elif got != want:
-            raise ShapeError(
-                f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, expected "
-                f"{_shape_text(spec.shape)} (axis {axis} must be {want})"
-            )
+        raise DTypeError(f"{call.name}: {what} expects dtype {spec.dtype}, got {arr.dtype}")
+    if spec.shape is not None:
+        check_shape(call.name, what, spec.shape, arr.shape, call.dims, call.sources)
     return arr
+
+
+def _check_value(call: _Call, what: str, spec: ParamSpec, x: Any) -> Any:
+    """`x` checked against `spec` and converted (tuples field by field, as declared)."""
+    kind = spec.kind
+    if kind == "tensor":
+        return _check_tensor(call, what, spec, x)
+    if kind == "tuple":
+        if not isinstance(x, (tuple, list)):
+            raise TypeError(f"{call.name}: {what} expects a tuple, got {type(x).__name__}")
+        fields = spec.fields
+        if fields is None:  # field types unknown (built by hand, or saved before format 1.5)
+            return to_value(tuple(x))
+        if len(x) != len(fields):
+            raise tuple_arity_error(call.name, what, len(fields), len(x))
+        return tuple(
+            _check_value(call, f"{what} field {j}", f, v) for j, (f, v) in enumerate(zip(fields, x))
+        )
+    if kind == "adt":
+        if not isinstance(x, ADT):
+            raise TypeError(f"{call.name}: {what} expects an ADT value, got {type(x).__name__}")
+        return x
+    return to_value(x)
 
 
 def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
@@ -133,27 +194,10 @@ def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
             f"{fn.name} takes {len(fn.params)} argument{'s' * (len(fn.params) != 1)} "
             f"({names}), got {len(args)}"
         )
-    dims: dict[str, tuple[int, int, str]] = {}
+    call = _Call(fn.name)
     out = []
     for i, (spec, x) in enumerate(zip(fn.param_specs, args)):
-        kind = spec.kind
-        if kind == "tensor":
-            out.append(_check_tensor(fn, i, spec, x, dims))
-        elif kind == "tuple":
-            if not isinstance(x, (tuple, list)):
-                raise TypeError(
-                    f"{fn.name}: argument {i} '{spec.name}' expects a tuple, got {type(x).__name__}"
-                )
-            out.append(to_value(tuple(x)))
-        elif kind == "adt":
-            if not isinstance(x, ADT):
-                raise TypeError(
-                    f"{fn.name}: argument {i} '{spec.name}' expects an ADT value, got "
-                    f"{type(x).__name__}"
-                )
-            out.append(x)
-        else:
-            out.append(to_value(x))
+        out.append(_check_value(call, f"argument {i} '{spec.name}'", spec, x))
     return out
 
 
