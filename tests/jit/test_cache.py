@@ -70,6 +70,42 @@ def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch, capsys)
     assert jit.cache_info()["entries"] == 0
 
 
+INSPECT = """
+import sys
+sys.path.insert(0, {src!r})
+import warnings
+import rvm
+from rvm.testing.programs import MLP
+ex = rvm.compile(MLP, kernels="jit")
+rvm.VirtualMachine(ex)  # loads the kernels: compiled, or from the cache
+name = sorted(ex.kernels)[0]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    llvm, asm = ex.kernel_llvm(name), ex.kernel_asm(name)
+assert not caught, [str(w.message) for w in caught]  # Numba's "Inspection disabled for cached code"
+assert "define" in llvm and name in llvm, llvm
+print(len(llvm.splitlines()), len(asm.splitlines()))
+"""
+
+
+def test_inspection_of_a_kernel_loaded_from_a_warm_cache(tmp_path: Path) -> None:
+    # Numba's own cache holds no IR for what it loads: it warned and gave 4 lines
+    env = {**os.environ, "RVM_CACHE_DIR": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "nb")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", INSPECT.format(src=SRC)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    cold, warm = [(int(r[0]), int(r[1])) for r in runs]
+    assert warm[0] > 100 and warm[1] > 20  # the whole IR, not Numba's stub of 4 lines
+    assert abs(warm[0] - cold[0]) < cold[0] // 10
+
+
 def test_cache_dir_default(monkeypatch) -> None:
     monkeypatch.delenv("RVM_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/tmp/xdg-test")
