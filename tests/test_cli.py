@@ -232,6 +232,40 @@ def test_a_float64_input_file_says_how_to_fix_it_or_is_cast(work):
     np.testing.assert_array_equal(cast, given)
 
 
+def test_a_sequence_input_from_an_npz_file_and_sequence_outputs(work):
+    f32 = TensorProto.FLOAT
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(f32, ["m", 3]))
+    model = _model(
+        [helper.make_node("SequenceInsert", ["s", "x"], ["parts"])],
+        [helper.make_value_info("s", seq), helper.make_tensor_value_info("x", f32, [1, 3])],
+        [helper.make_value_info("parts", seq)],
+    )
+    onnx.save(model, work / "seq.onnx")
+    ok(rvm_cmd("compile", "seq.onnx", "-q", cwd=work))
+    a, b = np.ones((1, 3), np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.savez(work / "parts.npz", a, b)
+    np.save(work / "row.npy", np.full((1, 3), 7, np.float32))
+    out = ok(
+        rvm_cmd(
+            "run",
+            "seq.rvmx",
+            "--input",
+            "s=parts.npz",
+            "--input",
+            "x=row.npy",
+            "-o",
+            "p.npz",
+            cwd=work,
+        )
+    )
+    assert "input s: a list of 2 arrays" in out and "output[2]: shape (1, 3)" in out, out
+    saved = np.load(work / "p.npz")
+    assert sorted(saved.files) == ["output[0]", "output[1]", "output[2]"]
+    for i, want in enumerate([a, b, np.full((1, 3), 7, np.float32)]):
+        np.testing.assert_array_equal(saved[f"output[{i}]"], want)
+    user_error(rvm_cmd("run", "seq.rvmx", cwd=work), "--input s=FILE.npz")
+
+
 def test_output_cut_short_by_its_reader_ends_quietly(work):
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "rvm", "inspect", "small.rvmx", "--text"]

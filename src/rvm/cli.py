@@ -102,13 +102,19 @@ def _dims(items: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def _read_npy(name: str, path: str) -> np.ndarray:
+def _read_npy(name: str, path: str) -> Any:
+    """The array of a .npy file, or the arrays of a .npz file in order, as a list (a
+    sequence input)."""
     try:
-        return np.load(_existing(path), allow_pickle=False)
+        data = np.load(_existing(path), allow_pickle=False)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                return [data[key] for key in data.files]
+        return data
     except UserError:
         raise
     except (OSError, ValueError, EOFError) as e:
-        raise UserError(f"--input {name}={path}: not a .npy array file ({e})") from None
+        raise UserError(f"--input {name}={path}: not a .npy or .npz array file ({e})") from None
 
 
 def _inputs(
@@ -142,9 +148,11 @@ def _inputs(
     ]
 
 
-def _as_dtype(name: str, path: str, x: np.ndarray, spec: ParamSpec, cast: bool) -> np.ndarray:
+def _as_dtype(name: str, path: str, x: Any, spec: ParamSpec, cast: bool) -> Any:
     """``x`` if it has the dtype ``spec`` asks for; cast to it with ``cast``; else the fix."""
-    if spec.kind != "tensor" or spec.dtype is None or x.dtype == numpy_dtype(spec.dtype):
+    if not isinstance(x, np.ndarray) or spec.kind != "tensor" or spec.dtype is None:
+        return x
+    if x.dtype == numpy_dtype(spec.dtype):
         return x
     want = numpy_dtype(spec.dtype)
     if not cast:
@@ -164,6 +172,11 @@ def _random(
     fn: VMFunction, spec: ParamSpec, sizes: dict[str, int], rng: np.random.Generator
 ) -> np.ndarray:
     where = f"@{fn.name} parameter {spec.name!r}"
+    if spec.kind == "adt":
+        raise UserError(
+            f"{where} is a data type value: give a sequence with --input {spec.name}=FILE.npz "
+            "(its arrays, in order)"
+        )
     if spec.kind != "tensor" or spec.dtype is None or spec.shape is None:
         what = "a tensor of unknown rank or dtype" if spec.kind == "tensor" else f"a {spec.kind}"
         raise UserError(f"{where} is {what}: give it with --input {spec.name}=FILE.npy")
@@ -191,13 +204,18 @@ def _random(
 
 
 def _leaves(value: Any, name: str = "output") -> list[tuple[str, Any]]:
-    """(name, array or other value) for each tensor of a result, tuples flattened."""
-    if isinstance(value, tuple):
+    """(name, array or other value) for each tensor of a result, tuples and lists (sequences)
+    flattened."""
+    if isinstance(value, (tuple, list)):
         return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{name}[{i}]")]
     return [(name, value)]
 
 
 def _summary(name: str, x: Any) -> str:
+    if isinstance(x, list):
+        return f"{name}: a list of {len(x)} arrays"
+    if x is None:
+        return f"{name}: None (an empty optional)"
     if not isinstance(x, np.ndarray):
         return f"{name}: {type(x).__name__} {x!r}"[:200]
     head = f"{name}: shape {tuple(x.shape)} {x.dtype}"
@@ -257,7 +275,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     fn = ex.get_function(args.function)
     values = _inputs(fn, args.input, args.dim, args.seed, args.cast)
     for spec, x in zip(fn.param_specs, values):
-        print(_summary(f"input {spec.name}", x))
+        for name, leaf in [(spec.name, x)] + (_leaves(x, spec.name) if isinstance(x, list) else []):
+            print(_summary(f"input {name}", leaf))
     result = vm[args.function](*values)
     leaves = _leaves(result)
     for name, x in leaves:
@@ -311,6 +330,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         "inputs": {
             s.name: [list(np.shape(x)), str(np.asarray(x).dtype)]
             for s, x in zip(fn.param_specs, values)
+            if isinstance(x, np.ndarray)
         },
         "repeat": args.repeat,
         "median_ms": {n: statistics.median(t) * 1e3 for n, t in rows.items()},

@@ -48,7 +48,7 @@ def result_spec(ty: Type | None, name: str = "result") -> ParamSpec:
         fields = tuple(result_spec(f, f"{name}[{i}]") for i, f in enumerate(ty.fields))
         return ParamSpec(name, "tuple", fields=fields)
     if isinstance(ty, ADTType):
-        return ParamSpec(name, "adt")
+        return ParamSpec(name, "adt", adt=ty.name)
     return ParamSpec(name, "any")
 
 
@@ -445,9 +445,11 @@ class ModuleCodegen:
         self._patterns: dict[tuple[int, ...], int] = {}
         self._kernels: dict[tuple[str, str], str] = {}
         self._tags: dict[tuple[str, str], int] = {}
+        forms = mod.attrs.get("python_forms", {})  # the frontends' (ONNX sequences, optionals)
         for adt in mod.adts.values():
             rows = [(c.name, len(c.field_types)) for c in adt.constructors]
-            for (cname, _), tag in zip(rows, self.builder.add_adt(adt.name, rows)):
+            tags = self.builder.add_adt(adt.name, rows, forms.get(adt.name))
+            for (cname, _), tag in zip(rows, tags):
                 self._tags[(adt.name, cname)] = tag
 
     def constant(self, c: E.Constant) -> int:

@@ -10,11 +10,12 @@ specs, register-file size, code range; then the ADTs), CONS (constant pool: dtyp
 numpy's type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM
 (primitive names), CODE (instructions: u8 opcode, then operands by the kinds of `OPCODE_INFO`),
 KERN (kernel records and shared libraries), then, since version 1.1, META (string key/value
-pairs: `default_exec_mode`), and, since version 1.3, RSLT (per function, what it returns: a
-flag, then the result spec, its tuple fields after it). Readers skip unknown sections of the
-same major version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the
-defaults; a new major version means an incompatible layout. Version 1.2 added opcodes (the tail
-calls, NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`), which older readers reject as
+pairs: `default_exec_mode`, and since 1.5 `python_forms`, the data types' `ADTInfo.python` as
+`name=form;...`), and, since version 1.3, RSLT (per function, what it returns: a flag, then the
+result spec, its tuple fields after it). Readers skip unknown sections of the same major
+version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a
+new major version means an incompatible layout. Version 1.2 added opcodes (the tail calls,
+NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`), which older readers reject as
 unknown opcodes. A file before 1.3 (no RSLT) loads with every `VMFunction.result` None. Since
 version 1.5, an optional PFLD section gives the field specs of tuple parameters (per function,
 per parameter: a flag, then the spec as in RSLT), so the entry checks check the fields; without
@@ -205,7 +206,7 @@ def _glob(ex: Executable) -> bytes:
 def _write_spec(w: _Writer, spec: ParamSpec) -> None:
     w.str(spec.name)
     w.str(spec.kind)
-    w.opt_str(spec.dtype)
+    w.opt_str(spec.adt if spec.kind == "adt" else spec.dtype)  # an adt's name in the dtype slot
     w.raw(b"\x00" if spec.shape is None else b"\x01")
     if spec.shape is not None:
         w.count(len(spec.shape))
@@ -325,6 +326,9 @@ def _natv(native: NativeCode) -> bytes:
 def _meta(ex: Executable) -> bytes:
     w = _Writer()
     items = {"default_exec_mode": ex.default_exec_mode}
+    forms = ";".join(f"{info.name}={info.python}" for info in ex.adts if info.python)
+    if forms:  # since 1.5: the data types' Python forms (`ADTInfo.python`)
+        items["python_forms"] = forms
     w.count(len(items))
     for key, value in items.items():
         w.str(key)
@@ -415,6 +419,9 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
         r.end()
         if "default_exec_mode" in meta:
             out["default_exec_mode"] = meta["default_exec_mode"]
+        if "python_forms" in meta:
+            forms = dict(item.partition("=")[::2] for item in meta["python_forms"].split(";"))
+            out["adts"] = [replace(info, python=forms.get(info.name)) for info in adts]
     if RSLT in found:  # absent before version 1.3
         r = _Reader(found[RSLT], "results")
         if r.count(1) != len(functions):
@@ -495,6 +502,8 @@ def _read_spec(r: _Reader) -> ParamSpec:
                 r.fail(f"bad dimension tag {tag}")
             dims.append(r.int() if tag == 0 else r.str() if tag == 1 else None)
         shape = tuple(dims)
+    if skind == "adt":
+        return ParamSpec(sname, skind, None, shape, adt=dtype)
     return ParamSpec(sname, skind, dtype, shape)
 
 
