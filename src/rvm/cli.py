@@ -76,7 +76,7 @@ def _load_model(path: str, exec_mode: str | None, kernels: str) -> Executable:
     """An executable from a ``.rvmx`` file, or compiled from a ``.onnx`` one."""
     p = _existing(path)
     if _is_onnx(p):
-        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=sys.stderr.isatty())
+        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=True)
     return rvm.load_executable(str(p))
 
 

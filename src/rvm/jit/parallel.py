@@ -48,6 +48,7 @@ from pathlib import Path
 from rvm.runtime.executable import KernelRecord
 from rvm.runtime.native.cache import has_object_code, kernel_path, write_entry
 from rvm.runtime.native.entry import require, required_by
+from rvm.runtime.progress import Progress
 
 logger = logging.getLogger("rvm.jit")
 
@@ -155,10 +156,13 @@ def precompile(records: Sequence[KernelRecord]) -> int:
     def helping() -> bool:
         return any(h is not None and h.running() for h in helpers)
 
+    bar = Progress("compiling kernels", len(missing))
     try:
-        for path in _work(claims, {p: sources[p] for p in order}, helping):
+        for path in _work(claims, {p: sources[p] for p in order}, helping, bar):
+            bar.update(sum(map(has_object_code, missing)), missing[path].name)  # all processes'
             load_kernel(missing[path])
     finally:
+        bar.close()
         for helper in helpers:
             if helper is not None:
                 helper.wait()
@@ -173,7 +177,12 @@ def precompile(records: Sequence[KernelRecord]) -> int:
     return n
 
 
-def _work(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> Iterator[Path]:
+def _work(
+    claims: Path,
+    sources: dict[Path, str],
+    others: Callable[[], bool],
+    bar: Progress | None = None,
+) -> Iterator[Path]:
     """This process's share of the work, in ``sources``' order: it builds each entry point
     the kernels call that it claims, then yields each kernel file it claims. A kernel calling
     an entry point another process is still building (``others()``: whether any other process
@@ -181,6 +190,8 @@ def _work(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) ->
     when none is, it waits for the first one's."""
     entries = list(dict.fromkeys(e for src in sources.values() for e in required_by(src)))
     for name, dtype in entries:
+        if bar is not None:
+            bar.update(0, f"rvm library: {name} ({dtype})")
         if claim(claims, Path(f"entry-{name}-{dtype}")):
             try:
                 require(name, dtype)

@@ -81,7 +81,8 @@ def load_kernel(ex: Executable, name: str) -> Callable[..., Any]:
 
 def build_kernels(ex: Executable, progress: bool = False) -> None:
     """Builds every kernel of `ex` now (jit kernels compile, or load from the disk cache),
-    caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr."""
+    caching them on `ex` as `load_kernel` does; `progress` shows their progress
+    (`rvm.runtime.progress`)."""
     for name in with_progress(list(ex.kernels), str, progress):
         load_kernel(ex, name)
 

@@ -49,6 +49,7 @@ from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.native import cache as native_cache
 from rvm.runtime.native.loader import exec_module_file, kernel_function
 from rvm.runtime.native_codegen import NativeModule, render_module
+from rvm.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
@@ -160,7 +161,8 @@ class _Plan:
                     jit = nb.njit(cache=cache, nogil=True, error_model="numpy")
                     entry = jit(_copy(func.py_func))
                     try:
-                        entry.compile((*sig, nt.int64))
+                        with Progress(f"compiling native function @{self.names[fidx]}"):
+                            entry.compile((*sig, nt.int64))
                     except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
                         self.fail(fidx, e)
                         return None

@@ -39,6 +39,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
 from rvm.runtime.native.numba_cache import light_loads
+from rvm.runtime.progress import Progress
 
 DTYPES = ("float32", "float64")
 MAX_ARRAYS = 3
@@ -100,7 +101,8 @@ def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
             return
         ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
         sig = nt.int64(ptr, ptr, ptr, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
-        cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
+        with Progress(f"building rvm's library: {name} ({dtype})"):  # seconds, once per machine
+            cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         llvm.add_symbol(symbol(name, dtype), cfunc.address)
         _compiled[name, dtype] = cfunc
 

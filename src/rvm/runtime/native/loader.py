@@ -191,7 +191,7 @@ def compile_kernels(
 
     Args:
         records: Kernel records (an executable's ``kernels.values()``).
-        progress: Draw a simple progress bar on stderr.
+        progress: Show their progress (`rvm.runtime.progress`).
     """
     todo = [r for r in records if r.backend == "jit"]
     return {rec.name: load_kernel(rec) for rec in with_progress(todo, _name, progress)}
