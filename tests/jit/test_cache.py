@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import rvm.jit as jit
+from rvm.runtime import progress
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -50,8 +52,12 @@ def test_second_process_hits(tmp_path: Path) -> None:
     assert _run(tmp_path) == (1, 0)
 
 
-def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    tty = io.StringIO()
+    tty.isatty = lambda: True  # a terminal, and the bar drawn at once (no 0.5 s delay)
+    monkeypatch.setattr(sys, "stderr", tty)
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
     from jit_helpers import prim, var
 
     from rvm import op
@@ -60,7 +66,7 @@ def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch, capsys)
     rec = jit.jit_kernel("fused_relu_info", prim([x], op.relu(x)), "dps")
     loaded = jit.compile_kernels([rec], progress=True)
     assert "fused_relu_info" in loaded
-    assert "compiling kernels" in capsys.readouterr().err
+    assert "compiling kernels" in tty.getvalue()
     info = jit.cache_info()
     assert info["dir"] == str(tmp_path) and info["entries"] == 1 and info["bytes"] > 0
     assert "def fused_relu_info" in jit.kernel_source(rec)
