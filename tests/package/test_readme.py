@@ -27,3 +27,11 @@ def test_readme_first_program_runs_as_pasted(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "def main" in out.stdout  # print(Model)
     assert (tmp_path / "model.rvmx").is_file()
+
+
+def test_the_readme_counts_operators_right():
+    """A count of operators in the README (if it states one) is the number registered."""
+    from rvm.ir import list_ops
+
+    counts = re.findall(r"\b(\d+) operators\b", README.read_text())
+    assert all(int(n) == len(list_ops()) for n in counts), (counts, len(list_ops()))
