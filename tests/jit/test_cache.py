@@ -81,9 +81,17 @@ import sys
 sys.path.insert(0, {src!r})
 import warnings
 import rvm
-from rvm.testing.programs import MLP
-ex = rvm.compile(MLP, kernels="jit")
-rvm.VirtualMachine(ex)  # loads the kernels: compiled, or from the cache
+ex = rvm.compile(rvm.script.parse('''
+from rvm import op
+from rvm.script import T, module, func
+
+@module
+class M:
+    @func
+    def main(x: T[("n", 8), "float32"]):
+        return op.tanh(x) * 2.0
+'''), kernels="jit")
+rvm.VirtualMachine(ex)  # loads the kernel: compiled, or from the cache
 name = sorted(ex.kernels)[0]
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
