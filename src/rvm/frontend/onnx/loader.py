@@ -107,16 +107,18 @@ def _check(proto: Any, where: str) -> None:
     a warning, and the check goes on past it; any other finding is an error."""
     import onnx
 
-    skeleton = _skeleton(proto)
+    skeleton: Any = None
     found: list[str] = []
     while True:
-        try:
+        try:  # the skeleton inside: a corrupt name (invalid UTF-8) fails already in the copy
+            skeleton = _skeleton(proto) if skeleton is None else skeleton
             onnx.checker.check_model(skeleton)
             break
         except Exception as err:  # ValidationError, and C++ errors surfacing as others
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             tolerated = next((t for t in TOLERATED if t.message in first), None)
-            if tolerated is None or tolerated.message in found or not tolerated.mend(skeleton):
+            mendable = skeleton is not None and tolerated is not None
+            if not mendable or tolerated.message in found or not tolerated.mend(skeleton):
                 raise OnnxImportError(f"{where} fails onnx.checker: {first}") from None
             found.append(tolerated.message)
     for message in found:
