@@ -27,11 +27,12 @@ Helpers run when at least `MIN_MISSING` kernels are missing and the machine has 
 CPU: ``os.cpu_count() - 1`` of them (at most `MAX_WORKERS`), or ``RVM_JIT_WORKERS`` (0 turns
 them off).
 
-With ``RVM_JIT_ISOLATE=1`` (Linux: forked helpers) the parent compiles no kernel itself: at
-least one helper compiles every missing kernel, and the parent loads their object code from the
-cache. A Numba compile keeps about 2 MB per kernel in the process for good (its compiler's
-state, which nothing frees), a load from the cache a tenth of that, so a long-lived process
-compiling many programs (a test suite, a notebook, a server) stays small.
+With ``RVM_JIT_ISOLATE=1`` (Linux: forked helpers; ``RVM_JIT_WORKERS=0`` still turns the helpers
+off) the parent compiles no kernel itself: at least one helper compiles every missing kernel,
+and the parent loads their object code from the cache. A Numba compile keeps about 2 MB per
+kernel in the process for good (its compiler's state, which nothing frees), a load from the
+cache a tenth of that, so a long-lived process compiling many programs (a test suite, a
+notebook, a server) stays small.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ def frozen_gc() -> Iterator[None]:
 
 
 def isolated() -> bool:
-    """Whether this process leaves every kernel compile to a helper (``RVM_JIT_ISOLATE=1``)."""
+    """Whether this process leaves every kernel compile to a helper (``RVM_JIT_ISOLATE=1``,
+    unless ``RVM_JIT_WORKERS=0`` turns the helpers off)."""
+    if os.environ.get("RVM_JIT_WORKERS", "").strip() == "0":
+        return False
     return os.environ.get("RVM_JIT_ISOLATE", "").strip() == "1" and can_fork()
 
 
