@@ -3,6 +3,7 @@ compiled once per session (`compiled`), and a checker for the HTML of `_repr_htm
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from html.parser import HTMLParser
 
@@ -13,6 +14,11 @@ from rvm.ir import IRModule
 from rvm.runtime.executable import EXEC_MODES  # every mode the VM has runs every VM test
 
 KERNELS = ("numpy", "jit")
+
+# Kernels compile in forked helpers and this process loads their object code: a Numba compile
+# keeps ~2 MB per kernel in the process for good, a load ~0.2 MB, and the suite compiles
+# thousands (`rvm.jit.parallel`). Subprocesses of tests inherit it.
+os.environ.setdefault("RVM_JIT_ISOLATE", "1")
 
 
 @pytest.fixture(params=EXEC_MODES)

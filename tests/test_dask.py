@@ -11,7 +11,7 @@ import pytest
 
 import rvm
 from rvm import op
-from rvm.script import T, func, module
+from rvm.script import T, Tuple, func, module
 from rvm.testing.programs import MLP, _mlp_args, _mlp_ref
 
 da = pytest.importorskip("dask.array")
@@ -36,6 +36,11 @@ class Shapes:
     @func
     def nested(x: T[("n", 4), "float32"]):
         return (x, (x, x))
+
+    @func
+    def shifted(x: T[("n", 4), "float32"], t: Tuple[T[(4,), "float32"], T[(), "float32"]]):
+        a, b = t
+        return x + a * b
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +158,17 @@ def test_bad_calls_are_refused(mlp_ex):
         rvm_dask.map_batches(mlp_ex, da.from_array(args[0]), args[1])
     with pytest.raises(rvm.FunctionNotFoundError):
         rvm_dask.map_batches(mlp_ex, da.from_array(args[0]), *args[1:], fname="nope")
+
+
+def test_a_tuple_argument_is_checked_field_by_field():
+    ex = rvm.compile(Shapes, kernels="numpy")
+    x = da.from_array(np.ones((6, 4), np.float32), chunks=3)
+    t = (np.arange(4, dtype=np.float32), np.float32(2))
+    got = rvm_dask.map_batches(ex, x, t, fname="shifted").compute(scheduler="threads")
+    np.testing.assert_array_equal(got, 1 + 2 * np.arange(4, dtype=np.float32)[None].repeat(6, 0))
+    bad = rvm_dask.map_batches(ex, x, (np.ones(5, np.float32), np.float32(2)), fname="shifted")
+    with pytest.raises(rvm.ShapeError, match=r"shifted: argument 1 't' field 0 has shape \(5,\)"):
+        bad.compute(scheduler="threads")
 
 
 def test_import_rvm_does_not_import_dask():

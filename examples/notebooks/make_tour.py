@@ -27,6 +27,7 @@ reference interpreter and the NumPy kernels, and looks at the profile and the by
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 import rvm
 from rvm import op
@@ -135,6 +136,13 @@ fig, ax = plt.subplots(figsize=(6, 2.5))
 ax.barh(list(timings), list(timings.values()), color=["#999", "#69c", "#e73"])
 ax.set_xlabel("µs per call (median)")
 ax.set_xscale("log")
+# plain numbers at fewer ticks the more decades the bars span, none on the minor ticks (by
+# default those are labelled too when the bars span a decade or less, and overlap)
+decades = np.log10(max(timings.values()) / min(timings.values()))
+subs = np.arange(1, 10) if decades <= 1 else (1, 2, 5) if decades <= 2.5 else (1,)
+ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+ax.xaxis.set_minor_formatter(NullFormatter())
 fig.tight_layout()
 timings""",
     ),

@@ -11,7 +11,7 @@
             return op.relu(op.matmul(x, w))
 
     ex = rvm.compile(Model)                  # an Executable (kernels="jit" | "numpy")
-    vm = rvm.VirtualMachine(ex)              # exec_mode="bytecode" | "compiled"
+    vm = rvm.VirtualMachine(ex)              # exec_mode="bytecode" | "compiled" | "native"
     y = vm["main"](x, w)                     # numpy in, numpy out
     ref = rvm.interpret(Model, "main", x, w) # the reference interpreter
 
@@ -34,6 +34,7 @@ from rvm.errors import (
     FunctionNotFoundError,
     IRError,
     JITError,
+    OnnxCheckerWarning,
     OnnxImportError,
     RVMError,
     ScriptError,
@@ -101,6 +102,7 @@ __all__ = [
     "IRError",
     "IRModule",
     "JITError",
+    "OnnxCheckerWarning",
     "OnnxImportError",
     "RVMError",
     "SKIP_RUN",

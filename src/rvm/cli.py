@@ -11,16 +11,27 @@ that needs the compiler and ``onnx``, which nothing else here imports). Inputs n
 dimension takes its size from ``--dim`` or from a given input of that dimension.
 
 A user's error (a missing or corrupt file, a wrong input name, shape or dtype, an unsupported
-ONNX op) prints one line, ``rvm: error: ...``, on stderr and exits with status 1; a wrong
-command line exits with status 2 (argparse's usage message).
+ONNX op) prints ``rvm: error: ...`` on stderr (one line, or one line per entry of a list, such
+as the unsupported ops) and exits with status 1; a wrong command line exits with status 2
+(argparse's usage message). Output cut short by its reader (``rvm inspect m.rvmx --text | head``)
+ends the command quietly, with status 141, as Unix tools end on SIGPIPE.
+
+``rvm compile`` writes beside the model unless ``-o`` says where, and checks that it can write
+there before it compiles; it does not replace an existing file it was not named (the default
+output) unless ``--force`` is given. An ``--input`` file of another dtype than the parameter's
+(``np.save`` of a default float64 array for a float32 input) is refused with the fix, or cast
+to the parameter's dtype with ``--cast`` (float to narrower float, int to narrower int; never
+float to int).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,8 +42,8 @@ import numpy as np
 import rvm
 from rvm.dtypes import numpy_dtype
 from rvm.errors import RVMError
+from rvm.progress import with_progress
 from rvm.runtime.executable import EXEC_MODES, Executable, ParamSpec, VMFunction
-from rvm.runtime.progress import with_progress
 from rvm.runtime.text import signature
 
 __all__ = ["main", "UserError"]
@@ -65,7 +76,7 @@ def _load_model(path: str, exec_mode: str | None, kernels: str) -> Executable:
     """An executable from a ``.rvmx`` file, or compiled from a ``.onnx`` one."""
     p = _existing(path)
     if _is_onnx(p):
-        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=sys.stderr.isatty())
+        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=True)
     return rvm.load_executable(str(p))
 
 
@@ -91,17 +102,26 @@ def _dims(items: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def _read_npy(name: str, path: str) -> np.ndarray:
+def _read_npy(name: str, path: str) -> Any:
+    """The array of a .npy file, or the arrays of a .npz file in order, as a list (a
+    sequence input)."""
     try:
-        return np.load(_existing(path), allow_pickle=False)
+        data = np.load(_existing(path), allow_pickle=False)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                return [data[key] for key in data.files]
+        return data
     except UserError:
         raise
     except (OSError, ValueError, EOFError) as e:
-        raise UserError(f"--input {name}={path}: not a .npy array file ({e})") from None
+        raise UserError(f"--input {name}={path}: not a .npy or .npz array file ({e})") from None
 
 
-def _inputs(fn: VMFunction, given: Sequence[str], dims: Sequence[str], seed: int) -> list[Any]:
-    """The arguments of `fn`: the files of ``--input``, random arrays for the others."""
+def _inputs(
+    fn: VMFunction, given: Sequence[str], dims: Sequence[str], seed: int, cast: bool = False
+) -> list[Any]:
+    """The arguments of `fn`: the files of ``--input`` (cast to the parameters' dtypes with
+    ``cast``), random arrays for the others."""
     files = _parse_pairs(given, "--input")
     unknown = [n for n in files if n not in fn.params]
     if unknown:
@@ -109,7 +129,11 @@ def _inputs(fn: VMFunction, given: Sequence[str], dims: Sequence[str], seed: int
             f"--input {unknown[0]}: @{fn.name} has no parameter {unknown[0]!r}; its parameters: "
             f"{', '.join(fn.params) or 'none'}"
         )
-    arrays = {name: _read_npy(name, path) for name, path in files.items()}
+    specs = dict(zip(fn.params, fn.param_specs))
+    arrays = {
+        name: _as_dtype(name, path, _read_npy(name, path), specs[name], cast)
+        for name, path in files.items()
+    }
     sizes = _dims(dims)
     for spec in fn.param_specs:  # a given input names the sizes of its symbolic dims
         x = arrays.get(spec.name)
@@ -124,10 +148,35 @@ def _inputs(fn: VMFunction, given: Sequence[str], dims: Sequence[str], seed: int
     ]
 
 
+def _as_dtype(name: str, path: str, x: Any, spec: ParamSpec, cast: bool) -> Any:
+    """``x`` if it has the dtype ``spec`` asks for; cast to it with ``cast``; else the fix."""
+    if not isinstance(x, np.ndarray) or spec.kind != "tensor" or spec.dtype is None:
+        return x
+    if x.dtype == numpy_dtype(spec.dtype):
+        return x
+    want = numpy_dtype(spec.dtype)
+    if not cast:
+        raise UserError(
+            f"--input {name}={path} holds {x.dtype}, but parameter {name!r} is {spec.dtype}: "
+            f"save it as {spec.dtype} (np.save(path, a.astype(np.{spec.dtype}))) or pass --cast"
+        )
+    if not np.can_cast(x.dtype, want, casting="same_kind"):
+        raise UserError(
+            f"--input {name}={path} holds {x.dtype}: --cast does not make {spec.dtype} of it "
+            "(only a narrower type of the same kind)"
+        )
+    return x.astype(want)
+
+
 def _random(
     fn: VMFunction, spec: ParamSpec, sizes: dict[str, int], rng: np.random.Generator
 ) -> np.ndarray:
     where = f"@{fn.name} parameter {spec.name!r}"
+    if spec.kind == "adt":
+        raise UserError(
+            f"{where} is a data type value: give a sequence with --input {spec.name}=FILE.npz "
+            "(its arrays, in order)"
+        )
     if spec.kind != "tensor" or spec.dtype is None or spec.shape is None:
         what = "a tensor of unknown rank or dtype" if spec.kind == "tensor" else f"a {spec.kind}"
         raise UserError(f"{where} is {what}: give it with --input {spec.name}=FILE.npy")
@@ -155,13 +204,18 @@ def _random(
 
 
 def _leaves(value: Any, name: str = "output") -> list[tuple[str, Any]]:
-    """(name, array or other value) for each tensor of a result, tuples flattened."""
-    if isinstance(value, tuple):
+    """(name, array or other value) for each tensor of a result, tuples and lists (sequences)
+    flattened."""
+    if isinstance(value, (tuple, list)):
         return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{name}[{i}]")]
     return [(name, value)]
 
 
 def _summary(name: str, x: Any) -> str:
+    if isinstance(x, list):
+        return f"{name}: a list of {len(x)} arrays"
+    if x is None:
+        return f"{name}: None (an empty optional)"
     if not isinstance(x, np.ndarray):
         return f"{name}: {type(x).__name__} {x!r}"[:200]
     head = f"{name}: shape {tuple(x.shape)} {x.dtype}"
@@ -181,8 +235,14 @@ def cmd_compile(args: argparse.Namespace) -> None:
     src = _existing(args.model)
     if not _is_onnx(src):
         raise UserError(f"{args.model}: rvm compile takes an ONNX model (.onnx)")
-    ex = _compile_onnx(src, args.exec_mode, args.kernels, progress=not args.quiet)
     out = Path(args.output) if args.output else src.with_suffix(".rvmx")
+    if not args.output and out.exists() and not args.force:
+        raise UserError(
+            f"{out} exists: rvm compile does not replace it unless told to; pass --force, or "
+            "name the output with -o"
+        )
+    _check_writable(out)
+    ex = _compile_onnx(src, args.exec_mode, args.kernels, progress=not args.quiet)
     try:
         ex.save(str(out))
     except OSError as e:
@@ -193,13 +253,30 @@ def cmd_compile(args: argparse.Namespace) -> None:
     )
 
 
+def _check_writable(out: Path) -> None:
+    """Raises UserError unless a file can be written at ``out`` (before a long compile)."""
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise UserError(f"cannot write {out}: it is a directory")
+    if not parent.is_dir():
+        raise UserError(f"cannot write {out}: no such directory {parent}")
+    try:  # a trial file: os.access says yes to root on a read-only file system
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".rvm-write-test-"):
+            pass
+        if out.exists() and not os.access(out, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     ex = _load_model(args.model, args.exec_mode, args.kernels)
     vm = rvm.VirtualMachine(ex, exec_mode=args.exec_mode)
     fn = ex.get_function(args.function)
-    values = _inputs(fn, args.input, args.dim, args.seed)
+    values = _inputs(fn, args.input, args.dim, args.seed, args.cast)
     for spec, x in zip(fn.param_specs, values):
-        print(_summary(f"input {spec.name}", x))
+        for name, leaf in [(spec.name, x)] + (_leaves(x, spec.name) if isinstance(x, list) else []):
+            print(_summary(f"input {name}", leaf))
     result = vm[args.function](*values)
     leaves = _leaves(result)
     for name, x in leaves:
@@ -237,7 +314,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     ex = _load_model(args.model, args.exec_mode, args.kernels)
     vm = rvm.VirtualMachine(ex, exec_mode=args.exec_mode)
     fn = ex.get_function(args.function)
-    values = _inputs(fn, args.input, args.dim, args.seed)
+    values = _inputs(fn, args.input, args.dim, args.seed, args.cast)
     run = vm[args.function]
     engines: dict[str, Callable[[], Any]] = {f"rvm {vm.exec_mode}": lambda: run(*values)}
     ort = _ort_runner(args.model, values) if _is_onnx(Path(args.model)) else None
@@ -253,6 +330,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         "inputs": {
             s.name: [list(np.shape(x)), str(np.asarray(x).dtype)]
             for s, x in zip(fn.param_specs, values)
+            if isinstance(x, np.ndarray)
         },
         "repeat": args.repeat,
         "median_ms": {n: statistics.median(t) * 1e3 for n, t in rows.items()},
@@ -339,12 +417,20 @@ def _parser() -> argparse.ArgumentParser:
             help="the size of a symbolic dimension, for random inputs",
         )
         c.add_argument("--seed", type=int, default=0, help="of the random inputs")
+        c.add_argument(
+            "--cast",
+            action="store_true",
+            help="cast --input files to the parameters' dtypes (float64 to float32, ...)",
+        )
         model_options(c, None)
 
     c = sub.add_parser("compile", help="compile an ONNX model to a saved executable")
     c.add_argument("model", help="an ONNX model (.onnx)")
     c.add_argument("-o", "--output", help="the .rvmx file (default: beside the model)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    c.add_argument(
+        "--force", action="store_true", help="replace an existing .rvmx beside the model"
+    )
     model_options(c, "bytecode")
     c.set_defaults(run=cmd_compile)
 
@@ -372,8 +458,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         args.run(args)
+        sys.stdout.flush()  # here, so a reader gone away is a BrokenPipeError caught below
+    except BrokenPipeError:
+        # The reader stopped (`| head`): end quietly, as Unix tools end on SIGPIPE, and point
+        # stdout at /dev/null so Python's own flush at exit finds no broken pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (UserError, RVMError, OSError, ValueError, TypeError, ImportError) as e:
-        message = " ".join(str(e).split()) or type(e).__name__
+        lines = (" ".join(line.split()) for line in str(e).strip().splitlines())
+        message = "\n".join(line for line in lines if line) or type(e).__name__
         if isinstance(e, RVMError):
             message = f"{type(e).__name__}: {message}"
         print(f"rvm: error: {message}", file=sys.stderr)

@@ -35,6 +35,11 @@ class OnnxImportError(IRError):
     """An ONNX model rvm cannot import: unreadable, invalid, or using unsupported ops."""
 
 
+class OnnxCheckerWarning(UserWarning):
+    """An ``onnx.checker`` finding ONNX Runtime tolerates: `rvm.from_onnx` imports the model
+    anyway (`rvm.frontend.onnx.loader.TOLERATED` lists those findings)."""
+
+
 class VMError(RVMError):
     """A failure while the virtual machine runs; the message carries the VM stack."""
 

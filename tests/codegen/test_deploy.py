@@ -3,6 +3,7 @@ its jit kernels come from the on-disk cache (nothing recompiles)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 import rvm
+from rvm import progress
 from rvm.testing.programs import MLP, PROGRAMS
 
 
@@ -60,7 +62,7 @@ def test_fresh_process_runs_saved_executable_without_compiler(tmp_path, kernels)
     assert "compiles: []" in run.stdout, run.stdout
 
 
-def test_compile_builds_kernels_with_a_progress_bar_or_defers_them(capsys, monkeypatch):
+def test_compile_builds_kernels_with_a_progress_bar_or_defers_them(monkeypatch):
     from rvm.runtime import kernels as runtime_kernels
 
     loads: list[str] = []
@@ -71,14 +73,18 @@ def test_compile_builds_kernels_with_a_progress_bar_or_defers_them(capsys, monke
         return real(ex, rec)
 
     monkeypatch.setattr(runtime_kernels, "_load_numpy_kernel", spy)
+    tty = io.StringIO()
+    tty.isatty = lambda: True  # a terminal, and the bar drawn at once (no 0.5 s delay)
+    monkeypatch.setattr(sys, "stderr", tty)
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
     ex = rvm.compile(MLP, kernels="numpy", progress=True)
-    err = capsys.readouterr().err
+    err = tty.getvalue()
     assert "compiling kernels [" in err and f"{len(ex.kernels)}/{len(ex.kernels)} done" in err
     assert sorted(loads) == sorted(ex.kernels)  # built by compile ...
     rvm.VirtualMachine(ex)
     assert len(loads) == len(ex.kernels)  # ... so the VM builds nothing
     lazy = rvm.compile(MLP, kernels="numpy", build_kernels=False)
-    assert len(loads) == len(ex.kernels) and capsys.readouterr().err == ""
+    assert len(loads) == len(ex.kernels) and tty.getvalue() == err
     rvm.VirtualMachine(lazy)
     assert len(loads) == 2 * len(ex.kernels)
 

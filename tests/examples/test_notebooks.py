@@ -85,3 +85,44 @@ def test_vm_tour_runs_cut_into_notebook_cells(tmp_path):
 def test_kernel_sees_rvm(tmp_path, code):
     nb = run_notebook(new_notebook(cells=[new_code_cell(code)]), tmp_path)
     assert not [o for o in nb.cells[0].outputs if o.output_type == "error"]
+
+
+def _chart_lines() -> str:
+    """The tour's chart code: its imports and the lines after the timings that draw."""
+    cells = [c.source for c in nbformat.read(TOUR, as_version=4).cells if c.cell_type == "code"]
+    imports = next(c for c in cells if "import matplotlib" in c)
+    chart = next(c for c in cells if "set_xscale" in c)
+    drawing = chart[chart.index("fig, ax = plt.subplots") : chart.index("fig.tight_layout()")]
+    kept = [ln for ln in imports.splitlines() if "matplotlib" in ln or "numpy" in ln]
+    return "\n".join(kept) + "\n" + drawing
+
+
+@pytest.mark.parametrize(
+    "timings",
+    [
+        {"interpret": 410.0, "numpy kernels": 330.0, "jit kernels": 300.0},  # within a decade
+        {"interpret": 5000.0, "numpy kernels": 900.0, "jit kernels": 300.0},  # over one
+        {"interpret": 52000.0, "numpy kernels": 900.0, "jit kernels": 35.0},  # over three
+    ],
+)
+def test_the_tour_charts_log_axis_labels_do_not_overlap(timings):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scope = {"timings": timings}
+    exec(_chart_lines(), scope)  # noqa: S102 - the notebook's own drawing code
+    fig, ax = scope["fig"], scope["ax"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    lo, hi = ax.get_xlim()
+    labels = [
+        t.label1
+        for t in ax.xaxis.get_major_ticks() + ax.xaxis.get_minor_ticks()
+        if t.label1.get_visible() and t.label1.get_text() and lo <= t.get_loc() <= hi
+    ]
+    boxes = sorted((lab.get_window_extent(renderer) for lab in labels), key=lambda b: b.x0)
+    plt.close(fig)
+    assert len(boxes) >= 2, [lab.get_text() for lab in labels]  # the axis has a scale
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), [lab.get_text() for lab in labels]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import rvm.jit as jit
+from rvm import progress
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -50,8 +52,12 @@ def test_second_process_hits(tmp_path: Path) -> None:
     assert _run(tmp_path) == (1, 0)
 
 
-def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    tty = io.StringIO()
+    tty.isatty = lambda: True  # a terminal, and the bar drawn at once (no 0.5 s delay)
+    monkeypatch.setattr(sys, "stderr", tty)
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
     from jit_helpers import prim, var
 
     from rvm import op
@@ -60,7 +66,7 @@ def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch, capsys)
     rec = jit.jit_kernel("fused_relu_info", prim([x], op.relu(x)), "dps")
     loaded = jit.compile_kernels([rec], progress=True)
     assert "fused_relu_info" in loaded
-    assert "compiling kernels" in capsys.readouterr().err
+    assert "compiling kernels" in tty.getvalue()
     info = jit.cache_info()
     assert info["dir"] == str(tmp_path) and info["entries"] == 1 and info["bytes"] > 0
     assert "def fused_relu_info" in jit.kernel_source(rec)
@@ -68,6 +74,50 @@ def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch, capsys)
     assert jit.kernel_asm(rec).strip()
     jit.clear_cache()
     assert jit.cache_info()["entries"] == 0
+
+
+INSPECT = """
+import sys
+sys.path.insert(0, {src!r})
+import warnings
+import rvm
+ex = rvm.compile(rvm.script.parse('''
+from rvm import op
+from rvm.script import T, module, func
+
+@module
+class M:
+    @func
+    def main(x: T[("n", 8), "float32"]):
+        return op.tanh(x) * 2.0
+'''), kernels="jit")
+rvm.VirtualMachine(ex)  # loads the kernel: compiled, or from the cache
+name = sorted(ex.kernels)[0]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    llvm, asm = ex.kernel_llvm(name), ex.kernel_asm(name)
+assert not caught, [str(w.message) for w in caught]  # Numba's "Inspection disabled for cached code"
+assert "define" in llvm and name in llvm, llvm
+print(len(llvm.splitlines()), len(asm.splitlines()))
+"""
+
+
+def test_inspection_of_a_kernel_loaded_from_a_warm_cache(tmp_path: Path) -> None:
+    # Numba's own cache holds no IR for what it loads: it warned and gave 4 lines
+    env = {**os.environ, "RVM_CACHE_DIR": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "nb")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", INSPECT.format(src=SRC)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    cold, warm = [(int(r[0]), int(r[1])) for r in runs]
+    assert warm[0] > 100 and warm[1] > 20  # the whole IR, not Numba's stub of 4 lines
+    assert abs(warm[0] - cold[0]) < cold[0] // 10
 
 
 def test_cache_dir_default(monkeypatch) -> None:

@@ -62,6 +62,23 @@ def test_precompile_with_a_helper(tmp_path: Path, monkeypatch) -> None:
     assert parallel.precompile(recs) == 0  # nothing missing any more
 
 
+@pytest.mark.skipif(not parallel.can_fork(), reason="RVM_JIT_ISOLATE needs fork")
+def test_isolated_the_parent_compiles_nothing_and_loads_the_helpers_code(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RVM_JIT_ISOLATE", "1")
+    monkeypatch.delenv("RVM_JIT_WORKERS", raising=False)
+    funcs, recs = _records("isolated")
+    assert parallel.workers(1) == 1  # one missing kernel: a helper compiles it all the same
+    assert parallel.precompile(recs[:1]) == 1
+    assert parallel.precompile(recs[1:]) >= 1
+    for rec in recs:  # what precompile loaded: Numba's cache hits, no compile in this process
+        stats = load_kernel(rec).stats
+        assert sum(stats.cache_hits.values()) == 1 and not sum(stats.cache_misses.values())
+    _check(funcs, recs)
+
+
 def test_precompile_with_numba_cache_dir(tmp_path: Path, monkeypatch) -> None:
     """With ``NUMBA_CACHE_DIR`` set, Numba keeps the object code there, not beside the kernel
     file: the cache still sees it, so a second compile finds nothing missing."""
@@ -166,6 +183,7 @@ def test_a_forked_helper_compiles_what_a_single_process_does(tmp_path: Path, mon
     ],
 )
 def test_how_many_helpers(env, cpus, missing, want, monkeypatch) -> None:
+    monkeypatch.delenv("RVM_JIT_ISOLATE", raising=False)
     monkeypatch.setenv("RVM_JIT_WORKERS", env)
     monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
     assert parallel.workers(missing) == want

@@ -17,9 +17,10 @@ SRC = Path(rvm.__file__).parent
 
 # What each package may import besides itself. `rvm` alone is the package root (always loaded
 # first); `rvm.errors`, `rvm._html` and `rvm._hooks` (where higher layers supply the IR's
-# printer and op set) import only the standard library; `rvm.dtypes` adds numpy (and
+# printer and op set) import only the standard library; `rvm.progress` (progress of long work)
+# adds IPython's display and ipywidgets where a notebook has them; `rvm.dtypes` adds numpy (and
 # ml_dtypes, lazily) and `rvm.errors`.
-BASE = ("rvm.errors", "rvm._html", "rvm._hooks", "rvm.dtypes")
+BASE = ("rvm.errors", "rvm._html", "rvm._hooks", "rvm.progress", "rvm.dtypes")
 ALLOWED: dict[str, tuple[str, ...]] = {
     "kernels": (),
     "runtime": ("rvm.kernels",),
@@ -100,6 +101,9 @@ def test_shared_helpers_import_only_the_standard_library() -> None:
     for name in ("errors.py", "_html.py", "_hooks.py"):
         for mod in _imported(name):
             assert mod.split(".")[0] in sys.stdlib_module_names | {"__future__"}, (name, mod)
+    notebook = {"IPython", "ipywidgets"}
+    for mod in _imported("progress.py"):
+        assert mod.split(".")[0] in sys.stdlib_module_names | {"__future__"} | notebook, mod
 
 
 def test_dtypes_imports_only_numpy_ml_dtypes_and_errors() -> None:

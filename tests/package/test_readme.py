@@ -44,3 +44,11 @@ def test_readme_python_in_and_out_runs_as_pasted(tmp_path):
     assert "[1. 2. 3. 4.]" in out.stdout
     assert "(5, 2)" in out.stdout
     assert "planned storage" in out.stdout
+
+
+def test_the_readme_counts_operators_right():
+    """A count of operators in the README (if it states one) is the number registered."""
+    from rvm.ir import list_ops
+
+    counts = re.findall(r"\b(\d+) operators\b", README.read_text())
+    assert all(int(n) == len(list_ops()) for n in counts), (counts, len(list_ops()))

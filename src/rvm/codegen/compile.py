@@ -36,7 +36,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     dump_dir: str | os.PathLike | None = None,
     exec_mode: str = "bytecode",
     build_kernels: bool = True,
-    progress: bool = False,
+    progress: bool = True,
 ) -> Executable:
     """Compile ``mod`` to an executable for `rvm.VirtualMachine`.
 
@@ -53,7 +53,8 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
             ones in several processes at once (`rvm.jit.parallel`), or load them from the
             on-disk cache), so a `rvm.JITError` surfaces here and a saved executable finds
             them cached in the next process; False defers it to the first VM.
-        progress: draw a progress bar on stderr while the kernels build.
+        progress: show the progress of long kernel builds (`rvm.progress`: a line on
+            a terminal's stderr, a bar in a notebook, else one INFO log line); False: never.
     """
     if not isinstance(mod, IRModule):
         raise TypeError(f"rvm.compile expects an IRModule, got {type(mod).__name__}")

@@ -38,15 +38,8 @@ ALIGNMENT = 64
 
 
 def param_spec(var: E.Var) -> ParamSpec:
-    """The entry check the VM runs for parameter ``var``."""
-    ty = var.type
-    if isinstance(ty, TensorType):
-        return ParamSpec(var.name, "tensor", ty.dtype, ty.shape)
-    if isinstance(ty, TupleType):
-        return ParamSpec(var.name, "tuple")
-    if isinstance(ty, ADTType):
-        return ParamSpec(var.name, "adt")
-    return ParamSpec(var.name, "any")
+    """The entry check the VM runs for parameter ``var`` (a tuple's fields checked too)."""
+    return result_spec(var.type, var.name)
 
 
 def result_spec(ty: Type | None, name: str = "result") -> ParamSpec:
@@ -58,7 +51,7 @@ def result_spec(ty: Type | None, name: str = "result") -> ParamSpec:
         fields = tuple(result_spec(f, f"{name}[{i}]") for i, f in enumerate(ty.fields))
         return ParamSpec(name, "tuple", fields=fields)
     if isinstance(ty, ADTType):
-        return ParamSpec(name, "adt")
+        return ParamSpec(name, "adt", adt=ty.name)
     return ParamSpec(name, "any")
 
 
@@ -493,9 +486,11 @@ class ModuleCodegen:
         self._patterns: dict[tuple[int, ...], int] = {}
         self._kernels: dict[tuple[str, str], str] = {}
         self._tags: dict[tuple[str, str], int] = {}
+        forms = mod.attrs.get("python_forms", {})  # the frontends' (ONNX sequences, optionals)
         for adt in mod.adts.values():
             rows = [(c.name, len(c.field_types)) for c in adt.constructors]
-            for (cname, _), tag in zip(rows, self.builder.add_adt(adt.name, rows)):
+            tags = self.builder.add_adt(adt.name, rows, forms.get(adt.name))
+            for (cname, _), tag in zip(rows, tags):
                 self._tags[(adt.name, cname)] = tag
 
     def constant(self, c: E.Constant) -> int:

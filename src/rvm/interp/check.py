@@ -20,6 +20,7 @@ from rvm.interp.values import Closure, Env, describe
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import DTYPES, ADTType, FuncType, ShapeType, TensorType, TupleType, Type
+from rvm.runtime.entry import check_shape, tuple_arity_error
 from rvm.runtime.objects import ADT
 
 # Which Python-value kinds (numpy dtype kinds) may become which dtype kinds.
@@ -73,30 +74,8 @@ def _check_tensor(ty: TensorType, value: Any, env: Env, what: str, convert: bool
         if not (convert and arr.dtype.name == ty.dtype):  # a byte-swapped array is converted
             raise DTypeError(f"{env.name}: {what} expects dtype {ty.dtype}, got {arr.dtype.name}")
         arr = arr.astype(numpy_dtype(ty.dtype))
-    if ty.shape is None:
-        return arr
-    shape = arr.shape
-    if len(shape) != len(ty.shape):
-        raise ShapeError(
-            f"{env.name}: {what} expects rank {len(ty.shape)} (shape {_fmt(ty.shape)}), "
-            f"got shape {shape}"
-        )
-    for axis, (dim, size) in enumerate(zip(ty.shape, shape)):
-        if dim is None or dim == size:
-            continue
-        if type(dim) is int:
-            raise ShapeError(
-                f"{env.name}: {what} has shape {shape}, but dimension {axis} must be {dim} "
-                f"(expected shape {_fmt(ty.shape)})"
-            )
-        bound = env.dims.get(dim)
-        if bound is None:
-            env.dims[dim] = size
-            env.sources[dim] = what
-        elif bound != size:
-            raise ShapeError(
-                f"{env.name}: {what} has shape {shape}, but {dim} = {bound} from {env.sources[dim]}"
-            )
+    if ty.shape is not None:
+        check_shape(env.name, what, ty.shape, arr.shape, env.dims, env.sources)
     return arr
 
 
@@ -108,10 +87,7 @@ def _check_tuple(
     if not isinstance(value, tuple):
         raise TypeError(f"{env.name}: {what} expects a tuple {ty}, got {describe(value)}")
     if len(value) != len(ty.fields):
-        raise TypeError(
-            f"{env.name}: {what} expects a tuple of {len(ty.fields)} fields, "
-            f"got {len(value)} fields"
-        )
+        raise tuple_arity_error(env.name, what, len(ty.fields), len(value))
     return tuple(
         check_value(mod, fty, v, env, f"{what} field {i}", convert=convert)
         for i, (fty, v) in enumerate(zip(ty.fields, value))
@@ -186,8 +162,3 @@ def _from_python(value: Any, dtype: str | None, env: Env, what: str) -> np.ndarr
     if arr is None or (kind in "iu" and not np.array_equal(arr, natural)):
         raise DTypeError(f"{env.name}: {what} expects dtype {dtype}; {value!r} does not fit")
     return arr
-
-
-def _fmt(shape: tuple) -> str:
-    inner = ", ".join(repr(d) for d in shape)
-    return f"({inner}{',' if len(shape) == 1 else ''})"

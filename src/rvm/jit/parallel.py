@@ -26,6 +26,13 @@ loads it from the cache), rather than every process building the same entry poin
 Helpers run when at least `MIN_MISSING` kernels are missing and the machine has more than one
 CPU: ``os.cpu_count() - 1`` of them (at most `MAX_WORKERS`), or ``RVM_JIT_WORKERS`` (0 turns
 them off).
+
+With ``RVM_JIT_ISOLATE=1`` (Linux: forked helpers; ``RVM_JIT_WORKERS=0`` still turns the helpers
+off) the parent compiles no kernel itself: at least one helper compiles every missing kernel,
+and the parent loads their object code from the cache. A Numba compile keeps about 2 MB per
+kernel in the process for good (its compiler's state, which nothing frees), a load from the
+cache a tenth of that, so a long-lived process compiling many programs (a test suite, a
+notebook, a server) stays small.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rvm.kernels.entry import require, required_by
+from rvm.progress import Progress
 from rvm.runtime.executable import KernelRecord
 from rvm.runtime.loading.cache import has_object_code, kernel_path, write_entry
 
@@ -80,8 +88,22 @@ def frozen_gc() -> Iterator[None]:
                 gc.unfreeze()
 
 
+def isolated() -> bool:
+    """Whether this process leaves every kernel compile to a helper (``RVM_JIT_ISOLATE=1``,
+    unless ``RVM_JIT_WORKERS=0`` turns the helpers off)."""
+    if os.environ.get("RVM_JIT_WORKERS", "").strip() == "0":
+        return False
+    return os.environ.get("RVM_JIT_ISOLATE", "").strip() == "1" and can_fork()
+
+
 def workers(missing: int) -> int:
     """How many helper processes compile ``missing`` kernels (see the module docstring)."""
+    if isolated() and missing:
+        return max(1, _workers(missing + 1))
+    return _workers(missing)
+
+
+def _workers(missing: int) -> int:
     env = os.environ.get("RVM_JIT_WORKERS", "").strip()
     if env:
         try:
@@ -155,10 +177,20 @@ def precompile(records: Sequence[KernelRecord]) -> int:
     def helping() -> bool:
         return any(h is not None and h.running() for h in helpers)
 
+    bar = Progress("compiling kernels", len(missing))
+    mine = _work(claims, {p: sources[p] for p in order}, helping, bar) if not isolated() else []
     try:
-        for path in _work(claims, {p: sources[p] for p in order}, helping):
+        for path in mine:
+            bar.update(sum(map(has_object_code, missing)), missing[path].name)  # all processes'
             load_kernel(missing[path])
+        for helper in helpers if isolated() else ():  # then load what they compiled
+            if helper is not None:
+                helper.wait()
+        for path in order if isolated() else ():
+            bar.update(sum(map(has_object_code, missing)), missing[path].name)
+            load_kernel(missing[path])  # from the cache; compiled here if a helper failed
     finally:
+        bar.close()
         for helper in helpers:
             if helper is not None:
                 helper.wait()
@@ -173,7 +205,12 @@ def precompile(records: Sequence[KernelRecord]) -> int:
     return n
 
 
-def _work(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> Iterator[Path]:
+def _work(
+    claims: Path,
+    sources: dict[Path, str],
+    others: Callable[[], bool],
+    bar: Progress | None = None,
+) -> Iterator[Path]:
     """This process's share of the work, in ``sources``' order: it builds each entry point
     the kernels call that it claims, then yields each kernel file it claims. A kernel calling
     an entry point another process is still building (``others()``: whether any other process
@@ -181,6 +218,8 @@ def _work(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) ->
     when none is, it waits for the first one's."""
     entries = list(dict.fromkeys(e for src in sources.values() for e in required_by(src)))
     for name, dtype in entries:
+        if bar is not None:
+            bar.update(0, f"rvm library: {name} ({dtype})")
         if claim(claims, Path(f"entry-{name}-{dtype}")):
             try:
                 require(name, dtype)

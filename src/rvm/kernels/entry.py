@@ -40,6 +40,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import DTYPES
 from rvm.kernels.numba_cache import light_loads
+from rvm.progress import Progress
 
 MAX_ARRAYS = 3
 NDIMS = 4
@@ -97,7 +98,8 @@ def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
             return
         ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
         sig = nt.int64(ptr, ptr, ptr, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
-        cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
+        with Progress(f"building rvm's library: {name} ({dtype})"):  # seconds, once per machine
+            cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         llvm.add_symbol(symbol(name, dtype), cfunc.address)
         _compiled[name, dtype] = cfunc
 

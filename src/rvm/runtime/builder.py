@@ -185,8 +185,11 @@ class ExecBuilder:
         """Adds Python source shared by the numpy kernels, available to them as `name`."""
         self.libraries[name] = source
 
-    def add_adt(self, name: str, constructors: Iterable[Sequence[Any]]) -> list[int]:
-        """Adds an ADT; constructors are (name, arity) or (name, tag, arity).
+    def add_adt(
+        self, name: str, constructors: Iterable[Sequence[Any]], python: str | None = None
+    ) -> list[int]:
+        """Adds an ADT; constructors are (name, arity) or (name, tag, arity); ``python`` is
+        its values' Python form at the boundary (`ADTInfo.python`).
 
         Returns:
             The constructors' tags; tags not given are numbered after every tag used so far,
@@ -200,7 +203,7 @@ class ExecBuilder:
                 cname, tag, arity = c
             self._next_tag = max(self._next_tag, int(tag) + 1)
             rows.append((str(cname), int(tag), int(arity)))
-        self.adts.append(ADTInfo(name, tuple(rows)))
+        self.adts.append(ADTInfo(name, tuple(rows), python))
         return [tag for _, tag, _ in rows]
 
     def function(

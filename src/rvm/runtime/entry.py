@@ -2,13 +2,23 @@
 
 Everything is checked before any kernel touches memory: the argument count, each argument's
 kind, dtype, rank and fixed dimensions, and that symbolic dimensions (a name shared by several
-parameters) agree. Errors name the function, the parameter, what was expected and what came:
-`main: argument 1 'y' has shape (2, 4), but n = 3 from argument 0 'x'`.
+parameters) agree; a tuple's fields are checked the same way, as deep as they nest. Errors name
+the function, the parameter, what was expected and what came: `main: argument 1 'y' has shape
+(2, 4), but n = 3 from argument 0 'x'`.
 
 Inputs may be numpy arrays, anything with `__dlpack__` (read with `np.from_dlpack`) or
 `__array__`, or Python scalars and lists (converted to the parameter's dtype). Arrays that are
 not C-contiguous are copied, because kernels index their inputs as C-contiguous. Arguments may
 also be given by parameter name (`bind_arguments`, with Python's own rules).
+
+Data types cross the boundary in their Python form when the executable declares one
+(`ADTInfo.python`, set by the frontend that made the type; the ONNX importer does it for
+sequences and optionals, as ONNX Runtime takes and returns them): a parameter of a ``"list"``
+type (``Nil | Cons(head, tail)``) takes a Python list or tuple of its elements, one of an
+``"optional"`` type (``Nothing | Some(value)``) takes None or the value; `ADT` values are taken
+as they are. A result of such a type (as the function's result type declares it, also inside
+a tuple) comes back as a Python list, or None / the value. Types without a Python form stay
+`ADT` objects both ways.
 
 `vm["main"]` is a `BoundFunction`: a callable that keeps the function's index and signature, so
 a call does the entry checks and runs, with no lookup by name; its repr and
@@ -23,18 +33,21 @@ from typing import Any
 
 import numpy as np
 
-from rvm.errors import DTypeError, ShapeError
-from rvm.runtime.executable import ParamSpec, VMFunction
+from rvm.errors import DTypeError, ExecutableFormatError, ShapeError
+from rvm.runtime.executable import ADTInfo, ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.text import signature
 
 __all__ = [
     "NOT_RUN",
     "BoundFunction",
+    "PythonForms",
     "SavedFunction",
     "bind_arguments",
     "check_arguments",
+    "check_shape",
     "to_value",
+    "tuple_arity_error",
 ]
 
 NOT_RUN: Any = object()
@@ -70,54 +83,210 @@ def _shape_text(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _where(fn: VMFunction, i: int, spec: ParamSpec) -> str:
-    """The argument an entry error is about (made only for a message: a call costs less)."""
-    return f"{fn.name}: argument {i} '{spec.name}'"
+def check_shape(
+    fname: str,
+    what: str,
+    want: Sequence[int | str | None],
+    shape: tuple[int, ...],
+    dims: dict[str, int],
+    sources: dict[str, str],
+) -> None:
+    """Checks a tensor's `shape` against the declared `want`, binding symbolic dimensions.
+
+    The one shape check of values entering a function from Python: the VM's entry checks and
+    the reference interpreter's both call it, so their messages are the same.
+
+    Args:
+        fname: The function's name, for messages.
+        what: The value in the user's words (``argument 0 't' field 1``).
+        want: Per dimension an int (fixed), a str (symbolic) or None (any).
+        shape: The value's shape.
+        dims: Symbolic dimensions bound so far in this call; a new one is added.
+        sources: For each dimension in `dims`, the value that bound it.
+
+    Raises:
+        ShapeError: Another rank, a fixed dimension that differs, or a symbolic dimension
+            that disagrees with its earlier binding.
+    """
+    if len(shape) != len(want):
+        raise ShapeError(
+            f"{fname}: {what} expects rank {len(want)} (shape {_shape_text(want)}), "
+            f"got shape {_shape_text(shape)}"
+        )
+    for axis, (dim, size) in enumerate(zip(want, shape)):
+        if dim is None or dim == size:
+            continue
+        if type(dim) is int:
+            raise ShapeError(
+                f"{fname}: {what} has shape {_shape_text(shape)}, but dimension {axis} must be "
+                f"{dim} (expected shape {_shape_text(want)})"
+            )
+        bound = dims.get(dim)  # type: ignore[arg-type]
+        if bound is None:
+            dims[dim] = size  # type: ignore[index]
+            sources[dim] = what  # type: ignore[index]
+        elif bound != size:
+            raise ShapeError(
+                f"{fname}: {what} has shape {_shape_text(shape)}, but {dim} = {bound} from "
+                f"{sources[dim]}"  # type: ignore[index]
+            )
 
 
-def _check_tensor(
-    fn: VMFunction, i: int, spec: ParamSpec, x: Any, dims: dict[str, tuple[int, int, str]]
-) -> np.ndarray:
+def tuple_arity_error(fname: str, what: str, want: int, got: int) -> TypeError:
+    """The error for a tuple of `got` fields where `want` are declared (VM and interpreter)."""
+    return TypeError(f"{fname}: {what} expects a tuple of {want} fields, got {got} fields")
+
+
+class _Call:
+    """The symbolic dimensions one call's arguments bind, the function's name for messages,
+    and the executable's data types' Python forms."""
+
+    __slots__ = ("name", "dims", "sources", "forms")
+
+    def __init__(self, name: str, forms: PythonForms | None) -> None:
+        self.name = name
+        self.dims: dict[str, int] = {}
+        self.sources: dict[str, str] = {}
+        self.forms = forms
+
+
+class PythonForms:
+    """How the data types with a Python form (`ADTInfo.python`) cross the VM's boundary: a
+    Python list for a ``"list"`` type, None or the value for an ``"optional"`` one.
+
+    Raises:
+        ExecutableFormatError: A form that does not fit its type's constructors.
+    """
+
+    __slots__ = ("_types",)
+
+    def __init__(self, adts: Sequence[ADTInfo]) -> None:
+        # name -> (form, empty (tag, name), full (tag, name), inner data type or None)
+        self._types: dict[str, tuple[str, tuple[int, str], tuple[int, str], str | None]] = {}
+        for info in adts:
+            if info.python:
+                self._types[info.name] = _form(info)
+
+    def __bool__(self) -> bool:
+        return bool(self._types)
+
+    def from_python(self, call: _Call, what: str, adt: str, x: Any) -> Any:
+        """``x`` as a value of data type ``adt``: itself if an `ADT` or ``adt`` has no form."""
+        if isinstance(x, ADT) or adt not in self._types:
+            return x
+        form, empty, full, inner = self._types[adt]
+        if form == "list":
+            if not isinstance(x, (list, tuple)):
+                raise TypeError(
+                    f"{call.name}: {what} expects a list (a {adt} value), got {type(x).__name__}"
+                )
+            out = ADT(empty[0], (), empty[1])
+            for item in reversed(x):
+                if isinstance(item, (ADT, Closure, tuple, list)):
+                    raise TypeError(
+                        f"{call.name}: {what} expects a list of tensors, got a "
+                        f"{type(item).__name__} in it"
+                    )
+                out = ADT(full[0], (_to_array(item, None), out), full[1])
+            return out
+        if x is None:
+            return ADT(empty[0], (), empty[1])
+        value = self.from_python(call, what, inner, x) if inner else _to_array(x, None)
+        return ADT(full[0], (value,), full[1])
+
+    def to_python(self, value: Any, spec: ParamSpec | None) -> Any:
+        """A result as its Python form, by its declared type ``spec`` (tuples field by field)."""
+        if spec is None:
+            return value
+        if spec.kind == "tuple" and spec.fields is not None and isinstance(value, tuple):
+            return tuple(self.to_python(v, f) for v, f in zip(value, spec.fields))
+        if spec.kind == "adt" and spec.adt in self._types and isinstance(value, ADT):
+            return self._adt_to_python(value, spec.adt)
+        return value
+
+    def _adt_to_python(self, value: ADT, adt: str) -> Any:
+        form, empty, _full, inner = self._types[adt]
+        if form == "list":
+            out = []
+            while value.tag != empty[0]:  # Cons(head, tail) ... Nil, walked without recursion
+                out.append(value.fields[0])
+                value = value.fields[1]
+            return out
+        if value.tag == empty[0]:
+            return None
+        field = value.fields[0]
+        return self._adt_to_python(field, inner) if inner and isinstance(field, ADT) else field
+
+    def has_results(self, fn: VMFunction) -> bool:
+        """Whether a result of ``fn`` (as its result type declares it) has a Python form."""
+        stack = [fn.result] if fn.result is not None else []
+        while stack:
+            spec = stack.pop()
+            if spec.kind == "adt" and spec.adt in self._types:
+                return True
+            stack.extend(spec.fields or ())
+        return False
+
+
+def _form(info: ADTInfo) -> tuple[str, tuple[int, str], tuple[int, str], str | None]:
+    form, _, inner = (info.python or "").partition(":")
+    arity = 2 if form == "list" else 1
+    empty = [(tag, name) for name, tag, n in info.constructors if n == 0]
+    full = [(tag, name) for name, tag, n in info.constructors if n == arity]
+    if form not in ("list", "optional") or len(info.constructors) != 2 or not empty or not full:
+        raise ExecutableFormatError(
+            f"data type {info.name}: Python form {info.python!r} does not fit its constructors "
+            f"{[c[0] for c in info.constructors]}"
+        )
+    return form, empty[0], full[0], inner or None
+
+
+def _check_tensor(call: _Call, what: str, spec: ParamSpec, x: Any) -> np.ndarray:
     if isinstance(x, (ADT, Closure, tuple)):
-        raise TypeError(f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__}")
+        raise TypeError(f"{call.name}: {what} expects a tensor, got {type(x).__name__}")
     try:
         arr = _to_array(x, spec.dtype)
     except (TypeError, ValueError) as e:
         raise TypeError(
-            f"{_where(fn, i, spec)} expects a tensor, got {type(x).__name__} ({e})"
+            f"{call.name}: {what} expects a tensor, got {type(x).__name__} ({e})"
         ) from e
     if spec.dtype is not None and arr.dtype != spec.dtype:
-        raise DTypeError(f"{_where(fn, i, spec)} expects {spec.dtype}, got {arr.dtype}")
-    if spec.shape is None:
-        return arr
-    shape = arr.shape
-    if len(shape) != len(spec.shape):
-        raise ShapeError(
-            f"{_where(fn, i, spec)} expects a {len(spec.shape)}-d tensor of shape "
-            f"{_shape_text(spec.shape)}, got shape {_shape_text(shape)}"
-        )
-    for axis, (want, got) in enumerate(zip(spec.shape, shape)):
-        if want is None:
-            continue
-        if isinstance(want, str):
-            seen = dims.get(want)
-            if seen is None:
-                dims[want] = (got, i, spec.name)
-            elif seen[0] != got:
-                raise ShapeError(
-                    f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, but {want} = "
-                    f"{seen[0]} from argument {seen[1]} '{seen[2]}'"
-                )
-        elif got != want:
-            raise ShapeError(
-                f"{_where(fn, i, spec)} has shape {_shape_text(shape)}, expected "
-                f"{_shape_text(spec.shape)} (axis {axis} must be {want})"
-            )
+        raise DTypeError(f"{call.name}: {what} expects dtype {spec.dtype}, got {arr.dtype}")
+    if spec.shape is not None:
+        check_shape(call.name, what, spec.shape, arr.shape, call.dims, call.sources)
     return arr
 
 
-def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
-    """Checks and converts the arguments of a call of `fn` from Python.
+def _check_value(call: _Call, what: str, spec: ParamSpec, x: Any) -> Any:
+    """`x` checked against `spec` and converted (tuples field by field, as declared)."""
+    kind = spec.kind
+    if kind == "tensor":
+        return _check_tensor(call, what, spec, x)
+    if kind == "tuple":
+        if not isinstance(x, (tuple, list)):
+            raise TypeError(f"{call.name}: {what} expects a tuple, got {type(x).__name__}")
+        fields = spec.fields
+        if fields is None:  # field types unknown (built by hand, or saved before format 1.5)
+            return to_value(tuple(x))
+        if len(x) != len(fields):
+            raise tuple_arity_error(call.name, what, len(fields), len(x))
+        return tuple(
+            _check_value(call, f"{what} field {j}", f, v) for j, (f, v) in enumerate(zip(fields, x))
+        )
+    if kind == "adt":
+        if call.forms and spec.adt is not None:
+            x = call.forms.from_python(call, what, spec.adt, x)
+        if not isinstance(x, ADT):
+            raise TypeError(f"{call.name}: {what} expects an ADT value, got {type(x).__name__}")
+        return x
+    return to_value(x)
+
+
+def check_arguments(
+    fn: VMFunction, args: Sequence[Any], forms: PythonForms | None = None
+) -> list[Any]:
+    """Checks and converts the arguments of a call of `fn` from Python (data types with a
+    Python form in ``forms`` from that form).
 
     Returns:
         The arguments as VM values (contiguous numpy arrays, tuples, ADT values, closures).
@@ -133,27 +302,10 @@ def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
             f"{fn.name} takes {len(fn.params)} argument{'s' * (len(fn.params) != 1)} "
             f"({names}), got {len(args)}"
         )
-    dims: dict[str, tuple[int, int, str]] = {}
+    call = _Call(fn.name, forms)
     out = []
     for i, (spec, x) in enumerate(zip(fn.param_specs, args)):
-        kind = spec.kind
-        if kind == "tensor":
-            out.append(_check_tensor(fn, i, spec, x, dims))
-        elif kind == "tuple":
-            if not isinstance(x, (tuple, list)):
-                raise TypeError(
-                    f"{fn.name}: argument {i} '{spec.name}' expects a tuple, got {type(x).__name__}"
-                )
-            out.append(to_value(tuple(x)))
-        elif kind == "adt":
-            if not isinstance(x, ADT):
-                raise TypeError(
-                    f"{fn.name}: argument {i} '{spec.name}' expects an ADT value, got "
-                    f"{type(x).__name__}"
-                )
-            out.append(x)
-        else:
-            out.append(to_value(x))
+        out.append(_check_value(call, f"argument {i} '{spec.name}'", spec, x))
     return out
 
 
@@ -205,12 +357,14 @@ class BoundFunction:
     them its own cheaper way, and returns `NOT_RUN` otherwise; the checks and `run` then take
     the call as usual, so every error reads the same.
 
+    Data types with a Python form (``forms``) take it in the arguments and the result.
+
     Attributes:
         function: The `VMFunction` called.
         index: Its index in the executable's function table.
     """
 
-    __slots__ = ("function", "index", "_run", "_owner", "_fast")
+    __slots__ = ("function", "index", "_run", "_owner", "_fast", "_forms", "_out")
 
     def __init__(
         self,
@@ -219,12 +373,15 @@ class BoundFunction:
         run: Callable[[int, list], Any],
         owner: str,
         fast: Callable[[tuple], Any] | None = None,
+        forms: PythonForms | None = None,
     ) -> None:
         self.function = function
         self.index = index
         self._run = run
         self._owner = owner
         self._fast = fast
+        self._forms = forms or None
+        self._out = forms if forms and forms.has_results(function) else None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
@@ -232,8 +389,9 @@ class BoundFunction:
         elif self._fast is not None:
             out = self._fast(args)
             if out is not NOT_RUN:
-                return out
-        return self._run(self.index, check_arguments(self.function, args))
+                return out if self._out is None else self._out.to_python(out, self.function.result)
+        out = self._run(self.index, check_arguments(self.function, args, self._forms))
+        return out if self._out is None else self._out.to_python(out, self.function.result)
 
     @property
     def __signature__(self) -> inspect.Signature | None:
@@ -263,15 +421,17 @@ class SavedFunction(BoundFunction):
         values: list[Any],
         run: Callable[[int, list], Any],
         owner: str,
+        forms: PythonForms | None = None,
     ) -> None:
-        super().__init__(function, index, run, owner)
+        super().__init__(function, index, run, owner, forms=forms)
         self.name = name
         self.values = values
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs:
             raise TypeError(f"{self.name} was saved with its arguments and takes none")
-        return self._run(self.index, self.values)
+        out = self._run(self.index, self.values)
+        return out if self._out is None else self._out.to_python(out, self.function.result)
 
     @property
     def __signature__(self) -> inspect.Signature:

@@ -51,8 +51,9 @@ class ParamSpec:
         dtype: The tensor's dtype name, or None for any.
         shape: Per dimension an int (fixed), a str (a symbolic dimension shared by name across
             the function's parameters) or None (unknown); None for any rank.
-        fields: For a tuple whose field types are known (a function's result), a spec per
-            field; None otherwise.
+        fields: For a tuple whose field types are known, a spec per field; None otherwise.
+        adt: For a data type value, the data type's name when known (it says how a Python
+            value crosses the boundary: `ADTInfo.python`); None otherwise.
     """
 
     name: str
@@ -60,6 +61,7 @@ class ParamSpec:
     dtype: str | None = None
     shape: tuple[int | str | None, ...] | None = None
     fields: tuple[ParamSpec, ...] | None = None
+    adt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +114,17 @@ class KernelRecord:
 
 @dataclass(frozen=True, slots=True)
 class ADTInfo:
-    """An algebraic data type: its name and constructors as (name, tag, arity)."""
+    """An algebraic data type: its name and constructors as (name, tag, arity).
+
+    ``python`` is the Python form its values take at the VM's boundary (`rvm.runtime.entry`),
+    or None (they stay `ADT` objects): ``"list"`` for ``Nil | Cons(head, tail)`` (a Python
+    list of the heads), ``"optional"`` for ``Nothing | Some(value)`` (None, or the value), and
+    ``"optional:<name>"`` when that value is of data type ``<name>``, itself converted.
+    """
 
     name: str
     constructors: tuple[tuple[str, int, int], ...]
+    python: str | None = None
 
 
 class Executable:

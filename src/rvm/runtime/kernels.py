@@ -21,8 +21,8 @@ import numpy as np
 
 import rvm.runtime.builtins  # noqa: F401  (registers vm.builtin.*)
 from rvm.errors import VMError
+from rvm.progress import with_progress
 from rvm.runtime.loading import loader
-from rvm.runtime.progress import with_progress
 from rvm.runtime.registry import get_global_func
 
 if TYPE_CHECKING:
@@ -81,7 +81,8 @@ def load_kernel(ex: Executable, name: str) -> Callable[..., Any]:
 
 def build_kernels(ex: Executable, progress: bool = False) -> None:
     """Builds every kernel of `ex` now (jit kernels compile, or load from the disk cache),
-    caching them on `ex` as `load_kernel` does; `progress` draws a bar on stderr."""
+    caching them on `ex` as `load_kernel` does; `progress` shows their progress
+    (`rvm.progress`)."""
     for name in with_progress(list(ex.kernels), str, progress):
         load_kernel(ex, name)
 

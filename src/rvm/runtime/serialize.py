@@ -5,25 +5,27 @@ Layout (little endian)::
     b"RVMX"  u16 major  u16 minor  u32 section_count
     section*: 4-byte tag  u64 payload_length  u32 crc32(payload)  payload
 
-Sections, in order (docs/architecture.md): GLOB (function table: name, kind, params and their specs,
-register-file size, code range; then the ADTs), CONS (constant pool: dtype string -- numpy's
-type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM
-(primitive names), CODE (instructions: u8 opcode, then operands by the kinds of
-`OPCODE_INFO`), KERN (kernel records and shared libraries), then, since version 1.1, META
-(string key/value pairs: `default_exec_mode`), and, since version 1.3, RSLT (per function, what
-it returns: a flag, then the result spec, its tuple fields after it). Readers skip unknown
-sections of the same major version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no
-META) loads with the defaults; a new major version means an incompatible layout. Version 1.2
-added opcodes (the tail calls, NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`),
-which older readers reject as unknown opcodes. A file before 1.3 (no RSLT) loads with every
-`VMFunction.result` None. Since version 1.4, an optional NATV section carries the native
-code of the jit kernels (`rvm.runtime.loading.artifact`): the key it was built for, then per
-group (a kernel file or an rvm module) its kind, name, modification time and Numba cache
-files (name, bytes). A file without it loads as before (its kernels load from the cache or
-compile).
-A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those versions
-emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail
-call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
+Sections, in order (docs/architecture.md): GLOB (function table: name, kind, params and their
+specs, register-file size, code range; then the ADTs), CONS (constant pool: dtype string --
+numpy's type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM
+(primitive names), CODE (instructions: u8 opcode, then operands by the kinds of `OPCODE_INFO`),
+KERN (kernel records and shared libraries), then, since version 1.1, META (string key/value
+pairs: `default_exec_mode`, and since 1.5 `python_forms`, the data types' `ADTInfo.python` as
+`name=form;...`), and, since version 1.3, RSLT (per function, what it returns: a flag, then the
+result spec, its tuple fields after it). Readers skip unknown sections of the same major
+version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a
+new major version means an incompatible layout. Version 1.2 added opcodes (the tail calls,
+NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`), which older readers reject as
+unknown opcodes. A file before 1.3 (no RSLT) loads with every `VMFunction.result` None. Since
+version 1.5, an optional PFLD section gives the field specs of tuple parameters (per function,
+per parameter: a flag, then the spec as in RSLT), so the entry checks check the fields; without
+it a tuple parameter is checked as a tuple only. Since version 1.4, an optional NATV section
+carries the native code of the jit kernels (`rvm.runtime.loading.artifact`): the key it was built
+for, then per group (a kernel file or an rvm module) its kind, name, modification time and Numba
+cache files (name, bytes). A file without it loads as before (its kernels load from the cache or
+compile). A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those
+versions emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the
+tail call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
 
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
@@ -55,11 +57,12 @@ from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
 __all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 4)
+VERSION = (1, 5)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
 NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
+PFLD = b"PFLD"  # optional (added in 1.5): the field specs of tuple parameters
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -159,6 +162,9 @@ def encode(ex: Executable, native: NativeCode | None = None) -> bytes:
     """The RVMX image of `ex`, with the NATV section of ``native`` when given."""
     sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _rslt(ex)]
     tags = [*SECTIONS, META, RSLT]
+    if any(spec.fields is not None for fn in ex.functions for spec in fn.param_specs):
+        sections.append(_pfld(ex))
+        tags.append(PFLD)
     if native is not None:
         sections.append(_natv(native))
         tags.append(NATV)
@@ -198,7 +204,7 @@ def _glob(ex: Executable) -> bytes:
 def _write_spec(w: _Writer, spec: ParamSpec) -> None:
     w.str(spec.name)
     w.str(spec.kind)
-    w.opt_str(spec.dtype)
+    w.opt_str(spec.adt if spec.kind == "adt" else spec.dtype)  # an adt's name in the dtype slot
     w.raw(b"\x00" if spec.shape is None else b"\x01")
     if spec.shape is not None:
         w.count(len(spec.shape))
@@ -229,6 +235,19 @@ def _rslt(ex: Executable) -> bytes:
         w.raw(b"\x00" if fn.result is None else b"\x01")
         if fn.result is not None:
             _write_result(w, fn.result)
+    return w.getvalue()
+
+
+def _pfld(ex: Executable) -> bytes:
+    """Per function, per parameter: a flag, then its spec with its tuple fields (as RSLT)."""
+    w = _Writer()
+    w.count(len(ex.functions))
+    for fn in ex.functions:
+        w.count(len(fn.param_specs))
+        for spec in fn.param_specs:
+            w.raw(b"\x00" if spec.fields is None else b"\x01")
+            if spec.fields is not None:
+                _write_result(w, spec)
     return w.getvalue()
 
 
@@ -305,6 +324,9 @@ def _natv(native: NativeCode) -> bytes:
 def _meta(ex: Executable) -> bytes:
     w = _Writer()
     items = {"default_exec_mode": ex.default_exec_mode}
+    forms = ";".join(f"{info.name}={info.python}" for info in ex.adts if info.python)
+    if forms:  # since 1.5: the data types' Python forms (`ADTInfo.python`)
+        items["python_forms"] = forms
     w.count(len(items))
     for key, value in items.items():
         w.str(key)
@@ -428,6 +450,9 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
         r.end()
         if "default_exec_mode" in meta:
             out["default_exec_mode"] = meta["default_exec_mode"]
+        if "python_forms" in meta:
+            forms = dict(item.partition("=")[::2] for item in meta["python_forms"].split(";"))
+            out["adts"] = [replace(info, python=forms.get(info.name)) for info in adts]
     if RSLT in found:  # absent before version 1.3
         r = _Reader(found[RSLT], "results")
         if r.count(1) != len(functions):
@@ -435,8 +460,25 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
         results = [_read_result(r, 0) if r.flag() else None for _ in functions]
         r.end()
         out["functions"] = [replace(fn, result=res) for fn, res in zip(functions, results)]
+    if PFLD in found:  # absent before version 1.5: tuple parameters are then checked shallowly
+        out["functions"] = _read_pfld(_Reader(found[PFLD], "parameter fields"), out["functions"])
     if NATV in found:  # absent before version 1.4, and in executables without jit kernels
         out["native"] = _read_natv(_Reader(found[NATV], "native code"))
+    return out
+
+
+def _read_pfld(r: _Reader, functions: list[VMFunction]) -> list[VMFunction]:
+    if r.count(1) != len(functions):
+        r.fail(f"{len(functions)} functions but another count of parameter lists")
+    out = []
+    for fn in functions:
+        if r.count(1) != len(fn.param_specs):
+            r.fail(f"function {fn.name!r} has {len(fn.param_specs)} parameters, not this count")
+        specs = [_read_result(r, 0) if r.flag() else spec for spec in fn.param_specs]
+        if any(new.name != old.name for new, old in zip(specs, fn.param_specs)):
+            r.fail(f"function {fn.name!r}: parameter names differ from the globals section")
+        out.append(replace(fn, param_specs=tuple(specs)))
+    r.end()
     return out
 
 
@@ -505,6 +547,8 @@ def _read_spec(r: _Reader) -> ParamSpec:
                 r.fail(f"bad dimension tag {tag}")
             dims.append(r.int() if tag == 0 else r.str() if tag == 1 else None)
         shape = tuple(dims)
+    if skind == "adt":
+        return ParamSpec(sname, skind, None, shape, adt=dtype)
     return ParamSpec(sname, skind, dtype, shape)
 
 

@@ -24,6 +24,7 @@ from rvm.runtime.calling import BoundLast, closure_function, result_checks
 from rvm.runtime.entry import (
     NOT_RUN,
     BoundFunction,
+    PythonForms,
     SavedFunction,
     bind_arguments,
     check_arguments,
@@ -211,7 +212,9 @@ class VirtualMachine:
             where = "the executable or saved on this VM" if self._saved else "the executable"
             raise FunctionNotFoundError.missing(name, where, known) from None
         fn = self.executable.functions[fidx]
-        handle = BoundFunction(fn, fidx, self._enter, self._label(), self._fast_entry(fidx))
+        handle = BoundFunction(
+            fn, fidx, self._enter, self._label(), self._fast_entry(fidx), self._forms()
+        )
         self._handles[name] = handle
         return handle
 
@@ -274,7 +277,12 @@ class VirtualMachine:
         fn = self.executable.functions[fidx]
         if kwargs:
             args = bind_arguments(fn, args, kwargs)
-        return fidx, check_arguments(fn, args)
+        return fidx, check_arguments(fn, args, self._forms())
+
+    def _forms(self) -> PythonForms:
+        """The Python forms of the executable's data types, made once per executable."""
+        ex = self.executable
+        return ex.cached("python_forms", lambda: PythonForms(ex.adts))
 
     def _enter(self, fidx: int, args: list[Any]) -> Any:
         """Runs function `fidx` on checked values: the entry of every call from Python.
@@ -324,14 +332,17 @@ class VirtualMachine:
         if name not in self._outputs:
             self.executable.function_index(name)  # FunctionNotFoundError for a wrong name
             raise VMError(f"get_outputs({name!r}): no invoke_stateful({name!r}) has run")
-        return self._outputs[name]
+        fn = self.executable.get_function(name)
+        return self._forms().to_python(self._outputs[name], fn.result)
 
     def save_function(self, name: str, new_name: str, /, *args: Any, **kwargs: Any) -> None:
         """Binds checked arguments (by position or parameter name) to function `name` as
         `new_name`; then `vm[new_name]()` runs it."""
         fidx, checked = self._checked(name, args, kwargs)
         fn = self.executable.functions[fidx]
-        saved = SavedFunction(new_name, fn, fidx, checked, self._enter, self._label())
+        saved = SavedFunction(
+            new_name, fn, fidx, checked, self._enter, self._label(), self._forms()
+        )
         self._saved[new_name] = self._handles[new_name] = saved
 
     def time_evaluator(

@@ -64,7 +64,7 @@ class RvmBackendRep(BackendRep):
         self.model = model
         self.kernels = kernels
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
-        self.output_kinds = [_value_kind(o.type) for o in model.graph.output]
+        self.outputs = len(model.graph.output)
         self.frozen = tuple(frozen)
         self._vms: dict[bytes, Any] = {}
         if not self.frozen:
@@ -87,8 +87,8 @@ class RvmBackendRep(BackendRep):
             vm = self._vms[key] = _compile(_freeze(self.model, bound), self.kernels)
         args = [v for n, v in named.items() if n not in bound]
         out = vm(*args)
-        outs = list(out) if len(self.output_kinds) > 1 else [out]
-        return tuple(_to_python(o, kind) for o, kind in zip(outs, self.output_kinds))
+        outs = list(out) if self.outputs > 1 else [out]
+        return tuple(_to_python(o) for o in outs)
 
 
 class RvmBackend(Backend):
@@ -148,43 +148,12 @@ def backend_for(kernels: str = "numpy", plain: bool = False) -> type[RvmBackend]
     return RvmJitBackend if kernels == "jit" else RvmSpecializingBackend
 
 
-class _Compiled:
-    """A compiled model's ``main``; takes Python lists and None for sequence and optional
-    inputs (``IRModule.attrs["onnx_adt_inputs"]`` says how to build them)."""
-
-    def __init__(self, model: Any, kernels: str) -> None:
-        import rvm
-
-        mod = rvm.from_onnx(model)
-        how = mod.attrs.get("onnx_adt_inputs", {})
-        self.how = [how.get(p.name) for p in mod["main"].params]
-        self.main = rvm.VirtualMachine(rvm.compile(mod, kernels=kernels))["main"]
-
-    def __call__(self, *args: Any) -> Any:
-        return self.main(*(_to_adt(a, h) for a, h in zip(args, self.how)))
-
-
-def _to_adt(value: Any, how: tuple | None) -> Any:
-    """A Python list (a sequence) or None/value (an optional) as the rvm data type value
-    ``how`` describes (see `rvm.frontend.onnx.converters.optional.adt_type`)."""
-    if how is None:
-        return value
-    from rvm.runtime.objects import ADT
-
-    if how[0] == "optional":
-        _, nothing, some, inner = how
-        if value is None:
-            return ADT(nothing, (), "Nothing")
-        return ADT(some, (_to_adt(value, inner),), "Some")
-    _, nil, cons = how
-    out = ADT(nil, (), "Nil")
-    for item in reversed(list(value)):
-        out = ADT(cons, (np.asarray(item, order="C"), out), "Cons")  # keeps 0-d arrays 0-d
-    return out
-
-
 def _compile(model: Any, kernels: str) -> Any:
-    return _Compiled(model, kernels)
+    """The model's ``main`` on a VM: it takes and returns sequences as Python lists and empty
+    optionals as None, as ONNX Runtime does (`rvm.runtime.entry`), so nothing converts here."""
+    import rvm
+
+    return rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model), kernels=kernels))["main"]
 
 
 # Float inputs that are parameters rather than data: (op type, input slots).
@@ -231,30 +200,14 @@ def _freeze(model: Any, values: dict[str, np.ndarray]) -> Any:
     return out
 
 
-def _value_kind(type_proto: Any) -> Any:
-    """How a graph output comes back to Python: ``"tensor"``, ``("sequence",)`` or
-    ``("optional", inner kind)``."""
-    if type_proto.HasField("sequence_type"):
-        return ("sequence",)
-    if type_proto.HasField("optional_type"):
-        return ("optional", _value_kind(type_proto.optional_type.elem_type))
-    return "tensor"
-
-
-def _to_python(value: Any, kind: Any) -> Any:
-    """A VM result as ONNX's runner expects it: arrays, lists of them for sequences, None
-    for an empty optional."""
-    if kind == "tensor":
-        return np.asarray(value)
-    if kind[0] == "optional":
-        return None if len(value) == 0 else _to_python(value[0], kind[1])
-    if len(value) == 1:  # an optional's Some where the graph declares its element
-        value = value[0]
-    out = []
-    while len(value) == 2:  # Cons(head, tail) ... Nil
-        out.append(np.asarray(value[0]))
-        value = value[1]
-    return out
+def _to_python(value: Any) -> Any:
+    """A VM result as ONNX's runner expects it: arrays (numpy scalars as 0-d arrays), lists of
+    them (the VM gives sequences as lists), None for an empty optional."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [np.asarray(v) for v in value]
+    return np.asarray(value)
 
 
 # -- the node suite outside pytest --------------------------------------------------------------

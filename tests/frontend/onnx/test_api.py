@@ -232,6 +232,28 @@ def test_corrupt_truncated_and_invalid_models(tmp_path):
         rvm.from_onnx(model, params="weights")
 
 
+def test_checker_findings_ort_tolerates_warn_and_the_model_imports(exec_mode):
+    # A graph output whose type has no shape field: onnx.checker refuses it, ORT runs it.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = onnx.ValueInfoProto(name="y")
+    y.type.tensor_type.elem_type = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(onnx.checker.ValidationError, match="Field 'shape' of 'type'"):
+        onnx.checker.check_model(model)
+    with pytest.warns(rvm.OnnxCheckerWarning, match="Field 'shape' of 'type' is required"):
+        mod = rvm.from_onnx(model)
+    assert not model.graph.output[0].type.tensor_type.HasField("shape")  # the model unchanged
+    x_in = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    out = rvm.VirtualMachine(rvm.compile(mod, kernels="numpy"), exec_mode=exec_mode)["main"](x_in)
+    np.testing.assert_array_equal(out, run_ort(model, [x_in])[0])
+    # A finding ORT does not tolerate is still an error, also after a tolerated one.
+    bad = helper.make_graph([helper.make_node("Relu", ["nowhere"], ["y"])], "g", [x], [y])
+    bad_model = helper.make_model(bad, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(rvm.OnnxImportError, match="fails onnx.checker: Nodes in a graph"):
+        rvm.from_onnx(bad_model)
+
+
 def test_node_errors_name_the_node():
     inputs = {"i": np.zeros(2, np.int64), "d": np.array(3), "v": np.zeros(2, np.float32)}
     model, _ = single_op("OneHot", inputs)

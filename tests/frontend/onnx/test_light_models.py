@@ -3,8 +3,8 @@
 Each model's weights (``ConstantOfShape(shape, 0.02)`` in the files) become seeded random
 values, and the logits before the final Softmax become an extra output; rvm must match ONNX
 Runtime on them within 1e-4 relative error with the same top-1 class, in both exec modes.
-Numpy and jit kernels run for all nine (the seven cold jit compiles take about two minutes on
-2 cores, now that layers of one pattern share a kernel).
+Numpy and jit kernels run for all nine under ``-m slow`` (the cold jit compiles take minutes on 2
+cores, and vgg19's weights alone are 548 MB); the default run keeps a sample, `SAMPLE`.
 """
 
 from __future__ import annotations
@@ -42,11 +42,22 @@ def _check(name: str, kernels: str) -> None:
         assert probs.rel_err <= 1e-4, (name, kernels, mode, "probabilities", str(probs))
 
 
-@pytest.mark.parametrize("name", LIGHT_MODELS)
+SAMPLE = {"numpy": ("squeezenet", "shufflenet"), "jit": ("squeezenet",)}
+"""The models of the default run (the smallest); the others run with ``-m slow``."""
+
+
+def _models(kernels: str) -> list:
+    return [
+        pytest.param(name, marks=() if name in SAMPLE[kernels] else pytest.mark.slow)
+        for name in LIGHT_MODELS
+    ]
+
+
+@pytest.mark.parametrize("name", _models("numpy"))
 def test_light_model_numpy_kernels(name):
     _check(name, "numpy")
 
 
-@pytest.mark.parametrize("name", LIGHT_MODELS)
+@pytest.mark.parametrize("name", _models("jit"))
 def test_light_model_jit_kernels(name):
     _check(name, "jit")

@@ -135,7 +135,7 @@ class GraphImporter:
         self.functions = functions or {}
         self.depth = 0  # function bodies being expanded, nested
         self.adts: dict[str, ADTDef] = {}
-        self.adt_inputs: dict[str, tuple] = {}  # see converters.optional.adt_type
+        self.python_forms: dict[str, str] = {}  # data type -> its Python form (declare_adt)
         self.builder = Builder()
         self.emitter = Emitter(self.builder)
         self.names = _Names()
@@ -193,24 +193,29 @@ class GraphImporter:
             self.builder.emit_output(outs[0] if len(outs) == 1 else Tuple(tuple(outs)))
         mod = self.builder.get()
         attrs = {**mod.attrs, "onnx_input_names": origin}
-        if self.adt_inputs:  # how to build sequence and optional parameters from Python
-            attrs["onnx_adt_inputs"] = dict(self.adt_inputs)
+        if self.python_forms:  # sequences and optionals cross the VM's boundary as ORT's do
+            attrs["python_forms"] = dict(self.python_forms)
         return IRModule(mod.functions, mod.adts, mod.global_vars, attrs)
 
-    def declare_adt(self, name: str, constructors: Sequence[tuple[str, Sequence[Type]]]) -> ADTDef:
-        """The module's data type ``name``, declared with ``constructors`` on first use."""
+    def declare_adt(
+        self,
+        name: str,
+        constructors: Sequence[tuple[str, Sequence[Type]]],
+        python: str | None = None,
+    ) -> ADTDef:
+        """The module's data type ``name``, declared with ``constructors`` on first use;
+        ``python`` is its values' form at the VM's boundary (`ADTInfo.python`)."""
         if name not in self.adts:
             self.adts[name] = self.builder.add_adt(name, constructors)
+            if python is not None:
+                self.python_forms[name] = python
         return self.adts[name]
 
     # -- inputs -----------------------------------------------------------------------------
     def _input_var(self, inp: Any, shape: Sequence[int | str] | None, dtype: str | None) -> Var:
         what = f"graph input {inp.name!r}"
         if not inp.type.HasField("tensor_type"):
-            ty, how = optional.adt_type(self, inp.type, what)
-            var = Var(self.names(inp.name), ty)
-            self.adt_inputs[var.name] = how
-            return var
+            return Var(self.names(inp.name), optional.adt_type(self, inp.type, what))
         tt = inp.type.tensor_type
         if dtype is not None:
             try:

@@ -1,21 +1,25 @@
 """Reading and vetting an ONNX model before anything is converted.
 
 `load_model` accepts a ModelProto, a path or serialized bytes; a file that cannot be read or
-parsed, or a model that fails ``onnx.checker``, raises `rvm.OnnxImportError`. The weights of a
-file or bytes are read in place (`rvm.frontend.onnx.weights`): the model is held once.
-`check_supported` walks every node, subgraphs (If/Loop/Scan bodies) included, and raises one
-error listing every op type and version that no converter implements, with the names of its
-nodes.
+parsed, or a model that fails ``onnx.checker``, raises `rvm.OnnxImportError`, except for the
+checker's findings ONNX Runtime tolerates (`TOLERATED`), which warn (`rvm.OnnxCheckerWarning`).
+The weights of a file or bytes are read in place (`rvm.frontend.onnx.weights`): the model is
+held once. `check_supported` walks every node, subgraphs (If/Loop/Scan bodies) included, and
+raises one error listing every op type and version that no converter implements, with the names
+of its nodes.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from rvm.errors import OnnxImportError
+from rvm.errors import OnnxCheckerWarning, OnnxImportError
 from rvm.frontend.onnx.functions import (
     MAX_DEPTH,
     LocalFunctions,
@@ -102,13 +106,88 @@ def _load_path(path: str) -> tuple[Any, dict[str, np.ndarray]]:
 
 
 def _check(proto: Any, where: str) -> None:
+    """Runs ``onnx.checker`` on ``proto``; a finding ONNX Runtime tolerates (`TOLERATED`) is
+    a warning, and the check goes on past it; any other finding is an error."""
     import onnx
 
-    try:
-        onnx.checker.check_model(_skeleton(proto))
-    except Exception as err:  # ValidationError, and C++ errors surfacing as others
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise OnnxImportError(f"{where} fails onnx.checker: {first}") from None
+    skeleton: Any = None
+    found: list[str] = []
+    while True:
+        try:  # the skeleton inside: a corrupt name (invalid UTF-8) fails already in the copy
+            skeleton = _skeleton(proto) if skeleton is None else skeleton
+            onnx.checker.check_model(skeleton)
+            break
+        except Exception as err:  # ValidationError, and C++ errors surfacing as others
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            tolerated = next((t for t in TOLERATED if t.message in first), None)
+            mendable = skeleton is not None and tolerated is not None
+            if not mendable or tolerated.message in found or not tolerated.mend(skeleton):
+                raise OnnxImportError(f"{where} fails onnx.checker: {first}") from None
+            found.append(tolerated.message)
+    for message in found:
+        warnings.warn(
+            f"{where} fails onnx.checker ({message}), which ONNX Runtime tolerates: imported "
+            "anyway",
+            OnnxCheckerWarning,
+            stacklevel=5,  # the caller of rvm.from_onnx
+        )
+
+
+@dataclass(frozen=True)
+class Tolerated:
+    """An ``onnx.checker`` finding ONNX Runtime accepts, and how the checked copy is mended
+    so the checker goes on to the rest.
+
+    Attributes:
+        message: The start of the checker's message.
+        meaning: What the model means by it, as ONNX Runtime reads it.
+        mend: Changes the checked copy (never the model imported) so the finding is gone;
+            returns whether it changed anything.
+    """
+
+    message: str
+    meaning: str
+    mend: Callable[[Any], bool]
+
+
+def _value_infos(graph: Any) -> Iterator[Any]:
+    """Every ValueInfoProto of ``graph`` and of its subgraphs (If/Loop/Scan bodies)."""
+    yield from (*graph.input, *graph.output, *graph.value_info)
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                yield from _value_infos(sub)
+
+
+def _give_shapes(model: Any) -> bool:
+    """Gives each tensor type without a ``shape`` field an empty shape (checker copy only)."""
+    changed = False
+    stack = [info.type for info in _value_infos(model.graph)]
+    while stack:
+        ty = stack.pop()
+        kind = ty.WhichOneof("value")
+        if kind == "tensor_type" and not ty.tensor_type.HasField("shape"):
+            ty.tensor_type.shape.SetInParent()
+            changed = True
+        elif kind == "sequence_type":
+            stack.append(ty.sequence_type.elem_type)
+        elif kind == "optional_type":
+            stack.append(ty.optional_type.elem_type)
+        elif kind == "map_type":
+            stack.append(ty.map_type.value_type)
+    return changed
+
+
+TOLERATED = (
+    Tolerated(
+        "Field 'shape' of 'type' is required but missing",
+        "a tensor type without a shape field (a graph input's, output's or value_info's): a "
+        "tensor of unknown rank",
+        _give_shapes,
+    ),
+)
+"""The ``onnx.checker`` findings ONNX Runtime tolerates, which `rvm.from_onnx` warns about
+(`rvm.OnnxCheckerWarning`) instead of refusing the model (the README lists them)."""
 
 
 def _check_opsets(proto: Any, where: str) -> None:

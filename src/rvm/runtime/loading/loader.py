@@ -12,6 +12,7 @@ generated line that failed.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import linecache
 import logging
@@ -19,6 +20,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
@@ -26,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from rvm.errors import JITError
 from rvm.kernels.numba_cache import light_loads
+from rvm.progress import with_progress
 from rvm.runtime.loading.cache import drop_object_code, kernel_path, write_entry
-from rvm.runtime.progress import with_progress
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import KernelRecord
@@ -189,7 +191,7 @@ def compile_kernels(
 
     Args:
         records: Kernel records (an executable's ``kernels.values()``).
-        progress: Draw a simple progress bar on stderr.
+        progress: Show their progress (`rvm.progress`).
     """
     todo = [r for r in records if r.backend == "jit"]
     return {rec.name: load_kernel(rec) for rec in with_progress(todo, _name, progress)}
@@ -207,24 +209,31 @@ def kernel_source(record: KernelRecord) -> str:
     return record.source
 
 
-def _fresh_dispatcher(record: KernelRecord) -> Any:
+@functools.lru_cache(maxsize=4)  # kernel_llvm then kernel_asm of one kernel compile it once
+def _fresh_dispatcher(source: str, entry: str, name: str) -> Any:
     """The kernel compiled from its source without the disk cache (for inspection)."""
-    namespace: dict[str, Any] = {"__name__": f"rvm_jit_inspect_{record.entry}"}
-    source = record.source.replace("CACHE = True", "CACHE = False", 1)
-    exec(compile(source, f"<rvm-jit {record.name}>", "exec"), namespace)  # noqa: S102
-    return namespace[record.entry]
+    namespace: dict[str, Any] = {"__name__": f"rvm_jit_inspect_{entry}"}
+    source = source.replace("CACHE = True", "CACHE = False", 1)
+    exec(compile(source, f"<rvm-jit {name}>", "exec"), namespace)  # noqa: S102
+    return namespace[entry]
 
 
 def _inspect(record: KernelRecord, what: str) -> str:
+    """The kernel's LLVM IR or assembly. Numba keeps neither for code loaded from its disk
+    cache (it warns "Inspection disabled for cached code" and returns a stub), so a kernel
+    loaded from the cache is compiled again from its source, apart from the cache."""
     if record.backend != "jit":
         raise JITError(f"kernel {record.name!r} is a {record.backend} kernel: no {what}")
     func = load_kernel(record)
-    try:
-        text = "\n".join(getattr(func, f"inspect_{what}")().values())
-    except Exception:  # noqa: BLE001 - object code loaded from the cache has no IR
-        text = ""
-    if not text.strip():
-        text = "\n".join(getattr(_fresh_dispatcher(record), f"inspect_{what}")().values())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            text = "\n".join(getattr(func, f"inspect_{what}")().values())
+        except Exception:  # noqa: BLE001 - object code loaded from rvm's cache has no IR
+            text = ""
+    if not text.strip() or any("cached code" in str(w.message) for w in caught):
+        fresh = _fresh_dispatcher(record.source, record.entry, record.name)
+        text = "\n".join(getattr(fresh, f"inspect_{what}")().values())
     return text
 
 

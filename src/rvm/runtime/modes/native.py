@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rvm.progress import Progress
 from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.kernels import resolve_primitives
@@ -161,7 +162,8 @@ class _Plan:
                     jit = nb.njit(cache=cache, nogil=True, error_model="numpy")
                     entry = jit(_copy(func.py_func))
                     try:
-                        entry.compile((*sig, nt.int64))
+                        with Progress(f"compiling native function @{self.names[fidx]}"):
+                            entry.compile((*sig, nt.int64))
                     except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
                         self.fail(fidx, e)
                         return None

@@ -9,9 +9,10 @@ Getting the element of ``Nothing`` matches no clause, which the VM reports as an
 Loop may carry an optional in and give back its element (``test_loop16_seq_none``): `like`
 wraps such a value in ``Some`` to keep the loop's types.
 
-`adt_type` gives the IR type of an ONNX sequence or optional type (graph inputs), with how
-to build its values from Python (`rvm.testing.onnx_backend` reads that from
-``IRModule.attrs["onnx_adt_inputs"]``).
+`adt_type` gives the IR type of an ONNX sequence or optional type (graph inputs). Optionals
+are declared with the Python form ``"optional"`` (``IRModule.attrs["python_forms"]``): the VM
+takes and returns None for ``Nothing`` and the value for ``Some``, as ONNX Runtime does
+(`rvm.runtime.entry`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def constructors(importer: Any, inner: Type) -> tuple[Constructor, Constructor]:
     """Nothing and Some of optionals of ``inner`` values, declared on first use."""
     if isinstance(inner, TensorType):
         inner = sequence.element_type(inner.dtype)  # type: ignore[arg-type]
-    adt = importer.declare_adt(_PREFIX + _key(inner), [("Nothing", []), ("Some", [inner])])
+    python = f"optional:{inner.name}" if isinstance(inner, ADTType) else "optional"
+    adt = importer.declare_adt(
+        _PREFIX + _key(inner), [("Nothing", []), ("Some", [inner])], python=python
+    )
     return adt.constructors[0], adt.constructors[1]
 
 
@@ -75,27 +79,25 @@ def constructors_of(ctx: NodeContext, ty: ADTType) -> tuple[Constructor, Constru
     return adt.constructors[0], adt.constructors[1]
 
 
-def adt_type(importer: Any, tp: Any, what: str) -> tuple[ADTType, tuple]:
-    """The IR type of ONNX sequence or optional type ``tp``, and how to build its values:
-    ``("sequence", nil_tag, cons_tag)`` or ``("optional", nothing_tag, some_tag, inner)``
-    (``inner`` None for a tensor)."""
+def adt_type(importer: Any, tp: Any, what: str) -> ADTType:
+    """The IR type of ONNX sequence or optional type ``tp`` (its data type declared with its
+    Python form, so the VM converts its values from and to Python's)."""
     kind = tp.WhichOneof("value")
     if kind == "sequence_type":
         elem = tp.sequence_type.elem_type
         if elem.WhichOneof("value") != "tensor_type":
             raise OnnxImportError(f"{what} is a sequence of non-tensors, which rvm cannot import")
         dtype = np_dtype(elem.tensor_type.elem_type, what)
-        nil, cons = sequence.constructors(importer, dtype)
-        return sequence.sequence_type(dtype), ("sequence", nil.tag, cons.tag)
+        sequence.constructors(importer, dtype)
+        return sequence.sequence_type(dtype)
     if kind == "optional_type":
         elem = tp.optional_type.elem_type
         if elem.WhichOneof("value") == "tensor_type":
             inner: Type = sequence.element_type(np_dtype(elem.tensor_type.elem_type, what))
-            how = None
         else:
-            inner, how = adt_type(importer, elem, what)
-        nothing, some = constructors(importer, inner)
-        return ADTType(nothing.adt_name), ("optional", nothing.tag, some.tag, how)
+            inner = adt_type(importer, elem, what)
+        nothing, _some = constructors(importer, inner)
+        return ADTType(nothing.adt_name)
     raise OnnxImportError(f"{what} is a {kind}; rvm imports tensors, sequences and optionals")
 
 
@@ -116,7 +118,7 @@ def _optional(ctx: NodeContext) -> Expr:
         if tp.WhichOneof("value") == "tensor_type":
             inner: Type = _tensor_of(ctx, tp)
         else:
-            inner = adt_type(ctx.importer, tp, f"node {ctx.name!r}: the type")[0]
+            inner = adt_type(ctx.importer, tp, f"node {ctx.name!r}: the type")
         nothing, _some = constructors(ctx.importer, inner)
         return ctx.emitter.builder.emit(Call(nothing, ()))
     _nothing, some = constructors(ctx.importer, infer_type(value))

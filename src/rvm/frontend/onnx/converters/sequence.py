@@ -12,9 +12,9 @@ operations are small local recursive functions emitted where they are used: ``le
 tail-recursive (constant stack); ``at`` walks to the position, ``insert`` and ``erase``
 rebuild the list up to it. Sequences are short in practice, so walking is cheap. A position
 outside the list matches no clause, which the VM reports as an error. Graph inputs and outputs
-of sequence type are these lists; `rvm.testing.onnx_backend` converts them from and to Python
-lists (``IRModule.attrs["onnx_sequence_inputs"]`` gives each sequence parameter's
-constructor tags).
+of sequence type are these lists, declared with the Python form ``"list"``
+(``IRModule.attrs["python_forms"]``): the VM takes and returns them as Python lists, as ONNX
+Runtime does (`rvm.runtime.entry`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ def _dtype(ctx: NodeContext, seq: Expr) -> str:
 def constructors(importer: Any, dtype: str) -> tuple[Constructor, Constructor]:
     """Nil and Cons of ``dtype`` sequences, declared in the module on first use."""
     adt = importer.declare_adt(
-        _PREFIX + dtype, [("Nil", []), ("Cons", [element_type(dtype), sequence_type(dtype)])]
+        _PREFIX + dtype,
+        [("Nil", []), ("Cons", [element_type(dtype), sequence_type(dtype)])],
+        python="list",  # a Python list at the VM's boundary, as ONNX Runtime takes and gives
     )
     return adt.constructors[0], adt.constructors[1]
 
