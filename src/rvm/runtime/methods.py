@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from rvm.runtime import serialize, text
 from rvm.runtime.executable import Executable, KernelRecord
-from rvm.runtime.loading import artifact, loader
+from rvm.runtime.loading import artifact, loader, trust
 
 if TYPE_CHECKING:
     from rvm.runtime.loading.artifact import NativeCode
@@ -35,7 +35,17 @@ def native_code(ex: Executable) -> NativeCode | None:
     return ex.cached("native_code", collect)
 
 
-def to_bytes(ex: Executable, native: bool = True) -> bytes:
+def _signing_key(sign: bool | bytes | str | None) -> bytes | str | None:
+    if sign is True:
+        return trust.local_key()
+    if sign is None or sign is False:
+        return None
+    return sign
+
+
+def to_bytes(
+    ex: Executable, native: bool = True, sign: bool | bytes | str | None = True
+) -> bytes:
     """Encodes the executable in the versioned RVMX format (see `rvm.runtime.serialize`).
 
     Args:
@@ -44,13 +54,17 @@ def to_bytes(ex: Executable, native: bool = True) -> bytes:
             CPU and these library versions; `rvm.runtime.loading.artifact`), compiling
             the kernels not compiled yet (once per executable). Without it, a process
             loading the bytes compiles the kernels its cache lacks.
+        sign: The key to sign the bytes with (bytes, or hex text); True (default): this
+            user's local key (`rvm.trust.local_key`), so the bytes load trusted wherever
+            it is trusted; False or None: unsigned (they load as untrusted data).
     """
-    return serialize.encode(ex, native_code(ex) if native else None)
+    return serialize.encode(ex, native_code(ex) if native else None, _signing_key(sign))
 
 
-def save(ex: Executable, path: str) -> None:
-    """Writes the executable to `path`, with its kernels' native code (`to_bytes`)."""
-    data = to_bytes(ex)
+def save(ex: Executable, path: str, sign: bool | bytes | str | None = True) -> None:
+    """Writes the executable to `path`, with its kernels' native code (`to_bytes`), signed
+    with ``sign`` (default: this user's local key; see `to_bytes`)."""
+    data = to_bytes(ex, sign=sign)
     with open(path, "wb") as f:
         f.write(data)
 
