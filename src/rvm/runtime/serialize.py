@@ -353,34 +353,28 @@ def from_bytes(
 
     Raises:
         ExecutableFormatError: The image is truncated, corrupted or of another major version.
-        UntrustedExecutableError: The image is signed, and its signature does not match
-            (a file changed after it was signed).
     """
     args = decode(data)
     native = args.pop("native", None)
     signer = args.pop("signature", None)
-    verified = False
+    verified, reason = False, ""
     if signer is not None and not trusted:
         ident, mac, end = signer
         verified = trust.verify(bytes(data[:end]), ident, mac, keys)
-        if not verified and ident in {trust.key_id(k) for k in keys} | set(trust.trusted_keys()):
-            raise UntrustedExecutableError(
-                f"the executable's signature by key {ident} does not match its contents: "
-                "the file was changed after it was signed"
-            )
+        known = ident in {trust.key_id(k) for k in keys} or ident in trust.trusted_keys()
+        reason = (
+            f"its signature by key {ident} does not match its contents: it was changed after "
+            "it was signed"
+            if known
+            else f"it is signed by key {ident}, which is not trusted"
+        )
     ex = cls(**args)
     ex._trusted = trusted or verified
     if not ex._trusted:
-        ex._untrusted_reason = _untrusted_reason(signer)
+        ex._untrusted_reason = reason or "it is not signed"
     if native is not None and ex._trusted:
         install(native, ex.kernels, ex)
     return ex
-
-
-def _untrusted_reason(signer: tuple[str, bytes, int] | None) -> str:
-    if signer is None:
-        return "it is not signed"
-    return f"it is signed by key {signer[0]}, which is not trusted"
 
 
 def load_executable(
@@ -395,7 +389,6 @@ def load_executable(
 
     Raises:
         ExecutableFormatError: The file is truncated, corrupted or of another major version.
-        UntrustedExecutableError: The file's signature does not match its contents.
     """
     with open(path, "rb") as f:
         data = f.read()
