@@ -308,8 +308,9 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord], ex: object 
 
     Nothing written here can change what another executable runs: each entry is a folder of
     its own, named by the hash of the bytes it holds (`entry_hash`), and used only by the
-    executable that brought it. The library's own entries (``module`` groups) and the native
-    exec mode's file (``native``) are never written from a file: this process builds them.
+    executable that brought it (the native exec mode's file too, `native_entry`). The
+    library's own entries (``module`` groups) are never written from a file: this process
+    builds them.
     A failure to write (a read-only cache) is logged at debug level: the kernels then
     compile as usual."""
     here = native_key()
@@ -329,14 +330,20 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord], ex: object 
     entries = getattr(ex, "_native_entries", {})
     written = stale = 0
     for group in native.groups:
-        if group.kind != "kernel":
+        if group.kind == "module":
             continue
-        rec = records.get(group.ident)
-        if rec is None:  # the same versions, other rvm library sources
-            stale += 1
-            continue
+        if group.kind == "native":
+            source = _native_source(group)
+            if source is None:
+                continue
+        else:
+            rec = records.get(group.ident)
+            if rec is None:  # the same versions, other rvm library sources
+                stale += 1
+                continue
+            source = rec.source
         try:
-            path, count = _write_entry(group, rec.source)
+            path, count = _write_entry(group, source)
         except (OSError, ValueError, OverflowError) as err:  # ValueError: a bad mtime
             _debug.debug("native code of %s not installed: %s", group.ident, err)
             continue
@@ -349,6 +356,31 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord], ex: object 
             stale,
         )
     return written
+
+
+def _native_source(group: NativeGroup) -> str | None:
+    """The native mode's source a ``native`` group carries, when it hashes to its name."""
+    from rvm.runtime.loading.cache import source_hash
+
+    try:
+        source = dict(group.files)[group.ident].decode()
+    except UnicodeDecodeError:
+        return None
+    if f"n_{source_hash(source)}.py" != group.ident:
+        _debug.debug("native file %s not installed: its source hashes otherwise", group.ident)
+        return None
+    return source
+
+
+def _object_files(group: NativeGroup) -> dict[str, bytes]:
+    return {name: data for name, data in group.files if name != group.ident}
+
+
+def native_entry(ex: object, path: Path, source: str) -> Path | None:
+    """The verified isolated entry of the native mode's file ``path`` (rvm's own cache path
+    of ``source``) that trusted executable ``ex`` brought, or None (use ``path``)."""
+    entry = getattr(ex, "_native_entries", {}).get(path.name)
+    return None if entry is None else use_entry(entry, source)
 
 
 def _write_entry(group: NativeGroup, source: str) -> tuple[Path, int]:
@@ -368,7 +400,7 @@ def _write_entry(group: NativeGroup, source: str) -> tuple[Path, int]:
     write_atomic(path, source.encode())
     os.utime(path, ns=(group.mtime_ns, group.mtime_ns))
     written = 1
-    for name, data in sorted(group.files, key=lambda f: f[0].endswith(".nbi")):
+    for name, data in sorted(_object_files(group).items(), key=lambda f: f[0].endswith(".nbi")):
         write_atomic(folder / name, data)  # the indexes last
         written += 1
     return path, written
@@ -384,7 +416,7 @@ def verify_entry(path: Path, group: NativeGroup, source: str) -> bool:
         if path.read_bytes() != source.encode():
             return False
         folder = object_code_dir(path)
-        files = dict(group.files)
+        files = _object_files(group)
         there = {f.name for f in folder.glob(f"{path.stem}.*")}
         if there != set(files):
             return False
