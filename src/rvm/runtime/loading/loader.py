@@ -101,7 +101,11 @@ def _import_kernel(record: KernelRecord, path: Path, own: bool = True) -> Module
     start = time.perf_counter()
     wrote = write_entry(path, record.source)
     if own and not wrote and not check_object_code(path):
-        logger.warning("kernel %s: object code changed since it was cached: rebuilt", record.name)
+        logger.warning(
+            "kernel %s: its cached object code is not what rvm sealed (changed on disk, or "
+            "cached before seals): rebuilt",
+            record.name,
+        )
         drop_object_code(path)
     lines = record.source.splitlines(True)
     linecache.cache[str(path)] = (len(record.source), None, lines, str(path))
