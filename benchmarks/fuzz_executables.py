@@ -25,8 +25,8 @@ mode and call the seed's function. A file is counted as one of:
 - ran: loaded and ran in every mode, results agreeing.
 
 Nothing a file carries may reach the cache folders (``cache writes``: files there other
-than the native exec mode's module, which rvm generates from the file's bytecode). Prints the counts table and writes
-``benchmarks/results/fuzz_executables.json``.
+than the native exec mode's module, which rvm generates from the file's bytecode). Prints
+the counts table and writes ``benchmarks/results/fuzz_executables.json``.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ class M:
 
 def _kernel_free():
     """main(x, y): Cons(x, Cons(y, Nil)) walked by a recursive function, a closure, tuples."""
-    from rvm.runtime import ExecBuilder, Opcode as O, ParamSpec  # noqa: N817
+    from rvm.runtime import ExecBuilder, ParamSpec
+    from rvm.runtime import Opcode as O  # noqa: N817
 
     b = ExecBuilder()
     nil, cons = b.add_adt("List", [("Nil", 0), ("Cons", 2)])
@@ -173,8 +174,8 @@ def build_seeds(folder: Path) -> dict[str, dict]:
         "args": free_args,
         "expected": [np.asarray(v) for v in got],
     }
-    for name, seed in out.items():
-        args_file = folder / f"seed_{len(os.listdir(folder))}.npz"
+    for k, seed in enumerate(out.values()):
+        args_file = folder / f"seed_{k}.npz"
         np.savez(args_file, *seed["args"], *seed["expected"])
         seed["args_file"] = str(args_file)
         seed["nargs"] = len(seed["args"])
@@ -415,8 +416,10 @@ def table(result: dict) -> str:
         rows.append((name, *(str(counts[c]) for c in COLUMNS)))
     rows.append(("total", *(str(result["total"][c]) for c in COLUMNS)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in
-                       enumerate(zip(row, widths))) for row in rows]
+    lines = [
+        "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
+        for row in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     lines.append(f"cache writes: {len(result['cache_writes'])}")
     return "\n".join(lines)
@@ -427,8 +430,9 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" /
-                                              "fuzz_executables.json"))
+    parser.add_argument(
+        "--json", default=str(ROOT / "benchmarks" / "results" / "fuzz_executables.json")
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
@@ -436,11 +440,16 @@ def main() -> None:
         worker()
         return
     result = fuzz(args.files, args.seed, args.timeout, args.verbose)
-    print(f"machine: {platform.node()} {platform.machine()} {platform.processor() or ''}, "
-          f"python {platform.python_version()}; {result['seconds']:.0f} s")
+    print(
+        f"machine: {platform.node()} {platform.machine()} {platform.processor() or ''}, "
+        f"python {platform.python_version()}; {result['seconds']:.0f} s"
+    )
     print(table(result))
-    result["machine"] = {"node": platform.node(), "machine": platform.machine(),
-                         "python": platform.python_version()}
+    result["machine"] = {
+        "node": platform.node(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
     result["command"] = " ".join(["python", "benchmarks/fuzz_executables.py", *sys.argv[1:]])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1))

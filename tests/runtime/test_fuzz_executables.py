@@ -15,9 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_mutated_untrusted_executables_fail_clearly_and_run_nothing(tmp_path):
     out = tmp_path / "fuzz.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fuzz_executables.py"), "--files", "60",
-         "--seed", "7", "--json", str(out)],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "fuzz_executables.py"),
+            "--files",
+            "60",
+            "--seed",
+            "7",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())

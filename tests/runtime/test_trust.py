@@ -72,7 +72,8 @@ def _reencode(data: bytes, kernel_source=None, library=None, native=None, sign=N
     args.pop("signature", None)
     saved = args.pop("native", None)
     if kernel_source is not None:
-        args["kernels"] = {n: replace(r, source=kernel_source(r)) for n, r in args["kernels"].items()}
+        kernels = args["kernels"].items()
+        args["kernels"] = {n: replace(r, source=kernel_source(r)) for n, r in kernels}
     if library is not None:
         args["libraries"] = {n: library(s) for n, s in args["libraries"].items()}
     ex = Executable(**args)
@@ -158,8 +159,11 @@ def test_s1_kernel_source_payload_never_runs(models, kernels):
     assert not ex.trusted and "main" in ex.as_text()
     _refused(ex)
     other_key = trust.new_key()
-    _refused(Executable.from_bytes(_reencode(data, kernel_source=lambda r: PAYLOAD + r.source,
-                                             sign=other_key)))
+    _refused(
+        Executable.from_bytes(
+            _reencode(data, kernel_source=lambda r: PAYLOAD + r.source, sign=other_key)
+        )
+    )
 
 
 def test_s1_library_payload_never_runs(models):
@@ -236,7 +240,10 @@ def test_s3_a_trusted_files_library_entries_never_reach_other_models(models, tmp
     np.save("w.npy", w)
     run = subprocess.run(
         [sys.executable, "-c", LEGIT, "legit.rvmx", "x.npy", "w.npy", "out.npy"],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
     )
     assert run.returncode == 0, run.stderr[-2000:]
     np.testing.assert_allclose(np.load("out.npy"), _expected(x, w), rtol=1e-5)

@@ -43,9 +43,7 @@ def _signing_key(sign: bool | bytes | str | None) -> bytes | str | None:
     return sign
 
 
-def to_bytes(
-    ex: Executable, native: bool = True, sign: bool | bytes | str | None = True
-) -> bytes:
+def to_bytes(ex: Executable, native: bool = True, sign: bool | bytes | str | None = True) -> bytes:
     """Encodes the executable in the versioned RVMX format (see `rvm.runtime.serialize`).
 
     Args:

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from rvm.dtypes import NARROW_DTYPES, numpy_dtype
-from rvm.errors import DTypeError, ExecutableFormatError, UntrustedExecutableError
+from rvm.errors import DTypeError, ExecutableFormatError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.executable import (
     MAX_RESULT_DEPTH,

@@ -10,17 +10,20 @@ require, `rvm.kernels.entry`). They are tagged with a key
 (`native_key`: rvm, Numba and llvmlite versions, the host CPU's name and features, Python's
 version, the hash of the library's sources).
 
-Loading (`install`) in a process with the same key writes the files where this process's
-Numba looks for them, each index after its data files, each file through a temporary file
-and ``os.replace``, and never over an index already there; the kernel file is written first
-(the same bytes, so Numba's source stamp, a hash of the file in Numba 0.57+, matches; its
-modification time is set to the saved one too, for a Numba whose stamp is the time and size).
-The normal cached load then finds them and nothing compiles. With another key, nothing is
-written, the kernels rebuild from source as for an executable without native code, and one
-INFO line on the ``rvm`` logger says so.
+Loading (`install`, only for a trusted executable: `rvm.runtime.loading.trust`) in a
+process with the same key writes each kernel group, and the native mode's file, into an entry
+of its own, ``<cache dir>/files/<entry_hash>/``, named by the hash of the group's bytes and
+used only by the executables that brought them (`Entry`, verified byte for byte at each use,
+`use_entry`); the kernel file is written first (the same bytes, so Numba's source stamp, a
+hash of the file in Numba 0.57+, matches; its modification time is set to the saved one too,
+for a Numba whose stamp is the time and size), each index after its data files. The library's
+groups (``module``) are never written: the library is built locally, so nothing a file
+brings changes what another executable runs. The cached load then finds them and nothing
+compiles. With another key, nothing is written, the kernels rebuild from source as for an
+executable without native code, and one INFO line on the ``rvm`` logger says so.
 
-Numba's cache files are pickles: loading an executable with native code runs what its
-author compiled, as importing their Python module would. Load only executables you trust.
+Numba's cache files are pickles: a trusted executable's native code runs what its author
+compiled, as importing their Python module would; an untrusted one's is never written.
 """
 
 from __future__ import annotations

@@ -252,4 +252,3 @@ def clear_cache() -> None:
         for f in folder.glob(f"{module.stem}.*.nb[ic]"):
             f.unlink(missing_ok=True)
     (folder / numba_cache.LIBRARY_STAMP).unlink(missing_ok=True)
-
