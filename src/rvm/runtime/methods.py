@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rvm.runtime import serialize, text
 from rvm.runtime.executable import Executable, KernelRecord
+from rvm.runtime.kernels import require_trusted
 from rvm.runtime.loading import artifact, loader, trust
 
 if TYPE_CHECKING:
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 def native_code(ex: Executable) -> NativeCode | None:
     """The native code of the jit kernels (None without any), and of the native exec
     mode's functions when the executable runs natively by default, collected once."""
+
+    if not ex.trusted:  # collecting builds the kernels: never an untrusted file's
+        return None
 
     def collect() -> NativeCode | None:
         native = None
@@ -35,12 +39,16 @@ def native_code(ex: Executable) -> NativeCode | None:
     return ex.cached("native_code", collect)
 
 
-def _signing_key(sign: bool | bytes | str | None) -> bytes | str | None:
-    if sign is True:
-        return trust.local_key()
+def _signing_key(ex: Executable, sign: bool | bytes | str | None) -> bytes | str | None:
+    """The key to sign ``ex``'s bytes with. An untrusted executable is never signed by
+    default (re-saving or pickling a file must not make it trusted), and refuses a key."""
     if sign is None or sign is False:
         return None
-    return sign
+    if not ex.trusted:
+        if sign is True:
+            return None
+        require_trusted(ex)
+    return trust.local_key() if sign is True else sign
 
 
 def to_bytes(ex: Executable, native: bool = True, sign: bool | bytes | str | None = True) -> bytes:
@@ -54,9 +62,13 @@ def to_bytes(ex: Executable, native: bool = True, sign: bool | bytes | str | Non
             loading the bytes compiles the kernels its cache lacks.
         sign: The key to sign the bytes with (bytes, or hex text); True (default): this
             user's local key (`rvm.trust.local_key`), so the bytes load trusted wherever
-            it is trusted; False or None: unsigned (they load as untrusted data).
+            it is trusted; False or None: unsigned (they load as untrusted data). An
+            untrusted executable (a file nobody trusted) is saved unsigned and without
+            native code, and signing it with a key raises `UntrustedExecutableError` (load
+            it trusted first).
     """
-    return serialize.encode(ex, native_code(ex) if native else None, _signing_key(sign))
+    key = _signing_key(ex, sign)
+    return serialize.encode(ex, native_code(ex) if native else None, key)
 
 
 def save(ex: Executable, path: str, sign: bool | bytes | str | None = True) -> None:
@@ -92,12 +104,15 @@ def _jit_record(ex: Executable, name: str) -> KernelRecord:
 
 
 def kernel_llvm(ex: Executable, name: str) -> str:
-    """The LLVM IR Numba generated for jit kernel ``name``."""
+    """The LLVM IR Numba generated for jit kernel ``name`` (compiles it: a trusted
+    executable's only, `UntrustedExecutableError` otherwise)."""
+    require_trusted(ex)
     return loader.kernel_llvm(_jit_record(ex, name))
 
 
 def kernel_asm(ex: Executable, name: str) -> str:
-    """The native assembly of jit kernel ``name``."""
+    """The native assembly of jit kernel ``name`` (a trusted executable's only)."""
+    require_trusted(ex)
     return loader.kernel_asm(_jit_record(ex, name))
 
 

@@ -278,11 +278,6 @@ def collect(records: Iterable[KernelRecord], native_file: str | None = None) -> 
     return NativeCode(native_key(), tuple(groups))
 
 
-FILES_DIR = "files"
-"""The cache subfolder of object code from trusted files: one entry per kernel group, named
-by the hash of the group's own bytes (`entry_hash`)."""
-
-
 def entry_hash(group: NativeGroup) -> str:
     """The hash naming ``group``'s isolated entry: of its name, saved time and every file."""
     digest = hashlib.sha256()
@@ -390,6 +385,7 @@ def _write_entry(group: NativeGroup, source: str) -> tuple[Path, int]:
     """Write ``group``'s entry (kernel file and object code) unless it is there intact;
     returns the kernel file's path and how many files were written."""
     from rvm.kernels.numba_cache import object_code_dir, write_atomic
+    from rvm.runtime.loading import FILES_DIR
     from rvm.runtime.loading.cache import cache_dir
 
     path = cache_dir() / FILES_DIR / entry_hash(group) / group.ident

@@ -26,8 +26,11 @@ import shutil
 from pathlib import Path
 
 from rvm.kernels.numba_cache import object_code_dir, write_atomic
+from rvm.runtime.loading import FILES_DIR, NATIVE_DIR
 
 KERNEL_DIR = "kernels"
+OWN_DIRS = (KERNEL_DIR, NATIVE_DIR, FILES_DIR)
+"""The folders rvm writes in the cache directory, which `clear_cache` deletes."""
 
 
 def cache_dir() -> Path:
@@ -230,22 +233,22 @@ def cache_info() -> dict:
 
 
 def clear_cache() -> None:
-    """Delete everything rvm's caches hold: the cache directory (kernels, the native exec
-    mode's files, trusted files' entries, their object code) and Numba's object code of
-    rvm's kernel library (`rvm.kernels`), wherever Numba keeps it."""
+    """Delete everything rvm's caches hold: rvm's folders in the cache directory (kernels,
+    the native exec mode's files, trusted files' entries: `OWN_DIRS`), Numba's object code of
+    them (beside them, or their mirrors under ``NUMBA_CACHE_DIR``), and Numba's object code of
+    rvm's kernel library (`rvm.kernels`), wherever Numba keeps it. Nothing else in the cache
+    directory is touched (it may be a folder of the user's)."""
     from rvm.kernels import numba_cache
 
     root = cache_dir()
-    if root.is_dir():
-        for dirpath, _, _ in os.walk(root):
+    for sub in (root / name for name in OWN_DIRS):
+        if not sub.is_dir():
+            continue
+        for dirpath, _, _ in os.walk(sub):
             mirror = object_code_dir(Path(dirpath) / "x.py")  # under NUMBA_CACHE_DIR, if set
             if mirror != Path(dirpath) / "__pycache__":
                 shutil.rmtree(mirror, ignore_errors=True)
-        for sub in root.iterdir():
-            if sub.is_dir():
-                shutil.rmtree(sub, ignore_errors=True)
-            else:
-                sub.unlink(missing_ok=True)
+        shutil.rmtree(sub, ignore_errors=True)
     sources = sorted(Path(numba_cache.__file__).parent.glob("*.py"))
     folder = object_code_dir(sources[0])
     for module in sources:
