@@ -94,7 +94,8 @@ def _child(rvmx: Path, args: Path, ref: Path, work: Path, how: str = "signed") -
     env = dict(os.environ)
     env["RVM_CACHE_DIR"] = str(caches / "rvm")
     env["NUMBA_CACHE_DIR"] = str(work / "numba")  # kernels' folders are new: RVM_CACHE_DIR is
-    env["RVM_CONFIG_DIR"] = str(work / "config")
+    # the parent's key signed the file; an untrusted child has a trust store of its own
+    env["RVM_CONFIG_DIR"] = str((caches if how == "untrusted" else work) / "config")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     run = subprocess.run(
         [sys.executable, "-c", CHILD, str(rvmx), str(args), str(ref), how],
