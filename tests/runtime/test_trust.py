@@ -276,13 +276,23 @@ def test_a_tampered_kernel_cache_entry_is_rebuilt_never_loaded(models, tmp_path,
 
 
 def test_clear_cache_removes_everything_rvm_wrote(models, tmp_path, monkeypatch):
+    from numba.core import config
+
+    from rvm.kernels import numba_cache
+
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))  # not this checkout's
     ex = Executable.from_bytes(models["jit"].to_bytes())
     rvm.VirtualMachine(ex, exec_mode="native")["main"](*_args())
-    assert any((tmp_path / "cache").rglob("*.nbi"))
+    library = numba_cache.object_code_dir(Path(numba_cache.__file__))
+    library.mkdir(parents=True, exist_ok=True)
+    (library / "mathlib.exp32-10.py311.nbi").write_bytes(b"library code")
+    (tmp_path / "cache" / "mine.txt").write_text("not rvm's")
+    assert any((tmp_path / "cache").rglob("*.py")) and any((tmp_path / "numba").rglob("*.nbi"))
     rvm.jit.clear_cache()
-    assert not any((tmp_path / "cache").rglob("*"))
-    assert not _library_files()
+    left = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert left == [tmp_path / "cache" / "mine.txt"]  # a file of the user's stays
+    assert not [p for p in (tmp_path / "numba").rglob("*") if p.is_file()]
     rvm.VirtualMachine(ex)["main"](*_args())  # loaded kernels keep working
 
 
