@@ -346,3 +346,16 @@ def test_an_untrusted_file_is_never_laundered_into_a_trusted_one(models):
         ex.kernel_llvm(name)
     assert PAYLOAD in ex.kernel_source(name)  # reading the source is fine
     _refused(again)
+
+
+def test_the_rvm_command_refuses_an_untrusted_file_and_runs_it_when_told(models):
+    key = trust.new_key()
+    models["numpy"].save("k.rvmx", sign=key)
+    base = [sys.executable, "-m", "rvm", "run", "k.rvmx", "--dim", "n=2"]
+    for extra, code, said in (
+        ([], 1, "rvm: error: UntrustedExecutableError: this executable was loaded from a file"),
+        (["--key", key.hex()], 0, "output: shape (2, 3) float32"),
+        (["--trusted"], 0, "output: shape (2, 3) float32"),
+    ):
+        run = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+        assert run.returncode == code and said in run.stdout + run.stderr, run.stderr[-2000:]

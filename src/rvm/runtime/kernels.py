@@ -88,8 +88,9 @@ def require_trusted(ex: Executable) -> None:
         f"this executable was loaded from a file rvm does not trust ({ex._untrusted_reason}), "
         "and its kernels are code: rvm runs none of it. If you trust whoever made the file, "
         "load it with rvm.load_executable(path, keys=[their_key]) or trusted=True, or add "
-        "their key to the trust store with rvm.trust.add_key(key); files you save yourself "
-        "are signed with your local key (rvm.trust.local_key()) and load trusted"
+        "their key to the trust store with rvm.trust.add_key(key) (the rvm command: --key HEX "
+        "or --trusted); files you save yourself are signed with your local key "
+        "(rvm.trust.local_key()) and load trusted"
     )
 
 
