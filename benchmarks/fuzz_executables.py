@@ -10,14 +10,19 @@ which an untrusted file may run. Every kernel and library source of the seeds st
 canary line that writes a file when run, so any execution of a file's code shows.
 
 Each mutated file has 1 to 4 bytes changed (anywhere: headers, section headers, payloads,
-the signature), then every section's CRC32 is recomputed when the section headers still
+the signature; half the time inside one section's payload, picked uniformly among the
+sections), then every section's CRC32 is recomputed when the section headers still
 parse, so the decoder's checks past the CRCs are what is tested. Workers (subprocesses, in a
 scratch folder, with ``RVM_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` in it) load each file as
 untrusted (`rvm.load_executable(path)`), print it (``as_text``), then make a VM in each exec
 mode and call the seed's function. A file is counted as one of:
 
 - code execution: a canary file appeared, or a kernel's source was exec'd or imported;
-- crash: the worker died (a signal, an abort); hang: no answer within ``--timeout``;
+- crash: the worker died (a signal, an abort); hang: loading or printing the file gave no
+  answer within ``--timeout``;
+- endless program: the file loaded, and its program ran longer than ``--timeout`` (a flip
+  can make a branch jump to itself: bytecode, like an ONNX Loop, may loop forever; bound
+  runs of programs you do not trust by time, as any program's);
 - wrong result: the exec modes disagree, or a file that decodes to the seed's own program
   gives another result than the seed;
 - other exception: an exception that is not an `rvm.errors.RVMError`;
@@ -57,6 +62,7 @@ COLUMNS = (
     "inputs",
     "crashes",
     "hangs",
+    "endless programs",
     "wrong results",
     "clear errors",
     "other exceptions",
@@ -203,10 +209,32 @@ def fix_crcs(data: bytearray) -> None:
         pos += 16 + length
 
 
+def sections(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every section's payload, while the section headers parse."""
+    out = []
+    pos = 12
+    for _ in range(struct.unpack_from("<I", data, 8)[0] if len(data) >= 12 else 0):
+        if pos + 16 > len(data):
+            break
+        length = struct.unpack_from("<Q", data, pos + 4)[0]
+        if length > len(data) - pos - 16:
+            break
+        out.append((pos + 16, pos + 16 + length))
+        pos += 16 + length
+    return out
+
+
 def mutate(data: bytes, rng: random.Random) -> bytes:
+    """``data`` with 1 to 4 bytes changed, half the time inside one section's payload (so the
+    checks past the section layout see most flips), the CRCs fixed up."""
     out = bytearray(data)
+    spans = [(a, b) for a, b in sections(data) if b > a]
     for _ in range(rng.randint(1, 4)):
-        i = rng.randrange(len(out))
+        if spans and rng.random() < 0.5:
+            a, b = rng.choice(spans)
+            i = rng.randrange(a, b)
+        else:
+            i = rng.randrange(len(out))
         if rng.random() < 0.5:
             out[i] ^= 1 << rng.randrange(8)
         else:
@@ -268,6 +296,7 @@ def check_file(path: str, job: dict, counts: dict[str, int]) -> tuple[str, str]:
         if ex.trusted:
             return "code executions", "an untrusted file loaded as trusted"
         ex.as_text()
+        print(json.dumps({"stage": "loaded"}), flush=True)  # a hang now is the program's
         for mode in MODES:
             try:
                 results[mode] = rvm.VirtualMachine(ex, exec_mode=mode)[job["function"]](*args)
@@ -336,16 +365,23 @@ class Pool:
         proc.stdin.flush()
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(self.timeout):
-            proc.kill()
-            proc.wait()
-            return "hangs", f"no answer in {self.timeout} s"
-        line = proc.stdout.readline()
-        if not line:
-            code = proc.wait()
-            return "crashes", f"worker exited with {code}"
-        got = json.loads(line)
-        return got["outcome"], got["detail"]
+        loaded = False
+        while True:
+            if not sel.select(self.timeout):
+                proc.kill()
+                proc.wait()
+                if loaded:
+                    return "endless programs", f"loaded, then ran {self.timeout} s"
+                return "hangs", f"no answer in {self.timeout} s"
+            line = proc.stdout.readline()
+            if not line:
+                code = proc.wait()
+                return "crashes", f"worker exited with {code}"
+            got = json.loads(line)
+            if got.get("stage") == "loaded":
+                loaded = True
+                continue
+            return got["outcome"], got["detail"]
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -377,10 +413,10 @@ def fuzz(files: int, seed: int, timeout: float, verbose: bool = False) -> dict:
             for counts in (total, per_seed[name]):
                 counts["inputs"] += 1
                 counts[outcome] += 1
-            if outcome not in ("ran", "clear errors"):
-                examples.setdefault(outcome, []).append([name, path.name, detail])
+            if outcome in ("ran", "clear errors"):
+                path.unlink()  # the others stay in the scratch folder, to reproduce
             else:
-                path.unlink()
+                examples.setdefault(outcome, []).append([name, path.name, detail])
             if verbose and outcome not in ("ran", "clear errors"):
                 print(f"{path.name} ({name}): {outcome}: {detail}", flush=True)
     finally:
@@ -429,7 +465,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument(
         "--json", default=str(ROOT / "benchmarks" / "results" / "fuzz_executables.json")
     )
