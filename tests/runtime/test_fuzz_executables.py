@@ -23,7 +23,7 @@ def test_mutated_untrusted_executables_fail_clearly_and_run_nothing(tmp_path):
             "--seed",
             "7",
             "--timeout",
-            "10",
+            "20",
             "--json",
             str(out),
         ],
