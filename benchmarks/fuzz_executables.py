@@ -320,7 +320,10 @@ def check_file(path: str, job: dict, counts: dict[str, int]) -> tuple[str, str]:
 
 
 def worker() -> None:
+    import rvm  # noqa: F401  (imported before "ready": a slow start is not a hang)
+
     counts = _hooks()
+    print(json.dumps({"stage": "ready"}), flush=True)
     for line in sys.stdin:
         job = json.loads(line)
         outcome, detail = check_file(job["path"], job, counts)
@@ -346,7 +349,7 @@ class Pool:
 
     def start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen(
+            self.proc = proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), "--worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -355,6 +358,8 @@ class Pool:
                 cwd=self.scratch / "work",
                 env=self.env,
             )
+            if proc.stdout.readline() == "":  # "ready" (imports done), or the worker failed
+                raise RuntimeError("the fuzz worker did not start")
         return self.proc
 
     def run(self, job: dict) -> tuple[str, str]:
