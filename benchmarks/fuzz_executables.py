@@ -40,11 +40,13 @@ import argparse
 import json
 import os
 import platform
+import queue
 import random
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from dataclasses import replace
@@ -358,27 +360,32 @@ class Pool:
                 cwd=self.scratch / "work",
                 env=self.env,
             )
-            if proc.stdout.readline() == "":  # "ready" (imports done), or the worker failed
+            self.lines: queue.Queue[str] = queue.Queue()
+            threading.Thread(target=self._read, args=(proc, self.lines), daemon=True).start()
+            if self.lines.get() == "":  # "ready" (imports done), or the worker failed
                 raise RuntimeError("the fuzz worker did not start")
         return self.proc
 
-    def run(self, job: dict) -> tuple[str, str]:
-        import selectors
+    @staticmethod
+    def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")  # the worker ended
 
+    def run(self, job: dict) -> tuple[str, str]:
         proc = self.start()
         proc.stdin.write(json.dumps(job) + "\n")
         proc.stdin.flush()
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
         loaded = False
         while True:
-            if not sel.select(self.timeout):
+            try:
+                line = self.lines.get(timeout=self.timeout)
+            except queue.Empty:
                 proc.kill()
                 proc.wait()
                 if loaded:
                     return "endless programs", f"loaded, then ran {self.timeout} s"
                 return "hangs", f"no answer in {self.timeout} s"
-            line = proc.stdout.readline()
             if not line:
                 code = proc.wait()
                 return "crashes", f"worker exited with {code}"
