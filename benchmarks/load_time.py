@@ -5,19 +5,25 @@ Run: ``python benchmarks/load_time.py [--repeat 5] [--no-cnn]``.
 For each model (the MLP of ``rvm.testing.programs``, jit kernels, in the default exec mode and
 compiled with ``exec_mode="native"``, whose native functions ship too; onnx's light squeezenet with
 random weights, imported through ``rvm.from_onnx``), the parent compiles it, saves it (with its
-kernels' native code, `rvm.runtime.loading.artifact`), and computes the reference output. Then
-each measurement is a new subprocess with ``RVM_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` set to new
-empty folders, which times
+kernels' native code, `rvm.runtime.loading.artifact`, signed with this run's own key: the
+trust model, README "Security"), and computes the reference output. Then each measurement is a
+new subprocess with ``RVM_CACHE_DIR`` set to a new empty folder (no kernel cached) and a
+``NUMBA_CACHE_DIR`` shared by the children, where the first child builds the kernel library
+(never taken from a file; built once per install), which times
 
 - ``import rvm`` (stated on its own, not part of the goal);
 - ``rvm.load_executable`` + ``rvm.VirtualMachine`` + the first call (the goal: <= 0.5 s for
-  the MLP, <= 1 s for squeezenet);
+  the MLP, <= 1 s for squeezenet), for each way of trusting the file: *signed* (the signature
+  by a trusted key checked; its native code goes into isolated cache entries, checked at use),
+  *trusted* (``trusted=True``), and *untrusted* (``load_executable`` + ``as_text`` only: the
+  data path; its kernels refuse to run);
 
 checks the output against the parent's reference, and reports how many kernels it loaded and
 compiled (`rvm.runtime.loading.loader.kernel_counts`; a compile makes the run fail). The same is
 measured for the executable saved without native code (``to_bytes(native=False)``, as before
-format 1.4: every kernel compiles). The table gives medians over ``--repeat`` subprocesses
-(interleaved); writes ``benchmarks/results/load_time.json``.
+format 1.4: every kernel compiles), and the time to check a signature in process. The table
+gives medians over ``--repeat`` subprocesses (interleaved); writes
+``benchmarks/results/load_time.json``.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from common import ROOT, light_model_files, write_results
+from common import ROOT, light_model_files, median_time, write_results
 
 # isort: split
 import numpy as np
@@ -53,7 +59,15 @@ CHILD = textwrap.dedent(
     args = np.load(sys.argv[2])
     args = [args[k] for k in sorted(args.files)]
     t0 = time.perf_counter()
-    ex = rvm.load_executable(sys.argv[1])
+    if sys.argv[4] == "untrusted":  # the data path: load, print; its kernels never run
+        ex = rvm.load_executable(sys.argv[1], keys=())
+        assert not ex.trusted and ex.as_text()
+        t1 = time.perf_counter()
+        print(json.dumps({"import_s": imported - start, "load_first_call_s": t1 - t0,
+                          **kernel_counts()}))
+        sys.exit()
+    ex = rvm.load_executable(sys.argv[1], trusted=sys.argv[4] == "trusted")
+    assert ex.trusted
     vm = rvm.VirtualMachine(ex)
     out = vm["main"](*args)
     t1 = time.perf_counter()
@@ -71,15 +85,20 @@ CHILD = textwrap.dedent(
 )
 
 
-def _child(rvmx: Path, args: Path, ref: Path, work: Path) -> dict:
-    """One fresh process with empty caches: its timings and kernel counts."""
+def _child(rvmx: Path, args: Path, ref: Path, work: Path, how: str = "signed") -> dict:
+    """One fresh process with an empty kernel cache (the library's object code, which is
+    never taken from a file, built once by the first child): its timings and kernel counts.
+    ``how``: "signed" (the file's signature by this user's key makes it trusted),
+    "trusted" (``trusted=True``), or "untrusted" (loaded as data and printed)."""
     caches = Path(tempfile.mkdtemp(dir=work))
     env = dict(os.environ)
     env["RVM_CACHE_DIR"] = str(caches / "rvm")
-    env["NUMBA_CACHE_DIR"] = str(caches / "numba")
+    env["NUMBA_CACHE_DIR"] = str(work / "numba")  # kernels' folders are new: RVM_CACHE_DIR is
+    # the parent's key signed the file; an untrusted child has a trust store of its own
+    env["RVM_CONFIG_DIR"] = str((caches if how == "untrusted" else work) / "config")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     run = subprocess.run(
-        [sys.executable, "-c", CHILD, str(rvmx), str(args), str(ref)],
+        [sys.executable, "-c", CHILD, str(rvmx), str(args), str(ref), how],
         capture_output=True,
         text=True,
         env=env,
@@ -99,10 +118,20 @@ def _save(name: str, ex: rvm.Executable, args: tuple, work: Path) -> dict[str, P
     np.savez(paths["args"], **{f"a{i:03d}": a for i, a in enumerate(args)})
     np.savez(paths["ref"], **{f"r{i:03d}": np.asarray(o) for i, o in enumerate(out)})
     paths["native"] = work / f"{name}.rvmx"
-    ex.save(str(paths["native"]))
+    ex.save(str(paths["native"]))  # signed with this user's key (RVM_CONFIG_DIR below)
     paths["source"] = work / f"{name}_source_only.rvmx"
     paths["source"].write_bytes(ex.to_bytes(native=False))
     return paths
+
+
+def _verify_s(path: Path) -> float:
+    """Median seconds to check the signature of the file at ``path`` (HMAC-SHA256)."""
+    from rvm.runtime.loading import trust
+    from rvm.runtime.serialize import decode
+
+    data = path.read_bytes()
+    ident, mac, end = decode(data)["signature"]
+    return median_time(lambda: trust.verify(data[:end], ident, mac), repeat=21)
 
 
 def _models(work: Path, cnn: bool) -> dict[str, tuple[rvm.Executable, tuple]]:
@@ -126,15 +155,22 @@ def main() -> None:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="rvm-load-time-") as tmp:
         work = Path(tmp)
+        os.environ["RVM_CONFIG_DIR"] = str(work / "config")  # this run's own signing key
+        warm = True
         for name, (ex, args) in _models(work, not opts.no_cnn).items():
             paths = _save(name, ex, args, work)
-            runs = {"native": [], "source": []}
+            files = (paths["args"], paths["ref"], work)
+            if warm:  # builds the library's object code, shared by the children after it
+                _child(paths["native"], *files)
+                warm = False
+            runs = {"native": [], "trusted": [], "untrusted": [], "source": []}
             for k in range(opts.repeat):
-                runs["native"].append(_child(paths["native"], paths["args"], paths["ref"], work))
+                runs["native"].append(_child(paths["native"], *files))
+                runs["trusted"].append(_child(paths["native"], *files, how="trusted"))
+                runs["untrusted"].append(_child(paths["native"], *files, how="untrusted"))
                 if k < opts.source_repeat:
-                    child = _child(paths["source"], paths["args"], paths["ref"], work)
-                    runs["source"].append(child)
-            bad = [r for r in runs["native"] if r["compiled"]]
+                    runs["source"].append(_child(paths["source"], *files, how="trusted"))
+            bad = [r for way in ("native", "trusted") for r in runs[way] if r["compiled"]]
             if bad:
                 raise RuntimeError(f"{name}: a load with native code compiled kernels: {bad}")
             results[name] = {
@@ -142,6 +178,7 @@ def main() -> None:
                 "file_bytes": paths["native"].stat().st_size,
                 "source_only_file_bytes": paths["source"].stat().st_size,
                 "goal_s": GOALS.get(name),
+                "verify_signature_s": _verify_s(paths["native"]),
                 **{
                     f"{way}_{what}_median": statistics.median(r[what] for r in rs)
                     for way, rs in runs.items()
@@ -150,18 +187,25 @@ def main() -> None:
                 "runs": runs,
             }
     print(
-        f"\nload + VirtualMachine + first call, fresh process, empty caches (load: "
-        f"{os.getloadavg()[0]:.1f}); medians of {opts.repeat}"
+        f"\nload + VirtualMachine + first call, fresh process, empty kernel cache, library "
+        f"built (load: {os.getloadavg()[0]:.1f}); medians of {opts.repeat}. signed: the "
+        "file's signature by a trusted key checked, its native code used; trusted=True: the "
+        "same, unchecked; untrusted: loaded as data and printed (its kernels refuse to run); "
+        "no-native: trusted, kernels compiled"
     )
     print(
-        f"{'model':<12}{'kernels':>8}{'MB':>7}{'first run s':>12}{'goal s':>8}"
-        f"{'no-native s':>13}{'import rvm s':>14}"
+        f"{'model':<12}{'kernels':>8}{'MB':>7}{'first run, signed s':>21}{'goal s':>8}"
+        f"{'trusted s':>11}"
+        f"{'untrusted s':>13}{'no-native s':>13}{'verify ms':>11}{'import rvm s':>14}"
     )
     for name, r in results.items():
         print(
             f"{name:<12}{r['kernels']:>8}{r['file_bytes'] / 1e6:>7.2f}"
-            f"{r['native_load_first_call_s_median']:>12.3f}{r['goal_s'] or 0:>8.1f}"
-            f"{r['source_load_first_call_s_median']:>13.3f}{r['native_import_s_median']:>14.3f}"
+            f"{r['native_load_first_call_s_median']:>21.3f}{r['goal_s'] or 0:>8.1f}"
+            f"{r['trusted_load_first_call_s_median']:>11.3f}"
+            f"{r['untrusted_load_first_call_s_median']:>13.3f}"
+            f"{r['source_load_first_call_s_median']:>13.3f}"
+            f"{r['verify_signature_s'] * 1e3:>11.3f}{r['native_import_s_median']:>14.3f}"
         )
     print(
         "(every column is a first run: a new process, empty RVM_CACHE_DIR and NUMBA_CACHE_DIR;\n"

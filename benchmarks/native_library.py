@@ -45,9 +45,9 @@ def main() -> None:
     import numpy as np
 
     import rvm
-    from rvm.op import numpy_ref
     from rvm.kernels import parfor
     from rvm.kernels.pool import out_size, pool2d
+    from rvm.op import numpy_ref
 
     if hasattr(parfor, "enable"):
         parfor.enable(True)  # on by default since the pool; off before (older --src)

@@ -14,8 +14,8 @@ Programs (all dispatch-bound: the kernels are tiny, so the VM's own work dominat
 - ``counter_loop1000``: a ``while`` loop of 1000 iterations that only counts (``i = i + 1``).
 
 How instructions are counted (exactly, on the executed path): a counting run replaces the VM's
-decoded code tuples (``vm.context.functions``, built once by ``rvm.runtime.modes.decode``) with a tuple
-subclass whose ``__getitem__`` counts; the loop fetches every instruction with ``code[pc]``, so the
+decoded code tuples (``vm.context.functions``, built once by ``rvm.runtime.modes.decode``) with a
+tuple subclass whose ``__getitem__`` counts; the loop fetches every instruction with ``code[pc]``, so the
 counter sees each executed instruction once (a tail call, decoded to the internal TAIL_INVOKE,
 counts as one; its following RET is never fetched). The counting VM is used only for counting,
 never for timing. The count is cross-checked against the static form: for the chain it must equal

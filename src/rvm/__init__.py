@@ -39,6 +39,7 @@ from rvm.errors import (
     RVMError,
     ScriptError,
     ShapeError,
+    UntrustedExecutableError,
     VMError,
 )
 from rvm.kernels.threads import get_num_threads, set_num_threads
@@ -53,6 +54,7 @@ from rvm.runtime import (
     register_func,
 )
 from rvm.runtime.loading import VERSION as __version__
+from rvm.runtime.loading import trust
 
 # The compiler side loads on first use, so a deployment that only loads and runs saved
 # executables (`rvm.load_executable`, `rvm.VirtualMachine`) never imports it.
@@ -123,6 +125,8 @@ __all__ = [
     "interpret",
     "ir",
     "load_executable",
+    "trust",
+    "UntrustedExecutableError",
     "op",
     "register_func",
     "script",

@@ -72,12 +72,16 @@ def _compile_onnx(path: Path, exec_mode: str, kernels: str, progress: bool) -> E
     return rvm.compile(mod, exec_mode=exec_mode, kernels=kernels, progress=progress)
 
 
-def _load_model(path: str, exec_mode: str | None, kernels: str) -> Executable:
-    """An executable from a ``.rvmx`` file, or compiled from a ``.onnx`` one."""
+def _load_model(
+    path: str, exec_mode: str | None, kernels: str, args: argparse.Namespace | None = None
+) -> Executable:
+    """An executable from a ``.rvmx`` file (trusted as ``--trusted`` / ``--key`` say), or
+    compiled from a ``.onnx`` one."""
     p = _existing(path)
     if _is_onnx(p):
         return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=True)
-    return rvm.load_executable(str(p))
+    keys = getattr(args, "key", None) or []
+    return rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
 
 
 def _parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
@@ -270,7 +274,7 @@ def _check_writable(out: Path) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    ex = _load_model(args.model, args.exec_mode, args.kernels)
+    ex = _load_model(args.model, args.exec_mode, args.kernels, args)
     vm = rvm.VirtualMachine(ex, exec_mode=args.exec_mode)
     fn = ex.get_function(args.function)
     values = _inputs(fn, args.input, args.dim, args.seed, args.cast)
@@ -311,7 +315,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> None:
     if args.repeat < 1 or args.warmup < 0:
         raise UserError("--repeat must be at least 1 and --warmup at least 0")
-    ex = _load_model(args.model, args.exec_mode, args.kernels)
+    ex = _load_model(args.model, args.exec_mode, args.kernels, args)
     vm = rvm.VirtualMachine(ex, exec_mode=args.exec_mode)
     fn = ex.get_function(args.function)
     values = _inputs(fn, args.input, args.dim, args.seed, args.cast)
@@ -421,6 +425,16 @@ def _parser() -> argparse.ArgumentParser:
             "--cast",
             action="store_true",
             help="cast --input files to the parameters' dtypes (float64 to float32, ...)",
+        )
+        c.add_argument(
+            "--trusted", action="store_true", help="run a .rvmx file's code whoever signed it"
+        )
+        c.add_argument(
+            "--key",
+            action="append",
+            default=[],
+            metavar="HEX",
+            help="a signing key to trust for this .rvmx file (see README, Security)",
         )
         model_options(c, None)
 

@@ -63,15 +63,18 @@ class _Shipped:
     nothing); unpickled elsewhere, it holds the bytes, decoded at most once per process.
     """
 
-    __slots__ = ("key", "ex", "data")
+    __slots__ = ("key", "ex", "data", "trusted")
 
-    def __init__(self, key: str, ex: Executable | None, data: bytes | None) -> None:
+    def __init__(
+        self, key: str, ex: Executable | None, data: bytes | None, trusted: bool = False
+    ) -> None:
         self.key, self.ex, self.data = key, ex, data
+        self.trusted = ex.trusted if ex is not None else trusted
 
     def __reduce__(self) -> tuple[Any, tuple]:
         data = self.data if self.data is not None else self.ex.to_bytes()  # type: ignore[union-attr]
         self.data = data  # encode once, however many tasks pickle it
-        return _Shipped, (self.key, None, data)
+        return _Shipped, (self.key, None, data, self.trusted)
 
     def executable(self) -> Executable:
         if self.ex is not None:
@@ -79,7 +82,10 @@ class _Shipped:
         with _executables_lock:
             ex = _executables.get(self.key)
             if ex is None:
-                ex = _executables[self.key] = Executable.from_bytes(self.data)  # type: ignore[arg-type]
+                # As trusted as in the client: a Dask worker already runs whatever its client
+                # sends (the tasks are pickled functions), the bytes as much as the code.
+                ex = Executable.from_bytes(self.data, trusted=self.trusted)  # type: ignore[arg-type]
+                _executables[self.key] = ex
         self.ex = ex
         return ex
 

@@ -69,3 +69,8 @@ class JITError(RVMError):
 
 class ExecutableFormatError(RVMError, ValueError):
     """A saved executable that is truncated, corrupted or of an unsupported version."""
+
+
+class UntrustedExecutableError(RVMError):
+    """Code from a saved executable nobody trusted was about to run (see the README's
+    "Security" section): sign the file with a trusted key, or load it with ``trusted=True``."""

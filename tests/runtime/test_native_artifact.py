@@ -32,19 +32,54 @@ def _kernel_group(mtime_ns: int = 1_000_000_000) -> tuple[dict, NativeGroup]:
     return {"k": record}, NativeGroup("kernel", f"{stem}.py", mtime_ns, files)
 
 
-def test_install_writes_the_kernel_file_then_its_cache_files_once(caches, caplog):
+class _Ex:  # what `install` notes on an executable
+    def __init__(self) -> None:
+        self._native_entries: dict = {}
+
+
+def test_install_writes_an_isolated_entry_named_by_its_bytes_and_nothing_shared(caches, caplog):
     kernels, group = _kernel_group()
     native = NativeCode(artifact.native_key(), (group,))
+    ex = _Ex()
     with caplog.at_level(logging.DEBUG, logger="rvm"):
-        assert artifact.install(native, kernels) == 2
-    path = kernel_path(SOURCE)
-    assert path.read_text() == SOURCE and path.stat().st_mtime_ns == group.mtime_ns
-    folder = object_code_dir(path)
+        assert artifact.install(native, kernels, ex) == 3  # the kernel file, data, index
+    entry = ex._native_entries[group.ident]
+    assert entry.path.parent.name == artifact.entry_hash(group)
+    assert entry.path.read_text() == SOURCE and entry.path.stat().st_mtime_ns == group.mtime_ns
+    folder = object_code_dir(entry.path)
     assert {f.name: f.read_bytes() for f in folder.iterdir()} == dict(group.files)
-    (folder / group.files[1][0]).write_bytes(b"the cache's own")  # never overwritten
-    assert artifact.install(native, kernels) == 0
-    assert (folder / group.files[1][0]).read_bytes() == b"the cache's own"
+    assert not kernel_path(SOURCE).exists()  # rvm's own entry of that source: untouched
+    assert artifact.install(native, kernels, _Ex()) == 0  # intact: nothing rewritten
     assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+
+
+def test_an_entry_changed_on_disk_is_detected_and_rewritten_from_the_file(caches, caplog):
+    kernels, group = _kernel_group()
+    ex = _Ex()
+    artifact.install(NativeCode(artifact.native_key(), (group,)), kernels, ex)
+    entry = ex._native_entries[group.ident]
+    index = object_code_dir(entry.path) / group.files[1][0]
+    for tamper in (
+        lambda: index.write_bytes(b"a payload"),
+        lambda: (object_code_dir(entry.path) / f"{entry.path.stem}.x-1.py311.nbi").write_bytes(b""),
+        lambda: entry.path.write_text("import os\n"),
+    ):
+        tamper()
+        assert not artifact.verify_entry(entry.path, group, SOURCE)
+        with caplog.at_level(logging.WARNING, logger="rvm"):
+            assert artifact.use_entry(entry, SOURCE) == entry.path
+        assert artifact.verify_entry(entry.path, group, SOURCE)
+        assert index.read_bytes() == b"index"
+    assert sum("changed on disk" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_library_and_native_mode_groups_are_never_written_from_a_file(caches):
+    files = (("mathlib.exp32-10.py311.nbi", b"a payload"),)
+    module = NativeGroup("module", "rvm.kernels.mathlib", 0, files)
+    assert artifact.install(NativeCode(artifact.native_key(), (module,)), {}, _Ex()) == 0
+    folder = artifact.module_cache_folder("rvm.kernels.mathlib")
+    assert not (folder / files[0][0]).exists()
+    assert not (caches / "rvm").exists()
 
 
 def test_install_of_another_key_or_other_sources_writes_nothing_and_says_so_once(caches, caplog):
@@ -59,7 +94,6 @@ def test_install_of_another_key_or_other_sources_writes_nothing_and_says_so_once
         assert len(lines) == 1 and lines[0].levelno == logging.INFO
         assert said in lines[0].getMessage()
     assert not (caches / "rvm").exists()
-    assert not object_code_dir(kernel_path(SOURCE)).exists()
 
 
 def test_install_survives_a_bad_modification_time(caches):

@@ -37,7 +37,7 @@ def _expected(x: np.ndarray, w: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def test_the_file_is_from_the_old_layout() -> None:
-    ex = rvm.load_executable(str(RELEASE))
+    ex = rvm.load_executable(str(RELEASE), trusted=True)
     sources = "".join(r.source for r in ex.kernels.values())
     assert "rvm.runtime.native.blas" in sources and "rvm.runtime.native.mathlib" in sources
     assert ex.default_exec_mode == "native"
@@ -50,7 +50,7 @@ def test_the_file_is_from_the_old_layout() -> None:
 
 @pytest.mark.parametrize("n", [1, 5])
 def test_a_release_file_runs(exec_mode: str, n: int) -> None:
-    ex = rvm.load_executable(str(RELEASE)).with_exec_mode(exec_mode)
+    ex = rvm.load_executable(str(RELEASE), trusted=True).with_exec_mode(exec_mode)
     x, w = _inputs(n)
     vm = rvm.VirtualMachine(ex)
     for t in (np.float32(-1e9), np.float32(1e9)):  # both branches
@@ -61,7 +61,7 @@ def test_a_release_file_runs(exec_mode: str, n: int) -> None:
 def test_a_release_file_runs_without_the_compiler(tmp_path: pathlib.Path) -> None:
     script = (
         "import sys, numpy as np, rvm\n"
-        f"ex = rvm.load_executable({str(RELEASE)!r})\n"
+        f"ex = rvm.load_executable({str(RELEASE)!r}, trusted=True)\n"
         "x = np.ones((3, 16), np.float32); w = np.full((16, 8), 0.1, np.float32)\n"
         "out = rvm.VirtualMachine(ex)['main'](x, w, np.float32(0))\n"
         "print(out.shape, float(out[0, 0]))\n"

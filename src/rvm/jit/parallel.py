@@ -338,11 +338,13 @@ def _own_function_ids() -> None:
 def _compile_claimed(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> None:
     """A helper's loop: compile each kernel file of ``sources`` it claims (errors are left
     to the parent, which compiles the kernel again and reports them)."""
+    from rvm.runtime.loading.cache import seal_object_code
     from rvm.runtime.loading.loader import exec_kernel_file
 
     for path in _work(claims, sources, others):
         try:
             exec_kernel_file(path)
+            seal_object_code(path)  # the parent loads only object code rvm sealed
         except Exception:  # noqa: BLE001, S112 - the parent compiles it again and reports
             continue
 

@@ -181,6 +181,16 @@ class Executable:
         }
         self._cache: dict[str, Any] = {}
         self._lock = threading.RLock()
+        self._trusted = True
+        self._untrusted_reason = ""
+        self._native_entries: dict[str, Any] = {}
+
+    @property
+    def trusted(self) -> bool:
+        """Whether code the executable carries (kernel source, native code) may run: True
+        for an executable built in this process, and for a file that was signed with a
+        trusted key or loaded with ``trusted=True`` (`rvm.runtime.loading.trust`)."""
+        return self._trusted
 
     # -- lookup ---------------------------------------------------------------------------
 
@@ -236,7 +246,9 @@ class Executable:
 
     def __reduce__(self) -> tuple[Callable[[bytes], Executable], tuple[bytes]]:
         """Pickles through the RVMX bytes of `save` (so whatever a saved file carries, a
-        pickle carries, and unpickling validates as loading does); the caches stay behind."""
+        pickle carries, and unpickling validates as loading does: signed with this user's
+        local key, it unpickles trusted where that key is trusted, and as untrusted data
+        elsewhere); the caches stay behind."""
         return Executable.from_bytes, (self.to_bytes(),)
 
     def content_hash(self) -> str:
@@ -244,7 +256,7 @@ class Executable:
         identically (computed once; keys caches across processes, as `rvm.dask` does)."""
 
         def digest() -> str:
-            return hashlib.sha256(self.to_bytes(native=False)).hexdigest()
+            return hashlib.sha256(self.to_bytes(native=False, sign=False)).hexdigest()
 
         # Keyed by the default exec mode too: `with_exec_mode` copies share the cache and
         # differ in that alone.

@@ -4,8 +4,14 @@ A name is first looked up among the executable's kernel records, then in the glo
 kernels are exec'd from their source with `np`, `math` and the executable's libraries in their
 namespace; each source is registered in `linecache` under a unique file name (`<rvm-kernel NAME
 #N>`) so tracebacks show the generated lines. JIT kernels are built by
-`rvm.runtime.loading.loader.load_kernel(record)` (Numba loads when the first one does). Built
+`rvm.runtime.loading.loader.load_kernel(record)` (Numba loads when the first one does), from
+the isolated entry of the file's own object code when a trusted file brought one. Built
 kernels are cached on the executable (thread-safe), so every VM over it shares them.
+
+Only a trusted executable's kernels are built (``ex.trusted``: built in this process, or a
+file signed with a trusted key or loaded with ``trusted=True``): an untrusted file's kernel
+source and libraries are never exec'd nor imported; `UntrustedExecutableError` says how to
+trust it (`rvm.runtime.loading.trust`).
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import rvm.runtime.builtins  # noqa: F401  (registers vm.builtin.*)
-from rvm.errors import VMError
+from rvm.errors import UntrustedExecutableError, VMError
 from rvm.progress import with_progress
-from rvm.runtime.loading import loader
+from rvm.runtime.loading import artifact, loader
+from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.registry import get_global_func
 
 if TYPE_CHECKING:
@@ -41,6 +48,8 @@ def _exec_source(source: str, label: str, namespace: dict[str, Any]) -> None:
 
 
 def _libraries(ex: Executable) -> dict[str, types.ModuleType]:
+    require_trusted(ex)
+
     def build() -> dict[str, types.ModuleType]:
         mods = {}
         for name, src in ex.libraries.items():
@@ -71,18 +80,52 @@ def _load_numpy_kernel(ex: Executable, rec: KernelRecord) -> Callable[..., Any]:
     return func
 
 
+def require_trusted(ex: Executable) -> None:
+    """Raise `UntrustedExecutableError` unless the code ``ex`` carries may run."""
+    if ex.trusted:
+        return
+    raise UntrustedExecutableError(
+        f"this executable was loaded from a file rvm does not trust ({ex._untrusted_reason}), "
+        "and its kernels are code: rvm runs none of it. If you trust whoever made the file, "
+        "load it with rvm.load_executable(path, keys=[their_key]) or trusted=True, or add "
+        "their key to the trust store with rvm.trust.add_key(key) (the rvm command: --key HEX "
+        "or --trusted); files you save yourself are signed with your local key "
+        "(rvm.trust.local_key()) and load trusted"
+    )
+
+
+def _load_jit_kernel(ex: Executable, rec: KernelRecord) -> Callable[..., Any]:
+    entry = None
+    if ex._native_entries:
+        found = ex._native_entries.get(kernel_path(rec.source).name)
+        if found is not None:
+            entry = artifact.use_entry(found, rec.source)
+    return loader.load_kernel(rec, entry)
+
+
 def load_kernel(ex: Executable, name: str) -> Callable[..., Any]:
-    """The callable of kernel `name` of `ex`, built once and cached on `ex`."""
+    """The callable of kernel `name` of `ex`, built once and cached on `ex`.
+
+    Raises:
+        UntrustedExecutableError: ``ex`` came from a file nobody trusted.
+    """
+    require_trusted(ex)
     rec = ex.kernels[name]
     if rec.backend == "numpy":
         return ex.cached(f"kernel:{name}", lambda: _load_numpy_kernel(ex, rec))
-    return ex.cached(f"kernel:{name}", lambda: loader.load_kernel(rec))
+    return ex.cached(f"kernel:{name}", lambda: _load_jit_kernel(ex, rec))
 
 
 def build_kernels(ex: Executable, progress: bool = False) -> None:
     """Builds every kernel of `ex` now (jit kernels compile, or load from the disk cache),
     caching them on `ex` as `load_kernel` does; `progress` shows their progress
-    (`rvm.progress`)."""
+    (`rvm.progress`).
+
+    Raises:
+        UntrustedExecutableError: ``ex`` came from a file nobody trusted.
+    """
+    if ex.kernels:
+        require_trusted(ex)
     for name in with_progress(list(ex.kernels), str, progress):
         load_kernel(ex, name)
 
@@ -93,6 +136,7 @@ def resolve_primitives(ex: Executable) -> list[Callable[..., Any]]:
     Raises:
         VMError: A name is neither a kernel of `ex` nor a registered global function.
         JITError: A jit kernel cannot be loaded.
+        UntrustedExecutableError: ``ex`` came from a file nobody trusted and has kernels.
     """
     out = []
     for name in ex.primitive_names:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from rvm.runtime import serialize, text
 from rvm.runtime.executable import Executable, KernelRecord
-from rvm.runtime.loading import artifact, loader
+from rvm.runtime.kernels import require_trusted
+from rvm.runtime.loading import artifact, loader, trust
 from rvm.runtime.vm import VirtualMachine
 
 if TYPE_CHECKING:
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 def native_code(ex: Executable) -> NativeCode | None:
     """The native code of the jit kernels (None without any), and of the native exec
     mode's functions when the executable runs natively by default, collected once."""
+
+    if not ex.trusted:  # collecting builds the kernels: never an untrusted file's
+        return None
 
     def collect() -> NativeCode | None:
         native = None
@@ -36,7 +40,19 @@ def native_code(ex: Executable) -> NativeCode | None:
     return ex.cached("native_code", collect)
 
 
-def to_bytes(ex: Executable, native: bool = True) -> bytes:
+def _signing_key(ex: Executable, sign: bool | bytes | str | None) -> bytes | str | None:
+    """The key to sign ``ex``'s bytes with. An untrusted executable is never signed by
+    default (re-saving or pickling a file must not make it trusted), and refuses a key."""
+    if sign is None or sign is False:
+        return None
+    if not ex.trusted:
+        if sign is True:
+            return None
+        require_trusted(ex)
+    return trust.local_key() if sign is True else sign
+
+
+def to_bytes(ex: Executable, native: bool = True, sign: bool | bytes | str | None = True) -> bytes:
     """Encodes the executable in the versioned RVMX format (see `rvm.runtime.serialize`).
 
     Args:
@@ -45,13 +61,21 @@ def to_bytes(ex: Executable, native: bool = True) -> bytes:
             CPU and these library versions; `rvm.runtime.loading.artifact`), compiling
             the kernels not compiled yet (once per executable). Without it, a process
             loading the bytes compiles the kernels its cache lacks.
+        sign: The key to sign the bytes with (bytes, or hex text); True (default): this
+            user's local key (`rvm.trust.local_key`), so the bytes load trusted wherever
+            it is trusted; False or None: unsigned (they load as untrusted data). An
+            untrusted executable (a file nobody trusted) is saved unsigned and without
+            native code, and signing it with a key raises `UntrustedExecutableError` (load
+            it trusted first).
     """
-    return serialize.encode(ex, native_code(ex) if native else None)
+    key = _signing_key(ex, sign)
+    return serialize.encode(ex, native_code(ex) if native else None, key)
 
 
-def save(ex: Executable, path: str) -> None:
-    """Writes the executable to `path`, with its kernels' native code (`to_bytes`)."""
-    data = to_bytes(ex)
+def save(ex: Executable, path: str, sign: bool | bytes | str | None = True) -> None:
+    """Writes the executable to `path`, with its kernels' native code (`to_bytes`), signed
+    with ``sign`` (default: this user's local key; see `to_bytes`)."""
+    data = to_bytes(ex, sign=sign)
     with open(path, "wb") as f:
         f.write(data)
 
@@ -81,12 +105,15 @@ def _jit_record(ex: Executable, name: str) -> KernelRecord:
 
 
 def kernel_llvm(ex: Executable, name: str) -> str:
-    """The LLVM IR Numba generated for jit kernel ``name``."""
+    """The LLVM IR Numba generated for jit kernel ``name`` (compiles it: a trusted
+    executable's only, `UntrustedExecutableError` otherwise)."""
+    require_trusted(ex)
     return loader.kernel_llvm(_jit_record(ex, name))
 
 
 def kernel_asm(ex: Executable, name: str) -> str:
-    """The native assembly of jit kernel ``name``."""
+    """The native assembly of jit kernel ``name`` (a trusted executable's only)."""
+    require_trusted(ex)
     return loader.kernel_asm(_jit_record(ex, name))
 
 

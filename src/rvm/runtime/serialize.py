@@ -23,9 +23,14 @@ it a tuple parameter is checked as a tuple only. Since version 1.4, an optional 
 carries the native code of the jit kernels (`rvm.runtime.loading.artifact`): the key it was built
 for, then per group (a kernel file or an rvm module) its kind, name, modification time and Numba
 cache files (name, bytes). A file without it loads as before (its kernels load from the cache or
-compile). A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those
-versions emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the
-tail call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
+compile). An optional last section SIGN (readers before it skip it) holds a signature of
+every byte before it: the signing key's id and an HMAC-SHA256 (`rvm.runtime.loading.trust`).
+A file that is not signed by a trusted key, nor loaded with ``trusted=True``, loads as data:
+its functions, constants and text views are there, its kernels never run (the VM refuses them
+with `UntrustedExecutableError`) and its native code is never written anywhere. A 1.0 or 1.1
+file loads and runs as written, except that its tail calls, which those versions emitted as
+INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail call opcodes
+(`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
 
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -52,6 +58,7 @@ from rvm.runtime.executable import (
     ParamSpec,
     VMFunction,
 )
+from rvm.runtime.loading import trust
 from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
 
 __all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
@@ -63,6 +70,7 @@ META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
 NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
 PFLD = b"PFLD"  # optional (added in 1.5): the field specs of tuple parameters
+SIGN = b"SIGN"  # optional, last: the signature of every byte before it
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -158,8 +166,11 @@ class _Reader:
 # -- encode -------------------------------------------------------------------------------
 
 
-def encode(ex: Executable, native: NativeCode | None = None) -> bytes:
-    """The RVMX image of `ex`, with the NATV section of ``native`` when given."""
+def encode(
+    ex: Executable, native: NativeCode | None = None, sign: bytes | str | None = None
+) -> bytes:
+    """The RVMX image of `ex`, with the NATV section of ``native`` when given, signed with
+    the key ``sign`` when given (a last SIGN section)."""
     sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _rslt(ex)]
     tags = [*SECTIONS, META, RSLT]
     if any(spec.fields is not None for fn in ex.functions for spec in fn.param_specs):
@@ -168,11 +179,20 @@ def encode(ex: Executable, native: NativeCode | None = None) -> bytes:
     if native is not None:
         sections.append(_natv(native))
         tags.append(NATV)
-    out = [_HEADER.pack(MAGIC, VERSION[0], VERSION[1], len(sections))]
+    count = len(sections) + (sign is not None)
+    out = [_HEADER.pack(MAGIC, VERSION[0], VERSION[1], count)]
     for tag, payload in zip(tags, sections):
         out.append(_SECTION.pack(tag, len(payload), zlib.crc32(payload)))
         out.append(payload)
-    return b"".join(out)
+    if sign is None:
+        return b"".join(out)
+    signed = b"".join(out)
+    ident, mac = trust.sign(signed, sign)
+    w = _Writer()
+    w.str(ident)
+    w.raw(mac)
+    payload = w.getvalue()
+    return signed + _SECTION.pack(SIGN, len(payload), zlib.crc32(payload)) + payload
 
 
 def _glob(ex: Executable) -> bytes:
@@ -337,34 +357,65 @@ def _meta(ex: Executable) -> bytes:
 # -- load ---------------------------------------------------------------------------------
 
 
-def from_bytes(cls: type[Executable], data: bytes) -> Executable:
+def from_bytes(
+    cls: type[Executable],
+    data: bytes,
+    *,
+    keys: Iterable[bytes | str] = (),
+    trusted: bool = False,
+) -> Executable:
     """Decodes and validates an RVMX image (`Executable.from_bytes`).
 
-    Native code in the image is written to this process's kernel cache when it was built
-    for this CPU and these library versions, so the kernels load without compiling; else
-    they rebuild from source, and one INFO line on the ``rvm`` logger says so
-    (`rvm.runtime.loading.artifact`).
+    The executable is trusted (``ex.trusted``) when ``trusted`` is True or the image is
+    signed with one of ``keys`` or a key of the trust store (`rvm.runtime.loading.trust`).
+    An untrusted one is data: it prints and inspects, and refuses to run its kernels
+    (`UntrustedExecutableError`, when a VM is made over it); its native code is ignored.
+    A trusted one's native code goes into entries of the kernel cache named by its own
+    hash (`rvm.runtime.loading.artifact`) when it was built for this CPU and these library
+    versions, so the kernels load without compiling; else they rebuild from source.
 
     Raises:
         ExecutableFormatError: The image is truncated, corrupted or of another major version.
     """
     args = decode(data)
     native = args.pop("native", None)
+    signer = args.pop("signature", None)
+    verified, reason = False, ""
+    if signer is not None and not trusted:
+        ident, mac, end = signer
+        verified = trust.verify(bytes(data[:end]), ident, mac, keys)
+        known = ident in {trust.key_id(k) for k in keys} or ident in trust.trusted_keys()
+        reason = (
+            f"its signature by key {ident} does not match its contents: it was changed after "
+            "it was signed"
+            if known
+            else f"it is signed by key {ident}, which is not trusted"
+        )
     ex = cls(**args)
-    if native is not None:
-        install(native, ex.kernels)
+    ex._trusted = trusted or verified
+    if not ex._trusted:
+        ex._untrusted_reason = reason or "it is not signed"
+    if native is not None and ex._trusted:
+        install(native, ex.kernels, ex)
     return ex
 
 
-def load_executable(path: str) -> Executable:
+def load_executable(
+    path: str, *, keys: Iterable[bytes | str] = (), trusted: bool = False
+) -> Executable:
     """Reads an executable written by `Executable.save`.
+
+    Args:
+        path: The file.
+        keys: Signing keys to trust for this file, besides those of the trust store.
+        trusted: Trust the file whoever signed it: its kernels' code may run.
 
     Raises:
         ExecutableFormatError: The file is truncated, corrupted or of another major version.
     """
     with open(path, "rb") as f:
         data = f.read()
-    return from_bytes(Executable, data)
+    return from_bytes(Executable, data, keys=keys, trusted=trusted)
 
 
 # -- decode -------------------------------------------------------------------------------
@@ -387,7 +438,11 @@ def decode(data: bytes) -> dict[str, Any]:
         )
     pos = _HEADER.size
     found: dict[bytes, bytes] = {}
+    signed_end = -1
     for i in range(nsec):
+        if SIGN in found:
+            raise ExecutableFormatError("corrupt executable: a section after the signature")
+        signed_end = pos
         if pos + _SECTION.size > len(data):
             raise ExecutableFormatError(f"truncated executable: section {i} header is cut off")
         tag, length, crc = _SECTION.unpack_from(data, pos)
@@ -410,7 +465,13 @@ def decode(data: bytes) -> dict[str, Any]:
             f"corrupt executable: sections {order} instead of {list(SECTIONS)}"
         )
     try:
-        return _decode_sections(found, minor)
+        out = _decode_sections(found, minor)
+        if SIGN in found:
+            r = _Reader(found[SIGN], "signature")
+            ident, mac = r.str(), bytes(r.take(trust.MAC_BYTES))
+            r.end()
+            out["signature"] = (ident, mac, signed_end)
+        return out
     except (ExecutableFormatError, DTypeError):  # DTypeError: ml_dtypes is missing
         raise
     except (ValueError, TypeError, OverflowError, struct.error, MemoryError) as e:

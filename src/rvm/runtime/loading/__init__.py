@@ -17,3 +17,7 @@ VERSION = "0.1.0"
 
 NATIVE_DIR = "native"
 """The cache subfolder of the native exec mode's files (`rvm.runtime.modes.native`)."""
+
+FILES_DIR = "files"
+"""The cache subfolder of object code from trusted files: one entry per kernel group, named by
+the hash of the group's own bytes (`rvm.runtime.loading.artifact.entry_hash`)."""

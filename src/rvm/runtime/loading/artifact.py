@@ -10,21 +10,25 @@ require, `rvm.kernels.entry`). They are tagged with a key
 (`native_key`: rvm, Numba and llvmlite versions, the host CPU's name and features, Python's
 version, the hash of the library's sources).
 
-Loading (`install`) in a process with the same key writes the files where this process's
-Numba looks for them, each index after its data files, each file through a temporary file
-and ``os.replace``, and never over an index already there; the kernel file is written first
-(the same bytes, so Numba's source stamp, a hash of the file in Numba 0.57+, matches; its
-modification time is set to the saved one too, for a Numba whose stamp is the time and size).
-The normal cached load then finds them and nothing compiles. With another key, nothing is
-written, the kernels rebuild from source as for an executable without native code, and one
-INFO line on the ``rvm`` logger says so.
+Loading (`install`, only for a trusted executable: `rvm.runtime.loading.trust`) in a
+process with the same key writes each kernel group, and the native mode's file, into an entry
+of its own, ``<cache dir>/files/<entry_hash>/``, named by the hash of the group's bytes and
+used only by the executables that brought them (`Entry`, verified byte for byte at each use,
+`use_entry`); the kernel file is written first (the same bytes, so Numba's source stamp, a
+hash of the file in Numba 0.57+, matches; its modification time is set to the saved one too,
+for a Numba whose stamp is the time and size), each index after its data files. The library's
+groups (``module``) are never written: the library is built locally, so nothing a file
+brings changes what another executable runs. The cached load then finds them and nothing
+compiles. With another key, nothing is written, the kernels rebuild from source as for an
+executable without native code, and one INFO line on the ``rvm`` logger says so.
 
-Numba's cache files are pickles: loading an executable with native code runs what its
-author compiled, as importing their Python module would. Load only executables you trust.
+Numba's cache files are pickles: a trusted executable's native code runs what its author
+compiled, as importing their Python module would; an untrusted one's is never written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -274,11 +278,39 @@ def collect(records: Iterable[KernelRecord], native_file: str | None = None) -> 
     return NativeCode(native_key(), tuple(groups))
 
 
-def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
-    """Write ``native``'s files where this process's Numba finds them, when its key is this
-    process's (see the module docstring); returns how many files were written. A failure to
-    write (a read-only cache) is logged at debug level: the kernels then compile as usual.
-    """
+def entry_hash(group: NativeGroup) -> str:
+    """The hash naming ``group``'s isolated entry: of its name, saved time and every file."""
+    digest = hashlib.sha256()
+    digest.update(f"{group.kind}\0{group.ident}\0{group.mtime_ns}\0".encode())
+    for name, data in sorted(group.files):
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where a trusted file's object code of one kernel lives: its own kernel file (the
+    record's source) in a folder named by `entry_hash` of ``group``, which it is checked
+    against at each use (`verify_entry`)."""
+
+    path: Path
+    group: NativeGroup
+
+
+def install(native: NativeCode, kernels: Mapping[str, KernelRecord], ex: object = None) -> int:
+    """Write the object code of ``native``'s kernels into isolated entries of the cache, when
+    its key is this process's (see the module docstring), and note them on ``ex`` (the
+    executable, its ``_native_entries`` by kernel file name) for `rvm.runtime.kernels`;
+    returns how many files were written. Only for a trusted executable.
+
+    Nothing written here can change what another executable runs: each entry is a folder of
+    its own, named by the hash of the bytes it holds (`entry_hash`), and used only by the
+    executable that brought it (the native exec mode's file too, `native_entry`). The
+    library's own entries (``module`` groups) are never written from a file: this process
+    builds them.
+    A failure to write (a read-only cache) is logged at debug level: the kernels then
+    compile as usual."""
     here = native_key()
     if native.key != here:
         logger.info(
@@ -287,42 +319,34 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
             key_difference(native.key, here),
         )
         return 0
-    from rvm.kernels.numba_cache import drop_stale_library_code, object_code_dir
-    from rvm.runtime.loading.cache import kernel_path, write_entry
-
-    drop_stale_library_code()  # now, not at the first kernel load, which would drop these
+    from rvm.runtime.loading.cache import kernel_path
 
     records = {}
     for rec in kernels.values():
         if rec.backend == "jit":
             records[kernel_path(rec.source).name] = rec
-    written = 0
-    stale = 0
+    entries = getattr(ex, "_native_entries", {})
+    written = stale = 0
     for group in native.groups:
-        try:
-            if group.kind == "kernel":
-                rec = records.get(group.ident)
-                if rec is None:  # the same versions, other rvm library sources
-                    stale += 1
-                    continue
-                path = kernel_path(rec.source)
-                folder = object_code_dir(path)
-                if _missing_indexes(group, folder):
-                    write_entry(path, rec.source)
-                    os.utime(path, ns=(group.mtime_ns, group.mtime_ns))
-            elif group.kind == "native":
-                folder = _install_native_file(group)
-                if folder is None:
-                    continue
-            elif MODULE_NAME.fullmatch(group.ident):
-                folder = module_cache_folder(group.ident)
-                if folder is None:
-                    continue
-            else:
+        if group.kind == "module":
+            continue
+        if group.kind == "native":
+            source = _native_source(group)
+            if source is None:
                 continue
-            written += _write_group(group, folder)
+        else:
+            rec = records.get(group.ident)
+            if rec is None:  # the same versions, other rvm library sources
+                stale += 1
+                continue
+            source = rec.source
+        try:
+            path, count = _write_entry(group, source)
         except (OSError, ValueError, OverflowError) as err:  # ValueError: a bad mtime
             _debug.debug("native code of %s not installed: %s", group.ident, err)
+            continue
+        written += count
+        entries[group.ident] = Entry(path, group)
     if stale:
         logger.info(
             "executable's native code was built from other rvm library sources: %d of its "
@@ -332,46 +356,83 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
     return written
 
 
-def _install_native_file(group: NativeGroup) -> Path | None:
-    """Write the native mode's file of ``group`` into rvm's cache (when its indexes are
-    missing there) and return the folder of its object code; None when its source is not the
-    one its name promises (another library, or a corrupt file: the mode then compiles)."""
-    from rvm.kernels.numba_cache import object_code_dir
-    from rvm.runtime.loading import NATIVE_DIR
-    from rvm.runtime.loading.cache import cache_dir, source_hash, write_entry
+def _native_source(group: NativeGroup) -> str | None:
+    """The native mode's source a ``native`` group carries, when it hashes to its name."""
+    from rvm.runtime.loading.cache import source_hash
 
-    source = dict(group.files)[group.ident].decode()
+    try:
+        source = dict(group.files)[group.ident].decode()
+    except UnicodeDecodeError:
+        return None
     if f"n_{source_hash(source)}.py" != group.ident:
         _debug.debug("native file %s not installed: its source hashes otherwise", group.ident)
         return None
-    path = cache_dir() / NATIVE_DIR / group.ident
+    return source
+
+
+def _object_files(group: NativeGroup) -> dict[str, bytes]:
+    return {name: data for name, data in group.files if name != group.ident}
+
+
+def native_entry(ex: object, path: Path, source: str) -> Path | None:
+    """The verified isolated entry of the native mode's file ``path`` (rvm's own cache path
+    of ``source``) that trusted executable ``ex`` brought, or None (use ``path``)."""
+    entry = getattr(ex, "_native_entries", {}).get(path.name)
+    return None if entry is None else use_entry(entry, source)
+
+
+def _write_entry(group: NativeGroup, source: str) -> tuple[Path, int]:
+    """Write ``group``'s entry (kernel file and object code) unless it is there intact;
+    returns the kernel file's path and how many files were written."""
+    from rvm.kernels.numba_cache import object_code_dir, write_atomic
+    from rvm.runtime.loading import FILES_DIR
+    from rvm.runtime.loading.cache import cache_dir
+
+    path = cache_dir() / FILES_DIR / entry_hash(group) / group.ident
+    if verify_entry(path, group, source):
+        return path, 0
     folder = object_code_dir(path)
-    if _missing_indexes(group, folder):
-        write_entry(path, source)
-        os.utime(path, ns=(group.mtime_ns, group.mtime_ns))
-    return folder
-
-
-def _missing_indexes(group: NativeGroup, folder: Path) -> list[str]:
-    return [n for n, _ in group.files if n.endswith(".nbi") and not (folder / n).exists()]
-
-
-def _write_group(group: NativeGroup, folder: Path) -> int:
-    """Write the group's index files missing from ``folder``, each after its data files."""
-    from rvm.kernels.numba_cache import write_atomic
-
-    todo = _missing_indexes(group, folder)
-    if not todo:
-        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
     folder.mkdir(parents=True, exist_ok=True)
-    files = dict(group.files)
-    written = 0
-    for index in todo:
-        base = index[: -len(".nbi")]
-        for name, data in group.files:
-            if name.startswith(base + ".") and name.endswith(".nbc"):
-                write_atomic(folder / name, data)
-                written += 1
-        write_atomic(folder / index, files[index])
+    for f in folder.glob(f"{path.stem}.*"):
+        f.unlink(missing_ok=True)
+    write_atomic(path, source.encode())
+    os.utime(path, ns=(group.mtime_ns, group.mtime_ns))
+    written = 1
+    for name, data in sorted(_object_files(group).items(), key=lambda f: f[0].endswith(".nbi")):
+        write_atomic(folder / name, data)  # the indexes last
         written += 1
-    return written
+    return path, written
+
+
+def verify_entry(path: Path, group: NativeGroup, source: str) -> bool:
+    """Whether the entry at ``path`` holds exactly ``source`` and ``group``'s files (and no
+    other object code of that kernel): checked before each use, so an entry changed on disk
+    is never loaded."""
+    from rvm.kernels.numba_cache import object_code_dir
+
+    try:
+        if path.read_bytes() != source.encode():
+            return False
+        folder = object_code_dir(path)
+        files = _object_files(group)
+        there = {f.name for f in folder.glob(f"{path.stem}.*")}
+        if there != set(files):
+            return False
+        return all((folder / name).read_bytes() == data for name, data in files.items())
+    except OSError:
+        return False
+
+
+def use_entry(entry: Entry, source: str) -> Path | None:
+    """The kernel file of ``entry`` to load, verified (rewritten from the executable's own
+    bytes once when it was changed on disk); None when it cannot be made intact (the kernel
+    then loads from rvm's own cache, compiled locally)."""
+    if verify_entry(entry.path, entry.group, source):
+        return entry.path
+    logger.warning("kernel cache entry %s was changed on disk: rewritten", entry.path.parent)
+    try:
+        path, _ = _write_entry(entry.group, source)
+    except (OSError, ValueError, OverflowError):
+        return None
+    return path if verify_entry(path, entry.group, source) else None

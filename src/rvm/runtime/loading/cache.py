@@ -26,8 +26,11 @@ import shutil
 from pathlib import Path
 
 from rvm.kernels.numba_cache import object_code_dir, write_atomic
+from rvm.runtime.loading import FILES_DIR, NATIVE_DIR
 
 KERNEL_DIR = "kernels"
+OWN_DIRS = (KERNEL_DIR, NATIVE_DIR, FILES_DIR)
+"""The folders rvm writes in the cache directory, which `clear_cache` deletes."""
 
 
 def cache_dir() -> Path:
@@ -169,6 +172,50 @@ def drop_object_code(path: Path) -> None:
             f.unlink(missing_ok=True)
 
 
+SEAL = "seal"
+
+
+def _object_files(path: Path) -> list[Path]:
+    folder = object_code_dir(path)
+    if not folder.is_dir():
+        return []
+    return sorted(f for f in folder.glob(f"{path.stem}.*") if f.suffix in (".nbi", ".nbc"))
+
+
+def _digest(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.name}\0".encode())
+        digest.update(hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def seal_object_code(path: Path) -> None:
+    """Record the hash of Numba's object code of the kernel file ``path`` beside it (its
+    seal; `check_object_code` compares it before each load). Best effort: an unwritable
+    cache stays unsealed."""
+    try:
+        files = _object_files(path)
+        if files:
+            write_atomic(object_code_dir(path) / f"{path.stem}.{SEAL}", _digest(files).encode())
+    except OSError:
+        pass
+
+
+def check_object_code(path: Path) -> bool:
+    """Whether the object code of the kernel file ``path`` is what rvm sealed (or absent):
+    object code without a seal, or changed since it was sealed (a corrupt disk, a
+    tampered file), is not loaded: the caller drops it and the kernel rebuilds."""
+    try:
+        files = _object_files(path)
+        if not files:
+            return True
+        seal = object_code_dir(path) / f"{path.stem}.{SEAL}"
+        return seal.read_text() == _digest(files)
+    except OSError:
+        return False
+
+
 def cache_info() -> dict:
     """The cache's directory, number of kernels, and total bytes (sources and object code)."""
     root = cache_dir()
@@ -186,5 +233,25 @@ def cache_info() -> dict:
 
 
 def clear_cache() -> None:
-    """Delete every cached kernel (sources and object code)."""
-    shutil.rmtree(cache_dir() / KERNEL_DIR, ignore_errors=True)
+    """Delete everything rvm's caches hold: rvm's folders in the cache directory (kernels,
+    the native exec mode's files, trusted files' entries: `OWN_DIRS`), Numba's object code of
+    them (beside them, or their mirrors under ``NUMBA_CACHE_DIR``), and Numba's object code of
+    rvm's kernel library (`rvm.kernels`), wherever Numba keeps it. Nothing else in the cache
+    directory is touched (it may be a folder of the user's)."""
+    from rvm.kernels import numba_cache
+
+    root = cache_dir()
+    for sub in (root / name for name in OWN_DIRS):
+        if not sub.is_dir():
+            continue
+        for dirpath, _, _ in os.walk(sub):
+            mirror = object_code_dir(Path(dirpath) / "x.py")  # under NUMBA_CACHE_DIR, if set
+            if mirror != Path(dirpath) / "__pycache__":
+                shutil.rmtree(mirror, ignore_errors=True)
+        shutil.rmtree(sub, ignore_errors=True)
+    sources = sorted(Path(numba_cache.__file__).parent.glob("*.py"))
+    folder = object_code_dir(sources[0])
+    for module in sources:
+        for f in folder.glob(f"{module.stem}.*.nb[ic]"):
+            f.unlink(missing_ok=True)
+    (folder / numba_cache.LIBRARY_STAMP).unlink(missing_ok=True)

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 from rvm.errors import JITError
 from rvm.kernels.numba_cache import light_loads
 from rvm.progress import with_progress
-from rvm.runtime.loading.cache import drop_object_code, kernel_path, write_entry
+from rvm.runtime.loading.cache import (
+    check_object_code,
+    drop_object_code,
+    kernel_path,
+    seal_object_code,
+    write_entry,
+)
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import KernelRecord
@@ -38,6 +44,7 @@ logger = logging.getLogger("rvm.jit")
 
 _lock = threading.Lock()
 _modules: dict[str, ModuleType] = {}
+_entries: dict[str, Path] = {}  # rvm's kernel file -> the isolated entry loaded instead
 _counts = {"loaded": 0, "compiled": 0}
 
 
@@ -47,8 +54,13 @@ def kernel_counts() -> dict[str, int]:
     return dict(_counts)
 
 
-def load_kernel(record: KernelRecord) -> Callable[..., Any]:
+def load_kernel(record: KernelRecord, entry: Path | None = None) -> Callable[..., Any]:
     """The Numba dispatcher of jit kernel ``record`` (compiled, or loaded from the cache).
+
+    Args:
+        record: The kernel (of an executable built here, or of a trusted file).
+        entry: The kernel file of a trusted file's isolated cache entry, verified by the
+            caller (`rvm.runtime.loading.artifact.use_entry`); None: rvm's own cache.
 
     Raises:
         JITError: The record is not a jit kernel, or its source does not compile.
@@ -57,10 +69,13 @@ def load_kernel(record: KernelRecord) -> Callable[..., Any]:
         raise JITError(f"kernel {record.name!r} has backend {record.backend!r}, not 'jit'")
     path = kernel_path(record.source)
     with _lock:
-        module = _modules.get(str(path))
+        if entry is not None:
+            _entries[str(path)] = entry
+        where = _entries.get(str(path), path)
+        module = _modules.get(str(where))
         if module is None:
-            module = _import_kernel(record, path)
-            _modules[str(path)] = module
+            module = _import_kernel(record, where, own=where == path)
+            _modules[str(where)] = module
     func = getattr(module, record.entry, None)
     if func is None:
         raise JITError(f"kernel {record.name!r}: its source defines no {record.entry!r}")
@@ -75,15 +90,25 @@ def kernel_function(record: KernelRecord, name: str) -> Callable[..., Any]:
         JITError: The record is not a jit kernel, or its module defines no ``name``.
     """
     load_kernel(record)
-    func = getattr(_modules[str(kernel_path(record.source))], name, None)
+    path = str(kernel_path(record.source))
+    func = getattr(_modules[str(_entries.get(path, path))], name, None)
     if func is None:
         raise JITError(f"kernel {record.name!r}: its source defines no {name!r}")
     return func
 
 
-def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
+def _import_kernel(record: KernelRecord, path: Path, own: bool = True) -> ModuleType:
+    """Import kernel file ``path``: rvm's own cache entry (``own``; its object code checked
+    against its seal first, `check_object_code`) or a trusted file's isolated entry."""
     start = time.perf_counter()
     wrote = write_entry(path, record.source)
+    if own and not wrote and not check_object_code(path):
+        logger.warning(
+            "kernel %s: its cached object code is not what rvm sealed (changed on disk, or "
+            "cached before seals): rebuilt",
+            record.name,
+        )
+        drop_object_code(path)
     lines = record.source.splitlines(True)
     linecache.cache[str(path)] = (len(record.source), None, lines, str(path))
     try:
@@ -95,6 +120,8 @@ def _import_kernel(record: KernelRecord, path: Path) -> ModuleType:
         except Exception as err:
             raise _jit_error(record, path, err) from err
         logger.warning("kernel %s: dropped a broken cache entry (%s)", record.name, first)
+    if own:
+        seal_object_code(path)
     func = getattr(module, record.entry, None)
     stats = getattr(func, "stats", None)
     hits = sum(stats.cache_hits.values()) if stats is not None else 0

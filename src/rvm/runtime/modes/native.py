@@ -45,7 +45,7 @@ from rvm.progress import Progress
 from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.kernels import resolve_primitives
-from rvm.runtime.loading import NATIVE_DIR
+from rvm.runtime.loading import NATIVE_DIR, artifact
 from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.memory import NAMED_ALLOCATORS
@@ -123,7 +123,8 @@ class _Plan:
                 for name, k in self.module.scalar_kernels.items():
                     rec = ex.kernels[ex.primitive_names[k]]
                     bound[name] = kernel_function(rec, rec.meta[SCALAR_META])
-                self.path = native_path(self.module.source)
+                own = native_path(self.module.source)
+                self.path = artifact.native_entry(ex, own, self.module.source) or own
                 self._mod = _load(self.path, self.module.source, bound)
             except Exception as e:  # noqa: BLE001 - an unwritable cache: everything compiled
                 why = f"the native module did not load: {type(e).__name__}: {e}"
