@@ -15,13 +15,13 @@ Programs (all dispatch-bound: the kernels are tiny, so the VM's own work dominat
 
 How instructions are counted (exactly, on the executed path): a counting run replaces the VM's
 decoded code tuples (``vm.context.functions``, built once by ``rvm.runtime.modes.decode``) with a
-tuple subclass whose ``__getitem__`` counts; the loop fetches every instruction with ``code[pc]``, so the
-counter sees each executed instruction once (a tail call, decoded to the internal TAIL_INVOKE,
-counts as one; its following RET is never fetched). The counting VM is used only for counting,
-never for timing. The count is cross-checked against the static form: for the chain it must equal
-``len(ex.functions[0].instructions)`` (straight-line code); for the loops the script counts
-``steps`` and ``steps + 1`` iterations, and the difference is the per-iteration count, which can be
-read off ``ex.as_text()`` (printed with ``--text``).
+tuple subclass whose ``__getitem__`` counts; the loop fetches every instruction with ``code[pc]``,
+so the counter sees each executed instruction once (a tail call, decoded to the internal
+TAIL_INVOKE, counts as one; its following RET is never fetched). The counting VM is used only for
+counting, never for timing. The count is cross-checked against the static form: for the chain it
+must equal ``len(ex.functions[0].instructions)`` (straight-line code); for the loops the script
+counts ``steps`` and ``steps + 1`` iterations, and the difference is the per-iteration count, which
+can be read off ``ex.as_text()`` (printed with ``--text``).
 
 Timing: the VM call (arguments bound with ``vm.save_function``, so no entry checks), the
 same kernels replayed directly, and ``rvm.interpret`` take turns inside each of the repeats, so
