@@ -35,6 +35,11 @@ class OnnxImportError(IRError):
     """An ONNX model rvm cannot import: unreadable, invalid, or using unsupported ops."""
 
 
+class TorchImportError(IRError):
+    """A PyTorch program rvm cannot import: it fails to export, uses unsupported ATen
+    overloads (all of them listed), or mutates its buffers or inputs."""
+
+
 class VMError(RVMError):
     """A failure while the virtual machine runs; the message carries the VM stack."""
 

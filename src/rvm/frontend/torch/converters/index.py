@@ -1,0 +1,206 @@
+"""Creation and indexing ATen ops: full, arange, embedding, index, gather, scatter, sort.
+
+``arange`` to a symbolic end counts with a cumulative sum over ``ones((n,))``: the symbol
+comes from an input's shape, so one compiled program serves every length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rvm import op
+from rvm.frontend.torch.context import NodeContext, SymInt
+from rvm.frontend.torch.registry import converter
+from rvm.ir import Expr, TupleGetItem
+
+
+def _fill(ctx: NodeContext, value: Any) -> Any:
+    dtype = ctx.out_dtype()
+    if isinstance(value, SymInt):
+        value = value.static if value.static is not None else value
+    if isinstance(value, (int, float, bool)):
+        return bool(value) if dtype == "bool" else float(value) if "float" in dtype else int(value)
+    return value
+
+
+def _full(ctx: NodeContext, value: Any) -> Expr:
+    shape = ctx.out_shape()
+    if None in shape:
+        ctx.fail(f"cannot name the shape {ctx.val.shape}")
+    fill = _fill(ctx, value)
+    if isinstance(fill, (Expr, SymInt)):
+        return ctx.emit(op.broadcast_to(ctx.scalar(fill, ctx.out_dtype()), list(shape)))
+    return ctx.emit(op.full(list(shape), fill, ctx.out_dtype()))
+
+
+@converter("aten.full.default")
+def _full_default(ctx: NodeContext, size: list, fill_value: Any, **_: Any) -> Expr:
+    return _full(ctx, fill_value)
+
+
+@converter("aten.full_like.default", "aten.fill.Scalar")
+def _full_like(ctx: NodeContext, x: Expr, fill_value: Any, **_: Any) -> Expr:
+    return _full(ctx, fill_value)
+
+
+@converter("aten.zeros.default", "aten.empty.memory_format", "aten.empty_strided.default")
+def _zeros(ctx: NodeContext, size: list, *rest: Any, **_: Any) -> Expr:
+    return _full(ctx, 0)
+
+
+@converter("aten.ones.default")
+def _ones(ctx: NodeContext, size: list, **_: Any) -> Expr:
+    return _full(ctx, 1)
+
+
+@converter("aten.zeros_like.default", "aten.empty_like.default")
+def _zeros_like(ctx: NodeContext, x: Expr, **_: Any) -> Expr:
+    return _full(ctx, 0)
+
+
+@converter("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
+def _arange(ctx: NodeContext, *bounds: Any, **_: Any) -> Expr:
+    start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    dtype = ctx.out_dtype()
+    static = [b.static if isinstance(b, SymInt) else b for b in (start, end, step)]
+    if all(isinstance(b, (int, float)) for b in static):
+        return ctx.emit(op.arange(*static, dtype=dtype))
+    n = ctx.out_shape()[0]
+    if n is None:
+        ctx.fail(f"cannot name the length {ctx.val.shape[0]} of arange")
+    count = ctx.emit(op.cumsum(op.ones([n], dtype), axis=0, exclusive=True))
+    out = count
+    if static[2] != 1:
+        out = ctx.emit(op.multiply(out, ctx.scalar(step, dtype)))
+    if static[0] != 0:
+        out = ctx.emit(op.add(out, ctx.scalar(start, dtype)))
+    return out
+
+
+@converter("aten.embedding.default")
+def _embedding(ctx: NodeContext, weight: Expr, indices: Expr, *_: Any) -> Expr:
+    return ctx.emit(op.take(weight, indices, axis=0))
+
+
+@converter("aten.index_select.default")
+def _index_select(ctx: NodeContext, x: Expr, dim: int, index: Expr) -> Expr:
+    if ctx.rank(x) == 0:
+        return x
+    return ctx.emit(op.take(x, index, axis=dim % ctx.rank(x)))
+
+
+@converter("aten.gather.default")
+def _gather(ctx: NodeContext, x: Expr, dim: int, index: Expr, **_: Any) -> Expr:
+    if ctx.rank(x) == 0:
+        return x
+    return ctx.emit(op.gather(x, index, axis=dim % ctx.rank(x)))
+
+
+@converter("aten.index.Tensor")
+def _index(ctx: NodeContext, x: Expr, indices: list) -> Expr:
+    """Advanced indexing by a run of index tensors (after leading full slices)."""
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if any(ctx.dtype_of(indices[i]) == "bool" for i in used):
+        ctx.fail("boolean mask indexing has a data-dependent shape")
+    if used != list(range(used[0], used[-1] + 1)):
+        ctx.fail("index tensors separated by full slices are not supported")
+    shape = ctx.shape(x)
+    first = used[0]
+    if len(used) == 1:
+        return ctx.emit(op.take(x, indices[first], axis=first))
+    sizes = shape[first : first + len(used)]
+    if not all(isinstance(s, int) for s in sizes):
+        ctx.fail(f"needs static sizes for the indexed axes, got {sizes}")
+    flat = None
+    for i, size in zip(used, sizes):  # the row-major index into the indexed axes
+        idx = ctx.emit(op.cast(indices[i], "int64"))
+        idx = ctx.emit(op.where(op.less(idx, 0), op.add(idx, size), idx))
+        flat = idx if flat is None else ctx.emit(op.add(op.multiply(flat, size), idx))
+    merged = [*shape[:first], -1, *shape[first + len(used) :]]
+    x = ctx.emit(op.reshape(x, merged))
+    return ctx.emit(op.take(x, flat, axis=first))
+
+
+@converter("aten.index_put.default")
+def _index_put(
+    ctx: NodeContext, x: Expr, indices: list, values: Expr, accumulate: bool = False
+) -> Expr:
+    if len(indices) != 1 or indices[0] is None or ctx.dtype_of(indices[0]) == "bool":
+        ctx.fail("supports one integer index tensor on the first axis")
+    idx = ctx.emit(op.expand_dims(ctx.cast(indices[0], "int64"), -1))
+    rows = list(ctx.shape(idx)[:-1]) + list(ctx.shape(x)[1:])
+    values = ctx.cast(values, ctx.out_dtype())
+    if ctx.shape(values) != tuple(rows):
+        values = ctx.emit(op.broadcast_to(values, rows))
+    reduction = "add" if accumulate else "none"
+    return ctx.emit(op.scatter_nd(x, idx, values, reduction=reduction))
+
+
+@converter("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default")
+def _scatter(ctx: NodeContext, x: Expr, dim: int, index: Expr, src: Any, **kw: Any) -> Expr:
+    if ctx.rank(x) == 0:
+        return ctx.scalar(src, ctx.out_dtype()) if "add" not in str(ctx.node.target) else x
+    if not isinstance(src, Expr):
+        src = ctx.emit(op.broadcast_to(ctx.scalar(src, ctx.out_dtype()), list(ctx.shape(index))))
+    elif ctx.shape(src) != ctx.shape(index):
+        shape = ctx.shape(index)
+        src = ctx.emit(op.strided_slice(src, [0] * len(shape), list(shape)))
+    reduction = "add" if "scatter_add" in str(ctx.node.target) else kw.get("reduce") or "none"
+    reduction = {"multiply": "mul"}.get(reduction, reduction)
+    return ctx.emit(
+        op.scatter_elements(
+            x, index, ctx.cast(src, ctx.out_dtype()), axis=dim % ctx.rank(x), reduction=reduction
+        )
+    )
+
+
+@converter("aten.scatter_reduce.two")
+def _scatter_reduce(
+    ctx: NodeContext,
+    x: Expr,
+    dim: int,
+    index: Expr,
+    src: Expr,
+    reduce: str,
+    include_self: bool = True,
+) -> Expr:
+    if not include_self:
+        ctx.fail("include_self=False is not supported")
+    names = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+    if reduce not in names:
+        ctx.fail(f"reduce={reduce!r} is not supported")
+    return ctx.emit(
+        op.scatter_elements(x, index, src, axis=dim % ctx.rank(x), reduction=names[reduce])
+    )
+
+
+@converter("aten.topk.default")
+def _topk(
+    ctx: NodeContext, x: Expr, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+) -> list[Expr]:
+    if ctx.rank(x) == 0:
+        return [x, ctx.scalar(0, "int64")]
+    out = ctx.emit(op.topk(x, int(k), axis=dim % ctx.rank(x), largest=largest, sorted=True))
+    return [ctx.emit(TupleGetItem(out, 0)), ctx.emit(TupleGetItem(out, 1))]
+
+
+@converter("aten.sort.default", "aten.sort.stable")
+def _sort(ctx: NodeContext, x: Expr, *args: Any, **kw: Any) -> list[Expr]:
+    if ctx.rank(x) == 0:
+        return [x, ctx.scalar(0, "int64")]
+    if "stable" in str(ctx.node.target):
+        dim, descending = kw.get("dim", -1), kw.get("descending", False)
+    else:
+        dim = args[0] if args else kw.get("dim", -1)
+        descending = args[1] if len(args) > 1 else kw.get("descending", False)
+    axis = dim % ctx.rank(x)
+    n = ctx.shape(x)[axis]
+    if not isinstance(n, int):
+        ctx.fail("needs a static size along the sorted axis")
+    out = ctx.emit(op.topk(x, n, axis=axis, largest=bool(descending), sorted=True))
+    return [ctx.emit(TupleGetItem(out, 0)), ctx.emit(TupleGetItem(out, 1))]
+
+
+@converter("aten.nonzero.default")
+def _nonzero(ctx: NodeContext, x: Expr) -> Expr:
+    return ctx.emit(op.transpose(op.nonzero(x), [1, 0]))
