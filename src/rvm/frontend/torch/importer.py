@@ -189,7 +189,8 @@ class GraphImporter:
             elif node.op == "call_function":
                 env[node] = self.convert_node(node, env)
             elif node.op == "output":
-                return list(_map(node.args[0], env))
+                out = _map(node.args[0], env)
+                return out if isinstance(out, list) else [out]
             else:
                 raise TorchImportError(f"node {node.name!r}: unsupported FX op {node.op!r}")
         raise TorchImportError("the graph has no output node")
