@@ -96,6 +96,19 @@ def _gather(ctx: NodeContext, x: Expr, dim: int, index: Expr, **_: Any) -> Expr:
     return ctx.emit(op.gather(x, index, axis=dim % ctx.rank(x)))
 
 
+def axis_size(ctx: NodeContext, x: Expr, axis: int) -> Any:
+    """The size of ``x`` along ``axis``: an int, else a run-time 0-d int64 tensor."""
+    size = ctx.shape(x)[axis]
+    if isinstance(size, int):
+        return size
+    return ctx.emit(op.take(op.shape_of(x), ctx.scalar(axis, "int64")))
+
+
+def _wrapped(ctx: NodeContext, index: Expr, size: Any) -> Expr:
+    index = ctx.cast(index, "int64")
+    return ctx.emit(op.where(op.less(index, 0), op.add(index, size), index))
+
+
 @converter("aten.index.Tensor")
 def _index(ctx: NodeContext, x: Expr, indices: list) -> Expr:
     """Advanced indexing by a run of index tensors (after leading full slices)."""
@@ -104,21 +117,30 @@ def _index(ctx: NodeContext, x: Expr, indices: list) -> Expr:
         ctx.fail("boolean mask indexing has a data-dependent shape")
     if used != list(range(used[0], used[-1] + 1)):
         ctx.fail("index tensors separated by full slices are not supported")
-    shape = ctx.shape(x)
-    first = used[0]
-    if len(used) == 1:
+    first, count = used[0], len(used)
+    if count == 1:
         return ctx.emit(op.take(x, indices[first], axis=first))
-    sizes = shape[first : first + len(used)]
-    if not all(isinstance(s, int) for s in sizes):
-        ctx.fail(f"needs static sizes for the indexed axes, got {sizes}")
-    flat = None
-    for i, size in zip(used, sizes):  # the row-major index into the indexed axes
-        idx = ctx.emit(op.cast(indices[i], "int64"))
-        idx = ctx.emit(op.where(op.less(idx, 0), op.add(idx, size), idx))
-        flat = idx if flat is None else ctx.emit(op.add(op.multiply(flat, size), idx))
-    merged = [*shape[:first], -1, *shape[first + len(used) :]]
-    x = ctx.emit(op.reshape(x, merged))
-    return ctx.emit(op.take(x, flat, axis=first))
+    rank = ctx.rank(x)
+    out = ctx.out_shape()
+    nb = len(out) - (rank - count)  # the broadcast index's rank
+    bshape = list(out[first : first + nb])
+    if None in bshape:
+        ctx.fail(f"cannot name the broadcast index shape {ctx.val.shape}")
+    parts = []
+    for i in used:
+        idx = _wrapped(ctx, indices[i], axis_size(ctx, x, i))
+        if ctx.shape(idx) != tuple(bshape):
+            idx = ctx.emit(op.broadcast_to(idx, bshape))
+        parts.append(ctx.emit(op.expand_dims(idx, -1)))
+    stacked = ctx.emit(op.concat(parts, axis=-1))
+    if first:  # the indexed axes first, for gather_nd
+        perm = [*used, *range(first), *range(first + count, rank)]
+        x = ctx.emit(op.transpose(x, perm))
+    y = ctx.emit(op.gather_nd(x, stacked))
+    if first:  # gather_nd gives (index..., before..., after...): the index dims back in place
+        perm = [*range(nb, nb + first), *range(nb), *range(nb + first, len(out))]
+        y = ctx.emit(op.transpose(y, perm))
+    return y
 
 
 @converter("aten.index_put.default")
