@@ -45,7 +45,10 @@ class ModelCase:
         from torch.export import Dim
 
         dims = {"batch": Dim("batch", min=1, max=64), "seq": Dim("seq", min=2, max=128)}
-        return {arg: {axis: dims[d] for axis, d in axes.items()} for arg, axes in self.seq_dims.items()}
+        return {
+            arg: ({axis: dims[d] for axis, d in axes.items()} if axes else None)
+            for arg, axes in self.seq_dims.items()
+        }
 
 
 def _ids(vocab: int) -> Callable:
@@ -122,7 +125,7 @@ def _resnet() -> Any:
 def _convnext() -> Any:
     from transformers import ConvNextConfig
 
-    return ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_labels=10, image_size=32)
+    return ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, num_labels=10, image_size=32)
 
 
 def _whisper_encoder() -> Any:
@@ -227,6 +230,6 @@ CASES: dict[str, ModelCase] = {
         ModelCase("convnext", _build(_convnext, "ConvNextForImageClassification"), _image(3, 32), {"x": {0: "batch"}}, seqs=(0,)),
         ModelCase("whisper_encoder", _whisper_encoder, _mel, {"features": {0: "batch"}}, seqs=(0,)),
         ModelCase("cond", _cond_module, _rows, {"x": {0: "batch"}}, seqs=(1, 2)),
-        ModelCase("while_loop", _while_module, _rows_steps, {"x": {0: "batch"}}, seqs=(3, 6)),
+        ModelCase("while_loop", _while_module, _rows_steps, {"x": {0: "batch"}, "steps": {}}, seqs=(3, 6)),
     ]
 }

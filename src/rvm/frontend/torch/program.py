@@ -199,7 +199,7 @@ def symbol_names(ep: Any, dynamic_shapes: Any) -> tuple[dict[Any, str], dict[str
         if getattr(symbol, "is_Symbol", False):
             lo, hi = vr.lower, vr.upper
             name = names.setdefault(symbol, identifier(str(symbol)))
-            ranges[name] = (int(lo), int(hi) if hi.is_finite else None)
+            ranges[name] = (int(lo) if lo.is_Integer else None, int(hi) if hi.is_Integer else None)
     return names, ranges
 
 
