@@ -37,7 +37,15 @@ class OnnxImportError(IRError):
 
 class TorchImportError(IRError):
     """A PyTorch program rvm cannot import: it fails to export, uses unsupported ATen
-    overloads (all of them listed), or mutates its buffers or inputs."""
+    overloads (all of them listed), or mutates its buffers or inputs.
+
+    ``overloads`` maps each ATen overload at fault (``"aten.i0.default"``) to the names of
+    its nodes, when the error is about particular nodes; else it is empty.
+    """
+
+    def __init__(self, message: str, overloads: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.overloads: dict[str, list[str]] = dict(overloads or {})
 
 
 class VMError(RVMError):

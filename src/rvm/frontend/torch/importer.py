@@ -207,19 +207,26 @@ class GraphImporter:
         if fn is None and _symbolic(val):
             return _sym_value(val)
         if fn is None:
-            raise TorchImportError(f"node {node.name!r}: no converter for {name}")
+            raise _node_error(f"node {node.name!r}: no converter for {name}", name, node.name)
         ctx = NodeContext(node, self)
         args, kwargs = _map(node.args, env), _map(node.kwargs, env)
         try:
             return ctx.conform(fn(ctx, *args, **kwargs))
-        except TorchImportError:
+        except TorchImportError as err:
+            if not err.overloads:
+                err.overloads = {name: [node.name]}
             raise
         except RVMError as err:
-            raise TorchImportError(f"node {node.name!r} ({name}): {err}") from None
+            raise _node_error(f"node {node.name!r} ({name}): {err}", name, node.name) from None
         except Exception as err:  # a converter meeting a case it does not handle
-            raise TorchImportError(
-                f"node {node.name!r} ({name}): {type(err).__name__}: {err}"
+            raise _node_error(
+                f"node {node.name!r} ({name}): {type(err).__name__}: {err}", name, node.name
             ) from err
+
+
+def _node_error(message: str, overload: str, node: str) -> TorchImportError:
+    """An import error carrying, as data, the overload that failed and its node."""
+    return TorchImportError(message, {overload: [node]})
 
 
 def _attr(module: Any, target: str) -> Any:

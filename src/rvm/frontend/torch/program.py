@@ -165,7 +165,8 @@ def check_supported(gm: Any) -> None:
     if missing:
         lines = [f"  {name}: {', '.join(nodes)}" for name, nodes in sorted(missing.items())]
         raise TorchImportError(
-            f"{len(missing)} unsupported op(s), with the nodes that use them:\n" + "\n".join(lines)
+            f"{len(missing)} unsupported op(s), with the nodes that use them:\n" + "\n".join(lines),
+            missing,
         )
 
 
