@@ -42,6 +42,8 @@ KEPT = (
     "scaled_dot_product_attention.default",
     "conv1d.default",
     "conv2d.default",
+    "conv1d.padding",
+    "conv2d.padding",
     "silu.default",
     "gelu.default",
 )

@@ -50,45 +50,44 @@ def _ints(value: Any, n: int) -> list[int]:
 
 @converter("aten.convolution.default")
 def _convolution(
-    ctx: NodeContext,
-    x: Expr,
-    w: Expr,
-    bias: Expr | None,
-    stride: list,
-    padding: list,
-    dilation: list,
-    transposed: bool,
-    output_padding: list,
-    groups: int,
+    ctx: NodeContext, x: Expr, w: Expr, bias: Expr | None, stride: list, padding: Any,
+    dilation: list, transposed: bool, output_padding: list, groups: int,
 ) -> Expr:
-    n = ctx.rank(x) - 2
+    n = ctx.rank(w) - 2
     if n not in _CONV:
-        ctx.fail(f"needs a 3-d to 5-d input, got rank {n + 2}")
-    pad, st, dil = _ints(padding, n), _ints(stride, n), _ints(dilation, n)
+        ctx.fail(f"needs a 3-d to 5-d weight, got rank {n + 2}")
+    st, dil = _ints(stride, n), _ints(dilation, n)
+    pad = _same_padding(ctx, w, n, dil) if padding == "same" else _ints(padding, n)
+    if len(pad) == n:
+        pad = pad * 2
+    batched = ctx.rank(x) == n + 2
+    if not batched:
+        x = ctx.emit(op.expand_dims(x, 0))
     if transposed:
         y = _CONV_T[n](x, w, st, pad, _ints(output_padding, n), dil, int(groups))
     else:
         y = _CONV[n](x, w, st, pad, dil, int(groups))
     y = ctx.emit(y)
-    if bias is None:
-        return y
-    return ctx.emit(op.add(y, op.reshape(bias, [-1] + [1] * n)))
+    if bias is not None:
+        y = ctx.emit(op.add(y, op.reshape(bias, [-1] + [1] * n)))
+    return y if batched else ctx.emit(op.squeeze(y, [0]))
 
 
-@converter("aten.conv1d.default", "aten.conv2d.default")
+def _same_padding(ctx: NodeContext, w: Expr, n: int, dilation: list[int]) -> list[int]:
+    """torch's ``padding="same"``: the extra pad of an even total goes after."""
+    kernel = ctx.shape(w)[2:]
+    totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    return [t // 2 for t in totals] + [t - t // 2 for t in totals]
+
+
+@converter("aten.conv1d.default", "aten.conv2d.default", "aten.conv1d.padding", "aten.conv2d.padding")
 def _conv(
-    ctx: NodeContext,
-    x: Expr,
-    w: Expr,
-    bias: Expr | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
+    ctx: NodeContext, x: Expr, w: Expr, bias: Expr | None = None, stride: Any = 1,
+    padding: Any = 0, dilation: Any = 1, groups: int = 1,
 ) -> Expr:
-    if isinstance(padding, str):
-        ctx.fail(f"padding={padding!r} is not supported (export decomposes it)")
     n = ctx.rank(w) - 2
+    if padding == "valid":
+        padding = 0
     return _convolution(ctx, x, w, bias, stride, padding, dilation, False, [0] * n, groups)
 
 
