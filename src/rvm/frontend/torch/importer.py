@@ -139,13 +139,11 @@ class GraphImporter:
 
     def sym_tensor(self, expr: Any) -> Expr:
         """A run-time 0-d int64 tensor (bool for a comparison) computing sympy ``expr``."""
-        import sympy
-
         emit = self.builder.emit
-        if expr.is_Integer or expr is sympy.true or expr is sympy.false:
-            return ir_const(
-                bool(expr) if expr.is_Boolean else int(expr), "bool" if expr.is_Boolean else "int64"
-            )
+        if expr.is_Integer:
+            return ir_const(int(expr), "int64")
+        if expr.is_Boolean and expr.is_Atom and not expr.is_Symbol:  # sympy's true, false
+            return ir_const(bool(expr), "bool")
         if expr.is_Symbol:
             if expr not in self.sym_sources:
                 raise TorchImportError(f"symbolic size {expr} is not the size of any input")
