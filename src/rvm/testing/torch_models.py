@@ -64,7 +64,9 @@ def _image(channels: int, size: int) -> Callable:
     def make(batch: int, seq: int, rng: np.random.Generator) -> tuple:
         import torch
 
-        return (torch.from_numpy(rng.standard_normal((batch, channels, size, size), dtype=np.float32)),)
+        return (
+            torch.from_numpy(rng.standard_normal((batch, channels, size, size), dtype=np.float32)),
+        )
 
     return make
 
@@ -81,7 +83,9 @@ def _logits(model_cls: Any, config: Any, attr: str = "logits") -> Callable[[], A
                 self.model = model_cls(config())
 
             def forward(self, x: Any) -> Any:
-                return getattr(self.model(x, use_cache=False) if _cache(self.model) else self.model(x), attr)
+                return getattr(
+                    self.model(x, use_cache=False) if _cache(self.model) else self.model(x), attr
+                )
 
         return Logits()
 
@@ -95,37 +99,69 @@ def _cache(model: Any) -> bool:
 def _gpt2() -> Any:
     from transformers import GPT2Config
 
-    return GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=128, attn_implementation="sdpa")
+    return GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=128, attn_implementation="sdpa"
+    )
 
 
 def _bert() -> Any:
     from transformers import BertConfig
 
-    return BertConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=32, intermediate_size=64, vocab_size=97, max_position_embeddings=128, attn_implementation="sdpa")
+    return BertConfig(
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=97,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
+    )
 
 
 def _llama() -> Any:
     from transformers import LlamaConfig
 
-    return LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, intermediate_size=64, vocab_size=97, max_position_embeddings=128, attn_implementation="sdpa")
+    return LlamaConfig(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=97,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
+    )
 
 
 def _vit() -> Any:
     from transformers import ViTConfig
 
-    return ViTConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=32, intermediate_size=64, image_size=32, patch_size=8, num_labels=10, attn_implementation="sdpa")
+    return ViTConfig(
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+        num_labels=10,
+        attn_implementation="sdpa",
+    )
 
 
 def _resnet() -> Any:
     from transformers import ResNetConfig
 
-    return ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10, layer_type="basic")
+    return ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10, layer_type="basic"
+    )
 
 
 def _convnext() -> Any:
     from transformers import ConvNextConfig
 
-    return ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, num_labels=10, image_size=32)
+    return ConvNextConfig(
+        hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, num_labels=10, image_size=32
+    )
 
 
 def _whisper_encoder() -> Any:
@@ -133,7 +169,15 @@ def _whisper_encoder() -> Any:
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-    config = WhisperConfig(encoder_layers=2, encoder_attention_heads=2, d_model=32, encoder_ffn_dim=64, num_mel_bins=16, max_source_positions=32, attn_implementation="sdpa")
+    config = WhisperConfig(
+        encoder_layers=2,
+        encoder_attention_heads=2,
+        d_model=32,
+        encoder_ffn_dim=64,
+        num_mel_bins=16,
+        max_source_positions=32,
+        attn_implementation="sdpa",
+    )
 
     class Encoder(torch.nn.Module):
         def __init__(self) -> None:
@@ -200,7 +244,11 @@ def _while_module() -> Any:
 def _rows(batch: int, seq: int, rng: np.random.Generator) -> tuple:
     import torch
 
-    return (torch.from_numpy(rng.standard_normal((batch, 8), dtype=np.float32) * (1 if seq % 2 else -1)),)
+    return (
+        torch.from_numpy(
+            rng.standard_normal((batch, 8), dtype=np.float32) * (1 if seq % 2 else -1)
+        ),
+    )
 
 
 def _rows_steps(batch: int, seq: int, rng: np.random.Generator) -> tuple:
@@ -225,11 +273,31 @@ CASES: dict[str, ModelCase] = {
         ModelCase("gpt2", _build(_gpt2, "GPT2LMHeadModel"), _ids(97), _BATCH_SEQ),
         ModelCase("bert", _build(_bert, "BertModel", "last_hidden_state"), _ids(97), _BATCH_SEQ),
         ModelCase("llama", _build(_llama, "LlamaForCausalLM"), _ids(97), _BATCH_SEQ),
-        ModelCase("vit", _build(_vit, "ViTForImageClassification"), _image(3, 32), {"x": {0: "batch"}}, seqs=(0,)),
-        ModelCase("resnet", _build(_resnet, "ResNetForImageClassification"), _image(3, 32), {"x": {0: "batch"}}, seqs=(0,)),
-        ModelCase("convnext", _build(_convnext, "ConvNextForImageClassification"), _image(3, 32), {"x": {0: "batch"}}, seqs=(0,)),
+        ModelCase(
+            "vit",
+            _build(_vit, "ViTForImageClassification"),
+            _image(3, 32),
+            {"x": {0: "batch"}},
+            seqs=(0,),
+        ),
+        ModelCase(
+            "resnet",
+            _build(_resnet, "ResNetForImageClassification"),
+            _image(3, 32),
+            {"x": {0: "batch"}},
+            seqs=(0,),
+        ),
+        ModelCase(
+            "convnext",
+            _build(_convnext, "ConvNextForImageClassification"),
+            _image(3, 32),
+            {"x": {0: "batch"}},
+            seqs=(0,),
+        ),
         ModelCase("whisper_encoder", _whisper_encoder, _mel, {"features": {0: "batch"}}, seqs=(0,)),
         ModelCase("cond", _cond_module, _rows, {"x": {0: "batch"}}, seqs=(1, 2)),
-        ModelCase("while_loop", _while_module, _rows_steps, {"x": {0: "batch"}, "steps": {}}, seqs=(3, 6)),
+        ModelCase(
+            "while_loop", _while_module, _rows_steps, {"x": {0: "batch"}, "steps": {}}, seqs=(3, 6)
+        ),
     ]
 }

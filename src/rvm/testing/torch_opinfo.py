@@ -9,8 +9,8 @@ export, or whose outputs are not tensors, are not counted. The rest are imported
 Results are reported per ATen overload of the decomposed program: an overload *passes* when
 every counted sample whose graph uses it passes, *partly* when some do. A sample that fails to
 import because of another overload (the error names it) does not count for this one; a
-sample that imports but computes a wrong value counts against every overload it uses. The report counts
-the Core ATen overloads (``torch.Tag.core``) that convert and pass::
+sample that imports but computes a wrong value counts against every overload it uses. The
+report counts the Core ATen overloads (``torch.Tag.core``) that convert and pass::
 
     python -m rvm.testing.torch_opinfo --report               # counts, failures by reason
     python -m rvm.testing.torch_opinfo --report --write       # rewrite the expectations
@@ -40,7 +40,13 @@ import rvm
 
 EXEC_MODES = ("bytecode", "compiled", "native")
 EXPECTED_FAILURES = os.path.join(
-    os.path.dirname(__file__), "..", "..", "..", "tests", "frontend", "torch",
+    os.path.dirname(__file__),
+    "..",
+    "..",
+    "..",
+    "tests",
+    "frontend",
+    "torch",
     "opinfo_expected_failures.txt",
 )
 
@@ -164,7 +170,10 @@ def run_sample(info: Any, index: int, sample: Any, kernels: str) -> SampleResult
 
 
 def _failed(
-    result: SampleResult, status: str, err: BaseException, blamed: list[str] | None = None,
+    result: SampleResult,
+    status: str,
+    err: BaseException,
+    blamed: list[str] | None = None,
     mode: str = "",
 ) -> SampleResult:
     first = " ".join(str(err).split())[:200]
@@ -245,7 +254,9 @@ def write_expected(table: dict[str, dict[str, Any]], path: str = EXPECTED_FAILUR
     ]
     for name, row in table.items():
         if row["status"] != "pass":
-            lines.append(f"{name}  # {row['status']} {row['passed']}/{row['total']}: {row['reason']}")
+            lines.append(
+                f"{name}  # {row['status']} {row['passed']}/{row['total']}: {row['reason']}"
+            )
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -13,8 +13,9 @@ import rvm
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from rvm.testing.torch_models import CASES  # noqa: E402
 from torch_helpers import check_eager  # noqa: E402
+
+from rvm.testing.torch_models import CASES  # noqa: E402
 
 FAST = ("cond", "while_loop", "bert")
 _modules: dict[str, tuple] = {}

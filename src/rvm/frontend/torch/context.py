@@ -112,6 +112,10 @@ class NodeContext:
         return tuple(self.importer.dim(d) for d in val.shape)
 
     # -- symbolic integers ------------------------------------------------------------------
+    def sym_value(self) -> Any:
+        """The node's value when it is a (symbolic) number: a `SymInt`, or an int or float."""
+        return sym_value(self.val)
+
     def dim(self, value: int | SymInt) -> int | str | None:
         return self.importer.dim(value)
 
@@ -147,6 +151,16 @@ class NodeContext:
                 for r, v in zip(result, self.val)
             ]
         return result
+
+
+def sym_value(val: Any) -> Any:
+    """A torch ``SymInt``/``SymFloat``/``SymBool`` as a `SymInt` (its constant when it has
+    one); other values as themselves."""
+    node = getattr(val, "node", None)
+    expr = getattr(node, "expr", None)
+    if expr is None:
+        return val
+    return val.node.hint if getattr(expr, "is_Number", False) else SymInt(expr)
 
 
 def _is_tensor(val: Any) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 from rvm import op
 from rvm.errors import RVMError, TorchImportError
 from rvm.frontend.torch import converters  # noqa: F401 - registers every converter
-from rvm.frontend.torch.context import NodeContext, SymInt, rvm_dtype
+from rvm.frontend.torch.context import NodeContext, SymInt, rvm_dtype, sym_value
 from rvm.frontend.torch.registry import lookup
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var
 from rvm.ir import const as ir_const
@@ -82,15 +82,6 @@ def _symbolic(val: Any) -> bool:
     import torch
 
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
-
-
-def _sym_value(val: Any) -> Any:
-    import torch
-
-    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        expr = val.node.expr
-        return SymInt(expr) if not getattr(expr, "is_Number", False) else val.node.hint
-    return val
 
 
 class GraphImporter:
@@ -205,7 +196,7 @@ class GraphImporter:
         fn = lookup(name)
         val = node.meta.get("val")
         if fn is None and _symbolic(val):
-            return _sym_value(val)
+            return sym_value(val)
         if fn is None:
             raise _node_error(f"node {node.name!r}: no converter for {name}", name, node.name)
         ctx = NodeContext(node, self)
@@ -311,7 +302,7 @@ def build_main(importer: GraphImporter, ep: Any, params: str, attrs: dict[str, A
         if spec.kind == InputKind.USER_INPUT:
             val = node.meta.get("val")
             if not hasattr(val, "shape"):  # a constant non-tensor input, specialized away
-                env[node] = _sym_value(val)
+                env[node] = sym_value(val)
                 continue
             var = make_var(importer, spec.arg.name, val)
             env[node] = var

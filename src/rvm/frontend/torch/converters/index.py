@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rvm import op
 from rvm.frontend.torch.context import NodeContext, SymInt
 from rvm.frontend.torch.registry import converter
@@ -226,3 +228,48 @@ def _sort(ctx: NodeContext, x: Expr, *args: Any, **kw: Any) -> list[Expr]:
 @converter("aten.nonzero.default")
 def _nonzero(ctx: NodeContext, x: Expr) -> Expr:
     return ctx.emit(op.transpose(op.nonzero(x), [1, 0]))
+
+
+@converter("aten.diagonal.default")
+def _diagonal(ctx: NodeContext, x: Expr, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Expr:
+    rank = ctx.rank(x)
+    a, b = dim1 % rank, dim2 % rank
+    rest = [d for d in range(rank) if d not in (a, b)]
+    n, m = ctx.shape(x)[a], ctx.shape(x)[b]
+    if not (isinstance(n, int) and isinstance(m, int)):
+        ctx.fail("needs static sizes along the two diagonal axes")
+    x = ctx.emit(op.transpose(x, [*rest, a, b]))
+    flat = ctx.emit(op.reshape(x, [*ctx.shape(x)[:-2], n * m]))
+    rows = range(max(0, -offset), min(n, m - offset)) if offset < m else range(0)
+    index = [r * m + r + offset for r in rows]
+    return ctx.emit(op.take(flat, op.const(index, "int64"), axis=len(rest)))
+
+
+@converter("aten.as_strided.default", "aten.as_strided_copy.default")
+def _as_strided(
+    ctx: NodeContext, x: Expr, size: list, stride: list, storage_offset: Any = None
+) -> Expr:
+    """A strided view of ``x``'s row-major elements, gathered (sizes and strides static)."""
+    if not all(isinstance(v, int) for v in [*size, *stride]):
+        ctx.fail("needs static sizes and strides")
+    index = np.full([int(s) for s in size], int(storage_offset or 0), dtype=np.int64)
+    for axis, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = int(n)
+        index = index + (np.arange(int(n), dtype=np.int64) * int(st)).reshape(shape)
+    flat = ctx.emit(op.reshape(x, [-1]))
+    return ctx.emit(op.take(flat, op.const(index, "int64")))
+
+
+@converter("aten.masked_scatter.default")
+def _masked_scatter(ctx: NodeContext, x: Expr, mask: Expr, source: Expr) -> Expr:
+    """Where ``mask`` holds, the next element of ``source`` in row-major order."""
+    shape = list(ctx.out_shape())
+    if None in shape:
+        ctx.fail(f"cannot name the shape {ctx.val.shape}")
+    mask = ctx.emit(op.broadcast_to(ctx.cast(mask, "bool"), shape))
+    x = ctx.emit(op.broadcast_to(x, shape)) if ctx.shape(x) != tuple(shape) else x
+    flat = ctx.emit(op.reshape(op.cast(mask, "int64"), [-1]))
+    index = ctx.emit(op.maximum(op.subtract(op.cumsum(flat, axis=0), 1), 0))
+    values = ctx.emit(op.take(op.reshape(source, [-1]), index))
+    return ctx.emit(op.where(mask, op.reshape(values, shape), x))

@@ -50,8 +50,16 @@ def _ints(value: Any, n: int) -> list[int]:
 
 @converter("aten.convolution.default")
 def _convolution(
-    ctx: NodeContext, x: Expr, w: Expr, bias: Expr | None, stride: list, padding: Any,
-    dilation: list, transposed: bool, output_padding: list, groups: int,
+    ctx: NodeContext,
+    x: Expr,
+    w: Expr,
+    bias: Expr | None,
+    stride: list,
+    padding: Any,
+    dilation: list,
+    transposed: bool,
+    output_padding: list,
+    groups: int,
 ) -> Expr:
     n = ctx.rank(w) - 2
     if n not in _CONV:
@@ -80,10 +88,18 @@ def _same_padding(ctx: NodeContext, w: Expr, n: int, dilation: list[int]) -> lis
     return [t // 2 for t in totals] + [t - t // 2 for t in totals]
 
 
-@converter("aten.conv1d.default", "aten.conv2d.default", "aten.conv1d.padding", "aten.conv2d.padding")
+@converter(
+    "aten.conv1d.default", "aten.conv2d.default", "aten.conv1d.padding", "aten.conv2d.padding"
+)
 def _conv(
-    ctx: NodeContext, x: Expr, w: Expr, bias: Expr | None = None, stride: Any = 1,
-    padding: Any = 0, dilation: Any = 1, groups: int = 1,
+    ctx: NodeContext,
+    x: Expr,
+    w: Expr,
+    bias: Expr | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
 ) -> Expr:
     n = ctx.rank(w) - 2
     if padding == "valid":
@@ -347,3 +363,36 @@ def _upsample(ctx: NodeContext, x: Expr, output_size: Any, *rest: Any) -> Expr:
             nearest_mode="floor",
         )
     )
+
+
+def _p_norm(ctx: NodeContext, diff: Expr, p: float, axis: int) -> Expr:
+    """The ``p``-norm of ``diff`` along ``axis`` (p = 0 counts nonzeros, inf takes the max)."""
+    a = ctx.emit(op.abs(diff))
+    if p == 0:
+        return ctx.emit(op.sum(op.cast(op.not_equal(a, 0.0), ctx.dtype_of(diff)), axis=axis))
+    if math.isinf(p):
+        return ctx.emit(op.max(a, axis=axis))
+    if p == 1:
+        return ctx.emit(op.sum(a, axis=axis))
+    if p == 2:
+        return ctx.emit(op.sqrt(op.sum(op.multiply(a, a), axis=axis)))
+    return ctx.emit(op.power(op.sum(op.power(a, float(p)), axis=axis), 1.0 / float(p)))
+
+
+@converter("aten._cdist_forward.default")
+def _cdist(ctx: NodeContext, x1: Expr, x2: Expr, p: float, compute_mode: Any = None) -> Expr:
+    diff = ctx.emit(op.subtract(op.expand_dims(x1, -2), op.expand_dims(x2, -3)))
+    return _p_norm(ctx, diff, float(p), -1)
+
+
+@converter("aten._pdist_forward.default")
+def _pdist(ctx: NodeContext, x: Expr, p: float = 2.0) -> Expr:
+    n = ctx.shape(x)[0]
+    if not isinstance(n, int):
+        ctx.fail("needs a static row count")
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    if not pairs:
+        return ctx.emit(op.zeros([0], ctx.dtype_of(x) or "float32"))
+    left = ctx.emit(op.take(x, op.const([i for i, _ in pairs], "int64"), axis=0))
+    right = ctx.emit(op.take(x, op.const([j for _, j in pairs], "int64"), axis=0))
+    return _p_norm(ctx, ctx.emit(op.subtract(left, right)), float(p), -1)

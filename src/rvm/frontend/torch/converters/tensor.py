@@ -286,3 +286,14 @@ def _item(ctx: NodeContext, x: Expr) -> Expr:
 
 def dtype_kwarg(ctx: NodeContext, dtype: Any) -> str:
     return ctx.out_dtype() if dtype is None else rvm_dtype(dtype)
+
+
+@converter(
+    "aten.sym_size.int",
+    "aten.sym_numel.default",
+    "aten.sym_stride.int",
+    "aten.sym_storage_offset.default",
+)
+def _sym(ctx: NodeContext, *_: Any) -> Any:
+    """A size query: its value is the symbolic integer torch.export recorded."""
+    return ctx.sym_value()
