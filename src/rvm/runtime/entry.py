@@ -154,7 +154,22 @@ def check_arguments(fn: VMFunction, args: Sequence[Any]) -> list[Any]:
             out.append(x)
         else:
             out.append(to_value(x))
+    for name, lo, hi in fn.dim_ranges:
+        if name in dims:
+            _check_range(fn, name, lo, hi, dims[name])
     return out
+
+
+def _check_range(
+    fn: VMFunction, name: str, lo: int | None, hi: int | None, found: tuple[int, int, str]
+) -> None:
+    value, i, pname = found
+    if (lo is None or value >= lo) and (hi is None or value <= hi):
+        return
+    bounds = f"{'' if lo is None else f'{lo} <= '}{name}{'' if hi is None else f' <= {hi}'}"
+    raise ShapeError(
+        f"{fn.name}: argument {i} '{pname}' has {name} = {value}, outside the range {bounds}"
+    )
 
 
 def bind_arguments(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:

@@ -20,7 +20,9 @@ which older readers reject as unknown opcodes. A file before 1.3 (no RSLT) loads
 code of the jit kernels (`rvm.runtime.native.artifact`): the key it was built for, then per
 group (a kernel file or an rvm module) its kind, name, modification time and Numba cache
 files (name, bytes). A file without it loads as before (its kernels load from the cache or
-compile).
+compile). An optional DIMR section, written only when a function bounds its symbolic
+dimensions (`VMFunction.dim_ranges`), holds per function a count of (name, optional min,
+optional max); readers that skip it load the file without those checks.
 A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those versions
 emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail
 call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
@@ -62,6 +64,7 @@ SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
 NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
+DIMR = b"DIMR"  # optional: the functions' symbolic-dimension ranges (written when any has one)
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -161,6 +164,9 @@ def encode(ex: Executable, native: NativeCode | None = None) -> bytes:
     """The RVMX image of `ex`, with the NATV section of ``native`` when given."""
     sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _rslt(ex)]
     tags = [*SECTIONS, META, RSLT]
+    if any(fn.dim_ranges for fn in ex.functions):
+        sections.append(_dimr(ex))
+        tags.append(DIMR)
     if native is not None:
         sections.append(_natv(native))
         tags.append(NATV)
@@ -232,6 +238,37 @@ def _rslt(ex: Executable) -> bytes:
         if fn.result is not None:
             _write_result(w, fn.result)
     return w.getvalue()
+
+
+def _dimr(ex: Executable) -> bytes:
+    """Per function: a count of (name, optional min, optional max)."""
+    w = _Writer()
+    w.count(len(ex.functions))
+    for fn in ex.functions:
+        w.count(len(fn.dim_ranges))
+        for name, lo, hi in fn.dim_ranges:
+            w.str(name)
+            for bound in (lo, hi):
+                w.raw(b"\x00" if bound is None else b"\x01")
+                if bound is not None:
+                    w.int(bound)
+    return w.getvalue()
+
+
+def _read_dimr(r: _Reader, count: int) -> list[tuple]:
+    if r.count(1) != count:
+        r.fail(f"{count} functions but another count of dimension ranges")
+    out = []
+    for _ in range(count):
+        ranges = []
+        for _ in range(r.count(9)):
+            name = r.str()
+            lo = r.int() if r.flag() else None
+            hi = r.int() if r.flag() else None
+            ranges.append((name, lo, hi))
+        out.append(tuple(ranges))
+    r.end()
+    return out
 
 
 def _cons(ex: Executable) -> bytes:
@@ -404,6 +441,10 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
         results = [_read_result(r, 0) if r.flag() else None for _ in functions]
         r.end()
         out["functions"] = [replace(fn, result=res) for fn, res in zip(functions, results)]
+    if DIMR in found:  # only in executables with symbolic-dimension ranges
+        functions = out["functions"]
+        ranges = _read_dimr(_Reader(found[DIMR], "dimension ranges"), len(functions))
+        out["functions"] = [replace(fn, dim_ranges=d) for fn, d in zip(functions, ranges)]
     if NATV in found:  # absent before version 1.4, and in executables without jit kernels
         out["native"] = _read_natv(_Reader(found[NATV], "native code"))
     return out

@@ -162,3 +162,21 @@ def test_integer_promotion_follows_torch(exec_mode: str) -> None:
     i = torch.arange(-6, 6).reshape(3, 4)
     x = torch.randn(3, 4) * 10
     check_eager(Mixed(), rvm.from_torch(Mixed(), args=(i, x)), [(i, x)], exec_mode, rtol=1e-6)
+
+
+def test_dim_ranges_are_checked_at_entry_and_survive_save(exec_mode: str, tmp_path) -> None:
+    model = torch.nn.Linear(4, 2)
+    shapes = {"input": {0: Dim("batch", min=2, max=8)}}
+    mod = rvm.from_torch(model, args=(torch.randn(3, 4),), dynamic_shapes=shapes)
+    ex = rvm.compile(mod)
+    ex.save(str(tmp_path / "m.rvmx"))
+    for e in (ex, rvm.load_executable(str(tmp_path / "m.rvmx"))):
+        vm = rvm.VirtualMachine(e, exec_mode=exec_mode)
+        assert vm["main"](np.ones((8, 4), np.float32)).shape == (8, 2)
+        for batch in (1, 9):
+            with pytest.raises(
+                rvm.ShapeError,
+                match=rf"main: argument 0 'input' has batch = {batch}, outside the range "
+                r"2 <= batch <= 8",
+            ):
+                vm["main"](np.ones((batch, 4), np.float32))

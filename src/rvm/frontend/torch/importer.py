@@ -326,7 +326,11 @@ def build_main(importer: GraphImporter, ep: Any, params: str, attrs: dict[str, A
             origin[var.name] = spec.target
         else:
             env[node] = Constant(tensor_array(tensor))
-    with importer.builder.function("main", [*user, *weights]):
+    ranges = attrs.get("torch_dim_ranges", {})
+    used = {d for v in user for d in v.type.shape if isinstance(d, str)}  # type: ignore[union-attr]
+    checked = {n: r for n, r in ranges.items() if n in used and r != (0, None)}
+    func_attrs = {"dim_ranges": checked} if checked else None
+    with importer.builder.function("main", [*user, *weights], attrs=func_attrs):
         outs = importer.convert_graph(gm.graph, env)
         user_outs = [o for o, s in zip(outs, ep.graph_signature.output_specs) if _user(s)]
         values = [output_expr(importer, o) for o in user_outs]
