@@ -97,12 +97,15 @@ class _Call:
         return Sample()
 
 
-def samples(names: Sequence[str] | None, per_op: int) -> Iterator[tuple[Any, int, Any]]:
-    """(OpInfo, index, sample) for the float32 samples of the selected OpInfos."""
+def samples(
+    names: Sequence[str] | None, per_op: int, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[Any, int, Any]]:
+    """(OpInfo, index, sample) for the float32 samples of the selected OpInfos (by name, and
+    by position in ``op_db``: ``start`` to ``stop``)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
-    for info in op_db:
+    for info in op_db[start:stop]:
         if names and not any(n in info.name for n in names):
             continue
         if torch.float32 not in info.supported_dtypes("cpu"):
@@ -269,14 +272,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=4, help="samples per OpInfo")
     parser.add_argument("--kernels", default="jit", choices=("jit", "numpy"))
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--start", type=int, default=0, help="first op_db index")
+    parser.add_argument("--stop", type=int, default=None, help="op_db index to stop before")
+    parser.add_argument("--log", help="append each sample's result here (JSON lines)")
+    parser.add_argument("--merge", nargs="+", help="report the results of these logs instead")
     opts = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     start = time.time()
-    results = []
-    for info, k, sample in samples(opts.k, opts.samples):
+    results = [] if not opts.merge else _read_logs(opts.merge)
+    log = open(opts.log, "a") if opts.log else None  # noqa: SIM115 - closed below
+    for info, k, sample in (
+        [] if opts.merge else samples(opts.k, opts.samples, opts.start, opts.stop)
+    ):
         r = run_sample(info, k, sample, opts.kernels)
         if r is not None:
             results.append(r)
+            if log is not None:
+                log.write(json.dumps(vars(r)) + "\n")
+                log.flush()
+    if log is not None:
+        log.close()
     figures = summary(results)
     figures["seconds"] = round(time.time() - start, 1)
     figures["kernels"] = opts.kernels
@@ -288,6 +303,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.report:
         _print_report(figures)
     return 0
+
+
+def _read_logs(paths: Sequence[str]) -> list[SampleResult]:
+    out = []
+    for path in paths:
+        with open(path) as f:
+            out += [SampleResult(**json.loads(line)) for line in f if line.strip()]
+    return out
 
 
 def _print_report(figures: dict[str, Any]) -> None:
