@@ -207,6 +207,8 @@ def per_overload(results: list[SampleResult]) -> dict[str, dict[str, Any]]:
     """Per ATen overload: samples passed and counted, its status, and the first reason."""
     table: dict[str, dict[str, Any]] = defaultdict(lambda: {"passed": 0, "total": 0, "reason": ""})
     for r in results:
+        if r.status == "import" and not r.blamed and r.reason.startswith("TorchImportError"):
+            continue  # the program was refused as a whole (it writes its inputs in place)
         for name in r.overloads:
             if r.blamed and name not in r.blamed:
                 continue  # the import failed on another overload: says nothing of this one
@@ -225,6 +227,7 @@ def per_overload(results: list[SampleResult]) -> dict[str, dict[str, Any]]:
 
 def summary(results: list[SampleResult]) -> dict[str, Any]:
     """The figures of a run: samples, overloads, and the Core ATen counts."""
+    from rvm.frontend.torch import converters  # noqa: F401 - fills the registry
     from rvm.frontend.torch.registry import supported
 
     table = per_overload(results)
@@ -306,11 +309,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _read_logs(paths: Sequence[str]) -> list[SampleResult]:
-    out = []
+    """The samples of the logs; a sample logged twice counts as its last result."""
+    out: dict[tuple[str, int], SampleResult] = {}
     for path in paths:
         with open(path) as f:
-            out += [SampleResult(**json.loads(line)) for line in f if line.strip()]
-    return out
+            for line in f:
+                if line.strip():
+                    r = SampleResult(**json.loads(line))
+                    out[(r.opinfo, r.index)] = r
+    return list(out.values())
 
 
 def _print_report(figures: dict[str, Any]) -> None:

@@ -177,6 +177,8 @@ _UNARY: dict[str, Callable[[Expr], Expr]] = {
     "sinh": lambda x: op.multiply(op.subtract(op.exp(x), op.exp(op.negative(x))), 0.5),
     "cosh": lambda x: op.multiply(op.add(op.exp(x), op.exp(op.negative(x))), 0.5),
     "reciprocal": lambda x: op.divide(op.ones((), infer_dtype(x)), x),
+    "exp2": lambda x: op.exp(op.multiply(x, math.log(2.0))),
+    "signbit": None,
     "trunc": lambda x: op.where(op.less(x, op.zeros((), infer_dtype(x))), op.ceil(x), op.floor(x)),
 }
 
@@ -198,7 +200,31 @@ def _unary(fn: Callable[[Expr], Expr]) -> Callable[..., Expr]:
 
 
 for _name, _fn in _UNARY.items():
-    converter(f"aten.{_name}.default")(_unary(_fn))
+    if _fn is not None:
+        converter(f"aten.{_name}.default")(_unary(_fn))
+
+
+@converter("aten.signbit.default")
+def _signbit(ctx: NodeContext, x: Expr) -> Expr:
+    if ctx.dtype_of(x) in FLOAT_DTYPES:  # -0.0 has its sign bit set: 1 / -0.0 is -inf
+        return ctx.emit(op.less(op.where(op.equal(x, 0.0), op.divide(1.0, x), x), 0.0))
+    return ctx.emit(op.less(x, ctx.scalar(0, ctx.dtype_of(x))))
+
+
+@converter("aten.fmax.default", "aten.fmin.default")
+def _fmax(ctx: NodeContext, a: Expr, b: Expr) -> Expr:
+    """The larger (smaller) value, ignoring a NaN beside a number."""
+    x, y = operands(ctx, ctx.out_dtype(), a, b)
+    pick = op.maximum if "fmax" in str(ctx.node.target) else op.minimum
+    both = pick(x, y)
+    return ctx.emit(op.where(op.not_equal(x, x), y, op.where(op.not_equal(y, y), x, both)))
+
+
+@converter("aten.copysign.Tensor", "aten.copysign.Scalar")
+def _copysign(ctx: NodeContext, a: Any, b: Any) -> Expr:
+    x, y = operands(ctx, ctx.out_dtype(), a, b)
+    negative = op.less(op.where(op.equal(y, 0.0), op.divide(1.0, y), y), 0.0)
+    return ctx.emit(op.where(negative, op.negative(op.abs(x)), op.abs(x)))
 
 
 @converter("aten.isnan.default")

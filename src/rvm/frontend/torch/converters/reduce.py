@@ -110,7 +110,7 @@ def _var(
     elif rest:
         correction = rest[0]
     correction = 1 if correction is None else correction
-    x = ctx.cast(x, ctx.out_dtype())
+    x = ctx.cast(x, ctx.out_dtype(0) if isinstance(ctx.val, (tuple, list)) else ctx.out_dtype())
     if ctx.rank(x) == 0:
         return ctx.emit(op.divide(op.multiply(x, 0.0), float(1 - correction)))
     axes = _axes(ctx, x, dim)
@@ -126,6 +126,23 @@ def _var(
     denom = max(n - correction, 0)
     scale = float("inf") if denom == 0 else n / denom
     return ctx.emit(op.multiply(biased, scale))
+
+
+@converter("aten.var_mean.correction")
+def _var_mean(
+    ctx: NodeContext, x: Expr, dim: Any = None, *, correction: Any = None, keepdim: bool = False
+) -> list[Expr]:
+    var = _var(ctx, x, dim, correction=correction, keepdim=keepdim)
+    mean = _reduce(ctx, op.mean, ctx.cast(x, ctx.out_dtype(1)), dim, keepdim)
+    return [var, mean]
+
+
+@converter("aten.cumprod.default")
+def _cumprod(ctx: NodeContext, x: Expr, dim: int, **_: Any) -> Expr:
+    x = ctx.cast(x, ctx.out_dtype())
+    if ctx.rank(x) == 0:
+        return x
+    return ctx.emit(op.cumprod(x, axis=dim % ctx.rank(x)))
 
 
 @converter("aten.cumsum.default")

@@ -27,7 +27,12 @@ def target_shape(ctx: NodeContext) -> list[int | str]:
     return shape  # type: ignore[return-value]
 
 
-@converter("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+@converter(
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    "aten.view_copy.default",
+)
 def _view(ctx: NodeContext, x: Expr, size: list) -> Expr:
     target = target_shape(ctx)
     if tuple(target) == ctx.shape(x):
@@ -35,7 +40,7 @@ def _view(ctx: NodeContext, x: Expr, size: list) -> Expr:
     return ctx.emit(op.reshape(x, target))
 
 
-@converter("aten.permute.default")
+@converter("aten.permute.default", "aten.permute_copy.default")
 def _permute(ctx: NodeContext, x: Expr, dims: list[int]) -> Expr:
     rank = ctx.rank(x)
     axes = [d % rank for d in dims] if rank else []
