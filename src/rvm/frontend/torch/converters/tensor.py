@@ -109,7 +109,7 @@ def _cat(ctx: NodeContext, tensors: list[Expr], dim: int = 0) -> Expr:
 
 def _bound(ctx: NodeContext, value: Any, size: Any) -> int | None:
     """A slice bound as an int; None when it is symbolic."""
-    if value is None:
+    if value is None or isinstance(value, Expr):  # None, or a bound read from a tensor
         return None
     if isinstance(value, SymInt):
         if value.static is not None:
