@@ -171,6 +171,39 @@ Registers, calls to kernels in destination-passing style, allocations, tail call
         "code",
         """print(ex.as_text())""",
     ),
+    (
+        "md",
+        """## From PyTorch
+
+`rvm.from_torch` reads a `torch.export` program: here an `nn.Module` with a symbolic batch
+size, compared with eager PyTorch in every exec mode (skipped when torch is not installed).""",
+    ),
+    (
+        "code",
+        """try:
+    import torch
+except ImportError:
+    torch = None
+    print("torch is not installed: pip install torch --index-url https://download.pytorch.org/whl/cpu")
+if torch is not None:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(8, 4),
+    ).eval()
+    batch = torch.export.Dim("batch", min=1, max=32)
+    tmod = rvm.from_torch(net, args=(torch.randn(2, 3, 16, 16),),
+                          dynamic_shapes={"input": {0: batch}})
+    tex = rvm.compile(tmod)
+    images = torch.randn(5, 3, 16, 16)
+    with torch.no_grad():
+        expected = net(images).numpy()
+    for mode in ("bytecode", "compiled", "native"):
+        got = rvm.VirtualMachine(tex, exec_mode=mode)["main"](images.numpy())
+        print(f"{mode:9} max abs error {np.abs(got - expected).max():.1e}")
+        assert np.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    print("all exec modes match eager PyTorch")""",
+    ),
 ]
 
 

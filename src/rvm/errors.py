@@ -40,6 +40,19 @@ class OnnxCheckerWarning(UserWarning):
     anyway (`rvm.frontend.onnx.loader.TOLERATED` lists those findings)."""
 
 
+class TorchImportError(IRError):
+    """A PyTorch program rvm cannot import: it fails to export, uses unsupported ATen
+    overloads (all of them listed), or mutates its buffers or inputs.
+
+    ``overloads`` maps each ATen overload at fault (``"aten.i0.default"``) to the names of
+    its nodes, when the error is about particular nodes; else it is empty.
+    """
+
+    def __init__(self, message: str, overloads: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.overloads: dict[str, list[str]] = dict(overloads or {})
+
+
 class VMError(RVMError):
     """A failure while the virtual machine runs; the message carries the VM stack."""
 

@@ -63,6 +63,7 @@ def test_tour_notebook_runs_on_a_jupyter_kernel(tmp_path):
     assert "<details" in text  # the executable's HTML summary folds its bytecode
     assert "VM overhead" in text  # the profile
     assert "invoke_packed" in text  # the bytecode
+    assert "all exec modes match eager PyTorch" in text or "torch is not installed" in text
 
 
 def tour_cells() -> list[str]:

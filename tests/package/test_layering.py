@@ -167,3 +167,25 @@ def test_the_graph_sees_lazy_imports_and_skips_type_checking(tmp_path: Path) -> 
     g = graph(pkg)
     assert g["rvm.a.x"] == {"rvm.b", "rvm.a"}
     assert cycles(g) == [["rvm.a.x", "rvm.b"]]
+
+
+@pytest.mark.parametrize("frontend", ["onnx", "torch"])
+def test_a_frontend_imports_only_the_ir_the_ops_its_library_and_shared_helpers(
+    frontend: str,
+) -> None:
+    """A frontend imports rvm.ir, rvm.op, the shared errors and dtypes, and, outside rvm,
+    the standard library, numpy and its own framework; never another frontend."""
+    import sys
+
+    root = SRC / "frontend" / frontend
+    allowed = (f"rvm.frontend.{frontend}", "rvm.ir", "rvm.op", "rvm.errors", "rvm.dtypes")
+    outside = sys.stdlib_module_names | {"__future__", "numpy", frontend, "ml_dtypes"}
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        for mod in _imported(str(path.relative_to(SRC))):
+            top = mod.split(".")[0]
+            if top == "rvm" and mod != "rvm" and not _within(mod, allowed):
+                wrong.append(f"{path.relative_to(SRC)} imports {mod}")
+            elif top not in ("rvm", "") and top not in outside:
+                wrong.append(f"{path.relative_to(SRC)} imports {mod}")
+    assert not wrong, "\n".join(wrong)

@@ -42,6 +42,13 @@ def param_spec(var: E.Var) -> ParamSpec:
     return result_spec(var.type, var.name)
 
 
+def dim_ranges(func: E.Function) -> list[tuple[str, int | None, int | None]]:
+    """The entry bounds of symbolic dimensions, from ``func.attrs["dim_ranges"]``
+    (``{name: (min, max)}``, None for no bound)."""
+    ranges = (func.attrs or {}).get("dim_ranges") or {}
+    return [(str(n), lo, hi) for n, (lo, hi) in sorted(dict(ranges).items())]
+
+
 def result_spec(ty: Type | None, name: str = "result") -> ParamSpec:
     """What a function returns, for callers (`VMFunction.result`): tensors with their shape
     and dtype, tuples with a spec per field."""
@@ -142,6 +149,7 @@ class FunctionCodegen:
             [p.name for p in func.params],
             [param_spec(p) for p in func.params],
             result=result_spec(result_type(func)),
+            dim_ranges=dim_ranges(func),
         )
         self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
         self.heap: int | None = None

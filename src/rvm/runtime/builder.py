@@ -50,9 +50,11 @@ class FunctionBuilder:
         param_specs: Sequence[ParamSpec] | None,
         register_file_size: int | None,
         result: ParamSpec | None = None,
+        dim_ranges: Sequence[tuple[str, int | None, int | None]] = (),
     ) -> None:
         self.owner = owner
         self.result = result
+        self.dim_ranges = tuple(dim_ranges)
         self.name = name
         self.params = tuple(params)
         specs = param_specs if param_specs is not None else [ParamSpec(p) for p in self.params]
@@ -142,7 +144,13 @@ class FunctionBuilder:
             out.append(tuple(ins))
         size = self.fixed_size if self.fixed_size is not None else max(1, self.num_registers)
         return VMFunction(
-            self.name, self.params, self.param_specs, size, tuple(out), result=self.result
+            self.name,
+            self.params,
+            self.param_specs,
+            size,
+            tuple(out),
+            result=self.result,
+            dim_ranges=self.dim_ranges,
         )
 
 
@@ -213,6 +221,7 @@ class ExecBuilder:
         param_specs: Sequence[ParamSpec] | None = None,
         register_file_size: int | None = None,
         result: ParamSpec | None = None,
+        dim_ranges: Sequence[tuple[str, int | None, int | None]] = (),
     ) -> FunctionBuilder:
         """Starts a function; its parameters occupy registers 0..len(params)-1.
 
@@ -222,8 +231,11 @@ class ExecBuilder:
             param_specs: Entry checks per parameter (default: kind "any").
             register_file_size: Fix the register count (default: highest register used + 1).
             result: What the function returns (`VMFunction.result`), if known.
+            dim_ranges: Bounds of symbolic dimensions checked at entry (`VMFunction`).
         """
-        fb = FunctionBuilder(self, name, params, param_specs, register_file_size, result)
+        fb = FunctionBuilder(
+            self, name, params, param_specs, register_file_size, result, dim_ranges
+        )
         self.functions.append(fb)
         return fb
 

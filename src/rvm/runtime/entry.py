@@ -306,7 +306,21 @@ def check_arguments(
     out = []
     for i, (spec, x) in enumerate(zip(fn.param_specs, args)):
         out.append(_check_value(call, f"argument {i} '{spec.name}'", spec, x))
+    for name, lo, hi in fn.dim_ranges:
+        if name in call.dims:
+            _check_range(call, name, lo, hi)
     return out
+
+
+def _check_range(call: _Call, name: str, lo: int | None, hi: int | None) -> None:
+    """Checks a bound symbolic dimension against its declared range (`VMFunction.dim_ranges`)."""
+    value = call.dims[name]
+    if (lo is None or value >= lo) and (hi is None or value <= hi):
+        return
+    bounds = f"{'' if lo is None else f'{lo} <= '}{name}{'' if hi is None else f' <= {hi}'}"
+    raise ShapeError(
+        f"{call.name}: {call.sources[name]} has {name} = {value}, outside the range {bounds}"
+    )
 
 
 def bind_arguments(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:

@@ -64,6 +64,10 @@ class ParamSpec:
     adt: str | None = None
 
 
+DimRange = tuple[str, "int | None", "int | None"]
+"""A symbolic dimension's allowed sizes, checked at entry: (name, min, max); None is no bound."""
+
+
 @dataclass(frozen=True, slots=True)
 class VMFunction:
     """A function of the executable: its signature, register count and bytecode.
@@ -71,7 +75,9 @@ class VMFunction:
     `result` is what the function returns as the compiler typed it (a `ParamSpec` named
     "result"; its symbolic dims are the parameters' ones), or None where unknown (built by
     hand, or saved before format 1.3). It is information for callers (`rvm.dask` plans its
-    output blocks from it); the VM does not check it.
+    output blocks from it); the VM does not check it. `dim_ranges` bound the sizes of
+    symbolic dimensions of the parameters (from ``Function.attrs["dim_ranges"]``, which
+    `rvm.from_torch` sets from ``torch.export.Dim`` ranges); the entry checks them.
     """
 
     name: str
@@ -81,6 +87,7 @@ class VMFunction:
     instructions: tuple[tuple, ...]
     kind: str = "vm"
     result: ParamSpec | None = None
+    dim_ranges: tuple[DimRange, ...] = ()
 
 
 SCALAR_META = "scalar"

@@ -23,7 +23,10 @@ it a tuple parameter is checked as a tuple only. Since version 1.4, an optional 
 carries the native code of the jit kernels (`rvm.runtime.loading.artifact`): the key it was built
 for, then per group (a kernel file or an rvm module) its kind, name, modification time and Numba
 cache files (name, bytes). A file without it loads as before (its kernels load from the cache or
-compile). An optional last section SIGN (readers before it skip it) holds a signature of
+compile). An optional DIMR section, written only when a function bounds its symbolic
+dimensions (`VMFunction.dim_ranges`), holds per function a count of (name, optional min,
+optional max); readers that skip it load the file without those checks. An optional last
+section SIGN (readers before it skip it) holds a signature of
 every byte before it: the signing key's id and an HMAC-SHA256 (`rvm.runtime.loading.trust`).
 A file that is not signed by a trusted key, nor loaded with ``trusted=True``, loads as data:
 its functions, constants and text views are there, its kernels never run (the VM refuses them
@@ -71,6 +74,7 @@ RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
 NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
 PFLD = b"PFLD"  # optional (added in 1.5): the field specs of tuple parameters
 SIGN = b"SIGN"  # optional, last: the signature of every byte before it
+DIMR = b"DIMR"  # optional: the functions' symbolic-dimension ranges (written when any has one)
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -176,6 +180,9 @@ def encode(
     if any(spec.fields is not None for fn in ex.functions for spec in fn.param_specs):
         sections.append(_pfld(ex))
         tags.append(PFLD)
+    if any(fn.dim_ranges for fn in ex.functions):
+        sections.append(_dimr(ex))
+        tags.append(DIMR)
     if native is not None:
         sections.append(_natv(native))
         tags.append(NATV)
@@ -269,6 +276,37 @@ def _pfld(ex: Executable) -> bytes:
             if spec.fields is not None:
                 _write_result(w, spec)
     return w.getvalue()
+
+
+def _dimr(ex: Executable) -> bytes:
+    """Per function: a count of (name, optional min, optional max)."""
+    w = _Writer()
+    w.count(len(ex.functions))
+    for fn in ex.functions:
+        w.count(len(fn.dim_ranges))
+        for name, lo, hi in fn.dim_ranges:
+            w.str(name)
+            for bound in (lo, hi):
+                w.raw(b"\x00" if bound is None else b"\x01")
+                if bound is not None:
+                    w.int(bound)
+    return w.getvalue()
+
+
+def _read_dimr(r: _Reader, count: int) -> list[tuple]:
+    if r.count(1) != count:
+        r.fail(f"{count} functions but another count of dimension ranges")
+    out = []
+    for _ in range(count):
+        ranges = []
+        for _ in range(r.count(9)):
+            name = r.str()
+            lo = r.int() if r.flag() else None
+            hi = r.int() if r.flag() else None
+            ranges.append((name, lo, hi))
+        out.append(tuple(ranges))
+    r.end()
+    return out
 
 
 def _cons(ex: Executable) -> bytes:
@@ -523,6 +561,10 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
         out["functions"] = [replace(fn, result=res) for fn, res in zip(functions, results)]
     if PFLD in found:  # absent before version 1.5: tuple parameters are then checked shallowly
         out["functions"] = _read_pfld(_Reader(found[PFLD], "parameter fields"), out["functions"])
+    if DIMR in found:  # only in executables with symbolic-dimension ranges
+        functions = out["functions"]
+        ranges = _read_dimr(_Reader(found[DIMR], "dimension ranges"), len(functions))
+        out["functions"] = [replace(fn, dim_ranges=d) for fn, d in zip(functions, ranges)]
     if NATV in found:  # absent before version 1.4, and in executables without jit kernels
         out["native"] = _read_natv(_Reader(found[NATV], "native code"))
     return out

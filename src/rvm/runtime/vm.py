@@ -221,6 +221,8 @@ class VirtualMachine:
     def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
         """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
         under the same lock as `_enter`; see `BoundFunction`."""
+        if self.executable.functions[fidx].dim_ranges:
+            return None  # the fast path checks no ranges: calls take the checked entry
         make = getattr(self._mode, "fast_call", None)
         call = make(fidx) if make is not None else None
         if call is None:

@@ -1,0 +1,143 @@
+"""PyTorch models through rvm.from_torch against the same model through rvm.from_onnx, eager
+PyTorch, ONNX Runtime and torch.compile (inductor, CPU), where each runs here.
+
+The models are the tiny random ones of `rvm.testing.torch_models` (transformers models from
+small configs, no download; a torch.cond and a torch.while_loop module). Each is exported
+once with symbolic batch (and sequence) sizes and timed at batch 2; every backend's output
+is checked against eager PyTorch first (relative error <= 1e-4), then the backends take turns
+sample by sample (interleaved medians), with default threads. The ONNX file comes from
+``torch.onnx.export`` of the same module; a backend that cannot take a model shows "n/a".
+
+Run: python benchmarks/torch_models.py [--models gpt2,bert] [--repeat 51] [--no-compile]
+Writes benchmarks/results/torch_models.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import platform
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from common import interleaved_medians, write_results
+
+import rvm
+from rvm.testing.torch_models import CASES
+
+
+def _close(got: Any, ref: np.ndarray) -> bool:
+    got = np.asarray(got[0] if isinstance(got, (list, tuple)) else got)
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    return got.shape == ref.shape and float(np.abs(got - ref).max()) / scale <= 1e-4
+
+
+def _onnx_bytes(model: Any, args: tuple, case: Any) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    names = list(case.seq_dims) or ["x"]
+    axes = {n: {a: d for a, d in dims.items()} for n, dims in case.seq_dims.items() if dims}
+    torch.onnx.export(
+        model, args, buf, input_names=names, dynamic_axes=axes, dynamo=False, opset_version=17
+    )
+    return buf.getvalue()
+
+
+def backends(name: str, use_compile: bool) -> tuple[dict[str, Callable[[], Any]], dict[str, str]]:
+    """The callables to time for model ``name`` (each checked), and why others are missing."""
+    import torch
+
+    case = CASES[name]
+    model = case.build()
+    args = case.inputs(2, case.seqs[0])
+    arrays = [a.numpy() for a in args]
+    with torch.no_grad():
+        ref = model(*args).numpy()
+    fns: dict[str, Callable[[], Any]] = {}
+    missing: dict[str, str] = {}
+
+    def add(label: str, make: Callable[[], Callable[[], Any]]) -> None:
+        try:
+            fn = make()
+            if not _close(fn(), ref):
+                missing[label] = "wrong output"
+                return
+            fns[label] = fn
+        except Exception as err:  # a backend that cannot take the model: reported as n/a
+            missing[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+
+    def eager() -> Callable[[], Any]:
+        def run() -> Any:
+            with torch.no_grad():
+                return model(*args).numpy()
+
+        return run
+
+    def via_torch() -> Callable[[], Any]:
+        mod = rvm.from_torch(model, args=args, dynamic_shapes=case.dynamic_shapes())
+        vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode="native")
+        return lambda: vm["main"](*arrays)
+
+    onnx_model: list[bytes] = []
+
+    def via_onnx() -> Callable[[], Any]:
+        onnx_model.append(_onnx_bytes(model, args, case))
+        vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(onnx_model[0])), exec_mode="native")
+        return lambda: vm["main"](*arrays)
+
+    def ort() -> Callable[[], Any]:
+        import onnxruntime
+
+        sess = onnxruntime.InferenceSession(onnx_model[0], providers=["CPUExecutionProvider"])
+        feed = {i.name: a for i, a in zip(sess.get_inputs(), arrays)}
+        return lambda: sess.run(None, feed)
+
+    def compiled() -> Callable[[], Any]:
+        fn = torch.compile(model)
+
+        def run() -> Any:
+            with torch.no_grad():
+                return fn(*args).numpy()
+
+        return run
+
+    add("eager", eager)
+    add("rvm from_torch", via_torch)
+    add("rvm from_onnx", via_onnx)
+    if onnx_model:
+        add("onnxruntime", ort)
+    if use_compile:
+        add("torch.compile", compiled)
+    return fns, missing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default=",".join(CASES))
+    parser.add_argument("--repeat", type=int, default=51)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    opts = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    print(f"machine: {platform.machine()} {platform.processor() or ''}, threads: default")
+    labels = ["eager", "rvm from_torch", "rvm from_onnx", "onnxruntime", "torch.compile"]
+    print(f"{'model':16}" + "".join(f"{lab:>16}" for lab in labels) + "   torch/onnx")
+    rows = {}
+    for name in opts.models.split(","):
+        fns, missing = backends(name, not opts.no_compile)
+        times = interleaved_medians(fns, repeat=opts.repeat) if fns else {}
+        cells = [
+            f"{times[lab] * 1e3:14.3f}ms" if lab in times else f"{'n/a':>16}" for lab in labels
+        ]
+        ratio = ""
+        if "rvm from_torch" in times and "rvm from_onnx" in times:
+            ratio = f"{times['rvm from_torch'] / times['rvm from_onnx']:.2f}"
+        print(f"{name:16}" + "".join(cells) + f"   {ratio}")
+        rows[name] = {"seconds": times, "missing": missing}
+    write_results("torch_models", {"machine": platform.machine(), "models": rows})
+
+
+if __name__ == "__main__":
+    main()

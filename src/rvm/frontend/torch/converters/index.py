@@ -1,0 +1,275 @@
+"""Creation and indexing ATen ops: full, arange, embedding, index, gather, scatter, sort.
+
+``arange`` to a symbolic end counts with a cumulative sum over ``ones((n,))``: the symbol
+comes from an input's shape, so one compiled program serves every length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rvm import op
+from rvm.frontend.torch.context import NodeContext, SymInt
+from rvm.frontend.torch.registry import converter
+from rvm.ir import Expr, TupleGetItem
+
+
+def _fill(ctx: NodeContext, value: Any) -> Any:
+    dtype = ctx.out_dtype()
+    if isinstance(value, SymInt):
+        value = value.static if value.static is not None else value
+    if isinstance(value, (int, float, bool)):
+        return bool(value) if dtype == "bool" else float(value) if "float" in dtype else int(value)
+    return value
+
+
+def _full(ctx: NodeContext, value: Any) -> Expr:
+    shape = ctx.out_shape()
+    if None in shape:
+        ctx.fail(f"cannot name the shape {ctx.val.shape}")
+    fill = _fill(ctx, value)
+    if isinstance(fill, (Expr, SymInt)):
+        return ctx.emit(op.broadcast_to(ctx.scalar(fill, ctx.out_dtype()), list(shape)))
+    return ctx.emit(op.full(list(shape), fill, ctx.out_dtype()))
+
+
+@converter("aten.full.default")
+def _full_default(ctx: NodeContext, size: list, fill_value: Any, **_: Any) -> Expr:
+    return _full(ctx, fill_value)
+
+
+@converter("aten.full_like.default", "aten.fill.Scalar")
+def _full_like(ctx: NodeContext, x: Expr, fill_value: Any, **_: Any) -> Expr:
+    return _full(ctx, fill_value)
+
+
+@converter("aten.zeros.default", "aten.empty.memory_format", "aten.empty_strided.default")
+def _zeros(ctx: NodeContext, size: list, *rest: Any, **_: Any) -> Expr:
+    return _full(ctx, 0)
+
+
+@converter("aten.ones.default")
+def _ones(ctx: NodeContext, size: list, **_: Any) -> Expr:
+    return _full(ctx, 1)
+
+
+@converter("aten.zeros_like.default", "aten.empty_like.default")
+def _zeros_like(ctx: NodeContext, x: Expr, **_: Any) -> Expr:
+    return _full(ctx, 0)
+
+
+@converter("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
+def _arange(ctx: NodeContext, *bounds: Any, **_: Any) -> Expr:
+    start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    dtype = ctx.out_dtype()
+    static = [b.static if isinstance(b, SymInt) else b for b in (start, end, step)]
+    if all(isinstance(b, (int, float)) for b in static):
+        return ctx.emit(op.arange(*static, dtype=dtype))
+    n = ctx.out_shape()[0]
+    if n is None:
+        ctx.fail(f"cannot name the length {ctx.val.shape[0]} of arange")
+    count = ctx.emit(op.cumsum(op.ones([n], dtype), axis=0, exclusive=True))
+    out = count
+    if static[2] != 1:
+        out = ctx.emit(op.multiply(out, ctx.scalar(step, dtype)))
+    if static[0] != 0:
+        out = ctx.emit(op.add(out, ctx.scalar(start, dtype)))
+    return out
+
+
+@converter("aten.embedding.default")
+def _embedding(ctx: NodeContext, weight: Expr, indices: Expr, *_: Any) -> Expr:
+    return ctx.emit(op.take(weight, indices, axis=0))
+
+
+@converter("aten.index_select.default")
+def _index_select(ctx: NodeContext, x: Expr, dim: int, index: Expr) -> Expr:
+    if ctx.rank(x) == 0:
+        return x
+    return ctx.emit(op.take(x, index, axis=dim % ctx.rank(x)))
+
+
+@converter("aten.gather.default")
+def _gather(ctx: NodeContext, x: Expr, dim: int, index: Expr, **_: Any) -> Expr:
+    if ctx.rank(x) == 0:
+        return x
+    return ctx.emit(op.gather(x, index, axis=dim % ctx.rank(x)))
+
+
+def axis_size(ctx: NodeContext, x: Expr, axis: int) -> Any:
+    """The size of ``x`` along ``axis``: an int, else a run-time 0-d int64 tensor."""
+    size = ctx.shape(x)[axis]
+    if isinstance(size, int):
+        return size
+    return ctx.emit(op.take(op.shape_of(x), ctx.scalar(axis, "int64")))
+
+
+def _wrapped(ctx: NodeContext, index: Expr, size: Any) -> Expr:
+    index = ctx.cast(index, "int64")
+    return ctx.emit(op.where(op.less(index, 0), op.add(index, size), index))
+
+
+@converter("aten.index.Tensor")
+def _index(ctx: NodeContext, x: Expr, indices: list) -> Expr:
+    """Advanced indexing by a run of index tensors (after leading full slices)."""
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if any(ctx.dtype_of(indices[i]) == "bool" for i in used):
+        ctx.fail("boolean mask indexing has a data-dependent shape")
+    if used != list(range(used[0], used[-1] + 1)):
+        ctx.fail("index tensors separated by full slices are not supported")
+    first, count = used[0], len(used)
+    if count == 1:
+        return ctx.emit(op.take(x, indices[first], axis=first))
+    rank = ctx.rank(x)
+    out = ctx.out_shape()
+    nb = len(out) - (rank - count)  # the broadcast index's rank
+    bshape = list(out[first : first + nb])
+    if None in bshape:
+        ctx.fail(f"cannot name the broadcast index shape {ctx.val.shape}")
+    parts = []
+    for i in used:
+        idx = _wrapped(ctx, indices[i], axis_size(ctx, x, i))
+        if ctx.shape(idx) != tuple(bshape):
+            idx = ctx.emit(op.broadcast_to(idx, bshape))
+        parts.append(ctx.emit(op.expand_dims(idx, -1)))
+    stacked = ctx.emit(op.concat(parts, axis=-1))
+    if first:  # the indexed axes first, for gather_nd
+        perm = [*used, *range(first), *range(first + count, rank)]
+        x = ctx.emit(op.transpose(x, perm))
+    y = ctx.emit(op.gather_nd(x, stacked))
+    if first:  # gather_nd gives (index..., before..., after...): the index dims back in place
+        perm = [*range(nb, nb + first), *range(nb), *range(nb + first, len(out))]
+        y = ctx.emit(op.transpose(y, perm))
+    return y
+
+
+@converter("aten.index_put.default")
+def _index_put(
+    ctx: NodeContext, x: Expr, indices: list, values: Expr, accumulate: bool = False
+) -> Expr:
+    if len(indices) != 1 or indices[0] is None or ctx.dtype_of(indices[0]) == "bool":
+        ctx.fail("supports one integer index tensor on the first axis")
+    idx = ctx.emit(op.expand_dims(ctx.cast(indices[0], "int64"), -1))
+    rows = list(ctx.shape(idx)[:-1]) + list(ctx.shape(x)[1:])
+    values = ctx.cast(values, ctx.out_dtype())
+    if ctx.shape(values) != tuple(rows):
+        values = ctx.emit(op.broadcast_to(values, rows))
+    reduction = "add" if accumulate else "none"
+    return ctx.emit(op.scatter_nd(x, idx, values, reduction=reduction))
+
+
+@converter("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default")
+def _scatter(ctx: NodeContext, x: Expr, dim: int, index: Expr, src: Any, **kw: Any) -> Expr:
+    if ctx.rank(x) == 0:
+        return ctx.scalar(src, ctx.out_dtype()) if "add" not in str(ctx.node.target) else x
+    if not isinstance(src, Expr):
+        src = ctx.emit(op.broadcast_to(ctx.scalar(src, ctx.out_dtype()), list(ctx.shape(index))))
+    elif ctx.shape(src) != ctx.shape(index):
+        shape = ctx.shape(index)
+        src = ctx.emit(op.strided_slice(src, [0] * len(shape), list(shape)))
+    reduction = "add" if "scatter_add" in str(ctx.node.target) else kw.get("reduce") or "none"
+    reduction = {"multiply": "mul"}.get(reduction, reduction)
+    return ctx.emit(
+        op.scatter_elements(
+            x, index, ctx.cast(src, ctx.out_dtype()), axis=dim % ctx.rank(x), reduction=reduction
+        )
+    )
+
+
+@converter("aten.scatter_reduce.two")
+def _scatter_reduce(
+    ctx: NodeContext,
+    x: Expr,
+    dim: int,
+    index: Expr,
+    src: Expr,
+    reduce: str,
+    include_self: bool = True,
+) -> Expr:
+    if not include_self:
+        ctx.fail("include_self=False is not supported")
+    names = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+    if reduce not in names:
+        ctx.fail(f"reduce={reduce!r} is not supported")
+    return ctx.emit(
+        op.scatter_elements(x, index, src, axis=dim % ctx.rank(x), reduction=names[reduce])
+    )
+
+
+@converter("aten.topk.default")
+def _topk(
+    ctx: NodeContext, x: Expr, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+) -> list[Expr]:
+    if ctx.rank(x) == 0:
+        return [x, ctx.scalar(0, "int64")]
+    out = ctx.emit(op.topk(x, int(k), axis=dim % ctx.rank(x), largest=largest, sorted=True))
+    return [ctx.emit(TupleGetItem(out, 0)), ctx.emit(TupleGetItem(out, 1))]
+
+
+@converter("aten.sort.default", "aten.sort.stable")
+def _sort(ctx: NodeContext, x: Expr, *args: Any, **kw: Any) -> list[Expr]:
+    if ctx.rank(x) == 0:
+        return [x, ctx.scalar(0, "int64")]
+    if "stable" in str(ctx.node.target):
+        dim, descending = kw.get("dim", -1), kw.get("descending", False)
+    else:
+        dim = args[0] if args else kw.get("dim", -1)
+        descending = args[1] if len(args) > 1 else kw.get("descending", False)
+    axis = dim % ctx.rank(x)
+    n = ctx.shape(x)[axis]
+    if not isinstance(n, int):
+        ctx.fail("needs a static size along the sorted axis")
+    out = ctx.emit(op.topk(x, n, axis=axis, largest=bool(descending), sorted=True))
+    return [ctx.emit(TupleGetItem(out, 0)), ctx.emit(TupleGetItem(out, 1))]
+
+
+@converter("aten.nonzero.default")
+def _nonzero(ctx: NodeContext, x: Expr) -> Expr:
+    return ctx.emit(op.transpose(op.nonzero(x), [1, 0]))
+
+
+@converter("aten.diagonal.default")
+def _diagonal(ctx: NodeContext, x: Expr, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Expr:
+    rank = ctx.rank(x)
+    a, b = dim1 % rank, dim2 % rank
+    rest = [d for d in range(rank) if d not in (a, b)]
+    n, m = ctx.shape(x)[a], ctx.shape(x)[b]
+    if not (isinstance(n, int) and isinstance(m, int)):
+        ctx.fail("needs static sizes along the two diagonal axes")
+    x = ctx.emit(op.transpose(x, [*rest, a, b]))
+    flat = ctx.emit(op.reshape(x, [*ctx.shape(x)[:-2], n * m]))
+    rows = range(max(0, -offset), min(n, m - offset)) if offset < m else range(0)
+    index = [r * m + r + offset for r in rows]
+    return ctx.emit(op.take(flat, op.const(index, "int64"), axis=len(rest)))
+
+
+@converter("aten.as_strided.default", "aten.as_strided_copy.default")
+def _as_strided(
+    ctx: NodeContext, x: Expr, size: list, stride: list, storage_offset: Any = None
+) -> Expr:
+    """A strided view of ``x``'s row-major elements, gathered (sizes and strides static)."""
+    if not all(isinstance(v, int) for v in [*size, *stride]):
+        ctx.fail("needs static sizes and strides")
+    index = np.full([int(s) for s in size], int(storage_offset or 0), dtype=np.int64)
+    for axis, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[axis] = int(n)
+        index = index + (np.arange(int(n), dtype=np.int64) * int(st)).reshape(shape)
+    flat = ctx.emit(op.reshape(x, [-1]))
+    return ctx.emit(op.take(flat, op.const(index, "int64")))
+
+
+@converter("aten.masked_scatter.default")
+def _masked_scatter(ctx: NodeContext, x: Expr, mask: Expr, source: Expr) -> Expr:
+    """Where ``mask`` holds, the next element of ``source`` in row-major order."""
+    shape = list(ctx.out_shape())
+    if None in shape:
+        ctx.fail(f"cannot name the shape {ctx.val.shape}")
+    mask = ctx.emit(op.broadcast_to(ctx.cast(mask, "bool"), shape))
+    x = ctx.emit(op.broadcast_to(x, shape)) if ctx.shape(x) != tuple(shape) else x
+    flat = ctx.emit(op.reshape(op.cast(mask, "int64"), [-1]))
+    index = ctx.emit(op.maximum(op.subtract(op.cumsum(flat, axis=0), 1), 0))
+    values = ctx.emit(op.take(op.reshape(source, [-1]), index))
+    return ctx.emit(op.where(mask, op.reshape(values, shape), x))

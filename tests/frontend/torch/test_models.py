@@ -1,0 +1,42 @@
+"""Real models against eager PyTorch: tiny random transformers models (no download) and
+modules with torch.cond and torch.while_loop, exported once with batch 2 and symbolic batch
+(and sequence) sizes, run at two batch sizes and two sequence lengths in every exec mode.
+
+The transformers models compile for tens of seconds each: all but one are marked slow
+(``pytest -m slow``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import rvm
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+from torch_helpers import check_eager  # noqa: E402
+
+from rvm.testing.torch_models import CASES  # noqa: E402
+
+FAST = ("cond", "while_loop", "bert")
+_modules: dict[str, tuple] = {}
+
+
+def _imported(name: str) -> tuple:
+    """(model, module) for a case, imported once per session."""
+    if name not in _modules:
+        case = CASES[name]
+        model = case.build()
+        args = case.inputs(case.batches[0], case.seqs[0])
+        mod = rvm.from_torch(model, args=args, dynamic_shapes=case.dynamic_shapes())
+        _modules[name] = (model, mod)
+    return _modules[name]
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in CASES]
+)
+def test_model_matches_eager_pytorch(name: str, exec_mode: str) -> None:
+    case = CASES[name]
+    model, mod = _imported(name)
+    inputs = [case.inputs(b, s) for b in case.batches for s in case.seqs]
+    check_eager(model, mod, inputs, exec_mode, rtol=1e-4)
