@@ -158,7 +158,15 @@ def test_saved_native_code_loads_with_empty_caches_and_compiles_no_kernel(tmp_pa
     # entries are never written from a file: this process built them.
     shipped = {n for g in native.groups if g.kind == "kernel" for n, _ in g.files}
     assert shipped <= set(got["cached"])
-    library = {n for g in native.groups if g.kind == "module" for n, _ in g.files}
+    # (The pool's tasks are left out: they are built when a loop first splits, and this small
+    # model's loops never do.)
+    library = {
+        n
+        for g in native.groups
+        if g.kind == "module"
+        for n, _ in g.files
+        if not n.split("-")[0].endswith("_task")
+    }
     assert library and library <= set(got["cached"])
 
 

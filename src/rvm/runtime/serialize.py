@@ -639,7 +639,7 @@ def _read_spec(r: _Reader) -> ParamSpec:
     sname, skind, dtype = r.str(), r.str(), r.opt_str()
     if skind not in _SPEC_KINDS:
         r.fail(f"parameter kind {skind!r} is not one of {_SPEC_KINDS}")
-    if dtype is not None and not _is_dtype_name(dtype):
+    if skind == "tensor" and dtype is not None and not _is_dtype_name(dtype):
         r.fail(f"parameter {sname!r} has an unknown dtype {dtype!r}")
     shape: tuple | None = None
     if r.take(1)[0]:
