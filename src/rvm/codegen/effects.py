@@ -7,8 +7,9 @@ functions with their results checked, debug prints, asserts and `rvm.dim` dimens
   INVOKE_PACKED of the registered function with it as the output.
 - ``debug_print``: CALL_PACKED of `vm.builtin.debug_print` with the label as a constant.
 - ``assert``: IF_IMM on the condition over a FATAL with the message.
-- ``dim``: CALL_PACKED of `vm.builtin.dim_carrier` (a `(n, 0)` tensor), MATCH_SHAPE storing or
-  checking ``n`` in the heap.
+- ``dim``: CALL_PACKED of `vm.builtin.dim_carrier` (a `(n, 0)` tensor), then MATCH_SHAPE storing
+  ``n`` in the heap; an ``n`` bound earlier is checked by `dim_carrier` itself, whose message
+  names the earlier binding (``main: n = rvm.dim(steps) is 3, but n = 2 from argument 0 'x'``).
 
 The function's prologue allocates the shape heap with a slot for every dim these bind
 (`declared_shapes`).
@@ -43,12 +44,8 @@ def emit_effect(cg: FunctionCodegen, c: E.Call, dst: int) -> None:
     elif op is effects.DEBUG_PRINT:
         label = cg.load_const(cg.ctx.string(a["label"]))
         fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.debug_print", [*args, label])
-    elif op is effects.DIM:  # the carrier's shape (n, 0) binds or checks n
-        value = getattr(c.args[0], "name", "value")
-        context = cg.ctx.string(f"{cg.name}: {a['name']} = rvm.dim({value})")
-        fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)  # the stack says where
-        pattern = cg.ctx.int_pattern(cg.match_pairs((a["name"], 0)))
-        fb.emit(Opcode.MATCH_SHAPE, dst, cg.heap, pattern, context)
+    elif op is effects.DIM:
+        emit_dim(cg, c, args[0], dst)
     elif op is effects.CALL_PACKED:
         fb.emit(Opcode.CALL_PACKED, dst, a["func"], args)
         if "dtype" in a:
@@ -64,6 +61,25 @@ def emit_effect(cg: FunctionCodegen, c: E.Call, dst: int) -> None:
         fb.emit(Opcode.INVOKE_PACKED, a["func"], len(args) + 1, 1, [*args, dst])
 
 
+def emit_dim(cg: FunctionCodegen, c: E.Call, value: int, dst: int) -> None:
+    """``n = rvm.dim(value)``: the carrier, shape ``(n, 0)``. An ``n`` bound earlier on every
+    path is checked by `vm.builtin.dim_carrier` (its message names that binding); otherwise
+    MATCH_SHAPE stores the carrier's dim in the heap."""
+    fb, name = cg.fb, c.attrs["name"]
+    binding = f"{name} = rvm.dim({getattr(c.args[0], 'name', 'value')})"
+    context = cg.ctx.string(f"{cg.name}: {binding}")
+    args = [value, cg.load_const(context)]
+    source = cg.bound.get(name)
+    if source is not None:
+        slot = cg.const_int(cg.slots[name])
+        source_reg = cg.load_const(cg.ctx.string(f"{name} = {{}} from {source}"))
+        args += [cg.heap, slot, source_reg]
+    fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)
+    if source is None:
+        pattern = cg.ctx.int_pattern(cg.match_pairs((name, 0), binding))
+        fb.emit(Opcode.MATCH_SHAPE, dst, cg.heap, pattern, context)
+
+
 def check_output(cg: FunctionCodegen, reg: int, shape: tuple | None, dtype: str, func: str) -> None:
     """Checks the value a registered function returned against its declared type: dtype
     and rank (`vm.builtin.check_tensor`), then dims (MATCH_SHAPE: a symbolic dim seen
@@ -74,7 +90,7 @@ def check_output(cg: FunctionCodegen, reg: int, shape: tuple | None, dtype: str,
     check = [reg, ndim, cg.load_const(cg.ctx.string(dtype)), cg.load_const(context)]
     fb.emit(Opcode.CALL_PACKED, fb.new_register(), "vm.builtin.check_tensor", check)
     if shape and any(d is not None for d in shape):
-        pattern = cg.ctx.int_pattern(cg.match_pairs(shape))
+        pattern = cg.ctx.int_pattern(cg.match_pairs(shape, f"the result of {func}"))
         fb.emit(Opcode.MATCH_SHAPE, reg, cg.heap, pattern, context)
 
 

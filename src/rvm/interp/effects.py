@@ -17,7 +17,7 @@ from rvm.runtime.builtins import check_tensor, dim_carrier
 from rvm.runtime.builtins import debug_print as print_builtin
 from rvm.runtime.registry import get_global_func
 
-__all__ = ["EFFECTS", "PACKED_OPS", "packed_call"]
+__all__ = ["EFFECTS", "PACKED_OPS", "dim_call", "packed_call"]
 
 
 def _checked(x: Any, func: str, shape: tuple | None, dtype: str) -> Any:
@@ -54,8 +54,31 @@ def _assert(cond: Any, message: str) -> tuple:
 
 
 def _dim(value: Any, name: str) -> np.ndarray:
-    # The binding's annotation, T[(name, 0), "int64"], then binds or checks the dimension.
-    return dim_carrier(value, f"rvm.dim {name}")
+    return dim_carrier(value, f"rvm.dim {name}")  # `dim_call` runs it with the env
+
+
+def dim_call(call: E.Call, value: Any, env: Env) -> np.ndarray:
+    """``n = rvm.dim(value)``: the carrier of ``n``, checked against an earlier binding of
+    ``n`` and binding it otherwise, with the VM's messages (`vm.builtin.dim_carrier`)."""
+    name = call.attrs["name"]
+    binding = f"{name} = rvm.dim({getattr(call.args[0], 'name', 'value')})"
+    context = f"{env.name}: {binding}"
+    carrier = dim_carrier(value, context)
+    bound = env.dim(name)
+    if bound is None:
+        env.dims[name] = carrier.shape[0]
+        env.sources[name] = binding
+    elif bound != carrier.shape[0]:
+        raise ShapeError(
+            f"{context} is {carrier.shape[0]}, but {name} = {bound} from {_source(env, name)}"
+        )
+    return carrier
+
+
+def _source(env: Env | None, name: str) -> str:
+    while env is not None and name not in env.sources:
+        env = env.parent
+    return env.sources[name] if env is not None else "an enclosing function"
 
 
 EFFECTS: dict[Any, Callable[..., Any]] = {

@@ -23,8 +23,9 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
   dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
 - `vm.builtin.debug_print(x, label)`: prints `label: x` (`rvm.debug_print`); returns None.
-- `vm.builtin.dim_carrier(value, context="rvm.dim")`: an empty `(value, 0)` int64 tensor from a 0-d
-  integer (`rvm.dim`), raising ShapeError for a negative one.
+- `vm.builtin.dim_carrier(value, context="rvm.dim", heap=None, slot=None, source="")`: an empty
+  `(value, 0)` int64 tensor from a 0-d integer (`rvm.dim`), raising ShapeError for a negative one
+  or, given a heap, one that differs from `heap[slot]` (the dim's earlier binding, `source`).
 """
 
 from __future__ import annotations
@@ -201,9 +202,19 @@ def debug_print(x: Any, label: Any = "") -> None:
 
 
 @register_func("vm.builtin.dim_carrier")
-def dim_carrier(value: Any, context: Any = "rvm.dim") -> np.ndarray:
+def dim_carrier(
+    value: Any,
+    context: Any = "rvm.dim",
+    heap: np.ndarray | None = None,
+    slot: Any = None,
+    source: Any = "",
+) -> np.ndarray:
     """An empty int64 tensor of shape `(value, 0)` from a 0-d integer `value` (`rvm.dim`): it
-    carries the dimension in its shape, where MATCH_SHAPE and kernels read dimensions."""
+    carries the dimension in its shape, where MATCH_SHAPE and kernels read dimensions.
+
+    `context` is the binding (``main: n = rvm.dim(steps)``). With `heap`, the dimension was
+    bound earlier: `value` must equal `heap[slot]`; `source` (``n = {} from argument 0 'x'``,
+    ``{}`` for the earlier value) says where that binding came from."""
     arr = np.asarray(value)
     if arr.ndim != 0 or arr.dtype.kind not in "iu":
         raise ShapeError(
@@ -212,5 +223,8 @@ def dim_carrier(value: Any, context: Any = "rvm.dim") -> np.ndarray:
         )
     n = int(arr)
     if n < 0:
-        raise ShapeError(f"{_prefix(context)}a dimension must be >= 0, got {n}")
+        raise ShapeError(f"{as_str(context)} is {n}, but a dimension must be >= 0")
+    if heap is not None and n != int(heap[int(slot)]):
+        earlier = as_str(source).replace("{}", str(int(heap[int(slot)])), 1)
+        raise ShapeError(f"{as_str(context)} is {n}, but {earlier}")
     return np.empty((n, 0), _INT64)
