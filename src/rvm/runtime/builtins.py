@@ -22,6 +22,8 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.copy(x)`: a copy of a tensor.
 - `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
   dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
+- `vm.builtin.check_tuple(x, arity, context)`: checks that `x` is a tuple or list of `arity`
+  values, raising DTypeError; returns it as a tuple.
 - `vm.builtin.debug_print(x, label)`: prints `label: x` (`rvm.debug_print`); returns None.
 - `vm.builtin.dim_carrier(value, context="rvm.dim", heap=None, slot=None, source="")`: an empty
   `(value, 0)` int64 tensor from a 0-d integer (`rvm.dim`), raising ShapeError for a negative one
@@ -187,6 +189,23 @@ def check_tensor(x: Any, ndim: Any, dtype: Any, context: Any = "") -> Any:
     if ndim >= 0 and x.ndim != ndim:
         raise ShapeError(f"{prefix}expected a {ndim}-d tensor, got shape {x.shape}")
     return x
+
+
+@register_func("vm.builtin.check_tuple")
+def check_tuple(x: Any, arity: Any, context: Any = "") -> tuple:
+    """Checks `x` is a tuple (or list) of `arity` values; returns it as a tuple."""
+    n = int(arity)
+    if not isinstance(x, (tuple, list)):
+        raise DTypeError(f"{_prefix(context)}expected a tuple of {n} tensors, got {_kind(x)}")
+    if len(x) != n:
+        raise DTypeError(f"{_prefix(context)}expected a tuple of {n} tensors, got {len(x)} values")
+    return tuple(x)
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return f"a tensor of shape {x.shape}"
+    return type(x).__name__
 
 
 @register_func("vm.builtin.debug_print")
