@@ -96,7 +96,7 @@ def test_tuple_results_match_the_interpreter(tuples_ex, exec_mode):
     ("name", "error", "message"),
     [
         ("one", DTypeError, "expected a tuple of 2 tensors, got a tensor of shape (3,)"),
-        ("three", DTypeError, "expected a tuple of 2 tensors, got 3 values"),
+        ("three", DTypeError, "expected a tuple of 2 tensors, got a tuple of 3"),
         ("wide", DTypeError, "the result of test_tuples.wide field 1: expected dtype float32"),
         ("same", ShapeError, "the result of test_tuples.short field 1: shape (2,) has 2 at axis 0"),
     ],

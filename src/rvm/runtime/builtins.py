@@ -198,7 +198,10 @@ def check_tuple(x: Any, arity: Any, context: Any = "") -> tuple:
     if not isinstance(x, (tuple, list)):
         raise DTypeError(f"{_prefix(context)}expected a tuple of {n} tensors, got {_kind(x)}")
     if len(x) != n:
-        raise DTypeError(f"{_prefix(context)}expected a tuple of {n} tensors, got {len(x)} values")
+        raise DTypeError(
+            f"{_prefix(context)}expected a tuple of {n} tensors, got a {type(x).__name__} "
+            f"of {len(x)}"
+        )
     return tuple(x)
 
 
