@@ -122,14 +122,10 @@ def test_data_values_are_walked_only_where_closures_are_made():
 def test_closure_call_takes_the_entry_checks(closures_ex, exec_mode):
     vm = VirtualMachine(closures_ex, exec_mode=exec_mode)
     clo = vm["make"](f32(4))
-    with pytest.raises(
-        ShapeError,
-        match=r"^make_add_k: argument 0 'y' has shape \(3,\), but dimension 0 must be 4 ",
-    ):
+    shape_error = r"argument 0 'y' has shape \(3,\), but dimension 0 must be 4"
+    with pytest.raises(ShapeError, match=shape_error):
         clo(f32(3))
-    with pytest.raises(
-        DTypeError, match="^make_add_k: argument 0 'y' expects dtype float32, got float64$"
-    ):
+    with pytest.raises(DTypeError, match="argument 0 'y' expects dtype float32, got float64"):
         vm.invoke_closure(clo, np.zeros(4))
     with pytest.raises(TypeError, match=r"takes 1 argument \(y\), got 2"):
         clo(f32(4), f32(4))
