@@ -3,6 +3,8 @@ interpreter and every exec mode."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,12 @@ class Dims:
     def agree(x: T[("n", 2), "float32"], steps: T[(), "int64"]):
         n = rvm.dim(steps)
         return op.ones((n, 3), "float32") + op.sum(x)
+
+    @func
+    def twice(a: T[(), "int64"], b: T[(), "int64"]):
+        n = rvm.dim(a)
+        m = rvm.dim(b, "n")  # the same dimension: checked
+        return op.zeros((n, 2), "float32") + op.sum(op.ones((m, 1), "float32"))
 
     @func
     def loop(steps: T[(), "int64"]):
@@ -59,16 +67,28 @@ def test_int_parameter_as_dimension(dims_ex, exec_mode, n):
 
 
 def test_dimension_is_checked_at_run_time(dims_ex, exec_mode):
+    """The messages say it in the program's words, the same in the interpreter and every
+    mode: the binding, its value, and where the earlier value of the dimension came from."""
     vm = rvm.VirtualMachine(dims_ex, exec_mode=exec_mode)
-    with pytest.raises(VMError, match="rvm.dim: a dimension must be >= 0, got -1"):
-        vm["main"](np.ones(3, np.float32), np.int64(-1))
-    with pytest.raises(
-        VMError,
-        match=r"agree: n = rvm.dim\(steps\): shape \(3, 0\) has 3 at axis 0, but an earlier",
-    ):
-        vm["agree"](np.ones((2, 2), np.float32), np.int64(3))
-    with pytest.raises(ShapeError, match="n = 2"):
-        rvm.interpret(Dims, "agree", np.ones((2, 2), np.float32), np.int64(3))
+    x = np.ones((2, 2), np.float32)
+    cases = [
+        ("main", (np.ones(3, np.float32), np.int64(-1)), ShapeError,
+         r"^main: n = rvm\.dim\(steps\) is -1, but a dimension must be >= 0$"),
+        ("agree", (x, np.int64(3)), ShapeError,
+         r"^agree: n = rvm\.dim\(steps\) is 3, but n = 2 from argument 0 'x'$"),
+        ("agree", (x, np.int64(-2)), ShapeError,
+         r"^agree: n = rvm\.dim\(steps\) is -2, but a dimension must be >= 0$"),
+        ("twice", (np.int64(2), np.int64(3)), ShapeError,
+         r"^twice: n = rvm\.dim\(b\) is 3, but n = 2 from n = rvm\.dim\(a\)$"),
+    ]  # fmt: skip
+    for name, args, error, message in cases:
+        with pytest.raises(VMError) as raised:
+            vm[name](*args)
+        assert isinstance(raised.value.__cause__, error)
+        assert re.search(message, str(raised.value.__cause__))
+        with pytest.raises(error, match=message):
+            rvm.interpret(Dims, name, *args)
+    np.testing.assert_array_equal(vm["twice"](np.int64(3), np.int64(3)), np.full((3, 2), 3.0))
 
 
 def test_dim_round_trips_and_checks_its_value():

@@ -13,7 +13,7 @@ import pytest
 import rvm
 from rvm.errors import DTypeError, ShapeError
 from rvm.runtime import ExecBuilder, KernelRecord, Opcode, ParamSpec, VirtualMachine
-from rvm.script import T, func, module
+from rvm.script import Callable, T, func, module
 from rvm.testing.programs import MLP
 
 
@@ -46,6 +46,32 @@ class Closures:
         return x * 2.0
 
 
+@rvm.script.adt
+class Fns:
+    Done: ()
+    More: (Callable[[T[(4,), "float32"]], T[(4,), "float32"]], "Fns")
+
+
+@module
+class Held:
+    @func
+    def chain(k: T[(4,), "float32"]) -> Fns:
+        def add_k(y: T[(4,), "float32"]):
+            return y + k
+
+        def scale(y: T[(4,), "float32"]):
+            return y * k
+
+        return More(add_k, More(scale, Done()))
+
+    @func
+    def nested(k: T[(4,), "float32"]):
+        def add_k(y: T[(4,), "float32"]):
+            return y + k
+
+        return ((add_k, k), More(add_k, Done()))
+
+
 def f32(*shape: int) -> np.ndarray:
     return np.random.rand(*shape).astype(np.float32)
 
@@ -63,6 +89,34 @@ def test_closure_from_python_is_callable(closures_ex, exec_mode):
     np.testing.assert_allclose(vm.invoke_closure(clo, y), y + k, rtol=1e-6)
     scale, _ = vm["pair"](k)  # a closure in a result tuple is bound too
     np.testing.assert_allclose(scale(y), y * k, rtol=1e-6)
+
+
+def test_closures_in_data_values_and_nested_tuples_are_bound(exec_mode):
+    vm = VirtualMachine(rvm.compile(Held), exec_mode=exec_mode)
+    k, y = f32(4), f32(4)
+    fns = vm["chain"](k)
+    assert fns.name == "More" and fns.fields[1].name == "More"
+    np.testing.assert_allclose(fns.fields[0](y), y + k, rtol=1e-6)
+    np.testing.assert_allclose(fns.fields[1].fields[0](y), y * k, rtol=1e-6)
+    (add_k, same_k), more = vm["nested"](k)
+    np.testing.assert_array_equal(same_k, k)
+    np.testing.assert_allclose(add_k(y), y + k, rtol=1e-6)
+    np.testing.assert_allclose(more.fields[0](y), y + k, rtol=1e-6)
+
+
+def test_data_values_are_walked_only_where_closures_are_made():
+    """An executable that makes no closure pays no walk of its data type results."""
+    from rvm.runtime.calling import makes_closures, result_checks
+
+    @module
+    class NoClosures:
+        @func
+        def one(k: T[(4,), "float32"]) -> Fns:
+            return Done()
+
+    assert makes_closures(rvm.compile(Held))
+    assert not makes_closures(rvm.compile(NoClosures))
+    assert result_checks(rvm.compile(NoClosures)) == [None]
 
 
 def test_closure_call_takes_the_entry_checks(closures_ex, exec_mode):

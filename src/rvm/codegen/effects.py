@@ -2,13 +2,15 @@
 functions with their results checked, debug prints, asserts and `rvm.dim` dimensions.
 
 - ``call_packed``: CALL_PACKED, then `vm.builtin.check_tensor` (dtype, rank) and MATCH_SHAPE
-  (dims: a symbolic dim seen first here is stored in the shape heap, later ones checked).
+  (dims: a symbolic dim seen first here is stored in the shape heap, later ones checked); a
+  tuple output is first checked by `vm.builtin.check_tuple` (arity), then field by field.
 - ``call_dps_packed``: NEW_TENSOR (NEW_TENSOR_REG of a MAKE_SHAPE) for the destination, then
   INVOKE_PACKED of the registered function with it as the output.
 - ``debug_print``: CALL_PACKED of `vm.builtin.debug_print` with the label as a constant.
 - ``assert``: IF_IMM on the condition over a FATAL with the message.
-- ``dim``: CALL_PACKED of `vm.builtin.dim_carrier` (a `(n, 0)` tensor), MATCH_SHAPE storing or
-  checking ``n`` in the heap.
+- ``dim``: CALL_PACKED of `vm.builtin.dim_carrier` (a `(n, 0)` tensor), then MATCH_SHAPE storing
+  ``n`` in the heap; an ``n`` bound earlier is checked by `dim_carrier` itself, whose message
+  names the earlier binding (``main: n = rvm.dim(steps) is 3, but n = 2 from argument 0 'x'``).
 
 The function's prologue allocates the shape heap with a slot for every dim these bind
 (`declared_shapes`).
@@ -43,16 +45,14 @@ def emit_effect(cg: FunctionCodegen, c: E.Call, dst: int) -> None:
     elif op is effects.DEBUG_PRINT:
         label = cg.load_const(cg.ctx.string(a["label"]))
         fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.debug_print", [*args, label])
-    elif op is effects.DIM:  # the carrier's shape (n, 0) binds or checks n
-        value = getattr(c.args[0], "name", "value")
-        context = cg.ctx.string(f"{cg.name}: {a['name']} = rvm.dim({value})")
-        fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)  # the stack says where
-        pattern = cg.ctx.int_pattern(cg.match_pairs((a["name"], 0)))
-        fb.emit(Opcode.MATCH_SHAPE, dst, cg.heap, pattern, context)
+    elif op is effects.DIM:
+        emit_dim(cg, c, args[0], dst)
     elif op is effects.CALL_PACKED:
         fb.emit(Opcode.CALL_PACKED, dst, a["func"], args)
         if "dtype" in a:
-            check_output(cg, dst, a.get("shape"), a["dtype"], a["func"])
+            check_output(cg, dst, a.get("shape"), a["dtype"], f"the result of {a['func']}")
+        elif "fields" in a:
+            check_fields(cg, dst, a["fields"], a["func"])
     else:  # CALL_DPS_PACKED: the VM allocates the destination
         shape = a["shape"]
         if all(isinstance(d, int) for d in shape):
@@ -64,17 +64,51 @@ def emit_effect(cg: FunctionCodegen, c: E.Call, dst: int) -> None:
         fb.emit(Opcode.INVOKE_PACKED, a["func"], len(args) + 1, 1, [*args, dst])
 
 
-def check_output(cg: FunctionCodegen, reg: int, shape: tuple | None, dtype: str, func: str) -> None:
+def emit_dim(cg: FunctionCodegen, c: E.Call, value: int, dst: int) -> None:
+    """``n = rvm.dim(value)``: the carrier, shape ``(n, 0)``. An ``n`` bound earlier on every
+    path is checked by `vm.builtin.dim_carrier` (its message names that binding); otherwise
+    MATCH_SHAPE stores the carrier's dim in the heap."""
+    fb, name = cg.fb, c.attrs["name"]
+    binding = f"{name} = rvm.dim({getattr(c.args[0], 'name', 'value')})"
+    context = cg.ctx.string(f"{cg.name}: {binding}")
+    args = [value, cg.load_const(context)]
+    source = cg.bound.get(name)
+    if source is not None:
+        slot = cg.const_int(cg.slots[name])
+        source_reg = cg.load_const(cg.ctx.string(f"{name} = {{}} from {source}"))
+        args += [cg.heap, slot, source_reg]
+    fb.emit(Opcode.CALL_PACKED, dst, "vm.builtin.dim_carrier", args)
+    if source is None:
+        pattern = cg.ctx.int_pattern(cg.match_pairs((name, 0), binding))
+        fb.emit(Opcode.MATCH_SHAPE, dst, cg.heap, pattern, context)
+
+
+def check_fields(cg: FunctionCodegen, reg: int, fields: tuple, func: str) -> None:
+    """Checks a tuple a registered function returned: a tuple (or list, made a tuple in
+    ``reg``) of ``len(fields)`` values (`vm.builtin.check_tuple`), then each field as
+    `check_output` checks a tensor."""
+    fb, what = cg.fb, f"the result of {func}"
+    context = cg.load_const(cg.ctx.string(f"{cg.name}: {what}"))
+    fb.emit(
+        Opcode.CALL_PACKED, reg, "vm.builtin.check_tuple", [reg, cg.const_int(len(fields)), context]
+    )
+    for i, (shape, dtype) in enumerate(fields):
+        field = fb.new_register()
+        fb.emit(Opcode.GET_FIELD, field, reg, i)
+        check_output(cg, field, shape, dtype, f"{what} field {i}")
+
+
+def check_output(cg: FunctionCodegen, reg: int, shape: tuple | None, dtype: str, what: str) -> None:
     """Checks the value a registered function returned against its declared type: dtype
     and rank (`vm.builtin.check_tensor`), then dims (MATCH_SHAPE: a symbolic dim seen
-    first here is bound, later ones checked)."""
+    first here is bound, later ones checked). ``what`` names it: ``the result of f``."""
     fb = cg.fb
-    context = cg.ctx.string(f"{cg.name}: the result of {func}")
+    context = cg.ctx.string(f"{cg.name}: {what}")
     ndim = cg.const_int(-1 if shape is None else len(shape))
     check = [reg, ndim, cg.load_const(cg.ctx.string(dtype)), cg.load_const(context)]
     fb.emit(Opcode.CALL_PACKED, fb.new_register(), "vm.builtin.check_tensor", check)
     if shape and any(d is not None for d in shape):
-        pattern = cg.ctx.int_pattern(cg.match_pairs(shape))
+        pattern = cg.ctx.int_pattern(cg.match_pairs(shape, what))
         fb.emit(Opcode.MATCH_SHAPE, reg, cg.heap, pattern, context)
 
 
@@ -85,10 +119,10 @@ def declared_shapes(func: E.Function) -> list[tuple]:
     for node in walk(func.body, into_functions=False):
         if not isinstance(node, E.Call):
             continue
-        if node.callee in (effects.CALL_PACKED, effects.CALL_DPS_PACKED) and node.attrs.get(
-            "shape"
-        ):
-            shapes.append(node.attrs["shape"])
+        if node.callee in (effects.CALL_PACKED, effects.CALL_DPS_PACKED):
+            if node.attrs.get("shape"):
+                shapes.append(node.attrs["shape"])
+            shapes += [shape for shape, _ in node.attrs.get("fields", ()) if shape]
         elif node.callee is effects.DIM:
             shapes.append((node.attrs["name"], 0))
     return shapes

@@ -154,7 +154,8 @@ class FunctionCodegen:
         self.regs: dict[E.Var, int] = {p: i for i, p in enumerate(func.params)}
         self.heap: int | None = None
         self.slots: dict[str, int] = {}
-        self.bound: set[str] = set()  # dims stored on every path to the code being emitted
+        # dims stored on every path to the code being emitted, each with what stored it
+        self.bound: dict[str, str] = {}
         self.owned, self.shared = _OwnedBlocks.of(func)
 
     # -- prologue: symbolic dimensions ---------------------------------------------------------
@@ -173,7 +174,7 @@ class FunctionCodegen:
         self.fb.emit(Opcode.ALLOC_SHAPE_HEAP, self.heap, len(names))
         fields: dict[tuple[int, ...], int] = {(i,): i for i in range(len(self.func.params))}
         for path, what, shape in found:
-            pattern = self.ctx.int_pattern(self.match_pairs(shape))
+            pattern = self.ctx.int_pattern(self.match_pairs(shape, what))
             context = self.ctx.string(f"{self.name}: {what}")
             tensor = self.field(path, fields)
             self.fb.emit(Opcode.MATCH_SHAPE, tensor, self.heap, pattern, context)
@@ -186,10 +187,11 @@ class FunctionCodegen:
             self.fb.emit(Opcode.GET_FIELD, reg, self.field(path[:-1], fields), path[-1])
         return reg
 
-    def match_pairs(self, shape: tuple) -> list[int]:
+    def match_pairs(self, shape: tuple, what: str = "a value") -> list[int]:
         """The `vm.builtin.match_shape` pattern of ``shape``, one (kind, value) pair per dim: a
-        fixed dim is checked (0), a symbolic one stored at its first occurrence (1) and checked
-        after (2), an unknown one (None) only counts toward the rank (3)."""
+        fixed dim is checked (0), a symbolic one stored at its first occurrence (1, ``what``
+        recorded as its source) and checked after (2), an unknown one (None) only counts
+        toward the rank (3)."""
         pairs: list[int] = []
         for d in shape:
             if d is None:
@@ -199,7 +201,7 @@ class FunctionCodegen:
             elif d in self.bound:
                 pairs += [2, self.slots[d]]
             else:  # stored here: first on this path (a branch's dims are not the other's)
-                self.bound.add(d)
+                self.bound[d] = what
                 pairs += [1, self.slots.setdefault(d, len(self.slots))]
         return pairs
 
@@ -429,12 +431,12 @@ class FunctionCodegen:
         cond = self.reg(e.cond)
         else_label, end = fb.label("else"), fb.label("end")
         fb.emit(Opcode.IF_IMM, cond, 1, 1, else_label)
-        bound = set(self.bound)
+        bound = dict(self.bound)
         self.value(e.true_branch, dst, tail)
         if not tail:
             fb.emit(Opcode.GOTO, end)
         fb.place(else_label)
-        self.bound = set(bound)
+        self.bound = dict(bound)
         self.value(e.false_branch, dst, tail)
         self.bound = bound  # what one branch stored, the other may not have
         if not tail:
@@ -448,7 +450,7 @@ class FunctionCodegen:
         for clause in m.clauses:
             fail = fb.label("next_case")
             self.pattern(clause.pattern, data, fail)
-            self.bound = set(bound)
+            self.bound = dict(bound)
             self.value(clause.body, dst, tail)
             if not tail:
                 fb.emit(Opcode.GOTO, end)

@@ -31,7 +31,7 @@ import numpy as np
 
 from rvm.errors import DTypeError, FunctionNotFoundError, ShapeError
 from rvm.interp.check import check_value
-from rvm.interp.effects import EFFECTS, PACKED_OPS, packed_call
+from rvm.interp.effects import EFFECTS, PACKED_OPS, dim_call, packed_call
 from rvm.interp.prims import (
     as_typed,
     get_item,
@@ -46,6 +46,7 @@ from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import AnyType
 from rvm.op import reference
+from rvm.op.effects import DIM
 
 _ATOMS = frozenset({E.Var, E.Constant, E.GlobalVar, E.Constructor, E.Function})
 _SLOW = object()  # `_value`'s answer for "this needs the driver"
@@ -340,6 +341,8 @@ class Interpreter:
             raise InterpError(f"{env.where()}: op.{callee.name} has no reference implementation")
         if callee in PACKED_OPS:  # its result binds the dims no earlier value bound
             return packed_call(ref, callee, call, args, env)
+        if callee is DIM:
+            return dim_call(call, args[0], env)
         needs = self._needs_resolve.get(call)
         if needs is None:
             needs = any(names_dims(k, v) for k, v in call.attrs.items())

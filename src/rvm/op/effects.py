@@ -5,7 +5,9 @@ They are the program's way out to Python (Relax's `call_packed`, `call_dps_packe
 
 - ``call_packed(func, *args, out=T[shape, dtype])``: ``func(*args)`` returns a tensor, checked
   against ``out`` (dtype, rank and dims; a symbolic dim is bound at its first use, then
-  checked) before the program uses it. Without ``out`` the call returns nothing (``()``).
+  checked) before the program uses it. With ``out=(T[...], T[...])`` it returns a tuple (or
+  list) of that many tensors, each field checked the same way; the program sees a tuple.
+  Without ``out`` the call returns nothing (``()``).
 - ``call_dps_packed(func, *args, out=T[shape, dtype])``: destination-passing: the VM allocates
   the output (its shape from ``out``: fixed dims, or dims bound earlier) and calls
   ``func(*args, output)``, which writes it.
@@ -27,7 +29,8 @@ All four are named ``vm.*``: no pass fuses, folds or removes them (`dead_code` k
 NEW_TENSOR + INVOKE_PACKED, IF_IMM + FATAL). A function that uses one runs in the compiled mode
 under ``exec_mode="native"`` (`native_report()` says which packed call); one that uses none
 keeps its native code. The attributes: ``func`` (the registered name), ``shape`` and ``dtype``
-(the declared output; absent for no output), ``label``, ``message``.
+(the declared output; absent for no output) or ``fields`` (a tuple output: ``(shape, dtype)``
+per field), ``label``, ``message``.
 """
 
 from __future__ import annotations
@@ -52,8 +55,11 @@ EFFECT_OPS = frozenset({CALL_PACKED, CALL_DPS_PACKED, DEBUG_PRINT, ASSERT, DIM})
 UNIT = TupleType(())
 
 
-def declared_output(call: Call) -> TensorType | None:
-    """The output a packed call declares (None: it returns nothing)."""
+def declared_output(call: Call) -> TensorType | TupleType | None:
+    """The output a packed call declares: a tensor, a tuple of tensors (``fields``), or None
+    (it returns nothing)."""
+    if "fields" in call.attrs:
+        return TupleType(tuple(TensorType(shape, dtype) for shape, dtype in call.attrs["fields"]))
     if "dtype" not in call.attrs:
         return None
     return TensorType(call.attrs.get("shape"), call.attrs["dtype"])
@@ -94,9 +100,20 @@ def _packed(op: Op, func: str, args: tuple[ExprLike, ...], out: Any) -> Call:
     if not isinstance(func, str) or not func:
         raise IRError(f"{what}: the function name must be a non-empty str, got {func!r}")
     attrs: dict[str, Any] = {"func": func}
-    if out is not None:
-        if not isinstance(out, TensorType) or out.dtype is None:
-            raise IRError(f"{what}: out must be a tensor type with a dtype (T[shape, dtype])")
+    if isinstance(out, (tuple, list, TupleType)) and op is CALL_PACKED:
+        fields = out.fields if isinstance(out, TupleType) else tuple(out)
+        if not fields or not all(_is_output(f) for f in fields):
+            raise IRError(
+                f"{what}: a tuple out must hold tensor types with dtypes "
+                f"((T[shape, dtype], ...)), got {out!r}"
+            )
+        attrs["fields"] = tuple((f.shape, f.dtype) for f in fields)
+    elif out is not None:
+        if not _is_output(out):
+            kinds = " or a tuple of them" if op is CALL_PACKED else ""
+            raise IRError(
+                f"{what}: out must be a tensor type with a dtype (T[shape, dtype]){kinds}"
+            )
         attrs["shape"] = out.shape
         attrs["dtype"] = out.dtype
     elif op is CALL_DPS_PACKED:
@@ -104,9 +121,16 @@ def _packed(op: Op, func: str, args: tuple[ExprLike, ...], out: Any) -> Call:
     return Call(op, tuple(as_expr(a) for a in args), attrs)
 
 
-def call_packed(func: str, *args: ExprLike, out: TensorType | None = None) -> Call:
+def _is_output(ty: Any) -> bool:
+    return isinstance(ty, TensorType) and ty.dtype is not None
+
+
+def call_packed(
+    func: str, *args: ExprLike, out: TensorType | tuple[TensorType, ...] | TupleType | None = None
+) -> Call:
     """``func(*args)``: a call of the Python function registered as ``func``, its result
-    checked against ``out`` (no result without ``out``)."""
+    checked against ``out``: a tensor type, or a tuple of them for a function returning a
+    tuple (each field checked); no result without ``out``."""
     return _packed(CALL_PACKED, func, args, out)
 
 

@@ -22,9 +22,12 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.copy(x)`: a copy of a tensor.
 - `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
   dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
+- `vm.builtin.check_tuple(x, arity, context)`: checks that `x` is a tuple or list of `arity`
+  values, raising DTypeError; returns it as a tuple.
 - `vm.builtin.debug_print(x, label)`: prints `label: x` (`rvm.debug_print`); returns None.
-- `vm.builtin.dim_carrier(value, context="rvm.dim")`: an empty `(value, 0)` int64 tensor from a 0-d
-  integer (`rvm.dim`), raising ShapeError for a negative one.
+- `vm.builtin.dim_carrier(value, context="rvm.dim", heap=None, slot=None, source="")`: an empty
+  `(value, 0)` int64 tensor from a 0-d integer (`rvm.dim`), raising ShapeError for a negative one
+  or, given a heap, one that differs from `heap[slot]` (the dim's earlier binding, `source`).
 """
 
 from __future__ import annotations
@@ -188,6 +191,26 @@ def check_tensor(x: Any, ndim: Any, dtype: Any, context: Any = "") -> Any:
     return x
 
 
+@register_func("vm.builtin.check_tuple")
+def check_tuple(x: Any, arity: Any, context: Any = "") -> tuple:
+    """Checks `x` is a tuple (or list) of `arity` values; returns it as a tuple."""
+    n = int(arity)
+    if not isinstance(x, (tuple, list)):
+        raise DTypeError(f"{_prefix(context)}expected a tuple of {n} tensors, got {_kind(x)}")
+    if len(x) != n:
+        raise DTypeError(
+            f"{_prefix(context)}expected a tuple of {n} tensors, got a {type(x).__name__} "
+            f"of {len(x)}"
+        )
+    return tuple(x)
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return f"a tensor of shape {x.shape}"
+    return type(x).__name__
+
+
 @register_func("vm.builtin.debug_print")
 def debug_print(x: Any, label: Any = "") -> None:
     """Prints `label: x` (`rvm.debug_print` in a program); a tensor shows its dtype and shape
@@ -201,9 +224,19 @@ def debug_print(x: Any, label: Any = "") -> None:
 
 
 @register_func("vm.builtin.dim_carrier")
-def dim_carrier(value: Any, context: Any = "rvm.dim") -> np.ndarray:
+def dim_carrier(
+    value: Any,
+    context: Any = "rvm.dim",
+    heap: np.ndarray | None = None,
+    slot: Any = None,
+    source: Any = "",
+) -> np.ndarray:
     """An empty int64 tensor of shape `(value, 0)` from a 0-d integer `value` (`rvm.dim`): it
-    carries the dimension in its shape, where MATCH_SHAPE and kernels read dimensions."""
+    carries the dimension in its shape, where MATCH_SHAPE and kernels read dimensions.
+
+    `context` is the binding (``main: n = rvm.dim(steps)``). With `heap`, the dimension was
+    bound earlier: `value` must equal `heap[slot]`; `source` (``n = {} from argument 0 'x'``,
+    ``{}`` for the earlier value) says where that binding came from."""
     arr = np.asarray(value)
     if arr.ndim != 0 or arr.dtype.kind not in "iu":
         raise ShapeError(
@@ -212,5 +245,8 @@ def dim_carrier(value: Any, context: Any = "rvm.dim") -> np.ndarray:
         )
     n = int(arr)
     if n < 0:
-        raise ShapeError(f"{_prefix(context)}a dimension must be >= 0, got {n}")
+        raise ShapeError(f"{as_str(context)} is {n}, but a dimension must be >= 0")
+    if heap is not None and n != int(heap[int(slot)]):
+        earlier = as_str(source).replace("{}", str(int(heap[int(slot)])), 1)
+        raise ShapeError(f"{as_str(context)} is {n}, but {earlier}")
     return np.empty((n, 0), _INT64)

@@ -7,10 +7,11 @@
   itself guarantees the type (`result_proof.py`: allocations of the promised shape and dtype
   that kernels write into), so most calls pay nothing; the others (results of registered
   Python functions, data-dependent kernels, closures) pay a shape and a dtype comparison.
-- **Closures.** A closure in a result (itself or a field of a result tuple) is bound to the VM
-  that made it, so `clo(*args)` runs it there, as `vm.invoke_closure(clo, *args)` does. The
-  closure keeps its VM alive (a VM is cheap and its executable shared; an error after the VM
-  is gone would surprise more than the memory).
+- **Closures.** A closure in a result (itself, or anywhere in a result tuple or data type
+  value, as deep as they nest) is bound to the VM that made it, so `clo(*args)` runs it there,
+  as `vm.invoke_closure(clo, *args)` does. The closure keeps its VM alive (a VM is cheap and
+  its executable shared; an error after the VM is gone would surprise more than the memory).
+  Data type values are walked only in executables that make closures (`makes_closures`).
 - **Bound last arguments.** `BoundLast` is `vm.bind(name, *last)`: the function with its last
   arguments fixed (Relax's `BindLastArgs`), checked with the rest at every call.
 """
@@ -24,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import DTypeError, ShapeError
+from rvm.runtime.bytecode import Opcode
 from rvm.runtime.executable import Executable, ParamSpec, VMFunction
-from rvm.runtime.objects import Closure
+from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.result_proof import proved_results
 from rvm.runtime.text import signature
 
@@ -133,13 +135,35 @@ def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) ->
 def _bind_closure(x: Any, args: Sequence[Any], vm: Any) -> None:
     if x.__class__ is Closure:
         x._vm = vm
+    elif x.__class__ is tuple or x.__class__ is ADT:
+        _bind_closures(x, args, vm)
 
 
-def _check_of(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> ResultCheck | None:
+def _bind_closures(x: Any, args: Sequence[Any], vm: Any) -> None:
+    """Binds every closure in `x`, as deep as tuples and data type values nest (a loop, not a
+    recursion: a long list is a deep chain of ADT values)."""
+    stack, seen = [x], set()
+    while stack:
+        x = stack.pop()
+        cls = x.__class__
+        if cls is Closure:
+            x._vm = vm
+        elif (cls is tuple or cls is ADT) and id(x) not in seen:
+            seen.add(id(x))
+            stack.extend(x if cls is tuple else x.fields)
+
+
+def _check_of(
+    fn: VMFunction, spec: ParamSpec, where: str, sources: dict, closures: bool = True
+) -> ResultCheck | None:
+    """The check of a value of `spec`; `closures`: whether the executable makes closures at
+    all (else no data type value can hold one, and none needs a walk)."""
     if spec.kind == "tensor":
         return _tensor_check(fn, spec, where, sources)
     if spec.kind == "tuple" and spec.fields is not None:
-        fields = [_check_of(fn, f, f"{where}[{i}]", sources) for i, f in enumerate(spec.fields)]
+        fields = [
+            _check_of(fn, f, f"{where}[{i}]", sources, closures) for i, f in enumerate(spec.fields)
+        ]
         count = len(fields)
         checks = [(i, c) for i, c in enumerate(fields) if c is not None]
 
@@ -153,21 +177,30 @@ def _check_of(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> Res
         return check_tuple
     if spec.kind == "any":
         return _bind_closure
-    return None  # an ADT value: its constructor tags are the executable's own
+    # a data type value (its constructor tags are the executable's own) or a tuple of unknown
+    # fields: only the closures in it need binding
+    return _bind_closures if closures else None
 
 
-def result_check(fn: VMFunction) -> ResultCheck | None:
-    """The check of `fn`'s results (None when nothing is recorded or nothing to check)."""
+def result_check(fn: VMFunction, closures: bool = True) -> ResultCheck | None:
+    """The check of `fn`'s results (None when there is nothing to check); `closures`: whether
+    its executable makes closures (`makes_closures`), which a result may hold."""
     if fn.result is None:
-        return None
-    return _check_of(fn, fn.result, "result", _dim_sources(fn))
+        return _bind_closure if closures else None
+    return _check_of(fn, fn.result, "result", _dim_sources(fn), closures)
+
+
+def makes_closures(ex: Executable) -> bool:
+    """Whether any function of `ex` makes a closure (ALLOC_CLOSURE)."""
+    return any(ins[0] == Opcode.ALLOC_CLOSURE for fn in ex.functions for ins in fn.instructions)
 
 
 def result_checks(ex: Executable) -> list[ResultCheck | None]:
     """Each function's result check, None where its code already guarantees its recorded
     result type (`result_proof.py`: then a call pays nothing)."""
     proved = proved_results(ex)
-    return [None if ok else result_check(fn) for fn, ok in zip(ex.functions, proved)]
+    closures = makes_closures(ex)
+    return [None if ok else result_check(fn, closures) for fn, ok in zip(ex.functions, proved)]
 
 
 def closure_function(ex: Any, closure: Closure) -> VMFunction:

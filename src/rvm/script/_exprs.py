@@ -337,7 +337,10 @@ class ExprParser:
         for kw in node.keywords:
             if kw.arg != "out" or name in ("debug_print", "dim"):
                 raise self.error(kw, f"rvm.{name} takes no keyword {kw.arg!r}")
-            kwargs["out"] = self.ctx.type_of(kw.value)
+            if isinstance(kw.value, ast.Tuple):  # out=(T[...], T[...]): a tuple result
+                kwargs["out"] = tuple(self.ctx.type_of(e) for e in kw.value.elts)
+            else:
+                kwargs["out"] = self.ctx.type_of(kw.value)
         strings = [literal_value(a) for a in node.args if _is_str(a)]
         values = [self.atom(a) for a in node.args if not _is_str(a)]
         try:

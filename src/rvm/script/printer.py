@@ -164,6 +164,9 @@ class _Printer:
             return f"rvm.dim({args[0]}, {literal_text(a['name'])})"
         if "dtype" in a:
             args.append(f"out={type_text(TensorType(a.get('shape'), a['dtype']))}")
+        elif "fields" in a:
+            fields = [type_text(TensorType(shape, dtype)) for shape, dtype in a["fields"]]
+            args.append(f"out=({', '.join(fields)}{',' if len(fields) == 1 else ''})")
         return f"rvm.{name}({', '.join([literal_text(a['func']), *args])})"
 
     def lambda_text(self, f: E.Function) -> str | None:

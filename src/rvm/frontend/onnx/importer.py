@@ -37,7 +37,17 @@ from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.frontend.onnx.signature import check_declared, check_inputs, check_outputs
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
-from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var, infer_type
+from rvm.ir import (
+    Builder,
+    Constant,
+    Expr,
+    IRModule,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    Var,
+    infer_type,
+)
 from rvm.ir.module import ADTDef
 from rvm.ir.types import Type, check_dtype
 
@@ -77,7 +87,7 @@ def from_onnx(
     shape_dict: Mapping[str, Sequence[int | str]] | None = None,
     dtype_dict: Mapping[str, str] | None = None,
     params: str = "constants",
-    custom_ops: Mapping[str, str | tuple[str, TensorType]] | None = None,
+    custom_ops: Mapping[str, str | tuple] | None = None,
 ) -> IRModule:
     """Import an ONNX model as an IRModule whose entry function is ``"main"``.
 
@@ -94,9 +104,11 @@ def from_onnx(
             stay constants: the graph's structure depends on them.
         custom_ops: ``{"Domain.OpType": "registered.name"}``: a node of a custom domain's op
             becomes ``rvm.call_packed("registered.name", *inputs, out=...)``, a call of the
-            function registered with `rvm.register_func` (one output, checked at run time
+            function registered with `rvm.register_func` (its output checked at run time
             against its type: the model's value_info or graph output type for it, or the type
-            given as ``("registered.name", T[shape, dtype])``).
+            given as ``("registered.name", T[shape, dtype])``). A node of several outputs
+            calls a function returning a tuple of them (each checked; types given as
+            ``("registered.name", (T[...], T[...]))``).
 
     Returns:
         The module. ``main`` takes the graph inputs that are not initializers, in graph
@@ -141,7 +153,7 @@ class GraphImporter:
         self.names = _Names()
         self.dim_names: dict[str, str] = {}
         self.fresh_dims = 0
-        self.custom_ops: dict[str, tuple[str, TensorType | None]] = {}
+        self.custom_ops: dict[str, tuple[str, TensorType | tuple[TensorType, ...] | None]] = {}
         self.types: Any = lambda name: None  # ONNX shape inference's types, by value name
 
     def import_model(
@@ -273,7 +285,7 @@ class GraphImporter:
 
     def convert_node(self, node: Any, scope: Scope) -> None:
         if self.custom_ops and f"{node.domain}.{node.op_type}" in self.custom_ops:
-            self._bind_outputs(node, scope, [self.custom_call(node, scope)])
+            self._bind_outputs(node, scope, self.custom_call(node, scope))
             return
         domain = normalize_domain(node.domain)
         version, conv = lookup(node.op_type, scope.opsets.get(domain, 0), domain)
@@ -305,30 +317,42 @@ class GraphImporter:
         check_outputs(types, node, results)
         self._bind_outputs(node, scope, results)
 
-    def custom_call(self, node: Any, scope: Scope) -> Expr:
-        """A node of a custom op as a packed call of the registered function (`custom_ops`)."""
+    def custom_call(self, node: Any, scope: Scope) -> list[Expr]:
+        """A node of a custom op as a packed call of the registered function (`custom_ops`);
+        a node of several outputs calls a function returning a tuple of them."""
         from rvm.op.effects import call_packed
 
         key = f"{node.domain}.{node.op_type}"
         label = node.name or (node.output[0] if node.output else "?")
         where = f"node {label!r} ({key})"
-        if len(node.output) != 1:
-            raise OnnxImportError(
-                f"{where}: a custom op maps to one output, it has {len(node.output)}"
-            )
         func, out = self.custom_ops[key]
-        if out is None:
-            proto = self.types(node.output[0])
-            if proto is None or not proto.HasField("tensor_type"):
-                raise OnnxImportError(
-                    f"{where}: the model gives no type for its output {node.output[0]!r}; give "
-                    f"it: custom_ops={{{key!r}: ({func!r}, T[shape, dtype])}}"
-                )
-            tt = proto.tensor_type
-            shape = self._onnx_shape(tt) if tt.HasField("shape") else None
-            out = TensorType(shape, np_dtype(tt.elem_type, where))
+        count = len(node.output)
+        if count == 0:
+            raise OnnxImportError(f"{where}: a custom op needs an output")
+        given = None if out is None else (out if isinstance(out, tuple) else (out,))
+        if given is not None and len(given) != count:
+            raise OnnxImportError(
+                f"{where}: custom_ops gives {len(given)} output types, the node has {count} outputs"
+            )
+        types = given or tuple(self._custom_output_type(where, key, func, n) for n in node.output)
         inputs = [self._lookup(scope, n, f"input of {where}:") for n in node.input if n]
-        return self.emitter.emit(call_packed(func, *inputs, out=out))
+        call = self.emitter.emit(call_packed(func, *inputs, out=types if count > 1 else types[0]))
+        if count == 1:
+            return [call]
+        return [self.emitter.emit(TupleGetItem(call, i)) for i in range(count)]
+
+    def _custom_output_type(self, where: str, key: str, func: str, name: str) -> TensorType:
+        """A custom op's output type from the model's value_info."""
+        proto = self.types(name)
+        if proto is None or not proto.HasField("tensor_type"):
+            raise OnnxImportError(
+                f"{where}: the model gives no type for its output {name!r}; give it: "
+                f"custom_ops={{{key!r}: ({func!r}, T[shape, dtype])}} (a tuple of them for "
+                "several outputs)"
+            )
+        tt = proto.tensor_type
+        shape = self._onnx_shape(tt) if tt.HasField("shape") else None
+        return TensorType(shape, np_dtype(tt.elem_type, where))
 
     @staticmethod
     def _bind_outputs(node: Any, scope: Scope, results: Sequence[Expr | None]) -> None:
@@ -385,10 +409,10 @@ def parse_attributes(node: Any) -> dict[str, Any]:
 
 
 def _custom_ops(
-    custom_ops: Mapping[str, str | tuple[str, TensorType]] | None,
-) -> dict[str, tuple[str, TensorType | None]]:
-    """``custom_ops`` checked, each as (registered name, declared output type or None)."""
-    out: dict[str, tuple[str, TensorType | None]] = {}
+    custom_ops: Mapping[str, str | tuple] | None,
+) -> dict[str, tuple[str, TensorType | tuple[TensorType, ...] | None]]:
+    """``custom_ops`` checked, each as (registered name, declared output type(s) or None)."""
+    out: dict[str, tuple[str, TensorType | tuple[TensorType, ...] | None]] = {}
     for key, value in (custom_ops or {}).items():
         if not isinstance(key, str) or "." not in key:
             raise ValueError(f"custom_ops keys are 'Domain.OpType', got {key!r}")
@@ -398,12 +422,22 @@ def _custom_ops(
             isinstance(value, tuple)
             and len(value) == 2
             and isinstance(value[0], str)
-            and isinstance(value[1], TensorType)
+            and _output_types(value[1])
         ):
-            out[key] = value
+            out[key] = (value[0], tuple(value[1]) if isinstance(value[1], list) else value[1])
         else:
             raise ValueError(
                 f"custom_ops[{key!r}] must be a registered function's name or (name, "
-                f"T[shape, dtype]), got {value!r}"
+                f"T[shape, dtype]) (a tuple of types for several outputs), got {value!r}"
             )
     return out
+
+
+def _output_types(value: Any) -> bool:
+    if isinstance(value, TensorType):
+        return True
+    return (
+        isinstance(value, (tuple, list))
+        and len(value) > 0
+        and all(isinstance(t, TensorType) for t in value)
+    )
