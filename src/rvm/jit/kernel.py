@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rvm.jit.cond import all_of, ne
 from rvm.jit.scalar import convert, wrap_result
 from rvm.jit.te import (
     Body,
@@ -78,7 +79,7 @@ class KernelBuilder(Emitter):
                     self.origins[d] = f"{what} at axis {axis}"
                 dims.append(var)
         if clauses:
-            self.check(f"{name}.shape != {shape_tuple(dims)}", self.expect(clauses))
+            self.check(ne(f"{name}.shape", shape_tuple(dims)), self.expect(clauses))
         return Tensor(tuple(dims), dtype, array=name, kind="array")
 
     def expect(self, clauses: Sequence[str]) -> str:
@@ -132,7 +133,7 @@ class KernelBuilder(Emitter):
                 target = self.dim(f"{d} if {target} == 1 else {target}")
         for d in ds:
             if d != target:
-                self.check(f"{d} != 1 and {d} != {target}", msg)
+                self.check(all_of(ne(d, 1), ne(d, target)), msg)
         return target
 
     def broadcast_index(self, dims: Sequence[str], out: Sequence[str], index: Sequence[Scalar]):

@@ -25,6 +25,7 @@ from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, TupleType, Type
 from rvm.jit import assemble, layout, stages  # noqa: F401  (register compute definitions)
 from rvm.jit.compute import compute
+from rvm.jit.cond import ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, lit
@@ -386,7 +387,7 @@ class _KernelLowering:
                 )
                 continue
             kb.check(
-                f"{name}.shape != {shape_tuple(t.dims)}",
+                ne(f"{name}.shape", shape_tuple(t.dims)),
                 f"{self.name}: output {i} does not have the result's shape",
             )
         return outs

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rvm.jit.compute import compute
+from rvm.jit.cond import lt, mod, mul, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
@@ -34,7 +35,7 @@ def _matmul_dims(kb: KernelBuilder, a: Tensor, b: Tensor, dense: bool):
         b2 = b.dims if b.ndim >= 2 else b.dims + ("1",)
     k1, k2 = a2[-1], b2[-2]
     if k1 != k2:
-        kb.check(f"{k1} != {k2}", f"{kb.kernel}: {kb.op}: inner dimensions differ")
+        kb.check(ne(k1, k2), f"{kb.kernel}: {kb.op}: inner dimensions differ")
     batch = kb.broadcast_dims([a2[:-2], b2[:-2] if not dense else ()])
     full = tuple(batch) + (a2[-2], b2[-1])
     res = list(full)
@@ -149,7 +150,7 @@ def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: in
             span = _plus(size, lo + hi - 1 - dil * (int(kern) - 1))
         else:
             span = _plus(f"{size} - {dil} * ({kern} - 1)", lo + hi - 1)
-        kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
+        kb.check(lt(span, 0), f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
         out = _plus(size, lo + hi - dil * (int(kern) - 1)) if st == 1 and is_int(kern) else None
         out = kb.dim(out or f"({span}) // {st} + 1")
         geo.append((size, kern, st, dil, (lo, hi), out))
@@ -162,12 +163,12 @@ def _conv(nsp: int):
         groups = kb.resolve(attrs["groups"])  # depthwise: the channels' size
         if groups != "1" or x.dims[1] != w.dims[1]:
             kb.check(
-                f"{x.dims[1]} != {w.dims[1]} * {groups}",
+                ne(x.dims[1], mul(w.dims[1], groups)),
                 f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
             )
         if groups != "1":
             kb.check(
-                f"{w.dims[0]} % {groups} != 0",
+                ne(mod(w.dims[0], groups), 0),
                 f"{kb.kernel}: {kb.op}: output channels do not divide into groups",
             )
         geo = _conv_geometry(kb, attrs, x, w, nsp)
