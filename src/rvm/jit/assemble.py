@@ -117,6 +117,7 @@ def _pool_count(kb: KernelBuilder, home: Body, index: Sequence[Scalar], geo, inc
         names.append(c)
         first = f"{index[2 + s].code} * {st} - {lo}"
         low, high = ("-" + str(lo), f"{size} + {hi}") if include else ("0", size)
+        kb.loops += 1
         home.lines += [
             f"{c} = 0",
             f"for q_ in range({kern}):",

@@ -35,7 +35,8 @@ class KernelBuilder(Emitter):
         self.origins: dict[str, str] = {}  # symbol -> where it was first read
         self.sizes: dict[int, str] = {}  # fixed sizes read at run time -> their symbols
         self.op = "kernel"
-        self.imports: set[str] = set()  # extra import lines of the kernel module
+        # What the kernel module imports besides its header: (module, name, alias or None).
+        self.imports: set[tuple[str, str, str | None]] = set()
         # Library entry points (name, dtype) the kernel calls: its module requires them at
         # import, before its function is compiled or loaded (`rvm.kernels.entry`).
         self.entries: set[tuple[str, str]] = set()
@@ -47,7 +48,7 @@ class KernelBuilder(Emitter):
         arrays ``arrays`` of ``dtype`` and the int ``params``, raising ValueError when the
         library finds their shapes do not match. The kernel's module requires the entry point
         at import, so its cached object code links."""
-        self.imports.add(f"from {entry.MODULES[name]} import entry_call as {name}_entry")
+        self.imports.add((entry.MODULES[name], "entry_call", f"{name}_entry"))
         self.entries.add((name, dtype))
         values = "".join(f"{v}, " for v in params)  # plain ints: no np.int64 call to type
         self.root.lines.append(f"if {name}_entry(({', '.join(arrays)},), ({values})) != 0:")

@@ -83,7 +83,7 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     loop = Body(kb.root, None, f"elif {m} > 0 and {n} > 0:")
 
     if cblas.AVAILABLE:
-        kb.imports.add("from rvm.kernels.blas import matmul")
+        kb.imports.add(("rvm.kernels.blas", "matmul", None))
 
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
@@ -206,7 +206,7 @@ def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
         kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
         call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
-        kb.imports.add("from rvm.kernels.conv import conv2d_dot")
+        kb.imports.add(("rvm.kernels.conv", "conv2d_dot", None))
         kb.root.lines.append(f"conv2d_dot({call})")
 
 

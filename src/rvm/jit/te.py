@@ -127,6 +127,7 @@ class Emitter:
         self.filled: set[int] = set()
         self._dims: dict[str, str] = {}  # code -> the local already holding it
         self._checks: set[tuple[str, str]] = set()
+        self.loops = 0  # loops opened (the kernel's compile cost, `rvm.jit.lower`)
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self._names)}"
@@ -195,6 +196,7 @@ class Emitter:
 
     def open_loop(self, parent: Body, extent: str, start: str = "0") -> Body:
         var = self.fresh("i")
+        self.loops += 1
         rng = extent if start == "0" else f"{start}, {extent}"
         return Body(parent, var, f"for {var} in range({rng}):")
 

@@ -20,7 +20,9 @@ which older readers reject as unknown opcodes. A file before 1.3 (no RSLT) loads
 code of the jit kernels (`rvm.runtime.loading.artifact`): the key it was built for, then per
 group (a kernel file or an rvm module) its kind, name, modification time and Numba cache
 files (name, bytes). A file without it loads as before (its kernels load from the cache or
-compile).
+compile). Since version 1.5, a FACT section carries each kernel's facts, in KERN's order: the
+entry points it requires ((name, dtype) pairs), the rvm modules it imports, its compile cost
+(`KernelRecord`); a jit kernel of an older file gets them from `rvm.runtime.facts.recovered`.
 A 1.0 or 1.1 file loads and runs as written, except that its tail calls, which those versions
 emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail
 call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
@@ -50,16 +52,18 @@ from rvm.runtime.executable import (
     ParamSpec,
     VMFunction,
 )
+from rvm.runtime.facts import recovered
 from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
 
 __all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 4)
+VERSION = (1, 5)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
 NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
+FACT = b"FACT"  # optional (added in 1.5): the kernels' facts
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -157,8 +161,9 @@ class _Reader:
 
 def encode(ex: Executable, native: NativeCode | None = None) -> bytes:
     """The RVMX image of `ex`, with the NATV section of ``native`` when given."""
-    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _rslt(ex)]
-    tags = [*SECTIONS, META, RSLT]
+    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _fact(ex), _meta(ex)]
+    sections.append(_rslt(ex))
+    tags = [*SECTIONS, FACT, META, RSLT]
     if native is not None:
         sections.append(_natv(native))
         tags.append(NATV)
@@ -284,6 +289,33 @@ def _kern(ex: Executable) -> bytes:
         w.str(name)
         w.str(src)
     return w.getvalue()
+
+
+def _fact(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(len(ex.kernels))
+    for rec in ex.kernels.values():
+        w.count(len(rec.requires))
+        for name, dtype in rec.requires:
+            w.str(name)
+            w.str(dtype)
+        w.count(len(rec.imports))
+        for module in rec.imports:
+            w.str(module)
+        w.int(rec.cost)
+    return w.getvalue()
+
+
+def _read_fact(r: _Reader, kernels: dict[str, KernelRecord]) -> dict[str, KernelRecord]:
+    if r.count(1) != len(kernels):
+        r.fail(f"{len(kernels)} kernels but another count of facts")
+    out = {}
+    for name, rec in kernels.items():
+        requires = tuple((r.str(), r.str()) for _ in range(r.count(8)))
+        imports = tuple(r.str() for _ in range(r.count(4)))
+        out[name] = replace(rec, requires=requires, imports=imports, cost=r.int())
+    r.end()
+    return out
 
 
 def _natv(native: NativeCode) -> bytes:
@@ -414,6 +446,10 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
             body = _upgrade_tail_calls(body)
         functions.append(VMFunction(name, params, specs, nregs, tuple(body), kind))
     kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
+    if FACT in found:
+        kernels = _read_fact(_Reader(found[FACT], "kernel facts"), kernels)
+    else:  # before version 1.5
+        kernels = {name: recovered(rec) for name, rec in kernels.items()}
     out = {
         "functions": functions,
         "constants": constants,

@@ -17,3 +17,7 @@ VERSION = "0.1.0"
 
 NATIVE_DIR = "native"
 """The cache subfolder of the native exec mode's files (`rvm.runtime.modes.native`)."""
+
+NATIVE_IMPORTS = ("rvm.runtime.modes.native_support",)
+"""The rvm modules a native exec-mode file imports (`rvm.runtime.modes.native_codegen` writes
+its imports from this), which its cache key covers."""

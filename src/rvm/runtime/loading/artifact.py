@@ -203,14 +203,13 @@ def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
     from numba.core.registry import CPUDispatcher
 
     from rvm.kernels import entry, parfor
-    from rvm.runtime.loading.cache import imported_modules, module_source
+    from rvm.runtime.loading.cache import imported_modules
 
     modules: set[str] = set()
     for rec in records:
-        modules.update(imported_modules(rec.source))
-        for name, _ in entry.required_by(rec.source):
-            modules.add(entry.MODULES[name])
-            modules.update(imported_modules(module_source(entry.MODULES[name])))
+        modules.update(imported_modules(rec.imports))
+        for name, _ in rec.requires:
+            modules.update(imported_modules((entry.MODULES[name],)))
     found: dict[str, set[str]] = {}
 
     def add(obj: object) -> None:
@@ -250,7 +249,7 @@ def collect(records: Iterable[KernelRecord], native_file: str | None = None) -> 
         except (JITError, OSError) as err:  # OSError: a cache it cannot write
             _debug.debug("kernel %s: no native code saved (%s)", rec.name, err)
             continue
-        path = kernel_path(rec.source)
+        path = kernel_path(rec.source, rec.imports)
         files = _cache_files(object_code_dir(path), path.stem)
         if files:
             try:
@@ -295,7 +294,7 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
     records = {}
     for rec in kernels.values():
         if rec.backend == "jit":
-            records[kernel_path(rec.source).name] = rec
+            records[kernel_path(rec.source, rec.imports).name] = rec
     written = 0
     stale = 0
     for group in native.groups:
@@ -305,7 +304,7 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord]) -> int:
                 if rec is None:  # the same versions, other rvm library sources
                     stale += 1
                     continue
-                path = kernel_path(rec.source)
+                path = kernel_path(rec.source, rec.imports)
                 folder = object_code_dir(path)
                 if _missing_indexes(group, folder):
                     write_entry(path, rec.source)
@@ -337,11 +336,11 @@ def _install_native_file(group: NativeGroup) -> Path | None:
     missing there) and return the folder of its object code; None when its source is not the
     one its name promises (another library, or a corrupt file: the mode then compiles)."""
     from rvm.kernels.numba_cache import object_code_dir
-    from rvm.runtime.loading import NATIVE_DIR
+    from rvm.runtime.loading import NATIVE_DIR, NATIVE_IMPORTS
     from rvm.runtime.loading.cache import cache_dir, source_hash, write_entry
 
     source = dict(group.files)[group.ident].decode()
-    if f"n_{source_hash(source)}.py" != group.ident:
+    if f"n_{source_hash(source, NATIVE_IMPORTS)}.py" != group.ident:
         _debug.debug("native file %s not installed: its source hashes otherwise", group.ident)
         return None
     path = cache_dir() / NATIVE_DIR / group.ident

@@ -53,7 +53,7 @@ def load_kernel(record: KernelRecord) -> Callable[..., Any]:
     """
     if record.backend != "jit":
         raise JITError(f"kernel {record.name!r} has backend {record.backend!r}, not 'jit'")
-    path = kernel_path(record.source)
+    path = kernel_path(record.source, record.imports)
     with _lock:
         module = _modules.get(str(path))
         if module is None:
@@ -73,7 +73,7 @@ def kernel_function(record: KernelRecord, name: str) -> Callable[..., Any]:
         JITError: The record is not a jit kernel, or its module defines no ``name``.
     """
     load_kernel(record)
-    func = getattr(_modules[str(kernel_path(record.source))], name, None)
+    func = getattr(_modules[str(kernel_path(record.source, record.imports))], name, None)
     if func is None:
         raise JITError(f"kernel {record.name!r}: its source defines no {name!r}")
     return func

@@ -46,6 +46,7 @@ import numpy as np
 from rvm.runtime import semantics as sem
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.executable import SCALAR_META
+from rvm.runtime.loading import NATIVE_IMPORTS
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.loading.loader import kernel_module_name
 from rvm.runtime.modes.compiled_codegen import Names
@@ -624,17 +625,17 @@ def _uncached(functions: list[_Function]) -> set[int]:
     return out
 
 
+# What a native file imports from `rvm.runtime.modes.native_support` (NATIVE_IMPORTS[0]).
+_SUPPORT_NAMES = ("constant", "full0", "shape_array", "storage", "view")
+
+
 def _file(ex: Executable, names: Names, functions: list[_Function], uncached: set[int]) -> str:
     head = [
         "# rvm native functions (exec_mode='native'), made by rvm.runtime.modes.native_codegen",
         "import numba as _nb",
         "import numpy as _np",
         "",
-        "from rvm.runtime.modes.native_support import constant as _constant",
-        "from rvm.runtime.modes.native_support import full0 as _full0",
-        "from rvm.runtime.modes.native_support import shape_array as _shape_array",
-        "from rvm.runtime.modes.native_support import storage as _storage",
-        "from rvm.runtime.modes.native_support import view as _view",
+        *(f"from {NATIVE_IMPORTS[0]} import {n} as _{n}" for n in _SUPPORT_NAMES),
         "",
         "_empty = _np.empty",
         "_zeros = _np.zeros",
@@ -671,4 +672,4 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
 
 def _kernel_module(rec: KernelRecord) -> str:
     """The module a jit kernel is loaded as (`rvm.runtime.loading.loader`)."""
-    return kernel_module_name(kernel_path(rec.source))
+    return kernel_module_name(kernel_path(rec.source, rec.imports))
