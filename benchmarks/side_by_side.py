@@ -45,6 +45,8 @@ BENCHES = {
     ),
     "load": ("load_time.py", ["--repeat", "3"], ["load_time"]),
 }
+# The fields naming a row of a list of results (a program, its kernels, its mode...).
+_LABELS = ("program", "name", "model", "kernels", "backend", "mode")
 # Leaves that are timings (seconds, milliseconds, microseconds, CPU): the rest are counts.
 _TIMING = re.compile(r"(_us|_ms|_s|ms|seconds|cpu|wall|time|median)[^/]*$", re.IGNORECASE)
 
@@ -67,8 +69,15 @@ def _flatten(value: object, prefix: str = "") -> dict[str, float]:
         for k, v in value.items():
             out.update(_flatten(v, f"{prefix}/{k}" if prefix else str(k)))
         return out
-    if isinstance(value, list) and value and all(isinstance(v, int | float) for v in value):
-        return {}
+    if isinstance(value, list):
+        out = {}
+        for i, v in enumerate(value):
+            label = str(i)
+            if isinstance(v, dict):
+                keys = [str(v[k]) for k in _LABELS if isinstance(v.get(k), str)]
+                label = ":".join(keys) or label
+            out.update(_flatten(v, f"{prefix}/{label}"))
+        return out
     if isinstance(value, bool) or not isinstance(value, int | float):
         return {}
     return {prefix: float(value)}
