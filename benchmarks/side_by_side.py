@@ -104,33 +104,9 @@ def _run(home: Path, bench: str) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("old", type=Path, help="the tree measured as before")
-    parser.add_argument(
-        "new", type=Path, nargs="?", default=ROOT, help="the tree measured as after"
-    )
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", default="exec,models,load", help="of " + ",".join(BENCHES))
-    opts = parser.parse_args()
-    benches = opts.only.split(",")
-    if set(benches) - set(BENCHES):
-        parser.error(f"--only takes some of {', '.join(BENCHES)}; not {benches}")
-    runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
-    with tempfile.TemporaryDirectory(prefix="rvm-side-") as tmp:
-        homes = {
-            "old": _stage(opts.old, Path(tmp), "old"),
-            "new": _stage(opts.new, Path(tmp), "new"),
-        }
-        for r in range(opts.rounds):
-            order = ("old", "new") if r % 2 == 0 else ("new", "old")
-            print(f"round {r + 1}/{opts.rounds}", flush=True)
-            got = {"old": {}, "new": {}}
-            for bench in benches:
-                for label in order:
-                    got[label].update(_run(homes[label], bench))
-            for label in got:
-                runs[label].append(got[label])
+def _report(runs: dict[str, list[dict[str, float]]], opts: argparse.Namespace) -> None:
+    """Prints the table of the rounds so far and writes it (after every round: a run cut
+    short keeps what it measured)."""
     keys = sorted(set(runs["old"][0]) & set(runs["new"][0]))
     rows = []
     for k in keys:
@@ -160,12 +136,42 @@ def main() -> None:
     payload = {
         "old": str(opts.old),
         "new": str(opts.new),
-        "rounds": opts.rounds,
+        "rounds": len(runs["old"]),
         "rows": rows,
         "load_average": os.getloadavg()[0],
     }
     out.write_text(json.dumps(payload, indent=2))
-    print(f"wrote {out}")
+    print(f"wrote {out}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old", type=Path, help="the tree measured as before")
+    parser.add_argument(
+        "new", type=Path, nargs="?", default=ROOT, help="the tree measured as after"
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", default="exec,load,models", help="of " + ",".join(BENCHES))
+    opts = parser.parse_args()
+    benches = opts.only.split(",")
+    if set(benches) - set(BENCHES):
+        parser.error(f"--only takes some of {', '.join(BENCHES)}; not {benches}")
+    runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    with tempfile.TemporaryDirectory(prefix="rvm-side-") as tmp:
+        homes = {
+            "old": _stage(opts.old, Path(tmp), "old"),
+            "new": _stage(opts.new, Path(tmp), "new"),
+        }
+        for r in range(opts.rounds):
+            order = ("old", "new") if r % 2 == 0 else ("new", "old")
+            print(f"round {r + 1}/{opts.rounds}", flush=True)
+            got = {"old": {}, "new": {}}
+            for bench in benches:
+                for label in order:
+                    got[label].update(_run(homes[label], bench))
+            for label in got:
+                runs[label].append(got[label])
+            _report(runs, opts)
 
 
 if __name__ == "__main__":
