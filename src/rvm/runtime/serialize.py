@@ -161,9 +161,9 @@ class _Reader:
 
 def encode(ex: Executable, native: NativeCode | None = None) -> bytes:
     """The RVMX image of `ex`, with the NATV section of ``native`` when given."""
-    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _fact(ex), _meta(ex)]
+    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _fact(ex)]
     sections.append(_rslt(ex))
-    tags = [*SECTIONS, FACT, META, RSLT]
+    tags = [*SECTIONS, META, FACT, RSLT]
     if native is not None:
         sections.append(_natv(native))
         tags.append(NATV)
