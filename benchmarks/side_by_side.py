@@ -46,7 +46,7 @@ BENCHES = {
     "load": ("load_time.py", ["--repeat", "3"], ["load_time"]),
 }
 # The fields naming a row of a list of results (a program, its kernels, its mode...).
-_LABELS = ("program", "name", "model", "kernels", "backend", "mode")
+_LABELS = ("program", "name", "model", "kernels", "backend", "mode", "exec_mode")
 # Leaves that are timings (seconds, milliseconds, microseconds, CPU): the rest are counts.
 _TIMING = re.compile(r"(_us|_ms|_s|ms|seconds|cpu|wall|time|median)[^/]*$", re.IGNORECASE)
 
