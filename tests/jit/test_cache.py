@@ -128,7 +128,7 @@ def test_cache_dir_default(monkeypatch) -> None:
 
 def test_the_key_covers_every_module_the_kernels_import(monkeypatch) -> None:
     """Editing mathlib.py or blas.py (or anything they import from rvm) changes the key of
-    the kernels that import them, read off each kernel's own import lines."""
+    the kernels that import them (the modules each kernel's record says it imports)."""
     from jit_helpers import prim, var
 
     from rvm import op
@@ -136,33 +136,32 @@ def test_the_key_covers_every_module_the_kernels_import(monkeypatch) -> None:
     from rvm.runtime.loading import cache
 
     x = var("x", ("n",))
-    tanh = jit.jit_kernel("fused_tanh_key", prim([x], op.tanh(x)), "return").source
+    tanh = jit.jit_kernel("fused_tanh_key", prim([x], op.tanh(x)), "return")
     img, k = var("img", ("b", 16, 5, 5)), var("k", (4, 16, 3, 3))
-    conv = jit.jit_kernel("fused_conv_key", prim([img, k], op.conv2d(img, k)), "return").source
-    assert "rvm.kernels.mathlib" in cache.imported_modules(tanh)
+    conv = jit.jit_kernel("fused_conv_key", prim([img, k], op.conv2d(img, k)), "return")
+    assert "rvm.kernels.mathlib" in tanh.imports  # set by the generator, not read off source
+    assert "rvm.kernels.mathlib" in cache.imported_modules(tanh.imports)
     if blas.AVAILABLE:
-        assert {"rvm.kernels.blas", "rvm.kernels.mathlib"} <= set(cache.imported_modules(conv))
-    both = cache.imported_modules(
-        "from rvm.kernels import blas\nimport rvm.runtime.native.mathlib as m\n"
-    )
-    native = {
-        "rvm.kernels",
-        "rvm.kernels.blas",
-        "rvm.kernels.mathlib",
-        "rvm.runtime.native.mathlib",
-    }
+        assert {"rvm.kernels.blas", "rvm.kernels.mathlib"} <= set(
+            cache.imported_modules(conv.imports)
+        )
+    both = cache.imported_modules(("rvm.kernels.blas", "rvm.runtime.native.mathlib"))
+    native = {"rvm.kernels.blas", "rvm.kernels.mathlib", "rvm.runtime.native.mathlib"}
     assert native <= set(both)
 
-    before = {src: cache.source_hash(src) for src in (tanh, conv)}
+    def key(rec):
+        return cache.source_hash(rec.source, rec.imports)
+
+    before = {rec.name: key(rec) for rec in (tanh, conv)}
     real = cache.module_source
-    for edited in cache.imported_modules(conv):
+    for edited in cache.imported_modules(conv.imports):
         monkeypatch.setattr(
             cache, "module_source", lambda m, e=edited: real(m) + ("\n# edited" if m == e else "")
         )
-        assert cache.source_hash(conv) != before[conv], edited
-        if edited in cache.imported_modules(tanh):
-            assert cache.source_hash(tanh) != before[tanh], edited
+        assert key(conv) != before[conv.name], edited
+        if edited in cache.imported_modules(tanh.imports):
+            assert key(tanh) != before[tanh.name], edited
         else:  # a kernel is not recompiled for a module it does not import
-            assert cache.source_hash(tanh) == before[tanh], edited
+            assert key(tanh) == before[tanh.name], edited
     monkeypatch.setattr(cache, "module_source", real)
-    assert {src: cache.source_hash(src) for src in (tanh, conv)} == before
+    assert {rec.name: key(rec) for rec in (tanh, conv)} == before

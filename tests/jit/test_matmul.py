@@ -40,7 +40,7 @@ def test_rows_against_numpy(dtype: str, dense: bool, epilogue: bool, k: int, n: 
     widths, and a single output column (GEMV on the left operand)."""
     func = _layer(dtype, k, n, dense, epilogue)
     kernel = Jit(func, name=f"mm_{dtype}_{dense}_{epilogue}_{k}_{n}")
-    assert "matmul(" in kernel.record.source and "np.dot(" not in kernel.record.source
+    assert "rvm.kernels.blas" in kernel.record.imports  # the generator's facts: BLAS's matmul
     w = rand((n, k) if dense else (k, n), dtype, seed=1)
     extra = [rand((n,), dtype, seed=2)] if epilogue else []
     for m in ROWS:
@@ -78,7 +78,7 @@ def test_without_numpy_blas_uses_np_dot(monkeypatch) -> None:
     monkeypatch.setattr(cblas, "AVAILABLE", False)  # what the lowering reads
     func = _layer("float32", 13, 7, True, True)
     kernel = Jit(func, name="mm_np_dot")
-    assert "np.dot(" in kernel.record.source and "matmul(" not in kernel.record.source
+    assert "rvm.kernels.blas" not in kernel.record.imports  # np.dot in the kernel instead
     w, b = rand((7, 13), seed=1), rand((7,), seed=2)
     for m in (1, 3, 8):
         check(func, rand((m, 13), seed=m), w, b, rtol=1e-5, atol=1e-5, kernel=kernel)

@@ -105,7 +105,7 @@ def test_a_corrupt_object_code_file_is_recompiled_with_a_log_line(
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     func, rec = _record("corrupt")
     load_kernel(rec)
-    path = kernel_path(rec.source)
+    path = kernel_path(rec.source, rec.imports)
     data = list(object_code_dir(path).glob(f"{path.stem}.*.nbc"))
     assert data
     for f in data:

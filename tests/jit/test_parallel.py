@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -40,14 +41,14 @@ def test_helper_compiles_what_it_claims(tmp_path: Path, monkeypatch) -> None:
     """A helper compiles each kernel file it claims first into the cache, and no other."""
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path))
     funcs, recs = _records("claims")
-    paths = [kernel_path(r.source) for r in recs]
+    paths = [kernel_path(r.source, r.imports) for r in recs]
     for path, rec in zip(paths, recs):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(rec.source)
     claims = tmp_path / "claims"
     claims.mkdir()
     assert parallel.claim(claims, paths[0]) and not parallel.claim(claims, paths[0])
-    parallel._main([str(claims), *map(str, paths)])
+    parallel._main([str(claims), json.dumps([[str(p), []] for p in paths])])
     assert [has_object_code(p) for p in paths] == [False, True, True, True]
     _check(funcs, recs)
 
@@ -57,7 +58,7 @@ def test_precompile_with_a_helper(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_JIT_WORKERS", "1")
     funcs, recs = _records("precompile")
     assert parallel.precompile(recs) == 1
-    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    assert all(has_object_code(kernel_path(r.source, r.imports)) for r in recs)
     _check(funcs, recs)
     assert parallel.precompile(recs) == 0  # nothing missing any more
 
@@ -91,9 +92,9 @@ def test_precompile_with_numba_cache_dir(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(config, "CACHE_DIR", str(numba_dir))  # this process's
     funcs, recs = _records("numba_dir")
     assert parallel.precompile(recs) == 1
-    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    assert all(has_object_code(kernel_path(r.source, r.imports)) for r in recs)
     assert not (tmp_path / "rvm" / "kernels" / "__pycache__").exists()
-    stems = {kernel_path(r.source).stem for r in recs}
+    stems = {kernel_path(r.source, r.imports).stem for r in recs}
     assert {f.name.split(".")[0] for f in numba_dir.rglob("k_*.nbi")} == stems
     _check(funcs, recs)
     assert parallel.precompile(recs) == 0
@@ -121,7 +122,7 @@ def test_a_forked_helper_that_fails_changes_nothing(tmp_path: Path, monkeypatch)
     monkeypatch.setattr(parallel, "_compile_claimed", broken)  # the fork's, not the parent's
     funcs, recs = _records("fork_failing")
     assert parallel.precompile(recs) == 1
-    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    assert all(has_object_code(kernel_path(r.source, r.imports)) for r in recs)
     _check(funcs, recs)
 
 
@@ -145,18 +146,18 @@ def test_a_forked_helper_compiles_what_a_single_process_does(tmp_path: Path, mon
 
     serial = run("serial")
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "forked"))
-    sources = {kernel_path(r.source): r.source for r in recs}
-    for path, src in sources.items():
-        write_entry(path, src)
+    records = {kernel_path(r.source, r.imports): r for r in recs}
+    for path, rec in records.items():
+        write_entry(path, rec.source)
     claims = tmp_path / "claims"
     claims.mkdir()
     parallel.numba_ready()
-    helper = parallel._fork(claims, parallel.balanced(sources), sources)
+    helper = parallel._fork(claims, _needs({p: records[p] for p in parallel.balanced(records)}))
     assert helper is not None
     helper.wait()
     assert not helper.running() and os.WIFEXITED(helper.status)
     assert os.WEXITSTATUS(helper.status) == 0
-    assert all(has_object_code(p) for p in sources)  # the helper compiled every one
+    assert all(has_object_code(p) for p in records)  # the helper compiled every one
     before = loader.kernel_counts()
     forked = run("forked")
     assert loader.kernel_counts()["compiled"] == before["compiled"]  # all loaded
@@ -166,7 +167,7 @@ def test_a_forked_helper_compiles_what_a_single_process_does(tmp_path: Path, mon
     monkeypatch.setenv("RVM_JIT_WORKERS", "1")
     monkeypatch.setattr(loader, "_modules", {})
     assert parallel.precompile(recs) == 1
-    assert all(has_object_code(kernel_path(r.source)) for r in recs)
+    assert all(has_object_code(kernel_path(r.source, r.imports)) for r in recs)
     for a, b in zip(serial, run("precompiled")):
         np.testing.assert_array_equal(a, b)
 
@@ -189,21 +190,28 @@ def test_how_many_helpers(env, cpus, missing, want, monkeypatch) -> None:
     assert parallel.workers(missing) == want
 
 
-def _conv_source(tag: str, dtype: str = "float32") -> str:
+def _conv(tag: str, dtype: str = "float32"):
     x, w = var("x", (1, 2, 5, 5), dtype), var("w", (2, 2, 3, 3), dtype)
     func = prim([x, w], op.conv2d(x, w, padding=1) * 2.0)
-    return jit_kernel(f"k_{tag}", func, "return", generic=False).source
+    return jit_kernel(f"k_{tag}", func, "return", generic=False)
+
+
+def _needs(records: dict) -> dict:
+    return {path: rec.requires for path, rec in records.items()}
 
 
 def test_work_builds_entry_points_first_then_kernels_costliest_first(tmp_path) -> None:
     from rvm.kernels import entry
 
     _, recs = _records("work")
-    sources = {tmp_path / "conv.py": _conv_source("work"), tmp_path / "tanh.py": recs[0].source}
-    assert parallel.balanced(sources) == [tmp_path / "conv.py", tmp_path / "tanh.py"]
+    conv = _conv("work")
+    assert conv.requires == (("conv2d", "float32"),) and recs[0].requires == ()
+    records = {tmp_path / "tanh.py": recs[0], tmp_path / "conv.py": conv}
+    assert parallel.balanced(records) == [tmp_path / "conv.py", tmp_path / "tanh.py"]
     claims = tmp_path / "claims"
     claims.mkdir()
-    order = list(parallel._work(claims, sources, lambda: False))
+    needs = _needs({p: records[p] for p in parallel.balanced(records)})
+    order = list(parallel._work(claims, needs, lambda: False))
     assert order == [tmp_path / "conv.py", tmp_path / "tanh.py"]
     assert (claims / "entry-conv2d-float32.done").exists()
     assert ("conv2d", "float32") in entry.required()
@@ -212,7 +220,7 @@ def test_work_builds_entry_points_first_then_kernels_costliest_first(tmp_path) -
 def test_work_puts_off_a_kernel_whose_entry_point_another_process_builds(tmp_path) -> None:
     _, recs = _records("put_off")
     conv, tanh = tmp_path / "conv.py", tmp_path / "tanh.py"
-    sources = {conv: _conv_source("put_off", "float64"), tanh: recs[0].source}
+    sources = _needs({conv: _conv("put_off", "float64"), tanh: recs[0]})
     claims = tmp_path / "claims"
     claims.mkdir()
     assert parallel.claim(claims, Path("entry-conv2d-float64"))  # "another process" has it
@@ -222,14 +230,22 @@ def test_work_puts_off_a_kernel_whose_entry_point_another_process_builds(tmp_pat
     assert next(work) == conv
 
 
-def test_balanced_puts_the_costliest_kernels_first() -> None:
-    small = "def f(x):\n    return x\n"
-    loops = "def f(x):\n    for i in range(3):\n        for j in range(3):\n            pass\n"
-    calls = "def f(x):\n    return tanh32(exp32(x))\n"
-    assert parallel.compile_cost(loops) > parallel.compile_cost(calls)
-    assert parallel.compile_cost(calls) > parallel.compile_cost(small)
-    sources = {Path("a.py"): small, Path("b.py"): loops, Path("c.py"): calls, Path("d.py"): small}
-    assert parallel.balanced(sources) == [Path(n) for n in ("b.py", "c.py", "a.py", "d.py")]
+def test_the_generator_sets_the_compile_cost_and_balanced_puts_the_costliest_first() -> None:
+    from rvm.jit.lower import compile_cost
+
+    assert compile_cost(4, 2, 0) > compile_cost(4, 0, 1) > compile_cost(4, 0, 0)
+    x = var("x", ("n",), "float32")
+    plain = jit_kernel("k_cost_neg", prim([x], op.negative(x)), "return", generic=False)
+    inlined = jit_kernel("k_cost_tanh", prim([x], op.tanh(x)), "return", generic=False)
+    m = var("m", ("n", "k"), "float32")
+    rows = jit_kernel("k_cost_sum", prim([m], op.tanh(op.sum(m, axis=1))), "return", False)
+    assert rows.cost > inlined.cost > plain.cost > 0
+    lines = inlined.source.count("\n")
+    assert plain.cost == compile_cost(plain.source.count("\n"), 1, 0)
+    assert inlined.cost == compile_cost(lines, 1, 1)
+    records = {Path("a.py"): plain, Path("b.py"): rows, Path("c.py"): inlined}
+    records[Path("d.py")] = plain
+    assert parallel.balanced(records) == [Path(n) for n in ("b.py", "c.py", "a.py", "d.py")]
 
 
 def test_work_waits_for_an_entry_point_another_process_builds(tmp_path) -> None:
@@ -244,14 +260,15 @@ def test_work_waits_for_an_entry_point_another_process_builds(tmp_path) -> None:
     done = claims / "entry-conv2d-float64.done"
     timer = threading.Timer(0.2, done.touch)
     timer.start()
-    work = parallel._work(claims, {path: _conv_source("wait", "float64")}, lambda: True)
+    needs = {path: _conv("wait", "float64").requires}
+    work = parallel._work(claims, needs, lambda: True)
     assert next(work) == path and done.exists()
     timer.join()
     # With nobody left to build it, nothing waits.
     other = tmp_path / "other"
     other.mkdir()
     assert parallel.claim(other, Path("entry-conv2d-float64"))
-    work = parallel._work(other, {path: _conv_source("wait", "float64")}, lambda: False)
+    work = parallel._work(other, needs, lambda: False)
     assert next(work) == path and not (other / "entry-conv2d-float64.done").exists()
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rvm.jit import te
+from rvm.jit import cond, te
 
 
 def _kernel(em: te.Emitter, params: str) -> Any:
@@ -94,15 +94,31 @@ def test_a_load_is_hoisted_to_the_loop_it_depends_on_and_computed_once():
 
 def test_check_raises_at_run_time_and_drops_conditions_that_never_hold():
     em = te.Emitter("checked")
-    em.check("1 > 2", "never")
-    em.check("n != n", "never either")
-    em.check("n != 4", "n must be 4")
-    em.check("n != 4", "n must be 4")  # the same check twice is one
+    em.check(cond.gt(1, 2), "never")
+    em.check(cond.ne("n", "n"), "never either")
+    em.check(cond.ne(cond.mul("3", 2), "6"), "never: folded")
+    em.check(cond.any_of(cond.eq(4, 0), cond.ne(cond.mod("n", 4), 0)), "n divides by 4")
+    em.check(cond.ne("n", 4), "n must be 4")
+    em.check(cond.ne("n", 4), "n must be 4")  # the same check twice is one
     k = _kernel(em, "n")
     k(4)
-    with pytest.raises(ValueError, match="n must be 4"):
+    with pytest.raises(ValueError, match="n divides by 4"):
         k(3)
-    assert sum(line.startswith("if ") for line in em.root.lines) == 1
+    with pytest.raises(ValueError, match="n must be 4"):
+        k(8)
+    assert sum(line.startswith("if ") for line in em.root.lines) == 2
+
+
+def test_conditions_decide_at_lowering_time_only_on_known_values():
+    assert cond.lt(-1, 0).known() is True
+    assert cond.ne("d0", 3).known() is None
+    assert cond.all_of(cond.ne("d", 1), cond.ne(1, 1)).known() is False
+    assert cond.any_of(cond.eq("d", 0), cond.eq(2, 2)).known() is True
+    both = cond.all_of(cond.ne("d", 1), cond.ne("d", "t"))
+    assert both.known() is None
+    assert eval(both.source(), {}, {"d": 2, "t": 3})  # noqa: S307 - our own generated source
+    assert not eval(both.source(), {}, {"d": 1, "t": 3})  # noqa: S307
+    assert cond.mod("a + b", "c").code == "(a + b) % c"
 
 
 def test_dim_binds_an_expression_once_and_passes_literals_and_names():

@@ -96,6 +96,27 @@ def test_install_of_another_key_or_other_sources_writes_nothing_and_says_so_once
     assert not (caches / "rvm").exists()
 
 
-def test_install_survives_a_bad_modification_time(caches):
+def test_install_of_a_bad_modification_time_skips_that_group_and_says_why(
+    caches, caplog, monkeypatch
+):
     kernels, group = _kernel_group(mtime_ns=-(2**63))
-    artifact.install(NativeCode(artifact.native_key(), (group,)), kernels)  # no exception
+
+    real = artifact.os.utime
+
+    def utime(path, ns):  # as where the system refuses the time (Linux clamps it instead)
+        raise OverflowError("timestamp out of range for platform time_t")
+
+    monkeypatch.setattr(artifact.os, "utime", utime)
+    with caplog.at_level(logging.DEBUG, logger="rvm"):
+        assert artifact.install(NativeCode(artifact.native_key(), (group,)), kernels) == 0
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any(f"native code of {group.ident} not installed" in m for m in said)
+    path = kernel_path(SOURCE)
+    assert path.read_text() == SOURCE  # the kernel still compiles from its source
+    folder = object_code_dir(path)
+    assert not folder.exists() or not any(folder.iterdir())  # no object code for it
+    # The same group installs where the time is accepted.
+    monkeypatch.setattr(artifact.os, "utime", real)
+    _, good = _kernel_group()
+    assert artifact.install(NativeCode(artifact.native_key(), (good,)), kernels) == 2
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == dict(good.files)

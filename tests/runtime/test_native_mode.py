@@ -241,7 +241,17 @@ def test_stateful_saved_and_timed_calls_work() -> None:
     np.testing.assert_array_equal(vm.get_outputs("main"), want)
     vm.save_function("main", "bound", *args)
     np.testing.assert_array_equal(vm["bound"](), want)
-    assert vm.time_evaluator("main", number=2, repeat=2)(*args).mean > 0
+    # The timed calls run the native function: one untimed warm-up, then repeat x number
+    # calls, each calling the MLP's kernels and leaving its result as before.
+    kernels: list[str] = []
+    vm.set_instrument(lambda name, a, before: kernels.append(name) if before else None)
+    timed = vm.time_evaluator("main", number=2, repeat=3)(*args)
+    vm.set_instrument(None)
+    per_call = len(kernels) // (1 + 2 * 3)
+    assert per_call > 0 and len(kernels) == per_call * (1 + 2 * 3)
+    assert timed.number == 2 and len(timed.results) == 3
+    assert timed.min <= timed.median <= timed.max
+    np.testing.assert_array_equal(vm["main"](*args), want)
 
 
 def test_native_report_needs_the_native_mode() -> None:

@@ -48,6 +48,22 @@ def test_the_file_is_from_the_old_layout() -> None:
     assert {g.kind for g in native.groups} == {"kernel", "module", "native"}
 
 
+def test_an_old_files_kernels_get_their_facts_and_new_files_carry_them() -> None:
+    """A file before format 1.5 has no FACT section: its jit kernels' facts (the modules they
+    import, the entry points they require, the compile cost) are recovered once at load. A
+    file saved now carries the facts the generator set, and reads them back as they were."""
+    ex = rvm.load_executable(str(RELEASE))
+    jit = [r for r in ex.kernels.values() if r.backend == "jit"]
+    imports = {m for r in jit for m in r.imports}
+    assert {"rvm.runtime.native.blas", "rvm.runtime.native.mathlib"} <= imports
+    assert all(r.cost > 10 and r.requires == () for r in jit)
+    again = rvm.Executable.from_bytes(ex.to_bytes(native=False))
+    assert [(r.requires, r.imports, r.cost) for r in again.kernels.values()] == [
+        (r.requires, r.imports, r.cost) for r in ex.kernels.values()
+    ]
+    assert int.from_bytes(RELEASE.read_bytes()[6:8], "little") == 4  # saved as format 1.4
+
+
 @pytest.mark.parametrize("n", [1, 5])
 def test_a_release_file_runs(exec_mode: str, n: int) -> None:
     ex = rvm.load_executable(str(RELEASE), trusted=True).with_exec_mode(exec_mode)

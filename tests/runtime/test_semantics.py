@@ -33,6 +33,18 @@ def test_every_opcode_has_one_meaning_or_is_control():
         assert {f for f, _ in sem.fields(text)} <= set(sem.operand_kinds(op)), op
 
 
+def test_the_loop_dispatches_every_opcode_of_the_table_hot_ones_first():
+    from rvm.runtime.modes import bytecode
+    from rvm.runtime.modes.decode import ALLOC_TUPLE, NEW_TINY
+
+    order = [code for code, _, _ in bytecode.dispatch_order()]
+    assert len(order) == len(set(order))
+    assert set(order) == set(sem.SEMANTICS) | sem.CONTROL_OPCODES | {NEW_TINY, ALLOC_TUPLE}
+    assert order[: len(bytecode.HOT)] == list(bytecode.HOT)
+    labels = [label for _, label, _ in bytecode.dispatch_order()]
+    assert "NEW_TENSOR tiny" in labels and "ALLOC_ADT tuple" in labels
+
+
 def _probed(name: str, text: str) -> str:
     """`text` with its value passed through `_probe(name, value)`."""
     if text.startswith("raise _Fatal("):

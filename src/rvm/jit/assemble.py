@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rvm.jit.compute import compute
+from rvm.jit.cond import eq, lt, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.reduce import _init
 from rvm.jit.scalar import convert, lit
@@ -31,7 +32,7 @@ def _pool_geometry(kb: KernelBuilder, attrs: dict, x: Tensor) -> list[tuple]:
         st, dil = attrs["strides"][s], attrs["dilation"][s]
         lo, hi = attrs["padding"][s], attrs["padding"][s + 2]
         span = kb.dim(f"{size} + {lo + hi} - {dil * (kern - 1)} - 1")
-        kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the window is larger than the input")
+        kb.check(lt(span, 0), f"{kb.kernel}: {kb.op}: the window is larger than the input")
         if attrs["ceil_mode"]:
             o = kb.dim(f"-(-{span} // {st}) + 1")
             o = kb.dim(f"{o} - 1 if ({o} - 1) * {st} >= {size} + {lo} else {o}")
@@ -116,6 +117,7 @@ def _pool_count(kb: KernelBuilder, home: Body, index: Sequence[Scalar], geo, inc
         names.append(c)
         first = f"{index[2 + s].code} * {st} - {lo}"
         low, high = ("-" + str(lo), f"{size} + {hi}") if include else ("0", size)
+        kb.loops += 1
         home.lines += [
             f"{c} = 0",
             f"for q_ in range({kern}):",
@@ -173,7 +175,7 @@ def join(kb: KernelBuilder, pieces: Sequence[Tensor], axis: int, out: str) -> Te
         for a in range(first.ndim):
             if a != axis and p.dims[a] != first.dims[a]:
                 kb.check(
-                    f"{p.dims[a]} != {first.dims[a]}",
+                    ne(p.dims[a], first.dims[a]),
                     f"{kb.kernel}: {kb.op}: inputs differ outside the joined axis",
                 )
     dims = list(first.dims)
@@ -230,7 +232,7 @@ def _pad_copying(
     """Edge, reflect or wrap padding: each element reads the input element it copies."""
     for d, (lo, hi) in zip(x.dims, widths):
         if lo + hi and not (d.isdigit() and int(d) > 0):  # the type rule rejects a static 0
-            kb.check(f"{d} == 0", f"{kb.kernel}: {kb.op}: {mode} padding of an empty axis")
+            kb.check(eq(d, 0), f"{kb.kernel}: {kb.op}: {mode} padding of an empty axis")
 
     def source(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
         src = []

@@ -17,6 +17,7 @@ import numpy as np
 
 from rvm.ir.expr import Op
 from rvm.ir.types import promote_dtypes
+from rvm.jit.cond import ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.reduce import reduce_tensor
 from rvm.jit.scalar import exp_source, lit, scalar_compute
@@ -177,7 +178,7 @@ def _layer_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) ->
         for k, a in enumerate(axes):
             if p.dims[k] != x.dims[a]:
                 kb.check(
-                    f"{p.dims[k]} != {x.dims[a]}",
+                    ne(p.dims[k], x.dims[a]),
                     f"{kb.kernel}: layer_norm: {what} "
                     f"does not match the normalized axes of the input",
                 )
@@ -260,7 +261,7 @@ def _batch_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) ->
     for p in (gamma, beta, mean, var):
         if p.dims[0] != x.dims[axis]:
             kb.check(
-                f"{p.dims[0]} != {x.dims[axis]}",
+                ne(p.dims[0], x.dims[axis]),
                 f"{kb.kernel}: batch_norm: a parameter does not match the channel axis",
             )
 

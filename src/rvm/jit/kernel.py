@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rvm.jit.cond import all_of, ne
 from rvm.jit.scalar import convert, wrap_result
 from rvm.jit.te import (
     Body,
@@ -34,7 +35,8 @@ class KernelBuilder(Emitter):
         self.origins: dict[str, str] = {}  # symbol -> where it was first read
         self.sizes: dict[int, str] = {}  # fixed sizes read at run time -> their symbols
         self.op = "kernel"
-        self.imports: set[str] = set()  # extra import lines of the kernel module
+        # What the kernel module imports besides its header: (module, name, alias or None).
+        self.imports: set[tuple[str, str, str | None]] = set()
         # Library entry points (name, dtype) the kernel calls: its module requires them at
         # import, before its function is compiled or loaded (`rvm.kernels.entry`).
         self.entries: set[tuple[str, str]] = set()
@@ -46,7 +48,7 @@ class KernelBuilder(Emitter):
         arrays ``arrays`` of ``dtype`` and the int ``params``, raising ValueError when the
         library finds their shapes do not match. The kernel's module requires the entry point
         at import, so its cached object code links."""
-        self.imports.add(f"from {entry.MODULES[name]} import entry_call as {name}_entry")
+        self.imports.add((entry.MODULES[name], "entry_call", f"{name}_entry"))
         self.entries.add((name, dtype))
         values = "".join(f"{v}, " for v in params)  # plain ints: no np.int64 call to type
         self.root.lines.append(f"if {name}_entry(({', '.join(arrays)},), ({values})) != 0:")
@@ -78,7 +80,7 @@ class KernelBuilder(Emitter):
                     self.origins[d] = f"{what} at axis {axis}"
                 dims.append(var)
         if clauses:
-            self.check(f"{name}.shape != {shape_tuple(dims)}", self.expect(clauses))
+            self.check(ne(f"{name}.shape", shape_tuple(dims)), self.expect(clauses))
         return Tensor(tuple(dims), dtype, array=name, kind="array")
 
     def expect(self, clauses: Sequence[str]) -> str:
@@ -132,7 +134,7 @@ class KernelBuilder(Emitter):
                 target = self.dim(f"{d} if {target} == 1 else {target}")
         for d in ds:
             if d != target:
-                self.check(f"{d} != 1 and {d} != {target}", msg)
+                self.check(all_of(ne(d, 1), ne(d, target)), msg)
         return target
 
     def broadcast_index(self, dims: Sequence[str], out: Sequence[str], index: Sequence[Scalar]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rvm.jit.compute import compute
+from rvm.jit.cond import all_of, any_of, eq, gt, mod, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, is_int, product, shape_tuple
@@ -47,7 +48,7 @@ def _squeeze(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
     else:
         drop = {a % x.ndim for a in attrs["axis"]}
     for a in drop:
-        kb.check(f"{x.dims[a]} != 1", f"{kb.kernel}: squeeze: axis {a} does not have size 1")
+        kb.check(ne(x.dims[a], 1), f"{kb.kernel}: squeeze: axis {a} does not have size 1")
     keep = [a for a in range(x.ndim) if a not in drop]
 
     def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
@@ -98,7 +99,7 @@ def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
     if -1 in target:
         size, part = product(x.dims), product(known)
         kb.check(
-            f"{part} == 0 or ({size}) % ({part}) != 0",
+            any_of(eq(part, 0), ne(mod(size, part), 0)),
             f"{kb.kernel}: reshape: cannot infer -1 for the input's size",
         )
         solved = kb.dim(f"({size}) // ({part})")
@@ -137,7 +138,7 @@ def _broadcast_to(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) 
         o = dims[lead + a]
         if d != o and d != "1":
             kb.check(
-                f"{d} != 1 and {d} != {o}",
+                all_of(ne(d, 1), ne(d, o)),
                 f"{kb.kernel}: broadcast_to: the input does not broadcast at axis {a}",
             )
     return kb.index_map(x, dims, lambda body, index: kb.broadcast_index(x.dims, dims, index))
@@ -183,7 +184,7 @@ def _split(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> list
     axis = attrs["axis"] % x.ndim
     spec, n = attrs["indices_or_sections"], x.dims[axis]
     if isinstance(spec, int):
-        kb.check(f"{n} % {spec} != 0", f"{kb.kernel}: split: the axis does not divide evenly")
+        kb.check(ne(mod(n, spec), 0), f"{kb.kernel}: split: the axis does not divide evenly")
         size = kb.dim(f"{n} // {spec}")
         bounds = [(kb.dim(f"{k} * {size}"), size) for k in range(spec)]
     else:
@@ -259,7 +260,7 @@ def _gather(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Ten
     for a in range(x.ndim):
         if a != axis and ind.dims[a] != x.dims[a]:
             kb.check(
-                f"{ind.dims[a]} > {x.dims[a]}",
+                gt(ind.dims[a], x.dims[a]),
                 f"{kb.kernel}: gather: indices are larger than the input at axis {a}",
             )
 

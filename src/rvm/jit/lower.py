@@ -25,9 +25,10 @@ from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, TupleType, Type
 from rvm.jit import assemble, attention, layout, stages  # noqa: F401  (register compute definitions)
 from rvm.jit.compute import compute
+from rvm.jit.cond import ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
-from rvm.jit.scalar import convert, lit
+from rvm.jit.scalar import convert, counting_mathlib, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.kernels.entry import require_line
 from rvm.op import ops
@@ -111,21 +112,60 @@ def jit_kernel(
     ops_used = _ops(func)
     meta = {"ops": ",".join(ops_used)}
     try:
-        lowered = None
-        if _scalar_kernel(func, style):
-            try:
-                lowered = _KernelLowering(name, func, style, generic).build_scalar()
-                meta[SCALAR_META] = lowered[1] + SCALAR_SUFFIX
-            except Unsupported as err:  # the plain kernel may still lower
-                logger.debug("kernel %s has no scalar form: %s", name, err)
-        if lowered is None:
-            lowered = _KernelLowering(name, func, style, generic).build()
+        lowering = None
+        with counting_mathlib() as calls:
+            if _scalar_kernel(func, style):
+                try:
+                    lowering = _KernelLowering(name, func, style, generic)
+                    lowered = lowering.build_scalar()
+                    meta[SCALAR_META] = lowered[1] + SCALAR_SUFFIX
+                except Unsupported as err:  # the plain kernel may still lower
+                    logger.debug("kernel %s has no scalar form: %s", name, err)
+                    lowering = None
+            if lowering is None:
+                calls[0] = 0
+                lowering = _KernelLowering(name, func, style, generic)
+                lowered = lowering.build()
     except Unsupported as err:
         logger.info("kernel %s (%s) falls back to numpy: %s", name, ",".join(ops_used), err)
         rec = numpy_kernel(name, func, style)
         return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
     source, entry, sig = lowered
-    return KernelRecord(name, "jit", source, entry, style, {**meta, "signature": sig})
+    kb = lowering.kb
+    return KernelRecord(
+        name,
+        "jit",
+        source,
+        entry,
+        style,
+        {**meta, "signature": sig},
+        requires=tuple(sorted(kb.entries)),
+        imports=_imported_modules(kb),
+        cost=compile_cost(source.count("\n"), kb.loops, calls[0]),
+    )
+
+
+def compile_cost(lines: int, loops: int, inlined: int) -> int:
+    """An estimate of the time Numba takes to compile a kernel (arbitrary units): its lines,
+    each loop (what LLVM's optimizer spends its time on) and each call of a mathlib function
+    (inlined) weighing more."""
+    return 10 + lines + 8 * loops + 6 * inlined
+
+
+# The modules every kernel's header imports (`_KernelLowering._source`).
+_HEADER_MODULES = ("rvm.kernels.mathlib",)
+
+
+def _imported_modules(kb: KernelBuilder) -> tuple[str, ...]:
+    """The rvm modules a kernel's source imports (its header's and the builder's)."""
+    modules = set(_HEADER_MODULES) | {m for m, _, _ in kb.imports}
+    if kb.entries:
+        modules.add("rvm.kernels.entry")
+    return tuple(sorted(modules))
+
+
+def _import_line(module: str, name: str, alias: str | None) -> str:
+    return f"from {module} import {name}" + (f" as {alias}" if alias else "")
 
 
 def _scalar_kernel(func: E.Function, style: str) -> bool:
@@ -401,7 +441,7 @@ class _KernelLowering:
                 )
                 continue
             kb.check(
-                f"{name}.shape != {shape_tuple(t.dims)}",
+                ne(f"{name}.shape", shape_tuple(t.dims)),
                 f"{self.name}: output {i} does not have the result's shape",
             )
         return outs
@@ -469,7 +509,7 @@ class _KernelLowering:
             "from numba import types as nt",
             "",
             "from rvm.kernels.mathlib import exp32, sigmoid32, tanh32",
-            *sorted(self.kb.imports),
+            *sorted(_import_line(*i) for i in self.kb.imports),
             *(["from rvm.kernels.entry import require"] if self.kb.entries else []),
             "",
             "CACHE = True",

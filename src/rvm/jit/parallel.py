@@ -12,8 +12,8 @@ is initialized there (`numba_ready`), so it starts compiling at once, with nothi
 elsewhere it is a fresh ``python -m rvm.jit.parallel CLAIMS FILE...`` (a Python start and
 Numba's initialization, about a second of CPU). Each kernel is compiled by whichever process
 claims it first (an exclusively created file in a fresh claims directory), and every process
-takes the costliest kernel left first (`balanced`, by `compile_cost`), so the processes finish
-close together rather than one compiling the largest kernel after the others are done. The
+takes the costliest kernel left first (`balanced`, by the records' ``cost``), so the processes
+finish close together rather than one compiling the largest kernel after the others are done. The
 helpers are only an accelerator: one that fails or dies leaves its kernels uncompiled, and
 loading them compiles them in the parent, which reports any error as usual.
 
@@ -40,9 +40,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from rvm.kernels.entry import require, required_by
+from rvm.kernels.entry import require
 from rvm.progress import Progress
 from rvm.runtime.executable import KernelRecord
 from rvm.runtime.loading.cache import has_object_code, kernel_path, write_entry
@@ -126,25 +126,15 @@ def claim(claims: Path, path: Path) -> bool:
     return True
 
 
-def compile_cost(source: str) -> float:
-    """An estimate of the time Numba takes to compile the kernel ``source`` (arbitrary units):
-    its lines, each loop (what LLVM's optimizer spends its time on) and each call of a mathlib
-    function (inlined) weighing more."""
-    lines = source.count("\n")
-    loops = len(_LOOP.findall(source))
-    inlined = len(_MATHLIB_CALL.findall(source))
-    return 10.0 + lines + 8.0 * loops + 6.0 * inlined
+# The entry points each kernel file requires (its record's ``requires``), costliest first.
+Needs = dict[Path, tuple[tuple[str, str], ...]]
 
 
-_LOOP = re.compile(r"^\s+for \w+ in ", re.MULTILINE)
-_MATHLIB_CALL = re.compile(r"\b(?:exp32|tanh32|sigmoid32)\(")
-
-
-def balanced(sources: Mapping[Path, str]) -> list[Path]:
-    """The kernel files of ``sources`` costliest first (`compile_cost`; ties by name): taken
-    in this order by every process, the longest compiles start first and the last process to
-    finish is not long after the others."""
-    return sorted(sources, key=lambda p: (-compile_cost(sources[p]), p.name))
+def balanced(records: Mapping[Path, KernelRecord]) -> list[Path]:
+    """The kernel files of ``records`` costliest first (their ``cost``, set by the generator;
+    ties by name): taken in this order by every process, the longest compiles start first and
+    the last process to finish is not long after the others."""
+    return sorted(records, key=lambda p: (-records[p].cost, p.name))
 
 
 def precompile(records: Sequence[KernelRecord]) -> int:
@@ -155,7 +145,7 @@ def precompile(records: Sequence[KernelRecord]) -> int:
 
     missing: dict[Path, KernelRecord] = {}
     for rec in records:
-        path = kernel_path(rec.source) if rec.backend == "jit" else None
+        path = kernel_path(rec.source, rec.imports) if rec.backend == "jit" else None
         if path is not None and path not in missing and not has_object_code(path):
             missing[path] = rec
     n = workers(len(missing))
@@ -164,21 +154,21 @@ def precompile(records: Sequence[KernelRecord]) -> int:
     start = time.perf_counter()
     for path, rec in missing.items():
         write_entry(path, rec.source)
-    sources = {path: rec.source for path, rec in missing.items()}
-    order = balanced(sources)
+    order = balanced(missing)
+    needs = {path: missing[path].requires for path in order}
     claims = Path(tempfile.mkdtemp(prefix="rvm-claims-"))
     forking = can_fork()
     if forking:
         numba_ready()
-        helpers: list[_Helper | None] = [_fork(claims, order, sources) for _ in range(n)]
+        helpers: list[_Helper | None] = [_fork(claims, needs) for _ in range(n)]
     else:
-        helpers = [_spawn(claims, order) for _ in range(n)]
+        helpers = [_spawn(claims, needs) for _ in range(n)]
 
     def helping() -> bool:
         return any(h is not None and h.running() for h in helpers)
 
     bar = Progress("compiling kernels", len(missing))
-    mine = _work(claims, {p: sources[p] for p in order}, helping, bar) if not isolated() else []
+    mine = _work(claims, needs, helping, bar) if not isolated() else []
     try:
         for path in mine:
             bar.update(sum(map(has_object_code, missing)), missing[path].name)  # all processes'
@@ -206,17 +196,15 @@ def precompile(records: Sequence[KernelRecord]) -> int:
 
 
 def _work(
-    claims: Path,
-    sources: dict[Path, str],
-    others: Callable[[], bool],
-    bar: Progress | None = None,
+    claims: Path, needs: Needs, others: Callable[[], bool], bar: Progress | None = None
 ) -> Iterator[Path]:
-    """This process's share of the work, in ``sources``' order: it builds each entry point
+    """This process's share of the work, in ``needs``' order (each kernel file with the entry
+    points it requires): it builds each entry point
     the kernels call that it claims, then yields each kernel file it claims. A kernel calling
     an entry point another process is still building (``others()``: whether any other process
     may still be building one) is put off for the next kernel whose entry points are built;
     when none is, it waits for the first one's."""
-    entries = list(dict.fromkeys(e for src in sources.values() for e in required_by(src)))
+    entries = list(dict.fromkeys(e for req in needs.values() for e in req))
     for name, dtype in entries:
         if bar is not None:
             bar.update(0, f"rvm library: {name} ({dtype})")
@@ -227,12 +215,12 @@ def _work(
                 pass
             finally:
                 _done(claims, name, dtype).touch()
-    todo = list(sources)
+    todo = list(needs)
     while todo:
-        path = next((p for p in todo if _entries_built(claims, sources[p], others)), None)
+        path = next((p for p in todo if _entries_built(claims, needs[p], others)), None)
         if path is None:
             path = todo[0]
-            for name, dtype in required_by(sources[path]):
+            for name, dtype in needs[path]:
                 _await(_done(claims, name, dtype), others)
         todo.remove(path)
         if claim(claims, path):
@@ -244,8 +232,9 @@ def _done(claims: Path, name: str, dtype: str) -> Path:
     return claims / f"entry-{name}-{dtype}.done"
 
 
-def _entries_built(claims: Path, source: str, others: Callable[[], bool]) -> bool:
-    needed = required_by(source)
+def _entries_built(
+    claims: Path, needed: tuple[tuple[str, str], ...], others: Callable[[], bool]
+) -> bool:
     return not needed or all(_done(claims, *e).exists() for e in needed) or not others()
 
 
@@ -295,8 +284,8 @@ class _Helper:
             self.status = os.waitpid(self.pid, 0)[1]
 
 
-def _fork(claims: Path, order: list[Path], sources: dict[Path, str]) -> _Helper | None:
-    """A forked helper compiling the kernels of ``order`` it claims (None when it cannot
+def _fork(claims: Path, needs: Needs) -> _Helper | None:
+    """A forked helper compiling the kernels of ``needs`` it claims (None when it cannot
     start). The child never returns: it leaves with ``os._exit``, running none of the
     parent's exit handlers."""
     from numba.core.compiler_lock import global_compiler_lock
@@ -316,7 +305,7 @@ def _fork(claims: Path, order: list[Path], sources: dict[Path, str]) -> _Helper 
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        _compile_claimed(claims, {p: sources[p] for p in order}, lambda: os.getppid() == parent)
+        _compile_claimed(claims, needs, lambda: os.getppid() == parent)
         code = 0
     finally:
         os._exit(code)
@@ -335,13 +324,13 @@ def _own_function_ids() -> None:
         bytecode.FunctionIdentity._unique_ids = itertools.count((os.getpid() << 24) + 1)
 
 
-def _compile_claimed(claims: Path, sources: dict[Path, str], others: Callable[[], bool]) -> None:
-    """A helper's loop: compile each kernel file of ``sources`` it claims (errors are left
+def _compile_claimed(claims: Path, needs: Needs, others: Callable[[], bool]) -> None:
+    """A helper's loop: compile each kernel file of ``needs`` it claims (errors are left
     to the parent, which compiles the kernel again and reports them)."""
     from rvm.runtime.loading.cache import seal_object_code
     from rvm.runtime.loading.loader import exec_kernel_file
 
-    for path in _work(claims, sources, others):
+    for path in _work(claims, needs, others):
         try:
             exec_kernel_file(path)
             seal_object_code(path)  # the parent loads only object code rvm sealed
@@ -349,8 +338,9 @@ def _compile_claimed(claims: Path, sources: dict[Path, str], others: Callable[[]
             continue
 
 
-def _spawn(claims: Path, paths: list[Path]) -> _Helper | None:
-    """A started helper process compiling ``paths`` (None when it cannot start)."""
+def _spawn(claims: Path, needs: Needs) -> _Helper | None:
+    """A started helper process compiling the kernel files of ``needs`` (None when it cannot
+    start); they and the entry points they require are its argument, as JSON."""
     import rvm
 
     src = str(Path(rvm.__file__).resolve().parents[1])  # this rvm, first on the path
@@ -358,7 +348,8 @@ def _spawn(claims: Path, paths: list[Path]) -> _Helper | None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
     }
-    cmd = [sys.executable, "-m", "rvm.jit.parallel", str(claims), *map(str, paths)]
+    work = json.dumps([[str(p), [list(e) for e in req]] for p, req in needs.items()])
+    cmd = [sys.executable, "-m", "rvm.jit.parallel", str(claims), work]
     try:
         proc = subprocess.Popen(
             cmd,
@@ -374,18 +365,14 @@ def _spawn(claims: Path, paths: list[Path]) -> _Helper | None:
 
 
 def _main(argv: list[str]) -> None:
-    """A started helper: compile each kernel file of ``argv[1:]`` it claims in ``argv[0]``
-    (and the entry points they call that it claims first)."""
+    """A started helper: compile each kernel file of ``argv[1]`` (JSON: [file, [[entry point,
+    dtype], ...]] pairs) it claims in ``argv[0]`` (and the entry points they call that it
+    claims first)."""
     claims = Path(argv[0])
     parent = os.getppid()
-    sources = {}
-    for name in argv[1:]:
-        try:
-            sources[Path(name)] = Path(name).read_text()
-        except OSError:
-            continue
+    needs = {Path(p): tuple((n, d) for n, d in req) for p, req in json.loads(argv[1])}
     _own_function_ids()  # a fresh process counts from Numba's start, as the parent did
-    _compile_claimed(claims, sources, lambda: os.getppid() == parent)
+    _compile_claimed(claims, needs, lambda: os.getppid() == parent)
 
 
 if __name__ == "__main__":

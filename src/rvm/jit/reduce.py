@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rvm.jit.cond import eq
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, product
@@ -67,7 +68,7 @@ def reduce_tensor(
     red_dims = [x.dims[a] for a in axes]
     count = kb.dim(product(red_dims), "cnt")
     if kind in ("argmax", "argmin", "fmax"):  # max and min of nothing are their identities
-        kb.check(f"{count} == 0", f"{kb.kernel}: {kind}: reduction over a zero-size axis")
+        kb.check(eq(count, 0), f"{kb.kernel}: {kind}: reduction over a zero-size axis")
     trailing = axes == list(range(nd - len(axes), nd))
     if trailing and len(axes) > 1 and x.array is not None and x.loader is None:
         if kind not in ("argmax", "argmin"):  # (their position is per axis)

@@ -11,7 +11,9 @@ semantics of ``//`` and ``%``, truncating integer ``divide``, the stable sigmoid
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -170,14 +172,36 @@ def _where(attrs: dict, t: str, c: str, a: str, b: str) -> str:
 # -- unary math --------------------------------------------------------------------------------
 
 
+# The calls of mathlib functions (inlined, weighing on compile time) made while lowering.
+_mathlib_calls: ContextVar[list[int] | None] = ContextVar("rvm_jit_mathlib_calls", default=None)
+
+
+@contextmanager
+def counting_mathlib() -> Iterator[list[int]]:
+    """Counts, in its one item, the mathlib calls the scalar forms write within the block."""
+    count = [0]
+    token = _mathlib_calls.set(count)
+    try:
+        yield count
+    finally:
+        _mathlib_calls.reset(token)
+
+
+def _mathlib(name: str, x: str) -> str:
+    count = _mathlib_calls.get()
+    if count is not None:
+        count[0] += 1
+    return f"{name}({x})"
+
+
 def exp_source(t: str, x: str) -> str:
     """e ** x: the vectorizable `rvm.kernels.mathlib.exp32` for float32."""
-    return f"exp32({x})" if t == "float32" else f"np.exp({x})"
+    return _mathlib("exp32", x) if t == "float32" else f"np.exp({x})"
 
 
 def tanh_source(t: str, x: str) -> str:
     """tanh(x): the vectorizable `rvm.kernels.mathlib.tanh32` for float32."""
-    return f"tanh32({x})" if t == "float32" else f"np.tanh({x})"
+    return _mathlib("tanh32", x) if t == "float32" else f"np.tanh({x})"
 
 
 scalar_compute[ops.exp] = lambda attrs, t, x: exp_source(t, x)
@@ -252,7 +276,7 @@ def _leaky_relu(attrs: dict, t: str, x: str) -> str:
 def sigmoid_source(t: str, x: str) -> str:
     """The stable sigmoid: exp(-|x|) based, exact in both tails as the reference."""
     if t == "float32":
-        return f"sigmoid32({x})"
+        return _mathlib("sigmoid32", x)
     e = exp_source(t, f"(-np.abs({x}))")
     one = lit(1.0, t)
     return f"(({one} / ({one} + {e})) if {x} >= {lit(0, t)} else ({e} / ({one} + {e})))"

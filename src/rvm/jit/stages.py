@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rvm.jit.compute import compute
+from rvm.jit.cond import lt, mod, mul, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
@@ -34,7 +35,7 @@ def _matmul_dims(kb: KernelBuilder, a: Tensor, b: Tensor, dense: bool):
         b2 = b.dims if b.ndim >= 2 else b.dims + ("1",)
     k1, k2 = a2[-1], b2[-2]
     if k1 != k2:
-        kb.check(f"{k1} != {k2}", f"{kb.kernel}: {kb.op}: inner dimensions differ")
+        kb.check(ne(k1, k2), f"{kb.kernel}: {kb.op}: inner dimensions differ")
     batch = kb.broadcast_dims([a2[:-2], b2[:-2] if not dense else ()])
     full = tuple(batch) + (a2[-2], b2[-1])
     res = list(full)
@@ -83,7 +84,7 @@ def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
     loop = Body(kb.root, None, f"if {k} != 0 and {m} > 0 and {n} > 0:")
 
     if cblas.AVAILABLE:
-        kb.imports.add("from rvm.kernels.blas import matmul")
+        kb.imports.add(("rvm.kernels.blas", "matmul", None))
 
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
@@ -150,7 +151,7 @@ def _conv_geometry(kb: KernelBuilder, attrs: dict, x: Tensor, w: Tensor, nsp: in
             span = _plus(size, lo + hi - 1 - dil * (int(kern) - 1))
         else:
             span = _plus(f"{size} - {dil} * ({kern} - 1)", lo + hi - 1)
-        kb.check(f"{span} < 0", f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
+        kb.check(lt(span, 0), f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
         out = _plus(size, lo + hi - dil * (int(kern) - 1)) if st == 1 and is_int(kern) else None
         out = kb.dim(out or f"({span}) // {st} + 1")
         geo.append((size, kern, st, dil, (lo, hi), out))
@@ -163,12 +164,12 @@ def _conv(nsp: int):
         groups = kb.resolve(attrs["groups"])  # depthwise: the channels' size
         if groups != "1" or x.dims[1] != w.dims[1]:
             kb.check(
-                f"{x.dims[1]} != {w.dims[1]} * {groups}",
+                ne(x.dims[1], mul(w.dims[1], groups)),
                 f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
             )
         if groups != "1":
             kb.check(
-                f"{w.dims[0]} % {groups} != 0",
+                ne(mod(w.dims[0], groups), 0),
                 f"{kb.kernel}: {kb.op}: output channels do not divide into groups",
             )
         geo = _conv_geometry(kb, attrs, x, w, nsp)
@@ -206,7 +207,7 @@ def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
         kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
         call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
-        kb.imports.add("from rvm.kernels.conv import conv2d_dot")
+        kb.imports.add(("rvm.kernels.conv", "conv2d_dot", None))
         kb.root.lines.append(f"conv2d_dot({call})")
 
 

@@ -17,27 +17,11 @@ LLVM vectorizes.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rvm.errors import RVMError
-
-# A condition on int literals only (evaluated at lowering time by `Emitter.check`).
-_CONSTANT = re.compile(r"[0-9 ()+\-*/%<>=!]+")
-
-
-def _never(cond: str) -> bool:
-    """Whether ``cond`` is false by its text: on int literals only, or ``a != a``."""
-    sides = cond.split(" != ")
-    if len(sides) == 2 and sides[0].strip() == sides[1].strip():
-        return True
-    if not _CONSTANT.fullmatch(cond):
-        return False
-    try:
-        return not eval(cond)  # noqa: S307 - digits and operators only (`_CONSTANT`)
-    except (ArithmeticError, SyntaxError):
-        return False
+from rvm.jit.cond import Cond
 
 
 class Unsupported(RVMError):
@@ -143,6 +127,7 @@ class Emitter:
         self.filled: set[int] = set()
         self._dims: dict[str, str] = {}  # code -> the local already holding it
         self._checks: set[tuple[str, str]] = set()
+        self.loops = 0  # loops opened (the kernel's compile cost, `rvm.jit.lower`)
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self._names)}"
@@ -161,16 +146,20 @@ class Emitter:
     def stmt(self, body: Body, line: str, deps: frozenset[str] = frozenset()) -> None:
         body.home(deps).lines.append(line)
 
-    def check(self, cond: str, message: str) -> None:
+    def check(self, cond: Cond, message: str) -> None:
         """At the kernel's start: raise ValueError(message) when ``cond`` holds.
 
-        A condition on literals only that is false, or a check made before, adds nothing:
-        every statement costs Numba compile time.
+        A condition decided false at lowering time (`rvm.jit.cond`), or a check made before,
+        adds nothing: every statement costs Numba compile time.
         """
-        if (cond, message) in self._checks or _never(cond):
+        known = cond.known()
+        if known is False:
             return
-        self._checks.add((cond, message))
-        self.root.lines.append(f"if {cond}:")
+        line = "True" if known else cond.source()
+        if (line, message) in self._checks:
+            return
+        self._checks.add((line, message))
+        self.root.lines.append(f"if {line}:")
         self.root.lines.append(f"    raise ValueError({message!r})")
 
     def dim(self, code: str, prefix: str = "d") -> str:
@@ -207,6 +196,7 @@ class Emitter:
 
     def open_loop(self, parent: Body, extent: str, start: str = "0") -> Body:
         var = self.fresh("i")
+        self.loops += 1
         rng = extent if start == "0" else f"{start}, {extent}"
         return Body(parent, var, f"for {var} in range({rng}):")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rvm.jit.cond import ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.te import Tensor, product, shape_tuple
 
@@ -23,6 +24,6 @@ def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str], checked: bool 
 def check_size(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> None:
     """Checks at run time that ``dims`` has the size of ``x``."""
     kb.check(
-        f"{product(x.dims)} != {product(dims)}",
+        ne(product(x.dims), product(dims)),
         f"{kb.kernel}: reshape: the new shape does not have the input's size",
     )

@@ -26,7 +26,6 @@ Every entry point has one C signature, so one caller serves them all: three data
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 
 import numba as nb
@@ -51,8 +50,6 @@ MODULES = {
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
 }
-# The line of a kernel's source that requires an entry point (see `required_by`).
-_REQUIRE = re.compile(r"^require\('(\w+)', '(\w+)'\)$", re.MULTILINE)
 
 _bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
@@ -108,11 +105,6 @@ def require_line(name: str, dtype: str) -> str:
     """The statement of a kernel's source requiring entry point ``name`` for ``dtype`` (after
     ``from rvm.kernels.entry import require``)."""
     return f"require({name!r}, {dtype!r})"
-
-
-def required_by(source: str) -> list[tuple[str, str]]:
-    """The (entry point, dtype) pairs the kernel source ``source`` requires at import."""
-    return [(m.group(1), m.group(2)) for m in _REQUIRE.finditer(source)]
 
 
 def required() -> list[tuple[str, str]]:

@@ -41,6 +41,7 @@ import numpy as np
 from rvm.dtypes import numpy_dtype
 from rvm.errors import DTypeError, ShapeError
 from rvm.runtime.registry import register_func
+from rvm.runtime.shape_patterns import pairs_flat
 
 __all__ = ["NAMESPACE", "as_str"]
 
@@ -70,10 +71,7 @@ def _ints(values: Any) -> list[int]:
 
 def _pairs(pattern: Any) -> list[int]:
     """The pattern's numbers, kind, value, kind, value, ... (indexed, not zipped: cheaper)."""
-    flat = _ints(pattern)
-    if len(flat) % 2:
-        raise ValueError(f"a shape pattern has (kind, value) pairs, got {len(flat)} numbers")
-    return flat
+    return pairs_flat(_ints(pattern))
 
 
 def _prefix(context: Any) -> str:

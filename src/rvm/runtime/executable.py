@@ -109,6 +109,12 @@ class KernelRecord:
         style: "dps" (outputs passed last, returns None; INVOKE_PACKED) or "return"
             (returns its result; CALL_PACKED).
         meta: Free string metadata (e.g. the fused ops, the jit signature).
+        requires: The kernel library's entry points the kernel requires when it is imported,
+            as (entry point, dtype) pairs (`rvm.kernels.entry`), set by the generator.
+        imports: The rvm modules the kernel's source imports (by import path; the cache key
+            covers them and what they import), set by the generator.
+        cost: An estimate of the kernel's compile time (arbitrary units; `rvm.jit.parallel`
+            compiles the costliest first), set by the generator.
     """
 
     name: str
@@ -117,6 +123,9 @@ class KernelRecord:
     entry: str
     style: str = "dps"
     meta: Mapping[str, str] = field(default_factory=dict)
+    requires: tuple[tuple[str, str], ...] = ()
+    imports: tuple[str, ...] = ()
+    cost: int = 0
 
 
 @dataclass(frozen=True, slots=True)

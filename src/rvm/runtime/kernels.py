@@ -97,7 +97,7 @@ def require_trusted(ex: Executable) -> None:
 def _load_jit_kernel(ex: Executable, rec: KernelRecord) -> Callable[..., Any]:
     entry = None
     if ex._native_entries:
-        found = ex._native_entries.get(kernel_path(rec.source).name)
+        found = ex._native_entries.get(kernel_path(rec.source, rec.imports).name)
         if found is not None:
             entry = artifact.use_entry(found, rec.source)
     return loader.load_kernel(rec, entry)

@@ -6,34 +6,36 @@ Layout (little endian)::
     section*: 4-byte tag  u64 payload_length  u32 crc32(payload)  payload
 
 Sections, in order (docs/architecture.md): GLOB (function table: name, kind, params and their
-specs, register-file size, code range; then the ADTs), CONS (constant pool: dtype string --
-numpy's type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM
-(primitive names), CODE (instructions: u8 opcode, then operands by the kinds of `OPCODE_INFO`),
-KERN (kernel records and shared libraries), then, since version 1.1, META (string key/value
-pairs: `default_exec_mode`, and since 1.5 `python_forms`, the data types' `ADTInfo.python` as
+specs, register-file size, code range; then the ADTs), CONS (constant pool: dtype string -- numpy's
+type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM (primitive
+names), CODE (instructions: u8 opcode, then operands by the kinds of `OPCODE_INFO`), KERN (kernel
+records and shared libraries), then, since version 1.1, META (string key/value pairs:
+`default_exec_mode`, and since 1.5 `python_forms`, the data types' `ADTInfo.python` as
 `name=form;...`), and, since version 1.3, RSLT (per function, what it returns: a flag, then the
-result spec, its tuple fields after it). Readers skip unknown sections of the same major
-version, so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a
-new major version means an incompatible layout. Version 1.2 added opcodes (the tail calls,
-NEW_TENSOR, the shape instructions, IF_IMM; `bytecode.py`), which older readers reject as
-unknown opcodes. A file before 1.3 (no RSLT) loads with every `VMFunction.result` None. Since
-version 1.5, an optional PFLD section gives the field specs of tuple parameters (per function,
-per parameter: a flag, then the spec as in RSLT), so the entry checks check the fields; without
-it a tuple parameter is checked as a tuple only. Since version 1.4, an optional NATV section
-carries the native code of the jit kernels (`rvm.runtime.loading.artifact`): the key it was built
-for, then per group (a kernel file or an rvm module) its kind, name, modification time and Numba
-cache files (name, bytes). A file without it loads as before (its kernels load from the cache or
-compile). An optional DIMR section, written only when a function bounds its symbolic
-dimensions (`VMFunction.dim_ranges`), holds per function a count of (name, optional min,
-optional max); readers that skip it load the file without those checks. An optional last
-section SIGN (readers before it skip it) holds a signature of
-every byte before it: the signing key's id and an HMAC-SHA256 (`rvm.runtime.loading.trust`).
-A file that is not signed by a trusted key, nor loaded with ``trusted=True``, loads as data:
-its functions, constants and text views are there, its kernels never run (the VM refuses them
-with `UntrustedExecutableError`) and its native code is never written anywhere. A 1.0 or 1.1
-file loads and runs as written, except that its tail calls, which those versions emitted as
-INVOKE / INVOKE_CLOSURE directly followed by RET of the result, become the tail call opcodes
-(`_upgrade_tail_calls`), so deep tail recursion still runs in constant space.
+result spec, its tuple fields after it). Readers skip unknown sections of the same major version,
+so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a new major
+version means an incompatible layout. Version 1.2 added opcodes (the tail calls, NEW_TENSOR, the
+shape instructions, IF_IMM; `bytecode.py`), which older readers reject as unknown opcodes. A file
+before 1.3 (no RSLT) loads with every `VMFunction.result` None. Since version 1.5, an optional PFLD
+section gives the field specs of tuple parameters (per function, per parameter: a flag, then the
+spec as in RSLT), so the entry checks check the fields; without it a tuple parameter is checked as
+a tuple only. Since version 1.4, an optional NATV section carries the native code of the jit
+kernels (`rvm.runtime.loading.artifact`): the key it was built for, then per group (a kernel file
+or an rvm module) its kind, name, modification time and Numba cache files (name, bytes). A file
+without it loads as before (its kernels load from the cache or compile). Since version 1.6, a FACT
+section carries each kernel's facts, in KERN's order: the entry points it requires ((name, dtype)
+pairs), the rvm modules it imports, its compile cost (`KernelRecord`); a jit kernel of an older
+file gets them from `rvm.runtime.facts.recovered`. An optional DIMR section, written only when a
+function bounds its symbolic dimensions (`VMFunction.dim_ranges`), holds per function a count of
+(name, optional min, optional max); readers that skip it load the file without those checks. An
+optional last section SIGN (readers before it skip it) holds a signature of every byte before it:
+the signing key's id and an HMAC-SHA256 (`rvm.runtime.loading.trust`). A file that is not signed by
+a trusted key, nor loaded with ``trusted=True``, loads as data: its functions, constants and text
+views are there, its kernels never run (the VM refuses them with `UntrustedExecutableError`) and
+its native code is never written anywhere. A 1.0 or 1.1 file loads and runs as written, except that
+its tail calls, which those versions emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of
+the result, become the tail call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs
+in constant space.
 
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
@@ -61,13 +63,14 @@ from rvm.runtime.executable import (
     ParamSpec,
     VMFunction,
 )
+from rvm.runtime.facts import recovered
 from rvm.runtime.loading import trust
 from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
 
 __all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 5)
+VERSION = (1, 6)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
@@ -75,6 +78,7 @@ NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
 PFLD = b"PFLD"  # optional (added in 1.5): the field specs of tuple parameters
 SIGN = b"SIGN"  # optional, last: the signature of every byte before it
 DIMR = b"DIMR"  # optional: the functions' symbolic-dimension ranges (written when any has one)
+FACT = b"FACT"  # optional (added in 1.6): the kernels' facts
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 _SPEC_KINDS = ("tensor", "tuple", "adt", "any")
@@ -175,8 +179,9 @@ def encode(
 ) -> bytes:
     """The RVMX image of `ex`, with the NATV section of ``native`` when given, signed with
     the key ``sign`` when given (a last SIGN section)."""
-    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _rslt(ex)]
-    tags = [*SECTIONS, META, RSLT]
+    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _fact(ex)]
+    sections.append(_rslt(ex))
+    tags = [*SECTIONS, META, FACT, RSLT]
     if any(spec.fields is not None for fn in ex.functions for spec in fn.param_specs):
         sections.append(_pfld(ex))
         tags.append(PFLD)
@@ -363,6 +368,33 @@ def _kern(ex: Executable) -> bytes:
     return w.getvalue()
 
 
+def _fact(ex: Executable) -> bytes:
+    w = _Writer()
+    w.count(len(ex.kernels))
+    for rec in ex.kernels.values():
+        w.count(len(rec.requires))
+        for name, dtype in rec.requires:
+            w.str(name)
+            w.str(dtype)
+        w.count(len(rec.imports))
+        for module in rec.imports:
+            w.str(module)
+        w.int(rec.cost)
+    return w.getvalue()
+
+
+def _read_fact(r: _Reader, kernels: dict[str, KernelRecord]) -> dict[str, KernelRecord]:
+    if r.count(1) != len(kernels):
+        r.fail(f"{len(kernels)} kernels but another count of facts")
+    out = {}
+    for name, rec in kernels.items():
+        requires = tuple((r.str(), r.str()) for _ in range(r.count(8)))
+        imports = tuple(r.str() for _ in range(r.count(4)))
+        out[name] = replace(rec, requires=requires, imports=imports, cost=r.int())
+    r.end()
+    return out
+
+
 def _natv(native: NativeCode) -> bytes:
     w = _Writer()
     w.str(native.key)
@@ -535,6 +567,10 @@ def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
             body = _upgrade_tail_calls(body)
         functions.append(VMFunction(name, params, specs, nregs, tuple(body), kind))
     kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
+    if FACT in found:
+        kernels = _read_fact(_Reader(found[FACT], "kernel facts"), kernels)
+    else:  # before version 1.6
+        kernels = {name: recovered(rec) for name, rec in kernels.items()}
     out = {
         "functions": functions,
         "constants": constants,

@@ -165,7 +165,8 @@ def as_python(ex: Executable) -> str:
     for rec in ex.kernels.values():
         out.append(
             f"b.add_kernel(KernelRecord({rec.name!r}, {rec.backend!r}, {rec.source!r}, "
-            f"{rec.entry!r}, {rec.style!r}, {dict(rec.meta)!r}))"
+            f"{rec.entry!r}, {rec.style!r}, {dict(rec.meta)!r}, {rec.requires!r}, "
+            f"{rec.imports!r}, {rec.cost!r}))"
         )
     for name, src in ex.libraries.items():
         out.append(f"b.add_library({name!r}, {src!r})")

@@ -42,6 +42,11 @@ def make_model(
     return model
 
 
+# Every exec mode: the per-op checks run the native mode too (its functions that call numpy
+# kernels or do what Numba cannot stay in the compiled mode, `VirtualMachine.native_report`).
+EXEC_MODES = ("bytecode", "compiled", "native")
+
+
 def run_rvm(model, inputs, kernels="numpy", exec_mode="bytecode", **kwargs):
     """Import ``model``, compile, run ``main`` on ``inputs``; outputs as a list."""
     ex = rvm.compile(rvm.from_onnx(model, **kwargs), kernels=kernels)
@@ -49,12 +54,12 @@ def run_rvm(model, inputs, kernels="numpy", exec_mode="bytecode", **kwargs):
     return list(out) if isinstance(out, tuple) else [out]
 
 
-def check_ort(model, inputs, kernels="numpy", exec_modes=("bytecode", "compiled"), rtol=1e-5):
+def check_ort(model, inputs, kernels="numpy", exec_modes=EXEC_MODES, rtol=1e-5):
     """rvm's outputs equal ONNX Runtime's (dtype, shape, values) in each exec mode."""
     _check_outputs(model, inputs, run_ort(model, inputs), kernels, exec_modes, rtol)
 
 
-def check_reference(model, inputs, kernels="numpy", exec_modes=("bytecode", "compiled"), rtol=1e-5):
+def check_reference(model, inputs, kernels="numpy", exec_modes=EXEC_MODES, rtol=1e-5):
     """rvm's outputs equal ``onnx.reference``'s: the oracle for the types ONNX Runtime's
     Python API cannot pass (bfloat16, float8e5m2, int4... inputs and outputs)."""
     from onnx.reference import ReferenceEvaluator

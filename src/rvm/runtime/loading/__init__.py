@@ -21,3 +21,7 @@ NATIVE_DIR = "native"
 FILES_DIR = "files"
 """The cache subfolder of object code from trusted files: one entry per kernel group, named by
 the hash of the group's own bytes (`rvm.runtime.loading.artifact.entry_hash`)."""
+
+NATIVE_IMPORTS = ("rvm.runtime.modes.native_support",)
+"""The rvm modules a native exec-mode file imports (`rvm.runtime.modes.native_codegen` writes
+its imports from this), which its cache key covers."""

@@ -207,14 +207,13 @@ def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
     from numba.core.registry import CPUDispatcher
 
     from rvm.kernels import entry, parfor
-    from rvm.runtime.loading.cache import imported_modules, module_source
+    from rvm.runtime.loading.cache import imported_modules
 
     modules: set[str] = set()
     for rec in records:
-        modules.update(imported_modules(rec.source))
-        for name, _ in entry.required_by(rec.source):
-            modules.add(entry.MODULES[name])
-            modules.update(imported_modules(module_source(entry.MODULES[name])))
+        modules.update(imported_modules(rec.imports))
+        for name, _ in rec.requires:
+            modules.update(imported_modules((entry.MODULES[name],)))
     found: dict[str, set[str]] = {}
 
     def add(obj: object) -> None:
@@ -254,7 +253,7 @@ def collect(records: Iterable[KernelRecord], native_file: str | None = None) -> 
         except (JITError, OSError) as err:  # OSError: a cache it cannot write
             _debug.debug("kernel %s: no native code saved (%s)", rec.name, err)
             continue
-        path = kernel_path(rec.source)
+        path = kernel_path(rec.source, rec.imports)
         files = _cache_files(object_code_dir(path), path.stem)
         if files:
             try:
@@ -324,7 +323,7 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord], ex: object 
     records = {}
     for rec in kernels.values():
         if rec.backend == "jit":
-            records[kernel_path(rec.source).name] = rec
+            records[kernel_path(rec.source, rec.imports).name] = rec
     entries = getattr(ex, "_native_entries", {})
     written = stale = 0
     for group in native.groups:
@@ -358,13 +357,14 @@ def install(native: NativeCode, kernels: Mapping[str, KernelRecord], ex: object 
 
 def _native_source(group: NativeGroup) -> str | None:
     """The native mode's source a ``native`` group carries, when it hashes to its name."""
+    from rvm.runtime.loading import NATIVE_IMPORTS
     from rvm.runtime.loading.cache import source_hash
 
     try:
         source = dict(group.files)[group.ident].decode()
     except UnicodeDecodeError:
         return None
-    if f"n_{source_hash(source)}.py" != group.ident:
+    if f"n_{source_hash(source, NATIVE_IMPORTS)}.py" != group.ident:
         _debug.debug("native file %s not installed: its source hashes otherwise", group.ident)
         return None
     return source

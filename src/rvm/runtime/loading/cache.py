@@ -5,8 +5,8 @@ function is compiled with ``cache=True``, so Numba stores the object code in the
 folder next to it (or under ``NUMBA_CACHE_DIR``, `object_code_dir`) and a second process loads that
 instead of compiling (Numba cannot cache functions of ``exec``'d source, numba#3501, hence real
 files). The hash covers the source, the rvm, Numba and llvmlite versions, the host CPU's name and
-features, and the source of every rvm module the kernel imports (``from rvm.kernels.mathlib
-import exp32``, read off the kernel's own import lines, and the rvm modules those import in turn),
+features, and the source of every rvm module the kernel imports (the record's ``imports``, set
+by the generator that made the kernel, and the rvm modules those import in turn),
 so a file is never reused for another compiler or machine, or after a change to code the kernel
 calls (Numba's object code has the intrinsics of `rvm.kernels.mathlib` and
 `rvm.kernels.blas` compiled in). Writes go to a temporary file first and are moved in place
@@ -61,7 +61,8 @@ def target_key() -> str:
     )
 
 
-# `from rvm.x import a, b` (group 1: the module, 2: the names) or `import rvm.x` (group 3).
+# In an rvm library module's own (hand-written) source: `from rvm.x import a, b` (group 1: the
+# module, 2: the names) or `import rvm.x` (group 3). Generated source is never read for this.
 _RVM_IMPORT = re.compile(
     r"^[ \t]*(?:"
     r"from[ \t]+(rvm(?:\.\w+)*)[ \t]+import[ \t]+\(?([\w, \t]+)"
@@ -97,37 +98,40 @@ def _in_runtime(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def imported_modules(source: str) -> tuple[str, ...]:
-    """The rvm runtime modules `source` imports (at module level or in a function), and those
-    these import (sorted). Only `rvm.runtime` and `rvm.kernels` count: kernels and the library
-    they call import nothing else that is compiled in (rvm's version is in the hash already),
-    and a process loading kernels never imports the compiler's packages.
+def imported_modules(imports: tuple[str, ...]) -> tuple[str, ...]:
+    """The rvm runtime modules among ``imports`` (the modules a kernel or a native-mode file
+    imports, as its generator recorded them) and those these import in turn (sorted). Only
+    `rvm.runtime` and `rvm.kernels` count: kernels and the library they call import nothing
+    else that is compiled in (rvm's version is in the hash already), and a process loading
+    kernels never imports the compiler's packages.
 
-    ``from rvm.kernels import blas`` counts `rvm.kernels` and `rvm.kernels.blas`; an old
-    path such as ``rvm.runtime.native.blas`` counts its alias module and, through it, the
-    module it names. Found once per source and process (compiling and loading a
-    kernel both ask), as the modules' sources are read once.
+    A library module's ``from rvm.kernels import blas`` counts `rvm.kernels` and
+    `rvm.kernels.blas`; an old path such as ``rvm.runtime.native.blas`` counts its alias
+    module and, through it, the module it names. Found once per tuple and process (compiling
+    and loading a kernel both ask), as the modules' sources are read once.
     """
     seen: set[str] = set()
-    todo = [source]
+    todo = [m for m in imports if _in_runtime(m)]
     while todo:
-        for m in _RVM_IMPORT.finditer(todo.pop()):
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for m in _RVM_IMPORT.finditer(module_source(name)):
             names = [m.group(3)] if m.group(3) else [m.group(1)]
             if m.group(2):
                 subs = (f"{m.group(1)}.{n.strip()}" for n in m.group(2).split(","))
                 names += [n for n in subs if n not in seen and _in_runtime(n) and _is_module(n)]
-            for name in names:
-                if name not in seen and _in_runtime(name):
-                    seen.add(name)
-                    todo.append(module_source(name))
+            todo += [n for n in names if n not in seen and _in_runtime(n)]
     return tuple(sorted(seen))
 
 
-def source_hash(source: str) -> str:
-    """The content hash naming a kernel's cache entry (see the module docstring)."""
+def source_hash(source: str, imports: tuple[str, ...] = ()) -> str:
+    """The content hash naming a cache entry of generated ``source`` that imports the rvm
+    modules ``imports`` (see the module docstring)."""
     digest = hashlib.sha256()
     digest.update(target_key().encode())
-    for name in imported_modules(source):
+    for name in imported_modules(tuple(sorted(imports))):
         digest.update(f"\0{name}\0".encode())
         digest.update(module_source(name).encode())
     digest.update(b"\0")
@@ -135,9 +139,10 @@ def source_hash(source: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def kernel_path(source: str) -> Path:
-    """Where the kernel file of ``source`` lives in the cache."""
-    return cache_dir() / KERNEL_DIR / f"k_{source_hash(source)}.py"
+def kernel_path(source: str, imports: tuple[str, ...] = ()) -> Path:
+    """Where the kernel file of ``source`` (importing the rvm modules ``imports``: its
+    record's) lives in the cache."""
+    return cache_dir() / KERNEL_DIR / f"k_{source_hash(source, imports)}.py"
 
 
 def write_entry(path: Path, source: str) -> bool:

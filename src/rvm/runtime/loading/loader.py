@@ -67,7 +67,7 @@ def load_kernel(record: KernelRecord, entry: Path | None = None) -> Callable[...
     """
     if record.backend != "jit":
         raise JITError(f"kernel {record.name!r} has backend {record.backend!r}, not 'jit'")
-    path = kernel_path(record.source)
+    path = kernel_path(record.source, record.imports)
     with _lock:
         if entry is not None:
             _entries[str(path)] = entry
@@ -90,7 +90,7 @@ def kernel_function(record: KernelRecord, name: str) -> Callable[..., Any]:
         JITError: The record is not a jit kernel, or its module defines no ``name``.
     """
     load_kernel(record)
-    path = str(kernel_path(record.source))
+    path = str(kernel_path(record.source, record.imports))
     func = getattr(_modules[str(_entries.get(path, path))], name, None)
     if func is None:
         raise JITError(f"kernel {record.name!r}: its source defines no {name!r}")

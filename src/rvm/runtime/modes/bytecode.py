@@ -32,7 +32,7 @@ from rvm.runtime.memory import alloc_view_of
 from rvm.runtime.modes.base import ExecContext, Fatal
 from rvm.runtime.modes.decode import ALLOC_TUPLE, NEW_TINY
 
-__all__ = ["BytecodeMode", "MAX_CALL_DEPTH", "compile_loop", "loop_source"]
+__all__ = ["BytecodeMode", "HOT", "MAX_CALL_DEPTH", "compile_loop", "dispatch_order", "loop_source"]
 
 MAX_CALL_DEPTH = 500_000
 O = Opcode
@@ -137,40 +137,72 @@ def _data(op: Opcode, variant: str = "") -> list[str]:
     return lines if lines[-1].startswith("raise ") else [*lines, "pc += 1"]
 
 
-_ORDER: list[tuple[tuple[int, ...], str, Callable[[], list[str]]]] = [
-    ((O.INVOKE_PACKED,), "INVOKE_PACKED", lambda: _data(O.INVOKE_PACKED)),
-    ((O.CALL_PACKED,), "CALL_PACKED", lambda: _data(O.CALL_PACKED)),
-    ((O.NEW_TENSOR,), "NEW_TENSOR", lambda: _data(O.NEW_TENSOR)),
-    ((NEW_TINY,), "NEW_TENSOR tiny", lambda: _data(O.NEW_TENSOR, "tiny")),
-    ((O.IF_IMM,), "IF_IMM", lambda: _if(O.IF_IMM, sem.IF_INT)),
-    ((O.KILL_REGISTER,), "KILL_REGISTER", lambda: _data(O.KILL_REGISTER)),
-    ((O.MOVE,), "MOVE", lambda: _data(O.MOVE)),
-    ((O.LOAD_CONST,), "LOAD_CONST", lambda: _data(O.LOAD_CONST)),
-    ((O.LOAD_CONSTI,), "LOAD_CONSTI", lambda: _data(O.LOAD_CONSTI)),
-    ((O.RET,), "RET", lambda: _RET),
-    ((O.TAIL_INVOKE,), "TAIL_INVOKE", lambda: _call(1)),
-    ((O.INVOKE,), "INVOKE", lambda: [*_PUSH, *_call(2)]),
-    ((O.NEW_TENSOR_REG,), "NEW_TENSOR_REG", lambda: _data(O.NEW_TENSOR_REG)),
-    ((O.MATCH_SHAPE,), "MATCH_SHAPE", lambda: _data(O.MATCH_SHAPE)),
-    ((O.MAKE_SHAPE,), "MAKE_SHAPE", lambda: _data(O.MAKE_SHAPE)),
-    ((O.ALLOC_SHAPE_HEAP,), "ALLOC_SHAPE_HEAP", lambda: _data(O.ALLOC_SHAPE_HEAP)),
-    ((O.ALLOC_TENSOR,), "ALLOC_TENSOR", lambda: _data(O.ALLOC_TENSOR)),
-    ((O.ALLOC_STORAGE,), "ALLOC_STORAGE", lambda: _data(O.ALLOC_STORAGE)),
-    ((O.IF,), "IF", lambda: _if(O.IF, sem.IF_EQUAL)),
-    ((O.GOTO,), "GOTO", lambda: ["pc = ins[1]"]),
-    ((O.GET_FIELD,), "GET_FIELD", lambda: _data(O.GET_FIELD)),
-    ((O.GET_TAG,), "GET_TAG", lambda: _data(O.GET_TAG)),
-    ((ALLOC_TUPLE,), "ALLOC_ADT tuple", lambda: _data(O.ALLOC_ADT, "tuple")),
-    ((O.ALLOC_ADT,), "ALLOC_ADT", lambda: _data(O.ALLOC_ADT)),
-    ((O.TAIL_INVOKE_CLOSURE,), "TAIL_INVOKE_CLOSURE", lambda: _closure(1, tail=True)),
-    ((O.INVOKE_CLOSURE,), "INVOKE_CLOSURE", lambda: _closure(2, tail=False)),
-    ((O.ALLOC_CLOSURE,), "ALLOC_CLOSURE", lambda: _data(O.ALLOC_CLOSURE)),
-    ((O.ALLOC_TENSOR_REG,), "ALLOC_TENSOR_REG", lambda: _data(O.ALLOC_TENSOR_REG)),
-    ((O.SHAPE_OF,), "SHAPE_OF", lambda: _data(O.SHAPE_OF)),
-    ((O.RESHAPE_TENSOR,), "RESHAPE_TENSOR", lambda: _data(O.RESHAPE_TENSOR)),
-    ((O.FATAL,), "FATAL", lambda: _data(O.FATAL)),
-]
-"""Every decoded opcode the loop dispatches on, commonest first."""
+_CONTROL: dict[int, Callable[[], list[str]]] = {
+    O.IF_IMM: lambda: _if(O.IF_IMM, sem.IF_INT),
+    O.IF: lambda: _if(O.IF, sem.IF_EQUAL),
+    O.GOTO: lambda: ["pc = ins[1]"],
+    O.RET: lambda: _RET,
+    O.TAIL_INVOKE: lambda: _call(1),
+    O.INVOKE: lambda: [*_PUSH, *_call(2)],
+    O.TAIL_INVOKE_CLOSURE: lambda: _closure(1, tail=True),
+    O.INVOKE_CLOSURE: lambda: _closure(2, tail=False),
+}
+"""This mode's mechanics for the control opcodes (`semantics.CONTROL_OPCODES`)."""
+
+_VARIANT_CODES = {NEW_TINY: O.NEW_TENSOR, ALLOC_TUPLE: O.ALLOC_ADT}
+"""The decoded opcodes of the table's variants (`semantics.VARIANTS`, `decode.py`)."""
+
+HOT: tuple[int, ...] = (
+    O.INVOKE_PACKED,
+    O.CALL_PACKED,
+    O.NEW_TENSOR,
+    NEW_TINY,
+    O.IF_IMM,
+    O.KILL_REGISTER,
+    O.MOVE,
+    O.LOAD_CONST,
+    O.LOAD_CONSTI,
+    O.RET,
+    O.TAIL_INVOKE,
+    O.INVOKE,
+    O.NEW_TENSOR_REG,
+    O.MATCH_SHAPE,
+    O.MAKE_SHAPE,
+    O.ALLOC_SHAPE_HEAP,
+    O.ALLOC_TENSOR,
+    O.ALLOC_STORAGE,
+    O.IF,
+    O.GOTO,
+    O.GET_FIELD,
+    O.GET_TAG,
+    ALLOC_TUPLE,
+    O.ALLOC_ADT,
+    O.TAIL_INVOKE_CLOSURE,
+    O.INVOKE_CLOSURE,
+    O.ALLOC_CLOSURE,
+)
+"""The decoded opcodes programs run most, commonest first: the loop tests them in this order,
+then every other opcode of the table (`semantics.SEMANTICS`, its variants, the control
+opcodes) in the table's order."""
+
+
+def dispatch_order() -> list[tuple[int, str, Callable[[], list[str]]]]:
+    """Every decoded opcode the loop dispatches on, with its label and statements: `HOT`
+    first, then the rest of the table."""
+    table = [*sem.SEMANTICS, *_VARIANT_CODES, *_CONTROL]
+    out = []
+    for code in dict.fromkeys([*HOT, *table]):
+        if code in _VARIANT_CODES:
+            op = _VARIANT_CODES[code]
+            variant = sem.VARIANTS[op][0]
+            out.append((code, f"{op.name} {variant}", lambda o=op, v=variant: _data(o, v)))
+        elif code in _CONTROL:
+            out.append((code, O(code).name, _CONTROL[code]))
+        else:
+            op = O(code)
+            out.append((code, op.name, lambda o=op: _data(o)))
+    return out
+
 
 _HEAD = """\
 def run(self, fidx, args):
@@ -209,13 +241,13 @@ def loop_source() -> str:
     """The source of the dispatch loop, generated from `semantics.py` (see the docstring)."""
     lines = [_HEAD.format(names=", ".join(sem.RUNTIME_NAMES))]
     merged: list[tuple[list[int], list[str], list[str]]] = []
-    for codes, label, body in _ORDER:
+    for code, label, body in dispatch_order():
         lines_ = body()
         if merged and merged[-1][2] == lines_:  # the same statements: one test for both
-            merged[-1][0].extend(int(c) for c in codes)
+            merged[-1][0].append(int(code))
             merged[-1][1].append(label)
         else:
-            merged.append(([int(c) for c in codes], [label], lines_))
+            merged.append(([int(code)], [label], lines_))
     for k, (codes, labels, body) in enumerate(merged):
         test = " or ".join(f"op == {c}" for c in codes)
         keyword = "if" if k == 0 else "elif"

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
-
+from rvm.runtime import shape_patterns
 from rvm.runtime.bytecode import OPCODE_INFO, TAIL_OPCODES, Opcode
 
 __all__ = ["FlowInfo", "ShapePlan"]
@@ -252,17 +251,10 @@ class ShapePlan:
 
     def _pattern(self, const: int, kinds: tuple[int, ...], size: int) -> list | None:
         """The (kind, value) pairs of pattern constant `const`, if valid with slots in range."""
-        value = self._constants[const]
-        if not isinstance(value, np.ndarray) or value.dtype.kind != "i" or value.ndim != 1:
+        try:
+            return shape_patterns.decode(self._constants[const], kinds, size)
+        except shape_patterns.PatternError:
             return None
-        flat = value.tolist()
-        pairs = list(zip(flat[::2], flat[1::2]))
-        slot_kinds = (1, 2)  # the kinds whose value is a heap slot
-        if len(flat) % 2 or any(
-            k not in kinds or (k in slot_kinds and not 0 <= v < size) for k, v in pairs
-        ):
-            return None
-        return pairs
 
     def _plan_heap(self, pc: int) -> None:
         flow = self._flow
@@ -276,9 +268,9 @@ class ShapePlan:
             if use[0] == Opcode.KILL_REGISTER:
                 continue
             if use[0] == Opcode.MATCH_SHAPE and use[1] != heap:
-                pairs = self._pattern(use[3], (0, 1, 2, 3), size)
+                pairs = self._pattern(use[3], shape_patterns.MATCH_KINDS, size)
             elif use[0] == Opcode.MAKE_SHAPE:
-                pairs = self._pattern(use[3], (0, 1), size)
+                pairs = self._pattern(use[3], shape_patterns.MAKE_KINDS, size)
             else:
                 return
             if pairs is None or not flow.assigned(heap, r):

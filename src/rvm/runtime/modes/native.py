@@ -45,7 +45,7 @@ from rvm.progress import Progress
 from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.kernels import resolve_primitives
-from rvm.runtime.loading import NATIVE_DIR, artifact
+from rvm.runtime.loading import NATIVE_DIR, NATIVE_IMPORTS, artifact
 from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.memory import NAMED_ALLOCATORS
@@ -195,7 +195,8 @@ def native_file(ex: Executable) -> str | None:
 
 def native_path(source: str) -> Path:
     """Where the generated file of `source` lives in rvm's cache."""
-    return native_cache.cache_dir() / NATIVE_DIR / f"n_{native_cache.source_hash(source)}.py"
+    name = f"n_{native_cache.source_hash(source, NATIVE_IMPORTS)}.py"
+    return native_cache.cache_dir() / NATIVE_DIR / name
 
 
 def _load(path: Path, source: str, kernels: dict[str, Any]) -> ModuleType:

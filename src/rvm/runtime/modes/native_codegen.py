@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rvm.runtime import semantics as sem
+from rvm.runtime import shape_patterns as sp
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.executable import SCALAR_META
+from rvm.runtime.loading import NATIVE_IMPORTS
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.loading.loader import kernel_module_name
 from rvm.runtime.modes.compiled_codegen import Names
@@ -391,16 +393,12 @@ class _Function:
         out.append(f"{pad}_pc = 0")
         out.append(f"{pad}continue")
 
-    def _pairs(self, const: int, heap: int, pc: int) -> list[tuple[int, int]]:
+    def _pairs(
+        self, const: int, heap: int, pc: int, kinds: tuple[int, ...] = sp.MATCH_KINDS
+    ) -> list[tuple[int, int]]:
         """The (kind, value) pairs of shape pattern `const` read against heap register `heap`,
         whose slots must be in range of the one ALLOC_SHAPE_HEAP that surely made it by `pc`:
         native code indexes the heap unchecked."""
-        value = self.ex.constants[const]
-        if not isinstance(value, np.ndarray) or value.dtype.kind != "i" or value.ndim != 1:
-            raise NotNative(f"shape pattern c{const} is not an int array")
-        flat = [int(v) for v in value.tolist()]
-        if len(flat) % 2:
-            raise NotNative(f"shape pattern c{const} has an odd length")
         code = self.flow.code
         made = [w for w in self.flow.writers.get(heap, []) if code[w][0] != O.KILL_REGISTER]
         if (
@@ -410,11 +408,10 @@ class _Function:
             or not self.flow.assigned(heap, pc)
         ):
             raise NotNative(f"shape heap {_r(heap)} is not one alloc_shape_heap's")
-        size = code[made[0]][2]
-        pairs = list(zip(flat[::2], flat[1::2]))
-        if any(k in (1, 2) and not 0 <= v < size for k, v in pairs):
-            raise NotNative(f"shape pattern c{const} has a heap slot out of range")
-        return pairs
+        try:
+            return sp.decode(self.ex.constants[const], kinds, code[made[0]][2])
+        except sp.PatternError as err:
+            raise NotNative(f"shape pattern c{const} {err}") from None
 
     def _match(self, ins: tuple, pc: int) -> list[str]:
         """MATCH_SHAPE (`vm.builtin.match_shape`): the rank and dims compared inline, the
@@ -427,14 +424,12 @@ class _Function:
         test = [f"len({tensor}.shape) == {n}"]
         stores = []
         for axis, (k, v) in enumerate(pairs):
-            if k == 0:
+            if k == sp.LITERAL:
                 test.append(f"_s[{axis}] == {v}")
-            elif k == 1:
+            elif k == sp.STORE:
                 stores.append(f"{heap}[{v}] = _s[{axis}]")
-            elif k == 2:
+            elif k == sp.CHECK:
                 test.append(f"_s[{axis}] == {heap}[{v}]")
-            elif k != 3:
-                raise NotNative(f"shape pattern c{ins[3]} has kind {k}")
         lines = [f"_s = {tensor}.shape + _PAD{n}"]
         # kind 2 may read a slot an earlier axis of this pattern stores: store, then test
         lines += stores
@@ -444,13 +439,8 @@ class _Function:
     def _make(self, ins: tuple, pc: int) -> str:
         """MAKE_SHAPE (`vm.builtin.make_shape`) as a tuple of ints."""
         dims = []
-        for k, v in self._pairs(ins[3], ins[2], pc):
-            if k == 0:
-                dims.append(str(v))
-            elif k == 1:
-                dims.append(f"{self._reg(ins[2])}[{v}]")
-            else:
-                raise NotNative(f"shape pattern c{ins[3]} has kind {k}")
+        for k, v in self._pairs(ins[3], ins[2], pc, sp.MAKE_KINDS):
+            dims.append(str(v) if k == sp.LITERAL else f"{self._reg(ins[2])}[{v}]")
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
     def _render(self, text: str, ins: tuple, pc: int) -> str:
@@ -629,17 +619,17 @@ def _uncached(functions: list[_Function]) -> set[int]:
     return out
 
 
+# What a native file imports from `rvm.runtime.modes.native_support` (NATIVE_IMPORTS[0]).
+_SUPPORT_NAMES = ("constant", "full0", "shape_array", "storage", "view")
+
+
 def _file(ex: Executable, names: Names, functions: list[_Function], uncached: set[int]) -> str:
     head = [
         "# rvm native functions (exec_mode='native'), made by rvm.runtime.modes.native_codegen",
         "import numba as _nb",
         "import numpy as _np",
         "",
-        "from rvm.runtime.modes.native_support import constant as _constant",
-        "from rvm.runtime.modes.native_support import full0 as _full0",
-        "from rvm.runtime.modes.native_support import shape_array as _shape_array",
-        "from rvm.runtime.modes.native_support import storage as _storage",
-        "from rvm.runtime.modes.native_support import view as _view",
+        *(f"from {NATIVE_IMPORTS[0]} import {n} as _{n}" for n in _SUPPORT_NAMES),
         "",
         "_empty = _np.empty",
         "_zeros = _np.zeros",
@@ -676,4 +666,4 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
 
 def _kernel_module(rec: KernelRecord) -> str:
     """The module a jit kernel is loaded as (`rvm.runtime.loading.loader`)."""
-    return kernel_module_name(kernel_path(rec.source))
+    return kernel_module_name(kernel_path(rec.source, rec.imports))
