@@ -20,15 +20,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import logging
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from rvm.kernels.numba_cache import object_code_dir, write_atomic
 from rvm.runtime.loading import FILES_DIR, NATIVE_DIR
 
 KERNEL_DIR = "kernels"
+logger = logging.getLogger("rvm.jit")
+
 OWN_DIRS = (KERNEL_DIR, NATIVE_DIR, FILES_DIR)
 """The folders rvm writes in the cache directory, which `clear_cache` deletes."""
 
@@ -214,6 +218,38 @@ def check_object_code(path: Path) -> bool:
         return seal.read_text() == _digest(files)
     except OSError:
         return False
+
+
+def guard_dispatcher(dispatcher: Any, path: Path) -> None:
+    """Make the Numba function ``dispatcher`` of the generated file ``path`` (compiled lazily,
+    at its calls: the native exec mode's) load cached object code only when it is what rvm
+    sealed, checked right before each load (else the file's object code is dropped, one INFO
+    line says so, and it compiles), and seal its object code after each save. A dispatcher
+    without a disk cache is left as it is."""
+    from numba.core.caching import NullCache
+
+    cache = getattr(dispatcher, "_cache", None)
+    if cache is None or isinstance(cache, NullCache):
+        return
+    load, save = cache.load_overload, cache.save_overload
+
+    def checked_load(sig: Any, target_context: Any) -> Any:
+        if not check_object_code(path):
+            logger.info(
+                "%s: its cached object code is not what rvm sealed (changed on disk, or "
+                "cached before seals): rebuilt",
+                path.name,
+            )
+            drop_object_code(path)
+            return None
+        return load(sig, target_context)
+
+    def sealing_save(sig: Any, data: Any) -> None:
+        save(sig, data)
+        seal_object_code(path)
+
+    cache.load_overload = checked_load
+    cache.save_overload = sealing_save
 
 
 def cache_info() -> dict:
