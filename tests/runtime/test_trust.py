@@ -428,3 +428,46 @@ def test_a_tampered_native_mode_cache_entry_is_rebuilt_never_run(models, tmp_pat
     np.testing.assert_allclose(np.load("out.npy"), _expected(x, w), rtol=1e-5)
     assert not Path("pwned").exists() and path.read_text() == source
     assert cache.has_object_code(path) and cache.check_object_code(path)
+
+
+def test_a_tampered_library_cache_entry_is_rebuilt_never_run(models, tmp_path):
+    """Numba's object code of rvm's kernel library (here under ``NUMBA_CACHE_DIR``) tampered
+    by another process: a new process running a legitimate model unpickles none of it, gets
+    correct results, and rebuilds it, sealed."""
+    from rvm.kernels import numba_cache
+
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "cache"))
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+    models["jit"].save("legit.rvmx")
+    x, w = _args()
+    np.save("x.npy", x)
+    np.save("w.npy", w)
+    legit = "import logging; logging.basicConfig(level=logging.INFO)\n" + LEGIT
+
+    def run() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", legit, "legit.rvmx", "x.npy", "w.npy", "out.npy"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        np.testing.assert_allclose(np.load("out.npy"), _expected(x, w), rtol=1e-5)
+        return done.stderr
+
+    run()
+    indexes = list((tmp_path / "numba").rglob("*.nbi"))
+    library = {f for f in indexes if f.name.split(".")[0] in ("blas", "sgemm", "workpool")}
+    assert library
+    for f in library:
+        f.write_bytes(EVIL_PICKLE)
+    log = run()
+    assert not Path("pwned").exists()
+    assert "rvm library module" in log and "not what rvm sealed" in log
+    for f in library:
+        module = Path(numba_cache.__file__).with_name(f.name.split(".")[0] + ".py")
+        folder = f.parent
+        assert f.read_bytes() != EVIL_PICKLE or not f.exists()
+        seal = folder / f"{module.stem}.{numba_cache.SEAL}"
+        assert seal.exists() or not any(folder.glob(f"{module.stem}.*.nbi"))
