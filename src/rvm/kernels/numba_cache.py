@@ -268,8 +268,22 @@ def _digest(files: list[Path]) -> str:
     digest = hashlib.sha256()
     for f in files:
         digest.update(f"{f.name}\0".encode())
-        digest.update(hashlib.sha256(f.read_bytes()).digest())
+        digest.update(_file_hash(f))
     return digest.hexdigest()
+
+
+_hashes: dict[tuple, bytes] = {}  # by file and stat (inode, size, times: ctime is not settable)
+
+
+def _file_hash(f: Path) -> bytes:
+    """The hash of file ``f``'s bytes, read once per version of it (a check runs before each
+    load of a function's object code, over all of its file's object code)."""
+    st = f.stat()
+    key = (str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    found = _hashes.get(key)
+    if found is None:
+        found = _hashes[key] = hashlib.sha256(f.read_bytes()).digest()
+    return found
 
 
 def seal_object_code(path: Path) -> None:
