@@ -359,3 +359,115 @@ def test_the_rvm_command_refuses_an_untrusted_file_and_runs_it_when_told(models)
     ):
         run = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
         assert run.returncode == code and said in run.stdout + run.stderr, run.stderr[-2000:]
+
+
+TAMPER_NATIVE = textwrap.dedent(
+    """
+    import importlib._bootstrap_external as bx, importlib.util, os, sys
+    from pathlib import Path
+    import numpy as np, rvm
+    from rvm.kernels.numba_cache import object_code_dir
+    ex = rvm.load_executable(sys.argv[1])
+    vm = rvm.VirtualMachine(ex, exec_mode="native")
+    vm["main"](np.load(sys.argv[2]), np.load(sys.argv[3]))
+    path = Path(vm.native_report().path)
+    folder = object_code_dir(path)
+    assert any(folder.glob(path.stem + ".*.nbi")) and any(folder.glob(path.stem + ".*.nbc"))
+    payload = sys.argv[4]
+    for f in folder.glob(path.stem + ".*.nb[ic]"):  # the object code: pickles that run it
+        f.write_bytes(bytes.fromhex(sys.argv[5]))
+    # Python's bytecode cache of the source, matching its time and size: trusted by Python
+    st = path.stat()
+    code = compile(payload, str(path), "exec")
+    pyc = importlib.util.cache_from_source(str(path))
+    os.makedirs(os.path.dirname(pyc), exist_ok=True)
+    Path(pyc).write_bytes(bx._code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+    print(path)
+    """
+)
+
+
+def test_a_tampered_native_mode_cache_entry_is_rebuilt_never_run(models, tmp_path):
+    """The native exec mode's file in rvm's cache (its source, Python's bytecode cache of it,
+    and Numba's object code of its functions) tampered by another process: a new process
+    running a legitimate model runs none of it, gets correct results, and rebuilds it."""
+    from rvm.runtime.loading import cache
+
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("NUMBA_CACHE_DIR", None)
+    models["jit"].save("legit.rvmx")
+    x, w = _args()
+    np.save("x.npy", x)
+    np.save("w.npy", w)
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", *argv], capture_output=True, text=True, timeout=600, env=env
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout + done.stderr
+
+    tamper = [TAMPER_NATIVE, "legit.rvmx", "x.npy", "w.npy", PAYLOAD, EVIL_PICKLE.hex()]
+    legit = LEGIT.replace("rvm.VirtualMachine(ex)", "rvm.VirtualMachine(ex, exec_mode='native')")
+    legit = "import logging; logging.basicConfig(level=logging.INFO)\n" + legit
+    # its object code and Python's bytecode cache (matching the source's time and size)
+    path = Path(run(*tamper).strip().splitlines()[-1])
+    source = path.read_text()
+    assert not Path("pwned").exists()
+    log = run(legit, "legit.rvmx", "x.npy", "w.npy", "out.npy")
+    np.testing.assert_allclose(np.load("out.npy"), _expected(x, w), rtol=1e-5)
+    assert not Path("pwned").exists()
+    assert log.count("not what rvm sealed") == 1
+    assert cache.has_object_code(path) and cache.check_object_code(path)  # rebuilt, sealed
+    # its source too, keeping its length and time, with the object code and bytecode cache
+    run(*tamper)
+    stat = path.stat()
+    path.write_text(PAYLOAD + source[len(PAYLOAD) :])
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    run(legit, "legit.rvmx", "x.npy", "w.npy", "out.npy")
+    np.testing.assert_allclose(np.load("out.npy"), _expected(x, w), rtol=1e-5)
+    assert not Path("pwned").exists() and path.read_text() == source
+    assert cache.has_object_code(path) and cache.check_object_code(path)
+
+
+def test_a_tampered_library_cache_entry_is_rebuilt_never_run(models, tmp_path):
+    """Numba's object code of rvm's kernel library (here under ``NUMBA_CACHE_DIR``) tampered
+    by another process: a new process running a legitimate model unpickles none of it, gets
+    correct results, and rebuilds it, sealed."""
+    from rvm.kernels import numba_cache
+
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "cache"))
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+    models["jit"].save("legit.rvmx")
+    x, w = _args()
+    np.save("x.npy", x)
+    np.save("w.npy", w)
+    legit = "import logging; logging.basicConfig(level=logging.INFO)\n" + LEGIT
+
+    def run() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", legit, "legit.rvmx", "x.npy", "w.npy", "out.npy"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        np.testing.assert_allclose(np.load("out.npy"), _expected(x, w), rtol=1e-5)
+        return done.stderr
+
+    run()
+    indexes = list((tmp_path / "numba").rglob("*.nbi"))
+    library = {f for f in indexes if f.name.split(".")[0] in ("blas", "sgemm", "workpool")}
+    assert library
+    for f in library:
+        f.write_bytes(EVIL_PICKLE)
+    log = run()
+    assert not Path("pwned").exists()
+    assert "rvm library module" in log and "not what rvm sealed" in log
+    for f in library:
+        module = Path(numba_cache.__file__).with_name(f.name.split(".")[0] + ".py")
+        folder = f.parent
+        assert f.read_bytes() != EVIL_PICKLE or not f.exists()
+        seal = folder / f"{module.stem}.{numba_cache.SEAL}"
+        assert seal.exists() or not any(folder.glob(f"{module.stem}.*.nbi"))

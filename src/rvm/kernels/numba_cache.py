@@ -17,6 +17,13 @@ code if the library's source changed since it was cached (`drop_stale_library_co
 on a Numba without the private methods it changes nothing and loads stay Numba's own.
 `counts()` says how many loads went which way in this process.
 
+Object code rvm caches is sealed (`seal_object_code`: the hash of a source file's ``.nbi``
+and ``.nbc`` files, in ``<stem>.seal`` beside them) and checked against its seal before it is
+loaded (`check_object_code`), so a tampered or corrupt file is dropped and compiled again,
+never unpickled: kernel files and the native mode's file by `rvm.runtime.loading`, the
+library's modules here, from `install` on (Numba's cache saves and loads of their functions
+go through `_seal_library`).
+
 The rules of Numba's cache folders (`object_code_dir`) and atomic writes (`write_atomic`)
 live here too, at the bottom, for the library's stamp and for `rvm.runtime.loading`'s caches.
 """
@@ -67,6 +74,7 @@ def install() -> bool:
         if _installed is None:
             drop_stale_library_code()
             _installed = _patch()
+            _seal_library()  # around the light loads: checked before either way loads
         return _installed
 
 
@@ -105,6 +113,55 @@ def _patch() -> bool:
     load_overload.__wrapped__ = original  # type: ignore[attr-defined]
     cls.load_overload = load_overload
     return True
+
+
+def _seal_library() -> None:
+    """Make Numba's cache load the library's object code (of this package's modules)
+    only when it is what rvm sealed, checked before each load (else the module's object code
+    is dropped, one INFO line says so, and it compiles), and seal it after each save."""
+    from numba.core.caching import Cache as cls
+
+    load, save = cls.__dict__.get("load_overload"), cls.__dict__.get("save_overload")
+    if not (callable(load) and callable(save)):
+        return
+
+    def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
+        module = _library_module(self)
+        if module is not None and not check_object_code(module):
+            logger.info(
+                "rvm library module %s: its cached object code is not what rvm sealed "
+                "(changed on disk, or cached before seals): rebuilt",
+                module.stem,
+            )
+            drop_object_code(module)
+            return None
+        return load(self, sig, target_context)
+
+    def save_overload(self: Any, sig: Any, data: Any) -> None:
+        save(self, sig, data)
+        module = _library_module(self)
+        if module is not None:
+            seal_object_code(module)
+
+    load_overload.__wrapped__ = load  # type: ignore[attr-defined]
+    save_overload.__wrapped__ = save  # type: ignore[attr-defined]
+    cls.load_overload = load_overload
+    cls.save_overload = save_overload
+
+
+@functools.lru_cache(maxsize=1)
+def _library_sources() -> frozenset[str]:
+    """The real paths of this package's modules."""
+    return frozenset(os.path.realpath(p) for p in Path(__file__).parent.glob("*.py"))
+
+
+def _library_module(cache: Any) -> Path | None:
+    """The library module whose function Numba's ``cache`` caches, or None (not rvm's)."""
+    code = getattr(getattr(cache, "_py_func", None), "__code__", None)
+    if code is None:
+        return None
+    path = code.co_filename
+    return Path(path) if os.path.realpath(path) in _library_sources() else None
 
 
 @contextlib.contextmanager
@@ -178,10 +235,80 @@ def drop_stale_library_code() -> bool:
         pass
     try:
         for module in sources:
-            for f in folder.glob(f"{module.stem}.*.nb[ic]"):
-                f.unlink(missing_ok=True)
+            drop_object_code(module)
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(stamp, digest.encode())
     except OSError:
         return False
     return True
+
+
+# -- seals: the hash of the object code rvm's processes cached, checked before each load ------
+
+
+SEAL = "seal"
+
+
+def drop_object_code(path: Path) -> None:
+    """Remove Numba's cached object code of the source file ``path`` (and its seal)."""
+    for f in _object_files(path):
+        f.unlink(missing_ok=True)
+    (object_code_dir(path) / f"{path.stem}.{SEAL}").unlink(missing_ok=True)
+
+
+def _object_files(path: Path) -> list[Path]:
+    """The files of Numba's cached object code of the source file ``path``."""
+    folder = object_code_dir(path)
+    if not folder.is_dir():
+        return []
+    return sorted(f for f in folder.glob(f"{path.stem}.*") if f.suffix in (".nbi", ".nbc"))
+
+
+def _digest(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.name}\0".encode())
+        digest.update(_file_hash(f))
+    return digest.hexdigest()
+
+
+_hashes: dict[tuple, bytes] = {}  # by file and stat (inode, size, times: ctime is not settable)
+
+
+def _file_hash(f: Path) -> bytes:
+    """The hash of file ``f``'s bytes, read once per version of it (a check runs before each
+    load of a function's object code, over all of its file's object code)."""
+    st = f.stat()
+    key = (str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    found = _hashes.get(key)
+    if found is None:
+        found = _hashes[key] = hashlib.sha256(f.read_bytes()).digest()
+    return found
+
+
+def seal_object_code(path: Path) -> None:
+    """Record the hash of Numba's object code of the source file ``path`` (a kernel file, the native
+    mode's file, a library module) beside it (its
+    seal; `check_object_code` compares it before each load). Best effort: an unwritable
+    cache stays unsealed."""
+    try:
+        files = _object_files(path)
+        if files:
+            write_atomic(object_code_dir(path) / f"{path.stem}.{SEAL}", _digest(files).encode())
+    except OSError:
+        pass
+
+
+def check_object_code(path: Path) -> bool:
+    """Whether the object code of the source file ``path`` (a kernel file, the native
+    mode's file, a library module) is what rvm sealed (or absent):
+    object code without a seal, or changed since it was sealed (a corrupt disk, a
+    tampered file), is not loaded: the caller drops it and it is compiled again."""
+    try:
+        files = _object_files(path)
+        if not files:
+            return True
+        seal = object_code_dir(path) / f"{path.stem}.{SEAL}"
+        return seal.read_text() == _digest(files)
+    except OSError:
+        return False

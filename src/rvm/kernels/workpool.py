@@ -54,6 +54,10 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels import numba_cache
+
+numba_cache.install()  # the functions compiled at import below load sealed object code only
+
 SPIN_US = 200
 """How long a helper spins for the next job before it sleeps, in microseconds."""
 

@@ -20,16 +20,44 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import logging
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
-from rvm.kernels.numba_cache import object_code_dir, write_atomic
+from rvm.kernels.numba_cache import (
+    SEAL,
+    check_object_code,
+    drop_object_code,
+    object_code_dir,
+    seal_object_code,
+    write_atomic,
+)
 from rvm.runtime.loading import FILES_DIR, NATIVE_DIR
 
 KERNEL_DIR = "kernels"
+logger = logging.getLogger("rvm.jit")
+
 OWN_DIRS = (KERNEL_DIR, NATIVE_DIR, FILES_DIR)
+__all__ = [
+    "SEAL",
+    "cache_dir",
+    "cache_info",
+    "check_object_code",
+    "clear_cache",
+    "drop_object_code",
+    "guard_dispatcher",
+    "has_object_code",
+    "kernel_path",
+    "object_code_dir",
+    "seal_object_code",
+    "source_hash",
+    "target_key",
+    "write_atomic",
+    "write_entry",
+]
 """The folders rvm writes in the cache directory, which `clear_cache` deletes."""
 
 
@@ -169,56 +197,36 @@ def has_object_code(path: Path) -> bool:
     return folder.is_dir() and any(folder.glob(f"{path.stem}.*.nbi"))
 
 
-def drop_object_code(path: Path) -> None:
-    """Remove Numba's cached object code of the kernel file ``path``."""
-    folder = object_code_dir(path)
-    if folder.is_dir():
-        for f in folder.glob(f"{path.stem}.*"):
-            f.unlink(missing_ok=True)
+def guard_dispatcher(dispatcher: Any, path: Path) -> None:
+    """Make the Numba function ``dispatcher`` of the generated file ``path`` (compiled lazily,
+    at its calls: the native exec mode's) load cached object code only when it is what rvm
+    sealed, checked right before each load (else the file's object code is dropped, one INFO
+    line says so, and it compiles), and seal its object code after each save. A dispatcher
+    without a disk cache is left as it is."""
+    from numba.core.caching import NullCache
 
+    cache = getattr(dispatcher, "_cache", None)
+    if cache is None or isinstance(cache, NullCache):
+        return
+    load, save = cache.load_overload, cache.save_overload
 
-SEAL = "seal"
+    def checked_load(sig: Any, target_context: Any) -> Any:
+        if not check_object_code(path):
+            logger.info(
+                "%s: its cached object code is not what rvm sealed (changed on disk, or "
+                "cached before seals): rebuilt",
+                path.name,
+            )
+            drop_object_code(path)
+            return None
+        return load(sig, target_context)
 
+    def sealing_save(sig: Any, data: Any) -> None:
+        save(sig, data)
+        seal_object_code(path)
 
-def _object_files(path: Path) -> list[Path]:
-    folder = object_code_dir(path)
-    if not folder.is_dir():
-        return []
-    return sorted(f for f in folder.glob(f"{path.stem}.*") if f.suffix in (".nbi", ".nbc"))
-
-
-def _digest(files: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f.name}\0".encode())
-        digest.update(hashlib.sha256(f.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def seal_object_code(path: Path) -> None:
-    """Record the hash of Numba's object code of the kernel file ``path`` beside it (its
-    seal; `check_object_code` compares it before each load). Best effort: an unwritable
-    cache stays unsealed."""
-    try:
-        files = _object_files(path)
-        if files:
-            write_atomic(object_code_dir(path) / f"{path.stem}.{SEAL}", _digest(files).encode())
-    except OSError:
-        pass
-
-
-def check_object_code(path: Path) -> bool:
-    """Whether the object code of the kernel file ``path`` is what rvm sealed (or absent):
-    object code without a seal, or changed since it was sealed (a corrupt disk, a
-    tampered file), is not loaded: the caller drops it and the kernel rebuilds."""
-    try:
-        files = _object_files(path)
-        if not files:
-            return True
-        seal = object_code_dir(path) / f"{path.stem}.{SEAL}"
-        return seal.read_text() == _digest(files)
-    except OSError:
-        return False
+    cache.load_overload = checked_load
+    cache.save_overload = sealing_save
 
 
 def cache_info() -> dict:
@@ -257,6 +265,5 @@ def clear_cache() -> None:
     sources = sorted(Path(numba_cache.__file__).parent.glob("*.py"))
     folder = object_code_dir(sources[0])
     for module in sources:
-        for f in folder.glob(f"{module.stem}.*.nb[ic]"):
-            f.unlink(missing_ok=True)
+        drop_object_code(module)
     (folder / numba_cache.LIBRARY_STAMP).unlink(missing_ok=True)

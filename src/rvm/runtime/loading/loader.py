@@ -112,11 +112,11 @@ def _import_kernel(record: KernelRecord, path: Path, own: bool = True) -> Module
     lines = record.source.splitlines(True)
     linecache.cache[str(path)] = (len(record.source), None, lines, str(path))
     try:
-        module = exec_kernel_file(path)
+        module = exec_kernel_file(path, record.source)
     except Exception as first:  # noqa: BLE001 - any failure may be a stale object cache
         drop_object_code(path)
         try:
-            module = exec_kernel_file(path)
+            module = exec_kernel_file(path, record.source)
         except Exception as err:
             raise _jit_error(record, path, err) from err
         logger.warning("kernel %s: dropped a broken cache entry (%s)", record.name, first)
@@ -137,11 +137,12 @@ def _import_kernel(record: KernelRecord, path: Path, own: bool = True) -> Module
     return module
 
 
-def exec_kernel_file(path: Path) -> ModuleType:
-    """Import the kernel file ``path`` as a module (compiling its kernel, or loading it from
-    Numba's cache without starting Numba's compiler, `rvm.kernels.numba_cache`)."""
+def exec_kernel_file(path: Path, source: str | None = None) -> ModuleType:
+    """Import the kernel file ``path`` (holding ``source``; None: read it) as a module
+    (compiling its kernel, or loading it from Numba's cache without starting Numba's
+    compiler, `rvm.kernels.numba_cache`)."""
     with light_loads():
-        return exec_module_file(path, kernel_module_name(path))
+        return exec_module_file(path, kernel_module_name(path), source=source)
 
 
 def kernel_module_name(path: Path) -> str:
@@ -150,17 +151,28 @@ def kernel_module_name(path: Path) -> str:
     return f"rvm_jit_{path.stem}"
 
 
-def exec_module_file(path: Path, name: str, namespace: dict[str, Any] | None = None) -> ModuleType:
+def exec_module_file(
+    path: Path,
+    name: str,
+    namespace: dict[str, Any] | None = None,
+    source: str | None = None,
+) -> ModuleType:
     """Import the generated file ``path`` as module ``name`` (in `sys.modules`, so Numba's
-    cache can name it), with ``namespace`` bound as its globals before it runs."""
+    cache can name it), with ``namespace`` bound as its globals before it runs.
+
+    The module runs ``source`` (the text rvm generated, which ``path`` holds; None: the
+    file's bytes read now), compiled here: never a ``.pyc`` of Python's bytecode cache, which
+    Python trusts by the source's time and size, so a tampered one would run."""
     spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
+    if spec is None:
         raise ImportError(f"cannot import {path}")
+    text = path.read_bytes() if source is None else source
+    code = compile(text, str(path), "exec", dont_inherit=True)
     module = importlib.util.module_from_spec(spec)
     module.__dict__.update(namespace or {})
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)  # noqa: S102 - rvm's own generated source
     except BaseException:
         sys.modules.pop(name, None)
         raise

@@ -115,6 +115,7 @@ class _Plan:
         self.reasons: dict[int, str] = dict(self.module.reasons)
         self.names = [f.name for f in ex.functions]
         self.path: Path | None = None
+        self.own = False  # whether `path` is in rvm's own cache (its object code sealed)
         self.funcs: list[Any] = [None] * len(ex.functions)
         self.entries: list[Any] = [None] * len(ex.functions)
         if self.module.source:
@@ -125,7 +126,8 @@ class _Plan:
                     bound[name] = kernel_function(rec, rec.meta[SCALAR_META])
                 own = native_path(self.module.source)
                 self.path = artifact.native_entry(ex, own, self.module.source) or own
-                self._mod = _load(self.path, self.module.source, bound)
+                self.own = self.path == own
+                self._mod = _load(self.path, self.module.source, bound, self.own)
             except Exception as e:  # noqa: BLE001 - an unwritable cache: everything compiled
                 why = f"the native module did not load: {type(e).__name__}: {e}"
                 for i in range(len(self.names)):
@@ -162,6 +164,8 @@ class _Plan:
                 if entry is None:
                     jit = nb.njit(cache=cache, nogil=True, error_model="numpy")
                     entry = jit(_copy(func.py_func))
+                    if self.own and self.path is not None:
+                        native_cache.guard_dispatcher(entry, self.path)
                     try:
                         with Progress(f"compiling native function @{self.names[fidx]}"):
                             entry.compile((*sig, nt.int64))
@@ -199,8 +203,13 @@ def native_path(source: str) -> Path:
     return native_cache.cache_dir() / NATIVE_DIR / name
 
 
-def _load(path: Path, source: str, kernels: dict[str, Any]) -> ModuleType:
-    """The generated module at `path` (written if needed), its kernels bound as globals."""
+def _load(path: Path, source: str, kernels: dict[str, Any], own: bool = True) -> ModuleType:
+    """The generated module at `path` (written if needed), its kernels bound as globals.
+
+    The module runs ``source``, never what the file holds. In rvm's own cache (``own``), its
+    functions' object code is sealed and checked against its seal before each load
+    (`native_cache.guard_dispatcher`); a trusted file's isolated entry is verified byte for
+    byte by `artifact.native_entry` instead."""
     key = str(path)
     with _lock:
         module = _modules.get(key)
@@ -208,7 +217,11 @@ def _load(path: Path, source: str, kernels: dict[str, Any]) -> ModuleType:
             return module
         native_cache.write_entry(path, source)
         linecache.cache[key] = (len(source), None, source.splitlines(True), key)
-        module = exec_module_file(path, f"rvm_native_{path.stem}", kernels)
+        module = exec_module_file(path, f"rvm_native_{path.stem}", kernels, source)
+        if own:
+            for value in list(vars(module).values()):
+                if getattr(getattr(value, "py_func", None), "__globals__", None) is vars(module):
+                    native_cache.guard_dispatcher(value, path)
         _modules[key] = module
         return module
 
