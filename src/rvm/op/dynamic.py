@@ -112,10 +112,15 @@ def _check_dims(op: str, dims: Sequence[Dim]) -> Shape:
         raise IRError(f"{op}: bad dims {tuple(dims)!r}: {err}") from None
 
 
+def _check_int_tensor(op: str, what: str, ty: TensorType) -> None:
+    """A run-time parameter must be an integer tensor (its dtype unknown passes)."""
+    if ty.dtype is not None and ty.dtype not in INT_DTYPES:
+        raise IRError(f"{op}: {what} must be an integer tensor, got {ty.dtype}")
+
+
 def _check_shape_input(op: str, shape: TensorType, rank: int | None) -> None:
     """A run-time shape: a 1-d integer tensor of ``rank`` elements (None: any number)."""
-    if shape.dtype is not None and shape.dtype not in INT_DTYPES:
-        raise IRError(f"{op}: the shape must be an integer tensor, got {shape.dtype}")
+    _check_int_tensor(op, "the shape", shape)
     if shape.shape is not None and (
         len(shape.shape) != 1 or shape.shape[0] not in (rank, None) and rank is not None
     ):
@@ -282,8 +287,7 @@ def dynamic_reduce(
 
 def _check_scalar_input(op: str, what: str, value: TensorType) -> None:
     """A run-time integer parameter: a 0-d or one-element 1-d integer tensor."""
-    if value.dtype is not None and value.dtype not in INT_DTYPES:
-        raise IRError(f"{op}: {what} must be an integer tensor, got {value.dtype}")
+    _check_int_tensor(op, what, value)
     if value.shape is not None and value.shape not in ((), (1,), (None,)):
         raise IRError(f"{op}: {what} must hold one value, got shape {fmt(value.shape)}")
 
@@ -385,8 +389,7 @@ def _infer_dynamic_resize(call_: Call, args: list[TensorType]) -> Type:
     for what, value in zip(("roi", "scales", "sizes"), args[1:]):
         if value.shape is not None and len(value.shape) != 1:
             raise IRError(f"dynamic_resize: {what} must be 1-d, got shape {fmt(value.shape)}")
-    if args[3].dtype is not None and args[3].dtype not in INT_DTYPES:
-        raise IRError(f"dynamic_resize: sizes must be an integer tensor, got {args[3].dtype}")
+    _check_int_tensor("dynamic_resize", "sizes", args[3])
     return TensorType(_unknown_axes("dynamic_resize", x.shape, call_.attrs["axes"]), x.dtype)
 
 
@@ -435,8 +438,7 @@ def dynamic_resize(
 
 def _axes_count(op: str, axes: TensorType) -> int | None:
     """How many axes a run-time axes tensor holds (None: unknown); it must be 1-d integer."""
-    if axes.dtype is not None and axes.dtype not in INT_DTYPES:
-        raise IRError(f"{op}: axes must be an integer tensor, got {axes.dtype}")
+    _check_int_tensor(op, "axes", axes)
     if axes.shape is None:
         return None
     if len(axes.shape) != 1:
