@@ -8,12 +8,13 @@
     mod = bb.get()
 
 `emit` binds an expression to a fresh variable whose type is inferred at once; an error in
-inference names the binding. `scope()`/`end_scope()` build the SeqExpr of an If or Match branch.
+inference names the binding. `block(build)` (or `begin_scope()`/`end_scope()`) builds the
+SeqExpr of an If or Match branch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from rvm.errors import IRError
@@ -58,6 +59,17 @@ class Builder:
         out = E.seq(bindings, result)
         infer_type(out)
         return out
+
+    def block(self, build: Callable[[], E.Expr]) -> E.SeqExpr:
+        """The SeqExpr of the bindings ``build`` emits in a new scope and the expression it
+        returns (a branch, clause or function body); the scope is closed if ``build`` fails."""
+        self.begin_scope()
+        try:
+            result = build()
+        except BaseException:
+            self._scopes.pop()
+            raise
+        return self.end_scope(result)
 
     @contextmanager
     def function(

@@ -32,56 +32,40 @@ from rvm.jit.scalar import convert, counting_mathlib, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.kernels.entry import require_line
 from rvm.op import ops
+from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import SCALAR_META, KernelRecord
 
 logger = logging.getLogger("rvm.jit")
 
 # The ops with no jit compute at all: their kernels are always the numpy kernel. Every other op
 # of rvm.op has an entry in `rvm.jit.compute.compute` (tests/jit/test_coverage.py checks both).
-NO_JIT_COMPUTE = frozenset(
-    {
-        "avg_pool1d",
-        "avg_pool3d",
-        "bitcast",
-        "check",
-        "conv1d_transpose",
-        "conv2d_transpose",
-        "conv3d",
-        "conv3d_transpose",
-        "cumprod",
-        "dynamic_arange",
-        "dynamic_expand",
-        "dynamic_full",
-        "dynamic_pad",
-        "dynamic_reduce",
-        "dynamic_reshape",
-        "dynamic_resize",
-        "dynamic_scan",
-        "dynamic_slice",
-        "dynamic_split",
-        "dynamic_squeeze",
-        "dynamic_tile",
-        "dynamic_topk",
-        "dynamic_trilu",
-        "dynamic_unsqueeze",
-        "einsum",
-        "fmod",
-        "gather_nd",
-        "left_shift",
-        "max_pool1d",
-        "max_pool3d",
-        "max_pool_indices",
-        "nonzero",
-        "resize",
-        "right_shift",
-        "scatter_elements",
-        "scatter_nd",
-        "shape_of",
-        "topk",
-        "trilu",
-        "unique",
-    }
-)
+NO_JIT_COMPUTE = DYNAMIC_OPS | {  # the dynamic ops: shapes read from data at run time
+    "avg_pool1d",
+    "avg_pool3d",
+    "bitcast",
+    "check",
+    "conv1d_transpose",
+    "conv2d_transpose",
+    "conv3d",
+    "conv3d_transpose",
+    "cumprod",
+    "einsum",
+    "fmod",
+    "gather_nd",
+    "left_shift",
+    "max_pool1d",
+    "max_pool3d",
+    "max_pool_indices",
+    "nonzero",
+    "resize",
+    "right_shift",
+    "scatter_elements",
+    "scatter_nd",
+    "shape_of",
+    "topk",
+    "trilu",
+    "unique",
+}
 FALLBACK_NOTE = (
     f"falls back to numpy: {', '.join(sorted(NO_JIT_COMPUTE))}; integer power, float16, "
     "uint16/32/64 and the narrow dtypes (bfloat16, float8, int4...: Numba has no such types), "

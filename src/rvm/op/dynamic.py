@@ -33,16 +33,15 @@ from rvm.op.core import (
     ExprLike,
     as_expr,
     call,
-    check_bool,
     check_choice,
     check_dtype_attr,
-    check_float,
+    check_int,
     check_scalar,
     define_op,
 )
-from rvm.op.image import COORDINATE_MODES, MODES, NEAREST_MODES
+from rvm.op.image import interpolation_attrs
 from rvm.op.manipulate import PAD_MODES
-from rvm.op.shapes import fmt, normalize_axes, normalize_axis, rule
+from rvm.op.shapes import fmt, normalize_axes, rule
 
 __all__ = [
     "DYNAMIC_OPS",
@@ -113,15 +112,29 @@ def _check_dims(op: str, dims: Sequence[Dim]) -> Shape:
         raise IRError(f"{op}: bad dims {tuple(dims)!r}: {err}") from None
 
 
+def _check_int_tensor(op: str, what: str, ty: TensorType) -> None:
+    """A run-time parameter must be an integer tensor (its dtype unknown passes)."""
+    if ty.dtype is not None and ty.dtype not in INT_DTYPES:
+        raise IRError(f"{op}: {what} must be an integer tensor, got {ty.dtype}")
+
+
 def _check_shape_input(op: str, shape: TensorType, rank: int | None) -> None:
     """A run-time shape: a 1-d integer tensor of ``rank`` elements (None: any number)."""
-    if shape.dtype is not None and shape.dtype not in INT_DTYPES:
-        raise IRError(f"{op}: the shape must be an integer tensor, got {shape.dtype}")
+    _check_int_tensor(op, "the shape", shape)
     if shape.shape is not None and (
         len(shape.shape) != 1 or shape.shape[0] not in (rank, None) and rank is not None
     ):
         count = "" if rank is None else f" of {rank} dims"
         raise IRError(f"{op}: the shape must be a 1-d tensor{count}, got shape {fmt(shape.shape)}")
+
+
+def _unknown_axes(op: str, shape: Shape | None, axes: Sequence[int] | None) -> Shape | None:
+    """``shape`` with the sizes on ``axes`` (None: every axis) unknown: they are read at run
+    time."""
+    if shape is None:
+        return None
+    axes_ = range(len(shape)) if axes is None else normalize_axes(op, axes, len(shape))
+    return tuple(None if i in axes_ else d for i, d in enumerate(shape))
 
 
 @rule(ops.dynamic_reshape)
@@ -230,12 +243,8 @@ def dynamic_tile(x: ExprLike, reps: ExprLike, dims: Sequence[Dim]) -> Call:
 def _infer_dynamic_reduce(call_: Call, args: list[TensorType]) -> Type:
     x, axes = args
     a = call_.attrs
-    if axes.dtype is not None and axes.dtype not in INT_DTYPES:
-        raise IRError(f"dynamic_reduce: axes must be an integer tensor, got {axes.dtype}")
-    if axes.shape is not None and len(axes.shape) != 1:
-        raise IRError(f"dynamic_reduce: axes must be a 1-d tensor, got shape {fmt(axes.shape)}")
+    count = _axes_count("dynamic_reduce", axes)
     dtype = "int64" if x.dtype == "bool" and a["reducer"] in ("sum", "prod") else x.dtype
-    count = None if axes.shape is None else axes.shape[0]
     if x.shape is None or count is None:
         shape = x.shape if x.shape is not None and a["keepdims"] else None
         if shape is not None:
@@ -278,8 +287,7 @@ def dynamic_reduce(
 
 def _check_scalar_input(op: str, what: str, value: TensorType) -> None:
     """A run-time integer parameter: a 0-d or one-element 1-d integer tensor."""
-    if value.dtype is not None and value.dtype not in INT_DTYPES:
-        raise IRError(f"{op}: {what} must be an integer tensor, got {value.dtype}")
+    _check_int_tensor(op, what, value)
     if value.shape is not None and value.shape not in ((), (1,), (None,)):
         raise IRError(f"{op}: {what} must hold one value, got shape {fmt(value.shape)}")
 
@@ -304,10 +312,7 @@ def _infer_dynamic_scan(call_: Call, args: list[TensorType]) -> Type:
 def _infer_dynamic_topk(call_: Call, args: list[TensorType]) -> Type:
     x, k = args
     _check_scalar_input("dynamic_topk", "k", k)
-    shape = None
-    if x.shape is not None:
-        axis = normalize_axis("dynamic_topk", call_.attrs["axis"], len(x.shape))
-        shape = x.shape[:axis] + (None,) + x.shape[axis + 1 :]
+    shape = _unknown_axes("dynamic_topk", x.shape, (call_.attrs["axis"],))
     return TupleType((TensorType(shape, x.dtype), TensorType(shape, "int64")))
 
 
@@ -317,13 +322,7 @@ def _infer_dynamic_pad(call_: Call, args: list[TensorType]) -> Type:
     _check_shape_input("dynamic_pad", pads, None)
     if value.shape is not None and value.shape not in ((), (1,)):
         raise IRError(f"dynamic_pad: the value must be one element, got shape {fmt(value.shape)}")
-    if x.shape is None:
-        return x
-    axes = call_.attrs["axes"]
-    axes = (
-        range(len(x.shape)) if axes is None else normalize_axes("dynamic_pad", axes, len(x.shape))
-    )
-    return TensorType(tuple(None if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
+    return TensorType(_unknown_axes("dynamic_pad", x.shape, call_.attrs["axes"]), x.dtype)
 
 
 def dynamic_trilu(x: ExprLike, k: ExprLike, upper: bool = True) -> Call:
@@ -352,8 +351,7 @@ def dynamic_topk(
     x: ExprLike, k: ExprLike, axis: int = -1, largest: bool = True, sorted: bool = True
 ) -> Call:
     """`rvm.op.topk` of the ``k`` read at run time: (values, int64 indices)."""
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        raise IRError(f"dynamic_topk: axis must be an int, got {axis!r}")
+    axis = check_int("dynamic_topk", "axis", axis)
     return call(
         ops.dynamic_topk,
         as_expr(x),
@@ -391,14 +389,8 @@ def _infer_dynamic_resize(call_: Call, args: list[TensorType]) -> Type:
     for what, value in zip(("roi", "scales", "sizes"), args[1:]):
         if value.shape is not None and len(value.shape) != 1:
             raise IRError(f"dynamic_resize: {what} must be 1-d, got shape {fmt(value.shape)}")
-    if args[3].dtype is not None and args[3].dtype not in INT_DTYPES:
-        raise IRError(f"dynamic_resize: sizes must be an integer tensor, got {args[3].dtype}")
-    if x.shape is None:
-        return x
-    axes = call_.attrs["axes"]
-    rank = len(x.shape)
-    axes = range(rank) if axes is None else normalize_axes("dynamic_resize", axes, rank)
-    return TensorType(tuple(None if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
+    _check_int_tensor("dynamic_resize", "sizes", args[3])
+    return TensorType(_unknown_axes("dynamic_resize", x.shape, call_.attrs["axes"]), x.dtype)
 
 
 def dynamic_resize(
@@ -431,22 +423,22 @@ def dynamic_resize(
         keep_aspect_ratio_policy=check_choice(
             op, "keep_aspect_ratio_policy", keep_aspect_ratio_policy, ASPECT_POLICIES
         ),
-        mode=check_choice(op, "mode", mode, MODES),
-        coordinate_transformation_mode=check_choice(
-            op, "coordinate_transformation_mode", coordinate_transformation_mode, COORDINATE_MODES
+        **interpolation_attrs(
+            op,
+            mode,
+            coordinate_transformation_mode,
+            nearest_mode,
+            cubic_coeff_a,
+            exclude_outside,
+            extrapolation_value,
+            antialias,
         ),
-        nearest_mode=check_choice(op, "nearest_mode", nearest_mode, NEAREST_MODES),
-        cubic_coeff_a=check_float(op, "cubic_coeff_a", cubic_coeff_a),
-        exclude_outside=check_bool(op, "exclude_outside", exclude_outside),
-        extrapolation_value=check_float(op, "extrapolation_value", extrapolation_value),
-        antialias=check_bool(op, "antialias", antialias),
     )
 
 
 def _axes_count(op: str, axes: TensorType) -> int | None:
     """How many axes a run-time axes tensor holds (None: unknown); it must be 1-d integer."""
-    if axes.dtype is not None and axes.dtype not in INT_DTYPES:
-        raise IRError(f"{op}: axes must be an integer tensor, got {axes.dtype}")
+    _check_int_tensor(op, "axes", axes)
     if axes.shape is None:
         return None
     if len(axes.shape) != 1:
@@ -479,10 +471,7 @@ def _infer_dynamic_split(call_: Call, args: list[TensorType]) -> Type:
     x, sizes = args
     count = call_.attrs["count"]
     _check_shape_input("dynamic_split", sizes, count)
-    shape = None
-    if x.shape is not None:
-        axis = normalize_axis("dynamic_split", call_.attrs["axis"], len(x.shape))
-        shape = x.shape[:axis] + (None,) + x.shape[axis + 1 :]
+    shape = _unknown_axes("dynamic_split", x.shape, (call_.attrs["axis"],))
     return TupleType((TensorType(shape, x.dtype),) * count)
 
 
@@ -502,6 +491,5 @@ def dynamic_split(x: ExprLike, sizes: ExprLike, axis: int, count: int) -> Call:
     tensor read at run time that must add up to the axis."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise IRError(f"dynamic_split: count must be a positive int, got {count!r}")
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        raise IRError(f"dynamic_split: axis must be an int, got {axis!r}")
+    axis = check_int("dynamic_split", "axis", axis)
     return call(ops.dynamic_split, as_expr(x), as_expr(sizes), axis=axis, count=count)

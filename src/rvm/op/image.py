@@ -91,21 +91,42 @@ def resize(
     roi_ = None if roi is None else tuple(check_float(op, "roi", r) for r in roi)
     if roi_ is not None and len(roi_) != 2 * len(sizes_):
         raise IRError(f"{op}: roi must have {2 * len(sizes_)} values, got {roi_}")
-    ctm = check_choice(op, "coordinate_transformation_mode", coordinate_transformation_mode,
-                       COORDINATE_MODES)  # fmt: skip
-    if ctm == "tf_crop_and_resize" and roi_ is None:
-        raise IRError(f"{op}: tf_crop_and_resize needs a roi")
-    return call(
-        ops.resize,
-        as_expr(x),
-        sizes=sizes_,
-        scales=scales_,
-        roi=roi_,
-        mode=check_choice(op, "mode", mode, MODES),
-        coordinate_transformation_mode=ctm,
-        nearest_mode=check_choice(op, "nearest_mode", nearest_mode, NEAREST_MODES),
-        cubic_coeff_a=check_float(op, "cubic_coeff_a", cubic_coeff_a),
-        exclude_outside=check_bool(op, "exclude_outside", exclude_outside),
-        extrapolation_value=check_float(op, "extrapolation_value", extrapolation_value),
-        antialias=check_bool(op, "antialias", antialias),
+    attrs = interpolation_attrs(
+        op,
+        mode,
+        coordinate_transformation_mode,
+        nearest_mode,
+        cubic_coeff_a,
+        exclude_outside,
+        extrapolation_value,
+        antialias,
     )
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize" and roi_ is None:
+        raise IRError(f"{op}: tf_crop_and_resize needs a roi")
+    return call(ops.resize, as_expr(x), sizes=sizes_, scales=scales_, roi=roi_, **attrs)
+
+
+def interpolation_attrs(
+    op: str,
+    mode: str,
+    coordinate_transformation_mode: str,
+    nearest_mode: str,
+    cubic_coeff_a: float,
+    exclude_outside: bool,
+    extrapolation_value: float,
+    antialias: bool,
+) -> dict[str, object]:
+    """The interpolation attributes of ``op`` (`resize` and `rvm.op.dynamic.dynamic_resize`),
+    checked: the attributes by their names."""
+    ctm = coordinate_transformation_mode
+    return {
+        "mode": check_choice(op, "mode", mode, MODES),
+        "coordinate_transformation_mode": check_choice(
+            op, "coordinate_transformation_mode", ctm, COORDINATE_MODES
+        ),
+        "nearest_mode": check_choice(op, "nearest_mode", nearest_mode, NEAREST_MODES),
+        "cubic_coeff_a": check_float(op, "cubic_coeff_a", cubic_coeff_a),
+        "exclude_outside": check_bool(op, "exclude_outside", exclude_outside),
+        "extrapolation_value": check_float(op, "extrapolation_value", extrapolation_value),
+        "antialias": check_bool(op, "antialias", antialias),
+    }

@@ -21,17 +21,13 @@ a chain, matched backwards through single-use bindings (`rvm.transform.pattern`)
 
 from __future__ import annotations
 
-import logging
 import math
 
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, map_functions, map_regions
-from rvm.transform.pattern import Region, operands
-
-logger = logging.getLogger("rvm.transform")
+from rvm.transform.pattern import Region, fuse_chains, operands
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -43,36 +39,7 @@ def _near(value: float | None, want: float) -> bool:
 
 def fuse_activations(mod: IRModule) -> IRModule:
     """Rewrite every GELU and SiLU chain of ``mod`` into one op call."""
-    fused = 0
-
-    def rewrite(name: str, func: E.Function) -> E.Function:
-        nonlocal fused
-        uses = count_uses(func.body)
-
-        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal fused
-            r = Region(bindings, uses)
-            for i, b in r:
-                value = b.value
-                if isinstance(value, E.Call) and value.callee is ops.multiply:
-                    r.start()
-                    call = _silu(r, value)
-                    if call is None:
-                        call = _gelu(r, value)
-                    if call is not None and r.rewrite(i, call):
-                        fused += 1
-            return r.result(), body
-
-        body = map_regions(func.body, region)
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
-
-    funcs = map_functions(mod, rewrite)
-    if not fused:
-        return mod
-    logger.debug("fuse_activations: %d activations fused", fused)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return fuse_chains(mod, "fuse_activations", {ops.multiply: (_silu, _gelu)}, "activations")
 
 
 def _silu(r: Region, z: E.Call) -> E.Call | None:

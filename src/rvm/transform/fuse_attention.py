@@ -26,7 +26,6 @@ chain, matched backwards through single-use bindings (`rvm.transform.pattern`).
 
 from __future__ import annotations
 
-import logging
 import math
 
 import numpy as np
@@ -35,42 +34,12 @@ from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, map_functions, map_regions
-from rvm.transform.pattern import Region, operands, rank
-
-logger = logging.getLogger("rvm.transform")
+from rvm.transform.pattern import Region, fuse_chains, operands, rank
 
 
 def fuse_attention(mod: IRModule) -> IRModule:
     """Rewrite every attention chain of ``mod`` into one `rvm.op.attention` call."""
-    fused = 0
-
-    def rewrite(name: str, func: E.Function) -> E.Function:
-        nonlocal fused
-        uses = count_uses(func.body)
-
-        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal fused
-            r = Region(bindings, uses)
-            for i, b in r:
-                value = b.value
-                if isinstance(value, E.Call) and value.callee is ops.matmul:
-                    r.start()
-                    call = _attention(r, value)
-                    if call is not None and r.rewrite(i, call):
-                        fused += 1
-            return r.result(), body
-
-        body = map_regions(func.body, region)
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
-
-    funcs = map_functions(mod, rewrite)
-    if not fused:
-        return mod
-    logger.debug("fuse_attention: %d attention chains fused", fused)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return fuse_chains(mod, "fuse_attention", {ops.matmul: (_attention,)}, "attention chains")
 
 
 def _attention(r: Region, out: E.Call) -> E.Call | None:

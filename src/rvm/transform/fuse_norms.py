@@ -24,54 +24,18 @@ the end of a chain, matched backwards through single-use bindings (`rvm.transfor
 
 from __future__ import annotations
 
-import logging
-
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, map_functions, map_regions
-from rvm.transform.pattern import Region, operands, rank
-
-logger = logging.getLogger("rvm.transform")
+from rvm.transform.pattern import Region, fuse_chains, operands, rank
 
 
 def fuse_norms(mod: IRModule) -> IRModule:
     """Rewrite every RMSNorm and LayerNorm chain of ``mod`` into one op call."""
-    fused = 0
-
-    def rewrite(name: str, func: E.Function) -> E.Function:
-        nonlocal fused
-        uses = count_uses(func.body)
-
-        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal fused
-            r = Region(bindings, uses)
-            for i, b in r:
-                value = b.value
-                if not isinstance(value, E.Call):
-                    continue
-                call = None
-                if value.callee is ops.multiply:
-                    r.start()
-                    call = _rms_norm(r, value)
-                elif value.callee is ops.add:
-                    r.start()
-                    call = _layer_norm(r, value)
-                if call is not None and r.rewrite(i, call):
-                    fused += 1
-            return r.result(), body
-
-        body = map_regions(func.body, region)
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
-
-    funcs = map_functions(mod, rewrite)
-    if not fused:
-        return mod
-    logger.debug("fuse_norms: %d normalizations fused", fused)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return fuse_chains(
+        mod, "fuse_norms", {ops.multiply: (_rms_norm,), ops.add: (_layer_norm,)}, "normalizations"
+    )
 
 
 def _last_axis_mean(r: Region, e: E.Expr, uses: int = 1) -> E.Expr | None:

@@ -20,48 +20,16 @@ chain, matched backwards through single-use bindings (`rvm.transform.pattern`).
 
 from __future__ import annotations
 
-import logging
-
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, map_functions, map_regions
-from rvm.transform.pattern import Region, operands, rank
-
-logger = logging.getLogger("rvm.transform")
+from rvm.transform.pattern import Region, fuse_chains, operands, rank
 
 
 def fuse_rope(mod: IRModule) -> IRModule:
     """Rewrite every rotary-embedding chain of ``mod`` into one `rvm.op.rope` call."""
-    fused = 0
-
-    def rewrite(name: str, func: E.Function) -> E.Function:
-        nonlocal fused
-        uses = count_uses(func.body)
-
-        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal fused
-            r = Region(bindings, uses)
-            for i, b in r:
-                value = b.value
-                if isinstance(value, E.Call) and value.callee is ops.add:
-                    r.start()
-                    call = _rope(r, value)
-                    if call is not None and r.rewrite(i, call):
-                        fused += 1
-            return r.result(), body
-
-        body = map_regions(func.body, region)
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
-
-    funcs = map_functions(mod, rewrite)
-    if not fused:
-        return mod
-    logger.debug("fuse_rope: %d rotary embeddings fused", fused)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return fuse_chains(mod, "fuse_rope", {ops.add: (_rope,)}, "rotary embeddings")
 
 
 def _rope(r: Region, y: E.Call) -> E.Call | None:

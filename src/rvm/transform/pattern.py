@@ -5,18 +5,28 @@ variable is bound to, and how often each variable is used in the whole function.
 walks a chain back from its last call with `Region.call` (the argument is a variable bound to
 a call of one of the given ops, used only as often as the chain uses it), recording the
 bindings it went through; `Region.rewrite` then binds the chain's last variable to the fused
-call and drops the bindings of the chain that nothing else uses.
+call and drops the bindings of the chain that nothing else uses. `fuse_chains` is the pass
+driver: it walks every region of every function and tries each call of a chain's last op with
+the pass's matchers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
+from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType
+from rvm.transform.legalize import count_uses, map_functions, map_regions
+
+logger = logging.getLogger("rvm.transform")
+
+Matcher = Callable[["Region", E.Call], "E.Call | None"]
+"""Given a region and a call that may end a chain, the fused call equal to the chain or None."""
 
 
 class Region:
@@ -105,6 +115,54 @@ class Region:
             if b is not None:
                 out.append(b)
         return out
+
+
+def fuse_chains(
+    mod: IRModule, name: str, matchers: Mapping[E.Op, Sequence[Matcher]], what: str
+) -> IRModule:
+    """Rewrite every chain of ``mod`` that a matcher recognizes into its fused call.
+
+    Args:
+        mod: an inlined module in A-normal form.
+        name: the pass's name (for the debug log).
+        matchers: for each op that may end a chain, the matchers tried in order on each call
+            of it; the first that returns a call (which type-checks) rewrites the chain.
+        what: what the log counts ("attention chains").
+
+    Returns:
+        ``mod`` itself when no chain was fused, else the module with the fused functions.
+    """
+    fused = 0
+
+    def region(bindings: list[E.VarBinding], body: E.Expr, uses: dict[E.Var, int]):
+        nonlocal fused
+        r = Region(bindings, uses)
+        for i, b in r:
+            value = b.value
+            if not isinstance(value, E.Call) or value.callee not in matchers:
+                continue
+            r.start()
+            call = None
+            for match in matchers[value.callee]:  # type: ignore[index]
+                call = match(r, value)
+                if call is not None:
+                    break
+            if call is not None and r.rewrite(i, call):
+                fused += 1
+        return r.result(), body
+
+    def rewrite(fname: str, func: E.Function) -> E.Function:
+        uses = count_uses(func.body)
+        body = map_regions(func.body, lambda bs, result, depth: region(bs, result, uses))
+        if body is func.body:
+            return func
+        return E.Function(func.params, body, func.ret_type, func.attrs)
+
+    funcs = map_functions(mod, rewrite)
+    if not fused:
+        return mod
+    logger.debug("%s: %d %s fused", name, fused, what)
+    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
 
 
 def _same_type(a: object, b: object) -> bool:

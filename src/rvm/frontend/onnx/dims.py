@@ -129,14 +129,20 @@ class Dims:
             return la[1] // lb[1] if lb[1] else None
         return self.divide(a, b)
 
-    def equal(self, a: Any, b: Any) -> bool | None:
-        """``a == b`` where known: equal sums are, and a sum that is never negative is not a
-        negative int."""
+    def _difference(self, a: Any, b: Any) -> Any:
+        """``a - b`` as an int, a name or a DimSum; None when either is not a dimension."""
         la, lb = self.lift(a), self.lift(b)
         if la is None or lb is None:
             return None
-        diff = _sum({n: la[0].get(n, 0) - lb[0].get(n, 0) for n in {*la[0], *lb[0]}},
-                    la[1] - lb[1])  # fmt: skip
+        terms = {n: la[0].get(n, 0) - lb[0].get(n, 0) for n in {*la[0], *lb[0]}}
+        return _sum(terms, la[1] - lb[1])
+
+    def equal(self, a: Any, b: Any) -> bool | None:
+        """``a == b`` where known: equal sums are, and a sum that is never negative is not a
+        negative int."""
+        diff = self._difference(a, b)
+        if diff is None:
+            return None
         if isinstance(diff, int):
             return diff == 0
         if isinstance(diff, str):
@@ -148,11 +154,9 @@ class Dims:
 
     def extreme(self, a: Any, b: Any, larger: bool) -> Any:
         """max (``larger``) or min of two elements where one is provably the larger."""
-        la, lb = self.lift(a), self.lift(b)
-        if la is None or lb is None:
+        diff = self._difference(a, b)
+        if diff is None:
             return None
-        diff = _sum({n: la[0].get(n, 0) - lb[0].get(n, 0) for n in {*la[0], *lb[0]}},
-                    la[1] - lb[1])  # fmt: skip
         if isinstance(diff, int):
             a_wins = diff >= 0
         elif isinstance(diff, str) or diff.nonnegative:

@@ -54,14 +54,7 @@ def convert_graph(ctx: NodeContext, graph: object, scope: Scope) -> list[Expr]:
 
 def block(ctx: NodeContext, build: Callable[[], Expr]) -> Expr:
     """The SeqExpr of the bindings ``build`` emits and the expression it returns."""
-    builder = ctx.emitter.builder
-    builder.begin_scope()
-    try:
-        result = build()
-    except BaseException:
-        builder.end_scope(Tuple(()))
-        raise
-    return builder.end_scope(result)
+    return ctx.emitter.builder.block(build)
 
 
 def as_scalar(ctx: NodeContext, value: Expr, dtype: str) -> Expr:

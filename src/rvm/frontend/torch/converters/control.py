@@ -45,14 +45,7 @@ def subgraph(ctx: NodeContext, module: Any, operands: list[Any]) -> list[Any]:
 
 def block(ctx: NodeContext, build: Callable[[], Expr]) -> Expr:
     """The SeqExpr of the bindings ``build`` emits and the expression it returns."""
-    builder = ctx.importer.builder
-    builder.begin_scope()
-    try:
-        result = build()
-    except BaseException:
-        builder.end_scope(Tuple(()))
-        raise
-    return builder.end_scope(result)
+    return ctx.importer.builder.block(build)
 
 
 def _values(ctx: NodeContext, outs: list[Any]) -> Tuple:

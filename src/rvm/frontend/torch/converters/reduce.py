@@ -137,20 +137,21 @@ def _var_mean(
     return [var, mean]
 
 
-@converter("aten.cumprod.default")
-def _cumprod(ctx: NodeContext, x: Expr, dim: int, **_: Any) -> Expr:
+def _scan(ctx: NodeContext, fn: Any, x: Expr, dim: int) -> Expr:
     x = ctx.cast(x, ctx.out_dtype())
     if ctx.rank(x) == 0:
         return x
-    return ctx.emit(op.cumprod(x, axis=dim % ctx.rank(x)))
+    return ctx.emit(fn(x, axis=dim % ctx.rank(x)))
+
+
+@converter("aten.cumprod.default")
+def _cumprod(ctx: NodeContext, x: Expr, dim: int, **_: Any) -> Expr:
+    return _scan(ctx, op.cumprod, x, dim)
 
 
 @converter("aten.cumsum.default")
 def _cumsum(ctx: NodeContext, x: Expr, dim: int, **_: Any) -> Expr:
-    x = ctx.cast(x, ctx.out_dtype())
-    if ctx.rank(x) == 0:
-        return x
-    return ctx.emit(op.cumsum(x, axis=dim % ctx.rank(x)))
+    return _scan(ctx, op.cumsum, x, dim)
 
 
 @converter("aten._softmax.default", "aten.softmax.int")
