@@ -107,16 +107,16 @@ def test_install_of_a_bad_modification_time_skips_that_group_and_says_why(
         raise OverflowError("timestamp out of range for platform time_t")
 
     monkeypatch.setattr(artifact.os, "utime", utime)
+    ex = _Ex()
     with caplog.at_level(logging.DEBUG, logger="rvm"):
-        assert artifact.install(NativeCode(artifact.native_key(), (group,)), kernels) == 0
+        assert artifact.install(NativeCode(artifact.native_key(), (group,)), kernels, ex) == 0
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert any(f"native code of {group.ident} not installed" in m for m in said)
-    path = kernel_path(SOURCE)
-    assert path.read_text() == SOURCE  # the kernel still compiles from its source
-    folder = object_code_dir(path)
-    assert not folder.exists() or not any(folder.iterdir())  # no object code for it
-    # The same group installs where the time is accepted.
+    assert group.ident not in ex._native_entries  # the kernel compiles from its source
+    assert not kernel_path(SOURCE, ()).exists()  # and nothing of the file reached rvm's own
+    # The same kernel's group installs, into its isolated entry, where the time is accepted.
     monkeypatch.setattr(artifact.os, "utime", real)
     _, good = _kernel_group()
-    assert artifact.install(NativeCode(artifact.native_key(), (good,)), kernels) == 2
+    assert artifact.install(NativeCode(artifact.native_key(), (good,)), kernels, ex) == 3
+    folder = object_code_dir(ex._native_entries[good.ident].path)
     assert {f.name: f.read_bytes() for f in folder.iterdir()} == dict(good.files)

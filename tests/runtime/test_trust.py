@@ -265,7 +265,7 @@ def test_a_tampered_kernel_cache_entry_is_rebuilt_never_loaded(models, tmp_path,
     monkeypatch.setenv("RVM_CACHE_DIR", str(tmp_path / "cache"))
     rec = next(r for r in models["jit"].kernels.values() if r.backend == "jit")
     loader.load_kernel(rec)
-    path = cache.kernel_path(rec.source)
+    path = cache.kernel_path(rec.source, rec.imports)
     assert cache.check_object_code(path)
     index = next(object_code_dir(path).glob(f"{path.stem}.*.nbi"))
     index.write_bytes(EVIL_PICKLE)
