@@ -387,14 +387,17 @@ TAMPER_NATIVE = textwrap.dedent(
 )
 
 
-def test_a_tampered_native_mode_cache_entry_is_rebuilt_never_run(models, tmp_path):
+def test_a_tampered_native_mode_cache_entry_is_rebuilt_never_run(models, tmp_path, monkeypatch):
     """The native exec mode's file in rvm's cache (its source, Python's bytecode cache of it,
     and Numba's object code of its functions) tampered by another process: a new process
     running a legitimate model runs none of it, gets correct results, and rebuilds it."""
+    from numba.core import config
+
     from rvm.runtime.loading import cache
 
     env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("NUMBA_CACHE_DIR", None)
+    monkeypatch.setattr(config, "CACHE_DIR", "")  # as in those processes: beside the file
     models["jit"].save("legit.rvmx")
     x, w = _args()
     np.save("x.npy", x)

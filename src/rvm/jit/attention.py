@@ -13,6 +13,7 @@ numpy.
 from __future__ import annotations
 
 from rvm.jit.compute import compute
+from rvm.jit.cond import all_of, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import lit
 from rvm.jit.stages import BLAS_DTYPES
@@ -36,11 +37,11 @@ def _attention(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> 
         "v's length": (v.dims[2], t),
     }.items():
         if x != y:
-            kb.check(f"{x} != {y}", f"{kb.kernel}: attention: {what} does not match")
+            kb.check(ne(x, y), f"{kb.kernel}: attention: {what} does not match")
     for axis, (m, full) in enumerate(zip(mask.dims, (b, h, s, t))):
         if m != "1" and m != full:
             kb.check(
-                f"{m} != 1 and {m} != {full}",
+                all_of(ne(m, 1), ne(m, full)),
                 f"{kb.kernel}: attention: mask axis {axis} does not broadcast to the scores",
             )
     dims = (b, h, s, v.dims[3])
@@ -66,7 +67,7 @@ def _emit(kb, attrs, q, k, v, mask, o, mdims, dims, dtype) -> None:  # type: ign
     else:
         masked = f"x if mrow[j * jstep] else {lit(attrs['fill'], dtype)}"
     if cblas.AVAILABLE:
-        kb.imports.add("from rvm.kernels.blas import matmul")
+        kb.imports.add(("rvm.kernels.blas", "matmul", None))
         scores = "matmul(q[bi, hi], k[bi, hi], sc, True)"
         product = "matmul(sc, v[bi, hi], o[bi, hi], False)"
     else:

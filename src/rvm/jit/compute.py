@@ -17,7 +17,7 @@ import numpy as np
 
 from rvm.ir.expr import Op
 from rvm.ir.types import promote_dtypes
-from rvm.jit.cond import ne
+from rvm.jit.cond import mod, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.reduce import reduce_tensor
 from rvm.jit.scalar import exp_source, lit, scalar_compute
@@ -232,7 +232,7 @@ def _rope(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     x, cos, sin = args
     n = x.dims[-1]
     half = kb.dim(f"{n} // 2", "h")
-    kb.check(f"{n} % 2 != 0", f"{kb.kernel}: rope: the last axis must have an even length")
+    kb.check(ne(mod(n, 2), 0), f"{kb.kernel}: rope: the last axis must have an even length")
 
     def partner(body: Body, index: Sequence[Scalar]) -> Sequence[Scalar]:
         i = index[-1]
