@@ -184,16 +184,22 @@ size, compared with eager PyTorch in every exec mode (skipped when torch is not 
     import torch
 except ImportError:
     torch = None
-    print("torch is not installed: pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    print(
+        "torch is not installed: pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    )
 if torch is not None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(), torch.nn.Linear(8, 4),
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
     ).eval()
     batch = torch.export.Dim("batch", min=1, max=32)
-    tmod = rvm.from_torch(net, args=(torch.randn(2, 3, 16, 16),),
-                          dynamic_shapes={"input": {0: batch}})
+    tmod = rvm.from_torch(
+        net, args=(torch.randn(2, 3, 16, 16),), dynamic_shapes={"input": {0: batch}}
+    )
     tex = rvm.compile(tmod)
     images = torch.randn(5, 3, 16, 16)
     with torch.no_grad():
