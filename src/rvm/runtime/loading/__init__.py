@@ -12,6 +12,9 @@ constants here are the stamps the cache is laid out by; this module imports noth
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 VERSION = "0.1.0"
 """rvm's version (``rvm.__version__``), part of every cache key and artifact key."""
 
@@ -25,3 +28,14 @@ the hash of the group's own bytes (`rvm.runtime.loading.artifact.entry_hash`).""
 NATIVE_IMPORTS = ("rvm.runtime.modes.native_support",)
 """The rvm modules a native exec-mode file imports (`rvm.runtime.modes.native_codegen` writes
 its imports from this), which its cache key covers."""
+
+
+def user_dir(explicit: str, xdg: str, fallback: str) -> Path:
+    """rvm's folder of one kind, from the environment at each call (not created here): the
+    variable ``explicit`` (``RVM_CACHE_DIR``), else ``$<xdg>/rvm`` (``XDG_CACHE_HOME``), else
+    ``~/<fallback>/rvm`` (``.cache``)."""
+    path = os.environ.get(explicit)
+    if path:
+        return Path(path).expanduser()
+    base = os.environ.get(xdg)
+    return (Path(base).expanduser() if base else Path.home() / fallback) / "rvm"

@@ -35,7 +35,7 @@ from rvm.kernels.numba_cache import (
     seal_object_code,
     write_atomic,
 )
-from rvm.runtime.loading import FILES_DIR, NATIVE_DIR
+from rvm.runtime.loading import FILES_DIR, NATIVE_DIR, user_dir
 
 KERNEL_DIR = "kernels"
 logger = logging.getLogger("rvm.jit")
@@ -63,12 +63,7 @@ __all__ = [
 
 def cache_dir() -> Path:
     """The cache directory (from the environment at each call; not created here)."""
-    explicit = os.environ.get("RVM_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "rvm"
+    return user_dir("RVM_CACHE_DIR", "XDG_CACHE_HOME", ".cache")
 
 
 @functools.lru_cache(maxsize=1)

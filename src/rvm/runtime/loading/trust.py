@@ -30,6 +30,8 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from rvm.runtime.loading import user_dir
+
 __all__ = [
     "MIN_KEY_BYTES",
     "add_key",
@@ -50,12 +52,7 @@ _lock = threading.Lock()
 
 def config_dir() -> Path:
     """rvm's config directory (from the environment at each call; not created here)."""
-    explicit = os.environ.get("RVM_CONFIG_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
-    return base / "rvm"
+    return user_dir("RVM_CONFIG_DIR", "XDG_CONFIG_HOME", ".config")
 
 
 def _as_key(key: bytes | str) -> bytes:
