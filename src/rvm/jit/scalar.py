@@ -4,7 +4,7 @@
 from its operands' elements, which arrive already converted to the op's computation dtype
 (``dtype``: the promoted dtype of the inputs, as NumPy's ``result_type``). Every constant is
 typed in that dtype (``np.float32(0.5)``), so float32 chains stay float32 as in NumPy. The
-definitions follow `rvm.op.numpy_ref` exactly: NaN propagation of maximum/minimum, Python
+definitions follow `rvm.kernels.reference` exactly: NaN propagation of maximum/minimum, Python
 semantics of ``//`` and ``%``, truncating integer ``divide``, the stable sigmoid and softplus.
 """
 
