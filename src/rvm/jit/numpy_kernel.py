@@ -4,9 +4,10 @@ A fused primitive function becomes a Python function over numpy arrays that runs
 by one with the reference implementations of `rvm.kernels.reference`, which its source imports
 by name as ``ref`` (`LIBRARY_IMPORT`), the way jit kernels import the kernel library: a saved
 executable names the package, carries none of its source, and needs no compiler to run.
-Destination-passing kernels write their outputs in place (``out0[...] = t2``); "return" kernels (outputs whose shape
-depends on data) return them. Symbolic dimensions that an op's attributes name (``reshape(x,
-("n", 784))``) are read from the input arrays at the kernel's start.
+Destination-passing kernels write their outputs in place (``out0[...] = t2``); "return"
+kernels (outputs whose shape depends on data) return them. Symbolic dimensions that an op's
+attributes name (``reshape(x, ("n", 784))``) are read from the input arrays at the kernel's
+start.
 """
 
 from __future__ import annotations
