@@ -31,12 +31,12 @@ def sample_calls() -> list[Call]:
     calls = [getattr(op, n)(m, m) for n in (
         "add", "subtract", "multiply", "divide", "floor_divide", "mod", "power", "maximum",
         "minimum", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-        "logical_and", "logical_or",
+        "logical_and", "logical_or", "logaddexp",
     )]  # fmt: skip
     calls += [getattr(op, n)(m) for n in (
         "negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "sign", "sin",
         "cos", "floor", "ceil", "round", "relu", "silu", "softplus", "flatten", "shape_of",
-        "asin", "acos", "atan", "asinh", "acosh", "atanh",
+        "asin", "acos", "atan", "asinh", "acosh", "atanh", "log1p", "expm1",
     )]  # fmt: skip
     calls += [op.global_avg_pool2d(x), op.global_max_pool2d(x)]
     calls += [

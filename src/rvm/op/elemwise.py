@@ -314,6 +314,24 @@ def log(x: ExprLike) -> Call:
     return _unary(ops.log, x)
 
 
+@elementwise("log1p", 1, Rule.FLOAT, _np("log1p"), exports=__all__)
+def log1p(x: ExprLike) -> Call:
+    """log(1 + x), precise for tiny x (where ``log(1 + x)`` loses it to rounding)."""
+    return _unary(ops.log1p, x)
+
+
+@elementwise("expm1", 1, Rule.FLOAT, _np("expm1"), exports=__all__)
+def expm1(x: ExprLike) -> Call:
+    """exp(x) - 1, precise for tiny x (where ``exp(x) - 1`` loses it to rounding)."""
+    return _unary(ops.expm1, x)
+
+
+@elementwise("logaddexp", 2, Rule.FLOAT, _np("logaddexp"), exports=__all__)
+def logaddexp(a: ExprLike, b: ExprLike) -> Call:
+    """log(exp(a) + exp(b)) with broadcasting, without overflow (-inf where both are)."""
+    return _binary(ops.logaddexp, a, b)
+
+
 @elementwise("sqrt", 1, Rule.FLOAT, _np("sqrt"), exports=__all__)
 def sqrt(x: ExprLike) -> Call:
     """The square root."""

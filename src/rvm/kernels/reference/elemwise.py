@@ -160,6 +160,21 @@ def log(x):
     return _like(np.log(x), x.dtype)
 
 
+def log1p(x):
+    """log(1 + x), precise for tiny x."""
+    return _like(np.log1p(x), x.dtype)
+
+
+def expm1(x):
+    """exp(x) - 1, precise for tiny x."""
+    return _like(np.expm1(x), x.dtype)
+
+
+def logaddexp(a, b):
+    """log(exp(a) + exp(b)) without overflow."""
+    return _like(np.logaddexp(a, b), _binary_dtype(a, b))
+
+
 def sqrt(x):
     return _like(np.sqrt(x), x.dtype)
 
@@ -315,6 +330,9 @@ __all__ = [
     "negative",
     "exp",
     "log",
+    "log1p",
+    "expm1",
+    "logaddexp",
     "sqrt",
     "rsqrt",
     "tanh",
