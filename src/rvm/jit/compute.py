@@ -37,11 +37,12 @@ def _norm(axis: int, ndim: int) -> int:
 # -- elementwise ---------------------------------------------------------------------------
 
 
-def _elementwise(op: Op, kind: str) -> Compute:
+def _elementwise(op: Op) -> Compute:
     """The compute of a declared elementwise op (`rvm.op.declare.Elementwise`): its scalar form
-    over operands converted to the result's dtype (``kind`` "result"), to the inputs' promoted
-    dtype ("inputs": comparisons and logic) or to bool then the result's ("select")."""
+    over operands converted to the result's dtype (its ``compute`` "result"), to the inputs'
+    promoted dtype ("inputs": comparisons and logic) or to bool then the result's ("select")."""
     fn = scalar_compute[op]
+    kind = ELEMENTWISE[op].compute
 
     def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
         ct = out
@@ -62,9 +63,9 @@ def _elementwise(op: Op, kind: str) -> Compute:
     return lower
 
 
-for _op, _decl in ELEMENTWISE.items():
+for _op in ELEMENTWISE:
     if _op in scalar_compute:
-        compute[_op] = _elementwise(_op, _decl.compute)
+        compute[_op] = _elementwise(_op)
 
 
 def _const_fill(v: int) -> Compute:
