@@ -46,6 +46,11 @@ CASES = {
         ),
         (X,),
     ),
+    "log1p_expm1_logaddexp": (
+        [x, b],
+        lambda: op.logaddexp(op.log1p(op.abs(x)), op.expm1(b * 0.5)),
+        (X, B),
+    ),
     "rounding": ([x], lambda: op.floor(x) + op.ceil(x) + op.round(x * 4.0), (X,)),
     "leaky_clip": ([x], lambda: op.clip(op.leaky_relu(x, 0.2), -0.5, 0.5), (X,)),
     "minmax_pow": (

@@ -21,6 +21,7 @@ BINARY = {
     "power": np.power,
     "maximum": np.maximum,
     "minimum": np.minimum,
+    "logaddexp": np.logaddexp,
 }
 COMPARE = {
     "equal": np.equal,
@@ -124,10 +125,13 @@ UNARY = {
     "relu": lambda v: np.maximum(v, 0),
     "silu": lambda v: v / (1 + np.exp(-v)),
     "softplus": lambda v: np.log1p(np.exp(v)),
+    "log1p": np.log1p,
+    "expm1": np.expm1,
 }
 
 UNARY_DOMAIN = {  # (low, high) inside the op's domain, for those not defined on (-2, 2)
     "log": (0.1, 3.0),
+    "log1p": (-0.9, 3.0),
     "sqrt": (0.1, 3.0),
     "rsqrt": (0.1, 3.0),
     "asin": (-0.95, 0.95),
@@ -291,3 +295,20 @@ def test_fmod_sign_of_dividend():
     c, d = np.array([-7, 7, -7, 7], np.int32), np.array([3, -3, -3, 3], np.int32)
     out = check(op.fmod(i, j), {i: c, j: d}, tensor((4,), "int32"))
     np.testing.assert_array_equal(out, [-1, 1, -1, 1])
+
+
+def test_log1p_expm1_logaddexp_where_the_naive_forms_fail():
+    x = var("x", (4,), "float64")
+    tiny = np.array([1e-18, -1e-12, 2e-9, 0.0])
+    np.testing.assert_allclose(check(op.log1p(x), {x: tiny}), tiny, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(check(op.expm1(x), {x: tiny}), tiny, rtol=1e-9, atol=0)
+    a, b = var("a", (4,)), var("b", (4,))
+    av = np.array([1e4, -np.inf, -1e4, 3.0], "float32")
+    bv = np.array([1e4, -np.inf, 0.0, np.inf], "float32")
+    out = check(op.logaddexp(a, b), {a: av, b: bv}, tensor((4,), "float32"))
+    np.testing.assert_array_equal(out, np.float32([1e4 + np.log(2), -np.inf, 0.0, np.inf]))
+    i = var("i", (3,), "int32")
+    with pytest.raises(IRError, match=r"logaddexp: expects a float tensor, got int32 \(3,\)"):
+        infer_type(op.logaddexp(i, i))
+    with pytest.raises(IRError, match=r"log1p: expects a float tensor, got int32 \(3,\)"):
+        infer_type(op.log1p(i))

@@ -25,7 +25,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kernels": (),
     "runtime": ("rvm.kernels",),
     "ir": (),
-    "op": ("rvm.ir",),
+    "op": ("rvm.ir", "rvm.kernels"),
     "script": ("rvm.ir", "rvm.op"),
     "transform": ("rvm.ir", "rvm.op"),
     "interp": ("rvm.ir", "rvm.op", "rvm.runtime"),

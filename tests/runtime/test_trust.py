@@ -166,9 +166,14 @@ def test_s1_kernel_source_payload_never_runs(models, kernels):
     )
 
 
-def test_s1_library_payload_never_runs(models):
-    evil = _reencode(models["numpy"].to_bytes(), library=lambda s: PAYLOAD + s)
-    _refused(Executable.from_bytes(evil))
+def test_s1_library_payload_never_runs():
+    """Numpy kernels now import their library by name; a file saved before embeds its source
+    (`test_reference_kernels`), and a payload put there never runs either."""
+    old = Path(__file__).with_name("data") / "release_1443fe2_numpy.rvmx"
+    evil = _reencode(old.read_bytes(), library=lambda s: PAYLOAD + s)
+    ex = Executable.from_bytes(evil)
+    assert ex.libraries["ref"].startswith(PAYLOAD)
+    _refused(ex)
 
 
 # -- S2: a pickle in the native section --------------------------------------------------------

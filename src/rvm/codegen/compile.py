@@ -9,7 +9,7 @@ from collections.abc import Callable
 from rvm.codegen.vm_codegen import vm_codegen
 from rvm.errors import IRError
 from rvm.ir import IRModule
-from rvm.jit.numpy_kernel import LIBRARY_NAME, library_source, numpy_kernel
+from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.runtime.executable import EXEC_MODES, Executable, KernelRecord
 from rvm.runtime.kernels import build_kernels as build
 from rvm.transform.pipeline import default_passes, run_pipeline
@@ -73,7 +73,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     lowered = run_pipeline(mod, passes, verify=verify, dump_dir=dump_dir)
     factory = _kernel_factory(kernels)
     try:
-        ex = vm_codegen(lowered, factory, {LIBRARY_NAME: library_source()})
+        ex = vm_codegen(lowered, factory)
     except IRError as err:
         raise IRError(f"codegen: {err}") from None
     logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))

@@ -485,11 +485,9 @@ class FunctionCodegen:
 class ModuleCodegen:
     """Emits a whole module: functions, constants, kernels and data types."""
 
-    def __init__(self, mod: IRModule, kernel_factory, libraries: dict[str, str]) -> None:
+    def __init__(self, mod: IRModule, kernel_factory) -> None:
         self.mod = mod
         self.builder = ExecBuilder()
-        for lib_name, source in libraries.items():
-            self.builder.add_library(lib_name, source)
         self.kernel_factory = kernel_factory
         self._consts: dict[E.Constant, int] = {}
         self._strings: dict[str, int] = {}
@@ -552,15 +550,15 @@ def _marked(value: E.Expr) -> bool:
     return isinstance(value, E.Call) and bool(value.attrs.get("tail"))
 
 
-def vm_codegen(mod: IRModule, kernel_factory, libraries: dict[str, str]) -> object:
+def vm_codegen(mod: IRModule, kernel_factory) -> object:
     """Generate the `Executable` of a VM-ready module.
 
     Args:
         mod: the module after the pipeline.
-        kernel_factory: ``(name, primitive function, style) -> KernelRecord``.
-        libraries: Python sources the kernels share, by name.
+        kernel_factory: ``(name, primitive function, style) -> KernelRecord``; its kernels
+            import what they call by name (numpy kernels: `rvm.kernels.reference`).
     """
-    return ModuleCodegen(mod, kernel_factory, libraries).run()
+    return ModuleCodegen(mod, kernel_factory).run()
 
 
 def result_type(func: E.Function) -> Type | None:

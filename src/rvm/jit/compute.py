@@ -23,6 +23,7 @@ from rvm.jit.reduce import reduce_tensor
 from rvm.jit.scalar import exp_source, lit, scalar_compute
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx
 from rvm.op import ops
+from rvm.op.declare import ELEMENTWISE
 
 Compute = Callable[..., Any]
 compute: dict[Op, Compute] = {}
@@ -35,36 +36,36 @@ def _norm(axis: int, ndim: int) -> int:
 
 # -- elementwise ---------------------------------------------------------------------------
 
-_COMPARE = {ops.equal, ops.not_equal, ops.less, ops.less_equal, ops.greater, ops.greater_equal}
-_LOGIC = {ops.logical_and, ops.logical_or, ops.logical_not}
-
 
 def _elementwise(op: Op) -> Compute:
+    """The compute of a declared elementwise op (`rvm.op.declare.Elementwise`): its scalar form
+    over operands converted to the result's dtype (its ``compute`` "result"), to the inputs'
+    promoted dtype ("inputs": comparisons and logic) or to bool then the result's ("select")."""
     fn = scalar_compute[op]
+    kind = ELEMENTWISE[op].compute
 
     def lower(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
-        def f(*xs: str) -> str:
-            return fn(attrs, ct, *xs)
-
-        if op in _COMPARE or op in _LOGIC:
+        ct = out
+        if kind == "inputs":
             ct = args[0].dtype
             for a in args[1:]:
                 ct = promote_dtypes(ct, a.dtype) or ct
+
+        def f(*xs: str) -> str:
+            return fn(attrs, ct, *xs)
+
+        if kind == "inputs":
             return kb.elemwise(f, out, args, compute_dtype=ct)
-        if op is ops.where:
-            ct = out
+        if kind == "select":
             return kb.elemwise(f, out, args, arg_dtypes=["bool", out, out])
-        if op is ops.cast:
-            ct = out
-            return kb.elemwise(f, out, args)
-        ct = out
         return kb.elemwise(f, out, args)
 
     return lower
 
 
-for _op in scalar_compute:
-    compute[_op] = _elementwise(_op)
+for _op in ELEMENTWISE:
+    if _op in scalar_compute:
+        compute[_op] = _elementwise(_op)
 
 
 def _const_fill(v: int) -> Compute:

@@ -1,16 +1,17 @@
 """Primitive functions to NumPy kernels: Python source calling the op library.
 
 A fused primitive function becomes a Python function over numpy arrays that runs its ops one
-by one with the reference implementations of `rvm.op.numpy_ref`, which the executable carries
-as the library ``ref`` (so a saved executable needs no compiler to run). Destination-passing
-kernels write their outputs in place (``out0[...] = t2``); "return" kernels (outputs whose shape
-depends on data) return them. Symbolic dimensions that an op's attributes name (``reshape(x,
-("n", 784))``) are read from the input arrays at the kernel's start.
+by one with the reference implementations of `rvm.kernels.reference`, which its source imports
+by name as ``ref`` (`LIBRARY_IMPORT`), the way jit kernels import the kernel library: a saved
+executable names the package, carries none of its source, and needs no compiler to run.
+Destination-passing kernels write their outputs in place (``out0[...] = t2``); "return"
+kernels (outputs whose shape depends on data) return them. Symbolic dimensions that an op's
+attributes name (``reshape(x, ("n", 784))``) are read from the input arrays at the kernel's
+start.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
@@ -19,16 +20,15 @@ from rvm.dtypes import NARROW_DTYPES, dtype_kind
 from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.types import TensorType, TupleType
-from rvm.op import numpy_ref, reference
+from rvm.kernels import reference as library
+from rvm.op import reference
 from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import KernelRecord
 
 LIBRARY_NAME = "ref"
-
-
-def library_source() -> str:
-    """The source of the op library every numpy kernel calls (`rvm.op.numpy_ref`)."""
-    return inspect.getsource(numpy_ref)
+LIBRARY_MODULE = library.__name__
+LIBRARY_IMPORT = f"import {LIBRARY_MODULE} as {LIBRARY_NAME}"
+"""The line that starts every numpy kernel's source: the op library, imported by name."""
 
 
 def literal(value: object) -> str:
@@ -95,15 +95,17 @@ class _KernelSource:
         if not isinstance(op, E.Op):
             raise IRError(f"kernel {self.name}: primitive functions may only call ops")
         fn = reference.get(op)
-        if fn is None or getattr(fn, "__module__", None) != numpy_ref.__name__:
-            raise IRError(f"kernel {self.name}: op {op.name} has no numpy_ref implementation")
+        if fn is None or fn is not getattr(library, op.name, None):
+            raise IRError(
+                f"kernel {self.name}: op {op.name} has no implementation in {LIBRARY_MODULE}"
+            )
         args = [self.atom(a) for a in call.args]
         attrs = dict(call.attrs)
         if op.name == "reshape":
             attrs["shape"] = _inferred(attrs["shape"], dims)
         for key, value in attrs.items():
             args.append(f"{key}={self._attr(value, dims)}")
-        return f"{LIBRARY_NAME}.{fn.__name__}({', '.join(args)})"
+        return f"{LIBRARY_NAME}.{op.name}({', '.join(args)})"
 
     def _attr(self, value: object, dims: dict[str, str]) -> str:
         if isinstance(value, str) and value in dims:
@@ -155,7 +157,7 @@ class _KernelSource:
             lines.append(f"    out0[...] = {res}")
         else:
             lines += [f"    out{i}[...] = {res}[{i}]" for i in range(outs)]
-        return "\n".join(self.consts + lines) + "\n"
+        return "\n".join([LIBRARY_IMPORT, *self.consts, *lines]) + "\n"
 
 
 def _inferred(shape: tuple, dims: dict[str, str]) -> tuple:
@@ -199,7 +201,8 @@ def numpy_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecor
         for b in (func.body.bindings if isinstance(func.body, E.SeqExpr) else ())
         if isinstance(b.value, E.Call) and isinstance(b.value.callee, E.Op)
     ]
-    return KernelRecord(name, "numpy", source, name, style, {"ops": ",".join(ops)})
+    meta = {"ops": ",".join(ops)}
+    return KernelRecord(name, "numpy", source, name, style, meta, imports=(LIBRARY_MODULE,))
 
 
-__all__ = ["numpy_kernel", "library_source", "LIBRARY_NAME", "literal", "np"]
+__all__ = ["numpy_kernel", "LIBRARY_IMPORT", "LIBRARY_MODULE", "LIBRARY_NAME", "literal", "np"]

@@ -6,6 +6,8 @@
 - `conv`, `pool`, `lrn`: float convolution, pooling and lrn, compiled once and called by
   every kernel through C entry points (`entry`); `planes`: the padded window planes they
   share; `parfor`: their large loops split into chunks on the pool.
+- `reference`: the NumPy reference kernels of every op (a package, one module per category
+  of ops), which numpy kernels import by name and the interpreter runs.
 - `workpool`: rvm's thread pool (the caller claims pieces of a job beside its helpers);
   `threads`: how many threads it has (`rvm.set_num_threads`).
 

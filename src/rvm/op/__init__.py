@@ -5,7 +5,7 @@ parameters are keyword attributes stored under the same names in ``Call.attrs``,
 printer's ``op.NAME(arg0, attr=value)`` calls the builder back to an equal call. The `Op`
 objects live in `rvm.op.ops` (``rvm.op.ops.relu``; or ``rvm.ir.get_op("relu")``); each op's
 type rule is in `rvm.ir.op.infer`, its NumPy reference in `reference` (the functions of the
-self-contained `rvm.op.numpy_ref`). Each category module registers its ops (`rvm.op.core.define_op`)
+package `rvm.kernels.reference`). Each category module registers its ops (`rvm.op.core.define_op`)
 and lists its builders in its ``__all__``, which this package exports.
 """
 

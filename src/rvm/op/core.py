@@ -18,14 +18,14 @@ from rvm.ir.expr import Call, Constant, Expr, Op, Tuple
 from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern, register_op
 from rvm.ir.types import FLOAT_DTYPES, Dim, Shape, TensorType, check_dim, check_dtype
-from rvm.op import numpy_ref
+from rvm.kernels import reference as library
 
 ExprLike = Expr | bool | int | float | np.ndarray | np.generic
 
 reference: dict[Op, Callable[..., Any]] = {}
 """NumPy reference implementation of each op: ``f(*input_arrays, **call.attrs)``.
 
-Every function lives in `rvm.op.numpy_ref` under the op's name. Shapes given as attributes
+Every function lives in `rvm.kernels.reference` under the op's name. Shapes given as attributes
 reach a reference as concrete ints (the caller resolves symbolic names first). An op whose one
 input is a Tuple (``concat``, ``stack``) receives the tuple of arrays as one argument; ``split``
 returns a tuple of arrays.
@@ -34,10 +34,12 @@ returns a tuple of arrays.
 
 def define_op(name: str, pattern: OpPattern, num_inputs: int = -1) -> Op:
     """Registers op ``name`` (`rvm.ir.op.register_op`) with its reference, the function of
-    `rvm.op.numpy_ref` of the same name: the one line that makes an op exist."""
-    ref = getattr(numpy_ref, name, None)
-    if ref is None:
-        raise IRError(f"op {name!r} has no NumPy reference: rvm.op.numpy_ref.{name} is missing")
+    `rvm.kernels.reference` of the same name: the one line that makes an op exist."""
+    ref = getattr(library, name, None)
+    if not callable(ref):
+        raise IRError(
+            f"op {name!r} has no NumPy reference: rvm.kernels.reference.{name} is missing"
+        )
     op = register_op(name, pattern, num_inputs)
     reference[op] = ref
     return op

@@ -3,7 +3,7 @@
 ``rvm.op.ops.relu`` is the `Op`; ``rvm.op.relu`` is the builder that calls it. Each op is
 registered (name, fusion pattern, number of inputs) at the top of its category module
 (`rvm.op.elemwise`, `rvm.op.nn`...), beside its builder and type rule (``infer[ops.relu]``,
-`rvm.ir.op.infer`); its NumPy reference is the function of `rvm.op.numpy_ref` with its name
+`rvm.ir.op.infer`); its NumPy reference is the function of `rvm.kernels.reference` with its name
 (``reference[ops.relu]``, `rvm.op.reference`). Other layers own their own tables (the jit's
 compute). Attribute lookup here finds any registered op, so ``ops.relu`` works once
 `rvm.op` is imported.

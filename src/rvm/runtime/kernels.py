@@ -1,9 +1,11 @@
 """Turning an executable's primitive names into Python callables.
 
 A name is first looked up among the executable's kernel records, then in the global registry. Numpy
-kernels are exec'd from their source with `np`, `math` and the executable's libraries in their
-namespace; each source is registered in `linecache` under a unique file name (`<rvm-kernel NAME
-#N>`) so tracebacks show the generated lines. JIT kernels are built by
+kernels are exec'd from their source with `np` and `math` in their namespace; their source
+imports the NumPy reference kernels by name (`rvm.kernels.reference`, package code). A file saved
+before that carries the old library's source instead (``ex.libraries``), exec'd into the
+namespace of its kernels. Each source is registered in `linecache` under a unique file name
+(`<rvm-kernel NAME #N>`) so tracebacks show the generated lines. JIT kernels are built by
 `rvm.runtime.loading.loader.load_kernel(record)` (Numba loads when the first one does), from
 the isolated entry of the file's own object code when a trusted file brought one. Built
 kernels are cached on the executable (thread-safe), so every VM over it shares them.

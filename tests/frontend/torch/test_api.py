@@ -180,3 +180,17 @@ def test_dim_ranges_are_checked_at_entry_and_survive_save(exec_mode: str, tmp_pa
                 r"2 <= batch <= 8",
             ):
                 vm["main"](np.ones((batch, 4), np.float32))
+
+
+class _Precise(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.log1p(x), torch.expm1(x), torch.logaddexp(x * 1e9, y)
+
+
+def test_log1p_expm1_logaddexp_keep_their_precision(exec_mode: str) -> None:
+    """They map to rvm's ops, not ``log(1 + x)``, ``exp(x) - 1`` (which give 0 for tiny x in
+    float32) or ``log(exp(a) + exp(b))`` (which overflows)."""
+    x = torch.tensor([1e-8, -3e-9, 2e-7, 1e-10])
+    y = torch.tensor([100.0, -1e4, 0.0, float("-inf")])
+    model = _Precise().eval()
+    check_eager(model, rvm.from_torch(model, args=(x, y)), [(x, y)], exec_mode, rtol=1e-6)

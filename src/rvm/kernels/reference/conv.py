@@ -1,0 +1,99 @@
+"""Convolutions and transposed convolutions over N-d windows.
+
+Part of the NumPy reference kernels (`rvm.kernels.reference`).
+"""
+
+import numpy as np
+
+from rvm.kernels.reference.common import _binary_dtype, _is_ml_float, _like
+
+
+def _windows(xp, kernel, strides, dilation, out_shape):
+    """For each kernel offset: (offset, the strided view of ``xp``'s spatial axes it reads)."""
+    for offset in np.ndindex(*kernel):
+        yield offset, xp[_tap(xp.ndim, offset, strides, dilation, out_shape)]
+
+
+def _tap(ndim, offset, strides, dilation, out_shape):
+    """The index of the elements kernel ``offset`` meets, over trailing spatial axes."""
+    index = [slice(None)] * (ndim - len(offset))
+    for k, s, d, o in zip(offset, strides, dilation, out_shape):
+        index.append(slice(k * d, k * d + s * (o - 1) + 1, s))
+    return tuple(index)
+
+
+def _pad_pairs(padding):
+    """(before..., after...) as one (before, after) pair per spatial axis."""
+    n = len(padding) // 2
+    return [(padding[i], padding[i + n]) for i in range(n)]
+
+
+def _out_size(size, kernel, stride, pads, dilation, ceil_mode=False):
+    span = size + pads[0] + pads[1] - dilation * (kernel - 1) - 1
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + pads[0] else out
+
+
+def _conv(x, w, strides, padding, dilation, groups):
+    """N-d convolution, NC+spatial / OI+spatial, cross-correlation as in every framework."""
+    dtype = _binary_dtype(x, w)
+    if _is_ml_float(dtype):  # bfloat16, float8...: einsum has no loops for ml_dtypes' floats
+        wide = _conv(x.astype(np.float32), w.astype(np.float32), strides, padding, dilation, groups)
+        return _like(wide, dtype)
+    pads = _pad_pairs(padding)
+    kernel = w.shape[2:]
+    out_sp = [
+        _out_size(x.shape[2 + i], k, strides[i], pads[i], dilation[i]) for i, k in enumerate(kernel)
+    ]
+    xp = np.pad(x, [(0, 0), (0, 0)] + pads)
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    xg = xp.reshape((n, groups, c // groups) + xp.shape[2:])
+    wg = w.reshape((groups, o // groups) + w.shape[1:])
+    out = np.zeros((n, groups, o // groups, *out_sp), dtype=dtype)
+    for offset, patch in _windows(xg, kernel, strides, dilation, out_sp):
+        out += np.einsum("ngc...,goc->ngo...", patch, wg[(Ellipsis, *offset)]).astype(dtype)
+    return out.reshape((n, o, *out_sp))
+
+
+conv1d = conv2d = conv3d = _conv  # padding is (before..., after...) per spatial axis
+
+
+def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
+    """N-d transposed convolution, NC+spatial input, IO+spatial weight (the gradient of conv).
+
+    Input position ``i`` and kernel offset ``k`` add into position ``i * stride + k * dilation``
+    of the full result; the output is that result from ``before`` on, ``after`` short of its
+    end and ``output_padding`` longer (zeros past the end).
+    """
+    dtype = _binary_dtype(x, w)
+    if _is_ml_float(dtype):
+        wide = _conv_transpose(
+            x.astype(np.float32), w.astype(np.float32), strides, padding, output_padding,
+            dilation, groups,
+        )  # fmt: skip
+        return _like(wide, dtype)
+    n, c = x.shape[:2]
+    kernel = w.shape[2:]
+    og = w.shape[1]
+    pads = _pad_pairs(padding)
+    sizes = x.shape[2:]
+    full = [s * (i - 1) + d * (k - 1) + 1 for i, k, s, d in zip(sizes, kernel, strides, dilation)]
+    out_sp = [f - lo - hi + e for f, (lo, hi), e in zip(full, pads, output_padding)]
+    reach = [np.maximum(f, lo + o) for f, (lo, _), o in zip(full, pads, out_sp)]
+    acc = np.zeros((n, groups, og, *reach), dtype=dtype)
+    xg = x.reshape((n, groups, c // groups) + sizes)
+    wg = w.reshape((groups, c // groups, og) + kernel)
+    for offset in np.ndindex(*kernel):
+        tap = _tap(acc.ndim, offset, strides, dilation, sizes)
+        acc[tap] += np.einsum("ngc...,gco->ngo...", xg, wg[(Ellipsis, *offset)]).astype(dtype)
+    crop = tuple(slice(lo, lo + o) for (lo, _), o in zip(pads, out_sp))
+    return acc[(Ellipsis, *crop)].reshape((n, groups * og, *out_sp))
+
+
+conv1d_transpose = conv2d_transpose = conv3d_transpose = _conv_transpose
+
+
+__all__ = ["conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "conv3d_transpose"]

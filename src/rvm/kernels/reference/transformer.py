@@ -1,0 +1,40 @@
+"""Transformer ops: attention, rms_norm, rope.
+
+Part of the NumPy reference kernels (`rvm.kernels.reference`).
+"""
+
+import numpy as np
+
+from rvm.kernels.reference.common import _like
+
+
+def attention(q, k, v, mask, scale=1.0, mask_kind="add", fill=0.0, masked_row=0.0):
+    """softmax(scale * q @ k^T, masked) @ v; rows whose scores are all -inf give
+    ``masked_row``."""
+    s = _like(np.matmul(q, np.swapaxes(k, -1, -2)) * scale, q.dtype)
+    s = s + mask if mask_kind == "add" else np.where(mask, s, np.asarray(fill, q.dtype))
+    top = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
+    empty = top == -np.inf
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.exp(s - np.where(empty, 0, top))
+        p = e / np.sum(e, axis=-1, keepdims=True)
+    p = np.where(empty, 0, p)
+    out = np.matmul(_like(p, q.dtype), v)
+    return _like(np.where(empty, np.asarray(masked_row, q.dtype), out), q.dtype)
+
+
+def rms_norm(x, gamma, axes=(-1,), epsilon=1e-6):
+    """x / sqrt(mean(x * x, axes) + epsilon) * gamma."""
+    ms = np.mean(x * x, axis=tuple(axes), keepdims=True)
+    return _like(x / np.sqrt(ms + np.asarray(epsilon, x.dtype)) * gamma, x.dtype)
+
+
+def rope(x, cos, sin):
+    """x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x2, x1) of the last axis's
+    halves."""
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return _like(x * cos + rotated * sin, x.dtype)
+
+
+__all__ = ["attention", "rms_norm", "rope"]
