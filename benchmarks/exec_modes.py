@@ -64,6 +64,8 @@ from common import (
     count_instructions,
     interleaved_medians,
     kernel_calls,
+    machine,
+    machine_line,
     median_time,
     replay,
     write_results,
@@ -77,6 +79,7 @@ import tempfile
 import time
 
 import numpy as np
+from native_programs import large_programs
 from native_programs import programs as native_programs
 
 import rvm
@@ -88,6 +91,7 @@ GOAL_COMPILED_OVER_BYTECODE = 0.6
 GOAL_BYTECODE_OVER_INTERP = 0.5
 GOAL_OVERHEAD_NS = 150.0
 GOAL_NATIVE_OVER_NUMBA = {"mlp": 1.25, "tiny50": 1.3, "rnn100": 1.5}
+GOAL_NATIVE_OVER_COMPILED = 1.05  # on large work (`large_rows`)
 
 RNN_TEXT = """
 @module
@@ -326,6 +330,39 @@ def native_goals(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def large_rows(repeat: int) -> list[dict[str, Any]]:
+    """Per program of `native_programs.large_programs` (kernel-bound work): the compiled and
+    native modes' interleaved medians, outputs checked against each other and the native
+    mode's report checked for fallbacks."""
+    rows = []
+    for prog in large_programs():
+        ex = rvm.compile(prog["mod"])
+        calls = {}
+        for mode in ("compiled", "native"):
+            vm = rvm.VirtualMachine(ex, exec_mode=mode)
+            calls[mode] = functools.partial(vm[prog["fname"]], *prog["args"])
+            if mode == "native" and vm.native_report().fallbacks:
+                raise AssertionError(f"{prog['name']}: {vm.native_report().fallbacks}")
+        assert_values_close(calls["native"](), calls["compiled"](), rtol=1e-5, atol=1e-6)
+        times = interleaved_medians(calls, repeat=repeat)
+        row = {"program": prog["name"], **{f"{k}_ms": v * 1e3 for k, v in times.items()}}
+        row["native_over_compiled"] = times["native"] / times["compiled"]
+        rows.append(row)
+    return rows
+
+
+def large_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'program':<9} {'compiled ms':>12} {'native ms':>10} {'native/compiled':>16}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ok = "ok" if r["native_over_compiled"] <= GOAL_NATIVE_OVER_COMPILED else "MISSED"
+        lines.append(
+            f"{r['program']:<9} {r['compiled_ms']:>12.3f} {r['native_ms']:>10.3f} "
+            f"{r['native_over_compiled']:>16.2f}  (goal <= {GOAL_NATIVE_OVER_COMPILED}) {ok}"
+        )
+    return "\n".join(lines)
+
+
 def result_check_rows(repeat: int) -> list[dict[str, Any]]:
     """What checking a call's result against its recorded type costs (`rvm.runtime.calling`):
     per native program and exec mode, ``vm["main"](...)`` on a default VM (whose checks are
@@ -417,12 +454,21 @@ def main() -> None:
     parser.add_argument(
         "--result-checks", action="store_true", help="only the cost of the result checks"
     )
+    parser.add_argument("--large", action="store_true", help="only the large-work section")
     parser.add_argument("--cold-child", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.cold_child:
         _cold_child()
         return
+    print(machine_line())
     repeat = 5 if opts.quick else 11
+    large = large_rows(5 if opts.quick else 15)
+    print(f"large work (load {os.getloadavg()[0]:.1f}), medians interleaved, ms per call")
+    print(large_table(large))
+    print()
+    if opts.large:
+        write_results("exec_modes_large", {"machine": machine(), "large": large})
+        return
     checks = result_check_rows(31 if opts.quick else 101)
     print(f"result checks (load {os.getloadavg()[0]:.1f}), medians interleaved, us per call")
     print(result_check_table(checks))
@@ -446,7 +492,10 @@ def main() -> None:
         )
     print()
     if opts.native_only:
-        write_results("exec_modes_native", {"native": native, "cold_build": cold})
+        write_results(
+            "exec_modes_native",
+            {"machine": machine(), "native": native, "large": large, "cold_build": cold},
+        )
         return
     backends = [k for k in opts.kernels.split(",") if k]
     rows: list[dict[str, Any]] = []
@@ -469,7 +518,9 @@ def main() -> None:
     write_results(
         "exec_modes",
         {
+            "machine": machine(),
             "repeat": repeat,
+            "large": large,
             "goals": {
                 "compiled_over_bytecode_max": GOAL_COMPILED_OVER_BYTECODE,
                 "bytecode_over_interp_max": GOAL_BYTECODE_OVER_INTERP,

@@ -620,7 +620,7 @@ def _uncached(functions: list[_Function]) -> set[int]:
 
 
 # What a native file imports from `rvm.runtime.modes.native_support` (NATIVE_IMPORTS[0]).
-_SUPPORT_NAMES = ("constant", "full0", "shape_array", "storage", "view")
+_SUPPORT_NAMES = ("constant", "empty", "full0", "shape_array", "storage", "view")
 
 
 def _file(ex: Executable, names: Names, functions: list[_Function], uncached: set[int]) -> str:
@@ -631,7 +631,6 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
         "",
         *(f"from {NATIVE_IMPORTS[0]} import {n} as _{n}" for n in _SUPPORT_NAMES),
         "",
-        "_empty = _np.empty",
         "_zeros = _np.zeros",
         "_int64 = _np.int64",
     ]
