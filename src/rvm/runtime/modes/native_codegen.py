@@ -82,7 +82,6 @@ _UNSUPPORTED = {
     O.INVOKE_CLOSURE: "closures",
     O.TAIL_INVOKE_CLOSURE: "closures",
     O.GET_TAG: "ADT values",
-    O.CALL_PACKED: "packed Python builtins",
 }
 
 
@@ -156,9 +155,8 @@ class _Function:
                 why = "ADT values"
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
                 why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
-            if op == O.CALL_PACKED and not self.ex.primitive_names[ins[2]].startswith("vm."):
-                if self.ex.primitive_names[ins[2]] not in self.ex.kernels:
-                    why = f"calls the registered Python function {self.ex.primitive_names[ins[2]]}"
+            if op == O.CALL_PACKED and self.kinds[ins[2]] != "jit":  # a jit kernel's own output
+                why = _packed_reason(self.ex.primitive_names[ins[2]], self.kinds[ins[2]])
             if op == O.LOAD_CONST:
                 why = _constant_reason(self.ex.constants[ins[2]])
             if why is not None:
