@@ -7,6 +7,7 @@ without installing.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -22,6 +23,48 @@ sys.path.insert(0, str(ROOT / "src"))
 import rvm  # noqa: E402
 from rvm.ir import IRModule  # noqa: E402
 from rvm.runtime.modes.decode import DecodedFunction  # noqa: E402
+
+
+def machine() -> dict[str, Any]:
+    """The machine a benchmark runs on: CPU model, vector width (bits, from the CPU features
+    LLVM sees, which Numba compiles for), cores, and the environment that changes the code
+    run (``OPENBLAS_CORETYPE``, ``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES``) where set."""
+    from llvmlite import binding as llvm
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    features = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f[0] == "+"}
+    width = 128
+    if features & {"avx", "avx2"}:
+        width = 256
+    if "avx512f" in features:
+        width = 512
+    env = ("OPENBLAS_CORETYPE", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
+    return {
+        "cpu": model,
+        "llvm_cpu": llvm.get_host_cpu_name(),
+        "vector_bits": width,
+        "cores": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 2),
+        **{name: os.environ[name] for name in env if name in os.environ},
+    }
+
+
+def machine_line() -> str:
+    """`machine()` as one line for a benchmark's table."""
+    m = machine()
+    extra = "".join(f", {k}={m[k]}" for k in ("OPENBLAS_CORETYPE", "NUMBA_CPU_NAME") if k in m)
+    if "NUMBA_CPU_FEATURES" in m:
+        extra += ", NUMBA_CPU_FEATURES set"
+    return (
+        f"machine: {m['cpu']} ({m['llvm_cpu']}, {m['vector_bits']}-bit vectors), "
+        f"{m['cores']} cores, load {m['load']}{extra}"
+    )
 
 
 def median_time(fn: Callable[[], object], repeat: int = 9, number: int = 1) -> float:

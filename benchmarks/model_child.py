@@ -95,7 +95,7 @@ def peak_rss_mb() -> float:
 
 
 def speed(model: str, inputs: list[np.ndarray]) -> dict:
-    """Milliseconds per call of rvm (both exec modes) and ORT (default, 1 thread)."""
+    """Milliseconds per call of rvm (each exec mode) and ORT (default, 1 thread)."""
     import rvm
 
     # After rvm: common.py puts this checkout's src first on sys.path, but the rvm already
@@ -104,15 +104,19 @@ def speed(model: str, inputs: list[np.ndarray]) -> dict:
     from common import interleaved_medians
 
     ex, _ = _rvm_main(model)
+    native = rvm.VirtualMachine(ex, exec_mode="native")
     fns = {
         "rvm_bytecode": rvm.VirtualMachine(ex, exec_mode="bytecode")["main"],
         "rvm_compiled": rvm.VirtualMachine(ex, exec_mode="compiled")["main"],
+        "rvm_native": native["main"],
         "ort": _ort(model, None),
         "ort_1thread": _ort(model, 1),
     }
     want = as_outputs(fns["ort"](*inputs))
-    for name in ("rvm_bytecode", "rvm_compiled", "ort_1thread"):
+    for name in ("rvm_bytecode", "rvm_compiled", "rvm_native", "ort_1thread"):
         check_outputs(name, as_outputs(fns[name](*inputs)), want)
+    if native.native_report().fallbacks:
+        raise AssertionError(f"the native mode falls back: {native.native_report().fallbacks}")
     calls = {name: (lambda f=f: f(*inputs)) for name, f in fns.items()}
     # ORT's pool threads spin about 30 ms after its calls: rvm's next calls ran 1.7 times
     # slower for that long (squeezenet), so each turn starts after a settling pause.

@@ -34,9 +34,10 @@ checkout's ``src``), to measure another version with the same script. Prints a t
   ``rvm/al`` compares with ORT undisturbed.
 - the TVM build time the issue sets as the goal for the cold compile.
 
-Everything runs with the user's thread settings; the table says which were in effect (rvm's
-default: every CPU, `rvm.set_num_threads`). Set ``RVM_NUM_THREADS=1`` to measure rvm on one
-thread.
+The table names the machine (CPU model, vector width, cores, ``OPENBLAS_CORETYPE`` if set:
+`common.machine`). Everything runs with the user's thread settings; the table says which were
+in effect (rvm's default: every CPU, `rvm.set_num_threads`). Set ``RVM_NUM_THREADS=1`` to
+measure rvm on one thread.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, light_model_files, write_results
+from common import ROOT, light_model_files, machine, machine_line, write_results
 
 # isort: split
 import numpy as np
@@ -124,18 +125,16 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     if args.speed:
         speed = _child("speed", *run, cache)
         row.update({k: v for k, v in speed.items() if k.endswith("_ms")})
-        row["rvm_over_ort"] = (
-            min(speed["rvm_bytecode_ms"], speed["rvm_compiled_ms"]) / (speed["ort_ms"])
-        )
+        best = min(speed[f"rvm_{mode}_ms"] for mode in ("bytecode", "compiled", "native"))
+        row["rvm_over_ort"] = best / speed["ort_ms"]
+        row["native_over_compiled"] = speed["rvm_native_ms"] / speed["rvm_compiled_ms"]
         row["peak_rss_mb"] = speed["peak_rss_mb"]
         alone = _child("ort", *run, cache)
         got = np.load(alone["result"] + ".npz")
         check_outputs("ORT alone", [got[k] for k in got.files], run_ort(model, inputs))
         row["ort_peak_rss_mb"] = alone["peak_rss_mb"]
         row["ort_alone_ms"] = alone["ort_alone_ms"]
-        row["rvm_over_ort_alone"] = (
-            min(speed["rvm_bytecode_ms"], speed["rvm_compiled_ms"]) / (alone["ort_alone_ms"])
-        )
+        row["rvm_over_ort_alone"] = best / alone["ort_alone_ms"]
     return row
 
 
@@ -151,7 +150,8 @@ def _table(rows: dict[str, dict]) -> str:
     head = (
         f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'first':>7}"
         f"{'cpu s':>7}{'warm s':>8}{'cpu s':>7}"
-        f"{'':>5}{'rvm bc':>8}{'rvm cm':>8}{'ORT':>7}{'ORT 1t':>8}{'rvm/ORT':>8}"
+        f"{'':>5}{'rvm bc':>8}{'rvm cm':>8}{'rvm nt':>8}{'nt/cm':>6}"
+        f"{'ORT':>7}{'ORT 1t':>8}{'rvm/ORT':>8}"
         f"{'alone':>7}{'rvm/al':>7}"
         f"{'RSS MB':>8}{'ORT MB':>8}"
     )
@@ -167,13 +167,15 @@ def _table(rows: dict[str, dict]) -> str:
         )
         if "ort_ms" in r:
             line += (
-                f"{r['rvm_bytecode_ms']:>8.2f}{r['rvm_compiled_ms']:>8.2f}{r['ort_ms']:>7.2f}"
+                f"{r['rvm_bytecode_ms']:>8.2f}{r['rvm_compiled_ms']:>8.2f}"
+                f"{r['rvm_native_ms']:>8.2f}{r['native_over_compiled']:>6.2f}{r['ort_ms']:>7.2f}"
                 f"{r['ort_1thread_ms']:>8.2f}{r['rvm_over_ort']:>8.2f}"
                 f"{r['ort_alone_ms']:>7.2f}{r['rvm_over_ort_alone']:>7.2f}"
                 f"{r['peak_rss_mb']:>8.0f}{r['ort_peak_rss_mb']:>8.0f}"
             )
         lines.append(line)
-    lines.append("(times in ms per call for rvm bytecode/compiled mode and ORT; rvm/ORT: the")
+    lines.append("(times in ms per call for rvm bytecode/compiled/native mode and ORT; nt/cm:")
+    lines.append(" native over compiled (goal <= 1); rvm/ORT: the")
     lines.append(" faster rvm mode over ORT with default options, side by side; alone: ORT's")
     lines.append(" default in a process without rvm, whose threads can slow ORT's turn;")
     lines.append(" rvm/al: rvm over that; RSS: the speed process;")
@@ -231,6 +233,7 @@ def main() -> None:
     threads = {
         k: os.environ[k] for k in ("RVM_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
     }
+    print(machine_line())
     print(f"threads: {threads or 'defaults (rvm: every CPU)'}")
     print(_table(rows))
     ratios = [r["rvm_over_ort"] for r in rows.values() if "rvm_over_ort" in r]
@@ -240,6 +243,7 @@ def main() -> None:
         print(f"geometric mean of rvm/ORT alone: {float(np.exp(np.mean(np.log(alone)))):.2f}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     payload = {"src": str(args.src), "load_average": load, "cpus": os.cpu_count()}
+    payload["machine"] = machine()
     out = write_results(args.name, {**payload, "models": rows})
     _chart(rows, out.with_suffix(".png"))
 

@@ -65,6 +65,12 @@ def rnn_numba(h, x, w, u, b, steps):  # type: ignore[no-untyped-def]
     return h
 
 
+@nb.njit(cache=True, nogil=True)
+def numba_identity(h):  # type: ignore[no-untyped-def]
+    """An empty Numba function: its call is the floor of Numba's dispatcher."""
+    return h
+
+
 def _tiny_numba() -> Any:
     lines = ["def tiny_numba(h):"]
     lines += [f"    h = {_TINY[i % len(_TINY)][1]}" for i in range(TINY_OPS)]
@@ -213,3 +219,43 @@ def programs() -> list[dict[str, Any]]:
             "onnx": rnn_onnx,
         },
     ]
+
+
+# -- large work: native code calling kernels on big tensors -----------------------------------
+
+LARGE_N = 1 << 24
+_LARGE_TEXT = """
+@module
+class Large:
+    @func
+    def gelu(x: T[("n",), "float32"]):
+        t = x * 0.75 + 0.1
+        return x + t * op.sigmoid(t * 1.702)
+
+    @func
+    def arith6(x: T[("n",), "float32"]):
+        return ((x * 1.5 + 0.5) * x - 0.25) * 0.5 + x
+"""
+
+
+def large_programs() -> list[dict[str, Any]]:
+    """Kernel-bound work for the native mode against the compiled mode (issue 27): the two
+    16M-element float32 chains (``x + t * sigmoid(t * 1.702)`` with ``t = x * 0.75 + 0.1``,
+    and 6 arithmetic ops) and the MLP 784-128-10 at batch 1, 8 and 256. name, module, function
+    name and arguments."""
+    rng = np.random.default_rng(1)
+
+    def f32(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype("float32")
+
+    large = rvm.script.parse(_LARGE_TEXT)
+    x = f32(LARGE_N)
+    weights = (f32(784, 128, scale=0.05), f32(128), f32(128, 10, scale=0.1), f32(10))
+    rows = [
+        {"name": "gelu16M", "mod": large, "fname": "gelu", "args": (x,)},
+        {"name": "arith16M", "mod": large, "fname": "arith6", "args": (x,)},
+    ]
+    for batch in (1, 8, 256):
+        args = (f32(batch, 784), *weights)
+        rows.append({"name": f"mlp_b{batch}", "mod": MLP, "fname": "main", "args": args})
+    return rows

@@ -14,9 +14,7 @@ import pytest
 import rt_helpers as h
 
 import rvm
-from rvm import op
 from rvm.errors import VMError
-from rvm.ir import Builder, Var, const, tensor
 from rvm.runtime import ExecBuilder, Opcode, VirtualMachine, register_func
 from rvm.testing import assert_values_close
 from rvm.testing.programs import MLP, Closures, Lists, Recursion
@@ -99,13 +97,29 @@ def test_the_report_says_why_a_function_is_not_native() -> None:
     assert "recursion through @even" in report["odd"]
 
 
-def test_big_constants_and_python_builtins_are_not_native() -> None:
-    bb = Builder()
-    x = Var("x", tensor((2048,), "float32"))
-    with bb.function("main", [x]):
-        bb.emit_output(bb.emit(op.add(x, const(np.ones(2048, "float32")))))
-    assert "big constant (8192 bytes" in _report(rvm.compile(bb.get(), opt_level=0))["main"]
+UNKNOWN_DIM = _parse(
+    """
+    @module
+    class Unknown:
+        @func
+        def main(x: T[(None, 4), "float32"]):
+            return op.exp(x) * 2.0
+    """
+)
 
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jit_kernels_that_allocate_their_outputs_run_natively(mode: str) -> None:
+    ex = rvm.compile(UNKNOWN_DIM)
+    assert any(ins[0] == Opcode.CALL_PACKED for ins in ex.functions[0].instructions)
+    vm = VirtualMachine(ex, exec_mode=mode)
+    x = _f32(3, 4)
+    np.testing.assert_allclose(vm["main"](x), np.exp(x) * 2, rtol=1e-6)
+    if mode == "native":
+        assert vm.native_report().fallbacks == {}
+
+
+def test_python_builtins_are_not_native() -> None:
     register_func("test.native.double", lambda a: a * 2, override=True)
     b = ExecBuilder()
     f = b.function("main", ("x",))

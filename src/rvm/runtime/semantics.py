@@ -32,8 +32,8 @@ The native mode (`native_codegen.py`) renders the same templates inside a Numba 
 a few Python forms have no meaning (`None`, `type(x) is`, the VM's allocator, ADT objects):
 `NATIVE` gives those opcodes their native form, with the same meaning for the values native
 code holds (tensors, tuples of them, int64 shape heaps, shapes as tuples of ints). Its own free
-names are those of `rvm.runtime.modes.native_support` (`_storage`, `_view`, `_shape_array`) and
-`_empty`, `_zeros`, `_int64` (numpy's).
+names are those of `rvm.runtime.modes.native_support` (`_empty`, `_storage`, `_view`,
+`_shape_array`) and `_zeros`, `_int64` (numpy's).
 """
 
 from __future__ import annotations

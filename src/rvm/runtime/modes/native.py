@@ -13,7 +13,7 @@ A function is compiled at its first call (for the types of that call's values).
 Fallback, per function, to the compiled mode (`CompiledMode`, which this mode holds):
 
 - functions that cannot be native (`native_codegen.NotNative`: ADT values, closures, packed
-  functions that are not jit kernels, big constants, recursion through other functions), and
+  functions that are not jit kernels, recursion through other functions), and
   functions Numba fails to type at their first call, always run compiled; `NativeMode.report`
   (`VirtualMachine.native_report()`) says which and why;
 - a failure inside native code (a kernel's error, a failed shape check, FATAL, recursion
@@ -33,6 +33,7 @@ from __future__ import annotations
 import linecache
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,7 @@ class _Plan:
                 for name, k in self.module.scalar_kernels.items():
                     rec = ex.kernels[ex.primitive_names[k]]
                     bound[name] = kernel_function(rec, rec.meta[SCALAR_META])
+                _bind_constants(self, ex)
                 own = native_path(self.module.source)
                 self.path = artifact.native_entry(ex, own, self.module.source) or own
                 self.own = self.path == own
@@ -185,6 +187,22 @@ class _Plan:
         first = (useful or lines or [type(error).__name__])[0]
         self.reasons[fidx] = f"Numba typing error: {first[:200]}"
         self.funcs[fidx] = None
+
+
+def _bind_constants(plan: _Plan, ex: Executable) -> None:
+    """Binds the big constants' slots of ``plan``'s module to ``ex``'s arrays, before its code
+    is linked (`native_constants`), for as long as ``plan`` lives."""
+    if not plan.module.bound:
+        return
+    from rvm.runtime.modes import native_constants
+
+    releases = [native_constants.bind(n, ex.constants[c]) for n, c in plan.module.bound.items()]
+    weakref.finalize(plan, _release_all, releases)
+
+
+def _release_all(releases: list[Callable[[], None]]) -> None:
+    for release in releases:
+        release()
 
 
 def native_file(ex: Executable) -> str | None:

@@ -30,7 +30,7 @@ exhaust the native stack.
 
 What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): ADT values and
 closures (Numba has no such objects), packed functions that are not jit kernels (numpy kernels,
-builtins and registered Python functions), constants that are not small numeric arrays,
+builtins and registered Python functions), constants that are not numeric arrays,
 recursion through other functions (Numba types self-recursion only), and calls of functions
 that are not native themselves. Numba typing errors are found when a function is compiled
 (`native_mode.py`).
@@ -38,6 +38,7 @@ that are not native themselves. Numba typing errors are found when a function is
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,8 +70,9 @@ __all__ = [
 
 O = Opcode
 MAX_CONSTANT_BYTES = 4096
-"""Constants larger than this are not written into generated files (a function loading one
-is not native): Numba would freeze each into the object code it compiles and caches."""
+"""Constants larger than this are not written into generated files (Numba would freeze each
+into the object code it compiles and caches): a function reads each through a slot bound to the
+executable's array at load (`native_constants`), named in `NativeModule.bound`."""
 MAX_DEPTH = 1000
 """Native calls nest at most this deep (a recursive function counts its depth); deeper, the
 call hands back to the compiled mode, whose own limit hands on to the bytecode loop."""
@@ -80,7 +82,6 @@ _UNSUPPORTED = {
     O.INVOKE_CLOSURE: "closures",
     O.TAIL_INVOKE_CLOSURE: "closures",
     O.GET_TAG: "ADT values",
-    O.CALL_PACKED: "packed Python builtins",
 }
 
 
@@ -100,6 +101,7 @@ class NativeModule:
         entries: Per native function whose parameters are all tensors of known dtype and rank,
             the `(dtype, ndim)` of each: its entry from Python (`entry_checks`).
         uncached: The native functions Numba's disk cache cannot hold (`_uncached`).
+        bound: The big constants' slots (`native_constants.bind`): name -> constant index.
     """
 
     source: str
@@ -109,6 +111,7 @@ class NativeModule:
     scalar_kernels: dict[str, int] = field(default_factory=dict)
     entries: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     uncached: set[int] = field(default_factory=set)
+    bound: dict[str, int] = field(default_factory=dict)
 
 
 def _r(reg: int) -> str:
@@ -118,12 +121,15 @@ def _r(reg: int) -> str:
 class _Function:
     """The rendering of one VM function (see the module docstring)."""
 
-    def __init__(self, ex: Executable, index: int, names: Names, kinds: list[str]) -> None:
+    def __init__(
+        self, ex: Executable, index: int, names: Names, kinds: list[str], slots: dict[int, str]
+    ) -> None:
         fn = ex.functions[index]
         self.ex = ex
         self.index = index
         self.names = names
         self.kinds = kinds
+        self.slots = slots  # big constants' slot names, shared by the module's functions
         self.flow = FlowInfo(fn.instructions, len(fn.params), index)
         self.callees: set[int] = set()
         self.constants: set[int] = set()
@@ -149,9 +155,8 @@ class _Function:
                 why = "ADT values"
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
                 why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
-            if op == O.CALL_PACKED and not self.ex.primitive_names[ins[2]].startswith("vm."):
-                if self.ex.primitive_names[ins[2]] not in self.ex.kernels:
-                    why = f"calls the registered Python function {self.ex.primitive_names[ins[2]]}"
+            if op == O.CALL_PACKED and self.kinds[ins[2]] != "jit":  # a jit kernel's own output
+                why = _packed_reason(self.ex.primitive_names[ins[2]], self.kinds[ins[2]])
             if op == O.LOAD_CONST:
                 why = _constant_reason(self.ex.constants[ins[2]])
             if why is not None:
@@ -283,7 +288,19 @@ class _Function:
         if self.recursive:
             out.append(f"    if _d > {MAX_DEPTH}:")
             out.append(f"        raise RuntimeError({_bail()!r})")
-        return out + entry_checks(self.ex, self.index) + body
+        return out + entry_checks(self.ex, self.index) + self._bindings() + body
+
+    def _bindings(self) -> list[str]:
+        """The big constants the function reads, each bound to its slot (`native_constants`)."""
+        lines = []
+        for c in sorted(self.constants):
+            value = self.ex.constants[c]
+            if value.nbytes > MAX_CONSTANT_BYTES:
+                self.dtypes.add(value.dtype.name)
+                name = slot_name(value, self.slots, c)
+                dtype = self.names.dtype(value.dtype.name)
+                lines.append(f"    c{c} = _bound({name!r}, {tuple(value.shape)!r}, {dtype})")
+        return lines
 
     def _block(self, pc: int, stop: int, out: list[str]) -> None:
         code = self.flow.code
@@ -515,9 +532,18 @@ def _scalar_constant(value: object) -> bool:
 def _constant_reason(value: object) -> str | None:
     if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
         return f"constant of type {type(value).__name__}"
-    if value.nbytes > MAX_CONSTANT_BYTES:
-        return f"big constant ({value.nbytes} bytes > {MAX_CONSTANT_BYTES})"
     return None
+
+
+def slot_name(value: np.ndarray, slots: dict[int, str], index: int) -> str:
+    """The slot's name of big constant ``index`` (``value``), by its dtype, shape and bytes
+    (`native_constants`); ``slots`` remembers it per index."""
+    if index not in slots:
+        data = np.ascontiguousarray(value)
+        digest = hashlib.sha256(f"{data.dtype.str}{data.shape}".encode())
+        digest.update(memoryview(data).cast("B"))
+        slots[index] = f"rvm_const_{digest.hexdigest()[:24]}"
+    return slots[index]
 
 
 def _cycles(calls: dict[int, set[int]]) -> dict[int, list[int]]:
@@ -540,11 +566,12 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
     """The generated file of the native functions of `ex`; `kinds[i]` is "jit" when primitive
     `i` is a jit kernel (see the module docstring)."""
     names = Names(ex)
+    slots: dict[int, str] = {}
     rendered: dict[int, _Function] = {}
     reasons: dict[int, str] = {}
     for i in range(len(ex.functions)):
         try:
-            f = _Function(ex, i, names, kinds)
+            f = _Function(ex, i, names, kinds, slots)
             f.lines = f.render()
             rendered[i] = f
         except NotNative as e:
@@ -576,6 +603,8 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
         module.source = _file(ex, names, native, uncached)
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
         module.scalar_kernels = {f"ks{k}": k for f in native for k in sorted(f.scalar_kernels)}
+        used = {c for f in native for c in f.constants}
+        module.bound = {name: c for c, name in sorted(slots.items()) if c in used}
     return module
 
 
@@ -620,7 +649,7 @@ def _uncached(functions: list[_Function]) -> set[int]:
 
 
 # What a native file imports from `rvm.runtime.modes.native_support` (NATIVE_IMPORTS[0]).
-_SUPPORT_NAMES = ("constant", "full0", "shape_array", "storage", "view")
+_SUPPORT_NAMES = ("bound", "constant", "empty", "full0", "shape_array", "storage", "view")
 
 
 def _file(ex: Executable, names: Names, functions: list[_Function], uncached: set[int]) -> str:
@@ -631,7 +660,6 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
         "",
         *(f"from {NATIVE_IMPORTS[0]} import {n} as _{n}" for n in _SUPPORT_NAMES),
         "",
-        "_empty = _np.empty",
         "_zeros = _np.zeros",
         "_int64 = _np.int64",
     ]
@@ -649,6 +677,8 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
         head.append(f"{names.dtype(d)} = _np.dtype({d!r})")
     for c in sorted({c for f in functions for c in f.constants}):
         value = np.array(ex.constants[c], order="C")
+        if value.nbytes > MAX_CONSTANT_BYTES:
+            continue  # bound in each function that reads it
         head.append(
             f"c{c} = _constant({value.tobytes().hex()!r}, {value.dtype.str!r}, "
             f"{tuple(value.shape)!r})"

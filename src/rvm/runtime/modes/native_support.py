@@ -1,11 +1,15 @@
 """What the native exec mode's generated files import: small njit helpers and constants.
 
-The free names of `semantics.NATIVE` templates that are not numpy's: `storage` (ALLOC_STORAGE,
-a block of bytes), `view` (ALLOC_TENSOR, a tensor over a block's bytes), `shape_array`
-(SHAPE_OF), `full0` (a scalar register where an array is needed), and `constant`, which
-rebuilds a constant of the executable from the hex text a generated file holds (Numba freezes
-module-level arrays into the code it compiles). A change to this file changes the hash of every
-generated file (`rvm.runtime.loading.cache.source_hash` covers the rvm modules a file imports),
+The free names of `semantics.NATIVE` templates that are not numpy's: `empty` (NEW_TENSOR and
+its kin: ``np.empty`` whose big tensors' memory is kept and reused across calls,
+`rvm.kernels.blocks`, as the VM's pooled allocator does), `storage` (ALLOC_STORAGE, a block of
+bytes, from the same blocks), `view` (ALLOC_TENSOR, a tensor over a block's bytes),
+`shape_array` (SHAPE_OF), `full0` (a scalar register where an array is needed), `constant`,
+which rebuilds a small constant of the executable from the hex text a generated file holds
+(Numba freezes module-level arrays into the code it compiles), and `bound`, a big constant:
+the executable's own array, bound at load (`rvm.runtime.modes.native_constants`). A change to
+this file or a module it imports changes the hash of every generated file
+(`rvm.runtime.loading.cache.source_hash` covers the rvm modules a file imports),
 so no stale object code is reused.
 
 Imported only by generated files: importing it imports Numba.
@@ -17,7 +21,10 @@ import numba as nb
 import numpy as np
 from numba.extending import overload
 
-__all__ = ["BAIL", "constant", "full0", "shape_array", "storage", "view"]
+from rvm.kernels.blocks import empty
+from rvm.runtime.modes.native_constants import bound
+
+__all__ = ["BAIL", "bound", "constant", "empty", "full0", "shape_array", "storage", "view"]
 
 BAIL = "rvm native: rerun in compiled mode"
 """The message of the exception native code raises where it hands the call back (a failed
@@ -34,7 +41,7 @@ def constant(hex_bytes: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
 @nb.njit(cache=True, nogil=True)
 def storage(nbytes):  # type: ignore[no-untyped-def]
     """A block of `nbytes` bytes (ALLOC_STORAGE; native memory is Numba's)."""
-    return np.empty(nbytes, np.uint8)
+    return empty(nbytes, np.uint8)
 
 
 def _size(shape: tuple[int, ...]) -> int:

@@ -1,0 +1,293 @@
+"""Big blocks for tensors that compiled code allocates: kept and reused across calls.
+
+Numba's arrays take their memory from ``malloc``. A block above glibc's mmap threshold (32 MiB
+at most) is mapped fresh at each allocation and unmapped when freed, so a program whose big
+tensors are allocated in Numba code (the native exec mode's) pays a page fault per 4 KiB of
+each tensor at every call: on 16M float32 elements, several times the work of the kernels that
+fill them. The VM's pooled allocator (`rvm.runtime.memory`) keeps its blocks; this module does
+the same for compiled code:
+
+- `empty(shape, dtype)` (njit-callable) is ``np.empty`` whose memory comes from here when it
+  has at least `MIN_BYTES`: a kept block of exactly that size if there is one, else a new one
+  from ``malloc``;
+- when Numba frees such an array (its last reference gone, in any thread), its block is kept
+  in one of `SLOTS` slots while the kept bytes stay under the cap (`set_cap`; 1 GiB at first),
+  else given back to ``malloc``;
+- `held()` is the bytes kept, `release()` gives them all back.
+
+The slots are an int64 array registered with llvmlite as ``rvm_blocks_state`` (allocated by
+``calloc`` and never freed: an array may die at interpreter exit), claimed by compare-and-swap:
+a slot holds 0 (empty), 1 (being filled or emptied by the thread that claimed it) or a block's
+address, whose size is in the slot's size field. An array's block has a 16-byte header before
+its data (64-byte aligned): the address ``malloc`` gave and the size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numba as nb
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.core.runtime import _nrt_python
+from numba.extending import intrinsic, overload
+from numba.np.arrayobj import make_array, populate_array
+
+from rvm.kernels import numba_cache
+
+numba_cache.install()  # the functions compiled at import below load sealed object code only
+
+__all__ = ["MIN_BYTES", "SLOTS", "empty", "held", "release", "set_cap"]
+
+MIN_BYTES = 1 << 20
+"""Arrays of at least this many bytes take their memory from the kept blocks; smaller ones
+are ``malloc``'s (which reuses small blocks itself)."""
+SLOTS = 16
+"""How many blocks are kept at most."""
+ALIGN = 64
+"""The alignment of an array's data."""
+_HEADER = 16
+# The state's fields: the slots' addresses, their sizes, the kept bytes and the cap.
+_SIZES, _HELD, _CAP = SLOTS, 2 * SLOTS, 2 * SLOTS + 1
+_FIELDS = 2 * SLOTS + 2
+_STATE = "rvm_blocks_state"
+
+_libc = ctypes.CDLL(None)
+_libc.calloc.restype = ctypes.c_void_p
+_libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+_address = _libc.calloc(_FIELDS, 8)  # never freed (see the module docstring)
+if not _address:
+    raise MemoryError("rvm.kernels.blocks: calloc of the slots failed")
+_state = (ctypes.c_int64 * _FIELDS).from_address(_address)
+_state[_CAP] = 1 << 30
+llvm.add_symbol(_STATE, _address)
+for _symbol, _name in {"rvm_blocks_malloc": "malloc", "rvm_blocks_free": "free"}.items():
+    llvm.add_symbol(_symbol, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
+_api = ctypes.CFUNCTYPE(ctypes.c_void_p)(_nrt_python.c_helpers["get_api"])()
+# NRT_api_functions: allocate, allocate_external, manage_memory, ... (numba's nrt_external.h)
+_MANAGE = "rvm_blocks_manage_memory"
+_manage = ctypes.c_void_p.from_address(_api + 2 * ctypes.sizeof(ctypes.c_void_p))
+llvm.add_symbol(_MANAGE, _manage.value)
+
+_OPTS = {"nogil": True, "cache": True, "error_model": "numpy", "boundscheck": False}
+_I64 = ir.IntType(64)
+
+
+def _field(builder: ir.IRBuilder, index: ir.Value) -> ir.Value:
+    state = builder.module.globals.get(_STATE)
+    if state is None:
+        state = ir.GlobalVariable(builder.module, ir.ArrayType(_I64, _FIELDS), _STATE)
+        state.linkage = "external"
+    return builder.gep(state, [ir.IntType(32)(0), index])
+
+
+@intrinsic
+def _load(typingctx, field):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.load_atomic(_field(builder, args[0]), "seq_cst", 8)
+
+    return nt.int64(nt.int64), codegen
+
+
+@intrinsic
+def _store(typingctx, field, value):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        builder.store_atomic(args[1], _field(builder, args[0]), "seq_cst", 8)
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64, nt.int64), codegen
+
+
+@intrinsic
+def _add(typingctx, field, value):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.atomic_rmw("add", _field(builder, args[0]), args[1], "seq_cst")
+
+    return nt.int64(nt.int64, nt.int64), codegen
+
+
+@intrinsic
+def _cas(typingctx, field, old, new):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        pair = builder.cmpxchg(_field(builder, args[0]), args[1], args[2], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
+
+    return nt.boolean(nt.int64, nt.int64, nt.int64), codegen
+
+
+def _c_call(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
+
+
+@intrinsic
+def _malloc(typingctx, nbytes):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptr = _c_call(builder, "rvm_blocks_malloc", ir.IntType(8).as_pointer(), [args[0]])
+        return builder.ptrtoint(ptr, _I64)
+
+    return nt.int64(nt.int64), codegen
+
+
+@intrinsic
+def _free(typingctx, address):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+        _c_call(builder, "rvm_blocks_free", ir.VoidType(), [ptr])
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64), codegen
+
+
+@intrinsic
+def _peek(typingctx, address):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.load(builder.inttoptr(args[0], _I64.as_pointer()))
+
+    return nt.int64(nt.int64), codegen
+
+
+@intrinsic
+def _poke(typingctx, address, value):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        builder.store(args[1], builder.inttoptr(args[0], _I64.as_pointer()))
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64, nt.int64), codegen
+
+
+@nb.njit(**_OPTS)
+def _take(nbytes):  # type: ignore[no-untyped-def]
+    """The data address of a block of ``nbytes`` (a kept one if any), or 0 (no memory)."""
+    for s in range(SLOTS):
+        base = _load(s)
+        if base > 1 and _load(_SIZES + s) == nbytes and _cas(s, base, 1):
+            if _load(_SIZES + s) != nbytes:  # refilled meanwhile: put it back
+                _store(s, base)
+                continue
+            _store(s, 0)
+            _add(_HELD, -nbytes)
+            return (base + _HEADER + ALIGN - 1) // ALIGN * ALIGN
+    base = _malloc(nbytes + _HEADER + ALIGN)
+    if base == 0:
+        return 0
+    data = (base + _HEADER + ALIGN - 1) // ALIGN * ALIGN
+    _poke(data - 16, base)
+    _poke(data - 8, nbytes)
+    return data
+
+
+@nb.cfunc(nt.void(nt.int64), **_OPTS)
+def _give(data):  # type: ignore[no-untyped-def]
+    """Numba's destructor of a block's array: keeps the block, or frees it."""
+    base, nbytes = _peek(data - 16), _peek(data - 8)
+    if _add(_HELD, nbytes) + nbytes <= _load(_CAP):
+        for s in range(SLOTS):
+            if _cas(s, 0, 1):
+                _store(_SIZES + s, nbytes)
+                _store(s, base)
+                return
+    _add(_HELD, -nbytes)
+    _free(base)
+
+
+@nb.cfunc(nt.int64(), **_OPTS)
+def _release():  # type: ignore[no-untyped-def]
+    freed = 0
+    for s in range(SLOTS):
+        base = _load(s)
+        if base > 1 and _cas(s, base, 1):
+            nbytes = _load(_SIZES + s)
+            _store(s, 0)
+            _add(_HELD, -nbytes)
+            _free(base)
+            freed += nbytes
+    return freed
+
+
+_GIVE = "rvm_blocks_give"
+llvm.add_symbol(_GIVE, _give.address)
+_release_c = ctypes.CFUNCTYPE(ctypes.c_int64)(_release.address)
+
+
+@intrinsic
+def _array(typingctx, data, shape, dtype):  # type: ignore[no-untyped-def]
+    """The C-contiguous array of ``shape`` and ``dtype`` over block ``data`` (`_take`), which
+    Numba gives back to `_give` when it frees the array."""
+    ndim = len(shape)
+    arrtype = nt.Array(dtype.dtype, ndim, "C")
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        address, dims = args[0], cgutils.unpack_tuple(builder, args[1])
+        i8p = ir.IntType(8).as_pointer()
+        dtor_type = ir.FunctionType(ir.VoidType(), [i8p])
+        dtor = cgutils.get_or_insert_function(builder.module, dtor_type, _GIVE)
+        manage_type = ir.FunctionType(i8p, [i8p, dtor_type.as_pointer()])
+        manage = cgutils.get_or_insert_function(builder.module, manage_type, _MANAGE)
+        ptr = builder.inttoptr(address, i8p)
+        meminfo = builder.call(manage, [ptr, dtor])
+        ary = make_array(arrtype)(context, builder)
+        itemsize = context.get_abi_sizeof(context.get_data_type(arrtype.dtype))
+        strides, step = [], context.get_constant(nt.intp, itemsize)
+        for d in reversed(dims[1:]):
+            strides.insert(0, step)
+            step = builder.mul(step, d)
+        strides.insert(0, step)
+        datatype = context.get_data_type(arrtype.dtype).as_pointer()
+        populate_array(
+            ary,
+            data=builder.bitcast(ptr, datatype),
+            shape=cgutils.pack_array(builder, dims, ty=context.get_value_type(nt.intp)),
+            strides=cgutils.pack_array(builder, strides, ty=context.get_value_type(nt.intp)),
+            itemsize=context.get_constant(nt.intp, itemsize),
+            meminfo=meminfo,
+        )
+        return ary._getvalue()
+
+    return arrtype(data, shape, dtype), codegen
+
+
+def empty(shape, dtype):  # type: ignore[no-untyped-def]
+    """``np.empty(shape, dtype)`` (C order) whose memory, from `MIN_BYTES` on, is a kept
+    block (see the module docstring). Callable from compiled code only."""
+    raise NotImplementedError("rvm.kernels.blocks.empty is callable from compiled code only")
+
+
+@overload(empty)
+def _empty(shape, dtype):  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    itemsize = np.dtype(str(dtype.dtype)).itemsize
+    if isinstance(shape, nt.Integer):
+        return lambda shape, dtype: empty((shape,), dtype)
+    if len(shape) == 0:
+        return lambda shape, dtype: np.empty(shape, dtype)
+
+    def impl(shape, dtype):  # type: ignore[no-untyped-def]
+        nbytes = itemsize
+        for d in shape:
+            nbytes *= d
+        if nbytes >= MIN_BYTES:
+            data = _take(nbytes)
+            if data != 0:
+                return _array(data, shape, dtype)
+        return np.empty(shape, dtype)
+
+    return impl
+
+
+def held() -> int:
+    """The bytes of the blocks kept now."""
+    return int(_state[_HELD])
+
+
+def release() -> int:
+    """Gives every kept block back to ``malloc``; returns their bytes."""
+    return int(_release_c())
+
+
+def set_cap(nbytes: int) -> None:
+    """Keeps at most ``nbytes`` of blocks (kept blocks above it are freed as they come back)."""
+    _state[_CAP] = int(nbytes)

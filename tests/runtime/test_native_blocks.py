@@ -1,0 +1,110 @@
+"""Big tensors allocated in compiled code (`rvm.kernels.blocks`): results in every exec mode,
+no aliasing between live results, blocks kept and given back."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+
+import numba as nb
+import numpy as np
+import pytest
+
+import rvm
+from rvm.kernels import blocks
+
+N = 1 << 19  # 2 MiB of float32: above blocks.MIN_BYTES
+CHAIN = rvm.script.parse(
+    textwrap.dedent(
+        """
+        @module
+        class Chain:
+            @func
+            def main(x: T[("n",), "float32"]):
+                t = x * 0.75 + 0.1
+                return x + t * op.sigmoid(t * 1.702)
+        """
+    )
+)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    t = x * np.float32(0.75) + np.float32(0.1)
+    return x + t / (1 + np.exp(-t * np.float32(1.702)))
+
+
+def test_big_tensors_in_every_mode(exec_mode: str) -> None:
+    vm = rvm.VirtualMachine(rvm.compile(CHAIN), exec_mode=exec_mode)
+    x = np.random.default_rng(0).standard_normal(N).astype("float32")
+    first = vm["main"](x)
+    kept = np.array(first)
+    second = vm["main"](x + 1)  # its memory must not be the live first result's
+    np.testing.assert_allclose(first, _gelu(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(first, kept)
+    np.testing.assert_allclose(second, _gelu(x + 1), rtol=1e-5, atol=1e-6)
+    if exec_mode == "native":
+        assert not vm.native_report().fallbacks
+
+
+def test_blocks_are_kept_and_given_back() -> None:
+    @nb.njit
+    def make(n):  # type: ignore[no-untyped-def]
+        out = blocks.empty((n, 3), np.float64)
+        out[:] = 1.5
+        return out
+
+    blocks.release()
+    n = (blocks.MIN_BYTES // 24) + 7
+    a = make(n)
+    assert a.shape == (n, 3) and a.dtype == np.float64 and a.flags.c_contiguous
+    assert a.ctypes.data % blocks.ALIGN == 0
+    assert blocks.held() == 0
+    address = a.ctypes.data
+    del a
+    assert blocks.held() == n * 24
+    b = make(n)  # the kept block, again
+    assert b.ctypes.data == address and blocks.held() == 0
+    np.testing.assert_array_equal(b, np.full((n, 3), 1.5))
+    c = make(n)  # b is alive: another block
+    assert c.ctypes.data != b.ctypes.data
+    small = make(3)
+    assert small.shape == (3, 3)
+    del b, c, small
+    assert blocks.release() == 2 * n * 24
+    assert blocks.held() == 0
+
+
+def test_cap_and_threads() -> None:
+    @nb.njit(nogil=True)
+    def churn(n, rounds):  # type: ignore[no-untyped-def]
+        total = 0.0
+        for i in range(rounds):
+            a = blocks.empty(n + (i % 3) * 1024, np.uint8)
+            a[0] = 1
+            a[-1] = 2
+            total += a[0] + a[-1]
+        return total
+
+    blocks.release()
+    blocks.set_cap(4 * blocks.MIN_BYTES)
+    try:
+        results: list[float] = []
+        workers = [
+            threading.Thread(target=lambda: results.append(churn(blocks.MIN_BYTES, 200)))
+            for _ in range(4)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert results == [600.0] * 4
+        assert 0 < blocks.held() <= 4 * blocks.MIN_BYTES + 2 * 1024
+    finally:
+        blocks.set_cap(1 << 30)
+        blocks.release()
+    assert blocks.held() == 0
+
+
+def test_empty_from_python_says_where_it_works() -> None:
+    with pytest.raises(NotImplementedError, match="callable from compiled code only"):
+        blocks.empty((4,), np.float32)
