@@ -3,9 +3,10 @@
 `render_module(ex, kinds)` writes one Python file for an executable: a Numba function per VM
 function that can be native, and, for each of the others, the reason it cannot (`NotNative`).
 Registers become typed locals `r0, r1, ...`; non-control instructions are their opcode's
-template (`semantics.native_template`: `NATIVE` where Numba needs another form, else the
-`SEMANTICS` one every mode renders); jit kernels are called directly (`k<i>`, the kernels'
-own dispatchers, so a call is njit to njit); tensors are allocated by Numba in native code.
+template (`semantics.template(ins, "native")`: the `OVERRIDES["native"]` form where Numba
+needs another, stating why, else the `SEMANTICS` one every mode renders; `OWN_STATEMENTS` are
+written here, as the table says); jit kernels are called directly (`k<i>`, the kernels' own
+dispatchers, so a call is njit to njit); tensors are allocated by Numba in native code.
 
 Control flow: a function with jumps or a self tail call is a `while True:` loop over its basic
 blocks dispatched on a `_pc` local (LLVM turns the constant `_pc` stores into direct branches);
@@ -65,6 +66,7 @@ __all__ = [
     "MAX_DEPTH",
     "NativeModule",
     "NotNative",
+    "OWN_STATEMENTS",
     "entry_checks",
     "render_module",
 ]
@@ -76,6 +78,10 @@ is not native): Numba would freeze each into the object code it compiles and cac
 MAX_DEPTH = 1000
 """Native calls nest at most this deep (a recursive function counts its depth); deeper, the
 call hands back to the compiled mode, whose own limit hands on to the bytecode loop."""
+
+OWN_STATEMENTS = frozenset({O.FATAL, O.MATCH_SHAPE, O.MAKE_SHAPE})
+"""The opcodes this module writes itself (`_stmt`): those `semantics.OVERRIDES["native"]`
+gives no template, for the reason it states."""
 
 _UNSUPPORTED = {
     O.ALLOC_CLOSURE: "closures",
@@ -256,7 +262,7 @@ class _Function:
         elif op == O.MAKE_SHAPE:
             w.line(indent, f"{_r(ins[1])} = {self._make(ins, pc)}", pc)
         else:
-            w.line(indent, self.operands.render(sem.native_template(ins), ins, pc), pc)
+            w.line(indent, self.operands.render(sem.template(ins, "native")[1], ins, pc), pc)
         return False
 
     def _scalar_stmt(self, ins: tuple) -> str | None:
