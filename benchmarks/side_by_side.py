@@ -1,13 +1,15 @@
 """Two rvm trees measured side by side: the same benchmarks, interleaved, in subprocesses.
 
-Run: ``python benchmarks/side_by_side.py OLD_TREE [NEW_TREE] [--rounds 2]
-[--only exec,models,load]``.
+Run: ``python benchmarks/side_by_side.py OLD [NEW] [--rounds 2] [--only exec,models,load]``
+(or ``--old OLD --new NEW``). ``OLD`` and ``NEW`` are checkouts (a folder with ``src/rvm``)
+or source folders (a folder with ``rvm/``); ``NEW`` defaults to this checkout.
 
 Each round runs every chosen benchmark once per tree, alternating the trees (old, new, then
 new, old in the next round), so both see the same machine load. A tree's benchmarks run from
 a copy of its own ``benchmarks/`` folder (each tree's scripts match its own API) beside a link
-to its ``src``, in a subprocess whose ``PYTHONPATH`` is that ``src``; results are read from the
-JSON the script writes there. Benchmarks:
+to its sources, in a subprocess whose ``PYTHONPATH`` is those sources; a script the tree lacks
+(or all of them, for a bare source folder) is the new tree's, said so when staged. Results
+are read from the JSON the script writes there. Benchmarks:
 
 - ``exec``: ``exec_modes.py --quick`` (call times per program, backend and mode, and the
   native section);
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
 import statistics
@@ -51,15 +54,28 @@ _LABELS = ("program", "name", "model", "kernels", "backend", "mode", "exec_mode"
 _TIMING = re.compile(r"(_us|_ms|_s|ms|seconds|cpu|wall|time|median)[^/]*$", re.IGNORECASE)
 
 
-def _stage(tree: Path, tmp: Path, label: str) -> Path:
-    """A folder holding a copy of ``tree``'s benchmarks and a link to its sources."""
+def _sources(tree: Path) -> Path:
+    """The folder holding the ``rvm`` package of ``tree`` (a checkout or a source folder)."""
+    for src in (tree / "src", tree):
+        if (src / "rvm" / "__init__.py").is_file():
+            return src.resolve()
+    raise SystemExit(f"{tree} holds neither src/rvm nor rvm: not an rvm tree")
+
+
+def _stage(tree: Path, tmp: Path, label: str, fallback: Path) -> Path:
+    """A folder holding a copy of ``tree``'s benchmarks (the scripts it lacks from
+    ``fallback``'s) and a link to its sources."""
     home = tmp / label
-    shutil.copytree(
-        tree / "benchmarks",
-        home / "benchmarks",
-        ignore=shutil.ignore_patterns("results", "__pycache__"),
-    )
-    (home / "src").symlink_to((tree / "src").resolve())
+    ignore = shutil.ignore_patterns("results", "__pycache__")
+    shutil.copytree(fallback / "benchmarks", home / "benchmarks", ignore=ignore)
+    src = _sources(tree)
+    own = (src.parent if src.name == "src" else src) / "benchmarks"  # a checkout's scripts
+    if own.is_dir():
+        shutil.copytree(own, home / "benchmarks", ignore=ignore, dirs_exist_ok=True)
+    borrowed = [s for s, _, _ in BENCHES.values() if not (own / s).is_file()]
+    if borrowed:
+        print(f"  {label}: runs the new tree's {', '.join(sorted(set(borrowed)))}", flush=True)
+    (home / "src").symlink_to(src)
     return home
 
 
@@ -118,7 +134,10 @@ def _report(runs: dict[str, list[dict[str, float]]], opts: argparse.Namespace) -
             {"metric": k, "old": mo, "new": mn, "ratio": mn / mo if mo else 0.0, "spread": spread}
         )
     width = max((len(r["metric"]) for r in rows), default=10)
-    print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (shared machine)")
+    print(
+        f"\n{_machine()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+        "(shared machine)"
+    )
     print(f"{'metric':{width}}  {'old':>10}  {'new':>10}  {'new/old':>7}  {'spread':>6}")
     for r in rows:
         print(
@@ -139,28 +158,37 @@ def _report(runs: dict[str, list[dict[str, float]]], opts: argparse.Namespace) -
         "rounds": len(runs["old"]),
         "rows": rows,
         "load_average": os.getloadavg()[0],
+        "machine": _machine(),
     }
     out.write_text(json.dumps(payload, indent=2))
     print(f"wrote {out}", flush=True)
 
 
+def _machine() -> str:
+    return f"{platform.node()} {platform.machine()} {platform.processor() or platform.system()}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("old", type=Path, help="the tree measured as before")
-    parser.add_argument(
-        "new", type=Path, nargs="?", default=ROOT, help="the tree measured as after"
-    )
+    parser.add_argument("old", type=Path, nargs="?", help="the tree measured as before")
+    parser.add_argument("new", type=Path, nargs="?", help="the tree measured as after")
+    parser.add_argument("--old", dest="old_opt", type=Path, help="the same as OLD")
+    parser.add_argument("--new", dest="new_opt", type=Path, help="the same as NEW")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="exec,load,models", help="of " + ",".join(BENCHES))
     opts = parser.parse_args()
+    opts.old = opts.old_opt or opts.old
+    opts.new = opts.new_opt or opts.new or ROOT
+    if opts.old is None:
+        parser.error("give the old tree (OLD or --old)")
     benches = opts.only.split(",")
     if set(benches) - set(BENCHES):
         parser.error(f"--only takes some of {', '.join(BENCHES)}; not {benches}")
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     with tempfile.TemporaryDirectory(prefix="rvm-side-") as tmp:
         homes = {
-            "old": _stage(opts.old, Path(tmp), "old"),
-            "new": _stage(opts.new, Path(tmp), "new"),
+            "old": _stage(opts.old, Path(tmp), "old", ROOT),
+            "new": _stage(opts.new, Path(tmp), "new", ROOT),
         }
         for r in range(opts.rounds):
             order = ("old", "new") if r % 2 == 0 else ("new", "old")

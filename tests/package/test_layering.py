@@ -149,6 +149,19 @@ def test_within_runtime_the_record_sits_below_what_uses_it() -> None:
     assert not [m for m in g["rvm.runtime.loading.artifact"] if _within(m, ("rvm.runtime.modes",))]
 
 
+def test_the_lowering_toolkit_stands_below_the_modes_that_use_it() -> None:
+    """`rvm.runtime.modes.lowering` reads bytecode and the opcode table: it imports no exec
+    mode, no loading, no VM and no kernel library (lazy imports included)."""
+    g = graph(SRC)
+    toolkit = [m for m in g if _within(m, ("rvm.runtime.modes.lowering",))]
+    assert len(toolkit) >= 5, toolkit
+    banned = ("rvm.runtime.loading", "rvm.runtime.vm", "rvm.kernels")
+    for module in toolkit:
+        for dep in g[module]:
+            inside = _within(dep, ("rvm.runtime.modes.lowering",))
+            assert inside or not _within(dep, ("rvm.runtime.modes", *banned)), (module, dep)
+
+
 def test_the_graph_sees_lazy_imports_and_skips_type_checking(tmp_path: Path) -> None:
     pkg = tmp_path / "rvm"
     (pkg / "a").mkdir(parents=True)

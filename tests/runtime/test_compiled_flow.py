@@ -9,7 +9,7 @@ import rt_helpers as h
 
 from rvm.runtime import ExecBuilder, Executable, Opcode, VirtualMachine
 from rvm.runtime.modes.compiled_codegen import Names, generate_source
-from rvm.runtime.modes.flow import FlowInfo
+from rvm.runtime.modes.lowering.flow import FlowInfo
 
 O = Opcode
 

@@ -2,15 +2,14 @@
 
 An `Executable` is immutable once built and is shared by many `VirtualMachine`s and threads. It
 validates itself on construction (whether built by `ExecBuilder` or decoded from a file), so
-the VM can trust every index in the bytecode. The only mutable part is a private, locked cache
-where VMs keep what they derive from it once (decoded code, loaded kernels).
+the VM can trust every index in the bytecode. It is data: it holds no caches and knows nothing
+of what is built from it; each module that derives something from it once (decoded code,
+loaded kernels, the modes' functions) declares that as a `rvm.runtime.derived.Derived`.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -195,8 +194,6 @@ class Executable:
         self.constructor_names: dict[int, str] = {
             tag: cname for info in self.adts for cname, tag, _ in info.constructors
         }
-        self._cache: dict[str, Any] = {}
-        self._lock = threading.RLock()
         self._trusted = True
         self._untrusted_reason = ""
         self._native_entries: dict[str, Any] = {}
@@ -234,27 +231,13 @@ class Executable:
         return self.functions[self.function_index(name)]
 
     def with_exec_mode(self, exec_mode: str) -> Executable:
-        """This executable with another `default_exec_mode` (sharing tables and caches)."""
+        """This executable with another `default_exec_mode` (a copy: nothing derived from
+        this one is shared)."""
         if exec_mode not in EXEC_MODES:
             raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
         other = copy.copy(self)
         other.default_exec_mode = exec_mode
         return other
-
-    def cached(self, key: str, factory: Callable[[], Any]) -> Any:
-        """Returns the value cached under `key`, computing it once with `factory` (thread-safe).
-
-        VMs keep what they derive from the executable here (decoded code, loaded kernels), so
-        many VMs over one executable share it.
-        """
-        try:
-            return self._cache[key]
-        except KeyError:
-            pass
-        with self._lock:
-            if key not in self._cache:
-                self._cache[key] = factory()
-            return self._cache[key]
 
     def __repr__(self) -> str:
         names = ", ".join(f.name for f in self.functions)
@@ -264,19 +247,8 @@ class Executable:
         """Pickles through the RVMX bytes of `save` (so whatever a saved file carries, a
         pickle carries, and unpickling validates as loading does: signed with this user's
         local key, it unpickles trusted where that key is trusted, and as untrusted data
-        elsewhere); the caches stay behind."""
+        elsewhere); what was derived from it stays behind."""
         return Executable.from_bytes, (self.to_bytes(),)
-
-    def content_hash(self) -> str:
-        """A hex digest of the RVMX bytes without native code: equal for executables that save
-        identically (computed once; keys caches across processes, as `rvm.dask` does)."""
-
-        def digest() -> str:
-            return hashlib.sha256(self.to_bytes(native=False, sign=False)).hexdigest()
-
-        # Keyed by the default exec mode too: `with_exec_mode` copies share the cache and
-        # differ in that alone.
-        return self.cached(f"content_hash:{self.default_exec_mode}", digest)
 
 
 # -- validation -----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import numpy as np
 import rvm.runtime.builtins  # noqa: F401  (registers vm.builtin.*)
 from rvm.errors import UntrustedExecutableError, VMError
 from rvm.progress import with_progress
+from rvm.runtime.derived import Derived
 from rvm.runtime.loading import artifact, loader
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.registry import get_global_func
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["build_kernels", "resolve_primitives", "KERNEL_FILE_PREFIX"]
 
 KERNEL_FILE_PREFIX = "<rvm-kernel "
+_LIBRARIES: Derived[Any] = Derived("the executable's shared libraries, loaded")
+_KERNELS: Derived[Any] = Derived("a kernel, loaded (per kernel name)")
 _serial = itertools.count()
 
 
@@ -64,7 +67,7 @@ def _libraries(ex: Executable) -> dict[str, types.ModuleType]:
             mods[name] = mod
         return mods
 
-    return ex.cached("libraries", build)
+    return _LIBRARIES.get(ex, build)
 
 
 def _load_numpy_kernel(ex: Executable, rec: KernelRecord) -> Callable[..., Any]:
@@ -114,8 +117,8 @@ def load_kernel(ex: Executable, name: str) -> Callable[..., Any]:
     require_trusted(ex)
     rec = ex.kernels[name]
     if rec.backend == "numpy":
-        return ex.cached(f"kernel:{name}", lambda: _load_numpy_kernel(ex, rec))
-    return ex.cached(f"kernel:{name}", lambda: _load_jit_kernel(ex, rec))
+        return _KERNELS.get(ex, lambda: _load_numpy_kernel(ex, rec), name)
+    return _KERNELS.get(ex, lambda: _load_jit_kernel(ex, rec), name)
 
 
 def build_kernels(ex: Executable, progress: bool = False) -> None:

@@ -10,9 +10,11 @@ methods are bound whenever an executable exists; nothing imports this module but
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 from rvm.runtime import serialize, text
+from rvm.runtime.derived import Derived
 from rvm.runtime.executable import Executable, KernelRecord
 from rvm.runtime.kernels import require_trusted
 from rvm.runtime.loading import artifact, loader, trust
@@ -20,6 +22,10 @@ from rvm.runtime.vm import VirtualMachine
 
 if TYPE_CHECKING:
     from rvm.runtime.loading.artifact import NativeCode
+
+_NATIVE_CODE: Derived[NativeCode | None] = Derived("the native code a saved file ships")
+_CONTENT_HASH: Derived[str] = Derived("the content hash, per default exec mode")
+_DEFAULT_VM: Derived[VirtualMachine] = Derived("the VM of ex[name] and ex(...)")
 
 
 def native_code(ex: Executable) -> NativeCode | None:
@@ -37,7 +43,7 @@ def native_code(ex: Executable) -> NativeCode | None:
             native = native_file(ex)
         return artifact.collect(ex.kernels.values(), native)
 
-    return ex.cached("native_code", collect)
+    return _NATIVE_CODE.get(ex, collect)
 
 
 def _signing_key(ex: Executable, sign: bool | bytes | str | None) -> bytes | str | None:
@@ -119,7 +125,18 @@ def kernel_asm(ex: Executable, name: str) -> str:
 
 def default_vm(ex: Executable) -> VirtualMachine:
     """The `VirtualMachine` that `ex[name]` and `ex(...)` share, made at the first use."""
-    return ex.cached(f"default_vm:{ex.default_exec_mode}", lambda: VirtualMachine(ex))
+    return _DEFAULT_VM.get(ex, lambda: VirtualMachine(ex), ex.default_exec_mode)
+
+
+def content_hash(ex: Executable) -> str:
+    """A hex digest of the RVMX bytes without native code: equal for executables that save
+    identically (computed once; keys caches across processes, as `rvm.dask` does)."""
+
+    def digest() -> str:
+        return hashlib.sha256(to_bytes(ex, native=False, sign=False)).hexdigest()
+
+    # Keyed by the default exec mode too: the saved bytes record it.
+    return _CONTENT_HASH.get(ex, digest, ex.default_exec_mode)
 
 
 def function(ex: Executable, name: str) -> Any:
@@ -152,5 +169,6 @@ Executable.to_bytes = to_bytes  # type: ignore[attr-defined]
 Executable.save = save  # type: ignore[attr-defined]
 Executable.from_bytes = classmethod(serialize.from_bytes)  # type: ignore[attr-defined]
 Executable.default_vm = default_vm  # type: ignore[attr-defined]
+Executable.content_hash = content_hash  # type: ignore[attr-defined]
 Executable.__getitem__ = function  # type: ignore[attr-defined]
 Executable.__call__ = call_main  # type: ignore[attr-defined]

@@ -29,11 +29,15 @@ use are `RUNTIME_NAMES` plus, bound per VM, `_alloc` (the allocator's `alloc`), 
 (`memory.alloc_view_of`) and `_Fatal` (the exception FATAL raises).
 
 The native mode (`native_codegen.py`) renders the same templates inside a Numba function, where
-a few Python forms have no meaning (`None`, `type(x) is`, the VM's allocator, ADT objects):
-`NATIVE` gives those opcodes their native form, with the same meaning for the values native
-code holds (tensors, tuples of them, int64 shape heaps, shapes as tuples of ints). Its own free
-names are those of `rvm.runtime.modes.native_support` (`_empty`, `_storage`, `_view`,
-`_shape_array`) and `_zeros`, `_int64` (numpy's).
+a few Python forms have no meaning (`None`, `type(x) is`, the VM's allocator, ADT objects).
+`OVERRIDES["native"]` states, per opcode it runs otherwise, why and how: its native template,
+with the same meaning for the values native code holds (tensors, tuples of them, int64 shape
+heaps, shapes as tuples of ints), or none where the mode writes the statement itself (a shape
+check inline, FATAL handing the call back). `template(ins, mode)` picks an instruction's
+template for a mode from these tables; every opcode a mode does not override runs its
+`SEMANTICS` template there. The native mode's own free names are those of
+`rvm.runtime.modes.native_support` (`_empty`, `_storage`, `_view`, `_shape_array`) and
+`_zeros`, `_int64` (numpy's).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,7 +68,8 @@ __all__ = [
     "IF_INT",
     "IF_SCALAR",
     "IF_SCALARS",
-    "NATIVE",
+    "OVERRIDES",
+    "Override",
     "RUNTIME_NAMES",
     "SEMANTICS",
     "TINY_TENSOR",
@@ -74,7 +80,6 @@ __all__ = [
     "closure_error",
     "consti",
     "fields",
-    "native_template",
     "new_tensor_nbytes",
     "operand_kinds",
     "render",
@@ -162,28 +167,70 @@ VIEW_TENSOR = "{dst} = _view({storage}, {offset}, {shape}, {dtype})"
 VIEW_TENSOR_REG = "{dst} = _view({storage}, {offset}, {shape:dims}, {dtype})"
 """ALLOC_TENSOR_REG in native code (the shape register holds a tuple of ints there)."""
 
-NATIVE: dict[Opcode, str] = {
-    O.ALLOC_STORAGE: "{dst} = _storage({size:scalar})",
-    O.ALLOC_TENSOR: VIEW_TENSOR,
-    O.ALLOC_TENSOR_REG: VIEW_TENSOR_REG,
-    O.GET_FIELD: TUPLE_FIELD,
-    O.SHAPE_OF: "{dst} = _shape_array({tensor})",
-    O.KILL_REGISTER: "pass  # {reg} dies where Numba sees its last use",
-    O.NEW_TENSOR: TINY_TENSOR,
-    O.NEW_TENSOR_REG: "{dst} = _empty({shape:dims}, {dtype})",
+
+@dataclass(frozen=True)
+class Override:
+    """A mode's own form of an opcode, and why the `SEMANTICS` template does not serve there.
+
+    Attributes:
+        why: The reason, for a reader of the table.
+        template: The template the mode runs instead, or None where the mode writes the
+            statement itself (`why` says where).
+    """
+
+    why: str
+    template: str | None = None
+
+
+_NUMBA_MEMORY = "Numba's allocator owns native memory (there is no VM allocator)"
+
+OVERRIDES: dict[str, dict[Opcode, Override]] = {
+    "native": {
+        O.ALLOC_STORAGE: Override(
+            f"{_NUMBA_MEMORY}: a block is a fresh byte array; `{{size:scalar}}` is the "
+            "register's 0-d int64 value (`{reg}[()]`) or its inlined literal",
+            "{dst} = _storage({size:scalar})",
+        ),
+        O.ALLOC_TENSOR: Override(
+            "a tensor over a block is a view of its bytes (`_view`; no `ndarray(buffer=)`)",
+            VIEW_TENSOR,
+        ),
+        O.ALLOC_TENSOR_REG: Override(
+            "as ALLOC_TENSOR; the shape register holds a tuple of ints there", VIEW_TENSOR_REG
+        ),
+        O.GET_FIELD: Override(
+            "native code holds no `ADT` (no `type(x) is`): its values are tuples", TUPLE_FIELD
+        ),
+        O.SHAPE_OF: Override(
+            "`np.array(shape, dtype=)` does not type in Numba: `_shape_array`",
+            "{dst} = _shape_array({tensor})",
+        ),
+        O.KILL_REGISTER: Override(
+            "a local cannot be rebound to None in typed code; Numba frees a value after its "
+            "last use",
+            "pass  # {reg} dies where Numba sees its last use",
+        ),
+        O.NEW_TENSOR: Override(
+            f"{_NUMBA_MEMORY}: a NEW_TENSOR of any size is a fresh array", TINY_TENSOR
+        ),
+        O.NEW_TENSOR_REG: Override(
+            f"{_NUMBA_MEMORY}: a fresh array of the shape", "{dst} = _empty({shape:dims}, {dtype})"
+        ),
+        O.MATCH_SHAPE: Override(
+            "the dims are compared inline against the heap (`native_codegen._match`); a "
+            "mismatch hands the call back, and the compiled mode's builtin raises its error"
+        ),
+        O.MAKE_SHAPE: Override(
+            "a shape is a tuple of ints built inline from the heap (`native_codegen._make`)"
+        ),
+        O.FATAL: Override(
+            "no Python exception object in native code: the call is handed back (`BAIL`), "
+            "and the compiled mode raises the FATAL's own error"
+        ),
+    },
 }
-"""The native form of the opcodes whose `SEMANTICS` template Numba cannot run (see the module
-docstring); the other non-control opcodes native code runs use their `SEMANTICS` template. A
-NEW_TENSOR of any size is a fresh array there (Numba's allocator owns native memory), and
-`{size:scalar}` is a register's 0-d int64 value (`{reg}[()]`) or an inlined literal."""
-
-
-def native_template(ins: tuple) -> str:
-    """The template native code runs for non-control instruction `ins` (`NATIVE`, else the
-    variant or plain template of `template`)."""
-    native = NATIVE.get(Opcode(ins[0]))
-    return native if native is not None else template(ins)[1]
-
+"""Per exec mode, the opcodes it does not run by their `SEMANTICS` template (see the module
+docstring). The bytecode and compiled modes override none."""
 
 DERIVED: dict[Opcode, tuple[str, Callable[[Executable, tuple], Any]]] = {
     O.FATAL: ("text", lambda ex, ins: str(ex.constants[ins[1]].item())),
@@ -211,9 +258,20 @@ RUNTIME_NAMES: dict[str, Any] = {
 _FIELD = re.compile(r"\{(\w+)(?::(\w+))?\}")
 
 
-def template(ins: tuple) -> tuple[str, str]:
-    """`(variant, template)` of raw instruction `ins`; the variant is `""` for the plain one."""
+def template(ins: tuple, mode: str = "") -> tuple[str, str]:
+    """`(variant, template)` of raw instruction `ins` in exec mode `mode`: the mode's
+    override (variant: the mode's name; `OVERRIDES`), else the variant that applies, else the
+    plain template (variant `""`).
+
+    Raises:
+        KeyError: `mode` writes the statement of `ins` itself (its override has no template).
+    """
     op = Opcode(ins[0])
+    override = OVERRIDES.get(mode, {}).get(op)
+    if override is not None:
+        if override.template is None:
+            raise KeyError(f"{mode} writes {op.name} itself: {override.why}")
+        return mode, override.template
     variant = VARIANTS.get(op)
     if variant is not None and variant[1](ins):
         return variant[0], variant[2]

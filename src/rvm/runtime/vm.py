@@ -21,6 +21,7 @@ from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
 from rvm.kernels.threads import apply_environment
 from rvm.runtime.calling import BoundLast, closure_function, result_checks
+from rvm.runtime.derived import Derived
 from rvm.runtime.entry import (
     NOT_RUN,
     BoundFunction,
@@ -60,6 +61,9 @@ def _native_mode(context: ExecContext) -> ExecMode:
 
 
 __all__ = ["VirtualMachine", "SKIP_RUN"]
+
+_RESULT_CHECKS: Derived[Any] = Derived("the result check of each function")
+_PYTHON_FORMS: Derived[Any] = Derived("the Python forms of the executable's ADTs")
 
 # Each exec mode by name: the factory of its `ExecMode` from the VM's `ExecContext`.
 EXEC_MODE_FACTORIES: dict[str, Callable[[ExecContext], ExecMode]] = {
@@ -132,7 +136,7 @@ class VirtualMachine:
         self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
         self._run: Callable[[int, list[Any]], Any] = self._mode.run
         # Each function's result check at the boundary (`calling.py`), by function index.
-        self._results = ex.cached("result_checks", lambda: result_checks(ex))
+        self._results = _RESULT_CHECKS.get(ex, lambda: result_checks(ex))
 
     def native_report(self, compile: bool = False) -> NativeReport:
         """Which functions run as native code in this VM's native mode, and for the others
@@ -284,7 +288,7 @@ class VirtualMachine:
     def _forms(self) -> PythonForms:
         """The Python forms of the executable's data types, made once per executable."""
         ex = self.executable
-        return ex.cached("python_forms", lambda: PythonForms(ex.adts))
+        return _PYTHON_FORMS.get(ex, lambda: PythonForms(ex.adts))
 
     def _enter(self, fidx: int, args: list[Any]) -> Any:
         """Runs function `fidx` on checked values: the entry of every call from Python.

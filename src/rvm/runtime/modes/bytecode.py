@@ -31,6 +31,7 @@ from rvm.runtime.bytecode import Opcode
 from rvm.runtime.memory import alloc_view_of
 from rvm.runtime.modes.base import ExecContext, Fatal
 from rvm.runtime.modes.decode import ALLOC_TUPLE, NEW_TINY
+from rvm.runtime.modes.lowering.operands import Operand, OperandRenderer, positions
 
 __all__ = ["BytecodeMode", "HOT", "MAX_CALL_DEPTH", "compile_loop", "dispatch_order", "loop_source"]
 
@@ -38,51 +39,55 @@ MAX_CALL_DEPTH = 500_000
 O = Opcode
 _FILE = "<rvm bytecode loop>"
 
-Where = dict[str, tuple[str, Any]]
-"""Per template field: `("reg", position)`, `("regs", position)`, `("packed", position)`,
-`("value", position)` (a decoded value) or `("temp", name)` (a local)."""
+
+class _LoopOperands(OperandRenderer):
+    """The loop's operands: a template is rendered once per opcode, so an operand is a read at
+    its position in the decoded instruction (`ins[3]`, already in the form the template reads,
+    see `decode.decode_instruction`), a register a read of the register list
+    (`regs[ins[1]]`), or the local `_<field>` a register read more than once was read into."""
+
+    def __init__(self, bound: set[str], target: str) -> None:
+        super().__init__(None)
+        self._bound = bound
+        self._target = target
+
+    def reg(self, o: Operand) -> str:
+        if o.field in self._bound and o.field != self._target:
+            base = f"_{o.field}"
+        else:
+            base = f"regs[ins[{o.value}]]"
+        return f"tuple({base}.tolist())" if o.form == "dims" else base
+
+    def regs(self, o: Operand) -> str:
+        fetched = f"ins[{o.value}](regs)"
+        return {"splat": "*" + fetched, "tuple": f"tuple({fetched})"}.get(o.form, fetched)
+
+    def packed(self, o: Operand) -> str:
+        return f"packed[ins[{o.value}]]"
+
+    def value(self, o: Operand) -> str:
+        return f"ins[{o.value}]"
+
+    derived = const = dtype = shape = value
 
 
-def _where(op: Opcode) -> Where:
-    """Where the operands of decoded `op` are (see `decode.decode_instruction`)."""
-    out: Where = {}
-    for field, (pos, kind) in sem.operand_kinds(op).items():
-        out[field] = (kind if kind in ("reg", "regs", "packed") else "value", pos)
-    return out
-
-
-def _statements(text: str, where: Where) -> list[str]:
-    """The loop's statements for template `text`: a register read more than once is read
-    into a local `_<field>` first."""
+def _statements(text: str, op: Opcode) -> list[str]:
+    """The loop's statements for template `text` of `op`: a register read more than once is
+    read into a local `_<field>` first."""
     target = text.startswith("{") and text.split("}", 1)[0][1:]
     reads = [f for f, _ in sem.fields(text)]
     if target:
         reads.remove(target)
-    bound = {f for f in reads if where[f][0] == "reg" and reads.count(f) > 1}
-    out = [f"_{f} = regs[ins[{where[f][1]}]]" for f in sorted(bound)]
-
-    def operand(field: str, form: str) -> str:
-        kind, at = where[field]
-        if kind == "temp":
-            base = at
-        elif kind == "reg":
-            base = f"_{field}" if field in bound and field != target else f"regs[ins[{at}]]"
-        elif kind == "regs":
-            fetched = f"ins[{at}](regs)"
-            return {"splat": "*" + fetched, "tuple": f"tuple({fetched})"}.get(form, fetched)
-        elif kind == "packed":
-            return f"packed[ins[{at}]]"
-        else:
-            return f"ins[{at}]"  # decoded already in the form the template reads
-        return f"tuple({base}.tolist())" if form == "dims" else base
-
-    out.append(sem.render(text, operand))
+    kinds = sem.operand_kinds(op)
+    bound = {f for f in reads if kinds[f][1] == "reg" and reads.count(f) > 1}
+    out = [f"_{f} = regs[ins[{kinds[f][0]}]]" for f in sorted(bound)]
+    out.append(_LoopOperands(bound, target or "").render(text, positions(op)))
     return out
 
 
 def _if(op: Opcode, test: str) -> list[str]:
     """IF (`test` is `IF_EQUAL`) or IF_IMM (`IF_INT`): the test, then the jump."""
-    *pre, cond = _statements(test, _where(op))
+    *pre, cond = _statements(test, op)
     return [*pre, f"pc = ins[3] if {cond} else ins[4]"]
 
 
@@ -133,7 +138,7 @@ _RET = [
 def _data(op: Opcode, variant: str = "") -> list[str]:
     """A non-control opcode: its template, then the next pc."""
     text = sem.VARIANTS[op][2] if variant else sem.SEMANTICS[op]
-    lines = _statements(text, _where(op))
+    lines = _statements(text, op)
     return lines if lines[-1].startswith("raise ") else [*lines, "pc += 1"]
 
 

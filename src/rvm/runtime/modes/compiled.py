@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from rvm.dtypes import numpy_dtype
 from rvm.errors import VMError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.derived import Derived
 from rvm.runtime.memory import alloc_view_of
 from rvm.runtime.modes.base import ExecContext, VMStackError
 from rvm.runtime.modes.compiled_codegen import (
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 __all__ = ["CompiledMode", "compiled_functions", "COMPILED_FILE_PREFIX"]
 
 COMPILED_FILE_PREFIX = "<rvm-compiled "
+_FUNCTIONS: Derived[Any] = Derived("the compiled mode's generated functions")
+_CONSTANTS: Derived[Any] = Derived("the compiled mode's constants namespace")
 _serial = itertools.count()
 
 
@@ -120,7 +123,7 @@ def compiled_functions(ex: Executable) -> tuple[Names, list[CompiledFunction]]:
             CompiledFunction(ex, i, generate_source(ex, i, names)) for i in range(len(ex.functions))
         ]
 
-    return ex.cached("compiled", build)
+    return _FUNCTIONS.get(ex, build)
 
 
 class _Nested(Exception):
@@ -162,7 +165,7 @@ class CompiledMode:
         ex = context.executable
         self.names = compiled_functions(ex)[0]
         self.by_file: dict[str, CompiledFunction] = {}  # of every variant bound
-        self.constants = ex.cached("compiled_constants", lambda: _constants(ex, self.names))
+        self.constants = _CONSTANTS.get(ex, lambda: _constants(ex, self.names))
         self.nparams = [len(f.params) for f in ex.functions]
         self.max_depth = min(150, max(20, (sys.getrecursionlimit() - 300) // 3))
         self._allocator: Any = None

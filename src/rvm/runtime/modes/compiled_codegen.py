@@ -36,15 +36,14 @@ takes the array of two iterations before when nothing else refers to it (`ring_l
 
 from __future__ import annotations
 
-import builtins
-import keyword
-import re
 from typing import TYPE_CHECKING
 
 from rvm.runtime import semantics as sem
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.modes.flow import FlowInfo, ShapePlan
-from rvm.runtime.semantics import DERIVED, operand_kinds
+from rvm.runtime.modes.lowering.blocks import emit_block_machine, restart
+from rvm.runtime.modes.lowering.flow import FlowInfo, ShapePlan
+from rvm.runtime.modes.lowering.operands import Names, Operand, OperandRenderer, reg_tuple
+from rvm.runtime.modes.lowering.writer import SourceWriter
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
@@ -53,54 +52,9 @@ if TYPE_CHECKING:
 __all__ = ["Names", "FunctionSource", "generate_source", "ring_lines", "ring_probe_source"]
 
 O = Opcode
-_RESERVED = re.compile(r"^(r\d+|c\d+|i_?m?\d+|f_.*|dt_.*|_.*)$")
 MAX_NESTING = 60  # Python's parser allows 100 indentation levels
 _LOADS = (O.LOAD_CONST, O.LOAD_CONSTI)
 _SHAPE_OPS = (O.ALLOC_SHAPE_HEAP, O.MATCH_SHAPE, O.MAKE_SHAPE)
-
-
-def _ident(name: str) -> str:
-    return re.sub(r"\W", "_", name) or "_"
-
-
-class Names:
-    """The Python names of an executable's packed functions, functions and dtypes."""
-
-    def __init__(self, ex: Executable) -> None:
-        used: set[str] = set()
-        self.packed = []
-        for i, name in enumerate(ex.primitive_names):
-            ident = _ident(name)
-            self.packed.append(self._unique(ident, f"p{i}_{ident}", used))
-        self.funcs = [
-            self._unique(f"f_{_ident(fn.name)}", f"f{i}_{_ident(fn.name)}", used)
-            for i, fn in enumerate(ex.functions)
-        ]
-
-    @staticmethod
-    def _unique(name: str, fallback: str, used: set[str]) -> str:
-        if (
-            name in used
-            or keyword.iskeyword(name)
-            or hasattr(builtins, name)
-            or not name.isidentifier()
-            or (_RESERVED.match(name) and name[:2] != "f_")
-        ):
-            name = fallback
-        while name in used:
-            name += "_"
-        used.add(name)
-        return name
-
-    @staticmethod
-    def immediate(value: int) -> str:
-        """The name of the 0-d int64 constant LOAD_CONSTI `value` loads."""
-        return f"i{value}" if value >= 0 else f"i_m{-value}"
-
-    @staticmethod
-    def dtype(name: str) -> str:
-        """The name of a numpy dtype object in the namespace."""
-        return "dt_" + _ident(name)
 
 
 class _Unstructured(Exception):
@@ -116,14 +70,22 @@ def _r(reg: int) -> str:
     return f"r{reg}"
 
 
-def _tuple(regs: tuple[int, ...]) -> str:
-    if len(regs) == 1:
-        return f"({_r(regs[0])},)"
-    return "(" + ", ".join(_r(r) for r in regs) + ")"
-
-
 def _args(regs: tuple[int, ...], extra: str) -> str:
     return ", ".join([_r(r) for r in regs] + [extra])
+
+
+class _Operands(OperandRenderer):
+    """The compiled mode's operands: `OperandRenderer`'s names, and a shape register read as
+    dims is a tuple of ints (the one `ShapePlan` made, else the array's `tolist()`)."""
+
+    def __init__(self, ex: Executable, names: Names, shapes: ShapePlan) -> None:
+        super().__init__(ex, names)
+        self._shapes = shapes
+
+    def reg(self, o: Operand) -> str:
+        if o.form == "dims" and o.value not in self._shapes.tuples:
+            return f"tuple({_r(o.value)}.tolist())"
+        return _r(o.value)
 
 
 class FunctionSource:
@@ -146,27 +108,25 @@ class FunctionSource:
         self._names = names
         self._flow = FlowInfo(fn.instructions, len(fn.params), index)
         self._shapes = ShapePlan(self._flow, ex.constants)
+        self._operands = _Operands(ex, names, self._shapes)
         self._dead = self._dead_constants()
         self._rings = self._ring_sites()
         self.tails = frozenset(self._flow.tails)
-        self._lines: list[tuple[int, str, int | None]] = []
+        self._w = SourceWriter(lambda pc: describe_instruction(ex, self._flow.code[pc]))
         try:
             self.structured = True
             self._emit_function(self._emit_structured)
         except _Unstructured:
             self.structured = False
-            self._lines = []
+            self._w.reset()
             self._emit_function(self._emit_state_machine)
-        self.source = "".join("    " * ind + text + "\n" for ind, text, _ in self._lines)
-        self.line_pcs = tuple(pc for _, _, pc in self._lines)
+        self.source = self._w.source
+        self.line_pcs = self._w.line_pcs
 
     # -- lines -----------------------------------------------------------------------------
 
     def _line(self, indent: int, text: str, pc: int | None = None) -> None:
-        if pc is not None:
-            ins = self._flow.code[pc]
-            text = f"{text}  # pc {pc}: {describe_instruction(self._ex, ins)}"
-        self._lines.append((indent, text, pc))
+        self._w.line(indent, text, pc)
 
     def _emit_function(self, body: object) -> None:
         fn = self._ex.functions[self.index]
@@ -175,7 +135,7 @@ class FunctionSource:
         self._line(0, f"def {self.pyname}({', '.join(params + ['_d'])}):")
         self._line(1, f'"""@{fn.name}: {len(fn.instructions)} instructions, {kind}."""')
         self._line(1, "if _d > _MAX_DEPTH:")
-        self._line(2, f"return _deep({self.index}, {_tuple(tuple(range(len(params))))})")
+        self._line(2, f"return _deep({self.index}, {reg_tuple(tuple(range(len(params))))})")
         for reg in self._flow.needs_init:
             self._line(1, f"{_r(reg)} = None")
         for pc in sorted(self._rings):
@@ -209,37 +169,9 @@ class FunctionSource:
         return False
 
     def _render(self, text: str, ins: tuple, given: dict[str, str] | None = None) -> str:
-        """Template `text` (`semantics.py`) over the operands of `ins` as this mode names them:
-        registers as locals, immediates as literals, constants, dtypes and packed functions by
-        their names in the namespace; `given` names some operands otherwise."""
-        op = Opcode(ins[0])
-        kinds = operand_kinds(op)
-        n = self._names
-
-        def operand(field: str, form: str) -> str:
-            if given and field in given:
-                return given[field]
-            pos, kind = kinds[field]
-            if kind == "derived":
-                return repr(DERIVED[op][1](self._ex, ins))
-            v = ins[pos]
-            if kind == "reg":
-                return self._shape_tuple(v) if form == "dims" else _r(v)
-            if kind == "regs":
-                if form == "splat":
-                    return ", ".join(_r(r) for r in v)
-                return _tuple(v) if v else "()"
-            if kind == "const":
-                return f"c{v}"
-            if kind == "packed":
-                return n.packed[v]
-            if kind == "dtype":
-                return n.dtype(v)
-            if kind == "shape":
-                return repr(tuple(v))
-            return n.immediate(v) if form == "consti" else repr(v)
-
-        return sem.render(text, operand)
+        """Template `text` (`semantics.py`) over the operands of `ins` as this mode names them
+        (`_Operands`); `given` names some operands otherwise."""
+        return self._operands.render(text, ins, given=given)
 
     def _expr_stmt(self, pc: int, ins: tuple) -> str:
         """The statement of a non-control instruction: its template, with a block's constant
@@ -258,11 +190,7 @@ class FunctionSource:
         `_call_closure`."""
         if op == O.INVOKE or op == O.TAIL_INVOKE:
             return f"{self._names.funcs[target]}({_args(args, '_d + 1')})"
-        return f"_call_closure({_r(target)}, {_tuple(args) if args else '()'}, _d)"
-
-    def _shape_tuple(self, reg: int) -> str:
-        """A shape register as a tuple of ints (a 1-d int64 array unless the plan made it one)."""
-        return _r(reg) if reg in self._shapes.tuples else f"tuple({_r(reg)}.tolist())"
+        return f"_call_closure({_r(target)}, {reg_tuple(args)}, _d)"
 
     def _ring(self, pc: int, ins: tuple) -> list[str]:
         """A tiny NEW_TENSOR in a loop: the array made two runs ago if nothing refers to it
@@ -290,8 +218,9 @@ class FunctionSource:
         if cleared:
             self._line(indent, " = ".join(_r(r) for r in cleared) + " = None", pc)
         if not self.structured:
-            self._line(indent, "_pc = 0", pc)
-        self._line(indent, "continue", pc)
+            restart(self._w, indent, pc)
+        else:
+            self._line(indent, "continue", pc)
 
     def _cond(self, pc: int, negate: bool) -> str:
         """The test of IF (`semantics.IF_EQUAL`) or IF_IMM (`IF_INT`) at `pc`; for IF_IMM its
@@ -383,34 +312,8 @@ class FunctionSource:
     # -- the fallback: a state machine over basic blocks -------------------------------------
 
     def _emit_state_machine(self) -> None:
-        code = self._flow.code
-        leaders = self._flow.leaders()
-        self._line(1, "_pc = 0")
-        self._line(1, "while True:")
-        for k, start in enumerate(leaders):
-            stop = leaders[k + 1] if k + 1 < len(leaders) else len(code)
-            self._line(2, f"{'if' if k == 0 else 'elif'} _pc == {start}:")
-            self._block(start, stop)
-        self._line(2, "else:")
-        self._line(3, "raise AssertionError(_pc)")
-
-    def _block(self, pc: int, stop: int) -> None:
-        code = self._flow.code
-        while pc < stop:
-            op = code[pc][0]
-            if op == O.IF or op == O.IF_IMM:
-                t, f = pc + code[pc][3], pc + code[pc][4]
-                self._line(3, f"_pc = {t} if {self._cond(pc, False)} else {f}", pc)
-                self._line(3, "continue", pc)
-                return
-            if op == O.GOTO:
-                self._line(3, f"_pc = {pc + code[pc][1]}", pc)
-                self._line(3, "continue", pc)
-                return
-            if self._stmt(pc, 3):
-                return
-            pc += 1
-        self._line(3, f"_pc = {stop}")
+        cond = lambda pc: self._cond(pc, False)  # noqa: E731
+        emit_block_machine(self._w, self._flow, self._stmt, cond, "raise AssertionError(_pc)")
 
 
 def ring_lines(dst: str, pc: int, new: str) -> list[str]:

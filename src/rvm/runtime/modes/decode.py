@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rvm.dtypes import numpy_dtype
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.derived import Derived
 from rvm.runtime.semantics import DERIVED, SEMANTICS, VARIANTS, consti, fields, template
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ __all__ = [
 ALLOC_TUPLE = 104
 """ALLOC_ADT of tag -1 (`semantics.VARIANTS`): a Python tuple."""
 NEW_TINY = 105
+_DECODED: Derived[list[DecodedFunction]] = Derived("the bytecode loop's decoded functions")
 """NEW_TENSOR of a tiny block (`semantics.VARIANTS`): a plain numpy array."""
 VARIANT_CODES = {(Opcode.ALLOC_ADT, "tuple"): ALLOC_TUPLE, (Opcode.NEW_TENSOR, "tiny"): NEW_TINY}
 """(opcode, variant) -> the number the loop dispatches that variant on."""
@@ -115,4 +117,4 @@ def decode_function(ex: Executable, index: int) -> DecodedFunction:
 
 def decode_executable(ex: Executable) -> list[DecodedFunction]:
     """Every function of `ex` decoded; cached on `ex` and shared by its VMs."""
-    return ex.cached("decoded", lambda: [decode_function(ex, i) for i in range(len(ex.functions))])
+    return _DECODED.get(ex, lambda: [decode_function(ex, i) for i in range(len(ex.functions))])

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rvm.progress import Progress
+from rvm.runtime.derived import Derived
 from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.kernels import resolve_primitives
@@ -62,6 +63,7 @@ __all__ = ["NativeMode", "NativeReport", "native_file", "native_path"]
 _lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
 _ENTRIES: dict[tuple, Any] = {}  # by (id of the function, signature); modules live on
+_PLAN: Derived[_Plan] = Derived("the native plan its VMs share: file, dispatchers, reasons")
 _OWN_ALLOCATORS = tuple(NAMED_ALLOCATORS.values())  # the VM's: native code may bypass them
 
 
@@ -209,7 +211,7 @@ def native_file(ex: Executable) -> str | None:
     """The native mode's file of ``ex`` with every function's entry compiled, so its native
     code is in the cache (what a saved native executable ships); None when no function is
     native. The plan is the one ``ex``'s VMs share; no VM is made."""
-    plan = ex.cached("native", lambda: _Plan(ex, resolve_primitives(ex)))
+    plan = _PLAN.get(ex, lambda: _Plan(ex, resolve_primitives(ex)))
     for fidx in plan.module.entries:
         plan.entry(fidx)
     return None if plan.path is None else str(plan.path)
@@ -268,7 +270,7 @@ class NativeMode:
         self.context = context
         self.compiled = CompiledMode(context)
         ex = context.executable
-        self.plan: _Plan = ex.cached("native", lambda: _Plan(ex, context.raw_packed))
+        self.plan: _Plan = _PLAN.get(ex, lambda: _Plan(ex, context.raw_packed))
         self._typing_error: type[BaseException] | None = None
         if self.plan.path is not None:
             from numba.core.errors import NumbaError

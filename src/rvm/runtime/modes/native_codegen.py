@@ -3,9 +3,10 @@
 `render_module(ex, kinds)` writes one Python file for an executable: a Numba function per VM
 function that can be native, and, for each of the others, the reason it cannot (`NotNative`).
 Registers become typed locals `r0, r1, ...`; non-control instructions are their opcode's
-template (`semantics.native_template`: `NATIVE` where Numba needs another form, else the
-`SEMANTICS` one every mode renders); jit kernels are called directly (`k<i>`, the kernels'
-own dispatchers, so a call is njit to njit); tensors are allocated by Numba in native code.
+template (`semantics.template(ins, "native")`: the `OVERRIDES["native"]` form where Numba
+needs another, stating why, else the `SEMANTICS` one every mode renders; `OWN_STATEMENTS` are
+written here, as the table says); jit kernels are called directly (`k<i>`, the kernels' own
+dispatchers, so a call is njit to njit); tensors are allocated by Numba in native code.
 
 Control flow: a function with jumps or a self tail call is a `while True:` loop over its basic
 blocks dispatched on a `_pc` local (LLVM turns the constant `_pc` stores into direct branches);
@@ -51,9 +52,11 @@ from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.loading import NATIVE_IMPORTS
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.loading.loader import kernel_module_name
-from rvm.runtime.modes.compiled_codegen import Names
-from rvm.runtime.modes.flow import FlowInfo
-from rvm.runtime.semantics import DERIVED, operand_kinds
+from rvm.runtime.modes.lowering.blocks import emit_block_machine, restart
+from rvm.runtime.modes.lowering.flow import FlowInfo
+from rvm.runtime.modes.lowering.operands import Names, Operand, OperandRenderer
+from rvm.runtime.modes.lowering.scalars import fixed_parameter, scalar_registers
+from rvm.runtime.modes.lowering.writer import SourceWriter
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
@@ -64,6 +67,7 @@ __all__ = [
     "MAX_DEPTH",
     "NativeModule",
     "NotNative",
+    "OWN_STATEMENTS",
     "entry_checks",
     "render_module",
 ]
@@ -76,6 +80,10 @@ executable's array at load (`native_constants`), named in `NativeModule.bound`."
 MAX_DEPTH = 1000
 """Native calls nest at most this deep (a recursive function counts its depth); deeper, the
 call hands back to the compiled mode, whose own limit hands on to the bytecode loop."""
+
+OWN_STATEMENTS = frozenset({O.FATAL, O.MATCH_SHAPE, O.MAKE_SHAPE})
+"""The opcodes this module writes itself (`_stmt`): those `semantics.OVERRIDES["native"]`
+gives no template, for the reason it states."""
 
 _UNSUPPORTED = {
     O.ALLOC_CLOSURE: "closures",
@@ -145,7 +153,9 @@ class _Function:
             if spec.kind == "adt":
                 raise NotNative(f"parameter {spec.name!r} is an ADT value")
         self._check()
-        self.scalars = self._scalar_registers()
+        self.scalars = scalar_registers(fn, self.flow, ex.constants, self._scalar_kernel)
+        self.w = SourceWriter(lambda pc: describe_instruction(ex, self.flow.code[pc]))
+        self.operands = _Operands(self)
 
     def _check(self) -> None:
         for pc, ins in enumerate(self.flow.code):
@@ -171,69 +181,6 @@ class _Function:
             return None
         return rec.meta.get(SCALAR_META)
 
-    def _scalar_registers(self) -> dict[int, str]:
-        """The scalar registers, each with its dtype: 0-d values held as machine scalars
-        `s<i>` (see the module docstring)."""
-        fn = self.ex.functions[self.index]
-        code = self.flow.code
-        dtypes: dict[int, set[str]] = {}
-        bad: set[int] = set()
-        moves: dict[int, list[int]] = {}
-        outputs: set[int] = set()  # written by a scalar form
-        arrays: set[int] = set()  # outputs of other kernels
-        used: set[int] = set()  # read as scalars: scalar forms' inputs, tests, loop values
-        made: set[int] = set()  # allocated, or moved: maybe a kernel's output
-        for i, spec in enumerate(fn.param_specs):
-            if spec.kind == "tensor" and spec.dtype and spec.shape == ():
-                dtypes.setdefault(i, set()).add(str(spec.dtype))
-            else:
-                bad.add(i)
-        for pc, ins in enumerate(code):
-            op, dst = ins[0], ins[1]
-            if op == O.NEW_TENSOR and tuple(ins[2]) == ():
-                dtypes.setdefault(dst, set()).add(str(ins[3]))
-                made.add(dst)
-            elif op == O.ALLOC_TENSOR and tuple(ins[4]) == ():
-                dtypes.setdefault(dst, set()).add(str(ins[5]))
-                made.add(dst)
-            elif op == O.LOAD_CONST and _scalar_constant(self.ex.constants[ins[2]]):
-                dtypes.setdefault(dst, set()).add(self.ex.constants[ins[2]].dtype.name)
-            elif op == O.LOAD_CONSTI:
-                dtypes.setdefault(dst, set()).add("int64")
-            elif op == O.MOVE:
-                moves.setdefault(dst, []).append(ins[2])
-                made.add(dst)
-            elif op == O.INVOKE_PACKED and self._scalar_kernel(ins[1]) is not None:
-                outputs.add(ins[4][-1])
-                used.update(ins[4][:-1])
-            elif op == O.INVOKE_PACKED:
-                arrays.update(ins[4][len(ins[4]) - ins[3] :])  # another kernel's outputs
-            elif op != O.KILL_REGISTER:
-                bad.update(self.flow.rw[pc][1])  # any other write: not a scalar
-            if op in (O.IF, O.IF_IMM) or pc in self.flow.self_tails:
-                used.update(self.flow.rw[pc][0])
-        for dst, srcs in moves.items():  # a move's value has its source's dtype
-            dtypes.setdefault(dst, set()).update(d for src in srcs for d in dtypes.get(src, {"?"}))
-        scalars = {
-            r: next(iter(d))
-            for r, d in dtypes.items()
-            if len(d) == 1
-            and "?" not in d
-            and r not in bad
-            and not (r in made and r in arrays)
-            and (r in outputs if r in made and r not in moves else r in used or r in moves)
-        }
-        changed = True
-        while changed:
-            changed = False
-            for dst, srcs in moves.items():
-                if dst in scalars and any(
-                    s not in scalars or scalars[s] != scalars[dst] for s in srcs
-                ):
-                    del scalars[dst]
-                    changed = True
-        return scalars
-
     def _value(self, reg: int) -> str:
         """The machine value of 0-d register `reg`."""
         return f"s{reg}" if reg in self.scalars else f"{_r(reg)}[()]"
@@ -248,12 +195,7 @@ class _Function:
 
     def _fixed(self, reg: int) -> bool:
         """Whether `reg` is a parameter that holds its argument throughout."""
-        if reg >= self.flow.nparams:
-            return False
-        code = self.flow.code
-        if any(code[w][0] != O.KILL_REGISTER for w in self.flow.writers.get(reg, [])):
-            return False
-        return all(code[pc][2][reg] == reg for pc in self.flow.self_tails)
+        return fixed_parameter(self.flow, reg)
 
     def _reg(self, reg: int) -> str:
         return self.sub.get(reg, _r(reg))
@@ -267,28 +209,19 @@ class _Function:
         out = [f"def {self.names.funcs[self.index]}({', '.join(params)}):"]
         out.append(f'    """@{fn.name}: {len(code)} instructions."""')
         jumps = any(ins[0] in (O.IF, O.IF_IMM, O.GOTO) for ins in code) or self.flow.self_tails
-        body: list[str] = [
-            f"    s{i} = {_r(i)}[()]  # a scalar parameter"
-            for i in range(len(fn.params))
-            if i in self.scalars
-        ]
+        for i in range(len(fn.params)):
+            if i in self.scalars:
+                self.w.line(1, f"s{i} = {_r(i)}[()]  # a scalar parameter")
         if not jumps:
             for pc in range(len(code)):
-                self._stmt(pc, 1, body)
+                self._stmt(pc, 1)
         else:
-            body.append("    _pc = 0")
-            body.append("    while True:")
-            leaders = self.flow.leaders()
-            for k, start in enumerate(leaders):
-                stop = leaders[k + 1] if k + 1 < len(leaders) else len(code)
-                body.append(f"        {'if' if k == 0 else 'elif'} _pc == {start}:")
-                self._block(start, stop, body)
-            body.append("        else:")
-            body.append(f"            raise RuntimeError({_bail()!r})")
+            bail = f"raise RuntimeError({_bail()!r})"
+            emit_block_machine(self.w, self.flow, self._stmt, self._cond, bail)
         if self.recursive:
             out.append(f"    if _d > {MAX_DEPTH}:")
             out.append(f"        raise RuntimeError({_bail()!r})")
-        return out + entry_checks(self.ex, self.index) + self._bindings() + body
+        return out + entry_checks(self.ex, self.index) + self._bindings() + self.w.lines
 
     def _bindings(self) -> list[str]:
         """The big constants the function reads, each bound to its slot (`native_constants`)."""
@@ -302,67 +235,51 @@ class _Function:
                 lines.append(f"    c{c} = _bound({name!r}, {tuple(value.shape)!r}, {dtype})")
         return lines
 
-    def _block(self, pc: int, stop: int, out: list[str]) -> None:
-        code = self.flow.code
-        while pc < stop:
-            ins = code[pc]
-            if ins[0] in (O.IF, O.IF_IMM):
-                t, f = pc + ins[3], pc + ins[4]
-                out.append(f"            _pc = {t} if {self._cond(ins)} else {f}  # pc {pc}")
-                out.append("            continue")
-                return
-            if ins[0] == O.GOTO:
-                out.append(f"            _pc = {pc + ins[1]}  # pc {pc}: goto")
-                out.append("            continue")
-                return
-            if self._stmt(pc, 3, out):
-                return
-            pc += 1
-        out.append(f"            _pc = {stop}")
-        out.append("            continue")
-
-    def _cond(self, ins: tuple) -> str:
+    def _cond(self, pc: int) -> str:
+        """The test of the IF / IF_IMM at `pc` on machine scalars."""
+        ins = self.flow.code[pc]
         if ins[0] == O.IF:
             given = {"test": self._value(ins[1]), "target": self._value(ins[2])}
             return sem.render(sem.IF_SCALARS, lambda f, _: given[f])
         given = {"test": self._value(ins[1]), "value": str(ins[2])}
         return sem.render(sem.IF_SCALAR, lambda f, _: given[f])
 
-    def _stmt(self, pc: int, indent: int, out: list[str]) -> bool:
-        """Appends the statement(s) of the non-jump instruction at `pc`; True if it ends the
+    def _stmt(self, pc: int, indent: int) -> bool:
+        """Writes the statement(s) of the non-jump instruction at `pc`; True if it ends the
         path."""
         ins = self.flow.code[pc]
         op = ins[0]
-        pad = "    " * indent
-        note = f"  # pc {pc}: {describe_instruction(self.ex, ins)}"
+        w = self.w
         scalar = self._scalar_stmt(ins)
         if scalar is not None:
-            out.append(f"{pad}{scalar}{note}")
+            w.line(indent, scalar, pc)
             return False
         self.sub = {}
         if op != O.TAIL_INVOKE or pc not in self.flow.self_tails:
             for r in self.flow.rw[pc][0]:
                 if r in self.scalars and r not in self.sub and not self._fixed(r):
                     self.sub[r] = f"m{r}"
-                    out.append(f"{pad}m{r} = {self._array(r)}  # scalar s{r} as an array")
+                    w.line(indent, f"m{r} = {self._array(r)}  # scalar s{r} as an array")
         if op == O.RET:
-            out.append(f"{pad}return {self._reg(ins[1])}{note}")
+            w.line(indent, f"return {self._reg(ins[1])}", pc)
             return True
         if op == O.FATAL:
-            out.append(f"{pad}raise RuntimeError({_bail()!r}){note}")
+            w.line(indent, f"raise RuntimeError({_bail()!r})", pc)
             return True
         if op == O.TAIL_INVOKE:
-            self._tail(pc, ins, pad, note, out)
+            self._tail(pc, ins, indent)
             return True
         if op == O.INVOKE:
-            out.append(f"{pad}{_r(ins[1])} = {self._call(ins[2], ins[3])}{note}")
+            w.line(indent, f"{_r(ins[1])} = {self._call(ins[2], ins[3])}", pc)
         elif op == O.MATCH_SHAPE:
-            out.extend(pad + text for text in self._match(ins, pc))
-            out[-1] += note
+            *head, last = self._match(ins, pc)
+            for text in head:
+                w.line(indent, text)
+            w.line(indent, last, pc)
         elif op == O.MAKE_SHAPE:
-            out.append(f"{pad}{_r(ins[1])} = {self._make(ins, pc)}{note}")
+            w.line(indent, f"{_r(ins[1])} = {self._make(ins, pc)}", pc)
         else:
-            out.append(pad + self._render(sem.native_template(ins), ins, pc) + note)
+            w.line(indent, self.operands.render(sem.template(ins, "native")[1], ins, pc), pc)
         return False
 
     def _scalar_stmt(self, ins: tuple) -> str | None:
@@ -396,9 +313,9 @@ class _Function:
         self.callees.add(callee)
         return f"{self.names.funcs[callee]}({', '.join([self._reg(a) for a in args] + ['_d + 1'])})"
 
-    def _tail(self, pc: int, ins: tuple, pad: str, note: str, out: list[str]) -> None:
+    def _tail(self, pc: int, ins: tuple, indent: int) -> None:
         if pc not in self.flow.self_tails:
-            out.append(f"{pad}return {self._call(ins[1], ins[2])}{note}")
+            self.w.line(indent, f"return {self._call(ins[1], ins[2])}", pc)
             return
         moved = [(i, r) for i, r in enumerate(ins[2]) if i != r]
         if moved:
@@ -406,9 +323,8 @@ class _Function:
             for i, r in moved:
                 params.append(f"s{i}" if i in self.scalars else _r(i))
                 values.append(self._value(r) if i in self.scalars else self._array(r))
-            out.append(f"{pad}{', '.join(params)} = {', '.join(values)}{note}")
-        out.append(f"{pad}_pc = 0")
-        out.append(f"{pad}continue")
+            self.w.line(indent, f"{', '.join(params)} = {', '.join(values)}", pc)
+        restart(self.w, indent, pc)
 
     def _pairs(
         self, const: int, heap: int, pc: int, kinds: tuple[int, ...] = sp.MATCH_KINDS
@@ -460,52 +376,48 @@ class _Function:
             dims.append(str(v) if k == sp.LITERAL else f"{self._reg(ins[2])}[{v}]")
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
-    def _render(self, text: str, ins: tuple, pc: int) -> str:
-        op = Opcode(ins[0])
-        kinds = operand_kinds(op)
-
-        def operand(name: str, form: str) -> str:
-            pos, kind = kinds[name]
-            if kind == "derived":
-                return repr(DERIVED[op][1](self.ex, ins))
-            v = ins[pos]
-            if kind == "reg":
-                if form == "scalar" and v in self.scalars:
-                    return f"s{v}"
-                if form == "scalar":
-                    size = self.flow.const_int(v, pc)
-                    return str(size) if size is not None else f"{_r(v)}[()]"
-                if form == "dims" and not self._is_shape(v):
-                    raise NotNative(f"shape register {_r(v)} is not made by make_shape")
-                return self._reg(v)
-            if kind == "regs":
-                if form == "splat":
-                    return ", ".join(self._reg(r) for r in v)
-                if len(v) == 1:
-                    return f"({self._reg(v[0])},)"
-                return "(" + ", ".join(self._reg(r) for r in v) + ")"
-            if kind == "const":
-                self.constants.add(v)
-                return f"c{v}"
-            if kind == "packed":
-                self.kernels.add(v)
-                return f"k{v}"
-            if kind == "dtype":
-                self.dtypes.add(v)
-                return self.names.dtype(v)
-            if kind == "shape":
-                return repr(tuple(v))
-            if form == "consti":
-                self.immediates.add(v)
-                return self.names.immediate(v)
-            return repr(v)
-
-        return sem.render(text, operand)
-
     def _is_shape(self, reg: int) -> bool:
         writers = self.flow.writers.get(reg, [])
         code = self.flow.code
         return bool(writers) and all(code[w][0] in (O.MAKE_SHAPE, O.KILL_REGISTER) for w in writers)
+
+
+class _Operands(OperandRenderer):
+    """The native mode's operands: registers through the function's scalar substitutions,
+    `{size:scalar}` as a machine value, shapes only from MAKE_SHAPE, kernels as `k<i>`; every
+    constant, dtype, immediate and kernel named is recorded for the file's head."""
+
+    def __init__(self, f: _Function) -> None:
+        super().__init__(f.ex, f.names)
+        self.f = f
+
+    def reg(self, o: Operand) -> str:
+        f, v = self.f, o.value
+        if o.form == "scalar" and v in f.scalars:
+            return f"s{v}"
+        if o.form == "scalar":
+            size = f.flow.const_int(v, o.pc)
+            return str(size) if size is not None else f"{_r(v)}[()]"
+        if o.form == "dims" and not f._is_shape(v):
+            raise NotNative(f"shape register {_r(v)} is not made by make_shape")
+        return f._reg(v)
+
+    def const(self, o: Operand) -> str:
+        self.f.constants.add(o.value)
+        return f"c{o.value}"
+
+    def packed(self, o: Operand) -> str:
+        self.f.kernels.add(o.value)
+        return f"k{o.value}"
+
+    def dtype(self, o: Operand) -> str:
+        self.f.dtypes.add(o.value)
+        return Names.dtype(o.value)
+
+    def value(self, o: Operand) -> str:
+        if o.form == "consti":
+            self.f.immediates.add(o.value)
+        return super().value(o)
 
 
 def _decorator(cache: bool) -> str:
@@ -522,11 +434,6 @@ def _packed_reason(name: str, kind: str) -> str:
     if name.startswith("vm.builtin."):
         return f"packed Python builtin {name}"
     return f"calls the registered Python function {name}"
-
-
-def _scalar_constant(value: object) -> bool:
-    """Whether a constant is a 0-d numeric array (a scalar register's value)."""
-    return isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf"
 
 
 def _constant_reason(value: object) -> str | None:

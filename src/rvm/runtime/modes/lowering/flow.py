@@ -1,7 +1,7 @@
-"""Analyses of a VM function's bytecode for the compiled exec mode (`compiled_codegen.py`).
+"""Analyses of a VM function's bytecode for the generated exec modes (compiled and native).
 
 Everything here reads the raw instructions of one `VMFunction` and the operand kinds of
-`OPCODE_INFO`, never the decoded form, so the compiled mode depends only on the executable:
+`OPCODE_INFO`, never the decoded form, so the generated modes depend only on the executable:
 
 - the control-flow successors of every pc (IF / IF_IMM / GOTO made absolute; RET, FATAL and
   the tail calls, TAIL_INVOKE / TAIL_INVOKE_CLOSURE, end a path);

@@ -1,0 +1,52 @@
+"""One source writer: the lines of a generated function, each with its indent and pc.
+
+The compiled and native modes write their functions through it. A line that runs an
+instruction carries its pc, and the writer notes the instruction after it (`# pc 7:
+invoke_packed fused_add`), so every generated file reads the same; the compiled mode maps a
+failing line back to its pc through `line_pcs` (the VM stack of its errors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["INDENT", "SourceWriter"]
+
+INDENT = "    "
+
+
+class SourceWriter:
+    """Collects `(indent, text, pc)` lines and joins them into source.
+
+    Args:
+        describe: The text of the instruction at a pc, for the note after its lines.
+    """
+
+    def __init__(self, describe: Callable[[int], str]) -> None:
+        self._describe = describe
+        self._lines: list[tuple[int, str, int | None]] = []
+
+    def line(self, indent: int, text: str, pc: int | None = None) -> None:
+        """Appends `text` at `indent` levels; with `pc`, noted with the instruction it runs."""
+        if pc is not None:
+            text = f"{text}  # pc {pc}: {self._describe(pc)}"
+        self._lines.append((indent, text, pc))
+
+    def reset(self) -> None:
+        """Drops every line written so far (a mode starting its function over)."""
+        self._lines = []
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines as text, indented, without newlines."""
+        return [INDENT * indent + text for indent, text, _ in self._lines]
+
+    @property
+    def source(self) -> str:
+        """The lines joined, each ending in a newline."""
+        return "".join(line + "\n" for line in self.lines)
+
+    @property
+    def line_pcs(self) -> tuple[int | None, ...]:
+        """Per line (index = line number - 1), the pc it runs, or None."""
+        return tuple(pc for _, _, pc in self._lines)
