@@ -1,7 +1,7 @@
 """What the native exec mode's generated files import: small njit helpers and constants.
 
-The free names of `semantics.OVERRIDES["native"]` templates that are not numpy's: `empty` (NEW_TENSOR and
-its kin: ``np.empty`` whose big tensors' memory is kept and reused across calls,
+The free names of `semantics.OVERRIDES["native"]` templates that are not numpy's: `empty`
+(NEW_TENSOR and its kin: ``np.empty`` whose big tensors' memory is kept and reused across calls,
 `rvm.kernels.blocks`, as the VM's pooled allocator does), `storage` (ALLOC_STORAGE, a block of
 bytes, from the same blocks), `view` (ALLOC_TENSOR, a tensor over a block's bytes),
 `shape_array` (SHAPE_OF), `full0` (a scalar register where an array is needed), `constant`,
