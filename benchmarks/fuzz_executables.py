@@ -451,10 +451,11 @@ def fuzz(files: int, seed: int, timeout: float, verbose: bool = False) -> dict:
 
 def _generated_by_rvm(path: Path) -> bool:
     """Whether a cached file is the native exec mode's module (rvm's code generated from the
-    file's bytecode; `rvm.runtime.modes.native`) or rvm's own library, compiled here."""
+    file's bytecode; `rvm.runtime.modes.native`) or rvm's own library (`rvm.kernels`, whose
+    modules Numba caches under `kernels_<hash>`), compiled here."""
     name = path.name
     return name.startswith(("n_", "native_support.", "rvm-native-library")) or (
-        path.parent.name.startswith(("native_", "modes_")) and not name.startswith("k_")
+        path.parent.name.startswith(("native_", "modes_", "kernels_")) and not name.startswith("k_")
     )
 
 
