@@ -28,6 +28,7 @@ from __future__ import annotations
 from rvm import op
 from rvm.generation.layout import DecoderLayout
 from rvm.ir import expr as E
+from rvm.ir.analysis import free_vars
 from rvm.ir.functor import ExprMutator
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType, scalar, tensor
@@ -82,9 +83,9 @@ def _sites(body: E.SeqExpr, past: dict[E.Var, object]) -> dict[E.Var, Site] | No
                 sites[b.var] = (p, new)  # type: ignore[assignment]
                 concats[p] += 1  # type: ignore[index]
                 continue
-        if any(u in past or u in tuples for u in _uses(v)):
+        if any(u in past or u in tuples for u in free_vars(v)):
             return None
-    if any(n != 1 for n in concats.values()) or any(u in past for u in _uses(body.body)):
+    if any(n != 1 for n in concats.values()) or any(u in past for u in free_vars(body.body)):
         return None
     return sites
 
@@ -95,23 +96,8 @@ def _is_pair(value: E.Expr, past: dict[E.Var, object]) -> bool:
         isinstance(value, E.Tuple)
         and len(value.fields) == 2
         and value.fields[0] in past
-        and value.fields[1] not in past
+        and not any(u in past for u in free_vars(value.fields[1]))
     )
-
-
-def _uses(value: E.Expr) -> list[E.Expr]:
-    """The operands of a binding's value (its direct sub-expressions)."""
-    if isinstance(value, E.Call):
-        return [u for a in value.args for u in (_uses(a) if isinstance(a, E.Tuple) else [a])]
-    if isinstance(value, E.Tuple):
-        return list(value.fields)
-    if isinstance(value, E.TupleGetItem):
-        return [value.tuple_value]
-    if isinstance(value, E.Var):
-        return [value]
-    if isinstance(value, (E.Constant, E.GlobalVar)):
-        return []
-    return [value]  # anything else (a nested function, a branch): not a plain use
 
 
 class _Rewrite(ExprMutator):
