@@ -17,8 +17,6 @@ import math
 
 import numpy as np
 
-from rvm.errors import ShapeError
-
 SQRT_HALF = 0.7071067811865476
 SQRT_2_OVER_PI = 0.7978845608028654
 
@@ -977,8 +975,8 @@ def check(x, cond, detail, message, error="value"):
     """``x`` when ``cond`` holds, else ``ValueError(message)`` (``ShapeError`` for
     ``error="shape"``) with ``{0}``, ``{1}``... replaced by the elements of ``detail``."""
     if not bool(cond):
-        kind = ShapeError if error == "shape" else ValueError
-        raise kind(message.format(*np.asarray(detail).tolist()))
+        text = message.format(*np.asarray(detail).tolist())
+        raise _shape_error(text) if error == "shape" else ValueError(text)
     return x
 
 
@@ -1042,6 +1040,14 @@ def shape_of(x):
     return np.array(np.shape(x), dtype=np.int64)
 
 
+def _shape_error(message):
+    """A ValueError marked as sizes that disagree (``rvm_kind = "shape"``): the VM and the
+    interpreter raise it as `rvm.ShapeError` (this module imports nothing of rvm)."""
+    err = ValueError(message)
+    err.rvm_kind = "shape"
+    return err
+
+
 def _contiguous(value):
     """``value`` (an array or a tuple of them) in C order, copied only where it is not."""
     if isinstance(value, tuple):
@@ -1055,7 +1061,7 @@ def _store_exact(out, value):
     """``out[...] = value`` where ``value`` must have ``out``'s shape (no broadcasting): a
     result whose shape was computed at run time, written into an output planned from types."""
     if np.shape(value) != out.shape:
-        raise ShapeError(
+        raise _shape_error(
             f"the result's shape {np.shape(value)}, computed at run time, differs from the "
             f"shape its type promised, {out.shape}"
         )
@@ -1067,7 +1073,7 @@ def _run_time_shape(op, shape, dims):
     (ints; names resolved to the bound sizes, or left as names where the kernel has none)."""
     shape = tuple(int(d) for d in shape)
     if len(shape) != len(dims):
-        raise ShapeError(
+        raise _shape_error(
             f"{op}: the shape computed at run time, {shape}, has {len(shape)} dimensions, but "
             f"the program promised {len(dims)}: {tuple(dims)}"
         )
@@ -1077,7 +1083,7 @@ def _run_time_shape(op, shape, dims):
         if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d != s
     ]
     if wrong:
-        raise ShapeError(
+        raise _shape_error(
             f"{op}: the shape computed at run time, {shape}, contradicts the shape the program "
             f"promised, {tuple(dims)} ({'; '.join(wrong)}: the inputs' dimensions disagree "
             "with the sizes computed from them)"
@@ -1094,7 +1100,7 @@ def dynamic_reshape(x, shape, dims, allowzero=False):
     try:
         out = np.reshape(x, target)
     except ValueError:
-        raise ShapeError(
+        raise _shape_error(
             f"dynamic_reshape: cannot reshape a tensor of shape {x.shape} to {tuple(target)}"
         ) from None
     _run_time_shape("dynamic_reshape", out.shape, dims)
@@ -1107,7 +1113,7 @@ def dynamic_expand(x, shape, dims):
     try:
         out_shape = np.broadcast_shapes(x.shape, target)
     except ValueError:
-        raise ShapeError(
+        raise _shape_error(
             f"dynamic_expand: cannot expand a tensor of shape {x.shape} to {target}"
         ) from None
     _run_time_shape("dynamic_expand", out_shape, dims)
@@ -1118,7 +1124,7 @@ def dynamic_full(shape, fill_value, dtype, dims):
     """A tensor of the run-time ``shape`` filled with ``fill_value``."""
     target = tuple(int(d) for d in np.ravel(shape).tolist())
     if any(d < 0 for d in target):
-        raise ShapeError(f"dynamic_full: negative dimension in the shape {target}")
+        raise _shape_error(f"dynamic_full: negative dimension in the shape {target}")
     _run_time_shape("dynamic_full", target, dims)
     return np.full(target, fill_value, dtype=_dtype(dtype))
 
@@ -1139,7 +1145,7 @@ def dynamic_tile(x, reps, dims):
     """``x`` repeated along each axis by the run-time ``reps``."""
     counts = [int(r) for r in np.ravel(reps).tolist()]
     if len(counts) != x.ndim or any(r < 0 for r in counts):
-        raise ShapeError(f"dynamic_tile: bad repeats {counts} for a tensor of shape {x.shape}")
+        raise _shape_error(f"dynamic_tile: bad repeats {counts} for a tensor of shape {x.shape}")
     out = np.tile(x, counts)
     _run_time_shape("dynamic_tile", out.shape, dims)
     return out
@@ -1257,7 +1263,7 @@ def dynamic_squeeze(x, axes):
     """np.squeeze over the run-time ``axes``, which must have size 1."""
     picked = _run_time_axes("dynamic_squeeze", axes, x.ndim)
     if any(x.shape[a] != 1 for a in picked):
-        raise ShapeError(f"dynamic_squeeze: axes {list(picked)} of shape {x.shape} are not all 1")
+        raise _shape_error(f"dynamic_squeeze: axes {list(picked)} of shape {x.shape} are not all 1")
     return np.squeeze(x, picked).copy()
 
 
@@ -1271,7 +1277,7 @@ def dynamic_split(x, sizes, axis, count):
     """``x`` cut along ``axis`` into pieces of the run-time ``sizes``."""
     widths = [int(v) for v in np.ravel(sizes).tolist()]
     if len(widths) != count or any(w < 0 for w in widths) or np.sum(widths) != x.shape[axis]:
-        raise ShapeError(
+        raise _shape_error(
             f"dynamic_split: sizes {widths} must be {count} non-negative sizes adding up to "
             f"{x.shape[axis]}"
         )
