@@ -28,7 +28,7 @@ from __future__ import annotations
 from rvm import op
 from rvm.errors import IRError
 from rvm.generation.layout import DecoderLayout, decoder_layout
-from rvm.generation.static_cache import CAPACITY, STEP, static_step
+from rvm.generation.static_cache import STEP, static_step
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
 from rvm.ir.module import IRModule
@@ -108,7 +108,7 @@ class _Generate:
         ids = E.Var("input_ids", tensor(("batch", "seq"), "int64"))
         n = E.Var("max_new_tokens", scalar("int64"))
         with bb.function("generate", [ids, n]):
-            ids_c, n_c, seq = self.checked(ids, n)
+            ids_c, n_c = self.checked(ids, n)
             bb.begin_scope()
             out = self.call_main(
                 ids_c, self.empty_caches(), self.emit(op.ones(("batch", "seq"), "int64"))
@@ -116,7 +116,7 @@ class _Generate:
             loop = self.loop_function()
             fields = [self.emit(E.TupleGetItem(out, i)) for i in range(1 + len(self.kv_types))]
             if self.step is not None:
-                fields[1:] = self.buffers(fields[1:], self.emit(op.add(seq, n_c), "capacity"))
+                fields[1:] = self.buffers(fields[1:], n_c)
             state = [ids_c, *fields]
             if self.eos is not None:
                 state.append(self.emit(op.zeros(("batch",), "bool"), "finished"))
@@ -128,8 +128,8 @@ class _Generate:
                 self.emit(E.If(self.emit(op.greater(n_c, op.const(0, "int64"))), run, none))
             )
 
-    def checked(self, ids: E.Var, n: E.Var) -> tuple[E.Var, E.Var, E.Var]:
-        """``ids`` and ``n`` behind the run-time checks of the inputs, and the prompt's length."""
+    def checked(self, ids: E.Var, n: E.Var) -> tuple[E.Var, E.Var]:
+        """``ids`` and ``n`` behind the run-time checks of the inputs."""
         seq = self.emit(op.take(op.shape_of(ids), op.const(1, "int64"), axis=0), "seq_len")
         detail = self.emit(op.stack([seq, n]), "detail")
         zero = op.const(0, "int64")
@@ -170,7 +170,7 @@ class _Generate:
                     f"the model's {positions} positions",
                 )
             )
-        return ids, n, seq
+        return ids, n
 
     def empty_caches(self) -> list[E.Var]:
         return [
@@ -179,21 +179,18 @@ class _Generate:
             for t in pair
         ]
 
-    def buffers(self, presents: list[E.Var], capacity: E.Var) -> list[E.Var]:
-        """Cache buffers of ``capacity`` tokens holding the prompt's ``presents`` first."""
-        self.emit(op.dim(capacity, CAPACITY))
+    def buffers(self, presents: list[E.Var], n: E.Var) -> list[E.Var]:
+        """Cache buffers of ``seq + n`` tokens: the prompt's ``presents``, then zeros (pure
+        ops: ``generate`` keeps its native code; only ``generate_step`` writes in place)."""
         out = []
+        keep = op.const([1, 1, 0, 1], "int64")
+        grow = op.const([0, 0, 1, 0], "int64")
         for p, t in zip(presents, self.kv_types):
-            ty = tensor(("batch", t.shape[1], CAPACITY, t.shape[3]), t.dtype)
-            buf = self.emit(op.zeros(ty.shape, t.dtype), "cache")
-            out.append(self.emit(self.write(buf, p, op.const(0, "int64"), ty), "cache"))
+            shape = op.add(op.multiply(op.shape_of(p), keep), op.multiply(grow, n))
+            dims = ("batch", t.shape[1], None, t.shape[3])
+            zeros = self.emit(op.dynamic_full(shape, 0, t.dtype, dims=dims), "free")
+            out.append(self.emit(op.concat([p, zeros], axis=2), "cache"))
         return out
-
-    @staticmethod
-    def write(buf: E.Expr, value: E.Expr, at: E.Expr, ty: Type) -> E.Expr:
-        return op.call_packed(
-            "vm.builtin.write_slice", buf, value, at, op.const(2, "int64"), out=ty
-        )
 
     def call_main(
         self, ids: E.Expr, caches: list[E.Var], mask: E.Var, positions: E.Expr | None = None
