@@ -69,7 +69,7 @@ def _sites(body: E.SeqExpr, past: dict[E.Var, object]) -> dict[E.Var, Site] | No
         if _is_pair(v, past):
             tuples[b.var] = v  # type: ignore[assignment]
             continue
-        if isinstance(v, E.Call) and isinstance(v.callee, E.Op):
+        if isinstance(v, E.Call) and isinstance(v.callee, E.Op) and v.args:
             if v.callee.name == _SHAPE_OF and v.args[0] in past:
                 sites[b.var] = (v.args[0], None)  # type: ignore[assignment]
                 continue
@@ -114,6 +114,8 @@ class _Rewrite(ExprMutator):
         self.main = main
         self.params = set(main.params)
         self.sites = sites
+        bindings = main.body.bindings  # type: ignore[attr-defined]
+        self.pairs = {b.var for b in bindings if _is_pair(b.value, past)}
         self.buffers: dict[E.Var, E.Var] = {}
         for p, (_, layer, kind) in past.items():  # type: ignore[misc]
             ty = layout.caches[layer][kind]
@@ -141,7 +143,7 @@ class _Rewrite(ExprMutator):
         for b in block.bindings:
             if b.var in self.sites:
                 out.append(E.VarBinding(self.visit_var_def(b.var), self._site(b)))
-            elif not (isinstance(b.value, E.Tuple) and b.value.fields[0] in self.buffers):
+            elif b.var not in self.pairs:  # a concat's (past, new) goes with the concat
                 out.extend(self.visit_binding(b))
         return out
 
