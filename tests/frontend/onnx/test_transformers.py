@@ -20,7 +20,6 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import rvm  # noqa: E402
-from rvm.errors import VMError  # noqa: E402
 from rvm.runtime.executable import EXEC_MODES  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "transformers")
