@@ -17,7 +17,10 @@ against sequence length (``transformers.png``). Parts (issue 23's goals in brack
   empty kernel cache (rvm's library already built) [<= 10 s]; warm, the same in a new process
   with the cache filled, and ``load_executable`` of the saved file + the first call [<= 1 s].
 - **rss**: peak RSS of a process running the decode step with rvm, and with ORT [<= 1.5x].
-- **chart**: milliseconds per decode step at past lengths 16 to 512, rvm's exec modes and ORT.
+- **chart**: milliseconds per decode step at past lengths 16 to 512, rvm's exec modes and ORT
+  (each step concatenating its past, as a Python loop over ORT runs it), and the step that
+  ``vm["generate"]`` runs (``generate_step``, compiled mode) over a cache preallocated to
+  the longest length: it writes the new keys in place and reads the slots written so far.
 
 Every speed figure is a median of interleaved turns in one process, default threads on both
 sides, after checking rvm's outputs against ORT's (relative error <= 1e-4 of the largest
@@ -33,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -257,7 +261,45 @@ def bench_chart(model: Path, lengths: list[int], repeat: int) -> dict[str, Any]:
     rows = {}
     for past in lengths:
         rows[past] = speed(model, gpt2_feed(sess, past), repeat)
+    steps = bench_steps(model, lengths, repeat)
+    for past in lengths:
+        rows[past]["ms"]["preallocated"] = steps[past]
     return rows
+
+
+def bench_steps(model: Path, lengths: list[int], repeat: int) -> dict[int, float]:
+    """ms of ``generate_step`` at each past length, in a cache of the longest length + 1
+    (a generate call's steps), its logits checked against ORT's step on the same past."""
+    sess = ort.InferenceSession(str(model))
+    gen = rvm.generation.greedy(rvm.from_onnx(str(model)))
+    if "generate_step" not in gen.functions:
+        raise SystemExit("generate has no preallocated cache for this model")
+    step = rvm.VirtualMachine(rvm.compile(gen), exec_mode="compiled")["generate_step"]
+    capacity = max(lengths) + 1
+    full = gpt2_feed(sess, capacity)  # unwritten slots hold noise the mask hides
+    out = {}
+    for past in lengths:
+        feed = gpt2_feed(sess, past)
+        args = []
+        for p in gen["generate_step"].params[:-1]:
+            name = re.sub(r"^cache_(\d+)_(key|value)$", r"past_key_values.\1.\2", p.name)
+            if name == "attention_mask":
+                args.append((np.arange(capacity) < past + 1).astype(np.int64)[None])
+            elif name.startswith("past_key_values"):
+                buf = full[name].copy()
+                buf[:, :, :past] = feed[name]
+                args.append(buf)
+            else:
+                args.append(feed[name])
+        args.append(np.int64(past))
+        _check(f"generate_step at {past}", step(*args)[0], sess.run(None, feed)[:1])
+        calls = {
+            "step": lambda args=args: step(*args),
+            "ort": lambda feed=feed: sess.run(None, feed),
+        }
+        ms = interleaved_medians(calls, repeat, 0.05, SETTLE_S)
+        out[past] = 1e3 * ms["step"]
+    return out
 
 
 def draw(chart: dict[int, dict[str, Any]], path: Path) -> None:
@@ -268,8 +310,10 @@ def draw(chart: dict[int, dict[str, Any]], path: Path) -> None:
 
     lengths = sorted(chart)
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("ort", *MODES):
-        ax.plot(lengths, [chart[n]["ms"][name] for n in lengths], marker="o", label=name)
+    for name in ("ort", *MODES, "preallocated"):
+        if all(name in chart[n]["ms"] for n in lengths):
+            label = "rvm generate's step (cache in place)" if name == "preallocated" else name
+            ax.plot(lengths, [chart[n]["ms"][name] for n in lengths], marker="o", label=label)
     ax.set_xlabel("past length (tokens)")
     ax.set_ylabel("ms per token (one decode step)")
     ax.set_xscale("log", base=2)
@@ -348,6 +392,11 @@ def main() -> None:
         lengths = [int(n) for n in a.lengths.split(",")]
         results["chart"] = bench_chart(gpt2, lengths, max(5, a.repeat // 3))
         draw(results["chart"], ROOT / "benchmarks" / "results" / f"{a.name}.png")
+    if "chart" in results:
+        lines = ["", "ms per decode step by past length (ORT, rvm modes, generate's step):"]
+        for n, row in sorted(results["chart"].items()):
+            lines.append(f"{n:>6}" + "".join(f"{k}={v:.2f} " for k, v in row["ms"].items()))
+        print("\n".join(lines))
     print(table(results))
     print(f"this process: peak RSS {peak_rss_mb():.0f} MB")
     write_results(a.name, results)

@@ -23,6 +23,12 @@ class ShapeError(RVMError, ValueError):
     """A tensor's shape disagrees with what a function or operator expects."""
 
 
+def is_shape_error(err: BaseException) -> bool:
+    """Whether ``err`` is a `ShapeError`, or a reference kernel's ValueError marked as one
+    (``rvm_kind = "shape"``: `rvm.kernels.reference` imports nothing of rvm)."""
+    return isinstance(err, ShapeError) or getattr(err, "rvm_kind", None) == "shape"
+
+
 class DTypeError(RVMError, TypeError):
     """A tensor's dtype disagrees with what a function or operator expects."""
 

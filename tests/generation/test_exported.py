@@ -26,7 +26,9 @@ def gpt2() -> Path:
 def decoder(request: pytest.FixtureRequest) -> tuple[Path, rvm.Executable]:
     path = DATA / f"{request.param}.onnx"
     mod = rvm.from_onnx(str(path))  # symbolic batch, sequence and past: one compile
-    return path, rvm.compile(rvm.generation.greedy(mod), kernels=KERNELS[request.param])
+    gen = rvm.generation.greedy(mod)
+    assert "generate_step" in gen.functions  # the cache preallocated and written in place
+    return path, rvm.compile(gen, kernels=KERNELS[request.param])
 
 
 def test_generate_equals_onnx_runtime(decoder, exec_mode) -> None:
@@ -34,9 +36,9 @@ def test_generate_equals_onnx_runtime(decoder, exec_mode) -> None:
     session = ort.InferenceSession(str(path))
     vm = rvm.VirtualMachine(executable, exec_mode=exec_mode)
     rng = np.random.default_rng(0)
-    for shape in ((1, 4), (2, 7), (3, 1)):
+    for shape, n in (((1, 4), 6), ((2, 7), 6), ((3, 1), 6), ((2, 3), 40)):
         ids = rng.integers(0, 256, shape)
-        np.testing.assert_array_equal(vm["generate"](ids, np.int64(6)), ort_greedy(session, ids, 6))
+        np.testing.assert_array_equal(vm["generate"](ids, np.int64(n)), ort_greedy(session, ids, n))
 
 
 def test_the_layout_of_an_optimum_export_is_read(gpt2: Path) -> None:

@@ -12,7 +12,8 @@ import pytest
 
 import rvm
 from rvm import op
-from rvm.ir import Builder, Var, tensor
+from rvm.ir import Builder, Var, const, tensor
+from rvm.runtime.builtins import write_slice
 from rvm.testing.ort_greedy import ort_greedy
 from rvm.testing.tiny_decoder import POSITIONS, VOCAB, tiny_decoder
 
@@ -145,3 +146,64 @@ def test_the_interpreter_and_a_saved_executable_agree(model: bytes, executables,
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(want.tolist())
+
+
+def test_the_cache_is_preallocated_and_written_in_place(model: bytes) -> None:
+    """optimum's layout: ``generate_step`` (main over buffers written by write_slice) is added,
+    and main's cache concats are not in it."""
+    gen = rvm.generation.greedy(rvm.from_onnx(model))
+    step = gen["generate_step"]
+    assert [p.name for p in step.params][1:5] == [
+        f"cache_{i}_{n}" for i in range(2) for n in ("key", "value")
+    ]
+    assert step.params[-1].name == "write_at"
+    calls = [b.value for b in step.body.bindings if hasattr(b.value, "callee")]
+    names = [getattr(c.callee, "name", "") for c in calls]
+    assert names.count("vm.call_packed") == 4
+    assert {c.attrs["func"] for c in calls if c.attrs.get("func")} == {"vm.builtin.write_slice"}
+
+
+def _toy_decoder(past_read_otherwise: bool) -> rvm.IRModule:
+    """A 1-layer with-past decoder whose keys are its embeddings; with ``past_read_otherwise``
+    the logits also read the past (a sum), which the preallocated cache cannot serve."""
+    ids = Var("input_ids", tensor(("b", "s"), "int64"))
+    pk = Var("past_key_values.0.key", tensor(("b", 1, "p", 4), "float32"))
+    pv = Var("past_key_values.0.value", tensor(("b", 1, "p", 4), "float32"))
+    mask = Var("attention_mask", tensor(("b", "m"), "int64"))
+    rng = np.random.default_rng(3)
+    table = const(rng.standard_normal((VOCAB, 4)).astype(np.float32))
+    head = const(rng.standard_normal((4, VOCAB)).astype(np.float32))
+    bb = Builder()
+    with bb.function("main", [ids, pk, pv, mask]):
+        emb = bb.emit(op.take(table, ids, axis=0))
+        new = bb.emit(op.expand_dims(emb, 1))
+        k = bb.emit(op.concat([pk, new], axis=2))
+        v = bb.emit(op.concat([pv, new], axis=2))
+        logits = bb.emit(op.matmul(emb, head))
+        if past_read_otherwise:
+            logits = bb.emit(op.add(logits, op.sum(pk)))
+        bb.emit_output(bb.emit(rvm.ir.Tuple((logits, k, v))))
+    return bb.get()
+
+
+@pytest.mark.parametrize("other", [False, True])
+def test_a_past_read_otherwise_keeps_the_concat_loop(exec_mode, other) -> None:
+    gen = rvm.generation.greedy(_toy_decoder(other))
+    assert ("generate_step" in gen.functions) is not other
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    got = rvm.VirtualMachine(rvm.compile(gen), exec_mode=exec_mode)["generate"](ids, np.int64(5))
+    np.testing.assert_array_equal(got, rvm.interpret(gen, "generate", ids, np.int64(5)))
+
+
+def test_write_slice_checks_what_it_writes() -> None:
+    buf = np.zeros((1, 2, 5, 3), np.float32)
+    new = np.ones((1, 2, 2, 3), np.float32)
+    assert write_slice(buf, new, 3, 2) is buf and buf[0, 0, 3:, 0].tolist() == [1, 1]
+    with pytest.raises(rvm.ShapeError, match=r"\(1, 2, 2, 3\) does not fit .* at 4 along axis 2"):
+        write_slice(buf, new, 4, 2)
+    with pytest.raises(rvm.ShapeError, match="does not fit"):
+        write_slice(buf, np.ones((1, 3, 2, 3), np.float32), 0, 2)
+    with pytest.raises(rvm.DTypeError, match="a float64 value into a float32 buffer"):
+        write_slice(buf, new.astype(np.float64), 0, 2)
+    with pytest.raises(rvm.DTypeError, match="expected a writeable tensor"):
+        write_slice(np.broadcast_to(buf, buf.shape), new, 0, 2)

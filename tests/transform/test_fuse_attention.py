@@ -145,3 +145,22 @@ def test_fused_attention_equals_the_chain(exec_mode, b, s, t) -> None:
     check_numbers(_plain(), [q, k, v], exec_mode)
     bias[0] = 0
     check_numbers(_bert(), [q, np.ascontiguousarray(k.transpose(0, 2, 1, 3)), v, bias], exec_mode)
+
+
+@pytest.mark.parametrize("hidden", [-np.inf, np.finfo(np.float32).min])
+def test_keys_every_row_hides_at_the_end_change_nothing(exec_mode, hidden) -> None:
+    """The kernel skips the keys after the last one some row keeps (a decode step over a
+    preallocated cache): the result is the chain's, whatever those keys hold; a row that
+    keeps no key still sees every key."""
+    b, s, t = 3, 4, 9
+    q, k, v = _data((b, 2, s, 8)), _data((b, 2, t, 8)), _data((b, 2, t, 4))
+    k[:, :, 6:] *= 1e3  # unwritten slots: large values the mask must hide
+    v[:, :, 6:] = 1e3
+    bias = np.zeros((b, 1, 1, t), F32)
+    bias[0, ..., 3:] = hidden  # batch 0 keeps 3 keys, batch 1 six, batch 2 none
+    bias[1, ..., 6:] = hidden
+    bias[2] = hidden
+    check_numbers(_gpt2(), [q, k, v, bias], exec_mode)
+    causal = np.arange(t)[None, :] <= np.arange(s)[:, None] + 2  # rows keep 3, 4, 5, 6 keys
+    mask = np.broadcast_to(causal, (b, 1, s, t)).copy()
+    check_numbers(_select(), [q, k, v, mask], exec_mode)  # fill -1e4: nothing is skipped

@@ -12,11 +12,15 @@
    decode step of ``main`` with the new token, the ``present`` tensors of the previous call
    as its ``past``, the mask of the whole sequence and the token's position.
 
-The cache is never copied by the loop: each step's ``present`` is the next step's ``past``,
-as a Python loop over ONNX Runtime passes it; the model's own concatenation of the new key
-and value with the past is the only copy, as in ONNX Runtime. The per-token cost is one
-decode step: it grows linearly with the length (attention reads the whole cache), so the
-whole generation grows with its square only through attention itself.
+The cache is preallocated and written in place: when ``main`` fits (`static_step`: it has an
+``attention_mask`` and uses its pasts only through ``shape_of`` and the concat with the new
+keys, as optimum's exports do), ``greedy`` also adds ``generate_step``, ``main`` rewritten to
+write each step's keys and values into buffers of the final length ``seq + max_new_tokens``
+(``vm.builtin.write_slice``) and to attend over the whole buffer under a mask hiding the slots
+not yet written. The prompt pass runs ``main`` and copies its presents into the buffers once;
+each decode step runs ``generate_step``: nothing is copied, and a step costs the same at every
+length. Otherwise each step's ``present`` tensors are the next step's ``past``, as a Python
+loop over ONNX Runtime passes them, and the model's own concat copies the cache every step.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 from rvm import op
 from rvm.errors import IRError
 from rvm.generation.layout import DecoderLayout, decoder_layout
+from rvm.generation.static_cache import STEP, static_step
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
 from rvm.ir.module import IRModule
@@ -63,25 +68,30 @@ def greedy(mod: IRModule, eos_token_id: int | None = None) -> IRModule:
             "then one token at a time with a growing past, so the sequence and past lengths "
             "must stay symbolic"
         )
-    if "generate" in mod.functions:
-        raise IRError("greedy: the module already has a function 'generate'")
+    for name in ("generate", STEP):
+        if name in mod.functions:
+            raise IRError(f"greedy: the module already has a function {name!r}")
     if eos_token_id is not None and (
         isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
     ):
         raise IRError(f"greedy: eos_token_id must be an int >= 0 or None, got {eos_token_id!r}")
+    step = static_step(mod, layout)
     bb = Builder(mod)
-    _Generate(bb, layout, eos_token_id).build()
+    if step is not None:
+        bb.add_function(STEP, step)
+    _Generate(bb, layout, eos_token_id, step is not None).build()
     return bb.get()
 
 
 class _Generate:
     """Builds ``generate`` and its loop into ``bb``."""
 
-    def __init__(self, bb: Builder, layout: DecoderLayout, eos: int | None) -> None:
+    def __init__(self, bb: Builder, layout: DecoderLayout, eos: int | None, static: bool) -> None:
         self.bb = bb
         self.layout = layout
         self.eos = eos
         self.main = bb.global_var("main")
+        self.step = bb.global_var(STEP) if static else None
         self.kv_types = [
             tensor(("batch", t.shape[1], None, t.shape[3]), t.dtype)
             for pair in layout.caches
@@ -105,6 +115,8 @@ class _Generate:
             )
             loop = self.loop_function()
             fields = [self.emit(E.TupleGetItem(out, i)) for i in range(1 + len(self.kv_types))]
+            if self.step is not None:
+                fields[1:] = self.buffers(fields[1:], n_c)
             state = [ids_c, *fields]
             if self.eos is not None:
                 state.append(self.emit(op.zeros(("batch",), "bool"), "finished"))
@@ -167,6 +179,19 @@ class _Generate:
             for t in pair
         ]
 
+    def buffers(self, presents: list[E.Var], n: E.Var) -> list[E.Var]:
+        """Cache buffers of ``seq + n`` tokens: the prompt's ``presents``, then zeros (pure
+        ops: ``generate`` keeps its native code; only ``generate_step`` writes in place)."""
+        out = []
+        keep = op.const([1, 1, 0, 1], "int64")
+        grow = op.const([0, 0, 1, 0], "int64")
+        for p, t in zip(presents, self.kv_types):
+            shape = op.add(op.multiply(op.shape_of(p), keep), op.multiply(grow, n))
+            dims = ("batch", t.shape[1], None, t.shape[3])
+            zeros = self.emit(op.dynamic_full(shape, 0, t.dtype, dims=dims), "free")
+            out.append(self.emit(op.concat([p, zeros], axis=2), "cache"))
+        return out
+
     def call_main(
         self, ids: E.Expr, caches: list[E.Var], mask: E.Var, positions: E.Expr | None = None
     ) -> E.Var:
@@ -186,6 +211,28 @@ class _Generate:
                 _, layer, kind = role  # type: ignore[misc]
                 args.append(caches[2 * layer + kind])
         return self.emit(E.Call(self.main, tuple(args)), "step")
+
+    def call_step(self, token: E.Var, buffers: list[E.Var], tokens: E.Var, pos: E.Var) -> E.Var:
+        """``generate_step`` on ``token`` (batch, 1) written at the last of ``tokens``' length,
+        attending over the first ``length`` slots of the ``buffers``."""
+        length = self.emit(op.take(op.shape_of(tokens), op.const(1, "int64"), axis=0), "length")
+        cap = op.take(op.shape_of(buffers[0]), op.const(2, "int64"), axis=0)
+        slots = op.dynamic_arange(op.const(0, "int64"), cap, op.const(1, "int64"), "int64")
+        written = op.cast(op.less(slots, length), "int64")  # (capacity,)
+        mask = self.emit(op.add(op.multiply(token, op.const(0, "int64")), written), "mask")
+        at = self.emit(op.subtract(length, op.const(1, "int64")), "write_at")
+        args: list[E.Expr] = []
+        for role in self.layout.roles:
+            if role == "input_ids":
+                args.append(token)
+            elif role == "attention_mask":
+                args.append(mask)
+            elif role == "position_ids":
+                args.append(pos)
+            else:
+                _, layer, kind = role  # type: ignore[misc]
+                args.append(buffers[2 * layer + kind])
+        return self.emit(E.Call(self.step, (*args, at)), "step")
 
     def loop_function(self) -> E.Var:
         """The decoding loop, bound to a local variable: (tokens, logits, caches...,
@@ -228,7 +275,10 @@ class _Generate:
             ),
             "position",
         )
-        out = self.call_main(token, caches, mask, pos)
+        if self.step is None:
+            out = self.call_main(token, caches, mask, pos)
+        else:
+            out = self.call_step(token, caches, tokens, pos)
         fields = [self.emit(E.TupleGetItem(out, i)) for i in range(1 + len(self.kv_types))]
         state = [tokens, *fields, *([finished] if finished is not None else []), more]
         again = bb.end_scope(self.emit(E.Call(fvar, tuple(state))))

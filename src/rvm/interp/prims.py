@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rvm.dtypes import numpy_dtype
-from rvm.errors import RVMError, ShapeError
+from rvm.errors import RVMError, ShapeError, is_shape_error
 from rvm.interp.values import Env, InterpError, describe
 from rvm.ir import expr as E
 from rvm.ir.types import DTYPES, TensorType, TupleType
@@ -70,6 +70,8 @@ def run_reference(ref: Any, op: E.Op, args: list[Any], attrs: Any, env: Env) -> 
     except RVMError as err:
         raise with_context(err, f"{env.where()}: op.{op.name}: {err}") from err
     except Exception as err:  # any failure of a reference names the op
+        if is_shape_error(err):
+            raise ShapeError(f"{env.where()}: op.{op.name}: {err}") from err
         inputs = ", ".join(describe(a) for a in args)
         raise InterpError(
             f"{env.where()}: op.{op.name} failed on {inputs}: {type(err).__name__}: {err}"

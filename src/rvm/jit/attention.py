@@ -57,6 +57,43 @@ def _attention(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> 
     return result
 
 
+DEAD = -1e30
+"""A mask value at or below this hides its key: its exponential is exactly 0 next to any key
+a row keeps (exporters hide keys with -inf or the dtype's lowest value)."""
+
+
+def _dead(attrs: dict) -> str | None:
+    """The test of a mask element that hides its key for certain, None when no element does
+    (a select mask whose fill is a real score)."""
+    if attrs["mask_kind"] == "add":
+        return f"mrow[j] <= {DEAD!r}"
+    return "not mrow[j]" if attrs["fill"] <= DEAD else None
+
+
+def _live_keys(attrs: dict, t: str, ms: str) -> str:
+    """Source of ``te``: the keys up to the last one some query row keeps; ``t`` when a row
+    keeps none (its result must then be computed over every key) or none can be hidden. The
+    keys after it add exact zeros to every row, so they are skipped: a decode step over a
+    preallocated cache reads only the slots written so far."""
+    dead = _dead(attrs)
+    if dead is None:
+        return f"te = {t}"
+    return f"""\
+te = 0
+for i in range({ms}):
+    mrow = mhead[i]
+    last = -1
+    for j in range({t} - 1, -1, -1):
+        if not ({dead}):
+            last = j
+            break
+    if last < 0:
+        te = {t}
+        break
+    if last + 1 > te:
+        te = last + 1"""
+
+
 def _emit(kb, attrs, q, k, v, mask, o, mdims, dims, dtype) -> None:  # type: ignore[no-untyped-def]
     b, h, s, t = dims
     mb, mh, ms, mt = mdims
@@ -68,16 +105,18 @@ def _emit(kb, attrs, q, k, v, mask, o, mdims, dims, dtype) -> None:  # type: ign
         masked = f"x if mrow[j * jstep] else {lit(attrs['fill'], dtype)}"
     if cblas.AVAILABLE:
         kb.imports.add(("rvm.kernels.blas", "matmul", None))
-        scores = "matmul(q[bi, hi], k[bi, hi], sc, True)"
-        product = "matmul(sc, v[bi, hi], o[bi, hi], False)"
+        scores = "matmul(q[bi, hi], kh, sc, True)"
+        product = "matmul(sc, vh, o[bi, hi], False)"
     else:
-        scores = "np.dot(q[bi, hi], k[bi, hi].T, sc)"
-        product = "np.dot(sc, v[bi, hi], o[bi, hi])"
+        scores = "np.dot(q[bi, hi], kh.T, sc)"
+        product = "np.dot(sc, vh, o[bi, hi])"
+    live = _live_keys(attrs, str(t), f"min({s}, {ms})").replace("\n", "\n        ")
     lines = f"""\
 q, k, v, o, mk = {q}, {k}, {v}, {o}, {mask}
-sc = np.empty(({s}, {t}), dtype=np.{dtype})
+scf = np.empty({s} * {t}, dtype=np.{dtype})
 empty_rows = np.zeros({s}, dtype=np.bool_)
 jstep = 1 if {mt} != 1 else 0
+te = {t}
 for bh in range({b} * {h}):
     bi = bh // {h}
     hi = bh - bi * {h}
@@ -86,12 +125,17 @@ for bh in range({b} * {h}):
     if {t} == 0:
         o[bi, hi, :, :] = {empty}
         continue
-    {scores}
     mhead = mk[min(bi, {mb} - 1), min(hi, {mh} - 1)]
+    if jstep == 1 and (hi == 0 or {mh} != 1):
+        {live}
+    sc = scf[: {s} * te].reshape({s}, te)
+    kh = k[bi, hi, :te]
+    vh = v[bi, hi, :te]
+    {scores}
     for i in range({s}):
         mrow = mhead[min(i, {ms} - 1)]
         top = -np.inf
-        for j in range({t}):
+        for j in range(te):
             x = sc[i, j] * {scale}
             x = {masked}
             sc[i, j] = x
@@ -102,12 +146,12 @@ for bh in range({b} * {h}):
             sc[i, :] = 0
             continue
         total = 0.0
-        for j in range({t}):
+        for j in range(te):
             e = np.exp(sc[i, j] - top)
             sc[i, j] = e
             total += e
         inv = 1.0 / total
-        for j in range({t}):
+        for j in range(te):
             sc[i, j] = sc[i, j] * inv
     {product}
     for i in range({s}):

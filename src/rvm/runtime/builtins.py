@@ -20,6 +20,9 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.empty(shape, dtype)`: a fresh uninitialized tensor (for results whose size is
   known only after a data-dependent kernel).
 - `vm.builtin.copy(x)`: a copy of a tensor.
+- `vm.builtin.write_slice(buffer, value, start, axis)`: writes `value` into `buffer` in place
+  at `start` along `axis` (the other dims equal) and returns `buffer` itself: the key/value
+  cache that `rvm.generation.greedy` preallocates takes one step's keys this way.
 - `vm.builtin.check_tensor(x, ndim, dtype, context)`: checks that `x` is a tensor of `ndim`
   dimensions (-1: any) and `dtype` ("" : any), raising ShapeError / DTypeError; returns `x`.
 - `vm.builtin.check_tuple(x, arity, context)`: checks that `x` is a tuple or list of `arity`
@@ -173,6 +176,36 @@ def empty(shape: Any, dtype: Any) -> np.ndarray:
 def copy(x: Any) -> np.ndarray:
     """A copy of a tensor."""
     return np.array(x, copy=True)
+
+
+@register_func("vm.builtin.write_slice")
+def write_slice(buffer: Any, value: Any, start: Any, axis: Any) -> np.ndarray:
+    """Writes `value` into `buffer` in place at `start` along `axis`; returns `buffer`.
+
+    Raises:
+        ShapeError: the ranks or the other dims differ, or the slice does not fit.
+        DTypeError: `buffer` is not a writeable tensor of `value`'s dtype.
+    """
+    if not isinstance(buffer, np.ndarray) or not buffer.flags.writeable:
+        raise DTypeError(f"write_slice: expected a writeable tensor, got {_kind(buffer)}")
+    value = np.asarray(value)
+    if value.dtype != buffer.dtype:
+        raise DTypeError(f"write_slice: a {value.dtype} value into a {buffer.dtype} buffer")
+    at, n = int(axis), int(start)
+    if value.ndim != buffer.ndim or not 0 <= at < buffer.ndim:
+        raise ShapeError(
+            f"write_slice: a value of shape {value.shape} into a buffer of shape {buffer.shape} "
+            f"along axis {at}"
+        )
+    end = n + value.shape[at]
+    others = value.shape[:at] + value.shape[at + 1 :] != buffer.shape[:at] + buffer.shape[at + 1 :]
+    if others or n < 0 or end > buffer.shape[at]:
+        raise ShapeError(
+            f"write_slice: a value of shape {value.shape} does not fit a buffer of shape "
+            f"{buffer.shape} at {n} along axis {at}"
+        )
+    buffer[(slice(None),) * at + (slice(n, end),)] = value
+    return buffer
 
 
 @register_func("vm.builtin.check_tensor")

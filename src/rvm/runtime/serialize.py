@@ -453,7 +453,7 @@ def from_bytes(
     verified, reason = False, ""
     if signer is not None and not trusted:
         ident, mac, end = signer
-        verified = trust.verify(bytes(data[:end]), ident, mac, keys)
+        verified = trust.verify(memoryview(data)[:end], ident, mac, keys)
         known = ident in {trust.key_id(k) for k in keys} or ident in trust.trusted_keys()
         reason = (
             f"its signature by key {ident} does not match its contents: it was changed after "
@@ -507,7 +507,8 @@ def decode(data: bytes) -> dict[str, Any]:
             f"version {VERSION[0]}.x"
         )
     pos = _HEADER.size
-    found: dict[bytes, bytes] = {}
+    view = memoryview(data)
+    found: dict[bytes, memoryview] = {}
     signed_end = -1
     for i in range(nsec):
         if SIGN in found:
@@ -522,7 +523,7 @@ def decode(data: bytes) -> dict[str, Any]:
                 f"truncated executable: section {tag!r} needs {length} bytes, "
                 f"{len(data) - pos} left"
             )
-        payload = data[pos : pos + length]
+        payload = view[pos : pos + length]  # no copy: a model's weights are most of the file
         pos += length
         if zlib.crc32(payload) != crc:
             raise ExecutableFormatError(f"corrupt executable: section {tag!r} fails its CRC32")
@@ -548,7 +549,7 @@ def decode(data: bytes) -> dict[str, Any]:
         raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
 
 
-def _decode_sections(found: dict[bytes, bytes], minor: int) -> dict[str, Any]:
+def _decode_sections(found: dict[bytes, memoryview], minor: int) -> dict[str, Any]:
     heads, adts = _read_glob(_Reader(found[b"GLOB"], "globals"))
     constants = _read_cons(_Reader(found[b"CONS"], "constants"))
     r = _Reader(found[b"PRIM"], "primitive names")
@@ -722,9 +723,11 @@ def _read_cons(r: _Reader) -> list[np.ndarray]:
             expect *= d
         if expect != nbytes:
             r.fail(f"constant {i} of shape {shape} {dtype} needs {expect} bytes, has {nbytes}")
-        raw = r.take(nbytes)
-        arr = np.frombuffer(bytes(raw), dtype=dtype).reshape(shape)
-        out.append(arr)  # frombuffer over bytes is read-only, as constants must be
+        raw = r.take(nbytes)  # a view of the file's bytes, read-only as constants must be
+        arr = np.frombuffer(raw, dtype=dtype)
+        if not arr.flags.aligned:  # kernels take aligned arrays: copy the rare odd one
+            arr = np.frombuffer(bytes(raw), dtype=dtype)
+        out.append(arr.reshape(shape))
     r.end()
     return out
 

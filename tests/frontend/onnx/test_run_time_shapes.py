@@ -13,7 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 import rvm  # noqa: E402
-from rvm.errors import VMError  # noqa: E402
+from rvm.errors import ShapeError  # noqa: E402
 from rvm.frontend.onnx.dims import Dims, DimSum  # noqa: E402
 
 F, I = TensorProto.FLOAT, TensorProto.INT64
@@ -136,9 +136,9 @@ def test_shapes_read_from_data(exec_mode):
     v = np.array
     cases = [(x, v([2, 2]), v([4, 3]), v([1, 3])), (x[:2], v([1, 2]), v([1, 2]), v([2, 1]))]
     vm = _check(model, cases, exec_mode)
-    with pytest.raises(VMError, match=r"cannot reshape a tensor of shape \(4, 1\) to \(3, 3\)"):
+    with pytest.raises(ShapeError, match=r"cannot reshape a tensor of shape \(4, 1\) to \(3, 3\)"):
         vm["main"](x, v([3, 3]), v([4, 3]), v([1, 1]))
-    with pytest.raises(VMError, match=r"cannot expand a tensor of shape \(4, 1\) to \(2, 3\)"):
+    with pytest.raises(ShapeError, match=r"cannot expand a tensor of shape \(4, 1\) to \(2, 3\)"):
         vm["main"](x, v([2, 2]), v([2, 3]), v([1, 1]))
 
 

@@ -20,7 +20,6 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import rvm  # noqa: E402
-from rvm.errors import VMError  # noqa: E402
 from rvm.runtime.executable import EXEC_MODES  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "transformers")
@@ -130,14 +129,24 @@ def test_jit_kernels_match_ort(name):
         _check(name, "jit", mode)
 
 
-def test_inconsistent_past_is_an_error():
-    """A mask shorter than past + seq contradicts the model: an error, not a wrong answer."""
-    session = _session("llama_with_past")
-    vm = rvm.VirtualMachine(_executable("llama_with_past", "numpy"))
+@pytest.mark.parametrize("name", WITH_PAST)
+def test_inconsistent_past_is_a_shape_error(name, exec_mode):
+    """A mask shorter than past + seq contradicts the model: a ShapeError naming the sizes
+    that disagree, not a wrong answer; the interpreter says the same."""
+    session = _session(name)
     feeds = _feeds(session, 2, 3, 4, 0)
     feeds["attention_mask"] = feeds["attention_mask"][:, 1:]
-    with pytest.raises(VMError, match="broadcast|shape"):
-        vm["main"](*[feeds[i.name] for i in session.get_inputs()])
+    args = [feeds[i.name] for i in session.get_inputs()]
+    vm = rvm.VirtualMachine(_executable(name, "numpy"), exec_mode=exec_mode)
+    message = (
+        r"input 'attention_mask' has 6 at axis 1, but that dimension is past_sequence_length "
+        r"\('past_key_values.0.key' axis 2\) \+ sequence_length \('input_ids' axis 1\), which "
+        "the other inputs make 7"
+    )
+    with pytest.raises(rvm.ShapeError, match=message):
+        vm["main"](*args)
+    with pytest.raises(rvm.ShapeError, match=message):
+        rvm.interpret(rvm.from_onnx(_path(name)), "main", *args)
 
 
 @pytest.mark.slow

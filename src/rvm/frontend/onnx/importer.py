@@ -36,6 +36,7 @@ from rvm.frontend.onnx.functions import (
 from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.frontend.onnx.signature import check_declared, check_inputs, check_outputs
+from rvm.frontend.onnx.sum_checks import check_sums
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
 from rvm.ir import (
     Builder,
@@ -197,6 +198,7 @@ class GraphImporter:
             else:
                 scope.bind(name, Constant(arr))
         with self.builder.function("main", param_vars):
+            check_sums(param_vars, origin, self.emitter.dims, self.builder.emit, scope.bind)
             self.convert_nodes(graph.node, scope)
             outs = [self._lookup(scope, o.name, "graph output") for o in graph.output]
             for info, value in zip(graph.output, outs):

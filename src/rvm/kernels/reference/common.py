@@ -43,6 +43,14 @@ def _binary_dtype(a, b):
     return np.result_type(a.dtype, b.dtype)
 
 
+def _shape_error(message):
+    """A ValueError marked as sizes that disagree (``rvm_kind = "shape"``): the VM and the
+    interpreter raise it as `rvm.ShapeError` (this package imports nothing of rvm)."""
+    err = ValueError(message)
+    err.rvm_kind = "shape"
+    return err
+
+
 def _contiguous(value):
     """``value`` (an array or a tuple of them) in C order, copied only where it is not."""
     if isinstance(value, tuple):
@@ -56,7 +64,7 @@ def _store_exact(out, value):
     """``out[...] = value`` where ``value`` must have ``out``'s shape (no broadcasting): a
     result whose shape was computed at run time, written into an output planned from types."""
     if np.shape(value) != out.shape:
-        raise ValueError(
+        raise _shape_error(
             f"the result's shape {np.shape(value)}, computed at run time, differs from the "
             f"shape its type promised, {out.shape}"
         )

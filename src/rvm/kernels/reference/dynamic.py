@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from rvm.kernels.reference.common import _dtype
+from rvm.kernels.reference.common import _dtype, _shape_error
 from rvm.kernels.reference.image import resize
 from rvm.kernels.reference.manipulate import pad, trilu
 from rvm.kernels.reference.reduce import cumprod, cumsum, max, mean, min, prod, sum
@@ -18,13 +18,21 @@ def _run_time_shape(op, shape, dims):
     """The result shape ``shape`` checked against ``dims``, the dimensions the program knew
     (ints; names resolved to the bound sizes, or left as names where the kernel has none)."""
     shape = tuple(int(d) for d in shape)
-    if len(shape) != len(dims) or any(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d != s
-        for d, s in zip(dims, shape)
-    ):
-        raise ValueError(
+    if len(shape) != len(dims):
+        raise _shape_error(
+            f"{op}: the shape computed at run time, {shape}, has {len(shape)} dimensions, but "
+            f"the program promised {len(dims)}: {tuple(dims)}"
+        )
+    wrong = [
+        f"axis {i} is {s}, expected {d}"
+        for i, (d, s) in enumerate(zip(dims, shape))
+        if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d != s
+    ]
+    if wrong:
+        raise _shape_error(
             f"{op}: the shape computed at run time, {shape}, contradicts the shape the program "
-            f"promised, {tuple(dims)}"
+            f"promised, {tuple(dims)} ({'; '.join(wrong)}: the inputs' dimensions disagree "
+            "with the sizes computed from them)"
         )
     return shape
 
@@ -38,7 +46,7 @@ def dynamic_reshape(x, shape, dims, allowzero=False):
     try:
         out = np.reshape(x, target)
     except ValueError:
-        raise ValueError(
+        raise _shape_error(
             f"dynamic_reshape: cannot reshape a tensor of shape {x.shape} to {tuple(target)}"
         ) from None
     _run_time_shape("dynamic_reshape", out.shape, dims)
@@ -51,7 +59,7 @@ def dynamic_expand(x, shape, dims):
     try:
         out_shape = np.broadcast_shapes(x.shape, target)
     except ValueError:
-        raise ValueError(
+        raise _shape_error(
             f"dynamic_expand: cannot expand a tensor of shape {x.shape} to {target}"
         ) from None
     _run_time_shape("dynamic_expand", out_shape, dims)
@@ -62,7 +70,7 @@ def dynamic_full(shape, fill_value, dtype, dims):
     """A tensor of the run-time ``shape`` filled with ``fill_value``."""
     target = tuple(int(d) for d in np.ravel(shape).tolist())
     if any(d < 0 for d in target):
-        raise ValueError(f"dynamic_full: negative dimension in the shape {target}")
+        raise _shape_error(f"dynamic_full: negative dimension in the shape {target}")
     _run_time_shape("dynamic_full", target, dims)
     return np.full(target, fill_value, dtype=_dtype(dtype))
 
@@ -83,7 +91,7 @@ def dynamic_tile(x, reps, dims):
     """``x`` repeated along each axis by the run-time ``reps``."""
     counts = [int(r) for r in np.ravel(reps).tolist()]
     if len(counts) != x.ndim or any(r < 0 for r in counts):
-        raise ValueError(f"dynamic_tile: bad repeats {counts} for a tensor of shape {x.shape}")
+        raise _shape_error(f"dynamic_tile: bad repeats {counts} for a tensor of shape {x.shape}")
     out = np.tile(x, counts)
     _run_time_shape("dynamic_tile", out.shape, dims)
     return out
@@ -201,7 +209,7 @@ def dynamic_squeeze(x, axes):
     """np.squeeze over the run-time ``axes``, which must have size 1."""
     picked = _run_time_axes("dynamic_squeeze", axes, x.ndim)
     if any(x.shape[a] != 1 for a in picked):
-        raise ValueError(f"dynamic_squeeze: axes {list(picked)} of shape {x.shape} are not all 1")
+        raise _shape_error(f"dynamic_squeeze: axes {list(picked)} of shape {x.shape} are not all 1")
     return np.squeeze(x, picked).copy()
 
 
@@ -215,7 +223,7 @@ def dynamic_split(x, sizes, axis, count):
     """``x`` cut along ``axis`` into pieces of the run-time ``sizes``."""
     widths = [int(v) for v in np.ravel(sizes).tolist()]
     if len(widths) != count or any(w < 0 for w in widths) or np.sum(widths) != x.shape[axis]:
-        raise ValueError(
+        raise _shape_error(
             f"dynamic_split: sizes {widths} must be {count} non-negative sizes adding up to "
             f"{x.shape[axis]}"
         )

@@ -22,7 +22,7 @@ import linecache
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rvm.errors import VMError
+from rvm.errors import ShapeError, VMError, is_shape_error
 from rvm.runtime.kernels import KERNEL_FILE_PREFIX
 from rvm.runtime.text import describe_instruction
 
@@ -53,6 +53,12 @@ class VMStackError(VMError):
         super().__init__(message)
         self.stack = stack
         self.cause = cause
+
+
+class VMShapeError(VMStackError, ShapeError):
+    """A `VMStackError` whose cause is a `rvm.ShapeError`: a shape computed at run time (a
+    reshape to a computed shape, a data-dependent size) that contradicts the shapes the
+    program promised. ``except rvm.ShapeError`` catches it, as it catches a bad argument."""
 
 
 class ExecMode(Protocol):
@@ -125,12 +131,14 @@ def vm_error(ex: Executable, error: BaseException, stack: list[tuple[int, int]])
     else:
         fn = ex.functions[stack[-1][0]]
         what = describe_instruction(ex, fn.instructions[stack[-1][1]])
-        head = f"{what} failed: {type(error).__name__}: {error}"
+        kind = "ShapeError" if is_shape_error(error) else type(error).__name__
+        head = f"{what} failed: {kind}: {error}"
     parts = [head, "VM stack (most recent call last):", *lines]
     kernel_line = _kernel_line(error)
     if kernel_line:
         parts.append(kernel_line)
-    return VMStackError("\n".join(parts), stack, error)
+    cls = VMShapeError if is_shape_error(error) else VMStackError
+    return cls("\n".join(parts), stack, error)
 
 
 def _kernel_line(error: BaseException) -> str | None:
