@@ -18,6 +18,11 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
+Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
+first takes it: the entry point itself is only the checks and the choice, seconds less to
+build, and a model builds the methods its shapes take (a CNN without depthwise convolutions
+never builds that one), each once, not nested in the others' code.
+
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
 oh, ow); ``pt``, ``pl``, ``pb``, ``pr`` are the top, left, bottom and right padding. Both
 entry points check that channels, groups, batch and output size agree with the geometry before
@@ -32,7 +37,7 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import entry, parfor
+from rvm.kernels import entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
@@ -191,47 +196,28 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
                           1, 1, 0, 0, 0)  # fmt: skip
 
 
-def _by_sgemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """The float32 convolution by rvm's GEMM where it serves, True when it ran: a 1x1,
-    stride-1, unpadded one as one batched GEMM (`_pointwise_batched`), one with rows of
-    `TAPS_MIN_WIDTH` or more and some depth by its taps in place (`_taps_gemm`). Always
-    False for other dtypes, whose code never types those calls. Jitted code only."""
-    raise NotImplementedError("_by_sgemm is for jitted code")
-
-
-@overload(_by_sgemm, jit_options=_OPTS)
-def _by_sgemm_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    if not (isinstance(x, nt.Array) and x.dtype == nt.float32):
-        return lambda x, w, out, groups, sh, sw, dh, dw, pt, pl: False
-
-    def run(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-        kh, kw, oh, ow = w.shape[2], w.shape[3], out.shape[2], out.shape[3]
-        unpadded = pt == 0 and pl == 0 and oh == x.shape[2] and ow == x.shape[3]
-        if kh == 1 and kw == 1 and sh == 1 and sw == 1 and unpadded:
-            _pointwise_batched(x, w, out, groups)
-            return True
-        if ow < TAPS_MIN_WIDTH or w.shape[1] * kh * kw == 0:
-            return False
-        _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
-        return True
-
-    return run
-
-
-@nb.njit(**_OPTS)
 def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
-    """A 1x1, stride-1, unpadded convolution: one GEMM per (image, group) straight from the
-    input to the output, (og, cg) weight rows times the group's (cg, h * w) input rows; for
-    float32 one batched call (`_by_sgemm`)."""
-    if _by_sgemm(x, w, out, groups, 1, 1, 1, 1, 0, 0):
-        return
-    n, c, ih, iw = x.shape
-    o, cg = w.shape[0], w.shape[1]
-    og, P = o // groups, ih * iw
-    for n_ in range(n):
-        for g_ in range(groups):
-            at_x, at_out = (n_ * c + g_ * cg) * P, (n_ * o + g_ * og) * P
-            gemm(w, g_ * og * cg, cg, x, at_x, P, out, at_out, P, og, P, cg, 0.0)
+    """A 1x1, stride-1, unpadded convolution: for float32 one batched GEMM
+    (`_pointwise_batched`), else one GEMM per (image, group) straight from the input to the
+    output, (og, cg) weight rows times the group's (cg, h * w) input rows. Jitted code only."""
+    raise NotImplementedError("_pointwise is for jitted code")
+
+
+@overload(_pointwise, jit_options=_OPTS)
+def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
+    if isinstance(x, nt.Array) and x.dtype == nt.float32:
+        return lambda x, w, out, groups: _pointwise_batched(x, w, out, groups)
+
+    def by_blas(x, w, out, groups):  # type: ignore[no-untyped-def]
+        n, c, ih, iw = x.shape
+        o, cg = w.shape[0], w.shape[1]
+        og, P = o // groups, ih * iw
+        for n_ in range(n):
+            for g_ in range(groups):
+                at_x, at_out = (n_ * c + g_ * cg) * P, (n_ * o + g_ * og) * P
+                gemm(w, g_ * og * cg, cg, x, at_x, P, out, at_out, P, og, P, cg, 0.0)
+
+    return by_blas
 
 
 @nb.njit(**_OPTS)
@@ -378,14 +364,73 @@ def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
             of[dst + q_] = acc[src + q_]
 
 
+# -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
+
+# A method's job (int64): its length (22), x, w, out, the dims of x (4), of w (4), of out's
+# plane (2), groups, sh, sw, dh, dw, pt, pl.
+_JOB = 22
+
+
+@nb.njit(**_OPTS)
+def _operands(data, like):  # type: ignore[no-untyped-def]
+    """A method's arrays and its job, from a task's ``data``."""
+    job = parfor.job(data)
+    x = parfor.array_at(job[1], (job[4], job[5], job[6], job[7]), like)
+    w = parfor.array_at(job[2], (job[8], job[9], job[10], job[11]), like)
+    out = parfor.array_at(job[3], (job[4], job[8], job[12], job[13]), like)
+    return x, w, out, job
+
+
+def _pointwise_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _pointwise(x, w, out, job[14])
+
+
+def _strided_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _strided_pointwise(x, w, out, job[14], job[15], job[16])
+
+
+def _depthwise_method_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+
+
+def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _taps_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+
+
+def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+
+
+for _name, _task in (
+    ("conv2d_pointwise", _pointwise_task),
+    ("conv2d_strided", _strided_task),
+    ("conv2d_depthwise", _depthwise_method_task),
+    ("conv2d_taps", _taps_task),
+    ("conv2d_im2col", _im2col_task),
+):
+    parfor.export_task(_name, _task)
+_call_pointwise = parfor.caller("conv2d_pointwise")
+_call_strided = parfor.caller("conv2d_strided")
+_call_depthwise = parfor.caller("conv2d_depthwise")
+_call_taps = parfor.caller("conv2d_taps")
+_call_im2col = parfor.caller("conv2d_im2col")
+
+
 @nb.njit(**_OPTS)
 def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
 
-    The method by shape: 1x1 unpadded convolutions are GEMMs on the operands (`_pointwise`,
-    `_strided_pointwise` on the subsampled input); one input channel per group runs direct
-    loops (`_depthwise`); float32 ones with wide enough rows read their taps in place
-    (`_by_sgemm`); the rest im2col from the input's stride phases (`_im2col_gemm`).
+    The method by shape, each a task of its own built when first run (a model builds the
+    methods its convolutions take): 1x1 unpadded convolutions are GEMMs on the operands
+    (`_pointwise`, `_strided_pointwise` on the subsampled input); one input channel per
+    group runs direct loops (`_depthwise`); float32 ones with rows of `TAPS_MIN_WIDTH` or
+    more and some depth read their taps in place (`_taps_gemm`); the rest im2col from the
+    input's stride phases (`_im2col_gemm`).
     """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
@@ -393,15 +438,20 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     if n * o * oh * ow == 0:
         return True
+    job = np.array((_JOB, parfor.address(x), parfor.address(w), parfor.address(out),
+                    n, x.shape[1], x.shape[2], x.shape[3], o, cg, kh, kw, oh, ow,
+                    groups, sh, sw, dh, dw, pt, pl, 0), dtype=np.int64)  # fmt: skip
     if kh == 1 and kw == 1 and pt == 0 and pl == 0 and pb == 0 and pr == 0:
         if sh == 1 and sw == 1:
-            _pointwise(x, w, out, groups)
+            _call_pointwise(x, job)
         else:
-            _strided_pointwise(x, w, out, groups, sh, sw)
+            _call_strided(x, job)
     elif cg == 1:
-        _depthwise(x, w, out, sh, sw, dh, dw, pt, pl)
-    elif not _by_sgemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):
-        _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
+        _call_depthwise(x, job)
+    elif sgemm.applies(x) and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
+        _call_taps(x, job)
+    else:
+        _call_im2col(x, job)
     return True
 
 

@@ -24,7 +24,8 @@ be (a strided read is not one):
 - when the output keeps few of the positions a run would compute (global-like windows), window
   by window.
 
-Large pools are split by channels over threads (`rvm.kernels.parfor`). The output
+Max and average pools are tasks of their own (`rvm.kernels.parfor`), each built when first
+run; large pools are split by channels over threads. The output
 size is checked against the geometry before any memory is touched (ValueError).
 """
 
@@ -285,35 +286,44 @@ def _planes(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[n
     _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window)
 
 
-@nb.njit(**_OPTS)
-def _range(x, out, lo, hi, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad):  # type: ignore[no-untyped-def]
-    """Channels ``lo`` to ``hi`` (flat n * c index) of the pools."""
-    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
-    window = (kh, kw, sh, sw, dh, dw, pt, pl)
-    if is_max:  # maxima in the input's dtype, sums in float64
-        _planes(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
-    else:
-        rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
-        cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
-        _planes(x, out, lo, hi, _scales(oh, ow, rows, cols), False, window, np.float64)
-
-
 _JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
 
 
-def _task(k, like, data):  # type: ignore[no-untyped-def]
-    """One chunk of channels of a pool split over threads (`rvm.kernels.parfor`)."""
+@nb.njit(**_OPTS)
+def _chunk(k, like, data):  # type: ignore[no-untyped-def]
+    """A task's arrays, channels ``lo`` to ``hi`` (flat n * c index) of chunk ``k``, and its
+    window (kh, kw, sh, sw, dh, dw, pt, pl), from the job at ``data``."""
     job = parfor.job(data)
     n, c, ih, iw, oh, ow = job[3], job[4], job[5], job[6], job[7], job[8]
     x = parfor.array_at(job[1], (n, c, ih, iw), like)
     out = parfor.array_at(job[2], (n, c, oh, ow), like)
-    f = job[9:21]
     lo, hi = k * n * c // job[21], (k + 1) * n * c // job[21]
-    _range(x, out, lo, hi, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11])
+    return x, out, lo, hi, (job[10], job[11], job[12], job[13], job[14], job[15], job[16], job[17])
 
 
-parfor.export_task("pool2d", _task)
-_run = parfor.runner("pool2d")
+def _max_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Chunk ``k`` of the channels of a max pool (maxima in the input's dtype)."""
+    x, out, lo, hi, window = _chunk(k, like, data)
+    _planes(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+
+
+def _avg_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Chunk ``k`` of the channels of an average pool (sums in float64)."""
+    x, out, lo, hi, window = _chunk(k, like, data)
+    job = parfor.job(data)
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    rows = _counts(oh, ih, kh, sh, dh, pt, job[18], job[20])
+    cols = _counts(ow, iw, kw, sw, dw, pl, job[19], job[20])
+    _planes(x, out, lo, hi, _scales(oh, ow, rows, cols), False, window, np.float64)
+
+
+# Max and average pools are tasks of their own, each built when first run and called once in
+# the calling thread (`rvm.kernels.parfor.caller`) or once per chunk on the pool when large.
+parfor.export_task("pool2d_max", _max_task)
+parfor.export_task("pool2d_avg", _avg_task)
+_run_max, _call_max = parfor.runner("pool2d_max"), parfor.caller("pool2d_max")
+_run_avg, _call_avg = parfor.runner("pool2d_avg"), parfor.caller("pool2d_avg")
 
 
 @nb.njit(**_OPTS)
@@ -328,14 +338,21 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return False
     if n * c * oh * ow == 0:
         return True
-    flags = (is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad)
     chunks = min(parfor.threads(), n * c)
-    if chunks < 2 or n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
-        _range(x, out, 0, n * c, *flags)
-        return True
-    job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow,
-                    *flags, chunks), dtype=np.int64)  # fmt: skip
-    _run(x, chunks, job)
+    if n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
+        chunks = 1
+    job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow, is_max,
+                    kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad, chunks),
+                   dtype=np.int64)  # fmt: skip
+    if chunks < 2:
+        if is_max:
+            _call_max(x, job)
+        else:
+            _call_avg(x, job)
+    elif is_max:
+        _run_max(x, chunks, job)
+    else:
+        _run_avg(x, chunks, job)
     return True
 
 
