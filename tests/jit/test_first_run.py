@@ -60,16 +60,17 @@ def _child(caches: Path, *sizes: int) -> dict:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
 def test_a_pool_task_is_built_when_a_loop_first_splits(tmp_path: Path) -> None:
-    """Importing the GEMM builds no task and a small product runs without one; a large one
-    builds its dtype's task at its first run, in a process that compiled the kernel and in
-    one that loaded it from the cache (whose object code links without the task)."""
+    """Importing the GEMM builds no task and a product of two rows (a row loop, no GEMM) runs
+    without one; a GEMM builds its dtype's task at its first run (the product's code, split
+    on the pool or not), in a process that compiled the kernel and in one that loaded it from
+    the cache (whose object code links without the task)."""
     gemm = [["gemm", "float32"]]
     caches = tmp_path / "caches"
-    first = _child(caches, 8, 512)
-    assert first == {"import": [], "8": [], "512": gemm}
+    first = _child(caches, 2, 512)
+    assert first == {"import": [], "2": [], "512": gemm}
     again = _child(caches, 512)  # the kernel cached, the task too: loaded at the first split
     assert again == {"import": [], "512": gemm}
     other = tmp_path / "kernel-only" / "caches"
     other.parent.mkdir()
-    _child(other, 8)  # caches the kernel, not the task
+    _child(other, 2)  # caches the kernel, not the task
     assert _child(other, 512) == {"import": [], "512": gemm}  # the task built at its first run

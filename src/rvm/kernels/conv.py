@@ -40,6 +40,7 @@ from numba.extending import overload
 from rvm.kernels import entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
@@ -54,14 +55,14 @@ TAPS_MIN_WIDTH = 12
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _out_size(size, kern, stride, dil, lo, hi):  # type: ignore[no-untyped-def]
     """The output size along one spatial axis (-1 when the kernel is larger than the input)."""
     span = size + lo + hi - dil * (kern - 1) - 1
     return -1 if span < 0 else span // stride + 1
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """Whether the operands' channels, groups, batch and output size agree with the geometry
     (the loops rely on it)."""
@@ -78,7 +79,7 @@ def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
     )
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
     """The zero-padded channels of image ``n_``, group ``g_`` split into their stride phases
     (`rvm.kernels.planes.padded_phases`), channel after channel in ``ph``."""
@@ -88,7 +89,7 @@ def _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
         padded_phases(xf, at_x, ih, iw, ph[c_ * size :], sh, sw, hq, wq, hp, wp, pt, pl)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-untyped-def]
     """Column block ``col[:, :(p1 - p0) * ow]``: the windows of output rows [p0, p1), tap
     rows in (channel, tap) order, each output row one unit-stride run of the phases ``ph``
@@ -111,7 +112,7 @@ def _im2col(product):  # type: ignore[no-untyped-def]
     input of each (image, group) is split into its zero-padded stride phases once, so every
     tap of every output row is a unit-stride run of them (`rvm.kernels.planes`)."""
 
-    @nb.njit(**_OPTS)
+    @jit(**_OPTS)
     def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
@@ -147,7 +148,7 @@ def _im2col(product):  # type: ignore[no-untyped-def]
     return conv
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
     """The block's product straight into the output's columns (row stride P), by BLAS."""
     o = y.shape[1]
@@ -155,7 +156,7 @@ def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-un
     gemm(wm, g_ * og * K, K, col, 0, col.shape[1], y, at, P, og, pe_ - pb_, K, 0.0)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
     """np.dot of contiguous operands into a temporary, copied into the output."""
     tmp = np.empty((og, pe_ - pb_), dtype=y.dtype)
@@ -167,7 +168,7 @@ _im2col_gemm = _im2col(_gemm_product)
 conv2d_dot_unchecked = _im2col(_dot_product)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
@@ -220,7 +221,7 @@ def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
     return by_blas
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
     """`_pointwise` for float32 as one batched GEMM over the (image, group) pairs, whose
     pieces the pool takes pair by pair when each product is small (shufflenet's groups)."""
@@ -233,7 +234,7 @@ def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
                   og * cg, cg * P, og * P)  # fmt: skip
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
     """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
     every sw-th column), then one GEMM per (image, group) as `_pointwise`."""
@@ -254,7 +255,7 @@ def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-de
     _pointwise(xs, w, out, groups)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
     channel per group (depthwise, any channel multiplier): each plane is copied into a
@@ -301,7 +302,7 @@ parfor.export_task("conv2d", _depthwise_task)
 _run_depthwise = parfor.runner("conv2d")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`_depthwise_range` over every input plane, in chunks of planes on the pool when large."""
     n, c, ih, iw = x.shape
@@ -316,7 +317,7 @@ def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-de
     _run_depthwise(x, chunks, job)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _weighted_taps(flat, starts, wf, at_w, acc, run):  # type: ignore[no-untyped-def]
     """``acc[:run]`` = the sum over the taps t of ``wf[at_w + t]`` times the run of ``flat``
     at ``starts[t]``, three taps per pass over ``acc`` (a pass per tap reads and writes it
@@ -354,7 +355,7 @@ def _weighted_taps(flat, starts, wf, at_w, acc, run):  # type: ignore[no-untyped
         first = False
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
     """The first ``ow`` of every ``wq`` elements of ``acc`` to ``of[at:]`` (the output plane
     without the wrap-around columns); unsigned indices, as in `rvm.kernels.planes`."""
@@ -371,7 +372,7 @@ def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
 _JOB = 22
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _operands(data, like):  # type: ignore[no-untyped-def]
     """A method's arrays and its job, from a task's ``data``."""
     job = parfor.job(data)
@@ -421,7 +422,7 @@ _call_taps = parfor.caller("conv2d_taps")
 _call_im2col = parfor.caller("conv2d_im2col")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
 
@@ -484,7 +485,7 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d` by im2col and ``np.dot`` (where NumPy's BLAS is not reachable)."""
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):

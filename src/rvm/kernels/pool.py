@@ -35,12 +35,13 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, parfor
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def out_size(size, kern, stride, dil, lo, hi, ceil_mode):  # type: ignore[no-untyped-def]
     """The pooled size along one axis (-1 when the window is larger than the input)."""
     span = size + lo + hi - dil * (kern - 1) - 1
@@ -52,7 +53,7 @@ def out_size(size, kern, stride, dil, lo, hi, ceil_mode):  # type: ignore[no-unt
     return o - 1 if (o - 1) * stride >= size + lo else o
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignore[no-untyped-def]
     """Per output position along one axis: how many of its window's taps count."""
     low, high = (-lo, size + hi) if include_pad else (0, size)
@@ -65,7 +66,7 @@ def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignor
     return counts
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _scales(oh, ow, rows, cols):  # type: ignore[no-untyped-def]
     """Per output position (p, q), flat: what its window's sum is multiplied by to make the
     average, 1 / (rows[p] * cols[q]) (`_counts`; 1 for a window with nothing to count)."""
@@ -76,7 +77,7 @@ def _scales(oh, ow, rows, cols):  # type: ignore[no-untyped-def]
     return scale
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore[no-untyped-def]
     """``line[pl:pl + iw]`` = the max (``is_max``) or the sum, column by column, of the input
     rows of output row ``p_``'s windows in the (ih, iw) channel at ``at`` of ``xf``; the
@@ -102,7 +103,7 @@ def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore
             line[dst + c] = -np.inf if is_max else 0.0
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
     """``acc[s]`` = the max or the sum of ``line[s + j * dw]`` over the taps j, for s < n:
     every window start, ``sw`` of them apart from 0."""
@@ -118,7 +119,7 @@ def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
                 acc[s] += line[s + off]
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _emit_row(of, dst, acc, src, step, ow, scale, at_s, is_max):  # type: ignore[no-untyped-def]
     """Output row at ``dst`` of ``of`` = ``acc[src + q * step]`` for q < ow (averages
     multiplied by ``scale[at_s + q]``)."""
@@ -131,7 +132,7 @@ def _emit_row(of, dst, acc, src, step, ow, scale, at_s, is_max):  # type: ignore
             of[dst + q_] = acc[src + q_ * step] * scale[at_s + q_]
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _separable(x, out, lo, hi, line, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi`` (flat n * c index), output row by output row: the window rows
     reduced column by column into ``line`` (its first ``pl`` and its last entries hold the
@@ -148,7 +149,7 @@ def _separable(x, out, lo, hi, line, acc, scale, is_max, window):  # type: ignor
             _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, scale, p_ * ow, is_max)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _max_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
     """``acc[:run]`` = the maximum over the taps t of the run of ``flat`` at ``starts[t]``,
     three taps per pass over ``acc`` (a pass per tap reads and writes it three times as
@@ -167,7 +168,7 @@ def _max_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
                 acc[r_] = np.maximum(acc[r_], m)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _sum_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
     """``acc[:run]`` = the sum over the taps t of the run of ``flat`` at ``starts[t]``, three
     taps per pass over ``acc``, in ``acc``'s dtype."""
@@ -187,7 +188,7 @@ def _sum_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
             acc[r_] = v
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi``, ``k`` at a time: each copied into its padded plane split by
     the strides (`rvm.kernels.planes`), the ``k`` planes stacked in each phase of
@@ -225,7 +226,7 @@ def _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window):  # typ
                 dst += U(ow)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _direct(x, out, lo, hi, scale, is_max, acc0, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi``, window by window (``acc0``: a zero of the accumulator's
     dtype): for outputs much smaller than their windows' span (global-like pools), where a
@@ -262,7 +263,7 @@ per-row loops are too short, and the strided copy of `_phased` costs less (3x3 s
 pools on one thread broke even between 56 and 111 columns)."""
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _planes(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_separable` for a
     column stride above 1 on wide inputs (it reads the input in place, where splitting it by
@@ -289,7 +290,7 @@ def _planes(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[n
 _JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _chunk(k, like, data):  # type: ignore[no-untyped-def]
     """A task's arrays, channels ``lo`` to ``hi`` (flat n * c index) of chunk ``k``, and its
     window (kh, kw, sh, sw, dh, dw, pt, pl), from the job at ``data``."""
@@ -326,7 +327,7 @@ _run_max, _call_max = parfor.runner("pool2d_max"), parfor.caller("pool2d_max")
 _run_avg, _call_avg = parfor.runner("pool2d_avg"), parfor.caller("pool2d_avg")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
     """`pool2d`'s work, over channels split between threads when it is large; False when the
     shapes disagree with the geometry."""
