@@ -239,7 +239,7 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
     job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, c.itemsize
     if parts == 1:  # the whole product, in this thread
-        _call_gemm(c, job)
+        _call_gemm(c, 0, job)
     else:
         _run_gemm(c, parts, job)
 
@@ -275,6 +275,7 @@ def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
 
 parfor.export_task("gemm_segments", _segments_task)
 _run_segments = parfor.runner("gemm_segments")
+_call_segments = parfor.caller("gemm_segments")  # unsplit: the code built once, as `_call_gemm`
 
 
 @jit(**_OPTS)
@@ -342,7 +343,7 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     pieces = batches * m_parts * s_parts
     if pieces == 1 or parts == 1:
         for p in range(pieces):
-            _segments_piece(p, job)
+            _call_segments(c, p, job)
     else:
         _run_segments(c, pieces, job)
 

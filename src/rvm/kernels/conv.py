@@ -444,15 +444,15 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
                     groups, sh, sw, dh, dw, pt, pl, 0), dtype=np.int64)  # fmt: skip
     if kh == 1 and kw == 1 and pt == 0 and pl == 0 and pb == 0 and pr == 0:
         if sh == 1 and sw == 1:
-            _call_pointwise(x, job)
+            _call_pointwise(x, 0, job)
         else:
-            _call_strided(x, job)
+            _call_strided(x, 0, job)
     elif cg == 1:
-        _call_depthwise(x, job)
+        _call_depthwise(x, 0, job)
     elif sgemm.applies(x) and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
-        _call_taps(x, job)
+        _call_taps(x, 0, job)
     else:
-        _call_im2col(x, job)
+        _call_im2col(x, 0, job)
     return True
 
 

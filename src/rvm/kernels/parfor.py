@@ -16,8 +16,9 @@ runs in the calling thread).
   (`job(data)` reads it; ``like`` is a null pointer typed by the dtype, for `array_at`);
 - `runner(name)` is the intrinsic ``run(x, chunks, job)`` that runs the task of ``x``'s
   dtype once per chunk, ``chunks`` of them, on the pool;
-- `caller(name)` is the intrinsic ``call(x, job)`` that runs the task of ``x``'s dtype once
-  (chunk 0) in the calling thread: a library function's methods, each built when first run;
+- `caller(name)` is the intrinsic ``call(x, chunk, job)`` that runs one chunk of the task of
+  ``x``'s dtype in the calling thread: a library function's methods, each built when first
+  run, and code several functions share (the GEMM's), built once;
 - `threads()` is how many chunks to cut: the pool's threads (the caller and its helpers),
   or 1 with splitting off (`enable`; the environment variable ``RVM_SPLIT_LOOPS=0`` starts
   it off);
@@ -202,14 +203,17 @@ def runner(name: str):  # type: ignore[no-untyped-def]
 
 
 def caller(name: str):  # type: ignore[no-untyped-def]
-    """The intrinsic ``call(x, job)``: task ``name`` of ``x``'s dtype as chunk 0, once, in the
-    calling thread; ``job`` (int64, 1-d, C) is its data. A library function splits its
-    methods into tasks called so, and each is built when first run (a model's first run
-    builds the methods its shapes take, not every method the function has)."""
+    """The intrinsic ``call(x, chunk, job)``: chunk ``chunk`` of task ``name`` of ``x``'s
+    dtype, in the calling thread; ``job`` (int64, 1-d, C) is its data. A library function
+    splits its methods into tasks called so, and each is built when first run (a model's
+    first run builds the methods its shapes take, not every method the function has), and
+    code that several call (the GEMM) is built once, as a task, not into each of them."""
 
     @intrinsic
-    def call(typingctx, x, job):  # type: ignore[no-untyped-def]
+    def call(typingctx, x, chunk, job):  # type: ignore[no-untyped-def]
         if not (isinstance(x, nt.Array) and str(x.dtype) in DTYPES):
+            return None
+        if not isinstance(chunk, nt.Integer):
             return None
         if not (isinstance(job, nt.Array) and job.dtype == nt.int64 and job.layout == "C"):
             return None
@@ -217,14 +221,15 @@ def caller(name: str):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             i64 = ir.IntType(64)
             like = context.get_value_type(nt.CPointer(x.dtype))
-            jb = context.make_array(job)(context, builder, args[1])
+            jb = context.make_array(job)(context, builder, args[2])
             task = _task_address(builder, slot_symbol(name, str(x.dtype)))
             fnty = ir.FunctionType(ir.VoidType(), [i64, like, jb.data.type])
             fn = builder.inttoptr(task, fnty.as_pointer())
-            builder.call(fn, [i64(0), ir.Constant(like, None), jb.data])
+            k = context.cast(builder, args[1], chunk, nt.int64)
+            builder.call(fn, [k, ir.Constant(like, None), jb.data])
             return context.get_dummy_value()
 
-        return nt.void(x, job), codegen
+        return nt.void(x, chunk, job), codegen
 
     return call
 

@@ -347,9 +347,9 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
                    dtype=np.int64)  # fmt: skip
     if chunks < 2:
         if is_max:
-            _call_max(x, job)
+            _call_max(x, 0, job)
         else:
-            _call_avg(x, job)
+            _call_avg(x, 0, job)
     elif is_max:
         _run_max(x, chunks, job)
     else:
