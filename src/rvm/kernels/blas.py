@@ -225,6 +225,7 @@ _run_gemm = parfor.runner("gemm")
 # not compiled again into every kernel calling `matmul` or `gemm_split`.
 _call_gemm = parfor.caller("gemm")
 _run_gemv = parfor.runner("gemv")
+_call_gemv = parfor.caller("gemv")
 
 
 @jit(**_OPTS)
@@ -365,13 +366,13 @@ def _gemv(trans, a, lda, rows, cols, x, ix, y, iy):  # type: ignore[no-untyped-d
     outputs = cols if trans == TRANS else rows
     parts, step = _pieces(outputs, rows * cols, SPLIT_MIN_GEMV)
     pa, px, py = address(a, 0), address(x, ix), address(y, iy)
-    if parts == 1:
-        cblas.gemv(a, trans, rows, cols, pa, lda, px, py)
-        return
     job = np.empty(_GEMV_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _GEMV_JOB, trans, pa, lda, rows
     job[5], job[6], job[7], job[8], job[9] = cols, px, py, step, a.itemsize
-    _run_gemv(a, parts, job)
+    if parts == 1:  # the whole product, in this thread (the task's code, built once)
+        _call_gemv(a, 0, job)
+    else:
+        _run_gemv(a, parts, job)
 
 
 # Fewer rows than this multiply without GEMM, whose packing of B is a fixed cost (single
