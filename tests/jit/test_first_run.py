@@ -1,4 +1,5 @@
-"""The first run builds only the library code it needs: pool tasks when a loop first splits."""
+"""The first run builds only the library code it needs: pool tasks when a loop first splits,
+a convolution's methods when a shape first takes them."""
 
 from __future__ import annotations
 
@@ -60,16 +61,77 @@ def _child(caches: Path, *sizes: int) -> dict:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
 def test_a_pool_task_is_built_when_a_loop_first_splits(tmp_path: Path) -> None:
-    """Importing the GEMM builds no task and a small product runs without one; a large one
-    builds its dtype's task at its first run, in a process that compiled the kernel and in
-    one that loaded it from the cache (whose object code links without the task)."""
+    """Importing the GEMM builds no task and a product of two rows (a row loop, no GEMM) runs
+    without one; a GEMM builds its dtype's task at its first run (the product's code, split
+    on the pool or not), in a process that compiled the kernel and in one that loaded it from
+    the cache (whose object code links without the task)."""
     gemm = [["gemm", "float32"]]
     caches = tmp_path / "caches"
-    first = _child(caches, 8, 512)
-    assert first == {"import": [], "8": [], "512": gemm}
+    first = _child(caches, 2, 512)
+    assert first == {"import": [], "2": [], "512": gemm}
     again = _child(caches, 512)  # the kernel cached, the task too: loaded at the first split
     assert again == {"import": [], "512": gemm}
     other = tmp_path / "kernel-only" / "caches"
     other.parent.mkdir()
-    _child(other, 8)  # caches the kernel, not the task
+    _child(other, 2)  # caches the kernel, not the task
     assert _child(other, 512) == {"import": [], "512": gemm}  # the task built at its first run
+
+
+CONV_CHILD = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    from rvm.kernels import conv, parfor
+
+    def reference(x, w, stride, pad, groups):
+        n, c, h, wd = x.shape
+        o, cg, kh, kw = w.shape
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+        out = np.zeros((n, o, oh, ow))
+        for oc in range(o):
+            g = oc // (o // groups)
+            for i in range(kh):
+                for j in range(kw):
+                    rows = slice(i, i + stride * oh, stride)
+                    cols = slice(j, j + stride * ow, stride)
+                    win = xp[:, g * cg:(g + 1) * cg, rows, cols]
+                    out[:, oc] += np.einsum("nchw,c->nhw", win, w[oc, :, i, j])
+        return out
+
+    rng = np.random.default_rng(0)
+    seen = {}
+    for name, xs, ws, stride, pad, groups in (
+        ("pointwise", (1, 8, 5, 5), (4, 8, 1, 1), 1, 0, 1),
+        ("depthwise", (1, 4, 6, 6), (4, 1, 3, 3), 1, 1, 4),
+    ):
+        x = rng.standard_normal(xs).astype("float32")
+        w = rng.standard_normal(ws).astype("float32")
+        ref = reference(x, w, stride, pad, groups)
+        out = np.empty(ref.shape, dtype=np.float32)
+        conv.conv2d(x, w, out, groups, stride, stride, 1, 1, pad, pad, pad, pad)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+        seen[name] = [t for t, _ in parfor.required_tasks() if t.startswith("conv2d")]
+    print(json.dumps(seen))
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
+def test_a_convolution_builds_only_the_methods_its_shapes_take(tmp_path: Path) -> None:
+    """conv2d's entry point is the checks and the choice of method; each method is built when
+    a convolution first takes it: a pointwise one builds the pointwise method alone, a
+    depthwise one adds its own (never the im2col, strided or taps methods)."""
+    script = tmp_path / "child.py"
+    script.write_text(CONV_CHILD)
+    env = dict(os.environ)
+    env["RVM_CACHE_DIR"] = str(tmp_path / "caches" / "rvm")
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "caches" / "numba")
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "pointwise": ["conv2d_pointwise"],
+        "depthwise": ["conv2d_depthwise", "conv2d_pointwise"],
+    }

@@ -35,11 +35,14 @@ lowering then uses ``np.dot``.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba.core import types as nt
+from numba.extending import intrinsic
 
 from rvm.kernels import cblas, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
+from rvm.kernels.jitting import jit
 
 __all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul"]
 
@@ -57,7 +60,7 @@ PIECES_PER_THREAD = 4
 SPLIT_MIN_GEMV = 1 << 16
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _extent(start, rows, cols, ld, size):  # type: ignore[no-untyped-def]
     """Whether a rows x cols window at ``start`` with row stride ``ld`` fits in ``size``."""
     if rows == 0 or cols == 0:
@@ -65,7 +68,7 @@ def _extent(start, rows, cols, ld, size):  # type: ignore[no-untyped-def]
     return start >= 0 and cols <= ld and start + (rows - 1) * ld + cols <= size
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k):  # type: ignore[no-untyped-def]
     if not (
         _extent(ia, m, k, lda, a.size)
@@ -75,7 +78,7 @@ def _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k):  # type: ignore
         raise IndexError("gemm: a matrix window lies outside its array")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _scale(c, ic, ldc, m, n, beta):  # type: ignore[no-untyped-def]
     """``C = beta * C`` (a product of depth 0)."""
     flat = c.reshape(c.size)
@@ -84,7 +87,7 @@ def _scale(c, ic, ldc, m, n, beta):  # type: ignore[no-untyped-def]
             flat[ic + i * ldc + j] *= beta
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
     """What `gemm` and `gemm_split` do before multiplying: type and bound checks, and an empty
     product done (depth 0 scales C); True when a product of m, n, k > 0 is left."""
@@ -98,7 +101,7 @@ def _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: i
     return True
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[no-untyped-def]
     """``C = A @ op(B) + beta * C`` on addresses in the calling thread, m, n, k > 0: rvm's
     own kernel (`rvm.kernels.sgemm`) for float32 with B as it is and beta 0 or 1,
@@ -109,7 +112,7 @@ def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[n
         cblas.gemm(like, NO_TRANS, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
     """``C[m, n] = A[m, k] @ B[k, n] + beta * C`` on strided windows of flat arrays, one BLAS
     call in the calling thread."""
@@ -119,25 +122,39 @@ def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-
     _product(c, NO_TRANS, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def blas_threads():  # type: ignore[no-untyped-def]
     """How many threads `gemm_split` spreads a product over: the pool's (the caller and its
     helpers)."""
     return workpool.threads()
 
 
-@nb.njit(**_OPTS)
-def _bits(value):  # type: ignore[no-untyped-def]
+@intrinsic
+def _bits(typingctx, value):  # type: ignore[no-untyped-def]
     """The int64 bits of ``value`` as a float64 (how a job carries a float)."""
-    return np.array([value], dtype=np.float64).view(np.int64)[0]
+    if not isinstance(value, (nt.Float, nt.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        as_double = context.cast(builder, args[0], value, nt.float64)
+        return builder.bitcast(as_double, ir.IntType(64))
+
+    return nt.int64(value), codegen
 
 
-@nb.njit(**_OPTS)
-def _float(bits):  # type: ignore[no-untyped-def]
-    return np.array([bits], dtype=np.int64).view(np.float64)[0]
+@intrinsic
+def _float(typingctx, bits):  # type: ignore[no-untyped-def]
+    """The float64 whose bits are the int64 ``bits`` (`_bits` back)."""
+    if not isinstance(bits, nt.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(context.cast(builder, args[0], bits, nt.int64), ir.DoubleType())
+
+    return nt.float64(bits), codegen
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _parts(work, min_work):  # type: ignore[no-untyped-def]
     """How many pieces a product of ``work`` is worth: up to `PIECES_PER_THREAD` per thread,
     each of ``min_work`` at least; 1 with one thread, too little work or a busy pool."""
@@ -147,7 +164,7 @@ def _parts(work, min_work):  # type: ignore[no-untyped-def]
     return min(PIECES_PER_THREAD * threads, work // min_work)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _pieces(side, work, min_work):  # type: ignore[no-untyped-def]
     """(pieces, step): how to cut ``side`` rows or columns of a product of ``work`` into
     pieces of at least ``min_work`` each, up to `PIECES_PER_THREAD` per thread, steps of
@@ -203,24 +220,29 @@ def _gemv_task(p, like, data):  # type: ignore[no-untyped-def]
 parfor.export_task("gemm", _gemm_task)
 parfor.export_task("gemv", _gemv_task)
 _run_gemm = parfor.runner("gemm")
+# An unsplit product runs the task too, in the calling thread: the code of the GEMM (rvm's
+# own float32 kernel, `rvm.kernels.sgemm`) is then built once, as the task, when first run,
+# not compiled again into every kernel calling `matmul` or `gemm_split`.
+_call_gemm = parfor.caller("gemm")
 _run_gemv = parfor.runner("gemv")
+_call_gemv = parfor.caller("gemv")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
     """``C = A @ op(B) + beta * C`` (``tb``: B's CBLAS transpose enum), cut into pieces on the
     pool when large (`_pieces`); no checks, m, n, k > 0."""
     along_n = n >= m
     parts, step = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
-    if parts == 1:
-        _product(c, tb, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
-        return
     job = np.empty(_GEMM_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
     job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, c.itemsize
-    _run_gemm(c, parts, job)
+    if parts == 1:  # the whole product, in this thread
+        _call_gemm(c, 0, job)
+    else:
+        _run_gemm(c, parts, job)
 
 
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
@@ -232,7 +254,7 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
 _SEGMENTS_JOB = 23
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
     segments."""
@@ -254,9 +276,10 @@ def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
 
 parfor.export_task("gemm_segments", _segments_task)
 _run_segments = parfor.runner("gemm_segments")
+_call_segments = parfor.caller("gemm_segments")  # unsplit: the code built once, as `_call_gemm`
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
     """Whether every one of B's ``k`` rows (at ``table[r]``, or ``r * ldb`` with no table)
     plus ``[lo, hi)`` lies in ``size`` elements."""
@@ -268,7 +291,7 @@ def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
     return True
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
                   batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
@@ -321,12 +344,12 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     pieces = batches * m_parts * s_parts
     if pieces == 1 or parts == 1:
         for p in range(pieces):
-            _segments_piece(p, job)
+            _call_segments(c, p, job)
     else:
         _run_segments(c, pieces, job)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
     """`gemm`, cut along its longer output side into pieces that run at once on the pool,
     one single-threaded BLAS call each (with one thread, a busy pool or pieces below
@@ -336,20 +359,20 @@ def gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     _split(NO_TRANS, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _gemv(trans, a, lda, rows, cols, x, ix, y, iy):  # type: ignore[no-untyped-def]
     """``y[iy:] = op(A) @ x[ix:]`` for the rows x cols matrix at the start of ``a``, cut
     along the outputs into pieces on the pool when large; no checks, rows, cols > 0."""
     outputs = cols if trans == TRANS else rows
     parts, step = _pieces(outputs, rows * cols, SPLIT_MIN_GEMV)
     pa, px, py = address(a, 0), address(x, ix), address(y, iy)
-    if parts == 1:
-        cblas.gemv(a, trans, rows, cols, pa, lda, px, py)
-        return
     job = np.empty(_GEMV_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _GEMV_JOB, trans, pa, lda, rows
     job[5], job[6], job[7], job[8], job[9] = cols, px, py, step, a.itemsize
-    _run_gemv(a, parts, job)
+    if parts == 1:  # the whole product, in this thread (the task's code, built once)
+        _call_gemv(a, 0, job)
+    else:
+        _run_gemv(a, parts, job)
 
 
 # Fewer rows than this multiply without GEMM, whose packing of B is a fixed cost (single
@@ -358,7 +381,7 @@ def _gemv(trans, a, lda, rows, cols, x, ix, y, iy):  # type: ignore[no-untyped-d
 SMALL_ROWS = 4
 
 
-@nb.njit(nogil=True, cache=True, fastmath={"contract", "reassoc", "nsz"})
+@jit(nogil=True, cache=True, fastmath={"contract", "reassoc", "nsz"})
 def _rows_axpy(a, b, out):  # type: ignore[no-untyped-def]
     """``out = a @ b`` for a few rows of ``a``: B streams through once, four rows of B per
     pass, each pass adding into the output rows (which stay in L1); the inner loop runs
@@ -379,7 +402,7 @@ def _rows_axpy(a, b, out):  # type: ignore[no-untyped-def]
                 out[i, j] += a0 * b[p, j]
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
     """``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d C-contiguous arrays.
 

@@ -18,6 +18,11 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
+Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
+first takes it: the entry point itself is only the checks and the choice, seconds less to
+build, and a model builds the methods its shapes take (a CNN without depthwise convolutions
+never builds that one), each once, not nested in the others' code.
+
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
 oh, ow); ``pt``, ``pl``, ``pb``, ``pr`` are the top, left, bottom and right padding. Both
 entry points check that channels, groups, batch and output size agree with the geometry before
@@ -32,9 +37,10 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import entry, parfor
+from rvm.kernels import entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
@@ -49,14 +55,14 @@ TAPS_MIN_WIDTH = 12
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _out_size(size, kern, stride, dil, lo, hi):  # type: ignore[no-untyped-def]
     """The output size along one spatial axis (-1 when the kernel is larger than the input)."""
     span = size + lo + hi - dil * (kern - 1) - 1
     return -1 if span < 0 else span // stride + 1
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """Whether the operands' channels, groups, batch and output size agree with the geometry
     (the loops rely on it)."""
@@ -73,7 +79,7 @@ def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
     )
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
     """The zero-padded channels of image ``n_``, group ``g_`` split into their stride phases
     (`rvm.kernels.planes.padded_phases`), channel after channel in ``ph``."""
@@ -83,7 +89,7 @@ def _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
         padded_phases(xf, at_x, ih, iw, ph[c_ * size :], sh, sw, hq, wq, hp, wp, pt, pl)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-untyped-def]
     """Column block ``col[:, :(p1 - p0) * ow]``: the windows of output rows [p0, p1), tap
     rows in (channel, tap) order, each output row one unit-stride run of the phases ``ph``
@@ -106,7 +112,7 @@ def _im2col(product):  # type: ignore[no-untyped-def]
     input of each (image, group) is split into its zero-padded stride phases once, so every
     tap of every output row is a unit-stride run of them (`rvm.kernels.planes`)."""
 
-    @nb.njit(**_OPTS)
+    @jit(**_OPTS)
     def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
@@ -142,7 +148,7 @@ def _im2col(product):  # type: ignore[no-untyped-def]
     return conv
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
     """The block's product straight into the output's columns (row stride P), by BLAS."""
     o = y.shape[1]
@@ -150,7 +156,7 @@ def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-un
     gemm(wm, g_ * og * K, K, col, 0, col.shape[1], y, at, P, og, pe_ - pb_, K, 0.0)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
     """np.dot of contiguous operands into a temporary, copied into the output."""
     tmp = np.empty((og, pe_ - pb_), dtype=y.dtype)
@@ -162,7 +168,7 @@ _im2col_gemm = _im2col(_gemm_product)
 conv2d_dot_unchecked = _im2col(_dot_product)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
@@ -191,50 +197,31 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
                           1, 1, 0, 0, 0)  # fmt: skip
 
 
-def _by_sgemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """The float32 convolution by rvm's GEMM where it serves, True when it ran: a 1x1,
-    stride-1, unpadded one as one batched GEMM (`_pointwise_batched`), one with rows of
-    `TAPS_MIN_WIDTH` or more and some depth by its taps in place (`_taps_gemm`). Always
-    False for other dtypes, whose code never types those calls. Jitted code only."""
-    raise NotImplementedError("_by_sgemm is for jitted code")
-
-
-@overload(_by_sgemm, jit_options=_OPTS)
-def _by_sgemm_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    if not (isinstance(x, nt.Array) and x.dtype == nt.float32):
-        return lambda x, w, out, groups, sh, sw, dh, dw, pt, pl: False
-
-    def run(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-        kh, kw, oh, ow = w.shape[2], w.shape[3], out.shape[2], out.shape[3]
-        unpadded = pt == 0 and pl == 0 and oh == x.shape[2] and ow == x.shape[3]
-        if kh == 1 and kw == 1 and sh == 1 and sw == 1 and unpadded:
-            _pointwise_batched(x, w, out, groups)
-            return True
-        if ow < TAPS_MIN_WIDTH or w.shape[1] * kh * kw == 0:
-            return False
-        _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
-        return True
-
-    return run
-
-
-@nb.njit(**_OPTS)
 def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
-    """A 1x1, stride-1, unpadded convolution: one GEMM per (image, group) straight from the
-    input to the output, (og, cg) weight rows times the group's (cg, h * w) input rows; for
-    float32 one batched call (`_by_sgemm`)."""
-    if _by_sgemm(x, w, out, groups, 1, 1, 1, 1, 0, 0):
-        return
-    n, c, ih, iw = x.shape
-    o, cg = w.shape[0], w.shape[1]
-    og, P = o // groups, ih * iw
-    for n_ in range(n):
-        for g_ in range(groups):
-            at_x, at_out = (n_ * c + g_ * cg) * P, (n_ * o + g_ * og) * P
-            gemm(w, g_ * og * cg, cg, x, at_x, P, out, at_out, P, og, P, cg, 0.0)
+    """A 1x1, stride-1, unpadded convolution: for float32 one batched GEMM
+    (`_pointwise_batched`), else one GEMM per (image, group) straight from the input to the
+    output, (og, cg) weight rows times the group's (cg, h * w) input rows. Jitted code only."""
+    raise NotImplementedError("_pointwise is for jitted code")
 
 
-@nb.njit(**_OPTS)
+@overload(_pointwise, jit_options=_OPTS)
+def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
+    if isinstance(x, nt.Array) and x.dtype == nt.float32:
+        return lambda x, w, out, groups: _pointwise_batched(x, w, out, groups)
+
+    def by_blas(x, w, out, groups):  # type: ignore[no-untyped-def]
+        n, c, ih, iw = x.shape
+        o, cg = w.shape[0], w.shape[1]
+        og, P = o // groups, ih * iw
+        for n_ in range(n):
+            for g_ in range(groups):
+                at_x, at_out = (n_ * c + g_ * cg) * P, (n_ * o + g_ * og) * P
+                gemm(w, g_ * og * cg, cg, x, at_x, P, out, at_out, P, og, P, cg, 0.0)
+
+    return by_blas
+
+
+@jit(**_OPTS)
 def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
     """`_pointwise` for float32 as one batched GEMM over the (image, group) pairs, whose
     pieces the pool takes pair by pair when each product is small (shufflenet's groups)."""
@@ -247,7 +234,7 @@ def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
                   og * cg, cg * P, og * P)  # fmt: skip
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
     """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
     every sw-th column), then one GEMM per (image, group) as `_pointwise`."""
@@ -268,7 +255,7 @@ def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-de
     _pointwise(xs, w, out, groups)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
     channel per group (depthwise, any channel multiplier): each plane is copied into a
@@ -315,7 +302,7 @@ parfor.export_task("conv2d", _depthwise_task)
 _run_depthwise = parfor.runner("conv2d")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`_depthwise_range` over every input plane, in chunks of planes on the pool when large."""
     n, c, ih, iw = x.shape
@@ -330,7 +317,7 @@ def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-de
     _run_depthwise(x, chunks, job)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _weighted_taps(flat, starts, wf, at_w, acc, run):  # type: ignore[no-untyped-def]
     """``acc[:run]`` = the sum over the taps t of ``wf[at_w + t]`` times the run of ``flat``
     at ``starts[t]``, three taps per pass over ``acc`` (a pass per tap reads and writes it
@@ -368,7 +355,7 @@ def _weighted_taps(flat, starts, wf, at_w, acc, run):  # type: ignore[no-untyped
         first = False
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
     """The first ``ow`` of every ``wq`` elements of ``acc`` to ``of[at:]`` (the output plane
     without the wrap-around columns); unsigned indices, as in `rvm.kernels.planes`."""
@@ -378,14 +365,73 @@ def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
             of[dst + q_] = acc[src + q_]
 
 
-@nb.njit(**_OPTS)
+# -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
+
+# A method's job (int64): its length (22), x, w, out, the dims of x (4), of w (4), of out's
+# plane (2), groups, sh, sw, dh, dw, pt, pl.
+_JOB = 22
+
+
+@jit(**_OPTS)
+def _operands(data, like):  # type: ignore[no-untyped-def]
+    """A method's arrays and its job, from a task's ``data``."""
+    job = parfor.job(data)
+    x = parfor.array_at(job[1], (job[4], job[5], job[6], job[7]), like)
+    w = parfor.array_at(job[2], (job[8], job[9], job[10], job[11]), like)
+    out = parfor.array_at(job[3], (job[4], job[8], job[12], job[13]), like)
+    return x, w, out, job
+
+
+def _pointwise_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _pointwise(x, w, out, job[14])
+
+
+def _strided_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _strided_pointwise(x, w, out, job[14], job[15], job[16])
+
+
+def _depthwise_method_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+
+
+def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _taps_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+
+
+def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+
+
+for _name, _task in (
+    ("conv2d_pointwise", _pointwise_task),
+    ("conv2d_strided", _strided_task),
+    ("conv2d_depthwise", _depthwise_method_task),
+    ("conv2d_taps", _taps_task),
+    ("conv2d_im2col", _im2col_task),
+):
+    parfor.export_task(_name, _task)
+_call_pointwise = parfor.caller("conv2d_pointwise")
+_call_strided = parfor.caller("conv2d_strided")
+_call_depthwise = parfor.caller("conv2d_depthwise")
+_call_taps = parfor.caller("conv2d_taps")
+_call_im2col = parfor.caller("conv2d_im2col")
+
+
+@jit(**_OPTS)
 def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
 
-    The method by shape: 1x1 unpadded convolutions are GEMMs on the operands (`_pointwise`,
-    `_strided_pointwise` on the subsampled input); one input channel per group runs direct
-    loops (`_depthwise`); float32 ones with wide enough rows read their taps in place
-    (`_by_sgemm`); the rest im2col from the input's stride phases (`_im2col_gemm`).
+    The method by shape, each a task of its own built when first run (a model builds the
+    methods its convolutions take): 1x1 unpadded convolutions are GEMMs on the operands
+    (`_pointwise`, `_strided_pointwise` on the subsampled input); one input channel per
+    group runs direct loops (`_depthwise`); float32 ones with rows of `TAPS_MIN_WIDTH` or
+    more and some depth read their taps in place (`_taps_gemm`); the rest im2col from the
+    input's stride phases (`_im2col_gemm`).
     """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
@@ -393,15 +439,20 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     if n * o * oh * ow == 0:
         return True
+    job = np.array((_JOB, parfor.address(x), parfor.address(w), parfor.address(out),
+                    n, x.shape[1], x.shape[2], x.shape[3], o, cg, kh, kw, oh, ow,
+                    groups, sh, sw, dh, dw, pt, pl, 0), dtype=np.int64)  # fmt: skip
     if kh == 1 and kw == 1 and pt == 0 and pl == 0 and pb == 0 and pr == 0:
         if sh == 1 and sw == 1:
-            _pointwise(x, w, out, groups)
+            _call_pointwise(x, 0, job)
         else:
-            _strided_pointwise(x, w, out, groups, sh, sw)
+            _call_strided(x, 0, job)
     elif cg == 1:
-        _depthwise(x, w, out, sh, sw, dh, dw, pt, pl)
-    elif not _by_sgemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):
-        _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
+        _call_depthwise(x, 0, job)
+    elif sgemm.applies(x) and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
+        _call_taps(x, 0, job)
+    else:
+        _call_im2col(x, 0, job)
     return True
 
 
@@ -434,7 +485,7 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d` by im2col and ``np.dot`` (where NumPy's BLAS is not reachable)."""
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):

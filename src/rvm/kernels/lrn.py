@@ -21,12 +21,13 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, parfor
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _channel(xf, of, at, plane, first, count, scale, beta, bias, acc):  # type: ignore[no-untyped-def]
     """The output channel at flat offset ``at`` (``plane`` elements): its window is the
     ``count`` channels from flat offset ``first``."""
@@ -50,7 +51,7 @@ def _channel(xf, of, at, plane, first, count, scale, beta, bias, acc):  # type: 
             of[dst + i] = xf[dst + i] / (bias + scale * acc[i]) ** beta
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _range(x, out, lo, hi, size, alpha, beta, bias):  # type: ignore[no-untyped-def]
     """Output channels ``lo`` to ``hi`` (flat n * c index)."""
     c, plane = x.shape[1], x.shape[2] * x.shape[3]
@@ -66,7 +67,7 @@ def _range(x, out, lo, hi, size, alpha, beta, bias):  # type: ignore[no-untyped-
         _channel(xf, of, flat * plane, plane, start, last - first + 1, scale, b, k, acc)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _floats(p, at):  # type: ignore[no-untyped-def]
     """The float64 whose bits are ``p[at]``."""
     return p[at : at + 1].view(np.float64)[0]
@@ -89,7 +90,7 @@ parfor.export_task("lrn", _task)
 _run = parfor.runner("lrn")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _lrn(x, out, params):  # type: ignore[no-untyped-def]
     """`lrn`'s work (``params``: size and the three float bits), over channels split between
     threads when it is large; False when the shapes disagree or size < 1."""

@@ -16,6 +16,9 @@ runs in the calling thread).
   (`job(data)` reads it; ``like`` is a null pointer typed by the dtype, for `array_at`);
 - `runner(name)` is the intrinsic ``run(x, chunks, job)`` that runs the task of ``x``'s
   dtype once per chunk, ``chunks`` of them, on the pool;
+- `caller(name)` is the intrinsic ``call(x, chunk, job)`` that runs one chunk of the task of
+  ``x``'s dtype in the calling thread: a library function's methods, each built when first
+  run, and code several functions share (the GEMM's), built once;
 - `threads()` is how many chunks to cut: the pool's threads (the caller and its helpers),
   or 1 with splitting off (`enable`; the environment variable ``RVM_SPLIT_LOOPS=0`` starts
   it off);
@@ -46,6 +49,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import DTYPES, workpool
 from rvm.kernels.threads import split_loops_from_environment
+from rvm.progress import Progress
 
 MIN_WORK = 1 << 18
 """Elements a loop touches from which its chunks go to two or more threads: below it a
@@ -108,7 +112,8 @@ def require_task(name: str, dtype: str) -> None:
         ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
         sig = nt.void(nt.int64, ptr, nt.CPointer(nt.int64))
         body = _task_bodies[name]
-        cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
+        with Progress(f"building rvm's library: {name} ({dtype})"):  # seconds, once per machine
+            cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         _compiled[name, dtype] = cfunc
         _slots[name, dtype].value = cfunc.address
 
@@ -195,6 +200,38 @@ def runner(name: str):  # type: ignore[no-untyped-def]
         return nt.void(x, chunks, job), codegen
 
     return run
+
+
+def caller(name: str):  # type: ignore[no-untyped-def]
+    """The intrinsic ``call(x, chunk, job)``: chunk ``chunk`` of task ``name`` of ``x``'s
+    dtype, in the calling thread; ``job`` (int64, 1-d, C) is its data. A library function
+    splits its methods into tasks called so, and each is built when first run (a model's
+    first run builds the methods its shapes take, not every method the function has), and
+    code that several call (the GEMM) is built once, as a task, not into each of them."""
+
+    @intrinsic
+    def call(typingctx, x, chunk, job):  # type: ignore[no-untyped-def]
+        if not (isinstance(x, nt.Array) and str(x.dtype) in DTYPES):
+            return None
+        if not isinstance(chunk, nt.Integer):
+            return None
+        if not (isinstance(job, nt.Array) and job.dtype == nt.int64 and job.layout == "C"):
+            return None
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64 = ir.IntType(64)
+            like = context.get_value_type(nt.CPointer(x.dtype))
+            jb = context.make_array(job)(context, builder, args[2])
+            task = _task_address(builder, slot_symbol(name, str(x.dtype)))
+            fnty = ir.FunctionType(ir.VoidType(), [i64, like, jb.data.type])
+            fn = builder.inttoptr(task, fnty.as_pointer())
+            k = context.cast(builder, args[1], chunk, nt.int64)
+            builder.call(fn, [k, ir.Constant(like, None), jb.data])
+            return context.get_dummy_value()
+
+        return nt.void(x, chunk, job), codegen
+
+    return call
 
 
 def _task_address(builder: ir.IRBuilder, symbol: str) -> ir.Value:

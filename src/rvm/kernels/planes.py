@@ -8,14 +8,15 @@ unit-stride run over all the output positions.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+
+from rvm.kernels.jitting import jit
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 U = np.uint64  # an index type without the negative-index test
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def phase_shape(oh, ow, kh, kw, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
     """The plane (rows, columns) that every window of an (oh, ow) output reads, and the
     (rows, columns) of each of its phases (`split_phases`), one row of slack included."""
@@ -24,7 +25,7 @@ def phase_shape(oh, ow, kh, kw, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
     return hp, wp, (hp + sh - 1) // sh + 1, (wp + sw - 1) // sw
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def tap_starts(sh, sw, hq, wq, kh, kw, dh, dw):  # type: ignore[no-untyped-def]
     """Where the run of each tap (i, j) starts in the flat phases (index i * kw + j); see
     `padded_phases`."""
@@ -36,7 +37,7 @@ def tap_starts(sh, sw, hq, wq, kh, kw, dh, dw):  # type: ignore[no-untyped-def]
     return starts
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def padded_phases(xf, at_x, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
     """The (ih, iw) channel starting at ``at_x`` in the flat input ``xf``, padded by ``pt``
     rows on top and ``pl`` columns on the left and clipped to an (hp, wp) plane, into the

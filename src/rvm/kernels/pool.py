@@ -24,7 +24,8 @@ be (a strided read is not one):
 - when the output keeps few of the positions a run would compute (global-like windows), window
   by window.
 
-Large pools are split by channels over threads (`rvm.kernels.parfor`). The output
+Max and average pools are tasks of their own (`rvm.kernels.parfor`), each built when first
+run; large pools are split by channels over threads. The output
 size is checked against the geometry before any memory is touched (ValueError).
 """
 
@@ -34,12 +35,13 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, parfor
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def out_size(size, kern, stride, dil, lo, hi, ceil_mode):  # type: ignore[no-untyped-def]
     """The pooled size along one axis (-1 when the window is larger than the input)."""
     span = size + lo + hi - dil * (kern - 1) - 1
@@ -51,7 +53,7 @@ def out_size(size, kern, stride, dil, lo, hi, ceil_mode):  # type: ignore[no-unt
     return o - 1 if (o - 1) * stride >= size + lo else o
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignore[no-untyped-def]
     """Per output position along one axis: how many of its window's taps count."""
     low, high = (-lo, size + hi) if include_pad else (0, size)
@@ -64,7 +66,7 @@ def _counts(n_out, size, kern, stride, dil, lo, hi, include_pad):  # type: ignor
     return counts
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _scales(oh, ow, rows, cols):  # type: ignore[no-untyped-def]
     """Per output position (p, q), flat: what its window's sum is multiplied by to make the
     average, 1 / (rows[p] * cols[q]) (`_counts`; 1 for a window with nothing to count)."""
@@ -75,7 +77,7 @@ def _scales(oh, ow, rows, cols):  # type: ignore[no-untyped-def]
     return scale
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore[no-untyped-def]
     """``line[pl:pl + iw]`` = the max (``is_max``) or the sum, column by column, of the input
     rows of output row ``p_``'s windows in the (ih, iw) channel at ``at`` of ``xf``; the
@@ -101,7 +103,7 @@ def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore
             line[dst + c] = -np.inf if is_max else 0.0
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
     """``acc[s]`` = the max or the sum of ``line[s + j * dw]`` over the taps j, for s < n:
     every window start, ``sw`` of them apart from 0."""
@@ -117,7 +119,7 @@ def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
                 acc[s] += line[s + off]
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _emit_row(of, dst, acc, src, step, ow, scale, at_s, is_max):  # type: ignore[no-untyped-def]
     """Output row at ``dst`` of ``of`` = ``acc[src + q * step]`` for q < ow (averages
     multiplied by ``scale[at_s + q]``)."""
@@ -130,7 +132,7 @@ def _emit_row(of, dst, acc, src, step, ow, scale, at_s, is_max):  # type: ignore
             of[dst + q_] = acc[src + q_ * step] * scale[at_s + q_]
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _separable(x, out, lo, hi, line, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi`` (flat n * c index), output row by output row: the window rows
     reduced column by column into ``line`` (its first ``pl`` and its last entries hold the
@@ -147,7 +149,7 @@ def _separable(x, out, lo, hi, line, acc, scale, is_max, window):  # type: ignor
             _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, scale, p_ * ow, is_max)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _max_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
     """``acc[:run]`` = the maximum over the taps t of the run of ``flat`` at ``starts[t]``,
     three taps per pass over ``acc`` (a pass per tap reads and writes it three times as
@@ -166,7 +168,7 @@ def _max_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
                 acc[r_] = np.maximum(acc[r_], m)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _sum_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
     """``acc[:run]`` = the sum over the taps t of the run of ``flat`` at ``starts[t]``, three
     taps per pass over ``acc``, in ``acc``'s dtype."""
@@ -186,7 +188,7 @@ def _sum_taps(flat, starts, acc, run):  # type: ignore[no-untyped-def]
             acc[r_] = v
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi``, ``k`` at a time: each copied into its padded plane split by
     the strides (`rvm.kernels.planes`), the ``k`` planes stacked in each phase of
@@ -224,7 +226,7 @@ def _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window):  # typ
                 dst += U(ow)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _direct(x, out, lo, hi, scale, is_max, acc0, window):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi``, window by window (``acc0``: a zero of the accumulator's
     dtype): for outputs much smaller than their windows' span (global-like pools), where a
@@ -261,7 +263,7 @@ per-row loops are too short, and the strided copy of `_phased` costs less (3x3 s
 pools on one thread broke even between 56 and 111 columns)."""
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _planes(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
     """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_separable` for a
     column stride above 1 on wide inputs (it reads the input in place, where splitting it by
@@ -285,38 +287,47 @@ def _planes(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[n
     _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window)
 
 
-@nb.njit(**_OPTS)
-def _range(x, out, lo, hi, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad):  # type: ignore[no-untyped-def]
-    """Channels ``lo`` to ``hi`` (flat n * c index) of the pools."""
-    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
-    window = (kh, kw, sh, sw, dh, dw, pt, pl)
-    if is_max:  # maxima in the input's dtype, sums in float64
-        _planes(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
-    else:
-        rows = _counts(oh, ih, kh, sh, dh, pt, pb, include_pad)
-        cols = _counts(ow, iw, kw, sw, dw, pl, pr, include_pad)
-        _planes(x, out, lo, hi, _scales(oh, ow, rows, cols), False, window, np.float64)
-
-
 _JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
 
 
-def _task(k, like, data):  # type: ignore[no-untyped-def]
-    """One chunk of channels of a pool split over threads (`rvm.kernels.parfor`)."""
+@jit(**_OPTS)
+def _chunk(k, like, data):  # type: ignore[no-untyped-def]
+    """A task's arrays, channels ``lo`` to ``hi`` (flat n * c index) of chunk ``k``, and its
+    window (kh, kw, sh, sw, dh, dw, pt, pl), from the job at ``data``."""
     job = parfor.job(data)
     n, c, ih, iw, oh, ow = job[3], job[4], job[5], job[6], job[7], job[8]
     x = parfor.array_at(job[1], (n, c, ih, iw), like)
     out = parfor.array_at(job[2], (n, c, oh, ow), like)
-    f = job[9:21]
     lo, hi = k * n * c // job[21], (k + 1) * n * c // job[21]
-    _range(x, out, lo, hi, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11])
+    return x, out, lo, hi, (job[10], job[11], job[12], job[13], job[14], job[15], job[16], job[17])
 
 
-parfor.export_task("pool2d", _task)
-_run = parfor.runner("pool2d")
+def _max_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Chunk ``k`` of the channels of a max pool (maxima in the input's dtype)."""
+    x, out, lo, hi, window = _chunk(k, like, data)
+    _planes(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
 
 
-@nb.njit(**_OPTS)
+def _avg_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Chunk ``k`` of the channels of an average pool (sums in float64)."""
+    x, out, lo, hi, window = _chunk(k, like, data)
+    job = parfor.job(data)
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    rows = _counts(oh, ih, kh, sh, dh, pt, job[18], job[20])
+    cols = _counts(ow, iw, kw, sw, dw, pl, job[19], job[20])
+    _planes(x, out, lo, hi, _scales(oh, ow, rows, cols), False, window, np.float64)
+
+
+# Max and average pools are tasks of their own, each built when first run and called once in
+# the calling thread (`rvm.kernels.parfor.caller`) or once per chunk on the pool when large.
+parfor.export_task("pool2d_max", _max_task)
+parfor.export_task("pool2d_avg", _avg_task)
+_run_max, _call_max = parfor.runner("pool2d_max"), parfor.caller("pool2d_max")
+_run_avg, _call_avg = parfor.runner("pool2d_avg"), parfor.caller("pool2d_avg")
+
+
+@jit(**_OPTS)
 def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
     """`pool2d`'s work, over channels split between threads when it is large; False when the
     shapes disagree with the geometry."""
@@ -328,14 +339,21 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return False
     if n * c * oh * ow == 0:
         return True
-    flags = (is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad)
     chunks = min(parfor.threads(), n * c)
-    if chunks < 2 or n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
-        _range(x, out, 0, n * c, *flags)
-        return True
-    job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow,
-                    *flags, chunks), dtype=np.int64)  # fmt: skip
-    _run(x, chunks, job)
+    if n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
+        chunks = 1
+    job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow, is_max,
+                    kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad, chunks),
+                   dtype=np.int64)  # fmt: skip
+    if chunks < 2:
+        if is_max:
+            _call_max(x, 0, job)
+        else:
+            _call_avg(x, 0, job)
+    elif is_max:
+        _run_max(x, chunks, job)
+    else:
+        _run_avg(x, chunks, job)
     return True
 
 

@@ -32,13 +32,14 @@ call of this each.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils, config
 from numba.extending import intrinsic, overload
+
+from rvm.kernels.jitting import jit
 
 __all__ = ["KC", "LANES", "MR", "NR", "applies", "require", "sgemm", "sgemm_segments"]
 
@@ -221,7 +222,7 @@ def _floats_at(typingctx, address):  # type: ignore[no-untyped-def]
     return nt.CPointer(nt.float32)(nt.int64), codegen
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: ignore[no-untyped-def]
     """A's band of ``rows`` times B's first ``width`` columns, tile after tile along C's rows."""
     for j0 in range(0, width, NR):
@@ -232,7 +233,7 @@ def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: i
                last, LANES, LANES, 0)  # fmt: skip
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def sgemm_segments(
     a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate
 ):  # type: ignore[no-untyped-def]  # noqa: E501
@@ -264,7 +265,7 @@ def sgemm_segments(
     _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate):  # type: ignore[no-untyped-def]  # noqa: E501
     """`sgemm_segments` on one block of C's columns: each depth block, each band of A across
     the block's segments; m, k, segments, width > 0."""
@@ -292,7 +293,7 @@ def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step,
                 _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate):  # type: ignore[no-untyped-def]
     """``C[m, n] (+)= A[m, k] @ B[k, n]`` on the float32 row-major matrices at the int64
     addresses ``a``, ``b``, ``c`` (row strides ``lda``, ``ldb``, ``ldc``), in the calling

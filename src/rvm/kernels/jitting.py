@@ -1,0 +1,42 @@
+"""How the library's functions are jitted: one compile per function and argument types.
+
+Numba compiles a jitted function again for every distinct set of argument types it is called
+with from other jitted code, and a constant argument (``0``, ``True``, an enum such as
+``NO_TRANS``) types as a literal of its value: ``f(x, 0)`` and ``f(x, 1)`` are two compiles
+of ``f`` and of everything it calls, seconds of LLVM each for the GEMM's tree on a first run.
+`jit(**options)` is ``numba.njit(**options)`` whose calls from jitted code compile for the
+arguments' plain types (``int64``, ``bool``), so each library function compiles once per
+array types: a constant is an argument like any other (LLVM still folds it where the call
+is inlined).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numba as nb
+from numba.core import types as nt
+
+
+def jit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(**options)`` whose calls from jitted code type their arguments without
+    literal values (see the module docstring)."""
+
+    def wrap(fn: Callable[..., Any]) -> Any:
+        return plain_arguments(nb.njit(**options)(fn))
+
+    return wrap
+
+
+def plain_arguments(dispatcher: Any) -> Any:
+    """Make ``dispatcher`` (a Numba dispatcher) compile for the plain types of the literal
+    arguments its jitted callers pass; returns it."""
+    original = dispatcher.get_call_template
+
+    def get_call_template(args: tuple, kws: dict) -> Any:
+        args = tuple(nt.unliteral(a) for a in args)
+        return original(args, {k: nt.unliteral(v) for k, v in kws.items()})
+
+    dispatcher.get_call_template = get_call_template
+    return dispatcher
