@@ -1265,3 +1265,29 @@ def dynamic_split(x, sizes, axis, count):
             f"{x.shape[axis]}"
         )
     return tuple(np.ascontiguousarray(p) for p in np.split(x, np.cumsum(widths)[:-1], axis))
+
+
+# -- bf16 products (`rvm.op.bf16`) --------------------------------------------------------
+
+
+def _bf16_values(bits):
+    """float32 values of the bf16 values whose bits are the int16 array ``bits``."""
+    return (bits.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _round_bf16(x):
+    """float32 ``x`` rounded to the nearest bf16 (ties to even), as float32."""
+    return x.astype(_dtype("bfloat16")).astype(np.float32)
+
+
+def dense_bf16(x, w):
+    """``bf16(x) @ w.T`` with float32 sums; ``w`` (units, kp) int16 bf16 bits."""
+    k = x.shape[-1]
+    return _like(np.matmul(_round_bf16(x), _bf16_values(w)[:, :k].T), np.float32)
+
+
+def conv2d_bf16(x, w, strides, padding, dilation, groups, kernel):
+    """conv2d of ``bf16(x)`` with the flattened bf16 weight ``w`` (int16 bits)."""
+    k = x.shape[1] // groups * kernel[0] * kernel[1]
+    weight = _bf16_values(w)[:, :k].reshape(w.shape[0], x.shape[1] // groups, *kernel)
+    return _conv(_round_bf16(x), weight, strides, padding, dilation, groups)

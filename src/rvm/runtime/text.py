@@ -233,6 +233,7 @@ def as_html(ex: Executable) -> str:
             ("kernels", len(ex.kernels)),
             ("primitives", f"{len(ex.primitive_names)} ({nglob} global functions)"),
             ("default exec mode", ex.default_exec_mode),
+            ("precision", ex.precision),
             ("kernels backend", ", ".join(backends) or "none"),
         ],
     )

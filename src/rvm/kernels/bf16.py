@@ -1,0 +1,252 @@
+"""bf16 products with float32 accumulation: the dense and convolution entry points.
+
+Weights arrive converted once, at compile time (`rvm.transform.to_bf16`), as the int16 bits
+of bf16 values, laid out as the GEMM's A (`rvm.kernels.bf16gemm`): ``(rows, kp)`` with each
+row's depth padded to an even ``kp`` with zeros. Activations arrive in float32 and are rounded
+(to nearest even) to bf16 per call, packed in pairs as the GEMM's B:
+
+- `dense(x, w, out)`: ``out[m, n] = bf16(x[m, k]) @ w[n, kp].T``. A few rows (a batch-1
+  classifier) take a GEMV over ``w``'s rows (float32 FMAs on widened bf16, half the bytes of
+  float32 weights); more take the GEMM ``out.T = w @ pack(x.T)``, then a transpose.
+- `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw)` on NCHW: per image and group,
+  the im2col columns packed in pairs, then the GEMM ``out[n, group] = w[group] @ columns``.
+
+Large products are cut into pieces on rvm's pool (`rvm.kernels.parfor`), along C's longer
+side. No bounds are assumed: every entry point checks its arrays' shapes first and raises
+`ValueError` naming what disagrees.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.extending import intrinsic
+
+from rvm.kernels import parfor, workpool
+from rvm.kernels.bf16gemm import NR, gemm_bf16
+
+__all__ = ["conv2d", "dense", "round_bits"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run along rows)
+SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
+PIECES_PER_THREAD = 4
+
+
+@intrinsic
+def _as_float(typingctx, bits):  # type: ignore[no-untyped-def]
+    """The float32 whose bits are the uint32 ``bits``."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return nt.float32(nt.uint32), codegen
+
+
+@nb.njit(**_OPTS)
+def round_bits(word):  # type: ignore[no-untyped-def]
+    """The bf16 bits (0..65535) nearest the float32 whose bits are ``word`` (ties to even;
+    NaN stays a quiet NaN)."""
+    w = np.int64(word)
+    if (w & 0x7FFFFFFF) > 0x7F800000:
+        return ((w >> 16) | 0x40) & 0xFFFF
+    return ((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF
+
+
+@nb.njit(**_OPTS)
+def _pack_rows(x, k, out):  # type: ignore[no-untyped-def]
+    """``out[p, i]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p + 1]`` (0 past
+    ``k``): x's rows (float32, 2-d, C) as the GEMM's pair-packed B."""
+    bits = x.reshape(x.size).view(np.uint32)
+    rows = x.shape[0]
+    for p in range(out.shape[0]):
+        k0, k1 = 2 * p, 2 * p + 1
+        for i in range(rows):
+            lo = round_bits(bits[i * k + k0])
+            hi = round_bits(bits[i * k + k1]) if k1 < k else 0
+            out[p, i] = np.uint32(lo | (hi << 16))
+
+
+# A GEMM job (int64): its length; A, B, C addresses; lda, ldb, ldc (words, words, floats);
+# m, n, k2; along n; the step.
+_JOB = 12
+
+
+@nb.njit(**_OPTS)
+def _piece(p, job):  # type: ignore[no-untyped-def]
+    a, b, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6]
+    m, n, k2, along_n, step = job[7], job[8], job[9], job[10], job[11]
+    lo = p * step
+    if along_n:
+        gemm_bf16(a, lda, b + 4 * lo, ldb, c + 4 * lo, ldc, m, min(step, n - lo), k2, False)
+    else:
+        at_a, at_c = a + 4 * lo * lda, c + 4 * lo * ldc
+        gemm_bf16(at_a, lda, b, ldb, at_c, ldc, min(step, m - lo), n, k2, False)
+
+
+def _task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a split bf16 GEMM (a pool task)."""
+    _piece(p, parfor.job(data))
+
+
+parfor.export_task("bf16_gemm", _task)
+_run = parfor.runner("bf16_gemm")
+
+
+@nb.njit(**_OPTS)
+def _gemm(like, a, lda, b, ldb, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
+    """`gemm_bf16` writing C, cut into pieces on the pool when large; ``like`` is a float32
+    array (the task's dtype)."""
+    along_n = n >= m
+    side = n if along_n else m
+    threads = parfor.threads()
+    parts = 1
+    if threads > 1 and not workpool.busy():
+        parts = min(PIECES_PER_THREAD * threads, (m * n * 2 * k2) // SPLIT_MIN)
+    if parts <= 1:
+        gemm_bf16(a, lda, b, ldb, c, ldc, m, n, k2, False)
+        return
+    align = NR if along_n else 8
+    step = -(-side // parts)
+    step = -(-step // align) * align
+    job = np.empty(_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3], job[4], job[5], job[6] = _JOB, a, b, c, lda, ldb, ldc
+    job[7], job[8], job[9], job[10], job[11] = m, n, k2, 1 if along_n else 0, step
+    _run(like, -(-side // step), job)
+
+
+@nb.njit(**_OPTS, fastmath=True)
+def _gemv_rows(xw, w, out, j0, j1):  # type: ignore[no-untyped-def]
+    """``out[j] = xw . w[j]`` for j in [j0, j1): ``xw`` the bf16-rounded input in float32,
+    ``w``'s rows bf16 bits (uint16 view)."""
+    kp = w.shape[1]
+    for j in range(j0, j1):
+        s = np.float32(0.0)
+        for q in range(kp):
+            s += xw[q] * _as_float(np.uint32(w[j, q]) << np.uint32(16))
+        out[j] = s
+
+
+@nb.njit(**_OPTS)
+def _check_dense(x, w, out):  # type: ignore[no-untyped-def]
+    m, k = x.shape
+    if w.shape[1] != k + (k & 1):
+        raise ValueError("bf16 dense: the weight's depth is not the input's, padded to even")
+    if out.shape[0] != m or out.shape[1] != w.shape[0]:
+        raise ValueError("bf16 dense: the output's shape is not (rows, units)")
+
+
+@nb.njit(**_OPTS)
+def dense(x, w, out):  # type: ignore[no-untyped-def]
+    """``out[m, n] = bf16(x[m, k]) @ w[n, kp].T`` with float32 sums; ``w`` int16 bf16 bits,
+    all 2-d."""
+    _check_dense(x, w, out)
+    m, k = x.shape
+    n, kp = w.shape
+    if m == 0 or n == 0:
+        return
+    xc = np.ascontiguousarray(x)
+    wc = np.ascontiguousarray(w).view(np.uint16)
+    if m <= GEMV_ROWS:
+        xw = np.zeros(kp, dtype=np.float32)
+        row = np.empty(n, dtype=np.float32)
+        bits = xw.view(np.uint32)
+        for i in range(m):
+            for q in range(k):
+                xw[q] = xc[i, q]
+            for q in range(k):
+                bits[q] = np.uint32(round_bits(bits[q]) << 16)
+            _gemv_rows(xw, wc, row, 0, n)
+            out[i, :] = row
+        return
+    packed = np.empty((kp // 2, m), dtype=np.uint32)
+    _pack_rows(xc, k, packed)
+    ct = np.empty((n, m), dtype=np.float32)
+    _gemm(ct, wc.ctypes.data, kp // 2, packed.ctypes.data, m, ct.ctypes.data, m, n, m, kp // 2)
+    out[:, :] = ct.T
+
+
+@nb.njit(**_OPTS)
+def _round_image(x, c0, pt, pl, out):  # type: ignore[no-untyped-def]
+    """``out[c, pt + y, pl + x]`` (uint32) = the bf16 bits of ``x[c0 + c, y, x]`` (x float32
+    CHW); ``out``'s border (the padding) 0."""
+    cg, h, wd = out.shape[0], x.shape[1], x.shape[2]
+    out[...] = 0
+    for c in range(cg):
+        bits = x[c0 + c].reshape(h * wd).view(np.uint32)
+        for y in range(h):
+            row = out[c, pt + y]
+            for i in range(wd):
+                row[pl + i] = np.uint32(round_bits(bits[y * wd + i]))
+
+
+@nb.njit(**_OPTS)
+def _pack_columns(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out):  # type: ignore[no-untyped-def]
+    """The im2col columns of the padded image ``xp`` (bf16 bits in uint32, CHW) pair-packed:
+    ``out[p, y * ow + x]`` holds depth rows 2p and 2p + 1 of (channel, dy, dx), the high half
+    0 past the depth."""
+    k, taps = cg * kh * kw, kh * kw
+    zero = np.zeros(ow * sw + kw * dw, dtype=np.uint32)
+    for p in range(out.shape[0]):
+        q0, q1 = 2 * p, 2 * p + 1
+        c0, dy0, dx0 = q0 // taps, (q0 % taps) // kw, q0 % kw
+        c1, dy1, dx1 = q1 // taps, (q1 % taps) // kw, q1 % kw
+        dst = out[p]
+        for y in range(oh):
+            s0 = xp[c0, y * sh + dy0 * dh]
+            s1 = xp[c1, y * sh + dy1 * dh] if q1 < k else zero
+            o0, o1 = dx0 * dw, dx1 * dw if q1 < k else 0
+            base = y * ow
+            if sw == 1:
+                for i in range(ow):
+                    dst[base + i] = s0[o0 + i] | (s1[o1 + i] << np.uint32(16))
+            else:
+                for i in range(ow):
+                    dst[base + i] = s0[o0 + i * sw] | (s1[o1 + i * sw] << np.uint32(16))
+
+
+@nb.njit(**_OPTS)
+def _check_conv(x, w, out, groups, kh, kw):  # type: ignore[no-untyped-def]
+    n, c = x.shape[0], x.shape[1]
+    co = w.shape[0]
+    if groups < 1 or c % groups or co % groups:
+        raise ValueError("bf16 conv2d: the channels do not divide into the groups")
+    k = (c // groups) * kh * kw
+    if w.shape[1] != k + (k & 1):
+        raise ValueError("bf16 conv2d: the weight's depth is not channels x kernel, padded")
+    if out.shape[0] != n or out.shape[1] != co:
+        raise ValueError("bf16 conv2d: the output's batch or channels disagree")
+
+
+@nb.njit(**_OPTS)
+def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw):  # type: ignore[no-untyped-def]
+    """NCHW convolution of float32 ``x`` with bf16 ``w`` (int16 bits, ``(out channels, kp)``,
+    depth ordered (channel, dy, dx)) into float32 ``out``; padding top ``pt``, left ``pl``
+    (the output's size says the rest)."""
+    _check_conv(x, w, out, groups, kh, kw)
+    n, c = x.shape[0], x.shape[1]
+    co, kp = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    cg, og, pixels = c // groups, co // groups, oh * ow
+    if n == 0 or co == 0 or pixels == 0:
+        return
+    xc = np.ascontiguousarray(x)
+    wc = np.ascontiguousarray(w)
+    oc = np.ascontiguousarray(out)
+    packed = np.empty((kp // 2, pixels), dtype=np.uint32)
+    # the padded image holds every tap: (oh - 1) * sh + (kh - 1) * dh + 1 rows at least
+    hp = max(x.shape[2] + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
+    wp = max(x.shape[3] + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
+    xb = np.empty((cg, hp, wp), dtype=np.uint32)
+    at_w, at_o = wc.ctypes.data, oc.ctypes.data
+    for b in range(n):
+        for g in range(groups):
+            _round_image(xc[b], g * cg, pt, pl, xb)
+            _pack_columns(xb, cg, kh, kw, sh, sw, dh, dw, oh, ow, packed)
+            a = at_w + 2 * g * og * kp
+            cc = at_o + 4 * (b * co + g * og) * pixels
+            _gemm(oc, a, kp // 2, packed.ctypes.data, pixels, cc, pixels, og, pixels, kp // 2)
+    if oc.ctypes.data != out.ctypes.data:
+        out[...] = oc
