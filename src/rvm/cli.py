@@ -1,6 +1,6 @@
 """The ``rvm`` command: compile, run, inspect and benchmark models from a shell.
 
-    rvm compile model.onnx -o model.rvmx [--exec-mode compiled] [--kernels jit]
+    rvm compile model.onnx -o model.rvmx [--exec-mode compiled] [--kernels jit] [--precision bf16]
     rvm run model.rvmx [--input x=x.npy ...] [--dim n=8 ...] [--output out.npz]
     rvm inspect model.rvmx [--text]
     rvm bench model.onnx [--repeat 50] [--json]
@@ -43,7 +43,7 @@ import rvm
 from rvm.dtypes import numpy_dtype
 from rvm.errors import RVMError
 from rvm.progress import with_progress
-from rvm.runtime.executable import EXEC_MODES, Executable, ParamSpec, VMFunction
+from rvm.runtime.executable import EXEC_MODES, PRECISIONS, Executable, ParamSpec, VMFunction
 from rvm.runtime.text import signature
 
 __all__ = ["main", "UserError"]
@@ -67,19 +67,29 @@ def _is_onnx(path: Path) -> bool:
     return path.suffix.lower() == ".onnx"
 
 
-def _compile_onnx(path: Path, exec_mode: str, kernels: str, progress: bool) -> Executable:
+def _compile_onnx(
+    path: Path, exec_mode: str, kernels: str, progress: bool, precision: str = "fp32"
+) -> Executable:
     mod = rvm.from_onnx(str(path))  # the compiler loads here, and only here
-    return rvm.compile(mod, exec_mode=exec_mode, kernels=kernels, progress=progress)
+    return rvm.compile(
+        mod, exec_mode=exec_mode, kernels=kernels, progress=progress, precision=precision
+    )
 
 
 def _load_model(
     path: str, exec_mode: str | None, kernels: str, args: argparse.Namespace | None = None
 ) -> Executable:
     """An executable from a ``.rvmx`` file (trusted as ``--trusted`` / ``--key`` say), or
-    compiled from a ``.onnx`` one."""
+    compiled from a ``.onnx`` one (in ``--precision``)."""
     p = _existing(path)
     if _is_onnx(p):
-        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=True)
+        precision = getattr(args, "precision", None) or "fp32"
+        return _compile_onnx(p, exec_mode or "bytecode", kernels, True, precision)
+    if getattr(args, "precision", None) not in (None, "fp32"):
+        raise UserError(
+            f"{path}: --precision applies to an ONNX model; a saved executable keeps the "
+            "precision it was compiled with (rvm inspect shows it)"
+        )
     keys = getattr(args, "key", None) or []
     return rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
 
@@ -246,7 +256,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
             "name the output with -o"
         )
     _check_writable(out)
-    ex = _compile_onnx(src, args.exec_mode, args.kernels, progress=not args.quiet)
+    precision = args.precision or "fp32"
+    ex = _compile_onnx(src, args.exec_mode, args.kernels, not args.quiet, precision)
     try:
         ex.save(str(out))
     except OSError as e:
@@ -401,6 +412,12 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--exec-mode", choices=EXEC_MODES, default=mode_default)
         c.add_argument(
             "--kernels", choices=("jit", "numpy"), default="jit", help="for an .onnx model"
+        )
+        c.add_argument(
+            "--precision",
+            choices=PRECISIONS,
+            default=None,
+            help="what GEMMs and convolutions compute in, for an .onnx model (default fp32)",
         )
 
     def input_options(c: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from rvm.errors import IRError
 from rvm.ir import expr as E
 from rvm.ir.types import TensorType, TupleType
 from rvm.op import numpy_ref, reference
+from rvm.op.core import precision_of
 from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import KernelRecord
 
@@ -199,7 +200,8 @@ def numpy_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecor
         for b in (func.body.bindings if isinstance(func.body, E.SeqExpr) else ())
         if isinstance(b.value, E.Call) and isinstance(b.value.callee, E.Op)
     ]
-    return KernelRecord(name, "numpy", source, name, style, {"ops": ",".join(ops)})
+    meta = {"ops": ",".join(ops), "precision": precision_of(ops)}
+    return KernelRecord(name, "numpy", source, name, style, meta)
 
 
 __all__ = ["numpy_kernel", "library_source", "LIBRARY_NAME", "literal", "np"]

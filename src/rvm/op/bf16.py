@@ -22,13 +22,14 @@ from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
 from rvm.op import ops
 from rvm.op.conv import normalize_padding, pad_pairs, positive_ints
-from rvm.op.core import ExprLike, as_expr, call, check_int, define_op
+from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_int, define_op
 from rvm.op.shapes import fmt, rule, window_out_dim
 
 __all__ = ["conv2d_bf16", "dense_bf16"]
 
 define_op("dense_bf16", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv2d_bf16", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+OP_PRECISION.update(dense_bf16="bf16", conv2d_bf16="bf16")
 
 
 def padded_depth(k: int) -> int:

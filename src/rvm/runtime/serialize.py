@@ -11,7 +11,8 @@ type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw byte
 names), CODE (instructions: u8 opcode, then operands by the kinds of `OPCODE_INFO`), KERN (kernel
 records and shared libraries), then, since version 1.1, META (string key/value pairs:
 `default_exec_mode`, `precision` when not fp32 (absent: fp32), and since 1.5 `python_forms`,
-the data types' `ADTInfo.python` as `name=form;...`), and, since version 1.3, RSLT (per function, what it returns: a flag, then the
+the data types' `ADTInfo.python` as `name=form;...`), and, since version 1.3, RSLT (per
+function, what it returns: a flag, then the
 result spec, its tuple fields after it). Readers skip unknown sections of the same major version,
 so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a new major
 version means an incompatible layout. Version 1.2 added opcodes (the tail calls, NEW_TENSOR, the
