@@ -307,7 +307,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> None:
     ex = _load_model(args.model, None, "jit")
-    print(f"{args.model}: exec mode {ex.default_exec_mode}")
+    print(f"{args.model}: exec mode {ex.default_exec_mode}, precision {ex.precision}")
     print(ex.stats())
     print("signatures:")
     for fn in ex.functions:
@@ -316,8 +316,8 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         print("kernels:")
         width = max(len(n) for n in ex.kernels)
         for rec in ex.kernels.values():
-            ops = rec.meta.get("ops", "")
-            print(f"  {rec.name:<{width}}  {rec.backend:<5}  {rec.style:<6}  {ops}")
+            ops, precision = rec.meta.get("ops", ""), rec.meta.get("precision", "fp32")
+            print(f"  {rec.name:<{width}}  {rec.backend:<5}  {rec.style:<6}  {precision:<4}  {ops}")
     if args.text:
         print()
         print(ex.as_text())

@@ -215,6 +215,7 @@ def stats(ex: Executable) -> str:
         by_backend[rec.backend] = by_backend.get(rec.backend, 0) + 1
     detail = ", ".join(f"{n} {b}" for b, n in sorted(by_backend.items()))
     lines.append(f"kernels: {len(ex.kernels)}" + (f" ({detail})" if detail else ""))
+    lines.append(f"precision: {ex.precision}")
     return "\n".join(lines) + "\n"
 
 
