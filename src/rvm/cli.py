@@ -85,13 +85,15 @@ def _load_model(
     if _is_onnx(p):
         precision = getattr(args, "precision", None) or "fp32"
         return _compile_onnx(p, exec_mode or "bytecode", kernels, True, precision)
-    if getattr(args, "precision", None) not in (None, "fp32"):
-        raise UserError(
-            f"{path}: --precision applies to an ONNX model; a saved executable keeps the "
-            "precision it was compiled with (rvm inspect shows it)"
-        )
     keys = getattr(args, "key", None) or []
-    return rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
+    ex = rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
+    wanted = getattr(args, "precision", None)
+    if wanted not in (None, ex.precision):
+        raise UserError(
+            f"{path} computes in {ex.precision}, not {wanted}: --precision applies to an ONNX "
+            "model; a saved executable keeps the precision it was compiled with"
+        )
+    return ex
 
 
 def _parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
