@@ -123,3 +123,29 @@ def test_profile_shows_each_kernels_precision(bf16_executables) -> None:
 def test_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16', 'int8'\)"):
         rvm.compile(MODEL, precision="fp16")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    """The small BERT of tests/data (hidden size 64) in float32 and in bf16."""
+    pytest.importorskip("onnx")
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "data" / "transformers" / "bert_dynamo.onnx"
+    mod = rvm.from_onnx(str(path))
+    return rvm.compile(mod, progress=False), rvm.compile(mod, precision="bf16", progress=False)
+
+
+def test_bert_within_the_bound_of_float32(bert, exec_mode: str) -> None:
+    """The issue's bound on a transformer: outputs within 3e-2 (relative to their largest
+    value) of float32's; its dense layers (attention projections, feed-forward) run bf16."""
+    fp32, bf16 = bert
+    assert sum(r.meta["precision"] == "bf16" for r in bf16.kernels.values()) >= 3
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        ids = rng.integers(0, 100, (2, 16))
+        feed = (ids, np.ones_like(ids), np.zeros_like(ids))
+        want = rvm.VirtualMachine(fp32)["main"](*feed)
+        got = rvm.VirtualMachine(bf16, exec_mode=exec_mode)["main"](*feed)
+        for a, b in zip(got, want):
+            assert np.abs(a - b).max() <= BF16_VS_F32 * np.abs(b).max()
