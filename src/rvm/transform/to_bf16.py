@@ -22,12 +22,12 @@ import logging
 import numpy as np
 
 from rvm import op
-from rvm.dtypes import numpy_dtype
 from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
 from rvm.op.bf16 import padded_depth
+from rvm.op.numpy_ref import bf16_bits
 from rvm.transform.legalize import map_functions, map_regions
 
 logger = logging.getLogger("rvm.transform")
@@ -42,7 +42,7 @@ def bf16_rows(weight: np.ndarray) -> np.ndarray:
     padded with zeros to an even depth."""
     rows, depth = weight.shape
     out = np.zeros((rows, padded_depth(depth)), dtype=np.int16)
-    out[:, :depth] = weight.astype(np.float32).astype(numpy_dtype("bfloat16")).view(np.int16)
+    out[:, :depth] = bf16_bits(weight.astype(np.float32)).view(np.int16)
     return out
 
 
