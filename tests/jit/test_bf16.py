@@ -27,11 +27,14 @@ def _rounded(x: np.ndarray) -> np.ndarray:
 
 
 def _pairs(b: np.ndarray) -> np.ndarray:
-    """B (k, n) float as the pair-packed uint32 words (k/2 rounded up, n)."""
+    """B (k, n) float as the pair-packed uint32 words in panels (panels, k/2 rounded up,
+    NR)."""
     k, n = b.shape
-    bits = np.zeros((k + (k & 1), n), np.uint32)
-    bits[:k] = b.astype(BF16).view(np.uint16)
-    return bits[0::2] | (bits[1::2] << 16)
+    nr = bf16gemm.NR
+    bits = np.zeros((k + (k & 1), -(-n // nr) * nr), np.uint32)
+    bits[:k, :n] = b.astype(BF16).view(np.uint16)
+    words = bits[0::2] | (bits[1::2] << 16)  # (k2, padded n)
+    return np.ascontiguousarray(words.reshape(words.shape[0], -1, nr).transpose(1, 0, 2))
 
 
 def _gemm(m: int, n: int, k: int, accumulate: bool, seed: int = 0) -> None:
@@ -45,8 +48,8 @@ def _gemm(m: int, n: int, k: int, accumulate: bool, seed: int = 0) -> None:
     product = _rounded(a) @ _rounded(b)
     want[1 : m + 1, :n] = product + (want[1 : m + 1, :n] if accumulate else 0)
     bf16gemm.gemm_bf16(
-        rows.ctypes.data, rows.shape[1] // 2, words.ctypes.data, n,
-        c.ctypes.data + 4 * (n + 3), n + 3, m, n, words.shape[0], accumulate,
+        rows.ctypes.data, rows.shape[1] // 2, words.ctypes.data,
+        c.ctypes.data + 4 * (n + 3), n + 3, m, n, words.shape[1], accumulate,
     )  # fmt: skip
     np.testing.assert_allclose(c, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
 

@@ -25,7 +25,7 @@ from numba import types as nt
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import NR, gemm_bf16
+from rvm.kernels.bf16gemm import NR, gemm_bf16, panels
 
 __all__ = ["conv2d", "dense", "round_bits"]
 
@@ -57,33 +57,37 @@ def round_bits(word):  # type: ignore[no-untyped-def]
 
 @nb.njit(**_OPTS)
 def _pack_rows(x, k, out):  # type: ignore[no-untyped-def]
-    """``out[p, i]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p + 1]`` (0 past
-    ``k``): x's rows (float32, 2-d, C) as the GEMM's pair-packed B."""
+    """``out[i // NR, p, i % NR]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p +
+    1]`` (0 past ``k`` and past x's rows): x's rows (float32, 2-d, C) as the GEMM's B, in
+    panels (`rvm.kernels.bf16gemm.panel_index`)."""
     bits = x.reshape(x.size).view(np.uint32)
     rows = x.shape[0]
-    for p in range(out.shape[0]):
-        k0, k1 = 2 * p, 2 * p + 1
-        for i in range(rows):
-            lo = round_bits(bits[i * k + k0])
-            hi = round_bits(bits[i * k + k1]) if k1 < k else 0
-            out[p, i] = np.uint32(lo | (hi << 16))
+    out[out.shape[0] - 1] = 0  # the last panel's padding
+    for i in range(rows):
+        panel, lane = out[i // NR], i % NR
+        for p in range(k // 2):
+            lo = round_bits(bits[i * k + 2 * p])
+            hi = round_bits(bits[i * k + 2 * p + 1])
+            panel[p, lane] = np.uint32(lo | (hi << 16))
+        if k & 1:
+            panel[k // 2, lane] = np.uint32(round_bits(bits[i * k + k - 1]))
 
 
-# A GEMM job (int64): its length; A, B, C addresses; lda, ldb, ldc (words, words, floats);
-# m, n, k2; along n; the step.
-_JOB = 12
+# A GEMM job (int64): its length; A, B, C addresses; lda, ldc (words, floats); m, n, k2;
+# along n; the step.
+_JOB = 11
 
 
 @nb.njit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
-    a, b, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6]
-    m, n, k2, along_n, step = job[7], job[8], job[9], job[10], job[11]
+    a, b, c, lda, ldc = job[1], job[2], job[3], job[4], job[5]
+    m, n, k2, along_n, step = job[6], job[7], job[8], job[9], job[10]
     lo = p * step
-    if along_n:
-        gemm_bf16(a, lda, b + 4 * lo, ldb, c + 4 * lo, ldc, m, min(step, n - lo), k2, False)
+    if along_n:  # lo is a multiple of NR: B's panel lo / NR
+        gemm_bf16(a, lda, b + 4 * lo * k2, c + 4 * lo, ldc, m, min(step, n - lo), k2, False)
     else:
         at_a, at_c = a + 4 * lo * lda, c + 4 * lo * ldc
-        gemm_bf16(at_a, lda, b, ldb, at_c, ldc, min(step, m - lo), n, k2, False)
+        gemm_bf16(at_a, lda, b, at_c, ldc, min(step, m - lo), n, k2, False)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
@@ -96,7 +100,7 @@ _run = parfor.runner("bf16_gemm")
 
 
 @nb.njit(**_OPTS)
-def _gemm(like, a, lda, b, ldb, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
+def _gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
     """`gemm_bf16` writing C, cut into pieces on the pool when large; ``like`` is a float32
     array (the task's dtype)."""
     along_n = n >= m
@@ -106,14 +110,14 @@ def _gemm(like, a, lda, b, ldb, c, ldc, m, n, k2):  # type: ignore[no-untyped-de
     if threads > 1 and not workpool.busy():
         parts = min(PIECES_PER_THREAD * threads, (m * n * 2 * k2) // SPLIT_MIN)
     if parts <= 1:
-        gemm_bf16(a, lda, b, ldb, c, ldc, m, n, k2, False)
+        gemm_bf16(a, lda, b, c, ldc, m, n, k2, False)
         return
     align = NR if along_n else 8
     step = -(-side // parts)
     step = -(-step // align) * align
     job = np.empty(_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3], job[4], job[5], job[6] = _JOB, a, b, c, lda, ldb, ldc
-    job[7], job[8], job[9], job[10], job[11] = m, n, k2, 1 if along_n else 0, step
+    job[0], job[1], job[2], job[3], job[4], job[5] = _JOB, a, b, c, lda, ldc
+    job[6], job[7], job[8], job[9], job[10] = m, n, k2, 1 if along_n else 0, step
     _run(like, -(-side // step), job)
 
 
@@ -161,10 +165,10 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
             _gemv_rows(xw, wc, row, 0, n)
             out[i, :] = row
         return
-    packed = np.empty((kp // 2, m), dtype=np.uint32)
+    packed = np.empty((panels(m), kp // 2, NR), dtype=np.uint32)
     _pack_rows(xc, k, packed)
     ct = np.empty((n, m), dtype=np.float32)
-    _gemm(ct, wc.ctypes.data, kp // 2, packed.ctypes.data, m, ct.ctypes.data, m, n, m, kp // 2)
+    _gemm(ct, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
     out[:, :] = ct.T
 
 
@@ -184,27 +188,40 @@ def _round_image(x, c0, pt, pl, out):  # type: ignore[no-untyped-def]
 
 @nb.njit(**_OPTS)
 def _pack_columns(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out):  # type: ignore[no-untyped-def]
-    """The im2col columns of the padded image ``xp`` (bf16 bits in uint32, CHW) pair-packed:
-    ``out[p, y * ow + x]`` holds depth rows 2p and 2p + 1 of (channel, dy, dx), the high half
-    0 past the depth."""
+    """The im2col columns of the padded image ``xp`` (bf16 bits in uint32, CHW) pair-packed
+    in panels: word ``(p, y * ow + x)`` (`rvm.kernels.bf16gemm.panel_index`) holds depth rows
+    2p and 2p + 1 of (channel, dy, dx), the high half 0 past the depth. Panel after panel,
+    so the writes are one stream and the reads stay within a few rows of the image."""
     k, taps = cg * kh * kw, kh * kw
-    zero = np.zeros(ow * sw + kw * dw, dtype=np.uint32)
-    for p in range(out.shape[0]):
-        q0, q1 = 2 * p, 2 * p + 1
-        c0, dy0, dx0 = q0 // taps, (q0 % taps) // kw, q0 % kw
-        c1, dy1, dx1 = q1 // taps, (q1 % taps) // kw, q1 % kw
-        dst = out[p]
-        for y in range(oh):
-            s0 = xp[c0, y * sh + dy0 * dh]
-            s1 = xp[c1, y * sh + dy1 * dh] if q1 < k else zero
-            o0, o1 = dx0 * dw, dx1 * dw if q1 < k else 0
-            base = y * ow
-            if sw == 1:
-                for i in range(ow):
-                    dst[base + i] = s0[o0 + i] | (s1[o1 + i] << np.uint32(16))
+    hp, wp = xp.shape[1], xp.shape[2]
+    flat = xp.reshape(xp.size)
+    pixels = oh * ow
+    at = np.empty(pixels, dtype=np.int64)  # each output pixel's first tap in a channel
+    for y in range(oh):
+        for x in range(ow):
+            at[y * ow + x] = y * sh * wp + x * sw
+    k2 = out.shape[1]
+    tap = np.empty(2 * k2, dtype=np.int64)  # each depth row's offset: channel, dy, dx
+    for q in range(2 * k2):
+        c, r = min(q, k - 1) // taps, min(q, k - 1) % taps
+        tap[q] = c * hp * wp + (r // kw) * dh * wp + (r % kw) * dw
+    high = k2 * 2 == k  # an even depth: every pair has its high half
+    for jp in range(out.shape[0]):
+        j0 = jp * NR
+        width = min(NR, pixels - j0)
+        panel = out[jp]
+        if width < NR:
+            panel[:, width:] = 0
+        for p in range(k2):
+            lo, hi = tap[2 * p], tap[2 * p + 1]
+            row = panel[p]
+            if high or p < k2 - 1:
+                for lane in range(width):
+                    src = at[j0 + lane]
+                    row[lane] = flat[lo + src] | (flat[hi + src] << np.uint32(16))
             else:
-                for i in range(ow):
-                    dst[base + i] = s0[o0 + i * sw] | (s1[o1 + i * sw] << np.uint32(16))
+                for lane in range(width):
+                    row[lane] = flat[lo + at[j0 + lane]]
 
 
 @nb.njit(**_OPTS)
@@ -235,7 +252,7 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw):  # type: ignore[n
     xc = np.ascontiguousarray(x)
     wc = np.ascontiguousarray(w)
     oc = np.ascontiguousarray(out)
-    packed = np.empty((kp // 2, pixels), dtype=np.uint32)
+    packed = np.empty((panels(pixels), kp // 2, NR), dtype=np.uint32)
     # the padded image holds every tap: (oh - 1) * sh + (kh - 1) * dh + 1 rows at least
     hp = max(x.shape[2] + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
     wp = max(x.shape[3] + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
@@ -247,6 +264,6 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw):  # type: ignore[n
             _pack_columns(xb, cg, kh, kw, sh, sw, dh, dw, oh, ow, packed)
             a = at_w + 2 * g * og * kp
             cc = at_o + 4 * (b * co + g * og) * pixels
-            _gemm(oc, a, kp // 2, packed.ctypes.data, pixels, cc, pixels, og, pixels, kp // 2)
+            _gemm(oc, a, kp // 2, packed.ctypes.data, cc, pixels, og, pixels, kp // 2)
     if oc.ctypes.data != out.ctypes.data:
         out[...] = oc

@@ -1,12 +1,16 @@
 """bf16 GEMM with float32 accumulation: a register-blocked micro-kernel in LLVM IR.
 
-`gemm_bf16(a, lda, b, ldb, c, ldc, m, n, k2, accumulate)` computes, on int64 addresses,
+`gemm_bf16(a, lda, b, c, ldc, m, n, k2, accumulate)` computes, on int64 addresses,
 ``C[m, n] (+)= A[m, 2 k2] @ B[2 k2, n]`` where
 
 - A holds bf16 values (their 16 bits), row-major, rows ``2 lda`` values apart: pair ``p`` of
   row ``i`` (its values ``2p`` and ``2p + 1``) is the 32-bit word ``i * lda + p``;
-- B is *pair-packed*: word ``p * ldb + j`` holds B's values ``(2p, j)`` (low half) and
-  ``(2p + 1, j)`` (high half), so that a vector of B's words is what ``vdpbf16ps`` takes;
+- B is *pair-packed in panels* (`panel_index`): its word ``(p, j)`` holds B's values
+  ``(2p, j)`` (low half) and ``(2p + 1, j)`` (high half), so that a vector of B's words is
+  what ``vdpbf16ps`` takes, and the words of `NR` columns lie together, row after row, one
+  panel of ``k2 * NR`` words per `NR` columns (the last padded), so that the micro-kernel reads
+  its tile's B as one unit-stride stream (the callers pack B anyway: a convolution's im2col
+  columns, a dense layer's input);
 - C is float32, row-major, rows ``ldc`` apart.
 
 Each step of the micro-kernel broadcasts a pair of A's row and adds the two products of each
@@ -30,7 +34,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["DPBF16", "KC2", "LANES", "MR", "NR", "gemm_bf16"]
+__all__ = ["DPBF16", "KC2", "LANES", "MR", "NR", "gemm_bf16", "panel_index", "panels"]
 
 logger = logging.getLogger("rvm.kernels")
 
@@ -198,12 +202,24 @@ def _micro(typingctx, kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, la
 
 
 @nb.njit(**_OPTS)
-def _block(a, lda, b, ldb, c, ldc, m, width, k2, accumulate):  # type: ignore[no-untyped-def]
-    """A block of ``width`` columns of C: each depth block, each band of A, tile after tile."""
+def panels(n):  # type: ignore[no-untyped-def]
+    """How many panels of `NR` columns ``n`` columns of B take."""
+    return (n + NR - 1) // NR
+
+
+@nb.njit(**_OPTS)
+def panel_index(p, j, k2):  # type: ignore[no-untyped-def]
+    """The word of B's pair row ``p``, column ``j`` in its panels of depth ``k2`` pairs."""
+    return (j // NR) * (k2 * NR) + p * NR + j % NR
+
+
+@nb.njit(**_OPTS)
+def _block(a, lda, b, c, ldc, m, width, k2, accumulate):  # type: ignore[no-untyped-def]
+    """A block of ``width`` columns of C (B's panels from ``b``): each depth block, each band
+    of A, tile after tile."""
     for p0 in range(0, k2, KC2):
         kc2 = min(KC2, k2 - p0)
         add = 1 if (accumulate or p0 > 0) else 0
-        b_block = b + 4 * p0 * ldb
         for i0 in range(0, m, MR):
             rows = min(MR, m - i0)
             a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
@@ -211,14 +227,15 @@ def _block(a, lda, b, ldb, c, ldc, m, width, k2, accumulate):  # type: ignore[no
                 cols = min(NR, width - j0)
                 vectors = (cols + LANES - 1) // LANES
                 last = cols - (vectors - 1) * LANES
-                _micro(kc2, a_band, lda, b_block + 4 * j0, ldb, c_band + 4 * j0, ldc, add,
-                       rows, vectors, last)  # fmt: skip
+                b_tile = b + 4 * (j0 * k2 + p0 * NR)  # panel j0 / NR, pair row p0
+                _micro(kc2, a_band, lda, b_tile, NR, c_band + 4 * j0, ldc, add, rows, vectors,
+                       last)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
-def gemm_bf16(a, lda, b, ldb, c, ldc, m, n, k2, accumulate):  # type: ignore[no-untyped-def]
+def gemm_bf16(a, lda, b, c, ldc, m, n, k2, accumulate):  # type: ignore[no-untyped-def]
     """``C[m, n] (+)= A[m, 2 k2] @ B[2 k2, n]``: A's bf16 rows ``lda`` words (pairs) apart, B
-    pair-packed with rows of ``ldb`` words, C float32 with rows ``ldc`` apart; int64
+    pair-packed in panels (`panel_index`), C float32 with rows ``ldc`` apart; int64
     addresses, in the calling thread, no checks."""
     if m <= 0 or n <= 0:
         return
@@ -230,7 +247,7 @@ def gemm_bf16(a, lda, b, ldb, c, ldc, m, n, k2, accumulate):  # type: ignore[no-
         return
     step = max(NR, BLOCK_BYTES // (4 * min(KC2, k2)) // NR * NR)
     for j0 in range(0, n, step):
-        _block(a, lda, b + 4 * j0, ldb, c + 4 * j0, ldc, m, min(step, n - j0), k2, accumulate)
+        _block(a, lda, b + 4 * j0 * k2, c + 4 * j0, ldc, m, min(step, n - j0), k2, accumulate)
 
 
 @intrinsic
