@@ -172,3 +172,15 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr.count("has no AVX512-BF16") == 1, run.stderr[-2000:]
+
+
+def test_large_gemv_in_pieces(blas_threads: int) -> None:
+    """A batch-1 dense layer with a large weight runs its rows in pieces on the pool."""
+    rng = np.random.default_rng(7)
+    n, k = 4 * bf16.GEMV_SPLIT_MIN // 1000 + 3, 1001
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    out = np.full((1, n), np.nan, np.float32)
+    bf16.dense(x, bf16_rows(w), out)
+    want = _rounded(x) @ _rounded(w).T
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)

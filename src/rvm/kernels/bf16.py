@@ -32,6 +32,7 @@ __all__ = ["conv2d", "dense", "round_bits"]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run along rows)
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
+GEMV_SPLIT_MIN = 1 << 18  # weights a GEMV piece reads at least (512 KB of bf16)
 PIECES_PER_THREAD = 4
 
 
@@ -127,10 +128,49 @@ def _gemv_rows(xw, w, out, j0, j1):  # type: ignore[no-untyped-def]
     ``w``'s rows bf16 bits (uint16 view)."""
     kp = w.shape[1]
     for j in range(j0, j1):
+        row = w[j]  # a 1-d row: the loop vectorizes
         s = np.float32(0.0)
         for q in range(kp):
-            s += xw[q] * _as_float(np.uint32(w[j, q]) << np.uint32(16))
+            s += xw[q] * _as_float(np.uint32(row[q]) << np.uint32(16))
         out[j] = s
+
+
+# A GEMV job (int64): its length; the rounded input's, the weight's and the output's
+# addresses; the weight's rows and padded depth; rows per piece.
+_GEMV_JOB = 7
+
+
+def _gemv_task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a split GEMV: ``step`` of the weight's rows (a pool task)."""
+    job = parfor.job(data)
+    n, kp, step = job[4], job[5], job[6]
+    xw = parfor.array_at(job[1], (kp,), like)
+    w = parfor.array_at(job[2], (n, kp // 2), like).view(np.uint16)  # bf16 bits, 2 a float
+    out = parfor.array_at(job[3], (n,), like)
+    _gemv_rows(xw, w, out, p * step, min(n, (p + 1) * step))
+
+
+parfor.export_task("bf16_gemv", _gemv_task)
+_run_gemv = parfor.runner("bf16_gemv")
+
+
+@nb.njit(**_OPTS)
+def _gemv(xw, w, out):  # type: ignore[no-untyped-def]
+    """``out = xw @ w.T`` (``w`` uint16 bf16 bits), its rows cut into pieces on the pool when
+    the weight is large."""
+    n, kp = w.shape
+    threads = parfor.threads()
+    parts = 1
+    if threads > 1 and not workpool.busy():
+        parts = min(PIECES_PER_THREAD * threads, (n * kp) // GEMV_SPLIT_MIN)
+    if parts <= 1:
+        _gemv_rows(xw, w, out, 0, n)
+        return
+    step = -(-n // parts)
+    job = np.empty(_GEMV_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3] = _GEMV_JOB, xw.ctypes.data, w.ctypes.data, out.ctypes.data
+    job[4], job[5], job[6] = n, kp, step
+    _run_gemv(out, -(-n // step), job)
 
 
 @nb.njit(**_OPTS)
@@ -162,7 +202,7 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
                 xw[q] = xc[i, q]
             for q in range(k):
                 bits[q] = np.uint32(round_bits(bits[q]) << 16)
-            _gemv_rows(xw, wc, row, 0, n)
+            _gemv(xw, wc, row)
             out[i, :] = row
         return
     packed = np.empty((panels(m), kp // 2, NR), dtype=np.uint32)
