@@ -184,3 +184,15 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
     bf16.dense(x, bf16_rows(w), out)
     want = _rounded(x) @ _rounded(w).T
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
+
+
+def test_large_convolution_packs_in_pieces(blas_threads: int) -> None:
+    """A convolution whose im2col columns are large packs them in pieces on the pool."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 64, 48, 48)).astype(np.float32)
+    w = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    want = numpy_ref.conv2d(_rounded(x), _rounded(w), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert 64 * 9 // 2 * 48 * 48 >= 2 * bf16.PACK_SPLIT_MIN  # worth cutting
+    out = np.full(want.shape, np.nan, np.float32)
+    bf16.conv2d(x, bf16_rows(w.reshape(32, -1)), out, 1, 1, 1, 1, 1, 1, 1, 3, 3)
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * 24 * 8)

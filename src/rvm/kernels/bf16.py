@@ -32,6 +32,7 @@ __all__ = ["conv2d", "dense", "round_bits"]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run along rows)
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
+PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
 GEMV_SPLIT_MIN = 1 << 18  # weights a GEMV piece reads at least (512 KB of bf16)
 PIECES_PER_THREAD = 4
 
@@ -228,10 +229,50 @@ def _round_image(x, c0, pt, pl, out):  # type: ignore[no-untyped-def]
 
 @nb.njit(**_OPTS)
 def _pack_columns(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out):  # type: ignore[no-untyped-def]
-    """The im2col columns of the padded image ``xp`` (bf16 bits in uint32, CHW) pair-packed
-    in panels: word ``(p, y * ow + x)`` (`rvm.kernels.bf16gemm.panel_index`) holds depth rows
-    2p and 2p + 1 of (channel, dy, dx), the high half 0 past the depth. Panel after panel,
-    so the writes are one stream and the reads stay within a few rows of the image."""
+    """`_pack_panels` of every panel, cut into pieces on the pool when large."""
+    count = out.shape[0]
+    threads = parfor.threads()
+    parts = 1
+    if threads > 1 and not workpool.busy():
+        parts = min(PIECES_PER_THREAD * threads, count, out.size // PACK_SPLIT_MIN)
+    if parts <= 1:
+        _pack_panels(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out, 0, count)
+        return
+    step = -(-count // parts)
+    job = np.empty(_PACK_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3], job[4] = _PACK_JOB, xp.ctypes.data, cg, xp.shape[1], xp.shape[2]
+    job[5], job[6], job[7], job[8], job[9], job[10] = kh, kw, sh, sw, dh, dw
+    job[11], job[12], job[13], job[14], job[15] = oh, ow, out.ctypes.data, out.shape[1], step
+    _run_pack(out.view(np.float32), -(-count // step), job)
+
+
+# A packing job (int64): its length; the padded image's address, channels, height, width;
+# kh, kw, sh, sw, dh, dw; oh, ow; the panels' address, their depth; panels per piece.
+_PACK_JOB = 16
+
+
+def _pack_task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a split im2col packing: ``step`` panels (a pool task)."""
+    job = parfor.job(data)
+    cg, oh, ow, k2, step = job[2], job[11], job[12], job[14], job[15]
+    xp = parfor.array_at(job[1], (cg, job[3], job[4]), like).view(np.uint32)
+    count = (oh * ow + NR - 1) // NR
+    out = parfor.array_at(job[13], (count, k2, NR), like).view(np.uint32)
+    _pack_panels(xp, cg, job[5], job[6], job[7], job[8], job[9], job[10], oh, ow, out,
+                 p * step, min(count, (p + 1) * step))  # fmt: skip
+
+
+parfor.export_task("bf16_pack", _pack_task)
+_run_pack = parfor.runner("bf16_pack")
+
+
+@nb.njit(**_OPTS)
+def _pack_panels(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out, jp0, jp1):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Panels ``jp0`` to ``jp1`` of the im2col columns of the padded image ``xp`` (bf16 bits
+    in uint32, CHW), pair-packed: word ``(p, y * ow + x)`` (`rvm.kernels.bf16gemm.panel_index`)
+    holds depth rows 2p and 2p + 1 of (channel, dy, dx), the high half 0 past the depth.
+    Panel after panel, so the writes are one stream and the reads stay within a few rows of
+    the image."""
     k, taps = cg * kh * kw, kh * kw
     hp, wp = xp.shape[1], xp.shape[2]
     flat = xp.reshape(xp.size)
@@ -246,7 +287,7 @@ def _pack_columns(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out):  # type: ignore[
         c, r = min(q, k - 1) // taps, min(q, k - 1) % taps
         tap[q] = c * hp * wp + (r // kw) * dh * wp + (r % kw) * dw
     high = k2 * 2 == k  # an even depth: every pair has its high half
-    for jp in range(out.shape[0]):
+    for jp in range(jp0, jp1):
         j0 = jp * NR
         width = min(NR, pixels - j0)
         panel = out[jp]
