@@ -291,3 +291,24 @@ def test_run_and_inspect_of_a_saved_executable_import_no_compiler(work):
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_compile_with_bf16_precision(work):
+    """``--precision bf16`` compiles the products in bf16 (recorded, shown by inspect); a
+    saved executable keeps its precision and refuses another."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((32, 8)).astype("float32"), "w")
+    f32 = TensorProto.FLOAT
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", f32, [2, 32])],
+        [helper.make_tensor_value_info("y", f32, [2, 8])],
+        [w],
+    )
+    onnx.save(model, work / "deep.onnx")
+    ok(rvm_cmd("compile", "deep.onnx", "-q", "--precision", "bf16", cwd=work))
+    out = ok(rvm_cmd("inspect", "deep.rvmx", cwd=work))
+    assert "precision bf16" in out and "bf16  dense_bf16" in out
+    user_error(rvm_cmd("run", "deep.rvmx", "--precision", "fp32", cwd=work), "--precision applies")
+    run = rvm_cmd("compile", "deep.onnx", "--precision", "fp16", cwd=work)
+    assert run.returncode == 2 and "invalid choice: 'fp16'" in run.stderr

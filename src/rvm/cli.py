@@ -1,6 +1,6 @@
 """The ``rvm`` command: compile, run, inspect and benchmark models from a shell.
 
-    rvm compile model.onnx -o model.rvmx [--exec-mode compiled] [--kernels jit]
+    rvm compile model.onnx -o model.rvmx [--exec-mode compiled] [--kernels jit] [--precision bf16]
     rvm run model.rvmx [--input x=x.npy ...] [--dim n=8 ...] [--output out.npz]
     rvm inspect model.rvmx [--text]
     rvm bench model.onnx [--repeat 50] [--json]
@@ -43,7 +43,7 @@ import rvm
 from rvm.dtypes import numpy_dtype
 from rvm.errors import RVMError
 from rvm.progress import with_progress
-from rvm.runtime.executable import EXEC_MODES, Executable, ParamSpec, VMFunction
+from rvm.runtime.executable import EXEC_MODES, PRECISIONS, Executable, ParamSpec, VMFunction
 from rvm.runtime.text import signature
 
 __all__ = ["main", "UserError"]
@@ -67,21 +67,33 @@ def _is_onnx(path: Path) -> bool:
     return path.suffix.lower() == ".onnx"
 
 
-def _compile_onnx(path: Path, exec_mode: str, kernels: str, progress: bool) -> Executable:
+def _compile_onnx(
+    path: Path, exec_mode: str, kernels: str, progress: bool, precision: str = "fp32"
+) -> Executable:
     mod = rvm.from_onnx(str(path))  # the compiler loads here, and only here
-    return rvm.compile(mod, exec_mode=exec_mode, kernels=kernels, progress=progress)
+    return rvm.compile(
+        mod, exec_mode=exec_mode, kernels=kernels, progress=progress, precision=precision
+    )
 
 
 def _load_model(
     path: str, exec_mode: str | None, kernels: str, args: argparse.Namespace | None = None
 ) -> Executable:
     """An executable from a ``.rvmx`` file (trusted as ``--trusted`` / ``--key`` say), or
-    compiled from a ``.onnx`` one."""
+    compiled from a ``.onnx`` one (in ``--precision``)."""
     p = _existing(path)
     if _is_onnx(p):
-        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=True)
+        precision = getattr(args, "precision", None) or "fp32"
+        return _compile_onnx(p, exec_mode or "bytecode", kernels, True, precision)
     keys = getattr(args, "key", None) or []
-    return rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
+    ex = rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
+    wanted = getattr(args, "precision", None)
+    if wanted not in (None, ex.precision):
+        raise UserError(
+            f"{path} computes in {ex.precision}, not {wanted}: --precision applies to an ONNX "
+            "model; a saved executable keeps the precision it was compiled with"
+        )
+    return ex
 
 
 def _parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
@@ -246,7 +258,8 @@ def cmd_compile(args: argparse.Namespace) -> None:
             "name the output with -o"
         )
     _check_writable(out)
-    ex = _compile_onnx(src, args.exec_mode, args.kernels, progress=not args.quiet)
+    precision = args.precision or "fp32"
+    ex = _compile_onnx(src, args.exec_mode, args.kernels, not args.quiet, precision)
     try:
         ex.save(str(out))
     except OSError as e:
@@ -296,7 +309,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> None:
     ex = _load_model(args.model, None, "jit")
-    print(f"{args.model}: exec mode {ex.default_exec_mode}")
+    print(f"{args.model}: exec mode {ex.default_exec_mode}, precision {ex.precision}")
     print(ex.stats())
     print("signatures:")
     for fn in ex.functions:
@@ -305,8 +318,8 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         print("kernels:")
         width = max(len(n) for n in ex.kernels)
         for rec in ex.kernels.values():
-            ops = rec.meta.get("ops", "")
-            print(f"  {rec.name:<{width}}  {rec.backend:<5}  {rec.style:<6}  {ops}")
+            ops, precision = rec.meta.get("ops", ""), rec.meta.get("precision", "fp32")
+            print(f"  {rec.name:<{width}}  {rec.backend:<5}  {rec.style:<6}  {precision:<4}  {ops}")
     if args.text:
         print()
         print(ex.as_text())
@@ -401,6 +414,12 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--exec-mode", choices=EXEC_MODES, default=mode_default)
         c.add_argument(
             "--kernels", choices=("jit", "numpy"), default="jit", help="for an .onnx model"
+        )
+        c.add_argument(
+            "--precision",
+            choices=PRECISIONS,
+            default=None,
+            help="what GEMMs and convolutions compute in, for an .onnx model (default fp32)",
         )
 
     def input_options(c: argparse.ArgumentParser) -> None:

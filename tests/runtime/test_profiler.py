@@ -117,9 +117,9 @@ def test_report_text_csv_and_json():
     assert text.splitlines()[0] == "profile of @main (median of 3 timed runs, 1 warmup)"
     assert "VM overhead (dispatch, allocation, builtins)" in text and "50.0%" in text
     csv = r.csv().splitlines()
-    assert csv[0] == "name,calls_per_run,total_s,mean_s,share,shapes"
-    assert csv[1] == 'a,2,0.000000550,0.000000275,0.500000,"(float32[2, 3], int)"'
-    assert csv[-2:] == ["VM overhead,,0.000000300,,0.272727,", "total,,0.000001100,,1.0,"]
+    assert csv[0] == "name,calls_per_run,total_s,mean_s,share,precision,shapes"
+    assert csv[1] == 'a,2,0.000000550,0.000000275,0.500000,,"(float32[2, 3], int)"'
+    assert csv[-2:] == ["VM overhead,,0.000000300,,0.272727,,", "total,,0.000001100,,1.0,,"]
     doc = json.loads(r.json())
     assert (doc["function"], doc["repeat"], doc["warmup"]) == ("main", 3, 1)
     assert doc["run_times"] == [1e-6, 1.2e-6, 1.1e-6] and len(doc["rows"]) == 2

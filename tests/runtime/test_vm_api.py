@@ -147,7 +147,9 @@ def test_profile_report_rows(exec_mode):
     assert report.total > 0 and report.kernel_total > 0 and report.vm_overhead >= 0
     text = str(report)
     assert "exp" in text and "VM overhead (dispatch, allocation, builtins)" in text
-    assert report.csv().splitlines()[0] == "name,calls_per_run,total_s,mean_s,share,shapes"
+    header = "name,calls_per_run,total_s,mean_s,share,precision,shapes"
+    assert report.csv().splitlines()[0] == header
+    assert report.rows[0]["precision"] == "fp32"  # the kernel's, from its record
     assert json.loads(report.json())["function"] == "main"
     np.testing.assert_allclose(vm["main"](x, x), np.exp(x), rtol=1e-6)  # unwrapped again
 

@@ -10,7 +10,7 @@ from rvm.codegen.vm_codegen import vm_codegen
 from rvm.errors import IRError
 from rvm.ir import IRModule
 from rvm.jit.numpy_kernel import numpy_kernel
-from rvm.runtime.executable import EXEC_MODES, Executable, KernelRecord
+from rvm.runtime.executable import EXEC_MODES, PRECISIONS, Executable, KernelRecord
 from rvm.runtime.kernels import build_kernels as build
 from rvm.transform.pipeline import default_passes, run_pipeline
 
@@ -27,6 +27,16 @@ def _kernel_factory(kernels: str) -> Callable[..., KernelRecord]:
     return jit_kernel
 
 
+def _with_precision(passes: list, precision: str) -> list:
+    """``passes`` with the pass that converts products to ``precision`` before legalize."""
+    if precision != "bf16":
+        return passes
+    from rvm.transform.to_bf16 import to_bf16
+
+    at = [name for name, _ in passes].index("legalize")
+    return [*passes[:at], ("to_bf16", to_bf16), *passes[at:]]
+
+
 def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     mod: IRModule,
     *,
@@ -37,6 +47,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     exec_mode: str = "bytecode",
     build_kernels: bool = True,
     progress: bool = True,
+    precision: str = "fp32",
 ) -> Executable:
     """Compile ``mod`` to an executable for `rvm.VirtualMachine`.
 
@@ -55,6 +66,12 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
             them cached in the next process; False defers it to the first VM.
         progress: show the progress of long kernel builds (`rvm.progress`: a line on
             a terminal's stderr, a bar in a notebook, else one INFO log line); False: never.
+        precision: what GEMMs and convolutions compute in. ``"fp32"`` (default);
+            ``"bf16"``: float32 dense, matmul and conv2d with constant weights take bf16
+            operands and sum in float32, their weights converted once, here
+            (`rvm.transform.to_bf16`); elementwise ops, norms, softmax and attention stay
+            float32, inputs and outputs keep their types. Recorded as the executable's
+            ``precision`` and saved with it.
     """
     if not isinstance(mod, IRModule):
         raise TypeError(f"rvm.compile expects an IRModule, got {type(mod).__name__}")
@@ -62,7 +79,14 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         raise ValueError(f"kernels must be one of {KERNEL_BACKENDS}, got {kernels!r}")
     if exec_mode not in EXEC_MODES:
         raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
-    passes = default_passes()
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "int8":
+        raise ValueError(
+            "precision='int8' needs an int8 model: quantize it first (rvm.quantize) or "
+            "import a quantized ONNX model"
+        )
+    passes = _with_precision(default_passes(), precision)
     if opt_level < 2:
         from rvm.transform.fuse_ops import fuse_ops
 
@@ -76,6 +100,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         ex = vm_codegen(lowered, factory)
     except IRError as err:
         raise IRError(f"codegen: {err}") from None
+    ex.precision = precision
     logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))
     if build_kernels:
         if kernels == "jit":  # missing kernels compile in several processes at once first

@@ -23,7 +23,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, TupleType, Type
-from rvm.jit import assemble, attention, layout, stages  # noqa: F401  (register compute definitions)
+from rvm.jit import assemble, attention, bf16, layout, stages  # noqa: F401  (register compute definitions)
 from rvm.jit.compute import compute
 from rvm.jit.cond import ne
 from rvm.jit.kernel import KernelBuilder
@@ -32,6 +32,7 @@ from rvm.jit.scalar import convert, counting_mathlib, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.kernels.entry import require_line
 from rvm.op import ops
+from rvm.op.core import precision_of
 from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import SCALAR_META, KernelRecord
 
@@ -94,7 +95,7 @@ def jit_kernel(
             False checks every fixed size against the parameter types.
     """
     ops_used = _ops(func)
-    meta = {"ops": ",".join(ops_used)}
+    meta = {"ops": ",".join(ops_used), "precision": precision_of(ops_used)}
     try:
         lowering = None
         with counting_mathlib() as calls:

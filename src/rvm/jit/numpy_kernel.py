@@ -22,6 +22,7 @@ from rvm.ir import expr as E
 from rvm.ir.types import TensorType, TupleType
 from rvm.kernels import reference as library
 from rvm.op import reference
+from rvm.op.core import precision_of
 from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import KernelRecord
 
@@ -201,7 +202,7 @@ def numpy_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecor
         for b in (func.body.bindings if isinstance(func.body, E.SeqExpr) else ())
         if isinstance(b.value, E.Call) and isinstance(b.value.callee, E.Op)
     ]
-    meta = {"ops": ",".join(ops)}
+    meta = {"ops": ",".join(ops), "precision": precision_of(ops)}
     return KernelRecord(name, "numpy", source, name, style, meta, imports=(LIBRARY_MODULE,))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from rvm import _hooks
 from rvm.ir.expr import const
+from rvm.op import bf16 as _bf16
 from rvm.op import checks as _checks
 from rvm.op import conv as _conv
 from rvm.op import create as _create
@@ -29,6 +30,7 @@ from rvm.op import pool as _pool
 from rvm.op import reduce as _reduce
 from rvm.op import search as _search
 from rvm.op import transformer as _transformer
+from rvm.op.bf16 import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.checks import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
@@ -50,6 +52,7 @@ from rvm.op.transformer import *  # noqa: F403 (its builders, listed in its __al
 _hooks.supply("ops", ops)
 
 __all__ = ["ExprLike", "as_expr", "const", "ops", "reference"]
+__all__ += _bf16.__all__
 __all__ += _checks.__all__
 __all__ += _conv.__all__
 __all__ += _create.__all__

@@ -22,6 +22,21 @@ from rvm.kernels import reference as library
 
 ExprLike = Expr | bool | int | float | np.ndarray | np.generic
 
+OP_PRECISION: dict[str, str] = {}
+"""What the ops that compute in reduced precision compute in (``"bf16"``, ``"int8"``), by op
+name; every other op computes in its operands' dtype (``"fp32"`` for float32 models). The
+modules defining such ops register them here; `precision_of` reads it."""
+
+
+def precision_of(op_names: Sequence[str]) -> str:
+    """The precision a kernel of ``op_names`` computes its products in: the first reduced
+    precision among its ops, else ``"fp32"``."""
+    for name in op_names:
+        if name in OP_PRECISION:
+            return OP_PRECISION[name]
+    return "fp32"
+
+
 reference: dict[Op, Callable[..., Any]] = {}
 """NumPy reference implementation of each op: ``f(*input_arrays, **call.attrs)``.
 

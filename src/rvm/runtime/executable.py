@@ -28,6 +28,8 @@ _KINDS = ("tensor", "tuple", "adt", "any")
 _BACKENDS = ("numpy", "jit")
 _STYLES = ("dps", "return")
 EXEC_MODES = ("bytecode", "compiled", "native")
+PRECISIONS = ("fp32", "bf16", "int8")
+"""What an executable's products compute in (`rvm.compile`'s ``precision``)."""
 _TERMINATORS = (
     Opcode.RET,
     Opcode.GOTO,
@@ -154,6 +156,9 @@ class Executable:
         adts: The algebraic data types, for printing values with constructor names.
         default_exec_mode: The exec mode of `VirtualMachine(ex)` without one: "bytecode" or
             "compiled" (recorded by `rvm.compile(..., exec_mode=...)`, saved with the file).
+        precision: What its products (GEMMs, convolutions) compute in: "fp32", "bf16" or
+            "int8" (recorded by `rvm.compile(..., precision=...)`, saved with the file); its
+            inputs and outputs keep their declared types whatever it is.
 
     This module holds the record and its validation only. The methods that need the modules
     above it (``save``, ``to_bytes``, ``from_bytes``, ``native_code``, ``as_text``,
@@ -172,6 +177,7 @@ class Executable:
         libraries: Mapping[str, str] | None = None,
         adts: Iterable[ADTInfo] = (),
         default_exec_mode: str = "bytecode",
+        precision: str = "fp32",
     ) -> None:
         self.functions: tuple[VMFunction, ...] = tuple(functions)
         consts = []
@@ -189,6 +195,7 @@ class Executable:
         self.libraries: Mapping[str, str] = MappingProxyType(dict(libraries or {}))
         self.adts: tuple[ADTInfo, ...] = tuple(adts)
         self.default_exec_mode = default_exec_mode
+        self.precision = precision
         validate(self)
         self._index = {f.name: i for i, f in enumerate(self.functions)}
         self.constructor_names: dict[int, str] = {
@@ -270,6 +277,8 @@ def validate(ex: Executable) -> None:
     """
     if ex.default_exec_mode not in EXEC_MODES:
         _fail(f"default exec mode {ex.default_exec_mode!r} is not one of {EXEC_MODES}")
+    if ex.precision not in PRECISIONS:
+        _fail(f"precision {ex.precision!r} is not one of {PRECISIONS}")
     names = [f.name for f in ex.functions]
     if len(set(names)) != len(names):
         _fail(f"duplicate function names in {names}")

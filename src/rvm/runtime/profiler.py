@@ -104,6 +104,7 @@ def profile_runs(
     run: Callable[[], Any],
     warmup: int = 1,
     repeat: int = 10,
+    precisions: Mapping[str, str] | None = None,
 ) -> ProfileReport:
     """Profiles `run` as `VirtualMachine.profile` documents.
 
@@ -115,6 +116,8 @@ def profile_runs(
         run: One call of the function (with the installed table).
         warmup: Untimed runs first (code generation, pools, caches).
         repeat: Timed runs; the report gives medians over them.
+        precisions: What each kernel computes its products in (``"fp32"``, ``"bf16"``...),
+            by name, from its record's facts; the report shows it per row.
 
     Raises:
         ValueError: `repeat` < 1 or `warmup` < 0.
@@ -143,7 +146,7 @@ def profile_runs(
 
     install(_replace(packed, {i: instrumented(names[i], packed[i], record) for i in timed}))
     run()  # untimed: the argument shapes of one run
-    return ProfileReport(function, runs, shapes, warmup)
+    return ProfileReport(function, runs, shapes, warmup, precisions)
 
 
 def _replace(
@@ -170,7 +173,8 @@ class ProfileReport:
         rows: Per timed packed function (the kernels and any registered functions; not the
             VM's `vm.builtin.*` functions), sorted by time: name, calls (per run), total
             (median seconds per run), mean (seconds per call), share (of `total`) and the
-            distinct argument shapes.
+            distinct argument shapes, and precision: what a kernel computes its products in
+            (``"fp32"``, ``"bf16"``...; "" for a function that is not a kernel).
         kernel_total: Median over runs of the seconds inside those packed functions.
         vm_overhead: Median over runs of (run time - time inside them): dispatch, allocation,
             the VM's builtins (shape checks) and the profiler's own per-call bookkeeping.
@@ -182,10 +186,12 @@ class ProfileReport:
         runs: Sequence[Run],
         shapes: Mapping[str, Iterable[tuple]] | None = None,
         warmup: int = 0,
+        precisions: Mapping[str, str] | None = None,
     ) -> None:
         if not runs:
             raise ValueError("a profile needs at least one timed run")
         shapes = shapes or {}
+        precisions = precisions or {}
         self.function = function
         self.warmup = warmup
         self.repeat = len(runs)
@@ -204,6 +210,7 @@ class ProfileReport:
                     "mean": seconds / ncalls if ncalls else 0.0,
                     "share": seconds / self.total if self.total > 0 else 0.0,
                     "shapes": [_format_shapes(k) for k in shapes.get(name, ())],
+                    "precision": precisions.get(name, ""),
                 }
             )
         self.rows.sort(key=lambda r: -r["total"])
@@ -225,13 +232,16 @@ class ProfileReport:
 
     def __str__(self) -> str:
         width = max([len(r["name"]) for r in self.rows] + [len(_OVERHEAD)])
-        head = f"{'name':<{width}}  {'calls':>6}  {'total us':>10}  {'mean us':>9}  {'share':>6}"
+        head = (
+            f"{'name':<{width}}  {'calls':>6}  {'total us':>10}  {'mean us':>9}  {'share':>6}  "
+            f"{'prec':<4}"
+        )
         lines = [self._title(), head, "-" * len(head)]
         for r in self.rows:
             shapes = "; ".join(r["shapes"][:3]) + (" ..." if len(r["shapes"]) > 3 else "")
             lines.append(
                 f"{r['name']:<{width}}  {r['calls']:>6}  {r['total'] * 1e6:>10.1f}  "
-                f"{r['mean'] * 1e6:>9.2f}  {r['share']:>6.1%}  {shapes}"
+                f"{r['mean'] * 1e6:>9.2f}  {r['share']:>6.1%}  {r['precision']:<4}  {shapes}"
             )
         lines.append("-" * len(head))
         lines.append(
@@ -243,15 +253,15 @@ class ProfileReport:
 
     def csv(self) -> str:
         """The rows as CSV (seconds per run, medians), then `VM overhead` and `total` rows."""
-        out = ["name,calls_per_run,total_s,mean_s,share,shapes"]
+        out = ["name,calls_per_run,total_s,mean_s,share,precision,shapes"]
         for r in self.rows:
             shapes = "; ".join(r["shapes"]).replace('"', "'")
             out.append(
                 f"{r['name']},{r['calls']},{r['total']:.9f},{r['mean']:.9f},"
-                f'{r["share"]:.6f},"{shapes}"'
+                f'{r["share"]:.6f},{r["precision"]},"{shapes}"'
             )
-        out.append(f"VM overhead,,{self.vm_overhead:.9f},,{self.vm_share:.6f},")
-        out.append(f"total,,{self.total:.9f},,1.0,")
+        out.append(f"VM overhead,,{self.vm_overhead:.9f},,{self.vm_share:.6f},,")
+        out.append(f"total,,{self.total:.9f},,1.0,,")
         return "\n".join(out) + "\n"
 
     def json(self) -> str:
@@ -279,6 +289,7 @@ class ProfileReport:
                 f"{r['total'] * 1e6:.1f}",
                 f"{r['mean'] * 1e6:.2f}",
                 _html.bar(r["share"]),
+                r["precision"],
                 "; ".join(r["shapes"]),
             )
             for r in self.rows
@@ -291,10 +302,11 @@ class ProfileReport:
                 "",
                 _html.bar(self.vm_share, "#e45756"),
                 "",
+                "",
             ),
-            ("total", "", f"{self.total * 1e6:.1f}", "", "", ""),
+            ("total", "", f"{self.total * 1e6:.1f}", "", "", "", ""),
         ]
-        head = ("name", "calls/run", "total µs", "mean µs", "share", "argument shapes")
+        head = ("name", "calls/run", "total µs", "mean µs", "share", "precision", "argument shapes")
         table = _html.table(head, rows, numeric=(1, 2, 3), foot=foot)
         return _html.box(self._title(), table)
 

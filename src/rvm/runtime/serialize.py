@@ -10,8 +10,9 @@ specs, register-file size, code range; then the ADTs), CONS (constant pool: dtyp
 type string, or the name of a narrow dtype such as "bfloat16" -- shape, raw bytes), PRIM (primitive
 names), CODE (instructions: u8 opcode, then operands by the kinds of `OPCODE_INFO`), KERN (kernel
 records and shared libraries), then, since version 1.1, META (string key/value pairs:
-`default_exec_mode`, and since 1.5 `python_forms`, the data types' `ADTInfo.python` as
-`name=form;...`), and, since version 1.3, RSLT (per function, what it returns: a flag, then the
+`default_exec_mode`, `precision` when not fp32 (absent: fp32), and since 1.5 `python_forms`,
+the data types' `ADTInfo.python` as `name=form;...`), and, since version 1.3, RSLT (per
+function, what it returns: a flag, then the
 result spec, its tuple fields after it). Readers skip unknown sections of the same major version,
 so a 1.0 reader loads a 1.1 file, and a 1.0 file (no META) loads with the defaults; a new major
 version means an incompatible layout. Version 1.2 added opcodes (the tail calls, NEW_TENSOR, the
@@ -414,6 +415,8 @@ def _natv(native: NativeCode) -> bytes:
 def _meta(ex: Executable) -> bytes:
     w = _Writer()
     items = {"default_exec_mode": ex.default_exec_mode}
+    if ex.precision != "fp32":  # since 1.6: what its products compute in
+        items["precision"] = ex.precision
     forms = ";".join(f"{info.name}={info.python}" for info in ex.adts if info.python)
     if forms:  # since 1.5: the data types' Python forms (`ADTInfo.python`)
         items["python_forms"] = forms
@@ -586,6 +589,8 @@ def _decode_sections(found: dict[bytes, memoryview], minor: int) -> dict[str, An
         r.end()
         if "default_exec_mode" in meta:
             out["default_exec_mode"] = meta["default_exec_mode"]
+        if "precision" in meta:
+            out["precision"] = meta["precision"]
         if "python_forms" in meta:
             forms = dict(item.partition("=")[::2] for item in meta["python_forms"].split(";"))
             out["adts"] = [replace(info, python=forms.get(info.name)) for info in adts]

@@ -215,6 +215,7 @@ def stats(ex: Executable) -> str:
         by_backend[rec.backend] = by_backend.get(rec.backend, 0) + 1
     detail = ", ".join(f"{n} {b}" for b, n in sorted(by_backend.items()))
     lines.append(f"kernels: {len(ex.kernels)}" + (f" ({detail})" if detail else ""))
+    lines.append(f"precision: {ex.precision}")
     return "\n".join(lines) + "\n"
 
 
@@ -233,6 +234,7 @@ def as_html(ex: Executable) -> str:
             ("kernels", len(ex.kernels)),
             ("primitives", f"{len(ex.primitive_names)} ({nglob} global functions)"),
             ("default exec mode", ex.default_exec_mode),
+            ("precision", ex.precision),
             ("kernels backend", ", ".join(backends) or "none"),
         ],
     )

@@ -424,6 +424,10 @@ class VirtualMachine:
                 lambda: self._enter(fidx, checked),
                 warmup=warmup,
                 repeat=repeat,
+                precisions={
+                    name: rec.meta.get("precision", "fp32")
+                    for name, rec in self.executable.kernels.items()
+                },
             )
         finally:
             context.packed = saved

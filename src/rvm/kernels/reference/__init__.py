@@ -6,7 +6,7 @@ ints: the caller resolves symbolic names first. ``concat`` and ``stack`` receive
 as one sequence; ``split`` returns a tuple. Results are arrays (never NumPy scalars) of the
 dtype the op's type rule promises: float32 in, float32 out.
 
-One module per category of ops (`elemwise`, `reduce`, `nn`, `conv`, `pool`, `manipulate`,
+One module per category of ops (`bf16`, `elemwise`, `reduce`, `nn`, `conv`, `pool`, `manipulate`,
 `index`, `image`, `search`, `transformer`, `checks`, `create`, `dynamic`; `common` holds what
 they share), and this package holds them all under the op names. Numpy kernels
 (`rvm.jit.numpy_kernel`) import it by name, as ``ref``, the way jit kernels import the kernel
@@ -16,7 +16,8 @@ bfloat16) and each other. Function names shadow builtins (``sum``, ``max``, ``ab
 that every op maps to the function of its name; the modules never use those builtins.
 """
 
-from rvm.kernels.reference.checks import *  # noqa: F403 (its ops, listed in its __all__)
+from rvm.kernels.reference.bf16 import *  # noqa: F403 (its ops, listed in its __all__)
+from rvm.kernels.reference.checks import *  # noqa: F403
 from rvm.kernels.reference.common import _contiguous, _store_exact  # noqa: F401 (kernels call them)
 from rvm.kernels.reference.conv import *  # noqa: F403
 from rvm.kernels.reference.create import *  # noqa: F403

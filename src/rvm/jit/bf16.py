@@ -1,0 +1,81 @@
+"""Anchor stages of the bf16 products: ``dense_bf16`` and ``conv2d_bf16`` (`rvm.op.bf16`).
+
+Each calls the kernel library's bf16 entry (`rvm.kernels.bf16`: the activations rounded and
+packed per call, the weight's bf16 bits as they are, float32 sums) on 2-d or NCHW views,
+writing straight into the stage's array, so a fused epilogue (bias, activation) is one pass
+over the output in the same kernel, as for the float32 anchors (`rvm.jit.stages`).
+"""
+
+from __future__ import annotations
+
+from rvm.jit.compute import compute
+from rvm.jit.cond import lt, mod, ne
+from rvm.jit.kernel import KernelBuilder
+from rvm.jit.te import Tensor, Unsupported, shape_tuple
+from rvm.op import ops
+
+_MODULE = "rvm.kernels.bf16"
+
+
+def _view(kb: KernelBuilder, name: str, dims: tuple, to: tuple) -> str:
+    """``name`` reshaped from ``dims`` to ``to`` (itself when they are equal)."""
+    if tuple(dims) == tuple(to):
+        return name
+    view = kb.fresh("w")
+    kb.root.lines.append(f"{view} = {name}.reshape({shape_tuple(to)})")
+    return view
+
+
+def _check(kb: KernelBuilder, x: Tensor, w: Tensor, out: str) -> None:
+    if out != "float32" or x.dtype != "float32" or w.dtype != "int16":
+        raise Unsupported(f"{kb.op} of {x.dtype} and {w.dtype} to {out}")
+
+
+def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, w = args
+    _check(kb, x, w, out)
+    rows = kb.dim(" * ".join(x.dims[:-1]) or "1")
+    dims = (*x.dims[:-1], w.dims[0])
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        xv = _view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
+        wv = kb.materialize(w)
+        ov = _view(kb, t.array, dims, (rows, w.dims[0]))
+        kb.imports.add((_MODULE, "dense", "bf16_dense"))
+        kb.root.lines.append(f"bf16_dense({xv}, {wv}, {ov})")
+
+    t.fill = fill
+    return t
+
+
+def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    x, w = args
+    _check(kb, x, w, out)
+    (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["strides"], attrs["dilation"]
+    pt, pl, pb, pr = attrs["padding"]
+    spatial = []
+    for size, k, s, d, lo, hi in ((x.dims[2], kh, sh, dh, pt, pb), (x.dims[3], kw, sw, dw, pl, pr)):
+        span = kb.dim(f"{size} + {lo + hi - 1 - d * (k - 1)}")
+        kb.check(lt(span, 0), f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
+        spatial.append(kb.dim(f"{span} // {s} + 1"))
+    groups = attrs["groups"]
+    if groups != 1:
+        kb.check(ne(mod(x.dims[1], groups), 0), f"{kb.kernel}: {kb.op}: channels vs groups")
+    dims = (x.dims[0], w.dims[0], *spatial)
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        xv, wv = kb.materialize(x, out), kb.materialize(w)
+        params = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {kh}, {kw}"
+        kb.imports.add((_MODULE, "conv2d", "bf16_conv2d"))
+        kb.root.lines.append(f"bf16_conv2d({xv}, {wv}, {t.array}, {params})")
+
+    t.fill = fill
+    return t
+
+
+compute[ops.dense_bf16] = _dense
+compute[ops.conv2d_bf16] = _conv

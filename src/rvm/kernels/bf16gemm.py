@@ -1,0 +1,262 @@
+"""bf16 GEMM with float32 accumulation: a register-blocked micro-kernel in LLVM IR.
+
+`gemm_bf16(a, lda, b, c, ldc, m, n, k2, accumulate)` computes, on int64 addresses,
+``C[m, n] (+)= A[m, 2 k2] @ B[2 k2, n]`` where
+
+- A holds bf16 values (their 16 bits), row-major, rows ``2 lda`` values apart: pair ``p`` of
+  row ``i`` (its values ``2p`` and ``2p + 1``) is the 32-bit word ``i * lda + p``;
+- B is *pair-packed in panels* (`panel_index`): its word ``(p, j)`` holds B's values
+  ``(2p, j)`` (low half) and ``(2p + 1, j)`` (high half), so that a vector of B's words is
+  what ``vdpbf16ps`` takes, and the words of `NR` columns lie together, row after row, one
+  panel of ``k2 * NR`` words per `NR` columns (the last padded), so that the micro-kernel reads
+  its tile's B as one unit-stride stream (the callers pack B anyway: a convolution's im2col
+  columns, a dense layer's input);
+- C is float32, row-major, rows ``ldc`` apart.
+
+Each step of the micro-kernel broadcasts a pair of A's row and adds the two products of each
+of C's lanes: on a CPU with AVX512-BF16 one ``vdpbf16ps`` (the LLVM intrinsic
+``llvm.x86.avx512bf16.dpbf16ps.512``) per accumulator; elsewhere the same layout widened by
+shifts (a bf16 value is the high half of a float32) and two float32 FMAs, at the CPU's vector
+width -- a correct path that still reads half the bytes of float32 weights. The tile is
+`MR` rows by up to `VECTORS` vectors, as `rvm.kernels.sgemm`'s; the depth is cut into blocks
+of `KC2` pairs. Like `sgemm`, no checks: the callers (`rvm.kernels.bf16`) check first.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numba as nb
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rvm.kernels.sgemm import _target_features
+
+__all__ = ["DPBF16", "KC2", "LANES", "MR", "NR", "gemm_bf16", "panel_index", "panels"]
+
+logger = logging.getLogger("rvm.kernels")
+
+
+def _shape(features: str) -> tuple[bool, int, int, int, bool]:
+    """(dpbf16, lanes, rows, vectors, fma) for the target's features."""
+    flags = set(features.split(","))
+    fma = "+fma" in flags or "+avx512f" in flags
+    if "+avx512f" in flags:
+        return "+avx512bf16" in flags, 16, 8, 3, True  # 24 accumulators of 32 zmm registers
+    if "+avx2" in flags or "+avx" in flags:
+        return False, 8, 4, 2, fma  # 8 accumulators, B's widened halves, A's two broadcasts
+    return False, 4, 4, 2, fma
+
+
+DPBF16, LANES, MR, VECTORS, _FMA = _shape(_target_features())
+NR = LANES * VECTORS
+KC2 = 256  # depth block in pairs (512 values, as sgemm's)
+BLOCK_BYTES = 1 << 19  # B's words for a block of C's columns at most (half of a 1 MB L2)
+if not DPBF16:
+    logger.info(
+        "rvm: this CPU target has no AVX512-BF16: bf16 GEMMs widen to float32 and use FMA "
+        "(%d lanes)",
+        LANES,
+    )
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+
+class _BFloat(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no class for it): the element type of the intrinsic's
+    operands."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+@intrinsic
+def _micro(typingctx, kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, last):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``C[:rows, :width] (+)= A[:rows] @ B`` over ``kc2`` pairs, ``width = (vectors - 1) *
+    LANES + last``; one loop per vector count, chosen by a switch."""
+    sig = nt.void(*(nt.int64,) * 11)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, last = args
+        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vec, words = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
+        masks, module = ir.VectorType(i1, LANES), builder.module
+
+        def declare(ret, params, name):  # type: ignore[no-untyped-def]
+            return cgutils.get_or_insert_function(module, ir.FunctionType(ret, params), name)
+
+        vptr, wptr = vec.as_pointer(), words.as_pointer()
+        fma = declare(vec, [vec] * 3, f"llvm.fma.v{LANES}f32")
+        masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.v{LANES}f32.p0")
+        load_words = declare(words, [wptr, i32, masks, words], f"llvm.masked.load.v{LANES}i32.p0")
+        masked_store = declare(
+            ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.v{LANES}f32.p0"
+        )
+        if DPBF16:
+            pairs = ir.VectorType(_BFloat(), 2 * LANES)
+            dot = declare(vec, [vec, pairs, pairs], "llvm.x86.avx512bf16.dpbf16ps.512")
+        ap = builder.inttoptr(a, i32.as_pointer())
+        bp = builder.inttoptr(b, i32.as_pointer())
+        cp = builder.inttoptr(c, f32.as_pointer())
+        zero, zero_w, align = ir.Constant(vec, None), ir.Constant(words, None), i32(4)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+        high = ir.Constant(words, [-65536] * LANES)  # 0xffff0000
+        sixteen = ir.Constant(words, [16] * LANES)
+
+        def broadcast(value, vtype):  # type: ignore[no-untyped-def]
+            undef = ir.Constant(vtype, ir.Undefined)
+            one = builder.insert_element(undef, value, i32(0))
+            return builder.shuffle_vector(one, undef, splat)
+
+        lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
+        mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+        whole = ir.Constant(masks, [1] * LANES)
+
+        def halves(w):  # type: ignore[no-untyped-def]
+            """The two bf16 values of each word, widened to float32 (low, high)."""
+            low = builder.bitcast(builder.shl(w, sixteen), vec)
+            return low, builder.bitcast(builder.and_(w, high), vec)
+
+        def madd(x, y, acc):  # type: ignore[no-untyped-def]
+            if _FMA:
+                return builder.call(fma, [x, y, acc])
+            return builder.fadd(builder.fmul(x, y), acc)
+
+        last_row = builder.sub(rows, i64(1))
+        a_rows = [
+            builder.mul(
+                builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row), lda
+            )
+            for i in range(MR)
+        ]
+
+        def tile(vectors):  # type: ignore[no-untyped-def]
+            acc = [
+                [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
+                for _ in range(MR)
+            ]
+            with cgutils.for_range(builder, kc2) as loop:
+                step = loop.index
+                row_b = builder.mul(step, ldb)
+                bs = []
+                for j in range(vectors):
+                    at = builder.gep(bp, [builder.add(row_b, i64(j * LANES))])
+                    lanes = mask if j == vectors - 1 else whole
+                    w = builder.call(load_words, [builder.bitcast(at, wptr), align, lanes, zero_w])
+                    bs.append(builder.bitcast(w, pairs) if DPBF16 else halves(w))
+                for i in range(MR):
+                    word = builder.load(builder.gep(ap, [builder.add(a_rows[i], step)]))
+                    aw = broadcast(word, words)
+                    if DPBF16:
+                        aw = builder.bitcast(aw, pairs)
+                    else:
+                        aw = halves(aw)
+                    for j in range(vectors):
+                        old = builder.load(acc[i][j])
+                        if DPBF16:
+                            new = builder.call(dot, [old, aw, bs[j]])
+                        else:
+                            new = madd(aw[1], bs[j][1], madd(aw[0], bs[j][0], old))
+                        builder.store(new, acc[i][j])
+
+            def store(adding):  # type: ignore[no-untyped-def]
+                for i in range(MR):
+                    with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                        row_c = builder.mul(ldc, i64(i))
+                        for j in range(vectors):
+                            at = builder.gep(cp, [builder.add(row_c, i64(j * LANES))])
+                            at = builder.bitcast(at, vptr)
+                            lanes = mask if j == vectors - 1 else whole
+                            value = builder.load(acc[i][j])
+                            if adding:
+                                old = builder.call(masked_load, [at, align, lanes, zero])
+                                value = builder.fadd(old, value)
+                            builder.call(masked_store, [value, at, align, lanes])
+
+            with builder.if_else(builder.icmp_signed("!=", accumulate, i64(0))) as (add, write):
+                with add:
+                    store(True)
+                with write:
+                    store(False)
+
+        blocks = [builder.append_basic_block(f"tile{v}") for v in range(1, VECTORS + 1)]
+        done = builder.append_basic_block("tiled")
+        switch = builder.switch(builder.sub(vectors, i64(1)), blocks[-1])
+        for index, block in enumerate(blocks):
+            switch.add_case(i64(index), block)
+            builder.position_at_end(block)
+            tile(index + 1)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(**_OPTS)
+def panels(n):  # type: ignore[no-untyped-def]
+    """How many panels of `NR` columns ``n`` columns of B take."""
+    return (n + NR - 1) // NR
+
+
+@nb.njit(**_OPTS)
+def panel_index(p, j, k2):  # type: ignore[no-untyped-def]
+    """The word of B's pair row ``p``, column ``j`` in its panels of depth ``k2`` pairs."""
+    return (j // NR) * (k2 * NR) + p * NR + j % NR
+
+
+@nb.njit(**_OPTS)
+def _block(a, lda, b, c, ldc, m, width, k2, accumulate):  # type: ignore[no-untyped-def]
+    """A block of ``width`` columns of C (B's panels from ``b``): each depth block, each band
+    of A, tile after tile."""
+    for p0 in range(0, k2, KC2):
+        kc2 = min(KC2, k2 - p0)
+        add = 1 if (accumulate or p0 > 0) else 0
+        for i0 in range(0, m, MR):
+            rows = min(MR, m - i0)
+            a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
+            for j0 in range(0, width, NR):
+                cols = min(NR, width - j0)
+                vectors = (cols + LANES - 1) // LANES
+                last = cols - (vectors - 1) * LANES
+                b_tile = b + 4 * (j0 * k2 + p0 * NR)  # panel j0 / NR, pair row p0
+                _micro(kc2, a_band, lda, b_tile, NR, c_band + 4 * j0, ldc, add, rows, vectors,
+                       last)  # fmt: skip
+
+
+@nb.njit(**_OPTS)
+def gemm_bf16(a, lda, b, c, ldc, m, n, k2, accumulate):  # type: ignore[no-untyped-def]
+    """``C[m, n] (+)= A[m, 2 k2] @ B[2 k2, n]``: A's bf16 rows ``lda`` words (pairs) apart, B
+    pair-packed in panels (`panel_index`), C float32 with rows ``ldc`` apart; int64
+    addresses, in the calling thread, no checks."""
+    if m <= 0 or n <= 0:
+        return
+    if k2 <= 0:
+        if not accumulate:
+            for i in range(m):
+                for j in range(n):
+                    _store_zero(c + 4 * (i * ldc + j))
+        return
+    step = max(NR, BLOCK_BYTES // (4 * min(KC2, k2)) // NR * NR)
+    for j0 in range(0, n, step):
+        _block(a, lda, b + 4 * j0 * k2, c + 4 * j0, ldc, m, min(step, n - j0), k2, accumulate)
+
+
+@intrinsic
+def _store_zero(typingctx, address):  # type: ignore[no-untyped-def]
+    """Writes float32 0 at the int64 ``address``."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        at = builder.inttoptr(args[0], ir.FloatType().as_pointer())
+        builder.store(ir.Constant(ir.FloatType(), 0.0), at)
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64), codegen

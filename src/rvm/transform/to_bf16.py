@@ -1,0 +1,129 @@
+"""to_bf16: float32 products with constant weights compute in bf16 (``precision="bf16"``).
+
+Needs: an inlined module in A-normal form whose op calls are not yet legalized, batch norms
+already folded into their convolutions (run after `fold_batch_norm`, before `legalize`).
+
+Guarantees: the same program, where each float32 ``dense(x, W)``, ``matmul(x, W)`` with a 2-d
+``W`` and ``conv2d(x, W)`` whose weight ``W`` is a constant is ``dense_bf16`` or
+``conv2d_bf16`` (`rvm.op.bf16`) of ``x`` and ``W`` converted once, here, to bf16 bits in the
+kernel's layout (``dense``: W; ``matmul``: W transposed; ``conv2d``: OIHW flattened per output
+channel; rows padded to an even depth). Everything else -- elementwise ops, norms, softmax,
+attention, depthwise convolutions (a few taps a channel, no product worth the rounding) and
+products of two computed tensors -- stays float32, as do the program's inputs and outputs.
+
+Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
+bound to variables; each matching call is replaced in place.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from rvm import op
+from rvm.ir import expr as E
+from rvm.ir.infer import infer_type
+from rvm.ir.module import IRModule
+from rvm.op import ops
+from rvm.op.bf16 import bf16_bits, padded_depth
+from rvm.transform.legalize import map_functions, map_regions
+
+logger = logging.getLogger("rvm.transform")
+
+MIN_DEPTH = 16
+"""Products of a smaller depth (per output value) stay float32: depthwise and tiny
+convolutions, whose kernels are not GEMMs."""
+
+
+def bf16_rows(weight: np.ndarray) -> np.ndarray:
+    """``weight`` (rows, depth) float as the int16 bits of its nearest bf16 values, each row
+    padded with zeros to an even depth."""
+    rows, depth = weight.shape
+    out = np.zeros((rows, padded_depth(depth)), dtype=np.int16)
+    out[:, :depth] = bf16_bits(weight.astype(np.float32)).view(np.int16)
+    return out
+
+
+def to_bf16(mod: IRModule) -> IRModule:
+    """Rewrite every float32 dense, matmul and conv2d with a constant weight to its bf16 op."""
+    converted = 0
+    weight_bytes = 0
+
+    def rewrite(name: str, func: E.Function) -> E.Function:
+        consts: dict[E.Var, np.ndarray] = {}
+
+        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
+            nonlocal converted, weight_bytes
+            out = []
+            for b in bindings:
+                if isinstance(b.value, E.Constant):
+                    consts[b.var] = b.value.data
+                new = _convert(b.value, consts)
+                if new is not None:
+                    converted += 1
+                    weight_bytes += new.args[1].data.nbytes
+                    b = E.VarBinding(b.var, new)
+                out.append(b)
+            return out, body
+
+        body = map_regions(func.body, region)
+        if body is func.body:
+            return func
+        return E.Function(func.params, body, func.ret_type, func.attrs)
+
+    funcs = map_functions(mod, rewrite)
+    if not converted:
+        return mod
+    logger.debug("to_bf16: %d products in bf16, weights %.2f MB", converted, weight_bytes / 1e6)
+    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+
+
+def _const(arg: E.Expr, consts: dict[E.Var, np.ndarray]) -> np.ndarray | None:
+    if isinstance(arg, E.Constant):
+        return arg.data
+    return consts.get(arg) if isinstance(arg, E.Var) else None
+
+
+def _float32(value: E.Expr) -> bool:
+    t = getattr(value.args[0], "type", None) if isinstance(value, E.Call) else None
+    return getattr(t, "dtype", None) == "float32" and getattr(t, "shape", None) is not None
+
+
+def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
+    """The bf16 call computing ``value``, or None when it stays as it is."""
+    if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
+        return None
+    if value.callee not in (ops.dense, ops.matmul, ops.conv2d) or not _float32(value):
+        return None
+    x, w = value.args[0], _const(value.args[1], consts)
+    if w is None or w.dtype != np.float32:
+        return None
+    if value.callee is ops.conv2d:
+        new = _conv(value, x, w)
+    elif w.ndim != 2 or w.shape[0 if value.callee is ops.matmul else 1] < MIN_DEPTH:
+        return None
+    elif value.callee is ops.dense:
+        new = op.dense_bf16(x, E.Constant(bf16_rows(w)))
+    else:
+        new = op.dense_bf16(x, E.Constant(bf16_rows(w.T)))
+    if new is not None:
+        infer_type(new)
+    return new
+
+
+def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
+    attrs = value.attrs
+    depth = int(np.prod(w.shape[1:]))
+    if w.ndim != 4 or w.shape[1] == 1 or depth < MIN_DEPTH:
+        return None
+    rows = bf16_rows(w.reshape(w.shape[0], depth))
+    return op.conv2d_bf16(
+        x,
+        E.Constant(rows),
+        strides=attrs["strides"],
+        padding=attrs["padding"],
+        dilation=attrs["dilation"],
+        groups=attrs["groups"],
+        kernel=w.shape[2:],
+    )

@@ -1,0 +1,151 @@
+"""``rvm.compile(mod, precision="bf16")``: products with constant weights compute in bf16 with
+float32 sums, in every exec mode and kernel backend, against the NumPy reference of the same
+bf16 program (tight) and of the float32 one (the accuracy bf16 costs); the precision is
+recorded, saved, loaded, profiled and refused when unknown."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm import op
+from rvm.ir import Builder, Call, Tuple, Var, const, tensor
+from rvm.transform.pipeline import default_passes, run_pipeline
+from rvm.transform.to_bf16 import to_bf16
+
+F32 = "float32"
+RNG = np.random.default_rng(0)
+# bf16 keeps 8 bits of mantissa: products of depth k differ from float32's by about
+# 2**-8 * sqrt(k) of their scale; the issue's bound for a model's logits is 3e-2.
+BF16_VS_F32 = 3e-2
+
+
+def _model():
+    """main(x, img, y): a dense layer (matmul + bias + relu), a dense by ``op.dense``, a
+    convolution + relu, a depthwise convolution and a product of two inputs (these two stay
+    float32), softmax on top."""
+    x = Var("x", tensor(("n", 48), F32))
+    img = Var("img", tensor((2, 8, 10, 9), F32))
+    y = Var("y", tensor(("n", 48), F32))
+    bb = Builder()
+    with bb.function("main", [x, img, y]):
+        w1 = const(RNG.standard_normal((48, 40)).astype(F32) / 7)
+        h = bb.emit(op.matmul(x, w1))
+        h = bb.emit(op.relu(bb.emit(op.add(h, const(RNG.standard_normal(40).astype(F32))))))
+        w2 = const(RNG.standard_normal((10, 40)).astype(F32) / 6)
+        logits = bb.emit(op.softmax(bb.emit(op.dense(h, w2))))
+        wc = const(RNG.standard_normal((12, 8, 3, 3)).astype(F32) / 8)
+        c = bb.emit(op.relu(bb.emit(op.conv2d(img, wc, strides=(2, 1), padding=(1, 1, 0, 1)))))
+        wd = const(RNG.standard_normal((12, 1, 3, 3)).astype(F32))
+        d = bb.emit(op.conv2d(c, wd, padding=1, groups=12))
+        g = bb.emit(op.matmul(x, bb.emit(op.transpose(y, (1, 0)))))
+        bb.emit_output(Tuple((logits, d, g)))
+    return bb.get()
+
+
+MODEL = _model()
+
+
+def _inputs(seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shapes = [(5, 48), (2, 8, 10, 9), (5, 48)]
+    return [rng.standard_normal(s).astype(F32) for s in shapes]
+
+
+def _converted(mod):
+    """``mod`` after the pipeline's passes up to `to_bf16` (what the bf16 executable runs)."""
+    passes = default_passes()
+    before = passes[: [n for n, _ in passes].index("legalize")]
+    return to_bf16(run_pipeline(mod, before))
+
+
+def _ops(mod) -> list[str]:
+    return [
+        b.value.callee.name
+        for b in mod["main"].body.bindings
+        if isinstance(b.value, Call) and hasattr(b.value.callee, "name")
+    ]
+
+
+@pytest.fixture(scope="module")
+def bf16_executables():
+    return {k: rvm.compile(MODEL, precision="bf16", kernels=k) for k in ("jit", "numpy")}
+
+
+def test_the_pass_converts_products_with_constant_weights_only() -> None:
+    ops = _ops(_converted(MODEL))
+    assert ops.count("dense_bf16") == 2 and ops.count("conv2d_bf16") == 1
+    assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
+    assert "dense" not in ops and "softmax" in ops
+
+
+def test_every_exec_mode_and_backend(bf16_executables, exec_mode: str, kernels: str) -> None:
+    ex = bf16_executables[kernels]
+    assert ex.precision == "bf16"
+    args = _inputs()
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](*args)
+    exact = rvm.interpret(_converted(MODEL), "main", *args)  # the same bf16 program
+    full = rvm.interpret(MODEL, "main", *args)  # float32 throughout
+    for a, b, f in zip(got, exact, full):
+        assert a.dtype == np.float32 and a.shape == f.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+        assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
+    np.testing.assert_array_equal(got[0].argmax(-1), full[0].argmax(-1))
+    np.testing.assert_allclose(got[2], full[2], rtol=1e-5, atol=1e-5)  # stayed float32
+
+
+def test_saved_and_loaded_with_its_precision(bf16_executables, tmp_path) -> None:
+    ex = bf16_executables["jit"]
+    path = tmp_path / "m.rvmx"
+    ex.save(str(path))
+    loaded = rvm.load_executable(str(path))
+    assert loaded.precision == "bf16" and "precision" in str(loaded.stats())
+    args = _inputs(2)
+    want = rvm.VirtualMachine(ex)["main"](*args)
+    for mode in ("bytecode", "native"):
+        got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](*args)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    fp32 = rvm.compile(MODEL, build_kernels=False)
+    assert type(fp32).from_bytes(fp32.to_bytes(native=False)).precision == "fp32"
+
+
+def test_profile_shows_each_kernels_precision(bf16_executables) -> None:
+    vm = rvm.VirtualMachine(bf16_executables["jit"])
+    report = vm.profile("main", *_inputs(), warmup=1, repeat=2)
+    precision = {r["name"]: r["precision"] for r in report.rows}
+    assert {p for n, p in precision.items() if "bf16" in n} == {"bf16"}
+    assert {p for n, p in precision.items() if "bf16" not in n} == {"fp32"}
+    assert " bf16 " in str(report) and ",bf16," in report.csv()
+
+
+def test_unknown_precision_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16', 'int8'\)"):
+        rvm.compile(MODEL, precision="fp16")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    """The small BERT of tests/data (hidden size 64) in float32 and in bf16."""
+    pytest.importorskip("onnx")
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "data" / "transformers" / "bert_dynamo.onnx"
+    mod = rvm.from_onnx(str(path))
+    return rvm.compile(mod, progress=False), rvm.compile(mod, precision="bf16", progress=False)
+
+
+def test_bert_within_the_bound_of_float32(bert, exec_mode: str) -> None:
+    """The issue's bound on a transformer: outputs within 3e-2 (relative to their largest
+    value) of float32's; its dense layers (attention projections, feed-forward) run bf16."""
+    fp32, bf16 = bert
+    assert sum(r.meta["precision"] == "bf16" for r in bf16.kernels.values()) >= 3
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        ids = rng.integers(0, 100, (2, 16))
+        feed = (ids, np.ones_like(ids), np.zeros_like(ids))
+        want = rvm.VirtualMachine(fp32)["main"](*feed)
+        got = rvm.VirtualMachine(bf16, exec_mode=exec_mode)["main"](*feed)
+        for a, b in zip(got, want):
+            assert np.abs(a - b).max() <= BF16_VS_F32 * np.abs(b).max()

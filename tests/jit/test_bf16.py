@@ -1,0 +1,198 @@
+"""bf16 products (`rvm.kernels.bf16gemm`, `rvm.kernels.bf16`): the micro-kernel's tile edges,
+dense and conv2d against NumPy on the same bf16-rounded operands (float64 sums), rounding to
+nearest even, and the conversion path of CPUs without AVX512-BF16."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from rvm.kernels import bf16, bf16gemm
+from rvm.op import numpy_ref
+from rvm.transform.to_bf16 import bf16_rows
+
+BF16 = ml_dtypes.bfloat16
+# bf16 operands are exact in float32 and their products too; only the order of the float32
+# sums differs from float64's: a relative tolerance of float32's, scaled by the depth.
+RTOL = 1e-5
+
+
+def _rounded(x: np.ndarray) -> np.ndarray:
+    return x.astype(BF16).astype(np.float64)
+
+
+def _pairs(b: np.ndarray) -> np.ndarray:
+    """B (k, n) float as the pair-packed uint32 words in panels (panels, k/2 rounded up,
+    NR)."""
+    k, n = b.shape
+    nr = bf16gemm.NR
+    bits = np.zeros((k + (k & 1), -(-n // nr) * nr), np.uint32)
+    bits[:k, :n] = b.astype(BF16).view(np.uint16)
+    words = bits[0::2] | (bits[1::2] << 16)  # (k2, padded n)
+    return np.ascontiguousarray(words.reshape(words.shape[0], -1, nr).transpose(1, 0, 2))
+
+
+def _gemm(m: int, n: int, k: int, accumulate: bool, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    rows = bf16_rows(a)  # (m, kp) int16: A as the kernel reads it
+    words = _pairs(b)
+    c = rng.standard_normal((m + 2, n + 3)).astype(np.float32)  # a canary border
+    want = c.astype(np.float64)
+    product = _rounded(a) @ _rounded(b)
+    want[1 : m + 1, :n] = product + (want[1 : m + 1, :n] if accumulate else 0)
+    bf16gemm.gemm_bf16(
+        rows.ctypes.data, rows.shape[1] // 2, words.ctypes.data,
+        c.ctypes.data + 4 * (n + 3), n + 3, m, n, words.shape[1], accumulate,
+    )  # fmt: skip
+    np.testing.assert_allclose(c, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
+
+
+SIZES_M = [1, bf16gemm.MR - 1, bf16gemm.MR, bf16gemm.MR + 1, 3 * bf16gemm.MR + 5]
+SIZES_N = [1, bf16gemm.LANES - 1, bf16gemm.LANES, bf16gemm.NR, bf16gemm.NR + 1, 169]
+SIZES_K = [1, 2, 7, 2 * bf16gemm.KC2, 2 * bf16gemm.KC2 + 3]
+
+
+@pytest.mark.parametrize("m", SIZES_M)
+@pytest.mark.parametrize("n", SIZES_N)
+@pytest.mark.parametrize("k", SIZES_K)
+def test_gemm_tile_edges(m: int, n: int, k: int) -> None:
+    _gemm(m, n, k, accumulate=False)
+
+
+def test_gemm_accumulates_and_wide_blocks() -> None:
+    _gemm(bf16gemm.MR + 1, bf16gemm.NR + 1, 2 * bf16gemm.KC2 + 3, accumulate=True)
+    block = bf16gemm.BLOCK_BYTES // (4 * bf16gemm.KC2) // bf16gemm.NR * bf16gemm.NR
+    _gemm(3, 2 * block + 5, 2 * bf16gemm.KC2 + 6, accumulate=False)
+
+
+def test_rounding_to_nearest_even_and_nan() -> None:
+    values = np.array(
+        [1.0, 1.00390625, 1.01171875, -2.5, 3.4e38, np.inf, -np.inf, 0.0, -0.0, 1e-40],
+        np.float32,
+    )
+    got = np.array([bf16.round_bits(v) for v in values.view(np.uint32)], np.uint16)
+    np.testing.assert_array_equal(got, values.astype(BF16).view(np.uint16))
+    nan = np.array([np.nan, np.float32(np.nan) * -1], np.float32).view(np.uint32)
+    assert all(np.isnan(np.uint16(bf16.round_bits(w)).view(BF16)) for w in nan)
+    signalling = np.array([0x7F800001], np.uint32)  # a NaN whose payload is all low bits
+    assert np.isnan(np.uint16(bf16.round_bits(signalling[0])).view(BF16))
+
+
+@pytest.mark.parametrize("m", [1, 3, bf16.GEMV_ROWS + 1, 40])
+@pytest.mark.parametrize("k,n", [(1, 5), (7, 33), (64, 100), (129, 17)])
+def test_dense(m: int, k: int, n: int, blas_threads: int) -> None:
+    rng = np.random.default_rng(m * k + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    bf16.dense(x, bf16_rows(w), out)
+    want = _rounded(x) @ _rounded(w).T
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
+    reference = numpy_ref.dense_bf16(x, bf16_rows(w))  # the op's reference says the same
+    np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
+
+
+CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilation, groups
+    (1, 3, 9, 9, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),
+    (2, 6, 10, 7, 4, 3, 3, 2, (1, 0, 1, 2), 1, 2),
+    (1, 64, 14, 14, 40, 1, 1, 1, (0, 0, 0, 0), 1, 1),
+    (1, 5, 12, 11, 7, 5, 5, 1, (2, 2, 2, 2), 1, 1),
+    (1, 4, 13, 13, 9, 3, 3, 2, (0, 0, 0, 0), 2, 1),
+    (1, 3, 15, 15, 64, 7, 7, 2, (3, 3, 3, 3), 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_conv2d(case: tuple, blas_threads: int) -> None:
+    n, c, h, wd, co, kh, kw, s, pads, d, g = case
+    rng = np.random.default_rng(c * h + co)
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((co, c // g, kh, kw)).astype(np.float32)
+    want = numpy_ref.conv2d(
+        _rounded(x), _rounded(w), (s, s), pads, (d, d), g
+    )  # float64 sums of the rounded operands
+    out = np.full(want.shape, np.nan, np.float32)
+    rows = bf16_rows(w.reshape(co, -1))
+    bf16.conv2d(x, rows, out, g, s, s, d, d, pads[0], pads[1], kh, kw)
+    depth = c // g * kh * kw
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
+
+
+def test_shapes_are_checked() -> None:
+    x = np.ones((2, 8), np.float32)
+    with pytest.raises(ValueError, match="weight's depth is not the input's"):
+        bf16.dense(x, np.zeros((3, 10), np.int16), np.empty((2, 3), np.float32))
+    with pytest.raises(ValueError, match="output's shape is not"):
+        bf16.dense(x, np.zeros((3, 8), np.int16), np.empty((2, 4), np.float32))
+    img = np.ones((1, 4, 5, 5), np.float32)
+    with pytest.raises(ValueError, match="channels x kernel"):
+        bf16.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),
+                    1, 1, 1, 1, 1, 0, 0, 3, 3)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "cpu,features,lanes",
+    [
+        ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
+        (  # AVX-512 without its BF16 instructions
+            "skylake-avx512",
+            "+64bit,+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl,+sse,+sse2,+sse3,"
+            "+sse4.1,+sse4.2,+ssse3,+cmov,-avx512bf16",
+            16,
+        ),
+    ],
+)
+def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes: int) -> None:
+    """Without AVX512-BF16 (`NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`) the kernel widens bf16 to
+    float32 and uses FMAs, with the same results, and says so once in the log."""
+    script = (
+        "import logging, numpy as np, ml_dtypes\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "from rvm.kernels import bf16, bf16gemm\n"
+        "from rvm.transform.to_bf16 import bf16_rows\n"
+        f"assert not bf16gemm.DPBF16 and bf16gemm.LANES == {lanes}, bf16gemm.LANES\n"
+        "rng = np.random.default_rng(0)\n"
+        "r = lambda a: a.astype(ml_dtypes.bfloat16).astype(np.float64)\n"
+        "for m, n, k in [(1, 1, 1), (7, 17, 3), (13, 40, 600), (25, 9, 70)]:\n"
+        "    x = rng.standard_normal((m, k)).astype(np.float32)\n"
+        "    w = rng.standard_normal((n, k)).astype(np.float32)\n"
+        "    out = np.empty((m, n), np.float32)\n"
+        "    bf16.dense(x, bf16_rows(w), out)\n"
+        "    np.testing.assert_allclose(out, r(x) @ r(w).T, rtol=1e-4, atol=1e-4)\n"
+    )
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features)
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.count("has no AVX512-BF16") == 1, run.stderr[-2000:]
+
+
+def test_large_gemv_in_pieces(blas_threads: int) -> None:
+    """A batch-1 dense layer with a large weight runs its rows in pieces on the pool."""
+    rng = np.random.default_rng(7)
+    n, k = 4 * bf16.GEMV_SPLIT_MIN // 1000 + 3, 1001
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    out = np.full((1, n), np.nan, np.float32)
+    bf16.dense(x, bf16_rows(w), out)
+    want = _rounded(x) @ _rounded(w).T
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
+
+
+def test_large_convolution_packs_in_pieces(blas_threads: int) -> None:
+    """A convolution whose im2col columns are large packs them in pieces on the pool."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 64, 48, 48)).astype(np.float32)
+    w = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    want = numpy_ref.conv2d(_rounded(x), _rounded(w), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert 64 * 9 // 2 * 48 * 48 >= 2 * bf16.PACK_SPLIT_MIN  # worth cutting
+    out = np.full(want.shape, np.nan, np.float32)
+    bf16.conv2d(x, bf16_rows(w.reshape(32, -1)), out, 1, 1, 1, 1, 1, 1, 1, 3, 3)
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * 24 * 8)
