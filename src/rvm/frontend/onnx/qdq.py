@@ -18,6 +18,9 @@ and its QuantizeLinear by a `FusedQDQ` entry, which `convert_fused` turns into t
 - a Relu between the anchor and the QuantizeLinear clamps at the output zero point;
 - the QuantizeLinear's scale and zero point are per tensor initializers.
 
+``DequantizeLinear -> MaxPool/Concat/Flatten/Reshape/Transpose/... -> QuantizeLinear`` with
+one scale and zero point throughout becomes the op on the integers (it commutes with both).
+
 Anything else (a weight computed at run time, non-zero weight zero points, Gemm with alpha,
 beta or transA) is left alone and runs in float, as ONNX defines it. At conversion, an input
 that turns out not to be uint8/int8 falls back to the original nodes.
@@ -71,7 +74,7 @@ def fuse_qdq(nodes: Sequence[Any], array_of: ArrayOf, outputs: set[str]) -> list
     for n in nodes:
         for i in n.input:
             uses[i] = uses.get(i, 0) + 1
-    replaced: dict[int, FusedQDQ] = {}
+    replaced: dict[int, Any] = {}
     dropped: set[int] = set()
     for q in nodes:
         if q.op_type != "QuantizeLinear":
@@ -80,7 +83,57 @@ def fuse_qdq(nodes: Sequence[Any], array_of: ArrayOf, outputs: set[str]) -> list
         if fused is not None:
             replaced[id(q)] = fused
             dropped.update(id(n) for n in fused.nodes[:-1])
+            continue
+        moved = _transparent(q, producer, uses, array_of, outputs)
+        if moved is not None:
+            replaced[id(q)] = moved
+            dropped.add(id(producer[q.input[0]]))
     return [replaced.get(id(n), n) for n in nodes if id(n) not in dropped]
+
+
+# Ops that commute with (de)quantization at one scale and zero point: they move, select or
+# take the maximum of values, so ``Q(op(DQ(x)))`` is ``op(x)`` on the integers.
+_TRANSPARENT = {
+    "MaxPool": (0,),
+    "Concat": None,  # every input
+    "Flatten": (0,),
+    "Reshape": (0,),
+    "Transpose": (0,),
+    "Squeeze": (0,),
+    "Unsqueeze": (0,),
+    "Identity": (0,),
+}
+
+
+def _transparent(q, producer, uses, array_of, outputs) -> Any | None:  # noqa: ANN001
+    """``op(x_q)`` for ``Q(op(DQ(x_q)))`` with one scale and zero point throughout (ONNX
+    Runtime's quantizer writes MaxPool, Concat and reshapes so), as a copy of the op's node
+    reading the quantized inputs and writing the QuantizeLinear's output; else None."""
+    import onnx
+
+    node = producer.get(q.input[0])
+    if node is None or node.op_type not in _TRANSPARENT or q.input[0] in outputs:
+        return None
+    if uses.get(q.input[0]) != 1 or len([o for o in node.output if o]) != 1:
+        return None
+    y = _per_tensor(q, array_of)
+    if y is None:
+        return None
+    data = _TRANSPARENT[node.op_type]
+    positions = range(len(node.input)) if data is None else data
+    inputs = list(node.input)
+    for i in positions:
+        dq = producer.get(node.input[i])
+        x = None if dq is None or dq.op_type != "DequantizeLinear" else _per_tensor(dq, array_of)
+        if x is None or x[0] != y[0] or x[1] != y[1] or x[1].dtype != y[1].dtype:
+            return None
+        inputs[i] = dq.input[0]
+    moved = onnx.NodeProto()
+    moved.CopyFrom(node)
+    del moved.input[:]
+    moved.input.extend(inputs)
+    moved.output[0] = q.output[0]
+    return moved
 
 
 def _match(q, producer, uses, array_of, outputs) -> FusedQDQ | None:  # noqa: ANN001
