@@ -8,8 +8,8 @@ integer ops `rvm.op.qconv2d` / `rvm.op.qdense`:
   per-channel bias add and the ReLU that follow it (each value used once), is one chain;
 - **calibration**: the float module runs on every calibration input (compiled, jit kernels),
   returning each chain's input and output; ``method="minmax"`` takes their extremes,
-  ``"percentile"`` the ``percentile``-th and ``(100 - percentile)``-th of each batch, averaged
-  (clipping outliers);
+  ``"percentile"`` the extremes of each batch's ``(100 - percentile)``-th and
+  ``percentile``-th percentiles (clipping each batch's outliers);
 - **activations** are uint8 per tensor (asymmetric: the range always contains 0); **weights**
   int8 per output channel, symmetric (zero point 0, ``max |w| / 127``); the bias is int32 in
   the accumulator's scale ``x_scale * w_scale``;
@@ -217,8 +217,7 @@ def _calibrate(mod, entry, chains, calibration, method, percentile):  # type: ig
                 lo, hi = np.percentile(value, [100.0 - percentile, percentile])
                 lows[i].append(float(lo))
                 highs[i].append(float(hi))
-    pick = (min, max) if method == "minmax" else (np.mean, np.mean)
-    return [(float(pick[0](lo)), float(pick[1](hi))) for lo, hi in zip(lows, highs)]
+    return [(min(lo), max(hi)) for lo, hi in zip(lows, highs)]
 
 
 def _activation(low: float, high: float) -> tuple[float, int]:

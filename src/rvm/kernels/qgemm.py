@@ -124,14 +124,17 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
 
 @nb.njit(**_OPTS)
 def _weight_rows(wm, quads):  # type: ignore[no-untyped-def]
-    """``wm`` (o, k) as rows of ``4 * quads`` depths (zero-padded), and each row's sum."""
+    """``wm`` (o, k) as rows of ``4 * quads`` depths (itself when ``k`` is a multiple of 4,
+    else a zero-padded copy), and each row's sum."""
     o, k = wm.shape
-    rows = np.zeros((o, 4 * quads), wm.dtype)
+    rows = wm
+    if k != 4 * quads:
+        rows = np.zeros((o, 4 * quads), wm.dtype)
+        rows[:, :k] = wm
     sums = np.zeros(o, np.int32)
     for r in range(o):
-        total = 0
+        total = np.int32(0)
         for d in range(k):
-            rows[r, d] = wm[r, d]
             total += np.int32(wm[r, d])
         sums[r] = total
     return rows, sums
@@ -186,6 +189,10 @@ def _columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, p
         for u in range(kh):
             for v in range(kw):
                 q, t = d // 4, d % 4
+                # Output columns whose tap is inside the row: [j_lo, j_hi).
+                first = pl - v * dw
+                j_lo = min(max(0, (first + sw - 1) // sw), ow)
+                j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
                 for i in range(oh):
                     y = i * sh - pt + u * dh
                     base = i * ow
@@ -193,14 +200,13 @@ def _columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, p
                         for j in range(ow):
                             panel[q, base + j, t] = fill
                         continue
-                    for j in range(ow):
-                        z = j * sw - pl + v * dw
-                        if 0 <= z < iw:
-                            panel[q, base + j, t] = np.uint8(
-                                (np.int32(x[n, c0 + c, y, z]) + flip) & 255
-                            )
-                        else:
-                            panel[q, base + j, t] = fill
+                    for j in range(j_lo):
+                        panel[q, base + j, t] = fill
+                    for j in range(j_lo, j_hi):
+                        value = np.int32(x[n, c0 + c, y, j * sw - first]) + flip
+                        panel[q, base + j, t] = np.uint8(value & 255)
+                    for j in range(j_hi, ow):
+                        panel[q, base + j, t] = fill
                 d += 1
 
 
@@ -229,22 +235,17 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
 
 @nb.njit(**_OPTS)
 def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
-    """`rvm.op.qdense` of ``x`` (m, k) into ``out`` (m, n) of uint8 or int8; ``w`` int8."""
+    """`rvm.op.qdense` of ``x`` (m, k) into ``out`` (m, n) of uint8 or int8; ``w`` int8.
+    As a convolution's: the weight's rows broadcast, ``x``'s rows packed as the panel."""
     m, k = x.shape
-    n = w.shape[0]
     quads = (k + 3) // 4
     flip = _shift(x)
-    rows = np.zeros((m, 4 * quads), np.uint8)
+    cols = (m + NR - 1) // NR * NR
+    panel = np.zeros((quads, cols, 4), np.uint8)
     for p in range(m):
         for d in range(k):
-            rows[p, d] = np.uint8((np.int32(x[p, d]) + flip) & 255)
-    cols = (n + NR - 1) // NR * NR
-    panel = np.zeros((quads, cols, 4), np.int8)
-    sums = np.zeros(n, np.int32)
-    for j in range(n):
-        for d in range(k):
-            panel[d // 4, j, d % 4] = w[j, d]
-            sums[j] += np.int32(w[j, d])
-    acc = np.empty((m, cols), np.int32)
-    _gemm(rows, panel, acc, 0)
-    _requantize(acc.T, sums, x_zero + flip, bias, scale, 0, y_zero, low, high, out.T)
+            panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
+    rows, sums = _weight_rows(w, quads)
+    acc = np.empty((w.shape[0], cols), np.int32)
+    _gemm(rows, panel, acc, 1)
+    _requantize(acc, sums, x_zero + flip, bias, scale, 0, y_zero, low, high, out.T)
