@@ -67,9 +67,67 @@ def _is_onnx(path: Path) -> bool:
     return path.suffix.lower() == ".onnx"
 
 
-def _compile_onnx(path: Path, exec_mode: str, kernels: str, progress: bool) -> Executable:
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def _compile_onnx(
+    path: Path,
+    exec_mode: str,
+    kernels: str,
+    progress: bool,
+    precision: str = "fp32",
+    calibration: str | None = None,
+) -> Executable:
+    """``path`` imported and compiled. A QDQ model's quantized chains run as integer
+    kernels at any precision; ``int8`` quantizes a float model's convolutions and dense
+    products (`rvm.quantize`, min/max) on the ``calibration`` inputs."""
     mod = rvm.from_onnx(str(path))  # the compiler loads here, and only here
-    return rvm.compile(mod, exec_mode=exec_mode, kernels=kernels, progress=progress)
+    options: dict = {}
+    if precision == "int8" and not _quantized(mod):
+        mod = rvm.quantize(mod, _calibration(mod, calibration))
+    elif precision == "bf16":
+        import inspect
+
+        if "precision" not in inspect.signature(rvm.compile).parameters:
+            raise UserError("--precision bf16: this rvm has no bf16 compute")
+        options["precision"] = "bf16"
+    return rvm.compile(mod, exec_mode=exec_mode, kernels=kernels, progress=progress, **options)
+
+
+def _quantized(mod: rvm.IRModule) -> bool:
+    """Whether the imported model computes in int8 already (a QDQ or QLinear model)."""
+    from rvm.ir import expr as E
+
+    body = mod["main"].body
+    blocks = body.blocks if isinstance(body, E.SeqExpr) else ()
+    return any(
+        isinstance(b.value, E.Call) and getattr(b.value.callee, "name", "") in ("qconv2d", "qdense")
+        for block in blocks
+        for b in block.bindings
+    )
+
+
+def _calibration(mod: rvm.IRModule, path: str | None) -> list[list[np.ndarray]]:
+    """Calibration inputs from an .npz holding, per input of ``main`` (by its ONNX name),
+    the calibration batches stacked on a new first axis."""
+    if path is None:
+        raise UserError(
+            "--precision int8 quantizes a float model on calibration inputs: pass "
+            "--calibration FILE.npz (per input name, the batches stacked on a new first axis); "
+            "a model quantized already (QDQ) needs none"
+        )
+    names = mod.attrs.get("onnx_input_names", {})
+    params = [names.get(p.name, p.name) for p in mod["main"].params]
+    with np.load(_existing(path)) as data:
+        missing = [n for n in params if n not in data.files]
+        if missing:
+            raise UserError(f"{path}: no calibration batches for inputs {missing}; it has "
+                            f"{data.files}")  # fmt: skip
+        stacks = [data[n] for n in params]
+    count = min(len(s) for s in stacks)
+    if count == 0:
+        raise UserError(f"{path}: the calibration batches are empty")
+    return [[s[i] for s in stacks] for i in range(count)]
 
 
 def _load_model(
@@ -79,7 +137,9 @@ def _load_model(
     compiled from a ``.onnx`` one."""
     p = _existing(path)
     if _is_onnx(p):
-        return _compile_onnx(p, exec_mode or "bytecode", kernels, progress=True)
+        precision = getattr(args, "precision", "fp32")
+        calibration = getattr(args, "calibration", None)
+        return _compile_onnx(p, exec_mode or "bytecode", kernels, True, precision, calibration)
     keys = getattr(args, "key", None) or []
     return rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
 
@@ -246,7 +306,9 @@ def cmd_compile(args: argparse.Namespace) -> None:
             "name the output with -o"
         )
     _check_writable(out)
-    ex = _compile_onnx(src, args.exec_mode, args.kernels, progress=not args.quiet)
+    ex = _compile_onnx(
+        src, args.exec_mode, args.kernels, not args.quiet, args.precision, args.calibration
+    )
     try:
         ex.save(str(out))
     except OSError as e:
@@ -401,6 +463,17 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--exec-mode", choices=EXEC_MODES, default=mode_default)
         c.add_argument(
             "--kernels", choices=("jit", "numpy"), default="jit", help="for an .onnx model"
+        )
+        c.add_argument(
+            "--precision",
+            choices=PRECISIONS,
+            default="fp32",
+            help="for an .onnx model: int8 quantizes a float one (needs --calibration)",
+        )
+        c.add_argument(
+            "--calibration",
+            metavar="FILE.npz",
+            help="int8 calibration inputs: per input name, batches stacked on a new axis 0",
         )
 
     def input_options(c: argparse.ArgumentParser) -> None:
