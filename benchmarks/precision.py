@@ -18,8 +18,11 @@ process:
   default threads, rvm in the native exec mode), and rvm bf16 / OpenVINO default (goal <=
   1.0).
 
-Prints a table and writes ``benchmarks/results/precision.json`` with the machine and load.
-Rows for int8 are added by the int8 work (issue 29); this file owns f32 and bf16.
+Then the int8 rows (``--int8 squeezenet,resnet50``; ``--int8 ""`` skips them) of
+`precision_int8.py`: ONNX Runtime's ``quantize_static`` QDQ model through rvm and ORT, against
+rvm f32 (goals: >= 1.8x faster than rvm f32, <= 1.0x ORT int8).
+
+Prints the tables and writes ``benchmarks/results/precision.json`` with the machine and load.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import precision_int8
 from common import interleaved_medians, light_model_files, write_results
 
 # isort: split
@@ -171,6 +175,7 @@ def main() -> None:
     ap.add_argument("--only", default=",".join([*LIGHT_MODELS, "bert"]))
     ap.add_argument("--inputs", type=int, default=200, help="random inputs for the errors")
     ap.add_argument("--repeat", type=int, default=21, help="interleaved samples per engine")
+    ap.add_argument("--int8", default="squeezenet,resnet50", help="models of the int8 rows")
     ap.add_argument(
         "--workdir", default=os.path.join(tempfile.gettempdir(), "rvm-bench-transformers")
     )
@@ -186,10 +191,14 @@ def main() -> None:
         print(table({name: results[name]}).splitlines()[-1], flush=True)
     print(f"\n{machine()}; load {os.getloadavg()[0]:.1f}\n")
     print(table(results))
+    int8 = [precision_int8.measure(n, a.inputs, a.repeat) for n in a.int8.split(",") if n]
+    if int8:
+        print("\nint8 (ONNX Runtime's quantize_static QDQ models)\n")
+        print(precision_int8.int8_table(int8))
     write_results(
         "precision",
         {"machine": machine(), "load": os.getloadavg(), "bounds": [BOUND_ERR, BOUND_TOP1],
-         "models": results},
+         "models": results, "int8": int8},
     )  # fmt: skip
 
 

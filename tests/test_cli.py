@@ -312,3 +312,27 @@ def test_compile_with_bf16_precision(work):
     user_error(rvm_cmd("run", "deep.rvmx", "--precision", "fp32", cwd=work), "--precision applies")
     run = rvm_cmd("compile", "deep.onnx", "--precision", "fp16", cwd=work)
     assert run.returncode == 2 and "invalid choice: 'fp16'" in run.stderr
+
+
+def test_compile_int8_quantizes_on_calibration_inputs(work):
+    import rvm
+
+    rng = np.random.default_rng(5)
+    batches = rng.standard_normal((8, 5, 4)).astype("float32")
+    np.savez(work / "calib.npz", x=batches)
+    out = ok(rvm_cmd("compile", "small.onnx", "-o", "int8.rvmx", "--precision", "int8",
+                     "--calibration", "calib.npz", "--exec-mode", "native", cwd=work))  # fmt: skip
+    assert "wrote int8.rvmx" in out
+    assert "precision int8" in ok(rvm_cmd("inspect", "int8.rvmx", cwd=work))
+    model = onnx.load(work / "small.onnx")
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    x = batches[3]  # inside the calibrated ranges: no clipping, 8-bit steps only
+    expected = np.maximum(x @ w + b, 0)
+    got = rvm.VirtualMachine(rvm.load_executable(str(work / "int8.rvmx")))["main"](x)
+    assert np.abs(got - expected).max() <= 0.05 * np.abs(expected).max()
+    message = user_error(
+        rvm_cmd("compile", "small.onnx", "-o", "n.rvmx", "--precision", "int8", cwd=work),
+        "--precision int8 quantizes a float model on calibration inputs",
+        "--calibration FILE.npz",
+    )
+    assert "QDQ" in message

@@ -68,12 +68,54 @@ def _is_onnx(path: Path) -> bool:
 
 
 def _compile_onnx(
-    path: Path, exec_mode: str, kernels: str, progress: bool, precision: str = "fp32"
+    path: Path,
+    exec_mode: str,
+    kernels: str,
+    progress: bool,
+    precision: str = "fp32",
+    calibration: str | None = None,
 ) -> Executable:
+    """``path`` imported and compiled. A QDQ model's quantized chains run as integer
+    kernels at any precision; ``int8`` quantizes a float model's convolutions and dense
+    products (`rvm.quantize`, min/max) on the ``calibration`` inputs."""
     mod = rvm.from_onnx(str(path))  # the compiler loads here, and only here
+    if precision == "int8" and not _quantized(mod):
+        mod = rvm.quantize(mod, _calibration(mod, calibration))
+    elif precision == "fp32" and _quantized(mod):
+        precision = "int8"  # a QDQ model computes in int8 whatever the flag's default says
     return rvm.compile(
         mod, exec_mode=exec_mode, kernels=kernels, progress=progress, precision=precision
     )
+
+
+def _quantized(mod: rvm.IRModule) -> bool:
+    """Whether the imported model computes in int8 already (a QDQ or QLinear model)."""
+    from rvm.op.core import computes_in
+
+    return computes_in(mod, "int8")
+
+
+def _calibration(mod: rvm.IRModule, path: str | None) -> list[list[np.ndarray]]:
+    """Calibration inputs from an .npz holding, per input of ``main`` (by its ONNX name),
+    the calibration batches stacked on a new first axis."""
+    if path is None:
+        raise UserError(
+            "--precision int8 quantizes a float model on calibration inputs: pass "
+            "--calibration FILE.npz (per input name, the batches stacked on a new first axis); "
+            "a model quantized already (QDQ) needs none"
+        )
+    names = mod.attrs.get("onnx_input_names", {})
+    params = [names.get(p.name, p.name) for p in mod["main"].params]
+    with np.load(_existing(path)) as data:
+        missing = [n for n in params if n not in data.files]
+        if missing:
+            raise UserError(f"{path}: no calibration batches for inputs {missing}; it has "
+                            f"{data.files}")  # fmt: skip
+        stacks = [data[n] for n in params]
+    count = min(len(s) for s in stacks)
+    if count == 0:
+        raise UserError(f"{path}: the calibration batches are empty")
+    return [[s[i] for s in stacks] for i in range(count)]
 
 
 def _load_model(
@@ -84,7 +126,8 @@ def _load_model(
     p = _existing(path)
     if _is_onnx(p):
         precision = getattr(args, "precision", None) or "fp32"
-        return _compile_onnx(p, exec_mode or "bytecode", kernels, True, precision)
+        calibration = getattr(args, "calibration", None)
+        return _compile_onnx(p, exec_mode or "bytecode", kernels, True, precision, calibration)
     keys = getattr(args, "key", None) or []
     ex = rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
     wanted = getattr(args, "precision", None)
@@ -258,8 +301,14 @@ def cmd_compile(args: argparse.Namespace) -> None:
             "name the output with -o"
         )
     _check_writable(out)
-    precision = args.precision or "fp32"
-    ex = _compile_onnx(src, args.exec_mode, args.kernels, not args.quiet, precision)
+    ex = _compile_onnx(
+        src,
+        args.exec_mode,
+        args.kernels,
+        not args.quiet,
+        args.precision or "fp32",
+        args.calibration,
+    )
     try:
         ex.save(str(out))
     except OSError as e:
@@ -419,7 +468,13 @@ def _parser() -> argparse.ArgumentParser:
             "--precision",
             choices=PRECISIONS,
             default=None,
-            help="what GEMMs and convolutions compute in, for an .onnx model (default fp32)",
+            help="what GEMMs and convolutions compute in, for an .onnx model (default fp32; "
+            "int8 quantizes a float model and needs --calibration)",
+        )
+        c.add_argument(
+            "--calibration",
+            metavar="FILE.npz",
+            help="int8 calibration inputs: per input name, batches stacked on a new axis 0",
         )
 
     def input_options(c: argparse.ArgumentParser) -> None:

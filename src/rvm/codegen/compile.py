@@ -10,6 +10,7 @@ from rvm.codegen.vm_codegen import vm_codegen
 from rvm.errors import IRError
 from rvm.ir import IRModule
 from rvm.jit.numpy_kernel import numpy_kernel
+from rvm.op.core import computes_in
 from rvm.runtime.executable import EXEC_MODES, PRECISIONS, Executable, KernelRecord
 from rvm.runtime.kernels import build_kernels as build
 from rvm.transform.pipeline import default_passes, run_pipeline
@@ -81,7 +82,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         raise ValueError(f"exec_mode must be one of {EXEC_MODES}, got {exec_mode!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "int8":
+    if precision == "int8" and not computes_in(mod, "int8"):
         raise ValueError(
             "precision='int8' needs an int8 model: quantize it first (rvm.quantize) or "
             "import a quantized ONNX model"

@@ -2,7 +2,8 @@
 
 Float max_pool2d and avg_pool2d call `rvm.kernels.pool.pool2d` (compiled once for
 every kernel) into an array that the epilogue reads, or the output itself; float NCHW lrn
-calls `rvm.kernels.lrn.lrn` the same way. Other dtypes'
+calls `rvm.kernels.lrn.lrn` the same way; uint8 and int8 max_pool2d (quantized models) call
+it in float32, exact for them, and convert back. Other dtypes'
 pools are reduce loops over the window, inlined into their consumer like any reduction; the
 window's rows and columns outside the input are skipped, and the average divides by the
 count the reference uses. concat, stack and pad fill their array with one loop nest per
@@ -51,7 +52,10 @@ def _pool(kind: str):
         dims = (x.dims[0], x.dims[1], geo[0][6], geo[1][6])
         include = attrs.get("count_include_pad", False)
         if x.dtype in FLOATS:
-            return _library_pool(kb, kind, attrs, x, dims, include)
+            return _library_pool(kb, kind, attrs, x, dims, include, x.dtype)
+        if kind == "max" and x.dtype in ("uint8", "int8"):  # quantized models: exact in float
+            pooled = _library_pool(kb, kind, attrs, x, dims, include, "float32")
+            return kb.elemwise(lambda v: v, x.dtype, [pooled])
 
         def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
             home = body.home(deps_of(*index))
@@ -91,19 +95,21 @@ def _pool(kind: str):
 FLOATS = ("float32", "float64")
 
 
-def _library_pool(kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, include) -> Tensor:
-    """A float pool as a call of `rvm.kernels.pool.pool2d` (compiled once for all
-    kernels) filling an array, as convolutions do: the kernel's own code is the checks and
-    the epilogue."""
-    t = Tensor(dims, x.dtype, kind="anchor")
+def _library_pool(
+    kb: KernelBuilder, kind: str, attrs: dict, x: Tensor, dims, include, dtype: str
+) -> Tensor:
+    """A pool in float ``dtype`` as a call of `rvm.kernels.pool.pool2d` (compiled once for
+    all kernels) filling an array, as convolutions do: the kernel's own code is the checks
+    and the epilogue."""
+    t = Tensor(dims, dtype, kind="anchor")
     (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
     ceil, pads = attrs["ceil_mode"], attrs["padding"]
     params = (int(kind == "max"), kh, kw, sh, sw, dh, dw, *pads, int(ceil), int(include))
 
     def fill() -> None:
-        t.array = kb.buffer(dims, x.dtype, t.array)
-        xv = kb.materialize(x)
-        kb.call_entry("pool2d", (xv, t.array), params, x.dtype)
+        t.array = kb.buffer(dims, dtype, t.array)
+        xv = kb.materialize(x, dtype)
+        kb.call_entry("pool2d", (xv, t.array), params, dtype)
 
     t.fill = fill
     return t

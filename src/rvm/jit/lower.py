@@ -23,7 +23,14 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, TupleType, Type
-from rvm.jit import assemble, attention, bf16, layout, stages  # noqa: F401  (register compute definitions)
+from rvm.jit import (  # noqa: F401  (register compute definitions)
+    assemble,
+    attention,
+    bf16,
+    layout,
+    quantized,
+    stages,
+)
 from rvm.jit.compute import compute
 from rvm.jit.cond import ne
 from rvm.jit.kernel import KernelBuilder

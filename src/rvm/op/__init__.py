@@ -27,6 +27,7 @@ from rvm.op import manipulate as _manipulate
 from rvm.op import nn as _nn
 from rvm.op import ops
 from rvm.op import pool as _pool
+from rvm.op import quantized as _quantized
 from rvm.op import reduce as _reduce
 from rvm.op import search as _search
 from rvm.op import transformer as _transformer
@@ -44,6 +45,7 @@ from rvm.op.index import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.manipulate import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.nn import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.pool import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.quantized import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.reduce import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.search import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.transformer import *  # noqa: F403 (its builders, listed in its __all__)
@@ -65,6 +67,7 @@ __all__ += _index.__all__
 __all__ += _manipulate.__all__
 __all__ += _nn.__all__
 __all__ += _pool.__all__
+__all__ += _quantized.__all__
 __all__ += _reduce.__all__
 __all__ += _search.__all__
 __all__ += _transformer.__all__

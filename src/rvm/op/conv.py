@@ -115,29 +115,35 @@ def _transpose_out_dim(op: str, size: Dim, kernel: Dim, i: int, attrs: dict, nsp
     return out
 
 
-def _conv_rule(op: Op, nspatial: int, transpose: bool) -> None:
+def conv_out_shape(
+    name: str, x: TensorType, w: TensorType, attrs: dict, nspatial: int, transpose: bool = False
+) -> tuple[Dim, ...] | None:
+    """The output shape of convolution ``name`` of ``x`` by ``w`` with ``attrs`` (None when
+    ``x``'s rank is unknown), checking ranks, channels and groups."""
     layout = LAYOUTS[nspatial]
     weight = ("IO" if transpose else "OI") + layout[2:]
+    check_rank(name, x, 2 + nspatial, f"the input ({layout})")
+    check_rank(name, w, 2 + nspatial, f"the weight ({weight})")
+    if x.shape is None:
+        return None
+    out_ch = _check_groups(name, x, w, attrs["groups"], transpose)
+    spatial: list[Dim] = []
+    for i, pads in enumerate(pad_pairs(attrs["padding"], nspatial)):
+        size, kernel = x.shape[2 + i], None if w.shape is None else w.shape[2 + i]
+        if transpose:
+            spatial.append(_transpose_out_dim(name, size, kernel, i, attrs, nspatial))
+            continue
+        stride, dil = attrs["strides"][i], attrs["dilation"][i]
+        spatial.append(window_out_dim(name, size, kernel, stride, pads, dil))
+    return (x.shape[0], out_ch, *spatial)
 
+
+def _conv_rule(op: Op, nspatial: int, transpose: bool) -> None:
     @rule(op)
     def infer_conv(call_: Call, args: list[TensorType]) -> Type:
         x, w = args
-        check_rank(op.name, x, 2 + nspatial, f"the input ({layout})")
-        check_rank(op.name, w, 2 + nspatial, f"the weight ({weight})")
-        dtype = promote_dtypes(x.dtype, w.dtype)
-        if x.shape is None:
-            return TensorType(None, dtype)
-        attrs = call_.attrs
-        out_ch = _check_groups(op.name, x, w, attrs["groups"], transpose)
-        spatial: list[Dim] = []
-        for i, pads in enumerate(pad_pairs(attrs["padding"], nspatial)):
-            size, kernel = x.shape[2 + i], None if w.shape is None else w.shape[2 + i]
-            if transpose:
-                spatial.append(_transpose_out_dim(op.name, size, kernel, i, attrs, nspatial))
-                continue
-            stride, dil = attrs["strides"][i], attrs["dilation"][i]
-            spatial.append(window_out_dim(op.name, size, kernel, stride, pads, dil))
-        return TensorType((x.shape[0], out_ch, *spatial), dtype)
+        shape = conv_out_shape(op.name, x, w, call_.attrs, nspatial, transpose)
+        return TensorType(shape, promote_dtypes(x.dtype, w.dtype))
 
 
 for _n in (1, 2, 3):

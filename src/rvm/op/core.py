@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import IRError, RVMError
+from rvm.ir.analysis import walk
 from rvm.ir.expr import Call, Constant, Expr, Op, Tuple
 from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern, register_op
@@ -26,6 +27,18 @@ OP_PRECISION: dict[str, str] = {}
 """What the ops that compute in reduced precision compute in (``"bf16"``, ``"int8"``), by op
 name; every other op computes in its operands' dtype (``"fp32"`` for float32 models). The
 modules defining such ops register them here; `precision_of` reads it."""
+
+
+def computes_in(mod: Any, precision: str) -> bool:
+    """Whether some op of the IRModule ``mod`` computes in ``precision`` (`OP_PRECISION`):
+    a quantized model computes in ``"int8"``."""
+    return any(
+        isinstance(e, Call)
+        and isinstance(e.callee, Op)
+        and OP_PRECISION.get(e.callee.name) == precision
+        for name in mod
+        for e in walk(mod[name])
+    )
 
 
 def precision_of(op_names: Sequence[str]) -> str:

@@ -25,6 +25,7 @@ from rvm.errors import OnnxImportError, RVMError
 from rvm.frontend.onnx import converters  # noqa: F401 - registers every converter
 from rvm.frontend.onnx.context import Emitter, NodeContext, Scope
 from rvm.frontend.onnx.converters import optional
+from rvm.frontend.onnx.converters.conv import window_attrs
 from rvm.frontend.onnx.functions import (
     MAX_DEPTH,
     LocalFunctions,
@@ -34,6 +35,7 @@ from rvm.frontend.onnx.functions import (
     type_proto,
 )
 from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
+from rvm.frontend.onnx.qdq import FusedQDQ, convert_fused, fuse_qdq
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.frontend.onnx.signature import check_declared, check_inputs, check_outputs
 from rvm.frontend.onnx.sum_checks import check_sums
@@ -179,6 +181,7 @@ class GraphImporter:
             )
         param_vars: list[Var] = []
         origin: dict[str, str] = {}
+        arrays: dict[str, np.ndarray] = {}
         for inp in graph.input:
             if inp.name in inits:
                 continue
@@ -190,6 +193,7 @@ class GraphImporter:
             arr = weights.get(name)
             if arr is None:
                 arr = tensor_to_array(tensor, f"initializer {name!r}")
+            arrays[name] = arr
             if params == "inputs" and dtype_kind(arr.dtype.name) == "f":
                 var = Var(self.names(name), TensorType(arr.shape, arr.dtype.name))
                 scope.bind(name, var)
@@ -197,9 +201,11 @@ class GraphImporter:
                 origin[var.name] = name
             else:
                 scope.bind(name, Constant(arr))
+        constants = {n: a for n, a in arrays.items() if isinstance(scope.lookup(n), Constant)}
+        nodes = fuse_qdq(graph.node, constants.get, {o.name for o in graph.output})
         with self.builder.function("main", param_vars):
             check_sums(param_vars, origin, self.emitter.dims, self.builder.emit, scope.bind)
-            self.convert_nodes(graph.node, scope)
+            self.convert_nodes(nodes, scope)
             outs = [self._lookup(scope, o.name, "graph output") for o in graph.output]
             for info, value in zip(graph.output, outs):
                 if not dtype_dict:  # inputs the caller re-typed may re-type the outputs
@@ -286,6 +292,9 @@ class GraphImporter:
             self.convert_node(node, scope)
 
     def convert_node(self, node: Any, scope: Scope) -> None:
+        if isinstance(node, FusedQDQ):
+            self._convert_fused(node, scope)
+            return
         if self.custom_ops and f"{node.domain}.{node.op_type}" in self.custom_ops:
             self._bind_outputs(node, scope, self.custom_call(node, scope))
             return
@@ -318,6 +327,27 @@ class GraphImporter:
                 ctx.fail(f"rvm cannot produce output {i} ({name!r})")
         check_outputs(types, node, results)
         self._bind_outputs(node, scope, results)
+
+    def _convert_fused(self, fused: FusedQDQ, scope: Scope) -> None:
+        """A quantized chain as its integer op (`rvm.frontend.onnx.qdq`), or its nodes."""
+        anchor = fused.anchor
+        x = self._lookup(scope, fused.x, f"input of node {anchor.name!r}:")
+
+        def window(x: Expr) -> dict:
+            version, _ = lookup("Conv", scope.opsets.get("", 0))
+            w = Constant(fused.weight)
+            ctx = NodeContext(anchor, version or 1, parse_attributes(anchor), [x, w],
+                              self.emitter, self, scope)  # fmt: skip
+            return {"groups": ctx.attr("group", 1), **window_attrs(ctx, x, fused.weight.shape[2:])}
+
+        try:
+            expr = convert_fused(fused, x, window)
+        except RVMError as err:
+            raise OnnxImportError(f"node {anchor.name!r} ({fused.op_type}): {err}") from None
+        if expr is None:
+            self.convert_nodes(fused.nodes, scope)
+            return
+        scope.bind(fused.output, self.emitter.emit(expr))
 
     def custom_call(self, node: Any, scope: Scope) -> list[Expr]:
         """A node of a custom op as a packed call of the registered function (`custom_ops`);

@@ -7,7 +7,7 @@ as one sequence; ``split`` returns a tuple. Results are arrays (never NumPy scal
 dtype the op's type rule promises: float32 in, float32 out.
 
 One module per category of ops (`bf16`, `elemwise`, `reduce`, `nn`, `conv`, `pool`, `manipulate`,
-`index`, `image`, `search`, `transformer`, `checks`, `create`, `dynamic`; `common` holds what
+`index`, `quantized`, `image`, `search`, `transformer`, `checks`, `create`, `dynamic`; `common` holds what
 they share), and this package holds them all under the op names. Numpy kernels
 (`rvm.jit.numpy_kernel`) import it by name, as ``ref``, the way jit kernels import the kernel
 library: a saved executable names this package and carries none of its source. The modules
@@ -28,6 +28,7 @@ from rvm.kernels.reference.index import *  # noqa: F403
 from rvm.kernels.reference.manipulate import *  # noqa: F403
 from rvm.kernels.reference.nn import *  # noqa: F403
 from rvm.kernels.reference.pool import *  # noqa: F403
+from rvm.kernels.reference.quantized import *  # noqa: F403
 from rvm.kernels.reference.reduce import *  # noqa: F403
 from rvm.kernels.reference.search import *  # noqa: F403
 from rvm.kernels.reference.transformer import *  # noqa: F403

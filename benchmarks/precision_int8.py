@@ -1,0 +1,140 @@
+"""The int8 rows of `precision.py`: rvm f32 and int8 against ONNX Runtime, batch 1.
+
+`precision.py` runs these rows after its f32/bf16 ones (``--int8``); alone: ``python
+benchmarks/precision_int8.py [--only squeezenet,resnet50] [--inputs 20] [--repeat 31]``, which
+writes ``benchmarks/results/precision_int8.json``. Per model (random weights,
+logits exposed, as `benchmarks/models.py`):
+
+- **int8**: the float model quantized by ONNX Runtime's ``quantize_static`` (QDQ format, uint8
+  activations per tensor, int8 weights per output channel, min/max calibration on 8 random
+  inputs: `rvm.testing.quantized_models`). rvm imports the same QDQ file (its chains become
+  integer kernels: `rvm.frontend.onnx.qdq`) and runs it in native mode; ORT runs it with its
+  default session options.
+- **outputs first**: on ``--inputs`` random inputs, rvm int8's logits against ORT int8's
+  (top-1 agreement, largest error relative to the largest logit) and against f32's; a model
+  whose rvm int8 top-1 agrees with ORT's on fewer than 99% of the inputs fails the run.
+- **speed**: interleaved medians in one process (`common.interleaved_medians`, default
+  threads, a 0.1 s pause before each turn for ORT's spinning threads) of rvm f32, rvm int8,
+  ORT f32 and ORT int8. Goals (issue 29): rvm int8 at least 1.8x faster than rvm f32, and at
+  most 1.0x ORT int8's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+from common import interleaved_medians, light_model_files, write_results
+
+# isort: split
+import numpy as np
+
+import rvm
+from rvm.testing.onnx_models import random_inputs
+from rvm.testing.quantized_models import quantize_with_ort
+
+MODELS = ("squeezenet", "resnet50")
+INT8_SPEEDUP_GOAL = 1.8  # rvm f32 / rvm int8 at least
+INT8_ORT_GOAL = 1.0  # rvm int8 / ORT int8 at most
+
+
+def _session(model):  # type: ignore[no-untyped-def]
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _runner(sess, inputs):  # type: ignore[no-untyped-def]
+    feed = dict(zip([i.name for i in sess.get_inputs()], inputs))
+    return lambda: sess.run(None, feed)
+
+
+def _last(out):  # type: ignore[no-untyped-def]
+    return np.asarray(out[-1] if isinstance(out, (tuple, list)) else out)
+
+
+def measure(name: str, n_inputs: int, repeat: int) -> dict:
+    """The row of model ``name``: errors first, then the interleaved medians."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, model, inputs = light_model_files(name, Path(tmp))
+    qmodel = quantize_with_ort(model)
+    f32_vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model)), exec_mode="native")
+    int8_vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(qmodel)), exec_mode="native")
+    ort_f32, ort_int8 = _session(model), _session(qmodel)
+    agree_ort = agree_f32 = 0
+    err_ort = err_f32 = 0.0
+    for i in range(n_inputs):
+        xs = random_inputs(model, seed=1000 + i)
+        mine = _last(int8_vm["main"](*xs))
+        theirs = _last(_runner(ort_int8, xs)())
+        exact = _last(_runner(ort_f32, xs)())
+        agree_ort += int(np.argmax(mine) == np.argmax(theirs))
+        agree_f32 += int(np.argmax(mine) == np.argmax(exact))
+        err_ort = max(err_ort, float(np.abs(mine - theirs).max() / np.abs(theirs).max()))
+        err_f32 = max(err_f32, float(np.abs(mine - exact).max() / np.abs(exact).max()))
+    if agree_ort < 0.99 * n_inputs:
+        raise SystemExit(f"{name}: rvm int8 top-1 agrees with ORT int8 on {agree_ort}/{n_inputs}")
+    times = interleaved_medians(
+        {
+            "rvm_f32": lambda: f32_vm["main"](*inputs),
+            "rvm_int8": lambda: int8_vm["main"](*inputs),
+            "ort_f32": _runner(ort_f32, inputs),
+            "ort_int8": _runner(ort_int8, inputs),
+        },
+        repeat=repeat,
+        settle_s=0.1,
+    )
+    ms = {k: v * 1e3 for k, v in times.items()}
+    return {
+        "model": name,
+        "ms": ms,
+        "int8_vs_f32_speedup": ms["rvm_f32"] / ms["rvm_int8"],
+        "int8_vs_ort_int8": ms["rvm_int8"] / ms["ort_int8"],
+        "top1_vs_ort_int8": agree_ort / n_inputs,
+        "top1_vs_f32": agree_f32 / n_inputs,
+        "logit_rel_err_vs_ort_int8": err_ort,
+        "logit_rel_err_vs_f32": err_f32,
+    }
+
+
+def int8_table(rows: list[dict]) -> str:
+    head = (
+        f"{'model':<12}{'rvm f32':>9}{'rvm int8':>10}{'ORT f32':>9}{'ORT int8':>10}"
+        f"{'f32/int8':>10}{'int8/ORT':>10}{'top1 ORT':>10}{'err ORT':>9}{'top1 f32':>10}"
+        f"{'err f32':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ms = r["ms"]
+        lines.append(
+            f"{r['model']:<12}{ms['rvm_f32']:>9.2f}{ms['rvm_int8']:>10.2f}{ms['ort_f32']:>9.2f}"
+            f"{ms['ort_int8']:>10.2f}{r['int8_vs_f32_speedup']:>9.2f}x"
+            f"{r['int8_vs_ort_int8']:>9.2f}x{r['top1_vs_ort_int8']:>10.0%}"
+            f"{r['logit_rel_err_vs_ort_int8']:>9.1e}{r['top1_vs_f32']:>10.0%}"
+            f"{r['logit_rel_err_vs_f32']:>9.1e}"
+        )
+    lines.append(
+        f"goals: f32/int8 >= {INT8_SPEEDUP_GOAL}x, int8/ORT <= {INT8_ORT_GOAL}x; ms are "
+        "medians of interleaved turns, batch 1, default threads"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(MODELS))
+    parser.add_argument("--inputs", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=31)
+    args = parser.parse_args()
+    rows = [measure(name, args.inputs, args.repeat) for name in args.only.split(",")]
+    load = os.getloadavg()
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {load}")
+    print(int8_table(rows))
+    write_results("precision_int8", {"rows": rows, "load": load, "cpus": os.cpu_count()})
+
+
+if __name__ == "__main__":
+    main()

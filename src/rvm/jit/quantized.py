@@ -1,0 +1,94 @@
+"""Quantized anchors: `rvm.op.qconv2d` and `rvm.op.qdense` call `rvm.kernels.qgemm`.
+
+The kernel checks its operands' shapes (the convolution's geometry as `rvm.jit.stages` checks
+a float convolution's), makes the call and returns; the integer GEMM (VNNI ``vpdpbusd``
+where the CPU has it), the im2col and the requantizing epilogue live in the library. Both ops
+are OPAQUE, so a kernel holds one of them alone. Operands the library does not take (uint8
+weights, a 0-d bias or scale) raise `Unsupported`: the kernel runs its NumPy reference.
+"""
+
+from __future__ import annotations
+
+from rvm.jit.compute import compute
+from rvm.jit.cond import mod, mul, ne
+from rvm.jit.kernel import KernelBuilder
+from rvm.jit.stages import _conv_geometry
+from rvm.jit.te import Tensor, Unsupported
+from rvm.op import ops
+
+_LIBRARY = "rvm.kernels.qgemm"
+
+
+def _check_operands(kb: KernelBuilder, args: list[Tensor]) -> None:
+    x, w, bias, scale = args
+    if w.dtype != "int8" or x.dtype not in ("uint8", "int8"):
+        raise Unsupported(f"{kb.op} of {x.dtype} by {w.dtype} weights")
+    for t in (bias, scale):
+        if t.ndim != 1 or (t.dims[0] == "1" and w.dims[0] != "1"):
+            raise Unsupported(f"{kb.op} with a bias or scale shared by every channel")
+        kb.check(
+            ne(t.dims[0], w.dims[0]),
+            f"{kb.kernel}: {kb.op}: the bias and scale need one value per output channel",
+        )
+
+
+def _quant_params(attrs: dict) -> str:
+    return ", ".join(str(attrs[k]) for k in ("x_zero", "y_zero", "low", "high"))
+
+
+def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    _check_operands(kb, args)
+    x, w = args[0], args[1]
+    groups = kb.resolve(attrs["groups"])
+    kb.check(
+        ne(x.dims[1], mul(w.dims[1], groups)),
+        f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
+    )
+    kb.check(
+        ne(mod(w.dims[0], groups), 0),
+        f"{kb.kernel}: {kb.op}: output channels do not divide into groups",
+    )
+    geo = _conv_geometry(kb, attrs, x, w, 2)
+    dims = (x.dims[0], w.dims[0], *(g[5] for g in geo))
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        names = [kb.materialize(a) for a in args]
+        (_, _, sh, dh, (pt, _), _), (_, _, sw, dw, (pl, _), _) = geo
+        kb.imports.add((_LIBRARY, "qconv2d", None))
+        geometry = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}"
+        kb.root.lines.append(
+            f"qconv2d({', '.join(names)}, {t.array}, {_quant_params(attrs)}, {geometry})"
+        )
+
+    t.fill = fill
+    return t
+
+
+def _qdense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    _check_operands(kb, args)
+    x, w = args[0], args[1]
+    if x.ndim < 1:
+        raise Unsupported("qdense of a scalar")
+    kb.check(ne(x.dims[-1], w.dims[1]), f"{kb.kernel}: {kb.op}: input and weight differ in K")
+    dims = (*x.dims[:-1], w.dims[0])
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        names = [kb.materialize(a) for a in args]
+        rows = " * ".join(x.dims[:-1]) or "1"
+        x2, o2 = kb.fresh("x2"), kb.fresh("o2")
+        kb.root.lines.append(f"{x2} = {names[0]}.reshape(({rows}, {x.dims[-1]}))")
+        kb.root.lines.append(f"{o2} = {t.array}.reshape(({rows}, {w.dims[0]}))")
+        kb.imports.add((_LIBRARY, "qdense", None))
+        operands = ", ".join([x2, *names[1:]])
+        kb.root.lines.append(f"qdense({operands}, {o2}, {_quant_params(attrs)})")
+
+    t.fill = fill
+    return t
+
+
+compute[ops.qconv2d] = _qconv2d
+compute[ops.qdense] = _qdense

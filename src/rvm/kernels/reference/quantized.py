@@ -1,0 +1,46 @@
+"""Quantized ops (`rvm.op.quantized`): exact integer sums (float64 holds them exactly),
+requantized per output channel.
+
+Part of the NumPy reference kernels (`rvm.kernels.reference`).
+"""
+
+import numpy as np
+
+from rvm.kernels.reference.conv import _out_size, _pad_pairs, _windows
+
+__all__ = ["qconv2d", "qdense"]
+
+
+def _requantize(acc, bias, scale, axis, y_zero, low, high, dtype):
+    """``clip(round(float32(acc + bias) * scale) + y_zero, low, high)`` as ``dtype``, with
+    ``bias`` and ``scale`` per output channel along ``axis`` (or scalars)."""
+    shape = [1] * acc.ndim
+    shape[axis] = -1
+    total = acc + np.reshape(bias.astype(np.float64), shape if bias.size > 1 else ())
+    scaled = total.astype(np.float32) * np.reshape(scale, shape if scale.size > 1 else ())
+    y = np.round(scaled.astype(np.float32)).astype(np.float64) + y_zero
+    return np.clip(y, low, high).astype(dtype)
+
+
+def qconv2d(x, w, bias, scale, x_zero, y_zero, low, high, dtype, strides, padding, dilation,
+            groups):  # fmt: skip
+    """Quantized 2-d convolution: int32 sums of ``(x - x_zero) * w``, requantized."""
+    pads = _pad_pairs(padding)
+    kernel = w.shape[2:]
+    out_sp = [_out_size(x.shape[2 + i], k, strides[i], pads[i], dilation[i]) for i, k in
+              enumerate(kernel)]  # fmt: skip
+    xp = np.pad(x.astype(np.float64) - x_zero, [(0, 0), (0, 0)] + pads)
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    xg = xp.reshape((n, groups, c // groups) + xp.shape[2:])
+    cols = np.stack([p for _, p in _windows(xg, kernel, strides, dilation, out_sp)], axis=3)
+    cols = cols.reshape(n, groups, -1, int(np.prod(out_sp)))
+    wk = w.astype(np.float64).reshape(groups, o // groups, -1)
+    acc = np.matmul(wk[None], cols).reshape((n, o, *out_sp))
+    return _requantize(acc, bias, scale, 1, y_zero, low, high, dtype)
+
+
+def qdense(x, w, bias, scale, x_zero, y_zero, low, high, dtype):
+    """Quantized ``x @ w.T``: int32 sums of ``(x - x_zero) * w``, requantized."""
+    acc = np.matmul(x.astype(np.float64) - x_zero, w.astype(np.float64).T)
+    return _requantize(acc, bias, scale, -1, y_zero, low, high, dtype)

@@ -1,0 +1,152 @@
+"""Integer (quantized) convolution and dense products with a requantizing epilogue.
+
+``qconv2d(x, w, bias, scale)`` and ``qdense(x, w, bias, scale)`` are what a quantized model's
+``DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear`` chain computes, as one op: the
+products of ``x - x_zero`` (uint8 or int8) and ``w`` (int8 or uint8, zero point 0: symmetric
+weights, as ONNX Runtime's quantizer makes them) summed in int32, plus the int32 ``bias``
+(in the accumulator's scale), then requantized per output channel::
+
+    y = clip(round_half_even(float32(acc) * scale[o]) + y_zero, low, high)   # cast to dtype
+
+``scale`` (float32, one per output channel or a scalar) is ``x_scale * w_scale / y_scale``;
+``low``/``high`` are the output type's range, narrowed to ``y_zero`` from below when a ReLU
+was folded in. ``qconv2d``'s weight is (O, C / groups, KH, KW); ``qdense``'s is (N, K) as in
+`rvm.op.dense`, and ``x`` is (..., K). Both are OPAQUE: their kernels stand alone.
+"""
+
+from __future__ import annotations
+
+from rvm.errors import IRError
+from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
+from rvm.ir.types import TensorType, Type
+from rvm.op import ops
+from rvm.op.conv import IntOrInts, conv_out_shape, normalize_padding, positive_ints
+from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_int, define_op
+from rvm.op.shapes import fmt, rule
+
+__all__ = ["qconv2d", "qdense"]
+
+define_op("qconv2d", OpPattern.OPAQUE, 4)
+define_op("qdense", OpPattern.OPAQUE, 4)
+OP_PRECISION.update(qconv2d="int8", qdense="int8")
+
+ACTIVATIONS = ("uint8", "int8")
+RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+
+
+def _quant_attrs(name: str, x_zero: int, y_zero: int, dtype: str, relu: bool) -> dict:
+    if dtype not in RANGES:
+        raise IRError(f"{name}: dtype must be uint8 or int8, got {dtype!r}")
+    lo, hi = RANGES[dtype]
+    y_zero = check_int(name, "y_zero", y_zero)
+    if not lo <= y_zero <= hi:
+        raise IRError(f"{name}: y_zero {y_zero} is outside {dtype}'s range [{lo}, {hi}]")
+    return {
+        "x_zero": check_int(name, "x_zero", x_zero),
+        "y_zero": y_zero,
+        "low": y_zero if relu else lo,
+        "high": hi,
+        "dtype": dtype,
+    }
+
+
+def qconv2d(
+    x: ExprLike,
+    w: ExprLike,
+    bias: ExprLike,
+    scale: ExprLike,
+    *,
+    x_zero: int = 0,
+    y_zero: int = 0,
+    dtype: str = "uint8",
+    relu: bool = False,
+    strides: IntOrInts = 1,
+    padding: IntOrInts = 0,
+    dilation: IntOrInts = 1,
+    groups: int = 1,
+    low: int | None = None,
+    high: int | None = None,
+) -> Call:
+    """Quantized 2-d convolution (see the module docstring); ``low``/``high`` (as printed)
+    override the range ``dtype`` and ``relu`` give."""
+    attrs = _quant_attrs("qconv2d", x_zero, y_zero, dtype, relu)
+    attrs["strides"] = positive_ints("qconv2d", "strides", strides, 2)
+    attrs["padding"] = normalize_padding("qconv2d", padding, 2)
+    attrs["dilation"] = positive_ints("qconv2d", "dilation", dilation, 2)
+    attrs["groups"] = check_int("qconv2d", "groups", groups, minimum=1)
+    _override(attrs, low, high)
+    args = (as_expr(x), as_expr(w), as_expr(bias), as_expr(scale))
+    return call(ops.qconv2d, *args, **attrs)
+
+
+def qdense(
+    x: ExprLike,
+    w: ExprLike,
+    bias: ExprLike,
+    scale: ExprLike,
+    *,
+    x_zero: int = 0,
+    y_zero: int = 0,
+    dtype: str = "uint8",
+    relu: bool = False,
+    low: int | None = None,
+    high: int | None = None,
+) -> Call:
+    """Quantized ``x @ w.T`` (see the module docstring)."""
+    attrs = _quant_attrs("qdense", x_zero, y_zero, dtype, relu)
+    _override(attrs, low, high)
+    args = (as_expr(x), as_expr(w), as_expr(bias), as_expr(scale))
+    return call(ops.qdense, *args, **attrs)
+
+
+def _override(attrs: dict, low: int | None, high: int | None) -> None:
+    lo, hi = RANGES[attrs["dtype"]]
+    if low is not None:
+        attrs["low"] = max(lo, check_int("quantized op", "low", low))
+    if high is not None:
+        attrs["high"] = min(hi, check_int("quantized op", "high", high))
+
+
+def _check_operands(name: str, args: list[TensorType], channels: object) -> None:
+    x, w, bias, scale = args
+    if x.dtype is not None and x.dtype not in ACTIVATIONS:
+        raise IRError(f"{name}: the input must be uint8 or int8, got {x.dtype}")
+    if w.dtype is not None and w.dtype not in ACTIVATIONS:
+        raise IRError(f"{name}: the weight must be int8 or uint8, got {w.dtype}")
+    if bias.dtype is not None and bias.dtype != "int32":
+        raise IRError(f"{name}: the bias must be int32, got {bias.dtype}")
+    if scale.dtype is not None and scale.dtype != "float32":
+        raise IRError(f"{name}: the scale must be float32, got {scale.dtype}")
+    for what, t in (("bias", bias), ("scale", scale)):
+        if t.shape is None or t.shape == () or t.shape == (1,):
+            continue
+        if len(t.shape) != 1 or (isinstance(channels, int) and t.shape[0] not in (channels,)):
+            raise IRError(
+                f"{name}: the {what} must be a scalar or have one value per output channel "
+                f"({channels}), got shape {fmt(t.shape)}"
+            )
+
+
+@rule(ops.qconv2d)
+def _infer_qconv2d(call_: Call, args: list[TensorType]) -> Type:
+    x, w = args[0], args[1]
+    shape = conv_out_shape("qconv2d", x, w, call_.attrs, 2)
+    _check_operands("qconv2d", args, None if w.shape is None else w.shape[0])
+    return TensorType(shape, call_.attrs["dtype"])
+
+
+@rule(ops.qdense)
+def _infer_qdense(call_: Call, args: list[TensorType]) -> Type:
+    x, w = args[0], args[1]
+    _check_operands("qdense", args, None if w.shape is None else w.shape[0])
+    if w.shape is not None and len(w.shape) != 2:
+        raise IRError(f"qdense: the weight must be (N, K), got {fmt(w.shape)}")
+    if x.shape is None or w.shape is None:
+        return TensorType(None, call_.attrs["dtype"])
+    if not x.shape:
+        raise IRError("qdense: the input must have at least 1 axis, got a scalar")
+    k, kw = x.shape[-1], w.shape[1]
+    if isinstance(k, int) and isinstance(kw, int) and k != kw:
+        raise IRError(f"qdense: input {fmt(x.shape)} and weight {fmt(w.shape)} differ in K")
+    return TensorType((*x.shape[:-1], w.shape[0]), call_.attrs["dtype"])

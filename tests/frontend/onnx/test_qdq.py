@@ -1,0 +1,159 @@
+"""QDQ models (ONNX Runtime's ``quantize_static``) import as integer ops (`rvm.op.qconv2d`,
+`rvm.op.qdense`) and agree with ONNX Runtime's int8 run, in every exec mode with numpy and
+jit kernels. rvm's quantized outputs may differ from ORT's by one step (a rounding tie broken
+the other way, float32 requantization in another order); the tests allow one step, and the
+dequantized logits then differ by at most one output scale."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime.quantization")
+
+from onnx import TensorProto as TP  # noqa: E402
+from onnx import helper as oh  # noqa: E402
+from onnx import numpy_helper as nh  # noqa: E402
+
+import rvm  # noqa: E402
+from rvm.testing.onnx_models import run_ort  # noqa: E402
+from rvm.testing.quantized_models import quantize_with_ort  # noqa: E402
+
+EXEC_MODES = ("bytecode", "compiled", "native")
+RNG = np.random.default_rng(3)
+
+
+def _float_model(head: str) -> onnx.ModelProto:
+    """Conv (3x3, padded) -> Relu -> MaxPool -> Conv (grouped, strided) -> Relu -> Flatten ->
+    a Gemm (bias, transB) or a MatMul head: every QDQ chain the quantizer writes for a CNN."""
+    w1 = RNG.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
+    w2 = RNG.normal(0, 0.3, (8, 4, 3, 3)).astype(np.float32)
+    head_w = RNG.normal(0, 0.3, (10, 8 * 3 * 3)).astype(np.float32)
+    inits = [
+        nh.from_array(w1, "w1"),
+        nh.from_array(RNG.normal(0, 0.1, 8).astype(np.float32), "b1"),
+        nh.from_array(w2, "w2"),
+        nh.from_array(RNG.normal(0, 0.1, 10).astype(np.float32), "b3"),
+    ]
+    nodes = [
+        oh.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        oh.make_node("Relu", ["c1"], ["r1"]),
+        oh.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        oh.make_node("Conv", ["p1", "w2"], ["c2"], group=2, strides=[2, 2], pads=[1, 1, 1, 1]),
+        oh.make_node("Relu", ["c2"], ["r2"]),
+        oh.make_node("Flatten", ["r2"], ["f"]),
+    ]
+    if head == "gemm":
+        inits.append(nh.from_array(head_w, "w3"))
+        nodes.append(oh.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1))
+    else:
+        inits.append(nh.from_array(np.ascontiguousarray(head_w.T), "w3"))
+        nodes.append(oh.make_node("MatMul", ["f", "w3"], ["y"]))
+    graph = oh.make_graph(
+        nodes,
+        "qdq",
+        [oh.make_tensor_value_info("x", TP.FLOAT, [1, 3, 12, 12])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [1, 10])],
+        inits,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _ops(mod: rvm.IRModule) -> list[str]:
+    from rvm.ir import expr as E
+
+    out = []
+    for func in mod.functions.values():
+        for block in func.body.blocks:
+            for b in block.bindings:
+                if isinstance(b.value, E.Call) and isinstance(b.value.callee, E.Op):
+                    out.append(b.value.callee.name)
+    return out
+
+
+def _output_scale(model: onnx.ModelProto) -> float:
+    inits = {t.name: nh.to_array(t) for t in model.graph.initializer}
+    last_q = [n for n in model.graph.node if n.op_type == "QuantizeLinear"][-1]
+    return float(inits[last_q.input[1]])
+
+
+@pytest.fixture(scope="module", params=["gemm", "matmul"])
+def quantized(request):
+    return quantize_with_ort(_float_model(request.param))
+
+
+@pytest.mark.parametrize("kernels", ["numpy", "jit"])
+def test_qdq_model_runs_integer_ops_and_matches_ort(quantized, kernels):
+    mod = rvm.from_onnx(quantized)
+    ops = _ops(mod)
+    assert ops.count("qconv2d") == 2, ops
+    assert ops.count("qdense") == 1, ops
+    assert "conv2d" not in ops and "matmul" not in ops and "dense" not in ops, ops
+    ex = rvm.compile(mod, kernels=kernels)
+    step = _output_scale(quantized)
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(size=(1, 3, 12, 12)).astype(np.float32)
+        (expected,) = run_ort(quantized, [x])
+        for mode in EXEC_MODES:
+            y = rvm.VirtualMachine(ex, exec_mode=mode)["main"](x)
+            assert y.dtype == np.float32 and y.shape == expected.shape
+            np.testing.assert_allclose(y, expected, rtol=0, atol=step * 1.001, err_msg=mode)
+    ref = rvm.interpret(mod, "main", x)
+    np.testing.assert_allclose(ref, expected, rtol=0, atol=step * 1.001)
+
+
+def test_asymmetric_weights_stay_float_and_match_ort():
+    """uint8 weights with non-zero zero points are not fused (the integer ops take symmetric
+    weights): they run as ONNX defines them, in float."""
+    import onnxruntime.quantization as oq
+
+    model = _float_model("gemm")
+    x = np.random.default_rng(0).normal(size=(1, 3, 12, 12)).astype(np.float32)
+
+    class Reader(oq.CalibrationDataReader):
+        def __init__(self):
+            self.rest = iter([{"x": x}])
+
+        def get_next(self):
+            return next(self.rest, None)
+
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "a.onnx"), os.path.join(tmp, "b.onnx")
+        onnx.save(model, src)
+        oq.quantize_static(src, dst, Reader(), quant_format=oq.QuantFormat.QDQ,
+                           per_channel=False, activation_type=oq.QuantType.QUInt8,
+                           weight_type=oq.QuantType.QUInt8)  # fmt: skip
+        quantized = onnx.load(dst)
+    mod = rvm.from_onnx(quantized)
+    assert "qconv2d" not in _ops(mod)
+    (expected,) = run_ort(quantized, [x])
+    y = rvm.VirtualMachine(rvm.compile(mod, kernels="numpy"))["main"](x)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=_output_scale(quantized) * 1.001)
+
+
+def test_qconv2d_reference_against_numpy():
+    """The op's reference: integer sums in int64 NumPy, requantized as documented."""
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (2, 4, 5, 5)).astype(np.uint8)
+    w = rng.integers(-127, 128, (6, 2, 3, 3)).astype(np.int8)
+    bias = rng.integers(-500, 500, 6).astype(np.int32)
+    scale = rng.uniform(1e-4, 1e-3, 6).astype(np.float32)
+    call = rvm.op.qconv2d(x, w, bias, scale, x_zero=7, y_zero=3, relu=True, padding=1, groups=2)
+    got = rvm.op.reference[rvm.op.ops.qconv2d](x, w, bias, scale, **call.attrs)
+    xp = np.pad(x.astype(np.int64) - 7, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    acc = np.zeros((2, 6, 5, 5), np.int64)
+    for o in range(6):
+        g = o // 3
+        for i in range(5):
+            for j in range(5):
+                patch = xp[:, 2 * g : 2 * g + 2, i : i + 3, j : j + 3]
+                acc[:, o, i, j] = (patch * w[o].astype(np.int64)).sum(axis=(1, 2, 3))
+    acc += bias[None, :, None, None]
+    want = np.round(acc.astype(np.float32) * scale[None, :, None, None]) + 3
+    want = np.clip(want, 3, 255).astype(np.uint8)
+    np.testing.assert_array_equal(got, want)
