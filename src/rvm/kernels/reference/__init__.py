@@ -6,9 +6,9 @@ ints: the caller resolves symbolic names first. ``concat`` and ``stack`` receive
 as one sequence; ``split`` returns a tuple. Results are arrays (never NumPy scalars) of the
 dtype the op's type rule promises: float32 in, float32 out.
 
-One module per category of ops (`bf16`, `elemwise`, `reduce`, `nn`, `conv`, `pool`, `manipulate`,
-`index`, `quantized`, `image`, `search`, `transformer`, `checks`, `create`, `dynamic`; `common` holds what
-they share), and this package holds them all under the op names. Numpy kernels
+One module per category of ops (`elemwise`, `reduce`, `nn`, `conv`, `pool`, `manipulate`,
+`index`, `image`, `search`, `transformer`, `checks`, `create`, `dynamic`, `bf16`, `quantized`;
+`common` holds what they share), and this package holds them all under the op names. Numpy kernels
 (`rvm.jit.numpy_kernel`) import it by name, as ``ref``, the way jit kernels import the kernel
 library: a saved executable names this package and carries none of its source. The modules
 import only ``math``, ``numpy`` (and ``ml_dtypes``, on first use of a narrow dtype such as
