@@ -240,9 +240,13 @@ def _max_pool(
     if not batched:
         x = ctx.emit(op.expand_dims(x, 0))
     out = ctx.emit(pool(x, k, s, p, d, bool(ceil_mode)))
+    if not batched:
+        out = ctx.emit(op.squeeze(out, [0]))
+    if not any(u.args[1:2] == (1,) for u in ctx.node.users):  # the indices unused (ResNet)
+        return [out, None]
     idx = ctx.emit(op.max_pool_indices(x, k, s, p, d, bool(ceil_mode)))
     if not batched:
-        out, idx = ctx.emit(op.squeeze(out, [0])), ctx.emit(op.squeeze(idx, [0]))
+        idx = ctx.emit(op.squeeze(idx, [0]))
     return [out, idx]
 
 
