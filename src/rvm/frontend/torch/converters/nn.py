@@ -15,12 +15,15 @@ import numpy as np
 from rvm import op
 from rvm.frontend.torch.context import NodeContext
 from rvm.frontend.torch.registry import converter
-from rvm.ir import Expr
+from rvm.ir import Constant, Expr
 from rvm.ir import const as ir_const
 
 
 @converter("aten.linear.default")
 def _linear(ctx: NodeContext, x: Expr, weight: Expr, bias: Expr | None = None) -> Expr:
+    if isinstance(weight, Constant) and weight.data.ndim == 2:  # stored (in, out), as ONNX's
+        y = ctx.emit(op.matmul(x, ir_const(np.ascontiguousarray(weight.data.T))))
+        return y if bias is None else ctx.emit(op.add(y, bias))
     y = ctx.emit(op.dense(x, weight))
     return y if bias is None else ctx.emit(op.add(y, bias))
 
