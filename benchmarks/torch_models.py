@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import platform
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +28,11 @@ from common import interleaved_medians, write_results
 
 import rvm
 from rvm.testing.torch_models import CASES
+
+# this folder's transformers.py (a benchmark) would shadow the transformers package, which
+# the models import when they are built
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 
 def _close(got: Any, ref: np.ndarray) -> bool:

@@ -1,8 +1,9 @@
 """PyTorch's OpInfo database as a conformance suite for `rvm.from_torch`.
 
 For every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` (it needs
-``expecttest``) that supports float32 on CPU, each float32 sample input becomes a module
-calling the op with the sample's tensors as inputs. Samples that ``torch.export`` cannot
+``expecttest``), each float32 sample input (int64, int32 or bool for the OpInfos without
+float32, such as the bitwise ops; see `sample_dtype`) becomes a module calling the op with the
+sample's tensors as inputs. Samples that ``torch.export`` cannot
 export, or whose outputs are not tensors, are not counted. The rest are imported with
 `rvm.from_torch`, compiled once, and run in every exec mode against eager PyTorch.
 
@@ -16,6 +17,7 @@ report counts the Core ATen overloads (``torch.Tag.core``) that convert and pass
     python -m rvm.testing.torch_opinfo --report --write       # rewrite the expectations
     python -m rvm.testing.torch_opinfo -k softmax --samples 2 # a few OpInfos, 2 samples each
     python -m rvm.testing.torch_opinfo --report --json out.json
+    python -m rvm.testing.torch_opinfo --report --anchor      # TVM on the same samples too
 
 The expected-failures file (``tests/frontend/torch/opinfo_expected_failures.txt``) lists the
 overloads that do not pass, one a line, ``aten.name.overload  # reason``.
@@ -39,6 +41,11 @@ import numpy as np
 import rvm
 
 EXEC_MODES = ("bytecode", "compiled", "native")
+# OpInfos whose outputs' values are undefined (uninitialized memory): only their shapes and
+# dtypes are compared, as PyTorch's own OpInfo tests do.
+UNDEFINED_VALUES = frozenset(
+    {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+)
 EXPECTED_FAILURES = os.path.join(
     os.path.dirname(__file__),
     "..",
@@ -61,6 +68,7 @@ class SampleResult:
     overloads: list[str]
     reason: str = ""
     blamed: list[str] = field(default_factory=list)  # overloads an import error names
+    anchor: list[str] = field(default_factory=list)  # TVM's [status, reason], when it ran
 
 
 def core_overloads() -> list[str]:
@@ -102,16 +110,16 @@ def samples(
 ) -> Iterator[tuple[Any, int, Any]]:
     """(OpInfo, index, sample) for the float32 samples of the selected OpInfos (by name, and
     by position in ``op_db``: ``start`` to ``stop``)."""
-    import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
     for info in op_db[start:stop]:
         if names and not any(n in info.name for n in names):
             continue
-        if torch.float32 not in info.supported_dtypes("cpu"):
+        dtype = sample_dtype(info)
+        if dtype is None:
             continue
         try:
-            found = info.sample_inputs("cpu", torch.float32, requires_grad=False)
+            found = info.sample_inputs("cpu", dtype, requires_grad=False)
             for k, sample in enumerate(found):
                 if k >= per_op:
                     break
@@ -120,12 +128,35 @@ def samples(
             continue
 
 
+def sample_dtype(info: Any) -> Any:
+    """float32, or for an OpInfo without it (bitwise ops), its first of int64, int32, bool;
+    float32 too when the OpInfo lists no CPU dtype at all or only complex ones (its samples
+    decide). None when it has only other dtypes (float8, complex-only conversions)."""
+    import torch
+
+    supported = info.supported_dtypes("cpu")
+    if torch.float32 in supported:
+        return torch.float32
+    for dtype in (torch.int64, torch.int32, torch.bool):
+        if dtype in supported:
+            return dtype
+    if all(d.is_complex for d in supported):
+        return torch.float32
+    return None
+
+
 def _label(info: Any) -> str:
     return f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
 
 
-def run_sample(info: Any, index: int, sample: Any, kernels: str) -> SampleResult | None:
-    """Export, import and run one sample; None when it does not count (see the module)."""
+def run_sample(
+    info: Any, index: int, sample: Any, kernels: str, anchor: bool = False
+) -> SampleResult | None:
+    """Export, import and run one sample; None when it does not count (see the module).
+
+    With ``anchor``, the same exported program also runs through TVM
+    (`rvm.testing.tvm_anchor`); its status and reason go to ``result.anchor``.
+    """
     import torch
 
     from rvm.frontend.torch.program import decompose
@@ -139,8 +170,11 @@ def run_sample(info: Any, index: int, sample: Any, kernels: str) -> SampleResult
             ref = torch.utils._pytree.tree_leaves(module(*tensors))
         if not ref or not all(isinstance(r, torch.Tensor) and not r.is_complex() for r in ref):
             return None
-        ep = decompose(torch.export.export(module, tensors))
-    except Exception:
+        exported = torch.export.export(module, tensors)
+        ep = decompose(exported)
+        inputs = [t.numpy() for t in tensors]
+        expected = [r.numpy() for r in ref]
+    except Exception:  # not exported, or a dtype NumPy does not have (bfloat16)
         return None
     overloads = sorted(
         {
@@ -150,6 +184,23 @@ def run_sample(info: Any, index: int, sample: Any, kernels: str) -> SampleResult
         }
     )
     result = SampleResult(_label(info), index, "pass", overloads)
+    values = info.name not in UNDEFINED_VALUES
+    if anchor:
+        from rvm.testing import tvm_anchor
+
+        compare = _compare if values else _shapes_and_dtypes
+        result.anchor = list(tvm_anchor.check(exported, inputs, expected, compare))
+    return _run_rvm(result, ep, inputs, expected, kernels, values)
+
+
+def _run_rvm(
+    result: SampleResult,
+    ep: Any,
+    inputs: list[Any],
+    expected: list[Any],
+    kernels: str,
+    values: bool,
+) -> SampleResult:
     try:
         mod = rvm.from_torch(ep)
         ex = rvm.compile(mod, kernels=kernels)
@@ -157,18 +208,13 @@ def run_sample(info: Any, index: int, sample: Any, kernels: str) -> SampleResult
         return _failed(result, "import", err, list(err.overloads))
     except Exception as err:
         return _failed(result, "import", err)
-    try:
-        inputs = [t.numpy() for t in tensors]
-        expected = [r.numpy() for r in ref]
-    except TypeError:  # a dtype NumPy does not have (bfloat16): not counted
-        return None
     for mode in EXEC_MODES:
         try:
             got = rvm.VirtualMachine(ex, exec_mode=mode)["main"](*inputs)
         except Exception as err:
             return _failed(result, "run", err, mode=mode)
         got = list(got) if isinstance(got, tuple) else [got]
-        problem = _compare(got, expected)
+        problem = _compare(got, expected, values)
         if problem:
             result.status, result.reason = "mismatch", f"{mode}: {problem}"
             return result
@@ -189,7 +235,9 @@ def _failed(
     return result
 
 
-def _compare(got: list[Any], expected: list[np.ndarray]) -> str:
+def _compare(got: list[Any], expected: list[np.ndarray], values: bool = True) -> str:
+    """What differs between ``got`` and ``expected`` ("" when they match); without
+    ``values``, only the count, shapes and dtypes are compared."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, expected {len(expected)}"
     for k, (g, e) in enumerate(zip(got, expected)):
@@ -198,12 +246,18 @@ def _compare(got: list[Any], expected: list[np.ndarray]) -> str:
             return f"output {k} has shape {g.shape}, expected {e.shape}"
         if g.dtype != e.dtype:
             return f"output {k} has dtype {g.dtype}, expected {e.dtype}"
+        if not values:
+            continue
         if e.dtype.kind in "fc":
             if not np.allclose(g, e, rtol=1e-4, atol=1e-5, equal_nan=True):
                 return f"output {k} differs by {float(np.nanmax(np.abs(g - e))):.3g}"
         elif not np.array_equal(g, e):
             return f"output {k} differs"
     return ""
+
+
+def _shapes_and_dtypes(got: list[Any], expected: list[np.ndarray]) -> str:
+    return _compare(got, expected, values=False)
 
 
 def per_overload(results: list[SampleResult]) -> dict[str, dict[str, Any]]:
@@ -241,6 +295,7 @@ def summary(results: list[SampleResult]) -> dict[str, Any]:
         "samples": len(results),
         "samples_passed": status["pass"],
         "samples_by_status": dict(status),
+        **_anchor_figures(results),
         "opinfos": len({r.opinfo for r in results}),
         "overloads_seen": len(table),
         "overloads_passing": sum(row["status"] == "pass" for row in table.values()),
@@ -252,6 +307,20 @@ def summary(results: list[SampleResult]) -> dict[str, Any]:
             table.get(c, {}).get("status") in ("pass", "partly") for c in core
         ),
         "overloads": table,
+    }
+
+
+def _anchor_figures(results: list[SampleResult]) -> dict[str, Any]:
+    """TVM's figures on the samples it ran (all of them, when the run had ``--anchor``)."""
+    ran = [r for r in results if r.anchor]
+    if not ran:
+        return {}
+    status = Counter(r.anchor[0] for r in ran)
+    return {
+        "tvm_samples": len(ran),
+        "tvm_samples_passed": status["pass"],
+        "rvm_samples_passed_of_those": sum(r.status == "pass" for r in ran),
+        "tvm_samples_by_status": dict(status),
     }
 
 
@@ -277,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-k", action="append", help="only OpInfos whose name has this")
     parser.add_argument("--samples", type=int, default=4, help="samples per OpInfo")
     parser.add_argument("--kernels", default="jit", choices=("jit", "numpy"))
+    parser.add_argument("--anchor", action="store_true", help="run each sample on TVM too")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--start", type=int, default=0, help="first op_db index")
     parser.add_argument("--stop", type=int, default=None, help="op_db index to stop before")
@@ -290,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for info, k, sample in (
         [] if opts.merge else samples(opts.k, opts.samples, opts.start, opts.stop)
     ):
-        r = run_sample(info, k, sample, opts.kernels)
+        r = run_sample(info, k, sample, opts.kernels, opts.anchor)
         if r is not None:
             results.append(r)
             if log is not None:
@@ -312,13 +382,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _read_logs(paths: Sequence[str]) -> list[SampleResult]:
-    """The samples of the logs; a sample logged twice counts as its last result."""
+    """The samples of the logs; a sample logged twice counts as its last result (keeping an
+    earlier TVM result when the last run had no ``--anchor``)."""
     out: dict[tuple[str, int], SampleResult] = {}
     for path in paths:
         with open(path) as f:
             for line in f:
                 if line.strip():
                     r = SampleResult(**json.loads(line))
+                    before = out.get((r.opinfo, r.index))
+                    if before is not None and not r.anchor:
+                        r.anchor = before.anchor
                     out[(r.opinfo, r.index)] = r
     return list(out.values())
 

@@ -38,3 +38,55 @@ def test_per_overload_blames_only_the_named_overload() -> None:
     assert (table["aten.add.Tensor"]["passed"], table["aten.add.Tensor"]["total"]) == (1, 2)
     assert table["aten.i0.default"]["status"] == "fail"
     assert table["aten.mul.Tensor"]["reason"] == "c[0] mismatch: off"
+
+
+def test_opinfos_without_float32_take_integer_samples() -> None:
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    by_name = {info.name: info for info in op_db}
+    assert torch_opinfo.sample_dtype(by_name["bitwise_and"]) == torch.int64
+    assert torch_opinfo.sample_dtype(by_name["add"]) == torch.float32
+
+
+def test_undefined_values_compare_shapes_and_dtypes_only() -> None:
+    import numpy as np
+
+    got, expected = [np.ones((2, 3), np.float32)], [np.zeros((2, 3), np.float32)]
+    assert torch_opinfo._compare(got, expected) == "output 0 differs by 1"
+    assert torch_opinfo._compare(got, expected, values=False) == ""
+    wrong = [np.zeros((3, 2), np.float32)]
+    assert "shape" in torch_opinfo._compare(wrong, expected, values=False)
+
+
+def test_a_rerun_without_anchor_keeps_the_earlier_tvm_result(tmp_path) -> None:
+    import json
+
+    R = torch_opinfo.SampleResult
+    first = R("a", 0, "import", ["aten.add.Tensor"], anchor=["pass", ""])
+    again = R("a", 0, "pass", ["aten.add.Tensor"])
+    for name, r in (("1.jsonl", first), ("2.jsonl", again)):
+        (tmp_path / name).write_text(json.dumps(vars(r)) + "\n")
+    (merged,) = torch_opinfo._read_logs([str(tmp_path / "1.jsonl"), str(tmp_path / "2.jsonl")])
+    assert (merged.status, merged.anchor) == ("pass", ["pass", ""])
+    figures = torch_opinfo.summary([merged])
+    assert (figures["tvm_samples_passed"], figures["samples_passed"]) == (1, 1)
+
+
+def test_tvm_anchor_runs_an_exported_program() -> None:
+    pytest.importorskip("tvm")
+    import torch
+
+    from rvm.testing import tvm_anchor
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.add(x, y).sum(1)
+
+    x, y = torch.randn(3, 4), torch.randn(4)
+    ep = torch.export.export(Add(), (x, y))
+    expected = [(x + y).sum(1).numpy()]
+    inputs = [x.numpy(), y.numpy()]
+    assert tvm_anchor.check(ep, inputs, expected, torch_opinfo._compare) == ("pass", "")
+    status, reason = tvm_anchor.check(ep, inputs, [expected[0] + 1], torch_opinfo._compare)
+    assert (status, reason) == ("mismatch", "output 0 differs by 1")

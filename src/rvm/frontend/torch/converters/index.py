@@ -149,15 +149,81 @@ def _index(ctx: NodeContext, x: Expr, indices: list) -> Expr:
 def _index_put(
     ctx: NodeContext, x: Expr, indices: list, values: Expr, accumulate: bool = False
 ) -> Expr:
-    if len(indices) != 1 or indices[0] is None or ctx.dtype_of(indices[0]) == "bool":
-        ctx.fail("supports one integer index tensor on the first axis")
-    idx = ctx.emit(op.expand_dims(ctx.cast(indices[0], "int64"), -1))
-    rows = list(ctx.shape(idx)[:-1]) + list(ctx.shape(x)[1:])
+    """``x[indices] = values`` (``+=`` with ``accumulate``): a run of integer index tensors
+    after leading full slices becomes a ``scatter_nd``; one boolean mask a ``where``."""
+    used = [i for i, t in enumerate(indices) if t is not None]
     values = ctx.cast(values, ctx.out_dtype())
-    if ctx.shape(values) != tuple(rows):
-        values = ctx.emit(op.broadcast_to(values, rows))
+    if len(used) == 1 and ctx.dtype_of(indices[used[0]]) == "bool":
+        return _masked_put(ctx, x, used[0], indices[used[0]], values, accumulate)
+    if any(ctx.dtype_of(indices[i]) == "bool" for i in used):
+        ctx.fail("a boolean mask with other index tensors is not supported")
+    if not used or used != list(range(used[0], used[-1] + 1)):
+        ctx.fail("index tensors separated by full slices are not supported")
+    first, count, rank = used[0], len(used), ctx.rank(x)
+    shapes = [ctx.shape(indices[i]) for i in used]
+    if all(isinstance(d, int) for sh in shapes for d in sh):
+        bshape = list(np.broadcast_shapes(*shapes))
+    elif all(sh == shapes[0] for sh in shapes):
+        bshape = list(shapes[0])
+    else:
+        ctx.fail(f"cannot name the broadcast shape of index tensors {shapes}")
+    parts = []
+    for i in used:
+        idx = _wrapped(ctx, indices[i], axis_size(ctx, x, i))
+        if ctx.shape(idx) != tuple(bshape):
+            idx = ctx.emit(op.broadcast_to(idx, bshape))
+        parts.append(ctx.emit(op.expand_dims(idx, -1)))
+    stacked = ctx.emit(op.concat(parts, axis=-1))
+    perm = [*used, *range(first), *range(first + count, rank)]
+    if first:  # the indexed axes first, for scatter_nd
+        x = ctx.emit(op.transpose(x, perm))
+    xs = ctx.shape(x)
+    rows = bshape + list(xs[count:])
+    if first:  # torch's values follow x's order (before..., index..., after...)
+        vrows = list(xs[count : count + first]) + bshape + list(xs[count + first :])
+        values = _broadcast(ctx, values, vrows)
+        nb = len(bshape)
+        vperm = [*range(first, first + nb), *range(first), *range(first + nb, len(vrows))]
+        values = ctx.emit(op.transpose(values, vperm))
+    values = _broadcast(ctx, values, rows)
     reduction = "add" if accumulate else "none"
-    return ctx.emit(op.scatter_nd(x, idx, values, reduction=reduction))
+    y = ctx.emit(op.scatter_nd(x, stacked, values, reduction=reduction))
+    if first:
+        y = ctx.emit(op.transpose(y, [perm.index(a) for a in range(rank)]))
+    return y
+
+
+def _broadcast(ctx: NodeContext, values: Expr, shape: list) -> Expr:
+    if ctx.shape(values) == tuple(shape):
+        return values
+    return ctx.emit(op.broadcast_to(values, shape))
+
+
+def _masked_put(
+    ctx: NodeContext, x: Expr, axis: int, mask: Expr, values: Expr, accumulate: bool
+) -> Expr:
+    """``x[..., mask] = values``: values that broadcast over the axes after the mask by a
+    ``where``, one row per true cell of a mask on the leading axes by a ``scatter_nd`` at the
+    mask's ``nonzero`` positions."""
+    vshape = ctx.shape(values)
+    rank, mrank = ctx.rank(x), ctx.rank(mask)
+    trailing = rank - axis - mrank  # values that fit the axes after the mask broadcast
+    if not all(d == 1 for d in vshape) and len(vshape) > trailing:
+        if axis:
+            ctx.fail("a boolean mask after full slices with several values is not supported")
+        where = ctx.emit(op.transpose(op.nonzero(mask), [1, 0]))
+        reduction = "add" if accumulate else "none"
+        return ctx.emit(op.scatter_nd(x, where, values, reduction=reduction))
+    if axis:
+        mask = ctx.emit(op.reshape(mask, [1] * axis + list(ctx.shape(mask))))
+    if rank > axis + mrank:
+        mask = ctx.emit(op.expand_dims(mask, list(range(axis + mrank, rank))))
+    if all(d == 1 for d in vshape):
+        values = ctx.emit(op.reshape(values, []))
+    if accumulate:
+        zero = ctx.scalar(0, ctx.out_dtype())
+        return ctx.emit(op.add(x, op.where(mask, values, zero)))
+    return ctx.emit(op.where(mask, values, x))
 
 
 @converter("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default")
@@ -188,14 +254,42 @@ def _scatter_reduce(
     reduce: str,
     include_self: bool = True,
 ) -> Expr:
-    if not include_self:
-        ctx.fail("include_self=False is not supported")
-    names = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+    names = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min", "mean": "add"}
     if reduce not in names:
         ctx.fail(f"reduce={reduce!r} is not supported")
-    return ctx.emit(
-        op.scatter_elements(x, index, src, axis=dim % ctx.rank(x), reduction=names[reduce])
-    )
+    axis, dtype = dim % max(ctx.rank(x), 1), ctx.out_dtype()
+    if ctx.rank(x) == 0:
+        ctx.fail("scatter_reduce of a 0-d tensor is not supported")
+    if reduce == "mean" and dtype not in ("float32", "float64", "float16"):
+        ctx.fail(f"reduce='mean' of {dtype} (torch divides with floor) is not supported")
+    base = x
+    if not include_self:  # the scattered cells start from the reduction's identity
+        fill = _identity(reduce, dtype)
+        fills = ctx.emit(op.broadcast_to(ctx.scalar(fill, dtype), list(ctx.shape(index))))
+        base = ctx.emit(op.scatter_elements(x, index, fills, axis=axis))
+    out = ctx.emit(op.scatter_elements(base, index, src, axis=axis, reduction=names[reduce]))
+    if reduce != "mean":
+        return out
+    ones = ctx.emit(op.broadcast_to(ctx.scalar(1, dtype), list(ctx.shape(index))))
+    start = ctx.scalar(1 if include_self else 0, dtype)
+    counts = ctx.emit(op.broadcast_to(start, list(ctx.shape(x))))
+    counts = ctx.emit(op.scatter_elements(counts, index, ones, axis=axis, reduction="add"))
+    mean = ctx.emit(op.divide(out, op.maximum(counts, ctx.scalar(1, dtype))))
+    return ctx.emit(op.where(op.greater(counts, ctx.scalar(0, dtype)), mean, x))
+
+
+def _identity(reduce: str, dtype: str) -> Any:
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    np_dtype = np.dtype(dtype)
+    if np_dtype.kind == "f":
+        return float(-np.inf if reduce == "amax" else np.inf)
+    if np_dtype.kind == "b":
+        return reduce != "amax"
+    info = np.iinfo(np_dtype)
+    return int(info.min if reduce == "amax" else info.max)
 
 
 @converter("aten.topk.default")
@@ -227,6 +321,9 @@ def _sort(ctx: NodeContext, x: Expr, *args: Any, **kw: Any) -> list[Expr]:
 
 @converter("aten.nonzero.default")
 def _nonzero(ctx: NodeContext, x: Expr) -> Expr:
+    if ctx.rank(x) == 0:  # one row (x != 0) or none, of no columns
+        rows = ctx.emit(op.transpose(op.nonzero(op.reshape(x, [1])), [1, 0]))
+        return ctx.emit(op.strided_slice(rows, [0], [0], axes=[1]))
     return ctx.emit(op.transpose(op.nonzero(x), [1, 0]))
 
 

@@ -10,14 +10,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from rvm import op
 from rvm.frontend.torch.context import NodeContext
 from rvm.frontend.torch.registry import converter
-from rvm.ir import Expr
+from rvm.ir import Constant, Expr
+from rvm.ir import const as ir_const
 
 
 @converter("aten.linear.default")
 def _linear(ctx: NodeContext, x: Expr, weight: Expr, bias: Expr | None = None) -> Expr:
+    if isinstance(weight, Constant) and weight.data.ndim == 2:  # stored (in, out), as ONNX's
+        y = ctx.emit(op.matmul(x, ir_const(np.ascontiguousarray(weight.data.T))))
+        return y if bias is None else ctx.emit(op.add(y, bias))
     y = ctx.emit(op.dense(x, weight))
     return y if bias is None else ctx.emit(op.add(y, bias))
 
@@ -237,9 +243,13 @@ def _max_pool(
     if not batched:
         x = ctx.emit(op.expand_dims(x, 0))
     out = ctx.emit(pool(x, k, s, p, d, bool(ceil_mode)))
+    if not batched:
+        out = ctx.emit(op.squeeze(out, [0]))
+    if not any(u.args[1:2] == (1,) for u in ctx.node.users):  # the indices unused (ResNet)
+        return [out, None]
     idx = ctx.emit(op.max_pool_indices(x, k, s, p, d, bool(ceil_mode)))
     if not batched:
-        out, idx = ctx.emit(op.squeeze(out, [0])), ctx.emit(op.squeeze(idx, [0]))
+        idx = ctx.emit(op.squeeze(idx, [0]))
     return [out, idx]
 
 
@@ -256,34 +266,69 @@ def _avg_pool(
 ) -> Expr:
     name = str(ctx.node.target)
     n = 3 if "3d" in name else 1 if "1d" in name else 2
-    if divisor_override is not None:
-        ctx.fail("divisor_override is not supported")
     k, s, p = _pool_args(kernel, stride, padding, n)
     pool = {1: op.avg_pool1d, 2: op.avg_pool2d, 3: op.avg_pool3d}[n]
     batched = ctx.rank(x) == n + 2
     if not batched:
         x = ctx.emit(op.expand_dims(x, 0))
-    out = ctx.emit(pool(x, k, s, p, 1, bool(ceil_mode), bool(count_include_pad)))
+    if divisor_override is not None:
+        out = _window_sums(ctx, x, pool, k, s, p)
+        out = ctx.emit(op.divide(out, ir_const(float(divisor_override), ctx.dtype_of(x))))
+    else:
+        out = ctx.emit(pool(x, k, s, p, 1, bool(ceil_mode), bool(count_include_pad)))
     return out if batched else ctx.emit(op.squeeze(out, [0]))
+
+
+def _window_sums(ctx: NodeContext, x: Expr, pool: Any, k: list, s: list, p: list) -> Expr:
+    """The sum of each pooling window: ``x`` zero-padded so that every window of torch's
+    output is whole, then the mean of whole windows times their size."""
+    spatial = ctx.shape(x)[2:]
+    out = ctx.out_shape()[-len(k) :]
+    if not all(isinstance(d, int) for d in (*spatial, *out)):
+        ctx.fail(f"divisor_override needs static spatial sizes, got {spatial}")
+    extra = [
+        max(0, (o - 1) * st + kk - (d + 2 * pp)) for o, st, kk, d, pp in zip(out, s, k, spatial, p)
+    ]
+    widths = [(0, 0), (0, 0)] + [(pp, pp + e) for pp, e in zip(p, extra)]
+    padded = ctx.emit(op.pad(x, widths))
+    mean = ctx.emit(pool(padded, k, s, [0] * len(k), 1, False, True))
+    return ctx.emit(op.multiply(mean, float(math.prod(k))))
 
 
 @converter("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
 def _adaptive_avg_pool(ctx: NodeContext, x: Expr, output_size: list) -> Expr:
+    """Average pooling is separable: one averaging matrix per spatial axis, as a matmul.
+    Output cell ``j`` of an axis of size ``d`` averages ``floor(j*d/o)`` to ``ceil((j+1)*d/o)``
+    (PyTorch's bins; they overlap when ``o`` does not divide ``d``)."""
     n = len(output_size)
     shape = ctx.shape(x)
     spatial = shape[-n:]
     axes = list(range(len(shape) - n, len(shape)))
     if all(int(o) == 1 for o in output_size):
         return ctx.emit(op.mean(x, axis=axes, keepdims=True))
-    if not all(isinstance(d, int) and d % int(o) == 0 for d, o in zip(spatial, output_size)):
-        ctx.fail(f"needs input sizes {spatial} divisible by the output sizes {output_size}")
-    k = [d // int(o) for d, o in zip(spatial, output_size)]
-    batched = len(shape) == n + 2
-    if not batched:
-        x = ctx.emit(op.expand_dims(x, 0))
-    pool = op.avg_pool2d if n == 2 else op.avg_pool3d
-    out = ctx.emit(pool(x, k, k))
-    return out if batched else ctx.emit(op.squeeze(out, [0]))
+    if not all(isinstance(d, int) for d in spatial):
+        ctx.fail(f"needs static spatial sizes, got {spatial}")
+    dtype = ctx.dtype_of(x) or "float32"
+    rank = len(shape)
+    for axis, d, o in zip(axes, spatial, output_size):
+        if int(o) == d:
+            continue
+        weights = ir_const(_averaging(d, int(o)).T, dtype)  # (d, o)
+        last = list(range(rank))
+        last[axis], last[-1] = last[-1], last[axis]
+        moved = x if axis == rank - 1 else ctx.emit(op.transpose(x, last))
+        y = ctx.emit(op.matmul(moved, weights))
+        x = y if axis == rank - 1 else ctx.emit(op.transpose(y, last))
+    return x
+
+
+def _averaging(d: int, o: int) -> np.ndarray:
+    """The (o, d) matrix averaging PyTorch's adaptive pooling bins."""
+    out = np.zeros((o, d))
+    for j in range(o):
+        start, end = (j * d) // o, -((-(j + 1) * d) // o)
+        out[j, start:end] = 1.0 / (end - start)
+    return out
 
 
 @converter("aten.scaled_dot_product_attention.default")

@@ -1,0 +1,85 @@
+"""Converters whose general cases OpInfo samples reach: adaptive pooling with bins that do not
+divide, avg_pool's divisor_override, index_put by several index tensors or a boolean mask,
+scatter_reduce without the tensor's own values and with "mean", nonzero of a 0-d tensor."""
+
+from __future__ import annotations
+
+import pytest
+
+import rvm
+
+torch = pytest.importorskip("torch")
+from torch_helpers import check_eager  # noqa: E402
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _check(fn, args: tuple, exec_mode: str) -> None:
+    model = Fn(fn)
+    check_eager(model, rvm.from_torch(model, args=args), [args], exec_mode, kernels="numpy")
+
+
+@pytest.mark.parametrize("size", [(5, 3), (1, 4), (7, 7)])
+def test_adaptive_avg_pool_with_overlapping_bins(size: tuple, exec_mode: str) -> None:
+    x = torch.randn(2, 3, 8, 6)
+    _check(lambda x: torch.nn.functional.adaptive_avg_pool2d(x, size), (x,), exec_mode)
+
+
+def test_adaptive_avg_pool3d_unbatched(exec_mode: str) -> None:
+    x = torch.randn(2, 5, 6, 7)
+    _check(lambda x: torch.nn.functional.adaptive_avg_pool3d(x, (3, 4, 2)), (x,), exec_mode)
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_avg_pool_divisor_override(ceil_mode: bool, exec_mode: str) -> None:
+    x = torch.randn(1, 2, 7, 6)
+
+    def pool(x):
+        return torch.nn.functional.avg_pool2d(x, 3, 2, 1, ceil_mode, True, divisor_override=5)
+
+    _check(pool, (x,), exec_mode)
+
+
+def test_index_put_by_two_index_tensors_after_a_slice(exec_mode: str) -> None:
+    x, v = torch.randn(3, 5, 4, 2), torch.randn(3, 2, 2, 2)
+    i, j = torch.tensor([0, -1]), torch.tensor([[1], [3]])
+
+    def put(x, v, i, j):
+        y = x.clone()
+        y[:, i, j] = v
+        return y
+
+    _check(put, (x, v, i, j), exec_mode)
+    _check(put, (x, v[0, 0, 0], i, j), exec_mode)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_by_a_boolean_mask(accumulate: bool, exec_mode: str) -> None:
+    x, mask = torch.randn(4, 3), torch.tensor([True, False, True, True])
+    rows, one = torch.randn(3), torch.randn(1)
+    _check(lambda x, m, v: torch.index_put(x, (m,), v, accumulate), (x, mask, rows), exec_mode)
+    _check(lambda x, m, v: torch.index_put(x, (m,), v, accumulate), (x, mask, one), exec_mode)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce: str, include_self: bool, exec_mode: str) -> None:
+    x, src = torch.randn(3, 5), torch.randn(3, 4)
+    index = torch.tensor([[0, 1, 0, 4], [2, 2, 2, 2], [3, 0, 3, 0]])
+
+    def scatter(x, i, s):
+        return torch.scatter_reduce(x, 1, i, s, reduce, include_self=include_self)
+
+    _check(scatter, (x, index, src), exec_mode)
+
+
+@pytest.mark.parametrize("value", [0.0, 2.5])
+def test_nonzero_of_a_0d_tensor(value: float, exec_mode: str) -> None:
+    _check(torch.nonzero, (torch.tensor(value),), exec_mode)
