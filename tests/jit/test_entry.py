@@ -53,11 +53,13 @@ def _run(dtype: str, cache: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+# float64 builds the same entry points for the other dtype: two more cold subprocesses (about
+# 20 s of a cold suite) for the same code path, so it runs with -m slow.
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
 def test_a_process_builds_only_the_entry_points_its_kernels_use(dtype, tmp_path) -> None:
     """Importing the library compiles nothing; a kernel requires its own dtype's entry points
-    (its source says which), and a second process loading the cached kernel registers them
-    before linking it (a missing symbol would abort the process)."""
+    alone (its source says which), and a second process loading the cached kernel registers
+    them before linking it (a missing symbol would abort the process)."""
     want = [["conv2d", dtype], ["pool2d", dtype]]
     for _ in range(2):  # compiled, then loaded from the cache
         out = _run(dtype, tmp_path)

@@ -1,5 +1,5 @@
 """The first run builds only the library code it needs: pool tasks when a loop first splits,
-a convolution's methods when a shape first takes them."""
+a convolution's and a pool's methods when a shape first takes them."""
 
 from __future__ import annotations
 
@@ -61,14 +61,14 @@ def _child(caches: Path, *sizes: int) -> dict:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
 def test_a_pool_task_is_built_when_a_loop_first_splits(tmp_path: Path) -> None:
-    """Importing the GEMM builds no task and a product of two rows (a row loop, no GEMM) runs
-    without one; a GEMM builds its dtype's task at its first run (the product's code, split
-    on the pool or not), in a process that compiled the kernel and in one that loaded it from
-    the cache (whose object code links without the task)."""
-    gemm = [["gemm", "float32"]]
+    """Importing the GEMM builds no task; a product of two rows builds the row loop's task
+    alone (no GEMM); a GEMM builds its dtype's task at its first run (the product's code,
+    split on the pool or not), in a process that compiled the kernel and in one that loaded
+    it from the cache (whose object code links without the task)."""
+    gemm, rows = [["gemm", "float32"]], [["rows_axpy", "float32"]]
     caches = tmp_path / "caches"
     first = _child(caches, 2, 512)
-    assert first == {"import": [], "2": [], "512": gemm}
+    assert first == {"import": [], "2": rows, "512": gemm + rows}
     again = _child(caches, 512)  # the kernel cached, the task too: loaded at the first split
     assert again == {"import": [], "512": gemm}
     other = tmp_path / "kernel-only" / "caches"
@@ -81,7 +81,7 @@ CONV_CHILD = textwrap.dedent(
     """
     import json
     import numpy as np
-    from rvm.kernels import conv, parfor
+    from rvm.kernels import conv, parfor, pool
 
     def reference(x, w, stride, pad, groups):
         n, c, h, wd = x.shape
@@ -99,6 +99,20 @@ CONV_CHILD = textwrap.dedent(
                     out[:, oc] += np.einsum("nchw,c->nhw", win, w[oc, :, i, j])
         return out
 
+    def pool_reference(x, is_max, k, s, p):
+        fill = -np.inf if is_max else 0.0
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)), constant_values=fill)
+        oh, ow = (xp.shape[2] - k) // s + 1, (xp.shape[3] - k) // s + 1
+        out = np.empty(x.shape[:2] + (oh, ow))
+        for i in range(oh):
+            for j in range(ow):
+                win = xp[:, :, i * s:i * s + k, j * s:j * s + k]
+                out[:, :, i, j] = win.max(axis=(2, 3)) if is_max else win.mean(axis=(2, 3))
+        return out
+
+    def built(prefix):
+        return [t for t, _ in parfor.required_tasks() if t.startswith(prefix)]
+
     rng = np.random.default_rng(0)
     seen = {}
     for name, xs, ws, stride, pad, groups in (
@@ -111,17 +125,30 @@ CONV_CHILD = textwrap.dedent(
         out = np.empty(ref.shape, dtype=np.float32)
         conv.conv2d(x, w, out, groups, stride, stride, 1, 1, pad, pad, pad, pad)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
-        seen[name] = [t for t, _ in parfor.required_tasks() if t.startswith("conv2d")]
+        seen[name] = built("conv2d")
+    for name, shape, is_max, k, s, p in (
+        ("max_separable", (1, 2, 7, 100), True, 3, 2, 0),  # a column stride, a wide input
+        ("avg_direct", (1, 3, 6, 6), False, 6, 1, 0),  # a global-like window
+        ("max_phased", (1, 2, 8, 8), True, 3, 1, 1),
+    ):
+        x = rng.standard_normal(shape).astype("float32")
+        ref = pool_reference(x, is_max, k, s, p)
+        out = np.empty(ref.shape, dtype=np.float32)
+        pool.pool2d(x, out, is_max, k, k, s, s, 1, 1, p, p, p, p, False, True)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+        seen[name] = built("pool2d")
     print(json.dumps(seen))
     """
 )
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
-def test_a_convolution_builds_only_the_methods_its_shapes_take(tmp_path: Path) -> None:
-    """conv2d's entry point is the checks and the choice of method; each method is built when
-    a convolution first takes it: a pointwise one builds the pointwise method alone, a
-    depthwise one adds its own (never the im2col, strided or taps methods)."""
+def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_path: Path) -> None:
+    """conv2d's and pool2d's entry points are the checks and the choice of method; each method
+    is a task built when a call first takes it: a pointwise convolution builds the pointwise
+    method alone, a depthwise one adds its own (never the im2col, strided or taps methods);
+    max and average pools by each method are tasks of their own likewise (one process, one
+    set of cold caches for both)."""
     script = tmp_path / "child.py"
     script.write_text(CONV_CHILD)
     env = dict(os.environ)
@@ -134,4 +161,7 @@ def test_a_convolution_builds_only_the_methods_its_shapes_take(tmp_path: Path) -
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {
         "pointwise": ["conv2d_pointwise"],
         "depthwise": ["conv2d_depthwise", "conv2d_pointwise"],
+        "max_separable": ["pool2d_max_separable"],
+        "avg_direct": ["pool2d_avg_direct", "pool2d_max_separable"],
+        "max_phased": ["pool2d_avg_direct", "pool2d_max_phased", "pool2d_max_separable"],
     }

@@ -402,6 +402,24 @@ def _rows_axpy(a, b, out):  # type: ignore[no-untyped-def]
                 out[i, j] += a0 * b[p, j]
 
 
+# A row-loop job (int64): its length, a's, b's and out's addresses, m, k, n.
+_ROWS_JOB = 7
+
+
+def _rows_axpy_task(p, like, data):  # type: ignore[no-untyped-def]
+    """`_rows_axpy` on the operands of the job at ``data`` (a task, built when a product of
+    a few rows first runs, not compiled again into every kernel calling `matmul`)."""
+    job = parfor.job(data)
+    m, k, n = job[4], job[5], job[6]
+    a = parfor.array_at(job[1], (m, k), like)
+    b = parfor.array_at(job[2], (k, n), like)
+    _rows_axpy(a, b, parfor.array_at(job[3], (m, n), like))
+
+
+parfor.export_task("rows_axpy", _rows_axpy_task)
+_call_rows_axpy = parfor.caller("rows_axpy")
+
+
 @jit(**_OPTS)
 def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
     """``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d C-contiguous arrays.
@@ -409,7 +427,8 @@ def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
     The call is chosen per shape by what costs least (measured, single thread): a GEMV for a
     single row or column (as NumPy does), one GEMV per row of a transposed ``b`` and the row
     loop `_rows_axpy` otherwise for fewer than `SMALL_ROWS` rows, GEMM from there on. GEMVs
-    and GEMMs are split over the pool when large.
+    and GEMMs are split over the pool when large. The row loop and the GEMM are tasks, built
+    when first run (`rvm.kernels.parfor.caller`), not compiled into each caller.
     """
     require_operands(a, b, out)
     m, k = a.shape
@@ -431,7 +450,9 @@ def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
     elif m == 1:
         _gemv(TRANS, b, n, k, n, a, 0, out, 0)
     elif m < SMALL_ROWS:
-        _rows_axpy(a, b, out)
+        job = np.array((_ROWS_JOB, address(a, 0), address(b, 0), address(out, 0), m, k, n),
+                       dtype=np.int64)  # fmt: skip
+        _call_rows_axpy(a, 0, job)
     else:
         tb = TRANS if b_t else NO_TRANS
         _split(tb, a, 0, k, b, 0, k if b_t else n, out, 0, n, m, n, k, 0.0)

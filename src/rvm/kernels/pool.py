@@ -24,8 +24,9 @@ be (a strided read is not one):
 - when the output keeps few of the positions a run would compute (global-like windows), window
   by window.
 
-Max and average pools are tasks of their own (`rvm.kernels.parfor`), each built when first
-run; large pools are split by channels over threads. The output
+Max and average pools by each method are six tasks of their own (`rvm.kernels.parfor`),
+each built when first run (a model builds the ones its pools take); large pools are split by
+channels over threads. The output
 size is checked against the geometry before any memory is touched (ValueError).
 """
 
@@ -263,29 +264,50 @@ per-row loops are too short, and the strided copy of `_phased` costs less (3x3 s
 pools on one thread broke even between 56 and 111 columns)."""
 
 
+SEPARABLE, PHASED, DIRECT = 0, 1, 2
+"""The methods `_method` picks: `_separable`, `_phased`, `_direct`."""
+
+
 @jit(**_OPTS)
-def _planes(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
-    """Channels ``lo`` to ``hi`` of the pools, with scratch of their own: `_separable` for a
-    column stride above 1 on wide inputs (it reads the input in place, where splitting it by
-    the column stride is a slow strided copy), `_direct` for outputs much sparser than their
-    input, else `_phased`."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
-    oh, ow, iw = out.shape[2], out.shape[3], x.shape[3]
+def _method(iw, oh, ow, kh, kw, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
+    """The method of a pool: `_separable` for a column stride above 1 on wide inputs (it reads
+    the input in place, where splitting it by the column stride is a slow strided copy),
+    `_direct` for outputs much sparser than their input, else `_phased`."""
     if sw > 1 and iw >= SEPARABLE_WIDTH:
-        width = max(pl + iw, (ow - 1) * sw + (kw - 1) * dw + 1)
-        line, acc = np.empty(width, dtype=acc_dtype), np.empty(width, dtype=acc_dtype)
-        _separable(x, out, lo, hi, line, acc, scale, is_max, window)
-        return
+        return SEPARABLE
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
-    if oh * wq * DIRECT_SPARSITY <= hq * wq:
-        _direct(x, out, lo, hi, scale, is_max, np.zeros(1, dtype=acc_dtype)[0], window)
-        return
+    return DIRECT if oh * wq * DIRECT_SPARSITY <= hq * wq else PHASED
+
+
+@jit(**_OPTS)
+def _by_separable(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
+    """`_separable` on channels ``lo`` to ``hi``, with scratch of its own."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    width = max(pl + x.shape[3], (out.shape[3] - 1) * sw + (kw - 1) * dw + 1)
+    line, acc = np.empty(width, dtype=acc_dtype), np.empty(width, dtype=acc_dtype)
+    _separable(x, out, lo, hi, line, acc, scale, is_max, window)
+
+
+@jit(**_OPTS)
+def _by_phased(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
+    """`_phased` on channels ``lo`` to ``hi``, with scratch of its own: as many planes
+    stacked as fill `STACK` elements."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    hp, wp, hq, wq = phase_shape(out.shape[2], out.shape[3], kh, kw, sh, sw, dh, dw)
     k = max(1, min(hi - lo, STACK // (hq * wq)))
     flat = np.full(sh * sw * k * hq * wq, -np.inf if is_max else 0.0, dtype=x.dtype)
     starts = tap_starts(sh, sw, k * hq, wq, kh, kw, dh, dw)
     acc = np.empty(k * hq * wq, dtype=acc_dtype)
     _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window)
 
+
+@jit(**_OPTS)
+def _by_direct(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
+    """`_direct` on channels ``lo`` to ``hi``."""
+    _direct(x, out, lo, hi, scale, is_max, np.zeros(1, dtype=acc_dtype)[0], window)
+
+
+# -- the tasks: max and average pools by each method, each built when first run ----------
 
 _JOB = 22  # a job: its length, x, out, n, c, ih, iw, oh, ow, the 12 flags, the chunks
 
@@ -302,29 +324,69 @@ def _chunk(k, like, data):  # type: ignore[no-untyped-def]
     return x, out, lo, hi, (job[10], job[11], job[12], job[13], job[14], job[15], job[16], job[17])
 
 
-def _max_task(k, like, data):  # type: ignore[no-untyped-def]
-    """Chunk ``k`` of the channels of a max pool (maxima in the input's dtype)."""
-    x, out, lo, hi, window = _chunk(k, like, data)
-    _planes(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
-
-
-def _avg_task(k, like, data):  # type: ignore[no-untyped-def]
-    """Chunk ``k`` of the channels of an average pool (sums in float64)."""
-    x, out, lo, hi, window = _chunk(k, like, data)
+@jit(**_OPTS)
+def _avg_scale(x, out, data, window):  # type: ignore[no-untyped-def]
+    """What each output position's window sum is multiplied by (`_scales`), from the job at
+    ``data``."""
     job = parfor.job(data)
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     rows = _counts(oh, ih, kh, sh, dh, pt, job[18], job[20])
     cols = _counts(ow, iw, kw, sw, dw, pl, job[19], job[20])
-    _planes(x, out, lo, hi, _scales(oh, ow, rows, cols), False, window, np.float64)
+    return _scales(oh, ow, rows, cols)
 
 
-# Max and average pools are tasks of their own, each built when first run and called once in
-# the calling thread (`rvm.kernels.parfor.caller`) or once per chunk on the pool when large.
-parfor.export_task("pool2d_max", _max_task)
-parfor.export_task("pool2d_avg", _avg_task)
-_run_max, _call_max = parfor.runner("pool2d_max"), parfor.caller("pool2d_max")
-_run_avg, _call_avg = parfor.runner("pool2d_avg"), parfor.caller("pool2d_avg")
+# Chunk k of the channels of a max pool (maxima in the input's dtype) or of an average pool
+# (sums in float64), by one method: a model builds the methods its pools take, not all six.
+
+
+def _max_separable_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    _by_separable(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+
+
+def _max_phased_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    _by_phased(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+
+
+def _max_direct_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    _by_direct(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+
+
+def _avg_separable_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    scale = _avg_scale(x, out, data, window)
+    _by_separable(x, out, lo, hi, scale, False, window, np.float64)
+
+
+def _avg_phased_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    _by_phased(x, out, lo, hi, _avg_scale(x, out, data, window), False, window, np.float64)
+
+
+def _avg_direct_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    _by_direct(x, out, lo, hi, _avg_scale(x, out, data, window), False, window, np.float64)
+
+
+for _name, _task in (
+    ("pool2d_max_separable", _max_separable_task),
+    ("pool2d_max_phased", _max_phased_task),
+    ("pool2d_max_direct", _max_direct_task),
+    ("pool2d_avg_separable", _avg_separable_task),
+    ("pool2d_avg_phased", _avg_phased_task),
+    ("pool2d_avg_direct", _avg_direct_task),
+):
+    parfor.export_task(_name, _task)
+# Each runs once per chunk: on the pool when large, else once in the calling thread.
+_run_max_separable = parfor.runner("pool2d_max_separable")
+_run_max_phased = parfor.runner("pool2d_max_phased")
+_run_max_direct = parfor.runner("pool2d_max_direct")
+_run_avg_separable = parfor.runner("pool2d_avg_separable")
+_run_avg_phased = parfor.runner("pool2d_avg_phased")
+_run_avg_direct = parfor.runner("pool2d_avg_direct")
 
 
 @jit(**_OPTS)
@@ -345,15 +407,20 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow, is_max,
                     kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad, chunks),
                    dtype=np.int64)  # fmt: skip
-    if chunks < 2:
-        if is_max:
-            _call_max(x, 0, job)
+    method = _method(iw, oh, ow, kh, kw, sh, sw, dh, dw)
+    if is_max:
+        if method == SEPARABLE:
+            _run_max_separable(x, chunks, job)
+        elif method == DIRECT:
+            _run_max_direct(x, chunks, job)
         else:
-            _call_avg(x, 0, job)
-    elif is_max:
-        _run_max(x, chunks, job)
+            _run_max_phased(x, chunks, job)
+    elif method == SEPARABLE:
+        _run_avg_separable(x, chunks, job)
+    elif method == DIRECT:
+        _run_avg_direct(x, chunks, job)
     else:
-        _run_avg(x, chunks, job)
+        _run_avg_phased(x, chunks, job)
     return True
 
 
