@@ -118,3 +118,11 @@ def test_batch_norm_eval_saved_statistics_are_empty(exec_mode: str) -> None:
 
     args = (torch.randn(2, 3, 4), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3))
     _check(fn, args, exec_mode)
+
+
+@pytest.mark.parametrize(
+    "pad", [(0, 0, -2, 3), (2, -3, 0, 0), (-1, -1, -1, -1), (-6, 2, 0, 0), (0, 0, 3, -5)]
+)
+def test_replication_pad_with_negative_widths_crops(pad: tuple, exec_mode: str) -> None:
+    x = torch.randn(2, 3, 5, 6)
+    _check(lambda x: torch.nn.functional.pad(x, pad, mode="replicate"), (x,), exec_mode)
