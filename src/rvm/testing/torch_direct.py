@@ -61,6 +61,11 @@ def _cases() -> dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
             ((f(3, 4) * 5, 1.5), {"rounding_mode": "floor"}),
             ((f(3, 4) * 5, -1.5), {"rounding_mode": "trunc"}),
         ],
+        "embedding_dense_backward.default": [
+            ((f(2, 3, 4), torch.tensor([[0, 2, 2], [5, 2, 0]]), 7, 2, False), {}),
+            ((f(2, 3, 4), torch.tensor([[0, 2, 2], [5, 2, 0]]), 7, -1, True), {}),
+            ((f(5, 4), torch.tensor([1, 1, 3, 0, 1]), 4, 0, True), {}),
+        ],
         "fill.Scalar": [((f(3, 4), 2.5), {})],
         "native_dropout.default": [((f(3, 4), 0.5, False), {})],
         "prod.dim_int": [((f(3, 4), 1), {}), ((f(2, 3, 4), 0, True), {})],

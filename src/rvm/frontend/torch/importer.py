@@ -36,8 +36,9 @@ from rvm.ir import const as ir_const
 PARAMS_MODES = ("constants", "inputs")
 
 # Ops kept whole through run_decompositions: rvm has fused forms for them, or one op where the
-# decomposition spells a gather (the pads, select_scatter), or the same op under another
-# overload (these are Core ATen overloads, which a converter then reaches).
+# decomposition spells gathers or scatters (the pads, select_scatter, embedding_dense_backward),
+# or the same op under another overload (these are Core ATen overloads, which a converter then
+# reaches).
 KEPT = (
     "linear.default",
     "layer_norm.default",
@@ -57,6 +58,7 @@ KEPT = (
     "squeeze.dim",
     "var.dim",
     "fill.Scalar",
+    "embedding_dense_backward.default",
 )
 
 # Nodes that only check or constrain sizes at export time: nothing to run.
