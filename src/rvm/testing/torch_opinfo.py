@@ -3,7 +3,8 @@
 For every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` (it needs
 ``expecttest``), each float32 sample input (int64, int32 or bool for the OpInfos without
 float32, such as the bitwise ops; see `sample_dtype`) becomes a module calling the op with the
-sample's tensors as inputs. Samples that ``torch.export`` cannot
+sample's tensors as inputs; after them come the samples of `rvm.testing.torch_direct`, which
+call the Core ATen overloads no OpInfo sample reaches. Samples that ``torch.export`` cannot
 export, or whose outputs are not tensors, are not counted. The rest are imported with
 `rvm.from_torch`, compiled once, and run in every exec mode against eager PyTorch.
 
