@@ -5,7 +5,11 @@ The models are the tiny random ones of `rvm.testing.torch_models` (transformers 
 small configs, no download; a torch.cond and a torch.while_loop module). Each is exported
 once with symbolic batch (and sequence) sizes and timed at batch 2; every backend's output
 is checked against eager PyTorch first (relative error <= 1e-4), then the backends take turns
-sample by sample (interleaved medians), with default threads. The ONNX file comes from
+sample by sample (interleaved medians), with default threads. Each turn starts after a
+settling pause (`SETTLE_S`): eager PyTorch's, ONNX Runtime's and inductor's pool threads spin
+on after their calls, which slowed the next backend's turn (rvm from_torch, right after eager)
+by up to 2x. Both rvm rows run in the native mode; a function that falls back to the compiled
+mode there is named under the table (and in the JSON's "fallbacks"). The ONNX file comes from
 ``torch.onnx.export`` of the same module; a backend that cannot take a model shows "n/a".
 
 Run: python benchmarks/torch_models.py [--models gpt2,bert] [--repeat 51] [--no-compile]
@@ -28,6 +32,8 @@ from common import interleaved_medians, write_results
 
 import rvm
 from rvm.testing.torch_models import CASES
+
+SETTLE_S = 0.1  # the pause before each turn of the speed measurement (`interleaved_medians`)
 
 # this folder's transformers.py (a benchmark) would shadow the transformers package, which
 # the models import when they are built
@@ -53,8 +59,11 @@ def _onnx_bytes(model: Any, args: tuple, case: Any) -> bytes:
     return buf.getvalue()
 
 
-def backends(name: str, use_compile: bool) -> tuple[dict[str, Callable[[], Any]], dict[str, str]]:
-    """The callables to time for model ``name`` (each checked), and why others are missing."""
+def backends(
+    name: str, use_compile: bool
+) -> tuple[dict[str, Callable[[], Any]], dict[str, str], dict[str, dict[str, str]]]:
+    """The callables to time for model ``name`` (each checked), why others are missing, and
+    per rvm backend the functions its native mode runs in the compiled mode, with why."""
     import torch
 
     case = CASES[name]
@@ -65,6 +74,7 @@ def backends(name: str, use_compile: bool) -> tuple[dict[str, Callable[[], Any]]
         ref = model(*args).numpy()
     fns: dict[str, Callable[[], Any]] = {}
     missing: dict[str, str] = {}
+    fallbacks: dict[str, dict[str, str]] = {}
 
     def add(label: str, make: Callable[[], Callable[[], Any]]) -> None:
         try:
@@ -83,17 +93,22 @@ def backends(name: str, use_compile: bool) -> tuple[dict[str, Callable[[], Any]]
 
         return run
 
+    def native(label: str, mod: rvm.IRModule) -> Callable[[], Any]:
+        vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode="native")
+        report = vm.native_report(compile=True)
+        if report.fallbacks:
+            fallbacks[label] = report.fallbacks
+        return lambda: vm["main"](*arrays)
+
     def via_torch() -> Callable[[], Any]:
         mod = rvm.from_torch(model, args=args, dynamic_shapes=case.dynamic_shapes())
-        vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode="native")
-        return lambda: vm["main"](*arrays)
+        return native("rvm from_torch", mod)
 
     onnx_model: list[bytes] = []
 
     def via_onnx() -> Callable[[], Any]:
         onnx_model.append(_onnx_bytes(model, args, case))
-        vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(onnx_model[0])), exec_mode="native")
-        return lambda: vm["main"](*arrays)
+        return native("rvm from_onnx", rvm.from_onnx(onnx_model[0]))
 
     def ort() -> Callable[[], Any]:
         import onnxruntime
@@ -118,7 +133,7 @@ def backends(name: str, use_compile: bool) -> tuple[dict[str, Callable[[], Any]]
         add("onnxruntime", ort)
     if use_compile:
         add("torch.compile", compiled)
-    return fns, missing
+    return fns, missing, fallbacks
 
 
 def main() -> None:
@@ -133,8 +148,8 @@ def main() -> None:
     print(f"{'model':16}" + "".join(f"{lab:>16}" for lab in labels) + "   torch/onnx")
     rows = {}
     for name in opts.models.split(","):
-        fns, missing = backends(name, not opts.no_compile)
-        times = interleaved_medians(fns, repeat=opts.repeat) if fns else {}
+        fns, missing, fallbacks = backends(name, not opts.no_compile)
+        times = interleaved_medians(fns, repeat=opts.repeat, settle_s=SETTLE_S) if fns else {}
         cells = [
             f"{times[lab] * 1e3:14.3f}ms" if lab in times else f"{'n/a':>16}" for lab in labels
         ]
@@ -142,7 +157,10 @@ def main() -> None:
         if "rvm from_torch" in times and "rvm from_onnx" in times:
             ratio = f"{times['rvm from_torch'] / times['rvm from_onnx']:.2f}"
         print(f"{name:16}" + "".join(cells) + f"   {ratio}")
-        rows[name] = {"seconds": times, "missing": missing}
+        for label, why in fallbacks.items():
+            for func, reason in why.items():
+                print(f"{'':16}{label} @{func} not native: {reason}")
+        rows[name] = {"seconds": times, "missing": missing, "fallbacks": fallbacks}
     write_results("torch_models", {"machine": platform.machine(), "models": rows})
 
 

@@ -3,7 +3,8 @@
 For every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` (it needs
 ``expecttest``), each float32 sample input (int64, int32 or bool for the OpInfos without
 float32, such as the bitwise ops; see `sample_dtype`) becomes a module calling the op with the
-sample's tensors as inputs. Samples that ``torch.export`` cannot
+sample's tensors as inputs; after them come the samples of `rvm.testing.torch_direct`, which
+call the Core ATen overloads no OpInfo sample reaches. Samples that ``torch.export`` cannot
 export, or whose outputs are not tensors, are not counted. The rest are imported with
 `rvm.from_torch`, compiled once, and run in every exec mode against eager PyTorch.
 
@@ -109,8 +110,12 @@ def samples(
     names: Sequence[str] | None, per_op: int, start: int = 0, stop: int | None = None
 ) -> Iterator[tuple[Any, int, Any]]:
     """(OpInfo, index, sample) for the float32 samples of the selected OpInfos (by name, and
-    by position in ``op_db``: ``start`` to ``stop``)."""
+    by position in ``op_db``: ``start`` to ``stop``), then, when the selection runs to the end
+    of ``op_db``, the samples of `rvm.testing.torch_direct` (Core ATen overloads that no
+    OpInfo sample reaches, called directly)."""
     from torch.testing._internal.common_methods_invocations import op_db
+
+    from rvm.testing import torch_direct
 
     for info in op_db[start:stop]:
         if names and not any(n in info.name for n in names):
@@ -126,6 +131,10 @@ def samples(
                 yield info, k, sample
         except Exception:  # noqa: S112 - an OpInfo whose samples cannot be made here
             continue
+    if stop is None or stop >= len(op_db):
+        for info, k, sample in torch_direct.samples(list(names or [])):
+            if k < per_op:
+                yield info, k, sample
 
 
 def sample_dtype(info: Any) -> Any:

@@ -1,6 +1,8 @@
 """Converters whose general cases OpInfo samples reach: adaptive pooling with bins that do not
 divide, avg_pool's divisor_override, index_put by several index tensors or a boolean mask,
-scatter_reduce without the tensor's own values and with "mean", nonzero of a 0-d tensor."""
+scatter_reduce without the tensor's own values and with "mean", nonzero of a 0-d tensor; and
+the Core ATen ops kept whole through decomposition (pads, select_scatter, var.dim,
+squeeze.dim), batch norm's empty saved statistics in eval."""
 
 from __future__ import annotations
 
@@ -83,3 +85,44 @@ def test_scatter_reduce(reduce: str, include_self: bool, exec_mode: str) -> None
 @pytest.mark.parametrize("value", [0.0, 2.5])
 def test_nonzero_of_a_0d_tensor(value: float, exec_mode: str) -> None:
     _check(torch.nonzero, (torch.tensor(value),), exec_mode)
+
+
+@pytest.mark.parametrize(
+    ("mode", "pad", "shape"),
+    [
+        ("reflect", (2, 1), (2, 3, 6)),
+        ("reflect", (1, 2, 2, 1), (2, 3, 5, 6)),
+        ("reflect", (1, 2, 0, 1, 2, 1), (1, 2, 4, 5, 6)),
+        ("replicate", (1, 2, 3, 0), (2, 3, 5, 6)),
+        ("replicate", (2, 0, 1, 1, 0, 3), (1, 2, 4, 5, 6)),
+    ],
+)
+def test_reflection_and_replication_pads_convert_whole(
+    mode: str, pad: tuple, shape: tuple, exec_mode: str
+) -> None:
+    x = torch.randn(*shape)
+    _check(lambda x: torch.nn.functional.pad(x, pad, mode=mode), (x,), exec_mode)
+
+
+def test_select_scatter_var_dim_and_squeeze_dim(exec_mode: str) -> None:
+    def fn(x, src):
+        y = torch.select_scatter(x, src, 1, 2)
+        return torch.ops.aten.var.dim(y, [0, 2], True, True), torch.squeeze(y[:, :1], 1)
+
+    _check(fn, (torch.randn(3, 4, 5), torch.randn(3, 5)), exec_mode)
+
+
+def test_batch_norm_eval_saved_statistics_are_empty(exec_mode: str) -> None:
+    def fn(x, w, b, mean, var):
+        return torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-5)
+
+    args = (torch.randn(2, 3, 4), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3))
+    _check(fn, args, exec_mode)
+
+
+@pytest.mark.parametrize(
+    "pad", [(0, 0, -2, 3), (2, -3, 0, 0), (-1, -1, -1, -1), (-6, 2, 0, 0), (0, 0, 3, -5)]
+)
+def test_replication_pad_with_negative_widths_crops(pad: tuple, exec_mode: str) -> None:
+    x = torch.randn(2, 3, 5, 6)
+    _check(lambda x: torch.nn.functional.pad(x, pad, mode="replicate"), (x,), exec_mode)

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("expecttest")
-from rvm.testing import torch_opinfo  # noqa: E402
+from rvm.testing import torch_direct, torch_opinfo  # noqa: E402
 
 SAMPLE = ("softmax", "nn.functional.relu", "matmul", "sum", "cat", "where", "nn.functional.conv2d")
 
@@ -90,3 +90,21 @@ def test_tvm_anchor_runs_an_exported_program() -> None:
     assert tvm_anchor.check(ep, inputs, expected, torch_opinfo._compare) == ("pass", "")
     status, reason = tvm_anchor.check(ep, inputs, [expected[0] + 1], torch_opinfo._compare)
     assert (status, reason) == ("mismatch", "output 0 differs by 1")
+
+
+@pytest.mark.parametrize("name", torch_direct.overloads())
+def test_direct_samples_reach_their_overload_and_pass(name: str) -> None:
+    results = [
+        torch_opinfo.run_sample(info, k, sample, "jit")
+        for info, k, sample in torch_direct.samples([name])
+        if info.name == name
+    ]
+    assert results and all(r is not None for r in results)
+    assert [(r.index, r.status, r.reason) for r in results if r.status != "pass"] == []
+    assert all(name in r.overloads for r in results), [r.overloads for r in results]
+
+
+def test_direct_samples_follow_the_opinfo_samples() -> None:
+    found = list(torch_opinfo.samples(["aten.squeeze.dim"], per_op=1))
+    assert [(info.name, k) for info, k, _ in found] == [("aten.squeeze.dim", 0)]
+    assert not list(torch_opinfo.samples(["aten.squeeze.dim"], per_op=1, stop=10))

@@ -35,7 +35,10 @@ from rvm.ir import const as ir_const
 
 PARAMS_MODES = ("constants", "inputs")
 
-# Ops kept whole through run_decompositions: rvm has fused forms for them.
+# Ops kept whole through run_decompositions: rvm has fused forms for them, or one op where the
+# decomposition spells gathers or scatters (the pads, select_scatter, embedding_dense_backward),
+# or the same op under another overload (these are Core ATen overloads, which a converter then
+# reaches).
 KEPT = (
     "linear.default",
     "layer_norm.default",
@@ -46,6 +49,16 @@ KEPT = (
     "conv2d.padding",
     "silu.default",
     "gelu.default",
+    "reflection_pad1d.default",
+    "reflection_pad2d.default",
+    "reflection_pad3d.default",
+    "replication_pad2d.default",
+    "replication_pad3d.default",
+    "select_scatter.default",
+    "squeeze.dim",
+    "var.dim",
+    "fill.Scalar",
+    "embedding_dense_backward.default",
 )
 
 # Nodes that only check or constrain sizes at export time: nothing to run.

@@ -370,3 +370,32 @@ def _masked_scatter(ctx: NodeContext, x: Expr, mask: Expr, source: Expr) -> Expr
     index = ctx.emit(op.maximum(op.subtract(op.cumsum(flat, axis=0), 1), 0))
     values = ctx.emit(op.take(op.reshape(source, [-1]), index))
     return ctx.emit(op.where(mask, op.reshape(values, shape), x))
+
+
+@converter("aten.embedding_dense_backward.default")
+def _embedding_backward(
+    ctx: NodeContext,
+    grad: Expr,
+    indices: Expr,
+    num_weights: int,
+    padding_idx: int,
+    scale_grad_by_freq: bool,
+) -> Expr:
+    """``embedding``'s weight gradient: each row of ``grad`` added into the row its index
+    names (one ``scatter_nd``), without the rows of ``padding_idx`` (none when negative), each
+    divided by how often its index occurs with ``scale_grad_by_freq``."""
+    dtype, width = ctx.out_dtype(), ctx.shape(grad)[-1]
+    flat = ctx.emit(op.reshape(indices, [-1]))
+    where = ctx.emit(op.expand_dims(flat, -1))
+    rows = ctx.emit(op.reshape(grad, [-1, width]))
+    if scale_grad_by_freq:
+        ones = ctx.emit(op.broadcast_to(ctx.scalar(1.0, dtype), list(ctx.shape(flat))))
+        counts = op.scatter_nd(op.zeros([int(num_weights)], dtype), where, ones, reduction="add")
+        rows = ctx.emit(op.divide(rows, op.expand_dims(op.take(counts, flat, axis=0), -1)))
+    if padding_idx >= 0:
+        keep = op.expand_dims(
+            op.not_equal(flat, ctx.scalar(int(padding_idx), ctx.dtype_of(flat))), -1
+        )
+        rows = ctx.emit(op.where(keep, rows, ctx.scalar(0.0, dtype)))
+    base = op.zeros([int(num_weights), width], dtype)
+    return ctx.emit(op.scatter_nd(base, where, rows, reduction="add"))

@@ -172,7 +172,9 @@ def _batch_norm_eval(
     if ctx.rank(x) < 2:
         ctx.fail("batch norm needs a channel axis")
     out = ctx.emit(op.batch_norm(x, gamma, beta, mean, var, axis=1, epsilon=float(eps)))
-    return [out, None, None]
+    # torch returns empty saved mean and rstd in eval: the graph rarely reads them
+    empty = [ir_const(np.zeros((0,), ctx.out_dtype(k))) for k in (1, 2)]
+    return [out, *empty]
 
 
 @converter("aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit.default")

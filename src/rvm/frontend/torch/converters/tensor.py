@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rvm import op
 from rvm.frontend.torch.context import NodeContext, SymInt, rvm_dtype
 from rvm.frontend.torch.registry import converter
@@ -188,13 +190,18 @@ def _pads(ctx: NodeContext, rank: int, pad: list[int]) -> list[list[int]]:
     return widths
 
 
+def _crop(ctx: NodeContext, x: Expr, widths: list[list[int]]) -> tuple[Expr, list[list[int]]]:
+    """``x`` cropped where ``widths`` are negative (negative padding crops, in every mode),
+    and the widths left to pad."""
+    cuts = [(i, lo, hi) for i, (lo, hi) in enumerate(widths) if lo < 0 or hi < 0]
+    for i, lo, hi in cuts:
+        x = ctx.emit(op.strided_slice(x, [max(-lo, 0)], [hi if hi < 0 else BIG], [1], [i]))
+    return x, [[max(lo, 0), max(hi, 0)] for lo, hi in widths]
+
+
 @converter("aten.constant_pad_nd.default")
 def _constant_pad(ctx: NodeContext, x: Expr, pad: list[int], value: float = 0) -> Expr:
-    widths = _pads(ctx, ctx.rank(x), pad)
-    cuts = [(i, lo, hi) for i, (lo, hi) in enumerate(widths) if lo < 0 or hi < 0]
-    for i, lo, hi in cuts:  # negative padding crops
-        x = ctx.emit(op.strided_slice(x, [max(-lo, 0)], [hi if hi < 0 else BIG], [1], [i]))
-    widths = [[max(lo, 0), max(hi, 0)] for lo, hi in widths]
+    x, widths = _crop(ctx, x, _pads(ctx, ctx.rank(x), pad))
     if not any(lo or hi for lo, hi in widths):
         return x
     dtype = ctx.out_dtype()
@@ -212,7 +219,17 @@ def _constant_pad(ctx: NodeContext, x: Expr, pad: list[int], value: float = 0) -
 )
 def _mode_pad(ctx: NodeContext, x: Expr, padding: list[int]) -> Expr:
     mode = "reflect" if "reflection" in str(ctx.node.target) else "edge"
-    return ctx.emit(op.pad(x, _pads(ctx, ctx.rank(x), padding), mode=mode))
+    widths = _pads(ctx, ctx.rank(x), padding)
+    if mode == "edge":  # cropping first could leave nothing to copy: gather clamped rows
+        for i, size in enumerate(ctx.shape(x)):
+            lo, hi = widths[i]
+            if (lo < 0 or hi < 0) and isinstance(size, int):
+                rows = np.clip(np.arange(size + lo + hi) - lo, 0, size - 1)
+                x, widths[i] = ctx.emit(op.take(x, op.const(rows, "int64"), axis=i)), [0, 0]
+    x, widths = _crop(ctx, x, widths)
+    if not any(lo or hi for lo, hi in widths):
+        return x
+    return ctx.emit(op.pad(x, widths, mode=mode))
 
 
 @converter("aten.slice_scatter.default")
