@@ -30,6 +30,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from rvm.kernels import parfor, workpool
 from rvm.kernels.sgemm import _target_features
 
 __all__ = ["MR", "NR", "VNNI", "qconv2d", "qdense"]
@@ -39,6 +40,9 @@ LANES = 16
 VECTORS = 2
 MR = 8  # rows x VECTORS accumulators: 16 of the 32 zmm registers
 NR = LANES * VECTORS
+
+SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
+PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -141,22 +145,23 @@ def _weight_rows(wm, quads):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _gemm(rows, panel, acc, swap):  # type: ignore[no-untyped-def]
-    """``acc[r, j] = sum_d rows[r, d] * B[d, j]`` in int32, B packed in ``panel`` (quads,
-    columns, 4); ``swap`` says which operand is the uint8 one (see `_micro`)."""
+def _gemm(rows, panel, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
+    """``acc[r, j] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
+    (``j0`` a multiple of `NR`), B packed in ``panel`` (quads, columns, 4); ``swap`` says which
+    operand is the uint8 one (see `_micro`)."""
     n_rows, lda = rows.shape
     quads, cols = panel.shape[0], panel.shape[1]
     ldc = acc.shape[1]
     if VNNI:
         a0, b0, c0 = rows.ctypes.data, panel.ctypes.data, acc.ctypes.data
-        for j in range(0, cols, NR):
+        for j in range(j0, j1, NR):
             for r in range(0, n_rows, MR):
                 count = min(MR, n_rows - r)
                 _micro(quads, a0 + r * lda, lda, b0 + 4 * j, 4 * cols, c0 + 4 * (r * ldc + j),
                        ldc, count, swap)  # fmt: skip
         return
     for r in range(n_rows):
-        for j in range(cols):
+        for j in range(j0, j1):
             total = np.int32(0)
             for q in range(quads):
                 for t in range(4):
@@ -176,6 +181,113 @@ def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out):  # 
         for p in range(p_total):
             q = np.rint(np.float32(acc[o, p] + shift) * f) + y_zero
             out[o, p] = min(max(q, low), high)
+
+
+@intrinsic
+def _at(typingctx, address, like):  # type: ignore[no-untyped-def]
+    """Address ``address`` (int64) as a pointer to ``like``'s dtype (``like`` an array)."""
+    if not isinstance(like, nt.Array):
+        return None
+    ptr = nt.CPointer(like.dtype)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], context.get_value_type(ptr))
+
+    return ptr(nt.int64, like), codegen
+
+
+def _plain(bias, scale):  # type: ignore[no-untyped-def]
+    """Whether ``bias`` is int32 and ``scale`` float32 (the ops' types: what a piece reads)."""
+    return bias.dtype == np.int32 and scale.dtype == np.float32
+
+
+@overload(_plain, jit_options=_OPTS)
+def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
+    value = bias.dtype == nt.int32 and scale.dtype == nt.float32
+    return lambda bias, scale: value
+
+
+# Dtype markers for `_at` (never read).
+_U8, _I8 = np.zeros(0, np.uint8), np.zeros(0, np.int8)
+_I32, _F32 = np.zeros(0, np.int32), np.zeros(0, np.float32)
+# A job: its length; the weight rows (address, count, stride); the panel (address, quads,
+# columns); acc; sums; bias and scale (address, size); x_zero, o0, y_zero, low, high; the
+# output (address, positions, kind: 1 int8 else uint8, + 2 stored transposed); the step.
+_JOB = 22
+
+
+@nb.njit(**_OPTS)
+def _piece(p, job):  # type: ignore[no-untyped-def]
+    """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
+    og, lda, quads, cols, p_total, kind, step = (
+        job[2], job[3], job[5], job[6], job[19], job[20], job[21]
+    )
+    rows = nb.carray(_at(job[1], _I8), (og, lda))
+    panel = nb.carray(_at(job[4], _U8), (quads, cols, 4))
+    acc = nb.carray(_at(job[7], _I32), (og, cols))
+    sums = nb.carray(_at(job[8], _I32), og)
+    bias, scale = nb.carray(_at(job[9], _I32), job[10]), nb.carray(_at(job[11], _F32), job[12])
+    zero, o0, y_zero, low, high = job[13], job[14], job[15], job[16], job[17]
+    j0 = p * step
+    j1, end = min(cols, j0 + step), min(p_total, j0 + step)
+    _gemm(rows, panel, acc, 1, j0, j1)
+    part = acc[:, j0:end]
+    if kind == 0:
+        out = nb.carray(_at(job[18], _U8), (og, p_total))[:, j0:end]
+        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+    elif kind == 1:
+        out = nb.carray(_at(job[18], _I8), (og, p_total))[:, j0:end]
+        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+    elif kind == 2:
+        out = nb.carray(_at(job[18], _U8), (p_total, og)).T[:, j0:end]
+        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+    else:
+        out = nb.carray(_at(job[18], _I8), (p_total, og)).T[:, j0:end]
+        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+
+
+def _task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a split integer product (a pool task)."""
+    _piece(p, parfor.job(data))
+
+
+parfor.export_task("qgemm", _task)
+_run = parfor.runner("qgemm")
+
+
+@nb.njit(**_OPTS)
+def _split(sums, bias, scale, o0, y_zero, low, high, rows, panel, acc, zero, out, transposed):  # type: ignore[no-untyped-def]
+    """Pieces of columns of a large product on the pool: how many (1: not split, run it)."""
+    og, quads, cols = rows.shape[0], panel.shape[0], panel.shape[1]
+    threads = parfor.threads()
+    if threads < 2 or not _plain(bias, scale) or workpool.busy():
+        return 1
+    parts = min(PIECES_PER_THREAD * threads, cols // NR, og * cols * quads * 4 // SPLIT_MIN)
+    if parts < 2:
+        return 1
+    step = -(-(cols // NR) // parts) * NR
+    p_total = out.shape[0] if transposed else out.shape[1]
+    kind = (1 if _shift(out) else 0) + (2 if transposed else 0)
+    job = np.array((_JOB, rows.ctypes.data, og, rows.shape[1], panel.ctypes.data, quads, cols,
+                    acc.ctypes.data, sums.ctypes.data, bias.ctypes.data, bias.size,
+                    scale.ctypes.data, scale.size, zero, o0, y_zero, low, high, out.ctypes.data,
+                    p_total, kind, step), dtype=np.int64)  # fmt: skip
+    _run(_F32, -(-cols // step), job)
+    return parts
+
+
+@nb.njit(**_OPTS)
+def _product(rows, sums, panel, acc, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
+    """``out`` (channels x positions, or its transpose stored when ``transposed``) requantized
+    from ``rows @ panel``: in pieces of columns on rvm's pool when large."""
+    if _split(sums, bias, scale, o0, y_zero, low, high, rows, panel, acc, zero, out,
+              transposed) > 1:  # fmt: skip
+        return
+    _gemm(rows, panel, acc, 1, 0, panel.shape[1])
+    if transposed:
+        _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out.T)
+    else:
+        _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out)
 
 
 @nb.njit(**_OPTS)
@@ -228,9 +340,9 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
         rows, sums = _weight_rows(w[g * og : (g + 1) * og].reshape(og, cg * kh * kw), quads)
         for n in range(n_img):
             _columns(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip, panel)
-            _gemm(rows, panel, acc, 1)
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
-            _requantize(acc, sums, zero, bias, scale, g * og, y_zero, low, high, dest)
+            _product(rows, sums, panel, acc, zero, bias, scale, g * og, y_zero, low, high,
+                     dest, False)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
@@ -247,5 +359,4 @@ def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[n
             panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
     rows, sums = _weight_rows(w, quads)
     acc = np.empty((w.shape[0], cols), np.int32)
-    _gemm(rows, panel, acc, 1)
-    _requantize(acc, sums, x_zero + flip, bias, scale, 0, y_zero, low, high, out.T)
+    _product(rows, sums, panel, acc, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True)
