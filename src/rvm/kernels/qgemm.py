@@ -219,9 +219,8 @@ _JOB = 22
 @nb.njit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
-    og, lda, quads, cols, p_total, kind, step = (
-        job[2], job[3], job[5], job[6], job[19], job[20], job[21]
-    )
+    og, lda, quads, cols = job[2], job[3], job[5], job[6]
+    p_total, kind, step = job[19], job[20], job[21]
     rows = nb.carray(_at(job[1], _I8), (og, lda))
     panel = nb.carray(_at(job[4], _U8), (quads, cols, 4))
     acc = nb.carray(_at(job[7], _I32), (og, cols))
