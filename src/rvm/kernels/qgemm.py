@@ -290,35 +290,72 @@ def _product(rows, sums, panel, acc, zero, bias, scale, o0, y_zero, low, high, o
 
 
 @nb.njit(**_OPTS)
-def _columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, panel):  # type: ignore[no-untyped-def]
-    """Image ``n``'s channels ``c0 + [0, cg)`` as a uint8 panel (quads, positions, 4): depth
-    ``d = (c * kh + u) * kw + v`` of position ``i * ow + j`` at ``[d // 4, i * ow + j, d %
-    4]``; taps in the padding read ``fill``. Positions and depths past the end stay 0."""
+def _conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
+    """Output channels ``o0 + [0, og)`` of the weight ``w`` (o, cg, kh, kw) as rows of depths
+    in the panel's order (see `_columns`: depth ``4 * ((u * kw + v) * cq + k) + t`` is
+    channel ``4 * k + t`` of tap ``(u, v)``, channels past ``cg`` 0), and each row's sum."""
+    cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+    taps, width = kh * kw, 4 * cq
+    flat = w.reshape(-1)
+    sums = np.zeros(og, np.int32)
+    for o in range(og):
+        total = np.int32(0)
+        for d in range((o0 + o) * cg * taps, (o0 + o + 1) * cg * taps):
+            total += np.int32(flat[d])
+        sums[o] = total
+    if taps * width == cg:  # a 1 x 1 kernel, channels a multiple of 4: the weight itself
+        return flat[o0 * cg : (o0 + og) * cg].reshape(og, cg), sums
+    rows = np.zeros((og, taps * width), np.int8)
+    for o in range(og):
+        src = flat[(o0 + o) * cg * taps : (o0 + o + 1) * cg * taps]
+        row = rows[o]
+        for c in range(cg):
+            for tap in range(taps):
+                row[tap * width + c] = src[c * taps + tap]
+    return rows, sums
+
+
+@nb.njit(**_OPTS)
+def _channels_last(x, n, c0, cg, flip, xt):  # type: ignore[no-untyped-def]
+    """``xt[y, j, c]`` = image ``n``'s channel ``c0 + c`` as uint8 (``flip`` added); the
+    channels past ``cg`` (up to a multiple of 4) are 0."""
     ih, iw = x.shape[2], x.shape[3]
-    d = 0
-    for c in range(cg):
-        for u in range(kh):
-            for v in range(kw):
-                q, t = d // 4, d % 4
-                # Output columns whose tap is inside the row: [j_lo, j_hi).
-                first = pl - v * dw
-                j_lo = min(max(0, (first + sw - 1) // sw), ow)
-                j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
+    for y in range(ih):
+        for c in range(cg):
+            src = x[n, c0 + c, y]
+            for j in range(iw):
+                xt[y, j, c] = np.uint8((np.int32(src[j]) + flip) & 255)
+
+
+@nb.njit(**_OPTS)
+def _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, words):  # type: ignore[no-untyped-def]
+    """The panel of an image in channels-last words ``xw`` (ih, iw, cq: 4 channels a
+    word): ``words[(u * kw + v) * cq + k, i * ow + j]`` is the word of channels ``4k`` to
+    ``4k + 3`` that tap ``(u, v)`` of output position ``(i, j)`` reads, ``fill`` in each byte
+    for a tap in the padding. Positions past the end are left as they are."""
+    ih, iw, cq = xw.shape
+    cols = words.shape[1]
+    wf = words.reshape(-1)
+    fill_word = np.uint32(fill) * np.uint32(0x01010101)
+    for u in range(kh):
+        for v in range(kw):
+            first = pl - v * dw
+            # Output columns whose tap is inside the row: [j_lo, j_hi).
+            j_lo = min(max(0, (first + sw - 1) // sw), ow)
+            j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
+            for k in range(cq):
+                at0 = ((u * kw + v) * cq + k) * cols
                 for i in range(oh):
                     y = i * sh - pt + u * dh
-                    base = i * ow
+                    at = at0 + i * ow
                     if y < 0 or y >= ih:
-                        for j in range(ow):
-                            panel[q, base + j, t] = fill
+                        wf[at : at + ow] = fill_word
                         continue
-                    for j in range(j_lo):
-                        panel[q, base + j, t] = fill
+                    wf[at : at + j_lo] = fill_word
+                    row = xw[y]
                     for j in range(j_lo, j_hi):
-                        value = np.int32(x[n, c0 + c, y, j * sw - first]) + flip
-                        panel[q, base + j, t] = np.uint8(value & 255)
-                    for j in range(j_hi, ow):
-                        panel[q, base + j, t] = fill
-                d += 1
+                        wf[at + j] = row[j * sw - first, k]
+                    wf[at + j_hi : at + ow] = fill_word
 
 
 @nb.njit(**_OPTS)
@@ -328,17 +365,22 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     o, cg, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
     og = o // groups
-    quads = (cg * kh * kw + 3) // 4
+    cq = (cg + 3) // 4  # words of 4 channels
+    quads = kh * kw * cq
     flip = _shift(x)  # int8 inputs shift into uint8
     zero = x_zero + flip
     p_total = oh * ow
     cols = (p_total + NR - 1) // NR * NR
-    panel = np.zeros((quads, cols, 4), np.uint8)
+    words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
+    panel = words.view(np.uint8).reshape(quads, cols, 4)
     acc = np.empty((og, cols), np.int32)
+    xt = np.zeros((x.shape[2], x.shape[3], 4 * cq), np.uint8)
+    xw = xt.view(np.uint32)
     for g in range(groups):
-        rows, sums = _weight_rows(w[g * og : (g + 1) * og].reshape(og, cg * kh * kw), quads)
+        rows, sums = _conv_weight_rows(w, g * og, og, cq)
         for n in range(n_img):
-            _columns(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip, panel)
+            _channels_last(x, n, g * cg, cg, flip, xt)
+            _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, words)
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
             _product(rows, sums, panel, acc, zero, bias, scale, g * og, y_zero, low, high,
                      dest, False)  # fmt: skip
