@@ -146,7 +146,7 @@ def _weight_rows(wm, quads):  # type: ignore[no-untyped-def]
 
 @nb.njit(**_OPTS)
 def _gemm(rows, panel, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
-    """``acc[r, j] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
+    """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B packed in ``panel`` (quads, columns, 4); ``swap`` says which
     operand is the uint8 one (see `_micro`)."""
     n_rows, lda = rows.shape
@@ -157,8 +157,8 @@ def _gemm(rows, panel, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
         for j in range(j0, j1, NR):
             for r in range(0, n_rows, MR):
                 count = min(MR, n_rows - r)
-                _micro(quads, a0 + r * lda, lda, b0 + 4 * j, 4 * cols, c0 + 4 * (r * ldc + j),
-                       ldc, count, swap)  # fmt: skip
+                _micro(quads, a0 + r * lda, lda, b0 + 4 * j, 4 * cols,
+                       c0 + 4 * (r * ldc + j - j0), ldc, count, swap)  # fmt: skip
         return
     for r in range(n_rows):
         for j in range(j0, j1):
@@ -166,21 +166,22 @@ def _gemm(rows, panel, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
             for q in range(quads):
                 for t in range(4):
                     total += np.int32(rows[r, 4 * q + t]) * np.int32(panel[q, j, t])
-            acc[r, j] = total
+            acc[r, j - j0] = total
 
 
 @nb.njit(**_OPTS)
-def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out):  # type: ignore[no-untyped-def]
-    """``out[o, p]`` from the sums ``acc[o, p]`` of channel ``o0 + o`` (any layouts)."""
-    og, p_total = out.shape
+def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1):  # type: ignore[no-untyped-def]
+    """``out[o, p]`` for ``p0 <= p < p1`` from the sums ``acc[o, p - p0]`` of channel ``o0 +
+    o`` (any layouts; whole arrays, not slices, keep contiguous ones' loops vectorized)."""
+    og, first = out.shape[0], np.uint64(p0)
     one_bias, one_scale = bias.size == 1, scale.size == 1
     for o in range(og):
         b = bias[0] if one_bias else bias[o0 + o]
         f = scale[0] if one_scale else scale[o0 + o]
         shift = b - x_zero * sums[o]
-        for p in range(p_total):
+        for p in range(np.uint64(p1 - p0)):  # unsigned: no wraparound, vectorized
             q = np.rint(np.float32(acc[o, p] + shift) * f) + y_zero
-            out[o, p] = min(max(q, low), high)
+            out[o, first + p] = min(max(q, low), high)
 
 
 @intrinsic
@@ -211,38 +212,51 @@ def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
 _U8, _I8 = np.zeros(0, np.uint8), np.zeros(0, np.int8)
 _I32, _F32 = np.zeros(0, np.int32), np.zeros(0, np.float32)
 # A job: its length; the weight rows (address, count, stride); the panel (address, quads,
-# columns); acc; sums; bias and scale (address, size); x_zero, o0, y_zero, low, high; the
-# output (address, positions, kind: 1 int8 else uint8, + 2 stored transposed); the step.
-_JOB = 22
+# columns); sums; bias and scale (address, size); x_zero, o0, y_zero, low, high; the output
+# (address, positions, kind: 1 int8 else uint8, + 2 stored transposed); the step.
+_JOB = 21
+BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
+
+
+@nb.njit(**_OPTS)
+def _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1):  # type: ignore[no-untyped-def]
+    """Columns ``[j0, j1)`` of ``out`` (channels x positions, any layout) requantized from
+    ``rows @ panel``, a block of columns at a time (its sums stay in cache)."""
+    og, p_total = out.shape
+    block = max(NR, BLOCK_BYTES // (4 * og) // NR * NR)
+    acc = np.empty((og, block), np.int32)
+    for b0 in range(j0, j1, block):
+        b1 = min(j1, b0 + block)
+        _gemm(rows, panel, acc, 1, b0, b1)
+        end = min(p_total, b1)
+        if end > b0:
+            _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, end)
 
 
 @nb.njit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
     og, lda, quads, cols = job[2], job[3], job[5], job[6]
-    p_total, kind, step = job[19], job[20], job[21]
+    p_total, kind, step = job[18], job[19], job[20]
     rows = nb.carray(_at(job[1], _I8), (og, lda))
     panel = nb.carray(_at(job[4], _U8), (quads, cols, 4))
-    acc = nb.carray(_at(job[7], _I32), (og, cols))
-    sums = nb.carray(_at(job[8], _I32), og)
-    bias, scale = nb.carray(_at(job[9], _I32), job[10]), nb.carray(_at(job[11], _F32), job[12])
-    zero, o0, y_zero, low, high = job[13], job[14], job[15], job[16], job[17]
+    sums = nb.carray(_at(job[7], _I32), og)
+    bias, scale = nb.carray(_at(job[8], _I32), job[9]), nb.carray(_at(job[10], _F32), job[11])
+    zero, o0, y_zero, low, high = job[12], job[13], job[14], job[15], job[16]
     j0 = p * step
-    j1, end = min(cols, j0 + step), min(p_total, j0 + step)
-    _gemm(rows, panel, acc, 1, j0, j1)
-    part = acc[:, j0:end]
+    j1 = min(cols, j0 + step)
     if kind == 0:
-        out = nb.carray(_at(job[18], _U8), (og, p_total))[:, j0:end]
-        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+        out = nb.carray(_at(job[17], _U8), (og, p_total))
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     elif kind == 1:
-        out = nb.carray(_at(job[18], _I8), (og, p_total))[:, j0:end]
-        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+        out = nb.carray(_at(job[17], _I8), (og, p_total))
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     elif kind == 2:
-        out = nb.carray(_at(job[18], _U8), (p_total, og)).T[:, j0:end]
-        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+        out = nb.carray(_at(job[17], _U8), (p_total, og)).T
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     else:
-        out = nb.carray(_at(job[18], _I8), (p_total, og)).T[:, j0:end]
-        _requantize(part, sums, zero, bias, scale, o0, y_zero, low, high, out)
+        out = nb.carray(_at(job[17], _I8), (p_total, og)).T
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
@@ -255,7 +269,7 @@ _run = parfor.runner("qgemm")
 
 
 @nb.njit(**_OPTS)
-def _split(sums, bias, scale, o0, y_zero, low, high, rows, panel, acc, zero, out, transposed):  # type: ignore[no-untyped-def]
+def _split(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
     """Pieces of columns of a large product on the pool: how many (1: not split, run it)."""
     og, quads, cols = rows.shape[0], panel.shape[0], panel.shape[1]
     threads = parfor.threads()
@@ -268,25 +282,24 @@ def _split(sums, bias, scale, o0, y_zero, low, high, rows, panel, acc, zero, out
     p_total = out.shape[0] if transposed else out.shape[1]
     kind = (1 if _shift(out) else 0) + (2 if transposed else 0)
     job = np.array((_JOB, rows.ctypes.data, og, rows.shape[1], panel.ctypes.data, quads, cols,
-                    acc.ctypes.data, sums.ctypes.data, bias.ctypes.data, bias.size,
-                    scale.ctypes.data, scale.size, zero, o0, y_zero, low, high, out.ctypes.data,
-                    p_total, kind, step), dtype=np.int64)  # fmt: skip
+                    sums.ctypes.data, bias.ctypes.data, bias.size, scale.ctypes.data,
+                    scale.size, zero, o0, y_zero, low, high, out.ctypes.data, p_total, kind,
+                    step), dtype=np.int64)  # fmt: skip
     _run(_F32, -(-cols // step), job)
     return parts
 
 
 @nb.njit(**_OPTS)
-def _product(rows, sums, panel, acc, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
+def _product(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
     """``out`` (channels x positions, or its transpose stored when ``transposed``) requantized
     from ``rows @ panel``: in pieces of columns on rvm's pool when large."""
-    if _split(sums, bias, scale, o0, y_zero, low, high, rows, panel, acc, zero, out,
-              transposed) > 1:  # fmt: skip
+    args = (zero, bias, scale, o0, y_zero, low, high)
+    if _split(rows, sums, panel, *args, out, transposed) > 1:
         return
-    _gemm(rows, panel, acc, 1, 0, panel.shape[1])
     if transposed:
-        _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out.T)
+        _blocks(rows, sums, panel, *args, out.T, 0, panel.shape[1])
     else:
-        _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out)
+        _blocks(rows, sums, panel, *args, out, 0, panel.shape[1])
 
 
 @nb.njit(**_OPTS)
@@ -373,7 +386,6 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     cols = (p_total + NR - 1) // NR * NR
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     panel = words.view(np.uint8).reshape(quads, cols, 4)
-    acc = np.empty((og, cols), np.int32)
     xt = np.zeros((x.shape[2], x.shape[3], 4 * cq), np.uint8)
     xw = xt.view(np.uint32)
     for g in range(groups):
@@ -382,8 +394,8 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
             _channels_last(x, n, g * cg, cg, flip, xt)
             _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, words)
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
-            _product(rows, sums, panel, acc, zero, bias, scale, g * og, y_zero, low, high,
-                     dest, False)  # fmt: skip
+            _product(rows, sums, panel, zero, bias, scale, g * og, y_zero, low, high, dest,
+                     False)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
@@ -399,5 +411,4 @@ def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[n
         for d in range(k):
             panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
     rows, sums = _weight_rows(w, quads)
-    acc = np.empty((w.shape[0], cols), np.int32)
-    _product(rows, sums, panel, acc, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True)
+    _product(rows, sums, panel, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True)
