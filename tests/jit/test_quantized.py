@@ -1,7 +1,8 @@
 """Quantized kernels: jit `rvm.op.qconv2d` / `rvm.op.qdense` (through `rvm.kernels.qgemm`,
 VNNI where the CPU has it) equal their NumPy references exactly, over strides, padding,
 dilation, groups, depths that are not multiples of 4, batches, uint8 and int8 inputs, ReLU
-clamps and int8 outputs; uint8 max pools (through the float32 pool library) too."""
+clamps and int8 outputs, products split on the pool or not; uint8 max pools (through the
+float32 pool library) too."""
 
 from __future__ import annotations
 
@@ -92,9 +93,11 @@ def test_integer_max_pool_kernel(dtype):
 
 SPLIT_CASES = [
     # x shape, weight shape, padding, groups, x dtype, output dtype: products large enough to
-    # be cut into pieces of columns on the pool (positions not a multiple of the panel width)
+    # be cut into pieces of columns on the pool (positions not a multiple of the panel width);
+    # panels by words (more positions than channels) and by bytes (more channels)
     ((1, 16, 47, 47), (64, 16, 3, 3), 1, 1, "uint8", "uint8"),
     ((2, 32, 29, 29), (96, 16, 3, 3), 0, 2, "int8", "int8"),
+    ((1, 62, 12, 12), (256, 62, 3, 3), 1, 1, "uint8", "int8"),
 ]
 
 

@@ -4,19 +4,26 @@
 ``(x - x_zero) * w`` plus the bias, requantized per output channel, clipped, cast to uint8 or
 int8) on C-contiguous operands:
 
-- the weight is packed per call into panels of `NR` output channels: for each group of four
-  consecutive depths, ``NR`` x 4 int8 (the layout of ``vpdpbusd``'s second operand), depths
-  padded with zeros to a multiple of 4, channels to a multiple of `NR`; beside it each
-  channel's weight sum;
-- the input becomes a row matrix of uint8 (im2col: one row per output position, its depths
-  contiguous, padding filled with the zero point, so it adds nothing once corrected); int8
-  inputs are shifted by 128 into uint8 (and their zero point with them);
+- the weight's rows are the micro-kernel's broadcast operand (int8, depths contiguous and
+  padded with zeros to a multiple of 4), beside each row's sum; a convolution's are
+  reordered per call to the panel's depth order (tap-major, 4 channels a word), a 1 x 1
+  weight whose channels are a multiple of 4 is used in place;
+- the input is the packed operand, a panel of uint8 (quads of depth, positions, 4): a
+  convolution copies each image to channels-last words (4 channels a word, channels padded
+  to a multiple of 4 with zeros), then each tap's words are copied to the panel for every
+  output position (im2col by 32-bit words; taps in the padding read the zero point, so they
+  add nothing once corrected); int8 inputs are shifted by 128 into uint8 (and their zero
+  point with them);
 - the micro-kernel (`_micro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
   registers: for every 4 depths it broadcasts each row's 4 bytes and issues one
   ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32) per vector.
   Without VNNI (`VNNI` False) a plain loop computes the same sums;
-- the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
-  scales in float32, rounds half to even, adds the output zero point and clips.
+- the sums are made a block of columns at a time (`_blocks`, in cache) and requantized
+  there: the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds
+  the bias, scales in float32, rounds half to even, adds the output zero point and clips;
+- a large product is cut into pieces of columns on rvm's pool (`rvm.kernels.parfor`: the
+  task ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float
+  GEMMs are, from `SPLIT_MIN` multiply-adds a piece.
 
 The sums are exact (int32 holds 255 * 128 * 65536); results equal the ops' NumPy references.
 """
@@ -372,27 +379,72 @@ def _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, words):  # type: 
 
 
 @nb.njit(**_OPTS)
+def _columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, panel):  # type: ignore[no-untyped-def]
+    """Image ``n``'s channels ``c0 + [0, cg)`` as a uint8 panel (quads, positions, 4) in the
+    weight's own depth order: depth ``d = (c * kh + u) * kw + v`` of position ``i * ow + j``
+    at ``[d // 4, i * ow + j, d % 4]``, a byte at a time (for products with more channels
+    than positions, where reordering the weight would cost more than these stores); taps in
+    the padding read ``fill``. Positions and depths past the end stay 0."""
+    ih, iw = x.shape[2], x.shape[3]
+    d = 0
+    for c in range(cg):
+        for u in range(kh):
+            for v in range(kw):
+                q, t = d // 4, d % 4
+                # Output columns whose tap is inside the row: [j_lo, j_hi).
+                first = pl - v * dw
+                j_lo = min(max(0, (first + sw - 1) // sw), ow)
+                j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
+                for i in range(oh):
+                    y = i * sh - pt + u * dh
+                    base = i * ow
+                    if y < 0 or y >= ih:
+                        for j in range(ow):
+                            panel[q, base + j, t] = fill
+                        continue
+                    for j in range(j_lo):
+                        panel[q, base + j, t] = fill
+                    for j in range(j_lo, j_hi):
+                        value = np.int32(x[n, c0 + c, y, j * sw - first]) + flip
+                        panel[q, base + j, t] = np.uint8(value & 255)
+                    for j in range(j_hi, ow):
+                        panel[q, base + j, t] = fill
+                d += 1
+
+
+@nb.njit(**_OPTS)
 def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8."""
     n_img = x.shape[0]
     o, cg, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
     og = o // groups
-    cq = (cg + 3) // 4  # words of 4 channels
-    quads = kh * kw * cq
+    p_total = oh * ow
+    # Many positions: the panel by words from a channels-last copy, the weight reordered to
+    # match; many channels: the weight in place, the panel a byte at a time.
+    by_words = 4 * og < p_total
+    cq = (cg + 3) // 4 if by_words else 1  # words of 4 channels
+    quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
     flip = _shift(x)  # int8 inputs shift into uint8
     zero = x_zero + flip
-    p_total = oh * ow
     cols = (p_total + NR - 1) // NR * NR
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     panel = words.view(np.uint8).reshape(quads, cols, 4)
-    xt = np.zeros((x.shape[2], x.shape[3], 4 * cq), np.uint8)
+    xt = np.zeros((x.shape[2] if by_words else 0, x.shape[3], 4 * cq), np.uint8)
     xw = xt.view(np.uint32)
     for g in range(groups):
-        rows, sums = _conv_weight_rows(w, g * og, og, cq)
+        if by_words:
+            rows, sums = _conv_weight_rows(w, g * og, og, cq)
+        else:
+            wm = w[g * og : (g + 1) * og].reshape(og, cg * kh * kw)
+            rows, sums = _weight_rows(wm, quads)
         for n in range(n_img):
-            _channels_last(x, n, g * cg, cg, flip, xt)
-            _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, words)
+            if by_words:
+                _channels_last(x, n, g * cg, cg, flip, xt)
+                _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, words)
+            else:
+                _columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
+                               flip, panel)  # fmt: skip
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
             _product(rows, sums, panel, zero, bias, scale, g * og, y_zero, low, high, dest,
                      False)  # fmt: skip
