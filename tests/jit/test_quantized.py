@@ -1,7 +1,8 @@
 """Quantized kernels: jit `rvm.op.qconv2d` / `rvm.op.qdense` (through `rvm.kernels.qgemm`,
 VNNI where the CPU has it) equal their NumPy references exactly, over strides, padding,
 dilation, groups, depths that are not multiples of 4, batches, uint8 and int8 inputs, ReLU
-clamps and int8 outputs; uint8 max pools (through the float32 pool library) too."""
+clamps and int8 outputs, products split on the pool or not; uint8 max pools (through the
+float32 pool library) too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from jit_helpers import check, prim, var
 
 from rvm import op
-from rvm.kernels import qgemm
+from rvm.kernels import parfor, qgemm
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -88,3 +89,47 @@ def test_integer_max_pool_kernel(dtype):
     call = op.max_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 0, 0),
                          ceil_mode=True)  # fmt: skip
     check(prim([x], call), _ints((1, 4, 11, 11), dtype))
+
+
+SPLIT_CASES = [
+    # x shape, weight shape, padding, groups, x dtype, output dtype: products large enough to
+    # be cut into pieces of columns on the pool (positions not a multiple of the panel width);
+    # panels by words (more positions than channels) and by bytes (more channels)
+    ((1, 16, 47, 47), (64, 16, 3, 3), 1, 1, "uint8", "uint8"),
+    ((2, 32, 29, 29), (96, 16, 3, 3), 0, 2, "int8", "int8"),
+    ((1, 62, 12, 12), (256, 62, 3, 3), 1, 1, "uint8", "int8"),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "padding", "groups", "x_dtype", "y_dtype"), SPLIT_CASES)
+def test_split_qconv2d_equals_reference(blas_threads, xs, ws, padding, groups, x_dtype, y_dtype):
+    """Each piece's sums and requantized columns, on one thread or two, equal the reference
+    exactly; the output is prefilled so a column no piece wrote fails."""
+    x, w = _ints(xs, x_dtype), _ints(ws, "int8")
+    o = ws[0]
+    bias = RNG.integers(-3000, 3000, o).astype(np.int32)
+    scale = RNG.uniform(2e-4, 2e-3, o).astype(np.float32)
+    y_zero, (low, high) = (5, (5, 255)) if y_dtype == "uint8" else (-7, (-128, 127))
+    pads = (padding,) * 4
+    want = numpy_ref.qconv2d(x, w, bias, scale, 3, y_zero, low, high, y_dtype, (1, 1), pads,
+                             (1, 1), groups)  # fmt: skip
+    out = np.full(want.shape, 77, y_dtype)
+    qgemm.qconv2d(x, w, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
+                  padding)  # fmt: skip
+    np.testing.assert_array_equal(out, want)
+    if blas_threads == 2:
+        assert ("qgemm", "float32") in parfor.required_tasks()
+
+
+@pytest.mark.parametrize("y_dtype", ["uint8", "int8"])
+def test_split_qdense_equals_reference(blas_threads, y_dtype):
+    """A dense product whose rows (the panel's columns) are split: the transposed output."""
+    m, k, n = 300, 200, 96
+    x, w = _ints((m, k), "uint8"), _ints((n, k), "int8")
+    bias = RNG.integers(-3000, 3000, n).astype(np.int32)
+    scale = RNG.uniform(1e-4, 1e-3, n).astype(np.float32)
+    y_zero, (low, high) = (100, (0, 255)) if y_dtype == "uint8" else (-2, (-128, 127))
+    want = numpy_ref.qdense(x, w, bias, scale, 128, y_zero, low, high, y_dtype)
+    out = np.full(want.shape, 77, y_dtype)
+    qgemm.qdense(x, w, bias, scale, out, 128, y_zero, low, high)
+    np.testing.assert_array_equal(out, want)

@@ -4,19 +4,26 @@
 ``(x - x_zero) * w`` plus the bias, requantized per output channel, clipped, cast to uint8 or
 int8) on C-contiguous operands:
 
-- the weight is packed per call into panels of `NR` output channels: for each group of four
-  consecutive depths, ``NR`` x 4 int8 (the layout of ``vpdpbusd``'s second operand), depths
-  padded with zeros to a multiple of 4, channels to a multiple of `NR`; beside it each
-  channel's weight sum;
-- the input becomes a row matrix of uint8 (im2col: one row per output position, its depths
-  contiguous, padding filled with the zero point, so it adds nothing once corrected); int8
-  inputs are shifted by 128 into uint8 (and their zero point with them);
+- the weight's rows are the micro-kernel's broadcast operand (int8, depths contiguous and
+  padded with zeros to a multiple of 4), beside each row's sum; a convolution's are
+  reordered per call to the panel's depth order (tap-major, 4 channels a word), a 1 x 1
+  weight whose channels are a multiple of 4 is used in place;
+- the input is the packed operand, a panel of uint8 (quads of depth, positions, 4): a
+  convolution copies each image to channels-last words (4 channels a word, channels padded
+  to a multiple of 4 with zeros), then each tap's words are copied to the panel for every
+  output position (im2col by 32-bit words; taps in the padding read the zero point, so they
+  add nothing once corrected); int8 inputs are shifted by 128 into uint8 (and their zero
+  point with them);
 - the micro-kernel (`_micro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
   registers: for every 4 depths it broadcasts each row's 4 bytes and issues one
   ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32) per vector.
   Without VNNI (`VNNI` False) a plain loop computes the same sums;
-- the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
-  scales in float32, rounds half to even, adds the output zero point and clips.
+- the sums are made a block of columns at a time (`_blocks`, in cache) and requantized
+  there: the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds
+  the bias, scales in float32, rounds half to even, adds the output zero point and clips;
+- a large product is cut into pieces of columns on rvm's pool (`rvm.kernels.parfor`: the
+  task ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float
+  GEMMs are, from `SPLIT_MIN` multiply-adds a piece.
 
 The sums are exact (int32 holds 255 * 128 * 65536); results equal the ops' NumPy references.
 """
@@ -30,6 +37,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from rvm.kernels import parfor, workpool
 from rvm.kernels.sgemm import _target_features
 
 __all__ = ["MR", "NR", "VNNI", "qconv2d", "qdense"]
@@ -39,6 +47,9 @@ LANES = 16
 VECTORS = 2
 MR = 8  # rows x VECTORS accumulators: 16 of the 32 zmm registers
 NR = LANES * VECTORS
+
+SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
+PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -141,48 +152,239 @@ def _weight_rows(wm, quads):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _gemm(rows, panel, acc, swap):  # type: ignore[no-untyped-def]
-    """``acc[r, j] = sum_d rows[r, d] * B[d, j]`` in int32, B packed in ``panel`` (quads,
-    columns, 4); ``swap`` says which operand is the uint8 one (see `_micro`)."""
+def _gemm(rows, panel, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
+    """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
+    (``j0`` a multiple of `NR`), B packed in ``panel`` (quads, columns, 4); ``swap`` says which
+    operand is the uint8 one (see `_micro`)."""
     n_rows, lda = rows.shape
     quads, cols = panel.shape[0], panel.shape[1]
     ldc = acc.shape[1]
     if VNNI:
         a0, b0, c0 = rows.ctypes.data, panel.ctypes.data, acc.ctypes.data
-        for j in range(0, cols, NR):
+        for j in range(j0, j1, NR):
             for r in range(0, n_rows, MR):
                 count = min(MR, n_rows - r)
-                _micro(quads, a0 + r * lda, lda, b0 + 4 * j, 4 * cols, c0 + 4 * (r * ldc + j),
-                       ldc, count, swap)  # fmt: skip
+                _micro(quads, a0 + r * lda, lda, b0 + 4 * j, 4 * cols,
+                       c0 + 4 * (r * ldc + j - j0), ldc, count, swap)  # fmt: skip
         return
     for r in range(n_rows):
-        for j in range(cols):
+        for j in range(j0, j1):
             total = np.int32(0)
             for q in range(quads):
                 for t in range(4):
                     total += np.int32(rows[r, 4 * q + t]) * np.int32(panel[q, j, t])
-            acc[r, j] = total
+            acc[r, j - j0] = total
 
 
 @nb.njit(**_OPTS)
-def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out):  # type: ignore[no-untyped-def]
-    """``out[o, p]`` from the sums ``acc[o, p]`` of channel ``o0 + o`` (any layouts)."""
-    og, p_total = out.shape
+def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1):  # type: ignore[no-untyped-def]
+    """``out[o, p]`` for ``p0 <= p < p1`` from the sums ``acc[o, p - p0]`` of channel ``o0 +
+    o`` (any layouts; whole arrays, not slices, keep contiguous ones' loops vectorized)."""
+    og, first = out.shape[0], np.uint64(p0)
     one_bias, one_scale = bias.size == 1, scale.size == 1
     for o in range(og):
         b = bias[0] if one_bias else bias[o0 + o]
         f = scale[0] if one_scale else scale[o0 + o]
         shift = b - x_zero * sums[o]
-        for p in range(p_total):
+        for p in range(np.uint64(p1 - p0)):  # unsigned: no wraparound, vectorized
             q = np.rint(np.float32(acc[o, p] + shift) * f) + y_zero
-            out[o, p] = min(max(q, low), high)
+            out[o, first + p] = min(max(q, low), high)
+
+
+@intrinsic
+def _at(typingctx, address, like):  # type: ignore[no-untyped-def]
+    """Address ``address`` (int64) as a pointer to ``like``'s dtype (``like`` an array)."""
+    if not isinstance(like, nt.Array):
+        return None
+    ptr = nt.CPointer(like.dtype)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], context.get_value_type(ptr))
+
+    return ptr(nt.int64, like), codegen
+
+
+def _plain(bias, scale):  # type: ignore[no-untyped-def]
+    """Whether ``bias`` is int32 and ``scale`` float32 (the ops' types: what a piece reads)."""
+    return bias.dtype == np.int32 and scale.dtype == np.float32
+
+
+@overload(_plain, jit_options=_OPTS)
+def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
+    value = bias.dtype == nt.int32 and scale.dtype == nt.float32
+    return lambda bias, scale: value
+
+
+# Dtype markers for `_at` (never read).
+_U8, _I8 = np.zeros(0, np.uint8), np.zeros(0, np.int8)
+_I32, _F32 = np.zeros(0, np.int32), np.zeros(0, np.float32)
+# A job: its length; the weight rows (address, count, stride); the panel (address, quads,
+# columns); sums; bias and scale (address, size); x_zero, o0, y_zero, low, high; the output
+# (address, positions, kind: 1 int8 else uint8, + 2 stored transposed); the step.
+_JOB = 21
+BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
 
 
 @nb.njit(**_OPTS)
-def _columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, panel):  # type: ignore[no-untyped-def]
-    """Image ``n``'s channels ``c0 + [0, cg)`` as a uint8 panel (quads, positions, 4): depth
-    ``d = (c * kh + u) * kw + v`` of position ``i * ow + j`` at ``[d // 4, i * ow + j, d %
-    4]``; taps in the padding read ``fill``. Positions and depths past the end stay 0."""
+def _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1):  # type: ignore[no-untyped-def]
+    """Columns ``[j0, j1)`` of ``out`` (channels x positions, any layout) requantized from
+    ``rows @ panel``, a block of columns at a time (its sums stay in cache)."""
+    og, p_total = out.shape
+    block = max(NR, BLOCK_BYTES // (4 * og) // NR * NR)
+    acc = np.empty((og, block), np.int32)
+    for b0 in range(j0, j1, block):
+        b1 = min(j1, b0 + block)
+        _gemm(rows, panel, acc, 1, b0, b1)
+        end = min(p_total, b1)
+        if end > b0:
+            _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, end)
+
+
+@nb.njit(**_OPTS)
+def _piece(p, job):  # type: ignore[no-untyped-def]
+    """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
+    og, lda, quads, cols = job[2], job[3], job[5], job[6]
+    p_total, kind, step = job[18], job[19], job[20]
+    rows = nb.carray(_at(job[1], _I8), (og, lda))
+    panel = nb.carray(_at(job[4], _U8), (quads, cols, 4))
+    sums = nb.carray(_at(job[7], _I32), og)
+    bias, scale = nb.carray(_at(job[8], _I32), job[9]), nb.carray(_at(job[10], _F32), job[11])
+    zero, o0, y_zero, low, high = job[12], job[13], job[14], job[15], job[16]
+    j0 = p * step
+    j1 = min(cols, j0 + step)
+    if kind == 0:
+        out = nb.carray(_at(job[17], _U8), (og, p_total))
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+    elif kind == 1:
+        out = nb.carray(_at(job[17], _I8), (og, p_total))
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+    elif kind == 2:
+        out = nb.carray(_at(job[17], _U8), (p_total, og)).T
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+    else:
+        out = nb.carray(_at(job[17], _I8), (p_total, og)).T
+        _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+
+
+def _task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a split integer product (a pool task)."""
+    _piece(p, parfor.job(data))
+
+
+parfor.export_task("qgemm", _task)
+_run = parfor.runner("qgemm")
+
+
+@nb.njit(**_OPTS)
+def _split(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
+    """Pieces of columns of a large product on the pool: how many (1: not split, run it)."""
+    og, quads, cols = rows.shape[0], panel.shape[0], panel.shape[1]
+    threads = parfor.threads()
+    if threads < 2 or not _plain(bias, scale) or workpool.busy():
+        return 1
+    parts = min(PIECES_PER_THREAD * threads, cols // NR, og * cols * quads * 4 // SPLIT_MIN)
+    if parts < 2:
+        return 1
+    step = -(-(cols // NR) // parts) * NR
+    p_total = out.shape[0] if transposed else out.shape[1]
+    kind = (1 if _shift(out) else 0) + (2 if transposed else 0)
+    job = np.array((_JOB, rows.ctypes.data, og, rows.shape[1], panel.ctypes.data, quads, cols,
+                    sums.ctypes.data, bias.ctypes.data, bias.size, scale.ctypes.data,
+                    scale.size, zero, o0, y_zero, low, high, out.ctypes.data, p_total, kind,
+                    step), dtype=np.int64)  # fmt: skip
+    _run(_F32, -(-cols // step), job)
+    return parts
+
+
+@nb.njit(**_OPTS)
+def _product(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
+    """``out`` (channels x positions, or its transpose stored when ``transposed``) requantized
+    from ``rows @ panel``: in pieces of columns on rvm's pool when large."""
+    args = (zero, bias, scale, o0, y_zero, low, high)
+    if _split(rows, sums, panel, *args, out, transposed) > 1:
+        return
+    if transposed:
+        _blocks(rows, sums, panel, *args, out.T, 0, panel.shape[1])
+    else:
+        _blocks(rows, sums, panel, *args, out, 0, panel.shape[1])
+
+
+@nb.njit(**_OPTS)
+def _conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
+    """Output channels ``o0 + [0, og)`` of the weight ``w`` (o, cg, kh, kw) as rows of depths
+    in the panel's order (see `_columns`: depth ``4 * ((u * kw + v) * cq + k) + t`` is
+    channel ``4 * k + t`` of tap ``(u, v)``, channels past ``cg`` 0), and each row's sum."""
+    cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+    taps, width = kh * kw, 4 * cq
+    flat = w.reshape(-1)
+    sums = np.zeros(og, np.int32)
+    for o in range(og):
+        total = np.int32(0)
+        for d in range((o0 + o) * cg * taps, (o0 + o + 1) * cg * taps):
+            total += np.int32(flat[d])
+        sums[o] = total
+    if taps * width == cg:  # a 1 x 1 kernel, channels a multiple of 4: the weight itself
+        return flat[o0 * cg : (o0 + og) * cg].reshape(og, cg), sums
+    rows = np.zeros((og, taps * width), np.int8)
+    for o in range(og):
+        src = flat[(o0 + o) * cg * taps : (o0 + o + 1) * cg * taps]
+        row = rows[o]
+        for c in range(cg):
+            for tap in range(taps):
+                row[tap * width + c] = src[c * taps + tap]
+    return rows, sums
+
+
+@nb.njit(**_OPTS)
+def _channels_last(x, n, c0, cg, flip, xt):  # type: ignore[no-untyped-def]
+    """``xt[y, j, c]`` = image ``n``'s channel ``c0 + c`` as uint8 (``flip`` added); the
+    channels past ``cg`` (up to a multiple of 4) are 0."""
+    ih, iw = x.shape[2], x.shape[3]
+    for y in range(ih):
+        for c in range(cg):
+            src = x[n, c0 + c, y]
+            for j in range(iw):
+                xt[y, j, c] = np.uint8((np.int32(src[j]) + flip) & 255)
+
+
+@nb.njit(**_OPTS)
+def _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, words):  # type: ignore[no-untyped-def]
+    """The panel of an image in channels-last words ``xw`` (ih, iw, cq: 4 channels a
+    word): ``words[(u * kw + v) * cq + k, i * ow + j]`` is the word of channels ``4k`` to
+    ``4k + 3`` that tap ``(u, v)`` of output position ``(i, j)`` reads, ``fill`` in each byte
+    for a tap in the padding. Positions past the end are left as they are."""
+    ih, iw, cq = xw.shape
+    cols = words.shape[1]
+    wf = words.reshape(-1)
+    fill_word = np.uint32(fill) * np.uint32(0x01010101)
+    for u in range(kh):
+        for v in range(kw):
+            first = pl - v * dw
+            # Output columns whose tap is inside the row: [j_lo, j_hi).
+            j_lo = min(max(0, (first + sw - 1) // sw), ow)
+            j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
+            for k in range(cq):
+                at0 = ((u * kw + v) * cq + k) * cols
+                for i in range(oh):
+                    y = i * sh - pt + u * dh
+                    at = at0 + i * ow
+                    if y < 0 or y >= ih:
+                        wf[at : at + ow] = fill_word
+                        continue
+                    wf[at : at + j_lo] = fill_word
+                    row = xw[y]
+                    for j in range(j_lo, j_hi):
+                        wf[at + j] = row[j * sw - first, k]
+                    wf[at + j_hi : at + ow] = fill_word
+
+
+@nb.njit(**_OPTS)
+def _columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, panel):  # type: ignore[no-untyped-def]
+    """Image ``n``'s channels ``c0 + [0, cg)`` as a uint8 panel (quads, positions, 4) in the
+    weight's own depth order: depth ``d = (c * kh + u) * kw + v`` of position ``i * ow + j``
+    at ``[d // 4, i * ow + j, d % 4]``, a byte at a time (for products with more channels
+    than positions, where reordering the weight would cost more than these stores); taps in
+    the padding read ``fill``. Positions and depths past the end stay 0."""
     ih, iw = x.shape[2], x.shape[3]
     d = 0
     for c in range(cg):
@@ -217,20 +419,35 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     o, cg, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
     og = o // groups
-    quads = (cg * kh * kw + 3) // 4
+    p_total = oh * ow
+    # Many positions: the panel by words from a channels-last copy, the weight reordered to
+    # match; many channels: the weight in place, the panel a byte at a time.
+    by_words = 4 * og < p_total
+    cq = (cg + 3) // 4 if by_words else 1  # words of 4 channels
+    quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
     flip = _shift(x)  # int8 inputs shift into uint8
     zero = x_zero + flip
-    p_total = oh * ow
     cols = (p_total + NR - 1) // NR * NR
-    panel = np.zeros((quads, cols, 4), np.uint8)
-    acc = np.empty((og, cols), np.int32)
+    words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
+    panel = words.view(np.uint8).reshape(quads, cols, 4)
+    xt = np.zeros((x.shape[2] if by_words else 0, x.shape[3], 4 * cq), np.uint8)
+    xw = xt.view(np.uint32)
     for g in range(groups):
-        rows, sums = _weight_rows(w[g * og : (g + 1) * og].reshape(og, cg * kh * kw), quads)
+        if by_words:
+            rows, sums = _conv_weight_rows(w, g * og, og, cq)
+        else:
+            wm = w[g * og : (g + 1) * og].reshape(og, cg * kh * kw)
+            rows, sums = _weight_rows(wm, quads)
         for n in range(n_img):
-            _columns(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip, panel)
-            _gemm(rows, panel, acc, 1)
+            if by_words:
+                _channels_last(x, n, g * cg, cg, flip, xt)
+                _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, words)
+            else:
+                _columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
+                               flip, panel)  # fmt: skip
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
-            _requantize(acc, sums, zero, bias, scale, g * og, y_zero, low, high, dest)
+            _product(rows, sums, panel, zero, bias, scale, g * og, y_zero, low, high, dest,
+                     False)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
@@ -246,6 +463,4 @@ def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[n
         for d in range(k):
             panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
     rows, sums = _weight_rows(w, quads)
-    acc = np.empty((w.shape[0], cols), np.int32)
-    _gemm(rows, panel, acc, 1)
-    _requantize(acc, sums, x_zero + flip, bias, scale, 0, y_zero, low, high, out.T)
+    _product(rows, sums, panel, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True)
