@@ -153,7 +153,15 @@ def test_saved_native_code_loads_with_empty_caches_and_compiles_no_kernel(tmp_pa
     assert got["kernels"] == {"loaded": len(ex.kernels), "compiled": 0}
     assert got["numba"]["fallback"] == 0
     assert got["leaked"] == []
-    assert not [line for line in got["log"] if line[1] in ("INFO", "WARNING")], got["log"]
+    # Nothing of the file compiled. rvm's own library tasks (a small product's row loop here)
+    # are built at their first run on a machine whose library is not built yet: they are
+    # rvm's code, built into this machine's cache, never loaded from a file.
+    noisy = [
+        line
+        for line in got["log"]
+        if line[1] in ("INFO", "WARNING") and not line[2].startswith("building rvm's library")
+    ]
+    assert not noisy, got["log"]
     # The kernels' object code came from the file, into isolated entries; the library's
     # entries are never written from a file: this process built them.
     shipped = {n for g in native.groups if g.kind == "kernel" for n, _ in g.files}
