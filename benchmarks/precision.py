@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import precision_int8
-from common import interleaved_medians, light_model_files, write_results
+from common import interleaved_medians, light_model_files, machine, machine_line, write_results
 
 # isort: split
 import numpy as np
@@ -46,15 +46,6 @@ from rvm.testing.onnx_models import LIGHT_MODELS, random_inputs
 
 SETTLE_S = 0.1  # ORT's pool threads spin ~30 ms after a call (see benchmarks/models.py)
 BOUND_ERR, BOUND_TOP1 = 3e-2, 0.99
-
-
-def machine() -> str:
-    name = os.uname().machine
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            name = line.split(":", 1)[1].strip()
-            break
-    return f"{name}, {os.cpu_count()} CPUs, rvm threads {rvm.get_num_threads()}"
 
 
 def _engines(path: Path) -> dict[str, Any]:
@@ -189,7 +180,7 @@ def main() -> None:
         else:
             results[name] = cnn(name, work, a.inputs, a.repeat)
         print(table({name: results[name]}).splitlines()[-1], flush=True)
-    print(f"\n{machine()}; load {os.getloadavg()[0]:.1f}\n")
+    print(f"\n{machine_line()}\n")
     print(table(results))
     int8 = [precision_int8.measure(n, a.inputs, a.repeat) for n in a.int8.split(",") if n]
     if int8:

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 from pathlib import Path
 
-from common import interleaved_medians, light_model_files, write_results
+from common import interleaved_medians, light_model_files, machine, machine_line, write_results
 
 # isort: split
 import numpy as np
@@ -131,9 +130,9 @@ def main() -> None:
     args = parser.parse_args()
     rows = [measure(name, args.inputs, args.repeat) for name in args.only.split(",")]
     load = os.getloadavg()
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {load}")
+    print(machine_line())
     print(int8_table(rows))
-    write_results("precision_int8", {"rows": rows, "load": load, "cpus": os.cpu_count()})
+    write_results("precision_int8", {"rows": rows, "load": load, "machine": machine()})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ settling pause (`SETTLE_S`): eager PyTorch's, ONNX Runtime's and inductor's pool
 on after their calls, which slowed the next backend's turn (rvm from_torch, right after eager)
 by up to 2x. Both rvm rows run in the native mode; a function that falls back to the compiled
 mode there is named under the table (and in the JSON's "fallbacks"). The ONNX file comes from
-``torch.onnx.export`` of the same module; a backend that cannot take a model shows "n/a".
+``torch.onnx.export`` of the same module. ``from_torch`` must run every model with the right
+output (else the run fails); another backend that cannot take a model, or gives a wrong output,
+shows "failed" with the reason printed under the row; "not run" marks a backend skipped
+(``--no-compile``, or ONNX Runtime when the ONNX export failed).
 
 Run: python benchmarks/torch_models.py [--models gpt2,bert] [--repeat 51] [--no-compile]
 Writes benchmarks/results/torch_models.json.
@@ -21,14 +24,13 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import platform
 import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from common import interleaved_medians, write_results
+from common import interleaved_medians, machine, machine_line, write_results
 
 import rvm
 from rvm.testing.torch_models import CASES
@@ -83,8 +85,10 @@ def backends(
                 missing[label] = "wrong output"
                 return
             fns[label] = fn
-        except Exception as err:  # a backend that cannot take the model: reported as n/a
+        except Exception as err:  # a backend that cannot take the model: reported with why
             missing[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+        if label == "rvm from_torch" and label in missing:
+            raise RuntimeError(f"{name}: rvm from_torch: {missing[label]}")
 
     def eager() -> Callable[[], Any]:
         def run() -> Any:
@@ -143,7 +147,7 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     opts = parser.parse_args()
     warnings.filterwarnings("ignore")
-    print(f"machine: {platform.machine()} {platform.processor() or ''}, threads: default")
+    print(f"{machine_line()}, threads: default")
     labels = ["eager", "rvm from_torch", "rvm from_onnx", "onnxruntime", "torch.compile"]
     print(f"{'model':16}" + "".join(f"{lab:>16}" for lab in labels) + "   torch/onnx")
     rows = {}
@@ -151,17 +155,22 @@ def main() -> None:
         fns, missing, fallbacks = backends(name, not opts.no_compile)
         times = interleaved_medians(fns, repeat=opts.repeat, settle_s=SETTLE_S) if fns else {}
         cells = [
-            f"{times[lab] * 1e3:14.3f}ms" if lab in times else f"{'n/a':>16}" for lab in labels
+            f"{times[lab] * 1e3:14.3f}ms"
+            if lab in times
+            else f"{'failed' if lab in missing else 'not run':>16}"
+            for lab in labels
         ]
         ratio = ""
         if "rvm from_torch" in times and "rvm from_onnx" in times:
             ratio = f"{times['rvm from_torch'] / times['rvm from_onnx']:.2f}"
         print(f"{name:16}" + "".join(cells) + f"   {ratio}")
+        for label, why in missing.items():
+            print(f"{'':16}{label} failed: {why}")
         for label, why in fallbacks.items():
             for func, reason in why.items():
                 print(f"{'':16}{label} @{func} not native: {reason}")
         rows[name] = {"seconds": times, "missing": missing, "fallbacks": fallbacks}
-    write_results("torch_models", {"machine": platform.machine(), "models": rows})
+    write_results("torch_models", {"machine": machine(), "models": rows})
 
 
 if __name__ == "__main__":
