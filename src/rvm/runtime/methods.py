@@ -10,7 +10,10 @@ methods are bound whenever an executable exists; nothing imports this module but
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from rvm.runtime import serialize, text
@@ -80,10 +83,24 @@ def to_bytes(ex: Executable, native: bool = True, sign: bool | bytes | str | Non
 
 def save(ex: Executable, path: str, sign: bool | bytes | str | None = True) -> None:
     """Writes the executable to `path`, with its kernels' native code (`to_bytes`), signed
-    with ``sign`` (default: this user's local key; see `to_bytes`)."""
-    data = to_bytes(ex, sign=sign)
-    with open(path, "wb") as f:
-        f.write(data)
+    with ``sign`` (default: this user's local key; see `to_bytes`).
+
+    The file is written beside ``path`` and renamed over it, so a process that has the old
+    file loaded (memory-mapped, `rvm.load_executable`) keeps reading the old bytes."""
+    parts = serialize.encode_parts(ex, native_code(ex), _signing_key(ex, sign))
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for part in parts:
+                f.write(part)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _kernel_record(ex: Executable, name: str) -> KernelRecord:

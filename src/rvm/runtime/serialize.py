@@ -45,6 +45,7 @@ against the bytes left before anything is allocated, so a corrupted file gives
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from collections.abc import Iterable
@@ -53,8 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from rvm.dtypes import NARROW_DTYPES, numpy_dtype
+from rvm.dtypes import NARROW_DTYPES
 from rvm.errors import DTypeError, ExecutableFormatError
+from rvm.runtime import weights
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.executable import (
     MAX_RESULT_DEPTH,
@@ -71,13 +73,14 @@ from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
 __all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (1, 6)
+VERSION = (2, 0)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
 NATV = b"NATV"  # optional (added in 1.4): native code of the jit kernels
 PFLD = b"PFLD"  # optional (added in 1.5): the field specs of tuple parameters
-SIGN = b"SIGN"  # optional, last: the signature of every byte before it
+SIGN = b"SIGN"  # optional, last: the signature of every byte before it (but WGHT's payload)
+WGHT = b"WGHT"  # format 2: the constants' bytes (`rvm.runtime.weights`), before SIGN
 DIMR = b"DIMR"  # optional: the functions' symbolic-dimension ranges (written when any has one)
 FACT = b"FACT"  # optional (added in 1.6): the kernels' facts
 _HEADER = struct.Struct("<4sHHI")
@@ -176,12 +179,29 @@ class _Reader:
 
 
 def encode(
-    ex: Executable, native: NativeCode | None = None, sign: bytes | str | None = None
+    ex: Executable,
+    native: NativeCode | None = None,
+    sign: bytes | str | None = None,
+    version: tuple[int, int] = VERSION,
 ) -> bytes:
     """The RVMX image of `ex`, with the NATV section of ``native`` when given, signed with
-    the key ``sign`` when given (a last SIGN section)."""
-    sections = [_glob(ex), _cons(ex), _prim(ex), _code(ex), _kern(ex), _meta(ex), _fact(ex)]
-    sections.append(_rslt(ex))
+    the key ``sign`` when given (a last SIGN section). ``version`` (1, 6) writes the format
+    before the WGHT section (the constants' bytes inside CONS), which rvm before 2.0 reads."""
+    return b"".join(encode_parts(ex, native, sign, version))
+
+
+def encode_parts(
+    ex: Executable,
+    native: NativeCode | None = None,
+    sign: bytes | str | None = None,
+    version: tuple[int, int] = VERSION,
+) -> list[Any]:
+    """`encode`'s image as a list of bytes-like parts (the constants' bytes not copied)."""
+    if version not in ((1, 6), VERSION):
+        raise ValueError(f"rvm writes format {VERSION[0]}.{VERSION[1]} or 1.6, not {version}")
+    blob = weights.Blob(ex.constants) if version[0] >= 2 else None
+    sections = [_glob(ex), b"" if blob else _cons(ex), _prim(ex), _code(ex), _kern(ex)]
+    sections += [_meta(ex), _fact(ex), _rslt(ex)]
     tags = [*SECTIONS, META, FACT, RSLT]
     if any(spec.fields is not None for fn in ex.functions for spec in fn.param_specs):
         sections.append(_pfld(ex))
@@ -192,20 +212,28 @@ def encode(
     if native is not None:
         sections.append(_natv(native))
         tags.append(NATV)
-    count = len(sections) + (sign is not None)
-    out = [_HEADER.pack(MAGIC, VERSION[0], VERSION[1], count)]
-    for tag, payload in zip(tags, sections):
-        out.append(_SECTION.pack(tag, len(payload), zlib.crc32(payload)))
-        out.append(payload)
+    payload: list[Any] = []
+    if blob is not None:  # CONS's size does not depend on the offsets and digest it holds
+        sections[1] = blob.cons(0, bytes(weights.DIGEST_BYTES))
+        before = _HEADER.size + sum(_SECTION.size + len(p) for p in sections) + _SECTION.size
+        lead = -before % weights.PAGE
+        payload = blob.payload(lead)
+        sections[1] = blob.cons(lead, weights.digest(payload))
+    count = len(sections) + (blob is not None) + (sign is not None)
+    out: list[Any] = [_HEADER.pack(MAGIC, version[0], version[1], count)]
+    for tag, data in zip(tags, sections):
+        out.append(_SECTION.pack(tag, len(data), zlib.crc32(data)))
+        out.append(data)
+    if blob is not None:  # no CRC: CONS's digest (signed) stands for the payload
+        out.append(_SECTION.pack(WGHT, sum(len(memoryview(p)) for p in payload), 0))
     if sign is None:
-        return b"".join(out)
-    signed = b"".join(out)
-    ident, mac = trust.sign(signed, sign)
+        return out + payload
+    ident, mac = trust.sign(out, sign)  # every byte before SIGN but WGHT's payload
     w = _Writer()
     w.str(ident)
     w.raw(mac)
-    payload = w.getvalue()
-    return signed + _SECTION.pack(SIGN, len(payload), zlib.crc32(payload)) + payload
+    signature = w.getvalue()
+    return [*out, *payload, _SECTION.pack(SIGN, len(signature), zlib.crc32(signature)), signature]
 
 
 def _glob(ex: Executable) -> bytes:
@@ -436,6 +464,7 @@ def from_bytes(
     *,
     keys: Iterable[bytes | str] = (),
     trusted: bool = False,
+    check_weights: bool = False,
 ) -> Executable:
     """Decodes and validates an RVMX image (`Executable.from_bytes`).
 
@@ -447,16 +476,21 @@ def from_bytes(
     hash (`rvm.runtime.loading.artifact`) when it was built for this CPU and these library
     versions, so the kernels load without compiling; else they rebuild from source.
 
+    Everything but the weights' bytes is checked (CRC-32, signature, bounds); the weights
+    (format 2) are views of ``data``, checked against their digest when ``check_weights``.
+
     Raises:
-        ExecutableFormatError: The image is truncated, corrupted or of another major version.
+        ExecutableFormatError: The image is truncated, corrupted or of another major version,
+            or (``check_weights``) its weights do not match their digest.
     """
-    args = decode(data)
+    args = decode(data, check_weights=check_weights)
     native = args.pop("native", None)
     signer = args.pop("signature", None)
     verified, reason = False, ""
     if signer is not None and not trusted:
-        ident, mac, end = signer
-        verified = trust.verify(memoryview(data)[:end], ident, mac, keys)
+        ident, mac, ranges = signer
+        view = memoryview(data)
+        verified = trust.verify([view[a:b] for a, b in ranges], ident, mac, keys)
         known = ident in {trust.key_id(k) for k in keys} or ident in trust.trusted_keys()
         reason = (
             f"its signature by key {ident} does not match its contents: it was changed after "
@@ -474,77 +508,73 @@ def from_bytes(
 
 
 def load_executable(
-    path: str, *, keys: Iterable[bytes | str] = (), trusted: bool = False
+    path: str,
+    *,
+    keys: Iterable[bytes | str] = (),
+    trusted: bool = False,
+    check_weights: bool = False,
 ) -> Executable:
     """Reads an executable written by `Executable.save`.
+
+    The file is memory-mapped, read-only: its constants (the weights) are views of the
+    file's pages, read when a call first touches them, and shared by every process that
+    loads the file. Do not truncate or rewrite a file in place while a process has it
+    loaded (`Executable.save` writes a new file and renames it over the old one).
 
     Args:
         path: The file.
         keys: Signing keys to trust for this file, besides those of the trust store.
         trusted: Trust the file whoever signed it: its kernels' code may run.
+        check_weights: Also check the weights' bytes against their SHA-256 digest (reads
+            them all). Everything else (code, metadata, where each weight lies) is always
+            checked; the weights are data, which no load ever runs.
 
     Raises:
-        ExecutableFormatError: The file is truncated, corrupted or of another major version.
+        ExecutableFormatError: The file is truncated, corrupted or of another major version,
+            or (``check_weights``) its weights do not match their digest.
     """
     with open(path, "rb") as f:
-        data = f.read()
-    return from_bytes(Executable, data, keys=keys, trusted=trusted)
+        try:
+            data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # empty, or a file that cannot be mapped (a pipe)
+            data = f.read()
+    return from_bytes(Executable, data, keys=keys, trusted=trusted, check_weights=check_weights)
 
 
 # -- decode -------------------------------------------------------------------------------
 
 
-def decode(data: bytes) -> dict[str, Any]:
-    """The `Executable` constructor arguments encoded in `data`.
+def decode(data: bytes, *, check_weights: bool = False) -> dict[str, Any]:
+    """The `Executable` constructor arguments encoded in `data` (bytes, or a buffer such as
+    an mmap: the constants are views of it).
 
     Raises:
         ExecutableFormatError: Not an RVMX image, another major version, truncated, or corrupt.
     """
-    data = bytes(data)
-    if len(data) < _HEADER.size or data[:4] != MAGIC:
+    view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+    if len(view) < _HEADER.size or view[:4] != MAGIC:
         raise ExecutableFormatError("not an rvm executable (missing the b'RVMX' magic number)")
-    _, major, minor, nsec = _HEADER.unpack_from(data)
-    if major != VERSION[0]:
+    _, major, minor, nsec = _HEADER.unpack_from(view)
+    if major not in (1, VERSION[0]):
         raise ExecutableFormatError(
             f"executable format version {major}.{minor} is not supported; this rvm reads "
-            f"version {VERSION[0]}.x"
+            f"versions 1.x and {VERSION[0]}.x"
         )
-    pos = _HEADER.size
-    view = memoryview(data)
-    found: dict[bytes, memoryview] = {}
-    signed_end = -1
-    for i in range(nsec):
-        if SIGN in found:
-            raise ExecutableFormatError("corrupt executable: a section after the signature")
-        signed_end = pos
-        if pos + _SECTION.size > len(data):
-            raise ExecutableFormatError(f"truncated executable: section {i} header is cut off")
-        tag, length, crc = _SECTION.unpack_from(data, pos)
-        pos += _SECTION.size
-        if length > len(data) - pos:
-            raise ExecutableFormatError(
-                f"truncated executable: section {tag!r} needs {length} bytes, "
-                f"{len(data) - pos} left"
-            )
-        payload = view[pos : pos + length]  # no copy: a model's weights are most of the file
-        pos += length
-        if zlib.crc32(payload) != crc:
-            raise ExecutableFormatError(f"corrupt executable: section {tag!r} fails its CRC32")
-        found[tag] = payload
-    if pos != len(data):
-        raise ExecutableFormatError(f"corrupt executable: {len(data) - pos} trailing bytes")
+    found, signed = _sections(view, major, nsec)
     order = [t for t in found if t in SECTIONS]
     if order != list(SECTIONS):
         raise ExecutableFormatError(
             f"corrupt executable: sections {order} instead of {list(SECTIONS)}"
         )
+    if major >= 2 and WGHT not in found:
+        raise ExecutableFormatError(f"corrupt executable: format {major}.x without WGHT")
     try:
-        out = _decode_sections(found, minor)
+        out = _decode_sections(found, (major, minor), check_weights)
         if SIGN in found:
             r = _Reader(found[SIGN], "signature")
             ident, mac = r.str(), bytes(r.take(trust.MAC_BYTES))
             r.end()
-            out["signature"] = (ident, mac, signed_end)
+            out["signature"] = (ident, mac, signed)
         return out
     except (ExecutableFormatError, DTypeError):  # DTypeError: ml_dtypes is missing
         raise
@@ -552,13 +582,53 @@ def decode(data: bytes) -> dict[str, Any]:
         raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
 
 
-def _decode_sections(found: dict[bytes, memoryview], minor: int) -> dict[str, Any]:
+def _sections(
+    view: memoryview, major: int, nsec: int
+) -> tuple[dict[bytes, memoryview], tuple[tuple[int, int], ...]]:
+    """The sections' payloads by tag, each CRC-checked but WGHT's (format 2), and the byte
+    ranges the signature covers: everything before SIGN but WGHT's payload."""
+    pos = _HEADER.size
+    found: dict[bytes, memoryview] = {}
+    signed = [(0, 0)]
+    for i in range(nsec):
+        if SIGN in found:
+            raise ExecutableFormatError("corrupt executable: a section after the signature")
+        signed[-1] = (signed[-1][0], pos)
+        if pos + _SECTION.size > len(view):
+            raise ExecutableFormatError(f"truncated executable: section {i} header is cut off")
+        tag, length, crc = _SECTION.unpack_from(view, pos)
+        pos += _SECTION.size
+        if length > len(view) - pos:
+            raise ExecutableFormatError(
+                f"truncated executable: section {tag!r} needs {length} bytes, "
+                f"{len(view) - pos} left"
+            )
+        payload = view[pos : pos + length]  # no copy: a model's weights are most of the file
+        if major >= 2 and tag == WGHT:  # its digest is in CONS; checked on request
+            signed[-1] = (signed[-1][0], pos)
+            signed.append((pos + length, pos + length))
+        elif zlib.crc32(payload) != crc:
+            raise ExecutableFormatError(f"corrupt executable: section {tag!r} fails its CRC32")
+        pos += length
+        found[tag] = payload
+    if pos != len(view):
+        raise ExecutableFormatError(f"corrupt executable: {len(view) - pos} trailing bytes")
+    return found, tuple(signed)
+
+
+def _decode_sections(
+    found: dict[bytes, memoryview], version: tuple[int, int], check_weights: bool
+) -> dict[str, Any]:
     heads, adts = _read_glob(_Reader(found[b"GLOB"], "globals"))
-    constants = _read_cons(_Reader(found[b"CONS"], "constants"))
+    cons = _Reader(found[b"CONS"], "constants")
+    if version[0] >= 2:
+        constants = weights.read_cons(cons, found[WGHT], check_weights)
+    else:
+        constants = _read_cons(cons)
     r = _Reader(found[b"PRIM"], "primitive names")
     prims = [r.str() for _ in range(r.count(4))]
     r.end()
-    code = _read_code(_Reader(found[b"CODE"], "code"), minor)
+    code = _read_code(_Reader(found[b"CODE"], "code"), version)
     functions = []
     for name, kind, nregs, params, specs, start, length in heads:
         if not (0 <= start and 0 <= length and start + length <= len(code)):
@@ -567,7 +637,7 @@ def _decode_sections(found: dict[bytes, memoryview], minor: int) -> dict[str, An
                 f"the {len(code)} instructions"
             )
         body = code[start : start + length]
-        if minor < 2:
+        if version < (1, 2):
             body = _upgrade_tail_calls(body)
         functions.append(VMFunction(name, params, specs, nregs, tuple(body), kind))
     kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
@@ -708,24 +778,13 @@ def _read_result(r: _Reader, depth: int) -> ParamSpec:
 
 
 def _read_cons(r: _Reader) -> list[np.ndarray]:
+    """Format 1's constants: each one's bytes inside CONS (format 2: `weights.read_cons`)."""
     out = []
     for i in range(r.count(4)):
-        dtype_str = r.str()
-        try:
-            dtype = numpy_dtype(dtype_str)
-        except DTypeError:
-            raise  # a narrow dtype without ml_dtypes installed: the message says what to do
-        except (TypeError, ValueError, SyntaxError):
-            r.fail(f"constant {i} has an unknown dtype {dtype_str!r}")
-        if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
-            r.fail(f"constant {i} has an unsupported dtype {dtype_str!r}")
+        dtype = weights.dtype_of(r, i, r.str())
         shape = r.ints()
         nbytes = r.int()
-        expect = dtype.itemsize
-        for d in shape:
-            if d < 0:
-                r.fail(f"constant {i} has a negative dimension in {shape}")
-            expect *= d
+        expect = weights.nbytes_of(r, i, dtype, shape)
         if expect != nbytes:
             r.fail(f"constant {i} of shape {shape} {dtype} needs {expect} bytes, has {nbytes}")
         raw = r.take(nbytes)  # a view of the file's bytes, read-only as constants must be
@@ -751,14 +810,14 @@ def _upgrade_tail_calls(code: list[tuple]) -> list[tuple]:
     return out
 
 
-def _read_code(r: _Reader, minor: int) -> list[tuple]:
+def _read_code(r: _Reader, version: tuple[int, int]) -> list[tuple]:
     code = []
     for _ in range(r.count(1)):
         op = r.take(1)[0]
         if op not in OPCODE_INFO:
-            if minor > VERSION[1]:
+            if version > VERSION:
                 raise ExecutableFormatError(
-                    f"this executable (format {VERSION[0]}.{minor}) uses opcode {op}, which "
+                    f"this executable (format {version[0]}.{version[1]}) uses opcode {op}, which "
                     f"this rvm (format {VERSION[0]}.{VERSION[1]}) does not know: load it with "
                     "the rvm version that saved it or a newer one"
                 )

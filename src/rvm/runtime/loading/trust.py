@@ -6,9 +6,11 @@ the user trusts, or loaded with ``trusted=True``. Everything else in a file (fun
 bytecode, constants, types) is data, decoded with bounds checks.
 
 A signature is an HMAC-SHA256 (stdlib `hmac`) over every byte of the file before it (the
-header and every section), in a last section ``SIGN`` that holds the key's id and the MAC
-(`rvm.runtime.serialize`). Keys are secrets of at least 16 bytes; whoever holds a key can
-sign with it, so share one only with people whose files you would run.
+header and every section) but the weights' bytes (section WGHT, format 2), which the SHA-256
+digest in the signed CONS section stands for (`rvm.runtime.weights`), in a last section
+``SIGN`` that holds the key's id and the MAC (`rvm.runtime.serialize`). Keys are secrets of
+at least 16 bytes; whoever holds a key can sign with it, so share one only with people whose
+files you would run.
 
 Keys live in the trust store, a folder under rvm's config dir (`config_dir`:
 ``RVM_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/rvm``, else ``~/.config/rvm``):
@@ -27,10 +29,12 @@ import hmac
 import os
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rvm.runtime.loading import user_dir
+
+Buffer = bytes | bytearray | memoryview  # what hmac takes (an mmap too)
 
 __all__ = [
     "MIN_KEY_BYTES",
@@ -152,19 +156,30 @@ def trusted_keys() -> dict[str, bytes]:
     return out
 
 
-def sign(data: bytes, key: bytes | str) -> tuple[str, bytes]:
-    """(key id, HMAC-SHA256 of ``data`` under ``key``)."""
+def _mac(key: bytes, data: Buffer | Sequence[Buffer]) -> bytes:
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in data if isinstance(data, (list, tuple)) else (data,):
+        mac.update(part)
+    return mac.digest()
+
+
+def sign(data: Buffer | Sequence[Buffer], key: bytes | str) -> tuple[str, bytes]:
+    """(key id, HMAC-SHA256 of ``data`` under ``key``); ``data`` may be a list or tuple of
+    parts, signed as if concatenated."""
     key = _as_key(key)
-    return key_id(key), hmac.new(key, data, hashlib.sha256).digest()
+    return key_id(key), _mac(key, data)
 
 
-def verify(data: bytes, ident: str, mac: bytes, keys: Iterable[bytes | str] = ()) -> bool:
-    """Whether ``mac`` is the signature of ``data`` by key ``ident``, that key being one of
-    ``keys`` or of the trust store (compared in constant time)."""
+def verify(
+    data: Buffer | Sequence[Buffer], ident: str, mac: bytes, keys: Iterable[bytes | str] = ()
+) -> bool:
+    """Whether ``mac`` is the signature of ``data`` (bytes, or a list or tuple of parts) by
+    key ``ident``, that key being one of ``keys`` or of the trust store (compared in
+    constant time)."""
     candidates = {key_id(k): _as_key(k) for k in keys}
     key = candidates.get(ident)
     if key is None:
         key = trusted_keys().get(ident)
     if key is None or len(mac) != MAC_BYTES:
         return False
-    return hmac.compare_digest(hmac.new(key, data, hashlib.sha256).digest(), mac)
+    return hmac.compare_digest(_mac(key, data), mac)
