@@ -92,6 +92,13 @@ def test_a_saved_file_maps_its_weights_and_runs_in_every_mode(compiled, exec_mod
     _check_runs(ex, exec_mode)
 
 
+def test_mmap_false_reads_the_file_into_memory(compiled):
+    compiled.save("m.rvmx")
+    ex = rvm.load_executable("m.rvmx", mmap=False)
+    assert ex.trusted and not any(_mapped(c) for c in ex.constants)
+    _check_runs(ex, "bytecode")
+
+
 def test_the_signature_and_the_crcs_skip_the_weights_the_digest_stands_for_them(compiled):
     """Changed weights with every other byte intact: the load checks where they lie, not
     their bytes (data, never run); check_weights=True checks the digest."""

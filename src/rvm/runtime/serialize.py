@@ -45,7 +45,7 @@ against the bytes left before anything is allocated, so a corrupted file gives
 
 from __future__ import annotations
 
-import mmap
+import mmap as _mmap
 import struct
 import zlib
 from collections.abc import Iterable
@@ -513,13 +513,17 @@ def load_executable(
     keys: Iterable[bytes | str] = (),
     trusted: bool = False,
     check_weights: bool = False,
+    mmap: bool = True,
 ) -> Executable:
     """Reads an executable written by `Executable.save`.
 
-    The file is memory-mapped, read-only: its constants (the weights) are views of the
-    file's pages, read when a call first touches them, and shared by every process that
-    loads the file. Do not truncate or rewrite a file in place while a process has it
-    loaded (`Executable.save` writes a new file and renames it over the old one).
+    By default the file is memory-mapped, read-only: its constants (the weights) are views
+    of the file's pages, read when a call first touches them and shared by every process
+    that loads the file. Do not truncate or rewrite the file in place while a process has it
+    loaded: the operating system then ends that process at its next read of a weight (a bus
+    error). `Executable.save` and the ``rvm`` command write a new file and rename it over
+    the old one, which is safe; for files that others may rewrite in place, pass
+    ``mmap=False``.
 
     Args:
         path: The file.
@@ -528,15 +532,20 @@ def load_executable(
         check_weights: Also check the weights' bytes against their SHA-256 digest (reads
             them all). Everything else (code, metadata, where each weight lies) is always
             checked; the weights are data, which no load ever runs.
+        mmap: Map the file (True) or read it into memory (False).
 
     Raises:
         ExecutableFormatError: The file is truncated, corrupted or of another major version,
             or (``check_weights``) its weights do not match their digest.
     """
     with open(path, "rb") as f:
-        try:
-            data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):  # empty, or a file that cannot be mapped (a pipe)
+        data: Any = None
+        if mmap:
+            try:
+                data = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+            except (OSError, ValueError):  # empty, or a file that cannot be mapped (a pipe)
+                pass
+        if data is None:
             data = f.read()
     return from_bytes(Executable, data, keys=keys, trusted=trusted, check_weights=check_weights)
 
