@@ -38,6 +38,16 @@ its tail calls, which those versions emitted as INVOKE / INVOKE_CLOSURE directly
 the result, become the tail call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs
 in constant space.
 
+Version 2.0 (a new major version: a 1.x reader refuses it, naming the version; this reader
+reads 1.x and 2.x, and `encode` writes 1.6 on request) moves the constants' bytes out of CONS
+into a WGHT section before SIGN (`rvm.runtime.weights`): CONS then holds per constant its dtype,
+shape, offset in WGHT's payload and size, then the SHA-256 digest of WGHT's payload. WGHT's
+first constant starts at a page of the file, each at a multiple of 64 bytes; its CRC field is 0
+and SIGN covers every byte before it but WGHT's payload, which the signed digest stands for. A
+load maps the file (`load_executable`) and checks every section but WGHT's bytes, and that every
+constant lies inside WGHT; the constants are read-only views of the file, and their digest is
+checked with ``check_weights=True``.
+
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
 `ExecutableFormatError` and never a crash, a hang or a huge allocation.
