@@ -1,22 +1,24 @@
 """Load time of a saved executable in a fresh process with an empty kernel cache.
 
-Run: ``python benchmarks/load_time.py [--repeat 5] [--no-cnn]``.
+Run: ``python benchmarks/load_time.py [--repeat 5] [--no-cnn] [--gpt2 [WORKDIR]]``.
 
 For each model (the MLP of ``rvm.testing.programs``, jit kernels, in the default exec mode and
 compiled with ``exec_mode="native"``, whose native functions ship too; onnx's light squeezenet with
-random weights, imported through ``rvm.from_onnx``), the parent compiles it, saves it (with its
-kernels' native code, `rvm.runtime.loading.artifact`, signed with this run's own key: the
-trust model, README "Security"), and computes the reference output. Then each measurement is a
-new subprocess with ``RVM_CACHE_DIR`` set to a new empty folder (no kernel cached) and a
-``NUMBA_CACHE_DIR`` shared by the children, where the first child builds the kernel library
-(never taken from a file; built once per install), which times
+random weights, imported through ``rvm.from_onnx``; with ``--gpt2``, GPT-2 small with past, one
+decode step, exported as ``benchmarks/transformers.py`` does: a 650 MB file, which format 2.0
+maps), the parent compiles it, saves it (with its kernels' native code,
+`rvm.runtime.loading.artifact`, signed with this run's own key: the trust model, README
+"Security"), and computes the reference output. Then each measurement is a new subprocess with
+``RVM_CACHE_DIR`` set to a new empty folder (no kernel cached) and a ``NUMBA_CACHE_DIR`` shared
+by the children, where the first child builds the kernel library (never taken from a file;
+built once per install), which times
 
 - ``import rvm`` (stated on its own, not part of the goal);
 - ``rvm.load_executable`` + ``rvm.VirtualMachine`` + the first call (the goal: <= 0.5 s for
-  the MLP, <= 1 s for squeezenet), for each way of trusting the file: *signed* (the signature
-  by a trusted key checked; its native code goes into isolated cache entries, checked at use),
-  *trusted* (``trusted=True``), and *untrusted* (``load_executable`` + ``as_text`` only: the
-  data path; its kernels refuse to run);
+  the MLP, <= 1 s for squeezenet and GPT-2), for each way of trusting the file: *signed* (the
+  signature by a trusted key checked; its native code goes into isolated cache entries,
+  checked at use), *trusted* (``trusted=True``), and *untrusted* (``load_executable`` +
+  ``as_text`` only: the data path; its kernels refuse to run);
 
 checks the output against the parent's reference, and reports how many kernels it loaded and
 compiled (`rvm.runtime.loading.loader.kernel_counts`; a compile makes the run fail). The same is
@@ -46,7 +48,7 @@ import numpy as np
 import rvm
 from rvm.testing.programs import MLP, PROGRAMS
 
-GOALS = {"mlp": 0.5, "mlp_native": 0.5, "squeezenet": 1.0}
+GOALS = {"mlp": 0.5, "mlp_native": 0.5, "squeezenet": 1.0, "gpt2": 1.0}
 
 CHILD = textwrap.dedent(
     """
@@ -125,16 +127,39 @@ def _save(name: str, ex: rvm.Executable, args: tuple, work: Path) -> dict[str, P
 
 
 def _verify_s(path: Path) -> float:
-    """Median seconds to check the signature of the file at ``path`` (HMAC-SHA256)."""
+    """Median seconds to check the signature of the file at ``path`` (HMAC-SHA256 over the
+    bytes it covers: all but the weights' since format 2)."""
     from rvm.runtime.loading import trust
     from rvm.runtime.serialize import decode
 
-    data = path.read_bytes()
-    ident, mac, end = decode(data)["signature"]
-    return median_time(lambda: trust.verify(data[:end], ident, mac), repeat=21)
+    data = memoryview(path.read_bytes())
+    ident, mac, ranges = decode(data)["signature"]
+    parts = [data[a:b] for a, b in ranges]
+    return median_time(lambda: trust.verify(parts, ident, mac), repeat=21)
 
 
-def _models(work: Path, cnn: bool) -> dict[str, tuple[rvm.Executable, tuple]]:
+def _gpt2(workdir: Path) -> tuple[rvm.Executable, tuple]:
+    """GPT-2 small with past (transformers' default config, random weights, exported as
+    ``benchmarks/transformers.py`` does and cached in ``workdir``), compiled; one decode step
+    at past length 8 as its input."""
+    from transformer_models import export_gpt2
+
+    path = export_gpt2(workdir)
+    mod = rvm.from_onnx(str(path))
+    rng = np.random.default_rng(0)
+    inputs = {
+        "input_ids": np.array([[42]], np.int64),
+        "attention_mask": np.ones((1, 9), np.int64),
+        "position_ids": np.array([[8]], np.int64),
+    }
+    args = []
+    for p in mod["main"].params:  # the rest: past_key_values_<layer>_<key|value>
+        past = rng.standard_normal((1, 12, 8, 64)).astype(np.float32)
+        args.append(inputs.get(p.name, past))
+    return rvm.compile(mod, progress=True), tuple(args)
+
+
+def _models(work: Path, cnn: bool, gpt2: Path | None) -> dict[str, tuple[rvm.Executable, tuple]]:
     models = {
         "mlp": (rvm.compile(MLP, kernels="jit"), PROGRAMS[0].args()),
         "mlp_native": (rvm.compile(MLP, kernels="jit", exec_mode="native"), PROGRAMS[0].args()),
@@ -143,6 +168,8 @@ def _models(work: Path, cnn: bool) -> dict[str, tuple[rvm.Executable, tuple]]:
         path, _, _, inputs = light_model_files("squeezenet", work)
         mod = rvm.from_onnx(str(path))
         models["squeezenet"] = (rvm.compile(mod, kernels="jit", progress=True), tuple(inputs))
+    if gpt2 is not None:
+        models["gpt2"] = _gpt2(gpt2)
     return models
 
 
@@ -151,13 +178,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-cnn", action="store_true", help="the MLP only")
     parser.add_argument("--source-repeat", type=int, default=1, help="runs without native code")
+    parser.add_argument(
+        "--gpt2",
+        nargs="?",
+        const=os.path.join(tempfile.gettempdir(), "rvm-transformers"),
+        help="also GPT-2 small (exported into this folder, as benchmarks/transformers.py does)",
+    )
     opts = parser.parse_args()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="rvm-load-time-") as tmp:
         work = Path(tmp)
         os.environ["RVM_CONFIG_DIR"] = str(work / "config")  # this run's own signing key
         warm = True
-        for name, (ex, args) in _models(work, not opts.no_cnn).items():
+        gpt2 = Path(opts.gpt2) if opts.gpt2 else None
+        for name, (ex, args) in _models(work, not opts.no_cnn, gpt2).items():
             paths = _save(name, ex, args, work)
             files = (paths["args"], paths["ref"], work)
             if warm:  # builds the library's object code, shared by the children after it
@@ -168,7 +202,7 @@ def main() -> None:
                 runs["native"].append(_child(paths["native"], *files))
                 runs["trusted"].append(_child(paths["native"], *files, how="trusted"))
                 runs["untrusted"].append(_child(paths["native"], *files, how="untrusted"))
-                if k < opts.source_repeat:
+                if k < opts.source_repeat and name != "gpt2":  # its kernels compile for 40 s
                     runs["source"].append(_child(paths["source"], *files, how="trusted"))
             bad = [r for way in ("native", "trusted") for r in runs[way] if r["compiled"]]
             if bad:
@@ -183,6 +217,7 @@ def main() -> None:
                     f"{way}_{what}_median": statistics.median(r[what] for r in rs)
                     for way, rs in runs.items()
                     for what in ("import_s", "load_first_call_s")
+                    if rs
                 },
                 "runs": runs,
             }
@@ -204,7 +239,7 @@ def main() -> None:
             f"{r['native_load_first_call_s_median']:>21.3f}{r['goal_s'] or 0:>8.1f}"
             f"{r['trusted_load_first_call_s_median']:>11.3f}"
             f"{r['untrusted_load_first_call_s_median']:>13.3f}"
-            f"{r['source_load_first_call_s_median']:>13.3f}"
+            f"{r.get('source_load_first_call_s_median', float('nan')):>13.3f}"
             f"{r['verify_signature_s'] * 1e3:>11.3f}{r['native_import_s_median']:>14.3f}"
         )
     print(
