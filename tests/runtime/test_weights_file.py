@@ -5,6 +5,7 @@ checked at every load, their bytes against their digest on request; hostile file
 from __future__ import annotations
 
 import mmap
+import os
 import pickle
 import struct
 import zlib
@@ -214,6 +215,17 @@ def test_saving_over_a_loaded_file_leaves_the_loaded_executable_intact(compiled)
     compiled.save("m.rvmx")
     _check_runs(ex, "bytecode")
     assert not [p.name for p in Path().iterdir() if p.name.endswith(".tmp")]
+
+
+def test_save_writes_through_a_symbolic_link_and_into_a_device(compiled, tmp_path):
+    compiled.save("real.rvmx")
+    Path("link.rvmx").symlink_to(tmp_path / "real.rvmx")
+    ex = rvm.load_executable("link.rvmx")
+    compiled.save("link.rvmx")  # replaces the file the link names, not the link
+    assert Path("link.rvmx").is_symlink() and rvm.load_executable("link.rvmx").trusted
+    _check_runs(ex, "bytecode")
+    compiled.save(os.devnull)
+    assert Path(os.devnull).is_char_device()
 
 
 def test_a_mapped_executable_pickles_and_an_empty_file_is_not_one(compiled):

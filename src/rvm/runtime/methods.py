@@ -88,8 +88,13 @@ def save(ex: Executable, path: str, sign: bool | bytes | str | None = True) -> N
     The file is written beside ``path`` and renamed over it, so a process that has the old
     file loaded (memory-mapped, `rvm.load_executable`) keeps reading the old bytes."""
     parts = serialize.encode_parts(ex, native_code(ex), _signing_key(ex, sign))
-    path = os.fspath(path)
-    folder, name = os.path.split(os.path.abspath(path))
+    path = os.path.realpath(os.fspath(path))  # through a symbolic link, as open() writes
+    if os.path.exists(path) and not os.path.isfile(path):  # a device or a pipe: in place
+        with open(path, "wb") as f:
+            for part in parts:
+                f.write(part)
+        return
+    folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
     try:
