@@ -138,6 +138,22 @@ def test_inspect_shows_stats_signatures_kernels_and_bytecode(work):
     assert "invoke_packed" in text and "func 0 @main" in text
 
 
+def test_inspect_check_weights_finds_changed_weights(work):
+    out = ok(rvm_cmd("inspect", "small.rvmx", "--check-weights", cwd=work))
+    assert "their SHA-256 digest checked" in out
+    data = bytearray((work / "small.rvmx").read_bytes())
+    at = data.index(b"WGHT") + 16  # the payload: the first weight sits at a page of the file
+    at += -at % 4096
+    data[at] ^= 0x10
+    (work / "changed.rvmx").write_bytes(data)
+    assert "functions: 1" in ok(rvm_cmd("inspect", "changed.rvmx", cwd=work))  # data, unread
+    user_error(
+        rvm_cmd("inspect", "changed.rvmx", "--check-weights", cwd=work),
+        "ExecutableFormatError",
+        "do not match their SHA-256 digest",
+    )
+
+
 def test_bench_compares_with_onnxruntime_and_prints_json(work):
     pytest.importorskip("onnxruntime")
     run = rvm_cmd("bench", "small.onnx", "--dim", "n=16", "--repeat", "5", cwd=work)

@@ -2,7 +2,7 @@
 
     rvm compile model.onnx -o model.rvmx [--exec-mode compiled] [--kernels jit] [--precision bf16]
     rvm run model.rvmx [--input x=x.npy ...] [--dim n=8 ...] [--output out.npz]
-    rvm inspect model.rvmx [--text]
+    rvm inspect model.rvmx [--text] [--check-weights]
     rvm bench model.onnx [--repeat 50] [--json]
 
 A model is a saved executable (``.rvmx``) or an ONNX model (``.onnx``, compiled on the spot;
@@ -129,7 +129,12 @@ def _load_model(
         calibration = getattr(args, "calibration", None)
         return _compile_onnx(p, exec_mode or "bytecode", kernels, True, precision, calibration)
     keys = getattr(args, "key", None) or []
-    ex = rvm.load_executable(str(p), keys=keys, trusted=bool(getattr(args, "trusted", False)))
+    ex = rvm.load_executable(
+        str(p),
+        keys=keys,
+        trusted=bool(getattr(args, "trusted", False)),
+        check_weights=bool(getattr(args, "check_weights", False)),
+    )
     wanted = getattr(args, "precision", None)
     if wanted not in (None, ex.precision):
         raise UserError(
@@ -357,8 +362,11 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    ex = _load_model(args.model, None, "jit")
+    ex = _load_model(args.model, None, "jit", args)
     print(f"{args.model}: exec mode {ex.default_exec_mode}, precision {ex.precision}")
+    if args.check_weights:
+        nbytes = sum(c.nbytes for c in ex.constants)
+        print(f"weights: {nbytes / 1e6:.1f} MB, their SHA-256 digest checked")
     print(ex.stats())
     print("signatures:")
     for fn in ex.functions:
@@ -530,6 +538,11 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("inspect", help="statistics, signatures and kernels of an executable")
     c.add_argument("model", help="a saved executable (.rvmx) or an ONNX model (.onnx)")
     c.add_argument("--text", action="store_true", help="also print the bytecode")
+    c.add_argument(
+        "--check-weights",
+        action="store_true",
+        help="also check the weights' bytes against their digest (a load does not read them)",
+    )
     c.set_defaults(run=cmd_inspect)
 
     c = sub.add_parser("bench", help="time a function (and ONNX Runtime on an .onnx model)")

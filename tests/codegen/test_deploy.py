@@ -228,9 +228,11 @@ def test_corrupt_native_section_raises_format_error():
             rvm.Executable.from_bytes(encode(ex, NativeCode("k", (group,))))
     data = bytearray(encode(ex, NativeCode("k", (good,))))
     cut = data.rindex(b"NATV")
+    length = int.from_bytes(data[cut + 4 : cut + 12], "little")
     data[cut + 4 : cut + 12] = (5).to_bytes(8, "little")  # the payload cut to 5 bytes
-    data = data[: cut + 16 + 5]
-    data[cut + 12 : cut + 16] = zlib.crc32(bytes(data[cut + 16 :])).to_bytes(4, "little")
+    data = data[: cut + 16 + 5] + data[cut + 16 + length :]  # the sections after it kept
+    crc = zlib.crc32(bytes(data[cut + 16 : cut + 21]))
+    data[cut + 12 : cut + 16] = crc.to_bytes(4, "little")
     with pytest.raises(ExecutableFormatError, match="native code section"):
         rvm.Executable.from_bytes(bytes(data))
 
