@@ -13,7 +13,7 @@ from rvm.errors import ExecutableFormatError, VMError
 from rvm.runtime import ExecBuilder, Executable, VirtualMachine, load_executable
 from rvm.runtime import Opcode as O
 from rvm.runtime.modes.compiled import compiled_functions
-from rvm.runtime.serialize import META
+from rvm.runtime.serialize import META, encode
 from rvm.testing import assert_values_close
 from rvm.testing.programs import PROGRAMS
 
@@ -49,8 +49,10 @@ def test_default_exec_mode_and_previous_minor_version():
     assert ex.default_exec_mode == "bytecode"
     data = ex.with_exec_mode("compiled").to_bytes()
     assert Executable.from_bytes(data).default_exec_mode == "compiled"
-    # A version 1.0 file: no META section, minor 0.
-    cut = data.rindex(META)  # the last section: its header starts with its tag
+    # A version 1.0 file: no META section, minor 0 (from the 1.6 layout: format 2 moved CONS's
+    # bytes to WGHT).
+    data = encode(ex.with_exec_mode("compiled"), version=(1, 6))
+    cut = data.rindex(META)  # the first optional section: its header starts with its tag
     old = bytearray(data[:cut])
     old[6:8] = (0).to_bytes(2, "little")
     old[8:12] = (5).to_bytes(4, "little")
