@@ -23,7 +23,9 @@ built once per install), which times
 checks the output against the parent's reference, and reports how many kernels it loaded and
 compiled (`rvm.runtime.loading.loader.kernel_counts`; a compile makes the run fail). The same is
 measured for the executable saved without native code (``to_bytes(native=False)``, as before
-format 1.4: every kernel compiles), and the time to check a signature in process. The table
+format 1.4: every kernel compiles), for the same executable saved in format 1.6 (signed, its
+weights inside CONS: read, CRC-checked and hashed whole at load), and the time to check a
+signature in process. The table
 gives medians over ``--repeat`` subprocesses (interleaved); writes
 ``benchmarks/results/load_time.json``.
 """
@@ -46,6 +48,8 @@ from common import ROOT, light_model_files, median_time, write_results
 import numpy as np
 
 import rvm
+from rvm.runtime.loading import trust
+from rvm.runtime.serialize import encode_parts
 from rvm.testing.programs import MLP, PROGRAMS
 
 GOALS = {"mlp": 0.5, "mlp_native": 0.5, "squeezenet": 1.0, "gpt2": 1.0}
@@ -123,13 +127,16 @@ def _save(name: str, ex: rvm.Executable, args: tuple, work: Path) -> dict[str, P
     ex.save(str(paths["native"]))  # signed with this user's key (RVM_CONFIG_DIR below)
     paths["source"] = work / f"{name}_source_only.rvmx"
     paths["source"].write_bytes(ex.to_bytes(native=False))
+    paths["format_1"] = work / f"{name}_format_1.rvmx"  # before 2.0: weights inside CONS
+    with open(paths["format_1"], "wb") as f:
+        for part in encode_parts(ex, ex.native_code(), trust.local_key(), version=(1, 6)):
+            f.write(part)
     return paths
 
 
 def _verify_s(path: Path) -> float:
     """Median seconds to check the signature of the file at ``path`` (HMAC-SHA256 over the
     bytes it covers: all but the weights' since format 2)."""
-    from rvm.runtime.loading import trust
     from rvm.runtime.serialize import decode
 
     data = memoryview(path.read_bytes())
@@ -197,14 +204,15 @@ def main() -> None:
             if warm:  # builds the library's object code, shared by the children after it
                 _child(paths["native"], *files)
                 warm = False
-            runs = {"native": [], "trusted": [], "untrusted": [], "source": []}
+            runs = {"native": [], "trusted": [], "untrusted": [], "source": [], "format_1": []}
             for k in range(opts.repeat):
                 runs["native"].append(_child(paths["native"], *files))
+                runs["format_1"].append(_child(paths["format_1"], *files))
                 runs["trusted"].append(_child(paths["native"], *files, how="trusted"))
                 runs["untrusted"].append(_child(paths["native"], *files, how="untrusted"))
                 if k < opts.source_repeat and name != "gpt2":  # its kernels compile for 40 s
                     runs["source"].append(_child(paths["source"], *files, how="trusted"))
-            bad = [r for way in ("native", "trusted") for r in runs[way] if r["compiled"]]
+            bad = [r for w in ("native", "trusted", "format_1") for r in runs[w] if r["compiled"]]
             if bad:
                 raise RuntimeError(f"{name}: a load with native code compiled kernels: {bad}")
             results[name] = {
@@ -226,12 +234,14 @@ def main() -> None:
         f"built (load: {os.getloadavg()[0]:.1f}); medians of {opts.repeat}. signed: the "
         "file's signature by a trusted key checked, its native code used; trusted=True: the "
         "same, unchecked; untrusted: loaded as data and printed (its kernels refuse to run); "
-        "no-native: trusted, kernels compiled"
+        "no-native: trusted, kernels compiled; format 1.6: signed, the same executable in "
+        "the format before 2.0 (its weights read and checked with the rest)"
     )
     print(
         f"{'model':<12}{'kernels':>8}{'MB':>7}{'first run, signed s':>21}{'goal s':>8}"
         f"{'trusted s':>11}"
-        f"{'untrusted s':>13}{'no-native s':>13}{'verify ms':>11}{'import rvm s':>14}"
+        f"{'untrusted s':>13}{'no-native s':>13}{'format 1.6 s':>14}{'verify ms':>11}"
+        f"{'import rvm s':>14}"
     )
     for name, r in results.items():
         print(
@@ -240,6 +250,7 @@ def main() -> None:
             f"{r['trusted_load_first_call_s_median']:>11.3f}"
             f"{r['untrusted_load_first_call_s_median']:>13.3f}"
             f"{r.get('source_load_first_call_s_median', float('nan')):>13.3f}"
+            f"{r['format_1_load_first_call_s_median']:>14.3f}"
             f"{r['verify_signature_s'] * 1e3:>11.3f}{r['native_import_s_median']:>14.3f}"
         )
     print(
