@@ -268,7 +268,7 @@ class NativeMode:
 
     def __init__(self, context: ExecContext) -> None:
         self.context = context
-        self._compiled: CompiledMode | None = None
+        self.compiled = CompiledMode(context)
         ex = context.executable
         self.plan: _Plan = _PLAN.get(ex, lambda: _Plan(ex, context.raw_packed))
         self._typing_error: type[BaseException] | None = None
@@ -276,15 +276,6 @@ class NativeMode:
             from numba.core.errors import NumbaError
 
             self._typing_error = NumbaError
-
-    @property
-    def compiled(self) -> CompiledMode:
-        """The compiled mode, for the calls that do not run natively: made at the first one
-        (generating its code is most of a native VM's creation, and a model whose functions
-        all run natively never needs it)."""
-        if self._compiled is None:
-            self._compiled = CompiledMode(self.context)
-        return self._compiled
 
     def run(self, fidx: int, args: list[Any]) -> Any:
         """Runs function `fidx` on checked VM values: natively when it can, else compiled."""
