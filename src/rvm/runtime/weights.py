@@ -31,7 +31,18 @@ import numpy as np
 from rvm.dtypes import NARROW_DTYPES, numpy_dtype
 from rvm.errors import DTypeError, ExecutableFormatError
 
-__all__ = ["ALIGN", "DIGEST", "PAGE", "Blob", "check_digest", "dtype_of", "read_cons"]
+__all__ = [
+    "ALIGN",
+    "DIGEST",
+    "DIGEST_BYTES",
+    "PAGE",
+    "Blob",
+    "check_digest",
+    "digest",
+    "dtype_of",
+    "nbytes_of",
+    "read_cons",
+]
 
 ALIGN = 64  # every constant's offset in WGHT: a cache line, enough for any vector load
 PAGE = 4096  # WGHT's first constant starts at a multiple of this in the file
