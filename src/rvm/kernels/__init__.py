@@ -1,6 +1,7 @@
 """The kernel library that native code calls: the bottom floor of rvm's native side.
 
-- `mathlib`: vectorizable float32 ``exp``/``tanh`` that generated kernels import.
+- `mathlib`: vectorizable float32 ``exp``/``tanh``/``sigmoid``/``erf`` that generated kernels
+  import.
 - `cblas`: the raw binding to NumPy's CBLAS; `blas`: GEMM and the matmul anchor kernels
   call, large products split over the pool; `sgemm`: rvm's own float32 micro-kernel GEMM.
 - `conv`, `pool`, `lrn`: float convolution, pooling and lrn, compiled once and called by
