@@ -1,11 +1,12 @@
 """Transformers against ONNX Runtime: BERT-base, a GPT-2 small decode step, generation.
 
 Run: ``python benchmarks/transformers.py [--only bert,decode,generate,compile,rss,chart]
-[--workdir DIR] [--tiny]``. Needs torch (CPU), transformers and optimum-onnx (the ``export``
-extra) to export the models: random-weight ``transformers`` defaults (`transformer_models`),
-kept in ``--workdir``. ``--tiny`` uses 2-layer, width-64 versions (a quick check of the script).
-Prints a table, writes ``benchmarks/results/transformers.json`` and a chart of time per token
-against sequence length (``transformers.png``). Parts (issue 23's goals in brackets):
+[--workdir DIR] [--tiny] [--threads N]``. Needs torch (CPU), transformers and optimum-onnx (the
+``export`` extra) to export the models: random-weight ``transformers`` defaults
+(`transformer_models`), kept in ``--workdir``. ``--tiny`` uses 2-layer, width-64 versions (a
+quick check of the script). Prints a table, writes ``benchmarks/results/transformers.json`` and
+a chart of time per token against sequence length (``transformers.png``). Parts (issue 23's
+goals in brackets):
 
 - **bert**: BERT-base, batch 1, seq 128, one call [rvm <= 1.0x ORT].
 - **decode**: GPT-2 small with past, one decode step at past length 128 [<= 1.0x ORT].
@@ -23,11 +24,11 @@ against sequence length (``transformers.png``). Parts (issue 23's goals in brack
   the longest length: it writes the new keys in place and reads the slots written so far.
 
 Every speed figure is a median of interleaved turns in one process, default threads on both
-sides, after checking rvm's outputs against ORT's (relative error <= 1e-4 of the largest
-output; generated tokens equal). rvm imports each model with symbolic dimensions; where the
-importer cannot yet (run-time shape computations, issue 23 item 1) it falls back to
-``shape_dict`` fixing every dimension, says so in the table, and skips what needs symbolic
-shapes (generate).
+sides (``--threads N`` gives both N: one thread keeps the ratio steadier on a loaded machine),
+after checking rvm's outputs against ORT's (relative error <= 1e-4 of the largest output;
+generated tokens equal). rvm imports each model with symbolic dimensions; where the importer
+cannot yet (run-time shape computations, issue 23 item 1) it falls back to ``shape_dict``
+fixing every dimension, says so in the table, and skips what needs symbolic shapes (generate).
 """
 
 from __future__ import annotations
@@ -85,6 +86,17 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} CPUs, rvm threads {rvm.get_num_threads()}"
 
 
+THREADS: list[int | None] = [None]  # --threads: both sides' threads (None: their defaults)
+
+
+def session(model: Path | str | bytes) -> ort.InferenceSession:
+    """An ORT session of ``model`` with `THREADS` intra-op threads (its default when None)."""
+    options = ort.SessionOptions()
+    if THREADS[0] is not None:
+        options.intra_op_num_threads = THREADS[0]
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options)
+
+
 def _dims(sess: ort.InferenceSession, values: dict[str, int]) -> dict[str, tuple[int, ...]]:
     """Every input's shape with its symbolic dims given by ``values`` (ORT's dim names)."""
     out = {}
@@ -115,7 +127,7 @@ def _check(name: str, got: Any, want: list[np.ndarray]) -> float:
 
 def speed(path: Path, feed: dict[str, np.ndarray], repeat: int) -> dict[str, Any]:
     """ms per call of rvm in each exec mode and ORT on ``feed``, after checking outputs."""
-    sess = ort.InferenceSession(str(path))
+    sess = session(path)
     names = [i.name for i in sess.get_inputs()]
     args = [feed[n] for n in names]
     mod, how = load(path, {n: v.shape for n, v in feed.items()})
@@ -177,7 +189,7 @@ def bench_generate(model: Path | bytes, prompt: int = 32, new: int = 32) -> dict
     except rvm.OnnxImportError as err:
         return {"skipped": f"needs symbolic shapes in the importer: {str(err)[:120]}"}
     ex = rvm.compile(rvm.generation.greedy(mod))
-    sess = ort.InferenceSession(source)
+    sess = session(source)
     vocab = sess.get_outputs()[0].shape[-1]
     ids = np.random.default_rng(0).integers(0, min(200, vocab), (1, prompt))
     want = ort_greedy(sess, ids, new)
@@ -303,7 +315,7 @@ def bench_chart(model: Path, lengths: list[int], repeat: int) -> dict[str, Any]:
 def bench_steps(model: Path, lengths: list[int], repeat: int) -> dict[int, float]:
     """ms of ``generate_step`` at each past length, in a cache of the longest length + 1
     (a generate call's steps), its logits checked against ORT's step on the same past."""
-    sess = ort.InferenceSession(str(model))
+    sess = session(model)
     gen = rvm.generation.greedy(rvm.from_onnx(str(model)))
     if "generate_step" not in gen.functions:
         raise SystemExit("generate has no preallocated cache for this model")
@@ -425,12 +437,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--lengths", default="16,32,64,128,256,512")
     ap.add_argument("--name", default="transformers")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        help="threads of both rvm and ORT (default: each one's default, as the goals are "
+        "stated); 1 gives steadier ratios on a loaded machine",
+    )
     a = ap.parse_args()
+    if a.threads is not None:
+        THREADS[0] = a.threads
+        rvm.set_num_threads(a.threads)
     only = set(a.only.split(","))
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
     gpt2 = export_gpt2(work, **(TINY if a.tiny else {}))
-    results: dict[str, Any] = {"machine": machine(), "tiny": a.tiny}
+    results: dict[str, Any] = {"machine": machine(), "tiny": a.tiny, "threads": a.threads}
     if "bert" in only:
         results["bert"] = bench_bert(export_bert(work, **(TINY_BERT if a.tiny else {})), a.repeat)
     decode_feed = gpt2_feed(ort.InferenceSession(str(gpt2)), 128)

@@ -88,6 +88,14 @@ def tanh_source(t: str, x: str) -> str:
     return _mathlib("tanh32", x) if t == "float32" else f"np.tanh({x})"
 
 
+def erf_source(t: str, x: str) -> str:
+    """erf(x): the vectorizable `rvm.kernels.mathlib.erf32` for float32, else ``math.erf``
+    (a scalar call) in float64."""
+    if t == "float32":
+        return _mathlib("erf32", x)
+    return f"np.{t}(math.erf(np.float64({x})))"
+
+
 def sigmoid_source(t: str, x: str) -> str:
     """The stable sigmoid: exp(-|x|) based, exact in both tails as the reference."""
     if t == "float32":
@@ -122,6 +130,9 @@ class ScalarEmitter:
 
     def sigmoid(self, x: str) -> str:
         return sigmoid_source(self.dtype, x)
+
+    def erf(self, x: str) -> str:
+        return erf_source(self.dtype, x)
 
     def unsupported(self, reason: str) -> NoReturn:
         raise Unsupported(reason)

@@ -1,8 +1,11 @@
 """The kernel library that native code calls: the bottom floor of rvm's native side.
 
-- `mathlib`: vectorizable float32 ``exp``/``tanh`` that generated kernels import.
+- `mathlib`: vectorizable float32 ``exp``/``tanh``/``sigmoid``/``erf`` that generated kernels
+  import.
 - `cblas`: the raw binding to NumPy's CBLAS; `blas`: GEMM and the matmul anchor kernels
   call, large products split over the pool; `sgemm`: rvm's own float32 micro-kernel GEMM.
+- `attention`: the attention kernels' scores, softmax and product with V, per (batch, head)
+  and band of query rows on the pool.
 - `conv`, `pool`, `lrn`: float convolution, pooling and lrn, compiled once and called by
   every kernel through C entry points (`entry`); `planes`: the padded window planes they
   share; `parfor`: their large loops split into chunks on the pool.

@@ -44,7 +44,7 @@ from rvm.kernels import cblas, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
 
-__all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul"]
+__all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul", "product"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -235,14 +235,33 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     along_n = n >= m
     parts, step = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
-    job = np.empty(_GEMM_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
-    job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
-    job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, c.itemsize
+    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, c.itemsize)
     if parts == 1:  # the whole product, in this thread
         _call_gemm(c, 0, job)
     else:
         _run_gemm(c, parts, job)
+
+
+@jit(**_OPTS)
+def _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, itemsize):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The job of a GEMM on addresses (`_GEMM_JOB`), cut into pieces of ``step`` along n
+    (``along_n``) or m."""
+    job = np.empty(_GEMM_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
+    job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
+    job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, itemsize
+    return job
+
+
+@jit(**_OPTS)
+def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
+    """``C[m, n] = A @ op(B) + beta * C`` on the row-major matrices at the int64 addresses
+    ``pa``, ``pb``, ``pc`` (row strides ``lda``, ``ldb``, ``ldc``; ``tb``: B's CBLAS transpose
+    enum) of the dtype of the array ``like``, in the calling thread: rvm's float32 kernel or
+    BLAS, as `gemm`. Through the GEMM task, so a library task calling it (`rvm.kernels.
+    attention`) does not compile the GEMM again. No checks; m, n, k > 0."""
+    _call_gemm(like, 0, _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, n,
+                                  like.itemsize))  # fmt: skip
 
 
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,

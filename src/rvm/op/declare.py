@@ -55,6 +55,10 @@ class Emitter(Protocol):
         """The stable sigmoid (vectorizable for float32)."""
         ...
 
+    def erf(self, x: str) -> str:
+        """The error function (vectorizable for float32)."""
+        ...
+
     def unsupported(self, reason: str) -> NoReturn:
         """Refuse: the kernel falls back to numpy."""
         ...

@@ -356,11 +356,7 @@ def sigmoid(x: ExprLike) -> Call:
     return _unary(ops.sigmoid, x)
 
 
-def _erf_form(e: Emitter, x: str) -> str:
-    return f"np.{e.dtype}(math.erf(np.float64({x})))"
-
-
-@elementwise("erf", 1, Rule.FLOAT, _erf_form, exports=__all__)
+@elementwise("erf", 1, Rule.FLOAT, lambda e, x: e.erf(x), exports=__all__)
 def erf(x: ExprLike) -> Call:
     """The error function."""
     return _unary(ops.erf, x)
@@ -485,7 +481,7 @@ def _gelu_form(e: Emitter, x: str) -> str:
         inner = f"{e.lit(0.7978845608028654)} * ({x} + {e.lit(0.044715)} * {x} * {x} * {x})"
         return f"({half} * {x} * ({one} + {e.tanh(inner)}))"
     scaled = f"({x} * {e.lit(0.7071067811865476)})"
-    return f"({half} * {x} * ({one} + {_erf_form(e, scaled)}))"
+    return f"({half} * {x} * ({one} + {e.erf(scaled)}))"
 
 
 @elementwise("gelu", 1, Rule.FLOAT, _gelu_form, exports=__all__)

@@ -1,0 +1,330 @@
+"""Scaled dot-product attention for the jit's `rvm.op.attention` kernels, on rvm's pool.
+
+`attention(q, k, v, mask, out, scale, fill, masked_row, select)` computes, per (batch, head),
+``softmax(scale * q @ k^T, masked) @ v`` into ``out`` (`rvm.op.attention`'s semantics and
+`rvm.kernels.reference`'s numbers). The work is cut into pieces, one (batch, head) and a
+band of its query rows each, that run at once on the pool (`rvm.kernels.parfor`): the
+calling thread and the pool's helpers take them. A piece
+
+- finds the keys its rows read: those up to the last one some row keeps (a decode step over
+  a preallocated cache reads only the slots written so far; a row that keeps no key reads
+  them all, as the reference does);
+- computes the band's scores ``q @ k^T`` in a scratch buffer of its own: a GEMM (`rvm.
+  kernels.blas.product`, rvm's float32 kernel, on K's head transposed once) for several
+  rows, a dot product per key for a few;
+- scales, masks and normalizes each row (the vectorizable `exp32` for float32);
+- and writes ``p @ v`` into its rows of ``out`` (a GEMM, or a sum of V's rows for a few).
+
+Bands are as tall as fit `SCORE_BYTES` of scores (half of the CPU's L2, read from the
+system) and cut shorter when there are fewer (batch, head) pairs than pieces wanted, so the
+whole (batch, heads, seq, kv_seq) scores tensor never exists. The task is built when first
+run (seconds of LLVM once per machine; a kernel calling `attention` compiles only the call).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.extending import intrinsic, overload
+
+from rvm.kernels import blas, parfor, workpool
+from rvm.kernels.cblas import NO_TRANS
+from rvm.kernels.jitting import jit
+from rvm.kernels.mathlib import exp32
+
+__all__ = ["DEAD", "SCORE_BYTES", "attention"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_FAST = dict(_OPTS, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
+
+DEAD = -1e30
+"""A mask value at or below this hides its key: its exponential is exactly 0 next to any key
+a row keeps (exporters hide keys with -inf or the dtype's lowest value)."""
+
+
+def _l2_bytes() -> int:
+    """The CPU's L2 cache per core, as the system reports it (1 MB when it does not)."""
+    try:
+        size = os.sysconf("SC_LEVEL2_CACHE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        size = 0
+    return size if size and size > 0 else 1 << 20
+
+
+SCORE_BYTES = _l2_bytes() // 2
+"""A piece's scores at most, in bytes: half of L2, so they stay there between the passes."""
+MIN_ROWS = 16  # a band is cut no shorter (for the pool) than this many rows
+SMALL_ROWS = 4  # fewer rows take dot products and sums of rows rather than GEMMs
+UNDERFLOW = -104.0  # exp of less is 0 in float32 (and below every float64 score here)
+
+# The job (int64): its length; the q, k, v, mask, out, params addresses; b, h, s, t, d, dv;
+# the mask's dims; whether it selects, whether a hidden key can be skipped; the rows of a
+# band, the bands per head; the itemsize.
+(_Q, _K, _V, _MASK, _OUT, _PARAMS, _B, _H, _S, _T, _D, _DV, _MB, _MH, _MS, _MT, _SELECT, _SKIP,
+ _ROWS, _BANDS, _SIZE) = range(1, 22)  # fmt: skip
+_JOB = 22
+
+
+@intrinsic
+def _bytes_at(typingctx, at):  # type: ignore[no-untyped-def]
+    """A uint8 pointer to the int64 address ``at`` (a bool mask's bytes)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+
+    return nt.CPointer(nt.uint8)(nt.int64), codegen
+
+
+@jit(**_OPTS)
+def _live_keys(job, mask_add, mask_sel, base, r0, n):  # type: ignore[no-untyped-def]
+    """The keys rows ``r0 .. r0 + n`` read: up to the last one some row keeps; all when
+    one keeps none or no key can be hidden for certain."""
+    t, ms, mt = job[_T], job[_MS], job[_MT]
+    if job[_SKIP] == 0 or mt == 1:
+        return t
+    lo, hi = (r0, r0 + n) if ms > 1 else (0, 1)
+    te = 0
+    for i in range(lo, hi):
+        row = base + i * mt
+        last = -1
+        for j in range(t - 1, -1, -1):
+            live = mask_sel[row + j] != 0 if job[_SELECT] else mask_add[row + j] > DEAD
+            if live:
+                last = j
+                break
+        if last < 0:
+            return t
+        te = max(te, last + 1)
+    return te
+
+
+@jit(**_FAST)
+def _mask_rows(sc, n, te, mask_add, mask_sel, rows_at, step, select, scale, fill):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Each of the ``n`` score rows (``te`` each) scaled and masked in place: row ``i``'s
+    mask at ``rows_at[i]``, key ``j`` ``j * step`` on."""
+    for i in range(n):
+        row = sc[i * te : (i + 1) * te]
+        at = rows_at[i]
+        if select:
+            for j in range(te):
+                row[j] = row[j] * scale if mask_sel[at + j * step] != 0 else fill
+        elif step == 1:
+            m = mask_add[at : at + te]
+            for j in range(te):
+                row[j] = row[j] * scale + m[j]
+        else:
+            bias = mask_add[at]
+            for j in range(te):
+                row[j] = row[j] * scale + bias
+
+
+def _exp(x):  # type: ignore[no-untyped-def]
+    """e ** x for x <= 0: `exp32` for float32 (0 below `UNDERFLOW`), ``np.exp`` otherwise."""
+    return np.exp(x)
+
+
+@overload(_exp, jit_options=dict(cache=True, fastmath=_FAST["fastmath"]))
+def _exp_typed(x):  # type: ignore[no-untyped-def]
+    if x == nt.float32:
+        return lambda x: exp32(x) if x >= np.float32(UNDERFLOW) else np.float32(0.0)
+    return lambda x: np.exp(x)
+
+
+@jit(**_FAST)
+def _softmax_row(row):  # type: ignore[no-untyped-def]
+    """``row`` (not empty) normalized in place; False (and ``row`` untouched) when every
+    score is -inf."""
+    top = row[0]  # of the row's dtype (-np.inf would make the arithmetic float64)
+    for j in range(1, row.size):
+        x = row[j]
+        top = x if x > top else top
+    if top == -np.inf:
+        return False
+    total = np.float32(0.0)  # float64 for a float64 row
+    for j in range(row.size):
+        e = _exp(row[j] - top)
+        row[j] = e
+        total += e
+    inv = np.float32(1.0) / total
+    for j in range(row.size):
+        row[j] *= inv
+    return True
+
+
+@jit(**_FAST)
+def _dots(q, kh, sc, n, te, d):  # type: ignore[no-untyped-def]
+    """``sc[i, j] = q[i] . kh[j]`` for a few rows (a decode step)."""
+    for i in range(n):
+        for j in range(te):
+            acc = np.float32(0.0)  # float64 for float64 operands
+            for x in range(d):
+                acc += q[i * d + x] * kh[j * d + x]
+            sc[i * te + j] = acc
+
+
+@jit(**_FAST)
+def _row_sums(sc, vh, o, n, te, dv):  # type: ignore[no-untyped-def]
+    """``o[i] = sum_j sc[i, j] * vh[j]`` for a few rows."""
+    for i in range(n):
+        out = o[i * dv : (i + 1) * dv]
+        out[:] = 0
+        for j in range(te):
+            p = sc[i * te + j]
+            vrow = vh[j * dv : (j + 1) * dv]
+            for x in range(dv):
+                out[x] += p * vrow[x]
+
+
+@jit(**_OPTS)
+def _transposed(kh, te, d):  # type: ignore[no-untyped-def]
+    """K's first ``te`` rows (``d`` each) transposed: (d, te), C order."""
+    kt = np.empty((d, te), dtype=kh.dtype)
+    for j in range(te):
+        for x in range(d):
+            kt[x, j] = kh[j * d + x]
+    return kt
+
+
+@jit(**_OPTS)
+def _alive(a):  # type: ignore[no-untyped-def]
+    """Nothing: a use of ``a`` after the code that reads it through its address (Numba frees
+    an array after its last use as an array)."""
+
+
+@jit(**_OPTS)
+def _piece(p, job, like):  # type: ignore[no-untyped-def]
+    """Piece ``p``: one (batch, head)'s band of query rows (see the module docstring)."""
+    h, s, t, d, dv, size = job[_H], job[_S], job[_T], job[_D], job[_DV], job[_SIZE]
+    bh, band = p // job[_BANDS], p % job[_BANDS]
+    bi, hi = bh // h, bh % h
+    r0 = band * job[_ROWS]
+    n = min(job[_ROWS], s - r0)
+    if n <= 0:
+        return
+    params = parfor.array_at(job[_PARAMS], (3,), like)
+    scale, fill, empty = params[0], params[1], params[2]
+    mb, mh, ms, mt = job[_MB], job[_MH], job[_MS], job[_MT]
+    count = mb * mh * ms * mt
+    mask_add = parfor.array_at(job[_MASK], (count,), like)  # read only when adding
+    mask_sel = nb.carray(_bytes_at(job[_MASK]), (count,))  # read only when selecting
+    base = ((min(bi, mb - 1) * mh + min(hi, mh - 1)) * ms) * mt
+    te = _live_keys(job, mask_add, mask_sel, base, r0, n)
+    q = parfor.array_at(job[_Q] + size * (bh * s + r0) * d, (n * d,), like)
+    kh = parfor.array_at(job[_K] + size * bh * t * d, (t * d,), like)
+    vh = parfor.array_at(job[_V] + size * bh * t * dv, (t * dv,), like)
+    o = parfor.array_at(job[_OUT] + size * (bh * s + r0) * dv, (n * dv,), like)
+    sc = np.empty(n * te, dtype=o.dtype)
+    if n < SMALL_ROWS:
+        _dots(q, kh, sc, n, te, d)
+    else:
+        kt = _transposed(kh, te, d)
+        blas.product(sc, NO_TRANS, parfor.address(q), d, parfor.address(kt), te,
+                     parfor.address(sc), te, n, te, d, 0.0)  # fmt: skip
+        _alive(kt)
+    rows_at = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        rows_at[i] = base + min(r0 + i, ms - 1) * mt
+    _mask_rows(sc, n, te, mask_add, mask_sel, rows_at, 1 if mt > 1 else 0, job[_SELECT] != 0,
+               scale, fill)  # fmt: skip
+    kept = np.empty(n, dtype=np.bool_)
+    for i in range(n):
+        kept[i] = _softmax_row(sc[i * te : (i + 1) * te])
+        if not kept[i]:
+            sc[i * te : (i + 1) * te] = 0
+    if n < SMALL_ROWS:
+        _row_sums(sc, vh, o, n, te, dv)
+    else:
+        blas.product(o, NO_TRANS, parfor.address(sc), te, parfor.address(vh), dv,
+                     parfor.address(o), dv, n, dv, te, 0.0)  # fmt: skip
+    for i in range(n):
+        if not kept[i]:
+            o[i * dv : (i + 1) * dv] = empty
+
+
+def _task(p, like, data):  # type: ignore[no-untyped-def]
+    """`_piece` as a pool task."""
+    _piece(p, parfor.job(data), like)
+
+
+parfor.export_task("attention", _task)
+_run = parfor.runner("attention")
+_call = parfor.caller("attention")
+
+
+@jit(**_OPTS)
+def _bands(b, h, s, t, work, itemsize):  # type: ignore[no-untyped-def]
+    """(rows, bands, parts): the pieces the pool wants for ``work`` multiply-adds (1: run
+    in the calling thread), and how to cut each head's ``s`` query rows -- bands whose scores
+    fit `SCORE_BYTES`, more of them when there are fewer (batch, head) pairs than pieces."""
+    parts = parfor.threads()
+    if parts < 2 or work < 2 * blas.SPLIT_MIN_MNK or workpool.busy():
+        parts = 1
+    else:
+        parts = min(blas.PIECES_PER_THREAD * parts, work // blas.SPLIT_MIN_MNK)
+    bands = max(-(-s // max(1, SCORE_BYTES // (max(t, 1) * itemsize))), 1)
+    wanted = -(-parts // (b * h))
+    bands = max(bands, min(wanted, max(1, s // MIN_ROWS)))
+    rows = -(-s // bands)
+    return rows, -(-s // rows), parts
+
+
+@jit(**_OPTS)
+def attention(q, k, v, mask, out, scale, fill, masked_row, select):  # type: ignore[no-untyped-def]
+    """``out = softmax(scale * q @ k^T, masked) @ v`` per (batch, head): q (b, h, s, d),
+    k (b, h, t, d), v (b, h, t, dv), out (b, h, s, dv), C-contiguous arrays of one float
+    dtype; ``mask`` (4-d, each axis 1 or the scores' (b, h, s, t)) is added (of that dtype)
+    or, with ``select``, keeps a score where it holds and puts ``fill`` elsewhere (bool). A
+    row whose every score is -inf gives ``masked_row``. Checks the shapes first.
+
+    Raises:
+        ValueError: The shapes do not agree.
+    """
+    b, h, s, d = q.shape
+    t, dv = k.shape[2], v.shape[3]
+    mb, mh, ms, mt = mask.shape
+    if (
+        k.shape != (b, h, t, d)
+        or v.shape != (b, h, t, dv)
+        or out.shape != (b, h, s, dv)
+        or not (mb == 1 or mb == b)
+        or not (mh == 1 or mh == h)
+        or not (ms == 1 or ms == s)
+        or not (mt == 1 or mt == t)
+    ):
+        raise ValueError("attention: q, k, v, the mask and the output do not agree")
+    if b * h * s * dv == 0:
+        return
+    if t == 0:
+        out[...] = masked_row
+        return
+    params = np.empty(3, dtype=out.dtype)
+    params[0], params[1], params[2] = scale, fill, masked_row
+    skip = (not select) or fill <= DEAD
+    rows, bands, parts = _bands(b, h, s, t, b * h * s * t * (d + dv), out.itemsize)
+    job = np.empty(_JOB, dtype=np.int64)
+    job[0], job[_Q], job[_K], job[_V] = (
+        _JOB,
+        parfor.address(q),
+        parfor.address(k),
+        parfor.address(v),
+    )
+    job[_MASK], job[_OUT], job[_PARAMS] = (
+        parfor.address(mask),
+        parfor.address(out),
+        parfor.address(params),
+    )
+    job[_B], job[_H], job[_S], job[_T], job[_D], job[_DV] = b, h, s, t, d, dv
+    job[_MB], job[_MH], job[_MS], job[_MT] = mb, mh, ms, mt
+    job[_SELECT], job[_SKIP] = 1 if select else 0, 1 if skip else 0
+    job[_ROWS], job[_BANDS], job[_SIZE] = rows, bands, out.itemsize
+    pieces = b * h * bands
+    if pieces == 1 or parts == 1:
+        for p in range(pieces):
+            _call(out, p, job)
+    else:
+        _run(out, pieces, job)
+    _alive(params)
