@@ -60,31 +60,59 @@ def _scalar(kb: KernelBuilder, t: Tensor) -> Scalar:
 
 def _promised(kb: KernelBuilder, dims: Sequence[str], promised: Sequence[object]) -> None:
     """Checks the run-time ``dims`` against the dims the program promised: an int must be
-    equal; a name the kernel knows must be equal, one it does not is bound here."""
+    equal, a name the kernel knows must be equal, one it does not is bound here. The message
+    is the reference's (`rvm.kernels.reference.dynamic`): both shapes, then each axis that
+    disagrees."""
+    expected: list[str] = []  # per axis: a literal, a known size's local, or its spelling
+    tests: list[tuple[int, str, str]] = []
     for axis, (d, want) in enumerate(zip(dims, promised)):
         if isinstance(want, int) or (isinstance(want, str) and want in kb.symbols):
-            expected = str(want) if isinstance(want, int) else kb.symbols[want]
-            _raise(
-                kb,
-                f"{d} != {expected}",
-                [
-                    f"{kb.op}: the shape computed at run time has ",
-                    f"={d}",
-                    f" at axis {axis}, but the program promised {want!r} = ",
-                    f"={expected}",
-                ],
-            )
-        elif isinstance(want, str):
-            kb.symbols[want] = d
-            kb.origins[want] = f"the shape {kb.op} computed at axis {axis}"
+            e = str(want) if isinstance(want, int) else kb.symbols[want]
+            expected.append(f"={e}")
+            tests.append((axis, d, e))
+        else:
+            expected.append(repr(want))
+            if isinstance(want, str):
+                kb.symbols[want] = d
+                kb.origins[want] = f"the shape {kb.op} computed at axis {axis}"
+    if not tests:
+        return
+    lines = kb.root.lines
+    cond = " or ".join(f"{d} != {e}" for _, d, e in tests)
+    lines.append(f"if {cond}:")
+    lines.append("    _wrong = ''")
+    for axis, d, e in tests:
+        lines.append(f"    if {d} != {e}:")
+        lines.append(
+            f"        _wrong += ('; ' if _wrong else '') + 'axis {axis} is ' + str({d}) + "
+            f"', expected ' + str({e})"
+        )
+    kb.imports.add(("rvm.errors", "ShapeError", None))
+    text = [
+        f"{kb.op}: the shape computed at run time, ",
+        *_dims_text(dims),
+        ", contradicts the shape the program promised, ",
+        *_tuple_text(expected),
+        " (",
+        "=_wrong",
+        ": the inputs' dimensions disagree with the sizes computed from them)",
+    ]
+    pieces = [f"str({p[1:]})" if p.startswith("=") and p != "=_wrong" else repr(p) for p in text]
+    pieces = ["_wrong" if p == "=_wrong" else q for p, q in zip(text, pieces)]
+    lines.append(f"    raise ShapeError({' + '.join(pieces)})")
+
+
+def _tuple_text(items: Sequence[str]) -> list[str]:
+    """Message parts spelling a tuple of ``items`` (each a literal or ``=expr``)."""
+    parts = ["("]
+    for i, item in enumerate(items):
+        parts += [item, ", " if i + 1 < len(items) else "," if len(items) == 1 else ""]
+    return [*parts, ")"]
 
 
 def _dims_text(dims: Sequence[str]) -> list[str]:
-    """Message parts spelling ``dims`` as a tuple."""
-    parts = ["("]
-    for i, d in enumerate(dims):
-        parts += [f"={d}", ", " if i + 1 < len(dims) or len(dims) == 1 else ""]
-    return [*parts, ")"]
+    """Message parts spelling ``dims`` (locals or literals) as a tuple."""
+    return _tuple_text([f"={d}" for d in dims])
 
 
 def _dynamic_reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:

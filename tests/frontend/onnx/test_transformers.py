@@ -129,6 +129,7 @@ def test_native_mode_runs_every_function_natively(name):
     _check(name, "jit", "native")
     report = rvm.VirtualMachine(_executable(name, "jit"), exec_mode="native").native_report()
     assert report.fallbacks == {} and report.native == ["main"]
+    assert report.compiled + report.loaded == 1  # one native function for every shape
 
 
 @pytest.mark.slow
