@@ -39,6 +39,10 @@ def test_generate_equals_onnx_runtime(decoder, exec_mode) -> None:
     for shape, n in (((1, 4), 6), ((2, 7), 6), ((3, 1), 6), ((2, 3), 40)):
         ids = rng.integers(0, 256, shape)
         np.testing.assert_array_equal(vm["generate"](ids, np.int64(n)), ort_greedy(session, ids, n))
+    if exec_mode == "native" and KERNELS[path.stem] == "jit":  # numpy kernels run compiled
+        report = vm.native_report()
+        assert report.fallbacks == {}, report
+        assert {"generate", "generate_step", "generate_decode", "main"} <= set(report.native)
 
 
 def test_the_layout_of_an_optimum_export_is_read(gpt2: Path) -> None:

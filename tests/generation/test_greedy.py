@@ -207,3 +207,28 @@ def test_write_slice_checks_what_it_writes() -> None:
         write_slice(buf, new.astype(np.float64), 0, 2)
     with pytest.raises(rvm.DTypeError, match="expected a writeable tensor"):
         write_slice(np.broadcast_to(buf, buf.shape), new, 0, 2)
+
+
+def test_native_write_slice_writes_what_the_builtin_writes() -> None:
+    """The native mode's write_slice (`native_support.write_slice`) writes what the builtin
+    writes along every axis, and where the builtin raises it hands the call back (BAIL)
+    before writing anything."""
+    from rvm.runtime.modes import native_support
+
+    rng = np.random.default_rng(0)
+    for axis in range(4):
+        shape = [2, 3, 5, 4]
+        buf = rng.standard_normal(shape).astype(np.float32)
+        shape[axis] = 1 if axis == 0 else 2
+        new = rng.standard_normal(shape).astype(np.float32)
+        start = buf.shape[axis] - new.shape[axis]  # the last rows
+        want, got = buf.copy(), buf.copy()
+        write_slice(want, new, start, axis)
+        out = native_support.write_slice(got, new, np.array(start), np.array(axis))
+        assert out is got
+        np.testing.assert_array_equal(got, want)
+    buf = np.zeros((1, 2, 5, 3), np.float32)
+    for value, start in ((np.ones((1, 2, 2, 3), np.float32), 4), (np.ones((1, 3, 2, 3)), 0)):
+        with pytest.raises(RuntimeError, match=native_support.BAIL):
+            native_support.write_slice(buf, value.astype(np.float32), np.array(start), np.array(2))
+        assert not buf.any()

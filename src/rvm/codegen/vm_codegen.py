@@ -272,9 +272,13 @@ class FunctionCodegen:
         if isinstance(e, E.SeqExpr):
             bindings = list(e.bindings)
             for i, b in enumerate(bindings):
-                if tail and i == len(bindings) - 1 and b.var is e.body and _marked(b.value):
-                    self.tail_call(b.value)  # type: ignore[arg-type]
-                    return
+                if tail and i == len(bindings) - 1 and b.var is e.body:
+                    if _marked(b.value):
+                        self.tail_call(b.value)  # type: ignore[arg-type]
+                        return
+                    if isinstance(b.value, (E.If, E.Match)) and b.var not in self.owned:
+                        self.value(b.value, dst, tail)  # its branches end in their own Ret
+                        return
                 self.binding(b)
             self.value(e.body, dst, tail)
             return

@@ -94,7 +94,14 @@ def _generic_target(kb: KernelBuilder, target: list) -> list:
 
 def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     (x,) = args
-    target = _generic_target(kb, list(attrs["shape"]))
+    target = list(attrs["shape"])
+    # the one name no input gives (types re-inferred by passes lose it) is inferred as a -1
+    # (as the numpy kernel does), and bound to what it solves to
+    missing = [i for i, d in enumerate(target) if isinstance(d, str) and d not in kb.symbols]
+    named = None
+    if len(missing) == 1 and -1 not in target:
+        named, target[missing[0]] = target[missing[0]], -1
+    target = _generic_target(kb, target)
     known = [kb.resolve(d) for d in target if d != -1]
     if -1 in target:
         size, part = product(x.dims), product(known)
@@ -105,6 +112,9 @@ def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
         solved = kb.dim(f"({size}) // ({part})")
         it = iter(known)
         dims = [solved if d == -1 else next(it) for d in target]
+        if named is not None:
+            kb.symbols[named] = solved
+            kb.origins[named] = f"the size {kb.op} infers"
     else:
         dims = known
     return _lazy_view(kb, x, dims, checked=-1 in target)  # -1's check covers the size

@@ -27,6 +27,7 @@ from rvm.jit import (  # noqa: F401  (register compute definitions)
     assemble,
     attention,
     bf16,
+    dynamic,
     layout,
     quantized,
     stages,
@@ -45,13 +46,23 @@ from rvm.runtime.executable import SCALAR_META, KernelRecord
 
 logger = logging.getLogger("rvm.jit")
 
+# The dynamic ops `rvm.jit.dynamic` lowers (their dims computed at the kernel's start).
+JIT_DYNAMIC_OPS = frozenset(
+    {
+        "dynamic_arange",
+        "dynamic_expand",
+        "dynamic_full",
+        "dynamic_reshape",
+        "dynamic_slice",
+        "dynamic_tile",
+    }
+)
 # The ops with no jit compute at all: their kernels are always the numpy kernel. Every other op
 # of rvm.op has an entry in `rvm.jit.compute.compute` (tests/jit/test_coverage.py checks both).
-NO_JIT_COMPUTE = DYNAMIC_OPS | {  # the dynamic ops: shapes read from data at run time
+NO_JIT_COMPUTE = (DYNAMIC_OPS - JIT_DYNAMIC_OPS) | {  # shapes read from data at run time
     "avg_pool1d",
     "avg_pool3d",
     "bitcast",
-    "check",
     "conv1d_transpose",
     "conv2d_transpose",
     "conv3d",
@@ -59,7 +70,6 @@ NO_JIT_COMPUTE = DYNAMIC_OPS | {  # the dynamic ops: shapes read from data at ru
     "cumprod",
     "einsum",
     "fmod",
-    "gather_nd",
     "left_shift",
     "max_pool1d",
     "max_pool3d",
@@ -305,6 +315,8 @@ class _KernelLowering:
             else:
                 self.env[p] = fields.setdefault(p, [])
                 fields[p].append(t)
+        if self.style == "dps":
+            self._output_symbols(body.body)
         for b in body.bindings:
             self.env[b.var] = self._binding(b)
         results = self._results(body.body)
@@ -312,6 +324,20 @@ class _KernelLowering:
         outs = self._outputs(results, out_types)
         self._emit_outputs(results, outs, out_types)
         return self._source(in_types, out_types, outs)
+
+    def _output_symbols(self, result: E.Expr) -> None:
+        """A dps kernel's symbolic output dims that no input has (a reshape to ``past + seq``,
+        a name the program computed) are read from the outputs, which the VM allocated to the
+        bound sizes; the kernel's own checks then compare what it computes with them."""
+        ty = self.func.ret_type or infer_type(result)
+        kb = self.kb
+        for i, f in enumerate(ty.fields if isinstance(ty, TupleType) else (ty,)):
+            if not isinstance(f, TensorType) or f.shape is None:
+                continue
+            for axis, d in enumerate(f.shape):
+                if isinstance(d, str) and d not in kb.symbols:
+                    kb.symbols[d] = kb.dim(f"out{i}.shape[{axis}]")
+                    kb.origins[d] = f"output {i} at axis {axis}"
 
     def build_scalar(self) -> tuple[str, str, str]:
         """The source of a kernel of 0-d tensors (`_scalar_kernel`) as its scalar form, a

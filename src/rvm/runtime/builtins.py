@@ -198,14 +198,25 @@ def write_slice(buffer: Any, value: Any, start: Any, axis: Any) -> np.ndarray:
             f"along axis {at}"
         )
     end = n + value.shape[at]
-    others = value.shape[:at] + value.shape[at + 1 :] != buffer.shape[:at] + buffer.shape[at + 1 :]
-    if others or n < 0 or end > buffer.shape[at]:
+    if not slice_fits(buffer.shape, value.shape, at, n):
         raise ShapeError(
             f"write_slice: a value of shape {value.shape} does not fit a buffer of shape "
             f"{buffer.shape} at {n} along axis {at}"
         )
     buffer[(slice(None),) * at + (slice(n, end),)] = value
     return buffer
+
+
+def slice_fits(buffer: tuple, value: tuple, at: int, start: int) -> bool:
+    """Whether a value of shape ``value`` fits a buffer of shape ``buffer`` from ``start``
+    along axis ``at`` (`write_slice`): same rank, the other dims equal, the slice inside.
+    Plain Python that Numba compiles too: the native mode's write_slice tests the same."""
+    if len(value) != len(buffer) or not 0 <= at < len(buffer):
+        return False
+    for i in range(len(buffer)):
+        if i != at and value[i] != buffer[i]:
+            return False
+    return 0 <= start and start + value[at] <= buffer[at]
 
 
 @register_func("vm.builtin.check_tensor")

@@ -9,7 +9,8 @@ binding of the region or, in a function's top region, a parameter. A use inside 
 branch counts as a use by the binding of that If or Match. Not killed: variables never used,
 used by the region's result, bound to a constant (the pool keeps it anyway), or whose last use
 is a tail call or after one (nothing is inserted between a tail call and the end of its
-region). Running the pass twice adds nothing.
+region), or the region's last binding when it is its result and an If or Match with a tail
+call in a branch (its branches end the function). Running the pass twice adds nothing.
 
 Algorithm: per region, the variables each binding uses (branches included); the last binding
 using each candidate; kills inserted after it, in order of definition.
@@ -60,6 +61,23 @@ def _is_tail_call(value: E.Expr) -> bool:
     return isinstance(value, E.Call) and bool(value.attrs.get("tail", False))
 
 
+def _holds_tail_call(value: E.Expr) -> bool:
+    """Whether ``value``, an If or Match in tail position, has a tail call in a branch: its
+    branches end the function (the VM then reuses or drops the frame), so nothing may follow
+    it in its region."""
+    if isinstance(value, E.SeqExpr):
+        bindings = list(value.bindings)
+        last = bindings[-1] if bindings else None
+        return (last is not None and last.var is value.body and _holds_tail_call(last.value)) or (
+            _holds_tail_call(value.body)
+        )
+    if isinstance(value, E.If):
+        return _holds_tail_call(value.true_branch) or _holds_tail_call(value.false_branch)
+    if isinstance(value, E.Match):
+        return any(_holds_tail_call(c.body) for c in value.clauses)
+    return _is_tail_call(value)
+
+
 def _kill_region(
     bindings: list[E.VarBinding], body: E.Expr, params: list[E.Var]
 ) -> list[E.VarBinding]:
@@ -69,6 +87,8 @@ def _kill_region(
     in_result = _uses(body, killed)
     candidates = params + [b.var for b in bindings if _killable(b)]
     tail = next((i for i, b in enumerate(bindings) if _is_tail_call(b.value)), len(bindings))
+    if bindings and bindings[-1].var is body and _holds_tail_call(bindings[-1].value):
+        tail = min(tail, len(bindings) - 1)  # an If or Match whose branches end the function
     last_use: dict[E.Var, int] = {}
     for i, used in enumerate(uses):
         for var in used:

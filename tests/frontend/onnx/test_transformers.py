@@ -122,6 +122,16 @@ def test_llama_jit_matches_ort(exec_mode):
     _check("llama_with_past", "jit", exec_mode)
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_native_mode_runs_every_function_natively(name):
+    """With jit kernels, the run-time shape ops included, nothing falls back from the native
+    mode to the compiled one, after calls at every shape (one native compile serves them)."""
+    _check(name, "jit", "native")
+    report = rvm.VirtualMachine(_executable(name, "jit"), exec_mode="native").native_report()
+    assert report.fallbacks == {} and report.native == ["main"]
+    assert report.compiled + report.loaded == 1  # one native function for every shape
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_jit_kernels_match_ort(name):

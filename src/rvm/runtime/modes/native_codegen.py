@@ -85,6 +85,16 @@ OWN_STATEMENTS = frozenset({O.FATAL, O.MATCH_SHAPE, O.MAKE_SHAPE})
 """The opcodes this module writes itself (`_stmt`): those `semantics.OVERRIDES["native"]`
 gives no template, for the reason it states."""
 
+NATIVE_BUILTINS = {
+    "vm.builtin.write_slice": "the native helper `native_support.write_slice`, which tests "
+    "the fit with the builtin's own `builtins.slice_fits` and hands the call back where the "
+    "builtin raises",
+    "vm.builtin.check_tensor": "its dtype and rank compared inline (`_check_tensor`), the "
+    "call handed back where the builtin raises; its text operands are never loaded",
+}
+"""The packed builtins native code runs, and how, with the builtin's meaning (a failed check
+hands the call back, and the builtin raises its own error in the compiled mode)."""
+
 _UNSUPPORTED = {
     O.ALLOC_CLOSURE: "closures",
     O.INVOKE_CLOSURE: "closures",
@@ -149,6 +159,7 @@ class _Function:
         self.recursive = False
         self.lines: list[str] = []
         self.sub: dict[int, str] = {}  # registers read as materialized scalars (`_stmt`)
+        self.texts: set[int] = set()  # registers of check_tensor's text operands
         for spec in fn.param_specs:
             if spec.kind == "adt":
                 raise NotNative(f"parameter {spec.name!r} is an ADT value")
@@ -158,6 +169,7 @@ class _Function:
         self.operands = _Operands(self)
 
     def _check(self) -> None:
+        self.texts = self._text_operands()
         for pc, ins in enumerate(self.flow.code):
             op = Opcode(ins[0])
             why = _UNSUPPORTED.get(op)
@@ -165,12 +177,64 @@ class _Function:
                 why = "ADT values"
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
                 why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
-            if op == O.CALL_PACKED and self.kinds[ins[2]] != "jit":  # a jit kernel's own output
+            if (  # a jit kernel's own output, or a builtin native code runs
+                op == O.CALL_PACKED
+                and self.kinds[ins[2]] != "jit"
+                and self.ex.primitive_names[ins[2]] not in NATIVE_BUILTINS
+            ):
                 why = _packed_reason(self.ex.primitive_names[ins[2]], self.kinds[ins[2]])
-            if op == O.LOAD_CONST:
+            if op == O.LOAD_CONST and ins[1] not in self.texts:
                 why = _constant_reason(self.ex.constants[ins[2]])
             if why is not None:
                 raise NotNative(f"{why} (pc {pc}: {describe_instruction(self.ex, ins)})")
+
+    def _text_operands(self) -> set[int]:
+        """The registers that hold only text constants read only as check_tensor's dtype and
+        context (`_check_tensor` reads them at render time)."""
+        code, names = self.flow.code, self.ex.primitive_names
+        texts: set[int] = set()
+        for ins in code:
+            if ins[0] == O.CALL_PACKED and names[ins[2]] == "vm.builtin.check_tensor":
+                texts.update(ins[3][2:4])
+        for pc, (reads, _) in enumerate(self.flow.rw):
+            ins = code[pc]
+            if ins[0] == O.KILL_REGISTER:
+                continue
+            checks = ins[0] == O.CALL_PACKED and names[ins[2]] == "vm.builtin.check_tensor"
+            texts -= set(reads) - (set(ins[3][2:4]) if checks else set())
+        for r in list(texts):
+            loads = [code[w] for w in self.flow.writers.get(r, []) if code[w][0] != O.KILL_REGISTER]
+            if not (
+                r >= self.flow.nparams
+                and len(loads) == 1
+                and loads[0][0] == O.LOAD_CONST
+                and isinstance(self.ex.constants[loads[0][2]], np.ndarray)
+                and self.ex.constants[loads[0][2]].dtype.kind == "U"
+            ):
+                texts.discard(r)
+        return texts
+
+    def _text(self, reg: int) -> str:
+        """The text constant register ``reg`` of `texts` holds."""
+        (w,) = [w for w in self.flow.writers[reg] if self.flow.code[w][0] == O.LOAD_CONST]
+        return str(self.ex.constants[self.flow.code[w][2]].item())
+
+    def _builtin(self, ins: tuple, pc: int) -> list[str]:
+        """The statements of CALL_PACKED of a builtin of `NATIVE_BUILTINS`."""
+        name = self.ex.primitive_names[ins[2]]
+        args = ins[3]
+        if name == "vm.builtin.write_slice":
+            values = ", ".join(self._reg(a) for a in args)
+            return [f"{_r(ins[1])} = _write_slice({values})"]
+        x, ndim, dtype = self._reg(args[0]), self.flow.const_int(args[1], pc), args[2]
+        if ndim is None or dtype not in self.texts:
+            raise NotNative(f"check_tensor of a rank or dtype not constant (pc {pc})")
+        tests = [] if ndim < 0 else [f"{x}.ndim == {ndim}"]
+        if self._text(dtype):
+            self.dtypes.add(self._text(dtype))
+            tests.append(f"{x}.dtype == {self.names.dtype(self._text(dtype))}")
+        lines = [f"if not ({' and '.join(tests)}):", f"    raise RuntimeError({_bail()!r})"]
+        return [*(lines if tests else []), f"{_r(ins[1])} = {x}"]
 
     # -- scalar registers --------------------------------------------------------------------
 
@@ -263,6 +327,15 @@ class _Function:
         if op == O.RET:
             w.line(indent, f"return {self._reg(ins[1])}", pc)
             return True
+        if op == O.LOAD_CONST and ins[1] in self.texts:
+            w.line(indent, f"pass  # {_r(ins[1])}: a text check_tensor reads", pc)
+            return False
+        if op == O.CALL_PACKED and self.ex.primitive_names[ins[2]] in NATIVE_BUILTINS:
+            *head, last = self._builtin(ins, pc)
+            for text in head:
+                w.line(indent, text)
+            w.line(indent, last, pc)
+            return False
         if op == O.FATAL:
             w.line(indent, f"raise RuntimeError({_bail()!r})", pc)
             return True
@@ -556,7 +629,16 @@ def _uncached(functions: list[_Function]) -> set[int]:
 
 
 # What a native file imports from `rvm.runtime.modes.native_support` (NATIVE_IMPORTS[0]).
-_SUPPORT_NAMES = ("bound", "constant", "empty", "full0", "shape_array", "storage", "view")
+_SUPPORT_NAMES = (
+    "bound",
+    "constant",
+    "empty",
+    "full0",
+    "shape_array",
+    "storage",
+    "view",
+    "write_slice",
+)
 
 
 def _file(ex: Executable, names: Names, functions: list[_Function], uncached: set[int]) -> str:

@@ -4,13 +4,13 @@ The free names of `semantics.OVERRIDES["native"]` templates that are not numpy's
 (NEW_TENSOR and its kin: ``np.empty`` whose big tensors' memory is kept and reused across calls,
 `rvm.kernels.blocks`, as the VM's pooled allocator does), `storage` (ALLOC_STORAGE, a block of
 bytes, from the same blocks), `view` (ALLOC_TENSOR, a tensor over a block's bytes),
-`shape_array` (SHAPE_OF), `full0` (a scalar register where an array is needed), `constant`,
-which rebuilds a small constant of the executable from the hex text a generated file holds
-(Numba freezes module-level arrays into the code it compiles), and `bound`, a big constant:
-the executable's own array, bound at load (`rvm.runtime.modes.native_constants`). A change to
-this file or a module it imports changes the hash of every generated file
-(`rvm.runtime.loading.cache.source_hash` covers the rvm modules a file imports),
-so no stale object code is reused.
+`shape_array` (SHAPE_OF), `write_slice` (`vm.builtin.write_slice`), `full0` (a scalar register
+where an array is needed), `constant`, which rebuilds a small constant of the executable from
+the hex text a generated file holds (Numba freezes module-level arrays into the code it
+compiles), and `bound`, a big constant: the executable's own array, bound at load
+(`rvm.runtime.modes.native_constants`). A change to this file or a module it imports changes the
+hash of every generated file (`rvm.runtime.loading.cache.source_hash` covers the rvm modules a
+file imports), so no stale object code is reused.
 
 Imported only by generated files: importing it imports Numba.
 """
@@ -22,9 +22,20 @@ import numpy as np
 from numba.extending import overload
 
 from rvm.kernels.blocks import empty
+from rvm.runtime.builtins import slice_fits
 from rvm.runtime.modes.native_constants import bound
 
-__all__ = ["BAIL", "bound", "constant", "empty", "full0", "shape_array", "storage", "view"]
+__all__ = [
+    "BAIL",
+    "bound",
+    "constant",
+    "empty",
+    "full0",
+    "shape_array",
+    "storage",
+    "view",
+    "write_slice",
+]
 
 BAIL = "rvm native: rerun in compiled mode"
 """The message of the exception native code raises where it hands the call back (a failed
@@ -89,3 +100,27 @@ def shape_array(tensor):  # type: ignore[no-untyped-def]
     for i in range(tensor.ndim):
         out[i] = tensor.shape[i]
     return out
+
+
+_fits = nb.njit(cache=True, nogil=True)(slice_fits)
+
+
+@nb.njit(cache=True, nogil=True)
+def write_slice(buffer, value, start, axis):  # type: ignore[no-untyped-def]
+    """`vm.builtin.write_slice` in native code: ``value`` written into ``buffer`` in place
+    from ``start`` along ``axis`` (0-d int arrays), ``buffer`` returned. Where the builtin
+    raises (`builtins.slice_fits` fails), the call is handed back (`BAIL`) before anything
+    is written, and the builtin raises its error in the compiled mode."""
+    at, n = axis[()], start[()]
+    if not _fits(buffer.shape, value.shape, at, n):
+        raise RuntimeError(BAIL)
+    outer, inner = 1, 1
+    for i in range(buffer.ndim):
+        if i < at:
+            outer *= buffer.shape[i]
+        elif i > at:
+            inner *= buffer.shape[i]
+    rows = np.ascontiguousarray(value).reshape((outer, value.shape[at], inner))
+    into = buffer.reshape((outer, buffer.shape[at], inner))
+    into[:, n : n + value.shape[at], :] = rows
+    return buffer
