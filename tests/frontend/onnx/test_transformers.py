@@ -122,7 +122,10 @@ def test_llama_jit_matches_ort(exec_mode):
     _check("llama_with_past", "jit", exec_mode)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(
+    "name",
+    [n if n == "bert_dynamo" else pytest.param(n, marks=pytest.mark.slow) for n in MODELS],
+)
 def test_native_mode_runs_every_function_natively(name):
     """With jit kernels, the run-time shape ops included, nothing falls back from the native
     mode to the compiled one, after calls at every shape (one native compile serves them)."""
