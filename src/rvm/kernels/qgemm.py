@@ -9,11 +9,10 @@ int8) on C-contiguous operands:
   reordered per call to the panel's depth order (tap-major, 4 channels a word), a 1 x 1
   weight whose channels are a multiple of 4 is used in place;
 - the input is the packed operand, a panel of uint8 (quads of depth, positions, 4): a
-  convolution copies each image to channels-last words (4 channels a word, channels padded
-  to a multiple of 4 with zeros), then each tap's words are copied to the panel for every
-  output position (im2col by 32-bit words; taps in the padding read the zero point, so they
-  add nothing once corrected); int8 inputs are shifted by 128 into uint8 (and their zero
-  point with them);
+  convolution interleaves each group of 4 channel rows of the NCHW image into words, tap by
+  tap, for every output position (im2col by 32-bit words, a vectorized run per output row
+  at unit stride; taps in the padding read the zero point, so they add nothing once
+  corrected); int8 inputs are shifted by 128 into uint8 (and their zero point with them);
 - the micro-kernel (`_micro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
   registers: for every 4 depths it broadcasts each row's 4 bytes and issues one
   ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32) per vector.
@@ -38,6 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
+from rvm.kernels.planes import U
 from rvm.kernels.sgemm import _target_features
 
 __all__ = ["MR", "NR", "VNNI", "qconv2d", "qdense"]
@@ -142,13 +142,20 @@ def _weight_rows(wm, quads):  # type: ignore[no-untyped-def]
     if k != 4 * quads:
         rows = np.zeros((o, 4 * quads), wm.dtype)
         rows[:, :k] = wm
-    sums = np.zeros(o, np.int32)
-    for r in range(o):
-        total = np.int32(0)
-        for d in range(k):
-            total += np.int32(wm[r, d])
-        sums[r] = total
-    return rows, sums
+    return rows, _row_sums(np.ascontiguousarray(wm).reshape(-1), 0, o, k)
+
+
+@nb.njit(**_OPTS)
+def _row_sums(flat, o0, og, length):  # type: ignore[no-untyped-def]
+    """The int32 sums of rows ``o0 + [0, og)`` of ``flat`` viewed as rows of ``length``
+    (unsigned indices: vectorized)."""
+    sums = np.zeros(og, np.int32)
+    for o in range(og):
+        at, total = U((o0 + o) * length), np.int32(0)
+        for d in range(U(length)):
+            total += np.int32(flat[at + d])
+        sums[o] = total
+    return sums
 
 
 @nb.njit(**_OPTS)
@@ -317,53 +324,47 @@ def _conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     taps, width = kh * kw, 4 * cq
     flat = w.reshape(-1)
-    sums = np.zeros(og, np.int32)
-    for o in range(og):
-        total = np.int32(0)
-        for d in range((o0 + o) * cg * taps, (o0 + o + 1) * cg * taps):
-            total += np.int32(flat[d])
-        sums[o] = total
+    sums = _row_sums(flat, o0, og, cg * taps)
     if taps * width == cg:  # a 1 x 1 kernel, channels a multiple of 4: the weight itself
         return flat[o0 * cg : (o0 + og) * cg].reshape(og, cg), sums
     rows = np.zeros((og, taps * width), np.int8)
+    rf = rows.reshape(-1)
     for o in range(og):
-        src = flat[(o0 + o) * cg * taps : (o0 + o + 1) * cg * taps]
-        row = rows[o]
-        for c in range(cg):
-            for tap in range(taps):
-                row[tap * width + c] = src[c * taps + tap]
+        src, dst = U((o0 + o) * cg * taps), U(o * taps * width)
+        for tap in range(taps):
+            at = dst + U(tap * width)
+            for c in range(U(cg)):
+                rf[at + c] = flat[src + c * U(taps) + U(tap)]
     return rows, sums
 
 
 @nb.njit(**_OPTS)
-def _channels_last(x, n, c0, cg, flip, xt):  # type: ignore[no-untyped-def]
-    """``xt[y, j, c]`` = image ``n``'s channel ``c0 + c`` as uint8 (``flip`` added); the
-    channels past ``cg`` (up to a multiple of 4) are 0."""
+def _columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words):  # type: ignore[no-untyped-def]
+    """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view) as the panel by words:
+    ``words[(u * kw + v) * cq + k, i * ow + j]`` holds channels ``4k`` to ``4k + 3`` (a byte
+    each, ``flip`` 0x80 shifting int8 into uint8) that tap ``(u, v)`` of output position
+    ``(i, j)`` reads, ``fill`` in each byte for a tap in the padding; channels past ``cg``
+    repeat the last one (their weights are 0). Made straight from the NCHW image: four
+    channel rows interleaved a run at a time (vectorized at unit stride). Positions past the
+    end are left as they are."""
     ih, iw = x.shape[2], x.shape[3]
-    for y in range(ih):
-        for c in range(cg):
-            src = x[n, c0 + c, y]
-            for j in range(iw):
-                xt[y, j, c] = np.uint8((np.int32(src[j]) + flip) & 255)
-
-
-@nb.njit(**_OPTS)
-def _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, words):  # type: ignore[no-untyped-def]
-    """The panel of an image in channels-last words ``xw`` (ih, iw, cq: 4 channels a
-    word): ``words[(u * kw + v) * cq + k, i * ow + j]`` is the word of channels ``4k`` to
-    ``4k + 3`` that tap ``(u, v)`` of output position ``(i, j)`` reads, ``fill`` in each byte
-    for a tap in the padding. Positions past the end are left as they are."""
-    ih, iw, cq = xw.shape
-    cols = words.shape[1]
-    wf = words.reshape(-1)
+    cq, cols = (cg + 3) // 4, words.shape[1]
+    wf, xf = words.reshape(-1), x.reshape(-1)
     fill_word = np.uint32(fill) * np.uint32(0x01010101)
-    for u in range(kh):
-        for v in range(kw):
-            first = pl - v * dw
-            # Output columns whose tap is inside the row: [j_lo, j_hi).
-            j_lo = min(max(0, (first + sw - 1) // sw), ow)
-            j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
-            for k in range(cq):
+    flip_word = np.uint32(flip) * np.uint32(0x01010101)
+    plane = U(ih * iw)
+    for k in range(cq):
+        base = U((n * x.shape[1] + c0) * ih * iw)
+        p0 = base + U(min(4 * k, cg - 1)) * plane
+        p1 = base + U(min(4 * k + 1, cg - 1)) * plane
+        p2 = base + U(min(4 * k + 2, cg - 1)) * plane
+        p3 = base + U(min(4 * k + 3, cg - 1)) * plane
+        for u in range(kh):
+            for v in range(kw):
+                first = pl - v * dw
+                # Output columns whose tap is inside the row: [j_lo, j_hi).
+                j_lo = min(max(0, (first + sw - 1) // sw), ow)
+                j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
                 at0 = ((u * kw + v) * cq + k) * cols
                 for i in range(oh):
                     y = i * sh - pt + u * dh
@@ -372,10 +373,32 @@ def _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, words):  # type: 
                         wf[at : at + ow] = fill_word
                         continue
                     wf[at : at + j_lo] = fill_word
-                    row = xw[y]
-                    for j in range(j_lo, j_hi):
-                        wf[at + j] = row[j * sw - first, k]
                     wf[at + j_hi : at + ow] = fill_word
+                    row = U(y * iw + j_lo * sw - first)
+                    dst, count = U(at + j_lo), U(j_hi - j_lo)
+                    if sw == 1:
+                        _interleave(xf, p0 + row, p1 + row, p2 + row, p3 + row, wf, dst,
+                                    count, flip_word)  # fmt: skip
+                    else:
+                        step = U(sw)
+                        for j in range(count):
+                            s = row + j * step
+                            wf[dst + j] = _word(xf, p0 + s, p1 + s, p2 + s, p3 + s) ^ flip_word
+
+
+@nb.njit(**_OPTS)
+def _interleave(xf, a0, a1, a2, a3, wf, dst, count, flip_word):  # type: ignore[no-untyped-def]
+    """``wf[dst + j]`` = the bytes ``xf[a0 + j]`` .. ``xf[a3 + j]`` as one word, for j <
+    ``count`` (unsigned indices: a vectorized loop)."""
+    for j in range(count):
+        wf[dst + j] = _word(xf, a0 + j, a1 + j, a2 + j, a3 + j) ^ flip_word
+
+
+@nb.njit(inline="always", **_OPTS)
+def _word(xf, a0, a1, a2, a3):  # type: ignore[no-untyped-def]
+    """The bytes ``xf[a0]`` .. ``xf[a3]`` as one little-endian word."""
+    low = np.uint32(xf[a0]) | (np.uint32(xf[a1]) << 8)
+    return low | (np.uint32(xf[a2]) << 16) | (np.uint32(xf[a3]) << 24)
 
 
 @nb.njit(**_OPTS)
@@ -430,8 +453,7 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     cols = (p_total + NR - 1) // NR * NR
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     panel = words.view(np.uint8).reshape(quads, cols, 4)
-    xt = np.zeros((x.shape[2] if by_words else 0, x.shape[3], 4 * cq), np.uint8)
-    xw = xt.view(np.uint32)
+    xu = x.view(np.uint8)
     for g in range(groups):
         if by_words:
             rows, sums = _conv_weight_rows(w, g * og, og, cq)
@@ -440,8 +462,8 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
             rows, sums = _weight_rows(wm, quads)
         for n in range(n_img):
             if by_words:
-                _channels_last(x, n, g * cg, cg, flip, xt)
-                _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, words)
+                _columns(xu, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip,
+                         words)  # fmt: skip
             else:
                 _columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
                                flip, panel)  # fmt: skip
