@@ -1,8 +1,8 @@
 """Quantized kernels: jit `rvm.op.qconv2d` / `rvm.op.qdense` (through `rvm.kernels.qgemm`,
 VNNI where the CPU has it) equal their NumPy references exactly, over strides, padding,
 dilation, groups, depths that are not multiples of 4, batches, uint8 and int8 inputs, ReLU
-clamps and int8 outputs, products split on the pool or not; uint8 max pools (through the
-float32 pool library) too."""
+clamps and int8 outputs, products split on the pool or not; uint8 and int8 max pools
+(through `rvm.kernels.qpool`, in the integers) too."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from jit_helpers import check, prim, var
 
 from rvm import op
-from rvm.kernels import parfor, qgemm
+from rvm.kernels import parfor, qgemm, qpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -83,12 +83,36 @@ def test_library_without_kernel_matches_reference():
     np.testing.assert_array_equal(out, want)
 
 
+POOLS = [
+    # x shape, pool size, strides, padding (top, left, bottom, right), dilation, ceil mode
+    ((1, 4, 11, 11), (3, 3), (2, 2), (1, 1, 0, 0), (1, 1), True),
+    ((2, 3, 9, 12), (2, 3), (1, 2), (0, 1, 1, 1), (1, 1), False),
+    ((1, 5, 13, 10), (3, 2), (2, 3), (1, 0, 1, 0), (2, 2), True),
+    ((1, 2, 7, 7), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), False),
+]
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_integer_max_pool_kernel(dtype):
-    x = var("x", (1, 4, 11, 11), dtype)
-    call = op.max_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 0, 0),
-                         ceil_mode=True)  # fmt: skip
-    check(prim([x], call), _ints((1, 4, 11, 11), dtype))
+@pytest.mark.parametrize(("xs", "size", "strides", "padding", "dilation", "ceil"), POOLS)
+def test_integer_max_pool_kernel(dtype, xs, size, strides, padding, dilation, ceil):
+    """In the integers (`rvm.kernels.qpool`): padding and ceil-mode overhangs never win."""
+    x = var("x", xs, dtype)
+    call = op.max_pool2d(x, pool_size=size, strides=strides, padding=padding,
+                         dilation=dilation, ceil_mode=ceil)  # fmt: skip
+    check(prim([x], call), _ints(xs, dtype))
+
+
+@pytest.mark.parametrize("blas_threads", [1, 2], indirect=True)
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_split_integer_max_pool_equals_reference(blas_threads, dtype):
+    """A pool large enough to be split by planes on the pool, called as a kernel calls it;
+    the output prefilled so a plane no piece wrote fails."""
+    x = _ints((2, 48, 61, 61), dtype)
+    want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (1, 0, 1, 1), (1, 1), True)
+    out = np.full(want.shape, 77, dtype)
+    low = np.iinfo(dtype).min
+    qpool.max_pool2d(x, out, low, 3, 3, 2, 2, 1, 1, 1, 0)
+    np.testing.assert_array_equal(out, want)
 
 
 SPLIT_CASES = [

@@ -199,7 +199,7 @@ def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, 
 
 
 @intrinsic
-def _at(typingctx, address, like):  # type: ignore[no-untyped-def]
+def pointer_at(typingctx, address, like):  # type: ignore[no-untyped-def]
     """Address ``address`` (int64) as a pointer to ``like``'s dtype (``like`` an array)."""
     if not isinstance(like, nt.Array):
         return None
@@ -252,24 +252,25 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
     og, lda, quads, cols = job[2], job[3], job[5], job[6]
     p_total, kind, step = job[18], job[19], job[20]
-    rows = nb.carray(_at(job[1], _I8), (og, lda))
-    panel = nb.carray(_at(job[4], _U8), (quads, cols, 4))
-    sums = nb.carray(_at(job[7], _I32), og)
-    bias, scale = nb.carray(_at(job[8], _I32), job[9]), nb.carray(_at(job[10], _F32), job[11])
+    rows = nb.carray(pointer_at(job[1], _I8), (og, lda))
+    panel = nb.carray(pointer_at(job[4], _U8), (quads, cols, 4))
+    sums = nb.carray(pointer_at(job[7], _I32), og)
+    bias = nb.carray(pointer_at(job[8], _I32), job[9])
+    scale = nb.carray(pointer_at(job[10], _F32), job[11])
     zero, o0, y_zero, low, high = job[12], job[13], job[14], job[15], job[16]
     j0 = p * step
     j1 = min(cols, j0 + step)
     if kind == 0:
-        out = nb.carray(_at(job[17], _U8), (og, p_total))
+        out = nb.carray(pointer_at(job[17], _U8), (og, p_total))
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     elif kind == 1:
-        out = nb.carray(_at(job[17], _I8), (og, p_total))
+        out = nb.carray(pointer_at(job[17], _I8), (og, p_total))
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     elif kind == 2:
-        out = nb.carray(_at(job[17], _U8), (p_total, og)).T
+        out = nb.carray(pointer_at(job[17], _U8), (p_total, og)).T
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     else:
-        out = nb.carray(_at(job[17], _I8), (p_total, og)).T
+        out = nb.carray(pointer_at(job[17], _I8), (p_total, og)).T
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
 
 
