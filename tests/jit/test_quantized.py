@@ -36,10 +36,13 @@ CONVS = [
 @pytest.mark.parametrize(("xs", "ws", "strides", "padding", "dilation", "groups"), CONVS)
 @pytest.mark.parametrize(("x_dtype", "y_dtype", "relu"), [("uint8", "uint8", True),
                                                           ("int8", "int8", False)])  # fmt: skip
+@pytest.mark.parametrize("layout", ["OIHW", "OHWI"])
 def test_qconv2d_kernel_equals_reference(xs, ws, strides, padding, dilation, groups, x_dtype,
-                                         y_dtype, relu):  # fmt: skip
+                                         y_dtype, relu, layout):  # fmt: skip
+    """Either weight layout (OHWI: as importers store it, read in place by the kernel)."""
     o = ws[0]
-    x, w = var("x", xs, x_dtype), var("w", ws, "int8")
+    wshape = (ws[0], ws[2], ws[3], ws[1]) if layout == "OHWI" else ws
+    x, w = var("x", xs, x_dtype), var("w", wshape, "int8")
     b, s = var("b", (o,), "int32"), var("s", (o,), "float32")
     y_zero = 9 if y_dtype == "uint8" else -3
     call = op.qconv2d(
@@ -55,10 +58,11 @@ def test_qconv2d_kernel_equals_reference(xs, ws, strides, padding, dilation, gro
         padding=padding,
         dilation=dilation,
         groups=groups,
+        weight_layout=layout,
     )
     scale = RNG.uniform(2e-4, 2e-3, o).astype(np.float32)
     bias = RNG.integers(-3000, 3000, o).astype(np.int32)
-    check(prim([x, w, b, s], call), _ints(xs, x_dtype), _ints(ws, "int8"), bias, scale)
+    check(prim([x, w, b, s], call), _ints(xs, x_dtype), _ints(wshape, "int8"), bias, scale)
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 2048, 1000), (3, 37, 5), (40, 64, 33)])
@@ -141,6 +145,11 @@ def test_split_qconv2d_equals_reference(blas_threads, xs, ws, padding, groups, x
     qgemm.qconv2d(x, w, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
                   padding)  # fmt: skip
     np.testing.assert_array_equal(out, want)
+    out[:] = 77  # the same weight in OHWI (tap-major, read in place)
+    ohwi = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+    qgemm.qconv2d(x, ohwi, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
+                  padding, True)  # fmt: skip
+    np.testing.assert_array_equal(out, want)
     if blas_threads == 2:
         assert ("qgemm", "float32") in parfor.required_tasks()
 
@@ -157,3 +166,13 @@ def test_split_qdense_equals_reference(blas_threads, y_dtype):
     out = np.full(want.shape, 77, y_dtype)
     qgemm.qdense(x, w, bias, scale, out, 128, y_zero, low, high)
     np.testing.assert_array_equal(out, want)
+
+
+def test_qconv2d_weight_layout_is_checked():
+    x, w = var("x", (1, 4, 8, 8), "uint8"), var("w", (6, 3, 3, 4), "int8")
+    b, s = var("b", (6,), "int32"), var("s", (6,), "float32")
+    with pytest.raises(Exception, match="weight_layout must be OIHW or OHWI, got 'HWIO'"):
+        op.qconv2d(x, w, b, s, weight_layout="HWIO")
+    call = op.qconv2d(x, w, b, s, padding=1, weight_layout="OHWI")
+    assert call.attrs["weight_layout"] == "OHWI"
+    assert "weight_layout" not in op.qconv2d(x, var("v", (6, 4, 3, 3), "int8"), b, s).attrs

@@ -318,6 +318,25 @@ def _product(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, t
 
 
 @nb.njit(**_OPTS)
+def _hwc_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
+    """Output channels ``o0 + [0, og)`` of the OHWI weight ``w`` as rows of depths in the
+    panel's order (itself when the channels are a multiple of 4, else each tap's channels
+    padded with zeros to ``4 * cq``), and each row's sum."""
+    kh, kw, cg = w.shape[1], w.shape[2], w.shape[3]
+    taps, width = kh * kw, 4 * cq
+    flat = w.reshape(-1)
+    sums = _row_sums(flat, o0, og, taps * cg)
+    if width == cg:
+        return flat[o0 * taps * cg : (o0 + og) * taps * cg].reshape(og, taps * cg), sums
+    rows = np.zeros((og, taps * width), np.int8)
+    for o in range(og):
+        for tap in range(taps):
+            src = ((o0 + o) * taps + tap) * cg
+            rows[o, tap * width : tap * width + cg] = flat[src : src + cg]
+    return rows, sums
+
+
+@nb.njit(**_OPTS)
 def _conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
     """Output channels ``o0 + [0, og)`` of the weight ``w`` (o, cg, kh, kw) as rows of depths
     in the panel's order (see `_columns`: depth ``4 * ((u * kw + v) * cq + k) + t`` is
@@ -437,16 +456,20 @@ def _columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, f
 
 
 @nb.njit(**_OPTS)
-def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8."""
+def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
+            hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8, (o, cg,
+    kh, kw) or, ``hwc``, (o, kh, kw, cg)."""
     n_img = x.shape[0]
-    o, cg, kh, kw = w.shape
-    oh, ow = out.shape[2], out.shape[3]
+    o, oh, ow = w.shape[0], out.shape[2], out.shape[3]
+    cg, kh, kw = (w.shape[3], w.shape[1], w.shape[2]) if hwc else w.shape[1:]
     og = o // groups
     p_total = oh * ow
-    # Many positions: the panel by words from a channels-last copy, the weight reordered to
-    # match; many channels: the weight in place, the panel a byte at a time.
-    by_words = 4 * og < p_total
+    # The panel by words (4 channels of a tap) needs the weight in tap-major order: an OHWI
+    # weight is (in place when its channels are a multiple of 4); an OIHW one is reordered
+    # per call, worth it for many positions. Many channels of an OIHW weight: the weight in
+    # place, the panel a byte at a time.
+    by_words = hwc or 4 * og < p_total
     cq = (cg + 3) // 4 if by_words else 1  # words of 4 channels
     quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
     flip = _shift(x)  # int8 inputs shift into uint8
@@ -456,7 +479,9 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     panel = words.view(np.uint8).reshape(quads, cols, 4)
     xu = x.view(np.uint8)
     for g in range(groups):
-        if by_words:
+        if hwc:
+            rows, sums = _hwc_weight_rows(w, g * og, og, cq)
+        elif by_words:
             rows, sums = _conv_weight_rows(w, g * og, og, cq)
         else:
             wm = w[g * og : (g + 1) * og].reshape(og, cg * kh * kw)

@@ -299,5 +299,7 @@ def convert_fused(fused: FusedQDQ, x: Expr, convolve_attrs: Callable[[Expr], dic
     if fused.anchor.op_type == "Conv":
         if fused.weight.ndim != 4:
             return None
-        return op.qconv2d(*args, **quant, **convolve_attrs(x))
+        ohwi = Constant(np.ascontiguousarray(fused.weight.transpose(0, 2, 3, 1)))
+        return op.qconv2d(*args[:1], ohwi, *args[2:], **quant, **convolve_attrs(x),
+                          weight_layout="OHWI")  # fmt: skip
     return op.qdense(*args, **quant)
