@@ -184,18 +184,28 @@ def _gemm(rows, panel, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1):  # type: ignore[no-untyped-def]
+def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1, narrow):  # type: ignore[no-untyped-def]
     """``out[o, p]`` for ``p0 <= p < p1`` from the sums ``acc[o, p - p0]`` of channel ``o0 +
-    o`` (any layouts; whole arrays, not slices, keep contiguous ones' loops vectorized)."""
+    o`` (any layouts; whole arrays, not slices, keep contiguous ones' loops vectorized);
+    ``narrow``: every sum is below 2 ** 30 in magnitude."""
     og, first = out.shape[0], np.uint64(p0)
     one_bias, one_scale = bias.size == 1, scale.size == 1
+    # In float32 (16 lanes): a sum past 2 ** 24 may round when the zero point is added,
+    # but it is then far outside the range and clipped the same.
+    zero, lo, hi = np.float32(y_zero), np.float32(low), np.float32(high)
     for o in range(og):
         b = bias[0] if one_bias else bias[o0 + o]
-        f = scale[0] if one_scale else scale[o0 + o]
-        shift = b - x_zero * sums[o]
-        for p in range(np.uint64(p1 - p0)):  # unsigned: no wraparound, vectorized
-            q = np.rint(np.float32(acc[o, p] + shift) * f) + y_zero
-            out[o, first + p] = min(max(q, low), high)
+        f = np.float32(scale[0] if one_scale else scale[o0 + o])
+        shift = np.int64(b) - x_zero * sums[o]
+        if narrow and abs(shift) < 1 << 30:  # acc + shift fits in int32: 16 lanes
+            shift32 = np.int32(shift)
+            for p in range(np.uint64(p1 - p0)):  # unsigned: no wraparound, vectorized
+                q = np.rint(np.float32(np.int32(acc[o, p] + shift32)) * f) + zero
+                out[o, first + p] = np.int32(min(max(q, lo), hi))
+            continue
+        for p in range(np.uint64(p1 - p0)):
+            q = np.rint(np.float32(acc[o, p] + shift) * f) + zero
+            out[o, first + p] = np.int32(min(max(q, lo), hi))
 
 
 @intrinsic
@@ -239,12 +249,14 @@ def _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0
     og, p_total = out.shape
     block = max(NR, BLOCK_BYTES // (4 * og) // NR * NR)
     acc = np.empty((og, block), np.int32)
+    narrow = rows.shape[1] * 255 * 128 < 1 << 30  # |sum| <= 255 * 128 * depth
     for b0 in range(j0, j1, block):
         b1 = min(j1, b0 + block)
         _gemm(rows, panel, acc, 1, b0, b1)
         end = min(p_total, b1)
         if end > b0:
-            _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, end)
+            _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, end,
+                        narrow)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
