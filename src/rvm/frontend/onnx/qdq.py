@@ -19,7 +19,9 @@ and its QuantizeLinear by a `FusedQDQ` entry, which `convert_fused` turns into t
 - the QuantizeLinear's scale and zero point are per tensor initializers.
 
 ``DequantizeLinear -> MaxPool/Concat/Flatten/Reshape/Transpose/... -> QuantizeLinear`` with
-one scale and zero point throughout becomes the op on the integers (it commutes with both).
+one scale and zero point throughout becomes the op on the integers (it commutes with both);
+an input at another scale made by a fused chain for it alone (a concat of branches) is
+requantized to the output's scale in that chain's epilogue.
 
 Anything else (a weight computed at run time, non-zero weight zero points, Gemm with alpha,
 beta or transA) is left alone and runs in float, as ONNX defines it. At conversion, an input
