@@ -5,9 +5,11 @@
 int8) on C-contiguous operands:
 
 - the weight's rows are the micro-kernel's broadcast operand (int8, depths contiguous and
-  padded with zeros to a multiple of 4), beside each row's sum; a convolution's are
-  reordered per call to the panel's depth order (tap-major, 4 channels a word), a 1 x 1
-  weight whose channels are a multiple of 4 is used in place;
+  padded with zeros to a multiple of 4), beside each row's sum; a convolution's are in the
+  panel's depth order (tap-major, 4 channels a word): an OHWI weight (``hwc``, as importers
+  store it) is used in place when its channels are a multiple of 4; an OIHW one is reordered
+  per call when the panel is by words, else used in place with a panel made a byte at a
+  time in its order;
 - the input is the packed operand, a panel of uint8 (quads of depth, positions, 4): a
   convolution interleaves each group of 4 channel rows of the NCHW image into words, tap by
   tap, for every output position (im2col by 32-bit words, a vectorized run per output row
