@@ -268,8 +268,10 @@ def _quantized(chain: _Chain, x_range, y_range, k: int) -> list[E.VarBinding]:  
     quant = {"x_zero": zx, "y_zero": zy, "dtype": "uint8", "relu": chain.relu}
     if chain.attrs:
         a = chain.attrs
-        yq_value = op.qconv2d(*args, **quant, strides=a["strides"], padding=a["padding"],
-                              dilation=a["dilation"], groups=a["groups"])  # fmt: skip
+        ohwi = E.Constant(np.ascontiguousarray(wq.transpose(0, 2, 3, 1)))  # the kernel's order
+        yq_value = op.qconv2d(xq, ohwi, *args[2:], **quant, strides=a["strides"],
+                              padding=a["padding"], dilation=a["dilation"], groups=a["groups"],
+                              weight_layout="OHWI")  # fmt: skip
     else:
         yq_value = op.qdense(*args, **quant)
     yq = E.Var(f"q{k}_y")

@@ -1,8 +1,8 @@
 """Quantized kernels: jit `rvm.op.qconv2d` / `rvm.op.qdense` (through `rvm.kernels.qgemm`,
 VNNI where the CPU has it) equal their NumPy references exactly, over strides, padding,
 dilation, groups, depths that are not multiples of 4, batches, uint8 and int8 inputs, ReLU
-clamps and int8 outputs, products split on the pool or not; uint8 max pools (through the
-float32 pool library) too."""
+clamps and int8 outputs, products split on the pool or not; uint8 and int8 max pools
+(through `rvm.kernels.qpool`, in the integers) too."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from jit_helpers import check, prim, var
 
 from rvm import op
-from rvm.kernels import parfor, qgemm
+from rvm.kernels import parfor, qgemm, qpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -36,10 +36,13 @@ CONVS = [
 @pytest.mark.parametrize(("xs", "ws", "strides", "padding", "dilation", "groups"), CONVS)
 @pytest.mark.parametrize(("x_dtype", "y_dtype", "relu"), [("uint8", "uint8", True),
                                                           ("int8", "int8", False)])  # fmt: skip
+@pytest.mark.parametrize("layout", ["OIHW", "OHWI"])
 def test_qconv2d_kernel_equals_reference(xs, ws, strides, padding, dilation, groups, x_dtype,
-                                         y_dtype, relu):  # fmt: skip
+                                         y_dtype, relu, layout):  # fmt: skip
+    """Either weight layout (OHWI: as importers store it, read in place by the kernel)."""
     o = ws[0]
-    x, w = var("x", xs, x_dtype), var("w", ws, "int8")
+    wshape = (ws[0], ws[2], ws[3], ws[1]) if layout == "OHWI" else ws
+    x, w = var("x", xs, x_dtype), var("w", wshape, "int8")
     b, s = var("b", (o,), "int32"), var("s", (o,), "float32")
     y_zero = 9 if y_dtype == "uint8" else -3
     call = op.qconv2d(
@@ -55,10 +58,11 @@ def test_qconv2d_kernel_equals_reference(xs, ws, strides, padding, dilation, gro
         padding=padding,
         dilation=dilation,
         groups=groups,
+        weight_layout=layout,
     )
     scale = RNG.uniform(2e-4, 2e-3, o).astype(np.float32)
     bias = RNG.integers(-3000, 3000, o).astype(np.int32)
-    check(prim([x, w, b, s], call), _ints(xs, x_dtype), _ints(ws, "int8"), bias, scale)
+    check(prim([x, w, b, s], call), _ints(xs, x_dtype), _ints(wshape, "int8"), bias, scale)
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 2048, 1000), (3, 37, 5), (40, 64, 33)])
@@ -83,12 +87,36 @@ def test_library_without_kernel_matches_reference():
     np.testing.assert_array_equal(out, want)
 
 
+POOLS = [
+    # x shape, pool size, strides, padding (top, left, bottom, right), dilation, ceil mode
+    ((1, 4, 11, 11), (3, 3), (2, 2), (1, 1, 0, 0), (1, 1), True),
+    ((2, 3, 9, 12), (2, 3), (1, 2), (0, 1, 1, 1), (1, 1), False),
+    ((1, 5, 13, 10), (3, 2), (2, 3), (1, 0, 1, 0), (2, 2), True),
+    ((1, 2, 7, 7), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), False),
+]
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_integer_max_pool_kernel(dtype):
-    x = var("x", (1, 4, 11, 11), dtype)
-    call = op.max_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 0, 0),
-                         ceil_mode=True)  # fmt: skip
-    check(prim([x], call), _ints((1, 4, 11, 11), dtype))
+@pytest.mark.parametrize(("xs", "size", "strides", "padding", "dilation", "ceil"), POOLS)
+def test_integer_max_pool_kernel(dtype, xs, size, strides, padding, dilation, ceil):
+    """In the integers (`rvm.kernels.qpool`): padding and ceil-mode overhangs never win."""
+    x = var("x", xs, dtype)
+    call = op.max_pool2d(x, pool_size=size, strides=strides, padding=padding,
+                         dilation=dilation, ceil_mode=ceil)  # fmt: skip
+    check(prim([x], call), _ints(xs, dtype))
+
+
+@pytest.mark.parametrize("blas_threads", [1, 2], indirect=True)
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_split_integer_max_pool_equals_reference(blas_threads, dtype):
+    """A pool large enough to be split by planes on the pool, called as a kernel calls it;
+    the output prefilled so a plane no piece wrote fails."""
+    x = _ints((2, 48, 61, 61), dtype)
+    want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (1, 0, 1, 1), (1, 1), True)
+    out = np.full(want.shape, 77, dtype)
+    low = np.iinfo(dtype).min
+    qpool.max_pool2d(x, out, low, 3, 3, 2, 2, 1, 1, 1, 0)
+    np.testing.assert_array_equal(out, want)
 
 
 SPLIT_CASES = [
@@ -117,6 +145,11 @@ def test_split_qconv2d_equals_reference(blas_threads, xs, ws, padding, groups, x
     qgemm.qconv2d(x, w, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
                   padding)  # fmt: skip
     np.testing.assert_array_equal(out, want)
+    out[:] = 77  # the same weight in OHWI (tap-major, read in place)
+    ohwi = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+    qgemm.qconv2d(x, ohwi, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
+                  padding, True)  # fmt: skip
+    np.testing.assert_array_equal(out, want)
     if blas_threads == 2:
         assert ("qgemm", "float32") in parfor.required_tasks()
 
@@ -133,3 +166,13 @@ def test_split_qdense_equals_reference(blas_threads, y_dtype):
     out = np.full(want.shape, 77, y_dtype)
     qgemm.qdense(x, w, bias, scale, out, 128, y_zero, low, high)
     np.testing.assert_array_equal(out, want)
+
+
+def test_qconv2d_weight_layout_is_checked():
+    x, w = var("x", (1, 4, 8, 8), "uint8"), var("w", (6, 3, 3, 4), "int8")
+    b, s = var("b", (6,), "int32"), var("s", (6,), "float32")
+    with pytest.raises(Exception, match="weight_layout must be OIHW or OHWI, got 'HWIO'"):
+        op.qconv2d(x, w, b, s, weight_layout="HWIO")
+    call = op.qconv2d(x, w, b, s, padding=1, weight_layout="OHWI")
+    assert call.attrs["weight_layout"] == "OHWI"
+    assert "weight_layout" not in op.qconv2d(x, var("v", (6, 4, 3, 3), "int8"), b, s).attrs

@@ -3,7 +3,7 @@
 Float max_pool2d and avg_pool2d call `rvm.kernels.pool.pool2d` (compiled once for
 every kernel) into an array that the epilogue reads, or the output itself; float NCHW lrn
 calls `rvm.kernels.lrn.lrn` the same way; uint8 and int8 max_pool2d (quantized models) call
-it in float32, exact for them, and convert back. Other dtypes'
+`rvm.kernels.qpool.max_pool2d`, in the integers. Other dtypes'
 pools are reduce loops over the window, inlined into their consumer like any reduction; the
 window's rows and columns outside the input are skipped, and the average divides by the
 count the reference uses. concat, stack and pad fill their array with one loop nest per
@@ -53,9 +53,8 @@ def _pool(kind: str):
         include = attrs.get("count_include_pad", False)
         if x.dtype in FLOATS:
             return _library_pool(kb, kind, attrs, x, dims, include, x.dtype)
-        if kind == "max" and x.dtype in ("uint8", "int8"):  # quantized models: exact in float
-            pooled = _library_pool(kb, kind, attrs, x, dims, include, "float32")
-            return kb.elemwise(lambda v: v, x.dtype, [pooled])
+        if kind == "max" and x.dtype in ("uint8", "int8"):  # quantized models' activations
+            return _int8_max_pool(kb, attrs, x, dims)
 
         def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
             home = body.home(deps_of(*index))
@@ -110,6 +109,27 @@ def _library_pool(
         t.array = kb.buffer(dims, dtype, t.array)
         xv = kb.materialize(x, dtype)
         kb.call_entry("pool2d", (xv, t.array), params, dtype)
+
+    t.fill = fill
+    return t
+
+
+def _int8_max_pool(kb: KernelBuilder, attrs: dict, x: Tensor, dims) -> Tensor:
+    """A uint8/int8 max pool as a call of `rvm.kernels.qpool.max_pool2d` (exact in the
+    integers: no float copies) filling an array."""
+    t = Tensor(dims, x.dtype, kind="anchor")
+    (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
+    pt, pl = attrs["padding"][0], attrs["padding"][1]
+    low = -128 if x.dtype == "int8" else 0
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, x.dtype, t.array)
+        xv = kb.materialize(x)
+        kb.imports.add(("rvm.kernels.qpool", "max_pool2d", "int8_max_pool2d"))
+        kb.root.lines.append(
+            f"int8_max_pool2d({xv}, {t.array}, {low}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, "
+            f"{pt}, {pl})"
+        )
 
     t.fill = fill
     return t

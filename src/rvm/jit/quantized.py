@@ -39,6 +39,9 @@ def _quant_params(attrs: dict) -> str:
 def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     _check_operands(kb, args)
     x, w = args[0], args[1]
+    hwc = attrs.get("weight_layout", "OIHW") == "OHWI"
+    if hwc:  # the geometry's view of the weight: (O, C / groups, KH, KW)
+        w = Tensor((w.dims[0], w.dims[3], w.dims[1], w.dims[2]), w.dtype)
     groups = kb.resolve(attrs["groups"])
     kb.check(
         ne(x.dims[1], mul(w.dims[1], groups)),
@@ -57,7 +60,7 @@ def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
         names = [kb.materialize(a) for a in args]
         (_, _, sh, dh, (pt, _), _), (_, _, sw, dw, (pl, _), _) = geo
         kb.imports.add((_LIBRARY, "qconv2d", None))
-        geometry = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}"
+        geometry = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {hwc}"
         kb.root.lines.append(
             f"qconv2d({', '.join(names)}, {t.array}, {_quant_params(attrs)}, {geometry})"
         )

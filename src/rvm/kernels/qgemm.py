@@ -5,15 +5,16 @@
 int8) on C-contiguous operands:
 
 - the weight's rows are the micro-kernel's broadcast operand (int8, depths contiguous and
-  padded with zeros to a multiple of 4), beside each row's sum; a convolution's are
-  reordered per call to the panel's depth order (tap-major, 4 channels a word), a 1 x 1
-  weight whose channels are a multiple of 4 is used in place;
+  padded with zeros to a multiple of 4), beside each row's sum; a convolution's are in the
+  panel's depth order (tap-major, 4 channels a word): an OHWI weight (``hwc``, as importers
+  store it) is used in place when its channels are a multiple of 4; an OIHW one is reordered
+  per call when the panel is by words, else used in place with a panel made a byte at a
+  time in its order;
 - the input is the packed operand, a panel of uint8 (quads of depth, positions, 4): a
-  convolution copies each image to channels-last words (4 channels a word, channels padded
-  to a multiple of 4 with zeros), then each tap's words are copied to the panel for every
-  output position (im2col by 32-bit words; taps in the padding read the zero point, so they
-  add nothing once corrected); int8 inputs are shifted by 128 into uint8 (and their zero
-  point with them);
+  convolution interleaves each group of 4 channel rows of the NCHW image into words, tap by
+  tap, for every output position (im2col by 32-bit words, a vectorized run per output row
+  at unit stride; taps in the padding read the zero point, so they add nothing once
+  corrected); int8 inputs are shifted by 128 into uint8 (and their zero point with them);
 - the micro-kernel (`_micro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
   registers: for every 4 depths it broadcasts each row's 4 bytes and issues one
   ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32) per vector.
@@ -38,6 +39,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
+from rvm.kernels.planes import U
 from rvm.kernels.sgemm import _target_features
 
 __all__ = ["MR", "NR", "VNNI", "qconv2d", "qdense"]
@@ -142,13 +144,20 @@ def _weight_rows(wm, quads):  # type: ignore[no-untyped-def]
     if k != 4 * quads:
         rows = np.zeros((o, 4 * quads), wm.dtype)
         rows[:, :k] = wm
-    sums = np.zeros(o, np.int32)
-    for r in range(o):
-        total = np.int32(0)
-        for d in range(k):
-            total += np.int32(wm[r, d])
-        sums[r] = total
-    return rows, sums
+    return rows, _row_sums(np.ascontiguousarray(wm).reshape(-1), 0, o, k)
+
+
+@nb.njit(**_OPTS)
+def _row_sums(flat, o0, og, length):  # type: ignore[no-untyped-def]
+    """The int32 sums of rows ``o0 + [0, og)`` of ``flat`` viewed as rows of ``length``
+    (unsigned indices: vectorized)."""
+    sums = np.zeros(og, np.int32)
+    for o in range(og):
+        at, total = U((o0 + o) * length), np.int32(0)
+        for d in range(U(length)):
+            total += np.int32(flat[at + d])
+        sums[o] = total
+    return sums
 
 
 @nb.njit(**_OPTS)
@@ -177,22 +186,32 @@ def _gemm(rows, panel, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1):  # type: ignore[no-untyped-def]
+def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1, narrow):  # type: ignore[no-untyped-def]
     """``out[o, p]`` for ``p0 <= p < p1`` from the sums ``acc[o, p - p0]`` of channel ``o0 +
-    o`` (any layouts; whole arrays, not slices, keep contiguous ones' loops vectorized)."""
+    o`` (any layouts; whole arrays, not slices, keep contiguous ones' loops vectorized);
+    ``narrow``: every sum is below 2 ** 30 in magnitude."""
     og, first = out.shape[0], np.uint64(p0)
     one_bias, one_scale = bias.size == 1, scale.size == 1
+    # In float32 (16 lanes): a sum past 2 ** 24 may round when the zero point is added,
+    # but it is then far outside the range and clipped the same.
+    zero, lo, hi = np.float32(y_zero), np.float32(low), np.float32(high)
     for o in range(og):
         b = bias[0] if one_bias else bias[o0 + o]
-        f = scale[0] if one_scale else scale[o0 + o]
-        shift = b - x_zero * sums[o]
-        for p in range(np.uint64(p1 - p0)):  # unsigned: no wraparound, vectorized
-            q = np.rint(np.float32(acc[o, p] + shift) * f) + y_zero
-            out[o, first + p] = min(max(q, low), high)
+        f = np.float32(scale[0] if one_scale else scale[o0 + o])
+        shift = np.int64(b) - x_zero * sums[o]
+        if narrow and abs(shift) < 1 << 30:  # acc + shift fits in int32: 16 lanes
+            shift32 = np.int32(shift)
+            for p in range(np.uint64(p1 - p0)):  # unsigned: no wraparound, vectorized
+                q = np.rint(np.float32(np.int32(acc[o, p] + shift32)) * f) + zero
+                out[o, first + p] = np.int32(min(max(q, lo), hi))
+            continue
+        for p in range(np.uint64(p1 - p0)):
+            q = np.rint(np.float32(acc[o, p] + shift) * f) + zero
+            out[o, first + p] = np.int32(min(max(q, lo), hi))
 
 
 @intrinsic
-def _at(typingctx, address, like):  # type: ignore[no-untyped-def]
+def pointer_at(typingctx, address, like):  # type: ignore[no-untyped-def]
     """Address ``address`` (int64) as a pointer to ``like``'s dtype (``like`` an array)."""
     if not isinstance(like, nt.Array):
         return None
@@ -232,12 +251,14 @@ def _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0
     og, p_total = out.shape
     block = max(NR, BLOCK_BYTES // (4 * og) // NR * NR)
     acc = np.empty((og, block), np.int32)
+    narrow = rows.shape[1] * 255 * 128 < 1 << 30  # |sum| <= 255 * 128 * depth
     for b0 in range(j0, j1, block):
         b1 = min(j1, b0 + block)
         _gemm(rows, panel, acc, 1, b0, b1)
         end = min(p_total, b1)
         if end > b0:
-            _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, end)
+            _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, end,
+                        narrow)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
@@ -245,24 +266,25 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
     og, lda, quads, cols = job[2], job[3], job[5], job[6]
     p_total, kind, step = job[18], job[19], job[20]
-    rows = nb.carray(_at(job[1], _I8), (og, lda))
-    panel = nb.carray(_at(job[4], _U8), (quads, cols, 4))
-    sums = nb.carray(_at(job[7], _I32), og)
-    bias, scale = nb.carray(_at(job[8], _I32), job[9]), nb.carray(_at(job[10], _F32), job[11])
+    rows = nb.carray(pointer_at(job[1], _I8), (og, lda))
+    panel = nb.carray(pointer_at(job[4], _U8), (quads, cols, 4))
+    sums = nb.carray(pointer_at(job[7], _I32), og)
+    bias = nb.carray(pointer_at(job[8], _I32), job[9])
+    scale = nb.carray(pointer_at(job[10], _F32), job[11])
     zero, o0, y_zero, low, high = job[12], job[13], job[14], job[15], job[16]
     j0 = p * step
     j1 = min(cols, j0 + step)
     if kind == 0:
-        out = nb.carray(_at(job[17], _U8), (og, p_total))
+        out = nb.carray(pointer_at(job[17], _U8), (og, p_total))
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     elif kind == 1:
-        out = nb.carray(_at(job[17], _I8), (og, p_total))
+        out = nb.carray(pointer_at(job[17], _I8), (og, p_total))
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     elif kind == 2:
-        out = nb.carray(_at(job[17], _U8), (p_total, og)).T
+        out = nb.carray(pointer_at(job[17], _U8), (p_total, og)).T
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
     else:
-        out = nb.carray(_at(job[17], _I8), (p_total, og)).T
+        out = nb.carray(pointer_at(job[17], _I8), (p_total, og)).T
         _blocks(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
 
 
@@ -310,6 +332,25 @@ def _product(rows, sums, panel, zero, bias, scale, o0, y_zero, low, high, out, t
 
 
 @nb.njit(**_OPTS)
+def _hwc_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
+    """Output channels ``o0 + [0, og)`` of the OHWI weight ``w`` as rows of depths in the
+    panel's order (itself when the channels are a multiple of 4, else each tap's channels
+    padded with zeros to ``4 * cq``), and each row's sum."""
+    kh, kw, cg = w.shape[1], w.shape[2], w.shape[3]
+    taps, width = kh * kw, 4 * cq
+    flat = w.reshape(-1)
+    sums = _row_sums(flat, o0, og, taps * cg)
+    if width == cg:
+        return flat[o0 * taps * cg : (o0 + og) * taps * cg].reshape(og, taps * cg), sums
+    rows = np.zeros((og, taps * width), np.int8)
+    for o in range(og):
+        for tap in range(taps):
+            src = ((o0 + o) * taps + tap) * cg
+            rows[o, tap * width : tap * width + cg] = flat[src : src + cg]
+    return rows, sums
+
+
+@nb.njit(**_OPTS)
 def _conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
     """Output channels ``o0 + [0, og)`` of the weight ``w`` (o, cg, kh, kw) as rows of depths
     in the panel's order (see `_columns`: depth ``4 * ((u * kw + v) * cq + k) + t`` is
@@ -317,53 +358,47 @@ def _conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     taps, width = kh * kw, 4 * cq
     flat = w.reshape(-1)
-    sums = np.zeros(og, np.int32)
-    for o in range(og):
-        total = np.int32(0)
-        for d in range((o0 + o) * cg * taps, (o0 + o + 1) * cg * taps):
-            total += np.int32(flat[d])
-        sums[o] = total
+    sums = _row_sums(flat, o0, og, cg * taps)
     if taps * width == cg:  # a 1 x 1 kernel, channels a multiple of 4: the weight itself
         return flat[o0 * cg : (o0 + og) * cg].reshape(og, cg), sums
     rows = np.zeros((og, taps * width), np.int8)
+    rf = rows.reshape(-1)
     for o in range(og):
-        src = flat[(o0 + o) * cg * taps : (o0 + o + 1) * cg * taps]
-        row = rows[o]
-        for c in range(cg):
-            for tap in range(taps):
-                row[tap * width + c] = src[c * taps + tap]
+        src, dst = U((o0 + o) * cg * taps), U(o * taps * width)
+        for tap in range(taps):
+            at = dst + U(tap * width)
+            for c in range(U(cg)):
+                rf[at + c] = flat[src + c * U(taps) + U(tap)]
     return rows, sums
 
 
 @nb.njit(**_OPTS)
-def _channels_last(x, n, c0, cg, flip, xt):  # type: ignore[no-untyped-def]
-    """``xt[y, j, c]`` = image ``n``'s channel ``c0 + c`` as uint8 (``flip`` added); the
-    channels past ``cg`` (up to a multiple of 4) are 0."""
+def _columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words):  # type: ignore[no-untyped-def]
+    """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view) as the panel by words:
+    ``words[(u * kw + v) * cq + k, i * ow + j]`` holds channels ``4k`` to ``4k + 3`` (a byte
+    each, ``flip`` 0x80 shifting int8 into uint8) that tap ``(u, v)`` of output position
+    ``(i, j)`` reads, ``fill`` in each byte for a tap in the padding; channels past ``cg``
+    repeat the last one (their weights are 0). Made straight from the NCHW image: four
+    channel rows interleaved a run at a time (vectorized at unit stride). Positions past the
+    end are left as they are."""
     ih, iw = x.shape[2], x.shape[3]
-    for y in range(ih):
-        for c in range(cg):
-            src = x[n, c0 + c, y]
-            for j in range(iw):
-                xt[y, j, c] = np.uint8((np.int32(src[j]) + flip) & 255)
-
-
-@nb.njit(**_OPTS)
-def _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, words):  # type: ignore[no-untyped-def]
-    """The panel of an image in channels-last words ``xw`` (ih, iw, cq: 4 channels a
-    word): ``words[(u * kw + v) * cq + k, i * ow + j]`` is the word of channels ``4k`` to
-    ``4k + 3`` that tap ``(u, v)`` of output position ``(i, j)`` reads, ``fill`` in each byte
-    for a tap in the padding. Positions past the end are left as they are."""
-    ih, iw, cq = xw.shape
-    cols = words.shape[1]
-    wf = words.reshape(-1)
+    cq, cols = (cg + 3) // 4, words.shape[1]
+    wf, xf = words.reshape(-1), x.reshape(-1)
     fill_word = np.uint32(fill) * np.uint32(0x01010101)
-    for u in range(kh):
-        for v in range(kw):
-            first = pl - v * dw
-            # Output columns whose tap is inside the row: [j_lo, j_hi).
-            j_lo = min(max(0, (first + sw - 1) // sw), ow)
-            j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
-            for k in range(cq):
+    flip_word = np.uint32(flip) * np.uint32(0x01010101)
+    plane = U(ih * iw)
+    for k in range(cq):
+        base = U((n * x.shape[1] + c0) * ih * iw)
+        p0 = base + U(min(4 * k, cg - 1)) * plane
+        p1 = base + U(min(4 * k + 1, cg - 1)) * plane
+        p2 = base + U(min(4 * k + 2, cg - 1)) * plane
+        p3 = base + U(min(4 * k + 3, cg - 1)) * plane
+        for u in range(kh):
+            for v in range(kw):
+                first = pl - v * dw
+                # Output columns whose tap is inside the row: [j_lo, j_hi).
+                j_lo = min(max(0, (first + sw - 1) // sw), ow)
+                j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
                 at0 = ((u * kw + v) * cq + k) * cols
                 for i in range(oh):
                     y = i * sh - pt + u * dh
@@ -372,10 +407,32 @@ def _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, words):  # type: 
                         wf[at : at + ow] = fill_word
                         continue
                     wf[at : at + j_lo] = fill_word
-                    row = xw[y]
-                    for j in range(j_lo, j_hi):
-                        wf[at + j] = row[j * sw - first, k]
                     wf[at + j_hi : at + ow] = fill_word
+                    row = U(y * iw + j_lo * sw - first)
+                    dst, count = U(at + j_lo), U(j_hi - j_lo)
+                    if sw == 1:
+                        _interleave(xf, p0 + row, p1 + row, p2 + row, p3 + row, wf, dst,
+                                    count, flip_word)  # fmt: skip
+                    else:
+                        step = U(sw)
+                        for j in range(count):
+                            s = row + j * step
+                            wf[dst + j] = _word(xf, p0 + s, p1 + s, p2 + s, p3 + s) ^ flip_word
+
+
+@nb.njit(**_OPTS)
+def _interleave(xf, a0, a1, a2, a3, wf, dst, count, flip_word):  # type: ignore[no-untyped-def]
+    """``wf[dst + j]`` = the bytes ``xf[a0 + j]`` .. ``xf[a3 + j]`` as one word, for j <
+    ``count`` (unsigned indices: a vectorized loop)."""
+    for j in range(count):
+        wf[dst + j] = _word(xf, a0 + j, a1 + j, a2 + j, a3 + j) ^ flip_word
+
+
+@nb.njit(inline="always", **_OPTS)
+def _word(xf, a0, a1, a2, a3):  # type: ignore[no-untyped-def]
+    """The bytes ``xf[a0]`` .. ``xf[a3]`` as one little-endian word."""
+    low = np.uint32(xf[a0]) | (np.uint32(xf[a1]) << 8)
+    return low | (np.uint32(xf[a2]) << 16) | (np.uint32(xf[a3]) << 24)
 
 
 @nb.njit(**_OPTS)
@@ -413,16 +470,20 @@ def _columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, f
 
 
 @nb.njit(**_OPTS)
-def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8."""
+def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
+            hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8, (o, cg,
+    kh, kw) or, ``hwc``, (o, kh, kw, cg)."""
     n_img = x.shape[0]
-    o, cg, kh, kw = w.shape
-    oh, ow = out.shape[2], out.shape[3]
+    o, oh, ow = w.shape[0], out.shape[2], out.shape[3]
+    cg, kh, kw = (w.shape[3], w.shape[1], w.shape[2]) if hwc else w.shape[1:]
     og = o // groups
     p_total = oh * ow
-    # Many positions: the panel by words from a channels-last copy, the weight reordered to
-    # match; many channels: the weight in place, the panel a byte at a time.
-    by_words = 4 * og < p_total
+    # The panel by words (4 channels of a tap) needs the weight in tap-major order: an OHWI
+    # weight is (in place when its channels are a multiple of 4); an OIHW one is reordered
+    # per call, worth it for many positions. Many channels of an OIHW weight: the weight in
+    # place, the panel a byte at a time.
+    by_words = hwc or 4 * og < p_total
     cq = (cg + 3) // 4 if by_words else 1  # words of 4 channels
     quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
     flip = _shift(x)  # int8 inputs shift into uint8
@@ -430,18 +491,19 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     cols = (p_total + NR - 1) // NR * NR
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     panel = words.view(np.uint8).reshape(quads, cols, 4)
-    xt = np.zeros((x.shape[2] if by_words else 0, x.shape[3], 4 * cq), np.uint8)
-    xw = xt.view(np.uint32)
+    xu = x.view(np.uint8)
     for g in range(groups):
-        if by_words:
+        if hwc:
+            rows, sums = _hwc_weight_rows(w, g * og, og, cq)
+        elif by_words:
             rows, sums = _conv_weight_rows(w, g * og, og, cq)
         else:
             wm = w[g * og : (g + 1) * og].reshape(og, cg * kh * kw)
             rows, sums = _weight_rows(wm, quads)
         for n in range(n_img):
             if by_words:
-                _channels_last(x, n, g * cg, cg, flip, xt)
-                _columns(xw, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, words)
+                _columns(xu, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip,
+                         words)  # fmt: skip
             else:
                 _columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
                                flip, panel)  # fmt: skip

@@ -33,6 +33,7 @@ OP_PRECISION.update(qconv2d="int8", qdense="int8")
 
 ACTIVATIONS = ("uint8", "int8")
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+WEIGHT_LAYOUTS = ("OIHW", "OHWI")
 
 
 def _quant_attrs(name: str, x_zero: int, y_zero: int, dtype: str, relu: bool) -> dict:
@@ -67,14 +68,22 @@ def qconv2d(
     groups: int = 1,
     low: int | None = None,
     high: int | None = None,
+    weight_layout: str = "OIHW",
 ) -> Call:
     """Quantized 2-d convolution (see the module docstring); ``low``/``high`` (as printed)
-    override the range ``dtype`` and ``relu`` give."""
+    override the range ``dtype`` and ``relu`` give. ``weight_layout`` "OHWI" takes the
+    weight as (O, KH, KW, C / groups): each output channel's taps with their channels
+    contiguous, the order the integer kernel's depths take (importers store it so, once,
+    and the kernel reads it in place)."""
     attrs = _quant_attrs("qconv2d", x_zero, y_zero, dtype, relu)
     attrs["strides"] = positive_ints("qconv2d", "strides", strides, 2)
     attrs["padding"] = normalize_padding("qconv2d", padding, 2)
     attrs["dilation"] = positive_ints("qconv2d", "dilation", dilation, 2)
     attrs["groups"] = check_int("qconv2d", "groups", groups, minimum=1)
+    if weight_layout not in WEIGHT_LAYOUTS:
+        raise IRError(f"qconv2d: weight_layout must be OIHW or OHWI, got {weight_layout!r}")
+    if weight_layout != "OIHW":  # the default is not written (modules saved before read so)
+        attrs["weight_layout"] = weight_layout
     _override(attrs, low, high)
     args = (as_expr(x), as_expr(w), as_expr(bias), as_expr(scale))
     return call(ops.qconv2d, *args, **attrs)
@@ -128,9 +137,17 @@ def _check_operands(name: str, args: list[TensorType], channels: object) -> None
             )
 
 
+def oihw(w: TensorType, attrs: dict) -> TensorType:
+    """A qconv2d's weight type as (O, C / groups, KH, KW), whatever its ``weight_layout``."""
+    if attrs.get("weight_layout", "OIHW") == "OIHW" or w.shape is None or len(w.shape) != 4:
+        return w
+    o, kh, kw, c = w.shape
+    return TensorType((o, c, kh, kw), w.dtype)
+
+
 @rule(ops.qconv2d)
 def _infer_qconv2d(call_: Call, args: list[TensorType]) -> Type:
-    x, w = args[0], args[1]
+    x, w = args[0], oihw(args[1], call_.attrs)
     shape = conv_out_shape("qconv2d", x, w, call_.attrs, 2)
     _check_operands("qconv2d", args, None if w.shape is None else w.shape[0])
     return TensorType(shape, call_.attrs["dtype"])

@@ -19,7 +19,9 @@ and its QuantizeLinear by a `FusedQDQ` entry, which `convert_fused` turns into t
 - the QuantizeLinear's scale and zero point are per tensor initializers.
 
 ``DequantizeLinear -> MaxPool/Concat/Flatten/Reshape/Transpose/... -> QuantizeLinear`` with
-one scale and zero point throughout becomes the op on the integers (it commutes with both).
+one scale and zero point throughout becomes the op on the integers (it commutes with both);
+an input at another scale made by a fused chain for it alone (a concat of branches) is
+requantized to the output's scale in that chain's epilogue.
 
 Anything else (a weight computed at run time, non-zero weight zero points, Gemm with alpha,
 beta or transA) is left alone and runs in float, as ONNX defines it. At conversion, an input
@@ -84,7 +86,7 @@ def fuse_qdq(nodes: Sequence[Any], array_of: ArrayOf, outputs: set[str]) -> list
             replaced[id(q)] = fused
             dropped.update(id(n) for n in fused.nodes[:-1])
             continue
-        moved = _transparent(q, producer, uses, array_of, outputs)
+        moved = _transparent(q, producer, uses, array_of, outputs, replaced)
         if moved is not None:
             replaced[id(q)] = moved
             dropped.add(id(producer[q.input[0]]))
@@ -105,10 +107,16 @@ _TRANSPARENT = {
 }
 
 
-def _transparent(q, producer, uses, array_of, outputs) -> Any | None:  # noqa: ANN001
+def _transparent(q, producer, uses, array_of, outputs, fused) -> Any | None:  # noqa: ANN001
     """``op(x_q)`` for ``Q(op(DQ(x_q)))`` with one scale and zero point throughout (ONNX
     Runtime's quantizer writes MaxPool, Concat and reshapes so), as a copy of the op's node
-    reading the quantized inputs and writing the QuantizeLinear's output; else None."""
+    reading the quantized inputs and writing the QuantizeLinear's output; else None.
+
+    An input at another scale that an integer op (``fused``: the `FusedQDQ` of each
+    QuantizeLinear replaced so far) makes for this DequantizeLinear alone is requantized to
+    the output's scale in that op's epilogue instead (a concat of branches, as in
+    SqueezeNet's fire modules): one rounding where the float chain has two, the values
+    kept in the integers throughout."""
     import onnx
 
     node = producer.get(q.input[0])
@@ -121,19 +129,40 @@ def _transparent(q, producer, uses, array_of, outputs) -> Any | None:  # noqa: A
         return None
     data = _TRANSPARENT[node.op_type]
     positions = range(len(node.input)) if data is None else data
-    inputs = list(node.input)
+    inputs, retarget = list(node.input), []
     for i in positions:
         dq = producer.get(node.input[i])
         x = None if dq is None or dq.op_type != "DequantizeLinear" else _per_tensor(dq, array_of)
-        if x is None or x[0] != y[0] or x[1] != y[1] or x[1].dtype != y[1].dtype:
+        if x is None or x[1].dtype != y[1].dtype:
             return None
+        if x[0] != y[0] or x[1] != y[1]:
+            chain = _retargetable(dq, x, producer, uses, outputs, fused)
+            if chain is None:
+                return None
+            retarget.append(chain)
         inputs[i] = dq.input[0]
+    for chain in retarget:
+        chain.y_scale, chain.y_zero = y
     moved = onnx.NodeProto()
     moved.CopyFrom(node)
     del moved.input[:]
     moved.input.extend(inputs)
     moved.output[0] = q.output[0]
     return moved
+
+
+def _retargetable(dq, x, producer, uses, outputs, fused) -> FusedQDQ | None:  # noqa: ANN001
+    """The `FusedQDQ` whose output only ``dq`` reads, at ``dq``'s scale and zero point ``x``."""
+    value = dq.input[0]
+    made = producer.get(value)
+    chain = None if made is None else fused.get(id(made))
+    if not isinstance(chain, FusedQDQ) or value in outputs or uses.get(value) != 1:
+        return None
+    if uses.get(dq.output[0]) != 1 or dq.output[0] in outputs:
+        return None
+    if chain.y_scale != x[0] or chain.y_zero != x[1]:
+        return None
+    return chain
 
 
 def _match(q, producer, uses, array_of, outputs) -> FusedQDQ | None:  # noqa: ANN001
@@ -272,5 +301,7 @@ def convert_fused(fused: FusedQDQ, x: Expr, convolve_attrs: Callable[[Expr], dic
     if fused.anchor.op_type == "Conv":
         if fused.weight.ndim != 4:
             return None
-        return op.qconv2d(*args, **quant, **convolve_attrs(x))
+        ohwi = Constant(np.ascontiguousarray(fused.weight.transpose(0, 2, 3, 1)))
+        return op.qconv2d(*args[:1], ohwi, *args[2:], **quant, **convolve_attrs(x),
+                          weight_layout="OHWI")  # fmt: skip
     return op.qdense(*args, **quant)

@@ -23,8 +23,11 @@ def _requantize(acc, bias, scale, axis, y_zero, low, high, dtype):
 
 
 def qconv2d(x, w, bias, scale, x_zero, y_zero, low, high, dtype, strides, padding, dilation,
-            groups):  # fmt: skip
-    """Quantized 2-d convolution: int32 sums of ``(x - x_zero) * w``, requantized."""
+            groups, weight_layout="OIHW"):  # fmt: skip
+    """Quantized 2-d convolution: int32 sums of ``(x - x_zero) * w``, requantized (``w``
+    (O, KH, KW, C / groups) when ``weight_layout`` is "OHWI")."""
+    if weight_layout == "OHWI":
+        w = w.transpose(0, 3, 1, 2)
     pads = _pad_pairs(padding)
     kernel = w.shape[2:]
     out_sp = [_out_size(x.shape[2 + i], k, strides[i], pads[i], dilation[i]) for i, k in
