@@ -73,19 +73,21 @@ class SampleResult:
 
 
 def core_overloads() -> list[str]:
-    """Every Core ATen overload of the installed torch (``torch.Tag.core``)."""
+    """Every Core ATen overload of the installed torch (``torch.Tag.core``), from the
+    dispatcher's registry (``dir(torch.ops.aten)`` lists only the packets already used)."""
     import torch
 
-    out = []
-    for name in dir(torch.ops.aten):
-        try:
-            packet = getattr(torch.ops.aten, name)
-            overloads = packet.overloads()
-        except Exception:  # noqa: S112 - not an op packet
+    out = set()
+    for full in torch._C._dispatch_get_all_op_names():
+        name, _, overload = full.removeprefix("aten::").partition(".")
+        if not full.startswith("aten::"):
             continue
-        for o in overloads:
-            if torch.Tag.core in getattr(packet, o).tags:
-                out.append(str(getattr(packet, o)))
+        try:
+            o = getattr(getattr(torch.ops.aten, name), overload or "default")
+        except Exception:  # noqa: S112 - not reachable through torch.ops
+            continue
+        if torch.Tag.core in o.tags:
+            out.add(str(o))
     return sorted(out)
 
 

@@ -126,3 +126,31 @@ def test_batch_norm_eval_saved_statistics_are_empty(exec_mode: str) -> None:
 def test_replication_pad_with_negative_widths_crops(pad: tuple, exec_mode: str) -> None:
     x = torch.randn(2, 3, 5, 6)
     _check(lambda x: torch.nn.functional.pad(x, pad, mode="replicate"), (x,), exec_mode)
+
+
+def _op_names(mod: rvm.IRModule) -> set[str]:
+    from rvm.ir import expr as E
+    from rvm.ir.analysis import walk
+
+    calls = [e for e in walk(mod["main"]) if isinstance(e, E.Call)]
+    return {c.callee.name for c in calls if isinstance(c.callee, E.Op)}
+
+
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_mean_over_h_and_w_is_a_global_pool(keepdim: bool, exec_mode: str) -> None:
+    """A CNN's head (mean over H and W of NCHW) takes the global pool, as from_onnx's does."""
+    model = Fn(lambda x: x.mean((-2, 3), keepdim=keepdim) * 2.0)
+    x = torch.randn(2, 3, 5, 4)
+    mod = rvm.from_torch(model, args=(x,))
+    assert "global_avg_pool2d" in _op_names(mod) and "mean" not in _op_names(mod)
+    check_eager(model, mod, [(x,)], exec_mode, kernels="numpy")
+
+
+def test_linear_of_a_matrix_is_dense_and_of_a_batch_a_matmul(exec_mode: str) -> None:
+    """torch.onnx writes linear as Gemm (dense) for a matrix, as MatMul for a batch of them:
+    from_torch takes the same forms, so both frontends meet the same kernels."""
+    layer = torch.nn.Linear(6, 4)
+    for x, form in ((torch.randn(3, 6), "dense"), (torch.randn(2, 3, 6), "matmul")):
+        mod = rvm.from_torch(layer.eval(), args=(x,))
+        assert form in _op_names(mod)
+        check_eager(layer, mod, [(x,)], exec_mode, kernels="numpy")

@@ -21,7 +21,10 @@ from rvm.ir import const as ir_const
 
 @converter("aten.linear.default")
 def _linear(ctx: NodeContext, x: Expr, weight: Expr, bias: Expr | None = None) -> Expr:
-    if isinstance(weight, Constant) and weight.data.ndim == 2:  # stored (in, out), as ONNX's
+    # the forms from_onnx gets from torch.onnx's export: a matrix input is a Gemm (dense with
+    # the (out, in) weight), a batch of them a MatMul with the weight stored (in, out)
+    constant = isinstance(weight, Constant) and weight.data.ndim == 2
+    if constant and ctx.rank(x) != 2:
         y = ctx.emit(op.matmul(x, ir_const(np.ascontiguousarray(weight.data.T))))
         return y if bias is None else ctx.emit(op.add(y, bias))
     y = ctx.emit(op.dense(x, weight))
