@@ -2,7 +2,8 @@
 divide, avg_pool's divisor_override, index_put by several index tensors or a boolean mask,
 scatter_reduce without the tensor's own values and with "mean", nonzero of a 0-d tensor; and
 the Core ATen ops kept whole through decomposition (pads, select_scatter, var.dim,
-squeeze.dim), batch norm's empty saved statistics in eval."""
+squeeze.dim, the 1-d pools), batch norm's empty saved statistics in eval; grid_sample in every
+mode and padding; the forms the CNN head and linear take (those from_onnx gets)."""
 
 from __future__ import annotations
 
@@ -154,3 +155,38 @@ def test_linear_of_a_matrix_is_dense_and_of_a_batch_a_matmul(exec_mode: str) -> 
         mod = rvm.from_torch(layer.eval(), args=(x,))
         assert form in _op_names(mod)
         check_eager(layer, mod, [(x,)], exec_mode, kernels="numpy")
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_modes_and_paddings(
+    mode: str, padding: str, align_corners: bool, exec_mode: str
+) -> None:
+    """grid_sampler_2d, with grid points outside [-1, 1] so that every padding matters."""
+    x = torch.randn(2, 3, 5, 7)
+    grid = torch.rand(2, 4, 6, 2) * 2.6 - 1.3
+
+    def fn(x, grid):
+        return torch.nn.functional.grid_sample(
+            x, grid, mode=mode, padding_mode=padding, align_corners=align_corners
+        )
+
+    _check(fn, (x, grid), exec_mode)
+
+
+def test_grid_sample_refuses_bicubic() -> None:
+    x, grid = torch.randn(1, 1, 3, 3), torch.zeros(1, 2, 2, 2)
+    model = Fn(lambda x, g: torch.nn.functional.grid_sample(x, g, mode="bicubic"))
+    with pytest.raises(rvm.TorchImportError, match="not bicubic"):
+        rvm.from_torch(model, args=(x, grid))
+
+
+def test_one_d_pools_convert_whole(exec_mode: str) -> None:
+    def fn(x):
+        a = torch.nn.functional.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        return a, torch.nn.functional.adaptive_avg_pool1d(x, 4)
+
+    x = torch.randn(2, 3, 9)
+    assert {"avg_pool1d"} <= _op_names(rvm.from_torch(Fn(fn), args=(x,)))
+    _check(fn, (x,), exec_mode)

@@ -300,7 +300,11 @@ def _window_sums(ctx: NodeContext, x: Expr, pool: Any, k: list, s: list, p: list
     return ctx.emit(op.multiply(mean, float(math.prod(k))))
 
 
-@converter("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
+@converter(
+    "aten.adaptive_avg_pool1d.default",
+    "aten._adaptive_avg_pool2d.default",
+    "aten._adaptive_avg_pool3d.default",
+)
 def _adaptive_avg_pool(ctx: NodeContext, x: Expr, output_size: list) -> Expr:
     """Average pooling is separable: one averaging matrix per spatial axis, as a matmul.
     Output cell ``j`` of an axis of size ``d`` averages ``floor(j*d/o)`` to ``ceil((j+1)*d/o)``
