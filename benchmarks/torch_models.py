@@ -12,10 +12,10 @@ by up to 2x. Both rvm rows run in the native mode; a function that falls back to
 mode there is named under the table (and in the JSON's "fallbacks"). The ONNX file comes from
 ``torch.onnx.export`` of the same module: TorchScript's exporter, or where it fails (the
 transformers decoders' causal masks, torch.cond, torch.while_loop) the dynamo exporter, named
-under the row. ``from_torch`` must run every model with the right
-output (else the run fails); another backend that cannot take a model, or gives a wrong output,
-shows "failed" with the reason printed under the row; "not run" marks a backend skipped
-(``--no-compile``, or ONNX Runtime when the ONNX export failed).
+under the row. ``from_torch`` must run every model with the right output (else the run
+fails); another backend that cannot take a model, or gives a wrong output, shows "failed" with
+the reason printed under the row; "not run" marks a backend skipped (``--no-compile``, or ONNX
+Runtime when the ONNX export failed). torch.compile needs a C++ compiler (g++ here).
 
 Run: python benchmarks/torch_models.py [--models gpt2,bert] [--repeat 51] [--no-compile]
 Writes benchmarks/results/torch_models.json.
