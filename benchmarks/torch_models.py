@@ -10,10 +10,12 @@ settling pause (`SETTLE_S`): eager PyTorch's, ONNX Runtime's and inductor's pool
 on after their calls, which slowed the next backend's turn (rvm from_torch, right after eager)
 by up to 2x. Both rvm rows run in the native mode; a function that falls back to the compiled
 mode there is named under the table (and in the JSON's "fallbacks"). The ONNX file comes from
-``torch.onnx.export`` of the same module. ``from_torch`` must run every model with the right
-output (else the run fails); another backend that cannot take a model, or gives a wrong output,
-shows "failed" with the reason printed under the row; "not run" marks a backend skipped
-(``--no-compile``, or ONNX Runtime when the ONNX export failed).
+``torch.onnx.export`` of the same module: TorchScript's exporter, or where it fails (the
+transformers decoders' causal masks, torch.cond, torch.while_loop) the dynamo exporter, named
+under the row. ``from_torch`` must run every model with the right output (else the run
+fails); another backend that cannot take a model, or gives a wrong output, shows "failed" with
+the reason printed under the row; "not run" marks a backend skipped (``--no-compile``, or ONNX
+Runtime when the ONNX export failed). torch.compile needs a C++ compiler (g++ here).
 
 Run: python benchmarks/torch_models.py [--models gpt2,bert] [--repeat 51] [--no-compile]
 Writes benchmarks/results/torch_models.json.
@@ -49,23 +51,32 @@ def _close(got: Any, ref: np.ndarray) -> bool:
     return got.shape == ref.shape and float(np.abs(got - ref).max()) / scale <= 1e-4
 
 
-def _onnx_bytes(model: Any, args: tuple, case: Any) -> bytes:
+def _onnx_bytes(model: Any, args: tuple, case: Any) -> tuple[bytes, str]:
+    """The model as ONNX, and which exporter made it: TorchScript's, else (the transformers
+    decoders' masks and torch.cond/while_loop do not trace) the dynamo exporter's."""
     import torch
 
     buf = io.BytesIO()
     names = list(case.seq_dims) or ["x"]
     axes = {n: {a: d for a, d in dims.items()} for n, dims in case.seq_dims.items() if dims}
-    torch.onnx.export(
-        model, args, buf, input_names=names, dynamic_axes=axes, dynamo=False, opset_version=17
-    )
-    return buf.getvalue()
+    try:
+        torch.onnx.export(
+            model, args, buf, input_names=names, dynamic_axes=axes, dynamo=False, opset_version=17
+        )
+        return buf.getvalue(), "torchscript"
+    except Exception:
+        program = torch.onnx.export(
+            model, args, dynamo=True, dynamic_shapes=case.dynamic_shapes(), verbose=False
+        )
+        return program.model_proto.SerializeToString(), "dynamo"
 
 
 def backends(
     name: str, use_compile: bool
-) -> tuple[dict[str, Callable[[], Any]], dict[str, str], dict[str, dict[str, str]]]:
-    """The callables to time for model ``name`` (each checked), why others are missing, and
-    per rvm backend the functions its native mode runs in the compiled mode, with why."""
+) -> tuple[dict[str, Callable[[], Any]], dict[str, str], dict[str, dict[str, str]], dict]:
+    """The callables to time for model ``name`` (each checked), why others are missing, per
+    rvm backend the functions its native mode runs in the compiled mode, with why, and notes
+    (which ONNX exporter made the model, when not TorchScript's)."""
     import torch
 
     case = CASES[name]
@@ -77,6 +88,7 @@ def backends(
     fns: dict[str, Callable[[], Any]] = {}
     missing: dict[str, str] = {}
     fallbacks: dict[str, dict[str, str]] = {}
+    notes: dict[str, str] = {}
 
     def add(label: str, make: Callable[[], Callable[[], Any]]) -> None:
         try:
@@ -111,8 +123,11 @@ def backends(
     onnx_model: list[bytes] = []
 
     def via_onnx() -> Callable[[], Any]:
-        onnx_model.append(_onnx_bytes(model, args, case))
-        return native("rvm from_onnx", rvm.from_onnx(onnx_model[0]))
+        data, exporter = _onnx_bytes(model, args, case)
+        onnx_model.append(data)
+        if exporter != "torchscript":
+            notes["onnx"] = f"ONNX from the {exporter} exporter (TorchScript's failed)"
+        return native("rvm from_onnx", rvm.from_onnx(data))
 
     def ort() -> Callable[[], Any]:
         import onnxruntime
@@ -137,7 +152,7 @@ def backends(
         add("onnxruntime", ort)
     if use_compile:
         add("torch.compile", compiled)
-    return fns, missing, fallbacks
+    return fns, missing, fallbacks, notes
 
 
 def main() -> None:
@@ -152,7 +167,7 @@ def main() -> None:
     print(f"{'model':16}" + "".join(f"{lab:>16}" for lab in labels) + "   torch/onnx")
     rows = {}
     for name in opts.models.split(","):
-        fns, missing, fallbacks = backends(name, not opts.no_compile)
+        fns, missing, fallbacks, notes = backends(name, not opts.no_compile)
         times = interleaved_medians(fns, repeat=opts.repeat, settle_s=SETTLE_S) if fns else {}
         cells = [
             f"{times[lab] * 1e3:14.3f}ms"
@@ -169,7 +184,9 @@ def main() -> None:
         for label, why in fallbacks.items():
             for func, reason in why.items():
                 print(f"{'':16}{label} @{func} not native: {reason}")
-        rows[name] = {"seconds": times, "missing": missing, "fallbacks": fallbacks}
+        for note in notes.values():
+            print(f"{'':16}{note}")
+        rows[name] = {"seconds": times, "missing": missing, "fallbacks": fallbacks, **notes}
     write_results("torch_models", {"machine": machine(), "models": rows})
 
 

@@ -28,6 +28,7 @@ a call does the entry checks and runs, with no lookup by name; its repr and
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,8 @@ __all__ = [
     "bind_arguments",
     "check_arguments",
     "check_shape",
+    "in_ranges",
+    "range_probes",
     "to_value",
     "tuple_arity_error",
 ]
@@ -321,6 +324,44 @@ def _check_range(call: _Call, name: str, lo: int | None, hi: int | None) -> None
     raise ShapeError(
         f"{call.name}: {call.sources[name]} has {name} = {value}, outside the range {bounds}"
     )
+
+
+RangeProbe = tuple[int, int, int, int]
+"""Where a fast path reads a bounded symbolic dimension: (parameter, axis, min, max)."""
+
+
+def range_probes(fn: VMFunction) -> tuple[RangeProbe, ...] | None:
+    """Per bounded symbolic dimension of `fn` (`VMFunction.dim_ranges`), the first tensor
+    parameter and axis that has it; None when one is not on a tensor parameter's shape."""
+    probes = []
+    for name, lo, hi in fn.dim_ranges:
+        at = next(
+            (
+                (i, axis)
+                for i, spec in enumerate(fn.param_specs)
+                if spec.kind == "tensor" and spec.shape
+                for axis, dim in enumerate(spec.shape)
+                if dim == name
+            ),
+            None,
+        )
+        if at is None:
+            return None
+        probes.append((*at, -1 if lo is None else lo, sys.maxsize if hi is None else hi))
+    return tuple(probes)
+
+
+def in_ranges(args: Sequence[Any], probes: Sequence[RangeProbe]) -> bool:
+    """Whether each probed size of ``args`` is in its range; False too when an argument has
+    no such axis (the checked entry then says what is wrong)."""
+    try:
+        for i, axis, lo, hi in probes:
+            size = args[i].shape[axis]
+            if size < lo or size > hi:
+                return False
+    except (AttributeError, IndexError, TypeError):
+        return False
+    return True
 
 
 def bind_arguments(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:

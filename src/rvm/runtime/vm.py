@@ -29,6 +29,8 @@ from rvm.runtime.entry import (
     SavedFunction,
     bind_arguments,
     check_arguments,
+    in_ranges,
+    range_probes,
 )
 from rvm.runtime.executable import Executable
 from rvm.runtime.kernels import resolve_primitives
@@ -225,8 +227,9 @@ class VirtualMachine:
     def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
         """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
         under the same lock as `_enter`; see `BoundFunction`."""
-        if self.executable.functions[fidx].dim_ranges:
-            return None  # the fast path checks no ranges: calls take the checked entry
+        probes = range_probes(self.executable.functions[fidx])
+        if probes is None:
+            return None  # a bounded dimension the fast path cannot read: the checked entry
         make = getattr(self._mode, "fast_call", None)
         call = make(fidx) if make is not None else None
         if call is None:
@@ -235,6 +238,8 @@ class VirtualMachine:
         check = self._results[fidx]
 
         def fast(args: tuple) -> Any:
+            if probes and not in_ranges(args, probes):
+                return NOT_RUN  # `_enter` checks the arguments and reports the range
             if not busy.acquire(False):
                 return NOT_RUN  # `_enter` raises the busy error
             self._owner = get_ident()

@@ -49,6 +49,7 @@ def _cases() -> dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
     mean, var = f(3), f(3).abs() + 0.5
     index = torch.tensor([[0, 2, 1], [1, 0, 3]])
     return {
+        **_backward_cases(f),
         "_native_batch_norm_legit.no_stats": [((f(2, c, 4, 5), w, b, True, 0.1, 1e-5), {})],
         "_native_batch_norm_legit_no_training.default": [
             ((f(2, c, 4, 5), w, b, mean, var, 0.1, 1e-5), {}),
@@ -82,6 +83,44 @@ def _cases() -> dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
             ((f(2, 3, 4, 5), None, [2.0, 3.0]), {}),
         ],
         "var.dim": [((f(3, 4, 5), [1]), {}), ((f(3, 4, 5), [0, 2], False, True), {})],
+    }
+
+
+def _backward_cases(f: Callable[..., Any]) -> dict[str, list]:
+    """Backward overloads, each given an output gradient of the forward op's output shape."""
+    import torch
+
+    aten, fn = torch.ops.aten, torch.nn.functional
+
+    def avg(x: Any, *args: Any) -> tuple:
+        return (f(*fn.avg_pool2d(x, *args[:5], divisor_override=args[5]).shape), x, *args)
+
+    def peak(x: Any, *args: Any) -> tuple:
+        out, indices = aten.max_pool2d_with_indices.default(x, *args)
+        return (f(*out.shape), x, *args, indices)
+
+    def conv(x: Any, w: Any, s: list, p: list, d: list, g: int, mask: list) -> tuple:
+        grad = f(*fn.conv2d(x, w, None, s, p, d, g).shape)
+        return (grad, x, w, [w.shape[0]], s, p, d, False, [0, 0], g, mask)
+
+    return {
+        "_adaptive_avg_pool2d_backward.default": [
+            ((f(2, 3, 2, 3), f(2, 3, 5, 7)), {}),
+            ((f(1, 2, 3, 3), f(1, 2, 7, 6)), {}),
+        ],
+        "avg_pool2d_backward.default": [
+            (avg(f(2, 3, 6, 7), [3, 2], [2, 2], [1, 1], False, True, None), {}),
+            (avg(f(2, 3, 6, 7), [3, 2], [2, 2], [1, 1], True, False, None), {}),
+            (avg(f(1, 2, 5, 4), [2, 2], [1, 2], [0, 1], False, True, 3), {}),
+        ],
+        "convolution_backward.default": [
+            ((conv(f(2, 3, 7, 8), f(4, 3, 3, 2), [2, 1], [1, 0], [1, 2], 1, [True] * 3)), {}),
+            ((conv(f(1, 4, 6, 6), f(6, 2, 3, 3), [1, 1], [1, 1], [1, 1], 2, [True] * 3)), {}),
+        ],
+        "max_pool2d_with_indices_backward.default": [
+            (peak(f(2, 3, 6, 7), [3, 2], [2, 2], [1, 1], [1, 1], False), {}),
+            (peak(f(1, 2, 5, 5), [2, 2], [2, 2], [0, 0], [1, 1], True), {}),
+        ],
     }
 
 

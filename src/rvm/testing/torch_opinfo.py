@@ -73,19 +73,21 @@ class SampleResult:
 
 
 def core_overloads() -> list[str]:
-    """Every Core ATen overload of the installed torch (``torch.Tag.core``)."""
+    """Every Core ATen overload of the installed torch (``torch.Tag.core``), from the
+    dispatcher's registry (``dir(torch.ops.aten)`` lists only the packets already used)."""
     import torch
 
-    out = []
-    for name in dir(torch.ops.aten):
-        try:
-            packet = getattr(torch.ops.aten, name)
-            overloads = packet.overloads()
-        except Exception:  # noqa: S112 - not an op packet
+    out = set()
+    for full in torch._C._dispatch_get_all_op_names():
+        name, _, overload = full.removeprefix("aten::").partition(".")
+        if not full.startswith("aten::"):
             continue
-        for o in overloads:
-            if torch.Tag.core in getattr(packet, o).tags:
-                out.append(str(getattr(packet, o)))
+        try:
+            o = getattr(getattr(torch.ops.aten, name), overload or "default")
+        except Exception:  # noqa: S112 - not reachable through torch.ops
+            continue
+        if torch.Tag.core in o.tags:
+            out.add(str(o))
     return sorted(out)
 
 
@@ -333,10 +335,21 @@ def _anchor_figures(results: list[SampleResult]) -> dict[str, Any]:
     }
 
 
-def write_expected(table: dict[str, dict[str, Any]], path: str = EXPECTED_FAILURES) -> None:
+def write_expected(figures: dict[str, Any], path: str = EXPECTED_FAILURES) -> None:
+    """The expected failures of a run (`summary`'s ``figures``): each overload that does not
+    pass every sample using it, then each Core ATen overload no sample reaches, with why."""
+    import torch
+
+    table = figures["overloads"]
     lines = [
-        "# ATen overloads that do not pass every OpInfo sample using them, with a reason.",
+        "# ATen overloads that do not pass every OpInfo sample using them, with a reason; then",
+        "# the Core ATen overloads that no sample reaches ('unseen').",
         "# Regenerate with: python -m rvm.testing.torch_opinfo --report --write",
+        f"# (this file: --samples {figures.get('samples_per_op', '?')} --kernels "
+        f"{figures.get('kernels', '?')}, torch {torch.__version__}, every exec mode;",
+        f"# {figures['samples']} counted samples, {figures['samples_passed']} pass; Core ATen: "
+        f"{figures['core_passing']} of {figures['core_total']} pass, {figures['core_seen']} "
+        "reached by a sample)",
         "",
     ]
     for name, row in table.items():
@@ -344,8 +357,26 @@ def write_expected(table: dict[str, dict[str, Any]], path: str = EXPECTED_FAILUR
             lines.append(
                 f"{name}  # {row['status']} {row['passed']}/{row['total']}: {row['reason']}"
             )
+    from rvm.frontend.torch.registry import supported
+
+    converted = set(supported())
+    for name in core_overloads():
+        if name not in table:
+            why = "has a converter" if name in converted else "no converter"
+            lines.append(f"{name}  # unseen: no sample reaches it (Core ATen, {why})")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def read_expected(path: str = EXPECTED_FAILURES) -> dict[str, str]:
+    """The expected failures file as {overload: reason}."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                name, _, reason = line.partition("#")
+                out[name.strip()] = reason.strip()
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -380,11 +411,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures = summary(results)
     figures["seconds"] = round(time.time() - start, 1)
     figures["kernels"] = opts.kernels
+    figures["samples_per_op"] = opts.samples
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump({**figures, "results": [vars(r) for r in results]}, f, indent=1)
     if opts.write:
-        write_expected(figures["overloads"])
+        write_expected(figures)
     if opts.report:
         _print_report(figures)
     return 0

@@ -2,7 +2,8 @@
 divide, avg_pool's divisor_override, index_put by several index tensors or a boolean mask,
 scatter_reduce without the tensor's own values and with "mean", nonzero of a 0-d tensor; and
 the Core ATen ops kept whole through decomposition (pads, select_scatter, var.dim,
-squeeze.dim), batch norm's empty saved statistics in eval."""
+squeeze.dim, the 1-d pools), batch norm's empty saved statistics in eval; grid_sample in every
+mode and padding; the forms the CNN head and linear take (those from_onnx gets)."""
 
 from __future__ import annotations
 
@@ -126,3 +127,66 @@ def test_batch_norm_eval_saved_statistics_are_empty(exec_mode: str) -> None:
 def test_replication_pad_with_negative_widths_crops(pad: tuple, exec_mode: str) -> None:
     x = torch.randn(2, 3, 5, 6)
     _check(lambda x: torch.nn.functional.pad(x, pad, mode="replicate"), (x,), exec_mode)
+
+
+def _op_names(mod: rvm.IRModule) -> set[str]:
+    from rvm.ir import expr as E
+    from rvm.ir.analysis import walk
+
+    calls = [e for e in walk(mod["main"]) if isinstance(e, E.Call)]
+    return {c.callee.name for c in calls if isinstance(c.callee, E.Op)}
+
+
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_mean_over_h_and_w_is_a_global_pool(keepdim: bool, exec_mode: str) -> None:
+    """A CNN's head (mean over H and W of NCHW) takes the global pool, as from_onnx's does."""
+    model = Fn(lambda x: x.mean((-2, 3), keepdim=keepdim) * 2.0)
+    x = torch.randn(2, 3, 5, 4)
+    mod = rvm.from_torch(model, args=(x,))
+    assert "global_avg_pool2d" in _op_names(mod) and "mean" not in _op_names(mod)
+    check_eager(model, mod, [(x,)], exec_mode, kernels="numpy")
+
+
+def test_linear_of_a_matrix_is_dense_and_of_a_batch_a_matmul(exec_mode: str) -> None:
+    """torch.onnx writes linear as Gemm (dense) for a matrix, as MatMul for a batch of them:
+    from_torch takes the same forms, so both frontends meet the same kernels."""
+    layer = torch.nn.Linear(6, 4)
+    for x, form in ((torch.randn(3, 6), "dense"), (torch.randn(2, 3, 6), "matmul")):
+        mod = rvm.from_torch(layer.eval(), args=(x,))
+        assert form in _op_names(mod)
+        check_eager(layer, mod, [(x,)], exec_mode, kernels="numpy")
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_modes_and_paddings(
+    mode: str, padding: str, align_corners: bool, exec_mode: str
+) -> None:
+    """grid_sampler_2d, with grid points outside [-1, 1] so that every padding matters."""
+    x = torch.randn(2, 3, 5, 7)
+    grid = torch.rand(2, 4, 6, 2) * 2.6 - 1.3
+
+    def fn(x, grid):
+        return torch.nn.functional.grid_sample(
+            x, grid, mode=mode, padding_mode=padding, align_corners=align_corners
+        )
+
+    _check(fn, (x, grid), exec_mode)
+
+
+def test_grid_sample_refuses_bicubic() -> None:
+    x, grid = torch.randn(1, 1, 3, 3), torch.zeros(1, 2, 2, 2)
+    model = Fn(lambda x, g: torch.nn.functional.grid_sample(x, g, mode="bicubic"))
+    with pytest.raises(rvm.TorchImportError, match="not bicubic"):
+        rvm.from_torch(model, args=(x, grid))
+
+
+def test_one_d_pools_convert_whole(exec_mode: str) -> None:
+    def fn(x):
+        a = torch.nn.functional.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        return a, torch.nn.functional.adaptive_avg_pool1d(x, 4)
+
+    x = torch.randn(2, 3, 9)
+    assert {"avg_pool1d"} <= _op_names(rvm.from_torch(Fn(fn), args=(x,)))
+    _check(fn, (x,), exec_mode)

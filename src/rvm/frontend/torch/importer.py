@@ -59,6 +59,8 @@ KEPT = (
     "var.dim",
     "fill.Scalar",
     "embedding_dense_backward.default",
+    "avg_pool1d.default",
+    "adaptive_avg_pool1d.default",
 )
 
 # Nodes that only check or constrain sizes at export time: nothing to run.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rvm.frontend.torch.converters import (  # noqa: F401 - each registers its converters
     control,
     elemwise,
+    grad,
     index,
     nn,
     reduce,

@@ -67,9 +67,21 @@ def _cond(
     if ctx.shape(pred) != ():
         pred = ctx.emit(_scalar_bool(ctx, pred))
     pred = ctx.cast(pred, "bool")
-    then = block(ctx, lambda: _values(ctx, subgraph(ctx, true_graph, operands)))
-    other = block(ctx, lambda: _values(ctx, subgraph(ctx, false_graph, operands)))
-    out = ctx.importer.builder.emit(If(pred, then, other))
+    (output,) = [n for n in true_graph.graph.nodes if n.op == "output"]
+    single = len(output.args[0]) == 1  # then the branches give the value, not a 1-tuple
+
+    def branch(graph: Any) -> Callable[[], Expr]:
+        def build() -> Expr:
+            values = _values(ctx, subgraph(ctx, graph, operands))
+            return values.fields[0] if single else values
+
+        return build
+
+    out = ctx.importer.builder.emit(
+        If(pred, block(ctx, branch(true_graph)), block(ctx, branch(false_graph)))
+    )
+    if single:
+        return [out]
     count = len(infer_type(out).fields)  # type: ignore[attr-defined]
     return [ctx.emit(TupleGetItem(out, k)) for k in range(count)]
 

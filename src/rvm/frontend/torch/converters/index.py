@@ -399,3 +399,84 @@ def _embedding_backward(
         rows = ctx.emit(op.where(keep, rows, ctx.scalar(0.0, dtype)))
     base = op.zeros([int(num_weights), width], dtype)
     return ctx.emit(op.scatter_nd(base, where, rows, reduction="add"))
+
+
+@converter("aten.grid_sampler_2d.default")
+def _grid_sampler_2d(
+    ctx: NodeContext, x: Expr, grid: Expr, mode: int, padding: int, align_corners: bool
+) -> Expr:
+    """Sampling ``x`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2; x then y in [-1, 1]): bilinear
+    (mode 0) or nearest (1), outside points zero (padding 0), clamped to the border (1) or
+    reflected (2), as PyTorch's ``grid_sampler_2d``. Each corner is a gather of the flattened
+    planes."""
+    if mode not in (0, 1):
+        ctx.fail("samples bilinear (mode 0) or nearest (1) only, not bicubic")
+    n, c, h, w = ctx.shape(x)
+    if not (isinstance(h, int) and isinstance(w, int)):
+        ctx.fail(f"needs static H and W, got {h} and {w}")
+    out = list(ctx.out_shape())
+    coords = [
+        _source_coord(ctx, grid, k, size, padding, bool(align_corners))
+        for k, size in ((0, w), (1, h))
+    ]
+    planes = ctx.emit(op.reshape(x, [n, c, h * w]))
+    dtype = ctx.dtype_of(x) or "float32"
+    if mode == 1:
+        corners = [(op.round(coords[0]), op.round(coords[1]), None)]
+    else:
+        x0, y0 = op.floor(coords[0]), op.floor(coords[1])
+        fx, fy = ctx.emit(op.subtract(coords[0], x0)), ctx.emit(op.subtract(coords[1], y0))
+        gx, gy = op.subtract(1.0, fx), op.subtract(1.0, fy)
+        x1, y1 = op.add(x0, 1.0), op.add(y0, 1.0)
+        corners = [
+            (x0, y0, op.multiply(gx, gy)),
+            (x1, y0, op.multiply(fx, gy)),
+            (x0, y1, op.multiply(gx, fy)),
+            (x1, y1, op.multiply(fx, fy)),
+        ]
+    total = None
+    for cx, cy, weight in corners:
+        cx, cy = ctx.emit(cx), ctx.emit(cy)
+        inside = op.logical_and(
+            op.logical_and(op.greater_equal(cx, 0.0), op.less_equal(cx, float(w - 1))),
+            op.logical_and(op.greater_equal(cy, 0.0), op.less_equal(cy, float(h - 1))),
+        )
+        scale = op.cast(inside, dtype) if weight is None else op.where(inside, weight, 0.0)
+        flat = op.add(
+            op.multiply(op.cast(op.clip(cy, 0.0, float(h - 1)), "int64"), w),
+            op.cast(op.clip(cx, 0.0, float(w - 1)), "int64"),
+        )
+        index = op.broadcast_to(op.reshape(flat, [n, 1, -1]), [n, c, out[2] * out[3]])
+        picked = op.multiply(op.gather(planes, index, axis=2), op.reshape(scale, [n, 1, -1]))
+        total = ctx.emit(picked if total is None else op.add(total, picked))
+    return ctx.emit(op.reshape(total, out))
+
+
+def _source_coord(
+    ctx: NodeContext, grid: Expr, k: int, size: int, padding: int, align: bool
+) -> Expr:
+    """Grid component ``k`` as a source coordinate along an axis of ``size``, padded."""
+    g = ctx.emit(op.squeeze(op.strided_slice(grid, [k], [k + 1], axes=[3]), [3]))
+    if align:
+        coord = op.multiply(op.add(g, 1.0), (size - 1) / 2.0)
+    else:
+        coord = op.divide(op.subtract(op.multiply(op.add(g, 1.0), float(size)), 1.0), 2.0)
+    coord = ctx.emit(coord)
+    if padding == 2:
+        low, high = (0, 2 * (size - 1)) if align else (-1, 2 * size - 1)
+        coord = _reflect(ctx, coord, low, high)
+    if padding in (1, 2):
+        coord = ctx.emit(op.clip(coord, 0.0, float(size - 1)))
+    return coord
+
+
+def _reflect(ctx: NodeContext, coord: Expr, twice_low: int, twice_high: int) -> Expr:
+    """PyTorch's ``reflect_coordinates``: ``coord`` mirrored into [low/2, high/2]."""
+    if twice_low == twice_high:
+        return ctx.emit(op.multiply(coord, 0.0))
+    low, span = twice_low / 2.0, (twice_high - twice_low) / 2.0
+    dist = ctx.emit(op.abs(op.subtract(coord, low)))
+    extra = ctx.emit(op.fmod(dist, span))
+    flips = op.floor(op.divide(dist, span))
+    even = op.equal(op.fmod(flips, 2.0), 0.0)
+    return ctx.emit(op.where(even, op.add(extra, low), op.add(op.subtract(span, extra), low)))

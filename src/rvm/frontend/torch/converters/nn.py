@@ -21,7 +21,10 @@ from rvm.ir import const as ir_const
 
 @converter("aten.linear.default")
 def _linear(ctx: NodeContext, x: Expr, weight: Expr, bias: Expr | None = None) -> Expr:
-    if isinstance(weight, Constant) and weight.data.ndim == 2:  # stored (in, out), as ONNX's
+    # the forms from_onnx gets from torch.onnx's export: a matrix input is a Gemm (dense with
+    # the (out, in) weight), a batch of them a MatMul with the weight stored (in, out)
+    constant = isinstance(weight, Constant) and weight.data.ndim == 2
+    if constant and ctx.rank(x) != 2:
         y = ctx.emit(op.matmul(x, ir_const(np.ascontiguousarray(weight.data.T))))
         return y if bias is None else ctx.emit(op.add(y, bias))
     y = ctx.emit(op.dense(x, weight))
@@ -297,7 +300,11 @@ def _window_sums(ctx: NodeContext, x: Expr, pool: Any, k: list, s: list, p: list
     return ctx.emit(op.multiply(mean, float(math.prod(k))))
 
 
-@converter("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
+@converter(
+    "aten.adaptive_avg_pool1d.default",
+    "aten._adaptive_avg_pool2d.default",
+    "aten._adaptive_avg_pool3d.default",
+)
 def _adaptive_avg_pool(ctx: NodeContext, x: Expr, output_size: list) -> Expr:
     """Average pooling is separable: one averaging matrix per spatial axis, as a matmul.
     Output cell ``j`` of an axis of size ``d`` averages ``floor(j*d/o)`` to ``ceil((j+1)*d/o)``

@@ -34,7 +34,12 @@ def _sum(ctx: NodeContext, x: Expr, dim: Any = None, keepdim: bool = False, **_:
 
 @converter("aten.mean.dim", "aten.mean.default")
 def _mean(ctx: NodeContext, x: Expr, dim: Any = None, keepdim: bool = False, **_: Any) -> Expr:
-    return _reduce(ctx, op.mean, ctx.cast(x, ctx.out_dtype()), dim, keepdim)
+    x = ctx.cast(x, ctx.out_dtype())
+    if ctx.rank(x) == 4 and _axes(ctx, x, dim) == [2, 3]:
+        # the mean over H and W of NCHW (a CNN's head): the global pool, as from_onnx gets it
+        pooled = op.global_avg_pool2d(x)
+        return ctx.emit(pooled if keepdim else op.squeeze(pooled, axis=[2, 3]))
+    return _reduce(ctx, op.mean, x, dim, keepdim)
 
 
 @converter("aten.prod.default", "aten.prod.dim_int")
