@@ -199,14 +199,18 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
 
 def with_batch(model: Any, batch: int) -> Any:
     """``model`` (an ONNX CNN of batch 1) at ``batch`` images: the first dimension of its graph
-    inputs that are not initializers set to ``batch``, and each Reshape's constant shape that
-    starts with 1 (the batch, in the light models) made to start with 0, "as the input's"."""
+    inputs that are not initializers and of its outputs set to ``batch`` (the inferred shapes
+    of values inside dropped), and each Reshape's constant shape that starts with 1 (the batch,
+    in the light models) made to start with 0, "as the input's"."""
     from onnx import numpy_helper
 
     from rvm.testing.onnx_models import graph_inputs
 
-    for value in graph_inputs(model):
-        value.type.tensor_type.shape.dim[0].dim_value = batch
+    for value in [*graph_inputs(model), *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if dims:
+            dims[0].dim_value = batch
+    del model.graph.value_info[:]
     inits = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Reshape" and node.input[1] in inits:
