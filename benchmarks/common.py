@@ -26,10 +26,11 @@ from rvm.runtime.modes.decode import DecodedFunction  # noqa: E402
 
 
 def machine() -> dict[str, Any]:
-    """The machine a benchmark runs on: CPU model, vector width (bits, from the CPU features
-    LLVM sees, which Numba compiles for), cores, and the environment that changes the code
-    run (``OPENBLAS_CORETYPE``, ``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES``) where set."""
-    from llvmlite import binding as llvm
+    """The machine a benchmark runs on: CPU model, the CPU and vector width Numba compiles for
+    and the caches the kernels' tuning reads (`rvm.kernels.cpu`), cores, and the environment
+    that changes the code run (``OPENBLAS_CORETYPE``, ``NUMBA_CPU_NAME``,
+    ``NUMBA_CPU_FEATURES``) where set."""
+    from rvm.kernels.cpu import cpu
 
     model = platform.processor() or platform.machine()
     try:
@@ -38,17 +39,13 @@ def machine() -> dict[str, Any]:
         model = names[0] if names else model
     except OSError:
         pass
-    features = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f[0] == "+"}
-    width = 128
-    if features & {"avx", "avx2"}:
-        width = 256
-    if "avx512f" in features:
-        width = 512
+    c = cpu()
     env = ("OPENBLAS_CORETYPE", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
     return {
         "cpu": model,
-        "llvm_cpu": llvm.get_host_cpu_name(),
-        "vector_bits": width,
+        "llvm_cpu": c.name,
+        "vector_bits": c.vector_bits,
+        "caches_kb": [c.l1d >> 10, c.l2 >> 10, c.l3 >> 10],
         "cores": os.cpu_count(),
         "load": round(os.getloadavg()[0], 2),
         **{name: os.environ[name] for name in env if name in os.environ},
@@ -62,7 +59,8 @@ def machine_line() -> str:
     if "NUMBA_CPU_FEATURES" in m:
         extra += ", NUMBA_CPU_FEATURES set"
     return (
-        f"machine: {m['cpu']} ({m['llvm_cpu']}, {m['vector_bits']}-bit vectors), "
+        f"machine: {m['cpu']} ({m['llvm_cpu']}, {m['vector_bits']}-bit vectors, "
+        f"L1d/L2/L3 {'/'.join(str(k) for k in m['caches_kb'])} KB), "
         f"{m['cores']} cores, load {m['load']}{extra}"
     )
 
@@ -199,9 +197,36 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     return out
 
 
-def light_model_files(name: str, tmp: Path) -> tuple[Path, Path, Any, list[np.ndarray]]:
-    """Light ONNX model ``name`` with random weights saved to ``tmp`` (logits exposed), its
-    random inputs saved beside it (`.npz`, read back in key order), and both in memory."""
+def with_batch(model: Any, batch: int) -> Any:
+    """``model`` (an ONNX CNN of batch 1) at ``batch`` images: the first dimension of its graph
+    inputs that are not initializers and of its outputs set to ``batch`` (the inferred shapes
+    of values inside dropped), and each Reshape's constant shape that starts with 1 (the batch,
+    in the light models) made to start with 0, "as the input's"."""
+    from onnx import numpy_helper
+
+    from rvm.testing.onnx_models import graph_inputs
+
+    for value in [*graph_inputs(model), *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if dims:
+            dims[0].dim_value = batch
+    del model.graph.value_info[:]
+    inits = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Reshape" and node.input[1] in inits:
+            shape = numpy_helper.to_array(inits[node.input[1]]).copy()
+            if shape.ndim == 1 and shape.size > 1 and shape[0] == 1:
+                shape[0] = 0
+                inits[node.input[1]].CopyFrom(numpy_helper.from_array(shape, node.input[1]))
+    return model
+
+
+def light_model_files(
+    name: str, tmp: Path, batch: int = 1
+) -> tuple[Path, Path, Any, list[np.ndarray]]:
+    """Light ONNX model ``name`` with random weights saved to ``tmp`` (logits exposed) at
+    ``batch`` images (`with_batch`), its random inputs saved beside it (`.npz`, read back in
+    key order), and both in memory."""
     import onnx
 
     from rvm.testing.onnx_models import (
@@ -212,6 +237,8 @@ def light_model_files(name: str, tmp: Path) -> tuple[Path, Path, Any, list[np.nd
     )
 
     model = expose_logits(randomize_weights(onnx.load(light_model_path(name)), seed=0))
+    if batch != 1:
+        model = with_batch(model, batch)
     path = tmp / f"{name}.onnx"
     onnx.save(model, path)
     inputs = random_inputs(model, seed=1)

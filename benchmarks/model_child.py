@@ -121,7 +121,10 @@ def speed(model: str, inputs: list[np.ndarray]) -> dict:
     # ORT's pool threads spin about 30 ms after its calls: rvm's next calls ran 1.7 times
     # slower for that long (squeezenet), so each turn starts after a settling pause.
     medians = interleaved_medians(calls, repeat=31, sample_s=0.05, settle_s=SETTLE_S)
-    return {f"{name}_ms": 1e3 * t for name, t in medians.items()}
+    from rvm.kernels.cpu import cpu
+
+    out = {f"{name}_ms": 1e3 * t for name, t in medians.items()}
+    return {**out, "vector_bits": cpu().vector_bits}  # what rvm compiled for
 
 
 def main() -> None:

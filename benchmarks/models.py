@@ -1,11 +1,15 @@
 """Benchmark of the 9 light ONNX CNNs (random weights) with jit kernels against ONNX Runtime.
 
 Run: ``python benchmarks/models.py [--only squeezenet,vgg19] [--runs 3] [--no-speed] [--no-first]
-[--src DIR]``. ``--src`` names the rvm sources the measured processes import (default: this
-checkout's ``src``), to measure another version with the same script. Prints a table, writes
-``benchmarks/results/models.json`` (``--name``) and a bar chart of rvm/ORT per model
-(``models.png``). Every figure comes from a fresh process
-(`model_child.py`); per model:
+[--batch 8] [--avx2] [--src DIR]``. ``--batch`` runs every model at that many images a call
+(the models' batch-1 Reshapes made to follow the input's batch: `common.with_batch`);
+``--avx2`` has rvm compile for an AVX2 CPU (Haswell: ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``
+in the measured processes), to measure that path of the kernels on an AVX-512 machine (ORT
+still dispatches on the CPU itself). ``--src`` names the rvm sources the measured processes
+import (default: this checkout's ``src``), to measure another version with the same script.
+Prints a table, writes ``benchmarks/results/models.json`` (``models_b8.json``,
+``models_avx2.json``...; ``--name``) and a bar chart of rvm/ORT per model (``models.png``).
+Every figure comes from a fresh process (`model_child.py`); per model:
 
 - **cold**: ``rvm.from_onnx`` + ``rvm.compile`` (kernels built) with an empty kernel cache
   (its own ``RVM_CACHE_DIR``), wall and CPU seconds, the median of ``--runs`` processes. CPU
@@ -75,6 +79,12 @@ TVM_BUILD_S = {
 }
 WARM_GOAL_S = {"squeezenet": 1.0}
 CHILD = Path(__file__).with_name("model_child.py")
+# ``--avx2``: what the measured processes compile for (Numba's target, `rvm.kernels.cpu`).
+AVX2_ENV = {
+    "NUMBA_CPU_NAME": "haswell",
+    "NUMBA_CPU_FEATURES": "+64bit,+avx,+avx2,+fma,+f16c,+sse,+sse2,+sse3,+sse4.1,+sse4.2,"
+    "+ssse3,+cmov,+popcnt,+bmi,+bmi2,+lzcnt,+movbe",
+}
 
 
 def _child(
@@ -83,7 +93,7 @@ def _child(
     """One fresh-process measurement (see `model_child.py`); a failing child fails the run.
     ``numba_cache``: an empty folder for Numba's cache (rvm's library not compiled yet)."""
     result = cache.with_name(f"{cache.name}_{what}.json")
-    env = {**os.environ, "RVM_CACHE_DIR": str(cache), "PYTHONPATH": str(src)}
+    env = {**os.environ, "RVM_CACHE_DIR": str(cache), "PYTHONPATH": str(src), **_TARGET_ENV}
     if numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(numba_cache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # rvm's modules byte-compiled, as when installed
@@ -94,6 +104,9 @@ def _child(
     return {**json.loads(result.read_text()), "result": str(result)}
 
 
+_TARGET_ENV: dict[str, str] = {}  # the children's Numba target (``--avx2``), else the host's
+
+
 def _median(rows: list[dict], key: str) -> float:
     return float(np.median([r[key] for r in rows]))
 
@@ -101,7 +114,7 @@ def _median(rows: list[dict], key: str) -> float:
 def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     """The row of light model ``name`` (see the module docstring)."""
 
-    path, npz, model, inputs = light_model_files(name, work)
+    path, npz, model, inputs = light_model_files(name, work, args.batch)
     run = [args.src, path, npz]
     colds = [_child("cold", *run, work / f"{name}_cache_{k}") for k in range(args.runs)]
     cache = work / f"{name}_cache_0"
@@ -128,6 +141,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
         best = min(speed[f"rvm_{mode}_ms"] for mode in ("bytecode", "compiled", "native"))
         row["rvm_over_ort"] = best / speed["ort_ms"]
         row["native_over_compiled"] = speed["rvm_native_ms"] / speed["rvm_compiled_ms"]
+        row["vector_bits"] = speed["vector_bits"]
         row["peak_rss_mb"] = speed["peak_rss_mb"]
         alone = _child("ort", *run, cache)
         got = np.load(alone["result"] + ".npz")
@@ -218,8 +232,26 @@ def main() -> None:
         help="skip the first-after-install cold compile (rvm's library compiled too)",
     )
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="rvm sources to measure")
-    parser.add_argument("--name", default="models", help="results file name (no suffix)")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="images per call (8: where ORT's layouts gain most)"
+    )
+    parser.add_argument(
+        "--avx2",
+        action="store_true",
+        help="rvm compiles for an AVX2 CPU (Haswell) whatever this one has (NUMBA_CPU_NAME/"
+        "NUMBA_CPU_FEATURES in the measured processes)",
+    )
+    parser.add_argument(
+        "--name", default=None, help="results file name, no suffix (models, models_b8...)"
+    )
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch takes a positive count of images; not {args.batch}")
+    if args.name is None:
+        args.name = "models" + ("" if args.batch == 1 else f"_b{args.batch}")
+        args.name += "_avx2" if args.avx2 else ""
+    if args.avx2:
+        _TARGET_ENV.update(AVX2_ENV)
     names = args.only.split(",")
     unknown = set(names) - set(LIGHT_MODELS)
     if unknown:
@@ -234,7 +266,10 @@ def main() -> None:
         k: os.environ[k] for k in ("RVM_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
     }
     print(machine_line())
-    print(f"threads: {threads or 'defaults (rvm: every CPU)'}")
+    if args.avx2:
+        bits = sorted({r["vector_bits"] for r in rows.values() if "vector_bits" in r})
+        print(f"rvm compiled for haswell (AVX2: {bits}-bit vectors measured); ORT for this CPU")
+    print(f"threads: {threads or 'defaults (rvm: every CPU)'}; batch {args.batch}")
     print(_table(rows))
     ratios = [r["rvm_over_ort"] for r in rows.values() if "rvm_over_ort" in r]
     if ratios:
@@ -243,6 +278,8 @@ def main() -> None:
         print(f"geometric mean of rvm/ORT alone: {float(np.exp(np.mean(np.log(alone)))):.2f}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     payload = {"src": str(args.src), "load_average": load, "cpus": os.cpu_count()}
+    payload["batch"] = args.batch
+    payload["rvm_target"] = _TARGET_ENV or "host"
     payload["machine"] = machine()
     out = write_results(args.name, {**payload, "models": rows})
     _chart(rows, out.with_suffix(".png"))

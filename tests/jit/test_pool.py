@@ -127,3 +127,29 @@ def test_pools_keeping_few_of_their_positions_match_reference(kind, include) -> 
              ((1, 4, 9, 9), (2, 2), (4, 4), (0, 0, 0, 0), True)]  # fmt: skip
     for shape, k, s, pads, ceil in cases:
         _check_pool(kind, include, shape, k, s, pads, ceil)
+
+
+@pytest.mark.parametrize(
+    ("is_max", "k", "s", "d", "method"),
+    [(1, (3, 3), (2, 2), (1, 1), pool.FLAT), (1, (3, 3), (1, 1), (1, 1), pool.FLAT),
+     (1, (2, 2), (2, 2), (2, 1), pool.FLAT), (1, (2, 2), (2, 2), (1, 1), pool.SEPARABLE),
+     (1, (1, 1), (1, 1), (1, 1), pool.PHASED), (0, (3, 3), (2, 2), (1, 1), pool.SEPARABLE)],
+)  # fmt: skip
+def test_max_pools_with_overlapping_windows_are_separable_over_whole_channels(
+    is_max, k, s, d, method
+) -> None:
+    """`rvm.kernels.maxflat` takes max pools whose windows overlap (dilated ones whose span
+    does), not those whose windows tile the input, nor averages (on a 112-wide input)."""
+    oh, ow = (112 - d[0] * (k[0] - 1) - 1) // s[0] + 1, (112 - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    assert pool._method(is_max, 112, oh, ow, *k, *s, *d) == method
+
+
+@pytest.mark.parametrize(
+    ("shape", "k", "s", "pads", "ceil"),
+    [((2, 40, 57, 57), (3, 3), (2, 2), (0, 0, 0, 0), True),
+     ((1, 64, 56, 56), (3, 3), (2, 2), (1, 1, 1, 1), False),
+     ((1, 48, 28, 28), (3, 3), (1, 1), (1, 1, 1, 1), False)],
+)  # fmt: skip
+def test_max_pools_split_over_threads_match_reference(blas_threads, shape, k, s, pads, ceil):
+    """Channels in chunks on the pool (large enough to split), each chunk its own scratch."""
+    _check_pool("max", False, shape, k, s, pads, ceil)

@@ -40,12 +40,15 @@ from numba.extending import overload
 from rvm.kernels import entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
+from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
 CONV_BLOCK = 1024
-COL_BYTES = 1 << 21  # an im2col block's bytes per BLAS thread at most: it stays in cache
+# An im2col block's bytes per BLAS thread at most, twice one core's L2 (2 MB on a 1 MB L2): the
+# GEMM reads it in depth slices of `sgemm.KC` rows, each of which stays in L2.
+COL_BYTES = 2 * cpu().l2
 
 # Float32 convolutions with output rows at least this wide read their taps in place
 # (`_taps_gemm`); narrower ones use im2col. Each output row is a run of tiles whose last one is

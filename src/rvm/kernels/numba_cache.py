@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rvm.kernels.cpu import tuning_key
+
 logger = logging.getLogger("rvm.jit")
 
 _state = threading.local()  # .depth: how many `light_loads` this thread is inside
@@ -209,9 +211,12 @@ LIBRARY_STAMP = "rvm-native-library.stamp"
 
 @functools.lru_cache(maxsize=1)
 def library_digest() -> str:
-    """The hash of the library's sources (this package's modules, read once per process)."""
+    """The hash of the library's sources (this package's modules, read once per process) and
+    of the CPU facts its tuning reads (`rvm.kernels.cpu.tuning_key`): code tuned for other
+    caches is dropped too."""
     sources = sorted(Path(__file__).parent.glob("*.py"))
-    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    text = b"".join(p.read_bytes() for p in sources) + tuning_key().encode()
+    return hashlib.sha256(text).hexdigest()
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,9 +22,14 @@ be (a strided read is not one):
   column into a padded line, then the line's columns tap by tap, and the row takes every
   stride-th;
 - when the output keeps few of the positions a run would compute (global-like windows), window
-  by window.
+  by window;
+- max pools whose windows overlap (a 3x3 window 2 apart, CNNs' common pool) are separable
+  over the whole channel (`rvm.kernels.maxflat`): the window rows reduced at every position of the
+  channel in one run, the window columns of the kept windows, and the output their
+  subsample. Computing rows the stride skips costs less than many short loops (each with a
+  scalar tail) or a strided copy: a half to 0.85 of the time of the others.
 
-Max and average pools by each method are six tasks of their own (`rvm.kernels.parfor`),
+Max and average pools by each method are seven tasks of their own (`rvm.kernels.parfor`),
 each built when first run (a model builds the ones its pools take); large pools are split by
 channels over threads. The output
 size is checked against the geometry before any memory is touched (ValueError).
@@ -37,6 +42,7 @@ import numpy as np
 
 from rvm.kernels import entry, parfor
 from rvm.kernels.jitting import jit
+from rvm.kernels.maxflat import by_flat
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -264,19 +270,24 @@ per-row loops are too short, and the strided copy of `_phased` costs less (3x3 s
 pools on one thread broke even between 56 and 111 columns)."""
 
 
-SEPARABLE, PHASED, DIRECT = 0, 1, 2
-"""The methods `_method` picks: `_separable`, `_phased`, `_direct`."""
+SEPARABLE, PHASED, DIRECT, FLAT = 0, 1, 2, 3
+"""The methods `_method` picks: `_separable`, `_phased`, `_direct`, `rvm.kernels.maxflat`."""
 
 
 @jit(**_OPTS)
-def _method(iw, oh, ow, kh, kw, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
-    """The method of a pool: `_separable` for a column stride above 1 on wide inputs (it reads
-    the input in place, where splitting it by the column stride is a slow strided copy),
+def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
+    """The method of a pool: `rvm.kernels.maxflat` for max pools whose windows overlap (3x3
+    windows 2 apart: a half to 0.85 of the time of the others on CNNs' pools) unless the output
+    is much sparser than the input; else `_separable` for a column stride above 1 on wide inputs (it
+    reads the input in place, where splitting it by the column stride is a slow strided copy),
     `_direct` for outputs much sparser than their input, else `_phased`."""
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    sparse = oh * wq * DIRECT_SPARSITY <= hq * wq
+    if is_max and not sparse and (dh * (kh - 1) + 1 > sh or dw * (kw - 1) + 1 > sw):
+        return FLAT
     if sw > 1 and iw >= SEPARABLE_WIDTH:
         return SEPARABLE
-    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
-    return DIRECT if oh * wq * DIRECT_SPARSITY <= hq * wq else PHASED
+    return DIRECT if sparse else PHASED
 
 
 @jit(**_OPTS)
@@ -337,7 +348,7 @@ def _avg_scale(x, out, data, window):  # type: ignore[no-untyped-def]
 
 
 # Chunk k of the channels of a max pool (maxima in the input's dtype) or of an average pool
-# (sums in float64), by one method: a model builds the methods its pools take, not all six.
+# (sums in float64), by one method: a model builds the methods its pools take, not all seven.
 
 
 def _max_separable_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -353,6 +364,11 @@ def _max_phased_task(k, like, data):  # type: ignore[no-untyped-def]
 def _max_direct_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
     _by_direct(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+
+
+def _max_flat_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    by_flat(x, out, lo, hi, window)
 
 
 def _avg_separable_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -375,6 +391,7 @@ for _name, _task in (
     ("pool2d_max_separable", _max_separable_task),
     ("pool2d_max_phased", _max_phased_task),
     ("pool2d_max_direct", _max_direct_task),
+    ("pool2d_max_flat", _max_flat_task),
     ("pool2d_avg_separable", _avg_separable_task),
     ("pool2d_avg_phased", _avg_phased_task),
     ("pool2d_avg_direct", _avg_direct_task),
@@ -384,6 +401,7 @@ for _name, _task in (
 _run_max_separable = parfor.runner("pool2d_max_separable")
 _run_max_phased = parfor.runner("pool2d_max_phased")
 _run_max_direct = parfor.runner("pool2d_max_direct")
+_run_max_flat = parfor.runner("pool2d_max_flat")
 _run_avg_separable = parfor.runner("pool2d_avg_separable")
 _run_avg_phased = parfor.runner("pool2d_avg_phased")
 _run_avg_direct = parfor.runner("pool2d_avg_direct")
@@ -407,9 +425,11 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow, is_max,
                     kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad, chunks),
                    dtype=np.int64)  # fmt: skip
-    method = _method(iw, oh, ow, kh, kw, sh, sw, dh, dw)
+    method = _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw)
     if is_max:
-        if method == SEPARABLE:
+        if method == FLAT:
+            _run_max_flat(x, chunks, job)
+        elif method == SEPARABLE:
             _run_max_separable(x, chunks, job)
         elif method == DIRECT:
             _run_max_direct(x, chunks, job)

@@ -33,41 +33,59 @@ call of this each.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
-from numba.core import cgutils, config
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from rvm.kernels.cpu import Cpu, cpu, target_features
 from rvm.kernels.jitting import jit
 
-__all__ = ["KC", "LANES", "MR", "NR", "applies", "require", "sgemm", "sgemm_segments"]
+__all__ = [
+    "BLOCK_BYTES",
+    "KC",
+    "LANES",
+    "MR",
+    "NR",
+    "applies",
+    "block_bytes",
+    "depth_block",
+    "require",
+    "sgemm",
+    "sgemm_segments",
+]
 
 
-def _target_features() -> str:
-    """The CPU features Numba compiles for, as its codegen reads them: ``NUMBA_CPU_FEATURES``
-    (empty by default when ``NUMBA_CPU_NAME`` is ``generic``), else the host's."""
-    if config.CPU_FEATURES is not None:
-        return config.CPU_FEATURES
-    return llvm.get_host_cpu_features().flatten()
-
-
-def _shape(features: str) -> tuple[int, int, int, bool]:
+def _shape(c: Cpu) -> tuple[int, int, int, bool]:
     """(lanes, rows, vectors, fma): the micro-tile for the target's vector registers --
     MR x (vectors x lanes) accumulators with room left for B's vectors and A's broadcast."""
-    flags = set(features.split(","))
-    fma = "+fma" in flags or "+avx512f" in flags
-    if "+avx512f" in flags:
+    if c.vector_bits == 512:
         return 16, 8, 3, True  # 24 accumulators of 32 zmm registers
-    if "+avx2" in flags or "+avx" in flags:
-        return 8, 6, 2, fma  # 12 of 16 ymm registers
-    return 4, 6, 2, fma  # 12 of 16 xmm registers
+    if c.vector_bits == 256:
+        return 8, 6, 2, c.fma  # 12 of 16 ymm registers
+    return 4, 6, 2, c.fma  # 12 of 16 xmm registers
 
 
-LANES, MR, VECTORS, _FMA = _shape(_target_features())
+def depth_block(c: Cpu, rows: int) -> int:
+    """`KC`: the depth block. A band's ``rows`` x ``KC`` floats of A are read again for every
+    tile across C, so they take half of L1d (the other half streams B's rows): the power of two
+    that fits, 128 to 1024 (512 with a 48 KB L1d and 8 rows; 256 and 128 were no faster
+    there)."""
+    fit = max(1, c.l1d // 2 // (4 * rows))
+    return min(1024, max(128, 1 << (fit.bit_length() - 1)))
+
+
+def block_bytes(c: Cpu) -> int:
+    """`BLOCK_BYTES`: B's rows for a block of C's columns at most, half of one core's L2 (every
+    band of A walks the block, which stays there)."""
+    return max(64 << 10, c.l2 // 2)
+
+
+_target_features = target_features  # the name `bf16gemm` and `qgemm` import
+LANES, MR, VECTORS, _FMA = _shape(cpu())
 NR = LANES * VECTORS  # a tile's columns at most
-KC = 512  # depth block: a tile's sums go to C once per block (256 and 128 were no faster)
-BLOCK_BYTES = 1 << 19  # B's rows for a block of C's columns at most (half of a 1 MB L2)
+KC = depth_block(cpu(), MR)
+BLOCK_BYTES = block_bytes(cpu())
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 

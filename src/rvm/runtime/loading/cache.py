@@ -68,19 +68,18 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def target_key() -> str:
-    """Versions and host CPU that compiled code depends on (one line, stable per machine)."""
+    """Versions and the CPU that compiled code depends on (one line, stable per machine): the
+    CPU name and features Numba compiles for (``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` when
+    set, else the host's) and the cache sizes tuning reads (`rvm.kernels.cpu`)."""
     import llvmlite
-    import llvmlite.binding as llvm
     import numba
 
+    from rvm.kernels.cpu import cpu, target_features, tuning_key
     from rvm.runtime.loading import VERSION
 
-    version = VERSION
-    cpu = llvm.get_host_cpu_name()
-    features = llvm.get_host_cpu_features().flatten()
     return (
-        f"rvm={version} numba={numba.__version__} llvmlite={llvmlite.__version__} "
-        f"cpu={cpu} features={features}"
+        f"rvm={VERSION} numba={numba.__version__} llvmlite={llvmlite.__version__} "
+        f"cpu={cpu().name} features={target_features()} {tuning_key()}"
     )
 
 

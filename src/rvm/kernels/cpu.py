@@ -1,0 +1,154 @@
+"""The CPU the kernels run on: the one place its facts are read, at run time.
+
+Tuning parameters of the kernel library (GEMM tiles and blocks, im2col blocks, when work is
+split) come from these facts, never from constants tuned on one machine:
+
+- the vector ISA Numba compiles for (`target_features`): ``NUMBA_CPU_FEATURES`` when set (a
+  generic or cross-CPU build), else the host's, as Numba's own codegen reads them; from it the
+  vector width (`Cpu.vector_bits`) and whether there is a fused multiply-add;
+- the data caches of one core (L1d, L2) and the last level (L3, shared), in bytes, from Linux's
+  ``/sys/devices/system/cpu/cpu0/cache``, else ``sysconf`` (glibc's ``_SC_LEVEL*``), else
+  conservative defaults (`DEFAULT_CACHES`) on a system that tells neither.
+
+`cpu()` reads them once per process. `tuning_key()` names the facts tuning depends on that the
+CPU name and features do not: rvm's caches of compiled code include it (`rvm.kernels.numba_cache`,
+`rvm.runtime.loading`), so code tuned for one machine's caches is never loaded on another's.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DEFAULT_CACHES", "Cpu", "cpu", "read_caches", "target_features", "tuning_key"]
+
+# (L1d, L2, L3) bytes where the system names none: a small core's, so blocks still fit.
+DEFAULT_CACHES = (32 << 10, 256 << 10, 8 << 20)
+_SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
+_SYSCONF = ("SC_LEVEL1_DCACHE_SIZE", "SC_LEVEL2_CACHE_SIZE", "SC_LEVEL3_CACHE_SIZE")
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """What the kernels' tuning reads of the CPU.
+
+    Attributes:
+        name: the CPU name LLVM compiles for (``NUMBA_CPU_NAME`` or the host's).
+        features: the enabled target features (``avx2``, ``avx512f``, ``fma``...), no ``+``.
+        vector_bits: the widest float vector the features give: 512, 256 or 128.
+        fma: whether there is a fused multiply-add.
+        l1d: one core's L1 data cache, bytes.
+        l2: one core's L2 cache, bytes.
+        l3: the last-level cache, bytes (shared by the cores).
+        caches_from: where the cache sizes came from: ``sysfs``, ``sysconf`` or ``default``.
+    """
+
+    name: str
+    features: frozenset[str]
+    vector_bits: int
+    fma: bool
+    l1d: int
+    l2: int
+    l3: int
+    caches_from: str
+
+    @property
+    def lanes(self) -> int:
+        """float32 lanes of a vector."""
+        return self.vector_bits // 32
+
+
+def target_features() -> str:
+    """The CPU features Numba compiles for, as its codegen reads them: ``NUMBA_CPU_FEATURES``
+    (empty by default when ``NUMBA_CPU_NAME`` is ``generic``), else the host's."""
+    from llvmlite import binding as llvm
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        return config.CPU_FEATURES
+    return llvm.get_host_cpu_features().flatten()
+
+
+def _target_name() -> str:
+    from llvmlite import binding as llvm
+    from numba.core import config
+
+    return config.CPU_NAME or llvm.get_host_cpu_name()
+
+
+def _size(text: str) -> int:
+    """``48K``, ``1024K``, ``32M`` or a plain count of bytes, in bytes."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMGB") or 0) * scale
+
+
+def _sysfs_caches(root: Path) -> tuple[int, int, int] | None:
+    """(L1d, L2, L3) bytes from a ``cpuN/cache`` folder, None without one; a level it lacks
+    is 0."""
+    sizes = {1: 0, 2: 0, 3: 0}
+    found = False
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and level in sizes:
+            sizes[level], found = max(sizes[level], size), True
+    return (sizes[1], sizes[2], sizes[3]) if found else None
+
+
+def read_caches(root: Path = _SYSFS) -> tuple[tuple[int, int, int], str]:
+    """The data caches (L1d, L2, L3) in bytes and where they were read: ``sysfs`` (``root``),
+    ``sysconf``, else `DEFAULT_CACHES` (``default``). A level the system leaves out (a CPU
+    without an L3) takes the level below's size, so a block sized for it still fits."""
+    sizes, source = _sysfs_caches(root), "sysfs"
+    if sizes is None or sizes[0] <= 0:
+        source = "sysconf"
+        try:
+            sizes = tuple(max(0, os.sysconf(name)) for name in _SYSCONF)  # type: ignore[assignment]
+        except (ValueError, OSError, AttributeError):
+            sizes = None
+    if sizes is None or sizes[0] <= 0:
+        return DEFAULT_CACHES, "default"
+    l1, l2, l3 = sizes
+    l2 = l2 if l2 > 0 else l1
+    return (l1, l2, l3 if l3 > 0 else l2), source
+
+
+def _vector_bits(features: frozenset[str]) -> int:
+    if "avx512f" in features:
+        return 512
+    if features & {"avx", "avx2"}:
+        return 256
+    return 128
+
+
+@functools.lru_cache(maxsize=1)
+def cpu() -> Cpu:
+    """The facts of the CPU this process compiles for (read once)."""
+    flags = frozenset(f[1:] for f in target_features().split(",") if f.startswith("+"))
+    (l1d, l2, l3), source = read_caches()
+    return Cpu(
+        name=_target_name(),
+        features=flags,
+        vector_bits=_vector_bits(flags),
+        fma="fma" in flags or "avx512f" in flags,
+        l1d=l1d,
+        l2=l2,
+        l3=l3,
+        caches_from=source,
+    )
+
+
+def tuning_key() -> str:
+    """The facts tuning depends on beyond the target's CPU name and features (which Numba's
+    cache and rvm's keys hold already): the cache sizes, as one line for cache keys. It does
+    not change with ``NUMBA_CPU_NAME``, so a process compiling for another CPU (a test of the
+    AVX2 path) does not make the library's code stale for the host's."""
+    c = cpu()
+    return f"l1d={c.l1d} l2={c.l2} l3={c.l3}"

@@ -1,0 +1,128 @@
+"""The CPU facts the kernel library tunes by (`rvm.kernels.cpu`), the tuning derived from them,
+and the AVX2 path of the CNN kernels: the same answers when Numba compiles for an AVX2 CPU
+(``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` in a subprocess) on this one."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rvm.kernels import conv, cpu, sgemm
+
+HASWELL = "+64bit,+avx,+avx2,+fma,+f16c,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,+popcnt"
+
+
+def _cache_dir(root: Path, levels: list[tuple[int, str, str]]) -> Path:
+    """A ``cpuN/cache`` folder as Linux's sysfs has it: one ``indexK`` per (level, type,
+    size)."""
+    for k, (level, kind, size) in enumerate(levels):
+        index = root / f"index{k}"
+        index.mkdir(parents=True)
+        (index / "level").write_text(f"{level}\n")
+        (index / "type").write_text(f"{kind}\n")
+        (index / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_caches_read_from_sysfs(tmp_path) -> None:
+    levels = [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K")]
+    root = _cache_dir(tmp_path, [*levels, (3, "Unified", "32768K")])
+    assert cpu.read_caches(root) == ((48 << 10, 1 << 20, 32 << 20), "sysfs")
+
+
+def test_a_missing_level_takes_the_size_below(tmp_path) -> None:
+    root = _cache_dir(tmp_path, [(1, "Data", "32K"), (2, "Unified", "2M")])
+    assert cpu.read_caches(root) == ((32 << 10, 2 << 20, 2 << 20), "sysfs")
+
+
+def test_caches_without_sysfs_or_sysconf_are_the_defaults(tmp_path, monkeypatch) -> None:
+    def no_sysconf(name: str) -> int:
+        raise ValueError(name)
+
+    monkeypatch.setattr(os, "sysconf", no_sysconf)
+    assert cpu.read_caches(tmp_path / "none") == (cpu.DEFAULT_CACHES, "default")
+
+
+@pytest.mark.skipif(not Path("/sys/devices/system/cpu/cpu0/cache").is_dir(), reason="no sysfs")
+def test_this_cpu_facts() -> None:
+    facts = cpu.cpu()
+    assert (facts.l1d, facts.l2, facts.l3) == cpu.read_caches()[0]
+    assert facts.l1d <= facts.l2 <= facts.l3
+    assert facts.vector_bits == 32 * sgemm.LANES
+    assert f"l2={facts.l2}" in cpu.tuning_key()
+
+
+def _facts(l1d: int, l2: int, bits: int = 512) -> cpu.Cpu:
+    return dataclasses.replace(cpu.cpu(), l1d=l1d, l2=l2, vector_bits=bits)
+
+
+@pytest.mark.parametrize(
+    ("l1d", "rows", "kc"),
+    [(48 << 10, 8, 512), (32 << 10, 8, 512), (32 << 10, 6, 512), (64 << 10, 8, 1024),
+     (16 << 10, 8, 256), (4 << 10, 8, 128), (1 << 20, 6, 1024)],
+)  # fmt: skip
+def test_depth_block_follows_l1d(l1d: int, rows: int, kc: int) -> None:
+    """A band of A (rows x KC floats) takes half of L1d, a power of two from 128 to 1024."""
+    assert sgemm.depth_block(_facts(l1d, 1 << 20), rows) == kc
+
+
+@pytest.mark.parametrize(("l2", "block"), [(1 << 20, 1 << 19), (256 << 10, 128 << 10),
+                                           (2 << 20, 1 << 20), (64 << 10, 64 << 10)])  # fmt: skip
+def test_column_block_follows_l2(l2: int, block: int) -> None:
+    assert sgemm.block_bytes(_facts(32 << 10, l2)) == block
+
+
+def test_this_machine_tuning_comes_from_its_facts() -> None:
+    facts = cpu.cpu()
+    assert sgemm.KC == sgemm.depth_block(facts, sgemm.MR)
+    assert sgemm.BLOCK_BYTES == sgemm.block_bytes(facts)
+    assert conv.COL_BYTES == 2 * facts.l2
+
+
+# In the subprocess: every convolution and pool case of the library's own tests (their case
+# lists, run by their own checks), on one thread and two, and GEMMs around the tile edges.
+_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import rvm
+from rvm.kernels import cpu, sgemm
+assert cpu.cpu().vector_bits == 256 and sgemm.LANES == 8, (cpu.cpu(), sgemm.LANES)
+import test_conv, test_pool, test_sgemm
+for threads in (1, 2):
+    rvm.set_num_threads(threads)
+    for case in test_conv.CASES + test_conv.SPLIT_CASES:
+        test_conv.test_conv2d_matches_reference(case, "float32")
+    for shape, k, s, pads, ceil in test_pool.MODEL_POOLS:
+        for kind, include in (("max", False), ("avg", False), ("avg", True)):
+            test_pool._check_pool(kind, include, shape, k, s, pads, ceil)
+for m in test_sgemm.SIZES_M:
+    for n in test_sgemm.SIZES_N:
+        test_sgemm._run(m, n, sgemm.KC + 3, True)
+print("ok")
+"""
+
+
+def test_avx2_path_gives_the_same_answers(tmp_path) -> None:
+    """The convolutions, pools and GEMM compiled for Haswell (AVX2, 8 lanes) on this machine:
+    the same answers as the references. Skipped where the host cannot run AVX2 code."""
+    from llvmlite import binding as llvm
+
+    if "+avx2" not in llvm.get_host_cpu_features().flatten().split(","):
+        pytest.skip("the host has no AVX2")
+    tests = str(Path(__file__).parent)
+    env = dict(os.environ, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL)
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))
+    run = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(tests=tests)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
