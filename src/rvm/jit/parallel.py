@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import json
 import logging
 import os
@@ -52,6 +51,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from rvm.kernels.apart import become_helper, can_fork, isolated
 from rvm.kernels.entry import require
 from rvm.progress import Progress
 from rvm.runtime.executable import KernelRecord
@@ -86,14 +86,6 @@ def frozen_gc() -> Iterator[None]:
             _gc_depth -= 1
             if _gc_depth == 0:
                 gc.unfreeze()
-
-
-def isolated() -> bool:
-    """Whether this process leaves every kernel compile to a helper (``RVM_JIT_ISOLATE=1``,
-    unless ``RVM_JIT_WORKERS=0`` turns the helpers off)."""
-    if os.environ.get("RVM_JIT_WORKERS", "").strip() == "0":
-        return False
-    return os.environ.get("RVM_JIT_ISOLATE", "").strip() == "1" and can_fork()
 
 
 def workers(missing: int) -> int:
@@ -245,13 +237,6 @@ def _await(done: Path, others: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
-def can_fork() -> bool:
-    """Whether helpers are forks of this process (Linux; ``RVM_JIT_FORK=0`` turns it off)."""
-    if os.environ.get("RVM_JIT_FORK", "").strip() == "0":
-        return False
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
-
-
 def numba_ready() -> None:
     """Initialize Numba's compiler in this process (its typing and target registries, as the
     first compile would), so forked helpers start with it ready rather than each doing it."""
@@ -301,27 +286,11 @@ def _fork(claims: Path, needs: Needs) -> _Helper | None:
         return _Helper(pid=pid)
     code = 1
     try:
-        _own_function_ids()
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
+        become_helper()
         _compile_claimed(claims, needs, lambda: os.getppid() == parent)
         code = 0
     finally:
         os._exit(code)
-
-
-def _own_function_ids() -> None:
-    """Give this helper process function ids of its own. Numba names each function it compiles
-    by a per-process counter (its symbols are ``module.name$id``), which a fork copies and a
-    fresh process starts as the parent did: a helper would name its functions as the parent
-    names its own, and the parent links both (the helper's from the cache), so a same-named
-    pair would resolve to one of them. A helper counts from its pid times 2**24 instead
-    (Numba's private counter; left alone if it has none)."""
-    from numba.core import bytecode
-
-    if isinstance(getattr(bytecode.FunctionIdentity, "_unique_ids", None), itertools.count):
-        bytecode.FunctionIdentity._unique_ids = itertools.count((os.getpid() << 24) + 1)
 
 
 def _compile_claimed(claims: Path, needs: Needs, others: Callable[[], bool]) -> None:
@@ -371,7 +340,7 @@ def _main(argv: list[str]) -> None:
     claims = Path(argv[0])
     parent = os.getppid()
     needs = {Path(p): tuple((n, d) for n, d in req) for p, req in json.loads(argv[1])}
-    _own_function_ids()  # a fresh process counts from Numba's start, as the parent did
+    become_helper()  # a fresh process counts Numba's ids from its start, as the parent did
     _compile_claimed(claims, needs, lambda: os.getppid() == parent)
 
 

@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rvm.kernels import apart
+
 logger = logging.getLogger("rvm.jit")
 
 _state = threading.local()  # .depth: how many `light_loads` this thread is inside
@@ -72,6 +74,7 @@ def install() -> bool:
     global _installed
     with _lock:
         if _installed is None:
+            apart.install()  # compiles in forked helpers, when isolated
             drop_stale_library_code()
             _installed = _patch()
             _seal_library()  # around the light loads: checked before either way loads
