@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rvm.kernels.apart import become_helper, can_fork, isolated
@@ -140,6 +140,8 @@ def precompile(records: Sequence[KernelRecord]) -> int:
         path = kernel_path(rec.source, rec.imports) if rec.backend == "jit" else None
         if path is not None and path not in missing and not has_object_code(path):
             missing[path] = rec
+    if missing:
+        _prefetch_tasks(missing.values())
     n = workers(len(missing))
     if n == 0:
         return 0
@@ -185,6 +187,16 @@ def precompile(records: Sequence[KernelRecord]) -> int:
         "forked" if forking else "started",
     )
     return n
+
+
+def _prefetch_tasks(records: Iterable[KernelRecord]) -> None:
+    """Start building the library tasks the first runs of kernels ``records`` will likely
+    take, in the background (`rvm.kernels.parfor.prefetch`), while the kernels compile: the
+    float32 GEMM's when a kernel calls it (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
+    from rvm.kernels import blas, parfor
+
+    if any(blas.__name__ in rec.imports for rec in records):
+        parfor.prefetch((name, "float32") for name in blas.FIRST_RUN_TASKS)
 
 
 def _work(

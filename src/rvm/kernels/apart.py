@@ -17,6 +17,10 @@ helper first, when isolated, outside any other compile on this thread. Anything 
 does not leave in the cache (it failed, or the function cannot be cached) is compiled here
 as before, which also reports any error as Numba does; a helper is only an accelerator.
 
+`in_background(builds)` runs builds in a forked helper while this process goes on (work it
+will likely need soon, such as the library tasks a model's first run takes), each signalled
+done by an event.
+
 `become_helper()` is what every forked helper does first (`rvm.jit.parallel`'s too): it
 marks the process a helper (whose compiles stay in it), silences its output and gives it
 function ids of its own.
@@ -31,7 +35,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 logger = logging.getLogger("rvm.jit")
@@ -183,3 +187,48 @@ def _cached(cache: Any, sig: Any, target: Any) -> bool | None:
     except Exception as err:  # noqa: BLE001 - unknown: compiled here, as without isolation
         logger.debug("cache index unreadable (%s: %s): compiled here", type(err).__name__, err)
         return None
+
+
+def in_background(builds: Sequence[Callable[[], object]]) -> list[threading.Event] | None:
+    """Run ``builds`` (each compiling into Numba's cache) one after the other in a forked
+    helper while this process goes on; None when no helper can start (not on Linux), else
+    one event per build, set once the helper is past it (built, failed, or the helper died:
+    whoever waits then loads or compiles it as usual)."""
+    if not can_fork() or _helper:
+        return None
+    from numba.core.compiler_lock import global_compiler_lock
+
+    read, write = os.pipe()
+    try:
+        with global_compiler_lock:  # no other thread is inside Numba while it forks
+            pid = os.fork()
+    except OSError as err:
+        os.close(read)
+        os.close(write)
+        logger.debug("no background helper (%s)", err)
+        return None
+    if pid == 0:
+        try:
+            os.close(read)
+            become_helper()
+            for k, build in enumerate(builds):
+                with contextlib.suppress(Exception):  # whoever needs it compiles it, reports
+                    build()
+                os.write(write, bytes([k % 256]))
+        finally:
+            os._exit(0)
+    os.close(write)
+    events = [threading.Event() for _ in builds]
+
+    def watch() -> None:  # sets each build's event as the helper reports it, then reaps it
+        with os.fdopen(read, "rb", buffering=0) as pipe:
+            for event in events:
+                if not pipe.read(1):
+                    break
+                event.set()
+        for event in events:
+            event.set()
+        os.waitpid(pid, 0)
+
+    threading.Thread(target=watch, name="rvm-background-build", daemon=True).start()
+    return events
