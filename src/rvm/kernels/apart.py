@@ -29,6 +29,7 @@ function ids of its own.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -70,9 +71,12 @@ def counts() -> dict[str, int]:
 
 def become_helper() -> None:
     """What a forked helper does first: its compiles stay in it, its output goes nowhere
-    (the parent reports), and Numba names its functions apart from the parent's."""
+    (the parent reports), Numba names its functions apart from the parent's, and Python's
+    garbage collections leave the objects it inherited alone (walking them would copy every
+    page of the parent's heap into the helper)."""
     global _helper
     _helper = True
+    gc.freeze()
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
