@@ -32,7 +32,11 @@ off) the parent compiles no kernel itself: at least one helper compiles every mi
 and the parent loads their object code from the cache. A Numba compile keeps about 2 MB per
 kernel in the process for good (its compiler's state, which nothing frees), a load from the
 cache a tenth of that, so a long-lived process compiling many programs (a test suite, a
-notebook, a server) stays small.
+notebook, a server) stays small; whatever else it compiles (rvm's library, native functions,
+a kernel loaded without `precompile`) compiles in a forked helper too (`rvm.kernels.apart`).
+
+A model whose kernels call the GEMM has its float32 library tasks built in the background
+while its kernels compile (`_prefetch_tasks`), for its first run.
 """
 
 from __future__ import annotations
