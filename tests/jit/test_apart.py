@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,36 @@ def test_in_background_builds_in_another_process(tmp_path: Path) -> None:
     assert all(e.wait(60) for e in events)
     for k in (0, 2):  # the failing build did not stop the next one
         assert int(out.with_suffix(f".{k}").read_text()) != os.getpid()
+
+
+LINGER = """
+import os, sys, time
+from rvm.kernels import apart
+
+def build():
+    with open(sys.argv[1], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
+
+apart.in_background([build])
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+"""
+
+
+def test_background_helpers_end_with_their_process(tmp_path: Path) -> None:
+    out = tmp_path / "pid"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    subprocess.run([sys.executable, "-c", LINGER, str(out)], env=env, check=True, timeout=120)
+    for _ in range(1000):  # gone, or a zombie no one has reaped yet
+        try:
+            state = Path(f"/proc/{int(out.read_text())}/stat").read_text().rsplit(")", 1)[1]
+        except FileNotFoundError:
+            return
+        if state.split()[0] in ("Z", "X"):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the background helper outlived its process")
 
 
 PREFETCH = """

@@ -28,11 +28,13 @@ function ids of its own.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import itertools
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -197,7 +199,8 @@ def in_background(builds: Sequence[Callable[[], object]]) -> list[threading.Even
     """Run ``builds`` (each compiling into Numba's cache) one after the other in a forked
     helper while this process goes on; None when no helper can start (not on Linux), else
     one event per build, set once the helper is past it (built, failed, or the helper died:
-    whoever waits then loads or compiles it as usual)."""
+    whoever waits then loads or compiles it as usual). A helper still running when this
+    process exits is ended."""
     if not can_fork() or _helper:
         return None
     from numba.core.compiler_lock import global_compiler_lock
@@ -223,6 +226,7 @@ def in_background(builds: Sequence[Callable[[], object]]) -> list[threading.Even
             os._exit(0)
     os.close(write)
     events = [threading.Event() for _ in builds]
+    _background.add(pid)
 
     def watch() -> None:  # sets each build's event as the helper reports it, then reaps it
         with os.fdopen(read, "rb", buffering=0) as pipe:
@@ -233,6 +237,19 @@ def in_background(builds: Sequence[Callable[[], object]]) -> list[threading.Even
         for event in events:
             event.set()
         os.waitpid(pid, 0)
+        _background.discard(pid)
 
     threading.Thread(target=watch, name="rvm-background-build", daemon=True).start()
     return events
+
+
+_background: set[int] = set()  # helpers of `in_background` still running
+
+
+@atexit.register
+def _stop_background() -> None:
+    """End the background helpers still running when this process exits (their work was
+    not needed; a process's helpers do not outlive it)."""
+    for pid in list(_background):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
