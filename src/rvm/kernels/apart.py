@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("rvm.jit")
@@ -157,6 +158,8 @@ def compile_apart(cache: Any, sig: Any, target: Any, compile_here: Callable[[], 
         return False
     from numba.core.compiler_lock import global_compiler_lock
 
+    from rvm.kernels.numba_cache import seal_object_code
+
     start = time.perf_counter()
     try:
         with global_compiler_lock:  # no other thread is inside Numba while it forks
@@ -169,6 +172,7 @@ def compile_apart(cache: Any, sig: Any, target: Any, compile_here: Callable[[], 
         try:
             become_helper()
             compile_here()
+            seal_object_code(_source(cache))  # what this process's compile wrote, sealed
             code = 0
         finally:
             os._exit(code)
@@ -183,11 +187,19 @@ def compile_apart(cache: Any, sig: Any, target: Any, compile_here: Callable[[], 
 
 def _cached(cache: Any, sig: Any, target: Any) -> bool | None:
     """Whether Numba's ``cache`` holds object code of ``sig`` for ``target`` (a target
-    context), read from its index; None when it is no disk cache or this Numba's cache
-    differs (its private ``_index_key`` / ``_cache_file``)."""
+    context), read from its index; None when it is no disk cache, this Numba's cache differs
+    (its private ``_index_key`` / ``_cache_file``), or its object code is not what rvm sealed
+    (`rvm.kernels.numba_cache.check_object_code`: the index is a pickle, read only once
+    its seal is checked; Numba's own path then drops it, or loads it, as without helpers)."""
+    from rvm.kernels.numba_cache import check_object_code
+
     try:
         if not getattr(cache, "_enabled", False):
             return None
+        if not Path(cache._cache_file._index_path).exists():
+            return False
+        if not check_object_code(_source(cache)):
+            return None  # unsealed or changed: never unpickled here (Numba's own path checks)
         key = cache._index_key(sig, target.codegen())
         return key in cache._cache_file._load_index()
     except Exception as err:  # noqa: BLE001 - unknown: compiled here, as without isolation
@@ -253,3 +265,8 @@ def _stop_background() -> None:
     for pid in list(_background):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
+
+
+def _source(cache: Any) -> Path:
+    """The source file of the function Numba's ``cache`` caches."""
+    return Path(cache._py_func.__code__.co_filename)
