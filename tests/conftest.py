@@ -11,7 +11,7 @@ import pytest
 
 import rvm
 from rvm.ir import IRModule
-from rvm.kernels import apart
+from rvm.kernels import numba_cache
 from rvm.runtime.executable import EXEC_MODES  # every mode the VM has runs every VM test
 
 KERNELS = ("numpy", "jit")
@@ -22,7 +22,7 @@ KERNELS = ("numpy", "jit")
 # and the suite compiles thousands (`rvm.kernels.apart`, `rvm.jit.parallel`). Subprocesses
 # of tests inherit it.
 os.environ.setdefault("RVM_JIT_ISOLATE", "1")
-apart.install()  # before a test calls a library function from Python
+numba_cache.install()  # compiles apart, before a test calls a library function
 
 
 @pytest.fixture(params=EXEC_MODES)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from numba.core.errors import TypingError
 
-from rvm.kernels import apart
+from rvm.kernels import apart, numba_cache
 
 pytestmark = pytest.mark.skipif(not apart.can_fork(), reason="helpers are forks (Linux)")
 
@@ -61,7 +61,7 @@ def _module(tmp_path: Path, monkeypatch, tag: int):
 def test_isolated_compiles_in_a_helper_and_loads_here(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_JIT_ISOLATE", "1")
     monkeypatch.delenv("RVM_JIT_WORKERS", raising=False)
-    apart.install()
+    numba_cache.install()
     before = apart.counts()
     mod = _module(tmp_path, monkeypatch, 1)  # its cfunc compiles at definition
     np.testing.assert_array_equal(mod.scale(np.arange(4.0), 3.0), np.arange(4.0) * 3.0)
@@ -77,7 +77,7 @@ def test_isolated_compiles_in_a_helper_and_loads_here(tmp_path: Path, monkeypatc
 def test_a_failing_compile_is_compiled_here_and_reports_its_error(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_JIT_ISOLATE", "1")
     monkeypatch.delenv("RVM_JIT_WORKERS", raising=False)
-    apart.install()
+    numba_cache.install()
     mod = _module(tmp_path, monkeypatch, 2)
     before = apart.counts()
     with pytest.raises(TypingError, match="no_such_attribute"):
@@ -87,7 +87,7 @@ def test_a_failing_compile_is_compiled_here_and_reports_its_error(tmp_path, monk
 
 def test_without_isolation_this_process_compiles(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_JIT_ISOLATE", "0")
-    apart.install()
+    numba_cache.install()
     before = apart.counts()
     mod = _module(tmp_path, monkeypatch, 3)
     assert mod.scale(2.0, 4.0) == 8.0
@@ -113,7 +113,7 @@ def test_in_background_builds_in_another_process(tmp_path: Path) -> None:
 
 LINGER = """
 import os, sys, time
-from rvm.kernels import apart
+from rvm.kernels import apart, numba_cache
 
 def build():
     with open(sys.argv[1], "w") as f:

@@ -55,7 +55,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from rvm.kernels.apart import become_helper, can_fork, isolated
+from rvm.kernels.apart import become_helper, can_fork, isolated, own_function_ids
 from rvm.kernels.entry import require
 from rvm.progress import Progress
 from rvm.runtime.executable import KernelRecord
@@ -356,7 +356,7 @@ def _main(argv: list[str]) -> None:
     claims = Path(argv[0])
     parent = os.getppid()
     needs = {Path(p): tuple((n, d) for n, d in req) for p, req in json.loads(argv[1])}
-    become_helper()  # a fresh process counts Numba's ids from its start, as the parent did
+    own_function_ids()  # a fresh process counts from Numba's start, as the parent did
     _compile_claimed(claims, needs, lambda: os.getppid() == parent)
 
 

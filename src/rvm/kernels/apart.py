@@ -49,6 +49,8 @@ _installed = False
 _helper = False  # this process is a forked helper: its compiles stay in it
 _state = threading.local()  # .depth: compiles this thread is inside
 _counts = {"apart": 0, "failed": 0}
+_check: Callable[[Path], bool] = lambda source: False  # noqa: E731 - set by `install`
+_seal: Callable[[Path], None] = lambda source: None  # noqa: E731
 
 
 def can_fork() -> bool:
@@ -83,10 +85,10 @@ def become_helper() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    _own_function_ids()
+    own_function_ids()
 
 
-def _own_function_ids() -> None:
+def own_function_ids() -> None:
     """Give this helper process function ids of its own. Numba names each function it compiles
     by a per-process counter (its symbols are ``module.name$id``), which a fork copies: a
     helper would name its functions as the parent names its own, and the parent links both
@@ -99,14 +101,17 @@ def _own_function_ids() -> None:
         bytecode.FunctionIdentity._unique_ids = itertools.count((os.getpid() << 24) + 1)
 
 
-def install() -> None:
+def install(check: Callable[[Path], bool], seal: Callable[[Path], None]) -> None:
     """Route Numba's compiles of cached functions through `compile_apart` (see the module
-    docstring), once per process; what it does is decided at each compile (`isolated`)."""
-    global _installed
+    docstring), once per process; what it does is decided at each compile (`isolated`).
+    ``check(source)`` says whether the object code of a source file is what rvm sealed,
+    ``seal(source)`` seals it (`rvm.kernels.numba_cache`, which installs this)."""
+    global _installed, _check, _seal
     with _lock:
         if _installed:
             return
         _installed = True
+        _check, _seal = check, seal
         from numba.core import sigutils
         from numba.core.ccallback import CFunc
         from numba.core.dispatcher import Dispatcher
@@ -158,8 +163,6 @@ def compile_apart(cache: Any, sig: Any, target: Any, compile_here: Callable[[], 
         return False
     from numba.core.compiler_lock import global_compiler_lock
 
-    from rvm.kernels.numba_cache import seal_object_code
-
     start = time.perf_counter()
     try:
         with global_compiler_lock:  # no other thread is inside Numba while it forks
@@ -172,7 +175,7 @@ def compile_apart(cache: Any, sig: Any, target: Any, compile_here: Callable[[], 
         try:
             become_helper()
             compile_here()
-            seal_object_code(_source(cache))  # what this process's compile wrote, sealed
+            _seal(_source(cache))  # what this process's compile wrote, sealed
             code = 0
         finally:
             os._exit(code)
@@ -189,16 +192,14 @@ def _cached(cache: Any, sig: Any, target: Any) -> bool | None:
     """Whether Numba's ``cache`` holds object code of ``sig`` for ``target`` (a target
     context), read from its index; None when it is no disk cache, this Numba's cache differs
     (its private ``_index_key`` / ``_cache_file``), or its object code is not what rvm sealed
-    (`rvm.kernels.numba_cache.check_object_code`: the index is a pickle, read only once
+    (`install`'s ``check``: the index is a pickle, read only once
     its seal is checked; Numba's own path then drops it, or loads it, as without helpers)."""
-    from rvm.kernels.numba_cache import check_object_code
-
     try:
         if not getattr(cache, "_enabled", False):
             return None
         if not Path(cache._cache_file._index_path).exists():
             return False
-        if not check_object_code(_source(cache)):
+        if not _check(_source(cache)):
             return None  # unsealed or changed: never unpickled here (Numba's own path checks)
         key = cache._index_key(sig, target.codegen())
         return key in cache._cache_file._load_index()

@@ -74,7 +74,7 @@ def install() -> bool:
     global _installed
     with _lock:
         if _installed is None:
-            apart.install()  # compiles in forked helpers, when isolated
+            apart.install(check_object_code, seal_object_code)  # helpers compile, if isolated
             drop_stale_library_code()
             _installed = _patch()
             _seal_library()  # around the light loads: checked before either way loads
