@@ -11,14 +11,18 @@ import pytest
 
 import rvm
 from rvm.ir import IRModule
+from rvm.kernels import numba_cache
 from rvm.runtime.executable import EXEC_MODES  # every mode the VM has runs every VM test
 
 KERNELS = ("numpy", "jit")
 
-# Kernels compile in forked helpers and this process loads their object code: a Numba compile
-# keeps ~2 MB per kernel in the process for good, a load ~0.2 MB, and the suite compiles
-# thousands (`rvm.jit.parallel`). Subprocesses of tests inherit it.
+# Everything Numba compiles (kernels, rvm's library, native functions) compiles in forked
+# helpers and this process loads the object code: a Numba compile keeps its memory in the
+# process for good (~2 MB a kernel, tens of MB for a library function), a load a tenth of it,
+# and the suite compiles thousands (`rvm.kernels.apart`, `rvm.jit.parallel`). Subprocesses
+# of tests inherit it.
 os.environ.setdefault("RVM_JIT_ISOLATE", "1")
+numba_cache.install()  # compiles apart, before a test calls a library function
 
 
 @pytest.fixture(params=EXEC_MODES)

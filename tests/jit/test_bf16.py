@@ -141,11 +141,12 @@ def test_shapes_are_checked() -> None:
     "cpu,features,lanes",
     [
         ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
-        (  # AVX-512 without its BF16 instructions
+        pytest.param(  # AVX-512 without its BF16 instructions: a second cold process (-m slow)
             "skylake-avx512",
             "+64bit,+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl,+sse,+sse2,+sse3,"
             "+sse4.1,+sse4.2,+ssse3,+cmov,-avx512bf16",
             16,
+            marks=pytest.mark.slow,
         ),
     ],
 )

@@ -120,7 +120,9 @@ def test_segments(width: int, segments: int, indexed: bool) -> None:
     "cpu,features,lanes",
     [
         ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
-        ("generic", None, 4),  # Numba's generic CPU has no features: SSE's lanes, no FMA
+        # Numba's generic CPU has no features: SSE's lanes, no FMA. A second cold process
+        # building the library for another CPU (seconds of LLVM): with -m slow.
+        pytest.param("generic", None, 4, marks=pytest.mark.slow),
     ],
 )
 def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: int) -> None:

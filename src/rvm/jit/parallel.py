@@ -32,14 +32,17 @@ off) the parent compiles no kernel itself: at least one helper compiles every mi
 and the parent loads their object code from the cache. A Numba compile keeps about 2 MB per
 kernel in the process for good (its compiler's state, which nothing frees), a load from the
 cache a tenth of that, so a long-lived process compiling many programs (a test suite, a
-notebook, a server) stays small.
+notebook, a server) stays small; whatever else it compiles (rvm's library, native functions,
+a kernel loaded without `precompile`) compiles in a forked helper too (`rvm.kernels.apart`).
+
+A model whose kernels call the GEMM has its float32 library tasks built in the background
+while its kernels compile (`_prefetch_tasks`), for its first run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import json
 import logging
 import os
@@ -49,9 +52,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from rvm.kernels.apart import become_helper, can_fork, isolated, own_function_ids
 from rvm.kernels.entry import require
 from rvm.progress import Progress
 from rvm.runtime.executable import KernelRecord
@@ -86,14 +90,6 @@ def frozen_gc() -> Iterator[None]:
             _gc_depth -= 1
             if _gc_depth == 0:
                 gc.unfreeze()
-
-
-def isolated() -> bool:
-    """Whether this process leaves every kernel compile to a helper (``RVM_JIT_ISOLATE=1``,
-    unless ``RVM_JIT_WORKERS=0`` turns the helpers off)."""
-    if os.environ.get("RVM_JIT_WORKERS", "").strip() == "0":
-        return False
-    return os.environ.get("RVM_JIT_ISOLATE", "").strip() == "1" and can_fork()
 
 
 def workers(missing: int) -> int:
@@ -148,6 +144,8 @@ def precompile(records: Sequence[KernelRecord]) -> int:
         path = kernel_path(rec.source, rec.imports) if rec.backend == "jit" else None
         if path is not None and path not in missing and not has_object_code(path):
             missing[path] = rec
+    if missing:
+        _prefetch_tasks(missing.values())
     n = workers(len(missing))
     if n == 0:
         return 0
@@ -193,6 +191,16 @@ def precompile(records: Sequence[KernelRecord]) -> int:
         "forked" if forking else "started",
     )
     return n
+
+
+def _prefetch_tasks(records: Iterable[KernelRecord]) -> None:
+    """Start building the library tasks the first runs of kernels ``records`` will likely
+    take, in the background (`rvm.kernels.parfor.prefetch`), while the kernels compile: the
+    float32 GEMM's when a kernel calls it (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
+    from rvm.kernels import blas, parfor
+
+    if any(blas.__name__ in rec.imports for rec in records):
+        parfor.prefetch((name, "float32") for name in blas.FIRST_RUN_TASKS)
 
 
 def _work(
@@ -245,13 +253,6 @@ def _await(done: Path, others: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
-def can_fork() -> bool:
-    """Whether helpers are forks of this process (Linux; ``RVM_JIT_FORK=0`` turns it off)."""
-    if os.environ.get("RVM_JIT_FORK", "").strip() == "0":
-        return False
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
-
-
 def numba_ready() -> None:
     """Initialize Numba's compiler in this process (its typing and target registries, as the
     first compile would), so forked helpers start with it ready rather than each doing it."""
@@ -301,27 +302,11 @@ def _fork(claims: Path, needs: Needs) -> _Helper | None:
         return _Helper(pid=pid)
     code = 1
     try:
-        _own_function_ids()
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
+        become_helper()
         _compile_claimed(claims, needs, lambda: os.getppid() == parent)
         code = 0
     finally:
         os._exit(code)
-
-
-def _own_function_ids() -> None:
-    """Give this helper process function ids of its own. Numba names each function it compiles
-    by a per-process counter (its symbols are ``module.name$id``), which a fork copies and a
-    fresh process starts as the parent did: a helper would name its functions as the parent
-    names its own, and the parent links both (the helper's from the cache), so a same-named
-    pair would resolve to one of them. A helper counts from its pid times 2**24 instead
-    (Numba's private counter; left alone if it has none)."""
-    from numba.core import bytecode
-
-    if isinstance(getattr(bytecode.FunctionIdentity, "_unique_ids", None), itertools.count):
-        bytecode.FunctionIdentity._unique_ids = itertools.count((os.getpid() << 24) + 1)
 
 
 def _compile_claimed(claims: Path, needs: Needs, others: Callable[[], bool]) -> None:
@@ -371,7 +356,7 @@ def _main(argv: list[str]) -> None:
     claims = Path(argv[0])
     parent = os.getppid()
     needs = {Path(p): tuple((n, d) for n, d in req) for p, req in json.loads(argv[1])}
-    _own_function_ids()  # a fresh process counts from Numba's start, as the parent did
+    own_function_ids()  # a fresh process counts from Numba's start, as the parent did
     _compile_claimed(claims, needs, lambda: os.getppid() == parent)
 
 

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rvm.kernels import apart
 from rvm.kernels.cpu import tuning_key
 
 logger = logging.getLogger("rvm.jit")
@@ -74,6 +75,7 @@ def install() -> bool:
     global _installed
     with _lock:
         if _installed is None:
+            apart.install(check_object_code, seal_object_code)  # helpers compile, if isolated
             drop_stale_library_code()
             _installed = _patch()
             _seal_library()  # around the light loads: checked before either way loads

@@ -37,7 +37,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numba as nb
 import numpy as np
@@ -62,7 +62,9 @@ _task_bodies: dict[str, Callable[..., None]] = {}  # exported tasks by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
 _slots: dict[tuple[str, str], ctypes.c_int64] = {}  # (name, dtype) -> its address slot
 _slot_keys: dict[int, tuple[str, str]] = {}  # a slot's address -> (name, dtype)
+_prefetched: dict[tuple[str, str], threading.Event] = {}  # set once built in the background
 _task_lock = threading.RLock()
+PREFETCH_WAIT_S = 600.0  # at most, for a background helper building a task; then build it
 logger = logging.getLogger("rvm.jit")
 
 
@@ -100,11 +102,16 @@ def export_task(name: str, body: Callable[..., None]) -> None:
 
 def require_task(name: str, dtype: str) -> None:
     """Compile task ``name`` for ``dtype`` (or load it from Numba's cache) and fill its slot,
-    unless this process already has; a name without a task is a no-op."""
+    unless this process already has; a name without a task is a no-op. A task `prefetch`
+    is building is waited for, then loaded."""
     from numba.core.compiler_lock import global_compiler_lock
 
     if (name, dtype) in _compiled or name not in _task_bodies:
         return
+    building = _prefetched.get((name, dtype))
+    if building is not None:
+        with Progress(f"building rvm's library: {name} ({dtype})"):
+            building.wait(PREFETCH_WAIT_S)
     # Numba's (reentrant) lock first, as typing holds it when it requires a task.
     with global_compiler_lock, _task_lock:
         if (name, dtype) in _compiled:
@@ -116,6 +123,32 @@ def require_task(name: str, dtype: str) -> None:
             cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         _compiled[name, dtype] = cfunc
         _slots[name, dtype].value = cfunc.address
+
+
+def prefetch(tasks: Iterable[tuple[str, str]]) -> int:
+    """Start building ``tasks`` ((task, dtype) pairs) in a forked helper while this process
+    goes on, those not built, nor being built, here; returns how many. For tasks a process
+    will likely run soon (a GEMM's, while its model's kernels compile): its first run then
+    loads them from Numba's cache, built meanwhile on another core, rather than building
+    them then (each seconds of LLVM on a first run). Names without a task are skipped."""
+    from rvm.kernels import apart
+
+    with _task_lock:
+        todo = [
+            t
+            for t in dict.fromkeys(tasks)
+            if t[0] in _task_bodies and t not in _compiled and t not in _prefetched
+        ]
+        events = apart.in_background([_builder(*t) for t in todo]) if todo else None
+        if events is None:
+            return 0
+        _prefetched.update(zip(todo, events))
+    return len(todo)
+
+
+def _builder(name: str, dtype: str) -> Callable[[], None]:
+    """What a background helper runs to build task ``name`` for ``dtype`` (`prefetch`)."""
+    return lambda: require_task(name, dtype)
 
 
 def required_tasks() -> list[tuple[str, str]]:

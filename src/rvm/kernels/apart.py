@@ -1,0 +1,273 @@
+"""Compiling apart: Numba compiles in a forked helper, and this process loads the object code.
+
+A Numba compile keeps its compiler's memory in the process for good (LLVM's modules and
+Numba's typing caches: about 2 MB per kernel, tens of MB for one of the library's large
+functions), a load from Numba's cache about a tenth of that. A long-lived process that
+compiles a lot (a test suite, a notebook, a server) grows by gigabytes. With isolation on
+(`isolated`: ``RVM_JIT_ISOLATE=1`` on Linux), every compile of a function Numba caches on
+disk (rvm's library functions, its tasks and entry points, jit kernels, native functions) is
+done by a fork of this process, which writes the object code to Numba's cache and exits;
+this process then loads it from there. A fork starts with everything this process has
+(nothing to import or initialize again) and leaves with ``os._exit``.
+
+`install()` puts this in place, once per process, on Numba's `Dispatcher.compile` and
+`CFunc.compile`: a compile whose object code is not in the cache yet (`_cached`, read from
+the cache's index through Numba's private ``_index_key`` / ``_cache_file``) goes to a
+helper first, when isolated, outside any other compile on this thread. Anything the helper
+does not leave in the cache (it failed, or the function cannot be cached) is compiled here
+as before, which also reports any error as Numba does; a helper is only an accelerator.
+
+`in_background(builds)` runs builds in a forked helper while this process goes on (work it
+will likely need soon, such as the library tasks a model's first run takes), each signalled
+done by an event.
+
+`become_helper()` is what every forked helper does first (`rvm.jit.parallel`'s too): it
+marks the process a helper (whose compiles stay in it), silences its output and gives it
+function ids of its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import itertools
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("rvm.jit")
+
+_lock = threading.Lock()
+_installed = False
+_helper = False  # this process is a forked helper: its compiles stay in it
+_state = threading.local()  # .depth: compiles this thread is inside
+_counts = {"apart": 0, "failed": 0}
+_check: Callable[[Path], bool] = lambda source: False  # noqa: E731 - set by `install`
+_seal: Callable[[Path], None] = lambda source: None  # noqa: E731
+
+
+def can_fork() -> bool:
+    """Whether helpers are forks of this process (Linux; ``RVM_JIT_FORK=0`` turns it off)."""
+    if os.environ.get("RVM_JIT_FORK", "").strip() == "0":
+        return False
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def isolated() -> bool:
+    """Whether this process leaves its compiles to forked helpers (``RVM_JIT_ISOLATE=1``,
+    unless ``RVM_JIT_WORKERS=0`` turns the helpers off)."""
+    if os.environ.get("RVM_JIT_WORKERS", "").strip() == "0":
+        return False
+    return os.environ.get("RVM_JIT_ISOLATE", "").strip() == "1" and can_fork()
+
+
+def counts() -> dict[str, int]:
+    """Compiles this process left to a helper: ``apart`` (done there, loaded here) and
+    ``failed`` (the helper left nothing in the cache: compiled here)."""
+    return dict(_counts)
+
+
+def become_helper() -> None:
+    """What a forked helper does first: its compiles stay in it, its output goes nowhere
+    (the parent reports), Numba names its functions apart from the parent's, and Python's
+    garbage collections leave the objects it inherited alone (walking them would copy every
+    page of the parent's heap into the helper)."""
+    global _helper
+    _helper = True
+    gc.freeze()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    own_function_ids()
+
+
+def own_function_ids() -> None:
+    """Give this helper process function ids of its own. Numba names each function it compiles
+    by a per-process counter (its symbols are ``module.name$id``), which a fork copies: a
+    helper would name its functions as the parent names its own, and the parent links both
+    (the helper's from the cache), so a same-named pair would resolve to one of them. A
+    helper counts from its pid times 2**24 instead (Numba's private counter; left alone if
+    it has none)."""
+    from numba.core import bytecode
+
+    if isinstance(getattr(bytecode.FunctionIdentity, "_unique_ids", None), itertools.count):
+        bytecode.FunctionIdentity._unique_ids = itertools.count((os.getpid() << 24) + 1)
+
+
+def install(check: Callable[[Path], bool], seal: Callable[[Path], None]) -> None:
+    """Route Numba's compiles of cached functions through `compile_apart` (see the module
+    docstring), once per process; what it does is decided at each compile (`isolated`).
+    ``check(source)`` says whether the object code of a source file is what rvm sealed,
+    ``seal(source)`` seals it (`rvm.kernels.numba_cache`, which installs this)."""
+    global _installed, _check, _seal
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+        _check, _seal = check, seal
+        from numba.core import sigutils
+        from numba.core.ccallback import CFunc
+        from numba.core.dispatcher import Dispatcher
+
+        dispatch_compile, cfunc_compile = Dispatcher.compile, CFunc.compile
+
+        def compile_dispatcher(self: Any, sig: Any) -> Any:
+            if _wanted() and getattr(self, "_can_compile", False):
+                args, _ = sigutils.normalize_signature(sig)
+                if tuple(args) not in self.overloads:
+                    target = self.targetctx
+                    compile_apart(self._cache, sig, target, lambda: dispatch_compile(self, sig))
+            with _compiling():
+                return dispatch_compile(self, sig)
+
+        def compile_cfunc(self: Any) -> Any:
+            if _wanted():
+                target = self._targetdescr.target_context
+                compile_apart(self._cache, self._sig, target, lambda: cfunc_compile(self))
+            with _compiling():
+                return cfunc_compile(self)
+
+        compile_dispatcher.__wrapped__ = dispatch_compile  # type: ignore[attr-defined]
+        compile_cfunc.__wrapped__ = cfunc_compile  # type: ignore[attr-defined]
+        Dispatcher.compile = compile_dispatcher
+        CFunc.compile = compile_cfunc
+
+
+def _wanted() -> bool:
+    """Whether a compile starting now goes to a helper first: isolated, not a helper, and not
+    inside another compile on this thread (that one's helper compiles what it calls)."""
+    return not _helper and getattr(_state, "depth", 0) == 0 and isolated()
+
+
+@contextlib.contextmanager
+def _compiling() -> Iterator[None]:
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+def compile_apart(cache: Any, sig: Any, target: Any, compile_here: Callable[[], Any]) -> bool:
+    """Run ``compile_here`` (a compile of ``sig`` that saves to Numba's ``cache``) in a forked
+    helper, unless the cache has it already (or it is not a disk cache); True if the helper
+    left it in the cache (this process's compile then loads it)."""
+    if _cached(cache, sig, target) is not False:
+        return False
+    from numba.core.compiler_lock import global_compiler_lock
+
+    start = time.perf_counter()
+    try:
+        with global_compiler_lock:  # no other thread is inside Numba while it forks
+            pid = os.fork()
+    except OSError as err:
+        logger.debug("no helper process (%s): compiling in this one", err)
+        return False
+    if pid == 0:
+        code = 1
+        try:
+            become_helper()
+            compile_here()
+            _seal(_source(cache))  # what this process's compile wrote, sealed
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    done = os.waitstatus_to_exitcode(status) == 0 and _cached(cache, sig, target) is True
+    _counts["apart" if done else "failed"] += 1
+    name = getattr(getattr(cache, "_py_func", None), "__qualname__", "?")
+    how = "by a helper" if done else "here, its helper left nothing in the cache"
+    logger.debug("%s: compiled %s (%.3f s)", name, how, time.perf_counter() - start)
+    return done
+
+
+def _cached(cache: Any, sig: Any, target: Any) -> bool | None:
+    """Whether Numba's ``cache`` holds object code of ``sig`` for ``target`` (a target
+    context), read from its index; None when it is no disk cache, this Numba's cache differs
+    (its private ``_index_key`` / ``_cache_file``), or its object code is not what rvm sealed
+    (`install`'s ``check``: the index is a pickle, read only once
+    its seal is checked; Numba's own path then drops it, or loads it, as without helpers)."""
+    try:
+        if not getattr(cache, "_enabled", False):
+            return None
+        if not Path(cache._cache_file._index_path).exists():
+            return False
+        if not _check(_source(cache)):
+            return None  # unsealed or changed: never unpickled here (Numba's own path checks)
+        key = cache._index_key(sig, target.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception as err:  # noqa: BLE001 - unknown: compiled here, as without isolation
+        logger.debug("cache index unreadable (%s: %s): compiled here", type(err).__name__, err)
+        return None
+
+
+def in_background(builds: Sequence[Callable[[], object]]) -> list[threading.Event] | None:
+    """Run ``builds`` (each compiling into Numba's cache) one after the other in a forked
+    helper while this process goes on; None when no helper can start (not on Linux), else
+    one event per build, set once the helper is past it (built, failed, or the helper died:
+    whoever waits then loads or compiles it as usual). A helper still running when this
+    process exits is ended."""
+    if not can_fork() or _helper:
+        return None
+    from numba.core.compiler_lock import global_compiler_lock
+
+    read, write = os.pipe()
+    try:
+        with global_compiler_lock:  # no other thread is inside Numba while it forks
+            pid = os.fork()
+    except OSError as err:
+        os.close(read)
+        os.close(write)
+        logger.debug("no background helper (%s)", err)
+        return None
+    if pid == 0:
+        try:
+            os.close(read)
+            become_helper()
+            for k, build in enumerate(builds):
+                with contextlib.suppress(Exception):  # whoever needs it compiles it, reports
+                    build()
+                os.write(write, bytes([k % 256]))
+        finally:
+            os._exit(0)
+    os.close(write)
+    events = [threading.Event() for _ in builds]
+    _background.add(pid)
+
+    def watch() -> None:  # sets each build's event as the helper reports it, then reaps it
+        with os.fdopen(read, "rb", buffering=0) as pipe:
+            for event in events:
+                if not pipe.read(1):
+                    break
+                event.set()
+        for event in events:
+            event.set()
+        os.waitpid(pid, 0)
+        _background.discard(pid)
+
+    threading.Thread(target=watch, name="rvm-background-build", daemon=True).start()
+    return events
+
+
+_background: set[int] = set()  # helpers of `in_background` still running
+
+
+@atexit.register
+def _stop_background() -> None:
+    """End the background helpers still running when this process exits (their work was
+    not needed; a process's helpers do not outlive it)."""
+    for pid in list(_background):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def _source(cache: Any) -> Path:
+    """The source file of the function Numba's ``cache`` caches."""
+    return Path(cache._py_func.__code__.co_filename)

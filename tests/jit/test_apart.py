@@ -1,0 +1,170 @@
+"""Compiles apart (`rvm.kernels.apart`): with isolation on, what Numba compiles for its disk
+cache compiles in a forked helper and this process loads it; a helper that fails leaves the
+compile (and its error) to this process; `in_background` and `rvm.kernels.parfor.prefetch`
+build while the process goes on."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba.core.errors import TypingError
+
+from rvm.kernels import apart, numba_cache
+
+pytestmark = pytest.mark.skipif(not apart.can_fork(), reason="helpers are forks (Linux)")
+
+HERE = Path(__file__).parent
+SRC = HERE.parents[1] / "src"
+
+MODULE = """
+import numba as nb
+import numpy as np
+
+@nb.njit(cache=True)
+def scale(x, k):
+    return x * k
+
+@nb.njit(cache=True)
+def broken(x):
+    return x.no_such_attribute
+
+def body(a, b):
+    return a * b + {tag}
+
+add_mul = nb.cfunc("float64(float64, float64)", cache=True)(body)
+"""
+
+
+def _module(tmp_path: Path, monkeypatch, tag: int):
+    """A new module of cached Numba functions in ``tmp_path`` (its own Numba cache there)."""
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
+    path = tmp_path / f"apart_mod_{tag}.py"
+    path.write_text(MODULE.format(tag=tag))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, path.stem, module)  # Numba's cache loads name it
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_isolated_compiles_in_a_helper_and_loads_here(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RVM_JIT_ISOLATE", "1")
+    monkeypatch.delenv("RVM_JIT_WORKERS", raising=False)
+    numba_cache.install()
+    before = apart.counts()
+    mod = _module(tmp_path, monkeypatch, 1)  # its cfunc compiles at definition
+    np.testing.assert_array_equal(mod.scale(np.arange(4.0), 3.0), np.arange(4.0) * 3.0)
+    assert mod.scale(2, 5) == 10  # another signature: another helper
+    assert sum(mod.scale.stats.cache_hits.values()) == 2  # both loaded, none compiled here
+    assert not sum(mod.scale.stats.cache_misses.values())
+    assert mod.add_mul.cache_hits == 1
+    assert mod.add_mul.ctypes(2.0, 3.0) == 7.0
+    after = apart.counts()
+    assert after["apart"] - before["apart"] == 3 and after["failed"] == before["failed"]
+
+
+def test_a_failing_compile_is_compiled_here_and_reports_its_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RVM_JIT_ISOLATE", "1")
+    monkeypatch.delenv("RVM_JIT_WORKERS", raising=False)
+    numba_cache.install()
+    mod = _module(tmp_path, monkeypatch, 2)
+    before = apart.counts()
+    with pytest.raises(TypingError, match="no_such_attribute"):
+        mod.broken(np.arange(3.0))
+    assert apart.counts()["failed"] == before["failed"] + 1
+
+
+def test_without_isolation_this_process_compiles(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RVM_JIT_ISOLATE", "0")
+    numba_cache.install()
+    before = apart.counts()
+    mod = _module(tmp_path, monkeypatch, 3)
+    assert mod.scale(2.0, 4.0) == 8.0
+    assert sum(mod.scale.stats.cache_misses.values()) == 1  # compiled here
+    assert apart.counts() == before
+
+
+def test_in_background_builds_in_another_process(tmp_path: Path) -> None:
+    out = tmp_path / "pids"
+
+    def build(k: int):
+        return lambda: out.with_suffix(f".{k}").write_text(str(os.getpid()))
+
+    def fails() -> None:
+        raise RuntimeError("a build that fails")
+
+    events = apart.in_background([build(0), fails, build(2)])
+    assert events is not None and len(events) == 3
+    assert all(e.wait(60) for e in events)
+    for k in (0, 2):  # the failing build did not stop the next one
+        assert int(out.with_suffix(f".{k}").read_text()) != os.getpid()
+
+
+LINGER = """
+import os, sys, time
+from rvm.kernels import apart, numba_cache
+
+def build():
+    with open(sys.argv[1], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
+
+apart.in_background([build])
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+"""
+
+
+def test_background_helpers_end_with_their_process(tmp_path: Path) -> None:
+    out = tmp_path / "pid"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    subprocess.run([sys.executable, "-c", LINGER, str(out)], env=env, check=True, timeout=120)
+    for _ in range(1000):  # gone, or a zombie no one has reaped yet
+        try:
+            state = Path(f"/proc/{int(out.read_text())}/stat").read_text().rsplit(")", 1)[1]
+        except FileNotFoundError:
+            return
+        if state.split()[0] in ("Z", "X"):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the background helper outlived its process")
+
+
+PREFETCH = """
+import json, sys
+from rvm.kernels import blas, parfor
+started = parfor.prefetch([("gemv", "float64"), ("no_such_task", "float64")])
+parfor.require_task("gemv", "float64")
+cfunc = parfor._compiled["gemv", "float64"]
+print(json.dumps({"started": started, "hits": cfunc.cache_hits,
+                  "tasks": parfor.required_tasks()}))
+"""
+
+
+def test_prefetched_tasks_are_loaded_not_built(tmp_path: Path) -> None:
+    """A task built in the background is waited for, then loaded from the cache (a fresh
+    process, fresh caches: the helper compiled it)."""
+    env = {
+        **os.environ,
+        "RVM_CACHE_DIR": str(tmp_path / "rvm"),
+        "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+        "RVM_JIT_ISOLATE": "0",
+        "PYTHONPATH": str(SRC),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PREFETCH)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"started": 1, "hits": 1, "tasks": [["gemv", "float64"]]}
