@@ -47,7 +47,6 @@ __all__ = [
     "bind_arguments",
     "check_arguments",
     "check_shape",
-    "in_ranges",
     "range_probes",
     "to_value",
     "tuple_arity_error",
@@ -349,19 +348,6 @@ def range_probes(fn: VMFunction) -> tuple[RangeProbe, ...] | None:
             return None
         probes.append((*at, -1 if lo is None else lo, sys.maxsize if hi is None else hi))
     return tuple(probes)
-
-
-def in_ranges(args: Sequence[Any], probes: Sequence[RangeProbe]) -> bool:
-    """Whether each probed size of ``args`` is in its range; False too when an argument has
-    no such axis (the checked entry then says what is wrong)."""
-    try:
-        for i, axis, lo, hi in probes:
-            size = args[i].shape[axis]
-            if size < lo or size > hi:
-                return False
-    except (AttributeError, IndexError, TypeError):
-        return False
-    return True
 
 
 def bind_arguments(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
