@@ -91,12 +91,12 @@ def interleaved_medians(
 
     A sample is as many calls as take about ``sample_s`` (from the fastest of five timed
     calls after the warm-up one): short samples mostly fit between two preemptions by other
-    processes, which the median then ignores. With ``settle_s``, each turn first sleeps that long and makes one
-    untimed call: runtimes whose thread pools spin on after a call (ONNX Runtime's, about
-    30 ms here) then do not slow the next one's turn, nor its first, cold call count. Every
-    other round runs the functions in reverse order, so none always follows the same one
-    (a microsecond call ran ~5% slower right after eager PyTorch's turn than after a call
-    of the same VM code, which had warmed the caches for it).
+    processes, which the median then ignores. With ``settle_s``, each turn first sleeps that
+    long and makes one untimed call: runtimes whose thread pools spin on after a call (ONNX
+    Runtime's, about 30 ms here) then do not slow the next one's turn, nor its first, cold
+    call count. Every other round runs the functions in reverse order, so none always
+    follows the same one (a microsecond call ran ~5% slower right after eager PyTorch's turn
+    than after a call of the same VM code, which had warmed the caches for it).
     """
     number = {}
     for name, fn in fns.items():
