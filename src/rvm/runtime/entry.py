@@ -326,7 +326,9 @@ def _check_range(call: _Call, name: str, lo: int | None, hi: int | None) -> None
 
 
 RangeProbe = tuple[int, int, int, int]
-"""Where a fast path reads a bounded symbolic dimension: (parameter, axis, min, max)."""
+"""Where a bounded symbolic dimension can be read from the arguments: (parameter, axis, min,
+max). An exec mode's fast path checks the range there itself (the native mode in its entry,
+`rvm.runtime.modes.native_codegen.entry_checks`); without a probe the VM takes no fast path."""
 
 
 def range_probes(fn: VMFunction) -> tuple[RangeProbe, ...] | None:
