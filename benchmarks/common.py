@@ -87,21 +87,28 @@ def interleaved_medians(
     """The median seconds per call of each ``fns[name]()``, the functions taking turns sample
     by sample, so a slow spell of a shared machine hits them alike.
 
-    A sample is as many calls as take about ``sample_s`` (from a timed call after the warm-up
-    one): short samples mostly fit between two preemptions by other processes, which the
-    median then ignores. With ``settle_s``, each turn first sleeps that long and makes one
-    untimed call: runtimes whose thread pools spin on after a call (ONNX Runtime's, about
-    30 ms here) then do not slow the next one's turn, nor its first, cold call count.
+    A sample is as many calls as take about ``sample_s`` (from the fastest of five timed
+    calls after the warm-up one): short samples mostly fit between two preemptions by other
+    processes, which the median then ignores. With ``settle_s``, each turn first sleeps that
+    long and makes one untimed call: runtimes whose thread pools spin on after a call (ONNX
+    Runtime's, about 30 ms here) then do not slow the next one's turn, nor its first, cold
+    call count. Every other round runs the functions in reverse order, so none always
+    follows the same one (a microsecond call ran ~5% slower right after eager PyTorch's turn
+    than after a call of the same VM code, which had warmed the caches for it).
     """
     number = {}
     for name, fn in fns.items():
         fn()
-        start = time.perf_counter()
-        fn()
-        number[name] = max(1, min(1000, int(sample_s / (time.perf_counter() - start))))
+        once = []
+        for _ in range(5):  # the fastest of a few: one slow call would shrink the sample
+            start = time.perf_counter()
+            fn()
+            once.append(time.perf_counter() - start)
+        number[name] = max(1, min(1000, int(sample_s / min(once))))
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for turn in range(repeat):
+        for name, fn in order if turn % 2 == 0 else reversed(order):
             if settle_s > 0:
                 time.sleep(settle_s)
                 fn()

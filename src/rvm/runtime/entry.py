@@ -47,7 +47,6 @@ __all__ = [
     "bind_arguments",
     "check_arguments",
     "check_shape",
-    "in_ranges",
     "range_probes",
     "to_value",
     "tuple_arity_error",
@@ -327,7 +326,9 @@ def _check_range(call: _Call, name: str, lo: int | None, hi: int | None) -> None
 
 
 RangeProbe = tuple[int, int, int, int]
-"""Where a fast path reads a bounded symbolic dimension: (parameter, axis, min, max)."""
+"""Where a bounded symbolic dimension can be read from the arguments: (parameter, axis, min,
+max). An exec mode's fast path checks the range there itself (the native mode in its entry,
+`rvm.runtime.modes.native_codegen.entry_checks`); without a probe the VM takes no fast path."""
 
 
 def range_probes(fn: VMFunction) -> tuple[RangeProbe, ...] | None:
@@ -349,19 +350,6 @@ def range_probes(fn: VMFunction) -> tuple[RangeProbe, ...] | None:
             return None
         probes.append((*at, -1 if lo is None else lo, sys.maxsize if hi is None else hi))
     return tuple(probes)
-
-
-def in_ranges(args: Sequence[Any], probes: Sequence[RangeProbe]) -> bool:
-    """Whether each probed size of ``args`` is in its range; False too when an argument has
-    no such axis (the checked entry then says what is wrong)."""
-    try:
-        for i, axis, lo, hi in probes:
-            size = args[i].shape[axis]
-            if size < lo or size > hi:
-                return False
-    except (AttributeError, IndexError, TypeError):
-        return False
-    return True
 
 
 def bind_arguments(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:

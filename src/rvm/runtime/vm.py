@@ -29,7 +29,6 @@ from rvm.runtime.entry import (
     SavedFunction,
     bind_arguments,
     check_arguments,
-    in_ranges,
     range_probes,
 )
 from rvm.runtime.executable import Executable
@@ -227,8 +226,7 @@ class VirtualMachine:
     def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
         """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
         under the same lock as `_enter`; see `BoundFunction`."""
-        probes = range_probes(self.executable.functions[fidx])
-        if probes is None:
+        if range_probes(self.executable.functions[fidx]) is None:
             return None  # a bounded dimension the fast path cannot read: the checked entry
         make = getattr(self._mode, "fast_call", None)
         call = make(fidx) if make is not None else None
@@ -237,9 +235,7 @@ class VirtualMachine:
         busy = self._busy
         check = self._results[fidx]
 
-        def fast(args: tuple) -> Any:
-            if probes and not in_ranges(args, probes):
-                return NOT_RUN  # `_enter` checks the arguments and reports the range
+        def fast(args: tuple) -> Any:  # `call` checks the arguments, ranges included
             if not busy.acquire(False):
                 return NOT_RUN  # `_enter` raises the busy error
             self._owner = get_ident()

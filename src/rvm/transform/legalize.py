@@ -9,11 +9,12 @@ function with ``attrs["primitive"]``, ``attrs["pattern"]`` (the op's `OpPattern`
 ``attrs["ops"] = ("X",)`` whose body is ``z = op.X(...); z``. 0-d constant arguments move into
 the primitive; every other argument (once per distinct argument) becomes a parameter typed as
 the argument (symbolic dimensions keep the caller's names: kernels read dimensions from their
-arrays). An op whose attributes name a dimension its arguments do not carry (``full(("n", 4))``,
-``broadcast_to(x, ("n", 4))``) also gets, as an extra parameter, the enclosing function's first
-parameter whose shape has that dimension (else the first value bound before the call that has
-it: a dimension a packed call's result or `rvm.dim` bound): the kernel reads the dimension
-from it, and the caller knows the result's shape. Structurally equal primitive functions are
+arrays). An op whose attributes or result type name a dimension its arguments do not carry
+(``full(("n", 4))``, ``broadcast_to(x, ("n", 4))``, ``dynamic_arange(..., length="seq")``)
+also gets, as an extra parameter, the enclosing function's first parameter whose shape has
+that dimension (else the first value bound before the call that has it: a dimension a packed
+call's result or `rvm.dim` bound): the kernel reads the dimension from it, and the caller
+knows the result's shape. Structurally equal primitive functions are
 one module function. An op call in result position is bound to a variable first.
 
 Algorithm: walk each straight-line region (`map_regions`) and rewrite op-call bindings; new
@@ -250,7 +251,8 @@ def _shape_names(ty: object) -> list[str]:
 
 
 def _attr_dims(attrs: dict) -> list[str]:
-    """The symbolic dimensions a call's shape-like attributes name (``shape=("n", 4)``)."""
+    """The symbolic dimensions a call's shape-like attributes name (``shape=("n", 4)``); its
+    result's (`_wrap_op_call`) cover the rest (``dynamic_arange(..., length="seq")``)."""
     return [d for v in attrs.values() if isinstance(v, tuple) for d in v if isinstance(d, str)]
 
 
@@ -276,7 +278,7 @@ def _wrap_op_call(
             inner.append(a)
         else:
             inner.append(param(a))
-    for d in _attr_dims(call.attrs):
+    for d in _attr_dims(call.attrs) + _shape_names(call.type or infer_type(call)):
         if d in binders and not any(d in _shape_names(p.type) for p in params.values()):
             param(binders[d])  # carries the dimension only: the kernel reads its shape
     op: E.Op = call.callee

@@ -159,3 +159,47 @@ def test_dim_sums():
     assert dims.subtract(dims.multiply("n", 2), 1) == "odd"
     dims.alias("n ** 2", "square", lambda name: name)  # not a linear sum: no alias
     assert dims.dim(dims.multiply("n", 3)) is None and dims.dim("n") == "n"
+
+
+@pytest.mark.parametrize("kernels", ["numpy", "jit"])
+def test_reshape_to_a_length_a_range_made(exec_mode, kernels):
+    """A Range to ``seq`` makes a tensor whose ``seq`` no input of the kernels after it carries;
+    a Reshape to ``(-1, seq, 4)`` (read from its shape, as the dynamo exporter writes Llama's
+    attention) then needs the name bound (it reached a kernel as the string 'seq')."""
+    nodes = [
+        _const("zero", np.array(0, np.int64)),
+        _const("one", np.array(1, np.int64)),
+        _const("ax1", np.array([1], np.int64)),
+        _const("ax02", np.array([0, 2], np.int64)),
+        _const("ax2", np.array([2], np.int64)),
+        _const("s1", np.array([1], np.int64)),
+        _const("s2", np.array([2], np.int64)),
+        _const("minus1", np.array([-1], np.int64)),
+        _const("four", np.array([4], np.int64)),
+        _const("w", np.arange(8, dtype=np.float32).reshape(1, 1, 8)),
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["n"], axis=0),
+        helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=F),
+        helper.make_node("Unsqueeze", ["rf", "ax02"], ["a"]),  # (1, seq, 1)
+        helper.make_node("ReduceSum", ["x", "ax1"], ["b"], keepdims=1),  # (batch, 1)
+        helper.make_node("Unsqueeze", ["b", "ax2"], ["b3"]),  # (batch, 1, 1)
+        helper.make_node("Mul", ["a", "b3"], ["c"]),
+        helper.make_node("Mul", ["c", "w"], ["d"]),  # (batch, seq, 8)
+        helper.make_node("Shape", ["d"], ["dshape"]),
+        helper.make_node("Slice", ["dshape", "s1", "s2"], ["seq"]),
+        helper.make_node("Concat", ["minus1", "seq", "four"], ["target"], axis=0),
+        helper.make_node("Reshape", ["d", "target"], ["e"]),  # (2 * batch, seq, 4)
+        helper.make_node("Transpose", ["e"], ["y"], perm=[0, 2, 1]),
+    ]
+    model = _model(nodes, [("x", F, ["batch", "seq"])], [("y", F, 3)])
+    ex = rvm.compile(rvm.from_onnx(model), kernels=kernels)
+    vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for shape in [(2, 5), (3, 1), (1, 7)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (want,) = session.run(None, {"x": x})
+        got = vm["main"](x)
+        assert got.shape == want.shape == (2 * shape[0], 4, shape[1])
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -180,6 +180,32 @@ def test_dim_ranges_are_checked_at_entry_and_survive_save(exec_mode: str, tmp_pa
                 r"2 <= batch <= 8",
             ):
                 vm["main"](np.ones((batch, 4), np.float32))
+            for batch in (2, 8):  # the bounds are in range; a refused call leaves no trace
+                assert vm["main"](np.ones((batch, 4), np.float32)).shape == (batch, 2)
+
+
+def test_one_sided_dim_ranges(exec_mode: str) -> None:
+    """A range with no upper bound checks its lower one, a max alone (torch.export's min is
+    then 0) its upper one; the native mode's fast path checks them in its entry, the message
+    is the VM's own."""
+    model = torch.nn.Linear(4, 2)
+    x = torch.randn(3, 4, 5)
+    for dim, bad, bounds in [
+        (Dim("rows", min=3), 2, "3 <= rows"),
+        (Dim("rows", max=6), 7, "0 <= rows <= 6"),
+    ]:
+        mod = rvm.from_torch(
+            torch.nn.Sequential(torch.nn.Flatten(0, 1), model),
+            args=(x.transpose(1, 2),),
+            dynamic_shapes={"input": {0: dim}},
+        )
+        vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
+        for _ in range(2):
+            assert vm["main"](np.ones((4, 5, 4), np.float32)).shape == (20, 2)
+            with pytest.raises(rvm.ShapeError, match=rf"has rows = {bad}, outside the range "):
+                vm["main"](np.ones((bad, 5, 4), np.float32))
+        with pytest.raises(rvm.ShapeError, match=rf"outside the range {bounds}$"):
+            vm["main"](np.ones((bad, 5, 4), np.float32))
 
 
 class _Precise(torch.nn.Module):

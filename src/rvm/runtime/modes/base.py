@@ -8,8 +8,9 @@ instrumentation); an exec mode only runs functions. What a mode may see of its V
 reported. A mode is any object with ``run(fidx, args)`` (`ExecMode`), built from the context
 by the factory the VM's mode table names (see `rvm.runtime.vm.EXEC_MODE_FACTORIES`). A mode may
 also offer ``fast_call(fidx)``: a callable that runs a call from Python on its unchecked
-positional arguments when it can check them more cheaply than the VM, else returns
-`rvm.runtime.entry.NOT_RUN` so the VM checks and runs them as usual (the native mode's).
+positional arguments when it can check them more cheaply than the VM (every entry check,
+the ranges of bounded symbolic dims included), else returns `rvm.runtime.entry.NOT_RUN` so
+the VM checks and runs them as usual (the native mode's).
 
 Failures: a mode raises `VMStackError` (a `VMError`) made by `ExecContext.error` from the
 original exception and the VM stack as ``(function index, pc)`` pairs, outermost first, so

@@ -303,7 +303,8 @@ class NativeMode:
     def fast_call(self, fidx: int) -> Callable[[tuple], Any] | None:
         """A call of function `fidx` straight from Python arguments, for the VM's entry: it
         returns `NOT_RUN` unless they are what the entry checks would pass unchanged (arrays
-        of the parameters' dtypes, ranks and dims, C-contiguous) and the function runs native
+        of the parameters' dtypes, ranks and dims, C-contiguous, bounded dims in their ranges:
+        `entry_checks`) and the function runs native
         now, so the VM then takes its usual path. None if the function has no such entry."""
         plan = self.plan
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:

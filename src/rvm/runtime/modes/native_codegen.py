@@ -590,12 +590,15 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
 
 def entry_checks(ex: Executable, index: int) -> list[str]:
     """The dims checks of a call of function `index` from Python (its body runs them at depth
-    0): fixed dims and symbolic dims shared by parameters. Their dtypes and ranks are the
-    compiled signature of the mode's entry dispatcher, so Numba checks those; a mismatch
-    raises, and the VM's own entry checks then report it in the words of every mode."""
+    0): fixed dims, symbolic dims shared by parameters, and the declared ranges of bounded
+    ones (`VMFunction.dim_ranges`: the VM's fast path leaves them to this check). Their
+    dtypes and ranks are the compiled signature of the mode's entry dispatcher, so Numba
+    checks those; a mismatch raises, and the VM's own entry checks then report it in the
+    words of every mode."""
+    fn = ex.functions[index]
     tests: list[str] = []
     seen: dict[str, str] = {}
-    for i, spec in enumerate(ex.functions[index].param_specs):
+    for i, spec in enumerate(fn.param_specs):
         for axis, want in enumerate(spec.shape or ()):
             dim = f"{_r(i)}.shape[{axis}]"
             if isinstance(want, int):
@@ -605,6 +608,10 @@ def entry_checks(ex: Executable, index: int) -> list[str]:
                     tests.append(f"{dim} == {seen[want]}")
                 else:
                     seen[want] = dim
+    for name, lo, hi in fn.dim_ranges:
+        if name in seen:  # else `range_probes` keeps the VM from taking the fast path
+            tests += [f"{seen[name]} >= {lo}"] * (lo is not None)
+            tests += [f"{seen[name]} <= {hi}"] * (hi is not None)
     if not tests:
         return []
     return [
