@@ -92,3 +92,24 @@ def test_reshape_solves_minus_one_beside_an_empty_symbolic_dim() -> None:
         bb.emit_output(bb.emit(op.reshape(x, ("n", -1, 2))))
     out = rvm.interpret(bb.get(), "main", np.zeros((0, 4), "float32"))
     assert out.shape == (0, 2, 2)
+
+
+def test_reshape_beside_an_empty_symbolic_dim_in_a_fused_kernel(
+    exec_mode: str, kernels: str
+) -> None:
+    """Hypothesis' example: a fused tanh/reshape/sum whose reshape keeps ``n`` and regroups the
+    fixed dims. A generic jit kernel inferred the fixed size as -1, undetermined at n = 0."""
+    for target in (("n", 2, 8), ("n", 16), ("n", 4, 4)):
+        bb = Builder()
+        x = Var("x", tensor(("n", 4, 4), "float32"))
+        with bb.function("main", [x]):
+            t = bb.emit(op.tanh(x))
+            r = bb.emit(op.reshape(t, target))
+            bb.emit_output(bb.emit(op.sum(r, axis=1)))
+        mod = bb.get()
+        vm = rvm.VirtualMachine(rvm.compile(mod, kernels=kernels), exec_mode=exec_mode)
+        for n in (0, 3, 0):
+            a = np.random.default_rng(180).standard_normal((n, 4, 4)).astype("float32")
+            expected = np.tanh(a).reshape(n, *target[1:]).sum(axis=1)
+            assert_values_close(vm["main"](a), expected, path=f"{target} n={n}", **TOL)
+            assert_values_close(rvm.interpret(mod, "main", a), expected, **TOL)

@@ -165,3 +165,26 @@ def test_the_key_covers_every_module_the_kernels_import(monkeypatch) -> None:
             assert key(tanh) == before[tanh.name], edited
     monkeypatch.setattr(cache, "module_source", real)
     assert {rec.name: key(rec) for rec in (tanh, conv)} == before
+
+
+def test_a_numpy_kernels_key_covers_every_reference_module(monkeypatch) -> None:
+    """A numpy kernel imports `rvm.kernels.reference`, which star-imports one module per
+    category: editing the one defining its op (`qconv2d` gaining ``weight_layout=``) changes
+    its key, so a kernel written by other code is never loaded (it called the old function)."""
+    from jit_helpers import prim, var
+
+    from rvm import op
+    from rvm.jit.numpy_kernel import numpy_kernel
+    from rvm.runtime.loading import cache
+
+    x = var("x", ("n",))
+    rec = numpy_kernel("fused_tanh_numpy_key", prim([x], op.tanh(x)), "return")
+    modules = cache.imported_modules(rec.imports)
+    assert {"rvm.kernels.reference.elemwise", "rvm.kernels.reference.quantized"} <= set(modules)
+    before = cache.source_hash(rec.source, rec.imports)
+    real = cache.module_source
+    for edited in ("rvm.kernels.reference.quantized", "rvm.kernels.reference.elemwise"):
+        monkeypatch.setattr(
+            cache, "module_source", lambda m, e=edited: real(m) + ("\n# edited" if m == e else "")
+        )
+        assert cache.source_hash(rec.source, rec.imports) != before, edited

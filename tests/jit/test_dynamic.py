@@ -88,3 +88,29 @@ def test_gather_nd() -> None:
     k = Jit(prim([x, ind], op.gather_nd(x, ind)))
     idx = np.array([[0, 1], [2, 3], [-1, 0], [1, -4], [0, 0]], np.int64)
     check(k.func, np.arange(24, dtype=np.float32).reshape(3, 4, 2), idx, kernel=k)
+
+
+def test_a_reshape_to_a_name_no_input_has_reads_it_from_the_output() -> None:
+    """A dps kernel reshaping (n, 4) to (n, m, 2), where only the output (the VM allocated it
+    to the bound sizes) gives m: both backends read m from it, so an empty input (n = 0,
+    where m cannot be inferred as a -1) still gives the output's shape; a "return" kernel,
+    with nowhere to read m from, fails with numpy's error for the undetermined -1."""
+    from jit_helpers import numpy_ref
+
+    from rvm.jit.numpy_kernel import numpy_kernel
+
+    x = var("x", ("n", 4))
+    f = prim([x], op.reshape(x, ("n", "m", 2)))
+    jit = Jit(f, style="dps")
+    rec = numpy_kernel("ref_dps", f, "dps")
+    namespace = {"np": np, "ref": numpy_ref}
+    exec(compile(rec.source, "<ref>", "exec"), namespace)
+    for n in (3, 0):
+        data = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+        for kernel in (jit, namespace["ref_dps"]):
+            out = np.full((n, 2, 2), np.nan, np.float32)
+            kernel(data, out)
+            np.testing.assert_array_equal(out, data.reshape(n, 2, 2))
+    empty = np.zeros((0, 4), np.float32)
+    with pytest.raises(ValueError, match=r"cannot infer 'm' \(no input or output gives it\)"):
+        Jit(f, style="return")(empty)

@@ -82,8 +82,11 @@ def _generic_target(kb: KernelBuilder, target: list) -> list:
     """In a generic kernel, a reshape's largest target size that is not a size read at run
     time (`KernelBuilder.sizes`) is inferred from the input's size instead (as -1), so layers
     whose reshapes differ in that size only share the kernel (a channel shuffle's channels per
-    group; the largest is the one most likely to vary with the layer)."""
+    group; the largest is the one most likely to vary with the layer). Only where the other
+    dims cannot be 0: beside a symbolic dim, an empty input would leave the -1 undetermined."""
     if not kb.sizes or -1 in target or 0 in target:
+        return target
+    if any(isinstance(d, str) for d in target):
         return target
     fixed = [d for d in target if isinstance(d, int) and d != 1 and d not in kb.sizes]
     if not fixed:
@@ -105,9 +108,11 @@ def _reshape(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
     known = [kb.resolve(d) for d in target if d != -1]
     if -1 in target:
         size, part = product(x.dims), product(known)
-        kb.check(
+        what = "-1" if named is None else f"{named!r} (no input or output gives it)"
+        kb.check(  # numpy's error too: beside a 0 dim, any size would do
             any_of(eq(part, 0), ne(mod(size, part), 0)),
-            f"{kb.kernel}: reshape: cannot infer -1 for the input's size",
+            f"{kb.kernel}: reshape: cannot infer {what} for the input's size "
+            "(not a multiple of the other dims' product, or that product is 0)",
         )
         solved = kb.dim(f"({size}) // ({part})")
         it = iter(known)

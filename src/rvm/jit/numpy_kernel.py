@@ -68,15 +68,21 @@ class _KernelSource:
         self.consts: list[str] = []
         self.names: dict[E.Var, str] = {p: f"p{i}" for i, p in enumerate(func.params)}
 
-    def dim_sources(self) -> dict[str, str]:
-        """For each symbolic dimension name, an expression reading it from an input."""
+    def dim_sources(self, style: str) -> dict[str, str]:
+        """For each symbolic dimension name, an expression reading it from an input, or from
+        an output of a dps kernel (allocated by the VM to the bound size) for a name no input
+        has: a reshape to it stays determined when the input is empty."""
         out: dict[str, str] = {}
-        for i, p in enumerate(self.func.params):
-            ty = p.type
+        places = [(f"p{i}", p.type) for i, p in enumerate(self.func.params)]
+        if style == "dps":
+            ret = self.func.ret_type or self.func.body.type
+            fields = ret.fields if isinstance(ret, TupleType) else (ret,)
+            places += [(f"out{i}", ty) for i, ty in enumerate(fields)]
+        for name, ty in places:
             if isinstance(ty, TensorType) and ty.shape is not None:
                 for axis, d in enumerate(ty.shape):
                     if isinstance(d, str) and d not in out:
-                        out[d] = f"p{i}.shape[{axis}]"
+                        out[d] = f"{name}.shape[{axis}]"
         return out
 
     def atom(self, e: E.Expr) -> str:
@@ -129,7 +135,7 @@ class _KernelSource:
         outs = _num_outputs(self.func)
         if style == "dps":
             params += [f"out{i}" for i in range(outs)]
-        dims = self.dim_sources()
+        dims = self.dim_sources(style)
         body = self.func.body
         bindings = list(body.bindings) if isinstance(body, E.SeqExpr) else []
         result = body.body if isinstance(body, E.SeqExpr) else body
