@@ -127,9 +127,10 @@ CONV_CHILD = textwrap.dedent(
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
         seen[name] = built("conv2d")
     for name, shape, is_max, k, s, p in (
-        ("max_separable", (1, 2, 7, 100), True, 3, 2, 0),  # a column stride, a wide input
+        ("max_flat", (1, 2, 8, 8), True, 3, 2, 1),  # max windows that overlap
+        ("avg_separable", (1, 2, 7, 100), False, 3, 2, 0),  # a column stride, a wide input
         ("avg_direct", (1, 3, 6, 6), False, 6, 1, 0),  # a global-like window
-        ("max_phased", (1, 2, 8, 8), True, 3, 1, 1),
+        ("max_phased", (1, 2, 8, 8), True, 2, 2, 0),  # max windows that do not overlap
     ):
         x = rng.standard_normal(shape).astype("float32")
         ref = pool_reference(x, is_max, k, s, p)
@@ -161,7 +162,13 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {
         "pointwise": ["conv2d_pointwise"],
         "depthwise": ["conv2d_depthwise", "conv2d_pointwise"],
-        "max_separable": ["pool2d_max_separable"],
-        "avg_direct": ["pool2d_avg_direct", "pool2d_max_separable"],
-        "max_phased": ["pool2d_avg_direct", "pool2d_max_phased", "pool2d_max_separable"],
+        "max_flat": ["pool2d_max_flat"],
+        "avg_separable": ["pool2d_avg_separable", "pool2d_max_flat"],
+        "avg_direct": ["pool2d_avg_direct", "pool2d_avg_separable", "pool2d_max_flat"],
+        "max_phased": [
+            "pool2d_avg_direct",
+            "pool2d_avg_separable",
+            "pool2d_max_flat",
+            "pool2d_max_phased",
+        ],
     }
