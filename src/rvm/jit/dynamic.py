@@ -238,14 +238,7 @@ def _dynamic_slice(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str)
             length = kb.dim(f"max(0, ({start} - {stop} + {-s - 1}) // {-s})")
         dims[a] = length
         starts[a] = (start, s)
-
-    def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
-        res = list(index)
-        for a, (start, s) in starts.items():
-            res[a] = idx(f"({start} + {index[a].code} * {s})", index[a])
-        return res
-
-    return kb.index_map(x, dims, fn)
+    return layout.strided_view(kb, x, dims, starts)
 
 
 def _dynamic_tile(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:

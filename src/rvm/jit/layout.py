@@ -184,6 +184,14 @@ def _strided_slice(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str)
         start, length = _slice(kb, x.dims[a], b, e, s)
         dims[a] = length
         starts[a] = (start, s)
+    return strided_view(kb, x, dims, starts)
+
+
+def strided_view(
+    kb: KernelBuilder, x: Tensor, dims: list, starts: dict[int, tuple[str, int]]
+) -> Tensor:
+    """`x` read at ``start + i * step`` along each axis of `starts` (axis: (start, step)), with
+    result dims `dims`: the index map of every slice, static or run-time."""
 
     def fn(body: Body, index: Sequence[Scalar]) -> list[Scalar]:
         res = list(index)
