@@ -29,6 +29,18 @@ NATIVE_IMPORTS = ("rvm.runtime.modes.native_support",)
 """The rvm modules a native exec-mode file imports (`rvm.runtime.modes.native_codegen` writes
 its imports from this), which its cache key covers."""
 
+NATIVE_SUPPORT_NAMES = (
+    "bound",
+    "constant",
+    "empty",
+    "full0",
+    "shape_array",
+    "storage",
+    "view",
+    "write_slice",
+)
+"""What a native file imports from `NATIVE_IMPORTS[0]` (that module's public names but `BAIL`)."""
+
 
 def user_dir(explicit: str, xdg: str, fallback: str) -> Path:
     """rvm's folder of one kind, from the environment at each call (not created here): the

@@ -49,7 +49,7 @@ from rvm.runtime import semantics as sem
 from rvm.runtime import shape_patterns as sp
 from rvm.runtime.bytecode import Opcode
 from rvm.runtime.executable import SCALAR_META
-from rvm.runtime.loading import NATIVE_IMPORTS
+from rvm.runtime.loading import NATIVE_IMPORTS, NATIVE_SUPPORT_NAMES
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.loading.loader import kernel_module_name
 from rvm.runtime.modes.lowering.blocks import emit_block_machine, restart
@@ -635,26 +635,13 @@ def _uncached(functions: list[_Function]) -> set[int]:
     return out
 
 
-# What a native file imports from `rvm.runtime.modes.native_support` (NATIVE_IMPORTS[0]).
-_SUPPORT_NAMES = (
-    "bound",
-    "constant",
-    "empty",
-    "full0",
-    "shape_array",
-    "storage",
-    "view",
-    "write_slice",
-)
-
-
 def _file(ex: Executable, names: Names, functions: list[_Function], uncached: set[int]) -> str:
     head = [
         "# rvm native functions (exec_mode='native'), made by rvm.runtime.modes.native_codegen",
         "import numba as _nb",
         "import numpy as _np",
         "",
-        *(f"from {NATIVE_IMPORTS[0]} import {n} as _{n}" for n in _SUPPORT_NAMES),
+        *(f"from {NATIVE_IMPORTS[0]} import {n} as _{n}" for n in NATIVE_SUPPORT_NAMES),
         "",
         "_zeros = _np.zeros",
         "_int64 = _np.int64",

@@ -23,19 +23,10 @@ from numba.extending import overload
 
 from rvm.kernels.blocks import empty
 from rvm.runtime.builtins import slice_fits
-from rvm.runtime.modes.native_constants import bound
+from rvm.runtime.loading import NATIVE_SUPPORT_NAMES
+from rvm.runtime.modes.native_constants import bound as bound  # re-exported: native files import it
 
-__all__ = [
-    "BAIL",
-    "bound",
-    "constant",
-    "empty",
-    "full0",
-    "shape_array",
-    "storage",
-    "view",
-    "write_slice",
-]
+__all__ = ["BAIL", *NATIVE_SUPPORT_NAMES]
 
 BAIL = "rvm native: rerun in compiled mode"
 """The message of the exception native code raises where it hands the call back (a failed
