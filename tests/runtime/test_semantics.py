@@ -159,8 +159,8 @@ def native_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     for name in ("IF_SCALAR", "IF_SCALARS"):
         monkeypatch.setattr(sem, name, _probed(name, getattr(sem, name)))
     monkeypatch.setattr(native_support, "probe", _native_probe, raising=False)
-    names = (*native_codegen._SUPPORT_NAMES, "probe")
-    monkeypatch.setattr(native_codegen, "_SUPPORT_NAMES", names)
+    names = (*native_codegen.NATIVE_SUPPORT_NAMES, "probe")
+    monkeypatch.setattr(native_codegen, "NATIVE_SUPPORT_NAMES", names)
     PROBED.clear()
     return PROBED
 
