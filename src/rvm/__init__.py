@@ -61,6 +61,7 @@ from rvm.runtime.loading import trust
 # executables (`rvm.load_executable`, `rvm.VirtualMachine`) never imports it.
 _LAZY = {
     "compile": ("rvm.codegen", "compile"),
+    "compile_onnx": ("rvm.compile_cache", "compile_onnx"),
     "interpret": ("rvm.interp", "interpret"),
     "from_onnx": ("rvm.frontend.onnx", "from_onnx"),
     "from_torch": ("rvm.frontend.torch", "from_torch"),
@@ -120,6 +121,7 @@ __all__ = [
     "call_dps_packed",
     "call_packed",
     "compile",
+    "compile_onnx",
     "const",
     "debug_print",
     "from_onnx",

@@ -203,6 +203,7 @@ class Executable:
         }
         self._trusted = True
         self._untrusted_reason = ""
+        self._signed_by: str | None = None
         self._native_entries: dict[str, Any] = {}
 
     @property
@@ -211,6 +212,13 @@ class Executable:
         for an executable built in this process, and for a file that was signed with a
         trusted key or loaded with ``trusted=True`` (`rvm.runtime.loading.trust`)."""
         return self._trusted
+
+    @property
+    def signed_by(self) -> str | None:
+        """The id of the key whose signature of the loaded file was verified
+        (`rvm.runtime.loading.trust.key_id`), or None: built in this process, unsigned, not
+        verified, or loaded with ``trusted=True`` (which checks no signature)."""
+        return self._signed_by
 
     # -- lookup ---------------------------------------------------------------------------
 

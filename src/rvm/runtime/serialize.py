@@ -496,7 +496,7 @@ def from_bytes(
     args = decode(data, check_weights=check_weights)
     native = args.pop("native", None)
     signer = args.pop("signature", None)
-    verified, reason = False, ""
+    verified, reason, ident = False, "", None
     if signer is not None and not trusted:
         ident, mac, ranges = signer
         view = memoryview(data)
@@ -510,6 +510,7 @@ def from_bytes(
         )
     ex = cls(**args)
     ex._trusted = trusted or verified
+    ex._signed_by = ident if verified else None
     if not ex._trusted:
         ex._untrusted_reason = reason or "it is not signed"
     if native is not None and ex._trusted:

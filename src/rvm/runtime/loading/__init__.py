@@ -25,6 +25,9 @@ FILES_DIR = "files"
 """The cache subfolder of object code from trusted files: one entry per kernel group, named by
 the hash of the group's own bytes (`rvm.runtime.loading.artifact.entry_hash`)."""
 
+COMPILED_DIR = "compiled"
+"""The cache subfolder of `rvm.compile_onnx`'s executables (`rvm.compile_cache`)."""
+
 NATIVE_IMPORTS = ("rvm.runtime.modes.native_support",)
 """The rvm modules a native exec-mode file imports (`rvm.runtime.modes.native_codegen` writes
 its imports from this), which its cache key covers."""

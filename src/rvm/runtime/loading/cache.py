@@ -35,12 +35,12 @@ from rvm.kernels.numba_cache import (
     seal_object_code,
     write_atomic,
 )
-from rvm.runtime.loading import FILES_DIR, NATIVE_DIR, user_dir
+from rvm.runtime.loading import COMPILED_DIR, FILES_DIR, NATIVE_DIR, user_dir
 
 KERNEL_DIR = "kernels"
 logger = logging.getLogger("rvm.jit")
 
-OWN_DIRS = (KERNEL_DIR, NATIVE_DIR, FILES_DIR)
+OWN_DIRS = (KERNEL_DIR, NATIVE_DIR, FILES_DIR, COMPILED_DIR)
 __all__ = [
     "SEAL",
     "cache_dir",
@@ -242,10 +242,11 @@ def cache_info() -> dict:
 
 def clear_cache() -> None:
     """Delete everything rvm's caches hold: rvm's folders in the cache directory (kernels,
-    the native exec mode's files, trusted files' entries: `OWN_DIRS`), Numba's object code of
-    them (beside them, or their mirrors under ``NUMBA_CACHE_DIR``), and Numba's object code of
-    rvm's kernel library (`rvm.kernels`), wherever Numba keeps it. Nothing else in the cache
-    directory is touched (it may be a folder of the user's)."""
+    the native exec mode's files, trusted files' entries, `rvm.compile_onnx`'s executables:
+    `OWN_DIRS`), Numba's object code of them (beside them, or their mirrors under
+    ``NUMBA_CACHE_DIR``), and Numba's object code of rvm's kernel library (`rvm.kernels`),
+    wherever Numba keeps it. Nothing else in the cache directory is touched (it may be a
+    folder of the user's)."""
     from rvm.kernels import numba_cache
 
     root = cache_dir()
