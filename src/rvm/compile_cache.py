@@ -44,6 +44,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from rvm.runtime import Executable, load_executable
@@ -54,17 +55,21 @@ logger = logging.getLogger("rvm.codegen")
 
 __all__ = ["COMPILE_OPTIONS", "cache_info", "clear", "code_hash", "compile_onnx", "source_digest"]
 
-COMPILE_OPTIONS = (
-    "kernels",
-    "opt_level",
-    "verify",
-    "dump_dir",
-    "exec_mode",
-    "build_kernels",
-    "progress",
-    "precision",
+COMPILE_OPTIONS: Mapping[str, Any] = MappingProxyType(
+    {
+        "kernels": "jit",
+        "opt_level": 2,
+        "verify": False,
+        "dump_dir": None,
+        "exec_mode": "bytecode",
+        "build_kernels": True,
+        "progress": True,
+        "precision": "fp32",
+    }
 )
-"""The keyword arguments of `rvm.compile` that `compile_onnx` passes on."""
+"""The keyword arguments of `rvm.compile` that `compile_onnx` passes on, with their defaults
+(an option given its default value keys as if not given; tests check these against
+`rvm.compile`'s signature, which this module does not import)."""
 
 _UNKEYED = ("verify", "dump_dir", "build_kernels", "progress")  # do not change the executable
 _DEFAULT_SIZE = 8 << 30
@@ -160,7 +165,8 @@ def code_hash() -> str:
 def _key(model: Any, imports: dict[str, Any], options: dict[str, Any]) -> str | None:
     """The cache key of this call, or None when an option cannot be keyed (a custom op's
     type whose text names an object's address)."""
-    opts = {k: v for k, v in sorted(options.items()) if k not in _UNKEYED}
+    opts = {**{k: v for k, v in COMPILE_OPTIONS.items() if k not in _UNKEYED}, **options}
+    opts = {k: v for k, v in sorted(opts.items()) if k not in _UNKEYED}
     text = json.dumps(
         {
             "model": _model_digest(model),

@@ -204,6 +204,8 @@ class Executable:
         self._trusted = True
         self._untrusted_reason = ""
         self._signed_by: str | None = None
+        # Content digests of constants by index (`rvm.runtime.weights.constant_digest`).
+        self.constant_digests: dict[int, str] = {}
         self._native_entries: dict[str, Any] = {}
 
     @property

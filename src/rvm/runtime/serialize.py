@@ -458,6 +458,9 @@ def _meta(ex: Executable) -> bytes:
     forms = ";".join(f"{info.name}={info.python}" for info in ex.adts if info.python)
     if forms:  # since 1.5: the data types' Python forms (`ADTInfo.python`)
         items["python_forms"] = forms
+    big = [i for i, c in enumerate(ex.constants) if c.nbytes > weights.DIGESTED_BYTES]
+    if big:  # since 2.0: big constants' digests, so that a load need not hash them
+        items["constant_digests"] = ";".join(f"{i}={weights.constant_digest(ex, i)}" for i in big)
     w.count(len(items))
     for key, value in items.items():
         w.str(key)
@@ -496,6 +499,7 @@ def from_bytes(
     args = decode(data, check_weights=check_weights)
     native = args.pop("native", None)
     signer = args.pop("signature", None)
+    digests = args.pop("constant_digests", {})
     verified, reason, ident = False, "", None
     if signer is not None and not trusted:
         ident, mac, ranges = signer
@@ -509,6 +513,7 @@ def from_bytes(
             else f"it is signed by key {ident}, which is not trusted"
         )
     ex = cls(**args)
+    ex.constant_digests.update(digests)
     ex._trusted = trusted or verified
     ex._signed_by = ident if verified else None
     if not ex._trusted:
@@ -602,6 +607,18 @@ def decode(data: bytes, *, check_weights: bool = False) -> dict[str, Any]:
         raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
 
 
+def _read_digests(text: str, count: int) -> dict[int, str]:
+    """META's ``constant_digests`` (``index=hex;...``) as {index: hex digest}."""
+    out: dict[int, str] = {}
+    for item in text.split(";"):
+        index, _, value = item.partition("=")
+        if not (index.isdigit() and int(index) < count and len(value) == 64):
+            raise ExecutableFormatError(f"corrupt executable: a constant digest {item[:80]!r}")
+        int(value, 16)  # ValueError: reported as corrupt
+        out[int(index)] = value
+    return out
+
+
 def _sections(
     view: memoryview, major: int, nsec: int
 ) -> tuple[dict[bytes, memoryview], tuple[tuple[int, int], ...]]:
@@ -681,6 +698,8 @@ def _decode_sections(
             out["default_exec_mode"] = meta["default_exec_mode"]
         if "precision" in meta:
             out["precision"] = meta["precision"]
+        if "constant_digests" in meta:
+            out["constant_digests"] = _read_digests(meta["constant_digests"], len(constants))
         if "python_forms" in meta:
             forms = dict(item.partition("=")[::2] for item in meta["python_forms"].split(";"))
             out["adts"] = [replace(info, python=forms.get(info.name)) for info in adts]

@@ -37,7 +37,9 @@ __all__ = [
     "DIGEST_BYTES",
     "PAGE",
     "Blob",
+    "DIGESTED_BYTES",
     "check_digest",
+    "constant_digest",
     "digest",
     "dtype_of",
     "nbytes_of",
@@ -48,6 +50,9 @@ ALIGN = 64  # every constant's offset in WGHT: a cache line, enough for any vect
 PAGE = 4096  # WGHT's first constant starts at a multiple of this in the file
 DIGEST = "sha256"
 DIGEST_BYTES = 32
+DIGESTED_BYTES = 4096
+"""Constants bigger than this have their content digest (`constant_digest`) recorded in a
+saved file (META ``constant_digests``), so that a process loading it need not hash them."""
 
 
 class Blob:
@@ -102,6 +107,19 @@ def digest(parts: Sequence[Any]) -> bytes:
     for p in parts:
         h.update(p)
     return h.digest()
+
+
+def constant_digest(ex: Any, index: int) -> str:
+    """The SHA-256 (hex) of constant ``index`` of executable ``ex``: its dtype, shape and
+    bytes; remembered in ``ex.constant_digests``, which a loaded file's recorded ones fill (the
+    native mode names the slots of big constants by it, `native_codegen.slot_name`)."""
+    found = ex.constant_digests.get(index)
+    if found is None:
+        data = np.ascontiguousarray(ex.constants[index])
+        h = hashlib.sha256(f"{data.dtype.str}{data.shape}".encode())
+        h.update(memoryview(data).cast("B"))
+        found = ex.constant_digests[index] = h.hexdigest()
+    return found
 
 
 def dtype_of(r: Any, i: int, dtype_str: str) -> np.dtype:

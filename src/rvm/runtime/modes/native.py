@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rvm.kernels.numba_cache import light_loads
 from rvm.progress import Progress
 from rvm.runtime.derived import Derived
 from rvm.runtime.entry import NOT_RUN
@@ -172,7 +173,8 @@ class _Plan:
                         native_cache.guard_dispatcher(entry, self.path)
                     try:
                         with Progress(f"compiling native function @{self.names[fidx]}"):
-                            entry.compile((*sig, nt.int64))
+                            with light_loads():  # a cached one loads without a refresh
+                                entry.compile((*sig, nt.int64))
                     except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
                         self.fail(fidx, e)
                         return None
@@ -237,7 +239,8 @@ def _load(path: Path, source: str, kernels: dict[str, Any], own: bool = True) ->
             return module
         native_cache.write_entry(path, source)
         linecache.cache[key] = (len(source), None, source.splitlines(True), key)
-        module = exec_module_file(path, f"rvm_native_{path.stem}", kernels, source)
+        with light_loads():  # the library it imports loads its cached code, Numba unrefreshed
+            module = exec_module_file(path, f"rvm_native_{path.stem}", kernels, source)
         if own:
             for value in list(vars(module).values()):
                 if getattr(getattr(value, "py_func", None), "__globals__", None) is vars(module):

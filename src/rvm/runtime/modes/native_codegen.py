@@ -39,7 +39,6 @@ that are not native themselves. Numba typing errors are found when a function is
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -58,6 +57,7 @@ from rvm.runtime.modes.lowering.operands import Names, Operand, OperandRenderer
 from rvm.runtime.modes.lowering.scalars import fixed_parameter, scalar_registers
 from rvm.runtime.modes.lowering.writer import SourceWriter
 from rvm.runtime.text import describe_instruction
+from rvm.runtime.weights import constant_digest
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable, KernelRecord
@@ -294,7 +294,7 @@ class _Function:
             value = self.ex.constants[c]
             if value.nbytes > MAX_CONSTANT_BYTES:
                 self.dtypes.add(value.dtype.name)
-                name = slot_name(value, self.slots, c)
+                name = slot_name(self.ex, c, self.slots)
                 dtype = self.names.dtype(value.dtype.name)
                 lines.append(f"    c{c} = _bound({name!r}, {tuple(value.shape)!r}, {dtype})")
         return lines
@@ -515,14 +515,12 @@ def _constant_reason(value: object) -> str | None:
     return None
 
 
-def slot_name(value: np.ndarray, slots: dict[int, str], index: int) -> str:
-    """The slot's name of big constant ``index`` (``value``), by its dtype, shape and bytes
-    (`native_constants`); ``slots`` remembers it per index."""
+def slot_name(ex: Executable, index: int, slots: dict[int, str]) -> str:
+    """The slot's name of big constant ``index`` of ``ex``, by its dtype, shape and bytes
+    (`rvm.runtime.weights.constant_digest`: a loaded file's are recorded in it, so a load
+    does not hash the weights; `native_constants`); ``slots`` remembers it per index."""
     if index not in slots:
-        data = np.ascontiguousarray(value)
-        digest = hashlib.sha256(f"{data.dtype.str}{data.shape}".encode())
-        digest.update(memoryview(data).cast("B"))
-        slots[index] = f"rvm_const_{digest.hexdigest()[:24]}"
+        slots[index] = f"rvm_const_{constant_digest(ex, index)[:24]}"
     return slots[index]
 
 
@@ -659,9 +657,9 @@ def _file(ex: Executable, names: Names, functions: list[_Function], uncached: se
     for d in sorted({d for f in functions for d in f.dtypes}):
         head.append(f"{names.dtype(d)} = _np.dtype({d!r})")
     for c in sorted({c for f in functions for c in f.constants}):
+        if ex.constants[c].nbytes > MAX_CONSTANT_BYTES:
+            continue  # bound in each function that reads it (no copy of it made here)
         value = np.array(ex.constants[c], order="C")
-        if value.nbytes > MAX_CONSTANT_BYTES:
-            continue  # bound in each function that reads it
         head.append(
             f"c{c} = _constant({value.tobytes().hex()!r}, {value.dtype.str!r}, "
             f"{tuple(value.shape)!r})"
