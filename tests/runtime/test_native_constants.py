@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import rvm
 from rvm import op
@@ -108,3 +109,33 @@ def test_a_saved_executable_with_big_constants_runs_natively_elsewhere(tmp_path:
     fallbacks, compiled, loaded = (int(v) for v in out.stdout.split())
     assert fallbacks == 0 and compiled == 0 and loaded >= 1  # the file's native code, bound
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), np.tanh(x @ W + B), rtol=1e-5)
+
+
+def test_a_saved_file_records_its_big_constants_digests_so_a_load_hashes_none(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from rvm.runtime import weights
+    from rvm.runtime.serialize import _read_digests
+
+    ex = rvm.compile(_module(), opt_level=0)
+    path = str(tmp_path / "m.rvmx")
+    ex.save(path)
+    loaded = rvm.load_executable(path)
+    big = {i for i, c in enumerate(loaded.constants) if c.nbytes > weights.DIGESTED_BYTES}
+    assert len(big) >= 2 and set(loaded.constant_digests) == big
+    fresh = rvm.compile(_module(), opt_level=0)
+    assert {i: weights.constant_digest(fresh, i) for i in big} == loaded.constant_digests
+
+    class NoHashing:
+        def sha256(self, *_: object) -> None:
+            raise AssertionError("a constant was hashed at load")
+
+    monkeypatch.setattr(weights, "hashlib", NoHashing())
+    vm = rvm.VirtualMachine(loaded, exec_mode="native")
+    monkeypatch.undo()
+    x = RNG.standard_normal((3, 64)).astype("float32")
+    np.testing.assert_allclose(vm["main"](x), np.tanh(x @ W + B), rtol=1e-5, atol=1e-6)
+    assert vm.native_report().fallbacks == {}
+    for bad in ("0=zz", f"{len(loaded.constants)}={'a' * 64}", f"0={'g' * 64}", "x"):
+        with pytest.raises(rvm.ExecutableFormatError, match="a constant digest"):
+            _read_digests(bad, len(loaded.constants))
