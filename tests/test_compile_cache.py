@@ -327,6 +327,38 @@ def test_the_size_bound_evicts_the_least_recently_used(env, builds, tmp_path, mo
         rvm.compile_onnx(paths[1])
 
 
+def test_a_file_changed_while_it_is_imported_is_not_cached(env, path, builds, monkeypatch):
+    build = compile_cache._build
+
+    def changing(model, imports, options):
+        ex = build(model, imports, options)
+        onnx.save(_model(seed=5), str(path))
+        return ex
+
+    monkeypatch.setattr(compile_cache, "_build", changing)
+    rvm.compile_onnx(path)
+    assert not _entries()
+    monkeypatch.setattr(compile_cache, "_build", build)
+    np.testing.assert_allclose(_run(rvm.compile_onnx(path)), _expected(_model(5), X), rtol=1e-5)
+
+
+def test_an_unwritable_compile_cache_or_config_dir_compiles_uncached(
+    env, path, builds, monkeypatch, tmp_path
+):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("RVM_CONFIG_DIR", str(blocked / "config"))  # no key can be made
+    np.testing.assert_allclose(_run(rvm.compile_onnx(path)), _expected(_model(), X), rtol=1e-5)
+    monkeypatch.setenv("RVM_CONFIG_DIR", str(env["config"]))
+    compile_cache.clear()
+    compile_cache._folder().write_text("not a folder either")  # nothing can be written there
+    try:
+        np.testing.assert_allclose(_run(rvm.compile_onnx(path)), _expected(_model(), X), rtol=1e-5)
+    finally:
+        compile_cache._folder().unlink()
+    assert len(builds) == 2
+
+
 def test_clear_cache_deletes_the_compile_cache(env, path):
     from rvm.runtime.loading.cache import clear_cache
 

@@ -36,6 +36,7 @@ entry or none.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import hmac
@@ -119,16 +120,34 @@ def compile_onnx(
     }
     if not _enabled(cache, options):
         return _build(model, imports, options)
-    key = _key(model, imports, options)
-    if key is None:
+    before = _stamp(model)
+    try:
+        key = _key(model, imports, options)
+        entry = None if key is None else _folder() / f"{key}.rvmx"
+        ex = None if entry is None else _load(entry, key)
+    except OSError as err:  # an unreadable or unwritable cache or config dir: no cache
+        logger.info("compile_onnx: the compile cache is not usable (%s): not cached", err)
         return _build(model, imports, options)
-    entry = _folder() / f"{key}.rvmx"
-    ex = _load(entry, key)
     if ex is not None:
         return ex
     ex = _build(model, imports, options)
-    _store(ex, entry, key, _external(model))
+    if entry is not None and _stamp(model) == before:  # not changed while it was imported
+        try:
+            _store(ex, entry, key, _external(model))
+        except OSError as err:
+            logger.info("compile_onnx: not cached (%s)", err)
     return ex
+
+
+def _stamp(model: Any) -> tuple[int, ...] | None:
+    """A model file's identity and change time (None for a ModelProto or bytes)."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    try:
+        st = os.stat(model)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _enabled(cache: bool | None, options: Mapping[str, Any]) -> bool:
@@ -223,7 +242,10 @@ def source_digest(path: str | os.PathLike) -> str:
             digest.update(chunk)
     value = digest.hexdigest()
     if os.stat(real).st_ctime_ns == st.st_ctime_ns:  # not written while it was read
-        _write_signed(memo, "sources", {"stamp": stamp, "digest": value})
+        try:
+            _write_signed(memo, "sources", {"stamp": stamp, "digest": value})
+        except OSError as err:  # a read-only cache: digested again next time
+            logger.debug("compile_onnx: digest of %s not remembered (%s)", real, err)
     return value
 
 
@@ -316,7 +338,8 @@ def _load(entry: Path, key: str) -> Executable | None:
         return _refuse(entry, f"it does not load: {err}")
     if not ex.trusted or ex.signed_by != trust.key_id(signer):
         return _refuse(entry, "it is not signed for this entry")
-    os.utime(entry)  # most recently used
+    with contextlib.suppress(OSError):  # a read-only cache: served all the same
+        os.utime(entry)  # most recently used
     logger.debug("compile_onnx: loaded %s", entry)
     return ex
 
@@ -329,8 +352,8 @@ def _refuse(entry: Path, why: str) -> None:
 
 
 def _store(ex: Executable, entry: Path, key: str, external: dict[str, str]) -> None:
-    entry.parent.mkdir(parents=True, exist_ok=True)
     try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
         ex.save(str(entry), sign=_derived_key(key))
     except Exception as err:  # an executable that cannot be saved, a full disk
         logger.info("compile_onnx: not cached (%s: %s)", type(err).__name__, err)
