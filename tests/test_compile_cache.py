@@ -228,6 +228,21 @@ def test_a_changed_external_data_file_misses(env, builds, tmp_path):
     w.reshape(-1)[0] = 100
     b = numpy_helper.to_array(want.graph.initializer[1])
     np.testing.assert_allclose(_run(ex), np.maximum(X @ w + b, 0), rtol=1e-5)
+    # the same model file in another folder, beside the original data: its own weights
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(path, other / "model.onnx")
+    onnx.save(
+        _model(),
+        str(tmp_path / "x.onnx"),
+        save_as_external_data=True,
+        location="w.bin",
+        size_threshold=0,
+    )
+    shutil.copy(tmp_path / "w.bin", other / "w.bin")
+    got = _run(rvm.compile_onnx(other / "model.onnx"))
+    np.testing.assert_allclose(got, _expected(_model(), X), rtol=1e-5)
+    assert len(builds) == 3
 
 
 def _flip(path: Path, at: int) -> None:

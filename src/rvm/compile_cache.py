@@ -124,7 +124,7 @@ def compile_onnx(
     try:
         key = _key(model, imports, options)
         entry = None if key is None else _folder() / f"{key}.rvmx"
-        ex = None if entry is None else _load(entry, key)
+        ex = None if entry is None else _load(entry, key, _base(model))
     except OSError as err:  # an unreadable or unwritable cache or config dir: no cache
         logger.info("compile_onnx: the compile cache is not usable (%s): not cached", err)
         return _build(model, imports, options)
@@ -133,7 +133,7 @@ def compile_onnx(
     ex = _build(model, imports, options)
     if entry is not None and _stamp(model) == before:  # not changed while it was imported
         try:
-            _store(ex, entry, key, _external(model))
+            _store(ex, entry, key, _external(model, _base(model)))
         except OSError as err:
             logger.info("compile_onnx: not cached (%s)", err)
     return ex
@@ -249,9 +249,18 @@ def source_digest(path: str | os.PathLike) -> str:
     return value
 
 
-def _external(model: Any) -> dict[str, str]:
-    """The external data files a model file names: {real path: content digest}."""
+def _base(model: Any) -> str | None:
+    """The folder a model file's external data locations are relative to (as the importer
+    reads them), or None for a ModelProto or bytes."""
     if not isinstance(model, (str, os.PathLike)):
+        return None
+    return os.path.dirname(os.path.abspath(os.fspath(model)))
+
+
+def _external(model: Any, base: str | None) -> dict[str, str]:
+    """The external data files a model file names: {location: content digest}, the
+    location relative to ``base``, the model's folder."""
+    if base is None:
         return {}
     import mmap
 
@@ -269,9 +278,7 @@ def _external(model: Any) -> dict[str, str]:
         for tensor in _tensors(graph):
             if onnx.external_data_helper.uses_external_data(tensor):
                 names.add(onnx.external_data_helper.ExternalDataInfo(tensor).location)
-    base = os.path.dirname(path)
-    found = (os.path.realpath(os.path.join(base, n)) for n in sorted(names))
-    return {p: source_digest(p) for p in found}
+    return {n: source_digest(os.path.join(base, n)) for n in sorted(names)}
 
 
 def _tensors(graph: Any) -> Any:
@@ -317,20 +324,22 @@ def _write_signed(path: Path, purpose: str, body: dict[str, Any]) -> None:
     write_atomic(path, json.dumps({"body": body, "mac": mac}).encode())
 
 
-def _load(entry: Path, key: str) -> Executable | None:
+def _load(entry: Path, key: str, base: str | None) -> Executable | None:
     """The cached executable of ``key``, or None (missing, or refused and deleted)."""
     if not entry.is_file():
         return None
     manifest = _read_signed(entry.with_suffix(".json"), key)
     if manifest is None:
         return _refuse(entry, "its manifest is missing or not signed for this entry")
-    for name, digest in manifest.get("external", {}).items():
+    for name, digest in manifest.get("external", {}).items():  # beside this model file
         try:
-            now = source_digest(name)
+            now = None if base is None else source_digest(os.path.join(base, name))
         except Exception:  # OnnxImportError: the file is gone
             now = None
         if now != digest:
-            return _refuse(entry, f"its external data file {name!r} changed")
+            return _refuse(
+                entry, f"its external data file {name!r} is not the one it was built from"
+            )
     signer = _derived_key(key)
     try:
         ex = load_executable(str(entry), keys=[signer])

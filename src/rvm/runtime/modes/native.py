@@ -271,7 +271,7 @@ class NativeMode:
 
     def __init__(self, context: ExecContext) -> None:
         self.context = context
-        self.compiled = CompiledMode(context)
+        self._compiled: CompiledMode | None = None
         ex = context.executable
         self.plan: _Plan = _PLAN.get(ex, lambda: _Plan(ex, context.raw_packed))
         self._typing_error: type[BaseException] | None = None
@@ -279,6 +279,18 @@ class NativeMode:
             from numba.core.errors import NumbaError
 
             self._typing_error = NumbaError
+
+    @property
+    def compiled(self) -> CompiledMode:
+        """The compiled mode that runs what does not run natively, made at its first use
+        (generating and compiling every function's Python costs a model's load 0.1-0.3 s)."""
+        found = self._compiled
+        if found is None:
+            with _lock:
+                if self._compiled is None:
+                    self._compiled = CompiledMode(self.context)
+                found = self._compiled
+        return found
 
     def run(self, fidx: int, args: list[Any]) -> Any:
         """Runs function `fidx` on checked VM values: natively when it can, else compiled."""
