@@ -64,6 +64,8 @@ def test_calls_per_run_match_the_instrumented_count(exec_mode):
 
 def test_builtins_are_vm_work_and_keep_the_compiled_code(exec_mode, monkeypatch):
     vm = VirtualMachine(h.symbolic_program(), exec_mode=exec_mode)
+    if exec_mode == "native":  # its compiled-mode fallback is made at its first use
+        assert vm._mode.compiled is vm._mode.compiled
     generated: list[int] = []
     real = compiled_mod.generate_source
     monkeypatch.setattr(compiled_mod, "generate_source", lambda *a: generated.append(1) or real(*a))
