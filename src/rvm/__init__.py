@@ -15,9 +15,10 @@
     y = vm["main"](x, w)                     # numpy in, numpy out
     ref = rvm.interpret(Model, "main", x, w) # the reference interpreter
 
-What users call lives here: `compile`, `interpret`, `const`, `VirtualMachine`,
-`load_executable`, the `op` and `script` packages, the errors, and `set_num_threads` /
-`get_num_threads` (the ``RVM_NUM_THREADS`` environment variable does the same).
+What users call lives here: `compile`, `compile_onnx` (through the `compile_cache`),
+`interpret`, `const`, `VirtualMachine`, `load_executable`, the `op` and `script` packages, the
+errors, and `set_num_threads` / `get_num_threads` (the ``RVM_NUM_THREADS`` environment
+variable does the same).
 `docs/architecture.md` in the repository explains how the pieces fit. rvm logs through the
 standard `logging` module under the names `rvm.transform` (pass effects), `rvm.codegen` and
 `rvm.jit` (kernel builds and cache).
@@ -62,6 +63,7 @@ from rvm.runtime.loading import trust
 _LAZY = {
     "compile": ("rvm.codegen", "compile"),
     "compile_onnx": ("rvm.compile_cache", "compile_onnx"),
+    "compile_cache": ("rvm.compile_cache", None),
     "interpret": ("rvm.interp", "interpret"),
     "from_onnx": ("rvm.frontend.onnx", "from_onnx"),
     "from_torch": ("rvm.frontend.torch", "from_torch"),
