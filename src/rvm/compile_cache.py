@@ -6,15 +6,17 @@ the executable it builds is saved (format 2.0: the weights memory-mapped when lo
 later call in any process with the same inputs loads it instead of reading the model and running
 the passes. Loading a cached executable imports no compiler code.
 
-**The key** is a SHA-256 of what decides the result: the model's bytes (a path's content digest
-and the digests of the external data files it names; a ``ModelProto``'s serialized bytes), the
-import options (``shape_dict``, ``dtype_dict``, ``params``, ``custom_ops``), the compile options
-that change the executable (all but ``verify``, ``dump_dir``, ``build_kernels``, ``progress``),
-the source of every rvm module (`code_hash`), and the CPU and library versions compiled code is
-for (`rvm.runtime.loading.cache.target_key`). A path's digest is computed once (a streaming
+**The key** is a SHA-256 of what decides the result: the model's bytes (a path's content digest,
+a ``ModelProto``'s serialized bytes, or the bytes given), the import options (``shape_dict``,
+``dtype_dict``, ``params``, ``custom_ops``), the compile options that change the executable (all
+but ``verify``, ``dump_dir``, ``build_kernels``, ``progress``), the source of every rvm module
+(`code_hash`), the versions of Python and onnx, and the CPU and library versions compiled code
+is for (`rvm.runtime.loading.cache.target_key`). A path's digest is computed once (a streaming
 SHA-256, about 0.5 s for 650 MB) and remembered in ``compiled/sources/`` against the file's
 device, inode, size, modification and change times: any write to the file changes its change
-time, so a changed file is digested again, never served from a stale entry.
+time, so a changed file is digested again, never served from a stale entry. The external data
+files a model file names are checked at each hit against the digests its entry's manifest
+records, beside the model file being compiled (a different one is refused and rebuilt).
 
 **Trust.** A cache entry is code (its kernels' object code runs), so it is treated as a saved
 file is (see Trust in docs/architecture.md): each entry is signed with a key derived from this
@@ -43,6 +45,7 @@ import hmac
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -181,6 +184,19 @@ def code_hash() -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def _importer_versions() -> str:
+    """Python's version and the onnx package's (read from its metadata: importing onnx
+    would cost a hit a quarter of a second)."""
+    from importlib import metadata
+
+    try:
+        onnx_version = metadata.version("onnx")
+    except metadata.PackageNotFoundError:
+        onnx_version = "none"
+    return f"python={sys.version} onnx={onnx_version}"
+
+
 def _key(model: Any, imports: dict[str, Any], options: dict[str, Any]) -> str | None:
     """The cache key of this call, or None when an option cannot be keyed (a custom op's
     type whose text names an object's address)."""
@@ -193,6 +209,7 @@ def _key(model: Any, imports: dict[str, Any], options: dict[str, Any]) -> str | 
             "compile": opts,
             "rvm": code_hash(),
             "target": target_key(),
+            "importer": _importer_versions(),
         },
         sort_keys=True,
         default=repr,
