@@ -16,6 +16,10 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   multiply it by the weight, one GEMM per block of output rows. (Stride-1 convolutions used
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
+  Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
+  deep, stride 1, many output channels or an input plane larger than L2, as vgg19's and the
+  inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS` or more run the
+  direct method instead (`_channels`), their weight packed at the call.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
@@ -37,7 +41,7 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import entry, parfor, sgemm
+from rvm.kernels import direct, entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.cpu import cpu
@@ -405,6 +409,24 @@ def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
     _taps_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
 
 
+def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    _channels(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+
+
+@jit(**_OPTS)
+def _channels(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """The direct method vectorized along output channels (`rvm.kernels.direct`), its
+    weight packed here, at each call (only where that copy is small against the work)."""
+    o, cg, kh, kw = w.shape
+    groups = x.shape[1] // cg
+    og = o // groups
+    packed = np.empty((groups, (og + direct.NB - 1) // direct.NB, kh, kw, cg, direct.NB),
+                      dtype=w.dtype)  # fmt: skip
+    direct.pack_into(w, groups, packed)
+    direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl)
+
+
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
     _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
@@ -415,6 +437,7 @@ for _name, _task in (
     ("conv2d_strided", _strided_task),
     ("conv2d_depthwise", _depthwise_method_task),
     ("conv2d_taps", _taps_task),
+    ("conv2d_channels", _channels_task),
     ("conv2d_im2col", _im2col_task),
 ):
     parfor.export_task(_name, _task)
@@ -422,6 +445,7 @@ _call_pointwise = parfor.caller("conv2d_pointwise")
 _call_strided = parfor.caller("conv2d_strided")
 _call_depthwise = parfor.caller("conv2d_depthwise")
 _call_taps = parfor.caller("conv2d_taps")
+_call_channels = parfor.caller("conv2d_channels")
 _call_im2col = parfor.caller("conv2d_im2col")
 
 
@@ -452,11 +476,25 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
             _call_strided(x, 0, job)
     elif cg == 1:
         _call_depthwise(x, 0, job)
+    elif sgemm.applies(x) and _channels_pay(x, w, out, groups, sh, sw):
+        _call_channels(x, 0, job)
     elif sgemm.applies(x) and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
         _call_taps(x, 0, job)
     else:
         _call_im2col(x, 0, job)
     return True
+
+
+@jit(**_OPTS)
+def _channels_pay(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
+    """Whether an OIHW float32 convolution runs `_channels`: where the direct method pays
+    (`rvm.kernels.direct.prefers`) and the map is large enough that packing the weight at
+    each call costs little (`rvm.kernels.direct.PACK_MIN_POSITIONS`)."""
+    o, cg, kh, kw = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    if oh * ow < direct.PACK_MIN_POSITIONS:
+        return False
+    return direct.prefers(x.shape[1], o, groups, kh, kw, sh, sw, oh, ow, x.shape[2], x.shape[3])
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------
