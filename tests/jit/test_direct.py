@@ -70,20 +70,32 @@ def test_pack_refuses_channels_that_do_not_divide() -> None:
         direct.pack(rand((10, 2, 3, 3)), 3)
 
 
+def _pays(c, o, groups, k, stride, out, size, packed=True) -> bool:
+    return conv.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed)
+
+
 def test_the_rule_follows_the_shape_and_the_cpu() -> None:
-    """Where the direct method runs (see `direct.prefers`): deep, stride-1, ungrouped
-    convolutions with many output channels or an input plane larger than L2."""
+    """Where the direct method runs (`direct.prefers`, through `conv.channels_pay`)."""
     lanes = direct.LANES
-    deep = max(64, 36 * lanes // 9)  # channels enough for the depth
-    assert direct.prefers(deep, 8 * lanes, 1, 3, 3, 1, 1, 56, 56, 56, 56)
-    assert not direct.prefers(deep, 8 * lanes, 1, 3, 3, 2, 2, 28, 28, 56, 56)  # strided
-    assert not direct.prefers(deep, 8 * lanes, 2, 3, 3, 1, 1, 56, 56, 56, 56)  # grouped
-    assert not direct.prefers(16, 8 * lanes, 1, 3, 3, 1, 1, 55, 55, 55, 55)  # shallow
-    assert not direct.prefers(deep, 8 * lanes + 1, 1, 3, 3, 1, 1, 56, 56, 56, 56)  # ragged
+    deep = 8 * lanes  # 3x3 taps of these channels: deep enough
+    # Large maps: many output channels, stride 1, no groups; packed at the call too.
+    assert _pays(deep, 8 * lanes, 1, 3, 1, 56, 56, packed=False)
+    assert not _pays(deep, 8 * lanes, 1, 3, 2, 56, 112)  # strided
+    assert not _pays(deep, 8 * lanes, 2, 3, 1, 56, 56)  # grouped
+    assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
+    assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 56, 56)  # ragged output channels
     # Few output channels: only when the input plane outgrows L2 (vgg19's first layers).
     side = 1 + int((direct.L2 / (4 * deep)) ** 0.5)
-    assert direct.prefers(deep, lanes, 1, 3, 3, 1, 1, side, side, side, side)
-    assert not direct.prefers(deep, lanes, 1, 3, 3, 1, 1, 8, 8, 8, 8)
+    assert _pays(deep, lanes, 1, 3, 1, side, side)
+    assert not _pays(deep, lanes, 1, 3, 1, 40, 40)
+    # Small maps: where the GEMM's vectors of positions leave a fifth of their lanes idle,
+    # on weights packed at build time only.
+    idle = 3 * lanes + 1  # positions of a map whose GEMM runs over all of them
+    side = int(idle**0.5)
+    if side * side == idle and side < conv.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
+        assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
+        assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
@@ -105,18 +117,47 @@ def test_library_convolution_takes_the_direct_method(case) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
-def test_a_model_on_the_direct_method_in_every_exec_mode(exec_mode) -> None:
-    """conv2d + bias + relu whose convolution takes the direct method, with weights as
-    constants (the way models bring them), against the interpreter."""
-    case = CHANNELS_CASES[0]
+def _model(case, weight_param: bool = False):
+    """conv2d + bias + relu of ``case``, its weight a constant (as models bring them) or a
+    parameter; the module and its inputs."""
     x_np, w_np = _operands(case)
     bias = rand((case[4], 1, 1), seed=2)
-    x = var("x", x_np.shape)
+    x, w = var("x", x_np.shape), var("w", w_np.shape)
     b = Builder()
-    with b.function("main", [x]):
-        y = b.emit(op.conv2d(x, E.Constant(w_np), padding=1))
+    with b.function("main", [x, w] if weight_param else [x]):
+        attrs = dict(strides=case[6], dilation=case[7], groups=case[8], padding=case[9])
+        y = b.emit(op.conv2d(x, w if weight_param else E.Constant(w_np), **attrs))
         b.emit_output(b.emit(op.relu(op.add(y, E.Constant(bias)))))
-    mod = b.get()
-    want = rvm.interpret(mod, "main", x_np)
-    vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
-    np.testing.assert_allclose(vm["main"](x_np), want, rtol=1e-4, atol=2e-3)
+    return b.get(), (x_np, w_np) if weight_param else (x_np,)
+
+
+# A densenet121 layer on a 7 x 7 map (packed at build time: the GEMM would leave lanes idle on
+# AVX-512), and one the library packs at the call.
+MODEL_CASES = [
+    (1, 128, 7, 7, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    CHANNELS_CASES[0],
+]
+
+
+@pytest.mark.parametrize("case", MODEL_CASES)
+def test_a_model_on_the_direct_method_in_every_exec_mode(exec_mode, case) -> None:
+    """Against the interpreter, in every exec mode; with the weight a parameter too (no
+    packing at build time: the library's own choice at the call)."""
+    for weight_param in (False, True):
+        mod, inputs = _model(case, weight_param)
+        want = rvm.interpret(mod, "main", *inputs)
+        vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
+        np.testing.assert_allclose(vm["main"](*inputs), want, rtol=1e-4, atol=2e-3)
+
+
+def test_constant_weights_are_packed_where_the_rule_says() -> None:
+    from rvm.transform.pack_conv_weights import pack_conv_weights
+
+    for case in MODEL_CASES + [CASES[0]]:
+        mod, _ = _model(case)
+        o, c, k = case[4], case[1], case[5][0]
+        size = case[2]
+        want = _pays(c, o, 1, k, 1, size, size)
+        text = str(pack_conv_weights(mod))
+        assert ("conv2d_packed" in text) == want, (case, want)
+        assert ("conv2d(" in text) == (not want)

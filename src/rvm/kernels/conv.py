@@ -486,15 +486,26 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
 
 
 @jit(**_OPTS)
-def _channels_pay(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
-    """Whether an OIHW float32 convolution runs `_channels`: where the direct method pays
-    (`rvm.kernels.direct.prefers`) and the map is large enough that packing the weight at
-    each call costs little (`rvm.kernels.direct.PACK_MIN_POSITIONS`)."""
-    o, cg, kh, kw = w.shape
-    oh, ow = out.shape[2], out.shape[3]
-    if oh * ow < direct.PACK_MIN_POSITIONS:
+def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type: ignore[no-untyped-def]
+    """Whether a float32 convolution of this shape runs the direct method vectorized along
+    output channels (`rvm.kernels.direct`) rather than this module's GEMMs: the one rule,
+    `rvm.kernels.direct.prefers`, given the positions this module's GEMM would vectorize
+    (an output row of `TAPS_MIN_WIDTH` or more, else the map). With the weight ``packed``
+    at build time (`rvm.op.conv2d_packed`) any map size; else the weight is packed at each
+    call, only on maps large enough that the copy costs little
+    (`rvm.kernels.direct.PACK_MIN_POSITIONS`)."""
+    if not packed and oh * ow < direct.PACK_MIN_POSITIONS:
         return False
-    return direct.prefers(x.shape[1], o, groups, kh, kw, sh, sw, oh, ow, x.shape[2], x.shape[3])
+    run = ow if ow >= TAPS_MIN_WIDTH else oh * ow
+    return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run)
+
+
+@jit(**_OPTS)
+def _channels_pay(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
+    """`channels_pay` for OIHW operands (packed at the call)."""
+    o, _, kh, kw = w.shape
+    n_, c, ih, iw = x.shape
+    return channels_pay(c, o, groups, kh, kw, sh, sw, out.shape[2], out.shape[3], ih, iw, False)
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------

@@ -32,13 +32,14 @@ where this method beats `rvm.kernels.conv`'s: the transform packs weights by it,
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import parfor
+from rvm.kernels import entry, parfor
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES, VECTORS
@@ -64,27 +65,37 @@ PIECES_PER_THREAD = 4
 
 
 @jit(**_OPTS)
-def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw):  # type: ignore[no-untyped-def]
-    """Whether the direct method beats `rvm.kernels.conv`'s GEMMs on a float32 convolution
-    of this shape on this CPU (callable from Python and jitted code alike).
+def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ignore[no-untyped-def]
+    """Whether the direct method beats the GEMMs of `rvm.kernels.conv` on a float32
+    convolution of this shape on this CPU, the GEMM's vectors running over ``gemm_run``
+    output positions (an output row, or the whole map).
 
     Measured on AVX-512 (each layer of the 9 light CNNs, one thread): the channel vectors pay
-    at stride 1 without groups, deep enough (``kh * kw * c >= 36 * LANES``: the transposed
-    store is small against the multiply-adds), with many output channels (``o >= 8 * LANES``:
-    whole tiles of `VECTORS` vectors) or an input plane larger than L2 (the GEMM streams it
-    again for every band of output channels; the direct method reads it once). Strided and
-    grouped convolutions, shallow ones (squeezenet's first expansions, the 3-channel stems)
-    and few output channels (densenet's 32) run faster as GEMMs.
+    at stride 1, deep enough (``kh * kw * c / groups >= 36 * LANES``: the transposed store is
+    small against the multiply-adds) and in whole vectors of a group's output channels, and
+
+    - on maps of `PACK_MIN_POSITIONS` or more without groups, with many output channels
+      (``o >= 8 * LANES``: whole tiles) or an input plane larger than L2 (the GEMM streams it
+      again for every band of output channels; the direct method reads it once): vgg19's
+      layers, the inception stems;
+    - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
+      of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
+
+    Strided convolutions, shallow ones (squeezenet's first expansions, the 3-channel stems)
+    and ragged channel counts run faster as GEMMs.
     """
-    if groups != 1 or sh != 1 or sw != 1 or c * kh * kw < 36 * LANES:
+    if sh != 1 or sw != 1 or (c // groups) * kh * kw < 36 * LANES or (o // groups) % LANES:
         return False
-    plane = 4 * c * (ih + kh) * (iw + kw)
-    return o % LANES == 0 and (o >= 8 * LANES or plane > L2)
+    if oh * ow >= PACK_MIN_POSITIONS:
+        plane = 4 * c * (ih + kh) * (iw + kw)
+        return groups == 1 and (o >= 8 * LANES or plane > L2)
+    vectors = (gemm_run + LANES - 1) // LANES
+    return 5 * gemm_run < 4 * vectors * LANES
 
 
 # Positions from which packing the weight at each call costs little against the convolution
-# (one copy of the weight against positions x weight multiply-adds): with fewer, the method
-# runs on weights packed at build time only.
+# (one copy of the weight against positions x weight multiply-adds), and from which a map is
+# large for `prefers`: with fewer, the method runs on weights packed at build time only.
 PACK_MIN_POSITIONS = 1024
 
 
@@ -360,3 +371,53 @@ def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untype
     else:
         for piece in range(pieces):
             _call(x, piece, job)
+
+
+# -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------------
+
+
+@jit(**_OPTS)
+def _out_size(size, kern, stride, dil, lo, hi):  # type: ignore[no-untyped-def]
+    span = size + lo + hi - dil * (kern - 1) - 1
+    return -1 if span < 0 else span // stride + 1
+
+
+@jit(**_OPTS)
+def agrees(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
+    """Whether the operands agree with the geometry (the kernel relies on it): ``w`` the
+    packed weight (groups, panels, kh, kw, c / groups, panel)."""
+    if min(groups, sh, sw, dh, dw) <= 0 or min(pt, pl, pb, pr) < 0 or w.shape[5] <= 0:
+        return False
+    o = out.shape[1]
+    kh, kw = w.shape[2], w.shape[3]
+    og = o // groups
+    return (
+        w.shape[0] == groups
+        and o % groups == 0
+        and w.shape[1] == (og + w.shape[5] - 1) // w.shape[5]
+        and x.shape[1] == w.shape[4] * groups
+        and out.shape[0] == x.shape[0]
+        and out.shape[2] == _out_size(x.shape[2], kh, sh, dh, pt, pb)
+        and out.shape[3] == _out_size(x.shape[3], kw, sw, dw, pl, pr)
+    )
+
+
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+    """`conv2d_packed` on x (a), the packed weight viewed 4-d (b: groups * panels, kh, kw,
+    c / groups * panel) and out (c): 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 12), nb.carray(params, 10)
+    groups, nb_ = p[0], p[9]
+    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
+    out = nb.carray(c, (d[8], d[9], d[10], d[11]))
+    if groups <= 0 or nb_ <= 0 or d[4] % groups or d[7] % nb_:
+        return 1
+    w = nb.carray(b, (groups, d[4] // groups, d[5], d[6], d[7] // nb_, nb_))
+    if not agrees(x, w, out, groups, p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]):
+        return 1
+    conv2d_packed(x, w, out, p[1], p[2], p[3], p[4], p[5], p[6])
+    return 0
+
+
+entry.export("conv2d_packed", _entry)
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+entry_call = entry.caller("conv2d_packed", 10)
