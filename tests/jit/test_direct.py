@@ -5,6 +5,7 @@ that take it through `rvm.kernels.conv` in every exec mode."""
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 import pytest
 from jit_helpers import rand, var
@@ -161,3 +162,56 @@ def test_constant_weights_are_packed_where_the_rule_says() -> None:
         text = str(pack_conv_weights(mod))
         assert ("conv2d_packed" in text) == want, (case, want)
         assert ("conv2d(" in text) == (not want)
+
+
+@nb.njit
+def _entry(x, w4, out, params):  # type: ignore[no-untyped-def]
+    return direct.entry_call((x, w4, out), params)
+
+
+# Each disagrees with a 3x3, pad-1 convolution of (1, 16, 9, 7) into 32 channels in one way.
+BAD_ENTRY = [
+    ("out", (1, 32, 10, 7)),
+    ("out", (1, 32, 9, 6)),
+    ("out", (2, 32, 9, 7)),
+    ("out", (1, 200, 9, 7)),  # more channels than the panels hold
+    ("x", (1, 15, 9, 7)),
+    ("groups", 2),
+    ("groups", 0),
+    ("panel", 0),
+    ("panel", 7),
+    ("stride", 0),
+]
+
+
+@pytest.mark.parametrize(("what", "value"), BAD_ENTRY)
+def test_the_entry_point_refuses_operands_that_disagree(what, value) -> None:
+    """The library's own check: nothing read or written, status 1."""
+    x, w = rand((1, 16, 9, 7)), rand((32, 16, 3, 3), seed=1)
+    packed = direct.pack(w, 1)
+    out = np.zeros((1, 32, 9, 7), np.float32)
+    groups, stride, panel = 1, 1, packed.shape[5]
+    if what == "out":
+        out = np.zeros(value, np.float32)
+    elif what == "x":
+        x = rand(value)
+    elif what == "groups":
+        groups = value
+    elif what == "stride":
+        stride = value
+    else:
+        panel = value
+    w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
+    params = (groups, stride, stride, 1, 1, 1, 1, 1, 1, panel)
+    assert _entry(x, w4, out, params) == 1
+    assert not out.any()
+
+
+def test_the_entry_point_computes_what_agrees() -> None:
+    x, w = rand((1, 16, 9, 7)), rand((32, 16, 3, 3), seed=1)
+    packed = direct.pack(w, 1)
+    out = np.full((1, 32, 9, 7), np.nan, np.float32)
+    w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
+    assert _entry(x, w4, out, (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5])) == 0
+    want = numpy_ref.conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
