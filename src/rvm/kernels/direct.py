@@ -40,6 +40,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import entry, parfor
+from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES, VECTORS
@@ -246,10 +247,18 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last)
 
 @jit(**_OPTS)
 def _nhwc(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
-    """Image ``n_`` of ``x`` into the zero-padded NHWC plane ``xh`` ((hp, wp, c), zeroed
-    around): input row ``r`` at plane row ``r + pt``, column ``q`` at ``q + pl``; what falls
+    """Image ``n_`` of ``x`` into the zero-padded NHWC plane ``xh`` ((hp, wp, c)): input row
+    ``r`` at plane row ``r + pt``, column ``q`` at ``q + pl``, zeros around; what falls
     outside the plane is not read by any output."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    top, bottom = min(max(pt, 0), hp), min(max(pt + ih, 0), hp)
+    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
+    row = wp * c
+    xh[: top * row] = 0  # the padding (the plane's memory is reused, not zeroed)
+    xh[bottom * row : hp * row] = 0
+    for y in range(top, bottom):
+        xh[y * row : (y * wp + left) * c] = 0
+        xh[(y * wp + right) * c : (y + 1) * row] = 0
     for ch in range(c):
         for r in range(ih):
             y = r + pt
@@ -348,7 +357,7 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     if threads > 1 and work >= 4 * parfor.MIN_WORK:  # pieces enough to even out the threads
         chunks = min(bands, max(1, -(-PIECES_PER_THREAD * threads // (groups * panels))))
     pieces = groups * panels * chunks
-    xh = np.zeros(hp * wp * c, dtype=x.dtype)
+    xh = empty(hp * wp * c, x.dtype)  # a kept block when large: no fresh pages at each call
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
     job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                          groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
