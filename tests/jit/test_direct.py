@@ -215,3 +215,17 @@ def test_the_entry_point_computes_what_agrees() -> None:
     assert _entry(x, w4, out, (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5])) == 0
     want = numpy_ref.conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_saved_executable_with_packed_weights_loads_and_runs(tmp_path) -> None:
+    """The packed weight is a constant like any other: saved, memory-mapped back, read by the
+    kernel in place."""
+    mod, inputs = _model(MODEL_CASES[0])
+    ex = rvm.compile(mod)
+    path = str(tmp_path / "packed.rvmx")
+    ex.save(path)
+    back = rvm.load_executable(path)
+    want = rvm.interpret(mod, "main", *inputs)
+    np.testing.assert_allclose(
+        rvm.VirtualMachine(back)["main"](*inputs), want, rtol=1e-4, atol=2e-3
+    )
