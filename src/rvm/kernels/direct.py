@@ -1,4 +1,4 @@
-"""Direct float32 convolution vectorized along output channels, on HWIO weights.
+"""Direct float32 convolution vectorized along output channels, on weights packed in panels.
 
 `rvm.kernels.conv`'s methods vectorize along output positions: a GEMM of the weight (channels
 x taps) by the input's taps, an output row or an image a run of vector lanes. A 7 x 7 map fills
@@ -6,12 +6,15 @@ x taps) by the input's taps, an output row or an image a run of vector lanes. A 
 vector with output channels instead, whatever the map's size, as ONNX Runtime's NCHWc
 convolutions do:
 
-- the weight is HWIO, ``(kh, kw, c / groups, o)``: output channels contiguous, so a tap's row
-  for one input channel is a run of output channels (`rvm.transform.pack_conv_weights`
-  stores constant weights so, once, at build time: `hwio`);
-- the input image is copied once into a zero-padded NHWC plane (``(hp, wp, c)``), so every
-  (tap, channel) of an output position is one element ``taps[t] + c`` after the position's
-  base;
+- the weight is packed in panels of output channels (`pack`): ``(groups, panels, kh, kw,
+  c / groups, panel)``, each (tap, input channel) row of a panel ``panel`` contiguous output
+  channels (`NB`, a tile's width, on this CPU; a panel of another width, packed on another
+  machine, is read right too), each panel one contiguous stream. Constant weights are packed
+  once, at build time (`rvm.transform.pack_conv_weights`, `rvm.op.conv2d_packed`);
+  `rvm.kernels.conv` packs an OIHW weight at the call on large maps (`pack_into`);
+- the input image is copied once into a zero-padded NHWC plane (``(hp, wp, c)``, a block of
+  `rvm.kernels.blocks` kept across calls), so every (tap, channel) of an output position is
+  one element ``taps[t] + c`` after the position's base;
 - the micro-kernel (`_micro`) computes a tile of `MR` output positions by up to `VECTORS`
   vectors of output channels, ``MR x VECTORS`` accumulators in registers: for each (tap,
   channel) it loads the weight's vectors and broadcasts each position's input value; the
@@ -22,12 +25,13 @@ convolutions do:
   channel vectors: one store per output element against ``kh * kw * c / groups``
   multiply-adds, so the method pays on deep convolutions (`prefers`).
 
-Pieces on rvm's pool (`rvm.kernels.parfor`): panels of ``NB`` output channels (the weight's
-block read again by every band, kept in L2) by ranges of bands.
+Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
+in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large.
 
-`prefers(...)` is the rule, written once, that says from the shape and the CPU's vector width
-where this method beats `rvm.kernels.conv`'s: the transform packs weights by it, and
-`rvm.kernels.conv` runs it on HWIO weights (any shape: the rule only says where it pays).
+`prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L2;
+`rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
+alike). The entry point (`entry_call`, ``conv2d_packed``) checks the operands against the
+geometry (`agrees`) before touching memory.
 """
 
 from __future__ import annotations
