@@ -19,7 +19,7 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
   deep, stride 1, many output channels or an input plane larger than L2, as vgg19's and the
   inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS` or more run the
-  direct method instead (`_channels`), their weight packed at the call.
+  direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight packed at the call.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
@@ -411,20 +411,7 @@ def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _channels(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
-
-
-@jit(**_OPTS)
-def _channels(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """The direct method vectorized along output channels (`rvm.kernels.direct`), its
-    weight packed here, at each call (only where that copy is small against the work)."""
-    o, cg, kh, kw = w.shape
-    groups = x.shape[1] // cg
-    og = o // groups
-    packed = np.empty((groups, (og + direct.NB - 1) // direct.NB, kh, kw, cg, direct.NB),
-                      dtype=w.dtype)  # fmt: skip
-    direct.pack_into(w, groups, packed)
-    direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl)
+    direct.conv2d_oihw(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
 
 
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]

@@ -53,14 +53,19 @@ __all__ = [
     "MR",
     "NB",
     "PACK_MIN_POSITIONS",
+    "agrees",
+    "conv2d_oihw",
     "conv2d_packed",
+    "entry_call",
     "pack",
     "pack_into",
     "prefers",
     "unpack",
 ]
 
-MR = 8 if cpu().vector_bits == 512 else 4  # output positions a tile (registers: MR x VECTORS)
+# Output positions a tile: MR x VECTORS accumulators, with room left for the weight's vectors
+# and a broadcast (24 + 4 of 32 AVX-512 registers; 12 + 3 of 16 AVX2 ones).
+MR = 8 if cpu().vector_bits == 512 else 6
 NB = LANES * VECTORS  # output channels a tile at most
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -135,6 +140,18 @@ def pack_into(w, groups, out):  # type: ignore[no-untyped-def]
                             oc = q * panel + lane
                             value = w[g * og + oc, ch, i, j] if oc < og else 0.0
                             out[g, q, i, j, ch, lane] = value
+
+
+@jit(**_OPTS)
+def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """`conv2d_packed` of an OIHW weight ``w``, packed here, at the call (where that copy
+    is small against the work: `rvm.kernels.conv.channels_pay`)."""
+    o, cg, kh, kw = w.shape
+    groups = x.shape[1] // cg
+    panels = (o // groups + NB - 1) // NB
+    packed = np.empty((groups, panels, kh, kw, cg, NB), dtype=w.dtype)
+    pack_into(w, groups, packed)
+    conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl)
 
 
 def unpack(w: np.ndarray, channels: int) -> np.ndarray:
