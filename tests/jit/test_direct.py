@@ -85,8 +85,9 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert not _pays(deep, 8 * lanes, 2, 3, 1, 56, 56)  # grouped
     assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
     assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 56, 56)  # ragged output channels
-    # Few output channels: only when the input plane outgrows L2 (vgg19's first layers).
-    side = 1 + int((direct.L2 / (4 * deep)) ** 0.5)
+    # Few output channels: only when the input plane outgrows a quarter of the last level
+    # cache (vgg19's first layers).
+    side = 1 + int((direct.L3 / (16 * deep)) ** 0.5)
     assert _pays(deep, lanes, 1, 3, 1, side, side)
     assert not _pays(deep, lanes, 1, 3, 1, 40, 40)
     # Small maps: where the GEMM's vectors of positions leave a fifth of their lanes idle,

@@ -28,7 +28,7 @@ convolutions do:
 Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
 in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large.
 
-`prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L2;
+`prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L3;
 `rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
 alike). The entry point (`entry_call`, ``conv2d_packed``) checks the operands against the
 geometry (`agrees`) before touching memory.
@@ -70,7 +70,7 @@ NB = LANES * VECTORS  # output channels a tile at most
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _FMA = cpu().fma
-L2 = cpu().l2
+L3 = cpu().l3
 PIECES_PER_THREAD = 4
 
 
@@ -85,9 +85,10 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     small against the multiply-adds) and in whole vectors of a group's output channels, and
 
     - on maps of `PACK_MIN_POSITIONS` or more without groups, with many output channels
-      (``o >= 8 * LANES``: whole tiles) or an input plane larger than L2 (the GEMM streams it
-      again for every band of output channels; the direct method reads it once): vgg19's
-      layers, the inception stems;
+      (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of the last
+      level cache (the GEMM streams it again for every band of output channels; the direct
+      method reads it once): vgg19's layers, the inception stems (densenet121's 32 output
+      channels on a 1.8 MB plane run faster as a GEMM);
     - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
       of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
 
@@ -98,7 +99,7 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
         return False
     if oh * ow >= PACK_MIN_POSITIONS:
         plane = 4 * c * (ih + kh) * (iw + kw)
-        return groups == 1 and (o >= 8 * LANES or plane > L2)
+        return groups == 1 and (o >= 8 * LANES or 4 * plane > L3)
     vectors = (gemm_run + LANES - 1) // LANES
     return 5 * gemm_run < 4 * vectors * LANES
 
