@@ -88,6 +88,11 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
             "import a quantized ONNX model"
         )
     passes = _with_precision(default_passes(), precision)
+    if kernels == "jit":  # the direct convolution's weights, packed once (jit kernels read them)
+        from rvm.transform.pack_conv_weights import pack_conv_weights
+
+        at = [name for name, _ in passes].index("legalize")
+        passes = [*passes[:at], ("pack_conv_weights", pack_conv_weights), *passes[at:]]
     if opt_level < 2:
         from rvm.transform.fuse_ops import fuse_ops
 

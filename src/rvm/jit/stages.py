@@ -19,7 +19,17 @@ from rvm.jit.compute import compute
 from rvm.jit.cond import lt, mod, mul, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import convert, lit
-from rvm.jit.te import Body, Scalar, Tensor, deps_of, idx, int_args, is_int, shape_tuple
+from rvm.jit.te import (
+    Body,
+    Scalar,
+    Tensor,
+    Unsupported,
+    deps_of,
+    idx,
+    int_args,
+    is_int,
+    shape_tuple,
+)
 from rvm.kernels import cblas
 from rvm.op import ops
 
@@ -260,3 +270,37 @@ compute[ops.matmul] = _matmul(False)
 compute[ops.dense] = _matmul(True)
 compute[ops.conv1d] = _conv(1)
 compute[ops.conv2d] = _conv(2)
+
+
+def _conv_packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    """conv2d on a weight packed in panels (`rvm.op.conv2d_packed`): the library's direct
+    convolution (`rvm.kernels.direct`), its weight viewed 4-d (groups * panels, kh, kw,
+    c / groups * panel) for the entry point, which checks the whole geometry again."""
+    x, w = args
+    if out != "float32" or x.dtype != "float32" or w.dtype != "float32" or x.ndim != 4:
+        raise Unsupported(f"conv2d_packed of {x.dtype} by {w.dtype} weights")
+    groups = kb.resolve(attrs["groups"])
+    kb.check(
+        ne(x.dims[1], mul(w.dims[4], groups)),
+        f"{kb.kernel}: {kb.op}: input channels do not match the weight and groups",
+    )
+    oihw = Tensor((str(attrs["channels"]), w.dims[4], w.dims[2], w.dims[3]), w.dtype)
+    geo = _conv_geometry(kb, attrs, x, oihw, 2)
+    dims = (x.dims[0], str(attrs["channels"]), *(g[5] for g in geo))
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        xv, wv = kb.materialize(x, out), kb.materialize(w, out)
+        wide = (mul(w.dims[0], w.dims[1]).code, mul(w.dims[4], w.dims[5]).code)
+        flat = (wide[0], w.dims[2], w.dims[3], wide[1])
+        w4 = _view(kb, wv, w.dims, flat)
+        (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, w.dims[5])
+        kb.call_entry("conv2d_packed", (xv, w4, t.array), params, out)
+
+    t.fill = fill
+    return t
+
+
+compute[ops.conv2d_packed] = _conv_packed

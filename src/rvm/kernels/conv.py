@@ -16,6 +16,10 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   multiply it by the weight, one GEMM per block of output rows. (Stride-1 convolutions used
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
+  Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
+  deep, stride 1, many output channels or an input plane larger than L2, as vgg19's and the
+  inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS` or more run the
+  direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight packed at the call.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
@@ -37,7 +41,7 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import entry, parfor, sgemm
+from rvm.kernels import direct, entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.cpu import cpu
@@ -405,6 +409,11 @@ def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
     _taps_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
 
 
+def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    direct.conv2d_oihw(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+
+
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
     _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
@@ -415,6 +424,7 @@ for _name, _task in (
     ("conv2d_strided", _strided_task),
     ("conv2d_depthwise", _depthwise_method_task),
     ("conv2d_taps", _taps_task),
+    ("conv2d_channels", _channels_task),
     ("conv2d_im2col", _im2col_task),
 ):
     parfor.export_task(_name, _task)
@@ -422,6 +432,7 @@ _call_pointwise = parfor.caller("conv2d_pointwise")
 _call_strided = parfor.caller("conv2d_strided")
 _call_depthwise = parfor.caller("conv2d_depthwise")
 _call_taps = parfor.caller("conv2d_taps")
+_call_channels = parfor.caller("conv2d_channels")
 _call_im2col = parfor.caller("conv2d_im2col")
 
 
@@ -452,11 +463,36 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
             _call_strided(x, 0, job)
     elif cg == 1:
         _call_depthwise(x, 0, job)
+    elif sgemm.applies(x) and _channels_pay(x, w, out, groups, sh, sw):
+        _call_channels(x, 0, job)
     elif sgemm.applies(x) and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
         _call_taps(x, 0, job)
     else:
         _call_im2col(x, 0, job)
     return True
+
+
+@jit(**_OPTS)
+def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type: ignore[no-untyped-def]
+    """Whether a float32 convolution of this shape runs the direct method vectorized along
+    output channels (`rvm.kernels.direct`) rather than this module's GEMMs: the one rule,
+    `rvm.kernels.direct.prefers`, given the positions this module's GEMM would vectorize
+    (an output row of `TAPS_MIN_WIDTH` or more, else the map). With the weight ``packed``
+    at build time (`rvm.op.conv2d_packed`) any map size; else the weight is packed at each
+    call, only on maps large enough that the copy costs little
+    (`rvm.kernels.direct.PACK_MIN_POSITIONS`)."""
+    if not packed and oh * ow < direct.PACK_MIN_POSITIONS:
+        return False
+    run = ow if ow >= TAPS_MIN_WIDTH else oh * ow
+    return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run)
+
+
+@jit(**_OPTS)
+def _channels_pay(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
+    """`channels_pay` for OIHW operands (packed at the call)."""
+    o, _, kh, kw = w.shape
+    n_, c, ih, iw = x.shape
+    return channels_pay(c, o, groups, kh, kw, sh, sw, out.shape[2], out.shape[3], ih, iw, False)
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------

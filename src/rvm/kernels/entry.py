@@ -47,6 +47,7 @@ NDIMS = 4
 # The library's entry points and the modules exporting them (imported by `require`).
 MODULES = {
     "conv2d": "rvm.kernels.conv",
+    "conv2d_packed": "rvm.kernels.direct",
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
 }

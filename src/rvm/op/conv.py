@@ -21,18 +21,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rvm.errors import IRError
-from rvm.ir.expr import Call, Op
+from rvm.ir.expr import Call, Constant, Op
 from rvm.ir.op import OpPattern
 from rvm.ir.types import Dim, TensorType, Type, promote_dtypes
 from rvm.op import ops
 from rvm.op.core import ExprLike, as_expr, call, check_int, check_ints, define_op
 from rvm.op.shapes import fmt, rule, window_out_dim
 
-__all__ = ["conv1d", "conv1d_transpose", "conv2d", "conv2d_transpose", "conv3d", "conv3d_transpose"]
+__all__ = [
+    "conv1d",
+    "conv1d_transpose",
+    "conv2d",
+    "conv2d_packed",
+    "conv2d_transpose",
+    "conv3d",
+    "conv3d_transpose",
+]
 
 # The ops of this module (`rvm.op.core.define_op`).
 define_op("conv1d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv2d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+define_op("conv2d_packed", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv3d", OpPattern.OPAQUE, 2)
 define_op("conv1d_transpose", OpPattern.OPAQUE, 2)
 define_op("conv2d_transpose", OpPattern.OPAQUE, 2)
@@ -267,4 +276,99 @@ def conv3d_transpose(
     """3-d transposed convolution: x is (N, C, D, H, W), w is (C, O / groups, KD, KH, KW)."""
     return _conv_call(
         ops.conv3d_transpose, 3, x, w, strides, padding, dilation, groups, output_padding
+    )
+
+
+# -- conv2d on a weight packed in panels of output channels ------------------------------
+
+
+def conv2d_packed(
+    x: ExprLike,
+    w: ExprLike,
+    channels: int,
+    strides: IntOrInts = 1,
+    padding: IntOrInts = 0,
+    dilation: IntOrInts = 1,
+    groups: int = 1,
+) -> Call:
+    """conv2d of ``x`` (N, C, H, W) by a weight packed in panels of output channels, as the
+    direct convolution reads it (`rvm.kernels.direct.pack`; `rvm.transform.pack_conv_weights`
+    packs constant weights so, once): ``w`` is (groups, panels, KH, KW, C / groups, panel),
+    panel ``p`` of a group holding its output channels ``p * panel`` on, the last padded with
+    zeros; ``channels`` is O, the output channels."""
+    name = "conv2d_packed"
+    return call(
+        ops.conv2d_packed,
+        as_expr(x),
+        as_expr(w),
+        channels=check_int(name, "channels", channels, minimum=1),
+        strides=positive_ints(name, "strides", strides, 2),
+        padding=normalize_padding(name, padding, 2),
+        dilation=positive_ints(name, "dilation", dilation, 2),
+        groups=check_int(name, "groups", groups, minimum=1),
+    )
+
+
+@rule(ops.conv2d_packed)
+def _infer_packed(call_: Call, args: list[TensorType]) -> Type:
+    x, w = args
+    attrs, name = call_.attrs, "conv2d_packed"
+    check_rank(name, x, 4, "the input (NCHW)")
+    check_rank(name, w, 6, "the weight (groups, panels, KH, KW, C / groups, panel)")
+    channels, groups = attrs["channels"], attrs["groups"]
+    if channels % groups:
+        raise IRError(f"{name}: {channels} output channels do not divide into {groups} groups")
+    dtype = promote_dtypes(x.dtype, w.dtype)
+    if x.shape is None or w.shape is None:
+        return TensorType(None if x.shape is None else (x.shape[0], channels, None, None), dtype)
+    g, panels, kh, kw, cg, panel = w.shape
+    cin = x.shape[1]
+    expected = (groups, -(-(channels // groups) // panel) if isinstance(panel, int) else panels)
+    if (g, panels) != expected or (
+        isinstance(cin, int) and isinstance(cg, int) and cin != cg * groups
+    ):
+        raise IRError(
+            f"{name}: input {fmt(x.shape)} with groups={groups} and {channels} output channels "
+            f"does not match weight {fmt(w.shape)}"
+        )
+    spatial = [
+        window_out_dim(name, x.shape[2 + i], k, attrs["strides"][i], pads, attrs["dilation"][i])
+        for i, (k, pads) in enumerate(zip((kh, kw), pad_pairs(attrs["padding"], 2)))
+    ]
+    return TensorType((x.shape[0], channels, *spatial), dtype)
+
+
+def pack_conv2d(value: Call, weight: object) -> Call | None:
+    """The `conv2d_packed` call computing ``value``, a float32 ``conv2d`` of a static-shaped
+    input by the constant ``weight`` (numpy, OIHW), with the weight packed here, once, where
+    the direct method beats the GEMMs on this CPU (`rvm.kernels.conv.channels_pay`: the rule,
+    written once); None where it does not."""
+    import numpy as np
+
+    from rvm.kernels import conv as library
+    from rvm.kernels import direct
+
+    x_type, out_type = getattr(value.args[0], "type", None), getattr(value, "type", None)
+    if not isinstance(weight, np.ndarray) or weight.dtype != np.float32 or weight.ndim != 4:
+        return None
+    if not (isinstance(x_type, TensorType) and isinstance(out_type, TensorType)):
+        return None
+    if x_type.dtype != "float32" or x_type.shape is None or out_type.shape is None:
+        return None
+    if not all(isinstance(d, int) for d in (*x_type.shape[1:], *out_type.shape[2:])):
+        return None
+    attrs = value.attrs
+    (_, c, ih, iw), (oh, ow) = x_type.shape, out_type.shape[2:]
+    o, _, kh, kw = weight.shape
+    groups, (sh, sw) = attrs["groups"], attrs["strides"]
+    if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True):
+        return None
+    return conv2d_packed(
+        value.args[0],
+        Constant(direct.pack(weight, groups)),
+        o,
+        attrs["strides"],
+        attrs["padding"],
+        attrs["dilation"],
+        groups,
     )

@@ -61,6 +61,15 @@ def _conv(x, w, strides, padding, dilation, groups):
 conv1d = conv2d = conv3d = _conv  # padding is (before..., after...) per spatial axis
 
 
+def conv2d_packed(x, w, channels, strides, padding, dilation, groups):
+    """conv2d by a weight packed in panels of output channels: (groups, panels, kh, kw,
+    c / groups, panel), unpacked to OIHW."""
+    g, panels, kh, kw, cg, panel = w.shape
+    full = w.transpose(0, 1, 5, 4, 2, 3).reshape(g, panels * panel, cg, kh, kw)
+    oihw = full[:, : channels // groups].reshape(channels, cg, kh, kw)
+    return _conv(x, oihw, strides, padding, dilation, groups)
+
+
 def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
     """N-d transposed convolution, NC+spatial input, IO+spatial weight (the gradient of conv).
 
@@ -96,4 +105,12 @@ def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
 conv1d_transpose = conv2d_transpose = conv3d_transpose = _conv_transpose
 
 
-__all__ = ["conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose", "conv3d_transpose"]
+__all__ = [
+    "conv1d",
+    "conv2d",
+    "conv2d_packed",
+    "conv3d",
+    "conv1d_transpose",
+    "conv2d_transpose",
+    "conv3d_transpose",
+]

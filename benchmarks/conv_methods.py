@@ -1,0 +1,123 @@
+"""Each distinct float32 convolution layer of the 9 light CNNs: the direct method (vectors of
+output channels, `rvm.kernels.direct`, on a weight packed beforehand) against the library's
+GEMM methods (`rvm.kernels.conv`, on the OIHW weight) and ONNX Runtime's Conv, one thread.
+
+Run: ``python benchmarks/conv_methods.py [--only vgg19,densenet121] [--repeat 21]``. The
+layers' shapes come from the models' graphs (ONNX shape inference); depthwise and 1x1 layers
+are left out (neither method is the direct one's). Per layer: milliseconds of each, interleaved
+medians in one process after checking the outputs agree, GEMM/direct, direct/ORT, and whether
+the rule (`rvm.kernels.conv.channels_pay` with the weight packed at build time) picks the
+direct method: the table to check and re-tune the rule on another machine. One thread each
+(rvm's pool has no helpers here; ORT's ``intra_op_num_threads=1``): the per-core efficiency
+of the methods, which a loaded machine distorts least. Prints the machine, writes
+``benchmarks/results/conv_methods.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import interleaved_medians, machine, machine_line, write_results
+
+# isort: split
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper, shape_inference
+
+from rvm.kernels import conv, direct
+from rvm.testing.onnx_models import LIGHT_MODELS, light_model_path
+
+
+def layers(models: list[str]) -> dict[tuple, dict]:
+    """The distinct convolutions of ``models``: by (input shape, out channels, kernel,
+    strides, pads, groups, dilations), with how many each model has."""
+    found: dict[tuple, dict] = {}
+    for name in models:
+        graph = shape_inference.infer_shapes(onnx.load(light_model_path(name))).graph
+        dims = {
+            v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in [*graph.value_info, *graph.input, *graph.output]
+        }
+        for node in graph.node:
+            if node.op_type != "Conv":
+                continue
+            a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+            x, y = dims[node.input[0]], dims[node.output[0]]
+            key = (tuple(x), y[1], tuple(a["kernel_shape"]), tuple(a.get("strides", (1, 1))),
+                   tuple(a.get("pads", (0,) * 4)), a.get("group", 1),
+                   tuple(a.get("dilations", (1, 1))))  # fmt: skip
+            entry = found.setdefault(key, {"out": y, "models": {}})
+            entry["models"][name] = entry["models"].get(name, 0) + 1
+    return found
+
+
+def _ort(key: tuple, out: list[int], w: np.ndarray):  # type: ignore[no-untyped-def]
+    x, _, kernel, strides, pads, groups, dil = key
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=kernel, strides=strides,
+                            pads=pads, group=groups, dilations=dil)  # fmt: skip
+    graph = helper.make_graph(
+        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def measure(key: tuple, out_shape: list[int], repeat: int) -> dict:
+    (n, c, ih, iw), o, (kh, kw), (sh, sw), pads, groups, (dh, dw) = key
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, c, ih, iw)).astype(np.float32)
+    w = rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)
+    packed = direct.pack(w, groups)
+    by_gemm, by_direct = np.empty(out_shape, np.float32), np.empty(out_shape, np.float32)
+    session = _ort(key, out_shape, w)
+    pt, pl, pb, pr = pads
+
+    def gemm() -> None:
+        conv.conv2d(x, w, by_gemm, groups, sh, sw, dh, dw, pt, pl, pb, pr)
+
+    def channels() -> None:
+        direct.conv2d_packed(x, packed, by_direct, sh, sw, dh, dw, pt, pl)
+
+    def onnxruntime() -> None:
+        session.run(None, {"x": x})
+
+    gemm(), channels()
+    want = session.run(None, {"x": x})[0]
+    for got in (by_gemm, by_direct):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
+    t = interleaved_medians({"gemm": gemm, "direct": channels, "ort": onnxruntime}, repeat)
+    oh, ow = out_shape[2], out_shape[3]
+    picks = bool(conv.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True))
+    return {**{k: v * 1e3 for k, v in t.items()}, "picks_direct": picks}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(LIGHT_MODELS), help="comma-separated models")
+    parser.add_argument("--repeat", type=int, default=21, help="interleaved samples per layer")
+    args = parser.parse_args()
+    print(machine_line())
+    rows = []
+    found = layers(args.only.split(","))
+    print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule")
+    for key, info in found.items():
+        (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
+        if groups == c or kernel == (1, 1):
+            continue  # depthwise and 1x1: neither is the direct method's
+        t = measure(key, info["out"], args.repeat)
+        oh, ow = info["out"][2:]
+        name = f"{c}x{ih}x{iw} -> {o}x{oh}x{ow} k{kernel[0]}x{kernel[1]} s{strides[0]} g{groups}"
+        rule = "direct" if t["picks_direct"] else "gemm"
+        ratios = f"{t['gemm'] / t['direct']:5.2f} {t['direct'] / t['ort']:5.2f}"
+        print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule}")
+        rows.append({"layer": name, "models": info["models"], **t})
+    write_results("conv_methods", {"machine": machine(), "layers": rows})
+
+
+if __name__ == "__main__":
+    main()

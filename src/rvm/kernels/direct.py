@@ -1,0 +1,454 @@
+"""Direct float32 convolution vectorized along output channels, on weights packed in panels.
+
+`rvm.kernels.conv`'s methods vectorize along output positions: a GEMM of the weight (channels
+x taps) by the input's taps, an output row or an image a run of vector lanes. A 7 x 7 map fills
+49 of 64 lanes (three vectors and one lane of a fourth); this kernel fills every lane of a
+vector with output channels instead, whatever the map's size, as ONNX Runtime's NCHWc
+convolutions do:
+
+- the weight is packed in panels of output channels (`pack`): ``(groups, panels, kh, kw,
+  c / groups, panel)``, each (tap, input channel) row of a panel ``panel`` contiguous output
+  channels (`NB`, a tile's width, on this CPU; a panel of another width, packed on another
+  machine, is read right too), each panel one contiguous stream. Constant weights are packed
+  once, at build time (`rvm.transform.pack_conv_weights`, `rvm.op.conv2d_packed`);
+  `rvm.kernels.conv` packs an OIHW weight at the call on large maps (`pack_into`);
+- the input image is copied once into a zero-padded NHWC plane (``(hp, wp, c)``, a block of
+  `rvm.kernels.blocks` kept across calls), so every (tap, channel) of an output position is
+  one element ``taps[t] + c`` after the position's base;
+- the micro-kernel (`_micro`) computes a tile of `MR` output positions by up to `VECTORS`
+  vectors of output channels, ``MR x VECTORS`` accumulators in registers: for each (tap,
+  channel) it loads the weight's vectors and broadcasts each position's input value; the
+  positions of a band are any `MR` output positions (a band runs on into the next output
+  row), so a small map loses no lanes either;
+- a tile goes to a small buffer and from there, transposed, into the NCHW output: each
+  output channel's ``MR`` positions are one contiguous run. That copy is the price of the
+  channel vectors: one store per output element against ``kh * kw * c / groups``
+  multiply-adds, so the method pays on deep convolutions (`prefers`).
+
+Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
+in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large.
+
+`prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L3;
+`rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
+alike). The entry point (`entry_call`, ``conv2d_packed``) checks the operands against the
+geometry (`agrees`) before touching memory.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rvm.kernels import entry, parfor
+from rvm.kernels.blocks import empty
+from rvm.kernels.cpu import cpu
+from rvm.kernels.jitting import jit
+from rvm.kernels.sgemm import LANES, VECTORS
+
+__all__ = [
+    "MR",
+    "NB",
+    "PACK_MIN_POSITIONS",
+    "agrees",
+    "conv2d_oihw",
+    "conv2d_packed",
+    "entry_call",
+    "pack",
+    "pack_into",
+    "prefers",
+    "unpack",
+]
+
+# Output positions a tile: MR x VECTORS accumulators, with room left for the weight's vectors
+# and a broadcast (24 + 4 of 32 AVX-512 registers; 12 + 3 of 16 AVX2 ones).
+MR = 8 if cpu().vector_bits == 512 else 6
+NB = LANES * VECTORS  # output channels a tile at most
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_FMA = cpu().fma
+L3 = cpu().l3
+PIECES_PER_THREAD = 4
+
+
+@jit(**_OPTS)
+def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ignore[no-untyped-def]
+    """Whether the direct method beats the GEMMs of `rvm.kernels.conv` on a float32
+    convolution of this shape on this CPU, the GEMM's vectors running over ``gemm_run``
+    output positions (an output row, or the whole map).
+
+    Measured on AVX-512 (each layer of the 9 light CNNs, one thread): the channel vectors pay
+    at stride 1, deep enough (``kh * kw * c / groups >= 36 * LANES``: the transposed store is
+    small against the multiply-adds) and in whole vectors of a group's output channels, and
+
+    - on maps of `PACK_MIN_POSITIONS` or more without groups, with many output channels
+      (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of the last
+      level cache (the GEMM streams it again for every band of output channels; the direct
+      method reads it once): vgg19's layers, the inception stems (densenet121's 32 output
+      channels on a 1.8 MB plane run faster as a GEMM);
+    - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
+      of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
+
+    Strided convolutions, shallow ones (squeezenet's first expansions, the 3-channel stems)
+    and ragged channel counts run faster as GEMMs.
+    """
+    if sh != 1 or sw != 1 or (c // groups) * kh * kw < 36 * LANES or (o // groups) % LANES:
+        return False
+    if oh * ow >= PACK_MIN_POSITIONS:
+        plane = 4 * c * (ih + kh) * (iw + kw)
+        return groups == 1 and (o >= 8 * LANES or 4 * plane > L3)
+    vectors = (gemm_run + LANES - 1) // LANES
+    return 5 * gemm_run < 4 * vectors * LANES
+
+
+# Positions from which packing the weight at each call costs little against the convolution
+# (one copy of the weight against positions x weight multiply-adds), and from which a map is
+# large for `prefers`: with fewer, the method runs on weights packed at build time only.
+PACK_MIN_POSITIONS = 1024
+
+
+def pack(w: np.ndarray, groups: int, panel: int = NB) -> np.ndarray:
+    """An OIHW weight ``(o, c / groups, kh, kw)`` in panels of output channels: ``(groups,
+    panels, kh, kw, c / groups, panel)``, panel ``p`` of group ``g`` holding the group's
+    output channels ``p * panel`` on (the last padded with zeros), each (tap, channel) row of
+    it ``panel`` contiguous output channels."""
+    o, cg, kh, kw = w.shape
+    if groups < 1 or o % groups or panel < 1:
+        raise ValueError(f"pack: {o} output channels, {groups} groups, panel {panel}")
+    og = o // groups
+    panels = -(-og // panel)
+    out = np.zeros((groups, panels * panel, cg, kh, kw), dtype=w.dtype)
+    out[:, :og] = w.reshape(groups, og, cg, kh, kw)
+    out = out.reshape(groups, panels, panel, cg, kh, kw).transpose(0, 1, 4, 5, 3, 2)
+    return np.ascontiguousarray(out)
+
+
+@jit(**_OPTS)
+def pack_into(w, groups, out):  # type: ignore[no-untyped-def]
+    """`pack` in jitted code: the OIHW weight ``w`` into ``out`` (groups, panels, kh, kw,
+    c / groups, panel), zeroed past the group's channels."""
+    o, cg, kh, kw = w.shape
+    og, panels, panel = o // groups, out.shape[1], out.shape[5]
+    for g in range(groups):
+        for q in range(panels):
+            for i in range(kh):
+                for j in range(kw):
+                    for ch in range(cg):
+                        for lane in range(panel):
+                            oc = q * panel + lane
+                            value = w[g * og + oc, ch, i, j] if oc < og else 0.0
+                            out[g, q, i, j, ch, lane] = value
+
+
+@jit(**_OPTS)
+def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """`conv2d_packed` of an OIHW weight ``w``, packed here, at the call (where that copy
+    is small against the work: `rvm.kernels.conv.channels_pay`)."""
+    o, cg, kh, kw = w.shape
+    groups = x.shape[1] // cg
+    panels = (o // groups + NB - 1) // NB
+    packed = np.empty((groups, panels, kh, kw, cg, NB), dtype=w.dtype)
+    pack_into(w, groups, packed)
+    conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl)
+
+
+def unpack(w: np.ndarray, channels: int) -> np.ndarray:
+    """A packed weight (`pack`) back as OIHW, of ``channels`` output channels."""
+    groups, panels, kh, kw, cg, panel = w.shape
+    og = channels // groups
+    full = w.transpose(0, 1, 5, 4, 2, 3).reshape(groups, panels * panel, cg, kh, kw)
+    return np.ascontiguousarray(full[:, :og].reshape(channels, cg, kh, kw))
+
+
+@intrinsic
+def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The micro-kernel, on int64 addresses: ``C[i, :width] = sum over (t, ch) of A[bases[i] +
+    taps[t] + ch] * B[t * cg + ch, :width]`` for positions i < ``rows`` (of `MR`), ``width =
+    (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps, B's rows ``ldb`` floats apart,
+    C's rows `NB` floats apart. ``bases`` and ``taps`` are int64 arrays' addresses. One loop
+    per vector count, chosen by a switch: each keeps its accumulators in registers."""
+    sig = nt.void(*(nt.int64,) * 11)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last = args
+        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vec = ir.VectorType(f32, LANES)
+        vptr, fptr, iptr = vec.as_pointer(), f32.as_pointer(), i64.as_pointer()
+        masks, name, module = ir.VectorType(i1, LANES), f"v{LANES}f32", builder.module
+
+        def declare(ret, params, intrinsic_name):  # type: ignore[no-untyped-def]
+            return cgutils.get_or_insert_function(
+                module, ir.FunctionType(ret, params), intrinsic_name
+            )
+
+        fma = declare(vec, [vec] * 3, f"llvm.fma.{name}")
+        masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0")
+        masked_store = declare(
+            ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"
+        )
+        a, b, c = (builder.inttoptr(x, fptr) for x in (a, b, c))
+        bases, taps = builder.inttoptr(bases, iptr), builder.inttoptr(taps, iptr)
+        zero, align = ir.Constant(vec, None), i32(4)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+
+        def broadcast(value, vtype):  # type: ignore[no-untyped-def]
+            undef = ir.Constant(vtype, ir.Undefined)
+            one = builder.insert_element(undef, value, i32(0))
+            return builder.shuffle_vector(one, undef, splat)
+
+        lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
+        mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+        # Positions past ``rows`` read the last one's input (their sums are not stored).
+        last_row = builder.sub(rows, i64(1))
+
+        def row_base(i):  # type: ignore[no-untyped-def]
+            row = builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row)
+            return builder.load(builder.gep(bases, [row]))
+
+        a_rows = [row_base(i) for i in range(MR)]
+        ntaps = builder.sdiv(depth, cg)  # cg > 0: the caller's
+
+        def vector_at(base, offset, j):  # type: ignore[no-untyped-def]
+            return builder.bitcast(builder.gep(base, [builder.add(offset, i64(j * LANES))]), vptr)
+
+        def tile(vectors):  # type: ignore[no-untyped-def]
+            def load(at, j):  # type: ignore[no-untyped-def]
+                if j < vectors - 1:
+                    return builder.load(at, align=4)
+                return builder.call(masked_load, [at, align, mask, zero])
+
+            acc = [
+                [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
+                for _ in range(MR)
+            ]
+            with cgutils.for_range(builder, ntaps) as outer:
+                t = outer.index
+                tap = builder.load(builder.gep(taps, [t]))
+                row0 = builder.mul(t, cg)
+                with cgutils.for_range(builder, cg) as inner:
+                    ch = inner.index
+                    row_b = builder.mul(builder.add(row0, ch), ldb)
+                    bs = [load(vector_at(b, row_b, j), j) for j in range(vectors)]
+                    at = builder.add(tap, ch)
+                    for i in range(MR):
+                        x = builder.load(builder.gep(a, [builder.add(a_rows[i], at)]))
+                        x = broadcast(x, vec)
+                        for j in range(vectors):
+                            old = builder.load(acc[i][j])
+                            if _FMA:
+                                new = builder.call(fma, [x, bs[j], old])
+                            else:
+                                new = builder.fadd(builder.fmul(x, bs[j]), old)
+                            builder.store(new, acc[i][j])
+            for i in range(MR):
+                with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                    for j in range(vectors):
+                        at = vector_at(c, i64(i * NB), j)
+                        value = builder.load(acc[i][j])
+                        if j < vectors - 1:
+                            builder.store(value, at, align=4)
+                        else:
+                            builder.call(masked_store, [value, at, align, mask])
+
+        blocks = [builder.append_basic_block(f"tile{v}") for v in range(1, VECTORS + 1)]
+        done = builder.append_basic_block("tiled")
+        switch = builder.switch(builder.sub(vectors, i64(1)), blocks[-1])
+        for v, block in enumerate(blocks, start=1):
+            switch.add_case(i64(v - 1), block)
+            builder.position_at_end(block)
+            tile(v)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@jit(**_OPTS)
+def _nhwc(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
+    """Image ``n_`` of ``x`` into the zero-padded NHWC plane ``xh`` ((hp, wp, c)): input row
+    ``r`` at plane row ``r + pt``, column ``q`` at ``q + pl``, zeros around; what falls
+    outside the plane is not read by any output."""
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    top, bottom = min(max(pt, 0), hp), min(max(pt + ih, 0), hp)
+    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
+    row = wp * c
+    xh[: top * row] = 0  # the padding (the plane's memory is reused, not zeroed)
+    xh[bottom * row : hp * row] = 0
+    for y in range(top, bottom):
+        xh[y * row : (y * wp + left) * c] = 0
+        xh[(y * wp + right) * c : (y + 1) * row] = 0
+    for ch in range(c):
+        for r in range(ih):
+            y = r + pt
+            if y < 0 or y >= hp:
+                continue
+            for q in range(iw):
+                col = q + pl
+                if 0 <= col < wp:
+                    xh[(y * wp + col) * c + ch] = x[n_, ch, r, q]
+
+
+@jit(**_OPTS)
+def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
+    """Piece ``piece`` of an image's job (`_JOB_FIELDS`): one group's panel of output
+    channels by a range of bands of `MR` positions."""
+    xh, w, c, o, groups = job[1], job[2], job[4], job[5], job[6]
+    taps = parfor.address(job) + 8 * _JOB_FIELDS
+    ntaps, ow, p_all, wp, sh, sw = job[7], job[8], job[9], job[10], job[11], job[12]
+    panels, chunks, n_, nb = job[13], job[14], job[15], job[16]
+    cg, og = c // groups, o // groups
+    g, rest = piece // (panels * chunks), piece % (panels * chunks)
+    panel, chunk = rest // chunks, rest % chunks
+    j0 = panel * nb
+    width = min(nb, og - j0)
+    bands = (p_all + MR - 1) // MR
+    b_lo, b_hi = chunk * bands // chunks, (chunk + 1) * bands // chunks
+    at_b = w + 4 * (g * panels + panel) * ntaps * cg * nb
+    pb, pt_ = parfor.address(bases), parfor.address(tmp)
+    out_at = (n_ * o + g * og + j0) * p_all
+    for band in range(b_lo, b_hi):
+        p0 = band * MR
+        rows = min(MR, p_all - p0)
+        for i in range(rows):
+            p = p0 + i
+            bases[i] = ((p // ow) * sh * wp + (p % ow) * sw) * c + g * cg
+        for j in range(0, width, NB):  # a panel wider than a tile (packed on another CPU)
+            part = min(NB, width - j)
+            vectors = (part + LANES - 1) // LANES
+            last = part - (vectors - 1) * LANES
+            _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last)
+            _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
+
+
+@jit(**_OPTS)
+def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-def]
+    """A tile (``rows`` positions by ``width`` channels, `NB` apart in ``tmp``) into the
+    NCHW output: each channel's positions one run."""
+    for lane in range(width):
+        dst = out_at + lane * p_all + p0
+        for i in range(rows):
+            of[dst + i] = tmp[i * NB + lane]
+
+
+# An image's job (int64): its length, the NHWC plane's and the weight's addresses, 0, c, o,
+# groups, taps, ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's
+# width, the output's address and its size; then each tap's offset in the plane (`_micro`'s
+# ``taps``).
+_JOB_FIELDS = 19
+
+
+def _task(piece, like, data):  # type: ignore[no-untyped-def]
+    """A pool task: piece ``piece`` of an image's job."""
+    job = parfor.job(data)
+    of = parfor.array_at(job[17], (job[18],), like)
+    bases = np.empty(MR, dtype=np.int64)
+    tmp = np.empty(MR * NB, dtype=of.dtype)
+    _bands(job, piece, bases, tmp, of)
+
+
+parfor.export_task("conv2d_direct", _task)
+_run = parfor.runner("conv2d_direct")
+_call = parfor.caller("conv2d_direct")
+
+
+@jit(**_OPTS)
+def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """``out`` = the convolution of ``x`` (n, c, ih, iw) by the packed weight ``w`` (`pack`:
+    (groups, panels, kh, kw, c / groups, panel)), float32, C-contiguous; ``pt``, ``pl`` the
+    top and left padding (the output's size gives the rest). The caller checks the shapes
+    against the geometry."""
+    n, c = x.shape[0], x.shape[1]
+    groups, kh, kw, nb = w.shape[0], w.shape[2], w.shape[3], w.shape[5]
+    o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    p_all = oh * ow
+    if n * o * p_all == 0:
+        return
+    if c == 0:  # no input channels: sums of nothing
+        out[...] = 0
+        return
+    hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    panels = w.shape[1]
+    bands = (p_all + MR - 1) // MR
+    threads = parfor.threads()
+    work = p_all * o * kh * kw * (c // groups)
+    chunks = 1
+    if threads > 1 and work >= 4 * parfor.MIN_WORK:  # pieces enough to even out the threads
+        chunks = min(bands, max(1, -(-PIECES_PER_THREAD * threads // (groups * panels))))
+    pieces = groups * panels * chunks
+    xh = empty(hp * wp * c, x.dtype)  # a kept block when large: no fresh pages at each call
+    job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
+    job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
+                         groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
+                         parfor.address(out), out.size)  # fmt: skip
+    for i in range(kh):
+        for j in range(kw):
+            job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
+    for n_ in range(n):
+        _image(x, n_, xh, job, hp, pt, pl, pieces, threads > 1 and work >= 4 * parfor.MIN_WORK)
+
+
+@jit(**_OPTS)
+def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untyped-def]
+    """Image ``n_``: its NHWC plane into ``xh`` (which the job's pieces read: the caller
+    holds it), then the job's pieces, on the pool when ``split``."""
+    _nhwc(x, n_, xh, hp, job[10], pt, pl)
+    job[15] = n_
+    if split and pieces > 1:
+        _run(x, pieces, job)
+    else:
+        for piece in range(pieces):
+            _call(x, piece, job)
+
+
+# -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------------
+
+
+@jit(**_OPTS)
+def _out_size(size, kern, stride, dil, lo, hi):  # type: ignore[no-untyped-def]
+    span = size + lo + hi - dil * (kern - 1) - 1
+    return -1 if span < 0 else span // stride + 1
+
+
+@jit(**_OPTS)
+def agrees(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
+    """Whether the operands agree with the geometry (the kernel relies on it): ``w`` the
+    packed weight (groups, panels, kh, kw, c / groups, panel)."""
+    if min(groups, sh, sw, dh, dw) <= 0 or min(pt, pl, pb, pr) < 0 or w.shape[5] <= 0:
+        return False
+    o = out.shape[1]
+    kh, kw = w.shape[2], w.shape[3]
+    og = o // groups
+    return (
+        w.shape[0] == groups
+        and o % groups == 0
+        and w.shape[1] == (og + w.shape[5] - 1) // w.shape[5]
+        and x.shape[1] == w.shape[4] * groups
+        and out.shape[0] == x.shape[0]
+        and out.shape[2] == _out_size(x.shape[2], kh, sh, dh, pt, pb)
+        and out.shape[3] == _out_size(x.shape[3], kw, sw, dw, pl, pr)
+    )
+
+
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+    """`conv2d_packed` on x (a), the packed weight viewed 4-d (b: groups * panels, kh, kw,
+    c / groups * panel) and out (c): 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 12), nb.carray(params, 10)
+    groups, nb_ = p[0], p[9]
+    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
+    out = nb.carray(c, (d[8], d[9], d[10], d[11]))
+    if groups <= 0 or nb_ <= 0 or d[4] % groups or d[7] % nb_:
+        return 1
+    w = nb.carray(b, (groups, d[4] // groups, d[5], d[6], d[7] // nb_, nb_))
+    if not agrees(x, w, out, groups, p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]):
+        return 1
+    conv2d_packed(x, w, out, p[1], p[2], p[3], p[4], p[5], p[6])
+    return 0
+
+
+entry.export("conv2d_packed", _entry)
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+entry_call = entry.caller("conv2d_packed", 10)

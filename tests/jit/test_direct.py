@@ -1,0 +1,232 @@
+"""The direct convolution vectorized along output channels (`rvm.kernels.direct`) against the
+NumPy reference: packing, the kernel on odd shapes (channels that fill no vector, strides,
+pads, groups, dilations, batches, panels of other widths), the rule that picks it, and models
+that take it through `rvm.kernels.conv` in every exec mode."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import pytest
+from jit_helpers import rand, var
+
+import rvm
+from rvm import op
+from rvm.ir import expr as E
+from rvm.ir.builder import Builder
+from rvm.kernels import conv, direct
+from rvm.op import numpy_ref
+
+# (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
+#  pads (top, left, bottom, right))
+CASES = [
+    (1, 16, 9, 9, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (2, 6, 10, 7, 48, (3, 3), (2, 1), (1, 1), 2, (1, 0, 2, 1)),  # groups, asymmetric pads
+    (1, 5, 8, 8, 20, (3, 3), (1, 1), (2, 2), 1, (2, 2, 2, 2)),  # dilated, 20 channels
+    (1, 3, 11, 9, 17, (2, 3), (1, 1), (1, 1), 1, (0, 1, 0, 1)),  # 17: a lane of a vector
+    (1, 64, 7, 7, 512, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # resnet50's last stage
+    (1, 8, 6, 6, 8, (3, 3), (1, 1), (1, 1), 8, (1, 1, 1, 1)),  # depthwise
+    (1, 7, 13, 11, 50, (5, 5), (3, 2), (1, 2), 1, (2, 1, 0, 3)),  # stride 3, 50 channels
+    (3, 12, 5, 5, 99, (1, 1), (1, 1), (1, 1), 3, (0, 0, 0, 0)),  # 1x1, 3 groups of 33
+    (1, 4, 2, 3, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # fewer positions than a tile
+    (0, 4, 5, 5, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # an empty batch
+    (1, 0, 5, 5, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # no input channels
+]
+
+
+def _operands(case):
+    n, c, h, w, o, (kh, kw), _, _, groups, _ = case
+    return rand((n, c, h, w)), rand((o, c // groups, kh, kw), seed=1)
+
+
+def _reference(case, x, w):
+    return numpy_ref.conv2d(x, w, case[6], case[9], case[7], case[8])
+
+
+@pytest.mark.parametrize("panel", [direct.NB, 16, 2 * direct.NB])
+@pytest.mark.parametrize("case", CASES)
+def test_packed_convolution_matches_reference(case, panel) -> None:
+    """Panels of the kernel's tile and of other widths (a weight packed on another CPU)."""
+    x, w = _operands(case)
+    want = _reference(case, x, w)
+    packed = direct.pack(w, case[8], panel)
+    np.testing.assert_array_equal(direct.unpack(packed, w.shape[0]), w)
+    out = np.full(want.shape, np.nan, np.float32)
+    (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
+    direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1])
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", CASES[:4])
+def test_pack_in_jitted_code_is_pack(case) -> None:
+    x, w = _operands(case)
+    want = direct.pack(w, case[8])
+    got = np.full(want.shape, np.nan, np.float32)
+    direct.pack_into(w, case[8], got)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pack_refuses_channels_that_do_not_divide() -> None:
+    with pytest.raises(ValueError, match="10 output channels, 3 groups"):
+        direct.pack(rand((10, 2, 3, 3)), 3)
+
+
+def _pays(c, o, groups, k, stride, out, size, packed=True) -> bool:
+    return conv.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed)
+
+
+def test_the_rule_follows_the_shape_and_the_cpu() -> None:
+    """Where the direct method runs (`direct.prefers`, through `conv.channels_pay`)."""
+    lanes = direct.LANES
+    deep = 8 * lanes  # 3x3 taps of these channels: deep enough
+    # Large maps: many output channels, stride 1, no groups; packed at the call too.
+    assert _pays(deep, 8 * lanes, 1, 3, 1, 56, 56, packed=False)
+    assert not _pays(deep, 8 * lanes, 1, 3, 2, 56, 112)  # strided
+    assert not _pays(deep, 8 * lanes, 2, 3, 1, 56, 56)  # grouped
+    assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
+    assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 56, 56)  # ragged output channels
+    # Few output channels: only when the input plane outgrows a quarter of the last level
+    # cache (vgg19's first layers).
+    side = 1 + int((direct.L3 / (16 * deep)) ** 0.5)
+    assert _pays(deep, lanes, 1, 3, 1, side, side)
+    assert not _pays(deep, lanes, 1, 3, 1, 40, 40)
+    # Small maps: where the GEMM's vectors of positions leave a fifth of their lanes idle,
+    # on weights packed at build time only.
+    idle = 3 * lanes + 1  # positions of a map whose GEMM runs over all of them
+    side = int(idle**0.5)
+    if side * side == idle and side < conv.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
+        assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
+        assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
+
+
+# Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
+# padded, dilated, odd sizes, a batch of 2.
+CHANNELS_CASES = [
+    (1, 64, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (2, 72, 35, 31, 144, (3, 3), (1, 1), (2, 2), 1, (2, 1, 2, 3)),
+]
+
+
+@pytest.mark.parametrize("case", CHANNELS_CASES)
+def test_library_convolution_takes_the_direct_method(case) -> None:
+    x, w = _operands(case)
+    want = _reference(case, x, w)
+    out = np.full(want.shape, np.nan, np.float32)
+    assert conv._channels_pay(x, w, out, case[8], *case[6])  # the case tests what it means to
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
+    conv.conv2d(x, w, out, case[8], sh, sw, dh, dw, pt, pl, pb, pr)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
+def _model(case, weight_param: bool = False):
+    """conv2d + bias + relu of ``case``, its weight a constant (as models bring them) or a
+    parameter; the module and its inputs."""
+    x_np, w_np = _operands(case)
+    bias = rand((case[4], 1, 1), seed=2)
+    x, w = var("x", x_np.shape), var("w", w_np.shape)
+    b = Builder()
+    with b.function("main", [x, w] if weight_param else [x]):
+        attrs = dict(strides=case[6], dilation=case[7], groups=case[8], padding=case[9])
+        y = b.emit(op.conv2d(x, w if weight_param else E.Constant(w_np), **attrs))
+        b.emit_output(b.emit(op.relu(op.add(y, E.Constant(bias)))))
+    return b.get(), (x_np, w_np) if weight_param else (x_np,)
+
+
+# A densenet121 layer on a 7 x 7 map (packed at build time: the GEMM would leave lanes idle on
+# AVX-512), and one the library packs at the call.
+MODEL_CASES = [
+    (1, 128, 7, 7, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    CHANNELS_CASES[0],
+]
+
+
+@pytest.mark.parametrize("case", MODEL_CASES)
+def test_a_model_on_the_direct_method_in_every_exec_mode(exec_mode, case) -> None:
+    """Against the interpreter, in every exec mode; with the weight a parameter too (no
+    packing at build time: the library's own choice at the call)."""
+    for weight_param in (False, True):
+        mod, inputs = _model(case, weight_param)
+        want = rvm.interpret(mod, "main", *inputs)
+        vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
+        np.testing.assert_allclose(vm["main"](*inputs), want, rtol=1e-4, atol=2e-3)
+
+
+def test_constant_weights_are_packed_where_the_rule_says() -> None:
+    from rvm.transform.pack_conv_weights import pack_conv_weights
+
+    for case in MODEL_CASES + [CASES[0]]:
+        mod, _ = _model(case)
+        o, c, k = case[4], case[1], case[5][0]
+        size = case[2]
+        want = _pays(c, o, 1, k, 1, size, size)
+        text = str(pack_conv_weights(mod))
+        assert ("conv2d_packed" in text) == want, (case, want)
+        assert ("conv2d(" in text) == (not want)
+
+
+@nb.njit
+def _entry(x, w4, out, params):  # type: ignore[no-untyped-def]
+    return direct.entry_call((x, w4, out), params)
+
+
+# Each disagrees with a 3x3, pad-1 convolution of (1, 16, 9, 7) into 32 channels in one way.
+BAD_ENTRY = [
+    ("out", (1, 32, 10, 7)),
+    ("out", (1, 32, 9, 6)),
+    ("out", (2, 32, 9, 7)),
+    ("out", (1, 200, 9, 7)),  # more channels than the panels hold
+    ("x", (1, 15, 9, 7)),
+    ("groups", 2),
+    ("groups", 0),
+    ("panel", 0),
+    ("panel", 7),
+    ("stride", 0),
+]
+
+
+@pytest.mark.parametrize(("what", "value"), BAD_ENTRY)
+def test_the_entry_point_refuses_operands_that_disagree(what, value) -> None:
+    """The library's own check: nothing read or written, status 1."""
+    x, w = rand((1, 16, 9, 7)), rand((32, 16, 3, 3), seed=1)
+    packed = direct.pack(w, 1)
+    out = np.zeros((1, 32, 9, 7), np.float32)
+    groups, stride, panel = 1, 1, packed.shape[5]
+    if what == "out":
+        out = np.zeros(value, np.float32)
+    elif what == "x":
+        x = rand(value)
+    elif what == "groups":
+        groups = value
+    elif what == "stride":
+        stride = value
+    else:
+        panel = value
+    w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
+    params = (groups, stride, stride, 1, 1, 1, 1, 1, 1, panel)
+    assert _entry(x, w4, out, params) == 1
+    assert not out.any()
+
+
+def test_the_entry_point_computes_what_agrees() -> None:
+    x, w = rand((1, 16, 9, 7)), rand((32, 16, 3, 3), seed=1)
+    packed = direct.pack(w, 1)
+    out = np.full((1, 32, 9, 7), np.nan, np.float32)
+    w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
+    assert _entry(x, w4, out, (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5])) == 0
+    want = numpy_ref.conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_saved_executable_with_packed_weights_loads_and_runs(tmp_path) -> None:
+    """The packed weight is a constant like any other: saved, memory-mapped back, read by the
+    kernel in place."""
+    mod, inputs = _model(MODEL_CASES[0])
+    ex = rvm.compile(mod)
+    path = str(tmp_path / "packed.rvmx")
+    ex.save(path)
+    back = rvm.load_executable(path)
+    want = rvm.interpret(mod, "main", *inputs)
+    np.testing.assert_allclose(
+        rvm.VirtualMachine(back)["main"](*inputs), want, rtol=1e-4, atol=2e-3
+    )
