@@ -8,9 +8,14 @@ padding, and a ceil-mode window's overhang, never wins: it holds ``low``, the dt
 least value). The maximum is exact in the integers, so no float copy is made (a float pool
 would convert the input and the output, 5 bytes moved per byte).
 
-The pool is separable: for each output row, its window rows are reduced column by column
-into a padded line (a unit-stride run of bytes, vectorized 64 a step), then the line's
-columns tap by tap, and the row takes every stride-th. Planes are split over rvm's threads
+The pool is separable. A window that never leaves the input (no padding, no ceil-mode
+overhang: the common stride-2 pools of CNNs) is reduced a plane at a time in long runs
+(`_planes_inside`): the window rows of every start row at once (the plane's rows as one
+flat run of bytes, vectorized 64 a step), then the taps along those runs, and each output
+row takes every stride-th start; a whole plane a run, not a row, since rows of a few dozen
+bytes leave the vector loop for its scalar tail. Otherwise, for each output row, its window
+rows are reduced column by column into a padded line, then the line's columns tap by tap,
+and the row takes every stride-th. Planes are split over rvm's threads
 when the input is large (`rvm.kernels.parfor`: the task ``qpool``).
 """
 
@@ -30,11 +35,51 @@ SPLIT_MIN = 1 << 17  # input bytes a piece keeps at least when a pool is split
 
 
 @nb.njit(**_OPTS)
+def _planes_inside(xf, of, lo, hi, shape, window):  # type: ignore[no-untyped-def]
+    """`_planes` for a window that never leaves the input (no padding, no overhang): per
+    plane, the window rows' maxima ``v`` of every start row (the first ``(oh - 1) * sh + 1``
+    rows as one flat run), the taps' maxima ``h`` along ``v`` (entries whose taps cross a
+    row end are never read), then every stride-th of each output row's start row."""
+    ih, iw, oh, ow = shape
+    kh, kw, sh, sw, dh, dw = window[:6]
+    rows = (oh - 1) * sh + 1
+    n_v, n_h = U(rows * iw), U((rows - 1) * iw + (ow - 1) * sw + 1)
+    v, h = np.empty(rows * iw, xf.dtype), np.empty(rows * iw, xf.dtype)
+    for plane in range(lo, hi):
+        at_x, at_o = U(plane * ih * iw), U(plane * oh * ow)
+        for s in range(n_v):
+            v[s] = xf[at_x + s]
+        for i in range(1, kh):
+            src = at_x + U(i * dh * iw)
+            for s in range(n_v):
+                v[s] = max(v[s], xf[src + s])
+        for s in range(n_h):
+            h[s] = v[s]
+        for j in range(1, kw):
+            off = U(j * dw)
+            for s in range(n_h):
+                h[s] = max(h[s], v[s + off])
+        for p in range(oh):
+            base, dst = U(p * sh * iw), at_o + U(p * ow)
+            if sw == 2:  # a constant stride: the loads vectorize
+                for q in range(U(ow)):
+                    of[dst + q] = h[base + 2 * q]
+            else:
+                step = U(sw)
+                for q in range(U(ow)):
+                    of[dst + q] = h[base + q * step]
+
+
+@nb.njit(**_OPTS)
 def _planes(xf, of, lo, hi, shape, window, low):  # type: ignore[no-untyped-def]
     """Planes ``[lo, hi)`` (flat n * c index) of the pool: ``xf``/``of`` the flat input and
     output, ``shape`` (ih, iw, oh, ow), ``window`` (kh, kw, sh, sw, dh, dw, pt, pl)."""
     ih, iw, oh, ow = shape
     kh, kw, sh, sw, dh, dw, pt, pl = window
+    inside = (oh - 1) * sh + (kh - 1) * dh < ih and (ow - 1) * sw + (kw - 1) * dw < iw
+    if pt == 0 and pl == 0 and inside:
+        _planes_inside(xf, of, lo, hi, shape, window)
+        return
     starts = (ow - 1) * sw + 1  # the window starts a row's columns need
     width = starts + (kw - 1) * dw  # the padded line: column s is input column s - pl
     line = np.empty(width, xf.dtype)
