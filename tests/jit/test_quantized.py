@@ -93,6 +93,12 @@ POOLS = [
     ((2, 3, 9, 12), (2, 3), (1, 2), (0, 1, 1, 1), (1, 1), False),
     ((1, 5, 13, 10), (3, 2), (2, 3), (1, 0, 1, 0), (2, 2), True),
     ((1, 2, 7, 7), (7, 7), (1, 1), (0, 0, 0, 0), (1, 1), False),
+    # windows inside the input (whole planes as runs): the last row and column unused
+    ((1, 3, 12, 12), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), False),
+    ((2, 3, 13, 17), (2, 3), (3, 2), (0, 0, 0, 0), (2, 1), False),
+    ((1, 2, 9, 8), (2, 2), (1, 3), (0, 0, 0, 0), (1, 2), True),
+    # the padded copy: padding as wide as the window less one, on every side
+    ((1, 3, 5, 6), (3, 3), (1, 3), (2, 2, 2, 2), (1, 1), False),
 ]
 
 
@@ -108,14 +114,17 @@ def test_integer_max_pool_kernel(dtype, xs, size, strides, padding, dilation, ce
 
 @pytest.mark.parametrize("blas_threads", [1, 2], indirect=True)
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_split_integer_max_pool_equals_reference(blas_threads, dtype):
-    """A pool large enough to be split by planes on the pool, called as a kernel calls it;
-    the output prefilled so a plane no piece wrote fails."""
+@pytest.mark.parametrize("padding", [(1, 0, 1, 1), (0, 0, 0, 0)])
+def test_split_integer_max_pool_equals_reference(blas_threads, dtype, padding):
+    """A pool large enough to be split by planes on the pool, called as a kernel calls it
+    (padded, or its windows inside the input); the output prefilled so a plane no piece
+    wrote fails."""
     x = _ints((2, 48, 61, 61), dtype)
-    want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (1, 0, 1, 1), (1, 1), True)
+    ceil = padding[0] > 0
+    want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), padding, (1, 1), ceil)
     out = np.full(want.shape, 77, dtype)
     low = np.iinfo(dtype).min
-    qpool.max_pool2d(x, out, low, 3, 3, 2, 2, 1, 1, 1, 0)
+    qpool.max_pool2d(x, out, low, 3, 3, 2, 2, 1, 1, padding[0], padding[1])
     np.testing.assert_array_equal(out, want)
 
 

@@ -8,9 +8,13 @@ padding, and a ceil-mode window's overhang, never wins: it holds ``low``, the dt
 least value). The maximum is exact in the integers, so no float copy is made (a float pool
 would convert the input and the output, 5 bytes moved per byte).
 
-The pool is separable: for each output row, its window rows are reduced column by column
-into a padded line (a unit-stride run of bytes, vectorized 64 a step), then the line's
-columns tap by tap, and the row takes every stride-th. Planes are split over rvm's threads
+The pool is separable and reduced a plane at a time in long runs (`_plane_runs`, as
+`rvm.kernels.maxflat` does for floats): the window rows at every start row at once (the
+plane's rows as one flat run of bytes, vectorized 64 a step), then the taps along that run,
+and each output row takes every stride-th start. A whole plane a run, not a row at a time,
+since rows of a few dozen bytes leave the vector loop for its scalar tail; the rows the
+stride skips cost less than that. A pool that pads (or overhangs) reads a copy of each plane
+padded with ``low``. Planes are split over rvm's threads
 when the input is large (`rvm.kernels.parfor`: the task ``qpool``).
 """
 
@@ -30,37 +34,64 @@ SPLIT_MIN = 1 << 17  # input bytes a piece keeps at least when a pool is split
 
 
 @nb.njit(**_OPTS)
+def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window):  # type: ignore[no-untyped-def]
+    """Output plane ``of[at_o:][:oh * ow]`` from the plane at ``src[at:]`` (rows ``wp``
+    apart) that every window reads inside: the window rows' maxima ``v`` of every start row
+    (the first ``(oh - 1) * sh + 1`` rows as one flat run), the taps' maxima ``h`` along
+    ``v`` (entries whose taps cross a row end are never read), then every stride-th of each
+    output row's start row."""
+    kh, kw, sh, sw, dh, dw = window[:6]
+    n_v = U(((oh - 1) * sh + 1) * wp)
+    n_h = U((oh - 1) * sh * wp + (ow - 1) * sw + 1)
+    at = U(at)
+    for s in range(n_v):
+        v[s] = src[at + s]
+    for i in range(1, kh):
+        first = at + U(i * dh * wp)
+        for s in range(n_v):
+            v[s] = max(v[s], src[first + s])
+    for s in range(n_h):
+        h[s] = v[s]
+    for j in range(1, kw):
+        off = U(j * dw)
+        for s in range(n_h):
+            h[s] = max(h[s], v[s + off])
+    for p in range(oh):
+        base, dst = U(p * sh * wp), U(at_o + p * ow)
+        if sw == 2:  # a constant stride: the loads vectorize
+            for q in range(U(ow)):
+                of[dst + q] = h[base + 2 * q]
+        else:
+            step = U(sw)
+            for q in range(U(ow)):
+                of[dst + q] = h[base + q * step]
+
+
+@nb.njit(**_OPTS)
 def _planes(xf, of, lo, hi, shape, window, low):  # type: ignore[no-untyped-def]
     """Planes ``[lo, hi)`` (flat n * c index) of the pool: ``xf``/``of`` the flat input and
-    output, ``shape`` (ih, iw, oh, ow), ``window`` (kh, kw, sh, sw, dh, dw, pt, pl)."""
+    output, ``shape`` (ih, iw, oh, ow), ``window`` (kh, kw, sh, sw, dh, dw, pt, pl). A pool
+    that pads, or whose last windows overhang, reads each plane from a copy padded with
+    ``low`` (its border written once: the same for every plane)."""
     ih, iw, oh, ow = shape
     kh, kw, sh, sw, dh, dw, pt, pl = window
-    starts = (ow - 1) * sw + 1  # the window starts a row's columns need
-    width = starts + (kw - 1) * dw  # the padded line: column s is input column s - pl
-    line = np.empty(width, xf.dtype)
-    acc = np.empty(starts, xf.dtype)
-    s0, s1 = U(min(max(0, pl), width)), U(max(min(width, iw + pl), 0))
-    n_acc = U(starts)
-    for plane in range(lo, hi):
-        at_x, at_o = U(plane * ih * iw), U(plane * oh * ow)
-        for p in range(oh):
-            line[:] = low
-            for i in range(kh):
-                r = p * sh - pt + i * dh
-                if r < 0 or r >= ih:
-                    continue
-                src = at_x + U(r * iw) - U(pl)  # line column s reads src + s (s >= pl)
-                for s in range(s0, s1):
-                    line[s] = max(line[s], xf[src + s])
-            for s in range(n_acc):
-                acc[s] = line[s]
-            for j in range(1, kw):
-                off = U(j * dw)
-                for s in range(n_acc):
-                    acc[s] = max(acc[s], line[s + off])
-            dst, step = at_o + U(p * ow), U(sw)
-            for q in range(U(ow)):
-                of[dst + q] = acc[q * step]
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1  # the rows and columns the windows read
+    wp = (ow - 1) * sw + (kw - 1) * dw + 1
+    inside = pt == 0 and pl == 0 and hp <= ih and wp <= iw
+    width = iw if inside else wp
+    v, h = np.empty(hp * width, xf.dtype), np.empty(hp * width, xf.dtype)
+    plane = np.full(0 if inside else hp * wp, low, xf.dtype)
+    r0, r1 = max(0, -pt), min(ih, hp - pt)  # the input rows and columns in the plane
+    c0, c1 = max(0, -pl), min(iw, wp - pl)
+    for k in range(lo, hi):
+        if inside:
+            _plane_runs(xf, k * ih * iw, iw, v, h, of, k * oh * ow, oh, ow, window)
+            continue
+        for r in range(r0, r1):
+            src, dst = U(k * ih * iw + r * iw + c0), U((r + pt) * wp + c0 + pl)
+            for c in range(U(max(0, c1 - c0))):
+                plane[dst + c] = xf[src + c]
+        _plane_runs(plane, 0, wp, v, h, of, k * oh * ow, oh, ow, window)
 
 
 @nb.njit(**_OPTS)
