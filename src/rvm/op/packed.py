@@ -1,0 +1,69 @@
+"""float32 products with a constant weight packed in column panels: ``dense_packed``.
+
+What ``rvm.compile`` turns a float32 ``dense``, ``matmul`` or ``Gemm`` with a constant 2-d
+weight into (`rvm.transform.pack_weights`): the weight, as B ``(k, units)`` (``dense``'s
+transposed), is cut once, at compile time, into panels of ``panel`` columns laid out as
+``(panels, k, panel)`` float32, the last panel padded with zeros -- the layout rvm's GEMM
+reads as one contiguous stream per panel (`rvm.kernels.packed`). The panel width is the
+weight's last dimension: a fact of the data, saved with the executable's weights.
+
+- ``dense_packed(x, w, units)``: ``x`` (..., k) float32, ``w`` (panels, k, panel) float32:
+  ``x @ B``, (..., units) float32.
+"""
+
+from __future__ import annotations
+
+from rvm.errors import IRError
+from rvm.ir.expr import Call
+from rvm.ir.op import OpPattern
+from rvm.ir.types import TensorType, Type
+from rvm.op import ops
+from rvm.op.core import ExprLike, as_expr, call, check_int, define_op
+from rvm.op.shapes import fmt, rule
+
+__all__ = ["dense_packed"]
+
+define_op("dense_packed", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+
+
+@rule(ops.dense_packed)
+def _infer(call_: Call, args: list[TensorType]) -> Type:
+    x, w = args
+    units = call_.attrs["units"]
+    if x.dtype is not None and x.dtype != "float32":
+        raise IRError(f"dense_packed: expects a float32 input, got {x.dtype} {fmt(x.shape)}")
+    if w.dtype is not None and w.dtype != "float32":
+        raise IRError(f"dense_packed: expects a float32 packed weight, got {w.dtype}")
+    if w.shape is not None and len(w.shape) != 3:
+        raise IRError(
+            f"dense_packed: the weight must be 3-d (panels, k, panel), got {fmt(w.shape)}"
+        )
+    if w.shape is not None and all(isinstance(d, int) for d in w.shape):
+        panels, _, panel = w.shape
+        if panel < 1 or panels != -(-units // panel):
+            raise IRError(
+                f"dense_packed: {units} units need {-(-units // max(panel, 1))} panels of "
+                f"{panel}, the weight {fmt(w.shape)} has {panels}"
+            )
+    if x.shape is None:
+        return TensorType(None, "float32")
+    if not x.shape:
+        raise IRError("dense_packed: the input must have rank >= 1, got ()")
+    k = x.shape[-1]
+    if w.shape is not None and isinstance(k, int) and isinstance(w.shape[1], int):
+        if w.shape[1] != k:
+            raise IRError(
+                f"dense_packed: input {fmt(x.shape)} has {k} features, the packed weight "
+                f"{fmt(w.shape)} has depth {w.shape[1]}"
+            )
+    return TensorType((*x.shape[:-1], units), "float32")
+
+
+def dense_packed(x: ExprLike, w: ExprLike, units: int) -> Call:
+    """``x @ B`` for B ``(k, units)`` packed in column panels ``w`` ``(panels, k, panel)``."""
+    return call(
+        ops.dense_packed,
+        as_expr(x),
+        as_expr(w),
+        units=check_int("dense_packed", "units", units, minimum=0),
+    )
