@@ -6,6 +6,8 @@ executable holding the packed weight only."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -17,14 +19,25 @@ from rvm.kernels import packed, sgemm
 from rvm.kernels.threads import get_num_threads, set_num_threads
 from rvm.transform.pack_weights import pack_weights
 
+F32 = np.float32
 
-def _check(m: int, k: int, n: int, panel: int, seed: int = 0) -> None:
+
+def _check(
+    m: int, k: int, n: int, panel: int, seed: int = 0, bias: bool = False, act: str = "none"
+) -> None:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal(n if bias else 0).astype(np.float32)
     out = np.full((m, n), np.nan, np.float32)
-    packed.dense(x, packed.pack(b, False, panel), out, n)
-    want = x.astype(np.float64) @ b
+    packed.dense(x, packed.pack(b, False, panel), out, n, c, packed.ACTIVATIONS.index(act))
+    want = x.astype(np.float64) @ b + (c if bias else 0)
+    if act == "relu":
+        want = np.maximum(want, 0)
+    elif act == "gelu":
+        want = 0.5 * want * (1 + np.vectorize(math.erf)(want / np.sqrt(2)))
+    elif act == "gelu_tanh":
+        want = 0.5 * want * (1 + np.tanh(np.sqrt(2 / np.pi) * (want + 0.044715 * want**3)))
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k) * 4)
 
 
@@ -48,15 +61,25 @@ def test_panels_of_another_width(panel: int) -> None:
         _check(m, 37, 3 * panel + 2, panel)
 
 
+@pytest.mark.parametrize("act", packed.ACTIVATIONS)
+@pytest.mark.parametrize("m", [1, 3, sgemm.MR + 3])
+def test_epilogue_on_each_tile(m: int, act: str) -> None:
+    """The bias and activation, applied to each tile after its last depth block (two depth
+    blocks here) and to each row's panel on the few-rows path."""
+    _check(m, sgemm.KC + 5, 2 * sgemm.NR + 3, packed.panel_width(), bias=True, act=act)
+    _check(m, 9, sgemm.NR + 1, packed.panel_width(), bias=False, act=act)
+
+
 def test_split_over_the_pool() -> None:
     """Products large enough to split along the panels, and along C's rows when the panels
     are fewer than the pieces."""
     before = get_num_threads()
     set_num_threads(2)
     try:
-        _check(130, 300, 3 * sgemm.NR + 7, packed.panel_width())  # along the rows
-        _check(67, 260, 40 * sgemm.NR + 1, packed.panel_width())  # along the panels
-        _check(2, 1000, 30 * sgemm.NR, packed.panel_width())  # a few rows, along the panels
+        width = packed.panel_width()
+        _check(130, 300, 3 * sgemm.NR + 7, width, bias=True, act="gelu")  # along the rows
+        _check(67, 260, 40 * sgemm.NR + 1, width, bias=True, act="relu")  # along the panels
+        _check(2, 1000, 30 * sgemm.NR, width, bias=True, act="gelu")  # few rows, panels
     finally:
         set_num_threads(before)
 
@@ -74,11 +97,15 @@ def test_pack_layout_and_transposed() -> None:
 
 def test_dense_refuses_mismatched_shapes() -> None:
     p = packed.pack(np.ones((8, 20), np.float32), False, 16)
-    x = np.ones((3, 8), np.float32)
+    x, out, none = np.ones((3, 8), np.float32), np.empty((3, 20), np.float32), np.ones(0, F32)
     with pytest.raises(ValueError, match=r"expected x \(m, k\), the packed weight"):
-        packed.dense(np.ones((3, 9), np.float32), p, np.empty((3, 20), np.float32), 20)
+        packed.dense(np.ones((3, 9), np.float32), p, out, 20, none, 0)
     with pytest.raises(ValueError, match="panels do not cover n columns"):
-        packed.dense(x, p, np.empty((3, 40), np.float32), 40)
+        packed.dense(x, p, np.empty((3, 40), np.float32), 40, none, 0)
+    with pytest.raises(ValueError, match="the bias must have n values"):
+        packed.dense(x, p, out, 20, np.ones(7, F32), 0)
+    with pytest.raises(ValueError, match="unknown activation index"):
+        packed.dense(x, p, out, 20, none, len(packed.ACTIVATIONS))
 
 
 def test_op_type_rule_errors() -> None:
@@ -133,14 +160,37 @@ def executable() -> rvm.Executable:
     return rvm.compile(_model())
 
 
-def test_pass_packs_each_constant_weight() -> None:
+def test_pass_packs_each_constant_weight_and_joins_epilogues() -> None:
     mod = pack_weights(_model(), panel=16)
-    assert _ops(mod) == ["dense_packed", "gelu", "dense_packed", "add"]
-    first, _, second, _ = (b.value for b in mod["main"].body.bindings)
+    assert _ops(mod) == ["dense_packed", "dense_packed"]
+    first, second = (b.value for b in mod["main"].body.bindings)
     n = W_MATMUL.shape[1]
     np.testing.assert_array_equal(first.args[1].data, packed.pack(W_MATMUL, False, 16))
     np.testing.assert_array_equal(second.args[1].data, packed.pack(W_DENSE, True, 16))
-    assert (first.attrs["units"], second.attrs["units"]) == (n, 61)
+    np.testing.assert_array_equal(second.args[2].data, BIAS)
+    assert (first.attrs["units"], first.attrs["activation"], len(first.args)) == (n, "gelu", 2)
+    assert (second.attrs["units"], second.attrs["activation"]) == (61, "none")
+
+
+def test_epilogue_stays_when_the_product_has_other_uses() -> None:
+    """A product read twice keeps its add; a bias that broadcasts along other axes, and a
+    computed one, stay adds."""
+    x = Var("x", tensor(("n", 70), "float32"))
+    r = Var("r", tensor((61,), "float32"))
+    bb = Builder()
+    with bb.function("main", [x, r]):
+        w = rvm.const(RNG.standard_normal((70, 61)).astype(F32))  # (k, units)
+        p = bb.emit(op.dense(x, rvm.const(w.data.T.copy())))
+        q = bb.emit(op.relu(p))
+        s = bb.emit(op.add(p, q))
+        d = bb.emit(op.matmul(x, w))
+        e = bb.emit(op.add(d, rvm.const(np.ones((3, 61), F32))))
+        g = bb.emit(op.matmul(x, w))
+        h = bb.emit(op.add(g, r))
+        bb.emit_output(rvm.ir.Tuple((s, e, h)))
+    mod = pack_weights(bb.get(), panel=16)
+    want = ["dense_packed", "relu", "add", "dense_packed", "add", "dense_packed", "add"]
+    assert _ops(mod) == want
 
 
 def test_executable_holds_the_packed_weights_only() -> None:

@@ -14,9 +14,12 @@ panel's width), blocks of panels that fit half of L2 at a time.
   (a weight packed on another machine) is still multiplied right, in tiles of the kernel's.
 - `pack(weight, transposed, panel)`: a 2-d ``(k, n)`` weight (``(n, k)`` when
   ``transposed``, as ``dense``'s) in panels (NumPy, at build time).
-- `dense(x, w, out, n)`: ``out[m, n] = x[m, k] @ B`` where ``w`` is B packed; cut on rvm's
-  pool along the panels (or C's rows when the panels are few); a few rows take a row loop
-  over the panels rather than the micro-kernel's tile of `MR` rows. Checks every shape first.
+- `dense(x, w, out, n, bias, act)`: ``out[m, n] = act(x[m, k] @ B + bias)`` where ``w`` is
+  B packed; cut on rvm's pool along the panels (or C's rows when the panels are few); a few
+  rows take a one-row tile (a GEMV's) rather than the micro-kernel's tile of `MR` rows. The
+  bias and activation (the GEMM's epilogue: `ACTIVATIONS`) run on each tile right after its
+  last depth block, in the thread that computed it, while it is in cache. Checks every shape
+  first.
 """
 
 from __future__ import annotations
@@ -26,10 +29,16 @@ import numpy as np
 from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.cblas import address
 from rvm.kernels.jitting import jit
+from rvm.kernels.mathlib import erf32, tanh32
 
-__all__ = ["dense", "pack", "packed_shape", "panel_width"]
+__all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
+
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
+"""The activations `dense` applies after the bias, by their index (the ``act`` argument):
+``gelu`` is the erf form, ``gelu_tanh`` the tanh approximation."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_FAST = {"nsz", "arcp", "contract", "afn"}  # as `rvm.kernels.mathlib`'s: NaN and inf kept
 SMALL_ROWS = 4  # fewer rows run the row loop (the tile computes `MR` rows whatever m is)
 SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
 SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
@@ -58,32 +67,68 @@ def pack(weight: np.ndarray, transposed: bool, panel: int) -> np.ndarray:
     return np.ascontiguousarray(out.reshape(-1, panel, k).transpose(0, 2, 1))
 
 
+@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath=_FAST)
+def _epilogue(c, ldc, rows, cols, bias, act):  # type: ignore[no-untyped-def]
+    """``C[:rows, :cols] = act(C + bias)`` at the address ``c`` (row stride ``ldc``), ``bias``
+    the address of ``cols`` floats (0: none), ``act`` an index of `ACTIVATIONS`, as rvm's
+    elementwise kernels compute them: a tile just stored, while it is in L1. One loop per
+    step, each vectorized."""
+    out = sgemm._floats_at(c)
+    b = sgemm._floats_at(bias)
+    half, one = np.float32(0.5), np.float32(1.0)
+    for i in range(rows):
+        row = i * ldc
+        if bias != 0:
+            for j in range(cols):
+                out[row + j] += b[j]
+        if act == 1:
+            for j in range(cols):
+                out[row + j] = np.maximum(out[row + j], np.float32(0.0))
+        elif act == 2:
+            for j in range(cols):
+                v = out[row + j]
+                out[row + j] = half * v * (one + erf32(v * np.float32(0.7071067811865476)))
+        elif act == 3:
+            for j in range(cols):
+                v = out[row + j]
+                inner = np.float32(0.7978845608028654) * (v + np.float32(0.044715) * v * v * v)
+                out[row + j] = half * v * (one + tanh32(inner))
+
+
 @jit(**_OPTS)
-def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last):  # type: ignore[no-untyped-def]
-    """``C[:m, cols] = A[:m, :k] @ B[:, cols]`` for the columns of panels ``first`` to
-    ``last`` (exclusive) of the packed B at ``bp``, on addresses, in the calling thread: blocks
-    of panels that fit half of L2, each depth block, each band of A across the block."""
+def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``C[:m, cols] = act(A[:m, :k] @ B[:, cols] + bias)`` for the columns of panels
+    ``first`` to ``last`` (exclusive) of the packed B at ``bp``, on addresses, in the calling
+    thread: blocks of panels that fit half of L2, each depth block, each band of A across the
+    block; after the last depth block, each tile's `_epilogue` (``bias`` 0 and ``act`` 0: none)
+    while it is in cache."""
     kc_max = min(sgemm.KC, k)
     block = max(1, sgemm.BLOCK_BYTES // (4 * kc_max * panel))
+    epilogue = bias != 0 or act != 0
     for q0 in range(first, last, block):
         q1 = min(last, q0 + block)
         for p0 in range(0, k, sgemm.KC):
             kc = min(sgemm.KC, k - p0)
             add = 1 if p0 > 0 else 0
+            final = epilogue and p0 + kc == k
             for i0 in range(0, m, sgemm.MR):
                 rows = min(sgemm.MR, m - i0)
                 a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
                 for q in range(q0, q1):
                     width = min(panel, n - q * panel)
                     at_b = bp + 4 * (q * k * panel + p0 * panel)
-                    sgemm._tiles(kc, a_band, lda, at_b, panel, 0, c_band + 4 * q * panel, ldc,
-                                 add, rows, width)  # fmt: skip
+                    at_c = c_band + 4 * q * panel
+                    sgemm._tiles(kc, a_band, lda, at_b, panel, 0, at_c, ldc, add, rows, width)
+                    if final:
+                        at_bias = bias + 4 * q * panel if bias != 0 else 0
+                        _epilogue(at_c, ldc, rows, width, at_bias, act)
 
 
 @jit(**_OPTS)
-def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last):  # type: ignore[no-untyped-def]
+def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
     """`_panels` for a few rows: one row at a time (`sgemm._micro_row`, a GEMV's tile), the
-    whole depth at once, each panel streamed once per row (in L2 for the next row)."""
+    whole depth at once, each panel streamed once per row (in L2 for the next row), then the
+    panel's `_epilogue`."""
     for q in range(first, last):
         width = min(panel, n - q * panel)
         at_b = bp + 4 * q * k * panel
@@ -95,27 +140,33 @@ def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last):  # type: ignore[no-u
                 sgemm._micro_row(k, a + 4 * i * lda, lda, at_b + 4 * j0, panel, 0,
                                  c + 4 * (i * ldc + q * panel + j0), ldc, 0, 1, vectors, tail,
                                  sgemm.LANES, sgemm.LANES, 0)  # fmt: skip
+        if bias != 0 or act != 0:
+            at_bias = bias + 4 * q * panel if bias != 0 else 0
+            _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act)
 
 
 # A packed-product job (int64): its length; x's, w's and out's addresses; m, k, n, the panel
-# width; the pieces' panels (along n) or rows (along m), and whether along n.
-_JOB = 10
+# width; the pieces' panels (along n) or rows (along m), and whether along n; the bias's
+# address (0: none) and the activation's index.
+_JOB = 12
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a packed product (a pool task, `rvm.kernels.parfor`)."""
     job = parfor.job(data)
     px, pw, po, m, k, n, panel = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
-    step, along_n = job[8], job[9]
+    step, along_n, bias, act = job[8], job[9], job[10], job[11]
     panels = -(-n // panel)
     if m < SMALL_ROWS:
-        _rows(px, k, pw, k, panel, po, n, m, n, p * step, min(panels, (p + 1) * step))
+        last = min(panels, (p + 1) * step)
+        _rows(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
     elif along_n:
-        _panels(px, k, pw, k, panel, po, n, m, n, p * step, min(panels, (p + 1) * step))
+        last = min(panels, (p + 1) * step)
+        _panels(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
     else:
         rows = min(step, m - p * step)
         at_x, at_o = px + 4 * p * step * k, po + 4 * p * step * n
-        _panels(at_x, k, pw, k, panel, at_o, n, rows, n, 0, panels)
+        _panels(at_x, k, pw, k, panel, at_o, n, rows, n, 0, panels, bias, act)
 
 
 parfor.export_task("packed_dense", _task)
@@ -145,11 +196,23 @@ def _cut(m, k, n, panel):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def dense(x, w, out, n):  # type: ignore[no-untyped-def]
-    """``out[m, n] = x[m, k] @ B`` for float32 C-contiguous ``x`` and ``out``, ``w`` the
-    packed B ``(panels, k, panel)`` (`pack`) of ``n`` columns."""
+def _bias_at(bias):  # type: ignore[no-untyped-def]
+    """The bias's address, 0 when it is empty (none)."""
+    return address(bias, 0) if bias.shape[0] > 0 else 0
+
+
+@jit(**_OPTS)
+def dense(x, w, out, n, bias, act):  # type: ignore[no-untyped-def]
+    """``out[m, n] = act(x[m, k] @ B + bias)`` for float32 C-contiguous ``x`` and ``out``,
+    ``w`` the packed B ``(panels, k, panel)`` (`pack`) of ``n`` columns, ``bias`` ``(n,)`` or
+    empty (none), ``act`` an index of `ACTIVATIONS`. The bias and activation run on each
+    tile as it is done, in the thread that computed it."""
     m, k = x.shape
     panels, kw, panel = w.shape
+    if bias.shape[0] != 0 and bias.shape[0] != n:
+        raise ValueError("packed dense: the bias must have n values (or none)")
+    if act < 0 or act >= len(ACTIVATIONS):
+        raise ValueError("packed dense: unknown activation index")
     if kw != k or out.shape[0] != m or out.shape[1] != n or panel <= 0:
         raise ValueError(
             "packed dense: the shapes do not match: expected x (m, k), the packed weight "
@@ -161,11 +224,14 @@ def dense(x, w, out, n):  # type: ignore[no-untyped-def]
         return
     if k == 0:
         out[:, :] = 0
+        for i in range(m):
+            _epilogue(address(out, i * n), n, 1, n, _bias_at(bias), act)
         return
     parts, step, along_n = _cut(m, k, n, panel)
     job = np.empty(_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _JOB, address(x, 0), address(w, 0), address(out, 0)
     job[4], job[5], job[6], job[7], job[8], job[9] = m, k, n, panel, step, along_n
+    job[10], job[11] = _bias_at(bias), act
     if parts == 1:
         _call(out, 0, job)
     else:

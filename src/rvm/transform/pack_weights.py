@@ -11,27 +11,35 @@ weight ``W`` is a 2-d float32 constant (``matmul``: ``x`` of rank 2 or more) is
 the CPU's vector width). ``W``'s own binding is then unused unless something else reads it,
 and `dead_code` drops it: the executable keeps the packed copy only.
 
+The product's epilogue joins it where the product has no other use: a following ``add`` of a
+constant bias of ``units`` values (broadcast along the last axis only), then ``relu`` or
+``gelu`` (either form), become the op's ``bias`` and ``activation``, which the GEMM applies
+to each tile as it is done, on the thread that computed it (`rvm.kernels.packed`).
+
 Products too small to gain (fewer than `MIN_DEPTH` or `MIN_UNITS`) stay as they are, as do
 products of two computed tensors (attention's), weights of other dtypes and batched
 (3-d and more) weights.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
-bound to variables; each matching call is replaced in place. A weight bound once and used by
-several products is packed once.
+bound to variables and the packed products whose epilogue may still grow; each matching
+call is replaced in place, and a product whose epilogue joined a later call is dropped. A
+weight bound once and used by several products is packed once.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import numpy as np
 
 from rvm import op
 from rvm.ir import expr as E
+from rvm.ir.analysis import walk
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
-from rvm.kernels.packed import pack, panel_width
 from rvm.op import ops
+from rvm.op.packed import default_panel, pack_weight
 from rvm.transform.legalize import map_functions, map_regions
 
 logger = logging.getLogger("rvm.transform")
@@ -45,25 +53,35 @@ MIN_UNITS = 16
 def pack_weights(mod: IRModule, panel: int | None = None) -> IRModule:
     """Rewrite every float32 dense and matmul with a constant 2-d weight to ``dense_packed``,
     its weight packed in panels ``panel`` wide (default: `panel_width`)."""
-    width = panel or panel_width()
+    width = panel or default_panel()
     packed: dict[tuple[int, bool], E.Constant] = {}  # (id of W's array, transposed) -> P
-    count = 0
+    count = folded = 0
 
     def rewrite(name: str, func: E.Function) -> E.Function:
         consts: dict[E.Var, np.ndarray] = {}
+        uses = Counter(n for n in walk(func.body) if isinstance(n, E.Var))
 
         def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal count
-            out = []
+            nonlocal count, folded
+            out: list[E.VarBinding | None] = []
+            products: dict[E.Var, int] = {}  # a packed product's var -> its place in out
             for b in bindings:
                 if isinstance(b.value, E.Constant):
                     consts[b.var] = b.value.data
                 new = _convert(b.value, consts, width, packed)
                 if new is not None:
                     count += 1
+                else:
+                    joined = _join_epilogue(b.value, products, out, consts, uses)
+                    if joined is not None:
+                        folded += 1
+                        product, new = joined
+                        out[products.pop(product)] = None
+                if new is not None:
                     b = E.VarBinding(b.var, new)
+                    products[b.var] = len(out)
                 out.append(b)
-            return out, body
+            return [b for b in out if b is not None], body
 
         body = map_regions(func.body, region)
         if body is func.body:
@@ -74,7 +92,10 @@ def pack_weights(mod: IRModule, panel: int | None = None) -> IRModule:
     if not count:
         return mod
     size = sum(c.data.nbytes for c in packed.values())
-    logger.debug("pack_weights: %d products, %d weights, %.2f MB", count, len(packed), size / 1e6)
+    logger.debug(
+        "pack_weights: %d products (%d epilogues joined), %d weights, %.2f MB",
+        count, folded, len(packed), size / 1e6,
+    )  # fmt: skip
     return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
 
 
@@ -112,7 +133,49 @@ def _convert(
         return None
     key = (id(w), transposed)
     if key not in packed:
-        packed[key] = E.Constant(pack(w, transposed, panel))
+        packed[key] = E.Constant(pack_weight(w, transposed, panel))
     new = op.dense_packed(value.args[0], packed[key], units)
     infer_type(new)
     return new
+
+
+def _join_epilogue(
+    value: E.Expr,
+    products: dict[E.Var, int],
+    out: list[E.VarBinding | None],
+    consts: dict[E.Var, np.ndarray],
+    uses: Counter,
+) -> tuple[E.Var, E.Call] | None:
+    """(``p``, the one ``dense_packed`` computing ``value``) when ``value`` is ``add(p, bias)``,
+    ``relu(p)`` or ``gelu(p)`` of a packed product ``p`` that ``value`` alone uses; else
+    None."""
+    if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
+        return None
+    args = [a for a in value.args if isinstance(a, E.Var) and a in products]
+    if len(args) != 1 or uses[args[0]] != 1:
+        return None
+    product = out[products[args[0]]]
+    assert product is not None
+    prod = product.value
+    units, activation = prod.attrs["units"], prod.attrs["activation"]
+    if activation != "none":
+        return None
+    x, w, bias = prod.args[0], prod.args[1], prod.args[2:]
+    if value.callee is ops.add and not bias and len(value.args) == 2:
+        other = value.args[1] if value.args[0] is args[0] else value.args[0]
+        b = _const(other, consts)
+        rank = len(x.type.shape)
+        if b is None or b.dtype != np.float32 or b.size != units or b.ndim > rank:
+            return None
+        if b.ndim and b.shape[-1] != units:
+            return None
+        new = op.dense_packed(x, w, units, E.Constant(b.reshape(units)), "none")
+    elif value.callee is ops.relu:
+        new = op.dense_packed(x, w, units, *bias, activation="relu")
+    elif value.callee is ops.gelu:
+        form = "gelu_tanh" if value.attrs.get("approximate") == "tanh" else "gelu"
+        new = op.dense_packed(x, w, units, *bias, activation=form)
+    else:
+        return None
+    infer_type(new)
+    return args[0], new
