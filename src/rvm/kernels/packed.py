@@ -13,7 +13,8 @@ panel's width), blocks of panels that fit half of L2 at a time.
   (`rvm.kernels.sgemm.NR`: three vectors on AVX-512, two on AVX2). A panel of another width
   (a weight packed on another machine) is still multiplied right, in tiles of the kernel's.
 - `pack(weight, transposed, panel)`: a 2-d ``(k, n)`` weight (``(n, k)`` when
-  ``transposed``, as ``dense``'s) in panels (NumPy, at build time).
+  ``transposed``, as ``dense``'s) in panels (NumPy, at build time; written once, in
+  `rvm.kernels.reference.packed`, with `ACTIVATIONS`).
 - `dense(x, w, out, n, bias, act)`: ``out[m, n] = act(x[m, k] @ B + bias)`` where ``w`` is
   B packed; cut on rvm's pool along the panels (or C's rows when the panels are few); a few
   rows take a one-row tile (a GEMV's) rather than the micro-kernel's tile of `MR` rows. The
@@ -30,12 +31,9 @@ from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.cblas import address
 from rvm.kernels.jitting import jit
 from rvm.kernels.mathlib import erf32, tanh32
+from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
 
 __all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
-
-ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
-"""The activations `dense` applies after the bias, by their index (the ``act`` argument):
-``gelu`` is the erf form, ``gelu_tanh`` the tanh approximation."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _FAST = {"nsz", "arcp", "contract", "afn"}  # as `rvm.kernels.mathlib`'s: NaN and inf kept
@@ -48,23 +46,6 @@ PIECES_PER_THREAD = 4
 def panel_width() -> int:
     """The panel width this CPU's GEMM reads best: its micro-tile's columns."""
     return sgemm.NR
-
-
-def packed_shape(k: int, n: int, panel: int) -> tuple[int, int, int]:
-    """The packed array's shape for a ``(k, n)`` weight: ``(panels, k, panel)``."""
-    return (-(-n // panel), k, panel)
-
-
-def pack(weight: np.ndarray, transposed: bool, panel: int) -> np.ndarray:
-    """``weight`` as B ``(k, n)`` (its transpose when ``transposed``: ``(n, k)``) in column
-    panels ``(panels, k, panel)`` float32, the last padded with zeros."""
-    if weight.ndim != 2 or panel <= 0:
-        raise ValueError(f"pack: expects a 2-d weight and panel > 0, got {weight.shape}, {panel}")
-    b = weight.T if transposed else weight
-    k, n = b.shape
-    out = np.zeros((-(-n // panel) * panel, k), dtype=np.float32)
-    out[:n] = b.T
-    return np.ascontiguousarray(out.reshape(-1, panel, k).transpose(0, 2, 1))
 
 
 @jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath=_FAST)

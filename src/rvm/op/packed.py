@@ -11,8 +11,8 @@ weight's last dimension: a fact of the data, saved with the executable's weights
   (panels, k, panel) float32, ``bias`` (units,) float32: ``activation(x @ B + bias)``,
   (..., units) float32. The bias and the activation (`ACTIVATIONS`: ``gelu`` the erf form,
   ``gelu_tanh`` the tanh one) are the GEMM's epilogue, run on each tile as it is done.
-- `pack_weight(weight, transposed, panel)` and `panel_width()`: the packing and this CPU's
-  panel width, for the pass (`rvm.kernels.packed`).
+- `pack_weight(weight, transposed, panel)` and `default_panel()`: the packing and this
+  CPU's panel width, for the pass (`rvm.kernels.reference.packed`, `rvm.kernels.packed`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rvm.errors import IRError
 from rvm.ir.expr import Call
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
-from rvm.kernels.packed import ACTIVATIONS, pack, panel_width
+from rvm.kernels.reference.packed import ACTIVATIONS, pack
 from rvm.op import ops
 from rvm.op.core import ExprLike, as_expr, call, check_choice, check_int, define_op
 from rvm.op.shapes import fmt, rule
@@ -40,7 +40,10 @@ def pack_weight(weight: np.ndarray, transposed: bool, panel: int) -> np.ndarray:
 
 
 def default_panel() -> int:
-    """The panel width this CPU's GEMM reads best (`rvm.kernels.packed.panel_width`)."""
+    """The panel width this CPU's GEMM reads best (`rvm.kernels.packed.panel_width`). Imported
+    here, when a pass asks: importing the ops loads no Numba."""
+    from rvm.kernels.packed import panel_width
+
     return panel_width()
 
 
