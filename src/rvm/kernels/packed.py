@@ -37,7 +37,7 @@ __all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _FAST = {"nsz", "arcp", "contract", "afn"}  # as `rvm.kernels.mathlib`'s: NaN and inf kept
-SMALL_ROWS = 4  # fewer rows run the row loop (the tile computes `MR` rows whatever m is)
+SMALL_ROWS = 4  # fewer rows take the one-row tile (the `MR`-row tile computes MR rows anyway)
 SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
 SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
 PIECES_PER_THREAD = 4
