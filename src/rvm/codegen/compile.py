@@ -28,14 +28,23 @@ def _kernel_factory(kernels: str) -> Callable[..., KernelRecord]:
     return jit_kernel
 
 
-def _with_precision(passes: list, precision: str) -> list:
-    """``passes`` with the pass that converts products to ``precision`` before legalize."""
-    if precision != "bf16":
-        return passes
-    from rvm.transform.to_bf16 import to_bf16
+def _with_precision(passes: list, precision: str, kernels: str) -> list:
+    """``passes`` with the passes that convert products before legalize: to ``precision``
+    (`rvm.transform.to_bf16`), then, for jit kernels, to packed constant weights: the GEMM's
+    (`rvm.transform.pack_weights`) and the direct convolution's
+    (`rvm.transform.pack_conv_weights`)."""
+    extra = []
+    if precision == "bf16":
+        from rvm.transform.to_bf16 import to_bf16
 
+        extra.append(("to_bf16", to_bf16))
+    if kernels == "jit":
+        from rvm.transform.pack_conv_weights import pack_conv_weights
+        from rvm.transform.pack_weights import pack_weights
+
+        extra += [("pack_weights", pack_weights), ("pack_conv_weights", pack_conv_weights)]
     at = [name for name, _ in passes].index("legalize")
-    return [*passes[:at], ("to_bf16", to_bf16), *passes[at:]]
+    return [*passes[:at], *extra, *passes[at:]]
 
 
 def compile(  # noqa: A001 - the public name users expect, as tvm.compile
@@ -87,12 +96,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
             "precision='int8' needs an int8 model: quantize it first (rvm.quantize) or "
             "import a quantized ONNX model"
         )
-    passes = _with_precision(default_passes(), precision)
-    if kernels == "jit":  # the direct convolution's weights, packed once (jit kernels read them)
-        from rvm.transform.pack_conv_weights import pack_conv_weights
-
-        at = [name for name, _ in passes].index("legalize")
-        passes = [*passes[:at], ("pack_conv_weights", pack_conv_weights), *passes[at:]]
+    passes = _with_precision(default_passes(), precision, kernels)
     if opt_level < 2:
         from rvm.transform.fuse_ops import fuse_ops
 

@@ -29,6 +29,7 @@ from rvm.jit import (  # noqa: F401  (register compute definitions)
     bf16,
     dynamic,
     layout,
+    packed,
     quantized,
     stages,
 )

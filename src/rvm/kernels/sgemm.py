@@ -90,25 +90,19 @@ BLOCK_BYTES = block_bytes(cpu())
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@intrinsic
-def _micro(
-    typingctx,
-    kc,
-    ap,
-    lda,
-    b,
-    rows_b,
-    indexed,
-    c,
-    ldc,
-    accumulate,
-    rows,
-    vectors,
-    last,
-    b_vec,
-    c_vec,
-    narrow,
-):  # type: ignore[no-untyped-def]  # noqa: E501
+def _micro_for(mr: int):  # type: ignore[no-untyped-def]
+    """The micro-kernel intrinsic for tiles of up to ``mr`` rows of C (`_micro`: `MR`;
+    `_micro_row`: one row, a GEMV's, which does not multiply `MR` rows for one)."""
+
+    @intrinsic
+    def micro(typingctx, kc, ap, lda, b, rows_b, indexed, c, ldc, add, rows, vectors, last,
+              b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # fmt: skip
+        return _micro_typing(mr)
+
+    return micro
+
+
+def _micro_typing(MR: int):  # type: ignore[no-untyped-def]  # noqa: N803
     """The micro-kernel: on int64 addresses, ``C[:rows, :width] (+)= A[:rows, :kc] @
     B[:kc, :width]`` with A's rows ``lda`` floats apart and ``width = (vectors - 1) * LANES +
     last`` (``0 < vectors <= VECTORS``, ``0 < last <= LANES``). B's row ``s`` starts ``rows_b
@@ -116,7 +110,8 @@ def _micro(
     the table's address. Vector ``j`` of a row is ``j * b_vec`` floats on in B and ``j *
     c_vec`` in C: `LANES` for one run of columns; ``narrow``, each vector is a segment of
     ``last`` columns of its own (`sgemm_segments`). The IR has one loop per (vectors,
-    indexed), chosen by a switch: each keeps its accumulators in registers."""
+    indexed), chosen by a switch: each keeps its accumulators in registers. ``MR``: the
+    tile's rows at most (rows past ``rows`` are computed, not stored)."""
     sig = nt.void(*(nt.int64,) * 15)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -228,6 +223,10 @@ def _micro(
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+_micro = _micro_for(MR)
+_micro_row = _micro_for(1)
 
 
 @intrinsic

@@ -26,6 +26,7 @@ from rvm.op import index as _index
 from rvm.op import manipulate as _manipulate
 from rvm.op import nn as _nn
 from rvm.op import ops
+from rvm.op import packed as _packed
 from rvm.op import pool as _pool
 from rvm.op import quantized as _quantized
 from rvm.op import reduce as _reduce
@@ -43,7 +44,8 @@ from rvm.op.elemwise import *  # noqa: F403 (its builders, listed in its __all__
 from rvm.op.image import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.index import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.manipulate import *  # noqa: F403 (its builders, listed in its __all__)
-from rvm.op.nn import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.nn import *  # noqa: F403
+from rvm.op.packed import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.pool import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.quantized import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.reduce import *  # noqa: F403 (its builders, listed in its __all__)
@@ -66,6 +68,7 @@ __all__ += _image.__all__
 __all__ += _index.__all__
 __all__ += _manipulate.__all__
 __all__ += _nn.__all__
+__all__ += _packed.__all__
 __all__ += _pool.__all__
 __all__ += _quantized.__all__
 __all__ += _reduce.__all__

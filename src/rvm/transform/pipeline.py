@@ -24,6 +24,9 @@ Each pass: what it needs → what it guarantees.
 - to_bf16 (only with ``rvm.compile(..., precision="bf16")``, which inserts it here): inlined,
   batch norms folded → float32 dense/matmul/conv2d with constant weights are ``dense_bf16`` /
   ``conv2d_bf16`` with the weights converted to bf16 once.
+- pack_weights (only with jit kernels, which `rvm.compile` inserts here): inlined → float32
+  dense/matmul with a constant 2-d weight are ``dense_packed`` with the weight packed once in
+  the GEMM's column panels.
 - pack_conv_weights (only with jit kernels, which ``rvm.compile`` inserts here): inlined, batch
   norms folded → float32 conv2d with constant weights that the direct convolution serves
   (`rvm.kernels.direct`) are ``conv2d_packed`` with the weights packed once in panels.

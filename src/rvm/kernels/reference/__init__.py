@@ -7,13 +7,14 @@ as one sequence; ``split`` returns a tuple. Results are arrays (never NumPy scal
 dtype the op's type rule promises: float32 in, float32 out.
 
 One module per category of ops (`elemwise`, `reduce`, `nn`, `conv`, `pool`, `manipulate`,
-`index`, `image`, `search`, `transformer`, `checks`, `create`, `dynamic`, `bf16`, `quantized`;
-`common` holds what they share), and this package holds them all under the op names. Numpy kernels
-(`rvm.jit.numpy_kernel`) import it by name, as ``ref``, the way jit kernels import the kernel
-library: a saved executable names this package and carries none of its source. The modules
-import only ``math``, ``numpy`` (and ``ml_dtypes``, on first use of a narrow dtype such as
-bfloat16) and each other. Function names shadow builtins (``sum``, ``max``, ``abs``...) so
-that every op maps to the function of its name; the modules never use those builtins.
+`index`, `image`, `search`, `transformer`, `checks`, `create`, `dynamic`, `bf16`, `packed`,
+`quantized`; `common` holds what they share), and this package holds them all under the op
+names. Numpy kernels (`rvm.jit.numpy_kernel`) import it by name, as ``ref``, the way jit
+kernels import the kernel library: a saved executable names this package and carries none of
+its source. The modules import only ``math``, ``numpy`` (and ``ml_dtypes``, on first use of a
+narrow dtype such as bfloat16) and each other. Function names shadow builtins (``sum``,
+``max``, ``abs``...) so that every op maps to the function of its name; the modules never use
+those builtins.
 """
 
 from rvm.kernels.reference.bf16 import *  # noqa: F403 (its ops, listed in its __all__)
@@ -27,6 +28,7 @@ from rvm.kernels.reference.image import *  # noqa: F403
 from rvm.kernels.reference.index import *  # noqa: F403
 from rvm.kernels.reference.manipulate import *  # noqa: F403
 from rvm.kernels.reference.nn import *  # noqa: F403
+from rvm.kernels.reference.packed import *  # noqa: F403
 from rvm.kernels.reference.pool import *  # noqa: F403
 from rvm.kernels.reference.quantized import *  # noqa: F403
 from rvm.kernels.reference.reduce import *  # noqa: F403

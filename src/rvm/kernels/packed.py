@@ -1,0 +1,219 @@
+"""float32 products with a constant weight packed once into panels, as ONNX Runtime's MLAS does.
+
+`rvm.kernels.sgemm` reads B's rows where they are: a product with a wide B (768 x 3072 in
+BERT's feed-forward) then walks rows 12 KB apart, a new page every few rows, for every band of
+A. A constant weight is instead packed once, when the executable is built
+(`rvm.transform.pack_weights`), into column panels each ``panel`` wide: ``(panels, k,
+panel)`` float32, panel ``p`` holding B's columns ``p * panel`` to ``(p + 1) * panel`` (the
+last padded with zeros), its ``k`` rows one contiguous stream. The GEMM then reads each
+panel's rows one after the other (`rvm.kernels.sgemm`'s micro-kernel, its row stride the
+panel's width), blocks of panels that fit half of L2 at a time.
+
+- `panel_width()`: the panel width for this CPU, the micro-kernel's widest tile
+  (`rvm.kernels.sgemm.NR`: three vectors on AVX-512, two on AVX2). A panel of another width
+  (a weight packed on another machine) is still multiplied right, in tiles of the kernel's.
+- `pack(weight, transposed, panel)`: a 2-d ``(k, n)`` weight (``(n, k)`` when
+  ``transposed``, as ``dense``'s) in panels (NumPy, at build time; written once, in
+  `rvm.kernels.reference.packed`, with `ACTIVATIONS`).
+- `dense(x, w, out, n, bias, act)`: ``out[m, n] = act(x[m, k] @ B + bias)`` where ``w`` is
+  B packed; cut on rvm's pool along the panels (or C's rows when the panels are few); a few
+  rows take a one-row tile (a GEMV's) rather than the micro-kernel's tile of `MR` rows. The
+  bias and activation (the GEMM's epilogue: `ACTIVATIONS`) run on each tile right after its
+  last depth block, in the thread that computed it, while it is in cache. Checks every shape
+  first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rvm.kernels import parfor, sgemm, workpool
+from rvm.kernels.cblas import address
+from rvm.kernels.jitting import jit
+from rvm.kernels.mathlib import erf32, tanh32
+from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
+
+__all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_FAST = {"nsz", "arcp", "contract", "afn"}  # as `rvm.kernels.mathlib`'s: NaN and inf kept
+SMALL_ROWS = 4  # fewer rows take the one-row tile (the `MR`-row tile computes MR rows anyway)
+SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
+SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
+PIECES_PER_THREAD = 4
+
+
+def panel_width() -> int:
+    """The panel width this CPU's GEMM reads best: its micro-tile's columns."""
+    return sgemm.NR
+
+
+@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath=_FAST)
+def _epilogue(c, ldc, rows, cols, bias, act):  # type: ignore[no-untyped-def]
+    """``C[:rows, :cols] = act(C + bias)`` at the address ``c`` (row stride ``ldc``), ``bias``
+    the address of ``cols`` floats (0: none), ``act`` an index of `ACTIVATIONS`, as rvm's
+    elementwise kernels compute them: a tile just stored, while it is in L1. One loop per
+    step, each vectorized."""
+    out = sgemm._floats_at(c)
+    b = sgemm._floats_at(bias)
+    half, one = np.float32(0.5), np.float32(1.0)
+    for i in range(rows):
+        row = i * ldc
+        if bias != 0:
+            for j in range(cols):
+                out[row + j] += b[j]
+        if act == 1:
+            for j in range(cols):
+                out[row + j] = np.maximum(out[row + j], np.float32(0.0))
+        elif act == 2:
+            for j in range(cols):
+                v = out[row + j]
+                out[row + j] = half * v * (one + erf32(v * np.float32(0.7071067811865476)))
+        elif act == 3:
+            for j in range(cols):
+                v = out[row + j]
+                inner = np.float32(0.7978845608028654) * (v + np.float32(0.044715) * v * v * v)
+                out[row + j] = half * v * (one + tanh32(inner))
+
+
+@jit(**_OPTS)
+def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``C[:m, cols] = act(A[:m, :k] @ B[:, cols] + bias)`` for the columns of panels
+    ``first`` to ``last`` (exclusive) of the packed B at ``bp``, on addresses, in the calling
+    thread: blocks of panels that fit half of L2, each depth block, each band of A across the
+    block; after the last depth block, each tile's `_epilogue` (``bias`` 0 and ``act`` 0: none)
+    while it is in cache."""
+    kc_max = min(sgemm.KC, k)
+    block = max(1, sgemm.BLOCK_BYTES // (4 * kc_max * panel))
+    epilogue = bias != 0 or act != 0
+    for q0 in range(first, last, block):
+        q1 = min(last, q0 + block)
+        for p0 in range(0, k, sgemm.KC):
+            kc = min(sgemm.KC, k - p0)
+            add = 1 if p0 > 0 else 0
+            final = epilogue and p0 + kc == k
+            for i0 in range(0, m, sgemm.MR):
+                rows = min(sgemm.MR, m - i0)
+                a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
+                for q in range(q0, q1):
+                    width = min(panel, n - q * panel)
+                    at_b = bp + 4 * (q * k * panel + p0 * panel)
+                    at_c = c_band + 4 * q * panel
+                    sgemm._tiles(kc, a_band, lda, at_b, panel, 0, at_c, ldc, add, rows, width)
+                    if final:
+                        at_bias = bias + 4 * q * panel if bias != 0 else 0
+                        _epilogue(at_c, ldc, rows, width, at_bias, act)
+
+
+@jit(**_OPTS)
+def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`_panels` for a few rows: one row at a time (`sgemm._micro_row`, a GEMV's tile), the
+    whole depth at once, each panel streamed once per row (in L2 for the next row), then the
+    panel's `_epilogue`."""
+    for q in range(first, last):
+        width = min(panel, n - q * panel)
+        at_b = bp + 4 * q * k * panel
+        for j0 in range(0, width, sgemm.NR):
+            cols = min(sgemm.NR, width - j0)
+            vectors = (cols + sgemm.LANES - 1) // sgemm.LANES
+            tail = cols - (vectors - 1) * sgemm.LANES
+            for i in range(m):
+                sgemm._micro_row(k, a + 4 * i * lda, lda, at_b + 4 * j0, panel, 0,
+                                 c + 4 * (i * ldc + q * panel + j0), ldc, 0, 1, vectors, tail,
+                                 sgemm.LANES, sgemm.LANES, 0)  # fmt: skip
+        if bias != 0 or act != 0:
+            at_bias = bias + 4 * q * panel if bias != 0 else 0
+            _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act)
+
+
+# A packed-product job (int64): its length; x's, w's and out's addresses; m, k, n, the panel
+# width; the pieces' panels (along n) or rows (along m), and whether along n; the bias's
+# address (0: none) and the activation's index.
+_JOB = 12
+
+
+def _task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a packed product (a pool task, `rvm.kernels.parfor`)."""
+    job = parfor.job(data)
+    px, pw, po, m, k, n, panel = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
+    step, along_n, bias, act = job[8], job[9], job[10], job[11]
+    panels = -(-n // panel)
+    if m < SMALL_ROWS:
+        last = min(panels, (p + 1) * step)
+        _rows(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
+    elif along_n:
+        last = min(panels, (p + 1) * step)
+        _panels(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
+    else:
+        rows = min(step, m - p * step)
+        at_x, at_o = px + 4 * p * step * k, po + 4 * p * step * n
+        _panels(at_x, k, pw, k, panel, at_o, n, rows, n, 0, panels, bias, act)
+
+
+parfor.export_task("packed_dense", _task)
+_run = parfor.runner("packed_dense")
+_call = parfor.caller("packed_dense")  # unsplit: the code built once, as the task
+
+
+@jit(**_OPTS)
+def _cut(m, k, n, panel):  # type: ignore[no-untyped-def]
+    """(pieces, step, along_n): the pieces of a product worth the pool, along the panels
+    (``step`` panels a piece) or, when they are fewer than the pieces, C's rows (``step`` a
+    multiple of `sgemm.MR`)."""
+    panels = -(-n // panel)
+    threads = workpool.threads()
+    work, least = m * n * k, SPLIT_MIN_MNK
+    if m < SMALL_ROWS:
+        work, least = n * k, SPLIT_MIN_ROWS_LOOP
+    if threads < 2 or work < 2 * least or workpool.busy():
+        return 1, panels, True
+    parts = min(PIECES_PER_THREAD * threads, work // least)
+    if panels >= parts or m < 2 * sgemm.MR * threads:
+        step = -(-panels // min(parts, panels))
+        return -(-panels // step), step, True
+    band = -(-m // parts)
+    step = -(-band // sgemm.MR) * sgemm.MR
+    return -(-m // step), step, False
+
+
+@jit(**_OPTS)
+def _bias_at(bias):  # type: ignore[no-untyped-def]
+    """The bias's address, 0 when it is empty (none)."""
+    return address(bias, 0) if bias.shape[0] > 0 else 0
+
+
+@jit(**_OPTS)
+def dense(x, w, out, n, bias, act):  # type: ignore[no-untyped-def]
+    """``out[m, n] = act(x[m, k] @ B + bias)`` for float32 C-contiguous ``x`` and ``out``,
+    ``w`` the packed B ``(panels, k, panel)`` (`pack`) of ``n`` columns, ``bias`` ``(n,)`` or
+    empty (none), ``act`` an index of `ACTIVATIONS`. The bias and activation run on each
+    tile as it is done, in the thread that computed it."""
+    m, k = x.shape
+    panels, kw, panel = w.shape
+    if bias.shape[0] != 0 and bias.shape[0] != n:
+        raise ValueError("packed dense: the bias must have n values (or none)")
+    if act < 0 or act >= len(ACTIVATIONS):
+        raise ValueError("packed dense: unknown activation index")
+    if kw != k or out.shape[0] != m or out.shape[1] != n or panel <= 0:
+        raise ValueError(
+            "packed dense: the shapes do not match: expected x (m, k), the packed weight "
+            "(panels, k, panel) and out (m, n)"
+        )
+    if n < 0 or panels != -(-n // panel):
+        raise ValueError("packed dense: the packed weight's panels do not cover n columns")
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        out[:, :] = 0
+        for i in range(m):
+            _epilogue(address(out, i * n), n, 1, n, _bias_at(bias), act)
+        return
+    parts, step, along_n = _cut(m, k, n, panel)
+    job = np.empty(_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3] = _JOB, address(x, 0), address(w, 0), address(out, 0)
+    job[4], job[5], job[6], job[7], job[8], job[9] = m, k, n, panel, step, along_n
+    job[10], job[11] = _bias_at(bias), act
+    if parts == 1:
+        _call(out, 0, job)
+    else:
+        _run(out, parts, job)

@@ -1,0 +1,223 @@
+"""Products with constant weights packed in column panels (`rvm.kernels.packed`,
+`rvm.transform.pack_weights`, the ``dense_packed`` op): the kernel's tile and panel edges
+against NumPy (float64 sums), panels of another machine's width, splits over the pool, the
+pass on dense, matmul and Gemm in every exec mode, a saved and reloaded executable, and the
+executable holding the packed weight only."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm import op
+from rvm.errors import IRError
+from rvm.ir import Builder, Call, IRModule, Var, tensor
+from rvm.kernels import packed, sgemm
+from rvm.kernels.threads import get_num_threads, set_num_threads
+from rvm.transform.pack_weights import pack_weights
+
+F32 = np.float32
+
+
+def _check(
+    m: int, k: int, n: int, panel: int, seed: int = 0, bias: bool = False, act: str = "none"
+) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal(n if bias else 0).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    packed.dense(x, packed.pack(b, False, panel), out, n, c, packed.ACTIVATIONS.index(act))
+    want = x.astype(np.float64) @ b + (c if bias else 0)
+    if act == "relu":
+        want = np.maximum(want, 0)
+    elif act == "gelu":
+        want = 0.5 * want * (1 + np.vectorize(math.erf)(want / np.sqrt(2)))
+    elif act == "gelu_tanh":
+        want = 0.5 * want * (1 + np.tanh(np.sqrt(2 / np.pi) * (want + 0.044715 * want**3)))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k) * 4)
+
+
+SIZES_M = [1, 2, packed.SMALL_ROWS, sgemm.MR - 1, sgemm.MR + 1, 3 * sgemm.MR + 5]
+SIZES_N = [1, sgemm.LANES - 1, sgemm.NR, sgemm.NR + 1, 2 * sgemm.NR + sgemm.LANES + 3]
+SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3]
+
+
+@pytest.mark.parametrize("m", SIZES_M)
+@pytest.mark.parametrize("n", SIZES_N)
+@pytest.mark.parametrize("k", SIZES_K)
+def test_tile_and_panel_edges(m: int, n: int, k: int) -> None:
+    _check(m, k, n, packed.panel_width())
+
+
+@pytest.mark.parametrize("panel", [1, sgemm.LANES, 2 * sgemm.NR + 5])
+def test_panels_of_another_width(panel: int) -> None:
+    """A weight packed for another CPU's tile (its panel width in its shape) multiplies
+    right in this CPU's tiles."""
+    for m in (1, 3, sgemm.MR + 3):
+        _check(m, 37, 3 * panel + 2, panel)
+
+
+@pytest.mark.parametrize("act", packed.ACTIVATIONS)
+@pytest.mark.parametrize("m", [1, 3, sgemm.MR + 3])
+def test_epilogue_on_each_tile(m: int, act: str) -> None:
+    """The bias and activation, applied to each tile after its last depth block (two depth
+    blocks here) and to each row's panel on the few-rows path."""
+    _check(m, sgemm.KC + 5, 2 * sgemm.NR + 3, packed.panel_width(), bias=True, act=act)
+    _check(m, 9, sgemm.NR + 1, packed.panel_width(), bias=False, act=act)
+
+
+def test_split_over_the_pool() -> None:
+    """Products large enough to split along the panels, and along C's rows when the panels
+    are fewer than the pieces."""
+    before = get_num_threads()
+    set_num_threads(2)
+    try:
+        width = packed.panel_width()
+        _check(130, 300, 3 * sgemm.NR + 7, width, bias=True, act="gelu")  # along the rows
+        _check(67, 260, 40 * sgemm.NR + 1, width, bias=True, act="relu")  # along the panels
+        _check(2, 1000, 30 * sgemm.NR, width, bias=True, act="gelu")  # few rows, panels
+    finally:
+        set_num_threads(before)
+
+
+def test_pack_layout_and_transposed() -> None:
+    w = np.arange(5 * 7, dtype=np.float32).reshape(5, 7)  # (k, n)
+    p = packed.pack(w, False, 3)
+    assert p.shape == packed.packed_shape(5, 7, 3) == (3, 5, 3)
+    np.testing.assert_array_equal(p[1], w[:, 3:6])
+    np.testing.assert_array_equal(p[2], np.pad(w[:, 6:], ((0, 0), (0, 2))))
+    np.testing.assert_array_equal(packed.pack(w.T.copy(), True, 3), p)
+    with pytest.raises(ValueError, match="expects a 2-d weight and panel > 0"):
+        packed.pack(w[None], False, 3)
+
+
+def test_dense_refuses_mismatched_shapes() -> None:
+    p = packed.pack(np.ones((8, 20), np.float32), False, 16)
+    x, out, none = np.ones((3, 8), np.float32), np.empty((3, 20), np.float32), np.ones(0, F32)
+    with pytest.raises(ValueError, match=r"expected x \(m, k\), the packed weight"):
+        packed.dense(np.ones((3, 9), np.float32), p, out, 20, none, 0)
+    with pytest.raises(ValueError, match="panels do not cover n columns"):
+        packed.dense(x, p, np.empty((3, 40), np.float32), 40, none, 0)
+    with pytest.raises(ValueError, match="the bias must have n values"):
+        packed.dense(x, p, out, 20, np.ones(7, F32), 0)
+    with pytest.raises(ValueError, match="unknown activation index"):
+        packed.dense(x, p, out, 20, none, len(packed.ACTIVATIONS))
+
+
+def test_op_type_rule_errors() -> None:
+    x = rvm.const(np.ones((2, 8), np.float32))
+    w = rvm.const(np.ones((2, 8, 16), np.float32))
+    with pytest.raises(IRError, match="40 units need 3 panels of 16, the weight .* has 2"):
+        _infer(op.dense_packed(x, w, 40))
+    with pytest.raises(IRError, match="input .* has 9 features"):
+        _infer(op.dense_packed(rvm.const(np.ones((2, 9), np.float32)), w, 30))
+    with pytest.raises(IRError, match="must be 3-d"):
+        _infer(op.dense_packed(x, rvm.const(np.ones((8, 16), np.float32)), 16))
+
+
+def _infer(call):  # type: ignore[no-untyped-def]
+    from rvm.ir.infer import infer_type
+
+    return infer_type(call)
+
+
+RNG = np.random.default_rng(1)
+W_MATMUL = RNG.standard_normal((70, 3 * sgemm.NR + 5)).astype(np.float32)  # (k, n)
+W_DENSE = RNG.standard_normal((61, W_MATMUL.shape[1])).astype(np.float32)  # (units, k)
+BIAS = RNG.standard_normal(61).astype(np.float32)
+
+
+def _model() -> IRModule:
+    """x (batch, seq, 70) -> gelu(x @ W1) @ W2.T + b: a matmul and a dense (Gemm transB) of
+    constant weights, with odd widths and depths."""
+    x = Var("x", tensor(("batch", "seq", 70), "float32"))
+    bb = Builder()
+    with bb.function("main", [x]):
+        h = bb.emit(op.gelu(bb.emit(op.matmul(x, rvm.const(W_MATMUL)))))
+        y = bb.emit(op.add(bb.emit(op.dense(h, rvm.const(W_DENSE))), rvm.const(BIAS)))
+        bb.emit_output(y)
+    return bb.get()
+
+
+def _ops(mod: IRModule) -> list[str]:
+    return [
+        b.value.callee.name
+        for b in mod["main"].body.bindings
+        if isinstance(b.value, Call) and hasattr(b.value.callee, "name")
+    ]
+
+
+def _want(x: np.ndarray) -> np.ndarray:
+    return rvm.interpret(_model(), "main", x)
+
+
+@pytest.fixture(scope="module")
+def executable() -> rvm.Executable:
+    return rvm.compile(_model())
+
+
+def test_pass_packs_each_constant_weight_and_joins_epilogues() -> None:
+    mod = pack_weights(_model(), panel=16)
+    assert _ops(mod) == ["dense_packed", "dense_packed"]
+    first, second = (b.value for b in mod["main"].body.bindings)
+    n = W_MATMUL.shape[1]
+    np.testing.assert_array_equal(first.args[1].data, packed.pack(W_MATMUL, False, 16))
+    np.testing.assert_array_equal(second.args[1].data, packed.pack(W_DENSE, True, 16))
+    np.testing.assert_array_equal(second.args[2].data, BIAS)
+    assert (first.attrs["units"], first.attrs["activation"], len(first.args)) == (n, "gelu", 2)
+    assert (second.attrs["units"], second.attrs["activation"]) == (61, "none")
+
+
+def test_epilogue_stays_when_the_product_has_other_uses() -> None:
+    """A product read twice keeps its add; a bias that broadcasts along other axes, and a
+    computed one, stay adds."""
+    x = Var("x", tensor(("n", 70), "float32"))
+    r = Var("r", tensor((61,), "float32"))
+    bb = Builder()
+    with bb.function("main", [x, r]):
+        w = rvm.const(RNG.standard_normal((70, 61)).astype(F32))  # (k, units)
+        p = bb.emit(op.dense(x, rvm.const(w.data.T.copy())))
+        q = bb.emit(op.relu(p))
+        s = bb.emit(op.add(p, q))
+        d = bb.emit(op.matmul(x, w))
+        e = bb.emit(op.add(d, rvm.const(np.ones((3, 61), F32))))
+        g = bb.emit(op.matmul(x, w))
+        h = bb.emit(op.add(g, r))
+        bb.emit_output(rvm.ir.Tuple((s, e, h)))
+    mod = pack_weights(bb.get(), panel=16)
+    want = ["dense_packed", "relu", "add", "dense_packed", "add", "dense_packed", "add"]
+    assert _ops(mod) == want
+
+
+def test_executable_holds_the_packed_weights_only() -> None:
+    ex = rvm.compile(_model(), build_kernels=False)
+    shapes = sorted(c.shape for c in ex.constants if c.ndim >= 2)
+    n, width = W_MATMUL.shape[1], packed.panel_width()
+    assert shapes == sorted([packed.packed_shape(70, n, width), packed.packed_shape(n, 61, width)])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (3, 37)])
+def test_model_in_every_exec_mode(executable, exec_mode: str, shape: tuple[int, int]) -> None:
+    x = np.random.default_rng(2).standard_normal((*shape, 70)).astype(np.float32)
+    got = rvm.VirtualMachine(executable, exec_mode=exec_mode)["main"](x)
+    np.testing.assert_allclose(got, _want(x), rtol=1e-4, atol=1e-4)
+
+
+def test_saved_and_reloaded(executable, exec_mode: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "packed.rvmx"
+    executable.save(path)
+    back = rvm.load_executable(path)
+    x = np.random.default_rng(3).standard_normal((2, 5, 70)).astype(np.float32)
+    got = rvm.VirtualMachine(back, exec_mode=exec_mode)["main"](x)
+    np.testing.assert_allclose(got, _want(x), rtol=1e-4, atol=1e-4)
+
+
+def test_numpy_kernels_keep_the_plain_products() -> None:
+    ex = rvm.compile(_model(), kernels="numpy")
+    assert all(c.ndim <= 2 for c in ex.constants)
+    x = np.random.default_rng(4).standard_normal((2, 3, 70)).astype(np.float32)
+    np.testing.assert_allclose(rvm.VirtualMachine(ex)["main"](x), _want(x), rtol=1e-4, atol=1e-4)
