@@ -36,6 +36,7 @@ __all__ = [
     "mod",
     "mul",
     "parse_dim",
+    "source",
     "sub",
     "substitute",
     "symbols",
@@ -259,6 +260,17 @@ _INT_OPS: dict[str, Callable] = {
     "//": lambda a, b: a // b,
     "%": lambda a, b: a % b,
 }
+
+
+_SOURCE_OPS: dict[str, Callable] = {
+    op: (lambda o: lambda a, b: f"({a} {o} {b})")(op) for op in ("+", "*", "//", "%")
+}
+
+
+def source(d: object, spell: Callable[[str], str]) -> str:
+    """Dim ``d`` as a Python expression over ints, each name spelled by ``spell`` (the
+    variable a kernel reads it into)."""
+    return str(fold(d, spell, _SOURCE_OPS))
 
 
 def substitute(d: object, dims: Mapping[str, object]) -> object:

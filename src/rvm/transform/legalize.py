@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from rvm.ir import expr as E
 from rvm.ir.analysis import bound_vars
+from rvm.ir.dims import DimExpr, symbols
 from rvm.ir.functor import ExprVisitor
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
@@ -278,9 +279,21 @@ def _wrap_op_call(
             inner.append(a)
         else:
             inner.append(param(a))
+
+    def carry(d: str) -> bool:
+        """Pass in a variable carrying ``d`` when no argument does: the kernel reads its
+        shape."""
+        if any(d in _shape_names(p.type) for p in params.values()):
+            return True
+        if d in binders:
+            param(binders[d])
+            return True
+        return False
+
     for d in _attr_dims(call.attrs) + _shape_names(call.type or infer_type(call)):
-        if d in binders and not any(d in _shape_names(p.type) for p in params.values()):
-            param(binders[d])  # carries the dimension only: the kernel reads its shape
+        if not carry(d) and isinstance(d, DimExpr):  # past + seq: carry past and seq
+            for name in sorted(symbols(d)):
+                carry(name)
     op: E.Op = call.callee
     result = E.Var("lv0")
     body = E.seq([E.VarBinding(result, E.Call(op, tuple(inner), call.attrs))], result)
