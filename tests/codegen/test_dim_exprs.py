@@ -65,6 +65,13 @@ def test_expressions_every_size(kernels, exec_mode) -> None:
         assert vm["doubled"](x, y).shape == (b, 4 * seq + 1)
 
 
+def test_the_native_mode_runs_expressions_natively() -> None:
+    vm = _vm("jit", "native")
+    vm["main"](*_inputs(2, 3, 4))
+    report = vm.native_report()
+    assert report.fallbacks == {} and sorted(report.native) == ["doubled", "main"]
+
+
 def test_a_size_that_contradicts_an_expression_is_an_error(kernels, exec_mode) -> None:
     vm = _vm(kernels, exec_mode)
     past, new, _ = _inputs(2, 3, 4)

@@ -228,11 +228,13 @@ class FunctionCodegen:
         """The pattern checking only the expressions of ``shape`` whose names are bound (every
         other dim free); None when there is none."""
         pairs: list[int] = []
+        checked = False
         for d in shape:
             bound = {n: self.slots[n] for n in D.symbols(d) if n in self.bound}
             program = patterns.expr_pairs(d, bound) if _is_expr(d) else None
             pairs += [3, 0] if program is None else program
-        return pairs if any(pairs[k] == 4 for k in range(0, len(pairs), 2)) else None
+            checked = checked or program is not None
+        return pairs if checked else None
 
     def match_result(self, c: E.Call, dst: int) -> None:
         """Match a kernel result allocated by its kernel (its shape depends on data: a shape
@@ -245,6 +247,7 @@ class FunctionCodegen:
         if not isinstance(ty, TensorType) or ty.shape is None:
             return
         pairs: list[int] = []
+        checked = False  # a dim this match checks: else it is not worth emitting
         for d in ty.shape:
             program = patterns.expr_pairs(d, self.slots) if _is_expr(d) else None
             if isinstance(d, int):
@@ -255,7 +258,9 @@ class FunctionCodegen:
                 pairs += [2, self.slots[d]]
             else:
                 pairs += [3, 0]
-        if not any(pairs[k] in (0, 2, 4) for k in range(0, len(pairs), 2)):
+                continue
+            checked = True
+        if not checked:
             return
         pattern = self.ctx.int_pattern(pairs)
         context = self.ctx.string(f"{self.name}: the result of {c.args[0].name}")

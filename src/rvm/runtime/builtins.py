@@ -186,8 +186,6 @@ def make_shape(heap: np.ndarray, pattern: Any) -> np.ndarray:
         elif kind == sp.EXPR:
             decoded = _decoded(pattern, sp.MAKE_KINDS, heap)
             dims = [_dim_value(k, v, heap, "make_shape") for k, v in decoded]
-            if any(d < 0 for d in dims):
-                raise ShapeError(f"make_shape: a dimension expression is negative: {dims}")
             break
         elif kind != 0:
             raise ValueError(f"make_shape: unknown pattern kind {kind}")
