@@ -206,7 +206,8 @@ def legalize(mod: IRModule) -> IRModule:
     table = PrimitiveTable(mod)
 
     def rewrite(name: str, func: E.Function) -> E.Function:
-        binders = _dim_binders(func.params)
+        params = _dim_binders(func.params)
+        binders = dict(params)
         if isinstance(func.body, E.SeqExpr):  # values of the function's own scope, visible
             for b in func.body.bindings:  # in every nested region after them
                 for d in _shape_names(b.var.type):
@@ -216,7 +217,9 @@ def legalize(mod: IRModule) -> IRModule:
             bindings: list[E.VarBinding], body: E.Expr, depth: int
         ) -> tuple[list[E.VarBinding], E.Expr]:
             bindings, body = hoist_result(bindings, body, is_op_call, "out")
-            local = dict(binders)  # and this region's values, after each is bound
+            # and this region's values, after each is bound (the function's own region sees
+            # its values only once bound: a later one has no value yet)
+            local = dict(params if depth == 0 else binders)
             out = []
             for b in bindings:
                 if is_op_call(b.value):
