@@ -40,3 +40,65 @@ def test_the_builtins_read_the_same_pairs() -> None:
     np.testing.assert_array_equal(make_shape(heap, np.array([1, 0, 0, 3])), [5, 3])
     with pytest.raises(ValueError, match="pairs, got 3 numbers"):
         make_shape(heap, np.array([1, 0, 0]))
+
+
+def test_decode_reads_an_expression_and_its_program() -> None:
+    # (b, past + seq): b stored in slot 0, then slot 1 + slot 2 computed
+    pattern = np.array([1, 0, 4, 3, 1, 1, 1, 2, 2, 0], np.int64)
+    program = ((1, 1), (1, 2), (2, 0))
+    assert sp.decode(pattern, sp.MATCH_KINDS, 3) == [(1, 0), (4, program)]
+    assert sp.evaluate(program, [0, 5, 7]) == 12
+    assert sp.render(program, lambda slot: f"h[{slot}]") == "(h[1] + h[2])"
+
+
+@pytest.mark.parametrize(
+    ("numbers", "message"),
+    [
+        ([4, 3, 1, 0, 1, 0], "an expression of 3 ops past its end"),
+        ([4, 1, 1, 5], "a heap slot out of range"),
+        ([4, 2, 1, 0, 2, 0], "an expression op 2 it cannot run"),
+        ([4, 2, 1, 0, 1, 0], "leaves no single value"),
+        ([4, 1, 9, 0], "an expression op 9 it cannot run"),
+    ],
+)
+def test_decode_refuses_a_malformed_expression(numbers, message) -> None:
+    with pytest.raises(sp.PatternError, match=message):
+        sp.decode(np.array(numbers, np.int64), sp.MATCH_KINDS, 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "sizes"),
+    [
+        ("2*n - 1", {"n": 4}),
+        ("(n + 1) // 2 * k", {"n": 6, "k": 3}),
+        ("n % k + n", {"n": 7, "k": 3}),
+    ],
+)
+def test_evaluate_and_render_agree_with_the_ir(text, sizes) -> None:
+    from rvm.codegen.patterns import expr_pairs
+    from rvm.ir import dims as D
+
+    d = D.parse_dim(text)
+    slots = {name: i for i, name in enumerate(sorted(sizes))}
+    heap = [sizes[name] for name in sorted(sizes)]
+    ((kind, program),) = sp.decode(np.array(expr_pairs(d, slots)), sp.MAKE_KINDS, len(heap))
+    assert kind == sp.EXPR
+    assert sp.evaluate(program, heap) == D.evaluate(d, sizes)
+    assert eval(sp.render(program, lambda slot: f"heap[{slot}]")) == D.evaluate(d, sizes)
+
+
+def test_the_builtins_compute_expressions() -> None:
+    from rvm.errors import ShapeError
+    from rvm.runtime.builtins import make_shape, match_shape
+
+    heap = np.array([3, 4, 0], np.int64)
+    past_plus_seq = [4, 3, 1, 0, 1, 1, 2, 0]
+    x = np.zeros((2, 7))
+    assert match_shape(x, heap, np.array([1, 2, *past_plus_seq])) is x and heap[2] == 2
+    np.testing.assert_array_equal(make_shape(heap, np.array([*past_plus_seq, 0, 5])), [7, 5])
+    with pytest.raises(ShapeError, match=r"^ctx: shape \(2, 6\) has 6 at axis 1, expected 7$"):
+        match_shape(np.zeros((2, 6)), heap, np.array([1, 2, *past_plus_seq]), "ctx")
+    with pytest.raises(ShapeError, match="expected a 1-d tensor, got shape"):
+        match_shape(x, heap, np.array(past_plus_seq))
+    with pytest.raises(ShapeError, match="divides by a dimension that is 0"):
+        make_shape(np.array([3, 0, 0], np.int64), np.array([4, 3, 1, 0, 1, 1, 4, 0]))

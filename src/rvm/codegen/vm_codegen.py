@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 
+from rvm.codegen import patterns
 from rvm.codegen.effects import declared_shapes, emit_effect, makes_shapes
 from rvm.dtypes import numpy_dtype
 from rvm.errors import IRError
+from rvm.ir import dims as D
 from rvm.ir import expr as E
 from rvm.ir.functor import ExprVisitor
 from rvm.ir.infer import infer_type
@@ -135,6 +137,10 @@ def _tiny_view(c: E.Call) -> bool:
     return is_tiny(math.prod(shape) * numpy_dtype(c.attrs["dtype"]).itemsize)
 
 
+def _is_expr(d: object) -> bool:
+    return isinstance(d, D.DimExpr)
+
+
 class FunctionCodegen:
     """Emits one VM function."""
 
@@ -168,16 +174,24 @@ class FunctionCodegen:
         outputs = declared_shapes(self.func)  # packed calls' results, checked (`effect`)
         if not found and not outputs and not makes_shapes(self.func):
             return
-        names = {d for shape in [s for _, _, s in found] + outputs for d in shape}
-        names = {d for d in names if isinstance(d, str)}
+        shapes = [s for _, _, s in found] + outputs
+        names = {name for shape in shapes for d in shape for name in D.symbols(d)}
         self.heap = self.fb.new_register()
         self.fb.emit(Opcode.ALLOC_SHAPE_HEAP, self.heap, len(names))
         fields: dict[tuple[int, ...], int] = {(i,): i for i in range(len(self.func.params))}
-        for path, what, shape in found:
-            pattern = self.ctx.int_pattern(self.match_pairs(shape, what))
+        for path, what, shape in found:  # names first: a dim expression reads any of them
+            pattern = self.ctx.int_pattern(self.match_pairs(shape, what, exprs=False))
             context = self.ctx.string(f"{self.name}: {what}")
-            tensor = self.field(path, fields)
-            self.fb.emit(Opcode.MATCH_SHAPE, tensor, self.heap, pattern, context)
+            self.fb.emit(Opcode.MATCH_SHAPE, self.field(path, fields), self.heap, pattern, context)
+        for path, what, shape in found:
+            pairs = self.expr_pairs(shape)
+            if pairs is not None:
+                exprs = ", ".join(f"axis {i} is {d}" for i, d in enumerate(shape) if _is_expr(d))
+                context = self.ctx.string(f"{self.name}: {what}, where {exprs}")
+                pattern = self.ctx.int_pattern(pairs)
+                self.fb.emit(
+                    Opcode.MATCH_SHAPE, self.field(path, fields), self.heap, pattern, context
+                )
 
     def field(self, path: tuple[int, ...], fields: dict[tuple[int, ...], int]) -> int:
         """The register of the parameter (tuple field) at ``path``, read once."""
@@ -187,23 +201,40 @@ class FunctionCodegen:
             self.fb.emit(Opcode.GET_FIELD, reg, self.field(path[:-1], fields), path[-1])
         return reg
 
-    def match_pairs(self, shape: tuple, what: str = "a value") -> list[int]:
+    def match_pairs(self, shape: tuple, what: str = "a value", exprs: bool = True) -> list[int]:
         """The `vm.builtin.match_shape` pattern of ``shape``, one (kind, value) pair per dim: a
         fixed dim is checked (0), a symbolic one stored at its first occurrence (1, ``what``
         recorded as its source) and checked after (2), an unknown one (None) only counts
-        toward the rank (3)."""
+        toward the rank (3), an expression (`rvm.ir.dims`) checked when ``exprs`` and its
+        names are bound (4 and its program), else free."""
         pairs: list[int] = []
         for d in shape:
             if d is None:
                 pairs += [3, 0]
             elif isinstance(d, int):
                 pairs += [0, d]
+            elif _is_expr(d):
+                bound = {n: self.slots[n] for n in D.symbols(d) if n in self.bound}
+                program = patterns.expr_pairs(d, bound) if exprs else None
+                pairs += [3, 0] if program is None else program
             elif d in self.bound:
                 pairs += [2, self.slots[d]]
             else:  # stored here: first on this path (a branch's dims are not the other's)
                 self.bound[d] = what
                 pairs += [1, self.slots.setdefault(d, len(self.slots))]
         return pairs
+
+    def expr_pairs(self, shape: tuple) -> list[int] | None:
+        """The pattern checking only the expressions of ``shape`` whose names are bound (every
+        other dim free); None when there is none."""
+        pairs: list[int] = []
+        checked = False
+        for d in shape:
+            bound = {n: self.slots[n] for n in D.symbols(d) if n in self.bound}
+            program = patterns.expr_pairs(d, bound) if _is_expr(d) else None
+            pairs += [3, 0] if program is None else program
+            checked = checked or program is not None
+        return pairs if checked else None
 
     def match_result(self, c: E.Call, dst: int) -> None:
         """Match a kernel result allocated by its kernel (its shape depends on data: a shape
@@ -216,14 +247,20 @@ class FunctionCodegen:
         if not isinstance(ty, TensorType) or ty.shape is None:
             return
         pairs: list[int] = []
+        checked = False  # a dim this match checks: else it is not worth emitting
         for d in ty.shape:
+            program = patterns.expr_pairs(d, self.slots) if _is_expr(d) else None
             if isinstance(d, int):
                 pairs += [0, d]
-            elif isinstance(d, str) and d in self.slots:
+            elif program is not None:
+                pairs += program
+            elif D.is_symbol(d) and d in self.slots:
                 pairs += [2, self.slots[d]]
             else:
                 pairs += [3, 0]
-        if not any(pairs[k] in (0, 2) for k in range(0, len(pairs), 2)):
+                continue
+            checked = True
+        if not checked:
             return
         pattern = self.ctx.int_pattern(pairs)
         context = self.ctx.string(f"{self.name}: the result of {c.args[0].name}")
@@ -419,9 +456,12 @@ class FunctionCodegen:
     def make_shape(self, shape: tuple, dst: int) -> None:
         pairs: list[int] = []
         for d in shape:
+            program = patterns.expr_pairs(d, self.slots) if _is_expr(d) else None
             if isinstance(d, int):
                 pairs += [0, d]
-            elif isinstance(d, str) and d in self.slots:
+            elif program is not None:
+                pairs += program
+            elif D.is_symbol(d) and d in self.slots:
                 pairs += [1, self.slots[d]]
             else:
                 raise IRError(

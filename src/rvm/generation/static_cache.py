@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from rvm import op
 from rvm.generation.layout import DecoderLayout
+from rvm.ir import dims
 from rvm.ir import expr as E
 from rvm.ir.analysis import free_vars
 from rvm.ir.functor import ExprMutator
@@ -52,6 +53,29 @@ def static_step(mod: IRModule, layout: DecoderLayout) -> E.Function | None:
     if sites is None:
         return None
     return _Rewrite(main, layout, past, sites).function()
+
+
+def _past_dims(
+    main: E.Function, layout: DecoderLayout, past: dict[E.Var, object]
+) -> dict[str, object]:
+    """The past's length in the buffer's terms: ``main`` sees a past of ``capacity - seq``
+    tokens (`_Rewrite._site`), so its attention mask of ``past + seq`` is the buffer's
+    ``capacity``; what the import computed from the past's length (a reshape to
+    ``batch*past + batch*seq``) then names only dims the step's parameters bind."""
+    names = set()
+    for _, layer, kind in past.values():  # type: ignore[misc]
+        shape = layout.caches[layer][kind].shape
+        if shape is not None and dims.is_symbol(shape[2]):
+            names.add(shape[2])
+    mask = next(p for p, role in zip(main.params, layout.roles) if role == "attention_mask")
+    total = mask.annotation.shape[1] if isinstance(mask.annotation, TensorType) else None
+    if len(names) != 1 or not isinstance(total, dims.DimExpr):
+        return {}
+    (name,) = names
+    rest = dims.sub(total, name)  # the step's sequence length
+    if name in dims.symbols(rest):
+        return {}
+    return {name: dims.sub(CAPACITY, rest)}
 
 
 Site = tuple[E.Var, E.Expr | None]  # the past parameter; the new keys a concat appends
@@ -122,6 +146,7 @@ class _Rewrite(ExprMutator):
             buf_type = tensor((ty.shape[0], ty.shape[1], CAPACITY, ty.shape[3]), ty.dtype)
             self.buffers[p] = E.Var(f"cache_{layer}_{('key', 'value')[kind]}", buf_type)
         self.write_at = E.Var("write_at", scalar("int64"))
+        self.dims = _past_dims(main, layout, past)
 
     def function(self) -> E.Function:
         params = [
@@ -134,9 +159,35 @@ class _Rewrite(ExprMutator):
     def visit_var_def(self, v: E.Var) -> E.Var:
         if v in self.var_map:
             return self.var_map[v]  # type: ignore[return-value]
-        fresh = E.Var(v.name, v.annotation if v in self.params else None)
+        ann = v.annotation if v in self.params else None
+        if isinstance(ann, TensorType) and ann.shape is not None:
+            ann = tensor(tuple(self._dim(d) for d in ann.shape), ann.dtype)
+        fresh = E.Var(v.name, ann)
         self.var_map[v] = fresh
         return fresh
+
+    def visit_call(self, c: E.Call) -> E.Expr:
+        """A call whose attributes name the past's length (a reshape to ``batch*(past +
+        seq)``) names it in the buffer's terms."""
+        out = super().visit_call(c)
+        attrs = {k: self._attr(k, v) for k, v in out.attrs.items()}  # type: ignore[attr-defined]
+        if all(attrs[k] is v for k, v in out.attrs.items()):  # type: ignore[attr-defined]
+            return out
+        return E.Call(out.callee, out.args, attrs)  # type: ignore[attr-defined]
+
+    def _attr(self, key: str, value: object) -> object:
+        if key == "dtype":
+            return value
+        if isinstance(value, tuple) and any(isinstance(d, str) for d in value):
+            dims = tuple(self._dim(d) for d in value)
+            return value if dims == value else dims
+        return self._dim(value) if isinstance(value, str) else value
+
+    def _dim(self, d: object) -> object:
+        """``d`` with the past's length in the buffer's terms (`_past_dims`)."""
+        if not isinstance(d, str) or not self.dims or not dims.symbols(d) & self.dims.keys():
+            return d
+        return dims.substitute(d, {**{n: n for n in dims.symbols(d)}, **self.dims})
 
     def visit_block(self, block: E.BindingBlock) -> list[E.VarBinding]:
         out = []

@@ -17,6 +17,7 @@ import numpy as np
 from rvm.dtypes import dtype_kind, numpy_dtype
 from rvm.errors import DTypeError, ShapeError
 from rvm.interp.values import Closure, Env, describe
+from rvm.ir import dims as D
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import DTYPES, ADTType, FuncType, ShapeType, TensorType, TupleType, Type
@@ -62,6 +63,35 @@ def check_value(
     if convert and not isinstance(value, (np.ndarray, tuple, ADT, Closure)):
         return _to_array(value, None, env, what)
     return value
+
+
+def check_dim_exprs(env: Env, values: list[tuple[Type | None, Any, str]]) -> None:
+    """Checks the tensors among ``values`` ((type, value, what) of each argument, after
+    `check_value` bound the names) against the dimension expressions (``past + seq``) of their
+    types whose names are bound: the VM's message (`rvm.codegen`), word for word.
+
+    Raises:
+        ShapeError: a size that differs from its expression's value.
+    """
+    stack = list(values)
+    while stack:
+        ty, value, what = stack.pop()
+        if isinstance(ty, TupleType) and isinstance(value, tuple):
+            stack += [(f, v, f"{what} field {i}") for i, (f, v) in enumerate(zip(ty.fields, value))]
+        if not isinstance(ty, TensorType) or ty.shape is None:
+            continue
+        exprs = [(i, d) for i, d in enumerate(ty.shape) if isinstance(d, D.DimExpr)]
+        for axis, d in exprs:
+            names = {n: env.dim(n) for n in D.symbols(d)}
+            if any(v is None for v in names.values()):
+                continue  # a name nothing bound: the expression is a size of its own
+            want, got = D.evaluate(d, names), value.shape[axis]  # type: ignore[arg-type]
+            if got != want:
+                where = ", ".join(f"axis {i} is {e}" for i, e in exprs)
+                raise ShapeError(
+                    f"{env.name}: {what}, where {where}: shape {tuple(value.shape)} has {got} "
+                    f"at axis {axis}, expected {want}"
+                )
 
 
 def _check_tensor(ty: TensorType, value: Any, env: Env, what: str, convert: bool) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import DTypeError, FunctionNotFoundError, ShapeError
-from rvm.interp.check import check_value
+from rvm.interp.check import check_dim_exprs, check_value
 from rvm.interp.effects import EFFECTS, PACKED_OPS, dim_call, packed_call
 from rvm.interp.prims import (
     as_typed,
@@ -319,12 +319,15 @@ class Interpreter:
             raise TypeError(f"{name} takes {len(params)} {plural}, got {len(args)}")
         env = Env(name, parent)
         bind = env.vars
+        checked = []
         for i, (param, arg) in enumerate(zip(params, args)):
             ann = param.annotation
             if ann is not None or convert:
                 what = f"argument {i} '{param.name}'"
                 arg = check_value(self.mod, ann, arg, env, what, convert=convert)
+                checked.append((ann, arg, what))
             bind[param] = arg
+        check_dim_exprs(env, checked)  # once every name is bound
         return env
 
     def _primitive(self, callee: E.Op | E.Constructor, call: E.Call, args: list, env: Env) -> Any:

@@ -13,6 +13,7 @@ from rvm.dtypes import numpy_dtype
 from rvm.errors import RVMError, ShapeError, is_shape_error
 from rvm.interp.values import Env, InterpError, describe
 from rvm.ir import expr as E
+from rvm.ir.dims import DimExpr
 from rvm.ir.types import DTYPES, TensorType, TupleType
 from rvm.runtime.objects import ADT
 
@@ -78,11 +79,16 @@ def run_reference(ref: Any, op: E.Op, args: list[Any], attrs: Any, env: Env) -> 
         ) from err
 
 
+def is_expr(value: Any) -> bool:
+    """Whether ``value`` is a dimension expression (``past + seq``, `rvm.ir.dims`)."""
+    return isinstance(value, DimExpr)
+
+
 def names_dims(key: str, value: Any) -> bool:
     """Whether attribute ``key`` = ``value`` may name a symbolic dimension."""
     if isinstance(value, tuple):
         return any(isinstance(v, str) or names_dims(key, v) for v in value)
-    return isinstance(value, str) and key != "dtype" and value.isidentifier()
+    return isinstance(value, str) and key != "dtype" and (value.isidentifier() or is_expr(value))
 
 
 def resolve_attr(key: str, value: Any, env: Env, op_name: str, nested: bool = False) -> Any:
@@ -98,7 +104,7 @@ def resolve_attr(key: str, value: Any, env: Env, op_name: str, nested: bool = Fa
     dim = env.dim(value)
     if dim is not None:
         return dim
-    if nested and value.isidentifier() and value not in DTYPES:
+    if nested and (value.isidentifier() or is_expr(value)) and value not in DTYPES:
         raise ShapeError(
             f"{env.where()}: op.{op_name} attribute {key} uses the symbolic dimension "
             f"{value!r}, which no parameter or annotation of {env.name} binds"

@@ -14,6 +14,7 @@ import numpy as np
 
 from rvm.errors import IRError, RVMError
 from rvm.ir import expr as E
+from rvm.ir.dims import DimExpr, evaluate, symbols
 from rvm.runtime.objects import ADT
 
 
@@ -75,13 +76,19 @@ class Env:
         raise IRError(f"{self.name}: variable '{var.name}' is used but not bound")
 
     def dim(self, name: str) -> int | None:
-        """The value of symbolic dimension ``name`` here or in an enclosing environment."""
+        """The value of symbolic dimension ``name`` here or in an enclosing environment; a
+        dimension expression (``past + seq``) is computed from its names when they are bound
+        and no value bound it whole."""
         env: Env | None = self
         while env is not None:
             value = env.dims.get(name)
             if value is not None:
                 return value
             env = env.parent
+        if isinstance(name, DimExpr):
+            sizes = {n: self.dim(n) for n in symbols(name)}
+            if all(v is not None for v in sizes.values()):
+                return evaluate(name, sizes)  # type: ignore[arg-type]
         return None
 
     def where(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from rvm.errors import IRError
 from rvm.ir import expr as E
+from rvm.ir.dims import is_symbol, substitute
 from rvm.ir.op import infer as op_rules
 from rvm.ir.types import (
     ADTType,
@@ -187,7 +188,11 @@ def _call_type(call: E.Call) -> Type:
 
 
 def bind_dims(params: tuple[Type, ...], args: list[Type]) -> dict[str, Dim]:
-    """The caller's dimensions for the callee's symbolic names, unified parameter by argument."""
+    """The caller's dimensions for the callee's symbolic names, unified parameter by argument.
+
+    Only bare names bind: a parameter's dim ``past + seq`` binds nothing (the VM checks it
+    once ``past`` and ``seq`` are bound), and the result's ``past + seq`` is computed from
+    what they bind to (`substitute_dims`)."""
     out: dict[str, Dim] = {}
     stack = list(zip(params, args))
     while stack:
@@ -195,9 +200,9 @@ def bind_dims(params: tuple[Type, ...], args: list[Type]) -> dict[str, Dim]:
         if isinstance(p, TensorType) and isinstance(a, TensorType):
             if p.shape is not None and a.shape is not None and len(p.shape) == len(a.shape):
                 for pd, ad in zip(p.shape, a.shape):
-                    if isinstance(pd, str) and out.get(pd, ad) == ad:
+                    if is_symbol(pd) and out.get(pd, ad) == ad:
                         out[pd] = ad
-                    elif isinstance(pd, str):
+                    elif is_symbol(pd):
                         out[pd] = None  # bound to two different caller dims: unknown here
         elif isinstance(p, TupleType) and isinstance(a, TupleType):
             stack.extend(zip(p.fields, a.fields))
@@ -205,13 +210,12 @@ def bind_dims(params: tuple[Type, ...], args: list[Type]) -> dict[str, Dim]:
 
 
 def substitute_dims(ty: Type, dims: dict[str, Dim]) -> Type:
-    """``ty`` with symbolic names replaced by ``dims`` (names not in ``dims`` become unknown)."""
+    """``ty`` with symbolic names replaced by ``dims``, expressions computed from them (names
+    not in ``dims`` become unknown)."""
     if isinstance(ty, TensorType) and ty.shape is not None:
         if not any(isinstance(d, str) for d in ty.shape):
             return ty
-        return TensorType(
-            tuple(dims.get(d) if isinstance(d, str) else d for d in ty.shape), ty.dtype
-        )
+        return TensorType(tuple(substitute(d, dims) for d in ty.shape), ty.dtype)
     if isinstance(ty, TupleType):
         return TupleType(tuple(substitute_dims(f, dims) for f in ty.fields))
     return ty

@@ -1,9 +1,10 @@
 """Types of IR values: tensors with symbolic shapes, tuples, functions, shapes and data types.
 
 A tensor's shape is a tuple of dimensions. A dimension is an ``int`` (known), a ``str`` naming a
-symbolic dimension (``"n"``: the same name inside one function is one dimension), or ``None``
-(unknown: a dimension that depends on data). ``shape=None`` means even the rank is unknown.
-Types are small immutable values compared with ``==``; they are not expressions.
+symbolic dimension (``"n"``: the same name inside one function is one dimension), an expression
+over names (`rvm.ir.dims.DimExpr`, ``past + seq``: canonical, so equal expressions are ``==``),
+or ``None`` (unknown: a dimension that depends on data). ``shape=None`` means even the rank is
+unknown. Types are small immutable values compared with ``==``; they are not expressions.
 
 Dtypes follow one rule, decided when the program is built, so that the interpreter (which
 computes with NumPy on the run-time values) and the VM (which allocates outputs and compiles
@@ -35,6 +36,7 @@ import numpy as np
 
 from rvm.dtypes import NARROW_DTYPES, NARROW_FLOAT_DTYPES, NARROW_INT_DTYPES, numpy_dtype
 from rvm.errors import IRError
+from rvm.ir.dims import DimExpr, parse_dim
 
 Dim = int | str | None
 Shape = tuple[Dim, ...]
@@ -91,7 +93,8 @@ def check_dtype(dtype: object) -> str:
 
 
 def check_dim(dim: object) -> Dim:
-    """Return ``dim`` as a dimension: a non-negative int, an identifier string, or None."""
+    """Return ``dim`` as a dimension: a non-negative int, a name, an expression (a `DimExpr`,
+    or text such as ``"past + seq"``, parsed to its canonical form), or None."""
     if dim is None:
         return None
     if isinstance(dim, (bool, np.bool_)):
@@ -100,8 +103,10 @@ def check_dim(dim: object) -> Dim:
         if dim < 0:
             raise IRError(f"a dimension must be >= 0, got {dim}")
         return int(dim)
-    if isinstance(dim, str) and dim.isidentifier():
+    if isinstance(dim, DimExpr) or (isinstance(dim, str) and dim.isidentifier()):
         return dim
+    if isinstance(dim, str):
+        return check_dim(parse_dim(dim))
     raise IRError(f"a dimension must be an int, a symbolic name or None, got {dim!r}")
 
 

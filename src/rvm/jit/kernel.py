@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rvm.ir.dims import DimExpr, source, symbols
 from rvm.jit.cond import all_of, ne
 from rvm.jit.scalar import convert, wrap_result
 from rvm.jit.te import (
@@ -100,6 +101,8 @@ class KernelBuilder(Emitter):
             return self.symbols[name] if name in self.symbols else str(d)
         if isinstance(d, str) and d in self.symbols:
             return self.symbols[d]
+        if isinstance(d, DimExpr) and symbols(d) <= self.symbols.keys():
+            return source(d, self.symbols.__getitem__)  # past + seq from past and seq
         raise Unsupported(f"dimension {d!r} is not known from the inputs")
 
     # -- broadcasting --------------------------------------------------------------------

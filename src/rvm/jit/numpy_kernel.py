@@ -19,6 +19,7 @@ import numpy as np
 from rvm.dtypes import NARROW_DTYPES, dtype_kind
 from rvm.errors import IRError
 from rvm.ir import expr as E
+from rvm.ir.dims import is_symbol, source, symbols
 from rvm.ir.types import TensorType, TupleType
 from rvm.kernels import reference as library
 from rvm.op import reference
@@ -115,10 +116,10 @@ class _KernelSource:
         return f"{LIBRARY_NAME}.{op.name}({', '.join(args)})"
 
     def _attr(self, value: object, dims: dict[str, str]) -> str:
-        if isinstance(value, str) and value in dims:
-            return dims[value]
-        if isinstance(value, tuple) and any(isinstance(v, str) and v in dims for v in value):
-            parts = [dims[v] if isinstance(v, str) and v in dims else literal(v) for v in value]
+        if isinstance(value, str) and _source(value, dims) is not None:
+            return _source(value, dims)  # type: ignore[return-value]
+        if isinstance(value, tuple) and any(_source(v, dims) is not None for v in value):
+            parts = [_source(v, dims) or literal(v) for v in value]
             return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
         return literal(value)
 
@@ -144,7 +145,7 @@ class _KernelSource:
         for b in bindings:
             for value in b.value.attrs.values() if isinstance(b.value, E.Call) else ():
                 used_dims |= symbolic_names(value) | ({value} if isinstance(value, str) else set())
-        lines += [f"    {d} = {src}" for d, src in dims.items() if d in used_dims]
+        lines += [f"    {d} = {src}" for d, src in dims.items() if d in used_dims and is_symbol(d)]
         for i, b in enumerate(bindings):
             self.names[b.var] = f"t{i}"
             if not isinstance(b.value, E.Call):
@@ -167,10 +168,23 @@ class _KernelSource:
         return "\n".join([LIBRARY_IMPORT, *self.consts, *lines]) + "\n"
 
 
+def _source(d: object, dims: dict[str, str]) -> str | None:
+    """Source reading symbolic dim ``d`` (a name, or an expression computed from its names)
+    off the kernel's arrays; None when ``d`` is no symbolic dim or a name it needs is not
+    carried by any of them."""
+    if not isinstance(d, str):
+        return None
+    if d in dims:
+        return dims[d]
+    if is_symbol(d) or not symbols(d) <= dims.keys():
+        return None
+    return source(d, dims.__getitem__)
+
+
 def _inferred(shape: tuple, dims: dict[str, str]) -> tuple:
     """A reshape's target with its one dim that no parameter gives (a name the input types do
     not carry once passes re-infer them) left to NumPy to infer, as a -1."""
-    missing = [i for i, d in enumerate(shape) if isinstance(d, str) and d not in dims]
+    missing = [i for i, d in enumerate(shape) if isinstance(d, str) and _source(d, dims) is None]
     if len(missing) == 1 and -1 not in shape:
         return tuple(-1 if i == missing[0] else d for i, d in enumerate(shape))
     return shape

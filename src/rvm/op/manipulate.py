@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rvm.errors import IRError
+from rvm.ir import dims
 from rvm.ir.expr import Call, Expr
 from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern
@@ -102,12 +103,7 @@ def _solve(src: Shape | None, target: Shape, known: Shape) -> Dim:
         if not rest_names:
             raise IRError(f"reshape: cannot reshape {fmt(src)} to {fmt(target)}")
         return None
-    quotient = have[0] // want[0]
-    if not rest_names:
-        return quotient
-    if quotient == 1 and rest_names.total() == 1:
-        return next(iter(rest_names))
-    return None
+    return dims_product([have[0] // want[0], *rest_names.elements()])
 
 
 @rule(ops.reshape)
@@ -374,11 +370,10 @@ def _infer_concat(call_: Call, arg_types: list[Type]) -> Type:
             if i != axis:
                 what = f"shapes {fmt(shapes[0])} and {fmt(s)} differ outside axis {axis}"
                 out[i] = unify_dim("concat", out[i], s[i], what)
-    sizes = [s[axis] for s in shapes]
-    if all(isinstance(d, int) for d in sizes):
-        out[axis] = sum(sizes)  # type: ignore[arg-type]
-    else:
-        out[axis] = sizes[0] if len(sizes) == 1 else None
+    total: Dim = 0
+    for s in shapes:  # a sum of symbolic sizes stays one: past + seq
+        total = dims.add(total, s[axis])
+    out[axis] = total
     return TensorType(tuple(out), dtype)
 
 

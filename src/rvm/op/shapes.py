@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from rvm.errors import IRError
+from rvm.ir import dims as dim_exprs
 from rvm.ir.op import infer
 from rvm.ir.types import STORAGE_DTYPES, AnyType, Dim, Shape, TensorType, TupleType, Type
 from rvm.op.ops import STORAGE_OP_NAMES
@@ -188,19 +189,12 @@ def reduce_shape(op: str, shape: Shape | None, axis: Sequence[int] | None, keepd
 
 
 def dims_product(dims: Sequence[Dim]) -> Dim:
-    """The product of dims: an int, a name when it is one name times 1, else None."""
-    if any(d is None for d in dims):
-        return None
-    ints = [d for d in dims if isinstance(d, int)]
-    names = [d for d in dims if isinstance(d, str)]
-    total = math.prod(ints)
-    if not names:
-        return total
-    if total == 0:
-        return 0
-    if len(names) == 1 and total == 1:
-        return names[0]
-    return None
+    """The product of dims: an int, a name, or an expression (``heads*seq``, `rvm.ir.dims`);
+    None when a dim is unknown."""
+    out: Dim = 1
+    for d in dims:
+        out = dim_exprs.mul(out, d)  # type: ignore[assignment]
+    return out
 
 
 def factor(dims: Sequence[Dim]) -> tuple[int, Counter[str]] | None:

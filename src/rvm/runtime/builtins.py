@@ -7,11 +7,12 @@ Importing this module registers them. Each returns its result (CALL_PACKED style
 - `vm.builtin.match_shape(tensor, heap, pattern, context="")`: checks `tensor.shape` against
   `pattern`, an int64 array of (kind, value) pairs, one per dimension: kind 0 = the dim must
   equal value, 1 = store the dim into heap[value], 2 = the dim must equal heap[value], 3 = any
-  dim (an unknown `?` dimension; value unused, 0). The rank must always match. A mismatch
-  raises ShapeError; `context` (a str or 0-d str array, e.g. "main: result") starts
-  the message. Returns the tensor.
+  dim (an unknown `?` dimension; value unused, 0), 4 = the dim must equal a dimension
+  expression whose program follows (`rvm.runtime.shape_patterns`). The rank must always
+  match. A mismatch raises ShapeError; `context` (a str or 0-d str array, e.g. "main:
+  result") starts the message. Returns the tensor.
 - `vm.builtin.make_shape(heap, pattern)`: a 1-d int64 shape from (kind, value) pairs: kind 0 =
-  the literal value, 1 = heap[value].
+  the literal value, 1 = heap[value], 4 = a dimension expression (its program follows).
 - `vm.builtin.storage_size(shape, dtype)`: the bytes a tensor of `shape` (a 1-d int array or a
   tuple) and `dtype` (a str or 0-d str array) needs, as a Python int.
 - `vm.builtin.tuple(*fields)`: a Python tuple of its arguments.
@@ -43,6 +44,7 @@ import numpy as np
 
 from rvm.dtypes import numpy_dtype
 from rvm.errors import DTypeError, ShapeError
+from rvm.runtime import shape_patterns as sp
 from rvm.runtime.registry import register_func
 from rvm.runtime.shape_patterns import pairs_flat
 
@@ -104,10 +106,7 @@ def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") 
     shape = tensor.shape if type(tensor) is np.ndarray else np.shape(tensor)
     pairs = _pairs(pattern)
     if 2 * len(shape) != len(pairs):
-        raise ShapeError(
-            f"{_prefix(context)}expected a {len(pairs) // 2}-d tensor, got shape {tuple(shape)} "
-            f"({len(shape)}-d)"
-        )
+        return _match_decoded(shape, heap, pattern, context, tensor)
     for axis, dim in enumerate(shape):
         kind, value = pairs[2 * axis], pairs[2 * axis + 1]
         if kind == 0:
@@ -124,19 +123,70 @@ def match_shape(tensor: Any, heap: np.ndarray, pattern: Any, context: Any = "") 
                     f"{_prefix(context)}shape {tuple(shape)} has {dim} at axis {axis}, but an "
                     f"earlier shape set that dimension to {int(heap[value])}"
                 )
+        elif kind == sp.EXPR:  # a pattern with an expression: its program follows
+            return _match_decoded(shape, heap, pattern, context, tensor)
         elif kind != 3:
             raise ValueError(f"match_shape: unknown pattern kind {kind}")
     return tensor
 
 
+def _match_decoded(shape: tuple, heap: np.ndarray, pattern: Any, context: Any, tensor: Any) -> Any:
+    """`match_shape` of a pattern with dimension expressions (`shape_patterns.EXPR`)."""
+    dims = _decoded(pattern, sp.MATCH_KINDS, heap)
+    if len(shape) != len(dims):
+        raise ShapeError(
+            f"{_prefix(context)}expected a {len(dims)}-d tensor, got shape {tuple(shape)} "
+            f"({len(shape)}-d)"
+        )
+    for axis, (dim, (kind, value)) in enumerate(zip(shape, dims)):
+        if kind == sp.STORE:
+            heap[value] = dim
+        elif kind == sp.ANY:
+            continue
+        want = _dim_value(kind, value, heap, context)
+        if dim != want:
+            how = " (an earlier shape set that dimension)" if kind == sp.CHECK else ""
+            raise ShapeError(
+                f"{_prefix(context)}shape {tuple(shape)} has {dim} at axis {axis}, "
+                f"expected {want}{how}"
+            )
+    return tensor
+
+
+def _decoded(pattern: Any, kinds: tuple[int, ...], heap: np.ndarray) -> list[tuple[int, Any]]:
+    try:
+        return sp.decode(np.asarray(pattern), kinds, len(heap))
+    except sp.PatternError as err:
+        raise ValueError(f"shape pattern {err}") from None
+
+
+def _dim_value(kind: int, value: Any, heap: np.ndarray, context: Any) -> int:
+    """The dim a LITERAL / CHECK / STORE (make_shape) / EXPR pair stands for."""
+    if kind == sp.LITERAL:
+        return value
+    if kind != sp.EXPR:
+        return int(heap[value])
+    try:
+        return sp.evaluate(value, heap)
+    except ZeroDivisionError:
+        raise ShapeError(
+            f"{_prefix(context)}a dimension expression divides by a dimension that is 0"
+        ) from None
+
+
 @register_func("vm.builtin.make_shape")
 def make_shape(heap: np.ndarray, pattern: Any) -> np.ndarray:
-    """A 1-d int64 shape from (kind, value) pairs: 0 = literal, 1 = heap[value]."""
+    """A 1-d int64 shape from (kind, value) pairs: 0 = literal, 1 = heap[value], 4 = an
+    expression (`shape_patterns`)."""
     pairs = _pairs(pattern)
     dims = pairs[1::2]  # the literals in place; heap slots are replaced by their values
     for axis, kind in enumerate(pairs[::2]):
         if kind == 1:
             dims[axis] = int(heap[dims[axis]])
+        elif kind == sp.EXPR:
+            decoded = _decoded(pattern, sp.MAKE_KINDS, heap)
+            dims = [_dim_value(k, v, heap, "make_shape") for k, v in decoded]
+            break
         elif kind != 0:
             raise ValueError(f"make_shape: unknown pattern kind {kind}")
     return np.array(dims, _INT64)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from rvm.ir import expr as E
 from rvm.ir.analysis import bound_vars
+from rvm.ir.dims import DimExpr, symbols
 from rvm.ir.functor import ExprVisitor
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
@@ -205,7 +206,8 @@ def legalize(mod: IRModule) -> IRModule:
     table = PrimitiveTable(mod)
 
     def rewrite(name: str, func: E.Function) -> E.Function:
-        binders = _dim_binders(func.params)
+        params = _dim_binders(func.params)
+        binders = dict(params)
         if isinstance(func.body, E.SeqExpr):  # values of the function's own scope, visible
             for b in func.body.bindings:  # in every nested region after them
                 for d in _shape_names(b.var.type):
@@ -215,7 +217,9 @@ def legalize(mod: IRModule) -> IRModule:
             bindings: list[E.VarBinding], body: E.Expr, depth: int
         ) -> tuple[list[E.VarBinding], E.Expr]:
             bindings, body = hoist_result(bindings, body, is_op_call, "out")
-            local = dict(binders)  # and this region's values, after each is bound
+            # and this region's values, after each is bound (the function's own region sees
+            # its values only once bound: a later one has no value yet)
+            local = dict(params if depth == 0 else binders)
             out = []
             for b in bindings:
                 if is_op_call(b.value):
@@ -278,9 +282,21 @@ def _wrap_op_call(
             inner.append(a)
         else:
             inner.append(param(a))
+
+    def carry(d: str) -> bool:
+        """Pass in a variable carrying ``d`` when no argument does: the kernel reads its
+        shape."""
+        if any(d in _shape_names(p.type) for p in params.values()):
+            return True
+        if d in binders:
+            param(binders[d])
+            return True
+        return False
+
     for d in _attr_dims(call.attrs) + _shape_names(call.type or infer_type(call)):
-        if d in binders and not any(d in _shape_names(p.type) for p in params.values()):
-            param(binders[d])  # carries the dimension only: the kernel reads its shape
+        if not carry(d) and isinstance(d, DimExpr):  # past + seq: carry past and seq
+            for name in sorted(symbols(d)):
+                carry(name)
     op: E.Op = call.callee
     result = E.Var("lv0")
     body = E.seq([E.VarBinding(result, E.Call(op, tuple(inner), call.attrs))], result)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rvm.dtypes import numpy_dtype
+from rvm.ir import dims as D
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType, TupleType, Type
@@ -141,7 +142,12 @@ class _Planner:
         return None
 
     def _known(self, d: object) -> bool:
-        return (type(d) is int and d >= -1) or (isinstance(d, str) and d in self.dims)
+        return (type(d) is int and d >= -1) or (isinstance(d, str) and self._bound(d))
+
+    def _bound(self, d: str) -> bool:
+        """Whether symbolic dim ``d`` (a name or an expression of names) is computable from
+        the dims the parameters bind."""
+        return D.symbols(d) <= self.dims
 
     def _reshape_view(
         self, x: E.Expr, shape: tuple, b: E.VarBinding, state: _Region, out: list
@@ -199,7 +205,7 @@ class _Planner:
         for f in fields:
             if not isinstance(f, TensorType) or f.shape is None or f.dtype is None:
                 return None
-            if any(d is None or (isinstance(d, str) and d not in self.dims) for d in f.shape):
+            if any(d is None or (isinstance(d, str) and not self._bound(d)) for d in f.shape):
                 return None
         return list(fields)  # type: ignore[arg-type]
 
@@ -317,7 +323,7 @@ def _param_dims(params: tuple[E.Var, ...]) -> set[str]:
     while stack:
         ty = stack.pop()
         if isinstance(ty, TensorType) and ty.shape is not None:
-            names.update(d for d in ty.shape if isinstance(d, str))
+            names.update(d for d in ty.shape if D.is_symbol(d))  # expressions bind nothing
         elif isinstance(ty, TupleType):
             stack.extend(ty.fields)
     return names

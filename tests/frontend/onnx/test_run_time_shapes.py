@@ -14,7 +14,8 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import rvm  # noqa: E402
 from rvm.errors import ShapeError  # noqa: E402
-from rvm.frontend.onnx.dims import Dims, DimSum  # noqa: E402
+from rvm.frontend.onnx.dims import Dims  # noqa: E402
+from rvm.ir.dims import DimExpr  # noqa: E402
 
 F, I = TensorProto.FLOAT, TensorProto.INT64
 
@@ -144,21 +145,22 @@ def test_shapes_read_from_data(exec_mode):
 
 def test_dim_sums():
     dims = Dims()
-    dims.alias("past + seq", "past_seq", lambda name: name)
     total = dims.add("past", "seq")
-    assert total == "past_seq"  # the model's name for that sum
-    assert dims.subtract("past_seq", "past") == "seq"
-    assert dims.multiply(dims.add("n", 1), 2) == DimSum((("n", 2),), 2)
-    assert dims.divide(DimSum((("n", 2),), 2), 2) == DimSum((("n", 1),), 1)
-    assert dims.divide("n", 2) is None and dims.multiply("n", "m") is None
+    assert isinstance(total, DimExpr) and total == "past + seq" == dims.add("seq", "past")
+    assert dims.parse("past + seq", lambda name: name) == total  # an ONNX dim_param
+    assert dims.parse("n", str) is None and dims.parse("n ** 2", str) is None
+    assert dims.subtract(total, "past") == "seq"
+    assert dims.multiply(dims.add("n", 1), 2) == "2*n + 2"
+    assert dims.divide(dims.multiply(dims.add("n", 1), 2), 2) == "n + 1"
+    assert dims.divide("n", 2) is None and dims.multiply("n", "m") == "m*n"
+    assert dims.floor_divide("n", 2) == "n // 2" and dims.floor_divide(-7, 2) == -4
+    assert dims.divide(-7, 2) == -3  # ONNX Div truncates
     assert dims.equal("n", -1) is False and dims.equal("n", "n") is True
     assert dims.equal("n", 3) is None and dims.equal(dims.add("n", 1), 0) is False
     assert dims.extreme("n", 0, larger=True) == "n" and dims.extreme("n", 1, larger=True) is None
     assert dims.extreme(dims.add("n", 2), "n", larger=False) == "n"
-    dims.alias("2*n - 1", "odd", lambda name: name)
-    assert dims.subtract(dims.multiply("n", 2), 1) == "odd"
-    dims.alias("n ** 2", "square", lambda name: name)  # not a linear sum: no alias
-    assert dims.dim(dims.multiply("n", 3)) is None and dims.dim("n") == "n"
+    assert dims.dim(dims.multiply("n", 3)) == "3*n" and dims.dim("n") == "n"
+    assert dims.dim(None) is None and dims.dim(True) is None
 
 
 @pytest.mark.parametrize("kernels", ["numpy", "jit"])

@@ -101,6 +101,25 @@ def test_imports_with_symbolic_dims(name):
     )
 
 
+@pytest.mark.parametrize("name", WITH_PAST)
+def test_cache_outputs_have_past_plus_seq(name):
+    """The present keys and values are the past concatenated with the new sequence: their
+    type says ``past + seq`` (a dimension expression, not a fresh name), in the printed module
+    too, and the attention mask declared with that sum has the same dimension."""
+    from rvm.ir import infer_type
+    from rvm.ir.dims import DimExpr
+
+    mod = rvm.from_onnx(onnx.load(_path(name)))
+    total = "past_sequence_length + sequence_length"
+    logits, *presents = infer_type(mod["main"]).ret.fields
+    assert logits.shape == ("batch_size", "sequence_length", VOCAB)
+    for present in presents:
+        assert isinstance(present.shape[2], DimExpr) and present.shape[2] == total
+    mask = [p for p in mod["main"].params if p.name == "attention_mask"]
+    assert mask[0].type.shape == ("batch_size", total)
+    assert f'"{total}"' in str(mod)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_numpy_kernels_match_ort(name, exec_mode):
     _check(name, "numpy", exec_mode)
@@ -152,9 +171,8 @@ def test_inconsistent_past_is_a_shape_error(name, exec_mode):
     args = [feeds[i.name] for i in session.get_inputs()]
     vm = rvm.VirtualMachine(_executable(name, "numpy"), exec_mode=exec_mode)
     message = (
-        r"input 'attention_mask' has 6 at axis 1, but that dimension is past_sequence_length "
-        r"\('past_key_values.0.key' axis 2\) \+ sequence_length \('input_ids' axis 1\), which "
-        "the other inputs make 7"
+        r"main: argument \d 'attention_mask', where axis 1 is past_sequence_length \+ "
+        r"sequence_length: shape \(2, 6\) has 6 at axis 1, expected 7"
     )
     with pytest.raises(rvm.ShapeError, match=message):
         vm["main"](*args)

@@ -86,7 +86,7 @@ class Emitter:
     def __init__(self, builder: Builder) -> None:
         self.builder = builder
         self.shape_values: dict[Expr, np.ndarray] = {}
-        self.dims = Dims()  # the arithmetic of elements, with the model's aliases for sums
+        self.dims = Dims()  # the arithmetic of shape-value elements (`rvm.ir.dims`)
 
     def emit(self, expr: Expr) -> Expr:
         """``expr`` bound to a new variable, or folded to a constant."""

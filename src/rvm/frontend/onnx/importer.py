@@ -38,7 +38,6 @@ from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
 from rvm.frontend.onnx.qdq import FusedQDQ, convert_fused, fuse_qdq
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.frontend.onnx.signature import check_declared, check_inputs, check_outputs
-from rvm.frontend.onnx.sum_checks import check_sums
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
 from rvm.ir import (
     Builder,
@@ -204,7 +203,6 @@ class GraphImporter:
         constants = {n: a for n, a in arrays.items() if isinstance(scope.lookup(n), Constant)}
         nodes = fuse_qdq(graph.node, constants.get, {o.name for o in graph.output})
         with self.builder.function("main", param_vars):
-            check_sums(param_vars, origin, self.emitter.dims, self.builder.emit, scope.bind)
             self.convert_nodes(nodes, scope)
             outs = [self._lookup(scope, o.name, "graph output") for o in graph.output]
             for info, value in zip(graph.output, outs):
@@ -265,10 +263,12 @@ class GraphImporter:
         return tuple(dims)
 
     def _dim_name(self, name: str) -> str:
+        """The IR dim of ONNX ``dim_param`` ``name``: a name, or the expression it spells
+        (optimum's ``"past_sequence_length + sequence_length"``: a computed ``past + seq`` is
+        that dimension, and the VM checks an input of it against its terms)."""
         if name not in self.dim_names:
-            self.dim_names[name] = identifier(name)
-            if not name.isidentifier():  # "past + seq": that sum, computed, is this dimension
-                self.emitter.dims.alias(name, self.dim_names[name], self._dim_name)
+            value = self.emitter.dims.parse(name, self._dim_name)
+            self.dim_names[name] = identifier(name) if value is None else value
         return self.dim_names[name]
 
     def _fresh_dim(self) -> str:

@@ -32,8 +32,17 @@ from rvm.frontend.torch.context import NodeContext, SymInt, rvm_dtype, sym_value
 from rvm.frontend.torch.registry import lookup
 from rvm.ir import Builder, Constant, Expr, IRModule, TensorType, Tuple, Var
 from rvm.ir import const as ir_const
+from rvm.ir import dims as dim_exprs
 
 PARAMS_MODES = ("constants", "inputs")
+_DIM_ARITHMETIC = {
+    "Add": dim_exprs.add,
+    "Mul": dim_exprs.mul,
+    "FloorDiv": dim_exprs.floordiv,
+    "Mod": dim_exprs.mod,
+    "PythonMod": dim_exprs.mod,
+}
+"""Sympy's integer arithmetic (its class names) as dimension arithmetic."""
 
 # Ops kept whole through run_decompositions: rvm has fused forms for them, or one op where the
 # decomposition spells gathers or scatters (the pads, select_scatter, embedding_dense_backward),
@@ -118,18 +127,33 @@ class GraphImporter:
 
     # -- symbolic sizes -----------------------------------------------------------------------
     def dim(self, value: Any) -> int | str | None:
-        """An int or `SymInt` as an rvm dimension: an int, a symbol's name, else None."""
+        """An int or `SymInt` as an rvm dimension: an int, a symbol's name, an expression of
+        symbols (``s0 + s1``, ``12*s0``: `rvm.ir.dims`), else None."""
         if isinstance(value, (int, np.integer)):
             return int(value)
         if isinstance(value, SymInt):
             if value.static is not None:
                 return value.static
-            if getattr(value.expr, "is_Symbol", False):
-                return self.sym_name(value.expr)
-            return None
+            return self.sym_dim(value.expr)
         if hasattr(value, "node") and hasattr(value.node, "expr"):  # a torch.SymInt
             return self.dim(SymInt(value.node.expr))
         return None
+
+    def sym_dim(self, expr: Any) -> Any:
+        """Sympy ``expr`` as an rvm dimension when it is integer arithmetic (+, *, //, %) on
+        symbols and integers; None otherwise (a max, a power)."""
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Symbol:
+            return self.sym_name(expr)
+        combine = _DIM_ARITHMETIC.get(type(expr).__name__)
+        args = [self.sym_dim(a) for a in expr.args] if combine is not None else [None]
+        if not args or any(a is None for a in args):
+            return None
+        out = args[0]
+        for a in args[1:]:
+            out = combine(out, a)
+        return out
 
     def sym_name(self, symbol: Any) -> str:
         if symbol not in self.sym_names:

@@ -40,7 +40,7 @@ that are not native themselves. Numba typing errors are found when a function is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -401,7 +401,7 @@ class _Function:
 
     def _pairs(
         self, const: int, heap: int, pc: int, kinds: tuple[int, ...] = sp.MATCH_KINDS
-    ) -> list[tuple[int, int]]:
+    ) -> list[tuple[int, Any]]:
         """The (kind, value) pairs of shape pattern `const` read against heap register `heap`,
         whose slots must be in range of the one ALLOC_SHAPE_HEAP that surely made it by `pc`:
         native code indexes the heap unchecked."""
@@ -436,6 +436,8 @@ class _Function:
                 stores.append(f"{heap}[{v}] = _s[{axis}]")
             elif k == sp.CHECK:
                 test.append(f"_s[{axis}] == {heap}[{v}]")
+            elif k == sp.EXPR:
+                test.append(f"_s[{axis}] == {sp.render(v, lambda slot: f'{heap}[{slot}]')}")
         lines = [f"_s = {tensor}.shape + _PAD{n}"]
         # kind 2 may read a slot an earlier axis of this pattern stores: store, then test
         lines += stores
@@ -445,8 +447,12 @@ class _Function:
     def _make(self, ins: tuple, pc: int) -> str:
         """MAKE_SHAPE (`vm.builtin.make_shape`) as a tuple of ints."""
         dims = []
+        heap = self._reg(ins[2])
         for k, v in self._pairs(ins[3], ins[2], pc, sp.MAKE_KINDS):
-            dims.append(str(v) if k == sp.LITERAL else f"{self._reg(ins[2])}[{v}]")
+            if k == sp.EXPR:
+                dims.append(sp.render(v, lambda slot: f"{heap}[{slot}]"))
+            else:
+                dims.append(str(v) if k == sp.LITERAL else f"{heap}[{v}]")
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
     def _is_shape(self, reg: int) -> bool:

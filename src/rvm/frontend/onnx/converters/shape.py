@@ -16,6 +16,7 @@ import numpy as np
 
 from rvm import op
 from rvm.frontend.onnx.context import NodeContext
+from rvm.frontend.onnx.dims import nonnegative
 from rvm.frontend.onnx.registry import converter
 from rvm.ir import Constant, Expr
 from rvm.op.shapes import dims_product
@@ -206,7 +207,7 @@ def _range(ctx: NodeContext) -> Expr:
         if delta == 1:
             count = ctx.emitter.dims.subtract(limit, start)
             length = ctx.emitter.dims.dim(count)
-            if isinstance(length, int):
+            if isinstance(length, int) or not nonnegative(length):
                 length = None  # bounds that are no constants (a sum that might be negative)
     start, limit, delta = (ctx.emit(op.reshape(ctx.input(i), ())) for i in range(3))
     return ctx.emit(op.dynamic_arange(start, limit, delta, dtype, length))

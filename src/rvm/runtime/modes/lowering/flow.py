@@ -21,6 +21,7 @@ Everything here reads the raw instructions of one `VMFunction` and the operand k
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rvm.runtime import shape_patterns
 from rvm.runtime.bytecode import OPCODE_INFO, TAIL_OPCODES, Opcode
@@ -314,10 +315,23 @@ class ShapePlan:
             return [(0, f"{dst} = {[0] * size!r}" if size <= 8 else f"{dst} = [0] * {size}")]
         if op == Opcode.MAKE_SHAPE:
             heap, dst = f"r{ins[2]}", f"r{ins[1]}"
-            dims = [str(v) if k == 0 else f"{heap}[{v}]" for k, v in self.pairs[pc]]
+            dims = [self._dim(k, v, heap, {}) for k, v in self.pairs[pc]]
             tup = f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
             return [(0, f"{dst} = {tup if ins[1] in self.tuples else f'_array({tup}, _int64)'}")]
         return self._match(pc, fallback)
+
+    @staticmethod
+    def _dim(kind: int, value: Any, heap: str, set_at: dict[int, int]) -> str:
+        """A LITERAL / slot / EXPR dim as source; a slot this pattern sets reads its axis."""
+
+        def slot(v: int) -> str:
+            return f"_s[{set_at[v]}]" if v in set_at else f"{heap}[{v}]"
+
+        if kind == shape_patterns.LITERAL:
+            return str(value)
+        if kind == shape_patterns.EXPR:
+            return shape_patterns.render(value, slot)
+        return slot(value)
 
     def _match(self, pc: int, fallback: str) -> list[tuple[int, str]]:
         """MATCH_SHAPE: the dims compared as ints, stored on success; on any mismatch the
@@ -334,10 +348,9 @@ class ShapePlan:
             elif k == 1:
                 set_at[v] = axis
                 stores.append(f"{heap}[{v}] = _s[{axis}]")
-            elif k == 2:
-                test.append(
-                    f"_s[{axis}] == {f'_s[{set_at[v]}]' if v in set_at else f'{heap}[{v}]'}"
-                )  # kind 3, an unknown dim, tests nothing: the rank test covers its axis
+            elif k in (2, shape_patterns.EXPR):
+                test.append(f"_s[{axis}] == {self._dim(k, v, heap, set_at)}")
+            # kind 3, an unknown dim, tests nothing: the rank test covers its axis
         if stores:
             head = [(0, f"if {' and '.join(test)}:"), *((1, st) for st in stores), (0, "else:")]
         else:

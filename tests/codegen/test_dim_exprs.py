@@ -1,0 +1,108 @@
+"""Dimension expressions (``past + seq``) in VM programs: parameters checked against them,
+results allocated from them, one compile for every size, in every exec mode and kernel
+backend, through a saved executable too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm.errors import ShapeError
+from rvm.ir import infer_type
+
+TEXT = """
+@module
+class Cache:
+    @func
+    def main(
+        past: T[("b", "past"), "float32"],
+        new: T[("b", "seq"), "float32"],
+        bias: T[("b", "past + seq"), "float32"],
+    ):
+        kv = op.concat([past, new], axis=1)
+        return op.exp(kv) + bias
+
+    @func
+    def doubled(x: T[("b", "2*n + 1"), "float32"], y: T[("b", "n"), "float32"]):
+        return op.concat([x, y, y], axis=1)
+"""
+
+_EXECUTABLES: dict[str, rvm.Executable] = {}
+
+
+def _vm(kernels: str, exec_mode: str) -> rvm.VirtualMachine:
+    if kernels not in _EXECUTABLES:
+        _EXECUTABLES[kernels] = rvm.compile(rvm.script.parse(TEXT), kernels=kernels)
+    return rvm.VirtualMachine(_EXECUTABLES[kernels], exec_mode=exec_mode)
+
+
+def test_types_carry_the_sums() -> None:
+    mod = rvm.script.parse(TEXT)
+    ret = {name: infer_type(mod[name]).ret for name in ("main", "doubled")}
+    assert ret["main"].shape == ("b", "past + seq")
+    assert ret["doubled"].shape == ("b", "4*n + 1")
+    again = rvm.script.parse(str(mod))
+    assert infer_type(again["main"]).ret == ret["main"]
+
+
+def _inputs(b: int, past: int, seq: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(past * 10 + seq)
+    return tuple(rng.standard_normal((b, n)).astype(np.float32) for n in (past, seq, past + seq))
+
+
+def test_expressions_every_size(kernels, exec_mode) -> None:
+    vm = _vm(kernels, exec_mode)
+    mod = rvm.script.parse(TEXT)
+    for b, past, seq in ((2, 3, 4), (1, 0, 5), (3, 7, 1)):
+        args = _inputs(b, past, seq)
+        out = vm["main"](*args)
+        np.testing.assert_allclose(out, rvm.interpret(mod, "main", *args), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            out, np.exp(np.concatenate(args[:2], axis=1)) + args[2], rtol=1e-5, atol=1e-6
+        )
+        x, y = np.ones((b, 2 * seq + 1), np.float32), np.zeros((b, seq), np.float32)
+        assert vm["doubled"](x, y).shape == (b, 4 * seq + 1)
+
+
+def test_the_native_mode_runs_expressions_natively() -> None:
+    vm = _vm("jit", "native")
+    vm["main"](*_inputs(2, 3, 4))
+    report = vm.native_report()
+    assert report.fallbacks == {} and sorted(report.native) == ["doubled", "main"]
+
+
+def test_a_size_that_contradicts_an_expression_is_an_error(kernels, exec_mode) -> None:
+    vm = _vm(kernels, exec_mode)
+    past, new, _ = _inputs(2, 3, 4)
+    want = (
+        r"main: argument 2 'bias', where axis 1 is past \+ seq: shape \(2, 6\) has 6 at "
+        r"axis 1, expected 7"
+    )
+    with pytest.raises(ShapeError, match=want):
+        vm["main"](past, new, np.zeros((2, 6), np.float32))
+    with pytest.raises(ShapeError, match=r"axis 1 is 2\*n \+ 1: .* expected 7"):
+        vm["doubled"](np.ones((1, 6), np.float32), np.zeros((1, 3), np.float32))
+
+
+def test_a_saved_executable_keeps_its_expressions(tmp_path, exec_mode) -> None:
+    path = tmp_path / "cache.rvmx"
+    rvm.compile(rvm.script.parse(TEXT)).save(path)
+    vm = rvm.VirtualMachine(rvm.load_executable(path), exec_mode=exec_mode)
+    args = _inputs(2, 5, 2)
+    np.testing.assert_allclose(
+        vm["main"](*args), np.exp(np.concatenate(args[:2], axis=1)) + args[2], rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(ShapeError, match="expected 7"):
+        vm["main"](*args[:2], np.zeros((2, 8), np.float32))
+
+
+def test_the_interpreter_checks_expressions_too() -> None:
+    mod = rvm.script.parse(TEXT)
+    past, new, _ = _inputs(2, 3, 4)
+    want = (
+        r"^main: argument 2 'bias', where axis 1 is past \+ seq: shape \(2, 6\) has 6 at "
+        r"axis 1, expected 7$"
+    )
+    with pytest.raises(ShapeError, match=want):
+        rvm.interpret(mod, "main", past, new, np.zeros((2, 6), np.float32))
