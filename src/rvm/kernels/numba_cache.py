@@ -131,26 +131,55 @@ def _seal_library() -> None:
 
     def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
         module = _library_module(self)
-        if module is not None and not check_object_code(module):
-            logger.info(
-                "rvm library module %s: its cached object code is not what rvm sealed "
-                "(changed on disk, or cached before seals): rebuilt",
-                module.stem,
-            )
-            drop_object_code(module)
-            return None
-        return load(self, sig, target_context)
+        if module is None:
+            return load(self, sig, target_context)
+        with _locked(module, exclusive=False):  # no other process between a save and its seal
+            if not check_object_code(module):
+                logger.info(
+                    "rvm library module %s: its cached object code is not what rvm sealed "
+                    "(changed on disk, or cached before seals): rebuilt",
+                    module.stem,
+                )
+                drop_object_code(module)
+                return None
+            return load(self, sig, target_context)
 
     def save_overload(self: Any, sig: Any, data: Any) -> None:
-        save(self, sig, data)
         module = _library_module(self)
-        if module is not None:
+        if module is None:
+            save(self, sig, data)
+            return
+        with _locked(module, exclusive=True):
+            save(self, sig, data)
             seal_object_code(module)
 
     load_overload.__wrapped__ = load  # type: ignore[attr-defined]
     save_overload.__wrapped__ = save  # type: ignore[attr-defined]
     cls.load_overload = load_overload
     cls.save_overload = save_overload
+
+
+@contextlib.contextmanager
+def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+    """Hold an advisory lock (``flock``) on the object code of the source file ``path``
+    across processes: exclusive around a save and its seal, shared around a check and a load,
+    so processes sharing a cache (pytest-xdist workers, servers) never see a save without its
+    seal (which would drop the module's object code) nor lose each other's index entries.
+    Without ``fcntl`` or a writable folder it does nothing (a race then costs a rebuild)."""
+    try:
+        import fcntl
+
+        folder = object_code_dir(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / f"{path.stem}.{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @functools.lru_cache(maxsize=1)
@@ -254,6 +283,7 @@ def drop_stale_library_code() -> bool:
 
 
 SEAL = "seal"
+LOCK = "lock"  # beside a library module's object code: `_locked`'s file (empty)
 
 
 def drop_object_code(path: Path) -> None:
