@@ -150,13 +150,28 @@ def _seal_library() -> None:
             save(self, sig, data)
             return
         with _locked(module, exclusive=True):
-            save(self, sig, data)
-            seal_object_code(module)
+            if not _saved_by_another(self, module, sig, data):
+                save(self, sig, data)
+                seal_object_code(module)
 
     load_overload.__wrapped__ = load  # type: ignore[attr-defined]
     save_overload.__wrapped__ = save  # type: ignore[attr-defined]
     cls.load_overload = load_overload
     cls.save_overload = save_overload
+
+
+def _saved_by_another(cache: Any, module: Path, sig: Any, data: Any) -> bool:
+    """Whether another process saved ``sig``'s object code while this one compiled it (both
+    compiled it at once): the sealed entry it wrote stays, so object code a process has
+    loaded is never replaced under it. False when unsure (unsealed, or this Numba's cache
+    lacks the private ``_index_key`` / ``_cache_file``): then this process saves."""
+    try:
+        if not check_object_code(module):
+            return False  # the index is a pickle: read only when sealed
+        key = cache._index_key(sig, data.codegen)
+        return key in cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001 - unsure: saved as without the check
+        return False
 
 
 @contextlib.contextmanager
