@@ -15,6 +15,9 @@ from rvm.kernels import numba_cache
 from rvm.runtime.executable import EXEC_MODES  # every mode the VM has runs every VM test
 
 KERNELS = ("numpy", "jit")
+# pytest-xdist workers for ``-n auto``: each grows to 1-1.5 GB over the suite, and the
+# suite's long tail (a few model-level tests of 20-40 s) leaves more workers idle at the end.
+MAX_WORKERS = 4
 
 # Everything Numba compiles (kernels, rvm's library, native functions) compiles in forked
 # helpers and this process loads the object code: a Numba compile keeps its memory in the
@@ -23,6 +26,15 @@ KERNELS = ("numpy", "jit")
 # of tests inherit it.
 os.environ.setdefault("RVM_JIT_ISOLATE", "1")
 numba_cache.install()  # compiles apart, before a test calls a library function
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """What ``-n auto`` (pyproject's addopts) starts: a worker per core this process may use,
+    at most `MAX_WORKERS`. The workers share the caches (``RVM_CACHE_DIR``, Numba's), whose
+    writes are atomic, so a kernel one compiles the other loads."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_WORKERS))
 
 
 @pytest.fixture(params=EXEC_MODES)

@@ -40,8 +40,11 @@ def reference(x, w, v):
     return c, d, np.concatenate([e, d], axis=1)
 
 
-def test_concat_in_place_matches_reference(exec_mode, kernels):
-    ex = rvm.compile(rvm.script.parse(SOURCE), kernels=kernels)
+MOD = rvm.script.parse(SOURCE)
+
+
+def test_concat_in_place_matches_reference(compiled, exec_mode, kernels):
+    ex = compiled(MOD, kernels)  # one compile per kernel backend, run in every exec mode
     # c and e are written in place; f (one piece is the concat e) is copied.
     concats = sorted(name for name in ex.kernels if "concat" in name)
     assert len(concats) == 1, concats

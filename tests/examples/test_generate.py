@@ -1,4 +1,6 @@
-"""examples/generate.py runs as a script and its tokens equal the ONNX Runtime loop's."""
+"""examples/generate.py runs as a script and its tokens equal the ONNX Runtime loop's (-m slow:
+about 40 s, a fresh process compiling both decoders; tests/generation checks `generate` against
+ONNX Runtime in every exec mode in the default run)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_generate_example_matches_onnx_runtime():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run(

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from jit_helpers import numpy_run, prim, rand, var
 
 from rvm import op
@@ -73,6 +74,35 @@ def test_a_warm_start_compiles_nothing(tmp_path: Path) -> None:
     assert warm["loads"]["fallback"] == 0 and warm["loads"]["normal"] == 0
     assert not warm["registries"]  # Numba's compiler was not started
     assert np.isclose(warm["sum"], 1.0) and np.isclose(cold["sum"], 1.0)
+
+
+@pytest.mark.slow  # two library builds at once: about a minute quiet
+def test_two_processes_filling_one_empty_cache_leave_it_whole(tmp_path: Path) -> None:
+    """Two cold starts at once on one empty cache (what pytest-xdist workers do): both right,
+    and a third start loads everything, the library included (a save seen without its seal
+    used to drop a library module's object code, `numba_cache._locked`)."""
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPT.format(src=SRC))
+    env = {
+        **os.environ,
+        "RVM_CACHE_DIR": str(tmp_path / "cache"),
+        "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+        "RVM_JIT_WORKERS": "0",
+    }
+    procs = [
+        subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    for out in outs:
+        assert np.isclose(json.loads(out.strip().splitlines()[-1])["sum"], 1.0)
+    warm = subprocess.run(
+        [sys.executable, str(script)], env=env, check=True, capture_output=True, text=True
+    )
+    counts = json.loads(warm.stdout.strip().splitlines()[-1])
+    assert counts["kernels"]["compiled"] == 0 and counts["kernels"]["loaded"] >= 1
+    assert not counts["registries"], warm.stderr  # Numba's compiler was not started
 
 
 def _record(tag: str):

@@ -131,26 +131,70 @@ def _seal_library() -> None:
 
     def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
         module = _library_module(self)
-        if module is not None and not check_object_code(module):
-            logger.info(
-                "rvm library module %s: its cached object code is not what rvm sealed "
-                "(changed on disk, or cached before seals): rebuilt",
-                module.stem,
-            )
-            drop_object_code(module)
-            return None
-        return load(self, sig, target_context)
+        if module is None:
+            return load(self, sig, target_context)
+        with _locked(module, exclusive=False):  # no other process between a save and its seal
+            if not check_object_code(module):
+                logger.info(
+                    "rvm library module %s: its cached object code is not what rvm sealed "
+                    "(changed on disk, or cached before seals): rebuilt",
+                    module.stem,
+                )
+                drop_object_code(module)
+                return None
+            return load(self, sig, target_context)
 
     def save_overload(self: Any, sig: Any, data: Any) -> None:
-        save(self, sig, data)
         module = _library_module(self)
-        if module is not None:
-            seal_object_code(module)
+        if module is None:
+            save(self, sig, data)
+            return
+        with _locked(module, exclusive=True):
+            if not _saved_by_another(self, module, sig, data):
+                save(self, sig, data)
+                seal_object_code(module)
 
     load_overload.__wrapped__ = load  # type: ignore[attr-defined]
     save_overload.__wrapped__ = save  # type: ignore[attr-defined]
     cls.load_overload = load_overload
     cls.save_overload = save_overload
+
+
+def _saved_by_another(cache: Any, module: Path, sig: Any, data: Any) -> bool:
+    """Whether another process saved ``sig``'s object code while this one compiled it (both
+    compiled it at once): the sealed entry it wrote stays, so object code a process has
+    loaded is never replaced under it. False when unsure (unsealed, or this Numba's cache
+    lacks the private ``_index_key`` / ``_cache_file``): then this process saves."""
+    try:
+        if not check_object_code(module):
+            return False  # the index is a pickle: read only when sealed
+        key = cache._index_key(sig, data.codegen)
+        return key in cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001 - unsure: saved as without the check
+        return False
+
+
+@contextlib.contextmanager
+def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+    """Hold an advisory lock (``flock``) on the object code of the source file ``path``
+    across processes: exclusive around a save and its seal, shared around a check and a load,
+    so processes sharing a cache (pytest-xdist workers, servers) never see a save without its
+    seal (which would drop the module's object code) nor lose each other's index entries.
+    Without ``fcntl`` or a writable folder it does nothing (a race then costs a rebuild)."""
+    try:
+        import fcntl
+
+        folder = object_code_dir(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / f"{path.stem}.{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @functools.lru_cache(maxsize=1)
@@ -254,6 +298,7 @@ def drop_stale_library_code() -> bool:
 
 
 SEAL = "seal"
+LOCK = "lock"  # beside a library module's object code: `_locked`'s file (empty)
 
 
 def drop_object_code(path: Path) -> None:

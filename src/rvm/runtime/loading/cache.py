@@ -262,4 +262,5 @@ def clear_cache() -> None:
     folder = object_code_dir(sources[0])
     for module in sources:
         drop_object_code(module)
+        (folder / f"{module.stem}.{numba_cache.LOCK}").unlink(missing_ok=True)
     (folder / numba_cache.LIBRARY_STAMP).unlink(missing_ok=True)
