@@ -112,11 +112,11 @@ def test_op_type_rule_errors() -> None:
     x = rvm.const(np.ones((2, 8), np.float32))
     w = rvm.const(np.ones((2, 8, 16), np.float32))
     with pytest.raises(IRError, match="40 units need 3 panels of 16, the weight .* has 2"):
-        _infer(op.dense_packed(x, w, 40))
+        _infer(op.dense_packed(x, w, units=40))
     with pytest.raises(IRError, match="input .* has 9 features"):
-        _infer(op.dense_packed(rvm.const(np.ones((2, 9), np.float32)), w, 30))
+        _infer(op.dense_packed(rvm.const(np.ones((2, 9), np.float32)), w, units=30))
     with pytest.raises(IRError, match="must be 3-d"):
-        _infer(op.dense_packed(x, rvm.const(np.ones((8, 16), np.float32)), 16))
+        _infer(op.dense_packed(x, rvm.const(np.ones((8, 16), np.float32)), units=16))
 
 
 def _infer(call):  # type: ignore[no-untyped-def]

@@ -257,9 +257,12 @@ def test_s3_a_trusted_files_library_entries_never_reach_other_models(models, tmp
 
 
 def _library_unchanged(before: dict[str, bytes]) -> None:
-    """No library file was replaced, none is a payload (other processes may add some)."""
+    """No library object code was replaced, no file is a payload. Other processes sharing the
+    cache (pytest-xdist's workers) may add object code, and so rewrite an index (``.nbi``)."""
     after = _library_files()
-    assert {k: after.get(k) for k in before} == before
+    code = {k: v for k, v in before.items() if k.endswith(".nbc")}
+    assert {k: after.get(k) for k in code} == code
+    assert all(k in after for k in before)
     assert EVIL_PICKLE not in after.values()
 
 

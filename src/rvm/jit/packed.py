@@ -11,7 +11,7 @@ from __future__ import annotations
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.te import Tensor, Unsupported, shape_tuple
-from rvm.kernels.packed import ACTIVATIONS
+from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 
 

@@ -32,6 +32,7 @@ from rvm.kernels.cblas import address
 from rvm.kernels.jitting import jit
 from rvm.kernels.mathlib import erf32, tanh32
 from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
+from rvm.kernels.sgemm import panel_width
 
 __all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
 
@@ -41,11 +42,6 @@ SMALL_ROWS = 4  # fewer rows take the one-row tile (the `MR`-row tile computes M
 SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
 SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
 PIECES_PER_THREAD = 4
-
-
-def panel_width() -> int:
-    """The panel width this CPU's GEMM reads best: its micro-tile's columns."""
-    return sgemm.NR
 
 
 @jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath=_FAST)

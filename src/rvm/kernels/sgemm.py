@@ -84,6 +84,15 @@ def block_bytes(c: Cpu) -> int:
 _target_features = target_features  # the name `bf16gemm` and `qgemm` import
 LANES, MR, VECTORS, _FMA = _shape(cpu())
 NR = LANES * VECTORS  # a tile's columns at most
+
+
+def panel_width() -> int:
+    """The panel width this CPU's GEMM reads best: its micro-tile's columns (`NR`). Packed
+    weights (`rvm.kernels.packed`) take it; a pass asks it here, where importing loads no
+    library code."""
+    return NR
+
+
 KC = depth_block(cpu(), MR)
 BLOCK_BYTES = block_bytes(cpu())
 

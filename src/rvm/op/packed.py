@@ -7,7 +7,7 @@ transposed), is cut once, at compile time, into panels of ``panel`` columns laid
 reads as one contiguous stream per panel (`rvm.kernels.packed`). The panel width is the
 weight's last dimension: a fact of the data, saved with the executable's weights.
 
-- ``dense_packed(x, w, units, bias=None, activation="none")``: ``x`` (..., k) float32, ``w``
+- ``dense_packed(x, w, bias=None, *, units, activation="none")``: ``x`` (..., k) float32, ``w``
   (panels, k, panel) float32, ``bias`` (units,) float32: ``activation(x @ B + bias)``,
   (..., units) float32. The bias and the activation (`ACTIVATIONS`: ``gelu`` the erf form,
   ``gelu_tanh`` the tanh one) are the GEMM's epilogue, run on each tile as it is done.
@@ -40,9 +40,10 @@ def pack_weight(weight: np.ndarray, transposed: bool, panel: int) -> np.ndarray:
 
 
 def default_panel() -> int:
-    """The panel width this CPU's GEMM reads best (`rvm.kernels.packed.panel_width`). Imported
-    here, when a pass asks: importing the ops loads no Numba."""
-    from rvm.kernels.packed import panel_width
+    """The panel width this CPU's GEMM reads best (`rvm.kernels.sgemm.panel_width`). Imported
+    here, when a pass asks: importing the ops loads no Numba, and the pass loads none of the
+    library's code (the work pool's functions load at their first use, within its light loads)."""
+    from rvm.kernels.sgemm import panel_width
 
     return panel_width()
 
@@ -100,12 +101,15 @@ def _infer(call_: Call, args: list[TensorType]) -> Type:
 def dense_packed(
     x: ExprLike,
     w: ExprLike,
-    units: int,
     bias: ExprLike | None = None,
+    *,
+    units: int,
     activation: str = "none",
 ) -> Call:
     """``activation(x @ B + bias)`` for B ``(k, units)`` packed in column panels ``w``
-    ``(panels, k, panel)``; ``bias`` (units,) or None."""
+    ``(panels, k, panel)``; ``bias`` (units,) or None. The operands come first and the
+    attributes by keyword, so the text parser's ``op.dense_packed(*args, **attrs)`` rebuilds
+    the call."""
     args = (as_expr(x), as_expr(w)) + (() if bias is None else (as_expr(bias),))
     return call(
         ops.dense_packed,

@@ -5,7 +5,7 @@ Needs: an inlined module in A-normal form whose op calls are not yet legalized (
 
 Guarantees: the same program, where each float32 ``dense(x, W)`` and ``matmul(x, W)`` whose
 weight ``W`` is a 2-d float32 constant (``matmul``: ``x`` of rank 2 or more) is
-``dense_packed(x, P, units)`` (`rvm.op.packed`), ``P`` being ``W`` as B ``(k, units)``
+``dense_packed(x, P, units=units)`` (`rvm.op.packed`), ``P`` being ``W`` as B ``(k, units)``
 (``dense``'s transposed) packed once, here, into panels of the GEMM's width
 (`rvm.kernels.packed.pack`, `rvm.kernels.packed.panel_width`: the micro-kernel's tile, from
 the CPU's vector width). ``W``'s own binding is then unused unless something else reads it,
@@ -134,7 +134,7 @@ def _convert(
     key = (id(w), transposed)
     if key not in packed:
         packed[key] = E.Constant(pack_weight(w, transposed, panel))
-    new = op.dense_packed(value.args[0], packed[key], units)
+    new = op.dense_packed(value.args[0], packed[key], units=units)
     infer_type(new)
     return new
 
@@ -169,12 +169,12 @@ def _join_epilogue(
             return None
         if b.ndim and b.shape[-1] != units:
             return None
-        new = op.dense_packed(x, w, units, E.Constant(b.reshape(units)), "none")
+        new = op.dense_packed(x, w, E.Constant(b.reshape(units)), units=units)
     elif value.callee is ops.relu:
-        new = op.dense_packed(x, w, units, *bias, activation="relu")
+        new = op.dense_packed(x, w, *bias, units=units, activation="relu")
     elif value.callee is ops.gelu:
         form = "gelu_tanh" if value.attrs.get("approximate") == "tanh" else "gelu"
-        new = op.dense_packed(x, w, units, *bias, activation=form)
+        new = op.dense_packed(x, w, *bias, units=units, activation=form)
     else:
         return None
     infer_type(new)
