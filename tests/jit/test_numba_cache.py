@@ -58,7 +58,13 @@ print(json.dumps({{
 def _start(tmp_path: Path) -> dict:
     script = tmp_path / "model.py"
     script.write_text(SCRIPT.format(src=SRC))
-    env = {**os.environ, "RVM_CACHE_DIR": str(tmp_path / "cache"), "RVM_JIT_WORKERS": "0"}
+    env = {
+        **os.environ,
+        "RVM_CACHE_DIR": str(tmp_path / "cache"),
+        # its own library cache too: other pytest-xdist workers add to a shared one meanwhile
+        "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+        "RVM_JIT_WORKERS": "0",
+    }
     out = subprocess.run(
         [sys.executable, str(script)], env=env, check=True, capture_output=True, text=True
     )
