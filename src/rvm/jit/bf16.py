@@ -11,19 +11,11 @@ from __future__ import annotations
 from rvm.jit.compute import compute
 from rvm.jit.cond import lt, mod, ne
 from rvm.jit.kernel import KernelBuilder
-from rvm.jit.te import Tensor, Unsupported, shape_tuple
+from rvm.jit.te import Tensor, Unsupported
+from rvm.jit.views import array_view
 from rvm.op import ops
 
 _MODULE = "rvm.kernels.bf16"
-
-
-def _view(kb: KernelBuilder, name: str, dims: tuple, to: tuple) -> str:
-    """``name`` reshaped from ``dims`` to ``to`` (itself when they are equal)."""
-    if tuple(dims) == tuple(to):
-        return name
-    view = kb.fresh("w")
-    kb.root.lines.append(f"{view} = {name}.reshape({shape_tuple(to)})")
-    return view
 
 
 def _check(kb: KernelBuilder, x: Tensor, w: Tensor, out: str) -> None:
@@ -40,9 +32,9 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
 
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
-        xv = _view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
+        xv = array_view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
         wv = kb.materialize(w)
-        ov = _view(kb, t.array, dims, (rows, w.dims[0]))
+        ov = array_view(kb, t.array, dims, (rows, w.dims[0]))
         kb.imports.add((_MODULE, "dense", "bf16_dense"))
         kb.root.lines.append(f"bf16_dense({xv}, {wv}, {ov})")
 

@@ -10,18 +10,10 @@ from __future__ import annotations
 
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
-from rvm.jit.te import Tensor, Unsupported, shape_tuple
+from rvm.jit.te import Tensor, Unsupported
+from rvm.jit.views import array_view
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
-
-
-def _view(kb: KernelBuilder, name: str, dims: tuple, to: tuple) -> str:
-    """``name`` reshaped from ``dims`` to ``to`` (itself when they are equal)."""
-    if tuple(dims) == tuple(to):
-        return name
-    view = kb.fresh("w")
-    kb.root.lines.append(f"{view} = {name}.reshape({shape_tuple(to)})")
-    return view
 
 
 def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
@@ -36,10 +28,10 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
 
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
-        xv = _view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
+        xv = array_view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
         wv = kb.materialize(w)
         bias = kb.materialize(args[2]) if len(args) == 3 else "np.empty(0, np.float32)"
-        ov = _view(kb, t.array, dims, (rows, str(units)))
+        ov = array_view(kb, t.array, dims, (rows, str(units)))
         kb.imports.add(("rvm.kernels.packed", "dense", "packed_dense"))
         kb.root.lines.append(f"packed_dense({xv}, {wv}, {ov}, {units}, {bias}, {act})")
 

@@ -28,8 +28,8 @@ from rvm.jit.te import (
     idx,
     int_args,
     is_int,
-    shape_tuple,
 )
+from rvm.jit.views import array_view
 from rvm.kernels import cblas
 from rvm.op import ops
 
@@ -67,23 +67,15 @@ def _matmul(dense: bool):
         def fill() -> None:
             target = kb.buffer(res, out, t.array)
             t.array = target
-            av = _view(kb, kb.materialize(a, out), a.dims, a2)
-            bv = _view(kb, kb.materialize(b, out), b.dims, b.dims if dense else b2)
-            ov = _view(kb, target, res, full)
+            av = array_view(kb, kb.materialize(a, out), a.dims, a2)
+            bv = array_view(kb, kb.materialize(b, out), b.dims, b.dims if dense else b2)
+            ov = array_view(kb, target, res, full)
             _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense)
 
         t.fill = fill
         return t
 
     return lower
-
-
-def _view(kb: KernelBuilder, name: str, dims: Sequence[str], to: Sequence[str]) -> str:
-    if tuple(dims) == tuple(to):
-        return name
-    view = kb.fresh("w")
-    kb.root.lines.append(f"{view} = {name}.reshape({shape_tuple(to)})")
-    return view
 
 
 def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
@@ -192,14 +184,14 @@ def _conv(nsp: int):
             t.array = kb.buffer(dims, out, t.array)
             xv, wv = kb.materialize(x, out), kb.materialize(w, out)
             if nsp == 1:
-                xv = _view(kb, xv, x.dims, (x.dims[0], x.dims[1], "1", x.dims[2]))
-                wv = _view(kb, wv, w.dims, (w.dims[0], w.dims[1], "1", w.dims[2]))
+                xv = array_view(kb, xv, x.dims, (x.dims[0], x.dims[1], "1", x.dims[2]))
+                wv = array_view(kb, wv, w.dims, (w.dims[0], w.dims[1], "1", w.dims[2]))
                 g2 = [("1", "1", 1, 1, (0, 0), "1"), *geo]
             else:
                 g2 = geo
             ov = t.array
             if nsp == 1:
-                ov = _view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
+                ov = array_view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
             _emit_conv(kb, xv, wv, ov, groups, g2, out)
 
         t.fill = fill
@@ -294,7 +286,7 @@ def _conv_packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -
         xv, wv = kb.materialize(x, out), kb.materialize(w, out)
         wide = (mul(w.dims[0], w.dims[1]).code, mul(w.dims[4], w.dims[5]).code)
         flat = (wide[0], w.dims[2], w.dims[3], wide[1])
-        w4 = _view(kb, wv, w.dims, flat)
+        w4 = array_view(kb, wv, w.dims, flat)
         (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
         params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, w.dims[5])
         kb.call_entry("conv2d_packed", (xv, w4, t.array), params, out)

@@ -1,5 +1,6 @@
 """Reshaped views of a kernel's arrays, shared by the layout ops and reductions (`rvm.jit.layout`,
-`rvm.jit.reduce`), below both so that neither imports the other's compute registrations."""
+`rvm.jit.reduce`) and the product stages (`rvm.jit.stages`, `bf16`, `packed`), below them all so
+that none imports another's compute registrations."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ def reshape_to(kb: KernelBuilder, x: Tensor, dims: Sequence[str], checked: bool 
     name = kb.fresh("r")
     kb.root.lines.append(f"{name} = {src}.reshape({shape_tuple(dims)})")
     return Tensor(tuple(dims), x.dtype, array=name, kind="array")
+
+
+def array_view(kb: KernelBuilder, name: str, dims: Sequence[str], to: Sequence[str]) -> str:
+    """The array ``name`` (of shape ``dims``) reshaped to ``to``: itself when they are equal."""
+    if tuple(dims) == tuple(to):
+        return name
+    view = kb.fresh("w")
+    kb.root.lines.append(f"{view} = {name}.reshape({shape_tuple(to)})")
+    return view
 
 
 def check_size(kb: KernelBuilder, x: Tensor, dims: Sequence[str]) -> None:
