@@ -39,11 +39,21 @@ def merged_write(kb: KernelBuilder, x: Tensor, name: str) -> tuple[Tensor, str] 
         if sum(d != "1" for d in dims[-m:]) < 2 or not _mergeable(x, dims, m):
             continue
         out_dims = (*dims[:-m], kb.dim(product(dims[-m:]), "n"))
-        merged = _merge(kb, x, dims, m, out_dims)
-        view = kb.fresh("w")
-        kb.root.lines.append(f"{view} = {name}.reshape({shape_tuple(out_dims)})")
-        return merged, view
+        # One view per array and shape: an epilogue updating its anchor's output in place
+        # then reads and writes one view, which LLVM sees cannot overlap another.
+        views: dict[tuple[str, tuple[str, ...]], str] = {}
+        view = _view(kb, name, out_dims, views)
+        return _merge(kb, x, dims, m, out_dims, views), view
     return None
+
+
+def _view(kb: KernelBuilder, src: str, dims: tuple[str, ...], views: dict) -> str:
+    """The array ``src`` reshaped to ``dims`` (made once per merge)."""
+    key = (src, dims)
+    if key not in views:
+        views[key] = kb.fresh("w")
+        kb.root.lines.append(f"{views[key]} = {src}.reshape({shape_tuple(dims)})")
+    return views[key]
 
 
 def _suffix(t: Tensor, dims: Sequence[str], m: int) -> str | None:
@@ -72,20 +82,20 @@ def _mergeable(t: Tensor, dims: Sequence[str], m: int) -> bool:
     return t.loader is None  # an array, or a buffer its stage fills
 
 
-def _merge(kb: KernelBuilder, t: Tensor, dims: Sequence[str], m: int, out: Sequence[str]):
+def _merge(
+    kb: KernelBuilder, t: Tensor, dims: Sequence[str], m: int, out: Sequence[str], views: dict
+) -> Tensor:
     """``t`` over the merged axes (`_mergeable` said it is)."""
     if _suffix(t, dims, m) == "broadcast":
         return _broadcast_view(kb, t, m)
     recipe = t.info.get("elemwise")
     if recipe is None:
         lead = t.dims[: max(t.ndim - m, 0)]
-        src = kb.materialize(t)
-        view = kb.fresh("w")
         new = (*lead, out[-1])
-        kb.root.lines.append(f"{view} = {src}.reshape({shape_tuple(new)})")
+        view = _view(kb, kb.materialize(t), new, views)
         return Tensor(new, t.dtype, array=view, kind="array")
     fn, args, compute_dtype, arg_dtypes = recipe
-    merged = [_merge(kb, a, dims, m, out) for a in args]
+    merged = [_merge(kb, a, dims, m, out, views) for a in args]
     return kb.elemwise(fn, t.dtype, merged, compute_dtype, arg_dtypes)
 
 
