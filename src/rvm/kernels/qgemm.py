@@ -373,43 +373,22 @@ def _conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _phases(x, sw):  # type: ignore[no-untyped-def]
-    """``x`` (n, c, h, w) with each row split by column phase for a stride of ``sw``: row
-    ``y``'s columns ``q * sw + r`` at ``[.., y, r, q]`` (``wq = ceil(w / sw)`` of them, the
-    last ones of short phases left 0), so the taps a strided convolution reads along a row
-    are one contiguous run. ``x`` itself (as (n, c, h, 1, w)) for a stride of 1."""
-    n, c, h, w = x.shape
-    wq = (w + sw - 1) // sw
-    if sw == 1:
-        return x.reshape(n, c, h, 1, w)
-    out = np.zeros((n, c, h, sw, wq), np.uint8)
-    for i in range(n):
-        for k in range(c):
-            for y in range(h):
-                for r in range(sw):
-                    for q in range((w - r + sw - 1) // sw):
-                        out[i, k, y, r, q] = x[i, k, y, q * sw + r]
-    return out
-
-
-@nb.njit(**_OPTS)
-def _columns(xp, iw, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words):  # type: ignore[no-untyped-def]
-    """Image ``n``'s channels ``c0 + [0, cg)`` of ``xp`` (the uint8 image, ``iw`` wide, split
-    by column phase: `_phases`) as the panel by words:
+def _columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words):  # type: ignore[no-untyped-def]
+    """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view) as the panel by words:
     ``words[(u * kw + v) * cq + k, i * ow + j]`` holds channels ``4k`` to ``4k + 3`` (a byte
     each, ``flip`` 0x80 shifting int8 into uint8) that tap ``(u, v)`` of output position
     ``(i, j)`` reads, ``fill`` in each byte for a tap in the padding; channels past ``cg``
-    repeat the last one (their weights are 0). Made straight from the image: four channel rows
-    interleaved a run at a time (a run is contiguous in its phase: vectorized at any stride).
-    Positions past the end are left as they are."""
-    ih, wq = xp.shape[2], xp.shape[4]
+    repeat the last one (their weights are 0). Made straight from the NCHW image: four
+    channel rows interleaved a run at a time (vectorized at unit stride). Positions past the
+    end are left as they are."""
+    ih, iw = x.shape[2], x.shape[3]
     cq, cols = (cg + 3) // 4, words.shape[1]
-    wf, xf = words.reshape(-1), xp.reshape(-1)
+    wf, xf = words.reshape(-1), x.reshape(-1)
     fill_word = np.uint32(fill) * np.uint32(0x01010101)
     flip_word = np.uint32(flip) * np.uint32(0x01010101)
-    plane, row_len = U(ih * sw * wq), U(sw * wq)
+    plane = U(ih * iw)
     for k in range(cq):
-        base = U((n * xp.shape[1] + c0) * ih * sw * wq)
+        base = U((n * x.shape[1] + c0) * ih * iw)
         p0 = base + U(min(4 * k, cg - 1)) * plane
         p1 = base + U(min(4 * k + 1, cg - 1)) * plane
         p2 = base + U(min(4 * k + 2, cg - 1)) * plane
@@ -420,7 +399,6 @@ def _columns(xp, iw, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, fl
                 # Output columns whose tap is inside the row: [j_lo, j_hi).
                 j_lo = min(max(0, (first + sw - 1) // sw), ow)
                 j_hi = min(max(j_lo, (iw - 1 + first) // sw + 1), ow)
-                col = j_lo * sw - first  # the image column output column j_lo reads
                 at0 = ((u * kw + v) * cq + k) * cols
                 for i in range(oh):
                     y = i * sh - pt + u * dh
@@ -430,9 +408,16 @@ def _columns(xp, iw, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, fl
                         continue
                     wf[at : at + j_lo] = fill_word
                     wf[at + j_hi : at + ow] = fill_word
-                    row = U(y) * row_len + U(col % sw) * U(wq) + U(col // sw)
-                    _interleave(xf, p0 + row, p1 + row, p2 + row, p3 + row, wf, U(at + j_lo),
-                                U(j_hi - j_lo), flip_word)  # fmt: skip
+                    row = U(y * iw + j_lo * sw - first)
+                    dst, count = U(at + j_lo), U(j_hi - j_lo)
+                    if sw == 1:
+                        _interleave(xf, p0 + row, p1 + row, p2 + row, p3 + row, wf, dst,
+                                    count, flip_word)  # fmt: skip
+                    else:
+                        step = U(sw)
+                        for j in range(count):
+                            s = row + j * step
+                            wf[dst + j] = _word(xf, p0 + s, p1 + s, p2 + s, p3 + s) ^ flip_word
 
 
 @nb.njit(**_OPTS)
@@ -506,7 +491,7 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     cols = (p_total + NR - 1) // NR * NR
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     panel = words.view(np.uint8).reshape(quads, cols, 4)
-    xp = _phases(x.view(np.uint8), sw if by_words else 1)  # a copy only to split a stride
+    xu = x.view(np.uint8)
     for g in range(groups):
         if hwc:
             rows, sums = _hwc_weight_rows(w, g * og, og, cq)
@@ -517,8 +502,8 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
             rows, sums = _weight_rows(wm, quads)
         for n in range(n_img):
             if by_words:
-                _columns(xp, x.shape[3], n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                         zero, flip, words)  # fmt: skip
+                _columns(xu, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip,
+                         words)  # fmt: skip
             else:
                 _columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
                                flip, panel)  # fmt: skip
