@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from rvm.ir.dims import DimExpr, source, symbols
 from rvm.jit.cond import all_of, ne
+from rvm.jit.flatten import merged_write
 from rvm.jit.scalar import convert, wrap_result
 from rvm.jit.te import (
     Body,
@@ -181,7 +182,8 @@ class KernelBuilder(Emitter):
             code = wrap_result(fn(*(v.code for v in vals)), dtype)
             return convert(Scalar(code, deps_of(*vals), ct), dtype)
 
-        return Tensor(dims, dtype, loader)
+        recipe = (fn, tuple(args), compute_dtype, arg_dtypes)
+        return Tensor(dims, dtype, loader, info={"elemwise": recipe})
 
     def index_map(
         self,
@@ -211,7 +213,11 @@ class KernelBuilder(Emitter):
 
     def write(self, x: Tensor, name: str, dtype: str) -> None:
         """Loops storing ``x`` (converted to ``dtype``) into the array ``name`` of its
-        shape."""
+        shape; their contiguous trailing axes merged into one loop where every operand allows
+        (`rvm.jit.flatten`)."""
+        merged = merged_write(self, x, name)
+        if merged is not None:
+            x, name = merged
 
         def emit(body: Body, index: list[Scalar]) -> None:
             v = self.let(body, convert(self.load(x, body, index), dtype))

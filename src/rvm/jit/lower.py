@@ -491,15 +491,8 @@ class _KernelLowering:
             if t is anchor:
                 kb.materialize(t)
                 continue
-            if layout.write_reshaped(kb, t, name, ty.dtype):
-                continue
-
-            def emit(body: Body, index: list[Scalar], t=t, name=name, ty=ty) -> None:
-                v = kb.let(body, convert(kb.load(t, body, index), ty.dtype))
-                ref = f"{name}[{', '.join(i.code for i in index)}]" if index else f"{name}[()]"
-                body.lines.append(f"{ref} = {v.code}")
-
-            kb.loop_nest(kb.root, t.dims, emit)
+            if not layout.write_reshaped(kb, t, name, ty.dtype):
+                kb.write(t, name, ty.dtype)
         if self.style == "return":
             kb.root.lines.append(
                 f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)"

@@ -223,3 +223,49 @@ def test_branches_at_other_scales_requantize_into_the_concat():
         for mode in EXEC_MODES:
             y = rvm.VirtualMachine(ex, exec_mode=mode)["main"](x)
             np.testing.assert_allclose(y, expected, rtol=0, atol=step * 2.001, err_msg=mode)
+
+
+def _residual_model() -> onnx.ModelProto:
+    """Two convolutions of one input, added and rectified (a ResNet block's end), then a
+    third convolution: QDQ puts dequantize, add, relu and quantize in float between them."""
+    inits = [
+        nh.from_array(RNG.normal(0, 0.3, (8, 4, 3, 3)).astype(np.float32), "wa"),
+        nh.from_array(RNG.normal(0, 0.3, (8, 4, 1, 1)).astype(np.float32), "wb"),
+        nh.from_array(RNG.normal(0, 0.3, (6, 8, 1, 1)).astype(np.float32), "wc"),
+    ]
+    nodes = [
+        oh.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
+        oh.make_node("Relu", ["a"], ["ra"]),
+        oh.make_node("Conv", ["x", "wb"], ["b"]),
+        oh.make_node("Add", ["ra", "b"], ["s"]),
+        oh.make_node("Relu", ["s"], ["rs"]),
+        oh.make_node("Conv", ["rs", "wc"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "residual",
+        [oh.make_tensor_value_info("x", TP.FLOAT, [1, 4, 7, 7])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [1, 6, 7, 7])],
+        inits,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_residual_requantizes_in_one_kernel_and_matches_ort():
+    """Dequantize both inputs, add and quantize (the relu is the quantized range's: ORT
+    drops it) fuse into one kernel that writes the uint8 result, with no casts of a value to
+    its own type taking up the kernel's ops: no int32 pass in between."""
+    quantized = quantize_with_ort(_residual_model())
+    mod = rvm.from_onnx(quantized)
+    ex = rvm.compile(mod, kernels="jit")
+    ops = [k.meta["ops"].split(",") for k in ex.kernels.values()]
+    residual = [o for o in ops if "subtract" in o and "round" in o]
+    assert len(residual) == 1 and residual[0].count("clip") == 2, ops
+    assert all(set(o) - {"cast", "clip"} for o in ops), ops  # no kernel only converts
+    step = _output_scale(quantized)
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(size=(1, 4, 7, 7)).astype(np.float32)
+        (expected,) = run_ort(quantized, [x])
+        for mode in EXEC_MODES:
+            y = rvm.VirtualMachine(ex, exec_mode=mode)["main"](x)
+            np.testing.assert_allclose(y, expected, rtol=0, atol=step * 1.001, err_msg=mode)

@@ -79,7 +79,14 @@ def _quotient(ctx: NodeContext, x: Expr, scale: Expr) -> Expr:
         common = "float32"
     else:
         common = promote_dtypes(*dt)
-    return op.divide(op.cast(x, common), op.cast(scale, common))
+    return op.divide(_as(ctx, x, common), _as(ctx, scale, common))
+
+
+def _as(ctx: NodeContext, x: Expr, dtype: str) -> Expr:
+    """``x`` cast to ``dtype``; itself when it has that type (a cast to its own type would
+    count toward a fused kernel's ops: a QDQ residual's dequantize, add and quantize then
+    fit in one kernel, `rvm.transform.fuse_ops.MAX_GROUP_OPS`)."""
+    return x if ctx.type(x).dtype == dtype else op.cast(x, dtype)
 
 
 @converter("QuantizeLinear", since=_VERSIONS)
@@ -114,11 +121,11 @@ def _dequantize(ctx: NodeContext) -> Expr:
     axis, block = _options(ctx, x)
     out = ctx.attr("output_dtype", 0)
     target = np_dtype(out, "output_dtype") if out else ctx.type(scale).dtype
-    y = op.cast(x, "float32")
+    y = _as(ctx, x, "float32")
     if zero is not None and dtype_kind(ctx.type(x).dtype) != "f":  # float zero points are 0
         y = op.subtract(y, op.cast(_granular(ctx, zero, x, axis, block), "float32"))
     y = op.multiply(y, op.cast(_granular(ctx, scale, x, axis, block), "float32"))
-    return ctx.emit(op.cast(y, target))
+    return ctx.emit(y if target == "float32" else op.cast(y, target))
 
 
 @converter("DynamicQuantizeLinear", since=11)
