@@ -43,7 +43,7 @@ def _check(
 
 SIZES_M = [1, 2, packed.SMALL_ROWS, sgemm.MR - 1, sgemm.MR + 1, 3 * sgemm.MR + 5]
 SIZES_N = [1, sgemm.LANES - 1, sgemm.NR, sgemm.NR + 1, 2 * sgemm.NR + sgemm.LANES + 3]
-SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3]
+SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3, packed.DEPTH + 5]  # the last: two equal blocks
 
 
 @pytest.mark.parametrize("m", SIZES_M)
