@@ -43,7 +43,7 @@ def _check(
 
 SIZES_M = [1, 2, packed.SMALL_ROWS, sgemm.MR - 1, sgemm.MR + 1, 3 * sgemm.MR + 5]
 SIZES_N = [1, sgemm.LANES - 1, sgemm.NR, sgemm.NR + 1, 2 * sgemm.NR + sgemm.LANES + 3]
-SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3]
+SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3, packed.DEPTH + 5]  # the last: two equal blocks
 
 
 @pytest.mark.parametrize("m", SIZES_M)
@@ -117,6 +117,11 @@ def test_op_type_rule_errors() -> None:
         _infer(op.dense_packed(rvm.const(np.ones((2, 9), np.float32)), w, units=30))
     with pytest.raises(IRError, match="must be 3-d"):
         _infer(op.dense_packed(x, rvm.const(np.ones((8, 16), np.float32)), units=16))
+    r = rvm.const(np.ones((2, 30), np.int32))
+    with pytest.raises(IRError, match="the residual must be float32, got int32"):
+        _infer(op.dense_packed(x, w, None, r, units=30))
+    with pytest.raises(IRError, match="cannot broadcast shapes"):
+        _infer(op.dense_packed(x, w, None, rvm.const(np.ones((3, 30), F32)), units=30))
 
 
 def _infer(call):  # type: ignore[no-untyped-def]
@@ -221,3 +226,86 @@ def test_numpy_kernels_keep_the_plain_products() -> None:
     assert all(c.ndim <= 2 for c in ex.constants)
     x = np.random.default_rng(4).standard_normal((2, 3, 70)).astype(np.float32)
     np.testing.assert_allclose(rvm.VirtualMachine(ex)["main"](x), _want(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m", [1, 3, sgemm.MR + 3, 130])
+@pytest.mark.parametrize("k", [0, 9, sgemm.KC + 5])
+def test_residual_in_the_epilogue(m: int, k: int) -> None:
+    """``act(x @ B + bias) + residual`` on each tile (rows and panels splits on the pool, the
+    few-rows path, an empty depth), against NumPy."""
+    rng = np.random.default_rng(m + k)
+    n = 3 * sgemm.NR + 7
+    x = rng.standard_normal((m, k)).astype(F32)
+    b = rng.standard_normal((k, n)).astype(F32)
+    c = rng.standard_normal(n).astype(F32)
+    r = rng.standard_normal((m, n)).astype(F32)
+    out = np.full((m, n), np.nan, F32)
+    width = packed.panel_width()
+    w = packed.pack(b, False, width) if k else np.zeros(packed.packed_shape(0, n, width), F32)
+    before = get_num_threads()
+    set_num_threads(2)
+    try:
+        packed.dense(x, w, out, n, c, packed.ACTIVATIONS.index("relu"), r)
+    finally:
+        set_num_threads(before)
+    want = np.maximum(x.astype(np.float64) @ b + c, 0) + r
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k + 1) * 4)
+    with pytest.raises(ValueError, match="the residual must have out's shape"):
+        packed.dense(x, w, out, n, c, 0, r[:, 1:].copy())
+
+
+W_RES = RNG.standard_normal((70, 61)).astype(F32)  # (k, units)
+
+
+def _residual_model() -> IRModule:
+    """x (n, 70), r (k, 61): gelu(x @ W + b) + r, a residual whose rows broadcast at run time
+    (n or k of 1), and x @ W + x2 (no bias, the residual of the product's very shape)."""
+    x = Var("x", tensor(("n", 70), "float32"))
+    r = Var("r", tensor(("k", 61), "float32"))
+    bb = Builder()
+    with bb.function("main", [x, r]):
+        p = bb.emit(op.add(bb.emit(op.matmul(x, rvm.const(W_RES))), rvm.const(BIAS)))
+        y = bb.emit(op.add(r, bb.emit(op.gelu(p))))
+        q = bb.emit(op.matmul(x, rvm.const(W_RES)))
+        z = bb.emit(op.add(q, bb.emit(op.tanh(q))))  # q read twice: stays an add
+        s = bb.emit(op.add(bb.emit(op.matmul(x, rvm.const(W_RES))), bb.emit(op.exp(z))))
+        bb.emit_output(rvm.ir.Tuple((y, s)))
+    return bb.get()
+
+
+def test_pass_joins_the_residual_last() -> None:
+    mod = pack_weights(_residual_model(), panel=16)
+    assert _ops(mod) == ["dense_packed", "dense_packed", "tanh", "add", "exp", "dense_packed"]
+    calls = [b.value for b in mod["main"].body.bindings if _ops_of(b) == "dense_packed"]
+    first, last = calls[0], calls[2]
+    assert (first.attrs["activation"], len(first.args)) == ("gelu", 4)
+    np.testing.assert_array_equal(first.args[2].data, BIAS)
+    np.testing.assert_array_equal(last.args[2].data, np.zeros(61, F32))  # zeros: no bias
+    assert len(calls[1].args) == 2
+
+
+def _ops_of(binding) -> str:  # type: ignore[no-untyped-def]
+    value = binding.value
+    return value.callee.name if isinstance(value, Call) and hasattr(value.callee, "name") else ""
+
+
+@pytest.mark.parametrize("n, k", [(5, 5), (1, 4), (4, 1)])
+def test_residual_in_every_exec_mode(exec_mode: str, n: int, k: int) -> None:
+    """The residual in the GEMM (same shape) and broadcast after it (n or k of 1)."""
+    ex = _residual_executable()
+    rng = np.random.default_rng(n * 10 + k)
+    x = rng.standard_normal((n, 70)).astype(F32)
+    r = rng.standard_normal((k, 61)).astype(F32)
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x, r)
+    want = rvm.interpret(_residual_model(), "main", x, r)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+_RESIDUAL: list[rvm.Executable] = []
+
+
+def _residual_executable() -> rvm.Executable:
+    if not _RESIDUAL:
+        _RESIDUAL.append(rvm.compile(_residual_model()))
+    return _RESIDUAL[0]

@@ -31,18 +31,23 @@ def _kernel_factory(kernels: str) -> Callable[..., KernelRecord]:
 def _with_precision(passes: list, precision: str, kernels: str) -> list:
     """``passes`` with the passes that convert products before legalize: to ``precision``
     (`rvm.transform.to_bf16`), then, for jit kernels, to packed constant weights: the GEMM's
-    (`rvm.transform.pack_weights`) and the direct convolution's
-    (`rvm.transform.pack_conv_weights`)."""
+    (`rvm.transform.pack_weights`, then `rvm.transform.merge_products`: those of one input
+    as one) and the direct convolution's (`rvm.transform.pack_conv_weights`)."""
     extra = []
     if precision == "bf16":
         from rvm.transform.to_bf16 import to_bf16
 
         extra.append(("to_bf16", to_bf16))
     if kernels == "jit":
+        from rvm.transform.merge_products import merge_products
         from rvm.transform.pack_conv_weights import pack_conv_weights
         from rvm.transform.pack_weights import pack_weights
 
-        extra += [("pack_weights", pack_weights), ("pack_conv_weights", pack_conv_weights)]
+        extra += [
+            ("pack_weights", pack_weights),
+            ("merge_products", merge_products),
+            ("pack_conv_weights", pack_conv_weights),
+        ]
     at = [name for name, _ in passes].index("legalize")
     return [*passes[:at], *extra, *passes[at:]]
 

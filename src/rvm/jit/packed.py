@@ -1,16 +1,19 @@
 """The anchor stage of ``dense_packed`` (`rvm.op.packed`): a product with a packed weight.
 
 It calls `rvm.kernels.packed.dense` on a 2-d view of the input, writing straight into the
-stage's array. The op's own bias and activation run inside that call, per tile on the
-threads that computed it; any further epilogue fused into the kernel (a residual add) is one
-pass over the output in the same kernel, as for the other float32 anchors (`rvm.jit.stages`).
+stage's array. The op's own bias, activation and residual run inside that call, per tile on
+the threads that computed it. A residual of the product's shape is read there; one that
+broadcasts (a shape known only at run time may) is added by NumPy broadcasting after the
+product, into the output of the broadcast shape. Any further epilogue fused into the kernel
+is one pass over the output in the same kernel, as for the other float32 anchors
+(`rvm.jit.stages`).
 """
 
 from __future__ import annotations
 
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
-from rvm.jit.te import Tensor, Unsupported
+from rvm.jit.te import Tensor, Unsupported, shape_tuple
 from rvm.jit.views import array_view
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
@@ -23,20 +26,49 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
     act = ACTIVATIONS.index(attrs["activation"])
     units = attrs["units"]
     rows = kb.dim(" * ".join(x.dims[:-1]) or "1")
-    dims = (*x.dims[:-1], str(units))
+    product = (*x.dims[:-1], str(units))
+    residual = args[3] if len(args) == 4 else None
+    dims = product if residual is None else kb.broadcast_dims([product, residual.dims])
     t = Tensor(dims, out, kind="anchor")
 
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
         xv = array_view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
         wv = kb.materialize(w)
-        bias = kb.materialize(args[2]) if len(args) == 3 else "np.empty(0, np.float32)"
-        ov = array_view(kb, t.array, dims, (rows, str(units)))
+        bias = kb.materialize(args[2]) if len(args) >= 3 else "np.empty(0, np.float32)"
         kb.imports.add(("rvm.kernels.packed", "dense", "packed_dense"))
-        kb.root.lines.append(f"packed_dense({xv}, {wv}, {ov}, {units}, {bias}, {act})")
+        call = f"packed_dense({xv}, {wv}, {{}}, {units}, {bias}, {act}{{}})"
+        if residual is None:
+            ov = array_view(kb, t.array, dims, (rows, str(units)))
+            kb.root.lines.append(call.format(ov, ""))
+            return
+        r = kb.materialize(residual)
+        if tuple(residual.dims) == tuple(dims) == product:
+            ov = array_view(kb, t.array, dims, (rows, str(units)))
+            rv = array_view(kb, r, dims, (rows, str(units)))
+            kb.root.lines.append(call.format(ov, f", {rv}"))
+            return
+        _broadcast_residual(kb, call, t.array, r, product, (rows, str(units)))
 
     t.fill = fill
     return t
+
+
+def _broadcast_residual(
+    kb: KernelBuilder, call: str, out: str, r: str, product: tuple, flat: tuple
+) -> None:
+    """The product with a residual whose shape is known only at run time: in the GEMM's
+    epilogue when it is the product's (and the output's), else added by broadcasting."""
+    shape, two_d = shape_tuple(product), shape_tuple(flat)
+    tmp = kb.fresh("p")
+    kb.root.lines += [
+        f"if {r}.shape == {shape} and {out}.shape == {shape}:",
+        f"    {call.format(f'{out}.reshape({two_d})', f', {r}.reshape({two_d})')}",
+        "else:",
+        f"    {tmp} = np.empty({shape}, dtype=np.float32)",
+        f"    {call.format(f'{tmp}.reshape({two_d})', '')}",
+        f"    np.add({tmp}, {r}, {out})",
+    ]
 
 
 compute[ops.dense_packed] = _dense

@@ -7,7 +7,8 @@ A. A constant weight is instead packed once, when the executable is built
 panel)`` float32, panel ``p`` holding B's columns ``p * panel`` to ``(p + 1) * panel`` (the
 last padded with zeros), its ``k`` rows one contiguous stream. The GEMM then reads each
 panel's rows one after the other (`rvm.kernels.sgemm`'s micro-kernel, its row stride the
-panel's width), blocks of panels that fit half of L2 at a time.
+panel's width), blocks of panels that fit half of L2 at a time, the depth in equal blocks
+of at most `DEPTH`.
 
 - `panel_width()`: the panel width for this CPU, the micro-kernel's widest tile
   (`rvm.kernels.sgemm.NR`: three vectors on AVX-512, two on AVX2). A panel of another width
@@ -15,12 +16,13 @@ panel's width), blocks of panels that fit half of L2 at a time.
 - `pack(weight, transposed, panel)`: a 2-d ``(k, n)`` weight (``(n, k)`` when
   ``transposed``, as ``dense``'s) in panels (NumPy, at build time; written once, in
   `rvm.kernels.reference.packed`, with `ACTIVATIONS`).
-- `dense(x, w, out, n, bias, act)`: ``out[m, n] = act(x[m, k] @ B + bias)`` where ``w`` is
-  B packed; cut on rvm's pool along the panels (or C's rows when the panels are few); a few
-  rows take a one-row tile (a GEMV's) rather than the micro-kernel's tile of `MR` rows. The
-  bias and activation (the GEMM's epilogue: `ACTIVATIONS`) run on each tile right after its
-  last depth block, in the thread that computed it, while it is in cache. Checks every shape
-  first.
+- `dense(x, w, out, n, bias, act, residual=None)`: ``out[m, n] = act(x[m, k] @ B + bias) +
+  residual`` where ``w`` is B packed; cut on rvm's pool along the panels (or C's rows when
+  the panels are few); a few rows take a one-row tile (a GEMV's) rather than the
+  micro-kernel's tile of `MR` rows. The bias, activation (the GEMM's epilogue:
+  `ACTIVATIONS`) and residual (a transformer's skip connection, ``(m, n)``) run on each tile
+  right after its last depth block, in the thread that computed it, while it is in cache
+  (the few rows' path adds the residual after the product). Checks every shape first.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 
 from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.cblas import address
+from rvm.kernels.cpu import Cpu, cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.mathlib import erf32, tanh32
 from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
@@ -44,14 +47,28 @@ SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
 PIECES_PER_THREAD = 4
 
 
+def depth_limit(c: Cpu) -> int:
+    """`DEPTH`: the deepest block of a product, a band's `sgemm.MR` rows of A taking two thirds
+    of L1d at most (1024 with a 48 KB L1d), 128 to 2048."""
+    return min(2048, max(128, 2 * c.l1d // 3 // (4 * sgemm.MR)))
+
+
+DEPTH = depth_limit(cpu())
+"""The depth is cut into equal blocks of at most this (`_depth_step`): BERT's 768 is one
+block, its 3072 three of 1024. `sgemm.KC`'s power of two (512) cut 768 into 512 and 256,
+which stored every tile of C twice and ran a short block: 5-10% slower on one core."""
+
+
 @jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath=_FAST)
-def _epilogue(c, ldc, rows, cols, bias, act):  # type: ignore[no-untyped-def]
-    """``C[:rows, :cols] = act(C + bias)`` at the address ``c`` (row stride ``ldc``), ``bias``
-    the address of ``cols`` floats (0: none), ``act`` an index of `ACTIVATIONS`, as rvm's
-    elementwise kernels compute them: a tile just stored, while it is in L1. One loop per
-    step, each vectorized."""
+def _epilogue(c, ldc, rows, cols, bias, act, res):  # type: ignore[no-untyped-def]
+    """``C[:rows, :cols] = act(C + bias) + R`` at the address ``c`` (row stride ``ldc``),
+    ``bias`` the address of ``cols`` floats (0: none), ``act`` an index of `ACTIVATIONS`, as
+    rvm's elementwise kernels compute them, ``res`` the address of R's tile (row stride
+    ``ldc``; 0: none): a tile just stored, while it is in L1. One loop per step, each
+    vectorized."""
     out = sgemm._floats_at(c)
     b = sgemm._floats_at(bias)
+    r = sgemm._floats_at(res)
     half, one = np.float32(0.5), np.float32(1.0)
     for i in range(rows):
         row = i * ldc
@@ -70,22 +87,33 @@ def _epilogue(c, ldc, rows, cols, bias, act):  # type: ignore[no-untyped-def]
                 v = out[row + j]
                 inner = np.float32(0.7978845608028654) * (v + np.float32(0.044715) * v * v * v)
                 out[row + j] = half * v * (one + tanh32(inner))
+        if res != 0:
+            for j in range(cols):
+                out[row + j] += r[row + j]
 
 
 @jit(**_OPTS)
-def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+def _depth_step(k):  # type: ignore[no-untyped-def]
+    """The depth of each block (the last one may be shorter): ``k`` in as few blocks of at
+    most `DEPTH` as there can be, all about as deep."""
+    blocks = -(-k // DEPTH)
+    return -(-k // blocks)
+
+
+@jit(**_OPTS)
+def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C[:m, cols] = act(A[:m, :k] @ B[:, cols] + bias)`` for the columns of panels
     ``first`` to ``last`` (exclusive) of the packed B at ``bp``, on addresses, in the calling
-    thread: blocks of panels that fit half of L2, each depth block, each band of A across the
-    block; after the last depth block, each tile's `_epilogue` (``bias`` 0 and ``act`` 0: none)
-    while it is in cache."""
-    kc_max = min(sgemm.KC, k)
-    block = max(1, sgemm.BLOCK_BYTES // (4 * kc_max * panel))
-    epilogue = bias != 0 or act != 0
+    thread: blocks of panels that fit half of L2, each depth block (`_depth_step`), each band
+    of A across the block; after the last depth block, each tile's `_epilogue` (``bias``,
+    ``act`` and ``res``, R's address laid out as C, 0: none) while it is in cache."""
+    step = _depth_step(k)
+    block = max(1, sgemm.BLOCK_BYTES // (4 * step * panel))
+    epilogue = bias != 0 or act != 0 or res != 0
     for q0 in range(first, last, block):
         q1 = min(last, q0 + block)
-        for p0 in range(0, k, sgemm.KC):
-            kc = min(sgemm.KC, k - p0)
+        for p0 in range(0, k, step):
+            kc = min(step, k - p0)
             add = 1 if p0 > 0 else 0
             final = epilogue and p0 + kc == k
             for i0 in range(0, m, sgemm.MR):
@@ -98,7 +126,8 @@ def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type
                     sgemm._tiles(kc, a_band, lda, at_b, panel, 0, at_c, ldc, add, rows, width)
                     if final:
                         at_bias = bias + 4 * q * panel if bias != 0 else 0
-                        _epilogue(at_c, ldc, rows, width, at_bias, act)
+                        at_res = at_c - c + res if res != 0 else 0
+                        _epilogue(at_c, ldc, rows, width, at_bias, act, at_res)
 
 
 @jit(**_OPTS)
@@ -119,31 +148,33 @@ def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: 
                                  sgemm.LANES, sgemm.LANES, 0)  # fmt: skip
         if bias != 0 or act != 0:
             at_bias = bias + 4 * q * panel if bias != 0 else 0
-            _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act)
+            _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act, 0)
 
 
 # A packed-product job (int64): its length; x's, w's and out's addresses; m, k, n, the panel
 # width; the pieces' panels (along n) or rows (along m), and whether along n; the bias's
-# address (0: none) and the activation's index.
-_JOB = 12
+# address (0: none), the activation's index and the residual's address (0: none; a few rows
+# add it after the product, in `dense`).
+_JOB = 13
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a packed product (a pool task, `rvm.kernels.parfor`)."""
     job = parfor.job(data)
     px, pw, po, m, k, n, panel = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
-    step, along_n, bias, act = job[8], job[9], job[10], job[11]
+    step, along_n, bias, act, res = job[8], job[9], job[10], job[11], job[12]
     panels = -(-n // panel)
     if m < SMALL_ROWS:
         last = min(panels, (p + 1) * step)
         _rows(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
     elif along_n:
         last = min(panels, (p + 1) * step)
-        _panels(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
+        _panels(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act, res)
     else:
         rows = min(step, m - p * step)
         at_x, at_o = px + 4 * p * step * k, po + 4 * p * step * n
-        _panels(at_x, k, pw, k, panel, at_o, n, rows, n, 0, panels, bias, act)
+        at_r = res + 4 * p * step * n if res != 0 else 0
+        _panels(at_x, k, pw, k, panel, at_o, n, rows, n, 0, panels, bias, act, at_r)
 
 
 parfor.export_task("packed_dense", _task)
@@ -179,12 +210,19 @@ def _bias_at(bias):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def dense(x, w, out, n, bias, act):  # type: ignore[no-untyped-def]
-    """``out[m, n] = act(x[m, k] @ B + bias)`` for float32 C-contiguous ``x`` and ``out``,
-    ``w`` the packed B ``(panels, k, panel)`` (`pack`) of ``n`` columns, ``bias`` ``(n,)`` or
-    empty (none), ``act`` an index of `ACTIVATIONS`. The bias and activation run on each
+def dense(x, w, out, n, bias, act, residual=None):  # type: ignore[no-untyped-def]
+    """``out[m, n] = act(x[m, k] @ B + bias) + residual`` for float32 C-contiguous ``x`` and
+    ``out``, ``w`` the packed B ``(panels, k, panel)`` (`pack`) of ``n`` columns, ``bias``
+    ``(n,)`` or empty (none), ``act`` an index of `ACTIVATIONS`, ``residual`` None or a
+    C-contiguous ``(m, n)`` float32 array. The bias, activation and residual run on each
     tile as it is done, in the thread that computed it."""
     m, k = x.shape
+    res = 0
+    if residual is not None:
+        if residual.shape[0] != m or residual.shape[1] != n:
+            raise ValueError("packed dense: the residual must have out's shape (m, n)")
+        if m > 0 and n > 0:
+            res = address(residual, 0)
     panels, kw, panel = w.shape
     if bias.shape[0] != 0 and bias.shape[0] != n:
         raise ValueError("packed dense: the bias must have n values (or none)")
@@ -202,14 +240,18 @@ def dense(x, w, out, n, bias, act):  # type: ignore[no-untyped-def]
     if k == 0:
         out[:, :] = 0
         for i in range(m):
-            _epilogue(address(out, i * n), n, 1, n, _bias_at(bias), act)
+            at_res = res + 4 * i * n if res != 0 else 0
+            _epilogue(address(out, i * n), n, 1, n, _bias_at(bias), act, at_res)
         return
     parts, step, along_n = _cut(m, k, n, panel)
     job = np.empty(_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _JOB, address(x, 0), address(w, 0), address(out, 0)
     job[4], job[5], job[6], job[7], job[8], job[9] = m, k, n, panel, step, along_n
-    job[10], job[11] = _bias_at(bias), act
+    job[10], job[11], job[12] = _bias_at(bias), act, res
     if parts == 1:
         _call(out, 0, job)
     else:
         _run(out, parts, job)
+    if res != 0 and m < SMALL_ROWS:  # the few-rows path's epilogue has no residual
+        for i in range(m):
+            _epilogue(address(out, i * n), n, 1, n, 0, 0, res + 4 * i * n)

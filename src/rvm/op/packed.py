@@ -7,10 +7,14 @@ transposed), is cut once, at compile time, into panels of ``panel`` columns laid
 reads as one contiguous stream per panel (`rvm.kernels.packed`). The panel width is the
 weight's last dimension: a fact of the data, saved with the executable's weights.
 
-- ``dense_packed(x, w, bias=None, *, units, activation="none")``: ``x`` (..., k) float32, ``w``
-  (panels, k, panel) float32, ``bias`` (units,) float32: ``activation(x @ B + bias)``,
-  (..., units) float32. The bias and the activation (`ACTIVATIONS`: ``gelu`` the erf form,
-  ``gelu_tanh`` the tanh one) are the GEMM's epilogue, run on each tile as it is done.
+- ``dense_packed(x, w, bias=None, residual=None, *, units, activation="none")``: ``x`` (...,
+  k) float32, ``w`` (panels, k, panel) float32, ``bias`` (units,) float32, ``residual`` a
+  float32 tensor: ``activation(x @ B + bias) + residual``, (..., units) float32 broadcast
+  with the residual's shape. The bias, the activation (`ACTIVATIONS`: ``gelu`` the erf form,
+  ``gelu_tanh`` the tanh one) and the residual (a transformer's skip connection) are the
+  GEMM's epilogue, run on each tile as it is done. A residual comes with a bias (zeros when
+  the product has none): the operands are ``(x, w)``, ``(x, w, bias)`` or ``(x, w, bias,
+  residual)``.
 - `pack_weight(weight, transposed, panel)` and `default_panel()`: the packing and this
   CPU's panel width, for the pass (`rvm.kernels.reference.packed`, `rvm.kernels.packed`).
 """
@@ -26,7 +30,7 @@ from rvm.ir.types import TensorType, Type
 from rvm.kernels.reference.packed import ACTIVATIONS, pack
 from rvm.op import ops
 from rvm.op.core import ExprLike, as_expr, call, check_choice, check_int, define_op
-from rvm.op.shapes import fmt, rule
+from rvm.op.shapes import broadcast_shapes, fmt, rule
 
 __all__ = ["dense_packed"]
 
@@ -68,8 +72,10 @@ def _check_weight(w: TensorType, units: int) -> None:
 
 @rule(ops.dense_packed)
 def _infer(call_: Call, args: list[TensorType]) -> Type:
-    if len(args) not in (2, 3):
-        raise IRError(f"dense_packed: expects 2 or 3 inputs (x, w[, bias]), got {len(args)}")
+    if len(args) not in (2, 3, 4):
+        raise IRError(
+            f"dense_packed: expects 2 to 4 inputs (x, w[, bias[, residual]]), got {len(args)}"
+        )
     x, w = args[:2]
     units = call_.attrs["units"]
     if x.dtype is not None and x.dtype != "float32":
@@ -84,6 +90,9 @@ def _infer(call_: Call, args: list[TensorType]) -> Type:
                 f"dense_packed: the bias must be float32 ({units},), got {bias.dtype} "
                 f"{fmt(bias.shape)}"
             )
+    residual = args[3] if len(args) == 4 else None
+    if residual is not None and residual.dtype not in (None, "float32"):
+        raise IRError(f"dense_packed: the residual must be float32, got {residual.dtype}")
     if x.shape is None:
         return TensorType(None, "float32")
     if not x.shape:
@@ -95,22 +104,30 @@ def _infer(call_: Call, args: list[TensorType]) -> Type:
                 f"dense_packed: input {fmt(x.shape)} has {k} features, the packed weight "
                 f"{fmt(w.shape)} has depth {w.shape[1]}"
             )
-    return TensorType((*x.shape[:-1], units), "float32")
+    product = (*x.shape[:-1], units)
+    if residual is None:
+        return TensorType(product, "float32")
+    return TensorType(broadcast_shapes("dense_packed", product, residual.shape), "float32")
 
 
 def dense_packed(
     x: ExprLike,
     w: ExprLike,
     bias: ExprLike | None = None,
+    residual: ExprLike | None = None,
     *,
     units: int,
     activation: str = "none",
 ) -> Call:
-    """``activation(x @ B + bias)`` for B ``(k, units)`` packed in column panels ``w``
-    ``(panels, k, panel)``; ``bias`` (units,) or None. The operands come first and the
+    """``activation(x @ B + bias) + residual`` for B ``(k, units)`` packed in column panels
+    ``w`` ``(panels, k, panel)``; ``bias`` (units,) or None; ``residual`` a tensor or None
+    (with a residual and no bias, the bias is zeros). The operands come first and the
     attributes by keyword, so the text parser's ``op.dense_packed(*args, **attrs)`` rebuilds
     the call."""
+    if residual is not None and bias is None:
+        bias = np.zeros(check_int("dense_packed", "units", units, minimum=0), np.float32)
     args = (as_expr(x), as_expr(w)) + (() if bias is None else (as_expr(bias),))
+    args += () if residual is None else (as_expr(residual),)
     return call(
         ops.dense_packed,
         *args,

@@ -13,8 +13,10 @@ and `dead_code` drops it: the executable keeps the packed copy only.
 
 The product's epilogue joins it where the product has no other use: a following ``add`` of a
 constant bias of ``units`` values (broadcast along the last axis only), then ``relu`` or
-``gelu`` (either form), become the op's ``bias`` and ``activation``, which the GEMM applies
-to each tile as it is done, on the thread that computed it (`rvm.kernels.packed`).
+``gelu`` (either form), then an ``add`` of a computed float32 tensor of the same rank (a
+transformer's residual), become the op's ``bias``, ``activation`` and ``residual``, which the
+GEMM applies to each tile as it is done, on the thread that computed it
+(`rvm.kernels.packed`).
 
 Products too small to gain (fewer than `MIN_DEPTH` or `MIN_UNITS`) stay as they are, as do
 products of two computed tensors (attention's), weights of other dtypes and batched
@@ -158,19 +160,20 @@ def _join_epilogue(
     assert product is not None
     prod = product.value
     units, activation = prod.attrs["units"], prod.attrs["activation"]
+    x, w, bias = prod.args[0], prod.args[1], prod.args[2:]
+    if len(bias) == 2:  # a residual joined: it is the last step
+        return None
+    if value.callee is ops.add and len(value.args) == 2:
+        other = value.args[1] if value.args[0] is args[0] else value.args[0]
+        if activation == "none" and not bias:
+            new = _with_bias(x, w, other, units, consts)
+            if new is not None:
+                infer_type(new)
+                return args[0], new
+        return _with_residual(prod, other, consts, args[0])
     if activation != "none":
         return None
-    x, w, bias = prod.args[0], prod.args[1], prod.args[2:]
-    if value.callee is ops.add and not bias and len(value.args) == 2:
-        other = value.args[1] if value.args[0] is args[0] else value.args[0]
-        b = _const(other, consts)
-        rank = len(x.type.shape)
-        if b is None or b.dtype != np.float32 or b.size != units or b.ndim > rank:
-            return None
-        if b.ndim and b.shape[-1] != units:
-            return None
-        new = op.dense_packed(x, w, E.Constant(b.reshape(units)), units=units)
-    elif value.callee is ops.relu:
+    if value.callee is ops.relu:
         new = op.dense_packed(x, w, *bias, units=units, activation="relu")
     elif value.callee is ops.gelu:
         form = "gelu_tanh" if value.attrs.get("approximate") == "tanh" else "gelu"
@@ -179,3 +182,38 @@ def _join_epilogue(
         return None
     infer_type(new)
     return args[0], new
+
+
+def _with_bias(
+    x: E.Expr, w: E.Expr, other: E.Expr, units: int, consts: dict[E.Var, np.ndarray]
+) -> E.Call | None:
+    """The product with ``other`` as its bias, when it is a float32 constant of ``units``
+    values broadcast along the last axis only; else None."""
+    b = _const(other, consts)
+    rank = len(x.type.shape)
+    if b is None or b.dtype != np.float32 or b.size != units or b.ndim > rank:
+        return None
+    if b.ndim and b.shape[-1] != units:
+        return None
+    return op.dense_packed(x, w, E.Constant(b.reshape(units)), units=units)
+
+
+def _with_residual(
+    prod: E.Call, other: E.Expr, consts: dict[E.Var, np.ndarray], product: E.Var
+) -> tuple[E.Var, E.Call] | None:
+    """(``product``, the product with ``other`` added after its activation as its residual),
+    when ``other`` is a computed float32 tensor of the product's rank; else None. A product
+    without a bias takes zeros (the op's operands: x, w, bias, residual)."""
+    t = getattr(other, "type", None)
+    shape = getattr(prod.type, "shape", None)
+    if not isinstance(other, E.Var) or other in consts or getattr(t, "dtype", None) != "float32":
+        return None
+    if shape is None or t.shape is None or len(t.shape) != len(shape):
+        return None
+    x, w, bias = prod.args[0], prod.args[1], prod.args[2:]
+    attrs = prod.attrs
+    new = op.dense_packed(
+        x, w, *(bias or (None,)), other, units=attrs["units"], activation=attrs["activation"]
+    )
+    infer_type(new)
+    return product, new

@@ -27,6 +27,9 @@ Each pass: what it needs → what it guarantees.
 - pack_weights (only with jit kernels, which `rvm.compile` inserts here): inlined → float32
   dense/matmul with a constant 2-d weight are ``dense_packed`` with the weight packed once in
   the GEMM's column panels.
+- merge_products (with pack_weights): packed → ``dense_packed`` calls of one region sharing
+  their input, activation and bias-or-not are one product of their weights side by side,
+  each member a ``strided_slice`` of its result (attention's query, key and value).
 - pack_conv_weights (only with jit kernels, which ``rvm.compile`` inserts here): inlined, batch
   norms folded → float32 conv2d with constant weights that the direct convolution serves
   (`rvm.kernels.direct`) are ``conv2d_packed`` with the weights packed once in panels.

@@ -36,16 +36,18 @@ def pack(weight, transposed, panel):
     return np.ascontiguousarray(out.reshape(-1, panel, k).transpose(0, 2, 1))
 
 
-def dense_packed(x, w, *bias, units, activation):
-    """``activation(x @ B + bias)`` for B ``(k, units)`` packed in panels ``w``
-    ``(panels, k, panel)``; ``bias`` (units,) or none."""
+def dense_packed(x, w, *rest, units, activation):
+    """``activation(x @ B + bias) + residual`` for B ``(k, units)`` packed in panels ``w``
+    ``(panels, k, panel)``; ``rest``: none, ``(bias,)`` (units,) or ``(bias, residual)``."""
     panels, k, panel = w.shape
     b = np.asarray(w).transpose(1, 0, 2).reshape(k, panels * panel)[:, :units]
     y = _like(np.matmul(x, b), np.float32)
-    if bias:
-        y = _like(y + bias[0], np.float32)
+    if rest:
+        y = _like(y + rest[0], np.float32)
     if activation == "relu":
-        return relu(y)
-    if activation in ("gelu", "gelu_tanh"):
-        return gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+        y = relu(y)
+    elif activation in ("gelu", "gelu_tanh"):
+        y = gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+    if len(rest) == 2:
+        y = _like(y + rest[1], np.float32)
     return y
