@@ -4,7 +4,10 @@ Everything is checked before any kernel touches memory: the argument count, each
 kind, dtype, rank and fixed dimensions, and that symbolic dimensions (a name shared by several
 parameters) agree; a tuple's fields are checked the same way, as deep as they nest. Errors name
 the function, the parameter, what was expected and what came: `main: argument 1 'y' has shape
-(2, 4), but n = 3 from argument 0 'x'`.
+(2, 4), but n = 3 from argument 0 'x'`. A dimension expression (``past + seq``, a
+`shape_patterns.DimProgram`) is checked once every argument has bound the names it reads
+(`check_exprs`), with the names' sources in the message; one whose names no argument binds
+is a size of its own, as the compiled code takes it.
 
 Inputs may be numpy arrays, anything with `__dlpack__` (read with `np.from_dlpack`) or
 `__array__`, or Python scalars and lists (converted to the parameter's dtype). Arrays that are
@@ -35,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import DTypeError, ExecutableFormatError, ShapeError
+from rvm.runtime import shape_patterns as sp
 from rvm.runtime.executable import ADTInfo, ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.text import signature
@@ -46,7 +50,9 @@ __all__ = [
     "SavedFunction",
     "bind_arguments",
     "check_arguments",
+    "check_exprs",
     "check_shape",
+    "expr_mismatch",
     "range_probes",
     "to_value",
     "tuple_arity_error",
@@ -101,7 +107,8 @@ def check_shape(
     Args:
         fname: The function's name, for messages.
         what: The value in the user's words (``argument 0 't' field 1``).
-        want: Per dimension an int (fixed), a str (symbolic) or None (any).
+        want: Per dimension an int (fixed), a str (symbolic) or None (any); an expression
+            (`shape_patterns.DimProgram`) is left to `check_exprs`, once every name is bound.
         shape: The value's shape.
         dims: Symbolic dimensions bound so far in this call; a new one is added.
         sources: For each dimension in `dims`, the value that bound it.
@@ -116,7 +123,7 @@ def check_shape(
             f"got shape {_shape_text(shape)}"
         )
     for axis, (dim, size) in enumerate(zip(want, shape)):
-        if dim is None or dim == size:
+        if dim is None or dim == size or isinstance(dim, sp.DimProgram):
             continue
         if type(dim) is int:
             raise ShapeError(
@@ -134,6 +141,64 @@ def check_shape(
             )
 
 
+def check_exprs(
+    fname: str,
+    what: str,
+    want: Sequence[Any],
+    shape: tuple[int, ...],
+    dims: dict[str, int],
+    sources: dict[str, str],
+) -> None:
+    """Checks the axes of ``shape`` (of a value that passed `check_shape`) whose ``want`` is a
+    dimension expression against its value from the sizes in ``dims``; an expression reading
+    a name not in ``dims`` is not checked.
+
+    Raises:
+        ShapeError: A size other than its expression's value (`expr_mismatch`), or an
+            expression that divides by a size that is 0.
+    """
+    for axis, dim in enumerate(want):
+        if not isinstance(dim, sp.DimProgram):
+            continue
+        try:
+            value = dim.value(dims)
+        except ZeroDivisionError:
+            raise ShapeError(
+                f"{fname}: {what} has shape {_shape_text(shape)}, but axis {axis} is {dim}, "
+                f"which divides by a size that is 0 ({_bound(dim, dims, sources)})"
+            ) from None
+        if value is not None and value != shape[axis]:
+            bound = [(n, dims[n], sources[n]) for n in dim.names]
+            raise expr_mismatch(fname, what, shape, axis, dim, value, bound)
+
+
+def _bound(dim: sp.DimProgram, dims: dict[str, int], sources: dict[str, str]) -> str:
+    return ", ".join(f"{n} = {dims[n]} from {sources[n]}" for n in dim.names if n in dims)
+
+
+def expr_mismatch(
+    fname: str,
+    what: str,
+    shape: Sequence[int],
+    axis: int,
+    expr: str,
+    value: int,
+    bound: Sequence[tuple[str, int, str]],
+) -> ShapeError:
+    """The error for a size that contradicts its dimension expression (the VM's entry and the
+    interpreter's): ``main: argument 5 'attention_mask' has shape (2, 8), but axis 1 is past +
+    seq = 7 (past = 4 from argument 1 'past', seq = 3 from argument 0 'input_ids')``.
+
+    Args:
+        bound: Per name the expression reads: (name, size, the value that bound it).
+    """
+    names = ", ".join(f"{n} = {size} from {source}" for n, size, source in bound)
+    return ShapeError(
+        f"{fname}: {what} has shape {_shape_text(tuple(shape))}, but axis {axis} is {expr} = "
+        f"{value} ({names})"
+    )
+
+
 def tuple_arity_error(fname: str, what: str, want: int, got: int) -> TypeError:
     """The error for a tuple of `got` fields where `want` are declared (VM and interpreter)."""
     return TypeError(f"{fname}: {what} expects a tuple of {want} fields, got {got} fields")
@@ -143,13 +208,16 @@ class _Call:
     """The symbolic dimensions one call's arguments bind, the function's name for messages,
     and the executable's data types' Python forms."""
 
-    __slots__ = ("name", "dims", "sources", "forms")
+    __slots__ = ("name", "dims", "sources", "forms", "exprs")
 
     def __init__(self, name: str, forms: PythonForms | None) -> None:
         self.name = name
         self.dims: dict[str, int] = {}
         self.sources: dict[str, str] = {}
         self.forms = forms
+        # (what, declared shape, shape) of each tensor with a dimension expression: checked
+        # once every argument has bound its names
+        self.exprs: list[tuple[str, tuple, tuple[int, ...]]] = []
 
 
 class PythonForms:
@@ -256,6 +324,8 @@ def _check_tensor(call: _Call, what: str, spec: ParamSpec, x: Any) -> np.ndarray
         raise DTypeError(f"{call.name}: {what} expects dtype {spec.dtype}, got {arr.dtype}")
     if spec.shape is not None:
         check_shape(call.name, what, spec.shape, arr.shape, call.dims, call.sources)
+        if any(isinstance(d, sp.DimProgram) for d in spec.shape):
+            call.exprs.append((what, spec.shape, arr.shape))
     return arr
 
 
@@ -296,7 +366,8 @@ def check_arguments(
     Raises:
         TypeError: Wrong argument count or kind.
         DTypeError: A tensor of the wrong dtype.
-        ShapeError: A tensor of the wrong rank or dimensions, or disagreeing symbolic dims.
+        ShapeError: A tensor of the wrong rank or dimensions, disagreeing symbolic dims, or a
+            size that contradicts its dimension expression.
     """
     if len(args) != len(fn.params):
         names = ", ".join(fn.params)
@@ -308,6 +379,8 @@ def check_arguments(
     out = []
     for i, (spec, x) in enumerate(zip(fn.param_specs, args)):
         out.append(_check_value(call, f"argument {i} '{spec.name}'", spec, x))
+    for what, want, shape in call.exprs:
+        check_exprs(call.name, what, want, shape, call.dims, call.sources)
     for name, lo, hi in fn.dim_ranges:
         if name in call.dims:
             _check_range(call, name, lo, hi)

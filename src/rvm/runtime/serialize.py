@@ -48,6 +48,14 @@ load maps the file (`load_executable`) and checks every section but WGHT's bytes
 constant lies inside WGHT; the constants are read-only views of the file, and their digest is
 checked with ``check_weights=True``.
 
+Version 2.1 adds dimension expressions (``past + seq``): in shape patterns, the kind `EXPR`
+and its program (`rvm.runtime.shape_patterns`), and in the specs of parameters and results, the
+dimension tag 3, followed by the expression's text, its names (a count and strings) and its
+program (i64s, (op, arg) pairs), read as a `shape_patterns.DimProgram`. A 2.0 reader refuses
+such a spec (``bad dimension tag 3``); this reader refuses what a newer minor version may add
+to a spec, a pattern or the code (an unknown dimension tag, pattern kind or opcode), saying
+that the file is newer than this rvm.
+
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
 `ExecutableFormatError` and never a crash, a hang or a huge allocation.
@@ -66,6 +74,7 @@ import numpy as np
 
 from rvm.dtypes import NARROW_DTYPES
 from rvm.errors import DTypeError, ExecutableFormatError
+from rvm.runtime import shape_patterns as sp
 from rvm.runtime import weights
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 from rvm.runtime.executable import (
@@ -83,7 +92,7 @@ from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
 __all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (2, 0)
+VERSION = (2, 1)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
@@ -131,13 +140,21 @@ class _Writer:
 
 
 class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
+    def __init__(self, data: bytes, what: str, version: tuple[int, int] = VERSION) -> None:
         self.data = memoryview(data)
         self.pos = 0
         self.what = what
+        self.version = version
 
     def fail(self, msg: str) -> None:
         raise ExecutableFormatError(f"corrupt executable: {self.what} section: {msg}")
+
+    def unknown(self, msg: str) -> None:
+        """Fails on what this rvm does not know: as corrupt, or in a file of a newer format
+        (which may have added it) as needing a newer rvm."""
+        if self.version > VERSION:
+            raise ExecutableFormatError(newer(self.version, msg))
+        self.fail(msg)
 
     def take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
@@ -185,6 +202,15 @@ class _Reader:
             self.fail(f"{len(self.data) - self.pos} unexpected trailing bytes")
 
 
+def newer(version: tuple[int, int], what: str) -> str:
+    """The message for a file of a newer format than this rvm's that uses ``what``."""
+    return (
+        f"this executable (format {version[0]}.{version[1]}) {what}, which this rvm (format "
+        f"{VERSION[0]}.{VERSION[1]}) does not know: load it with the rvm version that saved it "
+        "or a newer one"
+    )
+
+
 # -- encode -------------------------------------------------------------------------------
 
 
@@ -209,6 +235,11 @@ def encode_parts(
     """`encode`'s image as a list of bytes-like parts (the constants' bytes not copied)."""
     if version not in ((1, 6), VERSION):
         raise ValueError(f"rvm writes format {VERSION[0]}.{VERSION[1]} or 1.6, not {version}")
+    if version < (2, 1) and _uses_expressions(ex):
+        raise ValueError(
+            f"format {version[0]}.{version[1]} has no dimension expressions (past + seq), which "
+            f"this executable uses: write format {VERSION[0]}.{VERSION[1]}"
+        )
     blob = weights.Blob(ex.constants) if version[0] >= 2 else None
     sections = [_glob(ex), b"" if blob else _cons(ex), _prim(ex), _code(ex), _kern(ex)]
     sections += [_meta(ex), _fact(ex), _rslt(ex)]
@@ -272,6 +303,19 @@ def _glob(ex: Executable) -> bytes:
     return w.getvalue()
 
 
+def _uses_expressions(ex: Executable) -> bool:
+    """Whether a signature or a shape pattern of ``ex`` has a dimension expression."""
+    specs = [s for fn in ex.functions for s in (*fn.param_specs, fn.result) if s is not None]
+    while specs:
+        spec = specs.pop()
+        if any(isinstance(d, sp.DimProgram) for d in spec.shape or ()):
+            return True
+        specs.extend(spec.fields or ())
+    shapes = (Opcode.MATCH_SHAPE, Opcode.MAKE_SHAPE)
+    patterns = {ins[3] for fn in ex.functions for ins in fn.instructions if ins[0] in shapes}
+    return any(sp.EXPR in ex.constants[c][::2].tolist() for c in patterns)
+
+
 def _write_spec(w: _Writer, spec: ParamSpec) -> None:
     w.str(spec.name)
     w.str(spec.kind)
@@ -282,6 +326,13 @@ def _write_spec(w: _Writer, spec: ParamSpec) -> None:
         for d in spec.shape:
             if d is None:
                 w.raw(b"\x02")
+            elif isinstance(d, sp.DimProgram):  # since 2.1
+                w.raw(b"\x03")
+                w.str(d)
+                w.count(len(d.names))
+                for name in d.names:
+                    w.str(name)
+                w.ints(tuple(v for pair in d.program for v in pair))
             elif isinstance(d, str):
                 w.raw(b"\x01")
                 w.str(d)
@@ -497,6 +548,7 @@ def from_bytes(
             or (``check_weights``) its weights do not match their digest.
     """
     args = decode(data, check_weights=check_weights)
+    version = tuple(_HEADER.unpack_from(data)[1:3])  # decode checked the header
     native = args.pop("native", None)
     signer = args.pop("signature", None)
     digests = args.pop("constant_digests", {})
@@ -512,7 +564,14 @@ def from_bytes(
             if known
             else f"it is signed by key {ident}, which is not trusted"
         )
-    ex = cls(**args)
+    try:
+        ex = cls(**args)
+    except ExecutableFormatError as err:  # a shape pattern kind a newer format added, ...
+        if version <= VERSION:
+            raise
+        raise ExecutableFormatError(
+            newer(version, f"does not pass this rvm's checks ({err})")
+        ) from None
     ex.constant_digests.update(digests)
     ex._trusted = trusted or verified
     ex._signed_by = ident if verified else None
@@ -656,7 +715,7 @@ def _sections(
 def _decode_sections(
     found: dict[bytes, memoryview], version: tuple[int, int], check_weights: bool
 ) -> dict[str, Any]:
-    heads, adts = _read_glob(_Reader(found[b"GLOB"], "globals"))
+    heads, adts = _read_glob(_Reader(found[b"GLOB"], "globals", version))
     cons = _Reader(found[b"CONS"], "constants")
     if version[0] >= 2:
         constants = weights.read_cons(cons, found[WGHT], check_weights)
@@ -665,7 +724,7 @@ def _decode_sections(
     r = _Reader(found[b"PRIM"], "primitive names")
     prims = [r.str() for _ in range(r.count(4))]
     r.end()
-    code = _read_code(_Reader(found[b"CODE"], "code"), version)
+    code = _read_code(_Reader(found[b"CODE"], "code", version), version)
     functions = []
     for name, kind, nregs, params, specs, start, length in heads:
         if not (0 <= start and 0 <= length and start + length <= len(code)):
@@ -704,14 +763,16 @@ def _decode_sections(
             forms = dict(item.partition("=")[::2] for item in meta["python_forms"].split(";"))
             out["adts"] = [replace(info, python=forms.get(info.name)) for info in adts]
     if RSLT in found:  # absent before version 1.3
-        r = _Reader(found[RSLT], "results")
+        r = _Reader(found[RSLT], "results", version)
         if r.count(1) != len(functions):
             r.fail(f"{len(functions)} functions but another count of results")
         results = [_read_result(r, 0) if r.flag() else None for _ in functions]
         r.end()
         out["functions"] = [replace(fn, result=res) for fn, res in zip(functions, results)]
     if PFLD in found:  # absent before version 1.5: tuple parameters are then checked shallowly
-        out["functions"] = _read_pfld(_Reader(found[PFLD], "parameter fields"), out["functions"])
+        out["functions"] = _read_pfld(
+            _Reader(found[PFLD], "parameter fields", version), out["functions"]
+        )
     if DIMR in found:  # only in executables with symbolic-dimension ranges
         functions = out["functions"]
         ranges = _read_dimr(_Reader(found[DIMR], "dimension ranges"), len(functions))
@@ -797,13 +858,29 @@ def _read_spec(r: _Reader) -> ParamSpec:
         dims: list[int | str | None] = []
         for _ in range(r.count(1)):
             tag = r.take(1)[0]
-            if tag > 2:
-                r.fail(f"bad dimension tag {tag}")
-            dims.append(r.int() if tag == 0 else r.str() if tag == 1 else None)
+            if tag > 3:
+                r.unknown(f"bad dimension tag {tag}")
+            dims.append(
+                r.int() if tag == 0 else r.str() if tag == 1 else None if tag == 2 else _expr(r)
+            )
         shape = tuple(dims)
     if skind == "adt":
         return ParamSpec(sname, skind, None, shape, adt=dtype)
     return ParamSpec(sname, skind, dtype, shape)
+
+
+def _expr(r: _Reader) -> sp.DimProgram:
+    """A dimension expression of a spec (tag 3): text, names, program."""
+    text = r.str()
+    names = [r.str() for _ in range(r.count(4))]
+    flat = r.ints()
+    if len(flat) % 2:
+        r.fail(f"dimension {text!r}: a program of {len(flat)} numbers, not (op, arg) pairs")
+    try:
+        return sp.DimProgram.checked(text, names, list(zip(flat[::2], flat[1::2])))
+    except sp.PatternError as err:
+        r.fail(f"dimension {text!r}: the program {err}")
+    raise AssertionError  # unreachable
 
 
 def _read_result(r: _Reader, depth: int) -> ParamSpec:
@@ -855,11 +932,7 @@ def _read_code(r: _Reader, version: tuple[int, int]) -> list[tuple]:
         op = r.take(1)[0]
         if op not in OPCODE_INFO:
             if version > VERSION:
-                raise ExecutableFormatError(
-                    f"this executable (format {version[0]}.{version[1]}) uses opcode {op}, which "
-                    f"this rvm (format {VERSION[0]}.{VERSION[1]}) does not know: load it with "
-                    "the rvm version that saved it or a newer one"
-                )
+                raise ExecutableFormatError(newer(version, f"uses opcode {op}"))
             r.fail(f"unknown opcode {op}")
         ins: list[Any] = [op]
         for kind in OPCODE_INFO[Opcode(op)].kinds:
