@@ -109,3 +109,55 @@ def test_the_interpreter_checks_expressions_too() -> None:
     past, new, _ = _inputs(2, 3, 4)
     with pytest.raises(ShapeError, match=f"^{BIAS_ERROR}$"):  # the VM's words
         rvm.interpret(mod, "main", past, new, np.zeros((2, 6), np.float32))
+
+
+def _results_module() -> rvm.IRModule:
+    """Functions whose results' lengths come from data (``m``), declared as expressions of
+    the argument's ``n``: the VM checks them at the boundary."""
+    from rvm import op
+    from rvm.ir import Builder, Var, scalar, tensor
+    from rvm.ir import dims as D
+
+    bb = Builder()
+    for name, dim in (("grow", D.add("n", "steps")), ("plus_one", D.add("n", 1))):
+        x, m = Var("x", tensor(("n",), "int64")), Var("m", scalar("int64"))
+        with bb.function(name, [x, m], ret_type=tensor((dim,), "int64")):
+            one = op.const(1, "int64")
+            bb.emit_output(bb.emit(op.dynamic_arange(op.const(0, "int64"), m, one, "int64")))
+    return bb.get()
+
+
+@pytest.fixture(scope="module")
+def results_executable() -> rvm.Executable:
+    return rvm.compile(_results_module())
+
+
+def test_results_are_checked_against_their_expressions(results_executable, exec_mode) -> None:
+    vm = rvm.VirtualMachine(results_executable, exec_mode=exec_mode)
+    x = np.zeros(3, np.int64)
+    for m in (3, 5):  # steps = 0, 2
+        np.testing.assert_array_equal(vm["grow"](x, np.int64(m)), np.arange(m))
+    assert vm["plus_one"](x, np.int64(4)).shape == (4,)
+    want = (
+        r"^grow: result has shape \(2,\), but axis 0 is n \+ steps, which needs steps = -1: a "
+        r"size is never negative \(n = 3 from argument 0 'x'\)$"
+    )
+    with pytest.raises(ShapeError, match=want):
+        vm["grow"](x, np.int64(2))
+    want = r"^plus_one: result has shape \(5,\), but axis 0 is n \+ 1 = 4 \(n = 3 from argument 0"
+    with pytest.raises(ShapeError, match=want):
+        vm["plus_one"](x, np.int64(5))
+
+
+def test_a_loaded_executable_checks_results_and_arguments_alike(
+    results_executable, tmp_path, exec_mode
+) -> None:
+    path = tmp_path / "results.rvmx"
+    results_executable.save(path)
+    vm = rvm.VirtualMachine(rvm.load_executable(path, trusted=True), exec_mode=exec_mode)
+    x = np.zeros(3, np.int64)
+    assert vm["grow"](x, np.int64(4)).shape == (4,)
+    with pytest.raises(ShapeError, match="needs steps = -1"):
+        vm["grow"](x, np.int64(2))
+    with pytest.raises(ShapeError, match=r"n \+ 1 = 4 \(n = 3 from argument 0 'x'\)"):
+        vm["plus_one"](x, np.int64(6))

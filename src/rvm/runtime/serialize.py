@@ -149,12 +149,12 @@ class _Reader:
     def fail(self, msg: str) -> None:
         raise ExecutableFormatError(f"corrupt executable: {self.what} section: {msg}")
 
-    def unknown(self, msg: str) -> None:
-        """Fails on what this rvm does not know: as corrupt, or in a file of a newer format
-        (which may have added it) as needing a newer rvm."""
+    def unknown(self, thing: str) -> None:
+        """Fails on ``thing`` (``dimension tag 7``), which this rvm does not know: as corrupt,
+        or in a file of a newer format (which may have added it) as needing a newer rvm."""
         if self.version > VERSION:
-            raise ExecutableFormatError(newer(self.version, msg))
-        self.fail(msg)
+            raise ExecutableFormatError(newer(self.version, f"uses {thing}"))
+        self.fail(f"unknown {thing}")
 
     def take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
@@ -859,7 +859,7 @@ def _read_spec(r: _Reader) -> ParamSpec:
         for _ in range(r.count(1)):
             tag = r.take(1)[0]
             if tag > 3:
-                r.unknown(f"bad dimension tag {tag}")
+                r.unknown(f"dimension tag {tag}")
             dims.append(
                 r.int() if tag == 0 else r.str() if tag == 1 else None if tag == 2 else _expr(r)
             )
