@@ -161,3 +161,15 @@ def test_a_loaded_executable_checks_results_and_arguments_alike(
         vm["grow"](x, np.int64(2))
     with pytest.raises(ShapeError, match=r"n \+ 1 = 4 \(n = 3 from argument 0 'x'\)"):
         vm["plus_one"](x, np.int64(6))
+
+
+def test_the_command_line_sizes_an_expression_from_its_names(tmp_path, capsys) -> None:
+    from rvm.cli import main
+
+    path = str(tmp_path / "cache.rvmx")
+    rvm.compile(rvm.script.parse(TEXT), kernels="numpy").save(path)
+    assert main(["run", path, "--dim", "b=2", "--dim", "past=3", "--dim", "seq=4"]) == 0
+    assert "(2, 7)" in capsys.readouterr().out
+    assert main(["run", path, "--dim", "b=2", "--dim", "past=3"]) == 1
+    err = capsys.readouterr().err
+    assert "parameter 'new' has the symbolic dimension 'seq': give its size with --dim seq" in err
