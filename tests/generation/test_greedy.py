@@ -14,8 +14,8 @@ import rvm
 from rvm import op
 from rvm.ir import Builder, Var, const, tensor
 from rvm.ir import dims as D
-from rvm.runtime.text import signature
 from rvm.runtime.builtins import write_slice
+from rvm.runtime.text import signature
 from rvm.testing.ort_greedy import ort_greedy
 from rvm.testing.tiny_decoder import POSITIONS, VOCAB, tiny_decoder
 

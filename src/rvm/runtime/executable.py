@@ -19,7 +19,6 @@ import numpy as np
 
 from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
-from rvm.runtime import shape_patterns
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
 
 __all__ = ["SCALAR_META", "ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
@@ -455,13 +454,9 @@ def _validate_semantics(
         if not 0 <= ins[2] <= MAX_SHAPE_HEAP:
             _fail(f"{where}: shape heap size {ins[2]} is not in [0, {MAX_SHAPE_HEAP}]")
     elif op in (Opcode.MATCH_SHAPE, Opcode.MAKE_SHAPE):
-        kinds = (
-            shape_patterns.MATCH_KINDS if op == Opcode.MATCH_SHAPE else shape_patterns.MAKE_KINDS
-        )
-        try:  # the slots against the largest heap: lowered code checks its own heap's size
-            shape_patterns.decode(ex.constants[ins[3]], kinds, MAX_SHAPE_HEAP)
-        except shape_patterns.PatternError as err:
-            _fail(f"{where}: the shape pattern constant {err}")
+        pattern = ex.constants[ins[3]]
+        if pattern.dtype.kind != "i" or pattern.ndim != 1 or len(pattern) % 2:
+            _fail(f"{where}: the pattern constant is not a 1-d int array of (kind, value) pairs")
         if op == Opcode.MATCH_SHAPE and ex.constants[ins[4]].dtype.kind != "U":
             _fail(f"{where}: match_shape's context constant is not a string")
     elif op in (Opcode.ALLOC_TENSOR, Opcode.ALLOC_TENSOR_REG, Opcode.GET_FIELD):

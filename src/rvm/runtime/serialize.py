@@ -52,9 +52,11 @@ Version 2.1 adds dimension expressions (``past + seq``): in shape patterns, the 
 and its program (`rvm.runtime.shape_patterns`), and in the specs of parameters and results, the
 dimension tag 3, followed by the expression's text, its names (a count and strings) and its
 program (i64s, (op, arg) pairs), read as a `shape_patterns.DimProgram`. A 2.0 reader refuses
-such a spec (``bad dimension tag 3``); this reader refuses what a newer minor version may add
-to a spec, a pattern or the code (an unknown dimension tag, pattern kind or opcode), saying
-that the file is newer than this rvm.
+a file with such a spec at load (``bad dimension tag 3``); an expression pattern it meets in a
+function without one (a kernel's result of size ``past + seq``) fails the call with an error
+(a rank or an unknown pattern kind), never a wrong size. This reader refuses what a newer minor
+version may add to a spec, a pattern or the code (an unknown dimension tag, pattern kind or
+opcode) at load, saying that the file is newer than this rvm.
 
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
@@ -71,8 +73,10 @@ from dataclasses import replace
 from typing import Any
 
 from rvm.errors import DTypeError, ExecutableFormatError
+from rvm.runtime import shape_patterns as sp
 from rvm.runtime import weights
-from rvm.runtime.executable import Executable, VMFunction
+from rvm.runtime.bytecode import Opcode
+from rvm.runtime.executable import MAX_SHAPE_HEAP, Executable, VMFunction
 from rvm.runtime.facts import recovered
 from rvm.runtime.loading import trust
 from rvm.runtime.loading.artifact import NativeCode, install
@@ -231,12 +235,14 @@ def from_bytes(
         )
     try:
         ex = cls(**args)
-    except ExecutableFormatError as err:  # a shape pattern kind a newer format added, ...
+    except ExecutableFormatError as err:  # something a newer format added, ...
         if version <= VERSION:
             raise
         raise ExecutableFormatError(
             newer(version, f"does not pass this rvm's checks ({err})")
         ) from None
+    if version > VERSION:
+        _check_patterns(ex, version)
     ex.constant_digests.update(digests)
     ex._trusted = trusted or verified
     ex._signed_by = ident if verified else None
@@ -245,6 +251,27 @@ def from_bytes(
     if native is not None and ex._trusted:
         install(native, ex.kernels, ex)
     return ex
+
+
+def _check_patterns(ex: Executable, version: tuple[int, int]) -> None:
+    """Refuses a file of a newer format whose shape patterns use a kind or an expression op
+    that format added, at load rather than at the first call. (A file of this format or older
+    has its patterns checked where they run: they are constants, in format 2 among the
+    weights, which a load does not read.)
+
+    Raises:
+        ExecutableFormatError: A shape pattern this rvm cannot read.
+    """
+    kinds = {Opcode.MATCH_SHAPE: sp.MATCH_KINDS, Opcode.MAKE_SHAPE: sp.MAKE_KINDS}
+    for fn in ex.functions:
+        for ins in fn.instructions:
+            if ins[0] in kinds:
+                try:
+                    sp.decode(ex.constants[ins[3]], kinds[ins[0]], MAX_SHAPE_HEAP)
+                except sp.PatternError as err:
+                    raise ExecutableFormatError(
+                        newer(version, f"uses a shape pattern that {err}")
+                    ) from None
 
 
 def load_executable(
