@@ -37,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from rvm.errors import DTypeError, ExecutableFormatError, ShapeError
+from rvm.errors import DTypeError, ShapeError
 from rvm.runtime import shape_patterns as sp
-from rvm.runtime.executable import ADTInfo, ParamSpec, VMFunction
+from rvm.runtime.executable import ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
+from rvm.runtime.python_forms import PythonForms, to_array
 from rvm.runtime.text import signature
 
 __all__ = [
@@ -62,28 +63,13 @@ NOT_RUN: Any = object()
 """What a `BoundFunction`'s fast path returns when it did not run the call (see there)."""
 
 
-def _to_array(x: Any, dtype: str | None) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        arr = x
-    elif hasattr(x, "__dlpack__"):
-        arr = np.from_dlpack(x)
-    elif hasattr(x, "__array__"):
-        arr = np.asarray(x)
-    else:
-        # A Python scalar or list has no dtype of its own: give it the parameter's.
-        arr = np.asarray(x, dtype=dtype)
-    if not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
-    return arr
-
-
 def to_value(x: Any) -> Any:
     """A VM value from a Python value: runtime objects and tuples kept, the rest as arrays."""
     if isinstance(x, (ADT, Closure)):
         return x
     if isinstance(x, tuple):
         return tuple(to_value(v) for v in x)
-    return _to_array(x, None)
+    return to_array(x, None)
 
 
 def _shape_text(shape: Sequence[Any]) -> str:
@@ -220,102 +206,11 @@ class _Call:
         self.exprs: list[tuple[str, tuple, tuple[int, ...]]] = []
 
 
-class PythonForms:
-    """How the data types with a Python form (`ADTInfo.python`) cross the VM's boundary: a
-    Python list for a ``"list"`` type, None or the value for an ``"optional"`` one.
-
-    Raises:
-        ExecutableFormatError: A form that does not fit its type's constructors.
-    """
-
-    __slots__ = ("_types",)
-
-    def __init__(self, adts: Sequence[ADTInfo]) -> None:
-        # name -> (form, empty (tag, name), full (tag, name), inner data type or None)
-        self._types: dict[str, tuple[str, tuple[int, str], tuple[int, str], str | None]] = {}
-        for info in adts:
-            if info.python:
-                self._types[info.name] = _form(info)
-
-    def __bool__(self) -> bool:
-        return bool(self._types)
-
-    def from_python(self, call: _Call, what: str, adt: str, x: Any) -> Any:
-        """``x`` as a value of data type ``adt``: itself if an `ADT` or ``adt`` has no form."""
-        if isinstance(x, ADT) or adt not in self._types:
-            return x
-        form, empty, full, inner = self._types[adt]
-        if form == "list":
-            if not isinstance(x, (list, tuple)):
-                raise TypeError(
-                    f"{call.name}: {what} expects a list (a {adt} value), got {type(x).__name__}"
-                )
-            out = ADT(empty[0], (), empty[1])
-            for item in reversed(x):
-                if isinstance(item, (ADT, Closure, tuple, list)):
-                    raise TypeError(
-                        f"{call.name}: {what} expects a list of tensors, got a "
-                        f"{type(item).__name__} in it"
-                    )
-                out = ADT(full[0], (_to_array(item, None), out), full[1])
-            return out
-        if x is None:
-            return ADT(empty[0], (), empty[1])
-        value = self.from_python(call, what, inner, x) if inner else _to_array(x, None)
-        return ADT(full[0], (value,), full[1])
-
-    def to_python(self, value: Any, spec: ParamSpec | None) -> Any:
-        """A result as its Python form, by its declared type ``spec`` (tuples field by field)."""
-        if spec is None:
-            return value
-        if spec.kind == "tuple" and spec.fields is not None and isinstance(value, tuple):
-            return tuple(self.to_python(v, f) for v, f in zip(value, spec.fields))
-        if spec.kind == "adt" and spec.adt in self._types and isinstance(value, ADT):
-            return self._adt_to_python(value, spec.adt)
-        return value
-
-    def _adt_to_python(self, value: ADT, adt: str) -> Any:
-        form, empty, _full, inner = self._types[adt]
-        if form == "list":
-            out = []
-            while value.tag != empty[0]:  # Cons(head, tail) ... Nil, walked without recursion
-                out.append(value.fields[0])
-                value = value.fields[1]
-            return out
-        if value.tag == empty[0]:
-            return None
-        field = value.fields[0]
-        return self._adt_to_python(field, inner) if inner and isinstance(field, ADT) else field
-
-    def has_results(self, fn: VMFunction) -> bool:
-        """Whether a result of ``fn`` (as its result type declares it) has a Python form."""
-        stack = [fn.result] if fn.result is not None else []
-        while stack:
-            spec = stack.pop()
-            if spec.kind == "adt" and spec.adt in self._types:
-                return True
-            stack.extend(spec.fields or ())
-        return False
-
-
-def _form(info: ADTInfo) -> tuple[str, tuple[int, str], tuple[int, str], str | None]:
-    form, _, inner = (info.python or "").partition(":")
-    arity = 2 if form == "list" else 1
-    empty = [(tag, name) for name, tag, n in info.constructors if n == 0]
-    full = [(tag, name) for name, tag, n in info.constructors if n == arity]
-    if form not in ("list", "optional") or len(info.constructors) != 2 or not empty or not full:
-        raise ExecutableFormatError(
-            f"data type {info.name}: Python form {info.python!r} does not fit its constructors "
-            f"{[c[0] for c in info.constructors]}"
-        )
-    return form, empty[0], full[0], inner or None
-
-
 def _check_tensor(call: _Call, what: str, spec: ParamSpec, x: Any) -> np.ndarray:
     if isinstance(x, (ADT, Closure, tuple)):
         raise TypeError(f"{call.name}: {what} expects a tensor, got {type(x).__name__}")
     try:
-        arr = _to_array(x, spec.dtype)
+        arr = to_array(x, spec.dtype)
     except (TypeError, ValueError) as e:
         raise TypeError(
             f"{call.name}: {what} expects a tensor, got {type(x).__name__} ({e})"
@@ -347,7 +242,7 @@ def _check_value(call: _Call, what: str, spec: ParamSpec, x: Any) -> Any:
         )
     if kind == "adt":
         if call.forms and spec.adt is not None:
-            x = call.forms.from_python(call, what, spec.adt, x)
+            x = call.forms.from_python(call.name, what, spec.adt, x)
         if not isinstance(x, ADT):
             raise TypeError(f"{call.name}: {what} expects an ADT value, got {type(x).__name__}")
         return x
