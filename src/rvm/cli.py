@@ -44,6 +44,7 @@ from rvm.dtypes import numpy_dtype
 from rvm.errors import RVMError
 from rvm.progress import with_progress
 from rvm.runtime.executable import EXEC_MODES, PRECISIONS, Executable, ParamSpec, VMFunction
+from rvm.runtime.shape_patterns import DimProgram, is_name
 from rvm.runtime.text import signature
 
 __all__ = ["main", "UserError"]
@@ -203,7 +204,7 @@ def _inputs(
         x = arrays.get(spec.name)
         if x is not None and spec.shape is not None and len(spec.shape) == x.ndim:
             for d, size in zip(spec.shape, x.shape):
-                if isinstance(d, str):
+                if is_name(d):
                     sizes.setdefault(d, size)
     rng = np.random.default_rng(seed)
     return [
@@ -248,6 +249,11 @@ def _random(
     for d in spec.shape:
         if isinstance(d, int):
             shape.append(d)
+        elif isinstance(d, DimProgram):  # past + seq: from the sizes of its names
+            missing = [f"--dim {n}=SIZE" for n in d.names if n not in sizes]
+            if missing:
+                raise UserError(f"{where} has the dimension {d}: give {' '.join(missing)}")
+            shape.append(d.value(sizes))
         elif isinstance(d, str) and d in sizes:
             shape.append(sizes[d])
         elif isinstance(d, str):

@@ -72,16 +72,22 @@ def test_the_native_mode_runs_expressions_natively() -> None:
     assert report.fallbacks == {} and sorted(report.native) == ["doubled", "main"]
 
 
+BIAS_ERROR = (
+    r"main: argument 2 'bias' has shape \(2, 6\), but axis 1 is past \+ seq = 7 \(past = 3 "
+    r"from argument 0 'past', seq = 4 from argument 1 'new'\)"
+)
+
+
 def test_a_size_that_contradicts_an_expression_is_an_error(kernels, exec_mode) -> None:
     vm = _vm(kernels, exec_mode)
     past, new, _ = _inputs(2, 3, 4)
+    with pytest.raises(ShapeError, match=f"^{BIAS_ERROR}$"):
+        vm["main"](past, new, np.zeros((2, 6), np.float32))
     want = (
-        r"main: argument 2 'bias', where axis 1 is past \+ seq: shape \(2, 6\) has 6 at "
-        r"axis 1, expected 7"
+        r"^doubled: argument 0 'x' has shape \(1, 6\), but axis 1 is 2\*n \+ 1 = 7 \(n = 3 "
+        r"from argument 1 'y'\)$"
     )
     with pytest.raises(ShapeError, match=want):
-        vm["main"](past, new, np.zeros((2, 6), np.float32))
-    with pytest.raises(ShapeError, match=r"axis 1 is 2\*n \+ 1: .* expected 7"):
         vm["doubled"](np.ones((1, 6), np.float32), np.zeros((1, 3), np.float32))
 
 
@@ -93,16 +99,77 @@ def test_a_saved_executable_keeps_its_expressions(tmp_path, exec_mode) -> None:
     np.testing.assert_allclose(
         vm["main"](*args), np.exp(np.concatenate(args[:2], axis=1)) + args[2], rtol=1e-5, atol=1e-6
     )
-    with pytest.raises(ShapeError, match="expected 7"):
+    assert vm.executable.functions[0].param_specs[2].shape[1].names == ("past", "seq")
+    with pytest.raises(ShapeError, match=r"axis 1 is past \+ seq = 7 \(past = 5 from"):
         vm["main"](*args[:2], np.zeros((2, 8), np.float32))
 
 
 def test_the_interpreter_checks_expressions_too() -> None:
     mod = rvm.script.parse(TEXT)
     past, new, _ = _inputs(2, 3, 4)
+    with pytest.raises(ShapeError, match=f"^{BIAS_ERROR}$"):  # the VM's words
+        rvm.interpret(mod, "main", past, new, np.zeros((2, 6), np.float32))
+
+
+def _results_module() -> rvm.IRModule:
+    """Functions whose results' lengths come from data (``m``), declared as expressions of
+    the argument's ``n``: the VM checks them at the boundary."""
+    from rvm import op
+    from rvm.ir import Builder, Var, scalar, tensor
+    from rvm.ir import dims as D
+
+    bb = Builder()
+    for name, dim in (("grow", D.add("n", "steps")), ("plus_one", D.add("n", 1))):
+        x, m = Var("x", tensor(("n",), "int64")), Var("m", scalar("int64"))
+        with bb.function(name, [x, m], ret_type=tensor((dim,), "int64")):
+            one = op.const(1, "int64")
+            bb.emit_output(bb.emit(op.dynamic_arange(op.const(0, "int64"), m, one, "int64")))
+    return bb.get()
+
+
+@pytest.fixture(scope="module")
+def results_executable() -> rvm.Executable:
+    return rvm.compile(_results_module())
+
+
+def test_results_are_checked_against_their_expressions(results_executable, exec_mode) -> None:
+    vm = rvm.VirtualMachine(results_executable, exec_mode=exec_mode)
+    x = np.zeros(3, np.int64)
+    for m in (3, 5):  # steps = 0, 2
+        np.testing.assert_array_equal(vm["grow"](x, np.int64(m)), np.arange(m))
+    assert vm["plus_one"](x, np.int64(4)).shape == (4,)
     want = (
-        r"^main: argument 2 'bias', where axis 1 is past \+ seq: shape \(2, 6\) has 6 at "
-        r"axis 1, expected 7$"
+        r"^grow: result has shape \(2,\), but axis 0 is n \+ steps, which needs steps = -1: a "
+        r"size is never negative \(n = 3 from argument 0 'x'\)$"
     )
     with pytest.raises(ShapeError, match=want):
-        rvm.interpret(mod, "main", past, new, np.zeros((2, 6), np.float32))
+        vm["grow"](x, np.int64(2))
+    want = r"^plus_one: result has shape \(5,\), but axis 0 is n \+ 1 = 4 \(n = 3 from argument 0"
+    with pytest.raises(ShapeError, match=want):
+        vm["plus_one"](x, np.int64(5))
+
+
+def test_a_loaded_executable_checks_results_and_arguments_alike(
+    results_executable, tmp_path, exec_mode
+) -> None:
+    path = tmp_path / "results.rvmx"
+    results_executable.save(path)
+    vm = rvm.VirtualMachine(rvm.load_executable(path, trusted=True), exec_mode=exec_mode)
+    x = np.zeros(3, np.int64)
+    assert vm["grow"](x, np.int64(4)).shape == (4,)
+    with pytest.raises(ShapeError, match="needs steps = -1"):
+        vm["grow"](x, np.int64(2))
+    with pytest.raises(ShapeError, match=r"n \+ 1 = 4 \(n = 3 from argument 0 'x'\)"):
+        vm["plus_one"](x, np.int64(6))
+
+
+def test_the_command_line_sizes_an_expression_from_its_names(tmp_path, capsys) -> None:
+    from rvm.cli import main
+
+    path = str(tmp_path / "cache.rvmx")
+    rvm.compile(rvm.script.parse(TEXT), kernels="numpy").save(path)
+    assert main(["run", path, "--dim", "b=2", "--dim", "past=3", "--dim", "seq=4"]) == 0
+    assert "(2, 7)" in capsys.readouterr().out
+    assert main(["run", path, "--dim", "b=2", "--dim", "past=3"]) == 1
+    err = capsys.readouterr().err
+    assert "parameter 'new' has the symbolic dimension 'seq': give its size with --dim seq" in err

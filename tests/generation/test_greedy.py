@@ -13,7 +13,9 @@ import pytest
 import rvm
 from rvm import op
 from rvm.ir import Builder, Var, const, tensor
+from rvm.ir import dims as D
 from rvm.runtime.builtins import write_slice
+from rvm.runtime.text import signature
 from rvm.testing.ort_greedy import ort_greedy
 from rvm.testing.tiny_decoder import POSITIONS, VOCAB, tiny_decoder
 
@@ -87,6 +89,41 @@ def test_bad_input_is_refused(executables, exec_mode, shape, n, message) -> None
     vm = rvm.VirtualMachine(executables[None], exec_mode=exec_mode)
     with pytest.raises(rvm.VMError, match=message.replace("(", r"\(")):
         vm["generate"](np.zeros(shape, np.int64), np.int64(n))
+
+
+def test_generate_declares_the_prompt_and_the_new_tokens(model: bytes, executables) -> None:
+    gen = rvm.generation.greedy(rvm.from_onnx(model))
+    assert gen["generate"].ret_type == tensor(("batch", D.add("seq", "steps")), "int64")
+    head = next(line for line in str(gen).splitlines() if "def generate(" in line)
+    assert head.endswith('-> T[("batch", "seq + steps"), "int64"]:')
+    fn = executables[None].functions[executables[None].function_index("generate")]
+    assert fn.result.shape == ("batch", "seq + steps") and fn.result.dtype == "int64"
+    assert "-> Tensor((batch, seq + steps), int64)" in signature(fn, result=True)
+
+
+def test_main_refuses_a_mask_that_contradicts_past_plus_seq(executables, tmp_path, exec_mode):
+    """The entry checks compute ``past + seq`` (from a saved and loaded executable too) and
+    name the argument and where past and seq came from."""
+    path = tmp_path / "decoder.rvmx"
+    executables[None].save(str(path))
+    for ex in (executables[None], rvm.load_executable(str(path), trusted=True)):
+        vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+        main = ex.functions[ex.function_index("main")]
+        sizes = {"input_ids": (2, 3), "attention_mask": (2, 8), "position_ids": (2, 3)}
+        args = [
+            np.zeros(sizes.get(s.name, (2, 2, 4, 8)), np.int64 if s.name in sizes else np.float32)
+            for s in main.param_specs
+        ]
+        mask = [s.name for s in main.param_specs].index("attention_mask")
+        want = (
+            rf"^main: argument {mask} 'attention_mask' has shape \(2, 8\), but axis 1 is past "
+            r"\+ seq = 7 \(past = 4 from argument 1 'past_key_values_0_key', seq = 3 from "
+            r"argument 0 'input_ids'\)$"
+        )
+        with pytest.raises(rvm.ShapeError, match=want):
+            vm["main"](*args)
+        args[mask] = np.ones((2, 7), np.int64)
+        assert vm["main"](*args)[1].shape == (2, 2, 7, 8)
 
 
 def _module(params: list[Var], result) -> rvm.IRModule:

@@ -115,7 +115,7 @@ def test_a_saved_file_records_its_big_constants_digests_so_a_load_hashes_none(
     tmp_path: Path, monkeypatch
 ) -> None:
     from rvm.runtime import weights
-    from rvm.runtime.serialize import _read_digests
+    from rvm.runtime.rvmx_sections import read_digests
 
     ex = rvm.compile(_module(), opt_level=0)
     path = str(tmp_path / "m.rvmx")
@@ -138,4 +138,4 @@ def test_a_saved_file_records_its_big_constants_digests_so_a_load_hashes_none(
     assert vm.native_report().fallbacks == {}
     for bad in ("0=zz", f"{len(loaded.constants)}={'a' * 64}", f"0={'g' * 64}", "x"):
         with pytest.raises(rvm.ExecutableFormatError, match="a constant digest"):
-            _read_digests(bad, len(loaded.constants))
+            read_digests(bad, len(loaded.constants))

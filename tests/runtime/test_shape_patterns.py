@@ -102,3 +102,43 @@ def test_the_builtins_compute_expressions() -> None:
         match_shape(x, heap, np.array(past_plus_seq))
     with pytest.raises(ShapeError, match="divides by a dimension that is 0"):
         make_shape(np.array([3, 0, 0], np.int64), np.array([4, 3, 1, 0, 1, 1, 4, 0]))
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "solvable"),
+    [
+        ("seq + steps", "steps", True),
+        ("seq + steps", "seq", True),
+        ("past + seq + 1", "seq", True),
+        ("2*steps + seq", "steps", False),
+        ("seq - steps", "steps", False),
+        ("steps*steps + seq", "steps", False),
+        ("(steps + 1) // 2 + seq", "steps", False),
+        ("seq*k + steps", "steps", True),
+    ],
+)
+def test_solvable_says_whether_a_name_is_added_once(text, name, solvable) -> None:
+    from rvm.codegen.patterns import spec_dim
+    from rvm.ir import dims as D
+
+    d = spec_dim(D.parse_dim(text))
+    assert sp.solvable(d.program, d.names.index(name)) is solvable
+
+
+def test_a_signature_expression_is_its_text_with_its_program() -> None:
+    import pickle
+
+    from rvm.codegen.patterns import spec_dim
+    from rvm.ir import dims as D
+
+    d = spec_dim(D.parse_dim("(n + 1) // 2 * k"))
+    assert isinstance(d, sp.DimProgram) and d == str(D.parse_dim("(n + 1) // 2 * k"))
+    assert d.names == ("k", "n") and d.value({"n": 6, "k": 3}) == 9 and d.value({"n": 6}) is None
+    for again in (pickle.loads(pickle.dumps(d)), eval(repr(d), {"DimProgram": sp.DimProgram})):
+        assert (again, again.names, again.program) == (d, d.names, d.program)
+    assert spec_dim("n") == "n" and not isinstance(spec_dim("n"), sp.DimProgram)
+    assert sp.is_name("n") and not sp.is_name(d) and not sp.is_name(3)
+    with pytest.raises(sp.PatternError, match="heap slot out of range"):
+        sp.DimProgram.checked("a + b", ("a",), ((1, 0), (1, 1), (2, 0)))
+    with pytest.raises(sp.PatternError, match="leaves no single value"):
+        sp.DimProgram.checked("a", ("a",), ((1, 0), (1, 0)))

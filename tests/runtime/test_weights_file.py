@@ -81,7 +81,7 @@ def _mapped(a: np.ndarray) -> bool:
 def test_a_saved_file_maps_its_weights_and_runs_in_every_mode(compiled, exec_mode):
     compiled.save("m.rvmx")
     data = Path("m.rvmx").read_bytes()
-    assert struct.unpack_from("<HH", data, 4) == VERSION == (2, 0)
+    assert struct.unpack_from("<HH", data, 4) == VERSION == (2, 1)
     ex = rvm.load_executable("m.rvmx")
     assert ex.trusted
     big = [c for c in ex.constants if c.nbytes >= 1024]

@@ -55,7 +55,7 @@ def result_spec(ty: Type | None, name: str = "result") -> ParamSpec:
     """What a function returns, for callers (`VMFunction.result`): tensors with their shape
     and dtype, tuples with a spec per field."""
     if isinstance(ty, TensorType):
-        return ParamSpec(name, "tensor", ty.dtype, ty.shape)
+        return ParamSpec(name, "tensor", ty.dtype, patterns.spec_shape(ty.shape))
     if isinstance(ty, TupleType):
         fields = tuple(result_spec(f, f"{name}[{i}]") for i, f in enumerate(ty.fields))
         return ParamSpec(name, "tuple", fields=fields)

@@ -29,6 +29,7 @@ from rvm import op
 from rvm.errors import IRError
 from rvm.generation.layout import DecoderLayout, decoder_layout
 from rvm.generation.static_cache import STEP, static_step
+from rvm.ir import dims as D
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
 from rvm.ir.module import IRModule
@@ -107,7 +108,10 @@ class _Generate:
         bb = self.bb
         ids = E.Var("input_ids", tensor(("batch", "seq"), "int64"))
         n = E.Var("max_new_tokens", scalar("int64"))
-        with bb.function("generate", [ids, n]):
+        # the prompt and the new tokens, which eos may make fewer than max_new_tokens:
+        # ``steps`` is a size of the result's own (checked at run time to be >= 0)
+        ret = tensor(("batch", D.add("seq", "steps")), "int64")
+        with bb.function("generate", [ids, n], ret_type=ret):
             ids_c, n_c = self.checked(ids, n)
             bb.begin_scope()
             out = self.call_main(

@@ -21,7 +21,7 @@ from rvm.ir import dims as D
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import DTYPES, ADTType, FuncType, ShapeType, TensorType, TupleType, Type
-from rvm.runtime.entry import check_shape, tuple_arity_error
+from rvm.runtime.entry import check_shape, expr_mismatch, tuple_arity_error
 from rvm.runtime.objects import ADT
 
 # Which Python-value kinds (numpy dtype kinds) may become which dtype kinds.
@@ -68,7 +68,7 @@ def check_value(
 def check_dim_exprs(env: Env, values: list[tuple[Type | None, Any, str]]) -> None:
     """Checks the tensors among ``values`` ((type, value, what) of each argument, after
     `check_value` bound the names) against the dimension expressions (``past + seq``) of their
-    types whose names are bound: the VM's message (`rvm.codegen`), word for word.
+    types whose names are bound: the VM entry's message (`rvm.runtime.entry.expr_mismatch`).
 
     Raises:
         ShapeError: a size that differs from its expression's value.
@@ -87,11 +87,16 @@ def check_dim_exprs(env: Env, values: list[tuple[Type | None, Any, str]]) -> Non
                 continue  # a name nothing bound: the expression is a size of its own
             want, got = D.evaluate(d, names), value.shape[axis]  # type: ignore[arg-type]
             if got != want:
-                where = ", ".join(f"axis {i} is {e}" for i, e in exprs)
-                raise ShapeError(
-                    f"{env.name}: {what}, where {where}: shape {tuple(value.shape)} has {got} "
-                    f"at axis {axis}, expected {want}"
-                )
+                bound = [(n, names[n], _source(env, n)) for n in sorted(names)]
+                raise expr_mismatch(env.name, what, value.shape, axis, d, want, bound)
+
+
+def _source(env: Env, name: str) -> str:
+    """The value that bound symbolic dimension ``name`` here or in an enclosing environment."""
+    scope: Env | None = env
+    while scope is not None and name not in scope.sources:
+        scope = scope.parent
+    return "an enclosing function" if scope is None else scope.sources[name]
 
 
 def _check_tensor(ty: TensorType, value: Any, env: Env, what: str, convert: bool) -> np.ndarray:
@@ -104,8 +109,9 @@ def _check_tensor(ty: TensorType, value: Any, env: Env, what: str, convert: bool
         if not (convert and arr.dtype.name == ty.dtype):  # a byte-swapped array is converted
             raise DTypeError(f"{env.name}: {what} expects dtype {ty.dtype}, got {arr.dtype.name}")
         arr = arr.astype(numpy_dtype(ty.dtype))
-    if ty.shape is not None:
-        check_shape(env.name, what, ty.shape, arr.shape, env.dims, env.sources)
+    if ty.shape is not None:  # expressions: by `check_dim_exprs`, once every name is bound
+        want = tuple(None if isinstance(d, D.DimExpr) else d for d in ty.shape)
+        check_shape(env.name, what, want, arr.shape, env.dims, env.sources)
     return arr
 
 

@@ -33,7 +33,7 @@ class Builder:
         self._adts: dict[str, ADTDef] = dict(mod.adts) if mod else {}
         self._scopes: list[list[E.VarBinding]] = []
         self._counter = 0
-        self._current: tuple[str, list[E.Var], dict] | None = None
+        self._current: tuple[str, list[E.Var], dict, Type | None] | None = None
         self._output: E.Expr | None = None
 
     # -- names ------------------------------------------------------------------------------
@@ -73,12 +73,18 @@ class Builder:
 
     @contextmanager
     def function(
-        self, name: str, params: Sequence[E.Var], *, attrs: dict | None = None
+        self,
+        name: str,
+        params: Sequence[E.Var],
+        *,
+        attrs: dict | None = None,
+        ret_type: Type | None = None,
     ) -> Iterator[None]:
-        """Build module function ``name``; call `emit_output` before leaving the block."""
+        """Build module function ``name`` (declared to return ``ret_type`` when given); call
+        `emit_output` before leaving the block."""
         if self._current is not None:
             raise IRError("Builder.function blocks cannot nest; build inner functions as exprs")
-        self._current = (name, list(params), dict(attrs or {}))
+        self._current = (name, list(params), dict(attrs or {}), ret_type)
         self._output = None
         self.begin_scope()
         try:
@@ -90,9 +96,9 @@ class Builder:
         if self._output is None:
             raise IRError(f"function {name}: emit_output was not called")
         body = self.end_scope(self._output)
-        fname, fparams, fattrs = self._current
+        fname, fparams, fattrs, fret = self._current
         self._current = None
-        self.add_function(fname, E.Function(tuple(fparams), body, None, fattrs))
+        self.add_function(fname, E.Function(tuple(fparams), body, fret, fattrs))
 
     def emit(self, value: E.Expr, name: str | None = None, annotation: Type | None = None) -> E.Var:
         """Bind ``value`` to a new variable of the value's inferred type and return it."""

@@ -2,11 +2,15 @@
 
 - **Result checks.** A function's result is checked against its recorded result type
   (`VMFunction.result`) at the VM boundary, as its parameters are on the way in: a tensor's
-  dtype, rank and dims (a symbolic dim against the argument it came from), a tuple's length
-  and fields. `result_checks(ex)` builds them once per executable, and none where the code
-  itself guarantees the type (`result_proof.py`: allocations of the promised shape and dtype
-  that kernels write into), so most calls pay nothing; the others (results of registered
-  Python functions, data-dependent kernels, closures) pay a shape and a dtype comparison.
+  dtype, rank and dims (a symbolic dim against the argument it came from, a dimension
+  expression against its value from the arguments' sizes), a tuple's length and fields. A
+  result-only name in an expression that adds it (``seq + steps``, `shape_patterns.solvable`)
+  takes the size that makes the expression hold, and must not be negative: ``generate``'s
+  ``(batch, seq + steps)`` is at least the prompt's length. `result_checks(ex)` builds them
+  once per executable, and none where the code itself guarantees the type (`result_proof.py`:
+  allocations of the promised shape and dtype that kernels write into), so most calls pay
+  nothing; the others (results of registered Python functions, data-dependent kernels,
+  closures) pay a shape and a dtype comparison.
 - **Closures.** A closure in a result (itself, or anywhere in a result tuple or data type
   value, as deep as they nest) is bound to the VM that made it, so `clo(*args)` runs it there,
   as `vm.invoke_closure(clo, *args)` does. The closure keeps its VM alive (a VM is cheap and
@@ -25,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from rvm.errors import DTypeError, ShapeError
+from rvm.runtime import shape_patterns as sp
 from rvm.runtime.bytecode import Opcode
+from rvm.runtime.entry import expr_mismatch
 from rvm.runtime.executable import Executable, ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
 from rvm.runtime.result_proof import proved_results
@@ -52,7 +58,7 @@ def _dim_sources(fn: VMFunction) -> dict[str, tuple[int, int]]:
     for i, spec in enumerate(fn.param_specs):
         if spec.kind == "tensor" and spec.shape is not None:
             for axis, d in enumerate(spec.shape):
-                if isinstance(d, str) and d not in found:
+                if sp.is_name(d) and d not in found:
                     found[d] = (i, axis)
     return found
 
@@ -63,6 +69,67 @@ def _dim_text(d: Any, sources: dict[str, tuple[int, int]]) -> str:
         p, axis = sources[d]
         return f"a[{p}].shape[{axis}]"
     return str(int(d))
+
+
+def _free_name(d: sp.DimProgram, sizes: Any) -> str | None:
+    """The one name of ``d`` not in ``sizes`` when ``d`` adds it (`shape_patterns.solvable`):
+    a size of the result gives its value. None otherwise."""
+    free = [i for i, n in enumerate(d.names) if n not in sizes]
+    if len(free) == 1 and sp.solvable(d.program, free[0]):
+        return d.names[free[0]]
+    return None
+
+
+def _expr_test(axis: int, d: sp.DimProgram, sources: dict, free: set[str]) -> str | None:
+    """The fast test of result axis ``axis`` declared as ``d``: equal to its value from the
+    arguments, or (one name of its own, added) at least the rest; None for no test, "False"
+    for the slow path's (``d`` reads a name another axis of the result binds)."""
+    if any(n in free for n in d.names):
+        return "False"
+    names = [n if n in sources else None for n in d.names]
+    if all(names):
+        text = sp.render(d.program, lambda s: _dim_text(d.names[s], sources))
+        return f"x.shape[{axis}] == {text}"
+    name = _free_name(d, sources)
+    if name is None:
+        return None
+    rest = sp.render(
+        d.program, lambda s: "0" if d.names[s] == name else _dim_text(d.names[s], sources)
+    )
+    return f"x.shape[{axis}] >= {rest}"
+
+
+def _check_result_exprs(
+    fn: VMFunction, where: str, pattern: Sequence[Any], shape: tuple, sizes: dict, origins: dict
+) -> None:
+    """The slow check of the result axes declared as dimension expressions (module docstring):
+    ``sizes`` by name, from the arguments and the result's own names (``origins`` says where)."""
+    what = f"{fn.name}: {where}"
+    for axis, d in enumerate(pattern):
+        if not isinstance(d, sp.DimProgram):
+            continue
+        name = _free_name(d, sizes)
+        try:
+            if name is not None:  # the size that makes the expression hold
+                value = shape[axis] - d.value({**sizes, name: 0})
+                if value < 0:
+                    bound = ", ".join(
+                        f"{n} = {sizes[n]} from {origins[n]}" for n in d.names if n != name
+                    )
+                    raise ShapeError(
+                        f"{what} has shape {_text(shape)}, but axis {axis} is {d}, which needs "
+                        f"{name} = {value}: a size is never negative ({bound})"
+                    )
+                sizes[name], origins[name] = value, f"axis {axis} of the result"
+            value = d.value(sizes)
+        except ZeroDivisionError:
+            raise ShapeError(
+                f"{what} has shape {_text(shape)}, but axis {axis} is {d}, which divides by a "
+                "size that is 0"
+            ) from None
+        if value is not None and value != shape[axis]:
+            bound = [(n, sizes[n], origins[n]) for n in d.names]
+            raise expr_mismatch(fn.name, where, shape, axis, d, value, bound)
 
 
 def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) -> ResultCheck:
@@ -82,40 +149,40 @@ def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) ->
                 f"{what} should be a {len(pattern)}-d tensor of shape {_text(pattern)}, got "
                 f"shape {_text(x.shape)}"
             )
-        seen: dict[str, int] = {}
+        sizes = {d: args[p].shape[pa] for d, (p, pa) in sources.items()}
+        origins = {d: f"argument {p} '{fn.params[p]}'" for d, (p, _) in sources.items()}
         for axis, (d, got) in enumerate(zip(pattern, x.shape)):
             if type(d) is int and d != got:
                 raise ShapeError(
                     f"{what} has shape {_text(x.shape)}, expected {_text(pattern)} (axis "
                     f"{axis} must be {d})"
                 )
-            if isinstance(d, str):
-                if d in sources:
-                    p, pa = sources[d]
-                    expected = args[p].shape[pa]
-                    origin = f"argument {p} '{fn.params[p]}'"
-                else:
-                    expected, origin = seen.setdefault(d, got), "an earlier axis of the result"
-                if got != expected:
+            if sp.is_name(d):
+                if d not in sizes:
+                    sizes[d], origins[d] = got, "an earlier axis of the result"
+                if got != sizes[d]:
                     raise ShapeError(
-                        f"{what} has shape {_text(x.shape)}, but {d} = {expected} from {origin}"
+                        f"{what} has shape {_text(x.shape)}, but {d} = {sizes[d]} from {origins[d]}"
                     )
+        _check_result_exprs(fn, where, pattern, x.shape, sizes, origins)
 
     # The fast test as one expression over the result `x` and the arguments `a`, compiled
     # once (generated from the spec, as the compiled mode's code is): the shape compared with a
-    # tuple of fixed dims and dims read off the arguments, the dtype by identity first.
+    # tuple of fixed dims and dims read off the arguments (expressions computed from them),
+    # the dtype by identity first.
+    free = [d for d in pattern or () if sp.is_name(d) and d not in sources]
     if pattern is None:
         shape_test = "True"
-    elif any(d is None or (isinstance(d, str) and d not in sources) for d in pattern):
-        free = [d for d in pattern if isinstance(d, str) and d not in sources]
-        if len(free) != len(set(free)):
-            shape_test = "False"  # a result-only dim twice: the slow path compares them
-        else:
-            shape_test = f"len(x.shape) == {len(pattern)}" + "".join(
-                f" and x.shape[{axis}] == {_dim_text(d, sources)}"
-                for axis, d in enumerate(pattern)
-                if d is not None and not (isinstance(d, str) and d not in sources)
-            )
+    elif len(free) != len(set(free)):
+        shape_test = "False"  # a result-only dim twice: the slow path compares them
+    elif any(d is None or d in free or isinstance(d, sp.DimProgram) for d in pattern):
+        tests = [f"len(x.shape) == {len(pattern)}"]
+        for axis, d in enumerate(pattern):
+            if isinstance(d, sp.DimProgram):
+                tests.append(_expr_test(axis, d, sources, set(free)) or "True")
+            elif d is not None and d not in free:
+                tests.append(f"x.shape[{axis}] == {_dim_text(d, sources)}")
+        shape_test = " and ".join(t for t in tests if t != "True")
     else:
         dims = ", ".join(_dim_text(d, sources) for d in pattern)
         shape_test = f"x.shape == ({dims}{',' if len(pattern) == 1 else ''})"
@@ -126,7 +193,11 @@ def _tensor_check(fn: VMFunction, spec: ParamSpec, where: str, sources: dict) ->
     )
 
     def check(x: Any, args: Sequence[Any], vm: Any) -> None:
-        if not test(x, args):
+        try:
+            ok = test(x, args)
+        except ZeroDivisionError:  # an expression's: the slow path says which
+            ok = False
+        if not ok:
             slow(x, args)
 
     return check

@@ -4,7 +4,10 @@ Everything is checked before any kernel touches memory: the argument count, each
 kind, dtype, rank and fixed dimensions, and that symbolic dimensions (a name shared by several
 parameters) agree; a tuple's fields are checked the same way, as deep as they nest. Errors name
 the function, the parameter, what was expected and what came: `main: argument 1 'y' has shape
-(2, 4), but n = 3 from argument 0 'x'`.
+(2, 4), but n = 3 from argument 0 'x'`. A dimension expression (``past + seq``, a
+`shape_patterns.DimProgram`) is checked once every argument has bound the names it reads
+(`check_exprs`), with the names' sources in the message; one whose names no argument binds
+is a size of its own, as the compiled code takes it.
 
 Inputs may be numpy arrays, anything with `__dlpack__` (read with `np.from_dlpack`) or
 `__array__`, or Python scalars and lists (converted to the parameter's dtype). Arrays that are
@@ -34,9 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from rvm.errors import DTypeError, ExecutableFormatError, ShapeError
-from rvm.runtime.executable import ADTInfo, ParamSpec, VMFunction
+from rvm.errors import DTypeError, ShapeError
+from rvm.runtime import shape_patterns as sp
+from rvm.runtime.executable import ParamSpec, VMFunction
 from rvm.runtime.objects import ADT, Closure
+from rvm.runtime.python_forms import PythonForms, to_array
 from rvm.runtime.text import signature
 
 __all__ = [
@@ -46,7 +51,9 @@ __all__ = [
     "SavedFunction",
     "bind_arguments",
     "check_arguments",
+    "check_exprs",
     "check_shape",
+    "expr_mismatch",
     "range_probes",
     "to_value",
     "tuple_arity_error",
@@ -56,28 +63,13 @@ NOT_RUN: Any = object()
 """What a `BoundFunction`'s fast path returns when it did not run the call (see there)."""
 
 
-def _to_array(x: Any, dtype: str | None) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        arr = x
-    elif hasattr(x, "__dlpack__"):
-        arr = np.from_dlpack(x)
-    elif hasattr(x, "__array__"):
-        arr = np.asarray(x)
-    else:
-        # A Python scalar or list has no dtype of its own: give it the parameter's.
-        arr = np.asarray(x, dtype=dtype)
-    if not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
-    return arr
-
-
 def to_value(x: Any) -> Any:
     """A VM value from a Python value: runtime objects and tuples kept, the rest as arrays."""
     if isinstance(x, (ADT, Closure)):
         return x
     if isinstance(x, tuple):
         return tuple(to_value(v) for v in x)
-    return _to_array(x, None)
+    return to_array(x, None)
 
 
 def _shape_text(shape: Sequence[Any]) -> str:
@@ -101,7 +93,8 @@ def check_shape(
     Args:
         fname: The function's name, for messages.
         what: The value in the user's words (``argument 0 't' field 1``).
-        want: Per dimension an int (fixed), a str (symbolic) or None (any).
+        want: Per dimension an int (fixed), a str (symbolic) or None (any); an expression
+            (`shape_patterns.DimProgram`) is left to `check_exprs`, once every name is bound.
         shape: The value's shape.
         dims: Symbolic dimensions bound so far in this call; a new one is added.
         sources: For each dimension in `dims`, the value that bound it.
@@ -116,7 +109,7 @@ def check_shape(
             f"got shape {_shape_text(shape)}"
         )
     for axis, (dim, size) in enumerate(zip(want, shape)):
-        if dim is None or dim == size:
+        if dim is None or dim == size or isinstance(dim, sp.DimProgram):
             continue
         if type(dim) is int:
             raise ShapeError(
@@ -134,6 +127,64 @@ def check_shape(
             )
 
 
+def check_exprs(
+    fname: str,
+    what: str,
+    want: Sequence[Any],
+    shape: tuple[int, ...],
+    dims: dict[str, int],
+    sources: dict[str, str],
+) -> None:
+    """Checks the axes of ``shape`` (of a value that passed `check_shape`) whose ``want`` is a
+    dimension expression against its value from the sizes in ``dims``; an expression reading
+    a name not in ``dims`` is not checked.
+
+    Raises:
+        ShapeError: A size other than its expression's value (`expr_mismatch`), or an
+            expression that divides by a size that is 0.
+    """
+    for axis, dim in enumerate(want):
+        if not isinstance(dim, sp.DimProgram):
+            continue
+        try:
+            value = dim.value(dims)
+        except ZeroDivisionError:
+            raise ShapeError(
+                f"{fname}: {what} has shape {_shape_text(shape)}, but axis {axis} is {dim}, "
+                f"which divides by a size that is 0 ({_bound(dim, dims, sources)})"
+            ) from None
+        if value is not None and value != shape[axis]:
+            bound = [(n, dims[n], sources[n]) for n in dim.names]
+            raise expr_mismatch(fname, what, shape, axis, dim, value, bound)
+
+
+def _bound(dim: sp.DimProgram, dims: dict[str, int], sources: dict[str, str]) -> str:
+    return ", ".join(f"{n} = {dims[n]} from {sources[n]}" for n in dim.names if n in dims)
+
+
+def expr_mismatch(
+    fname: str,
+    what: str,
+    shape: Sequence[int],
+    axis: int,
+    expr: str,
+    value: int,
+    bound: Sequence[tuple[str, int, str]],
+) -> ShapeError:
+    """The error for a size that contradicts its dimension expression (the VM's entry and the
+    interpreter's): ``main: argument 5 'attention_mask' has shape (2, 8), but axis 1 is past +
+    seq = 7 (past = 4 from argument 1 'past', seq = 3 from argument 0 'input_ids')``.
+
+    Args:
+        bound: Per name the expression reads: (name, size, the value that bound it).
+    """
+    names = ", ".join(f"{n} = {size} from {source}" for n, size, source in bound)
+    return ShapeError(
+        f"{fname}: {what} has shape {_shape_text(tuple(shape))}, but axis {axis} is {expr} = "
+        f"{value} ({names})"
+    )
+
+
 def tuple_arity_error(fname: str, what: str, want: int, got: int) -> TypeError:
     """The error for a tuple of `got` fields where `want` are declared (VM and interpreter)."""
     return TypeError(f"{fname}: {what} expects a tuple of {want} fields, got {got} fields")
@@ -143,111 +194,23 @@ class _Call:
     """The symbolic dimensions one call's arguments bind, the function's name for messages,
     and the executable's data types' Python forms."""
 
-    __slots__ = ("name", "dims", "sources", "forms")
+    __slots__ = ("name", "dims", "sources", "forms", "exprs")
 
     def __init__(self, name: str, forms: PythonForms | None) -> None:
         self.name = name
         self.dims: dict[str, int] = {}
         self.sources: dict[str, str] = {}
         self.forms = forms
-
-
-class PythonForms:
-    """How the data types with a Python form (`ADTInfo.python`) cross the VM's boundary: a
-    Python list for a ``"list"`` type, None or the value for an ``"optional"`` one.
-
-    Raises:
-        ExecutableFormatError: A form that does not fit its type's constructors.
-    """
-
-    __slots__ = ("_types",)
-
-    def __init__(self, adts: Sequence[ADTInfo]) -> None:
-        # name -> (form, empty (tag, name), full (tag, name), inner data type or None)
-        self._types: dict[str, tuple[str, tuple[int, str], tuple[int, str], str | None]] = {}
-        for info in adts:
-            if info.python:
-                self._types[info.name] = _form(info)
-
-    def __bool__(self) -> bool:
-        return bool(self._types)
-
-    def from_python(self, call: _Call, what: str, adt: str, x: Any) -> Any:
-        """``x`` as a value of data type ``adt``: itself if an `ADT` or ``adt`` has no form."""
-        if isinstance(x, ADT) or adt not in self._types:
-            return x
-        form, empty, full, inner = self._types[adt]
-        if form == "list":
-            if not isinstance(x, (list, tuple)):
-                raise TypeError(
-                    f"{call.name}: {what} expects a list (a {adt} value), got {type(x).__name__}"
-                )
-            out = ADT(empty[0], (), empty[1])
-            for item in reversed(x):
-                if isinstance(item, (ADT, Closure, tuple, list)):
-                    raise TypeError(
-                        f"{call.name}: {what} expects a list of tensors, got a "
-                        f"{type(item).__name__} in it"
-                    )
-                out = ADT(full[0], (_to_array(item, None), out), full[1])
-            return out
-        if x is None:
-            return ADT(empty[0], (), empty[1])
-        value = self.from_python(call, what, inner, x) if inner else _to_array(x, None)
-        return ADT(full[0], (value,), full[1])
-
-    def to_python(self, value: Any, spec: ParamSpec | None) -> Any:
-        """A result as its Python form, by its declared type ``spec`` (tuples field by field)."""
-        if spec is None:
-            return value
-        if spec.kind == "tuple" and spec.fields is not None and isinstance(value, tuple):
-            return tuple(self.to_python(v, f) for v, f in zip(value, spec.fields))
-        if spec.kind == "adt" and spec.adt in self._types and isinstance(value, ADT):
-            return self._adt_to_python(value, spec.adt)
-        return value
-
-    def _adt_to_python(self, value: ADT, adt: str) -> Any:
-        form, empty, _full, inner = self._types[adt]
-        if form == "list":
-            out = []
-            while value.tag != empty[0]:  # Cons(head, tail) ... Nil, walked without recursion
-                out.append(value.fields[0])
-                value = value.fields[1]
-            return out
-        if value.tag == empty[0]:
-            return None
-        field = value.fields[0]
-        return self._adt_to_python(field, inner) if inner and isinstance(field, ADT) else field
-
-    def has_results(self, fn: VMFunction) -> bool:
-        """Whether a result of ``fn`` (as its result type declares it) has a Python form."""
-        stack = [fn.result] if fn.result is not None else []
-        while stack:
-            spec = stack.pop()
-            if spec.kind == "adt" and spec.adt in self._types:
-                return True
-            stack.extend(spec.fields or ())
-        return False
-
-
-def _form(info: ADTInfo) -> tuple[str, tuple[int, str], tuple[int, str], str | None]:
-    form, _, inner = (info.python or "").partition(":")
-    arity = 2 if form == "list" else 1
-    empty = [(tag, name) for name, tag, n in info.constructors if n == 0]
-    full = [(tag, name) for name, tag, n in info.constructors if n == arity]
-    if form not in ("list", "optional") or len(info.constructors) != 2 or not empty or not full:
-        raise ExecutableFormatError(
-            f"data type {info.name}: Python form {info.python!r} does not fit its constructors "
-            f"{[c[0] for c in info.constructors]}"
-        )
-    return form, empty[0], full[0], inner or None
+        # (what, declared shape, shape) of each tensor with a dimension expression: checked
+        # once every argument has bound its names
+        self.exprs: list[tuple[str, tuple, tuple[int, ...]]] = []
 
 
 def _check_tensor(call: _Call, what: str, spec: ParamSpec, x: Any) -> np.ndarray:
     if isinstance(x, (ADT, Closure, tuple)):
         raise TypeError(f"{call.name}: {what} expects a tensor, got {type(x).__name__}")
     try:
-        arr = _to_array(x, spec.dtype)
+        arr = to_array(x, spec.dtype)
     except (TypeError, ValueError) as e:
         raise TypeError(
             f"{call.name}: {what} expects a tensor, got {type(x).__name__} ({e})"
@@ -256,6 +219,8 @@ def _check_tensor(call: _Call, what: str, spec: ParamSpec, x: Any) -> np.ndarray
         raise DTypeError(f"{call.name}: {what} expects dtype {spec.dtype}, got {arr.dtype}")
     if spec.shape is not None:
         check_shape(call.name, what, spec.shape, arr.shape, call.dims, call.sources)
+        if any(isinstance(d, sp.DimProgram) for d in spec.shape):
+            call.exprs.append((what, spec.shape, arr.shape))
     return arr
 
 
@@ -277,7 +242,7 @@ def _check_value(call: _Call, what: str, spec: ParamSpec, x: Any) -> Any:
         )
     if kind == "adt":
         if call.forms and spec.adt is not None:
-            x = call.forms.from_python(call, what, spec.adt, x)
+            x = call.forms.from_python(call.name, what, spec.adt, x)
         if not isinstance(x, ADT):
             raise TypeError(f"{call.name}: {what} expects an ADT value, got {type(x).__name__}")
         return x
@@ -296,7 +261,8 @@ def check_arguments(
     Raises:
         TypeError: Wrong argument count or kind.
         DTypeError: A tensor of the wrong dtype.
-        ShapeError: A tensor of the wrong rank or dimensions, or disagreeing symbolic dims.
+        ShapeError: A tensor of the wrong rank or dimensions, disagreeing symbolic dims, or a
+            size that contradicts its dimension expression.
     """
     if len(args) != len(fn.params):
         names = ", ".join(fn.params)
@@ -308,6 +274,8 @@ def check_arguments(
     out = []
     for i, (spec, x) in enumerate(zip(fn.param_specs, args)):
         out.append(_check_value(call, f"argument {i} '{spec.name}'", spec, x))
+    for what, want, shape in call.exprs:
+        check_exprs(call.name, what, want, shape, call.dims, call.sources)
     for name, lo, hi in fn.dim_ranges:
         if name in call.dims:
             _check_range(call, name, lo, hi)

@@ -35,7 +35,7 @@ a trusted key, nor loaded with ``trusted=True``, loads as data: its functions, c
 views are there, its kernels never run (the VM refuses them with `UntrustedExecutableError`) and
 its native code is never written anywhere. A 1.0 or 1.1 file loads and runs as written, except that
 its tail calls, which those versions emitted as INVOKE / INVOKE_CLOSURE directly followed by RET of
-the result, become the tail call opcodes (`_upgrade_tail_calls`), so deep tail recursion still runs
+the result, become the tail call opcodes (`upgrade_tail_calls`), so deep tail recursion still runs
 in constant space.
 
 Version 2.0 (a new major version: a 1.x reader refuses it, naming the version; this reader
@@ -47,6 +47,16 @@ and SIGN covers every byte before it but WGHT's payload, which the signed digest
 load maps the file (`load_executable`) and checks every section but WGHT's bytes, and that every
 constant lies inside WGHT; the constants are read-only views of the file, and their digest is
 checked with ``check_weights=True``.
+
+Version 2.1 adds dimension expressions (``past + seq``): in shape patterns, the kind `EXPR`
+and its program (`rvm.runtime.shape_patterns`), and in the specs of parameters and results, the
+dimension tag 3, followed by the expression's text, its names (a count and strings) and its
+program (i64s, (op, arg) pairs), read as a `shape_patterns.DimProgram`. A 2.0 reader refuses
+a file with such a spec at load (``bad dimension tag 3``); an expression pattern it meets in a
+function without one (a kernel's result of size ``past + seq``) fails the call with an error
+(a rank or an unknown pattern kind), never a wrong size. This reader refuses what a newer minor
+version may add to a spec, a pattern or the code (an unknown dimension tag, pattern kind or
+opcode) at load, saying that the file is newer than this rvm.
 
 Strings are u32 length + UTF-8; ints i64; tuples u32 count + items. Every count is checked
 against the bytes left before anything is allocated, so a corrupted file gives
@@ -62,28 +72,43 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
-from rvm.dtypes import NARROW_DTYPES
 from rvm.errors import DTypeError, ExecutableFormatError
+from rvm.runtime import shape_patterns as sp
 from rvm.runtime import weights
-from rvm.runtime.bytecode import OPCODE_INFO, Opcode
-from rvm.runtime.executable import (
-    MAX_RESULT_DEPTH,
-    ADTInfo,
-    Executable,
-    KernelRecord,
-    ParamSpec,
-    VMFunction,
-)
+from rvm.runtime.bytecode import Opcode
+from rvm.runtime.executable import MAX_SHAPE_HEAP, Executable, VMFunction
 from rvm.runtime.facts import recovered
 from rvm.runtime.loading import trust
-from rvm.runtime.loading.artifact import NativeCode, NativeGroup, check, install
+from rvm.runtime.loading.artifact import NativeCode, install
+from rvm.runtime.rvmx_fields import VERSION, Reader, Writer, newer, read_result
+from rvm.runtime.rvmx_sections import (
+    read_code,
+    read_cons,
+    read_digests,
+    read_dimr,
+    read_fact,
+    read_glob,
+    read_kern,
+    read_natv,
+    read_pfld,
+    upgrade_tail_calls,
+    uses_expressions,
+    write_code,
+    write_cons,
+    write_dimr,
+    write_fact,
+    write_glob,
+    write_kern,
+    write_meta,
+    write_natv,
+    write_pfld,
+    write_prim,
+    write_rslt,
+)
 
 __all__ = ["encode", "decode", "from_bytes", "load_executable", "MAGIC", "VERSION"]
 
 MAGIC = b"RVMX"
-VERSION = (2, 0)
 SECTIONS = (b"GLOB", b"CONS", b"PRIM", b"CODE", b"KERN")
 META = b"META"  # optional (added in 1.1), after SECTIONS
 RSLT = b"RSLT"  # optional (added in 1.3): the functions' result specs
@@ -95,97 +120,6 @@ DIMR = b"DIMR"  # optional: the functions' symbolic-dimension ranges (written wh
 FACT = b"FACT"  # optional (added in 1.6): the kernels' facts
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
-_SPEC_KINDS = ("tensor", "tuple", "adt", "any")
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def int(self, v: int) -> None:
-        self.parts.append(struct.pack("<q", v))
-
-    def count(self, v: int) -> None:
-        self.parts.append(struct.pack("<I", v))
-
-    def str(self, s: str) -> None:
-        b = s.encode("utf-8")
-        self.count(len(b))
-        self.parts.append(b)
-
-    def opt_str(self, s: str | None) -> None:
-        self.parts.append(b"\x00" if s is None else b"\x01")
-        if s is not None:
-            self.str(s)
-
-    def ints(self, vs: tuple[int, ...]) -> None:
-        self.count(len(vs))
-        for v in vs:
-            self.int(v)
-
-    def raw(self, b: bytes) -> None:
-        self.parts.append(b)
-
-    def getvalue(self) -> bytes:
-        return b"".join(self.parts)
-
-
-class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = memoryview(data)
-        self.pos = 0
-        self.what = what
-
-    def fail(self, msg: str) -> None:
-        raise ExecutableFormatError(f"corrupt executable: {self.what} section: {msg}")
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
-            left = len(self.data) - self.pos
-            self.fail(f"needs {n} bytes at offset {self.pos}, only {left} left")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int(self) -> int:
-        return struct.unpack("<q", self.take(8))[0]
-
-    def count(self, min_item_bytes: int = 1) -> int:
-        n = struct.unpack("<I", self.take(4))[0]
-        if n * min_item_bytes > len(self.data) - self.pos:
-            self.fail(f"a count of {n} items exceeds the {len(self.data) - self.pos} bytes left")
-        return n
-
-    def str(self) -> str:
-        n = self.count()
-        try:
-            return bytes(self.take(n)).decode("utf-8")
-        except UnicodeDecodeError:
-            self.fail("a string is not valid UTF-8")
-        raise AssertionError  # unreachable
-
-    def opt_str(self) -> str | None:
-        flag = self.take(1)[0]
-        if flag > 1:
-            self.fail(f"bad optional-string flag {flag}")
-        return self.str() if flag else None
-
-    def flag(self) -> bool:
-        flag = self.take(1)[0]
-        if flag > 1:
-            self.fail(f"bad flag byte {flag}")
-        return bool(flag)
-
-    def ints(self) -> tuple[int, ...]:
-        n = self.count(8)
-        return struct.unpack(f"<{n}q", self.take(8 * n))
-
-    def end(self) -> None:
-        if self.pos != len(self.data):
-            self.fail(f"{len(self.data) - self.pos} unexpected trailing bytes")
-
-
-# -- encode -------------------------------------------------------------------------------
 
 
 def encode(
@@ -209,18 +143,29 @@ def encode_parts(
     """`encode`'s image as a list of bytes-like parts (the constants' bytes not copied)."""
     if version not in ((1, 6), VERSION):
         raise ValueError(f"rvm writes format {VERSION[0]}.{VERSION[1]} or 1.6, not {version}")
+    if version < (2, 1) and uses_expressions(ex):
+        raise ValueError(
+            f"format {version[0]}.{version[1]} has no dimension expressions (past + seq), which "
+            f"this executable uses: write format {VERSION[0]}.{VERSION[1]}"
+        )
     blob = weights.Blob(ex.constants) if version[0] >= 2 else None
-    sections = [_glob(ex), b"" if blob else _cons(ex), _prim(ex), _code(ex), _kern(ex)]
-    sections += [_meta(ex), _fact(ex), _rslt(ex)]
+    sections = [
+        write_glob(ex),
+        b"" if blob else write_cons(ex),
+        write_prim(ex),
+        write_code(ex),
+        write_kern(ex),
+    ]
+    sections += [write_meta(ex), write_fact(ex), write_rslt(ex)]
     tags = [*SECTIONS, META, FACT, RSLT]
     if any(spec.fields is not None for fn in ex.functions for spec in fn.param_specs):
-        sections.append(_pfld(ex))
+        sections.append(write_pfld(ex))
         tags.append(PFLD)
     if any(fn.dim_ranges for fn in ex.functions):
-        sections.append(_dimr(ex))
+        sections.append(write_dimr(ex))
         tags.append(DIMR)
     if native is not None:
-        sections.append(_natv(native))
+        sections.append(write_natv(native))
         tags.append(NATV)
     payload: list[Any] = []
     if blob is not None:  # CONS's size does not depend on the offsets and digest it holds
@@ -239,236 +184,11 @@ def encode_parts(
     if sign is None:
         return out + payload
     ident, mac = trust.sign(out, sign)  # every byte before SIGN but WGHT's payload
-    w = _Writer()
+    w = Writer()
     w.str(ident)
     w.raw(mac)
     signature = w.getvalue()
     return [*out, *payload, _SECTION.pack(SIGN, len(signature), zlib.crc32(signature)), signature]
-
-
-def _glob(ex: Executable) -> bytes:
-    w = _Writer()
-    w.count(len(ex.functions))
-    start = 0
-    for fn in ex.functions:
-        w.str(fn.name)
-        w.str(fn.kind)
-        w.int(fn.register_file_size)
-        w.count(len(fn.params))
-        for p, spec in zip(fn.params, fn.param_specs):
-            w.str(p)
-            _write_spec(w, spec)
-        w.int(start)
-        w.int(len(fn.instructions))
-        start += len(fn.instructions)
-    w.count(len(ex.adts))
-    for info in ex.adts:
-        w.str(info.name)
-        w.count(len(info.constructors))
-        for cname, tag, arity in info.constructors:
-            w.str(cname)
-            w.int(tag)
-            w.int(arity)
-    return w.getvalue()
-
-
-def _write_spec(w: _Writer, spec: ParamSpec) -> None:
-    w.str(spec.name)
-    w.str(spec.kind)
-    w.opt_str(spec.adt if spec.kind == "adt" else spec.dtype)  # an adt's name in the dtype slot
-    w.raw(b"\x00" if spec.shape is None else b"\x01")
-    if spec.shape is not None:
-        w.count(len(spec.shape))
-        for d in spec.shape:
-            if d is None:
-                w.raw(b"\x02")
-            elif isinstance(d, str):
-                w.raw(b"\x01")
-                w.str(d)
-            else:
-                w.raw(b"\x00")
-                w.int(d)
-
-
-def _write_result(w: _Writer, spec: ParamSpec) -> None:
-    _write_spec(w, spec)
-    w.raw(b"\x00" if spec.fields is None else b"\x01")
-    if spec.fields is not None:
-        w.count(len(spec.fields))
-        for field in spec.fields:
-            _write_result(w, field)
-
-
-def _rslt(ex: Executable) -> bytes:
-    w = _Writer()
-    w.count(len(ex.functions))
-    for fn in ex.functions:
-        w.raw(b"\x00" if fn.result is None else b"\x01")
-        if fn.result is not None:
-            _write_result(w, fn.result)
-    return w.getvalue()
-
-
-def _pfld(ex: Executable) -> bytes:
-    """Per function, per parameter: a flag, then its spec with its tuple fields (as RSLT)."""
-    w = _Writer()
-    w.count(len(ex.functions))
-    for fn in ex.functions:
-        w.count(len(fn.param_specs))
-        for spec in fn.param_specs:
-            w.raw(b"\x00" if spec.fields is None else b"\x01")
-            if spec.fields is not None:
-                _write_result(w, spec)
-    return w.getvalue()
-
-
-def _dimr(ex: Executable) -> bytes:
-    """Per function: a count of (name, optional min, optional max)."""
-    w = _Writer()
-    w.count(len(ex.functions))
-    for fn in ex.functions:
-        w.count(len(fn.dim_ranges))
-        for name, lo, hi in fn.dim_ranges:
-            w.str(name)
-            for bound in (lo, hi):
-                w.raw(b"\x00" if bound is None else b"\x01")
-                if bound is not None:
-                    w.int(bound)
-    return w.getvalue()
-
-
-def _read_dimr(r: _Reader, count: int) -> list[tuple]:
-    if r.count(1) != count:
-        r.fail(f"{count} functions but another count of dimension ranges")
-    out = []
-    for _ in range(count):
-        ranges = []
-        for _ in range(r.count(9)):
-            name = r.str()
-            lo = r.int() if r.flag() else None
-            hi = r.int() if r.flag() else None
-            ranges.append((name, lo, hi))
-        out.append(tuple(ranges))
-    r.end()
-    return out
-
-
-def _cons(ex: Executable) -> bytes:
-    w = _Writer()
-    w.count(len(ex.constants))
-    for c in ex.constants:
-        # ml_dtypes' dtypes have no type code of their own (bfloat16's .str is "<V2"): by name
-        w.str(c.dtype.name if c.dtype.name in NARROW_DTYPES else c.dtype.str)
-        w.ints(tuple(int(d) for d in c.shape))
-        data = np.ascontiguousarray(c).tobytes()
-        w.int(len(data))
-        w.raw(data)
-    return w.getvalue()
-
-
-def _prim(ex: Executable) -> bytes:
-    w = _Writer()
-    w.count(len(ex.primitive_names))
-    for name in ex.primitive_names:
-        w.str(name)
-    return w.getvalue()
-
-
-def _code(ex: Executable) -> bytes:
-    w = _Writer()
-    w.count(sum(len(fn.instructions) for fn in ex.functions))
-    for fn in ex.functions:
-        for ins in fn.instructions:
-            w.raw(bytes([ins[0]]))
-            for kind, v in zip(OPCODE_INFO[Opcode(ins[0])].kinds, ins[1:]):
-                if kind in ("regs", "shape"):
-                    w.ints(v)
-                elif kind in ("dtype", "str"):
-                    w.str(v)
-                else:
-                    w.int(v)
-    return w.getvalue()
-
-
-def _kern(ex: Executable) -> bytes:
-    w = _Writer()
-    w.count(len(ex.kernels))
-    for rec in ex.kernels.values():
-        for s in (rec.name, rec.backend, rec.source, rec.entry, rec.style):
-            w.str(s)
-        w.count(len(rec.meta))
-        for k, v in rec.meta.items():
-            w.str(k)
-            w.str(v)
-    w.count(len(ex.libraries))
-    for name, src in ex.libraries.items():
-        w.str(name)
-        w.str(src)
-    return w.getvalue()
-
-
-def _fact(ex: Executable) -> bytes:
-    w = _Writer()
-    w.count(len(ex.kernels))
-    for rec in ex.kernels.values():
-        w.count(len(rec.requires))
-        for name, dtype in rec.requires:
-            w.str(name)
-            w.str(dtype)
-        w.count(len(rec.imports))
-        for module in rec.imports:
-            w.str(module)
-        w.int(rec.cost)
-    return w.getvalue()
-
-
-def _read_fact(r: _Reader, kernels: dict[str, KernelRecord]) -> dict[str, KernelRecord]:
-    if r.count(1) != len(kernels):
-        r.fail(f"{len(kernels)} kernels but another count of facts")
-    out = {}
-    for name, rec in kernels.items():
-        requires = tuple((r.str(), r.str()) for _ in range(r.count(8)))
-        imports = tuple(r.str() for _ in range(r.count(4)))
-        out[name] = replace(rec, requires=requires, imports=imports, cost=r.int())
-    r.end()
-    return out
-
-
-def _natv(native: NativeCode) -> bytes:
-    w = _Writer()
-    w.str(native.key)
-    w.count(len(native.groups))
-    for g in native.groups:
-        w.str(g.kind)
-        w.str(g.ident)
-        w.int(g.mtime_ns)
-        w.count(len(g.files))
-        for name, data in g.files:
-            w.str(name)
-            w.int(len(data))
-            w.raw(data)
-    return w.getvalue()
-
-
-def _meta(ex: Executable) -> bytes:
-    w = _Writer()
-    items = {"default_exec_mode": ex.default_exec_mode}
-    if ex.precision != "fp32":  # since 1.6: what its products compute in
-        items["precision"] = ex.precision
-    forms = ";".join(f"{info.name}={info.python}" for info in ex.adts if info.python)
-    if forms:  # since 1.5: the data types' Python forms (`ADTInfo.python`)
-        items["python_forms"] = forms
-    big = [i for i, c in enumerate(ex.constants) if c.nbytes > weights.DIGESTED_BYTES]
-    if big:  # since 2.0: big constants' digests, so that a load need not hash them
-        items["constant_digests"] = ";".join(f"{i}={weights.constant_digest(ex, i)}" for i in big)
-    w.count(len(items))
-    for key, value in items.items():
-        w.str(key)
-        w.str(value)
-    return w.getvalue()
-
-
-# -- load ---------------------------------------------------------------------------------
 
 
 def from_bytes(
@@ -497,6 +217,7 @@ def from_bytes(
             or (``check_weights``) its weights do not match their digest.
     """
     args = decode(data, check_weights=check_weights)
+    version = tuple(_HEADER.unpack_from(data)[1:3])  # decode checked the header
     native = args.pop("native", None)
     signer = args.pop("signature", None)
     digests = args.pop("constant_digests", {})
@@ -512,7 +233,16 @@ def from_bytes(
             if known
             else f"it is signed by key {ident}, which is not trusted"
         )
-    ex = cls(**args)
+    try:
+        ex = cls(**args)
+    except ExecutableFormatError as err:  # something a newer format added, ...
+        if version <= VERSION:
+            raise
+        raise ExecutableFormatError(
+            newer(version, f"does not pass this rvm's checks ({err})")
+        ) from None
+    if version > VERSION:
+        _check_patterns(ex, version)
     ex.constant_digests.update(digests)
     ex._trusted = trusted or verified
     ex._signed_by = ident if verified else None
@@ -521,6 +251,27 @@ def from_bytes(
     if native is not None and ex._trusted:
         install(native, ex.kernels, ex)
     return ex
+
+
+def _check_patterns(ex: Executable, version: tuple[int, int]) -> None:
+    """Refuses a file of a newer format whose shape patterns use a kind or an expression op
+    that format added, at load rather than at the first call. (A file of this format or older
+    has its patterns checked where they run: they are constants, in format 2 among the
+    weights, which a load does not read.)
+
+    Raises:
+        ExecutableFormatError: A shape pattern this rvm cannot read.
+    """
+    kinds = {Opcode.MATCH_SHAPE: sp.MATCH_KINDS, Opcode.MAKE_SHAPE: sp.MAKE_KINDS}
+    for fn in ex.functions:
+        for ins in fn.instructions:
+            if ins[0] in kinds:
+                try:
+                    sp.decode(ex.constants[ins[3]], kinds[ins[0]], MAX_SHAPE_HEAP)
+                except sp.PatternError as err:
+                    raise ExecutableFormatError(
+                        newer(version, f"uses a shape pattern that {err}")
+                    ) from None
 
 
 def load_executable(
@@ -566,9 +317,6 @@ def load_executable(
     return from_bytes(Executable, data, keys=keys, trusted=trusted, check_weights=check_weights)
 
 
-# -- decode -------------------------------------------------------------------------------
-
-
 def decode(data: bytes, *, check_weights: bool = False) -> dict[str, Any]:
     """The `Executable` constructor arguments encoded in `data` (bytes, or a buffer such as
     an mmap: the constants are views of it).
@@ -596,7 +344,7 @@ def decode(data: bytes, *, check_weights: bool = False) -> dict[str, Any]:
     try:
         out = _decode_sections(found, (major, minor), check_weights)
         if SIGN in found:
-            r = _Reader(found[SIGN], "signature")
+            r = Reader(found[SIGN], "signature")
             ident, mac = r.str(), bytes(r.take(trust.MAC_BYTES))
             r.end()
             out["signature"] = (ident, mac, signed)
@@ -605,18 +353,6 @@ def decode(data: bytes, *, check_weights: bool = False) -> dict[str, Any]:
         raise
     except (ValueError, TypeError, OverflowError, struct.error, MemoryError) as e:
         raise ExecutableFormatError(f"corrupt executable: {type(e).__name__}: {e}") from e
-
-
-def _read_digests(text: str, count: int) -> dict[int, str]:
-    """META's ``constant_digests`` (``index=hex;...``) as {index: hex digest}."""
-    out: dict[int, str] = {}
-    for item in text.split(";"):
-        index, _, value = item.partition("=")
-        hexed = len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-        if not (index.isdigit() and int(index) < count and hexed):
-            raise ExecutableFormatError(f"corrupt executable: a constant digest {item[:80]!r}")
-        out[int(index)] = value
-    return out
 
 
 def _sections(
@@ -656,16 +392,16 @@ def _sections(
 def _decode_sections(
     found: dict[bytes, memoryview], version: tuple[int, int], check_weights: bool
 ) -> dict[str, Any]:
-    heads, adts = _read_glob(_Reader(found[b"GLOB"], "globals"))
-    cons = _Reader(found[b"CONS"], "constants")
+    heads, adts = read_glob(Reader(found[b"GLOB"], "globals", version))
+    cons = Reader(found[b"CONS"], "constants")
     if version[0] >= 2:
         constants = weights.read_cons(cons, found[WGHT], check_weights)
     else:
-        constants = _read_cons(cons)
-    r = _Reader(found[b"PRIM"], "primitive names")
+        constants = read_cons(cons)
+    r = Reader(found[b"PRIM"], "primitive names")
     prims = [r.str() for _ in range(r.count(4))]
     r.end()
-    code = _read_code(_Reader(found[b"CODE"], "code"), version)
+    code = read_code(Reader(found[b"CODE"], "code", version), version)
     functions = []
     for name, kind, nregs, params, specs, start, length in heads:
         if not (0 <= start and 0 <= length and start + length <= len(code)):
@@ -675,11 +411,11 @@ def _decode_sections(
             )
         body = code[start : start + length]
         if version < (1, 2):
-            body = _upgrade_tail_calls(body)
+            body = upgrade_tail_calls(body)
         functions.append(VMFunction(name, params, specs, nregs, tuple(body), kind))
-    kernels, libraries = _read_kern(_Reader(found[b"KERN"], "kernels"))
+    kernels, libraries = read_kern(Reader(found[b"KERN"], "kernels"))
     if FACT in found:
-        kernels = _read_fact(_Reader(found[FACT], "kernel facts"), kernels)
+        kernels = read_fact(Reader(found[FACT], "kernel facts"), kernels)
     else:  # before version 1.6
         kernels = {name: recovered(rec) for name, rec in kernels.items()}
     out = {
@@ -691,7 +427,7 @@ def _decode_sections(
         "adts": adts,
     }
     if META in found:  # absent in version 1.0 files
-        r = _Reader(found[META], "metadata")
+        r = Reader(found[META], "metadata")
         meta = {r.str(): r.str() for _ in range(r.count(8))}
         r.end()
         if "default_exec_mode" in meta:
@@ -699,187 +435,25 @@ def _decode_sections(
         if "precision" in meta:
             out["precision"] = meta["precision"]
         if "constant_digests" in meta:
-            out["constant_digests"] = _read_digests(meta["constant_digests"], len(constants))
+            out["constant_digests"] = read_digests(meta["constant_digests"], len(constants))
         if "python_forms" in meta:
             forms = dict(item.partition("=")[::2] for item in meta["python_forms"].split(";"))
             out["adts"] = [replace(info, python=forms.get(info.name)) for info in adts]
     if RSLT in found:  # absent before version 1.3
-        r = _Reader(found[RSLT], "results")
+        r = Reader(found[RSLT], "results", version)
         if r.count(1) != len(functions):
             r.fail(f"{len(functions)} functions but another count of results")
-        results = [_read_result(r, 0) if r.flag() else None for _ in functions]
+        results = [read_result(r, 0) if r.flag() else None for _ in functions]
         r.end()
         out["functions"] = [replace(fn, result=res) for fn, res in zip(functions, results)]
     if PFLD in found:  # absent before version 1.5: tuple parameters are then checked shallowly
-        out["functions"] = _read_pfld(_Reader(found[PFLD], "parameter fields"), out["functions"])
+        out["functions"] = read_pfld(
+            Reader(found[PFLD], "parameter fields", version), out["functions"]
+        )
     if DIMR in found:  # only in executables with symbolic-dimension ranges
         functions = out["functions"]
-        ranges = _read_dimr(_Reader(found[DIMR], "dimension ranges"), len(functions))
+        ranges = read_dimr(Reader(found[DIMR], "dimension ranges"), len(functions))
         out["functions"] = [replace(fn, dim_ranges=d) for fn, d in zip(functions, ranges)]
     if NATV in found:  # absent before version 1.4, and in executables without jit kernels
-        out["native"] = _read_natv(_Reader(found[NATV], "native code"))
+        out["native"] = read_natv(Reader(found[NATV], "native code"))
     return out
-
-
-def _read_pfld(r: _Reader, functions: list[VMFunction]) -> list[VMFunction]:
-    if r.count(1) != len(functions):
-        r.fail(f"{len(functions)} functions but another count of parameter lists")
-    out = []
-    for fn in functions:
-        if r.count(1) != len(fn.param_specs):
-            r.fail(f"function {fn.name!r} has {len(fn.param_specs)} parameters, not this count")
-        specs = [_read_result(r, 0) if r.flag() else spec for spec in fn.param_specs]
-        if any(new.name != old.name for new, old in zip(specs, fn.param_specs)):
-            r.fail(f"function {fn.name!r}: parameter names differ from the globals section")
-        out.append(replace(fn, param_specs=tuple(specs)))
-    r.end()
-    return out
-
-
-def _read_natv(r: _Reader) -> NativeCode:
-    key = r.str()
-    groups = []
-    for _ in range(r.count(17)):
-        kind, ident, mtime = r.str(), r.str(), r.int()
-        files = []
-        for _ in range(r.count(12)):
-            name = r.str()
-            size = r.int()
-            files.append((name, bytes(r.take(size))))
-        groups.append(NativeGroup(kind, ident, mtime, tuple(files)))
-    r.end()
-    native = NativeCode(key, tuple(groups))
-    problem = check(native)
-    if problem is not None:
-        r.fail(problem)
-    return native
-
-
-def _read_glob(r: _Reader) -> tuple[list[tuple], list[ADTInfo]]:
-    heads = []
-    for _ in range(r.count(4)):
-        name, kind, nregs = r.str(), r.str(), r.int()
-        params, specs = [], []
-        for _ in range(r.count(4)):
-            params.append(r.str())
-            specs.append(_read_spec(r))
-        start, length = r.int(), r.int()
-        heads.append((name, kind, nregs, tuple(params), tuple(specs), start, length))
-    adts = []
-    for _ in range(r.count(4)):
-        aname = r.str()
-        cons = tuple((r.str(), r.int(), r.int()) for _ in range(r.count(20)))
-        adts.append(ADTInfo(aname, cons))
-    r.end()
-    return heads, adts
-
-
-def _is_dtype_name(name: str) -> bool:
-    """Whether ``name`` names one of rvm's dtypes: a narrow one, or NumPy's bool, ints and
-    floats up to 64 bits, spelled as NumPy spells them."""
-    if name in NARROW_DTYPES:
-        return True
-    try:
-        dtype = np.dtype(name)
-    except TypeError:
-        return False
-    return dtype.name == name and dtype.kind in "biuf" and dtype.itemsize <= 8
-
-
-def _read_spec(r: _Reader) -> ParamSpec:
-    sname, skind, dtype = r.str(), r.str(), r.opt_str()
-    if skind not in _SPEC_KINDS:
-        r.fail(f"parameter kind {skind!r} is not one of {_SPEC_KINDS}")
-    if skind == "tensor" and dtype is not None and not _is_dtype_name(dtype):
-        r.fail(f"parameter {sname!r} has an unknown dtype {dtype!r}")
-    shape: tuple | None = None
-    if r.take(1)[0]:
-        dims: list[int | str | None] = []
-        for _ in range(r.count(1)):
-            tag = r.take(1)[0]
-            if tag > 2:
-                r.fail(f"bad dimension tag {tag}")
-            dims.append(r.int() if tag == 0 else r.str() if tag == 1 else None)
-        shape = tuple(dims)
-    if skind == "adt":
-        return ParamSpec(sname, skind, None, shape, adt=dtype)
-    return ParamSpec(sname, skind, dtype, shape)
-
-
-def _read_result(r: _Reader, depth: int) -> ParamSpec:
-    if depth > MAX_RESULT_DEPTH:
-        r.fail(f"result tuples nest deeper than {MAX_RESULT_DEPTH}")
-    spec = _read_spec(r)
-    if not r.flag():
-        return spec
-    fields = tuple(_read_result(r, depth + 1) for _ in range(r.count(4)))
-    return replace(spec, fields=fields)
-
-
-def _read_cons(r: _Reader) -> list[np.ndarray]:
-    """Format 1's constants: each one's bytes inside CONS (format 2: `weights.read_cons`)."""
-    out = []
-    for i in range(r.count(4)):
-        dtype = weights.dtype_of(r, i, r.str())
-        shape = r.ints()
-        nbytes = r.int()
-        expect = weights.nbytes_of(r, i, dtype, shape)
-        if expect != nbytes:
-            r.fail(f"constant {i} of shape {shape} {dtype} needs {expect} bytes, has {nbytes}")
-        raw = r.take(nbytes)  # a view of the file's bytes, read-only as constants must be
-        arr = np.frombuffer(raw, dtype=dtype)
-        if not arr.flags.aligned:  # kernels take aligned arrays: copy the rare odd one
-            arr = np.frombuffer(bytes(raw), dtype=dtype)
-        out.append(arr.reshape(shape))
-    r.end()
-    return out
-
-
-def _upgrade_tail_calls(code: list[tuple]) -> list[tuple]:
-    """A function of a format 1.0 / 1.1 file with its tail calls as the tail call opcodes: an
-    INVOKE / INVOKE_CLOSURE directly followed by RET of its result (the rule of those
-    versions) becomes TAIL_INVOKE / TAIL_INVOKE_CLOSURE; the RET stays, unreachable, so no pc
-    moves."""
-    tail = {Opcode.INVOKE: Opcode.TAIL_INVOKE, Opcode.INVOKE_CLOSURE: Opcode.TAIL_INVOKE_CLOSURE}
-    out = list(code)
-    for pc, ins in enumerate(code[:-1]):
-        nxt = code[pc + 1]
-        if ins[0] in tail and nxt[0] == Opcode.RET and nxt[1] == ins[1]:
-            out[pc] = (tail[Opcode(ins[0])], *ins[2:])
-    return out
-
-
-def _read_code(r: _Reader, version: tuple[int, int]) -> list[tuple]:
-    code = []
-    for _ in range(r.count(1)):
-        op = r.take(1)[0]
-        if op not in OPCODE_INFO:
-            if version > VERSION:
-                raise ExecutableFormatError(
-                    f"this executable (format {version[0]}.{version[1]}) uses opcode {op}, which "
-                    f"this rvm (format {VERSION[0]}.{VERSION[1]}) does not know: load it with "
-                    "the rvm version that saved it or a newer one"
-                )
-            r.fail(f"unknown opcode {op}")
-        ins: list[Any] = [op]
-        for kind in OPCODE_INFO[Opcode(op)].kinds:
-            if kind in ("regs", "shape"):
-                ins.append(r.ints())
-            elif kind in ("dtype", "str"):
-                ins.append(r.str())
-            else:
-                ins.append(r.int())
-        code.append(tuple(ins))
-    r.end()
-    return code
-
-
-def _read_kern(r: _Reader) -> tuple[dict[str, KernelRecord], dict[str, str]]:
-    kernels = {}
-    for _ in range(r.count(24)):
-        name, backend, source, entry, style = (r.str() for _ in range(5))
-        meta = {r.str(): r.str() for _ in range(r.count(8))}
-        kernels[name] = KernelRecord(name, backend, source, entry, style, meta)
-    libraries = {r.str(): r.str() for _ in range(r.count(8))}
-    r.end()
-    return kernels, libraries

@@ -29,12 +29,17 @@ program, a tuple of (op, arg) pairs), checked against the kinds an opcode takes 
 the heap's size (a slot out of range is refused: lowered code indexes the heap unchecked). The
 lowering of the compiled and native modes reads patterns through it; the run-time builtins
 interpret the same kinds (their hot loop reads the flat numbers, `pairs_flat`).
+
+The same programs spell the dimension expressions of function signatures
+(`ParamSpec.shape`, `VMFunction.result`): a `DimProgram` is such a dim, its program's slots
+indexing the names it reads, so the entry and result checks (`rvm.runtime.entry`,
+`rvm.runtime.calling`) compute ``past + seq`` from the sizes the call bound, with the same ops.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +47,7 @@ import numpy as np
 __all__ = [
     "ANY",
     "CHECK",
+    "DimProgram",
     "EXPR",
     "LITERAL",
     "MAKE_KINDS",
@@ -50,8 +56,10 @@ __all__ = [
     "STORE",
     "decode",
     "evaluate",
+    "is_name",
     "pairs_flat",
     "render",
+    "solvable",
 ]
 
 LITERAL, STORE, CHECK, ANY, EXPR = 0, 1, 2, 3, 4
@@ -164,3 +172,72 @@ def render(program: Program, slot: Callable[[int], str]) -> str:
             b = stack.pop()
             stack.append(f"({stack.pop()} {BINARY[op][0]} {b})")
     return stack[0]
+
+
+def solvable(program: Program, slot: int) -> bool:
+    """Whether the value of ``program`` is ``heap[slot] + rest``, ``rest`` not reading the
+    slot: the slot is read once, and only additions lie between it and the result. Then a
+    size the program must equal gives the slot's value (``size - rest``)."""
+    stack: list[tuple[int, bool]] = []  # per value: reads of the slot, and by additions only
+    for op, arg in program:
+        if op in (PUSH_INT, PUSH_SLOT):
+            stack.append((int(op == PUSH_SLOT and arg == slot), True))
+        else:
+            b, a = stack.pop(), stack.pop()
+            reads = a[0] + b[0]
+            stack.append((reads, reads == 0 or (op == ADD and a[1] and b[1])))
+    return stack[0] == (1, True)
+
+
+def is_name(d: object) -> bool:
+    """Whether signature dim ``d`` is a symbolic name (bound by the first size it meets), not
+    an int, an unknown (None) or an expression (`DimProgram`)."""
+    return isinstance(d, str) and not isinstance(d, DimProgram)
+
+
+class DimProgram(str):
+    """A dimension expression of a signature (``past + seq``): a ``str`` whose text is the
+    expression's canonical spelling (`rvm.ir.dims.DimExpr`), so it prints and compares as
+    that text, with the names it reads and its `EXPR` program, whose `PUSH_SLOT` args index
+    ``names``. Made by the compiler (`rvm.codegen.patterns.spec_dim`) and the executable
+    reader, through `checked`.
+    """
+
+    names: tuple[str, ...]
+    program: Program
+
+    def __new__(cls, text: str, names: tuple[str, ...], program: Program) -> DimProgram:
+        self = super().__new__(cls, text)
+        self.names = tuple(names)
+        self.program = tuple((int(op), int(arg)) for op, arg in program)
+        return self
+
+    @classmethod
+    def checked(
+        cls, text: str, names: Sequence[str], program: Sequence[Sequence[int]]
+    ) -> DimProgram:
+        """A `DimProgram`, its program checked by `decode` to compute one value from its names.
+
+        Raises:
+            PatternError: A malformed program, or one reading a name it does not have.
+        """
+        flat = [EXPR, len(program)] + [int(v) for pair in program for v in pair]
+        ((_, checked),) = decode(np.array(flat, np.int64), (EXPR,), len(names))
+        return cls(text, tuple(names), checked)
+
+    def __repr__(self) -> str:
+        return f"DimProgram({str(self)!r}, {self.names!r}, {self.program!r})"
+
+    def __reduce__(self) -> tuple:
+        return (DimProgram, (str(self), self.names, self.program))
+
+    def value(self, sizes: Mapping[str, int]) -> int | None:
+        """The expression's value given ``sizes`` by name; None when a name is not there.
+
+        Raises:
+            ZeroDivisionError: A ``//`` or ``%`` by 0.
+        """
+        heap = [sizes.get(n) for n in self.names]
+        if any(v is None for v in heap):
+            return None
+        return evaluate(self.program, heap)  # type: ignore[arg-type]

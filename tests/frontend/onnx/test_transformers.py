@@ -171,8 +171,9 @@ def test_inconsistent_past_is_a_shape_error(name, exec_mode):
     args = [feeds[i.name] for i in session.get_inputs()]
     vm = rvm.VirtualMachine(_executable(name, "numpy"), exec_mode=exec_mode)
     message = (
-        r"main: argument \d 'attention_mask', where axis 1 is past_sequence_length \+ "
-        r"sequence_length: shape \(2, 6\) has 6 at axis 1, expected 7"
+        r"^main: argument \d 'attention_mask' has shape \(2, 6\), but axis 1 is "
+        r"past_sequence_length \+ sequence_length = 7 \(past_sequence_length = \d from argument "
+        r"\d '[\w.]+', sequence_length = \d from argument \d 'input_ids'\)$"
     )
     with pytest.raises(rvm.ShapeError, match=message):
         vm["main"](*args)

@@ -594,24 +594,32 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
 
 def entry_checks(ex: Executable, index: int) -> list[str]:
     """The dims checks of a call of function `index` from Python (its body runs them at depth
-    0): fixed dims, symbolic dims shared by parameters, and the declared ranges of bounded
-    ones (`VMFunction.dim_ranges`: the VM's fast path leaves them to this check). Their
-    dtypes and ranks are the compiled signature of the mode's entry dispatcher, so Numba
-    checks those; a mismatch raises, and the VM's own entry checks then report it in the
-    words of every mode."""
+    0): fixed dims, symbolic dims shared by parameters, dimension expressions whose names
+    they bind (``past + seq``, `shape_patterns.DimProgram`), and the declared ranges of
+    bounded ones (`VMFunction.dim_ranges`: the VM's fast path leaves them to this check).
+    Their dtypes and ranks are the compiled signature of the mode's entry dispatcher, so
+    Numba checks those; a mismatch raises, and the VM's own entry checks then report it in
+    the words of every mode."""
     fn = ex.functions[index]
     tests: list[str] = []
     seen: dict[str, str] = {}
+    exprs: list[tuple[str, sp.DimProgram]] = []
     for i, spec in enumerate(fn.param_specs):
         for axis, want in enumerate(spec.shape or ()):
             dim = f"{_r(i)}.shape[{axis}]"
             if isinstance(want, int):
                 tests.append(f"{dim} == {want}")
+            elif isinstance(want, sp.DimProgram):
+                exprs.append((dim, want))
             elif isinstance(want, str):
                 if want in seen:
                     tests.append(f"{dim} == {seen[want]}")
                 else:
                     seen[want] = dim
+    for dim, want in exprs:  # a name no parameter binds: a size of its own
+        if all(n in seen for n in want.names):
+            value = sp.render(want.program, lambda s, n=want.names: seen[n[s]])
+            tests.append(f"{dim} == {value}")
     for name, lo, hi in fn.dim_ranges:
         if name in seen:  # else `range_probes` keeps the VM from taking the fast path
             tests += [f"{seen[name]} >= {lo}"] * (lo is not None)
