@@ -100,6 +100,10 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
     even = lanes - lanes // 8  # an eighth idle: measured even
     assert not _pays(deep, 2 * lanes, 1, 3, 1, even, even)
+    # A 1x1 convolution's GEMM runs over the whole map: 12 x 12 fills its vectors, where
+    # rows of 12 of a 3x3 one leave a quarter idle.
+    assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
+    assert not _pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
     # 7 x 7 maps (one GEMM run over the map: 49 of 64 lanes on AVX-512, 49 of 56 on AVX2).
     if lanes == 16:
         assert _pays(deep, 2 * lanes, 1, 3, 1, 7, 7)

@@ -479,13 +479,14 @@ def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type:
     """Whether a float32 convolution of this shape runs the direct method vectorized along
     output channels (`rvm.kernels.direct`) rather than this module's GEMMs: the one rule,
     `rvm.kernels.direct.prefers`, given the positions this module's GEMM would vectorize
-    (an output row of `TAPS_MIN_WIDTH` or more, else the map). With the weight ``packed``
+    (an output row of `TAPS_MIN_WIDTH` or more, else the map; the whole map for a 1x1
+    convolution, a GEMM on the map as it is: `_pointwise`). With the weight ``packed``
     at build time (`rvm.op.conv2d_packed`) any map size; else the weight is packed at each
     call, only on maps large enough that the copy costs little
     (`rvm.kernels.direct.PACK_MIN_POSITIONS`)."""
     if not packed and oh * ow < direct.PACK_MIN_POSITIONS:
         return False
-    run = ow if ow >= TAPS_MIN_WIDTH else oh * ow
+    run = ow if ow >= TAPS_MIN_WIDTH and kh * kw > 1 else oh * ow
     return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run)
 
 
