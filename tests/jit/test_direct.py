@@ -93,10 +93,10 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     # Rows that leave an eighth of the GEMM's lanes idle or more, any stride and groups:
     # the channels fill theirs (on weights packed at build time only, on small maps).
     ragged = lanes - 3  # 13 of 16 lanes, 5 of 8
-    assert _pays(24 * lanes // 9 + 1, 2 * lanes, 1, 3, 1, ragged, ragged)
-    assert not _pays(24 * lanes // 9 + 1, 2 * lanes, 1, 3, 1, ragged, ragged, packed=False)
+    assert _pays(16 * lanes // 9 + 1, 2 * lanes, 1, 3, 1, ragged, ragged)
+    assert not _pays(16 * lanes // 9 + 1, 2 * lanes, 1, 3, 1, ragged, ragged, packed=False)
     assert _pays(deep, 2 * lanes, 2, 3, 2, ragged, 2 * ragged)  # strided, grouped
-    assert not _pays(24 * lanes // 9 - 1, 2 * lanes, 1, 3, 1, ragged, ragged)  # shallower
+    assert not _pays(16 * lanes // 9 - 1, 2 * lanes, 1, 3, 1, ragged, ragged)  # shallower
     assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
     even = lanes - lanes // 8  # an eighth idle: measured even
     assert not _pays(deep, 2 * lanes, 1, 3, 1, even, even)
