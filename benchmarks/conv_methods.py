@@ -1,16 +1,19 @@
 """Each distinct float32 convolution layer of the 9 light CNNs: the direct method (vectors of
 output channels, `rvm.kernels.direct`, on a weight packed beforehand) against the library's
-GEMM methods (`rvm.kernels.conv`, on the OIHW weight) and ONNX Runtime's Conv, one thread.
+GEMM methods (`rvm.kernels.conv`, on the OIHW weight) and ONNX Runtime's Conv.
 
-Run: ``python benchmarks/conv_methods.py [--only vgg19,densenet121] [--repeat 21]``. The
+Run: ``python benchmarks/conv_methods.py [--only vgg19,densenet121] [--repeat 21]
+[--threads 2]``. The
 layers' shapes come from the models' graphs (ONNX shape inference); depthwise and 1x1 layers
 are left out (neither method is the direct one's). Per layer: milliseconds of each, interleaved
 medians in one process after checking the outputs agree, GEMM/direct, direct/ORT, and whether
 the rule (`rvm.kernels.conv.channels_pay` with the weight packed at build time) picks the
-direct method: the table to check and re-tune the rule on another machine. One thread each
-(rvm's pool has no helpers here; ORT's ``intra_op_num_threads=1``): the per-core efficiency
-of the methods, which a loaded machine distorts least. Prints the machine, writes
-``benchmarks/results/conv_methods.json``.
+direct method: the table to check and re-tune the rule on another machine. Both runtimes on
+``--threads`` threads (`rvm.set_num_threads`, ORT's ``intra_op_num_threads``), one by default:
+the per-core efficiency of the methods, which a loaded machine distorts least; ``--threads 0``
+leaves both at their defaults (every core), where splitting small layers costs. Prints the
+machine, writes ``benchmarks/results/conv_methods.json`` (``conv_methods_t2.json``... for
+other thread counts).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
+import rvm
 from rvm.kernels import conv, direct
 from rvm.testing.onnx_models import LIGHT_MODELS, light_model_path
 
@@ -52,7 +56,7 @@ def layers(models: list[str]) -> dict[tuple, dict]:
     return found
 
 
-def _ort(key: tuple, out: list[int], w: np.ndarray):  # type: ignore[no-untyped-def]
+def _ort(key: tuple, out: list[int], w: np.ndarray, threads: int):  # type: ignore[no-untyped-def]
     x, _, kernel, strides, pads, groups, dil = key
     node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=kernel, strides=strides,
                             pads=pads, group=groups, dilations=dil)  # fmt: skip
@@ -63,18 +67,19 @@ def _ort(key: tuple, out: list[int], w: np.ndarray):  # type: ignore[no-untyped-
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    if threads:
+        opts.intra_op_num_threads = opts.inter_op_num_threads = threads
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def measure(key: tuple, out_shape: list[int], repeat: int) -> dict:
+def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> dict:
     (n, c, ih, iw), o, (kh, kw), (sh, sw), pads, groups, (dh, dw) = key
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, c, ih, iw)).astype(np.float32)
     w = rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)
     packed = direct.pack(w, groups)
     by_gemm, by_direct = np.empty(out_shape, np.float32), np.empty(out_shape, np.float32)
-    session = _ort(key, out_shape, w)
+    session = _ort(key, out_shape, w, threads)
     pt, pl, pb, pr = pads
 
     def gemm() -> None:
@@ -90,7 +95,10 @@ def measure(key: tuple, out_shape: list[int], repeat: int) -> dict:
     want = session.run(None, {"x": x})[0]
     for got in (by_gemm, by_direct):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
-    t = interleaved_medians({"gemm": gemm, "direct": channels, "ort": onnxruntime}, repeat)
+    # ORT's pool threads spin after its calls (more than one thread): each turn settles first.
+    settle = 0.0 if threads == 1 else 0.05
+    fns = {"gemm": gemm, "direct": channels, "ort": onnxruntime}
+    t = interleaved_medians(fns, repeat, settle_s=settle)
     oh, ow = out_shape[2], out_shape[3]
     picks = bool(conv.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True))
     return {**{k: v * 1e3 for k, v in t.items()}, "picks_direct": picks}
@@ -100,8 +108,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(LIGHT_MODELS), help="comma-separated models")
     parser.add_argument("--repeat", type=int, default=21, help="interleaved samples per layer")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="threads of both runtimes (0: their defaults)"
+    )
     args = parser.parse_args()
-    print(machine_line())
+    if args.threads:
+        rvm.set_num_threads(args.threads)
+    print(machine_line(), f"threads: {args.threads or 'default'}")
     rows = []
     found = layers(args.only.split(","))
     print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule")
@@ -109,14 +122,15 @@ def main() -> None:
         (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
         if groups == c or kernel == (1, 1):
             continue  # depthwise and 1x1: neither is the direct method's
-        t = measure(key, info["out"], args.repeat)
+        t = measure(key, info["out"], args.repeat, args.threads)
         oh, ow = info["out"][2:]
         name = f"{c}x{ih}x{iw} -> {o}x{oh}x{ow} k{kernel[0]}x{kernel[1]} s{strides[0]} g{groups}"
         rule = "direct" if t["picks_direct"] else "gemm"
         ratios = f"{t['gemm'] / t['direct']:5.2f} {t['direct'] / t['ort']:5.2f}"
         print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule}")
         rows.append({"layer": name, "models": info["models"], **t})
-    write_results("conv_methods", {"machine": machine(), "layers": rows})
+    name = "conv_methods" if args.threads == 1 else f"conv_methods_t{args.threads}"
+    write_results(name, {"machine": machine(), "threads": args.threads, "layers": rows})
 
 
 if __name__ == "__main__":

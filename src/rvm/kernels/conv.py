@@ -17,9 +17,11 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
   Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
-  deep, stride 1, many output channels or an input plane larger than L2, as vgg19's and the
-  inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS` or more run the
-  direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight packed at the call.
+  deep, in whole vectors of output channels, on rows that leave the GEMM's lanes idle or at
+  stride 1 with many output channels or an input plane larger than a quarter of L3, as
+  vgg19's and the inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS`
+  or more run the direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight
+  packed at the call.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
@@ -477,13 +479,14 @@ def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type:
     """Whether a float32 convolution of this shape runs the direct method vectorized along
     output channels (`rvm.kernels.direct`) rather than this module's GEMMs: the one rule,
     `rvm.kernels.direct.prefers`, given the positions this module's GEMM would vectorize
-    (an output row of `TAPS_MIN_WIDTH` or more, else the map). With the weight ``packed``
+    (an output row of `TAPS_MIN_WIDTH` or more, else the map; the whole map for a 1x1
+    convolution, a GEMM on the map as it is: `_pointwise`). With the weight ``packed``
     at build time (`rvm.op.conv2d_packed`) any map size; else the weight is packed at each
     call, only on maps large enough that the copy costs little
     (`rvm.kernels.direct.PACK_MIN_POSITIONS`)."""
     if not packed and oh * ow < direct.PACK_MIN_POSITIONS:
         return False
-    run = ow if ow >= TAPS_MIN_WIDTH else oh * ow
+    run = ow if ow >= TAPS_MIN_WIDTH and kh * kw > 1 else oh * ow
     return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run)
 
 

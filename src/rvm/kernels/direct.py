@@ -13,17 +13,20 @@ convolutions do:
   once, at build time (`rvm.transform.pack_conv_weights`, `rvm.op.conv2d_packed`);
   `rvm.kernels.conv` packs an OIHW weight at the call on large maps (`pack_into`);
 - the input image is copied once into a zero-padded NHWC plane (``(hp, wp, c)``, a block of
-  `rvm.kernels.blocks` kept across calls), so every (tap, channel) of an output position is
-  one element ``taps[t] + c`` after the position's base;
+  `rvm.kernels.blocks` kept across calls), row by row (`_nhwc`), so every (tap, channel) of
+  an output position is one element ``taps[t] + c`` after the position's base;
 - the micro-kernel (`_micro`) computes a tile of `MR` output positions by up to `VECTORS`
   vectors of output channels, ``MR x VECTORS`` accumulators in registers: for each (tap,
   channel) it loads the weight's vectors and broadcasts each position's input value; the
   positions of a band are any `MR` output positions (a band runs on into the next output
   row), so a small map loses no lanes either;
-- a tile goes to a small buffer and from there, transposed, into the NCHW output: each
-  output channel's ``MR`` positions are one contiguous run. That copy is the price of the
-  channel vectors: one store per output element against ``kh * kw * c / groups``
-  multiply-adds, so the method pays on deep convolutions (`prefers`).
+- a whole tile goes transposed into the NCHW output, each output channel's `MR` positions
+  one run: the accumulators are transposed in registers by shuffles (`_transposed`), a
+  vector store a channel. A band's last, partial tile goes through a small buffer, element
+  by element. The transpose is the price of the channel vectors, a few shuffles per vector
+  of outputs against ``kh * kw * c / groups`` multiply-adds; with the element-by-element
+  copy for every tile the method lost a third of its speed on squeezenet's 16-channel
+  layers;
 
 Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
 in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large.
@@ -47,6 +50,7 @@ from rvm.kernels import entry, parfor
 from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
+from rvm.kernels.planes import U
 from rvm.kernels.sgemm import LANES, VECTORS
 
 __all__ = [
@@ -80,28 +84,35 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     convolution of this shape on this CPU, the GEMM's vectors running over ``gemm_run``
     output positions (an output row, or the whole map).
 
-    Measured on AVX-512 (each layer of the 9 light CNNs, one thread): the channel vectors pay
-    at stride 1, deep enough (``kh * kw * c / groups >= 36 * LANES``: the transposed store is
-    small against the multiply-adds) and in whole vectors of a group's output channels, and
+    Measured on AVX-512 (each layer of the 9 light CNNs, one thread and two, `benchmarks/
+    conv_methods.py`): the channel vectors pay in whole vectors of a group's output
+    channels, deep enough that the transposed store and the NHWC copy are small against the
+    multiply-adds, and
 
-    - on maps of `PACK_MIN_POSITIONS` or more without groups, with many output channels
-      (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of the last
-      level cache (the GEMM streams it again for every band of output channels; the direct
-      method reads it once): vgg19's layers, the inception stems (densenet121's 32 output
-      channels on a 1.8 MB plane run faster as a GEMM);
-    - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
-      of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
+    - where the GEMM leaves an eighth of its lanes idle or more (rows of 13, 27 or 55
+      positions; 7 x 7 and 6 x 6 maps; 12 x 12), any stride, from ``kh * kw * c / groups
+      >= 16 * LANES`` (squeezenet's 32-channel expansions on 27 x 27; its 16-channel ones
+      run faster as GEMMs): the channels fill their lanes (rows of 14, 28 or 56 leave
+      exactly an eighth idle and measured even);
+    - from ``36 * LANES`` on maps of `PACK_MIN_POSITIONS` or more at stride 1 without
+      groups, with many output
+      channels (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of
+      the last level cache (the GEMM streams it again for every band of output channels; the
+      direct method reads it once): vgg19's layers, the inception stems (densenet121's 32
+      output channels on a 1.8 MB plane run faster as a GEMM).
 
-    Strided convolutions, shallow ones (squeezenet's first expansions, the 3-channel stems)
-    and ragged channel counts run faster as GEMMs.
+    Shallow convolutions (the 3-channel stems) and ragged channel counts run faster as GEMMs.
     """
-    if sh != 1 or sw != 1 or (c // groups) * kh * kw < 36 * LANES or (o // groups) % LANES:
+    depth = (c // groups) * kh * kw
+    if (o // groups) % LANES:
         return False
-    if oh * ow >= PACK_MIN_POSITIONS:
+    vectors = (gemm_run + LANES - 1) // LANES
+    if 8 * gemm_run < 7 * vectors * LANES:
+        return depth >= 16 * LANES
+    if oh * ow >= PACK_MIN_POSITIONS and sh == 1 and sw == 1 and depth >= 36 * LANES:
         plane = 4 * c * (ih + kh) * (iw + kw)
         return groups == 1 and (o >= 8 * LANES or 4 * plane > L3)
-    vectors = (gemm_run + LANES - 1) // LANES
-    return 5 * gemm_run < 4 * vectors * LANES
+    return False
 
 
 # Positions from which packing the weight at each call costs little against the convolution
@@ -164,16 +175,19 @@ def unpack(w: np.ndarray, channels: int) -> np.ndarray:
 
 
 @intrinsic
-def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last):  # type: ignore[no-untyped-def]  # noqa: E501
-    """The micro-kernel, on int64 addresses: ``C[i, :width] = sum over (t, ch) of A[bases[i] +
+def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The micro-kernel, on int64 addresses: ``T[i, :width] = sum over (t, ch) of A[bases[i] +
     taps[t] + ch] * B[t * cg + ch, :width]`` for positions i < ``rows`` (of `MR`), ``width =
-    (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps, B's rows ``ldb`` floats apart,
-    C's rows `NB` floats apart. ``bases`` and ``taps`` are int64 arrays' addresses. One loop
-    per vector count, chosen by a switch: each keeps its accumulators in registers."""
-    sig = nt.void(*(nt.int64,) * 11)
+    (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps, B's rows ``ldb`` floats apart.
+    ``bases`` and ``taps`` are int64 arrays' addresses. With ``ldc`` 0, T's rows go to C `NB`
+    floats apart; else the tile is whole (``rows`` = `MR`) and goes transposed, as NCHW wants
+    it: channel ``k``'s `MR` positions one run at ``C + k * ldc``, the accumulators
+    transposed in registers (`_transposed`). One loop per vector count, chosen by a switch:
+    each keeps its accumulators in registers."""
+    sig = nt.void(*(nt.int64,) * 12)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last = args
+        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc = args
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, LANES)
         vptr, fptr, iptr = vec.as_pointer(), f32.as_pointer(), i64.as_pointer()
@@ -243,15 +257,30 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last)
                             else:
                                 new = builder.fadd(builder.fmul(x, bs[j]), old)
                             builder.store(new, acc[i][j])
-            for i in range(MR):
-                with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+            by_rows = builder.icmp_signed("==", ldc, i64(0))
+            with builder.if_else(by_rows) as (plain, transposed):
+                with plain:
+                    for i in range(MR):
+                        with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                            for j in range(vectors):
+                                at = vector_at(c, i64(i * NB), j)
+                                value = builder.load(acc[i][j])
+                                if j < vectors - 1:
+                                    builder.store(value, at, align=4)
+                                else:
+                                    builder.call(masked_store, [value, at, align, mask])
+                with transposed:
                     for j in range(vectors):
-                        at = vector_at(c, i64(i * NB), j)
-                        value = builder.load(acc[i][j])
-                        if j < vectors - 1:
-                            builder.store(value, at, align=4)
-                        else:
-                            builder.call(masked_store, [value, at, align, mask])
+                        runs = _transposed(builder, [builder.load(acc[i][j]) for i in range(MR)])
+                        for lane, run in enumerate(runs):
+                            k = i64(j * LANES + lane)
+                            at = builder.gep(c, [builder.mul(k, ldc)])
+                            at = builder.bitcast(at, run.type.as_pointer())
+                            if j < vectors - 1:
+                                builder.store(run, at, align=4)
+                            else:
+                                with builder.if_then(builder.icmp_signed("<", i64(lane), last)):
+                                    builder.store(run, at, align=4)
 
         blocks = [builder.append_basic_block(f"tile{v}") for v in range(1, VECTORS + 1)]
         done = builder.append_basic_block("tiled")
@@ -265,6 +294,32 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last)
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _transposed(builder, rows):  # type: ignore[no-untyped-def]
+    """The `MR` vectors ``rows`` (each `LANES` channels of one position) as `LANES` vectors of
+    `MR` floats (each one channel's positions), by shuffles: pairs of vectors interleaved in
+    groups that double at each stage (1, 2, 4... positions a channel), the list padded with
+    zeros to an even count, then each channel's group taken out of the last vector."""
+    group, width = 1, LANES
+    while len(rows) > 1:
+        if len(rows) % 2:
+            rows = [*rows, ir.Constant(ir.VectorType(ir.FloatType(), width), None)]
+        mask = []
+        for lane in range(LANES):
+            mask += [lane * group + r for r in range(group)]
+            mask += [width + lane * group + r for r in range(group)]
+        index = ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask)
+        rows = [builder.shuffle_vector(rows[k], rows[k + 1], index) for k in range(0, len(rows), 2)]
+        group, width = group * 2, width * 2
+    (whole,) = rows
+    undef = ir.Constant(whole.type, ir.Undefined)
+    runs = []
+    for lane in range(LANES):
+        take = [lane * group + r for r in range(MR)]
+        index = ir.Constant(ir.VectorType(ir.IntType(32), MR), take)
+        runs.append(builder.shuffle_vector(whole, undef, index))
+    return runs
 
 
 @jit(**_OPTS)
@@ -281,15 +336,17 @@ def _nhwc(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
     for y in range(top, bottom):
         xh[y * row : (y * wp + left) * c] = 0
         xh[(y * wp + right) * c : (y + 1) * row] = 0
-    for ch in range(c):
-        for r in range(ih):
-            y = r + pt
-            if y < 0 or y >= hp:
-                continue
-            for q in range(iw):
-                col = q + pl
-                if 0 <= col < wp:
-                    xh[(y * wp + col) * c + ch] = x[n_, ch, r, q]
+    # Row by row, 16 channels at a time: each plane row is written while it is in cache,
+    # from 16 input rows read along (a pass per channel over the whole plane missed L2 on
+    # large planes: ten times as long on 512 channels of 28 x 28).
+    xf, plane, q0, q1 = x.reshape(x.size), ih * iw, left - pl, right - pl
+    for y in range(top, bottom):
+        at_x = (n_ * c * ih + y - pt) * iw
+        for ch0 in range(0, c, 16):
+            for q in range(q0, q1):
+                dst, src = U((y * wp + q + pl) * c), U(at_x + q)
+                for ch in range(ch0, min(c, ch0 + 16)):
+                    xh[dst + U(ch)] = xf[src + U(ch * plane)]
 
 
 @jit(**_OPTS)
@@ -308,7 +365,7 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     bands = (p_all + MR - 1) // MR
     b_lo, b_hi = chunk * bands // chunks, (chunk + 1) * bands // chunks
     at_b = w + 4 * (g * panels + panel) * ntaps * cg * nb
-    pb, pt_ = parfor.address(bases), parfor.address(tmp)
+    pb, pt_, of_at = parfor.address(bases), parfor.address(tmp), parfor.address(of)
     out_at = (n_ * o + g * og + j0) * p_all
     for band in range(b_lo, b_hi):
         p0 = band * MR
@@ -320,8 +377,14 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
             part = min(NB, width - j)
             vectors = (part + LANES - 1) // LANES
             last = part - (vectors - 1) * LANES
-            _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last)
-            _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
+            if rows == MR:  # a whole tile: transposed into the output in registers
+                at_c = of_at + 4 * (out_at + j * p_all + p0)
+                _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, at_c, rows, vectors, last,
+                       p_all)  # fmt: skip
+            else:
+                _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
+                       0)  # fmt: skip
+                _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
 
 
 @jit(**_OPTS)
