@@ -42,7 +42,9 @@ def _check(
 
 
 SIZES_M = [1, 2, packed.SMALL_ROWS, sgemm.MR - 1, sgemm.MR + 1, 3 * sgemm.MR + 5]
-SIZES_N = [1, sgemm.LANES - 1, sgemm.NR, sgemm.NR + 1, 2 * sgemm.NR + sgemm.LANES + 3]
+# up to a group of panels a one-row product streams at once, and past it (`packed.GEMV_GROUP`)
+SIZES_N = [1, sgemm.LANES - 1, sgemm.NR, sgemm.NR + 1, 2 * sgemm.NR + sgemm.LANES + 3,
+           (packed.GEMV_GROUP + 1) * sgemm.NR + 3]  # fmt: skip
 SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3, packed.DEPTH + 5]  # the last: two equal blocks
 
 
@@ -80,6 +82,7 @@ def test_split_over_the_pool() -> None:
         _check(130, 300, 3 * sgemm.NR + 7, width, bias=True, act="gelu")  # along the rows
         _check(67, 260, 40 * sgemm.NR + 1, width, bias=True, act="relu")  # along the panels
         _check(2, 1000, 30 * sgemm.NR, width, bias=True, act="gelu")  # few rows, panels
+        _check(1, 1000, 30 * sgemm.NR + 5, width, bias=True, act="gelu")  # one row, panels
     finally:
         set_num_threads(before)
 

@@ -19,15 +19,20 @@ of at most `DEPTH`.
 - `dense(x, w, out, n, bias, act, residual=None)`: ``out[m, n] = act(x[m, k] @ B + bias) +
   residual`` where ``w`` is B packed; cut on rvm's pool along the panels (or C's rows when
   the panels are few); a few rows take a one-row tile (a GEMV's) rather than the
-  micro-kernel's tile of `MR` rows. The bias, activation (the GEMM's epilogue:
-  `ACTIVATIONS`) and residual (a transformer's skip connection, ``(m, n)``) run on each tile
-  right after its last depth block, in the thread that computed it, while it is in cache
-  (the few rows' path adds the residual after the product). Checks every shape first.
+  micro-kernel's tile of `MR` rows, and a single row (a decode step's) streams `GEMV_GROUP`
+  panels at once (`_gemv_group`). The bias, activation (the GEMM's epilogue: `ACTIVATIONS`)
+  and residual (a transformer's skip connection, ``(m, n)``) run on each tile right after its
+  last depth block, in the thread that computed it, while it is in cache (the few rows' path
+  adds the residual after the product). Checks every shape first.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.cblas import address
@@ -45,6 +50,7 @@ SMALL_ROWS = 4  # fewer rows take the one-row tile (the `MR`-row tile computes M
 SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
 SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
 PIECES_PER_THREAD = 4
+GEMV_GROUP = 4  # panels a one-row product streams at once (`_gemv_group`)
 
 
 def depth_limit(c: Cpu) -> int:
@@ -130,6 +136,65 @@ def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  #
                         _epilogue(at_c, ldc, rows, width, at_bias, act, at_res)
 
 
+@intrinsic
+def _gemv_group(typingctx, k, x, bp, c, group):  # type: ignore[no-untyped-def]
+    """On int64 addresses: ``C[:group * NR] = x[:k] @`` the ``group`` (1 to `GEMV_GROUP`)
+    whole panels of `sgemm.NR` columns at ``bp``, one after the other (``k * NR`` floats
+    each). A one-row product is bound by how fast the weights stream in: each step reads a row
+    of every panel of the group, ``group`` streams at once with ``group * VECTORS``
+    independent sums, where `sgemm`'s one-row tile reads one stream with `sgemm.VECTORS`
+    sums, each waiting on its last FMA."""
+    sig = nt.void(nt.int64, nt.int64, nt.int64, nt.int64, nt.int64)
+    lanes, vectors, width = sgemm.LANES, sgemm.VECTORS, sgemm.NR
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vec = ir.VectorType(f32, lanes)
+        vptr, fptr = vec.as_pointer(), f32.as_pointer()
+        k, group = args[0], args[4]
+        x, bp, c = (builder.inttoptr(v, fptr) for v in args[1:4])
+        fnty = ir.FunctionType(vec, [vec] * 3)
+        fma = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.fma.v{lanes}f32")
+        zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+        stride = builder.mul(k, i64(width))
+
+        def run(panels: int) -> None:
+            acc = [cgutils.alloca_once_value(builder, zero) for _ in range(panels * vectors)]
+            with cgutils.for_range(builder, k) as loop:
+                step = loop.index
+                one = builder.insert_element(undef, builder.load(builder.gep(x, [step])), i32(0))
+                a = builder.shuffle_vector(one, undef, splat)
+                row = builder.mul(step, i64(width))
+                for p in range(panels):
+                    base = builder.add(builder.mul(stride, i64(p)), row)
+                    for j in range(vectors):
+                        at = builder.gep(bp, [builder.add(base, i64(j * lanes))])
+                        b = builder.load(builder.bitcast(at, vptr), align=4)
+                        slot = acc[p * vectors + j]
+                        if sgemm._FMA:
+                            new = builder.call(fma, [a, b, builder.load(slot)])
+                        else:
+                            new = builder.fadd(builder.fmul(a, b), builder.load(slot))
+                        builder.store(new, slot)
+            for i, slot in enumerate(acc):
+                at = builder.bitcast(builder.gep(c, [i64(i * lanes)]), vptr)
+                builder.store(builder.load(slot), at, align=4)
+
+        blocks = [builder.append_basic_block(f"group{g}") for g in range(1, GEMV_GROUP + 1)]
+        done = builder.append_basic_block("grouped")
+        switch = builder.switch(group, blocks[0])
+        for g, block in enumerate(blocks, start=1):
+            switch.add_case(i64(g), block)
+            builder.position_at_end(block)
+            run(g)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @jit(**_OPTS)
 def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
     """`_panels` for a few rows: one row at a time (`sgemm._micro_row`, a GEMV's tile), the
@@ -151,6 +216,22 @@ def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: 
             _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act, 0)
 
 
+@jit(**_OPTS)
+def _row(a, bp, k, panel, c, n, first, last, bias, act):  # type: ignore[no-untyped-def]
+    """`_rows` for one row and panels `sgemm.NR` wide: the whole panels `GEMV_GROUP` at a
+    time (`_gemv_group`), a last partial one by `_rows`; then the epilogue."""
+    whole = min(last, n // panel)
+    for q in range(first, whole, GEMV_GROUP):
+        group = min(GEMV_GROUP, whole - q)
+        _gemv_group(k, a, bp + 4 * q * k * panel, c + 4 * q * panel, group)
+    if bias != 0 or act != 0:
+        for q in range(first, whole):
+            at_bias = bias + 4 * q * panel if bias != 0 else 0
+            _epilogue(c + 4 * q * panel, n, 1, panel, at_bias, act, 0)
+    if whole < last:
+        _rows(a, k, bp, k, panel, c, n, 1, n, max(first, whole), last, bias, act)
+
+
 # A packed-product job (int64): its length; x's, w's and out's addresses; m, k, n, the panel
 # width; the pieces' panels (along n) or rows (along m), and whether along n; the bias's
 # address (0: none), the activation's index and the residual's address (0: none; a few rows
@@ -164,7 +245,10 @@ def _task(p, like, data):  # type: ignore[no-untyped-def]
     px, pw, po, m, k, n, panel = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
     step, along_n, bias, act, res = job[8], job[9], job[10], job[11], job[12]
     panels = -(-n // panel)
-    if m < SMALL_ROWS:
+    if m == 1 and panel == sgemm.NR:
+        last = min(panels, (p + 1) * step)
+        _row(px, pw, k, panel, po, n, p * step, last, bias, act)
+    elif m < SMALL_ROWS:
         last = min(panels, (p + 1) * step)
         _rows(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
     elif along_n:
