@@ -95,12 +95,12 @@ def parse_html() -> Callable[[str], _Balance]:
 @pytest.fixture(scope="session")
 def compiled() -> Callable[[IRModule, str], rvm.Executable]:
     """``compiled(mod, kernels)``: ``rvm.compile(mod, kernels=kernels)``, once per session."""
-    cache: dict[tuple[int, str], rvm.Executable] = {}
+    cache: dict[tuple[int, str], tuple[IRModule, rvm.Executable]] = {}  # keeps mod alive
 
     def compile_once(mod: IRModule, kernels: str) -> rvm.Executable:
-        key = (id(mod), kernels)
+        key = (id(mod), kernels)  # an id is unique while its module lives: the cache keeps it
         if key not in cache:
-            cache[key] = rvm.compile(mod, kernels=kernels)
-        return cache[key]
+            cache[key] = (mod, rvm.compile(mod, kernels=kernels))
+        return cache[key][1]
 
     return compile_once

@@ -232,7 +232,9 @@ def _llama_dynamo() -> bytes:
     return _LLAMA_DYNAMO[0]
 
 
-@pytest.mark.parametrize("kernels", ["numpy", "jit"])
+# jit kernels under -m slow: a cold jit compile of this model (tens of seconds) checks no more
+# of the import than NumPy kernels do; test_llama_jit_matches_ort runs a Llama on jit kernels.
+@pytest.mark.parametrize("kernels", ["numpy", pytest.param("jit", marks=pytest.mark.slow)])
 def test_llama_dynamo_export_matches_ort(exec_mode, kernels):
     """The dynamo exporter's Llama reshapes attention to ``(-1, seq, 8)`` with ``seq`` read
     from a Range's length: it used to reach a kernel as the string 'seq' (a TypeError at run
