@@ -31,6 +31,11 @@ def decoder(request: pytest.FixtureRequest) -> tuple[Path, rvm.Executable]:
     return path, rvm.compile(gen, kernels=KERNELS[request.param])
 
 
+# The native mode compiles the Llama's generate whole (a minute on two cores): under -m slow;
+# tests/generation/test_greedy.py runs generate natively on jit kernels.
+@pytest.mark.parametrize(
+    "exec_mode", ["bytecode", "compiled", pytest.param("native", marks=pytest.mark.slow)]
+)
 def test_generate_equals_onnx_runtime(decoder, exec_mode) -> None:
     path, executable = decoder
     session = ort.InferenceSession(str(path))

@@ -62,6 +62,11 @@ def test_zero_new_tokens_is_the_prompt(executables, exec_mode) -> None:
     np.testing.assert_array_equal(vm["generate"](ids, np.int64(0)), ids)
 
 
+# The native mode compiles the eos program's generate whole (the costliest compile here): under
+# -m slow; `test_generate_equals_a_greedy_loop_over_onnx_runtime` runs generate natively.
+@pytest.mark.parametrize(
+    "exec_mode", ["bytecode", "compiled", pytest.param("native", marks=pytest.mark.slow)]
+)
 def test_eos_stops_when_every_row_has_it_and_pads(executables, session, exec_mode) -> None:
     vm = rvm.VirtualMachine(executables["eos"], exec_mode=exec_mode)
     ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]])

@@ -36,10 +36,29 @@ CONVS = [
 ]
 
 
-@pytest.mark.parametrize(("xs", "ws", "strides", "padding", "dilation", "groups"), CONVS)
-@pytest.mark.parametrize(("x_dtype", "y_dtype", "relu"), [("uint8", "uint8", True),
-                                                          ("int8", "int8", False)])  # fmt: skip
-@pytest.mark.parametrize("layout", ["OIHW", "OHWI"])
+KINDS = [  # input and output dtypes, ReLU clamp, weight layout
+    (x_dtype, y_dtype, relu, layout)
+    for layout in ("OIHW", "OHWI")
+    for x_dtype, y_dtype, relu in (("uint8", "uint8", True), ("int8", "int8", False))
+]
+
+
+def _conv_cases() -> list:
+    """Every shape with every kind; by default each shape once, the kinds taken in turn (each
+    kind meets two shapes), the rest under ``-m slow``: each case compiles its own kernel."""
+    cases = []
+    for i, conv in enumerate(CONVS):
+        for j, kind in enumerate(KINDS):
+            marks = () if j == i % len(KINDS) else pytest.mark.slow
+            cases.append(pytest.param(*conv, *kind, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "strides", "padding", "dilation", "groups", "x_dtype", "y_dtype", "relu",
+     "layout"),
+    _conv_cases(),
+)  # fmt: skip
 def test_qconv2d_kernel_equals_reference(xs, ws, strides, padding, dilation, groups, x_dtype,
                                          y_dtype, relu, layout):  # fmt: skip
     """Either weight layout (OHWI: as importers store it, read in place by the kernel)."""
@@ -105,8 +124,14 @@ POOLS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
-@pytest.mark.parametrize(("xs", "size", "strides", "padding", "dilation", "ceil"), POOLS)
+@pytest.mark.parametrize(
+    ("dtype", "xs", "size", "strides", "padding", "dilation", "ceil"),
+    [  # every pool in both dtypes; by default each pool once, the dtypes in turn
+        pytest.param(dtype, *pool, marks=() if j == i % 2 else pytest.mark.slow)
+        for i, pool in enumerate(POOLS)
+        for j, dtype in enumerate(("uint8", "int8"))
+    ],
+)
 def test_integer_max_pool_kernel(dtype, xs, size, strides, padding, dilation, ceil):
     """In the integers (`rvm.kernels.qpool`): padding and ceil-mode overhangs never win."""
     x = var("x", xs, dtype)
