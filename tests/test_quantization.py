@@ -55,7 +55,11 @@ def float_mod():
     return _float_module()
 
 
-@pytest.mark.parametrize("method", ["minmax", "percentile"])
+@pytest.mark.parametrize(  # the percentile's jit kernels under -m slow (its own compile)
+    ("method", "kernels"),
+    [("minmax", "numpy"), ("minmax", "jit"), ("percentile", "numpy"),
+     pytest.param("percentile", "jit", marks=pytest.mark.slow)],
+)  # fmt: skip
 def test_quantize_agrees_with_float(float_mod, method, exec_mode, kernels):
     """Per-channel int8 weights and uint8 activations: logits within 10% of the largest float
     logit (8-bit steps over three layers, and inputs beyond the calibrated range clip), the

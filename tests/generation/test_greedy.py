@@ -183,7 +183,7 @@ def test_the_interpreter_and_a_saved_executable_agree(model: bytes, executables,
     code = (
         "import sys, numpy as np, rvm; ex = rvm.load_executable(sys.argv[1]); "
         "ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]]); "
-        "print(rvm.VirtualMachine(ex, exec_mode='native')['generate'](ids, np.int64(9)).tolist())"
+        "print(rvm.VirtualMachine(ex, exec_mode='compiled')['generate'](ids, np.int64(9)).tolist())"
     )
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -228,7 +228,11 @@ def _toy_decoder(past_read_otherwise: bool) -> rvm.IRModule:
     return bb.get()
 
 
-@pytest.mark.parametrize("other", [False, True])
+@pytest.mark.parametrize(
+    ("exec_mode", "other"),
+    [(mode, other) for mode in ("bytecode", "compiled") for other in (False, True)]
+    + [("native", False), pytest.param("native", True, marks=pytest.mark.slow)],
+)
 def test_a_past_read_otherwise_keeps_the_concat_loop(exec_mode, other) -> None:
     gen = rvm.generation.greedy(_toy_decoder(other))
     assert ("generate_step" in gen.functions) is not other
