@@ -22,8 +22,8 @@ of at most `DEPTH`.
   micro-kernel's tile of `MR` rows, and a single row (a decode step's) streams `GEMV_GROUP`
   panels at once (`_gemv_group`). The bias, activation (the GEMM's epilogue: `ACTIVATIONS`)
   and residual (a transformer's skip connection, ``(m, n)``) run on each tile right after its
-  last depth block, in the thread that computed it, while it is in cache (the few rows' path
-  adds the residual after the product). Checks every shape first.
+  last depth block, in the thread that computed it, while it is in cache. Checks every shape
+  first.
 """
 
 from __future__ import annotations
@@ -196,10 +196,10 @@ def _gemv_group(typingctx, k, x, bp, c, group):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  # type: ignore[no-untyped-def]  # noqa: E501
     """`_panels` for a few rows: one row at a time (`sgemm._micro_row`, a GEMV's tile), the
     whole depth at once, each panel streamed once per row (in L2 for the next row), then the
-    panel's `_epilogue`."""
+    panel's `_epilogue` (``res``: the residual's address, row stride ``ldc``; 0: none)."""
     for q in range(first, last):
         width = min(panel, n - q * panel)
         at_b = bp + 4 * q * k * panel
@@ -211,31 +211,32 @@ def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act):  # type: 
                 sgemm._micro_row(k, a + 4 * i * lda, lda, at_b + 4 * j0, panel, 0,
                                  c + 4 * (i * ldc + q * panel + j0), ldc, 0, 1, vectors, tail,
                                  sgemm.LANES, sgemm.LANES, 0)  # fmt: skip
-        if bias != 0 or act != 0:
+        if bias != 0 or act != 0 or res != 0:
             at_bias = bias + 4 * q * panel if bias != 0 else 0
-            _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act, 0)
+            at_res = res + 4 * q * panel if res != 0 else 0
+            _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act, at_res)
 
 
 @jit(**_OPTS)
-def _row(a, bp, k, panel, c, n, first, last, bias, act):  # type: ignore[no-untyped-def]
+def _row(a, bp, k, panel, c, n, first, last, bias, act, res):  # type: ignore[no-untyped-def]
     """`_rows` for one row and panels `sgemm.NR` wide: the whole panels `GEMV_GROUP` at a
     time (`_gemv_group`), a last partial one by `_rows`; then the epilogue."""
     whole = min(last, n // panel)
     for q in range(first, whole, GEMV_GROUP):
         group = min(GEMV_GROUP, whole - q)
         _gemv_group(k, a, bp + 4 * q * k * panel, c + 4 * q * panel, group)
-    if bias != 0 or act != 0:
+    if bias != 0 or act != 0 or res != 0:
         for q in range(first, whole):
             at_bias = bias + 4 * q * panel if bias != 0 else 0
-            _epilogue(c + 4 * q * panel, n, 1, panel, at_bias, act, 0)
+            at_res = res + 4 * q * panel if res != 0 else 0
+            _epilogue(c + 4 * q * panel, n, 1, panel, at_bias, act, at_res)
     if whole < last:
-        _rows(a, k, bp, k, panel, c, n, 1, n, max(first, whole), last, bias, act)
+        _rows(a, k, bp, k, panel, c, n, 1, n, max(first, whole), last, bias, act, res)
 
 
 # A packed-product job (int64): its length; x's, w's and out's addresses; m, k, n, the panel
 # width; the pieces' panels (along n) or rows (along m), and whether along n; the bias's
-# address (0: none), the activation's index and the residual's address (0: none; a few rows
-# add it after the product, in `dense`).
+# address (0: none), the activation's index and the residual's address (0: none).
 _JOB = 13
 
 
@@ -247,10 +248,10 @@ def _task(p, like, data):  # type: ignore[no-untyped-def]
     panels = -(-n // panel)
     if m == 1 and panel == sgemm.NR:
         last = min(panels, (p + 1) * step)
-        _row(px, pw, k, panel, po, n, p * step, last, bias, act)
+        _row(px, pw, k, panel, po, n, p * step, last, bias, act, res)
     elif m < SMALL_ROWS:
         last = min(panels, (p + 1) * step)
-        _rows(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act)
+        _rows(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act, res)
     elif along_n:
         last = min(panels, (p + 1) * step)
         _panels(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act, res)
@@ -336,6 +337,3 @@ def dense(x, w, out, n, bias, act, residual=None):  # type: ignore[no-untyped-de
         _call(out, 0, job)
     else:
         _run(out, parts, job)
-    if res != 0 and m < SMALL_ROWS:  # the few-rows path's epilogue has no residual
-        for i in range(m):
-            _epilogue(address(out, i * n), n, 1, n, 0, 0, res + 4 * i * n)
