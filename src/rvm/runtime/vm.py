@@ -233,7 +233,8 @@ class VirtualMachine:
 
     def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
         """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
-        under the same lock as `_enter`; see `BoundFunction`."""
+        which takes the thread guard `_enter` takes (`ExecContext.guard`), its result checked
+        as `_enter` checks one; see `BoundFunction`."""
         if range_probes(self.executable.functions[fidx]) is None:
             return None  # a bounded dimension the fast path cannot read: the checked entry
         make = getattr(self._mode, "fast_call", None)
