@@ -27,7 +27,7 @@ from rvm.runtime.modes.native import NativeMode
 # The attributes `ExecContext` documents: all a mode may read.
 INTERFACE = frozenset(
     {"executable", "functions", "raw_packed", "packed", "allocator", "fatal", "run_bytecode"}
-    | {"error"}
+    | {"error", "guard"}
 )
 REAL_MODES: dict[str, Callable[[Any], Any]] = {
     "bytecode": BytecodeMode,
@@ -56,7 +56,7 @@ class Restricted:
 def standalone(ex: Executable, mode: str, allocator: Any = None) -> tuple[Any, ExecContext]:
     """Mode `mode` over a context of `ex` that no VM owns, and the context (to swap tables)."""
     allocator = allocator or NaiveAllocator()
-    context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), lambda: allocator)
+    context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), allocator)
     view = Restricted(context)
     context.run_bytecode = BytecodeMode(view).run
     return REAL_MODES[mode](view), context
@@ -140,7 +140,7 @@ def test_failures_read_the_same_in_both_modes() -> None:
 
 def test_a_context_without_a_bytecode_loop_says_so() -> None:
     ex = h.straight_line()
-    context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), NaiveAllocator)
+    context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), NaiveAllocator())
     with pytest.raises(VMError, match="no bytecode loop bound"):
         context.run_bytecode(0, [])
 

@@ -3,6 +3,7 @@ no aliasing between live results, blocks kept and given back."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 import threading
 
@@ -108,3 +109,34 @@ def test_cap_and_threads() -> None:
 def test_empty_from_python_says_where_it_works() -> None:
     with pytest.raises(NotImplementedError, match="callable from compiled code only"):
         blocks.empty((4,), np.float32)
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping holding ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return []
+
+
+@pytest.mark.skipif(
+    not blocks._HUGE or not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+    reason="transparent huge pages are Linux's",
+)
+def test_a_big_new_block_is_advised_for_huge_pages() -> None:
+    """As NumPy does for its big arrays (the VM's pooled storage), so native code streams big
+    tensors through as few TLB entries as the compiled mode does."""
+
+    @nb.njit
+    def make(n):  # type: ignore[no-untyped-def]
+        return blocks.empty((n,), np.float32)
+
+    blocks.release()  # a new block, not a kept one advised or not
+    big = make(blocks.HUGE_BYTES // 4 + 4096)
+    assert "hg" in _vm_flags(big.ctypes.data + blocks.HUGE_BYTES // 2)

@@ -342,6 +342,40 @@ def test_threads_each_with_a_native_vm_over_one_executable() -> None:
     assert not errors
 
 
+def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
+    """A call from Python taking the native entry (`fast_call`) while another thread holds the
+    VM raises the busy error naming that thread; from the holding thread it runs (the guard is
+    reentrant); after the release it runs anywhere, and a later holder is named."""
+    import threading
+
+    ex = rvm.compile(RNN)
+    args = (_f32(1, 8), _f32(8, 8) * 0.3, _i64(5))
+    vm = VirtualMachine(ex, exec_mode="native")
+    want = vm["main"](*args)  # compiled and cached: the next calls take the fast path
+    held, release = threading.Event(), threading.Event()
+    inner: list = []
+
+    def hold() -> None:
+        with vm.context.guard.lock:
+            vm.context.guard.owner = threading.get_ident()
+            inner.append(vm["main"](*args))
+            held.set()
+            assert release.wait(30)
+
+    worker = threading.Thread(target=hold, name="holder-B")
+    worker.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(VMError, match="already running in thread 'holder-B'"):
+            vm["main"](*args)
+    finally:
+        release.set()
+        worker.join()
+    np.testing.assert_array_equal(inner[0], want)
+    np.testing.assert_array_equal(vm["main"](*args), want)
+    assert vm.context.guard.owner == threading.get_ident()
+
+
 def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:
     # pick(c, x, y) returns a 1-d or a 2-d tensor: one Numba function cannot return both
     b = ExecBuilder()

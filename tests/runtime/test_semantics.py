@@ -81,7 +81,7 @@ def probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def _mode(ex: Executable, mode: str) -> Any:
     """Mode `mode` of `ex` built from the templates as they are now."""
     allocator = NaiveAllocator()
-    context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), lambda: allocator)
+    context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), allocator)
 
     class Probed(BytecodeMode):
         run = compile_loop()

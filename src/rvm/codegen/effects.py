@@ -27,7 +27,7 @@ from rvm.runtime.bytecode import Opcode
 from rvm.transform import vm_ops
 
 if TYPE_CHECKING:
-    from rvm.codegen.vm_codegen import FunctionCodegen
+    from rvm.codegen.vm_function import FunctionCodegen
 
 __all__ = ["declared_shapes", "emit_effect", "makes_shapes"]
 

@@ -15,6 +15,11 @@ the same for compiled code:
   else given back to ``malloc``;
 - `held()` is the bytes kept, `release()` gives them all back.
 
+On Linux a new block of at least `HUGE_BYTES` is advised to the kernel for transparent huge
+pages (``madvise(MADV_HUGEPAGE)``), as NumPy advises its own big arrays (the VM's pooled
+storage): streaming 64 MB through 4 KiB pages costs a TLB miss per page, 2-5% of an elementwise
+kernel on 16M float32 elements.
+
 The slots are an int64 array registered with llvmlite as ``rvm_blocks_state`` (allocated by
 ``calloc`` and never freed: an array may die at interpreter exit), claimed by compare-and-swap:
 a slot holds 0 (empty), 1 (being filled or emptied by the thread that claimed it) or a block's
@@ -25,6 +30,7 @@ its data (64-byte aligned): the address ``malloc`` gave and the size.
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import numba as nb
 from llvmlite import binding as llvm
@@ -39,11 +45,13 @@ from rvm.kernels import numba_cache
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
 
-__all__ = ["MIN_BYTES", "SLOTS", "empty", "held", "release", "set_cap"]
+__all__ = ["HUGE_BYTES", "MIN_BYTES", "SLOTS", "empty", "held", "release", "set_cap"]
 
 MIN_BYTES = 1 << 20
 """Arrays of at least this many bytes take their memory from the kept blocks; smaller ones
 are ``malloc``'s (which reuses small blocks itself)."""
+HUGE_BYTES = 1 << 22
+"""New blocks of at least this many bytes are advised for huge pages (Linux; NumPy's threshold)."""
 SLOTS = 16
 """How many blocks are kept at most."""
 ALIGN = 64
@@ -63,7 +71,12 @@ if not _address:
 _state = (ctypes.c_int64 * _FIELDS).from_address(_address)
 _state[_CAP] = 1 << 30
 llvm.add_symbol(_STATE, _address)
-for _symbol, _name in {"rvm_blocks_malloc": "malloc", "rvm_blocks_free": "free"}.items():
+_HUGE = sys.platform.startswith("linux")  # MADV_HUGEPAGE (14) is Linux's
+_MADV_HUGEPAGE, _PAGE = 14, 4096
+_C_NAMES = {"rvm_blocks_malloc": "malloc", "rvm_blocks_free": "free"}
+if _HUGE:
+    _C_NAMES["rvm_blocks_madvise"] = "madvise"
+for _symbol, _name in _C_NAMES.items():
     llvm.add_symbol(_symbol, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
 _api = ctypes.CFUNCTYPE(ctypes.c_void_p)(_nrt_python.c_helpers["get_api"])()
 # NRT_api_functions: allocate, allocate_external, manage_memory, ... (numba's nrt_external.h)
@@ -142,6 +155,20 @@ def _free(typingctx, address):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
+def _advise_huge(typingctx, address, nbytes):  # type: ignore[no-untyped-def]
+    """``madvise(address, nbytes, MADV_HUGEPAGE)`` (a page-aligned range; its result, a
+    mere advice's, is ignored)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+        advice = ir.IntType(32)(_MADV_HUGEPAGE)
+        _c_call(builder, "rvm_blocks_madvise", ir.IntType(32), [ptr, args[1], advice])
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64, nt.int64), codegen
+
+
+@intrinsic
 def _peek(typingctx, address):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         return builder.load(builder.inttoptr(args[0], _I64.as_pointer()))
@@ -173,6 +200,9 @@ def _take(nbytes):  # type: ignore[no-untyped-def]
     base = _malloc(nbytes + _HEADER + ALIGN)
     if base == 0:
         return 0
+    if _HUGE and nbytes >= HUGE_BYTES:  # the whole pages of the block
+        first = (base + _PAGE - 1) // _PAGE * _PAGE
+        _advise_huge(first, (base + nbytes + _HEADER + ALIGN - first) // _PAGE * _PAGE)
     data = (base + _HEADER + ALIGN - 1) // ALIGN * ALIGN
     _poke(data - 16, base)
     _poke(data - 8, nbytes)

@@ -217,11 +217,11 @@ OVERRIDES: dict[str, dict[Opcode, Override]] = {
             f"{_NUMBA_MEMORY}: a fresh array of the shape", "{dst} = _empty({shape:dims}, {dtype})"
         ),
         O.MATCH_SHAPE: Override(
-            "the dims are compared inline against the heap (`native_codegen._match`); a "
+            "the dims are compared inline against the heap (`native_lowering`, `_match`); a "
             "mismatch hands the call back, and the compiled mode's builtin raises its error"
         ),
         O.MAKE_SHAPE: Override(
-            "a shape is a tuple of ints built inline from the heap (`native_codegen._make`)"
+            "a shape is a tuple of ints built inline from the heap (`native_lowering`, `_make`)"
         ),
         O.FATAL: Override(
             "no Python exception object in native code: the call is handed back (`BAIL`), "

@@ -120,24 +120,32 @@ class VirtualMachine:
         apply_environment()  # RVM_NUM_THREADS, read at the first VM
         self.executable = ex
         self.exec_mode = exec_mode
-        self.allocator: Any = make_allocator(allocator) if isinstance(allocator, str) else allocator
-        # What the exec mode sees of this VM; `set_instrument` and `profile` swap its `packed`.
-        self.context = ExecContext(
-            ex, decode_executable(ex), resolve_primitives(ex), lambda: self.allocator
-        )
+        made = make_allocator(allocator) if isinstance(allocator, str) else allocator
+        # What the exec mode sees of this VM; `set_instrument` and `profile` swap its `packed`,
+        # and setting `allocator` sets the context's.
+        self.context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), made)
         self.context.run_bytecode = BytecodeMode(self.context).run
         self._instrument: Callable[..., Any] | None = None
         self._inputs: dict[str, list[Any]] = {}
         self._outputs: dict[str, Any] = {}
         self._saved: dict[str, SavedFunction] = {}
         self._handles: dict[str, BoundFunction] = {}  # vm[name], made once per name
-        self._busy = threading.RLock()
-        self._owner: int | None = None  # the thread that last entered (for the busy error)
+        self._guard = self.context.guard  # the thread guard, shared with the mode's fast path
         # `_run(fidx, args)` runs a function: the exec mode's `run`, the one switch.
         self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
         self._run: Callable[[int, list[Any]], Any] = self._mode.run
         # Each function's result check at the boundary (`calling.py`), by function index.
         self._results = _RESULT_CHECKS.get(ex, lambda: result_checks(ex))
+
+    @property
+    def allocator(self) -> Any:
+        """The allocator of the storage the VM's code allocates (may be replaced between
+        calls: an object with `alloc(nbytes, alignment) -> Storage`)."""
+        return self.context.allocator
+
+    @allocator.setter
+    def allocator(self, value: Any) -> None:
+        self.context.allocator = value
 
     def native_report(self, compile: bool = False) -> NativeReport:
         """Which functions run as native code in this VM's native mode, and for the others
@@ -225,25 +233,19 @@ class VirtualMachine:
 
     def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
         """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
-        under the same lock as `_enter`; see `BoundFunction`."""
+        which takes the thread guard `_enter` takes (`ExecContext.guard`), its result checked
+        as `_enter` checks one; see `BoundFunction`."""
         if range_probes(self.executable.functions[fidx]) is None:
             return None  # a bounded dimension the fast path cannot read: the checked entry
         make = getattr(self._mode, "fast_call", None)
         call = make(fidx) if make is not None else None
-        if call is None:
-            return None
-        busy = self._busy
         check = self._results[fidx]
+        if call is None or check is None:
+            return call  # `call` checks the arguments (ranges included) under the guard
 
-        def fast(args: tuple) -> Any:  # `call` checks the arguments, ranges included
-            if not busy.acquire(False):
-                return NOT_RUN  # `_enter` raises the busy error
-            self._owner = get_ident()
-            try:
-                result = call(args)
-            finally:
-                busy.release()
-            if check is not None and result is not NOT_RUN:
+        def fast(args: tuple) -> Any:
+            result = call(args)
+            if result is not NOT_RUN:
                 check(result, args, self)
             return result
 
@@ -297,21 +299,21 @@ class VirtualMachine:
         Takes the VM's reentrant lock without waiting (see the class docstring); a call from
         another thread while one runs raises VMError.
         """
-        busy = self._busy
-        if not busy.acquire(False):
+        guard = self._guard
+        if not guard.lock.acquire(False):
             raise self._busy_error()
-        self._owner = get_ident()
+        guard.owner = get_ident()
         try:
             result = self._run(fidx, args)
         finally:
-            busy.release()
+            guard.lock.release()
         check = self._results[fidx]
         if check is not None:
             check(result, args, self)
         return result
 
     def _busy_error(self) -> VMError:
-        owner = self._owner
+        owner = self._guard.owner
         names = {t.ident: t.name for t in threading.enumerate()}
         running = f"thread {names.get(owner, owner)!r}" if owner is not None else "another thread"
         return VMError(

@@ -9,8 +9,9 @@ reported. A mode is any object with ``run(fidx, args)`` (`ExecMode`), built from
 by the factory the VM's mode table names (see `rvm.runtime.vm.EXEC_MODE_FACTORIES`). A mode may
 also offer ``fast_call(fidx)``: a callable that runs a call from Python on its unchecked
 positional arguments when it can check them more cheaply than the VM (every entry check,
-the ranges of bounded symbolic dims included), else returns `rvm.runtime.entry.NOT_RUN` so
-the VM checks and runs them as usual (the native mode's).
+the ranges of bounded symbolic dims included), holding the VM's thread guard
+(`ExecContext.guard`) as the VM's own entry does, else returns `rvm.runtime.entry.NOT_RUN` so
+the VM checks and runs them as usual (the native mode's). The VM checks its result.
 
 Failures: a mode raises `VMStackError` (a `VMError`) made by `ExecContext.error` from the
 original exception and the VM stack as ``(function index, pc)`` pairs, outermost first, so
@@ -20,6 +21,7 @@ every mode reports a failure in the same words; `Fatal` is what the FATAL instru
 from __future__ import annotations
 
 import linecache
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
     from rvm.runtime.modes.decode import DecodedFunction
 
-__all__ = ["ExecContext", "ExecMode", "Fatal", "VMStackError", "vm_error"]
+__all__ = ["EntryGuard", "ExecContext", "ExecMode", "Fatal", "VMStackError", "vm_error"]
 
 # A VM stack longer than this is shown as its first and last half.
 STACK_SHOWN = 20
@@ -70,6 +72,18 @@ class ExecMode(Protocol):
         ...
 
 
+class EntryGuard:
+    """A VM's thread guard: a call from Python takes ``lock`` (reentrant) without waiting and
+    records its thread in ``owner`` (named by the error a call from another thread meanwhile
+    gets); the VM's entry and a mode's ``fast_call`` take it alike."""
+
+    __slots__ = ("lock", "owner")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.owner: int | None = None  # the thread that last entered
+
+
 class ExecContext:
     """What an exec mode sees of its VM (one per VM; the VM keeps it current).
 
@@ -79,6 +93,9 @@ class ExecContext:
         raw_packed: A callable per primitive name, in index order, as resolved.
         packed: The table the VM calls now: `raw_packed`, or wrapped callables while
             instrumented or profiled. A mode reads it at each run (its identity changes).
+        allocator: The VM's allocator now (`VirtualMachine.allocator` may be replaced between
+            calls; the VM sets it here).
+        guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``.
         fatal: The exception class FATAL raises.
         run_bytecode: ``run_bytecode(fidx, args)`` runs a function in the bytecode loop.
     """
@@ -90,19 +107,15 @@ class ExecContext:
         executable: Executable,
         functions: list[DecodedFunction],
         packed: list[Callable[..., Any]],
-        allocator: Callable[[], Any],
+        allocator: Any,
     ) -> None:
         self.executable = executable
         self.functions = functions
         self.raw_packed = packed
         self.packed = packed
-        self._allocator = allocator
+        self.allocator = allocator
+        self.guard = EntryGuard()
         self.run_bytecode: Callable[[int, list[Any]], Any] = _unbound
-
-    @property
-    def allocator(self) -> Any:
-        """The VM's allocator now (`VirtualMachine.allocator` may be replaced between calls)."""
-        return self._allocator()
 
     def error(self, error: BaseException, stack: Sequence[tuple[int, int]]) -> VMStackError:
         """The error every mode raises for `error` at VM stack `stack` (see `vm_error`)."""

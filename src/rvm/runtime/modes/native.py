@@ -37,6 +37,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from threading import get_ident
 from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -316,35 +317,42 @@ class NativeMode:
             return self.compiled.run(fidx, args)
 
     def fast_call(self, fidx: int) -> Callable[[tuple], Any] | None:
-        """A call of function `fidx` straight from Python arguments, for the VM's entry: it
-        returns `NOT_RUN` unless they are what the entry checks would pass unchanged (arrays
-        of the parameters' dtypes, ranks and dims, C-contiguous, bounded dims in their ranges:
-        `entry_checks`) and the function runs native
-        now, so the VM then takes its usual path. None if the function has no such entry."""
+        """A call of function `fidx` straight from Python arguments, for the VM's entry: under
+        the VM's thread guard (`ExecContext.guard`), it runs the function's entry dispatcher
+        when they are what the entry checks would pass unchanged (arrays of the parameters'
+        dtypes, ranks and dims, C-contiguous, bounded dims in their ranges: `entry_checks`) and
+        the function runs native now; else (the guard held by another thread included) it
+        returns `NOT_RUN`, and the VM takes its usual path. None if the function has no such
+        entry. One Python frame between the VM's handle and Numba's dispatcher."""
         plan = self.plan
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:
             return None
         context = self.context
-        raw = context.raw_packed
-        funcs = plan.funcs
-        ready: list[Any] = []  # the entry dispatcher, once compiled
+        raw, funcs, guard = context.raw_packed, plan.funcs, context.guard
+        lock = guard.lock
+        native: Any = None  # the entry dispatcher, once compiled
 
         def call(args: tuple) -> Any:
-            if (
-                context.packed is not raw
-                or funcs[fidx] is None
-                or type(context.allocator) not in _OWN_ALLOCATORS
-            ):
-                return NOT_RUN
-            if not ready:
-                native = plan.entry(fidx)
-                if native is None:
-                    return NOT_RUN
-                ready.append(native)
+            nonlocal native
+            if not lock.acquire(False):
+                return NOT_RUN  # the VM's entry raises the busy error
+            guard.owner = get_ident()
             try:
-                return ready[0](*args, 0)
+                if (
+                    context.packed is not raw
+                    or type(context.allocator) not in _OWN_ALLOCATORS
+                    or funcs[fidx] is None
+                ):
+                    return NOT_RUN
+                if native is None:
+                    native = plan.entry(fidx)
+                    if native is None:
+                        return NOT_RUN
+                return native(*args, 0)
             except Exception:  # noqa: BLE001 - bad input or a failure: the usual path says
                 return NOT_RUN
+            finally:
+                lock.release()
 
         return call
 
