@@ -22,10 +22,12 @@ import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import NR, gemm_bf16, panels
+from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels
+from rvm.kernels.vectors import VectorIR
 
 __all__ = ["dense", "gemm", "round_bits"]
 
@@ -56,22 +58,54 @@ def round_bits(word):  # type: ignore[no-untyped-def]
     return ((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF
 
 
+@intrinsic
+def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
+    """On int64 addresses: the words ``dst[q * stride]`` (uint32) = the bf16 pair of float32
+    ``src[2q]`` (low half) and ``src[2q + 1]`` (high half; 0 past ``k``), for q < ``(k + 1) //
+    2``: `LANES` words a step, rounded as vectors (`rvm.kernels.vectors.VectorIR.bf16_bits`),
+    stored one by one (their destinations are ``stride`` apart)."""
+    sig = nt.void(*(nt.int64,) * 4)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, k, dst, stride = args
+        v = VectorIR(builder, LANES)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        wide = ir.VectorType(i64, LANES)
+        words = builder.sdiv(builder.add(k, i64(1)), i64(2))
+        steps = builder.sdiv(builder.add(words, i64(LANES - 1)), i64(LANES))
+        both = ir.Constant(ir.VectorType(i32, 2 * LANES), list(range(2 * LANES)))
+        with cgutils.for_range(builder, steps) as loop:
+            q0 = builder.mul(loop.index, i64(LANES))
+            f0 = builder.mul(q0, i64(2))
+            at = builder.add(src, builder.mul(f0, i64(4)))
+            lo = v.load(at, v.f32, v.first(builder.sub(k, f0)))
+            hi = v.load(builder.add(at, i64(4 * LANES)), v.f32,
+                        v.first(builder.sub(k, builder.add(f0, i64(LANES)))))  # fmt: skip
+            bits = builder.shuffle_vector(v.bf16_bits(lo), v.bf16_bits(hi), both)
+            pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
+            pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * LANES)))
+            pairs = builder.trunc(pairs, v.i32)
+            for lane in range(LANES):
+                q = builder.add(q0, i64(lane))
+                with builder.if_then(builder.icmp_signed("<", q, words)):
+                    to = builder.add(dst, builder.mul(builder.mul(q, stride), i64(4)))
+                    word = builder.extract_element(pairs, i32(lane))
+                    builder.store(word, builder.inttoptr(to, i32.as_pointer()))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @nb.njit(**_OPTS)
 def _pack_rows(x, k, out):  # type: ignore[no-untyped-def]
     """``out[i // NR, p, i % NR]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p +
     1]`` (0 past ``k`` and past x's rows): x's rows (float32, 2-d, C) as the GEMM's B, in
     panels (`rvm.kernels.bf16gemm.panel_index`)."""
-    bits = x.reshape(x.size).view(np.uint32)
-    rows = x.shape[0]
     out[out.shape[0] - 1] = 0  # the last panel's padding
-    for i in range(rows):
-        panel, lane = out[i // NR], i % NR
-        for p in range(k // 2):
-            lo = round_bits(bits[i * k + 2 * p])
-            hi = round_bits(bits[i * k + 2 * p + 1])
-            panel[p, lane] = np.uint32(lo | (hi << 16))
-        if k & 1:
-            panel[k // 2, lane] = np.uint32(round_bits(bits[i * k + k - 1]))
+    k2 = out.shape[1]
+    at_x, at_o = x.ctypes.data, out.ctypes.data
+    for i in range(x.shape[0]):
+        _pair_row(at_x + 4 * i * k, k, at_o + 4 * ((i // NR) * k2 * NR + i % NR), NR)
 
 
 # A GEMM job (int64): its length; A, B, C addresses; lda, ldc (words, floats); m, n, k2;
