@@ -231,6 +231,7 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
     [
         (1, 64, 48, 48, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # im2col: columns packed in pieces
         (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # direct: channels by rows
+        (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
     ],
 )
 def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:

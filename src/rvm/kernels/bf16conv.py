@@ -77,21 +77,59 @@ def _pair_words(typingctx, lo, hi, out, n, pair):  # type: ignore[no-untyped-def
 
 
 @nb.njit(**_OPTS)
-def _pair_plane(x, c0, cg, pt, pl, plane):  # type: ignore[no-untyped-def]
-    """``plane[c2, pt + y, pl + i]`` (uint32) = the bf16 pair of ``x[c0 + 2 c2, y, i]`` (low)
-    and ``x[c0 + 2 c2 + 1, y, i]`` (high; 0 past ``cg`` channels), ``x`` float32 CHW; the
-    plane's border (the padding) 0."""
-    h, wd = x.shape[1], x.shape[2]
-    plane[...] = 0
-    at_x, at_p = x.ctypes.data, plane.ctypes.data
-    hp, wp = plane.shape[1], plane.shape[2]
-    for c2 in range(plane.shape[0]):
+def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
+    """Pair planes [c2a, c2b) of a plane job (`_PLANE_JOB`): each zeroed (the padding), then
+    its rows rounded from the image's channel pair, a vector loop a row (`_pair_words`)."""
+    at_x, cg, h, wd, at_p = job[1], job[2], job[3], job[4], job[5]
+    hp, wp, pt, pl = job[6], job[7], job[8], job[9]
+    plane[c2a:c2b] = 0
+    for c2 in range(c2a, c2b):
         pair = 1 if 2 * c2 + 1 < cg else 0
-        lo = at_x + 4 * (c0 + 2 * c2) * h * wd
+        lo = at_x + 4 * 2 * c2 * h * wd
         for y in range(h):
             src = lo + 4 * y * wd
             dst = at_p + 4 * ((c2 * hp + pt + y) * wp + pl)
             _pair_words(src, src + 4 * h * wd * pair, dst, wd, pair)
+
+
+# A plane job (int64): its length; the group's first channel's address, the group's channels,
+# the image's height and width; the plane's address, height and width; the padding top and
+# left; the pair planes a piece.
+_PLANE_JOB = 11
+
+
+def _plane_task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a pair plane: ``step`` of its channel pairs (a pool task)."""
+    job = parfor.job(data)
+    cg2, step = (job[2] + 1) // 2, job[10]
+    plane = parfor.array_at(job[5], (cg2, job[6], job[7]), like).view(np.uint32)
+    _plane_part(job, plane, p * step, min(cg2, (p + 1) * step))
+
+
+parfor.export_task("bf16_plane", _plane_task)
+_run_plane = parfor.runner("bf16_plane")
+
+
+@nb.njit(**_OPTS)
+def _pair_plane(x, c0, cg, pt, pl, plane):  # type: ignore[no-untyped-def]
+    """``plane[c2, pt + y, pl + i]`` (uint32) = the bf16 pair of ``x[c0 + 2 c2, y, i]`` (low)
+    and ``x[c0 + 2 c2 + 1, y, i]`` (high; 0 past ``cg`` channels), ``x`` float32 CHW; the
+    plane's border (the padding) 0. Cut by channel pairs into pieces on the pool when large."""
+    h, wd = x.shape[1], x.shape[2]
+    cg2, hp, wp = plane.shape[0], plane.shape[1], plane.shape[2]
+    job = np.empty(_PLANE_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3], job[4] = _PLANE_JOB, x.ctypes.data + 4 * c0 * h * wd, cg, h, wd
+    job[5], job[6], job[7], job[8], job[9] = plane.ctypes.data, hp, wp, pt, pl
+    threads = parfor.threads()
+    parts = 1
+    if threads > 1 and not workpool.busy():
+        parts = min(PIECES_PER_THREAD * threads, cg2, plane.size // PACK_SPLIT_MIN)
+    if parts <= 1:
+        _plane_part(job, plane, 0, cg2)
+        return
+    step = -(-cg2 // parts)
+    job[10] = step
+    _run_plane(x, -(-cg2 // step), job)
 
 
 @nb.njit(**_OPTS)
