@@ -78,12 +78,15 @@ def _pair_words(typingctx, lo, hi, out, n, pair):  # type: ignore[no-untyped-def
 
 @nb.njit(**_OPTS)
 def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
-    """Pair planes [c2a, c2b) of a plane job (`_PLANE_JOB`): each zeroed (the padding), then
-    its rows rounded from the image's channel pair, a vector loop a row (`_pair_words`)."""
+    """Pair planes [c2a, c2b) of a plane job (`_PLANE_JOB`): each one's padding zeroed, its
+    rows rounded from the image's channel pair, a vector loop a row (`_pair_words`)."""
     at_x, cg, h, wd, at_p = job[1], job[2], job[3], job[4], job[5]
     hp, wp, pt, pl = job[6], job[7], job[8], job[9]
-    plane[c2a:c2b] = 0
     for c2 in range(c2a, c2b):
+        plane[c2, :pt] = 0  # the padding: rows above and below, columns left and right
+        plane[c2, pt + h :] = 0
+        plane[c2, pt : pt + h, :pl] = 0
+        plane[c2, pt : pt + h, pl + wd :] = 0
         pair = 1 if 2 * c2 + 1 < cg else 0
         lo = at_x + 4 * 2 * c2 * h * wd
         for y in range(h):
@@ -201,13 +204,17 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
     if threads > 1 and not workpool.busy():
         parts = min(PIECES_PER_THREAD * threads, (og * oh * job[8] * k2) // SPLIT_MIN)
     bands = (og + MR - 1) // MR
-    along_c = min(bands, max(1, parts))
+    # a plane larger than L2 is cut along rows first (each piece's rows stay there while
+    # every band of channels walks them), a small one along channels first
+    rows_first = job[9] < oh
+    along_c = 1 if rows_first else min(bands, max(1, parts))
     step_c = -(-bands // along_c) * MR
     along_c = -(-og // step_c)
-    step_y = oh
-    if parts > along_c:  # the rest of the pieces along rows
-        step_y = -(-oh // min(oh, -(-parts // along_c)))
+    step_y = -(-oh // min(oh, max(1, -(-parts // along_c))))
     along_y = -(-oh // step_y)
+    if rows_first and along_y < parts:  # too few rows: the rest along channels
+        step_c = -(-bands // min(bands, -(-parts // along_y))) * MR
+        along_c = -(-og // step_c)
     job[10], job[11], job[12], job[13], job[14] = og, oh, step_c, step_y, along_y
     if along_c * along_y <= 1:
         _direct(job, 0, og, 0, oh)
