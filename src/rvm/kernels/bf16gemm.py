@@ -20,6 +20,10 @@ shifts (a bf16 value is the high half of a float32) and two float32 FMAs, at the
 width -- a correct path that still reads half the bytes of float32 weights. The tile is
 `MR` rows by up to `VECTORS` vectors, as `rvm.kernels.sgemm`'s; the depth is cut into blocks
 of `KC2` pairs. Like `sgemm`, no checks: the callers (`rvm.kernels.bf16`) check first.
+
+`micro`, the micro-kernel itself, also reads B's pair rows through a table of offsets
+(``indexed``): the direct convolution (`rvm.kernels.bf16conv`) runs it on a plane of
+channel-pair words, each pair row a tap's offset into it, with no packed B at all.
 """
 
 from __future__ import annotations
