@@ -1,6 +1,7 @@
-"""bf16 products (`rvm.kernels.bf16gemm`, `rvm.kernels.bf16`): the micro-kernel's tile edges,
-dense and conv2d against NumPy on the same bf16-rounded operands (float64 sums), rounding to
-nearest even, and the conversion path of CPUs without AVX512-BF16."""
+"""bf16 products (`rvm.kernels.bf16gemm`, `rvm.kernels.bf16`, `rvm.kernels.bf16conv`): the
+micro-kernel's tile edges, dense and conv2d (direct and im2col) against NumPy on the same
+bf16-rounded operands (float64 sums), rounding to nearest even, and the conversion path of
+CPUs without AVX512-BF16."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from rvm.kernels import bf16, bf16gemm
+from rvm.kernels import bf16, bf16conv, bf16gemm
 from rvm.op import numpy_ref
+from rvm.op.bf16 import bf16_bits, conv_pairs
 from rvm.transform.to_bf16 import bf16_rows
 
 BF16 = ml_dtypes.bfloat16
@@ -106,23 +108,46 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
     (1, 5, 12, 11, 7, 5, 5, 1, (2, 2, 2, 2), 1, 1),
     (1, 4, 13, 13, 9, 3, 3, 2, (0, 0, 0, 0), 2, 1),
     (1, 3, 15, 15, 64, 7, 7, 2, (3, 3, 3, 3), 1, 1),
+    (2, 8, 10, 9, 12, 3, 3, 1, (1, 0, 2, 1), 1, 2),  # direct: groups, uneven padding
+    (1, 7, 17, 40, 20, 3, 3, 1, (2, 2, 2, 2), 2, 1),  # direct: dilation, odd channels
+    (1, 600, 5, 6, 9, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # direct: depth past a block (KC2)
 ]
 
 
-@pytest.mark.parametrize("case", CONVS)
-def test_conv2d(case: tuple, blas_threads: int) -> None:
+def _conv(case: tuple, seed: int) -> None:
     n, c, h, wd, co, kh, kw, s, pads, d, g = case
-    rng = np.random.default_rng(c * h + co)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
     w = rng.standard_normal((co, c // g, kh, kw)).astype(np.float32)
     want = numpy_ref.conv2d(
         _rounded(x), _rounded(w), (s, s), pads, (d, d), g
     )  # float64 sums of the rounded operands
     out = np.full(want.shape, np.nan, np.float32)
-    rows = bf16_rows(w.reshape(co, -1))
-    bf16.conv2d(x, rows, out, g, s, s, d, d, pads[0], pads[1], kh, kw)
+    bits = bf16_bits(conv_pairs(w)).view(np.int16)
+    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw)
     depth = c // g * kh * kw
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
+    reference = numpy_ref.conv2d_bf16(x, bits, (s, s), pads, (d, d), g, (kh, kw))
+    np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_conv2d(case: tuple, blas_threads: int) -> None:
+    _conv(case, seed=case[1] * case[2] + case[4])
+
+
+def test_conv2d_rounds_inputs_to_nearest_even() -> None:
+    """The pair plane rounds each input as `bf16_bits` does (ties to even, NaN kept), the
+    vector path and its masked tail alike (no subnormals: `vdpbf16ps` takes them as 0)."""
+    values = np.array([1.0, 1.00390625, 1.01171875, -2.5, 3.4e38, 1.5e-38, 0.0], np.float32)
+    x = np.tile(values, 5)[:33].reshape(1, 1, 1, 33)
+    out = np.empty((1, 1, 1, 33), np.float32)
+    one = bf16_bits(conv_pairs(np.ones((1, 1, 1, 1), np.float32))).view(np.int16)
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1)
+    np.testing.assert_array_equal(out, x.astype(BF16).astype(np.float32))
+    x[0, 0, 0, 31] = np.nan
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1)
+    assert np.isnan(out[0, 0, 0, 31]) and not np.isnan(np.delete(out, 31)).any()
 
 
 def test_shapes_are_checked() -> None:
@@ -132,9 +157,12 @@ def test_shapes_are_checked() -> None:
     with pytest.raises(ValueError, match="output's shape is not"):
         bf16.dense(x, np.zeros((3, 8), np.int16), np.empty((2, 4), np.float32))
     img = np.ones((1, 4, 5, 5), np.float32)
-    with pytest.raises(ValueError, match="channels x kernel"):
-        bf16.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                    1, 1, 1, 1, 1, 0, 0, 3, 3)  # fmt: skip
+    with pytest.raises(ValueError, match="channel pairs x kernel"):
+        bf16conv.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),
+                        1, 1, 1, 1, 1, 0, 0, 3, 3)  # fmt: skip
+    with pytest.raises(ValueError, match="output's batch or channels"):
+        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 3, 3, 3), np.float32),
+                        1, 1, 1, 1, 1, 0, 0, 3, 3)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -167,6 +195,17 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    out = np.empty((m, n), np.float32)\n"
         "    bf16.dense(x, bf16_rows(w), out)\n"
         "    np.testing.assert_allclose(out, r(x) @ r(w).T, rtol=1e-4, atol=1e-4)\n"
+        "from rvm.kernels import bf16conv\n"
+        "from rvm.op import numpy_ref\n"
+        "from rvm.op.bf16 import bf16_bits, conv_pairs\n"
+        "for s in (1, 2):\n"
+        "    x = rng.standard_normal((1, 5, 11, 13)).astype(np.float32)\n"
+        "    w = rng.standard_normal((9, 5, 3, 3)).astype(np.float32)\n"
+        "    want = numpy_ref.conv2d(r(x), r(w), (s, s), (1, 1, 1, 1), (1, 1), 1)\n"
+        "    out = np.empty(want.shape, np.float32)\n"
+        "    bits = bf16_bits(conv_pairs(w)).view(np.int16)\n"
+        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3)\n"
+        "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
     )
     env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features)
     env["NUMBA_CACHE_DIR"] = str(tmp_path)
@@ -187,13 +226,14 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
 
 
-def test_large_convolution_packs_in_pieces(blas_threads: int) -> None:
-    """A convolution whose im2col columns are large packs them in pieces on the pool."""
-    rng = np.random.default_rng(8)
-    x = rng.standard_normal((1, 64, 48, 48)).astype(np.float32)
-    w = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
-    want = numpy_ref.conv2d(_rounded(x), _rounded(w), (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    assert 64 * 9 // 2 * 48 * 48 >= 2 * bf16.PACK_SPLIT_MIN  # worth cutting
-    out = np.full(want.shape, np.nan, np.float32)
-    bf16.conv2d(x, bf16_rows(w.reshape(32, -1)), out, 1, 1, 1, 1, 1, 1, 1, 3, 3)
-    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * 24 * 8)
+@pytest.mark.parametrize(
+    "case",
+    [
+        (1, 64, 48, 48, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # im2col: columns packed in pieces
+        (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # direct: channels by rows
+        (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
+    ],
+)
+def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
+    """Large convolutions run in pieces on the pool, with the same results."""
+    _conv(case, seed=8)

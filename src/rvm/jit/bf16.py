@@ -1,9 +1,10 @@
 """Anchor stages of the bf16 products: ``dense_bf16`` and ``conv2d_bf16`` (`rvm.op.bf16`).
 
-Each calls the kernel library's bf16 entry (`rvm.kernels.bf16`: the activations rounded and
-packed per call, the weight's bf16 bits as they are, float32 sums) on 2-d or NCHW views,
-writing straight into the stage's array, so a fused epilogue (bias, activation) is one pass
-over the output in the same kernel, as for the float32 anchors (`rvm.jit.stages`).
+Each calls the kernel library's bf16 entry (`rvm.kernels.bf16`, `rvm.kernels.bf16conv`: the
+activations rounded and packed per call, the weight's bf16 bits as they are, float32 sums) on
+2-d or NCHW views, writing straight into the stage's array, so a fused epilogue (bias,
+activation) is one pass over the output in the same kernel, as for the float32 anchors
+(`rvm.jit.stages`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rvm.jit.views import array_view
 from rvm.op import ops
 
 _MODULE = "rvm.kernels.bf16"
+_CONV = "rvm.kernels.bf16conv"
 
 
 def _check(kb: KernelBuilder, x: Tensor, w: Tensor, out: str) -> None:
@@ -62,7 +64,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         t.array = kb.buffer(dims, out, t.array)
         xv, wv = kb.materialize(x, out), kb.materialize(w)
         params = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {kh}, {kw}"
-        kb.imports.add((_MODULE, "conv2d", "bf16_conv2d"))
+        kb.imports.add((_CONV, "conv2d", "bf16_conv2d"))
         kb.root.lines.append(f"bf16_conv2d({xv}, {wv}, {t.array}, {params})")
 
     t.fill = fill

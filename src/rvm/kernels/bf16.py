@@ -1,4 +1,4 @@
-"""bf16 products with float32 accumulation: the dense and convolution entry points.
+"""bf16 products with float32 accumulation: the dense entry point and the split GEMM.
 
 Weights arrive converted once, at compile time (`rvm.transform.to_bf16`), as the int16 bits
 of bf16 values, laid out as the GEMM's A (`rvm.kernels.bf16gemm`): ``(rows, kp)`` with each
@@ -8,8 +8,8 @@ row's depth padded to an even ``kp`` with zeros. Activations arrive in float32 a
 - `dense(x, w, out)`: ``out[m, n] = bf16(x[m, k]) @ w[n, kp].T``. A few rows (a batch-1
   classifier) take a GEMV over ``w``'s rows (float32 FMAs on widened bf16, half the bytes of
   float32 weights); more take the GEMM ``out.T = w @ pack(x.T)``, then a transpose.
-- `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw)` on NCHW: per image and group,
-  the im2col columns packed in pairs, then the GEMM ``out[n, group] = w[group] @ columns``.
+- `gemm(like, a, lda, b, c, ldc, m, n, k2)`: the GEMM on the pool, which the convolution
+  (`rvm.kernels.bf16conv`) calls too.
 
 Large products are cut into pieces on rvm's pool (`rvm.kernels.parfor`), along C's longer
 side. No bounds are assumed: every entry point checks its arrays' shapes first and raises
@@ -22,17 +22,18 @@ import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import NR, gemm_bf16, panels
+from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels
+from rvm.kernels.vectors import VectorIR
 
-__all__ = ["conv2d", "dense", "round_bits"]
+__all__ = ["dense", "gemm", "round_bits"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run along rows)
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
-PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
 GEMV_SPLIT_MIN = 1 << 18  # weights a GEMV piece reads at least (512 KB of bf16)
 PIECES_PER_THREAD = 4
 
@@ -57,22 +58,54 @@ def round_bits(word):  # type: ignore[no-untyped-def]
     return ((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF
 
 
+@intrinsic
+def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
+    """On int64 addresses: the words ``dst[q * stride]`` (uint32) = the bf16 pair of float32
+    ``src[2q]`` (low half) and ``src[2q + 1]`` (high half; 0 past ``k``), for q < ``(k + 1) //
+    2``: `LANES` words a step, rounded as vectors (`rvm.kernels.vectors.VectorIR.bf16_bits`),
+    stored one by one (their destinations are ``stride`` apart)."""
+    sig = nt.void(*(nt.int64,) * 4)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, k, dst, stride = args
+        v = VectorIR(builder, LANES)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        wide = ir.VectorType(i64, LANES)
+        words = builder.sdiv(builder.add(k, i64(1)), i64(2))
+        steps = builder.sdiv(builder.add(words, i64(LANES - 1)), i64(LANES))
+        both = ir.Constant(ir.VectorType(i32, 2 * LANES), list(range(2 * LANES)))
+        with cgutils.for_range(builder, steps) as loop:
+            q0 = builder.mul(loop.index, i64(LANES))
+            f0 = builder.mul(q0, i64(2))
+            at = builder.add(src, builder.mul(f0, i64(4)))
+            lo = v.load(at, v.f32, v.first(builder.sub(k, f0)))
+            hi = v.load(builder.add(at, i64(4 * LANES)), v.f32,
+                        v.first(builder.sub(k, builder.add(f0, i64(LANES)))))  # fmt: skip
+            bits = builder.shuffle_vector(v.bf16_bits(lo), v.bf16_bits(hi), both)
+            pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
+            pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * LANES)))
+            pairs = builder.trunc(pairs, v.i32)
+            for lane in range(LANES):
+                q = builder.add(q0, i64(lane))
+                with builder.if_then(builder.icmp_signed("<", q, words)):
+                    to = builder.add(dst, builder.mul(builder.mul(q, stride), i64(4)))
+                    word = builder.extract_element(pairs, i32(lane))
+                    builder.store(word, builder.inttoptr(to, i32.as_pointer()))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @nb.njit(**_OPTS)
 def _pack_rows(x, k, out):  # type: ignore[no-untyped-def]
     """``out[i // NR, p, i % NR]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p +
     1]`` (0 past ``k`` and past x's rows): x's rows (float32, 2-d, C) as the GEMM's B, in
     panels (`rvm.kernels.bf16gemm.panel_index`)."""
-    bits = x.reshape(x.size).view(np.uint32)
-    rows = x.shape[0]
     out[out.shape[0] - 1] = 0  # the last panel's padding
-    for i in range(rows):
-        panel, lane = out[i // NR], i % NR
-        for p in range(k // 2):
-            lo = round_bits(bits[i * k + 2 * p])
-            hi = round_bits(bits[i * k + 2 * p + 1])
-            panel[p, lane] = np.uint32(lo | (hi << 16))
-        if k & 1:
-            panel[k // 2, lane] = np.uint32(round_bits(bits[i * k + k - 1]))
+    k2 = out.shape[1]
+    at_x, at_o = x.ctypes.data, out.ctypes.data
+    for i in range(x.shape[0]):
+        _pair_row(at_x + 4 * i * k, k, at_o + 4 * ((i // NR) * k2 * NR + i % NR), NR)
 
 
 # A GEMM job (int64): its length; A, B, C addresses; lda, ldc (words, floats); m, n, k2;
@@ -102,7 +135,7 @@ _run = parfor.runner("bf16_gemm")
 
 
 @nb.njit(**_OPTS)
-def _gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
+def gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
     """`gemm_bf16` writing C, cut into pieces on the pool when large; ``like`` is a float32
     array (the task's dtype)."""
     along_n = n >= m
@@ -209,142 +242,5 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
     packed = np.empty((panels(m), kp // 2, NR), dtype=np.uint32)
     _pack_rows(xc, k, packed)
     ct = np.empty((n, m), dtype=np.float32)
-    _gemm(ct, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
+    gemm(ct, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
     out[:, :] = ct.T
-
-
-@nb.njit(**_OPTS)
-def _round_image(x, c0, pt, pl, out):  # type: ignore[no-untyped-def]
-    """``out[c, pt + y, pl + x]`` (uint32) = the bf16 bits of ``x[c0 + c, y, x]`` (x float32
-    CHW); ``out``'s border (the padding) 0."""
-    cg, h, wd = out.shape[0], x.shape[1], x.shape[2]
-    out[...] = 0
-    for c in range(cg):
-        bits = x[c0 + c].reshape(h * wd).view(np.uint32)
-        for y in range(h):
-            row = out[c, pt + y]
-            for i in range(wd):
-                row[pl + i] = np.uint32(round_bits(bits[y * wd + i]))
-
-
-@nb.njit(**_OPTS)
-def _pack_columns(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out):  # type: ignore[no-untyped-def]
-    """`_pack_panels` of every panel, cut into pieces on the pool when large."""
-    count = out.shape[0]
-    threads = parfor.threads()
-    parts = 1
-    if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, count, out.size // PACK_SPLIT_MIN)
-    if parts <= 1:
-        _pack_panels(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out, 0, count)
-        return
-    step = -(-count // parts)
-    job = np.empty(_PACK_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3], job[4] = _PACK_JOB, xp.ctypes.data, cg, xp.shape[1], xp.shape[2]
-    job[5], job[6], job[7], job[8], job[9], job[10] = kh, kw, sh, sw, dh, dw
-    job[11], job[12], job[13], job[14], job[15] = oh, ow, out.ctypes.data, out.shape[1], step
-    _run_pack(out.view(np.float32), -(-count // step), job)
-
-
-# A packing job (int64): its length; the padded image's address, channels, height, width;
-# kh, kw, sh, sw, dh, dw; oh, ow; the panels' address, their depth; panels per piece.
-_PACK_JOB = 16
-
-
-def _pack_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split im2col packing: ``step`` panels (a pool task)."""
-    job = parfor.job(data)
-    cg, oh, ow, k2, step = job[2], job[11], job[12], job[14], job[15]
-    xp = parfor.array_at(job[1], (cg, job[3], job[4]), like).view(np.uint32)
-    count = (oh * ow + NR - 1) // NR
-    out = parfor.array_at(job[13], (count, k2, NR), like).view(np.uint32)
-    _pack_panels(xp, cg, job[5], job[6], job[7], job[8], job[9], job[10], oh, ow, out,
-                 p * step, min(count, (p + 1) * step))  # fmt: skip
-
-
-parfor.export_task("bf16_pack", _pack_task)
-_run_pack = parfor.runner("bf16_pack")
-
-
-@nb.njit(**_OPTS)
-def _pack_panels(xp, cg, kh, kw, sh, sw, dh, dw, oh, ow, out, jp0, jp1):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Panels ``jp0`` to ``jp1`` of the im2col columns of the padded image ``xp`` (bf16 bits
-    in uint32, CHW), pair-packed: word ``(p, y * ow + x)`` (`rvm.kernels.bf16gemm.panel_index`)
-    holds depth rows 2p and 2p + 1 of (channel, dy, dx), the high half 0 past the depth.
-    Panel after panel, so the writes are one stream and the reads stay within a few rows of
-    the image."""
-    k, taps = cg * kh * kw, kh * kw
-    hp, wp = xp.shape[1], xp.shape[2]
-    flat = xp.reshape(xp.size)
-    pixels = oh * ow
-    at = np.empty(pixels, dtype=np.int64)  # each output pixel's first tap in a channel
-    for y in range(oh):
-        for x in range(ow):
-            at[y * ow + x] = y * sh * wp + x * sw
-    k2 = out.shape[1]
-    tap = np.empty(2 * k2, dtype=np.int64)  # each depth row's offset: channel, dy, dx
-    for q in range(2 * k2):
-        c, r = min(q, k - 1) // taps, min(q, k - 1) % taps
-        tap[q] = c * hp * wp + (r // kw) * dh * wp + (r % kw) * dw
-    high = k2 * 2 == k  # an even depth: every pair has its high half
-    for jp in range(jp0, jp1):
-        j0 = jp * NR
-        width = min(NR, pixels - j0)
-        panel = out[jp]
-        if width < NR:
-            panel[:, width:] = 0
-        for p in range(k2):
-            lo, hi = tap[2 * p], tap[2 * p + 1]
-            row = panel[p]
-            if high or p < k2 - 1:
-                for lane in range(width):
-                    src = at[j0 + lane]
-                    row[lane] = flat[lo + src] | (flat[hi + src] << np.uint32(16))
-            else:
-                for lane in range(width):
-                    row[lane] = flat[lo + at[j0 + lane]]
-
-
-@nb.njit(**_OPTS)
-def _check_conv(x, w, out, groups, kh, kw):  # type: ignore[no-untyped-def]
-    n, c = x.shape[0], x.shape[1]
-    co = w.shape[0]
-    if groups < 1 or c % groups or co % groups:
-        raise ValueError("bf16 conv2d: the channels do not divide into the groups")
-    k = (c // groups) * kh * kw
-    if w.shape[1] != k + (k & 1):
-        raise ValueError("bf16 conv2d: the weight's depth is not channels x kernel, padded")
-    if out.shape[0] != n or out.shape[1] != co:
-        raise ValueError("bf16 conv2d: the output's batch or channels disagree")
-
-
-@nb.njit(**_OPTS)
-def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw):  # type: ignore[no-untyped-def]
-    """NCHW convolution of float32 ``x`` with bf16 ``w`` (int16 bits, ``(out channels, kp)``,
-    depth ordered (channel, dy, dx)) into float32 ``out``; padding top ``pt``, left ``pl``
-    (the output's size says the rest)."""
-    _check_conv(x, w, out, groups, kh, kw)
-    n, c = x.shape[0], x.shape[1]
-    co, kp = w.shape
-    oh, ow = out.shape[2], out.shape[3]
-    cg, og, pixels = c // groups, co // groups, oh * ow
-    if n == 0 or co == 0 or pixels == 0:
-        return
-    xc = np.ascontiguousarray(x)
-    wc = np.ascontiguousarray(w)
-    oc = np.ascontiguousarray(out)
-    packed = np.empty((panels(pixels), kp // 2, NR), dtype=np.uint32)
-    # the padded image holds every tap: (oh - 1) * sh + (kh - 1) * dh + 1 rows at least
-    hp = max(x.shape[2] + pt, (oh - 1) * sh + (kh - 1) * dh + 1)
-    wp = max(x.shape[3] + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
-    xb = np.empty((cg, hp, wp), dtype=np.uint32)
-    at_w, at_o = wc.ctypes.data, oc.ctypes.data
-    for b in range(n):
-        for g in range(groups):
-            _round_image(xc[b], g * cg, pt, pl, xb)
-            _pack_columns(xb, cg, kh, kw, sh, sw, dh, dw, oh, ow, packed)
-            a = at_w + 2 * g * og * kp
-            cc = at_o + 4 * (b * co + g * og) * pixels
-            _gemm(oc, a, kp // 2, packed.ctypes.data, cc, pixels, og, pixels, kp // 2)
-    if oc.ctypes.data != out.ctypes.data:
-        out[...] = oc

@@ -20,6 +20,10 @@ shifts (a bf16 value is the high half of a float32) and two float32 FMAs, at the
 width -- a correct path that still reads half the bytes of float32 weights. The tile is
 `MR` rows by up to `VECTORS` vectors, as `rvm.kernels.sgemm`'s; the depth is cut into blocks
 of `KC2` pairs. Like `sgemm`, no checks: the callers (`rvm.kernels.bf16`) check first.
+
+`micro`, the micro-kernel itself, also reads B's pair rows through a table of offsets
+(``indexed``): the direct convolution (`rvm.kernels.bf16conv`) runs it on a plane of
+channel-pair words, each pair row a tap's offset into it, with no packed B at all.
 """
 
 from __future__ import annotations
@@ -34,7 +38,17 @@ from numba.extending import intrinsic
 
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["DPBF16", "KC2", "LANES", "MR", "NR", "gemm_bf16", "panel_index", "panels"]
+__all__ = [
+    "DPBF16",
+    "KC2",
+    "LANES",
+    "MR",
+    "NR",
+    "gemm_bf16",
+    "micro",
+    "panel_index",
+    "panels",
+]
 
 logger = logging.getLogger("rvm.kernels")
 
@@ -79,13 +93,16 @@ class _BFloat(ir.Type):
 
 
 @intrinsic
-def _micro(typingctx, kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, last):  # type: ignore[no-untyped-def]  # noqa: E501
+def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C[:rows, :width] (+)= A[:rows] @ B`` over ``kc2`` pairs, ``width = (vectors - 1) *
-    LANES + last``; one loop per vector count, chosen by a switch."""
-    sig = nt.void(*(nt.int64,) * 11)
+    LANES + last``. B's pair row ``s`` starts ``ldb * s`` words after ``b``, or, ``indexed``,
+    ``table[s]`` words after it, ``ldb`` being the int64 table's address (a convolution's
+    taps: `rvm.kernels.bf16conv`). One loop per (vector count, indexed), chosen by a switch:
+    each keeps its accumulators in registers."""
+    sig = nt.void(*(nt.int64,) * 12)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, last = args
+        kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last = args
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec, words = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
         masks, module = ir.VectorType(i1, LANES), builder.module
@@ -104,6 +121,7 @@ def _micro(typingctx, kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, la
             pairs = ir.VectorType(_BFloat(), 2 * LANES)
             dot = declare(vec, [vec, pairs, pairs], "llvm.x86.avx512bf16.dpbf16ps.512")
         ap = builder.inttoptr(a, i32.as_pointer())
+        table = builder.inttoptr(ldb, i64.as_pointer())
         bp = builder.inttoptr(b, i32.as_pointer())
         cp = builder.inttoptr(c, f32.as_pointer())
         zero, zero_w, align = ir.Constant(vec, None), ir.Constant(words, None), i32(4)
@@ -138,14 +156,17 @@ def _micro(typingctx, kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, la
             for i in range(MR)
         ]
 
-        def tile(vectors):  # type: ignore[no-untyped-def]
+        def tile(vectors, indexed):  # type: ignore[no-untyped-def]
             acc = [
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
                 for _ in range(MR)
             ]
             with cgutils.for_range(builder, kc2) as loop:
                 step = loop.index
-                row_b = builder.mul(step, ldb)
+                if indexed:
+                    row_b = builder.load(builder.gep(table, [step]))
+                else:
+                    row_b = builder.mul(step, ldb)
                 bs = []
                 for j in range(vectors):
                     at = builder.gep(bp, [builder.add(row_b, i64(j * LANES))])
@@ -187,13 +208,16 @@ def _micro(typingctx, kc2, a, lda, b, ldb, c, ldc, accumulate, rows, vectors, la
                 with write:
                     store(False)
 
-        blocks = [builder.append_basic_block(f"tile{v}") for v in range(1, VECTORS + 1)]
+        kinds = [(v, x) for v in range(1, VECTORS + 1) for x in (0, 1)]
+        blocks = [builder.append_basic_block(f"tile{v}_{x}") for v, x in kinds]
         done = builder.append_basic_block("tiled")
-        switch = builder.switch(builder.sub(vectors, i64(1)), blocks[-1])
-        for index, block in enumerate(blocks):
+        flag = builder.zext(builder.icmp_signed("!=", indexed, i64(0)), i64)
+        case = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(2)), flag)
+        switch = builder.switch(case, blocks[-1])
+        for index, (block, kind) in enumerate(zip(blocks, kinds)):
             switch.add_case(i64(index), block)
             builder.position_at_end(block)
-            tile(index + 1)
+            tile(*kind)
             builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
@@ -228,8 +252,8 @@ def _block(a, lda, b, c, ldc, m, width, k2, accumulate):  # type: ignore[no-unty
                 vectors = (cols + LANES - 1) // LANES
                 last = cols - (vectors - 1) * LANES
                 b_tile = b + 4 * (j0 * k2 + p0 * NR)  # panel j0 / NR, pair row p0
-                _micro(kc2, a_band, lda, b_tile, NR, c_band + 4 * j0, ldc, add, rows, vectors,
-                       last)  # fmt: skip
+                micro(kc2, a_band, lda, b_tile, NR, 0, c_band + 4 * j0, ldc, add, rows,
+                       vectors, last)  # fmt: skip
 
 
 @nb.njit(**_OPTS)

@@ -8,8 +8,9 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
 
 - ``dense_bf16(x, w)``: ``x`` (..., k) float32, ``w`` (units, kp) int16: ``bf16(x) @ w.T``.
 - ``conv2d_bf16(x, w, strides, padding, dilation, groups, kernel)``: ``x`` NCHW float32, ``w``
-  (out channels, kp) int16 with depth ordered (in channel of the group, dy, dx) -- conv2d's
-  OIHW weight flattened -- and ``kernel`` its (kh, kw).
+  (out channels, kp) int16 with depth in channel pairs, ``(c2, dy, dx, parity)`` --
+  conv2d's OIHW weight through `conv_pairs`, ``kp = pair_depth(c / groups, kh, kw)`` -- and
+  ``kernel`` its (kh, kw).
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from rvm.errors import IRError
 from rvm.ir.expr import Call
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
-from rvm.kernels.reference.bf16 import bf16_bits  # noqa: F401 (the rounding, for to_bf16)
+from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout, for to_bf16)
+    bf16_bits,
+    conv_pairs,
+    pair_depth,
+)
 from rvm.op import ops
 from rvm.op.conv import normalize_padding, pad_pairs, positive_ints
 from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_int, define_op
@@ -77,8 +82,7 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     kernel, groups = attrs["kernel"], attrs["groups"]
     cin = x.shape[1]
     if w.shape is not None and isinstance(cin, int) and isinstance(w.shape[1], int):
-        k = cin // groups * kernel[0] * kernel[1]
-        if cin % groups or w.shape[1] != padded_depth(k):
+        if cin % groups or w.shape[1] != pair_depth(cin // groups, *kernel):
             raise IRError(
                 f"conv2d_bf16: input {fmt(x.shape)} with groups={groups} and kernel {kernel} "
                 f"does not match weight {fmt(w.shape)}"
@@ -112,7 +116,8 @@ def conv2d_bf16(
     kernel: int | Sequence[int] = 1,
 ) -> Call:
     """conv2d of float32 ``x`` (NCHW) with the bf16 weight ``w`` (out channels, kp; int16
-    bits of conv2d's OIHW weight flattened and padded) of spatial size ``kernel``."""
+    bits of conv2d's OIHW weight in channel pairs, `conv_pairs`) of spatial size
+    ``kernel``."""
     name = "conv2d_bf16"
     return call(
         ops.conv2d_bf16,

@@ -6,10 +6,11 @@ already folded into their convolutions (run after `fold_batch_norm`, before `leg
 Guarantees: the same program, where each float32 ``dense(x, W)``, ``matmul(x, W)`` with a 2-d
 ``W`` and ``conv2d(x, W)`` whose weight ``W`` is a constant is ``dense_bf16`` or
 ``conv2d_bf16`` (`rvm.op.bf16`) of ``x`` and ``W`` converted once, here, to bf16 bits in the
-kernel's layout (``dense``: W; ``matmul``: W transposed; ``conv2d``: OIHW flattened per output
-channel; rows padded to an even depth). Everything else -- elementwise ops, norms, softmax,
-attention, depthwise convolutions (a few taps a channel, no product worth the rounding) and
-products of two computed tensors -- stays float32, as do the program's inputs and outputs.
+kernel's layout (``dense``: W; ``matmul``: W transposed; rows padded to an even depth;
+``conv2d``: OIHW in channel pairs per output channel, `rvm.op.bf16.conv_pairs`). Everything
+else -- elementwise ops, norms, softmax, attention, depthwise convolutions (a few taps a
+channel, no product worth the rounding) and products of two computed tensors -- stays
+float32, as do the program's inputs and outputs.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables; each matching call is replaced in place.
@@ -26,7 +27,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.op.bf16 import bf16_bits, padded_depth
+from rvm.op.bf16 import bf16_bits, conv_pairs, padded_depth
 from rvm.transform.legalize import map_functions, map_regions
 
 logger = logging.getLogger("rvm.transform")
@@ -117,7 +118,7 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
     depth = int(np.prod(w.shape[1:]))
     if w.ndim != 4 or w.shape[1] == 1 or depth < MIN_DEPTH:
         return None
-    rows = bf16_rows(w.reshape(w.shape[0], depth))
+    rows = bf16_bits(conv_pairs(w.astype(np.float32))).view(np.int16)
     return op.conv2d_bf16(
         x,
         E.Constant(rows),

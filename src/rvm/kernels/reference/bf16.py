@@ -10,7 +10,7 @@ import numpy as np
 from rvm.kernels.reference.common import _like
 from rvm.kernels.reference.conv import _conv
 
-__all__ = ["bf16_bits", "conv2d_bf16", "dense_bf16"]
+__all__ = ["bf16_bits", "conv2d_bf16", "conv_pairs", "dense_bf16", "pair_depth"]
 
 
 def _bf16_values(bits):
@@ -38,8 +38,27 @@ def dense_bf16(x, w):
     return _like(np.matmul(_round_bf16(x), _bf16_values(w)[:, :k].T), np.float32)
 
 
+def pair_depth(channels, kh, kw):
+    """A bf16 conv weight row's length for a group of ``channels`` and a ``kh`` x ``kw``
+    kernel: the channels rounded up to even, times the taps."""
+    return (channels + (channels & 1)) * kh * kw
+
+
+def conv_pairs(w):
+    """An OIHW weight ``(o, c, kh, kw)`` in the bf16 convolution's depth order: ``(o,
+    pair_depth)``, each row ``(c2, dy, dx, parity)`` -- channel ``2 c2 + parity`` at tap
+    ``(dy, dx)``, so a 32-bit word holds a channel pair; the channel past an odd ``c`` is 0."""
+    o, c, kh, kw = w.shape
+    even = np.zeros((o, c + (c & 1), kh, kw), dtype=w.dtype)
+    even[:, :c] = w
+    pairs = even.reshape(o, (c + 1) // 2, 2, kh, kw).transpose(0, 1, 3, 4, 2)
+    return np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
+
+
 def conv2d_bf16(x, w, strides, padding, dilation, groups, kernel):
-    """conv2d of ``bf16(x)`` with the flattened bf16 weight ``w`` (int16 bits)."""
-    k = x.shape[1] // groups * kernel[0] * kernel[1]
-    weight = _bf16_values(w)[:, :k].reshape(w.shape[0], x.shape[1] // groups, *kernel)
+    """conv2d of ``bf16(x)`` with the bf16 weight ``w`` (int16 bits in channel pairs:
+    `conv_pairs`)."""
+    cg, (kh, kw) = x.shape[1] // groups, kernel
+    pairs = _bf16_values(w).reshape(w.shape[0], (cg + 1) // 2, kh, kw, 2)
+    weight = pairs.transpose(0, 1, 4, 2, 3).reshape(w.shape[0], -1, kh, kw)[:, :cg]
     return _conv(_round_bf16(x), weight, strides, padding, dilation, groups)

@@ -1,0 +1,83 @@
+"""LLVM vector helpers for the kernels' intrinsics: what every micro-kernel's prologue needs.
+
+`VectorIR(builder, lanes)` wraps an llvmlite builder for vectors of ``lanes`` float32 or i32
+lanes: declaring LLVM intrinsics once per module (`declare`), splatting a scalar
+(`broadcast`), the mask of the first ``n`` lanes (`first`), masked loads and stores of either
+element type (`load`, `store`), and float32 -> bf16 rounding of a vector (`bf16_bits`: ties to
+even, a NaN a quiet NaN, in integer operations any vector ISA has). Addresses are int64
+values, as the kernels pass them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import ir
+from numba.core import cgutils
+
+__all__ = ["VectorIR"]
+
+I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+
+class VectorIR:
+    """Vector helpers on ``builder`` for ``lanes``-wide vectors (see the module docstring)."""
+
+    def __init__(self, builder: ir.IRBuilder, lanes: int) -> None:
+        self.builder, self.lanes = builder, lanes
+        self.f32 = ir.VectorType(F32, lanes)
+        self.i32 = ir.VectorType(I32, lanes)
+        self.masks = ir.VectorType(I1, lanes)
+        self._splat = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+        self._lane_ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+
+    def declare(self, ret: ir.Type, params: list[ir.Type], name: str) -> Any:
+        """The function ``name`` of this type in the builder's module (declared once)."""
+        fnty = ir.FunctionType(ret, params)
+        return cgutils.get_or_insert_function(self.builder.module, fnty, name)
+
+    def broadcast(self, value: ir.Value, vtype: ir.VectorType) -> ir.Value:
+        """``value`` in every lane of a ``vtype`` vector."""
+        b = self.builder
+        undef = ir.Constant(vtype, ir.Undefined)
+        return b.shuffle_vector(b.insert_element(undef, value, I32(0)), undef, self._splat)
+
+    def first(self, n: ir.Value) -> ir.Value:
+        """The mask of lanes ``< n`` (an i64)."""
+        ids = self._lane_ids
+        return self.builder.icmp_signed("<", ids, self.broadcast(n, ids.type))
+
+    def _suffix(self, vtype: ir.VectorType) -> str:
+        return f"v{self.lanes}{'f32' if vtype == self.f32 else 'i32'}"
+
+    def pointer(self, address: ir.Value, vtype: ir.VectorType) -> ir.Value:
+        """The int64 ``address`` as a pointer to a ``vtype`` vector."""
+        return self.builder.inttoptr(address, vtype.as_pointer())
+
+    def load(self, address: ir.Value, vtype: ir.VectorType, mask: ir.Value) -> ir.Value:
+        """The ``vtype`` vector at the int64 ``address``, lanes off ``mask`` 0 (not read)."""
+        name = f"llvm.masked.load.{self._suffix(vtype)}.p0"
+        fn = self.declare(vtype, [vtype.as_pointer(), I32, self.masks, vtype], name)
+        zero = ir.Constant(vtype, None)
+        return self.builder.call(fn, [self.pointer(address, vtype), I32(4), mask, zero])
+
+    def store(self, value: ir.Value, address: ir.Value, mask: ir.Value) -> None:
+        """``value``'s lanes on ``mask`` to the int64 ``address``."""
+        vtype = value.type
+        name = f"llvm.masked.store.{self._suffix(vtype)}.p0"
+        fn = self.declare(ir.VoidType(), [vtype, vtype.as_pointer(), I32, self.masks], name)
+        self.builder.call(fn, [value, self.pointer(address, vtype), I32(4), mask])
+
+    def constant(self, value: int) -> ir.Constant:
+        """An i32 vector of ``value`` in every lane."""
+        return ir.Constant(self.i32, [value] * self.lanes)
+
+    def bf16_bits(self, x: ir.Value) -> ir.Value:
+        """The bf16 bits (in the low 16 bits of i32 lanes) nearest the float32 vector ``x``:
+        ties to even, a NaN a quiet NaN, as `rvm.kernels.reference.bf16.bf16_bits`."""
+        b, c = self.builder, self.constant
+        w = b.bitcast(x, self.i32)
+        odd = b.and_(b.lshr(w, c(16)), c(1))
+        rounded = b.lshr(b.add(b.add(w, c(0x7FFF)), odd), c(16))
+        nan = b.icmp_unsigned(">", b.and_(w, c(0x7FFFFFFF)), c(0x7F800000))
+        return b.select(nan, b.or_(b.lshr(w, c(16)), c(0x40)), rounded)
