@@ -10,11 +10,15 @@ int8) on C-contiguous operands:
   store it) is used in place when its channels are a multiple of 4; an OIHW one is reordered
   per call when the panel is by words, else used in place with a panel made a byte at a
   time in its order;
-- the input is the packed operand, a panel of uint8 (quads of depth, positions, 4): a
-  convolution interleaves each group of 4 channel rows of the NCHW image into words, tap by
-  tap, for every output position (im2col by 32-bit words, a vectorized run per output row
-  at unit stride; taps in the padding read the zero point, so they add nothing once
-  corrected); int8 inputs are shifted by 128 into uint8 (and their zero point with them);
+- the input is the packed operand, uint8 (quads of depth, positions, 4), made by
+  `rvm.kernels.qcolumns`. A unit-stride convolution interleaves each group of 4 channel rows
+  of the NCHW image into words once, into an image padded with the zero point whose taps
+  are offsets: the micro-kernel reads them in place (`_direct`: output position ``(i, j)``
+  is column ``i * pitch + j``, the few columns of each row's margin are computed and
+  dropped; `direct_pitch` says when). Other convolutions make an im2col panel by words,
+  tap by tap, for every output position (or by bytes, for an OIHW weight with more channels
+  than positions). Taps in the padding read the zero point, so they add nothing once
+  corrected; int8 inputs are shifted by 128 into uint8 (and their zero point with them);
 - the micro-kernel (`_micro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
   registers: for every 4 depths it broadcasts each row's 4 bytes and issues one
   ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32) per vector.
@@ -50,7 +54,7 @@ from rvm.kernels.qcolumns import (
 )
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["MR", "NR", "VNNI", "qconv2d", "qdense"]
+__all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense"]
 
 VNNI = "+avx512vnni" in set(_target_features().split(","))
 LANES = 16
@@ -61,7 +65,7 @@ NR = LANES * VECTORS
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
 PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
 # A unit-stride convolution reads its taps in place while the columns its image's row
-# margins add stay within 5/4 of an im2col panel's (which writes every tap's columns).
+# margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -372,12 +376,9 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     cq = (cg + 3) // 4 if by_words else 1  # words of 4 channels
     flip = _shift(x)  # int8 inputs shift into uint8
     zero = x_zero + flip
-    # At unit stride, the taps read one image in place (`qcolumns.image`), its rows `pitch`
-    # words apart, unless the columns its rows' margins add cost more than an im2col.
-    pitch = ow + (kw - 1) * dw
-    direct = (oh - 1) * pitch + ow
     cols = (p_total + NR - 1) // NR * NR
-    if by_words and sh == 1 and sw == 1 and direct * DIRECT_SLACK_DEN <= cols * DIRECT_SLACK_NUM:
+    pitch = direct_pitch(oh, ow, kw, sh, sw, dw) if by_words else 0
+    if pitch:
         return _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, dh, dw, pt, pl,
                        hwc, pitch, flip)  # fmt: skip
     quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
@@ -396,6 +397,19 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
                               flip, flat.reshape(quads, cols, 4))  # fmt: skip
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False)
+
+
+@nb.njit(**_OPTS)
+def direct_pitch(oh, ow, kw, sh, sw, dw):  # type: ignore[no-untyped-def]
+    """The pitch (words between rows) of the image whose words a convolution's taps read in
+    place (`_direct`; an output of ``oh`` x ``ow``, ``kw`` taps ``dw`` apart in a row), or 0
+    for an im2col panel: at unit stride, unless the columns the image's row margins add to
+    the product pass `DIRECT_SLACK_NUM` / `DIRECT_SLACK_DEN` of the panel's."""
+    pitch = ow + (kw - 1) * dw
+    cols = (oh * ow + NR - 1) // NR * NR
+    if sh != 1 or sw != 1 or ((oh - 1) * pitch + ow) * DIRECT_SLACK_DEN > cols * DIRECT_SLACK_NUM:
+        return 0
+    return pitch
 
 
 @nb.njit(**_OPTS)
