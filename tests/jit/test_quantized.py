@@ -229,16 +229,52 @@ def test_direct_qconv2d_equals_reference(blas_threads, xs, ws, pads, dilation, g
     thread or two, uint8 and int8 inputs in turn."""
     oh = xs[2] + pads[0] + pads[2] - dilation * (ws[2] - 1)
     ow = xs[3] + pads[1] + pads[3] - dilation * (ws[3] - 1)
-    assert qgemm.direct_pitch(oh, ow, ws[3], 1, 1, dilation) == ow + dilation * (ws[3] - 1)
+    assert qgemm.direct_pitch(oh, ow, ws[3], 1, dilation) == ow + dilation * (ws[3] - 1)
     x_dtype = "int8" if xs[1] % 2 else "uint8"
     _check_library_conv(_ints(xs, x_dtype), _ints(ws, "int8"), groups, pads, dilation, x_dtype)
 
 
 def test_direct_pitch_falls_back_to_im2col():
-    """Strided convolutions, and rows whose margins would add too many columns, use im2col."""
-    assert qgemm.direct_pitch(28, 28, 3, 2, 2, 1) == 0
-    assert qgemm.direct_pitch(7, 7, 7, 1, 1, 1) == 0  # 85 columns of 13-word rows for 49
-    assert qgemm.direct_pitch(14, 14, 3, 1, 1, 1) == 16
+    """Rows whose margins would add too many columns use im2col; strides split the image
+    by phase, so their rows' margins are narrower."""
+    assert qgemm.direct_pitch(7, 7, 7, 1, 1) == 0  # 85 columns of 13-word rows for 49
+    assert qgemm.direct_pitch(14, 14, 3, 1, 1) == 16
+    assert qgemm.direct_pitch(112, 112, 7, 2, 1) == 115  # resnet's stem: 4 phases
+
+
+STRIDED_CASES = [
+    # x shape, weight shape, strides, padding (top, left, bottom, right), dilation, groups:
+    # the image split by phase of the strides (a stem, downsampling 1 x 1s and 3 x 3s,
+    # unequal strides, odd sizes whose last phase is shorter, dilation across phases)
+    ((1, 3, 23, 23), (8, 3, 7, 7), (2, 2), (3, 3, 3, 3), 1, 1),
+    ((1, 16, 13, 13), (12, 16, 1, 1), (2, 2), (0, 0, 0, 0), 1, 1),
+    ((1, 8, 15, 14), (16, 8, 3, 3), (2, 2), (1, 1, 1, 1), 1, 1),
+    ((2, 6, 11, 12), (6, 3, 3, 3), (1, 3), (1, 2, 0, 1), (2, 1), 2),
+    ((1, 5, 17, 9), (7, 5, 3, 2), (3, 2), (2, 0, 1, 1), (1, 2), 1),
+    ((1, 32, 56, 56), (64, 32, 3, 3), (2, 2), (1, 1, 1, 1), 1, 1),  # split on the pool
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "strides", "pads", "dilation", "groups"), STRIDED_CASES)
+def test_strided_direct_qconv2d_equals_reference(blas_threads, xs, ws, strides, pads, dilation,
+                                                 groups):  # fmt: skip
+    dh, dw = dilation if isinstance(dilation, tuple) else (dilation, dilation)
+    sh, sw = strides
+    oh = (xs[2] + pads[0] + pads[2] - dh * (ws[2] - 1) - 1) // sh + 1
+    ow = (xs[3] + pads[1] + pads[3] - dw * (ws[3] - 1) - 1) // sw + 1
+    assert qgemm.direct_pitch(oh, ow, ws[3], sw, dw) > 0
+    x_dtype = "int8" if xs[1] % 2 else "uint8"
+    x, w = _ints(xs, x_dtype), _ints(ws, "int8")
+    o = w.shape[0]
+    bias = RNG.integers(-3000, 3000, o).astype(np.int32)
+    scale = RNG.uniform(2e-4, 2e-3, o).astype(np.float32)
+    want = numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 5, 255, "uint8", strides, pads, (dh, dw),
+                             groups)  # fmt: skip
+    for hwc, weight in ((False, w), (True, np.ascontiguousarray(w.transpose(0, 2, 3, 1)))):
+        out = np.full(want.shape, 77, np.uint8)
+        qgemm.qconv2d(x, weight, bias, scale, out, 3, 5, 5, 255, groups, sh, sw, dh, dw,
+                      pads[0], pads[1], hwc)  # fmt: skip
+        np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
 
 
 # In a subprocess compiled for a CPU without AVX-512 VNNI: the library's plain loop.

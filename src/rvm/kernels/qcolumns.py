@@ -7,9 +7,10 @@
 - an im2col panel (`columns`: by 32-bit words of 4 channels, tap by tap, for every output
   position; `columns_bytes`: a byte at a time in an OIHW weight's own depth order);
 - an image (`image`): the input's channels interleaved by words once, padded with the zero
-  point, rows ``pitch`` words apart, so that a stride-1 convolution's taps are offsets into
-  it and the micro-kernel reads them in place (no im2col: output position ``(i, j)`` is
-  column ``i * pitch + j``; the columns ``j >= ow`` of each row are computed and dropped).
+  point, split by phase of the strides (``x[..., a::sh, b::sw]`` each), rows ``pitch`` words
+  apart, so that a convolution's taps are offsets into it and the micro-kernel reads them
+  in place (no im2col: output position ``(i, j)`` is column ``i * pitch + j``; the columns
+  ``j >= ow`` of each row are computed and dropped).
 
 Bytes of int8 inputs are flipped by 0x80 into uint8 as they are copied.
 """
@@ -197,39 +198,55 @@ def columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, fl
 
 
 @nb.njit(**_OPTS)
-def image(x, n, c0, cg, pt, pl, hp, pitch, fill, flip, words):  # type: ignore[no-untyped-def]
+def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words):  # type: ignore[no-untyped-def]
     """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view, NCHW) interleaved by
-    words into ``words`` (quads, plane): ``words[k, y * pitch + j]`` holds channels ``4k`` to
-    ``4k + 3`` (a byte each, ``flip`` 0x80 shifting int8 into uint8) of input pixel ``(y -
-    pt, j - pl)``, ``fill`` in each byte outside the input; ``hp`` rows of ``pitch`` words,
-    the plane past them ``fill`` too. Channels past ``cg`` repeat the last one (their
-    weights are 0). A run of words per input row, or one run for a whole unpadded plane."""
+    words into ``words`` (quads, plane), split by phase of the strides ``sh``, ``sw``: phase
+    ``(a, b)`` in slot ``slots[a * sw + b]`` (-1: not made), at ``words[k, slot * hp * pitch
+    + r * pitch + j]``, holds channels ``4k`` to ``4k + 3`` (a byte each,
+    ``flip`` 0x80 shifting int8 into uint8) of input pixel ``(sh * r + a - pt, sw * j + b -
+    pl)``, ``fill`` in each byte outside the input; ``hp`` rows of ``pitch`` words a slot,
+    the plane past the slots ``fill`` too. Channels past ``cg`` repeat the last one (their
+    weights are 0). A run of words per input row (one for a whole unpadded plane)."""
     ih, iw = x.shape[2], x.shape[3]
-    cq, plane = words.shape[0], words.shape[1]
+    cq, plane, size = words.shape[0], words.shape[1], hp * pitch
     wf, xf = words.reshape(-1), x.reshape(-1)
     fill_word = np.uint32(fill) * np.uint32(0x01010101)
     flip_word = np.uint32(flip) * np.uint32(0x01010101)
-    y0, y1 = min(pt, hp), min(max(pt, pt + ih), hp)  # rows holding input rows
-    j0, j1 = min(pl, pitch), min(pl + iw, pitch)  # columns holding input columns
-    rows_run = j0 == 0 and j1 == pitch and pitch == iw  # whole rows, contiguous in both
     base = U((n * x.shape[1] + c0) * ih * iw)
     for k in range(cq):
         s0 = base + U(min(4 * k, cg - 1) * ih * iw)
         s1 = base + U(min(4 * k + 1, cg - 1) * ih * iw)
         s2 = base + U(min(4 * k + 2, cg - 1) * ih * iw)
         s3 = base + U(min(4 * k + 3, cg - 1) * ih * iw)
-        at0 = k * plane
-        wf[at0 : at0 + y0 * pitch] = fill_word
-        wf[at0 + y1 * pitch : at0 + plane] = fill_word
-        if rows_run:
-            row = U((y0 - pt) * iw)
-            _interleave(xf, s0 + row, s1 + row, s2 + row, s3 + row, wf,
-                        U(at0 + y0 * pitch), U((y1 - y0) * pitch), flip_word)  # fmt: skip
-            continue
-        for y in range(y0, y1):
-            at = at0 + y * pitch
-            wf[at : at + j0] = fill_word
-            wf[at + j1 : at + pitch] = fill_word
-            row = U((y - pt) * iw + j0 - pl)
-            _interleave(xf, s0 + row, s1 + row, s2 + row, s3 + row, wf,
-                        U(at + j0), U(j1 - j0), flip_word)  # fmt: skip
+        wf[k * plane + (slots.max() + 1) * size : (k + 1) * plane] = fill_word
+        for a in range(sh):
+            # Rows holding input rows: sh * r + a - pt in [0, ih); columns likewise.
+            y0 = min(max(0, -(-(pt - a) // sh)), hp)
+            y1 = min(max(y0, -(-(ih + pt - a) // sh)), hp)
+            for b in range(sw):
+                slot = slots[a * sw + b]
+                if slot < 0:
+                    continue
+                j0 = min(max(0, -(-(pl - b) // sw)), pitch)
+                j1 = min(max(j0, -(-(iw + pl - b) // sw)), pitch)
+                at0 = k * plane + slot * size
+                wf[at0 : at0 + y0 * pitch] = fill_word
+                wf[at0 + y1 * pitch : at0 + size] = fill_word
+                if sh == 1 and sw == 1 and j0 == 0 and j1 == pitch and pitch == iw:
+                    row = U((y0 - pt) * iw)  # whole rows, contiguous in both: one run
+                    _interleave(xf, s0 + row, s1 + row, s2 + row, s3 + row, wf,
+                                U(at0 + y0 * pitch), U((y1 - y0) * pitch), flip_word)  # fmt: skip
+                    continue
+                for r in range(y0, y1):
+                    at = at0 + r * pitch
+                    wf[at : at + j0] = fill_word
+                    wf[at + j1 : at + pitch] = fill_word
+                    row = U((sh * r + a - pt) * iw + sw * j0 + b - pl)
+                    if sw == 1:
+                        _interleave(xf, s0 + row, s1 + row, s2 + row, s3 + row, wf,
+                                    U(at + j0), U(j1 - j0), flip_word)  # fmt: skip
+                        continue
+                    step, dst = U(sw), U(at + j0)
+                    for j in range(U(j1 - j0)):
+                        t = row + j * step
+                        wf[dst + j] = _word(xf, s0 + t, s1 + t, s2 + t, s3 + t) ^ flip_word

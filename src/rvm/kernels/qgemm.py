@@ -11,11 +11,11 @@ int8) on C-contiguous operands:
   per call when the panel is by words, else used in place with a panel made a byte at a
   time in its order;
 - the input is the packed operand, uint8 (quads of depth, positions, 4), made by
-  `rvm.kernels.qcolumns`. A unit-stride convolution interleaves each group of 4 channel rows
-  of the NCHW image into words once, into an image padded with the zero point whose taps
-  are offsets: the micro-kernel reads them in place (`_direct`: output position ``(i, j)``
-  is column ``i * pitch + j``, the few columns of each row's margin are computed and
-  dropped; `direct_pitch` says when). Other convolutions make an im2col panel by words,
+  `rvm.kernels.qcolumns`. A convolution interleaves each group of 4 channel rows of the
+  NCHW image into words once, into an image padded with the zero point and split by phase
+  of the strides, whose taps are offsets: the micro-kernel reads them in place (`_direct`:
+  output position ``(i, j)`` is column ``i * pitch + j``, the few columns of each row's
+  margin are computed and dropped; `direct_pitch` says when). Others make an im2col panel by words,
   tap by tap, for every output position (or by bytes, for an OIHW weight with more channels
   than positions). Taps in the padding read the zero point, so they add nothing once
   corrected; int8 inputs are shifted by 128 into uint8 (and their zero point with them);
@@ -64,7 +64,7 @@ NR = LANES * VECTORS
 
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
 PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
-# A unit-stride convolution reads its taps in place while the columns its image's row
+# A convolution reads its taps in place while the columns its image's row
 # margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 
@@ -199,6 +199,12 @@ def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, 
         b = bias[0] if one_bias else bias[o0 + o]
         f = np.float32(scale[0] if one_scale else scale[o0 + o])
         shift = np.int64(b) - x_zero * sums[o]
+        if i1 - i0 == 1 and pitch == width:  # the columns are the positions: one run
+            end = min(p1, out.shape[1])
+            if end > p0:
+                _run(acc, o, U(0), out, U(p0), U(end - p0), shift, f, y_zero, low, high,
+                     narrow)  # fmt: skip
+            continue
         for i in range(i0, i1):
             c0 = i * pitch
             first, end = max(p0, c0), min(p1, c0 + width)
@@ -377,10 +383,10 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     flip = _shift(x)  # int8 inputs shift into uint8
     zero = x_zero + flip
     cols = (p_total + NR - 1) // NR * NR
-    pitch = direct_pitch(oh, ow, kw, sh, sw, dw) if by_words else 0
+    pitch = direct_pitch(oh, ow, kw, sw, dw) if by_words else 0
     if pitch:
-        return _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, dh, dw, pt, pl,
-                       hwc, pitch, flip)  # fmt: skip
+        return _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw,
+                       pt, pl, hwc, pitch, flip)  # fmt: skip
     quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     flat = words.view(np.uint8).reshape(-1)
@@ -400,14 +406,14 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
 
 
 @nb.njit(**_OPTS)
-def direct_pitch(oh, ow, kw, sh, sw, dw):  # type: ignore[no-untyped-def]
+def direct_pitch(oh, ow, kw, sw, dw):  # type: ignore[no-untyped-def]
     """The pitch (words between rows) of the image whose words a convolution's taps read in
-    place (`_direct`; an output of ``oh`` x ``ow``, ``kw`` taps ``dw`` apart in a row), or 0
-    for an im2col panel: at unit stride, unless the columns the image's row margins add to
-    the product pass `DIRECT_SLACK_NUM` / `DIRECT_SLACK_DEN` of the panel's."""
-    pitch = ow + (kw - 1) * dw
+    place (`_direct`; an output of ``oh`` x ``ow``, ``kw`` taps ``dw`` apart in a row, ``sw``
+    apart in the input), or 0 for an im2col panel: when the columns the image's row margins
+    add to the product pass `DIRECT_SLACK_NUM` / `DIRECT_SLACK_DEN` of the panel's."""
+    pitch = ow + (kw - 1) * dw // sw
     cols = (oh * ow + NR - 1) // NR * NR
-    if sh != 1 or sw != 1 or ((oh - 1) * pitch + ow) * DIRECT_SLACK_DEN > cols * DIRECT_SLACK_NUM:
+    if ((oh - 1) * pitch + ow) * DIRECT_SLACK_DEN > cols * DIRECT_SLACK_NUM:
         return 0
     return pitch
 
@@ -424,21 +430,28 @@ def _group_rows(w, g, og, cg, cq, taps, hwc, by_words):  # type: ignore[no-untyp
 
 
 @nb.njit(**_OPTS)
-def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, dh, dw, pt, pl, hwc,
-            pitch, flip):  # type: ignore[no-untyped-def]  # fmt: skip
-    """A unit-stride `qconv2d` whose taps read the image in place: output position ``(i,
-    j)`` is column ``i * pitch + j``, tap ``(u, v)`` the image's words ``(u * dh * pitch + v
-    * dw)`` columns on."""
+def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
+            hwc, pitch, flip):  # type: ignore[no-untyped-def]  # fmt: skip
+    """A `qconv2d` whose taps read the image in place (`qcolumns.image`, split by phase of
+    the strides): output position ``(i, j)`` is column ``i * pitch + j``; tap ``(u, v)``
+    reads phase ``(u * dh % sh, v * dw % sw)`` (only the phases some tap reads are made),
+    ``(u * dh // sh, v * dw // sw)`` words on."""
     o, oh, ow = w.shape[0], out.shape[2], out.shape[3]
     cg, kh, kw = (w.shape[3], w.shape[1], w.shape[2]) if hwc else w.shape[1:]
     og, cq, taps = o // groups, (cg + 3) // 4, kh * kw
     cols = ((oh - 1) * pitch + ow + NR - 1) // NR * NR
-    hp = oh + (kh - 1) * dh
+    hp = oh + (kh - 1) * dh // sh
     offsets = np.empty(taps, np.int64)
+    slots = np.full(sh * sw, -1, np.int64)  # the phases the taps read, in slots
+    used = 0
     for u in range(kh):
         for v in range(kw):
-            offsets[u * kw + v] = 4 * (u * dh * pitch + v * dw)
-    plane = max(hp * pitch, cols + offsets[taps - 1] // 4)  # the last column's last tap
+            phase = (u * dh % sh) * sw + v * dw % sw
+            if slots[phase] < 0:
+                slots[phase], used = used, used + 1
+            at = slots[phase] * hp * pitch + (u * dh // sh) * pitch + v * dw // sw
+            offsets[u * kw + v] = 4 * at
+    plane = max(used * hp * pitch, cols + offsets.max() // 4)  # the last column's taps
     words = np.empty((cq, plane), np.uint32)
     flat = words.view(np.uint8).reshape(-1)
     rows_of = ow if pitch > ow else oh * ow  # no margins: the columns are the positions
@@ -447,7 +460,7 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, dh, dw, pt,
     for g in range(groups):
         rows, sums = _group_rows(w, g, og, cg, cq, taps, hwc, True)
         for n in range(x.shape[0]):
-            image(xu, n, g * cg, cg, pt, pl, hp, pitch, zero, flip, words)
+            image(xu, n, g * cg, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
             dest = out[n, g * og : (g + 1) * og].reshape(og, oh * ow)
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False)
 
