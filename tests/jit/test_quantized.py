@@ -191,6 +191,144 @@ def test_split_qconv2d_equals_reference(blas_threads, xs, ws, padding, groups, x
         assert ("qgemm", "float32") in parfor.required_tasks()
 
 
+DIRECT_CASES = [
+    # x shape, weight shape (O, C / groups, KH, KW), padding (top, left, bottom, right),
+    # dilation, groups: unit stride, the taps read in place from one image (positions 1, 7,
+    # 49, 50; rows whose margins the product computes and drops)
+    ((1, 8, 1, 1), (16, 8, 1, 1), (0, 0, 0, 0), 1, 1),
+    ((1, 12, 1, 7), (8, 12, 1, 3), (0, 1, 0, 1), 1, 1),
+    ((1, 64, 7, 7), (40, 64, 3, 3), (1, 1, 1, 1), 1, 1),
+    ((1, 20, 5, 10), (24, 20, 3, 3), (1, 1, 1, 1), 1, 1),
+    ((2, 6, 9, 8), (6, 3, 3, 3), (2, 0, 1, 1), 2, 2),
+    ((1, 5, 14, 14), (9, 5, 3, 3), (1, 1, 1, 1), 1, 1),
+    ((1, 8, 6, 6), (8, 1, 3, 3), (1, 1, 1, 1), 1, 8),
+    ((1, 16, 12, 12), (8, 16, 2, 2), (0, 0, 0, 0), 1, 1),
+    ((1, 32, 47, 47), (64, 32, 3, 3), (1, 1, 1, 1), 1, 1),  # split on the pool
+]
+
+
+def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
+    """`qgemm.qconv2d` called as a kernel calls it, in both weight layouts, output prefilled
+    so an element no piece wrote fails: equal to the NumPy reference."""
+    o = w.shape[0]
+    bias = RNG.integers(-3000, 3000, o).astype(np.int32)
+    scale = RNG.uniform(2e-4, 2e-3, o).astype(np.float32)
+    y_zero, (low, high) = (5, (5, 255)) if y_dtype == "uint8" else (-7, (-128, 127))
+    want = numpy_ref.qconv2d(x, w, bias, scale, 3, y_zero, low, high, y_dtype, (1, 1), pads,
+                             (dilation,) * 2, groups)  # fmt: skip
+    for hwc, weight in ((False, w), (True, np.ascontiguousarray(w.transpose(0, 2, 3, 1)))):
+        out = np.full(want.shape, 77, y_dtype)
+        qgemm.qconv2d(x, weight, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, dilation,
+                      dilation, pads[0], pads[1], hwc)  # fmt: skip
+        np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
+
+
+@pytest.mark.parametrize(("xs", "ws", "pads", "dilation", "groups"), DIRECT_CASES)
+def test_direct_qconv2d_equals_reference(blas_threads, xs, ws, pads, dilation, groups):
+    """Unit-stride convolutions take the image read in place (`qgemm.direct_pitch`), on one
+    thread or two, uint8 and int8 inputs in turn."""
+    oh = xs[2] + pads[0] + pads[2] - dilation * (ws[2] - 1)
+    ow = xs[3] + pads[1] + pads[3] - dilation * (ws[3] - 1)
+    assert qgemm.direct_pitch(oh, ow, ws[3], 1, dilation) == ow + dilation * (ws[3] - 1)
+    x_dtype = "int8" if xs[1] % 2 else "uint8"
+    _check_library_conv(_ints(xs, x_dtype), _ints(ws, "int8"), groups, pads, dilation, x_dtype)
+
+
+def test_direct_pitch_falls_back_to_im2col():
+    """Rows whose margins would add too many columns use im2col; strides split the image
+    by phase, so their rows' margins are narrower."""
+    assert qgemm.direct_pitch(7, 7, 7, 1, 1) == 0  # 85 columns of 13-word rows for 49
+    assert qgemm.direct_pitch(14, 14, 3, 1, 1) == 16
+    assert qgemm.direct_pitch(112, 112, 7, 2, 1) == 115  # resnet's stem: 4 phases
+
+
+STRIDED_CASES = [
+    # x shape, weight shape, strides, padding (top, left, bottom, right), dilation, groups:
+    # the image split by phase of the strides (a stem, downsampling 1 x 1s and 3 x 3s,
+    # unequal strides, odd sizes whose last phase is shorter, dilation across phases)
+    ((1, 3, 23, 23), (8, 3, 7, 7), (2, 2), (3, 3, 3, 3), 1, 1),
+    ((1, 16, 13, 13), (12, 16, 1, 1), (2, 2), (0, 0, 0, 0), 1, 1),
+    ((1, 8, 15, 14), (16, 8, 3, 3), (2, 2), (1, 1, 1, 1), 1, 1),
+    ((2, 6, 11, 12), (6, 3, 3, 3), (1, 3), (1, 2, 0, 1), (2, 1), 2),
+    ((1, 5, 17, 9), (7, 5, 3, 2), (3, 2), (2, 0, 1, 1), (1, 2), 1),
+    ((1, 32, 56, 56), (64, 32, 3, 3), (2, 2), (1, 1, 1, 1), 1, 1),  # split on the pool
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "strides", "pads", "dilation", "groups"), STRIDED_CASES)
+def test_strided_direct_qconv2d_equals_reference(blas_threads, xs, ws, strides, pads, dilation,
+                                                 groups):  # fmt: skip
+    dh, dw = dilation if isinstance(dilation, tuple) else (dilation, dilation)
+    sh, sw = strides
+    oh = (xs[2] + pads[0] + pads[2] - dh * (ws[2] - 1) - 1) // sh + 1
+    ow = (xs[3] + pads[1] + pads[3] - dw * (ws[3] - 1) - 1) // sw + 1
+    assert qgemm.direct_pitch(oh, ow, ws[3], sw, dw) > 0
+    x_dtype = "int8" if xs[1] % 2 else "uint8"
+    x, w = _ints(xs, x_dtype), _ints(ws, "int8")
+    o = w.shape[0]
+    bias = RNG.integers(-3000, 3000, o).astype(np.int32)
+    scale = RNG.uniform(2e-4, 2e-3, o).astype(np.float32)
+    want = numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 5, 255, "uint8", strides, pads, (dh, dw),
+                             groups)  # fmt: skip
+    for hwc, weight in ((False, w), (True, np.ascontiguousarray(w.transpose(0, 2, 3, 1)))):
+        out = np.full(want.shape, 77, np.uint8)
+        qgemm.qconv2d(x, weight, bias, scale, out, 3, 5, 5, 255, groups, sh, sw, dh, dw,
+                      pads[0], pads[1], hwc)  # fmt: skip
+        np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
+
+
+# In a subprocess compiled for a CPU without AVX-512 VNNI: the library's plain loop.
+_NO_VNNI = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+from rvm.kernels import qgemm
+assert not qgemm.VNNI
+import test_quantized as t
+t._check_library_conv(t._ints((1, 6, 7, 9), "uint8"), t._ints((5, 6, 3, 3), "int8"), 1,
+                      (1, 1, 1, 1), 1, "uint8")
+t._check_library_conv(t._ints((1, 3, 11, 11), "int8"), t._ints((4, 3, 3, 3), "int8"), 1,
+                      (1, 0, 0, 1), 2, "int8")
+x, w = t._ints((5, 37), "uint8"), t._ints((9, 37), "int8")
+bias, scale = np.arange(9, dtype=np.int32), np.full(9, 1e-3, np.float32)
+want = t.numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
+out = np.empty_like(want)
+qgemm.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
+np.testing.assert_array_equal(out, want)
+out = np.empty((1, 7, 5, 5), np.uint8)  # strided: an im2col panel
+x, w = t._ints((1, 4, 10, 10), "uint8"), t._ints((7, 4, 3, 3), "int8")
+bias, scale = np.arange(7, dtype=np.int32), np.full(7, 1e-3, np.float32)
+qgemm.qconv2d(x, w, bias, scale, out, 3, 5, 0, 255, 1, 2, 2, 1, 1, 1, 1)
+want = t.numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 0, 255, "uint8", (2, 2), (1, 1, 1, 1),
+                           (1, 1), 1)
+np.testing.assert_array_equal(out, want)
+print("ok")
+"""
+
+
+def test_without_vnni_the_plain_loop_gives_the_same_answers(tmp_path):
+    """Compiled for Skylake-X (AVX-512 without VNNI; `NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`),
+    the products take the plain loop: the same exact results."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from llvmlite import binding as llvm
+
+    if "+avx512f" not in llvm.get_host_cpu_features().flatten().split(","):
+        pytest.skip("the host has no AVX-512")
+    env = dict(os.environ, NUMBA_CPU_NAME="skylake-avx512", NUMBA_CACHE_DIR=str(tmp_path))
+    env["NUMBA_CPU_FEATURES"] = (
+        "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,+avx512f,"
+        "+avx512bw,+avx512dq,+avx512vl,+avx512cd,-avx512vnni"
+    )
+    script = _NO_VNNI.format(tests=str(Path(__file__).parent))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=840)  # fmt: skip
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
+
+
 @pytest.mark.parametrize("y_dtype", ["uint8", "int8"])
 def test_split_qdense_equals_reference(blas_threads, y_dtype):
     """A dense product whose rows (the panel's columns) are split: the transposed output."""

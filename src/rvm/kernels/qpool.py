@@ -39,23 +39,34 @@ def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window):  # type: ignore[no
     apart) that every window reads inside: the window rows' maxima ``v`` of every start row
     (the first ``(oh - 1) * sh + 1`` rows as one flat run), the taps' maxima ``h`` along
     ``v`` (entries whose taps cross a row end are never read), then every stride-th of each
-    output row's start row."""
+    output row's start row. A 3-tap window takes its rows, then its taps, in one pass each.
+    """
     kh, kw, sh, sw, dh, dw = window[:6]
     n_v = U(((oh - 1) * sh + 1) * wp)
     n_h = U((oh - 1) * sh * wp + (ow - 1) * sw + 1)
     at = U(at)
-    for s in range(n_v):
-        v[s] = src[at + s]
-    for i in range(1, kh):
-        first = at + U(i * dh * wp)
+    if kh == 3:  # the common window: its rows in one pass
+        r1, r2 = at + U(dh * wp), at + U(2 * dh * wp)
         for s in range(n_v):
-            v[s] = max(v[s], src[first + s])
-    for s in range(n_h):
-        h[s] = v[s]
-    for j in range(1, kw):
-        off = U(j * dw)
+            v[s] = max(max(src[at + s], src[r1 + s]), src[r2 + s])
+    else:
+        for s in range(n_v):
+            v[s] = src[at + s]
+        for i in range(1, kh):
+            first = at + U(i * dh * wp)
+            for s in range(n_v):
+                v[s] = max(v[s], src[first + s])
+    if kw == 3:
+        t1, t2 = U(dw), U(2 * dw)
         for s in range(n_h):
-            h[s] = max(h[s], v[s + off])
+            h[s] = max(max(v[s], v[s + t1]), v[s + t2])
+    else:
+        for s in range(n_h):
+            h[s] = v[s]
+        for j in range(1, kw):
+            off = U(j * dw)
+            for s in range(n_h):
+                h[s] = max(h[s], v[s + off])
     for p in range(oh):
         base, dst = U(p * sh * wp), U(at_o + p * ow)
         if sw == 2:  # a constant stride: the loads vectorize
