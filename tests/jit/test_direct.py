@@ -115,7 +115,9 @@ def test_library_convolution_takes_the_direct_method(case) -> None:
     x, w = _operands(case)
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, np.float32)
-    assert conv._channels_pay(x, w, out, case[8], *case[6])  # the case tests what it means to
+    (_, c, ih, iw), (o, _, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
+    how = conv.method(c, o, case[8], kh, kw, *case[6], oh, ow, ih, iw, not any(case[9]), True)
+    assert how == conv.CHANNELS  # the case tests what it means to
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
     conv.conv2d(x, w, out, case[8], sh, sw, dh, dw, pt, pl, pb, pr)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)

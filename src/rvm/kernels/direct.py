@@ -108,6 +108,11 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     return 5 * gemm_run < 4 * vectors * LANES
 
 
+FIRST_RUN_TASKS = ("conv2d_direct",)
+"""The library task (`rvm.kernels.parfor`) a convolution by this method runs: what its first
+run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
+
+
 # Positions from which packing the weight at each call costs little against the convolution
 # (one copy of the weight against positions x weight multiply-adds), and from which a map is
 # large for `prefers`: with fewer, the method runs on weights packed at build time only.
