@@ -1,14 +1,13 @@
 """The library tasks a compiled module's first run will take, from its calls' shapes.
 
 The kernel library builds each method of its convolutions, pools and lrn, and its product on
-packed weights, as a task of its own
-(`rvm.kernels.parfor`), when a call first takes it: seconds of LLVM each on a first run, one
-after the other, while the other cores sit idle. The compiler knows every such call's shapes
-before any kernel runs, and the library says which tasks a call of those shapes takes
-(`rvm.kernels.conv.first_run_tasks` and the like: the same rule the call follows), so
-`library_tasks` lists them, in the order the module's functions call them, for
-`rvm.jit.parallel.precompile` to build in the background (`rvm.kernels.parfor.prefetch`)
-while the kernels compile.
+packed weights, as a task of its own (`rvm.kernels.parfor`), when a call first takes it:
+seconds of LLVM each on a first run, one after the other, while the other cores sit idle. The
+compiler knows every such call's shapes before any kernel runs, and the library says which
+tasks a call of those shapes takes (`rvm.kernels.conv.first_run_tasks` and the like: the same
+rule the call follows), so `library_tasks` lists them, in the order the module's functions
+call them, for `rvm.jit.parallel.precompile` to build in the background
+(`rvm.kernels.parfor.prefetch`) while the kernels compile.
 
 A guess is only a head start: a task left out is built when first run, as without it, and one
 listed but never run costs a helper's time, nothing else.

@@ -149,6 +149,8 @@ def precompile(records: Sequence[KernelRecord], tasks: Iterable[tuple[str, str]]
         if path is not None and path not in missing and not has_object_code(path):
             missing[path] = rec
     if missing:
+        if can_fork():
+            numba_ready()  # once, here: the background helpers and the kernels' forks start ready
         _prefetch_tasks(missing.values(), tasks)
     n = workers(len(missing))
     if n == 0:

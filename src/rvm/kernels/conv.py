@@ -17,9 +17,11 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
   Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
-  deep, stride 1, many output channels or an input plane larger than L2, as vgg19's and the
-  inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS` or more run the
-  direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight packed at the call.
+  deep, in whole vectors of output channels, on rows that leave the GEMM's lanes idle or at
+  stride 1 with many output channels or an input plane larger than a quarter of L3, as
+  vgg19's and the inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS`
+  or more run the direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight
+  packed at the call.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
