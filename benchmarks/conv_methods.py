@@ -3,7 +3,7 @@ output channels, `rvm.kernels.direct`, on a weight packed beforehand) against th
 GEMM methods (`rvm.kernels.conv`, on the OIHW weight) and ONNX Runtime's Conv.
 
 Run: ``python benchmarks/conv_methods.py [--only vgg19,densenet121] [--repeat 21]
-[--threads 2]``. The
+[--threads 2] [--batch 8]``. The
 layers' shapes come from the models' graphs (ONNX shape inference); depthwise and 1x1 layers
 are left out (neither method is the direct one's). Per layer: milliseconds of each, interleaved
 medians in one process after checking the outputs agree, GEMM/direct, direct/ORT, and whether
@@ -13,7 +13,8 @@ direct method: the table to check and re-tune the rule on another machine. Both 
 the per-core efficiency of the methods, which a loaded machine distorts least; ``--threads 0``
 leaves both at their defaults (every core), where splitting small layers costs. Prints the
 machine, writes ``benchmarks/results/conv_methods.json`` (``conv_methods_t2.json``... for
-other thread counts).
+other thread counts, ``conv_methods_b8.json``... for ``--batch`` images a call: the rule's
+choice may change with the batch, as the GEMM's rows grow with it).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from rvm.kernels import conv, direct
 from rvm.testing.onnx_models import LIGHT_MODELS, light_model_path
 
 
-def layers(models: list[str]) -> dict[tuple, dict]:
-    """The distinct convolutions of ``models``: by (input shape, out channels, kernel,
-    strides, pads, groups, dilations), with how many each model has."""
+def layers(models: list[str], batch: int = 1) -> dict[tuple, dict]:
+    """The distinct convolutions of ``models`` at ``batch`` images: by (input shape, out
+    channels, kernel, strides, pads, groups, dilations), with how many each model has."""
     found: dict[tuple, dict] = {}
     for name in models:
         graph = shape_inference.infer_shapes(onnx.load(light_model_path(name))).graph
@@ -48,6 +49,7 @@ def layers(models: list[str]) -> dict[tuple, dict]:
                 continue
             a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
             x, y = dims[node.input[0]], dims[node.output[0]]
+            x, y = [batch, *x[1:]], [batch, *y[1:]]
             key = (tuple(x), y[1], tuple(a["kernel_shape"]), tuple(a.get("strides", (1, 1))),
                    tuple(a.get("pads", (0,) * 4)), a.get("group", 1),
                    tuple(a.get("dilations", (1, 1))))  # fmt: skip
@@ -111,12 +113,15 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="threads of both runtimes (0: their defaults)"
     )
+    parser.add_argument("--batch", type=int, default=1, help="images a call")
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch takes a positive count of images; not {args.batch}")
     if args.threads:
         rvm.set_num_threads(args.threads)
-    print(machine_line(), f"threads: {args.threads or 'default'}")
+    print(machine_line(), f"threads: {args.threads or 'default'}; batch {args.batch}")
     rows = []
-    found = layers(args.only.split(","))
+    found = layers(args.only.split(","), args.batch)
     print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule")
     for key, info in found.items():
         (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
@@ -130,7 +135,9 @@ def main() -> None:
         print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule}")
         rows.append({"layer": name, "models": info["models"], **t})
     name = "conv_methods" if args.threads == 1 else f"conv_methods_t{args.threads}"
-    write_results(name, {"machine": machine(), "threads": args.threads, "layers": rows})
+    name += "" if args.batch == 1 else f"_b{args.batch}"
+    payload = {"machine": machine(), "threads": args.threads, "batch": args.batch}
+    write_results(name, {**payload, "layers": rows})
 
 
 if __name__ == "__main__":

@@ -104,11 +104,44 @@ def test_in_background_builds_in_another_process(tmp_path: Path) -> None:
     def fails() -> None:
         raise RuntimeError("a build that fails")
 
-    events = apart.in_background([build(0), fails, build(2)])
-    assert events is not None and len(events) == 3
-    assert all(e.wait(60) for e in events)
+    pending = apart.in_background([build(0), fails, build(2)])
+    assert pending is not None and len(pending) == 3
+    assert all(p.done.wait(60) for p in pending)
     for k in (0, 2):  # the failing build did not stop the next one
         assert int(out.with_suffix(f".{k}").read_text()) != os.getpid()
+    assert all(p.take() for p in pending)  # done: this process may load them
+
+
+def test_this_process_takes_the_builds_no_helper_started(tmp_path: Path) -> None:
+    """Helpers take the builds from the last; one that no helper has started when this
+    process needs it is this process's to build (`take`), never built again by a helper;
+    one a helper is building is waited for."""
+    helpers = apart.background_helpers(1 + max(1, (os.cpu_count() or 1) - 1))
+    go = tmp_path / "go"
+
+    def blocker(k: int):
+        def build() -> None:
+            (tmp_path / f"started.{k}").write_text(str(os.getpid()))
+            while not go.exists():
+                time.sleep(0.01)
+
+        return build
+
+    def first() -> None:
+        (tmp_path / "first").write_text(str(os.getpid()))
+
+    pending = apart.in_background([first, *(blocker(k) for k in range(helpers))])
+    assert pending is not None
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("started.*"))) < helpers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(list(tmp_path.glob("started.*"))) == helpers  # each helper holds a blocker
+    assert not pending[1].take()  # a helper is building it: wait
+    assert pending[0].take() and pending[0].take()  # no helper started it: this process's
+    go.touch()
+    assert all(p.done.wait(60) for p in pending[1:])
+    assert pending[0].done.wait(60)  # every helper has exited
+    assert not (tmp_path / "first").exists()  # no helper built the build taken here
 
 
 LINGER = """
@@ -145,6 +178,7 @@ PREFETCH = """
 import json, sys
 from rvm.kernels import blas, parfor
 started = parfor.prefetch([("gemv", "float64"), ("no_such_task", "float64")])
+parfor._prefetched["gemv", "float64"].done.wait(600)  # a helper took it, and built it
 parfor.require_task("gemv", "float64")
 cfunc = parfor._compiled["gemv", "float64"]
 print(json.dumps({"started": started, "hits": cfunc.cache_hits,

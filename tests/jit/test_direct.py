@@ -80,26 +80,35 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     lanes = direct.LANES
     deep = 8 * lanes  # 3x3 taps of these channels: deep enough
     # Large maps: many output channels, stride 1, no groups; packed at the call too.
-    assert _pays(deep, 8 * lanes, 1, 3, 1, 56, 56, packed=False)
-    assert not _pays(deep, 8 * lanes, 1, 3, 2, 56, 112)  # strided
-    assert not _pays(deep, 8 * lanes, 2, 3, 1, 56, 56)  # grouped
+    assert _pays(deep, 8 * lanes, 1, 3, 1, 4 * lanes, 4 * lanes, packed=False)
+    assert not _pays(deep, 8 * lanes, 1, 3, 2, 4 * lanes, 8 * lanes)  # strided
+    assert not _pays(deep, 8 * lanes, 2, 3, 1, 4 * lanes, 4 * lanes)  # grouped
     assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
-    assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 56, 56)  # ragged output channels
+    assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 4 * lanes, 4 * lanes)  # ragged channels
     # Few output channels: only when the input plane outgrows a quarter of the last level
     # cache (vgg19's first layers).
-    side = 1 + int((direct.L3 / (16 * deep)) ** 0.5)
+    side = 4 * lanes * (1 + int((direct.L3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
     assert _pays(deep, lanes, 1, 3, 1, side, side)
-    assert not _pays(deep, lanes, 1, 3, 1, 40, 40)
-    # Small maps: where the GEMM's vectors of positions leave a fifth of their lanes idle,
-    # on weights packed at build time only.
-    idle = 3 * lanes + 1  # positions of a map whose GEMM runs over all of them
-    side = int(idle**0.5)
-    if side * side == idle and side < conv.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
-        assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
-        assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
+    assert not _pays(deep, lanes, 1, 3, 1, 2 * lanes, 2 * lanes)
+    # Rows that leave an eighth of the GEMM's lanes idle or more, any stride and groups:
+    # the channels fill theirs (on weights packed at build time only, on small maps).
+    ragged = lanes - 3  # 13 of 16 lanes, 5 of 8
+    assert _pays(16 * lanes // 9 + 1, 2 * lanes, 1, 3, 1, ragged, ragged)
+    assert not _pays(16 * lanes // 9 + 1, 2 * lanes, 1, 3, 1, ragged, ragged, packed=False)
+    assert _pays(deep, 2 * lanes, 2, 3, 2, ragged, 2 * ragged)  # strided, grouped
+    assert not _pays(16 * lanes // 9 - 1, 2 * lanes, 1, 3, 1, ragged, ragged)  # shallower
     assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
-    # A 1x1 convolution's GEMM runs over the whole map (squeezenet's squeezes on 13 x 13).
+    even = lanes - lanes // 8  # an eighth idle: measured even
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, even, even)
+    # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a 1x1
+    # convolution runs faster as a GEMM, even on maps that leave lanes idle, however deep.
+    assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
     assert not _pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
+    assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7)
+    assert not _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14)
+    # 7 x 7 maps (one GEMM run over the map: 49 of 64 lanes on AVX-512, 49 of 56 on AVX2).
+    if lanes == 16:
+        assert _pays(deep, 2 * lanes, 1, 3, 1, 7, 7)
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
@@ -115,7 +124,9 @@ def test_library_convolution_takes_the_direct_method(case) -> None:
     x, w = _operands(case)
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, np.float32)
-    assert conv._channels_pay(x, w, out, case[8], *case[6])  # the case tests what it means to
+    (_, c, ih, iw), (o, _, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
+    how = conv.method(c, o, case[8], kh, kw, *case[6], oh, ow, ih, iw, not any(case[9]), True)
+    assert how == conv.CHANNELS  # the case tests what it means to
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
     conv.conv2d(x, w, out, case[8], sh, sw, dh, dw, pt, pl, pb, pr)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)

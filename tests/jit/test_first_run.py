@@ -126,6 +126,10 @@ CONV_CHILD = textwrap.dedent(
         conv.conv2d(x, w, out, groups, stride, stride, 1, 1, pad, pad, pad, pad)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
         seen[name] = built("conv2d")
+        oh, ow = ref.shape[2:]
+        guess = conv.first_run_tasks(xs[1], ws[0], groups, ws[2], ws[3], stride, stride, oh, ow,
+                                     xs[2], xs[3], pad == 0)
+        seen[name + " guessed"] = guess[0]
     for name, shape, is_max, k, s, p in (
         ("max_flat", (1, 2, 8, 8), True, 3, 2, 1),  # max windows that overlap
         ("avg_separable", (1, 2, 7, 100), False, 3, 2, 0),  # a column stride, a wide input
@@ -138,6 +142,8 @@ CONV_CHILD = textwrap.dedent(
         pool.pool2d(x, out, is_max, k, k, s, s, 1, 1, p, p, p, p, False, True)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
         seen[name] = built("pool2d")
+        guess = pool.first_run_tasks(is_max, shape[3], *ref.shape[2:], k, k, s, s, 1, 1)
+        seen[name + " guessed"] = guess[0]
     print(json.dumps(seen))
     """
 )
@@ -149,7 +155,9 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
     is a task built when a call first takes it: a pointwise convolution builds the pointwise
     method alone, a depthwise one adds its own (never the im2col, strided or taps methods);
     max and average pools by each method are tasks of their own likewise (one process, one
-    set of cold caches for both)."""
+    set of cold caches for both). What the library says a call of each shape will build
+    (``first_run_tasks``, for the background builds of a compile: `rvm.jit.first_run`) is
+    the method it took."""
     script = tmp_path / "child.py"
     script.write_text(CONV_CHILD)
     env = dict(os.environ)
@@ -159,7 +167,9 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    guessed = {k.removesuffix(" guessed"): seen.pop(k) for k in list(seen) if " " in k}
+    assert seen == {
         "pointwise": ["conv2d_pointwise"],
         "depthwise": ["conv2d_depthwise", "conv2d_pointwise"],
         "max_flat": ["pool2d_max_flat"],
@@ -172,3 +182,42 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
             "pool2d_max_phased",
         ],
     }
+    assert guessed == {
+        "pointwise": "conv2d_pointwise",
+        "depthwise": "conv2d_depthwise",
+        "max_flat": "pool2d_max_flat",
+        "avg_separable": "pool2d_avg_separable",
+        "avg_direct": "pool2d_avg_direct",
+        "max_phased": "pool2d_max_phased",
+    }
+
+
+def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
+    """`rvm.jit.first_run.library_tasks`: the library tasks a module's first run takes, from
+    its calls' static shapes, first needed first, each once (what `rvm.compile` builds in
+    the background while the kernels compile); a small lrn runs unsplit, and an integer
+    convolution runs as loops: no task."""
+    from jit_helpers import var
+
+    from rvm import op
+    from rvm.ir import Builder, Tuple
+    from rvm.jit.first_run import library_tasks
+    from rvm.transform.pipeline import run_pipeline
+
+    x, w1, w2 = var("x", (1, 8, 32, 32)), var("w1", (16, 8, 3, 3)), var("w2", (8, 16, 1, 1))
+    xi, k = var("xi", (1, 2, 8, 8), "int32"), var("k", (4, 2, 3, 3), "int32")
+    b = Builder()
+    with b.function("main", [x, w1, w2, xi, k]):
+        y = b.emit(op.relu(op.conv2d(x, w1, padding=1)))  # rows of 32: taps in place
+        y = b.emit(op.max_pool2d(y, pool_size=3, strides=2))  # windows that overlap
+        y = b.emit(op.conv2d(y, w2))  # 1x1: a GEMM on the map
+        y = b.emit(op.lrn(y, size=3))
+        y = b.emit(op.conv2d(op.conv2d(y, w1, padding=1), w2))  # again: listed once
+        z = b.emit(op.conv2d(xi, k))
+        b.emit_output(b.emit(Tuple([y, z])))
+    assert library_tasks(run_pipeline(b.get())) == [
+        ("conv2d_taps", "float32"),
+        ("gemm_segments", "float32"),
+        ("pool2d_max_flat", "float32"),
+        ("conv2d_pointwise", "float32"),
+    ]

@@ -119,10 +119,11 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
     logger.debug("compiled %d functions, %d kernels", len(ex.functions), len(ex.kernels))
     if build_kernels:
         if kernels == "jit":  # missing kernels compile in several processes at once first
+            from rvm.jit.first_run import library_tasks
             from rvm.jit.parallel import frozen_gc, precompile
 
             with frozen_gc():
-                precompile(list(ex.kernels.values()))
+                precompile(list(ex.kernels.values()), library_tasks(lowered))
                 build(ex, progress=progress)
         else:
             build(ex, progress=progress)

@@ -35,8 +35,9 @@ cache a tenth of that, so a long-lived process compiling many programs (a test s
 notebook, a server) stays small; whatever else it compiles (rvm's library, native functions,
 a kernel loaded without `precompile`) compiles in a forked helper too (`rvm.kernels.apart`).
 
-A model whose kernels call the GEMM has its float32 library tasks built in the background
-while its kernels compile (`_prefetch_tasks`), for its first run.
+The library tasks a model's first run will take (those its convolutions', pools' and lrn's
+shapes take: `rvm.jit.first_run`, and the float32 GEMM's when its kernels call it) are built
+in the background while its kernels compile (`_prefetch_tasks`).
 """
 
 from __future__ import annotations
@@ -133,10 +134,13 @@ def balanced(records: Mapping[Path, KernelRecord]) -> list[Path]:
     return sorted(records, key=lambda p: (-records[p].cost, p.name))
 
 
-def precompile(records: Sequence[KernelRecord]) -> int:
+def precompile(records: Sequence[KernelRecord], tasks: Iterable[tuple[str, str]] = ()) -> int:
     """Compile the jit kernels of ``records`` whose object code is not cached, with helper
     processes when it pays; returns how many helpers ran. The parent's kernels are loaded
-    (`rvm.runtime.loading.loader.load_kernel`); the helpers' are cache hits for it afterwards."""
+    (`rvm.runtime.loading.loader.load_kernel`); the helpers' are cache hits for it afterwards.
+    When some are missing, the library tasks their first run will take (``tasks``, (task,
+    dtype) pairs first needed first: `rvm.jit.first_run.library_tasks`, and the GEMM's) are
+    built in the background meanwhile (`_prefetch_tasks`)."""
     from rvm.runtime.loading.loader import load_kernel
 
     missing: dict[Path, KernelRecord] = {}
@@ -145,7 +149,9 @@ def precompile(records: Sequence[KernelRecord]) -> int:
         if path is not None and path not in missing and not has_object_code(path):
             missing[path] = rec
     if missing:
-        _prefetch_tasks(missing.values())
+        if can_fork():
+            numba_ready()  # once, here: the background helpers and the kernels' forks start ready
+        _prefetch_tasks(missing.values(), tasks)
     n = workers(len(missing))
     if n == 0:
         return 0
@@ -193,14 +199,18 @@ def precompile(records: Sequence[KernelRecord]) -> int:
     return n
 
 
-def _prefetch_tasks(records: Iterable[KernelRecord]) -> None:
+def _prefetch_tasks(records: Iterable[KernelRecord], tasks: Iterable[tuple[str, str]]) -> None:
     """Start building the library tasks the first runs of kernels ``records`` will likely
-    take, in the background (`rvm.kernels.parfor.prefetch`), while the kernels compile: the
-    float32 GEMM's when a kernel calls it (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
+    take, in the background (`rvm.kernels.parfor.prefetch`), while the kernels compile:
+    ``tasks``, then the float32 GEMM's when a kernel calls it
+    (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
     from rvm.kernels import blas, parfor
 
+    wanted = list(tasks)
     if any(blas.__name__ in rec.imports for rec in records):
-        parfor.prefetch((name, "float32") for name in blas.FIRST_RUN_TASKS)
+        wanted += [(name, "float32") for name in blas.FIRST_RUN_TASKS]
+    if wanted:
+        parfor.prefetch(wanted)
 
 
 def _work(

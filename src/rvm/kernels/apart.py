@@ -17,9 +17,10 @@ helper first, when isolated, outside any other compile on this thread. Anything 
 does not leave in the cache (it failed, or the function cannot be cached) is compiled here
 as before, which also reports any error as Numba does; a helper is only an accelerator.
 
-`in_background(builds)` runs builds in a forked helper while this process goes on (work it
-will likely need soon, such as the library tasks a model's first run takes), each signalled
-done by an event.
+`in_background(builds)` runs builds in forked helpers while this process goes on (work it
+will likely need soon, such as the library tasks a model's first run takes), each build
+claimed by one process: a helper, or this process when it needs the build first
+(`Pending`).
 
 `become_helper()` is what every forked helper does first (`rvm.jit.parallel`'s too): it
 marks the process a helper (whose compiles stay in it), silences its output and gives it
@@ -34,8 +35,10 @@ import gc
 import itertools
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -208,55 +211,121 @@ def _cached(cache: Any, sig: Any, target: Any) -> bool | None:
         return None
 
 
-def in_background(builds: Sequence[Callable[[], object]]) -> list[threading.Event] | None:
-    """Run ``builds`` (each compiling into Numba's cache) one after the other in a forked
-    helper while this process goes on; None when no helper can start (not on Linux), else
-    one event per build, set once the helper is past it (built, failed, or the helper died:
-    whoever waits then loads or compiles it as usual). A helper still running when this
-    process exits is ended."""
-    if not can_fork() or _helper:
+class Pending:
+    """A build `in_background` handed to its helpers: whichever process claims it first
+    builds it (a helper, or this process when it needs the build before any helper started
+    it: `take`)."""
+
+    def __init__(self, claims: Path, k: int) -> None:
+        self.done = threading.Event()  # set once a helper built it (or gave up), or all exited
+        self._claim = claims / str(k)
+        self._mine = False
+
+    def take(self) -> bool:
+        """Whether this process may build it now: done, taken here before, or claimed here
+        now (no helper started it); False: a helper is building it (wait for `done`)."""
+        if self.done.is_set() or self._mine:
+            return True
+        self._mine = _claimed(self._claim) is not False
+        return self._mine or self.done.is_set()
+
+
+def _claimed(path: Path) -> bool | None:
+    """Whether this process is the first to claim ``path`` (None: its folder is gone)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
+def background_helpers(builds: int) -> int:
+    """How many helpers `in_background` starts for ``builds`` builds: one per CPU but this
+    process's (which takes its share as it needs them: `Pending.take`), at least one."""
+    return max(1, min(builds, (os.cpu_count() or 1) - 1))
+
+
+def in_background(builds: Sequence[Callable[[], object]]) -> list[Pending] | None:
+    """Run ``builds`` (each compiling into Numba's cache) in forked helpers while this process
+    goes on (`background_helpers` of them); None when no helper can start (not on Linux), else
+    one `Pending` per build. ``builds`` come in the order this process will need them: each
+    helper claims the last one no process has claimed yet, so this process, taking the first
+    ones as it needs them (`Pending.take`), meets the helpers in the middle rather than
+    waiting for a build a helper has not reached. A build a helper took is done once its
+    event is set (built, failed, or every helper has exited: whoever waits then loads or
+    compiles it as usual). Helpers still running when this process exits are ended."""
+    if not can_fork() or _helper or not builds:
         return None
     from numba.core.compiler_lock import global_compiler_lock
 
+    claims = Path(tempfile.mkdtemp(prefix="rvm-builds-"))
+    pending = [Pending(claims, k) for k in range(len(builds))]
     read, write = os.pipe()
-    try:
-        with global_compiler_lock:  # no other thread is inside Numba while it forks
-            pid = os.fork()
-    except OSError as err:
-        os.close(read)
-        os.close(write)
-        logger.debug("no background helper (%s)", err)
-        return None
-    if pid == 0:
+    pids = []
+    for _ in range(background_helpers(len(builds))):
         try:
-            os.close(read)
-            become_helper()
-            for k, build in enumerate(builds):
-                with contextlib.suppress(Exception):  # whoever needs it compiles it, reports
-                    build()
-                os.write(write, bytes([k % 256]))
-        finally:
-            os._exit(0)
+            with global_compiler_lock:  # no other thread is inside Numba while it forks
+                pid = os.fork()
+        except OSError as err:
+            logger.debug("no background helper (%s)", err)
+            break
+        if pid == 0:
+            try:
+                os.close(read)
+                become_helper()
+                _build_claimed(builds, claims, write)
+            finally:
+                os._exit(0)
+        pids.append(pid)
     os.close(write)
-    events = [threading.Event() for _ in builds]
-    _background.add(pid)
+    if not pids:
+        os.close(read)
+        shutil.rmtree(claims, ignore_errors=True)
+        return None
+    _background.update(pids)
+    _claim_folders.add(claims)
 
-    def watch() -> None:  # sets each build's event as the helper reports it, then reaps it
+    def watch() -> None:  # sets each build's event as its helper reports it, then reaps them
         with os.fdopen(read, "rb", buffering=0) as pipe:
-            for event in events:
-                if not pipe.read(1):
-                    break
-                event.set()
-        for event in events:
-            event.set()
-        os.waitpid(pid, 0)
-        _background.discard(pid)
+            while (k := _read_index(pipe)) is not None:
+                pending[k].done.set()
+        for p in pending:
+            p.done.set()
+        for pid in pids:
+            os.waitpid(pid, 0)
+            _background.discard(pid)
+        shutil.rmtree(claims, ignore_errors=True)
+        _claim_folders.discard(claims)
 
     threading.Thread(target=watch, name="rvm-background-build", daemon=True).start()
-    return events
+    return pending
+
+
+def _build_claimed(builds: Sequence[Callable[[], object]], claims: Path, report: int) -> None:
+    """A background helper's loop: each build it claims, last first, then its index reported
+    (two bytes: one write, never split on a pipe)."""
+    for k in reversed(range(len(builds))):
+        if _claimed(claims / str(k)):
+            with contextlib.suppress(Exception):  # whoever needs it compiles it, reports
+                builds[k]()
+            os.write(report, k.to_bytes(2, "little"))
+
+
+def _read_index(pipe: Any) -> int | None:
+    """The next build index a helper reported, None once every helper has closed the pipe."""
+    data = b""
+    while len(data) < 2:
+        more = pipe.read(2 - len(data))
+        if not more:
+            return None
+        data += more
+    return int.from_bytes(data, "little")
 
 
 _background: set[int] = set()  # helpers of `in_background` still running
+_claim_folders: set[Path] = set()  # their claims, removed once they have all exited
 
 
 @atexit.register
@@ -266,6 +335,8 @@ def _stop_background() -> None:
     for pid in list(_background):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
+    for folder in list(_claim_folders):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _source(cache: Any) -> Path:

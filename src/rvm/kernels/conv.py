@@ -7,7 +7,7 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr)`: NumPy's BLAS
   (`rvm.kernels.blas.gemm_split`: every GEMM is cut into pieces that run at once on
-  the BLAS's threads, one thread each), the method chosen by shape (`_conv2d_blas`). 1x1
+  the BLAS's threads, one thread each), the method chosen by shape (`method`). 1x1
   unpadded convolutions are one GEMM per (image, group), on the operands themselves at
   stride 1, on the input subsampled once otherwise. Depthwise ones (one input channel per
   group) are direct loops, three taps per pass. Others split the zero-padded input of each
@@ -17,9 +17,11 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
   Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
-  deep, stride 1, many output channels or an input plane larger than L2, as vgg19's and the
-  inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS` or more run the
-  direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight packed at the call.
+  deep, in whole vectors of output channels, on rows that leave the GEMM's lanes idle or at
+  stride 1 with many output channels or an input plane larger than a quarter of L3, as
+  vgg19's and the inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS`
+  or more run the direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight
+  packed at the call.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
@@ -436,16 +438,57 @@ _call_channels = parfor.caller("conv2d_channels")
 _call_im2col = parfor.caller("conv2d_im2col")
 
 
+POINTWISE, STRIDED, DEPTHWISE, CHANNELS, TAPS, IM2COL = range(6)
+"""The methods `method` picks; the library tasks each runs are `METHOD_TASKS`'."""
+
+METHOD_TASKS = (
+    ("conv2d_pointwise", "gemm_segments"),
+    ("conv2d_strided", "gemm_segments"),
+    ("conv2d_depthwise", "conv2d"),
+    ("conv2d_channels", *direct.FIRST_RUN_TASKS),
+    ("conv2d_taps", "gemm_segments"),
+    ("conv2d_im2col", "gemm"),
+)
+"""The library tasks (`rvm.kernels.parfor`) a convolution by each method runs on float32, the
+method's own first (`first_run_tasks`)."""
+
+
+@jit(**_OPTS)
+def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type: ignore[no-untyped-def]
+    """How `conv2d` computes a convolution of this shape (`POINTWISE`...; ``unpadded``: no
+    padding; ``f32``: float32 operands): 1x1 unpadded convolutions are GEMMs on the operands
+    (`_pointwise`, `_strided_pointwise` on the subsampled input); one input channel per
+    group runs direct loops (`_depthwise`); float32 ones where vectors of output channels pay
+    the direct method (`channels_pay`), those with rows of `TAPS_MIN_WIDTH` or more and some
+    depth read their taps in place (`_taps_gemm`); the rest im2col (`_im2col_gemm`)."""
+    cg = c // groups
+    if kh == 1 and kw == 1 and unpadded:
+        return POINTWISE if sh == 1 and sw == 1 else STRIDED
+    if cg == 1:
+        return DEPTHWISE
+    if f32 and channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, False):
+        return CHANNELS
+    if f32 and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
+        return TAPS
+    return IM2COL
+
+
+def first_run_tasks(
+    c: int, o: int, groups: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
+    ih: int, iw: int, unpadded: bool,
+) -> tuple[str, ...]:  # fmt: skip
+    """The library tasks a float32 convolution of this shape runs (`method`, `METHOD_TASKS`):
+    what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
+    how = method.py_func(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, True)
+    return METHOD_TASKS[how]
+
+
 @jit(**_OPTS)
 def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
 
-    The method by shape, each a task of its own built when first run (a model builds the
-    methods its convolutions take): 1x1 unpadded convolutions are GEMMs on the operands
-    (`_pointwise`, `_strided_pointwise` on the subsampled input); one input channel per
-    group runs direct loops (`_depthwise`); float32 ones with rows of `TAPS_MIN_WIDTH` or
-    more and some depth read their taps in place (`_taps_gemm`); the rest im2col from the
-    input's stride phases (`_im2col_gemm`).
+    The method by shape (`method`), each a task of its own built when first run (a model
+    builds the methods its convolutions take).
     """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
@@ -456,16 +499,18 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
     job = np.array((_JOB, parfor.address(x), parfor.address(w), parfor.address(out),
                     n, x.shape[1], x.shape[2], x.shape[3], o, cg, kh, kw, oh, ow,
                     groups, sh, sw, dh, dw, pt, pl, 0), dtype=np.int64)  # fmt: skip
-    if kh == 1 and kw == 1 and pt == 0 and pl == 0 and pb == 0 and pr == 0:
-        if sh == 1 and sw == 1:
-            _call_pointwise(x, 0, job)
-        else:
-            _call_strided(x, 0, job)
-    elif cg == 1:
+    unpadded = pt == 0 and pl == 0 and pb == 0 and pr == 0
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
+    if how == POINTWISE:
+        _call_pointwise(x, 0, job)
+    elif how == STRIDED:
+        _call_strided(x, 0, job)
+    elif how == DEPTHWISE:
         _call_depthwise(x, 0, job)
-    elif sgemm.applies(x) and _channels_pay(x, w, out, groups, sh, sw):
+    elif how == CHANNELS:
         _call_channels(x, 0, job)
-    elif sgemm.applies(x) and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
+    elif how == TAPS:
         _call_taps(x, 0, job)
     else:
         _call_im2col(x, 0, job)
@@ -486,14 +531,6 @@ def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type:
         return False
     run = ow if ow >= TAPS_MIN_WIDTH and kh * kw > 1 else oh * ow
     return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run)
-
-
-@jit(**_OPTS)
-def _channels_pay(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
-    """`channels_pay` for OIHW operands (packed at the call)."""
-    o, _, kh, kw = w.shape
-    n_, c, ih, iw = x.shape
-    return channels_pay(c, o, groups, kh, kw, sh, sw, out.shape[2], out.shape[3], ih, iw, False)
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------

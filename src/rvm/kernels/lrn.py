@@ -91,6 +91,18 @@ _run = parfor.runner("lrn")
 
 
 @jit(**_OPTS)
+def _large(elements, size):  # type: ignore[no-untyped-def]
+    """Whether an lrn of ``elements`` over windows of ``size`` channels is split over threads."""
+    return elements * (size + 2) >= parfor.MIN_WORK
+
+
+def first_run_tasks(elements: int, size: int) -> tuple[str, ...]:
+    """The library task an lrn of ``elements`` over windows of ``size`` channels runs (when
+    split): what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
+    return ("lrn",) if _large.py_func(elements, size) else ()
+
+
+@jit(**_OPTS)
 def _lrn(x, out, params):  # type: ignore[no-untyped-def]
     """`lrn`'s work (``params``: size and the three float bits), over channels split between
     threads when it is large; False when the shapes disagree or size < 1."""
@@ -101,7 +113,7 @@ def _lrn(x, out, params):  # type: ignore[no-untyped-def]
         return True
     size = params[0]
     chunks = min(parfor.threads(), n * c)
-    if chunks < 2 or x.size * (size + 2) < parfor.MIN_WORK:
+    if chunks < 2 or not _large(x.size, size):
         _range(x, out, 0, n * c, size, _floats(params, 1), _floats(params, 2), _floats(params, 3))
         return True
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, h, w, size,

@@ -263,6 +263,9 @@ def _task(p, like, data):  # type: ignore[no-untyped-def]
 
 
 parfor.export_task("packed_dense", _task)
+FIRST_RUN_TASKS = ("packed_dense",)
+"""The library task (`rvm.kernels.parfor`) every product on a packed weight runs: what its
+first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
 _run = parfor.runner("packed_dense")
 _call = parfor.caller("packed_dense")  # unsplit: the code built once, as the task
 

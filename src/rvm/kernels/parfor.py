@@ -47,7 +47,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import DTYPES, workpool
+from rvm.kernels import DTYPES, apart, workpool
 from rvm.kernels.threads import split_loops_from_environment
 from rvm.progress import Progress
 
@@ -62,7 +62,7 @@ _task_bodies: dict[str, Callable[..., None]] = {}  # exported tasks by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
 _slots: dict[tuple[str, str], ctypes.c_int64] = {}  # (name, dtype) -> its address slot
 _slot_keys: dict[int, tuple[str, str]] = {}  # a slot's address -> (name, dtype)
-_prefetched: dict[tuple[str, str], threading.Event] = {}  # set once built in the background
+_prefetched: dict[tuple[str, str], apart.Pending] = {}  # handed to background helpers (`prefetch`)
 _task_lock = threading.RLock()
 PREFETCH_WAIT_S = 600.0  # at most, for a background helper building a task; then build it
 logger = logging.getLogger("rvm.jit")
@@ -109,9 +109,9 @@ def require_task(name: str, dtype: str) -> None:
     if (name, dtype) in _compiled or name not in _task_bodies:
         return
     building = _prefetched.get((name, dtype))
-    if building is not None:
+    if building is not None and not building.take():  # a helper is building it: wait
         with Progress(f"building rvm's library: {name} ({dtype})"):
-            building.wait(PREFETCH_WAIT_S)
+            building.done.wait(PREFETCH_WAIT_S)
     # Numba's (reentrant) lock first, as typing holds it when it requires a task.
     with global_compiler_lock, _task_lock:
         if (name, dtype) in _compiled:
@@ -126,23 +126,24 @@ def require_task(name: str, dtype: str) -> None:
 
 
 def prefetch(tasks: Iterable[tuple[str, str]]) -> int:
-    """Start building ``tasks`` ((task, dtype) pairs) in a forked helper while this process
-    goes on, those not built, nor being built, here; returns how many. For tasks a process
-    will likely run soon (a GEMM's, while its model's kernels compile): its first run then
-    loads them from Numba's cache, built meanwhile on another core, rather than building
-    them then (each seconds of LLVM on a first run). Names without a task are skipped."""
-    from rvm.kernels import apart
-
+    """Start building ``tasks`` ((task, dtype) pairs, in the order this process will likely
+    run them) in forked helpers while this process goes on, those not built, nor being
+    built, here; returns how many. For tasks a process will likely run soon (those its
+    model's shapes take, while its kernels compile): its first run then loads them from
+    Numba's cache, built meanwhile on other cores, rather than building them then (each
+    seconds of LLVM on a first run); a task no helper has started when it is first run is
+    built here, while the helpers build the others (`rvm.kernels.apart.in_background`).
+    Names without a task are skipped."""
     with _task_lock:
         todo = [
             t
             for t in dict.fromkeys(tasks)
             if t[0] in _task_bodies and t not in _compiled and t not in _prefetched
         ]
-        events = apart.in_background([_builder(*t) for t in todo]) if todo else None
-        if events is None:
+        pending = apart.in_background([_builder(*t) for t in todo]) if todo else None
+        if pending is None:
             return 0
-        _prefetched.update(zip(todo, events))
+        _prefetched.update(zip(todo, pending))
     return len(todo)
 
 

@@ -407,6 +407,16 @@ _run_avg_phased = parfor.runner("pool2d_avg_phased")
 _run_avg_direct = parfor.runner("pool2d_avg_direct")
 
 
+def first_run_tasks(
+    is_max: bool, iw: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
+) -> tuple[str, ...]:
+    """The library task a pool of this shape runs (`_method`): what its first run builds,
+    worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
+    how = _method.py_func(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw)
+    names = {SEPARABLE: "separable", PHASED: "phased", DIRECT: "direct", FLAT: "flat"}
+    return (f"pool2d_{'max' if is_max else 'avg'}_{names[how]}",)
+
+
 @jit(**_OPTS)
 def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, include_pad):  # type: ignore[no-untyped-def]
     """`pool2d`'s work, over channels split between threads when it is large; False when the

@@ -1,0 +1,111 @@
+"""The library tasks a compiled module's first run will take, from its calls' shapes.
+
+The kernel library builds each method of its convolutions, pools and lrn, and its product on
+packed weights, as a task of its own (`rvm.kernels.parfor`), when a call first takes it:
+seconds of LLVM each on a first run, one after the other, while the other cores sit idle. The
+compiler knows every such call's shapes before any kernel runs, and the library says which
+tasks a call of those shapes takes (`rvm.kernels.conv.first_run_tasks` and the like: the same
+rule the call follows), so `library_tasks` lists them, in the order the module's functions
+call them, for `rvm.jit.parallel.precompile` to build in the background
+(`rvm.kernels.parfor.prefetch`) while the kernels compile.
+
+A guess is only a head start: a task left out is built when first run, as without it, and one
+listed but never run costs a helper's time, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rvm.ir import expr as E
+from rvm.ir.analysis import walk
+from rvm.ir.module import IRModule
+from rvm.ir.types import TensorType
+from rvm.op import ops
+
+__all__ = ["library_tasks"]
+
+
+def library_tasks(mod: IRModule) -> list[tuple[str, str]]:
+    """The (task, dtype) pairs the jit kernels of ``mod`` (lowered: primitive functions with
+    static types) will likely run on their first call, first needed first."""
+    funcs = dict(mod.items())
+    seen: set[str] = set()
+    tasks: dict[tuple[str, str], None] = {}
+    for name in sorted(funcs, key=lambda n: n != "main"):  # main's calls first
+        if funcs[name].is_primitive:
+            continue
+        for node in walk(funcs[name].body):  # a kernel is named where it is called
+            if not isinstance(node, E.GlobalVar) or node.name in seen:
+                continue
+            func = funcs.get(node.name)
+            if func is not None and func.is_primitive:
+                seen.add(node.name)
+                tasks.update(dict.fromkeys(_primitive_tasks(func)))
+    return list(tasks)
+
+
+def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
+    for node in walk(func.body):
+        if isinstance(node, E.Call) and not isinstance(node.callee, (E.GlobalVar, E.Var)):
+            for task in _call_tasks(node):
+                yield task, "float32"
+
+
+def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:
+    """The static float32 shape of ``expr``'s tensor of ``rank`` axes (any: None), else None."""
+    t = getattr(expr, "type", None)
+    if not isinstance(t, TensorType) or t.dtype != "float32" or t.shape is None:
+        return None
+    if rank not in (None, len(t.shape)) or not all(isinstance(d, int) for d in t.shape):
+        return None
+    return tuple(t.shape)
+
+
+def _call_tasks(call: E.Call) -> tuple[str, ...]:
+    """The float32 library tasks one op call of static shapes runs."""
+    callee, attrs = call.callee, call.attrs
+    if callee in (ops.conv1d, ops.conv2d):
+        return _conv_tasks(call, 2 if callee is ops.conv2d else 1)
+    if callee is ops.conv2d_packed:
+        from rvm.kernels import direct
+
+        return direct.FIRST_RUN_TASKS if _shape(call.args[0], 4) else ()
+    if callee is ops.dense_packed:
+        from rvm.kernels import packed
+
+        return packed.FIRST_RUN_TASKS if _shape(call.args[0], None) else ()
+    if callee in (ops.max_pool2d, ops.avg_pool2d):
+        x, out = _shape(call.args[0], 4), _shape(call, 4)
+        if x is None or out is None:
+            return ()
+        from rvm.kernels import pool
+
+        (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
+        is_max = callee is ops.max_pool2d
+        return pool.first_run_tasks(is_max, x[3], out[2], out[3], kh, kw, sh, sw, dh, dw)
+    if callee is ops.lrn:
+        x = _shape(call.args[0], 4)
+        if x is None or attrs["axis"] % 4 != 1:
+            return ()
+        from rvm.kernels import lrn
+
+        return lrn.first_run_tasks(x[0] * x[1] * x[2] * x[3], attrs["size"])
+    return ()
+
+
+def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
+    """A float32 convolution's tasks (`rvm.kernels.conv.first_run_tasks`); a 1-d one runs as
+    a 2-d one of height 1."""
+    from rvm.kernels import cblas, conv
+
+    x, w, out = (_shape(e, 2 + nsp) for e in (call.args[0], call.args[1], call))
+    if x is None or w is None or out is None or not cblas.AVAILABLE:
+        return ()
+    if nsp == 1:
+        x, w, out = ((*s[:2], 1, s[2]) for s in (x, w, out))
+    (sh, sw), groups = (1, *call.attrs["strides"])[-2:], call.attrs["groups"]
+    unpadded = not any(call.attrs["padding"])
+    c, ih, iw = x[1:]
+    o, _, kh, kw = w
+    return conv.first_run_tasks(c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded)
