@@ -32,13 +32,15 @@ _CONVS = ("conv2d", "conv2d_packed")
 @dataclass(frozen=True)
 class ConvEpilogue:
     """A convolution's epilogue: ``act(conv + bias + residual)`` (the residual after the
-    activation unless ``res_first``); ``absorbed`` the bindings it stands for, in order."""
+    activation unless ``res_first``); ``absorbed`` the bindings it stands for, in order, and
+    ``steps`` what each is ("bias", "residual" or the activation's name)."""
 
     bias: E.Expr | None
     act: int  # an index of ACTIVATIONS
     residual: E.Expr | None
     res_first: bool
     absorbed: tuple[E.Var, ...]
+    steps: tuple[str, ...]
 
     @property
     def res_mode(self) -> int:
@@ -77,7 +79,7 @@ def conv_epilogues(
 def _chain(conv, bindings, user, uses, known) -> ConvEpilogue | None:  # type: ignore[no-untyped-def]
     ty = _type(conv)
     bias = residual = None
-    act, res_first, absorbed, cur = 0, False, [], conv
+    act, res_first, absorbed, steps, cur = 0, False, [], [], conv
     while uses.get(cur, 0) == 1 and cur in user:
         b = bindings[user[cur]]
         v = b.value
@@ -86,22 +88,23 @@ def _chain(conv, bindings, user, uses, known) -> ConvEpilogue | None:  # type: i
         name, args = v.callee.name, list(v.args)
         other = [a for a in args if a is not cur]
         if name == "relu" and act == 0 and len(args) == 1:
-            act = ACTIVATIONS.index("relu")
+            act, step = ACTIVATIONS.index("relu"), "relu"
         elif name == "add" and len(args) == 2 and len(other) == 1 and _known(other[0], known):
             shape = _type(other[0])
             if bias is None and residual is None and act == 0 and _per_channel(shape, ty):
-                bias = other[0]
+                bias, step = other[0], "bias"
             elif residual is None and _same_type(shape, ty):
-                residual, res_first = other[0], act == 0
+                residual, res_first, step = other[0], act == 0, "residual"
             else:
                 break
         else:
             break
         absorbed.append(b.var)
+        steps.append(step)
         cur = b.var
     if not absorbed:
         return None
-    return ConvEpilogue(bias, act, residual, res_first, tuple(absorbed))
+    return ConvEpilogue(bias, act, residual, res_first, tuple(absorbed), tuple(steps))
 
 
 def _operands(v: E.Expr) -> list[E.Var]:

@@ -137,6 +137,8 @@ def jit_kernel(
         return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
     source, entry, sig = lowered
     kb = lowering.kb
+    if lowering.epilogues:  # what each convolution's library call applies itself
+        meta["conv_epilogue"] = ";".join("+".join(e.steps) for e in lowering.epilogues.values())
     return KernelRecord(
         name,
         "jit",
