@@ -380,10 +380,10 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
                 _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
                        0)  # fmt: skip
                 _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
-            if fused:  # the tile's epilogue, while it is in L1
-                ch = g * og + j0 + j
-                at = out_at + j * p_all + p0
-                epilogue.block_epilogue(of, at, ch, part, p_all, rows, (bias, act, res, first))
+    if fused and b_hi > b_lo:  # the piece's epilogue: its channels' runs, in L2
+        p0, p1 = b_lo * MR, min(b_hi * MR, p_all)
+        epilogue.block_epilogue(of, out_at + p0, g * og + j0, width, p_all, p1 - p0,
+                                (bias, act, res, first))  # fmt: skip
 
 
 @jit(**_OPTS)

@@ -273,21 +273,25 @@ def epilogue_rows(c, ldc, rows, cols, bias, act, res, res_first):  # type: ignor
     int64 addresses, no checks."""
     out, b, r = _floats_at(c), _floats_at(bias), _floats_at(res)
     zero = np.float32(0.0)
-    for i in range(rows):
+    relu = act == RELU
+    for i in range(rows):  # one pass a row, each case its own loop (each vectorizes)
         at = i * ldc
         add = b[i] if bias != 0 else zero
-        if res != 0 and res_first:
+        if res == 0 and relu:
             for j in range(cols):
-                out[at + j] += add + r[at + j]
-        elif bias != 0:
+                out[at + j] = np.maximum(out[at + j] + add, zero)
+        elif res == 0:
             for j in range(cols):
                 out[at + j] += add
-        if act == RELU:
+        elif res_first and relu:
             for j in range(cols):
-                out[at + j] = np.maximum(out[at + j], zero)
-        if res != 0 and not res_first:
+                out[at + j] = np.maximum(out[at + j] + add + r[at + j], zero)
+        elif res_first or not relu:
             for j in range(cols):
-                out[at + j] += r[at + j]
+                out[at + j] += add + r[at + j]
+        else:
+            for j in range(cols):
+                out[at + j] = np.maximum(out[at + j] + add, zero) + r[at + j]
 
 
 @jit(**_OPTS)
@@ -351,6 +355,9 @@ def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step,
     narrow = width < LANES and segments > 1
     bias, act, res, first = epi
     fused = bias != 0 or act != 0 or res != 0
+    # Segments one after the other in C (a convolution's output rows): the band's epilogue
+    # is one run over them all, long enough to vectorize (an output row of 13 is not).
+    runs = fused and c_step == width
     for p0 in range(0, k, KC):
         kc = min(KC, k - p0)
         add = 1 if (accumulate or p0 > 0) else 0
@@ -368,18 +375,20 @@ def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step,
                     vectors = min(VECTORS, segments - s)
                     _micro(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
                            width, b_step, c_step, 1)  # fmt: skip
-                    if final:
+                    if final and not runs:
                         for v in range(vectors):
                             _segment_epilogue(c + 4 * (s + v) * c_step, ldc, i0, rows, width,
                                               (bias, act, _moved(res, 4 * (s + v) * c_step),
                                                first))  # fmt: skip
-                continue
-            for s in range(segments):
-                at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
-                _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
-                if final:
-                    moved = (bias, act, _moved(res, 4 * s * c_step), first)
-                    _segment_epilogue(c + 4 * s * c_step, ldc, i0, rows, width, moved)
+            else:
+                for s in range(segments):
+                    at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
+                    _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
+                    if final and not runs:
+                        moved = (bias, act, _moved(res, 4 * s * c_step), first)
+                        _segment_epilogue(c + 4 * s * c_step, ldc, i0, rows, width, moved)
+            if final and runs:
+                _segment_epilogue(c, ldc, i0, rows, segments * width, epi)
 
 
 @jit(**_OPTS)
