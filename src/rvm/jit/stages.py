@@ -6,8 +6,9 @@ is not reachable), one call per batch matrix, writing straight into the stage's 
 lowering points that array at the kernel's output when the epilogue (bias, activation) can
 run in place, so the epilogue is one pass over the output in the same kernel. Float
 convolutions call `rvm.kernels.conv.conv2d` (1x1 GEMMs, depthwise loops or im2col),
-compiled once for all kernels rather than into each: a kernel only checks shapes, makes the
-call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
+compiled once for all kernels rather than into each: a kernel only checks shapes and makes
+the call, a float32 one with its bias, ReLU and residual as data (`rvm.jit.epilogue`), which
+the library applies block by block. Integer matmul and convolution are reduce loops inlined
 into their consumer.
 """
 

@@ -1,9 +1,11 @@
 """Float convolution for jit kernels, compiled once and called by every convolution kernel.
 
-A convolution kernel checks its operands' shapes, calls `conv2d` (or `conv2d_dot`) with the
-attributes, and runs its epilogue (bias, activation) over the output; the convolution itself
-lives here, so it is compiled once per operand type and cached with this module's Numba
-cache, not compiled again into every kernel (it was most of a CNN's compile time):
+A convolution kernel checks its operands' shapes and calls `conv2d` (or `conv2d_dot`) with the
+attributes and, for float32, its epilogue as data (a bias, ReLU, a residual:
+`rvm.kernels.epilogue`), which each method applies to each block of the output right after
+computing it, while it is in cache; the convolution itself lives here, so it is compiled
+once per operand type and cached with this module's Numba cache, not compiled again into
+every kernel (it was most of a CNN's compile time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr)`: NumPy's BLAS
   (`rvm.kernels.blas.gemm_split`: every GEMM is cut into pieces that run at once on
