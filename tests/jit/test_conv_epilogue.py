@@ -13,8 +13,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 import pytest
+from conv_cases import CASES
 from jit_helpers import rand, var
-from test_conv import CASES
 
 import rvm
 from rvm import op
