@@ -8,6 +8,7 @@ from collections.abc import Callable
 from html.parser import HTMLParser
 
 import pytest
+from hypothesis import settings
 
 import rvm
 from rvm.ir import IRModule
@@ -26,6 +27,15 @@ MAX_WORKERS = 4
 # of tests inherit it.
 os.environ.setdefault("RVM_JIT_ISOLATE", "1")
 numba_cache.install()  # compiles apart, before a test calls a library function
+
+# Hypothesis draws the same examples in every run (derandomize: a test's seed comes from its
+# own source), so a failure shows again on the next run, and a test parametrized by exec mode
+# or kernel backend draws the same programs for each, which then share their compiled
+# executables (`test_random_programs`). ``pytest --hypothesis-profile=explore`` draws fresh
+# examples each run, keeping failing ones in the ``.hypothesis`` database.
+settings.register_profile("suite", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile("suite")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -55,22 +55,38 @@ def float_mod():
     return _float_module()
 
 
+@pytest.fixture(scope="module")
+def quantized(float_mod):
+    """``quantized(method, kernels)``: the quantized module and the float and int8
+    executables, built once per method and backend and shared by the exec modes."""
+    built: dict[tuple[str, str], tuple[rvm.IRModule, rvm.Executable, rvm.Executable]] = {}
+
+    def build(method: str, kernels: str):
+        if (method, kernels) not in built:
+            qmod = rvm.quantize(float_mod, _inputs(1, 8), method=method)
+            f32, int8 = (rvm.compile(m, kernels=kernels) for m in (float_mod, qmod))
+            built[method, kernels] = qmod, f32, int8
+        return built[method, kernels]
+
+    return build
+
+
 @pytest.mark.parametrize(  # the percentile's jit kernels under -m slow (its own compile)
     ("method", "kernels"),
     [("minmax", "numpy"), ("minmax", "jit"), ("percentile", "numpy"),
      pytest.param("percentile", "jit", marks=pytest.mark.slow)],
 )  # fmt: skip
-def test_quantize_agrees_with_float(float_mod, method, exec_mode, kernels):
+def test_quantize_agrees_with_float(quantized, method, exec_mode, kernels):
     """Per-channel int8 weights and uint8 activations: logits within 10% of the largest float
     logit (8-bit steps over three layers, and inputs beyond the calibrated range clip), the
     same top-1 on at least 9 of 10 inputs; the integer kernels equal the module's reference
     interpretation."""
-    qmod = rvm.quantize(float_mod, _inputs(1, 8), method=method)
+    qmod, f32_ex, int8_ex = quantized(method, kernels)
     ops = _ops(qmod)
     assert ops.count("qconv2d") == 2 and ops.count("qdense") == 1, ops
     assert "conv2d" not in ops and "matmul" not in ops
-    f32 = rvm.VirtualMachine(rvm.compile(float_mod, kernels=kernels), exec_mode=exec_mode)
-    int8 = rvm.VirtualMachine(rvm.compile(qmod, kernels=kernels), exec_mode=exec_mode)
+    f32 = rvm.VirtualMachine(f32_ex, exec_mode=exec_mode)
+    int8 = rvm.VirtualMachine(int8_ex, exec_mode=exec_mode)
     agree = 0
     for (x,) in _inputs(2, 10):
         expected, got = f32["main"](x), int8["main"](x)

@@ -84,10 +84,12 @@ def test_this_machine_tuning_comes_from_its_facts() -> None:
     assert conv.COL_BYTES == 2 * facts.l2
 
 
-# In the subprocess: every convolution and pool case of the library's own tests (their case
+# In the subprocess: the convolution and pool cases of the library's own tests (their case
 # lists, run by their own checks; the direct method's with its panels and AVX-512's; the
 # convolution's epilogue in each method), on one thread and two, and GEMMs around the tile
-# edges.
+# edges. By default every convolution method and the direct one, one pool of each kind; every
+# case (the split GEMMs' large convolutions, every model's pool) with -m slow: each new method
+# is seconds of compiling for Haswell.
 _SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -96,9 +98,12 @@ import rvm
 from rvm.kernels import cpu, direct, sgemm
 assert cpu.cpu().vector_bits == 256 and sgemm.LANES == 8, (cpu.cpu(), sgemm.LANES)
 import test_conv, test_conv_epilogue as epi, test_direct, test_pool, test_sgemm
+every = {every!r}
+convs = test_conv.CASES + (test_conv.SPLIT_CASES if every else [])
+pools = test_pool.MODEL_POOLS if every else test_pool.MODEL_POOLS[3:4]
 for threads in (1, 2):
     rvm.set_num_threads(threads)
-    for case in test_conv.CASES + test_conv.SPLIT_CASES:
+    for case in convs:
         test_conv.test_conv2d_matches_reference(case, "float32")
     for case in epi.METHOD_CASES:  # the epilogue in each method, and in the direct tiles
         epi.test_conv2d_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[3])
@@ -109,7 +114,7 @@ for threads in (1, 2):
         test_direct.test_packed_convolution_matches_reference(case, 48)  # AVX-512's panels
     for case in test_direct.CHANNELS_CASES:
         test_direct.test_library_convolution_takes_the_direct_method(case)
-    for shape, k, s, pads, ceil in test_pool.MODEL_POOLS:
+    for shape, k, s, pads, ceil in pools:
         for kind, include in (("max", False), ("avg", False), ("avg", True)):
             test_pool._check_pool(kind, include, shape, k, s, pads, ceil)
 for m in test_sgemm.SIZES_M:
@@ -119,7 +124,8 @@ print("ok")
 """
 
 
-def test_avx2_path_gives_the_same_answers(tmp_path) -> None:
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_avx2_path_gives_the_same_answers(tmp_path, every: bool) -> None:
     """The convolutions, pools and GEMM compiled for Haswell (AVX2, 8 lanes) on this machine:
     the same answers as the references. Skipped where the host cannot run AVX2 code."""
     from llvmlite import binding as llvm
@@ -130,7 +136,7 @@ def test_avx2_path_gives_the_same_answers(tmp_path) -> None:
     env = dict(os.environ, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL)
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))
     run = subprocess.run(
-        [sys.executable, "-c", _SCRIPT.format(tests=tests)],
+        [sys.executable, "-c", _SCRIPT.format(tests=tests, every=every)],
         env=env,
         capture_output=True,
         text=True,

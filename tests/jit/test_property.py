@@ -51,7 +51,7 @@ def _build(dtype, steps, other):
     return prim([x, y], v)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chains())
 def test_random_chain_many_shapes(spec) -> None:
     dtype, steps, other = spec

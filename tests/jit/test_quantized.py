@@ -306,6 +306,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # a cold build of the integer library for another CPU: about a minute
 def test_without_vnni_the_plain_loop_gives_the_same_answers(tmp_path):
     """Compiled for Skylake-X (AVX-512 without VNNI; `NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`),
     the products take the plain loop: the same exact results."""

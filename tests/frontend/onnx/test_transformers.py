@@ -137,6 +137,11 @@ def test_interpreter_matches_ort(name):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+# The native mode's compile of a transformer on jit kernels runs in the default run with BERT
+# (`test_native_mode_runs_every_function_natively`); the Llama's under -m slow.
+@pytest.mark.parametrize(
+    "exec_mode", ["bytecode", "compiled", pytest.param("native", marks=pytest.mark.slow)]
+)
 def test_llama_jit_matches_ort(exec_mode):
     _check("llama_with_past", "jit", exec_mode)
 

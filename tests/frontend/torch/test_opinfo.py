@@ -92,10 +92,13 @@ def test_tvm_anchor_runs_an_exported_program() -> None:
     assert (status, reason) == ("mismatch", "output 0 differs by 1")
 
 
+# The direct samples run on NumPy kernels by default (the import, the overload reached and
+# every exec mode); on jit kernels, each a Numba compile of seconds, with -m slow.
+@pytest.mark.parametrize("kernels", ["numpy", pytest.param("jit", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", torch_direct.overloads())
-def test_direct_samples_reach_their_overload_and_pass(name: str) -> None:
+def test_direct_samples_reach_their_overload_and_pass(name: str, kernels: str) -> None:
     results = [
-        torch_opinfo.run_sample(info, k, sample, "jit")
+        torch_opinfo.run_sample(info, k, sample, kernels)
         for info, k, sample in torch_direct.samples([name])
         if info.name == name
     ]
