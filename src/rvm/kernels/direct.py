@@ -84,37 +84,34 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     convolution of this shape on this CPU, the GEMM's vectors running over ``gemm_run``
     output positions (an output row, or the whole map).
 
-    Measured on AVX-512 (each layer of the 9 light CNNs, one thread and two, `benchmarks/
-    conv_methods.py`): the channel vectors pay in whole vectors of a group's output
-    channels, deep enough that the transposed store and the NHWC copy are small against the
-    multiply-adds, and
+    Measured on AVX-512 (each layer of the 9 light CNNs, one thread, `benchmarks/
+    conv_methods.py`): the channel vectors pay at stride 1, deep enough (``kh * kw * c /
+    groups >= 36 * LANES``: the transposed store is small against the multiply-adds) and in
+    whole vectors of a group's output channels, and
 
-    - where the GEMM leaves an eighth of its lanes idle or more (rows of 13, 27 or 55
-      positions; 7 x 7 and 6 x 6 maps; 12 x 12), any stride, from ``kh * kw * c / groups
-      >= 16 * LANES`` (squeezenet's 32-channel expansions on 27 x 27; its 16-channel ones
-      run faster as GEMMs): the channels fill their lanes (rows of 14, 28 or 56 leave
-      exactly an eighth idle and measured even);
-    - from ``36 * LANES`` on maps of `PACK_MIN_POSITIONS` or more at stride 1 without
-      groups, with many output
-      channels (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of
-      the last level cache (the GEMM streams it again for every band of output channels; the
-      direct method reads it once): vgg19's layers, the inception stems (densenet121's 32
-      output channels on a 1.8 MB plane run faster as a GEMM).
+    - on maps of `PACK_MIN_POSITIONS` or more without groups, with many output channels
+      (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of the last
+      level cache (the GEMM streams it again for every band of output channels; the direct
+      method reads it once): vgg19's layers, the inception stems (densenet121's 32 output
+      channels on a 1.8 MB plane run faster as a GEMM);
+    - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
+      of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
 
-    Shallow convolutions (the 3-channel stems), ragged channel counts and 1x1 convolutions
-    run faster as GEMMs (each 1x1 layer of the 9 CNNs on 6 x 6 and 7 x 7 maps, deep as they
-    are, took 1.05 to 2 times as long by this method; the strided one of resnet50 four times).
+    Strided convolutions, shallow ones (squeezenet's first expansions, the 3-channel stems),
+    ragged channel counts and 1x1 convolutions run faster as GEMMs (each 1x1 layer of the 9
+    CNNs on 6 x 6 and 7 x 7 maps, deep as they are, took 1.05 to 2 times as long by this
+    method). A wider rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
+    vgg19 and alexnet more but cost the first run seconds of building the packed entry point
+    (issue 24's goals), so it is not taken.
     """
     depth = (c // groups) * kh * kw
-    if kh * kw == 1 or (o // groups) % LANES:
+    if kh * kw == 1 or sh != 1 or sw != 1 or depth < 36 * LANES or (o // groups) % LANES:
         return False
-    vectors = (gemm_run + LANES - 1) // LANES
-    if 8 * gemm_run < 7 * vectors * LANES:
-        return depth >= 16 * LANES
-    if oh * ow >= PACK_MIN_POSITIONS and sh == 1 and sw == 1 and depth >= 36 * LANES:
+    if oh * ow >= PACK_MIN_POSITIONS:
         plane = 4 * c * (ih + kh) * (iw + kw)
         return groups == 1 and (o >= 8 * LANES or 4 * plane > L3)
-    return False
+    vectors = (gemm_run + LANES - 1) // LANES
+    return 5 * gemm_run < 4 * vectors * LANES
 
 
 FIRST_RUN_TASKS = ("conv2d_direct",)
