@@ -21,6 +21,7 @@ from rvm.ir import expr as E
 from rvm.ir.analysis import walk
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType
+from rvm.kernels.numba_cache import light_loads
 from rvm.op import ops
 
 __all__ = ["library_tasks"]
@@ -28,7 +29,16 @@ __all__ = ["library_tasks"]
 
 def library_tasks(mod: IRModule) -> list[tuple[str, str]]:
     """The (task, dtype) pairs the jit kernels of ``mod`` (lowered: primitive functions with
-    static types) will likely run on their first call, first needed first."""
+    static types) will likely run on their first call, first needed first.
+
+    The library's rules it asks (`rvm.kernels.conv.method`...) are compiled functions: their
+    cached code loads without a refresh of Numba's compiler (`light_loads`), as a warm start
+    loads everything else."""
+    with light_loads():
+        return _library_tasks(mod)
+
+
+def _library_tasks(mod: IRModule) -> list[tuple[str, str]]:
     funcs = dict(mod.items())
     seen: set[str] = set()
     tasks: dict[tuple[str, str], None] = {}
