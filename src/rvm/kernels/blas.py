@@ -272,18 +272,16 @@ def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
 # through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
-# pieces along the segments and per batch; the epilogue: the bias's and the residual's
-# addresses (0: none), the activation, whether the residual goes before it.
+# pieces along the segments and per batch.
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
- _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH, _BIAS, _RES, _ACT,
- _FIRST) = range(1, 27)  # fmt: skip
-_SEGMENTS_JOB = 27
+ _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH) = range(1, 23)  # fmt: skip
+_SEGMENTS_JOB = 23
 
 
 @jit(**_OPTS)
 def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
-    segments, and its epilogue."""
+    segments."""
     batch, piece = p // job[_PER_BATCH], p % job[_PER_BATCH]
     m0, s0 = (piece // job[_SPARTS]) * job[_MSTEP], (piece % job[_SPARTS]) * job[_SSTEP]
     lda, ldc, b_step, c_step = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP]
@@ -291,11 +289,8 @@ def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step)
     at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step)
     rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
-    bias = job[_BIAS] + 4 * ((batch % job[_GROUPS]) * job[_M] + m0) if job[_BIAS] != 0 else 0
-    res = job[_RES] + at_c - job[_C] if job[_RES] != 0 else 0
-    epi = (bias, job[_ACT], res, job[_FIRST] != 0)
     sgemm.sgemm_segments(at_a, lda, at_b, job[_LDB], job[_TABLE], at_c, ldc, rows, job[_K], runs,
-                         job[_WIDTH], b_step, c_step, False, epi)  # fmt: skip
+                         job[_WIDTH], b_step, c_step, False)  # fmt: skip
 
 
 def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -322,7 +317,7 @@ def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
-                  batches, groups, a_group, b_batch, c_batch, bias, act, res, res_first):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
+                  batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
     each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
     ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
@@ -330,12 +325,6 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     a_group`` elements on, B ``i * b_batch``, C ``i * c_batch``: the (image, group) pairs of a
     grouped convolution. A convolution reads its taps in place through the table, one segment
     per output row.
-
-    The epilogue (`rvm.kernels.sgemm.epilogue_rows`) runs on each piece of C right after
-    its product, in the thread that computed it: ``bias`` (float32, one a row of C per group:
-    ``groups * m``, or empty), the activation ``act`` (an index of `rvm.kernels.packed`'s
-    ``ACTIVATIONS``), ``res`` (float32 laid out as ``c``, or empty) added before the
-    activation when ``res_first``, else after.
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few. Checks every window first; float32
@@ -348,8 +337,6 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         table.shape[0] > 0 and table.shape[0] < k
     ):
         raise IndexError("gemm_segments: a negative step or a short table")
-    if (bias.size > 0 and bias.size < groups * m) or (res.size > 0 and res.size != c.size):
-        raise IndexError("gemm_segments: the epilogue's bias or residual is too small")
     span_b = (batches - 1) * b_batch + (segments - 1) * b_step + width
     span_c = (batches - 1) * c_batch + (segments - 1) * c_step + width
     if not (
@@ -378,9 +365,6 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_BBATCH], job[_CBATCH] = b_batch, c_batch
     job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
     job[_PER_BATCH] = m_parts * s_parts
-    job[_BIAS] = address(bias, 0) if bias.size > 0 else 0
-    job[_RES] = address(res, ic) if res.size > 0 else 0
-    job[_ACT], job[_FIRST] = act, 1 if res_first else 0
     pieces = batches * m_parts * s_parts
     if pieces == 1 or parts == 1:
         for p in range(pieces):

@@ -270,9 +270,6 @@ per-row loops are too short, and the strided copy of `_phased` costs less (3x3 s
 pools on one thread broke even between 56 and 111 columns)."""
 
 
-PIECES_PER_THREAD = 4
-"""Chunks of channels per thread a large pool is cut into."""
-
 SEPARABLE, PHASED, DIRECT, FLAT = 0, 1, 2, 3
 """The methods `_method` picks: `_separable`, `_phased`, `_direct`, `rvm.kernels.maxflat`."""
 
@@ -432,9 +429,7 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return False
     if n * c * oh * ow == 0:
         return True
-    # Pieces enough that a thread that comes first takes more of them when a helper is late
-    # (woken from sleep, or its core busy): with one a thread, the caller waited for it.
-    chunks = min(PIECES_PER_THREAD * parfor.threads(), n * c)
+    chunks = min(parfor.threads(), n * c)
     if n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
         chunks = 1
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow, is_max,

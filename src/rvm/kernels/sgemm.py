@@ -40,7 +40,6 @@ from numba.extending import intrinsic, overload
 
 from rvm.kernels.cpu import Cpu, cpu, target_features
 from rvm.kernels.jitting import jit
-from rvm.kernels.reference.packed import ACTIVATIONS
 
 __all__ = [
     "BLOCK_BYTES",
@@ -51,7 +50,6 @@ __all__ = [
     "applies",
     "block_bytes",
     "depth_block",
-    "epilogue_rows",
     "require",
     "sgemm",
     "sgemm_segments",
@@ -99,8 +97,6 @@ KC = depth_block(cpu(), MR)
 BLOCK_BYTES = block_bytes(cpu())
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-_FAST = {"nsz", "arcp", "contract", "afn"}  # as `rvm.kernels.mathlib`'s: NaN and inf kept
-RELU = ACTIVATIONS.index("relu")  # the epilogue's activation codes are `ACTIVATIONS`'
 
 
 def _micro_for(mr: int):  # type: ignore[no-untyped-def]
@@ -263,49 +259,16 @@ def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: i
                last, LANES, LANES, 0)  # fmt: skip
 
 
-@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath=_FAST)
-def epilogue_rows(c, ldc, rows, cols, bias, act, res, res_first):  # type: ignore[no-untyped-def]
-    """A convolution's epilogue on a block of C just computed, while it is in cache:
-    ``C[i, :cols] = act(C[i] + bias[i] + R[i]) `` for ``i < rows`` (row stride ``ldc``), the
-    residual R added after the activation instead unless ``res_first``. ``bias``: the address
-    of ``rows`` floats, one a row (an output channel), 0 none; ``act``: an index of
-    `ACTIVATIONS` ("none" or "relu"); ``res``: R's address, laid out as C, 0 none. float32 at
-    int64 addresses, no checks."""
-    out, b, r = _floats_at(c), _floats_at(bias), _floats_at(res)
-    zero = np.float32(0.0)
-    relu = act == RELU
-    for i in range(rows):  # one pass a row, each case its own loop (each vectorizes)
-        at = i * ldc
-        add = b[i] if bias != 0 else zero
-        if res == 0 and relu:
-            for j in range(cols):
-                out[at + j] = np.maximum(out[at + j] + add, zero)
-        elif res == 0:
-            for j in range(cols):
-                out[at + j] += add
-        elif res_first and relu:
-            for j in range(cols):
-                out[at + j] = np.maximum(out[at + j] + add + r[at + j], zero)
-        elif res_first or not relu:
-            for j in range(cols):
-                out[at + j] += add + r[at + j]
-        else:
-            for j in range(cols):
-                out[at + j] = np.maximum(out[at + j] + add, zero) + r[at + j]
-
-
 @jit(**_OPTS)
 def sgemm_segments(
-    a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate, epi
+    a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C (+)= A[m, k] @ B`` where C's and B's columns come in ``segments`` runs of
     ``width``: run ``s`` of B starts ``s * b_step`` floats after ``b``, of C ``s * c_step``
     after ``c``. B's row ``r`` is ``r * ldb`` floats on, or with a ``table`` (an int64 array's
     address, else 0) ``table[r]``. One segment of ``n`` columns is a plain GEMM; a convolution
-    reads its taps in place, an output row a segment (`rvm.kernels.conv`). ``epi``: the
-    epilogue (`epilogue_rows`) as a tuple (bias, act, res, res_first), bias one float per row
-    of C, R laid out as C; run on each band of each segment after its last depth block.
-    float32 at int64 addresses, in the calling thread, no checks."""
+    reads its taps in place, an output row a segment (`rvm.kernels.conv`). float32
+    at int64 addresses, in the calling thread, no checks."""
     if m <= 0 or segments <= 0 or width <= 0:
         return
     if k <= 0:
@@ -315,9 +278,6 @@ def sgemm_segments(
                 for i in range(m):
                     for j in range(width):
                         out[i * ldc + j] = 0.0
-                bias, act, res, first = epi
-                moved = (bias, act, _moved(res, 4 * s * c_step), first)
-                _segment_epilogue(c + 4 * s * c_step, ldc, 0, m, width, moved)
         return
     # One run (a plain GEMM): blocks of its columns whose rows of B stay in L2 while every
     # band of A walks them. Runs of taps are not cut: their rows overlap (a block would
@@ -325,43 +285,21 @@ def sgemm_segments(
     if segments == 1:
         step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
         for j0 in range(0, width, step):
-            bias, act, res, first = epi
-            moved = (bias, act, _moved(res, 4 * j0), first)
             _block(a, lda, b + 4 * j0, ldb, table, c + 4 * j0, ldc, m, k, 1, min(step, width - j0),
-                   0, 0, accumulate, moved)  # fmt: skip
+                   0, 0, accumulate)  # fmt: skip
         return
-    _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate, epi)
+    _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate)
 
 
 @jit(**_OPTS)
-def _segment_epilogue(c, ldc, i0, rows, width, epi):  # type: ignore[no-untyped-def]
-    """`epilogue_rows` on rows ``i0`` to ``i0 + rows`` of the segment at ``c`` (the epilogue
-    ``epi`` of the whole C, its residual at ``epi[2]`` when C is at ``c``)."""
-    bias, act, res, first = epi
-    if bias == 0 and act == 0 and res == 0:
-        return
-    at = c + 4 * i0 * ldc
-    at_bias = bias + 4 * i0 if bias != 0 else 0
-    at_res = res + 4 * i0 * ldc if res != 0 else 0
-    epilogue_rows(at, ldc, rows, width, at_bias, act, at_res, first)
-
-
-@jit(**_OPTS)
-def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate, epi):  # type: ignore[no-untyped-def]  # noqa: E501
+def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate):  # type: ignore[no-untyped-def]  # noqa: E501
     """`sgemm_segments` on one block of C's columns: each depth block, each band of A across
-    the block's segments, and after the last depth block each band's epilogue (``epi``, R
-    at ``epi[2]`` laid out as C at ``c``); m, k, segments, width > 0."""
+    the block's segments; m, k, segments, width > 0."""
     indexed = 1 if table != 0 else 0
     narrow = width < LANES and segments > 1
-    bias, act, res, first = epi
-    fused = bias != 0 or act != 0 or res != 0
-    # Segments one after the other in C (a convolution's output rows): the band's epilogue
-    # is one run over them all, long enough to vectorize (an output row of 13 is not).
-    runs = fused and c_step == width
     for p0 in range(0, k, KC):
         kc = min(KC, k - p0)
         add = 1 if (accumulate or p0 > 0) else 0
-        final = fused and p0 + kc == k
         if indexed:
             b_block, rows_b = b, table + 8 * p0
         else:
@@ -375,26 +313,10 @@ def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step,
                     vectors = min(VECTORS, segments - s)
                     _micro(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
                            width, b_step, c_step, 1)  # fmt: skip
-                    if final and not runs:
-                        for v in range(vectors):
-                            _segment_epilogue(c + 4 * (s + v) * c_step, ldc, i0, rows, width,
-                                              (bias, act, _moved(res, 4 * (s + v) * c_step),
-                                               first))  # fmt: skip
-            else:
-                for s in range(segments):
-                    at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
-                    _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
-                    if final and not runs:
-                        moved = (bias, act, _moved(res, 4 * s * c_step), first)
-                        _segment_epilogue(c + 4 * s * c_step, ldc, i0, rows, width, moved)
-            if final and runs:
-                _segment_epilogue(c, ldc, i0, rows, segments * width, epi)
-
-
-@jit(**_OPTS)
-def _moved(address, by):  # type: ignore[no-untyped-def]
-    """``address + by``, 0 (none) staying 0."""
-    return address + by if address != 0 else 0
+                continue
+            for s in range(segments):
+                at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
+                _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
 
 
 @jit(**_OPTS)
@@ -402,10 +324,7 @@ def sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate):  # type: ignore[no-untyp
     """``C[m, n] (+)= A[m, k] @ B[k, n]`` on the float32 row-major matrices at the int64
     addresses ``a``, ``b``, ``c`` (row strides ``lda``, ``ldb``, ``ldc``), in the calling
     thread; ``accumulate`` adds to C. No checks."""
-    sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate, _NO_EPILOGUE)
-
-
-_NO_EPILOGUE = (0, 0, 0, False)  # `sgemm_segments`' epilogue: none
+    sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate)
 
 
 def _serves(like: nt.Type) -> bool:
