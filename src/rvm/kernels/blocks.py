@@ -30,6 +30,7 @@ its data (64-byte aligned): the address ``malloc`` gave and the size.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 
 import numba as nb
@@ -72,7 +73,8 @@ _state = (ctypes.c_int64 * _FIELDS).from_address(_address)
 _state[_CAP] = 1 << 30
 llvm.add_symbol(_STATE, _address)
 _HUGE = sys.platform.startswith("linux")  # MADV_HUGEPAGE (14) is Linux's
-_MADV_HUGEPAGE, _PAGE = 14, 4096
+_MADV_HUGEPAGE = 14
+_PAGE = os.sysconf("SC_PAGE_SIZE") if _HUGE else 4096  # this machine's page, not x86's
 _C_NAMES = {"rvm_blocks_malloc": "malloc", "rvm_blocks_free": "free"}
 if _HUGE:
     _C_NAMES["rvm_blocks_madvise"] = "madvise"
