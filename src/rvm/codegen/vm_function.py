@@ -217,17 +217,9 @@ class FunctionCodegen:
         pairs: list[int] = []
         checked = False  # a dim this match checks: else it is not worth emitting
         for d in ty.shape:
-            program = patterns.expr_pairs(d, self.slots) if _is_expr(d) else None
-            if isinstance(d, int):
-                pairs += [0, d]
-            elif program is not None:
-                pairs += program
-            elif D.is_symbol(d) and d in self.slots:
-                pairs += [2, self.slots[d]]
-            else:
-                pairs += [3, 0]
-                continue
-            checked = True
+            known = self.known_dim(d, 2)
+            checked = checked or known is not None
+            pairs += [3, 0] if known is None else known
         if not checked:
             return
         pattern = self.ctx.int_pattern(pairs)
@@ -235,6 +227,20 @@ class FunctionCodegen:
         self.fb.emit(Opcode.MATCH_SHAPE, dst, self.heap, pattern, context)
 
     # -- helpers ------------------------------------------------------------------------------
+    def known_dim(self, d: object, slot_kind: int) -> list[int] | None:
+        """The pattern pair(s) of a dim whose value is known here: a fixed dim (0), an
+        expression of stored names (4 and its program), a stored symbol read from its slot with
+        ``slot_kind`` (2 to check against it, 1 to build from it); None when nothing stored
+        names it."""
+        if isinstance(d, int):
+            return [0, d]
+        program = patterns.expr_pairs(d, self.slots) if _is_expr(d) else None
+        if program is not None:
+            return program
+        if D.is_symbol(d) and d in self.slots:
+            return [slot_kind, self.slots[d]]
+        return None
+
     def const_int(self, value: int) -> int:
         reg = self.fb.new_register()
         self.fb.emit(Opcode.LOAD_CONSTI, reg, int(value))
@@ -424,17 +430,12 @@ class FunctionCodegen:
     def make_shape(self, shape: tuple, dst: int) -> None:
         pairs: list[int] = []
         for d in shape:
-            program = patterns.expr_pairs(d, self.slots) if _is_expr(d) else None
-            if isinstance(d, int):
-                pairs += [0, d]
-            elif program is not None:
-                pairs += program
-            elif D.is_symbol(d) and d in self.slots:
-                pairs += [1, self.slots[d]]
-            else:
+            known = self.known_dim(d, 1)
+            if known is None:
                 raise IRError(
                     f"codegen {self.name}: dimension {d!r} is not bound by any parameter's shape"
                 )
+            pairs += known
         self.fb.emit(Opcode.MAKE_SHAPE, dst, self.heap, self.ctx.int_pattern(pairs))
 
     # -- control flow -------------------------------------------------------------------------
