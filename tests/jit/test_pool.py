@@ -129,6 +129,22 @@ def test_pools_keeping_few_of_their_positions_match_reference(kind, include) -> 
         _check_pool(kind, include, shape, k, s, pads, ceil)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_pools_three_columns_wide_match_reference_with_nan(dtype) -> None:
+    """`rvm.kernels.maxrows` (3 columns 1 apart, 1 or 2 apart between windows): 1 to 5 window
+    rows (the fourth and fifth a second pass), whole vectors and a masked last one, padding,
+    ceil mode and row dilation; a NaN in a window makes it NaN, as in the reference."""
+    x = rand((1, 3, 21, 75), dtype)
+    x[0, 1, 6, 40] = x[0, 2, 20, 74] = np.nan
+    for kh, (sh, sw), dh, pads, ceil in itertools.product(
+        [1, 2, 4, 5], [(1, 1), (2, 2), (3, 2)], [1, 2], [(0, 0, 0, 0), (1, 1, 2, 1)], [0, 1]
+    ):
+        want = numpy_ref.max_pool2d(x, (kh, 3), (sh, sw), pads, (dh, 1), bool(ceil))
+        out = np.zeros(want.shape, dtype=dtype)
+        pool.pool2d(x, out, 1, kh, 3, sh, sw, dh, 1, *pads, ceil, 0)
+        np.testing.assert_array_equal(out, want, err_msg=str((kh, sh, sw, dh, pads, ceil)))
+
+
 @pytest.mark.parametrize(
     ("is_max", "k", "s", "d", "method"),
     [(1, (3, 3), (2, 2), (1, 1), pool.FLAT), (1, (3, 3), (1, 1), (1, 1), pool.FLAT),
