@@ -147,15 +147,17 @@ def test_max_pools_three_columns_wide_match_reference_with_nan(dtype) -> None:
 
 @pytest.mark.parametrize(
     ("is_max", "k", "s", "d", "method"),
-    [(1, (3, 3), (2, 2), (1, 1), pool.FLAT), (1, (3, 3), (1, 1), (1, 1), pool.FLAT),
-     (1, (2, 2), (2, 2), (2, 1), pool.FLAT), (1, (2, 2), (2, 2), (1, 1), pool.SEPARABLE),
-     (1, (1, 1), (1, 1), (1, 1), pool.PHASED), (0, (3, 3), (2, 2), (1, 1), pool.SEPARABLE)],
+    [(1, (3, 3), (2, 2), (1, 1), pool.ROWS), (1, (3, 3), (1, 1), (1, 1), pool.ROWS),
+     (1, (2, 2), (2, 2), (2, 1), pool.FLAT), (1, (3, 3), (2, 2), (1, 2), pool.FLAT),
+     (1, (2, 2), (2, 2), (1, 1), pool.SEPARABLE), (1, (1, 1), (1, 1), (1, 1), pool.PHASED),
+     (0, (3, 3), (2, 2), (1, 1), pool.SEPARABLE)],
 )  # fmt: skip
 def test_max_pools_with_overlapping_windows_are_separable_over_whole_channels(
     is_max, k, s, d, method
 ) -> None:
     """`rvm.kernels.maxflat` takes max pools whose windows overlap (dilated ones whose span
-    does), not those whose windows tile the input, nor averages (on a 112-wide input)."""
+    does), `rvm.kernels.maxrows` those of them 3 columns wide 1 apart, 1 or 2 apart between
+    windows; neither takes windows that tile the input, nor averages (on a 112-wide input)."""
     oh, ow = (112 - d[0] * (k[0] - 1) - 1) // s[0] + 1, (112 - d[1] * (k[1] - 1) - 1) // s[1] + 1
     assert pool._method(is_max, 112, oh, ow, *k, *s, *d) == method
 

@@ -8,16 +8,13 @@ output row (each with a scalar tail as long as a vector), or a strided copy of t
 split by the strides. On one core of an AVX-512 machine this takes a half to 0.85 of the time
 of `rvm.kernels.pool`'s other methods on the light CNNs' max pools; it is not used for
 windows that do not overlap (2x2, 2 apart: every input read once anyway), where it took twice
-as long. Windows 3 wide and 1 apart along rows, 1 or 2 apart between them (3x3, the
-common case) take `rvm.kernels.maxrows` instead, whose vector loops split the stride-2
-columns with shuffles.
+as long.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import maxrows
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases
 
@@ -104,12 +101,8 @@ def _max_taps_run(src, dst, n, taps, apart):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def by_flat(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
-    """`_max_flat` on channels ``lo`` to ``hi``, with scratch of its own; windows
-    `rvm.kernels.maxrows.takes` go to `rvm.kernels.maxrows.by_rows`."""
+    """`_max_flat` on channels ``lo`` to ``hi``, with scratch of its own."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
-    if maxrows.takes(kw, sw, dw):
-        maxrows.by_rows(x, out, lo, hi, window)
-        return
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     hp = (oh - 1) * sh + dh * (kh - 1) + 1
     wp = (ow - 1) * sw + dw * (kw - 1) + 1

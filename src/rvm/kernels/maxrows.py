@@ -1,18 +1,21 @@
 """Max pools with 3-wide windows 1 apart, 1 or 2 apart along rows, one output row at a time.
 
-The common max pool of CNNs (3x3 windows 2 apart, squeezenet's, resnet's, inception's) and
-the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.maxflat`'s
-`by_flat` calls it): for each output row, its window rows are reduced element by element into
-a line that holds -inf where the padding or a ceil-mode overhang would be, then each output
-element is the maximum of three neighbours of the line. Two vector loops do it, written as
-LLVM intrinsics (`max3_run`, `max3_pairs`) since Numba's own loops for them take the
-NaN-propagating maximum as a compare and a blend per operand and, for the column stride 2, a
-gather per three elements: the pairs loop loads two vectors and splits them into the even and
-odd elements with shuffles instead. A NaN in a window makes its maximum NaN, as in the
-reference (`rvm.op.max_pool2d`).
+The common max pool of CNNs (3x3 windows 2 apart: squeezenet's, resnet's, inception's) and
+the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.pool`'s task
+``pool2d_max_rows``, built only for models whose pools take it). For each output row, its
+window rows are reduced element by element into a line that holds -inf where the padding or
+a ceil-mode overhang would be, then each output element is the maximum of three neighbours
+of the line. When the windows lie inside the input (no padding, no overhang), the rows are
+reduced for the whole channel in one run instead, the rows the stride skips too: one long run
+costs less than a short one per output row on small planes (13 x 13: half the time).
 
-Rows the stride skips are not reduced at all (a whole-channel run would reduce them too), and
-the line stays in L1.
+Two vector loops do the work, written as LLVM intrinsics (`max3_run`, `max3_pairs`): Numba's
+own loops for them take the NaN-propagating maximum as a compare and a blend per operand
+and, for the column stride 2, a gather per three elements; the pairs loop loads two vectors
+and splits them into the even and odd elements with shuffles instead. A NaN in a window
+makes its maximum NaN, as in the reference (`rvm.op.max_pool2d`). On one core of an AVX-512
+machine this takes 0.3 to 0.6 of the time of `rvm.kernels.maxflat` on the light CNNs' max
+pools, and its task builds in half the time.
 """
 
 from __future__ import annotations
