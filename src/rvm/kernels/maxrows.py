@@ -29,19 +29,20 @@ from numba.extending import intrinsic
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 
-__all__ = ["by_rows", "takes"]
+__all__ = ["Vectors", "by_rows", "loop", "scalar_type", "takes"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _BITS = cpu().vector_bits
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 
 
-class _Vectors:
+class Vectors:
     """Vectors of one float type as wide as the CPU's, on ``builder`` (int64 addresses)."""
 
-    def __init__(self, builder: ir.IRBuilder, scalar: ir.Type) -> None:
+    def __init__(self, builder: ir.IRBuilder, scalar: ir.Type, lanes: int | None = None) -> None:
         bits = 32 if isinstance(scalar, ir.FloatType) else 64
-        self.b, self.lanes, self.size = builder, _BITS // bits, bits // 8
+        self.b, self.lanes, self.size = builder, lanes or _BITS // bits, bits // 8
+        self.scalar = scalar
         self.vec = ir.VectorType(scalar, self.lanes)
         self.masks = ir.VectorType(I1, self.lanes)
         self.suffix = f"v{self.lanes}f{bits}"
@@ -58,6 +59,21 @@ class _Vectors:
         splat = ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes)
         n = b.shuffle_vector(b.insert_element(undef, n, I32(0)), undef, splat)
         return b.icmp_signed("<", self.ids, n)
+
+    def splat_mask(self, flag: ir.Value) -> ir.Value:
+        """The i1 ``flag`` in every lane of a mask."""
+        b, undef = self.b, ir.Constant(self.masks, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes)
+        return b.shuffle_vector(b.insert_element(undef, flag, I32(0)), undef, splat)
+
+    def widen(self, x: ir.Value) -> ir.Value:
+        """``x`` (a vector of as many lanes) in float64 lanes."""
+        double = ir.VectorType(ir.DoubleType(), self.lanes)
+        return x if x.type == double else self.b.fpext(x, double)
+
+    def narrow(self, x: ir.Value) -> ir.Value:
+        """The float64 vector ``x`` in this type's lanes (rounded)."""
+        return x if x.type == self.vec else self.b.fptrunc(x, self.vec)
 
     def load(self, address: ir.Value, index: ir.Value, mask: ir.Value | None) -> ir.Value:
         """The vector at element ``index`` of ``address`` (lanes off ``mask`` not read)."""
@@ -92,7 +108,7 @@ class _Vectors:
         return b.select(nan, b.fadd(b.fadd(a, c), e), m)
 
 
-def _loop(builder: ir.IRBuilder, v: _Vectors, n: ir.Value, whole: ir.Value, step) -> None:  # type: ignore[no-untyped-def]
+def loop(builder: ir.IRBuilder, v: Vectors, n: ir.Value, whole: ir.Value, step) -> None:  # type: ignore[no-untyped-def]
     """``step(j0, mask)`` for j0 = 0, lanes, ... below ``n``: the first ``whole`` vectors
     unmasked (``mask`` None), then the rest, at most one vector, masked."""
     with cgutils.for_range(builder, whole) as loop:
@@ -102,7 +118,8 @@ def _loop(builder: ir.IRBuilder, v: _Vectors, n: ir.Value, whole: ir.Value, step
         step(j0, v.first(builder.sub(n, j0)))
 
 
-def _scalar_type(like: nt.Type) -> ir.Type | None:
+def scalar_type(like: nt.Type) -> ir.Type | None:
+    """The LLVM float type of a Numba float type (None for any other type)."""
     return {nt.float32: ir.FloatType(), nt.float64: ir.DoubleType()}.get(like)
 
 
@@ -110,19 +127,19 @@ def _scalar_type(like: nt.Type) -> ir.Type | None:
 def max3_run(typingctx, like, a, c, e, dst, n):  # type: ignore[no-untyped-def]
     """On int64 addresses of elements of ``like``'s float type: ``dst[j]`` = the maximum of
     ``a[j]``, ``c[j]`` and ``e[j]`` for j < ``n`` (``dst`` may be ``a``)."""
-    scalar = _scalar_type(like)
+    scalar = scalar_type(like)
     if scalar is None:
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         _, a, c, e, dst, n = args
-        v = _Vectors(builder, scalar)
+        v = Vectors(builder, scalar)
 
         def step(j0, mask):  # type: ignore[no-untyped-def]
             m = v.max3(v.load(a, j0, mask), v.load(c, j0, mask), v.load(e, j0, mask))
             v.store(m, dst, j0, mask)
 
-        _loop(builder, v, n, builder.sdiv(n, I64(v.lanes)), step)
+        loop(builder, v, n, builder.sdiv(n, I64(v.lanes)), step)
         return context.get_dummy_value()
 
     return nt.void(like, *(nt.int64,) * 5), codegen
@@ -134,13 +151,13 @@ def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
     ``src[2q]``, ``src[2q + 1]`` and ``src[2q + 2]`` for q < ``n`` (``src`` holds 2n + 1
     elements, no more are read): two vectors of ``src`` split into their even and odd
     elements by shuffles, and the even ones of the two vectors one element on."""
-    scalar = _scalar_type(like)
+    scalar = scalar_type(like)
     if scalar is None:
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         _, src, dst, n = args
-        v = _Vectors(builder, scalar)
+        v = Vectors(builder, scalar)
         lanes, b = v.lanes, builder
         even = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
         odd = ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2)))
@@ -162,7 +179,7 @@ def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
 
         # A whole step at q0 reads src up to 2 q0 + 2 lanes + 1: inside while q0 + lanes < n.
         whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))
-        _loop(builder, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
+        loop(builder, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
         return context.get_dummy_value()
 
     return nt.void(like, nt.int64, nt.int64, nt.int64), codegen

@@ -28,11 +28,12 @@ be (a strided read is not one):
   channel in one run, the window columns of the kept windows, and the output their
   subsample. Computing rows the stride skips costs less than many short loops (each with a
   scalar tail) or a strided copy: a half to 0.85 of the time of the others;
-- those of them 3 columns wide, 1 or 2 apart (3x3, the commonest) by output rows
-  (`rvm.kernels.maxrows`): vector loops written as LLVM intrinsics, the stride-2 columns
-  split by shuffles, 0.3 to 0.6 of `rvm.kernels.maxflat`'s time on one core.
+- max and average pools 3 columns wide, 1 or 2 apart (3x3, the commonest) by output rows
+  (`rvm.kernels.maxrows`, `rvm.kernels.avgrows`): vector loops written as LLVM intrinsics,
+  the stride-2 columns split by shuffles; max pools in 0.3 to 0.6 of `rvm.kernels.maxflat`'s
+  time on one core, averages in 0.7 to 0.85 of the others'.
 
-Max and average pools by each method are eight tasks of their own (`rvm.kernels.parfor`),
+Max and average pools by each method are nine tasks of their own (`rvm.kernels.parfor`),
 each built when first run (a model builds the ones its pools take); large pools are split by
 channels over threads. The output
 size is checked against the geometry before any memory is touched (ValueError).
@@ -43,7 +44,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import entry, parfor
+from rvm.kernels import avgrows, entry, parfor
 from rvm.kernels.jitting import jit
 from rvm.kernels.maxflat import by_flat
 from rvm.kernels.maxrows import by_rows, takes
@@ -276,21 +277,24 @@ pools on one thread broke even between 56 and 111 columns)."""
 
 SEPARABLE, PHASED, DIRECT, FLAT, ROWS = 0, 1, 2, 3, 4
 """The methods `_method` picks: `_separable`, `_phased`, `_direct`, `rvm.kernels.maxflat`,
-`rvm.kernels.maxrows`."""
+`rvm.kernels.maxrows` (max) or `rvm.kernels.avgrows` (average)."""
 
 
 @jit(**_OPTS)
 def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw):  # type: ignore[no-untyped-def]
-    """The method of a pool: `rvm.kernels.maxflat` for max pools whose windows overlap (3x3
-    windows 2 apart: a half to 0.85 of the time of the others on CNNs' pools) unless the output
-    is much sparser than the input, `rvm.kernels.maxrows` among them when it `takes` the window;
-    else `_separable` for a column stride above 1 on wide inputs (it
-    reads the input in place, where splitting it by the column stride is a slow strided copy),
-    `_direct` for outputs much sparser than their input, else `_phased`."""
+    """The method of a pool: by rows (`rvm.kernels.maxrows`, `avgrows`) for windows 3 columns
+    wide that `takes` unless the output is much sparser than the input; else
+    `rvm.kernels.maxflat` for max pools whose windows overlap (a half to 0.85 of the time of
+    the others on CNNs' pools) unless the output is that sparse; else `_separable` for a
+    column stride above 1 on wide inputs (it reads the input in place, where splitting it by
+    the column stride is a slow strided copy), `_direct` for outputs much sparser than their
+    input, else `_phased`."""
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     sparse = oh * wq * DIRECT_SPARSITY <= hq * wq
+    if not sparse and takes(kw, sw, dw):
+        return ROWS
     if is_max and not sparse and (dh * (kh - 1) + 1 > sh or dw * (kw - 1) + 1 > sw):
-        return ROWS if takes(kw, sw, dw) else FLAT
+        return FLAT
     if sw > 1 and iw >= SEPARABLE_WIDTH:
         return SEPARABLE
     return DIRECT if sparse else PHASED
@@ -382,6 +386,11 @@ def _max_rows_task(k, like, data):  # type: ignore[no-untyped-def]
     by_rows(x, out, lo, hi, window)
 
 
+def _avg_rows_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    avgrows.by_rows(x, out, lo, hi, _avg_scale(x, out, data, window), window)
+
+
 def _avg_separable_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
     scale = _avg_scale(x, out, data, window)
@@ -404,6 +413,7 @@ for _name, _task in (
     ("pool2d_max_direct", _max_direct_task),
     ("pool2d_max_flat", _max_flat_task),
     ("pool2d_max_rows", _max_rows_task),
+    ("pool2d_avg_rows", _avg_rows_task),
     ("pool2d_avg_separable", _avg_separable_task),
     ("pool2d_avg_phased", _avg_phased_task),
     ("pool2d_avg_direct", _avg_direct_task),
@@ -415,6 +425,7 @@ _run_max_phased = parfor.runner("pool2d_max_phased")
 _run_max_direct = parfor.runner("pool2d_max_direct")
 _run_max_flat = parfor.runner("pool2d_max_flat")
 _run_max_rows = parfor.runner("pool2d_max_rows")
+_run_avg_rows = parfor.runner("pool2d_avg_rows")
 _run_avg_separable = parfor.runner("pool2d_avg_separable")
 _run_avg_phased = parfor.runner("pool2d_avg_phased")
 _run_avg_direct = parfor.runner("pool2d_avg_direct")
@@ -461,6 +472,8 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
             _run_max_direct(x, chunks, job)
         else:
             _run_max_phased(x, chunks, job)
+    elif method == ROWS:
+        _run_avg_rows(x, chunks, job)
     elif method == SEPARABLE:
         _run_avg_separable(x, chunks, job)
     elif method == DIRECT:
