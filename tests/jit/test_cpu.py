@@ -112,6 +112,7 @@ for threads in (1, 2):
     for shape, k, s, pads, ceil in pools:
         for kind, include in (("max", False), ("avg", False), ("avg", True)):
             test_pool._check_pool(kind, include, shape, k, s, pads, ceil)
+    test_pool.test_pools_three_columns_wide_match_reference_with_nan("float32")
 for m in test_sgemm.SIZES_M:
     for n in test_sgemm.SIZES_N:
         test_sgemm._run(m, n, sgemm.KC + 3, True)

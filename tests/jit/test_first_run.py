@@ -131,8 +131,8 @@ CONV_CHILD = textwrap.dedent(
                                      xs[2], xs[3], pad == 0)
         seen[name + " guessed"] = guess[0]
     for name, shape, is_max, k, s, p in (
-        ("max_flat", (1, 2, 8, 8), True, 3, 2, 1),  # max windows that overlap
-        ("avg_separable", (1, 2, 7, 100), False, 3, 2, 0),  # a column stride, a wide input
+        ("max_rows", (1, 2, 8, 8), True, 3, 2, 1),  # max windows that overlap, 3x3
+        ("avg_separable", (1, 2, 7, 100), False, 2, 2, 0),  # a column stride, a wide input
         ("avg_direct", (1, 3, 6, 6), False, 6, 1, 0),  # a global-like window
         ("max_phased", (1, 2, 8, 8), True, 2, 2, 0),  # max windows that do not overlap
     ):
@@ -172,20 +172,20 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
     assert seen == {
         "pointwise": ["conv2d_pointwise"],
         "depthwise": ["conv2d_depthwise", "conv2d_pointwise"],
-        "max_flat": ["pool2d_max_flat"],
-        "avg_separable": ["pool2d_avg_separable", "pool2d_max_flat"],
-        "avg_direct": ["pool2d_avg_direct", "pool2d_avg_separable", "pool2d_max_flat"],
+        "max_rows": ["pool2d_max_rows"],
+        "avg_separable": ["pool2d_avg_separable", "pool2d_max_rows"],
+        "avg_direct": ["pool2d_avg_direct", "pool2d_avg_separable", "pool2d_max_rows"],
         "max_phased": [
             "pool2d_avg_direct",
             "pool2d_avg_separable",
-            "pool2d_max_flat",
             "pool2d_max_phased",
+            "pool2d_max_rows",
         ],
     }
     assert guessed == {
         "pointwise": "conv2d_pointwise",
         "depthwise": "conv2d_depthwise",
-        "max_flat": "pool2d_max_flat",
+        "max_rows": "pool2d_max_rows",
         "avg_separable": "pool2d_avg_separable",
         "avg_direct": "pool2d_avg_direct",
         "max_phased": "pool2d_max_phased",
@@ -218,6 +218,6 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     assert library_tasks(run_pipeline(b.get())) == [
         ("conv2d_taps", "float32"),
         ("gemm_segments", "float32"),
-        ("pool2d_max_flat", "float32"),
+        ("pool2d_max_rows", "float32"),
         ("conv2d_pointwise", "float32"),
     ]

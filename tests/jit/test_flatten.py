@@ -109,6 +109,30 @@ def test_index_maps_keep_the_full_nest():
     check(func, rand((3, 4, 5), seed=12))
 
 
+def test_transposes_keeping_trailing_axes_write_them_merged():
+    """A transpose that keeps its last axes in place, written whole (a channel shuffle: the
+    reshape around it writes it straight into the output, values checked in
+    tests/jit/test_ops.py), loops over them as one axis; one that moves the last axis keeps
+    the full nest. Values as the reference at batch 1 and 2 (one kernel, written whole)."""
+    x = var("x", ("n", 6, 5, 3))
+    for axes, loops in [((0, 2, 1, 3, 4), 4), ((1, 0, 2, 3, 4), 3), ((0, 1, 2, 4, 3), 5),
+                        ((2, 1, 0, 3, 4), 4)]:  # fmt: skip
+        moved = op.transpose(op.reshape(x, (-1, 2, 3, 5, 3)), axes)
+        func = prim([x], op.reshape(moved, (-1, 6, 5, 3)) if axes[0] == 0 else moved)
+        assert _loops(func) == loops, axes
+    kernel = Jit(func)
+    for batch in (1, 2):
+        check(func, rand((batch, 6, 5, 3), seed=batch), kernel=kernel)
+
+
+def test_transposes_keeping_trailing_axes_fused_further_keep_the_nest():
+    """Read by elementwise work, such a transpose is an index map as any other (no buffer)."""
+    x = var("x", (2, 3, 5, 4))
+    func = prim([x], op.relu(op.transpose(x, axes=(1, 0, 2, 3))))
+    assert _loops(func) == 4
+    check(func, rand((2, 3, 5, 4), seed=13))
+
+
 # -- programs in every exec mode ------------------------------------------------------------
 
 SCALE = np.random.default_rng(0).standard_normal((1, 6, 1, 1)).astype(np.float32)

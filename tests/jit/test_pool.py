@@ -129,17 +129,42 @@ def test_pools_keeping_few_of_their_positions_match_reference(kind, include) -> 
         _check_pool(kind, include, shape, k, s, pads, ceil)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pools_three_columns_wide_match_reference_with_nan(dtype) -> None:
+    """`rvm.kernels.maxrows` (3 columns 1 apart, 1 or 2 apart between windows): 1 to 5 window
+    rows (the fourth and fifth a second pass), whole vectors and a masked last one, padding,
+    ceil mode and row dilation; a NaN in a window makes it NaN, as in the reference. The
+    same for `rvm.kernels.avgrows`' averages, with and without the padding counted."""
+    x = rand((1, 3, 21, 75), dtype)
+    x[0, 1, 6, 40] = x[0, 2, 20, 74] = np.nan
+    for kind, kh, (sh, sw), dh, pads, ceil in itertools.product(
+        ["max", "avg", "avg_pad"], [1, 2, 4, 5], [(1, 1), (2, 2), (3, 2)], [1, 2],
+        [(0, 0, 0, 0), (1, 1, 2, 1)], [0, 1]
+    ):  # fmt: skip
+        geometry = ((kh, 3), (sh, sw), pads, (dh, 1), bool(ceil))
+        if kind == "max":
+            want = numpy_ref.max_pool2d(x, *geometry)
+        else:
+            want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
+        out = np.zeros(want.shape, dtype=dtype)
+        flags = (kind == "max", kh, 3, sh, sw, dh, 1, *pads, ceil, kind == "avg_pad")
+        pool.pool2d(x, out, *map(int, flags))
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(flags))
+
+
 @pytest.mark.parametrize(
     ("is_max", "k", "s", "d", "method"),
-    [(1, (3, 3), (2, 2), (1, 1), pool.FLAT), (1, (3, 3), (1, 1), (1, 1), pool.FLAT),
-     (1, (2, 2), (2, 2), (2, 1), pool.FLAT), (1, (2, 2), (2, 2), (1, 1), pool.SEPARABLE),
-     (1, (1, 1), (1, 1), (1, 1), pool.PHASED), (0, (3, 3), (2, 2), (1, 1), pool.SEPARABLE)],
+    [(1, (3, 3), (2, 2), (1, 1), pool.ROWS), (1, (3, 3), (1, 1), (1, 1), pool.ROWS),
+     (1, (2, 2), (2, 2), (2, 1), pool.FLAT), (1, (3, 3), (2, 2), (1, 2), pool.FLAT),
+     (1, (2, 2), (2, 2), (1, 1), pool.SEPARABLE), (1, (1, 1), (1, 1), (1, 1), pool.PHASED),
+     (0, (3, 3), (2, 2), (1, 1), pool.ROWS), (0, (2, 2), (2, 2), (1, 1), pool.SEPARABLE)],
 )  # fmt: skip
 def test_max_pools_with_overlapping_windows_are_separable_over_whole_channels(
     is_max, k, s, d, method
 ) -> None:
     """`rvm.kernels.maxflat` takes max pools whose windows overlap (dilated ones whose span
-    does), not those whose windows tile the input, nor averages (on a 112-wide input)."""
+    does), not those whose windows tile the input, nor averages; max and average pools 3
+    columns wide 1 apart, 1 or 2 apart between windows, go by rows (on a 112-wide input)."""
     oh, ow = (112 - d[0] * (k[0] - 1) - 1) // s[0] + 1, (112 - d[1] * (k[1] - 1) - 1) // s[1] + 1
     assert pool._method(is_max, 112, oh, ow, *k, *s, *d) == method
 

@@ -218,6 +218,11 @@ class KernelBuilder(Emitter):
         merged = merged_write(self, x, name)
         if merged is not None:
             x, name = merged
+        elif "merged" in x.info:  # a transpose keeping trailing axes (`rvm.jit.layout`)
+            x = x.info["merged"]()
+            view = self.fresh("w")
+            self.root.lines.append(f"{view} = {name}.reshape({shape_tuple(x.dims)})")
+            name = view
 
         def emit(body: Body, index: list[Scalar]) -> None:
             v = self.let(body, convert(self.load(x, body, index), dtype))

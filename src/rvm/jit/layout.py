@@ -24,9 +24,35 @@ def _transpose(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> 
     (x,) = args
     perm = attrs["axes"]
     perm = list(reversed(range(x.ndim))) if perm is None else [a % x.ndim for a in perm]
-    inv = [perm.index(a) for a in range(x.ndim)]
-    dims = [x.dims[a] for a in perm]
-    return kb.index_map(x, dims, lambda body, index: [index[inv[a]] for a in range(x.ndim)])
+    t = kb.index_map(x, [x.dims[a] for a in perm], _permuted(perm))
+    lead = x.ndim - _kept_tail(perm)
+    if lead <= x.ndim - 2 and x.loader is None and sum(d != "1" for d in x.dims[lead:]) >= 2:
+        # The trailing axes the transpose keeps in place are one contiguous run of the input
+        # and of the output: written whole (`KernelBuilder.write`), the transpose is written
+        # with them merged into one axis (a channel shuffle's copies whole planes, one
+        # vectorized inner loop each, not rows of W).
+        def merged() -> Tensor:
+            m = reshape_to(kb, x, [*x.dims[:lead], kb.dim(product(x.dims[lead:]))], True)
+            return kb.index_map(m, [m.dims[a] for a in perm[:lead]] + [m.dims[lead]],
+                                _permuted([*perm[:lead], lead]))  # fmt: skip
+
+        t.info["merged"] = merged
+    return t
+
+
+def _kept_tail(perm: Sequence[int]) -> int:
+    """How many of a permutation's trailing axes stay in place."""
+    n = len(perm)
+    k = 0
+    while k < n and perm[n - 1 - k] == n - 1 - k:
+        k += 1
+    return k
+
+
+def _permuted(perm: Sequence[int]):  # type: ignore[no-untyped-def]
+    """The index map of a transpose by ``perm``: output index -> input index."""
+    inv = [perm.index(a) for a in range(len(perm))]
+    return lambda body, index: [index[inv[a]] for a in range(len(perm))]
 
 
 def _expand_dims(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:

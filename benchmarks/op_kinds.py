@@ -1,0 +1,132 @@
+"""Where a light CNN's time goes, by op kind: rvm's kernels against ONNX Runtime's nodes.
+
+Run: ``python benchmarks/op_kinds.py [--only squeezenet,shufflenet] [--threads 1] [--repeat 60]``.
+
+Per model (random weights, `common.light_model_files`), in one process: rvm's compiled mode
+profiled per kernel (`VirtualMachine.profile`) and ORT (default session options) profiled per
+node (``enable_profiling``), both on ``--threads`` threads (default: each runtime's default).
+Each kernel's and each node's time is its minimum over ``--repeat`` runs (the figure a loaded,
+shared machine distorts least), summed by op kind: ORT's op types as they are (its ``Conv``,
+``FusedConv``, the ``ReorderInput``/``ReorderOutput`` of its blocked layout...), rvm's kernels
+by the first op their name carries (``fused_conv2d_add_relu`` is ``Conv``). Beside them: the
+fastest whole run of each, and rvm's VM overhead (run time minus kernel time, the median
+over runs; it includes the profiler's own cost of a few hundred ns per kernel). Writes
+``benchmarks/results/op_kinds.json`` (``--name``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from common import light_model_files, machine, machine_line, write_results
+
+# isort: split
+import rvm
+
+# rvm kernel name fragment -> the ONNX op kind it computes (the first that a name holds).
+KINDS = (
+    ("conv2d", "Conv"),
+    ("max_pool", "MaxPool"),
+    ("global_avg_pool", "GlobalAveragePool"),
+    ("avg_pool", "AveragePool"),
+    ("concat", "Concat"),
+    ("softmax", "Softmax"),
+    ("transpose", "Transpose"),
+    ("dense", "Gemm"),
+    ("matmul", "Gemm"),
+    ("lrn", "LRN"),
+    ("reshape", "Reshape"),
+)
+
+
+def rvm_kind(kernel: str) -> str:
+    """The op kind of rvm kernel ``kernel`` (its name when no fragment of `KINDS` is in it)."""
+    return next((kind for key, kind in KINDS if key in kernel), kernel)
+
+
+def profile_rvm(path: Path, inputs: list, repeat: int) -> dict:
+    """rvm's compiled mode on ``path``: per op kind the summed minimum kernel times (us)."""
+    vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
+    report = vm.profile("main", *inputs, warmup=3, repeat=repeat)
+    best: dict[str, float] = collections.defaultdict(lambda: float("inf"))
+    for _, per in report.runs:
+        for name, (_, ns) in per.items():
+            best[name] = min(best[name], ns / 1e3)
+    kinds: dict[str, float] = collections.defaultdict(float)
+    for name, us in best.items():
+        kinds[rvm_kind(name)] += us
+    return {
+        "kinds_us": dict(kinds),
+        "run_min_us": min(report.run_times) * 1e6,
+        "vm_overhead_us": report.vm_overhead * 1e6,
+    }
+
+
+def profile_ort(path: Path, inputs: list, repeat: int, threads: int | None) -> dict:
+    """ORT on ``path``: per op type the summed minimum node times (us)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(path.with_suffix(""))
+    if threads:
+        opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    feed = dict(zip([i.name for i in sess.get_inputs()], inputs, strict=True))
+    for _ in range(repeat + 3):
+        sess.run(None, feed)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    best: dict[str, float] = collections.defaultdict(lambda: float("inf"))
+    kind_of = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            best[e["name"]] = min(best[e["name"]], float(e["dur"]))
+            kind_of[e["name"]] = e["args"]["op_name"]
+    kinds: dict[str, float] = collections.defaultdict(float)
+    for node, us in best.items():
+        kinds[kind_of[node]] += us
+    runs = [float(e["dur"]) for e in events if e.get("name") == "model_run"]
+    return {"kinds_us": dict(kinds), "run_min_us": min(runs)}
+
+
+def table(name: str, mine: dict, theirs: dict) -> list[str]:
+    """The rows of model ``name``: per op kind rvm's and ORT's summed times."""
+    a, b = mine["kinds_us"], theirs["kinds_us"]
+    lines = [f"{name}", f"  {'kind':18}{'rvm us':>10}{'ORT us':>10}"]
+    for kind in sorted(set(a) | set(b), key=lambda k: -(a.get(k, 0.0) + b.get(k, 0.0))):
+        lines.append(f"  {kind:18}{a.get(kind, 0.0):>10.1f}{b.get(kind, 0.0):>10.1f}")
+    lines.append(f"  {'sum':18}{sum(a.values()):>10.1f}{sum(b.values()):>10.1f}")
+    lines.append(f"  {'fastest run':18}{mine['run_min_us']:>10.1f}{theirs['run_min_us']:>10.1f}")
+    lines.append(f"  {'VM overhead':18}{mine['vm_overhead_us']:>10.1f}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="squeezenet,shufflenet", help="comma-separated models")
+    parser.add_argument("--threads", type=int, default=0, help="threads of both (0: defaults)")
+    parser.add_argument("--repeat", type=int, default=60, help="profiled runs of each")
+    parser.add_argument("--name", default="op_kinds", help="results file name, no suffix")
+    args = parser.parse_args()
+    if args.threads:
+        rvm.set_num_threads(args.threads)
+    lines = [machine_line(), f"threads: {args.threads or 'defaults'}; load {os.getloadavg()}"]
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only.split(","):
+            path, _, _, inputs = light_model_files(name, Path(tmp))
+            mine = profile_rvm(path, inputs, args.repeat)
+            theirs = profile_ort(path, inputs, args.repeat, args.threads or None)
+            rows[name] = {"rvm": mine, "ort": theirs}
+            lines += table(name, mine, theirs)
+    print("\n".join(lines))
+    write_results(args.name, {"machine": machine(), "threads": args.threads, "models": rows})
+
+
+if __name__ == "__main__":
+    main()
