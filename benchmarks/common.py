@@ -83,6 +83,7 @@ def interleaved_medians(
     repeat: int = 101,
     sample_s: float = 1e-4,
     settle_s: float = 0.0,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
     """The median seconds per call of each ``fns[name]()``, the functions taking turns sample
     by sample, so a slow spell of a shared machine hits them alike.
@@ -95,6 +96,10 @@ def interleaved_medians(
     call count. Every other round runs the functions in reverse order, so none always
     follows the same one (a microsecond call ran ~5% slower right after eager PyTorch's turn
     than after a call of the same VM code, which had warmed the caches for it).
+
+    ``clock``: `time.perf_counter` (wall time) by default; `time.thread_time` measures the CPU
+    time of calls that run in the calling thread only (one thread each), which a loaded
+    machine's preemptions leave out.
     """
     number = {}
     for name, fn in fns.items():
@@ -112,10 +117,10 @@ def interleaved_medians(
             if settle_s > 0:
                 time.sleep(settle_s)
                 fn()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(number[name]):
                 fn()
-            times[name].append((time.perf_counter() - start) / number[name])
+            times[name].append((clock() - start) / number[name])
     return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 

@@ -6,11 +6,14 @@ Run: ``python benchmarks/conv_methods.py [--only vgg19,densenet121] [--repeat 21
 [--threads 2] [--batch 8]``. The
 layers' shapes come from the models' graphs (ONNX shape inference); depthwise and 1x1 layers
 are left out (neither method is the direct one's). Per layer: milliseconds of each, interleaved
-medians in one process after checking the outputs agree, GEMM/direct, direct/ORT, and whether
+medians in one process after checking the outputs agree, GEMM/direct, direct/ORT, GFLOP/s of
+each, and whether
 the rule (`rvm.kernels.conv.channels_pay` with the weight packed at build time) picks the
 direct method: the table to check and re-tune the rule on another machine. Both runtimes on
 ``--threads`` threads (`rvm.set_num_threads`, ORT's ``intra_op_num_threads``), one by default:
-the per-core efficiency of the methods, which a loaded machine distorts least; ``--threads 0``
+the per-core efficiency of the methods, which a loaded machine distorts least (one thread
+each runs in the calling thread: its CPU time is what is timed, `time.thread_time`, so other
+processes' preemptions are left out); ``--threads 0``
 leaves both at their defaults (every core), where splitting small layers costs. Prints the
 machine, writes ``benchmarks/results/conv_methods.json`` (``conv_methods_t2.json``... for
 other thread counts, ``conv_methods_b8.json``... for ``--batch`` images a call: the rule's
@@ -20,6 +23,7 @@ choice may change with the batch, as the GEMM's rows grow with it).
 from __future__ import annotations
 
 import argparse
+import time
 
 from common import interleaved_medians, machine, machine_line, write_results
 
@@ -100,7 +104,10 @@ def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> 
     # ORT's pool threads spin after its calls (more than one thread): each turn settles first.
     settle = 0.0 if threads == 1 else 0.05
     fns = {"gemm": gemm, "direct": channels, "ort": onnxruntime}
-    t = interleaved_medians(fns, repeat, settle_s=settle)
+    # One thread each runs in the calling thread: its CPU time, which preemptions by other
+    # processes on a loaded machine leave out; more threads, wall time.
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    t = interleaved_medians(fns, repeat, settle_s=settle, clock=clock)
     oh, ow = out_shape[2], out_shape[3]
     picks = bool(conv.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True))
     return {**{k: v * 1e3 for k, v in t.items()}, "picks_direct": picks}
@@ -122,7 +129,8 @@ def main() -> None:
     print(machine_line(), f"threads: {args.threads or 'default'}; batch {args.batch}")
     rows = []
     found = layers(args.only.split(","), args.batch)
-    print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule")
+    print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule"
+          f"  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}")  # fmt: skip
     for key, info in found.items():
         (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
         if groups == c or kernel == (1, 1):
@@ -132,8 +140,13 @@ def main() -> None:
         name = f"{c}x{ih}x{iw} -> {o}x{oh}x{ow} k{kernel[0]}x{kernel[1]} s{strides[0]} g{groups}"
         rule = "direct" if t["picks_direct"] else "gemm"
         ratios = f"{t['gemm'] / t['direct']:5.2f} {t['direct'] / t['ort']:5.2f}"
-        print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule}")
-        rows.append({"layer": name, "models": info["models"], **t})
+        gflop = 2 * n * o * oh * ow * (c // groups) * kernel[0] * kernel[1] / 1e9
+        rates = {k: gflop / (t[k] / 1e3) for k in ("gemm", "direct", "ort")}
+        speeds = f"{rates['gemm']:5.0f} {rates['direct']:6.0f} {rates['ort']:5.0f}"
+        print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule:6} "
+              f"          {speeds}")  # fmt: skip
+        gflops = {f"{k}_gflops": v for k, v in rates.items()}
+        rows.append({"layer": name, "models": info["models"], **t, **gflops})
     name = "conv_methods" if args.threads == 1 else f"conv_methods_t{args.threads}"
     name += "" if args.batch == 1 else f"_b{args.batch}"
     payload = {"machine": machine(), "threads": args.threads, "batch": args.batch}

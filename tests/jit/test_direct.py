@@ -99,6 +99,13 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
         assert not _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided
     assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
+    # Small maps, more output channels, deeper still (vgg19's 28 x 28 and 14 x 14 layers).
+    assert _pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
+    assert not _pays(deep, 6 * lanes, 1, 3, 1, 28, 28, packed=False)
+    assert not _pays(4 * lanes, 8 * lanes, 1, 3, 1, 28, 28)  # 36 * lanes deep: too shallow
+    assert not _pays(deep, 4 * lanes, 1, 3, 1, 28, 28)  # few output channels
+    assert not _pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # grouped
+    assert not _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)  # strided
     # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a 1x1
     # convolution runs faster as a GEMM, even on maps that leave lanes idle, however deep.
     assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
