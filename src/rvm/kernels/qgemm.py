@@ -71,80 +71,90 @@ DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@intrinsic
-def _micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap):  # type: ignore[no-untyped-def]
-    """On int64 addresses, int32 ``C[:rows, :NR] = A[:rows, :4 * taps * quads] @ B[:, :NR]``:
-    A's rows ``lda`` bytes apart, broadcast 4 bytes at a time; B by taps, each of ``quads``
-    quads of depth: quad ``s`` of tap ``t`` is ``NR`` x 4 bytes at ``b + offsets[t] + s *
-    ldb`` (``offsets`` the address of int64 byte offsets), loaded `LANES` columns a vector;
-    C's rows ``ldc`` values apart. ``swap`` 0: A is uint8 and B int8; 1: A int8, B uint8.
-    Rows past ``rows`` read row 0 and are not stored. One tap at offset 0 is a plain
-    panel; several read a convolution's taps in place from one image (`_direct`)."""
-    sig = nt.void(*(nt.int64,) * 11)
+def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
+    """The micro-kernel ``micro(taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap)`` of
+    ``vectors`` vectors of `LANES` columns: on int64 addresses, int32 ``C[:rows, :width] =
+    A[:rows, :4 * taps * quads] @ B[:, :width]`` (``width`` = ``vectors * LANES``): A's rows
+    ``lda`` bytes apart, broadcast 4 bytes at a time; B by taps, each of ``quads`` quads of
+    depth: quad ``s`` of tap ``t`` is ``width`` x 4 bytes at ``b + offsets[t] + s * ldb``
+    (``offsets`` the address of int64 byte offsets), loaded `LANES` columns a vector; C's
+    rows ``ldc`` values apart. ``swap`` 0: A is uint8 and B int8; 1: A int8, B uint8. Rows
+    past ``rows`` read row 0 and are not stored. One tap at offset 0 is a plain panel;
+    several read a convolution's taps in place from one image (`_direct`)."""
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap = args
-        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-        vec = ir.VectorType(i32, LANES)
-        fnty = ir.FunctionType(vec, [vec, vec, vec])
-        dot = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512")
-        a_bytes, b_bytes = (
-            builder.inttoptr(a, i8.as_pointer()),
-            builder.inttoptr(b, i8.as_pointer()),
-        )
-        offs = builder.inttoptr(offsets, i64.as_pointer())
-        cp = builder.inttoptr(c, i32.as_pointer())
-        zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-        a_rows = [
-            builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
-            for i in range(MR)
+    @intrinsic
+    def micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap):  # type: ignore[no-untyped-def]
+        sig = nt.void(*(nt.int64,) * 11)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            _micro_code(builder, args, vectors)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return micro
+
+
+def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
+    """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
+    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap = args
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    vec = ir.VectorType(i32, LANES)
+    fnty = ir.FunctionType(vec, [vec, vec, vec])
+    dot = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512")
+    a_bytes, b_bytes = (
+        builder.inttoptr(a, i8.as_pointer()),
+        builder.inttoptr(b, i8.as_pointer()),
+    )
+    offs = builder.inttoptr(offsets, i64.as_pointer())
+    cp = builder.inttoptr(c, i32.as_pointer())
+    zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
+    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+    a_rows = [
+        builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
+        for i in range(MR)
+    ]
+
+    def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
+        """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
+        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
+        bs = []
+        for j in range(vectors):
+            at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
+            bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
+        depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
+        for i in range(MR):
+            at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
+            word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
+            av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
+            for j in range(vectors):
+                u, v = (bs[j], av) if swapped else (av, bs[j])
+                builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
+
+    def tile(swapped):  # type: ignore[no-untyped-def]
+        acc = [
+            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(MR)
         ]
+        with cgutils.for_range(builder, taps) as outer:
+            with cgutils.for_range(builder, quads) as inner:
+                step(swapped, acc, outer.index, inner.index)
+        for i in range(MR):
+            with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                for j in range(vectors):
+                    at = builder.gep(cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))])
+                    builder.store(
+                        builder.load(acc[i][j]), builder.bitcast(at, vec.as_pointer()), align=4
+                    )
 
-        def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
-            """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
-            row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
-            bs = []
-            for j in range(VECTORS):
-                at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
-                bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
-            depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
-            for i in range(MR):
-                at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
-                word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
-                av = builder.shuffle_vector(
-                    builder.insert_element(undef, word, i32(0)), undef, splat
-                )
-                for j in range(VECTORS):
-                    u, v = (bs[j], av) if swapped else (av, bs[j])
-                    builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
+    with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
+        with swapped:
+            tile(True)
+        with plain:
+            tile(False)
 
-        def tile(swapped):  # type: ignore[no-untyped-def]
-            acc = [
-                [cgutils.alloca_once_value(builder, zero) for _ in range(VECTORS)]
-                for _ in range(MR)
-            ]
-            with cgutils.for_range(builder, taps) as outer:
-                with cgutils.for_range(builder, quads) as inner:
-                    step(swapped, acc, outer.index, inner.index)
-            for i in range(MR):
-                with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                    for j in range(VECTORS):
-                        at = builder.gep(
-                            cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))]
-                        )
-                        builder.store(
-                            builder.load(acc[i][j]), builder.bitcast(at, vec.as_pointer()), align=4
-                        )
 
-        with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
-            with swapped:
-                tile(True)
-            with plain:
-                tile(False)
-        return context.get_dummy_value()
-
-    return sig, codegen
+_micro = _make_micro(VECTORS)
+_micro_tail = _make_micro(1)  # a product's last columns when `LANES` or fewer are left
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
@@ -162,17 +172,23 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
 def _gemm(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
-    operand is the uint8 one (see `_micro`)."""
+    operand is the uint8 one (see `_micro`). Tiles of `NR` columns, the last one `LANES`
+    wide when no more are left (its other columns of ``acc`` are not written)."""
     flat, offsets, quads, ldb = b[0], b[1], b[2], b[3]
     n_rows, lda = rows.shape
     ldc, taps = acc.shape[1], offsets.size
     if VNNI:
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         for j in range(j0, j1, NR):
+            tail = j1 - j <= LANES
             for r in range(0, n_rows, MR):
                 count = min(MR, n_rows - r)
-                _micro(taps, offs, quads, a0 + r * lda, lda, b0 + 4 * j, ldb,
-                       c0 + 4 * (r * ldc + j - j0), ldc, count, swap)  # fmt: skip
+                at_a, at_c = a0 + r * lda, c0 + 4 * (r * ldc + j - j0)
+                if tail:
+                    _micro_tail(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count,
+                                swap)  # fmt: skip
+                else:
+                    _micro(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count, swap)
         return
     for r in range(n_rows):
         for j in range(j0, j1):
@@ -283,9 +299,11 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
     block = max(NR, BLOCK_BYTES // (4 * og) // NR * NR)
     acc = np.empty((og, block), np.int32)
     narrow = rows.shape[1] * 255 * 128 < 1 << 30  # |sum| <= 255 * 128 * depth
+    last = out.shape[1] - 1  # the last position's column, plus one: the columns used
+    used = last // b[6] * b[5] + last % b[6] + 1
     for b0 in range(j0, j1, block):
         b1 = min(j1, b0 + block)
-        _gemm(rows, b, acc, 1, b0, b1)
+        _gemm(rows, b, acc, 1, b0, min(b1, used))
         _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, b1, b[5],
                     b[6], narrow)  # fmt: skip
 
