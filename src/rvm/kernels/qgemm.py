@@ -26,9 +26,13 @@ int8) on C-contiguous operands:
 - the sums are made a block of columns at a time (`_blocks`, in cache) and requantized
   there: the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds
   the bias, scales in float32, rounds half to even, adds the output zero point and clips;
-- a large product is cut into pieces of columns on rvm's pool (`rvm.kernels.parfor`: the
-  task ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float
-  GEMMs are, from `SPLIT_MIN` multiply-adds a piece.
+- a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
+  ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
+  are, from `SPLIT_MIN` multiply-adds a piece: pieces of columns, or of rows (output
+  channels) when those share the work out more evenly between the threads (few positions:
+  a 7 x 7 output's 49 are two tiles of columns);
+- the last tile of a product's columns is one vector (`LANES`) wide when no more are left
+  (`_micro_tail`: 13 x 13's 169 positions compute 176 columns, not 192).
 
 The sums are exact (int32 holds 255 * 128 * 65536); results equal the ops' NumPy references.
 """
@@ -54,7 +58,7 @@ from rvm.kernels.qcolumns import (
 )
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense"]
+__all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense", "split_plan"]
 
 VNNI = "+avx512vnni" in set(_target_features().split(","))
 LANES = 16
@@ -277,8 +281,9 @@ _I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, n
 # A job: its length; the weight rows (address, count, stride); the panel (bytes: address,
 # size; tap offsets: address, count; quads, ldb, columns, pitch, width); sums; bias and scale
 # (address, size); x_zero, o0, y_zero, low, high; the output's positions and kind (1 int8
-# else uint8, + 2 stored transposed); the step; the output's address.
-_JOB = 27
+# else uint8, + 2 stored transposed); the step; the output's address; the pieces' axis (0
+# columns, 1 rows).
+_JOB = 28
 BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
 
 
@@ -310,7 +315,8 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
 
 @nb.njit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
-    """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
+    """Piece ``p`` of a split product: columns ``[p * step, (p + 1) * step)`` of every row,
+    or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column; its sums, requantized."""
     og, lda, cols = job[2], job[3], job[10]
     p_total, kind, step = job[23], job[24], job[25]
     rows = nb.carray(pointer_at(job[1], _I8), (og, lda))
@@ -321,21 +327,24 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     bias = nb.carray(pointer_at(job[14], _I32), job[15])
     scale = nb.carray(pointer_at(job[16], _F32), job[17])
     zero, o0, y_zero, low, high = job[18], job[19], job[20], job[21], job[22]
-    j0 = p * step
-    j1 = min(cols, j0 + step)
+    if job[27]:
+        r0, r1, j0, j1 = p * step, min(og, (p + 1) * step), 0, cols
+    else:
+        r0, r1, j0, j1 = 0, og, p * step, min(cols, (p + 1) * step)
+    rp, sp, op = rows[r0:r1], sums[r0:r1], o0 + r0
     address = job[26]
     if kind == 0:
         out = nb.carray(pointer_at(address, _U8), (og, p_total))
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
     elif kind == 1:
         out = nb.carray(pointer_at(address, _I8), (og, p_total))
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
     elif kind == 2:
         out = nb.carray(pointer_at(address, _U8), (p_total, og)).T
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
     else:
         out = nb.carray(pointer_at(address, _I8), (p_total, og)).T
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
@@ -348,16 +357,49 @@ _run_pieces = parfor.runner("qgemm")
 
 
 @nb.njit(**_OPTS)
+def _cut(tiles, want, threads):  # type: ignore[no-untyped-def]
+    """(tiles a piece, pieces, the slowest thread's tiles) for ``tiles`` tiles cut into at
+    most ``want`` pieces, the pieces taken by ``threads`` threads in turn."""
+    step = -(-tiles // min(want, tiles))
+    pieces = -(-tiles // step)
+    return step, pieces, -(-pieces // threads) * step
+
+
+@nb.njit(**_OPTS)
+def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
+    """How a product of ``og`` rows (output channels) by ``cols`` columns (`NR` a tile) of
+    ``depth`` is cut for ``threads`` threads: (axis, step, pieces), axis 0 pieces of ``step``
+    columns, 1 of ``step`` rows; 1 piece: not split (fewer than `SPLIT_MIN` multiply-adds a
+    piece). By columns, or by rows when those even out the threads better (few positions,
+    many channels: 7 x 7's two tiles of columns, 14 x 14's seven)."""
+    want = min(PIECES_PER_THREAD * threads, og * cols * depth // SPLIT_MIN)
+    col_tiles, row_tiles = cols // NR, og // MR
+    if threads < 2 or want < 2 or max(col_tiles, row_tiles) < 2:
+        return 0, cols, 1
+    step, pieces, slowest = _cut(max(col_tiles, 1), want, threads)
+    axis, size, unit = 0, cols, NR
+    if row_tiles >= 2:
+        row_step, row_pieces, row_slowest = _cut(row_tiles, want, threads)
+        # The slowest thread's share of the product, rows against columns; as even, the more
+        # pieces (a late helper leaves less to the others).
+        by_rows, by_cols = row_slowest * col_tiles, slowest * row_tiles
+        if by_rows < by_cols or (by_rows == by_cols and row_pieces > pieces):
+            axis, size, unit, step = 1, og, MR, row_step
+    step *= unit
+    return axis, step, -(-size // step)
+
+
+@nb.njit(**_OPTS)
 def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
-    """Pieces of columns of a large product on the pool: how many (1: not split, run it)."""
+    """A large product in pieces on the pool (`split_plan`): how many (1: not split, run
+    it)."""
     og, depth, cols = rows.shape[0], rows.shape[1], b[4]
     threads = parfor.threads()
     if threads < 2 or not _plain(bias, scale) or workpool.busy():
         return 1
-    parts = min(PIECES_PER_THREAD * threads, cols // NR, og * cols * depth // SPLIT_MIN)
-    if parts < 2:
+    axis, step, pieces = split_plan(og, depth, cols, threads)
+    if pieces < 2:
         return 1
-    step = -(-(cols // NR) // parts) * NR
     p_total = out.shape[0] if transposed else out.shape[1]
     kind = (1 if _shift(out) else 0) + (2 if transposed else 0)
     flat, offsets = b[0], b[1]
@@ -365,9 +407,9 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
                     offsets.ctypes.data, offsets.size, b[2], b[3], cols, b[5], b[6],
                     sums.ctypes.data, bias.ctypes.data, bias.size, scale.ctypes.data,
                     scale.size, zero, o0, y_zero, low, high, p_total, kind, step,
-                    out.ctypes.data), dtype=np.int64)  # fmt: skip
-    _run_pieces(_F32, -(-cols // step), job)
-    return parts
+                    out.ctypes.data, axis), dtype=np.int64)  # fmt: skip
+    _run_pieces(_F32, pieces, job)
+    return pieces
 
 
 @nb.njit(**_OPTS)
