@@ -204,6 +204,9 @@ DIRECT_CASES = [
     ((1, 8, 6, 6), (8, 1, 3, 3), (1, 1, 1, 1), 1, 8),
     ((1, 16, 12, 12), (8, 16, 2, 2), (0, 0, 0, 0), 1, 1),
     ((1, 32, 47, 47), (64, 32, 3, 3), (1, 1, 1, 1), 1, 1),  # split on the pool
+    # few positions, many channels: split on the pool by rows (the last piece shorter)
+    ((1, 64, 7, 7), (256, 64, 3, 3), (1, 1, 1, 1), 1, 1),
+    ((1, 256, 14, 14), (100, 256, 1, 1), (0, 0, 0, 0), 1, 1),
 ]
 
 
@@ -330,10 +333,25 @@ def test_without_vnni_the_plain_loop_gives_the_same_answers(tmp_path):
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
 
 
+def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
+    """(axis, step, pieces): columns for many positions, rows (output channels) for few."""
+    nr, mr = qgemm.NR, qgemm.MR
+    axis, step, pieces = qgemm.split_plan(1000, 512, 6 * nr, 2)  # 13 x 13: 6 column tiles
+    assert (axis, step, pieces) == (0, nr, 6)
+    axis, step, pieces = qgemm.split_plan(512, 2048, 2 * nr, 2)  # 7 x 7: 2 column tiles
+    assert axis == 1 and pieces == 8 and step == 512 // 8
+    axis, step, pieces = qgemm.split_plan(256, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
+    assert axis == 1 and pieces * step == 256 and step % mr == 0
+    assert qgemm.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
+    assert qgemm.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
+    assert qgemm.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
+
+
 @pytest.mark.parametrize("y_dtype", ["uint8", "int8"])
-def test_split_qdense_equals_reference(blas_threads, y_dtype):
-    """A dense product whose rows (the panel's columns) are split: the transposed output."""
-    m, k, n = 300, 200, 96
+@pytest.mark.parametrize(("m", "k", "n"), [(300, 200, 96), (1, 2048, 1000)])
+def test_split_qdense_equals_reference(blas_threads, y_dtype, m, k, n):
+    """A dense product split by its rows (the panel's columns), or for one row by its output
+    channels: the transposed output."""
     x, w = _ints((m, k), "uint8"), _ints((n, k), "int8")
     bias = RNG.integers(-3000, 3000, n).astype(np.int32)
     scale = RNG.uniform(1e-4, 1e-3, n).astype(np.float32)

@@ -26,9 +26,13 @@ int8) on C-contiguous operands:
 - the sums are made a block of columns at a time (`_blocks`, in cache) and requantized
   there: the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds
   the bias, scales in float32, rounds half to even, adds the output zero point and clips;
-- a large product is cut into pieces of columns on rvm's pool (`rvm.kernels.parfor`: the
-  task ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float
-  GEMMs are, from `SPLIT_MIN` multiply-adds a piece.
+- a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
+  ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
+  are, from `SPLIT_MIN` multiply-adds a piece: pieces of columns, or of rows (output
+  channels) when those share the work out more evenly between the threads (few positions:
+  a 7 x 7 output's 49 are two tiles of columns);
+- the last tile of a product's columns is one vector (`LANES`) wide when no more are left
+  (`_micro_tail`: 13 x 13's 169 positions compute 176 columns, not 192).
 
 The sums are exact (int32 holds 255 * 128 * 65536); results equal the ops' NumPy references.
 """
@@ -54,7 +58,7 @@ from rvm.kernels.qcolumns import (
 )
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense"]
+__all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense", "split_plan"]
 
 VNNI = "+avx512vnni" in set(_target_features().split(","))
 LANES = 16
@@ -71,80 +75,90 @@ DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@intrinsic
-def _micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap):  # type: ignore[no-untyped-def]
-    """On int64 addresses, int32 ``C[:rows, :NR] = A[:rows, :4 * taps * quads] @ B[:, :NR]``:
-    A's rows ``lda`` bytes apart, broadcast 4 bytes at a time; B by taps, each of ``quads``
-    quads of depth: quad ``s`` of tap ``t`` is ``NR`` x 4 bytes at ``b + offsets[t] + s *
-    ldb`` (``offsets`` the address of int64 byte offsets), loaded `LANES` columns a vector;
-    C's rows ``ldc`` values apart. ``swap`` 0: A is uint8 and B int8; 1: A int8, B uint8.
-    Rows past ``rows`` read row 0 and are not stored. One tap at offset 0 is a plain
-    panel; several read a convolution's taps in place from one image (`_direct`)."""
-    sig = nt.void(*(nt.int64,) * 11)
+def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
+    """The micro-kernel ``micro(taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap)`` of
+    ``vectors`` vectors of `LANES` columns: on int64 addresses, int32 ``C[:rows, :width] =
+    A[:rows, :4 * taps * quads] @ B[:, :width]`` (``width`` = ``vectors * LANES``): A's rows
+    ``lda`` bytes apart, broadcast 4 bytes at a time; B by taps, each of ``quads`` quads of
+    depth: quad ``s`` of tap ``t`` is ``width`` x 4 bytes at ``b + offsets[t] + s * ldb``
+    (``offsets`` the address of int64 byte offsets), loaded `LANES` columns a vector; C's
+    rows ``ldc`` values apart. ``swap`` 0: A is uint8 and B int8; 1: A int8, B uint8. Rows
+    past ``rows`` read row 0 and are not stored. One tap at offset 0 is a plain panel;
+    several read a convolution's taps in place from one image (`_direct`)."""
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap = args
-        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-        vec = ir.VectorType(i32, LANES)
-        fnty = ir.FunctionType(vec, [vec, vec, vec])
-        dot = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512")
-        a_bytes, b_bytes = (
-            builder.inttoptr(a, i8.as_pointer()),
-            builder.inttoptr(b, i8.as_pointer()),
-        )
-        offs = builder.inttoptr(offsets, i64.as_pointer())
-        cp = builder.inttoptr(c, i32.as_pointer())
-        zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-        a_rows = [
-            builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
-            for i in range(MR)
+    @intrinsic
+    def micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap):  # type: ignore[no-untyped-def]
+        sig = nt.void(*(nt.int64,) * 11)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            _micro_code(builder, args, vectors)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return micro
+
+
+def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
+    """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
+    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap = args
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    vec = ir.VectorType(i32, LANES)
+    fnty = ir.FunctionType(vec, [vec, vec, vec])
+    dot = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512")
+    a_bytes, b_bytes = (
+        builder.inttoptr(a, i8.as_pointer()),
+        builder.inttoptr(b, i8.as_pointer()),
+    )
+    offs = builder.inttoptr(offsets, i64.as_pointer())
+    cp = builder.inttoptr(c, i32.as_pointer())
+    zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
+    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+    a_rows = [
+        builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
+        for i in range(MR)
+    ]
+
+    def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
+        """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
+        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
+        bs = []
+        for j in range(vectors):
+            at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
+            bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
+        depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
+        for i in range(MR):
+            at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
+            word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
+            av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
+            for j in range(vectors):
+                u, v = (bs[j], av) if swapped else (av, bs[j])
+                builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
+
+    def tile(swapped):  # type: ignore[no-untyped-def]
+        acc = [
+            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(MR)
         ]
+        with cgutils.for_range(builder, taps) as outer:
+            with cgutils.for_range(builder, quads) as inner:
+                step(swapped, acc, outer.index, inner.index)
+        for i in range(MR):
+            with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                for j in range(vectors):
+                    at = builder.gep(cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))])
+                    builder.store(
+                        builder.load(acc[i][j]), builder.bitcast(at, vec.as_pointer()), align=4
+                    )
 
-        def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
-            """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
-            row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
-            bs = []
-            for j in range(VECTORS):
-                at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
-                bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
-            depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
-            for i in range(MR):
-                at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
-                word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
-                av = builder.shuffle_vector(
-                    builder.insert_element(undef, word, i32(0)), undef, splat
-                )
-                for j in range(VECTORS):
-                    u, v = (bs[j], av) if swapped else (av, bs[j])
-                    builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
+    with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
+        with swapped:
+            tile(True)
+        with plain:
+            tile(False)
 
-        def tile(swapped):  # type: ignore[no-untyped-def]
-            acc = [
-                [cgutils.alloca_once_value(builder, zero) for _ in range(VECTORS)]
-                for _ in range(MR)
-            ]
-            with cgutils.for_range(builder, taps) as outer:
-                with cgutils.for_range(builder, quads) as inner:
-                    step(swapped, acc, outer.index, inner.index)
-            for i in range(MR):
-                with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                    for j in range(VECTORS):
-                        at = builder.gep(
-                            cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))]
-                        )
-                        builder.store(
-                            builder.load(acc[i][j]), builder.bitcast(at, vec.as_pointer()), align=4
-                        )
 
-        with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
-            with swapped:
-                tile(True)
-            with plain:
-                tile(False)
-        return context.get_dummy_value()
-
-    return sig, codegen
+_micro = _make_micro(VECTORS)
+_micro_tail = _make_micro(1)  # a product's last columns when `LANES` or fewer are left
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
@@ -162,17 +176,23 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
 def _gemm(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
-    operand is the uint8 one (see `_micro`)."""
+    operand is the uint8 one (see `_micro`). Tiles of `NR` columns, the last one `LANES`
+    wide when no more are left (its other columns of ``acc`` are not written)."""
     flat, offsets, quads, ldb = b[0], b[1], b[2], b[3]
     n_rows, lda = rows.shape
     ldc, taps = acc.shape[1], offsets.size
     if VNNI:
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         for j in range(j0, j1, NR):
+            tail = j1 - j <= LANES
             for r in range(0, n_rows, MR):
                 count = min(MR, n_rows - r)
-                _micro(taps, offs, quads, a0 + r * lda, lda, b0 + 4 * j, ldb,
-                       c0 + 4 * (r * ldc + j - j0), ldc, count, swap)  # fmt: skip
+                at_a, at_c = a0 + r * lda, c0 + 4 * (r * ldc + j - j0)
+                if tail:
+                    _micro_tail(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count,
+                                swap)  # fmt: skip
+                else:
+                    _micro(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count, swap)
         return
     for r in range(n_rows):
         for j in range(j0, j1):
@@ -261,8 +281,9 @@ _I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, n
 # A job: its length; the weight rows (address, count, stride); the panel (bytes: address,
 # size; tap offsets: address, count; quads, ldb, columns, pitch, width); sums; bias and scale
 # (address, size); x_zero, o0, y_zero, low, high; the output's positions and kind (1 int8
-# else uint8, + 2 stored transposed); the step; the output's address.
-_JOB = 27
+# else uint8, + 2 stored transposed); the step; the output's address; the pieces' axis (0
+# columns, 1 rows).
+_JOB = 28
 BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
 
 
@@ -283,16 +304,19 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
     block = max(NR, BLOCK_BYTES // (4 * og) // NR * NR)
     acc = np.empty((og, block), np.int32)
     narrow = rows.shape[1] * 255 * 128 < 1 << 30  # |sum| <= 255 * 128 * depth
+    last = out.shape[1] - 1  # the last position's column, plus one: the columns used
+    used = last // b[6] * b[5] + last % b[6] + 1
     for b0 in range(j0, j1, block):
         b1 = min(j1, b0 + block)
-        _gemm(rows, b, acc, 1, b0, b1)
+        _gemm(rows, b, acc, 1, b0, min(b1, used))
         _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, b1, b[5],
                     b[6], narrow)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
-    """Columns ``[p * step, (p + 1) * step)`` of a split product: their sums, requantized."""
+    """Piece ``p`` of a split product: columns ``[p * step, (p + 1) * step)`` of every row,
+    or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column; its sums, requantized."""
     og, lda, cols = job[2], job[3], job[10]
     p_total, kind, step = job[23], job[24], job[25]
     rows = nb.carray(pointer_at(job[1], _I8), (og, lda))
@@ -303,21 +327,24 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     bias = nb.carray(pointer_at(job[14], _I32), job[15])
     scale = nb.carray(pointer_at(job[16], _F32), job[17])
     zero, o0, y_zero, low, high = job[18], job[19], job[20], job[21], job[22]
-    j0 = p * step
-    j1 = min(cols, j0 + step)
+    if job[27]:
+        r0, r1, j0, j1 = p * step, min(og, (p + 1) * step), 0, cols
+    else:
+        r0, r1, j0, j1 = 0, og, p * step, min(cols, (p + 1) * step)
+    rp, sp, op = rows[r0:r1], sums[r0:r1], o0 + r0
     address = job[26]
     if kind == 0:
         out = nb.carray(pointer_at(address, _U8), (og, p_total))
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
     elif kind == 1:
         out = nb.carray(pointer_at(address, _I8), (og, p_total))
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
     elif kind == 2:
         out = nb.carray(pointer_at(address, _U8), (p_total, og)).T
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
     else:
         out = nb.carray(pointer_at(address, _I8), (p_total, og)).T
-        _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
@@ -330,16 +357,49 @@ _run_pieces = parfor.runner("qgemm")
 
 
 @nb.njit(**_OPTS)
+def _cut(tiles, want, threads):  # type: ignore[no-untyped-def]
+    """(tiles a piece, pieces, the slowest thread's tiles) for ``tiles`` tiles cut into at
+    most ``want`` pieces, the pieces taken by ``threads`` threads in turn."""
+    step = -(-tiles // min(want, tiles))
+    pieces = -(-tiles // step)
+    return step, pieces, -(-pieces // threads) * step
+
+
+@nb.njit(**_OPTS)
+def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
+    """How a product of ``og`` rows (output channels) by ``cols`` columns (`NR` a tile) of
+    ``depth`` is cut for ``threads`` threads: (axis, step, pieces), axis 0 pieces of ``step``
+    columns, 1 of ``step`` rows; 1 piece: not split (fewer than `SPLIT_MIN` multiply-adds a
+    piece). By columns, or by rows when those even out the threads better (few positions,
+    many channels: 7 x 7's two tiles of columns, 14 x 14's seven)."""
+    want = min(PIECES_PER_THREAD * threads, og * cols * depth // SPLIT_MIN)
+    col_tiles, row_tiles = cols // NR, og // MR
+    if threads < 2 or want < 2 or max(col_tiles, row_tiles) < 2:
+        return 0, cols, 1
+    step, pieces, slowest = _cut(max(col_tiles, 1), want, threads)
+    axis, size, unit = 0, cols, NR
+    if row_tiles >= 2:
+        row_step, row_pieces, row_slowest = _cut(row_tiles, want, threads)
+        # The slowest thread's share of the product, rows against columns; as even, the more
+        # pieces (a late helper leaves less to the others).
+        by_rows, by_cols = row_slowest * col_tiles, slowest * row_tiles
+        if by_rows < by_cols or (by_rows == by_cols and row_pieces > pieces):
+            axis, size, unit, step = 1, og, MR, row_step
+    step *= unit
+    return axis, step, -(-size // step)
+
+
+@nb.njit(**_OPTS)
 def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
-    """Pieces of columns of a large product on the pool: how many (1: not split, run it)."""
+    """A large product in pieces on the pool (`split_plan`): how many (1: not split, run
+    it)."""
     og, depth, cols = rows.shape[0], rows.shape[1], b[4]
     threads = parfor.threads()
     if threads < 2 or not _plain(bias, scale) or workpool.busy():
         return 1
-    parts = min(PIECES_PER_THREAD * threads, cols // NR, og * cols * depth // SPLIT_MIN)
-    if parts < 2:
+    axis, step, pieces = split_plan(og, depth, cols, threads)
+    if pieces < 2:
         return 1
-    step = -(-(cols // NR) // parts) * NR
     p_total = out.shape[0] if transposed else out.shape[1]
     kind = (1 if _shift(out) else 0) + (2 if transposed else 0)
     flat, offsets = b[0], b[1]
@@ -347,9 +407,9 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
                     offsets.ctypes.data, offsets.size, b[2], b[3], cols, b[5], b[6],
                     sums.ctypes.data, bias.ctypes.data, bias.size, scale.ctypes.data,
                     scale.size, zero, o0, y_zero, low, high, p_total, kind, step,
-                    out.ctypes.data), dtype=np.int64)  # fmt: skip
-    _run_pieces(_F32, -(-cols // step), job)
-    return parts
+                    out.ctypes.data, axis), dtype=np.int64)  # fmt: skip
+    _run_pieces(_F32, pieces, job)
+    return pieces
 
 
 @nb.njit(**_OPTS)
