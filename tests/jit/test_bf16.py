@@ -88,7 +88,9 @@ def test_rounding_to_nearest_even_and_nan() -> None:
 
 
 @pytest.mark.parametrize("m", [1, 3, bf16.GEMV_ROWS + 1, 40])
-@pytest.mark.parametrize("k,n", [(1, 5), (7, 33), (64, 100), (129, 17)])
+@pytest.mark.parametrize(
+    "k,n", [(1, 5), (7, 33), (64, 100), (129, 17), (bf16.GEMV_SHARED_DEPTH + 3, 9)]
+)  # the last: a GEMV past the shared depth, four rows a pass and one row left
 def test_dense(m: int, k: int, n: int, blas_threads: int) -> None:
     rng = np.random.default_rng(m * k + n)
     x = rng.standard_normal((m, k)).astype(np.float32)
