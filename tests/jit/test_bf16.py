@@ -1,5 +1,5 @@
 """bf16 products (`rvm.kernels.bf16gemm`, `rvm.kernels.bf16`, `rvm.kernels.bf16conv`): the
-micro-kernel's tile edges, dense and conv2d (direct and im2col) against NumPy on the same
+micro-kernel's tile edges, dense and conv2d (at strides 1 and 2) against NumPy on the same
 bf16-rounded operands (float64 sums), rounding to nearest even, and the conversion path of
 CPUs without AVX512-BF16."""
 
@@ -88,7 +88,9 @@ def test_rounding_to_nearest_even_and_nan() -> None:
 
 
 @pytest.mark.parametrize("m", [1, 3, bf16.GEMV_ROWS + 1, 40])
-@pytest.mark.parametrize("k,n", [(1, 5), (7, 33), (64, 100), (129, 17)])
+@pytest.mark.parametrize(
+    "k,n", [(1, 5), (7, 33), (64, 100), (129, 17), (bf16.GEMV_SHARED_DEPTH + 3, 9)]
+)  # the last: a GEMV past the shared depth, four rows a pass and one row left
 def test_dense(m: int, k: int, n: int, blas_threads: int) -> None:
     rng = np.random.default_rng(m * k + n)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -229,8 +231,8 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        (1, 64, 48, 48, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # im2col: columns packed in pieces
-        (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # direct: channels by rows
+        (1, 64, 48, 48, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # stride 2: phases of a plane in pieces
+        (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # stride 1: channels by rows
         (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
     ],
 )

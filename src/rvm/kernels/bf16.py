@@ -34,6 +34,7 @@ __all__ = ["dense", "gemm", "round_bits"]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run along rows)
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
+GEMV_SHARED_DEPTH = 4096  # deeper, a GEMV's rows go four a pass (`_gemv_rows`)
 GEMV_SPLIT_MIN = 1 << 18  # weights a GEMV piece reads at least (512 KB of bf16)
 PIECES_PER_THREAD = 4
 
@@ -159,14 +160,30 @@ def gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
 @nb.njit(**_OPTS, fastmath=True)
 def _gemv_rows(xw, w, out, j0, j1):  # type: ignore[no-untyped-def]
     """``out[j] = xw . w[j]`` for j in [j0, j1): ``xw`` the bf16-rounded input in float32,
-    ``w``'s rows bf16 bits (uint16 view)."""
+    ``w``'s rows bf16 bits (uint16 view). Past `GEMV_SHARED_DEPTH`, four rows a pass share
+    each load of ``xw``, which outgrows L1 (alexnet's fc6, 9216 deep: 2.9 against 3.9 ms
+    for one row a pass, one thread); shallower, one row a pass is faster (4096: 0.86 against
+    1.16 ms)."""
     kp = w.shape[1]
-    for j in range(j0, j1):
-        row = w[j]  # a 1-d row: the loop vectorizes
+    sixteen = np.uint32(16)
+    j = j0
+    while kp > GEMV_SHARED_DEPTH and j + 4 <= j1:
+        r0, r1, r2, r3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+        s0 = s1 = s2 = s3 = np.float32(0.0)
+        for q in range(kp):
+            v = xw[q]
+            s0 += v * _as_float(np.uint32(r0[q]) << sixteen)
+            s1 += v * _as_float(np.uint32(r1[q]) << sixteen)
+            s2 += v * _as_float(np.uint32(r2[q]) << sixteen)
+            s3 += v * _as_float(np.uint32(r3[q]) << sixteen)
+        out[j], out[j + 1], out[j + 2], out[j + 3] = s0, s1, s2, s3
+        j += 4
+    for i in range(j, j1):
+        row = w[i]  # a 1-d row: the loop vectorizes
         s = np.float32(0.0)
         for q in range(kp):
-            s += xw[q] * _as_float(np.uint32(row[q]) << np.uint32(16))
-        out[j] = s
+            s += xw[q] * _as_float(np.uint32(row[q]) << sixteen)
+        out[i] = s
 
 
 # A GEMV job (int64): its length; the rounded input's, the weight's and the output's

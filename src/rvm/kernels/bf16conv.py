@@ -9,22 +9,22 @@ a row's 32-bit word ``p`` is a pair of bf16 values) with its depth in *channel p
 group's last high half 0 (`rvm.op.bf16.conv_pairs`).
 
 Per image and group, the input is rounded (to nearest even) once into a zero-padded *pair
-plane* ``(channels / 2, hp, wp)`` of 32-bit words, word ``(c2, y, x)`` the bf16 pair of
-channels ``2 c2`` and ``2 c2 + 1`` at ``(y, x)`` (`_pair_plane`): exactly what ``vdpbf16ps``
-takes as B, so each of the GEMM's pair rows ``p`` at an output position is the plane's word at
-``taps[p]`` (`tap_table`) after the position's first tap. Then:
+plane* of 32-bit words, word ``(c2, y, x)`` the bf16 pair of channels ``2 c2`` and ``2 c2 + 1``
+at ``(y, x)`` (`_pair_plane`): exactly what ``vdpbf16ps`` takes as B. The plane is kept in its
+*stride phases* (as `rvm.kernels.planes.padded_phases` splits a float32 plane): phase ``(a,
+b)`` holds the padded rows ``a, a + sh, ...`` and columns ``b, b + sw, ...``, only the phases
+some tap reads, each ``(hq, wq)`` with ``wq`` the output's width plus the kernel's reach. Output
+position ``(y, x)`` is then word ``y * wq + x`` of every phase, and the GEMM's pair row ``p``
+at that position is the word ``taps[p]`` (`tap_table`: phase, pair, tap's row and column)
+after it, at any stride. So there is no im2col at all (`direct`): the GEMM micro-kernel
+(`rvm.kernels.bf16gemm.micro`, its ``indexed`` mode) runs `MR` output channels by up to `NR`
+positions of the run of output rows, B's pair row ``p`` read straight from the phases at
+``taps[p]`` on, the lanes unit-stride (a row's last ``wq - ow`` positions computed and
+dropped). Rows of the output are cut into blocks whose plane rows stay in L2 while every band
+of output channels walks them.
 
-- stride 1 along the rows (`direct`): no im2col at all. The GEMM micro-kernel
-  (`rvm.kernels.bf16gemm.micro`, its ``indexed`` mode) runs `MR` output channels by up to
-  `NR` positions of one output row, B's pair row ``p`` read straight from the plane at
-  ``taps[p]`` on: an output row is a run of plane words, so the lanes load unit-stride. Rows
-  of the output are cut into blocks whose plane rows stay in L2 while every band of output
-  channels walks them;
-- otherwise (strided columns: the stems, resnet's downsampling): the im2col columns, gathered
-  word by word from the plane into the GEMM's panels (`_pack_panels`), and the panel GEMM.
-
-Large convolutions are cut into pieces on rvm's pool (`rvm.kernels.parfor`): the direct
-method by (band of output channels, block of rows), the im2col method as its GEMM is. Every
+Large convolutions are cut into pieces on rvm's pool (`rvm.kernels.parfor`) by (band of output
+channels, block of rows), the plane by channel pairs. Every
 entry point checks its arrays' shapes first and raises `ValueError` naming what disagrees.
 """
 
@@ -38,11 +38,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16 import gemm as _gemm
-from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro, panels
+from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["conv2d", "direct", "tap_table"]
+__all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
@@ -51,61 +50,111 @@ PIECES_PER_THREAD = 4
 
 
 @intrinsic
-def _pair_words(typingctx, lo, hi, out, n, pair):  # type: ignore[no-untyped-def]
-    """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i]`` (low
-    half) and, when ``pair``, of ``hi[i]`` (high half; else 0), for i < ``n``: a vector of
-    `LANES` a step, the last under a lane mask."""
-    sig = nt.void(*(nt.int64,) * 5)
+def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyped-def]
+    """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
+    (low half) and, when ``pair``, of ``hi[i * step]`` (high half; else 0), for i < ``n``: a
+    vector of `LANES` a step, the last under a lane mask; loads unit-stride at ``step`` 1,
+    gathered otherwise."""
+    sig = nt.void(*(nt.int64,) * 6)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        lo, hi, out, n, pair = args
+        lo, hi, out, n, pair, step = args
         v = VectorIR(builder, LANES)
         i64 = ir.IntType(64)
         with_hi = builder.icmp_signed("!=", pair, i64(0))
+        unit = builder.icmp_signed("==", step, i64(1))
+        stride = builder.mul(step, i64(4))
         steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
         with cgutils.for_range(builder, steps) as loop:
             at = builder.mul(loop.index, i64(LANES))
             mask = v.first(builder.sub(n, at))
-            offset = builder.mul(at, i64(4))
-            word = v.bf16_bits(v.load(builder.add(lo, offset), v.f32, mask))
-            high = v.bf16_bits(v.load(builder.add(hi, offset), v.f32, mask))
-            high = builder.select(with_hi, builder.shl(high, v.constant(16)), v.constant(0))
-            v.store(builder.or_(word, high), builder.add(out, offset), mask)
+            offset = builder.mul(at, stride)
+            halves = []
+            for src in (lo, hi):
+                with builder.if_else(unit) as (plain, strided):
+                    with plain:
+                        block_a = builder.block
+                        a = v.load(builder.add(src, offset), v.f32, mask)
+                    with strided:
+                        block_b = builder.block
+                        b = v.gather(builder.add(src, offset), stride, v.f32, mask)
+                value = builder.phi(v.f32)
+                value.add_incoming(a, block_a)
+                value.add_incoming(b, block_b)
+                halves.append(v.bf16_bits(value))
+            high = builder.select(with_hi, builder.shl(halves[1], v.constant(16)), v.constant(0))
+            v.store(builder.or_(halves[0], high), builder.add(out, builder.mul(at, i64(4))), mask)
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 @nb.njit(**_OPTS)
+def phase_slots(k, d, s):  # type: ignore[no-untyped-def]
+    """Along one axis (kernel ``k``, dilation ``d``, stride ``s``): ``slots[a]``, the place of
+    stride phase ``a`` among the phases some tap reads (-1 when none does), and their count."""
+    slots = np.full(s, -1, dtype=np.int64)
+    for t in range(k):
+        slots[(t * d) % s] = 0
+    count = 0
+    for a in range(s):
+        if slots[a] == 0:
+            slots[a] = count
+            count += 1
+    return slots, count
+
+
+@nb.njit(**_OPTS)
 def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
-    """Pair planes [c2a, c2b) of a plane job (`_PLANE_JOB`): each one's padding zeroed, its
-    rows rounded from the image's channel pair, a vector loop a row (`_pair_words`)."""
+    """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
+    reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
+    a``, column ``q * sw + b``; the words no input reaches 0, the others rounded from the
+    image's channel pair, a vector loop a row (`_pair_words`)."""
     at_x, cg, h, wd, at_p = job[1], job[2], job[3], job[4], job[5]
-    hp, wp, pt, pl = job[6], job[7], job[8], job[9]
-    for c2 in range(c2a, c2b):
-        plane[c2, :pt] = 0  # the padding: rows above and below, columns left and right
-        plane[c2, pt + h :] = 0
-        plane[c2, pt : pt + h, :pl] = 0
-        plane[c2, pt : pt + h, pl + wd :] = 0
-        pair = 1 if 2 * c2 + 1 < cg else 0
-        lo = at_x + 4 * 2 * c2 * h * wd
-        for y in range(h):
-            src = lo + 4 * y * wd
-            dst = at_p + 4 * ((c2 * hp + pt + y) * wp + pl)
-            _pair_words(src, src + 4 * h * wd * pair, dst, wd, pair)
+    hq, wq, pt, pl, sh, sw = job[6], job[7], job[8], job[9], job[11], job[12]
+    cg2 = (cg + 1) // 2
+    rows, _ = phase_slots(job[13], job[14], sh)
+    cols, ncols = phase_slots(job[15], job[16], sw)
+    for a in range(sh):
+        for b in range(sw):
+            if rows[a] < 0 or cols[b] < 0:
+                continue
+            # the phase's columns [q0, q1) hold input columns q * sw + b - pl
+            q0 = min(wq, max(0, -(-(pl - b) // sw)))
+            q1 = max(q0, min(wq, -(-(wd + pl - b) // sw)))
+            first = q0 * sw + b - pl
+            slot = (rows[a] * ncols + cols[b]) * cg2
+            for c2 in range(c2a, c2b):
+                pair = 1 if 2 * c2 + 1 < cg else 0
+                lo = at_x + 4 * (2 * c2 * h * wd + first)
+                for r in range(hq):
+                    y = r * sh + a - pt
+                    row = plane[slot + c2, r]
+                    if y < 0 or y >= h:
+                        row[:] = 0
+                        continue
+                    row[:q0] = 0
+                    row[q1:] = 0
+                    src = lo + 4 * y * wd
+                    dst = at_p + 4 * (((slot + c2) * hq + r) * wq + q0)
+                    _pair_words(src, src + 4 * h * wd * pair, dst, q1 - q0, pair, sw)
 
 
 # A plane job (int64): its length; the group's first channel's address, the group's channels,
-# the image's height and width; the plane's address, height and width; the padding top and
-# left; the pair planes a piece.
-_PLANE_JOB = 11
+# the image's height and width; the plane's address, its phases' height and width; the
+# padding top and left; the pairs a piece; the strides; the kernel and dilation by rows, by
+# columns.
+_PLANE_JOB = 17
 
 
 def _plane_task(p, like, data):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a pair plane: ``step`` of its channel pairs (a pool task)."""
     job = parfor.job(data)
     cg2, step = (job[2] + 1) // 2, job[10]
-    plane = parfor.array_at(job[5], (cg2, job[6], job[7]), like).view(np.uint32)
+    _, nrows = phase_slots(job[13], job[14], job[11])
+    _, ncols = phase_slots(job[15], job[16], job[12])
+    shape = (nrows * ncols * cg2, job[6], job[7])
+    plane = parfor.array_at(job[5], shape, like).view(np.uint32)
     _plane_part(job, plane, p * step, min(cg2, (p + 1) * step))
 
 
@@ -114,15 +163,19 @@ _run_plane = parfor.runner("bf16_plane")
 
 
 @nb.njit(**_OPTS)
-def _pair_plane(x, c0, cg, pt, pl, plane):  # type: ignore[no-untyped-def]
-    """``plane[c2, pt + y, pl + i]`` (uint32) = the bf16 pair of ``x[c0 + 2 c2, y, i]`` (low)
-    and ``x[c0 + 2 c2 + 1, y, i]`` (high; 0 past ``cg`` channels), ``x`` float32 CHW; the
-    plane's border (the padding) 0. Cut by channel pairs into pieces on the pool when large."""
+def _pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
+    """The pair plane of channels [c0, c0 + cg) of ``x`` (float32 CHW) in its stride phases
+    (`_plane_part`; ``geometry``: pt, pl, sh, sw, kh, dh, kw, dw): ``plane`` (uint32,
+    ``(phases * cg2, hq, wq)``), phase after phase, pair after pair; word ``(c2, r, q)`` of a
+    phase the bf16 pair of channels ``c0 + 2 c2`` (low) and ``c0 + 2 c2 + 1`` (high; 0 past
+    ``cg``). Cut by channel pairs into pieces on the pool when large."""
     h, wd = x.shape[1], x.shape[2]
-    cg2, hp, wp = plane.shape[0], plane.shape[1], plane.shape[2]
+    cg2 = (cg + 1) // 2
     job = np.empty(_PLANE_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _PLANE_JOB, x.ctypes.data + 4 * c0 * h * wd, cg, h, wd
-    job[5], job[6], job[7], job[8], job[9] = plane.ctypes.data, hp, wp, pt, pl
+    job[5], job[6], job[7] = plane.ctypes.data, plane.shape[1], plane.shape[2]
+    job[8], job[9], job[11], job[12] = geometry[0], geometry[1], geometry[2], geometry[3]
+    job[13], job[14], job[15], job[16] = geometry[4], geometry[5], geometry[6], geometry[7]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
@@ -136,14 +189,20 @@ def _pair_plane(x, c0, cg, pt, pl, plane):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def tap_table(cg2, kh, kw, dh, dw, hp, wp):  # type: ignore[no-untyped-def]
+def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq):  # type: ignore[no-untyped-def]
     """``table[p]`` (int64): the plane word of the GEMM's pair row ``p = (c2 * kh + dy) * kw +
-    dx`` relative to an output position's first tap, in a pair plane ``(cg2, hp, wp)``."""
+    dx`` relative to an output position's (in phases ``(hq, wq)`` of ``cg2`` pairs, the
+    phases no tap reads left out: `_pair_plane`). Output position ``(y, x)`` is word ``y * wq
+    + x`` of each phase: every tap reads the positions as one unit-stride run."""
+    rows, _ = phase_slots(kh, dh, sh)
+    cols, ncols = phase_slots(kw, dw, sw)
     table = np.empty(cg2 * kh * kw, dtype=np.int64)
     for c2 in range(cg2):
         for dy in range(kh):
             for dx in range(kw):
-                table[(c2 * kh + dy) * kw + dx] = c2 * hp * wp + dy * dh * wp + dx * dw
+                slot = rows[(dy * dh) % sh] * ncols + cols[(dx * dw) % sw]
+                r, q = (dy * dh) // sh, (dx * dw) // sw
+                table[(c2 * kh + dy) * kw + dx] = ((slot * cg2 + c2) * hq + r) * wq + q
     return table
 
 
@@ -223,97 +282,30 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _direct_image(xc, w, oc, b, groups, pt, pl, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Image ``b`` by the direct method: per group its pair plane, the job, and the rows of
-    the plane's width (in ``wide``, ``(og, oh * wp)`` float32) compacted into ``oc``; with
-    ``wide`` empty the plane is as wide as the output and the job writes ``oc`` itself."""
+def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Image ``b``: per group its pair plane, the job, and the rows of the phases' width (in
+    ``wide``, ``(og, oh * wq)`` float32) compacted into ``oc``; with ``wide`` empty the
+    phases are as wide as the output and the job writes ``oc`` itself."""
     c, co, kp = xc.shape[1], w.shape[0], w.shape[1]
-    oh, ow, hp, wp = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
+    oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
     cg, og, k2 = c // groups, co // groups, kp // 2
-    rows_block = max(1, BLOCK_BYTES // (4 * plane.shape[0] * wp) - hp + oh)
+    rows_block = max(1, BLOCK_BYTES // (4 * plane.shape[0] * wq) - hq + oh)
     job = np.empty(_DIRECT_JOB, dtype=np.int64)
     job[0], job[2], job[3], job[4], job[5] = _DIRECT_JOB, k2, plane.ctypes.data, 0, k2
-    job[4], job[8], job[9] = table.ctypes.data, wp, rows_block
+    job[4], job[8], job[9] = table.ctypes.data, wq, rows_block
     for g in range(groups):
-        _pair_plane(xc[b], g * cg, cg, pt, pl, plane)
+        _pair_plane(xc[b], g * cg, cg, geometry, plane)
         job[1] = w.ctypes.data + 2 * g * og * kp
         if wide.size == 0:
             job[6], job[7] = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow, oh * ow
         else:
-            job[6], job[7] = wide.ctypes.data, oh * wp
+            job[6], job[7] = wide.ctypes.data, oh * wq
         direct(oc, job, og, oh, k2)
         if wide.size:
             out = oc[b, g * og : (g + 1) * og]
             for o in range(og):
                 for y in range(oh):
-                    out[o, y, :] = wide[o, y * wp : y * wp + ow]
-
-
-# -- strided columns: im2col from the pair plane ---------------------------------------------
-
-
-@nb.njit(**_OPTS)
-def _pack_panels(plane, table, sh, sw, oh, ow, out, jp0, jp1):  # type: ignore[no-untyped-def]
-    """Panels ``jp0`` to ``jp1`` of the im2col columns of the pair plane ``plane`` (uint32,
-    ``(cg2, hp, wp)``) as the GEMM's B: word ``(p, y * ow + x)`` (`rvm.kernels.bf16gemm.
-    panel_index`) is the plane's word ``table[p]`` after position ``(y, x)``'s first tap."""
-    wp = plane.shape[2]
-    flat = plane.reshape(plane.size)
-    pixels = oh * ow
-    k2 = out.shape[1]
-    at = np.empty(NR, dtype=np.int64)
-    for jp in range(jp0, jp1):
-        j0 = jp * NR
-        width = min(NR, pixels - j0)
-        panel = out[jp]
-        if width < NR:
-            panel[:, width:] = 0
-        for lane in range(width):
-            y, x = (j0 + lane) // ow, (j0 + lane) % ow
-            at[lane] = y * sh * wp + x * sw
-        for p in range(k2):
-            row, tap = panel[p], table[p]
-            for lane in range(width):
-                row[lane] = flat[tap + at[lane]]
-
-
-# A packing job (int64): its length; the plane's address, pairs, height, width; the table's
-# address, its pairs; sh, sw, oh, ow; the panels' address; panels per piece.
-_PACK_JOB = 13
-
-
-def _pack_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split im2col packing: ``step`` panels (a pool task)."""
-    job = parfor.job(data)
-    oh, ow, k2, step = job[9], job[10], job[6], job[12]
-    plane = parfor.array_at(job[1], (job[2], job[3], job[4]), like).view(np.uint32)
-    table = parfor.array_at(job[5], (2 * k2,), like).view(np.int64)
-    count = (oh * ow + NR - 1) // NR
-    out = parfor.array_at(job[11], (count, k2, NR), like).view(np.uint32)
-    _pack_panels(plane, table, job[7], job[8], oh, ow, out, p * step, min(count, (p + 1) * step))
-
-
-parfor.export_task("bf16_pack", _pack_task)
-_run_pack = parfor.runner("bf16_pack")
-
-
-@nb.njit(**_OPTS)
-def _pack_columns(plane, table, sh, sw, oh, ow, out):  # type: ignore[no-untyped-def]
-    """`_pack_panels` of every panel, cut into pieces on the pool when large."""
-    count = out.shape[0]
-    threads = parfor.threads()
-    parts = 1
-    if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, count, out.size // PACK_SPLIT_MIN)
-    if parts <= 1:
-        _pack_panels(plane, table, sh, sw, oh, ow, out, 0, count)
-        return
-    step = -(-count // parts)
-    job = np.empty(_PACK_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3] = _PACK_JOB, plane.ctypes.data, plane.shape[0], plane.shape[1]
-    job[4], job[5], job[6], job[7], job[8] = plane.shape[2], table.ctypes.data, table.size, sh, sw
-    job[9], job[10], job[11], job[12] = oh, ow, out.ctypes.data, step
-    _run_pack(out.view(np.float32), -(-count // step), job)
+                    out[o, y, :] = wide[o, y * wq : y * wq + ow]
 
 
 # -- the entry point --------------------------------------------------------------------------
@@ -336,38 +328,30 @@ def _check(x, w, out, groups, kh, kw):  # type: ignore[no-untyped-def]
 def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw):  # type: ignore[no-untyped-def]
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
-    top ``pt``, left ``pl`` (the output's size says the rest): the direct method at stride 1,
-    the im2col GEMM otherwise."""
+    top ``pt``, left ``pl`` (the output's size says the rest), by the direct method on the
+    input's pair plane in its stride phases."""
     _check(x, w, out, groups, kh, kw)
     n, c = x.shape[0], x.shape[1]
-    co, kp = w.shape
+    co = w.shape[0]
     oh, ow = out.shape[2], out.shape[3]
-    cg, og, pixels = c // groups, co // groups, oh * ow
-    if n == 0 or co == 0 or pixels == 0:
+    cg, og = c // groups, co // groups
+    if n == 0 or co == 0 or oh * ow == 0:
         return
     xc = np.ascontiguousarray(x)
     wc = np.ascontiguousarray(w)
     oc = np.ascontiguousarray(out)
-    k2, cg2 = kp // 2, (cg + 1) // 2
-    # the padded plane holds every tap: (oh - 1) * sh + (kh - 1) * dh + 1 rows at least, and
-    # one more for the direct method's positions past a row's end (their taps run on)
-    hp = max(x.shape[2] + pt, (oh - 1) * sh + (kh - 1) * dh + 1) + 1
-    wp = max(x.shape[3] + pl, (ow - 1) * sw + (kw - 1) * dw + 1)
-    plane = np.empty((cg2, hp, wp), dtype=np.uint32)
-    table = tap_table(cg2, kh, kw, dh, dw, hp, wp)
-    if sh == 1 and sw == 1:
-        wide = np.empty((og if wp > ow else 0, oh * wp), dtype=np.float32)
-        for b in range(n):
-            _direct_image(xc, wc, oc, b, groups, pt, pl, plane, table, wide)
-    else:
-        packed = np.empty((panels(pixels), k2, NR), dtype=np.uint32)
-        at_w, at_o = wc.ctypes.data, oc.ctypes.data
-        for b in range(n):
-            for g in range(groups):
-                _pair_plane(xc[b], g * cg, cg, pt, pl, plane)
-                _pack_columns(plane, table, sh, sw, oh, ow, packed)
-                a = at_w + 2 * g * og * kp
-                cc = at_o + 4 * (b * co + g * og) * pixels
-                _gemm(oc, a, k2, packed.ctypes.data, cc, pixels, og, pixels, k2)
+    cg2 = (cg + 1) // 2
+    # each phase holds its taps' rows of every output row, and one row more for the
+    # positions past a row's end (their taps run on into the next row)
+    hq = oh + ((kh - 1) * dh) // sh + 1
+    wq = ow + ((kw - 1) * dw) // sw
+    _, nrows = phase_slots(kh, dh, sh)
+    _, ncols = phase_slots(kw, dw, sw)
+    plane = np.empty((nrows * ncols * cg2, hq, wq), dtype=np.uint32)
+    table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq)
+    geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw], dtype=np.int64)
+    wide = np.empty((og if wq > ow else 0, oh * wq), dtype=np.float32)
+    for b in range(n):
+        _direct_image(xc, wc, oc, b, groups, geometry, plane, table, wide)
     if oc.ctypes.data != out.ctypes.data:
         out[...] = oc

@@ -3,9 +3,9 @@
 `VectorIR(builder, lanes)` wraps an llvmlite builder for vectors of ``lanes`` float32 or i32
 lanes: declaring LLVM intrinsics once per module (`declare`), splatting a scalar
 (`broadcast`), the mask of the first ``n`` lanes (`first`), masked loads and stores of either
-element type (`load`, `store`), and float32 -> bf16 rounding of a vector (`bf16_bits`: ties to
-even, a NaN a quiet NaN, in integer operations any vector ISA has). Addresses are int64
-values, as the kernels pass them.
+element type (`load`, `store`), masked loads of lanes a stride apart (`gather`), and float32
+-> bf16 rounding of a vector (`bf16_bits`: ties to even, a NaN a quiet NaN, in integer
+operations any vector ISA has). Addresses are int64 values, as the kernels pass them.
 """
 
 from __future__ import annotations
@@ -60,6 +60,18 @@ class VectorIR:
         fn = self.declare(vtype, [vtype.as_pointer(), I32, self.masks, vtype], name)
         zero = ir.Constant(vtype, None)
         return self.builder.call(fn, [self.pointer(address, vtype), I32(4), mask, zero])
+
+    def gather(
+        self, address: ir.Value, step: ir.Value, vtype: ir.VectorType, mask: ir.Value
+    ) -> ir.Value:
+        """The ``vtype`` vector whose lane ``i`` is the element at the int64 ``address + i *
+        step`` (bytes), lanes off ``mask`` 0 (not read)."""
+        b, wide = self.builder, ir.VectorType(I64, self.lanes)
+        at = b.add(self.broadcast(address, wide), b.mul(self._lane_ids, self.broadcast(step, wide)))
+        pointers = b.inttoptr(at, ir.VectorType(vtype.element.as_pointer(), self.lanes))
+        name = f"llvm.masked.gather.{self._suffix(vtype)}.v{self.lanes}p0"
+        fn = self.declare(vtype, [pointers.type, I32, self.masks, vtype], name)
+        return b.call(fn, [pointers, I32(4), mask, ir.Constant(vtype, None)])
 
     def store(self, value: ir.Value, address: ir.Value, mask: ir.Value) -> None:
         """``value``'s lanes on ``mask`` to the int64 ``address``."""
