@@ -31,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 import rvm
 from rvm.kernels import conv, direct
+from rvm.kernels.epilogue import NO_EPILOGUE
 from rvm.testing.onnx_models import LIGHT_MODELS, light_model_path
 
 
@@ -88,7 +89,7 @@ def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> 
         conv.conv2d(x, w, by_gemm, groups, sh, sw, dh, dw, pt, pl, pb, pr)
 
     def channels() -> None:
-        direct.conv2d_packed(x, packed, by_direct, sh, sw, dh, dw, pt, pl)
+        direct.conv2d_packed(x, packed, by_direct, sh, sw, dh, dw, pt, pl, NO_EPILOGUE)
 
     def onnxruntime() -> None:
         session.run(None, {"x": x})

@@ -140,8 +140,9 @@ def test_split_matmul_matches_numpy(blas_threads, shape, b_t) -> None:
 def _segments(
     a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb
 ):  # type: ignore[no-untyped-def]  # noqa: E501
+    none = np.empty(0, np.float32)
     blas.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches,
-                       groups, ag, bb, cb)  # fmt: skip
+                       groups, ag, bb, cb, none, 0, none, False)  # fmt: skip
 
 
 @pytest.mark.parametrize("threads", [1, 2])

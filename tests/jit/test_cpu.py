@@ -85,10 +85,11 @@ def test_this_machine_tuning_comes_from_its_facts() -> None:
 
 
 # In the subprocess: the convolution and pool cases of the library's own tests (their case
-# lists, run by their own checks; the direct method's with its panels and AVX-512's), on one
-# thread and two, and GEMMs around the tile edges. By default every convolution method and
-# the direct one, one pool of each kind; every case (the split GEMMs' large convolutions,
-# every model's pool) with -m slow: each new method is seconds of compiling for Haswell.
+# lists, run by their own checks; the direct method's with its panels and AVX-512's; the
+# convolution's epilogue in each method), on one thread and two, and GEMMs around the tile
+# edges. By default every convolution method and the direct one, one pool of each kind; every
+# case (the split GEMMs' large convolutions, every model's pool) with -m slow: each new method
+# is seconds of compiling for Haswell.
 _SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -96,7 +97,7 @@ import numpy as np
 import rvm
 from rvm.kernels import cpu, direct, sgemm
 assert cpu.cpu().vector_bits == 256 and sgemm.LANES == 8, (cpu.cpu(), sgemm.LANES)
-import test_conv, test_direct, test_pool, test_sgemm
+import test_conv, test_conv_epilogue as epi, test_direct, test_pool, test_sgemm
 every = {every!r}
 convs = test_conv.CASES + (test_conv.SPLIT_CASES if every else [])
 pools = test_pool.MODEL_POOLS if every else test_pool.MODEL_POOLS[3:4]
@@ -104,6 +105,10 @@ for threads in (1, 2):
     rvm.set_num_threads(threads)
     for case in convs:
         test_conv.test_conv2d_matches_reference(case, "float32")
+    for case in epi.METHOD_CASES:  # the epilogue in each method, and in the direct tiles
+        epi.test_conv2d_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[3])
+    for case in (epi.DIRECT_CASE, test_conv.CASES[28]):
+        epi.test_direct_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[4])
     for case in test_direct.CASES:
         test_direct.test_packed_convolution_matches_reference(case, direct.NB)
         test_direct.test_packed_convolution_matches_reference(case, 48)  # AVX-512's panels

@@ -15,6 +15,7 @@ from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
 from rvm.kernels import conv, direct
+from rvm.kernels.epilogue import NO_EPILOGUE
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -53,7 +54,7 @@ def test_packed_convolution_matches_reference(case, panel) -> None:
     np.testing.assert_array_equal(direct.unpack(packed, w.shape[0]), w)
     out = np.full(want.shape, np.nan, np.float32)
     (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
-    direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1])
+    direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1], NO_EPILOGUE)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
@@ -212,7 +213,7 @@ def test_the_entry_point_refuses_operands_that_disagree(what, value) -> None:
     else:
         panel = value
     w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
-    params = (groups, stride, stride, 1, 1, 1, 1, 1, 1, panel)
+    params = (groups, stride, stride, 1, 1, 1, 1, 1, 1, panel, 0, 0, 0)
     assert _entry(x, w4, out, params) == 1
     assert not out.any()
 
@@ -222,7 +223,7 @@ def test_the_entry_point_computes_what_agrees() -> None:
     packed = direct.pack(w, 1)
     out = np.full((1, 32, 9, 7), np.nan, np.float32)
     w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
-    assert _entry(x, w4, out, (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5])) == 0
+    assert _entry(x, w4, out, (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5], 0, 0, 0)) == 0
     want = numpy_ref.conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 

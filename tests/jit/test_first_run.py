@@ -195,7 +195,8 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
 def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     """`rvm.jit.first_run.library_tasks`: the library tasks a module's first run takes, from
     its calls' static shapes, first needed first, each once (what `rvm.compile` builds in
-    the background while the kernels compile); a small lrn runs unsplit, and an integer
+    the background while the kernels compile); a convolution with an epilogue takes the
+    epilogue's GEMM task, one without the plain one; a small lrn runs unsplit, and an integer
     convolution runs as loops: no task."""
     from jit_helpers import var
 
@@ -217,7 +218,8 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
         b.emit_output(b.emit(Tuple([y, z])))
     assert library_tasks(run_pipeline(b.get())) == [
         ("conv2d_taps", "float32"),
-        ("gemm_segments", "float32"),
+        ("gemm_segments_epilogue", "float32"),  # its ReLU in the library call
         ("pool2d_max_flat", "float32"),
         ("conv2d_pointwise", "float32"),
+        ("gemm_segments", "float32"),  # the 1x1 convolutions have none
     ]

@@ -21,6 +21,7 @@ from rvm.ir import expr as E
 from rvm.ir.analysis import walk
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType
+from rvm.jit.epilogue import conv_epilogues
 from rvm.kernels.numba_cache import light_loads
 from rvm.op import ops
 
@@ -56,10 +57,23 @@ def _library_tasks(mod: IRModule) -> list[tuple[str, str]]:
 
 
 def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
+    fused = _fused_calls(func)
     for node in walk(func.body):
         if isinstance(node, E.Call) and not isinstance(node.callee, (E.GlobalVar, E.Var)):
-            for task in _call_tasks(node):
+            for task in _call_tasks(node, id(node) in fused):
                 yield task, "float32"
+
+
+def _fused_calls(func: E.Function) -> set[int]:
+    """The ids of the convolution calls of ``func`` whose library call applies an epilogue
+    (`rvm.jit.epilogue.conv_epilogues`, what the lowering passes the library)."""
+    from rvm.kernels import cblas
+
+    body = func.body
+    if not isinstance(body, E.SeqExpr) or not cblas.AVAILABLE:
+        return set()
+    convs = conv_epilogues(body.bindings, body.body, func.params)
+    return {id(b.value) for b in body.bindings if b.var in convs}
 
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:
@@ -72,11 +86,12 @@ def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:
     return tuple(t.shape)
 
 
-def _call_tasks(call: E.Call) -> tuple[str, ...]:
-    """The float32 library tasks one op call of static shapes runs."""
+def _call_tasks(call: E.Call, fused: bool) -> tuple[str, ...]:
+    """The float32 library tasks one op call of static shapes runs (``fused``: a convolution
+    with an epilogue)."""
     callee, attrs = call.callee, call.attrs
     if callee in (ops.conv1d, ops.conv2d):
-        return _conv_tasks(call, 2 if callee is ops.conv2d else 1)
+        return _conv_tasks(call, 2 if callee is ops.conv2d else 1, fused)
     if callee is ops.conv2d_packed:
         from rvm.kernels import direct
 
@@ -104,7 +119,7 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
     return ()
 
 
-def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
+def _conv_tasks(call: E.Call, nsp: int, fused: bool) -> tuple[str, ...]:
     """A float32 convolution's tasks (`rvm.kernels.conv.first_run_tasks`); a 1-d one runs as
     a 2-d one of height 1."""
     from rvm.kernels import cblas, conv
@@ -118,4 +133,6 @@ def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
     unpadded = not any(call.attrs["padding"])
     c, ih, iw = x[1:]
     o, _, kh, kw = w
-    return conv.first_run_tasks(c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded)
+    return conv.first_run_tasks(
+        c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, fused
+    )

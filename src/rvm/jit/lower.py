@@ -35,10 +35,12 @@ from rvm.jit import (  # noqa: F401  (register compute definitions)
 )
 from rvm.jit.compute import compute
 from rvm.jit.cond import ne
+from rvm.jit.epilogue import conv_epilogues
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, counting_mathlib, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
+from rvm.kernels import cblas
 from rvm.kernels.entry import require_line
 from rvm.op import ops
 from rvm.op.core import precision_of
@@ -135,6 +137,8 @@ def jit_kernel(
         return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
     source, entry, sig = lowered
     kb = lowering.kb
+    if lowering.epilogues:  # what each convolution's library call applies itself
+        meta["conv_epilogue"] = ";".join("+".join(e.steps) for e in lowering.epilogues.values())
     return KernelRecord(
         name,
         "jit",
@@ -289,6 +293,8 @@ class _KernelLowering:
         self.env: dict[E.Var, object] = {}
         self.consts: list[str] = []
         self.uses_reduction = False
+        self.epilogues: dict = {}  # conv variable -> its ConvEpilogue (`rvm.jit.epilogue`)
+        self.absorbed: dict[E.Var, E.Var] = {}  # an epilogue's op -> its convolution
 
     def build(self) -> tuple[str, str, str]:
         body = self.func.body
@@ -318,6 +324,9 @@ class _KernelLowering:
                 fields[p].append(t)
         if self.style == "dps":
             self._output_symbols(body.body)
+        if cblas.AVAILABLE:  # the library takes them (not ``conv2d_dot``)
+            self.epilogues = conv_epilogues(body.bindings, body.body, self.func.params)
+            self.absorbed = {v: c for c, e in self.epilogues.items() for v in e.absorbed}
         for b in body.bindings:
             self.env[b.var] = self._binding(b)
         results = self._results(body.body)
@@ -405,6 +414,8 @@ class _KernelLowering:
         return Tensor(tuple(str(d) for d in data.shape), dt, array=name, kind="array")
 
     def _binding(self, b: E.VarBinding) -> object:
+        if b.var in self.absorbed:  # computed by its convolution's library call
+            return self.env[self.absorbed[b.var]]
         value = b.value
         if not isinstance(value, E.Call):
             return self._arg(value)
@@ -425,7 +436,13 @@ class _KernelLowering:
                 self._check_rank(t, _tensor_type(f, f"result of {op.name}"), op.name)
             return pieces
         tt = _tensor_type(ty, f"result of {op.name}")
-        t = fn(self.kb, dict(value.attrs), args, tt.dtype)
+        attrs = dict(value.attrs)
+        epi = self.epilogues.get(b.var)
+        if epi is not None:  # bias and residual as tensors, the codes as they are
+            bias = None if epi.bias is None else self._arg(epi.bias)
+            res = None if epi.residual is None else self._arg(epi.residual)
+            attrs["epilogue"] = (bias, epi.act, res, epi.res_mode)
+        t = fn(self.kb, attrs, args, tt.dtype)
         self._check_rank(t, tt, op.name)
         return t
 

@@ -6,8 +6,9 @@ is not reachable), one call per batch matrix, writing straight into the stage's 
 lowering points that array at the kernel's output when the epilogue (bias, activation) can
 run in place, so the epilogue is one pass over the output in the same kernel. Float
 convolutions call `rvm.kernels.conv.conv2d` (1x1 GEMMs, depthwise loops or im2col),
-compiled once for all kernels rather than into each: a kernel only checks shapes, makes the
-call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
+compiled once for all kernels rather than into each: a kernel only checks shapes and makes
+the call, a float32 one with its bias, ReLU and residual as data (`rvm.jit.epilogue`), which
+the library applies block by block. Integer matmul and convolution are reduce loops inlined
 into their consumer.
 """
 
@@ -192,7 +193,8 @@ def _conv(nsp: int):
             ov = t.array
             if nsp == 1:
                 ov = array_view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
-            _emit_conv(kb, xv, wv, ov, groups, g2, out)
+            epi = _epilogue_operands(kb, attrs.get("epilogue"), dims)
+            _emit_conv(kb, xv, wv, ov, groups, g2, out, epi)
 
         t.fill = fill
         return t
@@ -200,13 +202,31 @@ def _conv(nsp: int):
     return lower
 
 
-def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
-    """A call of the convolution library (`rvm.kernels.conv`) on 4-d views of
-    ``dtype``."""
+def _epilogue_operands(kb: KernelBuilder, epi, dims) -> tuple[tuple[str, ...], tuple]:  # type: ignore[no-untyped-def]
+    """The library's epilogue operands (`rvm.kernels.epilogue`) for the lowering's ``epi``
+    (bias, activation, residual, residual code; `rvm.jit.epilogue`): the extra arrays (the
+    bias viewed (1, 1, 1, o), the residual; the residual stands in for an absent bias) and the
+    parameters (activation, whether there is a bias, the residual code)."""
+    if epi is None:
+        return (), (0, 0, 0)
+    bias, act, res, res_mode = epi
+    arrays = []
+    if bias is not None:
+        b = kb.materialize(bias, "float32")
+        arrays.append(array_view(kb, b, bias.dims, ("1", "1", "1", dims[1])))
+    if res is not None:
+        r = kb.materialize(res, "float32")
+        arrays += [r] * (2 - len(arrays))  # (bias, residual): the residual fills both
+    return tuple(arrays), (act, 1 if bias is not None else 0, res_mode)
+
+
+def _emit_conv(kb, x, w, out, groups, geo, dtype: str, epi=((), (0, 0, 0))) -> None:  # type: ignore[no-untyped-def]
+    """A call of the convolution library (`rvm.kernels.conv`) on 4-d views of ``dtype``, with
+    its epilogue's arrays and parameters ``epi`` (`_epilogue_operands`)."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
     if cblas.AVAILABLE:
-        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr)
-        kb.call_entry("conv2d", (x, w, out), params, dtype)
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, *epi[1])
+        kb.call_entry("conv2d", (x, w, out, *epi[0]), params, dtype)
     else:
         call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
         kb.imports.add(("rvm.kernels.conv", "conv2d_dot", None))
@@ -288,8 +308,9 @@ def _conv_packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -
         flat = (wide[0], w.dims[2], w.dims[3], wide[1])
         w4 = array_view(kb, wv, w.dims, flat)
         (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
-        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, w.dims[5])
-        kb.call_entry("conv2d_packed", (xv, w4, t.array), params, out)
+        arrays, codes = _epilogue_operands(kb, attrs.get("epilogue"), dims)
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, w.dims[5], *codes)
+        kb.call_entry("conv2d_packed", (xv, w4, t.array, *arrays), params, out)
 
     t.fill = fill
     return t

@@ -40,7 +40,7 @@ from llvmlite import ir
 from numba.core import types as nt
 from numba.extending import intrinsic
 
-from rvm.kernels import cblas, parfor, sgemm, workpool
+from rvm.kernels import cblas, epilogue, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
 
@@ -272,10 +272,12 @@ def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
 # through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
-# pieces along the segments and per batch.
+# pieces along the segments and per batch; the epilogue (`rvm.kernels.epilogue`): the bias's
+# and the residual's addresses (0: none), the activation, whether the residual goes before it.
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
- _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH) = range(1, 23)  # fmt: skip
-_SEGMENTS_JOB = 23
+ _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH, _BIAS, _RES, _ACT,
+ _FIRST) = range(1, 27)  # fmt: skip
+_SEGMENTS_JOB = 27
 
 
 @jit(**_OPTS)
@@ -304,6 +306,58 @@ _call_segments = parfor.caller("gemm_segments")  # unsplit: the code built once,
 
 
 @jit(**_OPTS)
+def _segments_epilogue_piece(p, job):  # type: ignore[no-untyped-def]
+    """`_segments_piece` followed by its epilogue (`rvm.kernels.epilogue.epilogue_rows`), block
+    by block of C while each is in cache: one segment (a plain GEMM) in the column blocks
+    `rvm.kernels.sgemm.sgemm_segments` cuts it into, several in runs of them of about
+    `rvm.kernels.sgemm.BLOCK_BYTES` of C."""
+    batch, piece = p // job[_PER_BATCH], p % job[_PER_BATCH]
+    m0, s0 = (piece // job[_SPARTS]) * job[_MSTEP], (piece % job[_SPARTS]) * job[_SSTEP]
+    lda, ldc, b_step, c_step, k = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP], job[_K]
+    at_a = job[_A] + 4 * ((batch % job[_GROUPS]) * job[_AGROUP] + m0 * lda)
+    at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step)
+    at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step)
+    rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
+    width = job[_WIDTH]
+    bias = job[_BIAS] + 4 * ((batch % job[_GROUPS]) * job[_M] + m0) if job[_BIAS] != 0 else 0
+    act, first = job[_ACT], job[_FIRST] != 0
+    if runs == 1:  # the blocks `sgemm_segments` takes, each with its epilogue
+        nr = sgemm.NR
+        step = max(nr, sgemm.BLOCK_BYTES // (4 * max(1, min(sgemm.KC, k))) // nr * nr)
+        for j0 in range(0, width, step):
+            cols = min(step, width - j0)
+            sgemm.sgemm_segments(at_a, lda, at_b + 4 * j0, job[_LDB], job[_TABLE], at_c + 4 * j0,
+                                 ldc, rows, k, 1, cols, 0, 0, False)  # fmt: skip
+            res = job[_RES] + at_c + 4 * j0 - job[_C] if job[_RES] != 0 else 0
+            epilogue.epilogue_rows(at_c + 4 * j0, ldc, rows, cols, bias, act, res, first)
+        return
+    step = max(1, sgemm.BLOCK_BYTES // (4 * max(1, rows * width)))
+    for s in range(0, runs, step):
+        count = min(step, runs - s)
+        c_at = at_c + 4 * s * c_step
+        sgemm.sgemm_segments(at_a, lda, at_b + 4 * s * b_step, job[_LDB], job[_TABLE], c_at, ldc,
+                             rows, k, count, width, b_step, c_step, False)  # fmt: skip
+        res = job[_RES] + c_at - job[_C] if job[_RES] != 0 else 0
+        if c_step == width:  # the segments one run (a convolution's output rows)
+            epilogue.epilogue_rows(c_at, ldc, rows, count * width, bias, act, res, first)
+            continue
+        for r in range(count):
+            res_r = res + 4 * r * c_step if res != 0 else 0
+            epilogue.epilogue_rows(c_at + 4 * r * c_step, ldc, rows, width, bias, act, res_r, first)
+
+
+def _segments_epilogue_task(p, like, data):  # type: ignore[no-untyped-def]
+    """`_segments_epilogue_piece` as a pool task: a task of its own, built only by programs
+    whose convolutions have an epilogue (`rvm.kernels.epilogue`)."""
+    _segments_epilogue_piece(p, parfor.job(data))
+
+
+parfor.export_task("gemm_segments_epilogue", _segments_epilogue_task)
+_run_segments_epilogue = parfor.runner("gemm_segments_epilogue")
+_call_segments_epilogue = parfor.caller("gemm_segments_epilogue")
+
+
+@jit(**_OPTS)
 def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
     """Whether every one of B's ``k`` rows (at ``table[r]``, or ``r * ldb`` with no table)
     plus ``[lo, hi)`` lies in ``size`` elements."""
@@ -317,7 +371,7 @@ def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
-                  batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
+                  batches, groups, a_group, b_batch, c_batch, bias, act, res, res_first):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
     each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
     ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
@@ -325,6 +379,13 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     a_group`` elements on, B ``i * b_batch``, C ``i * c_batch``: the (image, group) pairs of a
     grouped convolution. A convolution reads its taps in place through the table, one segment
     per output row.
+
+    The epilogue (`rvm.kernels.epilogue.epilogue_rows`) runs on each block of C right after
+    its product, in the thread that computed it: ``bias`` (float32, one a row of C per group:
+    ``groups * m``, or empty), the activation ``act`` (an index of `rvm.kernels.packed`'s
+    ``ACTIVATIONS``), ``res`` (float32 laid out as ``c``, or empty) added before the
+    activation when ``res_first``, else after. With one, the pieces are the task
+    ``gemm_segments_epilogue``'s, else the plain GEMM's.
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few. Checks every window first; float32
@@ -337,6 +398,8 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         table.shape[0] > 0 and table.shape[0] < k
     ):
         raise IndexError("gemm_segments: a negative step or a short table")
+    if (bias.size > 0 and bias.size < groups * m) or (res.size > 0 and res.size != c.size):
+        raise IndexError("gemm_segments: the epilogue's bias or residual is too small")
     span_b = (batches - 1) * b_batch + (segments - 1) * b_step + width
     span_c = (batches - 1) * c_batch + (segments - 1) * c_step + width
     if not (
@@ -365,10 +428,19 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_BBATCH], job[_CBATCH] = b_batch, c_batch
     job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
     job[_PER_BATCH] = m_parts * s_parts
+    job[_BIAS] = address(bias, 0) if bias.size > 0 else 0
+    job[_RES] = address(res, ic) if res.size > 0 else 0
+    job[_ACT], job[_FIRST] = act, 1 if res_first else 0
     pieces = batches * m_parts * s_parts
+    fused = job[_BIAS] != 0 or act != 0 or job[_RES] != 0
     if pieces == 1 or parts == 1:
         for p in range(pieces):
-            _call_segments(c, p, job)
+            if fused:
+                _call_segments_epilogue(c, p, job)
+            else:
+                _call_segments(c, p, job)
+    elif fused:
+        _run_segments_epilogue(c, pieces, job)
     else:
         _run_segments(c, pieces, job)
 

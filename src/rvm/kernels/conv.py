@@ -1,9 +1,11 @@
 """Float convolution for jit kernels, compiled once and called by every convolution kernel.
 
-A convolution kernel checks its operands' shapes, calls `conv2d` (or `conv2d_dot`) with the
-attributes, and runs its epilogue (bias, activation) over the output; the convolution itself
-lives here, so it is compiled once per operand type and cached with this module's Numba
-cache, not compiled again into every kernel (it was most of a CNN's compile time):
+A convolution kernel checks its operands' shapes and calls `conv2d` (or `conv2d_dot`) with the
+attributes and, for float32, its epilogue as data (a bias, ReLU, a residual:
+`rvm.kernels.epilogue`), which each method applies to each block of the output right after
+computing it, while it is in cache; the convolution itself lives here, so it is compiled
+once per operand type and cached with this module's Numba cache, not compiled again into
+every kernel (it was most of a CNN's compile time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr)`: NumPy's BLAS
   (`rvm.kernels.blas.gemm_split`: every GEMM is cut into pieces that run at once on
@@ -43,7 +45,7 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import direct, entry, parfor, sgemm
+from rvm.kernels import direct, entry, epilogue, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.cpu import cpu
@@ -119,10 +121,12 @@ def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-
 def _im2col(product):  # type: ignore[no-untyped-def]
     """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes: the
     input of each (image, group) is split into its zero-padded stride phases once, so every
-    tap of every output row is a unit-stride run of them (`rvm.kernels.planes`)."""
+    tap of every output row is a unit-stride run of them (`rvm.kernels.planes`). The
+    epilogue ``epi`` (`rvm.kernels.epilogue`) runs on each block right after
+    its product, while it is in cache."""
 
     @jit(**_OPTS)
-    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl, epi):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
         oh, ow = out.shape[2], out.shape[3]
@@ -130,6 +134,7 @@ def _im2col(product):  # type: ignore[no-untyped-def]
             return
         if cg * kh * kw == 0:
             out[...] = 0
+            epilogue.whole_epilogue(out, epi)
             return
         K = cg * kh * kw
         P = oh * ow
@@ -153,6 +158,8 @@ def _im2col(product):  # type: ignore[no-untyped-def]
                     p1 = min(p0 + rows, oh)
                     _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1)
                     product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow)
+                    at = (n_ * o + g_ * og) * P + p0 * ow
+                    epilogue.block_epilogue(out, at, g_ * og, og, P, (p1 - p0) * ow, epi)
 
     return conv
 
@@ -174,15 +181,22 @@ def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-unt
 
 
 _im2col_gemm = _im2col(_gemm_product)
-conv2d_dot_unchecked = _im2col(_dot_product)
+_im2col_dot = _im2col(_dot_product)
 
 
 @jit(**_OPTS)
-def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+def conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """`conv2d_dot` with no checks and no epilogue."""
+    _im2col_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue.NO_EPILOGUE)
+
+
+@jit(**_OPTS)
+def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl, epi):  # type: ignore[no-untyped-def]
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
     that tap's run in them (a table of where each starts), one segment per output row
-    (`rvm.kernels.blas.gemm_segments`). No column matrix is built."""
+    (`rvm.kernels.blas.gemm_segments`, which runs the epilogue ``epi`` on each piece). No
+    column matrix is built."""
     n, c, ih, iw = x.shape
     o, cg, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
@@ -198,27 +212,32 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
         for t in range(taps):
             table[c_ * taps + t] = c_ * size + starts[t]
     xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    bias, act, res, first = epi
     for n_ in range(n):
         for g_ in range(groups):
             _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
             at_out = (n_ * o + g_ * og) * P
+            # the group's bias; the residual laid out as the output
+            at_bias = bias + 4 * g_ * og if bias != 0 else 0
+            b, r = epilogue.epilogue_arrays(out, (at_bias, act, res, first), og)
             gemm_segments(wf, g_ * og * K, K, ph, 0, table, of, at_out, P, og, K, oh, ow, wq, ow,
-                          1, 1, 0, 0, 0)  # fmt: skip
+                          1, 1, 0, 0, 0, b, act, r, first)  # fmt: skip
 
 
-def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
+def _pointwise(x, w, out, groups, epi):  # type: ignore[no-untyped-def]
     """A 1x1, stride-1, unpadded convolution: for float32 one batched GEMM
-    (`_pointwise_batched`), else one GEMM per (image, group) straight from the input to the
-    output, (og, cg) weight rows times the group's (cg, h * w) input rows. Jitted code only."""
+    (`_pointwise_batched`, the epilogue ``epi`` on each piece), else one GEMM per (image,
+    group) straight from the input to the output, (og, cg) weight rows times the group's (cg,
+    h * w) input rows. Jitted code only."""
     raise NotImplementedError("_pointwise is for jitted code")
 
 
 @overload(_pointwise, jit_options=_OPTS)
-def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
+def _pointwise_impl(x, w, out, groups, epi):  # type: ignore[no-untyped-def]
     if isinstance(x, nt.Array) and x.dtype == nt.float32:
-        return lambda x, w, out, groups: _pointwise_batched(x, w, out, groups)
+        return lambda x, w, out, groups, epi: _pointwise_batched(x, w, out, groups, epi)
 
-    def by_blas(x, w, out, groups):  # type: ignore[no-untyped-def]
+    def by_blas(x, w, out, groups, epi):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg = w.shape[0], w.shape[1]
         og, P = o // groups, ih * iw
@@ -231,7 +250,7 @@ def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
+def _pointwise_batched(x, w, out, groups, epi):  # type: ignore[no-untyped-def]
     """`_pointwise` for float32 as one batched GEMM over the (image, group) pairs, whose
     pieces the pool takes pair by pair when each product is small (shufflenet's groups)."""
     n, _, ih, iw = x.shape
@@ -239,12 +258,13 @@ def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
     og, P = o // groups, ih * iw
     none = np.empty(0, dtype=np.int64)
     wf, xf, of = w.reshape(w.size), x.reshape(x.size), out.reshape(out.size)
+    b, r = epilogue.epilogue_arrays(out, epi, o)
     gemm_segments(wf, 0, cg, xf, P, none, of, 0, P, og, cg, 1, P, 0, 0, n * groups, groups,
-                  og * cg, cg * P, og * P)  # fmt: skip
+                  og * cg, cg * P, og * P, b, epi[1], r, epi[3])  # fmt: skip
 
 
 @jit(**_OPTS)
-def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
+def _strided_pointwise(x, w, out, groups, sh, sw, epi):  # type: ignore[no-untyped-def]
     """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
     every sw-th column), then one GEMM per (image, group) as `_pointwise`."""
     n, c, ih, iw = x.shape
@@ -261,15 +281,16 @@ def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-de
                 step = U(sw)
                 for q_ in range(U(ow)):
                     sf[dst + q_] = xf[src + q_ * step]
-    _pointwise(xs, w, out, groups)
+    _pointwise(xs, w, out, groups, epi)
 
 
 @jit(**_OPTS)
-def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl, epi):  # type: ignore[no-untyped-def]
     """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
     channel per group (depthwise, any channel multiplier): each plane is copied into a
     zero-padded plane split into its stride phases, then the taps add their weighted windows
-    as long runs, three per pass (see `rvm.kernels.planes`)."""
+    as long runs, three per pass (see `rvm.kernels.planes`), and each output plane gets its
+    epilogue ``epi`` as it is written."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     o, kh, kw = w.shape[0], w.shape[2], w.shape[3]
     oh, ow = out.shape[2], out.shape[3]
@@ -286,10 +307,11 @@ def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore
         for oc in range(ch * m, ch * m + m):
             _weighted_taps(flat, starts, wf, oc * kh * kw, acc, run)
             _copy_rows(acc, wq, of, (n_ * o + oc) * oh * ow, oh, ow)
+            epilogue.block_epilogue(out, (n_ * o + oc) * oh * ow, oc, 1, oh * ow, oh * ow, epi)
 
 
-# A depthwise job (int64): its length (20), x, w, out, n, c, ih, iw, o, kh, kw, oh, ow, sh, sw,
-# dh, dw, pt, pl, chunks.
+# A depthwise job (int64): its length (24), x, w, out, n, c, ih, iw, o, kh, kw, oh, ow, sh, sw,
+# dh, dw, pt, pl, chunks, the epilogue (4 fields: `rvm.kernels.epilogue`).
 
 
 def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -302,7 +324,8 @@ def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
     out = parfor.array_at(job[3], (n, o, oh, ow), like)
     chunks = job[19]
     lo, hi = k * n * c // chunks, (k + 1) * n * c // chunks
-    _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18])
+    epi = (job[20], job[21], job[22], job[23] != 0)
+    _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18], epi)
 
 
 # The entry point's own task, and its GEMMs' (`rvm.kernels.blas`), are built when a loop
@@ -312,17 +335,18 @@ _run_depthwise = parfor.runner("conv2d")
 
 
 @jit(**_OPTS)
-def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl, epi):  # type: ignore[no-untyped-def]
     """`_depthwise_range` over every input plane, in chunks of planes on the pool when large."""
     n, c, ih, iw = x.shape
     o, _, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
     chunks = min(parfor.threads(), n * c)
     if chunks < 2 or n * o * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
-        _depthwise_range(x, w, out, 0, n * c, sh, sw, dh, dw, pt, pl)
+        _depthwise_range(x, w, out, 0, n * c, sh, sw, dh, dw, pt, pl, epi)
         return
-    job = np.array((20, parfor.address(x), parfor.address(w), parfor.address(out), n, c, ih, iw,
-                    o, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, chunks), dtype=np.int64)  # fmt: skip
+    job = np.array((24, parfor.address(x), parfor.address(w), parfor.address(out), n, c, ih, iw,
+                    o, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, chunks, epi[0], epi[1], epi[2],
+                    1 if epi[3] else 0), dtype=np.int64)  # fmt: skip
     _run_depthwise(x, chunks, job)
 
 
@@ -376,9 +400,9 @@ def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
 
 # -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
 
-# A method's job (int64): its length (22), x, w, out, the dims of x (4), of w (4), of out's
-# plane (2), groups, sh, sw, dh, dw, pt, pl.
-_JOB = 22
+# A method's job (int64): its length (26), x, w, out, the dims of x (4), of w (4), of out's
+# plane (2), groups, sh, sw, dh, dw, pt, pl, 0, the epilogue (4 fields: `rvm.kernels.epilogue`).
+_JOB = 26
 
 
 @jit(**_OPTS)
@@ -391,34 +415,46 @@ def _operands(data, like):  # type: ignore[no-untyped-def]
     return x, w, out, job
 
 
+@jit(**_OPTS)
+def _job_epilogue(job):  # type: ignore[no-untyped-def]
+    """A method's epilogue, from its job."""
+    return (job[22], job[23], job[24], job[25] != 0)
+
+
 def _pointwise_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _pointwise(x, w, out, job[14])
+    _pointwise(x, w, out, job[14], _job_epilogue(job))
 
 
 def _strided_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _strided_pointwise(x, w, out, job[14], job[15], job[16])
+    _strided_pointwise(x, w, out, job[14], job[15], job[16], _job_epilogue(job))
 
 
 def _depthwise_method_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+    _depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20], _job_epilogue(job))
 
 
 def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _taps_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+    _taps_gemm(
+        x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20], _job_epilogue(job)
+    )
 
 
 def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    direct.conv2d_oihw(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+    direct.conv2d_oihw(
+        x, w, out, job[15], job[16], job[17], job[18], job[19], job[20], _job_epilogue(job)
+    )
 
 
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+    _im2col_gemm(
+        x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20], _job_epilogue(job)
+    )
 
 
 for _name, _task in (
@@ -452,6 +488,10 @@ METHOD_TASKS = (
 """The library tasks (`rvm.kernels.parfor`) a convolution by each method runs on float32, the
 method's own first (`first_run_tasks`)."""
 
+EPILOGUE_TASKS = {"gemm_segments": "gemm_segments_epilogue"}
+"""The task a convolution with an epilogue (`rvm.kernels.epilogue`) runs in place of each of
+`METHOD_TASKS`' that has one of its own (the others apply it themselves)."""
+
 
 @jit(**_OPTS)
 def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type: ignore[no-untyped-def]
@@ -475,17 +515,22 @@ def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type
 
 def first_run_tasks(
     c: int, o: int, groups: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
-    ih: int, iw: int, unpadded: bool,
+    ih: int, iw: int, unpadded: bool, fused: bool = False,
 ) -> tuple[str, ...]:  # fmt: skip
-    """The library tasks a float32 convolution of this shape runs (`method`, `METHOD_TASKS`):
-    what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
+    """The library tasks a float32 convolution of this shape runs (`method`, `METHOD_TASKS`;
+    ``fused``: with an epilogue, `EPILOGUE_TASKS`): what its first run builds, worth building
+    beforehand (`rvm.kernels.parfor.prefetch`)."""
     how = method.py_func(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, True)
+    if fused:
+        return tuple(EPILOGUE_TASKS.get(t, t) for t in METHOD_TASKS[how])
     return METHOD_TASKS[how]
 
 
 @jit(**_OPTS)
-def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
-    """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
+def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epi):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`conv2d`'s work, its epilogue ``epi`` (`rvm.kernels.epilogue`) run by each method on
+    each piece of the output as it computes it; False when the shapes disagree with the
+    geometry (`_check`).
 
     The method by shape (`method`), each a task of its own built when first run (a model
     builds the methods its convolutions take).
@@ -498,7 +543,8 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
         return True
     job = np.array((_JOB, parfor.address(x), parfor.address(w), parfor.address(out),
                     n, x.shape[1], x.shape[2], x.shape[3], o, cg, kh, kw, oh, ow,
-                    groups, sh, sw, dh, dw, pt, pl, 0), dtype=np.int64)  # fmt: skip
+                    groups, sh, sw, dh, dw, pt, pl, 0, epi[0], epi[1], epi[2],
+                    1 if epi[3] else 0), dtype=np.int64)  # fmt: skip
     unpadded = pt == 0 and pl == 0 and pb == 0 and pr == 0
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
@@ -536,19 +582,25 @@ def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type:
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------
 
 
-def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
-    """`_conv2d_blas` on x (a), w (b), out (c): 0 done, 1 the shapes disagree."""
-    d, p = nb.carray(dims, 12), nb.carray(params, 9)
-    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
-    w = nb.carray(b, (d[4], d[5], d[6], d[7]))
-    out = nb.carray(c, (d[8], d[9], d[10], d[11]))
-    ok = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
+def _entry(a, b, c, d, e, dims, params):  # type: ignore[no-untyped-def]
+    """`_conv2d_blas` on x (a), w (b), out (c) and the epilogue: the bias (d, (1, 1, 1, o)) when
+    ``params[10]``, the activation ``params[9]``, the residual (e, as out) added before the
+    activation when ``params[11]`` is 1, after it when 2. 0 done, 1 the shapes disagree or the
+    epilogue is not one this dtype has."""
+    dm, p = nb.carray(dims, 20), nb.carray(params, 12)
+    x = nb.carray(a, (dm[0], dm[1], dm[2], dm[3]))
+    w = nb.carray(b, (dm[4], dm[5], dm[6], dm[7]))
+    out = nb.carray(c, (dm[8], dm[9], dm[10], dm[11]))
+    epi = epilogue.entry_epilogue(d, e, dm, p[9], p[10], p[11])
+    if epi[1] < 0:
+        return 1
+    ok = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], epi)
     return 0 if ok else 1
 
 
-entry.export("conv2d", _entry)
+entry.export("conv2d", _entry, arrays=5)
 # What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
-entry_call = entry.caller("conv2d", 9)
+entry_call = entry.caller("conv2d", 12)
 
 
 # For Python callers (kernels call `entry_call`). Not cached: compiling it types the call, which
@@ -557,7 +609,7 @@ entry_call = entry.caller("conv2d", 9)
 def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS."""
     i = np.int64
-    params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr))
+    params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr), i(0), i(0), i(0))
     if entry_call((x, w, out), params) != 0:
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 

@@ -46,7 +46,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import entry, parfor
+from rvm.kernels import entry, epilogue, parfor
 from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
@@ -159,7 +159,7 @@ def pack_into(w, groups, out):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl, epi):  # type: ignore[no-untyped-def]
     """`conv2d_packed` of an OIHW weight ``w``, packed here, at the call (where that copy
     is small against the work: `rvm.kernels.conv.channels_pay`)."""
     o, cg, kh, kw = w.shape
@@ -167,7 +167,7 @@ def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-d
     panels = (o // groups + NB - 1) // NB
     packed = np.empty((groups, panels, kh, kw, cg, NB), dtype=w.dtype)
     pack_into(w, groups, packed)
-    conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl)
+    conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl, epi)
 
 
 def unpack(w: np.ndarray, channels: int) -> np.ndarray:
@@ -361,6 +361,8 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     taps = parfor.address(job) + 8 * _JOB_FIELDS
     ntaps, ow, p_all, wp, sh, sw = job[7], job[8], job[9], job[10], job[11], job[12]
     panels, chunks, n_, nb = job[13], job[14], job[15], job[16]
+    bias, act, res, first = job[19], job[20], job[21], job[22] != 0
+    fused = bias != 0 or act != 0 or res != 0
     cg, og = c // groups, o // groups
     g, rest = piece // (panels * chunks), piece % (panels * chunks)
     panel, chunk = rest // chunks, rest % chunks
@@ -389,6 +391,10 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
                 _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
                        0)  # fmt: skip
                 _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
+    if fused and b_hi > b_lo:  # the piece's epilogue: its channels' runs, in L2
+        p0, p1 = b_lo * MR, min(b_hi * MR, p_all)
+        epilogue.block_epilogue(of, out_at + p0, g * og + j0, width, p_all, p1 - p0,
+                                (bias, act, res, first))  # fmt: skip
 
 
 @jit(**_OPTS)
@@ -403,9 +409,9 @@ def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-
 
 # An image's job (int64): its length, the NHWC plane's and the weight's addresses, 0, c, o,
 # groups, taps, ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's
-# width, the output's address and its size; then each tap's offset in the plane (`_micro`'s
-# ``taps``).
-_JOB_FIELDS = 19
+# width, the output's address and its size, the epilogue (4 fields: `rvm.kernels.epilogue`);
+# then each tap's offset in the plane (`_micro`'s ``taps``).
+_JOB_FIELDS = 23
 
 
 def _task(piece, like, data):  # type: ignore[no-untyped-def]
@@ -423,11 +429,12 @@ _call = parfor.caller("conv2d_direct")
 
 
 @jit(**_OPTS)
-def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl, epi):  # type: ignore[no-untyped-def]
     """``out`` = the convolution of ``x`` (n, c, ih, iw) by the packed weight ``w`` (`pack`:
     (groups, panels, kh, kw, c / groups, panel)), float32, C-contiguous; ``pt``, ``pl`` the
-    top and left padding (the output's size gives the rest). The caller checks the shapes
-    against the geometry."""
+    top and left padding (the output's size gives the rest), ``epi`` its epilogue
+    (`rvm.kernels.epilogue`), run on each tile right after it is stored. The caller checks
+    the shapes against the geometry."""
     n, c = x.shape[0], x.shape[1]
     groups, kh, kw, nb = w.shape[0], w.shape[2], w.shape[3], w.shape[5]
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
@@ -436,6 +443,7 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
         return
     if c == 0:  # no input channels: sums of nothing
         out[...] = 0
+        epilogue.whole_epilogue(out, epi)
         return
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
     panels = w.shape[1]
@@ -450,7 +458,8 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
     job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                          groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
-                         parfor.address(out), out.size)  # fmt: skip
+                         parfor.address(out), out.size, epi[0], epi[1], epi[2],
+                         1 if epi[3] else 0)  # fmt: skip
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
@@ -500,22 +509,26 @@ def agrees(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
     )
 
 
-def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+def _entry(a, b, c, d, e, dims, params):  # type: ignore[no-untyped-def]
     """`conv2d_packed` on x (a), the packed weight viewed 4-d (b: groups * panels, kh, kw,
-    c / groups * panel) and out (c): 0 done, 1 the shapes disagree."""
-    d, p = nb.carray(dims, 12), nb.carray(params, 10)
+    c / groups * panel), out (c) and the epilogue (`rvm.kernels.epilogue.entry_epilogue`: the
+    bias d, the residual e, ``params[10:13]``): 0 done, 1 the shapes disagree."""
+    dm, p = nb.carray(dims, 20), nb.carray(params, 13)
     groups, nb_ = p[0], p[9]
-    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
-    out = nb.carray(c, (d[8], d[9], d[10], d[11]))
-    if groups <= 0 or nb_ <= 0 or d[4] % groups or d[7] % nb_:
+    x = nb.carray(a, (dm[0], dm[1], dm[2], dm[3]))
+    out = nb.carray(c, (dm[8], dm[9], dm[10], dm[11]))
+    if groups <= 0 or nb_ <= 0 or dm[4] % groups or dm[7] % nb_:
         return 1
-    w = nb.carray(b, (groups, d[4] // groups, d[5], d[6], d[7] // nb_, nb_))
+    w = nb.carray(b, (groups, dm[4] // groups, dm[5], dm[6], dm[7] // nb_, nb_))
     if not agrees(x, w, out, groups, p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]):
         return 1
-    conv2d_packed(x, w, out, p[1], p[2], p[3], p[4], p[5], p[6])
+    epi = epilogue.entry_epilogue(d, e, dm, p[10], p[11], p[12])
+    if epi[1] < 0:
+        return 1
+    conv2d_packed(x, w, out, p[1], p[2], p[3], p[4], p[5], p[6], epi)
     return 0
 
 
-entry.export("conv2d_packed", _entry)
+entry.export("conv2d_packed", _entry, arrays=5)
 # What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
-entry_call = entry.caller("conv2d_packed", 10)
+entry_call = entry.caller("conv2d_packed", 13)

@@ -13,11 +13,13 @@ alone, not every dtype's (each is seconds of LLVM). A kernel that calls one requ
 import (its generated source has ``require("conv2d", "float32")`` before its function), so the
 symbol is registered before a cached kernel is linked; typing a call requires it too.
 
-Every entry point has one C signature, so one caller serves them all: three data pointers
-(up to three 4-d arrays of the dtype; null past the last), their dims (an int64 array of
-12), the integer parameters (an int64 array), and an int64 status back (0: done).
+Every entry point has one form of C signature, so one caller serves them all: its data
+pointers (three, or as many as it declares, up to `MAX_ARRAYS`: 4-d arrays of the dtype; null
+past the last passed), their dims (an int64 array of 4 a pointer), the integer parameters (an
+int64 array), and an int64 status back (0: done).
 
-- `export(name, body)` declares ``body(a, b, c, dims, params)`` as entry point ``name``;
+- `export(name, body, arrays=3)` declares ``body(a, b, c, ..., dims, params)`` (``arrays``
+  pointers) as entry point ``name``;
 - `require(name, dtype)` compiles and registers it for ``dtype``, once per process;
 - `caller(name, n_params)` is the intrinsic ``call((arrays...), (params...))`` that a jit
   function uses to call it.
@@ -41,7 +43,7 @@ from rvm.kernels import DTYPES
 from rvm.kernels.numba_cache import light_loads
 from rvm.progress import Progress
 
-MAX_ARRAYS = 3
+MAX_ARRAYS = 5  # a convolution's x, w, out and its epilogue's bias and residual
 NDIMS = 4
 
 # The library's entry points and the modules exporting them (imported by `require`).
@@ -53,6 +55,7 @@ MODULES = {
 }
 
 _bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
+_arity: dict[str, int] = {}  # their data pointers
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
 
 
@@ -61,10 +64,14 @@ def symbol(name: str, dtype: str) -> str:
     return f"rvm_{name}_{dtype}"
 
 
-def export(name: str, body: Callable[..., int]) -> None:
-    """Declare ``body(a, b, c, dims, params) -> int`` (module level, for Numba's cache) as the
-    C entry point ``name``; `require` compiles it for a dtype."""
+def export(name: str, body: Callable[..., int], arrays: int = 3) -> None:
+    """Declare ``body(a, b, c, ..., dims, params) -> int`` (``arrays`` data pointers, 1 to
+    `MAX_ARRAYS`; module level, for Numba's cache) as the C entry point ``name``; `require`
+    compiles it for a dtype."""
+    if not 1 <= arrays <= MAX_ARRAYS:
+        raise ValueError(f"export: {arrays} arrays for {name!r}, 1 to {MAX_ARRAYS} expected")
     _bodies[name] = body
+    _arity[name] = arrays
 
 
 def require(name: str, dtype: str) -> None:
@@ -95,7 +102,7 @@ def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
         if (name, dtype) in _compiled:
             return
         ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
-        sig = nt.int64(ptr, ptr, ptr, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
+        sig = nt.int64(*(ptr,) * _arity[name], nt.CPointer(nt.int64), nt.CPointer(nt.int64))
         with Progress(f"building rvm's library: {name} ({dtype})"):  # seconds, once per machine
             cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         llvm.add_symbol(symbol(name, dtype), cfunc.address)
@@ -115,12 +122,15 @@ def required() -> list[tuple[str, str]]:
 
 def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
     """The intrinsic ``call(arrays, params) -> int64`` of entry point ``name``: ``arrays`` a
-    tuple of up to `MAX_ARRAYS` C-contiguous 4-d arrays of one float dtype, ``params`` a
+    tuple of up to the entry point's arrays (`export`), C-contiguous, 4-d, of one float
+    dtype, ``params`` a
     tuple of ``n_params`` integers (each passed as int64)."""
 
     @intrinsic
     def call(typingctx, arrays, params):  # type: ignore[no-untyped-def]
-        if not _arrays_ok(arrays):
+        if name not in _bodies:
+            importlib.import_module(MODULES[name])  # exports it
+        if not _arrays_ok(arrays, _arity[name]):
             return None
         if not _params_ok(params, n_params):
             return None
@@ -135,8 +145,9 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
                 arr = context.make_array(aty)(context, builder, av)
                 ptrs.append(arr.data)
                 dims += cgutils.unpack_tuple(builder, arr.shape, NDIMS)
-            ptrs += [ir.Constant(ptrs[0].type, None)] * (MAX_ARRAYS - len(ptrs))
-            dims += [i64(0)] * (MAX_ARRAYS * NDIMS - len(dims))
+            arity = _arity[name]
+            ptrs += [ir.Constant(ptrs[0].type, None)] * (arity - len(ptrs))
+            dims += [i64(0)] * (arity * NDIMS - len(dims))
             pvals = [
                 context.cast(builder, v, t, nt.int64)
                 for v, t in zip(cgutils.unpack_tuple(builder, args[1], n_params), params.types)
@@ -159,8 +170,8 @@ def _params_ok(params: nt.Type, n_params: int) -> bool:
     return all(isinstance(t, (nt.Integer, nt.IntegerLiteral)) for t in params.types)
 
 
-def _arrays_ok(arrays: nt.Type) -> bool:
-    if not isinstance(arrays, nt.BaseTuple) or not 1 <= len(arrays) <= MAX_ARRAYS:
+def _arrays_ok(arrays: nt.Type, arity: int) -> bool:
+    if not isinstance(arrays, nt.BaseTuple) or not 1 <= len(arrays) <= arity:
         return False
     types = list(arrays.types)
     if not all(isinstance(t, nt.Array) and t.ndim == NDIMS and t.layout == "C" for t in types):
