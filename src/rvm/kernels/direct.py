@@ -179,7 +179,8 @@ def unpack(w: np.ndarray, channels: int) -> np.ndarray:
 
 
 @intrinsic
-def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc):  # type: ignore[no-untyped-def]  # noqa: E501
+def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc, bias, act,
+           res_mode, res_delta):  # type: ignore[no-untyped-def]  # fmt: skip
     """The micro-kernel, on int64 addresses: ``T[i, :width] = sum over (t, ch) of A[bases[i] +
     taps[t] + ch] * B[t * cg + ch, :width]`` for positions i < ``rows`` (of `MR`), ``width =
     (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps, B's rows ``ldb`` floats apart.
@@ -187,11 +188,18 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last,
     floats apart; else the tile is whole (``rows`` = `MR`) and goes transposed, as NCHW wants
     it: channel ``k``'s `MR` positions one run at ``C + k * ldc``, the accumulators
     transposed in registers (`_transposed`). One loop per vector count, chosen by a switch:
-    each keeps its accumulators in registers."""
-    sig = nt.void(*(nt.int64,) * 12)
+    each keeps its accumulators in registers.
+
+    The epilogue (`rvm.kernels.epilogue`) in registers: ``bias`` the address of the tile's
+    channels' biases (0: none) and the activation ``act`` on the accumulators; the residual
+    (``res_mode`` 1 before the activation, 2 after it, 0 none; ``res_delta`` floats from C to
+    R) on the transposed runs, as they are stored. With ``ldc`` 0 the residual is left to the
+    caller (`_store`)."""
+    sig = nt.void(*(nt.int64,) * 16)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc = args
+        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc = args[:12]
+        bias, act, res_mode, res_delta = args[12:]
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, LANES)
         vptr, fptr, iptr = vec.as_pointer(), f32.as_pointer(), i64.as_pointer()
@@ -219,6 +227,7 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last,
 
         lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
         mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+        whole = ir.Constant(masks, [1] * LANES)
         # Positions past ``rows`` read the last one's input (their sums are not stored).
         last_row = builder.sub(rows, i64(1))
 
@@ -261,6 +270,10 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last,
                             else:
                                 new = builder.fadd(builder.fmul(x, bs[j]), old)
                             builder.store(new, acc[i][j])
+            epi = epilogue.TileEpilogue(builder, bias, act, res_mode, res_delta)
+            for j in range(vectors):  # the bias and (with no residual first) the activation
+                lanes = whole if j < vectors - 1 else mask
+                epi.on_channels([acc[i][j] for i in range(MR)], j, lanes)
             by_rows = builder.icmp_signed("==", ldc, i64(0))
             with builder.if_else(by_rows) as (plain, transposed):
                 with plain:
@@ -274,17 +287,23 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last,
                                 else:
                                     builder.call(masked_store, [value, at, align, mask])
                 with transposed:
-                    for j in range(vectors):
-                        runs = _transposed(builder, [builder.load(acc[i][j]) for i in range(MR)])
-                        for lane, run in enumerate(runs):
-                            k = i64(j * LANES + lane)
-                            at = builder.gep(c, [builder.mul(k, ldc)])
-                            at = builder.bitcast(at, run.type.as_pointer())
-                            if j < vectors - 1:
-                                builder.store(run, at, align=4)
-                            else:
+
+                    def store_runs(residual):  # type: ignore[no-untyped-def]
+                        for j in range(vectors):
+                            values = [builder.load(acc[i][j]) for i in range(MR)]
+                            for lane, run in enumerate(_transposed(builder, values)):
+                                at = builder.gep(c, [builder.mul(i64(j * LANES + lane), ldc)])
+                                if j < vectors - 1:
+                                    epi.store_run(run, at, residual)
+                                    continue
                                 with builder.if_then(builder.icmp_signed("<", i64(lane), last)):
-                                    builder.store(run, at, align=4)
+                                    epi.store_run(run, at, residual)
+
+                    with builder.if_else(epi.has_residual) as (with_res, without):
+                        with with_res:
+                            store_runs(True)
+                        with without:
+                            store_runs(False)
 
         blocks = [builder.append_basic_block(f"tile{v}") for v in range(1, VECTORS + 1)]
         done = builder.append_basic_block("tiled")
@@ -354,15 +373,16 @@ def _nhwc(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
+def _bands(job, piece, bases, tmp, of, rs):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of an image's job (`_JOB_FIELDS`): one group's panel of output
-    channels by a range of bands of `MR` positions."""
+    channels by a range of bands of `MR` positions, each tile with its epilogue (``rs``: the
+    residual, laid out as the output ``of``)."""
     xh, w, c, o, groups = job[1], job[2], job[4], job[5], job[6]
     taps = parfor.address(job) + 8 * _JOB_FIELDS
     ntaps, ow, p_all, wp, sh, sw = job[7], job[8], job[9], job[10], job[11], job[12]
     panels, chunks, n_, nb = job[13], job[14], job[15], job[16]
-    bias, act, res, first = job[19], job[20], job[21], job[22] != 0
-    fused = bias != 0 or act != 0 or res != 0
+    bias, act, res = job[19], job[20], job[21]  # the epilogue, `_micro`'s codes
+    res_mode = 0 if res == 0 else (1 if job[22] != 0 else 2)
     cg, og = c // groups, o // groups
     g, rest = piece // (panels * chunks), piece % (panels * chunks)
     panel, chunk = rest // chunks, rest % chunks
@@ -372,6 +392,7 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     b_lo, b_hi = chunk * bands // chunks, (chunk + 1) * bands // chunks
     at_b = w + 4 * (g * panels + panel) * ntaps * cg * nb
     pb, pt_, of_at = parfor.address(bases), parfor.address(tmp), parfor.address(of)
+    delta = (res - of_at) // 4 if res != 0 else 0  # the residual, floats from the output
     out_at = (n_ * o + g * og + j0) * p_all
     for band in range(b_lo, b_hi):
         p0 = band * MR
@@ -383,28 +404,33 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
             part = min(NB, width - j)
             vectors = (part + LANES - 1) // LANES
             last = part - (vectors - 1) * LANES
+            at_bias = bias + 4 * (g * og + j0 + j) if bias != 0 else 0
             if rows == MR:  # a whole tile: transposed into the output in registers
                 at_c = of_at + 4 * (out_at + j * p_all + p0)
                 _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, at_c, rows, vectors, last,
-                       p_all)  # fmt: skip
+                       p_all, at_bias, act, res_mode, delta)  # fmt: skip
             else:
                 _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
-                       0)  # fmt: skip
-                _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
-    if fused and b_hi > b_lo:  # the piece's epilogue: its channels' runs, in L2
-        p0, p1 = b_lo * MR, min(b_hi * MR, p_all)
-        epilogue.block_epilogue(of, out_at + p0, g * og + j0, width, p_all, p1 - p0,
-                                (bias, act, res, first))  # fmt: skip
+                       0, at_bias, act, res_mode, 0)  # fmt: skip
+                _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part, act, res_mode, rs)
 
 
 @jit(**_OPTS)
-def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-def]
+def _store(tmp, of, out_at, p_all, p0, rows, width, act, res_mode, rs):  # type: ignore[no-untyped-def]  # noqa: E501
     """A tile (``rows`` positions by ``width`` channels, `NB` apart in ``tmp``) into the
-    NCHW output: each channel's positions one run."""
+    NCHW output: each channel's positions one run; the residual ``rs`` (laid out as ``of``)
+    added before the activation ``act`` when ``res_mode`` is 1, after it when 2 (`_micro`
+    applied the rest of the epilogue)."""
+    zero = np.float32(0.0)
     for lane in range(width):
         dst = out_at + lane * p_all + p0
         for i in range(rows):
-            of[dst + i] = tmp[i * NB + lane]
+            value = tmp[i * NB + lane]
+            if res_mode != 0:
+                value += rs[dst + i]
+                if res_mode == 1 and act == epilogue.RELU:
+                    value = np.maximum(value, zero)
+            of[dst + i] = value
 
 
 # An image's job (int64): its length, the NHWC plane's and the weight's addresses, 0, c, o,
@@ -418,9 +444,10 @@ def _task(piece, like, data):  # type: ignore[no-untyped-def]
     """A pool task: piece ``piece`` of an image's job."""
     job = parfor.job(data)
     of = parfor.array_at(job[17], (job[18],), like)
+    rs = parfor.array_at(job[21] if job[21] != 0 else job[17], (job[18],), like)  # the residual
     bases = np.empty(MR, dtype=np.int64)
     tmp = np.empty(MR * NB, dtype=of.dtype)
-    _bands(job, piece, bases, tmp, of)
+    _bands(job, piece, bases, tmp, of, rs)
 
 
 parfor.export_task("conv2d_direct", _task)

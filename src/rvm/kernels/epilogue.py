@@ -23,6 +23,7 @@ or 0, and whether the residual is added before the activation (a ResNet block's
 - `epilogue_rows(c, ldc, rows, cols, bias, act, res, res_first)`: on rows of C at addresses;
 - `block_epilogue(out, at, ch, rows, ldc, cols, epi)`: on a block of ``rows`` channels;
 - `whole_epilogue(out, epi)`: on the whole output;
+- `TileEpilogue`: the same in LLVM IR, on a micro-kernel's accumulators in registers;
 - `is_none(epi)`: whether ``epi`` does nothing;
 - `epilogue_arrays(out, epi, channels)`: the bias and residual as arrays, for
   `rvm.kernels.blas.gemm_segments`, whose pieces run the epilogue themselves.
@@ -32,6 +33,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils
 
 from rvm.kernels import parfor, sgemm
 from rvm.kernels.jitting import jit
@@ -40,6 +43,7 @@ from rvm.kernels.reference.packed import ACTIVATIONS
 __all__ = [
     "NO_EPILOGUE",
     "RELU",
+    "TileEpilogue",
     "block_epilogue",
     "entry_epilogue",
     "epilogue_arrays",
@@ -149,3 +153,62 @@ def entry_epilogue(d, e, dims, act, has_bias, res_mode):  # type: ignore[no-unty
                 return _BAD
         res = parfor.address(nb.carray(e, (dims[16] * dims[17] * dims[18] * dims[19],)))
     return (bias, act, res, res_mode == 1)
+
+
+class TileEpilogue:
+    """The IR of the epilogue of a tile in registers, for a micro-kernel's codegen
+    (`rvm.kernels.direct`), as `epilogue_rows` computes it: ``act(C + bias + R)`` with the
+    residual first, else ``act(C + bias) + R``. ``bias``, ``act``, ``res_mode`` and
+    ``res_delta`` are int64 IR values: the address of the tile's first channel's bias (0:
+    none), an index of `ACTIVATIONS`, the residual's code (0 none, 1 before the activation, 2
+    after it) and its offset from the output in floats."""
+
+    def __init__(self, builder, bias, act, res_mode, res_delta):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        self.builder, self.res_delta = builder, res_delta
+        self.bias = builder.inttoptr(bias, ir.FloatType().as_pointer())
+        self.has_bias = builder.icmp_signed("!=", bias, i64(0))
+        relu = builder.icmp_signed("==", act, i64(RELU))
+        self.first = builder.icmp_signed("==", res_mode, i64(1))
+        self.after = builder.icmp_signed("==", res_mode, i64(2))
+        self.has_residual = builder.icmp_signed("!=", res_mode, i64(0))
+        self.early_relu = builder.and_(relu, builder.not_(self.first))
+        self.late_relu = builder.and_(relu, self.first)
+
+    def _relu(self, value, on):  # type: ignore[no-untyped-def]
+        """``max(value, 0)`` when ``on`` (NaN kept, as `np.maximum`)."""
+        b, zero = self.builder, ir.Constant(value.type, None)
+        kept = b.select(b.fcmp_unordered(">", value, zero), value, zero)
+        return b.select(on, kept, value)
+
+    def on_channels(self, slots, j, lanes):  # type: ignore[no-untyped-def]
+        """The bias of vector ``j``'s channels (`rvm.kernels.sgemm.LANES` a vector, ``lanes``
+        the mask of those loaded) and the activation unless a residual goes before it, on the
+        accumulators ``slots`` (stack slots of vectors, one a position)."""
+        b = self.builder
+        vec = slots[0].type.pointee
+        off = ir.Constant(ir.IntType(64), j * sgemm.LANES)
+        at = b.bitcast(b.gep(self.bias, [off]), vec.as_pointer())
+        none = ir.Constant(lanes.type, [0] * sgemm.LANES)
+        load = cgutils.get_or_insert_function(
+            b.module,
+            ir.FunctionType(vec, [vec.as_pointer(), ir.IntType(32), lanes.type, vec]),
+            f"llvm.masked.load.v{sgemm.LANES}f32.p0",
+        )
+        # No bias: no lane loaded (nothing read), zeros added.
+        on = b.select(self.has_bias, lanes, none)
+        add = b.call(load, [at, ir.IntType(32)(4), on, ir.Constant(vec, None)])
+        for slot in slots:
+            b.store(self._relu(b.fadd(b.load(slot), add), self.early_relu), slot)
+
+    def store_run(self, run, at, residual):  # type: ignore[no-untyped-def]
+        """Store the channel's run ``run`` at the float pointer ``at``, its residual (when
+        ``residual``: ``res_delta`` floats on) added before or after the activation."""
+        b = self.builder
+        ptr = run.type.as_pointer()
+        if residual:
+            r = b.load(b.bitcast(b.gep(at, [self.res_delta]), ptr), align=4)
+            zero = ir.Constant(run.type, None)
+            run = self._relu(b.fadd(run, b.select(self.first, r, zero)), self.late_relu)
+            run = b.fadd(run, b.select(self.after, r, zero))
+        b.store(run, b.bitcast(at, ptr), align=4)
