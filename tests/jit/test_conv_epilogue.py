@@ -20,15 +20,21 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, direct
+from rvm.kernels import blas, conv, direct
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 
 RELU = ACTIVATIONS.index("relu")
 
 # One case of each method (see test_conv.CASES), and the direct method's (packed at the call:
-# a deep stride-1 convolution with many output channels on a large map).
+# a deep stride-1 convolution with many output channels on a large map). The last two are
+# GEMMs whose epilogue runs block by block (`rvm.kernels.blas.gemm_segments`): a 1x1 one on a
+# map wider than a column block, taps in place whose output exceeds a block of C.
 METHOD_CASES = [CASES[i] for i in (0, 2, 3, 4, 6, 9, 10, 11, 12, 14, 27, 28, 29, 30, 32, 33, 34)]
+METHOD_CASES += [
+    (1, 8, 96, 100, 32, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+    (1, 8, 100, 100, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+]
 DIRECT_CASE = (1, 64, 32, 32, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
 # (bias, activation, residual: 0 none, 1 before the activation, 2 after it)
 EPILOGUES = [(True, RELU, 0), (True, 0, 0), (False, RELU, 0), (True, RELU, 1), (True, RELU, 2),
@@ -71,40 +77,67 @@ def _epilogue_operands(case, out_shape, has_bias, mode):  # type: ignore[no-unty
     return bias, res
 
 
-@pytest.mark.parametrize("epilogue", EPILOGUES)
 @pytest.mark.parametrize("case", METHOD_CASES)
-def test_conv2d_entry_applies_the_epilogue(blas_threads, case, epilogue) -> None:
-    has_bias, act, mode = epilogue
+def test_conv2d_entry_applies_the_epilogue(blas_threads, case, epilogues=EPILOGUES) -> None:
+    """Each epilogue (`EPILOGUES`) in turn on one convolution of each method."""
     x, w = _operands(case)
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
     oh = (case[2] + pt + pb - dh * (case[5][0] - 1) - 1) // sh + 1
     ow = (case[3] + pl + pr - dw * (case[5][1] - 1) - 1) // sw + 1
-    out = np.full((case[0], case[4], oh, ow), np.nan, np.float32)
-    bias, res = _epilogue_operands(case, out.shape, has_bias, mode)
-    b4 = bias if bias is not None else (res if res is not None else out)
-    r = res if res is not None else b4
-    params = (case[8], sh, sw, dh, dw, pt, pl, pb, pr, act, int(has_bias), mode)
-    assert _conv_entry(x, w, out, b4, r, params) == 0
-    want = _want(case, x, w, bias, act, res, mode)
-    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+    for has_bias, act, mode in epilogues:
+        out = np.full((case[0], case[4], oh, ow), np.nan, np.float32)
+        bias, res = _epilogue_operands(case, out.shape, has_bias, mode)
+        b4 = bias if bias is not None else (res if res is not None else out)
+        r = res if res is not None else b4
+        params = (case[8], sh, sw, dh, dw, pt, pl, pb, pr, act, int(has_bias), mode)
+        assert _conv_entry(x, w, out, b4, r, params) == 0
+        want = _want(case, x, w, bias, act, res, mode)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
-@pytest.mark.parametrize("epilogue", EPILOGUES)
 @pytest.mark.parametrize("case", [DIRECT_CASE, CASES[0], CASES[28]])
-def test_direct_entry_applies_the_epilogue(blas_threads, case, epilogue) -> None:
-    """Whole tiles (stored transposed) and partial ones (through a buffer) alike."""
-    has_bias, act, mode = epilogue
+def test_direct_entry_applies_the_epilogue(blas_threads, case, epilogues=EPILOGUES) -> None:
+    """Each epilogue in turn, on whole tiles (in registers, stored transposed) and partial
+    ones (through a buffer) alike."""
     x, w = _operands(case)
     packed = direct.pack(w, case[8])
     w4 = packed.reshape(packed.shape[0] * packed.shape[1], *packed.shape[2:4], -1)
     oh, ow = case[2], case[3]  # 3x3, stride 1, pad 1
-    out = np.full((case[0], case[4], oh, ow), np.nan, np.float32)
-    bias, res = _epilogue_operands(case, out.shape, has_bias, mode)
-    b4 = bias if bias is not None else (res if res is not None else out)
-    r = res if res is not None else b4
-    params = (case[8], 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5], act, int(has_bias), mode)
-    assert _direct_entry(x, w4, out, b4, r, params) == 0
-    np.testing.assert_allclose(out, _want(case, x, w, bias, act, res, mode), rtol=1e-4, atol=2e-3)
+    for has_bias, act, mode in epilogues:
+        out = np.full((case[0], case[4], oh, ow), np.nan, np.float32)
+        bias, res = _epilogue_operands(case, out.shape, has_bias, mode)
+        b4 = bias if bias is not None else (res if res is not None else out)
+        r = res if res is not None else b4
+        params = (case[8], 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5], act, int(has_bias), mode)
+        assert _direct_entry(x, w4, out, b4, r, params) == 0
+        want = _want(case, x, w, bias, act, res, mode)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
+@nb.njit
+def _segments(a, b, c, m, k, segs, width, b_step, c_step, bias, act, res, first):  # type: ignore[no-untyped-def]  # noqa: E501
+    none = np.empty(0, np.int64)
+    blas.gemm_segments(a, 0, k, b, segs * b_step, none, c, 0, segs * c_step, m, k, segs, width,
+                       b_step, c_step, 1, 1, 0, 0, 0, bias, act, res, first)  # fmt: skip
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_segments_apart_in_c_get_the_epilogue_each(blas_threads, first) -> None:
+    """A segmented GEMM whose runs are not one after the other in C (gaps between them): the
+    epilogue on each run, the gaps left as they were; split on the pool with two threads."""
+    m, k, segs, width, b_step, c_step = 64, 64, 40, 13, 15, 16
+    a, b = rand((m, k)), rand((k, segs * b_step), seed=1)
+    bias, res = rand((m,), seed=2), rand((m, segs * c_step), seed=3)
+    c = np.full((m, segs * c_step), 7.0, np.float32)
+    _segments(a, b, c, m, k, segs, width, b_step, c_step, bias, RELU, res, first)
+    want = np.full(c.shape, 7.0)
+    for s in range(segs):
+        run = slice(s * c_step, s * c_step + width)
+        y = a.astype(np.float64) @ b[:, s * b_step : s * b_step + width] + bias[:, None]
+        want[:, run] = np.maximum(y + res[:, run], 0) if first else np.maximum(y, 0) + res[:, run]
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    with pytest.raises(IndexError, match="epilogue's bias or residual"):
+        _segments(a, b, c, m, k, segs, width, b_step, c_step, bias[:-1], RELU, res, first)
 
 
 # Each epilogue operand disagrees with a 3x3, pad-1 convolution of (1, 16, 9, 7) into 6
@@ -140,51 +173,62 @@ def test_float64_has_no_epilogue_in_the_library() -> None:
 
 # -- kernels that hand their epilogue to the library --------------------------------------
 
+# (case, form): each epilogue form on the pointwise, depthwise, taps and im2col methods.
+FUSED = [(CASES[0], "bias_relu"), (CASES[2], "resnet"), (CASES[4], "after"),
+         (CASES[28], "residual_only"), (CASES[0], "shared"), (CASES[28], "resnet")]  # fmt: skip
+STEPS = {"bias_relu": "bias+relu", "resnet": "bias+residual+relu", "after": "bias+relu+residual",
+         "residual_only": "residual", "shared": "bias"}  # fmt: skip
 
-def _module(case, form: str):  # type: ignore[no-untyped-def]
-    """conv2d of ``case`` (a constant weight, as models bring them) and an epilogue ``form``;
-    the module, its inputs and the epilogue steps the kernel should fuse."""
-    x_np, w_np = _operands(case)
-    n, o = case[0], case[4]
+
+def _branch(b: Builder, x: E.Var, r: E.Var, case, form: str, seed: int) -> E.Expr:  # type: ignore[no-untyped-def]
+    """conv2d of ``case`` (a constant weight, as models bring them) on ``x``, then the
+    epilogue ``form`` (``r``: the residual)."""
+    o = case[4]
     attrs = dict(strides=case[6], dilation=case[7], groups=case[8], padding=case[9])
-    bias = E.Constant(rand((o, 1, 1), seed=2))
-    x = var("x", x_np.shape)
-    y_shape = numpy_ref.conv2d(x_np, w_np, case[6], case[9], case[7], case[8]).shape
-    r = var("r", y_shape)
-    b = Builder()
-    with b.function("main", [x, r]):
-        y = b.emit(op.conv2d(x, E.Constant(w_np), **attrs))
-        if form == "bias_relu":
-            z = b.emit(op.relu(b.emit(op.add(y, bias))))
-        elif form == "resnet":  # relu(conv + bias + shortcut)
-            z = b.emit(op.relu(b.emit(op.add(b.emit(op.add(y, bias)), r))))
-        elif form == "after":  # relu(conv + bias) + r
-            z = b.emit(op.add(b.emit(op.relu(b.emit(op.add(bias, y)))), r))
-        elif form == "residual_only":
-            z = b.emit(op.add(r, y))
-        else:  # "shared": conv + bias used twice, so only the bias add is fused
-            s = b.emit(op.add(y, bias))
-            z = b.emit(op.add(b.emit(op.relu(s)), b.emit(op.multiply(s, r))))
-        b.emit_output(z)
-    steps = {"bias_relu": "bias+relu", "resnet": "bias+residual+relu",
-             "after": "bias+relu+residual", "residual_only": "residual",
-             "shared": "bias"}[form]  # fmt: skip
-    del n
-    return b.get(), (x_np, rand(y_shape, seed=5)), steps
+    w = E.Constant(rand((o, case[1] // case[8], *case[5]), seed=seed))
+    bias = E.Constant(rand((o, 1, 1), seed=seed + 1))
+    y = b.emit(op.conv2d(x, w, **attrs))
+    if form == "bias_relu":
+        return b.emit(op.relu(b.emit(op.add(y, bias))))
+    if form == "resnet":  # relu(conv + bias + shortcut)
+        return b.emit(op.relu(b.emit(op.add(b.emit(op.add(y, bias)), r))))
+    if form == "after":  # relu(conv + bias) + r
+        return b.emit(op.add(b.emit(op.relu(b.emit(op.add(bias, y)))), r))
+    if form == "residual_only":
+        return b.emit(op.add(r, y))
+    s = b.emit(op.add(y, bias))  # "shared": conv + bias used twice, only the bias add fused
+    return b.emit(op.add(b.emit(op.relu(s)), b.emit(op.multiply(s, r))))
 
 
-FORMS = ["bias_relu", "resnet", "after", "residual_only", "shared"]
+@pytest.fixture(scope="module")
+def fused_program():  # type: ignore[no-untyped-def]
+    """One module of every `FUSED` branch, compiled once: the executable, its inputs and the
+    interpreter's answer."""
+    params, inputs, b = [], [], Builder()
+    for k, (case, _) in enumerate(FUSED):
+        x_np = rand((case[0], case[1], case[2], case[3]), seed=10 * k)
+        w_np = rand((case[4], case[1] // case[8], *case[5]))
+        y_shape = numpy_ref.conv2d(x_np, w_np, case[6], case[9], case[7], case[8]).shape
+        params += [var(f"x{k}", x_np.shape), var(f"r{k}", y_shape)]
+        inputs += [x_np, rand(y_shape, seed=10 * k + 5)]
+    with b.function("main", params):
+        outs = [
+            _branch(b, params[2 * k], params[2 * k + 1], case, form, 10 * k + 1)
+            for k, (case, form) in enumerate(FUSED)
+        ]
+        b.emit_output(b.emit(E.Tuple(outs)))
+    mod = b.get()
+    return rvm.compile(mod), inputs, rvm.interpret(mod, "main", *inputs)
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[4], CASES[28]])
-def test_kernels_hand_their_epilogue_to_the_library(exec_mode, case, form) -> None:
-    """Against the interpreter in every exec mode, and the kernel record names the steps the
-    library call applies (pointwise, depthwise, taps and im2col methods)."""
-    mod, inputs, steps = _module(case, form)
-    want = rvm.interpret(mod, "main", *inputs)
-    ex = rvm.compile(mod)
-    fused = [r.meta.get("conv_epilogue") for r in ex.kernels.values()]
-    assert steps in fused, fused
-    vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
-    np.testing.assert_allclose(vm["main"](*inputs), want, rtol=1e-4, atol=2e-3)
+def test_kernels_hand_their_epilogue_to_the_library(exec_mode, fused_program) -> None:
+    """Against the interpreter in every exec mode, and the kernel records name the steps the
+    library calls apply (pointwise, depthwise, taps and im2col methods)."""
+    ex, inputs, want = fused_program
+    fused = sorted(
+        r.meta["conv_epilogue"] for r in ex.kernels.values() if "conv_epilogue" in r.meta
+    )
+    assert fused == sorted(STEPS[form] for _, form in FUSED)
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](*inputs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-3)

@@ -106,9 +106,9 @@ for threads in (1, 2):
     for case in convs:
         test_conv.test_conv2d_matches_reference(case, "float32")
     for case in epi.METHOD_CASES:  # the epilogue in each method, and in the direct tiles
-        epi.test_conv2d_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[3])
-    for case in (epi.DIRECT_CASE, test_conv.CASES[28]):
-        epi.test_direct_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[4])
+        epi.test_conv2d_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[3:4])
+    for case in (epi.DIRECT_CASE, test_conv.CASES[28]):  # in registers: residual first, after
+        epi.test_direct_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[3:5])
     for case in test_direct.CASES:
         test_direct.test_packed_convolution_matches_reference(case, direct.NB)
         test_direct.test_packed_convolution_matches_reference(case, 48)  # AVX-512's panels
