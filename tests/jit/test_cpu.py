@@ -105,7 +105,9 @@ for threads in (1, 2):
     rvm.set_num_threads(threads)
     for case in convs:
         test_conv.test_conv2d_matches_reference(case, "float32")
-    for case in epi.METHOD_CASES:  # the epilogue in each method, and in the direct tiles
+    # The epilogue in im2col blocks and depthwise planes (every method's with -m slow: the
+    # 1x1 and taps GEMMs' task is seconds more of compiling), and in the direct tiles.
+    for case in epi.METHOD_CASES if every else [test_conv.CASES[0], test_conv.CASES[4]]:
         epi.test_conv2d_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[3:4])
     for case in (epi.DIRECT_CASE, test_conv.CASES[28]):  # in registers: residual first, after
         epi.test_direct_entry_applies_the_epilogue(threads, case, epi.EPILOGUES[3:5])

@@ -1,0 +1,213 @@
+"""Where a CNN's time goes, by kind of op, in rvm and in ONNX Runtime, side by side.
+
+Run: ``python benchmarks/op_profile.py [--only squeezenet,resnet50] [--repeat 20]``.
+
+For each light model (random weights, one image, default threads), in one process: rvm's
+`VirtualMachine.profile` (per kernel, medians over the timed runs) and ONNX Runtime's own
+profiler (``enable_profiling``: per node, the median over the same number of runs), outputs
+checked against each other first; three rounds of both, alternating, and the medians over
+rounds (the machine may be shared). Each kernel or node is put in a kind by what it computes:
+
+- ``conv``: a convolution and what is fused into it (bias, activation, residual: rvm's
+  kernel record ``ops``; ORT's ``Conv``/``FusedConv``), split by the convolution's shape:
+  ``1x1``, ``depthwise`` (one input channel a group), ``KxK`` otherwise;
+- ``pool``, ``concat``, ``gemm`` (dense, matmul), ``elementwise`` (what is left unfused:
+  relu, add, batch norm...), ``layout`` (reshape, transpose, flatten, channel shuffle);
+- ``vm``: rvm's own dispatch (the profile's VM overhead), ORT's time outside its nodes.
+
+Each kind gives milliseconds per run in both and rvm/ORT. Writes
+``benchmarks/results/op_profile.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from common import light_model_files, machine, machine_line, write_results
+
+import rvm
+from rvm.testing.onnx_models import LIGHT_MODELS
+
+DEFAULT = "squeezenet,resnet50,densenet121,inception_v2"
+ROUNDS = 3  # each profile, rvm's then ORT's, taken this many times: the medians are reported
+_LAYOUT = ("reshape", "transpose", "flatten", "shuffle", "squeeze", "expand_dims", "Reshape",
+           "Transpose", "Flatten", "Squeeze", "Unsqueeze")  # fmt: skip
+
+
+def _conv_kind(x_shape, w_shape, groups: int) -> str:  # type: ignore[no-untyped-def]
+    """``conv 1x1``, ``conv depthwise`` or ``conv KxK`` from the input and weight shapes."""
+    if w_shape is not None and len(w_shape) == 4:
+        if groups > 1 and w_shape[1] == 1:
+            return "conv depthwise"
+        if w_shape[2] == 1 and w_shape[3] == 1:
+            return "conv 1x1"
+        return f"conv {w_shape[2]}x{w_shape[3]}"
+    return "conv"
+
+
+def _kind_of_ops(ops: list[str]) -> str:
+    """A kernel's kind from its fused ops (rvm's kernel record)."""
+    if any(o.startswith("conv") for o in ops):
+        return "conv"
+    if any("pool" in o for o in ops):
+        return "pool"
+    if "concatenate" in ops:
+        return "concat"
+    if any(o in ("dense", "matmul", "dense_packed") for o in ops):
+        return "gemm"
+    if all(any(t in o for t in _LAYOUT) for o in ops):
+        return "layout"
+    return "elementwise"
+
+
+def _kind_of_node(op: str) -> str:
+    """An ONNX Runtime node's kind from its op type."""
+    if op in ("Conv", "FusedConv", "NchwcConv"):
+        return "conv"
+    if "Pool" in op:
+        return "pool"
+    if op == "Concat":
+        return "concat"
+    if op in ("Gemm", "MatMul", "FusedGemm", "FusedMatMul"):
+        return "gemm"
+    if op in _LAYOUT or op in ("ReorderInput", "ReorderOutput"):
+        return "layout"
+    return "elementwise"
+
+
+def _rvm_kinds(ex, vm, inputs: list, repeat: int) -> tuple[dict[str, float], float]:  # type: ignore[no-untyped-def]
+    """Milliseconds per run by kind, and the whole run's, from `VirtualMachine.profile`."""
+    report = vm.profile("main", *inputs, warmup=2, repeat=repeat)
+    kinds: dict[str, float] = defaultdict(float)
+    for row in report.rows:
+        rec = ex.kernels.get(row["name"])
+        ops = rec.meta.get("ops", "").split(",") if rec is not None else [row["name"]]
+        kind = _kind_of_ops(ops)
+        if kind == "conv":
+            kind = _rvm_conv_kind(row, ops)
+        kinds[kind] += row["total"] * 1e3
+    kinds["vm"] += report.vm_overhead * 1e3
+    return dict(kinds), report.total * 1e3
+
+
+def _rvm_conv_kind(row: dict, ops: list[str]) -> str:
+    """A conv kernel's shape kind from its recorded argument shapes (input, weight)."""
+    shapes = row["shapes"][0] if row["shapes"] else ""
+    dims = [tuple(int(d) for d in m.split(",")) for m in re.findall(r"\[([\d, ]+)\]", shapes)]
+    four = [d for d in dims if len(d) == 4]
+    if "conv2d_packed" in ops:
+        return "conv KxK"
+    if len(four) >= 2:
+        x, w = four[0], four[1]
+        groups = x[1] // w[1] if w[1] else 1
+        return _conv_kind(x, w, groups)
+    return "conv"
+
+
+def _ort_kinds(path: str, feeds: dict, repeat: int) -> tuple[dict[str, float], float]:
+    """Milliseconds per run by kind from ONNX Runtime's profiler (default options), and the
+    median run."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = ort.SessionOptions()
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tmp, "ort")
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        for _ in range(repeat + 2):
+            sess.run(None, feeds)
+        events = json.load(open(sess.end_profiling()))
+    runs = [e for e in events if e.get("cat") == "Session" and e["name"] == "model_run"]
+    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    per_run: list[dict[str, float]] = [defaultdict(float) for _ in runs]
+    starts = [r["ts"] for r in runs]
+    for e in nodes:
+        k = max(i for i, s in enumerate(starts) if s <= e["ts"]) if e["ts"] >= starts[0] else 0
+        op = e["args"].get("op_name", "")
+        kind = _kind_of_node(op)
+        if kind == "conv":
+            kind = _ort_conv_kind(e)
+        per_run[k][kind] += e["dur"] / 1e3
+    per_run, runs = per_run[2:], runs[2:]  # the first runs warm up
+    kinds = {k: statistics.median(r.get(k, 0.0) for r in per_run) for k in per_run[0]}
+    inside = [sum(r.values()) for r in per_run]
+    total = [r["dur"] / 1e3 for r in runs]
+    kinds["vm"] = statistics.median(t - i for t, i in zip(total, inside))
+    return kinds, statistics.median(total)
+
+
+def _ort_conv_kind(event: dict) -> str:
+    shapes = event["args"].get("input_type_shape", [])
+    dims = [tuple(next(iter(s.values()))) for s in shapes if s]
+    groups = 1
+    if len(dims) >= 2 and len(dims[1]) == 4 and dims[1][1]:
+        groups = dims[0][1] // dims[1][1] if len(dims[0]) == 4 else 1
+    return _conv_kind(dims[0] if dims else None, dims[1] if len(dims) > 1 else None, groups)
+
+
+def profile_model(name: str, repeat: int) -> dict:
+    """The side-by-side profile of one light model."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path, _, model, inputs = light_model_files(name, Path(tmp))
+        ex = rvm.compile(rvm.from_onnx(model))
+        vm = rvm.VirtualMachine(ex)
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+        want = sess.run(None, feeds)
+        got = vm["main"](*inputs)
+        got = list(got) if isinstance(got, (list, tuple)) else [got]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-3, atol=1e-3)
+        rounds = [(_rvm_kinds(ex, vm, inputs, repeat), _ort_kinds(str(path), feeds, repeat))
+                  for _ in range(ROUNDS)]  # fmt: skip
+    mine, mine_total = _medians([r[0] for r in rounds])
+    theirs, theirs_total = _medians([r[1] for r in rounds])
+    kinds = sorted(set(mine) | set(theirs), key=lambda k: -max(mine.get(k, 0), theirs.get(k, 0)))
+    rows = {k: {"rvm_ms": mine.get(k, 0.0), "ort_ms": theirs.get(k, 0.0)} for k in kinds}
+    return {"kinds": rows, "rvm_ms": mine_total, "ort_ms": theirs_total}
+
+
+def _medians(rounds: list[tuple[dict[str, float], float]]) -> tuple[dict[str, float], float]:
+    """Per kind, and of the whole run, the median over rounds."""
+    kinds = {k for r, _ in rounds for k in r}
+    return (
+        {k: statistics.median(r.get(k, 0.0) for r, _ in rounds) for k in kinds},
+        statistics.median(t for _, t in rounds),
+    )
+
+
+def _table(name: str, result: dict) -> str:
+    lines = [f"{name}: rvm {result['rvm_ms']:.2f} ms, ORT {result['ort_ms']:.2f} ms a run",
+             f"  {'kind':<16} {'rvm ms':>8} {'ORT ms':>8} {'rvm/ORT':>8}"]  # fmt: skip
+    for kind, row in result["kinds"].items():
+        ratio = row["rvm_ms"] / row["ort_ms"] if row["ort_ms"] > 0 else float("inf")
+        lines.append(f"  {kind:<16} {row['rvm_ms']:>8.2f} {row['ort_ms']:>8.2f} {ratio:>8.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=DEFAULT, help=f"of {','.join(LIGHT_MODELS)}")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs a profile")
+    args = parser.parse_args()
+    results = {}
+    for name in args.only.split(","):
+        results[name] = profile_model(name, args.repeat)
+        print(_table(name, results[name]), flush=True)
+    load = os.getloadavg()[0]
+    print(f"load average {load:.1f}; {machine_line()}")
+    write_results("op_profile", {"machine": machine(), "load": load, "models": results})
+
+
+if __name__ == "__main__":
+    main()
