@@ -1,8 +1,9 @@
 """Where a CNN's time goes, by kind of op, in rvm and in ONNX Runtime, side by side.
 
-Run: ``python benchmarks/op_profile.py [--only squeezenet,resnet50] [--repeat 20]``.
+Run: ``python benchmarks/op_profile.py [--only squeezenet,resnet50] [--repeat 20] [--threads 1]``.
 
-For each light model (random weights, one image, default threads), in one process: rvm's
+For each light model (random weights, one image, default threads or ``--threads`` on both
+sides: one thread reads truer on a loaded machine), in one process: rvm's
 `VirtualMachine.profile` (per kernel, medians over the timed runs) and ONNX Runtime's own
 profiler (``enable_profiling``: per node, the median over the same number of runs), outputs
 checked against each other first; three rounds of both, alternating, and the medians over
@@ -112,13 +113,25 @@ def _rvm_conv_kind(row: dict, ops: list[str]) -> str:
     return "conv"
 
 
-def _ort_kinds(path: str, feeds: dict, repeat: int) -> tuple[dict[str, float], float]:
-    """Milliseconds per run by kind from ONNX Runtime's profiler (default options), and the
-    median run."""
+def _options(threads: int | None):  # type: ignore[no-untyped-def]
+    """ONNX Runtime's session options: the defaults, or ``threads`` threads."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = opts.inter_op_num_threads = threads
+    return opts
+
+
+def _ort_kinds(
+    path: str, feeds: dict, repeat: int, threads: int | None
+) -> tuple[dict[str, float], float]:
+    """Milliseconds per run by kind from ONNX Runtime's profiler (``threads``: None for the
+    default options), and the median run."""
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
-        opts = ort.SessionOptions()
+        opts = _options(threads)
         opts.enable_profiling = True
         opts.profile_file_prefix = os.path.join(tmp, "ort")
         sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
@@ -153,23 +166,29 @@ def _ort_conv_kind(event: dict) -> str:
     return _conv_kind(dims[0] if dims else None, dims[1] if len(dims) > 1 else None, groups)
 
 
-def profile_model(name: str, repeat: int) -> dict:
-    """The side-by-side profile of one light model."""
+def profile_model(name: str, repeat: int, threads: int | None = None) -> dict:
+    """The side-by-side profile of one light model (``threads``: None for the defaults)."""
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
         path, _, model, inputs = light_model_files(name, Path(tmp))
         ex = rvm.compile(rvm.from_onnx(model))
         vm = rvm.VirtualMachine(ex)
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        if threads:
+            rvm.set_num_threads(threads)
+        sess = ort.InferenceSession(
+            str(path), _options(threads), providers=["CPUExecutionProvider"]
+        )
         feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
         want = sess.run(None, feeds)
         got = vm["main"](*inputs)
         got = list(got) if isinstance(got, (list, tuple)) else [got]
         for g, w in zip(got, want):
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-3, atol=1e-3)
-        rounds = [(_rvm_kinds(ex, vm, inputs, repeat), _ort_kinds(str(path), feeds, repeat))
-                  for _ in range(ROUNDS)]  # fmt: skip
+        rounds = [
+            (_rvm_kinds(ex, vm, inputs, repeat), _ort_kinds(str(path), feeds, repeat, threads))
+            for _ in range(ROUNDS)
+        ]
     mine, mine_total = _medians([r[0] for r in rounds])
     theirs, theirs_total = _medians([r[1] for r in rounds])
     kinds = sorted(set(mine) | set(theirs), key=lambda k: -max(mine.get(k, 0), theirs.get(k, 0)))
@@ -199,14 +218,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=DEFAULT, help=f"of {','.join(LIGHT_MODELS)}")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs a profile")
+    parser.add_argument("--threads", type=int, default=None, help="threads on both sides")
     args = parser.parse_args()
     results = {}
     for name in args.only.split(","):
-        results[name] = profile_model(name, args.repeat)
+        results[name] = profile_model(name, args.repeat, args.threads)
         print(_table(name, results[name]), flush=True)
     load = os.getloadavg()[0]
     print(f"load average {load:.1f}; {machine_line()}")
-    write_results("op_profile", {"machine": machine(), "load": load, "models": results})
+    payload = {"machine": machine(), "load": load, "threads": args.threads, "models": results}
+    write_results("op_profile", payload)
 
 
 if __name__ == "__main__":
