@@ -136,13 +136,46 @@ def test_split_matmul_matches_numpy(blas_threads, shape, b_t) -> None:
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
+_NONE = np.empty(0, np.float32)
+
+
 @nb.njit
 def _segments(
-    a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb
-):  # type: ignore[no-untyped-def]  # noqa: E501
-    none = np.empty(0, np.float32)
+    a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb,
+    bias=_NONE, act=0, res=_NONE, first=False,
+):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
     blas.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches,
-                       groups, ag, bb, cb, none, 0, none, False)  # fmt: skip
+                       groups, ag, bb, cb, bias, act, res, first)  # fmt: skip
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_segments_apart_in_c_get_the_epilogue_each(blas_threads, first) -> None:
+    """A segmented GEMM with an epilogue (bias, ReLU, the residual before or after it:
+    `rvm.kernels.epilogue`) whose runs are not one after the other in C: the epilogue on each
+    run, the gaps left as they were; split on the pool with two threads."""
+    m, k, segs, width, b_step, c_step = 64, 64, 40, 13, 15, 16
+    rng = np.random.default_rng(7)
+    a, b = (
+        rng.standard_normal((m, k), np.float32),
+        rng.standard_normal((k, segs * b_step), np.float32),
+    )
+    bias, res = (
+        rng.standard_normal(m, np.float32),
+        rng.standard_normal(m * segs * c_step, np.float32),
+    )
+    c = np.full(m * segs * c_step, 7.0, np.float32)
+    none = np.empty(0, np.int64)
+    args = (a.reshape(-1), 0, k, b.reshape(-1), segs * b_step, none, c, 0, segs * c_step, m, k,
+            segs, width, b_step, c_step, 1, 1, 0, 0, 0)  # fmt: skip
+    _segments(*args, bias, 1, res, first)
+    want, r = np.full((m, segs * c_step), 7.0), res.reshape(m, -1)
+    for s in range(segs):
+        run = slice(s * c_step, s * c_step + width)
+        y = a.astype(np.float64) @ b[:, s * b_step : s * b_step + width] + bias[:, None]
+        want[:, run] = np.maximum(y + r[:, run], 0) if first else np.maximum(y, 0) + r[:, run]
+    np.testing.assert_allclose(c.reshape(m, -1), want, rtol=1e-4, atol=1e-3)
+    with pytest.raises(IndexError, match="epilogue's bias or residual"):
+        _segments(*args, bias[:-1], 1, res, first)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

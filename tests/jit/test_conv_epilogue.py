@@ -20,7 +20,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import blas, conv, direct
+from rvm.kernels import conv, direct
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 
@@ -56,10 +56,14 @@ def _operands(case):  # type: ignore[no-untyped-def]
     return rand((n, c, h, w_)), rand((o, c // case[8], kh, kw), seed=1)
 
 
-def _want(case, x, w, bias, act, res, mode):  # type: ignore[no-untyped-def]
+def _conv(case, x, w):  # type: ignore[no-untyped-def]
+    """NumPy's convolution of ``case`` (float64)."""
     (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
-    pt, pl, pb, pr = pads
-    y = numpy_ref.conv2d(x, w, (sh, sw), (pt, pl, pb, pr), (dh, dw), case[8]).astype(np.float64)
+    return numpy_ref.conv2d(x, w, (sh, sw), pads, (dh, dw), case[8]).astype(np.float64)
+
+
+def _want(y, bias, act, res, mode):  # type: ignore[no-untyped-def]
+    """The epilogue on the convolution ``y``."""
     if bias is not None:
         y = y + bias.reshape(1, -1, 1, 1)
     if mode == 1:
@@ -79,11 +83,14 @@ def _epilogue_operands(case, out_shape, has_bias, mode):  # type: ignore[no-unty
 
 @pytest.mark.parametrize("case", METHOD_CASES)
 def test_conv2d_entry_applies_the_epilogue(blas_threads, case, epilogues=EPILOGUES) -> None:
-    """Each epilogue (`EPILOGUES`) in turn on one convolution of each method."""
+    """Each epilogue (`EPILOGUES`) in turn on one convolution of each method (on a large map,
+    the first two with a residual)."""
     x, w = _operands(case)
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
-    oh = (case[2] + pt + pb - dh * (case[5][0] - 1) - 1) // sh + 1
-    ow = (case[3] + pl + pr - dw * (case[5][1] - 1) - 1) // sw + 1
+    y = _conv(case, x, w)
+    oh, ow = y.shape[2], y.shape[3]
+    if oh * ow >= 4096:
+        epilogues = [e for e in epilogues if e[2]][:2]
     for has_bias, act, mode in epilogues:
         out = np.full((case[0], case[4], oh, ow), np.nan, np.float32)
         bias, res = _epilogue_operands(case, out.shape, has_bias, mode)
@@ -91,7 +98,7 @@ def test_conv2d_entry_applies_the_epilogue(blas_threads, case, epilogues=EPILOGU
         r = res if res is not None else b4
         params = (case[8], sh, sw, dh, dw, pt, pl, pb, pr, act, int(has_bias), mode)
         assert _conv_entry(x, w, out, b4, r, params) == 0
-        want = _want(case, x, w, bias, act, res, mode)
+        want = _want(y, bias, act, res, mode)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
@@ -103,6 +110,7 @@ def test_direct_entry_applies_the_epilogue(blas_threads, case, epilogues=EPILOGU
     packed = direct.pack(w, case[8])
     w4 = packed.reshape(packed.shape[0] * packed.shape[1], *packed.shape[2:4], -1)
     oh, ow = case[2], case[3]  # 3x3, stride 1, pad 1
+    y = _conv(case, x, w)
     for has_bias, act, mode in epilogues:
         out = np.full((case[0], case[4], oh, ow), np.nan, np.float32)
         bias, res = _epilogue_operands(case, out.shape, has_bias, mode)
@@ -110,34 +118,8 @@ def test_direct_entry_applies_the_epilogue(blas_threads, case, epilogues=EPILOGU
         r = res if res is not None else b4
         params = (case[8], 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5], act, int(has_bias), mode)
         assert _direct_entry(x, w4, out, b4, r, params) == 0
-        want = _want(case, x, w, bias, act, res, mode)
+        want = _want(y, bias, act, res, mode)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
-
-
-@nb.njit
-def _segments(a, b, c, m, k, segs, width, b_step, c_step, bias, act, res, first):  # type: ignore[no-untyped-def]  # noqa: E501
-    none = np.empty(0, np.int64)
-    blas.gemm_segments(a, 0, k, b, segs * b_step, none, c, 0, segs * c_step, m, k, segs, width,
-                       b_step, c_step, 1, 1, 0, 0, 0, bias, act, res, first)  # fmt: skip
-
-
-@pytest.mark.parametrize("first", [True, False])
-def test_segments_apart_in_c_get_the_epilogue_each(blas_threads, first) -> None:
-    """A segmented GEMM whose runs are not one after the other in C (gaps between them): the
-    epilogue on each run, the gaps left as they were; split on the pool with two threads."""
-    m, k, segs, width, b_step, c_step = 64, 64, 40, 13, 15, 16
-    a, b = rand((m, k)), rand((k, segs * b_step), seed=1)
-    bias, res = rand((m,), seed=2), rand((m, segs * c_step), seed=3)
-    c = np.full((m, segs * c_step), 7.0, np.float32)
-    _segments(a, b, c, m, k, segs, width, b_step, c_step, bias, RELU, res, first)
-    want = np.full(c.shape, 7.0)
-    for s in range(segs):
-        run = slice(s * c_step, s * c_step + width)
-        y = a.astype(np.float64) @ b[:, s * b_step : s * b_step + width] + bias[:, None]
-        want[:, run] = np.maximum(y + res[:, run], 0) if first else np.maximum(y, 0) + res[:, run]
-    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
-    with pytest.raises(IndexError, match="epilogue's bias or residual"):
-        _segments(a, b, c, m, k, segs, width, b_step, c_step, bias[:-1], RELU, res, first)
 
 
 # Each epilogue operand disagrees with a 3x3, pad-1 convolution of (1, 16, 9, 7) into 6
@@ -175,7 +157,7 @@ def test_float64_has_no_epilogue_in_the_library() -> None:
 
 # (case, form): each epilogue form on the pointwise, depthwise, taps and im2col methods.
 FUSED = [(CASES[0], "bias_relu"), (CASES[2], "resnet"), (CASES[4], "after"),
-         (CASES[28], "residual_only"), (CASES[0], "shared"), (CASES[28], "resnet")]  # fmt: skip
+         (CASES[28], "residual_only"), (CASES[0], "shared")]  # fmt: skip
 STEPS = {"bias_relu": "bias+relu", "resnet": "bias+residual+relu", "after": "bias+relu+residual",
          "residual_only": "residual", "shared": "bias"}  # fmt: skip
 
