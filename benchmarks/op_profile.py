@@ -4,16 +4,18 @@ Run: ``python benchmarks/op_profile.py [--only squeezenet,resnet50] [--repeat 20
 
 For each light model (random weights, one image, default threads or ``--threads`` on both
 sides: one thread reads truer on a loaded machine), in one process: rvm's
-`VirtualMachine.profile` (per kernel, medians over the timed runs) and ONNX Runtime's own
-profiler (``enable_profiling``: per node, the median over the same number of runs), outputs
-checked against each other first; three rounds of both, alternating, and the medians over
-rounds (the machine may be shared). Each kernel or node is put in a kind by what it computes:
+`VirtualMachine.profile` (per kernel) and ONNX Runtime's own profiler (``enable_profiling``:
+per node) over the same number of runs, outputs checked against each other first. Each kind's
+time is the least over the runs (on a shared machine a run another process interrupted says
+nothing of the code), the median of three rounds of both, alternating. Each kernel or node is
+put in a kind by what it computes:
 
 - ``conv``: a convolution and what is fused into it (bias, activation, residual: rvm's
-  kernel record ``ops``; ORT's ``Conv``/``FusedConv``), split by the convolution's shape:
-  ``1x1``, ``depthwise`` (one input channel a group), ``KxK`` otherwise;
+  kernel record ``ops``; ORT's ``Conv``/``FusedConv``/``NchwcConv``), split by the
+  convolution's kernel: ``1x1``, ``depthwise`` (one input channel a group), ``KxK``;
 - ``pool``, ``concat``, ``gemm`` (dense, matmul), ``elementwise`` (what is left unfused:
-  relu, add, batch norm...), ``layout`` (reshape, transpose, flatten, channel shuffle);
+  relu, add, batch norm...), ``layout`` (reshape, transpose, flatten, channel shuffle, ORT's
+  NCHWc reorders);
 - ``vm``: rvm's own dispatch (the profile's VM overhead), ORT's time outside its nodes.
 
 Each kind gives milliseconds per run in both and rvm/ORT. Writes
@@ -43,15 +45,14 @@ _LAYOUT = ("reshape", "transpose", "flatten", "shuffle", "squeeze", "expand_dims
            "Transpose", "Flatten", "Squeeze", "Unsqueeze")  # fmt: skip
 
 
-def _conv_kind(x_shape, w_shape, groups: int) -> str:  # type: ignore[no-untyped-def]
-    """``conv 1x1``, ``conv depthwise`` or ``conv KxK`` from the input and weight shapes."""
-    if w_shape is not None and len(w_shape) == 4:
-        if groups > 1 and w_shape[1] == 1:
-            return "conv depthwise"
-        if w_shape[2] == 1 and w_shape[3] == 1:
-            return "conv 1x1"
-        return f"conv {w_shape[2]}x{w_shape[3]}"
-    return "conv"
+def _conv_kind(x_shape, w_shape) -> str:  # type: ignore[no-untyped-def]
+    """``conv 1x1``, ``conv depthwise`` or ``conv KxK`` from the input and weight shapes (the
+    kernel at the weight's axes 2 and 3: OIHW, ORT's blocked and rvm's packed weights)."""
+    if w_shape is None or len(w_shape) < 4:
+        return "conv"
+    if x_shape is not None and len(x_shape) == 4 and w_shape[1] == 1 and x_shape[1] > 1:
+        return "conv depthwise"
+    return f"conv {w_shape[2]}x{w_shape[3]}"
 
 
 def _kind_of_ops(ops: list[str]) -> str:
@@ -85,32 +86,36 @@ def _kind_of_node(op: str) -> str:
 
 
 def _rvm_kinds(ex, vm, inputs: list, repeat: int) -> tuple[dict[str, float], float]:  # type: ignore[no-untyped-def]
-    """Milliseconds per run by kind, and the whole run's, from `VirtualMachine.profile`."""
+    """Milliseconds per run by kind, and the whole run's, from `VirtualMachine.profile`: the
+    least over the timed runs (a run the machine's other work interrupted counts for none)."""
     report = vm.profile("main", *inputs, warmup=2, repeat=repeat)
-    kinds: dict[str, float] = defaultdict(float)
+    kind_of = {}
     for row in report.rows:
         rec = ex.kernels.get(row["name"])
         ops = rec.meta.get("ops", "").split(",") if rec is not None else [row["name"]]
         kind = _kind_of_ops(ops)
-        if kind == "conv":
-            kind = _rvm_conv_kind(row, ops)
-        kinds[kind] += row["total"] * 1e3
-    kinds["vm"] += report.vm_overhead * 1e3
-    return dict(kinds), report.total * 1e3
+        kind_of[row["name"]] = _rvm_conv_kind(row) if kind == "conv" else kind
+    per_run = []
+    for wall, per in report.runs:
+        kinds: dict[str, float] = defaultdict(float)
+        for name, (_, ns) in per.items():
+            kinds[kind_of.get(name, "elementwise")] += ns / 1e6
+        kinds["vm"] += wall / 1e6 - sum(ns for _, ns in per.values()) / 1e6
+        per_run.append(kinds)
+    return _least(per_run), min(report.run_times) * 1e3
 
 
-def _rvm_conv_kind(row: dict, ops: list[str]) -> str:
+def _least(per_run: list[dict[str, float]]) -> dict[str, float]:
+    """Per kind, the least over runs."""
+    return {k: min(r.get(k, 0.0) for r in per_run) for k in {k for r in per_run for k in r}}
+
+
+def _rvm_conv_kind(row: dict) -> str:
     """A conv kernel's shape kind from its recorded argument shapes (input, weight)."""
     shapes = row["shapes"][0] if row["shapes"] else ""
     dims = [tuple(int(d) for d in m.split(",")) for m in re.findall(r"\[([\d, ]+)\]", shapes)]
-    four = [d for d in dims if len(d) == 4]
-    if "conv2d_packed" in ops:
-        return "conv KxK"
-    if len(four) >= 2:
-        x, w = four[0], four[1]
-        groups = x[1] // w[1] if w[1] else 1
-        return _conv_kind(x, w, groups)
-    return "conv"
+    big = [d for d in dims if len(d) >= 4]
+    return _conv_kind(big[0], big[1]) if len(big) >= 2 else "conv"
 
 
 def _options(threads: int | None):  # type: ignore[no-untyped-def]
@@ -150,20 +155,15 @@ def _ort_kinds(
             kind = _ort_conv_kind(e)
         per_run[k][kind] += e["dur"] / 1e3
     per_run, runs = per_run[2:], runs[2:]  # the first runs warm up
-    kinds = {k: statistics.median(r.get(k, 0.0) for r in per_run) for k in per_run[0]}
-    inside = [sum(r.values()) for r in per_run]
-    total = [r["dur"] / 1e3 for r in runs]
-    kinds["vm"] = statistics.median(t - i for t, i in zip(total, inside))
-    return kinds, statistics.median(total)
+    for r, run in zip(per_run, runs):
+        r["vm"] = run["dur"] / 1e3 - sum(r.values())
+    return _least(per_run), min(r["dur"] / 1e3 for r in runs)
 
 
 def _ort_conv_kind(event: dict) -> str:
     shapes = event["args"].get("input_type_shape", [])
     dims = [tuple(next(iter(s.values()))) for s in shapes if s]
-    groups = 1
-    if len(dims) >= 2 and len(dims[1]) == 4 and dims[1][1]:
-        groups = dims[0][1] // dims[1][1] if len(dims[0]) == 4 else 1
-    return _conv_kind(dims[0] if dims else None, dims[1] if len(dims) > 1 else None, groups)
+    return _conv_kind(dims[0], dims[1]) if len(dims) >= 2 else "conv"
 
 
 def profile_model(name: str, repeat: int, threads: int | None = None) -> dict:
