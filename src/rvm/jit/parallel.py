@@ -43,6 +43,7 @@ in the background while its kernels compile (`_prefetch_tasks`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import logging
@@ -56,6 +57,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from rvm.kernels import apart
 from rvm.kernels.apart import become_helper, can_fork, isolated, own_function_ids
 from rvm.kernels.entry import require
 from rvm.progress import Progress
@@ -164,7 +166,8 @@ def precompile(records: Sequence[KernelRecord], tasks: Iterable[tuple[str, str]]
     forking = can_fork()
     if forking:
         numba_ready()
-        helpers: list[_Helper | None] = [_fork(claims, needs) for _ in range(n)]
+        helpers: list[_Helper | None] = [_served(claims, needs)] if isolated() else []
+        helpers += [_fork(claims, needs) for _ in range(n - len(helpers))]
     else:
         helpers = [_spawn(claims, needs) for _ in range(n)]
 
@@ -274,12 +277,20 @@ def numba_ready() -> None:
 
 
 class _Helper:
-    """A helper process: a fork (``pid``) or a started one (``proc``)."""
+    """A helper process: a fork (``pid``), a started one (``proc``), or the compile server
+    (a ``thread`` waiting for its reply)."""
 
-    def __init__(self, pid: int | None = None, proc: subprocess.Popen | None = None) -> None:
-        self.pid, self.proc, self.status = pid, proc, None
+    def __init__(
+        self,
+        pid: int | None = None,
+        proc: subprocess.Popen | None = None,
+        thread: threading.Thread | None = None,
+    ) -> None:
+        self.pid, self.proc, self.thread, self.status = pid, proc, thread, None
 
     def running(self) -> bool:
+        if self.thread is not None:
+            return self.thread.is_alive()
         if self.proc is not None:
             return self.proc.poll() is None
         if self.status is None:
@@ -289,10 +300,39 @@ class _Helper:
         return self.status is None
 
     def wait(self) -> None:
-        if self.proc is not None:
+        if self.thread is not None:
+            self.thread.join()
+        elif self.proc is not None:
             self.proc.wait()
         elif self.status is None:
             self.status = os.waitpid(self.pid, 0)[1]
+
+
+def _served(claims: Path, needs: Needs) -> _Helper:
+    """The compile server compiling the kernels of ``needs`` it claims, in one request
+    (`rvm.kernels.compile_server`), from a thread of this process that waits for its reply;
+    a helper forked from that thread instead when the server is off, busy with another
+    thread's request, or fails."""
+
+    def run() -> None:
+        server = apart.server()
+        with contextlib.ExitStack() as stack:
+            if server is not None and stack.enter_context(server.reserved()):
+                alive = functools.partial(_is_parent, os.getpid())
+                if server.call(__name__, _compile_claimed.__name__, claims, needs, alive):
+                    return
+        helper = _fork(claims, needs)
+        if helper is not None:
+            helper.wait()
+
+    thread = threading.Thread(target=run, name="rvm-compile-server", daemon=True)
+    thread.start()
+    return _Helper(thread=thread)
+
+
+def _is_parent(pid: int) -> bool:
+    """Whether process ``pid`` is this process's parent (it may still be building)."""
+    return os.getppid() == pid
 
 
 def _fork(claims: Path, needs: Needs) -> _Helper | None:

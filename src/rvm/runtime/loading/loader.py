@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from rvm.errors import JITError
+from rvm.kernels import compile_server
 from rvm.kernels.numba_cache import light_loads
 from rvm.progress import with_progress
 from rvm.runtime.loading.cache import (
@@ -170,6 +171,8 @@ def exec_module_file(
     code = compile(text, str(path), "exec", dont_inherit=True)
     module = importlib.util.module_from_spec(spec)
     module.__dict__.update(namespace or {})
+    if not namespace:  # a compile server may run it again (`rvm.kernels.compile_server`)
+        compile_server.replayable(name, path, text)
     sys.modules[name] = module
     try:
         exec(code, module.__dict__)  # noqa: S102 - rvm's own generated source

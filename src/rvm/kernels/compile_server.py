@@ -1,0 +1,423 @@
+"""A compile server: one forked helper that compiles, one request after another, what
+`rvm.kernels.apart` would otherwise fork a helper for each time.
+
+A fork costs CPU that grows with the forking process (its page tables copied, the pages the
+helper's compile writes copied again, all of it torn down at the helper's exit), and a helper
+forked from a process that only ever loaded object code initializes Numba's compiler again
+(`benchmarks/compile_apart.py`). The server is forked once (`Server`, at the first request)
+and stays; each request names what to compile by reference, never by object, so the server
+rebuilds it as its own:
+
+- a function (`Request`): its module's name and file, its qualified name and first line, and
+  the signature. The server imports the module the usual way (it must come from the same
+  file), or, for a file rvm generated and ran with nothing bound into it (a jit kernel's file:
+  `replayable`), runs that file again as the same module (its text checked against the hash
+  the parent ran); importing or running a module compiles its eagerly compiled functions,
+  and the function itself is compiled for the signature if it is not yet. A function that is
+  not a module's own (defined in another function, closing over values) is never sent.
+- a call (`call`): a module-level function of an importable module with arguments that
+  pickle, run there (`rvm.jit.parallel` sends a model's missing kernels as one call).
+
+The server writes what it compiles into Numba's disk cache, as a forked helper does, and the
+parent loads it from there after checking the cache has it (`rvm.kernels.apart`). Anything
+the server cannot rebuild or compile is left to the parent's usual way (a forked helper, or
+its own compile, which reports errors as Numba does): the server is an accelerator, never
+needed for a right answer. It follows the parent's Numba cache folder (``config.CACHE_DIR``,
+sent with each request) but not other changes the parent made after the fork (a module's
+global reassigned at run time): as Numba's own cache, which keys a function by its bytecode
+and closure and reuses it whatever its globals were when it compiled.
+
+Lifetime: the server reads requests from a socket whose other end only the parent holds
+open for long, so it exits at the parent's exit (end of file), and, forked from the main
+thread, is killed when the parent dies (``PR_SET_PDEATHSIG``). A server that dies (a crash
+in LLVM) is replaced at the next request (after `MAX_DEATHS` deaths the process forks
+helpers as before); one whose compiles have grown it past `RETIRE_BYTES` of its own memory
+retires after its reply (a Numba compile keeps its memory for good) and the next request
+forks a fresh one. One request at a time: a thread finding the server busy forks a helper
+as before, so threads still compile side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import importlib
+import importlib.util
+import logging
+import os
+import pickle
+import resource
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+logger = logging.getLogger("rvm.jit")
+
+MAX_DEATHS = 3  # servers that died (not retired) after which a process starts no more
+RETIRE_BYTES = 768 << 20  # a server's own memory (private pages) past which it retires
+
+_replayable: dict[str, tuple[str, str]] = {}  # module name -> (file, sha256 of its text)
+
+
+def replayable(name: str, path: Path, text: str | bytes) -> None:
+    """Record that module ``name`` is the generated file ``path`` run with nothing bound into
+    it (``text``: what ran), so a server may run it again to compile its functions."""
+    data = text.encode() if isinstance(text, str) else text
+    _replayable[name] = (str(path), hashlib.sha256(data).hexdigest())
+
+
+@dataclass(frozen=True)
+class Request:
+    """A function to compile, by reference (see the module docstring)."""
+
+    module: str
+    qualname: str
+    file: str
+    line: int
+    signature: bytes | None  # a pickled Numba signature; None: a C callback's own
+    cache_path: str  # the folder of Numba's cache the parent loads from
+    cache_dir: str | None  # Numba's ``config.CACHE_DIR`` in the parent
+    replay: tuple[str, str] | None  # (file, sha256) when the module is a generated file
+
+
+def describe(py_func: Any, signature: Any, cache: Any) -> Request | None:
+    """The request compiling ``py_func`` for ``signature`` (None for a C callback's own) into
+    Numba's ``cache``, or None when a server cannot rebuild it (not its module's own, a
+    closure, a signature that does not pickle, no disk cache)."""
+    code = getattr(py_func, "__code__", None)
+    qualname = getattr(py_func, "__qualname__", "")
+    module = getattr(py_func, "__module__", None)
+    if code is None or not module or "<" in qualname or getattr(py_func, "__closure__", None):
+        return None
+    from numba.core import config
+
+    try:
+        sig = None if signature is None else pickle.dumps(signature)
+        cache_path = str(cache._cache_path)
+    except Exception:  # noqa: BLE001 - not sendable: the parent's usual way
+        return None
+    return Request(
+        module,
+        qualname,
+        code.co_filename,
+        code.co_firstlineno,
+        sig,
+        cache_path,
+        config.CACHE_DIR or None,
+        _replayable.get(module),
+    )
+
+
+class Server:
+    """A process's handle on its compile server: ``prepare`` is what the forked server runs
+    first (`rvm.kernels.apart.become_helper`), ``seal(source)`` what it runs after each
+    compile of a function of file ``source`` (rvm's seal of its object code)."""
+
+    def __init__(self, prepare: Callable[[], None], seal: Callable[[Path], None]) -> None:
+        self._prepare, self._seal = prepare, seal
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._pid = 0
+        os.register_at_fork(after_in_child=self._forget)
+        self.deaths = 0
+        self.served = 0  # requests its servers did
+        self.cpu = 0.0  # the CPU seconds its servers reported for their requests
+
+    def pid(self) -> int:
+        """The running server's process id (0: none)."""
+        return self._pid if self._sock is not None else 0
+
+    def _forget(self) -> None:
+        """In a fork of this process: the server is the parent's (this copy of its socket
+        closed, so the server still sees end of file when the parent exits); a request
+        here starts a server of its own."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+        self._sock, self._pid, self.deaths = None, 0, 0
+
+    @contextlib.contextmanager
+    def reserved(self) -> Iterator[bool]:
+        """Within: whether this thread has the server to itself (False: another thread is
+        using it, or none can start); the server is started here when needed."""
+        if not self._lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            yield self._ensure()
+        finally:
+            self._lock.release()
+
+    def compile(self, request: Request) -> bool:
+        """Send ``request``; True if the server says it compiled it (the caller checks the
+        cache). Call within `reserved`."""
+        return self._ask(("compile", request)) is True
+
+    def call(self, module: str, function: str, *args: Any) -> bool:
+        """Run ``module.function(*args)`` in the server; True if it returned. Call within
+        `reserved`."""
+        return self._ask(("call", module, function, args)) is True
+
+    def _ask(self, message: tuple) -> object:
+        try:
+            data = pickle.dumps(message)
+        except Exception:  # noqa: BLE001 - not sendable
+            return None
+        assert self._sock is not None
+        try:
+            _send(self._sock, data)
+            reply = _receive(self._sock)
+        except OSError:
+            reply = None
+        except BaseException:  # an interrupt: its reply would answer the next request
+            self._stop(kill=True)
+            raise
+        if reply is None:  # it died (a crash, a kill): the next request starts another
+            logger.debug("the compile server %d ended: its request goes the usual way", self._pid)
+            self.deaths += 1
+            self._stop()
+            return None
+        ok, retire, why, cpu = pickle.loads(reply)  # noqa: S301 - our own child's reply
+        logger.debug("compile server: %s in %.3f s of CPU %s", message[0], cpu, why)
+        self.served += ok is True
+        self.cpu += cpu
+        if retire:
+            self._stop()
+        return ok
+
+    def _ensure(self) -> bool:
+        if self._sock is not None:
+            return True
+        if self.deaths >= MAX_DEATHS:
+            return False
+        started = _start(self._prepare, self._seal)
+        if started is None:
+            return False
+        self._sock, self._pid = started
+        return True
+
+    def _stop(self, kill: bool = False) -> None:
+        sock, pid = self._sock, self._pid
+        self._sock, self._pid = None, 0
+        if sock is not None:
+            sock.close()  # end of file: a live server exits
+        if pid and kill:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if pid:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+    def stop(self) -> None:
+        """End the server (it exits at end of file); the next request starts another."""
+        with self._lock:
+            self._stop()
+
+
+def _start(
+    prepare: Callable[[], None], seal: Callable[[Path], None]
+) -> tuple[socket.socket, int] | None:
+    """Fork a server; (the parent's end of its socket, its pid), or None."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    try:
+        parent_end, child_end = socket.socketpair()
+    except OSError:
+        return None
+    main = threading.current_thread() is threading.main_thread()
+    try:
+        with global_compiler_lock:  # no other thread is inside Numba while it forks
+            pid = os.fork()
+    except OSError as err:
+        logger.debug("no compile server (%s)", err)
+        parent_end.close()
+        child_end.close()
+        return None
+    if pid == 0:
+        code = 1
+        try:
+            parent_end.close()
+            prepare()
+            if main:
+                _die_with_parent()
+            _serve(child_end, seal)
+            code = 0
+        finally:
+            os._exit(code)
+    child_end.close()
+    parent_end.set_inheritable(False)
+    logger.debug("compile server %d started", pid)
+    return parent_end, pid
+
+
+def _die_with_parent() -> None:
+    """Have the kernel kill this process when its parent's thread that forked it ends."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before that
+            os._exit(0)
+
+
+def _serve(sock: socket.socket, seal: Callable[[Path], None]) -> None:
+    """The server's loop: each request answered with (done, retire, why not) until end of
+    file."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the parent's stdin stays the parent's
+    _forget_partial_modules()
+    base = _own_bytes()
+    while (data := _receive(sock)) is not None:
+        why, start = "", _cpu()
+        try:
+            message = pickle.loads(data)  # noqa: S301 - our parent's request
+            ok = _handle(message, seal)
+        except BaseException as err:  # noqa: BLE001 - the parent goes its usual way
+            ok, why = False, f"{type(err).__name__}: {err}"[:500]
+        retire = _own_bytes() - base > RETIRE_BYTES
+        _send(sock, pickle.dumps((ok, retire, why, _cpu() - start)))
+        if retire:
+            return
+
+
+def _handle(message: tuple, seal: Callable[[Path], None]) -> bool:
+    if message[0] == "call":
+        _, module, function, args = message
+        getattr(importlib.import_module(module), function)(*args)
+        return True
+    return _compile(message[1], seal)
+
+
+def _compile(request: Request, seal: Callable[[Path], None]) -> bool:
+    """Compile ``request`` here (see the module docstring); False when this process cannot
+    rebuild it as the parent has it."""
+    from numba.core import config, sigutils
+    from numba.core.ccallback import CFunc
+    from numba.core.dispatcher import Dispatcher
+
+    config.CACHE_DIR = request.cache_dir or ""  # as the parent has it now
+    module = _module(request)
+    if module is None:
+        return False
+    found: Any = module
+    for part in request.qualname.split("."):
+        found = getattr(found, part, None)
+    if not isinstance(found, (Dispatcher, CFunc)):
+        return False
+    code = found._pyfunc.__code__ if isinstance(found, CFunc) else found.py_func.__code__
+    if (code.co_filename, code.co_firstlineno) != (request.file, request.line):
+        return False
+    if str(found._cache._cache_path) != request.cache_path:
+        return False  # the parent's cache folder moved since this process started
+    if isinstance(found, Dispatcher):
+        sig = pickle.loads(request.signature)  # noqa: S301 - our parent's request
+        if tuple(sigutils.normalize_signature(sig)[0]) not in found.overloads:
+            found.compile(sig)
+    elif found._wrapper_address is None:
+        found.compile()
+    seal(Path(request.file))
+    return True
+
+
+def _module(request: Request) -> ModuleType | None:
+    """The module of ``request``, imported or run here as the parent has it (None: it
+    cannot be)."""
+    if request.replay is not None:  # run here once per cache: the parent's may be half run
+        key = (*request.replay, request.cache_dir)
+        if key not in _replayed:
+            _replayed[key] = _replay(request.module, *request.replay)
+        return _replayed[key]
+    module = sys.modules.get(request.module)
+    if module is not None:
+        same = getattr(module, "__file__", None) == request.file
+        return module if same else None
+    spec = importlib.util.find_spec(request.module)
+    if spec is None or spec.origin is None or not _same_file(spec.origin, request.file):
+        return None
+    return importlib.import_module(request.module)
+
+
+# In a server: the generated files it ran, by (file, sha256, Numba's cache folder).
+_replayed: dict[tuple[str, str, str | None], ModuleType | None] = {}
+
+
+def _replay(name: str, path: str, digest: str) -> ModuleType | None:
+    """Run the generated file ``path`` as module ``name`` if its text is what the parent ran."""
+    text = Path(path).read_bytes()
+    if hashlib.sha256(text).hexdigest() != digest:
+        return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        exec(compile(text, path, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _forget_partial_modules() -> None:
+    """Drop the modules the parent was still importing when it forked this server (their
+    import goes on in the parent, not here): a request for one imports it afresh."""
+    for name, module in list(sys.modules.items()):
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            del sys.modules[name]
+
+
+def _cpu() -> float:
+    """The CPU time this process has used (user and system)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def _own_bytes() -> int:
+    """This process's private memory (pages it wrote since the fork, and its own), or 0."""
+    try:
+        text = Path("/proc/self/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            total += int(line.split()[1]) << 10
+    return total
+
+
+def _send(sock: socket.socket, data: bytes) -> None:
+    sock.sendall(struct.pack("<Q", len(data)) + data)
+
+
+def _receive(sock: socket.socket) -> bytes | None:
+    """The next message, or None at end of file."""
+    head = _exactly(sock, 8)
+    if head is None:
+        return None
+    return _exactly(sock, struct.unpack("<Q", head)[0])
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        try:
+            chunk = sock.recv(min(left, 1 << 20))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

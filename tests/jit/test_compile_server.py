@@ -1,0 +1,151 @@
+"""The compile server (`rvm.kernels.compile_server`): with isolation on, a compile apart goes
+to one forked server that stays, which rebuilds the function by reference and writes Numba's
+cache; a server that dies is replaced (its request goes to a forked helper), it ends with its
+parent, and threads compiling at once all get their code."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rvm.kernels import apart, numba_cache
+from rvm.runtime.loading.loader import exec_module_file
+
+pytestmark = pytest.mark.skipif(not apart.can_fork(), reason="the server is a fork (Linux)")
+
+MODULE = """
+import numba as nb
+
+@nb.njit("float64(float64)", cache=True)
+def twice(x):
+    return 2.0 * x + {tag}
+
+@nb.njit(cache=True)
+def scale(x, k):
+    return x * k + {tag}
+"""
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Isolation and the server on, Numba's cache in ``tmp_path``; the folder for modules."""
+    from numba.core import config
+
+    monkeypatch.setenv("RVM_JIT_ISOLATE", "1")
+    monkeypatch.delenv("RVM_JIT_WORKERS", raising=False)
+    monkeypatch.delenv("RVM_JIT_SERVER", raising=False)
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
+    numba_cache.install()
+    return tmp_path
+
+
+def _generated(folder: Path, monkeypatch: pytest.MonkeyPatch, tag: int):
+    """A generated module of cached functions, run as rvm runs its kernel files (so a server
+    may run it again); ``twice`` compiles as it is defined."""
+    path = folder / f"served_{tag}_{os.getpid()}.py"
+    path.write_text(MODULE.format(tag=tag))
+    monkeypatch.delitem(sys.modules, path.stem, raising=False)
+    module = exec_module_file(path, path.stem)
+    monkeypatch.setitem(sys.modules, path.stem, module)
+    return module
+
+
+def test_a_compile_is_served_and_loaded_here(isolated: Path, monkeypatch) -> None:
+    before = apart.counts()
+    mod = _generated(isolated, monkeypatch, 1)  # twice: served at its definition
+    assert mod.scale(2.0, 4.0) == 9.0  # a lazy compile: served too
+    after = apart.counts()
+    assert after["served"] - before["served"] == 2
+    assert after["apart"] - before["apart"] == 2 and after["failed"] == before["failed"]
+    assert mod.twice(3.0) == 7.0
+    assert sum(mod.twice.stats.cache_hits.values()) == 1  # loaded here, not compiled
+    assert sum(mod.scale.stats.cache_hits.values()) == 1
+    assert apart.server().pid() not in (0, os.getpid())
+
+
+def test_a_dead_server_is_replaced_and_its_compile_done_anyway(isolated, monkeypatch) -> None:
+    server = apart.server()
+    _generated(isolated, monkeypatch, 2)
+    dead = server.pid()
+    os.kill(dead, signal.SIGKILL)
+    before = apart.counts()
+    mod = _generated(isolated, monkeypatch, 3)  # the request finds it dead: a forked helper
+    assert mod.twice(1.0) == 5.0
+    assert sum(mod.twice.stats.cache_hits.values()) == 1
+    assert mod.scale(1.0, 2.0) == 5.0  # the next request starts another server
+    after = apart.counts()
+    assert after["apart"] - before["apart"] == 2 and after["failed"] == before["failed"]
+    assert after["served"] - before["served"] == 1
+    assert server.pid() not in (0, dead)
+
+
+def test_two_threads_compiling_at_once(isolated: Path, monkeypatch) -> None:
+    mods = [_generated(isolated, monkeypatch, 10 + k) for k in range(2)]
+    start, results, errors = threading.Barrier(2), {}, []
+
+    def compile_in(k: int) -> None:
+        try:
+            start.wait(10)
+            results[k] = mods[k].scale(np.arange(3.0), 2.0)  # one served, one maybe forked
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    before = apart.counts()
+    threads = [threading.Thread(target=compile_in, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    for k in range(2):
+        np.testing.assert_array_equal(results[k], np.arange(3.0) * 2.0 + 10 + k)
+        assert sum(mods[k].scale.stats.cache_hits.values()) == 1  # both compiled apart
+    assert apart.counts()["apart"] - before["apart"] == 2
+
+
+def test_the_server_ends_with_its_process(isolated: Path, monkeypatch) -> None:
+    """A process that started a server and exits takes it along (end of file on its
+    socket; killed with it)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child with its own server
+        code = 1
+        try:
+            os.close(read)
+            _generated(isolated, monkeypatch, 20)
+            os.write(write, str(apart.server().pid()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        served_by = int(pipe.read() or 0)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert served_by > 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # gone, or a zombie nobody has reaped yet
+        try:
+            stat = Path(f"/proc/{served_by}/stat").read_text().rsplit(")", 1)[1]
+        except FileNotFoundError:
+            return
+        if stat.split()[0] in ("Z", "X"):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the compile server outlived its process")
+
+
+def test_off_compiles_in_a_forked_helper(isolated: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RVM_JIT_SERVER", "0")
+    assert apart.server() is None
+    before = apart.counts()
+    mod = _generated(isolated, monkeypatch, 30)
+    assert mod.twice(0.5) == 31.0
+    after = apart.counts()
+    assert after["apart"] - before["apart"] == 1 and after["served"] == before["served"]
