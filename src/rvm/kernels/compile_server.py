@@ -165,7 +165,9 @@ class Server:
     def call(self, module: str, function: str, *args: Any) -> bool:
         """Run ``module.function(*args)`` in the server; True if it returned. Call within
         `reserved`."""
-        return self._ask(("call", module, function, args)) is True
+        from numba.core import config
+
+        return self._ask(("call", module, function, args, config.CACHE_DIR or None)) is True
 
     def _ask(self, message: tuple) -> object:
         try:
@@ -267,12 +269,19 @@ def _die_with_parent() -> None:
             os._exit(0)
 
 
+_cache_dir: str | None = None  # in a server: Numba's cache folder when it was forked
+
+
 def _serve(sock: socket.socket, seal: Callable[[Path], None]) -> None:
     """The server's loop: each request answered with (done, retire, why not) until end of
     file."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the parent's stdin stays the parent's
     _forget_partial_modules()
+    global _cache_dir
+    from numba.core import config
+
+    _cache_dir = config.CACHE_DIR or None  # the parent's when it forked this server
     base = _own_bytes()
     while (data := _receive(sock)) is not None:
         why, start = "", _cpu()
@@ -289,7 +298,12 @@ def _serve(sock: socket.socket, seal: Callable[[Path], None]) -> None:
 
 def _handle(message: tuple, seal: Callable[[Path], None]) -> bool:
     if message[0] == "call":
-        _, module, function, args = message
+        _, module, function, args, cache_dir = message
+        if cache_dir != _cache_dir:  # the functions this server imported cache elsewhere
+            return False
+        from numba.core import config
+
+        config.CACHE_DIR = cache_dir or ""  # a compile request may have moved it
         getattr(importlib.import_module(module), function)(*args)
         return True
     return _compile(message[1], seal)
