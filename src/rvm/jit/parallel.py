@@ -164,8 +164,7 @@ def precompile(records: Sequence[KernelRecord], tasks: Iterable[tuple[str, str]]
     needs = {path: missing[path].requires for path in order}
     claims = Path(tempfile.mkdtemp(prefix="rvm-claims-"))
     forking = can_fork()
-    if forking:
-        numba_ready()
+    if forking:  # Numba's compiler is ready here already (above)
         helpers: list[_Helper | None] = [_served(claims, needs)] if isolated() else []
         helpers += [_fork(claims, needs) for _ in range(n - len(helpers))]
     else:

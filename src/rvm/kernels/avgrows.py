@@ -47,11 +47,11 @@ def sum_rows(typingctx, like, a, c, e, taps, dst, n, add):  # type: ignore[no-un
 
         def step(j0, mask):  # type: ignore[no-untyped-def]
             full = mask if mask is not None else w.first(I64(v.lanes))
-            total = b.select(keep, w.load(dst, j0, full), zero)
+            total = b.select(keep, w.load_at(dst, j0, full), zero)
             for at, on in ((a, None), (c, use_c), (e, use_e)):
                 m = full if on is None else b.and_(full, w.splat_mask(on))
-                total = b.fadd(total, w.widen(v.load(at, j0, m)))
-            w.store(total, dst, j0, mask)
+                total = b.fadd(total, w.widen(v.load_at(at, j0, m)))
+            w.store_at(total, dst, j0, mask)
 
         loop(b, v, n, b.sdiv(n, I64(v.lanes)), step)
         return context.get_dummy_value()
@@ -81,7 +81,7 @@ def sum3_scaled(typingctx, like, src, dst, n, scale, sw):  # type: ignore[no-unt
         size = b.add(b.mul(b.sub(n, I64(1)), sw), I64(3))  # the elements of src
 
         def part(at, mask):  # type: ignore[no-untyped-def]
-            return w.load(src, at, None if mask is None else w.first(b.sub(size, at)))
+            return w.load_at(src, at, None if mask is None else w.first(b.sub(size, at)))
 
         def step(q0, mask):  # type: ignore[no-untyped-def]
             with b.if_else(pairs) as (two, one):
@@ -105,8 +105,8 @@ def sum3_scaled(typingctx, like, src, dst, n, scale, sw):  # type: ignore[no-unt
             total.add_incoming(s2, block_two)
             total.add_incoming(s1, block_one)
             out_mask = mask if mask is not None else w.first(I64(lanes))
-            scaled = b.fmul(total, w.load(scale, q0, out_mask))
-            v.store(v.narrow(scaled), dst, q0, mask)
+            scaled = b.fmul(total, w.load_at(scale, q0, out_mask))
+            v.store_at(v.narrow(scaled), dst, q0, mask)
 
         # A whole step at q0 reads src up to sw q0 + 2 lanes + 1: inside while q0 + lanes < n.
         whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))

@@ -28,6 +28,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
+from rvm.kernels.vectors import VectorIR
 
 __all__ = ["Vectors", "by_rows", "loop", "scalar_type", "takes"]
 
@@ -36,35 +37,23 @@ _BITS = cpu().vector_bits
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 
 
-class Vectors:
-    """Vectors of one float type as wide as the CPU's, on ``builder`` (int64 addresses)."""
+class Vectors(VectorIR):
+    """`VectorIR` for vectors of one float type as wide as the CPU's, addressed by an int64
+    base and an element index."""
 
     def __init__(self, builder: ir.IRBuilder, scalar: ir.Type, lanes: int | None = None) -> None:
         bits = 32 if isinstance(scalar, ir.FloatType) else 64
-        self.b, self.lanes, self.size = builder, lanes or _BITS // bits, bits // 8
-        self.scalar = scalar
+        super().__init__(builder, lanes or _BITS // bits)
+        self.b, self.size, self.scalar = builder, bits // 8, scalar
         self.vec = ir.VectorType(scalar, self.lanes)
-        self.masks = ir.VectorType(I1, self.lanes)
-        self.suffix = f"v{self.lanes}f{bits}"
-        self.ids = ir.Constant(ir.VectorType(I64, self.lanes), list(range(self.lanes)))
 
-    def at(self, address: ir.Value, index: ir.Value) -> ir.Value:
-        """The address of element ``index`` from ``address``, as a vector pointer."""
-        byte = self.b.add(address, self.b.mul(index, I64(self.size)))
-        return self.b.inttoptr(byte, self.vec.as_pointer())
-
-    def first(self, n: ir.Value) -> ir.Value:
-        """The mask of lanes ``< n`` (an i64)."""
-        b, undef = self.b, ir.Constant(self.ids.type, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes)
-        n = b.shuffle_vector(b.insert_element(undef, n, I32(0)), undef, splat)
-        return b.icmp_signed("<", self.ids, n)
+    def address(self, base: ir.Value, index: ir.Value) -> ir.Value:
+        """The int64 address of element ``index`` from ``base``."""
+        return self.b.add(base, self.b.mul(index, I64(self.size)))
 
     def splat_mask(self, flag: ir.Value) -> ir.Value:
         """The i1 ``flag`` in every lane of a mask."""
-        b, undef = self.b, ir.Constant(self.masks, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(I32, self.lanes), [0] * self.lanes)
-        return b.shuffle_vector(b.insert_element(undef, flag, I32(0)), undef, splat)
+        return self.broadcast(flag, self.masks)
 
     def widen(self, x: ir.Value) -> ir.Value:
         """``x`` (a vector of as many lanes) in float64 lanes."""
@@ -75,28 +64,22 @@ class Vectors:
         """The float64 vector ``x`` in this type's lanes (rounded)."""
         return x if x.type == self.vec else self.b.fptrunc(x, self.vec)
 
-    def load(self, address: ir.Value, index: ir.Value, mask: ir.Value | None) -> ir.Value:
-        """The vector at element ``index`` of ``address`` (lanes off ``mask`` not read)."""
-        ptr = self.at(address, index)
+    def load_at(self, base: ir.Value, index: ir.Value, mask: ir.Value | None) -> ir.Value:
+        """The vector at element ``index`` of ``base`` (lanes off ``mask`` not read)."""
+        at = self.address(base, index)
         if mask is None:
-            return self.b.load(ptr, align=self.size)
-        fnty = ir.FunctionType(self.vec, [self.vec.as_pointer(), I32, self.masks, self.vec])
-        fn = cgutils.get_or_insert_function(
-            self.b.module, fnty, f"llvm.masked.load.{self.suffix}.p0"
-        )
-        return self.b.call(fn, [ptr, I32(self.size), mask, ir.Constant(self.vec, None)])
+            return self.b.load(self.pointer(at, self.vec), align=self.size)
+        return self.load(at, self.vec, mask)
 
-    def store(self, value: ir.Value, address: ir.Value, index: ir.Value, mask: ir.Value | None):  # type: ignore[no-untyped-def]
-        """``value`` to element ``index`` of ``address`` (lanes on ``mask`` only)."""
-        ptr = self.at(address, index)
+    def store_at(
+        self, value: ir.Value, base: ir.Value, index: ir.Value, mask: ir.Value | None
+    ) -> None:
+        """``value`` to element ``index`` of ``base`` (lanes on ``mask`` only)."""
+        at = self.address(base, index)
         if mask is None:
-            self.b.store(value, ptr, align=self.size)
-            return
-        fnty = ir.FunctionType(ir.VoidType(), [self.vec, self.vec.as_pointer(), I32, self.masks])
-        fn = cgutils.get_or_insert_function(
-            self.b.module, fnty, f"llvm.masked.store.{self.suffix}.p0"
-        )
-        self.b.call(fn, [value, ptr, I32(self.size), mask])
+            self.b.store(value, self.pointer(at, self.vec), align=self.size)
+        else:
+            self.store(value, at, mask)
 
     def max3(self, a: ir.Value, c: ir.Value, e: ir.Value) -> ir.Value:
         """The lanes' maximum of three vectors; NaN where any of them is NaN (their sum is
@@ -136,8 +119,8 @@ def max3_run(typingctx, like, a, c, e, dst, n):  # type: ignore[no-untyped-def]
         v = Vectors(builder, scalar)
 
         def step(j0, mask):  # type: ignore[no-untyped-def]
-            m = v.max3(v.load(a, j0, mask), v.load(c, j0, mask), v.load(e, j0, mask))
-            v.store(m, dst, j0, mask)
+            m = v.max3(v.load_at(a, j0, mask), v.load_at(c, j0, mask), v.load_at(e, j0, mask))
+            v.store_at(m, dst, j0, mask)
 
         loop(builder, v, n, builder.sdiv(n, I64(v.lanes)), step)
         return context.get_dummy_value()
@@ -168,14 +151,14 @@ def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
             parts = []
             for offset in (0, lanes, 2, lanes + 2):
                 k = b.add(at, I64(offset))
-                parts.append(v.load(src, k, None if mask is None else v.first(b.sub(size, k))))
+                parts.append(v.load_at(src, k, None if mask is None else v.first(b.sub(size, k))))
             lo_a, hi_a, lo_c, hi_c = parts
             m = v.max3(
                 b.shuffle_vector(lo_a, hi_a, even),
                 b.shuffle_vector(lo_a, hi_a, odd),
                 b.shuffle_vector(lo_c, hi_c, even),
             )
-            v.store(m, dst, q0, mask)
+            v.store_at(m, dst, q0, mask)
 
         # A whole step at q0 reads src up to 2 q0 + 2 lanes + 1: inside while q0 + lanes < n.
         whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))

@@ -1,7 +1,7 @@
 """LLVM vector helpers for the kernels' intrinsics: what every micro-kernel's prologue needs.
 
-`VectorIR(builder, lanes)` wraps an llvmlite builder for vectors of ``lanes`` float32 or i32
-lanes: declaring LLVM intrinsics once per module (`declare`), splatting a scalar
+`VectorIR(builder, lanes)` wraps an llvmlite builder for vectors of ``lanes`` lanes (float32
+or i32, float64 too): declaring LLVM intrinsics once per module (`declare`), splatting a scalar
 (`broadcast`), the mask of the first ``n`` lanes (`first`), masked loads and stores of either
 element type (`load`, `store`), masked loads of lanes a stride apart (`gather`), and float32
 -> bf16 rounding of a vector (`bf16_bits`: ties to even, a NaN a quiet NaN, in integer
@@ -18,6 +18,14 @@ from numba.core import cgutils
 __all__ = ["VectorIR"]
 
 I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+
+def _bytes(vtype: ir.VectorType) -> int:
+    """The size of one lane of ``vtype`` (float, double or an integer type)."""
+    element = vtype.element
+    if isinstance(element, ir.IntType):
+        return element.width // 8
+    return 8 if isinstance(element, ir.DoubleType) else 4
 
 
 class VectorIR:
@@ -48,7 +56,8 @@ class VectorIR:
         return self.builder.icmp_signed("<", ids, self.broadcast(n, ids.type))
 
     def _suffix(self, vtype: ir.VectorType) -> str:
-        return f"v{self.lanes}{'f32' if vtype == self.f32 else 'i32'}"
+        kind = "i" if isinstance(vtype.element, ir.IntType) else "f"
+        return f"v{self.lanes}{kind}{_bytes(vtype) * 8}"
 
     def pointer(self, address: ir.Value, vtype: ir.VectorType) -> ir.Value:
         """The int64 ``address`` as a pointer to a ``vtype`` vector."""
@@ -59,7 +68,8 @@ class VectorIR:
         name = f"llvm.masked.load.{self._suffix(vtype)}.p0"
         fn = self.declare(vtype, [vtype.as_pointer(), I32, self.masks, vtype], name)
         zero = ir.Constant(vtype, None)
-        return self.builder.call(fn, [self.pointer(address, vtype), I32(4), mask, zero])
+        align = I32(_bytes(vtype))
+        return self.builder.call(fn, [self.pointer(address, vtype), align, mask, zero])
 
     def gather(
         self, address: ir.Value, step: ir.Value, vtype: ir.VectorType, mask: ir.Value
@@ -71,14 +81,14 @@ class VectorIR:
         pointers = b.inttoptr(at, ir.VectorType(vtype.element.as_pointer(), self.lanes))
         name = f"llvm.masked.gather.{self._suffix(vtype)}.v{self.lanes}p0"
         fn = self.declare(vtype, [pointers.type, I32, self.masks, vtype], name)
-        return b.call(fn, [pointers, I32(4), mask, ir.Constant(vtype, None)])
+        return b.call(fn, [pointers, I32(_bytes(vtype)), mask, ir.Constant(vtype, None)])
 
     def store(self, value: ir.Value, address: ir.Value, mask: ir.Value) -> None:
         """``value``'s lanes on ``mask`` to the int64 ``address``."""
         vtype = value.type
         name = f"llvm.masked.store.{self._suffix(vtype)}.p0"
         fn = self.declare(ir.VoidType(), [vtype, vtype.as_pointer(), I32, self.masks], name)
-        self.builder.call(fn, [value, self.pointer(address, vtype), I32(4), mask])
+        self.builder.call(fn, [value, self.pointer(address, vtype), I32(_bytes(vtype)), mask])
 
     def constant(self, value: int) -> ir.Constant:
         """An i32 vector of ``value`` in every lane."""
