@@ -26,7 +26,10 @@ from pathlib import Path
 from common import light_model_files, machine, machine_line, write_results
 
 # isort: split
+from model_child import as_outputs, check_outputs
+
 import rvm
+from rvm.testing.onnx_models import run_ort
 
 # rvm kernel name fragment -> the ONNX op kind it computes (the first that a name holds).
 KINDS = (
@@ -49,9 +52,11 @@ def rvm_kind(kernel: str) -> str:
     return next((kind for key, kind in KINDS if key in kernel), kernel)
 
 
-def profile_rvm(path: Path, inputs: list, repeat: int) -> dict:
-    """rvm's compiled mode on ``path``: per op kind the summed minimum kernel times (us)."""
+def profile_rvm(path: Path, inputs: list, repeat: int, want: list) -> dict:
+    """rvm's compiled mode on ``path``: per op kind the summed minimum kernel times (us),
+    after checking its outputs against ORT's (``want``)."""
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
+    check_outputs("rvm", as_outputs(vm["main"](*inputs)), want)
     report = vm.profile("main", *inputs, warmup=3, repeat=repeat)
     best: dict[str, float] = collections.defaultdict(lambda: float("inf"))
     for _, per in report.runs:
@@ -119,8 +124,8 @@ def main() -> None:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
-            path, _, _, inputs = light_model_files(name, Path(tmp))
-            mine = profile_rvm(path, inputs, args.repeat)
+            path, _, model, inputs = light_model_files(name, Path(tmp))
+            mine = profile_rvm(path, inputs, args.repeat, run_ort(model, inputs))
             theirs = profile_ort(path, inputs, args.repeat, args.threads or None)
             rows[name] = {"rvm": mine, "ort": theirs}
             lines += table(name, mine, theirs)
