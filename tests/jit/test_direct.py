@@ -31,6 +31,9 @@ CASES = [
     (1, 4, 2, 3, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # fewer positions than a tile
     (0, 4, 5, 5, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # an empty batch
     (1, 0, 5, 5, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # no input channels
+    # The NHWC copy's vector tiles (8 channels by a vector of columns) and their tails: 20
+    # channels, rows of 37, the second image.
+    (2, 20, 4, 37, 16, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1)),
 ]
 
 
