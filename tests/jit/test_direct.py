@@ -14,7 +14,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, direct
+from rvm.kernels import conv, direct, parfor
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -58,6 +58,21 @@ def test_packed_convolution_matches_reference(case, panel) -> None:
     (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
     direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1])
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+def test_large_input_copied_by_rows_on_the_threads(blas_threads) -> None:
+    """An input plane of `rvm.kernels.parfor.MIN_WORK` elements or more is copied to NHWC by
+    rows on the pool (two threads), with ragged row pieces and padding: the same answer, for
+    each of two inputs in turn (the plane's memory is kept across calls)."""
+    case = (1, 16, 129, 131, 16, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1))
+    x, w = _operands(case)
+    assert x[0].size >= parfor.MIN_WORK
+    packed = direct.pack(w, 1)
+    for image in (x, np.ascontiguousarray(x[:, ::-1] - 0.5)):
+        want = _reference(case, image, w)
+        out = np.full(want.shape, np.nan, np.float32)
+        direct.conv2d_packed(image, packed, out, 1, 1, 1, 1, 1, 2)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("case", CASES[:4])

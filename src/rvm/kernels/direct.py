@@ -373,15 +373,31 @@ def _nhwc(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
     """Image ``n_`` of ``x`` into the zero-padded NHWC plane ``xh`` ((hp, wp, c)): input row
     ``r`` at plane row ``r + pt``, column ``q`` at ``q + pl``, zeros around; what falls
     outside the plane is not read by any output."""
+    _nhwc_padding(x, xh, hp, wp, pt, pl)
+    _nhwc_rows(x, n_, xh, hp, wp, pt, pl, 0, hp)
+
+
+@jit(**_OPTS)
+def _nhwc_padding(x, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
+    """Zeros in the padding of the NHWC plane ``xh`` (`_nhwc`; its memory is reused, not
+    zeroed)."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     top, bottom = min(max(pt, 0), hp), min(max(pt + ih, 0), hp)
     left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
     row = wp * c
-    xh[: top * row] = 0  # the padding (the plane's memory is reused, not zeroed)
+    xh[: top * row] = 0
     xh[bottom * row : hp * row] = 0
     for y in range(top, bottom):
         xh[y * row : (y * wp + left) * c] = 0
         xh[(y * wp + right) * c : (y + 1) * row] = 0
+
+
+@jit(**_OPTS)
+def _nhwc_rows(x, n_, xh, hp, wp, pt, pl, y0, y1):  # type: ignore[no-untyped-def]
+    """Plane rows [y0, y1) of `_nhwc` but their padding (`_nhwc_padding`): the input's."""
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    top, bottom = min(max(pt, 0, y0), hp, y1), min(max(pt + ih, 0, y0), hp, y1)
+    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
     # Row by row, 16 channels at a time: each plane row is written while it is in cache,
     # from 16 input rows read along (a pass per channel over the whole plane missed L2 on
     # large planes: ten times as long on 512 channels of 28 x 28). Whole tiles of
@@ -461,20 +477,34 @@ def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-
             of[dst + i] = tmp[i * NB + lane]
 
 
-# An image's job (int64): its length, the NHWC plane's and the weight's addresses, 0, c, o,
-# groups, taps, ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's
-# width, the output's address and its size; then each tap's offset in the plane (`_micro`'s
-# ``taps``).
-_JOB_FIELDS = 19
+# An image's job (int64): its length, the NHWC plane's and the weight's addresses, the phase
+# (0: bands of outputs, else the NHWC copy's rows in that many pieces), c, o, groups, taps,
+# ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's width, the
+# output's address and its size, the input's address, n, ih, iw, hp, pt, pl; then each tap's
+# offset in the plane (`_micro`'s ``taps``).
+_JOB_FIELDS = 26
 
 
 def _task(piece, like, data):  # type: ignore[no-untyped-def]
     """A pool task: piece ``piece`` of an image's job."""
     job = parfor.job(data)
+    if job[3]:
+        _copy_rows(piece, job, like)
+        return
     of = parfor.array_at(job[17], (job[18],), like)
     bases = np.empty(MR, dtype=np.int64)
     tmp = np.empty(MR * NB, dtype=of.dtype)
     _bands(job, piece, bases, tmp, of)
+
+
+@jit(**_OPTS)
+def _copy_rows(piece, job, like):  # type: ignore[no-untyped-def]
+    """Piece ``piece`` of ``job[3]`` of the NHWC copy of the job's image: a range of rows."""
+    x = parfor.array_at(job[19], (job[20], job[4], job[21], job[22]), like)
+    hp, wp = job[23], job[10]
+    xh = parfor.array_at(job[1], (hp * wp * job[4],), like)
+    y0, y1 = piece * hp // job[3], (piece + 1) * hp // job[3]
+    _nhwc_rows(x, job[15], xh, hp, wp, job[24], job[25], y0, y1)
 
 
 parfor.export_task("conv2d_direct", _task)
@@ -510,7 +540,8 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
     job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                          groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
-                         parfor.address(out), out.size)  # fmt: skip
+                         parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
+                         x.shape[3], hp, pt, pl)  # fmt: skip
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
@@ -521,9 +552,18 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
 @jit(**_OPTS)
 def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untyped-def]
     """Image ``n_``: its NHWC plane into ``xh`` (which the job's pieces read: the caller
-    holds it), then the job's pieces, on the pool when ``split``."""
-    _nhwc(x, n_, xh, hp, job[10], pt, pl)
+    holds it), then the job's pieces, on the pool when ``split``. A copy of `MIN_WORK`
+    elements or more is split too, by rows (memory bound: each thread's share of the
+    bandwidth; in one thread it was a twentieth of vgg19's convolutions, the other idle)."""
     job[15] = n_
+    threads = parfor.threads()
+    if split and threads > 1 and x.shape[1] * x.shape[2] * x.shape[3] >= parfor.MIN_WORK:
+        _nhwc_padding(x, xh, hp, job[10], pt, pl)
+        job[3] = threads
+        _run(x, threads, job)
+        job[3] = 0
+    else:
+        _nhwc(x, n_, xh, hp, job[10], pt, pl)
     if split and pieces > 1:
         _run(x, pieces, job)
     else:
