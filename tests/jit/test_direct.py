@@ -103,8 +103,11 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert not _pays(deep, 8 * lanes, 2, 3, 1, 4 * lanes, 4 * lanes)  # grouped
     assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
     assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 4 * lanes, 4 * lanes)  # ragged channels
-    # Few output channels: only when the input plane outgrows a quarter of the last level
-    # cache (vgg19's first layers).
+    # Two vectors of output channels on maps of twice `PACK_MIN_POSITIONS` (resnet50's 64,
+    # densenet121's 32 at 56 x 56), not smaller; one vector only when the input plane
+    # outgrows a quarter of the last level cache (vgg19's first layers).
+    assert _pays(deep, 2 * lanes, 1, 3, 1, 56, 56)
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, 32, 32)
     side = 4 * lanes * (1 + int((direct.L3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
     assert _pays(deep, lanes, 1, 3, 1, side, side)
     assert not _pays(deep, lanes, 1, 3, 1, 2 * lanes, 2 * lanes)
@@ -116,7 +119,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
         assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
         assert not _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided
-    assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
     # Small maps, more output channels, deeper still (vgg19's 28 x 28 and 14 x 14 layers).
     assert _pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
     assert not _pays(deep, 6 * lanes, 1, 3, 1, 28, 28, packed=False)
