@@ -8,13 +8,15 @@ convolutions do:
 
 - the weight is packed in panels of output channels (`pack`): ``(groups, panels, kh, kw,
   c / groups, panel)``, each (tap, input channel) row of a panel ``panel`` contiguous output
-  channels (`NB`, a tile's width, on this CPU; a panel of another width, packed on another
-  machine, is read right too), each panel one contiguous stream. Constant weights are packed
+  channels (`panel_width`: a tile's width, `NB`, at most, on this CPU, the tiles balanced; a
+  panel of another width, packed on another machine, is read right too), each panel one
+  contiguous stream. Constant weights are packed
   once, at build time (`rvm.transform.pack_conv_weights`, `rvm.op.conv2d_packed`);
   `rvm.kernels.conv` packs an OIHW weight at the call on large maps (`pack_into`);
 - the input image is copied once into a zero-padded NHWC plane (``(hp, wp, c)``, a block of
-  `rvm.kernels.blocks` kept across calls), row by row (`_nhwc`), so every (tap, channel) of
-  an output position is one element ``taps[t] + c`` after the position's base;
+  `rvm.kernels.blocks` kept across calls), row by row in tiles transposed in registers
+  (`_nhwc`; large planes by rows on the pool), so every (tap, channel) of an output position
+  is one element ``taps[t] + c`` after the position's base;
 - the micro-kernel (`_micro`) computes a tile of `MR` output positions by up to `VECTORS`
   vectors of output channels, ``MR x VECTORS`` accumulators in registers: for each (tap,
   channel) it loads the weight's vectors and broadcasts each position's input value; the
