@@ -14,7 +14,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, direct
+from rvm.kernels import conv, direct, parfor
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -31,6 +31,9 @@ CASES = [
     (1, 4, 2, 3, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # fewer positions than a tile
     (0, 4, 5, 5, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # an empty batch
     (1, 0, 5, 5, 16, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # no input channels
+    # The NHWC copy's vector tiles (8 channels by a vector of columns) and their tails: 20
+    # channels, rows of 37, the second image.
+    (2, 20, 4, 37, 16, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1)),
 ]
 
 
@@ -55,6 +58,21 @@ def test_packed_convolution_matches_reference(case, panel) -> None:
     (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
     direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1])
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+def test_large_input_copied_by_rows_on_the_threads(blas_threads) -> None:
+    """An input plane of `rvm.kernels.parfor.MIN_WORK` elements or more is copied to NHWC by
+    rows on the pool (two threads), with ragged row pieces and padding: the same answer, for
+    each of two inputs in turn (the plane's memory is kept across calls)."""
+    case = (1, 16, 129, 131, 16, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1))
+    x, w = _operands(case)
+    assert x[0].size >= parfor.MIN_WORK
+    packed = direct.pack(w, 1)
+    for image in (x, np.ascontiguousarray(x[:, ::-1] - 0.5)):
+        want = _reference(case, image, w)
+        out = np.full(want.shape, np.nan, np.float32)
+        direct.conv2d_packed(image, packed, out, 1, 1, 1, 1, 1, 2)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("case", CASES[:4])
@@ -85,8 +103,11 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert not _pays(deep, 8 * lanes, 2, 3, 1, 4 * lanes, 4 * lanes)  # grouped
     assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
     assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 4 * lanes, 4 * lanes)  # ragged channels
-    # Few output channels: only when the input plane outgrows a quarter of the last level
-    # cache (vgg19's first layers).
+    # Two vectors of output channels on maps of twice `PACK_MIN_POSITIONS` (resnet50's 64,
+    # densenet121's 32 at 56 x 56), not smaller; one vector only when the input plane
+    # outgrows a quarter of the last level cache (vgg19's first layers).
+    assert _pays(deep, 2 * lanes, 1, 3, 1, 56, 56)
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, 32, 32)
     side = 4 * lanes * (1 + int((direct.L3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
     assert _pays(deep, lanes, 1, 3, 1, side, side)
     assert not _pays(deep, lanes, 1, 3, 1, 2 * lanes, 2 * lanes)
@@ -98,7 +119,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
         assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
         assert not _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided
-    assert not _pays(deep, 2 * lanes, 1, 3, 1, 2 * lanes, 2 * lanes)  # whole vectors
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
     # Small maps, more output channels, deeper still (vgg19's 28 x 28 and 14 x 14 layers).
     assert _pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
     assert not _pays(deep, 6 * lanes, 1, 3, 1, 28, 28, packed=False)

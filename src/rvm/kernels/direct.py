@@ -8,13 +8,15 @@ convolutions do:
 
 - the weight is packed in panels of output channels (`pack`): ``(groups, panels, kh, kw,
   c / groups, panel)``, each (tap, input channel) row of a panel ``panel`` contiguous output
-  channels (`NB`, a tile's width, on this CPU; a panel of another width, packed on another
-  machine, is read right too), each panel one contiguous stream. Constant weights are packed
+  channels (`panel_width`: a tile's width, `NB`, at most, on this CPU, the tiles balanced; a
+  panel of another width, packed on another machine, is read right too), each panel one
+  contiguous stream. Constant weights are packed
   once, at build time (`rvm.transform.pack_conv_weights`, `rvm.op.conv2d_packed`);
   `rvm.kernels.conv` packs an OIHW weight at the call on large maps (`pack_into`);
 - the input image is copied once into a zero-padded NHWC plane (``(hp, wp, c)``, a block of
-  `rvm.kernels.blocks` kept across calls), row by row (`_nhwc`), so every (tap, channel) of
-  an output position is one element ``taps[t] + c`` after the position's base;
+  `rvm.kernels.blocks` kept across calls), row by row in tiles transposed in registers
+  (`_nhwc`; large planes by rows on the pool), so every (tap, channel) of an output position
+  is one element ``taps[t] + c`` after the position's base;
 - the micro-kernel (`_micro`) computes a tile of `MR` output positions by up to `VECTORS`
   vectors of output channels, ``MR x VECTORS`` accumulators in registers: for each (tap,
   channel) it loads the weight's vectors and broadcasts each position's input value; the
@@ -63,6 +65,7 @@ __all__ = [
     "entry_call",
     "pack",
     "pack_into",
+    "panel_width",
     "prefers",
     "unpack",
 ]
@@ -79,6 +82,9 @@ L3 = cpu().l3
 # last piece to run alone is at most an eighth of a thread's share (o = 512 in panels of 48 was
 # 11 pieces for 2 threads: 6 against 5).
 PIECES_PER_THREAD = 8
+# Channels a tile of the NHWC copy (`_tile_nhwc`), by `LANES` columns: 8 vectors transposed
+# into `LANES` runs of 8 (16 of 16 on AVX-512 took half as long again).
+TILE_CHANNELS = 8
 
 
 @jit(**_OPTS)
@@ -95,8 +101,10 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     - on maps of `PACK_MIN_POSITIONS` or more without groups, with many output channels
       (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of the last
       level cache (the GEMM streams it again for every band of output channels; the direct
-      method reads it once): vgg19's layers, the inception stems (densenet121's 32 output
-      channels on a 1.8 MB plane run faster as a GEMM);
+      method reads it once): vgg19's layers, the inception stems; on maps twice that size
+      from two vectors of output channels (``o >= 2 * LANES``: resnet50's 64 and
+      densenet121's 32 at 56 x 56, 1.12 to 1.18 times as fast as the GEMM since the input's
+      NHWC copy goes by vectors; 1.03 to 1.12 on AVX2; at 32 x 32 the GEMM was 4 % faster);
     - on smaller maps without groups, deeper still (``>= 48 * LANES``) and with more output
       channels (``o >= 6 * LANES``): vgg19's 28 x 28 and 14 x 14 layers, resnet50's 256 x 14
       x 14, the inceptions' 27 x 27, 14 x 14 and 13 x 13 branches (1.05 to 1.2 times as fast
@@ -118,7 +126,8 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
         return False
     if oh * ow >= PACK_MIN_POSITIONS:
         plane = 4 * c * (ih + kh) * (iw + kw)
-        return groups == 1 and (o >= 8 * LANES or 4 * plane > L3)
+        large = o >= 8 * LANES or 4 * plane > L3
+        return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
     if groups == 1 and o >= 6 * LANES and depth >= 48 * LANES:
         return True
     vectors = (gemm_run + LANES - 1) // LANES
@@ -136,13 +145,25 @@ run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
 PACK_MIN_POSITIONS = 1024
 
 
-def pack(w: np.ndarray, groups: int, panel: int = NB) -> np.ndarray:
+def panel_width(og: int) -> int:
+    """The panel width for ``og`` output channels a group: the fewest tiles (`NB` channels
+    at most), each as wide as the widest needs, in whole vectors: 64 channels on 16 lanes
+    are two panels of 32, not 48 and 16 (a one-vector tile loads a broadcast for each
+    multiply-add; 5 to 10 % faster on 64-channel 3 x 3 layers)."""
+    vectors = max(1, -(-og // LANES))
+    tiles = -(-vectors // VECTORS)
+    return LANES * -(-vectors // tiles)
+
+
+def pack(w: np.ndarray, groups: int, panel: int | None = None) -> np.ndarray:
     """An OIHW weight ``(o, c / groups, kh, kw)`` in panels of output channels: ``(groups,
     panels, kh, kw, c / groups, panel)``, panel ``p`` of group ``g`` holding the group's
     output channels ``p * panel`` on (the last padded with zeros), each (tap, channel) row of
-    it ``panel`` contiguous output channels."""
+    it ``panel`` contiguous output channels (`panel_width` by default)."""
     o, cg, kh, kw = w.shape
-    if groups < 1 or o % groups or panel < 1:
+    if panel is None and groups >= 1 and o % groups == 0:
+        panel = panel_width(o // groups)
+    if groups < 1 or o % groups or panel is None or panel < 1:
         raise ValueError(f"pack: {o} output channels, {groups} groups, panel {panel}")
     og = o // groups
     panels = -(-og // panel)
@@ -169,14 +190,18 @@ def pack_into(w, groups, out):  # type: ignore[no-untyped-def]
                             out[g, q, i, j, ch, lane] = value
 
 
+_panel_width = jit(**_OPTS)(panel_width)
+
+
 @jit(**_OPTS)
 def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`conv2d_packed` of an OIHW weight ``w``, packed here, at the call (where that copy
     is small against the work: `rvm.kernels.conv.channels_pay`)."""
     o, cg, kh, kw = w.shape
     groups = x.shape[1] // cg
-    panels = (o // groups + NB - 1) // NB
-    packed = np.empty((groups, panels, kh, kw, cg, NB), dtype=w.dtype)
+    panel = _panel_width(o // groups)
+    panels = (o // groups + panel - 1) // panel
+    packed = np.empty((groups, panels, kh, kw, cg, panel), dtype=w.dtype)
     pack_into(w, groups, packed)
     conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl)
 
@@ -315,7 +340,9 @@ def _transposed(builder, rows):  # type: ignore[no-untyped-def]
     """The `MR` vectors ``rows`` (each `LANES` channels of one position) as `LANES` vectors of
     `MR` floats (each one channel's positions), by shuffles: pairs of vectors interleaved in
     groups that double at each stage (1, 2, 4... positions a channel), the list padded with
-    zeros to an even count, then each channel's group taken out of the last vector."""
+    zeros to an even count, then each channel's group taken out of the last vector (any count
+    of rows up to `LANES`: `_tile_nhwc` transposes `LANES` of them)."""
+    count = len(rows)
     group, width = 1, LANES
     while len(rows) > 1:
         if len(rows) % 2:
@@ -331,10 +358,36 @@ def _transposed(builder, rows):  # type: ignore[no-untyped-def]
     undef = ir.Constant(whole.type, ir.Undefined)
     runs = []
     for lane in range(LANES):
-        take = [lane * group + r for r in range(MR)]
-        index = ir.Constant(ir.VectorType(ir.IntType(32), MR), take)
+        take = [lane * group + r for r in range(count)]
+        index = ir.Constant(ir.VectorType(ir.IntType(32), count), take)
         runs.append(builder.shuffle_vector(whole, undef, index))
     return runs
+
+
+@intrinsic
+def _tile_nhwc(typingctx, src, plane, dst, c):  # type: ignore[no-untyped-def]
+    """`TILE_CHANNELS` channels by `LANES` columns of an NCHW image into an NHWC plane, on
+    int64 addresses: channel ``k``'s run of `LANES` floats at ``src + k * plane`` (floats)
+    becomes column ``q``'s `TILE_CHANNELS` channels at ``dst + q * c``: vector loads, a
+    transpose in registers (`_transposed`), vector stores."""
+    sig = nt.void(*(nt.int64,) * 4)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, plane, dst, c = args
+        f32 = ir.FloatType()
+        vptr = ir.VectorType(f32, LANES).as_pointer()
+        src, dst = (builder.inttoptr(x, f32.as_pointer()) for x in (src, dst))
+        i64 = ir.IntType(64)
+        rows = []
+        for k in range(TILE_CHANNELS):
+            at = builder.gep(src, [builder.mul(plane, i64(k))])
+            rows.append(builder.load(builder.bitcast(at, vptr), align=4))
+        for q, run in enumerate(_transposed(builder, rows)):
+            at = builder.gep(dst, [builder.mul(c, i64(q))])
+            builder.store(run, builder.bitcast(at, run.type.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @jit(**_OPTS)
@@ -342,26 +395,60 @@ def _nhwc(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
     """Image ``n_`` of ``x`` into the zero-padded NHWC plane ``xh`` ((hp, wp, c)): input row
     ``r`` at plane row ``r + pt``, column ``q`` at ``q + pl``, zeros around; what falls
     outside the plane is not read by any output."""
+    _nhwc_padding(x, xh, hp, wp, pt, pl)
+    _nhwc_rows(x, n_, xh, hp, wp, pt, pl, 0, hp)
+
+
+@jit(**_OPTS)
+def _nhwc_padding(x, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
+    """Zeros in the padding of the NHWC plane ``xh`` (`_nhwc`; its memory is reused, not
+    zeroed)."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     top, bottom = min(max(pt, 0), hp), min(max(pt + ih, 0), hp)
     left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
     row = wp * c
-    xh[: top * row] = 0  # the padding (the plane's memory is reused, not zeroed)
+    xh[: top * row] = 0
     xh[bottom * row : hp * row] = 0
     for y in range(top, bottom):
         xh[y * row : (y * wp + left) * c] = 0
         xh[(y * wp + right) * c : (y + 1) * row] = 0
+
+
+@jit(**_OPTS)
+def _nhwc_rows(x, n_, xh, hp, wp, pt, pl, y0, y1):  # type: ignore[no-untyped-def]
+    """Plane rows [y0, y1) of `_nhwc` but their padding (`_nhwc_padding`): the input's."""
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    top, bottom = min(max(pt, 0, y0), hp, y1), min(max(pt + ih, 0, y0), hp, y1)
+    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
     # Row by row, 16 channels at a time: each plane row is written while it is in cache,
     # from 16 input rows read along (a pass per channel over the whole plane missed L2 on
-    # large planes: ten times as long on 512 channels of 28 x 28).
+    # large planes: ten times as long on 512 channels of 28 x 28). Whole tiles of
+    # `TILE_CHANNELS` channels by `LANES` columns go by vectors (`_tile_nhwc`: element by
+    # element the copy was a tenth of a 64-channel 3 x 3 convolution's time and 6 % of
+    # vgg19's, two to three times what it is now), the rest element by element.
     xf, plane, q0, q1 = x.reshape(x.size), ih * iw, left - pl, right - pl
+    c_tiles = c - c % TILE_CHANNELS
+    q_tiles = q0 + (q1 - q0) - (q1 - q0) % LANES
+    at_xf, at_xh = parfor.address(xf), parfor.address(xh)
     for y in range(top, bottom):
         at_x = (n_ * c * ih + y - pt) * iw
-        for ch0 in range(0, c, 16):
-            for q in range(q0, q1):
-                dst, src = U((y * wp + q + pl) * c), U(at_x + q)
-                for ch in range(ch0, min(c, ch0 + 16)):
-                    xh[dst + U(ch)] = xf[src + U(ch * plane)]
+        for ch0 in range(0, c_tiles, TILE_CHANNELS):
+            for q in range(q0, q_tiles, LANES):
+                src, dst = at_x + ch0 * plane + q, (y * wp + q + pl) * c + ch0
+                _tile_nhwc(at_xf + 4 * src, plane, at_xh + 4 * dst, c)
+        _nhwc_rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, 0, c_tiles, q_tiles, q1)
+        _nhwc_rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, c_tiles, c, q0, q1)
+
+
+@jit(**_OPTS)
+def _nhwc_rest(xf, xh, at_x, plane, at_row, c, c0, c1, q0, q1):  # type: ignore[no-untyped-def]
+    """Channels [c0, c1) of input columns [q0, q1) of one row into the NHWC plane row at
+    ``at_row``, element by element, 16 channels at a time."""
+    for ch0 in range(c0, c1, 16):
+        for q in range(q0, q1):
+            dst, src = U(at_row + q * c), U(at_x + q)
+            for ch in range(ch0, min(c1, ch0 + 16)):
+                xh[dst + U(ch)] = xf[src + U(ch * plane)]
 
 
 @jit(**_OPTS)
@@ -412,20 +499,34 @@ def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-
             of[dst + i] = tmp[i * NB + lane]
 
 
-# An image's job (int64): its length, the NHWC plane's and the weight's addresses, 0, c, o,
-# groups, taps, ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's
-# width, the output's address and its size; then each tap's offset in the plane (`_micro`'s
-# ``taps``).
-_JOB_FIELDS = 19
+# An image's job (int64): its length, the NHWC plane's and the weight's addresses, the phase
+# (0: bands of outputs, else the NHWC copy's rows in that many pieces), c, o, groups, taps,
+# ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's width, the
+# output's address and its size, the input's address, n, ih, iw, hp, pt, pl; then each tap's
+# offset in the plane (`_micro`'s ``taps``).
+_JOB_FIELDS = 26
 
 
 def _task(piece, like, data):  # type: ignore[no-untyped-def]
     """A pool task: piece ``piece`` of an image's job."""
     job = parfor.job(data)
+    if job[3]:
+        _copy_rows(piece, job, like)
+        return
     of = parfor.array_at(job[17], (job[18],), like)
     bases = np.empty(MR, dtype=np.int64)
     tmp = np.empty(MR * NB, dtype=of.dtype)
     _bands(job, piece, bases, tmp, of)
+
+
+@jit(**_OPTS)
+def _copy_rows(piece, job, like):  # type: ignore[no-untyped-def]
+    """Piece ``piece`` of ``job[3]`` of the NHWC copy of the job's image: a range of rows."""
+    x = parfor.array_at(job[19], (job[20], job[4], job[21], job[22]), like)
+    hp, wp = job[23], job[10]
+    xh = parfor.array_at(job[1], (hp * wp * job[4],), like)
+    y0, y1 = piece * hp // job[3], (piece + 1) * hp // job[3]
+    _nhwc_rows(x, job[15], xh, hp, wp, job[24], job[25], y0, y1)
 
 
 parfor.export_task("conv2d_direct", _task)
@@ -461,7 +562,8 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
     job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                          groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
-                         parfor.address(out), out.size)  # fmt: skip
+                         parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
+                         x.shape[3], hp, pt, pl)  # fmt: skip
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
@@ -472,9 +574,18 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
 @jit(**_OPTS)
 def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untyped-def]
     """Image ``n_``: its NHWC plane into ``xh`` (which the job's pieces read: the caller
-    holds it), then the job's pieces, on the pool when ``split``."""
-    _nhwc(x, n_, xh, hp, job[10], pt, pl)
+    holds it), then the job's pieces, on the pool when ``split``. A copy of `MIN_WORK`
+    elements or more is split too, by rows (memory bound: each thread's share of the
+    bandwidth; in one thread it was a twentieth of vgg19's convolutions, the other idle)."""
     job[15] = n_
+    threads = parfor.threads()
+    if split and threads > 1 and x.shape[1] * x.shape[2] * x.shape[3] >= parfor.MIN_WORK:
+        _nhwc_padding(x, xh, hp, job[10], pt, pl)
+        job[3] = threads
+        _run(x, threads, job)
+        job[3] = 0
+    else:
+        _nhwc(x, n_, xh, hp, job[10], pt, pl)
     if split and pieces > 1:
         _run(x, pieces, job)
     else:
