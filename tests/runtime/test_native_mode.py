@@ -345,7 +345,7 @@ def test_threads_each_with_a_native_vm_over_one_executable() -> None:
 def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
     """A call from Python taking the native entry (`fast_call`) while another thread holds the
     VM raises the busy error naming that thread; from the holding thread it runs (the guard is
-    reentrant); after the release it runs anywhere, and a later holder is named."""
+    reentrant); after the release it runs anywhere, and the guard is free between calls."""
     import threading
 
     ex = rvm.compile(RNN)
@@ -356,11 +356,14 @@ def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
     inner: list = []
 
     def hold() -> None:
-        with vm.context.guard.lock:
-            vm.context.guard.owner = threading.get_ident()
+        guard = vm.context.guard
+        assert guard.enter() is True
+        try:
             inner.append(vm["main"](*args))
             held.set()
             assert release.wait(30)
+        finally:
+            guard.leave()
 
     worker = threading.Thread(target=hold, name="holder-B")
     worker.start()
@@ -373,7 +376,7 @@ def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
         worker.join()
     np.testing.assert_array_equal(inner[0], want)
     np.testing.assert_array_equal(vm["main"](*args), want)
-    assert vm.context.guard.owner == threading.get_ident()
+    assert vm.context.guard.owner is None and vm.context.guard.free == [True]
 
 
 def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:
