@@ -379,6 +379,28 @@ def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
     assert vm.context.guard.owner is None and vm.context.guard.free == [True]
 
 
+def test_the_thread_guard_is_free_after_every_kind_of_call() -> None:
+    """The guard's token is back after a fast call, a call the fast path hands on (bad input:
+    its error raised by the checks), a call by keyword and a failure inside native code; a
+    function whose handle has no fast path (the native entry takes arrays only) too."""
+    from rvm.runtime.modes.native import NativeMode
+
+    ex = rvm.compile(MLP)
+    for mode in MODES:
+        vm = VirtualMachine(ex, exec_mode=mode)
+        guard, args = vm.context.guard, _mlp_args()
+        want = vm["main"](*args)
+        np.testing.assert_array_equal(vm["main"](*args), want)
+        with pytest.raises(TypeError, match="float32"):
+            vm["main"](args[0].astype("float64"), *args[1:])
+        np.testing.assert_array_equal(vm["main"](x=args[0], w1=args[1], b1=args[2],
+                                                 w2=args[3], b2=args[4]), want)  # fmt: skip
+        if mode == "native":
+            with pytest.raises(VMError, match="match_shape"):
+                NativeMode(vm.context).run(0, [_f32(2, 700), *args[1:]])
+        assert guard.free == [True] and guard.owner is None, mode
+
+
 def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:
     # pick(c, x, y) returns a 1-d or a 2-d tensor: one Numba function cannot return both
     b = ExecBuilder()
