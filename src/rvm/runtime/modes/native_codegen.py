@@ -87,15 +87,21 @@ def entry_name(pyname: str) -> str:
 
 
 def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
-    """The entry of native function `f` from Python: its parameters without the call depth
-    (one argument less for Numba's dispatcher to type), its dims checked (`entry_checks`),
-    the function called at depth 0."""
+    """The entry of native function `f` from Python: a second copy of its body, whose
+    parameters leave out the call depth (one argument less for Numba's dispatcher to type; the
+    depth is a local 0), its dims checked first (`entry_checks`). A copy, not a call of the
+    function: Numba compiles a callee's code again into its caller, so a wrapper would compile
+    every kernel the function calls twice (tens of seconds for a CNN's one big function)."""
+    name = ex.functions[f.index].name
     params = ", ".join(f"r{i}" for i in range(len(ex.functions[f.index].params)))
+    head, body = f.lines[:2], f.lines[2:]  # the def line and the docstring, then the body
+    assert head[0].startswith("def ") and head[1].lstrip().startswith('"""'), head
     return [
         f"def {entry_name(pyname)}({params}):",
-        f'    """@{ex.functions[f.index].name} called from Python."""',
+        f'    """@{name} called from Python: its dims checked, at depth 0."""',
+        "    _d = 0",
         *entry_checks(ex, f.index),
-        f"    return {pyname}({params}{', ' if params else ''}0)",
+        *body,
     ]
 
 
