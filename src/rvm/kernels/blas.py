@@ -50,10 +50,10 @@ __all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul", "product
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
-FIRST_RUN_TASKS = ("gemv_row", "gemv", "gemm")
-"""The tasks a float matmul's first runs take (`rvm.kernels.parfor`): ``gemv_row`` or
-``gemv`` for a product of one row, ``gemm`` otherwise; worth building while its kernels
-compile (`rvm.kernels.parfor.prefetch`)."""
+FIRST_RUN_TASKS = ("gemv", "gemm", "gemv_row")
+"""The tasks a float matmul's first runs take (`rvm.kernels.parfor`): ``gemv`` (or, B
+small, ``gemv_row``) for a product of one row, ``gemm`` otherwise; worth building while its
+kernels compile (`rvm.kernels.parfor.prefetch`)."""
 
 # A product is split only when each piece keeps at least this many multiply-adds (m * n * k):
 # a piece of 1e6 takes 20-40 us on one core, a helper's wake-up a few.
