@@ -12,7 +12,7 @@ figure on a shared machine) of an identity function
 - ``vm["bound"]()``: a function saved with its argument (no entry checks): what is left is
   the VM's entry (including its thread guard) and the run of one ``RET``;
 - ``vm._enter(0, [x])`` and ``vm._run(0, [x])``: the VM's entry with and without its thread
-  guard (the lock every call from Python takes); their difference is the guard's cost.
+  guard (`EntryGuard`, which every call from Python takes); their difference is its cost.
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def test_symbolic_shapes_are_checked_and_built_inline() -> None:
     src = _source(rvm.compile(MLP))
     assert "_s = r0.shape + _PAD2" in src  # match_shape: the dims compared as ints
     assert "= (r5[0], 128)" in src  # make_shape: a tuple of ints
-    assert "if _d == 0 and not (r0.shape[1] == 784 and r1.shape[0] == 784" in src  # entry
+    assert "    if not (r0.shape[1] == 784 and r1.shape[0] == 784" in src  # the entry's dims
 
 
 def test_the_native_module_is_the_same_text_for_the_same_program() -> None:

@@ -10,7 +10,7 @@ import pytest
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.kernels import blas, cblas
+from rvm.kernels import blas, cblas, gemv
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
 
@@ -99,6 +99,24 @@ def test_helper_paths(m: int, b_t: bool) -> None:
     out = np.full((m, 6), np.nan)  # every path overwrites the output (no beta * NaN)
     _matmul(a, b, out, b_t)
     np.testing.assert_allclose(out, a @ (b.T if b_t else b), rtol=1e-12, atol=1e-12)
+
+
+def test_one_row_float32_products_of_every_tile_width() -> None:
+    """rvm's own one-row product (`rvm.kernels.gemv`): every count of vectors in a tile,
+    whole and partial last vectors, several tiles, depths that leave a remainder after the
+    narrow tiles' steps of several rows, strided rows of B, and a B just past
+    `blas.ROW_GEMV_BYTES` (OpenBLAS's GEMV) -- against NumPy, the output overwritten."""
+    lanes = gemv.LANES
+    widths = [1, 3, lanes - 1, lanes, lanes + 1, 2 * lanes + 5, 5 * lanes - 2]
+    widths += [gemv.TILE_VECTORS * lanes, gemv.TILE_VECTORS * lanes + 1, 3 * lanes * 8 + 7]
+    shapes = [(k, n) for n in widths for k in (1, 2, 3, 5, 13)]
+    shapes.append((blas.ROW_GEMV_BYTES // (4 * 64) + 1, 64))
+    for k, n in shapes:
+        a, b = rand((1, k), seed=k), rand((k, n), seed=n)
+        out = np.full((1, n), np.nan, np.float32)
+        _matmul(a, b, out, False)
+        want = a.astype(np.float64) @ b
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=5e-5 * k)  # elements in [-5, 5)
 
 
 @pytest.mark.parametrize(

@@ -127,7 +127,8 @@ def test_segments(width: int, segments: int, indexed: bool) -> None:
 )
 def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: int) -> None:
     """The kernel's tile follows the CPU Numba compiles for (`NUMBA_CPU_NAME` and
-    `NUMBA_CPU_FEATURES`): AVX2 and plain SSE give the same products as AVX-512."""
+    `NUMBA_CPU_FEATURES`): AVX2 and plain SSE give the same products as AVX-512, and so does
+    the one-row product (`rvm.kernels.gemv`)."""
     import os
     import subprocess
     import sys
@@ -143,6 +144,14 @@ def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: in
         "    c = np.empty((m, n), np.float32)\n"
         "    sgemm.sgemm(a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, m, n, k, False)\n"
         "    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)\n"
+        "from rvm.kernels import gemv\n"  # the one-row product's tiles, at the same lanes
+        f"assert gemv.LANES == {lanes}\n"
+        "for k, n in [(1, 1), (5, 3), (9, 8 * gemv.LANES + 3), (600, 40)]:\n"
+        "    x = rng.standard_normal(k).astype(np.float32)\n"
+        "    b = rng.standard_normal((k, n)).astype(np.float32)\n"
+        "    c = np.empty(n, np.float32)\n"
+        "    gemv.row(k, x.ctypes.data, b.ctypes.data, n, c.ctypes.data, n)\n"
+        "    np.testing.assert_allclose(c, x.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)\n"
     )
     env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CACHE_DIR=str(tmp_path))
     env.pop("NUMBA_CPU_FEATURES", None)

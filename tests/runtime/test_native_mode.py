@@ -345,7 +345,7 @@ def test_threads_each_with_a_native_vm_over_one_executable() -> None:
 def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
     """A call from Python taking the native entry (`fast_call`) while another thread holds the
     VM raises the busy error naming that thread; from the holding thread it runs (the guard is
-    reentrant); after the release it runs anywhere, and a later holder is named."""
+    reentrant); after the release it runs anywhere, and the guard is free between calls."""
     import threading
 
     ex = rvm.compile(RNN)
@@ -356,11 +356,14 @@ def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
     inner: list = []
 
     def hold() -> None:
-        with vm.context.guard.lock:
-            vm.context.guard.owner = threading.get_ident()
+        guard = vm.context.guard
+        assert guard.enter() is True
+        try:
             inner.append(vm["main"](*args))
             held.set()
             assert release.wait(30)
+        finally:
+            guard.leave()
 
     worker = threading.Thread(target=hold, name="holder-B")
     worker.start()
@@ -373,7 +376,29 @@ def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
         worker.join()
     np.testing.assert_array_equal(inner[0], want)
     np.testing.assert_array_equal(vm["main"](*args), want)
-    assert vm.context.guard.owner == threading.get_ident()
+    assert vm.context.guard.owner is None and vm.context.guard.free == [True]
+
+
+def test_the_thread_guard_is_free_after_every_kind_of_call() -> None:
+    """The guard's token is back after a fast call, a call the fast path hands on (bad input:
+    its error raised by the checks), a call by keyword and a failure inside native code; a
+    function whose handle has no fast path (the native entry takes arrays only) too."""
+    from rvm.runtime.modes.native import NativeMode
+
+    ex = rvm.compile(MLP)
+    for mode in MODES:
+        vm = VirtualMachine(ex, exec_mode=mode)
+        guard, args = vm.context.guard, _mlp_args()
+        want = vm["main"](*args)
+        np.testing.assert_array_equal(vm["main"](*args), want)
+        with pytest.raises(TypeError, match="float32"):
+            vm["main"](args[0].astype("float64"), *args[1:])
+        np.testing.assert_array_equal(vm["main"](x=args[0], w1=args[1], b1=args[2],
+                                                 w2=args[3], b2=args[4]), want)  # fmt: skip
+        if mode == "native":
+            with pytest.raises(VMError, match="match_shape"):
+                NativeMode(vm.context).run(0, [_f32(2, 700), *args[1:]])
+        assert guard.free == [True] and guard.owner is None, mode
 
 
 def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
+from numba.core import cgutils
 from numba.core import types as nt
 from numba.extending import intrinsic
+from numba.np.arrayobj import populate_array
 
-from rvm.kernels import cblas, parfor, sgemm, workpool
+from rvm.kernels import cblas, gemv, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
 
@@ -48,10 +50,10 @@ __all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul", "product
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
-FIRST_RUN_TASKS = ("gemv", "gemm")
-"""The tasks a float matmul's first runs take (`rvm.kernels.parfor`): ``gemv`` for a
-product of one row, ``gemm`` otherwise; worth building while its kernels compile
-(`rvm.kernels.parfor.prefetch`)."""
+FIRST_RUN_TASKS = ("gemv", "gemm", "gemv_row")
+"""The tasks a float matmul's first runs take (`rvm.kernels.parfor`): ``gemv`` (or, B
+small, ``gemv_row``) for a product of one row, ``gemm`` otherwise; worth building while its
+kernels compile (`rvm.kernels.parfor.prefetch`)."""
 
 # A product is split only when each piece keeps at least this many multiply-adds (m * n * k):
 # a piece of 1e6 takes 20-40 us on one core, a helper's wake-up a few.
@@ -63,6 +65,11 @@ PIECES_PER_THREAD = 4
 # A matrix-vector product is split only when each piece reads at least this many elements of
 # the matrix (memory-bound: 256 KB of float32 take 15-30 us).
 SPLIT_MIN_GEMV = 1 << 16
+# A float32 product of one row whose B has at most this many bytes, half of one core's L2, runs
+# rvm's own kernel (`rvm.kernels.gemv`) in the calling thread: its sums stay in registers (784 x
+# 128 B: 3-15% faster than OpenBLAS's sgemv, 128 x 10: 3x). A larger B streams from L3 or
+# memory, where OpenBLAS's row-by-row pass reads it better and the pool splits it.
+ROW_GEMV_BYTES = sgemm.BLOCK_BYTES
 
 
 @jit(**_OPTS)
@@ -222,8 +229,40 @@ def _gemv_task(p, like, data):  # type: ignore[no-untyped-def]
         cblas.gemv(like, NO_TRANS, min(step, rows - lo), cols, at, lda, x, y + lo * size)
 
 
+# A one-row job (int64): its length, x's, B's and C's addresses, B's row stride, k, n.
+_ROW_JOB = 7
+
+
+@intrinsic
+def _row_job(typingctx):  # type: ignore[no-untyped-def]
+    """An int64 array of `_ROW_JOB` elements in the calling function's stack frame: the job of
+    a task run in the calling thread while it runs (a heap array cost a one-row product of a
+    microsecond or less 3-5% of it)."""
+    array = nt.Array(nt.int64, 1, "C")
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        data = cgutils.alloca_once(builder, i64, size=_ROW_JOB)
+        out = context.make_array(array)(context, builder)
+        populate_array(
+            out, data=data, shape=[i64(_ROW_JOB)], strides=[i64(8)], itemsize=i64(8), meminfo=None
+        )
+        return out._getvalue()
+
+    return array(), codegen
+
+
+def _gemv_row_task(p, like, data):  # type: ignore[no-untyped-def]
+    """``C[:n] = x[:k] @ B[:k, :n]`` (`rvm.kernels.gemv.row`) on the job at ``data`` (a task,
+    built when a small product of one row first runs, not compiled into every kernel)."""
+    job = parfor.job(data)
+    gemv.row(job[5], job[1], job[2], job[4], job[3], job[6])
+
+
 parfor.export_task("gemm", _gemm_task)
 parfor.export_task("gemv", _gemv_task)
+parfor.export_task("gemv_row", _gemv_row_task)
+_call_gemv_row = parfor.caller("gemv_row")
 _run_gemm = parfor.runner("gemm")
 # An unsplit product runs the task too, in the calling thread: the code of the GEMM (rvm's
 # own float32 kernel, `rvm.kernels.sgemm`) is then built once, as the task, when first run,
@@ -449,7 +488,8 @@ def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
     """``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d C-contiguous arrays.
 
     The call is chosen per shape by what costs least (measured, single thread): a GEMV for a
-    single row or column (as NumPy does), one GEMV per row of a transposed ``b`` and the row
+    single row or column (as NumPy does; rvm's own, `rvm.kernels.gemv`, for a float32 row
+    times a B of up to `ROW_GEMV_BYTES`), one GEMV per row of a transposed ``b`` and the row
     loop `_rows_axpy` otherwise for fewer than `SMALL_ROWS` rows, GEMM from there on. GEMVs
     and GEMMs are split over the pool when large. The row loop and the GEMM are tasks, built
     when first run (`rvm.kernels.parfor.caller`), not compiled into each caller.
@@ -471,6 +511,11 @@ def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
     elif b_t and m < SMALL_ROWS:
         for i in range(m):
             _gemv(NO_TRANS, b, k, n, k, a, i * k, out, i * n)
+    elif m == 1 and sgemm.applies(out) and k * n * out.itemsize <= ROW_GEMV_BYTES:
+        job = _row_job()
+        job[0], job[1], job[2], job[3] = _ROW_JOB, address(a, 0), address(b, 0), address(out, 0)
+        job[4], job[5], job[6] = n, k, n
+        _call_gemv_row(out, 0, job)
     elif m == 1:
         _gemv(TRANS, b, n, k, n, a, 0, out, 0)
     elif m < SMALL_ROWS:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from rvm import _html
@@ -83,11 +82,11 @@ class VirtualMachine:
 
     Threads: a VM has per-call state of its own (its allocator's blocks, the compiled mode's
     reused tensors), so one VM runs one call at a time. It is cheap to create: make one per
-    thread over a shared executable. Every call from Python enters through a lock taken
-    without waiting (about 0.3 us a call, `benchmarks/call_overhead.py`): a call from another
-    thread while one runs raises `VMError` at once instead of corrupting either. The lock is
-    reentrant: a packed function may call back into the same VM from its own thread (a
-    recursion through Python), and the inner call runs as an independent call.
+    thread over a shared executable. Every call from Python enters through a thread guard
+    taken without waiting (`EntryGuard`: a token taken from a list, no lock): a call from
+    another thread while one runs raises `VMError` at once instead of corrupting either. The
+    guard is reentrant: a packed function may call back into the same VM from its own thread
+    (a recursion through Python), and the inner call runs as an independent call.
 
     Args:
         ex: The executable.
@@ -296,17 +295,18 @@ class VirtualMachine:
     def _enter(self, fidx: int, args: list[Any]) -> Any:
         """Runs function `fidx` on checked values: the entry of every call from Python.
 
-        Takes the VM's reentrant lock without waiting (see the class docstring); a call from
-        another thread while one runs raises VMError.
+        Takes the VM's thread guard without waiting (`EntryGuard`; see the class docstring): a
+        call from another thread while one runs raises VMError.
         """
         guard = self._guard
-        if not guard.lock.acquire(False):
+        took = guard.enter()
+        if took is None:
             raise self._busy_error()
-        guard.owner = get_ident()
         try:
             result = self._run(fidx, args)
         finally:
-            guard.lock.release()
+            if took:
+                guard.leave()
         check = self._results[fidx]
         if check is not None:
             check(result, args, self)

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from threading import get_ident
-from types import FunctionType, ModuleType
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,7 +55,7 @@ from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.modes.base import ExecContext
 from rvm.runtime.modes.compiled import CompiledMode
-from rvm.runtime.modes.native_codegen import NativeModule, render_module
+from rvm.runtime.modes.native_codegen import NativeModule, entry_name, render_module
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
@@ -145,11 +145,12 @@ class _Plan:
                     self.funcs[i] = getattr(self._mod, pyname)
 
     def entry(self, fidx: int) -> Any:
-        """The entry dispatcher of native function `fidx`: a second dispatcher of its function,
-        compiled for its parameters' specs only (C-contiguous arrays of their dtypes and ranks,
-        and the depth 0; other values make Numba raise TypeError at once), or None if it has
-        none or does not compile. Calls from Python take it, so a function called with the
-        values its signature promises compiles once."""
+        """The entry dispatcher of native function `fidx` (`native_codegen.entry_name`: its
+        arguments without the call depth, its dims checked), compiled for its parameters'
+        specs only (C-contiguous arrays of their dtypes and ranks; other values make Numba
+        raise TypeError at once), or None if it has none or does not compile. Calls from
+        Python take it, so a function called with the values its signature promises compiles
+        once."""
         found = self.entries[fidx]
         if found is not None or fidx not in self.module.entries or self.funcs[fidx] is None:
             return found
@@ -159,23 +160,17 @@ class _Plan:
         sig = tuple(
             nt.Array(nb.from_dtype(np.dtype(d)), n, "C") for d, n in self.module.entries[fidx]
         )
-        cache = fidx not in self.module.uncached
         with _lock:
             if self.entries[fidx] is None:
-                func = self.funcs[fidx]
-                if func is None:  # another thread's compile of it failed meanwhile
+                if self.funcs[fidx] is None:  # another thread's compile of it failed meanwhile
                     return None
-                key = (id(func), sig)
-                entry = _ENTRIES.get(key)  # the module may be another plan's too
-                if entry is None:
-                    jit = nb.njit(cache=cache, nogil=True, error_model="numpy")
-                    entry = jit(_copy(func.py_func))
-                    if self.own and self.path is not None:
-                        native_cache.guard_dispatcher(entry, self.path)
+                entry = getattr(self._mod, entry_name(self.module.pynames[fidx]))
+                key = (id(entry), sig)
+                if key not in _ENTRIES:  # the module may be another plan's too
                     try:
                         with Progress(f"compiling native function @{self.names[fidx]}"):
                             with light_loads():  # a cached one loads without a refresh
-                                entry.compile((*sig, nt.int64))
+                                entry.compile(sig)
                     except Exception as e:  # noqa: BLE001 - Numba's errors: run compiled
                         self.fail(fidx, e)
                         return None
@@ -250,19 +245,6 @@ def _load(path: Path, source: str, kernels: dict[str, Any], own: bool = True) ->
         return module
 
 
-def _copy(function: FunctionType) -> FunctionType:
-    """A second function object of the same code and globals: Numba refuses to compile a
-    function while it compiles the same one for the same types (a recursive function's entry
-    would), and tells functions apart by object."""
-    return FunctionType(
-        function.__code__,
-        function.__globals__,
-        function.__name__,
-        function.__defaults__,
-        function.__closure__,
-    )
-
-
 class NativeMode:
     """The native exec mode (an `ExecMode`; see the module docstring).
 
@@ -306,7 +288,7 @@ class NativeMode:
         entry = self.plan.entry(fidx)
         if entry is not None:
             try:
-                return entry(*args, 0)
+                return entry(*args)
             except Exception:  # noqa: BLE001, S110 - other types, or a failure: said below
                 pass
         try:
@@ -321,38 +303,40 @@ class NativeMode:
         the VM's thread guard (`ExecContext.guard`), it runs the function's entry dispatcher
         when they are what the entry checks would pass unchanged (arrays of the parameters'
         dtypes, ranks and dims, C-contiguous, bounded dims in their ranges: `entry_checks`) and
-        the function runs native now; else (the guard held by another thread included) it
-        returns `NOT_RUN`, and the VM takes its usual path. None if the function has no such
-        entry. One Python frame between the VM's handle and Numba's dispatcher."""
+        the function runs native now; else (the guard held, by this thread or another,
+        included) it returns `NOT_RUN`, and the VM takes its usual path. None if the function
+        has no such entry. One Python frame between the VM's handle and Numba's dispatcher,
+        which takes the guard's token as `EntryGuard.enter` does (no call of it: this is the
+        native call's whole cost above Numba's dispatcher)."""
         plan = self.plan
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:
             return None
         context = self.context
-        raw, funcs, guard = context.raw_packed, plan.funcs, context.guard
-        lock = guard.lock
-        native: Any = None  # the entry dispatcher, once compiled
+        raw, entries, guard = context.raw_packed, plan.entries, context.guard
+        take, give = guard.free.pop, guard.free.append
+        own = context.allocator if type(context.allocator) in _OWN_ALLOCATORS else None
 
         def call(args: tuple) -> Any:
-            nonlocal native
-            if not lock.acquire(False):
-                return NOT_RUN  # the VM's entry raises the busy error
+            try:
+                take()
+            except IndexError:
+                return NOT_RUN  # held: the VM's entry reenters or says who holds it
             guard.owner = get_ident()
             try:
-                if (
-                    context.packed is not raw
-                    or type(context.allocator) not in _OWN_ALLOCATORS
-                    or funcs[fidx] is None
+                if context.packed is raw and (
+                    context.allocator is own or type(context.allocator) in _OWN_ALLOCATORS
                 ):
-                    return NOT_RUN
-                if native is None:
-                    native = plan.entry(fidx)
+                    native = entries[fidx]
                     if native is None:
-                        return NOT_RUN
-                return native(*args, 0)
+                        native = plan.entry(fidx)
+                    if native is not None:
+                        return native(*args)
+                return NOT_RUN
             except Exception:  # noqa: BLE001 - bad input or a failure: the usual path says
                 return NOT_RUN
             finally:
-                lock.release()
+                guard.owner = None
+                give(True)
 
         return call
 

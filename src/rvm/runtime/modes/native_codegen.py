@@ -44,6 +44,7 @@ __all__ = [
     "NotNative",
     "OWN_STATEMENTS",
     "entry_checks",
+    "entry_name",
     "render_module",
     "slot_name",
 ]
@@ -59,7 +60,9 @@ class NativeModule:
         reasons: Per function index that is not native, why not.
         kernels: The kernel names the file takes as globals (`k<i>` = the primitive at i).
         entries: Per native function whose parameters are all tensors of known dtype and rank,
-            the `(dtype, ndim)` of each: its entry from Python (`entry_checks`).
+            the `(dtype, ndim)` of each: the signature of its entry from Python, the function
+            `entry_name` of its Python name, which checks its dims (`entry_checks`) and calls
+            it at depth 0.
         uncached: The native functions Numba's disk cache cannot hold (`_uncached`).
         bound: The big constants' slots (`native_constants.bind`): name -> constant index.
     """
@@ -76,6 +79,30 @@ class NativeModule:
 
 def _decorator(cache: bool) -> str:
     return f"@_nb.njit(cache={cache}, nogil=True, error_model='numpy')"
+
+
+def entry_name(pyname: str) -> str:
+    """The Python name of the entry of the native function named `pyname` (`_entry`)."""
+    return f"_entry_{pyname}"
+
+
+def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
+    """The entry of native function `f` from Python: a second copy of its body, whose
+    parameters leave out the call depth (one argument less for Numba's dispatcher to type; the
+    depth is a local 0), its dims checked first (`entry_checks`). A copy, not a call of the
+    function: Numba compiles a callee's code again into its caller, so a wrapper would compile
+    every kernel the function calls twice (tens of seconds for a CNN's one big function)."""
+    name = ex.functions[f.index].name
+    params = ", ".join(f"r{i}" for i in range(len(ex.functions[f.index].params)))
+    head, body = f.lines[:2], f.lines[2:]  # the def line and the docstring, then the body
+    assert head[0].startswith("def ") and head[1].lstrip().startswith('"""'), head
+    return [
+        f"def {entry_name(pyname)}({params}):",
+        f'    """@{name} called from Python: its dims checked, at depth 0."""',
+        "    _d = 0",
+        *entry_checks(ex, f.index),
+        *body,
+    ]
 
 
 def _cycles(calls: dict[int, set[int]]) -> dict[int, list[int]]:
@@ -132,7 +159,7 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
             specs = ex.functions[f.index].param_specs
             if all(s.kind == "tensor" and s.dtype and s.shape is not None for s in specs):
                 module.entries[f.index] = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
-        module.source = _file(ex, names, native, uncached)
+        module.source = _file(ex, names, native, uncached, module.entries)
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
         module.scalar_kernels = {f"ks{k}": k for f in native for k in sorted(f.scalar_kernels)}
         used = {c for f in native for c in f.constants}
@@ -156,7 +183,11 @@ def _uncached(functions: list[FunctionLowering]) -> set[int]:
 
 
 def _file(
-    ex: Executable, names: Names, functions: list[FunctionLowering], uncached: set[int]
+    ex: Executable,
+    names: Names,
+    functions: list[FunctionLowering],
+    uncached: set[int],
+    entries: dict[int, tuple[tuple[str, int], ...]],
 ) -> str:
     head = [
         "# rvm native functions (exec_mode='native'), made by rvm.runtime.modes.native_codegen",
@@ -196,6 +227,9 @@ def _file(
     body: list[str] = []
     for f in functions:
         body += ["", "", _decorator(f.index not in uncached), *f.lines]
+        if f.index in entries:
+            entry = _entry(ex, f, names.funcs[f.index])
+            body += ["", "", _decorator(f.index not in uncached), *entry]
     return "\n".join(head + body) + "\n"
 
 

@@ -255,7 +255,7 @@ class FunctionLowering:
         if self.recursive:
             out.append(f"    if _d > {MAX_DEPTH}:")
             out.append(f"        raise RuntimeError({_bail()!r})")
-        return out + entry_checks(self.ex, self.index) + self._bindings() + self.w.lines
+        return out + self._bindings() + self.w.lines
 
     def _bindings(self) -> list[str]:
         """The big constants the function reads, each bound to its slot (`native_constants`)."""
@@ -497,10 +497,11 @@ def slot_name(ex: Executable, index: int, slots: dict[int, str]) -> str:
 
 
 def entry_checks(ex: Executable, index: int) -> list[str]:
-    """The dims checks of a call of function `index` from Python (its body runs them at depth
-    0): fixed dims, symbolic dims shared by parameters, dimension expressions whose names
-    they bind (``past + seq``, `shape_patterns.DimProgram`), and the declared ranges of
-    bounded ones (`VMFunction.dim_ranges`: the VM's fast path leaves them to this check).
+    """The dims checks of a call of function `index` from Python (its entry runs them,
+    `native_codegen.entry_name`): fixed dims, symbolic dims shared by parameters, dimension
+    expressions whose names they bind (``past + seq``, `shape_patterns.DimProgram`), and the
+    declared ranges of bounded ones (`VMFunction.dim_ranges`: the VM's fast path leaves them
+    to this check).
     Their dtypes and ranks are the compiled signature of the mode's entry dispatcher, so
     Numba checks those; a mismatch raises, and the VM's own entry checks then report it in
     the words of every mode."""
@@ -531,6 +532,6 @@ def entry_checks(ex: Executable, index: int) -> list[str]:
     if not tests:
         return []
     return [
-        "    if _d == 0 and not (" + " and ".join(tests) + "):  # the entry's dims",
+        "    if not (" + " and ".join(tests) + "):  # the entry's dims",
         f"        raise RuntimeError({_bail()!r})",
     ]
