@@ -155,6 +155,7 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
     (2, 8, 10, 9, 12, 3, 3, 1, (1, 0, 2, 1), 1, 2),  # direct: groups, uneven padding
     (1, 7, 17, 40, 20, 3, 3, 1, (2, 2, 2, 2), 2, 1),  # direct: dilation, odd channels
     (1, 600, 5, 6, 9, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # direct: depth past a block (KC2)
+    (1, 36, 6, 7, 20, 1, 1, 1, (0, 0, 0, 0), 1, 4),  # small groups side by side (2 threads)
 ]
 
 
