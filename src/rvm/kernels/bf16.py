@@ -273,8 +273,10 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
             _gemv(xw, wc, row)
             out[i, :] = row
         return
-    packed = np.empty((panels(m), kp // 2, NR), dtype=np.uint32)
-    _pack_rows(xc, k, packed)
+    # B's words in a float32 array, passed as the GEMM's ``like``: that keeps it alive until
+    # the GEMM is done (Numba frees an array after its last use, here its address)
+    packed = np.empty((panels(m), kp // 2, NR), dtype=np.float32)
+    _pack_rows(xc, k, packed.view(np.uint32))
     ct = np.empty((n, m), dtype=np.float32)
-    gemm(ct, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
+    gemm(packed, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
     out[:, :] = ct.T
