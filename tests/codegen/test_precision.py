@@ -23,9 +23,11 @@ BF16_VS_F32 = 3e-2
 
 
 def _model():
-    """main(x, img, y): a dense layer (matmul + bias + relu), a dense by ``op.dense``, a
-    convolution + relu, a depthwise convolution and a product of two inputs (these two stay
-    float32), softmax on top."""
+    """main(x, img, y): two dense layers of x (matmul or dense + bias + relu: pair panels, one
+    product of both, the bias and relu in its epilogue) and a dense by ``op.dense`` of ``n``
+    rows, a convolution + relu,
+    a dense of its 2 rows (a GEMV on the weight's rows), a depthwise convolution and a product
+    of two inputs (these two stay float32), softmax on top."""
     x = Var("x", tensor(("n", 48), F32))
     img = Var("img", tensor((2, 8, 10, 9), F32))
     y = Var("y", tensor(("n", 48), F32))
@@ -41,7 +43,11 @@ def _model():
         wd = const(RNG.standard_normal((12, 1, 3, 3)).astype(F32))
         d = bb.emit(op.conv2d(c, wd, padding=1, groups=12))
         g = bb.emit(op.matmul(x, bb.emit(op.transpose(y, (1, 0)))))
-        bb.emit_output(Tuple((logits, d, g)))
+        w3 = const(RNG.standard_normal((6, 540)).astype(F32) / 20)
+        e = bb.emit(op.dense(bb.emit(op.reshape(c, (2, 540))), w3))
+        w4 = const(RNG.standard_normal((24, 48)).astype(F32) / 7)
+        f = bb.emit(op.add(bb.emit(op.dense(x, w4)), const(RNG.standard_normal(24).astype(F32))))
+        bb.emit_output(Tuple((logits, d, g, e, bb.emit(op.relu(f)))))
     return bb.get()
 
 
@@ -76,7 +82,8 @@ def bf16_executables():
 
 def test_the_pass_converts_products_with_constant_weights_only() -> None:
     ops = _ops(_converted(MODEL))
-    assert ops.count("dense_bf16") == 2 and ops.count("conv2d_bf16") == 1
+    assert ops.count("dense_packed_bf16") == 3 and ops.count("dense_bf16") == 1
+    assert ops.count("conv2d_bf16") == 1
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
 

@@ -1,5 +1,6 @@
-"""bf16 products (`rvm.kernels.bf16gemm`, `rvm.kernels.bf16`, `rvm.kernels.bf16conv`): the
-micro-kernel's tile edges, dense and conv2d (at strides 1 and 2) against NumPy on the same
+"""bf16 products (`rvm.kernels.bf16gemm`, `rvm.kernels.bf16`, `rvm.kernels.bf16dense`,
+`rvm.kernels.bf16conv`): the micro-kernel's tile edges, dense (on the weight's rows and on pair
+panels with its epilogue) and conv2d (at strides 1 and 2) against NumPy on the same
 bf16-rounded operands (float64 sums), rounding to nearest even, and the conversion path of
 CPUs without AVX512-BF16."""
 
@@ -13,9 +14,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from rvm.kernels import bf16, bf16conv, bf16gemm
+from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
+from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
-from rvm.op.bf16 import bf16_bits, conv_pairs
+from rvm.op.bf16 import bf16_bits, conv_pairs, pack_pairs
 from rvm.transform.to_bf16 import bf16_rows
 
 BF16 = ml_dtypes.bfloat16
@@ -103,6 +105,46 @@ def test_dense(m: int, k: int, n: int, blas_threads: int) -> None:
     np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
 
 
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 5), (bf16gemm.MR + 1, 7, bf16gemm.NR + 1), (3 * bf16gemm.MR, 1031, 50)],
+)  # a single value deep; tile edges both ways; depth past a block (DEPTH2 pairs), odd
+def test_packed_dense_with_its_epilogue(m: int, k: int, n: int, blas_threads: int) -> None:
+    """`bf16dense.dense` on pair panels (`pack_pairs`, panels as wide as the kernel's and
+    wider) with each activation, a bias and a residual, against NumPy on the rounded
+    operands and against the op's reference."""
+    rng = np.random.default_rng(m + k + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    residual = rng.standard_normal((m, n)).astype(np.float32)
+    pre = _rounded(x) @ _rounded(w).T + bias
+    wants = {"none": pre, "relu": np.maximum(pre, 0), "gelu": numpy_ref.gelu(pre)}
+    for panel in (bf16gemm.NR, 2 * bf16gemm.NR + 3):
+        panels = pack_pairs(w, True, panel)
+        for act, want in wants.items():
+            out = np.full((m, n), np.nan, np.float32)
+            bf16dense.dense(x, panels, out, n, bias, ACTIVATIONS.index(act), residual)
+            tol = RTOL * np.sqrt(k) * 4 * (1 + np.abs(want))
+            np.testing.assert_allclose(out, want + residual, rtol=RTOL, atol=tol.max())
+    reference = numpy_ref.dense_packed_bf16(x, panels, bias, units=n, activation="none")
+    out = np.full((m, n), np.nan, np.float32)
+    bf16dense.dense(x, panels, out, n, np.empty(0, np.float32), 0)
+    np.testing.assert_allclose(out + bias, reference, rtol=RTOL, atol=RTOL * np.sqrt(k) * 8)
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 768, 300), (512, 512, 40)])  # along panels, rows
+def test_packed_dense_in_pieces(m: int, k: int, n: int, blas_threads: int) -> None:
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    bias, residual = np.ones(n, np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    bf16dense.dense(x, pack_pairs(w, True, bf16gemm.NR), out, n, bias, 1, residual)
+    want = np.maximum(_rounded(x) @ _rounded(w).T + 1, 0) + residual
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 8)
+
+
 CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilation, groups
     (1, 3, 9, 9, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),
     (2, 6, 10, 7, 4, 3, 3, 2, (1, 0, 1, 2), 1, 2),
@@ -113,6 +155,7 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
     (2, 8, 10, 9, 12, 3, 3, 1, (1, 0, 2, 1), 1, 2),  # direct: groups, uneven padding
     (1, 7, 17, 40, 20, 3, 3, 1, (2, 2, 2, 2), 2, 1),  # direct: dilation, odd channels
     (1, 600, 5, 6, 9, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # direct: depth past a block (KC2)
+    (1, 36, 6, 7, 20, 1, 1, 1, (0, 0, 0, 0), 1, 4),  # small groups side by side (2 threads)
 ]
 
 
@@ -158,6 +201,15 @@ def test_shapes_are_checked() -> None:
         bf16.dense(x, np.zeros((3, 10), np.int16), np.empty((2, 3), np.float32))
     with pytest.raises(ValueError, match="output's shape is not"):
         bf16.dense(x, np.zeros((3, 8), np.int16), np.empty((2, 4), np.float32))
+    panels, none = pack_pairs(np.ones((3, 8), np.float32), True, bf16gemm.NR), np.empty(0)
+    with pytest.raises(ValueError, match=r"pair-packed weight \(panels, \(k \+ 1\) // 2"):
+        bf16dense.dense(np.ones((2, 9), np.float32), panels, np.empty((2, 3), np.float32), 3,
+                        none.astype(np.float32), 0)  # fmt: skip
+    with pytest.raises(ValueError, match="panels do not cover n columns"):
+        bf16dense.dense(x, panels, np.empty((2, 99), np.float32), 99, none.astype(np.float32), 0)
+    with pytest.raises(ValueError, match="residual must have out's shape"):
+        bf16dense.dense(x, panels, np.empty((2, 3), np.float32), 3, none.astype(np.float32), 0,
+                        np.ones((1, 3), np.float32))  # fmt: skip
     img = np.ones((1, 4, 5, 5), np.float32)
     with pytest.raises(ValueError, match="channel pairs x kernel"):
         bf16conv.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),

@@ -110,6 +110,8 @@ def sample_calls() -> list[Call]:
         op.conv2d_bf16(x, var("cw", (5, 36), "int16"), 2, 1, 1, 1, (3, 3)),
         op.conv2d_packed(x, var("pw", (1, 1, 3, 3, 4, 16)), 5, 2, 1),
         op.dense_packed(m, var("dp", (1, 4, 16)), var("db", (5,)), units=5, activation="gelu"),
+        op.dense_packed_bf16(m, var("pp", (1, 2, 16), "int32"), var("pb", (5,)), units=5,
+                             activation="relu"),
         op.attention(x, x, var("av", (2, 4, 6, 3)), var("am", (2, 1, 6, 6), "bool"), 0.5,
                      "select", -1e4, float("nan")),
     ]  # fmt: skip

@@ -11,8 +11,10 @@ import rvm
 from rvm import op
 from rvm.ir import Builder, Call, IRModule, Var, tensor
 from rvm.kernels import packed
+from rvm.op.bf16 import default_pair_panel, pack_pairs
 from rvm.transform.merge_products import merge_products
 from rvm.transform.pack_weights import pack_weights
+from rvm.transform.to_bf16 import to_bf16
 
 F32 = np.float32
 RNG = np.random.default_rng(5)
@@ -97,3 +99,19 @@ def test_executable_holds_the_merged_weight() -> None:
     want = [packed.packed_shape(K, sum(UNITS), width)]
     want += [packed.packed_shape(K, UNITS[1], width), packed.packed_shape(K, UNITS[2], width)]
     assert shapes == sorted(want)
+
+
+def test_bf16_products_of_one_input_merge() -> None:
+    """``dense_packed_bf16`` products (`to_bf16`'s) merge as ``dense_packed`` ones: their pair
+    panels side by side, their biases joined."""
+    mod = merge_products(pack_weights(to_bf16(_qkv())))
+    ops = _ops(mod)
+    assert ops.count("dense_packed_bf16") == 3 and ops.count("strided_slice") == 3
+    merged = next(
+        b.value
+        for b in mod["main"].body.bindings
+        if isinstance(b.value, Call) and b.value.attrs.get("units") == sum(UNITS)
+    )
+    want = pack_pairs(np.concatenate(WEIGHTS, axis=1), False, default_pair_panel())
+    np.testing.assert_array_equal(merged.args[1].data, want)
+    np.testing.assert_array_equal(merged.args[2].data, np.concatenate(BIASES))

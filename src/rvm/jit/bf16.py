@@ -1,10 +1,12 @@
-"""Anchor stages of the bf16 products: ``dense_bf16`` and ``conv2d_bf16`` (`rvm.op.bf16`).
+"""Anchor stages of the bf16 products: ``dense_bf16``, ``dense_packed_bf16`` and ``conv2d_bf16``
+(`rvm.op.bf16`).
 
 Each calls the kernel library's bf16 entry (`rvm.kernels.bf16`, `rvm.kernels.bf16conv`: the
 activations rounded and packed per call, the weight's bf16 bits as they are, float32 sums) on
 2-d or NCHW views, writing straight into the stage's array, so a fused epilogue (bias,
 activation) is one pass over the output in the same kernel, as for the float32 anchors
-(`rvm.jit.stages`).
+(`rvm.jit.stages`). ``dense_packed_bf16`` is `rvm.jit.packed`'s stage calling the bf16 entry
+(`rvm.kernels.bf16dense`): its bias, activation and residual run in the GEMM's tiles.
 """
 
 from __future__ import annotations
@@ -12,12 +14,19 @@ from __future__ import annotations
 from rvm.jit.compute import compute
 from rvm.jit.cond import lt, mod, ne
 from rvm.jit.kernel import KernelBuilder
+from rvm.jit.packed import product
 from rvm.jit.te import Tensor, Unsupported
 from rvm.jit.views import array_view
 from rvm.op import ops
 
 _MODULE = "rvm.kernels.bf16"
 _CONV = "rvm.kernels.bf16conv"
+
+
+def _packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    if args[1].dtype != "int32":
+        raise Unsupported(f"{kb.op} of a {args[1].dtype} weight (int32 bf16 pairs expected)")
+    return product(kb, attrs, args, out, ("rvm.kernels.bf16dense", "dense", "bf16_packed_dense"))
 
 
 def _check(kb: KernelBuilder, x: Tensor, w: Tensor, out: str) -> None:
@@ -73,3 +82,4 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
 
 compute[ops.dense_bf16] = _dense
 compute[ops.conv2d_bf16] = _conv
+compute[ops.dense_packed_bf16] = _packed

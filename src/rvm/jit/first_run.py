@@ -85,6 +85,10 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
         from rvm.kernels import packed
 
         return packed.FIRST_RUN_TASKS if _shape(call.args[0], None) else ()
+    if callee is ops.dense_packed_bf16:
+        from rvm.kernels import bf16dense
+
+        return bf16dense.FIRST_RUN_TASKS if _shape(call.args[0], None) else ()
     if callee in (ops.max_pool2d, ops.avg_pool2d):
         x, out = _shape(call.args[0], 4), _shape(call, 4)
         if x is None or out is None:

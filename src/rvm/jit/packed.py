@@ -20,8 +20,18 @@ from rvm.op import ops
 
 
 def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    return product(kb, attrs, args, out, ("rvm.kernels.packed", "dense", "packed_dense"))
+
+
+def product(
+    kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str, entry: tuple[str, str, str]
+) -> Tensor:
+    """The stage of a product on a packed weight, its epilogue in ``attrs``: a call of the
+    kernel library's ``entry`` (module, function, local name) taking ``(x, w, out, units,
+    bias, act[, residual])`` as `rvm.kernels.packed.dense` does; the weight's dtype is the
+    entry's to check (float32 panels, or int32 bf16 pairs: `rvm.jit.bf16`)."""
     x, w = args[:2]
-    if out != "float32" or any(a.dtype != "float32" for a in args):
+    if out != "float32" or any(a.dtype != "float32" for a in args if a is not w):
         raise Unsupported(f"{kb.op} of {', '.join(a.dtype for a in args)} to {out}")
     act = ACTIVATIONS.index(attrs["activation"])
     units = attrs["units"]
@@ -36,8 +46,8 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
         xv = array_view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
         wv = kb.materialize(w)
         bias = kb.materialize(args[2]) if len(args) >= 3 else "np.empty(0, np.float32)"
-        kb.imports.add(("rvm.kernels.packed", "dense", "packed_dense"))
-        call = f"packed_dense({xv}, {wv}, {{}}, {units}, {bias}, {act}{{}})"
+        kb.imports.add(entry)
+        call = f"{entry[2]}({xv}, {wv}, {{}}, {units}, {bias}, {act}{{}})"
         if residual is None:
             ov = array_view(kb, t.array, dims, (rows, str(units)))
             kb.root.lines.append(call.format(ov, ""))

@@ -29,7 +29,7 @@ from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["dense", "gemm", "round_bits"]
+__all__ = ["dense", "gemm", "pair_rows", "round_bits"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run along rows)
@@ -64,7 +64,7 @@ def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
     """On int64 addresses: the words ``dst[q * stride]`` (uint32) = the bf16 pair of float32
     ``src[2q]`` (low half) and ``src[2q + 1]`` (high half; 0 past ``k``), for q < ``(k + 1) //
     2``: `LANES` words a step, rounded as vectors (`rvm.kernels.vectors.VectorIR.bf16_bits`),
-    stored one by one (their destinations are ``stride`` apart)."""
+    stored as a vector at ``stride`` 1, else one by one."""
     sig = nt.void(*(nt.int64,) * 4)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -86,12 +86,18 @@ def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
             pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
             pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * LANES)))
             pairs = builder.trunc(pairs, v.i32)
-            for lane in range(LANES):
-                q = builder.add(q0, i64(lane))
-                with builder.if_then(builder.icmp_signed("<", q, words)):
-                    to = builder.add(dst, builder.mul(builder.mul(q, stride), i64(4)))
-                    word = builder.extract_element(pairs, i32(lane))
-                    builder.store(word, builder.inttoptr(to, i32.as_pointer()))
+            unit = builder.icmp_signed("==", stride, i64(1))
+            with builder.if_else(unit) as (together, apart):
+                with together:
+                    at = builder.add(dst, builder.mul(q0, i64(4)))
+                    v.store(pairs, at, v.first(builder.sub(words, q0)))
+                with apart:
+                    for lane in range(LANES):
+                        q = builder.add(q0, i64(lane))
+                        with builder.if_then(builder.icmp_signed("<", q, words)):
+                            to = builder.add(dst, builder.mul(builder.mul(q, stride), i64(4)))
+                            word = builder.extract_element(pairs, i32(lane))
+                            builder.store(word, builder.inttoptr(to, i32.as_pointer()))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -107,6 +113,17 @@ def _pack_rows(x, k, out):  # type: ignore[no-untyped-def]
     at_x, at_o = x.ctypes.data, out.ctypes.data
     for i in range(x.shape[0]):
         _pair_row(at_x + 4 * i * k, k, at_o + 4 * ((i // NR) * k2 * NR + i % NR), NR)
+
+
+@nb.njit(**_OPTS)
+def pair_rows(x, out):  # type: ignore[no-untyped-def]
+    """``out[i, p]`` (uint32) = the bf16 pair of ``x[i, 2p]`` (low half) and ``x[i, 2p + 1]``
+    (high half; 0 past x's columns): x's rows (float32, 2-d, C) as a bf16 GEMM's A, ``out``
+    ``(rows, (k + 1) // 2)`` C-contiguous."""
+    k, k2 = x.shape[1], out.shape[1]
+    at_x, at_o = x.ctypes.data, out.ctypes.data
+    for i in range(x.shape[0]):
+        _pair_row(at_x + 4 * i * k, k, at_o + 4 * i * k2, 1)
 
 
 # A GEMM job (int64): its length; A, B, C addresses; lda, ldc (words, floats); m, n, k2;
@@ -256,8 +273,10 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
             _gemv(xw, wc, row)
             out[i, :] = row
         return
-    packed = np.empty((panels(m), kp // 2, NR), dtype=np.uint32)
-    _pack_rows(xc, k, packed)
+    # B's words in a float32 array, passed as the GEMM's ``like``: that keeps it alive until
+    # the GEMM is done (Numba frees an array after its last use, here its address)
+    packed = np.empty((panels(m), kp // 2, NR), dtype=np.float32)
+    _pack_rows(xc, k, packed.view(np.uint32))
     ct = np.empty((n, m), dtype=np.float32)
-    gemm(ct, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
+    gemm(packed, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
     out[:, :] = ct.T

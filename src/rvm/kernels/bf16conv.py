@@ -24,7 +24,9 @@ dropped). Rows of the output are cut into blocks whose plane rows stay in L2 whi
 of output channels walks them.
 
 Large convolutions are cut into pieces on rvm's pool (`rvm.kernels.parfor`) by (band of output
-channels, block of rows), the plane by channel pairs. Every
+channels, block of rows), the plane by channel pairs; the groups of a grouped convolution too
+small to be cut (shufflenet's grouped 1 x 1s) run side by side instead, one a thread, each on
+its own plane (`_groups_apart`): one after the other they left the second core idle. Every
 entry point checks its arrays' shapes first and raises `ValueError` naming what disagrees.
 """
 
@@ -282,10 +284,11 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Image ``b``: per group its pair plane, the job, and the rows of the phases' width (in
-    ``wide``, ``(og, oh * wq)`` float32) compacted into ``oc``; with ``wide`` empty the
-    phases are as wide as the output and the job writes ``oc`` itself."""
+def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Group ``g`` of image ``b``: its pair plane, the job, and the rows of the phases' width
+    (in ``wide``, ``(og, oh * wq)`` float32) compacted into ``oc``; with ``wide`` empty the
+    phases are as wide as the output and the job writes ``oc`` itself. Split on the pool
+    when large and the pool is free (not from within a pool task: `_group_task`)."""
     c, co, kp = xc.shape[1], w.shape[0], w.shape[1]
     oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
     cg, og, k2 = c // groups, co // groups, kp // 2
@@ -293,19 +296,80 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide):  # type: 
     job = np.empty(_DIRECT_JOB, dtype=np.int64)
     job[0], job[2], job[3], job[4], job[5] = _DIRECT_JOB, k2, plane.ctypes.data, 0, k2
     job[4], job[8], job[9] = table.ctypes.data, wq, rows_block
-    for g in range(groups):
-        _pair_plane(xc[b], g * cg, cg, geometry, plane)
-        job[1] = w.ctypes.data + 2 * g * og * kp
-        if wide.size == 0:
-            job[6], job[7] = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow, oh * ow
-        else:
-            job[6], job[7] = wide.ctypes.data, oh * wq
-        direct(oc, job, og, oh, k2)
-        if wide.size:
-            out = oc[b, g * og : (g + 1) * og]
-            for o in range(og):
-                for y in range(oh):
-                    out[o, y, :] = wide[o, y * wq : y * wq + ow]
+    _pair_plane(xc[b], g * cg, cg, geometry, plane)
+    job[1] = w.ctypes.data + 2 * g * og * kp
+    if wide.size == 0:
+        job[6], job[7] = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow, oh * ow
+    else:
+        job[6], job[7] = wide.ctypes.data, oh * wq
+    direct(oc, job, og, oh, k2)
+    if wide.size:
+        out = oc[b, g * og : (g + 1) * og]
+        for o in range(og):
+            for y in range(oh):
+                out[o, y, :] = wide[o, y * wq : y * wq + ow]
+
+
+# A groups job (int64): its length; x's, w's, out's, the planes', the tap table's and the
+# wide rows' addresses; n, c, h, w; co, kp; oh, ow; the planes' (phase pairs, hq, wq); the
+# table's length; the wide rows' (og, oh * wq) (0, 0: none); the image, the groups; the
+# geometry (pt, pl, sh, sw, kh, dh, kw, dw).
+_GROUPS_JOB = 31
+
+
+def _group_task(p, like, data):  # type: ignore[no-untyped-def]
+    """Group ``p`` of an image (a pool task): its own plane and wide rows, one thread."""
+    job = parfor.job(data)
+    xc = parfor.array_at(job[1], (job[7], job[8], job[9], job[10]), like)
+    w = parfor.array_at(job[2], (job[11], job[12] // 2), like).view(np.int16)
+    oc = parfor.array_at(job[3], (job[7], job[11], job[13], job[14]), like)
+    size = job[15] * job[16] * job[17]
+    plane = parfor.array_at(job[4] + 4 * p * size, (job[15], job[16], job[17]), like)
+    table = parfor.array_at(job[5], (2 * job[18],), like).view(np.int64)
+    wsize = job[19] * job[20]
+    wide = parfor.array_at(job[6] + 4 * p * wsize, (job[19], job[20]), like)
+    geometry = job[23:31].copy()
+    _direct_group(xc, w, oc, job[21], p, job[22], geometry, plane.view(np.uint32), table, wide)
+
+
+parfor.export_task("bf16_conv_groups", _group_task)
+_run_groups = parfor.runner("bf16_conv_groups")
+
+
+@nb.njit(**_OPTS)
+def _groups_apart(xc, w, oc, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Whether the groups of an image run side by side on the pool, one a thread: when there
+    are several, each too small to be split itself (a grouped 1 x 1 convolution's)."""
+    if groups < 2 or parfor.threads() < 2 or workpool.busy():
+        return False
+    og, oh, k2 = w.shape[0] // groups, oc.shape[2], w.shape[1] // 2
+    return og * oh * plane.shape[2] * k2 < 2 * SPLIT_MIN
+
+
+@nb.njit(**_OPTS)
+def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Image ``b``, group after group (`_direct_group`, each split on the pool when large),
+    or, when `_groups_apart`, all groups side by side on the pool, each with its own plane
+    and wide rows."""
+    if not _groups_apart(xc, w, oc, groups, geometry, plane, table, wide):
+        for g in range(groups):
+            _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide)
+        return
+    # every group's plane, then every group's wide rows, in one array: the pool's task takes
+    # it as its ``like`` argument, which keeps it alive until the groups are done
+    room = np.empty(groups * (plane.size + wide.size), dtype=np.float32)
+    job = np.empty(_GROUPS_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3] = _GROUPS_JOB, xc.ctypes.data, w.ctypes.data, oc.ctypes.data
+    job[4], job[5] = room.ctypes.data, table.ctypes.data
+    job[6] = room.ctypes.data + 4 * groups * plane.size
+    for i in range(4):
+        job[7 + i] = xc.shape[i]
+    job[11], job[12], job[13], job[14] = w.shape[0], w.shape[1], oc.shape[2], oc.shape[3]
+    job[15], job[16], job[17] = plane.shape[0], plane.shape[1], plane.shape[2]
+    job[18], job[19], job[20] = table.shape[0], wide.shape[0], wide.shape[1]
+    job[21], job[22] = b, groups
+    job[23:31] = geometry
+    _run_groups(room, groups, job)
 
 
 # -- the entry point --------------------------------------------------------------------------

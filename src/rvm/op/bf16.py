@@ -11,11 +11,18 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   (out channels, kp) int16 with depth in channel pairs, ``(c2, dy, dx, parity)`` --
   conv2d's OIHW weight through `conv_pairs`, ``kp = pair_depth(c / groups, kh, kw)`` -- and
   ``kernel`` its (kh, kw).
+- ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
+  `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
+  B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
+  (`pack_pairs`): ``activation(bf16(x) @ B + bias) + residual``. What products of more than
+  a few rows take: the weight streams in the micro-kernel's layout, C comes out row-major.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call
@@ -24,23 +31,42 @@ from rvm.ir.types import TensorType, Type
 from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout, for to_bf16)
     bf16_bits,
     conv_pairs,
+    pack_pairs,
     pair_depth,
 )
+from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 from rvm.op.conv import normalize_padding, pad_pairs, positive_ints
-from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_int, define_op
-from rvm.op.shapes import fmt, rule, window_out_dim
+from rvm.op.core import (
+    OP_PRECISION,
+    ExprLike,
+    as_expr,
+    call,
+    check_choice,
+    check_int,
+    define_op,
+)
+from rvm.op.shapes import broadcast_shapes, fmt, rule, window_out_dim
 
-__all__ = ["conv2d_bf16", "dense_bf16"]
+__all__ = ["conv2d_bf16", "dense_bf16", "dense_packed_bf16"]
 
 define_op("dense_bf16", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv2d_bf16", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
-OP_PRECISION.update(dense_bf16="bf16", conv2d_bf16="bf16")
+define_op("dense_packed_bf16", OpPattern.OUT_ELEMWISE_FUSABLE)
+OP_PRECISION.update(dense_bf16="bf16", conv2d_bf16="bf16", dense_packed_bf16="bf16")
 
 
 def padded_depth(k: int) -> int:
     """A weight row's length for depth ``k``: ``k`` rounded up to even (bf16 pairs)."""
     return k + (k & 1)
+
+
+def default_pair_panel() -> int:
+    """The panel width of this CPU's bf16 GEMM (`rvm.kernels.bf16gemm.NR`), imported when a
+    pass asks, as `rvm.op.packed.default_panel`."""
+    from rvm.kernels.bf16gemm import NR
+
+    return NR
 
 
 def _check_inputs(op: str, x: TensorType, w: TensorType) -> None:
@@ -128,4 +154,85 @@ def conv2d_bf16(
         dilation=positive_ints(name, "dilation", dilation, 2),
         groups=check_int(name, "groups", groups, minimum=1),
         kernel=positive_ints(name, "kernel", kernel, 2),
+    )
+
+
+def _check_panels(x: TensorType, w: TensorType, units: int) -> None:
+    name = "dense_packed_bf16"
+    if x.dtype is not None and x.dtype != "float32":
+        raise IRError(f"{name}: expects a float32 input, got {x.dtype} {fmt(x.shape)}")
+    if w.dtype is not None and w.dtype != "int32":
+        raise IRError(f"{name}: expects the weight as int32 bf16 pairs, got {w.dtype}")
+    if w.shape is None:
+        return
+    if len(w.shape) != 3:
+        raise IRError(f"{name}: the weight must be 3-d (panels, k2, panel), got {fmt(w.shape)}")
+    panels, k2, panel = w.shape
+    if isinstance(panels, int) and isinstance(panel, int):
+        if panel < 1 or panels != -(-units // panel):
+            raise IRError(
+                f"{name}: {units} units need {-(-units // max(panel, 1))} panels of {panel}, "
+                f"the weight {fmt(w.shape)} has {panels}"
+            )
+    k = x.shape[-1] if x.shape else None
+    if isinstance(k, int) and isinstance(k2, int) and k2 != (k + 1) // 2:
+        raise IRError(
+            f"{name}: input {fmt(x.shape)} has {k} features, the weight {fmt(w.shape)} "
+            f"holds {k2} pairs, not {(k + 1) // 2}"
+        )
+
+
+@rule(ops.dense_packed_bf16)
+def _infer_packed(call_: Call, args: list[TensorType]) -> Type:
+    name = "dense_packed_bf16"
+    if len(args) not in (2, 3, 4):
+        raise IRError(f"{name}: expects 2 to 4 inputs (x, w[, bias[, residual]]), got {len(args)}")
+    x, w = args[:2]
+    units = call_.attrs["units"]
+    if x.shape is not None and not x.shape:
+        raise IRError(f"{name}: the input must have rank >= 1, got ()")
+    _check_panels(x, w, units)
+    if len(args) >= 3:
+        bias = args[2]
+        if bias.dtype not in (None, "float32") or (
+            bias.shape is not None and tuple(bias.shape) != (units,)
+        ):
+            raise IRError(
+                f"{name}: the bias must be float32 ({units},), got {bias.dtype} {fmt(bias.shape)}"
+            )
+    residual = args[3] if len(args) == 4 else None
+    if residual is not None and residual.dtype not in (None, "float32"):
+        raise IRError(f"{name}: the residual must be float32, got {residual.dtype}")
+    if x.shape is None:
+        return TensorType(None, "float32")
+    product = (*x.shape[:-1], units)
+    if residual is None:
+        return TensorType(product, "float32")
+    return TensorType(broadcast_shapes(name, product, residual.shape), "float32")
+
+
+def dense_packed_bf16(
+    x: ExprLike,
+    w: ExprLike,
+    bias: ExprLike | None = None,
+    residual: ExprLike | None = None,
+    *,
+    units: int,
+    activation: str = "none",
+) -> Call:
+    """``activation(bf16(x) @ B + bias) + residual`` for B ``(k, units)`` in bf16 pair
+    panels ``w`` (`pack_pairs`); ``bias`` (units,) or None; ``residual`` a tensor or None
+    (with a residual and no bias, the bias is zeros). Operands first, attributes by keyword,
+    as `rvm.op.packed.dense_packed`'s."""
+    name = "dense_packed_bf16"
+    units = check_int(name, "units", units, minimum=0)
+    if residual is not None and bias is None:
+        bias = np.zeros(units, np.float32)
+    args = (as_expr(x), as_expr(w)) + (() if bias is None else (as_expr(bias),))
+    args += () if residual is None else (as_expr(residual),)
+    return call(
+        ops.dense_packed_bf16,
+        *args,
+        units=units,
+        activation=check_choice(name, "activation", activation, ACTIVATIONS),
     )

@@ -3,21 +3,22 @@
 Needs: `pack_weights` has run (products with constant weights are ``dense_packed`` calls with
 their packed weight, and bias if any, as constants), before `legalize`.
 
-Guarantees: the same program, where two or more ``dense_packed`` calls of one region with the
-same input variable, the same activation and constant weights (attention's query, key and
-value projections: three 768 -> 768 products of one hidden state in BERT), either all with a
-bias or all without, are one ``dense_packed`` whose weight holds theirs side by side (768 ->
-2304), packed once here, and whose bias is theirs joined. Each
-member's binding is then a ``strided_slice`` of the merged result along the last axis, which
-`fuse_ops` joins to whatever reads it next (the heads' reshape and transpose). The pool
-splits one larger job instead of starting three, and the input is read by one product.
+Guarantees: the same program, where two or more ``dense_packed`` calls (or two or more
+``dense_packed_bf16``) of one region with the same input variable, the same activation and
+constant weights (attention's query, key and value projections: three 768 -> 768 products of
+one hidden state in BERT), either all with a bias or all without, are one product whose
+weight holds theirs side by side (768 -> 2304), packed once here, and whose bias is theirs
+joined. Each member's binding is then a ``strided_slice`` of the merged result along the
+last axis, which `fuse_ops` joins to whatever reads it next (the heads' reshape and
+transpose). The pool splits one larger job instead of starting three, and the input is read
+by one product.
 
 The merged call takes the place of the first member (the input is bound before it); the
 others become slices where they were. The members' weights are then unused and `dead_code`
 drops them.
 
 Algorithm: one walk over each straight-line region (`map_regions`): group the bindings by
-(input, activation, panel width, whether a bias), then rewrite each group of two or more.
+(op, input, activation, panel width, whether a bias), then rewrite each group of two or more.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from rvm.op.packed import pack_weight
 from rvm.transform.legalize import map_functions, map_regions
 
 logger = logging.getLogger("rvm.transform")
+
+PAIRS = ops.dense_packed_bf16
+"""The bf16 product on pair panels (`rvm.transform.to_bf16`), merged as ``dense_packed`` is:
+its panels hold B's pair words, one column's apart from another's."""
 
 MAX_UNITS = 1 << 14
 """A merged product has at most this many output columns (a vocabulary projection, tied to
@@ -87,7 +92,7 @@ def merge_products(mod: IRModule) -> IRModule:
 
 def _key(value: E.Expr) -> tuple | None:
     """What members of one merged product share, or None when ``value`` is no member."""
-    if not isinstance(value, E.Call) or value.callee is not ops.dense_packed:
+    if not isinstance(value, E.Call) or value.callee not in (ops.dense_packed, PAIRS):
         return None
     x, w, rest = value.args[0], value.args[1], value.args[2:]
     if not isinstance(x, E.Var) or not isinstance(w, E.Constant):
@@ -96,7 +101,7 @@ def _key(value: E.Expr) -> tuple | None:
         return None  # the slices need the result's rank
     if any(not isinstance(b, E.Constant) for b in rest):
         return None
-    return (x, value.attrs["activation"], w.data.shape[1:], bool(rest))
+    return (value.callee, x, value.attrs["activation"], w.data.shape[1:], bool(rest))
 
 
 def _within_limit(places: list[int], bindings: list[E.VarBinding]) -> list[int]:
@@ -111,9 +116,21 @@ def _within_limit(places: list[int], bindings: list[E.VarBinding]) -> list[int]:
 
 
 def _unpack(w: np.ndarray, units: int) -> np.ndarray:
-    """B ``(k, units)`` back from its panels ``(panels, k, panel)``."""
+    """B ``(k, units)`` back from its panels ``(panels, k, panel)`` (``dense_packed_bf16``'s:
+    B's pair words ``(k2, units)``)."""
     panels, k, panel = w.shape
     return w.transpose(1, 0, 2).reshape(k, panels * panel)[:, :units]
+
+
+def _pack(b: np.ndarray, panel: int, pairs: bool) -> np.ndarray:
+    """`_unpack`'s inverse: B's columns in panels ``panel`` wide, the last padded with zeros
+    (float32 values by `rvm.op.packed.pack_weight`; bf16 pair words as they are)."""
+    if not pairs:
+        return pack_weight(b, False, panel)
+    k, n = b.shape
+    out = np.zeros((k, -(-n // panel) * panel), dtype=b.dtype)
+    out[:, :n] = b
+    return np.ascontiguousarray(out.reshape(k, -1, panel).transpose(1, 0, 2))
 
 
 def _merge(members: list[E.VarBinding]) -> tuple[E.VarBinding, list[E.VarBinding]]:
@@ -124,9 +141,10 @@ def _merge(members: list[E.VarBinding]) -> tuple[E.VarBinding, list[E.VarBinding
     panel = first.args[1].data.shape[2]
     b = np.concatenate([_unpack(c.args[1].data, u) for c, u in zip(calls, units)], axis=1)
     bias = () if len(first.args) == 2 else (np.concatenate([c.args[2].data for c in calls]),)
-    value = op.dense_packed(
+    pairs = first.callee is PAIRS
+    value = (op.dense_packed_bf16 if pairs else op.dense_packed)(
         first.args[0],
-        E.Constant(pack_weight(b, False, panel)),
+        E.Constant(_pack(b, panel, pairs)),
         *(E.Constant(v.astype(np.float32)) for v in bias),
         units=sum(units),
         activation=first.attrs["activation"],

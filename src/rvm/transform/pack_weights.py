@@ -11,7 +11,8 @@ weight ``W`` is a 2-d float32 constant (``matmul``: ``x`` of rank 2 or more) is
 the CPU's vector width). ``W``'s own binding is then unused unless something else reads it,
 and `dead_code` drops it: the executable keeps the packed copy only.
 
-The product's epilogue joins it where the product has no other use: a following ``add`` of a
+The product's epilogue joins it where the product has no other use (the same for a
+``dense_packed_bf16`` that `to_bf16` made): a following ``add`` of a
 constant bias of ``units`` values (broadcast along the last axis only), then ``relu`` or
 ``gelu`` (either form), then an ``add`` of a computed float32 tensor of the same rank (a
 transformer's residual), become the op's ``bias``, ``activation`` and ``residual``, which the
@@ -73,6 +74,8 @@ def pack_weights(mod: IRModule, panel: int | None = None) -> IRModule:
                 new = _convert(b.value, consts, width, packed)
                 if new is not None:
                     count += 1
+                elif _bare_bf16(b.value):  # packed by `to_bf16`: its epilogue may join
+                    products[b.var] = len(out)
                 else:
                     joined = _join_epilogue(b.value, products, out, consts, uses)
                     if joined is not None:
@@ -91,7 +94,7 @@ def pack_weights(mod: IRModule, panel: int | None = None) -> IRModule:
         return E.Function(func.params, body, func.ret_type, func.attrs)
 
     funcs = map_functions(mod, rewrite)
-    if not count:
+    if not count and not folded:
         return mod
     size = sum(c.data.nbytes for c in packed.values())
     logger.debug(
@@ -141,6 +144,24 @@ def _convert(
     return new
 
 
+def _bare_bf16(value: E.Expr) -> bool:
+    """Whether ``value`` is a ``dense_packed_bf16`` (`rvm.transform.to_bf16`'s) with no
+    epilogue yet."""
+    return (
+        isinstance(value, E.Call)
+        and value.callee is ops.dense_packed_bf16
+        and len(value.args) == 2
+        and value.attrs["activation"] == "none"
+    )
+
+
+def _product(prod: E.Call, *args: E.Expr | None, **attrs: object) -> E.Call:
+    """A call of ``prod``'s op (``dense_packed`` or ``dense_packed_bf16``: the same operands
+    and attributes) on ``args``."""
+    build = op.dense_packed_bf16 if prod.callee is ops.dense_packed_bf16 else op.dense_packed
+    return build(*args, **attrs)
+
+
 def _join_epilogue(
     value: E.Expr,
     products: dict[E.Var, int],
@@ -166,7 +187,7 @@ def _join_epilogue(
     if value.callee is ops.add and len(value.args) == 2:
         other = value.args[1] if value.args[0] is args[0] else value.args[0]
         if activation == "none" and not bias:
-            new = _with_bias(x, w, other, units, consts)
+            new = _with_bias(prod, other, consts)
             if new is not None:
                 infer_type(new)
                 return args[0], new
@@ -174,28 +195,27 @@ def _join_epilogue(
     if activation != "none":
         return None
     if value.callee is ops.relu:
-        new = op.dense_packed(x, w, *bias, units=units, activation="relu")
+        new = _product(prod, x, w, *bias, units=units, activation="relu")
     elif value.callee is ops.gelu:
         form = "gelu_tanh" if value.attrs.get("approximate") == "tanh" else "gelu"
-        new = op.dense_packed(x, w, *bias, units=units, activation=form)
+        new = _product(prod, x, w, *bias, units=units, activation=form)
     else:
         return None
     infer_type(new)
     return args[0], new
 
 
-def _with_bias(
-    x: E.Expr, w: E.Expr, other: E.Expr, units: int, consts: dict[E.Var, np.ndarray]
-) -> E.Call | None:
+def _with_bias(prod: E.Call, other: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
     """The product with ``other`` as its bias, when it is a float32 constant of ``units``
     values broadcast along the last axis only; else None."""
+    x, w, units = prod.args[0], prod.args[1], prod.attrs["units"]
     b = _const(other, consts)
     rank = len(x.type.shape)
     if b is None or b.dtype != np.float32 or b.size != units or b.ndim > rank:
         return None
     if b.ndim and b.shape[-1] != units:
         return None
-    return op.dense_packed(x, w, E.Constant(b.reshape(units)), units=units)
+    return _product(prod, x, w, E.Constant(b.reshape(units)), units=units)
 
 
 def _with_residual(
@@ -212,8 +232,8 @@ def _with_residual(
         return None
     x, w, bias = prod.args[0], prod.args[1], prod.args[2:]
     attrs = prod.attrs
-    new = op.dense_packed(
-        x, w, *(bias or (None,)), other, units=attrs["units"], activation=attrs["activation"]
+    new = _product(
+        prod, x, w, *(bias or (None,)), other, units=attrs["units"], activation=attrs["activation"]
     )
     infer_type(new)
     return product, new

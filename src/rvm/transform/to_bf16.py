@@ -4,10 +4,12 @@ Needs: an inlined module in A-normal form whose op calls are not yet legalized, 
 already folded into their convolutions (run after `fold_batch_norm`, before `legalize`).
 
 Guarantees: the same program, where each float32 ``dense(x, W)``, ``matmul(x, W)`` with a 2-d
-``W`` and ``conv2d(x, W)`` whose weight ``W`` is a constant is ``dense_bf16`` or
-``conv2d_bf16`` (`rvm.op.bf16`) of ``x`` and ``W`` converted once, here, to bf16 bits in the
-kernel's layout (``dense``: W; ``matmul``: W transposed; rows padded to an even depth;
-``conv2d``: OIHW in channel pairs per output channel, `rvm.op.bf16.conv_pairs`). Everything
+``W`` and ``conv2d(x, W)`` whose weight ``W`` is a constant is ``dense_packed_bf16``,
+``dense_bf16`` or ``conv2d_bf16`` (`rvm.op.bf16`) of ``x`` and ``W`` converted once, here, to
+bf16 bits in the kernel's layout (products of more than `GEMV_ROWS` rows: B in column panels
+of pairs, `rvm.op.bf16.pack_pairs`; fewer: the rows of W, ``matmul``'s transposed, padded to
+an even depth; ``conv2d``: OIHW in channel pairs per output channel,
+`rvm.op.bf16.conv_pairs`). Everything
 else -- elementwise ops, norms, softmax, attention, depthwise convolutions (a few taps a
 channel, no product worth the rounding) and products of two computed tensors -- stays
 float32, as do the program's inputs and outputs.
@@ -27,7 +29,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.op.bf16 import bf16_bits, conv_pairs, padded_depth
+from rvm.op.bf16 import bf16_bits, conv_pairs, default_pair_panel, pack_pairs, padded_depth
 from rvm.transform.legalize import map_functions, map_regions
 
 logger = logging.getLogger("rvm.transform")
@@ -40,6 +42,13 @@ MIN_CONV_DEPTH = 32
 """Convolutions of a smaller depth stay float32: a 3-channel 3x3 stem (depth 27, 9 pairs of
 taps a pixel) spends its bf16 tiles storing more than multiplying, and ran at 0.17-0.20 ms
 against float32's 0.11 ms (shufflenet's, 224x224 to 24 channels)."""
+
+
+GEMV_ROWS = 4
+"""Products of at most this many rows, known at compile time (a classifier's head at batch
+1), keep the weight's rows for a GEMV (``dense_bf16``: `rvm.kernels.bf16.dense`); more rows,
+or a count known only at run time, take it packed in pair panels (``dense_packed_bf16``:
+`rvm.kernels.bf16dense`), whose bias, activation and residual `pack_weights` then joins."""
 
 
 def bf16_rows(weight: np.ndarray) -> np.ndarray:
@@ -109,13 +118,23 @@ def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
         new = _conv(value, x, w)
     elif w.ndim != 2 or w.shape[0 if value.callee is ops.matmul else 1] < MIN_DEPTH:
         return None
-    elif value.callee is ops.dense:
-        new = op.dense_bf16(x, E.Constant(bf16_rows(w)))
+    elif _few_rows(x):
+        new = op.dense_bf16(x, E.Constant(bf16_rows(w if value.callee is ops.dense else w.T)))
     else:
-        new = op.dense_bf16(x, E.Constant(bf16_rows(w.T)))
+        transposed = value.callee is ops.dense
+        units = w.shape[0] if transposed else w.shape[1]
+        panels = E.Constant(pack_pairs(w.astype(np.float32), transposed, default_pair_panel()))
+        new = op.dense_packed_bf16(x, panels, units=units)
     if new is not None:
         infer_type(new)
     return new
+
+
+def _few_rows(x: E.Expr) -> bool:
+    """Whether the product of ``x`` has at most `GEMV_ROWS` rows, known here."""
+    shape = x.type.shape
+    rows = int(np.prod([d for d in shape[:-1] if isinstance(d, int)], dtype=np.int64))
+    return len(shape) == 1 or (all(isinstance(d, int) for d in shape[:-1]) and rows <= GEMV_ROWS)
 
 
 def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:

@@ -9,8 +9,17 @@ import numpy as np
 
 from rvm.kernels.reference.common import _like
 from rvm.kernels.reference.conv import _conv
+from rvm.kernels.reference.packed import dense_packed
 
-__all__ = ["bf16_bits", "conv2d_bf16", "conv_pairs", "dense_bf16", "pair_depth"]
+__all__ = [
+    "bf16_bits",
+    "conv2d_bf16",
+    "conv_pairs",
+    "dense_bf16",
+    "dense_packed_bf16",
+    "pack_pairs",
+    "pair_depth",
+]
 
 
 def _bf16_values(bits):
@@ -62,3 +71,32 @@ def conv2d_bf16(x, w, strides, padding, dilation, groups, kernel):
     pairs = _bf16_values(w).reshape(w.shape[0], (cg + 1) // 2, kh, kw, 2)
     weight = pairs.transpose(0, 1, 4, 2, 3).reshape(w.shape[0], -1, kh, kw)[:, :cg]
     return _conv(_round_bf16(x), weight, strides, padding, dilation, groups)
+
+
+def pack_pairs(weight, transposed, panel):
+    """``weight`` as B ``(k, n)`` (its transpose when ``transposed``: ``(n, k)``), rounded to
+    bf16, in column panels of pairs ``(panels, (k + 1) // 2, panel)`` int32: word ``(q, p,
+    j)`` holds B's ``(2p, q * panel + j)`` in its low half and ``(2p + 1, q * panel + j)`` in
+    its high half, zeros past ``k`` and ``n`` (`rvm.kernels.bf16dense`)."""
+    if weight.ndim != 2 or panel <= 0:
+        raise ValueError(
+            f"pack_pairs: expects a 2-d weight and panel > 0, got {weight.shape}, {panel}"
+        )
+    b = weight.T if transposed else weight
+    k, n = b.shape
+    k2, panels = (k + 1) // 2, -(-n // panel)
+    bits = np.zeros((2 * k2, panels * panel), dtype=np.uint32)
+    bits[:k, :n] = bf16_bits(b)
+    words = bits[0::2] | (bits[1::2] << 16)
+    return np.ascontiguousarray(words.reshape(k2, panels, panel).transpose(1, 0, 2)).view(np.int32)
+
+
+def dense_packed_bf16(x, w, *rest, units, activation):
+    """``dense_packed`` of ``bf16(x)`` and the bf16 pair panels ``w`` ``(panels, k2,
+    panel)`` int32 (`pack_pairs`), with float32 sums."""
+    panels, k2, panel = w.shape
+    words = np.asarray(w).view(np.uint32)
+    values = np.stack([words & 0xFFFF, words >> 16], axis=2)  # (panels, k2, 2, panel)
+    b = (values.astype(np.uint32) << 16).view(np.float32).reshape(panels, 2 * k2, panel)
+    return dense_packed(_round_bf16(x), b[:, : x.shape[-1]], *rest, units=units,
+                        activation=activation)  # fmt: skip
