@@ -22,7 +22,7 @@ be (a strided read is not one):
   column into a padded line, then the line's columns tap by tap, and the row takes every
   stride-th;
 - when the output keeps few of the positions a run would compute (global-like windows), window
-  by window;
+  by window (`rvm.kernels.windows`: averages sum each window's rows as vectorized runs);
 - max pools whose windows overlap (a 3x3 window 2 apart, CNNs' common pool) are separable
   over the whole channel (`rvm.kernels.maxflat`): the window rows reduced at every position of the
   channel in one run, the window columns of the kept windows, and the output their
@@ -34,9 +34,7 @@ be (a strided read is not one):
   the stride-2 columns split by shuffles; max pools in 0.3 to 0.6 of `rvm.kernels.maxflat`'s
   time on one core, averages in 0.7 to 0.85 of the others';
 - 2x2 windows 2 apart inside the input (vgg's, densenet's) as a stream, every element read
-  once (`rvm.kernels.tiles`): a sixth to a third of the others' time;
-- averages window by window (global-like) sum each window's rows as runs, in any order
-  (float64 partial sums), a third of the time of a loop that tests each tap.
+  once (`rvm.kernels.tiles`): a sixth to a third of the others' time.
 
 Max and average pools by each method are eleven tasks of their own (`rvm.kernels.parfor`),
 each built when first run (a model builds the ones its pools take); large pools are split by
@@ -49,7 +47,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import avgrows, entry, parfor, tiles
+from rvm.kernels import avgrows, entry, parfor, tiles, windows
 from rvm.kernels.jitting import jit
 from rvm.kernels.maxflat import by_flat
 from rvm.kernels.maxrows import by_rows, takes
@@ -243,78 +241,11 @@ def _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window):  # typ
                 dst += U(ow)
 
 
-@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc"})
-def _run_sum(xf, start, n, acc0):  # type: ignore[no-untyped-def]
-    """``acc0`` plus the sum of ``xf[start:start + n]``, in ``acc0``'s dtype, in any order (a
-    vector of partial sums: float64 sums of float32 values lose nothing to the order)."""
-    total, start = acc0, U(start)
-    for i in range(U(n)):
-        total += xf[start + i]
-    return total
-
-
-@jit(**_OPTS)
-def _direct_avg(x, out, lo, hi, scale, acc0, window):  # type: ignore[no-untyped-def]
-    """`_direct` for averages with windows of adjacent columns: each window's part in the
-    input summed run by run (a run per window row, one for all of them when they span whole
-    input rows one apart: resnet's and shufflenet's final 7x7 averages)."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
-    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
-    xf, of = x.reshape(x.size), out.reshape(out.size)
-    for plane in range(lo, hi):
-        for p_ in range(oh):
-            r0 = p_ * sh - pt
-            first = max(0, -(r0 // dh))  # the window's first and last rows in the input
-            last = min(kh - 1, (ih - 1 - r0) // dh)
-            for q_ in range(ow):
-                c0 = q_ * sw - pl
-                c1 = min(iw, c0 + kw)
-                c0 = max(c0, 0)
-                acc = acc0
-                if last >= first and c1 > c0:
-                    row = (plane * ih + r0 + first * dh) * iw
-                    if c0 == 0 and c1 == iw and dh == 1:
-                        acc = _run_sum(xf, row, (last - first + 1) * iw, acc0)
-                    else:
-                        for i_ in range(last - first + 1):
-                            acc = _run_sum(xf, row + i_ * dh * iw + c0, c1 - c0, acc)
-                of[(plane * oh + p_) * ow + q_] = acc * scale[p_ * ow + q_]
-
-
-@jit(**_OPTS)
-def _direct(x, out, lo, hi, scale, is_max, acc0, window):  # type: ignore[no-untyped-def]
-    """Channels ``lo`` to ``hi``, window by window (``acc0``: a zero of the accumulator's
-    dtype): for outputs much smaller than their windows' span (global-like pools), where a
-    run per tap would compute every position of the plane for the few kept."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
-    if not is_max and dw == 1:
-        _direct_avg(x, out, lo, hi, scale, acc0, window)
-        return
-    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
-    xf, of = x.reshape(x.size), out.reshape(out.size)
-    for plane in range(lo, hi):
-        for p_ in range(oh):
-            for q_ in range(ow):
-                acc = acc0 - np.inf if is_max else acc0
-                for i_ in range(kh):
-                    r = p_ * sh - pt + i_ * dh
-                    if r < 0 or r >= ih:
-                        continue
-                    row = (plane * ih + r) * iw
-                    for j_ in range(kw):
-                        c = q_ * sw - pl + j_ * dw
-                        if 0 <= c < iw:
-                            v = xf[row + c]
-                            acc = np.maximum(acc, v) if is_max else acc + v
-                at = (plane * oh + p_) * ow + q_
-                of[at] = acc if is_max else acc * scale[p_ * ow + q_]
-
-
 STACK = 4096
 """Elements of a phase that `_phased` fills with stacked planes at a time (an L1-sized run)."""
 DIRECT_SPARSITY = 4
-"""`_planes` takes `_direct` when a plane's phase holds this many times the positions whose
-pools are kept (a 6 x 6 average of a 6 x 6 input keeps 1 row of 7)."""
+"""`_method` takes `rvm.kernels.windows` when a plane's phase holds this many times the
+positions whose pools are kept (a 6 x 6 average of a 6 x 6 input keeps 1 row of 7)."""
 SEPARABLE_WIDTH = 96
 """The input width from which a column stride above 1 takes `_separable`: below it, its
 per-row loops are too short, and the strided copy of `_phased` costs less (3x3 stride-2 max
@@ -322,8 +253,9 @@ pools on one thread broke even between 56 and 111 columns)."""
 
 
 SEPARABLE, PHASED, DIRECT, FLAT, ROWS, TILES = 0, 1, 2, 3, 4, 5
-"""The methods `_method` picks: `_separable`, `_phased`, `_direct`, `rvm.kernels.maxflat`,
-`rvm.kernels.maxrows` (max) or `rvm.kernels.avgrows` (average), `rvm.kernels.tiles`."""
+"""The methods `_method` picks: `_separable`, `_phased`, `rvm.kernels.windows`,
+`rvm.kernels.maxflat`, `rvm.kernels.maxrows` (max) or `rvm.kernels.avgrows` (average),
+`rvm.kernels.tiles`."""
 
 
 @jit(**_OPTS)
@@ -336,8 +268,8 @@ def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl):  # type: ig
     `rvm.kernels.maxflat` for max pools whose windows overlap (a half to 0.85 of the time of
     the others on CNNs' pools) unless the output is that sparse; else `_separable` for a
     column stride above 1 on wide inputs (it reads the input in place, where splitting it by
-    the column stride is a slow strided copy), `_direct` for outputs much sparser than their
-    input, else `_phased`."""
+    the column stride is a slow strided copy), `rvm.kernels.windows` for outputs much sparser
+    than their input, else `_phased`."""
     if tiles.takes(ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl):
         return TILES
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
@@ -371,12 +303,6 @@ def _by_phased(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignor
     starts = tap_starts(sh, sw, k * hq, wq, kh, kw, dh, dw)
     acc = np.empty(k * hq * wq, dtype=acc_dtype)
     _phased(x, out, lo, hi, k, flat, starts, acc, scale, is_max, window)
-
-
-@jit(**_OPTS)
-def _by_direct(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
-    """`_direct` on channels ``lo`` to ``hi``."""
-    _direct(x, out, lo, hi, scale, is_max, np.zeros(1, dtype=acc_dtype)[0], window)
 
 
 # -- the tasks: max and average pools by each method, each built when first run ----------
@@ -424,7 +350,7 @@ def _max_phased_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _max_direct_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
-    _by_direct(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+    windows.by_windows(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
 
 
 def _max_flat_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -465,7 +391,7 @@ def _avg_phased_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _avg_direct_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
-    _by_direct(x, out, lo, hi, _avg_scale(x, out, data, window), False, window, np.float64)
+    windows.by_windows(x, out, lo, hi, _avg_scale(x, out, data, window), False, window, np.float64)
 
 
 for _name, _task in (
