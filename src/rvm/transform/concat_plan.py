@@ -66,6 +66,22 @@ def concat_axis(func: E.Function) -> int | None:
     return int(call.attrs["axis"])
 
 
+def placeable(ty: object, axis: int) -> bool:
+    """Whether a concat along ``axis`` with result type ``ty`` has pieces that are contiguous
+    runs of it, large enough to be written in place (the pieces' own conditions aside):
+    `rvm.transform.fuse_ops` keeps such a concat a kernel of its own, so that the memory plan
+    can drop it, rather than fusing it into its consumer (densenet's last concat of each
+    block into the next batch norm, which then copies the whole block)."""
+    out = _static(ty)
+    if out is None:
+        return False
+    shape: tuple[int, ...] = out.shape  # type: ignore[assignment]
+    if any(d != 1 for d in shape[: axis % len(shape)]):
+        return False  # a piece would not be one contiguous run of the output
+    itemsize = numpy_dtype(out.dtype).itemsize  # type: ignore[arg-type]
+    return int(np.prod(shape, dtype=np.int64)) * itemsize >= MIN_BYTES
+
+
 def _static(ty: object) -> TensorType | None:
     if isinstance(ty, TensorType) and ty.is_static and ty.dtype is not None:
         return ty
@@ -120,11 +136,9 @@ def _pieces(
     claimed: set[E.Var],
 ) -> tuple[tuple[E.Var, int], ...] | None:
     """The pieces with their byte offsets, or None when one cannot be written in place."""
-    if any(d != 1 for d in out.shape[:axis]):  # type: ignore[union-attr]
-        return None  # a piece would not be one contiguous run of the output
-    itemsize = numpy_dtype(out.dtype).itemsize  # type: ignore[arg-type]
-    if int(np.prod(out.shape, dtype=np.int64)) * itemsize < MIN_BYTES:
+    if not placeable(out, axis):
         return None
+    itemsize = numpy_dtype(out.dtype).itemsize  # type: ignore[arg-type]
     pieces, offset = [], 0
     for f in fields:
         ty = _static(f.type)
