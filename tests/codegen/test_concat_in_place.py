@@ -25,7 +25,8 @@ class M:
         d = op.conv2d(c, v)
         e = op.concat((op.conv2d(c, v), op.sigmoid(op.conv2d(c, v))), axis=1)
         f = op.concat((e, op.conv2d(c, v)), axis=1)
-        return c, d, f
+        g = op.concat((x, d), axis=1)
+        return c, d, f, g
 """
 
 
@@ -37,7 +38,7 @@ def reference(x, w, v):
     c = np.concatenate([a, b], axis=1)
     d = conv(c, v, (1, 1), (0, 0, 0, 0), (1, 1), 1)
     e = np.concatenate([d, 1 / (1 + np.exp(-d))], axis=1)
-    return c, d, np.concatenate([e, d], axis=1)
+    return c, d, np.concatenate([e, d], axis=1), np.concatenate([x, d], axis=1)
 
 
 MOD = rvm.script.parse(SOURCE)
@@ -45,7 +46,8 @@ MOD = rvm.script.parse(SOURCE)
 
 def test_concat_in_place_matches_reference(compiled, exec_mode, kernels):
     ex = compiled(MOD, kernels)  # one compile per kernel backend, run in every exec mode
-    # c and e are written in place; f (one piece is the concat e) is copied.
+    # c, e and f are written in place (e is a piece of f: views of f's storage); g (one piece
+    # is the parameter x) is copied.
     concats = sorted(name for name in ex.kernels if "concat" in name)
     assert len(concats) == 1, concats
     assert ex.kernels[concats[0]].backend == kernels  # a tuple parameter lowers to jit too

@@ -132,9 +132,9 @@ CONV_CHILD = textwrap.dedent(
         seen[name + " guessed"] = guess[0]
     for name, shape, is_max, k, s, p in (
         ("max_rows", (1, 2, 8, 8), True, 3, 2, 1),  # max windows that overlap, 3x3
-        ("avg_separable", (1, 2, 7, 100), False, 2, 2, 0),  # a column stride, a wide input
+        ("avg_separable", (1, 2, 7, 100), False, 2, 2, 1),  # a column stride, a wide input
         ("avg_direct", (1, 3, 6, 6), False, 6, 1, 0),  # a global-like window
-        ("max_phased", (1, 2, 8, 8), True, 2, 2, 0),  # max windows that do not overlap
+        ("max_tiles", (1, 2, 8, 8), True, 2, 2, 0),  # 2x2 windows that tile the input
     ):
         x = rng.standard_normal(shape).astype("float32")
         ref = pool_reference(x, is_max, k, s, p)
@@ -142,7 +142,9 @@ CONV_CHILD = textwrap.dedent(
         pool.pool2d(x, out, is_max, k, k, s, s, 1, 1, p, p, p, p, False, True)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
         seen[name] = built("pool2d")
-        guess = pool.first_run_tasks(is_max, shape[3], *ref.shape[2:], k, k, s, s, 1, 1)
+        guess = pool.first_run_tasks(
+            is_max, shape[3], *ref.shape[2:], k, k, s, s, 1, 1, shape[2], p, p
+        )
         seen[name + " guessed"] = guess[0]
     print(json.dumps(seen))
     """
@@ -175,11 +177,11 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
         "max_rows": ["pool2d_max_rows"],
         "avg_separable": ["pool2d_avg_separable", "pool2d_max_rows"],
         "avg_direct": ["pool2d_avg_direct", "pool2d_avg_separable", "pool2d_max_rows"],
-        "max_phased": [
+        "max_tiles": [
             "pool2d_avg_direct",
             "pool2d_avg_separable",
-            "pool2d_max_phased",
             "pool2d_max_rows",
+            "pool2d_max_tiles",
         ],
     }
     assert guessed == {
@@ -188,7 +190,7 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
         "max_rows": "pool2d_max_rows",
         "avg_separable": "pool2d_avg_separable",
         "avg_direct": "pool2d_avg_direct",
-        "max_phased": "pool2d_max_phased",
+        "max_tiles": "pool2d_max_tiles",
     }
 
 

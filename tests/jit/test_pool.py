@@ -156,17 +156,21 @@ def test_pools_three_columns_wide_match_reference_with_nan(dtype) -> None:
     ("is_max", "k", "s", "d", "method"),
     [(1, (3, 3), (2, 2), (1, 1), pool.ROWS), (1, (3, 3), (1, 1), (1, 1), pool.ROWS),
      (1, (2, 2), (2, 2), (2, 1), pool.FLAT), (1, (3, 3), (2, 2), (1, 2), pool.FLAT),
-     (1, (2, 2), (2, 2), (1, 1), pool.SEPARABLE), (1, (1, 1), (1, 1), (1, 1), pool.PHASED),
-     (0, (3, 3), (2, 2), (1, 1), pool.ROWS), (0, (2, 2), (2, 2), (1, 1), pool.SEPARABLE)],
+     (1, (2, 2), (2, 2), (1, 1), pool.TILES), (1, (1, 1), (1, 1), (1, 1), pool.PHASED),
+     (0, (3, 3), (2, 2), (1, 1), pool.ROWS), (0, (2, 2), (2, 2), (1, 1), pool.TILES),
+     (0, (3, 3), (1, 1), (1, 1), pool.PHASED)],
 )  # fmt: skip
 def test_max_pools_with_overlapping_windows_are_separable_over_whole_channels(
     is_max, k, s, d, method
 ) -> None:
     """`rvm.kernels.maxflat` takes max pools whose windows overlap (dilated ones whose span
-    does), not those whose windows tile the input, nor averages; max and average pools 3
-    columns wide 1 apart, 1 or 2 apart between windows, go by rows (on a 112-wide input)."""
+    does), not those whose windows tile the input, nor averages; max pools 3 columns wide
+    1 or 2 apart, and averages 2 apart, go by rows; 2x2 windows 2 apart by tiles, unless
+    padded (on a 112-wide input)."""
     oh, ow = (112 - d[0] * (k[0] - 1) - 1) // s[0] + 1, (112 - d[1] * (k[1] - 1) - 1) // s[1] + 1
-    assert pool._method(is_max, 112, oh, ow, *k, *s, *d) == method
+    assert pool._method(is_max, 112, oh, ow, *k, *s, *d, 112, 0, 0) == method
+    if method == pool.TILES:  # padded: the separable method
+        assert pool._method(is_max, 112, oh + 1, ow + 1, *k, *s, *d, 112, 1, 1) != method
 
 
 @pytest.mark.parametrize(
@@ -178,3 +182,23 @@ def test_max_pools_with_overlapping_windows_are_separable_over_whole_channels(
 def test_max_pools_split_over_threads_match_reference(blas_threads, shape, k, s, pads, ceil):
     """Channels in chunks on the pool (large enough to split), each chunk its own scratch."""
     _check_pool("max", False, shape, k, s, pads, ceil)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tiling_pools_match_reference_with_nan(blas_threads, dtype) -> None:
+    """`rvm.kernels.tiles` (2x2 windows 2 apart): odd sizes (the last row and column left
+    out), a NaN wins a max and makes an average NaN, channels split over threads when
+    large (a 64 x 56 x 56 input)."""
+    for shape in ((2, 3, 9, 7), (1, 64, 56, 56)):
+        x = rand(shape, dtype)
+        x[0, 1, 4, 5] = np.nan
+        for kind in ("max", "avg"):
+            geometry = ((2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False)
+            if kind == "max":
+                want = numpy_ref.max_pool2d(x, *geometry)
+            else:
+                want = numpy_ref.avg_pool2d(x, *geometry, False)
+            out = np.full(want.shape, 7.0, dtype=dtype)
+            pool.pool2d(x, out, int(kind == "max"), 2, 2, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
+            assert np.isnan(out[0, 1, 2, 2]) and np.isnan(out).sum() == 1
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=kind)

@@ -13,6 +13,7 @@ from rvm.ir import (
     Builder,
     Call,
     If,
+    Tuple,
     Var,
     assert_structural_equal,
     scalar,
@@ -233,3 +234,27 @@ def test_symbolic_shapes(n):
     check_same_results(
         before, after, rng.standard_normal((n, 3)).astype(F32), rng.standard_normal(3).astype(F32)
     )
+
+
+@pytest.mark.parametrize(
+    ("shape", "apart"),
+    [((1, 3, 8, 8), True), ((2, 3, 8, 8), False), ((1, 3, 2, 2), False)],
+)
+def test_a_concat_written_in_place_joins_no_consumer(shape, apart):
+    """A lone concat whose pieces are runs of its output stays a kernel of its own, which the
+    memory plan drops (densenet's last concat of a block before a batch norm); at batch 2
+    (a piece in two runs) or small, it fuses into its consumer as before."""
+    x = Var("x", tensor(shape, F32))
+
+    def body(bb, x):
+        a, b = bb.emit(op.exp(x)), bb.emit(op.tanh(x))
+        c = bb.emit(op.concat(bb.emit(Tuple((a, b))), axis=1))
+        return bb.emit(op.relu(c))
+
+    before = build([x], body)
+    after = fuse_ops(before)
+    if apart:
+        assert calls(after) == ["fused_exp", "fused_tanh", "fused_concat", "fused_relu"]
+    else:
+        assert calls(after) == ["fused_exp", "fused_tanh", "fused_concat_relu"]
+    check_same_results(before, after, np.random.default_rng(6).random(shape).astype(F32) - 0.5)

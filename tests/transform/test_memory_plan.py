@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+import pytest
+
+import rvm
 from rvm import op
 from rvm.ir import (
     Builder,
@@ -227,3 +231,77 @@ def test_concat_is_copied_when_pieces_are_not_contiguous_shared_or_small():
         top = _concat_program(shape, axis, share)["main"].body
         calls = [c.args[0].name for c in vm_calls(top, "call_dps")]
         assert any("concat" in name for name in calls), (shape, axis, share)
+
+
+def _dense_block(layers: int):
+    """Densenet's dense block: ``c = concat((c, tanh(sum(c, axis=1))))`` ``layers`` times from
+    ``c = exp(x)``, each ``c`` read by the next layer too; then ``z = exp(c)``, ``p = tanh(z)``
+    (as large as the block: a reused block would fit it) and ``q = x0 + sum(p)``, which reads
+    the first piece after the block's last use."""
+    x = Var("x", tensor((1, 4, 8, 8), F32))
+
+    def body(bb, x):
+        c = x0 = bb.emit(op.exp(x))
+        for _ in range(layers):
+            y = bb.emit(op.tanh(bb.emit(op.sum(c, axis=1, keepdims=True))))
+            c = bb.emit(op.concat(bb.emit(Tuple((c, y))), axis=1))
+        p = bb.emit(op.tanh(bb.emit(op.exp(c))))
+        return bb.emit(op.add(x0, bb.emit(op.sum(p, axis=1, keepdims=True))))
+
+    return x, body
+
+
+def test_dense_block_concats_are_views_of_the_last_ones_storage():
+    x, body = _dense_block(3)
+    after = memory_plan(legalized([x], body))
+    verify(after)
+    top = after["main"].body
+    calls = [c.args[0].name for c in vm_calls(top, "call_dps")]
+    assert not any("concat" in name for name in calls), calls
+    views = {
+        b.var.name: b.value for b in top.bindings if vm_ops.is_vm_op(b.value, _VM["alloc_tensor"])
+    }
+    block = [v for v in views.values() if v.attrs["shape"][1] in (4, 5, 6, 7)][:1]
+    root = block[0].args[0]  # x0's view, the first piece: the storage is made there
+    on_root = {n: v.attrs["offset"] for n, v in views.items() if v.args[0] is root}
+    row = 64 * 4  # one channel's bytes
+    # x0 at 0, each layer's one new channel after the ones before, each concat a prefix
+    assert sorted(on_root.values()) == [0, 0, 0, 0, 4 * row, 5 * row, 6 * row], on_root
+    sizes = {
+        s.var.name: s.value.attrs["size"]
+        for s in top.bindings
+        if vm_ops.is_vm_op(s.value, _VM["alloc_storage"])
+    }
+    assert sizes[root.name] == 7 * row
+    # p (as large as the block) comes after the block's last use but before x0's: not on it
+    p_view = [v for v in views.values() if v.attrs["shape"] == (1, 7, 8, 8)][-1]
+    assert p_view.args[0] is not root
+
+
+@pytest.fixture(scope="module")
+def dense_block():
+    x, body = _dense_block(3)
+    bb = Builder()
+    with bb.function("main", [x]):
+        bb.emit_output(body(bb, x))
+    return bb.get()
+
+
+@pytest.mark.parametrize(
+    "kernels",
+    ["numpy", pytest.param("jit", marks=pytest.mark.slow)],  # jit: 15 s cold
+)
+def test_dense_block_written_in_place_runs_right(dense_block, compiled, exec_mode, kernels):
+    """Every piece written once into the block's storage, read by later layers and after the
+    block: results equal NumPy's in every mode, call after call (the storage reused). With
+    numpy kernels the native mode runs as compiled; `-m slow` runs jit kernels, natively."""
+    vm = rvm.VirtualMachine(compiled(dense_block, kernels), exec_mode=exec_mode)
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    first = vm["main"](x)
+    for scale in (0.5, 1.0):
+        c = x0 = np.exp(x * scale)
+        for _ in range(3):
+            c = np.concatenate([c, np.tanh(c.sum(axis=1, keepdims=True))], axis=1)
+        want = x0 + np.tanh(np.exp(c)).sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(vm["main"](x * scale), want, rtol=1e-5)
+    np.testing.assert_allclose(first, want, rtol=1e-5)  # a held result stays intact

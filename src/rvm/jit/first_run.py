@@ -97,7 +97,10 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
 
         (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
         is_max = callee is ops.max_pool2d
-        return pool.first_run_tasks(is_max, x[3], out[2], out[3], kh, kw, sh, sw, dh, dw)
+        pads = attrs["padding"]
+        return pool.first_run_tasks(
+            is_max, x[3], out[2], out[3], kh, kw, sh, sw, dh, dw, x[2], pads[0], pads[1]
+        )
     if callee is ops.lrn:
         x = _shape(call.args[0], 4)
         if x is None or attrs["axis"] % 4 != 1:

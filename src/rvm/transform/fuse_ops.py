@@ -18,7 +18,9 @@ elementwise/broadcast/injective producers (a prologue) and elementwise/broadcast
 epilogue); OUT_ELEMWISE_FUSABLE (matmul, conv) takes an elementwise/broadcast epilogue but
 absorbs no producer; a group holds at most one anchor (REDUCTION or OUT_ELEMWISE_FUSABLE) and
 at most `MAX_GROUP_OPS` ops; OPAQUE never fuses; a group whose inputs are all constants does not
-join a group that has other inputs, so that `fold_constant` can still evaluate it.
+join a group that has other inputs, so that `fold_constant` can still evaluate it; a lone
+concat whose pieces are runs of its output (`rvm.transform.concat_plan.placeable`) joins no
+consumer, so that `memory_plan` can write it in place.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from rvm.ir.functor import ExprMutator
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.ir.op import OpPattern
+from rvm.transform.concat_plan import concat_axis, placeable
 from rvm.transform.legalize import (
     PrimitiveTable,
     count_uses,
@@ -201,6 +204,8 @@ def _group_region(
             p = group_of[j]
             if p.members[-1] != j or p is group or not _can_merge(p, group):
                 continue
+            if p.ops == ["concat"] and _placed_concat(bindings[j], funcs):
+                continue  # the memory plan may drop it (`rvm.transform.concat_plan`)
             group.members = sorted(p.members + group.members)
             group.patterns = p.patterns + group.patterns
             group.ops = p.ops + group.ops
@@ -210,6 +215,13 @@ def _group_region(
         group_of[i] = group
         producer[b.var] = i
     return group_of
+
+
+def _placed_concat(b: E.VarBinding, funcs: dict[str, E.Function]) -> bool:
+    """Whether binding ``b`` calls a lone concat that the memory plan could write in place."""
+    prim = primitive_callee(b.value, funcs)
+    axis = concat_axis(prim) if prim is not None else None
+    return axis is not None and placeable(b.var.type, axis)
 
 
 def _fuse_region(

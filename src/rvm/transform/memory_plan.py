@@ -19,9 +19,10 @@ escape its region (its only uses are as inputs of later ``vm.call_dps`` in the s
 returned, not in a tuple, not passed to a function, not used in a branch) gives its block back after
 its last use, and a later non-escaping static tensor of the same dtype takes the smallest free block
 that is large enough instead of a new one. A kernel that only concatenates pieces that other
-kernels of the region make for it alone, each a contiguous run of its output
-(`rvm.transform.concat_plan`), is dropped: the output's storage is made at the first piece, the
-pieces' kernels write into views of it at their offsets, and the result is a view of it too.
+kernels of the region make, each a contiguous run of its output (`rvm.transform.concat_plan`),
+is dropped: the output's storage is made at the first piece, the pieces' kernels write into views
+of it at their offsets, and the result is a view of it too; a piece that is such a concatenation
+itself is a view of the outermost one's storage, which lives until the last use of any of them.
 Figures go to one debug line per function and to ``mod.attrs["memory_plan"][name]``.
 
 Algorithm: per region, find which tensors escape and where each is last used, then rewrite the
@@ -41,7 +42,7 @@ from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType, TupleType, Type
 from rvm.transform import vm_ops
-from rvm.transform.concat_plan import ConcatSite, concat_sites
+from rvm.transform.concat_plan import ConcatSite, concat_members, concat_sites
 from rvm.transform.legalize import Namer, count_uses, hoist_result, map_regions, primitive_callee
 
 logger = logging.getLogger("rvm.transform")
@@ -67,7 +68,7 @@ class _Region:
     owned: dict[E.Var, tuple[str, int, E.Var]] = field(default_factory=dict)  # tensor -> block
     shapes: dict[tuple, E.Var] = field(default_factory=dict)  # make_shape results
     concats: dict[E.Var, ConcatSite] = field(default_factory=dict)  # written in place
-    pieces: dict[E.Var, tuple[E.Var, int]] = field(default_factory=dict)  # -> concat, offset
+    pieces: dict[E.Var, tuple[E.Var, int]] = field(default_factory=dict)  # -> outermost, offset
     concat_storage: dict[E.Var, E.Var] = field(default_factory=dict)  # concat -> its storage
 
 
@@ -88,11 +89,11 @@ class _Planner:
         if not any(self._is_prim_call(b.value) for b in bindings):
             return bindings, body
         concats = concat_sites(bindings, self.funcs, self.uses)
-        self._pieces = {var for site in concats.values() for var, _ in site.pieces}
-        state = self._analyse(bindings)
+        members = concat_members(concats)
+        self._pieces = set(members)
+        state = self._analyse(bindings, members)
         state.concats = concats
-        for site in state.concats.values():
-            state.pieces.update({var: (site.out, offset) for var, offset in site.pieces})
+        state.pieces = members
         dropped = {site.tuple_var for site in state.concats.values()}
         out: list[E.VarBinding] = []
         for i, b in enumerate(bindings):
@@ -166,8 +167,12 @@ class _Planner:
         var.with_type(vm_ops.UNIT)
         return var
 
-    def _analyse(self, bindings: list[E.VarBinding]) -> _Region:
-        """Last uses of kernel inputs and the tensors that do not escape the region."""
+    def _analyse(
+        self, bindings: list[E.VarBinding], members: dict[E.Var, tuple[E.Var, int]]
+    ) -> _Region:
+        """Last uses of kernel inputs and the tensors that do not escape the region; a
+        concatenation written in place (``members``: `concat_members`) is last used where any
+        of its members is, and escapes when any of them does."""
         last_use: dict[E.Var, int] = {}
         dps_uses: dict[E.Var, int] = {}
         for i, b in enumerate(bindings):
@@ -192,6 +197,12 @@ class _Planner:
                 and self.uses.get(b.var, 0) == dps_uses.get(b.var, 0)
             ):
                 local.add(b.var)
+        for var, (root, _) in members.items():
+            if var in last_use:
+                last_use[root] = max(last_use[var], last_use.get(root, -1))
+            # A piece is also used by its concatenation's tuple, which is dropped.
+            if var is not root and self.uses.get(var, 0) != dps_uses.get(var, 0) + 1:
+                local.discard(root)
         return _Region(last_use, local)
 
     def _plannable(self, ty: Type | None) -> list[TensorType] | None:
@@ -296,6 +307,8 @@ class _Planner:
     def _release(self, state: _Region, index: int, vars_: list[E.Expr]) -> None:
         """Give back the blocks of local tensors whose last use is binding ``index``."""
         for v in dict.fromkeys(vars_):
+            if isinstance(v, E.Var) and v in state.pieces:
+                v = state.pieces[v][0]  # a view: its storage is its outermost concatenation's
             if not isinstance(v, E.Var) or v not in state.owned:
                 continue
             if state.last_use.get(v, index) == index:
