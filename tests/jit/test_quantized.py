@@ -11,7 +11,7 @@ import pytest
 from jit_helpers import check, prim, var
 
 from rvm import op
-from rvm.kernels import parfor, qgemm, qpool
+from rvm.kernels import handoff, parfor, qgemm, qpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -336,15 +336,40 @@ def test_without_vnni_the_plain_loop_gives_the_same_answers(tmp_path):
 def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     """(axis, step, pieces): columns for many positions, rows (output channels) for few."""
     nr, mr = qgemm.NR, qgemm.MR
-    axis, step, pieces = qgemm.split_plan(1000, 512, 6 * nr, 2)  # 13 x 13: 6 column tiles
+    macs = (1, 0, qgemm.SPLIT_MIN)  # costs: a multiply-add 1, an output 0, a piece's least
+    axis, step, pieces = qgemm.split_plan(1000, 512, 6 * nr, 2, *macs)  # 13 x 13: 6 col. tiles
     assert (axis, step, pieces) == (0, nr, 6)
-    axis, step, pieces = qgemm.split_plan(512, 2048, 2 * nr, 2)  # 7 x 7: 2 column tiles
+    axis, step, pieces = qgemm.split_plan(512, 2048, 2 * nr, 2, *macs)  # 7 x 7: 2 column tiles
     assert axis == 1 and pieces == 8 and step == 512 // 8
-    axis, step, pieces = qgemm.split_plan(256, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
+    axis, step, pieces = qgemm.split_plan(256, 1024, 7 * nr, 2, *macs)  # 14 x 14: 7 col. tiles
     assert axis == 1 and pieces * step == 256 and step % mr == 0
-    assert qgemm.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
-    assert qgemm.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
-    assert qgemm.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
+    assert qgemm.split_plan(1000, 2048, nr, 2, *macs)[0] == 1  # a dense product of one row
+    assert qgemm.split_plan(16, 64, 2 * nr, 2, *macs)[2] == 1  # too little work a piece
+    assert qgemm.split_plan(512, 2048, 2 * nr, 1, *macs)[2] == 1  # one thread
+
+
+def test_split_plan_weighs_outputs_and_the_least_piece():
+    """A shallow product's outputs count as work (its epilogue), and a cheaper handoff (a
+    smaller least piece) cuts a product into more pieces, up to 4 a thread."""
+    cols = 95 * qgemm.NR  # 55 x 55 positions
+    assert qgemm.split_plan(64, 16, cols, 2, 1, 0, 1 << 21)[2] == 1  # 3.1 M multiply-adds
+    few = qgemm.split_plan(64, 16, cols, 2, 1, 16, 1 << 21)[2]  # and 195 k outputs
+    many = qgemm.split_plan(64, 16, cols, 2, 1, 16, 1 << 18)[2]
+    assert 1 < few < many == 8
+
+
+@pytest.mark.parametrize("blas_threads", [2], indirect=True)
+def test_costs_are_measured_once_on_this_machine(blas_threads):
+    """`qgemm.costs` (the pool's handoff against the products' own speed) gives positive
+    costs and a least piece, the same on every call; `handoff.handoff_ticks` is the round
+    trip it measured, 0 when it could not (one thread, or no helper came)."""
+    per_mac, per_output, least = qgemm.costs()
+    assert per_mac >= 1 and per_output >= 0 and least >= 1
+    assert qgemm.costs() == (per_mac, per_output, least)
+    ticks = handoff.handoff_ticks()
+    assert ticks >= 0
+    if ticks:
+        assert least <= qgemm.SPLIT_MIN * per_mac
 
 
 @pytest.mark.parametrize("y_dtype", ["uint8", "int8"])

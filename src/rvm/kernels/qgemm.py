@@ -41,12 +41,11 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from llvmlite import ir
 from numba import types as nt
-from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import handoff, parfor, workpool
+from rvm.kernels.cpu import cpu
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
     columns,
@@ -56,109 +55,20 @@ from rvm.kernels.qcolumns import (
     image,
     weight_rows,
 )
-from rvm.kernels.sgemm import _target_features
+from rvm.kernels.qmicro import LANES, MR, NR, VNNI
+from rvm.kernels.qmicro import micro as _micro
+from rvm.kernels.qmicro import micro_tail as _micro_tail
 
 __all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense", "split_plan"]
 
-VNNI = "+avx512vnni" in set(_target_features().split(","))
-LANES = 16
-VECTORS = 2
-MR = 8  # rows x VECTORS accumulators: 16 of the 32 zmm registers
-NR = LANES * VECTORS
-
-SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
+SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps where the pool's handoff cannot be measured
+PIECE_HANDOFFS = 2  # a piece's work is at least this many of the pool's handoffs
 PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
 # A convolution reads its taps in place while the columns its image's row
 # margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-
-
-def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
-    """The micro-kernel ``micro(taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap)`` of
-    ``vectors`` vectors of `LANES` columns: on int64 addresses, int32 ``C[:rows, :width] =
-    A[:rows, :4 * taps * quads] @ B[:, :width]`` (``width`` = ``vectors * LANES``): A's rows
-    ``lda`` bytes apart, broadcast 4 bytes at a time; B by taps, each of ``quads`` quads of
-    depth: quad ``s`` of tap ``t`` is ``width`` x 4 bytes at ``b + offsets[t] + s * ldb``
-    (``offsets`` the address of int64 byte offsets), loaded `LANES` columns a vector; C's
-    rows ``ldc`` values apart. ``swap`` 0: A is uint8 and B int8; 1: A int8, B uint8. Rows
-    past ``rows`` read row 0 and are not stored. One tap at offset 0 is a plain panel;
-    several read a convolution's taps in place from one image (`_direct`)."""
-
-    @intrinsic
-    def micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap):  # type: ignore[no-untyped-def]
-        sig = nt.void(*(nt.int64,) * 11)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            _micro_code(builder, args, vectors)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return micro
-
-
-def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
-    """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
-    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap = args
-    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    vec = ir.VectorType(i32, LANES)
-    fnty = ir.FunctionType(vec, [vec, vec, vec])
-    dot = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512")
-    a_bytes, b_bytes = (
-        builder.inttoptr(a, i8.as_pointer()),
-        builder.inttoptr(b, i8.as_pointer()),
-    )
-    offs = builder.inttoptr(offsets, i64.as_pointer())
-    cp = builder.inttoptr(c, i32.as_pointer())
-    zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
-    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-    a_rows = [
-        builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
-        for i in range(MR)
-    ]
-
-    def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
-        """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
-        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
-        bs = []
-        for j in range(vectors):
-            at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
-            bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
-        depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
-        for i in range(MR):
-            at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
-            word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
-            av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
-            for j in range(vectors):
-                u, v = (bs[j], av) if swapped else (av, bs[j])
-                builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
-
-    def tile(swapped):  # type: ignore[no-untyped-def]
-        acc = [
-            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(MR)
-        ]
-        with cgutils.for_range(builder, taps) as outer:
-            with cgutils.for_range(builder, quads) as inner:
-                step(swapped, acc, outer.index, inner.index)
-        for i in range(MR):
-            with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                for j in range(vectors):
-                    at = builder.gep(cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))])
-                    builder.store(
-                        builder.load(acc[i][j]), builder.bitcast(at, vec.as_pointer()), align=4
-                    )
-
-    with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
-        with swapped:
-            tile(True)
-        with plain:
-            tile(False)
-
-
-_micro = _make_micro(VECTORS)
-_micro_tail = _make_micro(1)  # a product's last columns when `LANES` or fewer are left
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
@@ -284,7 +194,7 @@ _I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, n
 # else uint8, + 2 stored transposed); the step; the output's address; the pieces' axis (0
 # columns, 1 rows).
 _JOB = 28
-BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
+BLOCK_BYTES = cpu().l2 // 8  # the int32 sums of a block of columns, requantized while in L2
 
 
 @nb.njit(inline="always", **_OPTS)
@@ -366,13 +276,16 @@ def _cut(tiles, want, threads):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
+def split_plan(og, depth, cols, threads, per_mac, per_output, least):  # type: ignore[no-untyped-def]
     """How a product of ``og`` rows (output channels) by ``cols`` columns (`NR` a tile) of
     ``depth`` is cut for ``threads`` threads: (axis, step, pieces), axis 0 pieces of ``step``
-    columns, 1 of ``step`` rows; 1 piece: not split (fewer than `SPLIT_MIN` multiply-adds a
-    piece). By columns, or by rows when those even out the threads better (few positions,
-    many channels: 7 x 7's two tiles of columns, 14 x 14's seven)."""
-    want = min(PIECES_PER_THREAD * threads, og * cols * depth // SPLIT_MIN)
+    columns, 1 of ``step`` rows; 1 piece: not split. Its work is ``og * cols * (depth *
+    per_mac + per_output)`` (a multiply-add's and an output's cost, `costs`), cut in pieces
+    of at least ``least`` of it, up to `PIECES_PER_THREAD` a thread. By columns, or by rows
+    when those even out the threads better (few positions, many channels: 7 x 7's two tiles
+    of columns, 14 x 14's seven)."""
+    work = og * cols * (depth * per_mac + per_output)
+    want = min(PIECES_PER_THREAD * threads, work // max(least, 1))
     col_tiles, row_tiles = cols // NR, og // MR
     if threads < 2 or want < 2 or max(col_tiles, row_tiles) < 2:
         return 0, cols, 1
@@ -389,6 +302,65 @@ def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
     return axis, step, -(-size // step)
 
 
+# What a multiply-add and an output of a product cost, in `COST_UNIT`ths of a tick of
+# `handoff.cycles`,
+# and the least work of a piece (`PIECE_HANDOFFS` handoffs): measured once (`costs`).
+COST_UNIT = 1 << 16
+_cost_cells = [handoff.slot(f"rvm_qgemm_{name}") for name in ("per_mac", "per_output", "least")]
+(_, _per_mac, _set_per_mac), (_, _per_output, _set_per_output), (_, _least, _set_least) = (
+    _cost_cells
+)
+
+
+@nb.njit(**_OPTS)
+def _timed_blocks(og, quads, cols):  # type: ignore[no-untyped-def]
+    """The least ticks of 5 runs of `_blocks` on a product of ``og`` x ``4 * quads`` x
+    ``cols`` (zeros, in cache)."""
+    rows, sums = np.zeros((og, 4 * quads), np.int8), np.zeros(og, np.int32)
+    flat = np.zeros(quads * cols * 4, np.uint8)
+    b = _panel(flat, np.zeros(1, np.int64), quads, 4 * cols, cols, cols, cols)
+    bias, scale = np.zeros(og, np.int32), np.ones(og, np.float32)
+    out = np.empty((og, cols), np.uint8)
+    best = 0
+    for _ in range(5):
+        t0 = handoff.cycles()
+        _blocks(rows, sums, b, 0, bias, scale, 0, 0, 0, 255, out, 0, cols)
+        took = handoff.cycles() - t0
+        if best == 0 or 0 < took < best:
+            best = took
+    return best
+
+
+@nb.njit(**_OPTS)
+def _measure_costs():  # type: ignore[no-untyped-def]
+    """Measure and keep (per multiply-add, per output, least a piece): a deep and a shallow
+    product of the same outputs, timed as the pool's handoff is (`handoff.handoff_ticks`)."""
+    ticks = handoff.handoff_ticks()
+    og, cols, deep, shallow = 32, 1024, 64, 4
+    t_deep, t_shallow = _timed_blocks(og, deep, cols), _timed_blocks(og, shallow, cols)
+    if ticks <= 0 or t_deep <= 0:  # no helper or no counter: multiply-adds, a fixed least
+        per_mac, per_output, least = 1, 0, SPLIT_MIN
+    else:
+        outputs = og * cols
+        per_mac = max(1, (t_deep - t_shallow) * COST_UNIT // (outputs * 4 * (deep - shallow)))
+        per_output = max(0, t_shallow * COST_UNIT // outputs - 4 * shallow * per_mac)
+        # A slow handoff (helpers preempted on a loaded machine) splits no less than the
+        # fixed least would.
+        least = min(PIECE_HANDOFFS * ticks * COST_UNIT, SPLIT_MIN * per_mac)
+    _set_per_mac(per_mac)
+    _set_per_output(per_output)
+    _set_least(least)
+
+
+@nb.njit(**_OPTS)
+def costs():  # type: ignore[no-untyped-def]
+    """(per multiply-add, per output, least a piece) for `split_plan`, in one unit: measured
+    on this machine on the first call (the pool's handoff against `_blocks`' own speed)."""
+    if _least() == 0:
+        _measure_costs()
+    return _per_mac(), _per_output(), _least()
+
+
 @nb.njit(**_OPTS)
 def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
     """A large product in pieces on the pool (`split_plan`): how many (1: not split, run
@@ -397,7 +369,7 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
     threads = parfor.threads()
     if threads < 2 or not _plain(bias, scale) or workpool.busy():
         return 1
-    axis, step, pieces = split_plan(og, depth, cols, threads)
+    axis, step, pieces = split_plan(og, depth, cols, threads, *costs())
     if pieces < 2:
         return 1
     p_total = out.shape[0] if transposed else out.shape[1]
