@@ -19,7 +19,7 @@ int8) on C-contiguous operands:
   tap by tap, for every output position (or by bytes, for an OIHW weight with more channels
   than positions). Taps in the padding read the zero point, so they add nothing once
   corrected; int8 inputs are shifted by 128 into uint8 (and their zero point with them);
-- the micro-kernel (`_micro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
+- the micro-kernel (`rvm.kernels.qmicro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
   registers: for every 4 depths it broadcasts each row's 4 bytes and issues one
   ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32) per vector.
   Without VNNI (`VNNI` False) a plain loop computes the same sums;
@@ -28,9 +28,11 @@ int8) on C-contiguous operands:
   the bias, scales in float32, rounds half to even, adds the output zero point and clips;
 - a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
   ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
-  are, from `SPLIT_MIN` multiply-adds a piece: pieces of columns, or of rows (output
-  channels) when those share the work out more evenly between the threads (few positions:
-  a 7 x 7 output's 49 are two tiles of columns);
+  are: pieces of at least `PIECE_HANDOFFS` of the pool's handoffs of work, the handoff and
+  the products' cost per multiply-add and per output measured once on this machine
+  (`costs`, `rvm.kernels.handoff`); pieces of columns, or of rows (output channels) when
+  those share the work out more evenly between the threads (few positions: a 7 x 7
+  output's 49 are two tiles of columns);
 - the last tile of a product's columns is one vector (`LANES`) wide when no more are left
   (`_micro_tail`: 13 x 13's 169 positions compute 176 columns, not 192).
 

@@ -15,7 +15,8 @@ and each output row takes every stride-th start. A whole plane a run, not a row 
 since rows of a few dozen bytes leave the vector loop for its scalar tail; the rows the
 stride skips cost less than that. A pool that pads (or overhangs) reads a copy of each plane
 padded with ``low``. Planes are split over rvm's threads
-when the input is large (`rvm.kernels.parfor`: the task ``qpool``).
+when the input is large (`rvm.kernels.parfor`: the task ``qpool``): pieces of at least
+`least_bytes`, a few of the pool's handoffs of work (`rvm.kernels.handoff`).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import handoff, parfor, workpool
 from rvm.kernels.planes import U
-from rvm.kernels.qgemm import pointer_at
+from rvm.kernels.qgemm import PIECE_HANDOFFS, pointer_at
 
 __all__ = ["max_pool2d"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-SPLIT_MIN = 1 << 17  # input bytes a piece keeps at least when a pool is split
+SPLIT_MIN = 1 << 17  # input bytes a piece keeps where the pool's handoff cannot be measured
 
 
 @nb.njit(**_OPTS)
@@ -138,6 +139,33 @@ _JOB = 21
 _U8, _I8, _F32 = np.zeros(0, np.uint8), np.zeros(0, np.int8), np.zeros(0, np.float32)
 
 
+_least_cell, _least, _set_least = handoff.slot("rvm_qpool_least_bytes")
+
+
+@nb.njit(**_OPTS)
+def least_bytes():  # type: ignore[no-untyped-def]
+    """The input bytes a piece of a split pool reads at least: `PIECE_HANDOFFS` of the
+    pool's handoffs (`handoff.handoff_ticks`) at a 3 x 3 pool's speed, both measured on the
+    first call (`SPLIT_MIN` where they cannot be, and at most that)."""
+    least = _least()
+    if least == 0:
+        ticks = handoff.handoff_ticks()
+        x, out = np.zeros((16, 56, 56), np.uint8), np.empty((16, 27, 27), np.uint8)
+        xf, of = x.reshape(-1), out.reshape(-1)
+        best = 0
+        for _ in range(3):
+            t0 = handoff.cycles()
+            _planes(xf, of, 0, 16, (56, 56, 27, 27), (3, 3, 2, 2, 1, 1, 0, 0), np.uint8(0))
+            took = handoff.cycles() - t0
+            if best == 0 or 0 < took < best:
+                best = took
+        least = SPLIT_MIN
+        if ticks > 0 and best > 0:
+            least = min(SPLIT_MIN, max(1, PIECE_HANDOFFS * ticks * x.size // best))
+        _set_least(least)
+    return least
+
+
 @nb.njit(**_OPTS)
 def max_pool2d(x, out, low, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`rvm.op.max_pool2d` of ``x`` (n, c, ih, iw) into ``out`` (n, c, oh, ow), 8-bit
@@ -147,8 +175,11 @@ def max_pool2d(x, out, low, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-
     xf, of = x.reshape(-1), out.reshape(-1)
     shape, window = (ih, iw, oh, ow), (kh, kw, sh, sw, dh, dw, pt, pl)
     threads = parfor.threads()
-    parts = min(planes, x.size // SPLIT_MIN, 4 * threads)
-    if threads < 2 or parts < 2 or workpool.busy():
+    if threads < 2 or workpool.busy():
+        _planes(xf, of, 0, planes, shape, window, x.dtype.type(low))
+        return
+    parts = min(planes, x.size // least_bytes(), 4 * threads)
+    if parts < 2:
         _planes(xf, of, 0, planes, shape, window, x.dtype.type(low))
         return
     step = -(-planes // parts)
