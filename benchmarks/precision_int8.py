@@ -17,6 +17,8 @@ logits exposed, as `benchmarks/models.py`):
   threads, a 0.1 s pause before each turn for ORT's spinning threads) of rvm f32, rvm int8,
   ORT f32 and ORT int8. Goals (issue 29): rvm int8 at least 1.8x faster than rvm f32, and at
   most 1.0x ORT int8's time.
+- **split threshold**: what the integer products' pieces were cut by in this process (the
+  pool's handoff as `rvm.kernels.handoff` measured it, a piece's least work: `qgemm.costs`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from common import interleaved_medians, light_model_files, machine, machine_line
 import numpy as np
 
 import rvm
+from rvm.kernels import handoff, qgemm
 from rvm.testing.onnx_models import random_inputs
 from rvm.testing.quantized_models import quantize_with_ort
 
@@ -87,7 +90,13 @@ def measure(name: str, n_inputs: int, repeat: int) -> dict:
         settle_s=0.1,
     )
     ms = {k: v * 1e3 for k, v in times.items()}
+    per_mac, per_output, least = qgemm.costs()
     return {
+        # What the integer products' split threshold was derived from (`rvm.kernels.handoff`):
+        # the pool's handoff in TSC ticks (0: not measurable, the fixed least was used) and a
+        # piece's least work in multiply-adds.
+        "handoff_ticks": int(handoff.handoff_ticks()),
+        "least_piece_macs": int(least // per_mac),
         "model": name,
         "ms": ms,
         "int8_vs_f32_speedup": ms["rvm_f32"] / ms["rvm_int8"],
@@ -114,6 +123,11 @@ def int8_table(rows: list[dict]) -> str:
             f"{r['int8_vs_ort_int8']:>9.2f}x{r['top1_vs_ort_int8']:>10.0%}"
             f"{r['logit_rel_err_vs_ort_int8']:>9.1e}{r['top1_vs_f32']:>10.0%}"
             f"{r['logit_rel_err_vs_f32']:>9.1e}"
+        )
+    for r in rows:
+        lines.append(
+            f"{r['model']}: the pool's handoff {r['handoff_ticks']} TSC ticks (0: not measured), "
+            f"an integer product's piece >= {r['least_piece_macs']} multiply-adds"
         )
     lines.append(
         f"goals: f32/int8 >= {INT8_SPEEDUP_GOAL}x, int8/ORT <= {INT8_ORT_GOAL}x; ms are "

@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import workpool
 
-__all__ = ["TRIALS", "cycles", "handoff_ticks", "reset", "slot"]
+__all__ = ["TRIALS", "cycles", "handoff_ticks", "reset", "settled", "slot"]
 
 TRIALS = 16  # jobs timed; the least is the handoff (others meet preemption)
 WAKE_TICKS = 1 << 27  # the first job's piece waits at most this long for a helper to wake
@@ -145,13 +145,13 @@ _handoff_cell, _handoff_load, _handoff_store = slot("rvm_handoff_ticks")
 @nb.njit(**_OPTS)
 def _round_trips():  # type: ignore[no-untyped-def]
     """The least round trip of `TRIALS` meeting jobs in ticks, after one that wakes a helper
-    (waiting up to `WAKE_TICKS`); 0 if none woke, if pieces waited in vain `GIVE_UP` times
-    (helpers preempted) or if the pool was busy."""
+    (waiting up to `WAKE_TICKS`); 0 if none woke or pieces waited in vain `GIVE_UP` times
+    (helpers preempted); -1 if another job took the pool meanwhile."""
     state = np.zeros(3, np.int64)
     fn, best, vain = _meet_address(), 0, 0
     for trial in range(TRIALS + 1):
         if workpool.busy():
-            return 0
+            return -1
         state[0], state[1], state[2] = 0, 0, WAKE_TICKS if trial == 0 else WAIT_TICKS
         t0 = cycles()
         workpool.run(fn, 2, state.ctypes.data)
@@ -175,8 +175,17 @@ def handoff_ticks():  # type: ignore[no-untyped-def]
     if workpool.threads() < 2 or workpool.busy():
         return 0
     best = _round_trips()
+    if best < 0:  # the pool was taken: measure on a later call
+        return 0
     _handoff_store(best if best > 0 else -1)  # -1: no helper came, do not wait again
     return best
+
+
+@nb.njit(**_OPTS)
+def settled():  # type: ignore[no-untyped-def]
+    """Whether `handoff_ticks` is settled: measured, or found not measurable (no helper
+    came); not while only the pool was busy or one thread ran."""
+    return _handoff_load() != 0
 
 
 def reset() -> None:

@@ -308,6 +308,7 @@ def split_plan(og, depth, cols, threads, per_mac, per_output, least):  # type: i
 # `handoff.cycles`,
 # and the least work of a piece (`PIECE_HANDOFFS` handoffs): measured once (`costs`).
 COST_UNIT = 1 << 16
+TIMED_RUNS = 7  # of each calibration product; the least counts (others meet preemption)
 _cost_cells = [handoff.slot(f"rvm_qgemm_{name}") for name in ("per_mac", "per_output", "least")]
 (_, _per_mac, _set_per_mac), (_, _per_output, _set_per_output), (_, _least, _set_least) = (
     _cost_cells
@@ -316,15 +317,15 @@ _cost_cells = [handoff.slot(f"rvm_qgemm_{name}") for name in ("per_mac", "per_ou
 
 @nb.njit(**_OPTS)
 def _timed_blocks(og, quads, cols):  # type: ignore[no-untyped-def]
-    """The least ticks of 5 runs of `_blocks` on a product of ``og`` x ``4 * quads`` x
-    ``cols`` (zeros, in cache)."""
+    """The least ticks of `TIMED_RUNS` runs of `_blocks` on a product of ``og`` x ``4 *
+    quads`` x ``cols`` (zeros, in cache)."""
     rows, sums = np.zeros((og, 4 * quads), np.int8), np.zeros(og, np.int32)
     flat = np.zeros(quads * cols * 4, np.uint8)
     b = _panel(flat, np.zeros(1, np.int64), quads, 4 * cols, cols, cols, cols)
     bias, scale = np.zeros(og, np.int32), np.ones(og, np.float32)
     out = np.empty((og, cols), np.uint8)
     best = 0
-    for _ in range(5):
+    for _ in range(TIMED_RUNS):
         t0 = handoff.cycles()
         _blocks(rows, sums, b, 0, bias, scale, 0, 0, 0, 255, out, 0, cols)
         took = handoff.cycles() - t0
@@ -336,8 +337,11 @@ def _timed_blocks(og, quads, cols):  # type: ignore[no-untyped-def]
 @nb.njit(**_OPTS)
 def _measure_costs():  # type: ignore[no-untyped-def]
     """Measure and keep (per multiply-add, per output, least a piece): a deep and a shallow
-    product of the same outputs, timed as the pool's handoff is (`handoff.handoff_ticks`)."""
+    product of the same outputs, timed as the pool's handoff is (`handoff.handoff_ticks`);
+    nothing kept while the handoff is not settled (the pool busy)."""
     ticks = handoff.handoff_ticks()
+    if not handoff.settled():
+        return
     og, cols, deep, shallow = 32, 1024, 64, 4
     t_deep, t_shallow = _timed_blocks(og, deep, cols), _timed_blocks(og, shallow, cols)
     if ticks <= 0 or t_deep <= 0:  # no helper or no counter: multiply-adds, a fixed least
@@ -357,9 +361,12 @@ def _measure_costs():  # type: ignore[no-untyped-def]
 @nb.njit(**_OPTS)
 def costs():  # type: ignore[no-untyped-def]
     """(per multiply-add, per output, least a piece) for `split_plan`, in one unit: measured
-    on this machine on the first call (the pool's handoff against `_blocks`' own speed)."""
+    on this machine on the first call that finds the pool free (the pool's handoff against
+    `_blocks`' own speed); multiply-adds and `SPLIT_MIN` until then."""
     if _least() == 0:
         _measure_costs()
+        if _least() == 0:
+            return 1, 0, SPLIT_MIN
     return _per_mac(), _per_output(), _least()
 
 

@@ -146,10 +146,13 @@ _least_cell, _least, _set_least = handoff.slot("rvm_qpool_least_bytes")
 def least_bytes():  # type: ignore[no-untyped-def]
     """The input bytes a piece of a split pool reads at least: `PIECE_HANDOFFS` of the
     pool's handoffs (`handoff.handoff_ticks`) at a 3 x 3 pool's speed, both measured on the
-    first call (`SPLIT_MIN` where they cannot be, and at most that)."""
+    first call that finds the pool free (`SPLIT_MIN` until then or where they cannot be, and
+    at most that)."""
     least = _least()
     if least == 0:
         ticks = handoff.handoff_ticks()
+        if not handoff.settled():
+            return SPLIT_MIN
         x, out = np.zeros((16, 56, 56), np.uint8), np.empty((16, 27, 27), np.uint8)
         xf, of = x.reshape(-1), out.reshape(-1)
         best = 0
