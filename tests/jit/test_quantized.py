@@ -360,18 +360,15 @@ def test_split_plan_weighs_outputs_and_the_least_piece():
 
 @pytest.mark.parametrize("blas_threads", [2], indirect=True)
 def test_costs_are_measured_once_on_this_machine(blas_threads):
-    """`qgemm.costs` (the pool's handoff against the products' own speed) gives positive
-    costs and a least piece, the same on every call; `handoff.handoff_ticks` is the round
-    trip it measured, 0 when it could not (one thread, or no helper came); the max pool's
-    least piece likewise."""
+    """`qgemm.costs` (the pool's handoff against the products' own speed) gives a positive
+    cost and a least piece no smaller than the fixed one, the same on every call;
+    `handoff.handoff_ticks` is the round trip it measured, 0 when it could not (one thread,
+    or no helper came); the max pool's least piece likewise."""
     per_mac, per_output, least = qgemm.costs()
-    assert per_mac >= 1 and per_output >= 0 and least >= 1
-    assert qgemm.costs() == (per_mac, per_output, least)
-    ticks = handoff.handoff_ticks()
-    assert ticks >= 0
-    if ticks:
-        assert least <= qgemm.SPLIT_MIN * per_mac
-    assert 1 <= qpool.least_bytes() <= qpool.SPLIT_MIN  # the integer max pool's pieces
+    assert per_mac >= 1 and qgemm.costs() == (per_mac, per_output, least)
+    assert handoff.handoff_ticks() >= 0
+    assert per_output == 0 and least >= qgemm.SPLIT_MIN * per_mac
+    assert qpool.least_bytes() >= qpool.SPLIT_MIN  # the integer max pool's pieces
 
 
 @pytest.mark.parametrize("y_dtype", ["uint8", "int8"])

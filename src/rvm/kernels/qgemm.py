@@ -28,8 +28,8 @@ int8) on C-contiguous operands:
   the bias, scales in float32, rounds half to even, adds the output zero point and clips;
 - a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
   ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
-  are: pieces of at least `PIECE_HANDOFFS` of the pool's handoffs of work, the handoff and
-  the products' cost per multiply-add and per output measured once on this machine
+  are: pieces of at least `PIECE_HANDOFFS` of the pool's handoffs of work and `SPLIT_MIN`
+  multiply-adds, the handoff and the products' speed measured once on this machine
   (`costs`, `rvm.kernels.handoff`); pieces of columns, or of rows (output channels) when
   those share the work out more evenly between the threads (few positions: a 7 x 7
   output's 49 are two tiles of columns);
@@ -64,7 +64,7 @@ from rvm.kernels.qmicro import micro_tail as _micro_tail
 __all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense", "split_plan"]
 
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps where the pool's handoff cannot be measured
-PIECE_HANDOFFS = 2  # a piece's work is at least this many of the pool's handoffs
+PIECE_HANDOFFS = 4  # a piece's work is at least this many of the pool's handoffs
 PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
 # A convolution reads its taps in place while the columns its image's row
 # margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
@@ -336,25 +336,22 @@ def _timed_blocks(og, quads, cols):  # type: ignore[no-untyped-def]
 
 @nb.njit(**_OPTS)
 def _measure_costs():  # type: ignore[no-untyped-def]
-    """Measure and keep (per multiply-add, per output, least a piece): a deep and a shallow
-    product of the same outputs, timed as the pool's handoff is (`handoff.handoff_ticks`);
-    nothing kept while the handoff is not settled (the pool busy)."""
+    """Measure and keep (per multiply-add, per output, least a piece): a product's speed,
+    timed as the pool's handoff is (`handoff.handoff_ticks`); nothing kept while the handoff
+    is not settled (the pool busy). Outputs cost 0 and a piece is never smaller than
+    `SPLIT_MIN` multiply-adds: finer pieces (the measured handoff's, outputs counted) ran
+    1.1-1.6x slower on squeezenet on a loaded 2-core machine, A/B in one process."""
     ticks = handoff.handoff_ticks()
     if not handoff.settled():
         return
-    og, cols, deep, shallow = 32, 1024, 64, 4
-    t_deep, t_shallow = _timed_blocks(og, deep, cols), _timed_blocks(og, shallow, cols)
-    if ticks <= 0 or t_deep <= 0:  # no helper or no counter: multiply-adds, a fixed least
-        per_mac, per_output, least = 1, 0, SPLIT_MIN
-    else:
-        outputs = og * cols
-        per_mac = max(1, (t_deep - t_shallow) * COST_UNIT // (outputs * 4 * (deep - shallow)))
-        per_output = max(0, t_shallow * COST_UNIT // outputs - 4 * shallow * per_mac)
-        # A slow handoff (helpers preempted on a loaded machine) splits no less than the
-        # fixed least would.
-        least = min(PIECE_HANDOFFS * ticks * COST_UNIT, SPLIT_MIN * per_mac)
+    og, cols, quads = 32, 1024, 64
+    took = _timed_blocks(og, quads, cols)
+    per_mac, least = 1, SPLIT_MIN
+    if ticks > 0 and took > 0:
+        per_mac = max(1, took * COST_UNIT // (og * cols * 4 * quads))
+        least = max(PIECE_HANDOFFS * ticks * COST_UNIT, SPLIT_MIN * per_mac)
     _set_per_mac(per_mac)
-    _set_per_output(per_output)
+    _set_per_output(0)
     _set_least(least)
 
 

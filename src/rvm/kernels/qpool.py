@@ -146,8 +146,8 @@ _least_cell, _least, _set_least = handoff.slot("rvm_qpool_least_bytes")
 def least_bytes():  # type: ignore[no-untyped-def]
     """The input bytes a piece of a split pool reads at least: `PIECE_HANDOFFS` of the
     pool's handoffs (`handoff.handoff_ticks`) at a 3 x 3 pool's speed, both measured on the
-    first call that finds the pool free (`SPLIT_MIN` until then or where they cannot be, and
-    at most that)."""
+    first call that finds the pool free, and at least `SPLIT_MIN` (finer pieces lost on a
+    loaded 2-core machine)."""
     least = _least()
     if least == 0:
         ticks = handoff.handoff_ticks()
@@ -164,7 +164,7 @@ def least_bytes():  # type: ignore[no-untyped-def]
                 best = took
         least = SPLIT_MIN
         if ticks > 0 and best > 0:
-            least = min(SPLIT_MIN, max(1, PIECE_HANDOFFS * ticks * x.size // best))
+            least = max(SPLIT_MIN, PIECE_HANDOFFS * ticks * x.size // best)
         _set_least(least)
     return least
 
