@@ -4,6 +4,7 @@ compiled once per session (`compiled`), and a checker for the HTML of `_repr_htm
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from html.parser import HTMLParser
 
@@ -19,6 +20,40 @@ KERNELS = ("numpy", "jit")
 # pytest-xdist workers for ``-n auto``: each grows to 1-1.5 GB over the suite, and the
 # suite's long tail (a few model-level tests of 20-40 s) leaves more workers idle at the end.
 MAX_WORKERS = 4
+
+# The longest test files, about their seconds in a 2-worker run of the suite from empty
+# caches (per-file sums of ``--durations=0``; only their order matters): xdist starts them
+# first (`pytest_collection_modifyitems`). A file missing here goes after them, by its count.
+LONGEST_FILES = {
+    "tests/jit/test_quantized.py": 150,
+    "tests/frontend/torch/test_converters.py": 80,
+    "tests/jit/test_bf16.py": 60,
+    "tests/jit/test_pool.py": 50,
+    "tests/jit/test_conv.py": 50,
+    "tests/generation/test_greedy.py": 50,
+    "tests/frontend/onnx/test_node_suite.py": 45,
+    "tests/frontend/onnx/test_transformers.py": 40,
+    "tests/frontend/onnx/test_qdq.py": 40,
+    "tests/jit/test_first_run.py": 35,
+    "tests/frontend/onnx/test_quantize.py": 32,
+    "tests/jit/test_ops.py": 31,
+    "tests/jit/test_cpu.py": 30,
+    "tests/test_quantization.py": 30,
+    "tests/codegen/test_random_programs.py": 25,
+    "tests/codegen/test_programs.py": 22,
+    "tests/frontend/onnx/test_einsum.py": 21,
+    "tests/jit/test_blas.py": 20,
+    "tests/test_cli.py": 20,
+    "tests/jit/test_matmul.py": 18,
+    "tests/jit/test_direct.py": 18,
+    "tests/frontend/onnx/test_control.py": 17,
+    "tests/codegen/test_unknown_dims.py": 17,
+    "tests/frontend/torch/test_opinfo.py": 16,
+    "tests/codegen/test_precision.py": 15,
+    "tests/jit/test_packed.py": 15,
+    "tests/jit/test_entry.py": 12,
+    "tests/runtime/test_vm_api.py": 12,
+}
 
 # Everything Numba compiles (kernels, rvm's library, native functions) compiles in forked
 # helpers and this process loads the object code: a Numba compile keeps its memory in the
@@ -45,6 +80,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     writes are atomic, so a kernel one compiles the other loads."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(cores or 1, MAX_WORKERS))
+
+
+@pytest.hookimpl(trylast=True)  # after ``-m``/``-k`` deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest test files first, the rest as xdist orders them (most tests first): with
+    ``--dist loadscope`` (pyproject's addopts, with ``--no-loadscope-reorder``) a worker takes
+    a file's tests as one unit in this order, so a long file started last cannot keep one
+    worker busy while the others idle. A file's own tests keep their order."""
+    counts = Counter(item.nodeid.split("::", 1)[0] for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return -LONGEST_FILES.get(path, 0), -counts[path]
+
+    items.sort(key=rank)  # stable: a file's tests stay in their order, and together
 
 
 @pytest.fixture(params=EXEC_MODES)
