@@ -4,6 +4,7 @@ compiled once per session (`compiled`), and a checker for the HTML of `_repr_htm
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from html.parser import HTMLParser
 
@@ -19,6 +20,55 @@ KERNELS = ("numpy", "jit")
 # pytest-xdist workers for ``-n auto``: each grows to 1-1.5 GB over the suite, and the
 # suite's long tail (a few model-level tests of 20-40 s) leaves more workers idle at the end.
 MAX_WORKERS = 4
+
+# The longest test files, weighed by their summed ``--durations=0`` in a 2-worker run of the
+# suite from empty caches (a loaded machine's seconds over 4.3, that run's ratio to a quiet
+# one; only the order matters): xdist starts them first (`pytest_collection_modifyitems`). A
+# file missing here goes after them, by its count of tests.
+LONGEST_FILES = {
+    "tests/jit/test_quantized.py": 272,
+    "tests/generation/test_greedy.py": 139,
+    "tests/jit/test_pool.py": 100,
+    "tests/frontend/torch/test_converters.py": 98,
+    "tests/jit/test_bf16.py": 85,
+    "tests/jit/test_conv.py": 81,
+    "tests/frontend/onnx/test_node_suite.py": 31,
+    "tests/frontend/onnx/test_qdq.py": 27,
+    "tests/frontend/onnx/test_transformers.py": 23,
+    "tests/frontend/torch/test_opinfo.py": 17,
+    "tests/codegen/test_random_programs.py": 16,
+    "tests/jit/test_cpu.py": 13,
+    "tests/jit/test_first_run.py": 11,
+    "tests/test_cli.py": 11,
+    "tests/test_quantization.py": 10,
+    "tests/jit/test_ops.py": 8,
+    "tests/codegen/test_precision.py": 8,
+    "tests/runtime/test_parallel_kernels.py": 8,
+    "tests/runtime/test_threads.py": 8,
+    "tests/generation/test_exported.py": 7,
+    "tests/frontend/torch/test_models.py": 7,
+    "tests/runtime/test_native_constants.py": 6,
+    "tests/runtime/test_release_file.py": 6,
+    "tests/jit/test_numba_cache.py": 6,
+    "tests/runtime/test_native_mode.py": 6,
+    "tests/frontend/onnx/test_control.py": 5,
+    "tests/frontend/onnx/test_quantize.py": 5,
+    "tests/codegen/test_programs.py": 5,
+    "tests/frontend/onnx/test_light_models.py": 5,
+    "tests/jit/test_matmul.py": 5,
+    "tests/runtime/test_vm_api.py": 5,
+    "tests/frontend/onnx/test_einsum.py": 5,
+    "tests/examples/test_notebooks.py": 4,
+    "tests/jit/test_parallel.py": 4,
+    "tests/frontend/torch/test_api.py": 4,
+    "tests/jit/test_nn.py": 4,
+    "tests/codegen/test_deploy.py": 4,
+    "tests/codegen/test_native.py": 4,
+    "tests/jit/test_direct.py": 4,
+    "tests/runtime/test_trust.py": 4,
+    "tests/jit/test_cache.py": 4,
+    "tests/jit/test_dynamic.py": 4,
+}
 
 # Everything Numba compiles (kernels, rvm's library, native functions) compiles in forked
 # helpers and this process loads the object code: a Numba compile keeps its memory in the
@@ -45,6 +95,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     writes are atomic, so a kernel one compiles the other loads."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(cores or 1, MAX_WORKERS))
+
+
+@pytest.hookimpl(trylast=True)  # after ``-m``/``-k`` deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest test files first, the rest as xdist orders them (most tests first): with
+    ``--dist loadscope`` (pyproject's addopts, with ``--no-loadscope-reorder``) a worker takes
+    a file's tests as one unit in this order, so a long file started last cannot keep one
+    worker busy while the others idle. A file's own tests keep their order."""
+    counts = Counter(item.nodeid.split("::", 1)[0] for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return -LONGEST_FILES.get(path, 0), -counts[path]
+
+    items.sort(key=rank)  # stable: a file's tests stay in their order, and together
 
 
 @pytest.fixture(params=EXEC_MODES)

@@ -141,6 +141,31 @@ def test_the_server_ends_with_its_process(isolated: Path, monkeypatch) -> None:
     raise AssertionError("the compile server outlived its process")
 
 
+def test_an_idle_server_is_reaped_at_exit(isolated: Path, monkeypatch) -> None:
+    """At exit (`apart`'s atexit handler) an idle server is ended and reaped by its process,
+    so its CPU counts as that process's child's (``time``, ``getrusage``), not as an
+    orphan's."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child with its own server, running the atexit handler itself
+        code = 1
+        try:
+            os.close(read)
+            _generated(isolated, monkeypatch, 30)
+            served_by = apart.server().pid()
+            apart._stop_background()
+            gone = served_by > 0 and not Path(f"/proc/{served_by}").exists()
+            os.write(write, b"reaped" if gone else b"running")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        said = pipe.read()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert said == "reaped"
+
+
 def test_off_compiles_in_a_forked_helper(isolated: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_JIT_SERVER", "0")
     assert apart.server() is None

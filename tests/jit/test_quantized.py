@@ -44,12 +44,14 @@ KINDS = [  # input and output dtypes, ReLU clamp, weight layout
 
 
 def _conv_cases() -> list:
-    """Every shape with every kind; by default each shape once, the kinds taken in turn (each
-    kind meets two shapes), the rest under ``-m slow``: each case compiles its own kernel."""
+    """Every shape with every kind; by default the last four shapes (groups, strides, dilation,
+    uneven padding, odd widths), each with one kind, the kinds taken in turn, the rest under
+    ``-m slow``: each case compiles its own kernel (seconds)."""
     cases = []
     for i, conv in enumerate(CONVS):
         for j, kind in enumerate(KINDS):
-            marks = () if j == i % len(KINDS) else pytest.mark.slow
+            default = i >= len(CONVS) - len(KINDS) and j == i % len(KINDS)
+            marks = () if default else pytest.mark.slow
             cases.append(pytest.param(*conv, *kind, marks=marks))
     return cases
 
@@ -104,8 +106,8 @@ def test_library_without_kernel_matches_reference():
     bias, scale = np.arange(12, dtype=np.int32), np.full(12, 1e-3, np.float32)
     want = numpy_ref.qconv2d(x, w, bias, scale, 3, 1, 0, 255, "uint8", (1, 1), (1, 1, 1, 1),
                              (1, 1), 1)  # fmt: skip
-    out = np.full(want.shape, 77, np.uint8)
-    qgemm.qconv2d(x, w, bias, scale, out, 3, 1, 0, 255, 1, 1, 1, 1, 1, 1, 1)
+    out = np.full(want.shape, 77, np.uint8)  # hwc given, as a kernel gives it: one compile
+    qgemm.qconv2d(x, w, bias, scale, out, 3, 1, 0, 255, 1, 1, 1, 1, 1, 1, 1, False)
     np.testing.assert_array_equal(out, want)
 
 
@@ -122,12 +124,15 @@ POOLS = [
     # the padded copy: padding as wide as the window less one, on every side
     ((1, 3, 5, 6), (3, 3), (1, 3), (2, 2, 2, 2), (1, 1), False),
 ]
+DEFAULT_POOLS = (0, 2, 5, 7)
+SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
     ("dtype", "xs", "size", "strides", "padding", "dilation", "ceil"),
-    [  # every pool in both dtypes; by default each pool once, the dtypes in turn
-        pytest.param(dtype, *pool, marks=() if j == i % 2 else pytest.mark.slow)
+    [  # every pool in both dtypes; by default four (ceil mode, dilation, windows inside the
+        # input, the padded copy), two of each dtype: each compiles its own kernel
+        pytest.param(dtype, *pool, marks=() if j == i % 2 and i in DEFAULT_POOLS else SLOW)
         for i, pool in enumerate(POOLS)
         for j, dtype in enumerate(("uint8", "int8"))
     ],
@@ -180,7 +185,7 @@ def test_split_qconv2d_equals_reference(blas_threads, xs, ws, padding, groups, x
                              (1, 1), groups)  # fmt: skip
     out = np.full(want.shape, 77, y_dtype)
     qgemm.qconv2d(x, w, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
-                  padding)  # fmt: skip
+                  padding, False)  # fmt: skip
     np.testing.assert_array_equal(out, want)
     out[:] = 77  # the same weight in OHWI (tap-major, read in place)
     ohwi = np.ascontiguousarray(w.transpose(0, 2, 3, 1))

@@ -418,7 +418,9 @@ _claim_folders: set[Path] = set()  # their claims, removed once they have all ex
 @atexit.register
 def _stop_background() -> None:
     """End the background helpers still running when this process exits (their work was
-    not needed; a process's helpers do not outlive it)."""
+    not needed; a process's helpers do not outlive it), and the compile server if it is
+    idle (`compile_server.Server.stop_if_idle`)."""
+    _server.stop_if_idle()
     for pid in list(_background):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)

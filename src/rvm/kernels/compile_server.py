@@ -29,7 +29,9 @@ and closure and reuses it whatever its globals were when it compiled.
 
 Lifetime: the server reads requests from a socket whose other end only the parent holds
 open for long, so it exits at the parent's exit (end of file), and, forked from the main
-thread, is killed when the parent dies (``PR_SET_PDEATHSIG``). A server that dies (a crash
+thread, is killed when the parent dies (``PR_SET_PDEATHSIG``). At a normal exit the parent
+ends an idle server and reaps it (`Server.stop_if_idle`), so its CPU counts as the parent's
+child's (``time``, ``getrusage``) rather than an orphan's nobody counts. A server that dies (a crash
 in LLVM) is replaced at the next request (after `MAX_DEATHS` deaths the process forks
 helpers as before); one whose compiles have grown it past `RETIRE_BYTES` of its own memory
 retires after its reply (a Numba compile keeps its memory for good) and the next request
@@ -223,6 +225,16 @@ class Server:
         """End the server (it exits at end of file); the next request starts another."""
         with self._lock:
             self._stop()
+
+    def stop_if_idle(self) -> None:
+        """`stop` unless a thread is using the server (at exit: a server ended and reaped
+        here counts its CPU as this process's child's, as ``time`` and ``getrusage`` see it;
+        one left to exit by itself is reparented and its CPU counted nowhere)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._stop()
+            finally:
+                self._lock.release()
 
 
 def _start(

@@ -79,13 +79,26 @@ def _output_scale(model: onnx.ModelProto) -> float:
     return float(inits[last_q.input[1]])
 
 
-@pytest.fixture(scope="module", params=["gemm", "matmul"])
-def quantized(request):
-    return quantize_with_ort(_float_model(request.param))
+@pytest.fixture(scope="module")
+def quantize():
+    """``quantize(head)``: the model with that head quantized by ORT, once per module."""
+    models: dict[str, onnx.ModelProto] = {}
+
+    def get(head: str) -> onnx.ModelProto:
+        if head not in models:
+            models[head] = quantize_with_ort(_float_model(head))
+        return models[head]
+
+    return get
 
 
-@pytest.mark.parametrize("kernels", ["numpy", "jit"])
-def test_qdq_model_runs_integer_ops_and_matches_ort(quantized, kernels):
+@pytest.mark.parametrize(  # the MatMul head's jit kernels under -m slow: the Gemm head's
+    ("head", "kernels"),  # compile the same integer ops (seconds of compiling each)
+    [("gemm", "numpy"), ("gemm", "jit"), ("matmul", "numpy"),
+     pytest.param("matmul", "jit", marks=pytest.mark.slow)],
+)  # fmt: skip
+def test_qdq_model_runs_integer_ops_and_matches_ort(quantize, head, kernels):
+    quantized = quantize(head)
     mod = rvm.from_onnx(quantized)
     ops = _ops(mod)
     assert ops.count("qconv2d") == 2, ops
