@@ -15,15 +15,15 @@ convolutions do:
   `rvm.kernels.conv` packs an OIHW weight at the call on large maps (`pack_into`);
 - the input image is copied once into a zero-padded NHWC plane (``(hp, wp, c)``, a block of
   `rvm.kernels.blocks` kept across calls), row by row in tiles transposed in registers
-  (`_nhwc`; large planes by rows on the pool), so every (tap, channel) of an output position
-  is one element ``taps[t] + c`` after the position's base;
+  (`rvm.kernels.nhwc`; large planes by rows on the pool), so every (tap, channel) of an
+  output position is one element ``taps[t] + c`` after the position's base;
 - the micro-kernel (`_micro`) computes a tile of `MR` output positions by up to `VECTORS`
   vectors of output channels, ``MR x VECTORS`` accumulators in registers: for each (tap,
   channel) it loads the weight's vectors and broadcasts each position's input value; the
   positions of a band are any `MR` output positions (a band runs on into the next output
   row), so a small map loses no lanes either;
 - a whole tile goes transposed into the NCHW output, each output channel's `MR` positions
-  one run: the accumulators are transposed in registers by shuffles (`_transposed`), a
+  one run: the accumulators are transposed in registers by shuffles (`nhwc.transposed`), a
   vector store a channel. A band's last, partial tile goes through a small buffer, element
   by element. The transpose is the price of the channel vectors, a few shuffles per vector
   of outputs against ``kh * kw * c / groups`` multiply-adds; with the element-by-element
@@ -48,11 +48,10 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import entry, parfor
+from rvm.kernels import entry, nhwc, parfor
 from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
-from rvm.kernels.planes import U
 from rvm.kernels.sgemm import LANES, VECTORS
 
 __all__ = [
@@ -82,9 +81,6 @@ L3 = cpu().l3
 # last piece to run alone is at most an eighth of a thread's share (o = 512 in panels of 48 was
 # 11 pieces for 2 threads: 6 against 5).
 PIECES_PER_THREAD = 8
-# Channels a tile of the NHWC copy (`_tile_nhwc`), by `LANES` columns: 8 vectors transposed
-# into `LANES` runs of 8 (16 of 16 on AVX-512 took half as long again).
-TILE_CHANNELS = 8
 
 
 @jit(**_OPTS)
@@ -222,7 +218,7 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last,
     ``bases`` and ``taps`` are int64 arrays' addresses. With ``ldc`` 0, T's rows go to C `NB`
     floats apart; else the tile is whole (``rows`` = `MR`) and goes transposed, as NCHW wants
     it: channel ``k``'s `MR` positions one run at ``C + k * ldc``, the accumulators
-    transposed in registers (`_transposed`). One loop per vector count, chosen by a switch:
+    transposed in registers (`nhwc.transposed`). One loop per vector count, chosen by a switch:
     each keeps its accumulators in registers."""
     sig = nt.void(*(nt.int64,) * 12)
 
@@ -311,7 +307,9 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last,
                                     builder.call(masked_store, [value, at, align, mask])
                 with transposed:
                     for j in range(vectors):
-                        runs = _transposed(builder, [builder.load(acc[i][j]) for i in range(MR)])
+                        runs = nhwc.transposed(
+                            builder, [builder.load(acc[i][j]) for i in range(MR)]
+                        )
                         for lane, run in enumerate(runs):
                             k = i64(j * LANES + lane)
                             at = builder.gep(c, [builder.mul(k, ldc)])
@@ -334,121 +332,6 @@ def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last,
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-def _transposed(builder, rows):  # type: ignore[no-untyped-def]
-    """The `MR` vectors ``rows`` (each `LANES` channels of one position) as `LANES` vectors of
-    `MR` floats (each one channel's positions), by shuffles: pairs of vectors interleaved in
-    groups that double at each stage (1, 2, 4... positions a channel), the list padded with
-    zeros to an even count, then each channel's group taken out of the last vector (any count
-    of rows up to `LANES`: `_tile_nhwc` transposes `LANES` of them)."""
-    count = len(rows)
-    group, width = 1, LANES
-    while len(rows) > 1:
-        if len(rows) % 2:
-            rows = [*rows, ir.Constant(ir.VectorType(ir.FloatType(), width), None)]
-        mask = []
-        for lane in range(LANES):
-            mask += [lane * group + r for r in range(group)]
-            mask += [width + lane * group + r for r in range(group)]
-        index = ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask)
-        rows = [builder.shuffle_vector(rows[k], rows[k + 1], index) for k in range(0, len(rows), 2)]
-        group, width = group * 2, width * 2
-    (whole,) = rows
-    undef = ir.Constant(whole.type, ir.Undefined)
-    runs = []
-    for lane in range(LANES):
-        take = [lane * group + r for r in range(count)]
-        index = ir.Constant(ir.VectorType(ir.IntType(32), count), take)
-        runs.append(builder.shuffle_vector(whole, undef, index))
-    return runs
-
-
-@intrinsic
-def _tile_nhwc(typingctx, src, plane, dst, c):  # type: ignore[no-untyped-def]
-    """`TILE_CHANNELS` channels by `LANES` columns of an NCHW image into an NHWC plane, on
-    int64 addresses: channel ``k``'s run of `LANES` floats at ``src + k * plane`` (floats)
-    becomes column ``q``'s `TILE_CHANNELS` channels at ``dst + q * c``: vector loads, a
-    transpose in registers (`_transposed`), vector stores."""
-    sig = nt.void(*(nt.int64,) * 4)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        src, plane, dst, c = args
-        f32 = ir.FloatType()
-        vptr = ir.VectorType(f32, LANES).as_pointer()
-        src, dst = (builder.inttoptr(x, f32.as_pointer()) for x in (src, dst))
-        i64 = ir.IntType(64)
-        rows = []
-        for k in range(TILE_CHANNELS):
-            at = builder.gep(src, [builder.mul(plane, i64(k))])
-            rows.append(builder.load(builder.bitcast(at, vptr), align=4))
-        for q, run in enumerate(_transposed(builder, rows)):
-            at = builder.gep(dst, [builder.mul(c, i64(q))])
-            builder.store(run, builder.bitcast(at, run.type.as_pointer()), align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@jit(**_OPTS)
-def _nhwc(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
-    """Image ``n_`` of ``x`` into the zero-padded NHWC plane ``xh`` ((hp, wp, c)): input row
-    ``r`` at plane row ``r + pt``, column ``q`` at ``q + pl``, zeros around; what falls
-    outside the plane is not read by any output."""
-    _nhwc_padding(x, xh, hp, wp, pt, pl)
-    _nhwc_rows(x, n_, xh, hp, wp, pt, pl, 0, hp)
-
-
-@jit(**_OPTS)
-def _nhwc_padding(x, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
-    """Zeros in the padding of the NHWC plane ``xh`` (`_nhwc`; its memory is reused, not
-    zeroed)."""
-    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
-    top, bottom = min(max(pt, 0), hp), min(max(pt + ih, 0), hp)
-    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
-    row = wp * c
-    xh[: top * row] = 0
-    xh[bottom * row : hp * row] = 0
-    for y in range(top, bottom):
-        xh[y * row : (y * wp + left) * c] = 0
-        xh[(y * wp + right) * c : (y + 1) * row] = 0
-
-
-@jit(**_OPTS)
-def _nhwc_rows(x, n_, xh, hp, wp, pt, pl, y0, y1):  # type: ignore[no-untyped-def]
-    """Plane rows [y0, y1) of `_nhwc` but their padding (`_nhwc_padding`): the input's."""
-    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
-    top, bottom = min(max(pt, 0, y0), hp, y1), min(max(pt + ih, 0, y0), hp, y1)
-    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
-    # Row by row, 16 channels at a time: each plane row is written while it is in cache,
-    # from 16 input rows read along (a pass per channel over the whole plane missed L2 on
-    # large planes: ten times as long on 512 channels of 28 x 28). Whole tiles of
-    # `TILE_CHANNELS` channels by `LANES` columns go by vectors (`_tile_nhwc`: element by
-    # element the copy was a tenth of a 64-channel 3 x 3 convolution's time and 6 % of
-    # vgg19's, two to three times what it is now), the rest element by element.
-    xf, plane, q0, q1 = x.reshape(x.size), ih * iw, left - pl, right - pl
-    c_tiles = c - c % TILE_CHANNELS
-    q_tiles = q0 + (q1 - q0) - (q1 - q0) % LANES
-    at_xf, at_xh = parfor.address(xf), parfor.address(xh)
-    for y in range(top, bottom):
-        at_x = (n_ * c * ih + y - pt) * iw
-        for ch0 in range(0, c_tiles, TILE_CHANNELS):
-            for q in range(q0, q_tiles, LANES):
-                src, dst = at_x + ch0 * plane + q, (y * wp + q + pl) * c + ch0
-                _tile_nhwc(at_xf + 4 * src, plane, at_xh + 4 * dst, c)
-        _nhwc_rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, 0, c_tiles, q_tiles, q1)
-        _nhwc_rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, c_tiles, c, q0, q1)
-
-
-@jit(**_OPTS)
-def _nhwc_rest(xf, xh, at_x, plane, at_row, c, c0, c1, q0, q1):  # type: ignore[no-untyped-def]
-    """Channels [c0, c1) of input columns [q0, q1) of one row into the NHWC plane row at
-    ``at_row``, element by element, 16 channels at a time."""
-    for ch0 in range(c0, c1, 16):
-        for q in range(q0, q1):
-            dst, src = U(at_row + q * c), U(at_x + q)
-            for ch in range(ch0, min(c1, ch0 + 16)):
-                xh[dst + U(ch)] = xf[src + U(ch * plane)]
 
 
 @jit(**_OPTS)
@@ -526,7 +409,7 @@ def _copy_rows(piece, job, like):  # type: ignore[no-untyped-def]
     hp, wp = job[23], job[10]
     xh = parfor.array_at(job[1], (hp * wp * job[4],), like)
     y0, y1 = piece * hp // job[3], (piece + 1) * hp // job[3]
-    _nhwc_rows(x, job[15], xh, hp, wp, job[24], job[25], y0, y1)
+    nhwc.rows(x, job[15], xh, hp, wp, job[24], job[25], y0, y1)
 
 
 parfor.export_task("conv2d_direct", _task)
@@ -580,12 +463,12 @@ def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untype
     job[15] = n_
     threads = parfor.threads()
     if split and threads > 1 and x.shape[1] * x.shape[2] * x.shape[3] >= parfor.MIN_WORK:
-        _nhwc_padding(x, xh, hp, job[10], pt, pl)
+        nhwc.padding(x, xh, hp, job[10], pt, pl)
         job[3] = threads
         _run(x, threads, job)
         job[3] = 0
     else:
-        _nhwc(x, n_, xh, hp, job[10], pt, pl)
+        nhwc.image(x, n_, xh, hp, job[10], pt, pl)
     if split and pieces > 1:
         _run(x, pieces, job)
     else:

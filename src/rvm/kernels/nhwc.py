@@ -1,0 +1,142 @@
+"""The NCHW image into a zero-padded NHWC plane, for `rvm.kernels.direct`'s convolution.
+
+Every (tap, channel) of an output position is then one element ``taps[t] + c`` after the
+position's base in the plane (``(hp, wp, c)``). The copy goes row by row, each plane row
+written while it is in cache; whole tiles of `TILE_CHANNELS` channels by `LANES` columns go
+by vector loads, a transpose in registers (`transposed`, which `rvm.kernels.direct`'s tile
+store uses too) and vector stores, the rest element by element. `rows` copies a range of
+rows, so a large plane can be copied by rows on the pool.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types as nt
+from numba.extending import intrinsic
+
+from rvm.kernels import parfor
+from rvm.kernels.jitting import jit
+from rvm.kernels.planes import U
+from rvm.kernels.sgemm import LANES
+
+__all__ = ["TILE_CHANNELS", "image", "padding", "rows", "tile", "transposed"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+# Channels a tile of the NHWC copy (`tile`), by `LANES` columns: 8 vectors transposed
+# into `LANES` runs of 8 (16 of 16 on AVX-512 took half as long again).
+TILE_CHANNELS = 8
+
+
+def transposed(builder, rows):  # type: ignore[no-untyped-def]
+    """The `MR` vectors ``rows`` (each `LANES` channels of one position) as `LANES` vectors of
+    `MR` floats (each one channel's positions), by shuffles: pairs of vectors interleaved in
+    groups that double at each stage (1, 2, 4... positions a channel), the list padded with
+    zeros to an even count, then each channel's group taken out of the last vector (any count
+    of rows up to `LANES`: `tile` transposes `LANES` of them)."""
+    count = len(rows)
+    group, width = 1, LANES
+    while len(rows) > 1:
+        if len(rows) % 2:
+            rows = [*rows, ir.Constant(ir.VectorType(ir.FloatType(), width), None)]
+        mask = []
+        for lane in range(LANES):
+            mask += [lane * group + r for r in range(group)]
+            mask += [width + lane * group + r for r in range(group)]
+        index = ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask)
+        rows = [builder.shuffle_vector(rows[k], rows[k + 1], index) for k in range(0, len(rows), 2)]
+        group, width = group * 2, width * 2
+    (whole,) = rows
+    undef = ir.Constant(whole.type, ir.Undefined)
+    runs = []
+    for lane in range(LANES):
+        take = [lane * group + r for r in range(count)]
+        index = ir.Constant(ir.VectorType(ir.IntType(32), count), take)
+        runs.append(builder.shuffle_vector(whole, undef, index))
+    return runs
+
+
+@intrinsic
+def tile(typingctx, src, plane, dst, c):  # type: ignore[no-untyped-def]
+    """`TILE_CHANNELS` channels by `LANES` columns of an NCHW image into an NHWC plane, on
+    int64 addresses: channel ``k``'s run of `LANES` floats at ``src + k * plane`` (floats)
+    becomes column ``q``'s `TILE_CHANNELS` channels at ``dst + q * c``: vector loads, a
+    transpose in registers (`transposed`), vector stores."""
+    sig = nt.void(*(nt.int64,) * 4)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, plane, dst, c = args
+        f32 = ir.FloatType()
+        vptr = ir.VectorType(f32, LANES).as_pointer()
+        src, dst = (builder.inttoptr(x, f32.as_pointer()) for x in (src, dst))
+        i64 = ir.IntType(64)
+        rows = []
+        for k in range(TILE_CHANNELS):
+            at = builder.gep(src, [builder.mul(plane, i64(k))])
+            rows.append(builder.load(builder.bitcast(at, vptr), align=4))
+        for q, run in enumerate(transposed(builder, rows)):
+            at = builder.gep(dst, [builder.mul(c, i64(q))])
+            builder.store(run, builder.bitcast(at, run.type.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@jit(**_OPTS)
+def image(x, n_, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
+    """Image ``n_`` of ``x`` into the zero-padded NHWC plane ``xh`` ((hp, wp, c)): input row
+    ``r`` at plane row ``r + pt``, column ``q`` at ``q + pl``, zeros around; what falls
+    outside the plane is not read by any output."""
+    padding(x, xh, hp, wp, pt, pl)
+    rows(x, n_, xh, hp, wp, pt, pl, 0, hp)
+
+
+@jit(**_OPTS)
+def padding(x, xh, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
+    """Zeros in the padding of the NHWC plane ``xh`` (`image`; its memory is reused, not
+    zeroed)."""
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    top, bottom = min(max(pt, 0), hp), min(max(pt + ih, 0), hp)
+    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
+    row = wp * c
+    xh[: top * row] = 0
+    xh[bottom * row : hp * row] = 0
+    for y in range(top, bottom):
+        xh[y * row : (y * wp + left) * c] = 0
+        xh[(y * wp + right) * c : (y + 1) * row] = 0
+
+
+@jit(**_OPTS)
+def rows(x, n_, xh, hp, wp, pt, pl, y0, y1):  # type: ignore[no-untyped-def]
+    """Plane rows [y0, y1) of `image` but their padding (`padding`): the input's."""
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    top, bottom = min(max(pt, 0, y0), hp, y1), min(max(pt + ih, 0, y0), hp, y1)
+    left, right = min(max(pl, 0), wp), min(max(pl + iw, 0), wp)
+    # Row by row, 16 channels at a time: each plane row is written while it is in cache,
+    # from 16 input rows read along (a pass per channel over the whole plane missed L2 on
+    # large planes: ten times as long on 512 channels of 28 x 28). Whole tiles of
+    # `TILE_CHANNELS` channels by `LANES` columns go by vectors (`tile`: element by
+    # element the copy was a tenth of a 64-channel 3 x 3 convolution's time and 6 % of
+    # vgg19's, two to three times what it is now), the rest element by element.
+    xf, plane, q0, q1 = x.reshape(x.size), ih * iw, left - pl, right - pl
+    c_tiles = c - c % TILE_CHANNELS
+    q_tiles = q0 + (q1 - q0) - (q1 - q0) % LANES
+    at_xf, at_xh = parfor.address(xf), parfor.address(xh)
+    for y in range(top, bottom):
+        at_x = (n_ * c * ih + y - pt) * iw
+        for ch0 in range(0, c_tiles, TILE_CHANNELS):
+            for q in range(q0, q_tiles, LANES):
+                src, dst = at_x + ch0 * plane + q, (y * wp + q + pl) * c + ch0
+                tile(at_xf + 4 * src, plane, at_xh + 4 * dst, c)
+        _rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, 0, c_tiles, q_tiles, q1)
+        _rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, c_tiles, c, q0, q1)
+
+
+@jit(**_OPTS)
+def _rest(xf, xh, at_x, plane, at_row, c, c0, c1, q0, q1):  # type: ignore[no-untyped-def]
+    """Channels [c0, c1) of input columns [q0, q1) of one row into the NHWC plane row at
+    ``at_row``, element by element, 16 channels at a time."""
+    for ch0 in range(c0, c1, 16):
+        for q in range(q0, q1):
+            dst, src = U(at_row + q * c), U(at_x + q)
+            for ch in range(ch0, min(c1, ch0 + 16)):
+                xh[dst + U(ch)] = xf[src + U(ch * plane)]
