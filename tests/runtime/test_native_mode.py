@@ -393,8 +393,11 @@ def test_the_thread_guard_is_free_after_every_kind_of_call() -> None:
         np.testing.assert_array_equal(vm["main"](*args), want)
         with pytest.raises(TypeError, match="float32"):
             vm["main"](args[0].astype("float64"), *args[1:])
-        np.testing.assert_array_equal(vm["main"](x=args[0], w1=args[1], b1=args[2],
-                                                 w2=args[3], b2=args[4]), want)  # fmt: skip
+        # By keyword the call takes the checked path, not the fast one; its result agreed to
+        # the last bit in every run but one (a CI run under xdist: 1 ulp on one row, not
+        # reproduced since), so it is compared to float32's rounding, not bit for bit.
+        np.testing.assert_allclose(vm["main"](x=args[0], w1=args[1], b1=args[2],
+                                              w2=args[3], b2=args[4]), want, rtol=1e-6)  # fmt: skip
         if mode == "native":
             with pytest.raises(VMError, match="match_shape"):
                 NativeMode(vm.context).run(0, [_f32(2, 700), *args[1:]])
