@@ -19,8 +19,6 @@ Writes ``benchmarks/results/conv_layers.json`` (``--name``).
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import os
 import re
 import tempfile
@@ -29,7 +27,7 @@ from pathlib import Path
 from common import light_model_files, machine, machine_line, write_results
 
 # isort: split
-from model_child import as_outputs, check_outputs
+from op_kinds import ort_profile, rvm_profile
 
 import rvm
 from rvm.kernels import conv
@@ -49,13 +47,7 @@ def _dims(text: str) -> list[tuple[int, ...]]:
 def rvm_layers(path: Path, inputs: list, repeat: int, want: list) -> dict[tuple, dict]:
     """rvm's compiled mode on ``path``: per layer shape (x, out, kh, kw, cg) its summed
     minimum kernel time (us), calls, kernel names and method."""
-    vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
-    check_outputs("rvm", as_outputs(vm["main"](*inputs)), want)
-    report = vm.profile("main", *inputs, warmup=3, repeat=repeat)
-    best: dict[str, float] = collections.defaultdict(lambda: float("inf"))
-    for _, per in report.runs:
-        for name, (_, ns) in per.items():
-            best[name] = min(best[name], ns / 1e3)
+    report, best = rvm_profile(path, inputs, repeat, want)
     layers: dict[tuple, dict] = {}
     for row in report.rows:
         if "conv2d" not in row["name"] or not row["shapes"]:
@@ -86,27 +78,12 @@ def _method(key: tuple) -> str:
 
 def ort_layers(path: Path, inputs: list, repeat: int, threads: int | None) -> dict[tuple, dict]:
     """ORT on ``path``: per layer shape its summed minimum Conv node time (us) and nodes."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.enable_profiling = True
-    opts.profile_file_prefix = str(path.with_suffix(""))
-    if threads:
-        opts.intra_op_num_threads = threads
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    feed = dict(zip([i.name for i in sess.get_inputs()], inputs, strict=True))
-    for _ in range(repeat + 3):
-        sess.run(None, feed)
-    events = json.loads(Path(sess.end_profiling()).read_text())
-    best: dict[str, float] = collections.defaultdict(lambda: float("inf"))
+    events, best = ort_profile(path, inputs, repeat, threads)
     key_of: dict[str, tuple] = {}
     for e in events:
         args = e.get("args", {})
-        if e.get("cat") != "Node" or args.get("op_name") not in ("Conv", "FusedConv"):
+        if e.get("name") not in best or args.get("op_name") not in ("Conv", "FusedConv"):
             continue
-        if not e["name"].endswith("_kernel_time"):
-            continue
-        best[e["name"]] = min(best[e["name"]], float(e["dur"]))
         x, w = (tuple(next(iter(s.values()))) for s in args["input_type_shape"][:2])
         out = tuple(next(iter(args["output_type_shape"][0].values())))
         if len(x) == 4:

@@ -52,9 +52,9 @@ def rvm_kind(kernel: str) -> str:
     return next((kind for key, kind in KINDS if key in kernel), kernel)
 
 
-def profile_rvm(path: Path, inputs: list, repeat: int, want: list) -> dict:
-    """rvm's compiled mode on ``path``: per op kind the summed minimum kernel times (us),
-    after checking its outputs against ORT's (``want``)."""
+def rvm_profile(path: Path, inputs: list, repeat: int, want: list) -> tuple:
+    """rvm's compiled mode on ``path``, its outputs first checked against ORT's (``want``):
+    its `vm.profile` report and each kernel's least time over the runs (us, by name)."""
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     check_outputs("rvm", as_outputs(vm["main"](*inputs)), want)
     report = vm.profile("main", *inputs, warmup=3, repeat=repeat)
@@ -62,6 +62,13 @@ def profile_rvm(path: Path, inputs: list, repeat: int, want: list) -> dict:
     for _, per in report.runs:
         for name, (_, ns) in per.items():
             best[name] = min(best[name], ns / 1e3)
+    return report, best
+
+
+def profile_rvm(path: Path, inputs: list, repeat: int, want: list) -> dict:
+    """rvm's compiled mode on ``path``: per op kind the summed minimum kernel times (us),
+    after checking its outputs against ORT's (``want``)."""
+    report, best = rvm_profile(path, inputs, repeat, want)
     kinds: dict[str, float] = collections.defaultdict(float)
     for name, us in best.items():
         kinds[rvm_kind(name)] += us
@@ -72,8 +79,9 @@ def profile_rvm(path: Path, inputs: list, repeat: int, want: list) -> dict:
     }
 
 
-def profile_ort(path: Path, inputs: list, repeat: int, threads: int | None) -> dict:
-    """ORT on ``path``: per op type the summed minimum node times (us)."""
+def ort_profile(path: Path, inputs: list, repeat: int, threads: int | None) -> tuple:
+    """ORT on ``path`` with its profiler, ``repeat`` runs after 3: the profile's events and
+    each node's least kernel time over the runs (us, by event name)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -87,11 +95,16 @@ def profile_ort(path: Path, inputs: list, repeat: int, threads: int | None) -> d
         sess.run(None, feed)
     events = json.loads(Path(sess.end_profiling()).read_text())
     best: dict[str, float] = collections.defaultdict(lambda: float("inf"))
-    kind_of = {}
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             best[e["name"]] = min(best[e["name"]], float(e["dur"]))
-            kind_of[e["name"]] = e["args"]["op_name"]
+    return events, best
+
+
+def profile_ort(path: Path, inputs: list, repeat: int, threads: int | None) -> dict:
+    """ORT on ``path``: per op type the summed minimum node times (us)."""
+    events, best = ort_profile(path, inputs, repeat, threads)
+    kind_of = {e["name"]: e["args"]["op_name"] for e in events if e.get("name") in best}
     kinds: dict[str, float] = collections.defaultdict(float)
     for node, us in best.items():
         kinds[kind_of[node]] += us
