@@ -126,9 +126,20 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
             q1 = max(q0, min(wq, -(-(wd + pl - b) // sw)))
             first = q0 * sw + b - pl
             slot = (rows[a] * ncols + cols[b]) * cg2
+            # unit strides, no column padding: the rows an input row fills are one run of
+            # words in both the image and the phase, converted in one call
+            whole = sh == 1 and sw == 1 and q0 == 0 and q1 == wq and wq == wd
             for c2 in range(c2a, c2b):
                 pair = 1 if 2 * c2 + 1 < cg else 0
                 lo = at_x + 4 * (2 * c2 * h * wd + first)
+                if whole:
+                    r0, r1 = min(hq, pt), min(hq, pt + h)  # the rows of input rows 0 .. h
+                    plane[slot + c2, :r0] = 0
+                    plane[slot + c2, r1:] = 0
+                    src = lo + 4 * (r0 - pt) * wd
+                    dst = at_p + 4 * ((slot + c2) * hq + r0) * wq
+                    _pair_words(src, src + 4 * h * wd * pair, dst, (r1 - r0) * wq, pair, 1)
+                    continue
                 for r in range(hq):
                     y = r * sh + a - pt
                     row = plane[slot + c2, r]
