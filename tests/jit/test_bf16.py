@@ -321,6 +321,7 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 64, 48, 48, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # stride 2: phases of a plane in pieces
         (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # stride 1: channels by rows
         (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
+        (1, 256, 32, 32, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # plane past L2/2: blocks of rows
     ],
 )
 def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
