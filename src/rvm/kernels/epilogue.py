@@ -8,8 +8,11 @@ address of ``cols`` floats, 0: none; ``act`` an index of
 
 Why in LLVM IR: the same epilogue written as Numba loops (`rvm.kernels.packed._epilogue`),
 called on each 8 x 48 tile from within the bf16 GEMM's walk, vectorizes its bias and ReLU but
-left its GELU scalar: on BERT's FFN (128 x 768 by 768 x 3072, 2 threads) the GELU added 2.5
-ms to the GEMM's 1.4 ms; here it adds about 0.17 ms. The GELU is the same arithmetic as
+left its GELU scalar, with a branch between erf's two forms: on BERT's FFN shape (128 x 768
+by 768 x 3072, 2 threads) with pre-activations of standard deviation 2.3, the GELU added 2.5
+to 5 ms to the GEMM's 1.4 ms; here it adds about 0.2-0.3 ms. (Where most values are below 1 in
+magnitude the scalar code takes erf's cheap form and cost less: random-weight BERT showed no
+end-to-end change.) The GELU is the same arithmetic as
 `rvm.kernels.mathlib`'s (`erf32`, `tanh32`, `exp32`: their polynomials, their range
 reduction, both branches computed and one selected), on whole vectors in registers, so its
 results agree with the elementwise kernels' within a few ulp.
