@@ -120,6 +120,7 @@ def test_packed_dense_with_its_epilogue(m: int, k: int, n: int, blas_threads: in
     residual = rng.standard_normal((m, n)).astype(np.float32)
     pre = _rounded(x) @ _rounded(w).T + bias
     wants = {"none": pre, "relu": np.maximum(pre, 0), "gelu": numpy_ref.gelu(pre)}
+    wants["gelu_tanh"] = numpy_ref.gelu(pre, approximate="tanh")
     for panel in (bf16gemm.NR, 2 * bf16gemm.NR + 3):
         panels = pack_pairs(w, True, panel)
         for act, want in wants.items():
@@ -131,6 +132,31 @@ def test_packed_dense_with_its_epilogue(m: int, k: int, n: int, blas_threads: in
     out = np.full((m, n), np.nan, np.float32)
     bf16dense.dense(x, panels, out, n, np.empty(0, np.float32), 0)
     np.testing.assert_allclose(out + bias, reference, rtol=RTOL, atol=RTOL * np.sqrt(k) * 8)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh"])
+def test_packed_dense_gelu_on_special_values(act: str) -> None:
+    """The tile epilogue's vector GELU (`rvm.kernels.epilogue`) against the elementwise
+    reference in float32, on values each branch of erf and tanh takes (0, -0, tiny, the
+    polynomial's range, past the clamp of erf's argument, far below and above) and on NaN and
+    inf: a one-deep product by 1 gives the rounded inputs plus the bias exactly."""
+    special = [0.0, -0.0, 1e-30, 0.3, -0.6, 1.2, -2.5, 4.0, -6.0, -14.0, -40.0, 60.0, 1e30]
+    x = np.array(special + [np.nan, np.inf, -np.inf], np.float32)[:, None]
+    x = _rounded(x).astype(np.float32)
+    n = 2 * bf16gemm.LANES + 3  # whole vectors and a masked tail
+    bias = np.linspace(-0.5, 0.5, n).astype(np.float32)
+    out = np.full((x.shape[0], n), np.nan, np.float32)
+    bf16dense.dense(x, pack_pairs(np.ones((n, 1), np.float32), True, bf16gemm.NR), out, n, bias,
+                    ACTIVATIONS.index(act))  # fmt: skip
+    pre = x + bias
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = numpy_ref.gelu(pre, approximate="tanh" if act == "gelu_tanh" else "none")
+    # 1 + tanh (or erf) cancels where it nears 0: there the error is float32's of ``pre``
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(out[~finite], want[~finite])
+    err = np.abs(out[finite] - want[finite])
+    assert (err <= 4e-6 * np.abs(want[finite]) + 2e-7 * np.abs(pre[finite])).all(), err.max()
 
 
 @pytest.mark.parametrize("m,k,n", [(64, 768, 300), (512, 512, 40)])  # along panels, rows
@@ -156,6 +182,7 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
     (1, 7, 17, 40, 20, 3, 3, 1, (2, 2, 2, 2), 2, 1),  # direct: dilation, odd channels
     (1, 600, 5, 6, 9, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # direct: depth past a block (KC2)
     (1, 36, 6, 7, 20, 1, 1, 1, (0, 0, 0, 0), 1, 4),  # small groups side by side (2 threads)
+    (1, 5, 6, 9, 11, 3, 1, 1, (1, 0, 2, 0), 1, 1),  # whole rows a pair: rows padded, odd
 ]
 
 
@@ -260,6 +287,14 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    bits = bf16_bits(conv_pairs(w)).view(np.int16)\n"
         "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
+        "from rvm.kernels import bf16dense\n"  # the tile epilogue's GELU at these lanes
+        "from rvm.op.bf16 import pack_pairs\n"
+        "x = np.linspace(-8, 8, 23, dtype=np.float32)[:, None]\n"
+        "out = np.empty((23, 19), np.float32)\n"
+        "ones = pack_pairs(np.ones((19, 1), np.float32), True, bf16gemm.NR)\n"
+        "bf16dense.dense(x, ones, out, 19, np.zeros(19, np.float32), 2)\n"
+        "want = numpy_ref.gelu(np.repeat(r(x), 19, 1).astype(np.float32))\n"
+        "np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)\n"
     )
     env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features)
     env["NUMBA_CACHE_DIR"] = str(tmp_path)
@@ -286,6 +321,7 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 64, 48, 48, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # stride 2: phases of a plane in pieces
         (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # stride 1: channels by rows
         (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
+        (1, 256, 32, 32, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # plane past L2/2: blocks of rows
     ],
 )
 def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:

@@ -41,6 +41,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro
+from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
 __all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
@@ -126,9 +127,20 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
             q1 = max(q0, min(wq, -(-(wd + pl - b) // sw)))
             first = q0 * sw + b - pl
             slot = (rows[a] * ncols + cols[b]) * cg2
+            # unit strides, no column padding: the rows an input row fills are one run of
+            # words in both the image and the phase, converted in one call
+            whole = sh == 1 and sw == 1 and q0 == 0 and q1 == wq and wq == wd
             for c2 in range(c2a, c2b):
                 pair = 1 if 2 * c2 + 1 < cg else 0
                 lo = at_x + 4 * (2 * c2 * h * wd + first)
+                if whole:
+                    r0, r1 = min(hq, pt), min(hq, pt + h)  # the rows of input rows 0 .. h
+                    plane[slot + c2, :r0] = 0
+                    plane[slot + c2, r1:] = 0
+                    src = lo + 4 * (r0 - pt) * wd
+                    dst = at_p + 4 * ((slot + c2) * hq + r0) * wq
+                    _pair_words(src, src + 4 * h * wd * pair, dst, (r1 - r0) * wq, pair, 1)
+                    continue
                 for r in range(hq):
                     y = r * sh + a - pt
                     row = plane[slot + c2, r]
@@ -217,11 +229,14 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     plane's rows: position ``(y, x)`` is the plane word ``y * wp + x`` (stride 1), so the
     rows [y0, y1) are one run of ``(y1 - y0) * wp`` positions (the last ``wp - ow`` of each
     row computed and dropped). Blocks of rows whose plane rows fit in L2, each depth block,
-    each band of `MR` channels, tile after tile of `NR` positions of the run."""
+    each band of `MR` channels, tile after tile of `NR` positions of the run; then, when the
+    rows are wider than the output's, the block's rows compacted into the output (`_compact`)
+    while they are in cache, on this thread."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     for yb in range(y0, y1, rows_block):
-        run = (min(y1, yb + rows_block) - yb) * wp
+        ye = min(y1, yb + rows_block)
+        run = (ye - yb) * wp
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
         for p0 in range(0, k2, KC2):
             kc2 = min(KC2, k2 - p0)
@@ -235,13 +250,31 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                     last = cols - (vectors - 1) * LANES
                     micro(kc2, a_band, lda, b_run + 4 * x0, table + 8 * p0, 1, c_band + 4 * x0,
                           ldc, add, rows, vectors, last)  # fmt: skip
+        if job[15] != 0:
+            _compact(job, co0, co1, yb, ye)
+
+
+@nb.njit(**_OPTS)
+def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
+    """Rows [y0, y1) of channels [co0, co1) from the wide rows (``wp`` positions a row, at
+    ``job[6]``, channels ``job[7]`` apart) into the output (``job[16]`` positions a row, at
+    ``job[15]``, channels ``job[17]`` apart)."""
+    src, dst = _floats_at(job[6]), _floats_at(job[15])
+    ldc, wp, ow, ohw = job[7], job[8], job[16], job[17]
+    for o in range(co0, co1):
+        for y in range(y0, y1):
+            s, d = o * ldc + y * wp, o * ohw + y * ow
+            for x in range(ow):
+                dst[d + x] = src[s + x]
 
 
 # A direct job (int64): its length; the group's weight rows' address, their words (lda); the
 # plane's and the tap table's addresses, the pairs (k2); the result's address (the group's
 # first channel, rows of the plane's width) and its channels' stride (ldc); the plane's width,
-# rows a block; channels, rows; channels and rows a piece, pieces along rows.
-_DIRECT_JOB = 15
+# rows a block; channels, rows; channels and rows a piece, pieces along rows; when the result
+# is wide rows, the output's address (its group's first channel; else 0), width and channels'
+# stride.
+_DIRECT_JOB = 18
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -285,10 +318,11 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
 
 @nb.njit(**_OPTS)
 def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Group ``g`` of image ``b``: its pair plane, the job, and the rows of the phases' width
-    (in ``wide``, ``(og, oh * wq)`` float32) compacted into ``oc``; with ``wide`` empty the
-    phases are as wide as the output and the job writes ``oc`` itself. Split on the pool
-    when large and the pool is free (not from within a pool task: `_group_task`)."""
+    """Group ``g`` of image ``b``: its pair plane and the job, which computes rows of the
+    phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts them into ``oc``
+    block by block (`_direct`); with ``wide`` empty the phases are as wide as the output and
+    the job writes ``oc`` itself. Split on the pool when large and the pool is free (not from
+    within a pool task: `_group_task`)."""
     c, co, kp = xc.shape[1], w.shape[0], w.shape[1]
     oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
     cg, og, k2 = c // groups, co // groups, kp // 2
@@ -298,16 +332,13 @@ def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide):  # typ
     job[4], job[8], job[9] = table.ctypes.data, wq, rows_block
     _pair_plane(xc[b], g * cg, cg, geometry, plane)
     job[1] = w.ctypes.data + 2 * g * og * kp
+    at_out = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
+    job[15], job[16], job[17] = 0, ow, oh * ow
     if wide.size == 0:
-        job[6], job[7] = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow, oh * ow
+        job[6], job[7] = at_out, oh * ow
     else:
-        job[6], job[7] = wide.ctypes.data, oh * wq
+        job[6], job[7], job[15] = wide.ctypes.data, oh * wq, at_out
     direct(oc, job, og, oh, k2)
-    if wide.size:
-        out = oc[b, g * og : (g + 1) * og]
-        for o in range(og):
-            for y in range(oh):
-                out[o, y, :] = wide[o, y * wq : y * wq + ow]
 
 
 # A groups job (int64): its length; x's, w's, out's, the planes', the tap table's and the

@@ -27,8 +27,9 @@ from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16 import pair_rows
 from rvm.kernels.bf16gemm import BLOCK_BYTES, LANES, MR, NR, micro
 from rvm.kernels.cblas import address
+from rvm.kernels.epilogue import tile as _epilogue
 from rvm.kernels.jitting import jit
-from rvm.kernels.packed import ACTIVATIONS, _epilogue
+from rvm.kernels.packed import ACTIVATIONS
 
 __all__ = ["dense"]
 
