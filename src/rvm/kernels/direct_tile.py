@@ -36,7 +36,9 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
     floats apart; else the tile is whole (``rows`` = `MR`) and goes transposed, as NCHW wants
     it: channel ``k``'s `MR` positions one run at ``C + k * ldc``, the accumulators
     transposed in registers (`nhwc.transposed`). One loop per vector count, chosen by a switch:
-    each keeps its accumulators in registers."""
+    each keeps its accumulators in registers; a partial tile of `MR` / 2 positions or fewer
+    runs a loop of half the rows (a 7 x 7 map's last band of 1 position cost a whole band's
+    multiply-adds, a seventh of the map's)."""
     sig = nt.void(*(nt.int64,) * 12)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -81,7 +83,7 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
         def vector_at(base, offset, j):  # type: ignore[no-untyped-def]
             return builder.bitcast(builder.gep(base, [builder.add(offset, i64(j * LANES))]), vptr)
 
-        def tile(vectors):  # type: ignore[no-untyped-def]
+        def tile(vectors, mr):  # type: ignore[no-untyped-def]
             def load(at, j):  # type: ignore[no-untyped-def]
                 if j < vectors - 1:
                     return builder.load(at, align=4)
@@ -89,7 +91,7 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
 
             acc = [
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
-                for _ in range(MR)
+                for _ in range(mr)
             ]
             with cgutils.for_range(builder, ntaps) as outer:
                 t = outer.index
@@ -100,7 +102,7 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
                     row_b = builder.mul(builder.add(row0, ch), ldb)
                     bs = [load(vector_at(b, row_b, j), j) for j in range(vectors)]
                     at = builder.add(tap, ch)
-                    for i in range(MR):
+                    for i in range(mr):
                         x = builder.load(builder.gep(a, [builder.add(a_rows[i], at)]))
                         x = broadcast(x, vec)
                         for j in range(vectors):
@@ -110,18 +112,25 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
                             else:
                                 new = builder.fadd(builder.fmul(x, bs[j]), old)
                             builder.store(new, acc[i][j])
+
+            def store_rows():  # type: ignore[no-untyped-def]
+                for i in range(mr):
+                    with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                        for j in range(vectors):
+                            at = vector_at(c, i64(i * NB), j)
+                            value = builder.load(acc[i][j])
+                            if j < vectors - 1:
+                                builder.store(value, at, align=4)
+                            else:
+                                builder.call(masked_store, [value, at, align, mask])
+
+            if mr < MR:  # partial tiles only (``ldc`` 0)
+                store_rows()
+                return
             by_rows = builder.icmp_signed("==", ldc, i64(0))
             with builder.if_else(by_rows) as (plain, transposed):
                 with plain:
-                    for i in range(MR):
-                        with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                            for j in range(vectors):
-                                at = vector_at(c, i64(i * NB), j)
-                                value = builder.load(acc[i][j])
-                                if j < vectors - 1:
-                                    builder.store(value, at, align=4)
-                                else:
-                                    builder.call(masked_store, [value, at, align, mask])
+                    store_rows()
                 with transposed:
                     for j in range(vectors):
                         runs = nhwc.transposed(
@@ -137,13 +146,18 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
                                 with builder.if_then(builder.icmp_signed("<", i64(lane), last)):
                                     builder.store(run, at, align=4)
 
-        blocks = [builder.append_basic_block(f"tile{v}") for v in range(1, VECTORS + 1)]
+        half = builder.and_(
+            builder.icmp_signed("==", ldc, i64(0)), builder.icmp_signed("<=", rows, i64(MR // 2))
+        )
+        shapes = [(v, mr) for v in range(1, VECTORS + 1) for mr in (MR, MR // 2)]
+        blocks = [builder.append_basic_block(f"tile{v}x{mr}") for v, mr in shapes]
         done = builder.append_basic_block("tiled")
-        switch = builder.switch(builder.sub(vectors, i64(1)), blocks[-1])
-        for v, block in enumerate(blocks, start=1):
-            switch.add_case(i64(v - 1), block)
+        key = builder.mul(builder.sub(vectors, i64(1)), i64(2))
+        switch = builder.switch(builder.add(key, builder.zext(half, i64)), blocks[-2])
+        for case, ((v, mr), block) in enumerate(zip(shapes, blocks, strict=True)):
+            switch.add_case(i64(case), block)
             builder.position_at_end(block)
-            tile(v)
+            tile(v, mr)
             builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
