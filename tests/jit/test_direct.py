@@ -130,12 +130,15 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)
     assert not _pays(deep, 8 * lanes, 1, 3, 2, 28, 56, packed=False)
     assert not _pays(4 * lanes, 8 * lanes, 1, 3, 2, 28, 56)  # too shallow
-    # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a 1x1
-    # convolution runs faster as a GEMM, even on maps that leave lanes idle, however deep.
+    # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a deep 1x1
+    # convolution pays only where its whole map does (7 x 7), not on maps that fill the
+    # GEMM's vectors (12 x 12: 144 positions, 9 vectors), nor shallow, nor on a large map.
     assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
     assert not _pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
-    assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7)
-    assert not _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14)
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7)
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14)
+    assert not _pays(2 * deep, 8 * lanes, 1, 1, 1, 7, 7)  # 16 * lanes deep: too shallow
+    assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 56, 56)
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:

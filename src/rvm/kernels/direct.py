@@ -105,23 +105,27 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     and the direct method's are not (it reads each position's channels, contiguous, at any
     stride): resnet50's three 3 x 3 stride-2 layers (128 x 56 x 56 to 512 x 14 x 14) ran
     1.05 to 1.24 times as fast this way, the inceptions' and zfnet's reductions 1.08 to 1.43.
-    Shallow convolutions (squeezenet's first expansions, the 3-channel stems, strided or not),
-    ragged channel counts and 1x1 convolutions run faster as GEMMs (each 1x1 layer of the 9
-    CNNs on 6 x 6 and 7 x 7 maps, deep as they are, took 1.05 to 2 times as long by this
-    method). A wider rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
+    The last rule holds for 1x1 convolutions too, from the same depth: resnet50's 2048 to 512
+    channels and the inceptions' 832 to 384 on 7 x 7 maps ran 1.1 to 1.2 times as fast this
+    way (before the input's NHWC copy went by vectors on rows narrower than one and a band
+    of 4 positions or fewer took half a tile's work, they took 1.05 to 2 times as long); on
+    maps whose positions fill the GEMM's vectors (14 x 14: 196 of 208 lanes) the GEMM was
+    1.1 times as fast. Shallow convolutions (squeezenet's first expansions, the 3-channel
+    stems, strided or not), ragged channel counts and other 1x1 convolutions run faster as
+    GEMMs. A wider rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
     vgg19 and alexnet more but cost the first run seconds of building the packed entry point
     (issue 24's goals), so it is not taken.
     """
     depth = (c // groups) * kh * kw
-    if kh * kw == 1 or depth < 36 * LANES or (o // groups) % LANES:
+    if depth < 36 * LANES or (o // groups) % LANES:
         return False
     if oh * ow >= PACK_MIN_POSITIONS:
-        if sh != 1 or sw != 1:
+        if kh * kw == 1 or sh != 1 or sw != 1:
             return False
         plane = 4 * c * (ih + kh) * (iw + kw)
         large = o >= 8 * LANES or 4 * plane > L3
         return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
-    if groups == 1 and o >= 6 * LANES and depth >= 48 * LANES:
+    if groups == 1 and o >= 6 * LANES and depth >= 48 * LANES and kh * kw > 1:
         return True
     vectors = (gemm_run + LANES - 1) // LANES
     return 5 * gemm_run < 4 * vectors * LANES
