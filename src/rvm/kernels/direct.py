@@ -101,18 +101,21 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
       of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
 
-    Both rules for smaller maps hold at stride 2 too, where the GEMM's taps are strided runs
-    and the direct method's are not (it reads each position's channels, contiguous, at any
-    stride): resnet50's three 3 x 3 stride-2 layers (128 x 56 x 56 to 512 x 14 x 14) ran
-    1.05 to 1.24 times as fast this way, the inceptions' and zfnet's reductions 1.08 to 1.43.
-    The last rule holds for 1x1 convolutions too, from the same depth: resnet50's 2048 to 512
-    channels and the inceptions' 832 to 384 on 7 x 7 maps ran 1.1 to 1.2 times as fast this
-    way (before the input's NHWC copy went by vectors on rows narrower than one and a band
-    of 4 positions or fewer took half a tile's work, they took 1.05 to 2 times as long); on
-    maps whose positions fill the GEMM's vectors (14 x 14: 196 of 208 lanes) the GEMM was
-    1.1 times as fast. Shallow convolutions (squeezenet's first expansions, the 3-channel
-    stems, strided or not), ragged channel counts and other 1x1 convolutions run faster as
-    GEMMs. A wider rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
+    Both rules for smaller maps hold at any stride (measured at 2), where the GEMM's taps are
+    strided runs and the direct method's are not (it reads each position's channels,
+    contiguous, at any stride): resnet50's three 3 x 3 stride-2 layers (128 x 56 x 56 to 512
+    x 14 x 14) ran 1.05 to 1.24 times as fast this way, the inceptions' and zfnet's
+    reductions 1.08 to 1.43 (on AVX2, resnet50's 1.07 to 1.31).
+    The last rule holds for 1x1 convolutions too, from the same depth, with ``o >= 8 *
+    LANES`` (the NHWC copy of the input is the same for fewer output channels: 832 to 48 or
+    32 took 1.1 to 1.25 times as long): resnet50's 2048 to 512 channels and the inceptions'
+    832 to 128...384 on 7 x 7 maps ran 1.1 to 1.2 times as fast this way (before the
+    input's NHWC copy went by vectors on rows narrower than one and a band of 4 positions or
+    fewer took half a tile's work, they took 1.05 to 2 times as long); on maps whose
+    positions fill the GEMM's vectors (14 x 14: 196 of 208 lanes) the GEMM was 1.1 times as
+    fast. Shallow convolutions (squeezenet's first expansions, the 3-channel stems, strided
+    or not), ragged channel counts and other 1x1 convolutions run faster as GEMMs. A wider
+    rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
     vgg19 and alexnet more but cost the first run seconds of building the packed entry point
     (issue 24's goals), so it is not taken.
     """
@@ -127,6 +130,8 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
         return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
     if groups == 1 and o >= 6 * LANES and depth >= 48 * LANES and kh * kw > 1:
         return True
+    if kh * kw == 1 and o < 8 * LANES:
+        return False  # the input's NHWC copy outweighs the lanes gained
     vectors = (gemm_run + LANES - 1) // LANES
     return 5 * gemm_run < 4 * vectors * LANES
 
