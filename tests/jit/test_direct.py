@@ -118,7 +118,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     if side * side == idle and side < conv.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
         assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
-        assert not _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided
+        assert _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided too
     assert not _pays(deep, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
     # Small maps, more output channels, deeper still (vgg19's 28 x 28 and 14 x 14 layers).
     assert _pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
@@ -126,13 +126,20 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert not _pays(4 * lanes, 8 * lanes, 1, 3, 1, 28, 28)  # 36 * lanes deep: too shallow
     assert not _pays(deep, 4 * lanes, 1, 3, 1, 28, 28)  # few output channels
     assert not _pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # grouped
-    assert not _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)  # strided
-    # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a 1x1
-    # convolution runs faster as a GEMM, even on maps that leave lanes idle, however deep.
+    # Strided on such maps too (resnet50's stride-2 3x3 layers), not on large ones.
+    assert _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)
+    assert not _pays(deep, 8 * lanes, 1, 3, 2, 28, 56, packed=False)
+    assert not _pays(4 * lanes, 8 * lanes, 1, 3, 2, 28, 56)  # too shallow
+    # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a deep 1x1
+    # convolution pays only where its whole map does (7 x 7), not on maps that fill the
+    # GEMM's vectors (12 x 12: 144 positions, 9 vectors), nor shallow, nor on a large map.
     assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
     assert not _pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
-    assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7)
-    assert not _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14)
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7)
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14)
+    assert not _pays(2 * deep, 8 * lanes, 1, 1, 1, 7, 7)  # 16 * lanes deep: too shallow
+    assert not _pays(64 * deep, 3 * lanes, 1, 1, 1, 7, 7)  # few output channels
+    assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 56, 56)
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
@@ -192,11 +199,14 @@ def test_a_model_on_the_direct_method_in_every_exec_mode(exec_mode, case) -> Non
 def test_constant_weights_are_packed_where_the_rule_says() -> None:
     from rvm.transform.pack_conv_weights import pack_conv_weights
 
-    for case in MODEL_CASES + [CASES[0]]:
+    # A stride-2 layer (resnet50's 256 x 28 x 28 to 14 x 14, narrower) is packed too.
+    strided = (1, 128, 14, 14, 128, (3, 3), (2, 2), (1, 1), 1, (1, 1, 1, 1))
+    for case in [*MODEL_CASES, CASES[0], strided]:
         mod, _ = _model(case)
-        o, c, k = case[4], case[1], case[5][0]
+        o, c, k, s = case[4], case[1], case[5][0], case[6][0]
         size = case[2]
-        want = _pays(c, o, 1, k, 1, size, size)
+        want = _pays(c, o, 1, k, s, (size + 2 - k) // s + 1, size)
+        assert want or case is not strided
         text = str(pack_conv_weights(mod))
         assert ("conv2d_packed" in text) == want, (case, want)
         assert ("conv2d(" in text) == (not want)

@@ -17,11 +17,11 @@ convolutions do:
   `rvm.kernels.blocks` kept across calls), row by row in tiles transposed in registers
   (`rvm.kernels.nhwc`; large planes by rows on the pool), so every (tap, channel) of an
   output position is one element ``taps[t] + c`` after the position's base;
-- the micro-kernel (`_micro`) computes a tile of `MR` output positions by up to `VECTORS`
-  vectors of output channels, ``MR x VECTORS`` accumulators in registers: for each (tap,
-  channel) it loads the weight's vectors and broadcasts each position's input value; the
-  positions of a band are any `MR` output positions (a band runs on into the next output
-  row), so a small map loses no lanes either;
+- the micro-kernel (`rvm.kernels.direct_tile.micro`) computes a tile of `MR` output
+  positions by up to `VECTORS` vectors of output channels, ``MR x VECTORS`` accumulators in
+  registers: for each (tap, channel) it loads the weight's vectors and broadcasts each
+  position's input value; the positions of a band are any `MR` output positions (a band
+  runs on into the next output row), so a small map loses no lanes either;
 - a whole tile goes transposed into the NCHW output, each output channel's `MR` positions
   one run: the accumulators are transposed in registers by shuffles (`nhwc.transposed`), a
   vector store a channel. A band's last, partial tile goes through a small buffer, element
@@ -43,14 +43,11 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba import types as nt
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from rvm.kernels import entry, nhwc, parfor
 from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
+from rvm.kernels.direct_tile import MR, NB, micro
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES, VECTORS
 
@@ -69,13 +66,7 @@ __all__ = [
     "unpack",
 ]
 
-# Output positions a tile: MR x VECTORS accumulators, with room left for the weight's vectors
-# and a broadcast (24 + 4 of 32 AVX-512 registers; 12 + 3 of 16 AVX2 ones).
-MR = 8 if cpu().vector_bits == 512 else 6
-NB = LANES * VECTORS  # output channels a tile at most
-
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-_FMA = cpu().fma
 L3 = cpu().l3
 # Pieces a thread when the work is large: the pool's threads claim them as they finish, so the
 # last piece to run alone is at most an eighth of a thread's share (o = 512 in panels of 48 was
@@ -90,14 +81,14 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     output positions (an output row, or the whole map).
 
     Measured on AVX-512 (each layer of the 9 light CNNs, one thread, `benchmarks/
-    conv_methods.py`): the channel vectors pay at stride 1, deep enough (``kh * kw * c /
-    groups >= 36 * LANES``: the transposed store is small against the multiply-adds) and in
-    whole vectors of a group's output channels, and
+    conv_methods.py`): the channel vectors pay deep enough (``kh * kw * c / groups >= 36 *
+    LANES``: the transposed store is small against the multiply-adds) and in whole vectors
+    of a group's output channels, and
 
-    - on maps of `PACK_MIN_POSITIONS` or more without groups, with many output channels
-      (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of the last
-      level cache (the GEMM streams it again for every band of output channels; the direct
-      method reads it once): vgg19's layers, the inception stems; on maps twice that size
+    - on maps of `PACK_MIN_POSITIONS` or more at stride 1 without groups, with many output
+      channels (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of
+      the last level cache (the GEMM streams it again for every band of output channels; the
+      direct method reads it once): vgg19's layers, the inception stems; on maps twice that size
       from two vectors of output channels (``o >= 2 * LANES``: resnet50's 64 and
       densenet121's 32 at 56 x 56, 1.12 to 1.18 times as fast as the GEMM since the input's
       NHWC copy goes by vectors; 1.03 to 1.12 on AVX2; at 32 x 32 the GEMM was 4 % faster);
@@ -110,22 +101,37 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
       of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
 
-    Strided convolutions, shallow ones (squeezenet's first expansions, the 3-channel stems),
-    ragged channel counts and 1x1 convolutions run faster as GEMMs (each 1x1 layer of the 9
-    CNNs on 6 x 6 and 7 x 7 maps, deep as they are, took 1.05 to 2 times as long by this
-    method). A wider rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
+    Both rules for smaller maps hold at any stride (measured at 2), where the GEMM's taps are
+    strided runs and the direct method's are not (it reads each position's channels,
+    contiguous, at any stride): resnet50's three 3 x 3 stride-2 layers (128 x 56 x 56 to 512
+    x 14 x 14) ran 1.05 to 1.24 times as fast this way, the inceptions' and zfnet's
+    reductions 1.08 to 1.43 (on AVX2, resnet50's 1.07 to 1.31).
+    The last rule holds for 1x1 convolutions too, from the same depth, with ``o >= 8 *
+    LANES`` (the NHWC copy of the input is the same for fewer output channels: 832 to 48 or
+    32 took 1.1 to 1.25 times as long): resnet50's 2048 to 512 channels and the inceptions'
+    832 to 128...384 on 7 x 7 maps ran 1.1 to 1.2 times as fast this way (before the
+    input's NHWC copy went by vectors on rows narrower than one and a band of 4 positions or
+    fewer took half a tile's work, they took 1.05 to 2 times as long); on maps whose
+    positions fill the GEMM's vectors (14 x 14: 196 of 208 lanes) the GEMM was 1.1 times as
+    fast. Shallow convolutions (squeezenet's first expansions, the 3-channel stems, strided
+    or not), ragged channel counts and other 1x1 convolutions run faster as GEMMs. A wider
+    rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
     vgg19 and alexnet more but cost the first run seconds of building the packed entry point
     (issue 24's goals), so it is not taken.
     """
     depth = (c // groups) * kh * kw
-    if kh * kw == 1 or sh != 1 or sw != 1 or depth < 36 * LANES or (o // groups) % LANES:
+    if depth < 36 * LANES or (o // groups) % LANES:
         return False
     if oh * ow >= PACK_MIN_POSITIONS:
+        if kh * kw == 1 or sh != 1 or sw != 1:
+            return False
         plane = 4 * c * (ih + kh) * (iw + kw)
         large = o >= 8 * LANES or 4 * plane > L3
         return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
-    if groups == 1 and o >= 6 * LANES and depth >= 48 * LANES:
+    if groups == 1 and o >= 6 * LANES and depth >= 48 * LANES and kh * kw > 1:
         return True
+    if kh * kw == 1 and o < 8 * LANES:
+        return False  # the input's NHWC copy outweighs the lanes gained
     vectors = (gemm_run + LANES - 1) // LANES
     return 5 * gemm_run < 4 * vectors * LANES
 
@@ -210,130 +216,6 @@ def unpack(w: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(full[:, :og].reshape(channels, cg, kh, kw))
 
 
-@intrinsic
-def _micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc):  # type: ignore[no-untyped-def]  # noqa: E501
-    """The micro-kernel, on int64 addresses: ``T[i, :width] = sum over (t, ch) of A[bases[i] +
-    taps[t] + ch] * B[t * cg + ch, :width]`` for positions i < ``rows`` (of `MR`), ``width =
-    (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps, B's rows ``ldb`` floats apart.
-    ``bases`` and ``taps`` are int64 arrays' addresses. With ``ldc`` 0, T's rows go to C `NB`
-    floats apart; else the tile is whole (``rows`` = `MR`) and goes transposed, as NCHW wants
-    it: channel ``k``'s `MR` positions one run at ``C + k * ldc``, the accumulators
-    transposed in registers (`nhwc.transposed`). One loop per vector count, chosen by a switch:
-    each keeps its accumulators in registers."""
-    sig = nt.void(*(nt.int64,) * 12)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc = args
-        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
-        vec = ir.VectorType(f32, LANES)
-        vptr, fptr, iptr = vec.as_pointer(), f32.as_pointer(), i64.as_pointer()
-        masks, name, module = ir.VectorType(i1, LANES), f"v{LANES}f32", builder.module
-
-        def declare(ret, params, intrinsic_name):  # type: ignore[no-untyped-def]
-            return cgutils.get_or_insert_function(
-                module, ir.FunctionType(ret, params), intrinsic_name
-            )
-
-        fma = declare(vec, [vec] * 3, f"llvm.fma.{name}")
-        masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0")
-        masked_store = declare(
-            ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"
-        )
-        a, b, c = (builder.inttoptr(x, fptr) for x in (a, b, c))
-        bases, taps = builder.inttoptr(bases, iptr), builder.inttoptr(taps, iptr)
-        zero, align = ir.Constant(vec, None), i32(4)
-        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-
-        def broadcast(value, vtype):  # type: ignore[no-untyped-def]
-            undef = ir.Constant(vtype, ir.Undefined)
-            one = builder.insert_element(undef, value, i32(0))
-            return builder.shuffle_vector(one, undef, splat)
-
-        lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
-        mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
-        # Positions past ``rows`` read the last one's input (their sums are not stored).
-        last_row = builder.sub(rows, i64(1))
-
-        def row_base(i):  # type: ignore[no-untyped-def]
-            row = builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row)
-            return builder.load(builder.gep(bases, [row]))
-
-        a_rows = [row_base(i) for i in range(MR)]
-        ntaps = builder.sdiv(depth, cg)  # cg > 0: the caller's
-
-        def vector_at(base, offset, j):  # type: ignore[no-untyped-def]
-            return builder.bitcast(builder.gep(base, [builder.add(offset, i64(j * LANES))]), vptr)
-
-        def tile(vectors):  # type: ignore[no-untyped-def]
-            def load(at, j):  # type: ignore[no-untyped-def]
-                if j < vectors - 1:
-                    return builder.load(at, align=4)
-                return builder.call(masked_load, [at, align, mask, zero])
-
-            acc = [
-                [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
-                for _ in range(MR)
-            ]
-            with cgutils.for_range(builder, ntaps) as outer:
-                t = outer.index
-                tap = builder.load(builder.gep(taps, [t]))
-                row0 = builder.mul(t, cg)
-                with cgutils.for_range(builder, cg) as inner:
-                    ch = inner.index
-                    row_b = builder.mul(builder.add(row0, ch), ldb)
-                    bs = [load(vector_at(b, row_b, j), j) for j in range(vectors)]
-                    at = builder.add(tap, ch)
-                    for i in range(MR):
-                        x = builder.load(builder.gep(a, [builder.add(a_rows[i], at)]))
-                        x = broadcast(x, vec)
-                        for j in range(vectors):
-                            old = builder.load(acc[i][j])
-                            if _FMA:
-                                new = builder.call(fma, [x, bs[j], old])
-                            else:
-                                new = builder.fadd(builder.fmul(x, bs[j]), old)
-                            builder.store(new, acc[i][j])
-            by_rows = builder.icmp_signed("==", ldc, i64(0))
-            with builder.if_else(by_rows) as (plain, transposed):
-                with plain:
-                    for i in range(MR):
-                        with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                            for j in range(vectors):
-                                at = vector_at(c, i64(i * NB), j)
-                                value = builder.load(acc[i][j])
-                                if j < vectors - 1:
-                                    builder.store(value, at, align=4)
-                                else:
-                                    builder.call(masked_store, [value, at, align, mask])
-                with transposed:
-                    for j in range(vectors):
-                        runs = nhwc.transposed(
-                            builder, [builder.load(acc[i][j]) for i in range(MR)]
-                        )
-                        for lane, run in enumerate(runs):
-                            k = i64(j * LANES + lane)
-                            at = builder.gep(c, [builder.mul(k, ldc)])
-                            at = builder.bitcast(at, run.type.as_pointer())
-                            if j < vectors - 1:
-                                builder.store(run, at, align=4)
-                            else:
-                                with builder.if_then(builder.icmp_signed("<", i64(lane), last)):
-                                    builder.store(run, at, align=4)
-
-        blocks = [builder.append_basic_block(f"tile{v}") for v in range(1, VECTORS + 1)]
-        done = builder.append_basic_block("tiled")
-        switch = builder.switch(builder.sub(vectors, i64(1)), blocks[-1])
-        for v, block in enumerate(blocks, start=1):
-            switch.add_case(i64(v - 1), block)
-            builder.position_at_end(block)
-            tile(v)
-            builder.branch(done)
-        builder.position_at_end(done)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @jit(**_OPTS)
 def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of an image's job (`_JOB_FIELDS`): one group's panel of output
@@ -364,10 +246,10 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
             last = part - (vectors - 1) * LANES
             if rows == MR:  # a whole tile: transposed into the output in registers
                 at_c = of_at + 4 * (out_at + j * p_all + p0)
-                _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, at_c, rows, vectors, last,
+                micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, at_c, rows, vectors, last,
                        p_all)  # fmt: skip
             else:
-                _micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
+                micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
                        0)  # fmt: skip
                 _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
 
@@ -386,7 +268,7 @@ def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-
 # (0: bands of outputs, else the NHWC copy's rows in that many pieces), c, o, groups, taps,
 # ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's width, the
 # output's address and its size, the input's address, n, ih, iw, hp, pt, pl; then each tap's
-# offset in the plane (`_micro`'s ``taps``).
+# offset in the plane (`micro`'s ``taps``).
 _JOB_FIELDS = 26
 
 

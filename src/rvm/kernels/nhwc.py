@@ -4,7 +4,8 @@ Every (tap, channel) of an output position is then one element ``taps[t] + c`` a
 position's base in the plane (``(hp, wp, c)``). The copy goes row by row, each plane row
 written while it is in cache; whole tiles of `TILE_CHANNELS` channels by `LANES` columns go
 by vector loads, a transpose in registers (`transposed`, which `rvm.kernels.direct`'s tile
-store uses too) and vector stores, the rest element by element. `rows` copies a range of
+store uses too) and vector stores, a row's last columns by masked loads (`tile_part`),
+channels past the last whole tile element by element. `rows` copies a range of
 rows, so a large plane can be copied by rows on the pool.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import types as nt
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor
@@ -19,7 +21,7 @@ from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U
 from rvm.kernels.sgemm import LANES
 
-__all__ = ["TILE_CHANNELS", "image", "padding", "rows", "tile", "transposed"]
+__all__ = ["TILE_CHANNELS", "image", "padding", "rows", "tile", "tile_part", "transposed"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # Channels a tile of the NHWC copy (`tile`), by `LANES` columns: 8 vectors transposed
@@ -55,30 +57,66 @@ def transposed(builder, rows):  # type: ignore[no-untyped-def]
     return runs
 
 
+def _tile_codegen(partial: bool):  # type: ignore[no-untyped-def]
+    """`tile`'s code (``partial``: `tile_part`'s, the first ``cols`` columns of a tile, loaded
+    under a lane mask and stored a column at a time while ``q < cols``)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, plane, dst, c = args[:4]
+        f32, i64 = ir.FloatType(), ir.IntType(64)
+        vec = ir.VectorType(f32, LANES)
+        vptr = vec.as_pointer()
+        src, dst = (builder.inttoptr(x, f32.as_pointer()) for x in (src, dst))
+        if partial:
+            i32 = ir.IntType(32)
+            masks = ir.VectorType(ir.IntType(1), LANES)
+            masked_load = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vec, [vptr, i32, masks, vec]),
+                f"llvm.masked.load.v{LANES}f32.p0",
+            )
+            cols = args[4]
+            lanes = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
+            undef = ir.Constant(lanes.type, ir.Undefined)
+            splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+            wide = builder.shuffle_vector(builder.insert_element(undef, cols, i32(0)), undef, splat)
+            mask = builder.icmp_signed("<", lanes, wide)
+        rows = []
+        for k in range(TILE_CHANNELS):
+            at = builder.bitcast(builder.gep(src, [builder.mul(plane, i64(k))]), vptr)
+            if partial:
+                zero = ir.Constant(vec, None)
+                rows.append(builder.call(masked_load, [at, i32(4), mask, zero]))
+            else:
+                rows.append(builder.load(at, align=4))
+        for q, run in enumerate(transposed(builder, rows)):
+            at = builder.gep(dst, [builder.mul(c, i64(q))])
+            at = builder.bitcast(at, run.type.as_pointer())
+            if partial:
+                with builder.if_then(builder.icmp_signed("<", i64(q), cols)):
+                    builder.store(run, at, align=4)
+            else:
+                builder.store(run, at, align=4)
+        return context.get_dummy_value()
+
+    return codegen
+
+
 @intrinsic
 def tile(typingctx, src, plane, dst, c):  # type: ignore[no-untyped-def]
     """`TILE_CHANNELS` channels by `LANES` columns of an NCHW image into an NHWC plane, on
     int64 addresses: channel ``k``'s run of `LANES` floats at ``src + k * plane`` (floats)
     becomes column ``q``'s `TILE_CHANNELS` channels at ``dst + q * c``: vector loads, a
     transpose in registers (`transposed`), vector stores."""
-    sig = nt.void(*(nt.int64,) * 4)
+    return nt.void(*(nt.int64,) * 4), _tile_codegen(False)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        src, plane, dst, c = args
-        f32 = ir.FloatType()
-        vptr = ir.VectorType(f32, LANES).as_pointer()
-        src, dst = (builder.inttoptr(x, f32.as_pointer()) for x in (src, dst))
-        i64 = ir.IntType(64)
-        rows = []
-        for k in range(TILE_CHANNELS):
-            at = builder.gep(src, [builder.mul(plane, i64(k))])
-            rows.append(builder.load(builder.bitcast(at, vptr), align=4))
-        for q, run in enumerate(transposed(builder, rows)):
-            at = builder.gep(dst, [builder.mul(c, i64(q))])
-            builder.store(run, builder.bitcast(at, run.type.as_pointer()), align=4)
-        return context.get_dummy_value()
 
-    return sig, codegen
+@intrinsic
+def tile_part(typingctx, src, plane, dst, c, cols):  # type: ignore[no-untyped-def]
+    """`tile` of the first ``cols`` (< `LANES`) columns only: a row's last columns, or a
+    row narrower than a vector (14 x 14 and 7 x 7 maps: element by element their copy was
+    4 % of a 512-channel 3 x 3 convolution's time, three times what it is this way)."""
+    return nt.void(*(nt.int64,) * 5), _tile_codegen(True)
 
 
 @jit(**_OPTS)
@@ -116,7 +154,8 @@ def rows(x, n_, xh, hp, wp, pt, pl, y0, y1):  # type: ignore[no-untyped-def]
     # large planes: ten times as long on 512 channels of 28 x 28). Whole tiles of
     # `TILE_CHANNELS` channels by `LANES` columns go by vectors (`tile`: element by
     # element the copy was a tenth of a 64-channel 3 x 3 convolution's time and 6 % of
-    # vgg19's, two to three times what it is now), the rest element by element.
+    # vgg19's, two to three times what it is now), a row's last columns (a whole row when
+    # narrower than a vector) by masked ones (`tile_part`), ragged channels element by element.
     xf, plane, q0, q1 = x.reshape(x.size), ih * iw, left - pl, right - pl
     c_tiles = c - c % TILE_CHANNELS
     q_tiles = q0 + (q1 - q0) - (q1 - q0) % LANES
@@ -127,7 +166,9 @@ def rows(x, n_, xh, hp, wp, pt, pl, y0, y1):  # type: ignore[no-untyped-def]
             for q in range(q0, q_tiles, LANES):
                 src, dst = at_x + ch0 * plane + q, (y * wp + q + pl) * c + ch0
                 tile(at_xf + 4 * src, plane, at_xh + 4 * dst, c)
-        _rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, 0, c_tiles, q_tiles, q1)
+            if q_tiles < q1:
+                src, dst = at_x + ch0 * plane + q_tiles, (y * wp + q_tiles + pl) * c + ch0
+                tile_part(at_xf + 4 * src, plane, at_xh + 4 * dst, c, q1 - q_tiles)
         _rest(xf, xh, at_x, plane, (y * wp + pl) * c, c, c_tiles, c, q0, q1)
 
 

@@ -1,0 +1,165 @@
+"""The direct convolution's micro-kernel (`rvm.kernels.direct`): a tile of `MR` output
+positions by up to `VECTORS` vectors of output channels, in LLVM IR at the CPU's vector width.
+
+`micro` keeps ``MR x VECTORS`` accumulators in registers (24 + 4 of 32 AVX-512 registers;
+12 + 3 of 16 AVX2 ones): for each (tap, input channel) it loads the packed weight's vectors
+and broadcasts each position's input value from the NHWC plane (`rvm.kernels.nhwc`). A whole
+tile goes transposed into the NCHW output in registers (`rvm.kernels.nhwc.transposed`).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rvm.kernels import nhwc
+from rvm.kernels.cpu import cpu
+from rvm.kernels.sgemm import LANES, VECTORS
+
+__all__ = ["MR", "NB", "micro"]
+
+# Output positions a tile: MR x VECTORS accumulators, with room left for the weight's vectors
+# and a broadcast (24 + 4 of 32 AVX-512 registers; 12 + 3 of 16 AVX2 ones).
+MR = 8 if cpu().vector_bits == 512 else 6
+NB = LANES * VECTORS  # output channels a tile at most
+_FMA = cpu().fma
+
+
+@intrinsic
+def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The micro-kernel, on int64 addresses: ``T[i, :width] = sum over (t, ch) of A[bases[i] +
+    taps[t] + ch] * B[t * cg + ch, :width]`` for positions i < ``rows`` (of `MR`), ``width =
+    (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps, B's rows ``ldb`` floats apart.
+    ``bases`` and ``taps`` are int64 arrays' addresses. With ``ldc`` 0, T's rows go to C `NB`
+    floats apart; else the tile is whole (``rows`` = `MR`) and goes transposed, as NCHW wants
+    it: channel ``k``'s `MR` positions one run at ``C + k * ldc``, the accumulators
+    transposed in registers (`nhwc.transposed`). One loop per vector count, chosen by a switch:
+    each keeps its accumulators in registers; a partial tile of `MR` / 2 positions or fewer
+    runs a loop of half the rows (a 7 x 7 map's last band of 1 position cost a whole band's
+    multiply-adds, a seventh of the map's)."""
+    sig = nt.void(*(nt.int64,) * 12)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc = args
+        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        vec = ir.VectorType(f32, LANES)
+        vptr, fptr, iptr = vec.as_pointer(), f32.as_pointer(), i64.as_pointer()
+        masks, name, module = ir.VectorType(i1, LANES), f"v{LANES}f32", builder.module
+
+        def declare(ret, params, intrinsic_name):  # type: ignore[no-untyped-def]
+            return cgutils.get_or_insert_function(
+                module, ir.FunctionType(ret, params), intrinsic_name
+            )
+
+        fma = declare(vec, [vec] * 3, f"llvm.fma.{name}")
+        masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0")
+        masked_store = declare(
+            ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"
+        )
+        a, b, c = (builder.inttoptr(x, fptr) for x in (a, b, c))
+        bases, taps = builder.inttoptr(bases, iptr), builder.inttoptr(taps, iptr)
+        zero, align = ir.Constant(vec, None), i32(4)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+
+        def broadcast(value, vtype):  # type: ignore[no-untyped-def]
+            undef = ir.Constant(vtype, ir.Undefined)
+            one = builder.insert_element(undef, value, i32(0))
+            return builder.shuffle_vector(one, undef, splat)
+
+        lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
+        mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+        # Positions past ``rows`` read the last one's input (their sums are not stored).
+        last_row = builder.sub(rows, i64(1))
+
+        def row_base(i):  # type: ignore[no-untyped-def]
+            row = builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row)
+            return builder.load(builder.gep(bases, [row]))
+
+        a_rows = [row_base(i) for i in range(MR)]
+        ntaps = builder.sdiv(depth, cg)  # cg > 0: the caller's
+
+        def vector_at(base, offset, j):  # type: ignore[no-untyped-def]
+            return builder.bitcast(builder.gep(base, [builder.add(offset, i64(j * LANES))]), vptr)
+
+        def tile(vectors, mr):  # type: ignore[no-untyped-def]
+            def load(at, j):  # type: ignore[no-untyped-def]
+                if j < vectors - 1:
+                    return builder.load(at, align=4)
+                return builder.call(masked_load, [at, align, mask, zero])
+
+            acc = [
+                [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
+                for _ in range(mr)
+            ]
+            with cgutils.for_range(builder, ntaps) as outer:
+                t = outer.index
+                tap = builder.load(builder.gep(taps, [t]))
+                row0 = builder.mul(t, cg)
+                with cgutils.for_range(builder, cg) as inner:
+                    ch = inner.index
+                    row_b = builder.mul(builder.add(row0, ch), ldb)
+                    bs = [load(vector_at(b, row_b, j), j) for j in range(vectors)]
+                    at = builder.add(tap, ch)
+                    for i in range(mr):
+                        x = builder.load(builder.gep(a, [builder.add(a_rows[i], at)]))
+                        x = broadcast(x, vec)
+                        for j in range(vectors):
+                            old = builder.load(acc[i][j])
+                            if _FMA:
+                                new = builder.call(fma, [x, bs[j], old])
+                            else:
+                                new = builder.fadd(builder.fmul(x, bs[j]), old)
+                            builder.store(new, acc[i][j])
+
+            def store_rows():  # type: ignore[no-untyped-def]
+                for i in range(mr):
+                    with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                        for j in range(vectors):
+                            at = vector_at(c, i64(i * NB), j)
+                            value = builder.load(acc[i][j])
+                            if j < vectors - 1:
+                                builder.store(value, at, align=4)
+                            else:
+                                builder.call(masked_store, [value, at, align, mask])
+
+            if mr < MR:  # partial tiles only (``ldc`` 0)
+                store_rows()
+                return
+            by_rows = builder.icmp_signed("==", ldc, i64(0))
+            with builder.if_else(by_rows) as (plain, transposed):
+                with plain:
+                    store_rows()
+                with transposed:
+                    for j in range(vectors):
+                        runs = nhwc.transposed(
+                            builder, [builder.load(acc[i][j]) for i in range(MR)]
+                        )
+                        for lane, run in enumerate(runs):
+                            k = i64(j * LANES + lane)
+                            at = builder.gep(c, [builder.mul(k, ldc)])
+                            at = builder.bitcast(at, run.type.as_pointer())
+                            if j < vectors - 1:
+                                builder.store(run, at, align=4)
+                            else:
+                                with builder.if_then(builder.icmp_signed("<", i64(lane), last)):
+                                    builder.store(run, at, align=4)
+
+        half = builder.and_(
+            builder.icmp_signed("==", ldc, i64(0)), builder.icmp_signed("<=", rows, i64(MR // 2))
+        )
+        shapes = [(v, mr) for v in range(1, VECTORS + 1) for mr in (MR, MR // 2)]
+        blocks = [builder.append_basic_block(f"tile{v}x{mr}") for v, mr in shapes]
+        done = builder.append_basic_block("tiled")
+        key = builder.mul(builder.sub(vectors, i64(1)), i64(2))
+        switch = builder.switch(builder.add(key, builder.zext(half, i64)), blocks[-2])
+        for case, ((v, mr), block) in enumerate(zip(shapes, blocks, strict=True)):
+            switch.add_case(i64(case), block)
+            builder.position_at_end(block)
+            tile(v, mr)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
