@@ -20,7 +20,7 @@ from numba import types as nt
 from numba.extending import intrinsic
 
 from rvm.kernels.jitting import jit
-from rvm.kernels.maxrows import I32, I64, Vectors, loop, scalar_type
+from rvm.kernels.maxrows import I32, I64, Vectors, _taps_in, loop, scalar_type
 
 __all__ = ["by_rows"]
 
@@ -131,8 +131,7 @@ def by_rows(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
         base = at_x + c * ih * iw * size
         for p_ in range(oh):
             r0 = p_ * sh - pt
-            first = max(0, -(r0 // dh))  # the window's first row in the channel
-            last = min(kh - 1, (ih - 1 - r0) // dh)
+            first, last = _taps_in(r0, ih, kh, dh)  # the window's rows in the channel
             at, step = base + (r0 + first * dh) * iw * size, dh * iw * size
             dst = at_line + pl * 8
             if last < first:
