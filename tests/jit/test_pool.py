@@ -241,18 +241,25 @@ def test_pools_of_small_maps_split_over_threads_match_reference(blas_threads) ->
         _check_pool(kind, include, (1, 1024, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), False)
 
 
-def test_padded_max_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> None:
-    """`rvm.kernels.maxrows` over whole channels on maps narrower than `CHANNEL_WIDTH`: a
-    row and a column of padding on top and on the left, an overhang on the bottom and the
-    right (the first and last columns again), strides 1 and 2, row dilation; NaN wins."""
-    x = rand((1, 4, 13, 14))
-    x[0, 0, 0, 0] = x[0, 1, 12, 13] = x[0, 2, 6, 7] = np.nan
-    for (sh, sw), dh, pads, ceil in itertools.product(
-        [(1, 1), (2, 2), (2, 1)], [1, 2], [(0, 0, 1, 1), (1, 1, 1, 1), (1, 0, 2, 1)], [0, 1]
+def test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> None:
+    """`rvm.kernels.maxrows` and `avgrows` over whole channels on maps narrower than
+    `CHANNEL_WIDTH`: a row and a column of padding on top and on the left, an overhang on
+    the bottom and the right (the first and last columns again), strides 1 and 2, row
+    dilation; NaN wins a max and makes an average NaN, and only in its windows."""
+    x = rand((1, 4, 13, 20))
+    x[0, 0, 0, 0] = x[0, 1, 12, 19] = x[0, 2, 6, 7] = np.nan
+    for kind, (sh, sw), dh, pads, ceil in itertools.product(
+        ["max", "avg", "avg_pad"], [(1, 1), (2, 2), (2, 1)], [1, 2],
+        [(0, 0, 1, 1), (1, 1, 1, 1), (1, 0, 2, 1)], [0, 1]
     ):  # fmt: skip
         geometry = ((3, 3), (sh, sw), pads, (dh, 1), bool(ceil))
-        want = numpy_ref.max_pool2d(x, *geometry)
+        if kind == "max":
+            want = numpy_ref.max_pool2d(x, *geometry)
+        else:
+            want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
         out = np.full(want.shape, 7.0, dtype="float32")
-        pool.pool2d(x, out, 1, 3, 3, sh, sw, dh, 1, *pads, ceil, 0)
+        pool.pool2d(
+            x, out, int(kind == "max"), 3, 3, sh, sw, dh, 1, *pads, ceil, int(kind == "avg_pad")
+        )
         np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(geometry))
         np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(geometry))

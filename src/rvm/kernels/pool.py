@@ -199,13 +199,14 @@ def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl):  # type: ig
     """The method of a pool: `rvm.kernels.tiles` for 2x2 windows 2 apart inside the input (3
     to 6 times faster than the others); `rvm.kernels.stacked` for windows 1 apart on maps
     narrower than `STACKED_WIDTH`, unless the output is much sparser than the input; by rows
-    (`rvm.kernels.maxrows`, `avgrows`) for windows 3 columns wide that `takes`, averages only
-    2 apart (1 apart, `_phased` took 0.75 of their time on inception's 7 x 7 to 28 x 28
-    maps), unless the output is that sparse; else `rvm.kernels.maxflat` for max pools whose
-    windows overlap (a half to 0.85 of the time of the others on CNNs' pools) unless the
-    output is that sparse; else `rvm.kernels.separable` for a column stride above 1 on wide
-    inputs (it reads the input in place, where splitting it by the column stride is a slow
-    strided copy), `rvm.kernels.windows` for outputs much sparser than their input, else
+    (`rvm.kernels.maxrows`, `avgrows`) for windows 3 columns wide that `takes`, averages 1
+    apart only over whole channels (`avgrows.by_channels`; else `_phased` took 0.75 of their
+    time on inception's 7 x 7 to 28 x 28 maps), unless the output is that sparse; else
+    `rvm.kernels.maxflat` for max pools whose windows overlap (a half to 0.85 of the time
+    of the others on CNNs' pools) unless the output is that sparse; else
+    `rvm.kernels.separable` for a column stride above 1 on wide inputs (it reads the input in
+    place, where splitting it by the column stride is a slow strided copy),
+    `rvm.kernels.windows` for outputs much sparser than their input, else
     `_phased`."""
     if tiles.takes(ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl):
         return TILES
@@ -214,8 +215,9 @@ def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl):  # type: ig
     if not sparse and sh == 1 and sw == 1 and iw < STACKED_WIDTH:
         if stacked.takes(ih, iw, oh, ow, sh, sw):
             return STACKED
-    if not sparse and takes(kw, sw, dw) and (is_max or sw == 2):
-        return ROWS
+    if not sparse and takes(kw, sw, dw):
+        if is_max or sw == 2 or avgrows.by_channels(kh, kw, sw, pt, pl, iw, ow):
+            return ROWS
     if is_max and not sparse and (dh * (kh - 1) + 1 > sh or dw * (kw - 1) + 1 > sw):
         return FLAT
     if sw > 1 and iw >= SEPARABLE_WIDTH:
