@@ -5,9 +5,11 @@ the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.poo
 ``pool2d_max_rows``, built only for models whose pools take it). For each output row, its
 window rows are reduced element by element into a line that holds -inf where the padding or
 a ceil-mode overhang would be, then each output element is the maximum of three neighbours
-of the line. When the windows lie inside the input (no padding, no overhang), the rows are
-reduced for the whole channel in one run instead, the rows the stride skips too: one long run
-costs less than a short one per output row on small planes (13 x 13: half the time).
+of the line. When the windows lie inside the input (no padding, no overhang), or the map is
+narrower than `CHANNEL_WIDTH` and padded by at most a row and a column, the rows are reduced
+for the whole channel in one run instead, the rows the stride skips too: one long run costs
+less than a short one per output row on small planes (13 x 13: half the time); the padded
+edge rows are then runs of their own and the padded first and last columns are taken again.
 
 Two vector loops do the work, written as LLVM intrinsics (`max3_run`, `max3_pairs`): Numba's
 own loops for them take the NaN-propagating maximum as a compare and a blend per operand
