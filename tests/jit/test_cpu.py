@@ -113,6 +113,9 @@ for threads in (1, 2):
         for kind, include in (("max", False), ("avg", False), ("avg", True)):
             test_pool._check_pool(kind, include, shape, k, s, pads, ceil)
     test_pool.test_pools_three_columns_wide_match_reference_with_nan("float32")
+    test_pool.test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan()
+    if every:  # pools 1 apart on maps narrower than 8 lanes: a method of their own
+        test_pool.test_pools_of_small_maps_stacked_match_reference_with_nan("float32")
 for m in test_sgemm.SIZES_M:
     for n in test_sgemm.SIZES_N:
         test_sgemm._run(m, n, sgemm.KC + 3, True)

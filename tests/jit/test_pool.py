@@ -202,3 +202,64 @@ def test_tiling_pools_match_reference_with_nan(blas_threads, dtype) -> None:
             pool.pool2d(x, out, int(kind == "max"), 2, 2, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
             assert np.isnan(out[0, 1, 2, 2]) and np.isnan(out).sum() == 1
             np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=kind)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pools_of_small_maps_stacked_match_reference_with_nan(dtype) -> None:
+    """`rvm.kernels.stacked` (windows 1 apart on maps narrower than a vector): groups of
+    channels (90 channels of 7 x 7: two whole groups and a part), the first and last
+    channels' edge rows (reads that would leave the input), windows 1 to 5 taps wide (a
+    second pass), row dilation and asymmetric padding; a NaN in a window makes
+    its max or average NaN and never leaks into a window without it."""
+    x = rand((1, 90, 7, 7), dtype)
+    x[0, 0, 0, 0] = x[0, 45, 3, 6] = x[0, 89, 6, 6] = np.nan
+    for kind, k, dh, pads in itertools.product(
+        ["max", "avg", "avg_pad"], [(3, 3), (2, 1), (1, 5), (4, 4)], [1, 2],
+        [(1, 1, 1, 1), (1, 0, 2, 1)]
+    ):  # fmt: skip
+        geometry = (k, (1, 1), pads, (dh, 1), False)
+        if kind == "max":
+            want = numpy_ref.max_pool2d(x, *geometry)
+        else:
+            want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
+        oh, ow = want.shape[2:]
+        method = pool._method.py_func(
+            kind == "max", 7, oh, ow, *k, 1, 1, dh, 1, 7, pads[0], pads[1]
+        )
+        fits = oh <= 7 and ow <= 7  # else the rows or columns past the map: another method
+        assert (method == pool.STACKED) == fits or pool.STACKED_WIDTH <= 7, geometry
+        out = np.full(want.shape, 7.0, dtype=dtype)
+        flags = (kind == "max", *k, 1, 1, dh, 1, *pads, 0, kind == "avg_pad")
+        pool.pool2d(x, out, *map(int, flags))
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(flags))
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(flags))
+
+
+def test_pools_of_small_maps_split_over_threads_match_reference(blas_threads) -> None:
+    """Inception's 3x3 pools 1 apart on 7 x 7 maps, large enough to split (`stacked`)."""
+    for kind, include in (("max", False), ("avg", False), ("avg", True)):
+        _check_pool(kind, include, (1, 1024, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), False)
+
+
+def test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> None:
+    """`rvm.kernels.maxrows` and `avgrows` over whole channels on maps narrower than
+    `CHANNEL_WIDTH`: a row and a column of padding on top and on the left, an overhang on
+    the bottom and the right (the first and last columns again), strides 1 and 2, row
+    dilation; NaN wins a max and makes an average NaN, and only in its windows."""
+    x = rand((1, 4, 13, 20))
+    x[0, 0, 0, 0] = x[0, 1, 12, 19] = x[0, 2, 6, 7] = np.nan
+    for kind, (sh, sw), dh, pads, ceil in itertools.product(
+        ["max", "avg", "avg_pad"], [(1, 1), (2, 2), (2, 1)], [1, 2],
+        [(0, 0, 1, 1), (1, 1, 1, 1), (1, 0, 2, 1)], [0, 1]
+    ):  # fmt: skip
+        geometry = ((3, 3), (sh, sw), pads, (dh, 1), bool(ceil))
+        if kind == "max":
+            want = numpy_ref.max_pool2d(x, *geometry)
+        else:
+            want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
+        out = np.full(want.shape, 7.0, dtype="float32")
+        pool.pool2d(
+            x, out, int(kind == "max"), 3, 3, sh, sw, dh, 1, *pads, ceil, int(kind == "avg_pad")
+        )
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(geometry))
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(geometry))

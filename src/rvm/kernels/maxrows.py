@@ -5,9 +5,11 @@ the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.poo
 ``pool2d_max_rows``, built only for models whose pools take it). For each output row, its
 window rows are reduced element by element into a line that holds -inf where the padding or
 a ceil-mode overhang would be, then each output element is the maximum of three neighbours
-of the line. When the windows lie inside the input (no padding, no overhang), the rows are
-reduced for the whole channel in one run instead, the rows the stride skips too: one long run
-costs less than a short one per output row on small planes (13 x 13: half the time).
+of the line. When the windows lie inside the input (no padding, no overhang), or the map is
+narrower than `CHANNEL_WIDTH` and padded by at most a row and a column, the rows are reduced
+for the whole channel in one run instead, the rows the stride skips too: one long run costs
+less than a short one per output row on small planes (13 x 13: half the time); the padded
+edge rows are then runs of their own and the padded first and last columns are taken again.
 
 Two vector loops do the work, written as LLVM intrinsics (`max3_run`, `max3_pairs`): Numba's
 own loops for them take the NaN-propagating maximum as a compare and a blend per operand
@@ -168,6 +170,12 @@ def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
     return nt.void(like, nt.int64, nt.int64, nt.int64), codegen
 
 
+CHANNEL_WIDTH = 4 * _BITS // 32
+"""The input width (four float32 vectors) below which padded 3-row max pools are reduced over
+whole channels too (`_by_channel`): on 12 x 12 to 56 x 56 maps 0.6 to 0.8 of the time of
+a window-row reduction per output row, on 112 x 112 1.05 (one core, AVX-512)."""
+
+
 @jit(**_OPTS)
 def takes(kw, sw, dw):  # type: ignore[no-untyped-def]
     """Whether `by_rows` takes a max pool of this window width, column stride and dilation."""
@@ -175,12 +183,21 @@ def takes(kw, sw, dw):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
+def _taps_in(r0, ih, kh, dh):  # type: ignore[no-untyped-def]
+    """The first and last taps i of a window whose rows r0 + i * dh are in a channel of
+    ``ih`` rows (last < first when none is). Without dilation, no division: a division per
+    output row was a third of a small map's time."""
+    if dh == 1:
+        return max(0, -r0), min(kh - 1, ih - 1 - r0)
+    return max(0, -(r0 // dh)), min(kh - 1, (ih - 1 - r0) // dh)
+
+
+@jit(**_OPTS, inline="always")
 def _reduce_rows(like, size, base, ih, iw, r0, kh, dh, dst):  # type: ignore[no-untyped-def]
     """At address ``dst``: the maximum, column by column, of the window rows r0 + i * dh
     (i < kh) that are in the (ih, iw) channel at address ``base``, three rows a pass; False
     when none is. ``like``: a scalar of the elements' dtype, ``size`` bytes each."""
-    first = max(0, -(r0 // dh))  # the first tap in the channel: r0 + first * dh >= 0
-    last = min(kh - 1, (ih - 1 - r0) // dh)
+    first, last = _taps_in(r0, ih, kh, dh)
     if last < first:
         return False
     row = iw * size
@@ -193,28 +210,72 @@ def _reduce_rows(like, size, base, ih, iw, r0, kh, dh, dst):  # type: ignore[no-
 
 
 @jit(**_OPTS)
+def _edge_rows(like, size, base, v, lead, window, ih, iw, rows, r0, r1):  # type: ignore[no-untyped-def]
+    """The kept rows of the window rows' reductions in ``v`` from ``lead`` outside ``r0`` to
+    ``r1``, whose windows are partly in the padding: the first (padded on top) and those
+    past ``r1``, each a run of its window rows in the (ih, iw) channel at ``base``."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    row, at_v = iw * size, v.ctypes.data + lead * size
+    for r in range(0, rows, sh):
+        if r0 <= r < r1:
+            continue
+        if not _reduce_rows(like, size, base, ih, iw, r - pt, kh, dh, at_v + r * row):
+            v[lead + r * iw : lead + (r + 1) * iw] = -np.inf  # every window row in the padding
+
+
+@jit(**_OPTS)
+def _edge_columns(v, at, of, at_out, oh, ow, iw, sh, left, right):  # type: ignore[no-untyped-def]
+    """A channel's first (``left``) and last (``right``) output columns again, from its
+    window rows' reductions in ``v`` from ``at`` (rows ``sh`` apart): their windows are a
+    column past the channel, which the vector loops read for them."""
+    for p_ in range(oh):
+        r, o = at + p_ * sh * iw, at_out + p_ * ow
+        if left:  # the window's columns: -1, 0 and 1
+            of[o] = np.maximum(v[r], v[r + 1])
+        if right:  # iw - 2, iw - 1 and iw
+            of[o + ow - 1] = np.maximum(v[r + iw - 2], v[r + iw - 1])
+
+
+@jit(**_OPTS)
 def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
-    """`by_rows` for 3-row windows inside the input (no padding, no overhang): per channel,
-    the window rows reduced at every row in one run (the rows the stride skips too: one long
-    run costs less than a short one per output row on small planes), then the columns of
-    each output row."""
+    """`by_rows` for 3-row windows padded by at most one row and column on top and on the
+    left, overhanging by at most one column on the right: per channel, the window rows
+    reduced at every row whose taps are all in the channel in one run (the rows the stride
+    skips too: one long run costs less than a short one per output row on small planes), the
+    kept edge rows each a run of their taps in the channel; then the columns of each output
+    row, the first and last outputs again when their windows pad (the vector loops read a
+    column past the row for them)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
-    n = ((oh - 1) * sh + 1) * iw
-    v = np.empty(n, dtype=x.dtype)
-    like, size = v[0], x.itemsize
-    at_x, at_v, at_out = x.ctypes.data, v.ctypes.data, out.ctypes.data
-    apart, row = dh * iw * size, sh * iw * size
+    rows = (oh - 1) * sh + 1
+    size = x.itemsize
+    # v's rows from a cache line's start (a vector split over two lines costs more), a cache
+    # line of margin at either end: the first window of a row padded on the left reads one
+    # element before its row, the last one overhanging on the right one after
+    v = np.full(rows * iw + 3 * 64 // size, -np.inf, dtype=x.dtype)
+    lead = 64 - v.ctypes.data % 64
+    like, at_v = v[0], v.ctypes.data + lead
+    at_x, at_out = x.ctypes.data, out.ctypes.data
+    row = iw * size
+    r0, r1 = pt, max(pt, min(rows, ih - 2 * dh + pt))  # the rows all of whose taps are in
+    left, right = pl > 0, (ow - 1) * sw - pl + 2 == iw  # windows a column past the channel
+    of = out.reshape(out.size)
     for c in range(lo, hi):
         base = at_x + c * ih * iw * size
-        max3_run(like, base, base + apart, base + 2 * apart, at_v, n)
+        if r1 > r0:
+            at = base + (r0 - pt) * row
+            max3_run(like, at, at + dh * row, at + 2 * dh * row, at_v + r0 * row, (r1 - r0) * iw)
+        if r0 > 0 or r1 < rows:
+            _edge_rows(like, size, base, v, lead // size, window, ih, iw, rows, r0, r1)
         for p_ in range(oh):
+            src = at_v + p_ * sh * row - pl * size
             dst = at_out + ((c * oh + p_) * ow) * size
             if sw == 2:
-                max3_pairs(like, at_v + p_ * row, dst, ow)
+                max3_pairs(like, src, dst, ow)
             else:
-                at = at_v + p_ * row
-                max3_run(like, at, at + size, at + 2 * size, dst, ow)
+                max3_run(like, src, src + size, src + 2 * size, dst, ow)
+        if left or right:
+            _edge_columns(v, lead // size, of, c * oh * ow, oh, ow, iw, sh, left, right)
 
 
 @jit(**_OPTS)
@@ -224,7 +285,9 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     need = (ow - 1) * sw + kw  # the line's elements the outputs read
-    if kh == 3 and pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw:
+    inside = pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw
+    narrow = pt <= 1 and pl <= 1 and need - pl <= iw + 1 and 2 <= iw < CHANNEL_WIDTH
+    if kh == 3 and (inside or narrow):
         _by_channel(x, out, lo, hi, window)
         return
     line = np.full(max(pl + iw, need), -np.inf, dtype=x.dtype)

@@ -18,9 +18,9 @@ be (a strided read is not one):
   for average) around them, split by the strides, many small planes stacked, and each pass
   over the whole stack adds three taps' runs (`rvm.kernels.planes`);
 - for a column stride above 1 on a wide input, that split would be a slow strided copy; the
-  pools are separable instead: for each output row, its window rows are reduced column by
-  column into a padded line, then the line's columns tap by tap, and the row takes every
-  stride-th;
+  pools are separable row by row instead (`rvm.kernels.separable`);
+- pools 1 apart on maps narrower than a vector (inception's 3x3 pools on 7 x 7 maps), many
+  channels per vector run (`rvm.kernels.stacked`): a loop per output row there is all tail;
 - when the output keeps few of the positions a run would compute (global-like windows), window
   by window (`rvm.kernels.windows`: averages sum each window's rows as vectorized runs);
 - max pools whose windows overlap (a 3x3 window 2 apart, CNNs' common pool) are separable
@@ -36,7 +36,7 @@ be (a strided read is not one):
 - 2x2 windows 2 apart inside the input (vgg's, densenet's) as a stream, every element read
   once (`rvm.kernels.tiles`): a sixth to a third of the others' time.
 
-Max and average pools by each method are eleven tasks of their own (`rvm.kernels.parfor`),
+Max and average pools by each method are thirteen tasks of their own (`rvm.kernels.parfor`),
 each built when first run (a model builds the ones its pools take); large pools are split by
 channels over threads. The output
 size is checked against the geometry before any memory is touched (ValueError).
@@ -47,7 +47,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import avgrows, entry, parfor, tiles, windows
+from rvm.kernels import avgrows, entry, parfor, separable, stacked, tiles, windows
+from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.maxflat import by_flat
 from rvm.kernels.maxrows import by_rows, takes
@@ -90,78 +91,6 @@ def _scales(oh, ow, rows, cols):  # type: ignore[no-untyped-def]
         for q_ in range(ow):
             scale[p_ * ow + q_] = 1.0 / max(rows[p_] * cols[q_], 1.0)
     return scale
-
-
-@jit(**_OPTS)
-def _rows(xf, at, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max):  # type: ignore[no-untyped-def]
-    """``line[pl:pl + iw]`` = the max (``is_max``) or the sum, column by column, of the input
-    rows of output row ``p_``'s windows in the (ih, iw) channel at ``at`` of ``xf``; the
-    padding value when no row is in the input."""
-    dst, first = U(pl), True
-    for i_ in range(kh):
-        r = p_ * sh - pt + i_ * dh
-        if r < 0 or r >= ih:
-            continue
-        src = U(at + r * iw)
-        if first:
-            for c in range(U(iw)):
-                line[dst + c] = xf[src + c]
-            first = False
-        elif is_max:
-            for c in range(U(iw)):
-                line[dst + c] = np.maximum(line[dst + c], xf[src + c])
-        else:
-            for c in range(U(iw)):
-                line[dst + c] += xf[src + c]
-    if first:
-        for c in range(U(iw)):
-            line[dst + c] = -np.inf if is_max else 0.0
-
-
-@jit(**_OPTS)
-def _cols(line, acc, n, kw, dw, is_max):  # type: ignore[no-untyped-def]
-    """``acc[s]`` = the max or the sum of ``line[s + j * dw]`` over the taps j, for s < n:
-    every window start, ``sw`` of them apart from 0."""
-    for s in range(U(n)):
-        acc[s] = line[s]
-    for j in range(1, kw):
-        off = U(j * dw)
-        if is_max:
-            for s in range(U(n)):
-                acc[s] = np.maximum(acc[s], line[s + off])
-        else:
-            for s in range(U(n)):
-                acc[s] += line[s + off]
-
-
-@jit(**_OPTS)
-def _emit_row(of, dst, acc, src, step, ow, scale, at_s, is_max):  # type: ignore[no-untyped-def]
-    """Output row at ``dst`` of ``of`` = ``acc[src + q * step]`` for q < ow (averages
-    multiplied by ``scale[at_s + q]``)."""
-    dst, src, step, at_s = U(dst), U(src), U(step), U(at_s)
-    if is_max:
-        for q_ in range(U(ow)):
-            of[dst + q_] = acc[src + q_ * step]
-    else:
-        for q_ in range(U(ow)):
-            of[dst + q_] = acc[src + q_ * step] * scale[at_s + q_]
-
-
-@jit(**_OPTS)
-def _separable(x, out, lo, hi, line, acc, scale, is_max, window):  # type: ignore[no-untyped-def]
-    """Channels ``lo`` to ``hi`` (flat n * c index), output row by output row: the window rows
-    reduced column by column into ``line`` (its first ``pl`` and its last entries hold the
-    padding value), then the window columns into ``acc``, of which the row takes every
-    ``sw``-th."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
-    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
-    xf, of = x.reshape(x.size), out.reshape(out.size)
-    line[:] = -np.inf if is_max else 0.0
-    for plane in range(lo, hi):
-        for p_ in range(oh):
-            _rows(xf, plane * ih * iw, ih, iw, p_, kh, sh, dh, pt, line, pl, is_max)
-            _cols(line, acc, (ow - 1) * sw + 1, kw, dw, is_max)
-            _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, scale, p_ * ow, is_max)
 
 
 @jit(**_OPTS)
@@ -247,49 +176,53 @@ DIRECT_SPARSITY = 4
 """`_method` takes `rvm.kernels.windows` when a plane's phase holds this many times the
 positions whose pools are kept (a 6 x 6 average of a 6 x 6 input keeps 1 row of 7)."""
 SEPARABLE_WIDTH = 96
-"""The input width from which a column stride above 1 takes `_separable`: below it, its
+"""The input width from which a column stride above 1 takes `rvm.kernels.separable`: below it, its
 per-row loops are too short, and the strided copy of `_phased` costs less (3x3 stride-2 max
 pools on one thread broke even between 56 and 111 columns)."""
 
 
-SEPARABLE, PHASED, DIRECT, FLAT, ROWS, TILES = 0, 1, 2, 3, 4, 5
-"""The methods `_method` picks: `_separable`, `_phased`, `rvm.kernels.windows`,
+STACKED_WIDTH = cpu().vector_bits // 32
+"""The input width below which pools 1 apart take `rvm.kernels.stacked` (a float32 vector's
+lanes: a narrower row is all tail for a loop per row; on 6 x 6 and 7 x 7 maps it took half
+the time of `rvm.kernels.maxrows` and `_phased`, on 13 x 13 and 14 x 14 0.87 to 0.92, on
+27 x 27 and 28 x 28 1.3 to 1.6, on one core of an AVX-512 machine)."""
+
+
+SEPARABLE, PHASED, DIRECT, FLAT, ROWS, TILES, STACKED = 0, 1, 2, 3, 4, 5, 6
+"""The methods `_method` picks: `rvm.kernels.separable`, `_phased`, `rvm.kernels.windows`,
 `rvm.kernels.maxflat`, `rvm.kernels.maxrows` (max) or `rvm.kernels.avgrows` (average),
-`rvm.kernels.tiles`."""
+`rvm.kernels.tiles`, `rvm.kernels.stacked`."""
 
 
 @jit(**_OPTS)
 def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl):  # type: ignore[no-untyped-def]
     """The method of a pool: `rvm.kernels.tiles` for 2x2 windows 2 apart inside the input (3
-    to 6 times faster than the others); by rows (`rvm.kernels.maxrows`, `avgrows`) for
-    windows 3 columns wide that `takes`, averages only 2 apart (1 apart, `_phased` took 0.75
-    of their time on inception's 7 x 7 to 28 x 28 maps), unless the output is much sparser
-    than the input; else
-    `rvm.kernels.maxflat` for max pools whose windows overlap (a half to 0.85 of the time of
-    the others on CNNs' pools) unless the output is that sparse; else `_separable` for a
-    column stride above 1 on wide inputs (it reads the input in place, where splitting it by
-    the column stride is a slow strided copy), `rvm.kernels.windows` for outputs much sparser
-    than their input, else `_phased`."""
+    to 6 times faster than the others); `rvm.kernels.stacked` for windows 1 apart on maps
+    narrower than `STACKED_WIDTH`, unless the output is much sparser than the input; by rows
+    (`rvm.kernels.maxrows`, `avgrows`) for windows 3 columns wide that `takes`, averages 1
+    apart only over whole channels (`avgrows.by_channels`; else `_phased` took 0.75 of their
+    time on inception's 7 x 7 to 28 x 28 maps), unless the output is that sparse; else
+    `rvm.kernels.maxflat` for max pools whose windows overlap (a half to 0.85 of the time
+    of the others on CNNs' pools) unless the output is that sparse; else
+    `rvm.kernels.separable` for a column stride above 1 on wide inputs (it reads the input in
+    place, where splitting it by the column stride is a slow strided copy),
+    `rvm.kernels.windows` for outputs much sparser than their input, else
+    `_phased`."""
     if tiles.takes(ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl):
         return TILES
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     sparse = oh * wq * DIRECT_SPARSITY <= hq * wq
-    if not sparse and takes(kw, sw, dw) and (is_max or sw == 2):
-        return ROWS
+    if not sparse and sh == 1 and sw == 1 and iw < STACKED_WIDTH:
+        if stacked.takes(ih, iw, oh, ow, sh, sw):
+            return STACKED
+    if not sparse and takes(kw, sw, dw):
+        if is_max or sw == 2 or avgrows.by_channels(kh, kw, sw, pt, pl, iw, ow):
+            return ROWS
     if is_max and not sparse and (dh * (kh - 1) + 1 > sh or dw * (kw - 1) + 1 > sw):
         return FLAT
     if sw > 1 and iw >= SEPARABLE_WIDTH:
         return SEPARABLE
     return DIRECT if sparse else PHASED
-
-
-@jit(**_OPTS)
-def _by_separable(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
-    """`_separable` on channels ``lo`` to ``hi``, with scratch of its own."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
-    width = max(pl + x.shape[3], (out.shape[3] - 1) * sw + (kw - 1) * dw + 1)
-    line, acc = np.empty(width, dtype=acc_dtype), np.empty(width, dtype=acc_dtype)
-    _separable(x, out, lo, hi, line, acc, scale, is_max, window)
 
 
 @jit(**_OPTS)
@@ -335,12 +268,12 @@ def _avg_scale(x, out, data, window):  # type: ignore[no-untyped-def]
 
 
 # Chunk k of the channels of a max pool (maxima in the input's dtype) or of an average pool
-# (sums in float64), by one method: a model builds the methods its pools take, not all seven.
+# (sums in float64), by one method: a model builds the methods its pools take, not all of them.
 
 
 def _max_separable_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
-    _by_separable(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+    separable.by_separable(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
 
 
 def _max_phased_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -373,6 +306,17 @@ def _avg_tiles_task(k, like, data):  # type: ignore[no-untyped-def]
     tiles.by_tiles(x, out, lo, hi, False)
 
 
+def _max_stacked_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    stacked.by_stacked(x, out, lo, hi, np.empty(0, dtype=np.float64), True, window, x.dtype)
+
+
+def _avg_stacked_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    scale = _avg_scale(x, out, data, window)
+    stacked.by_stacked(x, out, lo, hi, scale, False, window, np.float64)
+
+
 def _avg_rows_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
     avgrows.by_rows(x, out, lo, hi, _avg_scale(x, out, data, window), window)
@@ -381,7 +325,7 @@ def _avg_rows_task(k, like, data):  # type: ignore[no-untyped-def]
 def _avg_separable_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
     scale = _avg_scale(x, out, data, window)
-    _by_separable(x, out, lo, hi, scale, False, window, np.float64)
+    separable.by_separable(x, out, lo, hi, scale, False, window, np.float64)
 
 
 def _avg_phased_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -402,6 +346,8 @@ for _name, _task in (
     ("pool2d_max_rows", _max_rows_task),
     ("pool2d_max_tiles", _max_tiles_task),
     ("pool2d_avg_tiles", _avg_tiles_task),
+    ("pool2d_max_stacked", _max_stacked_task),
+    ("pool2d_avg_stacked", _avg_stacked_task),
     ("pool2d_avg_rows", _avg_rows_task),
     ("pool2d_avg_separable", _avg_separable_task),
     ("pool2d_avg_phased", _avg_phased_task),
@@ -416,6 +362,8 @@ _run_max_flat = parfor.runner("pool2d_max_flat")
 _run_max_rows = parfor.runner("pool2d_max_rows")
 _run_max_tiles = parfor.runner("pool2d_max_tiles")
 _run_avg_tiles = parfor.runner("pool2d_avg_tiles")
+_run_max_stacked = parfor.runner("pool2d_max_stacked")
+_run_avg_stacked = parfor.runner("pool2d_avg_stacked")
 _run_avg_rows = parfor.runner("pool2d_avg_rows")
 _run_avg_separable = parfor.runner("pool2d_avg_separable")
 _run_avg_phased = parfor.runner("pool2d_avg_phased")
@@ -442,7 +390,7 @@ def first_run_tasks(
     worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
     how = _method.py_func(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl)
     names = {SEPARABLE: "separable", PHASED: "phased", DIRECT: "direct", FLAT: "flat",
-             ROWS: "rows", TILES: "tiles"}  # fmt: skip
+             ROWS: "rows", TILES: "tiles", STACKED: "stacked"}  # fmt: skip
     return (f"pool2d_{'max' if is_max else 'avg'}_{names[how]}",)
 
 
@@ -470,6 +418,8 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
             _run_max_tiles(x, chunks, job)
         elif method == ROWS:
             _run_max_rows(x, chunks, job)
+        elif method == STACKED:
+            _run_max_stacked(x, chunks, job)
         elif method == FLAT:
             _run_max_flat(x, chunks, job)
         elif method == SEPARABLE:
@@ -482,6 +432,8 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         _run_avg_tiles(x, chunks, job)
     elif method == ROWS:
         _run_avg_rows(x, chunks, job)
+    elif method == STACKED:
+        _run_avg_stacked(x, chunks, job)
     elif method == SEPARABLE:
         _run_avg_separable(x, chunks, job)
     elif method == DIRECT:
