@@ -11,7 +11,7 @@ import pytest
 from jit_helpers import check, prim, var
 
 from rvm import op
-from rvm.kernels import parfor, qgemm, qpool
+from rvm.kernels import entry, parfor, qgemm, qpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -97,6 +97,8 @@ def test_qdense_kernel_equals_reference(m, k, n):
     scale = RNG.uniform(1e-4, 1e-3, n).astype(np.float32)
     bias = RNG.integers(-3000, 3000, n).astype(np.int32)
     check(prim([x, w, b, s], call), _ints((m, k), "uint8"), _ints((n, k), "int8"), bias, scale)
+    # the kernel called the library's entry point (compiled once), not a copy of its own
+    assert ("qdense", "uint8_int8_int32_float32_uint8") in entry.required()
 
 
 def test_library_without_kernel_matches_reference():
