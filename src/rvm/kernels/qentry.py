@@ -14,7 +14,7 @@ import numba as nb
 
 from rvm.kernels import entry, qgemm
 
-__all__ = ["qconv2d_call", "qdense_call"]
+__all__ = ["qconv2d", "qconv2d_call", "qdense", "qdense_call"]
 
 
 def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
@@ -52,3 +52,22 @@ entry.export("qdense", _qdense)
 # What kernels call (`rvm.kernels.entry.caller`): ``qconv2d_call(arrays, params)``, 0 done.
 qconv2d_call = entry.caller("qconv2d", 12)
 qdense_call = entry.caller("qdense", 4)
+
+
+# For Python callers (kernels call the entry points). Not cached: compiling one types the call,
+# which registers the entry point (`entry.require`); cached object code would be linked
+# without it. Each compiles in a fraction of a second and shares the entry point's object code
+# with every kernel, where ``qgemm.qconv2d`` called from Python would compile the whole
+# library again for its argument types.
+@nb.njit(nogil=True)
+def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
+            hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`qgemm.qconv2d` through its entry point: the same arguments, C-contiguous arrays."""
+    params = (x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, 1 if hwc else 0)
+    qconv2d_call((x, w, bias, scale, out), params)
+
+
+@nb.njit(nogil=True)
+def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
+    """`qgemm.qdense` through its entry point: the same arguments, C-contiguous arrays."""
+    qdense_call((x, w, bias, scale, out), (x_zero, y_zero, low, high))
