@@ -89,7 +89,7 @@ def test_this_machine_tuning_comes_from_its_facts() -> None:
 # threads (the large cases split, the small ones not), and GEMMs around the tile edges. By
 # default every convolution method and the direct one, one pool of each kind; every case (the
 # split GEMMs' large convolutions, every model's pool) on one thread too with -m slow: each new
-# method is seconds of compiling for Haswell (the one-thread pass was 7 of the default's 29).
+# method is seconds of compiling for Haswell.
 _SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
