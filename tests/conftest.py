@@ -24,7 +24,8 @@ MAX_WORKERS = 4
 # The longest test files, weighed by their summed ``--durations=0`` in a 2-worker run of the
 # suite from empty caches (a loaded machine's seconds over 4.3, that run's ratio to a quiet
 # one; only the order matters): xdist starts them first (`pytest_collection_modifyitems`). A
-# file missing here goes after them, by its count of tests.
+# file missing here goes after them, by its count of tests. Measured data that ages: after a
+# change to what the suite compiles, regenerate it with scripts/longest_files.py.
 LONGEST_FILES = {
     "tests/jit/test_quantized.py": 272,
     "tests/generation/test_greedy.py": 139,
