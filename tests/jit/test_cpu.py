@@ -85,11 +85,10 @@ def test_this_machine_tuning_comes_from_its_facts() -> None:
 
 
 # In the subprocess: the convolution and pool cases of the library's own tests (their case
-# lists, run by their own checks; the direct method's with its panels and AVX-512's), on two
-# threads (the large cases split, the small ones not), and GEMMs around the tile edges. By
-# default every convolution method and the direct one, one pool of each kind; every case (the
-# split GEMMs' large convolutions, every model's pool) on one thread too with -m slow: each new
-# method is seconds of compiling for Haswell.
+# lists, run by their own checks; the direct method's with its panels and AVX-512's), on one
+# thread and two, and GEMMs around the tile edges. By default every convolution method and
+# the direct one, one pool of each kind; every case (the split GEMMs' large convolutions,
+# every model's pool) with -m slow: each new method is seconds of compiling for Haswell.
 _SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -101,7 +100,7 @@ import test_conv, test_direct, test_pool, test_sgemm
 every = {every!r}
 convs = test_conv.CASES + (test_conv.SPLIT_CASES if every else [])
 pools = test_pool.MODEL_POOLS if every else test_pool.MODEL_POOLS[3:4]
-for threads in (1, 2) if every else (2,):
+for threads in (1, 2):
     rvm.set_num_threads(threads)
     for case in convs:
         test_conv.test_conv2d_matches_reference(case, "float32")
