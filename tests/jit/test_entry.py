@@ -74,3 +74,12 @@ def test_require_checks_its_dtype() -> None:
 
     with pytest.raises(ValueError, match="float16"):
         entry.require("conv2d", "float16")
+
+
+def test_require_checks_a_mixed_variant() -> None:
+    from rvm.kernels import entry
+
+    with pytest.raises(ValueError, match="'uint8_int8'.*5 arrays joined by '_'"):
+        entry.require("qconv2d", "uint8_int8")
+    with pytest.raises(ValueError, match="float64"):
+        entry.require("qdense", "uint8_int8_int32_float64_uint8")

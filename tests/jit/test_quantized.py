@@ -11,7 +11,7 @@ import pytest
 from jit_helpers import check, prim, var
 
 from rvm import op
-from rvm.kernels import parfor, qgemm, qpool
+from rvm.kernels import entry, parfor, qentry, qgemm, qpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -97,6 +97,8 @@ def test_qdense_kernel_equals_reference(m, k, n):
     scale = RNG.uniform(1e-4, 1e-3, n).astype(np.float32)
     bias = RNG.integers(-3000, 3000, n).astype(np.int32)
     check(prim([x, w, b, s], call), _ints((m, k), "uint8"), _ints((n, k), "int8"), bias, scale)
+    # the kernel called the library's entry point (compiled once), not a copy of its own
+    assert ("qdense", "uint8_int8_int32_float32_uint8") in entry.required()
 
 
 def test_library_without_kernel_matches_reference():
@@ -107,7 +109,7 @@ def test_library_without_kernel_matches_reference():
     want = numpy_ref.qconv2d(x, w, bias, scale, 3, 1, 0, 255, "uint8", (1, 1), (1, 1, 1, 1),
                              (1, 1), 1)  # fmt: skip
     out = np.full(want.shape, 77, np.uint8)  # hwc given, as a kernel gives it: one compile
-    qgemm.qconv2d(x, w, bias, scale, out, 3, 1, 0, 255, 1, 1, 1, 1, 1, 1, 1, False)
+    qentry.qconv2d(x, w, bias, scale, out, 3, 1, 0, 255, 1, 1, 1, 1, 1, 1, 1, False)
     np.testing.assert_array_equal(out, want)
 
 
@@ -184,12 +186,12 @@ def test_split_qconv2d_equals_reference(blas_threads, xs, ws, padding, groups, x
     want = numpy_ref.qconv2d(x, w, bias, scale, 3, y_zero, low, high, y_dtype, (1, 1), pads,
                              (1, 1), groups)  # fmt: skip
     out = np.full(want.shape, 77, y_dtype)
-    qgemm.qconv2d(x, w, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
+    qentry.qconv2d(x, w, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
                   padding, False)  # fmt: skip
     np.testing.assert_array_equal(out, want)
     out[:] = 77  # the same weight in OHWI (tap-major, read in place)
     ohwi = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
-    qgemm.qconv2d(x, ohwi, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
+    qentry.qconv2d(x, ohwi, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, 1, 1, padding,
                   padding, True)  # fmt: skip
     np.testing.assert_array_equal(out, want)
     if blas_threads == 2:
@@ -226,7 +228,7 @@ def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
                              (dilation,) * 2, groups)  # fmt: skip
     for hwc, weight in ((False, w), (True, np.ascontiguousarray(w.transpose(0, 2, 3, 1)))):
         out = np.full(want.shape, 77, y_dtype)
-        qgemm.qconv2d(x, weight, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, dilation,
+        qentry.qconv2d(x, weight, bias, scale, out, 3, y_zero, low, high, groups, 1, 1, dilation,
                       dilation, pads[0], pads[1], hwc)  # fmt: skip
         np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
 
@@ -280,7 +282,7 @@ def test_strided_direct_qconv2d_equals_reference(blas_threads, xs, ws, strides, 
                              groups)  # fmt: skip
     for hwc, weight in ((False, w), (True, np.ascontiguousarray(w.transpose(0, 2, 3, 1)))):
         out = np.full(want.shape, 77, np.uint8)
-        qgemm.qconv2d(x, weight, bias, scale, out, 3, 5, 5, 255, groups, sh, sw, dh, dw,
+        qentry.qconv2d(x, weight, bias, scale, out, 3, 5, 5, 255, groups, sh, sw, dh, dw,
                       pads[0], pads[1], hwc)  # fmt: skip
         np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
 
@@ -363,7 +365,7 @@ def test_split_qdense_equals_reference(blas_threads, y_dtype, m, k, n):
     y_zero, (low, high) = (100, (0, 255)) if y_dtype == "uint8" else (-2, (-128, 127))
     want = numpy_ref.qdense(x, w, bias, scale, 128, y_zero, low, high, y_dtype)
     out = np.full(want.shape, 77, y_dtype)
-    qgemm.qdense(x, w, bias, scale, out, 128, y_zero, low, high)
+    qentry.qdense(x, w, bias, scale, out, 128, y_zero, low, high)
     np.testing.assert_array_equal(out, want)
 
 

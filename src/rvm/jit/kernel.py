@@ -50,7 +50,7 @@ class KernelBuilder(Emitter):
         arrays ``arrays`` of ``dtype`` and the int ``params``, raising ValueError when the
         library finds their shapes do not match. The kernel's module requires the entry point
         at import, so its cached object code links."""
-        self.imports.add((entry.MODULES[name], "entry_call", f"{name}_entry"))
+        self.imports.add((entry.MODULES[name], entry.caller_attribute(name), f"{name}_entry"))
         self.entries.add((name, dtype))
         values = "".join(f"{v}, " for v in params)  # plain ints: no np.int64 call to type
         self.root.lines.append(f"if {name}_entry(({', '.join(arrays)},), ({values})) != 0:")

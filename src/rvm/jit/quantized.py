@@ -2,7 +2,9 @@
 
 The kernel checks its operands' shapes (the convolution's geometry as `rvm.jit.stages` checks
 a float convolution's), makes the call and returns; the integer GEMM (VNNI ``vpdpbusd``
-where the CPU has it), the im2col and the requantizing epilogue live in the library. Both ops
+where the CPU has it), the im2col and the requantizing epilogue live in the library, called
+through its entry points (`rvm.kernels.qentry`), compiled once per process (or cache) rather
+than into every kernel. Both ops
 are OPAQUE, so a kernel holds one of them alone. Operands the library does not take (uint8
 weights, a 0-d bias or scale) raise `Unsupported`: the kernel runs its NumPy reference.
 """
@@ -14,9 +16,8 @@ from rvm.jit.cond import mod, mul, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.stages import _conv_geometry
 from rvm.jit.te import Tensor, Unsupported
+from rvm.kernels import entry
 from rvm.op import ops
-
-_LIBRARY = "rvm.kernels.qgemm"
 
 
 def _check_operands(kb: KernelBuilder, args: list[Tensor]) -> None:
@@ -32,8 +33,17 @@ def _check_operands(kb: KernelBuilder, args: list[Tensor]) -> None:
         )
 
 
-def _quant_params(attrs: dict) -> str:
-    return ", ".join(str(attrs[k]) for k in ("x_zero", "y_zero", "low", "high"))
+def _quant_params(attrs: dict) -> tuple[int, ...]:
+    return tuple(attrs[k] for k in ("x_zero", "y_zero", "low", "high"))
+
+
+def _call(
+    kb: KernelBuilder, name: str, arrays: list[str], args: list[Tensor], out: str, params: tuple
+) -> None:
+    """The call of the library's entry point ``name`` on ``arrays`` (the operands ``args``,
+    then the output of dtype ``out``)."""
+    dtype = entry.variant([*(a.dtype for a in args), out])
+    kb.call_entry(name, arrays, params, dtype)
 
 
 def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
@@ -59,11 +69,8 @@ def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
         t.array = kb.buffer(dims, out, t.array)
         names = [kb.materialize(a) for a in args]
         (_, _, sh, dh, (pt, _), _), (_, _, sw, dw, (pl, _), _) = geo
-        kb.imports.add((_LIBRARY, "qconv2d", None))
-        geometry = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {hwc}"
-        kb.root.lines.append(
-            f"qconv2d({', '.join(names)}, {t.array}, {_quant_params(attrs)}, {geometry})"
-        )
+        params = (*_quant_params(attrs), groups, sh, sw, dh, dw, pt, pl, int(hwc))
+        _call(kb, "qconv2d", [*names, t.array], args, out, params)
 
     t.fill = fill
     return t
@@ -85,9 +92,7 @@ def _qdense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Ten
         x2, o2 = kb.fresh("x2"), kb.fresh("o2")
         kb.root.lines.append(f"{x2} = {names[0]}.reshape(({rows}, {x.dims[-1]}))")
         kb.root.lines.append(f"{o2} = {t.array}.reshape(({rows}, {w.dims[0]}))")
-        kb.imports.add((_LIBRARY, "qdense", None))
-        operands = ", ".join([x2, *names[1:]])
-        kb.root.lines.append(f"qdense({operands}, {o2}, {_quant_params(attrs)})")
+        _call(kb, "qdense", [x2, *names[1:], o2], args, out, _quant_params(attrs))
 
     t.fill = fill
     return t

@@ -13,9 +13,12 @@ alone, not every dtype's (each is seconds of LLVM). A kernel that calls one requ
 import (its generated source has ``require("conv2d", "float32")`` before its function), so the
 symbol is registered before a cached kernel is linked; typing a call requires it too.
 
-Every entry point has one C signature, so one caller serves them all: three data pointers
-(up to three 4-d arrays of the dtype; null past the last), their dims (an int64 array of
-12), the integer parameters (an int64 array), and an int64 status back (0: done).
+Every float entry point has one C signature, so one caller serves them all: three data
+pointers (up to three 4-d arrays of the dtype; null past the last), their dims (an int64 array
+of 12), the integer parameters (an int64 array), and an int64 status back (0: done). The
+quantized products' (`MIXED`) take arrays of several dtypes and ranks: a data pointer per
+array, typed by its dtype, then the dims of them all, the parameters and the status; their
+variant (the ``dtype`` below) names every array's dtype, joined by ``_`` (`variant`).
 
 - `export(name, body)` declares ``body(a, b, c, dims, params)`` as entry point ``name``;
 - `require(name, dtype)` compiles and registers it for ``dtype``, once per process;
@@ -26,7 +29,7 @@ Every entry point has one C signature, so one caller serves them all: three data
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numba as nb
 import numpy as np
@@ -50,7 +53,14 @@ MODULES = {
     "conv2d_packed": "rvm.kernels.direct",
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
+    "qconv2d": "rvm.kernels.qentry",
+    "qdense": "rvm.kernels.qentry",
 }
+# The entry points whose arrays are of several dtypes: each array's rank, and the dtypes an
+# array may have. A kernel calls them through its module's ``<name>_call``, the others through
+# ``entry_call`` (`caller_attribute`).
+MIXED = {"qconv2d": (4, 4, 1, 1, 4), "qdense": (2, 2, 1, 1, 2)}
+MIXED_DTYPES = ("uint8", "int8", "int32", "float32")
 
 _bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
@@ -76,10 +86,14 @@ def require(name: str, dtype: str) -> None:
     """
     if (name, dtype) in _compiled:
         return
-    if name not in MODULES or dtype not in DTYPES:
+    if name not in MODULES or not _known(name, dtype):
+        if name in MIXED:
+            want = f"the dtypes of its {len(MIXED[name])} arrays joined by '_', each one of "
+            want += ", ".join(MIXED_DTYPES)
+        else:
+            want = f"dtypes {', '.join(DTYPES)}"
         raise ValueError(
-            f"no entry point {name!r} for {dtype!r}: entry points are {', '.join(MODULES)}, "
-            f"dtypes {', '.join(DTYPES)}"
+            f"no entry point {name!r} for {dtype!r}: entry points are {', '.join(MODULES)}, {want}"
         )
     if name not in _bodies:
         importlib.import_module(MODULES[name])  # exports it
@@ -89,13 +103,31 @@ def require(name: str, dtype: str) -> None:
         _build(name, dtype, body)
 
 
+def _known(name: str, dtype: str) -> bool:
+    if name not in MIXED:
+        return dtype in DTYPES
+    parts = dtype.split("_")
+    return len(parts) == len(MIXED[name]) and all(p in MIXED_DTYPES for p in parts)
+
+
+def variant(dtypes: Sequence[str]) -> str:
+    """The variant of a `MIXED` entry point whose arrays have ``dtypes``, in order."""
+    return "_".join(dtypes)
+
+
+def caller_attribute(name: str) -> str:
+    """The name of entry point ``name``'s `caller` in its module (`MODULES`)."""
+    return f"{name}_call" if name in MIXED else "entry_call"
+
+
 def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
     # Numba's own (reentrant) lock: typing a call requires the entry point while holding it.
     with global_compiler_lock:
         if (name, dtype) in _compiled:
             return
-        ptr = nt.CPointer(nb.from_dtype(np.dtype(dtype)))
-        sig = nt.int64(ptr, ptr, ptr, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
+        dtypes = dtype.split("_") if name in MIXED else [dtype] * MAX_ARRAYS
+        ptrs = [nt.CPointer(nb.from_dtype(np.dtype(d))) for d in dtypes]
+        sig = nt.int64(*ptrs, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
         with Progress(f"building rvm's library: {name} ({dtype})"):  # seconds, once per machine
             cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         llvm.add_symbol(symbol(name, dtype), cfunc.address)
@@ -115,16 +147,19 @@ def required() -> list[tuple[str, str]]:
 
 def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
     """The intrinsic ``call(arrays, params) -> int64`` of entry point ``name``: ``arrays`` a
-    tuple of up to `MAX_ARRAYS` C-contiguous 4-d arrays of one float dtype, ``params`` a
-    tuple of ``n_params`` integers (each passed as int64)."""
+    tuple of up to `MAX_ARRAYS` C-contiguous 4-d arrays of one float dtype (of a `MIXED` one:
+    its C-contiguous arrays of their ranks), ``params`` a tuple of ``n_params`` integers (each
+    passed as int64)."""
+    ranks = MIXED.get(name)
 
     @intrinsic
     def call(typingctx, arrays, params):  # type: ignore[no-untyped-def]
-        if not _arrays_ok(arrays):
+        if not (_mixed_ok(arrays, ranks) if ranks else _arrays_ok(arrays)):
             return None
         if not _params_ok(params, n_params):
             return None
-        dtype = str(arrays.types[0].dtype)
+        dtypes = [str(t.dtype) for t in arrays.types]
+        dtype = variant(dtypes) if ranks else dtypes[0]
         require(name, dtype)  # before the caller is linked
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -134,9 +169,10 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
             for aty, av in zip(arrays.types, values):
                 arr = context.make_array(aty)(context, builder, av)
                 ptrs.append(arr.data)
-                dims += cgutils.unpack_tuple(builder, arr.shape, NDIMS)
-            ptrs += [ir.Constant(ptrs[0].type, None)] * (MAX_ARRAYS - len(ptrs))
-            dims += [i64(0)] * (MAX_ARRAYS * NDIMS - len(dims))
+                dims += cgutils.unpack_tuple(builder, arr.shape, aty.ndim)
+            if not ranks:
+                ptrs += [ir.Constant(ptrs[0].type, None)] * (MAX_ARRAYS - len(ptrs))
+                dims += [i64(0)] * (MAX_ARRAYS * NDIMS - len(dims))
             pvals = [
                 context.cast(builder, v, t, nt.int64)
                 for v, t in zip(cgutils.unpack_tuple(builder, args[1], n_params), params.types)
@@ -166,6 +202,15 @@ def _arrays_ok(arrays: nt.Type) -> bool:
     if not all(isinstance(t, nt.Array) and t.ndim == NDIMS and t.layout == "C" for t in types):
         return False
     return len({t.dtype for t in types}) == 1 and str(types[0].dtype) in DTYPES
+
+
+def _mixed_ok(arrays: nt.Type, ranks: tuple[int, ...]) -> bool:
+    if not isinstance(arrays, nt.BaseTuple) or len(arrays) != len(ranks):
+        return False
+    return all(
+        isinstance(t, nt.Array) and t.ndim == r and t.layout == "C" and str(t.dtype) in MIXED_DTYPES
+        for t, r in zip(arrays.types, ranks)
+    )
 
 
 def _stack_array(builder: ir.IRBuilder, values: list) -> ir.Value:

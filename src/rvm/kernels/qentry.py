@@ -1,0 +1,73 @@
+"""The quantized products' entry points (`rvm.kernels.entry`): `rvm.kernels.qgemm`'s
+``qconv2d`` and ``qdense`` compiled once per variant (the dtypes of their arrays) and called
+by jit kernels through a registered symbol, so a kernel links the library instead of compiling
+its integer GEMM, im2col and requantizing epilogue into its own code (seconds of LLVM per
+kernel).
+
+A kernel checks its operands' shapes before the call (`rvm.jit.quantized`), so the entry
+points take them as they come and always return 0.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+
+from rvm.kernels import entry, qgemm
+
+__all__ = ["qconv2d", "qconv2d_call", "qdense", "qdense_call"]
+
+
+def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
+    """`qgemm.qconv2d` on x, w (4-d), bias, scale (1-d), out (4-d); the parameters: x_zero,
+    y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, hwc (0 or 1)."""
+    d, p = nb.carray(dims, 14), nb.carray(params, 12)
+    qgemm.qconv2d(
+        nb.carray(x, (d[0], d[1], d[2], d[3])),
+        nb.carray(w, (d[4], d[5], d[6], d[7])),
+        nb.carray(bias, (d[8],)),
+        nb.carray(scale, (d[9],)),
+        nb.carray(out, (d[10], d[11], d[12], d[13])),
+        p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11] != 0,
+    )  # fmt: skip
+    return 0
+
+
+def _qdense(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
+    """`qgemm.qdense` on x, w (2-d), bias, scale (1-d), out (2-d); the parameters: x_zero,
+    y_zero, low, high."""
+    d, p = nb.carray(dims, 8), nb.carray(params, 4)
+    qgemm.qdense(
+        nb.carray(x, (d[0], d[1])),
+        nb.carray(w, (d[2], d[3])),
+        nb.carray(bias, (d[4],)),
+        nb.carray(scale, (d[5],)),
+        nb.carray(out, (d[6], d[7])),
+        p[0], p[1], p[2], p[3],
+    )  # fmt: skip
+    return 0
+
+
+entry.export("qconv2d", _qconv2d)
+entry.export("qdense", _qdense)
+# What kernels call (`rvm.kernels.entry.caller`): ``qconv2d_call(arrays, params)``, 0 done.
+qconv2d_call = entry.caller("qconv2d", 12)
+qdense_call = entry.caller("qdense", 4)
+
+
+# For Python callers (kernels call the entry points). Not cached: compiling one types the call,
+# which registers the entry point (`entry.require`); cached object code would be linked
+# without it. Each compiles in a fraction of a second and shares the entry point's object code
+# with every kernel, where ``qgemm.qconv2d`` called from Python would compile the whole
+# library again for its argument types.
+@nb.njit(nogil=True)
+def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
+            hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`qgemm.qconv2d` through its entry point: the same arguments, C-contiguous arrays."""
+    params = (x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, 1 if hwc else 0)
+    qconv2d_call((x, w, bias, scale, out), params)
+
+
+@nb.njit(nogil=True)
+def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
+    """`qgemm.qdense` through its entry point: the same arguments, C-contiguous arrays."""
+    qdense_call((x, w, bias, scale, out), (x_zero, y_zero, low, high))
