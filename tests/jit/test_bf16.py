@@ -223,7 +223,7 @@ def _conv(case: tuple, seed: int, with_bias: bool = False, act: int = 0) -> None
 @pytest.mark.parametrize("i", range(len(CONVS)))
 def test_conv2d(i: int, blas_threads: int) -> None:
     """Each case once, in turn with no epilogue, a bias and ReLU, or a GELU (no bias): applied
-    to each tile as it is stored, wide rows and grouped pieces alike."""
+    to the rows as they are summed, wide rows and grouped pieces alike."""
     case = CONVS[i]
     _conv(case, seed=case[1] * case[2] + case[4], with_bias=i % 3 == 1, act=(0, 1, 3)[i % 3])
 

@@ -231,11 +231,11 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     plane's rows: position ``(y, x)`` is the plane word ``y * wp + x`` (stride 1), so the
     rows [y0, y1) are one run of ``(y1 - y0) * wp`` positions (the last ``wp - ow`` of each
     row computed and dropped). Blocks of rows whose plane rows fit in L2, each depth block,
-    each band of `MR` channels, tile after tile of `NR` positions of the run, each tile's
-    bias and activation (``job[18]``, ``job[19]``) applied as the last depth block stores it
-    (`rvm.kernels.epilogue.tile_rows`); then, when the rows are wider than the output's, the
-    block's rows compacted into the output (`_compact`) while they are in cache, on this
-    thread."""
+    each band of `MR` channels, tile after tile of `NR` positions of the run, the band's bias
+    and activation (``job[18]``, ``job[19]``) applied to its rows of the block right after
+    its last depth block, while they are in cache (`rvm.kernels.epilogue.tile_rows`); then,
+    when the rows are wider than the output's, the block's rows compacted into the output
+    (`_compact`) while they are in cache, on this thread."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     bias, act = job[18], job[19]
@@ -255,9 +255,9 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                     vectors = (cols + LANES - 1) // LANES
                     micro(kc2, a_band, lda, b_run + 4 * x0, table + 8 * p0, 1, c_band + 4 * x0,
                           ldc, add, rows, vectors, cols - (vectors - 1) * LANES)  # fmt: skip
-                    if p0 == last and (bias != 0 or act != 0):  # the tile is done
-                        at_bias = bias + 4 * i0 if bias != 0 else 0
-                        tile_rows(c_band + 4 * x0, ldc, rows, cols, at_bias, act, 0)
+                if p0 == last and (bias != 0 or act != 0):  # the band's rows are done
+                    at_bias = bias + 4 * i0 if bias != 0 else 0
+                    tile_rows(c_band, ldc, rows, run, at_bias, act)
         if job[15] != 0:
             _compact(job, co0, co1, yb, ye)
 
@@ -443,8 +443,8 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act):  # typ
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
     top ``pt``, left ``pl`` (the output's size says the rest), by the direct method on the
     input's pair plane in its stride phases; then ``act(out + bias)`` (``bias`` float32, one
-    value per output channel or empty: none; ``act`` an index of `ACTIVATIONS`) in each tile
-    as it is stored."""
+    value per output channel or empty: none; ``act`` an index of `ACTIVATIONS`) on each band
+    of channels' rows as soon as they are summed, not as a pass after the convolution."""
     _check(x, w, out, groups, kh, kw, bias, act)
     n, c = x.shape[0], x.shape[1]
     co = w.shape[0]

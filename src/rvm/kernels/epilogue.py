@@ -4,8 +4,8 @@
 act(C + bias) + R`` over a tile of C just stored (row stride ``ldc`` floats; ``bias`` the
 address of ``cols`` floats, 0: none; ``act`` an index of
 `rvm.kernels.reference.packed.ACTIVATIONS`; ``res`` R's tile, row stride ``ldc``, 0: none),
-`LANES` lanes a step, the row's last under a lane mask. `tile_rows` is the same with one bias
-value a row (a convolution's output channels).
+`LANES` lanes a step, the row's last under a lane mask. `tile_rows(c, ldc, rows, cols, bias,
+act)` is a convolution's: ``C = act(C + bias)`` with one bias value a row (an output channel).
 
 Why in LLVM IR: the same epilogue written as Numba loops (`rvm.kernels.packed._epilogue`),
 called on each 8 x 48 tile from within the bf16 GEMM's walk, vectorizes its bias and ReLU but
@@ -155,47 +155,82 @@ class VectorMath(VectorIR):
         return self.gelu(v, act == 3) if act in (2, 3) else v
 
 
-def _tile_codegen(builder, args, rows_bias: bool) -> None:  # type: ignore[no-untyped-def]
-    """The epilogue's loops over a tile (`tile`, `tile_rows`): one loop per activation,
-    chosen by a switch; the bias a vector along the columns, or with ``rows_bias`` one value
-    a row in every lane."""
-    c, ldc, rows, cols, bias, act, res = args
-    v = VectorMath(builder, LANES)
-    steps = builder.sdiv(builder.add(cols, I64(LANES - 1)), I64(LANES))
-    with_bias = builder.icmp_signed("!=", bias, I64(0))
-    with_res = builder.icmp_signed("!=", res, I64(0))
-    bias_on = v.broadcast(with_bias, v.masks)
-    res_on = v.broadcast(with_res, v.masks)
+@intrinsic
+def tile(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-untyped-def]
+    """``C[:rows, :cols] = act(C + bias) + R`` on int64 addresses (see the module
+    docstring): one loop per activation, chosen by a switch."""
+    sig = nt.void(*(nt.int64,) * 7)
 
-    def row_value(row: ir.Value) -> ir.Value:
-        # the row's bias in lane 0, read only where given (0 otherwise), then in every lane
-        mask = builder.and_(v.first(I64(1)), bias_on)
-        value = v.load(builder.add(bias, builder.mul(row, I64(4))), v.f32, mask)
-        value = builder.select(with_bias, value, v.f(0.0))
-        return builder.shuffle_vector(value, value, ir.Constant(v.i32, [0] * LANES))
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        c, ldc, rows, cols, bias, act, res = args
+        v = VectorMath(builder, LANES)
+        steps = builder.sdiv(builder.add(cols, I64(LANES - 1)), I64(LANES))
+        with_bias = builder.icmp_signed("!=", bias, I64(0))
+        with_res = builder.icmp_signed("!=", res, I64(0))
+        bias_on = v.broadcast(with_bias, v.masks)
+        res_on = v.broadcast(with_res, v.masks)
 
-    def loop(kind: int) -> None:
-        with cgutils.for_range(builder, rows) as row:
-            at_row = builder.mul(builder.mul(row.index, ldc), I64(4))
-            row_bias = row_value(row.index) if rows_bias else None
-            with cgutils.for_range(builder, steps) as step:
-                j = builder.mul(step.index, I64(LANES))
-                mask = v.first(builder.sub(cols, j))
-                at = builder.add(builder.add(c, at_row), builder.mul(j, I64(4)))
-                value = v.load(at, v.f32, mask)
-                if rows_bias:
-                    value = builder.fadd(value, row_bias)
-                else:
+        def loop(kind: int) -> None:
+            with cgutils.for_range(builder, rows) as row:
+                at_row = builder.mul(builder.mul(row.index, ldc), I64(4))
+                with cgutils.for_range(builder, steps) as step:
+                    j = builder.mul(step.index, I64(LANES))
+                    mask = v.first(builder.sub(cols, j))
+                    at = builder.add(builder.add(c, at_row), builder.mul(j, I64(4)))
+                    value = v.load(at, v.f32, mask)
                     # the bias and R are read only where given (their lanes masked off
                     # otherwise), then added or not
                     at_bias = builder.add(bias, builder.mul(j, I64(4)))
                     more = v.load(at_bias, v.f32, builder.and_(mask, bias_on))
                     value = builder.select(with_bias, builder.fadd(value, more), value)
-                value = v.activation(value, kind)
-                at_res = builder.add(builder.add(res, at_row), builder.mul(j, I64(4)))
-                more = v.load(at_res, v.f32, builder.and_(mask, res_on))
-                value = builder.select(with_res, builder.fadd(value, more), value)
-                v.store(value, at, mask)
+                    value = v.activation(value, kind)
+                    at_res = builder.add(builder.add(res, at_row), builder.mul(j, I64(4)))
+                    more = v.load(at_res, v.f32, builder.and_(mask, res_on))
+                    value = builder.select(with_res, builder.fadd(value, more), value)
+                    v.store(value, at, mask)
+
+        blocks = [builder.append_basic_block(f"act{k}") for k in range(4)]
+        done = builder.append_basic_block("stored")
+        switch = builder.switch(act, blocks[0])
+        for kind, block in enumerate(blocks):
+            switch.add_case(I64(kind), block)
+            builder.position_at_end(block)
+            loop(kind)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _rows_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
+    """`tile_rows`' loops: a row's bias in every lane, its full vectors loaded and stored
+    plainly, the last under a lane mask; one loop per activation, chosen by a switch."""
+    c, ldc, rows, cols, bias, act = args
+    v = VectorMath(builder, LANES)
+    full = builder.sdiv(cols, I64(LANES))
+    tail = builder.sub(cols, builder.mul(full, I64(LANES)))
+    with_bias = builder.icmp_signed("!=", bias, I64(0))
+    bias_on = v.broadcast(with_bias, v.masks)
+    tail_mask = v.first(tail)
+
+    def step(value: ir.Value, row_bias: ir.Value, kind: int) -> ir.Value:
+        return v.activation(builder.fadd(value, row_bias), kind)
+
+    def loop(kind: int) -> None:
+        with cgutils.for_range(builder, rows) as row:
+            at_row = builder.add(c, builder.mul(builder.mul(row.index, ldc), I64(4)))
+            # the row's bias in lane 0, read only where given (0 otherwise), then in all
+            mask = builder.and_(v.first(I64(1)), bias_on)
+            one = v.load(builder.add(bias, builder.mul(row.index, I64(4))), v.f32, mask)
+            row_bias = builder.shuffle_vector(one, one, ir.Constant(v.i32, [0] * LANES))
+            with cgutils.for_range(builder, full) as j:
+                ptr = v.pointer(builder.add(at_row, builder.mul(j.index, I64(4 * LANES))), v.f32)
+                value = builder.load(ptr, align=4)
+                builder.store(step(value, row_bias, kind), ptr, align=4)
+            at = builder.add(at_row, builder.mul(full, I64(4 * LANES)))
+            value = v.load(at, v.f32, tail_mask)
+            v.store(step(value, row_bias, kind), at, tail_mask)
 
     blocks = [builder.append_basic_block(f"act{k}") for k in range(4)]
     done = builder.append_basic_block("stored")
@@ -209,26 +244,14 @@ def _tile_codegen(builder, args, rows_bias: bool) -> None:  # type: ignore[no-un
 
 
 @intrinsic
-def tile(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-untyped-def]
-    """``C[:rows, :cols] = act(C + bias) + R`` on int64 addresses, the bias one value a
-    column (see the module docstring)."""
-    sig = nt.void(*(nt.int64,) * 7)
+def tile_rows(typingctx, c, ldc, rows, cols, bias, act):  # type: ignore[no-untyped-def]
+    """``C[:rows, :cols] = act(C + bias)`` on int64 addresses, the bias one value a *row*
+    (``bias`` the address of ``rows`` floats, 0: none): a convolution's output, whose rows
+    are output channels (`rvm.kernels.bf16conv`)."""
+    sig = nt.void(*(nt.int64,) * 6)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        _tile_codegen(builder, args, rows_bias=False)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def tile_rows(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-untyped-def]
-    """As `tile`, the bias one value a *row* (``bias`` the address of ``rows`` floats, 0:
-    none): a convolution's tile, whose rows are output channels (`rvm.kernels.bf16conv`)."""
-    sig = nt.void(*(nt.int64,) * 7)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        _tile_codegen(builder, args, rows_bias=True)
+        _rows_codegen(builder, args)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -12,8 +12,8 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   dx, parity)`` -- conv2d's OIHW weight through `conv_pairs`, ``kp = pair_depth(c / groups,
   kh, kw)`` -- and ``kernel`` its (kh, kw); ``activation(conv + bias)``, ``bias`` one float32
   value per output channel (or none) and ``activation`` one of `ACTIVATIONS`, applied by the
-  kernel to each tile as it is stored (`rvm.transform.to_bf16` joins a following bias add and
-  activation).
+  kernel to the rows it sums, while in cache (`rvm.transform.to_bf16` joins a following bias
+  add and activation).
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32

@@ -191,7 +191,7 @@ def _join_epilogue(
     """(``p``, the one ``conv2d_bf16`` computing ``value``) when ``value`` is ``add(p, b)``
     of a constant per-channel bias ``b`` (p without a bias or activation yet), or ``relu(p)``
     or ``gelu(p)`` (p without an activation yet), of a ``conv2d_bf16`` ``p`` that ``value``
-    alone uses; else None. The kernel applies them to each tile as it stores it."""
+    alone uses; else None. The kernel applies them to its rows as it sums them."""
     if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
         return None
     args = [a for a in value.args if isinstance(a, E.Var) and a in convs]
