@@ -25,7 +25,7 @@ BF16_VS_F32 = 3e-2
 def _model():
     """main(x, img, y): two dense layers of x (matmul or dense + bias + relu: pair panels, one
     product of both, the bias and relu in its epilogue) and a dense by ``op.dense`` of ``n``
-    rows, a convolution + relu,
+    rows, a convolution + bias + relu (the bias and relu in its tile store),
     a dense of its 2 rows (a GEMV on the weight's rows), a depthwise convolution and a product
     of two inputs (these two stay float32), softmax on top."""
     x = Var("x", tensor(("n", 48), F32))
@@ -39,7 +39,9 @@ def _model():
         w2 = const(RNG.standard_normal((10, 40)).astype(F32) / 6)
         logits = bb.emit(op.softmax(bb.emit(op.dense(h, w2))))
         wc = const(RNG.standard_normal((12, 8, 3, 3)).astype(F32) / 8)
-        c = bb.emit(op.relu(bb.emit(op.conv2d(img, wc, strides=(2, 1), padding=(1, 1, 0, 1)))))
+        c = bb.emit(op.conv2d(img, wc, strides=(2, 1), padding=(1, 1, 0, 1)))
+        c = bb.emit(op.add(c, const(RNG.standard_normal((12, 1, 1)).astype(F32))))
+        c = bb.emit(op.relu(c))
         wd = const(RNG.standard_normal((12, 1, 3, 3)).astype(F32))
         d = bb.emit(op.conv2d(c, wd, padding=1, groups=12))
         g = bb.emit(op.matmul(x, bb.emit(op.transpose(y, (1, 0)))))
@@ -67,6 +69,26 @@ def _converted(mod):
     return to_bf16(run_pipeline(mod, before))
 
 
+def _is(binding, name: str) -> bool:
+    return getattr(getattr(binding.value, "callee", None), "name", None) == name
+
+
+def test_a_conv_epilogue_joins_only_its_sole_use() -> None:
+    """A bias add and relu join a bf16 convolution only where they alone read it and the bias
+    is one constant per channel: a conv read twice, or a bias along another axis, stays."""
+    img = Var("img", tensor((1, 8, 6, 6), F32))
+    w = const(RNG.standard_normal((4, 8, 3, 3)).astype(F32))
+    bb = Builder()
+    with bb.function("main", [img]):
+        a = bb.emit(op.conv2d(img, w, padding=1))
+        a2 = bb.emit(op.relu(a))
+        b = bb.emit(op.conv2d(img, w, padding=1))
+        b2 = bb.emit(op.relu(bb.emit(op.add(b, const(np.ones((1, 1, 6), F32))))))
+        bb.emit_output(Tuple((a, a2, b2)))
+    ops = _ops(_converted(bb.get()))
+    assert ops.count("conv2d_bf16") == 2 and ops.count("relu") == 2 and ops.count("add") == 1
+
+
 def _ops(mod) -> list[str]:
     return [
         b.value.callee.name
@@ -83,7 +105,10 @@ def bf16_executables():
 def test_the_pass_converts_products_with_constant_weights_only() -> None:
     ops = _ops(_converted(MODEL))
     assert ops.count("dense_packed_bf16") == 3 and ops.count("dense_bf16") == 1
-    assert ops.count("conv2d_bf16") == 1
+    assert ops.count("conv2d_bf16") == 1 and ops.count("relu") == 2  # the conv's joined it
+    conv = next(b.value for b in _converted(MODEL)["main"].body.bindings if _is(b, "conv2d_bf16"))
+    assert len(conv.args) == 3 and conv.args[2].data.shape == (12,)
+    assert conv.attrs["activation"] == "relu"
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
 

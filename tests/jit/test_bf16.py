@@ -24,6 +24,7 @@ BF16 = ml_dtypes.bfloat16
 # bf16 operands are exact in float32 and their products too; only the order of the float32
 # sums differs from float64's: a relative tolerance of float32's, scaled by the depth.
 RTOL = 1e-5
+NO_BIAS = np.empty(0, np.float32)
 
 
 def _rounded(x: np.ndarray) -> np.ndarray:
@@ -186,26 +187,45 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
 ]
 
 
-def _conv(case: tuple, seed: int) -> None:
+def _epilogue(y: np.ndarray, bias: np.ndarray, act: int) -> np.ndarray:
+    """``ACTIVATIONS[act](y + bias)`` (bias one value a channel, or empty: none), float64."""
+    y = y + bias.reshape(-1, 1, 1) if bias.size else y
+    if act == 0:
+        return y
+    if act == 1:
+        return np.maximum(y, 0)
+    approximate = "tanh" if ACTIVATIONS[act] == "gelu_tanh" else "none"
+    return numpy_ref.gelu(y.astype(np.float32), approximate=approximate).astype(np.float64)
+
+
+def _conv(case: tuple, seed: int, with_bias: bool = False, act: int = 0) -> None:
     n, c, h, wd, co, kh, kw, s, pads, d, g = case
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
     w = rng.standard_normal((co, c // g, kh, kw)).astype(np.float32)
+    bias = rng.standard_normal(co if with_bias else 0).astype(np.float32)
     want = numpy_ref.conv2d(
         _rounded(x), _rounded(w), (s, s), pads, (d, d), g
     )  # float64 sums of the rounded operands
+    want = _epilogue(want, bias, act)
     out = np.full(want.shape, np.nan, np.float32)
     bits = bf16_bits(conv_pairs(w)).view(np.int16)
-    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw)
+    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw, bias, act)
     depth = c // g * kh * kw
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
-    reference = numpy_ref.conv2d_bf16(x, bits, (s, s), pads, (d, d), g, (kh, kw))
+    attrs = dict(strides=(s, s), padding=pads, dilation=(d, d), groups=g, kernel=(kh, kw))
+    reference = numpy_ref.conv2d_bf16(
+        x, bits, *([bias] if with_bias else []), **attrs, activation=ACTIVATIONS[act]
+    )
     np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
 
 
-@pytest.mark.parametrize("case", CONVS)
-def test_conv2d(case: tuple, blas_threads: int) -> None:
-    _conv(case, seed=case[1] * case[2] + case[4])
+@pytest.mark.parametrize("i", range(len(CONVS)))
+def test_conv2d(i: int, blas_threads: int) -> None:
+    """Each case once, in turn with no epilogue, a bias and ReLU, or a GELU (no bias): applied
+    to the rows as they are summed, wide rows and grouped pieces alike."""
+    case = CONVS[i]
+    _conv(case, seed=case[1] * case[2] + case[4], with_bias=i % 3 == 1, act=(0, 1, 3)[i % 3])
 
 
 def test_conv2d_rounds_inputs_to_nearest_even() -> None:
@@ -215,10 +235,10 @@ def test_conv2d_rounds_inputs_to_nearest_even() -> None:
     x = np.tile(values, 5)[:33].reshape(1, 1, 1, 33)
     out = np.empty((1, 1, 1, 33), np.float32)
     one = bf16_bits(conv_pairs(np.ones((1, 1, 1, 1), np.float32))).view(np.int16)
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1)
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0)
     np.testing.assert_array_equal(out, x.astype(BF16).astype(np.float32))
     x[0, 0, 0, 31] = np.nan
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1)
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0)
     assert np.isnan(out[0, 0, 0, 31]) and not np.isnan(np.delete(out, 31)).any()
 
 
@@ -240,10 +260,16 @@ def test_shapes_are_checked() -> None:
     img = np.ones((1, 4, 5, 5), np.float32)
     with pytest.raises(ValueError, match="channel pairs x kernel"):
         bf16conv.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0)  # fmt: skip
     with pytest.raises(ValueError, match="output's batch or channels"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 3, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0)  # fmt: skip
+    with pytest.raises(ValueError, match="one value per output channel"):
+        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, np.ones(3, np.float32), 1)  # fmt: skip
+    with pytest.raises(ValueError, match="unknown activation"):
+        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, len(ACTIVATIONS))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -285,7 +311,9 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    want = numpy_ref.conv2d(r(x), r(w), (s, s), (1, 1, 1, 1), (1, 1), 1)\n"
         "    out = np.empty(want.shape, np.float32)\n"
         "    bits = bf16_bits(conv_pairs(w)).view(np.int16)\n"
-        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3)\n"
+        "    bias = np.linspace(-1, 1, 9, dtype=np.float32)\n"  # the tile's bias and ReLU
+        "    want = np.maximum(want + bias.reshape(9, 1, 1), 0)\n"
+        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "from rvm.kernels import bf16dense\n"  # the tile epilogue's GELU at these lanes
         "from rvm.op.bf16 import pack_pairs\n"

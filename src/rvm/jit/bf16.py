@@ -6,7 +6,8 @@ activations rounded and packed per call, the weight's bf16 bits as they are, flo
 2-d or NCHW views, writing straight into the stage's array, so a fused epilogue (bias,
 activation) is one pass over the output in the same kernel, as for the float32 anchors
 (`rvm.jit.stages`). ``dense_packed_bf16`` is `rvm.jit.packed`'s stage calling the bf16 entry
-(`rvm.kernels.bf16dense`): its bias, activation and residual run in the GEMM's tiles.
+(`rvm.kernels.bf16dense`): its bias, activation and residual run in the GEMM's tiles; so do
+``conv2d_bf16``'s bias and activation (`rvm.kernels.bf16conv`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.packed import product
 from rvm.jit.te import Tensor, Unsupported
 from rvm.jit.views import array_view
+from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 
 _MODULE = "rvm.kernels.bf16"
@@ -54,8 +56,11 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
 
 
 def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
-    x, w = args
+    x, w = args[:2]
     _check(kb, x, w, out)
+    if len(args) == 3 and args[2].dtype != "float32":
+        raise Unsupported(f"{kb.op} with a {args[2].dtype} bias")
+    act = ACTIVATIONS.index(attrs.get("activation", "none"))
     (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["strides"], attrs["dilation"]
     pt, pl, pb, pr = attrs["padding"]
     spatial = []
@@ -72,7 +77,8 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
         xv, wv = kb.materialize(x, out), kb.materialize(w)
-        params = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {kh}, {kw}"
+        bias = kb.materialize(args[2]) if len(args) == 3 else "np.empty(0, np.float32)"
+        params = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {kh}, {kw}, {bias}, {act}"
         kb.imports.add((_CONV, "conv2d", "bf16_conv2d"))
         kb.root.lines.append(f"bf16_conv2d({xv}, {wv}, {t.array}, {params})")
 

@@ -41,6 +41,8 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro
+from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
@@ -229,11 +231,15 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     plane's rows: position ``(y, x)`` is the plane word ``y * wp + x`` (stride 1), so the
     rows [y0, y1) are one run of ``(y1 - y0) * wp`` positions (the last ``wp - ow`` of each
     row computed and dropped). Blocks of rows whose plane rows fit in L2, each depth block,
-    each band of `MR` channels, tile after tile of `NR` positions of the run; then, when the
-    rows are wider than the output's, the block's rows compacted into the output (`_compact`)
-    while they are in cache, on this thread."""
+    each band of `MR` channels, tile after tile of `NR` positions of the run, the band's bias
+    and activation (``job[18]``, ``job[19]``) applied to its rows of the block right after
+    its last depth block, while they are in cache (`rvm.kernels.epilogue.tile_rows`); then,
+    when the rows are wider than the output's, the block's rows compacted into the output
+    (`_compact`) while they are in cache, on this thread."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
+    bias, act = job[18], job[19]
+    last = ((k2 - 1) // KC2) * KC2  # the last depth block's first pair
     for yb in range(y0, y1, rows_block):
         ye = min(y1, yb + rows_block)
         run = (ye - yb) * wp
@@ -247,9 +253,11 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                 for x0 in range(0, run, NR):
                     cols = min(NR, run - x0)
                     vectors = (cols + LANES - 1) // LANES
-                    last = cols - (vectors - 1) * LANES
                     micro(kc2, a_band, lda, b_run + 4 * x0, table + 8 * p0, 1, c_band + 4 * x0,
-                          ldc, add, rows, vectors, last)  # fmt: skip
+                          ldc, add, rows, vectors, cols - (vectors - 1) * LANES)  # fmt: skip
+                if p0 == last and (bias != 0 or act != 0):  # the band's rows are done
+                    at_bias = bias + 4 * i0 if bias != 0 else 0
+                    tile_rows(c_band, ldc, rows, run, at_bias, act)
         if job[15] != 0:
             _compact(job, co0, co1, yb, ye)
 
@@ -273,8 +281,8 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # first channel, rows of the plane's width) and its channels' stride (ldc); the plane's width,
 # rows a block; channels, rows; channels and rows a piece, pieces along rows; when the result
 # is wide rows, the output's address (its group's first channel; else 0), width and channels'
-# stride.
-_DIRECT_JOB = 18
+# stride; the bias's address (its group's first channel; 0: none), the activation's index.
+_DIRECT_JOB = 20
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -317,12 +325,13 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """Group ``g`` of image ``b``: its pair plane and the job, which computes rows of the
     phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts them into ``oc``
     block by block (`_direct`); with ``wide`` empty the phases are as wide as the output and
-    the job writes ``oc`` itself. Split on the pool when large and the pool is free (not from
-    within a pool task: `_group_task`)."""
+    the job writes ``oc`` itself; ``epilogue`` (int64) the bias's address (0: none) and the
+    activation's index. Split on the pool when large and the pool is free (not from within a
+    pool task: `_group_task`)."""
     c, co, kp = xc.shape[1], w.shape[0], w.shape[1]
     oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
     cg, og, k2 = c // groups, co // groups, kp // 2
@@ -334,6 +343,8 @@ def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide):  # typ
     job[1] = w.ctypes.data + 2 * g * og * kp
     at_out = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
     job[15], job[16], job[17] = 0, ow, oh * ow
+    job[18] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
+    job[19] = epilogue[1]
     if wide.size == 0:
         job[6], job[7] = at_out, oh * ow
     else:
@@ -344,8 +355,9 @@ def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide):  # typ
 # A groups job (int64): its length; x's, w's, out's, the planes', the tap table's and the
 # wide rows' addresses; n, c, h, w; co, kp; oh, ow; the planes' (phase pairs, hq, wq); the
 # table's length; the wide rows' (og, oh * wq) (0, 0: none); the image, the groups; the
-# geometry (pt, pl, sh, sw, kh, dh, kw, dw).
-_GROUPS_JOB = 31
+# geometry (pt, pl, sh, sw, kh, dh, kw, dw); the epilogue (the bias's address, 0: none; the
+# activation's index).
+_GROUPS_JOB = 33
 
 
 def _group_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -359,8 +371,9 @@ def _group_task(p, like, data):  # type: ignore[no-untyped-def]
     table = parfor.array_at(job[5], (2 * job[18],), like).view(np.int64)
     wsize = job[19] * job[20]
     wide = parfor.array_at(job[6] + 4 * p * wsize, (job[19], job[20]), like)
-    geometry = job[23:31].copy()
-    _direct_group(xc, w, oc, job[21], p, job[22], geometry, plane.view(np.uint32), table, wide)
+    geometry, epilogue = job[23:31].copy(), job[31:33].copy()
+    planes = plane.view(np.uint32)
+    _direct_group(xc, w, oc, job[21], p, job[22], geometry, planes, table, wide, epilogue)
 
 
 parfor.export_task("bf16_conv_groups", _group_task)
@@ -368,7 +381,7 @@ _run_groups = parfor.runner("bf16_conv_groups")
 
 
 @nb.njit(**_OPTS)
-def _groups_apart(xc, w, oc, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+def _groups_apart(xc, w, oc, groups, plane):  # type: ignore[no-untyped-def]
     """Whether the groups of an image run side by side on the pool, one a thread: when there
     are several, each too small to be split itself (a grouped 1 x 1 convolution's)."""
     if groups < 2 or parfor.threads() < 2 or workpool.busy():
@@ -378,13 +391,13 @@ def _groups_apart(xc, w, oc, groups, geometry, plane, table, wide):  # type: ign
 
 
 @nb.njit(**_OPTS)
-def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """Image ``b``, group after group (`_direct_group`, each split on the pool when large),
     or, when `_groups_apart`, all groups side by side on the pool, each with its own plane
     and wide rows."""
-    if not _groups_apart(xc, w, oc, groups, geometry, plane, table, wide):
+    if not _groups_apart(xc, w, oc, groups, plane):
         for g in range(groups):
-            _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide)
+            _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogue)
         return
     # every group's plane, then every group's wide rows, in one array: the pool's task takes
     # it as its ``like`` argument, which keeps it alive until the groups are done
@@ -400,6 +413,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide):  # type: 
     job[18], job[19], job[20] = table.shape[0], wide.shape[0], wide.shape[1]
     job[21], job[22] = b, groups
     job[23:31] = geometry
+    job[31:33] = epilogue
     _run_groups(room, groups, job)
 
 
@@ -407,7 +421,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide):  # type: 
 
 
 @nb.njit(**_OPTS)
-def _check(x, w, out, groups, kh, kw):  # type: ignore[no-untyped-def]
+def _check(x, w, out, groups, kh, kw, bias, act):  # type: ignore[no-untyped-def]
     n, c = x.shape[0], x.shape[1]
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
@@ -417,15 +431,21 @@ def _check(x, w, out, groups, kh, kw):  # type: ignore[no-untyped-def]
         raise ValueError("bf16 conv2d: the weight's depth is not channel pairs x kernel")
     if out.shape[0] != n or out.shape[1] != co:
         raise ValueError("bf16 conv2d: the output's batch or channels disagree")
+    if bias.size != 0 and bias.size != co:
+        raise ValueError("bf16 conv2d: the bias needs one value per output channel, or none")
+    if act < 0 or act >= len(ACTIVATIONS):
+        raise ValueError("bf16 conv2d: unknown activation index")
 
 
 @nb.njit(**_OPTS)
-def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw):  # type: ignore[no-untyped-def]
+def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
     top ``pt``, left ``pl`` (the output's size says the rest), by the direct method on the
-    input's pair plane in its stride phases."""
-    _check(x, w, out, groups, kh, kw)
+    input's pair plane in its stride phases; then ``act(out + bias)`` (``bias`` float32, one
+    value per output channel or empty: none; ``act`` an index of `ACTIVATIONS`) on each band
+    of channels' rows as soon as they are summed, not as a pass after the convolution."""
+    _check(x, w, out, groups, kh, kw, bias, act)
     n, c = x.shape[0], x.shape[1]
     co = w.shape[0]
     oh, ow = out.shape[2], out.shape[3]
@@ -446,7 +466,9 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw):  # type: ignore[n
     table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq)
     geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw], dtype=np.int64)
     wide = np.empty((og if wq > ow else 0, oh * wq), dtype=np.float32)
+    bc = np.ascontiguousarray(bias)
+    epilogue = np.array([bc.ctypes.data if bc.size else 0, act], dtype=np.int64)
     for b in range(n):
-        _direct_image(xc, wc, oc, b, groups, geometry, plane, table, wide)
+        _direct_image(xc, wc, oc, b, groups, geometry, plane, table, wide, epilogue)
     if oc.ctypes.data != out.ctypes.data:
         out[...] = oc

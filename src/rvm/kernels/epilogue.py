@@ -4,7 +4,8 @@
 act(C + bias) + R`` over a tile of C just stored (row stride ``ldc`` floats; ``bias`` the
 address of ``cols`` floats, 0: none; ``act`` an index of
 `rvm.kernels.reference.packed.ACTIVATIONS`; ``res`` R's tile, row stride ``ldc``, 0: none),
-`LANES` lanes a step, the row's last under a lane mask.
+`LANES` lanes a step, the row's last under a lane mask. `tile_rows(c, ldc, rows, cols, bias,
+act)` is a convolution's: ``C = act(C + bias)`` with one bias value a row (an output channel).
 
 Why in LLVM IR: the same epilogue written as Numba loops (`rvm.kernels.packed._epilogue`),
 called on each 8 x 48 tile from within the bf16 GEMM's walk, vectorizes its bias and ReLU but
@@ -32,7 +33,7 @@ from rvm.kernels.bf16gemm import LANES
 from rvm.kernels.mathlib import _ERF_SMALL
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["VectorMath", "tile"]
+__all__ = ["VectorMath", "tile", "tile_rows"]
 
 I64, F32 = ir.IntType(64), ir.FloatType()
 _ERFC = (  # erfc(x) = t * exp(Q(t) - x * x) (`rvm.kernels.mathlib.erf32`), highest first
@@ -197,6 +198,60 @@ def tile(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-unty
             loop(kind)
             builder.branch(done)
         builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _rows_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
+    """`tile_rows`' loops: a row's bias in every lane, its full vectors loaded and stored
+    plainly, the last under a lane mask; one loop per activation, chosen by a switch."""
+    c, ldc, rows, cols, bias, act = args
+    v = VectorMath(builder, LANES)
+    full = builder.sdiv(cols, I64(LANES))
+    tail = builder.sub(cols, builder.mul(full, I64(LANES)))
+    with_bias = builder.icmp_signed("!=", bias, I64(0))
+    bias_on = v.broadcast(with_bias, v.masks)
+    tail_mask = v.first(tail)
+
+    def step(value: ir.Value, row_bias: ir.Value, kind: int) -> ir.Value:
+        return v.activation(builder.fadd(value, row_bias), kind)
+
+    def loop(kind: int) -> None:
+        with cgutils.for_range(builder, rows) as row:
+            at_row = builder.add(c, builder.mul(builder.mul(row.index, ldc), I64(4)))
+            # the row's bias in lane 0, read only where given (0 otherwise), then in all
+            mask = builder.and_(v.first(I64(1)), bias_on)
+            one = v.load(builder.add(bias, builder.mul(row.index, I64(4))), v.f32, mask)
+            row_bias = builder.shuffle_vector(one, one, ir.Constant(v.i32, [0] * LANES))
+            with cgutils.for_range(builder, full) as j:
+                ptr = v.pointer(builder.add(at_row, builder.mul(j.index, I64(4 * LANES))), v.f32)
+                value = builder.load(ptr, align=4)
+                builder.store(step(value, row_bias, kind), ptr, align=4)
+            at = builder.add(at_row, builder.mul(full, I64(4 * LANES)))
+            value = v.load(at, v.f32, tail_mask)
+            v.store(step(value, row_bias, kind), at, tail_mask)
+
+    blocks = [builder.append_basic_block(f"act{k}") for k in range(4)]
+    done = builder.append_basic_block("stored")
+    switch = builder.switch(act, blocks[0])
+    for kind, block in enumerate(blocks):
+        switch.add_case(I64(kind), block)
+        builder.position_at_end(block)
+        loop(kind)
+        builder.branch(done)
+    builder.position_at_end(done)
+
+
+@intrinsic
+def tile_rows(typingctx, c, ldc, rows, cols, bias, act):  # type: ignore[no-untyped-def]
+    """``C[:rows, :cols] = act(C + bias)`` on int64 addresses, the bias one value a *row*
+    (``bias`` the address of ``rows`` floats, 0: none): a convolution's output, whose rows
+    are output channels (`rvm.kernels.bf16conv`)."""
+    sig = nt.void(*(nt.int64,) * 6)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        _rows_codegen(builder, args)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -7,10 +7,13 @@ each row's depth padded with zeros to an even ``kp``. The input stays float32 an
 to bf16 (to nearest even) by the op; products are summed in float32; the result is float32.
 
 - ``dense_bf16(x, w)``: ``x`` (..., k) float32, ``w`` (units, kp) int16: ``bf16(x) @ w.T``.
-- ``conv2d_bf16(x, w, strides, padding, dilation, groups, kernel)``: ``x`` NCHW float32, ``w``
-  (out channels, kp) int16 with depth in channel pairs, ``(c2, dy, dx, parity)`` --
-  conv2d's OIHW weight through `conv_pairs`, ``kp = pair_depth(c / groups, kh, kw)`` -- and
-  ``kernel`` its (kh, kw).
+- ``conv2d_bf16(x, w, strides, padding, dilation, groups, kernel, bias=None, activation)``:
+  ``x`` NCHW float32, ``w`` (out channels, kp) int16 with depth in channel pairs, ``(c2, dy,
+  dx, parity)`` -- conv2d's OIHW weight through `conv_pairs`, ``kp = pair_depth(c / groups,
+  kh, kw)`` -- and ``kernel`` its (kh, kw); ``activation(conv + bias)``, ``bias`` one float32
+  value per output channel (or none) and ``activation`` one of `ACTIVATIONS`, applied by the
+  kernel to the rows it sums, while in cache (`rvm.transform.to_bf16` joins a following bias
+  add and activation).
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
@@ -51,7 +54,7 @@ from rvm.op.shapes import broadcast_shapes, fmt, rule, window_out_dim
 __all__ = ["conv2d_bf16", "dense_bf16", "dense_packed_bf16"]
 
 define_op("dense_bf16", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
-define_op("conv2d_bf16", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+define_op("conv2d_bf16", OpPattern.OUT_ELEMWISE_FUSABLE)
 define_op("dense_packed_bf16", OpPattern.OUT_ELEMWISE_FUSABLE)
 OP_PRECISION.update(dense_bf16="bf16", conv2d_bf16="bf16", dense_packed_bf16="bf16")
 
@@ -98,8 +101,19 @@ def _infer_dense(call_: Call, args: list[TensorType]) -> Type:
 
 @rule(ops.conv2d_bf16)
 def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
-    x, w = args
+    if len(args) not in (2, 3):
+        raise IRError(f"conv2d_bf16: expects 2 or 3 inputs (x, w[, bias]), got {len(args)}")
+    x, w = args[:2]
     _check_inputs("conv2d_bf16", x, w)
+    if len(args) == 3:
+        bias, units = args[2], None if w.shape is None else w.shape[0]
+        if bias.dtype not in (None, "float32") or (
+            bias.shape is not None and tuple(bias.shape) != (units,)
+        ):
+            raise IRError(
+                f"conv2d_bf16: the bias must be float32 ({units},), got {bias.dtype} "
+                f"{fmt(bias.shape)}"
+            )
     if x.shape is None:
         return TensorType(None, "float32")
     if len(x.shape) != 4:
@@ -140,20 +154,24 @@ def conv2d_bf16(
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
     kernel: int | Sequence[int] = 1,
+    bias: ExprLike | None = None,
+    activation: str = "none",
 ) -> Call:
-    """conv2d of float32 ``x`` (NCHW) with the bf16 weight ``w`` (out channels, kp; int16
-    bits of conv2d's OIHW weight in channel pairs, `conv_pairs`) of spatial size
-    ``kernel``."""
+    """``activation(conv2d(bf16(x), w) + bias)``: float32 ``x`` (NCHW) with the bf16 weight
+    ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
+    `conv_pairs`) of spatial size ``kernel``; ``bias`` (out channels,) float32 or None;
+    ``activation`` one of `ACTIVATIONS`."""
     name = "conv2d_bf16"
+    args = (as_expr(x), as_expr(w)) + (() if bias is None else (as_expr(bias),))
     return call(
         ops.conv2d_bf16,
-        as_expr(x),
-        as_expr(w),
+        *args,
         strides=positive_ints(name, "strides", strides, 2),
         padding=normalize_padding(name, padding, 2),
         dilation=positive_ints(name, "dilation", dilation, 2),
         groups=check_int(name, "groups", groups, minimum=1),
         kernel=positive_ints(name, "kernel", kernel, 2),
+        activation=check_choice(name, "activation", activation, ACTIVATIONS),
     )
 
 

@@ -14,18 +14,26 @@ else -- elementwise ops, norms, softmax, attention, depthwise convolutions (a fe
 channel, no product worth the rounding) and products of two computed tensors -- stays
 float32, as do the program's inputs and outputs.
 
+A convolution's epilogue joins it where the convolution has no other use: a following ``add``
+of a constant float32 bias of one value per output channel, then ``relu`` or ``gelu`` (either
+form), become ``conv2d_bf16``'s ``bias`` and ``activation``, which its kernel applies to each
+tile as it stores it (`rvm.kernels.bf16conv`) instead of a pass over the output after it.
+
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
-bound to variables; each matching call is replaced in place.
+bound to variables and the convolutions whose epilogue may still grow; each matching call is
+replaced in place, and a convolution whose epilogue joined a later call is dropped.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import numpy as np
 
 from rvm import op
 from rvm.ir import expr as E
+from rvm.ir.analysis import walk
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
@@ -62,15 +70,17 @@ def bf16_rows(weight: np.ndarray) -> np.ndarray:
 
 def to_bf16(mod: IRModule) -> IRModule:
     """Rewrite every float32 dense, matmul and conv2d with a constant weight to its bf16 op."""
-    converted = 0
+    converted = joined = 0
     weight_bytes = 0
 
     def rewrite(name: str, func: E.Function) -> E.Function:
         consts: dict[E.Var, np.ndarray] = {}
+        uses = Counter(n for n in walk(func.body) if isinstance(n, E.Var))
 
         def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal converted, weight_bytes
-            out = []
+            nonlocal converted, weight_bytes, joined
+            out: list[E.VarBinding | None] = []
+            convs: dict[E.Var, int] = {}  # a conv2d_bf16's var -> its place in out
             for b in bindings:
                 if isinstance(b.value, E.Constant):
                     consts[b.var] = b.value.data
@@ -78,9 +88,18 @@ def to_bf16(mod: IRModule) -> IRModule:
                 if new is not None:
                     converted += 1
                     weight_bytes += new.args[1].data.nbytes
+                else:
+                    found = _join_epilogue(b.value, convs, out, consts, uses)
+                    if found is not None:
+                        joined += 1
+                        conv, new = found
+                        out[convs.pop(conv)] = None
+                if new is not None:
                     b = E.VarBinding(b.var, new)
+                    if new.callee is ops.conv2d_bf16:
+                        convs[b.var] = len(out)
                 out.append(b)
-            return out, body
+            return [b for b in out if b is not None], body
 
         body = map_regions(func.body, region)
         if body is func.body:
@@ -90,7 +109,10 @@ def to_bf16(mod: IRModule) -> IRModule:
     funcs = map_functions(mod, rewrite)
     if not converted:
         return mod
-    logger.debug("to_bf16: %d products in bf16, weights %.2f MB", converted, weight_bytes / 1e6)
+    logger.debug(
+        "to_bf16: %d products in bf16 (%d conv epilogues joined), weights %.2f MB",
+        converted, joined, weight_bytes / 1e6,
+    )  # fmt: skip
     return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
 
 
@@ -152,3 +174,64 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
         groups=attrs["groups"],
         kernel=w.shape[2:],
     )
+
+
+def _conv_attrs(conv: E.Call) -> dict:
+    keys = ("strides", "padding", "dilation", "groups", "kernel")
+    return {k: conv.attrs[k] for k in keys}
+
+
+def _join_epilogue(
+    value: E.Expr,
+    convs: dict[E.Var, int],
+    out: list[E.VarBinding | None],
+    consts: dict[E.Var, np.ndarray],
+    uses: Counter,
+) -> tuple[E.Var, E.Call] | None:
+    """(``p``, the one ``conv2d_bf16`` computing ``value``) when ``value`` is ``add(p, b)``
+    of a constant per-channel bias ``b`` (p without a bias or activation yet), or ``relu(p)``
+    or ``gelu(p)`` (p without an activation yet), of a ``conv2d_bf16`` ``p`` that ``value``
+    alone uses; else None. The kernel applies them to its rows as it sums them."""
+    if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
+        return None
+    args = [a for a in value.args if isinstance(a, E.Var) and a in convs]
+    if len(args) != 1 or uses[args[0]] != 1:
+        return None
+    binding = out[convs[args[0]]]
+    assert binding is not None
+    conv = binding.value
+    x, w, bias, activation = conv.args[0], conv.args[1], conv.args[2:], conv.attrs["activation"]
+    if activation != "none":
+        return None
+    if value.callee is ops.add and len(value.args) == 2 and not bias:
+        other = value.args[1] if value.args[0] is args[0] else value.args[0]
+        b = _channel_bias(other, consts, conv)
+        if b is None:
+            return None
+        new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=E.Constant(b))
+    elif value.callee is ops.relu:
+        new = op.conv2d_bf16(
+            x, w, **_conv_attrs(conv), bias=(bias or (None,))[0], activation="relu"
+        )
+    elif value.callee is ops.gelu:
+        form = "gelu_tanh" if value.attrs.get("approximate") == "tanh" else "gelu"
+        new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=(bias or (None,))[0], activation=form)
+    else:
+        return None
+    infer_type(new)
+    return args[0], new
+
+
+def _channel_bias(
+    other: E.Expr, consts: dict[E.Var, np.ndarray], conv: E.Call
+) -> np.ndarray | None:
+    """``other`` as a (channels,) float32 bias when it is a float32 constant broadcast along
+    the convolution's channels only (so the sum keeps the convolution's shape); else None."""
+    b = _const(other, consts)
+    channels = conv.args[1].data.shape[0]
+    if b is None or b.dtype != np.float32 or b.ndim > 4:
+        return None
+    shape = (1,) * (4 - b.ndim) + b.shape
+    if shape != (1, channels, 1, 1):
+        return None
+    return np.ascontiguousarray(b.reshape(channels))

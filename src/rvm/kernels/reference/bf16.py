@@ -9,6 +9,7 @@ import numpy as np
 
 from rvm.kernels.reference.common import _like
 from rvm.kernels.reference.conv import _conv
+from rvm.kernels.reference.elemwise import gelu, relu
 from rvm.kernels.reference.packed import dense_packed
 
 __all__ = [
@@ -64,13 +65,20 @@ def conv_pairs(w):
     return np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
 
 
-def conv2d_bf16(x, w, strides, padding, dilation, groups, kernel):
-    """conv2d of ``bf16(x)`` with the bf16 weight ``w`` (int16 bits in channel pairs:
-    `conv_pairs`)."""
+def conv2d_bf16(x, w, *bias, strides, padding, dilation, groups, kernel, activation="none"):
+    """``activation(conv2d(bf16(x), w) + bias)`` with the bf16 weight ``w`` (int16 bits in
+    channel pairs: `conv_pairs`); ``bias``: none or one value per output channel."""
     cg, (kh, kw) = x.shape[1] // groups, kernel
     pairs = _bf16_values(w).reshape(w.shape[0], (cg + 1) // 2, kh, kw, 2)
     weight = pairs.transpose(0, 1, 4, 2, 3).reshape(w.shape[0], -1, kh, kw)[:, :cg]
-    return _conv(_round_bf16(x), weight, strides, padding, dilation, groups)
+    y = _conv(_round_bf16(x), weight, strides, padding, dilation, groups)
+    if bias:
+        y = _like(y + np.asarray(bias[0], np.float32).reshape(-1, 1, 1), np.float32)
+    if activation == "relu":
+        return relu(y)
+    if activation in ("gelu", "gelu_tanh"):
+        return gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+    return y
 
 
 def pack_pairs(weight, transposed, panel):
