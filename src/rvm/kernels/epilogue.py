@@ -7,7 +7,7 @@ address of ``cols`` floats, 0: none; ``act`` an index of
 `LANES` lanes a step, the row's last under a lane mask. `tile_rows(c, ldc, rows, cols, bias,
 act)` is a convolution's: ``C = act(C + bias)`` with one bias value a row (an output channel).
 
-Why in LLVM IR: the same epilogue written as Numba loops (`rvm.kernels.packed._epilogue`),
+Why in LLVM IR: the same epilogue written as Numba loops (once `rvm.kernels.packed`'s),
 called on each 8 x 48 tile from within the bf16 GEMM's walk, vectorizes its bias and ReLU but
 left its GELU scalar, with a branch between erf's two forms: on BERT's FFN shape (128 x 768
 by 768 x 3072, 2 threads) with pre-activations of standard deviation 2.3, the GELU added 2.5
@@ -29,40 +29,13 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels import mathlib as m
 from rvm.kernels.bf16gemm import LANES
-from rvm.kernels.mathlib import _ERF_SMALL
 from rvm.kernels.vectors import VectorIR
 
 __all__ = ["VectorMath", "tile", "tile_rows"]
 
 I64, F32 = ir.IntType(64), ir.FloatType()
-_ERFC = (  # erfc(x) = t * exp(Q(t) - x * x) (`rvm.kernels.mathlib.erf32`), highest first
-    0.17087277,
-    -0.82215223,
-    1.48851587,
-    -1.13520398,
-    0.27886807,
-    -0.18628806,
-    0.09678418,
-    0.37409196,
-    1.00002368,
-    -1.26551223,
-)
-_EXP = (  # exp32's polynomial in the reduced argument, highest first
-    1.9875691500e-4,
-    1.3981999507e-3,
-    8.3334519073e-3,
-    4.1665795894e-2,
-    1.6666665459e-1,
-    5.0000001201e-1,
-)
-_TANH = (  # tanh32's odd polynomial near 0, in x * x, highest first
-    -5.70498872745e-3,
-    2.06390887954e-2,
-    -5.37397155531e-2,
-    1.33314422036e-1,
-    -3.33332819422e-1,
-)
 
 
 class VectorMath(VectorIR):
@@ -99,11 +72,11 @@ class VectorMath(VectorIR):
     def exp(self, x: ir.Value) -> ir.Value:
         """e ** x (`rvm.kernels.mathlib.exp32`)."""
         b = self.builder
-        xc = self._clamp(x, -104.0, 89.0)
-        n = self._call("floor", self.fma(xc, self.f(1.4426950408889634), self.f(0.5)))
-        r = self.fma(n, self.f(-0.693359375), xc)
-        r = self.fma(n, self.f(2.12194440e-4), r)
-        p = self._horner(r, _EXP)
+        xc = self._clamp(x, *m.EXP_RANGE)
+        n = self._call("floor", self.fma(xc, self.f(m.LOG2E), self.f(0.5)))
+        r = self.fma(n, self.f(-m.LN2_HI), xc)
+        r = self.fma(n, self.f(-m.LN2_LO), r)
+        p = self._horner(r, m.EXP_POLY)
         p = self.fma(b.fmul(p, r), r, b.fadd(r, self.f(1.0)))
         ni = b.fptosi(n, self.i32)
         half = b.ashr(ni, self.constant(1))
@@ -117,11 +90,11 @@ class VectorMath(VectorIR):
     def erf(self, x: ir.Value) -> ir.Value:
         """erf(x) (`rvm.kernels.mathlib.erf32`)."""
         b = self.builder
-        small = b.fmul(x, self._horner(b.fmul(x, x), tuple(reversed(_ERF_SMALL))))
+        small = b.fmul(x, self._horner(b.fmul(x, x), tuple(reversed(m.ERF_SMALL))))
         a = self._call("fabs", x)
-        ac = b.select(b.fcmp_ordered(">", a, self.f(10.0)), self.f(10.0), a)
+        ac = b.select(b.fcmp_ordered(">", a, self.f(m.ERF_CLAMP)), self.f(m.ERF_CLAMP), a)
         t = b.fdiv(self.f(1.0), self.fma(self.f(0.5), ac, self.f(1.0)))
-        q = self._horner(t, _ERFC)
+        q = self._horner(t, m.ERFC_POLY)
         big = b.fsub(self.f(1.0), b.fmul(t, self.exp(b.fsub(q, b.fmul(ac, ac)))))
         return b.select(b.fcmp_ordered("<", a, self.f(1.0)), small, self._signed(x, big))
 
@@ -132,9 +105,9 @@ class VectorMath(VectorIR):
         e = self.exp(b.fmul(self.f(2.0), a))
         big = b.fsub(self.f(1.0), b.fdiv(self.f(2.0), b.fadd(e, self.f(1.0))))
         z = b.fmul(x, x)
-        p = self._horner(z, _TANH)
+        p = self._horner(z, m.TANH_POLY)
         small = self.fma(b.fmul(p, z), x, x)
-        return b.select(b.fcmp_ordered("<", a, self.f(0.625)), small, self._signed(x, big))
+        return b.select(b.fcmp_ordered("<", a, self.f(m.TANH_SMALL)), small, self._signed(x, big))
 
     def gelu(self, v: ir.Value, tanh: bool) -> ir.Value:
         """``0.5 v (1 + erf(v / sqrt 2))``, or with ``tanh`` its tanh approximation."""

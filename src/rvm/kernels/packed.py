@@ -37,15 +37,14 @@ from numba.extending import intrinsic
 from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.cblas import address
 from rvm.kernels.cpu import Cpu, cpu
+from rvm.kernels.epilogue import tile as tile_epilogue
 from rvm.kernels.jitting import jit
-from rvm.kernels.mathlib import erf32, tanh32
 from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
 from rvm.kernels.sgemm import panel_width
 
 __all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-_FAST = {"nsz", "arcp", "contract", "afn"}  # as `rvm.kernels.mathlib`'s: NaN and inf kept
 SMALL_ROWS = 4  # fewer rows take the one-row tile (the `MR`-row tile computes MR rows anyway)
 SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
 SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
@@ -65,39 +64,6 @@ block, its 3072 three of 1024. `sgemm.KC`'s power of two (512) cut 768 into 512 
 which stored every tile of C twice and ran a short block: 5-10% slower on one core."""
 
 
-@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath=_FAST)
-def _epilogue(c, ldc, rows, cols, bias, act, res):  # type: ignore[no-untyped-def]
-    """``C[:rows, :cols] = act(C + bias) + R`` at the address ``c`` (row stride ``ldc``),
-    ``bias`` the address of ``cols`` floats (0: none), ``act`` an index of `ACTIVATIONS`, as
-    rvm's elementwise kernels compute them, ``res`` the address of R's tile (row stride
-    ``ldc``; 0: none): a tile just stored, while it is in L1. One loop per step, each
-    vectorized."""
-    out = sgemm._floats_at(c)
-    b = sgemm._floats_at(bias)
-    r = sgemm._floats_at(res)
-    half, one = np.float32(0.5), np.float32(1.0)
-    for i in range(rows):
-        row = i * ldc
-        if bias != 0:
-            for j in range(cols):
-                out[row + j] += b[j]
-        if act == 1:
-            for j in range(cols):
-                out[row + j] = np.maximum(out[row + j], np.float32(0.0))
-        elif act == 2:
-            for j in range(cols):
-                v = out[row + j]
-                out[row + j] = half * v * (one + erf32(v * np.float32(0.7071067811865476)))
-        elif act == 3:
-            for j in range(cols):
-                v = out[row + j]
-                inner = np.float32(0.7978845608028654) * (v + np.float32(0.044715) * v * v * v)
-                out[row + j] = half * v * (one + tanh32(inner))
-        if res != 0:
-            for j in range(cols):
-                out[row + j] += r[row + j]
-
-
 @jit(**_OPTS)
 def _depth_step(k):  # type: ignore[no-untyped-def]
     """The depth of each block (the last one may be shorter): ``k`` in as few blocks of at
@@ -111,8 +77,9 @@ def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  #
     """``C[:m, cols] = act(A[:m, :k] @ B[:, cols] + bias)`` for the columns of panels
     ``first`` to ``last`` (exclusive) of the packed B at ``bp``, on addresses, in the calling
     thread: blocks of panels that fit half of L2, each depth block (`_depth_step`), each band
-    of A across the block; after the last depth block, each tile's `_epilogue` (``bias``,
-    ``act`` and ``res``, R's address laid out as C, 0: none) while it is in cache."""
+    of A across the block; after the last depth block, each tile's epilogue
+    (`rvm.kernels.epilogue.tile`: ``bias``, ``act`` and ``res``, R's address laid out as C,
+    0: none) while it is in cache."""
     step = _depth_step(k)
     block = max(1, sgemm.BLOCK_BYTES // (4 * step * panel))
     epilogue = bias != 0 or act != 0 or res != 0
@@ -133,7 +100,7 @@ def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  #
                     if final:
                         at_bias = bias + 4 * q * panel if bias != 0 else 0
                         at_res = at_c - c + res if res != 0 else 0
-                        _epilogue(at_c, ldc, rows, width, at_bias, act, at_res)
+                        tile_epilogue(at_c, ldc, rows, width, at_bias, act, at_res)
 
 
 @intrinsic
@@ -199,7 +166,8 @@ def _gemv_group(typingctx, k, x, bp, c, group):  # type: ignore[no-untyped-def]
 def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  # type: ignore[no-untyped-def]  # noqa: E501
     """`_panels` for a few rows: one row at a time (`sgemm._micro_row`, a GEMV's tile), the
     whole depth at once, each panel streamed once per row (in L2 for the next row), then the
-    panel's `_epilogue` (``res``: the residual's address, row stride ``ldc``; 0: none)."""
+    panel's epilogue (`rvm.kernels.epilogue.tile`; ``res``: the residual's address, row
+    stride ``ldc``; 0: none)."""
     for q in range(first, last):
         width = min(panel, n - q * panel)
         at_b = bp + 4 * q * k * panel
@@ -214,7 +182,7 @@ def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  # t
         if bias != 0 or act != 0 or res != 0:
             at_bias = bias + 4 * q * panel if bias != 0 else 0
             at_res = res + 4 * q * panel if res != 0 else 0
-            _epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act, at_res)
+            tile_epilogue(c + 4 * q * panel, ldc, m, width, at_bias, act, at_res)
 
 
 @jit(**_OPTS)
@@ -229,7 +197,7 @@ def _row(a, bp, k, panel, c, n, first, last, bias, act, res):  # type: ignore[no
         for q in range(first, whole):
             at_bias = bias + 4 * q * panel if bias != 0 else 0
             at_res = res + 4 * q * panel if res != 0 else 0
-            _epilogue(c + 4 * q * panel, n, 1, panel, at_bias, act, at_res)
+            tile_epilogue(c + 4 * q * panel, n, 1, panel, at_bias, act, at_res)
     if whole < last:
         _rows(a, k, bp, k, panel, c, n, 1, n, max(first, whole), last, bias, act, res)
 
@@ -329,7 +297,7 @@ def dense(x, w, out, n, bias, act, residual=None):  # type: ignore[no-untyped-de
         out[:, :] = 0
         for i in range(m):
             at_res = res + 4 * i * n if res != 0 else 0
-            _epilogue(address(out, i * n), n, 1, n, _bias_at(bias), act, at_res)
+            tile_epilogue(address(out, i * n), n, 1, n, _bias_at(bias), act, at_res)
         return
     parts, step, along_n = _cut(m, k, n, panel)
     job = np.empty(_JOB, dtype=np.int64)
