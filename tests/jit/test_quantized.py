@@ -161,6 +161,34 @@ def test_split_integer_max_pool_equals_reference(blas_threads, dtype, padding):
     np.testing.assert_array_equal(out, want)
 
 
+PAIR_POOLS = [
+    # x shape, pool size, strides, padding (top, left): 3 taps at stride 2 in a row take each
+    # output row from 16-bit pairs (odd and even widths, padded, overhanging); a row stride
+    # of 1 with an odd width (the pairs would straddle rows) takes the runs
+    ((1, 3, 109, 109), (3, 3), (2, 2), (0, 0)),
+    ((2, 2, 14, 15), (3, 3), (2, 2), (1, 1)),
+    ((1, 2, 8, 10), (2, 3), (3, 2), (0, 1)),
+    ((1, 2, 7, 9), (3, 3), (1, 2), (1, 0)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize(("xs", "size", "strides", "pads"), PAIR_POOLS)
+def test_stride_two_pools_equal_reference(dtype, xs, size, strides, pads):
+    """`rvm.kernels.qpool` called as a kernel calls it, the extremes of the dtype included
+    (int8 compared through the flipped pairs), ceil mode where the last window overhangs;
+    the output prefilled so a missed element fails."""
+    x = _ints(xs, dtype)
+    x.reshape(-1)[:2] = (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    ceil = (xs[3] + 2 * pads[1] - size[1]) % strides[1] != 0
+    padding = (pads[0], pads[1], pads[0], pads[1])
+    want = numpy_ref.max_pool2d(x, size, strides, padding, (1, 1), ceil)
+    out = np.full(want.shape, 77, dtype)
+    low = np.iinfo(dtype).min
+    qpool.max_pool2d(x, out, low, *size, *strides, 1, 1, *pads)
+    np.testing.assert_array_equal(out, want)
+
+
 SPLIT_CASES = [
     # x shape, weight shape, padding, groups, x dtype, output dtype: products large enough to
     # be cut into pieces of columns on the pool (positions not a multiple of the panel width);
