@@ -243,6 +243,36 @@ DIRECT_CASES = [
 ]
 
 
+TILE_CASES = [
+    # x shape, weight shape: 7 x 7's 49 positions in a tile of 3 vectors and one dot (a
+    # depth of 256 and of 128 with more channels than a block of sums holds, so the last
+    # columns join the block before them), 14 x 14's 196 in tiles and four dots (a depth
+    # not a multiple of 64: the dots' plain remainder)
+    ((1, 256, 7, 7), (40, 256, 1, 1)),
+    ((1, 128, 7, 7), (1032, 128, 1, 1)),
+    ((1, 644, 14, 14), (24, 644, 1, 1)),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws"), TILE_CASES)
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+def test_wide_tiles_and_dots_equal_reference(blas_threads, xs, ws, x_dtype):
+    """A product's last columns: a wide tile where 3 vectors are left, dots for the few
+    past the last vector; split on the pool or not."""
+    _check_library_conv(_ints(xs, x_dtype), _ints(ws, "int8"), 1, (0, 0, 0, 0), 1, "uint8")
+
+
+def test_dense_rows_in_a_wide_tile_and_a_dot():
+    """`qgemm.qdense` of 49 rows (positions): a wide tile and one dot, depth 300 (the dot's
+    plain remainder: 44)."""
+    x, w = _ints((49, 300), "uint8"), _ints((20, 300), "int8")
+    bias, scale = np.arange(20, dtype=np.int32), np.full(20, 2e-4, np.float32)
+    want = numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
+    out = np.full(want.shape, 77, np.uint8)
+    qgemm.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
+    np.testing.assert_array_equal(out, want)
+
+
 def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
     """`qgemm.qconv2d` called as a kernel calls it, in both weight layouts, output prefilled
     so an element no piece wrote fails: equal to the NumPy reference."""
