@@ -1,6 +1,7 @@
 """Where a light CNN's time goes, by op kind: rvm's kernels against ONNX Runtime's nodes.
 
-Run: ``python benchmarks/op_kinds.py [--only squeezenet,shufflenet] [--threads 1] [--repeat 60]``.
+Run: ``python benchmarks/op_kinds.py [--only squeezenet,shufflenet] [--threads 1] [--repeat 60]
+[--int8]``.
 
 Per model (random weights, `common.light_model_files`), in one process: rvm's compiled mode
 profiled per kernel (`VirtualMachine.profile`) and ORT (default session options) profiled per
@@ -12,6 +13,12 @@ by the first op their name carries (``fused_conv2d_add_relu`` is ``Conv``). Besi
 fastest whole run of each, and rvm's VM overhead (run time minus kernel time, the median
 over runs; it includes the profiler's own cost of a few hundred ns per kernel). Writes
 ``benchmarks/results/op_kinds.json`` (``--name``).
+
+``--int8``: both run the model quantized by ONNX Runtime's ``quantize_static`` (the QDQ file
+`precision_int8.py` times: `rvm.testing.quantized_models.quantize_with_ort`), rvm's integer
+kernels (``fused_qconv2d`` is ``Conv``) against ORT's ``QLinearConv``, ``QLinearConcat``...;
+rvm's outputs checked against ORT's int8 ones as `precision_int8.py` checks them (top-1
+equal, logits within `INT8_TOLERANCE` of the largest).
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ from pathlib import Path
 from common import light_model_files, machine, machine_line, write_results
 
 # isort: split
+import numpy as np
+import onnx
 from model_child import as_outputs, check_outputs
 
 import rvm
 from rvm.testing.onnx_models import run_ort
+from rvm.testing.quantized_models import quantize_with_ort
 
 # rvm kernel name fragment -> the ONNX op kind it computes (the first that a name holds).
 KINDS = (
@@ -40,11 +50,39 @@ KINDS = (
     ("concat", "Concat"),
     ("softmax", "Softmax"),
     ("transpose", "Transpose"),
-    ("dense", "Gemm"),
+    ("dense", "Gemm"),  # qdense too
     ("matmul", "Gemm"),
     ("lrn", "LRN"),
     ("reshape", "Reshape"),
+    # a quantized model's float kernels: a residual add, quantizes and dequantizes
+    ("add_relu", "Add"),
+    ("divide_round_clip", "QuantizeLinear"),
+    ("cast_subtract_multiply", "DequantizeLinear"),
 )
+# ORT's integer nodes -> the op kinds they compute (its residual add of int8 tensors is Sum).
+ORT_KINDS = {
+    "QLinearConv": "Conv",
+    "QLinearConcat": "Concat",
+    "NhwcMaxPool": "MaxPool",
+    "QGemm": "Gemm",
+    "QLinearGlobalAveragePool": "GlobalAveragePool",
+    "QLinearAveragePool": "AveragePool",
+    "QLinearSoftmax": "Softmax",
+    "QLinearAdd": "Add",
+    "Sum": "Add",
+}
+
+
+INT8_TOLERANCE = 5e-2  # rvm int8 against ORT int8: roundings differ by a step here and there
+
+
+def check_int8(got: list, want: list) -> None:
+    """rvm's int8 outputs against ORT's int8 ones: the last (the logits) top-1 equal and
+    within `INT8_TOLERANCE` of the largest logit."""
+    g, w = np.asarray(got[-1], np.float64), np.asarray(want[-1], np.float64)
+    err = float(np.abs(g - w).max() / max(1e-30, float(np.abs(w).max())))
+    if np.argmax(g) != np.argmax(w) or err > INT8_TOLERANCE:
+        raise AssertionError(f"rvm int8 differs from ORT int8: top-1 or relative error {err:.2e}")
 
 
 def rvm_kind(kernel: str) -> str:
@@ -52,11 +90,16 @@ def rvm_kind(kernel: str) -> str:
     return next((kind for key, kind in KINDS if key in kernel), kernel)
 
 
-def rvm_profile(path: Path, inputs: list, repeat: int, want: list) -> tuple:
-    """rvm's compiled mode on ``path``, its outputs first checked against ORT's (``want``):
-    its `vm.profile` report and each kernel's least time over the runs (us, by name)."""
+def rvm_profile(path: Path, inputs: list, repeat: int, want: list, int8: bool = False) -> tuple:
+    """rvm's compiled mode on ``path``, its outputs first checked against ORT's (``want``;
+    ``int8``: a quantized model's, by `check_int8`): its `vm.profile` report and each
+    kernel's least time over the runs (us, by name)."""
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
-    check_outputs("rvm", as_outputs(vm["main"](*inputs)), want)
+    got = as_outputs(vm["main"](*inputs))
+    if int8:
+        check_int8(got, want)
+    else:
+        check_outputs("rvm", got, want)
     report = vm.profile("main", *inputs, warmup=3, repeat=repeat)
     best: dict[str, float] = collections.defaultdict(lambda: float("inf"))
     for _, per in report.runs:
@@ -65,10 +108,10 @@ def rvm_profile(path: Path, inputs: list, repeat: int, want: list) -> tuple:
     return report, best
 
 
-def profile_rvm(path: Path, inputs: list, repeat: int, want: list) -> dict:
+def profile_rvm(path: Path, inputs: list, repeat: int, want: list, int8: bool = False) -> dict:
     """rvm's compiled mode on ``path``: per op kind the summed minimum kernel times (us),
-    after checking its outputs against ORT's (``want``)."""
-    report, best = rvm_profile(path, inputs, repeat, want)
+    after checking its outputs against ORT's (``want``; ``int8``: see `rvm_profile`)."""
+    report, best = rvm_profile(path, inputs, repeat, want, int8)
     kinds: dict[str, float] = collections.defaultdict(float)
     for name, us in best.items():
         kinds[rvm_kind(name)] += us
@@ -102,9 +145,11 @@ def ort_profile(path: Path, inputs: list, repeat: int, threads: int | None) -> t
 
 
 def profile_ort(path: Path, inputs: list, repeat: int, threads: int | None) -> dict:
-    """ORT on ``path``: per op type the summed minimum node times (us)."""
+    """ORT on ``path``: per op type the summed minimum node times (us), its integer nodes
+    as the kinds they compute (`ORT_KINDS`)."""
     events, best = ort_profile(path, inputs, repeat, threads)
     kind_of = {e["name"]: e["args"]["op_name"] for e in events if e.get("name") in best}
+    kind_of = {node: ORT_KINDS.get(kind, kind) for node, kind in kind_of.items()}
     kinds: dict[str, float] = collections.defaultdict(float)
     for node, us in best.items():
         kinds[kind_of[node]] += us
@@ -130,20 +175,28 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="threads of both (0: defaults)")
     parser.add_argument("--repeat", type=int, default=60, help="profiled runs of each")
     parser.add_argument("--name", default="op_kinds", help="results file name, no suffix")
+    parser.add_argument("--int8", action="store_true", help="the models quantized by ORT (QDQ)")
     args = parser.parse_args()
     if args.threads:
         rvm.set_num_threads(args.threads)
     lines = [machine_line(), f"threads: {args.threads or 'defaults'}; load {os.getloadavg()}"]
+    lines += ["int8: the QDQ models of quantize_static"] if args.int8 else []
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
             path, _, model, inputs = light_model_files(name, Path(tmp))
-            mine = profile_rvm(path, inputs, args.repeat, run_ort(model, inputs))
+            if args.int8:
+                model = quantize_with_ort(model)
+                onnx.save(model, path)
+            mine = profile_rvm(path, inputs, args.repeat, run_ort(model, inputs), args.int8)
             theirs = profile_ort(path, inputs, args.repeat, args.threads or None)
             rows[name] = {"rvm": mine, "ort": theirs}
             lines += table(name, mine, theirs)
     print("\n".join(lines))
-    write_results(args.name, {"machine": machine(), "threads": args.threads, "models": rows})
+    write_results(
+        args.name,
+        {"machine": machine(), "threads": args.threads, "int8": args.int8, "models": rows},
+    )
 
 
 if __name__ == "__main__":

@@ -163,6 +163,34 @@ def test_split_integer_max_pool_equals_reference(blas_threads, dtype, padding):
     np.testing.assert_array_equal(out, want)
 
 
+PAIR_POOLS = [
+    # x shape, pool size, strides, padding (top, left): 3 taps at stride 2 in a row take each
+    # output row from 16-bit pairs (odd and even widths, padded, overhanging); a row stride
+    # of 1 with an odd width (the pairs would straddle rows) takes the runs
+    ((1, 3, 109, 109), (3, 3), (2, 2), (0, 0)),
+    ((2, 2, 14, 15), (3, 3), (2, 2), (1, 1)),
+    ((1, 2, 8, 10), (2, 3), (3, 2), (0, 1)),
+    ((1, 2, 7, 9), (3, 3), (1, 2), (1, 0)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize(("xs", "size", "strides", "pads"), PAIR_POOLS)
+def test_stride_two_pools_equal_reference(dtype, xs, size, strides, pads):
+    """`rvm.kernels.qpool` called as a kernel calls it, the extremes of the dtype included
+    (int8 compared through the flipped pairs), ceil mode where the last window overhangs;
+    the output prefilled so a missed element fails."""
+    x = _ints(xs, dtype)
+    x.reshape(-1)[:2] = (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    ceil = (xs[3] + 2 * pads[1] - size[1]) % strides[1] != 0
+    padding = (pads[0], pads[1], pads[0], pads[1])
+    want = numpy_ref.max_pool2d(x, size, strides, padding, (1, 1), ceil)
+    out = np.full(want.shape, 77, dtype)
+    low = np.iinfo(dtype).min
+    qpool.max_pool2d(x, out, low, *size, *strides, 1, 1, *pads)
+    np.testing.assert_array_equal(out, want)
+
+
 SPLIT_CASES = [
     # x shape, weight shape, padding, groups, x dtype, output dtype: products large enough to
     # be cut into pieces of columns on the pool (positions not a multiple of the panel width);
@@ -215,6 +243,36 @@ DIRECT_CASES = [
     ((1, 64, 7, 7), (256, 64, 3, 3), (1, 1, 1, 1), 1, 1),
     ((1, 256, 14, 14), (100, 256, 1, 1), (0, 0, 0, 0), 1, 1),
 ]
+
+
+TILE_CASES = [
+    # x shape, weight shape: 7 x 7's 49 positions in a tile of 3 vectors and one dot (a
+    # depth of 256 and of 128 with more channels than a block of sums holds, so the last
+    # columns join the block before them), 14 x 14's 196 in tiles and four dots (a depth
+    # not a multiple of 64: the dots' plain remainder)
+    ((1, 256, 7, 7), (40, 256, 1, 1)),
+    ((1, 128, 7, 7), (1032, 128, 1, 1)),
+    ((1, 644, 14, 14), (24, 644, 1, 1)),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws"), TILE_CASES)
+@pytest.mark.parametrize("x_dtype", ["uint8", "int8"])
+def test_wide_tiles_and_dots_equal_reference(blas_threads, xs, ws, x_dtype):
+    """A product's last columns: a wide tile where 3 vectors are left, dots for the few
+    past the last vector; split on the pool or not."""
+    _check_library_conv(_ints(xs, x_dtype), _ints(ws, "int8"), 1, (0, 0, 0, 0), 1, "uint8")
+
+
+def test_dense_rows_in_a_wide_tile_and_a_dot():
+    """`qgemm.qdense` of 49 rows (positions): a wide tile and one dot, depth 300 (the dot's
+    plain remainder: 44)."""
+    x, w = _ints((49, 300), "uint8"), _ints((20, 300), "int8")
+    bias, scale = np.arange(20, dtype=np.int32), np.full(20, 2e-4, np.float32)
+    want = numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
+    out = np.full(want.shape, 77, np.uint8)
+    qgemm.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
+    np.testing.assert_array_equal(out, want)
 
 
 def _check_library_conv(x, w, groups, pads, dilation, y_dtype):

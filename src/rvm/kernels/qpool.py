@@ -13,9 +13,13 @@ The pool is separable and reduced a plane at a time in long runs (`_plane_runs`,
 plane's rows as one flat run of bytes, vectorized 64 a step), then the taps along that run,
 and each output row takes every stride-th start. A whole plane a run, not a row at a time,
 since rows of a few dozen bytes leave the vector loop for its scalar tail; the rows the
-stride skips cost less than that. A pool that pads (or overhangs) reads a copy of each plane
-padded with ``low``. Planes are split over rvm's threads
-when the input is large (`rvm.kernels.parfor`: the task ``qpool``).
+stride skips cost less than that. The common window, 3 taps at stride 2 in a row (every
+CNN's 3 x 3 / 2 pool), skips the taps' run: each output row takes its taps straight from its
+start row, seen as 16-bit pairs whose two bytes are a window's first two taps (shifts, masks
+and maxima on 16-bit lanes, where a stride-2 byte gather does not vectorize): 1.6-2.7x
+faster than the runs for squeezenet's and resnet50's pools. A pool that pads (or overhangs)
+reads a copy of each plane padded with ``low``. Planes are split over rvm's threads when the
+input is large (`rvm.kernels.parfor`: the task ``qpool``).
 """
 
 from __future__ import annotations
@@ -34,12 +38,15 @@ SPLIT_MIN = 1 << 17  # input bytes a piece keeps at least when a pool is split
 
 
 @nb.njit(**_OPTS)
-def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window):  # type: ignore[no-untyped-def]
+def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window, flip):  # type: ignore[no-untyped-def]
     """Output plane ``of[at_o:][:oh * ow]`` from the plane at ``src[at:]`` (rows ``wp``
     apart) that every window reads inside: the window rows' maxima ``v`` of every start row
     (the first ``(oh - 1) * sh + 1`` rows as one flat run), the taps' maxima ``h`` along
     ``v`` (entries whose taps cross a row end are never read), then every stride-th of each
-    output row's start row. A 3-tap window takes its rows, then its taps, in one pass each.
+    output row's start row. A 3-tap window takes its rows, then its taps, in one pass each;
+    3 taps at stride 2 take each output row's taps straight from ``v`` (`_pairs_max`: ``v``
+    of an even size, so that its 16-bit view covers it). ``flip`` is 0x8080 for int8 (see
+    `_pairs_max`), else 0.
     """
     kh, kw, sh, sw, dh, dw = window[:6]
     n_v = U(((oh - 1) * sh + 1) * wp)
@@ -56,6 +63,17 @@ def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window):  # type: ignore[no
             first = at + U(i * dh * wp)
             for s in range(n_v):
                 v[s] = max(v[s], src[first + s])
+    if kw == 3 and sw == 2 and dw == 1 and (sh * wp) % 2 == 0:
+        # Each output row from its start row of ``v`` as 16-bit pairs (the stride-2 taps
+        # of a pair are its two bytes: shifts and masks, no deinterleaving shuffles).
+        v16, of8 = v.view(np.uint16), of.view(np.uint8)
+        for p in range(oh):  # a slice per row and a constant flip: the loop vectorizes
+            row, dst = v16[p * sh * wp // 2 :], U(at_o + p * ow)
+            if flip:
+                _pairs_max(row, of8, dst, U(ow), np.uint16(0x8080))
+            else:
+                _pairs_max(row, of8, dst, U(ow), np.uint16(0))
+        return
     if kw == 3:
         t1, t2 = U(dw), U(2 * dw)
         for s in range(n_h):
@@ -78,6 +96,21 @@ def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window):  # type: ignore[no
                 of[dst + q] = h[base + q * step]
 
 
+@nb.njit(inline="always", **_OPTS)
+def _pairs_max(v16, of8, dst, ow, flip):  # type: ignore[no-untyped-def]
+    """``of8[dst + q]`` = the maximum of bytes ``2q``, ``2q + 1``, ``2q + 2`` of ``v16``
+    (a row of bytes seen as little-endian 16-bit pairs: the taps of a 3-wide window at stride
+    2 are pair ``q``'s two bytes and pair ``q + 1``'s low one), for ``q < ow``; shifts, masks
+    and maxima on 16-bit lanes, which vectorize where a stride-2 byte gather does not. Bytes
+    of int8 values are compared as unsigned after ``flip`` (0x8080) turns their order into
+    the unsigned one, and flipped back."""
+    mask, eight, back = np.uint16(255), np.uint16(8), np.uint16(flip & 255)
+    for q in range(ow):
+        pair, after = v16[q] ^ flip, v16[q + 1] ^ flip
+        top = max(max(pair & mask, pair >> eight), after & mask)
+        of8[dst + q] = np.uint8(top ^ back)
+
+
 @nb.njit(**_OPTS)
 def _planes(xf, of, lo, hi, shape, window, low):  # type: ignore[no-untyped-def]
     """Planes ``[lo, hi)`` (flat n * c index) of the pool: ``xf``/``of`` the flat input and
@@ -90,19 +123,22 @@ def _planes(xf, of, lo, hi, shape, window, low):  # type: ignore[no-untyped-def]
     wp = (ow - 1) * sw + (kw - 1) * dw + 1
     inside = pt == 0 and pl == 0 and hp <= ih and wp <= iw
     width = iw if inside else wp
-    v, h = np.empty(hp * width, xf.dtype), np.empty(hp * width, xf.dtype)
+    # v: a 16-bit array's bytes (even-sized, for `_pairs_max`'s view), one pair spare.
+    v = np.empty(hp * width // 2 + 2, np.uint16).view(xf.dtype)
+    h = np.empty(hp * width, xf.dtype)
+    flip = np.uint16(0x8080 if low < 0 else 0)
     plane = np.full(0 if inside else hp * wp, low, xf.dtype)
     r0, r1 = max(0, -pt), min(ih, hp - pt)  # the input rows and columns in the plane
     c0, c1 = max(0, -pl), min(iw, wp - pl)
     for k in range(lo, hi):
         if inside:
-            _plane_runs(xf, k * ih * iw, iw, v, h, of, k * oh * ow, oh, ow, window)
+            _plane_runs(xf, k * ih * iw, iw, v, h, of, k * oh * ow, oh, ow, window, flip)
             continue
         for r in range(r0, r1):
             src, dst = U(k * ih * iw + r * iw + c0), U((r + pt) * wp + c0 + pl)
             for c in range(U(max(0, c1 - c0))):
                 plane[dst + c] = xf[src + c]
-        _plane_runs(plane, 0, wp, v, h, of, k * oh * ow, oh, ow, window)
+        _plane_runs(plane, 0, wp, v, h, of, k * oh * ow, oh, ow, window, flip)
 
 
 @nb.njit(**_OPTS)
