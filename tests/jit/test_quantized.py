@@ -271,7 +271,7 @@ def test_dense_rows_in_a_wide_tile_and_a_dot():
     bias, scale = np.arange(20, dtype=np.int32), np.full(20, 2e-4, np.float32)
     want = numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
     out = np.full(want.shape, 77, np.uint8)
-    qgemm.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
+    qentry.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
     np.testing.assert_array_equal(out, want)
 
 
