@@ -69,9 +69,10 @@ def test_split_gemms_match_reference(blas_threads, case) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
-# Batches of small images (4; 2 for the direct method), each taking another method, split an image a piece on two
-# threads (`conv.by_images`): the taps GEMM, im2col (7 columns), a strided 1x1, the direct
-# method (its weight packed at the call, then its images split by `rvm.kernels.direct`).
+# Batches of small images (4; 2 for the direct method), each taking another method, split an
+# image a piece on two threads (`conv.by_images`): the taps GEMM, im2col (7 columns), a
+# strided 1x1, the direct method (its weight packed at the call, then its images split by
+# `rvm.kernels.direct`).
 BATCH_CASES = [
     ((4, 16, 16, 16, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.TAPS),
     ((4, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.IM2COL),

@@ -27,7 +27,9 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
 first takes it: the entry point itself is only the checks and the choice, seconds less to
 build, and a model builds the methods its shapes take (a CNN without depthwise convolutions
-never builds that one), each once, not nested in the others' code.
+never builds that one), each once, not nested in the others' code. A batch the pool's threads
+share evenly runs an image a piece (`by_images`): each image's method in one thread, one join
+for the batch instead of one per image (and per GEMM block), small images a core each.
 
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
 oh, ow); ``pt``, ``pl``, ``pb``, ``pr`` are the top, left, bottom and right padding. Both

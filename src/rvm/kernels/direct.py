@@ -31,7 +31,9 @@ convolutions do:
   layers;
 
 Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
-in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large.
+in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large; a
+batch the threads share evenly an image a piece instead (`images_pay`), each image's NHWC plane
+its own.
 
 `prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L3;
 `rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
