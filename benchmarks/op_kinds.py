@@ -1,11 +1,12 @@
 """Where a light CNN's time goes, by op kind: rvm's kernels against ONNX Runtime's nodes.
 
 Run: ``python benchmarks/op_kinds.py [--only squeezenet,shufflenet] [--threads 1] [--repeat 60]
-[--int8]``.
+[--int8] [--batch 8]``.
 
 Per model (random weights, `common.light_model_files`), in one process: rvm's compiled mode
 profiled per kernel (`VirtualMachine.profile`) and ORT (default session options) profiled per
-node (``enable_profiling``), both on ``--threads`` threads (default: each runtime's default).
+node (``enable_profiling``), both on ``--threads`` threads (default: each runtime's default),
+at ``--batch`` images a call (`common.with_batch`).
 Each kernel's and each node's time is its minimum over ``--repeat`` runs (the figure a loaded,
 shared machine distorts least), summed by op kind: ORT's op types as they are (its ``Conv``,
 ``FusedConv``, the ``ReorderInput``/``ReorderOutput`` of its blocked layout...), rvm's kernels
@@ -174,17 +175,23 @@ def main() -> None:
     parser.add_argument("--only", default="squeezenet,shufflenet", help="comma-separated models")
     parser.add_argument("--threads", type=int, default=0, help="threads of both (0: defaults)")
     parser.add_argument("--repeat", type=int, default=60, help="profiled runs of each")
+    parser.add_argument("--batch", type=int, default=1, help="images a call")
     parser.add_argument("--name", default="op_kinds", help="results file name, no suffix")
     parser.add_argument("--int8", action="store_true", help="the models quantized by ORT (QDQ)")
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch takes a positive count of images; not {args.batch}")
     if args.threads:
         rvm.set_num_threads(args.threads)
-    lines = [machine_line(), f"threads: {args.threads or 'defaults'}; load {os.getloadavg()}"]
+    lines = [
+        machine_line(),
+        f"threads: {args.threads or 'defaults'}; batch {args.batch}; load {os.getloadavg()}",
+    ]
     lines += ["int8: the QDQ models of quantize_static"] if args.int8 else []
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
-            path, _, model, inputs = light_model_files(name, Path(tmp))
+            path, _, model, inputs = light_model_files(name, Path(tmp), args.batch)
             if args.int8:
                 model = quantize_with_ort(model)
                 onnx.save(model, path)
@@ -193,10 +200,8 @@ def main() -> None:
             rows[name] = {"rvm": mine, "ort": theirs}
             lines += table(name, mine, theirs)
     print("\n".join(lines))
-    write_results(
-        args.name,
-        {"machine": machine(), "threads": args.threads, "int8": args.int8, "models": rows},
-    )
+    payload = {"machine": machine(), "threads": args.threads, "batch": args.batch}
+    write_results(args.name, {**payload, "int8": args.int8, "models": rows})
 
 
 if __name__ == "__main__":

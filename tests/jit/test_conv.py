@@ -16,7 +16,7 @@ from conv_cases import CASES
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.kernels import conv
+from rvm.kernels import conv, direct
 from rvm.op import numpy_ref
 
 
@@ -64,6 +64,35 @@ SPLIT_CASES = [
 def test_split_gemms_match_reference(blas_threads, case) -> None:
     x, w = _operands(case, "float32")
     want = _reference(case, x, w)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    conv.conv2d(x, w, out, *_args(case))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
+# Batches of small images (4; 2 for the direct method), each taking another method, split an
+# image a piece on two threads (`conv.by_images`): the taps GEMM, im2col (7 columns), a
+# strided 1x1, the direct method (its weight packed at the call, then its images split by
+# `rvm.kernels.direct`).
+BATCH_CASES = [
+    ((4, 16, 16, 16, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.TAPS),
+    ((4, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.IM2COL),
+    ((4, 64, 28, 28, 96, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)), conv.STRIDED),
+    ((2, 64, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.CHANNELS),
+]
+
+
+@pytest.mark.parametrize(("case", "how"), BATCH_CASES)
+def test_batch_split_by_images_matches_reference(blas_threads, case, how) -> None:
+    x, w = _operands(case, "float32")
+    want = _reference(case, x, w)
+    (n, c, ih, iw), (o, cg, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
+    (sh, sw), pads = case[6], case[9]
+    assert conv.method(c, o, 1, kh, kw, sh, sw, oh, ow, ih, iw, not any(pads), True) == how
+    work = n * o * oh * ow * cg * kh * kw
+    split = conv.by_images(how, n, work, blas_threads) or (
+        how == conv.CHANNELS and direct.images_pay(n, work, blas_threads)
+    )
+    assert split == (blas_threads == 2)  # the case tests what it means to
     out = np.full(want.shape, np.nan, dtype="float32")
     conv.conv2d(x, w, out, *_args(case))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)

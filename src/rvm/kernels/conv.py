@@ -27,7 +27,9 @@ cache, not compiled again into every kernel (it was most of a CNN's compile time
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
 first takes it: the entry point itself is only the checks and the choice, seconds less to
 build, and a model builds the methods its shapes take (a CNN without depthwise convolutions
-never builds that one), each once, not nested in the others' code.
+never builds that one), each once, not nested in the others' code. A batch the pool's threads
+share evenly runs an image a piece (`by_images`): each image's method in one thread, one join
+for the batch instead of one per image (and per GEMM block), small images a core each.
 
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
 oh, ow); ``pt``, ``pl``, ``pb``, ``pr`` are the top, left, bottom and right padding. Both
@@ -377,7 +379,7 @@ def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
 # -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
 
 # A method's job (int64): its length (22), x, w, out, the dims of x (4), of w (4), of out's
-# plane (2), groups, sh, sw, dh, dw, pt, pl.
+# plane (2), groups, sh, sw, dh, dw, pt, pl, the method (`method`; read by `_images_task`).
 _JOB = 22
 
 
@@ -421,7 +423,17 @@ def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
 
 
+def _images_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Image ``k`` of a batch split by images (`by_images`): the job's method on it alone,
+    in this thread (its own splits, nested in the pool's job, run here too)."""
+    x, w, out, job = _operands(data, like)
+    one = job.copy()
+    one[1], one[3], one[4] = parfor.address(x[k]), parfor.address(out[k]), 1
+    _dispatch(x, job[21], one)
+
+
 for _name, _task in (
+    ("conv2d_images", _images_task),
     ("conv2d_pointwise", _pointwise_task),
     ("conv2d_strided", _strided_task),
     ("conv2d_depthwise", _depthwise_method_task),
@@ -436,6 +448,7 @@ _call_depthwise = parfor.caller("conv2d_depthwise")
 _call_taps = parfor.caller("conv2d_taps")
 _call_channels = parfor.caller("conv2d_channels")
 _call_im2col = parfor.caller("conv2d_im2col")
+_run_images = parfor.runner("conv2d_images")
 
 
 POINTWISE, STRIDED, DEPTHWISE, CHANNELS, TAPS, IM2COL = range(6)
@@ -502,6 +515,29 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
     unpadded = pt == 0 and pl == 0 and pb == 0 and pr == 0
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
+    job[21] = how
+    if by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads()):
+        _run_images(x, n, job)
+    else:
+        _dispatch(x, how, job)
+    return True
+
+
+@jit(**_OPTS)
+def by_images(how, n, work, threads):  # type: ignore[no-untyped-def]
+    """Whether a batch of ``n`` images (``work`` multiply-adds in all) by method ``how`` runs
+    an image a piece on the pool, each image's method in one thread
+    (`rvm.kernels.direct.images_pay`, the one rule). The 1x1 convolutions run one GEMM over
+    the batch already (`_pointwise`), depthwise ones split their planes over the batch
+    (`_depthwise`) and the direct method splits its batch itself (its weight packed once)."""
+    if how == POINTWISE or how == DEPTHWISE or how == CHANNELS:
+        return False
+    return direct.images_pay(n, work, threads)
+
+
+@jit(**_OPTS)
+def _dispatch(x, how, job):  # type: ignore[no-untyped-def]
+    """The convolution of ``job`` by method ``how``, in its task (`METHOD_TASKS`)."""
     if how == POINTWISE:
         _call_pointwise(x, 0, job)
     elif how == STRIDED:
@@ -514,7 +550,6 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ig
         _call_taps(x, 0, job)
     else:
         _call_im2col(x, 0, job)
-    return True
 
 
 @jit(**_OPTS)

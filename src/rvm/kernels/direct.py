@@ -31,7 +31,9 @@ convolutions do:
   layers;
 
 Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
-in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large.
+in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large; a
+batch the threads share evenly an image a piece instead (`images_pay`), each image's NHWC plane
+its own.
 
 `prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L3;
 `rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
@@ -273,8 +275,12 @@ _JOB_FIELDS = 26
 
 
 def _task(piece, like, data):  # type: ignore[no-untyped-def]
-    """A pool task: piece ``piece`` of an image's job."""
+    """A pool task: piece ``piece`` of an image's job, or (phase -1) image ``piece`` of a
+    batch split by images (`images_pay`)."""
     job = parfor.job(data)
+    if job[3] < 0:
+        _one_image(piece, job, like)
+        return
     if job[3]:
         _copy_rows(piece, job, like)
         return
@@ -292,6 +298,31 @@ def _copy_rows(piece, job, like):  # type: ignore[no-untyped-def]
     xh = parfor.array_at(job[1], (hp * wp * job[4],), like)
     y0, y1 = piece * hp // job[3], (piece + 1) * hp // job[3]
     nhwc.rows(x, job[15], xh, hp, wp, job[24], job[25], y0, y1)
+
+
+@jit(**_OPTS)
+def _one_image(n_, job, like):  # type: ignore[no-untyped-def]
+    """Image ``n_`` of the job's batch in this thread: its NHWC plane in a block of its own,
+    then every panel of it, one band range a panel (a thread's image, not split)."""
+    x = parfor.array_at(job[19], (job[20], job[4], job[21], job[22]), like)
+    own = job.copy()
+    xh = empty(job[23] * job[10] * job[4], x.dtype)
+    own[1], own[3], own[14] = parfor.address(xh), 0, 1
+    _image(x, n_, xh, own, job[23], job[24], job[25], job[6] * job[13], False)
+
+
+@jit(**_OPTS)
+def images_pay(n, work, threads):  # type: ignore[no-untyped-def]
+    """Whether a batch of ``n`` images (``work`` multiply-adds in all) runs an image a piece
+    on the pool, each image in one thread, rather than image after image with each image's
+    work split (the rule of this method and `rvm.kernels.conv`'s). Split within, a batch
+    pays a join per image, and an image too small to split runs on one core; by images the
+    threads join once and each image has a core. For a batch the threads share evenly (``n``
+    a multiple of the threads, or 4 images a thread or more, so the last image alone costs
+    little) and as large as one image whose work this method would split."""
+    if threads < 2 or n < threads:
+        return False
+    return (n % threads == 0 or n >= 4 * threads) and work >= 4 * parfor.MIN_WORK
 
 
 parfor.export_task("conv2d_direct", _task)
@@ -323,7 +354,8 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     if threads > 1 and work >= 4 * parfor.MIN_WORK:  # pieces enough to even out the threads
         chunks = min(bands, max(1, -(-PIECES_PER_THREAD * threads // (groups * panels))))
     pieces = groups * panels * chunks
-    xh = empty(hp * wp * c, x.dtype)  # a kept block when large: no fresh pages at each call
+    images = images_pay(n, n * work, threads)  # each image's plane its own (`_one_image`)
+    xh = empty(0 if images else hp * wp * c, x.dtype)  # kept when large: no fresh pages
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
     job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                          groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
@@ -332,6 +364,10 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
+    if images:
+        job[3] = -1  # image k a piece (`_one_image`)
+        _run(x, n, job)
+        return
     for n_ in range(n):
         _image(x, n_, xh, job, hp, pt, pl, pieces, threads > 1 and work >= 4 * parfor.MIN_WORK)
 
