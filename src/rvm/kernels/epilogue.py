@@ -24,6 +24,8 @@ wants it. NaN propagates, as in `rvm.kernels.mathlib`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
@@ -128,6 +130,20 @@ class VectorMath(VectorIR):
         return self.gelu(v, act == 3) if act in (2, 3) else v
 
 
+def _by_activation(builder: ir.IRBuilder, act: ir.Value, loop: Callable[[int], None]) -> None:
+    """``loop(kind)`` for the activation index ``act`` only (a switch over the 4 kinds of
+    `ACTIVATIONS`, each a copy of the loop with its activation inlined)."""
+    blocks = [builder.append_basic_block(f"act{k}") for k in range(4)]
+    done = builder.append_basic_block("stored")
+    switch = builder.switch(act, blocks[0])
+    for kind, block in enumerate(blocks):
+        switch.add_case(I64(kind), block)
+        builder.position_at_end(block)
+        loop(kind)
+        builder.branch(done)
+    builder.position_at_end(done)
+
+
 @intrinsic
 def tile(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-untyped-def]
     """``C[:rows, :cols] = act(C + bias) + R`` on int64 addresses (see the module
@@ -162,15 +178,7 @@ def tile(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-unty
                     value = builder.select(with_res, builder.fadd(value, more), value)
                     v.store(value, at, mask)
 
-        blocks = [builder.append_basic_block(f"act{k}") for k in range(4)]
-        done = builder.append_basic_block("stored")
-        switch = builder.switch(act, blocks[0])
-        for kind, block in enumerate(blocks):
-            switch.add_case(I64(kind), block)
-            builder.position_at_end(block)
-            loop(kind)
-            builder.branch(done)
-        builder.position_at_end(done)
+        _by_activation(builder, act, loop)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -205,15 +213,7 @@ def _rows_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
             value = v.load(at, v.f32, tail_mask)
             v.store(step(value, row_bias, kind), at, tail_mask)
 
-    blocks = [builder.append_basic_block(f"act{k}") for k in range(4)]
-    done = builder.append_basic_block("stored")
-    switch = builder.switch(act, blocks[0])
-    for kind, block in enumerate(blocks):
-        switch.add_case(I64(kind), block)
-        builder.position_at_end(block)
-        loop(kind)
-        builder.branch(done)
-    builder.position_at_end(done)
+    _by_activation(builder, act, loop)
 
 
 @intrinsic

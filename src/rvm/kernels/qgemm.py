@@ -19,9 +19,10 @@ int8) on C-contiguous operands:
   tap by tap, for every output position (or by bytes, for an OIHW weight with more channels
   than positions). Taps in the padding read the zero point, so they add nothing once
   corrected; int8 inputs are shifted by 128 into uint8 (and their zero point with them);
-- the micro-kernel (`_micro`, LLVM IR) keeps `MR` rows x `NR` columns of int32 sums in
-  registers: for every 4 depths it broadcasts each row's 4 bytes and issues one
-  ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32) per vector.
+- the micro-kernel (`_micro`, LLVM IR in `rvm.kernels.qtile`) keeps `MR` rows x `NR`
+  columns of int32 sums in registers: for every 4 depths it broadcasts each row's 4 bytes
+  and issues one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32)
+  per vector.
   Without VNNI (`VNNI` False) a plain loop computes the same sums;
 - the sums are made a block of columns at a time (`_blocks`, in cache) and requantized
   there: the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds
@@ -48,9 +49,7 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from llvmlite import ir
 from numba import types as nt
-from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
@@ -63,15 +62,20 @@ from rvm.kernels.qcolumns import (
     image,
     weight_rows,
 )
-from rvm.kernels.sgemm import _target_features
+from rvm.kernels.qtile import (
+    DOT_COLUMNS,
+    LANES,
+    MR,
+    NR,
+    VNNI,
+    _dot_columns,
+    _micro,
+    _micro_tail,
+    _micro_wide,
+)
 
 __all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense", "split_plan"]
 
-VNNI = "+avx512vnni" in set(_target_features().split(","))
-LANES = 16
-VECTORS = 2
-MR = 8  # rows x VECTORS accumulators: 16 of the 32 zmm registers
-NR = LANES * VECTORS
 
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
 PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
@@ -80,154 +84,6 @@ PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loa
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-
-
-def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
-    """The micro-kernel ``micro(taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap)`` of
-    ``vectors`` vectors of `LANES` columns: on int64 addresses, int32 ``C[:rows, :width] =
-    A[:rows, :4 * taps * quads] @ B[:, :width]`` (``width`` = ``vectors * LANES``): A's rows
-    ``lda`` bytes apart, broadcast 4 bytes at a time; B by taps, each of ``quads`` quads of
-    depth: quad ``s`` of tap ``t`` is ``width`` x 4 bytes at ``b + offsets[t] + s * ldb``
-    (``offsets`` the address of int64 byte offsets), loaded `LANES` columns a vector; C's
-    rows ``ldc`` values apart. ``swap`` 0: A is uint8 and B int8; 1: A int8, B uint8. Rows
-    past ``rows`` read row 0 and are not stored. One tap at offset 0 is a plain panel;
-    several read a convolution's taps in place from one image (`_direct`)."""
-
-    @intrinsic
-    def micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap):  # type: ignore[no-untyped-def]
-        sig = nt.void(*(nt.int64,) * 11)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            _micro_code(builder, args, vectors)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return micro
-
-
-def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
-    """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
-    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap = args
-    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    vec = ir.VectorType(i32, LANES)
-    fnty = ir.FunctionType(vec, [vec, vec, vec])
-    dot = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512")
-    a_bytes, b_bytes = (
-        builder.inttoptr(a, i8.as_pointer()),
-        builder.inttoptr(b, i8.as_pointer()),
-    )
-    offs = builder.inttoptr(offsets, i64.as_pointer())
-    cp = builder.inttoptr(c, i32.as_pointer())
-    zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
-    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-    a_rows = [
-        builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
-        for i in range(MR)
-    ]
-
-    def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
-        """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
-        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
-        bs = []
-        for j in range(vectors):
-            at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
-            bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
-        depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
-        for i in range(MR):
-            at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
-            word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
-            av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
-            for j in range(vectors):
-                u, v = (bs[j], av) if swapped else (av, bs[j])
-                builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
-
-    def tile(swapped):  # type: ignore[no-untyped-def]
-        acc = [
-            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(MR)
-        ]
-        with cgutils.for_range(builder, taps) as outer:
-            with cgutils.for_range(builder, quads) as inner:
-                step(swapped, acc, outer.index, inner.index)
-        for i in range(MR):
-            with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                for j in range(vectors):
-                    at = builder.gep(cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))])
-                    builder.store(
-                        builder.load(acc[i][j]), builder.bitcast(at, vec.as_pointer()), align=4
-                    )
-
-    with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
-        with swapped:
-            tile(True)
-        with plain:
-            tile(False)
-
-
-_micro = _make_micro(VECTORS)
-_micro_tail = _make_micro(1)  # a product's last columns when `LANES` or fewer are left
-_micro_wide = _make_micro(VECTORS + 1)  # its last columns when 3 * `LANES` are left
-
-
-@intrinsic
-def _row_dot(typingctx, a, b, chunks):  # type: ignore[no-untyped-def]
-    """The int32 sum of ``64 * chunks`` products of the int8 bytes at address ``a`` by the
-    uint8 bytes at address ``b``: one ``vpdpbusd`` per 64 bytes, then the lanes added."""
-    sig = nt.int32(nt.int64, nt.int64, nt.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a, b, chunks = args
-        i8, i32 = ir.IntType(8), ir.IntType(32)
-        vec = ir.VectorType(i32, LANES)
-        fnty = ir.FunctionType(vec, [vec, vec, vec])
-        dot = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512")
-        a_bytes, b_bytes = (
-            builder.inttoptr(a, i8.as_pointer()),
-            builder.inttoptr(b, i8.as_pointer()),
-        )
-        acc = cgutils.alloca_once_value(builder, ir.Constant(vec, None))
-        with cgutils.for_range(builder, chunks) as loop:
-            at = builder.mul(loop.index, ir.IntType(64)(4 * LANES))
-            av = builder.load(
-                builder.bitcast(builder.gep(a_bytes, [at]), vec.as_pointer()), align=1
-            )
-            bv = builder.load(
-                builder.bitcast(builder.gep(b_bytes, [at]), vec.as_pointer()), align=1
-            )
-            builder.store(builder.call(dot, [builder.load(acc), bv, av]), acc)
-        total, lanes = i32(0), builder.load(acc)
-        for k in range(LANES):
-            total = builder.add(total, builder.extract_element(lanes, i32(k)))
-        return total
-
-    return sig, codegen
-
-
-DOT_COLUMNS = 4  # a product's last columns past a multiple of `LANES`, at most, taken by dots
-
-
-@nb.njit(**_OPTS)
-def _dot_columns(rows, b, acc, j0, c0, c1):  # type: ignore[no-untyped-def]
-    """``acc[r, c - j0]`` for the columns ``c0 <= c < c1`` of the panel ``b``, one column at a
-    time: its bytes gathered in depth order, then a dot product with each row (`_row_dot`,
-    64 depths an instruction, the rest a plain loop). A few columns past the last vector of
-    a product cost a dot each rather than a tile of `LANES` (7 x 7's 49 positions: 48 in
-    tiles and 1 by dots, not 64 in tiles)."""
-    flat, offsets, quads, ldb = b[0], b[1], b[2], b[3]
-    n_rows, depth = rows.shape
-    chunks = depth // (4 * LANES)
-    col = np.empty(depth, np.uint8)
-    for c in range(c0, c1):
-        for tap in range(offsets.size):
-            for q in range(quads):
-                at, d = offsets[tap] + q * ldb + 4 * c, 4 * (tap * quads + q)
-                for t in range(4):
-                    col[d + t] = flat[at + t]
-        for r in range(n_rows):
-            total = _row_dot(rows.ctypes.data + r * depth, col.ctypes.data, chunks)
-            for d in range(chunks * 4 * LANES, depth):
-                total += np.int32(rows[r, d]) * np.int32(col[d])
-            acc[r, c - j0] = total
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
