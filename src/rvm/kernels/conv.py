@@ -49,6 +49,7 @@ from rvm.kernels import direct, entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads, gemm_segments
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.cpu import cpu
+from rvm.kernels.depthwise import depthwise
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
@@ -266,116 +267,6 @@ def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-de
     _pointwise(xs, w, out, groups)
 
 
-@jit(**_OPTS)
-def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
-    channel per group (depthwise, any channel multiplier): each plane is copied into a
-    zero-padded plane split into its stride phases, then the taps add their weighted windows
-    as long runs, three per pass (see `rvm.kernels.planes`)."""
-    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
-    o, kh, kw = w.shape[0], w.shape[2], w.shape[3]
-    oh, ow = out.shape[2], out.shape[3]
-    m = o // c  # outputs per input channel
-    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
-    flat = np.zeros(sh * sw * hq * wq, dtype=x.dtype)
-    starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
-    run = U(oh * wq)
-    acc = np.empty(run, dtype=x.dtype)
-    xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
-    for plane in range(lo, hi):
-        n_, ch = plane // c, plane % c
-        padded_phases(xf, plane * ih * iw, ih, iw, flat, sh, sw, hq, wq, hp, wp, pt, pl)
-        for oc in range(ch * m, ch * m + m):
-            _weighted_taps(flat, starts, wf, oc * kh * kw, acc, run)
-            _copy_rows(acc, wq, of, (n_ * o + oc) * oh * ow, oh, ow)
-
-
-# A depthwise job (int64): its length (20), x, w, out, n, c, ih, iw, o, kh, kw, oh, ow, sh, sw,
-# dh, dw, pt, pl, chunks.
-
-
-def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
-    """One chunk of input planes of a depthwise convolution split over threads."""
-    job = parfor.job(data)
-    n, c, ih, iw, o = job[4], job[5], job[6], job[7], job[8]
-    kh, kw, oh, ow = job[9], job[10], job[11], job[12]
-    x = parfor.array_at(job[1], (n, c, ih, iw), like)
-    w = parfor.array_at(job[2], (o, 1, kh, kw), like)
-    out = parfor.array_at(job[3], (n, o, oh, ow), like)
-    chunks = job[19]
-    lo, hi = k * n * c // chunks, (k + 1) * n * c // chunks
-    _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18])
-
-
-# The entry point's own task, and its GEMMs' (`rvm.kernels.blas`), are built when a loop
-# first splits (`rvm.kernels.parfor`).
-parfor.export_task("conv2d", _depthwise_task)
-_run_depthwise = parfor.runner("conv2d")
-
-
-@jit(**_OPTS)
-def _depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
-    """`_depthwise_range` over every input plane, in chunks of planes on the pool when large."""
-    n, c, ih, iw = x.shape
-    o, _, kh, kw = w.shape
-    oh, ow = out.shape[2], out.shape[3]
-    chunks = min(parfor.threads(), n * c)
-    if chunks < 2 or n * o * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
-        _depthwise_range(x, w, out, 0, n * c, sh, sw, dh, dw, pt, pl)
-        return
-    job = np.array((20, parfor.address(x), parfor.address(w), parfor.address(out), n, c, ih, iw,
-                    o, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, chunks), dtype=np.int64)  # fmt: skip
-    _run_depthwise(x, chunks, job)
-
-
-@jit(**_OPTS)
-def _weighted_taps(flat, starts, wf, at_w, acc, run):  # type: ignore[no-untyped-def]
-    """``acc[:run]`` = the sum over the taps t of ``wf[at_w + t]`` times the run of ``flat``
-    at ``starts[t]``, three taps per pass over ``acc`` (a pass per tap reads and writes it
-    three times as often)."""
-    taps = starts.shape[0]
-    if taps == 0:
-        acc[:run] = 0
-    first = True
-    for t in range(0, taps, 3):
-        left = taps - t
-        w0, a0 = wf[at_w + t], U(starts[t])
-        if left >= 3:
-            w1, a1 = wf[at_w + t + 1], U(starts[t + 1])
-            w2, a2 = wf[at_w + t + 2], U(starts[t + 2])
-            if first:
-                for r_ in range(run):
-                    acc[r_] = w0 * flat[a0 + r_] + w1 * flat[a1 + r_] + w2 * flat[a2 + r_]
-            else:
-                for r_ in range(run):
-                    acc[r_] += w0 * flat[a0 + r_] + w1 * flat[a1 + r_] + w2 * flat[a2 + r_]
-        elif left == 2:
-            w1, a1 = wf[at_w + t + 1], U(starts[t + 1])
-            if first:
-                for r_ in range(run):
-                    acc[r_] = w0 * flat[a0 + r_] + w1 * flat[a1 + r_]
-            else:
-                for r_ in range(run):
-                    acc[r_] += w0 * flat[a0 + r_] + w1 * flat[a1 + r_]
-        elif first:
-            for r_ in range(run):
-                acc[r_] = w0 * flat[a0 + r_]
-        else:
-            for r_ in range(run):
-                acc[r_] += w0 * flat[a0 + r_]
-        first = False
-
-
-@jit(**_OPTS)
-def _copy_rows(acc, wq, of, at, oh, ow):  # type: ignore[no-untyped-def]
-    """The first ``ow`` of every ``wq`` elements of ``acc`` to ``of[at:]`` (the output plane
-    without the wrap-around columns); unsigned indices, as in `rvm.kernels.planes`."""
-    for p_ in range(oh):
-        dst, src = U(at + p_ * ow), U(p_ * wq)
-        for q_ in range(U(ow)):
-            of[dst + q_] = acc[src + q_]
-
-
 # -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
 
 # A method's job (int64): its length (22), x, w, out, the dims of x (4), of w (4), of out's
@@ -405,7 +296,7 @@ def _strided_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _depthwise_method_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+    depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
 
 
 def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -471,9 +362,10 @@ def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type
     """How `conv2d` computes a convolution of this shape (`POINTWISE`...; ``unpadded``: no
     padding; ``f32``: float32 operands): 1x1 unpadded convolutions are GEMMs on the operands
     (`_pointwise`, `_strided_pointwise` on the subsampled input); one input channel per
-    group runs direct loops (`_depthwise`); float32 ones where vectors of output channels pay
-    the direct method (`channels_pay`), those with rows of `TAPS_MIN_WIDTH` or more and some
-    depth read their taps in place (`_taps_gemm`); the rest im2col (`_im2col_gemm`)."""
+    group runs direct loops (`rvm.kernels.depthwise`); float32 ones where vectors of output
+    channels pay the direct method (`channels_pay`), those with rows of `TAPS_MIN_WIDTH` or
+    more and some depth read their taps in place (`_taps_gemm`); the rest im2col
+    (`_im2col_gemm`)."""
     cg = c // groups
     if kh == 1 and kw == 1 and unpadded:
         return POINTWISE if sh == 1 and sw == 1 else STRIDED
@@ -529,7 +421,8 @@ def by_images(how, n, work, threads):  # type: ignore[no-untyped-def]
     an image a piece on the pool, each image's method in one thread
     (`rvm.kernels.direct.images_pay`, the one rule). The 1x1 convolutions run one GEMM over
     the batch already (`_pointwise`), depthwise ones split their planes over the batch
-    (`_depthwise`) and the direct method splits its batch itself (its weight packed once)."""
+    (`rvm.kernels.depthwise`) and the direct method splits its batch itself (its weight packed
+    once)."""
     if how == POINTWISE or how == DEPTHWISE or how == CHANNELS:
         return False
     return direct.images_pay(n, work, threads)
