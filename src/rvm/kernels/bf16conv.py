@@ -40,8 +40,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro
-from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.bf16gemm import BLOCK_BYTES, LANES, MR, walk
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
@@ -230,34 +229,20 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     """Output channels [co0, co1) by output rows [y0, y1) of a job (`_DIRECT_JOB`), on the
     plane's rows: position ``(y, x)`` is the plane word ``y * wp + x`` (stride 1), so the
     rows [y0, y1) are one run of ``(y1 - y0) * wp`` positions (the last ``wp - ow`` of each
-    row computed and dropped). Blocks of rows whose plane rows fit in L2, each depth block,
-    each band of `MR` channels, tile after tile of `NR` positions of the run, the band's bias
-    and activation (``job[18]``, ``job[19]``) applied to its rows of the block right after
-    its last depth block, while they are in cache (`rvm.kernels.epilogue.tile_rows`); then,
+    row computed and dropped). Blocks of rows whose plane rows fit in L2, each walked as the
+    GEMM walks C (`rvm.kernels.bf16gemm.walk`: B's pair rows through the tap table), the
+    band's bias and activation (``job[18]``, ``job[19]``) applied to its rows of the block
+    right after its last depth block, while they are in cache; then,
     when the rows are wider than the output's, the block's rows compacted into the output
     (`_compact`) while they are in cache, on this thread."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     bias, act = job[18], job[19]
-    last = ((k2 - 1) // KC2) * KC2  # the last depth block's first pair
     for yb in range(y0, y1, rows_block):
         ye = min(y1, yb + rows_block)
         run = (ye - yb) * wp
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
-        for p0 in range(0, k2, KC2):
-            kc2 = min(KC2, k2 - p0)
-            add = 1 if p0 > 0 else 0
-            for i0 in range(co0, co1, MR):
-                rows = min(MR, co1 - i0)
-                a_band, c_band = a + 4 * (i0 * lda + p0), c_run + 4 * i0 * ldc
-                for x0 in range(0, run, NR):
-                    cols = min(NR, run - x0)
-                    vectors = (cols + LANES - 1) // LANES
-                    micro(kc2, a_band, lda, b_run + 4 * x0, table + 8 * p0, 1, c_band + 4 * x0,
-                          ldc, add, rows, vectors, cols - (vectors - 1) * LANES)  # fmt: skip
-                if p0 == last and (bias != 0 or act != 0):  # the band's rows are done
-                    at_bias = bias + 4 * i0 if bias != 0 else 0
-                    tile_rows(c_band, ldc, rows, run, at_bias, act)
+        walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias, act)
         if job[15] != 0:
             _compact(job, co0, co1, yb, ye)
 

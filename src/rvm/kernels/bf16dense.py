@@ -25,7 +25,7 @@ import numpy as np
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16 import pair_rows
-from rvm.kernels.bf16gemm import BLOCK_BYTES, LANES, MR, NR, micro
+from rvm.kernels.bf16gemm import BLOCK_BYTES, MR, band
 from rvm.kernels.cblas import address
 from rvm.kernels.epilogue import tile as _epilogue
 from rvm.kernels.jitting import jit
@@ -48,7 +48,8 @@ def _panels(a, k2, bp, panel, c, m, n, first, last, bias, act, res):  # type: ig
     ``first`` to ``last`` (exclusive) of the pair panels at ``bp``, on addresses (A pair
     words ``(m, k2)``, C and R row-major ``(m, n)``; ``bias``/``res`` 0: none), in the calling
     thread: blocks of panels that fit half of L2, each depth block, each band of A across the
-    block, tile after tile; after the last depth block, each tile's epilogue."""
+    block, tile after tile (`rvm.kernels.bf16gemm.band`); after the last depth block, each
+    tile's epilogue."""
     blocks = -(-k2 // DEPTH2)
     step = -(-k2 // blocks)
     block = max(1, BLOCK_BYTES // (4 * step * panel))
@@ -66,12 +67,7 @@ def _panels(a, k2, bp, panel, c, m, n, first, last, bias, act, res):  # type: ig
                     width = min(panel, n - q * panel)
                     at_b = bp + 4 * (q * k2 * panel + p0 * panel)
                     at_c = c_band + 4 * q * panel
-                    for j0 in range(0, width, NR):
-                        cols = min(NR, width - j0)
-                        vectors = (cols + LANES - 1) // LANES
-                        tail = cols - (vectors - 1) * LANES
-                        micro(kc2, a_band, k2, at_b + 4 * j0, panel, 0, at_c + 4 * j0, n, add,
-                              rows, vectors, tail)  # fmt: skip
+                    band(kc2, a_band, k2, at_b, 4, panel, 0, at_c, n, add, rows, width)
                     if final:
                         at_bias = bias + 4 * q * panel if bias != 0 else 0
                         at_res = at_c - c + res if res != 0 else 0

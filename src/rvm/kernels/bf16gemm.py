@@ -36,6 +36,8 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import _target_features
 
 __all__ = [
@@ -44,10 +46,12 @@ __all__ = [
     "LANES",
     "MR",
     "NR",
+    "band",
     "gemm_bf16",
     "micro",
     "panel_index",
     "panels",
+    "walk",
 ]
 
 logger = logging.getLogger("rvm.kernels")
@@ -237,23 +241,41 @@ def panel_index(p, j, k2):  # type: ignore[no-untyped-def]
     return (j // NR) * (k2 * NR) + p * NR + j % NR
 
 
-@nb.njit(**_OPTS)
-def _block(a, lda, b, c, ldc, m, width, k2, accumulate):  # type: ignore[no-untyped-def]
-    """A block of ``width`` columns of C (B's panels from ``b``): each depth block, each band
-    of A, tile after tile."""
+@jit(**_OPTS)
+def band(kc2, a, lda, b, b_col, ldb, indexed, c, ldc, add, rows, width):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The tile walk of every bf16 product: ``C[:rows, :width] (+)= A[:rows] @ B`` over
+    ``kc2`` pairs, tile after tile of `NR` columns (`micro`, the last tile's lanes masked).
+    Tile ``j0``'s B starts ``b_col * j0`` bytes after ``b`` (its pair rows ``ldb`` words
+    apart or, ``indexed``, through the table at ``ldb``), its C ``4 * j0`` bytes after ``c``.
+    """
+    for j0 in range(0, width, NR):
+        cols = min(NR, width - j0)
+        vectors = (cols + LANES - 1) // LANES
+        micro(kc2, a, lda, b + b_col * j0, ldb, indexed, c + 4 * j0, ldc, add, rows, vectors,
+              cols - (vectors - 1) * LANES)  # fmt: skip
+
+
+@jit(**_OPTS)
+def walk(a, lda, m0, m1, b, b_col, b_pair, ldb, ldb_pair, indexed, c, ldc, n, k2, acc, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Rows [m0, m1) of ``C[:, :n] (+)= A @ B`` over ``k2`` pairs (``acc``: add to C): each
+    depth block of `KC2` pairs, each band of `MR` rows of A, its tiles (`band`); B's pair row
+    ``p0`` of a
+    depth block starts ``b_pair * p0`` bytes after ``b`` (indexed: its table ``ldb_pair *
+    p0`` bytes after ``ldb``). With a bias's address (0: none) or an activation's index (0:
+    none), ``act(C + bias)`` on each band's rows once its last depth block is summed, while
+    they are in cache (`rvm.kernels.epilogue.tile_rows`). The GEMM on pair panels
+    (`gemm_bf16`) and the direct convolution (`rvm.kernels.bf16conv`) both walk C so."""
+    last = ((k2 - 1) // KC2) * KC2  # the last depth block's first pair
     for p0 in range(0, k2, KC2):
         kc2 = min(KC2, k2 - p0)
-        add = 1 if (accumulate or p0 > 0) else 0
-        for i0 in range(0, m, MR):
-            rows = min(MR, m - i0)
+        add = 1 if (acc or p0 > 0) else 0
+        b_block, ldb_block = b + b_pair * p0, ldb + ldb_pair * p0
+        for i0 in range(m0, m1, MR):
+            rows = min(MR, m1 - i0)
             a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
-            for j0 in range(0, width, NR):
-                cols = min(NR, width - j0)
-                vectors = (cols + LANES - 1) // LANES
-                last = cols - (vectors - 1) * LANES
-                b_tile = b + 4 * (j0 * k2 + p0 * NR)  # panel j0 / NR, pair row p0
-                micro(kc2, a_band, lda, b_tile, NR, 0, c_band + 4 * j0, ldc, add, rows,
-                       vectors, last)  # fmt: skip
+            band(kc2, a_band, lda, b_block, b_col, ldb_block, indexed, c_band, ldc, add, rows, n)
+            if p0 == last and (bias != 0 or act != 0):
+                tile_rows(c_band, ldc, rows, n, bias + 4 * i0 if bias != 0 else 0, act)
 
 
 @nb.njit(**_OPTS)
@@ -271,7 +293,9 @@ def gemm_bf16(a, lda, b, c, ldc, m, n, k2, accumulate):  # type: ignore[no-untyp
         return
     step = max(NR, BLOCK_BYTES // (4 * min(KC2, k2)) // NR * NR)
     for j0 in range(0, n, step):
-        _block(a, lda, b + 4 * j0 * k2, c + 4 * j0, ldc, m, min(step, n - j0), k2, accumulate)
+        # panel j0 / NR of B starts j0 * k2 words on; a depth block's pair row p0, NR * p0
+        walk(a, lda, 0, m, b + 4 * j0 * k2, 4 * k2, 4 * NR, NR, 0, 0, c + 4 * j0, ldc,
+             min(step, n - j0), k2, accumulate, 0, 0)  # fmt: skip
 
 
 @intrinsic
