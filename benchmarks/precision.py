@@ -16,7 +16,10 @@ process:
   ``INFERENCE_PRECISION_HINT=f32`` hint;
 - **speed**: milliseconds per call, interleaved medians (`common.interleaved_medians`,
   default threads, rvm in the native exec mode), and rvm bf16 / OpenVINO default (goal <=
-  1.0).
+  1.0). ``rvm alone``: rvm's two engines timed the same way first, before the model's ORT
+  and OpenVINO sessions exist (for the first model, before either is imported): against the
+  side-by-side figures, whether the other runtimes' threads or state slow rvm's turns (each
+  turn already starts after a 0.1 s pause and one untimed call);
 
 Then the int8 rows (``--int8 squeezenet,resnet50``; ``--int8 ""`` skips them) of
 `precision_int8.py`: ONNX Runtime's ``quantize_static`` QDQ model through rvm and ORT, against
@@ -48,11 +51,9 @@ SETTLE_S = 0.1  # ORT's pool threads spin ~30 ms after a call (see benchmarks/mo
 BOUND_ERR, BOUND_TOP1 = 3e-2, 0.99
 
 
-def _engines(path: Path) -> dict[str, Any]:
-    """name -> a function of the input list giving the output list."""
-    import onnxruntime as ort
-    import openvino as ov
-
+def _engines(path: Path, first: list[np.ndarray], repeat: int) -> dict[str, Any]:
+    """name -> a function of the input list giving the output list; ``_alone``: rvm's
+    milliseconds on ``first``, measured before the ORT and OpenVINO sessions exist."""
     mod = rvm.from_onnx(str(path))
     compiled = {}
     for precision in ("fp32", "bf16"):
@@ -61,6 +62,14 @@ def _engines(path: Path) -> dict[str, Any]:
         compiled[precision] = time.perf_counter() - start
         vm = rvm.VirtualMachine(ex, exec_mode="native")
         compiled[f"vm_{precision}"] = vm["main"]
+    calls = {
+        "rvm f32": lambda: compiled["vm_fp32"](*first),
+        "rvm bf16": lambda: compiled["vm_bf16"](*first),
+    }
+    alone = interleaved_medians(calls, repeat, 0.05, SETTLE_S)
+    import onnxruntime as ort
+    import openvino as ov
+
     sess = ort.InferenceSession(str(path))
     names = [i.name for i in sess.get_inputs()]
     core = ov.Core()
@@ -82,6 +91,7 @@ def _engines(path: Path) -> dict[str, Any]:
         "OV f32": openvino(ov_f32),
         "OV default": openvino(ov_default),
         "_compile_s": {k: compiled[k] for k in ("fp32", "bf16")},
+        "_alone": {k: 1e3 * v for k, v in alone.items()},
         "_ov_default": hint.split("'")[1] if "'" in hint else hint,
     }
 
@@ -97,9 +107,10 @@ def _top1(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 def bench(name: str, path: Path, feeds: list[list[np.ndarray]], out: int, repeat: int) -> dict:
     """One model: checks, errors over ``feeds`` (output ``out``), interleaved speed."""
-    engines = _engines(path)
-    compile_s, ov_default = engines.pop("_compile_s"), engines.pop("_ov_default")
     first = feeds[0]
+    engines = _engines(path, first, repeat)
+    compile_s, ov_default = engines.pop("_compile_s"), engines.pop("_ov_default")
+    alone = engines.pop("_alone")
     want = engines["ORT f32"](first)[out]
     for exact in ("rvm f32", "OV f32"):
         err = _error(engines[exact](first)[out], want)
@@ -117,6 +128,7 @@ def bench(name: str, path: Path, feeds: list[list[np.ndarray]], out: int, repeat
     ms = {k: 1e3 * v for k, v in interleaved_medians(calls, repeat, 0.05, SETTLE_S).items()}
     return {
         "ms": ms,
+        "rvm_alone_ms": alone,
         "rel_err": errors,
         "top1": {k: float(np.mean(v)) for k, v in agree.items()},
         "inputs": len(feeds),
@@ -150,14 +162,18 @@ def bert(work: Path, count: int, repeat: int) -> dict:
 def table(results: dict[str, dict]) -> str:
     engines = ["rvm f32", "rvm bf16", "ORT f32", "OV f32", "OV default"]
     head = "| model | " + " | ".join(f"{e} ms" for e in engines)
-    head += " | rvm bf16 err (top-1) | OV default err (top-1) | bf16/OV default |"
-    lines = [head, "|" + "---|" * (len(engines) + 4)]
+    head += " | rvm bf16 err (top-1) | OV default err (top-1) | bf16/OV default"
+    head += " | rvm alone f32, bf16 ms |"
+    lines = [head, "|" + "---|" * (len(engines) + 5)]
     for name, r in results.items():
         cells = [f"{r['ms'][e]:.2f}" for e in engines]
         errs = [f"{r['rel_err'][e]:.1e} ({r['top1'][e]:.1%})" for e in ("rvm bf16", "OV default")]
         ratio = r["bf16_vs_ov_default"]
         goal = "ok" if ratio <= 1.0 else "MISS"
-        lines.append(f"| {name} | " + " | ".join(cells + errs) + f" | {ratio:.2f} {goal} |")
+        alone = ", ".join(f"{r['rvm_alone_ms'][e]:.2f}" for e in ("rvm f32", "rvm bf16"))
+        lines.append(
+            f"| {name} | " + " | ".join(cells + errs) + f" | {ratio:.2f} {goal} | {alone} |"
+        )
     return "\n".join(lines)
 
 
