@@ -22,6 +22,9 @@ logits exposed, as `benchmarks/models.py`):
   after the 0.1 s pause and one untimed call: a server's request after a quiet spell, when
   the threads of both runtimes' pools have gone to sleep. (Until 2026-11-29 this was the
   only figure; it is not the goal's.)
+- **pool wake-ups** (``wakes/call``): jobs of one rvm int8 call that found the pool's helpers
+  asleep (`rvm.kernels.workpool.wakes`), back to back and after the pause: each waits a
+  wake-up's latency for its helpers.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from common import interleaved_medians, light_model_files, machine, machine_line, write_results
@@ -37,6 +41,7 @@ from common import interleaved_medians, light_model_files, machine, machine_line
 import numpy as np
 
 import rvm
+from rvm.kernels import workpool
 from rvm.testing.onnx_models import random_inputs
 from rvm.testing.quantized_models import quantize_with_ort
 
@@ -45,6 +50,20 @@ INT8_SPEEDUP_GOAL = 1.8  # rvm f32 / rvm int8 at least
 INT8_ORT_GOAL = 1.0  # rvm int8 / ORT int8 at most
 SAMPLE_S = 0.05  # calls a timed sample takes, as `precision.py`'s
 SETTLE_S = 0.1  # ORT's pool threads spin ~30 ms after a call (see benchmarks/models.py)
+WAKE_CALLS = 11  # calls the wake-up counts are the mean of
+
+
+def _wakes_per_call(fn, pause_s: float) -> float:  # type: ignore[no-untyped-def]
+    """Mean pool wake-ups per call of ``fn``, each call after ``pause_s`` (0: back to back)."""
+    fn()
+    total = 0
+    for _ in range(WAKE_CALLS):
+        if pause_s:
+            time.sleep(pause_s)
+        before = workpool.wakes()
+        fn()
+        total += workpool.wakes() - before
+    return total / WAKE_CALLS
 
 
 def _session(model):  # type: ignore[no-untyped-def]
@@ -101,6 +120,7 @@ def measure(name: str, n_inputs: int, repeat: int) -> dict:
         settle_s=SETTLE_S,
     )
     ms = {k: v * 1e3 for k, v in times.items()}
+    rvm_int8 = lambda: int8_vm["main"](*inputs)  # noqa: E731
     return {
         "model": name,
         "ms": ms,
@@ -112,6 +132,8 @@ def measure(name: str, n_inputs: int, repeat: int) -> dict:
         "top1_vs_f32": agree_f32 / n_inputs,
         "logit_rel_err_vs_ort_int8": err_ort,
         "logit_rel_err_vs_f32": err_f32,
+        "wakes_per_call": _wakes_per_call(rvm_int8, 0.0),
+        "idle_wakes_per_call": _wakes_per_call(rvm_int8, SETTLE_S),
     }
 
 
@@ -119,7 +141,7 @@ def int8_table(rows: list[dict]) -> str:
     head = (
         f"{'model':<12}{'rvm f32':>9}{'rvm int8':>10}{'ORT f32':>9}{'ORT int8':>10}"
         f"{'f32/int8':>10}{'int8/ORT':>10}{'top1 ORT':>10}{'err ORT':>9}{'top1 f32':>10}"
-        f"{'err f32':>9}{'int8/ORT idle':>15}"
+        f"{'err f32':>9}{'int8/ORT idle':>15}{'wakes/call':>12}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -130,11 +152,13 @@ def int8_table(rows: list[dict]) -> str:
             f"{r['int8_vs_ort_int8']:>9.2f}x{r['top1_vs_ort_int8']:>10.0%}"
             f"{r['logit_rel_err_vs_ort_int8']:>9.1e}{r['top1_vs_f32']:>10.0%}"
             f"{r['logit_rel_err_vs_f32']:>9.1e}{r['idle_int8_vs_ort_int8']:>14.2f}x"
+            f"{r['wakes_per_call']:>5.1f}/{r['idle_wakes_per_call']:<5.1f}"
         )
     lines.append(
         f"goals: f32/int8 >= {INT8_SPEEDUP_GOAL}x, int8/ORT <= {INT8_ORT_GOAL}x; ms are "
         "medians of interleaved turns of 50 ms samples, batch 1, default threads; idle: one "
-        "call after a 0.1 s pause"
+        "call after a 0.1 s pause; wakes/call: rvm int8 jobs finding pool helpers asleep, "
+        "back to back / after the pause"
     )
     return "\n".join(lines)
 

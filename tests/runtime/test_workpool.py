@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,3 +227,56 @@ def test_a_forked_child_resets_the_pool_then_restarts_it(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "(0, 2, 100)"
+
+
+def _until(test, seconds: float = 10.0) -> bool:
+    """Whether ``test()`` holds within ``seconds`` (polled)."""
+    end = time.monotonic() + seconds
+    while not test():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_wake_lets_sleeping_helpers_spin_then_sleep_again(threads) -> None:
+    """`wake` (a VM call's first step) gets sleeping helpers up, they sleep again after the
+    spin (no core burnt between calls), jobs after it run every piece, and a job that found
+    helpers asleep is counted in `wakes`."""
+    if threads == 1:
+        pytest.skip("no helper")
+    asleep = lambda: workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1  # noqa: E731
+    for _ in range(3):
+        assert _until(asleep)
+        before = workpool.wakes()
+        workpool.for_each(threads, lambda i: None)  # found them asleep
+        assert workpool.wakes() > before
+        assert _until(asleep)
+        workpool.wake()
+        assert _until(asleep)  # back to sleep after the spin
+        hits: list[int] = []
+        workpool.for_each(17, hits.append)
+        assert Counter(hits) == Counter(range(17))
+
+
+def test_a_vm_call_wakes_the_pool_first(monkeypatch) -> None:
+    """Each call from Python, in every exec mode, calls the pool's `wake` before its
+    kernels run (the native fast path included)."""
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    ex = rvm.compile(rvm.script.parse(_RELU))
+    for mode in ("bytecode", "compiled", "native"):
+        vm = rvm.VirtualMachine(ex, exec_mode=mode)
+        assert vm.context.pool_wake is workpool.wake
+        woken: list[int] = []
+        vm.context.pool_wake = lambda: woken.append(1)  # noqa: B023 - before vm["main"] binds it
+        np.testing.assert_array_equal(vm["main"](x), np.maximum(x, 0))
+        assert woken, mode
+
+
+_RELU = """
+@module
+class Relu:
+    @func
+    def main(x: T[(2, 3), "float32"]):
+        return op.relu(x)
+"""

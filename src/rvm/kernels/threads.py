@@ -29,6 +29,7 @@ import importlib
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 ENV_VAR = "RVM_NUM_THREADS"
 SPLIT_ENV_VAR = "RVM_SPLIT_LOOPS"
@@ -131,6 +132,13 @@ def _size_pool(import_it: bool) -> None:
     if not import_it and _POOL not in sys.modules:
         return
     importlib.import_module(_POOL).set_helpers(_chosen() - 1)
+
+
+def pool_wake() -> Callable[[], None] | None:
+    """The pool's `wake` (`rvm.kernels.workpool.wake`) that a VM calls as a call begins, or
+    None while no jit code has loaded the pool."""
+    pool = sys.modules.get(_POOL)
+    return None if pool is None else pool.wake
 
 
 def _openblas_to_one_thread() -> None:

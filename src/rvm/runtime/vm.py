@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
-from rvm.kernels.threads import apply_environment
+from rvm.kernels.threads import apply_environment, pool_wake
 from rvm.runtime.calling import BoundLast, closure_function, result_checks
 from rvm.runtime.derived import Derived
 from rvm.runtime.entry import (
@@ -124,6 +124,7 @@ class VirtualMachine:
         # and setting `allocator` sets the context's.
         self.context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), made)
         self.context.run_bytecode = BytecodeMode(self.context).run
+        self.context.pool_wake = pool_wake()  # loaded by the kernels it resolved, if any
         self._instrument: Callable[..., Any] | None = None
         self._inputs: dict[str, list[Any]] = {}
         self._outputs: dict[str, Any] = {}
@@ -302,6 +303,9 @@ class VirtualMachine:
         took = guard.enter()
         if took is None:
             raise self._busy_error()
+        wake = self.context.pool_wake
+        if wake is not None:
+            wake()  # helpers asleep after a quiet spell wake during the call's first steps
         try:
             result = self._run(fidx, args)
         finally:
