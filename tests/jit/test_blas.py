@@ -7,7 +7,7 @@ import numba as nb
 import numpy as np
 import pytest
 
-from rvm.kernels import blas
+from rvm.kernels import blas, segments
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
 
@@ -140,8 +140,8 @@ def test_split_matmul_matches_numpy(blas_threads, shape, b_t) -> None:
 def _segments(
     a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb
 ):  # type: ignore[no-untyped-def]  # noqa: E501
-    blas.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches,
-                       groups, ag, bb, cb)  # fmt: skip
+    segments.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs,
+                           batches, groups, ag, bb, cb)  # fmt: skip
 
 
 @pytest.mark.parametrize("threads", [1, 2])

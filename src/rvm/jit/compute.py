@@ -132,39 +132,63 @@ def _softmax(log: bool) -> Compute:
         (x,) = args
         t = x.dtype
         axes = (_norm(attrs["axis"], x.ndim),)
+        if not log and x.ndim and axes[0] == x.ndim - 1:
+            return _row_softmax(kb, x)
         m = reduce_tensor(kb, "fmax", x, axes, True, t)
         s = kb.elemwise(lambda a, b: f"({a} - {b})", t, [x, m])
         e = kb.elemwise(lambda a: exp_source(t, a), t, [s])
-        if log:
-            total = reduce_tensor(kb, "sum", e, axes, True, t)
-            return kb.elemwise(lambda a, b: f"({a} - np.log({b}))", t, [s, total])
-        if x.ndim and axes[0] == x.ndim - 1:
-            e, read = _row_cached(kb, e)
-            total = reduce_tensor(kb, "sum", e, axes, True, t)
-            # total first: its row loop (which fills the cache) precedes the cache's reads
-            return kb.elemwise(lambda b, a: f"({a} / {b})", t, [total, read])
         total = reduce_tensor(kb, "sum", e, axes, True, t)
+        if log:
+            return kb.elemwise(lambda a, b: f"({a} - np.log({b}))", t, [s, total])
         return kb.elemwise(lambda a, b: f"({a} / {b})", t, [e, total])
 
     return lower
 
 
-def _row_cached(kb: KernelBuilder, x: Tensor) -> tuple[Tensor, Tensor]:
-    """``x`` (last axis a row) as a tensor that also stores each element in a row buffer, and
-    a tensor reading the buffer. A trailing reduction over the first computes each element
-    once (softmax's exp) for consumers of the second in the same row; every read depends on
-    the whole index, so it stays inside the row after the reduction that filled it."""
-    row = kb.buffer((x.dims[-1],), x.dtype)
+def _row_softmax(kb: KernelBuilder, x: Tensor) -> Tensor:
+    """Softmax over the last axis through a row buffer: the max's loop copies the row into it,
+    the sum's loop replaces each element by its exp in place, and the output divides the
+    buffer by the sum (each exp computed once).
+
+    No loop that sums stores anywhere but where it loads: a loop that stores and sums with
+    reassociation is vectorized behind LLVM's run-time check that the store does not overlap
+    the loads, and falls back to a scalar loop, which sums in another order, when the store's
+    array starts within a few vectors after the loads' (a check on their distance, not on
+    overlap). With the row's exps stored to a buffer while summing the input's, the sum's
+    last bit depended on where malloc had put the buffer: 1 ulp in the MLP's softmax, seen
+    only after hundreds of tests had shuffled the heap. The max's loop may take either path:
+    a max and a copy are exact in any order."""
+    t = x.dtype
+    axes = (x.ndim - 1,)
+    row = kb.buffer((x.dims[-1],), t)
+    m = reduce_tensor(kb, "fmax", _stored(kb, x, row), axes, True, t)
+    s = kb.elemwise(lambda a, b: f"({a} - {b})", t, [_read(x, row), m])
+    e = kb.elemwise(lambda a: exp_source(t, a), t, [s])
+    total = reduce_tensor(kb, "sum", _stored(kb, e, row), axes, True, t)
+    # total first: its row loop (which fills the buffer) precedes the buffer's reads
+    return kb.elemwise(lambda b, a: f"({a} / {b})", t, [total, _read(x, row)])
+
+
+def _stored(kb: KernelBuilder, x: Tensor, row: str) -> Tensor:
+    """``x`` (last axis a row), each element also stored in the row buffer ``row`` where it
+    is computed."""
 
     def fill(body: Body, index: Sequence[Scalar]) -> Scalar:
         v = kb.let(body, kb.load(x, body, index))
         body.home(v.deps).lines.append(f"{row}[{index[-1].code}] = {v.code}")
         return v
 
+    return Tensor(x.dims, x.dtype, fill)
+
+
+def _read(x: Tensor, row: str) -> Tensor:
+    """A tensor of ``x``'s shape reading the row buffer ``row`` (what was last stored there in
+    the element's row: every read depends on the whole index, so it stays inside the row)."""
+
     def read(body: Body, index: Sequence[Scalar]) -> Scalar:
         return Scalar(f"{row}[{index[-1].code}]", deps_of(*index), x.dtype)
 
-    return Tensor(x.dims, x.dtype, fill), Tensor(x.dims, x.dtype, read)
+    return Tensor(x.dims, x.dtype, read)
 
 
 compute[ops.softmax] = _softmax(False)

@@ -3,7 +3,8 @@
 - `mathlib`: vectorizable float32 ``exp``/``tanh``/``sigmoid``/``erf`` that generated kernels
   import.
 - `cblas`: the raw binding to NumPy's CBLAS; `blas`: GEMM and the matmul anchor kernels
-  call, large products split over the pool; `sgemm`: rvm's own float32 micro-kernel GEMM.
+  call, large products split over the pool; `sgemm`: rvm's own float32 micro-kernel GEMM;
+  `segments`: the convolutions' GEMM on gathered rows and segmented columns.
 - `attention`: the attention kernels' scores, softmax and product with V, per (batch, head)
   and band of query rows on the pool.
 - `conv`, `pool`, `lrn`: float convolution, pooling and lrn, compiled once and called by

@@ -19,6 +19,10 @@ strided operands are copied first. So float matmul and convolution call NumPy's 
 - `matmul(a, b, out, b_t)` computes ``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d
   C-contiguous arrays, with the BLAS call that costs least for the shape (see `matmul`).
 
+Convolutions' segmented GEMM (B's rows through a table, C's columns in runs, many products
+in one call) is `rvm.kernels.segments`, on this module's window check and split rule
+(`window_fits`, `split_parts`).
+
 Large products are cut along their longer output side into pieces, one single-threaded BLAS
 call each, run as a job of `rvm.kernels.workpool`: the calling thread and the pool's
 helpers take them. rvm splits its GEMMs itself and OpenBLAS runs on one thread
@@ -46,7 +50,16 @@ from rvm.kernels import cblas, gemv, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
 
-__all__ = ["AVAILABLE", "blas_threads", "gemm", "gemm_split", "matmul", "product"]
+__all__ = [
+    "AVAILABLE",
+    "blas_threads",
+    "gemm",
+    "gemm_split",
+    "matmul",
+    "product",
+    "split_parts",
+    "window_fits",
+]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -73,7 +86,7 @@ ROW_GEMV_BYTES = sgemm.BLOCK_BYTES
 
 
 @jit(**_OPTS)
-def _extent(start, rows, cols, ld, size):  # type: ignore[no-untyped-def]
+def window_fits(start, rows, cols, ld, size):  # type: ignore[no-untyped-def]
     """Whether a rows x cols window at ``start`` with row stride ``ld`` fits in ``size``."""
     if rows == 0 or cols == 0:
         return True
@@ -83,9 +96,9 @@ def _extent(start, rows, cols, ld, size):  # type: ignore[no-untyped-def]
 @jit(**_OPTS)
 def _check_windows(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k):  # type: ignore[no-untyped-def]
     if not (
-        _extent(ia, m, k, lda, a.size)
-        and _extent(ib, k, n, ldb, b.size)
-        and _extent(ic, m, n, ldc, c.size)
+        window_fits(ia, m, k, lda, a.size)
+        and window_fits(ib, k, n, ldb, b.size)
+        and window_fits(ic, m, n, ldc, c.size)
     ):
         raise IndexError("gemm: a matrix window lies outside its array")
 
@@ -167,7 +180,7 @@ def _float(typingctx, bits):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _parts(work, min_work):  # type: ignore[no-untyped-def]
+def split_parts(work, min_work):  # type: ignore[no-untyped-def]
     """How many pieces a product of ``work`` is worth: up to `PIECES_PER_THREAD` per thread,
     each of ``min_work`` at least; 1 with one thread, too little work or a busy pool."""
     threads = workpool.threads()
@@ -181,7 +194,7 @@ def _pieces(side, work, min_work):  # type: ignore[no-untyped-def]
     """(pieces, step): how to cut ``side`` rows or columns of a product of ``work`` into
     pieces of at least ``min_work`` each, up to `PIECES_PER_THREAD` per thread, steps of
     `SPLIT_ALIGN`; (1, side) when it is not worth it or the pool is busy with another job."""
-    parts = _parts(work, min_work)
+    parts = split_parts(work, min_work)
     if parts == 1:
         return 1, side
     step = -(-side // parts)
@@ -306,110 +319,6 @@ def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore
     attention`) does not compile the GEMM again. No checks; m, n, k > 0."""
     _call_gemm(like, 0, _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, n,
                                   like.itemsize))  # fmt: skip
-
-
-# A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
-# ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
-# through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
-# pieces along the segments and per batch.
-(_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
- _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH) = range(1, 23)  # fmt: skip
-_SEGMENTS_JOB = 23
-
-
-@jit(**_OPTS)
-def _segments_piece(p, job):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
-    segments."""
-    batch, piece = p // job[_PER_BATCH], p % job[_PER_BATCH]
-    m0, s0 = (piece // job[_SPARTS]) * job[_MSTEP], (piece % job[_SPARTS]) * job[_SSTEP]
-    lda, ldc, b_step, c_step = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP]
-    at_a = job[_A] + 4 * ((batch % job[_GROUPS]) * job[_AGROUP] + m0 * lda)
-    at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step)
-    at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step)
-    rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
-    sgemm.sgemm_segments(at_a, lda, at_b, job[_LDB], job[_TABLE], at_c, ldc, rows, job[_K], runs,
-                         job[_WIDTH], b_step, c_step, False)  # fmt: skip
-
-
-def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
-    """`_segments_piece` as a pool task."""
-    _segments_piece(p, parfor.job(data))
-
-
-parfor.export_task("gemm_segments", _segments_task)
-_run_segments = parfor.runner("gemm_segments")
-_call_segments = parfor.caller("gemm_segments")  # unsplit: the code built once, as `_call_gemm`
-
-
-@jit(**_OPTS)
-def _rows_extent(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
-    """Whether every one of B's ``k`` rows (at ``table[r]``, or ``r * ldb`` with no table)
-    plus ``[lo, hi)`` lies in ``size`` elements."""
-    if table.shape[0] == 0:
-        return ldb >= 0 and lo >= 0 and (k - 1) * ldb + hi <= size
-    for r in range(k):
-        if table[r] + lo < 0 or table[r] + hi > size:
-            return False
-    return True
-
-
-@jit(**_OPTS)
-def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
-                  batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
-    """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
-    each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
-    ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
-    ``s * b_step`` elements on, of C ``s * c_step``. Batch ``i`` takes A ``(i % groups) *
-    a_group`` elements on, B ``i * b_batch``, C ``i * c_batch``: the (image, group) pairs of a
-    grouped convolution. A convolution reads its taps in place through the table, one segment
-    per output row.
-
-    Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
-    are few. Checks every window first; float32
-    only (a TypingError for other dtypes)."""
-    require_operands(a, b, c)
-    sgemm.require(c)
-    if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
-        return
-    if min(b_step, c_step, a_group, b_batch, c_batch, groups - 1) < 0 or (
-        table.shape[0] > 0 and table.shape[0] < k
-    ):
-        raise IndexError("gemm_segments: a negative step or a short table")
-    span_b = (batches - 1) * b_batch + (segments - 1) * b_step + width
-    span_c = (batches - 1) * c_batch + (segments - 1) * c_step + width
-    if not (
-        _extent(ia, m, k, lda, a.size)
-        and _extent(ia + (min(groups, batches) - 1) * a_group, m, k, lda, a.size)
-        and _rows_extent(table, ldb, k, 0, span_b, b.size)
-        and ic >= 0
-        and ldc >= 0
-        and ic + (m - 1) * ldc + span_c <= c.size
-    ):
-        raise IndexError("gemm_segments: a matrix window lies outside its array")
-    parts = _parts(batches * m * k * segments * width, SPLIT_MIN_MNK)
-    per_batch = max(1, -(-parts // batches))
-    m_parts = max(1, min(per_batch, m // (4 * sgemm.MR)))
-    s_parts = max(1, min(segments, per_batch // m_parts))
-    band = -(-m // m_parts)
-    m_step = -(-band // sgemm.MR) * sgemm.MR
-    s_step = -(-segments // s_parts)
-    m_parts, s_parts = -(-m // m_step), -(-segments // s_step)
-    job = np.empty(_SEGMENTS_JOB, dtype=np.int64)
-    job[0], job[_A], job[_B], job[_C] = _SEGMENTS_JOB, address(a, ia), address(b, 0), address(c, ic)
-    job[_TABLE] = table.ctypes.data if table.shape[0] > 0 else 0
-    job[_LDA], job[_LDB], job[_LDC], job[_M], job[_K] = lda, ldb, ldc, m, k
-    job[_SEGS], job[_WIDTH], job[_BSTEP], job[_CSTEP] = segments, width, b_step, c_step
-    job[_BATCHES], job[_GROUPS], job[_AGROUP] = batches, groups, a_group
-    job[_BBATCH], job[_CBATCH] = b_batch, c_batch
-    job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
-    job[_PER_BATCH] = m_parts * s_parts
-    pieces = batches * m_parts * s_parts
-    if pieces == 1 or parts == 1:
-        for p in range(pieces):
-            _call_segments(c, p, job)
-    else:
-        _run_segments(c, pieces, job)
 
 
 @jit(**_OPTS)

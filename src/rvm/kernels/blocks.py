@@ -46,7 +46,7 @@ from rvm.kernels import numba_cache
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
 
-__all__ = ["HUGE_BYTES", "MIN_BYTES", "SLOTS", "empty", "held", "release", "set_cap"]
+__all__ = ["HUGE_BYTES", "MIN_BYTES", "SLOTS", "c_array", "empty", "held", "release", "set_cap"]
 
 MIN_BYTES = 1 << 20
 """Arrays of at least this many bytes take their memory from the kept blocks; smaller ones
@@ -260,25 +260,32 @@ def _array(typingctx, data, shape, dtype):  # type: ignore[no-untyped-def]
         manage = cgutils.get_or_insert_function(builder.module, manage_type, _MANAGE)
         ptr = builder.inttoptr(address, i8p)
         meminfo = builder.call(manage, [ptr, dtor])
-        ary = make_array(arrtype)(context, builder)
-        itemsize = context.get_abi_sizeof(context.get_data_type(arrtype.dtype))
-        strides, step = [], context.get_constant(nt.intp, itemsize)
-        for d in reversed(dims[1:]):
-            strides.insert(0, step)
-            step = builder.mul(step, d)
-        strides.insert(0, step)
-        datatype = context.get_data_type(arrtype.dtype).as_pointer()
-        populate_array(
-            ary,
-            data=builder.bitcast(ptr, datatype),
-            shape=cgutils.pack_array(builder, dims, ty=context.get_value_type(nt.intp)),
-            strides=cgutils.pack_array(builder, strides, ty=context.get_value_type(nt.intp)),
-            itemsize=context.get_constant(nt.intp, itemsize),
-            meminfo=meminfo,
-        )
-        return ary._getvalue()
+        return c_array(context, builder, arrtype, ptr, dims, meminfo)
 
     return arrtype(data, shape, dtype), codegen
+
+
+def c_array(context, builder, arrtype, data, dims, meminfo):  # type: ignore[no-untyped-def]
+    """In an intrinsic's codegen: the value of the C-contiguous array type ``arrtype`` over
+    ``data`` (a pointer), of shape ``dims`` (intp values), owned by ``meminfo`` (an i8
+    pointer). Its strides are the row-major ones, in bytes."""
+    itemsize = context.get_abi_sizeof(context.get_data_type(arrtype.dtype))
+    strides, step = [], context.get_constant(nt.intp, itemsize)
+    for d in reversed(dims[1:]):
+        strides.insert(0, step)
+        step = builder.mul(step, d)
+    strides.insert(0, step)
+    intp = context.get_value_type(nt.intp)
+    ary = make_array(arrtype)(context, builder)
+    populate_array(
+        ary,
+        data=builder.bitcast(data, context.get_data_type(arrtype.dtype).as_pointer()),
+        shape=cgutils.pack_array(builder, dims, ty=intp),
+        strides=cgutils.pack_array(builder, strides, ty=intp),
+        itemsize=context.get_constant(nt.intp, itemsize),
+        meminfo=meminfo,
+    )
+    return ary._getvalue()
 
 
 def empty(shape, dtype):  # type: ignore[no-untyped-def]

@@ -46,12 +46,13 @@ from numba.core import types as nt
 from numba.extending import overload
 
 from rvm.kernels import direct, entry, parfor, sgemm
-from rvm.kernels.blas import blas_threads, gemm_segments
+from rvm.kernels.blas import blas_threads
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.cpu import cpu
 from rvm.kernels.depthwise import depthwise
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
+from rvm.kernels.segments import gemm_segments
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
 CONV_BLOCK = 1024
@@ -185,7 +186,7 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
     that tap's run in them (a table of where each starts), one segment per output row
-    (`rvm.kernels.blas.gemm_segments`). No column matrix is built."""
+    (`rvm.kernels.segments.gemm_segments`). No column matrix is built."""
     n, c, ih, iw = x.shape
     o, cg, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]

@@ -34,7 +34,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, map_functions, map_regions
+from rvm.transform.legalize import count_uses, map_function_regions, map_functions, replace_changed
 
 logger = logging.getLogger("rvm.transform")
 
@@ -67,16 +67,13 @@ def fold_batch_norm(mod: IRModule) -> IRModule:
             folded += n
             return out, body
 
-        body = map_regions(func.body, region)
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
+        return map_function_regions(func, region)
 
     funcs = map_functions(mod, rewrite)
     if not folded:
         return mod
     logger.debug("fold_batch_norm: %d batch norms folded into convolutions", folded)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return replace_changed(mod, funcs)
 
 
 def _fold_region(

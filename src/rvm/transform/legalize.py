@@ -96,6 +96,20 @@ def map_functions(mod: IRModule, fn: Callable[[str, E.Function], E.Function]) ->
     return {name: fn(name, f) for name, f in mod.items() if not f.is_primitive}
 
 
+def map_function_regions(func: E.Function, fn: RegionFn) -> E.Function:
+    """``func`` with every region of its body rewritten by ``fn`` (`map_regions`); ``func``
+    itself when nothing changed."""
+    body = map_regions(func.body, fn)
+    if body is func.body:
+        return func
+    return E.Function(func.params, body, func.ret_type, func.attrs)
+
+
+def replace_changed(mod: IRModule, funcs: dict[str, E.Function]) -> IRModule:
+    """``mod`` with those of ``funcs`` (`map_functions`' result) that are not its own."""
+    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+
+
 def primitive_callee(value: E.Expr, funcs: dict[str, E.Function]) -> E.Function | None:
     """The primitive function ``value`` calls directly, or None."""
     if isinstance(value, E.Call) and isinstance(value.callee, E.GlobalVar):
@@ -231,10 +245,7 @@ def legalize(mod: IRModule) -> IRModule:
                     local.setdefault(d, b.var)
             return out, body
 
-        body = map_regions(func.body, region)
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
+        return map_function_regions(func, region)
 
     return table.module(map_functions(mod, rewrite))
 

@@ -33,7 +33,7 @@ from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
 from rvm.op.packed import pack_weight
-from rvm.transform.legalize import map_functions, map_regions
+from rvm.transform.legalize import map_function_regions, map_functions, replace_changed
 
 logger = logging.getLogger("rvm.transform")
 
@@ -78,16 +78,13 @@ def merge_products(mod: IRModule) -> IRModule:
                 result.append(b)
             return result, body
 
-        new = map_regions(func.body, region)
-        if new is func.body:
-            return func
-        return E.Function(func.params, new, func.ret_type, func.attrs)
+        return map_function_regions(func, region)
 
     funcs = map_functions(mod, rewrite)
     if not merged:
         return mod
     logger.debug("merge_products: %d products merged", merged)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return replace_changed(mod, funcs)
 
 
 def _key(value: E.Expr) -> tuple | None:

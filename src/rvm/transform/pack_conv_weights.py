@@ -26,7 +26,7 @@ from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
 from rvm.op.conv import pack_conv2d
-from rvm.transform.legalize import map_functions, map_regions
+from rvm.transform.legalize import map_function_regions, map_functions, replace_changed
 
 logger = logging.getLogger("rvm.transform")
 
@@ -51,16 +51,13 @@ def pack_conv_weights(mod: IRModule) -> IRModule:
                 out.append(b)
             return out, body
 
-        body = map_regions(func.body, region)
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
+        return map_function_regions(func, region)
 
     funcs = map_functions(mod, rewrite)
     if not packed:
         return mod
     logger.debug("pack_conv_weights: %d convolutions on packed weights", packed)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return replace_changed(mod, funcs)
 
 
 def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:

@@ -21,7 +21,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType
-from rvm.transform.legalize import count_uses, map_functions, map_regions
+from rvm.transform.legalize import count_uses, map_function_regions, map_functions, replace_changed
 
 logger = logging.getLogger("rvm.transform")
 
@@ -153,16 +153,13 @@ def fuse_chains(
 
     def rewrite(fname: str, func: E.Function) -> E.Function:
         uses = count_uses(func.body)
-        body = map_regions(func.body, lambda bs, result, depth: region(bs, result, uses))
-        if body is func.body:
-            return func
-        return E.Function(func.params, body, func.ret_type, func.attrs)
+        return map_function_regions(func, lambda bs, result, depth: region(bs, result, uses))
 
     funcs = map_functions(mod, rewrite)
     if not fused:
         return mod
     logger.debug("%s: %d %s fused", name, fused, what)
-    return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
+    return replace_changed(mod, funcs)
 
 
 def _same_type(a: object, b: object) -> bool:

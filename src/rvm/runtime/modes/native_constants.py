@@ -32,7 +32,8 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.core.runtime import _nrt_python
 from numba.extending import intrinsic
-from numba.np.arrayobj import make_array, populate_array
+
+from rvm.kernels.blocks import c_array
 
 __all__ = ["bind", "bound"]
 
@@ -103,23 +104,9 @@ def bound(typingctx, name, shape, dtype):  # type: ignore[no-untyped-def]
         address = builder.load(builder.gep(slot, [zero, zero]))
         meminfo = builder.load(builder.gep(slot, [zero, ir.IntType(32)(1)]))
         dims = cgutils.unpack_tuple(builder, args[1])
-        itemsize = context.get_abi_sizeof(context.get_data_type(arrtype.dtype))
-        strides, step = [], context.get_constant(nt.intp, itemsize)
-        for d in reversed(dims[1:]):
-            strides.insert(0, step)
-            step = builder.mul(step, d)
-        strides.insert(0, step)
-        intp = context.get_value_type(nt.intp)
-        ary = make_array(arrtype)(context, builder)
-        populate_array(
-            ary,
-            data=builder.inttoptr(address, context.get_data_type(arrtype.dtype).as_pointer()),
-            shape=cgutils.pack_array(builder, dims, ty=intp),
-            strides=cgutils.pack_array(builder, strides, ty=intp),
-            itemsize=context.get_constant(nt.intp, itemsize),
-            meminfo=builder.inttoptr(meminfo, ir.IntType(8).as_pointer()),
-        )
-        value = ary._getvalue()
+        i8p = ir.IntType(8).as_pointer()
+        data, owner = builder.inttoptr(address, i8p), builder.inttoptr(meminfo, i8p)
+        value = c_array(context, builder, arrtype, data, dims, owner)
         context.nrt.incref(builder, arrtype, value)
         return value
 
