@@ -181,11 +181,13 @@ per-row loops are too short, and the strided copy of `_phased` costs less (3x3 s
 pools on one thread broke even between 56 and 111 columns)."""
 
 
-STACKED_WIDTH = cpu().vector_bits // 32
-"""The input width below which pools 1 apart take `rvm.kernels.stacked` (a float32 vector's
-lanes: a narrower row is all tail for a loop per row; on 6 x 6 and 7 x 7 maps it took half
-the time of `rvm.kernels.maxrows` and `_phased`, on 13 x 13 and 14 x 14 0.87 to 0.92, on
-27 x 27 and 28 x 28 1.3 to 1.6, on one core of an AVX-512 machine)."""
+STACKED_WIDTH = cpu().vector_bits // 64
+"""The input width below which pools 1 apart take `rvm.kernels.stacked` (half a float32
+vector's lanes: a narrower row is mostly tail for a loop per row; on 6 x 6 and 7 x 7 maps it
+took half the time of `rvm.kernels.maxrows` and `_phased`, on 27 x 27 and 28 x 28 1.3 to 1.6,
+on one core of an AVX-512 machine. Since `rvm.kernels.maxrows` and `avgrows` reduce a group
+of channels in one run (`rvm.kernels.maxrows.planes_at_once`), they take 0.55 to 0.75 of its
+time on 14 x 14 maps, 1.05 to 1.25 on 7 x 7, on one core of a Zen 4)."""
 
 
 SEPARABLE, PHASED, DIRECT, FLAT, ROWS, TILES, STACKED = 0, 1, 2, 3, 4, 5, 6
