@@ -227,6 +227,7 @@ def test_pools_of_small_maps_stacked_match_reference_with_nan(dtype) -> None:
             kind == "max", 7, oh, ow, *k, 1, 1, dh, 1, 7, pads[0], pads[1]
         )
         fits = oh <= 7 and ow <= 7  # else the rows or columns past the map: another method
+        fits = fits and not (k == (3, 3) and pads[:2] == (1, 1) and (oh, ow) == (7, 7))  # rows
         assert (method == pool.STACKED) == fits or pool.STACKED_WIDTH <= 7, geometry
         out = np.full(want.shape, 7.0, dtype=dtype)
         flags = (kind == "max", *k, 1, 1, dh, 1, *pads, 0, kind == "avg_pad")
@@ -236,7 +237,8 @@ def test_pools_of_small_maps_stacked_match_reference_with_nan(dtype) -> None:
 
 
 def test_pools_of_small_maps_split_over_threads_match_reference(blas_threads) -> None:
-    """Inception's 3x3 pools 1 apart on 7 x 7 maps, large enough to split (`stacked`)."""
+    """Inception's 3x3 pools 1 apart on 7 x 7 maps, large enough to split (`maxrows` and
+    `avgrows`, groups of channels in one run)."""
     for kind, include in (("max", False), ("avg", False), ("avg", True)):
         _check_pool(kind, include, (1, 1024, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), False)
 

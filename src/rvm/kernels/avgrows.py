@@ -26,6 +26,7 @@ from rvm.kernels.maxrows import (
     I64,
     Vectors,
     _taps_in,
+    flat_edge_rows,
     loop,
     planes_at_once,
     scalar_type,
@@ -163,9 +164,9 @@ def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
     `rvm.kernels.maxrows.CHANNEL_WIDTH`: per channel (per group of channels,
     `rvm.kernels.maxrows.planes_at_once`), the window rows summed at every row whose taps are
     all in the channel in one run (the rows the stride skips too), the kept edge rows each a
-    run (`_edges`); then the columns of each output row (of the whole group at once), the
-    first and last outputs again when their windows pad (the vector loop read a column past
-    the row)."""
+    run (`_edges`; a group's in one loop, `rvm.kernels.maxrows.flat_edge_rows`); then the
+    columns of each output row (of the whole group at once), the first and last outputs again
+    when their windows pad (the vector loop read a column past the row)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     rows, lead = (oh - 1) * sh + 1, 8  # a margin of 8 elements at either end
@@ -186,8 +187,11 @@ def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
             at = at_x + (first * ih + r0 - pt) * row
             sum_rows(like, at, at + dh * row, at + 2 * dh * row, 3, at_v + r0 * iw * 8,
                      ((g - 1) * rows + r1 - r0) * iw, 0)  # fmt: skip
-        for j in range(g if r0 > 0 or r1 < rows else 0):
-            _edges(v, lead + j * plane, x, out, first + j, scale, window, rows, r0, r1)
+        if m > 1 and pt == 1 and dh == 1 and ih >= 2:  # the edge rows: 0 and ih - 1
+            flat_edge_rows(x.reshape(x.size), first * ih * iw, v, lead, g, ih, iw, False)
+        else:
+            for j in range(g if r0 > 0 or r1 < rows else 0):
+                _edges(v, lead + j * plane, x, out, first + j, scale, window, rows, r0, r1)
         if m > 1:  # the group's outputs in one run
             sum3_scaled(like, at_v - pl * 8, at_out + first * oh * ow * size, g * oh * ow,
                         at_scale, 1)  # fmt: skip
@@ -196,13 +200,13 @@ def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
                 sum3_scaled(like, at_v + (p_ * sh * iw - pl) * 8,
                             at_out + (first * oh + p_) * ow * size, ow, at_scale + p_ * ow * 8,
                             sw)  # fmt: skip
-        for j in range(g if left or right else 0):
-            for p_ in range(oh):
-                r, o = lead + j * plane + p_ * sh * iw, ((first + j) * oh + p_) * ow
-                if left:  # the window's columns: -1, 0 and 1
-                    of[o] = (v[r] + v[r + 1]) * scale[p_ * ow]
-                if right:  # iw - 2, iw - 1 and iw
-                    of[o + ow - 1] = (v[r + iw - 2] + v[r + iw - 1]) * scale[p_ * ow + ow - 1]
+        # the group's rows one after another (m > 1: sh is 1, v's rows as out's)
+        for k in range(g * oh if left or right else 0):
+            r, o = lead + k * sh * iw, (first * oh + k) * ow
+            if left:  # the window's columns: -1, 0 and 1
+                of[o] = (v[r] + v[r + 1]) * scales[k * ow]
+            if right:  # iw - 2, iw - 1 and iw
+                of[o + ow - 1] = (v[r + iw - 2] + v[r + iw - 1]) * scales[k * ow + ow - 1]
 
 
 @jit(**_OPTS)
