@@ -19,7 +19,7 @@ be (a strided read is not one):
   over the whole stack adds three taps' runs (`rvm.kernels.planes`);
 - for a column stride above 1 on a wide input, that split would be a slow strided copy; the
   pools are separable row by row instead (`rvm.kernels.separable`);
-- pools 1 apart on maps narrower than a vector (inception's 3x3 pools on 7 x 7 maps), many
+- pools 1 apart on maps narrower than a vector (a 3x3 pool of a 7 x 7 map to 5 x 5), many
   channels per vector run (`rvm.kernels.stacked`): a loop per output row there is all tail;
 - when the output keeps few of the positions a run would compute (global-like windows), window
   by window (`rvm.kernels.windows`: averages sum each window's rows as vectorized runs);
@@ -32,7 +32,8 @@ be (a strided read is not one):
   only) by output rows
   (`rvm.kernels.maxrows`, `rvm.kernels.avgrows`): vector loops written as LLVM intrinsics,
   the stride-2 columns split by shuffles; max pools in 0.3 to 0.6 of `rvm.kernels.maxflat`'s
-  time on one core, averages in 0.7 to 0.85 of the others';
+  time on one core, averages in 0.7 to 0.85 of the others'; padded 3x3 pools 1 apart that
+  keep the map's size (inception's, on 7 x 7 to 28 x 28 maps) a group of channels per run;
 - 2x2 windows 2 apart inside the input (vgg's, densenet's) as a stream, every element read
   once (`rvm.kernels.tiles`): a sixth to a third of the others' time.
 
