@@ -248,12 +248,14 @@ def test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> No
     `CHANNEL_WIDTH`: a row and a column of padding on top and on the left, an overhang on
     the bottom and the right (the first and last columns again), strides 1 and 2, row
     dilation; NaN wins a max and makes an average NaN, and only in its windows. Padded 1
-    apart, the output as large as the input, 17 channels are groups of 7, 7 and 3 reduced in
-    one run each (`maxrows.planes_at_once`): NaN at the groups' edges stays in its channel."""
-    x = rand((1, 17, 13, 20))
+    apart, the output as large as the input, 40 channels are groups (five of 7 and 5 with a
+    32 KB L1d) reduced in one run each (`maxrows.planes_at_once`): NaN at the groups' edges
+    stays in its channel."""
+    x = rand((1, 40, 13, 20))
+    m = maxrows.planes_at_once.py_func(13, 20, 13, 20, 1, 1, 40)  # 7 with a 32 KB L1d
+    assert 1 < m < 40
     x[0, 0, 0, 0] = x[0, 1, 12, 19] = x[0, 2, 6, 7] = np.nan
-    x[0, 6, 12, 19] = x[0, 7, 0, 0] = x[0, 16, 12, 0] = np.nan
-    assert maxrows.planes_at_once.py_func(13, 20, 13, 20, 1, 1, 17) == 7
+    x[0, m - 1, 12, 19] = x[0, m, 0, 0] = x[0, 39, 12, 0] = np.nan
     for kind, (sh, sw), dh, pads, ceil in itertools.product(
         ["max", "avg", "avg_pad"], [(1, 1), (2, 2), (2, 1)], [1, 2],
         [(0, 0, 1, 1), (1, 1, 1, 1), (1, 0, 2, 1)], [0, 1]

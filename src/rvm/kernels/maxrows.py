@@ -176,9 +176,10 @@ CHANNEL_WIDTH = 4 * _BITS // 32
 whole channels too (`_by_channel`): on 12 x 12 to 56 x 56 maps 0.6 to 0.8 of the time of
 a window-row reduction per output row, on 112 x 112 1.05 (one core, AVX-512)."""
 
-PLANES_POSITIONS = 2048
+PLANES_POSITIONS = cpu().l1d // 16
 """Positions of the input a group of channels reduced in one run holds at most
-(`planes_at_once`): the group's window-row reductions stay in L1 (8 or 16 KB)."""
+(`planes_at_once`): the group's window-row reductions stay in half of L1d as float64 sums
+(2048 with 32 KB; 8192 was no faster)."""
 
 
 @jit(**_OPTS)
