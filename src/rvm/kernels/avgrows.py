@@ -20,7 +20,17 @@ from numba import types as nt
 from numba.extending import intrinsic
 
 from rvm.kernels.jitting import jit
-from rvm.kernels.maxrows import CHANNEL_WIDTH, I32, I64, Vectors, _taps_in, loop, scalar_type
+from rvm.kernels.maxrows import (
+    CHANNEL_WIDTH,
+    I32,
+    I64,
+    Vectors,
+    _taps_in,
+    flat_edge_rows,
+    loop,
+    planes_at_once,
+    scalar_type,
+)
 
 __all__ = ["by_channels", "by_rows"]
 
@@ -151,35 +161,52 @@ def _edges(v, lead, x, out, c, scale, window, rows, r0, r1):  # type: ignore[no-
 def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
     """`by_rows` for 3-row windows padded by at most one row and column on top and on the
     left, overhanging by at most one column on the right, on maps narrower than
-    `rvm.kernels.maxrows.CHANNEL_WIDTH`: per channel, the window rows summed at every row
-    whose taps are all in the channel in one run (the rows the stride skips too), the kept
-    edge rows each a run (`_edges`); then the columns of each output row, the first and last
-    outputs again when their windows pad (the vector loop read a column past the row)."""
+    `rvm.kernels.maxrows.CHANNEL_WIDTH`: per channel (per group of channels,
+    `rvm.kernels.maxrows.planes_at_once`), the window rows summed at every row whose taps are
+    all in the channel in one run (the rows the stride skips too), the kept edge rows each a
+    run (`_edges`; a group's in one loop, `rvm.kernels.maxrows.flat_edge_rows`); then the
+    columns of each output row (of the whole group at once), the first and last outputs again
+    when their windows pad (the vector loop read a column past the row)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     rows, lead = (oh - 1) * sh + 1, 8  # a margin of 8 elements at either end
-    v = np.zeros(rows * iw + 2 * lead, dtype=np.float64)
+    m = planes_at_once(ih, iw, oh, ow, sh, sw, hi - lo)
+    plane = rows * iw  # a channel's rows in v (ih * iw when m > 1)
+    v = np.zeros(m * plane + 2 * lead, dtype=np.float64)
+    scales = np.empty(m * oh * ow, dtype=np.float64)  # the group's scales, channel after channel
+    for j in range(m):
+        scales[j * oh * ow : (j + 1) * oh * ow] = scale
     like, size, of = x.reshape(x.size)[0], x.itemsize, out.reshape(out.size)
     at_x, at_v, at_out = x.ctypes.data, v.ctypes.data + lead * 8, out.ctypes.data
-    row, at_scale = iw * size, scale.ctypes.data
+    row, at_scale = iw * size, scales.ctypes.data
     r0, r1 = pt, max(pt, min(rows, ih - 2 * dh + pt))  # the rows all of whose taps are in
     left, right = pl > 0, (ow - 1) * sw - pl + 2 == iw  # windows a column past the channel
-    for c in range(lo, hi):
+    for first in range(lo, hi, m):
+        g = min(m, hi - first)
         if r1 > r0:
-            at = at_x + (c * ih * iw + (r0 - pt) * iw) * size
+            at = at_x + (first * ih + r0 - pt) * row
             sum_rows(like, at, at + dh * row, at + 2 * dh * row, 3, at_v + r0 * iw * 8,
-                     (r1 - r0) * iw, 0)  # fmt: skip
-        if r0 > 0 or r1 < rows:
-            _edges(v, lead, x, out, c, scale, window, rows, r0, r1)
-        for p_ in range(oh):
-            sum3_scaled(like, at_v + (p_ * sh * iw - pl) * 8, at_out + (c * oh + p_) * ow * size,
-                        ow, at_scale + p_ * ow * 8, sw)  # fmt: skip
-        for p_ in range(oh if left or right else 0):
-            r, o = lead + p_ * sh * iw, (c * oh + p_) * ow
+                     ((g - 1) * rows + r1 - r0) * iw, 0)  # fmt: skip
+        if m > 1 and pt == 1 and dh == 1 and ih >= 2:  # the edge rows: 0 and ih - 1
+            flat_edge_rows(x.reshape(x.size), first * ih * iw, v, lead, g, ih, iw, False)
+        else:
+            for j in range(g if r0 > 0 or r1 < rows else 0):
+                _edges(v, lead + j * plane, x, out, first + j, scale, window, rows, r0, r1)
+        if m > 1:  # the group's outputs in one run
+            sum3_scaled(like, at_v - pl * 8, at_out + first * oh * ow * size, g * oh * ow,
+                        at_scale, 1)  # fmt: skip
+        else:
+            for p_ in range(oh):
+                sum3_scaled(like, at_v + (p_ * sh * iw - pl) * 8,
+                            at_out + (first * oh + p_) * ow * size, ow, at_scale + p_ * ow * 8,
+                            sw)  # fmt: skip
+        # the group's rows one after another (m > 1: sh is 1, v's rows as out's)
+        for k in range(g * oh if left or right else 0):
+            r, o = lead + k * sh * iw, (first * oh + k) * ow
             if left:  # the window's columns: -1, 0 and 1
-                of[o] = (v[r] + v[r + 1]) * scale[p_ * ow]
+                of[o] = (v[r] + v[r + 1]) * scales[k * ow]
             if right:  # iw - 2, iw - 1 and iw
-                of[o + ow - 1] = (v[r + iw - 2] + v[r + iw - 1]) * scale[p_ * ow + ow - 1]
+                of[o + ow - 1] = (v[r + iw - 2] + v[r + iw - 1]) * scales[k * ow + ow - 1]
 
 
 @jit(**_OPTS)

@@ -30,6 +30,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
+from rvm.kernels.planes import U
 from rvm.kernels.vectors import VectorIR
 
 __all__ = ["Vectors", "by_rows", "loop", "scalar_type", "takes"]
@@ -175,6 +176,11 @@ CHANNEL_WIDTH = 4 * _BITS // 32
 whole channels too (`_by_channel`): on 12 x 12 to 56 x 56 maps 0.6 to 0.8 of the time of
 a window-row reduction per output row, on 112 x 112 1.05 (one core, AVX-512)."""
 
+PLANES_POSITIONS = cpu().l1d // 16
+"""Positions of the input a group of channels reduced in one run holds at most
+(`planes_at_once`): the group's window-row reductions stay in half of L1d as float64 sums
+(2048 with 32 KB; 8192 was no faster)."""
+
 
 @jit(**_OPTS)
 def takes(kw, sw, dw):  # type: ignore[no-untyped-def]
@@ -237,22 +243,58 @@ def _edge_columns(v, at, of, at_out, oh, ow, iw, sh, left, right):  # type: igno
 
 
 @jit(**_OPTS)
+def planes_at_once(ih, iw, oh, ow, sh, sw, channels):  # type: ignore[no-untyped-def]
+    """How many channels `_by_channel` (and `rvm.kernels.avgrows`'s) reduce in each run: with
+    windows 1 apart and the output as large as the input, the output's rows follow one another
+    as the input's do, so a group of channels of up to `PLANES_POSITIONS` positions is one run
+    for each pass (the rows that cross a channel's edge are done again, as the padded edges
+    are); else one channel."""
+    if sh == 1 and sw == 1 and oh == ih and ow == iw:
+        return max(1, min(channels, PLANES_POSITIONS // (ih * iw)))
+    return 1
+
+
+@jit(**_OPTS)
+def flat_edge_rows(xf, at, v, lead, g, ih, iw, is_max):  # type: ignore[no-untyped-def]
+    """For a group of ``g`` channels reduced in one run (`planes_at_once`) by windows of 3
+    rows 1 apart padded by a row on top and at the bottom: the first and last rows of each
+    channel's window-row reductions in ``v`` (from ``lead``), each the max (``is_max``) or
+    the sum in ``v``'s dtype of its two rows in the channel (``xf`` flat, the group from
+    ``at``; ih >= 2). One loop over the group: a call per channel and edge cost more than the
+    group's runs on 7 x 7 to 14 x 14 maps."""
+    p, last = ih * iw, (ih - 1) * iw
+    for j in range(g):
+        xs, vs = U(at + j * p), U(lead + j * p)
+        for c in range(U(iw)):
+            a, b = v.dtype.type(xf[xs + c]), v.dtype.type(xf[xs + iw + c])
+            d, e = v.dtype.type(xf[xs + last - iw + c]), v.dtype.type(xf[xs + last + c])
+            if is_max:
+                v[vs + c], v[vs + last + c] = np.maximum(a, b), np.maximum(d, e)
+            else:
+                v[vs + c], v[vs + last + c] = a + b, d + e
+
+
+@jit(**_OPTS)
 def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     """`by_rows` for 3-row windows padded by at most one row and column on top and on the
-    left, overhanging by at most one column on the right: per channel, the window rows
-    reduced at every row whose taps are all in the channel in one run (the rows the stride
-    skips too: one long run costs less than a short one per output row on small planes), the
-    kept edge rows each a run of their taps in the channel; then the columns of each output
-    row, the first and last outputs again when their windows pad (the vector loops read a
-    column past the row for them)."""
+    left, overhanging by at most one column on the right: per channel (per group of channels,
+    `planes_at_once`), the window rows reduced at every row whose taps are all in the channel
+    in one run (the rows the stride skips too: one long run costs less than a short one per
+    output row on small planes), the kept edge rows each a run of their taps in the channel
+    (a group's in one loop, `flat_edge_rows`);
+    then the columns of each output row (of the whole group at once), the first and last
+    outputs again when their windows pad (the vector loops read a column past the row for
+    them)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     rows = (oh - 1) * sh + 1
     size = x.itemsize
+    m = planes_at_once(ih, iw, oh, ow, sh, sw, hi - lo)
+    plane = rows * iw  # a channel's rows in v (ih * iw when m > 1)
     # v's rows from a cache line's start (a vector split over two lines costs more), a cache
     # line of margin at either end: the first window of a row padded on the left reads one
     # element before its row, the last one overhanging on the right one after
-    v = np.full(rows * iw + 3 * 64 // size, -np.inf, dtype=x.dtype)
+    v = np.full(m * plane + 3 * 64 // size, -np.inf, dtype=x.dtype)
     lead = 64 - v.ctypes.data % 64
     like, at_v = v[0], v.ctypes.data + lead
     at_x, at_out = x.ctypes.data, out.ctypes.data
@@ -260,22 +302,35 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     r0, r1 = pt, max(pt, min(rows, ih - 2 * dh + pt))  # the rows all of whose taps are in
     left, right = pl > 0, (ow - 1) * sw - pl + 2 == iw  # windows a column past the channel
     of = out.reshape(out.size)
-    for c in range(lo, hi):
-        base = at_x + c * ih * iw * size
+    for first in range(lo, hi, m):
+        g = min(m, hi - first)
         if r1 > r0:
-            at = base + (r0 - pt) * row
-            max3_run(like, at, at + dh * row, at + 2 * dh * row, at_v + r0 * row, (r1 - r0) * iw)
-        if r0 > 0 or r1 < rows:
-            _edge_rows(like, size, base, v, lead // size, window, ih, iw, rows, r0, r1)
-        for p_ in range(oh):
-            src = at_v + p_ * sh * row - pl * size
-            dst = at_out + ((c * oh + p_) * ow) * size
-            if sw == 2:
-                max3_pairs(like, src, dst, ow)
-            else:
-                max3_run(like, src, src + size, src + 2 * size, dst, ow)
-        if left or right:
-            _edge_columns(v, lead // size, of, c * oh * ow, oh, ow, iw, sh, left, right)
+            at = at_x + (first * ih + r0 - pt) * row
+            n = ((g - 1) * rows + r1 - r0) * iw
+            max3_run(like, at, at + dh * row, at + 2 * dh * row, at_v + r0 * row, n)
+        if m > 1 and pt == 1 and dh == 1 and ih >= 2:  # the edge rows: 0 and ih - 1
+            flat_edge_rows(x.reshape(x.size), first * ih * iw, v, lead // size, g, ih, iw, True)
+        else:
+            for j in range(g if r0 > 0 or r1 < rows else 0):
+                base = at_x + (first + j) * ih * row
+                _edge_rows(like, size, base, v, lead // size + j * plane, window, ih, iw, rows,
+                           r0, r1)  # fmt: skip
+        if m > 1:  # the group's outputs in one run
+            src = at_v - pl * size
+            max3_run(like, src, src + size, src + 2 * size, at_out + first * oh * ow * size,
+                     g * oh * ow)  # fmt: skip
+        else:
+            for p_ in range(oh):
+                src = at_v + p_ * sh * row - pl * size
+                dst = at_out + ((first * oh + p_) * ow) * size
+                if sw == 2:
+                    max3_pairs(like, src, dst, ow)
+                else:
+                    max3_run(like, src, src + size, src + 2 * size, dst, ow)
+        if m > 1 and (left or right):  # the group's rows one after another, in v as in out
+            _edge_columns(v, lead // size, of, first * oh * ow, g * oh, ow, iw, 1, left, right)
+        elif left or right:
+            _edge_columns(v, lead // size, of, first * oh * ow, oh, ow, iw, sh, left, right)
 
 
 @jit(**_OPTS)

@@ -19,7 +19,7 @@ be (a strided read is not one):
   over the whole stack adds three taps' runs (`rvm.kernels.planes`);
 - for a column stride above 1 on a wide input, that split would be a slow strided copy; the
   pools are separable row by row instead (`rvm.kernels.separable`);
-- pools 1 apart on maps narrower than a vector (inception's 3x3 pools on 7 x 7 maps), many
+- pools 1 apart on maps narrower than a vector (a 3x3 pool of a 7 x 7 map to 5 x 5), many
   channels per vector run (`rvm.kernels.stacked`): a loop per output row there is all tail;
 - when the output keeps few of the positions a run would compute (global-like windows), window
   by window (`rvm.kernels.windows`: averages sum each window's rows as vectorized runs);
@@ -32,7 +32,8 @@ be (a strided read is not one):
   only) by output rows
   (`rvm.kernels.maxrows`, `rvm.kernels.avgrows`): vector loops written as LLVM intrinsics,
   the stride-2 columns split by shuffles; max pools in 0.3 to 0.6 of `rvm.kernels.maxflat`'s
-  time on one core, averages in 0.7 to 0.85 of the others';
+  time on one core, averages in 0.7 to 0.85 of the others'; padded 3x3 pools 1 apart that
+  keep the map's size (inception's, on 7 x 7 to 28 x 28 maps) a group of channels per run;
 - 2x2 windows 2 apart inside the input (vgg's, densenet's) as a stream, every element read
   once (`rvm.kernels.tiles`): a sixth to a third of the others' time.
 
@@ -51,7 +52,7 @@ from rvm.kernels import avgrows, entry, parfor, separable, stacked, tiles, windo
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.maxflat import by_flat
-from rvm.kernels.maxrows import by_rows, takes
+from rvm.kernels.maxrows import by_rows, planes_at_once, takes
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -185,7 +186,10 @@ STACKED_WIDTH = cpu().vector_bits // 32
 """The input width below which pools 1 apart take `rvm.kernels.stacked` (a float32 vector's
 lanes: a narrower row is all tail for a loop per row; on 6 x 6 and 7 x 7 maps it took half
 the time of `rvm.kernels.maxrows` and `_phased`, on 13 x 13 and 14 x 14 0.87 to 0.92, on
-27 x 27 and 28 x 28 1.3 to 1.6, on one core of an AVX-512 machine)."""
+27 x 27 and 28 x 28 1.3 to 1.6, on one core of an AVX-512 machine), but for 3x3 windows
+padded by one whose output is the input's size: `rvm.kernels.maxrows` and `avgrows` reduce
+groups of their channels in one run (`rvm.kernels.maxrows.planes_at_once`), in 0.5 to 0.85
+of its time on 7 x 7 and 14 x 14 maps (one core of a Zen 4)."""
 
 
 SEPARABLE, PHASED, DIRECT, FLAT, ROWS, TILES, STACKED = 0, 1, 2, 3, 4, 5, 6
@@ -198,7 +202,8 @@ SEPARABLE, PHASED, DIRECT, FLAT, ROWS, TILES, STACKED = 0, 1, 2, 3, 4, 5, 6
 def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl):  # type: ignore[no-untyped-def]
     """The method of a pool: `rvm.kernels.tiles` for 2x2 windows 2 apart inside the input (3
     to 6 times faster than the others); `rvm.kernels.stacked` for windows 1 apart on maps
-    narrower than `STACKED_WIDTH`, unless the output is much sparser than the input; by rows
+    narrower than `STACKED_WIDTH` (but 3x3 ones padded by one that keep the map's size),
+    unless the output is much sparser than the input; by rows
     (`rvm.kernels.maxrows`, `avgrows`) for windows 3 columns wide that `takes`, averages 1
     apart only over whole channels (`avgrows.by_channels`; else `_phased` took 0.75 of their
     time on inception's 7 x 7 to 28 x 28 maps), unless the output is that sparse; else
@@ -212,7 +217,9 @@ def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl):  # type: ig
         return TILES
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     sparse = oh * wq * DIRECT_SPARSITY <= hq * wq
-    if not sparse and sh == 1 and sw == 1 and iw < STACKED_WIDTH:
+    grouped = kh == 3 and takes(kw, sw, dw) and pt == 1 and pl == 1 and ih >= 2
+    grouped = grouped and planes_at_once(ih, iw, oh, ow, sh, sw, 2) > 1
+    if not sparse and sh == 1 and sw == 1 and iw < STACKED_WIDTH and not grouped:
         if stacked.takes(ih, iw, oh, ow, sh, sw):
             return STACKED
     if not sparse and takes(kw, sw, dw):

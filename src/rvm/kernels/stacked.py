@@ -1,6 +1,7 @@
 """Max and average pools of small maps, many channels in each vector run (`rvm.kernels.pool`'s
-method for pools 1 apart on maps narrower than a vector: inception's 3x3 pools on 6 x 6 to
-14 x 14 maps, in about half the time of a loop per output row on 7 x 7 maps).
+method for pools 1 apart on maps narrower than a vector, in about half the time of a loop
+per output row on 7 x 7 maps; inception's padded 3x3 pools that keep the map's size go to
+`rvm.kernels.maxrows` and `avgrows`, which reduce groups of their channels in one run).
 
 On a small map, a loop per output row is a few vector steps and a masked or scalar tail: the
 loop's overhead is most of the time. Here a group of channels (about `GROUP` positions, the
