@@ -153,6 +153,8 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7)
     assert _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14)
     assert not _pays(2 * deep, 8 * lanes, 1, 1, 1, 7, 7)  # 16 * lanes deep: too shallow
+    assert _pays(4 * deep, 8 * lanes, 1, 1, 1, 7, 7)  # 32 * lanes (resnet50's 512 to 2048)
+    assert not _pays(4 * deep - lanes, 8 * lanes, 1, 1, 1, 7, 7)
     assert not _pays(64 * deep, 3 * lanes, 1, 1, 1, 7, 7)  # few output channels
     assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 56, 56)
 
