@@ -60,6 +60,21 @@ def test_packed_convolution_matches_reference(case, panel) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
+def test_every_partial_tile_size() -> None:
+    """Maps of ``MR * k + r`` positions for every ``r``: a band's last tile runs the loop of
+    the fewest rows of `rvm.kernels.direct_tile.PARTS` that hold it, by 1 to 3 vectors."""
+    from rvm.kernels.direct_tile import PARTS
+
+    assert PARTS[0] == direct.MR and list(PARTS) == sorted(PARTS, reverse=True)
+    for width in range(direct.MR + 1, 2 * direct.MR):
+        for o in (16, 40):
+            case = (1, 8, 1, width, o, (1, 3), (1, 1), (1, 1), 1, (0, 1, 0, 1))
+            x, w = _operands(case)
+            out = np.full((1, o, 1, width), np.nan, np.float32)
+            direct.conv2d_packed(x, direct.pack(w, 1), out, 1, 1, 1, 1, 0, 1)
+            np.testing.assert_allclose(out, _reference(case, x, w), rtol=1e-4, atol=1e-3)
+
+
 def test_large_input_copied_by_rows_on_the_threads(blas_threads) -> None:
     """An input plane of `rvm.kernels.parfor.MIN_WORK` elements or more is copied to NHWC by
     rows on the pool (two threads), with ragged row pieces and padding: the same answer, for
@@ -135,9 +150,12 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     # GEMM's vectors (12 x 12: 144 positions, 9 vectors), nor shallow, nor on a large map.
     assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
     assert not _pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
-    assert _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7)
-    assert _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14)
+    idle = 5 * 49 < 4 * -(-49 // lanes) * lanes  # 7 x 7: 49 of 64 lanes; of 56 on AVX2
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7) == idle
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14) == idle
     assert not _pays(2 * deep, 8 * lanes, 1, 1, 1, 7, 7)  # 16 * lanes deep: too shallow
+    assert _pays(4 * deep, 8 * lanes, 1, 1, 1, 7, 7) == idle  # 32 * lanes (resnet50's 512)
+    assert not _pays(4 * deep - lanes, 8 * lanes, 1, 1, 1, 7, 7)
     assert not _pays(64 * deep, 3 * lanes, 1, 1, 1, 7, 7)  # few output channels
     assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 56, 56)
 

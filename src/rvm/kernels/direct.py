@@ -108,10 +108,13 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     contiguous, at any stride): resnet50's three 3 x 3 stride-2 layers (128 x 56 x 56 to 512
     x 14 x 14) ran 1.05 to 1.24 times as fast this way, the inceptions' and zfnet's
     reductions 1.08 to 1.43 (on AVX2, resnet50's 1.07 to 1.31).
-    The last rule holds for 1x1 convolutions too, from the same depth, with ``o >= 8 *
-    LANES`` (the NHWC copy of the input is the same for fewer output channels: 832 to 48 or
-    32 took 1.1 to 1.25 times as long): resnet50's 2048 to 512 channels and the inceptions'
-    832 to 128...384 on 7 x 7 maps ran 1.1 to 1.2 times as fast this way (before the
+    The last rule holds for 1x1 convolutions too, from ``32 * LANES`` deep (the multiply-adds
+    a tile's store and a position's copy weigh against: resnet50's 512 to 2048 channels on
+    7 x 7 ran 1.22 times as fast this way on Zen 4, 1.17 at batch 8; 480, 512 and 544 to 128
+    1.05), with ``o >= 8 * LANES`` (the NHWC copy of the input is the same for fewer output
+    channels: 832 to 48 or 32 took 1.1 to 1.25 times as long): resnet50's 2048 to 512
+    channels and the inceptions' 832 to 128...384 on 7 x 7 maps ran 1.1 to 1.2 times as fast
+    this way (before the
     input's NHWC copy went by vectors on rows narrower than one and a band of 4 positions or
     fewer took half a tile's work, they took 1.05 to 2 times as long); on maps whose
     positions fill the GEMM's vectors (14 x 14: 196 of 208 lanes) the GEMM was 1.1 times as
@@ -122,7 +125,7 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     (issue 24's goals), so it is not taken.
     """
     depth = (c // groups) * kh * kw
-    if depth < 36 * LANES or (o // groups) % LANES:
+    if depth < (32 if kh * kw == 1 else 36) * LANES or (o // groups) % LANES:
         return False
     if oh * ow >= PACK_MIN_POSITIONS:
         if kh * kw == 1 or sh != 1 or sw != 1:
