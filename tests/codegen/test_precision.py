@@ -23,16 +23,18 @@ BF16_VS_F32 = 3e-2
 
 
 def _model():
-    """main(x, img, y): two dense layers of x (matmul or dense + bias + relu: pair panels, one
+    """main(x, img, y, a): two dense layers of x (matmul or dense + bias + relu: pair panels, one
     product of both, the bias and relu in its epilogue) and a dense by ``op.dense`` of ``n``
     rows, a convolution + bias + relu (the bias and relu in its tile store),
     a dense of its 2 rows (a GEMV on the weight's rows), a depthwise convolution and a product
-    of two inputs (these two stay float32), softmax on top."""
+    of two inputs (these two stay float32), softmax on top; an attention of ``a`` (its
+    products in bf16, a causal mask added)."""
     x = Var("x", tensor(("n", 48), F32))
     img = Var("img", tensor((2, 8, 10, 9), F32))
     y = Var("y", tensor(("n", 48), F32))
+    a = Var("a", tensor((1, 2, 9, 16), F32))
     bb = Builder()
-    with bb.function("main", [x, img, y]):
+    with bb.function("main", [x, img, y, a]):
         w1 = const(RNG.standard_normal((48, 40)).astype(F32) / 7)
         h = bb.emit(op.matmul(x, w1))
         h = bb.emit(op.relu(bb.emit(op.add(h, const(RNG.standard_normal(40).astype(F32))))))
@@ -49,7 +51,10 @@ def _model():
         e = bb.emit(op.dense(bb.emit(op.reshape(c, (2, 540))), w3))
         w4 = const(RNG.standard_normal((24, 48)).astype(F32) / 7)
         f = bb.emit(op.add(bb.emit(op.dense(x, w4)), const(RNG.standard_normal(24).astype(F32))))
-        bb.emit_output(Tuple((logits, d, g, e, bb.emit(op.relu(f)))))
+        k = bb.emit(op.add(a, const(RNG.standard_normal(16).astype(F32))))
+        causal = np.triu(np.full((1, 1, 9, 9), -np.inf, F32), 1)
+        att = bb.emit(op.attention(a, k, bb.emit(op.tanh(a)), const(causal), scale=0.25))
+        bb.emit_output(Tuple((logits, d, g, e, bb.emit(op.relu(f)), att)))
     return bb.get()
 
 
@@ -58,7 +63,7 @@ MODEL = _model()
 
 def _inputs(seed: int = 1) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    shapes = [(5, 48), (2, 8, 10, 9), (5, 48)]
+    shapes = [(5, 48), (2, 8, 10, 9), (5, 48), (1, 2, 9, 16)]
     return [rng.standard_normal(s).astype(F32) for s in shapes]
 
 
@@ -111,6 +116,8 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert conv.attrs["activation"] == "relu"
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
+    att = next(b.value for b in _converted(MODEL)["main"].body.bindings if _is(b, "attention"))
+    assert att.attrs["precision"] == "bf16" and att.attrs["scale"] == 0.25
 
 
 def test_every_exec_mode_and_backend(bf16_executables, exec_mode: str, kernels: str) -> None:
@@ -148,8 +155,9 @@ def test_profile_shows_each_kernels_precision(bf16_executables) -> None:
     vm = rvm.VirtualMachine(bf16_executables["jit"])
     report = vm.profile("main", *_inputs(), warmup=1, repeat=2)
     precision = {r["name"]: r["precision"] for r in report.rows}
-    assert {p for n, p in precision.items() if "bf16" in n} == {"bf16"}
-    assert {p for n, p in precision.items() if "bf16" not in n} == {"fp32"}
+    reduced = ("bf16", "attention")  # the bf16 ops' kernels, the attention's (an attribute)
+    assert {p for n, p in precision.items() if any(r in n for r in reduced)} == {"bf16"}
+    assert {p for n, p in precision.items() if not any(r in n for r in reduced)} == {"fp32"}
     assert " bf16 " in str(report) and ",bf16," in report.csv()
 
 
@@ -177,7 +185,8 @@ def bert():
 )
 def test_bert_within_the_bound_of_float32(bert, exec_mode: str) -> None:
     """The issue's bound on a transformer: outputs within 3e-2 (relative to their largest
-    value) of float32's; its dense layers (attention projections, feed-forward) run bf16."""
+    value) of float32's; its dense layers (attention projections, feed-forward) and its
+    attention's products run bf16."""
     fp32, bf16 = bert
     assert sum(r.meta["precision"] == "bf16" for r in bf16.kernels.values()) >= 3
     rng = np.random.default_rng(5)

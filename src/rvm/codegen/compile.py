@@ -84,9 +84,9 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
         precision: what GEMMs and convolutions compute in. ``"fp32"`` (default);
             ``"bf16"``: float32 dense, matmul and conv2d with constant weights take bf16
             operands and sum in float32, their weights converted once, here
-            (`rvm.transform.to_bf16`); elementwise ops, norms, softmax and attention stay
-            float32, inputs and outputs keep their types. Recorded as the executable's
-            ``precision`` and saved with it.
+            (`rvm.transform.to_bf16`), and attention's two products; elementwise ops,
+            norms and softmax stay float32, inputs and outputs keep their types. Recorded
+            as the executable's ``precision`` and saved with it.
     """
     if not isinstance(mod, IRModule):
         raise TypeError(f"rvm.compile expects an IRModule, got {type(mod).__name__}")

@@ -8,7 +8,8 @@ for a decode step), one pass per row that scales and masks, the softmax (vectori
 ``p @ v`` into the output rows. The whole (batch, heads, seq, kv_seq) scores tensor never
 exists, nor do the scaled, masked and normalized copies a chain of kernels would write. A row
 whose scores are all ``-inf`` gives ``masked_row`` (`rvm.op.attention`). Float32 and float64
-(with NumPy's CBLAS); other dtypes fall back to numpy.
+(with NumPy's CBLAS); other dtypes fall back to numpy. ``precision="bf16"`` (float32): the
+two products run on rvm's bf16 GEMM (`rvm.kernels.bf16gemm`).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def _emit(kb, attrs, q, k, v, mask, o, dtype) -> None:  # type: ignore[no-untype
     select = attrs["mask_kind"] != "add"
     scale, fill = lit(attrs["scale"], dtype), lit(attrs["fill"], dtype)
     empty = lit(attrs["masked_row"], dtype)
+    bf16 = attrs.get("precision") == "bf16" and dtype == "float32"
     kb.root.lines.append(
-        f"attention({q}, {k}, {v}, {mask}, {o}, {scale}, {fill}, {empty}, {select})"
+        f"attention({q}, {k}, {v}, {mask}, {o}, {scale}, {fill}, {empty}, {select}, {bf16})"
     )
 
 

@@ -113,7 +113,7 @@ def jit_kernel(
             False checks every fixed size against the parameter types.
     """
     ops_used = _ops(func)
-    meta = {"ops": ",".join(ops_used), "precision": precision_of(ops_used)}
+    meta = {"ops": ",".join(ops_used), "precision": precision_of(func)}
     try:
         lowering = None
         with counting_mathlib() as calls:

@@ -222,7 +222,7 @@ def numpy_kernel(name: str, func: E.Function, style: str = "dps") -> KernelRecor
         for b in (func.body.bindings if isinstance(func.body, E.SeqExpr) else ())
         if isinstance(b.value, E.Call) and isinstance(b.value.callee, E.Op)
     ]
-    meta = {"ops": ",".join(ops), "precision": precision_of(ops)}
+    meta = {"ops": ",".join(ops), "precision": precision_of(func)}
     return KernelRecord(name, "numpy", source, name, style, meta, imports=(LIBRARY_MODULE,))
 
 

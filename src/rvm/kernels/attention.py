@@ -15,6 +15,13 @@ calling thread and the pool's helpers take them. A piece
 - scales, masks and normalizes each row (the vectorizable `exp32` for float32);
 - and writes ``p @ v`` into its rows of ``out`` (a GEMM, or a sum of V's rows for a few).
 
+With ``bf16`` (float32, `rvm.op.attention`'s ``precision="bf16"``) both GEMMs are rvm's bf16
+GEMM with float32 sums (`rvm.kernels.bf16gemm.walk`, ``vdpbf16ps`` where the CPU has it): a
+first pass on the pool converts each head's K and V once to the GEMM's pair panels (K's rows,
+V's columns), then each piece rounds its band's Q rows and, after the softmax (float32), its
+probabilities to bf16 pairs. A decode step's few rows keep their float32 dot products: they
+read each key once, and converting K and V would cost as much as the products.
+
 Bands are as tall as fit `SCORE_BYTES` of scores (half of the CPU's L2, read from the
 system) and cut shorter when there are fewer (batch, head) pairs than pieces wanted, so the
 whole (batch, heads, seq, kv_seq) scores tensor never exists. The task is built when first
@@ -32,6 +39,8 @@ from numba import types as nt
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import blas, parfor, workpool
+from rvm.kernels.bf16 import pack_rows, pair_rows, round_bits
+from rvm.kernels.bf16gemm import NR, panels, walk
 from rvm.kernels.cblas import NO_TRANS
 from rvm.kernels.jitting import jit
 from rvm.kernels.mathlib import exp32
@@ -63,10 +72,11 @@ UNDERFLOW = -104.0  # exp of less is 0 in float32 (and below every float64 score
 
 # The job (int64): its length; the q, k, v, mask, out, params addresses; b, h, s, t, d, dv;
 # the mask's dims; whether it selects, whether a hidden key can be skipped; the rows of a
-# band, the bands per head; the itemsize.
+# band, the bands per head; the itemsize; bf16: the heads' packed K and V (0: float32
+# products), the words of a head's K and V, and the phase (0: packing heads, 1: bands).
 (_Q, _K, _V, _MASK, _OUT, _PARAMS, _B, _H, _S, _T, _D, _DV, _MB, _MH, _MS, _MT, _SELECT, _SKIP,
- _ROWS, _BANDS, _SIZE) = range(1, 22)  # fmt: skip
-_JOB = 22
+ _ROWS, _BANDS, _SIZE, _PACKED, _KW, _VW, _PHASE) = range(1, 26)  # fmt: skip
+_JOB = 26
 
 
 @intrinsic
@@ -77,6 +87,16 @@ def _bytes_at(typingctx, at):  # type: ignore[no-untyped-def]
         return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
 
     return nt.CPointer(nt.uint8)(nt.int64), codegen
+
+
+@intrinsic
+def _words_at(typingctx, at):  # type: ignore[no-untyped-def]
+    """A uint32 pointer to the int64 address ``at`` (bf16 pairs)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], ir.IntType(32).as_pointer())
+
+    return nt.CPointer(nt.uint32)(nt.int64), codegen
 
 
 @jit(**_OPTS)
@@ -190,14 +210,47 @@ def _transposed(kh, te, d):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
+def _add_last_key(sc, vh, o, n, te, dv):  # type: ignore[no-untyped-def]
+    """``o[i] += p[i, te - 1] * v[te - 1]``, both rounded to bf16 as the GEMM's operands."""
+    p, v = np.empty(n, dtype=np.float32), np.empty(dv, dtype=np.float32)
+    for i in range(n):
+        p[i] = sc[i * te + te - 1]
+    v[:] = vh[(te - 1) * dv : te * dv]
+    for a in (p, v):
+        bits = a.view(np.uint32)
+        for i in range(a.size):
+            bits[i] = np.uint32(round_bits(bits[i]) << 16)
+    for i in range(n):
+        out = o[i * dv : (i + 1) * dv]
+        for x in range(dv):
+            out[x] += p[i] * v[x]
+
+
+@jit(**_OPTS)
 def _alive(a):  # type: ignore[no-untyped-def]
     """Nothing: a use of ``a`` after the code that reads it through its address (Numba frees
     an array after its last use as an array)."""
 
 
 @jit(**_OPTS)
+def _pack_head(p, job, like):  # type: ignore[no-untyped-def]
+    """(batch, head) ``p``'s K and V as the bf16 GEMM's B (`rvm.kernels.bf16gemm.
+    panel_index`): K's rows for ``q @ k^T``, V's columns (of pairs of keys) for ``p @ v``."""
+    t, d, dv, kw, vw = job[_T], job[_D], job[_DV], job[_KW], job[_VW]
+    at = job[_PACKED] + 4 * p * (kw + vw)
+    kh = parfor.array_at(job[_K] + 4 * p * t * d, (t, d), like)
+    pack_rows(kh, d, nb.carray(_words_at(at), (panels(t), (d + 1) // 2, NR)))
+    vt = _transposed(parfor.array_at(job[_V] + 4 * p * t * dv, (t * dv,), like), t, dv)
+    pack_rows(vt, t, nb.carray(_words_at(at + 4 * kw), (panels(dv), (t + 1) // 2, NR)))
+
+
+@jit(**_OPTS)
 def _piece(p, job, like):  # type: ignore[no-untyped-def]
-    """Piece ``p``: one (batch, head)'s band of query rows (see the module docstring)."""
+    """Piece ``p``: one (batch, head)'s band of query rows (see the module docstring); in
+    the packing phase, head ``p``'s K and V in bf16 (`_pack_head`)."""
+    if job[_PHASE] == 0:
+        _pack_head(p, job, like)
+        return
     h, s, t, d, dv, size = job[_H], job[_S], job[_T], job[_D], job[_DV], job[_SIZE]
     bh, band = p // job[_BANDS], p % job[_BANDS]
     bi, hi = bh // h, bh % h
@@ -213,6 +266,8 @@ def _piece(p, job, like):  # type: ignore[no-untyped-def]
     mask_sel = nb.carray(_bytes_at(job[_MASK]), (count,))  # read only when selecting
     base = ((min(bi, mb - 1) * mh + min(hi, mh - 1)) * ms) * mt
     te = _live_keys(job, mask_add, mask_sel, base, r0, n)
+    bf16 = job[_PACKED] != 0 and n >= SMALL_ROWS
+    head = job[_PACKED] + 4 * bh * (job[_KW] + job[_VW])  # its packed K, then V
     q = parfor.array_at(job[_Q] + size * (bh * s + r0) * d, (n * d,), like)
     kh = parfor.array_at(job[_K] + size * bh * t * d, (t * d,), like)
     vh = parfor.array_at(job[_V] + size * bh * t * dv, (t * dv,), like)
@@ -220,6 +275,13 @@ def _piece(p, job, like):  # type: ignore[no-untyped-def]
     sc = np.empty(n * te, dtype=o.dtype)
     if n < SMALL_ROWS:
         _dots(q, kh, sc, n, te, d)
+    elif bf16:
+        d2 = (d + 1) // 2
+        qp = np.empty(n * d2, dtype=np.uint32)
+        pair_rows(q.reshape((n, d)), qp.reshape((n, d2)))
+        walk(parfor.address(qp), d2, 0, n, head, 4 * d2, 4 * NR, NR, 0, 0,
+             parfor.address(sc), te, te, d2, 0, 0, 0)  # fmt: skip
+        _alive(qp)
     else:
         kt = _transposed(kh, te, d)
         blas.product(sc, NO_TRANS, parfor.address(q), d, parfor.address(kt), te,
@@ -237,6 +299,20 @@ def _piece(p, job, like):  # type: ignore[no-untyped-def]
             sc[i * te : (i + 1) * te] = 0
     if n < SMALL_ROWS:
         _row_sums(sc, vh, o, n, te, dv)
+    elif bf16:
+        te2 = (te + 1) // 2
+        pp = np.empty(n * te2, dtype=np.uint32)
+        pair_rows(sc.reshape((n, te)), pp.reshape((n, te2)))
+        # the pairs of keys both read: not the last live key's when its pair's other key is
+        # a hidden one, whose value (a cache slot not written yet) may be anything
+        whole = te2 if te == t or te % 2 == 0 else te2 - 1
+        if whole == 0:
+            o[:] = 0
+        walk(parfor.address(pp), te2, 0, n, head + 4 * job[_KW], 4 * ((t + 1) // 2), 4 * NR,
+             NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0)  # fmt: skip
+        _alive(pp)
+        if whole < te2:  # the last key alone
+            _add_last_key(sc, vh, o, n, te, dv)
     else:
         blas.product(o, NO_TRANS, parfor.address(sc), te, parfor.address(vh), dv,
                      parfor.address(o), dv, n, dv, te, 0.0)  # fmt: skip
@@ -273,12 +349,13 @@ def _bands(b, h, s, t, work, itemsize):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def attention(q, k, v, mask, out, scale, fill, masked_row, select):  # type: ignore[no-untyped-def]
+def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False):  # type: ignore[no-untyped-def]  # noqa: E501
     """``out = softmax(scale * q @ k^T, masked) @ v`` per (batch, head): q (b, h, s, d),
     k (b, h, t, d), v (b, h, t, dv), out (b, h, s, dv), C-contiguous arrays of one float
     dtype; ``mask`` (4-d, each axis 1 or the scores' (b, h, s, t)) is added (of that dtype)
     or, with ``select``, keeps a score where it holds and puts ``fill`` elsewhere (bool). A
-    row whose every score is -inf gives ``masked_row``. Checks the shapes first.
+    row whose every score is -inf gives ``masked_row``. ``bf16`` (float32): both products in
+    bf16 with float32 sums (the module docstring). Checks the shapes first.
 
     Raises:
         ValueError: The shapes do not agree.
@@ -321,10 +398,18 @@ def attention(q, k, v, mask, out, scale, fill, masked_row, select):  # type: ign
     job[_MB], job[_MH], job[_MS], job[_MT] = mb, mh, ms, mt
     job[_SELECT], job[_SKIP] = 1 if select else 0, 1 if skip else 0
     job[_ROWS], job[_BANDS], job[_SIZE] = rows, bands, out.itemsize
-    pieces = b * h * bands
-    if pieces == 1 or parts == 1:
-        for p in range(pieces):
-            _call(out, p, job)
-    else:
-        _run(out, pieces, job)
+    packing = bf16 and out.itemsize == 4 and rows >= SMALL_ROWS
+    kw = panels(t) * ((d + 1) // 2) * NR if packing else 0
+    vw = panels(dv) * ((t + 1) // 2) * NR if packing else 0
+    packed = np.empty(b * h * (kw + vw), dtype=np.uint32)
+    job[_PACKED], job[_KW], job[_VW] = parfor.address(packed) if packing else 0, kw, vw
+    for phase in range(0 if packing else 1, 2):
+        job[_PHASE] = phase
+        pieces = b * h * bands if phase == 1 else b * h
+        if pieces == 1 or parts == 1:
+            for p in range(pieces):
+                _call(out, p, job)
+        else:
+            _run(out, pieces, job)
     _alive(params)
+    _alive(packed)

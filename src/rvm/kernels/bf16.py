@@ -29,7 +29,7 @@ from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["dense", "gemm", "pair_rows", "round_bits"]
+__all__ = ["dense", "gemm", "pack_rows", "pair_rows", "round_bits"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run along rows)
@@ -104,7 +104,7 @@ def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _pack_rows(x, k, out):  # type: ignore[no-untyped-def]
+def pack_rows(x, k, out):  # type: ignore[no-untyped-def]
     """``out[i // NR, p, i % NR]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p +
     1]`` (0 past ``k`` and past x's rows): x's rows (float32, 2-d, C) as the GEMM's B, in
     panels (`rvm.kernels.bf16gemm.panel_index`)."""
@@ -276,7 +276,7 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
     # B's words in a float32 array, passed as the GEMM's ``like``: that keeps it alive until
     # the GEMM is done (Numba frees an array after its last use, here its address)
     packed = np.empty((panels(m), kp // 2, NR), dtype=np.float32)
-    _pack_rows(xc, k, packed.view(np.uint32))
+    pack_rows(xc, k, packed.view(np.uint32))
     ct = np.empty((n, m), dtype=np.float32)
     gemm(packed, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
     out[:, :] = ct.T

@@ -41,12 +41,15 @@ def computes_in(mod: Any, precision: str) -> bool:
     )
 
 
-def precision_of(op_names: Sequence[str]) -> str:
-    """The precision a kernel of ``op_names`` computes its products in: the first reduced
-    precision among its ops, else ``"fp32"``."""
-    for name in op_names:
-        if name in OP_PRECISION:
-            return OP_PRECISION[name]
+def precision_of(func: Any) -> str:
+    """The precision the kernel of primitive function ``func`` computes its products in: the
+    first reduced precision among its calls -- their op's (`OP_PRECISION`) or their
+    ``precision`` attribute (a bf16 attention's) -- else ``"fp32"``."""
+    for e in walk(func):
+        if isinstance(e, Call) and isinstance(e.callee, Op):
+            found = OP_PRECISION.get(e.callee.name) or e.attrs.get("precision", "fp32")
+            if found != "fp32":
+                return found
     return "fp32"
 
 

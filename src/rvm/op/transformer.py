@@ -139,6 +139,7 @@ def attention(
     mask_kind: str = "add",
     fill: float = 0.0,
     masked_row: float = 0.0,
+    precision: str = "fp32",
 ) -> Call:
     """``softmax(scale * q @ k^T masked by mask) @ v`` over (batch, heads, seq, dim) tensors.
 
@@ -151,6 +152,9 @@ def attention(
             putting ``fill`` elsewhere (``"select"``).
         scale: Multiplies ``q @ k^T``.
         masked_row: What a row gives when all its scores are ``-inf``.
+        precision: ``"bf16"``: the two products take bf16 operands (q, k; the softmax's p,
+            v) and sum in float32 (`rvm.transform.to_bf16` sets it); the scores and softmax
+            stay float32.
     """
     kind = check_choice("attention", "mask_kind", mask_kind, ("add", "select"))
     return call(
@@ -163,6 +167,7 @@ def attention(
         mask_kind=kind,
         fill=check_float("attention", "fill", fill),
         masked_row=check_float("attention", "masked_row", masked_row),
+        precision=check_choice("attention", "precision", precision, ("fp32", "bf16")),
     )
 
 

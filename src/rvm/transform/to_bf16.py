@@ -9,9 +9,11 @@ Guarantees: the same program, where each float32 ``dense(x, W)``, ``matmul(x, W)
 bf16 bits in the kernel's layout (products of more than `GEMV_ROWS` rows: B in column panels
 of pairs, `rvm.op.bf16.pack_pairs`; fewer: the rows of W, ``matmul``'s transposed, padded to
 an even depth; ``conv2d``: OIHW in channel pairs per output channel,
-`rvm.op.bf16.conv_pairs`). Everything
-else -- elementwise ops, norms, softmax, attention, depthwise convolutions (a few taps a
-channel, no product worth the rounding) and products of two computed tensors -- stays
+`rvm.op.bf16.conv_pairs`); and each float32 ``attention`` is one with ``precision="bf16"``:
+its two products take bf16 operands, its scores and softmax stay float32
+(`rvm.kernels.attention`). Everything
+else -- elementwise ops, norms, softmax, depthwise convolutions (a few taps a
+channel, no product worth the rounding) and other products of two computed tensors -- stays
 float32, as do the program's inputs and outputs.
 
 A convolution's epilogue joins it where the convolution has no other use: a following ``add``
@@ -69,7 +71,8 @@ def bf16_rows(weight: np.ndarray) -> np.ndarray:
 
 
 def to_bf16(mod: IRModule) -> IRModule:
-    """Rewrite every float32 dense, matmul and conv2d with a constant weight to its bf16 op."""
+    """Rewrite every float32 dense, matmul and conv2d with a constant weight to its bf16 op,
+    and every float32 attention to its bf16 products."""
     converted = joined = 0
     weight_bytes = 0
 
@@ -87,7 +90,8 @@ def to_bf16(mod: IRModule) -> IRModule:
                 new = _convert(b.value, consts)
                 if new is not None:
                     converted += 1
-                    weight_bytes += new.args[1].data.nbytes
+                    if isinstance(new.args[1], E.Constant):
+                        weight_bytes += new.args[1].data.nbytes
                 else:
                     found = _join_epilogue(b.value, convs, out, consts, uses)
                     if found is not None:
@@ -131,6 +135,12 @@ def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
     """The bf16 call computing ``value``, or None when it stays as it is."""
     if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
         return None
+    if value.callee is ops.attention:
+        if not _float32(value) or value.attrs.get("precision") == "bf16":
+            return None
+        new = op.attention(*value.args, **{**value.attrs, "precision": "bf16"})
+        infer_type(new)
+        return new
     if value.callee not in (ops.dense, ops.matmul, ops.conv2d) or not _float32(value):
         return None
     x, w = value.args[0], _const(value.args[1], consts)

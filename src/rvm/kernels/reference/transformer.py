@@ -5,12 +5,18 @@ Part of the NumPy reference kernels (`rvm.kernels.reference`).
 
 import numpy as np
 
+from rvm.kernels.reference.bf16 import _round_bf16
 from rvm.kernels.reference.common import _like
 
 
-def attention(q, k, v, mask, scale=1.0, mask_kind="add", fill=0.0, masked_row=0.0):
+def attention(
+    q, k, v, mask, scale=1.0, mask_kind="add", fill=0.0, masked_row=0.0, precision="fp32"
+):
     """softmax(scale * q @ k^T, masked) @ v; rows whose scores are all -inf give
-    ``masked_row``."""
+    ``masked_row``. ``precision="bf16"`` (float32): q, k, p and v rounded to bf16 first."""
+    bf16 = precision == "bf16" and q.dtype == np.float32
+    if bf16:
+        q, k, v = _round_bf16(q), _round_bf16(k), _round_bf16(v)
     s = _like(np.matmul(q, np.swapaxes(k, -1, -2)) * scale, q.dtype)
     s = s + mask if mask_kind == "add" else np.where(mask, s, np.asarray(fill, q.dtype))
     top = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
@@ -19,6 +25,8 @@ def attention(q, k, v, mask, scale=1.0, mask_kind="add", fill=0.0, masked_row=0.
         e = np.exp(s - np.where(empty, 0, top))
         p = e / np.sum(e, axis=-1, keepdims=True)
     p = np.where(empty, 0, p)
+    if bf16:
+        p = _round_bf16(_like(p, q.dtype))
     out = np.matmul(_like(p, q.dtype), v)
     return _like(np.where(empty, np.asarray(masked_row, q.dtype), out), q.dtype)
 
