@@ -13,7 +13,9 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from jit_helpers import Jit, check, prim, var
 
+from rvm import op
 from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
@@ -365,3 +367,28 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
 def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
     """Large convolutions run in pieces on the pool, with the same results."""
     _conv(case, seed=8)
+
+
+def test_kernels_check_a_depth_known_only_at_run_time() -> None:
+    """dense_bf16 and conv2d_bf16 kernels call the library's entry points
+    (`rvm.kernels.bf16entry`), which check nothing: the kernel checks the weight's depth
+    against an input whose depth is a symbol, and agrees with the numpy kernel."""
+    x, w = var("x", ("n", "k")), var("w", (5, "kp"), "int16")
+    func = prim([x, w], op.tanh(op.dense_bf16(x, w)))
+    a = np.random.default_rng(3).standard_normal((3, 7)).astype(np.float32)
+    bits = bf16_rows(np.random.default_rng(4).standard_normal((5, 7)).astype(np.float32))
+    kernel = Jit(func)
+    check(func, a, bits, kernel=kernel)
+    with pytest.raises(ValueError, match="the weight's depth is not x's"):
+        kernel(np.ascontiguousarray(a[:, :5]), bits)
+    x = var("x", (1, "c", 6, 6))
+    w = var("w", (4, "kp"), "int16")
+    conv = op.conv2d_bf16(x, w, kernel=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1),
+                          dilation=(1, 1), groups=1)  # fmt: skip
+    func = prim([x, w], conv)
+    img = np.random.default_rng(5).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    bits = bf16_bits(conv_pairs(np.ones((4, 3, 3, 3), np.float32))).view(np.int16)
+    kernel = Jit(func)
+    check(func, img, bits, kernel=kernel, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="the weight's depth is not x's"):
+        kernel(np.ones((1, 5, 6, 6), np.float32), bits)

@@ -96,8 +96,7 @@ def test_a_saved_executable_with_big_constants_runs_natively_elsewhere(tmp_path:
     ex.save(path)
     x = RNG.standard_normal((3, 64)).astype("float32")
     np.save(tmp_path / "x.npy", x)
-    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "rvm"))
-    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "rvm"))  # Numba's: the suite's
     env["PYTHONPATH"] = os.pathsep.join([str(Path(rvm.__file__).parents[1]), *sys.path])
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y")],

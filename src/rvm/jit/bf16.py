@@ -2,10 +2,11 @@
 (`rvm.op.bf16`).
 
 Each calls the kernel library's bf16 entry (`rvm.kernels.bf16`, `rvm.kernels.bf16conv`: the
-activations rounded and packed per call, the weight's bf16 bits as they are, float32 sums) on
-2-d or NCHW views, writing straight into the stage's array, so a fused epilogue (bias,
-activation) is one pass over the output in the same kernel, as for the float32 anchors
-(`rvm.jit.stages`). ``dense_packed_bf16`` is `rvm.jit.packed`'s stage calling the bf16 entry
+activations rounded and packed per call, the weight's bf16 bits as they are, float32 sums;
+through their C entry points, `rvm.kernels.bf16entry`, compiled once) on 2-d or NCHW views,
+writing straight into the stage's array, so a fused epilogue (bias, activation) is one pass
+over the output in the same kernel, as for the float32 anchors (`rvm.jit.stages`).
+``dense_packed_bf16`` is `rvm.jit.packed`'s stage calling the bf16 entry
 (`rvm.kernels.bf16dense`): its bias, activation and residual run in the GEMM's tiles; so do
 ``conv2d_bf16``'s bias and activation (`rvm.kernels.bf16conv`).
 """
@@ -18,11 +19,13 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.packed import product
 from rvm.jit.te import Tensor, Unsupported
 from rvm.jit.views import array_view
+from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 
-_MODULE = "rvm.kernels.bf16"
-_CONV = "rvm.kernels.bf16conv"
+# The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
+# of the weight, float32 out (and the convolution's float32 bias).
+_VARIANT = ("float32", "int16", "float32", "float32")
 
 
 def _packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
@@ -40,6 +43,10 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
     x, w = args
     _check(kb, x, w, out)
     rows = kb.dim(" * ".join(x.dims[:-1]) or "1")
+    k = x.dims[-1]
+    if not k.isdigit():  # a static depth is the type rule's to check; the entry checks none
+        depth = kb.dim(f"{k} + {k} % 2")
+        kb.check(ne(w.dims[1], depth), f"{kb.kernel}: {kb.op}: the weight's depth is not x's")
     dims = (*x.dims[:-1], w.dims[0])
     t = Tensor(dims, out, kind="anchor")
 
@@ -48,8 +55,7 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
         xv = array_view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
         wv = kb.materialize(w)
         ov = array_view(kb, t.array, dims, (rows, w.dims[0]))
-        kb.imports.add((_MODULE, "dense", "bf16_dense"))
-        kb.root.lines.append(f"bf16_dense({xv}, {wv}, {ov})")
+        kb.call_entry("dense_bf16", (xv, wv, ov), (0,), entry.variant(_VARIANT[:3]))
 
     t.fill = fill
     return t
@@ -71,6 +77,10 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     groups = attrs["groups"]
     if groups != 1:
         kb.check(ne(mod(x.dims[1], groups), 0), f"{kb.kernel}: {kb.op}: channels vs groups")
+    if not x.dims[1].isdigit():  # as for dense: in channel pairs (`rvm.op.bf16.pair_depth`)
+        cg = kb.dim(f"{x.dims[1]} // {groups}")
+        depth = kb.dim(f"({cg} + {cg} % 2) * {kh * kw}")
+        kb.check(ne(w.dims[1], depth), f"{kb.kernel}: {kb.op}: the weight's depth is not x's")
     dims = (x.dims[0], w.dims[0], *spatial)
     t = Tensor(dims, out, kind="anchor")
 
@@ -78,9 +88,8 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         t.array = kb.buffer(dims, out, t.array)
         xv, wv = kb.materialize(x, out), kb.materialize(w)
         bias = kb.materialize(args[2]) if len(args) == 3 else "np.empty(0, np.float32)"
-        params = f"{groups}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {kh}, {kw}, {bias}, {act}"
-        kb.imports.add((_CONV, "conv2d", "bf16_conv2d"))
-        kb.root.lines.append(f"bf16_conv2d({xv}, {wv}, {t.array}, {params})")
+        params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act)
+        kb.call_entry("conv2d_bf16", (xv, wv, t.array, bias), params, entry.variant(_VARIANT))
 
     t.fill = fill
     return t

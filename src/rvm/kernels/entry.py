@@ -55,12 +55,19 @@ MODULES = {
     "lrn": "rvm.kernels.lrn",
     "qconv2d": "rvm.kernels.qentry",
     "qdense": "rvm.kernels.qentry",
+    "conv2d_bf16": "rvm.kernels.bf16entry",
+    "dense_bf16": "rvm.kernels.bf16entry",
 }
 # The entry points whose arrays are of several dtypes: each array's rank, and the dtypes an
 # array may have. A kernel calls them through its module's ``<name>_call``, the others through
 # ``entry_call`` (`caller_attribute`).
-MIXED = {"qconv2d": (4, 4, 1, 1, 4), "qdense": (2, 2, 1, 1, 2)}
-MIXED_DTYPES = ("uint8", "int8", "int32", "float32")
+MIXED = {
+    "qconv2d": (4, 4, 1, 1, 4),
+    "qdense": (2, 2, 1, 1, 2),
+    "conv2d_bf16": (4, 2, 4, 1),
+    "dense_bf16": (2, 2, 2),
+}
+MIXED_DTYPES = ("uint8", "int8", "int16", "int32", "float32")
 
 _bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive

@@ -1,0 +1,50 @@
+"""The bf16 products' entry points (`rvm.kernels.entry`): `rvm.kernels.bf16conv`'s ``conv2d``
+and `rvm.kernels.bf16`'s ``dense`` compiled once per process (or cache) and called by jit
+kernels through a registered symbol, so a kernel links the library instead of compiling the
+convolution's planes, tap tables and GEMM driver into its own code (a second of LLVM per
+kernel), as `rvm.kernels.qentry` does for the integer products.
+
+An entry point calls the library function on plain C-contiguous arrays of int64 parameters,
+the types a Python caller's call has, so the two share one compile of it. A kernel checks its
+operands' shapes before the call (`rvm.jit.bf16`, the op's type rule), so the entry points
+take them as they come and always return 0.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+
+from rvm.kernels import bf16, bf16conv, entry
+
+__all__ = ["conv2d_bf16_call", "dense_bf16_call"]
+
+
+def _conv2d(x, w, out, bias, dims, params):  # type: ignore[no-untyped-def]
+    """`bf16conv.conv2d` on x (4-d float32), w (2-d int16 bits), out (4-d float32), bias
+    (1-d float32, empty: none); the parameters: groups, sh, sw, dh, dw, pt, pl, kh, kw, act."""
+    d, p = nb.carray(dims, 11), nb.carray(params, 10)
+    bf16conv.conv2d(
+        nb.carray(x, (d[0], d[1], d[2], d[3])),
+        nb.carray(w, (d[4], d[5])),
+        nb.carray(out, (d[6], d[7], d[8], d[9])),
+        p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
+        nb.carray(bias, (d[10],)),
+        p[9],
+    )  # fmt: skip
+    return 0
+
+
+def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
+    """`bf16.dense` on x (2-d float32), w (2-d int16 bits), out (2-d float32); no parameters
+    past the one `entry.caller` needs (unused)."""
+    d = nb.carray(dims, 6)
+    xa, wa = nb.carray(x, (d[0], d[1])), nb.carray(w, (d[2], d[3]))
+    bf16.dense(xa, wa, nb.carray(out, (d[4], d[5])))
+    return 0
+
+
+entry.export("conv2d_bf16", _conv2d)
+entry.export("dense_bf16", _dense)
+# What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
+conv2d_bf16_call = entry.caller("conv2d_bf16", 10)
+dense_bf16_call = entry.caller("dense_bf16", 1)
