@@ -33,7 +33,9 @@ GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+# float64 compiles every method again (seconds each): the default run keeps it on the rows,
+# tiles and stacked methods (the float64 cases below), every method with -m slow.
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(("kind", "include"), [("max", False), ("avg", False), ("avg", True)])
 def test_pool2d_matches_reference(kind, include, dtype) -> None:
     for shape in ((2, 3, 7, 9), (1, 2, 10, 5), (1, 2, 23, 31), (1, 150, 6, 5), (1, 2, 9, 101)):
