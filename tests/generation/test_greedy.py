@@ -94,6 +94,11 @@ def test_bad_input_is_refused(executables, exec_mode, shape, n, message) -> None
     vm = rvm.VirtualMachine(executables[None], exec_mode=exec_mode)
     with pytest.raises(rvm.VMError, match=message.replace("(", r"\(")):
         vm["generate"](np.zeros(shape, np.int64), np.int64(n))
+    if exec_mode == "native":  # the entry raised: the compiled mode said why, nothing compiled
+        from rvm.runtime.modes.native import _PLAN
+
+        plan = _PLAN.get(executables[None], lambda: pytest.fail("no native plan"))
+        assert plan.funcs[executables[None].function_index("generate")].signatures == []
 
 
 def test_generate_declares_the_prompt_and_the_new_tokens(model: bytes, executables) -> None:

@@ -289,8 +289,10 @@ class NativeMode:
         if entry is not None:
             try:
                 return entry(*args)
-            except Exception:  # noqa: BLE001, S110 - other types, or a failure: said below
+            except TypeError:  # noqa: S110 - other types: the dispatcher compiles for them
                 pass
+            except Exception:  # noqa: BLE001 - it ran and failed: the compiled mode reports
+                return self.compiled.run(fidx, args)  # (the dispatcher would compile it anew)
         try:
             return func(*args, 0)
         except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
