@@ -130,7 +130,7 @@ def _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: i
     return True
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")  # one level less to build (`sgemm.sgemm_segments`)
 def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[no-untyped-def]
     """``C = A @ op(B) + beta * C`` on addresses in the calling thread, m, n, k > 0: rvm's
     own kernel (`rvm.kernels.sgemm`) for float32 with B as it is and beta 0 or 1,
