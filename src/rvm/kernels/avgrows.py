@@ -31,6 +31,7 @@ from rvm.kernels.maxrows import (
     planes_at_once,
     scalar_type,
 )
+from rvm.kernels.planes import copy
 
 __all__ = ["by_channels", "by_rows"]
 
@@ -175,7 +176,7 @@ def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
     v = np.zeros(m * plane + 2 * lead, dtype=np.float64)
     scales = np.empty(m * oh * ow, dtype=np.float64)  # the group's scales, channel after channel
     for j in range(m):
-        scales[j * oh * ow : (j + 1) * oh * ow] = scale
+        copy(scales[j * oh * ow :], scale, oh * ow)
     like, size, of = x.reshape(x.size)[0], x.itemsize, out.reshape(out.size)
     at_x, at_v, at_out = x.ctypes.data, v.ctypes.data + lead * 8, out.ctypes.data
     row, at_scale = iw * size, scales.ctypes.data

@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels
+from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
 __all__ = ["dense", "gemm", "pack_rows", "pair_rows", "round_bits"]
@@ -131,7 +132,7 @@ def pair_rows(x, out):  # type: ignore[no-untyped-def]
 _JOB = 11
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     a, b, c, lda, ldc = job[1], job[2], job[3], job[4], job[5]
     m, n, k2, along_n, step = job[6], job[7], job[8], job[9], job[10]
@@ -250,7 +251,7 @@ def _check_dense(x, w, out):  # type: ignore[no-untyped-def]
         raise ValueError("bf16 dense: the output's shape is not (rows, units)")
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def dense(x, w, out):  # type: ignore[no-untyped-def]
     """``out[m, n] = bf16(x[m, k]) @ w[n, kp].T`` with float32 sums; ``w`` int16 bf16 bits,
     all 2-d."""
@@ -271,7 +272,7 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
             for q in range(k):
                 bits[q] = np.uint32(round_bits(bits[q]) << 16)
             _gemv(xw, wc, row)
-            out[i, :] = row
+            copy(out[i], row, n)
         return
     # B's words in a float32 array, passed as the GEMM's ``like``: that keeps it alive until
     # the GEMM is done (Numba frees an array after its last use, here its address)
@@ -279,4 +280,6 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
     pack_rows(xc, k, packed.view(np.uint32))
     ct = np.empty((n, m), dtype=np.float32)
     gemm(packed, wc.ctypes.data, kp // 2, packed.ctypes.data, ct.ctypes.data, m, n, m, kp // 2)
-    out[:, :] = ct.T
+    for i in range(m):  # not ``out[:, :] = ct.T``: see `planes.copy`
+        for j in range(n):
+            out[i, j] = ct[j, i]

@@ -41,6 +41,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import BLOCK_BYTES, LANES, MR, walk
+from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
@@ -108,7 +109,7 @@ def phase_slots(k, d, s):  # type: ignore[no-untyped-def]
     return slots, count
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
     """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
     reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
@@ -224,7 +225,7 @@ def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq):  # type: ignore[no-untyped-d
 # -- stride 1: the direct method ------------------------------------------------------------
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     """Output channels [co0, co1) by output rows [y0, y1) of a job (`_DIRECT_JOB`), on the
     plane's rows: position ``(y, x)`` is the plane word ``y * wp + x`` (stride 1), so the
@@ -309,7 +310,7 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
         _run_direct(like, along_c * along_y, job)
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """Group ``g`` of image ``b``: its pair plane and the job, which computes rows of the
     phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts them into ``oc``
@@ -397,8 +398,8 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
     job[15], job[16], job[17] = plane.shape[0], plane.shape[1], plane.shape[2]
     job[18], job[19], job[20] = table.shape[0], wide.shape[0], wide.shape[1]
     job[21], job[22] = b, groups
-    job[23:31] = geometry
-    job[31:33] = epilogue
+    copy(job[23:], geometry, 8)
+    copy(job[31:], epilogue, 2)
     _run_groups(room, groups, job)
 
 
@@ -422,7 +423,7 @@ def _check(x, w, out, groups, kh, kw, bias, act):  # type: ignore[no-untyped-def
         raise ValueError("bf16 conv2d: unknown activation index")
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
@@ -456,4 +457,5 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act):  # typ
     for b in range(n):
         _direct_image(xc, wc, oc, b, groups, geometry, plane, table, wide, epilogue)
     if oc.ctypes.data != out.ctypes.data:
-        out[...] = oc
+        for i in np.ndindex(out.shape):  # not ``out[...] = oc``: see `planes.copy`
+            out[i] = oc[i]

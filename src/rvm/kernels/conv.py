@@ -181,7 +181,7 @@ _im2col_gemm = _im2col(_gemm_product)
 conv2d_dot_unchecked = _im2col(_dot_product)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
@@ -247,7 +247,7 @@ def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
                   og * cg, cg * P, og * P)  # fmt: skip
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
     """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
     every sw-th column), then one GEMM per (image, group) as `_pointwise`."""
@@ -389,7 +389,7 @@ def first_run_tasks(
     return METHOD_TASKS[how]
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
     """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
 
@@ -429,7 +429,7 @@ def by_images(how, n, work, threads):  # type: ignore[no-untyped-def]
     return direct.images_pay(n, work, threads)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _dispatch(x, how, job):  # type: ignore[no-untyped-def]
     """The convolution of ``job`` by method ``how``, in its task (`METHOD_TASKS`)."""
     if how == POINTWISE:

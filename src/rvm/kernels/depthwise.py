@@ -17,7 +17,7 @@ __all__ = ["depthwise"]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
     channel per group (depthwise, any channel multiplier): each plane is copied into a

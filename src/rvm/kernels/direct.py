@@ -200,7 +200,7 @@ def pack_into(w, groups, out):  # type: ignore[no-untyped-def]
 _panel_width = jit(**_OPTS)(panel_width)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`conv2d_packed` of an OIHW weight ``w``, packed here, at the call (where that copy
     is small against the work: `rvm.kernels.conv.channels_pay`)."""
@@ -293,7 +293,7 @@ def _task(piece, like, data):  # type: ignore[no-untyped-def]
     _bands(job, piece, bases, tmp, of)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _copy_rows(piece, job, like):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of ``job[3]`` of the NHWC copy of the job's image: a range of rows."""
     x = parfor.array_at(job[19], (job[20], job[4], job[21], job[22]), like)
@@ -303,7 +303,7 @@ def _copy_rows(piece, job, like):  # type: ignore[no-untyped-def]
     nhwc.rows(x, job[15], xh, hp, wp, job[24], job[25], y0, y1)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _one_image(n_, job, like):  # type: ignore[no-untyped-def]
     """Image ``n_`` of the job's batch in this thread: its NHWC plane in a block of its own,
     then every panel of it, one band range a panel (a thread's image, not split)."""

@@ -51,7 +51,7 @@ def _channel(xf, of, at, plane, first, count, scale, beta, bias, acc):  # type: 
             of[dst + i] = xf[dst + i] / (bias + scale * acc[i]) ** beta
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _range(x, out, lo, hi, size, alpha, beta, bias):  # type: ignore[no-untyped-def]
     """Output channels ``lo`` to ``hi`` (flat n * c index)."""
     c, plane = x.shape[1], x.shape[2] * x.shape[3]
@@ -102,7 +102,7 @@ def first_run_tasks(elements: int, size: int) -> tuple[str, ...]:
     return ("lrn",) if _large.py_func(elements, size) else ()
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _lrn(x, out, params):  # type: ignore[no-untyped-def]
     """`lrn`'s work (``params``: size and the three float bits), over channels split between
     threads when it is large; False when the shapes disagree or size < 1."""

@@ -99,7 +99,7 @@ def _max_taps_run(src, dst, n, taps, apart):  # type: ignore[no-untyped-def]
                 dst[j] = np.maximum(dst[j], m)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def by_flat(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     """`_max_flat` on channels ``lo`` to ``hi``, with scratch of its own."""
     kh, kw, sh, sw, dh, dw, pt, pl = window

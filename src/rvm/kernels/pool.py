@@ -232,7 +232,7 @@ def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl):  # type: ig
     return DIRECT if sparse else PHASED
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _by_phased(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
     """`_phased` on channels ``lo`` to ``hi``, with scratch of its own: as many planes
     stacked as fill `STACK` elements."""

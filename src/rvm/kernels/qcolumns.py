@@ -20,7 +20,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels.planes import U
+from rvm.kernels.planes import U, copy
 
 __all__ = [
     "columns",
@@ -42,7 +42,8 @@ def weight_rows(wm, quads):  # type: ignore[no-untyped-def]
     rows = wm
     if k != 4 * quads:
         rows = np.zeros((o, 4 * quads), wm.dtype)
-        rows[:, :k] = wm
+        for o_ in range(o):
+            copy(rows[o_], wm[o_], k)
     return rows, _row_sums(np.ascontiguousarray(wm).reshape(-1), 0, o, k)
 
 
@@ -74,7 +75,7 @@ def hwc_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
     for o in range(og):
         for tap in range(taps):
             src = ((o0 + o) * taps + tap) * cg
-            rows[o, tap * width : tap * width + cg] = flat[src : src + cg]
+            copy(rows[o, tap * width :], flat[src:], cg)
     return rows, sums
 
 

@@ -255,7 +255,7 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
         b0 = b1
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split product: columns ``[p * step, (p + 1) * step)`` of every row,
     or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column; its sums, requantized."""
@@ -367,7 +367,7 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
         _blocks(rows, sums, b, *args, out, 0, b[4])
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
             hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
     """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8, (o, cg,
@@ -467,7 +467,7 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh,
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False)
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
     """`rvm.op.qdense` of ``x`` (m, k) into ``out`` (m, n) of uint8 or int8; ``w`` int8.
     As a convolution's: the weight's rows broadcast, ``x``'s rows packed as the panel."""

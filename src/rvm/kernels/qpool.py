@@ -141,7 +141,7 @@ def _planes(xf, of, lo, hi, shape, window, low):  # type: ignore[no-untyped-def]
         _plane_runs(plane, 0, wp, v, h, of, k * oh * ow, oh, ow, window, flip)
 
 
-@nb.njit(**_OPTS)
+@nb.njit(inline="always", **_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Planes ``[p * step, (p + 1) * step)`` of a split pool."""
     step, planes, low = job[5], job[6], job[19]

@@ -34,7 +34,7 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _SEGMENTS_JOB = 23
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
     segments."""

@@ -90,7 +90,7 @@ def _separable(x, out, lo, hi, line, acc, scale, is_max, window):  # type: ignor
             _emit_row(of, (plane * oh + p_) * ow, acc, 0, sw, ow, scale, p_ * ow, is_max)
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def by_separable(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
     """`_separable` on channels ``lo`` to ``hi``, with scratch of its own."""
     kh, kw, sh, sw, dh, dw, pt, pl = window

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from rvm.kernels.jitting import jit
-from rvm.kernels.planes import U
+from rvm.kernels.planes import U, copy
 
 __all__ = ["GROUP", "by_stacked", "takes"]
 
@@ -57,7 +57,7 @@ def _tile(table, length, copies):  # type: ignore[no-untyped-def]
     have = length
     while have < length * copies:
         n = min(have, length * copies - have)
-        table[have : have + n] = table[:n]
+        copy(table[have:], table, n)
         have += n
 
 
@@ -90,7 +90,7 @@ def _tables(ih, iw, oh, ow, m, window, scale, contiguous):  # type: ignore[no-un
                 at[c * q + u] = c * p + (u // ow) * sh * iw + (u % ow) * sw
     scales = np.empty(m * q if scale.size else 0, dtype=np.float64)
     if scale.size:
-        scales[:q] = scale
+        copy(scales, scale, q)
         _tile(scales, q, m)
     return rows, cols, at, scales
 
@@ -138,7 +138,7 @@ def _cols_pass(v, start, acc, nq, cols, at, is_max):  # type: ignore[no-untyped-
             acc[u] = a if cols[u] else acc[u]
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def by_stacked(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
     """Max pools (``is_max``) or average pools (``scale``: the windows' reciprocal counts,
     oh x ow, float64) of channels ``lo`` to ``hi`` (flat n * c index) whose geometry
@@ -167,7 +167,7 @@ def by_stacked(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignor
             _cols_pass(v, margin + j * dw - pl, acc, nq, cols[j * m * q :], at, is_max)
         dst = of[first * q : first * q + nq]
         if is_max:
-            dst[:] = acc[:nq]
+            copy(dst, acc, nq)
         else:
             for u in range(U(nq)):
                 dst[u] = acc[u] * scales[u]

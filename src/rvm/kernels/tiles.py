@@ -31,7 +31,7 @@ def takes(ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
     return square and pt == 0 and pl == 0 and 2 * oh <= ih and 2 * ow <= iw
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def by_tiles(x, out, lo, hi, is_max):  # type: ignore[no-untyped-def]
     """Max (``is_max``) or average pools of channels ``lo`` to ``hi`` (flat n * c index)
     that `takes`, output row by output row (see the module docstring)."""

@@ -88,7 +88,7 @@ def _direct(x, out, lo, hi, scale, is_max, acc0, window):  # type: ignore[no-unt
                 of[at] = acc if is_max else acc * scale[p_ * ow + q_]
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def by_windows(x, out, lo, hi, scale, is_max, window, acc_dtype):  # type: ignore[no-untyped-def]
     """Max pools (``is_max``, ``acc_dtype`` x's) or average pools (float64; ``scale``: the
     windows' reciprocal counts, oh * ow) of channels ``lo`` to ``hi`` (flat n * c index),
