@@ -25,7 +25,8 @@ read each key once, and converting K and V would cost as much as the products.
 Bands are as tall as fit `SCORE_BYTES` of scores (half of the CPU's L2, read from the
 system) and cut shorter when there are fewer (batch, head) pairs than pieces wanted, so the
 whole (batch, heads, seq, kv_seq) scores tensor never exists. The task is built when first
-run (seconds of LLVM once per machine; a kernel calling `attention` compiles only the call).
+run (seconds of LLVM once per machine; a kernel calling `attention` compiles only the call),
+the bf16 one (``attention_bf16``) apart, so float32 attention builds no bf16 code.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from rvm.kernels.bf16gemm import NR, panels, walk
 from rvm.kernels.cblas import NO_TRANS
 from rvm.kernels.jitting import jit
 from rvm.kernels.mathlib import exp32
+from rvm.kernels.planes import copy
 
 __all__ = ["DEAD", "SCORE_BYTES", "attention"]
 
@@ -215,7 +217,7 @@ def _add_last_key(sc, vh, o, n, te, dv):  # type: ignore[no-untyped-def]
     p, v = np.empty(n, dtype=np.float32), np.empty(dv, dtype=np.float32)
     for i in range(n):
         p[i] = sc[i * te + te - 1]
-    v[:] = vh[(te - 1) * dv : te * dv]
+    copy(v, vh[(te - 1) * dv :], dv)
     for a in (p, v):
         bits = a.view(np.uint32)
         for i in range(a.size):
@@ -244,13 +246,11 @@ def _pack_head(p, job, like):  # type: ignore[no-untyped-def]
     pack_rows(vt, t, nb.carray(_words_at(at + 4 * kw), (panels(dv), (t + 1) // 2, NR)))
 
 
-@jit(**_OPTS)
-def _piece(p, job, like):  # type: ignore[no-untyped-def]
-    """Piece ``p``: one (batch, head)'s band of query rows (see the module docstring); in
-    the packing phase, head ``p``'s K and V in bf16 (`_pack_head`)."""
-    if job[_PHASE] == 0:
-        _pack_head(p, job, like)
-        return
+@jit(**_OPTS, inline="always")
+def _piece(p, job, like, scores, values):  # type: ignore[no-untyped-def]
+    """Piece ``p``: one (batch, head)'s band of query rows (see the module docstring), its
+    products of several rows ``scores`` and ``values`` (`_f32_scores`, `_bf16_scores`...:
+    each task compiles its own, so the float32 one builds no bf16 code)."""
     h, s, t, d, dv, size = job[_H], job[_S], job[_T], job[_D], job[_DV], job[_SIZE]
     bh, band = p // job[_BANDS], p % job[_BANDS]
     bi, hi = bh // h, bh % h
@@ -266,8 +266,7 @@ def _piece(p, job, like):  # type: ignore[no-untyped-def]
     mask_sel = nb.carray(_bytes_at(job[_MASK]), (count,))  # read only when selecting
     base = ((min(bi, mb - 1) * mh + min(hi, mh - 1)) * ms) * mt
     te = _live_keys(job, mask_add, mask_sel, base, r0, n)
-    bf16 = job[_PACKED] != 0 and n >= SMALL_ROWS
-    head = job[_PACKED] + 4 * bh * (job[_KW] + job[_VW])  # its packed K, then V
+    head = job[_PACKED] + 4 * bh * (job[_KW] + job[_VW])  # its packed K, then V (bf16)
     q = parfor.array_at(job[_Q] + size * (bh * s + r0) * d, (n * d,), like)
     kh = parfor.array_at(job[_K] + size * bh * t * d, (t * d,), like)
     vh = parfor.array_at(job[_V] + size * bh * t * dv, (t * dv,), like)
@@ -275,18 +274,8 @@ def _piece(p, job, like):  # type: ignore[no-untyped-def]
     sc = np.empty(n * te, dtype=o.dtype)
     if n < SMALL_ROWS:
         _dots(q, kh, sc, n, te, d)
-    elif bf16:
-        d2 = (d + 1) // 2
-        qp = np.empty(n * d2, dtype=np.uint32)
-        pair_rows(q.reshape((n, d)), qp.reshape((n, d2)))
-        walk(parfor.address(qp), d2, 0, n, head, 4 * d2, 4 * NR, NR, 0, 0,
-             parfor.address(sc), te, te, d2, 0, 0, 0)  # fmt: skip
-        _alive(qp)
     else:
-        kt = _transposed(kh, te, d)
-        blas.product(sc, NO_TRANS, parfor.address(q), d, parfor.address(kt), te,
-                     parfor.address(sc), te, n, te, d, 0.0)  # fmt: skip
-        _alive(kt)
+        scores(q, kh, sc, n, te, d, head)
     rows_at = np.empty(n, dtype=np.int64)
     for i in range(n):
         rows_at[i] = base + min(r0 + i, ms - 1) * mt
@@ -299,36 +288,79 @@ def _piece(p, job, like):  # type: ignore[no-untyped-def]
             sc[i * te : (i + 1) * te] = 0
     if n < SMALL_ROWS:
         _row_sums(sc, vh, o, n, te, dv)
-    elif bf16:
-        te2 = (te + 1) // 2
-        pp = np.empty(n * te2, dtype=np.uint32)
-        pair_rows(sc.reshape((n, te)), pp.reshape((n, te2)))
-        # the pairs of keys both read: not the last live key's when its pair's other key is
-        # a hidden one, whose value (a cache slot not written yet) may be anything
-        whole = te2 if te == t or te % 2 == 0 else te2 - 1
-        if whole == 0:
-            o[:] = 0
-        walk(parfor.address(pp), te2, 0, n, head + 4 * job[_KW], 4 * ((t + 1) // 2), 4 * NR,
-             NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0)  # fmt: skip
-        _alive(pp)
-        if whole < te2:  # the last key alone
-            _add_last_key(sc, vh, o, n, te, dv)
     else:
-        blas.product(o, NO_TRANS, parfor.address(sc), te, parfor.address(vh), dv,
-                     parfor.address(o), dv, n, dv, te, 0.0)  # fmt: skip
+        values(sc, vh, o, n, te, t, dv, head + 4 * job[_KW])
     for i in range(n):
         if not kept[i]:
             o[i * dv : (i + 1) * dv] = empty
 
 
+@jit(**_OPTS)
+def _f32_scores(q, kh, sc, n, te, d, head):  # type: ignore[no-untyped-def]
+    """``sc = q @ kh[:te].T`` for ``n`` rows: rvm's float32 GEMM on K transposed."""
+    kt = _transposed(kh, te, d)
+    blas.product(sc, NO_TRANS, parfor.address(q), d, parfor.address(kt), te,
+                 parfor.address(sc), te, n, te, d, 0.0)  # fmt: skip
+    _alive(kt)
+
+
+@jit(**_OPTS)
+def _f32_values(sc, vh, o, n, te, t, dv, head):  # type: ignore[no-untyped-def]
+    """``o = sc @ vh[:te]`` for ``n`` rows: rvm's float32 GEMM."""
+    blas.product(o, NO_TRANS, parfor.address(sc), te, parfor.address(vh), dv,
+                 parfor.address(o), dv, n, dv, te, 0.0)  # fmt: skip
+
+
+@jit(**_OPTS)
+def _bf16_scores(q, kh, sc, n, te, d, head):  # type: ignore[no-untyped-def]
+    """``sc = q @ k.T`` for ``n`` rows: the bf16 GEMM on the rounded rows of ``q`` and the
+    head's packed K at ``head``."""
+    d2 = (d + 1) // 2
+    qp = np.empty(n * d2, dtype=np.uint32)
+    pair_rows(q.reshape((n, d)), qp.reshape((n, d2)))
+    walk(parfor.address(qp), d2, 0, n, head, 4 * d2, 4 * NR, NR, 0, 0,
+         parfor.address(sc), te, te, d2, 0, 0, 0)  # fmt: skip
+    _alive(qp)
+
+
+@jit(**_OPTS)
+def _bf16_values(sc, vh, o, n, te, t, dv, head):  # type: ignore[no-untyped-def]
+    """``o = sc @ v`` for ``n`` rows: the bf16 GEMM on the rounded probabilities and the
+    head's packed V at ``head``."""
+    te2 = (te + 1) // 2
+    pp = np.empty(n * te2, dtype=np.uint32)
+    pair_rows(sc.reshape((n, te)), pp.reshape((n, te2)))
+    # the pairs of keys both read: not the last live key's when its pair's other key is
+    # a hidden one, whose value (a cache slot not written yet) may be anything
+    whole = te2 if te == t or te % 2 == 0 else te2 - 1
+    if whole == 0:
+        o[:] = 0
+    walk(parfor.address(pp), te2, 0, n, head, 4 * ((t + 1) // 2), 4 * NR,
+         NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0)  # fmt: skip
+    _alive(pp)
+    if whole < te2:  # the last key alone
+        _add_last_key(sc, vh, o, n, te, dv)
+
+
 def _task(p, like, data):  # type: ignore[no-untyped-def]
-    """`_piece` as a pool task."""
-    _piece(p, parfor.job(data), like)
+    """`_piece` with float32 products as a pool task."""
+    _piece(p, parfor.job(data), like, _f32_scores, _f32_values)
+
+
+def _bf16_task(p, like, data):  # type: ignore[no-untyped-def]
+    """`_piece` with bf16 products as a pool task; in the packing phase, head ``p``'s K and
+    V in bf16 (`_pack_head`)."""
+    job = parfor.job(data)
+    if job[_PHASE] == 0:
+        _pack_head(p, job, like)
+    else:
+        _piece(p, job, like, _bf16_scores, _bf16_values)
 
 
 parfor.export_task("attention", _task)
-_run = parfor.runner("attention")
-_call = parfor.caller("attention")
+parfor.export_task("attention_bf16", _bf16_task)
+_run, _run_bf16 = parfor.runner("attention"), parfor.runner("attention_bf16")
+_call, _call_bf16 = parfor.caller("attention"), parfor.caller("attention_bf16")
 
 
 @jit(**_OPTS)
@@ -408,7 +440,12 @@ def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False): 
         pieces = b * h * bands if phase == 1 else b * h
         if pieces == 1 or parts == 1:
             for p in range(pieces):
-                _call(out, p, job)
+                if packing:
+                    _call_bf16(out, p, job)
+                else:
+                    _call(out, p, job)
+        elif packing:
+            _run_bf16(out, pieces, job)
         else:
             _run(out, pieces, job)
     _alive(params)
