@@ -333,7 +333,7 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
             _edge_columns(v, lead // size, of, first * oh * ow, oh, ow, iw, sh, left, right)
 
 
-@jit(**_OPTS, inline="always")
+@jit(**_OPTS)
 def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     """Max pools of channels ``lo`` to ``hi`` (flat n * c index) whose windows `takes`, one
     output row at a time (see the module docstring), with a line of scratch of its own."""
