@@ -24,9 +24,11 @@ from rvm.kernels.maxrows import (
     CHANNEL_WIDTH,
     I32,
     I64,
+    Blocks,
     Vectors,
     _taps_in,
-    flat_edge_rows,
+    edged_taps,
+    groups_take,
     loop,
     planes_at_once,
     scalar_type,
@@ -126,6 +128,47 @@ def sum3_scaled(typingctx, like, src, dst, n, scale, sw):  # type: ignore[no-unt
     return nt.void(like, *(nt.int64,) * 5), codegen
 
 
+def _sum3_edged(window_rows: bool):  # type: ignore[no-untyped-def]
+    """The intrinsic ``(like, src, dst, n, apart, period, scale)`` on int64 addresses: for j <
+    ``n``, ``src[j - apart]`` + ``src[j]`` + ``src[j + apart]``, the outer two only where they
+    lie in j's block of ``period`` elements (`rvm.kernels.maxrows.Blocks`; others not read).
+    ``window_rows``: ``src`` of ``like``'s float type, the float64 sum to ``dst`` (``scale``
+    unused); else ``src`` float64, the sum times the float64 ``scale[j]`` to ``dst`` in
+    ``like``'s type."""
+
+    def sum3(typingctx, like, src, dst, n, apart, period, scale):  # type: ignore[no-untyped-def]
+        scalar = scalar_type(like)
+        if scalar is None:
+            return None
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            _, src, dst, n, apart, period, scale = args
+            b = builder
+            v = Vectors(b, scalar)
+            w = Vectors(b, ir.DoubleType(), lanes=v.lanes)
+            blocks = Blocks(b, v, apart, period)
+
+            def step(j0, mask):  # type: ignore[no-untyped-def]
+                a, c, e = edged_taps(v if window_rows else w, src, j0, apart, blocks, mask, False)
+                if window_rows:  # taps outside are 0, as the padding
+                    w.store_at(b.fadd(b.fadd(w.widen(a), w.widen(c)), w.widen(e)), dst, j0, mask)
+                else:
+                    full = mask if mask is not None else w.first(I64(v.lanes))
+                    total = b.fmul(b.fadd(b.fadd(a, c), e), w.load_at(scale, j0, full))
+                    v.store_at(v.narrow(total), dst, j0, mask)
+
+            loop(b, v, n, b.sdiv(n, I64(v.lanes)), step)
+            return context.get_dummy_value()
+
+        return nt.void(like, *(nt.int64,) * 6), codegen
+
+    return intrinsic(sum3)
+
+
+sum3_rows_edged = _sum3_edged(True)
+sum3_cols_edged = _sum3_edged(False)
+
+
 @jit(**_OPTS)
 def by_channels(kh, kw, sw, pt, pl, iw, ow):  # type: ignore[no-untyped-def]
     """Whether `by_rows` sums a pool's window rows over whole channels (`_by_channel`): 3x3
@@ -158,19 +201,43 @@ def _edges(v, lead, x, out, c, scale, window, rows, r0, r1):  # type: ignore[no-
 
 
 @jit(**_OPTS)
+def _by_groups(x, out, lo, hi, scale, m):  # type: ignore[no-untyped-def]
+    """`by_rows` for 3x3 windows 1 apart padded by one on every side
+    (`rvm.kernels.maxrows.groups_take`): ``m`` channels at a time, two runs each, the window
+    rows summed (taps a row apart in their channel), then the window columns times the scales
+    (taps an element apart in their row), the padding by masks."""
+    ih, iw, size = x.shape[2], x.shape[3], x.itemsize
+    p = ih * iw
+    v = np.empty(m * p + 8, dtype=np.float64)
+    scales = np.empty(m * p, dtype=np.float64)  # the group's scales, channel after channel
+    for j in range(m):
+        scales[j * p : (j + 1) * p] = scale
+    like = x.reshape(x.size)[0]
+    at_v = v.ctypes.data + (64 - v.ctypes.data % 64) % 64  # from a cache line
+    for first in range(lo, hi, m):
+        n, at = min(m, hi - first) * p, first * p * size
+        sum3_rows_edged(like, x.ctypes.data + at, at_v, n, iw, p, 0)
+        sum3_cols_edged(like, at_v, out.ctypes.data + at, n, 1, iw, scales.ctypes.data)
+
+
+@jit(**_OPTS)
 def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
     """`by_rows` for 3-row windows padded by at most one row and column on top and on the
     left, overhanging by at most one column on the right, on maps narrower than
     `rvm.kernels.maxrows.CHANNEL_WIDTH`: per channel (per group of channels,
     `rvm.kernels.maxrows.planes_at_once`), the window rows summed at every row whose taps are
     all in the channel in one run (the rows the stride skips too), the kept edge rows each a
-    run (`_edges`; a group's in one loop, `rvm.kernels.maxrows.flat_edge_rows`); then the
-    columns of each output row (of the whole group at once), the first and last outputs again
-    when their windows pad (the vector loop read a column past the row)."""
+    run (`_edges`); then the columns of each output row (of the whole group at once), the
+    first and last outputs again when their windows pad (the vector loop read a column past
+    the row). 3x3 windows padded by one on every side take their padding by masks instead
+    (`_by_groups`)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     rows, lead = (oh - 1) * sh + 1, 8  # a margin of 8 elements at either end
     m = planes_at_once(ih, iw, oh, ow, sh, sw, hi - lo)
+    if groups_take(m, pt, pl, dh):
+        _by_groups(x, out, lo, hi, scale, m)
+        return
     plane = rows * iw  # a channel's rows in v (ih * iw when m > 1)
     v = np.zeros(m * plane + 2 * lead, dtype=np.float64)
     scales = np.empty(m * oh * ow, dtype=np.float64)  # the group's scales, channel after channel
@@ -187,11 +254,8 @@ def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
             at = at_x + (first * ih + r0 - pt) * row
             sum_rows(like, at, at + dh * row, at + 2 * dh * row, 3, at_v + r0 * iw * 8,
                      ((g - 1) * rows + r1 - r0) * iw, 0)  # fmt: skip
-        if m > 1 and pt == 1 and dh == 1 and ih >= 2:  # the edge rows: 0 and ih - 1
-            flat_edge_rows(x.reshape(x.size), first * ih * iw, v, lead, g, ih, iw, False)
-        else:
-            for j in range(g if r0 > 0 or r1 < rows else 0):
-                _edges(v, lead + j * plane, x, out, first + j, scale, window, rows, r0, r1)
+        for j in range(g if r0 > 0 or r1 < rows else 0):
+            _edges(v, lead + j * plane, x, out, first + j, scale, window, rows, r0, r1)
         if m > 1:  # the group's outputs in one run
             sum3_scaled(like, at_v - pl * 8, at_out + first * oh * ow * size, g * oh * ow,
                         at_scale, 1)  # fmt: skip
