@@ -187,6 +187,8 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
     (1, 600, 5, 6, 9, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # direct: depth past a block (KC2)
     (1, 36, 6, 7, 20, 1, 1, 1, (0, 0, 0, 0), 1, 4),  # small groups side by side (2 threads)
     (1, 5, 6, 9, 11, 3, 1, 1, (1, 0, 2, 0), 1, 1),  # whole rows a pair: rows padded, odd
+    (1, 40, 7, 7, 24, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # 49 positions: two tiles of two vectors
+    (1, 20, 7, 7, 9, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # 63 wide positions: likewise
 ]
 
 
