@@ -40,8 +40,9 @@ int8) on C-contiguous operands:
   a 7 x 7 output's 49 are two tiles of columns);
 - the last tile of a product's columns is one vector (`LANES`) wide when no more are left
   (`_micro_tail`: 13 x 13's 169 positions compute 176 columns, not 192), three vectors wide
-  when three are left (`_micro_wide`: the broadcasts of 8 rows feed 24 products, where a
-  tile of 2 and a tile of 1 load them twice), and a few columns past the last vector are
+  when three are left (`_micro_wide`, in two passes of 4 rows: each row's broadcast feeds
+  3 products, where a tile of 2 and a tile of 1 load it twice; 24 accumulators at once
+  spilled), and a few columns past the last vector are
   dot products of the column with each row (`_dot_columns`, ``vpdpbusd`` over the depth)
   when that costs less than a vector of columns: 7 x 7's 49 positions are a wide tile and
   one dot (not 64 columns: resnet50's last stage's 1 x 1 convolutions ~12% faster alone),

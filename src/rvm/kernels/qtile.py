@@ -84,7 +84,7 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
         for i in range(MR)
     ]
 
-    def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
+    def step(swapped, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
         """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
         row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
         bs = []
@@ -92,37 +92,44 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
             bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
         depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
-        for i in range(MR):
-            at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
+        for i, a_row in enumerate(a_rows):
+            at = builder.gep(a_bytes, [builder.add(a_row, depth)])
             word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
             av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
             for j in range(vectors):
                 u, v = (bs[j], av) if swapped else (av, bs[j])
                 builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
 
-    def tile(swapped):  # type: ignore[no-untyped-def]
+    def tile(swapped, first, last):  # type: ignore[no-untyped-def]
+        """Rows ``first`` to ``last`` (exclusive) of the tile."""
         acc = [
-            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(MR)
+            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
+            for _ in range(first, last)
         ]
         with cgutils.for_range(builder, taps) as outer:
             with cgutils.for_range(builder, quads) as inner:
-                step(swapped, acc, outer.index, inner.index)
+                step(swapped, acc, outer.index, inner.index, a_rows[first:last])
         with builder.if_else(builder.icmp_signed("!=", epi, i64(0))) as (fused, sums):
             with fused:
-                _epilogue_code(builder, acc, rows, epi, row, col)
+                _epilogue_code(builder, acc, rows, epi, row, col, first)
             with sums:
-                for i in range(MR):
+                for i in range(first, last):
                     with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
                         for j in range(vectors):
                             at = builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))
                             at = builder.bitcast(builder.gep(cp, [at]), vec.as_pointer())
-                            builder.store(builder.load(acc[i][j]), at, align=4)
+                            builder.store(builder.load(acc[i - first][j]), at, align=4)
 
+    # Three vectors of `MR` rows would need more registers than there are (24 accumulators,
+    # the operands, the broadcasts: LLVM spills): two passes of half the rows each, the
+    # second only when it has rows.
+    halves = [(0, MR)] if vectors * MR <= 16 else [(0, MR // 2), (MR // 2, MR)]
     with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
-        with swapped:
-            tile(True)
-        with plain:
-            tile(False)
+        for flag, branch in ((True, swapped), (False, plain)):
+            with branch:
+                for first, last in halves:
+                    with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
+                        tile(flag, first, last)
 
 
 # The record a fused epilogue reads (int64 fields): the addresses of the rows' int32 shifts
@@ -133,8 +140,8 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
 EPILOGUE = 10
 
 
-def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
-    """Rows ``row + i`` (``i < rows``) of the tile's sums ``acc`` requantized as
+def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first: int = 0) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """Rows ``row + first + i`` (``first + i < rows``) of the tile's sums ``acc[i]`` requantized as
     `rvm.kernels.qgemm._run` does (``rint((sum + shift) * scale) + zero``, clipped) and stored
     as bytes, column ``col + l`` (lane ``l``) at its position: a masked store per image row a
     vector's columns meet (a row's margin and the columns past the used ones dropped)."""
@@ -175,8 +182,8 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col) -> Non
     # no division, when the columns are the positions (the pitch spans them all).
     values, keep = [], []
     for i in range(len(acc)):
-        inside = builder.icmp_signed("<", i64(i), rows)
-        r = builder.add(row, builder.select(inside, i64(i), i64(0)))
+        inside = builder.icmp_signed("<", i64(first + i), rows)
+        r = builder.add(row, builder.select(inside, i64(first + i), i64(0)))
         shift = broadcast(builder.load(builder.gep(shifts, [r])), vec)
         scale = broadcast(builder.load(builder.gep(scales, [r])), fvec)
         row_values = []
@@ -188,7 +195,10 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col) -> Non
             row_values.append(builder.trunc(builder.fptosi(q, vec), bytes_))
         values.append(row_values)
         keep.append(broadcast(inside, masks))
-    bases = [builder.gep(out, [builder.mul(builder.add(row, i64(i)), ldo)]) for i in range(MR)]
+    bases = [
+        builder.gep(out, [builder.mul(builder.add(row, i64(first + i)), ldo)])
+        for i in range(len(acc))
+    ]
     one_row = builder.icmp_signed(">=", pitch, used)
     first_at, meets_at = cgutils.alloca_once(builder, i64), cgutils.alloca_once(builder, i64)
     for j in range(len(values[0])):
