@@ -8,7 +8,9 @@ the input padded by ``pt``, ``pl``, ``pb``, ``pr`` (top, left, bottom, right); p
 wins a max, and an average divides the sum of a window's input elements by their count (plus
 its padding elements with ``include_pad``; a ceil-mode window's overhang past the padding
 never counts). Averages sum in float64, as the reference does, and are multiplied by a table
-of the reciprocal counts made once per call (only edge windows differ in it).
+of the reciprocal counts made once per call (only edge windows differ in it). An average whose
+one window is the whole map never comes here: `rvm.transform.legalize` makes it
+`global_avg_pool2d`, a float32 mean (within float32 rounding of the float64 sum).
 
 Kernels reach it through a C entry point (`rvm.kernels.entry`), so its code is compiled
 once, not again into each kernel. Every step is a unit-stride, vectorizable run where it can
