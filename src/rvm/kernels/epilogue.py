@@ -254,8 +254,11 @@ def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
 
 # A task of its own, built once when a convolution first has an epilogue: inlined into each
 # method's pieces, its four loops (the GELUs' polynomials) added 2-3 CPU-s to a first run.
-parfor.export_task("conv2d_epilogue", _channels_task)
-_call_channels = parfor.caller("conv2d_epilogue")
+FIRST_RUN_TASKS = ("conv2d_epilogue",)
+"""The library task a convolution's epilogue runs: what its first run builds, worth building
+beforehand (`rvm.jit.first_run`)."""
+parfor.export_task(FIRST_RUN_TASKS[0], _channels_task)
+_call_channels = parfor.caller(FIRST_RUN_TASKS[0])
 
 
 @jit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
