@@ -8,7 +8,8 @@ each piece is in cache (`rvm.kernels.epilogue.channels`). This module finds whic
 primitive function are such an epilogue, from the IR, and records it as a `ConvEpilogue`:
 the lowering passes the bias and the activation's index to the library's entry point
 (`rvm.jit.stages`) and binds the absorbed values to the convolution's result. What follows the
-activation (a residual add) stays the kernel's own, in place over the output.
+activation (a residual add) would need the kernel's own pass over the output, so such a chain
+stays the kernel's whole, one pass as before.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def conv_epilogues(bindings: list[E.VarBinding], result: E.Expr) -> dict[E.Var, 
     """The epilogue of each float32 convolution of ``bindings`` (a primitive function's body,
     ``result`` its value) that the library can apply: the convolution's only use an add of a
     per-channel bias, or an activation of `_ACTIVATION_OPS`, or the first then the second,
-    each value in the chain used once (the last may be used anywhere)."""
+    each value in the chain used once, the last the result. Where more follows (a residual
+    add), the kernel keeps the whole epilogue: its pass over the output is needed anyway, and
+    the bias in the same pass costs nothing more (the library's would be a second pass)."""
     uses = _uses(bindings, result)
     value = {b.var: b.value for b in bindings}
     users: dict[E.Var, E.Var] = {}
@@ -85,7 +88,7 @@ def conv_epilogues(bindings: list[E.VarBinding], result: E.Expr) -> dict[E.Var, 
             if isinstance(call, E.Call) and call.callee in _ACTIVATION_OPS:
                 act = _ACTIVATION_OPS[call.callee]
                 absorbed.append(nxt)
-        if absorbed:
+        if absorbed and absorbed[-1] is result:
             out[b.var] = ConvEpilogue(bias, act, tuple(absorbed))
     return out
 
