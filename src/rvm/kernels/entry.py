@@ -68,7 +68,7 @@ MODULES = {
 MIXED = {
     "qconv2d": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),
-    "conv2d_bf16": (4, 2, 4, 1),
+    "conv2d_bf16": (4, 2, 4, 1, 4),
     "dense_bf16": (2, 2, 2),
 }
 MIXED_DTYPES = ("uint8", "int8", "int16", "int32", "float32")

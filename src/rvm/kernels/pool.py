@@ -33,7 +33,8 @@ be (a strided read is not one):
   (`rvm.kernels.maxrows`, `rvm.kernels.avgrows`): vector loops written as LLVM intrinsics,
   the stride-2 columns split by shuffles; max pools in 0.3 to 0.6 of `rvm.kernels.maxflat`'s
   time on one core, averages in 0.7 to 0.85 of the others'; padded 3x3 pools 1 apart that
-  keep the map's size (inception's, on 7 x 7 to 28 x 28 maps) a group of channels per run;
+  keep the map's size (inception's, on 7 x 7 to 28 x 28 maps) a group of channels per run,
+  the padding taken by masks (`rvm.kernels.maxrows.Blocks`), no fix-up loop per row;
 - 2x2 windows 2 apart inside the input (vgg's, densenet's) as a stream, every element read
   once (`rvm.kernels.tiles`): a sixth to a third of the others' time.
 
