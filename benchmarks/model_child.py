@@ -1,17 +1,19 @@
 """One measurement of `benchmarks/models.py`, in a fresh process of its own.
 
-Run by models.py, never by hand: ``python model_child.py WHAT MODEL INPUTS RESULT``, with
-``PYTHONPATH`` naming the rvm sources to measure and ``RVM_CACHE_DIR`` the kernel cache.
-WHAT is one of:
+Run by models.py, never by hand: ``python model_child.py WHAT MODEL INPUTS RESULT [THREADS]``,
+with ``PYTHONPATH`` naming the rvm sources to measure and ``RVM_CACHE_DIR`` the kernel cache
+(and ``RVM_NUM_THREADS`` rvm's threads). ``THREADS``: ORT's intra-op threads in place of its
+default (``models.py --threads``). WHAT is one of:
 
 - ``cold``: ``rvm.from_onnx`` + ``rvm.compile`` (kernels built);
 - ``warm``: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call; the call's outputs
   go to ``RESULT.npz`` for the parent to check against ONNX Runtime;
-- ``speed``: rvm with jit kernels in both exec modes, ONNX Runtime with default session
-  options and with one thread: outputs checked against ORT's first, then interleaved medians;
-- ``ort``: ONNX Runtime alone (default options): its peak RSS, and its time per call with
-  no rvm in the process (threads rvm leaves spinning after a call would slow ORT's
-  interleaved turn in ``speed``).
+- ``speed``: rvm with jit kernels in every exec mode, ONNX Runtime with default session
+  options (or ``THREADS``) and with one thread: outputs checked against ORT's first, then
+  interleaved medians;
+- ``ort``: ONNX Runtime alone (default options or ``THREADS``): its peak RSS, and its time
+  per call with no rvm in the process (threads rvm leaves spinning after a call would slow
+  ORT's interleaved turn in ``speed``).
 
 Wall and CPU seconds (this process's, and its helper processes' that compiled kernels), and
 the process's peak RSS, go to ``RESULT`` as JSON.
@@ -94,8 +96,9 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)  # bytes on macOS
 
 
-def speed(model: str, inputs: list[np.ndarray]) -> dict:
-    """Milliseconds per call of rvm (each exec mode) and ORT (default, 1 thread)."""
+def speed(model: str, inputs: list[np.ndarray], threads: int | None = None) -> dict:
+    """Milliseconds per call of rvm (each exec mode) and ORT (default or ``threads``, and 1
+    thread)."""
     import rvm
 
     # After rvm: common.py puts this checkout's src first on sys.path, but the rvm already
@@ -109,7 +112,7 @@ def speed(model: str, inputs: list[np.ndarray]) -> dict:
         "rvm_bytecode": rvm.VirtualMachine(ex, exec_mode="bytecode")["main"],
         "rvm_compiled": rvm.VirtualMachine(ex, exec_mode="compiled")["main"],
         "rvm_native": native["main"],
-        "ort": _ort(model, None),
+        "ort": _ort(model, threads),
         "ort_1thread": _ort(model, 1),
     }
     want = as_outputs(fns["ort"](*inputs))
@@ -129,6 +132,7 @@ def speed(model: str, inputs: list[np.ndarray]) -> dict:
 
 def main() -> None:
     what, model, inputs_path, result = sys.argv[1:5]
+    threads = int(sys.argv[5]) if len(sys.argv) > 5 else None
     out: dict = {}
     if what == "cold":
         _rvm_main(model)
@@ -137,11 +141,11 @@ def main() -> None:
         outputs = as_outputs(main_fn(*_inputs(inputs_path)))
         np.savez(result + ".npz", *outputs)
     elif what == "speed":
-        out = speed(model, _inputs(inputs_path))
+        out = speed(model, _inputs(inputs_path), threads)
     elif what == "ort":
         from common import interleaved_medians
 
-        run, inputs = _ort(model, None), _inputs(inputs_path)
+        run, inputs = _ort(model, threads), _inputs(inputs_path)
         np.savez(result + ".npz", *as_outputs(run(*inputs)))  # checked by the parent first
         median = interleaved_medians(
             {"ort": lambda: run(*inputs)}, repeat=31, sample_s=0.05, settle_s=SETTLE_S

@@ -1,8 +1,9 @@
 """Benchmark of the 9 light ONNX CNNs (random weights) with jit kernels against ONNX Runtime.
 
 Run: ``python benchmarks/models.py [--only squeezenet,vgg19] [--runs 3] [--no-speed] [--no-first]
-[--batch 8] [--avx2] [--src DIR]``. ``--batch`` runs every model at that many images a call
-(the models' batch-1 Reshapes made to follow the input's batch: `common.with_batch`);
+[--batch 8] [--avx2] [--threads 1] [--src DIR]``. ``--batch`` runs every model at that many
+images a call (the models' batch-1 Reshapes made to follow the input's batch:
+`common.with_batch`);
 ``--avx2`` has rvm compile for an AVX2 CPU (Haswell: ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``
 in the measured processes), to measure that path of the kernels on an AVX-512 machine (ORT
 still dispatches on the CPU itself). ``--src`` names the rvm sources the measured processes
@@ -40,8 +41,9 @@ Every figure comes from a fresh process (`model_child.py`); per model:
 
 The table names the machine (CPU model, vector width, cores, ``OPENBLAS_CORETYPE`` if set:
 `common.machine`). Everything runs with the user's thread settings; the table says which were
-in effect (rvm's default: every CPU, `rvm.set_num_threads`). Set ``RVM_NUM_THREADS=1`` to
-measure rvm on one thread.
+in effect (rvm's default: every CPU, `rvm.set_num_threads`). ``--threads N`` runs rvm
+(``RVM_NUM_THREADS``) and ORT (``intra_op_num_threads``, in place of its default) on N
+threads: one thread against one is the comparison a loaded machine distorts least.
 """
 
 from __future__ import annotations
@@ -98,6 +100,9 @@ def _child(
         env["NUMBA_CACHE_DIR"] = str(numba_cache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # rvm's modules byte-compiled, as when installed
     cmd = [sys.executable, str(CHILD), what, str(model), str(inputs), str(result)]
+    if _THREADS:
+        env["RVM_NUM_THREADS"] = str(_THREADS[0])
+        cmd.append(str(_THREADS[0]))  # ORT's
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{what} measurement of {model.stem} failed:\n{proc.stderr}")
@@ -105,6 +110,7 @@ def _child(
 
 
 _TARGET_ENV: dict[str, str] = {}  # the children's Numba target (``--avx2``), else the host's
+_THREADS: list[int] = []  # ``--threads``: rvm's and ORT's in the children, else their defaults
 
 
 def _median(rows: list[dict], key: str) -> float:
@@ -242,14 +248,25 @@ def main() -> None:
         "NUMBA_CPU_FEATURES in the measured processes)",
     )
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="rvm's (RVM_NUM_THREADS) and ORT's (intra_op_num_threads) threads (0: defaults)",
+    )
+    parser.add_argument(
         "--name", default=None, help="results file name, no suffix (models, models_b8...)"
     )
     args = parser.parse_args()
     if args.batch < 1:
         parser.error(f"--batch takes a positive count of images; not {args.batch}")
+    if args.threads < 0:
+        parser.error(f"--threads takes a count of threads (0: defaults); not {args.threads}")
+    if args.threads:
+        _THREADS.append(args.threads)
     if args.name is None:
         args.name = "models" + ("" if args.batch == 1 else f"_b{args.batch}")
         args.name += "_avx2" if args.avx2 else ""
+        args.name += f"_{args.threads}t" if args.threads else ""
     if args.avx2:
         _TARGET_ENV.update(AVX2_ENV)
     names = args.only.split(",")
@@ -265,6 +282,8 @@ def main() -> None:
     threads = {
         k: os.environ[k] for k in ("RVM_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
     }
+    if args.threads:
+        threads = {**threads, "RVM_NUM_THREADS": str(args.threads), "ORT": str(args.threads)}
     print(machine_line())
     if args.avx2:
         bits = sorted({r["vector_bits"] for r in rows.values() if "vector_bits" in r})
@@ -279,6 +298,7 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     payload = {"src": str(args.src), "load_average": load, "cpus": os.cpu_count()}
     payload["batch"] = args.batch
+    payload["threads"] = args.threads or "defaults"
     payload["rvm_target"] = _TARGET_ENV or "host"
     payload["machine"] = machine()
     out = write_results(args.name, {**payload, "models": rows})

@@ -1,10 +1,10 @@
 """Reduced precision side by side: rvm, ONNX Runtime and OpenVINO in f32 and bf16.
 
 Run: ``python benchmarks/precision.py [--only squeezenet,resnet50,bert] [--inputs 200]
-[--repeat 21] [--workdir DIR]`` (OpenVINO: ``pip install rvm[bench]``). Per model -- the 9
-light ONNX CNNs (random weights, `rvm.testing.onnx_models`) and BERT-base at batch 1, seq 128
-(``bert``: exported with random weights by `transformer_models.export_bert`) -- in one
-process:
+[--repeat 21] [--threads N] [--workdir DIR]`` (OpenVINO: ``pip install rvm[bench]``). Per
+model -- the 9 light ONNX CNNs (random weights, `rvm.testing.onnx_models`) and BERT-base at
+batch 1, seq 128 (``bert``: exported with random weights by `transformer_models.export_bert`)
+-- in one process:
 
 - **outputs checked first**: rvm f32 and OpenVINO f32 against ONNX Runtime (relative error
   under 1e-3, else the run fails); then the reduced-precision engines' error against ORT f32:
@@ -15,11 +15,14 @@ process:
   picks on this CPU (bf16 where the CPU has AVX512-BF16), its f32 the
   ``INFERENCE_PRECISION_HINT=f32`` hint;
 - **speed**: milliseconds per call, interleaved medians (`common.interleaved_medians`,
-  default threads, rvm in the native exec mode), and rvm bf16 / OpenVINO default (goal <=
-  1.0). ``rvm alone``: rvm's two engines timed the same way first, before the model's ORT
-  and OpenVINO sessions exist (for the first model, before either is imported): against the
-  side-by-side figures, whether the other runtimes' threads or state slow rvm's turns (each
-  turn already starts after a 0.1 s pause and one untimed call);
+  default threads, or ``--threads N`` for every engine: rvm's `set_num_threads`, ORT's
+  ``intra_op_num_threads``, OpenVINO's ``INFERENCE_NUM_THREADS``: one thread against one
+  thread, which a loaded machine does not skew; rvm in the native exec mode), and rvm bf16 /
+  OpenVINO default (goal <= 1.0). ``rvm alone``: rvm's two engines timed the same way
+  first, before the model's ORT and OpenVINO sessions exist (for the first model, before
+  either is imported): against the side-by-side figures, whether the other runtimes' threads
+  or state slow rvm's turns (each turn already starts after a 0.1 s pause and one untimed
+  call);
 
 Then the int8 rows (``--int8 squeezenet,resnet50``; ``--int8 ""`` skips them) of
 `precision_int8.py`: ONNX Runtime's ``quantize_static`` QDQ model through rvm and ORT, against
@@ -51,6 +54,9 @@ SETTLE_S = 0.1  # ORT's pool threads spin ~30 ms after a call (see benchmarks/mo
 BOUND_ERR, BOUND_TOP1 = 3e-2, 0.99
 
 
+THREADS = 0  # --threads: 0 is each engine's default
+
+
 def _engines(path: Path, first: list[np.ndarray], repeat: int) -> dict[str, Any]:
     """name -> a function of the input list giving the output list; ``_alone``: rvm's
     milliseconds on ``first``, measured before the ORT and OpenVINO sessions exist."""
@@ -78,11 +84,14 @@ def _engines(path: Path, first: list[np.ndarray], repeat: int) -> dict[str, Any]
     import onnxruntime as ort
     import openvino as ov
 
-    sess = ort.InferenceSession(str(path))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    sess = ort.InferenceSession(str(path), options)
     names = [i.name for i in sess.get_inputs()]
     core = ov.Core()
-    ov_f32 = core.compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    ov_default = core.compile_model(str(path), "CPU")
+    threads = {"INFERENCE_NUM_THREADS": THREADS} if THREADS else {}
+    ov_f32 = core.compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32", **threads})
+    ov_default = core.compile_model(str(path), "CPU", threads)
     hint = str(ov_default.get_property("INFERENCE_PRECISION_HINT"))
 
     def openvino(model: Any):  # type: ignore[no-untyped-def]
@@ -193,10 +202,15 @@ def main() -> None:
     ap.add_argument("--inputs", type=int, default=200, help="random inputs for the errors")
     ap.add_argument("--repeat", type=int, default=21, help="interleaved samples per engine")
     ap.add_argument("--int8", default="squeezenet,resnet50", help="models of the int8 rows")
+    ap.add_argument("--threads", type=int, default=0, help="threads of every engine (0: default)")
     ap.add_argument(
         "--workdir", default=os.path.join(tempfile.gettempdir(), "rvm-bench-transformers")
     )
     a = ap.parse_args()
+    global THREADS
+    THREADS = a.threads
+    if a.threads:
+        rvm.set_num_threads(a.threads)
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
@@ -215,6 +229,7 @@ def main() -> None:
     write_results(
         "precision",
         {"machine": machine(), "load": os.getloadavg(), "bounds": [BOUND_ERR, BOUND_TOP1],
+         "threads": a.threads or "default",
          "models": results, "int8": int8},
     )  # fmt: skip
 

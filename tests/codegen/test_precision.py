@@ -27,8 +27,9 @@ def _model():
     product of both, the bias and relu in its epilogue) and a dense by ``op.dense`` of ``n``
     rows, a convolution + bias + relu (the bias and relu in its tile store),
     a dense of its 2 rows (a GEMV on the weight's rows), a depthwise convolution and a product
-    of two inputs (these two stay float32), softmax on top; an attention of ``a`` (its
-    products in bf16, a causal mask added)."""
+    of two inputs (these two stay float32), softmax on top; a convolution of the depthwise
+    one's output + bias + the first convolution's output (a residual) + relu, all in its tile
+    store; an attention of ``a`` (its products in bf16, a causal mask added)."""
     x = Var("x", tensor(("n", 48), F32))
     img = Var("img", tensor((2, 8, 10, 9), F32))
     y = Var("y", tensor(("n", 48), F32))
@@ -46,6 +47,9 @@ def _model():
         c = bb.emit(op.relu(c))
         wd = const(RNG.standard_normal((12, 1, 3, 3)).astype(F32))
         d = bb.emit(op.conv2d(c, wd, padding=1, groups=12))
+        w5 = const(RNG.standard_normal((12, 12, 3, 3)).astype(F32) / 10)
+        r = bb.emit(op.add(bb.emit(op.conv2d(d, w5, padding=1)), const(np.ones((12, 1, 1), F32))))
+        r = bb.emit(op.relu(bb.emit(op.add(c, r))))
         g = bb.emit(op.matmul(x, bb.emit(op.transpose(y, (1, 0)))))
         w3 = const(RNG.standard_normal((6, 540)).astype(F32) / 20)
         e = bb.emit(op.dense(bb.emit(op.reshape(c, (2, 540))), w3))
@@ -54,7 +58,7 @@ def _model():
         k = bb.emit(op.add(a, const(RNG.standard_normal(16).astype(F32))))
         causal = np.triu(np.full((1, 1, 9, 9), -np.inf, F32), 1)
         att = bb.emit(op.attention(a, k, bb.emit(op.tanh(a)), const(causal), scale=0.25))
-        bb.emit_output(Tuple((logits, d, g, e, bb.emit(op.relu(f)), att)))
+        bb.emit_output(Tuple((logits, r, g, e, bb.emit(op.relu(f)), att)))
     return bb.get()
 
 
@@ -110,10 +114,12 @@ def bf16_executables():
 def test_the_pass_converts_products_with_constant_weights_only() -> None:
     ops = _ops(_converted(MODEL))
     assert ops.count("dense_packed_bf16") == 3 and ops.count("dense_bf16") == 1
-    assert ops.count("conv2d_bf16") == 1 and ops.count("relu") == 2  # the conv's joined it
-    conv = next(b.value for b in _converted(MODEL)["main"].body.bindings if _is(b, "conv2d_bf16"))
-    assert len(conv.args) == 3 and conv.args[2].data.shape == (12,)
-    assert conv.attrs["activation"] == "relu"
+    assert ops.count("conv2d_bf16") == 2 and ops.count("relu") == 2  # the convs joined theirs
+    first, second = (b.value for b in _converted(MODEL)["main"].body.bindings
+                     if _is(b, "conv2d_bf16"))  # fmt: skip
+    assert len(first.args) == 3 and first.args[2].data.shape == (12,)
+    assert first.attrs["activation"] == "relu" == second.attrs["activation"]
+    assert len(second.args) == 4 and second.args[3] is not None  # bias, residual
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
     att = next(b.value for b in _converted(MODEL)["main"].body.bindings if _is(b, "attention"))

@@ -27,6 +27,7 @@ BF16 = ml_dtypes.bfloat16
 # sums differs from float64's: a relative tolerance of float32's, scaled by the depth.
 RTOL = 1e-5
 NO_BIAS = np.empty(0, np.float32)
+NO_RES = np.empty((0, 0, 0, 0), np.float32)
 
 
 def _rounded(x: np.ndarray) -> np.ndarray:
@@ -186,12 +187,16 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
     (1, 600, 5, 6, 9, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # direct: depth past a block (KC2)
     (1, 36, 6, 7, 20, 1, 1, 1, (0, 0, 0, 0), 1, 4),  # small groups side by side (2 threads)
     (1, 5, 6, 9, 11, 3, 1, 1, (1, 0, 2, 0), 1, 1),  # whole rows a pair: rows padded, odd
+    (1, 40, 7, 7, 24, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # 49 positions: two tiles of two vectors
+    (1, 20, 7, 7, 9, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # 63 wide positions: likewise
 ]
 
 
-def _epilogue(y: np.ndarray, bias: np.ndarray, act: int) -> np.ndarray:
-    """``ACTIVATIONS[act](y + bias)`` (bias one value a channel, or empty: none), float64."""
+def _epilogue(y: np.ndarray, bias: np.ndarray, act: int, res: np.ndarray) -> np.ndarray:
+    """``ACTIVATIONS[act](y + bias + res)`` (bias one value a channel, res as y; empty: none),
+    float64."""
     y = y + bias.reshape(-1, 1, 1) if bias.size else y
+    y = y + res if res.size else y
     if act == 0:
         return y
     if act == 1:
@@ -200,7 +205,7 @@ def _epilogue(y: np.ndarray, bias: np.ndarray, act: int) -> np.ndarray:
     return numpy_ref.gelu(y.astype(np.float32), approximate=approximate).astype(np.float64)
 
 
-def _conv(case: tuple, seed: int, with_bias: bool = False, act: int = 0) -> None:
+def _conv(case: tuple, seed: int, with_bias: bool = False, act: int = 0, res: bool = False):  # type: ignore[no-untyped-def]  # noqa: E501
     n, c, h, wd, co, kh, kw, s, pads, d, g = case
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
@@ -209,25 +214,30 @@ def _conv(case: tuple, seed: int, with_bias: bool = False, act: int = 0) -> None
     want = numpy_ref.conv2d(
         _rounded(x), _rounded(w), (s, s), pads, (d, d), g
     )  # float64 sums of the rounded operands
-    want = _epilogue(want, bias, act)
+    r = rng.standard_normal(want.shape if res else (0, 0, 0, 0)).astype(np.float32)
+    want = _epilogue(want, bias, act, r)
     out = np.full(want.shape, np.nan, np.float32)
     bits = bf16_bits(conv_pairs(w)).view(np.int16)
-    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw, bias, act)
+    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw, bias, act, r)
     depth = c // g * kh * kw
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
     attrs = dict(strides=(s, s), padding=pads, dilation=(d, d), groups=g, kernel=(kh, kw))
+    rest = [bias if with_bias else np.zeros(co, np.float32)] if with_bias or res else []
     reference = numpy_ref.conv2d_bf16(
-        x, bits, *([bias] if with_bias else []), **attrs, activation=ACTIVATIONS[act]
+        x, bits, *rest, *([r] if res else []), **attrs, activation=ACTIVATIONS[act]
     )
     np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
 
 
 @pytest.mark.parametrize("i", range(len(CONVS)))
 def test_conv2d(i: int, blas_threads: int) -> None:
-    """Each case once, in turn with no epilogue, a bias and ReLU, or a GELU (no bias): applied
-    to the rows as they are summed, wide rows and grouped pieces alike."""
+    """Each case once, in turn with no epilogue, a bias and ReLU, or a GELU (no bias), every
+    other case with a residual added before the activation: applied to the rows as they are
+    summed, wide rows (the residual and activation as they are compacted) and grouped pieces
+    alike."""
     case = CONVS[i]
-    _conv(case, seed=case[1] * case[2] + case[4], with_bias=i % 3 == 1, act=(0, 1, 3)[i % 3])
+    seed, act = case[1] * case[2] + case[4], (0, 1, 3)[i % 3]
+    _conv(case, seed=seed, with_bias=i % 3 == 1, act=act, res=i % 2 == 1)
 
 
 def test_conv2d_rounds_inputs_to_nearest_even() -> None:
@@ -237,10 +247,10 @@ def test_conv2d_rounds_inputs_to_nearest_even() -> None:
     x = np.tile(values, 5)[:33].reshape(1, 1, 1, 33)
     out = np.empty((1, 1, 1, 33), np.float32)
     one = bf16_bits(conv_pairs(np.ones((1, 1, 1, 1), np.float32))).view(np.int16)
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0)
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES)
     np.testing.assert_array_equal(out, x.astype(BF16).astype(np.float32))
     x[0, 0, 0, 31] = np.nan
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0)
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES)
     assert np.isnan(out[0, 0, 0, 31]) and not np.isnan(np.delete(out, 31)).any()
 
 
@@ -262,16 +272,19 @@ def test_shapes_are_checked() -> None:
     img = np.ones((1, 4, 5, 5), np.float32)
     with pytest.raises(ValueError, match="channel pairs x kernel"):
         bf16conv.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES)  # fmt: skip
     with pytest.raises(ValueError, match="output's batch or channels"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 3, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES)  # fmt: skip
     with pytest.raises(ValueError, match="one value per output channel"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, np.ones(3, np.float32), 1)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, np.ones(3, np.float32), 1, NO_RES)  # fmt: skip
     with pytest.raises(ValueError, match="unknown activation"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, len(ACTIVATIONS))  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, len(ACTIVATIONS), NO_RES)  # fmt: skip
+    with pytest.raises(ValueError, match="residual's shape is not the output's"):
+        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 1, np.ones((1, 2, 3, 4), np.float32))  # fmt: skip  # noqa: E501
 
 
 @pytest.mark.parametrize(
@@ -314,9 +327,10 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    want = numpy_ref.conv2d(r(x), r(w), (s, s), (1, 1, 1, 1), (1, 1), 1)\n"
         "    out = np.empty(want.shape, np.float32)\n"
         "    bits = bf16_bits(conv_pairs(w)).view(np.int16)\n"
-        "    bias = np.linspace(-1, 1, 9, dtype=np.float32)\n"  # the tile's bias and ReLU
-        "    want = np.maximum(want + bias.reshape(9, 1, 1), 0)\n"
-        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1)\n"
+        "    bias = np.linspace(-1, 1, 9, dtype=np.float32)\n"  # the tile's bias, residual, ReLU
+        "    res = rng.standard_normal(want.shape).astype(np.float32)\n"
+        "    want = np.maximum(want + bias.reshape(9, 1, 1) + res, 0)\n"
+        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "from rvm.kernels import bf16dense\n"  # the tile epilogue's GELU at these lanes
         "from rvm.op.bf16 import pack_pairs\n"

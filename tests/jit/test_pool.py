@@ -252,24 +252,27 @@ def test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> No
     dilation; NaN wins a max and makes an average NaN, and only in its windows. Padded 1
     apart, the output as large as the input, 40 channels are groups (five of 7 and 5 with a
     32 KB L1d) reduced in one run each (`maxrows.planes_at_once`): NaN at the groups' edges
-    stays in its channel."""
-    x = rand((1, 40, 13, 20))
-    m = maxrows.planes_at_once.py_func(13, 20, 13, 20, 1, 1, 40)  # 7 with a 32 KB L1d
-    assert 1 < m < 40
-    x[0, 0, 0, 0] = x[0, 1, 12, 19] = x[0, 2, 6, 7] = np.nan
-    x[0, m - 1, 12, 19] = x[0, m, 0, 0] = x[0, 39, 12, 0] = np.nan
-    for kind, (sh, sw), dh, pads, ceil in itertools.product(
-        ["max", "avg", "avg_pad"], [(1, 1), (2, 2), (2, 1)], [1, 2],
-        [(0, 0, 1, 1), (1, 1, 1, 1), (1, 0, 2, 1)], [0, 1]
-    ):  # fmt: skip
-        geometry = ((3, 3), (sh, sw), pads, (dh, 1), bool(ceil))
-        if kind == "max":
-            want = numpy_ref.max_pool2d(x, *geometry)
-        else:
-            want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
-        out = np.full(want.shape, 7.0, dtype="float32")
-        pool.pool2d(
-            x, out, int(kind == "max"), 3, 3, sh, sw, dh, 1, *pads, ceil, int(kind == "avg_pad")
-        )
-        np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(geometry))
-        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(geometry))
+    stays in its channel. On rows narrower than a vector (9 x 7 maps, 100 channels), the
+    padding is taken by masks in runs over groups of channels (`maxrows.centres_at_once`),
+    2 apart too."""
+    for shape in ((1, 40, 13, 20), (1, 100, 9, 7)):
+        ih, iw = shape[2:]
+        x = rand(shape)
+        m = maxrows.planes_at_once.py_func(ih, iw, ih, iw, 1, 1, shape[1])  # 7, 32 (32 KB L1d)
+        assert 1 < m < shape[1]
+        x[0, 0, 0, 0] = x[0, 1, ih - 1, iw - 1] = x[0, 2, 6, 5] = np.nan
+        x[0, m - 1, ih - 1, iw - 1] = x[0, m, 0, 0] = x[0, -1, ih - 1, 0] = np.nan
+        for kind, (sh, sw), dh, pads, ceil in itertools.product(
+            ["max", "avg", "avg_pad"], [(1, 1), (2, 2), (2, 1)], [1, 2],
+            [(0, 0, 1, 1), (1, 1, 1, 1), (1, 0, 2, 1)], [0, 1]
+        ):  # fmt: skip
+            geometry = ((3, 3), (sh, sw), pads, (dh, 1), bool(ceil))
+            if kind == "max":
+                want = numpy_ref.max_pool2d(x, *geometry)
+            else:
+                want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
+            out = np.full(want.shape, 7.0, dtype="float32")
+            flags = (kind == "max", 3, 3, sh, sw, dh, 1, *pads, ceil, kind == "avg_pad")
+            pool.pool2d(x, out, *map(int, flags))
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(geometry))
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(geometry))

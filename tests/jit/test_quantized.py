@@ -302,6 +302,22 @@ def test_direct_qconv2d_equals_reference(blas_threads, xs, ws, pads, dilation, g
     _check_library_conv(_ints(xs, x_dtype), _ints(ws, "int8"), groups, pads, dilation, x_dtype)
 
 
+def test_wide_shifts_requantize_after_the_tiles():
+    """A bias past 2 ** 30 leaves the micro-kernels' fused epilogue (its int32 arithmetic)
+    for the int64 pass after them; channels whose shift fits and those whose does not, in
+    one product, equal the reference (a row margin to drop, the last columns past a tile)."""
+    x, w = _ints((1, 8, 9, 9), "uint8"), _ints((12, 8, 3, 3), "int8")
+    bias = RNG.integers(-3000, 3000, 12).astype(np.int32)
+    bias[::3] = np.int32(2**30 + 5), np.int32(-(2**30) - 5), np.int32(2**31 - 1), 7
+    scale = RNG.uniform(2e-10, 2e-9, 12).astype(np.float32)
+    want = numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 5, 255, "uint8", (1, 1), (1, 1, 1, 1),
+                             (1, 1), 1)  # fmt: skip
+    out = np.full(want.shape, 77, np.uint8)
+    qentry.qconv2d(x, w, bias, scale, out, 3, 5, 5, 255, 1, 1, 1, 1, 1, 1, 1)
+    np.testing.assert_array_equal(out, want)
+    assert len(set(want.reshape(12, -1)[::3, 0])) > 1  # the wide shifts reach the outputs
+
+
 def test_direct_pitch_falls_back_to_im2col():
     """Rows whose margins would add too many columns use im2col; strides split the image
     by phase, so their rows' margins are narrower."""

@@ -91,6 +91,29 @@ def test_results_unchanged():
     np.testing.assert_allclose(interpret(after, "main", x, w), interpret(before, "main", x, w))
 
 
+def test_an_average_pool_over_the_whole_map_is_a_global_average():
+    bb = Builder()
+    x = Var("x", tensor((2, 3, 4, 5), F32))
+    y = Var("y", tensor((2, 3, "h", 5), F32))
+    with bb.function("main", [x, y]):
+        whole = bb.emit(op.avg_pool2d(x, (4, 5), strides=2, ceil_mode=True))
+        padded = bb.emit(op.avg_pool2d(x, (4, 5), padding=(0, 0, 0, 1)))
+        symbolic = bb.emit(op.avg_pool2d(y, (4, 5)))
+        bb.emit_output(bb.emit(op.add(op.add(whole, padded), symbolic)))
+    before = bb.get()
+    after = legalize(before)
+    verify(after)
+    ops = [f.attrs["ops"][0] for _, f in after.items() if f.is_primitive]
+    pools = sorted(o for o in ops if "pool" in o)
+    assert pools == ["avg_pool2d", "avg_pool2d", "global_avg_pool2d"]  # padded, symbolic; whole
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3, 4, 5)).astype(F32)
+    b = rng.standard_normal((2, 3, 4, 5)).astype(F32)
+    np.testing.assert_allclose(
+        interpret(after, "main", a, b), interpret(before, "main", a, b), rtol=1e-6
+    )
+
+
 def test_tensor_constants_stay_arguments_and_repeated_args_are_one_param():
     c = const(np.arange(4, dtype=F32))
     bb = Builder()

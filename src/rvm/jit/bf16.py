@@ -8,7 +8,7 @@ writing straight into the stage's array, so a fused epilogue (bias, activation) 
 over the output in the same kernel, as for the float32 anchors (`rvm.jit.stages`).
 ``dense_packed_bf16`` is `rvm.jit.packed`'s stage calling the bf16 entry
 (`rvm.kernels.bf16dense`): its bias, activation and residual run in the GEMM's tiles; so do
-``conv2d_bf16``'s bias and activation (`rvm.kernels.bf16conv`).
+``conv2d_bf16``'s bias, residual and activation (`rvm.kernels.bf16conv`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
-# of the weight, float32 out (and the convolution's float32 bias).
-_VARIANT = ("float32", "int16", "float32", "float32")
+# of the weight, float32 out (and the convolution's float32 bias and residual).
+_VARIANT = ("float32", "int16", "float32", "float32", "float32")
+
+
+_NO_RESIDUAL = "np.empty((0, 0, 0, 0), np.float32)"
 
 
 def _packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
@@ -64,8 +67,8 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
 def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     x, w = args[:2]
     _check(kb, x, w, out)
-    if len(args) == 3 and args[2].dtype != "float32":
-        raise Unsupported(f"{kb.op} with a {args[2].dtype} bias")
+    if any(a.dtype != "float32" for a in args[2:]):
+        raise Unsupported(f"{kb.op} with a bias or residual not float32")
     act = ACTIVATIONS.index(attrs.get("activation", "none"))
     (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["strides"], attrs["dilation"]
     pt, pl, pb, pr = attrs["padding"]
@@ -87,9 +90,11 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
         xv, wv = kb.materialize(x, out), kb.materialize(w)
-        bias = kb.materialize(args[2]) if len(args) == 3 else "np.empty(0, np.float32)"
+        bias = kb.materialize(args[2]) if len(args) >= 3 else "np.empty(0, np.float32)"
+        res = kb.materialize(args[3], out) if len(args) == 4 else _NO_RESIDUAL
         params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act)
-        kb.call_entry("conv2d_bf16", (xv, wv, t.array, bias), params, entry.variant(_VARIANT))
+        arrays = (xv, wv, t.array, bias, res)
+        kb.call_entry("conv2d_bf16", arrays, params, entry.variant(_VARIANT))
 
     t.fill = fill
     return t

@@ -319,7 +319,7 @@ def _bf16_scores(q, kh, sc, n, te, d, head):  # type: ignore[no-untyped-def]
     qp = np.empty(n * d2, dtype=np.uint32)
     pair_rows(q.reshape((n, d)), qp.reshape((n, d2)))
     walk(parfor.address(qp), d2, 0, n, head, 4 * d2, 4 * NR, NR, 0, 0,
-         parfor.address(sc), te, te, d2, 0, 0, 0)  # fmt: skip
+         parfor.address(sc), te, te, d2, 0, 0, 0, 0)  # fmt: skip
     _alive(qp)
 
 
@@ -336,7 +336,7 @@ def _bf16_values(sc, vh, o, n, te, t, dv, head):  # type: ignore[no-untyped-def]
     if whole == 0:
         o[:] = 0
     walk(parfor.address(pp), te2, 0, n, head, 4 * ((t + 1) // 2), 4 * NR,
-         NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0)  # fmt: skip
+         NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0, 0)  # fmt: skip
     _alive(pp)
     if whole < te2:  # the last key alone
         _add_last_key(sc, vh, o, n, te, dv)

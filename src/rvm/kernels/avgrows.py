@@ -9,7 +9,9 @@ each output element is the sum of three neighbours of the line times its window'
 Sums are float64, as the reference's (`rvm.op.avg_pool2d`). Two vector loops do it, written
 as LLVM intrinsics (`sum_rows`, `sum3_scaled`): the stride-2 columns are split into the
 even and odd elements by shuffles, where Numba's loop gathers, and the rows are widened to
-float64 as they are loaded.
+float64 as they are loaded. Groups of channels of small maps are runs centred on every row,
+their padding left out by masks (`rvm.kernels.maxrows.centres_at_once`; `sum3_rows_edged`,
+`sum3_cols_edged`, and `sum3_scaled`'s own).
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from rvm.kernels.maxrows import (
     CHANNEL_WIDTH,
     I32,
     I64,
+    Blocks,
     Vectors,
     _taps_in,
-    flat_edge_rows,
+    centres_at_once,
+    edged_taps,
+    in_row,
     loop,
     planes_at_once,
     scalar_type,
@@ -71,17 +76,19 @@ def sum_rows(typingctx, like, a, c, e, taps, dst, n, add):  # type: ignore[no-un
 
 
 @intrinsic
-def sum3_scaled(typingctx, like, src, dst, n, scale, sw):  # type: ignore[no-untyped-def]
+def sum3_scaled(typingctx, like, src, dst, n, scale, sw, col0, width):  # type: ignore[no-untyped-def]
     """On int64 addresses: ``dst[q]`` (``like``'s float type) = (``src[sw q]`` +
     ``src[sw q + 1]`` + ``src[sw q + 2]``) * ``scale[q]`` for q < ``n``, ``src`` and
     ``scale`` float64, ``sw`` 1 or 2 (``src`` holds sw (n - 1) + 3 elements; no more are
-    read)."""
+    read), the first and last of those only where they lie in the row
+    (`rvm.kernels.maxrows.in_row`: ``src[0]`` is column ``col0`` of a row of ``width``
+    columns)."""
     scalar = scalar_type(like)
     if scalar is None:
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        _, src, dst, n, scale, sw = args
+        _, src, dst, n, scale, sw, col0, width = args
         b = builder
         v = Vectors(b, scalar)
         w = Vectors(b, ir.DoubleType(), lanes=v.lanes)
@@ -102,19 +109,20 @@ def sum3_scaled(typingctx, like, src, dst, n, scale, sw):  # type: ignore[no-unt
                     lo_a, hi_a = part(at, mask), part(b.add(at, I64(lanes)), mask)
                     lo_c = part(b.add(at, I64(2)), mask)
                     hi_c = part(b.add(at, I64(lanes + 2)), mask)
-                    s2 = b.fadd(
-                        b.fadd(
-                            b.shuffle_vector(lo_a, hi_a, even), b.shuffle_vector(lo_a, hi_a, odd)
-                        ),
-                        b.shuffle_vector(lo_c, hi_c, even),
-                    )
+                    a2 = b.shuffle_vector(lo_a, hi_a, even)
+                    c2 = b.shuffle_vector(lo_a, hi_a, odd)
+                    e2 = b.shuffle_vector(lo_c, hi_c, even)
                 with one:
                     block_one = b.block
-                    s1 = b.fadd(b.fadd(part(q0, mask), part(b.add(q0, I64(1)), mask)),
-                                part(b.add(q0, I64(2)), mask))  # fmt: skip
-            total = b.phi(w.vec)
-            total.add_incoming(s2, block_two)
-            total.add_incoming(s1, block_one)
+                    a1, c1 = part(q0, mask), part(b.add(q0, I64(1)), mask)
+                    e1 = part(b.add(q0, I64(2)), mask)
+            a, c, e = (b.phi(w.vec) for _ in range(3))
+            for phi, two_value, one_value in ((a, a2, a1), (c, c2, c1), (e, e2, e1)):
+                phi.add_incoming(two_value, block_two)
+                phi.add_incoming(one_value, block_one)
+            first, last = in_row(v, q0, col0, width, sw)  # else 0, as the padding
+            zero = ir.Constant(w.vec, None)
+            total = b.fadd(b.fadd(b.select(first, a, zero), c), b.select(last, e, zero))
             out_mask = mask if mask is not None else w.first(I64(lanes))
             scaled = b.fmul(total, w.load_at(scale, q0, out_mask))
             v.store_at(v.narrow(scaled), dst, q0, mask)
@@ -124,7 +132,48 @@ def sum3_scaled(typingctx, like, src, dst, n, scale, sw):  # type: ignore[no-unt
         loop(b, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
         return context.get_dummy_value()
 
-    return nt.void(like, *(nt.int64,) * 5), codegen
+    return nt.void(like, *(nt.int64,) * 7), codegen
+
+
+def _sum3_edged(window_rows: bool):  # type: ignore[no-untyped-def]
+    """The intrinsic ``(like, src, dst, n, apart, period, scale)`` on int64 addresses: for j <
+    ``n``, ``src[j - apart]`` + ``src[j]`` + ``src[j + apart]``, the outer two only where they
+    lie in j's block of ``period`` elements (`rvm.kernels.maxrows.Blocks`; others not read).
+    ``window_rows``: ``src`` of ``like``'s float type, the float64 sum to ``dst`` (``scale``
+    unused); else ``src`` float64, the sum times the float64 ``scale[j]`` to ``dst`` in
+    ``like``'s type."""
+
+    def sum3(typingctx, like, src, dst, n, apart, period, scale):  # type: ignore[no-untyped-def]
+        scalar = scalar_type(like)
+        if scalar is None:
+            return None
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            _, src, dst, n, apart, period, scale = args
+            b = builder
+            v = Vectors(b, scalar)
+            w = Vectors(b, ir.DoubleType(), lanes=v.lanes)
+            blocks = Blocks(b, v, apart, period)
+
+            def step(j0, mask):  # type: ignore[no-untyped-def]
+                a, c, e = edged_taps(v if window_rows else w, src, j0, apart, blocks, mask, False)
+                if window_rows:  # taps outside are 0, as the padding
+                    w.store_at(b.fadd(b.fadd(w.widen(a), w.widen(c)), w.widen(e)), dst, j0, mask)
+                else:
+                    full = mask if mask is not None else w.first(I64(v.lanes))
+                    total = b.fmul(b.fadd(b.fadd(a, c), e), w.load_at(scale, j0, full))
+                    v.store_at(v.narrow(total), dst, j0, mask)
+
+            loop(b, v, n, b.sdiv(n, I64(v.lanes)), step)
+            return context.get_dummy_value()
+
+        return nt.void(like, *(nt.int64,) * 6), codegen
+
+    return intrinsic(sum3)
+
+
+sum3_rows_edged = _sum3_edged(True)
+sum3_cols_edged = _sum3_edged(False)
 
 
 @jit(**_OPTS)
@@ -159,15 +208,49 @@ def _edges(v, lead, x, out, c, scale, window, rows, r0, r1):  # type: ignore[no-
 
 
 @jit(**_OPTS)
+def _by_centres(x, out, lo, hi, scale, window, m):  # type: ignore[no-untyped-def]
+    """`by_rows` for the pools `rvm.kernels.maxrows.centres_at_once` takes, ``m`` channels at a
+    time: the window rows summed at every row of the group in one run centred on it (the rows
+    before and after only in their channel: `sum3_rows_edged`), then the window columns times
+    the scales, in one run over the group for pools that keep the map's size (the columns
+    before and after only in their row: `sum3_cols_edged`), else per output row from its
+    windows' middle row (`sum3_scaled`): the padding by masks, no fix-up loop per row or
+    channel."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow, size = x.shape[2], x.shape[3], out.shape[2], out.shape[3], x.itemsize
+    p, q = ih * iw, oh * ow
+    v = np.empty(m * p + 24, dtype=np.float64)  # a cache line of margin at either end
+    at_v = v.ctypes.data + (64 - v.ctypes.data % 64) % 64 + 64
+    scales = np.empty(
+        m * q if sw == 1 else 0, dtype=np.float64
+    )  # the group's, channel after channel
+    for j in range(m if sw == 1 else 0):
+        scales[j * q : (j + 1) * q] = scale
+    like = x.reshape(x.size)[0]
+    for first in range(lo, hi, m):
+        g, at = min(m, hi - first), first * p * size
+        sum3_rows_edged(like, x.ctypes.data + at, at_v, g * p, iw, p, 0)
+        if sw == 1:  # the output the input's size
+            sum3_cols_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw, scales.ctypes.data)
+            continue
+        dst = out.ctypes.data + first * q * size
+        for j in range(g):
+            for p_ in range(oh):
+                src = at_v + ((j * ih + p_ * sh - pt + 1) * iw - pl) * 8
+                sum3_scaled(like, src, dst, ow, scale.ctypes.data + p_ * ow * 8, sw, -pl, iw)
+                dst += ow * size
+
+
+@jit(**_OPTS)
 def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
     """`by_rows` for 3-row windows padded by at most one row and column on top and on the
     left, overhanging by at most one column on the right, on maps narrower than
     `rvm.kernels.maxrows.CHANNEL_WIDTH`: per channel (per group of channels,
     `rvm.kernels.maxrows.planes_at_once`), the window rows summed at every row whose taps are
     all in the channel in one run (the rows the stride skips too), the kept edge rows each a
-    run (`_edges`; a group's in one loop, `rvm.kernels.maxrows.flat_edge_rows`); then the
-    columns of each output row (of the whole group at once), the first and last outputs again
-    when their windows pad (the vector loop read a column past the row)."""
+    run (`_edges`); then the columns of each output row (of the whole group at once), the
+    first and last outputs again when their windows pad (the vector loop read a column past
+    the row)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     rows, lead = (oh - 1) * sh + 1, 8  # a margin of 8 elements at either end
@@ -188,21 +271,18 @@ def _by_channel(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
             at = at_x + (first * ih + r0 - pt) * row
             sum_rows(like, at, at + dh * row, at + 2 * dh * row, 3, at_v + r0 * iw * 8,
                      ((g - 1) * rows + r1 - r0) * iw, 0)  # fmt: skip
-        if m > 1 and pt == 1 and dh == 1 and ih >= 2:  # the edge rows: 0 and ih - 1
-            flat_edge_rows(x.reshape(x.size), first * ih * iw, v, lead, g, ih, iw, False)
-        else:
-            for j in range(g if r0 > 0 or r1 < rows else 0):
-                _edges(v, lead + j * plane, x, out, first + j, scale, window, rows, r0, r1)
+        for j in range(g if r0 > 0 or r1 < rows else 0):
+            _edges(v, lead + j * plane, x, out, first + j, scale, window, rows, r0, r1)
         if m > 1:  # the group's outputs in one run
             sum3_scaled(like, at_v - pl * 8, at_out + first * oh * ow * size, g * oh * ow,
-                        at_scale, 1)  # fmt: skip
-        else:
+                        at_scale, 1, 0, g * oh * ow + 2)  # fmt: skip
+        else:  # the padding left out by sum3_scaled itself
             for p_ in range(oh):
                 sum3_scaled(like, at_v + (p_ * sh * iw - pl) * 8,
                             at_out + (first * oh + p_) * ow * size, ow, at_scale + p_ * ow * 8,
-                            sw)  # fmt: skip
+                            sw, -pl, iw)  # fmt: skip
         # the group's rows one after another (m > 1: sh is 1, v's rows as out's)
-        for k in range(g * oh if left or right else 0):
+        for k in range(g * oh if m > 1 and (left or right) else 0):
             r, o = lead + k * sh * iw, (first * oh + k) * ow
             if left:  # the window's columns: -1, 0 and 1
                 of[o] = (v[r] + v[r + 1]) * scales[k * ow]
@@ -218,7 +298,11 @@ def by_rows(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     if by_channels(kh, kw, sw, pt, pl, iw, ow):
-        _by_channel(x, out, lo, hi, scale, window)
+        m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, False)
+        if m > 0:
+            _by_centres(x, out, lo, hi, scale, window, m)
+        else:
+            _by_channel(x, out, lo, hi, scale, window)
         return
     line = np.zeros(max(pl + iw, (ow - 1) * sw + kw), dtype=np.float64)
     like, size = x.reshape(x.size)[0], x.itemsize
@@ -238,4 +322,4 @@ def by_rows(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
                 row = at + (t - first) * step
                 sum_rows(like, row, row + step, row + 2 * step, k, dst, iw, t > first)
             sum3_scaled(like, at_line, at_out + (c * oh + p_) * ow * size, ow,
-                        at_scale + p_ * ow * 8, sw)  # fmt: skip
+                        at_scale + p_ * ow * 8, sw, -pl, iw)  # fmt: skip

@@ -41,6 +41,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import BLOCK_BYTES, LANES, MR, walk
+from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
@@ -232,19 +233,23 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     rows [y0, y1) are one run of ``(y1 - y0) * wp`` positions (the last ``wp - ow`` of each
     row computed and dropped). Blocks of rows whose plane rows fit in L2, each walked as the
     GEMM walks C (`rvm.kernels.bf16gemm.walk`: B's pair rows through the tap table), the
-    band's bias and activation (``job[18]``, ``job[19]``) applied to its rows of the block
-    right after its last depth block, while they are in cache; then,
+    band's bias, residual and activation (``job[18]``, ``job[20]``, ``job[19]``) applied to
+    its rows of the block right after its last depth block, while they are in cache; then,
     when the rows are wider than the output's, the block's rows compacted into the output
-    (`_compact`) while they are in cache, on this thread."""
+    (`_compact`, which adds the residual and applies the activation there, the residual being
+    laid out as the output) while they are in cache, on this thread."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
-    bias, act = job[18], job[19]
+    bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
+    late = wide and res != 0  # the residual, then the activation, in `_compact`
     for yb in range(y0, y1, rows_block):
         ye = min(y1, yb + rows_block)
         run = (ye - yb) * wp
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
-        walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias, act)
-        if job[15] != 0:
+        r_run = 0 if (late or res == 0) else res + 4 * yb * wp
+        walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
+             0 if late else act, r_run)  # fmt: skip
+        if wide:
             _compact(job, co0, co1, yb, ye)
 
 
@@ -252,14 +257,18 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     """Rows [y0, y1) of channels [co0, co1) from the wide rows (``wp`` positions a row, at
     ``job[6]``, channels ``job[7]`` apart) into the output (``job[16]`` positions a row, at
-    ``job[15]``, channels ``job[17]`` apart)."""
+    ``job[15]``, channels ``job[17]`` apart); with a residual (at ``job[20]``, laid out as the
+    output), ``act(rows + R)`` (the activation ``job[19]``)."""
     src, dst = _floats_at(job[6]), _floats_at(job[15])
-    ldc, wp, ow, ohw = job[7], job[8], job[16], job[17]
+    ldc, wp, ow, ohw, res = job[7], job[8], job[16], job[17], job[20]
     for o in range(co0, co1):
         for y in range(y0, y1):
             s, d = o * ldc + y * wp, o * ohw + y * ow
             for x in range(ow):
                 dst[d + x] = src[s + x]
+    if res != 0:
+        at = 4 * (co0 * ohw + y0 * ow)
+        tile_rows(job[15] + at, ohw, co1 - co0, (y1 - y0) * ow, 0, job[19], res + at)
 
 
 # A direct job (int64): its length; the group's weight rows' address, their words (lda); the
@@ -267,8 +276,9 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # first channel, rows of the plane's width) and its channels' stride (ldc); the plane's width,
 # rows a block; channels, rows; channels and rows a piece, pieces along rows; when the result
 # is wide rows, the output's address (its group's first channel; else 0), width and channels'
-# stride; the bias's address (its group's first channel; 0: none), the activation's index.
-_DIRECT_JOB = 20
+# stride; the bias's address (its group's first channel; 0: none), the activation's index;
+# the residual's address (as the output's; 0: none).
+_DIRECT_JOB = 21
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -316,8 +326,8 @@ def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogu
     phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts them into ``oc``
     block by block (`_direct`); with ``wide`` empty the phases are as wide as the output and
     the job writes ``oc`` itself; ``epilogue`` (int64) the bias's address (0: none) and the
-    activation's index. Split on the pool when large and the pool is free (not from within a
-    pool task: `_group_task`)."""
+    activation's index, the residual's address (as ``oc``'s; 0: none). Split on the pool when
+    large and the pool is free (not from within a pool task: `_group_task`)."""
     c, co, kp = xc.shape[1], w.shape[0], w.shape[1]
     oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
     cg, og, k2 = c // groups, co // groups, kp // 2
@@ -331,6 +341,7 @@ def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogu
     job[15], job[16], job[17] = 0, ow, oh * ow
     job[18] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
     job[19] = epilogue[1]
+    job[20] = epilogue[2] + at_out - oc.ctypes.data if epilogue[2] != 0 else 0
     if wide.size == 0:
         job[6], job[7] = at_out, oh * ow
     else:
@@ -342,8 +353,8 @@ def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogu
 # wide rows' addresses; n, c, h, w; co, kp; oh, ow; the planes' (phase pairs, hq, wq); the
 # table's length; the wide rows' (og, oh * wq) (0, 0: none); the image, the groups; the
 # geometry (pt, pl, sh, sw, kh, dh, kw, dw); the epilogue (the bias's address, 0: none; the
-# activation's index).
-_GROUPS_JOB = 33
+# activation's index; the residual's address, 0: none).
+_GROUPS_JOB = 34
 
 
 def _group_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -357,7 +368,7 @@ def _group_task(p, like, data):  # type: ignore[no-untyped-def]
     table = parfor.array_at(job[5], (2 * job[18],), like).view(np.int64)
     wsize = job[19] * job[20]
     wide = parfor.array_at(job[6] + 4 * p * wsize, (job[19], job[20]), like)
-    geometry, epilogue = job[23:31].copy(), job[31:33].copy()
+    geometry, epilogue = job[23:31].copy(), job[31:34].copy()
     planes = plane.view(np.uint32)
     _direct_group(xc, w, oc, job[21], p, job[22], geometry, planes, table, wide, epilogue)
 
@@ -399,7 +410,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
     job[18], job[19], job[20] = table.shape[0], wide.shape[0], wide.shape[1]
     job[21], job[22] = b, groups
     copy(job[23:], geometry, 8)
-    copy(job[31:], epilogue, 2)
+    copy(job[31:], epilogue, 3)
     _run_groups(room, groups, job)
 
 
@@ -407,7 +418,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
 
 
 @nb.njit(**_OPTS)
-def _check(x, w, out, groups, kh, kw, bias, act):  # type: ignore[no-untyped-def]
+def _check(x, w, out, groups, kh, kw, bias, act, res):  # type: ignore[no-untyped-def]
     n, c = x.shape[0], x.shape[1]
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
@@ -421,17 +432,20 @@ def _check(x, w, out, groups, kh, kw, bias, act):  # type: ignore[no-untyped-def
         raise ValueError("bf16 conv2d: the bias needs one value per output channel, or none")
     if act < 0 or act >= len(ACTIVATIONS):
         raise ValueError("bf16 conv2d: unknown activation index")
+    if res.size != 0 and res.shape != out.shape:
+        raise ValueError("bf16 conv2d: the residual's shape is not the output's")
 
 
 @nb.njit(inline="always", **_OPTS)
-def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res):  # type: ignore[no-untyped-def]  # noqa: E501
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
     top ``pt``, left ``pl`` (the output's size says the rest), by the direct method on the
-    input's pair plane in its stride phases; then ``act(out + bias)`` (``bias`` float32, one
-    value per output channel or empty: none; ``act`` an index of `ACTIVATIONS`) on each band
-    of channels' rows as soon as they are summed, not as a pass after the convolution."""
-    _check(x, w, out, groups, kh, kw, bias, act)
+    input's pair plane in its stride phases; then ``act(out + bias + res)`` (``bias`` float32,
+    one value per output channel or empty: none; ``res`` float32 as ``out`` or empty: none;
+    ``act`` an index of `ACTIVATIONS`) on each band of channels' rows as soon as they are
+    summed, not as a pass after the convolution."""
+    _check(x, w, out, groups, kh, kw, bias, act, res)
     n, c = x.shape[0], x.shape[1]
     co = w.shape[0]
     oh, ow = out.shape[2], out.shape[3]
@@ -453,7 +467,10 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act):  # typ
     geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw], dtype=np.int64)
     wide = np.empty((og if wq > ow else 0, oh * wq), dtype=np.float32)
     bc = np.ascontiguousarray(bias)
-    epilogue = np.array([bc.ctypes.data if bc.size else 0, act], dtype=np.int64)
+    rc = np.ascontiguousarray(res)
+    epilogue = np.array(
+        [bc.ctypes.data if bc.size else 0, act, rc.ctypes.data if rc.size else 0], dtype=np.int64
+    )
     for b in range(n):
         _direct_image(xc, wc, oc, b, groups, geometry, plane, table, wide, epilogue)
     if oc.ctypes.data != out.ctypes.data:

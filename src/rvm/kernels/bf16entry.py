@@ -19,10 +19,11 @@ from rvm.kernels import bf16, bf16conv, entry
 __all__ = ["conv2d_bf16_call", "dense_bf16_call"]
 
 
-def _conv2d(x, w, out, bias, dims, params):  # type: ignore[no-untyped-def]
+def _conv2d(x, w, out, bias, res, dims, params):  # type: ignore[no-untyped-def]
     """`bf16conv.conv2d` on x (4-d float32), w (2-d int16 bits), out (4-d float32), bias
-    (1-d float32, empty: none); the parameters: groups, sh, sw, dh, dw, pt, pl, kh, kw, act."""
-    d, p = nb.carray(dims, 11), nb.carray(params, 10)
+    (1-d float32, empty: none), res (4-d float32 as out, empty: none); the parameters:
+    groups, sh, sw, dh, dw, pt, pl, kh, kw, act."""
+    d, p = nb.carray(dims, 15), nb.carray(params, 10)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5])),
@@ -30,6 +31,7 @@ def _conv2d(x, w, out, bias, dims, params):  # type: ignore[no-untyped-def]
         p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
         nb.carray(bias, (d[10],)),
         p[9],
+        nb.carray(res, (d[11], d[12], d[13], d[14])),
     )  # fmt: skip
     return 0
 

@@ -5,7 +5,10 @@ act(C + bias) + R`` over a tile of C just stored (row stride ``ldc`` floats; ``b
 address of ``cols`` floats, 0: none; ``act`` an index of
 `rvm.kernels.reference.packed.ACTIVATIONS`; ``res`` R's tile, row stride ``ldc``, 0: none),
 `LANES` lanes a step, the row's last under a lane mask. `tile_rows(c, ldc, rows, cols, bias,
-act)` is a convolution's: ``C = act(C + bias)`` with one bias value a row (an output channel).
+act, res)` is a convolution's: ``C = act(C + bias + R)`` with one bias value a row (an output
+channel) and R (0: none) a residual laid out as C; `channels` applies it to a piece of a
+float32 convolution's NCHW output as the piece is done (`rvm.kernels.conv`,
+`rvm.kernels.direct`, `rvm.kernels.segments`, `rvm.kernels.depthwise`).
 
 Why in LLVM IR: the same epilogue written as Numba loops (once `rvm.kernels.packed`'s),
 called on each 8 x 48 tile from within the bf16 GEMM's walk, vectorizes its bias and ReLU but
@@ -26,16 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import mathlib as m
+from rvm.kernels import parfor
+from rvm.kernels.jitting import jit
+from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import LANES  # float32 lanes of the CPU's vectors
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["VectorMath", "tile", "tile_rows"]
+__all__ = ["VectorMath", "channels", "fits", "tile", "tile_rows"]
 
 I64, F32 = ir.IntType(64), ir.FloatType()
 
@@ -187,16 +194,26 @@ def tile(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-unty
 def _rows_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
     """`tile_rows`' loops: a row's bias in every lane, its full vectors loaded and stored
     plainly, the last under a lane mask; one loop per activation, chosen by a switch."""
-    c, ldc, rows, cols, bias, act = args
+    c, ldc, rows, cols, bias, act, res = args
     v = VectorMath(builder, LANES)
     full = builder.sdiv(cols, I64(LANES))
     tail = builder.sub(cols, builder.mul(full, I64(LANES)))
     with_bias = builder.icmp_signed("!=", bias, I64(0))
     bias_on = v.broadcast(with_bias, v.masks)
     tail_mask = v.first(tail)
+    # R's address less C's: R's value at a C address is read that far on (0: none)
+    with_res = builder.icmp_signed("!=", res, I64(0))
+    shift = builder.select(with_res, builder.sub(res, c), I64(0))
 
-    def step(value: ir.Value, row_bias: ir.Value, kind: int) -> ir.Value:
-        return v.activation(builder.fadd(value, row_bias), kind)
+    res_on = v.broadcast(with_res, v.masks)
+
+    def step(value: ir.Value, row_bias: ir.Value, kind: int, at: ir.Value, mask: ir.Value):  # type: ignore[no-untyped-def]  # noqa: E501
+        value = builder.fadd(value, row_bias)
+        more = v.load(builder.add(at, shift), v.f32, builder.and_(mask, res_on))
+        value = builder.select(with_res, builder.fadd(value, more), value)
+        return v.activation(value, kind)
+
+    whole = v.first(I64(LANES))
 
     def loop(kind: int) -> None:
         with cgutils.for_range(builder, rows) as row:
@@ -206,25 +223,66 @@ def _rows_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
             one = v.load(builder.add(bias, builder.mul(row.index, I64(4))), v.f32, mask)
             row_bias = builder.shuffle_vector(one, one, ir.Constant(v.i32, [0] * LANES))
             with cgutils.for_range(builder, full) as j:
-                ptr = v.pointer(builder.add(at_row, builder.mul(j.index, I64(4 * LANES))), v.f32)
+                at = builder.add(at_row, builder.mul(j.index, I64(4 * LANES)))
+                ptr = v.pointer(at, v.f32)
                 value = builder.load(ptr, align=4)
-                builder.store(step(value, row_bias, kind), ptr, align=4)
+                builder.store(step(value, row_bias, kind, at, whole), ptr, align=4)
             at = builder.add(at_row, builder.mul(full, I64(4 * LANES)))
             value = v.load(at, v.f32, tail_mask)
-            v.store(step(value, row_bias, kind), at, tail_mask)
+            v.store(step(value, row_bias, kind, at, tail_mask), at, tail_mask)
 
     _by_activation(builder, act, loop)
 
 
 @intrinsic
-def tile_rows(typingctx, c, ldc, rows, cols, bias, act):  # type: ignore[no-untyped-def]
-    """``C[:rows, :cols] = act(C + bias)`` on int64 addresses, the bias one value a *row*
-    (``bias`` the address of ``rows`` floats, 0: none): a convolution's output, whose rows
-    are output channels (`rvm.kernels.bf16conv`)."""
-    sig = nt.void(*(nt.int64,) * 6)
+def tile_rows(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-untyped-def]
+    """``C[:rows, :cols] = act(C + bias + R)`` on int64 addresses, the bias one value a *row*
+    (``bias`` the address of ``rows`` floats, 0: none), R a residual laid out as C (``res``
+    its tile's address, 0: none): a convolution's output, whose rows are output channels
+    (`rvm.kernels.bf16conv`)."""
+    sig = nt.void(*(nt.int64,) * 7)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         _rows_codegen(builder, args)
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+_KINDS = len(ACTIVATIONS)
+
+
+@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def fits(size, act, o):  # type: ignore[no-untyped-def]
+    """Whether a convolution's epilogue of a bias of ``size`` values (0: none) and activation
+    ``act`` fits ``o`` output channels (an entry point's check before touching memory)."""
+    return (size == 0 or size == o) and 0 <= act < _KINDS
+
+
+def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
+    """`channels`' work: `tile_rows` on the job's (c, ldc, rows, cols, bias, act)."""
+    job = parfor.job(data)
+    tile_rows(job[1], job[2], job[3], job[4], job[5], job[6], 0)  # no residual
+
+
+# A task of its own, built once when a convolution first has an epilogue: inlined into each
+# method's pieces, its four loops (the GELUs' polynomials) added 2-3 CPU-s to a first run.
+FIRST_RUN_TASKS = ("conv2d_epilogue",)
+"""The library task a convolution's epilogue runs: what its first run builds, worth building
+beforehand (`rvm.jit.first_run`)."""
+parfor.export_task(FIRST_RUN_TASKS[0], _channels_task)
+_call_channels = parfor.caller(FIRST_RUN_TASKS[0])
+
+
+@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def channels(c, ldc, rows, cols, bias, k0, act):  # type: ignore[no-untyped-def]
+    """`tile_rows` on ``rows`` output channels of a float32 convolution from channel ``k0``:
+    ``c`` the address of channel ``k0``'s first position of the piece, ``ldc`` floats a channel,
+    ``cols`` positions; ``bias`` the address of the whole bias (0: none), ``act`` an index of
+    `ACTIVATIONS`. Nothing without bias or activation. In the calling thread, by the task
+    ``conv2d_epilogue`` (`rvm.kernels.parfor.caller`)."""
+    if (bias == 0 and act == 0) or rows <= 0 or cols <= 0:
+        return
+    at_bias = bias + 4 * k0 if bias != 0 else 0
+    job = np.array((7, c, ldc, rows, cols, at_bias, act), dtype=np.int64)
+    _call_channels(np.empty(0, np.float32), 0, job)

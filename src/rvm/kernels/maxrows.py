@@ -10,6 +10,10 @@ narrower than `CHANNEL_WIDTH` and padded by at most a row and a column, the rows
 for the whole channel in one run instead, the rows the stride skips too: one long run costs
 less than a short one per output row on small planes (13 x 13: half the time); the padded
 edge rows are then runs of their own and the padded first and last columns are taken again.
+On rows at most a vector wide padded by at most one (`centres_at_once`), a group of channels
+is one run centred on every row instead, and the padding is left out by masks (`Blocks`,
+`max3_edged`, `max3_pairs_edged`): the edges' loops took half of a 7 x 7 or 14 x 14 map's
+time.
 
 Two vector loops do the work, written as LLVM intrinsics (`max3_run`, `max3_pairs`): Numba's
 own loops for them take the NaN-propagating maximum as a compare and a blend per operand
@@ -30,10 +34,19 @@ from numba.extending import intrinsic
 
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
-from rvm.kernels.planes import U
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["Vectors", "by_rows", "loop", "scalar_type", "takes"]
+__all__ = [
+    "Blocks",
+    "Vectors",
+    "by_rows",
+    "centres_at_once",
+    "edged_taps",
+    "in_row",
+    "loop",
+    "scalar_type",
+    "takes",
+]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _BITS = cpu().vector_bits
@@ -67,12 +80,15 @@ class Vectors(VectorIR):
         """The float64 vector ``x`` in this type's lanes (rounded)."""
         return x if x.type == self.vec else self.b.fptrunc(x, self.vec)
 
-    def load_at(self, base: ir.Value, index: ir.Value, mask: ir.Value | None) -> ir.Value:
-        """The vector at element ``index`` of ``base`` (lanes off ``mask`` not read)."""
+    def load_at(
+        self, base: ir.Value, index: ir.Value, mask: ir.Value | None, fill: ir.Value = None
+    ) -> ir.Value:
+        """The vector at element ``index`` of ``base`` (lanes off ``mask`` not read: 0 or
+        ``fill``'s)."""
         at = self.address(base, index)
         if mask is None:
             return self.b.load(self.pointer(at, self.vec), align=self.size)
-        return self.load(at, self.vec, mask)
+        return self.load(at, self.vec, mask, fill)
 
     def store_at(
         self, value: ir.Value, base: ir.Value, index: ir.Value, mask: ir.Value | None
@@ -131,44 +147,145 @@ def max3_run(typingctx, like, a, c, e, dst, n):  # type: ignore[no-untyped-def]
     return nt.void(like, *(nt.int64,) * 5), codegen
 
 
+def in_row(v: Vectors, q0: ir.Value, col0: ir.Value, width: ir.Value, sw: int | ir.Value):  # type: ignore[no-untyped-def]
+    """The masks of the lanes q = q0, q0 + 1, ... of an output row whose first and whose last
+    (third) tap, columns ``col0 + sw * q`` and 2 on, lie in a row of ``width`` columns (the
+    middle tap always does, as the pools taking these loops have it)."""
+    b = v.b
+    ids = ir.Constant(v.i32, list(range(v.lanes)))
+    step = sw if isinstance(sw, ir.Value) else I64(sw)
+    cols = b.add(v.broadcast(b.trunc(b.add(col0, b.mul(step, q0)), I32), v.i32),
+                 b.mul(ids, v.broadcast(b.trunc(step, I32), v.i32)))  # fmt: skip
+    last = v.broadcast(b.trunc(b.sub(width, I64(2)), I32), v.i32)
+    return b.icmp_signed(">=", cols, ir.Constant(v.i32, [0] * v.lanes)), b.icmp_signed(
+        "<", cols, last
+    )
+
+
+def _max3_pairs(edged: bool):  # type: ignore[no-untyped-def]
+    """`max3_pairs` (``edged`` False) or `max3_pairs_edged`."""
+
+    def pairs(typingctx, like, src, dst, n, col0, width):  # type: ignore[no-untyped-def]
+        scalar = scalar_type(like)
+        if scalar is None:
+            return None
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            _, src, dst, n, col0, width = args
+            v = Vectors(builder, scalar)
+            lanes, b = v.lanes, builder
+            even = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
+            odd = ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2)))
+            size = b.add(b.mul(n, I64(2)), I64(1))  # the elements of src
+
+            def step(q0, mask):  # type: ignore[no-untyped-def]
+                at = b.mul(q0, I64(2))
+                parts = []
+                for offset in (0, lanes, 2, lanes + 2):
+                    k = b.add(at, I64(offset))
+                    parts.append(
+                        v.load_at(src, k, None if mask is None else v.first(b.sub(size, k)))
+                    )
+                lo_a, hi_a, lo_c, hi_c = parts
+                a = b.shuffle_vector(lo_a, hi_a, even)
+                c = b.shuffle_vector(lo_a, hi_a, odd)
+                e = b.shuffle_vector(lo_c, hi_c, even)
+                if edged:  # a tap outside the row: the middle one again
+                    first, last = in_row(v, q0, col0, width, 2)
+                    a, e = b.select(first, a, c), b.select(last, e, c)
+                v.store_at(v.max3(a, c, e), dst, q0, mask)
+
+            # A whole step at q0 reads src up to 2 q0 + 2 lanes + 1: inside while q0 + lanes < n.
+            whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))
+            loop(builder, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
+            return context.get_dummy_value()
+
+        return nt.void(like, *(nt.int64,) * 5), codegen
+
+    return intrinsic(pairs)
+
+
+class Blocks:
+    """Where each lane of a run's vectors lies in its block of ``period`` elements (a row, or
+    a channel of a group laid one after another), a vector at a time: `next` gives the masks
+    of the lanes whose taps ``apart`` elements before and after lie in the same block, and
+    moves on. A 3-tap window 1 row or column apart, padded by one, then takes its padding by
+    masks, with no fix-up loop per row or channel (those took half of a small map's time).
+    The places are i32 lanes, advanced by ``lanes mod period`` and wrapped by one conditional
+    subtraction per vector."""
+
+    def __init__(self, b: ir.IRBuilder, v: Vectors, apart: ir.Value, period: ir.Value) -> None:
+        i32 = v.i32
+        self.b, self.period = b, v.broadcast(b.trunc(period, I32), i32)
+        ids = ir.Constant(i32, list(range(v.lanes)))
+        self.slot = cgutils.alloca_once_value(b, b.urem(ids, self.period))
+        self.step = v.broadcast(b.trunc(b.srem(I64(v.lanes), period), I32), i32)
+        self.low = v.broadcast(b.trunc(apart, I32), i32)
+        self.high = b.sub(self.period, self.low)
+
+    def next(self) -> tuple[ir.Value, ir.Value]:
+        """The masks of this vector's lanes with their tap before, and after, in the block."""
+        b = self.b
+        at = b.load(self.slot)
+        before, after = b.icmp_signed(">=", at, self.low), b.icmp_signed("<", at, self.high)
+        at = b.add(at, self.step)
+        b.store(b.select(b.icmp_signed(">=", at, self.period), b.sub(at, self.period), at),
+                self.slot)  # fmt: skip
+        return before, after
+
+
+def edged_taps(
+    v: Vectors, src: ir.Value, j0: ir.Value, apart: ir.Value, blocks: Blocks,
+    mask: ir.Value | None, centre: bool,
+) -> tuple[ir.Value, ir.Value, ir.Value]:  # fmt: skip
+    """The vectors at element ``j0 - apart``, ``j0`` and ``j0 + apart`` of ``src`` (lanes off
+    ``mask`` not read), the outer two read only where their tap is in its block (`Blocks`;
+    elsewhere 0, or with ``centre`` the centre's lane)."""
+    b = v.b
+    before, after = blocks.next()
+    if mask is not None:
+        before, after = b.and_(before, mask), b.and_(after, mask)
+    c = v.load_at(src, j0, mask)
+    fill = c if centre else None
+    return (
+        v.load_at(src, b.sub(j0, apart), before, fill),
+        c,
+        v.load_at(src, b.add(j0, apart), after, fill),
+    )
+
+
 @intrinsic
-def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
-    """On int64 addresses of elements of ``like``'s float type: ``dst[q]`` = the maximum of
-    ``src[2q]``, ``src[2q + 1]`` and ``src[2q + 2]`` for q < ``n`` (``src`` holds 2n + 1
-    elements, no more are read): two vectors of ``src`` split into their even and odd
-    elements by shuffles, and the even ones of the two vectors one element on."""
+def max3_edged(typingctx, like, src, dst, n, apart, period):  # type: ignore[no-untyped-def]
+    """On int64 addresses of elements of ``like``'s float type: ``dst[j]`` = the maximum of
+    ``src[j - apart]``, ``src[j]`` and ``src[j + apart]`` for j < ``n``, the outer two only
+    where they lie in j's block of ``period`` elements (`Blocks`; others are not read)."""
     scalar = scalar_type(like)
     if scalar is None:
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        _, src, dst, n = args
+        _, src, dst, n, apart, period = args
         v = Vectors(builder, scalar)
-        lanes, b = v.lanes, builder
-        even = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
-        odd = ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2)))
-        size = b.add(b.mul(n, I64(2)), I64(1))  # the elements of src
+        blocks = Blocks(builder, v, apart, period)
 
-        def step(q0, mask):  # type: ignore[no-untyped-def]
-            at = b.mul(q0, I64(2))
-            parts = []
-            for offset in (0, lanes, 2, lanes + 2):
-                k = b.add(at, I64(offset))
-                parts.append(v.load_at(src, k, None if mask is None else v.first(b.sub(size, k))))
-            lo_a, hi_a, lo_c, hi_c = parts
-            m = v.max3(
-                b.shuffle_vector(lo_a, hi_a, even),
-                b.shuffle_vector(lo_a, hi_a, odd),
-                b.shuffle_vector(lo_c, hi_c, even),
-            )
-            v.store_at(m, dst, q0, mask)
+        def step(j0, mask):  # type: ignore[no-untyped-def]
+            # a tap outside: the centre again, which never changes the maximum
+            v.store_at(v.max3(*edged_taps(v, src, j0, apart, blocks, mask, True)), dst, j0, mask)
 
-        # A whole step at q0 reads src up to 2 q0 + 2 lanes + 1: inside while q0 + lanes < n.
-        whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))
-        loop(builder, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
+        loop(builder, v, n, builder.sdiv(n, I64(v.lanes)), step)
         return context.get_dummy_value()
 
-    return nt.void(like, nt.int64, nt.int64, nt.int64), codegen
+    return nt.void(like, *(nt.int64,) * 5), codegen
+
+
+max3_pairs = _max3_pairs(False)
+"""On int64 addresses of elements of ``like``'s float type: ``dst[q]`` = the maximum of
+``src[2q]``, ``src[2q + 1]`` and ``src[2q + 2]`` for q < ``n`` (``src`` holds 2n + 1 elements,
+no more are read; ``col0`` and ``width`` unused): two vectors of ``src`` split into their even
+and odd elements by shuffles, and the even ones of the two vectors one element on."""
+max3_pairs_edged = _max3_pairs(True)
+"""`max3_pairs`, the first and last of the three only where they lie in the row (`in_row`:
+``src[0]`` is column ``col0`` of a row of ``width`` columns)."""
 
 
 CHANNEL_WIDTH = 4 * _BITS // 32
@@ -255,23 +372,52 @@ def planes_at_once(ih, iw, oh, ow, sh, sw, channels):  # type: ignore[no-untyped
 
 
 @jit(**_OPTS)
-def flat_edge_rows(xf, at, v, lead, g, ih, iw, is_max):  # type: ignore[no-untyped-def]
-    """For a group of ``g`` channels reduced in one run (`planes_at_once`) by windows of 3
-    rows 1 apart padded by a row on top and at the bottom: the first and last rows of each
-    channel's window-row reductions in ``v`` (from ``lead``), each the max (``is_max``) or
-    the sum in ``v``'s dtype of its two rows in the channel (``xf`` flat, the group from
-    ``at``; ih >= 2). One loop over the group: a call per channel and edge cost more than the
-    group's runs on 7 x 7 to 14 x 14 maps."""
-    p, last = ih * iw, (ih - 1) * iw
-    for j in range(g):
-        xs, vs = U(at + j * p), U(lead + j * p)
-        for c in range(U(iw)):
-            a, b = v.dtype.type(xf[xs + c]), v.dtype.type(xf[xs + iw + c])
-            d, e = v.dtype.type(xf[xs + last - iw + c]), v.dtype.type(xf[xs + last + c])
-            if is_max:
-                v[vs + c], v[vs + last + c] = np.maximum(a, b), np.maximum(d, e)
-            else:
-                v[vs + c], v[vs + last + c] = a + b, d + e
+def centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, channels, size, is_max):  # type: ignore[no-untyped-def]
+    """How many channels `_by_centres` (and `rvm.kernels.avgrows`'s) reduce in each run, 0
+    when it does not take the pool: 3-row windows 1 apart, padded by at most a row on top,
+    whose middle rows lie in the channel, either 2 apart along rows (a group of up to
+    `PLANES_POSITIONS` positions) or 1 apart padded by one on every side, the output the
+    input's size (`planes_at_once`, at least two channels). Rows of elements of ``size``
+    bytes wider than a vector keep their edge loops (`_by_channel`), but for averages 1
+    apart: the masks cost more than the edges there (one core of a Zen 4: 2 apart, 0.63 to
+    0.76 of the time on 12 x 12 and 14 x 14 maps, 1.0 to 1.6 on 26 x 26 to 111 x 111; 1
+    apart, max 0.45 to 0.8 on 6 x 6 to 14 x 14, 1.05 to 1.1 on 27 x 27 and 28 x 28, averages
+    0.45 to 0.9 on 6 x 6 to 28 x 28)."""
+    if kh != 3 or dh != 1 or pt > 1 or (oh - 1) * sh - pt + 1 >= ih:
+        return 0
+    narrow = iw * size * 8 <= _BITS
+    if sw == 2:
+        return max(1, min(channels, PLANES_POSITIONS // (ih * iw))) if narrow else 0
+    m = planes_at_once(ih, iw, oh, ow, sh, sw, channels)
+    return m if m > 1 and pt == 1 and pl == 1 and (narrow or not is_max) else 0
+
+
+@jit(**_OPTS)
+def _by_centres(x, out, lo, hi, window, m):  # type: ignore[no-untyped-def]
+    """`by_rows` for the pools `centres_at_once` takes, ``m`` channels at a time: the window
+    rows reduced at every row of the group in one run centred on it (the rows before and
+    after only in their channel: `max3_edged`), then the window columns, in one run over the
+    group for pools that keep the map's size (the columns before and after only in their
+    row), else per output row from its windows' middle row (`max3_pairs`). The padding is
+    thus taken by masks: no fix-up loop per row or channel (the scalar edge loops it replaces
+    took half of a 7 x 7 or 14 x 14 map's time)."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow, size = x.shape[2], x.shape[3], out.shape[2], out.shape[3], x.itemsize
+    p, line = ih * iw, 64 // size
+    v = np.empty(m * p + 3 * line, dtype=x.dtype)  # a cache line of margin at either end
+    like, at_v = v[0], v.ctypes.data + (64 - v.ctypes.data % 64) % 64 + 64
+    for first in range(lo, hi, m):
+        g, at = min(m, hi - first), first * p * size
+        max3_edged(like, x.ctypes.data + at, at_v, g * p, iw, p)
+        if sw == 1:  # the output the input's size
+            max3_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw)
+            continue
+        dst = out.ctypes.data + first * oh * ow * size
+        for j in range(g):
+            for p_ in range(oh):
+                src = at_v + ((j * ih + p_ * sh - pt + 1) * iw - pl) * size
+                max3_pairs_edged(like, src, dst, ow, -pl, iw)
+                dst += ow * size
 
 
 @jit(**_OPTS)
@@ -280,8 +426,7 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     left, overhanging by at most one column on the right: per channel (per group of channels,
     `planes_at_once`), the window rows reduced at every row whose taps are all in the channel
     in one run (the rows the stride skips too: one long run costs less than a short one per
-    output row on small planes), the kept edge rows each a run of their taps in the channel
-    (a group's in one loop, `flat_edge_rows`);
+    output row on small planes), the kept edge rows each a run of their taps in the channel;
     then the columns of each output row (of the whole group at once), the first and last
     outputs again when their windows pad (the vector loops read a column past the row for
     them)."""
@@ -308,13 +453,10 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
             at = at_x + (first * ih + r0 - pt) * row
             n = ((g - 1) * rows + r1 - r0) * iw
             max3_run(like, at, at + dh * row, at + 2 * dh * row, at_v + r0 * row, n)
-        if m > 1 and pt == 1 and dh == 1 and ih >= 2:  # the edge rows: 0 and ih - 1
-            flat_edge_rows(x.reshape(x.size), first * ih * iw, v, lead // size, g, ih, iw, True)
-        else:
-            for j in range(g if r0 > 0 or r1 < rows else 0):
-                base = at_x + (first + j) * ih * row
-                _edge_rows(like, size, base, v, lead // size + j * plane, window, ih, iw, rows,
-                           r0, r1)  # fmt: skip
+        for j in range(g if r0 > 0 or r1 < rows else 0):
+            base = at_x + (first + j) * ih * row
+            _edge_rows(like, size, base, v, lead // size + j * plane, window, ih, iw, rows,
+                       r0, r1)  # fmt: skip
         if m > 1:  # the group's outputs in one run
             src = at_v - pl * size
             max3_run(like, src, src + size, src + 2 * size, at_out + first * oh * ow * size,
@@ -324,7 +466,7 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
                 src = at_v + p_ * sh * row - pl * size
                 dst = at_out + ((first * oh + p_) * ow) * size
                 if sw == 2:
-                    max3_pairs(like, src, dst, ow)
+                    max3_pairs(like, src, dst, ow, 0, 0)
                 else:
                     max3_run(like, src, src + size, src + 2 * size, dst, ow)
         if m > 1 and (left or right):  # the group's rows one after another, in v as in out
@@ -343,7 +485,11 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     inside = pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw
     narrow = pt <= 1 and pl <= 1 and need - pl <= iw + 1 and 2 <= iw < CHANNEL_WIDTH
     if kh == 3 and (inside or narrow):
-        _by_channel(x, out, lo, hi, window)
+        m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, True)
+        if m > 0:
+            _by_centres(x, out, lo, hi, window, m)
+        else:
+            _by_channel(x, out, lo, hi, window)
         return
     line = np.full(max(pl + iw, need), -np.inf, dtype=x.dtype)
     like, size = line[0], x.itemsize
@@ -357,6 +503,6 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
                 line[pl : pl + iw] = -np.inf  # a window row wholly in the padding
             dst = at_out + ((c * oh + p_) * ow) * size
             if sw == 2:
-                max3_pairs(like, at_line, dst, ow)
+                max3_pairs(like, at_line, dst, ow, 0, 0)
             else:
                 max3_run(like, at_line, at_line + size, at_line + 2 * size, dst, ow)

@@ -8,7 +8,9 @@ the input padded by ``pt``, ``pl``, ``pb``, ``pr`` (top, left, bottom, right); p
 wins a max, and an average divides the sum of a window's input elements by their count (plus
 its padding elements with ``include_pad``; a ceil-mode window's overhang past the padding
 never counts). Averages sum in float64, as the reference does, and are multiplied by a table
-of the reciprocal counts made once per call (only edge windows differ in it).
+of the reciprocal counts made once per call (only edge windows differ in it). An average whose
+one window is the whole map never comes here: `rvm.transform.legalize` makes it
+`global_avg_pool2d`, a float32 mean (within float32 rounding of the float64 sum).
 
 Kernels reach it through a C entry point (`rvm.kernels.entry`), so its code is compiled
 once, not again into each kernel. Every step is a unit-stride, vectorizable run where it can
@@ -33,7 +35,8 @@ be (a strided read is not one):
   (`rvm.kernels.maxrows`, `rvm.kernels.avgrows`): vector loops written as LLVM intrinsics,
   the stride-2 columns split by shuffles; max pools in 0.3 to 0.6 of `rvm.kernels.maxflat`'s
   time on one core, averages in 0.7 to 0.85 of the others'; padded 3x3 pools 1 apart that
-  keep the map's size (inception's, on 7 x 7 to 28 x 28 maps) a group of channels per run;
+  keep the map's size (inception's, on 7 x 7 to 28 x 28 maps) a group of channels per run,
+  the padding taken by masks (`rvm.kernels.maxrows.Blocks`), no fix-up loop per row;
 - 2x2 windows 2 apart inside the input (vgg's, densenet's) as a stream, every element read
   once (`rvm.kernels.tiles`): a sixth to a third of the others' time.
 

@@ -24,9 +24,15 @@ int8) on C-contiguous operands:
   and issues one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32)
   per vector.
   Without VNNI (`VNNI` False) a plain loop computes the same sums;
-- the sums are made a block of columns at a time (`_blocks`, in cache) and requantized
-  there: the epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds
-  the bias, scales in float32, rounds half to even, adds the output zero point and clips;
+- the sums are made a block of columns at a time (`_blocks`) and requantized: the
+  epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
+  scales in float32, rounds half to even, adds the output zero point and clips. With VNNI
+  it runs in the micro-kernel on its registers (`_epilogue`: a record of the rows' shifts
+  and scales; `qtile._epilogue_code` stores the bytes masked at their positions, a row's
+  margin dropped), so no int32 sum goes through memory (13 x 13's 3 x 3 convolutions ~9%
+  faster, 14 x 14's ~4%, one thread); else (no VNNI, a transposed output, sums or shifts
+  past 2 ** 30, a product's last columns taken by dots) the block's sums are stored and
+  requantized after it (`_requantize`, in cache);
 - a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
   ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
   are, from `SPLIT_MIN` multiply-adds a piece: pieces of columns, or of rows (output
@@ -34,8 +40,9 @@ int8) on C-contiguous operands:
   a 7 x 7 output's 49 are two tiles of columns);
 - the last tile of a product's columns is one vector (`LANES`) wide when no more are left
   (`_micro_tail`: 13 x 13's 169 positions compute 176 columns, not 192), three vectors wide
-  when three are left (`_micro_wide`: the broadcasts of 8 rows feed 24 products, where a
-  tile of 2 and a tile of 1 load them twice), and a few columns past the last vector are
+  when three are left (`_micro_wide`, in two passes of 4 rows: each row's broadcast feeds
+  3 products, where a tile of 2 and a tile of 1 load it twice; 24 accumulators at once
+  spilled), and a few columns past the last vector are
   dot products of the column with each row (`_dot_columns`, ``vpdpbusd`` over the depth)
   when that costs less than a vector of columns: 7 x 7's 49 positions are a wide tile and
   one dot (not 64 columns: resnet50's last stage's 1 x 1 convolutions ~12% faster alone),
@@ -64,6 +71,7 @@ from rvm.kernels.qcolumns import (
 )
 from rvm.kernels.qtile import (
     DOT_COLUMNS,
+    EPILOGUE,
     LANES,
     MR,
     NR,
@@ -98,16 +106,20 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _gemm(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
+def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
     operand is the uint8 one (see `_micro`). Tiles of `NR` columns, the last one `LANES`
-    wide when no more are left (its other columns of ``acc`` are not written)."""
+    wide when no more are left (its other columns of ``acc`` are not written). With an
+    epilogue record ``epi`` (`_epilogue`, else empty) the tiles' sums are
+    requantized into its output instead (the last columns' dots still go to ``acc``).
+    Returns the first column taken by dots (``j1`` if none)."""
     flat, offsets, quads, ldb = b[0], b[1], b[2], b[3]
     n_rows, lda = rows.shape
     ldc, taps = acc.shape[1], offsets.size
     if VNNI:
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
+        fused = epi.ctypes.data if epi.size else 0
         # A few columns past the last vector by dots when those cost less than a tile of
         # `LANES` columns (a dot: a pass over the depth and a sum of the lanes per row).
         spare = (j1 - j0) % LANES if swap else 0
@@ -124,14 +136,15 @@ def _gemm(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
                 at_a, at_c = a0 + r * lda, c0 + 4 * (r * ldc + j - j0)
                 if wide:
                     _micro_wide(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count,
-                                swap)  # fmt: skip
+                                swap, fused, r, j)  # fmt: skip
                 elif tail:
                     _micro_tail(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count,
-                                swap)  # fmt: skip
+                                swap, fused, r, j)  # fmt: skip
                 else:
-                    _micro(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count, swap)
+                    _micro(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count, swap,
+                           fused, r, j)  # fmt: skip
             j += NR + LANES if wide else NR
-        return
+        return j1
     for r in range(n_rows):
         for j in range(j0, j1):
             total = np.int32(0)
@@ -141,17 +154,18 @@ def _gemm(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
                     for t in range(4):
                         total += np.int32(rows[r, d + t]) * np.int32(flat[at + t])
             acc[r, j - j0] = total
+    return j1
 
 
 @nb.njit(**_OPTS)
 def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1, pitch,
-                width, narrow):  # type: ignore[no-untyped-def]  # fmt: skip
+                width, narrow, c0):  # type: ignore[no-untyped-def]  # fmt: skip
     """``out`` (channels x positions, any layout) from the sums ``acc[o, c - p0]`` of channel
-    ``o0 + o`` for the columns ``p0 <= c < p1``: column ``c = i * pitch + j`` is position ``i
-    * width + j`` when ``j < width`` (else dropped); ``narrow``: every sum is below 2 ** 30
-    in magnitude."""
+    ``o0 + o`` for the columns ``c0 <= c < p1`` (``c0 >= p0``): column ``c = i * pitch + j``
+    is position ``i * width + j`` when ``j < width`` (else dropped); ``narrow``: every sum is
+    below 2 ** 30 in magnitude."""
     og = out.shape[0]
-    i0, i1 = p0 // pitch, min(out.shape[1] // width, (p1 + pitch - 1) // pitch)
+    i0, i1 = c0 // pitch, min(out.shape[1] // width, (p1 + pitch - 1) // pitch)
     one_bias, one_scale = bias.size == 1, scale.size == 1
     for o in range(og):
         b = bias[0] if one_bias else bias[o0 + o]
@@ -159,15 +173,15 @@ def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, 
         shift = np.int64(b) - x_zero * sums[o]
         if i1 - i0 == 1 and pitch == width:  # the columns are the positions: one run
             end = min(p1, out.shape[1])
-            if end > p0:
-                _run(acc, o, U(0), out, U(p0), U(end - p0), shift, f, y_zero, low, high,
+            if end > c0:
+                _run(acc, o, U(c0 - p0), out, U(c0), U(end - c0), shift, f, y_zero, low, high,
                      narrow)  # fmt: skip
             continue
         for i in range(i0, i1):
-            c0 = i * pitch
-            first, end = max(p0, c0), min(p1, c0 + width)
+            start = i * pitch
+            first, end = max(c0, start), min(p1, start + width)
             if end > first:
-                _run(acc, o, U(first - p0), out, U(i * width + first - c0), U(end - first),
+                _run(acc, o, U(first - p0), out, U(i * width + first - start), U(end - first),
                      shift, f, y_zero, low, high, narrow)  # fmt: skip
 
 
@@ -244,18 +258,49 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
     narrow = rows.shape[1] * 255 * 128 < 1 << 30  # |sum| <= 255 * 128 * depth
     last = out.shape[1] - 1  # the last position's column, plus one: the columns used
     used = last // b[6] * b[5] + last % b[6] + 1
+    epi = _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, b[5], b[6], used,
+                    narrow)  # fmt: skip
     b0 = j0
     while b0 < j1:
         b1 = min(j1, b0 + block)
         if min(j1, used) - b1 <= LANES + DOT_COLUMNS:  # the few columns left: this block's
             b1 = j1  # (a wide last tile and dots, not a block of one tile)
-        _gemm(rows, b, acc, 1, b0, min(b1, used))
-        _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, b1, b[5],
-                    b[6], narrow)  # fmt: skip
+        dots = _gemm(rows, b, acc, 1, b0, min(b1, used), epi)
+        if epi.size == 0 or dots < min(b1, used):  # the sums the tiles left in ``acc``
+            _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, b1, b[5],
+                        b[6], narrow, b0 if epi.size == 0 else dots)  # fmt: skip
         b0 = b1
 
 
-@nb.njit(inline="always", **_OPTS)
+@nb.njit(**_OPTS)
+def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width, used, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The record (`EPILOGUE` int64 fields, then the rows' int32 shifts and float32 scales it
+    points to) with which the micro-kernels requantize their tiles into ``out`` themselves,
+    or an empty array when they cannot: no VNNI kernels, ``out``'s positions not contiguous
+    (a transposed output), or a sum or shift past the narrow path of `_run` (whose
+    arithmetic the epilogue repeats)."""
+    og = out.shape[0]
+    if not VNNI or not narrow or out.strides[1] != 1 or og == 0:
+        return np.empty(0, np.int64)
+    words = np.empty(2 * (EPILOGUE + og), np.int32)
+    floats = words.view(np.float32)
+    at = 2 * EPILOGUE
+    for o in range(og):
+        shift = np.int64(bias[0] if bias.size == 1 else bias[o0 + o]) - zero * sums[o]
+        if abs(shift) >= 1 << 30:
+            return np.empty(0, np.int64)
+        words[at + o] = shift
+        floats[at + og + o] = np.float32(scale[0] if scale.size == 1 else scale[o0 + o])
+    record = words.view(np.int64)
+    record[0] = words.ctypes.data + 4 * at
+    record[1] = words.ctypes.data + 4 * (at + og)
+    record[2], record[3] = out.ctypes.data, out.strides[0]
+    record[4], record[5], record[6] = pitch, width, used
+    record[7], record[8], record[9] = y_zero, low, high
+    return record
+
+
+@nb.njit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split product: columns ``[p * step, (p + 1) * step)`` of every row,
     or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column; its sums, requantized."""

@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["DOT_COLUMNS", "LANES", "MR", "NR", "VECTORS", "VNNI"]
+__all__ = ["DOT_COLUMNS", "EPILOGUE", "LANES", "MR", "NR", "VECTORS", "VNNI"]
 
 VNNI = "+avx512vnni" in set(_target_features().split(","))
 LANES = 16
@@ -47,11 +47,15 @@ def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
     (``offsets`` the address of int64 byte offsets), loaded `LANES` columns a vector; C's
     rows ``ldc`` values apart. ``swap`` 0: A is uint8 and B int8; 1: A int8, B uint8. Rows
     past ``rows`` read row 0 and are not stored. One tap at offset 0 is a plain panel;
-    several read a convolution's taps in place from one image (`_direct`)."""
+    several read a convolution's taps in place from one image (`_direct`). ``epi`` 0: C is
+    stored as int32 sums; else the address of an `EPILOGUE` record: the sums are requantized
+    in registers (`_epilogue_code`) into its uint8/int8 output, as the product's rows ``row``..
+    and columns ``col``.. (C is not written)."""
 
     @intrinsic
-    def micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap):  # type: ignore[no-untyped-def]
-        sig = nt.void(*(nt.int64,) * 11)
+    def micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row,
+              col):  # type: ignore[no-untyped-def]  # fmt: skip
+        sig = nt.void(*(nt.int64,) * 14)
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             _micro_code(builder, args, vectors)
@@ -64,7 +68,7 @@ def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
 
 def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
     """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
-    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap = args
+    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row, col = args
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
     dot, vec = _vpdpbusd(builder)
     a_bytes, b_bytes = (
@@ -80,7 +84,7 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
         for i in range(MR)
     ]
 
-    def step(swapped, acc, tap, s):  # type: ignore[no-untyped-def]
+    def step(swapped, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
         """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
         row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
         bs = []
@@ -88,34 +92,142 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
             bs.append(builder.load(builder.bitcast(at, vec.as_pointer()), align=1))
         depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))
-        for i in range(MR):
-            at = builder.gep(a_bytes, [builder.add(a_rows[i], depth)])
+        for i, a_row in enumerate(a_rows):
+            at = builder.gep(a_bytes, [builder.add(a_row, depth)])
             word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
             av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
             for j in range(vectors):
                 u, v = (bs[j], av) if swapped else (av, bs[j])
                 builder.store(builder.call(dot, [builder.load(acc[i][j]), u, v]), acc[i][j])
 
-    def tile(swapped):  # type: ignore[no-untyped-def]
+    def tile(swapped, first, last):  # type: ignore[no-untyped-def]
+        """Rows ``first`` to ``last`` (exclusive) of the tile."""
         acc = [
-            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)] for _ in range(MR)
+            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
+            for _ in range(first, last)
         ]
         with cgutils.for_range(builder, taps) as outer:
             with cgutils.for_range(builder, quads) as inner:
-                step(swapped, acc, outer.index, inner.index)
-        for i in range(MR):
-            with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                for j in range(vectors):
-                    at = builder.gep(cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))])
-                    builder.store(
-                        builder.load(acc[i][j]), builder.bitcast(at, vec.as_pointer()), align=4
-                    )
+                step(swapped, acc, outer.index, inner.index, a_rows[first:last])
+        with builder.if_else(builder.icmp_signed("!=", epi, i64(0))) as (fused, sums):
+            with fused:
+                _epilogue_code(builder, acc, rows, epi, row, col, first)
+            with sums:
+                for i in range(first, last):
+                    with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                        for j in range(vectors):
+                            at = builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))
+                            at = builder.bitcast(builder.gep(cp, [at]), vec.as_pointer())
+                            builder.store(builder.load(acc[i - first][j]), at, align=4)
 
+    # Three vectors of `MR` rows would need more registers than there are (24 accumulators,
+    # the operands, the broadcasts: LLVM spills): two passes of half the rows each, the
+    # second only when it has rows.
+    halves = [(0, MR)] if vectors * MR <= 16 else [(0, MR // 2), (MR // 2, MR)]
     with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (swapped, plain):
-        with swapped:
-            tile(True)
-        with plain:
-            tile(False)
+        for flag, branch in ((True, swapped), (False, plain)):
+            with branch:
+                for first, last in halves:
+                    with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
+                        tile(flag, first, last)
+
+
+# The record a fused epilogue reads (int64 fields): the addresses of the rows' int32 shifts
+# (bias minus the input zero point times the row's weight sum) and float32 scales and of the
+# output's row 0 (bytes); the bytes between its rows; the columns' pitch and width (column
+# ``i * pitch + j`` is position ``i * width + j`` when ``j < width``), the columns used; the
+# output zero point and its clip range.
+EPILOGUE = 10
+
+
+def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first: int = 0) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """Rows ``row + first + i`` (``first + i < rows``) of the tile's sums ``acc[i]`` requantized as
+    `rvm.kernels.qgemm._run` does (``rint((sum + shift) * scale) + zero``, clipped) and stored
+    as bytes, column ``col + l`` (lane ``l``) at its position: a masked store per image row a
+    vector's columns meet (a row's margin and the columns past the used ones dropped)."""
+    i1, i8, i32, i64 = (ir.IntType(n) for n in (1, 8, 32, 64))
+    f32 = ir.FloatType()
+    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
+    bytes_, masks = ir.VectorType(i8, LANES), ir.VectorType(i1, LANES)
+    module = builder.module
+    rint = cgutils.get_or_insert_function(
+        module, ir.FunctionType(fvec, [fvec]), f"llvm.rint.v{LANES}f32"
+    )
+    store_ty = ir.FunctionType(ir.VoidType(), [bytes_, bytes_.as_pointer(), i32, masks])
+    store = cgutils.get_or_insert_function(module, store_ty, f"llvm.masked.store.v{LANES}i8.p0")
+    record = builder.inttoptr(epi, i64.as_pointer())
+    field = [builder.load(builder.gep(record, [i64(k)])) for k in range(EPILOGUE)]
+    shifts = builder.inttoptr(field[0], i32.as_pointer())
+    scales = builder.inttoptr(field[1], f32.as_pointer())
+    out = builder.inttoptr(field[2], i8.as_pointer())
+    ldo, pitch, width, used = field[3:7]
+    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+
+    def broadcast(value, vtype):  # type: ignore[no-untyped-def]
+        undef = ir.Constant(vtype, ir.Undefined)
+        return builder.shuffle_vector(builder.insert_element(undef, value, i32(0)), undef, splat)
+
+    zero, low, high = (broadcast(builder.sitofp(v, f32), fvec) for v in field[7:10])
+    lane_ids = ir.Constant(vec, list(range(LANES)))
+    skip = builder.sub(width, pitch)  # a row's margin, taken off the columns after it
+
+    def clamp(v):  # type: ignore[no-untyped-def]
+        """``v`` (int64) within [0, `LANES`], as int32."""
+        v = builder.select(builder.icmp_signed("<", v, i64(0)), i64(0), v)
+        v = builder.select(builder.icmp_signed(">", v, i64(LANES)), i64(LANES), v)
+        return builder.trunc(v, i32)
+
+    # Every row's requantized bytes first (a row past ``rows`` repeats row 0's scale and
+    # shift, and is not stored), then per vector the image rows its columns meet: one, with
+    # no division, when the columns are the positions (the pitch spans them all).
+    values, keep = [], []
+    for i in range(len(acc)):
+        inside = builder.icmp_signed("<", i64(first + i), rows)
+        r = builder.add(row, builder.select(inside, i64(first + i), i64(0)))
+        shift = broadcast(builder.load(builder.gep(shifts, [r])), vec)
+        scale = broadcast(builder.load(builder.gep(scales, [r])), fvec)
+        row_values = []
+        for j in range(len(acc[i])):
+            q = builder.sitofp(builder.add(builder.load(acc[i][j]), shift), fvec)
+            q = builder.fadd(builder.call(rint, [builder.fmul(q, scale)]), zero)
+            q = builder.select(builder.fcmp_ordered(">", q, low), q, low)
+            q = builder.select(builder.fcmp_ordered("<", q, high), q, high)
+            row_values.append(builder.trunc(builder.fptosi(q, vec), bytes_))
+        values.append(row_values)
+        keep.append(broadcast(inside, masks))
+    bases = [
+        builder.gep(out, [builder.mul(builder.add(row, i64(first + i)), ldo)])
+        for i in range(len(acc))
+    ]
+    one_row = builder.icmp_signed(">=", pitch, used)
+    first_at, meets_at = cgutils.alloca_once(builder, i64), cgutils.alloca_once(builder, i64)
+    for j in range(len(values[0])):
+        c0 = builder.add(col, i64(j * LANES))
+        with builder.if_else(one_row) as (single, several):
+            with single:
+                builder.store(i64(0), first_at)
+                builder.store(i64(1), meets_at)
+            with several:
+                first = builder.sdiv(c0, pitch)
+                last = builder.sdiv(builder.add(c0, i64(LANES - 1)), pitch)
+                builder.store(first, first_at)
+                builder.store(builder.add(builder.sub(last, first), i64(1)), meets_at)
+        first = builder.load(first_at)
+        with cgutils.for_range(builder, builder.load(meets_at)) as loop:
+            image_row = builder.add(first, loop.index)
+            start = builder.mul(image_row, pitch)
+            end = builder.add(start, width)
+            end = builder.select(builder.icmp_signed("<", end, used), end, used)
+            lo = broadcast(clamp(builder.sub(start, c0)), vec)
+            hi = broadcast(clamp(builder.sub(end, c0)), vec)
+            lanes = builder.and_(
+                builder.icmp_signed(">=", lane_ids, lo), builder.icmp_signed("<", lane_ids, hi)
+            )
+            offset = builder.add(c0, builder.mul(image_row, skip))
+            for i in range(len(values)):
+                at = builder.bitcast(builder.gep(bases[i], [offset]), bytes_.as_pointer())
+                mask = builder.and_(lanes, keep[i])
+                builder.call(store, [values[i][j], at, i32(1), mask])
 
 
 _micro = _make_micro(VECTORS)

@@ -63,13 +63,16 @@ class VectorIR:
         """The int64 ``address`` as a pointer to a ``vtype`` vector."""
         return self.builder.inttoptr(address, vtype.as_pointer())
 
-    def load(self, address: ir.Value, vtype: ir.VectorType, mask: ir.Value) -> ir.Value:
-        """The ``vtype`` vector at the int64 ``address``, lanes off ``mask`` 0 (not read)."""
+    def load(
+        self, address: ir.Value, vtype: ir.VectorType, mask: ir.Value, fill: ir.Value = None
+    ) -> ir.Value:
+        """The ``vtype`` vector at the int64 ``address``, lanes off ``mask`` 0 or ``fill``'s
+        (not read)."""
         name = f"llvm.masked.load.{self._suffix(vtype)}.p0"
         fn = self.declare(vtype, [vtype.as_pointer(), I32, self.masks, vtype], name)
-        zero = ir.Constant(vtype, None)
+        fill = ir.Constant(vtype, None) if fill is None else fill
         align = I32(_bytes(vtype))
-        return self.builder.call(fn, [self.pointer(address, vtype), align, mask, zero])
+        return self.builder.call(fn, [self.pointer(address, vtype), align, mask, fill])
 
     def gather(
         self, address: ir.Value, step: ir.Value, vtype: ir.VectorType, mask: ir.Value

@@ -7,13 +7,14 @@ each row's depth padded with zeros to an even ``kp``. The input stays float32 an
 to bf16 (to nearest even) by the op; products are summed in float32; the result is float32.
 
 - ``dense_bf16(x, w)``: ``x`` (..., k) float32, ``w`` (units, kp) int16: ``bf16(x) @ w.T``.
-- ``conv2d_bf16(x, w, strides, padding, dilation, groups, kernel, bias=None, activation)``:
-  ``x`` NCHW float32, ``w`` (out channels, kp) int16 with depth in channel pairs, ``(c2, dy,
-  dx, parity)`` -- conv2d's OIHW weight through `conv_pairs`, ``kp = pair_depth(c / groups,
-  kh, kw)`` -- and ``kernel`` its (kh, kw); ``activation(conv + bias)``, ``bias`` one float32
-  value per output channel (or none) and ``activation`` one of `ACTIVATIONS`, applied by the
-  kernel to the rows it sums, while in cache (`rvm.transform.to_bf16` joins a following bias
-  add and activation).
+- ``conv2d_bf16(x, w, strides, padding, dilation, groups, kernel, bias=None, residual=None,
+  activation)``: ``x`` NCHW float32, ``w`` (out channels, kp) int16 with depth in channel
+  pairs, ``(c2, dy, dx, parity)`` -- conv2d's OIHW weight through `conv_pairs`, ``kp =
+  pair_depth(c / groups, kh, kw)`` -- and ``kernel`` its (kh, kw); ``activation(conv + bias
+  + residual)``, ``bias`` one float32 value per output channel (or none), ``residual`` a
+  float32 tensor of the output's shape (or none; only with a bias) and ``activation`` one of
+  `ACTIVATIONS`, applied by the kernel to the rows it sums, while in cache
+  (`rvm.transform.to_bf16` joins a following bias add, residual add and activation).
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
@@ -101,11 +102,13 @@ def _infer_dense(call_: Call, args: list[TensorType]) -> Type:
 
 @rule(ops.conv2d_bf16)
 def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
-    if len(args) not in (2, 3):
-        raise IRError(f"conv2d_bf16: expects 2 or 3 inputs (x, w[, bias]), got {len(args)}")
+    if len(args) not in (2, 3, 4):
+        raise IRError(
+            f"conv2d_bf16: expects 2 to 4 inputs (x, w[, bias[, residual]]), got {len(args)}"
+        )
     x, w = args[:2]
     _check_inputs("conv2d_bf16", x, w)
-    if len(args) == 3:
+    if len(args) >= 3:
         bias, units = args[2], None if w.shape is None else w.shape[0]
         if bias.dtype not in (None, "float32") or (
             bias.shape is not None and tuple(bias.shape) != (units,)
@@ -138,7 +141,19 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
         )  # fmt: skip
         for i, pads in enumerate(pad_pairs(attrs["padding"], 2))
     ]
-    return TensorType((x.shape[0], None if w.shape is None else w.shape[0], *spatial), "float32")
+    shape = (x.shape[0], None if w.shape is None else w.shape[0], *spatial)
+    if len(args) == 4:
+        res = args[3]
+        if res.dtype not in (None, "float32") or (
+            res.shape is not None
+            and (len(res.shape) != 4 or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                             for a, b in zip(res.shape, shape)))
+        ):  # fmt: skip
+            raise IRError(
+                f"conv2d_bf16: the residual must be float32 {fmt(shape)}, got {res.dtype} "
+                f"{fmt(res.shape)}"
+            )
+    return TensorType(shape, "float32")
 
 
 def dense_bf16(x: ExprLike, w: ExprLike) -> Call:
@@ -156,13 +171,18 @@ def conv2d_bf16(
     kernel: int | Sequence[int] = 1,
     bias: ExprLike | None = None,
     activation: str = "none",
+    residual: ExprLike | None = None,
 ) -> Call:
-    """``activation(conv2d(bf16(x), w) + bias)``: float32 ``x`` (NCHW) with the bf16 weight
-    ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
+    """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
+    bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
     `conv_pairs`) of spatial size ``kernel``; ``bias`` (out channels,) float32 or None;
-    ``activation`` one of `ACTIVATIONS`."""
+    ``residual`` float32 of the output's shape or None (only with a bias); ``activation`` one
+    of `ACTIVATIONS`."""
     name = "conv2d_bf16"
+    if residual is not None and bias is None:
+        raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
     args = (as_expr(x), as_expr(w)) + (() if bias is None else (as_expr(bias),))
+    args += () if residual is None else (as_expr(residual),)
     return call(
         ops.conv2d_bf16,
         *args,

@@ -32,6 +32,7 @@ __all__ = [
     "max_pool2d",
     "max_pool3d",
     "max_pool_indices",
+    "whole_map_average",
 ]
 
 # The ops of this module (`rvm.op.core.define_op`).
@@ -245,6 +246,22 @@ def max_pool_indices(
     nsp = len(pool_size)
     attrs = _pool_attrs("max_pool_indices", nsp, pool_size, strides, padding, dilation, ceil_mode)
     return call(ops.max_pool_indices, as_expr(x), **attrs)
+
+
+def whole_map_average(call_: Call) -> bool:
+    """Whether ``call_`` (typed) is an avg_pool2d whose one window is its whole static map,
+    unpadded and undilated (resnet50's and inception's last pools): a global average, which
+    `rvm.transform.legalize` makes it."""
+    if call_.callee is not ops.avg_pool2d:
+        return False
+    x, a = call_.args[0].type, call_.attrs
+    return (
+        isinstance(x, TensorType)
+        and x.shape is not None
+        and tuple(x.shape[2:]) == tuple(a["pool_size"])
+        and not any(a["padding"])
+        and tuple(a["dilation"]) == (1, 1)
+    )
 
 
 def global_avg_pool2d(x: ExprLike) -> Call:

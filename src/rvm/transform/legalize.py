@@ -15,7 +15,8 @@ also gets, as an extra parameter, the enclosing function's first parameter whose
 that dimension (else the first value bound before the call that has it: a dimension a packed
 call's result or `rvm.dim` bound): the kernel reads the dimension from it, and the caller
 knows the result's shape. Structurally equal primitive functions are
-one module function. An op call in result position is bound to a variable first.
+one module function. An op call in result position is bound to a variable first. An
+avg_pool2d whose one window is its whole static map is held as ``global_avg_pool2d``.
 
 Algorithm: walk each straight-line region (`map_regions`) and rewrite op-call bindings; new
 functions go through a `PrimitiveTable`, which finds an equal function by structural hash.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.analysis import bound_vars
 from rvm.ir.dims import DimExpr, symbols
@@ -36,6 +38,7 @@ from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.ir.structural import structural_equal, structural_hash
 from rvm.ir.types import TensorType
+from rvm.op.pool import whole_map_average
 
 RegionFn = Callable[[list[E.VarBinding], E.Expr, int], tuple[list[E.VarBinding], E.Expr]]
 
@@ -237,7 +240,8 @@ def legalize(mod: IRModule) -> IRModule:
             out = []
             for b in bindings:
                 if is_op_call(b.value):
-                    gv, args = _wrap_op_call(b.value, table, local)  # type: ignore[arg-type]
+                    value = _canonical(b.value)  # type: ignore[arg-type]
+                    gv, args = _wrap_op_call(value, table, local)
                     out.append(E.VarBinding(b.var, E.Call(gv, tuple(args))))
                 else:
                     out.append(b)
@@ -248,6 +252,17 @@ def legalize(mod: IRModule) -> IRModule:
         return map_function_regions(func, region)
 
     return table.module(map_functions(mod, rewrite))
+
+
+def _canonical(call: E.Call) -> E.Call:
+    """``call``, or the call of another op that computes the same faster: an average pool
+    whose one window is the whole map is ``global_avg_pool2d`` (`rvm.op.pool.whole_map_average`;
+    its float32 mean instead of the pool library's float64 window sums)."""
+    if whole_map_average(call):
+        new = op.global_avg_pool2d(call.args[0])
+        infer_type(new)
+        return new
+    return call
 
 
 def _dim_binders(params: tuple[E.Var, ...]) -> dict[str, E.Var]:

@@ -35,7 +35,8 @@ Each pass: what it needs → what it guarantees.
   norms folded → float32 conv2d with constant weights that the direct convolution serves
   (`rvm.kernels.direct`) are ``conv2d_packed`` with the weights packed once in panels.
 - legalize: lifted → every op call is a call of a primitive function (``attrs["primitive"]``)
-  holding that op; 0-d constants move into it.
+  holding that op; 0-d constants move into it; an avg_pool2d whose one window is its whole
+  static map holds ``global_avg_pool2d``.
 - fuse_ops: legalized → chains of primitive calls merged by pattern kind (elementwise,
   broadcast and injective chains; reductions absorb elementwise inputs and epilogue;
   matmul/conv absorb an elementwise epilogue).

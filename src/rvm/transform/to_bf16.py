@@ -17,8 +17,10 @@ channel, no product worth the rounding) and other products of two computed tenso
 float32, as do the program's inputs and outputs.
 
 A convolution's epilogue joins it where the convolution has no other use: a following ``add``
-of a constant float32 bias of one value per output channel, then ``relu`` or ``gelu`` (either
-form), become ``conv2d_bf16``'s ``bias`` and ``activation``, which its kernel applies to each
+of a constant float32 bias of one value per output channel, an ``add`` of a computed float32
+tensor of the convolution's shape (a residual: ResNet's shortcut, the later convolution taking
+the other when both are ones), then ``relu`` or ``gelu`` (either form), become
+``conv2d_bf16``'s ``bias``, ``residual`` and ``activation``, which its kernel applies to each
 tile as it stores it (`rvm.kernels.bf16conv`) instead of a pass over the output after it.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
@@ -199,37 +201,61 @@ def _join_epilogue(
     uses: Counter,
 ) -> tuple[E.Var, E.Call] | None:
     """(``p``, the one ``conv2d_bf16`` computing ``value``) when ``value`` is ``add(p, b)``
-    of a constant per-channel bias ``b`` (p without a bias or activation yet), or ``relu(p)``
-    or ``gelu(p)`` (p without an activation yet), of a ``conv2d_bf16`` ``p`` that ``value``
-    alone uses; else None. The kernel applies them to its rows as it sums them."""
+    of a constant per-channel bias ``b`` (p without a bias, residual or activation yet),
+    ``add(p, r)`` of a float32 ``r`` of p's static shape (p without a residual or activation
+    yet; of two such convolutions, the later), or ``relu(p)`` or ``gelu(p)`` (p without an
+    activation yet), of a ``conv2d_bf16`` ``p`` that ``value`` alone uses; else None. The
+    kernel applies them to its rows as it sums them."""
     if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
         return None
-    args = [a for a in value.args if isinstance(a, E.Var) and a in convs]
-    if len(args) != 1 or uses[args[0]] != 1:
+    args = [a for a in value.args if isinstance(a, E.Var) and a in convs and uses[a] == 1]
+    if not args or (len(args) > 1 and value.callee is not ops.add):
         return None
-    binding = out[convs[args[0]]]
+    p = max(args, key=lambda a: convs[a])  # the later, whose place the joined call takes
+    binding = out[convs[p]]
     assert binding is not None
     conv = binding.value
-    x, w, bias, activation = conv.args[0], conv.args[1], conv.args[2:], conv.attrs["activation"]
+    x, w, rest, activation = conv.args[0], conv.args[1], conv.args[2:], conv.attrs["activation"]
     if activation != "none":
         return None
-    if value.callee is ops.add and len(value.args) == 2 and not bias:
-        other = value.args[1] if value.args[0] is args[0] else value.args[0]
-        b = _channel_bias(other, consts, conv)
-        if b is None:
+    bias = rest[0] if rest else None
+    residual = rest[1] if len(rest) > 1 else None
+    if value.callee is ops.add and len(value.args) == 2 and residual is None:
+        other = value.args[1] if value.args[0] is p else value.args[0]
+        b = None if bias is not None else _channel_bias(other, consts, conv)
+        if b is not None:
+            new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=E.Constant(b))
+        elif _same_shape(other, binding.var):
+            if bias is None:
+                bias = E.Constant(np.zeros(conv.args[1].data.shape[0], np.float32))
+            new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=bias, residual=other)
+        else:
             return None
-        new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=E.Constant(b))
-    elif value.callee is ops.relu:
+    elif value.callee in (ops.relu, ops.gelu):
+        form = "relu" if value.callee is ops.relu else "gelu"
+        if value.callee is ops.gelu and value.attrs.get("approximate") == "tanh":
+            form = "gelu_tanh"
         new = op.conv2d_bf16(
-            x, w, **_conv_attrs(conv), bias=(bias or (None,))[0], activation="relu"
+            x, w, **_conv_attrs(conv), bias=bias, residual=residual, activation=form
         )
-    elif value.callee is ops.gelu:
-        form = "gelu_tanh" if value.attrs.get("approximate") == "tanh" else "gelu"
-        new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=(bias or (None,))[0], activation=form)
     else:
         return None
     infer_type(new)
-    return args[0], new
+    return p, new
+
+
+def _same_shape(r: E.Expr, conv: E.Var) -> bool:
+    """Whether ``r`` is a computed float32 tensor of the convolution's static shape."""
+    if isinstance(r, E.Constant):
+        return False
+    rt, ct = getattr(r, "type", None), getattr(conv, "type", None)
+    shape = getattr(ct, "shape", None)
+    return (
+        getattr(rt, "dtype", None) == "float32"
+        and shape is not None
+        and all(isinstance(d, int) for d in shape)
+        and tuple(getattr(rt, "shape", None) or ()) == tuple(shape)
+    )
 
 
 def _channel_bias(

@@ -152,6 +152,13 @@ def test_pools_with_both_kernel_backends(kernels):
         *single_op("MaxPool", {"x": X3}, kernel_shape=[2, 2, 2], pads=[1] * 6), kernels=kernels
     )
     check_ort(*single_op("AveragePool", {"x": X1}, kernel_shape=[3], strides=[2]), kernels=kernels)
+    # one window the whole map: run as GlobalAveragePool (`rvm.transform.legalize`)
+    whole = _f32(2, 3, 4, 5)
+    check_ort(*single_op("AveragePool", {"x": whole}, kernel_shape=[4, 5]), kernels=kernels)
+    check_ort(
+        *single_op("AveragePool", {"x": whole}, kernel_shape=[4, 5], strides=[2, 3], ceil_mode=1),
+        kernels=kernels,
+    )
     model, inputs = single_op("LpPool", {"x": _f32(2, 3, 7, 8)}, opset=18, kernel_shape=[3, 3])
     check_ort(model, inputs, kernels=kernels, rtol=1e-4)
     check_ort(*single_op("MaxPool", {"x": X1}, kernel_shape=[3], n_outputs=2), kernels=kernels)

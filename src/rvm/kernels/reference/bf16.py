@@ -65,15 +65,18 @@ def conv_pairs(w):
     return np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
 
 
-def conv2d_bf16(x, w, *bias, strides, padding, dilation, groups, kernel, activation="none"):
-    """``activation(conv2d(bf16(x), w) + bias)`` with the bf16 weight ``w`` (int16 bits in
-    channel pairs: `conv_pairs`); ``bias``: none or one value per output channel."""
+def conv2d_bf16(x, w, *rest, strides, padding, dilation, groups, kernel, activation="none"):
+    """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
+    bits in channel pairs: `conv_pairs`); ``rest``: none, the bias (one value per output
+    channel), or the bias and the residual (float32, the output's shape)."""
     cg, (kh, kw) = x.shape[1] // groups, kernel
     pairs = _bf16_values(w).reshape(w.shape[0], (cg + 1) // 2, kh, kw, 2)
     weight = pairs.transpose(0, 1, 4, 2, 3).reshape(w.shape[0], -1, kh, kw)[:, :cg]
     y = _conv(_round_bf16(x), weight, strides, padding, dilation, groups)
-    if bias:
-        y = _like(y + np.asarray(bias[0], np.float32).reshape(-1, 1, 1), np.float32)
+    if rest:
+        y = _like(y + np.asarray(rest[0], np.float32).reshape(-1, 1, 1), np.float32)
+    if len(rest) > 1:
+        y = _like(y + np.asarray(rest[1], np.float32), np.float32)
     if activation == "relu":
         return relu(y)
     if activation in ("gelu", "gelu_tanh"):
