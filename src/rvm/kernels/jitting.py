@@ -12,7 +12,7 @@ is inlined).
 What a task or an entry point calls from one place is inlined in Numba's IR
 (``inline="always"``): each jitted level of a call chain is a library that LLVM optimizes
 and compiles again with everything it links (on a 2.6 GHz Zen 4 the int8 convolution's entry
-point built in 16.6 CPU-s with its chain inlined and no slice assignment, 24.7 before). An
+point built in 18.0 CPU-s with its chain inlined and no slice assignment, 25.0 before). An
 inlined function's arguments are no longer held for a call: inline none that reads an array
 its caller made only through its address (a job's field), as Numba frees an array after its
 last use as an array (`rvm.kernels.direct.conv2d_packed` is not inlined for that), nor one
