@@ -52,6 +52,7 @@ from rvm.testing.onnx_models import LIGHT_MODELS, random_inputs
 
 SETTLE_S = 0.1  # ORT's pool threads spin ~30 ms after a call (see benchmarks/models.py)
 BOUND_ERR, BOUND_TOP1 = 3e-2, 0.99
+SANE_BF16 = 0.25  # a bf16 output this far off f32 is wrong, not rounded
 
 
 THREADS = 0  # --threads: 0 is each engine's default
@@ -69,10 +70,11 @@ def _engines(path: Path, first: list[np.ndarray], repeat: int) -> dict[str, Any]
         vm = rvm.VirtualMachine(ex, exec_mode="native")
         compiled[f"vm_{precision}"] = vm["main"]
     # Outputs checked before the timing, against rvm's NumPy kernels (ORT does not exist yet):
-    # float32 to its rounding, bf16 within the bound (`bench` checks both against ORT).
+    # float32 to its rounding, bf16 against gross error only (`SANE_BF16`): its accuracy
+    # against the bound is what the table reports, over every input, against ORT.
     reference = rvm.VirtualMachine(rvm.compile(mod, kernels="numpy", progress=False))["main"]
     want = _listed(reference(*first))
-    for key, bound in (("vm_fp32", 1e-3), ("vm_bf16", BOUND_ERR)):
+    for key, bound in (("vm_fp32", 1e-3), ("vm_bf16", SANE_BF16)):
         for got, ref in zip(_listed(compiled[key](*first)), want, strict=True):
             err = _error(got, ref)
             assert err <= bound, f"{path.stem}: rvm {key[3:]} is {err:.1e} off rvm's NumPy kernels"
