@@ -138,19 +138,17 @@ def test_split_matmul_matches_numpy(blas_threads, shape, b_t) -> None:
 
 @nb.njit
 def _segments(
-    a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb,
-    bias=0, act=0,
-):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
+    a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb
+):  # type: ignore[no-untyped-def]  # noqa: E501
     segments.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs,
-                           batches, groups, ag, bb, cb, bias, act)  # fmt: skip
+                           batches, groups, ag, bb, cb)  # fmt: skip
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("groups,batches", [(1, 1), (4, 4), (3, 6)])
 def test_segments_batched_groups(threads: int, groups: int, batches: int) -> None:
     """A grouped 1x1 convolution's (image, group) products in one call, cut on the pool:
-    each batch's A cycles through the groups, B and C step per batch; each piece's epilogue
-    takes its group's bias (a row's) and ReLU."""
+    each batch's A cycles through the groups, B and C step per batch."""
     import rvm
 
     before = rvm.get_num_threads()
@@ -162,15 +160,13 @@ def test_segments_batched_groups(threads: int, groups: int, batches: int) -> Non
         x = rng.standard_normal(batches * cg * P).astype(np.float32)
         out = np.full(batches * og * P, np.nan, np.float32)
         none = np.empty(0, np.int64)
-        bias = rng.standard_normal(groups * og).astype(np.float32)
         _segments(w, 0, cg, x, P, none, out, 0, P, og, cg, 1, P, 0, 0, batches, groups,
-                  og * cg, cg * P, og * P, bias.ctypes.data, 1)  # fmt: skip
+                  og * cg, cg * P, og * P)  # fmt: skip
         for i in range(batches):
             a = w[(i % groups) * og * cg :][: og * cg].reshape(og, cg).astype(np.float64)
             b = x[i * cg * P :][: cg * P].reshape(cg, P)
             got = out[i * og * P :][: og * P].reshape(og, P)
-            row_bias = bias[(i % groups) * og :][:og, None]
-            np.testing.assert_allclose(got, np.maximum(a @ b + row_bias, 0), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
     finally:
         rvm.set_num_threads(before)
 

@@ -16,7 +16,6 @@ from conv_cases import CASES
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.ir import Constant
 from rvm.kernels import conv, direct
 from rvm.op import numpy_ref
 
@@ -36,24 +35,13 @@ def _args(case) -> tuple[int, ...]:
     return (groups, sh, sw, dh, dw, pt, pl, pb, pr)
 
 
-def _epilogue(case, want):
-    """A bias of the case's output channels (1, o, 1, 1), and ``relu(want + bias)``."""
-    bias = rand((1, case[4], 1, 1), seed=2)
-    return bias, np.maximum(want + bias, 0)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", CASES)
 def test_conv2d_matches_reference(case, dtype) -> None:
-    """Every method; float32 with the epilogue each method's pieces run (a bias, ReLU)."""
     x, w = _operands(case, dtype)
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, dtype=dtype)
-    if dtype == "float32":
-        bias, want = _epilogue(case, want)
-        conv.conv2d(x, w, out, *_args(case), bias, 1)
-    else:
-        conv.conv2d(x, w, out, *_args(case))
+    conv.conv2d(x, w, out, *_args(case))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
@@ -106,8 +94,7 @@ def test_batch_split_by_images_matches_reference(blas_threads, case, how) -> Non
     )
     assert split == (blas_threads == 2)  # the case tests what it means to
     out = np.full(want.shape, np.nan, dtype="float32")
-    bias, want = _epilogue(case, want)
-    conv.conv2d(x, w, out, *_args(case), bias, 1)
+    conv.conv2d(x, w, out, *_args(case))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
@@ -132,9 +119,6 @@ BAD = [
     ("groups", 3),
     ("groups", 0),
     ("sh", 0),
-    ("bias", (1, 5, 1, 1)),  # the epilogue's bias: one value an output channel
-    ("act", 4),  # not an index of `ACTIVATIONS`
-    ("float64", 1),  # an epilogue is float32's
 ]
 
 
@@ -145,22 +129,14 @@ def test_geometry_disagreements_raise(entry, what, value) -> None:
     params = dict(groups=1, sh=1, sw=1, dh=1, dw=1, pt=1, pl=1, pb=1, pr=1)
     x, w = rand((1, 16, 9, 7)), rand((6, 16, 3, 3), seed=1)
     out = np.zeros((1, 6, 9, 7), dtype="float32")
-    epilogue = ()
-    if what in ("bias", "act", "float64"):
-        if entry == "conv2d_dot":
-            pytest.skip("conv2d_dot takes no epilogue")
-        dtype = "float64" if what == "float64" else "float32"
-        x, w, out = x.astype(dtype), w.astype(dtype), out.astype(dtype)
-        bias = rand(value if what == "bias" else (1, 6, 1, 1), dtype)
-        epilogue = (bias, value if what == "act" else 1)
-    elif what == "out":
+    if what == "out":
         out = np.zeros(value, dtype="float32")
     elif what == "x":
         x = rand(value)
     else:
         params[what] = value
     with pytest.raises(ValueError, match="do not match the geometry"):
-        getattr(conv, entry)(x, w, out, *params.values(), *epilogue)
+        getattr(conv, entry)(x, w, out, *params.values())
     assert not out.any()
 
 
@@ -182,7 +158,6 @@ def test_grouped_and_depthwise_kernels_with_symbolic_batch(attrs) -> None:
     cb = var("cb", (24, 1, 1))
     func = prim([img, k, cb], op.relu(op.conv2d(img, k, **attrs) + cb))
     kernel = Jit(func)
-    assert kernel.record.meta["conv_epilogues"] == "bias,relu"  # applied by the library
     for batch in (2, 1, 0):
         inputs = (rand((batch, 24, 9, 11)), rand((24, 24 // groups, kh, kh), seed=1))
         check(func, *inputs, rand((24, 1, 1), seed=2), rtol=1e-4, atol=1e-4, kernel=kernel)
@@ -198,7 +173,6 @@ def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
     func = prim([img, k, res], op.relu(op.conv2d(img, k, padding=pad) + res))
     jit = Jit(func)
     assert jit.record.requires == (("conv2d", "float32"),)  # the generator's facts
-    assert "conv_epilogues" not in jit.record.meta  # a residual is no bias: the kernel's own
     inputs = (rand((1, 16, 7, 7)), rand((8, 16, kernel, kernel), seed=1), rand((1, 8, 7, 7)))
     check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=jit)
     dps = Jit(func, name="k_dps", style="dps")
@@ -207,33 +181,3 @@ def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
     np.testing.assert_allclose(out, jit(*inputs), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="res"):  # a residual of another size is refused
         jit(*inputs[:2], rand((1, 8, 7, 1)))
-
-
-def _epilogue_forms():
-    """(function, inputs, what the library applies: `ConvEpilogue.describe`, None for nothing)
-    of a convolution's chains: a residual after the bias and ReLU (the kernel's, all of it: one
-    pass over the output);
-    a constant (1, o, 1, 1) bias added first, no activation; ReLU alone; a convolution whose
-    value is used twice (nothing for the library)."""
-    img, k = var("img", (2, 8, 9, 9)), var("k", (16, 8, 3, 3))
-    cb, res = var("cb", (16, 1, 1)), var("res", (2, 16, 9, 9))
-    x, w = rand((2, 8, 9, 9)), rand((16, 8, 3, 3), seed=1)
-    bias, resv = rand((16, 1, 1), seed=2), rand((2, 16, 9, 9), seed=3)
-    y = op.conv2d(img, k, padding=1)
-    const = Constant(rand((1, 16, 1, 1), seed=4))
-    return [
-        (prim([img, k, cb, res], op.relu(y + cb) + res), (x, w, bias, resv), None),
-        (prim([img, k], op.add(const, y)), (x, w), "bias"),
-        (prim([img, k], op.relu(y)), (x, w), "relu"),
-        (prim([img, k, cb], op.relu(y + cb) * y), (x, w, bias), None),
-    ]
-
-
-@pytest.mark.parametrize("form", range(4))
-def test_the_library_applies_the_epilogue_it_can(form) -> None:
-    """A float32 convolution's per-channel bias and activation go to the library as data (the
-    kernel record says which) when they end the kernel; a longer chain stays the kernel's."""
-    func, inputs, applied = _epilogue_forms()[form]
-    kernel = Jit(func)
-    assert kernel.record.meta.get("conv_epilogues") == applied
-    check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=kernel)

@@ -46,30 +46,17 @@ def _reference(case, x, w):
     return numpy_ref.conv2d(x, w, case[6], case[9], case[7], case[8])
 
 
-def _epilogue(o: int, want: np.ndarray, act: int = 1):
-    """A bias of ``o`` channels, its address (the kernel's ``bias``) and ``want`` after the
-    epilogue (``act`` 1: ReLU; 0: none)."""
-    bias = rand((o,), seed=2)
-    after = want + bias.reshape(1, o, 1, 1)
-    return bias, bias.ctypes.data, np.maximum(after, 0) if act == 1 else after
-
-
 @pytest.mark.parametrize("panel", [direct.NB, 16, 2 * direct.NB])
 @pytest.mark.parametrize("case", CASES)
 def test_packed_convolution_matches_reference(case, panel) -> None:
-    """Panels of the kernel's tile and of other widths (a weight packed on another CPU);
-    with the epilogue on panels of 16 (a bias, ReLU) and of `NB` (a bias)."""
+    """Panels of the kernel's tile and of other widths (a weight packed on another CPU)."""
     x, w = _operands(case)
     want = _reference(case, x, w)
     packed = direct.pack(w, case[8], panel)
     np.testing.assert_array_equal(direct.unpack(packed, w.shape[0]), w)
     out = np.full(want.shape, np.nan, np.float32)
     (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
-    at, act = 0, 0
-    if panel != 2 * direct.NB:
-        act = 1 if panel == 16 else 0
-        bias, at, want = _epilogue(case[4], want, act)
-    direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1], at, act)
+    direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1])
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
@@ -84,23 +71,22 @@ def test_every_partial_tile_size() -> None:
             case = (1, 8, 1, width, o, (1, 3), (1, 1), (1, 1), 1, (0, 1, 0, 1))
             x, w = _operands(case)
             out = np.full((1, o, 1, width), np.nan, np.float32)
-            direct.conv2d_packed(x, direct.pack(w, 1), out, 1, 1, 1, 1, 0, 1, 0, 0)
+            direct.conv2d_packed(x, direct.pack(w, 1), out, 1, 1, 1, 1, 0, 1)
             np.testing.assert_allclose(out, _reference(case, x, w), rtol=1e-4, atol=1e-3)
 
 
 def test_large_input_copied_by_rows_on_the_threads(blas_threads) -> None:
     """An input plane of `rvm.kernels.parfor.MIN_WORK` elements or more is copied to NHWC by
     rows on the pool (two threads), with ragged row pieces and padding: the same answer, for
-    each of two inputs in turn (the plane's memory is kept across calls); the epilogue runs
-    in stretches of a piece's bands (one thread: more bands than `EPILOGUE_BYTES` hold)."""
+    each of two inputs in turn (the plane's memory is kept across calls)."""
     case = (1, 16, 129, 131, 16, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1))
     x, w = _operands(case)
     assert x[0].size >= parfor.MIN_WORK
     packed = direct.pack(w, 1)
     for image in (x, np.ascontiguousarray(x[:, ::-1] - 0.5)):
-        bias, at, want = _epilogue(16, _reference(case, image, w))
+        want = _reference(case, image, w)
         out = np.full(want.shape, np.nan, np.float32)
-        direct.conv2d_packed(image, packed, out, 1, 1, 1, 1, 1, 2, at, 1)
+        direct.conv2d_packed(image, packed, out, 1, 1, 1, 1, 1, 2)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
@@ -249,11 +235,6 @@ def _entry(x, w4, out, params):  # type: ignore[no-untyped-def]
     return direct.entry_call((x, w4, out), params)
 
 
-@nb.njit
-def _entry_epilogue(x, w4, out, bias, params):  # type: ignore[no-untyped-def]
-    return direct.entry_call((x, w4, out, bias), params)
-
-
 # Each disagrees with a 3x3, pad-1 convolution of (1, 16, 9, 7) into 32 channels in one way.
 BAD_ENTRY = [
     ("out", (1, 32, 10, 7)),
@@ -266,8 +247,6 @@ BAD_ENTRY = [
     ("panel", 0),
     ("panel", 7),
     ("stride", 0),
-    ("bias", (1, 31, 1, 1)),  # the epilogue's: one value an output channel
-    ("act", 4),  # not an index of `ACTIVATIONS`
 ]
 
 
@@ -286,13 +265,11 @@ def test_the_entry_point_refuses_operands_that_disagree(what, value) -> None:
         groups = value
     elif what == "stride":
         stride = value
-    elif what == "panel":
+    else:
         panel = value
     w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
-    act = value if what == "act" else 1
-    params = (groups, stride, stride, 1, 1, 1, 1, 1, 1, panel, act)
-    bias = rand(value if what == "bias" else (1, 32, 1, 1), seed=2)
-    assert _entry_epilogue(x, w4, out, bias, params) == 1
+    params = (groups, stride, stride, 1, 1, 1, 1, 1, 1, panel)
+    assert _entry(x, w4, out, params) == 1
     assert not out.any()
 
 
@@ -301,12 +278,8 @@ def test_the_entry_point_computes_what_agrees() -> None:
     packed = direct.pack(w, 1)
     out = np.full((1, 32, 9, 7), np.nan, np.float32)
     w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
-    assert _entry(x, w4, out, (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5], 0)) == 0
+    assert _entry(x, w4, out, (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5])) == 0
     want = numpy_ref.conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
-    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
-    bias, _, want = _epilogue(32, want)  # the epilogue's bias (1, o, 1, 1), ReLU
-    params = (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5], 1)
-    assert _entry_epilogue(x, w4, out, bias.reshape(1, 32, 1, 1), params) == 0
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 

@@ -216,7 +216,6 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     assert library_tasks(run_pipeline(b.get())) == [
         ("conv2d_taps", "float32"),
         ("gemm_segments", "float32"),
-        ("conv2d_epilogue", "float32"),  # its ReLU, applied by the library
         ("pool2d_max_rows", "float32"),
         ("conv2d_pointwise", "float32"),
     ]

@@ -21,7 +21,6 @@ from rvm.ir import expr as E
 from rvm.ir.analysis import walk
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType
-from rvm.jit.conv_epilogue import conv_epilogues
 from rvm.kernels.numba_cache import light_loads
 from rvm.op import ops
 
@@ -61,12 +60,6 @@ def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
         if isinstance(node, E.Call) and not isinstance(node.callee, (E.GlobalVar, E.Var)):
             for task in _call_tasks(node):
                 yield task, "float32"
-    body = func.body
-    if isinstance(body, E.SeqExpr) and conv_epilogues(list(body.bindings), body.body):
-        from rvm.kernels import epilogue  # the library's epilogue (`rvm.jit.conv_epilogue`)
-
-        for task in epilogue.FIRST_RUN_TASKS:
-            yield task, "float32"
 
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:

@@ -35,7 +35,6 @@ from rvm.jit import (  # noqa: F401  (register compute definitions)
 )
 from rvm.jit.compute import compute
 from rvm.jit.cond import ne
-from rvm.jit.conv_epilogue import conv_epilogues
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, counting_mathlib, lit
@@ -136,8 +135,6 @@ def jit_kernel(
         return replace(rec, meta={**rec.meta, "jit_fallback": str(err)})
     source, entry, sig = lowered
     kb = lowering.kb
-    if lowering.epilogues:  # what the library applies to each convolution's output, in order
-        meta["conv_epilogues"] = ";".join(e.describe() for e in lowering.epilogues.values())
     return KernelRecord(
         name,
         "jit",
@@ -292,8 +289,6 @@ class _KernelLowering:
         self.env: dict[E.Var, object] = {}
         self.consts: list[str] = []
         self.uses_reduction = False
-        self.epilogues: dict = {}  # convolution -> its `ConvEpilogue` (the library applies)
-        self.absorbed: dict[E.Var, E.Var] = {}  # a binding the epilogue applies -> the conv
 
     def build(self) -> tuple[str, str, str]:
         body = self.func.body
@@ -323,8 +318,6 @@ class _KernelLowering:
                 fields[p].append(t)
         if self.style == "dps":
             self._output_symbols(body.body)
-        self.epilogues = conv_epilogues(list(body.bindings), body.body)
-        self.absorbed = {v: c for c, e in self.epilogues.items() for v in e.absorbed}
         for b in body.bindings:
             self.env[b.var] = self._binding(b)
         results = self._results(body.body)
@@ -413,8 +406,6 @@ class _KernelLowering:
 
     def _binding(self, b: E.VarBinding) -> object:
         value = b.value
-        if b.var in self.absorbed:  # applied by the convolution's library call
-            return self.env[self.absorbed[b.var]]
         if not isinstance(value, E.Call):
             return self._arg(value)
         op = value.callee
@@ -428,17 +419,13 @@ class _KernelLowering:
         ty = b.var.type or infer_type(value)
         args = [self._arg(a) for a in value.args]
         self.kb.op = op.name
-        attrs = dict(value.attrs)
-        if b.var in self.epilogues:  # (the bias's tensor or None, the activation's index)
-            e = self.epilogues[b.var]
-            attrs["epilogue"] = (None if e.bias is None else self._arg(e.bias), e.act)
         if isinstance(ty, TupleType):
-            pieces = fn(self.kb, attrs, args, _tensor_type(ty.fields[0], "").dtype)
+            pieces = fn(self.kb, dict(value.attrs), args, _tensor_type(ty.fields[0], "").dtype)
             for t, f in zip(pieces, ty.fields):
                 self._check_rank(t, _tensor_type(f, f"result of {op.name}"), op.name)
             return pieces
         tt = _tensor_type(ty, f"result of {op.name}")
-        t = fn(self.kb, attrs, args, tt.dtype)
+        t = fn(self.kb, dict(value.attrs), args, tt.dtype)
         self._check_rank(t, tt, op.name)
         return t
 

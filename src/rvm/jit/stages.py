@@ -6,10 +6,9 @@ is not reachable), one call per batch matrix, writing straight into the stage's 
 lowering points that array at the kernel's output when the epilogue (bias, activation) can
 run in place, so the epilogue is one pass over the output in the same kernel. Float
 convolutions call `rvm.kernels.conv.conv2d` (1x1 GEMMs, depthwise loops or im2col),
-compiled once for all kernels rather than into each: a kernel only checks shapes and makes the
-call; a float32 convolution's bias and activation (``attrs["epilogue"]``, found by
-`rvm.jit.conv_epilogue`) go with it, applied by the library on its pool. Integer matmul and
-convolution are reduce loops inlined into their consumer.
+compiled once for all kernels rather than into each: a kernel only checks shapes, makes the
+call and runs its epilogue. Integer matmul and convolution are reduce loops inlined
+into their consumer.
 """
 
 from __future__ import annotations
@@ -193,7 +192,7 @@ def _conv(nsp: int):
             ov = t.array
             if nsp == 1:
                 ov = array_view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
-            _emit_conv(kb, xv, wv, ov, groups, g2, out, _epilogue(kb, attrs))
+            _emit_conv(kb, xv, wv, ov, groups, g2, out)
 
         t.fill = fill
         return t
@@ -201,24 +200,13 @@ def _conv(nsp: int):
     return lower
 
 
-def _epilogue(kb: KernelBuilder, attrs: dict) -> tuple[tuple[str, ...], int]:
-    """The library's epilogue operands from ``attrs["epilogue"]`` (`rvm.jit.conv_epilogue`):
-    the bias viewed (1, o, 1, 1), none or alone in a tuple, and the activation's index."""
-    bias, act = attrs.get("epilogue", (None, 0))
-    if bias is None:
-        return (), act
-    view = array_view(kb, kb.materialize(bias), bias.dims, ("1", bias.dims[-3], "1", "1"))
-    return (view,), act
-
-
-def _emit_conv(kb, x, w, out, groups, geo, dtype: str, epilogue) -> None:
-    """A call of the convolution library (`rvm.kernels.conv`) on 4-d views of ``dtype``,
-    with ``epilogue`` (`_epilogue`: float32 with BLAS only)."""
+def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
+    """A call of the convolution library (`rvm.kernels.conv`) on 4-d views of
+    ``dtype``."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
-    bias, act = epilogue
     if cblas.AVAILABLE:
-        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, act)
-        kb.call_entry("conv2d", (x, w, out, *bias), params, dtype)
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr)
+        kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
         call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
         kb.imports.add(("rvm.kernels.conv", "conv2d_dot", None))
@@ -300,9 +288,8 @@ def _conv_packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -
         flat = (wide[0], w.dims[2], w.dims[3], wide[1])
         w4 = array_view(kb, wv, w.dims, flat)
         (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
-        bias, act = _epilogue(kb, attrs)
-        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, w.dims[5], act)
-        kb.call_entry("conv2d_packed", (xv, w4, t.array, *bias), params, out)
+        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, w.dims[5])
+        kb.call_entry("conv2d_packed", (xv, w4, t.array), params, out)
 
     t.fill = fill
     return t

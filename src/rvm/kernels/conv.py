@@ -1,7 +1,7 @@
 """Float convolution for jit kernels, compiled once and called by every convolution kernel.
 
-A convolution kernel checks its operands' shapes and calls `conv2d` (or `conv2d_dot`) with the
-attributes and its epilogue (a bias per output channel, an activation); the convolution itself
+A convolution kernel checks its operands' shapes, calls `conv2d` (or `conv2d_dot`) with the
+attributes, and runs its epilogue (bias, activation) over the output; the convolution itself
 lives here, so it is compiled once per operand type and cached with this module's Numba
 cache, not compiled again into every kernel (it was most of a CNN's compile time):
 
@@ -31,12 +31,6 @@ never builds that one), each once, not nested in the others' code. A batch the p
 share evenly runs an image a piece (`by_images`): each image's method in one thread, one join
 for the batch instead of one per image (and per GEMM block), small images a core each.
 
-The float32 epilogue, ``out = act(out + bias)`` (``bias`` one value an output channel, ``act``
-an index of `rvm.kernels.reference.packed.ACTIVATIONS`), runs in each method's pieces on
-what each piece just stored, while it is in cache and on the pool's threads
-(`rvm.kernels.epilogue.channels`): a serial pass over the whole output after the call took
-vgg19 about 2 ms on one of two cores.
-
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
 oh, ow); ``pt``, ``pl``, ``pb``, ``pr`` are the top, left, bottom and right padding. Both
 entry points check that channels, groups, batch and output size agree with the geometry before
@@ -56,7 +50,6 @@ from rvm.kernels.blas import blas_threads
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.cpu import cpu
 from rvm.kernels.depthwise import depthwise
-from rvm.kernels.epilogue import channels, fits
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 from rvm.kernels.segments import gemm_segments
@@ -130,11 +123,10 @@ def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-
 def _im2col(product):  # type: ignore[no-untyped-def]
     """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes: the
     input of each (image, group) is split into its zero-padded stride phases once, so every
-    tap of every output row is a unit-stride run of them (`rvm.kernels.planes`); each block's
-    epilogue (``bias`` an address, 0: none; ``act``) follows its product."""
+    tap of every output row is a unit-stride run of them (`rvm.kernels.planes`)."""
 
     @jit(**_OPTS)
-    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]
+    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
         oh, ow = out.shape[2], out.shape[3]
@@ -142,9 +134,6 @@ def _im2col(product):  # type: ignore[no-untyped-def]
             return
         if cg * kh * kw == 0:
             out[...] = 0
-            for n_ in range(n):
-                at = parfor.address(out) + 4 * n_ * o * oh * ow
-                channels(at, oh * ow, o, oh * ow, bias, 0, act)
             return
         K = cg * kh * kw
         P = oh * ow
@@ -168,8 +157,6 @@ def _im2col(product):  # type: ignore[no-untyped-def]
                     p1 = min(p0 + rows, oh)
                     _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1)
                     product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow)
-                    at = parfor.address(y) + 4 * ((n_ * o + g_ * og) * P + p0 * ow)
-                    channels(at, P, og, (p1 - p0) * ow, bias, g_ * og, act)
 
     return conv
 
@@ -195,7 +182,7 @@ conv2d_dot_unchecked = _im2col(_dot_product)
 
 
 @jit(**_OPTS)
-def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]
+def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
     that tap's run in them (a table of where each starts), one segment per output row
@@ -219,25 +206,23 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl, bias, act):  # type: i
         for g_ in range(groups):
             _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
             at_out = (n_ * o + g_ * og) * P
-            at_bias = bias + 4 * g_ * og if bias != 0 else 0
             gemm_segments(wf, g_ * og * K, K, ph, 0, table, of, at_out, P, og, K, oh, ow, wq, ow,
-                          1, 1, 0, 0, 0, at_bias, act)  # fmt: skip
+                          1, 1, 0, 0, 0)  # fmt: skip
 
 
-def _pointwise(x, w, out, groups, bias, act):  # type: ignore[no-untyped-def]
+def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
     """A 1x1, stride-1, unpadded convolution: for float32 one batched GEMM
-    (`_pointwise_batched`, with the epilogue), else one GEMM per (image, group) straight from
-    the input to the output, (og, cg) weight rows times the group's (cg, h * w) input rows
-    (no epilogue: float32 only). Jitted code only."""
+    (`_pointwise_batched`), else one GEMM per (image, group) straight from the input to the
+    output, (og, cg) weight rows times the group's (cg, h * w) input rows. Jitted code only."""
     raise NotImplementedError("_pointwise is for jitted code")
 
 
 @overload(_pointwise, jit_options=_OPTS)
-def _pointwise_impl(x, w, out, groups, bias, act):  # type: ignore[no-untyped-def]
+def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
     if isinstance(x, nt.Array) and x.dtype == nt.float32:
-        return lambda x, w, out, groups, bias, act: _pointwise_batched(x, w, out, groups, bias, act)
+        return lambda x, w, out, groups: _pointwise_batched(x, w, out, groups)
 
-    def by_blas(x, w, out, groups, bias, act):  # type: ignore[no-untyped-def]
+    def by_blas(x, w, out, groups):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg = w.shape[0], w.shape[1]
         og, P = o // groups, ih * iw
@@ -250,7 +235,7 @@ def _pointwise_impl(x, w, out, groups, bias, act):  # type: ignore[no-untyped-de
 
 
 @jit(**_OPTS)
-def _pointwise_batched(x, w, out, groups, bias, act):  # type: ignore[no-untyped-def]
+def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
     """`_pointwise` for float32 as one batched GEMM over the (image, group) pairs, whose
     pieces the pool takes pair by pair when each product is small (shufflenet's groups)."""
     n, _, ih, iw = x.shape
@@ -259,11 +244,11 @@ def _pointwise_batched(x, w, out, groups, bias, act):  # type: ignore[no-untyped
     none = np.empty(0, dtype=np.int64)
     wf, xf, of = w.reshape(w.size), x.reshape(x.size), out.reshape(out.size)
     gemm_segments(wf, 0, cg, xf, P, none, of, 0, P, og, cg, 1, P, 0, 0, n * groups, groups,
-                  og * cg, cg * P, og * P, bias, act)  # fmt: skip
+                  og * cg, cg * P, og * P)  # fmt: skip
 
 
 @jit(**_OPTS)
-def _strided_pointwise(x, w, out, groups, sh, sw, bias, act):  # type: ignore[no-untyped-def]
+def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
     """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
     every sw-th column), then one GEMM per (image, group) as `_pointwise`."""
     n, c, ih, iw = x.shape
@@ -280,15 +265,14 @@ def _strided_pointwise(x, w, out, groups, sh, sw, bias, act):  # type: ignore[no
                 step = U(sw)
                 for q_ in range(U(ow)):
                     sf[dst + q_] = xf[src + q_ * step]
-    _pointwise(xs, w, out, groups, bias, act)
+    _pointwise(xs, w, out, groups)
 
 
 # -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
 
-# A method's job (int64): its length (24), x, w, out, the dims of x (4), of w (4), of out's
-# plane (2), groups, sh, sw, dh, dw, pt, pl, the method (`method`; read by `_images_task`), the
-# epilogue: the bias's address (0: none) and the activation.
-_JOB = 24
+# A method's job (int64): its length (22), x, w, out, the dims of x (4), of w (4), of out's
+# plane (2), groups, sh, sw, dh, dw, pt, pl, the method (`method`; read by `_images_task`).
+_JOB = 22
 
 
 @jit(**_OPTS)
@@ -303,35 +287,32 @@ def _operands(data, like):  # type: ignore[no-untyped-def]
 
 def _pointwise_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _pointwise(x, w, out, job[14], job[22], job[23])
+    _pointwise(x, w, out, job[14])
 
 
 def _strided_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _strided_pointwise(x, w, out, job[14], job[15], job[16], job[22], job[23])
+    _strided_pointwise(x, w, out, job[14], job[15], job[16])
 
 
 def _depthwise_method_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20], job[22], job[23])
+    depthwise(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
 
 
 def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _taps_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20], job[22],
-               job[23])  # fmt: skip
+    _taps_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
 
 
 def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    direct.conv2d_oihw(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20], job[22],
-                       job[23])  # fmt: skip
+    direct.conv2d_oihw(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
 
 
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20],
-                 job[22], job[23])  # fmt: skip
+    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
 
 
 def _images_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -409,29 +390,24 @@ def first_run_tasks(
 
 
 @jit(**_OPTS)
-def _conv2d_blas(x, w, out, bias, act, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`) or the
-    epilogue with the output (`rvm.kernels.epilogue.fits`).
+def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
+    """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
 
     The method by shape (`method`), each a task of its own built when first run (a model
     builds the methods its convolutions take).
     """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         return False
-    f32 = sgemm.applies(x)
-    if not fits(bias.size, act, out.shape[1]) or not (f32 or bias.size == 0 and act == 0):
-        return False  # an epilogue is float32's (`rvm.kernels.epilogue`)
     n, o, oh, ow = out.shape
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     if n * o * oh * ow == 0:
         return True
     job = np.array((_JOB, parfor.address(x), parfor.address(w), parfor.address(out),
                     n, x.shape[1], x.shape[2], x.shape[3], o, cg, kh, kw, oh, ow,
-                    groups, sh, sw, dh, dw, pt, pl, 0,
-                    parfor.address(bias) if bias.size else 0, act), dtype=np.int64)  # fmt: skip
+                    groups, sh, sw, dh, dw, pt, pl, 0), dtype=np.int64)  # fmt: skip
     unpadded = pt == 0 and pl == 0 and pb == 0 and pr == 0
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
-    how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32)
+    how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
     job[21] = how
     if by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads()):
         _run_images(x, n, job)
@@ -489,38 +465,29 @@ def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type:
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------
 
 
-def _entry(a, b, c, e, dims, params):  # type: ignore[no-untyped-def]
-    """`_conv2d_blas` on x (a), w (b), out (c), the bias (e: its o values, or none) and the
-    activation (the last param): 0 done, 1 the shapes disagree."""
-    d, p = nb.carray(dims, 16), nb.carray(params, 10)
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+    """`_conv2d_blas` on x (a), w (b), out (c): 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 12), nb.carray(params, 9)
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
     w = nb.carray(b, (d[4], d[5], d[6], d[7]))
     out = nb.carray(c, (d[8], d[9], d[10], d[11]))
-    bias = nb.carray(e, (d[12] * d[13] * d[14] * d[15],))
-    ok = _conv2d_blas(x, w, out, bias, p[9], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
+    ok = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
     return 0 if ok else 1
 
 
 entry.export("conv2d", _entry)
-# What kernels call (`rvm.kernels.entry.caller`): ``entry_call((x, w, out[, bias]), (groups, sh,
-# sw, dh, dw, pt, pl, pb, pr, act))``, 0 done.
-entry_call = entry.caller("conv2d", 10)
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+entry_call = entry.caller("conv2d", 9)
 
 
 # For Python callers (kernels call `entry_call`). Not cached: compiling it types the call, which
 # registers the entry point (`entry.require`); cached object code would be linked without it.
 @nb.njit(nogil=True)
-def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, bias=None, act=0):  # type: ignore[no-untyped-def]  # noqa: E501
-    """``out`` = ``act(conv(x, w) + bias)``, the convolution of ``x`` by ``w`` (see the module
-    docstring), ``bias`` one value an output channel (4-d, (1, o, 1, 1)) or None, ``act`` an
-    index of `ACTIVATIONS`."""
+def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
+    """``out`` = the convolution of ``x`` by ``w`` (see the module docstring), by BLAS."""
     i = np.int64
-    params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr), i(act))
-    if bias is None:
-        status = entry_call((x, w, out), params)
-    else:
-        status = entry_call((x, w, out, bias), params)
-    if status != 0:
+    params = (i(groups), i(sh), i(sw), i(dh), i(dw), i(pt), i(pl), i(pb), i(pr))
+    if entry_call((x, w, out), params) != 0:
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
 
 
@@ -529,4 +496,4 @@ def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: igno
     """`conv2d` by im2col and ``np.dot`` (where NumPy's BLAS is not reachable)."""
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
-    conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl, 0, 0)
+    conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl)

@@ -1,9 +1,7 @@
 """Depthwise convolutions (one input channel per group, any channel multiplier) for
 `rvm.kernels.conv`'s depthwise method: each input plane copied once into a zero-padded plane
 split into its stride phases (`rvm.kernels.planes`), then the taps' weighted windows added as
-long runs, three taps per pass; input planes in chunks on the pool when large. Each output
-plane's float32 epilogue (``bias`` an address, 0: none; ``act``: `rvm.kernels.epilogue.channels`)
-follows it.
+long runs, three taps per pass; input planes in chunks on the pool when large.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from rvm.kernels import parfor
-from rvm.kernels.epilogue import channels
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
@@ -21,7 +18,7 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 @jit(**_OPTS)
-def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """Input planes ``lo`` to ``hi`` (flat n * c index) of a convolution with one input
     channel per group (depthwise, any channel multiplier): each plane is copied into a
     zero-padded plane split into its stride phases, then the taps add their weighted windows
@@ -42,12 +39,10 @@ def _depthwise_range(x, w, out, lo, hi, sh, sw, dh, dw, pt, pl, bias, act):  # t
         for oc in range(ch * m, ch * m + m):
             _weighted_taps(flat, starts, wf, oc * kh * kw, acc, run)
             _copy_rows(acc, wq, of, (n_ * o + oc) * oh * ow, oh, ow)
-            at = parfor.address(of) + 4 * (n_ * o + oc) * oh * ow
-            channels(at, oh * ow, 1, oh * ow, bias, oc, act)
 
 
-# A depthwise job (int64): its length (22), x, w, out, n, c, ih, iw, o, kh, kw, oh, ow, sh, sw,
-# dh, dw, pt, pl, chunks, the bias's address, the activation.
+# A depthwise job (int64): its length (20), x, w, out, n, c, ih, iw, o, kh, kw, oh, ow, sh, sw,
+# dh, dw, pt, pl, chunks.
 
 
 def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -60,8 +55,7 @@ def _depthwise_task(k, like, data):  # type: ignore[no-untyped-def]
     out = parfor.array_at(job[3], (n, o, oh, ow), like)
     chunks = job[19]
     lo, hi = k * n * c // chunks, (k + 1) * n * c // chunks
-    _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18],
-                     job[20], job[21])  # fmt: skip
+    _depthwise_range(x, w, out, lo, hi, job[13], job[14], job[15], job[16], job[17], job[18])
 
 
 # Built when a depthwise convolution first splits (`rvm.kernels.parfor`); its name is the
@@ -71,19 +65,17 @@ _run_depthwise = parfor.runner("conv2d")
 
 
 @jit(**_OPTS)
-def depthwise(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]
-    """`_depthwise_range` over every input plane, in chunks of planes on the pool when large,
-    with the epilogue (``bias`` an address, 0: none; ``act``)."""
+def depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """`_depthwise_range` over every input plane, in chunks of planes on the pool when large."""
     n, c, ih, iw = x.shape
     o, _, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
     chunks = min(parfor.threads(), n * c)
     if chunks < 2 or n * o * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
-        _depthwise_range(x, w, out, 0, n * c, sh, sw, dh, dw, pt, pl, bias, act)
+        _depthwise_range(x, w, out, 0, n * c, sh, sw, dh, dw, pt, pl)
         return
-    job = np.array((22, parfor.address(x), parfor.address(w), parfor.address(out), n, c, ih, iw,
-                    o, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, chunks, bias, act),
-                   dtype=np.int64)  # fmt: skip
+    job = np.array((20, parfor.address(x), parfor.address(w), parfor.address(out), n, c, ih, iw,
+                    o, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, chunks), dtype=np.int64)  # fmt: skip
     _run_depthwise(x, chunks, job)
 
 

@@ -30,9 +30,6 @@ convolutions do:
   copy for every tile the method lost a third of its speed on squeezenet's 16-channel
   layers;
 
-A piece's float32 epilogue (``act(out + bias)``: `rvm.kernels.epilogue.channels`) runs on its
-panel's channels every `EPILOGUE_BYTES` of output it stores, while they are in L2.
-
 Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
 in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large; a
 batch the threads share evenly an image a piece instead (`images_pay`), each image's NHWC plane
@@ -53,7 +50,6 @@ from rvm.kernels import entry, nhwc, parfor
 from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
 from rvm.kernels.direct_tile import MR, NB, micro
-from rvm.kernels.epilogue import channels, fits
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES, VECTORS
 
@@ -78,9 +74,6 @@ L3 = cpu().l3
 # last piece to run alone is at most an eighth of a thread's share (o = 512 in panels of 48 was
 # 11 pieces for 2 threads: 6 against 5).
 PIECES_PER_THREAD = 8
-# Output bytes a piece stores between two runs of its epilogue: half of one core's L2, so
-# they are still there.
-EPILOGUE_BYTES = cpu().l2 // 2
 
 
 @jit(**_OPTS)
@@ -208,7 +201,7 @@ _panel_width = jit(**_OPTS)(panel_width)
 
 
 @jit(**_OPTS)
-def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]
+def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`conv2d_packed` of an OIHW weight ``w``, packed here, at the call (where that copy
     is small against the work: `rvm.kernels.conv.channels_pay`)."""
     o, cg, kh, kw = w.shape
@@ -217,7 +210,7 @@ def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[n
     panels = (o // groups + panel - 1) // panel
     packed = np.empty((groups, panels, kh, kw, cg, panel), dtype=w.dtype)
     pack_into(w, groups, packed)
-    conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl, bias, act)
+    conv2d_packed(x, packed, out, sh, sw, dh, dw, pt, pl)
 
 
 def unpack(w: np.ndarray, channels: int) -> np.ndarray:
@@ -246,9 +239,6 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     at_b = w + 4 * (g * panels + panel) * ntaps * cg * nb
     pb, pt_, of_at = parfor.address(bases), parfor.address(tmp), parfor.address(of)
     out_at = (n_ * o + g * og + j0) * p_all
-    bias, act = job[_BIAS], job[_ACT]
-    stretch = max(1, EPILOGUE_BYTES // (4 * MR * width))  # bands between two epilogues
-    done = b_lo  # the bands before it have had their epilogue
     for band in range(b_lo, b_hi):
         p0 = band * MR
         rows = min(MR, p_all - p0)
@@ -267,11 +257,6 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
                 micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
                        0)  # fmt: skip
                 _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
-        if band + 1 == b_hi or band + 1 - done == stretch:
-            p_lo, p_hi = done * MR, min((band + 1) * MR, p_all)
-            at = of_at + 4 * (out_at + p_lo)
-            channels(at, p_all, width, p_hi - p_lo, bias, g * og + j0, act)
-            done = band + 1
 
 
 @jit(**_OPTS)
@@ -287,11 +272,9 @@ def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-
 # An image's job (int64): its length, the NHWC plane's and the weight's addresses, the phase
 # (0: bands of outputs, else the NHWC copy's rows in that many pieces), c, o, groups, taps,
 # ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's width, the
-# output's address and its size, the input's address, n, ih, iw, hp, pt, pl, the epilogue's
-# bias address (0: none) and activation; then each tap's offset in the plane (`micro`'s
-# ``taps``).
-_JOB_FIELDS = 28
-_BIAS, _ACT = 26, 27
+# output's address and its size, the input's address, n, ih, iw, hp, pt, pl; then each tap's
+# offset in the plane (`micro`'s ``taps``).
+_JOB_FIELDS = 26
 
 
 def _task(piece, like, data):  # type: ignore[no-untyped-def]
@@ -351,12 +334,11 @@ _call = parfor.caller("conv2d_direct")
 
 
 @jit(**_OPTS)
-def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]
-    """``out`` = ``act(conv(x, w) + bias)``, the convolution of ``x`` (n, c, ih, iw) by the
-    packed weight ``w`` (`pack`: (groups, panels, kh, kw, c / groups, panel)), float32,
-    C-contiguous; ``pt``, ``pl`` the top and left padding (the output's size gives the rest);
-    ``bias`` the address of one float an output channel (0: none), ``act`` an index of
-    `ACTIVATIONS`. The caller checks the shapes against the geometry."""
+def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    """``out`` = the convolution of ``x`` (n, c, ih, iw) by the packed weight ``w`` (`pack`:
+    (groups, panels, kh, kw, c / groups, panel)), float32, C-contiguous; ``pt``, ``pl`` the
+    top and left padding (the output's size gives the rest). The caller checks the shapes
+    against the geometry."""
     n, c = x.shape[0], x.shape[1]
     groups, kh, kw, nb = w.shape[0], w.shape[2], w.shape[3], w.shape[5]
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
@@ -365,8 +347,6 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore
         return
     if c == 0:  # no input channels: sums of nothing
         out[...] = 0
-        for n_ in range(n):
-            channels(parfor.address(out) + 4 * n_ * o * p_all, p_all, o, p_all, bias, 0, act)
         return
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
     panels = w.shape[1]
@@ -383,7 +363,7 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore
     job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                          groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
                          parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
-                         x.shape[3], hp, pt, pl, bias, act)  # fmt: skip
+                         x.shape[3], hp, pt, pl)  # fmt: skip
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
@@ -446,14 +426,10 @@ def agrees(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
     )
 
 
-def _entry(a, b, c, e, dims, params):  # type: ignore[no-untyped-def]
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
     """`conv2d_packed` on x (a), the packed weight viewed 4-d (b: groups * panels, kh, kw,
-    c / groups * panel), out (c), the bias (e: its o values, or none) and the activation (the
-    last param): 0 done, 1 the shapes disagree."""
-    d, p = nb.carray(dims, 16), nb.carray(params, 11)
-    bias = nb.carray(e, (d[12] * d[13] * d[14] * d[15],))
-    if not fits(bias.size, p[10], d[9]):
-        return 1
+    c / groups * panel) and out (c): 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 12), nb.carray(params, 10)
     groups, nb_ = p[0], p[9]
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
     out = nb.carray(c, (d[8], d[9], d[10], d[11]))
@@ -462,12 +438,10 @@ def _entry(a, b, c, e, dims, params):  # type: ignore[no-untyped-def]
     w = nb.carray(b, (groups, d[4] // groups, d[5], d[6], d[7] // nb_, nb_))
     if not agrees(x, w, out, groups, p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]):
         return 1
-    at_bias = parfor.address(bias) if bias.size else 0
-    conv2d_packed(x, w, out, p[1], p[2], p[3], p[4], p[5], p[6], at_bias, p[10])
+    conv2d_packed(x, w, out, p[1], p[2], p[3], p[4], p[5], p[6])
     return 0
 
 
 entry.export("conv2d_packed", _entry)
-# What kernels call (`rvm.kernels.entry.caller`): ``entry_call((x, w, out[, bias]), (groups, sh,
-# sw, dh, dw, pt, pl, pb, pr, panel, act))``, 0 done.
-entry_call = entry.caller("conv2d_packed", 11)
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+entry_call = entry.caller("conv2d_packed", 10)

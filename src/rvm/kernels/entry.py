@@ -15,8 +15,7 @@ symbol is registered before a cached kernel is linked; typing a call requires it
 
 Every float entry point has one C signature, so one caller serves them all: three data
 pointers (up to three 4-d arrays of the dtype; null past the last), their dims (an int64 array
-of 12), the integer parameters (an int64 array), and an int64 status back (0: done); the
-convolutions take a fourth array (`ARRAYS`: their epilogue's bias), four pointers, 16 dims. The
+of 12), the integer parameters (an int64 array), and an int64 status back (0: done). The
 quantized products' (`MIXED`) take arrays of several dtypes and ranks: a data pointer per
 array, typed by its dtype, then the dims of them all, the parameters and the status; their
 variant (the ``dtype`` below) names every array's dtype, joined by ``_`` (`variant`).
@@ -47,9 +46,6 @@ from rvm.progress import Progress
 
 MAX_ARRAYS = 3
 NDIMS = 4
-# The float entry points taking more than `MAX_ARRAYS` arrays, and how many: the convolutions'
-# fourth is their epilogue's bias (`rvm.kernels.conv`), empty for none.
-ARRAYS = {"conv2d": 4, "conv2d_packed": 4}
 
 # The library's entry points and the modules exporting them (imported by `require`).
 MODULES = {
@@ -136,18 +132,13 @@ def _build(name: str, dtype: str, body: Callable[..., int]) -> None:
     with global_compiler_lock:
         if (name, dtype) in _compiled:
             return
-        dtypes = dtype.split("_") if name in MIXED else [dtype] * arrays_of(name)
+        dtypes = dtype.split("_") if name in MIXED else [dtype] * MAX_ARRAYS
         ptrs = [nt.CPointer(nb.from_dtype(np.dtype(d))) for d in dtypes]
         sig = nt.int64(*ptrs, nt.CPointer(nt.int64), nt.CPointer(nt.int64))
         with Progress(f"building rvm's library: {name} ({dtype})"):  # seconds, once per machine
             cfunc = nb.cfunc(sig, cache=True, error_model="numpy", boundscheck=False)(body)
         llvm.add_symbol(symbol(name, dtype), cfunc.address)
         _compiled[name, dtype] = cfunc
-
-
-def arrays_of(name: str) -> int:
-    """How many 4-d arrays float entry point ``name`` takes (null pointers past the last)."""
-    return ARRAYS.get(name, MAX_ARRAYS)
 
 
 def require_line(name: str, dtype: str) -> str:
@@ -163,14 +154,14 @@ def required() -> list[tuple[str, str]]:
 
 def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
     """The intrinsic ``call(arrays, params) -> int64`` of entry point ``name``: ``arrays`` a
-    tuple of up to `arrays_of` C-contiguous 4-d arrays of one float dtype (of a `MIXED` one:
+    tuple of up to `MAX_ARRAYS` C-contiguous 4-d arrays of one float dtype (of a `MIXED` one:
     its C-contiguous arrays of their ranks), ``params`` a tuple of ``n_params`` integers (each
     passed as int64)."""
-    ranks, count = MIXED.get(name), arrays_of(name)
+    ranks = MIXED.get(name)
 
     @intrinsic
     def call(typingctx, arrays, params):  # type: ignore[no-untyped-def]
-        if not (_mixed_ok(arrays, ranks) if ranks else _arrays_ok(arrays, count)):
+        if not (_mixed_ok(arrays, ranks) if ranks else _arrays_ok(arrays)):
             return None
         if not _params_ok(params, n_params):
             return None
@@ -187,8 +178,8 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
                 ptrs.append(arr.data)
                 dims += cgutils.unpack_tuple(builder, arr.shape, aty.ndim)
             if not ranks:
-                ptrs += [ir.Constant(ptrs[0].type, None)] * (count - len(ptrs))
-                dims += [i64(0)] * (count * NDIMS - len(dims))
+                ptrs += [ir.Constant(ptrs[0].type, None)] * (MAX_ARRAYS - len(ptrs))
+                dims += [i64(0)] * (MAX_ARRAYS * NDIMS - len(dims))
             pvals = [
                 context.cast(builder, v, t, nt.int64)
                 for v, t in zip(cgutils.unpack_tuple(builder, args[1], n_params), params.types)
@@ -211,8 +202,8 @@ def _params_ok(params: nt.Type, n_params: int) -> bool:
     return all(isinstance(t, (nt.Integer, nt.IntegerLiteral)) for t in params.types)
 
 
-def _arrays_ok(arrays: nt.Type, count: int) -> bool:
-    if not isinstance(arrays, nt.BaseTuple) or not 1 <= len(arrays) <= count:
+def _arrays_ok(arrays: nt.Type) -> bool:
+    if not isinstance(arrays, nt.BaseTuple) or not 1 <= len(arrays) <= MAX_ARRAYS:
         return False
     types = list(arrays.types)
     if not all(isinstance(t, nt.Array) and t.ndim == NDIMS and t.layout == "C" for t in types):

@@ -6,9 +6,7 @@ address of ``cols`` floats, 0: none; ``act`` an index of
 `rvm.kernels.reference.packed.ACTIVATIONS`; ``res`` R's tile, row stride ``ldc``, 0: none),
 `LANES` lanes a step, the row's last under a lane mask. `tile_rows(c, ldc, rows, cols, bias,
 act, res)` is a convolution's: ``C = act(C + bias + R)`` with one bias value a row (an output
-channel) and R (0: none) a residual laid out as C; `channels` applies it to a piece of a
-float32 convolution's NCHW output as the piece is done (`rvm.kernels.conv`,
-`rvm.kernels.direct`, `rvm.kernels.segments`, `rvm.kernels.depthwise`).
+channel) and R (0: none) a residual laid out as C.
 
 Why in LLVM IR: the same epilogue written as Numba loops (once `rvm.kernels.packed`'s),
 called on each 8 x 48 tile from within the bf16 GEMM's walk, vectorizes its bias and ReLU but
@@ -29,20 +27,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import mathlib as m
-from rvm.kernels import parfor
-from rvm.kernels.jitting import jit
-from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import LANES  # float32 lanes of the CPU's vectors
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["VectorMath", "channels", "fits", "tile", "tile_rows"]
+__all__ = ["VectorMath", "tile", "tile_rows"]
 
 I64, F32 = ir.IntType(64), ir.FloatType()
 
@@ -247,42 +241,3 @@ def tile_rows(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-_KINDS = len(ACTIVATIONS)
-
-
-@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-def fits(size, act, o):  # type: ignore[no-untyped-def]
-    """Whether a convolution's epilogue of a bias of ``size`` values (0: none) and activation
-    ``act`` fits ``o`` output channels (an entry point's check before touching memory)."""
-    return (size == 0 or size == o) and 0 <= act < _KINDS
-
-
-def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
-    """`channels`' work: `tile_rows` on the job's (c, ldc, rows, cols, bias, act)."""
-    job = parfor.job(data)
-    tile_rows(job[1], job[2], job[3], job[4], job[5], job[6], 0)  # no residual
-
-
-# A task of its own, built once when a convolution first has an epilogue: inlined into each
-# method's pieces, its four loops (the GELUs' polynomials) added 2-3 CPU-s to a first run.
-FIRST_RUN_TASKS = ("conv2d_epilogue",)
-"""The library task a convolution's epilogue runs: what its first run builds, worth building
-beforehand (`rvm.jit.first_run`)."""
-parfor.export_task(FIRST_RUN_TASKS[0], _channels_task)
-_call_channels = parfor.caller(FIRST_RUN_TASKS[0])
-
-
-@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-def channels(c, ldc, rows, cols, bias, k0, act):  # type: ignore[no-untyped-def]
-    """`tile_rows` on ``rows`` output channels of a float32 convolution from channel ``k0``:
-    ``c`` the address of channel ``k0``'s first position of the piece, ``ldc`` floats a channel,
-    ``cols`` positions; ``bias`` the address of the whole bias (0: none), ``act`` an index of
-    `ACTIVATIONS`. Nothing without bias or activation. In the calling thread, by the task
-    ``conv2d_epilogue`` (`rvm.kernels.parfor.caller`)."""
-    if (bias == 0 and act == 0) or rows <= 0 or cols <= 0:
-        return
-    at_bias = bias + 4 * k0 if bias != 0 else 0
-    job = np.array((7, c, ldc, rows, cols, at_bias, act), dtype=np.int64)
-    _call_channels(np.empty(0, np.float32), 0, job)

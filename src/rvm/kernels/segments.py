@@ -19,7 +19,6 @@ import numpy as np
 from rvm.kernels import parfor, sgemm
 from rvm.kernels.blas import SPLIT_MIN_MNK, split_parts, window_fits
 from rvm.kernels.cblas import address, require_operands
-from rvm.kernels.epilogue import channels
 from rvm.kernels.jitting import jit
 
 __all__ = ["gemm_segments"]
@@ -29,12 +28,10 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
 # through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
-# pieces along the segments and per batch; the epilogue: the bias's address (0: none), the
-# activation.
+# pieces along the segments and per batch.
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
- _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH, _BIAS,
- _ACT) = range(1, 25)  # fmt: skip
-_SEGMENTS_JOB = 25
+ _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH) = range(1, 23)  # fmt: skip
+_SEGMENTS_JOB = 23
 
 
 @jit(**_OPTS, inline="always")
@@ -50,14 +47,6 @@ def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
     sgemm.sgemm_segments(at_a, lda, at_b, job[_LDB], job[_TABLE], at_c, ldc, rows, job[_K], runs,
                          job[_WIDTH], b_step, c_step, False)  # fmt: skip
-    # the epilogue on the piece just stored, C's rows its output channels, run by run unless
-    # the runs are one (an output row after another)
-    k0, width = (batch % job[_GROUPS]) * job[_M] + m0, job[_WIDTH]
-    if c_step == width:
-        channels(at_c, ldc, rows, runs * width, job[_BIAS], k0, job[_ACT])
-    else:
-        for s in range(runs):
-            channels(at_c + 4 * s * c_step, ldc, rows, width, job[_BIAS], k0, job[_ACT])
 
 
 def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -85,16 +74,14 @@ def _rows_fit(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
-                  batches, groups, a_group, b_batch, c_batch, bias, act):  # type: ignore[no-untyped-def]  # fmt: skip
+                  batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
     each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
     ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
     ``s * b_step`` elements on, of C ``s * c_step``. Batch ``i`` takes A ``(i % groups) *
     a_group`` elements on, B ``i * b_batch``, C ``i * c_batch``: the (image, group) pairs of a
     grouped convolution. A convolution reads its taps in place through the table, one segment
-    per output row. Each piece then runs a convolution's epilogue on what it stored
-    (`rvm.kernels.epilogue.channels`): ``C = act(C + bias)``, ``bias`` the address of one
-    float per row of A's groups (``groups * m``; 0: none), ``act`` an index of `ACTIVATIONS`.
+    per output row.
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few. Checks every window first; float32
@@ -135,7 +122,6 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_BBATCH], job[_CBATCH] = b_batch, c_batch
     job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
     job[_PER_BATCH] = m_parts * s_parts
-    job[_BIAS], job[_ACT] = bias, act
     pieces = batches * m_parts * s_parts
     if pieces == 1 or parts == 1:
         for p in range(pieces):
