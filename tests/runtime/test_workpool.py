@@ -273,16 +273,6 @@ def test_a_vm_call_wakes_the_pool_first(monkeypatch) -> None:
         assert woken, mode
 
 
-def test_a_vm_made_before_the_pool_loaded_finds_it_at_its_first_call() -> None:
-    """A VM made while no jit code had loaded the pool (kernels built later, in the
-    background) looks for it again as a call begins, rather than never waking it."""
-    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
-    vm = rvm.VirtualMachine(rvm.compile(rvm.script.parse(_RELU)), exec_mode="compiled")
-    vm.context.pool_wake = None  # as if made before the pool was loaded
-    np.testing.assert_array_equal(vm["main"](x), np.maximum(x, 0))
-    assert vm.context.pool_wake is workpool.wake
-
-
 _RELU = """
 @module
 class Relu:

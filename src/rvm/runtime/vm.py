@@ -304,8 +304,6 @@ class VirtualMachine:
         if took is None:
             raise self._busy_error()
         wake = self.context.pool_wake
-        if wake is None:  # jit code may load the pool after this VM was made (deferred kernels)
-            wake = self.context.pool_wake = pool_wake()
         if wake is not None:
             wake()  # helpers asleep after a quiet spell wake during the call's first steps
         try:
