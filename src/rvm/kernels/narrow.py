@@ -1,11 +1,11 @@
-"""Pools of narrow maps: each output row from its window rows loaded whole, a vector each.
+"""Pools of narrow maps: each output row from its window rows loaded whole, as vectors.
 
 Max and average pools with windows of at most 3 x 3 taps (2 or 3 columns), 1 or 2 apart
-along rows, on maps whose needed columns fit in one vector of the CPU or two (`takes`; float32
-on AVX-512: 13 x 13 and 14 x 14 maps in one, 27 x 27 and 28 x 28 in two) take this method
-(`rvm.kernels.pool`'s tasks ``pool2d_max_narrow`` and ``pool2d_avg_narrow``): shufflenet's,
-alexnet's and inception's 3x3 pools 2 apart on 12 x 12 to 28 x 28 maps, squeezenet's on
-27 x 27, vgg's and zfnet's 2x2 ones on 12 x 12 and 14 x 14.
+along rows, on maps whose needed columns fit in one, two or four vectors of the CPU (`takes`;
+float32 on AVX-512: 13 x 13 and 14 x 14 maps in one, 27 x 27 and 28 x 28 in two, up to 64
+columns in four) take this method (`rvm.kernels.pool`'s tasks ``pool2d_max_narrow`` and
+``pool2d_avg_narrow``): the CNNs' 3x3 pools 2 apart on 12 x 12 to 56 x 56 maps, vgg's and
+zfnet's 2x2 ones on 12 x 12 to 28 x 28.
 
 For each output row, its window rows are loaded as vectors from the row's padded column 0
 (column ``-pl``): the padding, a ceil-mode overhang and rows outside the channel are lanes
@@ -105,18 +105,28 @@ def _row(is_max: bool, vectors: int):  # type: ignore[no-untyped-def]
     return intrinsic(row)
 
 
-max_row, max_row2 = _row(True, 1), _row(True, 2)
-sum_row, sum_row2 = _row(False, 1), _row(False, 2)
+max_row, max_row2, max_row4 = _row(True, 1), _row(True, 2), _row(True, 4)
+sum_row, sum_row2, sum_row4 = _row(False, 1), _row(False, 2), _row(False, 4)
+
+
+@jit(**_OPTS)
+def _vectors(ow, sw, kw, size):  # type: ignore[no-untyped-def]
+    """How many CPU vectors (1, 2 or 4; more: 8) hold the columns ``ow`` outputs ``sw``
+    apart read, ``kw`` each, of elements of ``size`` bytes."""
+    bits = ((ow - 1) * sw + kw) * size * 8
+    return 1 if bits <= _BITS else 2 if bits <= 2 * _BITS else 4 if bits <= 4 * _BITS else 8
 
 
 @jit(**_OPTS)
 def takes(kh, kw, sh, sw, dh, dw, ow, size):  # type: ignore[no-untyped-def]
     """Whether `by_narrow` takes a pool of this window, these strides and dilations, ``ow``
     outputs a row, of elements of ``size`` bytes: at most 3 x 3 taps, 2 or 3 columns, 1 or 2
-    apart along rows, undilated, the columns the outputs read in two CPU vectors."""
-    need = (ow - 1) * sw + kw
-    fits = need * size * 8 <= 2 * _BITS
-    return kh <= 3 and 2 <= kw <= 3 and sw <= 2 and dh == 1 and dw == 1 and fits and sh >= 1
+    apart along rows, undilated, the columns the outputs read in four CPU vectors, two for 2
+    columns (on 56 x 56 maps the loads of whole rows cost 1.4 to 1.9 times
+    `rvm.kernels.tiles`' stream there, one core of a Zen 4)."""
+    most = 4 if kw == 3 else 2
+    window = kh <= 3 and 2 <= kw <= 3 and sw <= 2 and dh == 1 and dw == 1 and sh >= 1
+    return window and _vectors(ow, sw, kw, size) <= most
 
 
 @jit(**_OPTS, inline="always")
@@ -127,7 +137,7 @@ def by_narrow(x, out, lo, hi, scale, is_max, window):  # type: ignore[no-untyped
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow, size = x.shape[2], x.shape[3], out.shape[2], out.shape[3], x.itemsize
     like, row = x.reshape(x.size)[0], iw * size
-    one = ((ow - 1) * sw + kw) * size * 8 <= _BITS  # the needed columns in one vector
+    vectors = _vectors(ow, sw, kw, size)
     at_x, at_out, at_scale = x.ctypes.data, out.ctypes.data, scale.ctypes.data
     for c in range(lo, hi):
         base = at_x + c * ih * row
@@ -136,11 +146,15 @@ def by_narrow(x, out, lo, hi, scale, is_max, window):  # type: ignore[no-untyped
             t0, t1 = _taps_in(r0, ih, kh, dh)
             at, dst = base + r0 * row, at_out + (c * oh + p_) * ow * size
             s = at_scale + p_ * ow * 8
-            if is_max and one:
+            if is_max and vectors == 1:
                 max_row(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
-            elif is_max:
+            elif is_max and vectors == 2:
                 max_row2(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
-            elif one:
+            elif is_max:
+                max_row4(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+            elif vectors == 1:
                 sum_row(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
-            else:
+            elif vectors == 2:
                 sum_row2(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+            else:
+                sum_row4(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)

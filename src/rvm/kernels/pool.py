@@ -39,10 +39,11 @@ be (a strided read is not one):
   the padding taken by masks (`rvm.kernels.maxrows.Blocks`), no fix-up loop per row;
 - 2x2 windows 2 apart inside the input (vgg's, densenet's) as a stream, every element read
   once (`rvm.kernels.tiles`): a sixth to a third of the others' time;
-- windows 3 columns wide 2 apart, and max pools' 2 columns wide, on maps whose needed columns
-  fit in two vectors (13 x 13 to 28 x 28 for float32 on AVX-512), an output row from its
-  window rows loaded whole (`rvm.kernels.narrow`): 0.45 to 0.7 of the time of
-  `rvm.kernels.maxrows`, `avgrows` and `rvm.kernels.tiles` there.
+- windows 3 columns wide 2 apart on maps whose needed columns fit in four vectors (12 x 12 to
+  56 x 56 for float32 on AVX-512), and max pools' 2 columns wide in two, an output row from
+  its window rows loaded whole (`rvm.kernels.narrow`): 0.45 to 0.7 of the time of
+  `rvm.kernels.maxrows`, `avgrows` and `rvm.kernels.tiles` on 12 x 12 to 28 x 28 maps,
+  0.65 to 0.97 on 54 x 54 to 56 x 56.
 
 Max and average pools by each method are fifteen tasks of their own (`rvm.kernels.parfor`),
 each built when first run (a model builds the ones its pools take); large pools are split by
@@ -209,10 +210,11 @@ SEPARABLE, PHASED, DIRECT, FLAT, ROWS, TILES, STACKED, NARROW = 0, 1, 2, 3, 4, 5
 def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl, size):  # type: ignore[no-untyped-def]
     """The method of a pool of elements of ``size`` bytes: `rvm.kernels.narrow` for windows 2
     apart along rows, 3 columns wide or max pools' 2, on maps it `rvm.kernels.narrow.takes`
-    (0.45 to 0.7 of the others' time on 12 x 12 to 28 x 28 maps, one core of a Zen 4; 1 apart
-    it lost to the runs of `rvm.kernels.maxrows` on 6 x 6 to 14 x 14 maps, 2x2 averages to
-    `rvm.kernels.tiles`); `rvm.kernels.tiles` for 2x2 windows 2 apart inside the input (3
-    to 6 times faster than the others); `rvm.kernels.stacked` for windows 1 apart on maps
+    (0.45 to 0.7 of the others' time on 12 x 12 to 28 x 28 maps, 0.65 to 0.97 on 54 x 54 to
+    56 x 56, one core of a Zen 4; 1 apart it lost to the runs of `rvm.kernels.maxrows` on
+    6 x 6 to 14 x 14 maps, 2x2 averages to `rvm.kernels.tiles`); `rvm.kernels.tiles` for
+    2x2 windows 2 apart inside the input (3 to 6 times faster than the others);
+    `rvm.kernels.stacked` for windows 1 apart on maps
     narrower than `STACKED_WIDTH` (but 3x3 ones padded by one that keep the map's size),
     unless the output is much sparser than the input; by rows
     (`rvm.kernels.maxrows`, `avgrows`) for windows 3 columns wide that `takes`, averages 1
