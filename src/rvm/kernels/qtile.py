@@ -106,6 +106,19 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
             for _ in range(first, last)
         ]
+        with builder.if_then(builder.icmp_signed("!=", epi, i64(0))):
+            # Fused: the sums start from the rows' shifts (a row past ``rows``, row 0's).
+            record = builder.inttoptr(epi, i64.as_pointer())
+            shifts = builder.inttoptr(builder.load(record), i32.as_pointer())
+            for i in range(first, last):
+                inside = builder.icmp_signed("<", i64(i), rows)
+                r = builder.add(row, builder.select(inside, i64(i), i64(0)))
+                word = builder.load(builder.gep(shifts, [r]))
+                start = builder.shuffle_vector(
+                    builder.insert_element(undef, word, i32(0)), undef, splat
+                )
+                for j in range(vectors):
+                    builder.store(start, acc[i - first][j])
         with cgutils.for_range(builder, taps) as outer:
             with cgutils.for_range(builder, quads) as inner:
                 step(swapped, acc, outer.index, inner.index, a_rows[first:last])
@@ -141,8 +154,9 @@ EPILOGUE = 11
 
 
 def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first: int = 0) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
-    """Rows ``row + first + i`` (``first + i < rows``) of the tile's sums ``acc[i]`` requantized as
-    `rvm.kernels.qgemm._run` does (``rint((sum + shift) * scale) + zero``, clipped) and stored
+    """Rows ``row + first + i`` (``first + i < rows``) of the tile's sums ``acc[i]`` (started
+    from the rows' shifts) requantized as `rvm.kernels.qgemm._run` does (``rint((sum + shift)
+    * scale) + zero``, clipped) and stored
     as bytes, column ``col + l`` of a row (lane ``l`` of its vectors) at its position.
 
     The sums are scaled in float32 and rounded half to even as they convert back to int32
@@ -176,7 +190,6 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first:
     )
     record = builder.inttoptr(epi, i64.as_pointer())
     field = [builder.load(builder.gep(record, [i64(k)])) for k in range(EPILOGUE)]
-    shifts = builder.inttoptr(field[0], i32.as_pointer())
     scales = builder.inttoptr(field[1], f32.as_pointer())
     out = builder.inttoptr(field[2], i8.as_pointer())
     ldo, pitch, width, used = field[3:7]
@@ -189,16 +202,15 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first:
 
     zero = broadcast(builder.trunc(field[7], i16), words)
     low, high = (broadcast(builder.trunc(v, i8), bytes64) for v in field[8:10])
-    # The rounded int32 values, row by row (a row past ``rows`` repeats row 0's scale and
-    # shift, and is not stored).
+    # The rounded int32 values, row by row (a row past ``rows`` repeats row 0's scale,
+    # and is not stored).
     values, inside = [], []
     for i in range(len(acc)):
         inside.append(builder.icmp_signed("<", i64(first + i), rows))
         r = builder.add(row, builder.select(inside[i], i64(first + i), i64(0)))
-        shift = broadcast(builder.load(builder.gep(shifts, [r])), vec)
         scale = broadcast(builder.load(builder.gep(scales, [r])), fvec)
         for j in range(len(acc[i])):
-            q = builder.sitofp(builder.add(builder.load(acc[i][j]), shift), fvec)
+            q = builder.sitofp(builder.load(acc[i][j]), fvec)  # the shift is in the sums
             q = builder.fmul(q, scale)
             values.append(builder.call(cvt, [q, ir.Constant(vec, None), i16(-1), i32(8)]))
     # 4 vectors a register: piece ``p`` (16 bytes) of register ``g`` is vector ``4g + p``
