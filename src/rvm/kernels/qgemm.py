@@ -277,8 +277,9 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
     """The record (`EPILOGUE` int64 fields, then the rows' int32 shifts and float32 scales it
     points to) with which the micro-kernels requantize their tiles into ``out`` themselves,
     or an empty array when they cannot: no VNNI kernels, ``out``'s positions not contiguous
-    (a transposed output), or a sum or shift past the narrow path of `_run` (whose
-    arithmetic the epilogue repeats)."""
+    (a transposed output), a sum or shift past the narrow path of `_run` (whose
+    arithmetic the epilogue repeats), or a scale of 1/2 or more (the epilogue's scaled sums
+    stay within int32 below it)."""
     og = out.shape[0]
     if not VNNI or not narrow or out.strides[1] != 1 or og == 0:
         return np.empty(0, np.int64)
@@ -290,13 +291,17 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
         if abs(shift) >= 1 << 30:
             return np.empty(0, np.int64)
         words[at + o] = shift
-        floats[at + og + o] = np.float32(scale[0] if scale.size == 1 else scale[o0 + o])
+        f = np.float32(scale[0] if scale.size == 1 else scale[o0 + o])
+        if not abs(f) < 0.5:
+            return np.empty(0, np.int64)
+        floats[at + og + o] = f
     record = words.view(np.int64)
     record[0] = words.ctypes.data + 4 * at
     record[1] = words.ctypes.data + 4 * (at + og)
     record[2], record[3] = out.ctypes.data, out.strides[0]
     record[4], record[5], record[6] = pitch, width, used
     record[7], record[8], record[9] = y_zero, low, high
+    record[10] = 1 if _shift(out) else 0
     return record
 
 

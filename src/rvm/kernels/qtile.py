@@ -106,6 +106,19 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
             for _ in range(first, last)
         ]
+        with builder.if_then(builder.icmp_signed("!=", epi, i64(0))):
+            # Fused: the sums start from the rows' shifts (a row past ``rows``, row 0's).
+            record = builder.inttoptr(epi, i64.as_pointer())
+            shifts = builder.inttoptr(builder.load(record), i32.as_pointer())
+            for i in range(first, last):
+                inside = builder.icmp_signed("<", i64(i), rows)
+                r = builder.add(row, builder.select(inside, i64(i), i64(0)))
+                word = builder.load(builder.gep(shifts, [r]))
+                start = builder.shuffle_vector(
+                    builder.insert_element(undef, word, i32(0)), undef, splat
+                )
+                for j in range(vectors):
+                    builder.store(start, acc[i - first][j])
         with cgutils.for_range(builder, taps) as outer:
             with cgutils.for_range(builder, quads) as inner:
                 step(swapped, acc, outer.index, inner.index, a_rows[first:last])
@@ -136,98 +149,151 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
 # (bias minus the input zero point times the row's weight sum) and float32 scales and of the
 # output's row 0 (bytes); the bytes between its rows; the columns' pitch and width (column
 # ``i * pitch + j`` is position ``i * width + j`` when ``j < width``), the columns used; the
-# output zero point and its clip range.
-EPILOGUE = 10
+# output zero point and its clip range; 1 for an int8 output, 0 for uint8.
+EPILOGUE = 11
 
 
 def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first: int = 0) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
-    """Rows ``row + first + i`` (``first + i < rows``) of the tile's sums ``acc[i]`` requantized as
-    `rvm.kernels.qgemm._run` does (``rint((sum + shift) * scale) + zero``, clipped) and stored
-    as bytes, column ``col + l`` (lane ``l``) at its position: a masked store per image row a
-    vector's columns meet (a row's margin and the columns past the used ones dropped)."""
-    i1, i8, i32, i64 = (ir.IntType(n) for n in (1, 8, 32, 64))
+    """Rows ``row + first + i`` (``first + i < rows``) of the tile's sums ``acc[i]`` (started
+    from the rows' shifts) requantized as `rvm.kernels.qgemm._run` does (``rint((sum + shift)
+    * scale) + zero``, clipped) and stored
+    as bytes, column ``col + l`` of a row (lane ``l`` of its vectors) at its position.
+
+    The sums are scaled in float32 and rounded half to even as they convert back to int32
+    (``vcvtps2dq {rn-sae}``; the scales are below 1/2, `qgemm._epilogue`, so none
+    overflows); then 4 vectors at a time are packed to bytes with saturation (int16, the zero
+    point added, then bytes), clipped to the range as bytes and put back in order, 64 bytes a
+    register. Each row's bytes are stored from the register that holds them: a masked store
+    per (row, register) for each image row the tile's columns meet (a row's margin and the
+    columns past the used ones dropped)."""
+    i1, i8, i16, i32, i64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
     f32 = ir.FloatType()
     vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
-    bytes_, masks = ir.VectorType(i8, LANES), ir.VectorType(i1, LANES)
+    words, bytes64 = ir.VectorType(i16, 2 * LANES), ir.VectorType(i8, 4 * LANES)
     module = builder.module
-    rint = cgutils.get_or_insert_function(
-        module, ir.FunctionType(fvec, [fvec]), f"llvm.rint.v{LANES}f32"
+
+    def intrinsic_fn(name, result, *params):  # type: ignore[no-untyped-def]
+        return cgutils.get_or_insert_function(module, ir.FunctionType(result, params), name)
+
+    cvt = intrinsic_fn("llvm.x86.avx512.mask.cvtps2dq.512", vec, fvec, vec, i16, i32)
+    pack_words = intrinsic_fn("llvm.x86.avx512.packssdw.512", words, vec, vec)
+    add_sat = intrinsic_fn("llvm.sadd.sat.v32i16", words, words, words)
+    pack_u = intrinsic_fn("llvm.x86.avx512.packuswb.512", bytes64, words, words)
+    pack_s = intrinsic_fn("llvm.x86.avx512.packsswb.512", bytes64, words, words)
+    clips = {
+        name: intrinsic_fn(f"llvm.{name}.v64i8", bytes64, bytes64, bytes64)
+        for name in ("umax", "umin", "smax", "smin")
+    }
+    masks = ir.VectorType(i1, 4 * LANES)
+    store = intrinsic_fn(
+        "llvm.masked.store.v64i8.p0", ir.VoidType(), bytes64, bytes64.as_pointer(), i32, masks
     )
-    store_ty = ir.FunctionType(ir.VoidType(), [bytes_, bytes_.as_pointer(), i32, masks])
-    store = cgutils.get_or_insert_function(module, store_ty, f"llvm.masked.store.v{LANES}i8.p0")
     record = builder.inttoptr(epi, i64.as_pointer())
     field = [builder.load(builder.gep(record, [i64(k)])) for k in range(EPILOGUE)]
-    shifts = builder.inttoptr(field[0], i32.as_pointer())
     scales = builder.inttoptr(field[1], f32.as_pointer())
     out = builder.inttoptr(field[2], i8.as_pointer())
     ldo, pitch, width, used = field[3:7]
-    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+    signed = builder.icmp_signed("!=", field[10], i64(0))
 
     def broadcast(value, vtype):  # type: ignore[no-untyped-def]
         undef = ir.Constant(vtype, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, vtype.count), [0] * vtype.count)
         return builder.shuffle_vector(builder.insert_element(undef, value, i32(0)), undef, splat)
 
-    zero, low, high = (broadcast(builder.sitofp(v, f32), fvec) for v in field[7:10])
-    lane_ids = ir.Constant(vec, list(range(LANES)))
-    skip = builder.sub(width, pitch)  # a row's margin, taken off the columns after it
-
-    def clamp(v):  # type: ignore[no-untyped-def]
-        """``v`` (int64) within [0, `LANES`], as int32."""
-        v = builder.select(builder.icmp_signed("<", v, i64(0)), i64(0), v)
-        v = builder.select(builder.icmp_signed(">", v, i64(LANES)), i64(LANES), v)
-        return builder.trunc(v, i32)
-
-    # Every row's requantized bytes first (a row past ``rows`` repeats row 0's scale and
-    # shift, and is not stored), then per vector the image rows its columns meet: one, with
-    # no division, when the columns are the positions (the pitch spans them all).
-    values, keep = [], []
+    zero = broadcast(builder.trunc(field[7], i16), words)
+    low, high = (broadcast(builder.trunc(v, i8), bytes64) for v in field[8:10])
+    # The rounded int32 values, row by row (a row past ``rows`` repeats row 0's scale,
+    # and is not stored).
+    values, inside = [], []
     for i in range(len(acc)):
-        inside = builder.icmp_signed("<", i64(first + i), rows)
-        r = builder.add(row, builder.select(inside, i64(first + i), i64(0)))
-        shift = broadcast(builder.load(builder.gep(shifts, [r])), vec)
+        inside.append(builder.icmp_signed("<", i64(first + i), rows))
+        r = builder.add(row, builder.select(inside[i], i64(first + i), i64(0)))
         scale = broadcast(builder.load(builder.gep(scales, [r])), fvec)
-        row_values = []
         for j in range(len(acc[i])):
-            q = builder.sitofp(builder.add(builder.load(acc[i][j]), shift), fvec)
-            q = builder.fadd(builder.call(rint, [builder.fmul(q, scale)]), zero)
-            q = builder.select(builder.fcmp_ordered(">", q, low), q, low)
-            q = builder.select(builder.fcmp_ordered("<", q, high), q, high)
-            row_values.append(builder.trunc(builder.fptosi(q, vec), bytes_))
-        values.append(row_values)
-        keep.append(broadcast(inside, masks))
+            q = builder.sitofp(builder.load(acc[i][j]), fvec)  # the shift is in the sums
+            q = builder.fmul(q, scale)
+            values.append(builder.call(cvt, [q, ir.Constant(vec, None), i16(-1), i32(8)]))
+    # 4 vectors a register: piece ``p`` (16 bytes) of register ``g`` is vector ``4g + p``
+    # (row ``(4g + p) // vectors``). The packs work within 128-bit lanes: lane ``L`` holds
+    # 4 values of each vector, put back in order by one permutation of 32-bit words.
+    order = [4 * (k % 4) + k // 4 for k in range(LANES)]
+    groups = []
+    slot = cgutils.alloca_once(builder, bytes64)
+    for g in range(len(values) // 4):
+        v = values[4 * g : 4 * g + 4]
+        low_words = builder.call(add_sat, [builder.call(pack_words, [v[0], v[1]]), zero])
+        high_words = builder.call(add_sat, [builder.call(pack_words, [v[2], v[3]]), zero])
+        with builder.if_else(signed) as (as_signed, as_unsigned):
+            for pack, up, down, branch in (
+                (pack_s, "smax", "smin", as_signed),
+                (pack_u, "umax", "umin", as_unsigned),
+            ):
+                with branch:
+                    packed = builder.call(pack, [low_words, high_words])
+                    packed = builder.call(clips[up], [packed, low])
+                    builder.store(builder.call(clips[down], [packed, high]), slot)
+        packed = builder.bitcast(builder.load(slot), vec)
+        packed = builder.shuffle_vector(
+            packed, ir.Constant(vec, ir.Undefined), ir.Constant(vec, order)
+        )
+        groups.append(builder.bitcast(packed, bytes64))
+    vectors = len(acc[0])
+    span = vectors * LANES  # the tile's columns
     bases = [
         builder.gep(out, [builder.mul(builder.add(row, i64(first + i)), ldo)])
         for i in range(len(acc))
     ]
+    # The image rows the tile's columns meet: one, with no division, when the columns are
+    # the positions (the pitch spans them all).
     one_row = builder.icmp_signed(">=", pitch, used)
     first_at, meets_at = cgutils.alloca_once(builder, i64), cgutils.alloca_once(builder, i64)
-    for j in range(len(values[0])):
-        c0 = builder.add(col, i64(j * LANES))
-        with builder.if_else(one_row) as (single, several):
-            with single:
-                builder.store(i64(0), first_at)
-                builder.store(i64(1), meets_at)
-            with several:
-                first = builder.sdiv(c0, pitch)
-                last = builder.sdiv(builder.add(c0, i64(LANES - 1)), pitch)
-                builder.store(first, first_at)
-                builder.store(builder.add(builder.sub(last, first), i64(1)), meets_at)
-        first = builder.load(first_at)
-        with cgutils.for_range(builder, builder.load(meets_at)) as loop:
-            image_row = builder.add(first, loop.index)
-            start = builder.mul(image_row, pitch)
-            end = builder.add(start, width)
-            end = builder.select(builder.icmp_signed("<", end, used), end, used)
-            lo = broadcast(clamp(builder.sub(start, c0)), vec)
-            hi = broadcast(clamp(builder.sub(end, c0)), vec)
-            lanes = builder.and_(
-                builder.icmp_signed(">=", lane_ids, lo), builder.icmp_signed("<", lane_ids, hi)
-            )
-            offset = builder.add(c0, builder.mul(image_row, skip))
-            for i in range(len(values)):
-                at = builder.bitcast(builder.gep(bases[i], [offset]), bytes_.as_pointer())
-                mask = builder.and_(lanes, keep[i])
-                builder.call(store, [values[i][j], at, i32(1), mask])
+    with builder.if_else(one_row) as (single, several):
+        with single:
+            builder.store(i64(0), first_at)
+            builder.store(i64(1), meets_at)
+        with several:
+            top = builder.sdiv(col, pitch)
+            bottom = builder.sdiv(builder.add(col, i64(span - 1)), pitch)
+            builder.store(top, first_at)
+            builder.store(builder.add(builder.sub(bottom, top), i64(1)), meets_at)
+    skip = builder.sub(width, pitch)  # a row's margin, taken off the columns after it
+
+    def clamp(v):  # type: ignore[no-untyped-def]
+        """``v`` within [0, ``span``]."""
+        v = builder.select(builder.icmp_signed("<", v, i64(0)), i64(0), v)
+        return builder.select(builder.icmp_signed(">", v, i64(span)), i64(span), v)
+
+    def below(n):  # type: ignore[no-untyped-def]
+        """The int64 mask of the ``n`` (0..48) low bits."""
+        return builder.sub(builder.shl(i64(1), n), i64(1))
+
+    with cgutils.for_range(builder, builder.load(meets_at)) as loop:
+        image_row = builder.add(builder.load(first_at), loop.index)
+        start = builder.mul(image_row, pitch)
+        end = builder.add(start, width)
+        end = builder.select(builder.icmp_signed("<", end, used), end, used)
+        lo, hi = clamp(builder.sub(start, col)), clamp(builder.sub(end, col))
+        lanes = builder.and_(below(hi), builder.not_(below(lo)))  # bit c: column ``col + c``
+        offset = builder.add(col, builder.mul(image_row, skip))
+        for i in range(len(acc)):
+            # Row i's pieces, by register: piece p of register g is its vector 4g + p - i * V.
+            for g in range(len(groups)):
+                pieces = [p for p in range(4) if (4 * g + p) // vectors == i]
+                if not pieces:
+                    continue
+                delta = 4 * g - i * vectors  # a piece's vector minus its place
+                bits = sum(0xFFFF << (16 * p) for p in pieces)
+                bits -= 1 << 64 if bits >= 1 << 63 else 0  # as a signed int64
+                mask = (
+                    builder.lshr(lanes, i64(16 * delta))
+                    if delta >= 0
+                    else builder.shl(lanes, i64(-16 * delta))
+                )
+                mask = builder.and_(mask, i64(bits))
+                mask = builder.select(inside[i], mask, i64(0))
+                at = builder.gep(bases[i], [builder.add(offset, i64(16 * delta))])
+                at = builder.bitcast(at, bytes64.as_pointer())
+                builder.call(store, [groups[g], at, i32(1), builder.bitcast(mask, masks)])
 
 
 _micro = _make_micro(VECTORS)
