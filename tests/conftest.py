@@ -80,6 +80,32 @@ LONGEST_FILES = {
 os.environ.setdefault("RVM_JIT_ISOLATE", "1")
 numba_cache.install()  # compiles apart, before a test calls a library function
 
+
+def _forbid_arrays_assigned_to_slices_in_the_library() -> None:
+    """Fail the compile of a function of `rvm.kernels` that assigns an array to a slice
+    (``a[i:j] = b``): Numba lowers each such assignment with its formatted shape-mismatch
+    message, 1.2-2.6 CPU-s of LLVM in the function and again in every caller linking it (see
+    `rvm.kernels.planes.copy`). Every library function the suite builds is checked as Numba
+    lowers it, here and in the compile helpers forked from this process; a scalar assigned to a
+    slice is left alone (`tests/jit/test_safety.py`)."""
+    from numba.core import types
+    from numba.np import arrayobj
+
+    plain = arrayobj.fancy_setslice  # what setitem_array calls for a slice, looked up per call
+
+    def checked(context, builder, sig, args, index_types, indices):  # type: ignore[no-untyped-def]
+        if isinstance(sig.args[2], types.Buffer) and "3rvm7kernels" in builder.function.name:
+            raise TypeError(
+                f"rvm.kernels assigns an array to a slice ({sig.args[0]}[...] = {sig.args[2]}) "
+                "in a library function: copy it by loops (rvm.kernels.planes.copy)"
+            )
+        return plain(context, builder, sig, args, index_types, indices)
+
+    arrayobj.fancy_setslice = checked
+
+
+_forbid_arrays_assigned_to_slices_in_the_library()
+
 # Hypothesis draws the same examples in every run (derandomize: a test's seed comes from its
 # own source), so a failure shows again on the next run, and a test parametrized by exec mode
 # or kernel backend draws the same programs for each, which then share their compiled

@@ -225,7 +225,7 @@ def _by_centres(x, out, lo, hi, scale, window, m):  # type: ignore[no-untyped-de
         m * q if sw == 1 else 0, dtype=np.float64
     )  # the group's, channel after channel
     for j in range(m if sw == 1 else 0):
-        scales[j * q : (j + 1) * q] = scale
+        copy(scales[j * q :], scale, q)  # not a slice assignment: see `planes.copy`
     like = x.reshape(x.size)[0]
     for first in range(lo, hi, m):
         g, at = min(m, hi - first), first * p * size
