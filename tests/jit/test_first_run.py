@@ -131,10 +131,10 @@ CONV_CHILD = textwrap.dedent(
                                      xs[2], xs[3], pad == 0)
         seen[name + " guessed"] = guess[0]
     for name, shape, is_max, k, s, p in (
-        ("max_rows", (1, 2, 8, 8), True, 3, 2, 1),  # max windows that overlap, 3x3
+        ("max_rows", (1, 2, 70, 70), True, 3, 2, 1),  # max windows that overlap, 3x3
         ("avg_separable", (1, 2, 7, 100), False, 2, 2, 1),  # a column stride, a wide input
         ("avg_direct", (1, 3, 6, 6), False, 6, 1, 0),  # a global-like window
-        ("max_tiles", (1, 2, 8, 8), True, 2, 2, 0),  # 2x2 windows that tile the input
+        ("max_tiles", (1, 2, 40, 40), True, 2, 2, 0),  # 2x2 windows that tile the input
     ):
         x = rng.standard_normal(shape).astype("float32")
         ref = pool_reference(x, is_max, k, s, p)
@@ -207,7 +207,7 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     b = Builder()
     with b.function("main", [x, w1, w2, xi, k]):
         y = b.emit(op.relu(op.conv2d(x, w1, padding=1)))  # rows of 32: taps in place
-        y = b.emit(op.max_pool2d(y, pool_size=3, strides=2))  # windows that overlap
+        y = b.emit(op.max_pool2d(y, pool_size=3, strides=2))  # rows of 32: `kernels.narrow`
         y = b.emit(op.conv2d(y, w2))  # 1x1: a GEMM on the map
         y = b.emit(op.lrn(y, size=3))
         y = b.emit(op.conv2d(op.conv2d(y, w1, padding=1), w2))  # again: listed once
@@ -216,6 +216,6 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     assert library_tasks(run_pipeline(b.get())) == [
         ("conv2d_taps", "float32"),
         ("gemm_segments", "float32"),
-        ("pool2d_max_rows", "float32"),
+        ("pool2d_max_narrow", "float32"),
         ("conv2d_pointwise", "float32"),
     ]

@@ -170,9 +170,9 @@ def test_max_pools_with_overlapping_windows_are_separable_over_whole_channels(
     1 or 2 apart, and averages 2 apart, go by rows; 2x2 windows 2 apart by tiles, unless
     padded (on a 112-wide input)."""
     oh, ow = (112 - d[0] * (k[0] - 1) - 1) // s[0] + 1, (112 - d[1] * (k[1] - 1) - 1) // s[1] + 1
-    assert pool._method(is_max, 112, oh, ow, *k, *s, *d, 112, 0, 0) == method
+    assert pool._method(is_max, 112, oh, ow, *k, *s, *d, 112, 0, 0, 4) == method
     if method == pool.TILES:  # padded: the separable method
-        assert pool._method(is_max, 112, oh + 1, ow + 1, *k, *s, *d, 112, 1, 1) != method
+        assert pool._method(is_max, 112, oh + 1, ow + 1, *k, *s, *d, 112, 1, 1, 4) != method
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_pools_of_small_maps_stacked_match_reference_with_nan(dtype) -> None:
             want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
         oh, ow = want.shape[2:]
         method = pool._method.py_func(
-            kind == "max", 7, oh, ow, *k, 1, 1, dh, 1, 7, pads[0], pads[1]
+            kind == "max", 7, oh, ow, *k, 1, 1, dh, 1, 7, pads[0], pads[1], x.itemsize
         )
         fits = oh <= 7 and ow <= 7  # else the rows or columns past the map: another method
         fits = fits and not (k == (3, 3) and pads[:2] == (1, 1) and (oh, ow) == (7, 7))  # rows
@@ -253,8 +253,9 @@ def test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> No
     apart, the output as large as the input, 40 channels are groups (five of 7 and 5 with a
     32 KB L1d) reduced in one run each (`maxrows.planes_at_once`): NaN at the groups' edges
     stays in its channel. On rows narrower than a vector (9 x 7 maps, 100 channels), the
-    padding is taken by masks in runs over groups of channels (`maxrows.centres_at_once`),
-    2 apart too."""
+    padding is taken by masks in runs over groups of channels (`maxrows.centres_at_once`);
+    2 apart there, an output row from its window rows loaded whole (`rvm.kernels.narrow`),
+    and on the 20 columns (two vectors on AVX-512, four on AVX2) too."""
     for shape in ((1, 40, 13, 20), (1, 100, 9, 7)):
         ih, iw = shape[2:]
         x = rand(shape)
@@ -273,6 +274,10 @@ def test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> No
                 want = numpy_ref.avg_pool2d(x, *geometry, kind == "avg_pad")
             out = np.full(want.shape, 7.0, dtype="float32")
             flags = (kind == "max", 3, 3, sh, sw, dh, 1, *pads, ceil, kind == "avg_pad")
+            method = pool._method.py_func(kind == "max", iw, *want.shape[2:], 3, 3, sh, sw, dh,
+                                          1, ih, pads[0], pads[1], 4)  # fmt: skip
+            wide = (want.shape[3] - 1) * 2 + 3 > 4 * pool.STACKED_WIDTH  # past four vectors
+            assert (method == pool.NARROW) == (sw == 2 and dh == 1 and not wide), geometry
             pool.pool2d(x, out, *map(int, flags))
             np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(geometry))
             np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(geometry))

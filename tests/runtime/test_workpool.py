@@ -259,18 +259,42 @@ def test_wake_lets_sleeping_helpers_spin_then_sleep_again(threads) -> None:
         assert Counter(hits) == Counter(range(17))
 
 
-def test_a_vm_call_wakes_the_pool_first(monkeypatch) -> None:
-    """Each call from Python, in every exec mode, calls the pool's `wake` before its
-    kernels run (the native fast path included)."""
+def test_a_call_wakes_sleeping_helpers_while_its_function_runs_jobs(threads) -> None:
+    """`workpool.call` (how a VM call from Python runs): it wakes helpers asleep as it begins
+    while the function's last call that found them asleep ran a job (and at first); after
+    one that ran none, they stay asleep until a call runs a job again (its job wakes them)."""
+    if threads == 1:
+        pytest.skip("no helper")
+    asleep = lambda: workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1  # noqa: E731
+    ran = [False, True]
+    assert _until(asleep)
+    assert workpool.call(ran, 1, lambda: 7, ()) == 7  # woke them first; ran no job
+    assert ran == [False, False]
+    assert _until(asleep)  # after their spin
+    before = workpool.wakes()
+    workpool.call(ran, 1, lambda: None, ())  # left them asleep
+    assert asleep() and ran == [False, False]
+    workpool.call(ran, 1, workpool.for_each, (threads, lambda i: None))  # its job woke them
+    assert workpool.wakes() > before and ran == [False, True]
+
+
+def test_a_vm_call_goes_through_the_pool_first(monkeypatch) -> None:
+    """Each call from Python, in every exec mode, runs through the pool's `call` (which wakes
+    sleeping helpers when that helps), the native fast path included."""
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
     ex = rvm.compile(rvm.script.parse(_RELU))
     for mode in ("bytecode", "compiled", "native"):
         vm = rvm.VirtualMachine(ex, exec_mode=mode)
-        assert vm.context.pool_wake is workpool.wake
-        woken: list[int] = []
-        vm.context.pool_wake = lambda: woken.append(1)  # noqa: B023 - before vm["main"] binds it
+        assert vm.context.pool_call is workpool.call
+        seen: list[int] = []
+
+        def through(ran, i, fn, args):  # type: ignore[no-untyped-def]
+            seen.append(i)  # noqa: B023 - set before vm["main"] binds it
+            return fn(*args)
+
+        vm.context.pool_call = through
         np.testing.assert_array_equal(vm["main"](x), np.maximum(x, 0))
-        assert woken, mode
+        assert seen == [0], mode
 
 
 _RELU = """

@@ -95,22 +95,29 @@ def test_an_average_pool_over_the_whole_map_is_a_global_average():
     bb = Builder()
     x = Var("x", tensor((2, 3, 4, 5), F32))
     y = Var("y", tensor((2, 3, "h", 5), F32))
-    with bb.function("main", [x, y]):
+    z = Var("z", tensor((2, 3, 6, 6), F32))
+    with bb.function("main", [x, y, z]):
         whole = bb.emit(op.avg_pool2d(x, (4, 5), strides=2, ceil_mode=True))
         padded = bb.emit(op.avg_pool2d(x, (4, 5), padding=(0, 0, 0, 1)))
         symbolic = bb.emit(op.avg_pool2d(y, (4, 5)))
-        bb.emit_output(bb.emit(op.add(op.add(whole, padded), symbolic)))
+        # one window over the map, padding that does not count (inception_v1's last pool)
+        over = bb.emit(op.avg_pool2d(z, 7, padding=(0, 0, 1, 1)))
+        counted = bb.emit(op.avg_pool2d(z, 7, padding=(0, 0, 1, 1), count_include_pad=True))
+        total = op.add(op.add(whole, padded), symbolic)
+        bb.emit_output(bb.emit(op.add(total, op.add(over, counted))))
     before = bb.get()
     after = legalize(before)
     verify(after)
     ops = [f.attrs["ops"][0] for _, f in after.items() if f.is_primitive]
     pools = sorted(o for o in ops if "pool" in o)
-    assert pools == ["avg_pool2d", "avg_pool2d", "global_avg_pool2d"]  # padded, symbolic; whole
+    # padded, symbolic, counted; whole, over
+    assert pools == ["avg_pool2d"] * 3 + ["global_avg_pool2d"] * 2
     rng = np.random.default_rng(0)
     a = rng.standard_normal((2, 3, 4, 5)).astype(F32)
     b = rng.standard_normal((2, 3, 4, 5)).astype(F32)
+    c = rng.standard_normal((2, 3, 6, 6)).astype(F32)
     np.testing.assert_allclose(
-        interpret(after, "main", a, b), interpret(before, "main", a, b), rtol=1e-6
+        interpret(after, "main", a, b, c), interpret(before, "main", a, b, c), rtol=1e-6
     )
 
 

@@ -11,7 +11,8 @@ as LLVM intrinsics (`sum_rows`, `sum3_scaled`): the stride-2 columns are split i
 even and odd elements by shuffles, where Numba's loop gathers, and the rows are widened to
 float64 as they are loaded. Groups of channels of small maps are runs centred on every row,
 their padding left out by masks (`rvm.kernels.maxrows.centres_at_once`; `sum3_rows_edged`,
-`sum3_cols_edged`, and `sum3_scaled`'s own).
+`sum3_cols_edged`, and `sum3_scaled`'s own). Pools 2 apart on maps that narrow take
+`rvm.kernels.narrow`.
 """
 
 from __future__ import annotations
@@ -208,37 +209,24 @@ def _edges(v, lead, x, out, c, scale, window, rows, r0, r1):  # type: ignore[no-
 
 
 @jit(**_OPTS)
-def _by_centres(x, out, lo, hi, scale, window, m):  # type: ignore[no-untyped-def]
+def _by_centres(x, out, lo, hi, scale, m):  # type: ignore[no-untyped-def]
     """`by_rows` for the pools `rvm.kernels.maxrows.centres_at_once` takes, ``m`` channels at a
     time: the window rows summed at every row of the group in one run centred on it (the rows
     before and after only in their channel: `sum3_rows_edged`), then the window columns times
-    the scales, in one run over the group for pools that keep the map's size (the columns
-    before and after only in their row: `sum3_cols_edged`), else per output row from its
-    windows' middle row (`sum3_scaled`): the padding by masks, no fix-up loop per row or
-    channel."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
-    ih, iw, oh, ow, size = x.shape[2], x.shape[3], out.shape[2], out.shape[3], x.itemsize
-    p, q = ih * iw, oh * ow
+    the scales in one run over the group (the columns before and after only in their row:
+    `sum3_cols_edged`): the padding by masks, no fix-up loop per row or channel."""
+    ih, iw, size = x.shape[2], x.shape[3], x.itemsize
+    p = ih * iw  # the output the input's size
     v = np.empty(m * p + 24, dtype=np.float64)  # a cache line of margin at either end
     at_v = v.ctypes.data + (64 - v.ctypes.data % 64) % 64 + 64
-    scales = np.empty(
-        m * q if sw == 1 else 0, dtype=np.float64
-    )  # the group's, channel after channel
-    for j in range(m if sw == 1 else 0):
-        copy(scales[j * q :], scale, q)  # not a slice assignment: see `planes.copy`
+    scales = np.empty(m * p, dtype=np.float64)  # the group's, channel after channel
+    for j in range(m):
+        copy(scales[j * p :], scale, p)
     like = x.reshape(x.size)[0]
     for first in range(lo, hi, m):
         g, at = min(m, hi - first), first * p * size
         sum3_rows_edged(like, x.ctypes.data + at, at_v, g * p, iw, p, 0)
-        if sw == 1:  # the output the input's size
-            sum3_cols_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw, scales.ctypes.data)
-            continue
-        dst = out.ctypes.data + first * q * size
-        for j in range(g):
-            for p_ in range(oh):
-                src = at_v + ((j * ih + p_ * sh - pt + 1) * iw - pl) * 8
-                sum3_scaled(like, src, dst, ow, scale.ctypes.data + p_ * ow * 8, sw, -pl, iw)
-                dst += ow * size
+        sum3_cols_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw, scales.ctypes.data)
 
 
 @jit(**_OPTS)
@@ -300,7 +288,7 @@ def by_rows(x, out, lo, hi, scale, window):  # type: ignore[no-untyped-def]
     if by_channels(kh, kw, sw, pt, pl, iw, ow):
         m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, False)
         if m > 0:
-            _by_centres(x, out, lo, hi, scale, window, m)
+            _by_centres(x, out, lo, hi, scale, m)
         else:
             _by_channel(x, out, lo, hi, scale, window)
         return

@@ -10,10 +10,10 @@ narrower than `CHANNEL_WIDTH` and padded by at most a row and a column, the rows
 for the whole channel in one run instead, the rows the stride skips too: one long run costs
 less than a short one per output row on small planes (13 x 13: half the time); the padded
 edge rows are then runs of their own and the padded first and last columns are taken again.
-On rows at most a vector wide padded by at most one (`centres_at_once`), a group of channels
-is one run centred on every row instead, and the padding is left out by masks (`Blocks`,
-`max3_edged`, `max3_pairs_edged`): the edges' loops took half of a 7 x 7 or 14 x 14 map's
-time.
+On rows at most a vector wide padded by one, 1 apart (`centres_at_once`), a group of
+channels is one run centred on every row instead, and the padding is left out by masks
+(`Blocks`, `max3_edged`): the edges' loops took half of a 7 x 7 or 14 x 14 map's time.
+(Windows 2 apart on maps that narrow take `rvm.kernels.narrow`.)
 
 Two vector loops do the work, written as LLVM intrinsics (`max3_run`, `max3_pairs`): Numba's
 own loops for them take the NaN-propagating maximum as a compare and a blend per operand
@@ -162,47 +162,42 @@ def in_row(v: Vectors, q0: ir.Value, col0: ir.Value, width: ir.Value, sw: int | 
     )
 
 
-def _max3_pairs(edged: bool):  # type: ignore[no-untyped-def]
-    """`max3_pairs` (``edged`` False) or `max3_pairs_edged`."""
+@intrinsic
+def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
+    """On int64 addresses of elements of ``like``'s float type: ``dst[q]`` = the maximum of
+    ``src[2q]``, ``src[2q + 1]`` and ``src[2q + 2]`` for q < ``n`` (``src`` holds 2n + 1
+    elements, no more are read): two vectors of ``src`` split into their even and odd elements
+    by shuffles, and the even ones of the two vectors one element on."""
+    scalar = scalar_type(like)
+    if scalar is None:
+        return None
 
-    def pairs(typingctx, like, src, dst, n, col0, width):  # type: ignore[no-untyped-def]
-        scalar = scalar_type(like)
-        if scalar is None:
-            return None
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        _, src, dst, n = args
+        v = Vectors(builder, scalar)
+        lanes, b = v.lanes, builder
+        even = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
+        odd = ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2)))
+        size = b.add(b.mul(n, I64(2)), I64(1))  # the elements of src
 
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            _, src, dst, n, col0, width = args
-            v = Vectors(builder, scalar)
-            lanes, b = v.lanes, builder
-            even = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
-            odd = ir.Constant(ir.VectorType(I32, lanes), list(range(1, 2 * lanes, 2)))
-            size = b.add(b.mul(n, I64(2)), I64(1))  # the elements of src
+        def step(q0, mask):  # type: ignore[no-untyped-def]
+            at = b.mul(q0, I64(2))
+            parts = []
+            for offset in (0, lanes, 2, lanes + 2):
+                k = b.add(at, I64(offset))
+                parts.append(v.load_at(src, k, None if mask is None else v.first(b.sub(size, k))))
+            lo_a, hi_a, lo_c, hi_c = parts
+            a = b.shuffle_vector(lo_a, hi_a, even)
+            c = b.shuffle_vector(lo_a, hi_a, odd)
+            e = b.shuffle_vector(lo_c, hi_c, even)
+            v.store_at(v.max3(a, c, e), dst, q0, mask)
 
-            def step(q0, mask):  # type: ignore[no-untyped-def]
-                at = b.mul(q0, I64(2))
-                parts = []
-                for offset in (0, lanes, 2, lanes + 2):
-                    k = b.add(at, I64(offset))
-                    parts.append(
-                        v.load_at(src, k, None if mask is None else v.first(b.sub(size, k)))
-                    )
-                lo_a, hi_a, lo_c, hi_c = parts
-                a = b.shuffle_vector(lo_a, hi_a, even)
-                c = b.shuffle_vector(lo_a, hi_a, odd)
-                e = b.shuffle_vector(lo_c, hi_c, even)
-                if edged:  # a tap outside the row: the middle one again
-                    first, last = in_row(v, q0, col0, width, 2)
-                    a, e = b.select(first, a, c), b.select(last, e, c)
-                v.store_at(v.max3(a, c, e), dst, q0, mask)
+        # A whole step at q0 reads src up to 2 q0 + 2 lanes + 1: inside while q0 + lanes < n.
+        whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))
+        loop(builder, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
+        return context.get_dummy_value()
 
-            # A whole step at q0 reads src up to 2 q0 + 2 lanes + 1: inside while q0 + lanes < n.
-            whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))
-            loop(builder, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
-            return context.get_dummy_value()
-
-        return nt.void(like, *(nt.int64,) * 5), codegen
-
-    return intrinsic(pairs)
+    return nt.void(like, *(nt.int64,) * 3), codegen
 
 
 class Blocks:
@@ -276,16 +271,6 @@ def max3_edged(typingctx, like, src, dst, n, apart, period):  # type: ignore[no-
         return context.get_dummy_value()
 
     return nt.void(like, *(nt.int64,) * 5), codegen
-
-
-max3_pairs = _max3_pairs(False)
-"""On int64 addresses of elements of ``like``'s float type: ``dst[q]`` = the maximum of
-``src[2q]``, ``src[2q + 1]`` and ``src[2q + 2]`` for q < ``n`` (``src`` holds 2n + 1 elements,
-no more are read; ``col0`` and ``width`` unused): two vectors of ``src`` split into their even
-and odd elements by shuffles, and the even ones of the two vectors one element on."""
-max3_pairs_edged = _max3_pairs(True)
-"""`max3_pairs`, the first and last of the three only where they lie in the row (`in_row`:
-``src[0]`` is column ``col0`` of a row of ``width`` columns)."""
 
 
 CHANNEL_WIDTH = 4 * _BITS // 32
@@ -374,50 +359,35 @@ def planes_at_once(ih, iw, oh, ow, sh, sw, channels):  # type: ignore[no-untyped
 @jit(**_OPTS)
 def centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, channels, size, is_max):  # type: ignore[no-untyped-def]
     """How many channels `_by_centres` (and `rvm.kernels.avgrows`'s) reduce in each run, 0
-    when it does not take the pool: 3-row windows 1 apart, padded by at most a row on top,
-    whose middle rows lie in the channel, either 2 apart along rows (a group of up to
-    `PLANES_POSITIONS` positions) or 1 apart padded by one on every side, the output the
-    input's size (`planes_at_once`, at least two channels). Rows of elements of ``size``
-    bytes wider than a vector keep their edge loops (`_by_channel`), but for averages 1
-    apart: the masks cost more than the edges there (one core of a Zen 4: 2 apart, 0.63 to
-    0.76 of the time on 12 x 12 and 14 x 14 maps, 1.0 to 1.6 on 26 x 26 to 111 x 111; 1
-    apart, max 0.45 to 0.8 on 6 x 6 to 14 x 14, 1.05 to 1.1 on 27 x 27 and 28 x 28, averages
-    0.45 to 0.9 on 6 x 6 to 28 x 28)."""
-    if kh != 3 or dh != 1 or pt > 1 or (oh - 1) * sh - pt + 1 >= ih:
+    when it does not take the pool: 3-row windows 1 apart, padded by one on every side, the
+    output the input's size (`planes_at_once`, at least two channels). Rows of elements of
+    ``size`` bytes wider than a vector keep their edge loops (`_by_channel`), but for
+    averages: the masks cost more than the edges there (one core of a Zen 4: max 0.45 to 0.8
+    of the time on 6 x 6 to 14 x 14, 1.05 to 1.1 on 27 x 27 and 28 x 28, averages 0.45 to 0.9
+    on 6 x 6 to 28 x 28). (Pools 2 apart on maps a vector wide take `rvm.kernels.narrow`.)"""
+    if kh != 3 or dh != 1 or sw != 1 or pt > 1 or (oh - 1) * sh - pt + 1 >= ih:
         return 0
     narrow = iw * size * 8 <= _BITS
-    if sw == 2:
-        return max(1, min(channels, PLANES_POSITIONS // (ih * iw))) if narrow else 0
     m = planes_at_once(ih, iw, oh, ow, sh, sw, channels)
     return m if m > 1 and pt == 1 and pl == 1 and (narrow or not is_max) else 0
 
 
 @jit(**_OPTS)
-def _by_centres(x, out, lo, hi, window, m):  # type: ignore[no-untyped-def]
+def _by_centres(x, out, lo, hi, m):  # type: ignore[no-untyped-def]
     """`by_rows` for the pools `centres_at_once` takes, ``m`` channels at a time: the window
     rows reduced at every row of the group in one run centred on it (the rows before and
-    after only in their channel: `max3_edged`), then the window columns, in one run over the
-    group for pools that keep the map's size (the columns before and after only in their
-    row), else per output row from its windows' middle row (`max3_pairs`). The padding is
-    thus taken by masks: no fix-up loop per row or channel (the scalar edge loops it replaces
-    took half of a 7 x 7 or 14 x 14 map's time)."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
-    ih, iw, oh, ow, size = x.shape[2], x.shape[3], out.shape[2], out.shape[3], x.itemsize
+    after only in their channel: `max3_edged`), then the window columns in one run over the
+    group (the columns before and after only in their row). The padding is thus taken by
+    masks: no fix-up loop per row or channel (the scalar edge loops it replaces took half of
+    a 7 x 7 or 14 x 14 map's time)."""
+    ih, iw, size = x.shape[2], x.shape[3], x.itemsize
     p, line = ih * iw, 64 // size
     v = np.empty(m * p + 3 * line, dtype=x.dtype)  # a cache line of margin at either end
     like, at_v = v[0], v.ctypes.data + (64 - v.ctypes.data % 64) % 64 + 64
     for first in range(lo, hi, m):
         g, at = min(m, hi - first), first * p * size
         max3_edged(like, x.ctypes.data + at, at_v, g * p, iw, p)
-        if sw == 1:  # the output the input's size
-            max3_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw)
-            continue
-        dst = out.ctypes.data + first * oh * ow * size
-        for j in range(g):
-            for p_ in range(oh):
-                src = at_v + ((j * ih + p_ * sh - pt + 1) * iw - pl) * size
-                max3_pairs_edged(like, src, dst, ow, -pl, iw)
-                dst += ow * size
+        max3_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw)
 
 
 @jit(**_OPTS)
@@ -466,7 +436,7 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
                 src = at_v + p_ * sh * row - pl * size
                 dst = at_out + ((first * oh + p_) * ow) * size
                 if sw == 2:
-                    max3_pairs(like, src, dst, ow, 0, 0)
+                    max3_pairs(like, src, dst, ow)
                 else:
                     max3_run(like, src, src + size, src + 2 * size, dst, ow)
         if m > 1 and (left or right):  # the group's rows one after another, in v as in out
@@ -487,7 +457,7 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     if kh == 3 and (inside or narrow):
         m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, True)
         if m > 0:
-            _by_centres(x, out, lo, hi, window, m)
+            _by_centres(x, out, lo, hi, m)
         else:
             _by_channel(x, out, lo, hi, window)
         return
@@ -503,6 +473,6 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
                 line[pl : pl + iw] = -np.inf  # a window row wholly in the padding
             dst = at_out + ((c * oh + p_) * ow) * size
             if sw == 2:
-                max3_pairs(like, at_line, dst, ow, 0, 0)
+                max3_pairs(like, at_line, dst, ow)
             else:
                 max3_run(like, at_line, at_line + size, at_line + 2 * size, dst, ow)

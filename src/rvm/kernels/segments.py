@@ -6,8 +6,8 @@ B's row ``r`` is at ``b[table[r]]`` (a convolution reads its taps in place, no c
 or ``r * ldb`` with no table, the output's columns come in ``segments`` runs of ``width`` (one
 per output row), and each batch (an image's group) takes its own A, B and C. Its products are
 rvm's own float32 kernel (`rvm.kernels.sgemm.sgemm_segments`), cut on rvm's thread pool
-(`rvm.kernels.workpool`) into batches, bands of C's rows and runs of segments; each piece is
-a task of `rvm.kernels.parfor`, built when first run. It checks every window it will touch
+(`rvm.kernels.workpool`) into batches, bands of C's rows, runs of segments and of columns; each
+piece is a task of `rvm.kernels.parfor`, built when first run. It checks every window it will touch
 first, as the GEMM of `rvm.kernels.blas` does, with the same rules (`blas.window_fits`,
 `blas.split_parts`).
 """
@@ -28,25 +28,30 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
 # through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
-# pieces along the segments and per batch.
+# pieces along the segments and per batch, columns a piece and pieces along the columns.
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
- _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH) = range(1, 23)  # fmt: skip
-_SEGMENTS_JOB = 23
+ _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH, _WSTEP,
+ _WPARTS) = range(1, 25)  # fmt: skip
+_SEGMENTS_JOB = 25
 
 
 @jit(**_OPTS, inline="always")
 def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
-    segments."""
+    segments and of their columns."""
     batch, piece = p // job[_PER_BATCH], p % job[_PER_BATCH]
-    m0, s0 = (piece // job[_SPARTS]) * job[_MSTEP], (piece % job[_SPARTS]) * job[_SSTEP]
+    cols = job[_SPARTS] * job[_WPARTS]
+    m0 = (piece // cols) * job[_MSTEP]
+    s0 = ((piece % cols) // job[_WPARTS]) * job[_SSTEP]
+    j0 = (piece % job[_WPARTS]) * job[_WSTEP]
     lda, ldc, b_step, c_step = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP]
     at_a = job[_A] + 4 * ((batch % job[_GROUPS]) * job[_AGROUP] + m0 * lda)
-    at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step)
-    at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step)
+    at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step + j0)
+    at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step + j0)
     rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
+    width = min(job[_WSTEP], job[_WIDTH] - j0)
     sgemm.sgemm_segments(at_a, lda, at_b, job[_LDB], job[_TABLE], at_c, ldc, rows, job[_K], runs,
-                         job[_WIDTH], b_step, c_step, False)  # fmt: skip
+                         width, b_step, c_step, False)  # fmt: skip
 
 
 def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -84,8 +89,8 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     per output row.
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
-    are few. Checks every window first; float32
-    only (a TypingError for other dtypes)."""
+    are few, then runs of columns when the segments are few too. Checks every window first;
+    float32 only (a TypingError for other dtypes)."""
     require_operands(a, b, c)
     sgemm.require(c)
     if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
@@ -109,10 +114,15 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     per_batch = max(1, -(-parts // batches))
     m_parts = max(1, min(per_batch, m // (4 * sgemm.MR)))
     s_parts = max(1, min(segments, per_batch // m_parts))
+    # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64 channels):
+    # the columns of each run too, in whole tiles.
+    w_parts = max(1, min(-(-width // sgemm.NR), per_batch // (m_parts * s_parts)))
     band = -(-m // m_parts)
     m_step = -(-band // sgemm.MR) * sgemm.MR
     s_step = -(-segments // s_parts)
-    m_parts, s_parts = -(-m // m_step), -(-segments // s_step)
+    w_step = -(-width // w_parts)
+    w_step = -(-w_step // sgemm.NR) * sgemm.NR if w_parts > 1 else width
+    m_parts, s_parts, w_parts = -(-m // m_step), -(-segments // s_step), -(-width // w_step)
     job = np.empty(_SEGMENTS_JOB, dtype=np.int64)
     job[0], job[_A], job[_B], job[_C] = _SEGMENTS_JOB, address(a, ia), address(b, 0), address(c, ic)
     job[_TABLE] = table.ctypes.data if table.shape[0] > 0 else 0
@@ -121,8 +131,9 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_BATCHES], job[_GROUPS], job[_AGROUP] = batches, groups, a_group
     job[_BBATCH], job[_CBATCH] = b_batch, c_batch
     job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
-    job[_PER_BATCH] = m_parts * s_parts
-    pieces = batches * m_parts * s_parts
+    job[_WSTEP], job[_WPARTS] = w_step, w_parts
+    job[_PER_BATCH] = m_parts * s_parts * w_parts
+    pieces = batches * job[_PER_BATCH]
     if pieces == 1 or parts == 1:
         for p in range(pieces):
             _call_segments(c, p, job)

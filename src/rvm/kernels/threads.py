@@ -30,6 +30,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 ENV_VAR = "RVM_NUM_THREADS"
 SPLIT_ENV_VAR = "RVM_SPLIT_LOOPS"
@@ -134,11 +135,12 @@ def _size_pool(import_it: bool) -> None:
     importlib.import_module(_POOL).set_helpers(_chosen() - 1)
 
 
-def pool_wake() -> Callable[[], None] | None:
-    """The pool's `wake` (`rvm.kernels.workpool.wake`) that a VM calls as a call begins, or
-    None while no jit code has loaded the pool."""
+def pool_call() -> Callable[[list[bool], int, Callable[..., Any], tuple], Any] | None:
+    """The pool's `call` (`rvm.kernels.workpool.call`) that a VM makes each call from Python
+    through (it wakes sleeping helpers as the call begins when that helps), or None while no
+    jit code has loaded the pool."""
     pool = sys.modules.get(_POOL)
-    return None if pool is None else pool.wake
+    return None if pool is None else pool.call
 
 
 def _openblas_to_one_thread() -> None:

@@ -249,18 +249,23 @@ def max_pool_indices(
 
 
 def whole_map_average(call_: Call) -> bool:
-    """Whether ``call_`` (typed) is an avg_pool2d whose one window is its whole static map,
-    unpadded and undilated (resnet50's and inception's last pools): a global average, which
-    `rvm.transform.legalize` makes it."""
+    """Whether ``call_`` (typed) is an avg_pool2d whose one window covers its whole static
+    map, undilated, with no padding or padding that does not count (resnet50's and
+    inception's last pools; inception_v1's 7x7 window on a 6x6 map padded by one at the
+    bottom and right): a global average, which `rvm.transform.legalize` makes it."""
     if call_.callee is not ops.avg_pool2d:
         return False
     x, a = call_.args[0].type, call_.attrs
-    return (
-        isinstance(x, TensorType)
-        and x.shape is not None
-        and tuple(x.shape[2:]) == tuple(a["pool_size"])
-        and not any(a["padding"])
-        and tuple(a["dilation"]) == (1, 1)
+    if not isinstance(x, TensorType) or x.shape is None or tuple(a["dilation"]) != (1, 1):
+        return False
+    if a["count_include_pad"] and any(a["padding"]):
+        return False
+    axes = zip(x.shape[2:], a["pool_size"], a["strides"], pad_pairs(a["padding"], 2))
+    return all(  # the first window, from -lo, reaches the map's end; no second one
+        isinstance(size, int)
+        and lo + size <= pool
+        and window_out_dim("avg_pool2d", size, pool, stride, (lo, hi), 1, a["ceil_mode"]) == 1
+        for size, pool, stride, (lo, hi) in axes
     )
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rvm import _html
 from rvm.errors import FunctionNotFoundError, VMError
-from rvm.kernels.threads import apply_environment, pool_wake
+from rvm.kernels.threads import apply_environment, pool_call
 from rvm.runtime.calling import BoundLast, closure_function, result_checks
 from rvm.runtime.derived import Derived
 from rvm.runtime.entry import (
@@ -124,7 +124,8 @@ class VirtualMachine:
         # and setting `allocator` sets the context's.
         self.context = ExecContext(ex, decode_executable(ex), resolve_primitives(ex), made)
         self.context.run_bytecode = BytecodeMode(self.context).run
-        self.context.pool_wake = pool_wake()  # loaded by the kernels it resolved, if any
+        self.context.pool_call = pool_call()  # loaded by the kernels it resolved, if any
+        self._ran_jobs = [True] * len(ex.functions)  # per function, for `pool_call`
         self._instrument: Callable[..., Any] | None = None
         self._inputs: dict[str, list[Any]] = {}
         self._outputs: dict[str, Any] = {}
@@ -303,11 +304,12 @@ class VirtualMachine:
         took = guard.enter()
         if took is None:
             raise self._busy_error()
-        wake = self.context.pool_wake
-        if wake is not None:
-            wake()  # helpers asleep after a quiet spell wake during the call's first steps
+        through = self.context.pool_call  # wakes sleeping helpers as it begins, if that helps
         try:
-            result = self._run(fidx, args)
+            if through is None:
+                result = self._run(fidx, args)
+            else:
+                result = through(self._ran_jobs, fidx, self._run, (fidx, args))
         finally:
             if took:
                 guard.leave()

@@ -124,8 +124,9 @@ class ExecContext:
         guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``.
         fatal: The exception class FATAL raises.
         run_bytecode: ``run_bytecode(fidx, args)`` runs a function in the bytecode loop.
-        pool_wake: The thread pool's `wake`, to call as each run from Python begins
-            (`rvm.kernels.threads.pool_wake`), or None.
+        pool_call: The thread pool's `call`, that each run from Python goes through
+            (`rvm.kernels.threads.pool_call`: it wakes sleeping helpers when that helps), or
+            None.
     """
 
     fatal = Fatal
@@ -144,7 +145,7 @@ class ExecContext:
         self.allocator = allocator
         self.guard = EntryGuard()
         self.run_bytecode: Callable[[int, list[Any]], Any] = _unbound
-        self.pool_wake: Callable[[], None] | None = None
+        self.pool_call: Callable[[list[bool], int, Callable[..., Any], tuple], Any] | None = None
 
     def error(self, error: BaseException, stack: Sequence[tuple[int, int]]) -> VMStackError:
         """The error every mode raises for `error` at VM stack `stack` (see `vm_error`)."""

@@ -317,7 +317,7 @@ class NativeMode:
         raw, entries, guard = context.raw_packed, plan.entries, context.guard
         take, give = guard.free.pop, guard.free.append
         own = context.allocator if type(context.allocator) in _OWN_ALLOCATORS else None
-        wake = context.pool_wake
+        through, ran = context.pool_call, [True]  # as `VirtualMachine._enter` calls
 
         def call(args: tuple) -> Any:
             try:
@@ -333,9 +333,9 @@ class NativeMode:
                     if native is None:
                         native = plan.entry(fidx)
                     if native is not None:
-                        if wake is not None:
-                            wake()  # as `VirtualMachine._enter` does
-                        return native(*args)
+                        if through is None:
+                            return native(*args)
+                        return through(ran, 0, native, args)
                 return NOT_RUN
             except Exception:  # noqa: BLE001 - bad input or a failure: the usual path says
                 return NOT_RUN
