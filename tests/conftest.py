@@ -21,55 +21,59 @@ KERNELS = ("numpy", "jit")
 # suite's long tail (a few model-level tests of 20-40 s) leaves more workers idle at the end.
 MAX_WORKERS = 4
 
-# The longest test files, weighed by their summed ``--durations=0`` in a 2-worker run of the
-# suite from empty caches (a loaded machine's seconds over 4.3, that run's ratio to a quiet
-# one; only the order matters): xdist starts them first (`pytest_collection_modifyitems`). A
-# file missing here goes after them, by its count of tests. Measured data that ages: after a
-# change to what the suite compiles, regenerate it with scripts/longest_files.py (test_quantized
-# and test_qdq are scaled by their CPU seconds after the int8 entry points: x0.75, x0.6).
+# The longest test files, weighed by the summed CPU seconds of their tests (the worker's and
+# its compile helpers') in a 2-worker run of the suite from empty caches (session 32, load
+# 3-13: CPU seconds, not the loaded wall's; only the order matters): xdist starts them first
+# (`pytest_collection_modifyitems`). A file missing here goes after them, by its count of
+# tests. Measured data that ages: after a change to what the suite compiles, regenerate it
+# with scripts/longest_files.py (test_converters and test_release_file are their CPU seconds
+# after that run: they export and build once for the three exec modes now).
 LONGEST_FILES = {
-    "tests/jit/test_quantized.py": 204,
-    "tests/generation/test_greedy.py": 139,
-    "tests/jit/test_pool.py": 100,
-    "tests/frontend/torch/test_converters.py": 98,
-    "tests/jit/test_bf16.py": 85,
-    "tests/jit/test_conv.py": 81,
-    "tests/frontend/onnx/test_node_suite.py": 31,
-    "tests/frontend/onnx/test_transformers.py": 23,
-    "tests/frontend/torch/test_opinfo.py": 17,
-    "tests/frontend/onnx/test_qdq.py": 16,
-    "tests/codegen/test_random_programs.py": 16,
-    "tests/jit/test_cpu.py": 13,
-    "tests/jit/test_first_run.py": 11,
-    "tests/test_cli.py": 11,
-    "tests/test_quantization.py": 10,
-    "tests/jit/test_ops.py": 8,
-    "tests/codegen/test_precision.py": 8,
-    "tests/runtime/test_parallel_kernels.py": 8,
-    "tests/runtime/test_threads.py": 8,
-    "tests/generation/test_exported.py": 7,
-    "tests/frontend/torch/test_models.py": 7,
-    "tests/runtime/test_native_constants.py": 6,
-    "tests/runtime/test_release_file.py": 6,
-    "tests/jit/test_numba_cache.py": 6,
-    "tests/runtime/test_native_mode.py": 6,
-    "tests/frontend/onnx/test_control.py": 5,
-    "tests/frontend/onnx/test_quantize.py": 5,
-    "tests/codegen/test_programs.py": 5,
-    "tests/frontend/onnx/test_light_models.py": 5,
-    "tests/jit/test_matmul.py": 5,
-    "tests/runtime/test_vm_api.py": 5,
-    "tests/frontend/onnx/test_einsum.py": 5,
-    "tests/examples/test_notebooks.py": 4,
-    "tests/jit/test_parallel.py": 4,
-    "tests/frontend/torch/test_api.py": 4,
-    "tests/jit/test_nn.py": 4,
-    "tests/codegen/test_deploy.py": 4,
-    "tests/codegen/test_native.py": 4,
-    "tests/jit/test_direct.py": 4,
-    "tests/runtime/test_trust.py": 4,
-    "tests/jit/test_cache.py": 4,
-    "tests/jit/test_dynamic.py": 4,
+    "tests/jit/test_quantized.py": 94,
+    "tests/generation/test_greedy.py": 79,
+    "tests/jit/test_pool.py": 65,
+    "tests/jit/test_cpu.py": 50,
+    "tests/jit/test_conv.py": 50,
+    "tests/jit/test_bf16.py": 47,
+    "tests/frontend/onnx/test_transformers.py": 44,
+    "tests/test_cli.py": 38,
+    "tests/frontend/onnx/test_node_suite.py": 33,
+    "tests/codegen/test_random_programs.py": 32,
+    "tests/jit/test_nn.py": 32,
+    "tests/frontend/torch/test_models.py": 27,
+    "tests/frontend/torch/test_api.py": 24,
+    "tests/jit/test_ops.py": 22,
+    "tests/jit/test_matmul.py": 21,
+    "tests/frontend/onnx/test_quantize.py": 21,
+    "tests/frontend/torch/test_converters.py": 20,
+    "tests/codegen/test_precision.py": 20,
+    "tests/frontend/onnx/test_qdq.py": 19,
+    "tests/jit/test_numba_cache.py": 18,
+    "tests/runtime/test_trust.py": 16,
+    "tests/runtime/test_native_mode.py": 15,
+    "tests/jit/test_first_run.py": 14,
+    "tests/frontend/onnx/test_einsum.py": 14,
+    "tests/codegen/test_native.py": 14,
+    "tests/frontend/onnx/test_control.py": 13,
+    "tests/examples/test_notebooks.py": 13,
+    "tests/generation/test_exported.py": 13,
+    "tests/jit/test_dynamic.py": 13,
+    "tests/frontend/torch/test_control.py": 13,
+    "tests/jit/test_entry.py": 13,
+    "tests/runtime/test_parallel_kernels.py": 12,
+    "tests/frontend/onnx/test_light_models.py": 12,
+    "tests/jit/test_parallel.py": 12,
+    "tests/codegen/test_unknown_dims.py": 12,
+    "tests/test_dask.py": 12,
+    "tests/runtime/test_threads.py": 12,
+    "tests/codegen/test_deploy.py": 12,
+    "tests/runtime/test_vm_api.py": 11,
+    "tests/jit/test_cache.py": 11,
+    "tests/frontend/onnx/test_pool.py": 11,
+    "tests/codegen/test_programs.py": 11,
+    "tests/frontend/onnx/test_functions.py": 11,
+    "tests/transform/test_fuse_attention.py": 10,
+    "tests/runtime/test_release_file.py": 9,
 }
 
 # Everything Numba compiles (kernels, rvm's library, native functions) compiles in forked
@@ -79,6 +83,32 @@ LONGEST_FILES = {
 # of tests inherit it.
 os.environ.setdefault("RVM_JIT_ISOLATE", "1")
 numba_cache.install()  # compiles apart, before a test calls a library function
+
+
+def _forbid_arrays_assigned_to_slices_in_the_library() -> None:
+    """Fail the compile of a function of `rvm.kernels` that assigns an array to a slice
+    (``a[i:j] = b``): Numba lowers each such assignment with its formatted shape-mismatch
+    message, 1.2-2.6 CPU-s of LLVM in the function and again in every caller linking it (see
+    `rvm.kernels.planes.copy`). Every library function the suite builds is checked as Numba
+    lowers it, here and in the compile helpers forked from this process; a scalar assigned to a
+    slice is left alone (`tests/jit/test_safety.py`)."""
+    from numba.core import types
+    from numba.np import arrayobj
+
+    plain = arrayobj.fancy_setslice  # what setitem_array calls for a slice, looked up per call
+
+    def checked(context, builder, sig, args, index_types, indices):  # type: ignore[no-untyped-def]
+        if isinstance(sig.args[2], types.Buffer) and "3rvm7kernels" in builder.function.name:
+            raise TypeError(
+                f"rvm.kernels assigns an array to a slice ({sig.args[0]}[...] = {sig.args[2]}) "
+                "in a library function: copy it by loops (rvm.kernels.planes.copy)"
+            )
+        return plain(context, builder, sig, args, index_types, indices)
+
+    arrayobj.fancy_setslice = checked
+
+
+_forbid_arrays_assigned_to_slices_in_the_library()
 
 # Hypothesis draws the same examples in every run (derandomize: a test's seed comes from its
 # own source), so a failure shows again on the next run, and a test parametrized by exec mode

@@ -125,3 +125,21 @@ def test_compile_error_names_kernel_and_line(monkeypatch) -> None:
     message = str(info.value)
     assert "fused_broken_exp" in message and "exp" in message
     assert "no_such_function" in message and "generated source line" in message
+
+
+def test_the_library_assigns_no_array_to_a_slice() -> None:
+    """tests/conftest.py fails the compile of an `rvm.kernels` function that assigns an array to
+    a slice (Numba's shape-mismatch message, seconds of LLVM in it and in every caller); a
+    scalar to a slice, or an array to a slice outside the library, compiles."""
+    import numba as nb
+
+    code = "def put(a, b):\n    a[1:3] = b\n"
+    library, other = {"__name__": "rvm.kernels._probe"}, {"__name__": "probe"}
+    exec(code, library)
+    exec(code, other)
+    with pytest.raises(Exception, match="assigns an array to a slice"):
+        nb.njit(library["put"])(np.zeros(4), np.ones(2))
+    a = np.zeros(4)
+    nb.njit(library["put"])(a, 1.0)
+    nb.njit(other["put"])(a[::-1], np.full(2, 2.0))
+    assert a.tolist() == [0.0, 2.0, 2.0, 0.0]

@@ -64,7 +64,17 @@ def test_an_old_files_kernels_get_their_facts_and_new_files_carry_them() -> None
     assert int.from_bytes(RELEASE.read_bytes()[6:8], "little") == 4  # saved as format 1.4
 
 
-def test_a_release_file_runs(exec_mode: str) -> None:
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """One cache for the exec modes of `test_a_release_file_runs`: the first mode's load builds
+    the file's kernels, the others load them (4 CPU-s each saved)."""
+    return tmp_path_factory.mktemp("release") / "rvm"
+
+
+def test_a_release_file_runs(
+    exec_mode: str, shared_cache: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RVM_CACHE_DIR", str(shared_cache))
     ex = rvm.load_executable(str(RELEASE), trusted=True).with_exec_mode(exec_mode)
     vm = rvm.VirtualMachine(ex)
     for n in (1, 5):  # one load for both sizes: a load of this file builds its kernels

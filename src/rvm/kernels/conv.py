@@ -171,10 +171,13 @@ def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-un
 
 @jit(**_OPTS)
 def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
-    """np.dot of contiguous operands into a temporary, copied into the output."""
+    """np.dot of contiguous operands into a temporary, copied into the output (by loops: see
+    `planes.copy`)."""
     tmp = np.empty((og, pe_ - pb_), dtype=y.dtype)
     np.dot(wm[g_ * og : (g_ + 1) * og], col[:, : pe_ - pb_].copy(), tmp)
-    y[n_, g_ * og : (g_ + 1) * og, pb_:pe_] = tmp
+    for i in range(og):
+        for j in range(pe_ - pb_):
+            y[n_, g_ * og + i, pb_ + j] = tmp[i, j]
 
 
 _im2col_gemm = _im2col(_gemm_product)
