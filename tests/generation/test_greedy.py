@@ -42,11 +42,20 @@ def executables(model: bytes) -> dict[object, rvm.Executable]:
 EOS = 30
 
 
+# The tiny decoder compiled natively costs ~28 CPU-s (Numba links every kernel into its native
+# file and optimizes them again): its native cases run under -m slow. The default run keeps a
+# native sample of generate on the toy decoder (`test_a_past_read_otherwise_keeps_the_concat_
+# loop[native-False]`), and tests/runtime/test_native_mode.py checks bad input and disagreeing
+# symbolic dims in the native mode.
+MODES = ["bytecode", "compiled", pytest.param("native", marks=pytest.mark.slow)]
+
+
 def _prompts() -> list[np.ndarray]:
     rng = np.random.default_rng(7)
     return [rng.integers(0, VOCAB, shape) for shape in ((1, 1), (2, 5), (3, 9))]
 
 
+@pytest.mark.parametrize("exec_mode", MODES)
 def test_generate_equals_a_greedy_loop_over_onnx_runtime(executables, session, exec_mode) -> None:
     vm = rvm.VirtualMachine(executables[None], exec_mode=exec_mode)
     for ids in _prompts():
@@ -62,11 +71,7 @@ def test_zero_new_tokens_is_the_prompt(executables, exec_mode) -> None:
     np.testing.assert_array_equal(vm["generate"](ids, np.int64(0)), ids)
 
 
-# The native mode compiles the eos program's generate whole (the costliest compile here): under
-# -m slow; `test_generate_equals_a_greedy_loop_over_onnx_runtime` runs generate natively.
-@pytest.mark.parametrize(
-    "exec_mode", ["bytecode", "compiled", pytest.param("native", marks=pytest.mark.slow)]
-)
+@pytest.mark.parametrize("exec_mode", MODES)
 def test_eos_stops_when_every_row_has_it_and_pads(executables, session, exec_mode) -> None:
     vm = rvm.VirtualMachine(executables["eos"], exec_mode=exec_mode)
     ids = np.array([[26, 14, 2, 10, 19], [15, 16, 24, 30, 1]])
@@ -81,6 +86,7 @@ def test_eos_stops_when_every_row_has_it_and_pads(executables, session, exec_mod
         assert (row[5 + k :] == EOS).all()  # finished rows padded with eos
 
 
+@pytest.mark.parametrize("exec_mode", MODES)
 @pytest.mark.parametrize(
     "shape, n, message",
     [
@@ -111,6 +117,7 @@ def test_generate_declares_the_prompt_and_the_new_tokens(model: bytes, executabl
     assert "-> Tensor((batch, seq + steps), int64)" in signature(fn, result=True)
 
 
+@pytest.mark.parametrize("exec_mode", MODES)
 def test_main_refuses_a_mask_that_contradicts_past_plus_seq(executables, tmp_path, exec_mode):
     """The entry checks compute ``past + seq`` (from a saved and loaded executable too) and
     name the argument and where past and seq came from."""
