@@ -47,7 +47,15 @@ from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["TURN_GAIN", "conv2d", "direct", "phase_slots", "tap_table", "turned_panel"]
+__all__ = [
+    "TURN_GAIN",
+    "conv2d",
+    "direct",
+    "phase_slots",
+    "position_tiles",
+    "tap_table",
+    "turned_panel",
+]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
@@ -422,19 +430,32 @@ turned kernel took 0.83-0.99x the direct one's time where it used 1.12-1.18x the
 0.99-1.08x (1 x 1 kernels at 13 x 13 to 28 x 28, 3 x 3 at 28 x 28))."""
 
 
+@nb.njit(**_OPTS)
+def position_tiles(npos, mr):  # type: ignore[no-untyped-def]
+    """(tiles, full): a turned convolution's ``npos`` output positions in ``tiles`` tiles, the
+    first ``full`` of ``mr`` rows and the rest of ``mr - 1`` (the micro-kernel has both), so
+    no row is computed twice (49: 7 tiles of 7; 196: 21 of 8, 4 of 7); below ``(mr - 1) *
+    (mr - 2)`` positions, tiles of ``mr``, the last one fewer (its last row repeated)."""
+    tiles = -(-npos // mr)
+    full = npos - (mr - 1) * tiles
+    return tiles, (full if full >= 0 else tiles)
+
+
 def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     """The panel width (output channels, `NR`) a convolution of ``og`` output channels a
     group, an ``oh`` x ``ow`` output and pair-plane rows ``wq`` words wide runs turned
     around with, or 0 for the direct method: turned when its tiles use `TURN_GAIN` times the
     direct tiles' share of lanes and rows. Direct: ``og`` in bands of `MR` rows, the rows'
     ``oh * wq`` positions (the last ``wq - ow`` of each row dropped) along `LANES` lanes;
-    turned: ``oh * ow`` positions in tiles of `MR`, ``og`` along the lanes. Groups stay
-    direct (they run side by side there)."""
+    turned: ``oh * ow`` positions in tiles (`position_tiles`), ``og`` along the lanes.
+    Groups stay direct (they run side by side there)."""
     npos = oh * ow
     if groups != 1 or npos == 0 or og == 0:
         return 0
+    tiles, full = position_tiles(npos, MR)
+    computed = full * MR + (tiles - full) * (MR - 1)  # the micro-kernel's rows, 7 or 8 a tile
     direct_use = npos / (-(-oh * wq // LANES) * LANES) * og / (-(-og // MR) * MR)
-    turned_use = npos / (-(-npos // MR) * MR) * og / (-(-og // LANES) * LANES)
+    turned_use = npos / computed * og / (-(-og // LANES) * LANES)
     return NR if turned_use >= TURN_GAIN * direct_use else 0
 
 
@@ -463,8 +484,7 @@ def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
     )
     scratch = _floats_at(ct)
     dst = _floats_at(out)
-    tiles = -(-npos // MR)
-    step = -(-npos // tiles)  # the positions a tile, evenly (49: 7 tiles of 7)
+    tiles, full = position_tiles(npos, MR)
     for t in range(t0, t1):
         width = min(panel, og - t * panel)
         at_panel = wt + 4 * t * panel * k2
@@ -476,10 +496,12 @@ def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
             for p0 in range(0, k2, KC2):
                 kc2 = min(KC2, k2 - p0)
                 b = at_panel + 4 * (p0 * width + jj)
-                for i0 in range(0, npos, step):
-                    rows = min(step, npos - i0)
+                i0 = 0
+                for t in range(tiles):
+                    rows = min(MR if t < full else MR - 1, npos - i0)
                     micro(kc2, plane, table + 8 * p0, b, width, 2, ct + 4 * i0 * NR, NR,
                           1 if p0 else 0, rows, vectors, last, offs + 8 * i0)  # fmt: skip
+                    i0 += rows
             for o in range(cols):
                 d = (j0 + o) * ohw
                 for i in range(npos):

@@ -166,18 +166,18 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
             for i in range(MR)
         ]
 
-        def tile(vectors, indexed):  # type: ignore[no-untyped-def]
+        def tile(vectors, indexed, height):  # type: ignore[no-untyped-def]
             if indexed == 2:  # the rows' first words: ``offs[i]`` (the last row's past rows)
                 starts = [
                     builder.gep(ap, [builder.load(builder.gep(offsets, [row]))])
                     for row in (
                         builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row)
-                        for i in range(MR)
+                        for i in range(height)
                     )
                 ]
             acc = [
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
-                for _ in range(MR)
+                for _ in range(height)
             ]
             with cgutils.for_range(builder, kc2) as loop:
                 step = loop.index
@@ -194,7 +194,7 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
                     lanes = mask if j == vectors - 1 else whole
                     w = builder.call(load_words, [builder.bitcast(at, wptr), align, lanes, zero_w])
                     bs.append(builder.bitcast(w, pairs) if DPBF16 else halves(w))
-                for i in range(MR):
+                for i in range(height):
                     if indexed == 2:
                         word = builder.load(builder.gep(starts[i], [row_a]))
                     else:
@@ -216,7 +216,7 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
                 body.terminator.set_metadata("llvm.loop", _no_unroll(module))
 
             def store(adding):  # type: ignore[no-untyped-def]
-                for i in range(MR):
+                for i in range(height):
                     with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
                         row_c = builder.mul(ldc, i64(i))
                         for j in range(vectors):
@@ -235,11 +235,18 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
                 with write:
                     store(False)
 
-        kinds = [(v, x) for v in range(1, VECTORS + 1) for x in (0, 1, 2)]
-        blocks = [builder.append_basic_block(f"tile{v}_{x}") for v, x in kinds]
+        # per vector count: plain, indexed B, indexed A of MR rows and of MR - 1 rows (no row
+        # computed twice where positions come in tiles of both: `rvm.kernels.bf16conv`)
+        kinds = [(v, x, h) for v in range(1, VECTORS + 1)
+                 for x, h in ((0, MR), (1, MR), (2, MR), (2, MR - 1))]  # fmt: skip
+        blocks = [builder.append_basic_block(f"tile{v}_{x}_{h}") for v, x, h in kinds]
         done = builder.append_basic_block("tiled")
         flag = builder.select(builder.icmp_signed(">", indexed, i64(2)), i64(2), indexed)
-        case = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(3)), flag)
+        short = builder.and_(
+            builder.icmp_signed("==", flag, i64(2)), builder.icmp_signed("==", rows, i64(MR - 1))
+        )
+        flag = builder.add(flag, builder.zext(short, i64))
+        case = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(4)), flag)
         switch = builder.switch(case, blocks[-1])
         for index, (block, kind) in enumerate(zip(blocks, kinds)):
             switch.add_case(i64(index), block)
