@@ -425,9 +425,9 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
 TURN_GAIN = 1.1
 """How much more of its lanes' work a turned-around convolution must use than the direct one
 to take it: the margin pays for moving its sums into channel rows (on one Zen 4 core the
-turned kernel took 0.83-0.99x the direct one's time where it used 1.12-1.18x the lanes' work
-(7 x 7 and 13 x 13 maps, 3 x 3 kernels at 14 x 14, stride 2), 1.05-1.5x where it used
-0.99-1.08x (1 x 1 kernels at 13 x 13 to 28 x 28, 3 x 3 at 28 x 28))."""
+turned kernel took 0.76-0.98x the direct one's time where it used 1.14-1.31x the lanes' work:
+7 x 7 maps, 3 x 3 kernels at 13 x 13 and 14 x 14, stride 2 to 7 x 7 and 14 x 14; 1.04-1.5x
+where it used 1.0-1.06x: 1 x 1 kernels at 13 x 13 to 28 x 28)."""
 
 
 @nb.njit(**_OPTS)

@@ -105,8 +105,8 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
     (a convolution turned around: output positions as A's rows, output channels along the
     lanes): A's row ``i``, pair ``s`` is the word ``offs[i] + table[s]`` after ``a``, ``lda``
     the table's address and ``offs`` that of the rows' int64 word offsets (``offs`` unused
-    otherwise). One loop per (vector count, indexed), chosen by a switch: each keeps its
-    accumulators in registers."""
+    otherwise), and a tile of ``MR - 1`` rows has its own loop. One loop per (vector count,
+    indexed, rows), chosen by a switch: each keeps its accumulators in registers."""
     sig = nt.void(*(nt.int64,) * 13)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
