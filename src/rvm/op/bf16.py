@@ -76,6 +76,14 @@ def default_pair_panel() -> int:
     return NR
 
 
+def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
+    """The panel width a convolution's kernel runs turned around with on this CPU (0: not),
+    imported when a pass asks: `rvm.kernels.bf16conv.turned_panel`."""
+    from rvm.kernels.bf16conv import turned_panel as rule
+
+    return rule(og, oh, ow, wq, groups)
+
+
 def _check_inputs(op: str, x: TensorType, w: TensorType) -> None:
     if x.dtype is not None and x.dtype != "float32":
         raise IRError(f"{op}: expects a float32 input, got {x.dtype} {fmt(x.shape)}")

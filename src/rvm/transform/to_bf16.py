@@ -48,6 +48,7 @@ from rvm.op.bf16 import (
     pack_pairs,
     padded_depth,
     turn_pairs,
+    turned_panel,
 )
 from rvm.transform.legalize import map_functions, map_regions
 
@@ -201,12 +202,10 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
 
 def _turned_panel(value: E.Call, x: E.Expr, w: np.ndarray, attrs: dict) -> int:
     """The panel width the convolution's kernel runs turned around with (0: not), by
-    `rvm.kernels.bf16conv.turned_panel` from its static output shape."""
+    `rvm.op.bf16.turned_panel` from its static output shape."""
     shape = getattr(getattr(value, "type", None), "shape", None)
     if shape is None or not all(isinstance(d, int) for d in shape[2:]):
         return 0
-    from rvm.kernels.bf16conv import turned_panel
-
     (kw, sw, dw) = w.shape[3], attrs["strides"][1], attrs["dilation"][1]
     wq = shape[3] + ((kw - 1) * dw) // sw  # the pair plane's width (`bf16conv.conv2d`)
     return turned_panel(w.shape[0] // attrs["groups"], shape[2], shape[3], wq, attrs["groups"])
