@@ -40,7 +40,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro, walk
+from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro_turned, walk
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
@@ -505,7 +505,7 @@ def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
                 i0 = 0
                 for t in range(tiles):
                     rows = min(MR if t < full else MR - 1, npos - i0)
-                    micro(kc2, plane, table + 8 * p0, b, width, 2, ct + 4 * i0 * NR, NR,
+                    micro_turned(kc2, plane, table + 8 * p0, b, width, 2, ct + 4 * i0 * NR, NR,
                           1 if p0 else 0, rows, vectors, last, offs + 8 * i0)  # fmt: skip
                     i0 += rows
             for o in range(cols):

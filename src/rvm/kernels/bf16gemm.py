@@ -49,6 +49,7 @@ __all__ = [
     "band",
     "gemm_bf16",
     "micro",
+    "micro_turned",
     "panel_index",
     "panels",
     "walk",
@@ -96,8 +97,21 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-@intrinsic
-def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs):  # type: ignore[no-untyped-def]  # noqa: E501
+def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
+    """The micro-kernel intrinsic with a loop for each of ``kinds`` (vector count, indexed,
+    rows): `micro` has the plain and B-indexed ones, `micro_turned` the A-indexed ones, so
+    that each caller compiles only the loops it runs."""
+
+    @intrinsic
+    def kernel(
+        typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs
+    ):  # type: ignore[no-untyped-def]  # noqa: E501
+        return _micro_codegen(kinds)
+
+    return kernel
+
+
+def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
     """``C[:rows, :width] (+)= A[:rows] @ B`` over ``kc2`` pairs, ``width = (vectors - 1) *
     LANES + last``. B's pair row ``s`` starts ``ldb * s`` words after ``b``, or, ``indexed``,
     ``table[s]`` words after it, ``ldb`` being the int64 table's address (a convolution's
@@ -235,21 +249,18 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
                 with write:
                     store(False)
 
-        # per vector count: plain, indexed B, indexed A of MR rows and of MR - 1 rows (no row
-        # computed twice where positions come in tiles of both: `rvm.kernels.bf16conv`)
-        kinds = [(v, x, h) for v in range(1, VECTORS + 1)
-                 for x, h in ((0, MR), (1, MR), (2, MR), (2, MR - 1))]  # fmt: skip
         blocks = [builder.append_basic_block(f"tile{v}_{x}_{h}") for v, x, h in kinds]
         done = builder.append_basic_block("tiled")
         flag = builder.select(builder.icmp_signed(">", indexed, i64(2)), i64(2), indexed)
         short = builder.and_(
             builder.icmp_signed("==", flag, i64(2)), builder.icmp_signed("==", rows, i64(MR - 1))
         )
-        flag = builder.add(flag, builder.zext(short, i64))
-        case = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(4)), flag)
+        key = builder.add(builder.mul(flag, i64(2)), builder.zext(short, i64))
+        case = builder.add(builder.mul(vectors, i64(8)), key)
         switch = builder.switch(case, blocks[-1])
-        for index, (block, kind) in enumerate(zip(blocks, kinds)):
-            switch.add_case(i64(index), block)
+        for block, kind in zip(blocks, kinds):
+            v, x, h = kind
+            switch.add_case(i64(v * 8 + x * 2 + (h == MR - 1)), block)
             builder.position_at_end(block)
             tile(*kind)
             builder.branch(done)
@@ -257,6 +268,13 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# per vector count: plain and B-indexed loops (GEMMs, the direct convolution); A-indexed ones
+# of MR rows and of MR - 1 (a turned convolution's positions in tiles of both, no row computed
+# twice: `rvm.kernels.bf16conv`)
+micro = _make_micro([(v, x, MR) for v in range(1, VECTORS + 1) for x in (0, 1)])
+micro_turned = _make_micro([(v, 2, h) for v in range(1, VECTORS + 1) for h in (MR, MR - 1)])
 
 
 def _no_unroll(module: ir.Module) -> ir.MDValue:
