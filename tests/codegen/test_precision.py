@@ -11,6 +11,7 @@ import pytest
 import rvm
 from rvm import op
 from rvm.ir import Builder, Call, Tuple, Var, const, tensor
+from rvm.op.bf16 import default_pair_panel
 from rvm.runtime.executable import EXEC_MODES
 from rvm.transform.pipeline import default_passes, run_pipeline
 from rvm.transform.to_bf16 import to_bf16
@@ -120,6 +121,7 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert len(first.args) == 3 and first.args[2].data.shape == (12,)
     assert first.attrs["activation"] == "relu" == second.attrs["activation"]
     assert len(second.args) == 4 and second.args[3] is not None  # bias, residual
+    assert first.attrs["panel"] == second.attrs["panel"] == default_pair_panel()  # 5 x 9 maps
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
     att = next(b.value for b in _converted(MODEL)["main"].body.bindings if _is(b, "attention"))

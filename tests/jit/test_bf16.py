@@ -19,7 +19,7 @@ from rvm import op
 from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
-from rvm.op.bf16 import bf16_bits, conv_pairs, pack_pairs
+from rvm.op.bf16 import bf16_bits, conv_pairs, pack_pairs, turn_pairs
 from rvm.transform.to_bf16 import bf16_rows
 
 BF16 = ml_dtypes.bfloat16
@@ -205,7 +205,11 @@ def _epilogue(y: np.ndarray, bias: np.ndarray, act: int, res: np.ndarray) -> np.
     return numpy_ref.gelu(y.astype(np.float32), approximate=approximate).astype(np.float64)
 
 
-def _conv(case: tuple, seed: int, with_bias: bool = False, act: int = 0, res: bool = False):  # type: ignore[no-untyped-def]  # noqa: E501
+def _conv(
+    case: tuple, seed: int, with_bias: bool = False, act: int = 0, res: bool = False, panel: int = 0
+):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The case by the direct kernel and, with ``panel``, turned around too (output channels
+    along the lanes, the weight in panels of ``panel`` channels: `turn_pairs`)."""
     n, c, h, wd, co, kh, kw, s, pads, d, g = case
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
@@ -227,6 +231,11 @@ def _conv(case: tuple, seed: int, with_bias: bool = False, act: int = 0, res: bo
         x, bits, *rest, *([r] if res else []), **attrs, activation=ACTIVATIONS[act]
     )
     np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
+    if panel:
+        turned = np.full(want.shape, np.nan, np.float32)
+        bf16conv.conv2d(x, turn_pairs(bits, g, panel), turned, g, s, s, d, d, pads[0], pads[1],
+                        kh, kw, bias, act, r, panel)  # fmt: skip
+        np.testing.assert_allclose(turned, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
 
 
 @pytest.mark.parametrize("i", range(len(CONVS)))
@@ -234,10 +243,12 @@ def test_conv2d(i: int, blas_threads: int) -> None:
     """Each case once, in turn with no epilogue, a bias and ReLU, or a GELU (no bias), every
     other case with a residual added before the activation: applied to the rows as they are
     summed, wide rows (the residual and activation as they are compacted) and grouped pieces
-    alike."""
+    alike; and turned around (output channels along the lanes), in panels of a tile's `NR`
+    channels or of fewer than two vectors' (a tile's last vector part of a panel)."""
     case = CONVS[i]
     seed, act = case[1] * case[2] + case[4], (0, 1, 3)[i % 3]
-    _conv(case, seed=seed, with_bias=i % 3 == 1, act=act, res=i % 2 == 1)
+    panel = bf16gemm.NR if i % 2 else bf16gemm.LANES + 3
+    _conv(case, seed=seed, with_bias=i % 3 == 1, act=act, res=i % 2 == 1, panel=panel)
 
 
 def test_conv2d_rounds_inputs_to_nearest_even() -> None:
@@ -320,7 +331,7 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    np.testing.assert_allclose(out, r(x) @ r(w).T, rtol=1e-4, atol=1e-4)\n"
         "from rvm.kernels import bf16conv\n"
         "from rvm.op import numpy_ref\n"
-        "from rvm.op.bf16 import bf16_bits, conv_pairs\n"
+        "from rvm.op.bf16 import bf16_bits, conv_pairs, turn_pairs\n"
         "for s in (1, 2):\n"
         "    x = rng.standard_normal((1, 5, 11, 13)).astype(np.float32)\n"
         "    w = rng.standard_normal((9, 5, 3, 3)).astype(np.float32)\n"
@@ -331,6 +342,10 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    res = rng.standard_normal(want.shape).astype(np.float32)\n"
         "    want = np.maximum(want + bias.reshape(9, 1, 1) + res, 0)\n"
         "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res)\n"
+        "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
+        "    nr = bf16gemm.NR\n"  # turned around: output channels along the lanes
+        "    bf16conv.conv2d(x, turn_pairs(bits, 1, nr), out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1,\n"
+        "                    res, nr)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "from rvm.kernels import bf16dense\n"  # the tile epilogue's GELU at these lanes
         "from rvm.op.bf16 import pack_pairs\n"
@@ -379,11 +394,13 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # stride 1: channels by rows
         (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
         (1, 256, 32, 32, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # plane past L2/2: blocks of rows
+        (1, 128, 7, 7, 256, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: panels in pieces
     ],
 )
 def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
-    """Large convolutions run in pieces on the pool, with the same results."""
-    _conv(case, seed=8)
+    """Large convolutions run in pieces on the pool, with the same results (turned around
+    too, the last case)."""
+    _conv(case, seed=8, panel=bf16gemm.NR if case[2] == 7 else 0)
 
 
 def test_kernels_check_a_depth_known_only_at_run_time() -> None:

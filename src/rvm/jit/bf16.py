@@ -92,7 +92,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         xv, wv = kb.materialize(x, out), kb.materialize(w)
         bias = kb.materialize(args[2]) if len(args) >= 3 else "np.empty(0, np.float32)"
         res = kb.materialize(args[3], out) if len(args) == 4 else _NO_RESIDUAL
-        params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act)
+        params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act, attrs.get("panel", 0))
         arrays = (xv, wv, t.array, bias, res)
         kb.call_entry("conv2d_bf16", arrays, params, entry.variant(_VARIANT))
 

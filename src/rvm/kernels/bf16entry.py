@@ -22,8 +22,8 @@ __all__ = ["conv2d_bf16_call", "dense_bf16_call"]
 def _conv2d(x, w, out, bias, res, dims, params):  # type: ignore[no-untyped-def]
     """`bf16conv.conv2d` on x (4-d float32), w (2-d int16 bits), out (4-d float32), bias
     (1-d float32, empty: none), res (4-d float32 as out, empty: none); the parameters:
-    groups, sh, sw, dh, dw, pt, pl, kh, kw, act."""
-    d, p = nb.carray(dims, 15), nb.carray(params, 10)
+    groups, sh, sw, dh, dw, pt, pl, kh, kw, act, panel (0: w in rows, else turned)."""
+    d, p = nb.carray(dims, 15), nb.carray(params, 11)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5])),
@@ -32,6 +32,7 @@ def _conv2d(x, w, out, bias, res, dims, params):  # type: ignore[no-untyped-def]
         nb.carray(bias, (d[10],)),
         p[9],
         nb.carray(res, (d[11], d[12], d[13], d[14])),
+        p[10],
     )  # fmt: skip
     return 0
 
@@ -48,5 +49,5 @@ def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
 entry.export("conv2d_bf16", _conv2d)
 entry.export("dense_bf16", _dense)
 # What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
-conv2d_bf16_call = entry.caller("conv2d_bf16", 10)
+conv2d_bf16_call = entry.caller("conv2d_bf16", 11)
 dense_bf16_call = entry.caller("dense_bf16", 1)

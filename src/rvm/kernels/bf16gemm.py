@@ -49,6 +49,7 @@ __all__ = [
     "band",
     "gemm_bf16",
     "micro",
+    "micro_turned",
     "panel_index",
     "panels",
     "walk",
@@ -96,17 +97,34 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
-@intrinsic
-def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last):  # type: ignore[no-untyped-def]  # noqa: E501
+def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
+    """The micro-kernel intrinsic with a loop for each of ``kinds`` (vector count, indexed,
+    rows): `micro` has the plain and B-indexed ones, `micro_turned` the A-indexed ones, so
+    that each caller compiles only the loops it runs."""
+
+    @intrinsic
+    def kernel(
+        typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs
+    ):  # type: ignore[no-untyped-def]  # noqa: E501
+        return _micro_codegen(kinds)
+
+    return kernel
+
+
+def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
     """``C[:rows, :width] (+)= A[:rows] @ B`` over ``kc2`` pairs, ``width = (vectors - 1) *
     LANES + last``. B's pair row ``s`` starts ``ldb * s`` words after ``b``, or, ``indexed``,
     ``table[s]`` words after it, ``ldb`` being the int64 table's address (a convolution's
-    taps: `rvm.kernels.bf16conv`). One loop per (vector count, indexed), chosen by a switch:
-    each keeps its accumulators in registers."""
-    sig = nt.void(*(nt.int64,) * 12)
+    taps: `rvm.kernels.bf16conv`). With ``indexed`` 2 A is read through the table instead
+    (a convolution turned around: output positions as A's rows, output channels along the
+    lanes): A's row ``i``, pair ``s`` is the word ``offs[i] + table[s]`` after ``a``, ``lda``
+    the table's address and ``offs`` that of the rows' int64 word offsets (``offs`` unused
+    otherwise), and a tile of ``MR - 1`` rows has its own loop. One loop per (vector count,
+    indexed, rows), chosen by a switch: each keeps its accumulators in registers."""
+    sig = nt.void(*(nt.int64,) * 13)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last = args
+        kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs = args
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec, words = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
         masks, module = ir.VectorType(i1, LANES), builder.module
@@ -126,6 +144,8 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
             dot = declare(vec, [vec, pairs, pairs], "llvm.x86.avx512bf16.dpbf16ps.512")
         ap = builder.inttoptr(a, i32.as_pointer())
         table = builder.inttoptr(ldb, i64.as_pointer())
+        table_a = builder.inttoptr(lda, i64.as_pointer())
+        offsets = builder.inttoptr(offs, i64.as_pointer())
         bp = builder.inttoptr(b, i32.as_pointer())
         cp = builder.inttoptr(c, f32.as_pointer())
         zero, zero_w, align = ir.Constant(vec, None), ir.Constant(words, None), i32(4)
@@ -160,14 +180,25 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
             for i in range(MR)
         ]
 
-        def tile(vectors, indexed):  # type: ignore[no-untyped-def]
+        def tile(vectors, indexed, height):  # type: ignore[no-untyped-def]
+            if indexed == 2:  # the rows' first words: ``offs[i]`` (the last row's past rows)
+                starts = [
+                    builder.gep(ap, [builder.load(builder.gep(offsets, [row]))])
+                    for row in (
+                        builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row)
+                        for i in range(height)
+                    )
+                ]
             acc = [
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
-                for _ in range(MR)
+                for _ in range(height)
             ]
             with cgutils.for_range(builder, kc2) as loop:
                 step = loop.index
-                if indexed:
+                if indexed == 2:
+                    row_b = builder.mul(step, ldb)
+                    row_a = builder.load(builder.gep(table_a, [step]))
+                elif indexed:
                     row_b = builder.load(builder.gep(table, [step]))
                 else:
                     row_b = builder.mul(step, ldb)
@@ -177,8 +208,11 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
                     lanes = mask if j == vectors - 1 else whole
                     w = builder.call(load_words, [builder.bitcast(at, wptr), align, lanes, zero_w])
                     bs.append(builder.bitcast(w, pairs) if DPBF16 else halves(w))
-                for i in range(MR):
-                    word = builder.load(builder.gep(ap, [builder.add(a_rows[i], step)]))
+                for i in range(height):
+                    if indexed == 2:
+                        word = builder.load(builder.gep(starts[i], [row_a]))
+                    else:
+                        word = builder.load(builder.gep(ap, [builder.add(a_rows[i], step)]))
                     aw = broadcast(word, words)
                     if DPBF16:
                         aw = builder.bitcast(aw, pairs)
@@ -191,9 +225,12 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
                         else:
                             new = madd(aw[1], bs[j][1], madd(aw[0], bs[j][0], old))
                         builder.store(new, acc[i][j])
+                body = builder.basic_block
+            if indexed == 2:  # unrolled by two, its 24 accumulators spilled (54 GF/s, not 230)
+                body.terminator.set_metadata("llvm.loop", _no_unroll(module))
 
             def store(adding):  # type: ignore[no-untyped-def]
-                for i in range(MR):
+                for i in range(height):
                     with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
                         row_c = builder.mul(ldc, i64(i))
                         for j in range(vectors):
@@ -212,14 +249,18 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
                 with write:
                     store(False)
 
-        kinds = [(v, x) for v in range(1, VECTORS + 1) for x in (0, 1)]
-        blocks = [builder.append_basic_block(f"tile{v}_{x}") for v, x in kinds]
+        blocks = [builder.append_basic_block(f"tile{v}_{x}_{h}") for v, x, h in kinds]
         done = builder.append_basic_block("tiled")
-        flag = builder.zext(builder.icmp_signed("!=", indexed, i64(0)), i64)
-        case = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(2)), flag)
+        flag = builder.select(builder.icmp_signed(">", indexed, i64(2)), i64(2), indexed)
+        short = builder.and_(
+            builder.icmp_signed("==", flag, i64(2)), builder.icmp_signed("==", rows, i64(MR - 1))
+        )
+        key = builder.add(builder.mul(flag, i64(2)), builder.zext(short, i64))
+        case = builder.add(builder.mul(vectors, i64(8)), key)
         switch = builder.switch(case, blocks[-1])
-        for index, (block, kind) in enumerate(zip(blocks, kinds)):
-            switch.add_case(i64(index), block)
+        for block, kind in zip(blocks, kinds):
+            v, x, h = kind
+            switch.add_case(i64(v * 8 + x * 2 + (h == MR - 1)), block)
             builder.position_at_end(block)
             tile(*kind)
             builder.branch(done)
@@ -227,6 +268,22 @@ def micro(typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vec
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# per vector count: plain and B-indexed loops (GEMMs, the direct convolution); A-indexed ones
+# of MR rows and of MR - 1 (a turned convolution's positions in tiles of both, no row computed
+# twice: `rvm.kernels.bf16conv`)
+micro = _make_micro([(v, x, MR) for v in range(1, VECTORS + 1) for x in (0, 1)])
+micro_turned = _make_micro([(v, 2, h) for v in range(1, VECTORS + 1) for h in (MR, MR - 1)])
+
+
+def _no_unroll(module: ir.Module) -> ir.MDValue:
+    """A loop's ``llvm.loop`` metadata saying not to unroll it (a distinct, self-referential
+    node, as LLVM wants a loop's)."""
+    flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    node = ir.values.MDValue(module, [flag], name=str(len(module.metadata)))
+    node.operands = (node, flag)
+    return node
 
 
 @nb.njit(**_OPTS)
@@ -259,7 +316,7 @@ def band(kc2, a, lda, b, b_col, ldb, indexed, c, ldc, add, rows, width):  # type
             cols = 2 * LANES
         vectors = (cols + LANES - 1) // LANES
         micro(kc2, a, lda, b + b_col * j0, ldb, indexed, c + 4 * j0, ldc, add, rows, vectors,
-              cols - (vectors - 1) * LANES)  # fmt: skip
+              cols - (vectors - 1) * LANES, 0)  # fmt: skip
         j0 += cols
 
 

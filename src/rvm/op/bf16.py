@@ -14,7 +14,9 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   + residual)``, ``bias`` one float32 value per output channel (or none), ``residual`` a
   float32 tensor of the output's shape (or none; only with a bias) and ``activation`` one of
   `ACTIVATIONS`, applied by the kernel to the rows it sums, while in cache
-  (`rvm.transform.to_bf16` joins a following bias add, residual add and activation).
+  (`rvm.transform.to_bf16` joins a following bias add, residual add and activation). With
+  ``panel`` > 0 the kernel runs turned around (output channels along the vector lanes) and
+  ``w`` holds the same words in its panels of ``panel`` output channels (`turn_pairs`).
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
@@ -37,6 +39,7 @@ from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout,
     conv_pairs,
     pack_pairs,
     pair_depth,
+    turn_pairs,
 )
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
@@ -71,6 +74,14 @@ def default_pair_panel() -> int:
     from rvm.kernels.bf16gemm import NR
 
     return NR
+
+
+def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
+    """The panel width a convolution's kernel runs turned around with on this CPU (0: not),
+    imported when a pass asks: `rvm.kernels.bf16conv.turned_panel`."""
+    from rvm.kernels.bf16conv import turned_panel as rule
+
+    return rule(og, oh, ow, wq, groups)
 
 
 def _check_inputs(op: str, x: TensorType, w: TensorType) -> None:
@@ -172,10 +183,12 @@ def conv2d_bf16(
     bias: ExprLike | None = None,
     activation: str = "none",
     residual: ExprLike | None = None,
+    panel: int = 0,
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
-    `conv_pairs`) of spatial size ``kernel``; ``bias`` (out channels,) float32 or None;
+    `conv_pairs`; with ``panel`` > 0 those words in panels of ``panel`` output channels,
+    `turn_pairs`) of spatial size ``kernel``; ``bias`` (out channels,) float32 or None;
     ``residual`` float32 of the output's shape or None (only with a bias); ``activation`` one
     of `ACTIVATIONS`."""
     name = "conv2d_bf16"
@@ -192,6 +205,7 @@ def conv2d_bf16(
         groups=check_int(name, "groups", groups, minimum=1),
         kernel=positive_ints(name, "kernel", kernel, 2),
         activation=check_choice(name, "activation", activation, ACTIVATIONS),
+        panel=check_int(name, "panel", panel, minimum=0),
     )
 
 

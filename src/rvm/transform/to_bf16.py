@@ -41,7 +41,15 @@ from rvm.ir.analysis import walk
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.op.bf16 import bf16_bits, conv_pairs, default_pair_panel, pack_pairs, padded_depth
+from rvm.op.bf16 import (
+    bf16_bits,
+    conv_pairs,
+    default_pair_panel,
+    pack_pairs,
+    padded_depth,
+    turn_pairs,
+    turned_panel,
+)
 from rvm.transform.legalize import map_functions, map_regions
 
 logger = logging.getLogger("rvm.transform")
@@ -177,6 +185,9 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
     if w.ndim != 4 or w.shape[1] == 1 or depth < MIN_CONV_DEPTH:
         return None
     rows = bf16_bits(conv_pairs(w.astype(np.float32))).view(np.int16)
+    panel = _turned_panel(value, x, w, attrs)
+    if panel:
+        rows = turn_pairs(rows, attrs["groups"], panel)
     return op.conv2d_bf16(
         x,
         E.Constant(rows),
@@ -185,11 +196,23 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
         dilation=attrs["dilation"],
         groups=attrs["groups"],
         kernel=w.shape[2:],
+        panel=panel,
     )
 
 
+def _turned_panel(value: E.Call, x: E.Expr, w: np.ndarray, attrs: dict) -> int:
+    """The panel width the convolution's kernel runs turned around with (0: not), by
+    `rvm.op.bf16.turned_panel` from its static output shape."""
+    shape = getattr(getattr(value, "type", None), "shape", None)
+    if shape is None or not all(isinstance(d, int) for d in shape[2:]):
+        return 0
+    (kw, sw, dw) = w.shape[3], attrs["strides"][1], attrs["dilation"][1]
+    wq = shape[3] + ((kw - 1) * dw) // sw  # the pair plane's width (`bf16conv.conv2d`)
+    return turned_panel(w.shape[0] // attrs["groups"], shape[2], shape[3], wq, attrs["groups"])
+
+
 def _conv_attrs(conv: E.Call) -> dict:
-    keys = ("strides", "padding", "dilation", "groups", "kernel")
+    keys = ("strides", "padding", "dilation", "groups", "kernel", "panel")
     return {k: conv.attrs[k] for k in keys}
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "dense_packed_bf16",
     "pack_pairs",
     "pair_depth",
+    "turn_pairs",
 ]
 
 
@@ -65,11 +66,42 @@ def conv_pairs(w):
     return np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
 
 
-def conv2d_bf16(x, w, *rest, strides, padding, dilation, groups, kernel, activation="none"):
+def turn_pairs(rows, groups, panel):
+    """The weight ``rows`` (int16 ``(o, kp)``: `conv_pairs`' bits) for the convolution turned
+    around (output channels along the lanes, `rvm.kernels.bf16conv`): each group's ``(o /
+    groups, kp / 2)`` words in panels of ``panel`` output channels, panel ``t`` the
+    transpose ``(kp / 2, width)`` of its ``width`` channels (``panel``, the last one fewer),
+    group after group, panel after panel; as ``(o, kp)`` int16 again."""
+    o, kp = rows.shape
+    words = np.ascontiguousarray(rows).view(np.int32).reshape(groups, o // groups, kp // 2)
+    og = o // groups
+    parts = [words[g, j : j + panel].T.ravel() for g in range(groups) for j in range(0, og, panel)]
+    return np.concatenate(parts).view(np.int16).reshape(o, kp)
+
+
+def unturn_pairs(rows, groups, panel):
+    """`turn_pairs`' inverse."""
+    o, kp = rows.shape
+    og, k2 = o // groups, kp // 2
+    words, out, at = np.ascontiguousarray(rows).view(np.int32).ravel(), [], 0
+    for _ in range(groups):
+        for j in range(0, og, panel):
+            width = min(panel, og - j)
+            out.append(words[at : at + k2 * width].reshape(k2, width).T)
+            at += k2 * width
+    return np.ascontiguousarray(np.concatenate(out)).view(np.int16).reshape(o, kp)
+
+
+def conv2d_bf16(
+    x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0
+):
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
-    bits in channel pairs: `conv_pairs`); ``rest``: none, the bias (one value per output
-    channel), or the bias and the residual (float32, the output's shape)."""
+    bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
+    ``panel`` > 0: `turn_pairs`); ``rest``: none, the bias (one value per output channel), or
+    the bias and the residual (float32, the output's shape)."""
     cg, (kh, kw) = x.shape[1] // groups, kernel
+    if panel:
+        w = unturn_pairs(np.asarray(w), groups, panel)
     pairs = _bf16_values(w).reshape(w.shape[0], (cg + 1) // 2, kh, kw, 2)
     weight = pairs.transpose(0, 1, 4, 2, 3).reshape(w.shape[0], -1, kh, kw)[:, :cg]
     y = _conv(_round_bf16(x), weight, strides, padding, dilation, groups)
