@@ -65,6 +65,7 @@ def test_generate_equals_a_greedy_loop_over_onnx_runtime(executables, session, e
             assert got.shape == (ids.shape[0], ids.shape[1] + n)
 
 
+@pytest.mark.parametrize("exec_mode", MODES)
 def test_zero_new_tokens_is_the_prompt(executables, exec_mode) -> None:
     vm = rvm.VirtualMachine(executables[None], exec_mode=exec_mode)
     ids = np.array([[3, 1, 4], [1, 5, 9]])
