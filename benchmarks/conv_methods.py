@@ -1,17 +1,16 @@
 """Each distinct float32 convolution layer of the 9 light CNNs: the direct method (vectors of
-output channels, `rvm.kernels.direct`, on a weight packed beforehand) against each of the
-library's GEMM methods that applies (`rvm.kernels.conv`: taps read in place, im2col, the 1x1
-GEMMs; each forced, whatever `rvm.kernels.conv.method` would pick) and ONNX Runtime's Conv.
+output channels, `rvm.kernels.direct`, on a weight packed beforehand) against the library's
+GEMM methods (`rvm.kernels.conv`, on the OIHW weight) and ONNX Runtime's Conv.
 
 Run: ``python benchmarks/conv_methods.py [--only vgg19,densenet121] [--repeat 21]
 [--threads 2] [--batch 8]``. The
 layers' shapes come from the models' graphs (ONNX shape inference); depthwise layers are
 left out (the direct method is not theirs; 1x1 ones are in: deep ones on 7 x 7 maps take
-it). Per layer: GFLOP/s of each method, interleaved medians in one process after checking
-every output against ORT's, the method a model runs (``rule``: the direct one where
-`rvm.kernels.conv.channels_pay` says, its weight packed at build time, else
-`rvm.kernels.conv.method`'s pick), the fastest, and the rule's time over the fastest's:
-the table to check and re-tune the rule on another machine. Both runtimes on
+it). Per layer: milliseconds of each, interleaved medians in one process after checking
+the outputs agree, GEMM/direct, direct/ORT, GFLOP/s of
+each, and whether
+the rule (`rvm.kernels.conv.channels_pay` with the weight packed at build time) picks the
+direct method: the table to check and re-tune the rule on another machine. Both runtimes on
 ``--threads`` threads (`rvm.set_num_threads`, ORT's ``intra_op_num_threads``), one by default:
 the per-core efficiency of the methods, which a loaded machine distorts least (one thread
 each runs in the calling thread: its CPU time is what is timed, `time.thread_time`, so other
@@ -30,14 +29,13 @@ import time
 from common import interleaved_medians, machine, machine_line, write_results
 
 # isort: split
-import numba as nb
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 import rvm
-from rvm.kernels import conv, direct, parfor
+from rvm.kernels import conv, direct
 from rvm.testing.onnx_models import LIGHT_MODELS, light_model_path
 
 
@@ -81,71 +79,39 @@ def _ort(key: tuple, out: list[int], w: np.ndarray, threads: int):  # type: igno
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-@nb.njit(nogil=True)
-def _by_method(x, w, out, groups, sh, sw, dh, dw, pt, pl, how):  # type: ignore[no-untyped-def]
-    """The library's convolution by method ``how`` (`rvm.kernels.conv.method`'s numbers),
-    whatever `method` would pick: its job as `rvm.kernels.conv._conv2d_blas` makes it."""
-    n, c, ih, iw = x.shape
-    o, cg, kh, kw = w.shape
-    job = np.array((conv._JOB, parfor.address(x), parfor.address(w), parfor.address(out),
-                    n, c, ih, iw, o, cg, kh, kw, out.shape[2], out.shape[3], groups, sh, sw,
-                    dh, dw, pt, pl, how), dtype=np.int64)  # fmt: skip
-    conv._dispatch(x, how, job)
-
-
-# The methods timed: the direct method on a weight packed beforehand, and each of the
-# library's GEMMs where it applies (`rvm.kernels.conv.method`).
-GEMMS = {"taps": conv.TAPS, "im2col": conv.IM2COL, "pointwise": conv.POINTWISE,
-         "strided": conv.STRIDED}  # fmt: skip
-
-
-def picked(key: tuple, out_shape: list[int]) -> str:
-    """The method a model's convolution of this shape runs (its weight a constant): the
-    direct one where the rule says (`rvm.kernels.conv.channels_pay`, packed at build time),
-    else the one `rvm.kernels.conv.method` picks."""
-    (_, c, ih, iw), o, (kh, kw), (sh, sw), pads, groups, _ = key
-    oh, ow = out_shape[2], out_shape[3]
-    if conv.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True, direct.FMA_LANES):
-        return "direct"
-    how = conv.method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, not any(pads), True)
-    return {v: k for k, v in GEMMS.items()}.get(how, "direct")
-
-
 def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> dict:
-    """Milliseconds of each method that applies to the layer and of ORT, interleaved
-    medians, after checking every output against ORT's."""
     (n, c, ih, iw), o, (kh, kw), (sh, sw), pads, groups, (dh, dw) = key
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, c, ih, iw)).astype(np.float32)
     w = rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)
     packed = direct.pack(w, groups)
+    by_gemm, by_direct = np.empty(out_shape, np.float32), np.empty(out_shape, np.float32)
     session = _ort(key, out_shape, w, threads)
     pt, pl, pb, pr = pads
-    pointwise = kh == kw == 1 and not any(pads)
-    names = ["direct", *(["pointwise" if sh == sw == 1 else "strided"] if pointwise else []),
-             "taps", "im2col"]  # fmt: skip
-    outs = {name: np.empty(out_shape, np.float32) for name in names}
 
-    def method(name: str):  # type: ignore[no-untyped-def]
-        y = outs[name]
-        if name == "direct":
-            return lambda: direct.conv2d_packed(x, packed, y, sh, sw, dh, dw, pt, pl)
-        how = GEMMS[name]
-        return lambda: _by_method(x, w, y, groups, sh, sw, dh, dw, pt, pl, how)
+    def gemm() -> None:
+        conv.conv2d(x, w, by_gemm, groups, sh, sw, dh, dw, pt, pl, pb, pr)
 
-    fns = {name: method(name) for name in names}
-    fns["ort"] = lambda: session.run(None, {"x": x})
+    def channels() -> None:
+        direct.conv2d_packed(x, packed, by_direct, sh, sw, dh, dw, pt, pl)
+
+    def onnxruntime() -> None:
+        session.run(None, {"x": x})
+
+    gemm(), channels()
     want = session.run(None, {"x": x})[0]
-    for name in names:
-        fns[name]()
-        np.testing.assert_allclose(outs[name], want, rtol=1e-3, atol=1e-2, err_msg=name)
+    for got in (by_gemm, by_direct):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
     # ORT's pool threads spin after its calls (more than one thread): each turn settles first.
     settle = 0.0 if threads == 1 else 0.05
+    fns = {"gemm": gemm, "direct": channels, "ort": onnxruntime}
     # One thread each runs in the calling thread: its CPU time, which preemptions by other
     # processes on a loaded machine leave out; more threads, wall time.
     clock = time.thread_time if threads == 1 else time.perf_counter
     t = interleaved_medians(fns, repeat, settle_s=settle, clock=clock)
-    return {name: v * 1e3 for name, v in t.items()}
+    oh, ow = out_shape[2], out_shape[3]
+    picks = bool(conv.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True))
+    return {**{k: v * 1e3 for k, v in t.items()}, "picks_direct": picks}
 
 
 def main() -> None:
@@ -164,9 +130,8 @@ def main() -> None:
     print(machine_line(), f"threads: {args.threads or 'default'}; batch {args.batch}")
     rows = []
     found = layers(args.only.split(","), args.batch)
-    methods = ("direct", "taps", "im2col", "pointwise", "strided", "ort")
-    print(f"{'layer':52} GFLOP/s: " + " ".join(f"{m:>9}" for m in methods)
-          + f" {'rule':>9} {'best':>9} best/rule")  # fmt: skip
+    print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule"
+          f"  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}")  # fmt: skip
     for key, info in found.items():
         (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
         if groups == c and c > 1:
@@ -174,15 +139,15 @@ def main() -> None:
         t = measure(key, info["out"], args.repeat, args.threads)
         oh, ow = info["out"][2:]
         name = f"{c}x{ih}x{iw} -> {o}x{oh}x{ow} k{kernel[0]}x{kernel[1]} s{strides[0]} g{groups}"
+        rule = "direct" if t["picks_direct"] else "gemm"
+        ratios = f"{t['gemm'] / t['direct']:5.2f} {t['direct'] / t['ort']:5.2f}"
         gflop = 2 * n * o * oh * ow * (c // groups) * kernel[0] * kernel[1] / 1e9
-        rates = {k: gflop / (v / 1e3) for k, v in t.items()}
-        rule = picked(key, info["out"])
-        best = min((k for k in t if k != "ort"), key=t.__getitem__)
-        cells = " ".join(f"{rates[m]:9.1f}" if m in rates else f"{'':9}" for m in methods)
-        print(f"{name:52}          {cells} {rule:>9} {best:>9} {t[rule] / t[best]:9.2f}")
+        rates = {k: gflop / (t[k] / 1e3) for k in ("gemm", "direct", "ort")}
+        speeds = f"{rates['gemm']:5.0f} {rates['direct']:6.0f} {rates['ort']:5.0f}"
+        print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule:6} "
+              f"          {speeds}")  # fmt: skip
         gflops = {f"{k}_gflops": v for k, v in rates.items()}
-        rows.append({"layer": name, "models": info["models"], "ms": t, **gflops,
-                     "rule": rule, "best": best})  # fmt: skip
+        rows.append({"layer": name, "models": info["models"], **t, **gflops})
     name = "conv_methods" if args.threads == 1 else f"conv_methods_t{args.threads}"
     name += "" if args.batch == 1 else f"_b{args.batch}"
     payload = {"machine": machine(), "threads": args.threads, "batch": args.batch}

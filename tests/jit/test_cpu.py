@@ -55,34 +55,6 @@ def test_this_cpu_facts() -> None:
     assert facts.l1d <= facts.l2 <= facts.l3
     assert facts.vector_bits == 32 * sgemm.LANES
     assert f"l2={facts.l2}" in cpu.tuning_key()
-    assert f"fma={cpu.host_fma_bits()}" in cpu.tuning_key()
-    assert facts.fma_bits == min(facts.vector_bits, cpu.host_fma_bits())
-
-
-def test_the_fma_width_is_measured_once_and_kept(tmp_path, monkeypatch) -> None:
-    """The host's FMA width (`cpu.host_fma_bits`) is measured where none is kept beside the
-    library's object code, then read back: a kept width wins over measuring; a file that
-    holds no width of this host is measured again."""
-    from numba.core import config
-
-    widest = cpu._vector_bits(cpu._host_flags())
-    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path))
-    try:
-        cpu.host_fma_bits.cache_clear()
-        measured = cpu.host_fma_bits()
-        assert measured in (widest, widest // 2)
-        (kept,) = tmp_path.rglob(f"{cpu.FMA_FACT}*")
-        assert kept.read_text() == str(measured)
-        other = widest if measured != widest else widest // 2
-        kept.write_text(str(other))
-        cpu.host_fma_bits.cache_clear()
-        assert cpu.host_fma_bits() == other
-        kept.write_text("3")
-        cpu.host_fma_bits.cache_clear()
-        assert cpu.host_fma_bits() in (widest, widest // 2)
-        assert kept.read_text() == str(cpu.host_fma_bits())
-    finally:
-        cpu.host_fma_bits.cache_clear()
 
 
 def _facts(l1d: int, l2: int, bits: int = 512) -> cpu.Cpu:

@@ -14,7 +14,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, cpu, direct, parfor
+from rvm.kernels import conv, direct, parfor
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -104,77 +104,60 @@ def test_pack_refuses_channels_that_do_not_divide() -> None:
         direct.pack(rand((10, 2, 3, 3)), 3)
 
 
-def _pays(c, o, groups, k, stride, out, size, packed=True, fma=None) -> bool:
-    fma = direct.FMA_LANES if fma is None else fma
-    return conv.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed, fma)
+def _pays(c, o, groups, k, stride, out, size, packed=True) -> bool:
+    return conv.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed)
 
 
-def test_the_fma_width_is_the_cpus() -> None:
-    facts = cpu.cpu()
-    assert direct.FMA_LANES == facts.fma_bits // 32
-    assert facts.fma_bits in (facts.vector_bits, facts.vector_bits // 2)
-
-
-@pytest.mark.parametrize("halves", [False, True])
-def test_the_rule_follows_the_shape_and_the_cpu(halves) -> None:
-    """Where the direct method runs (`direct.prefers`, through `conv.channels_pay`), on a core
-    that runs its vectors' multiply-adds whole and on one that runs them as two halves."""
+def test_the_rule_follows_the_shape_and_the_cpu() -> None:
+    """Where the direct method runs (`direct.prefers`, through `conv.channels_pay`)."""
     lanes = direct.LANES
-    f = lanes // 2 if halves else lanes  # `direct.FMA_LANES`
-
-    def pays(c, o, groups, k, stride, out, size, packed=True) -> bool:
-        return _pays(c, o, groups, k, stride, out, size, packed, f)
-
     deep = 8 * lanes  # 3x3 taps of these channels: deep enough
     # Large maps: many output channels, stride 1, no groups; packed at the call too.
-    assert pays(deep, 8 * lanes, 1, 3, 1, 4 * lanes, 4 * lanes, packed=False)
-    assert not pays(deep, 8 * lanes, 1, 3, 2, 4 * lanes, 8 * lanes)  # strided
-    assert not pays(deep, 8 * lanes, 2, 3, 1, 4 * lanes, 4 * lanes)  # grouped
-    assert not pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
-    assert not pays(deep, 8 * lanes + 1, 1, 3, 1, 4 * lanes, 4 * lanes)  # ragged channels
+    assert _pays(deep, 8 * lanes, 1, 3, 1, 4 * lanes, 4 * lanes, packed=False)
+    assert not _pays(deep, 8 * lanes, 1, 3, 2, 4 * lanes, 8 * lanes)  # strided
+    assert not _pays(deep, 8 * lanes, 2, 3, 1, 4 * lanes, 4 * lanes)  # grouped
+    assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
+    assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 4 * lanes, 4 * lanes)  # ragged channels
     # Two vectors of output channels on maps of twice `PACK_MIN_POSITIONS` (resnet50's 64,
     # densenet121's 32 at 56 x 56), not smaller; one vector only when the input plane
     # outgrows a quarter of the last level cache (vgg19's first layers).
-    assert pays(deep, 2 * lanes, 1, 3, 1, 56, 56)
-    assert not pays(deep, 2 * lanes, 1, 3, 1, 32, 32)
+    assert _pays(deep, 2 * lanes, 1, 3, 1, 56, 56)
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, 32, 32)
     side = 4 * lanes * (1 + int((direct.L3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
-    assert pays(deep, lanes, 1, 3, 1, side, side)
-    assert not pays(deep, lanes, 1, 3, 1, 2 * lanes, 2 * lanes)
+    assert _pays(deep, lanes, 1, 3, 1, side, side)
+    assert not _pays(deep, lanes, 1, 3, 1, 2 * lanes, 2 * lanes)
     # Small maps: where the GEMM's vectors of positions leave a fifth of their lanes idle,
     # on weights packed at build time only.
     idle = 3 * lanes + 1  # positions of a map whose GEMM runs over all of them
     side = int(idle**0.5)
     if side * side == idle and side < conv.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
-        assert pays(deep, 2 * lanes, 1, 3, 1, side, side)
-        assert not pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
-        assert pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided too
-    assert not pays(deep, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
+        assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
+        assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
+        assert _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided too
+    assert not _pays(deep, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
     # Small maps, more output channels, deeper still (vgg19's 28 x 28 and 14 x 14 layers).
-    assert pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
-    assert not pays(deep, 6 * lanes, 1, 3, 1, 28, 28, packed=False)
-    assert not pays(4 * f, 8 * lanes, 1, 3, 1, 28, 28)  # 36 FMA vectors deep: too shallow
-    assert not pays(deep, 4 * f, 1, 3, 1, 28, 28)  # few output channels
-    assert not pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # grouped
-    # Squeezenet's 48-deep expansion on 13 x 13 (432 deep, 192 channels): the direct method
-    # where the multiply-adds run 8 lanes at a time (AVX2, or Zen 4's halves of 16).
-    assert pays(48, 192, 1, 3, 1, 13, 13) == (f <= 8)
+    assert _pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
+    assert not _pays(deep, 6 * lanes, 1, 3, 1, 28, 28, packed=False)
+    assert not _pays(4 * lanes, 8 * lanes, 1, 3, 1, 28, 28)  # 36 * lanes deep: too shallow
+    assert not _pays(deep, 4 * lanes, 1, 3, 1, 28, 28)  # few output channels
+    assert not _pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # grouped
     # Strided on such maps too (resnet50's stride-2 3x3 layers), not on large ones.
-    assert pays(deep, 8 * lanes, 1, 3, 2, 28, 56)
-    assert not pays(deep, 8 * lanes, 1, 3, 2, 28, 56, packed=False)
-    assert not pays(4 * f, 8 * lanes, 1, 3, 2, 28, 56)  # too shallow
+    assert _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)
+    assert not _pays(deep, 8 * lanes, 1, 3, 2, 28, 56, packed=False)
+    assert not _pays(4 * lanes, 8 * lanes, 1, 3, 2, 28, 56)  # too shallow
     # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a deep 1x1
     # convolution pays only where its whole map does (7 x 7), not on maps that fill the
     # GEMM's vectors (12 x 12: 144 positions, 9 vectors), nor shallow, nor on a large map.
-    assert pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
-    assert not pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
+    assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
+    assert not _pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
     idle = 5 * 49 < 4 * -(-49 // lanes) * lanes  # 7 x 7: 49 of 64 lanes; of 56 on AVX2
-    assert pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7) == idle
-    assert pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14) == idle
-    assert not pays(16 * f, 8 * lanes, 1, 1, 1, 7, 7)  # 16 FMA vectors deep: too shallow
-    assert pays(32 * f, 8 * lanes, 1, 1, 1, 7, 7) == idle  # 32 (resnet50's 512 on Zen 5)
-    assert not pays(32 * f - lanes, 8 * lanes, 1, 1, 1, 7, 7)
-    assert not pays(64 * deep, 3 * lanes, 1, 1, 1, 7, 7)  # few output channels
-    assert not pays(64 * deep, 8 * lanes, 1, 1, 1, 56, 56)
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7) == idle
+    assert _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14) == idle
+    assert not _pays(2 * deep, 8 * lanes, 1, 1, 1, 7, 7)  # 16 * lanes deep: too shallow
+    assert _pays(4 * deep, 8 * lanes, 1, 1, 1, 7, 7) == idle  # 32 * lanes (resnet50's 512)
+    assert not _pays(4 * deep - lanes, 8 * lanes, 1, 1, 1, 7, 7)
+    assert not _pays(64 * deep, 3 * lanes, 1, 1, 1, 7, 7)  # few output channels
+    assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 56, 56)
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
@@ -229,26 +212,6 @@ def test_a_model_on_the_direct_method_in_every_exec_mode(exec_mode, case) -> Non
         want = rvm.interpret(mod, "main", *inputs)
         vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
         np.testing.assert_allclose(vm["main"](*inputs), want, rtol=1e-4, atol=2e-3)
-
-
-# Squeezenet's 48-deep 3 x 3 expansion on 13 x 13: on AVX-512 the direct method where the
-# core runs its vectors' multiply-adds as two halves (Zen 4), the GEMM where it runs them whole.
-HALVES_CASE = (1, 48, 13, 13, 192, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
-
-
-@pytest.mark.parametrize("halves", [False, True])
-def test_the_fma_width_picks_the_method_in_every_exec_mode(exec_mode, halves, monkeypatch) -> None:
-    """Either fact (`direct.FMA_LANES`, read by the build-time pass) packs the weight where
-    the rule says, and the model gives the interpreter's answer either way."""
-    from rvm.transform.pack_conv_weights import pack_conv_weights
-
-    lanes = direct.LANES
-    monkeypatch.setattr(direct, "FMA_LANES", lanes // 2 if halves else lanes)
-    mod, inputs = _model(HALVES_CASE)
-    assert ("conv2d_packed" in str(pack_conv_weights(mod))) == (halves or lanes <= 8)
-    want = rvm.interpret(mod, "main", *inputs)
-    vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
-    np.testing.assert_allclose(vm["main"](*inputs), want, rtol=1e-4, atol=2e-3)
 
 
 def test_constant_weights_are_packed_where_the_rule_says() -> None:

@@ -375,8 +375,7 @@ def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type
         return POINTWISE if sh == 1 and sw == 1 else STRIDED
     if cg == 1:
         return DEPTHWISE
-    fma = direct.FMA_LANES
-    if f32 and channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, False, fma):
+    if f32 and channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, False):
         return CHANNELS
     if f32 and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
         return TAPS
@@ -451,20 +450,19 @@ def _dispatch(x, how, job):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed, fma_lanes):  # type: ignore[no-untyped-def]
+def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type: ignore[no-untyped-def]
     """Whether a float32 convolution of this shape runs the direct method vectorized along
     output channels (`rvm.kernels.direct`) rather than this module's GEMMs: the one rule,
     `rvm.kernels.direct.prefers`, given the positions this module's GEMM would vectorize
     (an output row of `TAPS_MIN_WIDTH` or more, else the map; the whole map for a 1x1
-    convolution, a GEMM on the map as it is: `_pointwise`) and the lanes the core's
-    multiply-adds run whole (``fma_lanes``: `rvm.kernels.direct.FMA_LANES`). With the weight
-    ``packed`` at build time (`rvm.op.conv2d_packed`) any map size; else the weight is packed
-    at each call, only on maps large enough that the copy costs little
+    convolution, a GEMM on the map as it is: `_pointwise`). With the weight ``packed``
+    at build time (`rvm.op.conv2d_packed`) any map size; else the weight is packed at each
+    call, only on maps large enough that the copy costs little
     (`rvm.kernels.direct.PACK_MIN_POSITIONS`)."""
     if not packed and oh * ow < direct.PACK_MIN_POSITIONS:
         return False
     run = ow if ow >= TAPS_MIN_WIDTH and kh * kw > 1 else oh * ow
-    return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run, fma_lanes)
+    return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run)
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------

@@ -8,12 +8,7 @@ split) come from these facts, never from constants tuned on one machine:
   vector width (`Cpu.vector_bits`) and whether there is a fused multiply-add;
 - the data caches of one core (L1d, L2) and the last level (L3, shared), in bytes, from Linux's
   ``/sys/devices/system/cpu/cpu0/cache``, else ``sysconf`` (glibc's ``_SC_LEVEL*``), else
-  conservative defaults (`DEFAULT_CACHES`) on a system that tells neither;
-- whether the core multiplies-adds its widest vectors whole or as two halves (`Cpu.fma_bits`:
-  Zen 4 runs its 512-bit FMAs as two 256-bit halves, at half the rate of its 256-bit ones;
-  Zen 5 and Intel's two-FMA cores run them whole), which no feature flag tells: measured once
-  (`measure_fma_bits`, well under a millisecond) and kept beside the library's object code
-  under the host CPU's identity (`host_fma_bits`).
+  conservative defaults (`DEFAULT_CACHES`) on a system that tells neither.
 
 `cpu()` reads them once per process. `tuning_key()` names the facts tuning depends on that the
 CPU name and features do not: rvm's caches of compiled code include it (`rvm.kernels.numba_cache`,
@@ -22,24 +17,12 @@ CPU name and features do not: rvm's caches of compiled code include it (`rvm.ker
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import hashlib
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "DEFAULT_CACHES",
-    "Cpu",
-    "cpu",
-    "host_fma_bits",
-    "measure_fma_bits",
-    "read_caches",
-    "target_features",
-    "tuning_key",
-]
+__all__ = ["DEFAULT_CACHES", "Cpu", "cpu", "read_caches", "target_features", "tuning_key"]
 
 # (L1d, L2, L3) bytes where the system names none: a small core's, so blocks still fit.
 DEFAULT_CACHES = (32 << 10, 256 << 10, 8 << 20)
@@ -60,8 +43,6 @@ class Cpu:
         l2: one core's L2 cache, bytes.
         l3: the last-level cache, bytes (shared by the cores).
         caches_from: where the cache sizes came from: ``sysfs``, ``sysconf`` or ``default``.
-        fma_bits: the widest vector whose multiply-adds the core runs whole: `vector_bits`,
-            or less where the host runs vectors that wide as two halves (`host_fma_bits`).
     """
 
     name: str
@@ -72,7 +53,6 @@ class Cpu:
     l2: int
     l3: int
     caches_from: str
-    fma_bits: int
 
     @property
     def lanes(self) -> int:
@@ -148,165 +128,27 @@ def _vector_bits(features: frozenset[str]) -> int:
     return 128
 
 
-# The probe: this many multiply-add chains (enough to fill two FMA pipes of 4 to 6 cycles'
-# latency) of this many steps (4000: ~15 us of 512-bit FMAs on Zen 4), each width's best of
-# this many rounds, the widths taking turns.
-_CHAINS, _STEPS, _ROUNDS = 12, 4000, 12
-
-
-def _probe_ir(widths: tuple[int, ...]) -> str:
-    """LLVM IR of ``float fma_probe_<lanes>(i64 steps, float x)`` for each of ``widths``
-    (lanes): `_CHAINS` independent chains of ``acc = fma(acc, x, x)`` on ``<lanes x
-    float>``, ``steps`` times."""
-    from llvmlite import ir
-
-    f32, i64, i32 = ir.FloatType(), ir.IntType(64), ir.IntType(32)
-    module = ir.Module(name="fma_probe")
-    for lanes in widths:
-        vec = ir.VectorType(f32, lanes)
-        fn = ir.Function(module, ir.FunctionType(f32, [i64, f32]), name=f"fma_probe_{lanes}")
-        fma = ir.Function(module, ir.FunctionType(vec, [vec] * 3), name=f"llvm.fma.v{lanes}f32")
-        entry, loop, done = (fn.append_basic_block(name) for name in ("entry", "loop", "done"))
-        b = ir.IRBuilder(entry)
-        steps, x = fn.args
-        one = b.insert_element(ir.Constant(vec, ir.Undefined), x, ir.Constant(i32, 0))
-        xs = b.shuffle_vector(one, one, ir.Constant(ir.VectorType(i32, lanes), [0] * lanes))
-        b.branch(loop)
-        b.position_at_end(loop)
-        i, accs = b.phi(i64), [b.phi(vec) for _ in range(_CHAINS)]
-        new = [b.call(fma, [acc, xs, xs]) for acc in accs]
-        step = b.add(i, ir.Constant(i64, 1))
-        i.add_incoming(ir.Constant(i64, 0), entry)
-        i.add_incoming(step, loop)
-        for acc, value in zip(accs, new):
-            acc.add_incoming(xs, entry)
-            acc.add_incoming(value, loop)
-        b.cbranch(b.icmp_signed("<", step, steps), loop, done)
-        b.position_at_end(done)
-        total = new[0]
-        for value in new[1:]:
-            total = b.fadd(total, value)
-        b.ret(b.extract_element(total, ir.Constant(i32, 0)))
-    return str(module)
-
-
-def measure_fma_bits() -> int:
-    """The widest vector the host's multiply-adds run whole (`host_fma_bits`), measured: the
-    same count of FMAs on its widest vectors and on half ones, compiled for the host by
-    LLVM, timed in turns, best of `_ROUNDS`. A core that runs the widest vectors whole takes
-    about as long for both (twice the work done); one that halves them takes twice as long
-    for the wide ones; the line is drawn at 1.5 times. Under 1 ms, plus ~30 ms of
-    compiling. The host's widest width where it has no FMA of 256 bits or more."""
-    from llvmlite import binding as llvm
-
-    host = _host_flags()
-    widest = _vector_bits(host)
-    if widest < 256 or "fma" not in host:
-        return widest
-    widths = (widest // 32, widest // 64)
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2
-    )
-    module = llvm.parse_assembly(_probe_ir(widths))
-    module.triple = llvm.get_process_triple()
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.finalize_object()
-    kind = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)
-    probes = [kind(engine.get_function_address(f"fma_probe_{lanes}")) for lanes in widths]
-    best = [float("inf")] * 2
-    for _ in range(_ROUNDS):
-        for k, probe in enumerate(probes):
-            start = time.perf_counter()
-            probe(_STEPS, 1.0)
-            best[k] = min(best[k], time.perf_counter() - start)
-    return widest if best[0] < 1.5 * best[1] else widest // 2
-
-
-def _host_flags() -> frozenset[str]:
-    """The host's CPU features (``avx512f``...), no ``+``."""
-    from llvmlite import binding as llvm
-
-    flags = llvm.get_host_cpu_features().flatten().split(",")
-    return frozenset(f[1:] for f in flags if f.startswith("+"))
-
-
-def _identity() -> str:
-    """What the host's FMA width is kept under: its model name (two Xeons of one LLVM name
-    may have one 512-bit FMA unit or two) and its LLVM name and features."""
-    from llvmlite import binding as llvm
-
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        model = names[0] if names else ""
-    except OSError:
-        pass
-    return f"{model} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
-
-
-# Beside the library's object code (`rvm.kernels.files.object_code_dir`, which its cache keys
-# name it in: `tuning_key`): the host's FMA width, in a file named by the host's identity.
-FMA_FACT = "rvm-fma-"
-
-
-@functools.lru_cache(maxsize=1)
-def host_fma_bits() -> int:
-    """The widest vector the host's multiply-adds run whole: its widest vectors, or half of
-    them where it runs those as two halves (Zen 4's 512-bit ones). Kept beside the library's
-    object code (`FMA_FACT` and a hash of the host's identity), else measured
-    (`measure_fma_bits`, once per machine) and kept; the widest vectors (the tuning as it
-    was fitted) if the probe fails."""
-    from rvm.kernels.files import object_code_dir, write_atomic
-
-    widest = _vector_bits(_host_flags())
-    key = hashlib.sha256(_identity().encode()).hexdigest()[:24]
-    path = object_code_dir(Path(__file__)) / f"{FMA_FACT}{key}"
-    try:
-        bits = int(path.read_text())
-        if bits in (widest, widest // 2):
-            return bits
-    except (OSError, ValueError):
-        pass
-    try:
-        bits = measure_fma_bits()
-    except Exception:  # noqa: BLE001 -- a probe that cannot run leaves the tuning as fitted
-        return widest
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, str(bits).encode())
-    except OSError:
-        pass
-    return bits
-
-
 @functools.lru_cache(maxsize=1)
 def cpu() -> Cpu:
     """The facts of the CPU this process compiles for (read once)."""
     flags = frozenset(f[1:] for f in target_features().split(",") if f.startswith("+"))
     (l1d, l2, l3), source = read_caches()
-    bits = _vector_bits(flags)
     return Cpu(
         name=_target_name(),
         features=flags,
-        vector_bits=bits,
+        vector_bits=_vector_bits(flags),
         fma="fma" in flags or "avx512f" in flags,
         l1d=l1d,
         l2=l2,
         l3=l3,
         caches_from=source,
-        fma_bits=min(bits, host_fma_bits()),
     )
 
 
 def tuning_key() -> str:
     """The facts tuning depends on beyond the target's CPU name and features (which Numba's
-    cache and rvm's keys hold already): the cache sizes and the host's FMA width
-    (`host_fma_bits`: with the target's vector width, which the features give, it makes
-    `Cpu.fma_bits`), as one line for cache keys. It does not change with
-    ``NUMBA_CPU_NAME``, so a process compiling for another CPU (a test of the AVX2 path) does
-    not make the library's code stale for the host's."""
+    cache and rvm's keys hold already): the cache sizes, as one line for cache keys. It does
+    not change with ``NUMBA_CPU_NAME``, so a process compiling for another CPU (a test of the
+    AVX2 path) does not make the library's code stale for the host's."""
     c = cpu()
-    return f"l1d={c.l1d} l2={c.l2} l3={c.l3} fma={host_fma_bits()}"
+    return f"l1d={c.l1d} l2={c.l2} l3={c.l3}"

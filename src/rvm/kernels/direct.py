@@ -35,8 +35,7 @@ in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is
 batch the threads share evenly an image a piece instead (`images_pay`), each image's NHWC plane
 its own.
 
-`prefers(...)` is where this method beats the GEMMs, from the shape, the vector width, L3 and
-the width of the vectors the core multiplies-adds whole (`FMA_LANES`);
+`prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L3;
 `rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
 alike). The entry point (`entry_call`, ``conv2d_packed``) checks the operands against the
 geometry (`agrees`) before touching memory.
@@ -55,7 +54,6 @@ from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES, VECTORS
 
 __all__ = [
-    "FMA_LANES",
     "MR",
     "NB",
     "PACK_MIN_POSITIONS",
@@ -78,26 +76,16 @@ L3 = cpu().l3
 PIECES_PER_THREAD = 8
 
 
-FMA_LANES = cpu().fma_bits // 32
-"""float32 lanes of the vectors the core's multiply-adds run whole (`rvm.kernels.cpu.Cpu.
-fma_bits`): `LANES`, or half of them where the core runs its widest vectors as two halves
-(Zen 4's 512-bit ones). `prefers` counts in them the depth and output channels from which a
-convolution's multiply-adds outweigh this method's fixed costs (the input's NHWC copy, the
-transposed stores): on halves the multiply-adds take twice as long, the fixed costs do not."""
-
-
 @jit(**_OPTS)
-def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run, fma_lanes):  # type: ignore[no-untyped-def]
+def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ignore[no-untyped-def]
     """Whether the direct method beats the GEMMs of `rvm.kernels.conv` on a float32
     convolution of this shape on this CPU, the GEMM's vectors running over ``gemm_run``
-    output positions (an output row, or the whole map), the core's multiply-adds running
-    vectors of ``fma_lanes`` lanes whole (`FMA_LANES`).
+    output positions (an output row, or the whole map).
 
     Measured on AVX-512 (each layer of the 9 light CNNs, one thread, `benchmarks/
-    conv_methods.py`; mostly on Zen 5, whose 512-bit FMAs run whole; on Zen 4 where said):
-    the channel vectors pay deep enough (``kh * kw * c / groups >= 36 * fma_lanes``: the transposed
-    store is small against the multiply-adds) and in whole vectors of a group's output
-    channels, and
+    conv_methods.py`): the channel vectors pay deep enough (``kh * kw * c / groups >= 36 *
+    LANES``: the transposed store is small against the multiply-adds) and in whole vectors
+    of a group's output channels, and
 
     - on maps of `PACK_MIN_POSITIONS` or more at stride 1 without groups, with many output
       channels (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of
@@ -106,17 +94,12 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run, fma_lanes): 
       from two vectors of output channels (``o >= 2 * LANES``: resnet50's 64 and
       densenet121's 32 at 56 x 56, 1.12 to 1.18 times as fast as the GEMM since the input's
       NHWC copy goes by vectors; 1.03 to 1.12 on AVX2; at 32 x 32 the GEMM was 4 % faster);
-    - on smaller maps without groups, deeper still (``>= 48 * fma_lanes``) and with more
-      output channels (``o >= 6 * fma_lanes``): vgg19's 28 x 28 and 14 x 14 layers,
-      resnet50's 256 x 14 x 14, the inceptions' 27 x 27, 14 x 14 and 13 x 13 branches (1.05
-      to 1.2 times as fast as the GEMM; ~230 GFLOP/s on a core against ~195 at 28 x 28 and
-      512 channels; on AVX2 1.15 to 1.2 times too). Squeezenet's shallower expansions stay
-      GEMMs on Zen 5 (not on AVX2, where its last two, 48 and 64 channels deep, run 1.2
-      times as fast this way). On Zen 4, whose 512-bit FMAs run as two halves (``fma_lanes``
-      8), they and the inceptions' 64-deep 3 x 3 and 16- to 32-deep 5 x 5 layers on 28 x 28
-      to 13 x 13 maps ran 1.09 to 1.17 times as fast this way, and no layer the halved
-      thresholds take ran slower (squeezenet's 32-deep 3 x 3 at 27 x 27 stays a GEMM:
-      1.08 times as fast this way as the taps GEMM, but not than im2col);
+    - on smaller maps without groups, deeper still (``>= 48 * LANES``) and with more output
+      channels (``o >= 6 * LANES``): vgg19's 28 x 28 and 14 x 14 layers, resnet50's 256 x 14
+      x 14, the inceptions' 27 x 27, 14 x 14 and 13 x 13 branches (1.05 to 1.2 times as fast
+      as the GEMM; ~230 GFLOP/s on a core against ~195 at 28 x 28 and 512 channels; on AVX2
+      1.15 to 1.2 times too). Squeezenet's shallower expansions stay GEMMs on AVX-512 (not on
+      AVX2, where its last two, 48 and 64 channels deep, run 1.2 times as fast this way);
     - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
       of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
 
@@ -125,13 +108,13 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run, fma_lanes): 
     contiguous, at any stride): resnet50's three 3 x 3 stride-2 layers (128 x 56 x 56 to 512
     x 14 x 14) ran 1.05 to 1.24 times as fast this way, the inceptions' and zfnet's
     reductions 1.08 to 1.43 (on AVX2, resnet50's 1.07 to 1.31).
-    The last rule holds for 1x1 convolutions too, from ``32 * fma_lanes`` deep (the
-    multiply-adds a tile's store and a position's copy weigh against: resnet50's 512 to 2048
-    channels on 7 x 7 ran 1.22 times as fast this way on Zen 4, 1.17 at batch 8; 480, 512
-    and 544 to 128 1.05), with ``o >= 8 * fma_lanes`` (the NHWC copy of the input is the
-    same for fewer output channels: 832 to 48 or 32 took 1.1 to 1.25 times as long):
-    resnet50's 2048 to 512 channels and the inceptions' 832 to 128...384 on 7 x 7 maps ran
-    1.1 to 1.2 times as fast this way (before the
+    The last rule holds for 1x1 convolutions too, from ``32 * LANES`` deep (the multiply-adds
+    a tile's store and a position's copy weigh against: resnet50's 512 to 2048 channels on
+    7 x 7 ran 1.22 times as fast this way on Zen 4, 1.17 at batch 8; 480, 512 and 544 to 128
+    1.05), with ``o >= 8 * LANES`` (the NHWC copy of the input is the same for fewer output
+    channels: 832 to 48 or 32 took 1.1 to 1.25 times as long): resnet50's 2048 to 512
+    channels and the inceptions' 832 to 128...384 on 7 x 7 maps ran 1.1 to 1.2 times as fast
+    this way (before the
     input's NHWC copy went by vectors on rows narrower than one and a band of 4 positions or
     fewer took half a tile's work, they took 1.05 to 2 times as long); on maps whose
     positions fill the GEMM's vectors (14 x 14: 196 of 208 lanes) the GEMM was 1.1 times as
@@ -142,7 +125,7 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run, fma_lanes): 
     (issue 24's goals), so it is not taken.
     """
     depth = (c // groups) * kh * kw
-    if depth < (32 if kh * kw == 1 else 36) * fma_lanes or (o // groups) % LANES:
+    if depth < (32 if kh * kw == 1 else 36) * LANES or (o // groups) % LANES:
         return False
     if oh * ow >= PACK_MIN_POSITIONS:
         if kh * kw == 1 or sh != 1 or sw != 1:
@@ -150,9 +133,9 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run, fma_lanes): 
         plane = 4 * c * (ih + kh) * (iw + kw)
         large = o >= 8 * LANES or 4 * plane > L3
         return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
-    if groups == 1 and o >= 6 * fma_lanes and depth >= 48 * fma_lanes and kh * kw > 1:
+    if groups == 1 and o >= 6 * LANES and depth >= 48 * LANES and kh * kw > 1:
         return True
-    if kh * kw == 1 and o < 8 * fma_lanes:
+    if kh * kw == 1 and o < 8 * LANES:
         return False  # the input's NHWC copy outweighs the lanes gained
     vectors = (gemm_run + LANES - 1) // LANES
     return 5 * gemm_run < 4 * vectors * LANES
@@ -376,13 +359,11 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     pieces = groups * panels * chunks
     images = images_pay(n, n * work, threads)  # each image's plane its own (`_one_image`)
     xh = empty(0 if images else hp * wp * c, x.dtype)  # kept when large: no fresh pages
-    head = np.array((_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
-                     groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
-                     parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
-                     x.shape[3], hp, pt, pl), dtype=np.int64)  # fmt: skip
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
-    for i in range(_JOB_FIELDS):  # element by element: a tuple into a slice was 2 s to build
-        job[i] = head[i]
+    job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
+                         groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
+                         parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
+                         x.shape[3], hp, pt, pl)  # fmt: skip
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
@@ -397,21 +378,18 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
 @jit(**_OPTS)
 def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untyped-def]
     """Image ``n_``: its NHWC plane into ``xh`` (which the job's pieces read: the caller
-    holds it), then the job's pieces, on the pool when ``split``. The plane's rows are
-    copied in the task (`_copy_rows`: the entry point holds no copy of the vector tiles'
-    code, 5 of its 7 CPU-s to build); a copy of `MIN_WORK` elements or more is split too,
-    by rows (memory bound: each thread's share of the bandwidth; in one thread it was a
-    twentieth of vgg19's convolutions, the other idle)."""
+    holds it), then the job's pieces, on the pool when ``split``. A copy of `MIN_WORK`
+    elements or more is split too, by rows (memory bound: each thread's share of the
+    bandwidth; in one thread it was a twentieth of vgg19's convolutions, the other idle)."""
     job[15] = n_
     threads = parfor.threads()
-    nhwc.padding(x, xh, hp, job[10], pt, pl)
     if split and threads > 1 and x.shape[1] * x.shape[2] * x.shape[3] >= parfor.MIN_WORK:
+        nhwc.padding(x, xh, hp, job[10], pt, pl)
         job[3] = threads
         _run(x, threads, job)
+        job[3] = 0
     else:
-        job[3] = 1
-        _call(x, 0, job)
-    job[3] = 0
+        nhwc.image(x, n_, xh, hp, job[10], pt, pl)
     if split and pieces > 1:
         _run(x, pieces, job)
     else:

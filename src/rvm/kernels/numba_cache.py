@@ -24,8 +24,8 @@ never unpickled: kernel files and the native mode's file by `rvm.runtime.loading
 library's modules here, from `install` on (Numba's cache saves and loads of their functions
 go through `_seal_library`).
 
-The rules of Numba's cache folders (`object_code_dir`) and atomic writes (`write_atomic`),
-for the library's stamp and for `rvm.runtime.loading`'s caches, are `rvm.kernels.files`'.
+The rules of Numba's cache folders (`object_code_dir`) and atomic writes (`write_atomic`)
+live here too, at the bottom, for the library's stamp and for `rvm.runtime.loading`'s caches.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import functools
 import hashlib
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,6 @@ from typing import Any
 
 from rvm.kernels import apart
 from rvm.kernels.cpu import tuning_key
-from rvm.kernels.files import object_code_dir, write_atomic
 
 logger = logging.getLogger("rvm.jit")
 
@@ -222,6 +222,33 @@ def light_loads() -> Iterator[None]:
         yield
     finally:
         _state.depth -= 1
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its folder moved in place with
+    ``os.replace`` (atomic: a reader sees the old file or the whole new one)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def object_code_dir(path: Path) -> Path:
+    """The folder where Numba caches the object code of the kernel file ``path``: the
+    ``__pycache__`` beside it, or its mirror under ``NUMBA_CACHE_DIR`` when that is set
+    (Numba's own rule, `numba.core.caching.UserProvidedCacheLocator`)."""
+    from numba.core import config
+    from numba.core.caching import UserProvidedCacheLocator
+
+    if config.CACHE_DIR:
+        return Path(config.CACHE_DIR) / UserProvidedCacheLocator.get_suitable_cache_subpath(
+            str(path)
+        )
+    return path.parent / "__pycache__"
 
 
 # Beside the library's object code: the hash of the library's source it was compiled from.

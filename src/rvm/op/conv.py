@@ -361,8 +361,7 @@ def pack_conv2d(value: Call, weight: object) -> Call | None:
     (_, c, ih, iw), (oh, ow) = x_type.shape, out_type.shape[2:]
     o, _, kh, kw = weight.shape
     groups, (sh, sw) = attrs["groups"], attrs["strides"]
-    fma = direct.FMA_LANES
-    if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True, fma):
+    if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True):
         return None
     return conv2d_packed(
         value.args[0],

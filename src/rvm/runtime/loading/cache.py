@@ -244,10 +244,10 @@ def clear_cache() -> None:
     """Delete everything rvm's caches hold: rvm's folders in the cache directory (kernels,
     the native exec mode's files, trusted files' entries, `rvm.compile_onnx`'s executables:
     `OWN_DIRS`), Numba's object code of them (beside them, or their mirrors under
-    ``NUMBA_CACHE_DIR``), and Numba's object code of rvm's kernel library (`rvm.kernels`)
-    with the host's facts measured beside it, wherever Numba keeps it. Nothing else in the
-    cache directory is touched (it may be a folder of the user's)."""
-    from rvm.kernels import cpu, numba_cache
+    ``NUMBA_CACHE_DIR``), and Numba's object code of rvm's kernel library (`rvm.kernels`),
+    wherever Numba keeps it. Nothing else in the cache directory is touched (it may be a
+    folder of the user's)."""
+    from rvm.kernels import numba_cache
 
     root = cache_dir()
     for sub in (root / name for name in OWN_DIRS):
@@ -264,5 +264,3 @@ def clear_cache() -> None:
         drop_object_code(module)
         (folder / f"{module.stem}.{numba_cache.LOCK}").unlink(missing_ok=True)
     (folder / numba_cache.LIBRARY_STAMP).unlink(missing_ok=True)
-    for fact in folder.glob(f"{cpu.FMA_FACT}*"):  # the host's facts measured (`cpu`)
-        fact.unlink(missing_ok=True)
