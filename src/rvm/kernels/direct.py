@@ -359,11 +359,13 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
     pieces = groups * panels * chunks
     images = images_pay(n, n * work, threads)  # each image's plane its own (`_one_image`)
     xh = empty(0 if images else hp * wp * c, x.dtype)  # kept when large: no fresh pages
+    head = np.array((_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
+                     groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
+                     parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
+                     x.shape[3], hp, pt, pl), dtype=np.int64)  # fmt: skip
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
-    job[:_JOB_FIELDS] = (_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
-                         groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
-                         parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
-                         x.shape[3], hp, pt, pl)  # fmt: skip
+    for i in range(_JOB_FIELDS):  # element by element: a tuple into a slice was 2 s to build
+        job[i] = head[i]
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
@@ -378,18 +380,21 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
 @jit(**_OPTS)
 def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untyped-def]
     """Image ``n_``: its NHWC plane into ``xh`` (which the job's pieces read: the caller
-    holds it), then the job's pieces, on the pool when ``split``. A copy of `MIN_WORK`
-    elements or more is split too, by rows (memory bound: each thread's share of the
-    bandwidth; in one thread it was a twentieth of vgg19's convolutions, the other idle)."""
+    holds it), then the job's pieces, on the pool when ``split``. The plane's rows are
+    copied in the task (`_copy_rows`: the entry point holds no copy of the vector tiles'
+    code, 5 of its 7 CPU-s to build); a copy of `MIN_WORK` elements or more is split too,
+    by rows (memory bound: each thread's share of the bandwidth; in one thread it was a
+    twentieth of vgg19's convolutions, the other idle)."""
     job[15] = n_
     threads = parfor.threads()
+    nhwc.padding(x, xh, hp, job[10], pt, pl)
     if split and threads > 1 and x.shape[1] * x.shape[2] * x.shape[3] >= parfor.MIN_WORK:
-        nhwc.padding(x, xh, hp, job[10], pt, pl)
         job[3] = threads
         _run(x, threads, job)
-        job[3] = 0
     else:
-        nhwc.image(x, n_, xh, hp, job[10], pt, pl)
+        job[3] = 1
+        _call(x, 0, job)
+    job[3] = 0
     if split and pieces > 1:
         _run(x, pieces, job)
     else:
