@@ -1,7 +1,7 @@
 """Pools of narrow maps: each output row from its window rows loaded whole, as vectors.
 
-Max and average pools with windows of at most 3 x 3 taps (2 or 3 columns), 1 or 2 apart
-along rows, on maps whose needed columns fit in one, two or four vectors of the CPU (`takes`;
+Max and average pools with windows of at most 3 x 3 taps 2 apart along rows (3 columns, or 2
+for a maximum), on maps whose needed columns fit in one, two or four vectors of the CPU (`takes`;
 float32 on AVX-512: 13 x 13 and 14 x 14 maps in one, 27 x 27 and 28 x 28 in two, up to 64
 columns in four) take this method (`rvm.kernels.pool`'s tasks ``pool2d_max_narrow`` and
 ``pool2d_avg_narrow``): the CNNs' 3x3 pools 2 apart on 12 x 12 to 56 x 56 maps, vgg's and
@@ -11,7 +11,7 @@ For each output row, its window rows are loaded as vectors from the row's padded
 (column ``-pl``): the padding, a ceil-mode overhang and rows outside the channel are lanes
 never read, filled with -inf for a maximum and 0 for a sum. The rows are reduced lane by
 lane (averages in float64, as the reference sums), each output's window columns are taken
-from that one vector by constant shuffles (a shuffle per tap: the columns ``sw`` apart), and
+from that one vector by constant shuffles (a shuffle per tap: the columns 2 apart), and
 the row of outputs is stored, masked. So an output row costs its window rows' loads, a few
 shuffles and one store, where `rvm.kernels.maxrows` and `rvm.kernels.avgrows` write a line of
 row reductions (at every row, those the stride skips too) and read it again through a loop
@@ -37,20 +37,20 @@ _BITS = cpu().vector_bits
 
 
 def _row(is_max: bool, vectors: int):  # type: ignore[no-untyped-def]
-    """The intrinsic ``(like, at, step, t0, t1, pl, iw, sw, kw, dst, ow, scale)`` on int64
+    """The intrinsic ``(like, at, step, t0, t1, pl, iw, kw, dst, ow, scale)`` on int64
     addresses, ``vectors`` CPU vectors a row: ``dst[q]`` (q < ``ow``, ``like``'s float type) =
     the maximum (``is_max``) or the sum times ``scale[q]`` (float64) of the window at columns
-    ``sw q - pl`` to ``sw q - pl + kw - 1`` (``kw`` 2 or 3, ``sw`` 1 or 2) over the rows
+    ``2 q - pl`` to ``2 q - pl + kw - 1`` (``kw`` 2 or 3) over the rows
     ``at + t * step`` for ``t0 <= t <= t1`` (t < 3) of a map ``iw`` wide; columns outside it
     are not read."""
 
-    def row(typingctx, like, at, step, t0, t1, pl, iw, sw, kw, dst, ow, scale):  # type: ignore[no-untyped-def]
+    def row(typingctx, like, at, step, t0, t1, pl, iw, kw, dst, ow, scale):  # type: ignore[no-untyped-def]
         scalar = scalar_type(like)
         if scalar is None:
             return None
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            _, at, step, t0, t1, pl, iw, sw, kw, dst, ow, scale = args
+            _, at, step, t0, t1, pl, iw, kw, dst, ow, scale = args
             b = builder
             size = 4 if isinstance(scalar, ir.FloatType) else 8
             lanes = _BITS // (8 * size) * vectors
@@ -75,32 +75,25 @@ def _row(is_max: bool, vectors: int):  # type: ignore[no-untyped-def]
             blank = ir.Constant(line.type, None) if not is_max else fill
             third = b.icmp_signed("==", kw, I64(3))
 
-            def finish(apart: int) -> None:
-                n = lanes // apart
-                o = Vectors(b, scalar, n)
-                a, c, e = (
-                    b.shuffle_vector(line, blank, ir.Constant(ir.VectorType(ir.IntType(32), n),
-                                                              [apart * q + j for q in range(n)]))
-                    for j in range(3)
-                )  # fmt: skip
-                e = b.select(third, e, ir.Constant(e.type, None) if not is_max else
-                             ir.Constant(e.type, [float("-inf")] * n))  # fmt: skip
-                keep = o.first(ow)
-                if is_max:
-                    o.store_at(o.max3(a, c, e), dst, I64(0), keep)
-                    return
+            n = lanes // 2  # the outputs, 2 apart: a shuffle per window column
+            o = Vectors(b, scalar, n)
+            a, c, e = (
+                b.shuffle_vector(line, blank, ir.Constant(ir.VectorType(ir.IntType(32), n),
+                                                          [2 * q + j for q in range(n)]))
+                for j in range(3)
+            )  # fmt: skip
+            e = b.select(third, e, ir.Constant(e.type, None) if not is_max else
+                         ir.Constant(e.type, [float("-inf")] * n))  # fmt: skip
+            keep = o.first(ow)
+            if is_max:
+                o.store_at(o.max3(a, c, e), dst, I64(0), keep)
+            else:
                 w = Vectors(b, ir.DoubleType(), n)
                 total = b.fmul(b.fadd(b.fadd(a, c), e), w.load_at(scale, I64(0), keep))
                 o.store_at(o.narrow(total), dst, I64(0), keep)
-
-            with b.if_else(b.icmp_signed("==", sw, I64(2))) as (two, one):
-                with two:
-                    finish(2)
-                with one:
-                    finish(1)
             return context.get_dummy_value()
 
-        return nt.void(like, *(nt.int64,) * 11), codegen
+        return nt.void(like, *(nt.int64,) * 10), codegen
 
     return intrinsic(row)
 
@@ -110,23 +103,25 @@ sum_row, sum_row2, sum_row4 = _row(False, 1), _row(False, 2), _row(False, 4)
 
 
 @jit(**_OPTS)
-def _vectors(ow, sw, kw, size):  # type: ignore[no-untyped-def]
-    """How many CPU vectors (1, 2 or 4; more: 8) hold the columns ``ow`` outputs ``sw``
-    apart read, ``kw`` each, of elements of ``size`` bytes."""
-    bits = ((ow - 1) * sw + kw) * size * 8
+def _vectors(ow, kw, size):  # type: ignore[no-untyped-def]
+    """How many CPU vectors (1, 2 or 4; more: 8) hold the columns ``ow`` outputs 2 apart
+    read, ``kw`` each, of elements of ``size`` bytes."""
+    bits = ((ow - 1) * 2 + kw) * size * 8
     return 1 if bits <= _BITS else 2 if bits <= 2 * _BITS else 4 if bits <= 4 * _BITS else 8
 
 
 @jit(**_OPTS)
-def takes(kh, kw, sh, sw, dh, dw, ow, size):  # type: ignore[no-untyped-def]
-    """Whether `by_narrow` takes a pool of this window, these strides and dilations, ``ow``
-    outputs a row, of elements of ``size`` bytes: at most 3 x 3 taps, 2 or 3 columns, 1 or 2
-    apart along rows, undilated, the columns the outputs read in four CPU vectors, two for 2
-    columns (on 56 x 56 maps the loads of whole rows cost 1.4 to 1.9 times
-    `rvm.kernels.tiles`' stream there, one core of a Zen 4)."""
+def takes(is_max, kh, kw, sh, sw, dh, dw, ow, size):  # type: ignore[no-untyped-def]
+    """Whether `by_narrow` takes a max (``is_max``) or average pool of this window, these
+    strides and dilations, ``ow`` outputs a row, of elements of ``size`` bytes: at most 3 x 3
+    taps 2 apart along rows, undilated, 3 columns, or 2 for a maximum (2x2 averages run faster
+    by `rvm.kernels.tiles`; 1 apart, the runs of `rvm.kernels.maxrows` won on 6 x 6 to 14 x 14
+    maps), the columns the outputs read in four CPU vectors, two for 2 columns (on 56 x 56
+    maps the loads of whole rows cost 1.4 to 1.9 times `rvm.kernels.tiles`' stream there, one
+    core of a Zen 4)."""
     most = 4 if kw == 3 else 2
-    window = kh <= 3 and 2 <= kw <= 3 and sw <= 2 and dh == 1 and dw == 1 and sh >= 1
-    return window and _vectors(ow, sw, kw, size) <= most
+    window = kh <= 3 and (kw == 3 or (kw == 2 and is_max)) and sw == 2 and sh >= 1
+    return window and dh == 1 and dw == 1 and _vectors(ow, kw, size) <= most
 
 
 @jit(**_OPTS, inline="always")
@@ -134,10 +129,10 @@ def by_narrow(x, out, lo, hi, scale, is_max, window):  # type: ignore[no-untyped
     """Max (``is_max``) or average pools (``scale``: the windows' reciprocal counts, float64,
     oh * ow) of channels ``lo`` to ``hi`` (flat n * c index) that `takes`, an output row at a
     time (see the module docstring)."""
-    kh, kw, sh, sw, dh, dw, pt, pl = window
+    kh, kw, sh, _, dh, dw, pt, pl = window
     ih, iw, oh, ow, size = x.shape[2], x.shape[3], out.shape[2], out.shape[3], x.itemsize
     like, row = x.reshape(x.size)[0], iw * size
-    vectors = _vectors(ow, sw, kw, size)
+    vectors = _vectors(ow, kw, size)
     at_x, at_out, at_scale = x.ctypes.data, out.ctypes.data, scale.ctypes.data
     for c in range(lo, hi):
         base = at_x + c * ih * row
@@ -147,14 +142,14 @@ def by_narrow(x, out, lo, hi, scale, is_max, window):  # type: ignore[no-untyped
             at, dst = base + r0 * row, at_out + (c * oh + p_) * ow * size
             s = at_scale + p_ * ow * 8
             if is_max and vectors == 1:
-                max_row(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+                max_row(like, at, row, t0, t1, pl, iw, kw, dst, ow, s)
             elif is_max and vectors == 2:
-                max_row2(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+                max_row2(like, at, row, t0, t1, pl, iw, kw, dst, ow, s)
             elif is_max:
-                max_row4(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+                max_row4(like, at, row, t0, t1, pl, iw, kw, dst, ow, s)
             elif vectors == 1:
-                sum_row(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+                sum_row(like, at, row, t0, t1, pl, iw, kw, dst, ow, s)
             elif vectors == 2:
-                sum_row2(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+                sum_row2(like, at, row, t0, t1, pl, iw, kw, dst, ow, s)
             else:
-                sum_row4(like, at, row, t0, t1, pl, iw, sw, kw, dst, ow, s)
+                sum_row4(like, at, row, t0, t1, pl, iw, kw, dst, ow, s)

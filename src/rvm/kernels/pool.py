@@ -226,7 +226,7 @@ def _method(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl, size):  # ty
     place, where splitting it by the column stride is a slow strided copy),
     `rvm.kernels.windows` for outputs much sparser than their input, else
     `_phased`."""
-    if sw == 2 and (is_max or kw == 3) and narrow.takes(kh, kw, sh, sw, dh, dw, ow, size):
+    if narrow.takes(is_max, kh, kw, sh, sw, dh, dw, ow, size):
         return NARROW
     if tiles.takes(ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl):
         return TILES
