@@ -479,15 +479,8 @@ def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
     NR)`` at ``ct``, then moved into the output's channel rows and ``act(C + bias + R)``
     applied there while in cache (`tile_rows`)."""
     wt, plane, table, k2, offs, npos = job[1], job[2], job[3], job[4], job[5], job[6]
-    og, out, ohw, bias, act, res, panel = (
-        job[7],
-        job[9],
-        job[10],
-        job[11],
-        job[12],
-        job[13],
-        job[15],
-    )
+    og, out, ohw, bias, act, res = job[7], job[9], job[10], job[11], job[12], job[13]
+    panel = job[15]
     scratch = _floats_at(ct)
     dst = _floats_at(out)
     tiles, full = position_tiles(npos, MR)
@@ -503,8 +496,8 @@ def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
                 kc2 = min(KC2, k2 - p0)
                 b = at_panel + 4 * (p0 * width + jj)
                 i0 = 0
-                for t in range(tiles):
-                    rows = min(MR if t < full else MR - 1, npos - i0)
+                for q in range(tiles):  # not ``t``: the panel's index, read again below
+                    rows = min(MR if q < full else MR - 1, npos - i0)
                     micro_turned(kc2, plane, table + 8 * p0, b, width, 2, ct + 4 * i0 * NR, NR,
                           1 if p0 else 0, rows, vectors, last, offs + 8 * i0)  # fmt: skip
                     i0 += rows
