@@ -134,12 +134,13 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
         assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
         assert _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided too
-    assert not _pays(deep, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
-    # Small maps, more output channels, deeper still (vgg19's 28 x 28 and 14 x 14 layers).
+    assert not _pays(5 * lanes, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
+    # Small maps, deeper still (vgg19's 28 x 28 and 14 x 14 layers, densenet121's 32 channels).
     assert _pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
     assert not _pays(deep, 6 * lanes, 1, 3, 1, 28, 28, packed=False)
     assert not _pays(4 * lanes, 8 * lanes, 1, 3, 1, 28, 28)  # 36 * lanes deep: too shallow
-    assert not _pays(deep, 4 * lanes, 1, 3, 1, 28, 28)  # few output channels
+    assert _pays(deep, 2 * lanes, 1, 3, 1, 28, 28)
+    assert not _pays(deep, lanes, 1, 3, 1, 28, 28)  # one vector of output channels
     assert not _pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # grouped
     # Strided on such maps too (resnet50's stride-2 3x3 layers), not on large ones.
     assert _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)

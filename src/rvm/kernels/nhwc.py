@@ -30,30 +30,50 @@ TILE_CHANNELS = 8
 
 
 def transposed(builder, rows):  # type: ignore[no-untyped-def]
-    """The `MR` vectors ``rows`` (each `LANES` channels of one position) as `LANES` vectors of
-    `MR` floats (each one channel's positions), by shuffles: pairs of vectors interleaved in
-    groups that double at each stage (1, 2, 4... positions a channel), the list padded with
-    zeros to an even count, then each channel's group taken out of the last vector (any count
-    of rows up to `LANES`: `tile` transposes `LANES` of them)."""
+    """Up to 8 vectors ``rows`` (each `LANES` channels of one position) as `LANES` vectors of
+    ``len(rows)`` floats (each one channel's positions), by the shuffles x86 has within
+    128-bit lanes (the list padded with zeros to 8): pairs of rows interleaved by floats
+    (``unpcklps``/``unpckhps``), then by pairs of floats (``unpcklpd``/``unpckhpd``), so each
+    128-bit lane holds 4 rows of one channel; then each channel's two halves joined. A
+    transpose by doubling groups (each stage's shuffles twice as wide) left the lanes to
+    LLVM's general shuffles: 147 cycles an 8 x 16 tile on Zen 4. `tile` transposes
+    `TILE_CHANNELS` rows, `rvm.kernels.direct_tile` `MR`."""
     count = len(rows)
-    group, width = 1, LANES
-    while len(rows) > 1:
-        if len(rows) % 2:
-            rows = [*rows, ir.Constant(ir.VectorType(ir.FloatType(), width), None)]
-        mask = []
-        for lane in range(LANES):
-            mask += [lane * group + r for r in range(group)]
-            mask += [width + lane * group + r for r in range(group)]
-        index = ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask)
-        rows = [builder.shuffle_vector(rows[k], rows[k + 1], index) for k in range(0, len(rows), 2)]
-        group, width = group * 2, width * 2
-    (whole,) = rows
-    undef = ir.Constant(whole.type, ir.Undefined)
+    if count > 8 or LANES % 4:
+        raise ValueError(f"transposed: {count} rows of {LANES} lanes")
+    zero = ir.Constant(ir.VectorType(ir.FloatType(), LANES), None)
+    rows = [*rows, *[zero] * (8 - count)]
+
+    def shuffle(a, b, mask):  # type: ignore[no-untyped-def]
+        return builder.shuffle_vector(
+            a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask)
+        )
+
+    def by_lane(picks):  # type: ignore[no-untyped-def]
+        """A mask of the same picks in each 128-bit lane (``LANES + i``: the second vector)."""
+        return [4 * lane + i if i < LANES else LANES + 4 * lane + i - LANES
+                for lane in range(LANES // 4) for i in picks]  # fmt: skip
+
+    floats_lo, floats_hi = by_lane((0, LANES, 1, LANES + 1)), by_lane((2, LANES + 2, 3, LANES + 3))
+    pairs_lo, pairs_hi = by_lane((0, 1, LANES, LANES + 1)), by_lane((2, 3, LANES + 2, LANES + 3))
+    quads = []  # per half of the rows: channel 4 * lane + j's 4 rows in lane ``lane`` of [j]
+    for half in (0, 4):
+        if half >= count:
+            break
+        r = rows[half : half + 4]
+        t = [shuffle(r[k], r[k + 1], m) for k in (0, 2) for m in (floats_lo, floats_hi)]
+        quads.append([shuffle(t[k], t[k + 2], m) for k in (0, 1) for m in (pairs_lo, pairs_hi)])
     runs = []
-    for lane in range(LANES):
-        take = [lane * group + r for r in range(count)]
-        index = ir.Constant(ir.VectorType(ir.IntType(32), count), take)
-        runs.append(builder.shuffle_vector(whole, undef, index))
+    for q in range(LANES):
+        lane, j = divmod(q, 4)
+        own = [4 * lane + i for i in range(4)]
+        if len(quads) == 1:
+            run = shuffle(quads[0][j], quads[0][j], own)
+        else:
+            run = shuffle(quads[0][j], quads[1][j], own + [LANES + i for i in own])
+        if count < run.type.count:
+            run = shuffle(run, run, list(range(count)))
+        runs.append(run)
     return runs
 
 
