@@ -46,6 +46,8 @@ __all__ = [
     "LANES",
     "MR",
     "NR",
+    "PIECES_PER_THREAD",
+    "SPLIT_MIN",
     "band",
     "gemm_bf16",
     "micro",
@@ -73,6 +75,8 @@ DPBF16, LANES, MR, VECTORS, _FMA = _shape(_target_features())
 NR = LANES * VECTORS
 KC2 = 256  # depth block in pairs (512 values, as sgemm's)
 BLOCK_BYTES = 1 << 19  # B's words for a block of C's columns at most (half of a 1 MB L2)
+SPLIT_MIN = 1 << 21  # multiply-adds (pairs) a piece keeps at least when a product is split
+PIECES_PER_THREAD = 4  # pieces a thread claims when a product is split
 if not DPBF16:
     logger.info(
         "rvm: this CPU target has no AVX512-BF16: bf16 GEMMs widen to float32 and use FMA "
