@@ -60,7 +60,7 @@ def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyp
     """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
     (low half) and, when ``pair``, of ``hi[i * step]`` (high half; else 0), for i < ``n``: a
     vector of `LANES` a step, the last under a lane mask; loads unit-stride at ``step`` 1,
-    gathered otherwise."""
+    two loads and a shuffle at ``step`` 2 (`VectorIR.evens`), gathered otherwise."""
     sig = nt.void(*(nt.int64,) * 6)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -68,28 +68,41 @@ def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyp
         v = VectorIR(builder, LANES)
         i64 = ir.IntType(64)
         with_hi = builder.icmp_signed("!=", pair, i64(0))
-        unit = builder.icmp_signed("==", step, i64(1))
         stride = builder.mul(step, i64(4))
         steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
-        with cgutils.for_range(builder, steps) as loop:
-            at = builder.mul(loop.index, i64(LANES))
-            mask = v.first(builder.sub(n, at))
-            offset = builder.mul(at, stride)
-            halves = []
-            for src in (lo, hi):
-                with builder.if_else(unit) as (plain, strided):
-                    with plain:
-                        block_a = builder.block
-                        a = v.load(builder.add(src, offset), v.f32, mask)
-                    with strided:
-                        block_b = builder.block
-                        b = v.gather(builder.add(src, offset), stride, v.f32, mask)
-                value = builder.phi(v.f32)
-                value.add_incoming(a, block_a)
-                value.add_incoming(b, block_b)
-                halves.append(v.bf16_bits(value))
-            high = builder.select(with_hi, builder.shl(halves[1], v.constant(16)), v.constant(0))
-            v.store(builder.or_(halves[0], high), builder.add(out, builder.mul(at, i64(4))), mask)
+
+        def row(read):  # type: ignore[no-untyped-def]
+            """The loop over the vectors, ``read(address, at)`` the float32 lanes from
+            ``address`` on, of the ``n - at`` left."""
+            with cgutils.for_range(builder, steps) as loop:
+                at = builder.mul(loop.index, i64(LANES))
+                offset = builder.mul(at, stride)
+                halves = [v.bf16_bits(read(builder.add(src, offset), at)) for src in (lo, hi)]
+                high = builder.shl(halves[1], v.constant(16))
+                high = builder.select(with_hi, high, v.constant(0))
+                mask = v.first(builder.sub(n, at))
+                v.store(
+                    builder.or_(halves[0], high), builder.add(out, builder.mul(at, i64(4))), mask
+                )
+
+        def unit(address, at):  # type: ignore[no-untyped-def]
+            return v.load(address, v.f32, v.first(builder.sub(n, at)))
+
+        def two(address, at):  # type: ignore[no-untyped-def]
+            return v.evens(address, builder.sub(n, at))
+
+        def gathered(address, at):  # type: ignore[no-untyped-def]
+            return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
+
+        with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
+            with plain:
+                row(unit)
+            with strided:
+                with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
+                    with half:
+                        row(two)
+                    with other:
+                        row(gathered)
         return context.get_dummy_value()
 
     return sig, codegen
