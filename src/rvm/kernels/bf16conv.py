@@ -41,7 +41,15 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import BLOCK_BYTES, LANES, MR, PIECES_PER_THREAD, SPLIT_MIN, walk
+from rvm.kernels.bf16gemm import (
+    BLOCK_BYTES,
+    LANES,
+    MR,
+    PIECES_PER_THREAD,
+    SPLIT_MIN,
+    pair_bits,
+    walk,
+)
 from rvm.kernels.bf16turned import turned_group
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.planes import copy
@@ -77,13 +85,11 @@ def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyp
             with cgutils.for_range(builder, steps) as loop:
                 at = builder.mul(loop.index, i64(LANES))
                 offset = builder.mul(at, stride)
-                halves = [v.bf16_bits(read(builder.add(src, offset), at)) for src in (lo, hi)]
-                high = builder.shl(halves[1], v.constant(16))
-                high = builder.select(with_hi, high, v.constant(0))
-                mask = v.first(builder.sub(n, at))
-                v.store(
-                    builder.or_(halves[0], high), builder.add(out, builder.mul(at, i64(4))), mask
-                )
+                low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
+                high = builder.select(with_hi, high, ir.Constant(v.f32, None))
+                words = pair_bits(builder, low, high)
+                at_out = builder.add(out, builder.mul(at, i64(4)))
+                v.store(words, at_out, v.first(builder.sub(n, at)))
 
         def unit(address, at):  # type: ignore[no-untyped-def]
             return v.load(address, v.f32, v.first(builder.sub(n, at)))

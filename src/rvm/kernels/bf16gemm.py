@@ -39,6 +39,7 @@ from numba.extending import intrinsic
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import _target_features
+from rvm.kernels.vectors import VectorIR
 
 __all__ = [
     "DPBF16",
@@ -53,6 +54,7 @@ __all__ = [
     "micro",
     "micro_turned",
     "panel_index",
+    "pair_bits",
     "panels",
     "walk",
 ]
@@ -99,6 +101,31 @@ class _BFloat(ir.Type):
 
     def __hash__(self) -> int:
         return hash("bfloat")
+
+
+def pair_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The i32 vector whose lane ``i`` holds the bf16 of float32 ``lo[i]`` (low half) and of
+    ``hi[i]`` (high half), rounded to nearest even: with AVX512-BF16 one ``vcvtne2ps2bf16``
+    and an interleaving shuffle (it reads a subnormal as 0, as ``vdpbf16ps`` does anyway, so
+    products are unchanged); elsewhere the integer rounding (`VectorIR.bf16_bits`), with which
+    resnet50's 1 x 1 convolutions' pair planes took 1.5-1.7x as long (one Zen 4 core)."""
+    lanes = lo.type.count
+    if not DPBF16:
+        v = VectorIR(builder, lanes)
+        high = builder.shl(v.bf16_bits(hi), v.constant(16))
+        return builder.or_(v.bf16_bits(lo), high)
+    f32 = ir.VectorType(ir.FloatType(), lanes)
+    pairs = ir.VectorType(_BFloat(), 2 * lanes)
+    fnty = ir.FunctionType(pairs, [f32, f32])
+    convert = cgutils.get_or_insert_function(
+        builder.module, fnty, f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * lanes}"
+    )
+    both = builder.call(convert, [hi, lo])  # lanes 0 .. n - 1 from lo, n .. 2n - 1 from hi
+    order = [lane for i in range(lanes) for lane in (i, lanes + i)]
+    mixed = builder.shuffle_vector(
+        both, both, ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), order)
+    )
+    return builder.bitcast(mixed, ir.VectorType(ir.IntType(32), lanes))
 
 
 def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
