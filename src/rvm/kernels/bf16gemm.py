@@ -56,6 +56,7 @@ __all__ = [
     "panel_index",
     "pair_bits",
     "panels",
+    "run_bits",
     "walk",
 ]
 
@@ -103,29 +104,49 @@ class _BFloat(ir.Type):
         return hash("bfloat")
 
 
+def _converted(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """``bf16(lo) ++ bf16(hi)`` as ``<2n x bfloat>`` by one ``vcvtne2ps2bf16`` (AVX512-BF16
+    CPUs only): round to nearest even, a subnormal read as 0 -- as ``vdpbf16ps`` reads a bf16
+    one anyway, so no product changes."""
+    lanes = lo.type.count
+    f32, pairs = ir.VectorType(ir.FloatType(), lanes), ir.VectorType(_BFloat(), 2 * lanes)
+    name = f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * lanes}"
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(pairs, [f32, f32]), name)
+    return builder.call(fn, [hi, lo])  # its second operand fills the low lanes
+
+
 def pair_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
     """The i32 vector whose lane ``i`` holds the bf16 of float32 ``lo[i]`` (low half) and of
     ``hi[i]`` (high half), rounded to nearest even: with AVX512-BF16 one ``vcvtne2ps2bf16``
-    and an interleaving shuffle (it reads a subnormal as 0, as ``vdpbf16ps`` does anyway, so
-    products are unchanged); elsewhere the integer rounding (`VectorIR.bf16_bits`), with which
-    resnet50's 1 x 1 convolutions' pair planes took 1.5-1.7x as long (one Zen 4 core)."""
+    and an interleaving shuffle (`_converted`); elsewhere the integer rounding
+    (`VectorIR.bf16_bits`), with which resnet50's 1 x 1 convolutions' pair planes took
+    1.5-1.7x as long (one Zen 4 core)."""
     lanes = lo.type.count
     if not DPBF16:
         v = VectorIR(builder, lanes)
-        high = builder.shl(v.bf16_bits(hi), v.constant(16))
-        return builder.or_(v.bf16_bits(lo), high)
-    f32 = ir.VectorType(ir.FloatType(), lanes)
-    pairs = ir.VectorType(_BFloat(), 2 * lanes)
-    fnty = ir.FunctionType(pairs, [f32, f32])
-    convert = cgutils.get_or_insert_function(
-        builder.module, fnty, f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * lanes}"
-    )
-    both = builder.call(convert, [hi, lo])  # lanes 0 .. n - 1 from lo, n .. 2n - 1 from hi
+        return builder.or_(v.bf16_bits(lo), builder.shl(v.bf16_bits(hi), v.constant(16)))
+    both = _converted(builder, lo, hi)
     order = [lane for i in range(lanes) for lane in (i, lanes + i)]
     mixed = builder.shuffle_vector(
         both, both, ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), order)
     )
     return builder.bitcast(mixed, ir.VectorType(ir.IntType(32), lanes))
+
+
+def run_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The i32 vector whose lane ``q`` holds the bf16 of values ``2 q`` (low half) and ``2 q
+    + 1`` (high half) of the float32 run ``lo ++ hi``, rounded as `pair_bits` rounds: a row of
+    A as the GEMM takes it (`rvm.kernels.bf16.pair_rows`)."""
+    lanes = lo.type.count
+    words = ir.VectorType(ir.IntType(32), lanes)
+    if DPBF16:
+        return builder.bitcast(_converted(builder, lo, hi), words)
+    v, wide = VectorIR(builder, lanes), ir.VectorType(ir.IntType(64), lanes)
+    both = ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), list(range(2 * lanes)))
+    bits = builder.shuffle_vector(v.bf16_bits(lo), v.bf16_bits(hi), both)
+    pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
+    pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * lanes)))
+    return builder.trunc(pairs, words)
 
 
 def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
