@@ -26,7 +26,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels
+from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels, run_bits
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
@@ -64,18 +64,16 @@ def round_bits(word):  # type: ignore[no-untyped-def]
 def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
     """On int64 addresses: the words ``dst[q * stride]`` (uint32) = the bf16 pair of float32
     ``src[2q]`` (low half) and ``src[2q + 1]`` (high half; 0 past ``k``), for q < ``(k + 1) //
-    2``: `LANES` words a step, rounded as vectors (`rvm.kernels.vectors.VectorIR.bf16_bits`),
-    stored as a vector at ``stride`` 1, else one by one."""
+    2``: `LANES` words a step, rounded as vectors (`rvm.kernels.bf16gemm.run_bits`), stored
+    as a vector at ``stride`` 1, else one by one."""
     sig = nt.void(*(nt.int64,) * 4)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         src, k, dst, stride = args
         v = VectorIR(builder, LANES)
         i32, i64 = ir.IntType(32), ir.IntType(64)
-        wide = ir.VectorType(i64, LANES)
         words = builder.sdiv(builder.add(k, i64(1)), i64(2))
         steps = builder.sdiv(builder.add(words, i64(LANES - 1)), i64(LANES))
-        both = ir.Constant(ir.VectorType(i32, 2 * LANES), list(range(2 * LANES)))
         with cgutils.for_range(builder, steps) as loop:
             q0 = builder.mul(loop.index, i64(LANES))
             f0 = builder.mul(q0, i64(2))
@@ -83,10 +81,7 @@ def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
             lo = v.load(at, v.f32, v.first(builder.sub(k, f0)))
             hi = v.load(builder.add(at, i64(4 * LANES)), v.f32,
                         v.first(builder.sub(k, builder.add(f0, i64(LANES)))))  # fmt: skip
-            bits = builder.shuffle_vector(v.bf16_bits(lo), v.bf16_bits(hi), both)
-            pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
-            pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * LANES)))
-            pairs = builder.trunc(pairs, v.i32)
+            pairs = run_bits(builder, lo, hi)
             unit = builder.icmp_signed("==", stride, i64(1))
             with builder.if_else(unit) as (together, apart):
                 with together:

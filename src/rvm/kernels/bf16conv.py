@@ -26,8 +26,9 @@ of output channels walks them.
 Large convolutions are cut into pieces on rvm's pool (`rvm.kernels.parfor`) by (band of output
 channels, block of rows), the plane by channel pairs; the groups of a grouped convolution too
 small to be cut (shufflenet's grouped 1 x 1s) run side by side instead, one a thread, each on
-its own plane (`_groups_apart`): one after the other they left the second core idle. Every
-entry point checks its arrays' shapes first and raises `ValueError` naming what disagrees.
+its own plane (`_groups_apart`): one after the other they left the second core idle. Small
+maps run turned around on the same plane (`rvm.kernels.bf16turned`). Every entry point
+checks its arrays' shapes first and raises `ValueError` naming what disagrees.
 """
 
 from __future__ import annotations
@@ -40,27 +41,26 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import BLOCK_BYTES, KC2, LANES, MR, NR, micro_turned, walk
+from rvm.kernels.bf16gemm import (
+    BLOCK_BYTES,
+    LANES,
+    MR,
+    PIECES_PER_THREAD,
+    SPLIT_MIN,
+    pair_bits,
+    walk,
+)
+from rvm.kernels.bf16turned import turned_group
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
-__all__ = [
-    "TURN_GAIN",
-    "conv2d",
-    "direct",
-    "phase_slots",
-    "position_tiles",
-    "tap_table",
-    "turned_panel",
-]
+__all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
-SPLIT_MIN = 1 << 21  # multiply-adds (pairs) a direct piece keeps at least
-PIECES_PER_THREAD = 4
 
 
 @intrinsic
@@ -68,7 +68,7 @@ def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyp
     """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
     (low half) and, when ``pair``, of ``hi[i * step]`` (high half; else 0), for i < ``n``: a
     vector of `LANES` a step, the last under a lane mask; loads unit-stride at ``step`` 1,
-    gathered otherwise."""
+    two loads and a shuffle at ``step`` 2 (`VectorIR.evens`), gathered otherwise."""
     sig = nt.void(*(nt.int64,) * 6)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -76,28 +76,39 @@ def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyp
         v = VectorIR(builder, LANES)
         i64 = ir.IntType(64)
         with_hi = builder.icmp_signed("!=", pair, i64(0))
-        unit = builder.icmp_signed("==", step, i64(1))
         stride = builder.mul(step, i64(4))
         steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
-        with cgutils.for_range(builder, steps) as loop:
-            at = builder.mul(loop.index, i64(LANES))
-            mask = v.first(builder.sub(n, at))
-            offset = builder.mul(at, stride)
-            halves = []
-            for src in (lo, hi):
-                with builder.if_else(unit) as (plain, strided):
-                    with plain:
-                        block_a = builder.block
-                        a = v.load(builder.add(src, offset), v.f32, mask)
-                    with strided:
-                        block_b = builder.block
-                        b = v.gather(builder.add(src, offset), stride, v.f32, mask)
-                value = builder.phi(v.f32)
-                value.add_incoming(a, block_a)
-                value.add_incoming(b, block_b)
-                halves.append(v.bf16_bits(value))
-            high = builder.select(with_hi, builder.shl(halves[1], v.constant(16)), v.constant(0))
-            v.store(builder.or_(halves[0], high), builder.add(out, builder.mul(at, i64(4))), mask)
+
+        def row(read):  # type: ignore[no-untyped-def]
+            """The loop over the vectors, ``read(address, at)`` the float32 lanes from
+            ``address`` on, of the ``n - at`` left."""
+            with cgutils.for_range(builder, steps) as loop:
+                at = builder.mul(loop.index, i64(LANES))
+                offset = builder.mul(at, stride)
+                low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
+                high = builder.select(with_hi, high, ir.Constant(v.f32, None))
+                words = pair_bits(builder, low, high)
+                at_out = builder.add(out, builder.mul(at, i64(4)))
+                v.store(words, at_out, v.first(builder.sub(n, at)))
+
+        def unit(address, at):  # type: ignore[no-untyped-def]
+            return v.load(address, v.f32, v.first(builder.sub(n, at)))
+
+        def two(address, at):  # type: ignore[no-untyped-def]
+            return v.evens(address, builder.sub(n, at))
+
+        def gathered(address, at):  # type: ignore[no-untyped-def]
+            return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
+
+        with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
+            with plain:
+                row(unit)
+            with strided:
+                with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
+                    with half:
+                        row(two)
+                    with other:
+                        row(gathered)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -329,21 +340,21 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(inline="always", **_OPTS)
-def _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Group ``g`` of image ``b``: its pair plane and the job, which computes rows of the
-    phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts them into ``oc``
-    block by block (`_direct`); with ``wide`` empty the phases are as wide as the output and
-    the job writes ``oc`` itself; ``epilogue`` (int64) the bias's address (0: none) and the
-    activation's index, the residual's address (as ``oc``'s; 0: none). Split on the pool when
-    large and the pool is free (not from within a pool task: `_group_task`)."""
-    c, co, kp = xc.shape[1], w.shape[0], w.shape[1]
+def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Group ``g`` of image ``b`` on its pair plane (built by the caller): the job, which
+    computes rows of the phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts
+    them into ``oc`` block by block (`_direct`); with ``wide`` empty the phases are as wide
+    as the output and the job writes ``oc`` itself; ``epilogue`` (int64) the bias's address
+    (0: none) and the activation's index, the residual's address (as ``oc``'s; 0: none).
+    Split on the pool when large and the pool is free (not from within a pool task:
+    `_group_task`)."""
+    co, kp = w.shape[0], w.shape[1]
     oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
-    cg, og, k2 = c // groups, co // groups, kp // 2
+    og, k2 = co // groups, kp // 2
     rows_block = max(1, BLOCK_BYTES // (4 * plane.shape[0] * wq) - hq + oh)
     job = np.empty(_DIRECT_JOB, dtype=np.int64)
     job[0], job[2], job[3], job[4], job[5] = _DIRECT_JOB, k2, plane.ctypes.data, 0, k2
     job[4], job[8], job[9] = table.ctypes.data, wq, rows_block
-    _pair_plane(xc[b], g * cg, cg, geometry, plane)
     job[1] = w.ctypes.data + 2 * g * og * kp
     at_out = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
     job[15], job[16], job[17] = 0, ow, oh * ow
@@ -378,7 +389,9 @@ def _group_task(p, like, data):  # type: ignore[no-untyped-def]
     wide = parfor.array_at(job[6] + 4 * p * wsize, (job[19], job[20]), like)
     geometry, epilogue = job[23:31].copy(), job[31:34].copy()
     planes = plane.view(np.uint32)
-    _direct_group(xc, w, oc, job[21], p, job[22], geometry, planes, table, wide, epilogue)
+    cg = job[8] // job[22]
+    _pair_plane(xc[job[21]], p * cg, cg, geometry, planes)
+    _direct_group(w, oc, job[21], p, job[22], planes, table, wide, epilogue)
 
 
 parfor.export_task("bf16_conv_groups", _group_task)
@@ -401,8 +414,10 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
     or, when `_groups_apart`, all groups side by side on the pool, each with its own plane
     and wide rows."""
     if not _groups_apart(xc, w, oc, groups, plane):
+        cg = xc.shape[1] // groups
         for g in range(groups):
-            _direct_group(xc, w, oc, b, g, groups, geometry, plane, table, wide, epilogue)
+            _pair_plane(xc[b], g * cg, cg, geometry, plane)
+            _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue)
         return
     # every group's plane, then every group's wide rows, in one array: the pool's task takes
     # it as its ``like`` argument, which keeps it alive until the groups are done
@@ -420,144 +435,6 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
     copy(job[23:], geometry, 8)
     copy(job[31:], epilogue, 3)
     _run_groups(room, groups, job)
-
-
-TURN_GAIN = 1.1
-"""How much more of its lanes' work a turned-around convolution must use than the direct one
-to take it: the margin pays for moving its sums into channel rows (on one Zen 4 core the
-turned kernel took 0.76-0.98x the direct one's time where it used 1.14-1.31x the lanes' work:
-7 x 7 maps, 3 x 3 kernels at 13 x 13 and 14 x 14, stride 2 to 7 x 7 and 14 x 14; 1.04-1.5x
-where it used 1.0-1.06x: 1 x 1 kernels at 13 x 13 to 28 x 28)."""
-
-
-@nb.njit(**_OPTS)
-def position_tiles(npos, mr):  # type: ignore[no-untyped-def]
-    """(tiles, full): a turned convolution's ``npos`` output positions in ``tiles`` tiles, the
-    first ``full`` of ``mr`` rows and the rest of ``mr - 1`` (the micro-kernel has both), so
-    no row is computed twice (49: 7 tiles of 7; 196: 21 of 8, 4 of 7); below ``(mr - 1) *
-    (mr - 2)`` positions, tiles of ``mr``, the last one fewer (its last row repeated)."""
-    tiles = -(-npos // mr)
-    full = npos - (mr - 1) * tiles
-    return tiles, (full if full >= 0 else tiles)
-
-
-def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
-    """The panel width (output channels, `NR`) a convolution of ``og`` output channels a
-    group, an ``oh`` x ``ow`` output and pair-plane rows ``wq`` words wide runs turned
-    around with, or 0 for the direct method: turned when its tiles use `TURN_GAIN` times the
-    direct tiles' share of lanes and rows. Direct: ``og`` in bands of `MR` rows, the rows'
-    ``oh * wq`` positions (the last ``wq - ow`` of each row dropped) along `LANES` lanes;
-    turned: ``oh * ow`` positions in tiles (`position_tiles`), ``og`` along the lanes in
-    tiles of `NR`, a last tile of one vector after full ones counted as half a full one (64
-    channels: 48 + 16 took 1.03-1.04x the direct kernel's time, 3 x 3 at 13 x 13 and 14 x 14).
-    Groups stay direct (they run side by side there)."""
-    npos = oh * ow
-    if groups != 1 or npos == 0 or og == 0:
-        return 0
-    tiles, full = position_tiles(npos, MR)
-    computed = full * MR + (tiles - full) * (MR - 1)  # the micro-kernel's rows, 7 or 8 a tile
-    rest = og % NR  # a last tile of one vector after full ones costs half a full one (`band`)
-    lanes = -(-rest // LANES) * LANES
-    if og > NR and 0 < rest <= LANES:
-        lanes = max(LANES, NR // 2)
-    direct_use = npos / (-(-oh * wq // LANES) * LANES) * og / (-(-og // MR) * MR)
-    turned_use = npos / computed * og / (og - rest + lanes)
-    return NR if turned_use >= TURN_GAIN * direct_use else 0
-
-
-# -- turned around: output channels along the lanes --------------------------------------------
-
-
-@nb.njit(**_OPTS)
-def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
-    """Panels [t0, t1) of output channels of a turned job (`_TURNED_JOB`): ``C.T = B.T @
-    A.T``, the output positions as the GEMM's rows, broadcast from the pair plane (position
-    ``i``'s pair row ``s`` the word ``offs[i] + table[s]``: any positions, no wide rows), the
-    weight's pairs as its B in panels of ``panel`` output channels (`turn_pairs`: panel ``t``
-    ``(k2, width)`` words, ``width`` its channels, the last panel's fewer), read a vector of
-    `LANES` channels at a time, `NR` channels a tile; summed into the scratch ``(positions,
-    NR)`` at ``ct``, then moved into the output's channel rows and ``act(C + bias + R)``
-    applied there while in cache (`tile_rows`)."""
-    wt, plane, table, k2, offs, npos = job[1], job[2], job[3], job[4], job[5], job[6]
-    og, out, ohw, bias, act, res = job[7], job[9], job[10], job[11], job[12], job[13]
-    panel = job[15]
-    scratch = _floats_at(ct)
-    dst = _floats_at(out)
-    tiles, full = position_tiles(npos, MR)
-    for t in range(t0, t1):
-        width = min(panel, og - t * panel)
-        at_panel = wt + 4 * t * panel * k2
-        for jj in range(0, width, NR):
-            j0 = t * panel + jj
-            cols = min(NR, width - jj)
-            vectors = (cols + LANES - 1) // LANES
-            last = cols - (vectors - 1) * LANES
-            for p0 in range(0, k2, KC2):
-                kc2 = min(KC2, k2 - p0)
-                b = at_panel + 4 * (p0 * width + jj)
-                i0 = 0
-                for q in range(tiles):  # not ``t``: the panel's index, read again below
-                    rows = min(MR if q < full else MR - 1, npos - i0)
-                    micro_turned(kc2, plane, table + 8 * p0, b, width, 2, ct + 4 * i0 * NR, NR,
-                          1 if p0 else 0, rows, vectors, last, offs + 8 * i0)  # fmt: skip
-                    i0 += rows
-            for o in range(cols):
-                d = (j0 + o) * ohw
-                for i in range(npos):
-                    dst[d + i] = scratch[i * NR + o]
-            if bias != 0 or act != 0 or res != 0:
-                at_bias = bias + 4 * j0 if bias != 0 else 0
-                at_res = res + 4 * j0 * ohw if res != 0 else 0
-                tile_rows(out + 4 * j0 * ohw, ohw, cols, npos, at_bias, act, at_res)
-
-
-# A turned job (int64): its length; the group's weight pairs' address ((k2, og) words), the
-# plane's, the tap table's, the pairs (k2), the positions' word offsets' address, the
-# positions, the group's channels; the scratch's address (the first piece's), the output's
-# (the group's first channel), its positions a channel; the bias's address (the group's
-# first channel; 0: none), the activation's index, the residual's (as the output's; 0: none);
-# panels a piece, channels a panel.
-_TURNED_JOB = 16
-
-
-def _turned_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a turned convolution: a range of channel tiles, its own scratch."""
-    job = parfor.job(data)
-    step, tiles = job[14], -(-job[7] // job[15])
-    _turned(job, p * step, min(tiles, (p + 1) * step), job[8] + 4 * p * job[6] * NR)
-
-
-parfor.export_task("bf16_conv_turned", _turned_task)
-_run_turned = parfor.runner("bf16_conv_turned")
-
-
-@nb.njit(**_OPTS)
-def _turned_group(xc, w, oc, b, g, groups, geometry, plane, table, offs, epilogue, panel):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Group ``g`` of image ``b`` turned around (`_turned`): its pair plane, then its channel
-    tiles, in pieces on the pool when large and the pool is free."""
-    c, co, kp = xc.shape[1], w.shape[0], w.shape[1]
-    oh, ow = oc.shape[2], oc.shape[3]
-    cg, og, k2, npos = c // groups, co // groups, kp // 2, oc.shape[2] * oc.shape[3]
-    _pair_plane(xc[b], g * cg, cg, geometry, plane)
-    tiles = -(-og // panel)
-    parts = 1
-    if parfor.threads() > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * parfor.threads(), tiles, (og * npos * k2) // SPLIT_MIN)
-    parts = max(1, parts)
-    step = -(-tiles // parts)
-    parts = -(-tiles // step)
-    scratch = np.empty(parts * npos * NR, dtype=np.float32)
-    job = np.empty(_TURNED_JOB, dtype=np.int64)
-    job[0], job[1], job[2] = _TURNED_JOB, w.ctypes.data + 2 * g * og * kp, plane.ctypes.data
-    job[3], job[4], job[5], job[6], job[7] = table.ctypes.data, k2, offs.ctypes.data, npos, og
-    job[8], job[9] = scratch.ctypes.data, oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
-    job[10], job[12], job[14], job[15] = oh * ow, epilogue[1], step, panel
-    job[11] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
-    job[13] = epilogue[2] + job[9] - oc.ctypes.data if epilogue[2] != 0 else 0
-    if parts == 1:
-        _turned(job, 0, tiles, job[8])
-    else:
-        _run_turned(scratch, parts, job)
 
 
 # -- the entry point --------------------------------------------------------------------------
@@ -624,9 +501,8 @@ def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, pa
                 offs[y * ow + x_] = y * wq + x_
         for b in range(n):
             for g in range(groups):
-                _turned_group(
-                    xc, wc, oc, b, g, groups, geometry, plane, table, offs, epilogue, panel
-                )
+                _pair_plane(xc[b], g * cg, cg, geometry, plane)
+                turned_group(wc, oc, b, g, groups, plane, table, offs, epilogue, panel)
     else:
         for b in range(n):
             _direct_image(xc, wc, oc, b, groups, geometry, plane, table, wide, epilogue)

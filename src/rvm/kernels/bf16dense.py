@@ -25,7 +25,7 @@ import numpy as np
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16 import pair_rows
-from rvm.kernels.bf16gemm import BLOCK_BYTES, MR, band
+from rvm.kernels.bf16gemm import BLOCK_BYTES, MR, PIECES_PER_THREAD, SPLIT_MIN, band
 from rvm.kernels.cblas import address
 from rvm.kernels.epilogue import tile as _epilogue
 from rvm.kernels.jitting import jit
@@ -38,8 +38,6 @@ DEPTH2 = 512
 """The deepest block in pairs: a band's `MR` rows of A take 16 KB of L1 at most. The depth
 is cut into equal blocks of at most this: BERT's 768 values (384 pairs) are one block, its
 3072 three of 512 pairs, each tile of C stored once a block."""
-SPLIT_MIN = 1 << 21  # multiply-adds (pairs) a piece keeps at least when a product is split
-PIECES_PER_THREAD = 4
 
 
 @jit(**_OPTS)

@@ -39,6 +39,7 @@ from numba.extending import intrinsic
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import _target_features
+from rvm.kernels.vectors import VectorIR
 
 __all__ = [
     "DPBF16",
@@ -46,12 +47,16 @@ __all__ = [
     "LANES",
     "MR",
     "NR",
+    "PIECES_PER_THREAD",
+    "SPLIT_MIN",
     "band",
     "gemm_bf16",
     "micro",
     "micro_turned",
     "panel_index",
+    "pair_bits",
     "panels",
+    "run_bits",
     "walk",
 ]
 
@@ -73,6 +78,8 @@ DPBF16, LANES, MR, VECTORS, _FMA = _shape(_target_features())
 NR = LANES * VECTORS
 KC2 = 256  # depth block in pairs (512 values, as sgemm's)
 BLOCK_BYTES = 1 << 19  # B's words for a block of C's columns at most (half of a 1 MB L2)
+SPLIT_MIN = 1 << 21  # multiply-adds (pairs) a piece keeps at least when a product is split
+PIECES_PER_THREAD = 4  # pieces a thread claims when a product is split
 if not DPBF16:
     logger.info(
         "rvm: this CPU target has no AVX512-BF16: bf16 GEMMs widen to float32 and use FMA "
@@ -95,6 +102,51 @@ class _BFloat(ir.Type):
 
     def __hash__(self) -> int:
         return hash("bfloat")
+
+
+def _converted(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """``bf16(lo) ++ bf16(hi)`` as ``<2n x bfloat>`` by one ``vcvtne2ps2bf16`` (AVX512-BF16
+    CPUs only): round to nearest even, a subnormal read as 0 -- as ``vdpbf16ps`` reads a bf16
+    one anyway, so no product changes."""
+    lanes = lo.type.count
+    f32, pairs = ir.VectorType(ir.FloatType(), lanes), ir.VectorType(_BFloat(), 2 * lanes)
+    name = f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * lanes}"
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(pairs, [f32, f32]), name)
+    return builder.call(fn, [hi, lo])  # its second operand fills the low lanes
+
+
+def pair_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The i32 vector whose lane ``i`` holds the bf16 of float32 ``lo[i]`` (low half) and of
+    ``hi[i]`` (high half), rounded to nearest even: with AVX512-BF16 one ``vcvtne2ps2bf16``
+    and an interleaving shuffle (`_converted`); elsewhere the integer rounding
+    (`VectorIR.bf16_bits`), with which resnet50's 1 x 1 convolutions' pair planes took
+    1.5-1.7x as long (one Zen 4 core)."""
+    lanes = lo.type.count
+    if not DPBF16:
+        v = VectorIR(builder, lanes)
+        return builder.or_(v.bf16_bits(lo), builder.shl(v.bf16_bits(hi), v.constant(16)))
+    both = _converted(builder, lo, hi)
+    order = [lane for i in range(lanes) for lane in (i, lanes + i)]
+    mixed = builder.shuffle_vector(
+        both, both, ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), order)
+    )
+    return builder.bitcast(mixed, ir.VectorType(ir.IntType(32), lanes))
+
+
+def run_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The i32 vector whose lane ``q`` holds the bf16 of values ``2 q`` (low half) and ``2 q
+    + 1`` (high half) of the float32 run ``lo ++ hi``, rounded as `pair_bits` rounds: a row of
+    A as the GEMM takes it (`rvm.kernels.bf16.pair_rows`)."""
+    lanes = lo.type.count
+    words = ir.VectorType(ir.IntType(32), lanes)
+    if DPBF16:
+        return builder.bitcast(_converted(builder, lo, hi), words)
+    v, wide = VectorIR(builder, lanes), ir.VectorType(ir.IntType(64), lanes)
+    both = ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), list(range(2 * lanes)))
+    bits = builder.shuffle_vector(v.bf16_bits(lo), v.bf16_bits(hi), both)
+    pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
+    pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * lanes)))
+    return builder.trunc(pairs, words)
 
 
 def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]

@@ -78,8 +78,8 @@ def default_pair_panel() -> int:
 
 def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     """The panel width a convolution's kernel runs turned around with on this CPU (0: not),
-    imported when a pass asks: `rvm.kernels.bf16conv.turned_panel`."""
-    from rvm.kernels.bf16conv import turned_panel as rule
+    imported when a pass asks: `rvm.kernels.bf16turned.turned_panel`."""
+    from rvm.kernels.bf16turned import turned_panel as rule
 
     return rule(og, oh, ow, wq, groups)
 
