@@ -36,6 +36,8 @@ from rvm.transform.legalize import (
 
 logger = logging.getLogger("rvm.transform")
 
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
 
 def pool_after_projection(mod: IRModule) -> IRModule:
     """Run every average pool that a channel-reducing 1x1 convolution follows after it."""
@@ -76,10 +78,10 @@ def _static(shape) -> bool:  # type: ignore[no-untyped-def]
 
 
 def _keeps(pool: E.Call) -> bool:
-    """Whether the pool's output has its input's (static) spatial size."""
+    """Whether the pool's output, float, has its input's (static) spatial size."""
     shape_in = getattr(pool.args[0].type, "shape", None)
     shape_out = getattr(pool.type, "shape", None)
-    if shape_in is None or shape_out is None:
+    if shape_in is None or shape_out is None or pool.type.dtype not in _FLOATS:
         return False
     return _static(shape_in[2:]) and tuple(shape_in[2:]) == tuple(shape_out[2:])
 
