@@ -1,9 +1,10 @@
 """Depthwise convolutions (one input channel per group, any channel multiplier) for
 `rvm.kernels.conv`'s depthwise method; input planes in chunks on the pool when large.
 
-3x3 windows 1 or 2 apart along rows, undilated, on maps whose needed columns fit in four CPU
-vectors (`by_rows`: float32 on AVX-512, rows up to 62 wide at stride 1, 31 outputs at stride
-2; shufflenet's and the MobileNets' 7 x 7 to 56 x 56 maps) go an output row at a time, as
+3x3 windows 2 apart along rows (or 1, with 512-bit vectors: `takes`), undilated, on maps whose
+needed columns fit in four CPU vectors (`by_rows`: float32 on AVX-512, rows up to 62 wide at
+stride 1, 31 outputs at stride 2; shufflenet's and the MobileNets' 7 x 7 to 56 x 56 maps) go
+an output row at a time, as
 `rvm.kernels.narrow`'s pools: each of the three input rows is loaded whole as vectors from
 its padded column 0, the padding and rows outside the plane as lanes never read (0); each
 tap's columns are taken from that line by a constant shuffle (lane q: column ``sw q + j``),
