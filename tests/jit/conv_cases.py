@@ -42,4 +42,7 @@ CASES = [
     # Depthwise large enough to run in chunks of planes on the pool:
     (1, 64, 30, 30, 64, (3, 3), (1, 1), (1, 1), 64, (1, 1, 1, 1)),
     (2, 24, 28, 28, 48, (3, 3), (2, 2), (1, 1), 24, (1, 1, 1, 1)),  # multiplier 2, stride 2
+    # Depthwise 3x3 by output rows (`rvm.kernels.depthwise.by_rows`), odd strides and pads:
+    (1, 6, 10, 40, 6, (3, 3), (2, 1), (1, 1), 6, (0, 2, 2, 0)),  # rows 2 apart, 42 columns
+    (2, 5, 13, 20, 10, (3, 3), (1, 1), (1, 1), 5, (2, 1, 0, 1)),  # multiplier 2, top pad 2
 ]

@@ -13,6 +13,10 @@ Each pass: what it needs → what it guarantees.
 - inline: lifted → calls of small non-recursive module functions are replaced by their bodies.
 - fold_batch_norm: inlined → a batch norm of a convolution with constant weights and
   statistics is folded into the weights and a per-channel bias add.
+- commute_pool_projection: batch norms folded → an average pool and a 1x1 convolution, the
+  first used only by the second, run in the order that costs fewer multiply-adds and taps.
+- shuffle_after_depthwise: inlined → a channel shuffle whose one use is a depthwise
+  convolution with a constant weight that shrinks the map runs after it, on the smaller map.
 - fuse_attention: inlined → a scaled dot-product attention chain (matmul, scale, mask,
   softmax, matmul) is one ``attention`` call.
 - fuse_norms: inlined → RMSNorm and decomposed LayerNorm chains are ``rms_norm`` and
@@ -66,6 +70,7 @@ Pass = Callable[[IRModule], IRModule]
 
 def default_passes() -> list[tuple[str, Pass]]:
     """The passes of `rvm.compile`, in order."""
+    from rvm.transform.commute_pool_projection import commute_pool_projection
     from rvm.transform.dead_code import dead_code
     from rvm.transform.fold_batch_norm import fold_batch_norm
     from rvm.transform.fold_constant import fold_constant
@@ -81,6 +86,7 @@ def default_passes() -> list[tuple[str, Pass]]:
     from rvm.transform.legalize import legalize
     from rvm.transform.memory_plan import memory_plan
     from rvm.transform.normalize import normalize
+    from rvm.transform.shuffle_after_depthwise import shuffle_after_depthwise
     from rvm.transform.tail_call import tail_call
 
     return [
@@ -89,6 +95,8 @@ def default_passes() -> list[tuple[str, Pass]]:
         ("lambda_lift", lambda_lift),
         ("inline", inline),
         ("fold_batch_norm", fold_batch_norm),
+        ("commute_pool_projection", commute_pool_projection),
+        ("shuffle_after_depthwise", shuffle_after_depthwise),
         ("fuse_attention", fuse_attention),
         ("fuse_norms", fuse_norms),
         ("fuse_activations", fuse_activations),
