@@ -476,10 +476,10 @@ TURNED_CASES = [
     # x shape, OHWI weight shape, strides, padding (top, left, bottom, right), dilation,
     # input and output dtypes: 81 positions in tiles of 8 and of 7; 40 channels (a panel and
     # 8 lanes of the next), 33; strides, dilation, uneven padding; 64 channels on 7 x 7
-    # whose two panels split on the pool
+    # whose two panels split on the pool (two dtype variants: each compiles the entry point)
     ((2, 20, 9, 9), (40, 3, 3, 20), (1, 1), (1, 1, 1, 1), 1, "uint8", "uint8"),
     ((1, 13, 11, 10), (33, 3, 3, 13), (2, 1), (1, 0, 1, 2), 2, "int8", "int8"),
-    ((1, 256, 7, 7), (64, 3, 3, 256), (1, 1), (1, 1, 1, 1), 1, "uint8", "int8"),
+    ((1, 256, 7, 7), (64, 3, 3, 256), (1, 1), (1, 1, 1, 1), 1, "uint8", "uint8"),
 ]
 
 
