@@ -510,10 +510,10 @@ def test_turned_qconv2d_equals_reference(blas_threads, xs, ws, strides, pads, di
         np.testing.assert_array_equal(out, want)
 
 
-def test_compile_turns_the_convolutions_of_small_maps():
+def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
     """`rvm.compile` (jit kernels) gives a qconv2d of a small map a turned weight (the rule:
-    `rvm.kernels.qturned.turned`) and keeps the direct method for a large map; every exec
-    mode equals the reference interpreter."""
+    `rvm.kernels.qturned.turned`) and keeps the direct method for 16 channels; every exec
+    mode equals the reference interpreter, saved and loaded too."""
     import rvm
     from rvm.ir import Builder, TensorType, Var
     from rvm.ir import expr as E
@@ -545,5 +545,8 @@ def test_compile_turns_the_convolutions_of_small_maps():
     xv = _ints((1, 64, 7, 7), "uint8")
     want = rvm.interpret(mod, "main", xv)
     ex = rvm.compile(mod)
-    for mode in ("bytecode", "compiled", "native"):
-        np.testing.assert_array_equal(rvm.VirtualMachine(ex, exec_mode=mode)["main"](xv), want)
+    ex.save(tmp_path / "turned.rvmx")
+    for loaded in (ex, rvm.load_executable(tmp_path / "turned.rvmx")):
+        for mode in ("bytecode", "compiled", "native"):
+            got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](xv)
+            np.testing.assert_array_equal(got, want)
