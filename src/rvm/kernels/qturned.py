@@ -29,7 +29,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.bf16conv import position_tiles
 from rvm.kernels.bf16gemm import _no_unroll
-from rvm.kernels.qtile import LANES, MR, VNNI, _vpdpbusd
+from rvm.kernels.qtile import EPILOGUE, LANES, MR, VNNI, Requantizer, _vpdpbusd
 
 __all__ = ["NR", "SUM_PASS", "TURN_GAIN", "VECTORS", "micro_turned", "turn_weight", "turned"]
 
@@ -211,51 +211,27 @@ def _tile(builder: ir.IRBuilder, args: list, vectors: int, height: int) -> None:
 def _epilogue(builder, acc, record, rows, o0, p0, cols, channel_mask) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     """The tile's sums (started from the shifts) requantized and stored: channel ``o0 + o``'s
     bytes of positions ``p0``.. at its row of the output (see the module docstring)."""
-    i1, i8, i16, i32, i64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+    i1, i8, i32, i64 = (ir.IntType(n) for n in (1, 8, 32, 64))
     f32 = ir.FloatType()
-    vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
-    words, bytes64 = ir.VectorType(i16, 2 * LANES), ir.VectorType(i8, 4 * LANES)
+    fvec, bytes64 = ir.VectorType(f32, LANES), ir.VectorType(i8, 4 * LANES)
     module = builder.module
-
-    def fn(name, result, *params):  # type: ignore[no-untyped-def]
-        return cgutils.get_or_insert_function(module, ir.FunctionType(result, params), name)
-
-    cvt = fn("llvm.x86.avx512.mask.cvtps2dq.512", vec, fvec, vec, i16, i32)
-    pack_words = fn("llvm.x86.avx512.packssdw.512", words, vec, vec)
-    add_sat = fn("llvm.sadd.sat.v32i16", words, words, words)
-    packs = {
-        True: fn("llvm.x86.avx512.packsswb.512", bytes64, words, words),
-        False: fn("llvm.x86.avx512.packuswb.512", bytes64, words, words),
-    }
-    clips = {
-        name: fn(f"llvm.{name}.v64i8", bytes64, bytes64, bytes64)
-        for name in ("umax", "umin", "smax", "smin")
-    }
-    load_floats = fn(
-        "llvm.masked.load.v16f32.p0", fvec, fvec.as_pointer(), i32, ir.VectorType(i1, LANES), fvec
+    load_floats = cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(fvec, [fvec.as_pointer(), i32, ir.VectorType(i1, LANES), fvec]),
+        "llvm.masked.load.v16f32.p0",
     )
-    store = fn(
+    store = cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(
+            ir.VoidType(), [bytes64, bytes64.as_pointer(), i32, ir.VectorType(i1, 4 * LANES)]
+        ),
         "llvm.masked.store.v64i8.p0",
-        ir.VoidType(),
-        bytes64,
-        bytes64.as_pointer(),
-        i32,
-        ir.VectorType(i1, 4 * LANES),
     )
-    field = [builder.load(builder.gep(record, [i64(k)])) for k in range(11)]
+    field = [builder.load(builder.gep(record, [i64(k)])) for k in range(EPILOGUE)]
     scales = builder.inttoptr(field[1], f32.as_pointer())
     out = builder.inttoptr(field[2], i8.as_pointer())
     ldo = field[3]
-    signed = builder.icmp_signed("!=", field[10], i64(0))
-    splat32 = ir.Constant(ir.VectorType(i32, 2 * LANES), [0] * (2 * LANES))
-    splat64 = ir.Constant(ir.VectorType(i32, 4 * LANES), [0] * (4 * LANES))
-
-    def broadcast(value, vtype, zeros):  # type: ignore[no-untyped-def]
-        undef = ir.Constant(vtype, ir.Undefined)
-        return builder.shuffle_vector(builder.insert_element(undef, value, i32(0)), undef, zeros)
-
-    zero = broadcast(builder.trunc(field[7], i16), words, splat32)
-    low, high = (broadcast(builder.trunc(v, i8), bytes64, splat64) for v in field[8:10])
+    requantize = Requantizer(builder, field)
     height, vectors = len(acc), len(acc[0])
     # positions p0 + [0, rows): bits [8q, 8q + rows) of the store of a register's channel q
     lanes = builder.sub(builder.shl(i64(1), rows), i64(1))
@@ -268,7 +244,6 @@ def _epilogue(builder, acc, record, rows, o0, p0, cols, channel_mask) -> None:  
             ch = 8 * half + q
             for p in range(8):
                 order.append(64 * (p // 4) + 16 * (ch // 4) + 4 * (p % 4) + ch % 4)
-    slot = cgutils.alloca_once(builder, bytes64)
     for j in range(vectors):
         at = builder.gep(scales, [builder.add(o0, i64(j * LANES))])
         scale = builder.call(
@@ -280,26 +255,10 @@ def _epilogue(builder, acc, record, rows, o0, p0, cols, channel_mask) -> None:  
                 ir.Constant(fvec, None),
             ],
         )
-        values = []
-        for i in range(MR):
-            q = builder.sitofp(builder.load(acc[min(i, height - 1)][j]), fvec)
-            q = builder.fmul(q, scale)
-            values.append(builder.call(cvt, [q, ir.Constant(vec, None), i16(-1), i32(8)]))
-        packed = []
-        for g in range(2):
-            v = values[4 * g : 4 * g + 4]
-            lo_words = builder.call(add_sat, [builder.call(pack_words, [v[0], v[1]]), zero])
-            hi_words = builder.call(add_sat, [builder.call(pack_words, [v[2], v[3]]), zero])
-            with builder.if_else(signed) as (as_signed, as_unsigned):
-                for flag, up, down, branch in (
-                    (True, "smax", "smin", as_signed),
-                    (False, "umax", "umin", as_unsigned),
-                ):
-                    with branch:
-                        bytes_ = builder.call(packs[flag], [lo_words, hi_words])
-                        bytes_ = builder.call(clips[up], [bytes_, low])
-                        builder.store(builder.call(clips[down], [bytes_, high]), slot)
-            packed.append(builder.load(slot))
+        values = [
+            requantize.rounded(builder.load(acc[min(i, height - 1)][j]), scale) for i in range(MR)
+        ]
+        packed = [requantize.bytes(values[4 * g : 4 * g + 4]) for g in range(2)]
         # Every position and channel of the vector: a plain 8-byte store a channel; else
         # masked ones (64 bytes, the channel's bytes selected).
         whole = builder.and_(
