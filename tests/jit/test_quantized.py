@@ -11,7 +11,8 @@ import pytest
 from jit_helpers import check, prim, var
 
 from rvm import op
-from rvm.kernels import entry, parfor, qentry, qgemm, qpool
+from rvm.ir.infer import infer_type
+from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qturned
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -386,6 +387,15 @@ qgemm.qconv2d(x, w, bias, scale, out, 3, 5, 0, 255, 1, 2, 2, 1, 1, 1, 1)
 want = t.numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 0, 255, "uint8", (2, 2), (1, 1, 1, 1),
                            (1, 1), 1)
 np.testing.assert_array_equal(out, want)
+from rvm.kernels import qturned  # turned around: the plain loop's sums, requantized after
+x, w = t._ints((1, 20, 9, 9), "uint8"), t._ints((40, 3, 3, 20), "int8")
+bias, scale = np.arange(40, dtype=np.int32), np.full(40, 1e-3, np.float32)
+want = t.numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 0, 255, "uint8", (1, 1), (1, 1, 1, 1),
+                           (1, 1), 1, "OHWI")
+out = np.empty_like(want)
+qgemm.qconv2d_turned(x, qturned.turn_weight(w), bias, scale, out, 3, 5, 0, 255, 1, 1, 1, 1, 1,
+                     1, 3, 3)
+np.testing.assert_array_equal(out, want)
 print("ok")
 """
 
@@ -446,8 +456,97 @@ def test_split_qdense_equals_reference(blas_threads, y_dtype, m, k, n):
 def test_qconv2d_weight_layout_is_checked():
     x, w = var("x", (1, 4, 8, 8), "uint8"), var("w", (6, 3, 3, 4), "int8")
     b, s = var("b", (6,), "int32"), var("s", (6,), "float32")
-    with pytest.raises(Exception, match="weight_layout must be OIHW or OHWI, got 'HWIO'"):
+    with pytest.raises(Exception, match="weight_layout must be OIHW, OHWI or turned, got 'HWIO'"):
         op.qconv2d(x, w, b, s, weight_layout="HWIO")
+    with pytest.raises(Exception, match="a turned weight needs its weight_shape"):
+        op.qconv2d(x, w, b, s, weight_layout="turned")
+    turned = op.qconv2d(x, var("t", (1, 10, 32, 4), "int8"), b, s, weight_layout="turned",
+                        weight_shape=(6, 3, 3, 4))  # fmt: skip
+    assert infer_type(turned).shape == (1, 6, 6, 6)
+    wrong = op.qconv2d(x, var("t", (1, 9, 32, 4), "int8"), b, s, weight_layout="turned",
+                       weight_shape=(6, 3, 3, 4))  # fmt: skip
+    with pytest.raises(Exception, match=r"is \(panels, 10, width, 4\)"):
+        infer_type(wrong)
     call = op.qconv2d(x, w, b, s, padding=1, weight_layout="OHWI")
     assert call.attrs["weight_layout"] == "OHWI"
     assert "weight_layout" not in op.qconv2d(x, var("v", (6, 4, 3, 3), "int8"), b, s).attrs
+
+
+TURNED_CASES = [
+    # x shape, OHWI weight shape, strides, padding (top, left, bottom, right), dilation,
+    # input and output dtypes: 81 positions in tiles of 8 and of 7; 40 channels (a panel and
+    # 8 lanes of the next), 33; strides, dilation, uneven padding; 64 channels on 7 x 7
+    # whose two panels split on the pool (two dtype variants: each compiles the entry point)
+    ((2, 20, 9, 9), (40, 3, 3, 20), (1, 1), (1, 1, 1, 1), 1, "uint8", "uint8"),
+    ((1, 13, 11, 10), (33, 3, 3, 13), (2, 1), (1, 0, 1, 2), 2, "int8", "int8"),
+    ((1, 256, 7, 7), (64, 3, 3, 256), (1, 1), (1, 1, 1, 1), 1, "uint8", "uint8"),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "strides", "pads", "dilation", "x_dtype", "y_dtype"),
+                         TURNED_CASES)  # fmt: skip
+def test_turned_qconv2d_equals_reference(blas_threads, xs, ws, strides, pads, dilation,
+                                         x_dtype, y_dtype):  # fmt: skip
+    """The convolution turned around (`rvm.kernels.qturned`: output channels along the
+    lanes) on its turned weight: equal to the reference on the OHWI weight and on the
+    turned one, its requantizing in registers and, with scales of 1/2 or more, after the
+    sums (the output prefilled, so an element no tile wrote fails)."""
+    x, w = _ints(xs, x_dtype), _ints(ws, "int8")
+    o, kh, kw = ws[0], ws[1], ws[2]
+    turned = qturned.turn_weight(w)
+    assert turned.shape[2] == qturned.NR and turned.shape[0] * qturned.NR >= o
+    bias = RNG.integers(-3000, 3000, o).astype(np.int32)
+    y_zero, (low, high) = (5, (5, 255)) if y_dtype == "uint8" else (-7, (-128, 127))
+    for scale in (RNG.uniform(2e-4, 2e-3, o), RNG.uniform(0.5, 0.6, o)):
+        scale = scale.astype(np.float32)
+        want = numpy_ref.qconv2d(x, w, bias, scale, 3, y_zero, low, high, y_dtype, strides,
+                                 pads, (dilation,) * 2, 1, "OHWI")  # fmt: skip
+        again = numpy_ref.qconv2d(x, turned, bias, scale, 3, y_zero, low, high, y_dtype,
+                                  strides, pads, (dilation,) * 2, 1, "turned", ws)  # fmt: skip
+        np.testing.assert_array_equal(again, want)
+        out = np.full(want.shape, 77, y_dtype)
+        qentry.qconv2d_turned(x, turned, bias, scale, out, 3, y_zero, low, high, *strides,
+                              dilation, dilation, pads[0], pads[1], kh, kw)  # fmt: skip
+        np.testing.assert_array_equal(out, want)
+
+
+def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
+    """`rvm.compile` (jit kernels) gives a qconv2d of a small map a turned weight (the rule:
+    `rvm.kernels.qturned.turned`) and keeps the direct method for 16 channels; every exec
+    mode equals the reference interpreter, saved and loaded too."""
+    import rvm
+    from rvm.ir import Builder, TensorType, Var
+    from rvm.ir import expr as E
+    from rvm.transform.infer_shapes import infer_shapes
+    from rvm.transform.pack_conv_weights import pack_conv_weights
+
+    x = Var("x", TensorType((1, 64, 7, 7), "uint8"))
+    w1, w2 = _ints((64, 3, 3, 64), "int8"), _ints((16, 1, 1, 64), "int8")
+    quant = {"x_zero": 3, "y_zero": 5, "relu": True}
+    consts = [
+        (rvm.const(RNG.integers(-3000, 3000, o).astype(np.int32)),
+         rvm.const(RNG.uniform(2e-4, 2e-3, o).astype(np.float32)))
+        for o in (64, 16)
+    ]  # fmt: skip
+    b = Builder()
+    with b.function("main", [x]):
+        h = b.emit(op.qconv2d(x, rvm.const(w1), *consts[0], padding=1, weight_layout="OHWI",
+                              **quant))  # fmt: skip
+        h = b.emit(op.qconv2d(h, rvm.const(w2), *consts[1], weight_layout="OHWI", **quant))
+        b.emit_output(h)
+    mod = b.get()
+    layouts = [
+        bind.value.attrs.get("weight_layout")
+        for block in pack_conv_weights(infer_shapes(mod))["main"].body.blocks
+        for bind in block.bindings
+        if isinstance(bind.value, E.Call)
+    ]
+    assert layouts == ["turned", "OHWI"]  # 7 x 7 by 64: turned; 16 channels: direct
+    xv = _ints((1, 64, 7, 7), "uint8")
+    want = rvm.interpret(mod, "main", xv)
+    ex = rvm.compile(mod)
+    ex.save(tmp_path / "turned.rvmx")
+    for loaded in (ex, rvm.load_executable(tmp_path / "turned.rvmx")):
+        for mode in ("bytecode", "compiled", "native"):
+            got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](xv)
+            np.testing.assert_array_equal(got, want)

@@ -1,4 +1,5 @@
-"""Quantized anchors: `rvm.op.qconv2d` and `rvm.op.qdense` call `rvm.kernels.qgemm`.
+"""Quantized anchors: `rvm.op.qconv2d` and `rvm.op.qdense` call `rvm.kernels.qgemm` (a
+turned weight, ``qconv2d_turned``).
 
 The kernel checks its operands' shapes (the convolution's geometry as `rvm.jit.stages` checks
 a float convolution's), makes the call and returns; the integer GEMM (VNNI ``vpdpbusd``
@@ -47,11 +48,15 @@ def _call(
 
 
 def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
-    _check_operands(kb, args)
     x, w = args[0], args[1]
-    hwc = attrs.get("weight_layout", "OIHW") == "OHWI"
+    layout = attrs.get("weight_layout", "OIHW")
+    hwc = layout == "OHWI"
     if hwc:  # the geometry's view of the weight: (O, C / groups, KH, KW)
         w = Tensor((w.dims[0], w.dims[3], w.dims[1], w.dims[2]), w.dtype)
+    elif layout == "turned":  # turned around (`rvm.op.turn_qconv2d`): its weight_shape's
+        o, kh, kw, cg = (str(d) for d in attrs["weight_shape"])
+        w = Tensor((o, cg, kh, kw), w.dtype)
+    _check_operands(kb, [x, w, *args[2:]])
     groups = kb.resolve(attrs["groups"])
     kb.check(
         ne(x.dims[1], mul(w.dims[1], groups)),
@@ -69,6 +74,10 @@ def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
         t.array = kb.buffer(dims, out, t.array)
         names = [kb.materialize(a) for a in args]
         (_, _, sh, dh, (pt, _), _), (_, _, sw, dw, (pl, _), _) = geo
+        if layout == "turned":
+            params = (*_quant_params(attrs), sh, sw, dh, dw, pt, pl, w.dims[2], w.dims[3])
+            _call(kb, "qconv2d_turned", [*names, t.array], args, out, params)
+            return
         params = (*_quant_params(attrs), groups, sh, sw, dh, dw, pt, pl, int(hwc))
         _call(kb, "qconv2d", [*names, t.array], args, out, params)
 

@@ -54,6 +54,7 @@ MODULES = {
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
     "qconv2d": "rvm.kernels.qentry",
+    "qconv2d_turned": "rvm.kernels.qentry",
     "qdense": "rvm.kernels.qentry",
     "conv2d_bf16": "rvm.kernels.bf16entry",
     "dense_bf16": "rvm.kernels.bf16entry",
@@ -63,6 +64,7 @@ MODULES = {
 # ``entry_call`` (`caller_attribute`).
 MIXED = {
     "qconv2d": (4, 4, 1, 1, 4),
+    "qconv2d_turned": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),
     "conv2d_bf16": (4, 2, 4, 1, 4),
     "dense_bf16": (2, 2, 2),

@@ -1,8 +1,8 @@
 """The quantized products' entry points (`rvm.kernels.entry`): `rvm.kernels.qgemm`'s
-``qconv2d`` and ``qdense`` compiled once per variant (the dtypes of their arrays) and called
-by jit kernels through a registered symbol, so a kernel links the library instead of compiling
-its integer GEMM, im2col and requantizing epilogue into its own code (seconds of LLVM per
-kernel).
+``qconv2d``, ``qconv2d_turned`` and ``qdense`` compiled once per variant (the dtypes of their
+arrays) and called by jit kernels through a registered symbol, so a kernel links the library
+instead of compiling its integer GEMM, im2col and requantizing epilogue into its own code
+(seconds of LLVM per kernel).
 
 A kernel checks its operands' shapes before the call (`rvm.jit.quantized`), so the entry
 points take them as they come and always return 0.
@@ -14,7 +14,14 @@ import numba as nb
 
 from rvm.kernels import entry, qgemm
 
-__all__ = ["qconv2d", "qconv2d_call", "qdense", "qdense_call"]
+__all__ = [
+    "qconv2d",
+    "qconv2d_call",
+    "qconv2d_turned",
+    "qconv2d_turned_call",
+    "qdense",
+    "qdense_call",
+]
 
 
 def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
@@ -28,6 +35,22 @@ def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-d
         nb.carray(scale, (d[9],)),
         nb.carray(out, (d[10], d[11], d[12], d[13])),
         p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11] != 0,
+    )  # fmt: skip
+    return 0
+
+
+def _qconv2d_turned(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
+    """`qgemm.qconv2d_turned` on x, w (4-d: `rvm.kernels.qturned.turn_weight`), bias, scale
+    (1-d), out (4-d); the parameters: x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl, kh,
+    kw."""
+    d, p = nb.carray(dims, 14), nb.carray(params, 12)
+    qgemm.qconv2d_turned(
+        nb.carray(x, (d[0], d[1], d[2], d[3])),
+        nb.carray(w, (d[4], d[5], d[6], d[7])),
+        nb.carray(bias, (d[8],)),
+        nb.carray(scale, (d[9],)),
+        nb.carray(out, (d[10], d[11], d[12], d[13])),
+        p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11],
     )  # fmt: skip
     return 0
 
@@ -48,9 +71,11 @@ def _qdense(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-de
 
 
 entry.export("qconv2d", _qconv2d)
+entry.export("qconv2d_turned", _qconv2d_turned)
 entry.export("qdense", _qdense)
 # What kernels call (`rvm.kernels.entry.caller`): ``qconv2d_call(arrays, params)``, 0 done.
 qconv2d_call = entry.caller("qconv2d", 12)
+qconv2d_turned_call = entry.caller("qconv2d_turned", 12)
 qdense_call = entry.caller("qdense", 4)
 
 
@@ -65,6 +90,14 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     """`qgemm.qconv2d` through its entry point: the same arguments, C-contiguous arrays."""
     params = (x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, 1 if hwc else 0)
     qconv2d_call((x, w, bias, scale, out), params)
+
+
+@nb.njit(nogil=True)
+def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl,
+                   kh, kw):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`qgemm.qconv2d_turned` through its entry point: the same arguments."""
+    params = (x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl, kh, kw)
+    qconv2d_turned_call((x, w, bias, scale, out), params)
 
 
 @nb.njit(nogil=True)

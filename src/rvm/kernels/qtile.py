@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["DOT_COLUMNS", "EPILOGUE", "LANES", "MR", "NR", "VECTORS", "VNNI"]
+__all__ = ["DOT_COLUMNS", "EPILOGUE", "LANES", "MR", "NR", "VECTORS", "VNNI", "Requantizer"]
 
 VNNI = "+avx512vnni" in set(_target_features().split(","))
 LANES = 16
@@ -153,6 +153,71 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
 EPILOGUE = 11
 
 
+class Requantizer:
+    """The fused epilogue's arithmetic, declared once in a builder's module, on the fields of
+    an `EPILOGUE` record (its output zero point, clip range and signedness): `rounded` scales
+    a vector of sums in float32 and rounds it half to even as it converts back to int32
+    (``vcvtps2dq {rn-sae}``: the scales are below 1/2, `qgemm._epilogue`, so none
+    overflows); `bytes` packs 4 such vectors to bytes with saturation (int16, the zero point
+    added, then bytes) and clips them to the range: byte ``16 L + 4 p + t`` of the register
+    is lane ``4 L + t`` of vector ``p`` (the packs work within 128-bit lanes)."""
+
+    def __init__(self, builder: ir.IRBuilder, field: list) -> None:
+        i8, i16, i32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+        self.builder, module = builder, builder.module
+        self.vec, self.fvec = ir.VectorType(i32, LANES), ir.VectorType(ir.FloatType(), LANES)
+        words, self.bytes64 = ir.VectorType(i16, 2 * LANES), ir.VectorType(i8, 4 * LANES)
+
+        def fn(name, result, *params):  # type: ignore[no-untyped-def]
+            return cgutils.get_or_insert_function(module, ir.FunctionType(result, params), name)
+
+        vec, fvec, bytes64 = self.vec, self.fvec, self.bytes64
+        self.cvt = fn("llvm.x86.avx512.mask.cvtps2dq.512", vec, fvec, vec, i16, i32)
+        self.pack_words = fn("llvm.x86.avx512.packssdw.512", words, vec, vec)
+        self.add_sat = fn("llvm.sadd.sat.v32i16", words, words, words)
+        self.packs = {
+            True: fn("llvm.x86.avx512.packsswb.512", bytes64, words, words),
+            False: fn("llvm.x86.avx512.packuswb.512", bytes64, words, words),
+        }
+        self.clips = {
+            name: fn(f"llvm.{name}.v64i8", bytes64, bytes64, bytes64)
+            for name in ("umax", "umin", "smax", "smin")
+        }
+        self.zero = self.broadcast(builder.trunc(field[7], i16), words)
+        self.low, self.high = (self.broadcast(builder.trunc(v, i8), bytes64) for v in field[8:10])
+        self.signed = builder.icmp_signed("!=", field[10], ir.IntType(64)(0))
+        self.slot = cgutils.alloca_once(builder, bytes64)
+
+    def broadcast(self, value, vtype):  # type: ignore[no-untyped-def]
+        """``value`` in every lane of a ``vtype``."""
+        b, i32 = self.builder, ir.IntType(32)
+        undef = ir.Constant(vtype, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, vtype.count), [0] * vtype.count)
+        return b.shuffle_vector(b.insert_element(undef, value, i32(0)), undef, splat)
+
+    def rounded(self, sums, scale):  # type: ignore[no-untyped-def]
+        """The int32 vector ``rint(float32(sums) * scale)`` (``scale`` a float32 vector)."""
+        b, i16, i32 = self.builder, ir.IntType(16), ir.IntType(32)
+        q = b.fmul(b.sitofp(sums, self.fvec), scale)
+        return b.call(self.cvt, [q, ir.Constant(self.vec, None), i16(-1), i32(8)])
+
+    def bytes(self, v):  # type: ignore[no-untyped-def]
+        """The 4 rounded vectors ``v`` as one register of output bytes (see the class)."""
+        b = self.builder
+        low_words = b.call(self.add_sat, [b.call(self.pack_words, [v[0], v[1]]), self.zero])
+        high_words = b.call(self.add_sat, [b.call(self.pack_words, [v[2], v[3]]), self.zero])
+        with b.if_else(self.signed) as (as_signed, as_unsigned):
+            for flag, up, down, branch in (
+                (True, "smax", "smin", as_signed),
+                (False, "umax", "umin", as_unsigned),
+            ):
+                with branch:
+                    packed = b.call(self.packs[flag], [low_words, high_words])
+                    packed = b.call(self.clips[up], [packed, self.low])
+                    b.store(b.call(self.clips[down], [packed, self.high]), self.slot)
+        return b.load(self.slot)
+
+
 def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first: int = 0) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     """Rows ``row + first + i`` (``first + i < rows``) of the tile's sums ``acc[i]`` (started
     from the rows' shifts) requantized as `rvm.kernels.qgemm._run` does (``rint((sum + shift)
@@ -166,73 +231,38 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first:
     register. Each row's bytes are stored from the register that holds them: a masked store
     per (row, register) for each image row the tile's columns meet (a row's margin and the
     columns past the used ones dropped)."""
-    i1, i8, i16, i32, i64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+    i1, i8, i32, i64 = (ir.IntType(n) for n in (1, 8, 32, 64))
     f32 = ir.FloatType()
     vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
-    words, bytes64 = ir.VectorType(i16, 2 * LANES), ir.VectorType(i8, 4 * LANES)
-    module = builder.module
-
-    def intrinsic_fn(name, result, *params):  # type: ignore[no-untyped-def]
-        return cgutils.get_or_insert_function(module, ir.FunctionType(result, params), name)
-
-    cvt = intrinsic_fn("llvm.x86.avx512.mask.cvtps2dq.512", vec, fvec, vec, i16, i32)
-    pack_words = intrinsic_fn("llvm.x86.avx512.packssdw.512", words, vec, vec)
-    add_sat = intrinsic_fn("llvm.sadd.sat.v32i16", words, words, words)
-    pack_u = intrinsic_fn("llvm.x86.avx512.packuswb.512", bytes64, words, words)
-    pack_s = intrinsic_fn("llvm.x86.avx512.packsswb.512", bytes64, words, words)
-    clips = {
-        name: intrinsic_fn(f"llvm.{name}.v64i8", bytes64, bytes64, bytes64)
-        for name in ("umax", "umin", "smax", "smin")
-    }
+    bytes64 = ir.VectorType(i8, 4 * LANES)
     masks = ir.VectorType(i1, 4 * LANES)
-    store = intrinsic_fn(
-        "llvm.masked.store.v64i8.p0", ir.VoidType(), bytes64, bytes64.as_pointer(), i32, masks
+    store = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(ir.VoidType(), [bytes64, bytes64.as_pointer(), i32, masks]),
+        "llvm.masked.store.v64i8.p0",
     )
     record = builder.inttoptr(epi, i64.as_pointer())
     field = [builder.load(builder.gep(record, [i64(k)])) for k in range(EPILOGUE)]
     scales = builder.inttoptr(field[1], f32.as_pointer())
     out = builder.inttoptr(field[2], i8.as_pointer())
     ldo, pitch, width, used = field[3:7]
-    signed = builder.icmp_signed("!=", field[10], i64(0))
-
-    def broadcast(value, vtype):  # type: ignore[no-untyped-def]
-        undef = ir.Constant(vtype, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(i32, vtype.count), [0] * vtype.count)
-        return builder.shuffle_vector(builder.insert_element(undef, value, i32(0)), undef, splat)
-
-    zero = broadcast(builder.trunc(field[7], i16), words)
-    low, high = (broadcast(builder.trunc(v, i8), bytes64) for v in field[8:10])
+    requantize = Requantizer(builder, field)
     # The rounded int32 values, row by row (a row past ``rows`` repeats row 0's scale,
     # and is not stored).
     values, inside = [], []
     for i in range(len(acc)):
         inside.append(builder.icmp_signed("<", i64(first + i), rows))
         r = builder.add(row, builder.select(inside[i], i64(first + i), i64(0)))
-        scale = broadcast(builder.load(builder.gep(scales, [r])), fvec)
-        for j in range(len(acc[i])):
-            q = builder.sitofp(builder.load(acc[i][j]), fvec)  # the shift is in the sums
-            q = builder.fmul(q, scale)
-            values.append(builder.call(cvt, [q, ir.Constant(vec, None), i16(-1), i32(8)]))
+        scale = requantize.broadcast(builder.load(builder.gep(scales, [r])), fvec)
+        for j in range(len(acc[i])):  # the shift is in the sums
+            values.append(requantize.rounded(builder.load(acc[i][j]), scale))
     # 4 vectors a register: piece ``p`` (16 bytes) of register ``g`` is vector ``4g + p``
     # (row ``(4g + p) // vectors``). The packs work within 128-bit lanes: lane ``L`` holds
     # 4 values of each vector, put back in order by one permutation of 32-bit words.
     order = [4 * (k % 4) + k // 4 for k in range(LANES)]
     groups = []
-    slot = cgutils.alloca_once(builder, bytes64)
     for g in range(len(values) // 4):
-        v = values[4 * g : 4 * g + 4]
-        low_words = builder.call(add_sat, [builder.call(pack_words, [v[0], v[1]]), zero])
-        high_words = builder.call(add_sat, [builder.call(pack_words, [v[2], v[3]]), zero])
-        with builder.if_else(signed) as (as_signed, as_unsigned):
-            for pack, up, down, branch in (
-                (pack_s, "smax", "smin", as_signed),
-                (pack_u, "umax", "umin", as_unsigned),
-            ):
-                with branch:
-                    packed = builder.call(pack, [low_words, high_words])
-                    packed = builder.call(clips[up], [packed, low])
-                    builder.store(builder.call(clips[down], [packed, high]), slot)
-        packed = builder.bitcast(builder.load(slot), vec)
+        packed = builder.bitcast(requantize.bytes(values[4 * g : 4 * g + 4]), vec)
         packed = builder.shuffle_vector(
             packed, ir.Constant(vec, ir.Undefined), ir.Constant(vec, order)
         )

@@ -10,14 +10,16 @@ weights, as ONNX Runtime's quantizer makes them) summed in int32, plus the int32
 
 ``scale`` (float32, one per output channel or a scalar) is ``x_scale * w_scale / y_scale``;
 ``low``/``high`` are the output type's range, narrowed to ``y_zero`` from below when a ReLU
-was folded in. ``qconv2d``'s weight is (O, C / groups, KH, KW); ``qdense``'s is (N, K) as in
+was folded in. ``qconv2d``'s weight is (O, C / groups, KH, KW), or in another
+``weight_layout``: "OHWI", or "turned" (the jit kernels' layout for a convolution turned
+around, `turn_qconv2d`, with its ``weight_shape``); ``qdense``'s is (N, K) as in
 `rvm.op.dense`, and ``x`` is (..., K). Both are OPAQUE: their kernels stand alone.
 """
 
 from __future__ import annotations
 
 from rvm.errors import IRError
-from rvm.ir.expr import Call
+from rvm.ir.expr import Call, Constant
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
 from rvm.op import ops
@@ -25,7 +27,7 @@ from rvm.op.conv import IntOrInts, conv_out_shape, normalize_padding, positive_i
 from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_int, define_op
 from rvm.op.shapes import fmt, rule
 
-__all__ = ["qconv2d", "qdense"]
+__all__ = ["qconv2d", "qdense", "turn_qconv2d"]
 
 define_op("qconv2d", OpPattern.OPAQUE, 4)
 define_op("qdense", OpPattern.OPAQUE, 4)
@@ -33,7 +35,7 @@ OP_PRECISION.update(qconv2d="int8", qdense="int8")
 
 ACTIVATIONS = ("uint8", "int8")
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
-WEIGHT_LAYOUTS = ("OIHW", "OHWI")
+WEIGHT_LAYOUTS = ("OIHW", "OHWI", "turned")
 
 
 def _quant_attrs(name: str, x_zero: int, y_zero: int, dtype: str, relu: bool) -> dict:
@@ -69,21 +71,27 @@ def qconv2d(
     low: int | None = None,
     high: int | None = None,
     weight_layout: str = "OIHW",
+    weight_shape: tuple[int, ...] | None = None,
 ) -> Call:
     """Quantized 2-d convolution (see the module docstring); ``low``/``high`` (as printed)
     override the range ``dtype`` and ``relu`` give. ``weight_layout`` "OHWI" takes the
     weight as (O, KH, KW, C / groups): each output channel's taps with their channels
     contiguous, the order the integer kernel's depths take (importers store it so, once,
-    and the kernel reads it in place)."""
+    and the kernel reads it in place); "turned" takes it as `turn_qconv2d` makes it, with
+    ``weight_shape`` the OHWI weight's shape (one group)."""
     attrs = _quant_attrs("qconv2d", x_zero, y_zero, dtype, relu)
     attrs["strides"] = positive_ints("qconv2d", "strides", strides, 2)
     attrs["padding"] = normalize_padding("qconv2d", padding, 2)
     attrs["dilation"] = positive_ints("qconv2d", "dilation", dilation, 2)
     attrs["groups"] = check_int("qconv2d", "groups", groups, minimum=1)
     if weight_layout not in WEIGHT_LAYOUTS:
-        raise IRError(f"qconv2d: weight_layout must be OIHW or OHWI, got {weight_layout!r}")
+        raise IRError(f"qconv2d: weight_layout must be OIHW, OHWI or turned, got {weight_layout!r}")
     if weight_layout != "OIHW":  # the default is not written (modules saved before read so)
         attrs["weight_layout"] = weight_layout
+    if weight_layout == "turned":
+        if weight_shape is None or attrs["groups"] != 1:
+            raise IRError("qconv2d: a turned weight needs its weight_shape and one group")
+        attrs["weight_shape"] = positive_ints("qconv2d", "weight_shape", weight_shape, 4)
     _override(attrs, low, high)
     args = (as_expr(x), as_expr(w), as_expr(bias), as_expr(scale))
     return call(ops.qconv2d, *args, **attrs)
@@ -139,10 +147,54 @@ def _check_operands(name: str, args: list[TensorType], channels: object) -> None
 
 def oihw(w: TensorType, attrs: dict) -> TensorType:
     """A qconv2d's weight type as (O, C / groups, KH, KW), whatever its ``weight_layout``."""
-    if attrs.get("weight_layout", "OIHW") == "OIHW" or w.shape is None or len(w.shape) != 4:
+    layout = attrs.get("weight_layout", "OIHW")
+    if layout == "turned":
+        o, kh, kw, c = attrs["weight_shape"]
+        depth = kh * kw * -(-c // 4) + 1  # a panel's rows: quads of depth, then the sums
+        shape = w.shape
+        if shape is not None and not (
+            len(shape) == 4 and shape[1] == depth and shape[3] == 4 and shape[0] * shape[2] >= o
+        ):
+            raise IRError(
+                f"qconv2d: a turned weight of {fmt((o, kh, kw, c))} is (panels, {depth}, width, "
+                f"4) with panels x width >= {o}, got {fmt(shape)}"
+            )
+        return TensorType((o, c, kh, kw), w.dtype)
+    if layout == "OIHW" or w.shape is None or len(w.shape) != 4:
         return w
     o, kh, kw, c = w.shape
     return TensorType((o, c, kh, kw), w.dtype)
+
+
+def turn_qconv2d(value: Call, weight: object) -> Call | None:
+    """The ``qconv2d`` computing ``value`` (a qconv2d of static shapes by the constant
+    ``weight``, numpy, in its ``weight_layout``) turned around, its weight turned here, once
+    (`rvm.kernels.qturned.turn_weight`), where this CPU's turned kernel uses its lanes better
+    than the direct one (`rvm.kernels.qturned.turned`: the rule, written once); None where
+    not."""
+    import numpy as np
+
+    from rvm.kernels import qturned
+
+    attrs = value.attrs
+    layout = attrs.get("weight_layout", "OIHW")
+    out_type = getattr(value, "type", None)
+    if layout == "turned" or not isinstance(weight, np.ndarray) or weight.ndim != 4:
+        return None
+    if weight.dtype != np.int8 or not isinstance(out_type, TensorType) or out_type.shape is None:
+        return None
+    if not all(isinstance(d, int) for d in out_type.shape[2:]):
+        return None
+    ohwi = weight if layout == "OHWI" else weight.transpose(0, 2, 3, 1)
+    oh, ow = out_type.shape[2:]
+    kw, sw, dw = ohwi.shape[2], attrs["strides"][1], attrs["dilation"][1]
+    pitch = ow + (kw - 1) * dw // sw  # the image's row (`rvm.kernels.qgemm._direct`)
+    if not qturned.turned(ohwi.shape[0], oh, ow, pitch, attrs["groups"]):
+        return None
+    turned = Constant(qturned.turn_weight(np.ascontiguousarray(ohwi)))
+    shape = tuple(int(d) for d in ohwi.shape)
+    new = {**attrs, "weight_layout": "turned", "weight_shape": shape}
+    return call(ops.qconv2d, value.args[0], turned, *value.args[2:], **new)
 
 
 @rule(ops.qconv2d)

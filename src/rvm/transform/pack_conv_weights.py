@@ -9,7 +9,10 @@ Guarantees: the same program, where each float32 ``conv2d(x, W)`` with a constan
 static input shape, for which the direct convolution vectorized along output channels beats
 the GEMMs on this CPU (`rvm.op.conv.pack_conv2d`, the library's rule), is ``conv2d_packed(x,
 P)`` with ``P`` the weight packed in panels of output channels (`rvm.kernels.direct.pack`):
-the kernel reads it as it is, with no copy at each call. Elsewhere nothing changes.
+the kernel reads it as it is, with no copy at each call. Likewise each int8 ``qconv2d`` with
+a constant weight and a static output shape that this CPU's turned-around kernel serves better
+(`rvm.op.turn_qconv2d`) takes its weight turned once (``weight_layout="turned"``). Elsewhere
+nothing changes.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables; each matching call is replaced in place.
@@ -26,6 +29,7 @@ from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
 from rvm.op.conv import pack_conv2d
+from rvm.op.quantized import turn_qconv2d
 from rvm.transform.legalize import map_function_regions, map_functions, replace_changed
 
 logger = logging.getLogger("rvm.transform")
@@ -62,7 +66,7 @@ def pack_conv_weights(mod: IRModule) -> IRModule:
 
 def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
     """The packed call computing ``value``, or None when it stays as it is."""
-    if not isinstance(value, E.Call) or value.callee is not ops.conv2d:
+    if not isinstance(value, E.Call) or value.callee not in (ops.conv2d, ops.qconv2d):
         return None
     w = value.args[1]
     weight = w.data if isinstance(w, E.Constant) else consts.get(w)
@@ -70,7 +74,10 @@ def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
         return None
     if value.type is None:
         infer_type(value)
-    new = pack_conv2d(value, weight)
+    if value.callee is ops.qconv2d:
+        new = turn_qconv2d(value, weight)
+    else:
+        new = pack_conv2d(value, weight)
     if new is not None:
         infer_type(new)
     return new

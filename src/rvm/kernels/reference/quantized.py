@@ -23,9 +23,17 @@ def _requantize(acc, bias, scale, axis, y_zero, low, high, dtype):
 
 
 def qconv2d(x, w, bias, scale, x_zero, y_zero, low, high, dtype, strides, padding, dilation,
-            groups, weight_layout="OIHW"):  # fmt: skip
+            groups, weight_layout="OIHW", weight_shape=None):  # fmt: skip
     """Quantized 2-d convolution: int32 sums of ``(x - x_zero) * w``, requantized (``w``
-    (O, KH, KW, C / groups) when ``weight_layout`` is "OHWI")."""
+    (O, KH, KW, C / groups) when ``weight_layout`` is "OHWI"; "turned": ``(panels, KH * KW *
+    Q + 1, width, 4)``, panel ``t``'s row ``(u * KW + v) * Q + k`` its channels' weights of
+    input channels ``4k`` to ``4k + 3`` at tap ``(u, v)``, its last row their sums,
+    ``weight_shape`` the OHWI shape)."""
+    if weight_layout == "turned":
+        o, kh, kw, cg = weight_shape
+        panels, width = w.shape[0], w.shape[2]
+        w = w[:, :-1].transpose(0, 2, 1, 3).reshape(panels * width, kh, kw, -1)[:o, :, :, :cg]
+        weight_layout = "OHWI"
     if weight_layout == "OHWI":
         w = w.transpose(0, 3, 1, 2)
     pads = _pad_pairs(padding)
