@@ -141,7 +141,7 @@ def _segments(
     a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     segments.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs,
-                           batches, groups, ag, bb, cb)  # fmt: skip
+                           batches, groups, ag, bb, cb, 0, 0)  # fmt: skip
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -107,7 +107,7 @@ def test_segments(width: int, segments: int, indexed: bool) -> None:
     table = starts.astype(np.int64)
     sgemm.sgemm_segments(
         a.ctypes.data, k, b_at, span, table.ctypes.data if indexed else 0,
-        c.ctypes.data, c.shape[1], m, k, segments, width, b_step, c_step, False,
+        c.ctypes.data, c.shape[1], m, k, segments, width, b_step, c_step, False, 0, 0, 0,
     )  # fmt: skip
     want = np.full(c.shape, 9.0)
     for s in range(segments):

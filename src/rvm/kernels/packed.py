@@ -96,7 +96,8 @@ def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  #
                     width = min(panel, n - q * panel)
                     at_b = bp + 4 * (q * k * panel + p0 * panel)
                     at_c = c_band + 4 * q * panel
-                    sgemm._tiles(kc, a_band, lda, at_b, panel, 0, at_c, ldc, add, rows, width)
+                    sgemm._tiles(kc, a_band, lda, at_b, panel, 0, at_c, ldc, add, rows, width, 0,
+                                 0, 0)  # fmt: skip
                     if final:
                         at_bias = bias + 4 * q * panel if bias != 0 else 0
                         at_res = at_c - c + res if res != 0 else 0
@@ -178,7 +179,7 @@ def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  # t
             for i in range(m):
                 sgemm._micro_row(k, a + 4 * i * lda, lda, at_b + 4 * j0, panel, 0,
                                  c + 4 * (i * ldc + q * panel + j0), ldc, 0, 1, vectors, tail,
-                                 sgemm.LANES, sgemm.LANES, 0)  # fmt: skip
+                                 sgemm.LANES, sgemm.LANES, 0, 0, 0, 0)  # fmt: skip
         if bias != 0 or act != 0 or res != 0:
             at_bias = bias + 4 * q * panel if bias != 0 else 0
             at_res = res + 4 * q * panel if res != 0 else 0

@@ -28,11 +28,12 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
 # through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
-# pieces along the segments and per batch, columns a piece and pieces along the columns.
+# pieces along the segments and per batch, columns a piece and pieces along the columns; B's and
+# C's positions a row when the run wraps (`sgemm.sgemm_segments`; 0: it does not).
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
  _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH, _WSTEP,
- _WPARTS) = range(1, 25)  # fmt: skip
-_SEGMENTS_JOB = 25
+ _WPARTS, _WRAP, _COLS) = range(1, 27)  # fmt: skip
+_SEGMENTS_JOB = 27
 
 
 @jit(**_OPTS, inline="always")
@@ -47,11 +48,13 @@ def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     lda, ldc, b_step, c_step = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP]
     at_a = job[_A] + 4 * ((batch % job[_GROUPS]) * job[_AGROUP] + m0 * lda)
     at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step + j0)
-    at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step + j0)
+    wrap, cols = job[_WRAP], job[_COLS]
+    at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step)
+    at_c, phase = sgemm.wrapped(at_c, j0, wrap, cols, 0)
     rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
     width = min(job[_WSTEP], job[_WIDTH] - j0)
     sgemm.sgemm_segments(at_a, lda, at_b, job[_LDB], job[_TABLE], at_c, ldc, rows, job[_K], runs,
-                         width, b_step, c_step, False)  # fmt: skip
+                         width, b_step, c_step, False, wrap, cols, phase)  # fmt: skip
 
 
 def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -79,14 +82,15 @@ def _rows_fit(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
-                  batches, groups, a_group, b_batch, c_batch):  # type: ignore[no-untyped-def]  # fmt: skip
+                  batches, groups, a_group, b_batch, c_batch, wrap, cols):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
     each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
     ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
     ``s * b_step`` elements on, of C ``s * c_step``. Batch ``i`` takes A ``(i % groups) *
     a_group`` elements on, B ``i * b_batch``, C ``i * c_batch``: the (image, group) pairs of a
     grouped convolution. A convolution reads its taps in place through the table, one segment
-    per output row.
+    per output row, or its whole map one segment whose positions wrap (``wrap``, ``cols``:
+    B's rows of ``wrap`` positions, C's of their first ``cols``; `sgemm.sgemm_segments`).
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few, then runs of columns when the segments are few too. Checks every window first;
@@ -99,8 +103,12 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         table.shape[0] > 0 and table.shape[0] < k
     ):
         raise IndexError("gemm_segments: a negative step or a short table")
+    if wrap != 0 and not (segments == 1 and table.shape[0] > 0 and 0 < cols <= wrap):
+        raise IndexError("gemm_segments: a wrapped run that is not one run of taps")
     span_b = (batches - 1) * b_batch + (segments - 1) * b_step + width
-    span_c = (batches - 1) * c_batch + (segments - 1) * c_step + width
+    # A wrapped run's positions in C: its whole rows' first `cols`, and its last row's.
+    run_c = width if wrap == 0 else (width // wrap) * cols + min(width % wrap, cols)
+    span_c = (batches - 1) * c_batch + (segments - 1) * c_step + run_c
     if not (
         window_fits(ia, m, k, lda, a.size)
         and window_fits(ia + (min(groups, batches) - 1) * a_group, m, k, lda, a.size)
@@ -132,6 +140,7 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_BBATCH], job[_CBATCH] = b_batch, c_batch
     job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
     job[_WSTEP], job[_WPARTS] = w_step, w_parts
+    job[_WRAP], job[_COLS] = wrap, cols
     job[_PER_BATCH] = m_parts * s_parts * w_parts
     pieces = batches * job[_PER_BATCH]
     if pieces == 1 or parts == 1:

@@ -105,7 +105,7 @@ def _micro_for(mr: int):  # type: ignore[no-untyped-def]
 
     @intrinsic
     def micro(typingctx, kc, ap, lda, b, rows_b, indexed, c, ldc, add, rows, vectors, last,
-              b_vec, c_vec, narrow):  # type: ignore[no-untyped-def]  # fmt: skip
+              b_vec, c_vec, narrow, wrap, cols, col0):  # type: ignore[no-untyped-def]  # fmt: skip
         return _micro_typing(mr)
 
     return micro
@@ -120,12 +120,19 @@ def _micro_typing(MR: int):  # type: ignore[no-untyped-def]  # noqa: N803
     c_vec`` in C: `LANES` for one run of columns; ``narrow``, each vector is a segment of
     ``last`` columns of its own (`sgemm_segments`). The IR has one loop per (vectors,
     indexed), chosen by a switch: each keeps its accumulators in registers. ``MR``: the
-    tile's rows at most (rows past ``rows`` are computed, not stored)."""
-    sig = nt.void(*(nt.int64,) * 15)
+    tile's rows at most (rows past ``rows`` are computed, not stored).
+
+    ``wrap`` (0: none; indexed tiles only): B's columns are positions of rows ``wrap`` apart
+    of which the first ``cols`` are C's (a convolution's output rows in its padded input,
+    `sgemm_segments`), the tile's first one column ``col0`` of its row, and ``c`` its place
+    in C, whose rows are ``cols`` apart: each vector goes to C in pieces, one per row it
+    spans, each a masked store ``m * (wrap - cols)`` floats back for the ``m``-th row on;
+    the columns past ``cols`` of each row are computed, not stored."""
+    sig = nt.void(*(nt.int64,) * 18)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         kc, ap, lda, b, rows_b, indexed, c, ldc, accumulate, rows, vectors, last = args[:12]
-        b_vec, c_vec, narrow = args[12:]
+        b_vec, c_vec, narrow, wrap, cols, col0 = args[12:]
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, LANES)
         vptr, fptr = vec.as_pointer(), f32.as_pointer()
@@ -210,12 +217,29 @@ def _micro_typing(MR: int):  # type: ignore[no-untyped-def]  # noqa: N803
                             lanes = mask if j == vectors - 1 else inner
                             builder.call(masked_store, [value, at, align, lanes])
 
-            # C is read only when adding to it (a write-only tile costs no load of C).
-            with builder.if_else(builder.icmp_signed("!=", accumulate, i64(0))) as (add, write):
-                with add:
-                    store(True)
-                with write:
-                    store(False)
+            def store_by_rows():  # type: ignore[no-untyped-def]
+                # C is read only when adding to it (a write-only tile costs no load of C).
+                with builder.if_else(builder.icmp_signed("!=", accumulate, i64(0))) as (add, write):
+                    with add:
+                        store(True)
+                    with write:
+                        store(False)
+
+            if not indexed:
+                store_by_rows()
+                return
+            with builder.if_else(builder.icmp_signed("!=", wrap, i64(0))) as (wraps, by_rows):
+                with wraps:  # the accumulators through memory, to one function
+                    spill = cgutils.alloca_once(builder, vec, size=MR * VECTORS)
+                    for i in range(MR):
+                        for j in range(vectors):
+                            at = builder.gep(spill, [i64(i * VECTORS + j)])
+                            builder.store(builder.load(acc[i][j]), at)
+                    builder.call(_wrapped_store(module), [
+                        spill, c, ldc, rows, i64(vectors), last, wrap, cols, col0,
+                        accumulate])  # fmt: skip
+                with by_rows:
+                    store_by_rows()
 
         # One tile loop per variant: (vectors - 1) * 2 + indexed picks it.
         variants = [(v, x) for v in range(1, VECTORS + 1) for x in (0, 1)]
@@ -234,6 +258,84 @@ def _micro_typing(MR: int):  # type: ignore[no-untyped-def]  # noqa: N803
     return sig, codegen
 
 
+def _wrapped_store(module: ir.Module) -> ir.Function:
+    """The micro-kernel's store of a wrapped tile (`_micro_typing`), one function in a module
+    that every tile loop calls (its code once: unrolled into each loop, it cost 20 CPU-s more
+    to build): ``spill``'s ``rows`` x ``vectors`` accumulators (`VECTORS` a row) into C (at
+    ``c``, rows ``ldc`` apart), each in one masked store per output row it spans, added to
+    what is there when ``add``."""
+    name = f"rvm_sgemm_wrapped_store_{LANES}"
+    if name in module.globals:
+        return module.globals[name]
+    i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vec, lanes_i64 = ir.VectorType(f32, LANES), ir.VectorType(i64, LANES)
+    vptr, masks = vec.as_pointer(), ir.VectorType(i1, LANES)
+    fnty = ir.FunctionType(ir.VoidType(), [vptr, f32.as_pointer()] + [i64] * 8)
+    fn = ir.Function(module, fnty, name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    spill, c, ldc, rows, vectors, last, wrap, cols, col0, add = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    sig = f"v{LANES}f32"
+    masked_load = cgutils.get_or_insert_function(
+        module, ir.FunctionType(vec, [vptr, i32, masks, vec]), f"llvm.masked.load.{sig}.p0"
+    )
+    masked_store = cgutils.get_or_insert_function(
+        module, ir.FunctionType(ir.VoidType(), [vec, vptr, i32, masks]),
+        f"llvm.masked.store.{sig}.p0",
+    )  # fmt: skip
+    zero, align = ir.Constant(vec, None), i32(4)
+    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+
+    def broadcast(value):  # type: ignore[no-untyped-def]
+        undef = ir.Constant(lanes_i64, ir.Undefined)
+        return builder.shuffle_vector(builder.insert_element(undef, value, i32(0)), undef, splat)
+
+    lane_ids = ir.Constant(lanes_i64, list(range(LANES)))
+    tail = builder.icmp_signed("<", lane_ids, broadcast(last))
+    whole = ir.Constant(masks, [1] * LANES)
+    gap = builder.sub(wrap, cols)
+    # Vector by vector, piece by piece (an output row's lanes: a mask and a place), each row.
+    with cgutils.for_range(builder, vectors) as v:
+        j = v.index
+        first = builder.add(col0, builder.mul(j, i64(LANES)))
+        at_q = builder.add(lane_ids, broadcast(first))
+        lanes = builder.select(
+            builder.icmp_signed("==", j, builder.sub(vectors, i64(1))), tail, whole
+        )
+        m0 = builder.sdiv(first, wrap)
+        count = builder.sub(builder.sdiv(builder.add(first, i64(LANES - 1)), wrap), m0)
+        count = builder.add(count, i64(1))
+
+        def pieces(body):  # type: ignore[no-untyped-def]
+            with cgutils.for_range(builder, count) as piece:
+                m = builder.add(m0, piece.index)
+                rel = builder.sub(at_q, broadcast(builder.mul(m, wrap)))
+                inside = builder.and_(
+                    builder.icmp_signed(">=", rel, ir.Constant(lanes_i64, [0] * LANES)),
+                    builder.icmp_signed("<", rel, broadcast(cols)),
+                )
+                part = builder.and_(inside, lanes)
+                back = builder.sub(builder.mul(j, i64(LANES)), builder.mul(m, gap))
+                with cgutils.for_range(builder, rows) as row:
+                    at_c = builder.add(builder.mul(ldc, row.index), back)
+                    at = builder.bitcast(builder.gep(c, [at_c]), vptr)
+                    slot = builder.gep(spill, [builder.add(
+                        builder.mul(row.index, i64(VECTORS)), j)])  # fmt: skip
+                    body(at, part, slot)
+
+        def gather(at, part, slot):  # type: ignore[no-untyped-def]
+            held = builder.call(masked_load, [at, align, part, zero])
+            builder.store(builder.fadd(builder.load(slot), held), slot)
+
+        with builder.if_then(builder.icmp_signed("!=", add, i64(0))):
+            pieces(gather)
+        pieces(lambda at, part, slot: builder.call(
+            masked_store, [builder.load(slot), at, align, part]))  # fmt: skip
+    builder.ret_void()
+    return fn
+
+
 _micro = _micro_for(MR)
 _micro_row = _micro_for(1)
 
@@ -248,15 +350,28 @@ def _floats_at(typingctx, address):  # type: ignore[no-untyped-def]
     return nt.CPointer(nt.float32)(nt.int64), codegen
 
 
+@jit(**_OPTS, inline="always")
+def wrapped(c, j, wrap, cols, phase):  # type: ignore[no-untyped-def]
+    """Where B's column ``j`` of a run goes in C (``c``: the run's first column's place) and
+    its column in its row: with ``wrap``, B's rows of positions are ``wrap`` apart, C's
+    ``cols``, and the run starts at column ``phase`` of a row (`sgemm_segments`)."""
+    if wrap == 0:
+        return c + 4 * j, 0
+    q = phase + j
+    return c + 4 * ((q // wrap) * cols + q % wrap - phase), q % wrap
+
+
 @jit(**_OPTS)
-def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: ignore[no-untyped-def]
-    """A's band of ``rows`` times B's first ``width`` columns, tile after tile along C's rows."""
+def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width, wrap, cols, phase):  # type: ignore[no-untyped-def]  # noqa: E501
+    """A's band of ``rows`` times B's first ``width`` columns, tile after tile along C's rows
+    (``wrap``, ``cols``, ``phase``: see `sgemm_segments`)."""
     for j0 in range(0, width, NR):
-        cols = min(NR, width - j0)
-        vectors = (cols + LANES - 1) // LANES
-        last = cols - (vectors - 1) * LANES
-        _micro(kc, a, lda, b + 4 * j0, rows_b, indexed, c + 4 * j0, ldc, add, rows, vectors,
-               last, LANES, LANES, 0)  # fmt: skip
+        n = min(NR, width - j0)
+        vectors = (n + LANES - 1) // LANES
+        last = n - (vectors - 1) * LANES
+        at_c, col0 = wrapped(c, j0, wrap, cols, phase)
+        _micro(kc, a, lda, b + 4 * j0, rows_b, indexed, at_c, ldc, add, rows, vectors,
+               last, LANES, LANES, 0, wrap, cols, col0)  # fmt: skip
 
 
 # Inlined into its callers in Numba's IR (as `sgemm` and `blas._product` are): each jitted
@@ -266,14 +381,37 @@ def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width):  # type: i
 # run 5.2 to 3.7 s), with the same machine code (114 GFLOP/s on one core either way).
 @jit(**_OPTS, inline="always")
 def sgemm_segments(
-    a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate
+    a,
+    lda,
+    b,
+    ldb,
+    table,
+    c,
+    ldc,
+    m,
+    k,
+    segments,
+    width,
+    b_step,
+    c_step,
+    accumulate,
+    wrap,
+    cols,
+    phase,
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C (+)= A[m, k] @ B`` where C's and B's columns come in ``segments`` runs of
     ``width``: run ``s`` of B starts ``s * b_step`` floats after ``b``, of C ``s * c_step``
     after ``c``. B's row ``r`` is ``r * ldb`` floats on, or with a ``table`` (an int64 array's
     address, else 0) ``table[r]``. One segment of ``n`` columns is a plain GEMM; a convolution
     reads its taps in place, an output row a segment (`rvm.kernels.conv`). float32
-    at int64 addresses, in the calling thread, no checks."""
+    at int64 addresses, in the calling thread, no checks.
+
+    ``wrap`` (with a table and one segment; 0: none): B's columns are positions in rows
+    ``wrap`` apart, of which the first ``cols`` are C's, whose rows are ``cols`` apart (a
+    convolution's output rows in its zero-padded input, ``wrap - cols`` columns between two:
+    the whole map one run, so that a row's last vector is not mostly idle lanes); the run
+    starts at column ``phase`` of its row, ``c`` at that place in C. The other columns are
+    computed, not stored."""
     if m <= 0 or segments <= 0 or width <= 0:
         return
     if k <= 0:
@@ -290,14 +428,17 @@ def sgemm_segments(
     if segments == 1:
         step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
         for j0 in range(0, width, step):
-            _block(a, lda, b + 4 * j0, ldb, table, c + 4 * j0, ldc, m, k, 1, min(step, width - j0),
-                   0, 0, accumulate)  # fmt: skip
+            at_c, col0 = wrapped(c, j0, wrap, cols, phase)
+            _block(a, lda, b + 4 * j0, ldb, table, at_c, ldc, m, k, 1, min(step, width - j0),
+                   0, 0, accumulate, wrap, cols, col0)  # fmt: skip
         return
-    _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate)
+    _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate,
+           0, 0, 0)  # fmt: skip
 
 
 @jit(**_OPTS)
-def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate):  # type: ignore[no-untyped-def]  # noqa: E501
+def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate,
+           wrap, cols, phase):  # type: ignore[no-untyped-def]  # fmt: skip
     """`sgemm_segments` on one block of C's columns: each depth block, each band of A across
     the block's segments; m, k, segments, width > 0."""
     indexed = 1 if table != 0 else 0
@@ -317,11 +458,12 @@ def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step,
                     at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
                     vectors = min(VECTORS, segments - s)
                     _micro(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, vectors,
-                           width, b_step, c_step, 1)  # fmt: skip
+                           width, b_step, c_step, 1, 0, 0, 0)  # fmt: skip
                 continue
             for s in range(segments):
                 at_b, at_c = b_block + 4 * s * b_step, c_band + 4 * s * c_step
-                _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width)
+                _tiles(kc, a_band, lda, at_b, rows_b, indexed, at_c, ldc, add, rows, width, wrap,
+                       cols, phase)  # fmt: skip
 
 
 @jit(**_OPTS, inline="always")  # see `sgemm_segments`
@@ -329,7 +471,7 @@ def sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate):  # type: ignore[no-untyp
     """``C[m, n] (+)= A[m, k] @ B[k, n]`` on the float32 row-major matrices at the int64
     addresses ``a``, ``b``, ``c`` (row strides ``lda``, ``ldb``, ``ldc``), in the calling
     thread; ``accumulate`` adds to C. No checks."""
-    sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate)
+    sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate, 0, 0, 0)
 
 
 def _serves(like: nt.Type) -> bool:
