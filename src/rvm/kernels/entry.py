@@ -55,6 +55,7 @@ MODULES = {
     "lrn": "rvm.kernels.lrn",
     "qconv2d": "rvm.kernels.qentry",
     "qdense": "rvm.kernels.qentry",
+    "qmax_pool2d": "rvm.kernels.qpool",
     "conv2d_bf16": "rvm.kernels.bf16entry",
     "dense_bf16": "rvm.kernels.bf16entry",
 }
@@ -64,6 +65,7 @@ MODULES = {
 MIXED = {
     "qconv2d": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),
+    "qmax_pool2d": (4, 4),
     "conv2d_bf16": (4, 2, 4, 1, 4),
     "dense_bf16": (2, 2, 2),
 }
