@@ -3,7 +3,7 @@
 Float max_pool2d and avg_pool2d call `rvm.kernels.pool.pool2d` (compiled once for
 every kernel) into an array that the epilogue reads, or the output itself; float NCHW lrn
 calls `rvm.kernels.lrn.lrn` the same way; uint8 and int8 max_pool2d (quantized models) call
-`rvm.kernels.qpool.max_pool2d`, in the integers. Other dtypes'
+`rvm.kernels.qpool.max_pool2d` through its entry point, in the integers. Other dtypes'
 pools are reduce loops over the window, inlined into their consumer like any reduction; the
 window's rows and columns outside the input are skipped, and the average divides by the
 count the reference uses. concat, stack and pad fill their array with one loop nest per
@@ -23,6 +23,7 @@ from rvm.jit.reduce import _init
 from rvm.jit.scalar import convert, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, product
 from rvm.jit.views import reshape_to
+from rvm.kernels import entry
 from rvm.op import ops
 
 
@@ -115,8 +116,8 @@ def _library_pool(
 
 
 def _int8_max_pool(kb: KernelBuilder, attrs: dict, x: Tensor, dims) -> Tensor:
-    """A uint8/int8 max pool as a call of `rvm.kernels.qpool.max_pool2d` (exact in the
-    integers: no float copies) filling an array."""
+    """A uint8/int8 max pool as a call of `rvm.kernels.qpool.max_pool2d` through its entry
+    point (exact in the integers: no float copies) filling an array."""
     t = Tensor(dims, x.dtype, kind="anchor")
     (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
     pt, pl = attrs["padding"][0], attrs["padding"][1]
@@ -125,11 +126,8 @@ def _int8_max_pool(kb: KernelBuilder, attrs: dict, x: Tensor, dims) -> Tensor:
     def fill() -> None:
         t.array = kb.buffer(dims, x.dtype, t.array)
         xv = kb.materialize(x)
-        kb.imports.add(("rvm.kernels.qpool", "max_pool2d", "int8_max_pool2d"))
-        kb.root.lines.append(
-            f"int8_max_pool2d({xv}, {t.array}, {low}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, "
-            f"{pt}, {pl})"
-        )
+        params = (low, kh, kw, sh, sw, dh, dw, pt, pl)
+        kb.call_entry("qmax_pool2d", (xv, t.array), params, entry.variant([x.dtype] * 2))
 
     t.fill = fill
     return t

@@ -56,6 +56,7 @@ MODULES = {
     "qconv2d": "rvm.kernels.qentry",
     "qconv2d_turned": "rvm.kernels.qentry",
     "qdense": "rvm.kernels.qentry",
+    "qmax_pool2d": "rvm.kernels.qpool",
     "conv2d_bf16": "rvm.kernels.bf16entry",
     "dense_bf16": "rvm.kernels.bf16entry",
 }
@@ -66,6 +67,7 @@ MIXED = {
     "qconv2d": (4, 4, 1, 1, 4),
     "qconv2d_turned": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),
+    "qmax_pool2d": (4, 4),
     "conv2d_bf16": (4, 2, 4, 1, 4),
     "dense_bf16": (2, 2, 2),
 }

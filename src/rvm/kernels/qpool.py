@@ -19,7 +19,10 @@ start row, seen as 16-bit pairs whose two bytes are a window's first two taps (s
 and maxima on 16-bit lanes, where a stride-2 byte gather does not vectorize): 1.6-2.7x
 faster than the runs for squeezenet's and resnet50's pools. A pool that pads (or overhangs)
 reads a copy of each plane padded with ``low``. Planes are split over rvm's threads when the
-input is large (`rvm.kernels.parfor`: the task ``qpool``).
+input is large (`rvm.kernels.parfor`: the task ``qpool``). Kernels call the pool through its
+entry point ``qmax_pool2d`` (`rvm.kernels.entry`, one per dtype: ``uint8_uint8``,
+``int8_int8``), compiled once per process or cache rather than into each kernel (3 CPU-s of
+LLVM per kernel).
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import entry, parfor, workpool
 from rvm.kernels.planes import U
 from rvm.kernels.qgemm import pointer_at
 
-__all__ = ["max_pool2d"]
+__all__ = ["max_pool2d", "qmax_pool2d_call"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 SPLIT_MIN = 1 << 17  # input bytes a piece keeps at least when a pool is split
@@ -192,3 +195,20 @@ def max_pool2d(x, out, low, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-
                     ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, low, low < 0),
                    dtype=np.int64)  # fmt: skip
     _run(_F32, -(-planes // step), job)
+
+
+def _entry(x, out, dims, params):  # type: ignore[no-untyped-def]
+    """`max_pool2d` on x and out (4-d, one 8-bit dtype); the parameters: low, kh, kw, sh, sw,
+    dh, dw, pt, pl. A kernel checks the shapes before the call: always 0."""
+    d, p = nb.carray(dims, 8), nb.carray(params, 9)
+    max_pool2d(
+        nb.carray(x, (d[0], d[1], d[2], d[3])),
+        nb.carray(out, (d[4], d[5], d[6], d[7])),
+        p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
+    )  # fmt: skip
+    return 0
+
+
+entry.export("qmax_pool2d", _entry)
+# What kernels call (`rvm.kernels.entry.caller`): ``qmax_pool2d_call((x, out), params)``.
+qmax_pool2d_call = entry.caller("qmax_pool2d", 9)
