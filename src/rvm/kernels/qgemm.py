@@ -60,7 +60,7 @@ from numba import types as nt
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16conv import position_tiles
+from rvm.kernels.bf16turned import position_tiles
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
     columns,

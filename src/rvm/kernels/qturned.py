@@ -8,7 +8,7 @@ channels: each position's 4 input channels at a tap (one 32-bit word of the imag
 `rvm.kernels.qcolumns.image` makes) broadcast, the weight read a vector of channels at a time
 from its turned layout (`turn_weight`: for each quad of depth, every channel's 4 bytes side by
 side), one ``vpdpbusd`` per accumulator. A tile of `MR` - 1 positions has its own loop
-(`rvm.kernels.bf16conv.position_tiles`: 49 positions are 7 tiles of 7, none computed twice).
+(`rvm.kernels.bf16turned.position_tiles`: 49 positions are 7 tiles of 7, none computed twice).
 
 The sums start from the channels' shifts and are requantized in registers as
 `rvm.kernels.qtile`'s epilogue does (scaled in float32, rounded half to even as they convert,
@@ -27,8 +27,8 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels.bf16conv import position_tiles
 from rvm.kernels.bf16gemm import _no_unroll
+from rvm.kernels.bf16turned import position_tiles
 from rvm.kernels.qtile import EPILOGUE, LANES, MR, VNNI, Requantizer, _vpdpbusd
 
 __all__ = ["NR", "SUM_PASS", "TURN_GAIN", "VECTORS", "micro_turned", "turn_weight", "turned"]
