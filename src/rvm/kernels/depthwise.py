@@ -31,6 +31,7 @@ from rvm.kernels import parfor
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.maxrows import I32, I64, Vectors, scalar_type
+from rvm.kernels.narrow import row_lanes, row_vectors
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 __all__ = ["by_rows", "depthwise"]
@@ -54,14 +55,8 @@ def _plane(sw: int, vectors: int):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             _, x, w, out, ih, iw, oh, ow, sh, pt, pl = args
             b = builder
-            size = 4 if isinstance(scalar, ir.FloatType) else 8
-            lanes = _BITS // (8 * size) * vectors
-            v = Vectors(b, scalar, lanes)
-            ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
-            cols = b.and_(
-                b.icmp_signed(">=", ids, v.broadcast(pl, ids.type)),
-                b.icmp_signed("<", ids, v.broadcast(b.add(pl, iw), ids.type)),
-            )
+            v, cols = row_lanes(b, scalar, vectors, pl, iw)
+            size, lanes = v.size, v.lanes
             n = lanes // sw  # the outputs of a row
             o = Vectors(b, scalar, n)
             zero, blank = ir.Constant(v.vec, None), ir.Constant(o.vec, None)
@@ -98,14 +93,6 @@ plane2, plane2x2, plane2x4 = _plane(2, 1), _plane(2, 2), _plane(2, 4)
 
 
 @jit(**_OPTS)
-def _vectors(ow, sw, size):  # type: ignore[no-untyped-def]
-    """How many CPU vectors (1, 2 or 4; more: 8) hold the 3 + sw (ow - 1) columns an output
-    row of ``ow`` reads, of elements of ``size`` bytes."""
-    bits = ((ow - 1) * sw + 3) * size * 8
-    return 1 if bits <= _BITS else 2 if bits <= 2 * _BITS else 4 if bits <= 4 * _BITS else 8
-
-
-@jit(**_OPTS)
 def takes(kh, kw, sw, dh, dw, ow, size):  # type: ignore[no-untyped-def]
     """Whether `by_rows` takes a depthwise convolution of this window, column stride and
     dilation, ``ow`` outputs a row, elements of ``size`` bytes: 3x3 taps, undilated, 2 apart
@@ -116,7 +103,7 @@ def takes(kh, kw, sw, dh, dw, ow, size):  # type: ignore[no-untyped-def]
     to 0.7.)"""
     apart = sw == 2 or (sw == 1 and _BITS >= 512)
     window = kh == 3 and kw == 3 and dh == 1 and dw == 1 and apart
-    return window and _vectors(ow, sw, size) <= 4
+    return window and row_vectors((ow - 1) * sw + 3, size) <= 4
 
 
 @jit(**_OPTS)
@@ -127,7 +114,7 @@ def by_rows(x, w, out, lo, hi, sh, sw, pt, pl):  # type: ignore[no-untyped-def]
     o, oh, ow, size = w.shape[0], out.shape[2], out.shape[3], x.itemsize
     m = o // c  # outputs per input channel
     like = x.reshape(x.size)[0]
-    vectors = _vectors(ow, sw, size)
+    vectors = row_vectors((ow - 1) * sw + 3, size)
     at_x, at_w, at_out = x.ctypes.data, w.ctypes.data, out.ctypes.data
     for plane in range(lo, hi):
         n_, ch = plane // c, plane % c

@@ -52,14 +52,8 @@ def _row(is_max: bool, vectors: int):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             _, at, step, t0, t1, pl, iw, kw, dst, ow, scale = args
             b = builder
-            size = 4 if isinstance(scalar, ir.FloatType) else 8
-            lanes = _BITS // (8 * size) * vectors
-            v = Vectors(b, scalar, lanes)
-            ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
-            cols = b.and_(
-                b.icmp_signed(">=", ids, v.broadcast(pl, ids.type)),
-                b.icmp_signed("<", ids, v.broadcast(b.add(pl, iw), ids.type)),
-            )
+            v, cols = row_lanes(b, scalar, vectors, pl, iw)
+            size, lanes = v.size, v.lanes
             fill = ir.Constant(v.vec, [float("-inf") if is_max else 0.0] * lanes)
             start = b.sub(at, b.mul(pl, I64(size)))
             taps = []
@@ -103,11 +97,26 @@ sum_row, sum_row2, sum_row4 = _row(False, 1), _row(False, 2), _row(False, 4)
 
 
 @jit(**_OPTS)
-def _vectors(ow, kw, size):  # type: ignore[no-untyped-def]
-    """How many CPU vectors (1, 2 or 4; more: 8) hold the columns ``ow`` outputs 2 apart
-    read, ``kw`` each, of elements of ``size`` bytes."""
-    bits = ((ow - 1) * 2 + kw) * size * 8
+def row_vectors(columns, size):  # type: ignore[no-untyped-def]
+    """How many CPU vectors (1, 2 or 4; more: 8) hold ``columns`` elements of ``size`` bytes:
+    the whole-row loads of `row_lanes`."""
+    bits = columns * size * 8
     return 1 if bits <= _BITS else 2 if bits <= 2 * _BITS else 4 if bits <= 4 * _BITS else 8
+
+
+def row_lanes(b: ir.IRBuilder, scalar: ir.Type, vectors: int, pl: ir.Value, iw: ir.Value):  # type: ignore[no-untyped-def]
+    """A padded row's whole-row load, ``vectors`` CPU vectors of ``scalar``: its `Vectors`
+    and the mask of its lanes that are columns of the map (lane ``l`` is padded column ``l``:
+    ``pl`` <= ``l`` < ``pl + iw``); the others are padding, never read."""
+    size = 4 if isinstance(scalar, ir.FloatType) else 8
+    lanes = _BITS // (8 * size) * vectors
+    v = Vectors(b, scalar, lanes)
+    ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+    cols = b.and_(
+        b.icmp_signed(">=", ids, v.broadcast(pl, ids.type)),
+        b.icmp_signed("<", ids, v.broadcast(b.add(pl, iw), ids.type)),
+    )
+    return v, cols
 
 
 @jit(**_OPTS)
@@ -121,7 +130,7 @@ def takes(is_max, kh, kw, sh, sw, dh, dw, ow, size):  # type: ignore[no-untyped-
     core of a Zen 4)."""
     most = 4 if kw == 3 else 2
     window = kh <= 3 and (kw == 3 or (kw == 2 and is_max)) and sw == 2 and sh >= 1
-    return window and dh == 1 and dw == 1 and _vectors(ow, kw, size) <= most
+    return window and dh == 1 and dw == 1 and row_vectors((ow - 1) * 2 + kw, size) <= most
 
 
 @jit(**_OPTS, inline="always")
@@ -132,7 +141,7 @@ def by_narrow(x, out, lo, hi, scale, is_max, window):  # type: ignore[no-untyped
     kh, kw, sh, _, dh, dw, pt, pl = window
     ih, iw, oh, ow, size = x.shape[2], x.shape[3], out.shape[2], out.shape[3], x.itemsize
     like, row = x.reshape(x.size)[0], iw * size
-    vectors = _vectors(ow, kw, size)
+    vectors = row_vectors((ow - 1) * 2 + kw, size)
     at_x, at_out, at_scale = x.ctypes.data, out.ctypes.data, scale.ctypes.data
     for c in range(lo, hi):
         base = at_x + c * ih * row
