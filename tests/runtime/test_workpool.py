@@ -271,11 +271,17 @@ def test_a_call_wakes_sleeping_helpers_while_its_function_runs_jobs(threads) -> 
     assert workpool.call(ran, 1, lambda: 7, ()) == 7  # woke them first; ran no job
     assert ran == [False, False]
     assert _until(asleep)  # after their spin
-    before = workpool.wakes()
     workpool.call(ran, 1, lambda: None, ())  # left them asleep
     assert asleep() and ran == [False, False]
-    workpool.call(ran, 1, workpool.for_each, (threads, lambda i: None))  # its job woke them
-    assert workpool.wakes() > before and ran == [False, True]
+    for _ in range(5):  # a helper may wake spuriously (a condition variable's right) and spin
+        assert _until(asleep)
+        before = workpool.wakes()
+        workpool.call(ran, 1, workpool.for_each, (threads, lambda i: None))  # its job woke them
+        assert ran == [False, True]
+        if workpool.wakes() > before:
+            break
+        ran[1] = False
+    assert workpool.wakes() > before
 
 
 def test_a_vm_call_goes_through_the_pool_first(monkeypatch) -> None:
