@@ -393,8 +393,8 @@ bias, scale = np.arange(40, dtype=np.int32), np.full(40, 1e-3, np.float32)
 want = t.numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 0, 255, "uint8", (1, 1), (1, 1, 1, 1),
                            (1, 1), 1, "OHWI")
 out = np.empty_like(want)
-qgemm.qconv2d_turned(x, qturned.turn_weight(w), bias, scale, out, 3, 5, 0, 255, 1, 1, 1, 1, 1,
-                     1, 3, 3)
+qturned.qconv2d_turned(x, qturned.turn_weight(w), bias, scale, out, 3, 5, 0, 255, 1, 1, 1, 1, 1,
+                       1, 3, 3)
 np.testing.assert_array_equal(out, want)
 print("ok")
 """

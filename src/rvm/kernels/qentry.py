@@ -1,8 +1,8 @@
 """The quantized products' entry points (`rvm.kernels.entry`): `rvm.kernels.qgemm`'s
-``qconv2d``, ``qconv2d_turned`` and ``qdense`` compiled once per variant (the dtypes of their
-arrays) and called by jit kernels through a registered symbol, so a kernel links the library
-instead of compiling its integer GEMM, im2col and requantizing epilogue into its own code
-(seconds of LLVM per kernel).
+``qconv2d`` and ``qdense`` and `rvm.kernels.qturned`'s ``qconv2d_turned`` compiled once per
+variant (the dtypes of their arrays) and called by jit kernels through a registered symbol,
+so a kernel links the library instead of compiling its integer GEMM, im2col and requantizing
+epilogue into its own code (seconds of LLVM per kernel).
 
 A kernel checks its operands' shapes before the call (`rvm.jit.quantized`), so the entry
 points take them as they come and always return 0.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numba as nb
 
-from rvm.kernels import entry, qgemm
+from rvm.kernels import entry, qgemm, qturned
 
 __all__ = [
     "qconv2d",
@@ -40,11 +40,11 @@ def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-d
 
 
 def _qconv2d_turned(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
-    """`qgemm.qconv2d_turned` on x, w (4-d: `rvm.kernels.qturned.turn_weight`), bias, scale
+    """`qturned.qconv2d_turned` on x, w (4-d: `rvm.kernels.qturned.turn_weight`), bias, scale
     (1-d), out (4-d); the parameters: x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl, kh,
     kw."""
     d, p = nb.carray(dims, 14), nb.carray(params, 12)
-    qgemm.qconv2d_turned(
+    qturned.qconv2d_turned(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5], d[6], d[7])),
         nb.carray(bias, (d[8],)),
@@ -95,7 +95,7 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
 @nb.njit(nogil=True)
 def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl,
                    kh, kw):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`qgemm.qconv2d_turned` through its entry point: the same arguments."""
+    """`qturned.qconv2d_turned` through its entry point: the same arguments."""
     params = (x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl, kh, kw)
     qconv2d_turned_call((x, w, bias, scale, out), params)
 

@@ -60,7 +60,6 @@ from numba import types as nt
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16turned import position_tiles
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
     columns,
@@ -82,8 +81,6 @@ from rvm.kernels.qtile import (
     _micro_tail,
     _micro_wide,
 )
-from rvm.kernels.qturned import NR as TURNED_NR
-from rvm.kernels.qturned import micro_turned
 
 __all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense", "split_plan"]
 
@@ -545,130 +542,3 @@ def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[n
     rows, sums = weight_rows(w, quads)
     b = _panel(panel.reshape(-1), np.zeros(1, np.int64), quads, 4 * cols, cols, m, m)
     _product(rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True)
-
-
-# A turned job (int64): its length; the image's address, the bytes between its quads; the
-# tap offsets' address, the taps, the quads a tap; the positions' columns' address, the
-# positions; the turned weight's address, its panels' width; the channels; the epilogue
-# record's address (0: none, the sums go to the scratch); the scratch's address and its row
-# (the panels' channels); panels a piece.
-_TURNED_JOB = 15
-
-
-@nb.njit(**_OPTS)
-def _turned_part(job, t0, t1):  # type: ignore[no-untyped-def]
-    """Weight panels [t0, t1) of a turned job, every position: tiles of up to `TURNED_NR`
-    channels by `MR` or `MR` - 1 positions (`position_tiles`)."""
-    words, lda, offs, taps, quads = job[1], job[2], job[3], job[4], job[5]
-    pos, npos, wt, width, o, epi = job[6], job[7], job[8], job[9], job[10], job[11]
-    scratch, ldc = job[12], job[13]
-    panel = 4 * width * (taps * quads + 1)  # a panel's bytes (its depth, then its sums)
-    if not VNNI:  # a plain loop: the sums into the scratch (the epilogue is never fused)
-        _turned_plain(job, t0, t1, panel)
-        return
-    tiles, full = position_tiles(npos, MR)
-    for t in range(t0, t1):
-        for jj in range(0, min(width, o - t * width), TURNED_NR):
-            j0 = t * width + jj
-            cols = min(TURNED_NR, o - j0)
-            vectors = (cols + LANES - 1) // LANES
-            b = wt + t * panel + 4 * jj
-            i0 = 0
-            for q in range(tiles):
-                rows = min(MR if q < full else MR - 1, npos - i0)
-                micro_turned(taps, offs, quads, words, lda, pos + 8 * i0, b, 4 * width, rows,
-                             vectors, epi, j0, i0, cols, scratch + 4 * (i0 * ldc + j0),
-                             ldc)  # fmt: skip
-                i0 += rows
-
-
-@nb.njit(**_OPTS)
-def _turned_plain(job, t0, t1, panel):  # type: ignore[no-untyped-def]
-    """`_turned_part` without VNNI: each int32 sum of panels [t0, t1) in a plain loop, into
-    the scratch."""
-    words, lda, offs, taps, quads = job[1], job[2], job[3], job[4], job[5]
-    pos, npos, wt, width, o = job[6], job[7], job[8], job[9], job[10]
-    image = nb.carray(pointer_at(words, _U8), lda * quads)
-    weight = nb.carray(pointer_at(wt, _I8), panel * t1)
-    taps_at = nb.carray(pointer_at(offs, _I64), taps)
-    columns = nb.carray(pointer_at(pos, _I64), npos)
-    sums = nb.carray(pointer_at(job[12], _I32), (npos, job[13]))
-    for c in range(t0 * width, min(o, t1 * width)):
-        at_c = c // width * panel + 4 * (c % width)
-        for i in range(npos):
-            total = np.int32(0)
-            for tap in range(taps):
-                for s in range(quads):
-                    a = 4 * columns[i] + taps_at[tap] + s * lda
-                    b = at_c + 4 * width * (tap * quads + s)
-                    for k in range(4):
-                        total += np.int32(image[a + k]) * np.int32(weight[b + k])
-            sums[i, c] = total
-
-
-def _turned_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a turned convolution: a range of weight panels (a pool task)."""
-    job = parfor.job(data)
-    step = job[14]
-    panels = -(-job[10] // job[9])
-    _turned_part(job, p * step, min(panels, (p + 1) * step))
-
-
-parfor.export_task("qgemm_turned", _turned_task)
-_run_turned = parfor.runner("qgemm_turned")
-
-
-@nb.njit(inline="always", **_OPTS)
-def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl,
-                   kh, kw):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`rvm.op.qconv2d` (one group) into ``out`` (n, o, oh, ow) of uint8 or int8, turned
-    around (`rvm.kernels.qturned`): ``w`` the turned weight ``(panels, kh * kw * cq + 1,
-    width, 4)`` (`qturned.turn_weight`, each panel's last row its channels' sums); the
-    image as `_direct`'s."""
-    o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    cg, npos = x.shape[1], out.shape[2] * out.shape[3]
-    cq, taps, width = (cg + 3) // 4, kh * kw, w.shape[2]
-    flip = _shift(x)
-    zero = x_zero + flip
-    pitch = ow + (kw - 1) * dw // sw
-    hp = oh + (kh - 1) * dh // sh
-    offsets, slots, used = _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch)
-    words = np.empty((cq, used * hp * pitch), np.uint32)
-    pos = np.empty(npos, np.int64)
-    for i in range(npos):
-        pos[i] = i // ow * pitch + i % ow
-    flat = w.reshape(-1).view(np.int32)  # a panel's sums: its last row's words
-    sums = np.empty(o, np.int32)
-    for c in range(o):
-        sums[c] = flat[(c // width * (taps * cq + 1) + taps * cq) * width + c % width]
-    narrow = 4 * taps * cq * 255 * 128 < 1 << 30  # |sum| <= 255 * 128 * depth
-    xu = x.view(np.uint8)
-    panels = -(-o // width)
-    for n in range(x.shape[0]):
-        if npos == 0 or o == 0:
-            break
-        image(xu, n, 0, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
-        dest = out[n].reshape(o, npos)
-        epi = _epilogue(sums, zero, bias, scale, 0, y_zero, low, high, dest, npos, npos, npos,
-                        narrow)  # fmt: skip
-        scratch = np.empty((npos if epi.size == 0 else 0, panels * width), np.int32)
-        job = np.empty(_TURNED_JOB, np.int64)
-        job[0], job[1], job[2] = _TURNED_JOB, words.ctypes.data, 4 * words.shape[1]
-        job[3], job[4], job[5] = offsets.ctypes.data, taps, cq
-        job[6], job[7], job[8], job[9], job[10] = pos.ctypes.data, npos, w.ctypes.data, width, o
-        job[11] = epi.ctypes.data if epi.size else 0
-        job[12], job[13] = scratch.ctypes.data, panels * width
-        parts = 1
-        if parfor.threads() > 1 and not workpool.busy():
-            work = o * npos * 4 * taps * cq // SPLIT_MIN
-            parts = min(PIECES_PER_THREAD * parfor.threads(), panels, work)
-        step = -(-panels // max(1, parts))
-        job[14] = step
-        if panels > step:
-            _run_turned(_F32, -(-panels // step), job)
-        else:
-            _turned_part(job, 0, panels)
-        if epi.size == 0:  # the sums, requantized as the direct method's are
-            acc = np.ascontiguousarray(scratch[:, :o].T)
-            _requantize(acc, sums, zero, bias, scale, 0, y_zero, low, high, dest, 0, npos, npos,
-                        npos, narrow, 0)  # fmt: skip
