@@ -75,16 +75,25 @@ def test_every_partial_tile_size() -> None:
             np.testing.assert_allclose(out, _reference(case, x, w), rtol=1e-4, atol=1e-3)
 
 
-def test_large_input_copied_by_rows_on_the_threads(blas_threads) -> None:
-    """An input plane of `rvm.kernels.parfor.MIN_WORK` elements or more is copied to NHWC by
-    rows on the pool (two threads), with ragged row pieces and padding: the same answer, for
-    each of two inputs in turn (the plane's memory is kept across calls)."""
-    case = (1, 16, 129, 131, 16, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1))
+@pytest.mark.parametrize(
+    "case",
+    [
+        (1, 16, 129, 131, 16, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1)),
+        (1, 64, 13, 15, 64, (3, 3), (1, 1), (1, 1), 1, (1, 2, 0, 1)),  # under MIN_WORK
+    ],
+    ids=["large", "small"],
+)
+def test_input_copied_by_rows_on_the_threads(blas_threads, case) -> None:
+    """The input plane is copied to NHWC by rows on the pool (two threads) whenever the
+    convolution's pieces go there, a plane of `rvm.kernels.parfor.MIN_WORK` elements or more
+    and a smaller one alike, with ragged row pieces and padding: the same answer, for each of
+    two inputs in turn (the plane's memory is kept across calls)."""
     x, w = _operands(case)
-    assert x[0].size >= parfor.MIN_WORK
+    assert (x[0].size >= parfor.MIN_WORK) == (case[2] > 100)
     packed = direct.pack(w, 1)
     for image in (x, np.ascontiguousarray(x[:, ::-1] - 0.5)):
         want = _reference(case, image, w)
+        assert want[0, 0].size * w.size >= 4 * parfor.MIN_WORK  # its pieces go to the pool
         out = np.full(want.shape, np.nan, np.float32)
         direct.conv2d_packed(image, packed, out, 1, 1, 1, 1, 1, 2)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)

@@ -385,13 +385,16 @@ def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untype
     """Image ``n_``: its NHWC plane into ``xh`` (which the job's pieces read: the caller
     holds it), then the job's pieces, on the pool when ``split``. The plane's rows are
     copied in the task (`_copy_rows`: the entry point holds no copy of the vector tiles'
-    code, 5 of its 7 CPU-s to build); a copy of `MIN_WORK` elements or more is split too,
-    by rows (memory bound: each thread's share of the bandwidth; in one thread it was a
-    twentieth of vgg19's convolutions, the other idle)."""
+    code, 5 of its 7 CPU-s to build); when the pieces go to the pool, the copy does too, by
+    rows (memory bound: each thread's share of the bandwidth; in one thread it was a
+    twentieth of vgg19's convolutions, the other idle). The helpers that take the pieces
+    next take half the copy first, whatever its size: those of `MIN_WORK` elements or fewer
+    (resnet50's 3 x 3 inputs, 25 to 200 thousand elements, 20 to 60 us of copy on one core)
+    were copied by the caller alone while the other core waited for the pieces."""
     job[15] = n_
     threads = parfor.threads()
     nhwc.padding(x, xh, hp, job[10], pt, pl)
-    if split and threads > 1 and x.shape[1] * x.shape[2] * x.shape[3] >= parfor.MIN_WORK:
+    if split and pieces > 1 and threads > 1 and hp >= 2 * threads:
         job[3] = threads
         _run(x, threads, job)
     else:
