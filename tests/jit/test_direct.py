@@ -240,6 +240,36 @@ def test_constant_weights_are_packed_where_the_rule_says() -> None:
         assert ("conv2d(" in text) == (not want)
 
 
+def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> None:
+    """A shallow 3x3 convolution on a 14 x 14 map (`direct.pays_once_built`, not `prefers`)
+    stays a GEMM in a module of its own (which then builds nothing of the method), and takes
+    the direct method beside a deep one that does; the packed module computes the same."""
+    from rvm.transform.pack_conv_weights import pack_conv_weights
+
+    lanes = direct.LANES
+    shallow = (1, 2 * lanes, 14, 14, 8 * lanes, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+    assert not _pays(2 * lanes, 8 * lanes, 1, 3, 1, 14, 14)
+    assert direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)
+    assert not direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 2, 2, 14, 14)  # strided
+    assert not direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 32, 32)  # large
+    assert not direct.pays_once_built(lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)  # shallower
+    alone, inputs = _model(shallow)
+    assert "conv2d_packed" not in str(pack_conv_weights(alone))
+    x = var("x", inputs[0].shape)
+    weights = [rand((8 * lanes, 2 * lanes, 3, 3), seed=3), rand((2 * lanes, 8 * lanes, 3, 3))]
+    b = Builder()
+    with b.function("main", [x]):
+        y = x
+        for w in weights:
+            y = b.emit(op.conv2d(y, E.Constant(w), (1, 1), (1, 1, 1, 1)))
+        b.emit_output(y)
+    mod = b.get()
+    packed = pack_conv_weights(mod)
+    assert str(packed).count("conv2d_packed") == 2 and "conv2d(" not in str(packed)
+    want = rvm.interpret(mod, "main", *inputs)
+    np.testing.assert_allclose(rvm.interpret(packed, "main", *inputs), want, rtol=1e-4, atol=2e-3)
+
+
 @nb.njit
 def _entry(x, w4, out, params):  # type: ignore[no-untyped-def]
     return direct.entry_call((x, w4, out), params)

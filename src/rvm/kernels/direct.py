@@ -64,6 +64,7 @@ __all__ = [
     "pack",
     "pack_into",
     "panel_width",
+    "pays_once_built",
     "prefers",
     "unpack",
 ]
@@ -142,6 +143,27 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
         return False  # the input's NHWC copy outweighs the lanes gained
     vectors = (gemm_run + LANES - 1) // LANES
     return 5 * gemm_run < 4 * vectors * LANES
+
+
+def pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow):  # type: ignore[no-untyped-def]
+    """Whether a float32 convolution of this shape on a small map takes the direct method in
+    a model that builds the method anyway (some other convolution of it `prefers` it): a
+    wider rule than `prefers`'s, whose depth floors keep the models that need none of it (such
+    as squeezenet, the quick start's) from building the method at their first run.
+
+    Measured on AVX-512 (`benchmarks/conv_methods.py`, one thread), the direct method beat the
+    GEMMs on every 3 x 3 and 5 x 5 layer at stride 1 on maps under `PACK_MIN_POSITIONS` from
+    `BUILT_DEPTH` vectors deep: inception_v2's 64 to 64 and 96 channels at 28 x 28 and 14 x
+    14, 1.06 to 1.17 times as fast; inception_v1's 5 x 5 branches at 27 x 27 and 13 x 13, 1.15
+    to 1.2 (squeezenet's 32 to 64 channels deep at 27 x 27 and 13 x 13, 1.11 to 1.21, where
+    the rule does not apply). Without groups, in whole vectors of output channels, from two."""
+    if groups != 1 or kh * kw == 1 or sh != 1 or sw != 1 or oh * ow >= PACK_MIN_POSITIONS:
+        return False
+    return o >= 2 * LANES and o % LANES == 0 and c * kh * kw >= BUILT_DEPTH * LANES
+
+
+BUILT_DEPTH = 16
+"""The depth (input channels times taps) in vectors from which `pays_once_built` holds."""
 
 
 FIRST_RUN_TASKS = ("conv2d_direct",)

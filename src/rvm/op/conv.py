@@ -338,11 +338,12 @@ def _infer_packed(call_: Call, args: list[TensorType]) -> Type:
     return TensorType((x.shape[0], channels, *spatial), dtype)
 
 
-def pack_conv2d(value: Call, weight: object) -> Call | None:
+def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None:
     """The `conv2d_packed` call computing ``value``, a float32 ``conv2d`` of a static-shaped
     input by the constant ``weight`` (numpy, OIHW), with the weight packed here, once, where
     the direct method beats the GEMMs on this CPU (`rvm.kernels.conv.channels_pay`: the rule,
-    written once); None where it does not."""
+    written once; with ``built``, the model builds the method anyway, also where
+    `rvm.kernels.direct.pays_once_built`); None where it does not."""
     import numpy as np
 
     from rvm.kernels import conv as library
@@ -361,7 +362,9 @@ def pack_conv2d(value: Call, weight: object) -> Call | None:
     (_, c, ih, iw), (oh, ow) = x_type.shape, out_type.shape[2:]
     o, _, kh, kw = weight.shape
     groups, (sh, sw) = attrs["groups"], attrs["strides"]
-    if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True):
+    if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True) and not (
+        built and direct.pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow)
+    ):
         return None
     return conv2d_packed(
         value.args[0],

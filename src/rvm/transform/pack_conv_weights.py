@@ -9,13 +9,17 @@ Guarantees: the same program, where each float32 ``conv2d(x, W)`` with a constan
 static input shape, for which the direct convolution vectorized along output channels beats
 the GEMMs on this CPU (`rvm.op.conv.pack_conv2d`, the library's rule), is ``conv2d_packed(x,
 P)`` with ``P`` the weight packed in panels of output channels (`rvm.kernels.direct.pack`):
-the kernel reads it as it is, with no copy at each call. Likewise each int8 ``qconv2d`` with
+the kernel reads it as it is, with no copy at each call. A module that packs one builds the
+method anyway, so its shallower convolutions on small maps take it too where it pays
+(`rvm.kernels.direct.pays_once_built`), while a module that packs none (squeezenet) builds none
+of it at its first run. Likewise each int8 ``qconv2d`` with
 a constant weight and a static output shape that this CPU's turned-around kernel serves better
 (`rvm.op.turn_qconv2d`) takes its weight turned once (``weight_layout="turned"``). Elsewhere
 nothing changes.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
-bound to variables; each matching call is replaced in place.
+bound to variables; each matching call is replaced in place; a second walk by the wider rule
+when the first packed any.
 """
 
 from __future__ import annotations
@@ -37,6 +41,19 @@ logger = logging.getLogger("rvm.transform")
 
 def pack_conv_weights(mod: IRModule) -> IRModule:
     """Rewrite every conv2d the direct method serves to `rvm.op.conv2d_packed`."""
+    out, packed = _pack(mod, False)
+    if packed:  # the module builds the direct method: the wider rule's convolutions take it too
+        out, more = _pack(out, True)
+        packed += more
+    if not packed:
+        return mod
+    logger.debug("pack_conv_weights: %d convolutions on packed weights", packed)
+    return out
+
+
+def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int]:
+    """``mod`` with the convolutions `_convert` packs (``built``: only float ones, by the
+    wider rule too) rewritten, and how many."""
     packed = 0
 
     def rewrite(name: str, func: E.Function) -> E.Function:
@@ -48,7 +65,7 @@ def pack_conv_weights(mod: IRModule) -> IRModule:
             for b in bindings:
                 if isinstance(b.value, E.Constant):
                     consts[b.var] = b.value.data
-                new = _convert(b.value, consts)
+                new = _convert(b.value, consts, built)
                 if new is not None:
                     packed += 1
                     b = E.VarBinding(b.var, new)
@@ -58,15 +75,14 @@ def pack_conv_weights(mod: IRModule) -> IRModule:
         return map_function_regions(func, region)
 
     funcs = map_functions(mod, rewrite)
-    if not packed:
-        return mod
-    logger.debug("pack_conv_weights: %d convolutions on packed weights", packed)
-    return replace_changed(mod, funcs)
+    return (replace_changed(mod, funcs), packed) if packed else (mod, 0)
 
 
-def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
-    """The packed call computing ``value``, or None when it stays as it is."""
-    if not isinstance(value, E.Call) or value.callee not in (ops.conv2d, ops.qconv2d):
+def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray], built: bool) -> E.Call | None:
+    """The packed call computing ``value``, or None when it stays as it is (``built``: the
+    module builds the direct method anyway, `rvm.op.conv.pack_conv2d`; int8 ones are done)."""
+    callees = (ops.conv2d,) if built else (ops.conv2d, ops.qconv2d)
+    if not isinstance(value, E.Call) or value.callee not in callees:
         return None
     w = value.args[1]
     weight = w.data if isinstance(w, E.Constant) else consts.get(w)
@@ -77,7 +93,7 @@ def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
     if value.callee is ops.qconv2d:
         new = turn_qconv2d(value, weight)
     else:
-        new = pack_conv2d(value, weight)
+        new = pack_conv2d(value, weight, built)
     if new is not None:
         infer_type(new)
     return new
