@@ -208,26 +208,25 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
             table[c_ * taps + t] = c_ * size + starts[t]
     xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
     # The map a run per output row, or one run wrapping around its rows (`wraps_rows`), or its
-    # taps copied into a column matrix first where that takes fewer vectors (`taps_fill`).
-    by_rows, wrapped = _taps_vectors(oh, ow, wq)
-    if wrapped < by_rows:
+    # taps copied into a column matrix first where that pays (`columns_pay`).
+    columns = columns_pay(og, K, oh, ow, wq)
+    col = np.empty((K, P) if columns else (0, 0), dtype=x.dtype)
+    b, ldb, rows = ph, 0, table
+    if columns:  # B's rows the column matrix's, P apart (one GEMM call either way)
+        b, ldb, rows = col.reshape(col.size), P, np.empty(0, dtype=np.int64)
+        runs, run, step, wrap = 1, P, 0, 0
+    elif wraps_rows(oh, ow, wq):
         runs, run, step, wrap = 1, (oh - 1) * wq + ow, 0, wq
     else:
         runs, run, step, wrap = oh, ow, wq, 0
-    columns = columns_pay(og, K, oh, ow, wq)
-    col = np.empty((K, P) if columns else (0, 0), dtype=x.dtype)
-    colf, none = col.reshape(col.size), np.empty(0, dtype=np.int64)
     for n_ in range(n):
         for g_ in range(groups):
             _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
-            at_out = (n_ * o + g_ * og) * P
             if columns:
                 _im2col_rows(ph, size, starts, col, cg, wq, ow, 0, oh)
-                gemm_segments(wf, g_ * og * K, K, colf, P, none, of, at_out, P, og, K, 1, P, 0,
-                              0, 1, 1, 0, 0, 0, 0, 0)  # fmt: skip
-            else:
-                gemm_segments(wf, g_ * og * K, K, ph, 0, table, of, at_out, P, og, K, runs, run,
-                              step, ow, 1, 1, 0, 0, 0, wrap, ow)  # fmt: skip
+            at_out = (n_ * o + g_ * og) * P
+            gemm_segments(wf, g_ * og * K, K, b, ldb, rows, of, at_out, P, og, K, runs, run, step,
+                          ow, 1, 1, 0, 0, 0, wrap, ow)  # fmt: skip
 
 
 @jit(**_OPTS)
