@@ -16,7 +16,7 @@ from conv_cases import CASES
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.kernels import conv, direct
+from rvm.kernels import conv, direct, sgemm
 from rvm.op import numpy_ref
 
 
@@ -49,8 +49,11 @@ def test_conv2d_matches_reference(case, dtype) -> None:
 # blocks of output rows: stride 1 (odd sizes, asymmetric pads, 2 groups), stride 2
 # (dilated), 1x1 with more output channels than positions (split along the channels), a
 # batch of 2, and a strided 1x1. The last one's taps run as one run wrapping around the rows
-# (`conv.wraps_rows`, rows of 33 at any vector width), cut into pieces of columns.
+# (`conv.wraps_rows`, rows of 33 at any vector width), cut into pieces of columns; on a 13 x
+# 13 map (2 groups of 12 vectors of channels) the taps are copied into a column matrix first
+# (`conv.columns_pay`).
 WRAPPED = (1, 16, 30, 33, 24, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+COLUMNS = (1, 64, 13, 13, 24 * sgemm.LANES, (3, 3), (1, 1), (1, 1), 2, (1, 1, 1, 1))
 SPLIT_CASES = [
     (1, 32, 41, 37, 64, (3, 3), (1, 1), (1, 1), 1, (1, 0, 2, 1)),
     (1, 64, 29, 31, 96, (3, 3), (1, 1), (1, 1), 2, (1, 1, 1, 1)),
@@ -60,13 +63,18 @@ SPLIT_CASES = [
     (1, 128, 57, 53, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
     (1, 64, 29, 27, 96, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)),
     WRAPPED,
+    COLUMNS,
 ]
 
 
 @pytest.mark.parametrize("case", SPLIT_CASES)
 def test_split_gemms_match_reference(blas_threads, case) -> None:
     if case is WRAPPED:
-        assert conv.wraps_rows(30, 33, 35)
+        assert conv.wraps_rows(30, 33, 35) and conv.taps_fill(30, 33, 35)
+    if case is COLUMNS:
+        assert conv.columns_pay(12 * sgemm.LANES, 32 * 9, 13, 13, 15)
+        assert not conv.columns_pay(12 * sgemm.LANES - 1, 32 * 9, 13, 13, 15)
+        assert not conv.columns_pay(12 * sgemm.LANES, 32 * 9, 14, 14, 16)
     x, w = _operands(case, "float32")
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, dtype="float32")
