@@ -309,17 +309,19 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     # a pair plane out: each block's float32 rows in one small buffer, rounded out of it
     # while in cache (`_pairs_out`), so they are never written back to memory
     rows = np.empty((co1 - co0 if job[21] != 0 else 0, rows_block * wp), np.float32)
+    ld_rows = rows.shape[1]
+    at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
     for yb in range(y0, y1, rows_block):
         ye = min(y1, yb + rows_block)
         run = (ye - yb) * wp
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
         if job[21] != 0:
-            c_run, ldc = rows.ctypes.data - 4 * co0 * rows.shape[1], rows.shape[1]
+            c_run, ldc = at_rows, ld_rows
         r_run = 0 if (late or res == 0) else res + 4 * yb * wp
         walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
              0 if late else act, r_run)  # fmt: skip
         if job[21] != 0:
-            _pairs_out(job, rows.ctypes.data - 4 * co0 * ldc, ldc, co0, co1, yb, ye)
+            _pairs_out(job, at_rows, ld_rows, co0, co1, yb, ye)
         elif wide:
             _compact(job, co0, co1, yb, ye)
 
@@ -658,18 +660,11 @@ def conv2d(
 @nb.njit(**_OPTS)
 def _image_pairs(y, plane, pt, pl):  # type: ignore[no-untyped-def]
     """float32 ``y`` (co, oh, ow) rounded into the pair plane ``plane`` (its uint32 words in
-    a float32 ``((co + 1) // 2, hq, wq)``), padding ``pt`` rows above, ``pl`` columns left."""
+    a float32 ``((co + 1) // 2, hq, wq)``), padding ``pt`` rows above, ``pl`` columns left:
+    `_pairs_out` on the whole image, its rows ``ow`` apart."""
     co, oh, ow = y.shape
-    hq, wq = plane.shape[1], plane.shape[2]
-    words = plane.view(np.uint32)
-    at, base = y.ctypes.data, plane.ctypes.data
-    for c2 in range(plane.shape[0]):
-        pair = 1 if 2 * c2 + 1 < co else 0
-        words[c2, :pt] = 0
-        words[c2, pt + oh :] = 0
-        for r in range(pt, pt + oh):
-            words[c2, r, :pl] = 0
-            words[c2, r, pl + ow :] = 0
-            row = at + 4 * (2 * c2 * oh + r - pt) * ow
-            dst = base + 4 * ((c2 * hq + r) * wq + pl)
-            _pair_words(row, row + 4 * oh * ow * pair, dst, ow, pair, 1, _ONES, 0)
+    job = np.zeros(_DIRECT_JOB, dtype=np.int64)
+    job[8], job[10], job[11], job[16] = ow, co, oh, ow
+    job[21], job[22], job[23] = plane.ctypes.data, pt, pl
+    job[24], job[25] = plane.shape[1], plane.shape[2]
+    _pairs_out(job, np.int64(y.ctypes.data), oh * ow, 0, co, 0, oh)
