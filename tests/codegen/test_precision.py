@@ -169,6 +169,76 @@ def test_profile_shows_each_kernels_precision(bf16_executables) -> None:
     assert " bf16 " in str(report) and ",bf16," in report.csv()
 
 
+def _chained():
+    """main(img): densenet's dense layer -- batch norm, a scale, a shift, relu, a 1 x 1
+    convolution + relu, a 3 x 3 one (its padding uneven) -- and a VGG-like pair on the same
+    input -- a 3 x 3 convolution of stride 2 to 41 channels (the last pair's high half 0) +
+    bias + relu, a 3 x 3 one: the affine and relu
+    join the 1 x 1 convolution as its prologue, and the first convolution of each pair writes
+    the second's pair plane (direct at 16 x 16, turned around at 8 x 8)."""
+    img = Var("img", tensor((1, 40, 16, 16), F32))
+    c = 40
+    bb = Builder()
+    with bb.function("main", [img]):
+        stats = [RNG.standard_normal(c), RNG.standard_normal(c), RNG.standard_normal(c)]
+        var = const(RNG.uniform(0.5, 2.0, c).astype(F32))
+        h = bb.emit(op.batch_norm(img, *(const(v.astype(F32)) for v in stats), var))
+        h = bb.emit(op.multiply(h, const(RNG.uniform(0.5, 1.5, (c, 1, 1)).astype(F32))))
+        h = bb.emit(op.relu(bb.emit(op.add(h, const(RNG.standard_normal((c, 1, 1)).astype(F32))))))
+        w1 = const(RNG.standard_normal((48, c, 1, 1)).astype(F32) / 6)
+        a = bb.emit(op.relu(bb.emit(op.conv2d(h, w1))))
+        b = bb.emit(op.conv2d(a, const(RNG.standard_normal((24, 48, 3, 3)).astype(F32) / 20),
+                              padding=(1, 0, 2, 1)))  # fmt: skip
+        d = bb.emit(op.conv2d(img, const(RNG.standard_normal((41, c, 3, 3)).astype(F32) / 20),
+                              strides=2, padding=1))  # fmt: skip
+        d = bb.emit(op.relu(bb.emit(op.add(d, const(RNG.standard_normal((41, 1, 1)).astype(F32))))))
+        e = bb.emit(op.conv2d(d, const(RNG.standard_normal((32, 41, 3, 3)).astype(F32) / 20),
+                              padding=1))  # fmt: skip
+        bb.emit_output(Tuple((b, e)))
+    return bb.get()
+
+
+CHAINED = _chained()
+
+
+def test_activations_stay_bf16_between_convolutions() -> None:
+    """The pass's decisions: a convolution read by one stride-1 convolution alone writes its
+    pair plane (``plane``, int32), which that one reads (``source``); a BN-scale-shift-ReLU
+    chain before a convolution is its prologue, one scale and shift a channel."""
+    bindings = list(_converted(CHAINED)["main"].body.bindings)
+    convs = [b for b in bindings if _is(b, "conv2d_bf16")]
+    assert len(convs) == 4 and len(bindings) == 5  # the affine chain and the relus joined
+    first, second, strided, last = (b.value for b in convs)
+    assert first.attrs["prologue"] == "affine_relu" and first.args[-1].data.shape == (2, 40)
+    assert first.attrs["plane"] == (1, 0, 20, 17) and convs[0].var.type.dtype == "int32"
+    assert second.attrs["source"] == (48, 16, 16) and second.attrs["panel"] == 0  # direct
+    assert strided.attrs["plane"] == (1, 1, 11, 10) and strided.attrs["source"] == ()
+    assert first.attrs["panel"] == 0 and strided.attrs["panel"] > 0  # both ways of writing
+    assert last.attrs["source"] == (41, 8, 8) and last.attrs["panel"] > 0  # odd channels
+    assert second.attrs["plane"] == last.attrs["plane"] == ()  # outputs stay float32
+
+
+@pytest.fixture(scope="module")
+def chained_executables():
+    return {k: rvm.compile(CHAINED, precision="bf16", kernels=k) for k in ("jit", "numpy")}
+
+
+def test_pair_planes_and_prologues_in_every_exec_mode(
+    chained_executables, exec_mode: str, kernels: str
+) -> None:
+    x = np.random.default_rng(3).standard_normal((1, 40, 16, 16)).astype(F32)
+    got = rvm.VirtualMachine(chained_executables[kernels], exec_mode=exec_mode)["main"](x)
+    exact = rvm.interpret(_converted(CHAINED), "main", x)
+    full = rvm.interpret(CHAINED, "main", x)
+    for a, b, f in zip(got, exact, full):
+        assert a.dtype == np.float32 and a.shape == f.shape
+        # an activation rounded to bf16 between two convolutions may round the other way
+        # when its float32 sum differs in the last bits (another order): one bf16 step of
+        # one input moves a few outputs by about 2**-8 of one product
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-4 * np.abs(b).max())
+        assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
+
+
 def test_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16', 'int8'\)"):
         rvm.compile(MODEL, precision="fp16")

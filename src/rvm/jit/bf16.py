@@ -22,10 +22,12 @@ from rvm.jit.views import array_view
 from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
+from rvm.op.bf16 import PROLOGUES, split_operands
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
-# of the weight, float32 out (and the convolution's float32 bias and residual).
-_VARIANT = ("float32", "int16", "float32", "float32", "float32")
+# of the weight, float32 out (and the convolution's float32 bias, residual and prologue's
+# affine).
+_VARIANT = ("float32", "int16", "float32", "float32", "float32", "float32")
 
 
 _NO_RESIDUAL = "np.empty((0, 0, 0, 0), np.float32)"
@@ -66,38 +68,66 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
 
 def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     x, w = args[:2]
-    _check(kb, x, w, out)
+    source, plane = attrs.get("source", ()), attrs.get("plane", ())
+    prologue = attrs.get("prologue", "none")
+    # a pair plane in or out (`rvm.op.bf16`): int32 words, passed to the entry as float32
+    planes = ("int32" if source else "float32", "int32" if plane else "float32")
+    if (x.dtype, out) != planes or w.dtype != "int16":
+        raise Unsupported(f"{kb.op} of {x.dtype} and {w.dtype} to {out}")
     if any(a.dtype != "float32" for a in args[2:]):
         raise Unsupported(f"{kb.op} with a bias or residual not float32")
     act = ACTIVATIONS.index(attrs.get("activation", "none"))
     (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["strides"], attrs["dilation"]
     pt, pl, pb, pr = attrs["padding"]
+    image = (x.dims[1], x.dims[2], x.dims[3]) if not source else tuple(str(v) for v in source)
     spatial = []
-    for size, k, s, d, lo, hi in ((x.dims[2], kh, sh, dh, pt, pb), (x.dims[3], kw, sw, dw, pl, pr)):
+    for size, k, s, d, lo, hi in ((image[1], kh, sh, dh, pt, pb), (image[2], kw, sw, dw, pl, pr)):
         span = kb.dim(f"{size} + {lo + hi - 1 - d * (k - 1)}")
         kb.check(lt(span, 0), f"{kb.kernel}: {kb.op}: the kernel is larger than the input")
         spatial.append(kb.dim(f"{span} // {s} + 1"))
     groups = attrs["groups"]
     if groups != 1:
         kb.check(ne(mod(x.dims[1], groups), 0), f"{kb.kernel}: {kb.op}: channels vs groups")
-    if not x.dims[1].isdigit():  # as for dense: in channel pairs (`rvm.op.bf16.pair_depth`)
-        cg = kb.dim(f"{x.dims[1]} // {groups}")
+    if not image[0].isdigit():  # as for dense: in channel pairs (`rvm.op.bf16.pair_depth`)
+        cg = kb.dim(f"{image[0]} // {groups}")
         depth = kb.dim(f"({cg} + {cg} % 2) * {kh * kw}")
         kb.check(ne(w.dims[1], depth), f"{kb.kernel}: {kb.op}: the weight's depth is not x's")
     dims = (x.dims[0], w.dims[0], *spatial)
+    if plane:
+        co = w.dims[0]
+        pairs = str((int(co) + 1) // 2) if co.isdigit() else kb.dim(f"({co} + 1) // 2")
+        dims = (x.dims[0], pairs, str(plane[2]), str(plane[3]))
     t = Tensor(dims, out, kind="anchor")
 
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
-        xv, wv = kb.materialize(x, out), kb.materialize(w)
-        bias = kb.materialize(args[2]) if len(args) >= 3 else "np.empty(0, np.float32)"
-        res = kb.materialize(args[3], out) if len(args) == 4 else _NO_RESIDUAL
+        xv, wv = kb.materialize(x, planes[0]), kb.materialize(w)
+        b, r, a = split_operands(args[2:], prologue)
+        bias = kb.materialize(b) if b is not None else "np.empty(0, np.float32)"
+        res = kb.materialize(r, "float32") if r is not None else _NO_RESIDUAL
+        affine = kb.materialize(a) if a is not None else "np.empty((0, 0), np.float32)"
         params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act, attrs.get("panel", 0))
-        arrays = (xv, wv, t.array, bias, res)
+        params += (*(plane[:2] or (0, 0)), *spatial) if plane else (0, 0, 0, 0)
+        params += tuple(source) if source else (0, 0, 0)
+        params += (PROLOGUES.index(prologue),)
+        ov = t.array
+        if source:
+            xv = _as_floats(kb, xv)
+        if plane:
+            ov = _as_floats(kb, ov)
+        arrays = (xv, wv, ov, bias, res, affine)
         kb.call_entry("conv2d_bf16", arrays, params, entry.variant(_VARIANT))
 
     t.fill = fill
     return t
+
+
+def _as_floats(kb: KernelBuilder, array: str) -> str:
+    """The int32 pair plane ``array`` viewed as float32 (the entry's dtype; the kernel reads
+    its words as bits)."""
+    name = kb.fresh("f")
+    kb.root.lines.append(f"{name} = np.ascontiguousarray({array}).view(np.float32)")
+    return name
 
 
 compute[ops.dense_bf16] = _dense

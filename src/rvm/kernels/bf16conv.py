@@ -29,6 +29,13 @@ small to be cut (shufflenet's grouped 1 x 1s) run side by side instead, one a th
 its own plane (`_groups_apart`): one after the other they left the second core idle. Small
 maps run turned around on the same plane (`rvm.kernels.bf16turned`). Every entry point
 checks its arrays' shapes first and raises `ValueError` naming what disagrees.
+
+Between convolutions the activation may stay bf16 (`rvm.op.bf16`, decided by
+`rvm.transform.to_bf16`): a convolution then writes the next one's pair plane instead of
+float32, each block of rows rounded from a small buffer while in cache (`_pairs_out`; turned
+around, from the image: `_image_pairs`), and the next one reads it as its plane. A prologue
+(``x * scale + shift`` per channel, then ReLU: densenet's BN-ReLU) is applied as the plane
+is built (`_pair_words`).
 """
 
 from __future__ import annotations
@@ -60,22 +67,38 @@ from rvm.kernels.vectors import VectorIR
 __all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_NONE4, _NONE3 = (0, 0, 0, 0), (0, 0, 0)  # conv2d's ``to`` and ``of``: no pair plane
+_NONE2 = (0, 0)  # conv2d's ``before``: no prologue
+_ONES = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
 PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
 
 
 @intrinsic
-def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyped-def]
+def _pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ignore[no-untyped-def]  # noqa: E501
     """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
     (low half) and, when ``pair``, of ``hi[i * step]`` (high half; else 0), for i < ``n``: a
     vector of `LANES` a step, the last under a lane mask; loads unit-stride at ``step`` 1,
-    two loads and a shuffle at ``step`` 2 (`VectorIR.evens`), gathered otherwise."""
-    sig = nt.void(*(nt.int64,) * 6)
+    two loads and a shuffle at ``step`` 2 (`VectorIR.evens`), gathered otherwise. With
+    ``mode`` 1 or 2 (a `PROLOGUES` index) each value is first ``value * scale + shift`` (a
+    multiply and an add, rounded as NumPy's), then, at 2, ReLU'd; ``scales`` the float32
+    (scale, shift) of the low half's channel and of the high half's."""
+    sig = nt.void(*(nt.int64,) * 6, nt.UniTuple(nt.float32, 4), nt.int64)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        lo, hi, out, n, pair, step = args
+        lo, hi, out, n, pair, step, scales, mode = args
         v = VectorIR(builder, LANES)
         i64 = ir.IntType(64)
         with_hi = builder.icmp_signed("!=", pair, i64(0))
+        factors = [v.broadcast(builder.extract_value(scales, i), v.f32) for i in range(4)]
+        affine = builder.icmp_signed(">", mode, i64(0))
+        relu = builder.icmp_signed(">", mode, i64(1))
+        zero = ir.Constant(v.f32, None)
+
+        def prologue(x, scale, shift):  # type: ignore[no-untyped-def]
+            y = builder.fadd(builder.fmul(x, scale), shift)
+            y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
+            return builder.select(affine, y, x)
+
         stride = builder.mul(step, i64(4))
         steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
 
@@ -86,6 +109,8 @@ def _pair_words(typingctx, lo, hi, out, n, pair, step):  # type: ignore[no-untyp
                 at = builder.mul(loop.index, i64(LANES))
                 offset = builder.mul(at, stride)
                 low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
+                low = prologue(low, factors[0], factors[1])
+                high = prologue(high, factors[2], factors[3])
                 high = builder.select(with_hi, high, ir.Constant(v.f32, None))
                 words = pair_bits(builder, low, high)
                 at_out = builder.add(out, builder.mul(at, i64(4)))
@@ -130,6 +155,18 @@ def phase_slots(k, d, s):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(inline="always", **_OPTS)
+def _scales(at, mode, c, i, pair):  # type: ignore[no-untyped-def]
+    """The prologue's (scale, shift) of channel ``i`` and of ``i + 1`` (when ``pair``) of its
+    affine at ``at`` (scales, then ``c`` shifts; `_pair_words`), ones and zeros at ``mode``
+    0."""
+    if mode == 0:
+        return _ONES
+    f = _floats_at(at)
+    j = i + pair
+    return (f[i], f[c + i], f[j], f[c + j])
+
+
+@nb.njit(inline="always", **_OPTS)
 def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
     """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
     reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
@@ -155,13 +192,15 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
             for c2 in range(c2a, c2b):
                 pair = 1 if 2 * c2 + 1 < cg else 0
                 lo = at_x + 4 * (2 * c2 * h * wd + first)
+                scales = _scales(job[17], job[18], job[19], 2 * c2, pair)
                 if whole:
                     r0, r1 = min(hq, pt), min(hq, pt + h)  # the rows of input rows 0 .. h
                     plane[slot + c2, :r0] = 0
                     plane[slot + c2, r1:] = 0
                     src = lo + 4 * (r0 - pt) * wd
                     dst = at_p + 4 * ((slot + c2) * hq + r0) * wq
-                    _pair_words(src, src + 4 * h * wd * pair, dst, (r1 - r0) * wq, pair, 1)
+                    _pair_words(src, src + 4 * h * wd * pair, dst, (r1 - r0) * wq, pair, 1,
+                                scales, job[18])  # fmt: skip
                     continue
                 for r in range(hq):
                     y = r * sh + a - pt
@@ -173,14 +212,16 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                     row[q1:] = 0
                     src = lo + 4 * y * wd
                     dst = at_p + 4 * (((slot + c2) * hq + r) * wq + q0)
-                    _pair_words(src, src + 4 * h * wd * pair, dst, q1 - q0, pair, sw)
+                    _pair_words(src, src + 4 * h * wd * pair, dst, q1 - q0, pair, sw, scales,
+                                job[18])  # fmt: skip
 
 
 # A plane job (int64): its length; the group's first channel's address, the group's channels,
 # the image's height and width; the plane's address, its phases' height and width; the
 # padding top and left; the pairs a piece; the strides; the kernel and dilation by rows, by
-# columns.
-_PLANE_JOB = 17
+# columns; the prologue's affine's address at the group's first channel (0: none), the
+# prologue's index, the image's channels (the shifts' offset from the scales).
+_PLANE_JOB = 20
 
 
 def _plane_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -204,7 +245,9 @@ def _pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
     (`_plane_part`; ``geometry``: pt, pl, sh, sw, kh, dh, kw, dw): ``plane`` (uint32,
     ``(phases * cg2, hq, wq)``), phase after phase, pair after pair; word ``(c2, r, q)`` of a
     phase the bf16 pair of channels ``c0 + 2 c2`` (low) and ``c0 + 2 c2 + 1`` (high; 0 past
-    ``cg``). Cut by channel pairs into pieces on the pool when large."""
+    ``cg``); ``geometry[8:]`` the prologue's affine's address (0: none) and index, applied
+    to each value first (`_pair_words`). Cut by channel pairs into pieces on the pool when
+    large."""
     h, wd = x.shape[1], x.shape[2]
     cg2 = (cg + 1) // 2
     job = np.empty(_PLANE_JOB, dtype=np.int64)
@@ -212,6 +255,8 @@ def _pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
     job[5], job[6], job[7] = plane.ctypes.data, plane.shape[1], plane.shape[2]
     job[8], job[9], job[11], job[12] = geometry[0], geometry[1], geometry[2], geometry[3]
     job[13], job[14], job[15], job[16] = geometry[4], geometry[5], geometry[6], geometry[7]
+    job[17] = geometry[8] + 4 * c0 if geometry[8] != 0 else 0
+    job[18], job[19] = geometry[9] if geometry[8] != 0 else 0, x.shape[0]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
@@ -261,14 +306,23 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
     late = wide and res != 0  # the residual, then the activation, in `_compact`
+    # a pair plane out: each block's float32 rows in one small buffer, rounded out of it
+    # while in cache (`_pairs_out`), so they are never written back to memory
+    rows = np.empty((co1 - co0 if job[21] != 0 else 0, rows_block * wp), np.float32)
+    ld_rows = rows.shape[1]
+    at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
     for yb in range(y0, y1, rows_block):
         ye = min(y1, yb + rows_block)
         run = (ye - yb) * wp
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
+        if job[21] != 0:
+            c_run, ldc = at_rows, ld_rows
         r_run = 0 if (late or res == 0) else res + 4 * yb * wp
         walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
              0 if late else act, r_run)  # fmt: skip
-        if wide:
+        if job[21] != 0:
+            _pairs_out(job, at_rows, ld_rows, co0, co1, yb, ye)
+        elif wide:
             _compact(job, co0, co1, yb, ye)
 
 
@@ -290,14 +344,46 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         tile_rows(job[15] + at, ohw, co1 - co0, (y1 - y0) * ow, 0, job[19], res + at)
 
 
+@nb.njit(**_OPTS)
+def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
+    """Rows [y0, y1) of channels [co0, co1) (``co0`` even) from the float32 rows at ``src``
+    (channel ``o``'s row ``y0`` at ``src + 4 o ldc``, rows ``job[8]`` apart) into the next
+    convolution's pair plane (at ``job[21]``, padding ``job[22]`` rows above and ``job[23]``
+    columns left, ``job[24]`` x ``job[25]`` words a channel pair), rounded to bf16 pairs
+    while in cache; the padding's words of those rows 0, and the rows above and below the
+    image's with its first and last rows."""
+    wp, og, oh, ow = job[8], job[10], job[11], job[16]
+    pt, pl, hq, wq = job[22], job[23], job[24], job[25]
+    for c2 in range(co0 // 2, (co1 + 1) // 2):
+        pair = 1 if 2 * c2 + 1 < og else 0
+        lo = src + 4 * 2 * c2 * ldc
+        at = job[21] + 4 * c2 * hq * wq
+        words = _floats_at(at)  # 0.0's bits are 0
+        if y0 == 0:
+            for i in range(pt * wq):
+                words[i] = 0.0
+        if y1 == oh:
+            for i in range((pt + oh) * wq, hq * wq):
+                words[i] = 0.0
+        for y in range(y0, y1):
+            r = (pt + y) * wq
+            for i in range(r, r + pl):
+                words[i] = 0.0
+            for i in range(r + pl + ow, r + wq):
+                words[i] = 0.0
+            row = lo + 4 * (y - y0) * wp
+            _pair_words(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, 1, _ONES, 0)
+
+
 # A direct job (int64): its length; the group's weight rows' address, their words (lda); the
 # plane's and the tap table's addresses, the pairs (k2); the result's address (the group's
 # first channel, rows of the plane's width) and its channels' stride (ldc); the plane's width,
 # rows a block; channels, rows; channels and rows a piece, pieces along rows; when the result
 # is wide rows, the output's address (its group's first channel; else 0), width and channels'
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
-# the residual's address (as the output's; 0: none).
-_DIRECT_JOB = 21
+# the residual's address (as the output's; 0: none); the next convolution's pair plane's
+# address (0: none), its padding top and left, its height and width (`_pairs_out`).
+_DIRECT_JOB = 26
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -345,7 +431,10 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     computes rows of the phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts
     them into ``oc`` block by block (`_direct`); with ``wide`` empty the phases are as wide
     as the output and the job writes ``oc`` itself; ``epilogue`` (int64) the bias's address
-    (0: none) and the activation's index, the residual's address (as ``oc``'s; 0: none).
+    (0: none) and the activation's index, the residual's address (as ``oc``'s; 0: none),
+    and, when the result is the next convolution's pair plane (one group; ``oc`` then not
+    written), the plane's address (0: none), padding top and left, height and width
+    (`_pairs_out`).
     Split on the pool when large and the pool is free (not from within a pool task:
     `_group_task`)."""
     co, kp = w.shape[0], w.shape[1]
@@ -361,6 +450,9 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     job[18] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
     job[19] = epilogue[1]
     job[20] = epilogue[2] + at_out - oc.ctypes.data if epilogue[2] != 0 else 0
+    job[21] = 0
+    if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair
+        copy(job[21:], epilogue[3:], 5)
     if wide.size == 0:
         job[6], job[7] = at_out, oh * ow
     else:
@@ -371,9 +463,10 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
 # A groups job (int64): its length; x's, w's, out's, the planes', the tap table's and the
 # wide rows' addresses; n, c, h, w; co, kp; oh, ow; the planes' (phase pairs, hq, wq); the
 # table's length; the wide rows' (og, oh * wq) (0, 0: none); the image, the groups; the
-# geometry (pt, pl, sh, sw, kh, dh, kw, dw); the epilogue (the bias's address, 0: none; the
-# activation's index; the residual's address, 0: none).
-_GROUPS_JOB = 34
+# geometry (pt, pl, sh, sw, kh, dh, kw, dw, the prologue's affine's address and index); the
+# epilogue (the bias's address, 0: none; the activation's index; the residual's address, 0:
+# none).
+_GROUPS_JOB = 36
 
 
 def _group_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -387,7 +480,7 @@ def _group_task(p, like, data):  # type: ignore[no-untyped-def]
     table = parfor.array_at(job[5], (2 * job[18],), like).view(np.int64)
     wsize = job[19] * job[20]
     wide = parfor.array_at(job[6] + 4 * p * wsize, (job[19], job[20]), like)
-    geometry, epilogue = job[23:31].copy(), job[31:34].copy()
+    geometry, epilogue = job[23:33].copy(), job[33:36].copy()
     planes = plane.view(np.uint32)
     cg = job[8] // job[22]
     _pair_plane(xc[job[21]], p * cg, cg, geometry, planes)
@@ -409,14 +502,15 @@ def _groups_apart(xc, w, oc, groups, plane):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, built):  # type: ignore[no-untyped-def]  # noqa: E501
     """Image ``b``, group after group (`_direct_group`, each split on the pool when large),
     or, when `_groups_apart`, all groups side by side on the pool, each with its own plane
-    and wide rows."""
-    if not _groups_apart(xc, w, oc, groups, plane):
+    and wide rows; ``built``: ``plane`` is the image's pair plane already (one group)."""
+    if built or not _groups_apart(xc, w, oc, groups, plane):
         cg = xc.shape[1] // groups
         for g in range(groups):
-            _pair_plane(xc[b], g * cg, cg, geometry, plane)
+            if not built:
+                _pair_plane(xc[b], g * cg, cg, geometry, plane)
             _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue)
         return
     # every group's plane, then every group's wide rows, in one array: the pool's task takes
@@ -432,8 +526,8 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
     job[15], job[16], job[17] = plane.shape[0], plane.shape[1], plane.shape[2]
     job[18], job[19], job[20] = table.shape[0], wide.shape[0], wide.shape[1]
     job[21], job[22] = b, groups
-    copy(job[23:], geometry, 8)
-    copy(job[31:], epilogue, 3)
+    copy(job[23:], geometry, 10)
+    copy(job[33:], epilogue, 3)
     _run_groups(room, groups, job)
 
 
@@ -441,15 +535,15 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue):
 
 
 @nb.njit(**_OPTS)
-def _check(x, w, out, groups, kh, kw, bias, act, res):  # type: ignore[no-untyped-def]
-    n, c = x.shape[0], x.shape[1]
+def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out):  # type: ignore[no-untyped-def]
+    n = x.shape[0]
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
         raise ValueError("bf16 conv2d: the channels do not divide into the groups")
     cg = c // groups
     if w.shape[1] != (cg + (cg & 1)) * kh * kw:
         raise ValueError("bf16 conv2d: the weight's depth is not channel pairs x kernel")
-    if out.shape[0] != n or out.shape[1] != co:
+    if out.shape[0] != n or out.shape[1] != co_out:
         raise ValueError("bf16 conv2d: the output's batch or channels disagree")
     if bias.size != 0 and bias.size != co:
         raise ValueError("bf16 conv2d: the bias needs one value per output channel, or none")
@@ -460,52 +554,117 @@ def _check(x, w, out, groups, kh, kw, bias, act, res):  # type: ignore[no-untype
 
 
 @nb.njit(inline="always", **_OPTS)
-def conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel=0):  # type: ignore[no-untyped-def]  # noqa: E501
+def conv2d(
+    x,
+    w,
+    out,
+    groups,
+    sh,
+    sw,
+    dh,
+    dw,
+    pt,
+    pl,
+    kh,
+    kw,
+    bias,
+    act,
+    res,
+    panel=0,
+    to=_NONE4,
+    of=_NONE3,
+    before=_NONE2,
+):  # type: ignore[no-untyped-def]  # noqa: E501
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
     top ``pt``, left ``pl`` (the output's size says the rest), by the direct method on the
     input's pair plane in its stride phases; then ``act(out + bias + res)`` (``bias`` float32,
     one value per output channel or empty: none; ``res`` float32 as ``out`` or empty: none;
     ``act`` an index of `ACTIVATIONS`) on each band of channels' rows as soon as they are
-    summed, not as a pass after the convolution."""
-    _check(x, w, out, groups, kh, kw, bias, act, res)
-    n, c = x.shape[0], x.shape[1]
+    summed, not as a pass after the convolution.
+
+    Activations may stay bf16 between convolutions (`rvm.op.bf16`): ``to`` (int64: padding
+    top, left, the output's height, width; height 0: none) makes ``out`` the next
+    convolution's pair plane ``(n, (co + 1) // 2, hq, wq)`` (its uint32 words in a float32
+    array; one group, no residual), each block of rows rounded into it as it is summed
+    (`_pairs_out`); ``of`` (int64: the image's c, h, w; c 0: none) says ``x`` is this
+    convolution's pair plane of such an image ``(n, (c + 1) // 2, hq, wq)`` (stride 1, one
+    group), read as it is. ``before`` (int64: the address of a ``(2, c)`` float32 affine,
+    its scales then its shifts, 0: none; a `rvm.op.bf16.PROLOGUES` index) applies ``x *
+    scale + shift`` per channel (then ReLU) to the input as its pair plane is built."""
+    planed_in, planed_out = of[0] > 0, to[2] > 0
+    n, c = x.shape[0], of[0] if planed_in else x.shape[1]
     co = w.shape[0]
-    oh, ow = out.shape[2], out.shape[3]
+    _check(x, w, out, groups, kh, kw, bias, act, res, c, (co + 1) // 2 if planed_out else co)
+    oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
     cg, og = c // groups, co // groups
+    if (planed_in or planed_out) and groups != 1:
+        raise ValueError("bf16 conv2d: pair planes in or out need one group")
+    if planed_out and res.size != 0:
+        raise ValueError("bf16 conv2d: a pair plane out takes no residual")
+    if planed_in and (sh != 1 or sw != 1):
+        raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
+    if planed_out and (out.shape[2] < to[0] + oh + 1 or out.shape[3] < to[1] + ow):
+        raise ValueError("bf16 conv2d: the pair plane out is too small for the output")
     if n == 0 or co == 0 or oh * ow == 0:
         return
     xc = np.ascontiguousarray(x)
     wc = np.ascontiguousarray(w)
-    oc = np.ascontiguousarray(out)
     cg2 = (cg + 1) // 2
     # each phase holds its taps' rows of every output row, and one row more for the
     # positions past a row's end (their taps run on into the next row)
     hq = oh + ((kh - 1) * dh) // sh + 1
     wq = ow + ((kw - 1) * dw) // sw
+    if planed_in and (x.shape[1] != cg2 or x.shape[2] != hq or x.shape[3] != wq):
+        raise ValueError("bf16 conv2d: the input's pair plane is not this convolution's")
+    # with a pair plane out, the float32 rows are scratch: a block's (direct: `_direct`) or
+    # an image's (turned around)
+    scratch = np.empty((n if panel > 0 else 0, co, oh, ow), np.float32)
+    oc = scratch if planed_out else np.ascontiguousarray(out)
     _, nrows = phase_slots(kh, dh, sh)
     _, ncols = phase_slots(kw, dw, sw)
-    plane = np.empty((nrows * ncols * cg2, hq, wq), dtype=np.uint32)
+    plane = np.empty((0 if planed_in else nrows * ncols * cg2, hq, wq), dtype=np.uint32)
     table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq)
-    geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw], dtype=np.int64)
-    wide = np.empty((og if wq > ow and panel == 0 else 0, oh * wq), dtype=np.float32)
+    geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw, before[0], before[1]], dtype=np.int64)
+    wide = np.empty((og if wq > ow and panel == 0 and not planed_out else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
-    epilogue = np.array(
-        [bc.ctypes.data if bc.size else 0, act, rc.ctypes.data if rc.size else 0], dtype=np.int64
-    )
-    if panel > 0:
-        offs = np.empty(oh * ow, dtype=np.int64)
-        for y in range(oh):
-            for x_ in range(ow):
-                offs[y * ow + x_] = y * wq + x_
-        for b in range(n):
+    epilogue = np.zeros(8, dtype=np.int64)
+    epilogue[0] = bc.ctypes.data if bc.size else 0
+    epilogue[1] = act
+    epilogue[2] = rc.ctypes.data if rc.size else 0
+    for b in range(n):
+        image = xc[b].view(np.uint32) if planed_in else plane
+        if planed_out and panel == 0:
+            epilogue[3] = out.ctypes.data + 4 * b * out.shape[1] * out.shape[2] * out.shape[3]
+            epilogue[4], epilogue[5] = to[0], to[1]
+            epilogue[6], epilogue[7] = out.shape[2], out.shape[3]
+        if panel > 0:
+            offs = np.empty(oh * ow, dtype=np.int64)
+            for y in range(oh):
+                for x_ in range(ow):
+                    offs[y * ow + x_] = y * wq + x_
             for g in range(groups):
-                _pair_plane(xc[b], g * cg, cg, geometry, plane)
-                turned_group(wc, oc, b, g, groups, plane, table, offs, epilogue, panel)
-    else:
-        for b in range(n):
-            _direct_image(xc, wc, oc, b, groups, geometry, plane, table, wide, epilogue)
-    if oc.ctypes.data != out.ctypes.data:
+                if not planed_in:
+                    _pair_plane(xc[b], g * cg, cg, geometry, image)
+                turned_group(wc, oc, b, g, groups, image, table, offs, epilogue, panel)
+            if planed_out:
+                _image_pairs(oc[b], out[b], to[0], to[1])
+        else:
+            _direct_image(xc, wc, oc, b, groups, geometry, image, table, wide, epilogue, planed_in)
+    if not planed_out and oc.ctypes.data != out.ctypes.data:
         for i in np.ndindex(out.shape):  # not ``out[...] = oc``: see `planes.copy`
             out[i] = oc[i]
+
+
+@nb.njit(**_OPTS)
+def _image_pairs(y, plane, pt, pl):  # type: ignore[no-untyped-def]
+    """float32 ``y`` (co, oh, ow) rounded into the pair plane ``plane`` (its uint32 words in
+    a float32 ``((co + 1) // 2, hq, wq)``), padding ``pt`` rows above, ``pl`` columns left:
+    `_pairs_out` on the whole image, its rows ``ow`` apart."""
+    co, oh, ow = y.shape
+    job = np.zeros(_DIRECT_JOB, dtype=np.int64)
+    job[8], job[10], job[11], job[16] = ow, co, oh, ow
+    job[21], job[22], job[23] = plane.ctypes.data, pt, pl
+    job[24], job[25] = plane.shape[1], plane.shape[2]
+    _pairs_out(job, np.int64(y.ctypes.data), oh * ow, 0, co, 0, oh)

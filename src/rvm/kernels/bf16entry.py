@@ -13,17 +13,22 @@ take them as they come and always return 0.
 from __future__ import annotations
 
 import numba as nb
+import numpy as np
 
 from rvm.kernels import bf16, bf16conv, entry
 
 __all__ = ["conv2d_bf16_call", "dense_bf16_call"]
 
 
-def _conv2d(x, w, out, bias, res, dims, params):  # type: ignore[no-untyped-def]
+def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-untyped-def]
     """`bf16conv.conv2d` on x (4-d float32), w (2-d int16 bits), out (4-d float32), bias
-    (1-d float32, empty: none), res (4-d float32 as out, empty: none); the parameters:
-    groups, sh, sw, dh, dw, pt, pl, kh, kw, act, panel (0: w in rows, else turned)."""
-    d, p = nb.carray(dims, 15), nb.carray(params, 11)
+    (1-d float32, empty: none), res (4-d float32 as out, empty: none), affine (2-d float32,
+    the prologue's scales and shifts, empty: none); the parameters:
+    groups, sh, sw, dh, dw, pt, pl, kh, kw, act, panel (0: w in rows, else turned); the pair
+    plane out's padding top, left and the output's height, width (0, 0, 0, 0: out is float32
+    NCHW); the image's c, h, w when x is its pair plane (0, 0, 0: x is float32 NCHW); the
+    prologue's index (`rvm.op.bf16.PROLOGUES`)."""
+    d, p = nb.carray(dims, 17), nb.carray(params, 19)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5])),
@@ -33,6 +38,9 @@ def _conv2d(x, w, out, bias, res, dims, params):  # type: ignore[no-untyped-def]
         p[9],
         nb.carray(res, (d[11], d[12], d[13], d[14])),
         p[10],
+        p[11:15],
+        p[15:18],
+        (np.int64(nb.carray(affine, (d[15], d[16])).ctypes.data), p[18]),
     )  # fmt: skip
     return 0
 
@@ -49,5 +57,5 @@ def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
 entry.export("conv2d_bf16", _conv2d)
 entry.export("dense_bf16", _dense)
 # What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
-conv2d_bf16_call = entry.caller("conv2d_bf16", 11)
+conv2d_bf16_call = entry.caller("conv2d_bf16", 19)
 dense_bf16_call = entry.caller("dense_bf16", 1)

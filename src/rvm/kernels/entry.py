@@ -68,7 +68,7 @@ MIXED = {
     "qconv2d_turned": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),
     "qmax_pool2d": (4, 4),
-    "conv2d_bf16": (4, 2, 4, 1, 4),
+    "conv2d_bf16": (4, 2, 4, 1, 4, 2),
     "dense_bf16": (2, 2, 2),
 }
 MIXED_DTYPES = ("uint8", "int8", "int16", "int32", "float32")

@@ -17,6 +17,15 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   (`rvm.transform.to_bf16` joins a following bias add, residual add and activation). With
   ``panel`` > 0 the kernel runs turned around (output channels along the vector lanes) and
   ``w`` holds the same words in its panels of ``panel`` output channels (`turn_pairs`).
+  Between two convolutions activations may stay bf16 (`rvm.transform.to_bf16` decides): with
+  ``plane`` ``(pt, pl, hq, wq)`` the result is not float32 NCHW but the next convolution's
+  *pair plane* (`pair_plane`): int32 ``(n, (co + 1) // 2, hq, wq)``, word ``(c2, pt + y, pl
+  + x)`` the bf16 pair of channels ``2 c2`` (low half) and ``2 c2 + 1`` at ``(y, x)``, the
+  padding's words 0; with ``source`` ``(c, h, w)`` the input ``x`` is such a plane of a ``c``
+  x ``h`` x ``w`` image, laid out for this convolution (stride 1, one group: its padding
+  around it, one row more below). With ``prologue`` ``"affine"`` or ``"affine_relu"`` the
+  input is first ``x * scale + shift`` per channel (then ReLU; a batch norm's and its scaling
+  before the convolution: densenet's), the last operand ``affine`` ``(2, c)`` float32.
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
@@ -35,10 +44,12 @@ from rvm.ir.expr import Call
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
 from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout, for to_bf16)
+    PROLOGUES,
     bf16_bits,
     conv_pairs,
     pack_pairs,
     pair_depth,
+    split_operands,
     turn_pairs,
 )
 from rvm.kernels.reference.packed import ACTIVATIONS
@@ -84,8 +95,21 @@ def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     return rule(og, oh, ow, wq, groups)
 
 
-def _check_inputs(op: str, x: TensorType, w: TensorType) -> None:
-    if x.dtype is not None and x.dtype != "float32":
+def plane_shape(source: Sequence[int], kernel, padding, dilation) -> tuple[int, int]:
+    """``(hq, wq)`` of the pair plane a stride-1 convolution reads of a ``source`` ``(c, h,
+    w)`` image: its padding around it and one row more (`rvm.kernels.bf16conv.conv2d`: the
+    positions past a row's end run on into the next row)."""
+    (kh, kw), (dh, dw), (pt, pl, pb, pr) = kernel, dilation, padding
+    oh = source[1] + pt + pb - (kh - 1) * dh
+    ow = source[2] + pl + pr - (kw - 1) * dw
+    return oh + (kh - 1) * dh + 1, ow + (kw - 1) * dw
+
+
+def _check_inputs(op: str, x: TensorType, w: TensorType, plane: bool = False) -> None:
+    if plane:
+        if x.dtype not in (None, "int32") or (x.shape is not None and len(x.shape) != 4):
+            raise IRError(f"{op}: expects an int32 pair plane, got {x.dtype} {fmt(x.shape)}")
+    elif x.dtype is not None and x.dtype != "float32":
         raise IRError(f"{op}: expects a float32 input, got {x.dtype} {fmt(x.shape)}")
     if w.dtype is not None and w.dtype != "int16":
         raise IRError(f"{op}: expects the weight as int16 bf16 bits, got {w.dtype}")
@@ -113,14 +137,36 @@ def _infer_dense(call_: Call, args: list[TensorType]) -> Type:
 
 @rule(ops.conv2d_bf16)
 def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
-    if len(args) not in (2, 3, 4):
+    attrs = call_.attrs
+    prologue = attrs.get("prologue", "none")
+    extra = int(prologue != "none")
+    if len(args) not in (2 + extra, 3 + extra, 4 + extra):
         raise IRError(
-            f"conv2d_bf16: expects 2 to 4 inputs (x, w[, bias[, residual]]), got {len(args)}"
+            f"conv2d_bf16: expects 2 to 4 inputs (x, w[, bias[, residual]]), and the "
+            f"prologue's affine with one, got {len(args)}"
         )
     x, w = args[:2]
-    _check_inputs("conv2d_bf16", x, w)
-    if len(args) >= 3:
-        bias, units = args[2], None if w.shape is None else w.shape[0]
+    bias, residual, affine = split_operands(args[2:], prologue)
+    source, plane = attrs.get("source", ()), attrs.get("plane", ())
+    if affine is not None and (source or affine.dtype not in (None, "float32")):
+        raise IRError("conv2d_bf16: the prologue needs a float32 input and affine")
+    _check_inputs("conv2d_bf16", x, w, bool(source))
+    if source:
+        kernel, padding, dilation = attrs["kernel"], attrs["padding"], attrs["dilation"]
+        want = ((source[0] + 1) // 2, *plane_shape(source, kernel, padding, dilation))
+        if attrs["strides"] != (1, 1) or attrs["groups"] != 1:
+            raise IRError("conv2d_bf16: reads a pair plane only at stride 1, one group")
+        if x.shape is not None and any(
+            isinstance(a, int) and a != b for a, b in zip(x.shape[1:], want)
+        ):
+            raise IRError(
+                f"conv2d_bf16: the pair plane of a {fmt(source)} image is {fmt(want)} an "
+                f"image, got {fmt(x.shape)}"
+            )
+        if x.shape is not None:
+            x = TensorType((x.shape[0], *source), "float32")
+    if bias is not None:
+        units = None if w.shape is None else w.shape[0]
         if bias.dtype not in (None, "float32") or (
             bias.shape is not None and tuple(bias.shape) != (units,)
         ):
@@ -129,12 +175,15 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
                 f"{fmt(bias.shape)}"
             )
     if x.shape is None:
-        return TensorType(None, "float32")
+        return TensorType(None, "int32" if plane else "float32")
     if len(x.shape) != 4:
         raise IRError(f"conv2d_bf16: the input must be NCHW, got {fmt(x.shape)}")
-    attrs = call_.attrs
     kernel, groups = attrs["kernel"], attrs["groups"]
     cin = x.shape[1]
+    if affine is not None and affine.shape is not None and tuple(affine.shape) != (2, cin):
+        raise IRError(
+            f"conv2d_bf16: the prologue's affine must be (2, {cin}), got {fmt(affine.shape)}"
+        )
     if w.shape is not None and isinstance(cin, int) and isinstance(w.shape[1], int):
         if cin % groups or w.shape[1] != pair_depth(cin // groups, *kernel):
             raise IRError(
@@ -153,8 +202,8 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
         for i, pads in enumerate(pad_pairs(attrs["padding"], 2))
     ]
     shape = (x.shape[0], None if w.shape is None else w.shape[0], *spatial)
-    if len(args) == 4:
-        res = args[3]
+    if residual is not None:
+        res = residual
         if res.dtype not in (None, "float32") or (
             res.shape is not None
             and (len(res.shape) != 4 or any(isinstance(a, int) and isinstance(b, int) and a != b
@@ -164,6 +213,12 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
                 f"conv2d_bf16: the residual must be float32 {fmt(shape)}, got {res.dtype} "
                 f"{fmt(res.shape)}"
             )
+    if plane:
+        if residual is not None or groups != 1:
+            raise IRError("conv2d_bf16: writes a pair plane with one group and no residual")
+        co = shape[1]
+        pairs = (co + 1) // 2 if isinstance(co, int) else None
+        return TensorType((x.shape[0], pairs, plane[2], plane[3]), "int32")
     return TensorType(shape, "float32")
 
 
@@ -184,18 +239,28 @@ def conv2d_bf16(
     activation: str = "none",
     residual: ExprLike | None = None,
     panel: int = 0,
+    plane: Sequence[int] = (),
+    source: Sequence[int] = (),
+    affine: ExprLike | None = None,
+    prologue: str = "none",
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
     `conv_pairs`; with ``panel`` > 0 those words in panels of ``panel`` output channels,
     `turn_pairs`) of spatial size ``kernel``; ``bias`` (out channels,) float32 or None;
     ``residual`` float32 of the output's shape or None (only with a bias); ``activation`` one
-    of `ACTIVATIONS`."""
+    of `ACTIVATIONS`; ``plane`` ``(pt, pl, hq, wq)``: the result as the next convolution's
+    pair plane, ``source`` ``(c, h, w)``: ``x`` is this convolution's pair plane of such an
+    image (the module's docstring); ``prologue`` (`PROLOGUES`): ``x * scale + shift`` per
+    input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts."""
     name = "conv2d_bf16"
     if residual is not None and bias is None:
         raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
     args = (as_expr(x), as_expr(w)) + (() if bias is None else (as_expr(bias),))
     args += () if residual is None else (as_expr(residual),)
+    if (affine is None) != (prologue == "none"):
+        raise IRError("conv2d_bf16: a prologue takes an affine, and an affine a prologue")
+    args += () if affine is None else (as_expr(affine),)
     return call(
         ops.conv2d_bf16,
         *args,
@@ -206,7 +271,17 @@ def conv2d_bf16(
         kernel=positive_ints(name, "kernel", kernel, 2),
         activation=check_choice(name, "activation", activation, ACTIVATIONS),
         panel=check_int(name, "panel", panel, minimum=0),
+        plane=_ints(name, "plane", plane, 4, 0),
+        source=_ints(name, "source", source, 3, 1),
+        prologue=check_choice(name, "prologue", prologue, PROLOGUES),
     )
+
+
+def _ints(name: str, what: str, values: Sequence[int], length: int, minimum: int) -> tuple:
+    """``values`` as a tuple of ``length`` ints of at least ``minimum``, or () (none)."""
+    if len(values) not in (0, length):
+        raise IRError(f"{name}: {what} must have {length} values or none, got {values!r}")
+    return tuple(check_int(name, what, v, minimum=minimum) for v in values)
 
 
 def _check_panels(x: TensorType, w: TensorType, units: int) -> None:

@@ -23,9 +23,18 @@ the other when both are ones), then ``relu`` or ``gelu`` (either form), become
 ``conv2d_bf16``'s ``bias``, ``residual`` and ``activation``, which its kernel applies to each
 tile as it stores it (`rvm.kernels.bf16conv`) instead of a pass over the output after it.
 
+Then activations stay bf16 between convolutions where nothing else reads them: a chain of
+per-channel affine ops (``batch_norm``, ``multiply`` and ``add`` by constants of one value a
+channel) and, or only, a ``relu`` before a convolution becomes its ``prologue``, applied as
+its input is rounded (densenet's BN-ReLU); and a convolution read only by a stride-1
+convolution of one group writes that one's pair plane (``plane``: its padded bf16 input, int32
+words), which it reads as it is (``source``), so the activation is rounded once, by the
+producer, while in cache (`_join_prologues`, `_pair_planes`; `rvm.op.bf16`).
+
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables and the convolutions whose epilogue may still grow; each matching call is
-replaced in place, and a convolution whose epilogue joined a later call is dropped.
+replaced in place, and a convolution whose epilogue joined a later call is dropped. A second
+walk joins the prologues and pairs the planes, on the uses counted after the first.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ from rvm.op.bf16 import (
     default_pair_panel,
     pack_pairs,
     padded_depth,
+    plane_shape,
+    split_operands,
     turn_pairs,
     turned_panel,
 )
@@ -83,7 +94,7 @@ def bf16_rows(weight: np.ndarray) -> np.ndarray:
 def to_bf16(mod: IRModule) -> IRModule:
     """Rewrite every float32 dense, matmul and conv2d with a constant weight to its bf16 op,
     and every float32 attention to its bf16 products."""
-    converted = joined = 0
+    converted = joined = planes = prologues = 0
     weight_bytes = 0
 
     def rewrite(name: str, func: E.Function) -> E.Function:
@@ -118,14 +129,27 @@ def to_bf16(mod: IRModule) -> IRModule:
         body = map_regions(func.body, region)
         if body is func.body:
             return func
+        nonlocal planes, prologues
+        uses = Counter(n for n in walk(body) if isinstance(n, E.Var))
+
+        def paired(bindings: list[E.VarBinding], body: E.Expr, depth: int):
+            nonlocal planes, prologues
+            new, count = _join_prologues(bindings, uses)
+            prologues += count
+            new, count = _pair_planes(new, uses)
+            planes += count
+            return new, body
+
+        body = map_regions(body, paired)
         return E.Function(func.params, body, func.ret_type, func.attrs)
 
     funcs = map_functions(mod, rewrite)
     if not converted:
         return mod
     logger.debug(
-        "to_bf16: %d products in bf16 (%d conv epilogues joined), weights %.2f MB",
-        converted, joined, weight_bytes / 1e6,
+        "to_bf16: %d products in bf16 (%d conv epilogues joined, %d prologues, %d pair planes "
+        "between convolutions), weights %.2f MB", converted, joined, prologues, planes,
+        weight_bytes / 1e6,
     )  # fmt: skip
     return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
 
@@ -209,6 +233,160 @@ def _turned_panel(value: E.Call, x: E.Expr, w: np.ndarray, attrs: dict) -> int:
     (kw, sw, dw) = w.shape[3], attrs["strides"][1], attrs["dilation"][1]
     wq = shape[3] + ((kw - 1) * dw) // sw  # the pair plane's width (`bf16conv.conv2d`)
     return turned_panel(w.shape[0] // attrs["groups"], shape[2], shape[3], wq, attrs["groups"])
+
+
+def _pair_planes(bindings: list[E.VarBinding], uses: Counter) -> tuple[list[E.VarBinding], int]:
+    """``bindings`` where each ``conv2d_bf16`` ``p`` whose one use is the input of a later
+    ``conv2d_bf16`` ``q`` of the region (stride 1, one group, static shapes) writes ``q``'s
+    pair plane (``plane``) and ``q`` reads it (``source``): the activation between them stays
+    bf16, rounded once where ``p`` sums it, as ``q`` would round it (`rvm.op.bf16`). ``p``
+    takes no residual and one group; the program's inputs and outputs stay float32. Returns
+    the new bindings and how many convolutions write planes."""
+    producers = {
+        b.var: i
+        for i, b in enumerate(bindings)
+        if _is_conv(b.value) and uses[b.var] == 1 and len(b.value.args) < 4
+        and b.value.attrs["groups"] == 1 and not b.value.attrs.get("plane")
+    }  # fmt: skip
+    out = list(bindings)
+    count = 0
+    for j, b in enumerate(bindings):
+        q = b.value
+        if not _is_conv(q) or q.args[0] not in producers or q.attrs.get("source"):
+            continue
+        if q.attrs.get("prologue", "none") != "none":
+            continue
+        if q.attrs["strides"] != (1, 1) or q.attrs["groups"] != 1:
+            continue
+        i = producers[q.args[0]]
+        p = out[i].value
+        shape = getattr(q.args[0].type, "shape", None)
+        if shape is None or not all(isinstance(d, int) for d in shape[1:]):
+            continue
+        source = tuple(shape[1:])
+        hq, wq = plane_shape(source, q.attrs["kernel"], q.attrs["padding"], q.attrs["dilation"])
+        plane = (q.attrs["padding"][0], q.attrs["padding"][1], hq, wq)
+        new_p = _rebuilt(p, plane=plane)
+        var = E.Var(out[i].var.name, new_p.type)
+        out[i] = E.VarBinding(var, new_p)
+        out[j] = E.VarBinding(b.var, _rebuilt(q, x=var, source=source))  # q may write in turn
+        count += 1
+    return out, count
+
+
+_CONV_ATTRS = ("strides", "padding", "dilation", "groups", "kernel", "panel", "activation")
+
+
+def _rebuilt(conv: E.Call, **changes) -> E.Call:
+    """``conv`` (a ``conv2d_bf16``) with ``changes`` to its operands (``x``, ``w``, ``bias``,
+    ``residual``, ``affine``) or attributes, typed."""
+    attrs = conv.attrs
+    prologue = attrs.get("prologue", "none")
+    bias, residual, affine = split_operands(conv.args[2:], prologue)
+    parts = dict(x=conv.args[0], w=conv.args[1], bias=bias, residual=residual, affine=affine,
+                 plane=attrs.get("plane", ()), source=attrs.get("source", ()), prologue=prologue,
+                 **{k: attrs[k] for k in _CONV_ATTRS})  # fmt: skip
+    new = op.conv2d_bf16(**{**parts, **changes})
+    infer_type(new)
+    return new
+
+
+def _join_prologues(bindings: list[E.VarBinding], uses: Counter) -> tuple[list[E.VarBinding], int]:
+    """``bindings`` where each ``conv2d_bf16`` whose input is a chain of per-channel affine
+    ops on a float32 NCHW tensor ``x`` -- ``batch_norm``, ``multiply`` and ``add`` by a
+    constant of one value a channel (or one value) -- then, or only, a ``relu``, each read by
+    the next alone, reads ``x`` with that chain as its ``prologue`` (one scale and shift a
+    channel, then ReLU), applied as its pair plane is built (densenet's BN-ReLU before each
+    convolution); the chain's bindings dropped. Returns the new bindings and how many
+    convolutions took a prologue."""
+    consts = {b.var: b.value.data for b in bindings if isinstance(b.value, E.Constant)}
+    at = {b.var: i for i, b in enumerate(bindings)}
+    out: list[E.VarBinding | None] = list(bindings)
+    count = 0
+    for j, b in enumerate(bindings):
+        q = b.value
+        if not _is_conv(q) or q.attrs.get("source") or q.attrs.get("prologue", "none") != "none":
+            continue
+        x = q.args[0]
+        shape = getattr(x.type, "shape", None)
+        if shape is None or len(shape) != 4 or not isinstance(shape[1], int):
+            continue
+        c = shape[1]
+        scale, shift, drop, relu = np.ones(c), np.zeros(c), [], False
+
+        def producer(v: E.Expr) -> E.Call | None:
+            if not isinstance(v, E.Var) or v not in at or uses[v] != 1:
+                return None
+            binding = out[at[v]]
+            value = binding.value if binding is not None else None
+            return value if isinstance(value, E.Call) and isinstance(value.callee, E.Op) else None
+
+        call = producer(x)
+        if call is not None and call.callee is ops.relu:
+            relu, drop, x = True, [at[x]], call.args[0]
+        while (call := producer(x)) is not None:
+            step = _affine_step(call, consts, c)
+            if step is None:
+                break
+            s, t = step
+            scale, shift = s * scale, t * scale + shift  # the chain after x * s + t
+            drop.append(at[x])
+            x = call.args[0]
+        if not drop or getattr(x.type, "dtype", None) != "float32":
+            continue
+        if tuple(getattr(x.type, "shape", ())) != tuple(shape):
+            continue
+        affine = E.Constant(np.stack([scale, shift]).astype(np.float32))
+        out[j] = E.VarBinding(
+            b.var,
+            _rebuilt(q, x=x, affine=affine, prologue="affine_relu" if relu else "affine"),
+        )
+        for d in drop:
+            out[d] = None
+        count += 1
+    return [b for b in out if b is not None], count
+
+
+def _affine_step(call: E.Call, consts: dict, c: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(s, t)`` (float64, one a channel) when ``call`` is ``x * s + t`` of its first
+    operand ``x`` per channel of ``c`` (axis 1): an inference ``batch_norm`` of constant
+    statistics, or a ``multiply`` or ``add`` by a constant of one value a channel (or one
+    value); else None."""
+    args = call.args
+    if call.callee is ops.batch_norm:
+        stats = [_per_channel(_const(a, consts), c, stats=True) for a in args[1:5]]
+        if len(args) != 5 or call.attrs.get("axis") != 1 or any(v is None for v in stats):
+            return None
+        gamma, beta, mean, var = stats
+        s = gamma / np.sqrt(var + float(call.attrs["epsilon"]))
+        return s, beta - mean * s
+    if call.callee not in (ops.multiply, ops.add) or len(args) != 2:
+        return None
+    if _const(args[0], consts) is not None:
+        return None  # the constant first: the chain's input is not args[0]
+    v = _per_channel(_const(args[1], consts), c)
+    if v is None:
+        return None
+    return (v, np.zeros(c)) if call.callee is ops.multiply else (np.ones(c), v)
+
+
+def _per_channel(b: np.ndarray | None, c: int, stats: bool = False) -> np.ndarray | None:
+    """``b`` as ``c`` float64 values, one a channel: ``(c,)`` statistics (``stats``: a batch
+    norm's), or a constant an NCHW tensor broadcasts along its channels only (or one value
+    for all); else None."""
+    if b is None or b.dtype != np.float32 or b.ndim > 4:
+        return None
+    if stats:
+        return b.astype(np.float64) if b.shape == (c,) else None
+    if b.size == 1:
+        return np.full(c, float(b.reshape(())), np.float64)
+    if (1,) * (4 - b.ndim) + b.shape != (1, c, 1, 1):
+        return None
+    return b.reshape(c).astype(np.float64)
+
+
+def _is_conv(value: E.Expr) -> bool:
+    return isinstance(value, E.Call) and value.callee is ops.conv2d_bf16
 
 
 def _conv_attrs(conv: E.Call) -> dict:

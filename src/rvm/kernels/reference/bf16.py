@@ -20,6 +20,9 @@ __all__ = [
     "dense_packed_bf16",
     "pack_pairs",
     "pair_depth",
+    "pair_plane",
+    "plane_image",
+    "split_operands",
     "turn_pairs",
 ]
 
@@ -92,13 +95,63 @@ def unturn_pairs(rows, groups, panel):
     return np.ascontiguousarray(np.concatenate(out)).view(np.int16).reshape(o, kp)
 
 
+def pair_plane(y, pt, pl, hq, wq):
+    """float32 ``y`` (n, c, h, w) rounded to bf16 as a convolution's pair plane: int32 ``(n,
+    (c + 1) // 2, hq, wq)``, word ``(c2, pt + i, pl + j)`` channel ``2 c2``'s bits (low half)
+    and ``2 c2 + 1``'s (high half; 0 past ``c``) at ``(i, j)``, every other word 0."""
+    n, c, h, w = y.shape
+    bits = np.zeros((n, c + (c & 1), hq, wq), np.uint32)
+    bits[:, :c, pt : pt + h, pl : pl + w] = bf16_bits(y)
+    return np.ascontiguousarray(bits[:, 0::2] | (bits[:, 1::2] << 16)).view(np.int32)
+
+
+def plane_image(plane, c, h, w, pt, pl):
+    """`pair_plane`'s inverse: the float32 ``(n, c, h, w)`` image in ``plane``, its padding
+    ``pt`` rows above, ``pl`` columns left."""
+    words = np.asarray(plane).view(np.uint32)[:, :, pt : pt + h, pl : pl + w]
+    halves = np.stack([words & 0xFFFF, words >> 16], axis=2)  # (n, c2, 2, h, w)
+    n = words.shape[0]
+    image = (halves.astype(np.uint32) << 16).view(np.float32).reshape(n, -1, h, w)
+    return np.ascontiguousarray(image[:, :c])
+
+
+PROLOGUES = ("none", "affine", "affine_relu")
+"""What ``conv2d_bf16`` applies to its input before rounding it (its ``prologue``): nothing,
+or ``x * scale + shift`` per input channel (then ReLU), the scales and shifts its last
+operand ``(2, c)`` float32."""
+
+
+def split_operands(rest, prologue="none"):
+    """``(bias, residual, affine)`` of ``conv2d_bf16``'s operands after ``x`` and ``w`` (None
+    where absent): the bias and the residual in that order, the prologue's affine last."""
+    affine = rest[-1] if prologue != "none" else None
+    rest = rest[:-1] if prologue != "none" else rest
+    return (rest[0] if rest else None), (rest[1] if len(rest) > 1 else None), affine
+
+
 def conv2d_bf16(
-    x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0
-):
+    x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0,
+    plane=(), source=(), prologue="none"
+):  # fmt: skip
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
     bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
     ``panel`` > 0: `turn_pairs`); ``rest``: none, the bias (one value per output channel), or
-    the bias and the residual (float32, the output's shape)."""
+    the bias and the residual (float32, the output's shape). With ``plane`` ``(pt, pl, hq,
+    wq)`` the result as the next convolution's pair plane (`pair_plane`); with ``source``
+    ``(c, h, w)``, ``x`` this one's pair plane (`rvm.op.bf16`); ``prologue`` (`PROLOGUES`)
+    applied to ``x`` first, its affine the last of ``rest``."""
+    if source:
+        x = plane_image(x, *source, padding[0], padding[1])
+    bias, residual, affine = split_operands(rest, prologue)
+    rest = tuple(r for r in (bias, residual) if r is not None)
+    if affine is not None:
+        scale, shift = (np.asarray(a, np.float32).reshape(-1, 1, 1) for a in affine)
+        x = _like(np.asarray(x, np.float32) * scale + shift, np.float32)
+        x = relu(x) if prologue == "affine_relu" else x
+    if plane:
+        attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
+        y = conv2d_bf16(x, w, *rest, **attrs, kernel=kernel, activation=activation, panel=panel)
+        return pair_plane(y, *plane)
     cg, (kh, kw) = x.shape[1] // groups, kernel
     if panel:
         w = unturn_pairs(np.asarray(w), groups, panel)
