@@ -124,7 +124,13 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _top1(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    g, w = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
+    """Per row (an image; BERT: a token), whether the argmax over the last axis of size
+    above 1 agrees: squeezenet's and densenet121's logits ``(1, 1000, 1, 1)`` are one row of
+    1000, not 1000 rows of 1."""
+    shape = want.shape
+    while len(shape) > 1 and shape[-1] == 1:
+        shape = shape[:-1]
+    g, w = got.reshape(-1, shape[-1]), want.reshape(-1, shape[-1])
     return np.argmax(g, -1) == np.argmax(w, -1)
 
 
