@@ -6,14 +6,15 @@ model -- the 9 light ONNX CNNs (random weights, `rvm.testing.onnx_models`) and B
 batch 1, seq 128 (``bert``: exported with random weights by `transformer_models.export_bert`)
 -- in one process:
 
-- **outputs checked first**: rvm f32 and OpenVINO f32 against ONNX Runtime (relative error
-  under 1e-3, else the run fails); then the reduced-precision engines' error against ORT f32:
-  the largest ``|a - b| / max |b|`` of the logits (BERT: of ``last_hidden_state``) over
-  ``--inputs`` random inputs, and the share of those inputs whose top-1 (argmax of the
-  logits; BERT: of each token's hidden state) equals f32's -- the issue's bound is 3e-2 and
-  99%. rvm bf16 is ``rvm.compile(mod, precision="bf16")``; OpenVINO's *default* is what it
-  picks on this CPU (bf16 where the CPU has AVX512-BF16), its f32 the
-  ``INFERENCE_PRECISION_HINT=f32`` hint;
+- **outputs checked first**: rvm f32 and OpenVINO f32 against ONNX Runtime on the first
+  input (relative error under 1e-3, else the run fails); then the reduced-precision engines'
+  error against ORT f32: the largest ``|a - b| / max |b|`` of the logits (BERT: of
+  ``last_hidden_state``) over ``--inputs`` random inputs (default 200, the issue's count;
+  only ORT f32, rvm bf16 and OpenVINO's default run them), and the share of those inputs
+  whose top-1 (argmax of the logits; BERT: of each token's hidden state, 128 an input)
+  equals f32's -- the issue's bound is 3e-2 and 99%. rvm bf16 is ``rvm.compile(mod,
+  precision="bf16")``; OpenVINO's *default* is what it picks on this CPU (bf16 where the
+  CPU has AVX512-BF16), its f32 the ``INFERENCE_PRECISION_HINT=f32`` hint;
 - **speed**: milliseconds per call, interleaved medians (`common.interleaved_medians`,
   default threads, or ``--threads N`` for every engine: rvm's `set_num_threads`, ORT's
   ``intra_op_num_threads``, OpenVINO's ``INFERENCE_NUM_THREADS``: one thread against one
@@ -53,6 +54,7 @@ from rvm.testing.onnx_models import LIGHT_MODELS, random_inputs
 SETTLE_S = 0.1  # ORT's pool threads spin ~30 ms after a call (see benchmarks/models.py)
 BOUND_ERR, BOUND_TOP1 = 3e-2, 0.99
 SANE_BF16 = 0.25  # a bf16 output this far off f32 is wrong, not rounded
+REDUCED = ("rvm bf16", "OV default")  # the engines whose accuracy over ``--inputs`` is reported
 
 
 THREADS = 0  # --threads: 0 is each engine's default
@@ -122,7 +124,13 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _top1(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    g, w = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
+    """Per row (an image; BERT: a token), whether the argmax over the last axis of size
+    above 1 agrees: squeezenet's and densenet121's logits ``(1, 1000, 1, 1)`` are one row of
+    1000, not 1000 rows of 1."""
+    shape = want.shape
+    while len(shape) > 1 and shape[-1] == 1:
+        shape = shape[:-1]
+    g, w = got.reshape(-1, shape[-1]), want.reshape(-1, shape[-1])
     return np.argmax(g, -1) == np.argmax(w, -1)
 
 
@@ -133,15 +141,17 @@ def bench(name: str, path: Path, feeds: list[list[np.ndarray]], out: int, repeat
     compile_s, ov_default = engines.pop("_compile_s"), engines.pop("_ov_default")
     alone = engines.pop("_alone")
     want = engines["ORT f32"](first)[out]
-    for exact in ("rvm f32", "OV f32"):
-        err = _error(engines[exact](first)[out], want)
+    exact = {k: _error(engines[k](first)[out], want) for k in ("rvm f32", "OV f32")}
+    for k, err in exact.items():
         if err > 1e-3:
-            raise SystemExit(f"{name}: {exact} differs from ORT f32 (relative error {err:.2e})")
-    errors = {k: 0.0 for k in engines if k != "ORT f32"}
-    agree = {k: [] for k in errors}
+            raise SystemExit(f"{name}: {k} differs from ORT f32 (relative error {err:.2e})")
+    # the accuracy of the reduced-precision engines, against ORT f32 on every input: only
+    # these three run ``feeds`` (the float32 engines are checked on the first, above)
+    errors = {k: 0.0 for k in REDUCED}
+    agree: dict[str, list[bool]] = {k: [] for k in REDUCED}
     for xs in feeds:
         ref = engines["ORT f32"](xs)[out]
-        for k in errors:
+        for k in REDUCED:
             got = engines[k](xs)[out]
             errors[k] = max(errors[k], _error(got, ref))
             agree[k].extend(_top1(got, ref).tolist())
@@ -152,6 +162,8 @@ def bench(name: str, path: Path, feeds: list[list[np.ndarray]], out: int, repeat
         "rvm_alone_ms": alone,
         "rel_err": errors,
         "top1": {k: float(np.mean(v)) for k, v in agree.items()},
+        "top1_count": {k: [int(np.sum(v)), len(v)] for k, v in agree.items()},
+        "f32_rel_err_first_input": exact,
         "inputs": len(feeds),
         "compile_s": compile_s,
         "ov_default_precision": ov_default,
@@ -188,7 +200,11 @@ def table(results: dict[str, dict]) -> str:
     lines = [head, "|" + "---|" * (len(engines) + 5)]
     for name, r in results.items():
         cells = [f"{r['ms'][e]:.2f}" for e in engines]
-        errs = [f"{r['rel_err'][e]:.1e} ({r['top1'][e]:.1%})" for e in ("rvm bf16", "OV default")]
+        errs = [
+            f"{r['rel_err'][e]:.1e} ({r['top1'][e]:.2%})"
+            + ("" if r["rel_err"][e] <= BOUND_ERR and r["top1"][e] >= BOUND_TOP1 else " MISS")
+            for e in REDUCED
+        ]
         ratio = r["bf16_vs_ov_default"]
         goal = "ok" if ratio <= 1.0 else "MISS"
         alone = ", ".join(f"{r['rvm_alone_ms'][e]:.2f}" for e in ("rvm f32", "rvm bf16"))
