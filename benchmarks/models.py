@@ -18,7 +18,9 @@ Every figure comes from a fresh process (`model_child.py`); per model:
   processes that compiled kernels alongside (`rvm.jit.parallel`). rvm's own library code
   (``rvm.kernels.conv``, ``.pool``, ``.mathlib``...) is compiled once per install and
   kept in Numba's cache beside it, as any prebuilt runtime library (only the entry points and
-  dtypes a model uses are built); ``cold`` has it cached.
+  dtypes a model uses are built); ``cold`` has it cached: a first child (``warm`` in a cache
+  of its own, discarded) builds what the model uses of it, so a library the last edit made
+  stale is not built in ``cold`` (nor a task its helpers left unbuilt in ``warm``).
 - **first** (unless ``--no-first``): the cold compile of the first run after an install, with
   rvm's library not compiled either: one process whose Numba cache (``NUMBA_CACHE_DIR``) is
   empty too, wall seconds and CPU (this process's and its helpers').
@@ -122,6 +124,7 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
 
     path, npz, model, inputs = light_model_files(name, work, args.batch)
     run = [args.src, path, npz]
+    _child("warm", *run, work / f"{name}_library")  # rvm's library built (see the docstring)
     colds = [_child("cold", *run, work / f"{name}_cache_{k}") for k in range(args.runs)]
     cache = work / f"{name}_cache_0"
     warms = [_child("warm", *run, cache) for _ in range(args.runs)]

@@ -1,21 +1,25 @@
 """Compiles apart (`rvm.kernels.apart`): with isolation on, what Numba compiles for its disk
 cache compiles in a forked helper and this process loads it; a helper that fails leaves the
 compile (and its error) to this process; `in_background` and `rvm.kernels.parfor.prefetch`
-build while the process goes on."""
+build while the process goes on; a build another process holds the lock of is waited for."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from numba.core import types
 from numba.core.errors import TypingError
 
 from rvm.kernels import apart, numba_cache
@@ -149,8 +153,9 @@ import os, sys, time
 from rvm.kernels import apart, numba_cache
 
 def build():
-    with open(sys.argv[1], "w") as f:
+    with open(sys.argv[1] + ".part", "w") as f:
         f.write(str(os.getpid()))
+    os.replace(sys.argv[1] + ".part", sys.argv[1])  # never seen empty
     time.sleep(300)
 
 apart.in_background([build])
@@ -202,3 +207,95 @@ def test_prefetched_tasks_are_loaded_not_built(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"started": 1, "hits": 1, "tasks": [["gemv", "float64"]]}
+
+
+def _lock_holder(mod, sig, then=lambda: None) -> tuple[int, int]:
+    """Fork a process that takes the build lock of ``mod.scale`` for ``sig`` (`built_once`),
+    waits for a byte on the pipe returned, runs ``then`` and exits; (its pid, the pipe)."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(go_w)  # end of file once the test closes its end
+            with apart.built_once(mod.scale._cache, sig, mod.scale.targetctx):
+                os.write(ready_w, b"1")
+                os.read(go_r, 1)
+                then()
+            code = 0
+        finally:
+            os._exit(code)
+    os.read(ready_r, 1)  # it holds the lock
+    for fd in (ready_r, ready_w, go_r):
+        os.close(fd)
+    return pid, go_w
+
+
+class _Lines(logging.Handler):
+    def __init__(self, wanted: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.wanted, self.seen, self.lines = wanted, threading.Event(), []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.wanted in self.lines[-1]:
+            self.seen.set()
+
+
+@pytest.fixture
+def jit_lines():
+    """The ``rvm.jit`` logger's lines, at debug level, while the test runs."""
+    logger = logging.getLogger("rvm.jit")
+    handler = _Lines("waiting for process")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_a_build_another_process_holds_is_waited_for_then_loaded(
+    tmp_path, monkeypatch, jit_lines
+) -> None:
+    """Two processes needing one function with empty caches compile it once: the second
+    waits for the first's build (its lock), then loads it from the cache."""
+    monkeypatch.setenv("RVM_JIT_ISOLATE", "0")  # this process compiles what it does not load
+    numba_cache.install()
+    mod = _module(tmp_path, monkeypatch, 4)
+    pid, go = _lock_holder(mod, (types.float64, types.float64), lambda: mod.scale(1.0, 2.0))
+
+    def release() -> None:  # once this process waits for it, the holder compiles and exits
+        jit_lines.seen.wait(120)
+        os.write(go, b"1")
+
+    threading.Thread(target=release, daemon=True).start()
+    assert mod.scale(2.0, 3.0) == 6.0
+    _, status = os.waitpid(pid, 0)
+    os.close(go)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert f"scale: waiting for process {pid}'s build" in jit_lines.lines
+    assert sum(mod.scale.stats.cache_hits.values()) == 1  # loaded what the holder compiled
+    assert not sum(mod.scale.stats.cache_misses.values())
+
+
+@pytest.mark.parametrize("holder", ["killed", "hung"])
+def test_a_killed_or_hung_builder_blocks_no_one(tmp_path, monkeypatch, jit_lines, holder) -> None:
+    """A builder that is killed releases its lock at once (the system's); one that hangs is
+    waited for `BUILD_WAIT` seconds at most: either way this process compiles it."""
+    monkeypatch.setenv("RVM_JIT_ISOLATE", "0")
+    monkeypatch.setattr(apart, "BUILD_WAIT", 0.3 if holder == "hung" else 600.0)
+    numba_cache.install()
+    mod = _module(tmp_path, monkeypatch, 5)
+    pid, go = _lock_holder(mod, (types.float64, types.float64))
+    if holder == "killed":
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert mod.scale(2.0, 3.0) == 6.0
+    assert sum(mod.scale.stats.cache_misses.values()) == 1  # compiled here
+    timed_out = any("built here too" in line for line in jit_lines.lines)
+    assert timed_out == (holder == "hung")
+    os.close(go)  # the hung holder reads end of file, exits
+    if holder == "hung":
+        os.waitpid(pid, 0)

@@ -31,6 +31,13 @@ neither leaves in the cache (it failed, or the function cannot be cached) is com
 as before, which also reports any error as Numba does; the server and the helpers are only
 accelerators.
 
+A compile of a cached function whose object code is not in the cache is done by one process
+at a time (`built_once`): two processes sharing the cache that need the same function (two
+test workers, a user's several processes, both with empty caches) no longer both compile it;
+the second waits, under a file lock beside the function's cache (``fcntl.lockf``: released
+by the system when its holder exits or is killed), for the first's build, then loads it. A
+wait ends after `BUILD_WAIT` seconds (a hung builder): the waiter then compiles it itself.
+
 `in_background(builds)` runs builds in forked helpers while this process goes on (work it
 will likely need soon, such as the library tasks a model's first run takes), each build
 claimed by one process: a helper, or this process when it needs the build first
@@ -45,7 +52,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import gc
+import hashlib
 import itertools
 import logging
 import os
@@ -158,32 +167,35 @@ def install(check: Callable[[Path], bool], seal: Callable[[Path], None]) -> None
         dispatch_compile, cfunc_compile = Dispatcher.compile, CFunc.compile
 
         def compile_dispatcher(self: Any, sig: Any) -> Any:
-            if _wanted() and getattr(self, "_can_compile", False):
-                args, _ = sigutils.normalize_signature(sig)
-                if tuple(args) not in self.overloads:
-                    target = self.targetctx
+            args, _ = sigutils.normalize_signature(sig)
+            if not getattr(self, "_can_compile", False) or tuple(args) in self.overloads:
+                with _compiling():
+                    return dispatch_compile(self, sig)
+            with built_once(self._cache, sig, self.targetctx):
+                if _wanted():
                     compile_apart(
                         self._cache,
                         sig,
-                        target,
+                        self.targetctx,
                         lambda: dispatch_compile(self, sig),
                         lambda: compile_server.describe(self.py_func, sig, self._cache),
                     )
-            with _compiling():
-                return dispatch_compile(self, sig)
+                with _compiling():
+                    return dispatch_compile(self, sig)
 
         def compile_cfunc(self: Any) -> Any:
-            if _wanted():
-                target = self._targetdescr.target_context
-                compile_apart(
-                    self._cache,
-                    self._sig,
-                    target,
-                    lambda: cfunc_compile(self),
-                    lambda: compile_server.describe(self._pyfunc, None, self._cache),
-                )
-            with _compiling():
-                return cfunc_compile(self)
+            target = self._targetdescr.target_context
+            with built_once(self._cache, self._sig, target):
+                if _wanted():
+                    compile_apart(
+                        self._cache,
+                        self._sig,
+                        target,
+                        lambda: cfunc_compile(self),
+                        lambda: compile_server.describe(self._pyfunc, None, self._cache),
+                    )
+                with _compiling():
+                    return cfunc_compile(self)
 
         compile_dispatcher.__wrapped__ = dispatch_compile  # type: ignore[attr-defined]
         compile_cfunc.__wrapped__ = cfunc_compile  # type: ignore[attr-defined]
@@ -294,6 +306,122 @@ def _cached(cache: Any, sig: Any, target: Any) -> bool | None:
     except Exception as err:  # noqa: BLE001 - unknown: compiled here, as without isolation
         logger.debug("cache index unreadable (%s: %s): compiled here", type(err).__name__, err)
         return None
+
+
+# How long a compile waits for another process's build of the same function (`built_once`)
+# before compiling it itself: a bound for a builder that hangs (one that exits or is killed
+# releases its lock at once), far above a build's seconds.
+BUILD_WAIT = 300.0
+BUILD_LOCK = "build"  # the suffix of a build's lock file, beside the function's cache index
+_held: set[str] = set()  # the build locks this process holds
+os.register_at_fork(after_in_child=_held.clear)
+
+
+@contextlib.contextmanager
+def built_once(cache: Any, sig: Any, target: Any) -> Iterator[None]:
+    """Within: this process builds ``sig`` of the function Numba's ``cache`` caches (a
+    compile, or a load once another process has built it), no other process sharing the
+    cache building it at the same time. When another holds its build lock
+    (`build_lock_path`), this one waits until that one lets it go (it exits or is killed: the
+    system releases its lock) or the cache has the build, at most `BUILD_WAIT` seconds, then
+    goes on (a load, or its own compile).
+
+    Nothing is locked for a cache not on disk or that has the build already, nor when the
+    lock's folder is not writable. A lock held by this process (another thread's compile:
+    Numba orders them) or by its parent (a helper or compile server compiling what its
+    parent holds the lock of, and waits for) is not waited for."""
+    path = build_lock_path(cache, sig)
+    if path is None or path in _held or _cached(cache, sig, target) is not False:
+        yield
+        return
+    try:
+        import fcntl
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    mine = False
+    try:
+        mine = _wait_for_lock(fd, fcntl, cache, sig, target)
+        if mine:
+            _held.add(path)
+            with contextlib.suppress(OSError):  # who holds it, for its helpers and the log
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        if mine:
+            _held.discard(path)
+        os.close(fd)  # releases the lock
+
+
+def build_lock_path(cache: Any, sig: Any) -> str | None:
+    """The lock file of the build of ``sig`` by Numba's ``cache`` (beside its index: one per
+    function and signature), or None when it is no disk cache (or this Numba's differs)."""
+    from numba.core import sigutils
+
+    try:
+        if not getattr(cache, "_enabled", False):
+            return None
+        index = str(cache._cache_file._index_path)
+        args, _ = sigutils.normalize_signature(sig)
+    except Exception:  # noqa: BLE001 - not a cache this knows: unlocked
+        return None
+    digest = hashlib.sha256(str(tuple(args)).encode()).hexdigest()[:16]
+    return f"{index.removesuffix('.nbi')}.{digest}.{BUILD_LOCK}"
+
+
+def _wait_for_lock(fd: int, fcntl: Any, cache: Any, sig: Any, target: Any) -> bool:
+    """Take the lock on ``fd`` (True), or go on without it (False): its holder is this
+    process's parent, the cache has the build, `BUILD_WAIT` seconds passed, or the file
+    system has no locks."""
+    start = time.perf_counter()
+    pause = 0.01
+    holder = 0
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EAGAIN):  # not held by another process
+                logger.debug("%s: no build lock (%s)", _name(cache), err)
+                return False
+        else:
+            if holder:
+                _built_by(cache, holder, start)
+            return True
+        if not holder:
+            holder = _holder(fd)  # 0 until the holder wrote it
+            if holder == os.getppid():
+                return False  # the parent waits for this process's compile
+            if holder:
+                logger.debug("%s: waiting for process %d's build", _name(cache), holder)
+        elif _cached(cache, sig, target) is True:
+            _built_by(cache, holder, start)
+            return False
+        if _since(start) > BUILD_WAIT:
+            logger.info(
+                "%s: process %d has been building it for %.0f s: built here too",
+                _name(cache),
+                holder,
+                _since(start),
+            )
+            return False
+        time.sleep(pause)
+        pause = min(2 * pause, 0.2)
+
+
+def _built_by(cache: Any, holder: int, start: float) -> None:
+    logger.debug("%s: built by process %s (waited %.3f s)", _name(cache), holder, _since(start))
+
+
+def _holder(fd: int) -> int:
+    """The pid the holder of the build lock ``fd`` wrote in it (0: none yet)."""
+    try:
+        return int(os.pread(fd, 32, 0) or b"0")
+    except (OSError, ValueError):
+        return 0
 
 
 class Pending:

@@ -12,6 +12,8 @@ when first required: the first compile after an install then builds the float32 
 alone, not every dtype's (each is seconds of LLVM). A kernel that calls one requires it at
 import (its generated source has ``require("conv2d", "float32")`` before its function), so the
 symbol is registered before a cached kernel is linked; typing a call requires it too.
+Processes sharing the cache that need one at once build it once: the others wait for that
+build, then load it (`rvm.kernels.apart.built_once`, as for every function Numba caches).
 
 Every float entry point has one C signature, so one caller serves them all: three data
 pointers (up to three 4-d arrays of the dtype; null past the last), their dims (an int64 array

@@ -247,7 +247,7 @@ def clear_cache() -> None:
     ``NUMBA_CACHE_DIR``), and Numba's object code of rvm's kernel library (`rvm.kernels`),
     wherever Numba keeps it. Nothing else in the cache directory is touched (it may be a
     folder of the user's)."""
-    from rvm.kernels import numba_cache
+    from rvm.kernels import apart, numba_cache
 
     root = cache_dir()
     for sub in (root / name for name in OWN_DIRS):
@@ -263,4 +263,6 @@ def clear_cache() -> None:
     for module in sources:
         drop_object_code(module)
         (folder / f"{module.stem}.{numba_cache.LOCK}").unlink(missing_ok=True)
+        for lock in folder.glob(f"{module.stem}.*.{apart.BUILD_LOCK}"):  # `apart.built_once`'s
+            lock.unlink(missing_ok=True)
     (folder / numba_cache.LIBRARY_STAMP).unlink(missing_ok=True)
