@@ -270,6 +270,29 @@ def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> Non
     np.testing.assert_allclose(rvm.interpret(packed, "main", *inputs), want, rtol=1e-4, atol=2e-3)
 
 
+def test_an_int8_convolution_turned_around_does_not_widen_the_rule(monkeypatch) -> None:
+    """Only a float32 convolution on the direct method builds it: a module whose one packed
+    convolution is an int8 one (turned around: `rvm.op.turn_qconv2d`) keeps its shallow float
+    convolution on small maps a GEMM (`direct.pays_once_built` holds for it)."""
+    from rvm.transform import pack_conv_weights as pcw
+
+    lanes = direct.LANES
+    turned = []
+    monkeypatch.setattr(pcw, "turn_qconv2d", lambda call, weight: turned.append(call) or call)
+    xq, xf = var("xq", (1, 4, 8, 8), "uint8"), var("xf", (1, 2 * lanes, 14, 14))
+    wq = np.ones((6, 4, 3, 3), np.int8)
+    bq, sq = np.zeros(6, np.int32), np.ones(6, np.float32)
+    wf = rand((8 * lanes, 2 * lanes, 3, 3), seed=3)
+    assert direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)
+    b = Builder()
+    with b.function("main", [xq, xf]):
+        q = b.emit(op.qconv2d(xq, E.Constant(wq), E.Constant(bq), E.Constant(sq)))
+        y = b.emit(op.conv2d(xf, E.Constant(wf), (1, 1), (1, 1, 1, 1)))
+        b.emit_output(E.Tuple([q, y]))
+    text = str(pcw.pack_conv_weights(b.get()))
+    assert len(turned) == 1 and "conv2d_packed" not in text and "conv2d(" in text
+
+
 @nb.njit
 def _entry(x, w4, out, params):  # type: ignore[no-untyped-def]
     return direct.entry_call((x, w4, out), params)

@@ -41,9 +41,9 @@ logger = logging.getLogger("rvm.transform")
 
 def pack_conv_weights(mod: IRModule) -> IRModule:
     """Rewrite every conv2d the direct method serves to `rvm.op.conv2d_packed`."""
-    out, packed = _pack(mod, False)
-    if packed:  # the module builds the direct method: the wider rule's convolutions take it too
-        out, more = _pack(out, True)
+    out, packed, direct = _pack(mod, False)
+    if direct:  # the module builds the direct method: the wider rule's convolutions take it too
+        out, more, _ = _pack(out, True)
         packed += more
     if not packed:
         return mod
@@ -51,16 +51,17 @@ def pack_conv_weights(mod: IRModule) -> IRModule:
     return out
 
 
-def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int]:
+def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int, int]:
     """``mod`` with the convolutions `_convert` packs (``built``: only float ones, by the
-    wider rule too) rewritten, and how many."""
-    packed = 0
+    wider rule too) rewritten, how many, and how many of them float32 ones (the direct
+    method's: an int8 one turned around builds none of it)."""
+    packed = direct = 0
 
     def rewrite(name: str, func: E.Function) -> E.Function:
         consts: dict[E.Var, np.ndarray] = {}
 
         def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal packed
+            nonlocal packed, direct
             out = []
             for b in bindings:
                 if isinstance(b.value, E.Constant):
@@ -68,6 +69,7 @@ def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int]:
                 new = _convert(b.value, consts, built)
                 if new is not None:
                     packed += 1
+                    direct += b.value.callee is ops.conv2d
                     b = E.VarBinding(b.var, new)
                 out.append(b)
             return out, body
@@ -75,7 +77,7 @@ def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int]:
         return map_function_regions(func, region)
 
     funcs = map_functions(mod, rewrite)
-    return (replace_changed(mod, funcs), packed) if packed else (mod, 0)
+    return (replace_changed(mod, funcs), packed, direct) if packed else (mod, 0, 0)
 
 
 def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray], built: bool) -> E.Call | None:
