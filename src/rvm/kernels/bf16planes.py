@@ -1,0 +1,244 @@
+"""The bf16 convolutions' pair planes: a float32 image rounded (to nearest even) into the
+zero-padded 32-bit words ``vdpbf16ps`` takes as B, word ``(c2, y, x)`` the bf16 pair of
+channels ``2 c2`` (low half) and ``2 c2 + 1`` (high half) at ``(y, x)``, kept in its stride
+phases (`pair_plane`, split on the pool by channel pairs), and where each of a convolution's
+GEMM pair rows reads in them (`tap_table`). `pair_words` rounds one run of values (a prologue
+``x * scale + shift`` per channel, then ReLU, applied first when asked): the convolutions build
+their input planes with it (`rvm.kernels.bf16conv`, `rvm.kernels.bf16turned`) and write the next
+convolution's plane with it (`rvm.kernels.bf16conv`'s pair plane out).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rvm.kernels import parfor, workpool
+from rvm.kernels.bf16gemm import LANES, PIECES_PER_THREAD, pair_bits
+from rvm.kernels.sgemm import _floats_at
+from rvm.kernels.vectors import VectorIR
+
+__all__ = ["NO_AFFINE", "pair_plane", "pair_words", "phase_slots", "tap_table"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
+"""`pair_words`'s ``scales`` with no prologue: (scale, shift) of the low and the high half."""
+PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
+
+
+@intrinsic
+def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ignore[no-untyped-def]  # noqa: E501
+    """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
+    (low half) and, when ``pair``, of ``hi[i * step]`` (high half; else 0), for i < ``n``: a
+    vector of `LANES` a step, the last under a lane mask; loads unit-stride at ``step`` 1,
+    two loads and a shuffle at ``step`` 2 (`VectorIR.evens`), gathered otherwise. With
+    ``mode`` 1 or 2 (a `PROLOGUES` index) each value is first ``value * scale + shift`` (a
+    multiply and an add, rounded as NumPy's), then, at 2, ReLU'd; ``scales`` the float32
+    (scale, shift) of the low half's channel and of the high half's."""
+    sig = nt.void(*(nt.int64,) * 6, nt.UniTuple(nt.float32, 4), nt.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        lo, hi, out, n, pair, step, scales, mode = args
+        v = VectorIR(builder, LANES)
+        i64 = ir.IntType(64)
+        with_hi = builder.icmp_signed("!=", pair, i64(0))
+        factors = [v.broadcast(builder.extract_value(scales, i), v.f32) for i in range(4)]
+        affine = builder.icmp_signed(">", mode, i64(0))
+        relu = builder.icmp_signed(">", mode, i64(1))
+        zero = ir.Constant(v.f32, None)
+
+        def prologue(x, scale, shift):  # type: ignore[no-untyped-def]
+            y = builder.fadd(builder.fmul(x, scale), shift)
+            y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
+            return builder.select(affine, y, x)
+
+        stride = builder.mul(step, i64(4))
+        steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
+
+        def row(read):  # type: ignore[no-untyped-def]
+            """The loop over the vectors, ``read(address, at)`` the float32 lanes from
+            ``address`` on, of the ``n - at`` left."""
+            with cgutils.for_range(builder, steps) as loop:
+                at = builder.mul(loop.index, i64(LANES))
+                offset = builder.mul(at, stride)
+                low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
+                low = prologue(low, factors[0], factors[1])
+                high = prologue(high, factors[2], factors[3])
+                high = builder.select(with_hi, high, ir.Constant(v.f32, None))
+                words = pair_bits(builder, low, high)
+                at_out = builder.add(out, builder.mul(at, i64(4)))
+                v.store(words, at_out, v.first(builder.sub(n, at)))
+
+        def unit(address, at):  # type: ignore[no-untyped-def]
+            return v.load(address, v.f32, v.first(builder.sub(n, at)))
+
+        def two(address, at):  # type: ignore[no-untyped-def]
+            return v.evens(address, builder.sub(n, at))
+
+        def gathered(address, at):  # type: ignore[no-untyped-def]
+            return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
+
+        with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
+            with plain:
+                row(unit)
+            with strided:
+                with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
+                    with half:
+                        row(two)
+                    with other:
+                        row(gathered)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(**_OPTS)
+def phase_slots(k, d, s):  # type: ignore[no-untyped-def]
+    """Along one axis (kernel ``k``, dilation ``d``, stride ``s``): ``slots[a]``, the place of
+    stride phase ``a`` among the phases some tap reads (-1 when none does), and their count."""
+    slots = np.full(s, -1, dtype=np.int64)
+    for t in range(k):
+        slots[(t * d) % s] = 0
+    count = 0
+    for a in range(s):
+        if slots[a] == 0:
+            slots[a] = count
+            count += 1
+    return slots, count
+
+
+@nb.njit(inline="always", **_OPTS)
+def _scales(at, mode, c, i, pair):  # type: ignore[no-untyped-def]
+    """The prologue's (scale, shift) of channel ``i`` and of ``i + 1`` (when ``pair``) of its
+    affine at ``at`` (scales, then ``c`` shifts; `pair_words`), ones and zeros at ``mode``
+    0."""
+    if mode == 0:
+        return NO_AFFINE
+    f = _floats_at(at)
+    j = i + pair
+    return (f[i], f[c + i], f[j], f[c + j])
+
+
+@nb.njit(inline="always", **_OPTS)
+def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
+    """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
+    reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
+    a``, column ``q * sw + b``; the words no input reaches 0, the others rounded from the
+    image's channel pair, a vector loop a row (`pair_words`)."""
+    at_x, cg, h, wd, at_p = job[1], job[2], job[3], job[4], job[5]
+    hq, wq, pt, pl, sh, sw = job[6], job[7], job[8], job[9], job[11], job[12]
+    cg2 = (cg + 1) // 2
+    rows, _ = phase_slots(job[13], job[14], sh)
+    cols, ncols = phase_slots(job[15], job[16], sw)
+    for a in range(sh):
+        for b in range(sw):
+            if rows[a] < 0 or cols[b] < 0:
+                continue
+            # the phase's columns [q0, q1) hold input columns q * sw + b - pl
+            q0 = min(wq, max(0, -(-(pl - b) // sw)))
+            q1 = max(q0, min(wq, -(-(wd + pl - b) // sw)))
+            first = q0 * sw + b - pl
+            slot = (rows[a] * ncols + cols[b]) * cg2
+            # unit strides, no column padding: the rows an input row fills are one run of
+            # words in both the image and the phase, converted in one call
+            whole = sh == 1 and sw == 1 and q0 == 0 and q1 == wq and wq == wd
+            for c2 in range(c2a, c2b):
+                pair = 1 if 2 * c2 + 1 < cg else 0
+                lo = at_x + 4 * (2 * c2 * h * wd + first)
+                scales = _scales(job[17], job[18], job[19], 2 * c2, pair)
+                if whole:
+                    r0, r1 = min(hq, pt), min(hq, pt + h)  # the rows of input rows 0 .. h
+                    plane[slot + c2, :r0] = 0
+                    plane[slot + c2, r1:] = 0
+                    src = lo + 4 * (r0 - pt) * wd
+                    dst = at_p + 4 * ((slot + c2) * hq + r0) * wq
+                    pair_words(src, src + 4 * h * wd * pair, dst, (r1 - r0) * wq, pair, 1,
+                                scales, job[18])  # fmt: skip
+                    continue
+                for r in range(hq):
+                    y = r * sh + a - pt
+                    row = plane[slot + c2, r]
+                    if y < 0 or y >= h:
+                        row[:] = 0
+                        continue
+                    row[:q0] = 0
+                    row[q1:] = 0
+                    src = lo + 4 * y * wd
+                    dst = at_p + 4 * (((slot + c2) * hq + r) * wq + q0)
+                    pair_words(src, src + 4 * h * wd * pair, dst, q1 - q0, pair, sw, scales,
+                                job[18])  # fmt: skip
+
+
+# A plane job (int64): its length; the group's first channel's address, the group's channels,
+# the image's height and width; the plane's address, its phases' height and width; the
+# padding top and left; the pairs a piece; the strides; the kernel and dilation by rows, by
+# columns; the prologue's affine's address at the group's first channel (0: none), the
+# prologue's index, the image's channels (the shifts' offset from the scales).
+_PLANE_JOB = 20
+
+
+def _plane_task(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a pair plane: ``step`` of its channel pairs (a pool task)."""
+    job = parfor.job(data)
+    cg2, step = (job[2] + 1) // 2, job[10]
+    _, nrows = phase_slots(job[13], job[14], job[11])
+    _, ncols = phase_slots(job[15], job[16], job[12])
+    shape = (nrows * ncols * cg2, job[6], job[7])
+    plane = parfor.array_at(job[5], shape, like).view(np.uint32)
+    _plane_part(job, plane, p * step, min(cg2, (p + 1) * step))
+
+
+parfor.export_task("bf16_plane", _plane_task)
+_run_plane = parfor.runner("bf16_plane")
+
+
+@nb.njit(**_OPTS)
+def pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
+    """The pair plane of channels [c0, c0 + cg) of ``x`` (float32 CHW) in its stride phases
+    (`_plane_part`; ``geometry``: pt, pl, sh, sw, kh, dh, kw, dw): ``plane`` (uint32,
+    ``(phases * cg2, hq, wq)``), phase after phase, pair after pair; word ``(c2, r, q)`` of a
+    phase the bf16 pair of channels ``c0 + 2 c2`` (low) and ``c0 + 2 c2 + 1`` (high; 0 past
+    ``cg``); ``geometry[8:]`` the prologue's affine's address (0: none) and index, applied
+    to each value first (`pair_words`). Cut by channel pairs into pieces on the pool when
+    large."""
+    h, wd = x.shape[1], x.shape[2]
+    cg2 = (cg + 1) // 2
+    job = np.empty(_PLANE_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3], job[4] = _PLANE_JOB, x.ctypes.data + 4 * c0 * h * wd, cg, h, wd
+    job[5], job[6], job[7] = plane.ctypes.data, plane.shape[1], plane.shape[2]
+    job[8], job[9], job[11], job[12] = geometry[0], geometry[1], geometry[2], geometry[3]
+    job[13], job[14], job[15], job[16] = geometry[4], geometry[5], geometry[6], geometry[7]
+    job[17] = geometry[8] + 4 * c0 if geometry[8] != 0 else 0
+    job[18], job[19] = geometry[9] if geometry[8] != 0 else 0, x.shape[0]
+    threads = parfor.threads()
+    parts = 1
+    if threads > 1 and not workpool.busy():
+        parts = min(PIECES_PER_THREAD * threads, cg2, plane.size // PACK_SPLIT_MIN)
+    if parts <= 1:
+        _plane_part(job, plane, 0, cg2)
+        return
+    step = -(-cg2 // parts)
+    job[10] = step
+    _run_plane(x, -(-cg2 // step), job)
+
+
+@nb.njit(**_OPTS)
+def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq):  # type: ignore[no-untyped-def]
+    """``table[p]`` (int64): the plane word of the GEMM's pair row ``p = (c2 * kh + dy) * kw +
+    dx`` relative to an output position's (in phases ``(hq, wq)`` of ``cg2`` pairs, the
+    phases no tap reads left out: `pair_plane`). Output position ``(y, x)`` is word ``y * wq
+    + x`` of each phase: every tap reads the positions as one unit-stride run."""
+    rows, _ = phase_slots(kh, dh, sh)
+    cols, ncols = phase_slots(kw, dw, sw)
+    table = np.empty(cg2 * kh * kw, dtype=np.int64)
+    for c2 in range(cg2):
+        for dy in range(kh):
+            for dx in range(kw):
+                slot = rows[(dy * dh) % sh] * ncols + cols[(dx * dw) % sw]
+                r, q = (dy * dh) // sh, (dx * dw) // sw
+                table[(c2 * kh + dy) * kw + dx] = ((slot * cg2 + c2) * hq + r) * wq + q
+    return table
