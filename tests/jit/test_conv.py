@@ -180,12 +180,14 @@ def test_grouped_and_depthwise_kernels_with_symbolic_batch(attrs) -> None:
 def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
     """The output of a stride-1 convolution that keeps the size is known to be the input's
     size: a residual add broadcasts nothing, and the convolution writes the output itself
-    (through the library's entry point), also into an output array the caller passes."""
+    (through the library's entry point), also into an output array the caller passes; the
+    library's pass (`rvm.kernels.epipass`) then adds the residual and applies the ReLU."""
     img, res = var("img", (1, 16, 7, 7)), var("res", (1, 8, 7, 7))
     k = var("k", (8, 16, kernel, kernel))
     func = prim([img, k, res], op.relu(op.conv2d(img, k, padding=pad) + res))
     jit = Jit(func)
-    assert jit.record.requires == (("conv2d", "float32"),)  # the generator's facts
+    want = (("conv2d", "float32"), ("conv_epilogue", "float32"))
+    assert jit.record.requires == want  # the generator's facts
     inputs = (rand((1, 16, 7, 7)), rand((8, 16, kernel, kernel), seed=1), rand((1, 8, 7, 7)))
     check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=jit)
     dps = Jit(func, name="k_dps", style="dps")
@@ -194,3 +196,44 @@ def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
     np.testing.assert_allclose(out, jit(*inputs), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="res"):  # a residual of another size is refused
         jit(*inputs[:2], rand((1, 8, 7, 1)))
+
+
+@pytest.mark.parametrize("bias", ["channels", "one", "none"])
+def test_the_epilogue_pass_matches_numpy(blas_threads, bias) -> None:
+    """`rvm.kernels.epipass.epilogue_rows`: ``act(out + bias + res)`` in place, with a bias a
+    channel, one for all or none, a residual or none, ReLU or none; on 2 threads its pieces
+    end within rows (rows of 61 elements, a batch of 2, large enough to split)."""
+    from rvm.kernels import epipass
+
+    n, c, h, w = 2, 24, 61, 61
+    out, res = rand((n, c, h, w), seed=3), rand((n, c, h, w), seed=4)
+    b = {"channels": rand((c,), seed=5), "one": rand((1,), seed=5), "none": rand((0,))}[bias]
+    for act in range(len(epipass.ACTIVATIONS)):
+        for r in (res, rand((0,))):
+            got = out.copy()
+            epipass.epilogue_rows(got, b, act, r.reshape(-1))
+            want = out + (b.reshape(1, -1, 1, 1) if b.size else 0) + (r if r.size else 0)
+            np.testing.assert_allclose(got, np.maximum(want, 0) if act else want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["conv1d", "relu_first"])
+def test_a_kernel_hands_its_epilogue_to_the_pass_when_it_can(case) -> None:
+    """A float32 convolution's bias, residual and ReLU, in that order, go to the library's
+    pass (`rvm.kernels.epipass`): a 1-d convolution's too. An epilogue in another order (the
+    ReLU before the residual) runs as the kernel's own loop. Both right, for any batch."""
+    if case == "conv1d":
+        x, res = var("x", ("b", 6, 17)), var("res", ("b", 8, 17))
+        k, cb = var("k", (8, 6, 3)), var("cb", (8, 1))
+        func = prim([x, k, cb, res], op.relu(op.conv1d(x, k, padding=1) + cb + res))
+        shapes = [(6, 17), (8, 6, 3), (8, 1), (8, 17)]
+    else:
+        x, res = var("x", ("b", 6, 9, 9)), var("res", ("b", 8, 9, 9))
+        k, cb = var("k", (8, 6, 1, 1)), var("cb", (8, 1, 1))
+        func = prim([x, k, cb, res], op.relu(op.conv2d(x, k) + cb) + res)
+        shapes = [(6, 9, 9), (8, 6, 1, 1), (8, 1, 1), (8, 9, 9)]
+    kernel = Jit(func)
+    assert (("conv_epilogue", "float32") in kernel.record.requires) == (case == "conv1d")
+    for batch in (2, 1):
+        sizes = [(batch, *s) if i in (0, 3) else s for i, s in enumerate(shapes)]
+        inputs = [rand(s, seed=i) for i, s in enumerate(sizes)]
+        check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=kernel)

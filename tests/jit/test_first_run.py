@@ -193,8 +193,8 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
 def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     """`rvm.jit.first_run.library_tasks`: the library tasks a module's first run takes, from
     its calls' static shapes, first needed first, each once (what `rvm.compile` builds in
-    the background while the kernels compile); a small lrn runs unsplit, and an integer
-    convolution runs as loops: no task."""
+    the background while the kernels compile), a convolution's ReLU the library's pass; a
+    small lrn runs unsplit, and an integer convolution runs as loops: no task."""
     from jit_helpers import var
 
     from rvm import op
@@ -216,6 +216,7 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     assert library_tasks(run_pipeline(b.get())) == [
         ("conv2d_taps", "float32"),
         ("gemm_segments", "float32"),
+        ("conv_epilogue", "float32"),  # the ReLU after it (`rvm.kernels.epipass`)
         ("pool2d_max_narrow", "float32"),
         ("conv2d_pointwise", "float32"),
     ]

@@ -56,10 +56,24 @@ def _library_tasks(mod: IRModule) -> list[tuple[str, str]]:
 
 
 def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
-    for node in walk(func.body):
-        if isinstance(node, E.Call) and not isinstance(node.callee, (E.GlobalVar, E.Var)):
-            for task in _call_tasks(node):
-                yield task, "float32"
+    calls = [
+        node
+        for node in walk(func.body)
+        if isinstance(node, E.Call) and not isinstance(node.callee, (E.GlobalVar, E.Var))
+    ]
+    for node in calls:
+        for task in _call_tasks(node):
+            yield task, "float32"
+    # a float32 convolution's bias, residual or ReLU: the library's pass (`rvm.jit.lower`)
+    if any(c.callee in _CONVS and _shape(c, None) for c in calls) and any(
+        c.callee in (ops.add, ops.relu) for c in calls
+    ):
+        from rvm.kernels import epipass
+
+        yield from ((task, "float32") for task in epipass.FIRST_RUN_TASKS)
+
+
+_CONVS = (ops.conv1d, ops.conv2d, ops.conv2d_packed)
 
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:

@@ -6,8 +6,9 @@ a value until a consumer loads it, so a chain of elementwise, broadcast and inje
 becomes one expression inside the output's loop nest. Each output gets one loop nest; an
 anchor (matmul, dense, conv, concat...) whose value reaches the single output only through
 same-shape elementwise ops writes straight into the output array, and the epilogue then runs
-in place over it. Ops the jit cannot lower make `jit_kernel` return the numpy kernel instead
-(logged); see `FALLBACK_NOTE`.
+in place over it (a float32 convolution's bias, residual and ReLU as the library's pass, split
+over the pool: `rvm.kernels.epipass`). Ops the jit cannot lower make `jit_kernel` return the
+numpy kernel instead (logged); see `FALLBACK_NOTE`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, counting_mathlib, lit
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
+from rvm.jit.views import array_view
 from rvm.kernels.entry import require_line
 from rvm.op import ops
 from rvm.op.core import precision_of
@@ -465,8 +467,9 @@ class _KernelLowering:
             )
         return outs
 
-    def _alias(self, results: list[Tensor], types: list[TensorType]) -> Tensor | None:
-        """The anchor that may compute straight into the single output, if any."""
+    def _alias(self, results: list[Tensor], types: list[TensorType]) -> tuple[Tensor, int] | None:
+        """The anchor that may compute straight into the single output, and its binding's
+        index, if any."""
         if len(results) != 1:
             return None
         target = results[0]
@@ -479,17 +482,20 @@ class _KernelLowering:
             if a.dtype != types[0].dtype or a.dims != target.dims:
                 continue
             if _epilogue_ok(b.var, bindings[k + 1 :], self.env, target):
-                return a
+                return a, k
         return None
 
     def _emit_outputs(self, results, outs, types) -> None:
         kb = self.kb
-        anchor = self._alias(results, types)
+        aliased = self._alias(results, types)
+        anchor = aliased[0] if aliased else None
         if anchor is not None and id(anchor) not in kb.filled:
             anchor.array = outs[0]
         for t, name, ty in zip(results, outs, types):
             if t is anchor:
                 kb.materialize(t)
+                continue
+            if aliased and anchor.array == name and self._channel_epilogue(aliased[1], t, name):
                 continue
             if not layout.write_reshaped(kb, t, name, ty.dtype):
                 kb.write(t, name, ty.dtype)
@@ -497,6 +503,30 @@ class _KernelLowering:
             kb.root.lines.append(
                 f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)"
             )
+
+    def _channel_epilogue(self, k: int, target: Tensor, out: str) -> bool:
+        """Emit the library's pass (`rvm.kernels.epipass`) for the epilogue of the float32
+        convolution of binding ``k``, computed into the output ``out``, when the epilogue is
+        `_channel_ops`' (the convolution first, called here); else False."""
+        body = self.func.body
+        bindings = list(body.bindings) if isinstance(body, E.SeqExpr) else []
+        found = _channel_ops(bindings[k], bindings[k + 1 :], self.env, target)
+        if found is None:
+            return False
+        bias, res, act = found
+        kb = self.kb
+        kb.materialize(self.env[bindings[k].var])  # the convolution, into out
+        rows = (target.dims[0], target.dims[1], *(("1",) * (4 - target.ndim)), *target.dims[2:])
+        view = array_view(kb, out, target.dims, rows)
+        arrays = [view, view, view]  # an absent operand is passed as out, unread
+        if bias is not None:
+            channels = (("1",) * (target.ndim - bias.ndim) + bias.dims)[1]
+            arrays[1] = array_view(kb, bias.array, bias.dims, ("1", channels, "1", "1"))
+        if res is not None:
+            arrays[2] = array_view(kb, res.array, res.dims, rows)
+        flags = (act, int(bias is not None), int(res is not None))
+        kb.call_entry("conv_epilogue", arrays, flags, "float32")
+        return True
 
     # -- source --------------------------------------------------------------------------
 
@@ -575,3 +605,54 @@ def _epilogue_ok(anchor: E.Var, rest: list[E.VarBinding], env: dict, target: Ten
             return False
         chain.add(b.var)
     return any(env.get(c) is target for c in chain)
+
+
+_CHANNEL_CONVS = (ops.conv1d, ops.conv2d, ops.conv2d_packed)
+
+
+def _channel_ops(
+    conv: E.VarBinding, rest: list[E.VarBinding], env: dict, target: Tensor
+) -> tuple[Tensor | None, Tensor | None, int] | None:
+    """(bias, residual, activation) when ``conv`` is a float32 convolution whose value
+    reaches ``target`` through ``add`` of a per-channel bias (an array broadcast along the
+    channels only), then ``add`` of a residual (an array of ``target``'s dims), then ``relu``
+    (an index of `rvm.kernels.epipass.ACTIVATIONS`), each optional but in that order, one
+    after the other: the epilogue `rvm.kernels.epipass` runs; else None."""
+    v = conv.value
+    if not (isinstance(v, E.Call) and v.callee in _CHANNEL_CONVS):
+        return None
+    if target.dtype != "float32" or target.ndim not in (3, 4):
+        return None
+    chain, cur = {conv.var}, conv.var
+    bias = res = None
+    stage, act = 0, 0
+    for b in rest:
+        v = b.value
+        args = v.args if isinstance(v, E.Call) else (v,)
+        if not any(isinstance(a, E.Var) and a in chain for a in args):
+            continue
+        if not (isinstance(v, E.Call) and any(a is cur for a in args)):
+            return None
+        if v.callee is ops.add and len(args) == 2:
+            other = args[1] if args[0] is cur else args[0]
+            t = env.get(other) if isinstance(other, E.Var) and other not in chain else None
+            if not (isinstance(t, Tensor) and t.kind == "array" and t.loader is None):
+                return None
+            if t.array is None or t.dtype != "float32" or t.ndim > target.ndim:
+                return None
+            dims = ("1",) * (target.ndim - t.ndim) + t.dims
+            if stage < 1 and all(d == "1" for a, d in enumerate(dims) if a != 1):
+                bias, stage = t, 1
+            elif stage < 2 and t.dims == target.dims:
+                res, stage = t, 2
+            else:
+                return None
+        elif v.callee is ops.relu and stage < 3:
+            act, stage = 1, 3
+        else:
+            return None
+        chain.add(b.var)
+        cur = b.var
+    if stage == 0 or env.get(cur) is not target:
+        return None
+    return bias, res, act

@@ -53,6 +53,7 @@ NDIMS = 4
 MODULES = {
     "conv2d": "rvm.kernels.conv",
     "conv2d_packed": "rvm.kernels.direct",
+    "conv_epilogue": "rvm.kernels.epipass",
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
     "qconv2d": "rvm.kernels.qentry",
