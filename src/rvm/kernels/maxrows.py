@@ -5,8 +5,9 @@ the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.poo
 ``pool2d_max_rows``, built only for models whose pools take it). For each output row, its
 window rows are reduced element by element into a line that holds -inf where the padding or
 a ceil-mode overhang would be, then each output element is the maximum of three neighbours
-of the line. When the windows lie inside the input (no padding, no overhang), or the map is
-narrower than `CHANNEL_WIDTH` and padded by at most a row and a column, the rows are reduced
+of the line. When the windows lie inside the input (no padding, no overhang; 2 apart, on maps
+narrower than `CHANNEL_WIDTH`), or the map is that narrow and padded by at most a row and a
+column, the rows are reduced
 for the whole channel in one run instead, the rows the stride skips too: one long run costs
 less than a short one per output row on small planes (13 x 13: half the time); the padded
 edge rows are then runs of their own and the padded first and last columns are taken again.
@@ -279,7 +280,9 @@ def max3_edged(typingctx, like, src, dst, n, apart, period):  # type: ignore[no-
 CHANNEL_WIDTH = 4 * _BITS // 32
 """The input width (four float32 vectors) below which padded 3-row max pools are reduced over
 whole channels too (`_by_channel`): on 12 x 12 to 56 x 56 maps 0.6 to 0.8 of the time of
-a window-row reduction per output row, on 112 x 112 1.05 (one core, AVX-512)."""
+a window-row reduction per output row, on 112 x 112 1.05 (one core, AVX-512). Windows 2
+apart inside wider maps take a reduction per output row too (squeezenet's 111 x 111: 0.7 of
+the time of the whole channel's, which reduces the rows the stride skips)."""
 
 PLANES_POSITIONS = cpu().l1d // 16
 """Positions of the input a group of channels reduced in one run holds at most
@@ -456,6 +459,7 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     need = (ow - 1) * sw + kw  # the line's elements the outputs read
     inside = pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw
+    inside = inside and (sh == 1 or iw < CHANNEL_WIDTH)
     narrow = pt <= 1 and pl <= 1 and need - pl <= iw + 1 and 2 <= iw < CHANNEL_WIDTH
     if kh == 3 and (inside or narrow):
         m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, True)
