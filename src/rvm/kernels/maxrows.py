@@ -1,8 +1,9 @@
 """Max pools with 3-wide windows 1 apart, 1 or 2 apart along rows, one output row at a time.
 
 The common max pool of CNNs (3x3 windows 2 apart: squeezenet's, resnet's, inception's) and
-the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.pool`'s task
-``pool2d_max_rows``, built only for models whose pools take it). For each output row, its
+the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.pool`'s tasks
+``pool2d_max_rows``, `by_lines`, and ``pool2d_max_whole``, `by_whole`: each built only for
+models whose pools take it). For each output row, its
 window rows are reduced element by element into a line that holds -inf where the padding or
 a ceil-mode overhang would be, then each output element is the maximum of three neighbours
 of the line. When the windows lie inside the input (no padding, no overhang; 2 apart, on maps
@@ -40,13 +41,16 @@ from rvm.kernels.vectors import VectorIR
 __all__ = [
     "Blocks",
     "Vectors",
+    "by_lines",
     "by_rows",
+    "by_whole",
     "centres_at_once",
     "edged_taps",
     "in_row",
     "loop",
     "scalar_type",
     "takes",
+    "whole",
 ]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -452,22 +456,39 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
+def whole(kh, kw, sh, sw, dh, pt, pl, ih, iw, oh, ow):  # type: ignore[no-untyped-def]
+    """Whether `by_rows` reduces a pool's window rows over whole channels (`by_whole`:
+    `_by_centres` or `_by_channel`) rather than per output row (`by_lines`): windows inside
+    the input (2 apart, on maps narrower than `CHANNEL_WIDTH`), or maps that narrow padded by
+    at most a row and a column. `rvm.kernels.pool` runs the two as tasks of their own, so a
+    model builds only the one its pools take (each 1.2 to 2.4 CPU-s)."""
+    need = (ow - 1) * sw + kw  # the line's elements the outputs read
+    inside = pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw
+    inside = inside and (sh == 1 or iw < CHANNEL_WIDTH)
+    narrow = pt <= 1 and pl <= 1 and need - pl <= iw + 1 and 2 <= iw < CHANNEL_WIDTH
+    return kh == 3 and (inside or narrow)
+
+
+@jit(**_OPTS)
+def by_whole(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
+    """Max pools of channels ``lo`` to ``hi`` (flat n * c index) that `whole` takes, over
+    whole channels (see the module docstring)."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, True)
+    if m > 0:
+        _by_centres(x, out, lo, hi, m)
+    else:
+        _by_channel(x, out, lo, hi, window)
+
+
+@jit(**_OPTS)
+def by_lines(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     """Max pools of channels ``lo`` to ``hi`` (flat n * c index) whose windows `takes`, one
     output row at a time (see the module docstring), with a line of scratch of its own."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     need = (ow - 1) * sw + kw  # the line's elements the outputs read
-    inside = pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw
-    inside = inside and (sh == 1 or iw < CHANNEL_WIDTH)
-    narrow = pt <= 1 and pl <= 1 and need - pl <= iw + 1 and 2 <= iw < CHANNEL_WIDTH
-    if kh == 3 and (inside or narrow):
-        m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, True)
-        if m > 0:
-            _by_centres(x, out, lo, hi, m)
-        else:
-            _by_channel(x, out, lo, hi, window)
-        return
     line = np.full(max(pl + iw, need), -np.inf, dtype=x.dtype)
     like, size = line[0], x.itemsize
     at_x, at_line, at_out = x.ctypes.data, line.ctypes.data, out.ctypes.data
@@ -483,3 +504,15 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
                 max3_pairs(like, at_line, dst, ow)
             else:
                 max3_run(like, at_line, at_line + size, at_line + 2 * size, dst, ow)
+
+
+@jit(**_OPTS)
+def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
+    """Max pools of channels ``lo`` to ``hi`` (flat n * c index) whose windows `takes`:
+    `by_whole` where `whole` holds, else `by_lines`."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    if whole(kh, kw, sh, sw, dh, pt, pl, ih, iw, oh, ow):
+        by_whole(x, out, lo, hi, window)
+    else:
+        by_lines(x, out, lo, hi, window)
