@@ -132,6 +132,7 @@ CONV_CHILD = textwrap.dedent(
         seen[name + " guessed"] = guess[0]
     for name, shape, is_max, k, s, p in (
         ("max_rows", (1, 2, 70, 70), True, 3, 2, 1),  # max windows that overlap, 3x3
+        ("max_whole", (1, 2, 14, 14), True, 3, 1, 1),  # 3x3 on a narrow map: whole channels
         ("avg_separable", (1, 2, 7, 100), False, 2, 2, 1),  # a column stride, a wide input
         ("avg_direct", (1, 3, 6, 6), False, 6, 1, 0),  # a global-like window
         ("max_tiles", (1, 2, 40, 40), True, 2, 2, 0),  # 2x2 windows that tile the input
@@ -171,19 +172,27 @@ def test_convolutions_and_pools_build_only_the_methods_their_shapes_take(tmp_pat
         "pointwise": ["conv2d_pointwise"],
         "depthwise": ["conv2d_depthwise", "conv2d_pointwise"],
         "max_rows": ["pool2d_max_rows"],
-        "avg_separable": ["pool2d_avg_separable", "pool2d_max_rows"],
-        "avg_direct": ["pool2d_avg_direct", "pool2d_avg_separable", "pool2d_max_rows"],
+        "max_whole": ["pool2d_max_rows", "pool2d_max_whole"],
+        "avg_separable": ["pool2d_avg_separable", "pool2d_max_rows", "pool2d_max_whole"],
+        "avg_direct": [
+            "pool2d_avg_direct",
+            "pool2d_avg_separable",
+            "pool2d_max_rows",
+            "pool2d_max_whole",
+        ],
         "max_tiles": [
             "pool2d_avg_direct",
             "pool2d_avg_separable",
             "pool2d_max_rows",
             "pool2d_max_tiles",
+            "pool2d_max_whole",
         ],
     }
     assert guessed == {
         "pointwise": "conv2d_pointwise",
         "depthwise": "conv2d_depthwise",
         "max_rows": "pool2d_max_rows",
+        "max_whole": "pool2d_max_whole",
         "avg_separable": "pool2d_avg_separable",
         "avg_direct": "pool2d_avg_direct",
         "max_tiles": "pool2d_max_tiles",

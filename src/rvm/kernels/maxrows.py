@@ -1,12 +1,14 @@
 """Max pools with 3-wide windows 1 apart, 1 or 2 apart along rows, one output row at a time.
 
 The common max pool of CNNs (3x3 windows 2 apart: squeezenet's, resnet's, inception's) and
-the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.pool`'s task
-``pool2d_max_rows``, built only for models whose pools take it). For each output row, its
+the 3x3 pools 1 apart of inception's branches take this method (`rvm.kernels.pool`'s tasks
+``pool2d_max_rows``, `by_lines`, and ``pool2d_max_whole``, `by_whole`: each built only for
+models whose pools take it). For each output row, its
 window rows are reduced element by element into a line that holds -inf where the padding or
 a ceil-mode overhang would be, then each output element is the maximum of three neighbours
-of the line. When the windows lie inside the input (no padding, no overhang), or the map is
-narrower than `CHANNEL_WIDTH` and padded by at most a row and a column, the rows are reduced
+of the line. When the windows lie inside the input (no padding, no overhang; 2 apart, on maps
+narrower than `CHANNEL_WIDTH`), or the map is that narrow and padded by at most a row and a
+column, the rows are reduced
 for the whole channel in one run instead, the rows the stride skips too: one long run costs
 less than a short one per output row on small planes (13 x 13: half the time); the padded
 edge rows are then runs of their own and the padded first and last columns are taken again.
@@ -39,13 +41,16 @@ from rvm.kernels.vectors import VectorIR
 __all__ = [
     "Blocks",
     "Vectors",
+    "by_lines",
     "by_rows",
+    "by_whole",
     "centres_at_once",
     "edged_taps",
     "in_row",
     "loop",
     "scalar_type",
     "takes",
+    "whole",
 ]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -101,13 +106,16 @@ class Vectors(VectorIR):
             self.store(value, at, mask)
 
     def max3(self, a: ir.Value, c: ir.Value, e: ir.Value) -> ir.Value:
-        """The lanes' maximum of three vectors; NaN where any of them is NaN (their sum is
-        then NaN: -inf plus +inf never decides, the comparisons do)."""
+        """The lanes' maximum of three vectors; NaN where any of them is NaN. Each maximum
+        is a compare and a select, which a NaN does not win: the result is its second operand
+        then (x86's MAXPS). Chained so, ``c``'s NaN reaches the result; where ``a`` or ``e``
+        is NaN their sum is taken instead (one compare, one add: four instructions where
+        the three NaN checks of before took eight; -inf plus +inf never decides, the compare
+        does)."""
         b = self.b
-        m = b.select(b.fcmp_ordered(">", a, c), a, c)
-        m = b.select(b.fcmp_ordered(">", m, e), m, e)
-        nan = b.or_(b.fcmp_unordered("uno", a, c), b.fcmp_unordered("uno", e, e))
-        return b.select(nan, b.fadd(b.fadd(a, c), e), m)
+        m = b.select(b.fcmp_ordered(">", a, c), a, c)  # c where either is NaN
+        m = b.select(b.fcmp_ordered(">", e, m), e, m)  # m where either is NaN
+        return b.select(b.fcmp_unordered("uno", a, e), b.fadd(a, e), m)
 
 
 def loop(builder: ir.IRBuilder, v: Vectors, n: ir.Value, whole: ir.Value, step) -> None:  # type: ignore[no-untyped-def]
@@ -276,7 +284,9 @@ def max3_edged(typingctx, like, src, dst, n, apart, period):  # type: ignore[no-
 CHANNEL_WIDTH = 4 * _BITS // 32
 """The input width (four float32 vectors) below which padded 3-row max pools are reduced over
 whole channels too (`_by_channel`): on 12 x 12 to 56 x 56 maps 0.6 to 0.8 of the time of
-a window-row reduction per output row, on 112 x 112 1.05 (one core, AVX-512)."""
+a window-row reduction per output row, on 112 x 112 1.05 (one core, AVX-512). Windows 2
+apart inside wider maps take a reduction per output row too (squeezenet's 111 x 111: 0.7 of
+the time of the whole channel's, which reduces the rows the stride skips)."""
 
 PLANES_POSITIONS = cpu().l1d // 16
 """Positions of the input a group of channels reduced in one run holds at most
@@ -446,21 +456,39 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
+def whole(kh, kw, sh, sw, dh, pt, pl, ih, iw, oh, ow):  # type: ignore[no-untyped-def]
+    """Whether `by_rows` reduces a pool's window rows over whole channels (`by_whole`:
+    `_by_centres` or `_by_channel`) rather than per output row (`by_lines`): windows inside
+    the input (2 apart, on maps narrower than `CHANNEL_WIDTH`), or maps that narrow padded by
+    at most a row and a column. `rvm.kernels.pool` runs the two as tasks of their own, so a
+    model builds only the one its pools take (each 1.2 to 2.4 CPU-s)."""
+    need = (ow - 1) * sw + kw  # the line's elements the outputs read
+    inside = pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw
+    inside = inside and (sh == 1 or iw < CHANNEL_WIDTH)
+    narrow = pt <= 1 and pl <= 1 and need - pl <= iw + 1 and 2 <= iw < CHANNEL_WIDTH
+    return kh == 3 and (inside or narrow)
+
+
+@jit(**_OPTS)
+def by_whole(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
+    """Max pools of channels ``lo`` to ``hi`` (flat n * c index) that `whole` takes, over
+    whole channels (see the module docstring)."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, True)
+    if m > 0:
+        _by_centres(x, out, lo, hi, m)
+    else:
+        _by_channel(x, out, lo, hi, window)
+
+
+@jit(**_OPTS)
+def by_lines(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     """Max pools of channels ``lo`` to ``hi`` (flat n * c index) whose windows `takes`, one
     output row at a time (see the module docstring), with a line of scratch of its own."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
     need = (ow - 1) * sw + kw  # the line's elements the outputs read
-    inside = pt == 0 and pl == 0 and (oh - 1) * sh + 2 * dh < ih and need <= iw
-    narrow = pt <= 1 and pl <= 1 and need - pl <= iw + 1 and 2 <= iw < CHANNEL_WIDTH
-    if kh == 3 and (inside or narrow):
-        m = centres_at_once(ih, iw, oh, ow, kh, sh, sw, dh, pt, pl, hi - lo, x.itemsize, True)
-        if m > 0:
-            _by_centres(x, out, lo, hi, m)
-        else:
-            _by_channel(x, out, lo, hi, window)
-        return
     line = np.full(max(pl + iw, need), -np.inf, dtype=x.dtype)
     like, size = line[0], x.itemsize
     at_x, at_line, at_out = x.ctypes.data, line.ctypes.data, out.ctypes.data
@@ -476,3 +504,15 @@ def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
                 max3_pairs(like, at_line, dst, ow)
             else:
                 max3_run(like, at_line, at_line + size, at_line + 2 * size, dst, ow)
+
+
+@jit(**_OPTS)
+def by_rows(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
+    """Max pools of channels ``lo`` to ``hi`` (flat n * c index) whose windows `takes`:
+    `by_whole` where `whole` holds, else `by_lines`."""
+    kh, kw, sh, sw, dh, dw, pt, pl = window
+    ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    if whole(kh, kw, sh, sw, dh, pt, pl, ih, iw, oh, ow):
+        by_whole(x, out, lo, hi, window)
+    else:
+        by_lines(x, out, lo, hi, window)

@@ -60,7 +60,7 @@ from rvm.kernels import avgrows, entry, narrow, parfor, separable, stacked, tile
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.maxflat import by_flat
-from rvm.kernels.maxrows import by_rows, planes_at_once, takes
+from rvm.kernels.maxrows import by_lines, by_whole, planes_at_once, takes, whole
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -315,7 +315,12 @@ def _max_flat_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _max_rows_task(k, like, data):  # type: ignore[no-untyped-def]
     x, out, lo, hi, window = _chunk(k, like, data)
-    by_rows(x, out, lo, hi, window)
+    by_lines(x, out, lo, hi, window)
+
+
+def _max_whole_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, out, lo, hi, window = _chunk(k, like, data)
+    by_whole(x, out, lo, hi, window)
 
 
 def _max_narrow_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -376,6 +381,7 @@ for _name, _task in (
     ("pool2d_max_direct", _max_direct_task),
     ("pool2d_max_flat", _max_flat_task),
     ("pool2d_max_rows", _max_rows_task),
+    ("pool2d_max_whole", _max_whole_task),
     ("pool2d_max_narrow", _max_narrow_task),
     ("pool2d_avg_narrow", _avg_narrow_task),
     ("pool2d_max_tiles", _max_tiles_task),
@@ -394,6 +400,7 @@ _run_max_phased = parfor.runner("pool2d_max_phased")
 _run_max_direct = parfor.runner("pool2d_max_direct")
 _run_max_flat = parfor.runner("pool2d_max_flat")
 _run_max_rows = parfor.runner("pool2d_max_rows")
+_run_max_whole = parfor.runner("pool2d_max_whole")
 _run_max_narrow = parfor.runner("pool2d_max_narrow")
 _run_avg_narrow = parfor.runner("pool2d_avg_narrow")
 _run_max_tiles = parfor.runner("pool2d_max_tiles")
@@ -427,7 +434,10 @@ def first_run_tasks(
     how = _method.py_func(is_max, iw, oh, ow, kh, kw, sh, sw, dh, dw, ih, pt, pl, 4)
     names = {SEPARABLE: "separable", PHASED: "phased", DIRECT: "direct", FLAT: "flat",
              ROWS: "rows", TILES: "tiles", STACKED: "stacked", NARROW: "narrow"}  # fmt: skip
-    return (f"pool2d_{'max' if is_max else 'avg'}_{names[how]}",)
+    name = names[how]
+    if is_max and how == ROWS and whole.py_func(kh, kw, sh, sw, dh, pt, pl, ih, iw, oh, ow):
+        name = "whole"  # `rvm.kernels.maxrows.by_whole`, a task of its own
+    return (f"pool2d_{'max' if is_max else 'avg'}_{name}",)
 
 
 @jit(**_OPTS)
@@ -454,6 +464,8 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
             _run_max_narrow(x, chunks, job)
         elif method == TILES:
             _run_max_tiles(x, chunks, job)
+        elif method == ROWS and whole(kh, kw, sh, sw, dh, pt, pl, ih, iw, oh, ow):
+            _run_max_whole(x, chunks, job)
         elif method == ROWS:
             _run_max_rows(x, chunks, job)
         elif method == STACKED:
