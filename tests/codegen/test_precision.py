@@ -99,6 +99,19 @@ def test_a_conv_epilogue_joins_only_its_sole_use() -> None:
     assert ops.count("conv2d_bf16") == 2 and ops.count("relu") == 2 and ops.count("add") == 1
 
 
+def test_shallow_convolutions_stay_float32_but_pointwise_ones_of_16_channels() -> None:
+    """A 1 x 1 convolution of 16 channels computes in bf16 (`MIN_DEPTH`); a 3-channel 3 x 3
+    stem (depth 27 < `MIN_CONV_DEPTH`) and a 1 x 1 of 8 channels stay float32."""
+    img = Var("img", tensor((1, 3, 12, 12), F32))
+    bb = Builder()
+    with bb.function("main", [img]):
+        stem = bb.emit(op.conv2d(img, const(RNG.standard_normal((16, 3, 3, 3)).astype(F32))))
+        a = bb.emit(op.conv2d(stem, const(RNG.standard_normal((8, 16, 1, 1)).astype(F32))))
+        b = bb.emit(op.conv2d(a, const(RNG.standard_normal((4, 8, 1, 1)).astype(F32))))
+        bb.emit_output(b)
+    assert _ops(_converted(bb.get())) == ["conv2d", "conv2d_bf16", "conv2d"]
+
+
 def _ops(mod) -> list[str]:
     return [
         b.value.callee.name

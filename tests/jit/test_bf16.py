@@ -16,7 +16,7 @@ import pytest
 from jit_helpers import Jit, check, prim, var
 
 from rvm import op
-from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
+from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16turned
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 from rvm.op.bf16 import bf16_bits, conv_pairs, pack_pairs, turn_pairs
@@ -401,6 +401,19 @@ def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
     """Large convolutions run in pieces on the pool, with the same results (turned around
     too, the last case)."""
     _conv(case, seed=8, panel=bf16gemm.NR if case[2] == 7 else 0)
+
+
+def test_turned_pieces_balance_the_threads() -> None:
+    """A turned convolution's panels are cut so that the busiest of the threads claiming the
+    pieces sums the fewest channels (`bf16turned.balanced_step`): 256 channels (5 panels of
+    48 and one of 16) in about 5 parts on 2 threads take 6 pieces of a panel, not 3 of two;
+    of cuts that load it alike, the fewest pieces; one part or one thread, one piece."""
+    step = bf16turned.balanced_step.py_func  # the rule alone, nothing built
+    assert step(256, 48, 5, 2) == 1  # the busiest thread 144 channels, not 160
+    assert step(320, 48, 3, 2) == 3  # 176 either way: 3 pieces, not 7
+    assert step(192, 48, 3, 2) == 2
+    assert step(1000, 48, 8, 2) == 3  # 21 panels, at most 8 pieces
+    assert step(256, 48, 1, 2) == step(256, 48, 5, 1) == 6
 
 
 def test_kernels_check_a_depth_known_only_at_run_time() -> None:
