@@ -225,7 +225,8 @@ def test_activations_stay_bf16_between_convolutions() -> None:
     assert first.attrs["prologue"] == "affine_relu" and first.args[-1].data.shape == (2, 40)
     assert first.attrs["plane"] == (1, 0, 20, 17) and convs[0].var.type.dtype == "int32"
     assert second.attrs["source"] == (48, 16, 16) and second.attrs["panel"] == 0  # direct
-    assert strided.attrs["plane"] == (1, 1, 11, 10) and strided.attrs["source"] == ()
+    # 8 wide, its right padding the next row's left (`pair_width`); ``first``'s (pl 0) not
+    assert strided.attrs["plane"] == (1, 1, 11, 9) and strided.attrs["source"] == ()
     assert first.attrs["panel"] == 0 and strided.attrs["panel"] > 0  # both ways of writing
     assert last.attrs["source"] == (41, 8, 8) and last.attrs["panel"] > 0  # odd channels
     assert second.attrs["plane"] == last.attrs["plane"] == ()  # outputs stay float32

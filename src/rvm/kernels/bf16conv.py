@@ -13,7 +13,8 @@ plane* of 32-bit words, word ``(c2, y, x)`` the bf16 pair of channels ``2 c2`` a
 at ``(y, x)`` (`pair_plane`): exactly what ``vdpbf16ps`` takes as B. The plane is kept in its
 *stride phases* (as `rvm.kernels.planes.padded_phases` splits a float32 plane): phase ``(a,
 b)`` holds the padded rows ``a, a + sh, ...`` and columns ``b, b + sw, ...``, only the phases
-some tap reads, each ``(hq, wq)`` with ``wq`` the output's width plus the kernel's reach. Output
+some tap reads, each ``(hq, wq)`` with ``wq`` the output's width plus the kernel's reach (at
+stride 1 less the right padding, a row borrowing the next one's left: `pair_width`). Output
 position ``(y, x)`` is then word ``y * wq + x`` of every phase, and the GEMM's pair row ``p``
 at that position is the word ``taps[p]`` (`tap_table`: phase, pair, tap's row and column)
 after it, at any stride. So there is no im2col at all (`direct`): the GEMM micro-kernel
@@ -51,7 +52,14 @@ from rvm.kernels.bf16gemm import (
     SPLIT_MIN,
     walk,
 )
-from rvm.kernels.bf16planes import NO_AFFINE, pair_plane, pair_words, phase_slots, tap_table
+from rvm.kernels.bf16planes import (
+    NO_AFFINE,
+    _pair_width,
+    pair_plane,
+    pair_words,
+    phase_slots,
+    tap_table,
+)
 from rvm.kernels.bf16turned import turned_group
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.planes import copy
@@ -392,7 +400,7 @@ def conv2d(
     # each phase holds its taps' rows of every output row, and one row more for the
     # positions past a row's end (their taps run on into the next row)
     hq = oh + ((kh - 1) * dh) // sh + 1
-    wq = ow + ((kw - 1) * dw) // sw
+    wq = _pair_width(of[2] if planed_in else x.shape[3], ow, pl, kw, dw, sw)
     if planed_in and (x.shape[1] != cg2 or x.shape[2] != hq or x.shape[3] != wq):
         raise ValueError("bf16 conv2d: the input's pair plane is not this convolution's")
     # with a pair plane out, the float32 rows are scratch: a block's (direct: `_direct`) or

@@ -19,6 +19,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, PIECES_PER_THREAD, pair_bits
+from rvm.kernels.reference.bf16 import pair_width
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
@@ -28,6 +29,9 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
 """`pair_words`'s ``scales`` with no prologue: (scale, shift) of the low and the high half."""
 PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
+
+
+_pair_width = nb.njit(inline="always", **_OPTS)(pair_width)  # the kernels' copy
 
 
 @intrinsic

@@ -49,6 +49,7 @@ from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout,
     conv_pairs,
     pack_pairs,
     pair_depth,
+    pair_width,
     split_operands,
     turn_pairs,
 )
@@ -98,11 +99,11 @@ def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
 def plane_shape(source: Sequence[int], kernel, padding, dilation) -> tuple[int, int]:
     """``(hq, wq)`` of the pair plane a stride-1 convolution reads of a ``source`` ``(c, h,
     w)`` image: its padding around it and one row more (`rvm.kernels.bf16conv.conv2d`: the
-    positions past a row's end run on into the next row)."""
+    positions past a row's end run on into the next row), its width `pair_width`'s."""
     (kh, kw), (dh, dw), (pt, pl, pb, pr) = kernel, dilation, padding
     oh = source[1] + pt + pb - (kh - 1) * dh
     ow = source[2] + pl + pr - (kw - 1) * dw
-    return oh + (kh - 1) * dh + 1, ow + (kw - 1) * dw
+    return oh + (kh - 1) * dh + 1, pair_width(source[2], ow, pl, kw, dw, 1)
 
 
 def _check_inputs(op: str, x: TensorType, w: TensorType, plane: bool = False) -> None:

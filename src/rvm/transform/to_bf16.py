@@ -56,6 +56,7 @@ from rvm.op.bf16 import (
     default_pair_panel,
     pack_pairs,
     padded_depth,
+    pair_width,
     plane_shape,
     split_operands,
     turn_pairs,
@@ -234,7 +235,10 @@ def _turned_panel(value: E.Call, x: E.Expr, w: np.ndarray, attrs: dict) -> int:
     if shape is None or not all(isinstance(d, int) for d in shape[2:]):
         return 0
     (kw, sw, dw) = w.shape[3], attrs["strides"][1], attrs["dilation"][1]
-    wq = shape[3] + ((kw - 1) * dw) // sw  # the pair plane's width (`bf16conv.conv2d`)
+    iw = getattr(x.type, "shape", (None,) * 4)[3]
+    if not isinstance(iw, int):
+        return 0
+    wq = pair_width(iw, shape[3], attrs["padding"][1], kw, dw, sw)  # `bf16conv.conv2d`'s
     return turned_panel(w.shape[0] // attrs["groups"], shape[2], shape[3], wq, attrs["groups"])
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "pack_pairs",
     "pair_depth",
     "pair_plane",
+    "pair_width",
     "plane_image",
     "split_operands",
     "turn_pairs",
@@ -93,6 +94,21 @@ def unturn_pairs(rows, groups, panel):
             out.append(words[at : at + k2 * width].reshape(k2, width).T)
             at += k2 * width
     return np.ascontiguousarray(np.concatenate(out)).view(np.int16).reshape(o, kp)
+
+
+def pair_width(iw: int, ow: int, pl: int, kw: int, dw: int, sw: int) -> int:
+    """``wq``, the width of a convolution's pair plane phases (an ``iw``-wide image, an
+    ``ow``-wide output, padding ``pl`` columns left, kernel ``kw`` dilated ``dw``, stride
+    ``sw``): the output's width plus the kernel's reach, output position ``(y, x)`` the word
+    ``y * wq + x``, the last ``wq - ow`` of a row computed and dropped. At stride 1 a row
+    borrows its right padding from the next row's left padding (its taps past the row's end
+    read those zeros), so ``wq`` is ``pl + iw`` when the right padding is no wider than the
+    left: a 3 x 3 "same" convolution drops one column a row, not two (28 x 28: 1 of 29)."""
+    reach = ((kw - 1) * dw) // sw
+    pr = ow + reach - iw - pl
+    if sw == 1 and 0 < pr <= pl:
+        return ow + reach - pr
+    return ow + reach
 
 
 def pair_plane(y, pt, pl, hq, wq):
