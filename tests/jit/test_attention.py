@@ -5,10 +5,13 @@ tolerance of float32."""
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 import pytest
 
+import rvm
 from rvm.kernels import attention as lib
+from rvm.kernels import parfor
 from rvm.kernels.reference.transformer import attention as reference
 
 RNG = np.random.default_rng(0)
@@ -111,6 +114,50 @@ def test_keys_hidden_at_the_end_are_not_read(blas_threads, live, bf16) -> None:
     want = reference(q, k_clean, v_clean, mask, 0.5, "add", 0.0, 0.0)
     tol = BF16_VS_F32 if bf16 else 1e-5
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@nb.njit
+def _reduced(x):  # type: ignore[no-untyped-def]
+    at = parfor.address(x)
+    return lib._row_sum(at, x.size, x[0]), lib._row_max(at, x.size, x[0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_row_reductions_keep_the_sources_order(dtype) -> None:
+    """The softmax's sum adds lane ``i`` of 16 its values ``i, i + 16...`` in turn, then
+    halves pairwise: bit for bit that order, whatever LLVM vectorizes. A sum LLVM may
+    reassociate once gave BERT another output in a process that compiled the attention task
+    than in one that loaded it (the loader binds a call to whichever compiled copy of the
+    softmax it met first). The largest value propagates a NaN."""
+    for n in (1, 5, 16, 128, 131):
+        x = (RNG.standard_normal(n) * 10.0 ** RNG.uniform(-4, 4, n)).astype(dtype)
+        lanes = np.concatenate([x, np.full(-n % 16, -0.0, dtype)]).reshape(-1, 16)
+        acc = lanes[0].copy()
+        for row in lanes[1:]:
+            acc += row
+        while acc.size > 1:
+            acc = acc[: acc.size // 2] + acc[acc.size // 2 :]
+        total, top = _reduced(x)
+        assert np.asarray(total, dtype).tobytes() == acc[0].tobytes() and top == x.max()
+        x[n // 2] = np.nan
+        assert np.isnan(_reduced(x)[1])
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
+def test_bands_change_no_answer(bf16) -> None:
+    """Two threads cut each head's rows into bands (and the pool's load may cut them
+    otherwise): the output is one thread's, bit for bit."""
+    q, k, v = _qkv(1, 1, 300, 700, 16, 8)
+    mask = np.where(RNG.random((1, 1, 300, 700)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    outs, before = [], rvm.get_num_threads()
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            outs.append(np.full((1, 1, 300, 8), np.nan, np.float32))
+            lib.attention(q, k, v, mask, outs[-1], 0.25, 0.0, 0.0, False, bf16)
+    finally:
+        rvm.set_num_threads(before)
+    assert outs[0].tobytes() == outs[1].tobytes()
 
 
 def test_empty_sequences() -> None:

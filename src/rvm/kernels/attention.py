@@ -11,8 +11,10 @@ calling thread and the pool's helpers take them. A piece
   them all, as the reference does);
 - computes the band's scores ``q @ k^T`` in a scratch buffer of its own: a GEMM (`rvm.
   kernels.blas.product`, rvm's float32 kernel, on K's head transposed once) for several
-  rows, a dot product per key for a few;
-- scales, masks and normalizes each row (the vectorizable `exp32` for float32);
+  rows, a dot product per key for a head of a few (whatever the band: its cut changes
+  speed, never the answer);
+- scales, masks and normalizes each row (the vectorizable `exp32` for float32; its largest
+  score and its sum in a fixed order, `_reduction`, so no compiled copy rounds otherwise);
 - and writes ``p @ v`` into its rows of ``out`` (a GEMM, or a sum of V's rows for a few).
 
 With ``bf16`` (float32, `rvm.op.attention`'s ``precision="bf16"``) both GEMMs are rvm's bf16
@@ -37,6 +39,7 @@ import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import blas, parfor, workpool
@@ -46,11 +49,15 @@ from rvm.kernels.cblas import NO_TRANS
 from rvm.kernels.jitting import jit
 from rvm.kernels.mathlib import exp32
 from rvm.kernels.planes import copy
+from rvm.kernels.vectors import VectorIR
 
 __all__ = ["DEAD", "SCORE_BYTES", "attention"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-_FAST = dict(_OPTS, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
+# No "reassoc": LLVM may not reorder a sum, so every compiled copy of a function (its own, one
+# inlined into a task, each linked into another object: the loader binds a call to whichever
+# came first) rounds it alike, in the source's order (`_reduction`).
+_FAST = dict(_OPTS, fastmath={"nsz", "arcp", "contract", "afn"})
 
 DEAD = -1e30
 """A mask value at or below this hides its key: its exponential is exactly 0 next to any key
@@ -69,7 +76,7 @@ def _l2_bytes() -> int:
 SCORE_BYTES = _l2_bytes() // 2
 """A piece's scores at most, in bytes: half of L2, so they stay there between the passes."""
 MIN_ROWS = 16  # a band is cut no shorter (for the pool) than this many rows
-SMALL_ROWS = 4  # fewer rows take dot products and sums of rows rather than GEMMs
+SMALL_ROWS = 4  # a head of fewer query rows takes dot products and sums of rows, not GEMMs
 UNDERFLOW = -104.0  # exp of less is 0 in float32 (and below every float64 score here)
 
 # The job (int64): its length; the q, k, v, mask, out, params addresses; b, h, s, t, d, dv;
@@ -156,36 +163,77 @@ def _exp_typed(x):  # type: ignore[no-untyped-def]
     return lambda x: np.exp(x)
 
 
+def _reduction(largest: bool):  # type: ignore[no-untyped-def]
+    """The intrinsic ``reduce(address, n, like)``: the sum (or, ``largest``, the largest) of
+    the ``n`` floats of ``like``'s type at the int64 ``address``, in a fixed order: vector lane
+    ``i`` of `REDUCE_LANES` takes the values ``i``, ``i + REDUCE_LANES``..., then halves of
+    the vector are combined pairwise. The order is the source's, whatever LLVM vectorizes or
+    inlines (no fastmath flag lets it reassociate). The largest propagates a NaN."""
+
+    def typer(typingctx, address, n, like):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            at, n = args[0], args[1]
+            i64, lanes = ir.IntType(64), REDUCE_LANES
+            ftype = context.get_value_type(signature.return_type)
+            vtype = ir.VectorType(ftype, lanes)
+            v = VectorIR(builder, lanes)
+            fill = ir.Constant(vtype, [-np.inf if largest else -0.0] * lanes)
+
+            def combine(acc, x):  # type: ignore[no-untyped-def]
+                if not largest:
+                    return builder.fadd(acc, x)
+                bigger = builder.select(builder.fcmp_unordered(">", x, acc), x, acc)
+                return builder.select(builder.fcmp_unordered("uno", acc, acc), acc, bigger)
+
+            total = cgutils.alloca_once_value(builder, fill)
+            size = i64(8 if isinstance(ftype, ir.DoubleType) else 4)
+            steps = builder.sdiv(builder.add(n, i64(lanes - 1)), i64(lanes))
+            with cgutils.for_range(builder, steps) as loop:
+                i0 = builder.mul(loop.index, i64(lanes))
+                x = v.load(builder.add(at, builder.mul(i0, size)), vtype,
+                           v.first(builder.sub(n, i0)), fill)  # fmt: skip
+                builder.store(combine(builder.load(total), x), total)
+            acc, width = builder.load(total), lanes // 2
+            while width >= 1:  # lane i (< width) with lane i + width
+                high = ir.Constant(v.i32, [(i + width) % lanes for i in range(lanes)])
+                acc = combine(acc, builder.shuffle_vector(acc, acc, high))
+                width //= 2
+            return builder.extract_element(acc, ir.IntType(32)(0))
+
+        return like(nt.int64, nt.int64, like), codegen
+
+    return intrinsic(typer)
+
+
+REDUCE_LANES = 16
+_row_sum, _row_max = _reduction(False), _reduction(True)
+
+
 @jit(**_FAST)
 def _softmax_row(row):  # type: ignore[no-untyped-def]
     """``row`` (not empty) normalized in place; False (and ``row`` untouched) when every
     score is -inf."""
-    top = row[0]  # of the row's dtype (-np.inf would make the arithmetic float64)
-    for j in range(1, row.size):
-        x = row[j]
-        top = x if x > top else top
+    n = row.size
+    top = _row_max(parfor.address(row), n, row[0])
     if top == -np.inf:
         return False
-    total = np.float32(0.0)  # float64 for a float64 row
-    for j in range(row.size):
-        e = _exp(row[j] - top)
-        row[j] = e
-        total += e
-    inv = np.float32(1.0) / total
-    for j in range(row.size):
+    for j in range(n):
+        row[j] = _exp(row[j] - top)
+    inv = np.float32(1.0) / _row_sum(parfor.address(row), n, row[0])  # float64 for float64
+    for j in range(n):
         row[j] *= inv
     return True
 
 
 @jit(**_FAST)
-def _dots(q, kh, sc, n, te, d):  # type: ignore[no-untyped-def]
-    """``sc[i, j] = q[i] . kh[j]`` for a few rows (a decode step)."""
+def _dots(q, kh, sc, n, te, d, w):  # type: ignore[no-untyped-def]
+    """``sc[i, j] = q[i] . kh[j]`` for a few rows (a decode step), each product's terms
+    summed by `_row_sum` (``w``: ``d`` values of scratch)."""
     for i in range(n):
         for j in range(te):
-            acc = np.float32(0.0)  # float64 for float64 operands
             for x in range(d):
-                acc += q[i * d + x] * kh[j * d + x]
-            sc[i * te + j] = acc
+                w[x] = q[i * d + x] * kh[j * d + x]
+            sc[i * te + j] = _row_sum(parfor.address(w), d, w[0])
 
 
 @jit(**_FAST)
@@ -272,8 +320,9 @@ def _piece(p, job, like, scores, values):  # type: ignore[no-untyped-def]
     vh = parfor.array_at(job[_V] + size * bh * t * dv, (t * dv,), like)
     o = parfor.array_at(job[_OUT] + size * (bh * s + r0) * dv, (n * dv,), like)
     sc = np.empty(n * te, dtype=o.dtype)
-    if n < SMALL_ROWS:
-        _dots(q, kh, sc, n, te, d)
+    w = np.empty(d if s < SMALL_ROWS else 0, dtype=o.dtype)  # `_dots`' scratch
+    if s < SMALL_ROWS:  # the head's rows, not the band's: a band's cut changes no answer
+        _dots(q, kh, sc, n, te, d, w)
     else:
         scores(q, kh, sc, n, te, d, head)
     rows_at = np.empty(n, dtype=np.int64)
@@ -286,7 +335,7 @@ def _piece(p, job, like, scores, values):  # type: ignore[no-untyped-def]
         kept[i] = _softmax_row(sc[i * te : (i + 1) * te])
         if not kept[i]:
             sc[i * te : (i + 1) * te] = 0
-    if n < SMALL_ROWS:
+    if s < SMALL_ROWS:
         _row_sums(sc, vh, o, n, te, dv)
     else:
         values(sc, vh, o, n, te, t, dv, head + 4 * job[_KW])
@@ -430,7 +479,7 @@ def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False): 
     job[_MB], job[_MH], job[_MS], job[_MT] = mb, mh, ms, mt
     job[_SELECT], job[_SKIP] = 1 if select else 0, 1 if skip else 0
     job[_ROWS], job[_BANDS], job[_SIZE] = rows, bands, out.itemsize
-    packing = bf16 and out.itemsize == 4 and rows >= SMALL_ROWS
+    packing = bf16 and out.itemsize == 4 and s >= SMALL_ROWS
     kw = panels(t) * ((d + 1) // 2) * NR if packing else 0
     vw = panels(dv) * ((t + 1) // 2) * NR if packing else 0
     packed = np.empty(b * h * (kw + vw), dtype=np.uint32)
