@@ -222,7 +222,8 @@ def _conv(
     want = _epilogue(want, bias, act, r)
     out = np.full(want.shape, np.nan, np.float32)
     bits = bf16_bits(conv_pairs(w)).view(np.int16)
-    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw, bias, act, r)
+    # panel 0 given, not defaulted: every call here shares one compile (4 CPU-s a signature)
+    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw, bias, act, r, 0)
     depth = c // g * kh * kw
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
     attrs = dict(strides=(s, s), padding=pads, dilation=(d, d), groups=g, kernel=(kh, kw))
@@ -258,10 +259,10 @@ def test_conv2d_rounds_inputs_to_nearest_even() -> None:
     x = np.tile(values, 5)[:33].reshape(1, 1, 1, 33)
     out = np.empty((1, 1, 1, 33), np.float32)
     one = bf16_bits(conv_pairs(np.ones((1, 1, 1, 1), np.float32))).view(np.int16)
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES)
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES, 0)
     np.testing.assert_array_equal(out, x.astype(BF16).astype(np.float32))
     x[0, 0, 0, 31] = np.nan
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES)
+    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES, 0)
     assert np.isnan(out[0, 0, 0, 31]) and not np.isnan(np.delete(out, 31)).any()
 
 
@@ -283,19 +284,19 @@ def test_shapes_are_checked() -> None:
     img = np.ones((1, 4, 5, 5), np.float32)
     with pytest.raises(ValueError, match="channel pairs x kernel"):
         bf16conv.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES, 0)  # fmt: skip
     with pytest.raises(ValueError, match="output's batch or channels"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 3, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES, 0)  # fmt: skip
     with pytest.raises(ValueError, match="one value per output channel"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, np.ones(3, np.float32), 1, NO_RES)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, np.ones(3, np.float32), 1, NO_RES, 0)  # fmt: skip  # noqa: E501
     with pytest.raises(ValueError, match="unknown activation"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, len(ACTIVATIONS), NO_RES)  # fmt: skip
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, len(ACTIVATIONS), NO_RES, 0)  # fmt: skip  # noqa: E501
     with pytest.raises(ValueError, match="residual's shape is not the output's"):
         bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 1, np.ones((1, 2, 3, 4), np.float32))  # fmt: skip  # noqa: E501
+                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 1, np.ones((1, 2, 3, 4), np.float32), 0)  # fmt: skip  # noqa: E501
 
 
 @pytest.mark.parametrize(
@@ -341,7 +342,7 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    bias = np.linspace(-1, 1, 9, dtype=np.float32)\n"  # the tile's bias, residual, ReLU
         "    res = rng.standard_normal(want.shape).astype(np.float32)\n"
         "    want = np.maximum(want + bias.reshape(9, 1, 1) + res, 0)\n"
-        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res)\n"
+        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res, 0)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "    nr = bf16gemm.NR\n"  # turned around: output channels along the lanes
         "    bf16conv.conv2d(x, turn_pairs(bits, 1, nr), out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1,\n"

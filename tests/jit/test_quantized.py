@@ -114,6 +114,28 @@ def test_library_without_kernel_matches_reference():
     np.testing.assert_array_equal(out, want)
 
 
+def test_int8_products_run_on_the_uint8_build():
+    """int8 inputs and outputs go to the entry points as bytes, their signs a parameter
+    (`entry.BYTES`): one build of each product serves every sign."""
+    assert entry.variant(["int8", "int8", "int32", "float32", "int8"], "qdense") == (
+        "uint8_int8_int32_float32_uint8"
+    )
+    assert [entry.signs("qdense", [x, "int8", "int32", "float32", y]) for x, y in
+            [("uint8", "uint8"), ("int8", "uint8"), ("uint8", "int8"), ("int8", "int8")]] == [
+        0, 1, 2, 3
+    ]  # fmt: skip
+    x, w = _ints((5, 37), "int8"), _ints((9, 37), "int8")
+    bias = RNG.integers(-3000, 3000, 9).astype(np.int32)
+    scale = RNG.uniform(1e-3, 1e-2, 9).astype(np.float32)
+    for y_dtype, y_zero, low, high in [("int8", -2, -128, 127), ("uint8", 100, 0, 255)]:
+        want = numpy_ref.qdense(x, w, bias, scale, -5, y_zero, low, high, y_dtype)
+        out = np.full(want.shape, 77, y_dtype)
+        qentry.qdense(x, w, bias, scale, out, -5, y_zero, low, high)
+        np.testing.assert_array_equal(out, want)
+    assert ("qdense", "uint8_int8_int32_float32_uint8") in entry.required()
+    assert all(entry.variant(v.split("_"), name) == v for name, v in entry.required())
+
+
 POOLS = [
     # x shape, pool size, strides, padding (top, left, bottom, right), dilation, ceil mode
     ((1, 4, 11, 11), (3, 3), (2, 2), (1, 1, 0, 0), (1, 1), True),

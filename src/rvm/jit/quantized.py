@@ -42,8 +42,8 @@ def _call(
     kb: KernelBuilder, name: str, arrays: list[str], args: list[Tensor], out: str, params: tuple
 ) -> None:
     """The call of the library's entry point ``name`` on ``arrays`` (the operands ``args``,
-    then the output of dtype ``out``)."""
-    dtype = entry.variant([*(a.dtype for a in args), out])
+    then the output of dtype ``out``): int8 and uint8 ones share a build (`entry.BYTES`)."""
+    dtype = entry.variant([*(a.dtype for a in args), out], name)
     kb.call_entry(name, arrays, params, dtype)
 
 

@@ -20,7 +20,8 @@ pointers (up to three 4-d arrays of the dtype; null past the last), their dims (
 of 12), the integer parameters (an int64 array), and an int64 status back (0: done). The
 quantized products' (`MIXED`) take arrays of several dtypes and ranks: a data pointer per
 array, typed by its dtype, then the dims of them all, the parameters and the status; their
-variant (the ``dtype`` below) names every array's dtype, joined by ``_`` (`variant`).
+variant (the ``dtype`` below) names every array's dtype, joined by ``_`` (`variant`; their
+byte arrays as uint8, the sign a parameter: `BYTES`).
 
 - `export(name, body)` declares ``body(a, b, c, dims, params)`` as entry point ``name``;
 - `require(name, dtype)` compiles and registers it for ``dtype``, once per process;
@@ -75,6 +76,11 @@ MIXED = {
     "dense_bf16": (2, 2, 2),
 }
 MIXED_DTYPES = ("uint8", "int8", "int16", "int32", "float32")
+# The `MIXED` entry points' byte arrays (by position): an int8 one is passed as uint8 and its
+# sign as one more parameter after the caller's (bit i: the i-th of these arrays is int8), so
+# one build serves every variant of signs (the integer products' input and output: each
+# build is seconds of LLVM).
+BYTES = {"qconv2d": (0, 4), "qconv2d_turned": (0, 4), "qdense": (0, 4)}
 
 _bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
@@ -109,6 +115,9 @@ def require(name: str, dtype: str) -> None:
         raise ValueError(
             f"no entry point {name!r} for {dtype!r}: entry points are {', '.join(MODULES)}, {want}"
         )
+    dtype = variant(dtype.split("_"), name) if name in BYTES else dtype
+    if (name, dtype) in _compiled:
+        return
     if name not in _bodies:
         importlib.import_module(MODULES[name])  # exports it
     body = _bodies[name]
@@ -124,9 +133,17 @@ def _known(name: str, dtype: str) -> bool:
     return len(parts) == len(MIXED[name]) and all(p in MIXED_DTYPES for p in parts)
 
 
-def variant(dtypes: Sequence[str]) -> str:
-    """The variant of a `MIXED` entry point whose arrays have ``dtypes``, in order."""
-    return "_".join(dtypes)
+def variant(dtypes: Sequence[str], name: str = "") -> str:
+    """The variant of a `MIXED` entry point (``name``'s, its `BYTES` as uint8) whose arrays
+    have ``dtypes``, in order."""
+    byte = BYTES.get(name, ())
+    return "_".join("uint8" if k in byte and d == "int8" else d for k, d in enumerate(dtypes))
+
+
+def signs(name: str, dtypes: Sequence[str]) -> int:
+    """The parameter saying which of entry point ``name``'s `BYTES` are int8 among arrays of
+    ``dtypes`` (bit i: the i-th)."""
+    return sum(1 << i for i, k in enumerate(BYTES.get(name, ())) if dtypes[k] == "int8")
 
 
 def caller_attribute(name: str) -> str:
@@ -173,7 +190,7 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
         if not _params_ok(params, n_params):
             return None
         dtypes = [str(t.dtype) for t in arrays.types]
-        dtype = variant(dtypes) if ranks else dtypes[0]
+        dtype = variant(dtypes, name) if ranks else dtypes[0]
         require(name, dtype)  # before the caller is linked
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -191,6 +208,8 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
                 context.cast(builder, v, t, nt.int64)
                 for v, t in zip(cgutils.unpack_tuple(builder, args[1], n_params), params.types)
             ]
+            if name in BYTES:  # int8 and uint8 pointers are both i8*: the sign as data
+                pvals.append(i64(signs(name, dtypes)))
             bufs = [_stack_array(builder, dims), _stack_array(builder, pvals)]
             fnty = ir.FunctionType(i64, [p.type for p in ptrs] + [b.type for b in bufs])
             fn = cgutils.get_or_insert_function(builder.module, fnty, symbol(name, dtype))

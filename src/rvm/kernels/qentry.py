@@ -5,12 +5,14 @@ so a kernel links the library instead of compiling its integer GEMM, im2col and 
 epilogue into its own code (seconds of LLVM per kernel).
 
 A kernel checks its operands' shapes before the call (`rvm.jit.quantized`), so the entry
-points take them as they come and always return 0.
+points take them as they come and always return 0. Their input and output are bytes, an int8
+one's sign a last parameter (`entry.BYTES`): one build serves uint8 and int8 models.
 """
 
 from __future__ import annotations
 
 import numba as nb
+import numpy as np
 
 from rvm.kernels import entry, qgemm, qturned
 
@@ -26,15 +28,17 @@ __all__ = [
 
 def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
     """`qgemm.qconv2d` on x, w (4-d), bias, scale (1-d), out (4-d); the parameters: x_zero,
-    y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, hwc (0 or 1)."""
-    d, p = nb.carray(dims, 14), nb.carray(params, 12)
-    qgemm.qconv2d(
-        nb.carray(x, (d[0], d[1], d[2], d[3])),
+    y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, hwc (0 or 1), the signs
+    (`entry.BYTES`)."""
+    d, p = nb.carray(dims, 14), nb.carray(params, 13)
+    qgemm.qconv2d_bytes(
+        nb.carray(x, (d[0], d[1], d[2], d[3])).view(np.uint8),
         nb.carray(w, (d[4], d[5], d[6], d[7])),
         nb.carray(bias, (d[8],)),
         nb.carray(scale, (d[9],)),
-        nb.carray(out, (d[10], d[11], d[12], d[13])),
+        nb.carray(out, (d[10], d[11], d[12], d[13])).view(np.uint8),
         p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11] != 0,
+        _flip(p[12]), p[12] & 2 != 0,
     )  # fmt: skip
     return 0
 
@@ -42,32 +46,39 @@ def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-d
 def _qconv2d_turned(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
     """`qturned.qconv2d_turned` on x, w (4-d: `rvm.kernels.qturned.turn_weight`), bias, scale
     (1-d), out (4-d); the parameters: x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl, kh,
-    kw."""
-    d, p = nb.carray(dims, 14), nb.carray(params, 12)
-    qturned.qconv2d_turned(
-        nb.carray(x, (d[0], d[1], d[2], d[3])),
+    kw, the signs (`entry.BYTES`)."""
+    d, p = nb.carray(dims, 14), nb.carray(params, 13)
+    qturned.qconv2d_turned_bytes(
+        nb.carray(x, (d[0], d[1], d[2], d[3])).view(np.uint8),
         nb.carray(w, (d[4], d[5], d[6], d[7])),
         nb.carray(bias, (d[8],)),
         nb.carray(scale, (d[9],)),
-        nb.carray(out, (d[10], d[11], d[12], d[13])),
+        nb.carray(out, (d[10], d[11], d[12], d[13])).view(np.uint8),
         p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11],
+        _flip(p[12]), p[12] & 2 != 0,
     )  # fmt: skip
     return 0
 
 
 def _qdense(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
     """`qgemm.qdense` on x, w (2-d), bias, scale (1-d), out (2-d); the parameters: x_zero,
-    y_zero, low, high."""
-    d, p = nb.carray(dims, 8), nb.carray(params, 4)
-    qgemm.qdense(
-        nb.carray(x, (d[0], d[1])),
+    y_zero, low, high, the signs (`entry.BYTES`)."""
+    d, p = nb.carray(dims, 8), nb.carray(params, 5)
+    qgemm.qdense_bytes(
+        nb.carray(x, (d[0], d[1])).view(np.uint8),
         nb.carray(w, (d[2], d[3])),
         nb.carray(bias, (d[4],)),
         nb.carray(scale, (d[5],)),
-        nb.carray(out, (d[6], d[7])),
-        p[0], p[1], p[2], p[3],
+        nb.carray(out, (d[6], d[7])).view(np.uint8),
+        p[0], p[1], p[2], p[3], _flip(p[4]), p[4] & 2 != 0,
     )  # fmt: skip
     return 0
+
+
+@nb.njit(inline="always", nogil=True)
+def _flip(signs):  # type: ignore[no-untyped-def]
+    """The shift of the input's bytes into uint8: 128 when it is int8 (bit 0 of the signs)."""
+    return 128 if signs & 1 else 0
 
 
 entry.export("qconv2d", _qconv2d)

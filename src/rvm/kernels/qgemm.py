@@ -82,7 +82,17 @@ from rvm.kernels.qtile import (
     _micro_wide,
 )
 
-__all__ = ["MR", "NR", "VNNI", "direct_pitch", "qconv2d", "qdense", "split_plan"]
+__all__ = [
+    "MR",
+    "NR",
+    "VNNI",
+    "direct_pitch",
+    "qconv2d",
+    "qconv2d_bytes",
+    "qdense",
+    "qdense_bytes",
+    "split_plan",
+]
 
 
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
@@ -248,10 +258,10 @@ def _panel(flat, offsets, quads, ldb, cols, pitch, width):  # type: ignore[no-un
 
 
 @nb.njit(**_OPTS)
-def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1):  # type: ignore[no-untyped-def]
+def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1, signed):  # type: ignore[no-untyped-def]  # noqa: E501
     """Columns ``[j0, j1)`` of the panel ``b``'s product with ``rows``, requantized into
-    ``out`` (channels x positions, any layout), a block of columns at a time (its sums stay
-    in cache)."""
+    ``out`` (channels x positions, any layout; bytes, int8 ones when ``signed``), a block of
+    columns at a time (its sums stay in cache)."""
     og = out.shape[0]
     block = max(NR, BLOCK_BYTES // (4 * og) // NR * NR)
     acc = np.empty((og, block + NR), np.int32)
@@ -259,7 +269,7 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
     last = out.shape[1] - 1  # the last position's column, plus one: the columns used
     used = last // b[6] * b[5] + last % b[6] + 1
     epi = _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, b[5], b[6], used,
-                    narrow)  # fmt: skip
+                    narrow, signed)  # fmt: skip
     b0 = j0
     while b0 < j1:
         b1 = min(j1, b0 + block)
@@ -273,7 +283,8 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
 
 
 @nb.njit(**_OPTS)
-def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width, used, narrow):  # type: ignore[no-untyped-def]  # noqa: E501
+def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width, used, narrow,
+              signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """The record (`EPILOGUE` int64 fields, then the rows' int32 shifts and float32 scales it
     points to) with which the micro-kernels requantize their tiles into ``out`` themselves,
     or an empty array when they cannot: no VNNI kernels, ``out``'s positions not contiguous
@@ -301,7 +312,7 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
     record[2], record[3] = out.ctypes.data, out.strides[0]
     record[4], record[5], record[6] = pitch, width, used
     record[7], record[8], record[9] = y_zero, low, high
-    record[10] = 1 if _shift(out) else 0
+    record[10] = 1 if signed else 0
     return record
 
 
@@ -324,19 +335,13 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     else:
         r0, r1, j0, j1 = 0, og, p * step, min(cols, (p + 1) * step)
     rp, sp, op = rows[r0:r1], sums[r0:r1], o0 + r0
-    address = job[26]
-    if kind == 0:
+    address, signed = job[26], kind & 1 != 0  # the output's bytes, int8 ones when signed
+    if kind & 2 == 0:
         out = nb.carray(pointer_at(address, _U8), (og, p_total))
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
-    elif kind == 1:
-        out = nb.carray(pointer_at(address, _I8), (og, p_total))
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
-    elif kind == 2:
-        out = nb.carray(pointer_at(address, _U8), (p_total, og)).T
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
     else:
-        out = nb.carray(pointer_at(address, _I8), (p_total, og)).T
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1)
+        out = nb.carray(pointer_at(address, _U8), (p_total, og)).T
+        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
@@ -382,7 +387,7 @@ def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
+def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed):  # type: ignore[no-untyped-def]  # noqa: E501
     """A large product in pieces on the pool (`split_plan`): how many (1: not split, run
     it)."""
     og, depth, cols = rows.shape[0], rows.shape[1], b[4]
@@ -393,7 +398,7 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
     if pieces < 2:
         return 1
     p_total = out.shape[0] if transposed else out.shape[1]
-    kind = (1 if _shift(out) else 0) + (2 if transposed else 0)
+    kind = (1 if signed else 0) + (2 if transposed else 0)
     flat, offsets = b[0], b[1]
     job = np.array((_JOB, rows.ctypes.data, og, depth, flat.ctypes.data, flat.size,
                     offsets.ctypes.data, offsets.size, b[2], b[3], cols, b[5], b[6],
@@ -405,16 +410,17 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
 
 
 @nb.njit(**_OPTS)
-def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed):  # type: ignore[no-untyped-def]
-    """``out`` (channels x positions, or its transpose stored when ``transposed``) requantized
-    from ``rows`` times the panel ``b``: in pieces of columns on rvm's pool when large."""
+def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``out`` (channels x positions, or its transpose stored when ``transposed``; bytes,
+    int8 ones when ``signed``) requantized from ``rows`` times the panel ``b``: in pieces of
+    columns on rvm's pool when large."""
     args = (zero, bias, scale, o0, y_zero, low, high)
-    if _split(rows, sums, b, *args, out, transposed) > 1:
+    if _split(rows, sums, b, *args, out, transposed, signed) > 1:
         return
     if transposed:
-        _blocks(rows, sums, b, *args, out.T, 0, b[4])
+        _blocks(rows, sums, b, *args, out.T, 0, b[4], signed)
     else:
-        _blocks(rows, sums, b, *args, out, 0, b[4])
+        _blocks(rows, sums, b, *args, out, 0, b[4], signed)
 
 
 @nb.njit(inline="always", **_OPTS)
@@ -422,6 +428,16 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
             hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
     """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8, (o, cg,
     kh, kw) or, ``hwc``, (o, kh, kw, cg)."""
+    xu, outu, flip, signed = x.view(np.uint8), out.view(np.uint8), _shift(x), _shift(out) != 0
+    qconv2d_bytes(xu, w, bias, scale, outu, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt,
+                  pl, hwc, flip, signed)  # fmt: skip
+
+
+@nb.njit(inline="always", **_OPTS)
+def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt,
+                  pl, hwc, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`qconv2d` on the bytes of ``x`` and ``out`` (uint8 arrays): ``flip`` 128 when ``x``'s
+    are int8 (0 for uint8), ``signed`` when ``out``'s are: one build serves every sign."""
     o, oh, ow = w.shape[0], out.shape[2], out.shape[3]
     cg, kh, kw = (w.shape[3], w.shape[1], w.shape[2]) if hwc else w.shape[1:]
     og = o // groups
@@ -432,29 +448,28 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     # place, the panel a byte at a time.
     by_words = hwc or 4 * og < p_total
     cq = (cg + 3) // 4 if by_words else 1  # words of 4 channels
-    flip = _shift(x)  # int8 inputs shift into uint8
-    zero = x_zero + flip
+    zero = x_zero + flip  # int8 inputs shift into uint8
     cols = (p_total + NR - 1) // NR * NR
     pitch = direct_pitch(oh, ow, kw, sw, dw) if by_words else 0
     if pitch:
         return _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw,
-                       pt, pl, hwc, pitch, flip)  # fmt: skip
+                       pt, pl, hwc, pitch, flip, signed)  # fmt: skip
     quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     flat = words.view(np.uint8).reshape(-1)
     b = _panel(flat, np.zeros(1, np.int64), quads, 4 * cols, cols, p_total, p_total)
-    xu = x.view(np.uint8)
     for g in range(groups):
         rows, sums = _group_rows(w, g, og, cg, cq, kh * kw, hwc, by_words)
         for n in range(x.shape[0]):
             if by_words:
-                columns(xu, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip,
+                columns(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip,
                         words)  # fmt: skip
             else:
                 columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
                               flip, flat.reshape(quads, cols, 4))  # fmt: skip
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
-            _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False)
+            _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
+                     signed)  # fmt: skip
 
 
 @nb.njit(**_OPTS)
@@ -502,7 +517,7 @@ def _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch):  # type: ignore[no-untyped-
 
 @nb.njit(**_OPTS)
 def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
-            hwc, pitch, flip):  # type: ignore[no-untyped-def]  # fmt: skip
+            hwc, pitch, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """A `qconv2d` whose taps read the image in place (`qcolumns.image`, split by phase of
     the strides): output position ``(i, j)`` is column ``i * pitch + j``; tap ``(u, v)``
     reads phase ``(u * dh % sh, v * dw % sw)`` (only the phases some tap reads are made),
@@ -518,22 +533,28 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh,
     flat = words.view(np.uint8).reshape(-1)
     rows_of = ow if pitch > ow else oh * ow  # no margins: the columns are the positions
     b = _panel(flat, offsets, cq, 4 * plane, cols, rows_of + pitch - ow, rows_of)
-    xu = x.view(np.uint8)
     for g in range(groups):
         rows, sums = _group_rows(w, g, og, cg, cq, taps, hwc, True)
         for n in range(x.shape[0]):
-            image(xu, n, g * cg, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
+            image(x, n, g * cg, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
             dest = out[n, g * og : (g + 1) * og].reshape(og, oh * ow)
-            _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False)
+            _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
+                     signed)  # fmt: skip
 
 
 @nb.njit(inline="always", **_OPTS)
 def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
     """`rvm.op.qdense` of ``x`` (m, k) into ``out`` (m, n) of uint8 or int8; ``w`` int8.
     As a convolution's: the weight's rows broadcast, ``x``'s rows packed as the panel."""
+    qdense_bytes(x.view(np.uint8), w, bias, scale, out.view(np.uint8), x_zero, y_zero, low, high,
+                 _shift(x), _shift(out) != 0)  # fmt: skip
+
+
+@nb.njit(inline="always", **_OPTS)
+def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`qdense` on the bytes of ``x`` and ``out`` (uint8 arrays), as `qconv2d_bytes`."""
     m, k = x.shape
     quads = (k + 3) // 4
-    flip = _shift(x)
     cols = (m + NR - 1) // NR * NR
     panel = np.zeros((quads, cols, 4), np.uint8)
     for p in range(m):
@@ -541,4 +562,4 @@ def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[n
             panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
     rows, sums = weight_rows(w, quads)
     b = _panel(panel.reshape(-1), np.zeros(1, np.int64), quads, 4 * cols, cols, m, m)
-    _product(rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True)
+    _product(rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True, signed)

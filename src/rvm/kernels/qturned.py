@@ -57,6 +57,7 @@ __all__ = [
     "VECTORS",
     "micro_turned",
     "qconv2d_turned",
+    "qconv2d_turned_bytes",
     "turn_weight",
     "turned",
 ]
@@ -395,10 +396,19 @@ def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh
     around (`rvm.kernels.qturned`): ``w`` the turned weight ``(panels, kh * kw * cq + 1,
     width, 4)`` (`qturned.turn_weight`, each panel's last row its channels' sums); the
     image as `rvm.kernels.qgemm`'s direct method builds it."""
+    qconv2d_turned_bytes(x.view(np.uint8), w, bias, scale, out.view(np.uint8), x_zero, y_zero,
+                         low, high, sh, sw, dh, dw, pt, pl, kh, kw, _shift(x),
+                         _shift(out) != 0)  # fmt: skip
+
+
+@nb.njit(inline="always", **_OPTS)
+def qconv2d_turned_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt,
+                         pl, kh, kw, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`qconv2d_turned` on the bytes of ``x`` and ``out`` (uint8 arrays), as
+    `rvm.kernels.qgemm.qconv2d_bytes`."""
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     cg, npos = x.shape[1], out.shape[2] * out.shape[3]
     cq, taps, width = (cg + 3) // 4, kh * kw, w.shape[2]
-    flip = _shift(x)
     zero = x_zero + flip
     pitch = ow + (kw - 1) * dw // sw
     hp = oh + (kh - 1) * dh // sh
@@ -412,15 +422,14 @@ def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh
     for c in range(o):
         sums[c] = flat[(c // width * (taps * cq + 1) + taps * cq) * width + c % width]
     narrow = 4 * taps * cq * 255 * 128 < 1 << 30  # |sum| <= 255 * 128 * depth
-    xu = x.view(np.uint8)
     panels = -(-o // width)
     for n in range(x.shape[0]):
         if npos == 0 or o == 0:
             break
-        image(xu, n, 0, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
+        image(x, n, 0, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
         dest = out[n].reshape(o, npos)
         epi = _epilogue_record(sums, zero, bias, scale, 0, y_zero, low, high, dest, npos, npos,
-                               npos, narrow)  # fmt: skip
+                               npos, narrow, signed)  # fmt: skip
         scratch = np.empty((npos if epi.size == 0 else 0, panels * width), np.int32)
         job = np.empty(_TURNED_JOB, np.int64)
         job[0], job[1], job[2] = _TURNED_JOB, words.ctypes.data, 4 * words.shape[1]
