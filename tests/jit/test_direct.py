@@ -270,6 +270,32 @@ def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> Non
     np.testing.assert_allclose(rvm.interpret(packed, "main", *inputs), want, rtol=1e-4, atol=2e-3)
 
 
+def test_a_batched_module_packs_its_shallower_small_maps() -> None:
+    """The same shallow convolution alone takes the direct method at a static batch of
+    `BATCH_BUILDS` images (its build repaid that many times sooner), not at one image nor
+    at a batch known only at run time; the packed module computes the same."""
+    from rvm.transform.pack_conv_weights import BATCH_BUILDS, pack_conv_weights
+
+    lanes = direct.LANES
+    w = rand((8 * lanes, 2 * lanes, 3, 3), seed=3)
+
+    def module(batch):  # type: ignore[no-untyped-def]
+        x = var("x", (batch, 2 * lanes, 14, 14))
+        b = Builder()
+        with b.function("main", [x]):
+            b.emit_output(b.emit(op.conv2d(x, E.Constant(w), (1, 1), (1, 1, 1, 1))))
+        return b.get()
+
+    assert "conv2d_packed" not in str(pack_conv_weights(module(BATCH_BUILDS - 1)))
+    assert "conv2d_packed" not in str(pack_conv_weights(module("n")))
+    mod = module(BATCH_BUILDS)
+    packed = pack_conv_weights(mod)
+    assert "conv2d_packed" in str(packed) and "conv2d(" not in str(packed)
+    x = rand((BATCH_BUILDS, 2 * lanes, 14, 14), seed=4)
+    want = rvm.interpret(mod, "main", x)
+    np.testing.assert_allclose(rvm.interpret(packed, "main", x), want, rtol=1e-4, atol=2e-3)
+
+
 def test_an_int8_convolution_turned_around_does_not_widen_the_rule(monkeypatch) -> None:
     """Only a float32 convolution on the direct method builds it: a module whose one packed
     convolution is an int8 one (turned around: `rvm.op.turn_qconv2d`) keeps its shallow float

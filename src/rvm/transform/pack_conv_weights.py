@@ -11,15 +11,15 @@ the GEMMs on this CPU (`rvm.op.conv.pack_conv2d`, the library's rule), is ``conv
 P)`` with ``P`` the weight packed in panels of output channels (`rvm.kernels.direct.pack`):
 the kernel reads it as it is, with no copy at each call. A module that packs one builds the
 method anyway, so its shallower convolutions on small maps take it too where it pays
-(`rvm.kernels.direct.pays_once_built`), while a module that packs none (squeezenet) builds none
-of it at its first run. Likewise each int8 ``qconv2d`` with
-a constant weight and a static output shape that this CPU's turned-around kernel serves better
-(`rvm.op.turn_qconv2d`) takes its weight turned once (``weight_layout="turned"``). Elsewhere
-nothing changes.
+(`rvm.kernels.direct.pays_once_built`), and so does one run on batches (`BATCH_BUILDS`), while
+a module that packs none (squeezenet at batch 1) builds none of it at its first run. Likewise
+each int8 ``qconv2d`` with a constant weight and a static output shape that this CPU's
+turned-around kernel serves better (`rvm.op.turn_qconv2d`) takes its weight turned once
+(``weight_layout="turned"``). Elsewhere nothing changes.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables; each matching call is replaced in place; a second walk by the wider rule
-when the first packed any.
+when the first packed any or saw a batch.
 """
 
 from __future__ import annotations
@@ -39,11 +39,21 @@ from rvm.transform.legalize import map_function_regions, map_functions, replace_
 logger = logging.getLogger("rvm.transform")
 
 
+BATCH_BUILDS = 2
+"""From this many images a call (a static batch), a module takes the direct method where the
+wider rule (`rvm.kernels.direct.pays_once_built`) has it, whether or not it packs a
+convolution by the narrow one: its first run builds the method (squeezenet's: about 8 CPU-s),
+which a batch of ``n`` repays ``n`` times sooner. squeezenet at batch 8 (one thread): its
+3 x 3 expansions on 27 x 27 and 13 x 13 maps; at batch 1 (the quick start) it builds none."""
+
+
 def pack_conv_weights(mod: IRModule) -> IRModule:
     """Rewrite every conv2d the direct method serves to `rvm.op.conv2d_packed`."""
-    out, packed, direct = _pack(mod, False)
-    if direct:  # the module builds the direct method: the wider rule's convolutions take it too
-        out, more, _ = _pack(out, True)
+    out, packed, direct, images = _pack(mod, False)
+    # The module builds the direct method, or runs batches whose calls repay its build sooner:
+    # the wider rule's convolutions take it too.
+    if direct or images >= BATCH_BUILDS:
+        out, more, _, _ = _pack(out, True)
         packed += more
     if not packed:
         return mod
@@ -51,21 +61,23 @@ def pack_conv_weights(mod: IRModule) -> IRModule:
     return out
 
 
-def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int, int]:
+def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int, int, int]:
     """``mod`` with the convolutions `_convert` packs (``built``: only float ones, by the
-    wider rule too) rewritten, how many, and how many of them float32 ones (the direct
-    method's: an int8 one turned around builds none of it)."""
-    packed = direct = 0
+    wider rule too) rewritten, how many, how many of them float32 ones (the direct
+    method's: an int8 one turned around builds none of it), and the most images a float32
+    convolution of it takes a call (`_images`)."""
+    packed = direct = images = 0
 
     def rewrite(name: str, func: E.Function) -> E.Function:
         consts: dict[E.Var, np.ndarray] = {}
 
         def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal packed, direct
+            nonlocal packed, direct, images
             out = []
             for b in bindings:
                 if isinstance(b.value, E.Constant):
                     consts[b.var] = b.value.data
+                images = max(images, _images(b.value))
                 new = _convert(b.value, consts, built)
                 if new is not None:
                     packed += 1
@@ -77,7 +89,18 @@ def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int, int]:
         return map_function_regions(func, region)
 
     funcs = map_functions(mod, rewrite)
-    return (replace_changed(mod, funcs), packed, direct) if packed else (mod, 0, 0)
+    return (replace_changed(mod, funcs) if packed else mod), packed, direct, images
+
+
+def _images(value: E.Expr) -> int:
+    """The images a float32 ``conv2d`` call takes at once (its input's static batch), else 0."""
+    if not isinstance(value, E.Call) or value.callee is not ops.conv2d:
+        return 0
+    x_type = getattr(value.args[0], "type", None)
+    shape = getattr(x_type, "shape", None)
+    if getattr(x_type, "dtype", None) != "float32" or not shape or not isinstance(shape[0], int):
+        return 0
+    return shape[0]
 
 
 def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray], built: bool) -> E.Call | None:
