@@ -21,6 +21,7 @@ from rvm.ir import expr as E
 from rvm.ir.analysis import walk
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType
+from rvm.jit.channel_epilogue import CONVS
 from rvm.kernels.numba_cache import light_loads
 from rvm.op import ops
 
@@ -65,15 +66,12 @@ def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
         for task in _call_tasks(node):
             yield task, "float32"
     # a float32 convolution's bias, residual or ReLU: the library's pass (`rvm.jit.lower`)
-    if any(c.callee in _CONVS and _shape(c, None) for c in calls) and any(
+    if any(c.callee in CONVS and _shape(c, None) for c in calls) and any(
         c.callee in (ops.add, ops.relu) for c in calls
     ):
         from rvm.kernels import epipass
 
         yield from ((task, "float32") for task in epipass.FIRST_RUN_TASKS)
-
-
-_CONVS = (ops.conv1d, ops.conv2d, ops.conv2d_packed)
 
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:
