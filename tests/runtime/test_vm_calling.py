@@ -88,8 +88,14 @@ def test_arguments_the_checks_pass_unchanged_skip_them_and_others_are_checked(vm
         f(x.astype(np.float64), y)
     with pytest.raises(rvm.ShapeError, match=r"argument 0 'x' has shape \(3,\)"):
         f(x[:3], y)
-    symbolic = h.tensor("x", ("n",))
-    assert passes_unchanged(type(fn)(**{**_fields(fn), "param_specs": (symbolic,) * 2})) is None
+    shared = type(fn)(**{**_fields(fn), "param_specs": (h.tensor("x", ("n", 2)),) * 2})
+    passes = passes_unchanged(shared)
+    assert passes((f32(3, 2), f32(3, 2)))
+    assert not passes((f32(3, 2), f32(4, 2)))  # n = 3 from x, 4 from y
+    assert not passes((f32(3, 3), f32(3, 3)))
+    assert not passes((f32(3, 2, 1), f32(3, 2)))
+    ranged = type(fn)(**{**_fields(fn), "dim_ranges": (("n", 1, 8),)})
+    assert passes_unchanged(ranged) is None
 
 
 def _fields(fn) -> dict:

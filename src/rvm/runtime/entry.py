@@ -359,42 +359,58 @@ def _binding_error(fn: VMFunction, args: Sequence[Any], kwargs: Mapping[str, Any
 
 
 def passes_unchanged(fn: VMFunction) -> Callable[[tuple], bool] | None:
-    """For a function whose parameters are all tensors of a known dtype and fixed dims (no
-    symbolic ones, so no range either), whether positional arguments are what
-    `check_arguments` would pass unchanged: that many numpy arrays (not subclasses), each
-    C-contiguous, of its parameter's dtype and shape. None for any other function.
+    """For a function whose parameters are all tensors of a known dtype and rank, with fixed
+    or symbolic dims (no dimension expression, no range), whether positional arguments are
+    what `check_arguments` would pass unchanged: that many numpy arrays (not subclasses),
+    each C-contiguous, of its parameter's dtype and rank, fixed dims equal and each symbolic
+    dim one size throughout. None for any other function.
 
     The cheap form of the entry checks that a call from Python takes first (`_caller`): a
     CNN's call from a loop finds the checks' code cold in the caches after the last call's
     kernels, and the full checks took 48 us of squeezenet's call there (4 us warm); this
     takes a few. Anything else (an error included) goes through `check_arguments`.
     """
-    specs = fn.param_specs
-    if fn.dim_ranges or not all(
-        s.kind == "tensor"
-        and s.dtype is not None
-        and s.shape is not None
-        and all(type(d) is int for d in s.shape)
-        for s in specs
-    ):
+    if fn.dim_ranges:
         return None
-    try:
-        wants = tuple((np.dtype(s.dtype), tuple(s.shape)) for s in specs)
-    except TypeError:  # a narrow dtype whose package is not loaded: the checks say so
-        return None
+    wants = []
+    for spec in fn.param_specs:
+        if spec.kind != "tensor" or spec.dtype is None or spec.shape is None:
+            return None
+        if not all(d is None or type(d) in (int, str) for d in spec.shape):
+            return None  # a dimension expression
+        try:
+            dtype = np.dtype(spec.dtype)
+        except TypeError:  # a narrow dtype whose package is not loaded: the checks say so
+            return None
+        shape = tuple(spec.shape)
+        if all(type(d) is int for d in shape):
+            wants.append((dtype, shape, (), ()))
+            continue
+        fixed = tuple((axis, d) for axis, d in enumerate(shape) if type(d) is int)
+        names = tuple((axis, d) for axis, d in enumerate(shape) if type(d) is str)
+        wants.append((dtype, len(shape), fixed, names))
     count, ndarray = len(wants), np.ndarray
 
     def passes(args: tuple) -> bool:
         if len(args) != count:
             return False
-        for x, (dtype, shape) in zip(args, wants):
-            if (
-                type(x) is not ndarray
-                or x.shape != shape
-                or x.dtype != dtype
-                or not x.flags.c_contiguous
-            ):
+        dims: dict[str, int] = {}
+        for x, (dtype, shape, fixed, names) in zip(args, wants):
+            if type(x) is not ndarray or x.dtype != dtype or not x.flags.c_contiguous:
                 return False
+            if type(shape) is tuple:
+                if x.shape != shape:
+                    return False
+                continue
+            sizes = x.shape
+            if len(sizes) != shape:
+                return False
+            for axis, size in fixed:
+                if sizes[axis] != size:
+                    return False
+            for axis, name in names:
+                if dims.setdefault(name, sizes[axis]) != sizes[axis]:
+                    return False
         return True
 
     return passes
