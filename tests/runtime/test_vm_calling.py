@@ -65,6 +65,43 @@ def test_keyword_errors_name_the_function_and_parameter(vm):
         vm.time_evaluator("bound", number=1, repeat=1)(x=x)
 
 
+def test_arguments_the_checks_pass_unchanged_skip_them_and_others_are_checked(vm):
+    """Fixed-shape tensors take the shortcut (`passes_unchanged`); anything the checks would
+    convert or reject goes through them, with the same results and errors."""
+    from rvm.runtime.entry import passes_unchanged
+
+    fn = vm.executable.functions[0]
+    passes = passes_unchanged(fn)
+    x, y = f32(4), f32(4)
+    want = np.exp(x + y)
+    assert passes((x, y))
+    strided = np.repeat(x, 2)[::2]
+    others = [(x,), (x, y, y), (strided, y), (x.astype(np.float64), y), (x[:3], y)]
+    others += [(x.tolist(), y), (np.ma.masked_array(x), y)]
+    for args in others:
+        assert not passes(args)
+    f = vm["main"]
+    np.testing.assert_allclose(f(x, y), want, rtol=1e-6)
+    np.testing.assert_allclose(f(strided, y), want, rtol=1e-6)
+    np.testing.assert_allclose(f(x.tolist(), y), want, rtol=1e-6)
+    with pytest.raises(rvm.DTypeError, match="argument 0 'x' expects dtype float32, got float64"):
+        f(x.astype(np.float64), y)
+    with pytest.raises(rvm.ShapeError, match=r"argument 0 'x' has shape \(3,\)"):
+        f(x[:3], y)
+    shared = type(fn)(**{**_fields(fn), "param_specs": (h.tensor("x", ("n", 2)),) * 2})
+    passes = passes_unchanged(shared)
+    assert passes((f32(3, 2), f32(3, 2)))
+    assert not passes((f32(3, 2), f32(4, 2)))  # n = 3 from x, 4 from y
+    assert not passes((f32(3, 3), f32(3, 3)))
+    assert not passes((f32(3, 2, 1), f32(3, 2)))
+    ranged = type(fn)(**{**_fields(fn), "dim_ranges": (("n", 1, 8),)})
+    assert passes_unchanged(ranged) is None
+
+
+def _fields(fn) -> dict:
+    return {name: getattr(fn, name) for name in fn.__dataclass_fields__}
+
+
 def test_a_parameter_called_name_passes_by_keyword(exec_mode):
     b = ExecBuilder()
     f = b.function("ident", ("name",), (h.tensor("name", (2,)),))
