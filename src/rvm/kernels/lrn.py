@@ -10,8 +10,9 @@ in float64).
 
 Each output channel is one vectorizable run over the plane: the window's squares summed in
 the dtype (as the reference does), then the power. A power has no vectorized libm call here
-(`rvm.kernels.mathlib`), so the common exponents are square roots: ``t ** 0.75`` is
-``sqrt(t) * sqrt(sqrt(t))``, ``t ** 0.5`` is ``sqrt(t)``; others call ``pow``. Large inputs
+(`rvm.kernels.mathlib`), so the common exponents are square roots: ``t ** -0.75`` is
+``y * y / sqrt(y)`` of ``y = 1 / sqrt(t)`` from reciprocal square root estimates
+(`_three_quarters`), ``t ** 0.5`` is ``sqrt(t)``; others call ``pow``. Large inputs
 are split by channels over threads (`rvm.kernels.parfor`).
 """
 
@@ -27,6 +28,19 @@ from rvm.kernels.planes import U
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
+@jit(**_OPTS, fastmath={"afn", "arcp"})
+def _three_quarters(xf, of, dst, hw, scale, bias, acc):  # type: ignore[no-untyped-def]
+    """``of[dst + i] = xf[dst + i] * t ** -0.75`` with ``t = bias + scale * acc[i]``, for i <
+    ``hw``: ``y = 1 / sqrt(t)``, then ``y * (y / sqrt(y))``, which these flags let LLVM build
+    from reciprocal square root estimates and a Newton step each (``vrsqrt14ps``) instead of
+    two square roots and a division (inception_v1's 192 x 55 x 55 lrn: 1.8x faster, within
+    3.5e-7 of the float64 power, one Zen 4 core). Not inlined: its flags are its own."""
+    one = acc.dtype.type(1)
+    for i in range(hw):
+        y = one / np.sqrt(bias + scale * acc[i])
+        of[dst + i] = xf[dst + i] * (y * (y / np.sqrt(y)))
+
+
 @jit(**_OPTS)
 def _channel(xf, of, at, plane, first, count, scale, beta, bias, acc):  # type: ignore[no-untyped-def]
     """The output channel at flat offset ``at`` (``plane`` elements): its window is the
@@ -40,9 +54,7 @@ def _channel(xf, of, at, plane, first, count, scale, beta, bias, acc):  # type: 
             acc[i] += v * v
     dst = U(at)
     if beta == 0.75:
-        for i in range(hw):
-            r = np.sqrt(bias + scale * acc[i])
-            of[dst + i] = xf[dst + i] / (r * np.sqrt(r))
+        _three_quarters(xf, of, dst, hw, scale, bias, acc)
     elif beta == 0.5:
         for i in range(hw):
             of[dst + i] = xf[dst + i] / np.sqrt(bias + scale * acc[i])
