@@ -374,11 +374,15 @@ def test_an_unwritable_compile_cache_or_config_dir_compiles_uncached(
     assert len(builds) == 2
 
 
-def test_clear_cache_deletes_the_compile_cache(env, path):
+def test_clear_cache_deletes_the_compile_cache(env, path, tmp_path, monkeypatch):
+    from numba.core import config
+
     from rvm.runtime.loading.cache import clear_cache
 
     rvm.compile_onnx(path)
     assert _entries()
+    # Not this checkout's library code, which the suite's other processes load.
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
     clear_cache()
     assert not compile_cache._folder().exists()
 

@@ -73,6 +73,11 @@ def test_cache_info_clear_and_introspection(tmp_path: Path, monkeypatch) -> None
     assert "def fused_relu_info" in jit.kernel_source(rec)
     assert "define" in jit.kernel_llvm(rec)
     assert jit.kernel_asm(rec).strip()
+    from numba.core import config
+
+    # Not this checkout's library code, which the suite's other processes load (clearing it
+    # made them build the library again); test_trust clears a library cache of its own.
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
     jit.clear_cache()
     assert jit.cache_info()["entries"] == 0
 

@@ -113,5 +113,10 @@ def write_slice(buffer, value, start, axis):  # type: ignore[no-untyped-def]
             inner *= buffer.shape[i]
     rows = np.ascontiguousarray(value).reshape((outer, value.shape[at], inner))
     into = buffer.reshape((outer, buffer.shape[at], inner))
-    into[:, n : n + value.shape[at], :] = rows
+    # By loops, not ``into[:, n:n + k, :] = rows``: Numba compiles that assignment with its
+    # shape-mismatch message, seconds of LLVM here and in every native function linking this.
+    for o in range(outer):
+        for r in range(value.shape[at]):
+            for i in range(inner):
+                into[o, n + r, i] = rows[o, r, i]
     return buffer
