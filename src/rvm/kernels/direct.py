@@ -246,10 +246,12 @@ def unpack(w: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(full[:, :og].reshape(channels, cg, kh, kw))
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")
 def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of an image's job (`_JOB_FIELDS`): one group's panel of output
-    channels by a range of bands of `MR` positions."""
+    channels by a range of bands of `MR` positions. Inlined in the task (its micro-kernels
+    built once, not again in a library of their own: 6.8 -> 5.9 CPU-s); `_store` is not
+    (inlined, the 64-channel layers ran 3-5 % slower)."""
     xh, w, c, o, groups = job[1], job[2], job[4], job[5], job[6]
     taps = parfor.address(job) + 8 * _JOB_FIELDS
     ntaps, ow, p_all, wp, sh, sw = job[7], job[8], job[9], job[10], job[11], job[12]
