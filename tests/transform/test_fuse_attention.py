@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from fusion_helpers import build, check_numbers, op_names, run
 
+import rvm
 from rvm import op
 from rvm.ir import Tuple, Var, assert_structural_equal, const, tensor
 from rvm.transform.fuse_attention import attention_heads, fuse_attention
@@ -144,6 +145,9 @@ def test_heads_split_by_copies_are_read_in_place() -> None:
     call = next(iter(fused["main"].body.bindings)).value
     assert call.attrs["heads"] == (2, 8, 8, 0, 16, 32)
     assert all(a is fused["main"].params[0] for a in call.args[:3])
+    x, bias = _data((2, 5, 48)), np.where(RNG.random((2, 1, 1, 5)) < 0.3, -np.inf, 0).astype(F32)
+    want = rvm.interpret(_merged(), "main", x, bias)  # the reference reads the heads alike
+    np.testing.assert_allclose(rvm.interpret(fused, "main", x, bias), want, rtol=1e-6, atol=1e-6)
 
 
 def test_no_mask_is_a_zero_bias() -> None:

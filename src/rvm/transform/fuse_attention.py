@@ -61,10 +61,10 @@ def _heads(r: Region, call: E.Call) -> E.Call | None:
     if call.attrs.get("heads"):
         return None
     views = [_head_view(r, x) for x in call.args[:3]]
-    if any(view is None for view in views) or views[0][2] != views[1][2]:  # type: ignore[index]
+    if any(view is None for view in views):
         return None
-    (q, q_at, h, d), (k, k_at, hk, _), (v, v_at, hv, dv) = views  # type: ignore[misc]
-    if not h == hk == hv:
+    (q, q_at, h, d), (k, k_at, hk, dk), (v, v_at, hv, dv) = views  # type: ignore[misc]
+    if not (h == hk == hv and d == dk):
         return None
     return op.attention(
         q, k, v, call.args[3], **{**call.attrs, "heads": (h, d, dv, q_at, k_at, v_at)}
