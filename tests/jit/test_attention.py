@@ -160,6 +160,28 @@ def test_bands_change_no_answer(bf16) -> None:
     assert outs[0].tobytes() == outs[1].tobytes()
 
 
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[2], (1, 2, 37, 37, 5, 7)], ids=str)
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
+def test_heads_read_in_place_equal_split_copies(shape, bf16) -> None:
+    """`attention_heads` reads each head's columns of 3-d (batch, seq, columns) arrays (a
+    merged QKV product's): the output is that of the heads copied out, bit for bit."""
+    b, h, s, t, d, dv = shape
+    x = RNG.standard_normal((b, s, 3 + h * d + 2), dtype=np.float32)
+    kv = RNG.standard_normal((b, t, 1 + h * d + h * dv), dtype=np.float32)
+    mask = np.where(RNG.random((b, 1, s, t)) < 0.3, -np.inf, 0.0).astype(np.float32)
+
+    def heads(a, at, w):  # type: ignore[no-untyped-def]
+        cut = a[:, :, at : at + h * w].reshape(a.shape[0], a.shape[1], h, w)
+        return np.ascontiguousarray(cut.transpose(0, 2, 1, 3))
+
+    q, k, v = heads(x, 3, d), heads(kv, 1, d), heads(kv, 1 + h * d, dv)
+    want = _run(q, k, v, mask, bf16=bf16)
+    got = np.full_like(want, np.nan)
+    lib.attention_heads(x, kv, kv, mask, got, 0.125, -1e4, 0.0, False, bf16, d,
+                        (3, 1, 1 + h * d))  # fmt: skip
+    assert got.tobytes() == want.tobytes()
+
+
 def test_empty_sequences() -> None:
     q, k, v = _qkv(2, 3, 0, 5, 4, 4)
     _run(q, k, v, np.zeros((1, 1, 1, 5), np.float32))
@@ -178,3 +200,6 @@ def test_shapes_that_disagree_are_refused() -> None:
     ):
         with pytest.raises(ValueError, match="q, k, v, the mask and the output do not agree"):
             lib.attention(*bad, 1.0, 0.0, 0.0, False)
+    x, mask = np.zeros((1, 4, 2 * 8 + 7), np.float32), np.zeros((1, 1, 1, 4), np.float32)
+    with pytest.raises(ValueError, match="the heads' columns, the mask and the output"):
+        lib.attention_heads(x, x, x, mask, out, 1.0, 0.0, 0.0, False, False, 8, (0, 8, 16))

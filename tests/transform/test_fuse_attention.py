@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from fusion_helpers import build, check_numbers, op_names, run
 
+import rvm
 from rvm import op
 from rvm.ir import Tuple, Var, assert_structural_equal, const, tensor
-from rvm.transform.fuse_attention import fuse_attention
+from rvm.transform.fuse_attention import attention_heads, fuse_attention
 
 F32 = "float32"
 RNG = np.random.default_rng(0)
@@ -77,6 +78,24 @@ def _bert():
     return build([q, k4, v, bias], body)
 
 
+def _merged():
+    """Heads split by copies from one (batch, seq, q|k|v columns) tensor, BERT's after
+    `merge_products`: slices of its last axis, each reshaped to heads and transposed."""
+    x = Var("x", tensor(("b", "s", 48), F32))
+    bias = Var("bias", tensor(("b", 1, 1, "s"), F32))
+
+    def body(emit):
+        def heads(at, axes):  # type: ignore[no-untyped-def]
+            cut = emit(op.strided_slice(x, [at], [at + 16], axes=[2]))
+            return emit(op.transpose(emit(op.reshape(cut, ("b", -1, 2, 8))), axes))
+
+        q, kt, v = heads(0, (0, 2, 1, 3)), heads(16, (0, 2, 3, 1)), heads(32, (0, 2, 1, 3))
+        s = emit(op.add(emit(op.multiply(emit(op.matmul(q, kt)), const(0.25, F32))), bias))
+        return emit(op.matmul(emit(op.softmax(s, axis=-1)), v))
+
+    return build([x, bias], body)
+
+
 def _plain():
     """No mask, no scale, no guard."""
     q, k, v = _qkv()
@@ -120,6 +139,17 @@ def test_bert_spelling_binds_k_in_head_layout() -> None:
     assert attention.attrs["scale"] == 0.25
 
 
+def test_heads_split_by_copies_are_read_in_place() -> None:
+    fused = run(_merged(), lambda m: attention_heads(fuse_attention(m)))
+    assert op_names(fused) == ["attention"]
+    call = next(iter(fused["main"].body.bindings)).value
+    assert call.attrs["heads"] == (2, 8, 8, 0, 16, 32)
+    assert all(a is fused["main"].params[0] for a in call.args[:3])
+    x, bias = _data((2, 5, 48)), np.where(RNG.random((2, 1, 1, 5)) < 0.3, -np.inf, 0).astype(F32)
+    want = rvm.interpret(_merged(), "main", x, bias)  # the reference reads the heads alike
+    np.testing.assert_allclose(rvm.interpret(fused, "main", x, bias), want, rtol=1e-6, atol=1e-6)
+
+
 def test_no_mask_is_a_zero_bias() -> None:
     fused = run(_plain(), fuse_attention)
     assert op_names(fused) == ["attention"]
@@ -145,6 +175,8 @@ def test_fused_attention_equals_the_chain(exec_mode, b, s, t) -> None:
     check_numbers(_plain(), [q, k, v], exec_mode)
     bias[0] = 0
     check_numbers(_bert(), [q, np.ascontiguousarray(k.transpose(0, 2, 1, 3)), v, bias], exec_mode)
+    if s == t:  # the heads read in place (`attention_heads`, run by compile for the jit)
+        check_numbers(_merged(), [_data((b, s, 48)), bias], exec_mode)
 
 
 @pytest.mark.parametrize("hidden", [-np.inf, np.finfo(np.float32).min])

@@ -32,13 +32,15 @@ def _with_precision(passes: list, precision: str, kernels: str) -> list:
     """``passes`` with the passes that convert products before legalize: to ``precision``
     (`rvm.transform.to_bf16`), then, for jit kernels, to packed constant weights: the GEMM's
     (`rvm.transform.pack_weights`, then `rvm.transform.merge_products`: those of one input
-    as one) and the direct convolution's (`rvm.transform.pack_conv_weights`)."""
+    as one) and the direct convolution's (`rvm.transform.pack_conv_weights`); attention then
+    reads its heads in place (`rvm.transform.fuse_attention.attention_heads`)."""
     extra = []
     if precision == "bf16":
         from rvm.transform.to_bf16 import to_bf16
 
         extra.append(("to_bf16", to_bf16))
     if kernels == "jit":
+        from rvm.transform.fuse_attention import attention_heads
         from rvm.transform.merge_products import merge_products
         from rvm.transform.pack_conv_weights import pack_conv_weights
         from rvm.transform.pack_weights import pack_weights
@@ -47,6 +49,7 @@ def _with_precision(passes: list, precision: str, kernels: str) -> list:
             ("pack_weights", pack_weights),
             ("merge_products", merge_products),
             ("pack_conv_weights", pack_conv_weights),
+            ("attention_heads", attention_heads),
         ]
     at = [name for name, _ in passes].index("legalize")
     return [*passes[:at], *extra, *passes[at:]]

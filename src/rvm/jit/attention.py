@@ -28,16 +28,24 @@ def _attention(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> 
     q, k, v, mask = args
     if out not in BLAS_DTYPES or k.dtype != out or v.dtype != out or not cblas.AVAILABLE:
         raise Unsupported(f"attention of {out}" + ("" if cblas.AVAILABLE else " without CBLAS"))
-    b, h, s, d = q.dims
-    t = k.dims[2]
-    for what, (x, y) in {
-        "k's batch": (k.dims[0], b),
-        "k's heads": (k.dims[1], h),
-        "k's dim": (k.dims[3], d),
-        "v's batch": (v.dims[0], b),
-        "v's heads": (v.dims[1], h),
-        "v's length": (v.dims[2], t),
-    }.items():
+    heads = attrs.get("heads") or ()
+    if heads:  # 3-d q, k, v whose heads' columns the kernel reads in place
+        b, s = q.dims[:2]
+        t, h, dv = k.dims[1], str(heads[0]), str(heads[2])
+        checks = {"k's batch": (k.dims[0], b), "v's batch": (v.dims[0], b),
+                  "v's length": (v.dims[1], t)}  # fmt: skip
+    else:
+        b, h, s, d = q.dims
+        t, dv = k.dims[2], v.dims[3]
+        checks = {
+            "k's batch": (k.dims[0], b),
+            "k's heads": (k.dims[1], h),
+            "k's dim": (k.dims[3], d),
+            "v's batch": (v.dims[0], b),
+            "v's heads": (v.dims[1], h),
+            "v's length": (v.dims[2], t),
+        }
+    for what, (x, y) in checks.items():
         if x != y:
             kb.check(ne(x, y), f"{kb.kernel}: attention: {what} does not match")
     for axis, (m, full) in enumerate(zip(mask.dims, (b, h, s, t))):
@@ -46,7 +54,7 @@ def _attention(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> 
                 all_of(ne(m, 1), ne(m, full)),
                 f"{kb.kernel}: attention: mask axis {axis} does not broadcast to the scores",
             )
-    dims = (b, h, s, v.dims[3])
+    dims = (b, h, s, dv)
     result = Tensor(dims, out, kind="anchor")
 
     def fill() -> None:
@@ -65,9 +73,14 @@ def _emit(kb, attrs, q, k, v, mask, o, dtype) -> None:  # type: ignore[no-untype
     scale, fill = lit(attrs["scale"], dtype), lit(attrs["fill"], dtype)
     empty = lit(attrs["masked_row"], dtype)
     bf16 = attrs.get("precision") == "bf16" and dtype == "float32"
-    kb.root.lines.append(
-        f"attention({q}, {k}, {v}, {mask}, {o}, {scale}, {fill}, {empty}, {select}, {bf16})"
-    )
+    args = f"{q}, {k}, {v}, {mask}, {o}, {scale}, {fill}, {empty}, {select}, {bf16}"
+    heads = attrs.get("heads") or ()
+    if not heads:
+        kb.root.lines.append(f"attention({args})")
+        return
+    kb.imports.add(("rvm.kernels.attention", "attention_heads", None))
+    _, d, _, *at = heads
+    kb.root.lines.append(f"attention_heads({args}, {d}, ({at[0]}, {at[1]}, {at[2]}))")
 
 
 compute[ops.attention] = _attention

@@ -51,7 +51,7 @@ from rvm.kernels.mathlib import exp32
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["DEAD", "SCORE_BYTES", "attention"]
+__all__ = ["DEAD", "SCORE_BYTES", "attention", "attention_heads"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # No "reassoc": LLVM may not reorder a sum, so every compiled copy of a function (its own, one
@@ -82,10 +82,12 @@ UNDERFLOW = -104.0  # exp of less is 0 in float32 (and below every float64 score
 # The job (int64): its length; the q, k, v, mask, out, params addresses; b, h, s, t, d, dv;
 # the mask's dims; whether it selects, whether a hidden key can be skipped; the rows of a
 # band, the bands per head; the itemsize; bf16: the heads' packed K and V (0: float32
-# products), the words of a head's K and V, and the phase (0: packing heads, 1: bands).
+# products), the words of a head's K and V, and the phase (0: packing heads, 1: bands); the
+# strides (elements) of q's, k's and v's batches, heads and rows (`_layout`).
 (_Q, _K, _V, _MASK, _OUT, _PARAMS, _B, _H, _S, _T, _D, _DV, _MB, _MH, _MS, _MT, _SELECT, _SKIP,
- _ROWS, _BANDS, _SIZE, _PACKED, _KW, _VW, _PHASE) = range(1, 26)  # fmt: skip
-_JOB = 26
+ _ROWS, _BANDS, _SIZE, _PACKED, _KW, _VW, _PHASE, _QB, _QH, _QR, _KB, _KH, _KR, _VB, _VH,
+ _VR) = range(1, 35)  # fmt: skip
+_JOB = 35
 
 
 @intrinsic
@@ -106,6 +108,16 @@ def _words_at(typingctx, at):  # type: ignore[no-untyped-def]
         return builder.inttoptr(args[0], ir.IntType(32).as_pointer())
 
     return nt.CPointer(nt.uint32)(nt.int64), codegen
+
+
+@intrinsic
+def _floats_at(typingctx, at):  # type: ignore[no-untyped-def]
+    """A float32 pointer to the int64 address ``at``."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], ir.FloatType().as_pointer())
+
+    return nt.CPointer(nt.float32)(nt.int64), codegen
 
 
 @jit(**_OPTS)
@@ -225,47 +237,54 @@ def _softmax_row(row):  # type: ignore[no-untyped-def]
     return True
 
 
+@jit(**_OPTS)
+def _rows(at, n, d, stride, like):  # type: ignore[no-untyped-def]
+    """The ``n`` rows of ``d`` values, ``stride`` apart, at address ``at``: one flat array
+    (row ``j``'s value ``x`` at ``j * stride + x``), of the dtype ``like`` points to."""
+    return parfor.array_at(at, ((n - 1) * stride + d if n > 0 else 0,), like)
+
+
 @jit(**_FAST)
-def _dots(q, kh, sc, n, te, d, w):  # type: ignore[no-untyped-def]
-    """``sc[i, j] = q[i] . kh[j]`` for a few rows (a decode step), each product's terms
-    summed by `_row_sum` (``w``: ``d`` values of scratch)."""
+def _dots(q, kh, sc, n, te, d, w, qr, kr):  # type: ignore[no-untyped-def]
+    """``sc[i, j] = q[i] . kh[j]`` for a few rows (a decode step; rows ``qr`` and ``kr``
+    apart), each product's terms summed by `_row_sum` (``w``: ``d`` values of scratch)."""
     for i in range(n):
         for j in range(te):
             for x in range(d):
-                w[x] = q[i * d + x] * kh[j * d + x]
+                w[x] = q[i * qr + x] * kh[j * kr + x]
             sc[i * te + j] = _row_sum(parfor.address(w), d, w[0])
 
 
 @jit(**_FAST)
-def _row_sums(sc, vh, o, n, te, dv):  # type: ignore[no-untyped-def]
-    """``o[i] = sum_j sc[i, j] * vh[j]`` for a few rows."""
+def _row_sums(sc, vh, o, n, te, dv, vr):  # type: ignore[no-untyped-def]
+    """``o[i] = sum_j sc[i, j] * vh[j]`` for a few rows (V's ``vr`` apart)."""
     for i in range(n):
         out = o[i * dv : (i + 1) * dv]
         out[:] = 0
         for j in range(te):
             p = sc[i * te + j]
-            vrow = vh[j * dv : (j + 1) * dv]
+            vrow = vh[j * vr : j * vr + dv]
             for x in range(dv):
                 out[x] += p * vrow[x]
 
 
 @jit(**_OPTS)
-def _transposed(kh, te, d):  # type: ignore[no-untyped-def]
-    """K's first ``te`` rows (``d`` each) transposed: (d, te), C order."""
+def _transposed(kh, te, d, kr):  # type: ignore[no-untyped-def]
+    """K's first ``te`` rows (``d`` each, ``kr`` apart) transposed: (d, te), C order."""
     kt = np.empty((d, te), dtype=kh.dtype)
     for j in range(te):
         for x in range(d):
-            kt[x, j] = kh[j * d + x]
+            kt[x, j] = kh[j * kr + x]
     return kt
 
 
 @jit(**_OPTS)
-def _add_last_key(sc, vh, o, n, te, dv):  # type: ignore[no-untyped-def]
+def _add_last_key(sc, vh, o, n, te, dv, vr):  # type: ignore[no-untyped-def]
     """``o[i] += p[i, te - 1] * v[te - 1]``, both rounded to bf16 as the GEMM's operands."""
     p, v = np.empty(n, dtype=np.float32), np.empty(dv, dtype=np.float32)
     for i in range(n):
         p[i] = sc[i * te + te - 1]
-    copy(v, vh[(te - 1) * dv :], dv)
+    copy(v, vh[(te - 1) * vr :], dv)
     for a in (p, v):
         bits = a.view(np.uint32)
         for i in range(a.size):
@@ -288,9 +307,12 @@ def _pack_head(p, job, like):  # type: ignore[no-untyped-def]
     panel_index`): K's rows for ``q @ k^T``, V's columns (of pairs of keys) for ``p @ v``."""
     t, d, dv, kw, vw = job[_T], job[_D], job[_DV], job[_KW], job[_VW]
     at = job[_PACKED] + 4 * p * (kw + vw)
-    kh = parfor.array_at(job[_K] + 4 * p * t * d, (t, d), like)
+    bi, hi = p // job[_H], p % job[_H]
+    kr, vr = job[_KR], job[_VR]
+    kh = parfor.array_at(job[_K] + 4 * (bi * job[_KB] + hi * job[_KH]), (t, kr), like)[:, :d]
     pack_rows(kh, d, nb.carray(_words_at(at), (panels(t), (d + 1) // 2, NR)))
-    vt = _transposed(parfor.array_at(job[_V] + 4 * p * t * dv, (t * dv,), like), t, dv)
+    vh = _rows(job[_V] + 4 * (bi * job[_VB] + hi * job[_VH]), t, dv, vr, like)
+    vt = _transposed(vh, t, dv, vr)
     pack_rows(vt, t, nb.carray(_words_at(at + 4 * kw), (panels(dv), (t + 1) // 2, NR)))
 
 
@@ -315,16 +337,17 @@ def _piece(p, job, like, scores, values):  # type: ignore[no-untyped-def]
     base = ((min(bi, mb - 1) * mh + min(hi, mh - 1)) * ms) * mt
     te = _live_keys(job, mask_add, mask_sel, base, r0, n)
     head = job[_PACKED] + 4 * bh * (job[_KW] + job[_VW])  # its packed K, then V (bf16)
-    q = parfor.array_at(job[_Q] + size * (bh * s + r0) * d, (n * d,), like)
-    kh = parfor.array_at(job[_K] + size * bh * t * d, (t * d,), like)
-    vh = parfor.array_at(job[_V] + size * bh * t * dv, (t * dv,), like)
+    qr, kr, vr = job[_QR], job[_KR], job[_VR]
+    q = _rows(job[_Q] + size * (bi * job[_QB] + hi * job[_QH] + r0 * qr), n, d, qr, like)
+    kh = _rows(job[_K] + size * (bi * job[_KB] + hi * job[_KH]), t, d, kr, like)
+    vh = _rows(job[_V] + size * (bi * job[_VB] + hi * job[_VH]), t, dv, vr, like)
     o = parfor.array_at(job[_OUT] + size * (bh * s + r0) * dv, (n * dv,), like)
     sc = np.empty(n * te, dtype=o.dtype)
     w = np.empty(d if s < SMALL_ROWS else 0, dtype=o.dtype)  # `_dots`' scratch
     if s < SMALL_ROWS:  # the head's rows, not the band's: a band's cut changes no answer
-        _dots(q, kh, sc, n, te, d, w)
+        _dots(q, kh, sc, n, te, d, w, qr, kr)
     else:
-        scores(q, kh, sc, n, te, d, head)
+        scores(q, kh, sc, n, te, d, head, qr, kr)
     rows_at = np.empty(n, dtype=np.int64)
     for i in range(n):
         rows_at[i] = base + min(r0 + i, ms - 1) * mt
@@ -336,44 +359,45 @@ def _piece(p, job, like, scores, values):  # type: ignore[no-untyped-def]
         if not kept[i]:
             sc[i * te : (i + 1) * te] = 0
     if s < SMALL_ROWS:
-        _row_sums(sc, vh, o, n, te, dv)
+        _row_sums(sc, vh, o, n, te, dv, vr)
     else:
-        values(sc, vh, o, n, te, t, dv, head + 4 * job[_KW])
+        values(sc, vh, o, n, te, t, dv, head + 4 * job[_KW], vr)
     for i in range(n):
         if not kept[i]:
             o[i * dv : (i + 1) * dv] = empty
 
 
 @jit(**_OPTS)
-def _f32_scores(q, kh, sc, n, te, d, head):  # type: ignore[no-untyped-def]
+def _f32_scores(q, kh, sc, n, te, d, head, qr, kr):  # type: ignore[no-untyped-def]
     """``sc = q @ kh[:te].T`` for ``n`` rows: rvm's float32 GEMM on K transposed."""
-    kt = _transposed(kh, te, d)
-    blas.product(sc, NO_TRANS, parfor.address(q), d, parfor.address(kt), te,
+    kt = _transposed(kh, te, d, kr)
+    blas.product(sc, NO_TRANS, parfor.address(q), qr, parfor.address(kt), te,
                  parfor.address(sc), te, n, te, d, 0.0)  # fmt: skip
     _alive(kt)
 
 
 @jit(**_OPTS)
-def _f32_values(sc, vh, o, n, te, t, dv, head):  # type: ignore[no-untyped-def]
+def _f32_values(sc, vh, o, n, te, t, dv, head, vr):  # type: ignore[no-untyped-def]
     """``o = sc @ vh[:te]`` for ``n`` rows: rvm's float32 GEMM."""
-    blas.product(o, NO_TRANS, parfor.address(sc), te, parfor.address(vh), dv,
+    blas.product(o, NO_TRANS, parfor.address(sc), te, parfor.address(vh), vr,
                  parfor.address(o), dv, n, dv, te, 0.0)  # fmt: skip
 
 
 @jit(**_OPTS)
-def _bf16_scores(q, kh, sc, n, te, d, head):  # type: ignore[no-untyped-def]
+def _bf16_scores(q, kh, sc, n, te, d, head, qr, kr):  # type: ignore[no-untyped-def]
     """``sc = q @ k.T`` for ``n`` rows: the bf16 GEMM on the rounded rows of ``q`` and the
     head's packed K at ``head``."""
     d2 = (d + 1) // 2
     qp = np.empty(n * d2, dtype=np.uint32)
-    pair_rows(q.reshape((n, d)), qp.reshape((n, d2)))
+    rows = nb.carray(_floats_at(parfor.address(q)), (n, qr))[:, :d]  # strided when qr > d
+    pair_rows(rows, qp.reshape((n, d2)))
     walk(parfor.address(qp), d2, 0, n, head, 4 * d2, 4 * NR, NR, 0, 0,
          parfor.address(sc), te, te, d2, 0, 0, 0, 0)  # fmt: skip
     _alive(qp)
 
 
 @jit(**_OPTS)
-def _bf16_values(sc, vh, o, n, te, t, dv, head):  # type: ignore[no-untyped-def]
+def _bf16_values(sc, vh, o, n, te, t, dv, head, vr):  # type: ignore[no-untyped-def]
     """``o = sc @ v`` for ``n`` rows: the bf16 GEMM on the rounded probabilities and the
     head's packed V at ``head``."""
     te2 = (te + 1) // 2
@@ -388,7 +412,7 @@ def _bf16_values(sc, vh, o, n, te, t, dv, head):  # type: ignore[no-untyped-def]
          NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0, 0)  # fmt: skip
     _alive(pp)
     if whole < te2:  # the last key alone
-        _add_last_key(sc, vh, o, n, te, dv)
+        _add_last_key(sc, vh, o, n, te, dv, vr)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
@@ -443,11 +467,52 @@ def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False): 
     """
     b, h, s, d = q.shape
     t, dv = k.shape[2], v.shape[3]
+    if k.shape != (b, h, t, d) or v.shape != (b, h, t, dv):
+        raise ValueError("attention: q, k, v, the mask and the output do not agree")
+    layout = np.array([h * s * d, s * d, d, h * t * d, t * d, d, h * t * dv, t * dv, dv])
+    _attend(parfor.address(q), parfor.address(k), parfor.address(v), layout, mask, out,
+            (b, h, s, t, d, dv), scale, fill, masked_row, select, bf16)  # fmt: skip
+
+
+@jit(**_OPTS)
+def attention_heads(q, k, v, mask, out, scale, fill, masked_row, select, bf16, d, at):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`attention` on heads read in place from 3-d (batch, seq, columns) C-contiguous arrays
+    (`rvm.op.attention`'s ``heads``): head ``i`` of q is its columns ``at[0] + i * d`` to
+    ``at[0] + (i + 1) * d``, of k ``at[1] + i * d`` on, of v ``at[2] + i * dv`` on (``dv``:
+    out's last axis); q, k and v may be one array (a merged product's). ``out`` is
+    (batch, heads, seq, dv).
+
+    Raises:
+        ValueError: The shapes do not agree.
+    """
+    b, h, s, dv = out.shape
+    t, cq, ck, cv = k.shape[1], q.shape[2], k.shape[2], v.shape[2]
+    if (
+        q.shape[:2] != (b, s)
+        or k.shape[0] != b
+        or v.shape[:2] != (b, t)
+        or min(d, at[0], at[1], at[2]) < 0
+        or at[0] + h * d > cq
+        or at[1] + h * d > ck
+        or at[2] + h * dv > cv
+    ):
+        raise ValueError("attention: the heads' columns, the mask and the output do not agree")
+    layout = np.array([s * cq, d, cq, t * ck, d, ck, t * cv, dv, cv])
+    size = out.itemsize
+    _attend(parfor.address(q) + size * at[0], parfor.address(k) + size * at[1],
+            parfor.address(v) + size * at[2], layout, mask, out, (b, h, s, t, d, dv), scale,
+            fill, masked_row, select, bf16)  # fmt: skip
+
+
+@jit(**_OPTS)
+def _attend(qa, ka, va, layout, mask, out, dims, scale, fill, masked_row, select, bf16):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`attention` on q, k and v at the addresses ``qa``, ``ka``, ``va`` whose batches,
+    heads and rows are ``layout``'s strides apart (elements: q's three, k's, v's); ``dims``
+    (b, h, s, t, d, dv). Checks the mask and the output."""
+    b, h, s, t, d, dv = dims
     mb, mh, ms, mt = mask.shape
     if (
-        k.shape != (b, h, t, d)
-        or v.shape != (b, h, t, dv)
-        or out.shape != (b, h, s, dv)
+        out.shape != (b, h, s, dv)
         or not (mb == 1 or mb == b)
         or not (mh == 1 or mh == h)
         or not (ms == 1 or ms == s)
@@ -464,12 +529,9 @@ def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False): 
     skip = (not select) or fill <= DEAD
     rows, bands, parts = _bands(b, h, s, t, b * h * s * t * (d + dv), out.itemsize)
     job = np.empty(_JOB, dtype=np.int64)
-    job[0], job[_Q], job[_K], job[_V] = (
-        _JOB,
-        parfor.address(q),
-        parfor.address(k),
-        parfor.address(v),
-    )
+    job[0], job[_Q], job[_K], job[_V] = _JOB, qa, ka, va
+    for i in range(9):
+        job[_QB + i] = layout[i]
     job[_MASK], job[_OUT], job[_PARAMS] = (
         parfor.address(mask),
         parfor.address(out),

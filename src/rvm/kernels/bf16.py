@@ -102,24 +102,26 @@ def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
 @nb.njit(**_OPTS)
 def pack_rows(x, k, out):  # type: ignore[no-untyped-def]
     """``out[i // NR, p, i % NR]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p +
-    1]`` (0 past ``k`` and past x's rows): x's rows (float32, 2-d, C) as the GEMM's B, in
-    panels (`rvm.kernels.bf16gemm.panel_index`)."""
+    1]`` (0 past ``k`` and past x's rows): x's rows (float32, 2-d, each row contiguous, as
+    a slice of a wider array's columns) as the GEMM's B, in panels (`rvm.kernels.bf16gemm.
+    panel_index`)."""
     out[out.shape[0] - 1] = 0  # the last panel's padding
     k2 = out.shape[1]
     at_x, at_o = x.ctypes.data, out.ctypes.data
     for i in range(x.shape[0]):
-        _pair_row(at_x + 4 * i * k, k, at_o + 4 * ((i // NR) * k2 * NR + i % NR), NR)
+        _pair_row(at_x + i * x.strides[0], k, at_o + 4 * ((i // NR) * k2 * NR + i % NR), NR)
 
 
 @nb.njit(**_OPTS)
 def pair_rows(x, out):  # type: ignore[no-untyped-def]
     """``out[i, p]`` (uint32) = the bf16 pair of ``x[i, 2p]`` (low half) and ``x[i, 2p + 1]``
-    (high half; 0 past x's columns): x's rows (float32, 2-d, C) as a bf16 GEMM's A, ``out``
-    ``(rows, (k + 1) // 2)`` C-contiguous."""
+    (high half; 0 past x's columns): x's rows (float32, 2-d, each row contiguous, as a slice
+    of a wider array's columns) as a bf16 GEMM's A, ``out`` ``(rows, (k + 1) // 2)``
+    C-contiguous."""
     k, k2 = x.shape[1], out.shape[1]
     at_x, at_o = x.ctypes.data, out.ctypes.data
     for i in range(x.shape[0]):
-        _pair_row(at_x + 4 * i * k, k, at_o + 4 * i * k2, 1)
+        _pair_row(at_x + i * x.strides[0], k, at_o + 4 * i * k2, 1)
 
 
 # A GEMM job (int64): its length; A, B, C addresses; lda, ldc (words, floats); m, n, k2;

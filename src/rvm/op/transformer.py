@@ -6,8 +6,11 @@ per (batch, head), with k and v (batch, heads, kv_seq, dim). ``mask`` broadcasts
 scores (batch, heads, seq, kv_seq): ``mask_kind="add"`` adds it (a float bias, ``-inf``
 hiding a key), ``"select"`` keeps a score where the bool mask holds and puts ``fill``
 elsewhere. A row whose every score is ``-inf`` gives ``masked_row`` (0.0 as exporters guard
-softmax with ``where(p != p, 0, p)``, NaN as plain softmax gives). The jit runs it as one
-kernel that never holds more than one head's scores (`rvm.jit.attention`).
+softmax with ``where(p != p, 0, p)``, NaN as plain softmax gives). With ``heads=(h, d, dv,
+q_at, k_at, v_at)``, q, k and v are 3-d (batch, seq, columns) tensors whose heads are read in
+place: head i of q is ``q[:, :, q_at + i*d : q_at + (i+1)*d]``, of k likewise from ``k_at``,
+of v ``dv`` columns each from ``v_at`` (one merged QKV product can be all three). The jit
+runs it as one kernel that never holds more than one head's scores (`rvm.jit.attention`).
 
 ``rms_norm(x, gamma, axes, epsilon)`` is ``x / sqrt(mean(x * x, axes) + epsilon) * gamma``
 (Llama's RMSNorm; gamma has the shape of the normalized axes).
@@ -36,6 +39,7 @@ from rvm.op.core import (
     check_axes,
     check_choice,
     check_float,
+    check_ints,
     define_op,
 )
 from rvm.op.shapes import broadcast_shapes, fmt, normalize_axes, rule
@@ -54,6 +58,9 @@ def _same(a: object, b: object) -> bool:
 @rule(ops.attention)
 def _infer_attention(call_: Call, args: list[TensorType]) -> Type:
     q, k, v, mask = args
+    heads = call_.attrs.get("heads") or ()
+    if heads:
+        q, k, v = _split_heads(heads, q, k, v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype is not None and t.dtype not in FLOAT_DTYPES:
             raise IRError(f"attention: {name} must be a float tensor, got {t.dtype}")
@@ -84,6 +91,28 @@ def _infer_attention(call_: Call, args: list[TensorType]) -> Type:
     if kind == "add" and mask.dtype is not None and mask.dtype not in FLOAT_DTYPES:
         raise IRError(f"attention: an additive mask must be float, got {mask.dtype}")
     return TensorType((qs[0], qs[1], qs[2], vs[3]), q.dtype)
+
+
+def _split_heads(
+    heads: tuple[int, ...], q: TensorType, k: TensorType, v: TensorType
+) -> tuple[TensorType, TensorType, TensorType]:
+    """q, k and v's (batch, heads, seq, dim) types as ``heads`` reads them from 3-d ones."""
+    h, d, dv, *at = heads
+    out = []
+    for name, t, width, start in (("q", q, d, at[0]), ("k", k, d, at[1]), ("v", v, dv, at[2])):
+        if t.shape is None:
+            out.append(TensorType(None, t.dtype))
+            continue
+        if len(t.shape) != 3:
+            raise IRError(f"attention: with heads, {name} must be 3-d, got {fmt(t.shape)}")
+        columns = t.shape[2]
+        if isinstance(columns, int) and start + h * width > columns:
+            raise IRError(
+                f"attention: {name}'s heads (columns {start} to {start + h * width}) do not fit "
+                f"its {columns} columns"
+            )
+        out.append(TensorType((t.shape[0], h, t.shape[1], width), t.dtype))
+    return out[0], out[1], out[2]
 
 
 @rule(ops.rms_norm)
@@ -140,6 +169,7 @@ def attention(
     fill: float = 0.0,
     masked_row: float = 0.0,
     precision: str = "fp32",
+    heads: Sequence[int] = (),
 ) -> Call:
     """``softmax(scale * q @ k^T masked by mask) @ v`` over (batch, heads, seq, dim) tensors.
 
@@ -155,8 +185,13 @@ def attention(
         precision: ``"bf16"``: the two products take bf16 operands (q, k; the softmax's p,
             v) and sum in float32 (`rvm.transform.to_bf16` sets it); the scores and softmax
             stay float32.
+        heads: ``(h, d, dv, q_at, k_at, v_at)``: q, k and v are 3-d (batch, seq, columns)
+            and their heads are read in place (the module docstring); ``()``: 4-d.
     """
     kind = check_choice("attention", "mask_kind", mask_kind, ("add", "select"))
+    split = check_ints("attention", "heads", heads)
+    if split and (len(split) != 6 or min(split) < 0 or min(split[:3]) < 1):
+        raise IRError(f"attention: heads must be (h, d, dv, q_at, k_at, v_at), got {heads!r}")
     return call(
         ops.attention,
         as_expr(q),
@@ -168,6 +203,7 @@ def attention(
         fill=check_float("attention", "fill", fill),
         masked_row=check_float("attention", "masked_row", masked_row),
         precision=check_choice("attention", "precision", precision, ("fp32", "bf16")),
+        heads=split,
     )
 
 

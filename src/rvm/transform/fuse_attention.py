@@ -20,8 +20,14 @@ with scalar constants c1, c2, c3, fill, and every intermediate used only by the 
 is the chain's, fully masked rows included. Without a mask the mask is a (1, 1, 1, 1) zero.
 The jit runs it as one kernel instead of four to six (`rvm.jit.attention`).
 
-Algorithm: one walk over each straight-line region; each ``matmul`` is tried as the end of a
-chain, matched backwards through single-use bindings (`rvm.transform.pattern`).
+`attention_heads` (after `merge_products`, for the jit) then lets attention read its heads in
+place: when q, k and v are each ``transpose(reshape(x, (b, s, h, d)), (0, 2, 1, 3))`` of a 3-d
+``x`` (b, s, h*d), or of a unit-step ``strided_slice`` of x's last axis (the slices of a merged
+QKV product), single-use, the call takes the 3-d tensors and ``heads=(h, d, dv, q_at, k_at,
+v_at)`` (the columns where each head starts): no copy splits the heads.
+
+Algorithm: one walk over each straight-line region; each ``matmul`` (``attention``) is tried
+as the end of a chain, matched backwards through single-use bindings (`rvm.transform.pattern`).
 """
 
 from __future__ import annotations
@@ -40,6 +46,59 @@ from rvm.transform.pattern import Region, fuse_chains, operands, rank
 def fuse_attention(mod: IRModule) -> IRModule:
     """Rewrite every attention chain of ``mod`` into one `rvm.op.attention` call."""
     return fuse_chains(mod, "fuse_attention", {ops.matmul: (_attention,)}, "attention chains")
+
+
+def attention_heads(mod: IRModule) -> IRModule:
+    """Let every attention whose heads are split by copies read them in place (see above);
+    dead code goes first (an unused ``shape_of`` of q would keep q's split)."""
+    from rvm.transform.dead_code import dead_code
+
+    return fuse_chains(dead_code(mod), "attention_heads", {ops.attention: (_heads,)}, "splits")
+
+
+def _heads(r: Region, call: E.Call) -> E.Call | None:
+    """``call`` reading its heads from the 3-d tensors they are split from, or None."""
+    if call.attrs.get("heads"):
+        return None
+    views = [_head_view(r, x) for x in call.args[:3]]
+    if any(view is None for view in views):
+        return None
+    (q, q_at, h, d), (k, k_at, hk, dk), (v, v_at, hv, dv) = views  # type: ignore[misc]
+    if not (h == hk == hv and d == dk):
+        return None
+    return op.attention(
+        q, k, v, call.args[3], **{**call.attrs, "heads": (h, d, dv, q_at, k_at, v_at)}
+    )
+
+
+def _head_view(r: Region, x: E.Expr) -> tuple[E.Expr, int, int, int] | None:
+    """(the 3-d tensor, the column where head 0 starts, heads, dim) when ``x`` is its heads
+    split by ``transpose(reshape(...))`` (of a slice of its last axis), else None."""
+    tr = r.call(x, ops.transpose)
+    if tr is None or tuple(tr.attrs["axes"] or ()) != (0, 2, 1, 3):
+        return None
+    rs = r.call(tr.args[0], ops.reshape)
+    if rs is None or rank(rs.args[0]) != 3 or rank(tr.args[0]) != 4:
+        return None
+    (b, s, width), (b2, s2, h, d) = rs.args[0].type.shape, tr.args[0].type.shape  # type: ignore[union-attr]
+    if not (isinstance(h, int) and isinstance(d, int) and width == h * d and b2 == b):
+        return None
+    if s2 != s and s2 is not None:  # None (a -1): the rows left, s
+        return None
+    source, start = rs.args[0], 0
+    cut = r.call(source, ops.strided_slice)
+    if cut is not None:
+        if len(cut.attrs["begin"]) != 1:
+            return None
+        (begin,), (end,) = cut.attrs["begin"], cut.attrs["end"]
+        axes, strides = tuple(cut.attrs["axes"] or ()), tuple(cut.attrs["strides"] or (1,))
+        if rank(cut.args[0]) != 3 or axes not in ((2,), (-1,)) or strides != (1,):
+            return None
+        columns = cut.args[0].type.shape[2]  # type: ignore[union-attr]
+        if not (isinstance(columns, int) and 0 <= begin and begin + width == end <= columns):
+            return None
+        source, start = cut.args[0], begin
+    return source, start, h, d
 
 
 def _attention(r: Region, out: E.Call) -> E.Call | None:

@@ -9,9 +9,9 @@ constant weights (attention's query, key and value projections: three 768 -> 768
 one hidden state in BERT), either all with a bias or all without, are one product whose
 weight holds theirs side by side (768 -> 2304), packed once here, and whose bias is theirs
 joined. Each member's binding is then a ``strided_slice`` of the merged result along the
-last axis, which `fuse_ops` joins to whatever reads it next (the heads' reshape and
-transpose). The pool splits one larger job instead of starting three, and the input is read
-by one product.
+last axis, which `fuse_ops` joins to whatever reads it next (or attention reads its heads
+there in place: `rvm.transform.fuse_attention.attention_heads`). The pool splits one larger
+job instead of starting three, and the input is read by one product.
 
 The merged call takes the place of the first member (the input is bound before it); the
 others become slices where they were. The members' weights are then unused and `dead_code`

@@ -10,10 +10,18 @@ from rvm.kernels.reference.common import _like
 
 
 def attention(
-    q, k, v, mask, scale=1.0, mask_kind="add", fill=0.0, masked_row=0.0, precision="fp32"
-):
+    q, k, v, mask, scale=1.0, mask_kind="add", fill=0.0, masked_row=0.0, precision="fp32",
+    heads=(),
+):  # fmt: skip
     """softmax(scale * q @ k^T, masked) @ v; rows whose scores are all -inf give
-    ``masked_row``. ``precision="bf16"`` (float32): q, k, p and v rounded to bf16 first."""
+    ``masked_row``. ``precision="bf16"`` (float32): q, k, p and v rounded to bf16 first.
+    ``heads=(h, d, dv, q_at, k_at, v_at)``: q, k, v 3-d, their heads read from columns."""
+    if heads:
+        h, d, dv, *at = heads
+        q, k, v = (
+            x[:, :, a : a + h * w].reshape(x.shape[0], x.shape[1], h, w).transpose(0, 2, 1, 3)
+            for x, a, w in ((q, at[0], d), (k, at[1], d), (v, at[2], dv))
+        )
     bf16 = precision == "bf16" and q.dtype == np.float32
     if bf16:
         q, k, v = _round_bf16(q), _round_bf16(k), _round_bf16(v)
