@@ -25,8 +25,8 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
 - each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
   weight comes from memory (a model's weights outgrow L3), and its first tile waited for each
   band's rows. A 1x1 convolution on a cold weight (256 to 1024 channels on 14 x 14, 512 to
-  2048 on 7 x 7) took 5-10% less time at one thread on Zen 4, resnet50 about 2%; on a weight
-  in cache, the same;
+  2048 on 7 x 7) took 5-10% less time at one thread on Zen 4, resnet50 2% less on a loaded
+  machine (within noise on a quieter one); on a weight in cache, the same;
 - the last tile of a row is as wide as what is left (one, two or three vectors), its last
   vector loaded and stored under a lane mask, and rows past ``m`` are not stored, so no edge
   needs a copy.
