@@ -22,6 +22,11 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
 - neither operand is packed (BLIS packs both): A's rows and B's rows are read where they are,
   each a unit-stride stream. Packing A's band cost 4.5 times a plain copy of A, most of a
   GEMM with few columns (a 7 x 7 image's 49), and B's rows are contiguous already;
+- each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
+  weight comes from memory (a model's weights outgrow L3), and its first tile waited for each
+  band's rows. A 1x1 convolution on a cold weight (256 to 1024 channels on 14 x 14, 512 to
+  2048 on 7 x 7) took 5-10% less time at one thread on Zen 4, resnet50 2% less on a loaded
+  machine (within noise on a quieter one); on a weight in cache, the same;
 - the last tile of a row is as wide as what is left (one, two or three vectors), its last
   vector loaded and stored under a lane mask, and rows past ``m`` are not stored, so no edge
   needs a copy.
@@ -97,6 +102,7 @@ KC = depth_block(cpu(), MR)
 BLOCK_BYTES = block_bytes(cpu())
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+LINE = 16  # floats of a cache line (64 bytes on x86-64): what one prefetch brings
 
 
 def _micro_for(mr: int):  # type: ignore[no-untyped-def]
@@ -135,7 +141,7 @@ def _micro_typing(MR: int):  # type: ignore[no-untyped-def]  # noqa: N803
         b_vec, c_vec, narrow, wrap, cols, col0 = args[12:]
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, LANES)
-        vptr, fptr = vec.as_pointer(), f32.as_pointer()
+        vptr, fptr, i8p = vec.as_pointer(), f32.as_pointer(), ir.IntType(8).as_pointer()
         masks, name, module = ir.VectorType(i1, LANES), f"v{LANES}f32", builder.module
 
         def declare(ret, params, intrinsic_name):  # type: ignore[no-untyped-def]
@@ -177,6 +183,21 @@ def _micro_typing(MR: int):  # type: ignore[no-untyped-def]  # noqa: N803
             for i in range(MR)
         ]
 
+        prefetch = None
+        if MR > 1:
+            hint = declare(ir.VoidType(), [i8p, i32, i32, i32], "llvm.prefetch.p0")
+            next_band = builder.gep(ap, [builder.mul(lda, i64(MR))])
+
+            def prefetch(step):  # type: ignore[no-untyped-def]
+                # The next band of A (`MR` rows on) into L2, a line every other step, the
+                # rows in turn: ``kc`` floats of each of its 8 rows in ``kc`` steps (more of
+                # its 6 on AVX2). Past A's last row it prefetches what follows (no fault).
+                at = builder.lshr(step, i64(1))
+                row, line = builder.urem(at, i64(MR)), builder.udiv(at, i64(MR))
+                offset = builder.add(builder.mul(row, lda), builder.mul(line, i64(LINE)))
+                at = builder.bitcast(builder.gep(next_band, [offset]), i8p)
+                builder.call(hint, [at, i32(0), i32(2), i32(1)])  # read, into L2, data
+
         def tile(vectors, indexed):  # type: ignore[no-untyped-def]
             def load(at, j):  # type: ignore[no-untyped-def]
                 lanes = mask if j == vectors - 1 else inner
@@ -189,6 +210,8 @@ def _micro_typing(MR: int):  # type: ignore[no-untyped-def]  # noqa: N803
             ]
             with cgutils.for_range(builder, kc) as loop:
                 step = loop.index
+                if prefetch is not None:
+                    prefetch(step)
                 if indexed:
                     row_b = builder.load(builder.gep(table, [step]))
                 else:
