@@ -253,60 +253,6 @@ def test_pair_planes_and_prologues_in_every_exec_mode(
         assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
 
 
-def _residual_stream():
-    """main(img): two bottlenecks of 32 channels on a residual stream (ResNet's shape): each
-    block's output is the next block's input and its shortcut; the last block's output is
-    the program's."""
-    img = Var("img", tensor((1, 32, 10, 10), F32))
-    bb = Builder()
-
-    def conv(x, k, bias=True, residual=None):
-        w = const(RNG.standard_normal((32, 32, k, k)).astype(F32) / (6 * k))
-        y = bb.emit(op.conv2d(x, w, padding=k // 2))
-        y = bb.emit(op.add(y, const(RNG.standard_normal((32, 1, 1)).astype(F32) / 4)))
-        y = bb.emit(op.add(y, residual)) if residual is not None else y
-        return bb.emit(op.relu(y))
-
-    with bb.function("main", [img]):
-        s = conv(img, 1)
-        for _ in range(2):
-            s = conv(conv(s, 3), 1, residual=s)
-        bb.emit_output(s)
-    return bb.get()
-
-
-RESIDUAL = _residual_stream()
-
-
-def test_a_residual_stream_stays_bf16() -> None:
-    """A convolution read by a stride-1 convolution and as the residual of another writes a
-    pair plane, which the second reads as its residual (``residual_plane``); the last one
-    writes the program's float32 output from a pair plane residual."""
-    convs = [b.value for b in _converted(RESIDUAL)["main"].body.bindings if _is(b, "conv2d_bf16")]
-    assert len(convs) == 5
-    first, a, block1, b, block2 = convs
-    padded = (1, 1, 13, 11)  # the 3 x 3s' planes, `pair_width`'s shared padding
-    assert first.attrs["plane"] == block1.attrs["plane"] == padded
-    assert a.attrs["plane"] == b.attrs["plane"] == (0, 0, 11, 10)  # the 1 x 1s'
-    assert block1.attrs["residual_plane"] == block2.attrs["residual_plane"] == padded
-    assert block2.attrs["plane"] == () and block2.args[3].type.dtype == "int32"
-
-
-@pytest.fixture(scope="module")
-def residual_executable():
-    return rvm.compile(RESIDUAL, precision="bf16")
-
-
-def test_a_residual_stream_in_every_exec_mode(residual_executable, exec_mode: str) -> None:
-    x = np.random.default_rng(4).standard_normal((1, 32, 10, 10)).astype(F32)
-    got = rvm.VirtualMachine(residual_executable, exec_mode=exec_mode)["main"](x)
-    exact = rvm.interpret(_converted(RESIDUAL), "main", x)
-    full = rvm.interpret(RESIDUAL, "main", x)
-    assert got.dtype == np.float32 and got.shape == full.shape
-    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-4 * np.abs(exact).max())
-    assert np.abs(got - full).max() <= BF16_VS_F32 * np.abs(full).max()
-
-
 def test_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16', 'int8'\)"):
         rvm.compile(MODEL, precision="fp16")

@@ -74,10 +74,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     planes = ("int32" if source else "float32", "int32" if plane else "float32")
     if (x.dtype, out) != planes or w.dtype != "int16":
         raise Unsupported(f"{kb.op} of {x.dtype} and {w.dtype} to {out}")
-    # a residual may be a pair plane as the result (int32) when the result is one
-    residual = split_operands(args[2:], prologue)[1]
-    res_at = tuple(attrs.get("residual_plane", ()))  # the residual a pair plane: int32
-    if any(a.dtype != ("int32" if res_at and a is residual else "float32") for a in args[2:]):
+    if any(a.dtype != "float32" for a in args[2:]):
         raise Unsupported(f"{kb.op} with a bias or residual not float32")
     act = ACTIVATIONS.index(attrs.get("activation", "none"))
     (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["strides"], attrs["dilation"]
@@ -107,16 +104,12 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         xv, wv = kb.materialize(x, planes[0]), kb.materialize(w)
         b, r, a = split_operands(args[2:], prologue)
         bias = kb.materialize(b) if b is not None else "np.empty(0, np.float32)"
-        res = _NO_RESIDUAL
-        if r is not None and res_at:
-            res = _as_floats(kb, kb.materialize(r, "int32"))
-        elif r is not None:
-            res = kb.materialize(r, "float32")
+        res = kb.materialize(r, "float32") if r is not None else _NO_RESIDUAL
         affine = kb.materialize(a) if a is not None else "np.empty((0, 0), np.float32)"
         params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act, attrs.get("panel", 0))
         params += (*(plane[:2] or (0, 0)), *spatial) if plane else (0, 0, 0, 0)
         params += tuple(source) if source else (0, 0, 0)
-        params += (PROLOGUES.index(prologue), *(res_at or (0, 0, 0, 0)))
+        params += (PROLOGUES.index(prologue),)
         ov = t.array
         if source:
             xv = _as_floats(kb, xv)

@@ -55,10 +55,8 @@ from rvm.kernels.bf16gemm import (
 from rvm.kernels.bf16planes import (
     NO_AFFINE,
     _pair_width,
-    add_pairs,
     pair_plane,
     pair_words,
-    pair_words_plus,
     phase_slots,
     tap_table,
 )
@@ -73,11 +71,6 @@ __all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _NONE4, _NONE3 = (0, 0, 0, 0), (0, 0, 0)  # conv2d's ``to`` and ``of``: no pair plane
 _NONE2 = (0, 0)  # conv2d's ``before``: no prologue
-SUMS_BYTES = 1 << 17
-"""A pair plane out's float32 sums a piece holds at once (`_direct`): a few bands of output
-channels by a block of rows, rounded while they are in L2 beside the block's plane rows
-(`BLOCK_BYTES`); all of a block's channels at once took 2 MB (resnet50's 1 x 1 to 256
-channels at 56 x 56)."""
 
 
 # -- stride 1: the direct method ------------------------------------------------------------
@@ -97,40 +90,26 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     laid out as the output) while they are in cache, on this thread."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
-    bias, act, res, wide, ow_ = job[18], job[19], job[20], job[15] != 0, job[16]
+    bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
     late = wide and res != 0  # the residual, then the activation, in `_compact`
-    # a pair plane out: each block's float32 rows, a few bands of channels at a time, in one
-    # small buffer (`SUMS_BYTES`), rounded out of it while in cache (`_pairs_out`), so they
-    # are never written back to memory
-    ld_rows = rows_block * wp
-    step = max(MR, (SUMS_BYTES // (4 * ld_rows)) // MR * MR)
-    rows = np.empty((min(step, co1 - co0) if job[21] != 0 else 0, ld_rows), np.float32)
+    # a pair plane out: each block's float32 rows in one small buffer, rounded out of it
+    # while in cache (`_pairs_out`), so they are never written back to memory
+    rows = np.empty((co1 - co0 if job[21] != 0 else 0, rows_block * wp), np.float32)
+    ld_rows = rows.shape[1]
+    at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
     for yb in range(y0, y1, rows_block):
         ye = min(y1, yb + rows_block)
         run = (ye - yb) * wp
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
-        r_run = 0 if (late or res == 0) else res + 4 * yb * wp
         if job[21] != 0:
-            for cb in range(co0, co1, step):
-                ce = min(co1, cb + step)
-                at_rows = np.int64(rows.ctypes.data) - 4 * cb * ld_rows  # as channel 0's
-                walk(a, lda, cb, ce, b_run, 4, 0, table, 8, 1, at_rows, ld_rows, run, k2, 0,
-                     bias, act, 0)  # fmt: skip
-                _pairs_out(job, at_rows, ld_rows, cb, ce, yb, ye)
-            continue
-        if job[26] != 0 and not wide:  # the late residual band by band, in cache
-            for cb in range(co0, co1, step):
-                ce = min(co1, cb + step)
-                walk(a, lda, cb, ce, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
-                     0, 0)  # fmt: skip
-                _late(job, c_run, ldc, wp, cb, ce, yb, ye)
-            continue
+            c_run, ldc = at_rows, ld_rows
+        r_run = 0 if (late or res == 0) else res + 4 * yb * wp
         walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
              0 if late else act, r_run)  # fmt: skip
-        if wide:
+        if job[21] != 0:
+            _pairs_out(job, at_rows, ld_rows, co0, co1, yb, ye)
+        elif wide:
             _compact(job, co0, co1, yb, ye)
-            if job[26] != 0:
-                _late(job, job[15] + 4 * yb * ow_, job[17], ow_, co0, co1, yb, ye)
 
 
 @nb.njit(**_OPTS)
@@ -161,12 +140,6 @@ def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     image's with its first and last rows."""
     wp, og, oh, ow = job[8], job[10], job[11], job[16]
     pt, pl, hq, wq = job[22], job[23], job[24], job[25]
-    # the residual and the activation on the float32 rows in cache: a pair plane residual's
-    # with the rounding, in one pass (ReLU or none); else first (`_late`)
-    res, act, rq, rwq = job[26], job[27], job[30], job[31]
-    fused = res != 0 and rq > 0 and act <= 1
-    if res != 0 and not fused:
-        _late(job, src, ldc, wp, co0, co1, y0, y1)
     for c2 in range(co0 // 2, (co1 + 1) // 2):
         pair = 1 if 2 * c2 + 1 < og else 0
         lo = src + 4 * 2 * c2 * ldc
@@ -185,43 +158,7 @@ def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
             for i in range(r + pl + ow, r + wq):
                 words[i] = 0.0
             row = lo + 4 * (y - y0) * wp
-            if fused:
-                added = res + 4 * (c2 * rq * rwq + (job[28] + y) * rwq + job[29])
-                pair_words_plus(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, added,
-                                NO_AFFINE, 2 * act)  # fmt: skip
-            else:
-                pair_words(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, 1, NO_AFFINE, 0)
-
-
-@nb.njit(**_OPTS)
-def _late(job, src, ldc, step, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
-    """``act(rows + R)`` on rows [y0, y1) of channels [co0, co1) of the float32 rows at
-    ``src`` (channel ``o``'s row ``y0`` at ``src + 4 o ldc``, rows ``step`` apart): the
-    residual R at ``job[26]``, float32 laid out as the output (``job[11]`` x ``job[16]``), or,
-    when ``job[30]`` > 0, a pair plane (padding ``job[28]`` rows above, ``job[29]`` columns
-    left, ``job[30]`` x ``job[31]`` words a channel pair) whose bf16 halves are widened
-    exactly; the activation ``job[27]``. What a pair plane out or in needs of the epilogue
-    the GEMM's tiles then skip."""
-    oh, ow, res = job[11], job[16], job[26]
-    pt, pl, hq, wq = job[28], job[29], job[30], job[31]
-    if hq > 0:  # co0 even
-        for c2 in range(co0 // 2, (co1 + 1) // 2):
-            pair = 1 if 2 * c2 + 1 < co1 else 0
-            for y in range(y0, y1):
-                row = src + 4 * (2 * c2 * ldc + (y - y0) * step)
-                at = res + 4 * (c2 * hq * wq + (pt + y) * wq + pl)
-                add_pairs(row, row + 4 * ldc * pair, at, ow, pair)
-    else:
-        for o in range(co0, co1):
-            for y in range(y0, y1):
-                row = _floats_at(src + 4 * (o * ldc + (y - y0) * step))
-                values = _floats_at(res + 4 * (o * oh + y) * ow)
-                for x in range(ow):
-                    row[x] += values[x]
-    if job[27] != 0:
-        for o in range(co0, co1):
-            at = src + 4 * o * ldc
-            tile_rows(at, step, y1 - y0, ow, 0, job[27], 0)
+            pair_words(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, 1, NO_AFFINE, 0)
 
 
 # A direct job (int64): its length; the group's weight rows' address, their words (lda); the
@@ -231,11 +168,8 @@ def _late(job, src, ldc, step, co0, co1, y0, y1):  # type: ignore[no-untyped-def
 # is wide rows, the output's address (its group's first channel; else 0), width and channels'
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
 # the residual's address (as the output's; 0: none); the next convolution's pair plane's
-# address (0: none), its padding top and left, its height and width (`_pairs_out`); the
-# residual applied after the tiles, with the activation, when a pair plane is in or out (its
-# image's address, 0: none; the activation's index; its pair plane's padding top, left,
-# height and width, height 0: float32 laid out as the output; `_late`).
-_DIRECT_JOB = 32
+# address (0: none), its padding top and left, its height and width (`_pairs_out`).
+_DIRECT_JOB = 26
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -302,9 +236,9 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     job[18] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
     job[19] = epilogue[1]
     job[20] = epilogue[2] + at_out - oc.ctypes.data if epilogue[2] != 0 else 0
-    job[21:] = 0
-    if epilogue.size > 3:  # one group: the plane's first pair, the late residual
-        copy(job[21:], epilogue[3:], 11)
+    job[21] = 0
+    if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair
+        copy(job[21:], epilogue[3:], 5)
     if wide.size == 0:
         job[6], job[7] = at_out, oh * ow
     else:
@@ -387,7 +321,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, 
 
 
 @nb.njit(**_OPTS)
-def _check(x, w, out, groups, kh, kw, bias, act, c, co_out):  # type: ignore[no-untyped-def]
+def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out):  # type: ignore[no-untyped-def]
     n = x.shape[0]
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
@@ -401,6 +335,8 @@ def _check(x, w, out, groups, kh, kw, bias, act, c, co_out):  # type: ignore[no-
         raise ValueError("bf16 conv2d: the bias needs one value per output channel, or none")
     if act < 0 or act >= len(ACTIVATIONS):
         raise ValueError("bf16 conv2d: unknown activation index")
+    if res.size != 0 and res.shape != out.shape:
+        raise ValueError("bf16 conv2d: the residual's shape is not the output's")
 
 
 @nb.njit(inline="always", **_OPTS)
@@ -424,7 +360,6 @@ def conv2d(
     to=_NONE4,
     of=_NONE3,
     before=_NONE2,
-    res_at=_NONE4,
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
@@ -437,31 +372,22 @@ def conv2d(
     Activations may stay bf16 between convolutions (`rvm.op.bf16`): ``to`` (int64: padding
     top, left, the output's height, width; height 0: none) makes ``out`` the next
     convolution's pair plane ``(n, (co + 1) // 2, hq, wq)`` (its uint32 words in a float32
-    array; one group), each block of rows rounded into it as it is summed (`_pairs_out`),
-    after its residual and activation; ``of`` (int64: the image's c, h, w; c 0: none) says
-    ``x`` is this convolution's pair plane of such an image ``(n, (c + 1) // 2, hq, wq)``
-    (stride 1, one group), read as it is. ``before`` (int64: the address of a ``(2, c)``
-    float32 affine, its scales then its shifts, 0: none; a `rvm.op.bf16.PROLOGUES` index)
-    applies ``x * scale + shift`` per channel (then ReLU) to the input as its pair plane is
-    built. ``res_at`` (int64: padding top, left, height, width; height 0: none) says ``res``
-    is the output's image as such a pair plane ``(n, (co + 1) // 2, height, width)`` (one
-    group): a residual stream kept bf16, widened back exactly and added after the tiles
-    (`_late`; with a pair plane out, as the sums are rounded: `pair_words_plus`)."""
+    array; one group, no residual), each block of rows rounded into it as it is summed
+    (`_pairs_out`); ``of`` (int64: the image's c, h, w; c 0: none) says ``x`` is this
+    convolution's pair plane of such an image ``(n, (c + 1) // 2, hq, wq)`` (stride 1, one
+    group), read as it is. ``before`` (int64: the address of a ``(2, c)`` float32 affine,
+    its scales then its shifts, 0: none; a `rvm.op.bf16.PROLOGUES` index) applies ``x *
+    scale + shift`` per channel (then ReLU) to the input as its pair plane is built."""
     planed_in, planed_out = of[0] > 0, to[2] > 0
     n, c = x.shape[0], of[0] if planed_in else x.shape[1]
     co = w.shape[0]
-    _check(x, w, out, groups, kh, kw, bias, act, c, (co + 1) // 2 if planed_out else co)
+    _check(x, w, out, groups, kh, kw, bias, act, res, c, (co + 1) // 2 if planed_out else co)
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
-    # the residual: float32 as the output, or a pair plane (``res_at``)
-    res_plane = res.size != 0 and res_at[2] > 0
-    if res_plane and (groups != 1 or res_at[2] < res_at[0] + oh or res_at[3] < res_at[1] + ow):
-        raise ValueError("bf16 conv2d: a pair plane residual needs one group and room")
-    want = (n, (co + 1) // 2, res_at[2], res_at[3]) if res_plane else (n, co, oh, ow)
-    if res.size != 0 and res.shape != want:
-        raise ValueError("bf16 conv2d: the residual's shape is not the output's")
     cg, og = c // groups, co // groups
     if (planed_in or planed_out) and groups != 1:
         raise ValueError("bf16 conv2d: pair planes in or out need one group")
+    if planed_out and res.size != 0:
+        raise ValueError("bf16 conv2d: a pair plane out takes no residual")
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
     if planed_out and (out.shape[2] < to[0] + oh + 1 or out.shape[3] < to[1] + ow):
@@ -489,23 +415,16 @@ def conv2d(
     wide = np.empty((og if wq > ow and panel == 0 and not planed_out else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
-    # with a pair plane out, the residual and the activation apply to the float32 rows
-    # before they are rounded (`_pairs_out`), not in the GEMM's tiles
-    late = rc.size != 0 and (planed_out or res_plane)
-    epilogue = np.zeros(14, dtype=np.int64)
+    epilogue = np.zeros(8, dtype=np.int64)
     epilogue[0] = bc.ctypes.data if bc.size else 0
-    epilogue[1] = 0 if late else act
-    epilogue[2] = rc.ctypes.data if rc.size and not late else 0
+    epilogue[1] = act
+    epilogue[2] = rc.ctypes.data if rc.size else 0
     for b in range(n):
         image = xc[b].view(np.uint32) if planed_in else plane
         if planed_out and panel == 0:
             epilogue[3] = out.ctypes.data + 4 * b * out.shape[1] * out.shape[2] * out.shape[3]
             epilogue[4], epilogue[5] = to[0], to[1]
             epilogue[6], epilogue[7] = out.shape[2], out.shape[3]
-        if late:
-            epilogue[8] = rc.ctypes.data + 4 * b * (rc.size // n)
-            epilogue[9] = act
-            copy(epilogue[10:], res_at, 4)
         if panel > 0:
             offs = np.empty(oh * ow, dtype=np.int64)
             for y in range(oh):
@@ -516,9 +435,7 @@ def conv2d(
                     pair_plane(xc[b], g * cg, cg, geometry, image)
                 turned_group(wc, oc, b, g, groups, image, table, offs, epilogue, panel)
             if planed_out:
-                _image_pairs(oc[b], out[b], to[0], to[1], epilogue[8:])
-            elif late:
-                _image_late(oc[b], epilogue[8:])
+                _image_pairs(oc[b], out[b], to[0], to[1])
         else:
             _direct_image(xc, wc, oc, b, groups, geometry, image, table, wide, epilogue, planed_in)
     if not planed_out and oc.ctypes.data != out.ctypes.data:
@@ -527,31 +444,13 @@ def conv2d(
 
 
 @nb.njit(**_OPTS)
-def _image_job(y, residual):  # type: ignore[no-untyped-def]
-    """A direct job (`_DIRECT_JOB`) with float32 ``y`` (co, oh, ow)'s shape, its rows ``ow``
-    apart, and the late ``residual`` (int64: address, activation, pair plane padding and
-    size: `_late`)."""
+def _image_pairs(y, plane, pt, pl):  # type: ignore[no-untyped-def]
+    """float32 ``y`` (co, oh, ow) rounded into the pair plane ``plane`` (its uint32 words in
+    a float32 ``((co + 1) // 2, hq, wq)``), padding ``pt`` rows above, ``pl`` columns left:
+    `_pairs_out` on the whole image, its rows ``ow`` apart."""
     co, oh, ow = y.shape
     job = np.zeros(_DIRECT_JOB, dtype=np.int64)
     job[8], job[10], job[11], job[16] = ow, co, oh, ow
-    copy(job[26:], residual, 6)
-    return job
-
-
-@nb.njit(**_OPTS)
-def _image_late(y, residual):  # type: ignore[no-untyped-def]
-    """`_late` on the whole float32 image ``y`` (co, oh, ow)."""
-    co, oh, ow = y.shape
-    _late(_image_job(y, residual), np.int64(y.ctypes.data), oh * ow, ow, 0, co, 0, oh)
-
-
-@nb.njit(**_OPTS)
-def _image_pairs(y, plane, pt, pl, residual):  # type: ignore[no-untyped-def]
-    """float32 ``y`` (co, oh, ow) rounded into the pair plane ``plane`` (its uint32 words in
-    a float32 ``((co + 1) // 2, hq, wq)``), padding ``pt`` rows above, ``pl`` columns left:
-    `_pairs_out` on the whole image, its rows ``ow`` apart, after ``residual`` (`_late`)."""
-    co, oh, ow = y.shape
-    job = _image_job(y, residual)
     job[21], job[22], job[23] = plane.ctypes.data, pt, pl
     job[24], job[25] = plane.shape[1], plane.shape[2]
     _pairs_out(job, np.int64(y.ctypes.data), oh * ow, 0, co, 0, oh)

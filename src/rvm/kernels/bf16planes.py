@@ -23,15 +23,7 @@ from rvm.kernels.reference.bf16 import pair_width
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
-__all__ = [
-    "NO_AFFINE",
-    "add_pairs",
-    "pair_plane",
-    "pair_words",
-    "pair_words_plus",
-    "phase_slots",
-    "tap_table",
-]
+__all__ = ["NO_AFFINE", "pair_plane", "pair_words", "phase_slots", "tap_table"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
@@ -54,115 +46,58 @@ def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ig
     sig = nt.void(*(nt.int64,) * 6, nt.UniTuple(nt.float32, 4), nt.int64)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        _words(builder, args, None)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def pair_words_plus(typingctx, lo, hi, out, n, pair, res, scales, mode):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`pair_words` at step 1 of ``lo[i] + R_lo[i]`` and ``hi[i] + R_hi[i]``, R the bf16
-    pairs of the words at ``res`` (int64 address; low half to ``lo``, high half to ``hi``)
-    widened exactly, before the prologue: a residual kept as a pair plane, added and ReLU'd
-    (``mode`` 2, no affine) in the same pass that rounds the sum."""
-    sig = nt.void(*(nt.int64,) * 6, nt.UniTuple(nt.float32, 4), nt.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        lo, hi, out, n, pair, res, scales, mode = args
-        _words(builder, (lo, hi, out, n, pair, ir.Constant(ir.IntType(64), 1), scales, mode), res)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def add_pairs(typingctx, lo, hi, words, n, pair):  # type: ignore[no-untyped-def]
-    """On int64 addresses: ``lo[i] += L[i]`` and, when ``pair``, ``hi[i] += H[i]`` (float32),
-    for i < ``n``, ``L[i]`` and ``H[i]`` the low and high bf16 halves of the word
-    ``words[i]`` widened exactly: a pair plane's rows added to two channels' float32 rows."""
-    sig = nt.void(*(nt.int64,) * 5)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        lo, hi, words, n, pair = args
+        lo, hi, out, n, pair, step, scales, mode = args
         v = VectorIR(builder, LANES)
         i64 = ir.IntType(64)
-        steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
         with_hi = builder.icmp_signed("!=", pair, i64(0))
-        with cgutils.for_range(builder, steps) as loop:
-            at = builder.mul(loop.index, i64(LANES))
-            mask = v.first(builder.sub(n, at))
-            offset = builder.mul(at, i64(4))
-            r = v.load(builder.add(words, offset), v.i32, mask)
-            halves = (builder.shl(r, v.constant(16)), builder.and_(r, v.constant(-65536)))
-            for dst, half, on in ((lo, halves[0], None), (hi, halves[1], with_hi)):
-                at_dst = builder.add(dst, offset)
-                on_mask = mask if on is None else builder.and_(mask, v.broadcast(on, v.masks))
-                x = v.load(at_dst, v.f32, on_mask)
-                v.store(builder.fadd(x, builder.bitcast(half, v.f32)), at_dst, on_mask)
+        factors = [v.broadcast(builder.extract_value(scales, i), v.f32) for i in range(4)]
+        affine = builder.icmp_signed(">", mode, i64(0))
+        relu = builder.icmp_signed(">", mode, i64(1))
+        zero = ir.Constant(v.f32, None)
+
+        def prologue(x, scale, shift):  # type: ignore[no-untyped-def]
+            y = builder.fadd(builder.fmul(x, scale), shift)
+            y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
+            return builder.select(affine, y, x)
+
+        stride = builder.mul(step, i64(4))
+        steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
+
+        def row(read):  # type: ignore[no-untyped-def]
+            """The loop over the vectors, ``read(address, at)`` the float32 lanes from
+            ``address`` on, of the ``n - at`` left."""
+            with cgutils.for_range(builder, steps) as loop:
+                at = builder.mul(loop.index, i64(LANES))
+                offset = builder.mul(at, stride)
+                low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
+                low = prologue(low, factors[0], factors[1])
+                high = prologue(high, factors[2], factors[3])
+                high = builder.select(with_hi, high, ir.Constant(v.f32, None))
+                words = pair_bits(builder, low, high)
+                at_out = builder.add(out, builder.mul(at, i64(4)))
+                v.store(words, at_out, v.first(builder.sub(n, at)))
+
+        def unit(address, at):  # type: ignore[no-untyped-def]
+            return v.load(address, v.f32, v.first(builder.sub(n, at)))
+
+        def two(address, at):  # type: ignore[no-untyped-def]
+            return v.evens(address, builder.sub(n, at))
+
+        def gathered(address, at):  # type: ignore[no-untyped-def]
+            return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
+
+        with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
+            with plain:
+                row(unit)
+            with strided:
+                with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
+                    with half:
+                        row(two)
+                    with other:
+                        row(gathered)
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-def _words(builder, args, res):  # type: ignore[no-untyped-def]
-    """`pair_words`' loops; ``res`` None, or the address of words added first
-    (`pair_words_plus`)."""
-    lo, hi, out, n, pair, step, scales, mode = args
-    v = VectorIR(builder, LANES)
-    i64 = ir.IntType(64)
-    with_hi = builder.icmp_signed("!=", pair, i64(0))
-    factors = [v.broadcast(builder.extract_value(scales, i), v.f32) for i in range(4)]
-    affine = builder.icmp_signed(">", mode, i64(0))
-    relu = builder.icmp_signed(">", mode, i64(1))
-    zero = ir.Constant(v.f32, None)
-
-    def prologue(x, scale, shift):  # type: ignore[no-untyped-def]
-        y = builder.fadd(builder.fmul(x, scale), shift)
-        y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
-        return builder.select(affine, y, x)
-
-    stride = builder.mul(step, i64(4))
-    steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
-
-    def row(read):  # type: ignore[no-untyped-def]
-        """The loop over the vectors, ``read(address, at)`` the float32 lanes from
-        ``address`` on, of the ``n - at`` left."""
-        with cgutils.for_range(builder, steps) as loop:
-            at = builder.mul(loop.index, i64(LANES))
-            offset = builder.mul(at, stride)
-            low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
-            if res is not None:
-                added = builder.add(res, builder.mul(at, i64(4)))
-                r = v.load(added, v.i32, v.first(builder.sub(n, at)))
-                r_lo = builder.bitcast(builder.shl(r, v.constant(16)), v.f32)
-                r_hi = builder.bitcast(builder.and_(r, v.constant(-65536)), v.f32)
-                low, high = builder.fadd(low, r_lo), builder.fadd(high, r_hi)
-            low = prologue(low, factors[0], factors[1])
-            high = prologue(high, factors[2], factors[3])
-            high = builder.select(with_hi, high, ir.Constant(v.f32, None))
-            words = pair_bits(builder, low, high)
-            at_out = builder.add(out, builder.mul(at, i64(4)))
-            v.store(words, at_out, v.first(builder.sub(n, at)))
-
-    def unit(address, at):  # type: ignore[no-untyped-def]
-        return v.load(address, v.f32, v.first(builder.sub(n, at)))
-
-    def two(address, at):  # type: ignore[no-untyped-def]
-        return v.evens(address, builder.sub(n, at))
-
-    def gathered(address, at):  # type: ignore[no-untyped-def]
-        return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
-
-    with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
-        with plain:
-            row(unit)
-        with strided:
-            with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
-                with half:
-                    row(two)
-                with other:
-                    row(gathered)
 
 
 @nb.njit(**_OPTS)

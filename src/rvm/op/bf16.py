@@ -25,9 +25,7 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   x ``h`` x ``w`` image, laid out for this convolution (stride 1, one group: its padding
   around it, one row more below). With ``prologue`` ``"affine"`` or ``"affine_relu"`` the
   input is first ``x * scale + shift`` per channel (then ReLU; a batch norm's and its scaling
-  before the convolution: densenet's), the last operand ``affine`` ``(2, c)`` float32. With
-  ``residual_plane`` ``(pt, pl, hq, wq)`` the residual is such a plane of the output's image
-  (int32): a residual stream kept bf16 from block to block (ResNet's).
+  before the convolution: densenet's), the last operand ``affine`` ``(2, c)`` float32.
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
@@ -205,26 +203,22 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
         for i, pads in enumerate(pad_pairs(attrs["padding"], 2))
     ]
     shape = (x.shape[0], None if w.shape is None else w.shape[0], *spatial)
-    co = shape[1]
-    pairs = (co + 1) // 2 if isinstance(co, int) else None
-    res_plane = attrs.get("residual_plane", ())
     if residual is not None:
-        res, want = residual, "int32" if res_plane else "float32"
-        shape_r = (x.shape[0], pairs, res_plane[2], res_plane[3]) if res_plane else shape
-        if res_plane and groups != 1:
-            raise IRError("conv2d_bf16: a pair plane residual needs one group")
-        if res.dtype not in (None, want) or (
+        res = residual
+        if res.dtype not in (None, "float32") or (
             res.shape is not None
             and (len(res.shape) != 4 or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                             for a, b in zip(res.shape, shape_r)))
+                                             for a, b in zip(res.shape, shape)))
         ):  # fmt: skip
             raise IRError(
-                f"conv2d_bf16: the residual must be {want} {fmt(shape_r)}, got {res.dtype} "
+                f"conv2d_bf16: the residual must be float32 {fmt(shape)}, got {res.dtype} "
                 f"{fmt(res.shape)}"
             )
     if plane:
-        if groups != 1:
-            raise IRError("conv2d_bf16: writes a pair plane with one group")
+        if residual is not None or groups != 1:
+            raise IRError("conv2d_bf16: writes a pair plane with one group and no residual")
+        co = shape[1]
+        pairs = (co + 1) // 2 if isinstance(co, int) else None
         return TensorType((x.shape[0], pairs, plane[2], plane[3]), "int32")
     return TensorType(shape, "float32")
 
@@ -250,7 +244,6 @@ def conv2d_bf16(
     source: Sequence[int] = (),
     affine: ExprLike | None = None,
     prologue: str = "none",
-    residual_plane: Sequence[int] = (),
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
@@ -260,9 +253,7 @@ def conv2d_bf16(
     of `ACTIVATIONS`; ``plane`` ``(pt, pl, hq, wq)``: the result as the next convolution's
     pair plane, ``source`` ``(c, h, w)``: ``x`` is this convolution's pair plane of such an
     image (the module's docstring); ``prologue`` (`PROLOGUES`): ``x * scale + shift`` per
-    input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts;
-    ``residual_plane`` ``(pt, pl, hq, wq)``: ``residual`` is the output's image as such a pair
-    plane (int32; one group), which the kernel widens back to float32 exactly."""
+    input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts."""
     name = "conv2d_bf16"
     if residual is not None and bias is None:
         raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
@@ -284,7 +275,6 @@ def conv2d_bf16(
         plane=_ints(name, "plane", plane, 4, 0),
         source=_ints(name, "source", source, 3, 1),
         prologue=check_choice(name, "prologue", prologue, PROLOGUES),
-        residual_plane=_ints(name, "residual_plane", residual_plane, 4, 0),
     )
 
 

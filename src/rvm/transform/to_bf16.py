@@ -29,8 +29,7 @@ channel) and, or only, a ``relu`` before a convolution becomes its ``prologue``,
 its input is rounded (densenet's BN-ReLU); and a convolution read only by a stride-1
 convolution of one group writes that one's pair plane (``plane``: its padded bf16 input, int32
 words), which it reads as it is (``source``), so the activation is rounded once, by the
-producer, while in cache; a residual read by convolutions writing such planes may be one too,
-so ResNet's residual stream stays bf16 (`_join_prologues`, `_pair_planes`; `rvm.op.bf16`).
+producer, while in cache (`_join_prologues`, `_pair_planes`; `rvm.op.bf16`).
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables and the convolutions whose epilogue may still grow; each matching call is
@@ -244,76 +243,45 @@ def _turned_panel(value: E.Call, x: E.Expr, w: np.ndarray, attrs: dict) -> int:
 
 
 def _pair_planes(bindings: list[E.VarBinding], uses: Counter) -> tuple[list[E.VarBinding], int]:
-    """``bindings`` where each ``conv2d_bf16`` ``p`` (one group) all of whose uses are in the
-    region as the input of a ``conv2d_bf16`` ``q`` (stride 1, one group, no prologue, static
-    shapes, all of one layout) or the residual of one (one group) writes that pair plane
-    (``plane``: the padded bf16 input, int32 words; unpadded when only residuals read it);
-    each ``q`` reads it as it is (``source``), each residual as a plane (``residual_plane``,
-    widened back to float32 exactly): the activation between them stays bf16,
-    rounded once where ``p`` sums it, as ``q`` would round it (`rvm.op.bf16`), and a residual
-    stream (ResNet's: each block's output the next one's input and shortcut) stays bf16 from
-    block to block. The program's inputs and outputs stay float32. Returns the new
-    bindings and how many convolutions write planes."""
-    readers: dict[E.Var, list[tuple[int, str]]] = {}
-    for j, b in enumerate(bindings):
-        if _is_conv(b.value):
-            residual = split_operands(b.value.args[2:], b.value.attrs.get("prologue", "none"))[1]
-            for role, arg in (("x", b.value.args[0]), ("residual", residual)):
-                if isinstance(arg, E.Var):
-                    readers.setdefault(arg, []).append((j, role))
+    """``bindings`` where each ``conv2d_bf16`` ``p`` whose one use is the input of a later
+    ``conv2d_bf16`` ``q`` of the region (stride 1, one group, static shapes) writes ``q``'s
+    pair plane (``plane``) and ``q`` reads it (``source``): the activation between them stays
+    bf16, rounded once where ``p`` sums it, as ``q`` would round it (`rvm.op.bf16`). ``p``
+    takes no residual and one group; the program's inputs and outputs stay float32. Returns
+    the new bindings and how many convolutions write planes."""
+    producers = {
+        b.var: i
+        for i, b in enumerate(bindings)
+        if _is_conv(b.value) and uses[b.var] == 1 and len(b.value.args) < 4
+        and b.value.attrs["groups"] == 1 and not b.value.attrs.get("plane")
+    }  # fmt: skip
     out = list(bindings)
     count = 0
-    for i in reversed(range(len(out))):
-        p, var = out[i].value, out[i].var
-        sites = readers.get(var, [])
-        if not _is_conv(p) or p.attrs["groups"] != 1 or p.attrs.get("plane"):
+    for j, b in enumerate(bindings):
+        q = b.value
+        if not _is_conv(q) or q.args[0] not in producers or q.attrs.get("source"):
             continue
-        if not sites or len(sites) != uses[var]:
+        if q.attrs.get("prologue", "none") != "none":
             continue
-        layouts = {_plane_for(out[j].value, role) for j, role in sites} - {_ANY}
-        if None in layouts or len(layouts) > 1:
+        if q.attrs["strides"] != (1, 1) or q.attrs["groups"] != 1:
             continue
-        shape = getattr(p.type, "shape", None)
-        if not layouts:  # read only as residuals: the plane without padding
-            if shape is None or not all(isinstance(d, int) for d in shape[1:]):
-                continue
-            layouts = {(0, 0, shape[2] + 1, shape[3])}
-        new_p = _rebuilt(p, plane=layouts.pop())
-        new_var = E.Var(var.name, new_p.type)
-        out[i] = E.VarBinding(new_var, new_p)
-        for j, role in sites:
-            q = out[j].value
-            if role == "x":
-                q = _rebuilt(q, x=new_var, source=tuple(q.args[0].type.shape[1:]))
-            else:
-                q = _rebuilt(q, residual=new_var, residual_plane=out[i].value.attrs["plane"])
-            out[j] = E.VarBinding(out[j].var, q)  # q's own plane, if any, is decided
+        i = producers[q.args[0]]
+        p = out[i].value
+        shape = getattr(q.args[0].type, "shape", None)
+        if shape is None or not all(isinstance(d, int) for d in shape[1:]):
+            continue
+        source = tuple(shape[1:])
+        hq, wq = plane_shape(source, q.attrs["kernel"], q.attrs["padding"], q.attrs["dilation"])
+        plane = (q.attrs["padding"][0], q.attrs["padding"][1], hq, wq)
+        new_p = _rebuilt(p, plane=plane)
+        var = E.Var(out[i].var.name, new_p.type)
+        out[i] = E.VarBinding(var, new_p)
+        out[j] = E.VarBinding(b.var, _rebuilt(q, x=var, source=source))  # q may write in turn
         count += 1
     return out, count
 
 
-_ANY = (-1,)  # `_plane_for`: a pair plane of any layout
-
-
-def _plane_for(q: E.Call, role: str) -> tuple[int, ...] | None:
-    """The pair plane layout ``(pt, pl, hq, wq)`` the ``conv2d_bf16`` ``q`` takes its input
-    (``role`` "x") in, `_ANY` for its residual (read in the layout it comes in), or None
-    when it takes it float32."""
-    if role == "residual":
-        return _ANY if q.attrs["groups"] == 1 else None
-    if q.attrs.get("source") or q.attrs.get("prologue", "none") != "none":
-        return None
-    if q.attrs["strides"] != (1, 1) or q.attrs["groups"] != 1:
-        return None
-    shape = getattr(q.args[0].type, "shape", None)
-    if shape is None or not all(isinstance(d, int) for d in shape[1:]):
-        return None
-    hq, wq = plane_shape(shape[1:], q.attrs["kernel"], q.attrs["padding"], q.attrs["dilation"])
-    return (q.attrs["padding"][0], q.attrs["padding"][1], hq, wq)
-
-
-_CONV_ATTRS = ("strides", "padding", "dilation", "groups", "kernel", "panel", "activation",
-               "residual_plane")  # fmt: skip
+_CONV_ATTRS = ("strides", "padding", "dilation", "groups", "kernel", "panel", "activation")
 
 
 def _rebuilt(conv: E.Call, **changes) -> E.Call:
@@ -324,7 +292,7 @@ def _rebuilt(conv: E.Call, **changes) -> E.Call:
     bias, residual, affine = split_operands(conv.args[2:], prologue)
     parts = dict(x=conv.args[0], w=conv.args[1], bias=bias, residual=residual, affine=affine,
                  plane=attrs.get("plane", ()), source=attrs.get("source", ()), prologue=prologue,
-                 **{k: attrs[k] for k in _CONV_ATTRS if k in attrs})  # fmt: skip
+                 **{k: attrs[k] for k in _CONV_ATTRS})  # fmt: skip
     new = op.conv2d_bf16(**{**parts, **changes})
     infer_type(new)
     return new

@@ -147,14 +147,13 @@ def split_operands(rest, prologue="none"):
 
 def conv2d_bf16(
     x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0,
-    plane=(), source=(), prologue="none", residual_plane=()
+    plane=(), source=(), prologue="none"
 ):  # fmt: skip
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
     bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
     ``panel`` > 0: `turn_pairs`); ``rest``: none, the bias (one value per output channel), or
     the bias and the residual (float32, the output's shape). With ``plane`` ``(pt, pl, hq,
-    wq)`` the result as the next convolution's pair plane (`pair_plane`); with
-    ``residual_plane`` the residual is such a plane of the output (int32); with ``source``
+    wq)`` the result as the next convolution's pair plane (`pair_plane`); with ``source``
     ``(c, h, w)``, ``x`` this one's pair plane (`rvm.op.bf16`); ``prologue`` (`PROLOGUES`)
     applied to ``x`` first, its affine the last of ``rest``."""
     if source:
@@ -165,12 +164,6 @@ def conv2d_bf16(
         scale, shift = (np.asarray(a, np.float32).reshape(-1, 1, 1) for a in affine)
         x = _like(np.asarray(x, np.float32) * scale + shift, np.float32)
         x = relu(x) if prologue == "affine_relu" else x
-    if residual_plane:  # the residual as a pair plane: widened back exactly
-        attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
-        y = conv2d_bf16(x, w, rest[0], **attrs, kernel=kernel, panel=panel)
-        image = plane_image(rest[1], *y.shape[1:], *residual_plane[:2])
-        y = _activate(_like(y + image, np.float32), activation)
-        return pair_plane(y, *plane) if plane else y
     if plane:
         attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
         y = conv2d_bf16(x, w, *rest, **attrs, kernel=kernel, activation=activation, panel=panel)
@@ -185,10 +178,6 @@ def conv2d_bf16(
         y = _like(y + np.asarray(rest[0], np.float32).reshape(-1, 1, 1), np.float32)
     if len(rest) > 1:
         y = _like(y + np.asarray(rest[1], np.float32), np.float32)
-    return _activate(y, activation)
-
-
-def _activate(y, activation):
     if activation == "relu":
         return relu(y)
     if activation in ("gelu", "gelu_tanh"):
