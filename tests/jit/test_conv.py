@@ -19,6 +19,8 @@ from rvm import op
 from rvm.kernels import conv, direct, sgemm
 from rvm.op import numpy_ref
 
+slow = pytest.mark.slow
+
 
 def _operands(case, dtype: str):
     n, c, h, w, o, (kh, kw), _, _, groups, _ = case
@@ -35,8 +37,33 @@ def _args(case) -> tuple[int, ...]:
     return (groups, sh, sw, dh, dw, pt, pl, pb, pr)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("case", CASES)
+def _float64_method(case) -> int:  # type: ignore[no-untyped-def]
+    """The method `conv.conv2d` takes for ``case`` in float64 (`conv.method`)."""
+    _, c, h, w, o, (kh, kw), (sh, sw), (dh, dw), groups, (pt, pl, pb, pr) = case
+    oh, ow = (
+        conv._out_size.py_func(h, kh, sh, dh, pt, pb),
+        conv._out_size.py_func(w, kw, sw, dw, pl, pr),
+    )
+    unpadded = not any((pt, pl, pb, pr))
+    return conv.method.py_func(c, o, groups, kh, kw, sh, sw, oh, ow, h, w, unpadded, False)
+
+
+# float64 builds each method's task again (seconds each): the default run keeps it on the
+# im2col cases (a method tests/jit/test_nn.py's float64 convolutions build too), every case
+# with -m slow; float32 takes every case.
+@pytest.mark.parametrize(
+    ("case", "dtype"),
+    [pytest.param(case, "float32", id=f"case{i}-float32") for i, case in enumerate(CASES)]
+    + [
+        pytest.param(
+            case,
+            "float64",
+            marks=() if _float64_method(case) == conv.IM2COL else slow,
+            id=f"case{i}-float64",
+        )
+        for i, case in enumerate(CASES)
+    ],
+)
 def test_conv2d_matches_reference(case, dtype) -> None:
     x, w = _operands(case, dtype)
     want = _reference(case, x, w)
