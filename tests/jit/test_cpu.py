@@ -40,6 +40,15 @@ def test_a_missing_level_takes_the_size_below(tmp_path) -> None:
     assert cpu.read_caches(root) == ((32 << 10, 2 << 20, 2 << 20), "sysfs")
 
 
+def test_the_cache_line_is_read_from_sysfs(tmp_path, monkeypatch) -> None:
+    root = _cache_dir(tmp_path, [(1, "Instruction", "32K"), (1, "Data", "48K")])
+    for index in root.glob("index*"):
+        (index / "coherency_line_size").write_text("128\n")
+    assert cpu.read_line(root) == 128
+    monkeypatch.setattr(os, "sysconf", lambda name: 0)
+    assert cpu.read_line(tmp_path / "none") == cpu.DEFAULT_LINE
+
+
 def test_caches_without_sysfs_or_sysconf_are_the_defaults(tmp_path, monkeypatch) -> None:
     def no_sysconf(name: str) -> int:
         raise ValueError(name)
@@ -55,6 +64,7 @@ def test_this_cpu_facts() -> None:
     assert facts.l1d <= facts.l2 <= facts.l3
     assert facts.vector_bits == 32 * sgemm.LANES
     assert f"l2={facts.l2}" in cpu.tuning_key()
+    assert facts.line == cpu.read_line() and f"line={facts.line}" in cpu.tuning_key()
 
 
 def _facts(l1d: int, l2: int, bits: int = 512) -> cpu.Cpu:

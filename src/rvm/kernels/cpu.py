@@ -8,7 +8,8 @@ split) come from these facts, never from constants tuned on one machine:
   vector width (`Cpu.vector_bits`) and whether there is a fused multiply-add;
 - the data caches of one core (L1d, L2) and the last level (L3, shared), in bytes, from Linux's
   ``/sys/devices/system/cpu/cpu0/cache``, else ``sysconf`` (glibc's ``_SC_LEVEL*``), else
-  conservative defaults (`DEFAULT_CACHES`) on a system that tells neither.
+  conservative defaults (`DEFAULT_CACHES`) on a system that tells neither; likewise the
+  cache line (`read_line`: what one prefetch brings), else `DEFAULT_LINE`.
 
 `cpu()` reads them once per process. `tuning_key()` names the facts tuning depends on that the
 CPU name and features do not: rvm's caches of compiled code include it (`rvm.kernels.numba_cache`,
@@ -22,10 +23,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_CACHES", "Cpu", "cpu", "read_caches", "target_features", "tuning_key"]
+__all__ = [
+    "DEFAULT_CACHES",
+    "DEFAULT_LINE",
+    "Cpu",
+    "cpu",
+    "read_caches",
+    "read_line",
+    "target_features",
+    "tuning_key",
+]
 
 # (L1d, L2, L3) bytes where the system names none: a small core's, so blocks still fit.
 DEFAULT_CACHES = (32 << 10, 256 << 10, 8 << 20)
+DEFAULT_LINE = 64  # bytes of a cache line where the system names none (x86-64's)
 _SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 _SYSCONF = ("SC_LEVEL1_DCACHE_SIZE", "SC_LEVEL2_CACHE_SIZE", "SC_LEVEL3_CACHE_SIZE")
 
@@ -43,6 +54,7 @@ class Cpu:
         l2: one core's L2 cache, bytes.
         l3: the last-level cache, bytes (shared by the cores).
         caches_from: where the cache sizes came from: ``sysfs``, ``sysconf`` or ``default``.
+        line: bytes of an L1d cache line (`read_line`).
     """
 
     name: str
@@ -53,6 +65,7 @@ class Cpu:
     l2: int
     l3: int
     caches_from: str
+    line: int = DEFAULT_LINE
 
     @property
     def lanes(self) -> int:
@@ -120,6 +133,24 @@ def read_caches(root: Path = _SYSFS) -> tuple[tuple[int, int, int], str]:
     return (l1, l2, l3 if l3 > 0 else l2), source
 
 
+def read_line(root: Path = _SYSFS) -> int:
+    """Bytes of a data cache line: the L1d's ``coherency_line_size`` in ``root``, else
+    ``sysconf``'s, else `DEFAULT_LINE`."""
+    for index in sorted(root.glob("index*")):
+        try:
+            if (index / "type").read_text().strip() in ("Data", "Unified"):
+                line = int((index / "coherency_line_size").read_text())
+                if line > 0:
+                    return line
+        except (OSError, ValueError):
+            continue
+    try:
+        line = os.sysconf("SC_LEVEL1_DCACHE_LINESIZE")
+    except (ValueError, OSError, AttributeError):
+        line = 0
+    return line if line > 0 else DEFAULT_LINE
+
+
 def _vector_bits(features: frozenset[str]) -> int:
     if "avx512f" in features:
         return 512
@@ -142,6 +173,7 @@ def cpu() -> Cpu:
         l2=l2,
         l3=l3,
         caches_from=source,
+        line=read_line(),
     )
 
 
@@ -151,4 +183,4 @@ def tuning_key() -> str:
     not change with ``NUMBA_CPU_NAME``, so a process compiling for another CPU (a test of the
     AVX2 path) does not make the library's code stale for the host's."""
     c = cpu()
-    return f"l1d={c.l1d} l2={c.l2} l3={c.l3}"
+    return f"l1d={c.l1d} l2={c.l2} l3={c.l3} line={c.line}"

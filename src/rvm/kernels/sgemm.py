@@ -102,7 +102,7 @@ KC = depth_block(cpu(), MR)
 BLOCK_BYTES = block_bytes(cpu())
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-LINE = 16  # floats of a cache line (64 bytes on x86-64): what one prefetch brings
+LINE = max(1, cpu().line // 4)  # floats of a cache line: what one prefetch brings
 
 
 def _micro_for(mr: int):  # type: ignore[no-untyped-def]
