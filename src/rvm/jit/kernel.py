@@ -90,7 +90,7 @@ class KernelBuilder(Emitter):
         return f"{self.kernel}: {'; '.join(clauses)}"
 
     def _disagree(self, d: str, what: str, axis: int) -> str:
-        if d.startswith("#"):  # a size made generic (`rvm.jit.lower.generic_shapes`)
+        if d.startswith("#"):  # a size made generic (`rvm.jit.signature.generic_shapes`)
             return f"{what} at axis {axis} must equal {self.origins[d]}"
         return f"{what} disagrees on dimension {d!r} (axis {axis})"
 

@@ -23,7 +23,7 @@ import numpy as np
 from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.op import OpPattern
-from rvm.ir.types import TensorType, TupleType, Type
+from rvm.ir.types import TensorType, TupleType
 from rvm.jit import (  # noqa: F401  (register compute definitions)
     assemble,
     attention,
@@ -40,10 +40,19 @@ from rvm.jit.cond import ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.jit.scalar import convert, counting_mathlib, lit
+from rvm.jit.signature import (
+    JIT_DTYPES,
+    conv_windows,
+    generic_shapes,
+    numba_array_type,
+    numba_dtype,
+    param_leaves,
+    param_type,
+    tensor_type,
+)
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.jit.views import array_view
 from rvm.kernels.entry import require_line
-from rvm.op import ops
 from rvm.op.core import precision_of
 from rvm.op.dynamic import DYNAMIC_OPS
 from rvm.runtime.executable import SCALAR_META, KernelRecord
@@ -95,8 +104,6 @@ FALLBACK_NOTE = (
 )
 FAST_ELEMWISE = ("nsz", "arcp", "contract", "afn")
 FAST_REDUCE = ("reassoc", "nsz", "arcp", "contract", "afn")
-JIT_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64"})
-_NUMBA_DTYPE = {"bool": "boolean"}
 SCALAR_SUFFIX = "__scalar"
 
 
@@ -195,85 +202,6 @@ def _ops(func: E.Function) -> list[str]:
     ]
 
 
-def _tensor_type(ty: Type | None, what: str) -> TensorType:
-    if not isinstance(ty, TensorType) or ty.shape is None or ty.dtype is None:
-        raise Unsupported(f"{what} has type {ty}, not a tensor of known rank and dtype")
-    if ty.dtype not in JIT_DTYPES:
-        raise Unsupported(f"{what} has dtype {ty.dtype}")
-    return ty
-
-
-def _param_leaves(params: Sequence[E.Var]) -> list[tuple[tuple[int, int | None], TensorType]]:
-    """The tensors the parameters hold, in order, each with (parameter, field or None): a
-    parameter is a tensor or a tuple of tensors (concat's pieces)."""
-    leaves: list[tuple[tuple[int, int | None], TensorType]] = []
-    for i, p in enumerate(params):
-        if isinstance(p.type, TupleType) and p.type.fields:
-            for j, f in enumerate(p.type.fields):
-                leaves.append(((i, j), _tensor_type(f, f"field {j} of parameter {p.name!r}")))
-        else:
-            leaves.append(((i, None), _tensor_type(p.type, f"parameter {p.name!r}")))
-    return leaves
-
-
-def _param_type(p: E.Var) -> str:
-    """Source of the Numba type of a parameter: a read-only array or a tuple of them."""
-    if not isinstance(p.type, TupleType):
-        return numba_array_type(p.type, True)  # type: ignore[arg-type]
-    fields = [numba_array_type(f, True) for f in p.type.fields]  # type: ignore[arg-type]
-    if len(set(fields)) == 1:
-        return f"nt.UniTuple({fields[0]}, {len(fields)})"
-    return f"nt.Tuple(({', '.join(fields)},))"
-
-
-def numba_array_type(ty: TensorType, readonly: bool) -> str:
-    """Source of the Numba type of a C-contiguous array of ``ty``."""
-    dt = _NUMBA_DTYPE.get(ty.dtype or "", ty.dtype)
-    ro = ", readonly=True" if readonly else ""
-    return f'nt.Array(nt.{dt}, {len(ty.shape or ())}, "C"{ro})'
-
-
-def generic_shapes(
-    shapes: Sequence[Sequence[object]], keep: frozenset[tuple[int, int]] = frozenset()
-) -> tuple[list[tuple[object, ...]], dict[int, str]]:
-    """``shapes`` with every fixed size other than 1 made a symbolic dimension, and the
-    symbol of each such size. Axis ``a`` of shape ``k`` stays fixed when ``(k, a)`` is in
-    ``keep`` (a convolution's window: its geometry then folds at lowering time).
-
-    Equal sizes become one symbol (``"#0"``, ``"#1"``... in order of first appearance), so
-    the kernel still checks that they agree and broadcasting still sees them as one size;
-    1 stays fixed, since it decides broadcasting. Symbolic dimensions are kept. The kernel
-    reads an attribute equal to one of these sizes as its symbol too (`KernelBuilder.resolve`:
-    a depthwise convolution's groups, a reshape's target), so it holds for whatever size the
-    layer sharing the kernel has.
-    """
-    names: dict[int, str] = {}
-
-    def generic(d: object) -> object:
-        if isinstance(d, int) and d != 1:
-            return names.setdefault(d, f"#{len(names)}")
-        return d
-
-    out = [
-        tuple(d if (k, a) in keep else generic(d) for a, d in enumerate(shape))
-        for k, shape in enumerate(shapes)
-    ]
-    return out, names
-
-
-def _windows(func: E.Function) -> frozenset[tuple[int, int]]:
-    """(parameter, axis) of every convolution window size that a parameter holds."""
-    body = func.body
-    index = {p: k for k, p in enumerate(func.params)}
-    out = set()
-    for b in body.bindings if isinstance(body, E.SeqExpr) else ():
-        v = b.value
-        if isinstance(v, E.Call) and v.callee in (ops.conv1d, ops.conv2d) and v.args[1] in index:
-            k = index[v.args[1]]
-            out |= {(k, a) for a in range(2, len(v.args[1].type.shape or ()))}
-    return frozenset(out)
-
-
 def _label(name: str, generic: bool) -> str:
     """The name the kernel's source uses: generic kernels drop the packed name's ``_<n>``
     suffix (the VM's errors name the packed function anyway)."""
@@ -297,12 +225,12 @@ class _KernelLowering:
         body = self.func.body
         if not isinstance(body, E.SeqExpr):
             body = E.seq([], body)
-        leaves = _param_leaves(self.func.params)
+        leaves = param_leaves(self.func.params)
         in_types = [ty for _, ty in leaves]
         shapes = [ty.shape or () for ty in in_types]
         if self.generic:
             leaf = {i: k for k, ((i, j), _) in enumerate(leaves) if j is None}
-            keep = {(leaf[i], a) for i, a in _windows(self.func) if i in leaf}
+            keep = {(leaf[i], a) for i, a in conv_windows(self.func) if i in leaf}
             shapes, self.kb.sizes = generic_shapes(shapes, frozenset(keep))
         fields: dict[E.Var, list[Tensor]] = {}
         for i, p in enumerate(self.func.params):
@@ -350,7 +278,7 @@ class _KernelLowering:
         body = self.func.body
         if not isinstance(body, E.SeqExpr):
             body = E.seq([], body)
-        in_types = [_tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
+        in_types = [tensor_type(p.type, f"parameter {p.name!r}") for p in self.func.params]
         for i, (p, ty) in enumerate(zip(self.func.params, in_types)):
             value = Scalar(f"p{i}", frozenset(), ty.dtype or "")
             self.env[p] = Tensor((), ty.dtype or "", lambda body, index, v=value: v)
@@ -365,8 +293,8 @@ class _KernelLowering:
         kb.root.lines.append(f"return {v.code}")
         scalar = self.entry + SCALAR_SUFFIX
         params = [f"p{i}" for i in range(len(in_types))]
-        types = [f"nt.{_NUMBA_DTYPE.get(t.dtype or '', t.dtype)}" for t in in_types]
-        ret = f"nt.{_NUMBA_DTYPE.get(out_type.dtype or '', out_type.dtype)}"
+        types = [f"nt.{numba_dtype(t.dtype)}" for t in in_types]
+        ret = f"nt.{numba_dtype(out_type.dtype)}"
         fast = FAST_REDUCE if self.uses_reduction else FAST_ELEMWISE
         lines = [
             f"@nb.njit({ret}({', '.join(types)}), {_flags(fast)})",
@@ -423,11 +351,11 @@ class _KernelLowering:
         args = [self._arg(a) for a in value.args]
         self.kb.op = op.name
         if isinstance(ty, TupleType):
-            pieces = fn(self.kb, dict(value.attrs), args, _tensor_type(ty.fields[0], "").dtype)
+            pieces = fn(self.kb, dict(value.attrs), args, tensor_type(ty.fields[0], "").dtype)
             for t, f in zip(pieces, ty.fields):
-                self._check_rank(t, _tensor_type(f, f"result of {op.name}"), op.name)
+                self._check_rank(t, tensor_type(f, f"result of {op.name}"), op.name)
             return pieces
-        tt = _tensor_type(ty, f"result of {op.name}")
+        tt = tensor_type(ty, f"result of {op.name}")
         t = fn(self.kb, dict(value.attrs), args, tt.dtype)
         self._check_rank(t, tt, op.name)
         return t
@@ -450,7 +378,7 @@ class _KernelLowering:
         fields = ty.fields if isinstance(ty, TupleType) else (ty,)
         if len(fields) != n:
             raise Unsupported("result arity differs from its type")
-        return [_tensor_type(f, "the result") for f in fields]
+        return [tensor_type(f, "the result") for f in fields]
 
     def _outputs(self, results: list[Tensor], types: list[TensorType]) -> list[str]:
         kb, outs = self.kb, []
@@ -533,7 +461,7 @@ class _KernelLowering:
     # -- source --------------------------------------------------------------------------
 
     def _source(self, in_types, out_types, outs, before=()) -> tuple[str, str, str]:
-        ins = [_param_type(p) for p in self.func.params]
+        ins = [param_type(p) for p in self.func.params]
         res = [numba_array_type(t, False) for t in out_types]
         if self.style == "dps":
             sig = f"nt.void({', '.join(ins + res)})"

@@ -40,6 +40,7 @@ from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.op import ops
+from rvm.transform.dead_code import dead_code
 from rvm.transform.pattern import Region, fuse_chains, operands, rank
 
 
@@ -51,8 +52,6 @@ def fuse_attention(mod: IRModule) -> IRModule:
 def attention_heads(mod: IRModule) -> IRModule:
     """Let every attention whose heads are split by copies read them in place (see above);
     dead code goes first (an unused ``shape_of`` of q would keep q's split)."""
-    from rvm.transform.dead_code import dead_code
-
     return fuse_chains(dead_code(mod), "attention_heads", {ops.attention: (_heads,)}, "splits")
 
 
