@@ -378,22 +378,15 @@ def _serve(
             ok = _handle(message, seal, check)
         except BaseException as err:  # noqa: BLE001 - the parent goes its usual way
             ok, why = False, f"{type(err).__name__}: {err}"[:500]
-            if _numba_error(err):
-                ok = None
         retire = _own_bytes() - base > RETIRE_BYTES
         _send(sock, pickle.dumps((ok, retire, why, _cpu() - start)))
         if retire:
             return
 
 
-def _numba_error(err: BaseException) -> bool:
-    """Whether ``err`` is Numba's error compiling a function (typing, lowering)."""
-    from numba.core.errors import NumbaError
-
-    return isinstance(err, NumbaError)
-
-
-def _handle(message: tuple, seal: Callable[[Path], None], check: Callable[[Path], bool]) -> bool:
+def _handle(
+    message: tuple, seal: Callable[[Path], None], check: Callable[[Path], bool]
+) -> bool | None:
     if message[0] == "call":
         _, module, function, args, cache_dir = message
         if cache_dir != _cache_dir:  # the functions this server imported cache elsewhere
@@ -406,12 +399,16 @@ def _handle(message: tuple, seal: Callable[[Path], None], check: Callable[[Path]
     return _compile(message[1], seal, check)
 
 
-def _compile(request: Request, seal: Callable[[Path], None], check: Callable[[Path], bool]) -> bool:
+def _compile(
+    request: Request, seal: Callable[[Path], None], check: Callable[[Path], bool]
+) -> bool | None:
     """Compile ``request`` here (see the module docstring); False when this process cannot
-    rebuild it as the parent has it."""
+    rebuild it as the parent has it, None when it rebuilt it and Numba raised its error
+    compiling it (typing, lowering: the parent's compile meets it too)."""
     from numba.core import config, sigutils
     from numba.core.ccallback import CFunc
     from numba.core.dispatcher import Dispatcher
+    from numba.core.errors import NumbaError
 
     config.CACHE_DIR = request.cache_dir or ""  # as the parent has it now
     if request.replay is not None and request.replay[2] and not check(Path(request.file)):
@@ -427,12 +424,15 @@ def _compile(request: Request, seal: Callable[[Path], None], check: Callable[[Pa
         return False
     if str(found._cache._cache_path) != request.cache_path:
         return False  # the parent's cache folder moved since this process started
-    if isinstance(found, Dispatcher):
-        sig = pickle.loads(request.signature)  # noqa: S301 - our parent's request
-        if tuple(sigutils.normalize_signature(sig)[0]) not in found.overloads:
-            found.compile(sig)
-    elif found._wrapper_address is None:
-        found.compile()
+    try:
+        if isinstance(found, Dispatcher):
+            sig = pickle.loads(request.signature)  # noqa: S301 - our parent's request
+            if tuple(sigutils.normalize_signature(sig)[0]) not in found.overloads:
+                found.compile(sig)
+        elif found._wrapper_address is None:
+            found.compile()
+    except NumbaError:
+        return None
     seal(Path(request.file))
     return True
 
