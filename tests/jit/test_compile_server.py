@@ -5,6 +5,7 @@ parent, and threads compiling at once all get their code."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numba.core.errors import TypingError
 
 from rvm.kernels import apart, numba_cache
 from rvm.runtime.loading.loader import exec_module_file
+from rvm.runtime.modes import native_constants
 
 pytestmark = pytest.mark.skipif(not apart.can_fork(), reason="the server is a fork (Linux)")
 
@@ -84,6 +87,79 @@ def test_a_dead_server_is_replaced_and_its_compile_done_anyway(isolated, monkeyp
     assert after["apart"] - before["apart"] == 2 and after["failed"] == before["failed"]
     assert after["served"] - before["served"] == 1
     assert server.pid() not in (0, dead)
+
+
+BOUND = """
+import numba as nb
+from rvm.runtime.modes.native_constants import bound
+
+@nb.njit(cache=True)
+def use(x):
+    return twice(x) + table.sum() + bound({slot!r}, (3,), nb.float64).sum()
+
+@nb.njit(cache=True)
+def broken(x):
+    return x.no_such_attribute
+"""
+
+
+def _bound_module(folder: Path, monkeypatch, tag: int, namespace: dict):
+    """A generated module run with ``namespace`` bound as its globals (as the native mode runs
+    its file), reading a native constant's slot its process bound."""
+    slot = f"rvm_test_slot_{tag}_{os.getpid()}"
+    path = folder / f"bound_{tag}_{os.getpid()}.py"
+    path.write_text(BOUND.format(slot=slot))
+    monkeypatch.delitem(sys.modules, path.stem, raising=False)
+    release = native_constants.bind(slot, np.array([1.0, 2.0, 3.0]))
+    module = exec_module_file(path, path.stem, dict(namespace))
+    monkeypatch.setitem(sys.modules, path.stem, module)
+    return module, release
+
+
+def test_a_file_run_with_values_bound_into_it_is_served(isolated, monkeypatch, caplog) -> None:
+    """A file run with a kernel and an array bound into it (the native mode's) is run again by
+    the server with the same values, rebuilt from data (the kernel by reference: its own file
+    run again, the array pickled), the native constant's slot made there as its read is
+    typed; its code equals what a forked helper builds. A value that cannot be described (a
+    closure) sends it to a forked helper, as does a dead server."""
+    kernel = _generated(isolated, monkeypatch, 40)
+    table = np.arange(4.0)
+    expected = 2.0 * 1.5 + 40 + 6.0 + 6.0
+    served = []
+    for tag in (42, 41):  # the text forked (the server off), then the same text served
+        if tag == 41:
+            monkeypatch.delenv("RVM_JIT_SERVER")
+        else:
+            monkeypatch.setenv("RVM_JIT_SERVER", "0")
+        before = apart.counts()
+        mod, release = _bound_module(
+            isolated, monkeypatch, tag, {"twice": kernel.twice, "table": table}
+        )
+        assert mod.use(1.5) == expected
+        release()
+        after = apart.counts()
+        assert after["apart"] - before["apart"] == 1 and after["failed"] == before["failed"]
+        served.append(after["served"] - before["served"])
+        assert sum(mod.use.stats.cache_hits.values()) == 1  # loaded here, not compiled
+    assert served == [0, 1]
+    caplog.set_level(logging.DEBUG, logger="rvm.jit")
+    with pytest.raises(TypingError, match="no_such_attribute"):
+        mod.broken(1.5)  # Numba's error in a helper too: no helper forked, compiled here
+    assert "helper" not in caplog.text and "failed to compile it: compiled here" in caplog.text
+    before = apart.counts()
+    closure = lambda x: x  # noqa: E731 - not describable as data
+    mod, release = _bound_module(
+        isolated, monkeypatch, 43, {"twice": kernel.twice, "table": table, "f": closure}
+    )
+    assert mod.use(1.5) == expected
+    release()
+    os.kill(apart.server().pid(), signal.SIGKILL)
+    mod, release = _bound_module(isolated, monkeypatch, 44, {"twice": kernel.twice, "table": table})
+    assert mod.use(1.5) == expected  # its server found dead: a forked helper
+    release()
+    after = apart.counts()
+    assert after["apart"] - before["apart"] == 2 and after["failed"] == before["failed"]
+    assert after["served"] == before["served"]
 
 
 def test_two_threads_compiling_at_once(isolated: Path, monkeypatch) -> None:

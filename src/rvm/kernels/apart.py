@@ -10,16 +10,18 @@ done by another process, which writes the object code to Numba's cache; this pro
 loads it from there. That process is, first, this process's compile server
 (`rvm.kernels.compile_server`: one helper forked at the first compile apart that stays,
 taking one request after another; `server`, ``RVM_JIT_SERVER=0`` turns it off), which
-rebuilds the function by reference (its module imported, or a kernel's generated file run
-again) and so spares a fork per compile: a fork's CPU grows with the forking process (its page
-tables, the pages the helper writes, its teardown), and a helper forked from a process that
+rebuilds the function by reference (its module imported, or a generated file run again: a
+kernel's, or the native mode's with its kernels bound into it) and so spares a fork per
+compile: a fork's CPU grows with the forking process (its page tables, the pages the helper
+writes, its teardown), and a helper forked from a process that
 only ever loaded object code initializes Numba's compiler again each time: a small cached
 function took 0.09 s of CPU served against 0.13 s forked from a process whose Numba is
 initialized (at 160 MB and at 1.7 GB resident alike) and 0.18 s from one whose Numba is not
 (`benchmarks/compile_apart.py`, medians of 8, load 13). What the server cannot rebuild (a
-function defined in another function or closing over values, a file run with values bound
-into it such as the native mode's, a module it imports from another file), or could not
-compile, or when another thread has it busy, goes to a forked helper as before: a fork
+function defined in another function or closing over values, a file run with a value bound
+into it that it cannot describe as data, a module it imports from another file), or could not
+compile for another reason than Numba's error (which a helper would meet too: that compile is
+done here), or when another thread has it busy, goes to a forked helper as before: a fork
 starts with everything this process has (nothing to import or initialize again) and leaves
 with ``os._exit``.
 
@@ -233,11 +235,16 @@ def compile_apart(
     if _cached(cache, sig, target) is not False:
         return False
     start = time.perf_counter()
-    if _served(cache, sig, target, request):
+    served = _served(cache, sig, target, request)
+    if served:
         _counts["apart"] += 1
         _counts["served"] += 1
         logger.debug("%s: compiled by the compile server (%.3f s)", _name(cache), _since(start))
         return True
+    if served is None:  # Numba's error there: a helper's compile would fail alike
+        _counts["failed"] += 1
+        logger.debug("%s: the compile server failed to compile it: compiled here", _name(cache))
+        return False
     from numba.core.compiler_lock import global_compiler_lock
 
     try:
@@ -265,9 +272,10 @@ def compile_apart(
 
 def _served(
     cache: Any, sig: Any, target: Any, request: Callable[[], compile_server.Request | None]
-) -> bool:
+) -> bool | None:
     """Whether the compile server compiled ``sig`` into ``cache`` (False: it could not, is
-    busy with another thread's request, or is off)."""
+    busy with another thread's request, or is off; None: Numba raised its error compiling it
+    there)."""
     handle = server()
     if handle is None:
         return False
@@ -275,8 +283,11 @@ def _served(
     if wanted is None:
         return False
     with handle.reserved() as mine:
-        if not mine or not handle.compile(wanted):
+        if not mine:
             return False
+        done = handle.compile(wanted)
+        if not done:
+            return done
     return _cached(cache, sig, target) is True
 
 
@@ -537,7 +548,9 @@ def _read_index(pipe: Any) -> int | None:
     return int.from_bytes(data, "little")
 
 
-_server = compile_server.Server(become_helper, lambda source: _seal(source))
+_server = compile_server.Server(
+    become_helper, lambda source: _seal(source), lambda source: _check(source)
+)
 
 _background: set[int] = set()  # helpers of `in_background` still running
 _claim_folders: set[Path] = set()  # their claims, removed once they have all exited

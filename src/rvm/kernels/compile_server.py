@@ -10,11 +10,17 @@ rebuilds it as its own:
 
 - a function (`Request`): its module's name and file, its qualified name and first line, and
   the signature. The server imports the module the usual way (it must come from the same
-  file), or, for a file rvm generated and ran with nothing bound into it (a jit kernel's file:
-  `replayable`), runs that file again as the same module (its text checked against the hash
-  the parent ran); importing or running a module compiles its eagerly compiled functions,
-  and the function itself is compiled for the signature if it is not yet. A function that is
-  not a module's own (defined in another function, closing over values) is never sent.
+  file), or, for a file rvm generated and ran (a jit kernel's file; the native mode's, its
+  kernels bound as globals before it ran: `replayable`), runs that file again as the same
+  module (its text checked against the hash the parent ran), the same values bound first,
+  rebuilt from data (`binding`: a module-level object by its module and qualified name, that
+  module run again or imported in turn; an array or a scalar pickled); importing or running
+  a module compiles its eagerly compiled functions, and the function itself is compiled for
+  the signature if it is not yet. Before each compile of a function of a file run with values
+  bound into it, the server checks the file's object code is what rvm sealed (``check``, as
+  the native mode's guard checks before each load in the parent), else leaves it to the
+  parent. A function that is not a module's own (defined in another function, closing over
+  values), or of a file with a bound value that is neither, is never sent.
 - a call (`call`): a module-level function of an importable module with arguments that
   pickle, run there (`rvm.jit.parallel` sends a model's missing kernels as one call).
 
@@ -61,19 +67,75 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 logger = logging.getLogger("rvm.jit")
 
 MAX_DEATHS = 3  # servers that died (not retired) after which a process starts no more
 RETIRE_BYTES = 768 << 20  # a server's own memory (private pages) past which it retires
+MAX_DATA_BYTES = 1 << 20  # a bound value sent as data at most (each request carries it)
 
-_replayable: dict[str, tuple[str, str]] = {}  # module name -> (file, sha256 of its text)
+# A binding of a generated file's global, as data (`binding`): ("ref", module, qualified name,
+# that module's replay or None, its file or None) for a module-level object, ("data", pickle)
+# for an array or a scalar.
+Binding = tuple
+# How a server runs a generated file again: (file, sha256 of its text, its globals bound
+# before it ran: ((name, `Binding`), ...) sorted by name).
+Replay = tuple[str, str, tuple[tuple[str, Binding], ...]]
+_replayable: dict[str, Replay] = {}  # module name -> its replay
+_DATA = (bool, int, float, complex, str, bytes, type(None))
 
 
-def replayable(name: str, path: Path, text: str | bytes) -> None:
-    """Record that module ``name`` is the generated file ``path`` run with nothing bound into
-    it (``text``: what ran), so a server may run it again to compile its functions."""
+def replayable(
+    name: str, path: Path, text: str | bytes, namespace: dict[str, Any] | None = None
+) -> None:
+    """Record that module ``name`` is the generated file ``path`` (``text``: what ran) with
+    ``namespace`` bound as its globals before it ran, so a server may run it again, the same
+    values bound, to compile its functions; nothing is recorded (and a module of that name
+    recorded before is forgotten) when a bound value cannot be described (`binding`)."""
     data = text.encode() if isinstance(text, str) else text
-    _replayable[name] = (str(path), hashlib.sha256(data).hexdigest())
+    bound = []
+    for key, value in sorted((namespace or {}).items()):
+        described = binding(value)
+        if described is None:
+            _replayable.pop(name, None)
+            return
+        bound.append((key, described))
+    _replayable[name] = (str(path), hashlib.sha256(data).hexdigest(), tuple(bound))
+
+
+def binding(value: Any) -> Binding | None:
+    """``value`` as data a server rebuilds it from: a module-level object (a Numba function, a
+    class, a function) by its module and qualified name, that module run again as the parent
+    ran it (`replayable`) or imported from the same file; a NumPy array, dtype or scalar, or a
+    Python scalar, pickled (at most `MAX_DATA_BYTES`). None: neither (a closure, an object of
+    no module, a big array...)."""
+    if isinstance(value, (np.ndarray, np.generic, np.dtype, *_DATA)):
+        try:
+            data = pickle.dumps(value)
+        except Exception:  # noqa: BLE001 - not picklable: not describable
+            return None
+        return ("data", data) if len(data) <= MAX_DATA_BYTES else None
+    func = getattr(value, "py_func", None) or getattr(value, "_pyfunc", None) or value
+    module_name = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", "")
+    module = sys.modules.get(module_name or "")
+    if module is None or not qualname or "<" in qualname:
+        return None
+    if _attribute(module, qualname) is not value:
+        return None
+    replay = _replayable.get(module_name)
+    file = getattr(module, "__file__", None)
+    if replay is None and file is None:
+        return None
+    return ("ref", module_name, qualname, replay, file)
+
+
+def _attribute(module: ModuleType, qualname: str) -> Any:
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 @dataclass(frozen=True)
@@ -87,7 +149,7 @@ class Request:
     signature: bytes | None  # a pickled Numba signature; None: a C callback's own
     cache_path: str  # the folder of Numba's cache the parent loads from
     cache_dir: str | None  # Numba's ``config.CACHE_DIR`` in the parent
-    replay: tuple[str, str] | None  # (file, sha256) when the module is a generated file
+    replay: Replay | None  # how to run it again, when the module is a generated file
 
 
 def describe(py_func: Any, signature: Any, cache: Any) -> Request | None:
@@ -121,10 +183,17 @@ def describe(py_func: Any, signature: Any, cache: Any) -> Request | None:
 class Server:
     """A process's handle on its compile server: ``prepare`` is what the forked server runs
     first (`rvm.kernels.apart.become_helper`), ``seal(source)`` what it runs after each
-    compile of a function of file ``source`` (rvm's seal of its object code)."""
+    compile of a function of file ``source`` (rvm's seal of its object code), ``check(source)``
+    whether the object code of ``source`` is what rvm sealed (checked before each compile of a
+    file run with values bound into it, as the parent's guard checks before each load)."""
 
-    def __init__(self, prepare: Callable[[], None], seal: Callable[[Path], None]) -> None:
-        self._prepare, self._seal = prepare, seal
+    def __init__(
+        self,
+        prepare: Callable[[], None],
+        seal: Callable[[Path], None],
+        check: Callable[[Path], bool],
+    ) -> None:
+        self._prepare, self._seal, self._check = prepare, seal, check
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._pid = 0
@@ -132,6 +201,7 @@ class Server:
         self.deaths = 0
         self.served = 0  # requests its servers did
         self.cpu = 0.0  # the CPU seconds its servers reported for their requests
+        self.failed = False  # whether the last request's compile raised Numba's error there
 
     def pid(self) -> int:
         """The running server's process id (0: none)."""
@@ -159,10 +229,12 @@ class Server:
         finally:
             self._lock.release()
 
-    def compile(self, request: Request) -> bool:
+    def compile(self, request: Request) -> bool | None:
         """Send ``request``; True if the server says it compiled it (the caller checks the
-        cache). Call within `reserved`."""
-        return self._ask(("compile", request)) is True
+        cache), None if Numba failed to compile it there (an error a forked helper's compile
+        would meet too), else False. Call within `reserved`."""
+        ok = self._ask(("compile", request))
+        return None if ok is None and self.failed else ok is True
 
     def call(self, module: str, function: str, *args: Any) -> bool:
         """Run ``module.function(*args)`` in the server; True if it returned. Call within
@@ -172,6 +244,7 @@ class Server:
         return self._ask(("call", module, function, args, config.CACHE_DIR or None)) is True
 
     def _ask(self, message: tuple) -> object:
+        self.failed = False
         try:
             data = pickle.dumps(message)
         except Exception:  # noqa: BLE001 - not sendable
@@ -191,6 +264,7 @@ class Server:
             self._stop()
             return None
         ok, retire, why, cpu = pickle.loads(reply)  # noqa: S301 - our own child's reply
+        self.failed = ok is None
         logger.debug("compile server: %s in %.3f s of CPU %s", message[0], cpu, why)
         self.served += ok is True
         self.cpu += cpu
@@ -203,7 +277,7 @@ class Server:
             return True
         if self.deaths >= MAX_DEATHS:
             return False
-        started = _start(self._prepare, self._seal)
+        started = _start(self._prepare, self._seal, self._check)
         if started is None:
             return False
         self._sock, self._pid = started
@@ -238,7 +312,7 @@ class Server:
 
 
 def _start(
-    prepare: Callable[[], None], seal: Callable[[Path], None]
+    prepare: Callable[[], None], seal: Callable[[Path], None], check: Callable[[Path], bool]
 ) -> tuple[socket.socket, int] | None:
     """Fork a server; (the parent's end of its socket, its pid), or None."""
     from numba.core.compiler_lock import global_compiler_lock
@@ -263,7 +337,7 @@ def _start(
             prepare()
             if main:
                 _die_with_parent()
-            _serve(child_end, seal)
+            _serve(child_end, seal, check)
             code = 0
         finally:
             os._exit(code)
@@ -284,9 +358,11 @@ def _die_with_parent() -> None:
 _cache_dir: str | None = None  # in a server: Numba's cache folder when it was forked
 
 
-def _serve(sock: socket.socket, seal: Callable[[Path], None]) -> None:
-    """The server's loop: each request answered with (done, retire, why not) until end of
-    file."""
+def _serve(
+    sock: socket.socket, seal: Callable[[Path], None], check: Callable[[Path], bool]
+) -> None:
+    """The server's loop: each request answered with (done, retire, why not, CPU seconds)
+    until end of file; done is None when Numba raised its error compiling it."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the parent's stdin stays the parent's
     _forget_partial_modules()
@@ -299,7 +375,7 @@ def _serve(sock: socket.socket, seal: Callable[[Path], None]) -> None:
         why, start = "", _cpu()
         try:
             message = pickle.loads(data)  # noqa: S301 - our parent's request
-            ok = _handle(message, seal)
+            ok = _handle(message, seal, check)
         except BaseException as err:  # noqa: BLE001 - the parent goes its usual way
             ok, why = False, f"{type(err).__name__}: {err}"[:500]
         retire = _own_bytes() - base > RETIRE_BYTES
@@ -308,7 +384,9 @@ def _serve(sock: socket.socket, seal: Callable[[Path], None]) -> None:
             return
 
 
-def _handle(message: tuple, seal: Callable[[Path], None]) -> bool:
+def _handle(
+    message: tuple, seal: Callable[[Path], None], check: Callable[[Path], bool]
+) -> bool | None:
     if message[0] == "call":
         _, module, function, args, cache_dir = message
         if cache_dir != _cache_dir:  # the functions this server imported cache elsewhere
@@ -318,23 +396,27 @@ def _handle(message: tuple, seal: Callable[[Path], None]) -> bool:
         config.CACHE_DIR = cache_dir or ""  # a compile request may have moved it
         getattr(importlib.import_module(module), function)(*args)
         return True
-    return _compile(message[1], seal)
+    return _compile(message[1], seal, check)
 
 
-def _compile(request: Request, seal: Callable[[Path], None]) -> bool:
+def _compile(
+    request: Request, seal: Callable[[Path], None], check: Callable[[Path], bool]
+) -> bool | None:
     """Compile ``request`` here (see the module docstring); False when this process cannot
-    rebuild it as the parent has it."""
+    rebuild it as the parent has it, None when it rebuilt it and Numba raised its error
+    compiling it (typing, lowering: the parent's compile meets it too)."""
     from numba.core import config, sigutils
     from numba.core.ccallback import CFunc
     from numba.core.dispatcher import Dispatcher
+    from numba.core.errors import NumbaError
 
     config.CACHE_DIR = request.cache_dir or ""  # as the parent has it now
-    module = _module(request)
+    if request.replay is not None and request.replay[2] and not check(Path(request.file)):
+        return False  # unsealed object code: the parent drops it (its guard) and compiles
+    module = _module(request.module, request.file, request.replay, request.cache_dir)
     if module is None:
         return False
-    found: Any = module
-    for part in request.qualname.split("."):
-        found = getattr(found, part, None)
+    found = _attribute(module, request.qualname)
     if not isinstance(found, (Dispatcher, CFunc)):
         return False
     code = found._pyfunc.__code__ if isinstance(found, CFunc) else found.py_func.__code__
@@ -342,40 +424,64 @@ def _compile(request: Request, seal: Callable[[Path], None]) -> bool:
         return False
     if str(found._cache._cache_path) != request.cache_path:
         return False  # the parent's cache folder moved since this process started
-    if isinstance(found, Dispatcher):
-        sig = pickle.loads(request.signature)  # noqa: S301 - our parent's request
-        if tuple(sigutils.normalize_signature(sig)[0]) not in found.overloads:
-            found.compile(sig)
-    elif found._wrapper_address is None:
-        found.compile()
+    try:
+        if isinstance(found, Dispatcher):
+            sig = pickle.loads(request.signature)  # noqa: S301 - our parent's request
+            if tuple(sigutils.normalize_signature(sig)[0]) not in found.overloads:
+                found.compile(sig)
+        elif found._wrapper_address is None:
+            found.compile()
+    except NumbaError:
+        return None
     seal(Path(request.file))
     return True
 
 
-def _module(request: Request) -> ModuleType | None:
-    """The module of ``request``, imported or run here as the parent has it (None: it
-    cannot be)."""
-    if request.replay is not None:  # run here once per cache: the parent's may be half run
-        key = (*request.replay, request.cache_dir)
+def _module(
+    name: str, file: str, replay: Replay | None, cache_dir: str | None
+) -> ModuleType | None:
+    """Module ``name`` (of ``file``), imported or run here as the parent has it (None: it
+    cannot be): a generated file (``replay``) is run here once per cache (the parent's copy
+    may be half run), its bound values rebuilt first (`binding`)."""
+    if replay is not None:
+        key = (*replay, cache_dir)
         if key not in _replayed:
-            _replayed[key] = _replay(request.module, *request.replay)
+            namespace = {}
+            for global_name, bound in replay[2]:
+                value = _rebuilt(bound, cache_dir)
+                if value is None:
+                    return None  # not remembered: a later request may rebuild it
+                namespace[global_name] = value
+            _replayed[key] = _replay(name, replay[0], replay[1], namespace)
         return _replayed[key]
-    module = sys.modules.get(request.module)
+    module = sys.modules.get(name)
     if module is not None:
-        same = getattr(module, "__file__", None) == request.file
+        same = getattr(module, "__file__", None) == file
         return module if same else None
-    spec = importlib.util.find_spec(request.module)
-    if spec is None or spec.origin is None or not _same_file(spec.origin, request.file):
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None or not _same_file(spec.origin, file):
         return None
-    return importlib.import_module(request.module)
+    return importlib.import_module(name)
 
 
-# In a server: the generated files it ran, by (file, sha256, Numba's cache folder).
-_replayed: dict[tuple[str, str, str | None], ModuleType | None] = {}
+def _rebuilt(bound: Binding, cache_dir: str | None) -> Any:
+    """The value a `binding` describes, rebuilt here (None: it cannot be)."""
+    if bound[0] == "data":
+        return pickle.loads(bound[1])  # noqa: S301 - our parent's request
+    _, name, qualname, replay, file = bound
+    module = _module(name, file, replay, cache_dir)
+    return None if module is None else _attribute(module, qualname)
 
 
-def _replay(name: str, path: str, digest: str) -> ModuleType | None:
-    """Run the generated file ``path`` as module ``name`` if its text is what the parent ran."""
+# In a server: the generated files it ran, by (file, sha256, bindings, Numba's cache folder).
+_replayed: dict[tuple, ModuleType | None] = {}
+
+
+def _replay(
+    name: str, path: str, digest: str, namespace: dict[str, Any] | None = None
+) -> ModuleType | None:
+    """Run the generated file ``path`` as module ``name``, ``namespace`` bound as its globals
+    first, if its text is what the parent ran."""
     text = Path(path).read_bytes()
     if hashlib.sha256(text).hexdigest() != digest:
         return None
@@ -383,6 +489,7 @@ def _replay(name: str, path: str, digest: str) -> ModuleType | None:
     if spec is None:
         return None
     module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(namespace or {})
     sys.modules[name] = module
     try:
         exec(compile(text, path, "exec", dont_inherit=True), module.__dict__)  # noqa: S102

@@ -171,8 +171,7 @@ def exec_module_file(
     code = compile(text, str(path), "exec", dont_inherit=True)
     module = importlib.util.module_from_spec(spec)
     module.__dict__.update(namespace or {})
-    if not namespace:  # a compile server may run it again (`rvm.kernels.compile_server`)
-        compile_server.replayable(name, path, text)
+    compile_server.replayable(name, path, text, namespace)  # a compile server may run it again
     sys.modules[name] = module
     try:
         exec(code, module.__dict__)  # noqa: S102 - rvm's own generated source

@@ -14,6 +14,8 @@ one (a model's weights) is read through a slot instead:
 - `bound(name, shape, dtype)` (in native code) is the read-only array over the slot's data. It
   holds a reference through the MemInfo, so a result that is a constant keeps its array alive
   after its executable is gone.
+- a process that compiles native code reading a slot it never bound (the compile server,
+  `rvm.kernels.compile_server`) makes the slot, empty, as it types the read: its code links.
 
 Slots live for the process (16 bytes each); the arrays only while an executable binds them.
 """
@@ -56,10 +58,7 @@ def bind(name: str, value: np.ndarray) -> Callable[[], None]:
         if lease is None:
             array = np.ascontiguousarray(value)
             array.flags.writeable = False
-            slot = _slots.get(name)
-            if slot is None:
-                slot = _slots[name] = (ctypes.c_int64 * 2)()
-                llvm.add_symbol(name, ctypes.addressof(slot))
+            slot = _slot(name)
             meminfo = _new_meminfo(array.ctypes.data, array)
             if not meminfo:
                 raise MemoryError(f"native constant {name}: no MemInfo")
@@ -83,6 +82,16 @@ def bind(name: str, value: np.ndarray) -> Callable[[], None]:
     return release
 
 
+def _slot(name: str) -> Any:
+    """Slot ``name``, made (empty) and registered with llvmlite if it is new. Call under
+    `_lock`."""
+    slot = _slots.get(name)
+    if slot is None:
+        slot = _slots[name] = (ctypes.c_int64 * 2)()
+        llvm.add_symbol(name, ctypes.addressof(slot))
+    return slot
+
+
 @intrinsic
 def bound(typingctx, name, shape, dtype):  # type: ignore[no-untyped-def]
     """The read-only C-contiguous array of ``shape`` and ``dtype`` that slot ``name`` (a
@@ -92,6 +101,8 @@ def bound(typingctx, name, shape, dtype):  # type: ignore[no-untyped-def]
     if len(shape) == 0:  # a 0-d constant is small: written into the file
         return None
     slot_name = name.literal_value
+    with _lock:  # a process compiling it without binding it (a compile server) links it too
+        _slot(slot_name)
     arrtype = nt.Array(dtype.dtype, len(shape), "C", readonly=True)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
