@@ -45,6 +45,7 @@ from numba.extending import intrinsic, overload
 from rvm.kernels import blas, parfor, workpool
 from rvm.kernels.bf16 import pack_rows, pair_rows, round_bits
 from rvm.kernels.bf16gemm import NR, panels, walk
+from rvm.kernels.bf16planes import pair_words
 from rvm.kernels.cblas import NO_TRANS
 from rvm.kernels.jitting import jit
 from rvm.kernels.mathlib import exp32
@@ -311,9 +312,27 @@ def _pack_head(p, job, like):  # type: ignore[no-untyped-def]
     kr, vr = job[_KR], job[_VR]
     kh = parfor.array_at(job[_K] + 4 * (bi * job[_KB] + hi * job[_KH]), (t, kr), like)[:, :d]
     pack_rows(kh, d, nb.carray(_words_at(at), (panels(t), (d + 1) // 2, NR)))
-    vh = _rows(job[_V] + 4 * (bi * job[_VB] + hi * job[_VH]), t, dv, vr, like)
-    vt = _transposed(vh, t, dv, vr)
-    pack_rows(vt, t, nb.carray(_words_at(at + 4 * kw), (panels(dv), (t + 1) // 2, NR)))
+    _pack_columns(job[_V] + 4 * (bi * job[_VB] + hi * job[_VH]), t, dv, vr, at + 4 * kw)
+
+
+@jit(**_OPTS)
+def _pack_columns(v, t, dv, vr, out):  # type: ignore[no-untyped-def]
+    """V's ``t`` rows of ``dv`` floats (``vr`` apart, at address ``v``) as the bf16 GEMM's B
+    for ``p @ v`` at address ``out``: word ``(q, p, j)`` holds the pair of keys ``2p`` and
+    ``2p + 1`` (0 past ``t``) of column ``q * NR + j`` (0 past ``dv``), as `pack_rows` of V
+    transposed would, but read along V's rows, a vector of columns at a time."""
+    t2, count = (t + 1) // 2, panels(dv)
+    words = nb.carray(_words_at(out), (count, t2, NR))
+    words[count - 1] = 0  # the last panel's padding
+    ones = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
+    for p in range(t2):
+        lo = v + 4 * 2 * p * vr
+        pair = 1 if 2 * p + 1 < t else 0
+        hi = lo + 4 * vr if pair else lo  # the last key alone: its row read twice, not past V
+        for q in range(count):
+            at = out + 4 * (q * t2 + p) * NR
+            pair_words(lo + 4 * q * NR, hi + 4 * q * NR, at, min(NR, dv - q * NR), pair, 1,
+                       ones, 0)  # fmt: skip
 
 
 @jit(**_OPTS, inline="always")
