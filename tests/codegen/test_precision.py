@@ -26,13 +26,14 @@ BF16_VS_F32 = 3e-2
 def _model():
     """main(x, img, y, a): two dense layers of x (matmul or dense + bias + relu: pair panels, one
     product of both, the bias and relu in its epilogue) and a dense by ``op.dense`` of ``n``
-    rows, a convolution + bias + relu (the bias and relu in its tile store),
+    rows, a convolution of 7 channels + bias + relu (the bias and relu in its tile store, the
+    7th channel's taps paired along the kernel's rows, at stride 2 across them),
     a dense of its 2 rows (a GEMV on the weight's rows), a depthwise convolution and a product
     of two inputs (these two stay float32), softmax on top; a convolution of the depthwise
     one's output + bias + the first convolution's output (a residual) + relu, all in its tile
     store; an attention of ``a`` (its products in bf16, a causal mask added)."""
     x = Var("x", tensor(("n", 48), F32))
-    img = Var("img", tensor((2, 8, 10, 9), F32))
+    img = Var("img", tensor((2, 7, 6, 17), F32))
     y = Var("y", tensor(("n", 48), F32))
     a = Var("a", tensor((1, 2, 9, 16), F32))
     bb = Builder()
@@ -42,8 +43,8 @@ def _model():
         h = bb.emit(op.relu(bb.emit(op.add(h, const(RNG.standard_normal(40).astype(F32))))))
         w2 = const(RNG.standard_normal((10, 40)).astype(F32) / 6)
         logits = bb.emit(op.softmax(bb.emit(op.dense(h, w2))))
-        wc = const(RNG.standard_normal((12, 8, 3, 3)).astype(F32) / 8)
-        c = bb.emit(op.conv2d(img, wc, strides=(2, 1), padding=(1, 1, 0, 1)))
+        wc = const(RNG.standard_normal((12, 8, 3, 3))[:, :7].astype(F32) / 8)
+        c = bb.emit(op.conv2d(img, wc, strides=(1, 2), padding=(1, 1, 0, 1)))
         c = bb.emit(op.add(c, const(RNG.standard_normal((12, 1, 1)).astype(F32))))
         c = bb.emit(op.relu(c))
         wd = const(RNG.standard_normal((12, 1, 3, 3)).astype(F32))
@@ -68,7 +69,7 @@ MODEL = _model()
 
 def _inputs(seed: int = 1) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    shapes = [(5, 48), (2, 8, 10, 9), (5, 48), (1, 2, 9, 16)]
+    shapes = [(5, 48), (2, 7, 6, 17), (5, 48), (1, 2, 9, 16)]
     return [rng.standard_normal(s).astype(F32) for s in shapes]
 
 
@@ -135,6 +136,7 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert first.attrs["activation"] == "relu" == second.attrs["activation"]
     assert len(second.args) == 4 and second.args[3] is not None  # bias, residual
     assert first.attrs["panel"] == second.attrs["panel"] == default_pair_panel()  # 5 x 9 maps
+    assert (first.attrs["pairing"], second.attrs["pairing"]) == ("columns", "channels")
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
     att = next(b.value for b in _converted(MODEL)["main"].body.bindings if _is(b, "attention"))

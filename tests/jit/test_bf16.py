@@ -19,7 +19,7 @@ from rvm import op
 from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16turned
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
-from rvm.op.bf16 import bf16_bits, conv_pairs, pack_pairs, turn_pairs
+from rvm.op.bf16 import PAIRINGS, bf16_bits, conv_pairing, conv_pairs, pack_pairs, turn_pairs
 from rvm.transform.to_bf16 import bf16_rows
 
 BF16 = ml_dtypes.bfloat16
@@ -28,6 +28,14 @@ BF16 = ml_dtypes.bfloat16
 RTOL = 1e-5
 NO_BIAS = np.empty(0, np.float32)
 NO_RES = np.empty((0, 0, 0, 0), np.float32)
+
+
+def _conv2d(x, w, out, g, s, d, pads, k, bias, act, res, panel=0, pairing=0, of=(0, 0, 0)):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`bf16conv.conv2d` with every argument given, so that every call here shares one
+    compile (4 CPU-s a signature; its arrays C-contiguous): stride ``s``, dilation ``d``
+    and kernel ``k`` both ways."""
+    bf16conv.conv2d(x, w, out, g, s, s, d, d, pads[0], pads[1], k[0], k[1], bias, act, res,
+                    panel, (0, 0, 0, 0), of, (0, 0), pairing)  # fmt: skip
 
 
 def _rounded(x: np.ndarray) -> np.ndarray:
@@ -189,6 +197,8 @@ CONVS = [  # n, c, h, w, out channels, kh, kw, stride, pad (t, l, b, r), dilatio
     (1, 5, 6, 9, 11, 3, 1, 1, (1, 0, 2, 0), 1, 1),  # whole rows a pair: rows padded, odd
     (1, 40, 7, 7, 24, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # 49 positions: two tiles of two vectors
     (1, 20, 7, 7, 9, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # 63 wide positions: likewise
+    (1, 3, 23, 25, 10, 11, 11, 4, (2, 2, 2, 2), 1, 1),  # column pairs in two column phases
+    (1, 3, 23, 25, 10, 5, 4, 3, (2, 1, 2, 3), 2, 1),  # and of a dilated even kernel row
 ]
 
 
@@ -206,10 +216,17 @@ def _epilogue(y: np.ndarray, bias: np.ndarray, act: int, res: np.ndarray) -> np.
 
 
 def _conv(
-    case: tuple, seed: int, with_bias: bool = False, act: int = 0, res: bool = False, panel: int = 0
+    case: tuple,
+    seed: int,
+    with_bias: bool = False,
+    act: int = 0,
+    res: bool = False,
+    panel: int = 0,
+    pairing: str = "channels",
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     """The case by the direct kernel and, with ``panel``, turned around too (output channels
-    along the lanes, the weight in panels of ``panel`` channels: `turn_pairs`)."""
+    along the lanes, the weight in panels of ``panel`` channels: `turn_pairs`); an odd group's
+    last channel's taps paired as ``pairing`` says."""
     n, c, h, wd, co, kh, kw, s, pads, d, g = case
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
@@ -221,21 +238,22 @@ def _conv(
     r = rng.standard_normal(want.shape if res else (0, 0, 0, 0)).astype(np.float32)
     want = _epilogue(want, bias, act, r)
     out = np.full(want.shape, np.nan, np.float32)
-    bits = bf16_bits(conv_pairs(w)).view(np.int16)
-    # panel 0 given, not defaulted: every call here shares one compile (4 CPU-s a signature)
-    bf16conv.conv2d(x, bits, out, g, s, s, d, d, pads[0], pads[1], kh, kw, bias, act, r, 0)
+    index = PAIRINGS.index(pairing)
+    bits = bf16_bits(conv_pairs(w, index)).view(np.int16)
+    _conv2d(x, bits, out, g, s, d, pads, (kh, kw), bias, act, r, 0, index)
     depth = c // g * kh * kw
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
     attrs = dict(strides=(s, s), padding=pads, dilation=(d, d), groups=g, kernel=(kh, kw))
     rest = [bias if with_bias else np.zeros(co, np.float32)] if with_bias or res else []
     reference = numpy_ref.conv2d_bf16(
-        x, bits, *rest, *([r] if res else []), **attrs, activation=ACTIVATIONS[act]
-    )
+        x, bits, *rest, *([r] if res else []), **attrs, activation=ACTIVATIONS[act],
+        pairing=pairing,
+    )  # fmt: skip
     np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
     if panel:
         turned = np.full(want.shape, np.nan, np.float32)
-        bf16conv.conv2d(x, turn_pairs(bits, g, panel), turned, g, s, s, d, d, pads[0], pads[1],
-                        kh, kw, bias, act, r, panel)  # fmt: skip
+        _conv2d(x, turn_pairs(bits, g, panel), turned, g, s, d, pads, (kh, kw), bias, act, r,
+                panel, index)  # fmt: skip
         np.testing.assert_allclose(turned, want, rtol=RTOL, atol=RTOL * np.sqrt(depth) * 8)
 
 
@@ -245,11 +263,16 @@ def test_conv2d(i: int, blas_threads: int) -> None:
     other case with a residual added before the activation: applied to the rows as they are
     summed, wide rows (the residual and activation as they are compacted) and grouped pieces
     alike; and turned around (output channels along the lanes), in panels of a tile's `NR`
-    channels or of fewer than two vectors' (a tile's last vector part of a panel)."""
+    channels or of fewer than two vectors' (a tile's last vector part of a panel). An odd
+    group's last channel pairs its taps as `rvm.transform.to_bf16` has it (`conv_pairing`:
+    along the kernel's rows, at any stride and dilation), the first case's as its channel
+    pairs."""
     case = CONVS[i]
     seed, act = case[1] * case[2] + case[4], (0, 1, 3)[i % 3]
     panel = bf16gemm.NR if i % 2 else bf16gemm.LANES + 3
-    _conv(case, seed=seed, with_bias=i % 3 == 1, act=act, res=i % 2 == 1, panel=panel)
+    pairing = conv_pairing(case[1] // case[10], case[6]) if i else "channels"
+    _conv(case, seed=seed, with_bias=i % 3 == 1, act=act, res=i % 2 == 1, panel=panel,
+          pairing=pairing)  # fmt: skip
 
 
 def test_conv2d_rounds_inputs_to_nearest_even() -> None:
@@ -259,10 +282,10 @@ def test_conv2d_rounds_inputs_to_nearest_even() -> None:
     x = np.tile(values, 5)[:33].reshape(1, 1, 1, 33)
     out = np.empty((1, 1, 1, 33), np.float32)
     one = bf16_bits(conv_pairs(np.ones((1, 1, 1, 1), np.float32))).view(np.int16)
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES, 0)
+    _conv2d(x, one, out, 1, 1, 1, (0, 0), (1, 1), NO_BIAS, 0, NO_RES)
     np.testing.assert_array_equal(out, x.astype(BF16).astype(np.float32))
     x[0, 0, 0, 31] = np.nan
-    bf16conv.conv2d(x, one, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, NO_BIAS, 0, NO_RES, 0)
+    _conv2d(x, one, out, 1, 1, 1, (0, 0), (1, 1), NO_BIAS, 0, NO_RES)
     assert np.isnan(out[0, 0, 0, 31]) and not np.isnan(np.delete(out, 31)).any()
 
 
@@ -281,22 +304,26 @@ def test_shapes_are_checked() -> None:
     with pytest.raises(ValueError, match="residual must have out's shape"):
         bf16dense.dense(x, panels, np.empty((2, 3), np.float32), 3, none.astype(np.float32), 0,
                         np.ones((1, 3), np.float32))  # fmt: skip
-    img = np.ones((1, 4, 5, 5), np.float32)
+    img, w = np.ones((1, 4, 5, 5), np.float32), np.zeros((2, 36), np.int16)
+    out = np.empty((1, 2, 3, 3), np.float32)  # C-contiguous all: one signature (`_conv2d`)
     with pytest.raises(ValueError, match="channel pairs x kernel"):
-        bf16conv.conv2d(img, np.zeros((2, 35), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES, 0)  # fmt: skip
+        _conv2d(img, np.zeros((2, 35), np.int16), out, 1, 1, 1, (0, 0), (3, 3), NO_BIAS, 0, NO_RES)
     with pytest.raises(ValueError, match="output's batch or channels"):
-        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 3, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 0, NO_RES, 0)  # fmt: skip
+        _conv2d(
+            img, w, np.empty((1, 1, 3, 3), np.float32), 1, 1, 1, (0, 0), (3, 3), NO_BIAS, 0, NO_RES
+        )
     with pytest.raises(ValueError, match="one value per output channel"):
-        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, np.ones(3, np.float32), 1, NO_RES, 0)  # fmt: skip  # noqa: E501
+        _conv2d(img, w, out, 1, 1, 1, (0, 0), (3, 3), np.ones(3, np.float32), 1, NO_RES)
     with pytest.raises(ValueError, match="unknown activation"):
-        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, len(ACTIVATIONS), NO_RES, 0)  # fmt: skip  # noqa: E501
+        _conv2d(img, w, out, 1, 1, 1, (0, 0), (3, 3), NO_BIAS, len(ACTIVATIONS), NO_RES)
+    with pytest.raises(ValueError, match="unknown pairing index"):
+        _conv2d(img, w, out, 1, 1, 1, (0, 0), (3, 3), NO_BIAS, 0, NO_RES, 0, len(PAIRINGS))
     with pytest.raises(ValueError, match="residual's shape is not the output's"):
-        bf16conv.conv2d(img, np.zeros((2, 36), np.int16), np.empty((1, 2, 3, 3), np.float32),
-                        1, 1, 1, 1, 1, 0, 0, 3, 3, NO_BIAS, 1, np.ones((1, 2, 3, 4), np.float32), 0)  # fmt: skip  # noqa: E501
+        _conv2d(img, w, out, 1, 1, 1, (0, 0), (3, 3), NO_BIAS, 1, np.ones((1, 2, 3, 4), np.float32))
+    plane = np.ones((1, 2, 7, 6), np.float32)  # the pair plane of a 3-channel 5 x 5 image
+    w30, out5 = np.zeros((2, 30), np.int16), np.empty((1, 2, 5, 5), np.float32)
+    with pytest.raises(ValueError, match="a pair plane in pairs its channels, not columns"):
+        _conv2d(plane, w30, out5, 1, 1, 1, (1, 1), (3, 3), NO_BIAS, 0, NO_RES, 0, 1, (3, 5, 5))
 
 
 @pytest.mark.parametrize(
@@ -314,8 +341,9 @@ def test_shapes_are_checked() -> None:
 )
 def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes: int) -> None:
     """Without AVX512-BF16 (`NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`) the kernel widens bf16 to
-    float32 and uses FMAs, with the same results (dense, convolution; attention in the
-    AVX-512 case, -m slow), and says so once in the log."""
+    float32 and uses FMAs, with the same results (dense, convolution, its odd channel's taps
+    paired along columns; attention in the AVX-512 case, -m slow), and says so once in the
+    log."""
     script = (
         "import logging, numpy as np, ml_dtypes\n"
         "logging.basicConfig(level=logging.INFO)\n"
@@ -338,15 +366,16 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "    w = rng.standard_normal((9, 5, 3, 3)).astype(np.float32)\n"
         "    want = numpy_ref.conv2d(r(x), r(w), (s, s), (1, 1, 1, 1), (1, 1), 1)\n"
         "    out = np.empty(want.shape, np.float32)\n"
-        "    bits = bf16_bits(conv_pairs(w)).view(np.int16)\n"
+        "    bits = bf16_bits(conv_pairs(w, 1)).view(np.int16)\n"  # the 5th channel's columns
         "    bias = np.linspace(-1, 1, 9, dtype=np.float32)\n"  # the tile's bias, residual, ReLU
         "    res = rng.standard_normal(want.shape).astype(np.float32)\n"
         "    want = np.maximum(want + bias.reshape(9, 1, 1) + res, 0)\n"
-        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res, 0)\n"
+        "    tail = ((0, 0, 0, 0), (0, 0, 0), (0, 0), 1)\n"
+        "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res, 0, *tail)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "    nr = bf16gemm.NR\n"  # turned around: output channels along the lanes
         "    bf16conv.conv2d(x, turn_pairs(bits, 1, nr), out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1,\n"
-        "                    res, nr)\n"
+        "                    res, nr, *tail)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "from rvm.kernels import bf16dense\n"  # the tile epilogue's GELU at these lanes
         "from rvm.op.bf16 import pack_pairs\n"
@@ -420,7 +449,8 @@ def test_turned_pieces_balance_the_threads() -> None:
 def test_kernels_check_a_depth_known_only_at_run_time() -> None:
     """dense_bf16 and conv2d_bf16 kernels call the library's entry points
     (`rvm.kernels.bf16entry`), which check nothing: the kernel checks the weight's depth
-    against an input whose depth is a symbol, and agrees with the numpy kernel."""
+    against an input whose depth is a symbol (the convolution's odd channel's taps paired
+    along columns), and agrees with the numpy kernel."""
     x, w = var("x", ("n", "k")), var("w", (5, "kp"), "int16")
     func = prim([x, w], op.tanh(op.dense_bf16(x, w)))
     a = np.random.default_rng(3).standard_normal((3, 7)).astype(np.float32)
@@ -432,10 +462,10 @@ def test_kernels_check_a_depth_known_only_at_run_time() -> None:
     x = var("x", (1, "c", 6, 6))
     w = var("w", (4, "kp"), "int16")
     conv = op.conv2d_bf16(x, w, kernel=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1),
-                          dilation=(1, 1), groups=1)  # fmt: skip
+                          dilation=(1, 1), groups=1, pairing="columns")  # fmt: skip
     func = prim([x, w], conv)
     img = np.random.default_rng(5).standard_normal((1, 3, 6, 6)).astype(np.float32)
-    bits = bf16_bits(conv_pairs(np.ones((4, 3, 3, 3), np.float32))).view(np.int16)
+    bits = bf16_bits(conv_pairs(np.ones((4, 3, 3, 3), np.float32), 1)).view(np.int16)
     kernel = Jit(func)
     check(func, img, bits, kernel=kernel, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="the weight's depth is not x's"):

@@ -22,7 +22,7 @@ from rvm.jit.views import array_view
 from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
-from rvm.op.bf16 import PROLOGUES, split_operands
+from rvm.op.bf16 import PAIRINGS, PROLOGUES, split_operands
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
 # of the weight, float32 out (and the convolution's float32 bias, residual and prologue's
@@ -88,9 +88,12 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     groups = attrs["groups"]
     if groups != 1:
         kb.check(ne(mod(x.dims[1], groups), 0), f"{kb.kernel}: {kb.op}: channels vs groups")
+    pairing = PAIRINGS.index(attrs.get("pairing", "channels"))
     if not image[0].isdigit():  # as for dense: in channel pairs (`rvm.op.bf16.pair_depth`)
         cg = kb.dim(f"{image[0]} // {groups}")
         depth = kb.dim(f"({cg} + {cg} % 2) * {kh * kw}")
+        if pairing:  # an odd group's last channel: kh * ceil(kw / 2) pairs
+            depth = kb.dim(f"({cg} - {cg} % 2) * {kh * kw} + {cg} % 2 * {2 * kh * ((kw + 1) // 2)}")
         kb.check(ne(w.dims[1], depth), f"{kb.kernel}: {kb.op}: the weight's depth is not x's")
     dims = (x.dims[0], w.dims[0], *spatial)
     if plane:
@@ -109,7 +112,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act, attrs.get("panel", 0))
         params += (*(plane[:2] or (0, 0)), *spatial) if plane else (0, 0, 0, 0)
         params += tuple(source) if source else (0, 0, 0)
-        params += (PROLOGUES.index(prologue),)
+        params += (PROLOGUES.index(prologue), pairing)
         ov = t.array
         if source:
             xv = _as_floats(kb, xv)

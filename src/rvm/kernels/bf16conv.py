@@ -6,7 +6,9 @@ weight ``w`` converted once, at compile time (`rvm.transform.to_bf16`), into flo
 a row's 32-bit word ``p`` is a pair of bf16 values) with its depth in *channel pairs*: word
 ``p = (c2 * kh + dy) * kw + dx`` of output channel ``o`` holds the weights of input channels
 ``2 c2`` (low half) and ``2 c2 + 1`` (high half) of its group at tap ``(dy, dx)``, an odd
-group's last high half 0 (`rvm.op.bf16.conv_pairs`).
+group's last high half 0 (`rvm.op.bf16.conv_pairs`), or with ``pairing`` 1 that channel's
+taps paired along the kernel's rows, read from column-pair phases of the plane
+(`rvm.kernels.bf16planes.column_pairs`; a 3-channel 7 x 7 stem: 77 pairs, not 98).
 
 Per image and group, the input is rounded (to nearest even) once into a zero-padded *pair
 plane* of 32-bit words, word ``(c2, y, x)`` the bf16 pair of channels ``2 c2`` and ``2 c2 + 1``
@@ -54,10 +56,12 @@ from rvm.kernels.bf16gemm import (
 )
 from rvm.kernels.bf16planes import (
     NO_AFFINE,
+    _pair_depth,
     _pair_width,
     pair_plane,
     pair_words,
     phase_slots,
+    plane_count,
     tap_table,
 )
 from rvm.kernels.bf16turned import turned_group
@@ -249,10 +253,10 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
 # A groups job (int64): its length; x's, w's, out's, the planes', the tap table's and the
 # wide rows' addresses; n, c, h, w; co, kp; oh, ow; the planes' (phase pairs, hq, wq); the
 # table's length; the wide rows' (og, oh * wq) (0, 0: none); the image, the groups; the
-# geometry (pt, pl, sh, sw, kh, dh, kw, dw, the prologue's affine's address and index); the
-# epilogue (the bias's address, 0: none; the activation's index; the residual's address, 0:
-# none).
-_GROUPS_JOB = 36
+# geometry (pt, pl, sh, sw, kh, dh, kw, dw, the prologue's affine's address and index, the
+# column pairs); the epilogue (the bias's address, 0: none; the activation's index; the
+# residual's address, 0: none).
+_GROUPS_JOB = 37
 
 
 def _group_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -266,7 +270,7 @@ def _group_task(p, like, data):  # type: ignore[no-untyped-def]
     table = parfor.array_at(job[5], (2 * job[18],), like).view(np.int64)
     wsize = job[19] * job[20]
     wide = parfor.array_at(job[6] + 4 * p * wsize, (job[19], job[20]), like)
-    geometry, epilogue = job[23:33].copy(), job[33:36].copy()
+    geometry, epilogue = job[23:34].copy(), job[34:37].copy()
     planes = plane.view(np.uint32)
     cg = job[8] // job[22]
     pair_plane(xc[job[21]], p * cg, cg, geometry, planes)
@@ -312,8 +316,8 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, 
     job[15], job[16], job[17] = plane.shape[0], plane.shape[1], plane.shape[2]
     job[18], job[19], job[20] = table.shape[0], wide.shape[0], wide.shape[1]
     job[21], job[22] = b, groups
-    copy(job[23:], geometry, 10)
-    copy(job[33:], epilogue, 3)
+    copy(job[23:], geometry, 11)
+    copy(job[34:], epilogue, 3)
     _run_groups(room, groups, job)
 
 
@@ -321,13 +325,15 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, 
 
 
 @nb.njit(**_OPTS)
-def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out):  # type: ignore[no-untyped-def]
+def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing):  # type: ignore[no-untyped-def]  # noqa: E501
     n = x.shape[0]
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
         raise ValueError("bf16 conv2d: the channels do not divide into the groups")
+    if pairing < 0 or pairing > 1:
+        raise ValueError("bf16 conv2d: unknown pairing index")
     cg = c // groups
-    if w.shape[1] != (cg + (cg & 1)) * kh * kw:
+    if w.shape[1] != _pair_depth(cg, kh, kw, pairing):
         raise ValueError("bf16 conv2d: the weight's depth is not channel pairs x kernel")
     if out.shape[0] != n or out.shape[1] != co_out:
         raise ValueError("bf16 conv2d: the output's batch or channels disagree")
@@ -360,6 +366,7 @@ def conv2d(
     to=_NONE4,
     of=_NONE3,
     before=_NONE2,
+    pairing=0,
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
@@ -377,13 +384,19 @@ def conv2d(
     convolution's pair plane of such an image ``(n, (c + 1) // 2, hq, wq)`` (stride 1, one
     group), read as it is. ``before`` (int64: the address of a ``(2, c)`` float32 affine,
     its scales then its shifts, 0: none; a `rvm.op.bf16.PROLOGUES` index) applies ``x *
-    scale + shift`` per channel (then ReLU) to the input as its pair plane is built."""
+    scale + shift`` per channel (then ReLU) to the input as its pair plane is built.
+    ``pairing`` (a `rvm.kernels.reference.bf16.PAIRINGS` index) says how ``w`` pairs an odd
+    group's last channel's taps: 1, along the kernel's rows (not with a pair plane in)."""
     planed_in, planed_out = of[0] > 0, to[2] > 0
     n, c = x.shape[0], of[0] if planed_in else x.shape[1]
     co = w.shape[0]
-    _check(x, w, out, groups, kh, kw, bias, act, res, c, (co + 1) // 2 if planed_out else co)
+    co_out = (co + 1) // 2 if planed_out else co
+    _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing)
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
     cg, og = c // groups, co // groups
+    columns = 1 if pairing == 1 and cg % 2 == 1 else 0
+    if planed_in and columns:
+        raise ValueError("bf16 conv2d: a pair plane in pairs its channels, not columns")
     if (planed_in or planed_out) and groups != 1:
         raise ValueError("bf16 conv2d: pair planes in or out need one group")
     if planed_out and res.size != 0:
@@ -407,11 +420,11 @@ def conv2d(
     # an image's (turned around)
     scratch = np.empty((n if panel > 0 else 0, co, oh, ow), np.float32)
     oc = scratch if planed_out else np.ascontiguousarray(out)
-    _, nrows = phase_slots(kh, dh, sh)
-    _, ncols = phase_slots(kw, dw, sw)
-    plane = np.empty((0 if planed_in else nrows * ncols * cg2, hq, wq), dtype=np.uint32)
-    table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq)
-    geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw, before[0], before[1]], dtype=np.int64)
+    phases = 0 if planed_in else plane_count(cg2, kh, kw, dh, dw, sh, sw, columns)
+    plane = np.empty((phases, hq, wq), dtype=np.uint32)
+    table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns)
+    geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw, before[0], before[1], columns],
+                        dtype=np.int64)  # fmt: skip
     wide = np.empty((og if wq > ow and panel == 0 and not planed_out else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)

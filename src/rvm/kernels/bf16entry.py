@@ -27,8 +27,8 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
     groups, sh, sw, dh, dw, pt, pl, kh, kw, act, panel (0: w in rows, else turned); the pair
     plane out's padding top, left and the output's height, width (0, 0, 0, 0: out is float32
     NCHW); the image's c, h, w when x is its pair plane (0, 0, 0: x is float32 NCHW); the
-    prologue's index (`rvm.op.bf16.PROLOGUES`)."""
-    d, p = nb.carray(dims, 17), nb.carray(params, 19)
+    prologue's index (`rvm.op.bf16.PROLOGUES`); the pairing's (`rvm.op.bf16.PAIRINGS`)."""
+    d, p = nb.carray(dims, 17), nb.carray(params, 20)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5])),
@@ -41,6 +41,7 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
         p[11:15],
         p[15:18],
         (np.int64(nb.carray(affine, (d[15], d[16])).ctypes.data), p[18]),
+        p[19],
     )  # fmt: skip
     return 0
 
@@ -57,5 +58,5 @@ def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
 entry.export("conv2d_bf16", _conv2d)
 entry.export("dense_bf16", _dense)
 # What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
-conv2d_bf16_call = entry.caller("conv2d_bf16", 19)
+conv2d_bf16_call = entry.caller("conv2d_bf16", 20)
 dense_bf16_call = entry.caller("dense_bf16", 1)

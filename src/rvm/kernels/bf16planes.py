@@ -6,6 +6,12 @@ GEMM pair rows reads in them (`tap_table`). `pair_words` rounds one run of value
 ``x * scale + shift`` per channel, then ReLU, applied first when asked): the convolutions build
 their input planes with it (`rvm.kernels.bf16conv`, `rvm.kernels.bf16turned`) and write the next
 convolution's plane with it (`rvm.kernels.bf16conv`'s pair plane out).
+
+An odd group's last channel may pair its taps along the kernel's rows instead (``pairing``
+``"columns"``, `rvm.kernels.reference.bf16.PAIRINGS`): then the plane holds, after its
+phases, that channel's *column-pair* phases, word ``(r, q)`` of phase ``(a, b)`` the pair of
+padded pixels ``(r sh + a, q sw + b)`` and ``(r sh + a, q sw + b + dw)``, which taps ``(dy,
+2 t)`` and ``(dy, 2 t + 1)`` read as one word (`column_pairs`, `tap_table`).
 """
 
 from __future__ import annotations
@@ -19,11 +25,19 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, PIECES_PER_THREAD, pair_bits
-from rvm.kernels.reference.bf16 import pair_width
+from rvm.kernels.reference.bf16 import pair_depth, pair_width
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["NO_AFFINE", "pair_plane", "pair_words", "phase_slots", "tap_table"]
+__all__ = [
+    "NO_AFFINE",
+    "column_pairs",
+    "pair_plane",
+    "pair_words",
+    "phase_slots",
+    "plane_count",
+    "tap_table",
+]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
@@ -31,7 +45,8 @@ NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
 PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
 
 
-_pair_width = nb.njit(inline="always", **_OPTS)(pair_width)  # the kernels' copy
+_pair_width = nb.njit(inline="always", **_OPTS)(pair_width)  # the kernels' copies
+_pair_depth = nb.njit(inline="always", **_OPTS)(pair_depth)
 
 
 @intrinsic
@@ -113,6 +128,46 @@ def phase_slots(k, d, s):  # type: ignore[no-untyped-def]
             slots[a] = count
             count += 1
     return slots, count
+
+
+@nb.njit(**_OPTS)
+def plane_count(cg2, kh, kw, dh, dw, sh, sw, columns):  # type: ignore[no-untyped-def]
+    """The ``(hq, wq)`` planes of a group's pair plane: ``cg2`` channel pairs in each stride
+    phase some tap reads, and with ``columns`` (an odd group's last channel paired along
+    columns) that channel's column-pair phases, one per row phase and phase of an even
+    tap's column (`column_pairs`)."""
+    _, nrows = phase_slots(kh, dh, sh)
+    _, ncols = phase_slots(kw, dw, sw)
+    _, nhcols = phase_slots(kw // 2, 2 * dw, sw)
+    return nrows * (ncols * cg2 + (nhcols if columns else 0))
+
+
+@nb.njit(**_OPTS)
+def column_pairs(plane, cg2, kh, kw, dh, dw, sh, sw):  # type: ignore[no-untyped-def]
+    """The column-pair phases of a pair plane whose last pair is an odd group's last channel
+    (its high halves 0), from that pair's phases, built: phase ``(a, b)``'s word ``i``
+    (flat, rows of ``wq``) is the pair of its phase ``(a, b)``'s ``i`` (low half) and its
+    phase ``(a, (b + dw) % sw)``'s ``i + (b + dw) // sw`` (high; 0 past the phase), so a
+    tap ``(dy, 2 t)`` reading word ``i`` of phase ``(a, b)`` reads tap ``(dy, 2 t + 1)``'s
+    word as its high half, the stride-1 rows' borrowing of the next row's padding included;
+    after the channel pairs' phases, row phase after row phase (`plane_count`)."""
+    rows, nrows = phase_slots(kh, dh, sh)
+    cols, ncols = phase_slots(kw, dw, sw)
+    hcols, nhcols = phase_slots(kw // 2, 2 * dw, sw)
+    size = plane.shape[1] * plane.shape[2]
+    flat = plane.reshape(plane.shape[0], size)
+    for a in range(sh):
+        for b in range(sw):
+            if rows[a] < 0 or hcols[b] < 0:
+                continue
+            b2, e = (b + dw) % sw, (b + dw) // sw
+            lo = flat[(rows[a] * ncols + cols[b]) * cg2 + cg2 - 1]
+            hi = flat[(rows[a] * ncols + cols[b2]) * cg2 + cg2 - 1]
+            out = flat[nrows * ncols * cg2 + rows[a] * nhcols + hcols[b]]
+            for i in range(max(0, size - e)):
+                out[i] = (lo[i] & 0xFFFF) | (hi[i + e] << 16)
+            for i in range(max(0, size - e), size):
+                out[i] = lo[i] & 0xFFFF
 
 
 @nb.njit(inline="always", **_OPTS)
@@ -206,9 +261,10 @@ def pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
     (`_plane_part`; ``geometry``: pt, pl, sh, sw, kh, dh, kw, dw): ``plane`` (uint32,
     ``(phases * cg2, hq, wq)``), phase after phase, pair after pair; word ``(c2, r, q)`` of a
     phase the bf16 pair of channels ``c0 + 2 c2`` (low) and ``c0 + 2 c2 + 1`` (high; 0 past
-    ``cg``); ``geometry[8:]`` the prologue's affine's address (0: none) and index, applied
-    to each value first (`pair_words`). Cut by channel pairs into pieces on the pool when
-    large."""
+    ``cg``); ``geometry[8:10]`` the prologue's affine's address (0: none) and index, applied
+    to each value first (`pair_words`); ``geometry[10]`` 1: the last channel's column-pair
+    phases after them (`column_pairs`; ``cg`` odd). Cut by channel pairs into pieces on the
+    pool when large."""
     h, wd = x.shape[1], x.shape[2]
     cg2 = (cg + 1) // 2
     job = np.empty(_PLANE_JOB, dtype=np.int64)
@@ -224,25 +280,43 @@ def pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
         parts = min(PIECES_PER_THREAD * threads, cg2, plane.size // PACK_SPLIT_MIN)
     if parts <= 1:
         _plane_part(job, plane, 0, cg2)
-        return
-    step = -(-cg2 // parts)
-    job[10] = step
-    _run_plane(x, -(-cg2 // step), job)
+    else:
+        step = -(-cg2 // parts)
+        job[10] = step
+        _run_plane(x, -(-cg2 // step), job)
+    if geometry[10] != 0:
+        column_pairs(plane, cg2, job[13], job[15], job[14], job[16], job[11], job[12])
 
 
 @nb.njit(**_OPTS)
-def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq):  # type: ignore[no-untyped-def]
+def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns=0):  # type: ignore[no-untyped-def]
     """``table[p]`` (int64): the plane word of the GEMM's pair row ``p = (c2 * kh + dy) * kw +
     dx`` relative to an output position's (in phases ``(hq, wq)`` of ``cg2`` pairs, the
     phases no tap reads left out: `pair_plane`). Output position ``(y, x)`` is word ``y * wq
-    + x`` of each phase: every tap reads the positions as one unit-stride run."""
-    rows, _ = phase_slots(kh, dh, sh)
+    + x`` of each phase: every tap reads the positions as one unit-stride run. With
+    ``columns`` the last pair is an odd group's last channel paired along columns
+    (`rvm.kernels.reference.bf16.PAIRINGS`): its rows ``p = (cg2 - 1) * kh * kw + dy * kwp +
+    t`` (``kwp`` ``ceil(kw / 2)``) read taps ``(dy, 2 t)`` and ``(dy, 2 t + 1)`` in its
+    column-pair phases (`column_pairs`), a last odd tap in its channel pair's phase."""
+    rows, nrows = phase_slots(kh, dh, sh)
     cols, ncols = phase_slots(kw, dw, sw)
-    table = np.empty(cg2 * kh * kw, dtype=np.int64)
+    hcols, nhcols = phase_slots(kw // 2, 2 * dw, sw)
+    full = cg2 - 1 if columns else cg2
+    kwp = (kw + 1) // 2
+    table = np.empty(full * kh * kw + (kh * kwp if columns else 0), dtype=np.int64)
     for c2 in range(cg2):
         for dy in range(kh):
+            r = (dy * dh) // sh
             for dx in range(kw):
                 slot = rows[(dy * dh) % sh] * ncols + cols[(dx * dw) % sw]
-                r, q = (dy * dh) // sh, (dx * dw) // sw
-                table[(c2 * kh + dy) * kw + dx] = ((slot * cg2 + c2) * hq + r) * wq + q
+                word = ((slot * cg2 + c2) * hq + r) * wq + (dx * dw) // sw
+                if c2 < full:
+                    table[(c2 * kh + dy) * kw + dx] = word
+                elif dx % 2 == 1 or dx == kw - 1:  # a column pair's, or the last odd tap
+                    p = full * kh * kw + dy * kwp + dx // 2
+                    if dx % 2 == 1:  # the pair's first tap's column-pair phase
+                        first = nrows * ncols * cg2 + rows[(dy * dh) % sh] * nhcols
+                        slot = first + hcols[((dx - 1) * dw) % sw]
+                        word = (slot * hq + r) * wq + ((dx - 1) * dw) // sw
+                    table[p] = word
     return table

@@ -16,7 +16,9 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   `ACTIVATIONS`, applied by the kernel to the rows it sums, while in cache
   (`rvm.transform.to_bf16` joins a following bias add, residual add and activation). With
   ``panel`` > 0 the kernel runs turned around (output channels along the vector lanes) and
-  ``w`` holds the same words in its panels of ``panel`` output channels (`turn_pairs`).
+  ``w`` holds the same words in its panels of ``panel`` output channels (`turn_pairs`). With
+  ``pairing`` ``"columns"`` (`PAIRINGS`) an odd group's last channel pairs its taps along the
+  kernel's rows, ``kp = pair_depth(c / groups, kh, kw, 1)`` (not with ``source``).
   Between two convolutions activations may stay bf16 (`rvm.transform.to_bf16` decides): with
   ``plane`` ``(pt, pl, hq, wq)`` the result is not float32 NCHW but the next convolution's
   *pair plane* (`pair_plane`): int32 ``(n, (co + 1) // 2, hq, wq)``, word ``(c2, pt + y, pl
@@ -44,14 +46,18 @@ from rvm.ir.expr import Call
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
 from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout, for to_bf16)
+    PAIRINGS,
     PROLOGUES,
     bf16_bits,
+    conv_pairing,
     conv_pairs,
     pack_pairs,
     pair_depth,
     pair_width,
     split_operands,
     turn_pairs,
+    unpair,
+    unturn_pairs,
 )
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
@@ -152,6 +158,9 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     if affine is not None and (source or affine.dtype not in (None, "float32")):
         raise IRError("conv2d_bf16: the prologue needs a float32 input and affine")
     _check_inputs("conv2d_bf16", x, w, bool(source))
+    pairing = PAIRINGS.index(attrs.get("pairing", "channels"))
+    if source and pairing:
+        raise IRError("conv2d_bf16: reads a pair plane with its channels paired, not columns")
     if source:
         kernel, padding, dilation = attrs["kernel"], attrs["padding"], attrs["dilation"]
         want = ((source[0] + 1) // 2, *plane_shape(source, kernel, padding, dilation))
@@ -186,7 +195,7 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
             f"conv2d_bf16: the prologue's affine must be (2, {cin}), got {fmt(affine.shape)}"
         )
     if w.shape is not None and isinstance(cin, int) and isinstance(w.shape[1], int):
-        if cin % groups or w.shape[1] != pair_depth(cin // groups, *kernel):
+        if cin % groups or w.shape[1] != pair_depth(cin // groups, *kernel, pairing):
             raise IRError(
                 f"conv2d_bf16: input {fmt(x.shape)} with groups={groups} and kernel {kernel} "
                 f"does not match weight {fmt(w.shape)}"
@@ -244,6 +253,7 @@ def conv2d_bf16(
     source: Sequence[int] = (),
     affine: ExprLike | None = None,
     prologue: str = "none",
+    pairing: str = "channels",
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
@@ -253,7 +263,8 @@ def conv2d_bf16(
     of `ACTIVATIONS`; ``plane`` ``(pt, pl, hq, wq)``: the result as the next convolution's
     pair plane, ``source`` ``(c, h, w)``: ``x`` is this convolution's pair plane of such an
     image (the module's docstring); ``prologue`` (`PROLOGUES`): ``x * scale + shift`` per
-    input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts."""
+    input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts;
+    ``pairing`` (`PAIRINGS`): how ``w`` pairs an odd group's last channel's taps."""
     name = "conv2d_bf16"
     if residual is not None and bias is None:
         raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
@@ -275,6 +286,7 @@ def conv2d_bf16(
         plane=_ints(name, "plane", plane, 4, 0),
         source=_ints(name, "source", source, 3, 1),
         prologue=check_choice(name, "prologue", prologue, PROLOGUES),
+        pairing=check_choice(name, "pairing", pairing, PAIRINGS),
     )
 
 

@@ -9,7 +9,8 @@ Guarantees: the same program, where each float32 ``dense(x, W)``, ``matmul(x, W)
 bf16 bits in the kernel's layout (products of more than `GEMV_ROWS` rows: B in column panels
 of pairs, `rvm.op.bf16.pack_pairs`; fewer: the rows of W, ``matmul``'s transposed, padded to
 an even depth; ``conv2d``: OIHW in channel pairs per output channel,
-`rvm.op.bf16.conv_pairs`); and each float32 ``attention`` is one with ``precision="bf16"``:
+`rvm.op.bf16.conv_pairs`, an odd group's last channel's taps paired along the kernel's rows,
+`rvm.op.bf16.conv_pairing`); and each float32 ``attention`` is one with ``precision="bf16"``:
 its two products take bf16 operands, its scores and softmax stay float32
 (`rvm.kernels.attention`). Everything
 else -- elementwise ops, norms, softmax, depthwise convolutions (a few taps a
@@ -28,8 +29,8 @@ per-channel affine ops (``batch_norm``, ``multiply`` and ``add`` by constants of
 channel) and, or only, a ``relu`` before a convolution becomes its ``prologue``, applied as
 its input is rounded (densenet's BN-ReLU); and a convolution read only by a stride-1
 convolution of one group writes that one's pair plane (``plane``: its padded bf16 input, int32
-words), which it reads as it is (``source``), so the activation is rounded once, by the
-producer, while in cache (`_join_prologues`, `_pair_planes`; `rvm.op.bf16`).
+words), which it reads as it is (``source``; its taps in channel pairs), so the activation is
+rounded once, by the producer, while in cache (`_join_prologues`, `_pair_planes`; `rvm.op.bf16`).
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables and the convolutions whose epilogue may still grow; each matching call is
@@ -51,7 +52,9 @@ from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
 from rvm.op.bf16 import (
+    PAIRINGS,
     bf16_bits,
+    conv_pairing,
     conv_pairs,
     default_pair_panel,
     pack_pairs,
@@ -61,6 +64,8 @@ from rvm.op.bf16 import (
     split_operands,
     turn_pairs,
     turned_panel,
+    unpair,
+    unturn_pairs,
 )
 from rvm.transform.legalize import map_functions, map_regions
 
@@ -212,7 +217,8 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
     least = MIN_DEPTH if w.shape[2:] == (1, 1) else MIN_CONV_DEPTH
     if w.ndim != 4 or w.shape[1] == 1 or depth < least:
         return None
-    rows = bf16_bits(conv_pairs(w.astype(np.float32))).view(np.int16)
+    pairing = conv_pairing(w.shape[1], w.shape[3])
+    rows = bf16_bits(conv_pairs(w.astype(np.float32), PAIRINGS.index(pairing))).view(np.int16)
     panel = _turned_panel(value, x, w, attrs)
     if panel:
         rows = turn_pairs(rows, attrs["groups"], panel)
@@ -225,6 +231,7 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
         groups=attrs["groups"],
         kernel=w.shape[2:],
         panel=panel,
+        pairing=pairing,
     )
 
 
@@ -276,12 +283,29 @@ def _pair_planes(bindings: list[E.VarBinding], uses: Counter) -> tuple[list[E.Va
         new_p = _rebuilt(p, plane=plane)
         var = E.Var(out[i].var.name, new_p.type)
         out[i] = E.VarBinding(var, new_p)
+        q = _channel_pairs(q, source[0])  # a pair plane in has no column pairs
         out[j] = E.VarBinding(b.var, _rebuilt(q, x=var, source=source))  # q may write in turn
         count += 1
     return out, count
 
 
-_CONV_ATTRS = ("strides", "padding", "dilation", "groups", "kernel", "panel", "activation")
+def _channel_pairs(conv: E.Call, c: int) -> E.Call:
+    """``conv`` (a ``conv2d_bf16`` of ``c`` input channels, one group) with its odd channel's
+    taps paired as its channel pairs (`rvm.op.bf16.PAIRINGS`' ``"channels"``), its weight's
+    words moved (out of their panels and back, when turned)."""
+    attrs = conv.attrs
+    if attrs["pairing"] == "channels":
+        return conv
+    rows, panel = conv.args[1].data, attrs["panel"]
+    rows = unturn_pairs(rows, 1, panel) if panel else rows
+    rows = conv_pairs(unpair(rows, c, *attrs["kernel"], PAIRINGS.index(attrs["pairing"])))
+    rows = turn_pairs(rows, 1, panel) if panel else rows
+    return _rebuilt(conv, w=E.Constant(np.ascontiguousarray(rows)), pairing="channels")
+
+
+_CONV_ATTRS = (
+    "strides", "padding", "dilation", "groups", "kernel", "panel", "activation", "pairing"
+)  # fmt: skip
 
 
 def _rebuilt(conv: E.Call, **changes) -> E.Call:
@@ -397,7 +421,7 @@ def _is_conv(value: E.Expr) -> bool:
 
 
 def _conv_attrs(conv: E.Call) -> dict:
-    keys = ("strides", "padding", "dilation", "groups", "kernel", "panel")
+    keys = ("strides", "padding", "dilation", "groups", "kernel", "panel", "pairing")
     return {k: conv.attrs[k] for k in keys}
 
 

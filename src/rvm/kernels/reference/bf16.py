@@ -13,8 +13,10 @@ from rvm.kernels.reference.elemwise import gelu, relu
 from rvm.kernels.reference.packed import dense_packed
 
 __all__ = [
+    "PAIRINGS",
     "bf16_bits",
     "conv2d_bf16",
+    "conv_pairing",
     "conv_pairs",
     "dense_bf16",
     "dense_packed_bf16",
@@ -25,6 +27,7 @@ __all__ = [
     "plane_image",
     "split_operands",
     "turn_pairs",
+    "unpair",
 ]
 
 
@@ -53,21 +56,60 @@ def dense_bf16(x, w):
     return _like(np.matmul(_round_bf16(x), _bf16_values(w)[:, :k].T), np.float32)
 
 
-def pair_depth(channels, kh, kw):
+PAIRINGS = ("channels", "columns")
+"""How a bf16 convolution's weight row pairs the taps of an odd group's last channel (the op's
+``pairing``; the kernels take its index): ``"channels"``, as every channel pair, the channel
+with a zero (its high half 0); ``"columns"``, along each kernel row, word ``(dy, t)`` of the
+channel's ``kh`` x ``ceil(kw / 2)`` holding taps ``(dy, 2 t)`` (low half) and ``(dy, 2 t +
+1)`` (high; 0 past ``kw``), read from a plane whose words pair horizontally adjacent input
+pixels (`rvm.kernels.bf16planes`): a 3-channel 7 x 7 stem takes 49 + 28 pairs of taps, not
+98. An even group is the same either way."""
+
+
+def conv_pairing(channels: int, kw: int) -> str:
+    """The `PAIRINGS` a convolution of ``channels`` input channels a group and ``kw`` kernel
+    columns takes: ``"columns"`` when the group is odd and a kernel row has two taps to pair
+    (fewer pairs of taps, the plane one or two phases larger), else ``"channels"``."""
+    return "columns" if channels % 2 == 1 and kw > 1 else "channels"
+
+
+def pair_depth(channels, kh, kw, pairing=0):
     """A bf16 conv weight row's length for a group of ``channels`` and a ``kh`` x ``kw``
-    kernel: the channels rounded up to even, times the taps."""
+    kernel: the channels rounded up to even, times the taps; with ``pairing`` 1 (`PAIRINGS`'
+    ``"columns"``) and an odd group, its channel pairs' taps and then the last channel's,
+    ``ceil(kw / 2)`` pairs a kernel row."""
+    if pairing == 1 and channels % 2 == 1:
+        return (channels - 1) * kh * kw + 2 * kh * ((kw + 1) // 2)
     return (channels + (channels & 1)) * kh * kw
 
 
-def conv_pairs(w):
+def conv_pairs(w, pairing=0):
     """An OIHW weight ``(o, c, kh, kw)`` in the bf16 convolution's depth order: ``(o,
     pair_depth)``, each row ``(c2, dy, dx, parity)`` -- channel ``2 c2 + parity`` at tap
-    ``(dy, dx)``, so a 32-bit word holds a channel pair; the channel past an odd ``c`` is 0."""
+    ``(dy, dx)``, so a 32-bit word holds a channel pair; the channel past an odd ``c`` is 0.
+    With ``pairing`` 1 (``"columns"``, `PAIRINGS`) and an odd ``c``, the channel pairs' words
+    so and then the last channel's ``(dy, t, half)``: tap ``(dy, 2 t + half)``, 0 past
+    ``kw``."""
     o, c, kh, kw = w.shape
+    if pairing == 1 and c % 2 == 1:
+        last = np.zeros((o, kh, 2 * ((kw + 1) // 2)), dtype=w.dtype)
+        last[:, :, :kw] = w[:, c - 1]
+        return np.concatenate([conv_pairs(w[:, : c - 1]), last.reshape(o, -1)], axis=1)
     even = np.zeros((o, c + (c & 1), kh, kw), dtype=w.dtype)
     even[:, :c] = w
     pairs = even.reshape(o, (c + 1) // 2, 2, kh, kw).transpose(0, 1, 3, 4, 2)
     return np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
+
+
+def unpair(rows, c, kh, kw, pairing=0):
+    """`conv_pairs`' inverse: the ``(o, c, kh, kw)`` weight in ``rows`` ``(o, pair_depth)``."""
+    o = rows.shape[0]
+    if pairing == 1 and c % 2 == 1:
+        head = (c - 1) * kh * kw
+        last = rows[:, head:].reshape(o, 1, kh, -1)[..., :kw]
+        return np.concatenate([unpair(rows[:, :head], c - 1, kh, kw), last], axis=1)
+    pairs = rows.reshape(o, (c + 1) // 2, kh, kw, 2).transpose(0, 1, 4, 2, 3)
+    return pairs.reshape(o, -1, kh, kw)[:, :c]
 
 
 def turn_pairs(rows, groups, panel):
@@ -147,7 +189,7 @@ def split_operands(rest, prologue="none"):
 
 def conv2d_bf16(
     x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0,
-    plane=(), source=(), prologue="none"
+    plane=(), source=(), prologue="none", pairing="channels"
 ):  # fmt: skip
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
     bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
@@ -155,7 +197,8 @@ def conv2d_bf16(
     the bias and the residual (float32, the output's shape). With ``plane`` ``(pt, pl, hq,
     wq)`` the result as the next convolution's pair plane (`pair_plane`); with ``source``
     ``(c, h, w)``, ``x`` this one's pair plane (`rvm.op.bf16`); ``prologue`` (`PROLOGUES`)
-    applied to ``x`` first, its affine the last of ``rest``."""
+    applied to ``x`` first, its affine the last of ``rest``; an odd group's last channel's
+    taps paired as ``pairing`` says (`PAIRINGS`)."""
     if source:
         x = plane_image(x, *source, padding[0], padding[1])
     bias, residual, affine = split_operands(rest, prologue)
@@ -166,13 +209,13 @@ def conv2d_bf16(
         x = relu(x) if prologue == "affine_relu" else x
     if plane:
         attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
-        y = conv2d_bf16(x, w, *rest, **attrs, kernel=kernel, activation=activation, panel=panel)
+        y = conv2d_bf16(x, w, *rest, **attrs, kernel=kernel, activation=activation, panel=panel,
+                        pairing=pairing)  # fmt: skip
         return pair_plane(y, *plane)
     cg, (kh, kw) = x.shape[1] // groups, kernel
     if panel:
         w = unturn_pairs(np.asarray(w), groups, panel)
-    pairs = _bf16_values(w).reshape(w.shape[0], (cg + 1) // 2, kh, kw, 2)
-    weight = pairs.transpose(0, 1, 4, 2, 3).reshape(w.shape[0], -1, kh, kw)[:, :cg]
+    weight = unpair(_bf16_values(w), cg, kh, kw, PAIRINGS.index(pairing))
     y = _conv(_round_bf16(x), weight, strides, padding, dilation, groups)
     if rest:
         y = _like(y + np.asarray(rest[0], np.float32).reshape(-1, 1, 1), np.float32)
