@@ -22,6 +22,9 @@ convolutions do:
   registers: for each (tap, channel) it loads the weight's vectors and broadcasts each
   position's input value; the positions of a band are any `MR` output positions (a band
   runs on into the next output row), so a small map loses no lanes either;
+- each panel's sweep reads the plane again: one larger than half of L2 (`PREFETCH_PLANE`)
+  comes from L3, so each band first prefetches the next band's new input into L2
+  (`_prefetch_band`);
 - a whole tile goes transposed into the NCHW output, each output channel's `MR` positions
   one run: the accumulators are transposed in registers by shuffles (`nhwc.transposed`), a
   vector store a channel. A band's last, partial tile goes through a small buffer, element
@@ -300,7 +303,7 @@ def _prefetch_band(at, p0, p_all, ow, sh, sw, wp, c, cg):  # type: ignore[no-unt
     ``p0`` reads at its last tap (``at``: the plane's address at that tap and the group's
     first channel): the bottom-right tap's columns are the ones a sweep along the rows has not
     read yet. One thread on a plane larger than L2: vgg19's 64 to 256 channels on 224 x 224
-    to 56 x 56 maps 1.5-3 % faster on Zen 4 (one prefetch per tap, or into L1, was slower)."""
+    to 56 x 56 maps 1.5-4 % faster on Zen 4 (one prefetch per tap, or into L1, was slower)."""
     for p in range(p0, min(p0 + MR, p_all)):
         base = at + 4 * ((p // ow) * sh * wp + (p % ow) * sw) * c
         for ch in range(0, cg, LINE):
