@@ -22,6 +22,9 @@ convolutions do:
   registers: for each (tap, channel) it loads the weight's vectors and broadcasts each
   position's input value; the positions of a band are any `MR` output positions (a band
   runs on into the next output row), so a small map loses no lanes either;
+- each panel's sweep reads the plane again: one larger than half of L2 (`PREFETCH_PLANE`)
+  comes from L3, so each band first prefetches the next band's new input into L2
+  (`_prefetch_band`);
 - a whole tile goes transposed into the NCHW output, each output channel's `MR` positions
   one run: the accumulators are transposed in registers by shuffles (`nhwc.transposed`), a
   vector store a channel. A band's last, partial tile goes through a small buffer, element
@@ -49,9 +52,9 @@ import numpy as np
 from rvm.kernels import entry, nhwc, parfor
 from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
-from rvm.kernels.direct_tile import MR, NB, micro
+from rvm.kernels.direct_tile import MR, NB, micro, prefetch_l2
 from rvm.kernels.jitting import jit
-from rvm.kernels.sgemm import LANES, VECTORS
+from rvm.kernels.sgemm import LANES, LINE, VECTORS
 
 __all__ = [
     "MR",
@@ -71,6 +74,10 @@ __all__ = [
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 L3 = cpu().l3
+# An NHWC plane larger than half of one core's L2 (the panel's weights take the rest) comes from
+# L3 again in each panel's sweep: `_bands` prefetches each next band's new input into L2
+# (`_prefetch_band`).
+PREFETCH_PLANE = cpu().l2 // 2
 # Pieces a thread when the work is large: the pool's threads claim them as they finish, so the
 # last piece to run alone is at most an eighth of a thread's share (o = 512 in panels of 48 was
 # 11 pieces for 2 threads: 6 against 5).
@@ -266,12 +273,16 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     at_b = w + 4 * (g * panels + panel) * ntaps * cg * nb
     pb, pt_, of_at = parfor.address(bases), parfor.address(tmp), parfor.address(of)
     out_at = (n_ * o + g * og + j0) * p_all
+    far = 4 * job[23] * wp * c > PREFETCH_PLANE
     for band in range(b_lo, b_hi):
         p0 = band * MR
         rows = min(MR, p_all - p0)
         for i in range(rows):
             p = p0 + i
             bases[i] = ((p // ow) * sh * wp + (p % ow) * sw) * c + g * cg
+        if far and band + 1 < b_hi:
+            _prefetch_band(xh + 4 * (g * cg + job[_JOB_FIELDS + ntaps - 1]), p0 + MR, p_all, ow,
+                           sh, sw, wp, c, cg)  # fmt: skip
         for j in range(0, width, NB):  # a panel wider than a tile (packed on another CPU)
             part = min(NB, width - j)
             vectors = (part + LANES - 1) // LANES
@@ -284,6 +295,20 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
                 micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
                        0)  # fmt: skip
                 _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
+
+
+@jit(**_OPTS, inline="always")
+def _prefetch_band(at, p0, p_all, ow, sh, sw, wp, c, cg):  # type: ignore[no-untyped-def]
+    """Into L2, a cache line at a time, the ``cg`` channels each position of the band from
+    ``p0`` reads at its last tap (``at``: the plane's address at that tap and the group's
+    first channel): the bottom-right tap's columns are the ones a sweep along the rows has not
+    read yet. One thread on a plane larger than L2: vgg19's 64 to 256 channels on 224 x 224
+    to 56 x 56 maps 1.5-4 % faster on Zen 4 (one prefetch per tap, or into L1, was slower)."""
+    for p in range(p0, min(p0 + MR, p_all)):
+        base = at + 4 * ((p // ow) * sh * wp + (p % ow) * sw) * c
+        for ch in range(0, cg, LINE):
+            prefetch_l2(base + 4 * ch)
+        prefetch_l2(base + 4 * (cg - 1))
 
 
 @jit(**_OPTS)
