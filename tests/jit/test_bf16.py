@@ -396,13 +396,12 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
         (1, 256, 32, 32, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # plane past L2/2: blocks of rows
         (1, 128, 7, 7, 256, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: panels in pieces
-        (1, 256, 14, 14, 32, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned, one panel: positions
+        (1, 256, 14, 14, 32, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned, one panel, an epilogue
     ],
 )
 def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
     """Large convolutions run in pieces on the pool, with the same results (turned around
-    too, the last two cases: the last one's pieces are ranges of positions, each with its
-    rows' bias, residual and ReLU)."""
+    too, the last two cases, the last one with a bias, a residual and ReLU)."""
     turned = case[2] in (7, 14)
     _conv(case, seed=8, with_bias=turned, act=int(turned), res=turned,
           panel=bf16gemm.NR if turned else 0)  # fmt: skip
@@ -420,8 +419,7 @@ def test_piece_grids_balance_the_threads() -> None:
     # 256 channels (5 panels of 48, one of 16) in at most 5 parts: 2 pieces of 144 and 112
     assert grid(256, 48, 1, 1, 5, 2) == (3, 2, 1, 1)
     assert grid(320, 48, 1, 1, 3, 2) == (3, 3, 1, 1)  # 176 the busiest either way
-    # one panel of 32 channels (a turned 3 x 3 convolution's): its 25 tiles of positions cut
-    assert grid(32, 48, 25, 1, 8, 2) == (1, 1, 13, 2)
+    assert grid(32, 48, 25, 1, 8, 2) == (1, 1, 13, 2)  # one unit along a: cut along b
     assert grid(256, 48, 1, 1, 1, 2) == grid(256, 48, 1, 1, 5, 1) == (6, 1, 1, 1)
 
 

@@ -355,9 +355,8 @@ def piece_grid(na, ua, nb_, ub, parts, threads):  # type: ignore[no-untyped-def]
     ``parts`` pieces, the one whose busiest thread has the fewest cells (each piece to the
     thread that frees up first), of equals the fewest cuts along b (a is the cheaper axis to
     cut), then the most pieces (the better balance when a thread is held up). 28 rows on two
-    threads in at most 8 parts: 4 pieces of 7 rows (7 of 4 would leave one thread 16 rows);
-    one panel of channels: its positions cut (densenet's turned 3 x 3 convolutions to 32
-    channels). One part or one thread: one piece."""
+    threads in at most 8 parts: 4 pieces of 7 rows (7 of 4 would leave one thread 16 rows).
+    One part or one thread: one piece."""
     ta, tb = -(-na // ua), -(-nb_ // ub)
     best_a, best_b, best = ta, tb, na * nb_ + 1
     cuts, pieces = 0, 0

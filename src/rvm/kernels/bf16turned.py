@@ -78,31 +78,22 @@ def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     return NR if turned_use >= TURN_GAIN * direct_use else 0
 
 
-@nb.njit(inline="always", **_OPTS)
-def _tile_start(q, full, npos):  # type: ignore[no-untyped-def]
-    """The first position of tile ``q`` of `position_tiles` (``full`` tiles of `MR` rows,
-    then tiles of ``MR - 1``), at most ``npos``."""
-    return min(npos, q * MR if q <= full else full * MR + (q - full) * (MR - 1))
-
-
 @nb.njit(**_OPTS)
-def _turned(job, t0, t1, q0, q1, ct):  # type: ignore[no-untyped-def]
-    """Panels [t0, t1) of output channels by tiles [q0, q1) of positions of a turned job
-    (`_TURNED_JOB`): ``C.T = B.T @
+def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
+    """Panels [t0, t1) of output channels of a turned job (`_TURNED_JOB`): ``C.T = B.T @
     A.T``, the output positions as the GEMM's rows, broadcast from the pair plane (position
     ``i``'s pair row ``s`` the word ``offs[i] + table[s]``: any positions, no wide rows), the
     weight's pairs as its B in panels of ``panel`` output channels (`turn_pairs`: panel ``t``
     ``(k2, width)`` words, ``width`` its channels, the last panel's fewer), read a vector of
     `LANES` channels at a time, `NR` channels a tile; summed into the scratch ``(positions,
-    NR)`` at ``ct`` (the tiles' rows of it), then moved into the output's channel rows and
-    ``act(C + bias + R)`` applied there while in cache (`tile_rows`)."""
+    NR)`` at ``ct``, then moved into the output's channel rows and ``act(C + bias + R)``
+    applied there while in cache (`tile_rows`)."""
     wt, plane, table, k2, offs, npos = job[1], job[2], job[3], job[4], job[5], job[6]
     og, out, ohw, bias, act, res = job[7], job[9], job[10], job[11], job[12], job[13]
     panel = job[15]
     scratch = _floats_at(ct)
     dst = _floats_at(out)
-    _, full = position_tiles(npos, MR)
-    i_s, i_e = _tile_start(q0, full, npos), _tile_start(q1, full, npos)
+    tiles, full = position_tiles(npos, MR)
     for t in range(t0, t1):
         width = min(panel, og - t * panel)
         at_panel = wt + 4 * t * panel * k2
@@ -114,20 +105,20 @@ def _turned(job, t0, t1, q0, q1, ct):  # type: ignore[no-untyped-def]
             for p0 in range(0, k2, KC2):
                 kc2 = min(KC2, k2 - p0)
                 b = at_panel + 4 * (p0 * width + jj)
-                i0 = i_s
-                for q in range(q0, q1):  # not ``t``: the panel's index, read again below
+                i0 = 0
+                for q in range(tiles):  # not ``t``: the panel's index, read again below
                     rows = min(MR if q < full else MR - 1, npos - i0)
                     micro_turned(kc2, plane, table + 8 * p0, b, width, 2, ct + 4 * i0 * NR, NR,
                           1 if p0 else 0, rows, vectors, last, offs + 8 * i0)  # fmt: skip
                     i0 += rows
             for o in range(cols):
                 d = (j0 + o) * ohw
-                for i in range(i_s, i_e):
+                for i in range(npos):
                     dst[d + i] = scratch[i * NR + o]
             if bias != 0 or act != 0 or res != 0:
                 at_bias = bias + 4 * j0 if bias != 0 else 0
-                at_res = res + 4 * (j0 * ohw + i_s) if res != 0 else 0
-                tile_rows(out + 4 * (j0 * ohw + i_s), ohw, cols, i_e - i_s, at_bias, act, at_res)
+                at_res = res + 4 * j0 * ohw if res != 0 else 0
+                tile_rows(out + 4 * j0 * ohw, ohw, cols, npos, at_bias, act, at_res)
 
 
 # A turned job (int64): its length; the group's weight pairs' address ((k2, og) words), the
@@ -135,20 +126,15 @@ def _turned(job, t0, t1, q0, q1, ct):  # type: ignore[no-untyped-def]
 # positions, the group's channels; the scratch's address (the first piece's), the output's
 # (the group's first channel), its positions a channel; the bias's address (the group's
 # first channel; 0: none), the activation's index, the residual's (as the output's; 0: none);
-# panels a piece, channels a panel; tiles of positions a piece, pieces along the positions.
-_TURNED_JOB = 18
+# panels a piece, channels a panel.
+_TURNED_JOB = 16
 
 
 def _turned_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a turned convolution: a range of channel panels by a range of position
-    tiles, its own scratch."""
+    """Piece ``p`` of a turned convolution: a range of channel tiles, its own scratch."""
     job = parfor.job(data)
-    step, panels = job[14], -(-job[7] // job[15])
-    step_q, along_q = job[16], job[17]
-    tiles, _ = position_tiles(job[6], MR)
-    t0, q0 = (p // along_q) * step, (p % along_q) * step_q
-    _turned(job, t0, min(panels, t0 + step), q0, min(tiles, q0 + step_q),
-            job[8] + 4 * p * job[6] * NR)  # fmt: skip
+    step, tiles = job[14], -(-job[7] // job[15])
+    _turned(job, p * step, min(tiles, (p + 1) * step), job[8] + 4 * p * job[6] * NR)
 
 
 parfor.export_task("bf16_conv_turned", _turned_task)
@@ -158,28 +144,24 @@ _run_turned = parfor.runner("bf16_conv_turned")
 @nb.njit(**_OPTS)
 def turned_group(w, oc, b, g, groups, plane, table, offs, epilogue, panel):  # type: ignore[no-untyped-def]  # noqa: E501
     """Group ``g`` of image ``b`` turned around (`_turned`) on its pair plane (built by the
-    caller): its panels of channels by its tiles of positions, in pieces on the pool when
-    large and the pool is free (`piece_grid`: a 3 x 3 convolution to 32 channels has one
-    panel, cut along its positions)."""
+    caller): its channel tiles, in pieces on the pool when large and the pool is free
+    (`piece_grid`)."""
     co, kp, oh, ow = w.shape[0], w.shape[1], oc.shape[2], oc.shape[3]
     og, k2, npos = co // groups, kp // 2, oh * ow
-    tiles, _ = position_tiles(npos, MR)
+    tiles = -(-og // panel)
     threads, parts = parfor.threads(), 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, (og * npos * k2) // CONV_SPLIT_MIN)
-    # panels first: a piece of positions reads every panel's weights
-    step, along, step_q, along_q = piece_grid(og, panel, tiles, 1, parts, threads)
-    parts = along * along_q
+        parts = min(PIECES_PER_THREAD * threads, tiles, (og * npos * k2) // CONV_SPLIT_MIN)
+    step, parts, _, _ = piece_grid(og, panel, 1, 1, parts, threads)
     scratch = np.empty(parts * npos * NR, dtype=np.float32)
     job = np.empty(_TURNED_JOB, dtype=np.int64)
     job[0], job[1], job[2] = _TURNED_JOB, w.ctypes.data + 2 * g * og * kp, plane.ctypes.data
     job[3], job[4], job[5], job[6], job[7] = table.ctypes.data, k2, offs.ctypes.data, npos, og
     job[8], job[9] = scratch.ctypes.data, oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
     job[10], job[12], job[14], job[15] = oh * ow, epilogue[1], step, panel
-    job[16], job[17] = step_q, along_q
     job[11] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
     job[13] = epilogue[2] + job[9] - oc.ctypes.data if epilogue[2] != 0 else 0
     if parts == 1:
-        _turned(job, 0, -(-og // panel), 0, tiles, job[8])
+        _turned(job, 0, tiles, job[8])
     else:
         _run_turned(scratch, parts, job)
