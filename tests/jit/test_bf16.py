@@ -16,7 +16,7 @@ import pytest
 from jit_helpers import Jit, check, prim, var
 
 from rvm import op
-from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16turned
+from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 from rvm.op.bf16 import PAIRINGS, bf16_bits, conv_pairing, conv_pairs, pack_pairs, turn_pairs
@@ -425,25 +425,31 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
         (1, 256, 32, 32, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # plane past L2/2: blocks of rows
         (1, 128, 7, 7, 256, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: panels in pieces
+        (1, 256, 14, 14, 32, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned, one panel, an epilogue
     ],
 )
 def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
     """Large convolutions run in pieces on the pool, with the same results (turned around
-    too, the last case)."""
-    _conv(case, seed=8, panel=bf16gemm.NR if case[2] == 7 else 0)
+    too, the last two cases, the last one with a bias, a residual and ReLU)."""
+    turned = case[2] in (7, 14)
+    _conv(case, seed=8, with_bias=turned, act=int(turned), res=turned,
+          panel=bf16gemm.NR if turned else 0)  # fmt: skip
 
 
-def test_turned_pieces_balance_the_threads() -> None:
-    """A turned convolution's panels are cut so that the busiest of the threads claiming the
-    pieces sums the fewest channels (`bf16turned.balanced_step`): 256 channels (5 panels of
-    48 and one of 16) in about 5 parts on 2 threads take 6 pieces of a panel, not 3 of two;
-    of cuts that load it alike, the fewest pieces; one part or one thread, one piece."""
-    step = bf16turned.balanced_step.py_func  # the rule alone, nothing built
-    assert step(256, 48, 5, 2) == 1  # the busiest thread 144 channels, not 160
-    assert step(320, 48, 3, 2) == 3  # 176 either way: 3 pieces, not 7
-    assert step(192, 48, 3, 2) == 2
-    assert step(1000, 48, 8, 2) == 3  # 21 panels, at most 8 pieces
-    assert step(256, 48, 1, 2) == step(256, 48, 5, 1) == 6
+def test_piece_grids_balance_the_threads() -> None:
+    """A product is cut into the grid of pieces whose busiest thread (each piece to the
+    thread that frees up first) has the fewest cells (`bf16gemm.piece_grid`; returns step
+    and count along each axis): of grids that load it alike, the fewest cuts along the second
+    axis, then the most pieces; one part or one thread, one piece."""
+    grid = bf16gemm.piece_grid.py_func  # the rule alone, nothing built
+    # 28 rows first: 4 pieces of 7, not 7 of 4 (16 rows the busiest)
+    assert grid(28, 1, 512, 8, 8, 2) == (7, 4, 64, 1)
+    assert grid(224, 1, 64, 8, 8, 2) == (28, 8, 8, 1)
+    # 256 channels (5 panels of 48, one of 16) in at most 5 parts: 2 pieces of 144 and 112
+    assert grid(256, 48, 1, 1, 5, 2) == (3, 2, 1, 1)
+    assert grid(320, 48, 1, 1, 3, 2) == (3, 3, 1, 1)  # 176 the busiest either way
+    assert grid(32, 48, 25, 1, 8, 2) == (1, 1, 13, 2)  # one unit along a: cut along b
+    assert grid(256, 48, 1, 1, 1, 2) == grid(256, 48, 1, 1, 5, 1) == (6, 1, 1, 1)
 
 
 def test_kernels_check_a_depth_known_only_at_run_time() -> None:

@@ -49,9 +49,11 @@ import numpy as np
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import (
     BLOCK_BYTES,
+    CONV_SPLIT_MIN,
     MR,
     PIECES_PER_THREAD,
     SPLIT_MIN,
+    piece_grid,
     walk,
 )
 from rvm.kernels.bf16planes import (
@@ -195,20 +197,14 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, (og * oh * job[8] * k2) // SPLIT_MIN)
-    bands = (og + MR - 1) // MR
+        parts = min(PIECES_PER_THREAD * threads, (og * oh * job[8] * k2) // CONV_SPLIT_MIN)
     # a plane larger than L2 is cut along rows first (each piece's rows stay there while
     # every band of channels walks them), a small one along channels first
-    rows_first = job[9] < oh
-    along_c = 1 if rows_first else min(bands, max(1, parts))
-    step_c = -(-bands // along_c) * MR
-    along_c = -(-og // step_c)
-    step_y = -(-oh // min(oh, max(1, -(-parts // along_c))))
-    along_y = -(-oh // step_y)
-    if rows_first and along_y < parts:  # too few rows: the rest along channels
-        step_c = -(-bands // min(bands, -(-parts // along_y))) * MR
-        along_c = -(-og // step_c)
-    job[10], job[11], job[12], job[13], job[14] = og, oh, step_c, step_y, along_y
+    if job[9] < oh:
+        step_y, along_y, step_c, along_c = piece_grid(oh, 1, og, MR, parts, threads)
+    else:
+        step_c, along_c, step_y, along_y = piece_grid(og, MR, oh, 1, parts, threads)
+    job[10], job[11], job[12], job[13], job[14] = og, oh, step_c * MR, step_y, along_y
     if along_c * along_y <= 1:
         _direct(job, 0, og, 0, oh)
     else:

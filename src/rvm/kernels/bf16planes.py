@@ -42,7 +42,7 @@ __all__ = [
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
 """`pair_words`'s ``scales`` with no prologue: (scale, shift) of the low and the high half."""
-PACK_SPLIT_MIN = 1 << 18  # words a packing piece writes at least
+PACK_SPLIT_MIN = 1 << 16  # words a packing piece writes at least (256 KB, about 10 us)
 
 
 _pair_width = nb.njit(inline="always", **_OPTS)(pair_width)  # the kernels' copies

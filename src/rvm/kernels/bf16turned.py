@@ -18,13 +18,14 @@ import numpy as np
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import (
+    CONV_SPLIT_MIN,
     KC2,
     LANES,
     MR,
     NR,
     PIECES_PER_THREAD,
-    SPLIT_MIN,
     micro_turned,
+    piece_grid,
 )
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.sgemm import _floats_at
@@ -141,49 +142,17 @@ _run_turned = parfor.runner("bf16_conv_turned")
 
 
 @nb.njit(**_OPTS)
-def balanced_step(og, panel, parts, threads):  # type: ignore[no-untyped-def]
-    """The panels of ``panel`` output channels (of ``og``) a piece of a turned convolution
-    takes, cut into about ``parts`` pieces that ``threads`` claim as they free up: of the
-    steps up to ``ceil(panels / parts)``, the one whose busiest thread sums the fewest
-    channels (each piece to the thread that frees up first), the largest of equals (fewest
-    pieces), at most `PIECES_PER_THREAD` pieces a thread. 256 channels in 5 parts: 6 pieces of
-    one panel, not 3 of two, which left one thread 2 panels more (squeezenet's 64 -> 256
-    channels 3 x 3 at 13 x 13 on two threads: 193-199 -> 173-180 us, one Zen 4 core each)."""
-    tiles = -(-og // panel)
-    if parts <= 1 or threads <= 1:
-        return tiles
-    best, load = tiles, og + 1
-    busy = np.empty(threads, dtype=np.int64)
-    for step in range(1, -(-tiles // parts) + 1):
-        pieces = -(-tiles // step)
-        if pieces > PIECES_PER_THREAD * threads:
-            continue
-        busy[:] = 0
-        most = 0
-        for i in range(pieces):  # loops, not argmin and max: 0.4 CPU-s less to build
-            at = 0
-            for t in range(1, threads):
-                if busy[t] < busy[at]:
-                    at = t
-            busy[at] += min(og, (i + 1) * step * panel) - i * step * panel
-            most = max(most, busy[at])
-        if most <= load:
-            best, load = step, most
-    return best
-
-
-@nb.njit(**_OPTS)
 def turned_group(w, oc, b, g, groups, plane, table, offs, epilogue, panel):  # type: ignore[no-untyped-def]  # noqa: E501
     """Group ``g`` of image ``b`` turned around (`_turned`) on its pair plane (built by the
-    caller): its channel tiles, in pieces on the pool when large and the pool is free."""
+    caller): its channel tiles, in pieces on the pool when large and the pool is free
+    (`piece_grid`)."""
     co, kp, oh, ow = w.shape[0], w.shape[1], oc.shape[2], oc.shape[3]
     og, k2, npos = co // groups, kp // 2, oh * ow
     tiles = -(-og // panel)
     threads, parts = parfor.threads(), 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, tiles, (og * npos * k2) // SPLIT_MIN)
-    step = balanced_step(og, panel, max(1, parts), threads)
-    parts = -(-tiles // step)
+        parts = min(PIECES_PER_THREAD * threads, tiles, (og * npos * k2) // CONV_SPLIT_MIN)
+    step, parts, _, _ = piece_grid(og, panel, 1, 1, parts, threads)
     scratch = np.empty(parts * npos * NR, dtype=np.float32)
     job = np.empty(_TURNED_JOB, dtype=np.int64)
     job[0], job[1], job[2] = _TURNED_JOB, w.ctypes.data + 2 * g * og * kp, plane.ctypes.data
