@@ -289,6 +289,53 @@ def test_conv2d_rounds_inputs_to_nearest_even() -> None:
     assert np.isnan(out[0, 0, 0, 31]) and not np.isnan(np.delete(out, 31)).any()
 
 
+def test_scratch_outlives_its_use_in_a_warm_process() -> None:
+    """A convolution that writes the next one's pair plane (`bf16conv._pairs_out`) and the
+    next that reads it, and one turned around, in a second process loading their code from
+    Numba's cache, its allocations from 4 KB on mapped apart (``MALLOC_MMAP_THRESHOLD_``,
+    fixed), so that a free unmaps them: a scratch array the code reaches only through its
+    address must outlive that code (`rvm.kernels.jitting.alive`). `_direct`'s rows did not,
+    and a warm process crashed (s37) where a compiling one, whose compiles had raised glibc's
+    threshold, reused the freed memory unseen."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 4, 7, 7)).astype(np.float32)
+    one = bf16_bits(conv_pairs(np.ones((16, 4, 1, 1), np.float32))).view(np.int16)
+    _conv2d(x, one, np.empty((1, 16, 7, 7), np.float32), 1, 1, 1, (0, 0), (1, 1), NO_BIAS, 0,
+            NO_RES)  # fmt: skip  # the signature the process loads, cached here if not yet
+    script = (
+        "import numpy as np, ml_dtypes\n"
+        "from rvm.kernels import bf16conv, bf16gemm\n"
+        "from rvm.kernels.bf16planes import pair_width\n"
+        "from rvm.op import numpy_ref\n"
+        "from rvm.op.bf16 import bf16_bits, conv_pairs, turn_pairs\n"
+        "rng = np.random.default_rng(0)\n"
+        "r = lambda a: a.astype(ml_dtypes.bfloat16).astype(np.float64)\n"
+        "bits = lambda w: bf16_bits(conv_pairs(w, 0)).view(np.int16)\n"
+        "b0, r0, none = np.empty(0, np.float32), np.empty((0,) * 4, np.float32), (0, 0, 0, 0)\n"
+        "x = rng.standard_normal((1, 4, 16, 16)).astype(np.float32)\n"
+        "w1 = rng.standard_normal((16, 4, 1, 1)).astype(np.float32)\n"
+        "w2 = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)\n"
+        "plane = np.full((1, 8, 19, pair_width(16, 16, 1, 3, 1, 1)), np.nan, np.float32)\n"
+        "bf16conv.conv2d(x, bits(w1), plane, 1, 1, 1, 1, 1, 0, 0, 1, 1, b0, 1, r0, 0,\n"
+        "                (1, 1, 16, 16), (0, 0, 0), (0, 0), 0)\n"
+        "out = np.empty((1, 8, 16, 16), np.float32)\n"
+        "bf16conv.conv2d(plane, bits(w2), out, 1, 1, 1, 1, 1, 1, 1, 3, 3, b0, 0, r0, 0,\n"
+        "                none, (16, 16, 16), (0, 0), 0)\n"
+        "a = np.maximum(numpy_ref.conv2d(r(x), r(w1), (1, 1), none, (1, 1), 1), 0)\n"
+        "want = numpy_ref.conv2d(r(a.astype(np.float32)), r(w2), (1, 1), (1,) * 4, (1, 1), 1)\n"
+        "np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)\n"
+        "x = rng.standard_normal((1, 16, 7, 7)).astype(np.float32)\n"  # turned around
+        "want = numpy_ref.conv2d(r(x), r(w2), (1, 1), (1,) * 4, (1, 1), 1)\n"
+        "out = np.empty((1, 8, 7, 7), np.float32)\n"
+        "bf16conv.conv2d(x, turn_pairs(bits(w2), 1, bf16gemm.NR), out, 1, 1, 1, 1, 1, 1, 1, 3,\n"
+        "                3, b0, 0, r0, bf16gemm.NR, none, (0, 0, 0), (0, 0), 0)\n"
+        "np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)\n"
+    )
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="4096", RVM_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, f"rc {run.returncode}: {run.stderr[-2000:]}"
+
+
 def test_shapes_are_checked() -> None:
     x = np.ones((2, 8), np.float32)
     with pytest.raises(ValueError, match="weight's depth is not the input's"):

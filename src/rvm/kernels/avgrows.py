@@ -22,7 +22,7 @@ from llvmlite import ir
 from numba import types as nt
 from numba.extending import intrinsic
 
-from rvm.kernels.jitting import jit
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.maxrows import (
     CHANNEL_WIDTH,
     I32,
@@ -227,6 +227,7 @@ def _by_centres(x, out, lo, hi, scale, m):  # type: ignore[no-untyped-def]
         g, at = min(m, hi - first), first * p * size
         sum3_rows_edged(like, x.ctypes.data + at, at_v, g * p, iw, p, 0)
         sum3_cols_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw, scales.ctypes.data)
+    alive(v)  # read and written through its address only
 
 
 @jit(**_OPTS)

@@ -68,6 +68,7 @@ from rvm.kernels.bf16planes import (
 )
 from rvm.kernels.bf16turned import turned_group
 from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.jitting import alive
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
@@ -116,6 +117,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
             _pairs_out(job, at_rows, ld_rows, co0, co1, yb, ye)
         elif wide:
             _compact(job, co0, co1, yb, ye)
+    alive(rows)  # written and read through its address only
 
 
 @nb.njit(**_OPTS)
@@ -450,6 +452,8 @@ def conv2d(
     if not planed_out and oc.ctypes.data != out.ctypes.data:
         for i in np.ndindex(out.shape):  # not ``out[...] = oc``: see `planes.copy`
             out[i] = oc[i]
+    alive(bc)  # copies of a strided bias or residual: read through their addresses
+    alive(rc)
 
 
 @nb.njit(**_OPTS)

@@ -28,6 +28,7 @@ from rvm.kernels.bf16gemm import (
     piece_grid,
 )
 from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.jitting import alive
 from rvm.kernels.sgemm import _floats_at
 
 __all__ = ["TURN_GAIN", "position_tiles", "turned_group", "turned_panel"]
@@ -163,5 +164,6 @@ def turned_group(w, oc, b, g, groups, plane, table, offs, epilogue, panel):  # t
     job[13] = epilogue[2] + job[9] - oc.ctypes.data if epilogue[2] != 0 else 0
     if parts == 1:
         _turned(job, 0, tiles, job[8])
+        alive(scratch)  # read and written through its address only
     else:
-        _run_turned(scratch, parts, job)
+        _run_turned(scratch, parts, job)  # the pool's ``like``: kept alive until done

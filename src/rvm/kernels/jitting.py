@@ -49,3 +49,13 @@ def plain_arguments(dispatcher: Any) -> Any:
 
     dispatcher.get_call_template = get_call_template
     return dispatcher
+
+
+@jit(nogil=True, cache=True)
+def alive(a):  # type: ignore[no-untyped-def]
+    """Nothing: a use of the array ``a`` after the code that reads or writes it only through
+    its address (a job's field, an int64 argument). Numba frees an array after its last use
+    as an array, so a scratch array used only through its address must be used so after
+    that code, or it is freed under it: a use after free that no test sees while the freed
+    memory stays mapped (a process whose compiles raised glibc's mmap threshold), and a crash
+    where it does not (a process loading everything from Numba's cache)."""

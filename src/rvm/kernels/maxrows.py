@@ -35,7 +35,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels.cpu import cpu
-from rvm.kernels.jitting import jit
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.vectors import VectorIR
 
 __all__ = [
@@ -398,6 +398,7 @@ def _by_centres(x, out, lo, hi, m):  # type: ignore[no-untyped-def]
         g, at = min(m, hi - first), first * p * size
         max3_edged(like, x.ctypes.data + at, at_v, g * p, iw, p)
         max3_edged(like, at_v, out.ctypes.data + at, g * p, 1, iw)
+    alive(v)  # read and written through its address only
 
 
 @jit(**_OPTS)
