@@ -47,7 +47,7 @@ from rvm.kernels.bf16 import pack_rows, pair_rows, round_bits
 from rvm.kernels.bf16gemm import NR, panels, walk
 from rvm.kernels.bf16planes import pair_words
 from rvm.kernels.cblas import NO_TRANS
-from rvm.kernels.jitting import jit
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.mathlib import exp32
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
@@ -297,12 +297,6 @@ def _add_last_key(sc, vh, o, n, te, dv, vr):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _alive(a):  # type: ignore[no-untyped-def]
-    """Nothing: a use of ``a`` after the code that reads it through its address (Numba frees
-    an array after its last use as an array)."""
-
-
-@jit(**_OPTS)
 def _pack_head(p, job, like):  # type: ignore[no-untyped-def]
     """(batch, head) ``p``'s K and V as the bf16 GEMM's B (`rvm.kernels.bf16gemm.
     panel_index`): K's rows for ``q @ k^T``, V's columns (of pairs of keys) for ``p @ v``."""
@@ -392,7 +386,7 @@ def _f32_scores(q, kh, sc, n, te, d, head, qr, kr):  # type: ignore[no-untyped-d
     kt = _transposed(kh, te, d, kr)
     blas.product(sc, NO_TRANS, parfor.address(q), qr, parfor.address(kt), te,
                  parfor.address(sc), te, n, te, d, 0.0)  # fmt: skip
-    _alive(kt)
+    alive(kt)
 
 
 @jit(**_OPTS)
@@ -412,7 +406,7 @@ def _bf16_scores(q, kh, sc, n, te, d, head, qr, kr):  # type: ignore[no-untyped-
     pair_rows(rows, qp.reshape((n, d2)))
     walk(parfor.address(qp), d2, 0, n, head, 4 * d2, 4 * NR, NR, 0, 0,
          parfor.address(sc), te, te, d2, 0, 0, 0, 0)  # fmt: skip
-    _alive(qp)
+    alive(qp)
 
 
 @jit(**_OPTS)
@@ -429,7 +423,7 @@ def _bf16_values(sc, vh, o, n, te, t, dv, head, vr):  # type: ignore[no-untyped-
         o[:] = 0
     walk(parfor.address(pp), te2, 0, n, head, 4 * ((t + 1) // 2), 4 * NR,
          NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0, 0)  # fmt: skip
-    _alive(pp)
+    alive(pp)
     if whole < te2:  # the last key alone
         _add_last_key(sc, vh, o, n, te, dv, vr)
 
@@ -578,5 +572,5 @@ def _attend(qa, ka, va, layout, mask, out, dims, scale, fill, masked_row, select
             _run_bf16(out, pieces, job)
         else:
             _run(out, pieces, job)
-    _alive(params)
-    _alive(packed)
+    alive(params)
+    alive(packed)
