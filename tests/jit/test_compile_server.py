@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from numba.core.errors import TypingError
 
-from rvm.kernels import apart, numba_cache
+from rvm.kernels import apart, compile_server, numba_cache
 from rvm.runtime.loading.loader import exec_module_file
 from rvm.runtime.modes import native_constants
 
@@ -250,3 +250,11 @@ def test_off_compiles_in_a_forked_helper(isolated: Path, monkeypatch) -> None:
     assert mod.twice(0.5) == 31.0
     after = apart.counts()
     assert after["apart"] - before["apart"] == 1 and after["served"] == before["served"]
+
+
+def test_only_plain_values_travel_as_data() -> None:
+    # An array or dtype holding Python objects never goes as data: its pickle would rebuild
+    # those objects by their own code in the server (the value goes the forked way instead).
+    assert compile_server.binding(np.zeros(3, np.float32))[0] == "data"
+    assert compile_server.binding(np.array([1, None], dtype=object)) is None
+    assert compile_server.binding(np.dtype([("a", "O")])) is None

@@ -108,9 +108,13 @@ def binding(value: Any) -> Binding | None:
     """``value`` as data a server rebuilds it from: a module-level object (a Numba function, a
     class, a function) by its module and qualified name, that module run again as the parent
     ran it (`replayable`) or imported from the same file; a NumPy array, dtype or scalar, or a
-    Python scalar, pickled (at most `MAX_DATA_BYTES`). None: neither (a closure, an object of
-    no module, a big array...)."""
+    Python scalar, pickled (at most `MAX_DATA_BYTES`; plain values only, never an array of
+    Python objects, whose pickle would rebuild them by their own code). None: neither (a
+    closure, an object of no module, a big or object array...)."""
     if isinstance(value, (np.ndarray, np.generic, np.dtype, *_DATA)):
+        dtype = value if isinstance(value, np.dtype) else getattr(value, "dtype", None)
+        if dtype is not None and dtype.hasobject:
+            return None  # Python objects inside: their pickle would run their own code
         try:
             data = pickle.dumps(value)
         except Exception:  # noqa: BLE001 - not picklable: not describable
