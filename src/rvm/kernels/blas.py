@@ -73,8 +73,10 @@ itself when it needs one before the helper reaches it (the quickstart's batch 1 
 neither, its batch 8 for the GEMM built after ``gemv_row``)."""
 
 # A product is split only when each piece keeps at least this many multiply-adds (m * n * k):
-# a piece of 1e6 takes 20-40 us on one core, a helper's wake-up a few.
-SPLIT_MIN_MNK = 1 << 20
+# a piece of 1 << 20 took 20-40 us on a Zen 4 core (16 lanes), a helper's wake-up a few. A rule
+# of the vector width, so that a piece is the same time of work on every CPU: with AVX2's 8
+# lanes 1 << 19 (a 1x1 convolution of 2.1M multiply-adds took 92 us on a Zen 3 core, unsplit).
+SPLIT_MIN_MNK = (1 << 16) * sgemm.LANES
 SPLIT_ALIGN = 16  # pieces start on multiples of this many columns (or rows)
 # Pieces per thread a large product is cut into, so that the threads that come first take
 # more of them when a helper is late (woken from sleep, or its core busy).

@@ -48,12 +48,18 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import DTYPES, apart, workpool
+from rvm.kernels.cpu import cpu
 from rvm.kernels.threads import split_loops_from_environment
 from rvm.progress import Progress
 
-MIN_WORK = 1 << 18
+MIN_WORK = (1 << 14) * cpu().lanes
 """Elements a loop touches from which its chunks go to two or more threads: below it a
-helper's wake-up (a few microseconds) outweighs the work."""
+helper's wake-up (a few microseconds) outweighs the work. A rule of the vector width, so that
+it stands for the same time of a core's work on every CPU: the loops split by it (pools, lrn,
+depthwise and direct convolutions, their epilogues) go a vector at a time, so a core of half
+the lanes takes about twice as long an element. 1 << 18 with AVX-512's 16 lanes (tuned on a
+Zen 4); 1 << 17 with AVX2's 8 (on a Zen 3, 1 << 18 elements of a pool took 60-65 us, so
+pieces of half that still outweigh a job's start tenfold)."""
 
 # Read by compiled code through the symbol below.
 _enabled = ctypes.c_int64(int(split_loops_from_environment()))
