@@ -45,4 +45,5 @@ CASES = [
     # Depthwise 3x3 by output rows (`rvm.kernels.depthwise.by_rows`), odd strides and pads:
     (1, 6, 10, 40, 6, (3, 3), (2, 1), (1, 1), 6, (0, 2, 2, 0)),  # rows 2 apart, 42 columns
     (2, 5, 13, 20, 10, (3, 3), (1, 1), (1, 1), 5, (2, 1, 0, 1)),  # multiplier 2, top pad 2
+    (2, 3, 9, 6, 6, (3, 3), (1, 1), (1, 1), 3, (1, 2, 0, 1)),  # rows of 7: one AVX2 vector
 ]

@@ -150,7 +150,10 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     assert not _pays(4 * lanes, 8 * lanes, 1, 3, 1, 28, 28)  # 36 * lanes deep: too shallow
     assert _pays(deep, 2 * lanes, 1, 3, 1, 28, 28)
     assert not _pays(deep, lanes, 1, 3, 1, 28, 28)  # one vector of output channels
-    assert not _pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # grouped
+    # In groups alike, a group's channels deep enough (alexnet's 5 x 5 layer in two groups).
+    assert _pays(2 * deep, 8 * lanes, 2, 3, 1, 28, 28)
+    assert not _pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # 36 * lanes deep a group
+    assert not _pays(2 * deep, 2 * lanes, 2, 3, 1, 28, 28)  # one vector a group
     # Strided on such maps too (resnet50's stride-2 3x3 layers), not on large ones.
     assert _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)
     assert not _pays(deep, 8 * lanes, 1, 3, 2, 28, 56, packed=False)

@@ -1,7 +1,8 @@
 """Depthwise convolutions (one input channel per group, any channel multiplier) for
 `rvm.kernels.conv`'s depthwise method; input planes in chunks on the pool when large.
 
-3x3 windows 2 apart along rows (or 1, with 512-bit vectors: `takes`), undilated, on maps whose
+3x3 windows 2 apart along rows (or 1, with 512-bit vectors or output rows that fit one
+vector: `takes`), undilated, on maps whose
 needed columns fit in four CPU vectors (`by_rows`: float32 on AVX-512, rows up to 62 wide at
 stride 1, 31 outputs at stride 2; shufflenet's and the MobileNets' 7 x 7 to 56 x 56 maps) go
 an output row at a time, as
@@ -96,12 +97,14 @@ plane2, plane2x2, plane2x4 = _plane(2, 1), _plane(2, 2), _plane(2, 4)
 def takes(kh, kw, sw, dh, dw, ow, size):  # type: ignore[no-untyped-def]
     """Whether `by_rows` takes a depthwise convolution of this window, column stride and
     dilation, ``ow`` outputs a row, elements of ``size`` bytes: 3x3 taps, undilated, 2 apart
-    along rows, or 1 apart on CPUs with 512-bit vectors, the columns an output row reads in
-    four CPU vectors. (A line shifted by a lane is one instruction on AVX-512, a permute and a
-    blend across the halves on AVX2: there, compiled for Haswell on a Zen 4, rows 1 apart took
-    1.1 to 1.6 times the plane method's time on 14 x 14 to 30 x 30 maps, and rows 2 apart 0.36
-    to 0.7.)"""
-    apart = sw == 2 or (sw == 1 and _BITS >= 512)
+    along rows, or 1 apart on CPUs with 512-bit vectors or where an output row fits one
+    vector, the columns an output row reads in four CPU vectors. (A line shifted by a lane is
+    one instruction on AVX-512, a permute and a blend across the halves on AVX2: there,
+    compiled for Haswell on a Zen 4, rows 1 apart took 1.1 to 1.6 times the plane method's
+    time on 14 x 14 to 30 x 30 maps, and rows 2 apart 0.36 to 0.7; on a Zen 3, 1.0 at 14 x 14
+    and 1.6 at 28 x 28, but 0.8 at 7 x 7, where the plane method's runs are shorter than a
+    vector and its padded copy and passes cost most.)"""
+    apart = sw == 2 or (sw == 1 and (_BITS >= 512 or row_vectors(ow, size) == 1))
     window = kh == 3 and kw == 3 and dh == 1 and dw == 1 and apart
     return window and row_vectors((ow - 1) * sw + 3, size) <= 4
 

@@ -102,15 +102,18 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
       from two vectors of output channels (``o >= 2 * LANES``: resnet50's 64 and
       densenet121's 32 at 56 x 56, 1.12 to 1.18 times as fast as the GEMM since the input's
       NHWC copy goes by vectors; 1.03 to 1.12 on AVX2; at 32 x 32 the GEMM was 4 % faster);
-    - on smaller maps without groups, deeper still (``>= 48 * LANES``), from two vectors of
-      output channels (``o >= 2 * LANES``): vgg19's 28 x 28 and 14 x 14 layers, resnet50's
+    - on smaller maps, deeper still (``>= 48 * LANES``), from two vectors of a group's
+      output channels (``o / groups >= 2 * LANES``): vgg19's 28 x 28 and 14 x 14 layers, resnet50's
       256 x 14 x 14, the inceptions' 27 x 27, 14 x 14 and 13 x 13 branches (1.05 to 1.2 times
       as fast as the GEMM; ~230 GFLOP/s on a core against ~195 at 28 x 28 and 512 channels;
       on AVX2 1.15 to 1.2 times too); densenet121's 128 to 32 channels at 28 x 28 and 14 x
       14, and 96 or 128 to 64 at 28 x 28, 1.10 to 1.17 times as fast on Zen 4 (after the
       tile's transposed store went by in-lane shuffles, `rvm.kernels.nhwc.transposed`).
       Squeezenet's shallower expansions stay GEMMs on AVX-512 (not on AVX2, where its last
-      two, 48 and 64 channels deep, run 1.2 times as fast this way);
+      two, 48 and 64 channels deep, run 1.2 times as fast this way). With groups, the GEMM
+      runs group by group on a group's channels and the rule holds alike: alexnet's 5 x 5
+      layer in two groups of 48 to 128 channels at 26 x 26 ran 1.67 times as fast this way
+      on a Zen 3 (AVX2; not measured on AVX-512, where it was a GEMM before);
     - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
       of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
 
@@ -144,7 +147,7 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
         plane = 4 * c * (ih + kh) * (iw + kw)
         large = o >= 8 * LANES or 4 * plane > L3
         return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
-    if groups == 1 and o >= 2 * LANES and depth >= 48 * LANES and kh * kw > 1:
+    if o // groups >= 2 * LANES and depth >= 48 * LANES and kh * kw > 1:
         return True
     if kh * kw == 1 and o < 8 * LANES:
         return False  # the input's NHWC copy outweighs the lanes gained
@@ -274,15 +277,22 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     pb, pt_, of_at = parfor.address(bases), parfor.address(tmp), parfor.address(of)
     out_at = (n_ * o + g * og + j0) * p_all
     far = 4 * job[23] * wp * c > PREFETCH_PLANE
+    # The band's first position's row and column, stepped along (no division a position: 12
+    # a band were a twentieth of a 64-channel 3 x 3 layer's time on a Zen 3).
+    y0, x0 = b_lo * MR // ow, b_lo * MR % ow
     for band in range(b_lo, b_hi):
         p0 = band * MR
         rows = min(MR, p_all - p0)
+        y, x = y0, x0
         for i in range(rows):
-            p = p0 + i
-            bases[i] = ((p // ow) * sh * wp + (p % ow) * sw) * c + g * cg
+            bases[i] = (y * sh * wp + x * sw) * c + g * cg
+            x += 1
+            if x == ow:
+                x, y = 0, y + 1
+        y0, x0 = y, x
         if far and band + 1 < b_hi:
-            _prefetch_band(xh + 4 * (g * cg + job[_JOB_FIELDS + ntaps - 1]), p0 + MR, p_all, ow,
-                           sh, sw, wp, c, cg)  # fmt: skip
+            _prefetch_band(xh + 4 * (g * cg + job[_JOB_FIELDS + ntaps - 1]), y, x,
+                           min(MR, p_all - p0 - MR), ow, sh, sw, wp, c, cg)  # fmt: skip
         for j in range(0, width, NB):  # a panel wider than a tile (packed on another CPU)
             part = min(NB, width - j)
             vectors = (part + LANES - 1) // LANES
@@ -298,17 +308,21 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
-def _prefetch_band(at, p0, p_all, ow, sh, sw, wp, c, cg):  # type: ignore[no-untyped-def]
-    """Into L2, a cache line at a time, the ``cg`` channels each position of the band from
-    ``p0`` reads at its last tap (``at``: the plane's address at that tap and the group's
-    first channel): the bottom-right tap's columns are the ones a sweep along the rows has not
-    read yet. One thread on a plane larger than L2: vgg19's 64 to 256 channels on 224 x 224
-    to 56 x 56 maps 1.5-4 % faster on Zen 4 (one prefetch per tap, or into L1, was slower)."""
-    for p in range(p0, min(p0 + MR, p_all)):
-        base = at + 4 * ((p // ow) * sh * wp + (p % ow) * sw) * c
+def _prefetch_band(at, y, x, rows, ow, sh, sw, wp, c, cg):  # type: ignore[no-untyped-def]
+    """Into L2, a cache line at a time, the ``cg`` channels each of the ``rows`` positions
+    of the band from output row ``y``, column ``x`` reads at its last tap (``at``: the
+    plane's address at that tap and the group's first channel): the bottom-right tap's
+    columns are the ones a sweep along the rows has not read yet. One thread on a plane
+    larger than L2: vgg19's 64 to 256 channels on 224 x 224 to 56 x 56 maps 1.5-4 % faster on
+    Zen 4 (one prefetch per tap, or into L1, was slower)."""
+    for _ in range(rows):
+        base = at + 4 * (y * sh * wp + x * sw) * c
         for ch in range(0, cg, LINE):
             prefetch_l2(base + 4 * ch)
         prefetch_l2(base + 4 * (cg - 1))
+        x += 1
+        if x == ow:
+            x, y = 0, y + 1
 
 
 @jit(**_OPTS)

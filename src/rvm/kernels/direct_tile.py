@@ -18,7 +18,7 @@ from rvm.kernels import nhwc
 from rvm.kernels.cpu import cpu
 from rvm.kernels.sgemm import LANES, VECTORS
 
-__all__ = ["MR", "NB", "PARTS", "micro", "prefetch_l2"]
+__all__ = ["MR", "NB", "PARTS", "WHOLE_LOOPS", "micro", "prefetch_l2"]
 
 # Output positions a tile: MR x VECTORS accumulators, with room left for the weight's vectors
 # and a broadcast (24 + 4 of 32 AVX-512 registers; 12 + 3 of 16 AVX2 ones).
@@ -30,6 +30,13 @@ NB = LANES * VECTORS  # output channels a tile at most
 # a cycle), one of MR / 4 runs at the FMA's latency (4 cycles): 7 x 7 layers 3-5 % faster.
 PARTS = tuple(dict.fromkeys(mr for mr in (MR, MR // 2, MR // 4) if mr))
 _FMA = cpu().fma
+# Whether whole tiles whose last vector fills its lanes get loops of their own, with plain
+# loads and stores. A lane mask lives in a mask register on AVX-512; without them it takes a
+# vector register, which a whole tile's loop lacks (12 accumulators, 2 weight vectors and a
+# broadcast of 16 AVX2 registers): LLVM then rebuilt the mask from spilled vectors at every
+# step, 9 instructions and 2 reloads a 24 multiply-adds, and vgg19's 3 x 3 layers ran at 55
+# to 62 GFLOP/s on a core of a Zen 3, ORT's at 80 to 89.
+WHOLE_LOOPS = cpu().vector_bits < 512
 
 
 @intrinsic
@@ -105,9 +112,10 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
         def vector_at(base, offset, j):  # type: ignore[no-untyped-def]
             return builder.bitcast(builder.gep(base, [builder.add(offset, i64(j * LANES))]), vptr)
 
-        def tile(vectors, mr):  # type: ignore[no-untyped-def]
+        def tile(vectors, mr, whole=False):  # type: ignore[no-untyped-def]
+            # ``whole``: the last vector's lanes all count (``last`` = `LANES`): no mask.
             def load(at, j):  # type: ignore[no-untyped-def]
-                if j < vectors - 1:
+                if whole or j < vectors - 1:
                     return builder.load(at, align=4)
                 return builder.call(masked_load, [at, align, mask, zero])
 
@@ -141,7 +149,7 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
                         for j in range(vectors):
                             at = vector_at(c, i64(i * NB), j)
                             value = builder.load(acc[i][j])
-                            if j < vectors - 1:
+                            if whole or j < vectors - 1:
                                 builder.store(value, at, align=4)
                             else:
                                 builder.call(masked_store, [value, at, align, mask])
@@ -161,26 +169,37 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
                             k = i64(j * LANES + lane)
                             at = builder.gep(c, [builder.mul(k, ldc)])
                             at = builder.bitcast(at, run.type.as_pointer())
-                            if j < vectors - 1:
+                            if whole or j < vectors - 1:
                                 builder.store(run, at, align=4)
                             else:
                                 with builder.if_then(builder.icmp_signed("<", i64(lane), last)):
                                     builder.store(run, at, align=4)
 
-        # The tile's loop: the fewest rows of `PARTS` that hold ``rows`` (whole tiles: MR).
+        # The tile's loop: the fewest rows of `PARTS` that hold ``rows`` (whole tiles: MR);
+        # with `WHOLE_LOOPS`, a whole tile of whole vectors its own loop, after the others.
         key = builder.mul(builder.sub(vectors, i64(1)), i64(len(PARTS)))
         by_rows = builder.icmp_signed("==", ldc, i64(0))
+        partial = ir.Constant(i1, 0)
         for mr in PARTS[1:]:
             fits = builder.and_(by_rows, builder.icmp_signed("<=", rows, i64(mr)))
+            partial = builder.or_(partial, fits)
             key = builder.add(key, builder.zext(fits, i64))
-        shapes = [(v, mr) for v in range(1, VECTORS + 1) for mr in PARTS]
-        blocks = [builder.append_basic_block(f"tile{v}x{mr}") for v, mr in shapes]
+        shapes = [(v, mr, False) for v in range(1, VECTORS + 1) for mr in PARTS]
+        if WHOLE_LOOPS:
+            full = builder.and_(builder.not_(partial), builder.icmp_signed("==", last, i64(LANES)))
+            whole_key = builder.add(i64(len(shapes) - 1), vectors)
+            key = builder.select(full, whole_key, key)
+            shapes += [(v, MR, True) for v in range(1, VECTORS + 1)]
+        blocks = [
+            builder.append_basic_block(f"tile{v}x{mr}{'w' if whole else ''}")
+            for v, mr, whole in shapes
+        ]
         done = builder.append_basic_block("tiled")
-        switch = builder.switch(key, blocks[-len(PARTS)])
-        for case, ((v, mr), block) in enumerate(zip(shapes, blocks, strict=True)):
+        switch = builder.switch(key, blocks[VECTORS * len(PARTS) - len(PARTS)])
+        for case, ((v, mr, whole), block) in enumerate(zip(shapes, blocks, strict=True)):
             switch.add_case(i64(case), block)
             builder.position_at_end(block)
-            tile(v, mr)
+            tile(v, mr, whole)
             builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
