@@ -7,7 +7,9 @@ calls `rvm.kernels.lrn.lrn` the same way; uint8 and int8 max_pool2d (quantized m
 pools are reduce loops over the window, inlined into their consumer like any reduction; the
 window's rows and columns outside the input are skipped, and the average divides by the
 count the reference uses. concat, stack and pad fill their array with one loop nest per
-input (no conditional loads, so nothing is read out of bounds, size-0 pieces included);
+input (no conditional loads, so nothing is read out of bounds, size-0 pieces included); a
+concat or stack whose same-shape elementwise epilogue ends in the output fills nothing: each
+piece's nest computes the epilogue on its elements and stores the output's (`write_joined`);
 pad's edge, reflect and wrap modes are index maps instead, each element reading the one it
 copies; cumsum fills its array with a running sum.
 """
@@ -204,7 +206,7 @@ def join(kb: KernelBuilder, pieces: Sequence[Tensor], axis: int, out: str) -> Te
                 )
     dims = list(first.dims)
     dims[axis] = kb.dim(" + ".join(p.dims[axis] for p in pieces))
-    t = Tensor(tuple(dims), out, kind="anchor")
+    t = Tensor(tuple(dims), out, kind="anchor", info={"join": (tuple(pieces), axis)})
 
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
@@ -215,6 +217,43 @@ def join(kb: KernelBuilder, pieces: Sequence[Tensor], axis: int, out: str) -> Te
 
     t.fill = fill
     return t
+
+
+def write_joined(kb: KernelBuilder, target: Tensor, joined: Tensor, name: str, dtype: str) -> bool:
+    """Loops storing ``target`` into the array ``name`` when ``target`` reads the filled array
+    ``joined`` (`join`'s) only element by element at its own index (a same-shape elementwise
+    epilogue: `rvm.jit.lower`): one loop nest per piece over its part of the output, the
+    epilogue computed on the piece's elements, so ``joined`` is never filled and the output is
+    written once, not copied into and then read and written again (a concat and its ReLU or
+    batch norm at batch 8: an NCHW concat's pieces are not runs of the output there,
+    `rvm.transform.concat_plan`). False (nothing emitted) for other tensors or a filled one."""
+    if "join" not in joined.info or id(joined) in kb.filled or target is joined:
+        return False
+    pieces, axis = joined.info["join"]
+    kb.filled.add(id(joined))  # its elements are its pieces': no array is filled
+    offset = "0"
+    for p in pieces:
+        shifted: dict[str, Scalar] = {}  # the output's index code along the axis -> the piece's
+
+        def piece_at(body: Body, index: Sequence[Scalar], p=p, off=offset, shifted=shifted):
+            at = list(index)
+            i = at[axis]
+            at[axis] = shifted.get(i.code) or idx(f"{i.code} - {off}", i)
+            return kb.load(p, body, at)
+
+        def emit(body: Body, index: list[Scalar], off=offset, shifted=shifted) -> None:
+            at = list(index)
+            if off != "0":
+                at[axis] = idx(f"{off} + {index[axis].code}", index[axis])
+            shifted[at[axis].code] = index[axis]
+            v = kb.let(body, convert(kb.load(target, body, at), dtype))
+            body.lines.append(f"{name}[{', '.join(i.code for i in at) or '()'}] = {v.code}")
+
+        joined.loader = piece_at
+        kb.loop_nest(kb.root, p.dims, emit)
+        offset = kb.dim(f"{offset} + {p.dims[axis]}")
+    joined.loader = None
+    return True
 
 
 def _concat(kb: KernelBuilder, attrs: dict, args: list, out: str) -> Tensor:

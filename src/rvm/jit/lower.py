@@ -7,8 +7,10 @@ becomes one expression inside the output's loop nest. Each output gets one loop 
 anchor (matmul, dense, conv, concat...) whose value reaches the single output only through
 same-shape elementwise ops writes straight into the output array, and the epilogue then runs
 in place over it (a float32 convolution's bias, residual and ReLU as the library's pass, split
-over the pool: `rvm.kernels.epipass`). Ops the jit cannot lower make `jit_kernel` return the
-numpy kernel instead (logged); see `FALLBACK_NOTE`.
+over the pool: `rvm.kernels.epipass`), or, for a concat or stack, on each piece's elements as
+they are stored (`rvm.jit.assemble.write_joined`: one pass over the output, not two). Ops
+the jit cannot lower make `jit_kernel` return the numpy kernel instead (logged); see
+`FALLBACK_NOTE`.
 """
 
 from __future__ import annotations
@@ -424,8 +426,11 @@ class _KernelLowering:
             if t is anchor:
                 kb.materialize(t)
                 continue
-            if aliased and anchor.array == name and self._channel_epilogue(aliased[1], t, name):
-                continue
+            if aliased and anchor.array == name:
+                if self._channel_epilogue(aliased[1], t, name):
+                    continue  # a convolution's epilogue, the library's pass
+                if assemble.write_joined(kb, t, anchor, name, ty.dtype):
+                    continue  # a concat's, piece by piece
             if not layout.write_reshaped(kb, t, name, ty.dtype):
                 kb.write(t, name, ty.dtype)
         if self.style == "return":
