@@ -1,7 +1,10 @@
 """``rvm.compile(mod, precision="bf16")``: products with constant weights compute in bf16 with
 float32 sums, in every exec mode and kernel backend, against the NumPy reference of the same
 bf16 program (tight) and of the float32 one (the accuracy bf16 costs); the precision is
-recorded, saved, loaded, profiled and refused when unknown."""
+recorded, saved, loaded, profiled and refused when unknown. Both of `to_bf16`'s ways run on
+any CPU: the bf16 ops (what a CPU with AVX512-BF16 compiles; elsewhere their kernels widen
+bf16 to float32) and the float32 kernels on weights rounded to bf16 (what the others
+compile), `native_way` replaced for the compile (`_compiled`)."""
 
 from __future__ import annotations
 
@@ -10,11 +13,13 @@ import pytest
 
 import rvm
 from rvm import op
-from rvm.ir import Builder, Call, Tuple, Var, const, tensor
-from rvm.op.bf16 import default_pair_panel
+from rvm.ir import Builder, Call, Constant, Tuple, Var, const, tensor
+from rvm.kernels.reference.bf16 import _round_bf16
+from rvm.op.bf16 import pair_width, turned_panel
 from rvm.runtime.executable import EXEC_MODES
+from rvm.transform import to_bf16 as to_bf16_module
 from rvm.transform.pipeline import default_passes, run_pipeline
-from rvm.transform.to_bf16 import to_bf16
+from rvm.transform.to_bf16 import WAYS, native_way, to_bf16
 
 F32 = "float32"
 RNG = np.random.default_rng(0)
@@ -73,11 +78,20 @@ def _inputs(seed: int = 1) -> list[np.ndarray]:
     return [rng.standard_normal(s).astype(F32) for s in shapes]
 
 
-def _converted(mod):
-    """``mod`` after the pipeline's passes up to `to_bf16` (what the bf16 executable runs)."""
+def _converted(mod, way: str = "bf16"):
+    """``mod`` after the pipeline's passes up to `to_bf16` taking ``way`` (what the bf16
+    executable compiled that way runs)."""
     passes = default_passes()
     before = passes[: [n for n, _ in passes].index("legalize")]
-    return to_bf16(run_pipeline(mod, before))
+    return to_bf16(run_pipeline(mod, before), way)
+
+
+def _compiled(mod, way: str, **options):
+    """``rvm.compile(mod, precision="bf16", **options)`` as a CPU whose `native_way` is
+    ``way`` compiles it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(to_bf16_module, "native_way", lambda: way)
+        return rvm.compile(mod, precision="bf16", **options)
 
 
 def _is(binding, name: str) -> bool:
@@ -123,7 +137,66 @@ def _ops(mod) -> list[str]:
 
 @pytest.fixture(scope="module")
 def bf16_executables():
-    return {k: rvm.compile(MODEL, precision="bf16", kernels=k) for k in ("jit", "numpy")}
+    """(way, kernels) -> MODEL compiled so, each on first use."""
+    built: dict = {}
+
+    def get(way: str, kernels: str):
+        if (way, kernels) not in built:
+            built[way, kernels] = _compiled(MODEL, way, kernels=kernels)
+        return built[way, kernels]
+
+    return get
+
+
+def test_the_native_way_follows_the_cpu() -> None:
+    from rvm.kernels.bf16gemm import DPBF16
+
+    assert native_way() == ("bf16" if DPBF16 else "rounded")
+    with pytest.raises(ValueError, match="way must be one of"):
+        to_bf16(MODEL, "fp16")
+
+
+def test_the_rounded_way_keeps_float32_kernels_on_rounded_weights() -> None:
+    """The way of a CPU without a bf16 dot product: each product the bf16 way converts keeps
+    its float32 op on its weight rounded to bf16, but a GEMV of a few rows (``dense_bf16``)
+    and attention (float32: no weight to round once)."""
+    rounded = _converted(MODEL, "rounded")
+    ops = _ops(rounded)
+    assert "conv2d_bf16" not in ops and "dense_packed_bf16" not in ops
+    assert ops.count("dense_bf16") == 1 and ops.count("conv2d") == 3
+    att = next(b.value for b in rounded["main"].body.bindings if _is(b, "attention"))
+    assert att.attrs.get("precision", "fp32") == "fp32"
+    weights = [
+        b.value.args[1].data
+        for b in rounded["main"].body.bindings
+        if _is(b, "conv2d") or _is(b, "dense") or _is(b, "matmul")
+        if isinstance(b.value.args[1], Constant) and b.value.args[1].data.shape[1] > 1
+    ]  # the depthwise convolution's (one channel a group) stays float32
+    assert len(weights) == 5
+    for w in weights:
+        np.testing.assert_array_equal(w, _round_bf16(w))  # bf16 values already
+
+
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+def test_the_rounded_way_against_numpy(exec_mode: str) -> None:
+    """The float32 kernels on rounded weights give NumPy's products of the rounded weights
+    and the float32 input: a dense of 7 rows, a 3 x 3 convolution."""
+    x = Var("x", tensor((7, 40), F32))
+    img = Var("img", tensor((1, 16, 9, 9), F32))
+    w = RNG.standard_normal((24, 40)).astype(F32)
+    wc = RNG.standard_normal((8, 16, 3, 3)).astype(F32)
+    bb = Builder()
+    with bb.function("main", [x, img]):
+        bb.emit_output(Tuple((bb.emit(op.dense(x, const(w))), bb.emit(op.conv2d(img, const(wc))))))
+    ex = _compiled(bb.get(), "rounded", progress=False)
+    xs = RNG.standard_normal((7, 40)).astype(F32)
+    im = RNG.standard_normal((1, 16, 9, 9)).astype(F32)
+    got_d, got_c = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](xs, im)
+    np.testing.assert_allclose(got_d, xs @ _round_bf16(w).T, rtol=1e-5, atol=1e-5)
+    windows = np.lib.stride_tricks.sliding_window_view(im[0], (3, 3), axis=(1, 2))
+    want = np.einsum("chwij,ocij->ohw", windows, _round_bf16(wc))[None]
+    np.testing.assert_allclose(got_c, want, rtol=1e-4, atol=1e-4)
+    assert np.abs(got_d - xs @ w.T).max() > 1e-4  # the weights were rounded
 
 
 def test_the_pass_converts_products_with_constant_weights_only() -> None:
@@ -135,7 +208,9 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert len(first.args) == 3 and first.args[2].data.shape == (12,)
     assert first.attrs["activation"] == "relu" == second.attrs["activation"]
     assert len(second.args) == 4 and second.args[3] is not None  # bias, residual
-    assert first.attrs["panel"] == second.attrs["panel"] == default_pair_panel()  # 5 x 9 maps
+    # 5 x 9 maps: turned around where this CPU's tiles gain by it (AVX-512's, not AVX2's)
+    assert first.attrs["panel"] == turned_panel(12, 5, 9, pair_width(17, 9, 1, 3, 1, 2), 1)
+    assert second.attrs["panel"] == turned_panel(12, 5, 9, pair_width(9, 9, 1, 3, 1, 1), 1)
     assert (first.attrs["pairing"], second.attrs["pairing"]) == ("columns", "channels")
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
@@ -143,12 +218,15 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert att.attrs["precision"] == "bf16" and att.attrs["scale"] == 0.25
 
 
-def test_every_exec_mode_and_backend(bf16_executables, exec_mode: str, kernels: str) -> None:
-    ex = bf16_executables[kernels]
+@pytest.mark.parametrize("way", WAYS)
+def test_every_exec_mode_and_backend(
+    bf16_executables, exec_mode: str, kernels: str, way: str
+) -> None:
+    ex = bf16_executables(way, kernels)
     assert ex.precision == "bf16"
     args = _inputs()
     got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](*args)
-    exact = rvm.interpret(_converted(MODEL), "main", *args)  # the same bf16 program
+    exact = rvm.interpret(_converted(MODEL, way), "main", *args)  # the same bf16 program
     full = rvm.interpret(MODEL, "main", *args)  # float32 throughout
     for a, b, f in zip(got, exact, full):
         assert a.dtype == np.float32 and a.shape == f.shape
@@ -159,7 +237,7 @@ def test_every_exec_mode_and_backend(bf16_executables, exec_mode: str, kernels: 
 
 
 def test_saved_and_loaded_with_its_precision(bf16_executables, tmp_path) -> None:
-    ex = bf16_executables["jit"]
+    ex = bf16_executables(native_way(), "jit")
     path = tmp_path / "m.rvmx"
     ex.save(str(path))
     loaded = rvm.load_executable(str(path))
@@ -174,11 +252,14 @@ def test_saved_and_loaded_with_its_precision(bf16_executables, tmp_path) -> None
     assert type(fp32).from_bytes(fp32.to_bytes(native=False)).precision == "fp32"
 
 
-def test_profile_shows_each_kernels_precision(bf16_executables) -> None:
-    vm = rvm.VirtualMachine(bf16_executables["jit"])
+@pytest.mark.parametrize("way", WAYS)
+def test_profile_shows_each_kernels_precision(bf16_executables, way: str) -> None:
+    vm = rvm.VirtualMachine(bf16_executables(way, "jit"))
     report = vm.profile("main", *_inputs(), warmup=1, repeat=2)
     precision = {r["name"]: r["precision"] for r in report.rows}
-    reduced = ("bf16", "attention")  # the bf16 ops' kernels, the attention's (an attribute)
+    # the bf16 ops' kernels, the attention's (an attribute); the rounded way's float32
+    # kernels multiply in float32, and its attention stays float32
+    reduced = ("bf16", "attention") if way == "bf16" else ("bf16",)
     assert {p for n, p in precision.items() if any(r in n for r in reduced)} == {"bf16"}
     assert {p for n, p in precision.items() if not any(r in n for r in reduced)} == {"fp32"}
     assert " bf16 " in str(report) and ",bf16," in report.csv()
@@ -226,17 +307,22 @@ def test_activations_stay_bf16_between_convolutions() -> None:
     first, second, strided, last = (b.value for b in convs)
     assert first.attrs["prologue"] == "affine_relu" and first.args[-1].data.shape == (2, 40)
     assert first.attrs["plane"] == (1, 0, 20, 17) and convs[0].var.type.dtype == "int32"
-    assert second.attrs["source"] == (48, 16, 16) and second.attrs["panel"] == 0  # direct
+    assert second.attrs["source"] == (48, 16, 16)
+    # direct or turned around as this CPU's tiles gain (`turned_panel`)
+    assert second.attrs["panel"] == turned_panel(24, 17, 15, pair_width(16, 15, 0, 3, 1, 1), 1)
     # 8 wide, its right padding the next row's left (`pair_width`); ``first``'s (pl 0) not
     assert strided.attrs["plane"] == (1, 1, 11, 9) and strided.attrs["source"] == ()
-    assert first.attrs["panel"] == 0 and strided.attrs["panel"] > 0  # both ways of writing
-    assert last.attrs["source"] == (41, 8, 8) and last.attrs["panel"] > 0  # odd channels
+    assert first.attrs["panel"] == turned_panel(48, 16, 16, pair_width(16, 16, 0, 1, 1, 1), 1)
+    assert strided.attrs["panel"] == turned_panel(41, 8, 8, pair_width(16, 8, 1, 3, 1, 2), 1)
+    assert last.attrs["source"] == (41, 8, 8)  # odd channels
+    assert last.attrs["panel"] == turned_panel(32, 8, 8, pair_width(8, 8, 1, 3, 1, 1), 1)
     assert second.attrs["plane"] == last.attrs["plane"] == ()  # outputs stay float32
 
 
 @pytest.fixture(scope="module")
 def chained_executables():
-    return {k: rvm.compile(CHAINED, precision="bf16", kernels=k) for k in ("jit", "numpy")}
+    """CHAINED compiled the bf16 way on any CPU: its pair planes and prologues."""
+    return {k: _compiled(CHAINED, "bf16", kernels=k) for k in ("jit", "numpy")}
 
 
 def test_pair_planes_and_prologues_in_every_exec_mode(
@@ -262,7 +348,7 @@ def test_unknown_precision_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def bert():
-    """The small BERT of tests/data (hidden size 64) in float32 and in bf16."""
+    """The small BERT of tests/data (hidden size 64) in float32 and in bf16 (this CPU's way)."""
     pytest.importorskip("onnx")
     from pathlib import Path
 
@@ -282,7 +368,8 @@ def test_bert_within_the_bound_of_float32(bert, exec_mode: str) -> None:
     value) of float32's; its dense layers (attention projections, feed-forward) and its
     attention's products run bf16."""
     fp32, bf16 = bert
-    assert sum(r.meta["precision"] == "bf16" for r in bf16.kernels.values()) >= 3
+    if native_way() == "bf16":
+        assert sum(r.meta["precision"] == "bf16" for r in bf16.kernels.values()) >= 3
     rng = np.random.default_rng(5)
     for _ in range(2):
         ids = rng.integers(0, 100, (2, 16))
@@ -291,3 +378,4 @@ def test_bert_within_the_bound_of_float32(bert, exec_mode: str) -> None:
         got = rvm.VirtualMachine(bf16, exec_mode=exec_mode)["main"](*feed)
         for a, b in zip(got, want):
             assert np.abs(a - b).max() <= BF16_VS_F32 * np.abs(b).max()
+            assert not np.array_equal(a, b)  # computed in bf16 (its weights, at least)

@@ -389,11 +389,12 @@ def test_shapes_are_checked() -> None:
 def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes: int) -> None:
     """Without AVX512-BF16 (`NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`) the kernel widens bf16 to
     float32 and uses FMAs, with the same results (dense, convolution, its odd channel's taps
-    paired along columns; attention in the AVX-512 case, -m slow), and says so once in the
-    log."""
+    paired along columns; attention in the AVX-512 case, -m slow), saying so once at DEBUG;
+    `rvm.transform.to_bf16` then takes the rounded way, and says so once at INFO."""
     script = (
         "import logging, numpy as np, ml_dtypes\n"
         "logging.basicConfig(level=logging.INFO)\n"
+        "logging.getLogger('rvm.kernels').setLevel(logging.DEBUG)\n"  # the kernels' own line
         "from rvm.kernels import bf16, bf16gemm\n"
         "from rvm.transform.to_bf16 import bf16_rows\n"
         f"assert not bf16gemm.DPBF16 and bf16gemm.LANES == {lanes}, bf16gemm.LANES\n"
@@ -445,11 +446,24 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
             "want = ref(q, k, v, mask, 0.3, 'add', 0.0, 0.0, 'bf16')\n"
             "np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         )
+    script += (  # the pass takes the rounded way and says so once, at INFO
+        "from rvm import op\n"
+        "from rvm.ir import Builder, Var, const, tensor\n"
+        "from rvm.transform.to_bf16 import native_way, to_bf16\n"
+        "assert native_way() == 'rounded'\n"
+        "v = Var('x', tensor((8, 32), 'float32'))\n"
+        "bb = Builder()\n"
+        "with bb.function('main', [v]):\n"
+        "    bb.emit_output(bb.emit(op.dense(v, const(np.ones((4, 32), np.float32)))))\n"
+        "to_bf16(bb.get())\n"
+        "to_bf16(bb.get())\n"
+    )
     env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features)
     env["NUMBA_CACHE_DIR"] = str(tmp_path)
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stderr.count("has no AVX512-BF16") == 1, run.stderr[-2000:]
+    assert run.stderr.count("has no AVX512-BF16") == 1, run.stderr[-2000:]  # DEBUG
+    assert run.stderr.count("INFO:rvm.transform:rvm: this CPU has no bf16 dot") == 1, run.stderr
 
 
 def test_large_gemv_in_pieces(blas_threads: int) -> None:

@@ -104,7 +104,7 @@ def test_executable_holds_the_merged_weight() -> None:
 def test_bf16_products_of_one_input_merge() -> None:
     """``dense_packed_bf16`` products (`to_bf16`'s) merge as ``dense_packed`` ones: their pair
     panels side by side, their biases joined."""
-    mod = merge_products(pack_weights(to_bf16(_qkv())))
+    mod = merge_products(pack_weights(to_bf16(_qkv(), "bf16")))  # the bf16 ops on any CPU
     ops = _ops(mod)
     assert ops.count("dense_packed_bf16") == 3 and ops.count("strided_slice") == 3
     merged = next(

@@ -88,8 +88,10 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
             ``"bf16"``: float32 dense, matmul and conv2d with constant weights take bf16
             operands and sum in float32, their weights converted once, here
             (`rvm.transform.to_bf16`), and attention's two products; elementwise ops,
-            norms and softmax stay float32, inputs and outputs keep their types. Recorded
-            as the executable's ``precision`` and saved with it.
+            norms and softmax stay float32, inputs and outputs keep their types; on a CPU
+            without a bf16 dot product (AVX512-BF16), float32 kernels on weights rounded to
+            bf16 instead (`rvm.transform.to_bf16`'s ``"rounded"`` way, said once in the log).
+            Recorded as the executable's ``precision`` and saved with it.
     """
     if not isinstance(mod, IRModule):
         raise TypeError(f"rvm.compile expects an IRModule, got {type(mod).__name__}")

@@ -88,8 +88,8 @@ also build and round pair planes and move sums, which the pairs leave out, and a
 `SPLIT_MIN` a 3 x 3 convolution to 32 channels at 14 x 14 (densenet's, 3.6M pairs, 93 us)
 or squeezenet's 1 x 1s at 55 x 55 ran in one thread while the other core waited."""
 PIECES_PER_THREAD = 4  # pieces a thread claims when a product is split
-if not DPBF16:
-    logger.info(
+if not DPBF16:  # `rvm.transform.to_bf16` says at INFO which way bf16 products take here
+    logger.debug(
         "rvm: this CPU target has no AVX512-BF16: bf16 GEMMs widen to float32 and use FMA "
         "(%d lanes)",
         LANES,

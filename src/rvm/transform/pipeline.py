@@ -28,7 +28,8 @@ Each pass: what it needs → what it guarantees.
 - to_bf16 (only with ``rvm.compile(..., precision="bf16")``, which inserts it here): inlined,
   batch norms folded → float32 dense/matmul/conv2d with constant weights are
   ``dense_packed_bf16`` (more than a few rows: the weight in pair panels), ``dense_bf16`` /
-  ``conv2d_bf16`` with the weights converted to bf16 once.
+  ``conv2d_bf16`` with the weights converted to bf16 once (on a CPU without a bf16 dot
+  product: the float32 ops on weights rounded to bf16, but ``dense_bf16``).
 - pack_weights (only with jit kernels, which `rvm.compile` inserts here): inlined → float32
   dense/matmul with a constant 2-d weight are ``dense_packed`` with the weight packed once in
   the GEMM's column panels.

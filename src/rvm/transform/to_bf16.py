@@ -32,6 +32,21 @@ convolution of one group writes that one's pair plane (``plane``: its padded bf1
 words), which it reads as it is (``source``; its taps in channel pairs), so the activation is
 rounded once, by the producer, while in cache (`_join_prologues`, `_pair_planes`; `rvm.op.bf16`).
 
+Where the CPU has no bf16 dot product (``vdpbf16ps``: `rvm.kernels.bf16gemm.DPBF16`), the bf16
+kernels could only widen each bf16 pair to float32 and multiply in float32 -- as many FMAs as
+float32's, plus the widening and each call's rounding of the activations, in a smaller tile
+(AVX2's 16 registers hold fewer accumulators beside the widened operands). There the pass
+takes the ``"rounded"`` way (`WAYS`; the default follows the CPU, `native_way`): each product
+it would convert keeps its float32 op and kernel, with its weight rounded to bf16 here, once
+(float32 values that are bf16 values): products of bf16 values are exact in float32, so a
+product sees bf16's weights at float32's speed, with no conversion per call. Its activations
+stay float32 (rounding them would cost a pass over each input for no speed, and a bf16
+product of them differs from this one by less than the weight's rounding already costs), and
+so do attention's operands (no weights: nothing to round once). Products of a few rows
+(`GEMV_ROWS`) still take ``dense_bf16``: a GEMV reads each weight once, and reading half the
+bytes made vgg19's 25088 x 4096 classifier layer 1.75x as fast (one AVX2 core). The pass says
+once in the log which way runs and why.
+
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables and the convolutions whose epilogue may still grow; each matching call is
 replaced in place, and a convolution whose epilogue joined a later call is dropped. A second
@@ -40,6 +55,7 @@ walk joins the prologues and pairs the planes, on the uses counted after the fir
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 
@@ -50,6 +66,7 @@ from rvm.ir import expr as E
 from rvm.ir.analysis import walk
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
+from rvm.kernels.reference.bf16 import _round_bf16
 from rvm.op import ops
 from rvm.op.bf16 import (
     PAIRINGS,
@@ -90,6 +107,30 @@ or a count known only at run time, take it packed in pair panels (``dense_packed
 `rvm.kernels.bf16dense`), whose bias, activation and residual `pack_weights` then joins."""
 
 
+WAYS = ("bf16", "rounded")
+"""How the pass computes a product in bf16: ``"bf16"``, by the bf16 ops (`rvm.op.bf16`);
+``"rounded"``, by its float32 op on its weight rounded to bf16 (the module docstring)."""
+
+
+def native_way() -> str:
+    """The `WAYS` this CPU target runs fastest: ``"bf16"`` with a bf16 dot product
+    (`rvm.kernels.bf16gemm.DPBF16`), else ``"rounded"``."""
+    from rvm.kernels.bf16gemm import DPBF16
+
+    return "bf16" if DPBF16 else "rounded"
+
+
+@functools.cache
+def _say_way(way: str) -> None:
+    """Logs once per process which way bf16 products take, when it is not the bf16 ops."""
+    if way == "rounded":
+        logger.info(
+            "rvm: this CPU has no bf16 dot product (AVX512-BF16): precision='bf16' runs its "
+            "convolutions and GEMMs as float32 kernels on weights rounded to bf16 at compile "
+            "time (activations stay float32), its GEMVs of a few rows on bf16 weights"
+        )
+
+
 def bf16_rows(weight: np.ndarray) -> np.ndarray:
     """``weight`` (rows, depth) float as the int16 bits of its nearest bf16 values, each row
     padded with zeros to an even depth."""
@@ -99,9 +140,14 @@ def bf16_rows(weight: np.ndarray) -> np.ndarray:
     return out
 
 
-def to_bf16(mod: IRModule) -> IRModule:
+def to_bf16(mod: IRModule, way: str | None = None) -> IRModule:
     """Rewrite every float32 dense, matmul and conv2d with a constant weight to its bf16 op,
-    and every float32 attention to its bf16 products."""
+    and every float32 attention to its bf16 products; or, the ``"rounded"`` way (`WAYS`;
+    None: `native_way`), each such dense, matmul and conv2d of more than a few rows to itself
+    on its weight rounded to bf16, and those of a few rows to ``dense_bf16``."""
+    way = native_way() if way is None else way
+    if way not in WAYS:
+        raise ValueError(f"to_bf16: way must be one of {WAYS}, got {way!r}")
     converted = joined = planes = prologues = 0
     weight_bytes = 0
 
@@ -116,7 +162,7 @@ def to_bf16(mod: IRModule) -> IRModule:
             for b in bindings:
                 if isinstance(b.value, E.Constant):
                     consts[b.var] = b.value.data
-                new = _convert(b.value, consts)
+                new = _convert(b.value, consts, way)
                 if new is not None:
                     converted += 1
                     if isinstance(new.args[1], E.Constant):
@@ -154,9 +200,10 @@ def to_bf16(mod: IRModule) -> IRModule:
     funcs = map_functions(mod, rewrite)
     if not converted:
         return mod
+    _say_way(way)
     logger.debug(
-        "to_bf16: %d products in bf16 (%d conv epilogues joined, %d prologues, %d pair planes "
-        "between convolutions), weights %.2f MB", converted, joined, prologues, planes,
+        "to_bf16 (%s): %d products in bf16 (%d conv epilogues joined, %d prologues, %d pair planes "
+        "between convolutions), weights %.2f MB", way, converted, joined, prologues, planes,
         weight_bytes / 1e6,
     )  # fmt: skip
     return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
@@ -173,12 +220,13 @@ def _float32(value: E.Expr) -> bool:
     return getattr(t, "dtype", None) == "float32" and getattr(t, "shape", None) is not None
 
 
-def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
-    """The bf16 call computing ``value``, or None when it stays as it is."""
+def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray], way: str) -> E.Call | None:
+    """The bf16 call computing ``value`` the ``way`` (`WAYS`), or None when it stays as it
+    is."""
     if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
         return None
     if value.callee is ops.attention:
-        if not _float32(value) or value.attrs.get("precision") == "bf16":
+        if way == "rounded" or not _float32(value) or value.attrs.get("precision") == "bf16":
             return None
         new = op.attention(*value.args, **{**value.attrs, "precision": "bf16"})
         infer_type(new)
@@ -189,11 +237,13 @@ def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray]) -> E.Call | None:
     if w is None or w.dtype != np.float32:
         return None
     if value.callee is ops.conv2d:
-        new = _conv(value, x, w)
+        new = _conv(value, x, w, way)
     elif w.ndim != 2 or w.shape[0 if value.callee is ops.matmul else 1] < MIN_DEPTH:
         return None
     elif _few_rows(x):
         new = op.dense_bf16(x, E.Constant(bf16_rows(w if value.callee is ops.dense else w.T)))
+    elif way == "rounded":
+        new = _rounded(value, w)
     else:
         transposed = value.callee is ops.dense
         units = w.shape[0] if transposed else w.shape[1]
@@ -211,12 +261,20 @@ def _few_rows(x: E.Expr) -> bool:
     return len(shape) == 1 or (all(isinstance(d, int) for d in shape[:-1]) and rows <= GEMV_ROWS)
 
 
-def _conv(value: E.Call, x: E.Expr, w: np.ndarray) -> E.Call | None:
+def _rounded(value: E.Call, w: np.ndarray) -> E.Call:
+    """``value``'s call on its weight ``w`` rounded to bf16 (the ``"rounded"`` way)."""
+    args = (value.args[0], E.Constant(_round_bf16(w)), *value.args[2:])
+    return E.Call(value.callee, args, value.attrs)
+
+
+def _conv(value: E.Call, x: E.Expr, w: np.ndarray, way: str) -> E.Call | None:
     attrs = value.attrs
     depth = int(np.prod(w.shape[1:]))
     least = MIN_DEPTH if w.shape[2:] == (1, 1) else MIN_CONV_DEPTH
     if w.ndim != 4 or w.shape[1] == 1 or depth < least:
         return None
+    if way == "rounded":
+        return _rounded(value, w)
     pairing = conv_pairing(w.shape[1], w.shape[3])
     rows = bf16_bits(conv_pairs(w.astype(np.float32), PAIRINGS.index(pairing))).view(np.int16)
     panel = _turned_panel(value, x, w, attrs)
