@@ -119,31 +119,20 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
 
 
 def _operand_rows(rows):  # type: ignore[no-untyped-def]
-    """The weight rows as the micro-kernels read them: for the ``vpmaddwd`` kernels
-    (`MADD16`) int16 values, each quad's depths in the order 0, 2, 1, 3
-    (`qtile._madd16_code`); else ``rows`` itself."""
-    if not MADD16:
-        return rows
-    return rows.reshape(rows.shape[0], -1, 2, 2).transpose(0, 1, 3, 2).reshape(rows.shape)
+    """The weight rows as the micro-kernels read them: int16 values for the ``vpmaddwd``
+    kernels (`MADD16`), else ``rows`` itself."""
+    return rows.astype(np.int16) if MADD16 else rows
 
 
 @nb.njit(**_OPTS)
 def _rows16(rows):  # type: ignore[no-untyped-def]
-    """`_operand_rows` for `MADD16`: int16 rows, each quad's depths 0, 2, 1, 3. Two passes
-    the compiler vectorizes (per call, for every product): the bytes widened, then each
-    quad's middle words swapped as one 64-bit value (a loop of 16-bit stores by index runs
-    ~1.2 G weights/s on Zen 3)."""
+    """`_operand_rows` for `MADD16`: the rows' values as int16 (a loop the compiler
+    vectorizes; per call, for every product)."""
     n, depth = rows.shape
     flat = np.ascontiguousarray(rows).reshape(-1)
     out = np.empty(n * depth, np.int16)
     for i in range(flat.size):
         out[i] = flat[i]
-    quads = out.view(np.uint64)
-    keep, middle = np.uint64(0xFFFF00000000FFFF), np.uint64(0x0000FFFF00000000)
-    sixteen = np.uint64(16)
-    for q in range(quads.size):
-        v = quads[q]
-        quads[q] = (v & keep) | ((v & middle) >> sixteen) | ((v << sixteen) & middle)
     return out.reshape(n, depth)
 
 

@@ -19,7 +19,6 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels.bf16gemm import _no_unroll
 from rvm.kernels.sgemm import _target_features
 
 __all__ = [
@@ -42,11 +41,12 @@ MADD16 = not VNNI and "+avx2" in _FEATURES
 LANES = 16 if VNNI else 8  # int32 lanes of the kernels' vectors: zmm with VNNI, else ymm
 VECTORS = 2
 REGISTERS = 32 if "+avx512f" in _FEATURES else 16
-# The vector registers `_madd16_code` keeps besides its sums: the byte mask, the shift, the
-# panel's 2 widened vectors, a row's broadcast pair and a product (6 rows: LLVM spills).
-MADD16_SPARE = 6
+# The vector registers `_madd16_code` keeps besides its sums: the panel's widened vectors, a
+# row's broadcast pair (measured on Zen 3: 6 rows of 2 vectors, LLVM spilling one sum and the
+# byte shuffles' 2 masks, ran squeezenet's int8 products faster than 5 rows without spills).
+MADD16_SPARE = 4
 # Rows x VECTORS accumulators: with VNNI 16 of the 32 zmm registers; with ``vpmaddwd`` all the
-# others (LLVM spills past them).
+# others.
 MR = 8 if VNNI else (REGISTERS - MADD16_SPARE) // VECTORS
 NR = LANES * VECTORS
 
@@ -173,21 +173,20 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
 
 def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
     """The body of `_make_micro`'s kernel of ``vectors`` vectors without VNNI, on AVX2
-    (`MADD16`): A's rows are int16, ``lda`` bytes apart, each quad's depths in the order 0,
-    2, 1, 3 (the weight's bytes widened once a product: `rvm.kernels.qgemm._operand_rows`);
-    B's quads are bytes as for VNNI. For every 4 depths each vector of B (`LANES` columns x
-    4 bytes) is widened to 16-bit values twice, once per pair of depths (0 and 2: the low
-    byte of each 16-bit half, masked; 1 and 3: the high one, shifted down; zero- or
-    sign-extended), and each row's pair of int16 values is broadcast and multiplied into
-    every vector by one ``vpmaddwd`` (two multiply-adds an int32 lane, the pair sum exact: at
-    most 2 x 255 x 128 in magnitude; ``vpmaddubsw``'s int16 pair sums would saturate). Rows
-    in passes of as many as the registers keep sums of (all `MR` for 1 or 2 vectors). ``epi``
-    must be 0: the sums are stored (`rvm.kernels.qgemm._epilogue` makes no record without
-    VNNI)."""
+    (`MADD16`): A's rows are int16, ``lda`` bytes apart (the weight's bytes widened once a
+    product: `rvm.kernels.qgemm._operand_rows`); B's quads are bytes as for VNNI. For every
+    4 depths each vector of B (`LANES` columns x 4 bytes) is widened to 16-bit values twice,
+    once per pair of depths (column ``c``'s 2 bytes in its int32 lane: one in-lane byte
+    shuffle with zeros, or sign-extended), and each row's pair of int16 values is broadcast
+    and multiplied into every vector by one ``vpmaddwd`` (two multiply-adds an int32 lane,
+    the pair sum exact: at most 2 x 255 x 128 in magnitude; ``vpmaddubsw``'s int16 pair sums
+    would saturate). Rows in passes of as many as the registers keep sums of (all `MR` for 1
+    or 2 vectors). ``epi`` must be 0: the sums are stored (`rvm.kernels.qgemm._epilogue`
+    makes no record without VNNI)."""
     taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, _epi, _row, _col = args
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     vec, words = ir.VectorType(i32, LANES), ir.VectorType(i16, 2 * LANES)
-    raw, word_picks = ir.VectorType(i8, 4 * LANES), ir.VectorType(i32, 2 * LANES)
+    raw, half = ir.VectorType(i8, 4 * LANES), ir.VectorType(i8, 2 * LANES)
     madd = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(vec, [words, words]), "llvm.x86.avx2.pmadd.wd"
     )
@@ -199,51 +198,45 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
     cp = builder.inttoptr(c, i32.as_pointer())
     zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
     splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+    zero_bytes = ir.Constant(raw, None)
     a_rows = [
         builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
         for i in range(MR)
     ]
 
     def widened(v, pair, signed):  # type: ignore[no-untyped-def]
-        """Depths ``pair`` and ``pair + 2`` of the `LANES` columns of ``v`` (their 4 bytes
-        each) as int16 values, column ``c``'s in words ``2 c`` and ``2 c + 1``: each 16-bit
-        half's byte ``pair`` shifted down (no byte shuffle)."""
-        w = builder.bitcast(v, words)
-        up = builder.trunc(builder.mul(pair, i64(8)), i16)
+        """Depths ``2 * pair`` and ``2 * pair + 1`` of the `LANES` columns of ``v`` (their 4
+        bytes each) as int16 values, column ``c``'s in words ``2 c`` and ``2 c + 1``."""
+        picks = [4 * (k // 2) + 2 * pair + k % 2 for k in range(2 * LANES)]
         if signed:
-            w = builder.shl(w, splat16(builder.sub(i16(8), up)))
-            return builder.ashr(w, splat16(i16(8)))
-        return builder.and_(builder.lshr(w, splat16(up)), splat16(i16(255)))
+            low = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, 2 * LANES), picks))
+            return builder.sext(builder.bitcast(low, half), words)
+        # Zero-extended: each byte beside a zero byte (one byte shuffle, within 128-bit lanes).
+        mask = ir.Constant(
+            ir.VectorType(i32, 4 * LANES), [i for k in picks for i in (k, 4 * LANES)]
+        )
+        return builder.bitcast(builder.shuffle_vector(v, zero_bytes, mask), words)
 
-    def splat16(value):  # type: ignore[no-untyped-def]
-        """``value`` (int16) in every word."""
-        blank = ir.Constant(words, ir.Undefined)
-        one = builder.insert_element(blank, value, i32(0))
-        return builder.shuffle_vector(one, blank, ir.Constant(word_picks, [0] * 2 * LANES))
-
-    def step(signed, acc, tap, h, a_rows):  # type: ignore[no-untyped-def]
-        """Half ``h`` of tap ``tap``'s quads (quad ``h // 2``, its depths ``h % 2`` and
-        ``h % 2 + 2``): one ``vpmaddwd`` per accumulator. One pair of depths a step, in a
-        loop not unrolled: the sums and the step's operands fit the registers (two pairs in
-        one step have LLVM compute one pair's products ahead and spill)."""
-        pair = builder.and_(h, i64(1))
-        row_b = builder.load(builder.gep(offs, [tap]))
-        row_b = builder.add(row_b, builder.mul(builder.ashr(h, i64(1)), ldb))
-        bs = []
+    def step(signed, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
+        """Quad ``s`` of tap ``tap``: two ``vpmaddwd`` per accumulator."""
+        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
+        loaded = []
         for j in range(vectors):
             at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
-            bs.append(widened(builder.load(builder.bitcast(at, raw.as_pointer()), align=1),
-                              pair, signed))  # fmt: skip
-        # Bytes of A: 8 a quad, 4 a pair.
-        depth = builder.add(builder.mul(builder.mul(tap, quads), i64(8)), builder.mul(h, i64(4)))
-        for i, a_row in enumerate(a_rows):
-            at = builder.gep(a_bytes, [builder.add(a_row, depth)])
-            word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
-            av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
-            av = builder.bitcast(av, words)
-            for j in range(vectors):
-                product = builder.call(madd, [av, bs[j]])
-                builder.store(builder.add(builder.load(acc[i][j]), product), acc[i][j])
+            loaded.append(builder.load(builder.bitcast(at, raw.as_pointer()), align=1))
+        depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(8))  # bytes of A
+        for pair in range(2):
+            bs = [widened(v, pair, signed) for v in loaded]
+            for i, a_row in enumerate(a_rows):
+                at = builder.gep(a_bytes, [builder.add(a_row, builder.add(depth, i64(4 * pair)))])
+                word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
+                av = builder.shuffle_vector(
+                    builder.insert_element(undef, word, i32(0)), undef, splat
+                )
+                av = builder.bitcast(av, words)
+                for j in range(vectors):
+                    product = builder.call(madd, [av, bs[j]])
+                    builder.store(builder.add(builder.load(acc[i][j]), product), acc[i][j])
 
     def tile(signed, first, last):  # type: ignore[no-untyped-def]
         """Rows ``first`` to ``last`` (exclusive) of the tile."""
@@ -252,10 +245,8 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             for _ in range(first, last)
         ]
         with cgutils.for_range(builder, taps) as outer:
-            with cgutils.for_range(builder, builder.mul(quads, i64(2))) as inner:
+            with cgutils.for_range(builder, quads) as inner:
                 step(signed, acc, outer.index, inner.index, a_rows[first:last])
-                body = builder.basic_block
-        body.terminator.set_metadata("llvm.loop", _no_unroll(builder.module))
         for i in range(first, last):
             with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
                 for j in range(vectors):
