@@ -257,7 +257,7 @@ DIRECT_CASES = [
     ((1, 12, 1, 7), (8, 12, 1, 3), (0, 1, 0, 1), 1, 1),
     ((1, 64, 7, 7), (40, 64, 3, 3), (1, 1, 1, 1), 1, 1),
     ((1, 20, 5, 10), (24, 20, 3, 3), (1, 1, 1, 1), 1, 1),
-    ((2, 6, 9, 8), (6, 3, 3, 3), (2, 0, 1, 1), 2, 2),
+    ((2, 6, 9, 12), (6, 3, 3, 3), (2, 0, 1, 1), 2, 2),
     ((1, 5, 14, 14), (9, 5, 3, 3), (1, 1, 1, 1), 1, 1),
     ((1, 8, 6, 6), (8, 1, 3, 3), (1, 1, 1, 1), 1, 8),
     ((1, 16, 12, 12), (8, 16, 2, 2), (0, 0, 0, 0), 1, 1),
@@ -384,14 +384,47 @@ def test_strided_direct_qconv2d_equals_reference(blas_threads, xs, ws, strides, 
         np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
 
 
-# In a subprocess compiled for a CPU without AVX-512 VNNI: the library's plain loop.
+def _check_worst_case():
+    """255 x -128 (and 255 x 127) at every depth of deep reductions, through `qentry`: int16
+    pair sums would saturate (``vpmaddubsw``: 2 x 255 x 128 > 32767); the products stay exact
+    and equal the NumPy reference (int64 sums)."""
+    k = 4 * 1024 + 3  # deep, not a multiple of 4
+    x = np.full((3, k), 255, np.uint8)
+    x[2] = _ints((k,), "uint8")
+    w = np.full((7, k), -128, np.int8)
+    w[1], w[2] = 127, _ints((k,), "int8")
+    bias, scale = np.arange(7, dtype=np.int32), np.full(7, 5e-7, np.float32)
+    want = numpy_ref.qdense(x, w, bias, scale, 0, 0, -128, 127, "int8")
+    assert want.min() > -128 and want.max() < 127  # not clipped: the sums show
+    out = np.full(want.shape, 77, np.int8)
+    qentry.qdense(x, w, bias, scale, out, 0, 0, -128, 127)
+    np.testing.assert_array_equal(out, want)
+    xc = np.full((1, 512, 7, 7), 255, np.uint8)  # a 3 x 3 convolution of depth 4608
+    wc = np.full((24, 3, 3, 512), -128, np.int8)
+    wc[::2] = 127
+    bias, scale = np.zeros(24, np.int32), np.full(24, 2e-7, np.float32)
+    want = numpy_ref.qconv2d(xc, wc, bias, scale, 0, 0, -128, 127, "int8", (1, 1), (1, 1, 1, 1),
+                             (1, 1), 1, "OHWI")  # fmt: skip
+    assert want.min() > -128 and want.max() < 127
+    out = np.full(want.shape, 77, np.int8)
+    qentry.qconv2d(xc, wc, bias, scale, out, 0, 0, -128, 127, 1, 1, 1, 1, 1, 1, 1, True)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_worst_case_products_stay_exact():
+    _check_worst_case()
+
+
+# In a subprocess compiled for a CPU without AVX-512 VNNI: the ``vpmaddwd`` kernels
+# (`qtile.MADD16`, AVX2 or AVX-512 without VNNI).
 _NO_VNNI = """
 import sys
 sys.path.insert(0, {tests!r})
 import numpy as np
 from rvm.kernels import qgemm
-assert not qgemm.VNNI
+assert not qgemm.VNNI and qgemm.MADD16
 import test_quantized as t
+t._check_worst_case()
 t._check_library_conv(t._ints((1, 6, 7, 9), "uint8"), t._ints((5, 6, 3, 3), "int8"), 1,
                       (1, 1, 1, 1), 1, "uint8")
 t._check_library_conv(t._ints((1, 3, 11, 11), "int8"), t._ints((4, 3, 3, 3), "int8"), 1,
@@ -422,10 +455,20 @@ print("ok")
 """
 
 
+_BASE_FEATURES = "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,"
+NO_VNNI_TARGETS = {
+    "skylake-avx512": _BASE_FEATURES
+    + "+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512cd,-avx512vnni",
+    "haswell": _BASE_FEATURES + "-avx512f,-avx512vnni",
+}
+
+
 @pytest.mark.slow  # a cold build of the integer library for another CPU: about a minute
-def test_without_vnni_the_plain_loop_gives_the_same_answers(tmp_path):
-    """Compiled for Skylake-X (AVX-512 without VNNI; `NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`),
-    the products take the plain loop: the same exact results."""
+@pytest.mark.parametrize("target", sorted(NO_VNNI_TARGETS))
+def test_without_vnni_the_pmaddwd_kernels_give_the_same_answers(tmp_path, target):
+    """Compiled for Skylake-X (AVX-512 without VNNI: 32 registers) or Haswell (AVX2: 16)
+    through `NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`, the products take the ``vpmaddwd``
+    kernels: the same exact results, the worst-case values too."""
     import os
     import subprocess
     import sys
@@ -433,13 +476,11 @@ def test_without_vnni_the_plain_loop_gives_the_same_answers(tmp_path):
 
     from llvmlite import binding as llvm
 
-    if "+avx512f" not in llvm.get_host_cpu_features().flatten().split(","):
-        pytest.skip("the host has no AVX-512")
-    env = dict(os.environ, NUMBA_CPU_NAME="skylake-avx512", NUMBA_CACHE_DIR=str(tmp_path))
-    env["NUMBA_CPU_FEATURES"] = (
-        "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,+avx512f,"
-        "+avx512bw,+avx512dq,+avx512vl,+avx512cd,-avx512vnni"
-    )
+    needs = "+avx512f" if target == "skylake-avx512" else "+avx2"
+    if needs not in llvm.get_host_cpu_features().flatten().split(","):
+        pytest.skip(f"the host has no {needs[1:]}")
+    env = dict(os.environ, NUMBA_CPU_NAME=target, NUMBA_CACHE_DIR=str(tmp_path))
+    env["NUMBA_CPU_FEATURES"] = NO_VNNI_TARGETS[target]
     script = _NO_VNNI.format(tests=str(Path(__file__).parent))
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=840)  # fmt: skip
@@ -451,10 +492,11 @@ def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     nr, mr = qgemm.NR, qgemm.MR
     axis, step, pieces = qgemm.split_plan(1000, 512, 6 * nr, 2)  # 13 x 13: 6 column tiles
     assert (axis, step, pieces) == (0, nr, 6)
-    axis, step, pieces = qgemm.split_plan(512, 2048, 2 * nr, 2)  # 7 x 7: 2 column tiles
-    assert axis == 1 and pieces == 8 and step == 512 // 8
-    axis, step, pieces = qgemm.split_plan(256, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
-    assert axis == 1 and pieces * step == 256 and step % mr == 0
+    # 64 tiles of rows (512 channels with VNNI's 8-row tiles) by 2 column tiles (7 x 7)
+    axis, step, pieces = qgemm.split_plan(64 * mr, 2048, 2 * nr, 2)
+    assert axis == 1 and pieces == 8 and step == 64 * mr // 8
+    axis, step, pieces = qgemm.split_plan(32 * mr, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
+    assert axis == 1 and pieces * step == 32 * mr and step % mr == 0
     assert qgemm.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
     assert qgemm.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
     assert qgemm.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
@@ -563,7 +605,9 @@ def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
         for bind in block.bindings
         if isinstance(bind.value, E.Call)
     ]
-    assert layouts == ["turned", "OHWI"]  # 7 x 7 by 64: turned; 16 channels: direct
+    # 7 x 7 by 64: turned where this CPU has the turned kernel (VNNI); 16 channels: direct
+    turned = "turned" if qturned.turned(64, 7, 7, 9, 1) else "OHWI"
+    assert layouts == [turned, "OHWI"]
     xv = _ints((1, 64, 7, 7), "uint8")
     want = rvm.interpret(mod, "main", xv)
     ex = rvm.compile(mod)

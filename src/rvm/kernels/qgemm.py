@@ -23,7 +23,9 @@ int8) on C-contiguous operands:
   columns of int32 sums in registers: for every 4 depths it broadcasts each row's 4 bytes
   and issues one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32)
   per vector.
-  Without VNNI (`VNNI` False) a plain loop computes the same sums;
+  Without VNNI, on AVX2 (`MADD16`), the same tiles (`MR` rows from the register count, of
+  `LANES` 8) multiply 16-bit values by ``vpmaddwd``, the weight's rows widened to int16 once
+  a product (`_operand_rows`); without either a plain loop computes the same sums;
 - the sums are made a block of columns at a time (`_blocks`) and requantized: the
   epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
   scales in float32, rounds half to even, adds the output zero point and clips. With VNNI
@@ -73,6 +75,7 @@ from rvm.kernels.qtile import (
     DOT_COLUMNS,
     EPILOGUE,
     LANES,
+    MADD16,
     MR,
     NR,
     VNNI,
@@ -115,6 +118,31 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
     return lambda x: value
 
 
+def _operand_rows(rows):  # type: ignore[no-untyped-def]
+    """The weight rows as the micro-kernels read them: int16 values for the ``vpmaddwd``
+    kernels (`MADD16`), else ``rows`` itself."""
+    return rows.astype(np.int16) if MADD16 else rows
+
+
+@nb.njit(**_OPTS)
+def _rows16(rows):  # type: ignore[no-untyped-def]
+    """`_operand_rows` for `MADD16`: the rows' values as int16 (a loop the compiler
+    vectorizes; per call, for every product)."""
+    n, depth = rows.shape
+    flat = np.ascontiguousarray(rows).reshape(-1)
+    out = np.empty(n * depth, np.int16)
+    for i in range(flat.size):
+        out[i] = flat[i]
+    return out.reshape(n, depth)
+
+
+@overload(_operand_rows, jit_options=_OPTS)
+def _operand_rows_impl(rows):  # type: ignore[no-untyped-def]
+    if MADD16:
+        return lambda rows: _rows16(rows)
+    return lambda rows: rows
+
+
 @nb.njit(**_OPTS)
 def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
@@ -154,6 +182,23 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
                     _micro(taps, offs, quads, at_a, lda, b0 + 4 * j, ldb, at_c, ldc, count, swap,
                            fused, r, j)  # fmt: skip
             j += NR + LANES if wide else NR
+        return j1
+    if MADD16:  # the rows int16 (`_operand_rows`), tiles of `NR` columns or a last `LANES`
+        a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
+        lda_bytes = lda * rows.itemsize
+        j = j0
+        while j < j1:
+            tail = j1 - j <= LANES
+            for r in range(0, n_rows, MR):
+                count = min(MR, n_rows - r)
+                at_a, at_c = a0 + r * lda_bytes, c0 + 4 * (r * ldc + j - j0)
+                if tail:
+                    _micro_tail(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc,
+                                count, swap, 0, r, j)  # fmt: skip
+                else:
+                    _micro(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc, count,
+                           swap, 0, r, j)  # fmt: skip
+            j += NR
         return j1
     for r in range(n_rows):
         for j in range(j0, j1):
@@ -239,6 +284,7 @@ def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
 
 # Dtype markers for `pointer_at` (never read).
 _U8, _I8 = np.zeros(0, np.uint8), np.zeros(0, np.int8)
+_ROWS = np.zeros(0, np.int16) if MADD16 else _I8  # the weight rows' type (`_operand_rows`)
 _I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.int64)
 # A job: its length; the weight rows (address, count, stride); the panel (bytes: address,
 # size; tap offsets: address, count; quads, ldb, columns, pitch, width); sums; bias and scale
@@ -322,7 +368,7 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column; its sums, requantized."""
     og, lda, cols = job[2], job[3], job[10]
     p_total, kind, step = job[23], job[24], job[25]
-    rows = nb.carray(pointer_at(job[1], _I8), (og, lda))
+    rows = nb.carray(pointer_at(job[1], _ROWS), (og, lda))
     flat = nb.carray(pointer_at(job[4], _U8), job[5])
     offsets = nb.carray(pointer_at(job[6], _I64), job[7])
     b = _panel(flat, offsets, job[8], job[9], cols, job[11], job[12])
@@ -415,12 +461,13 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
     int8 ones when ``signed``) requantized from ``rows`` times the panel ``b``: in pieces of
     columns on rvm's pool when large."""
     args = (zero, bias, scale, o0, y_zero, low, high)
-    if _split(rows, sums, b, *args, out, transposed, signed) > 1:
+    operand = _operand_rows(rows)
+    if _split(operand, sums, b, *args, out, transposed, signed) > 1:
         return
     if transposed:
-        _blocks(rows, sums, b, *args, out.T, 0, b[4], signed)
+        _blocks(operand, sums, b, *args, out.T, 0, b[4], signed)
     else:
-        _blocks(rows, sums, b, *args, out, 0, b[4], signed)
+        _blocks(operand, sums, b, *args, out, 0, b[4], signed)
 
 
 @nb.njit(inline="always", **_OPTS)

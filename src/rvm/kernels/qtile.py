@@ -5,7 +5,9 @@ int32 columns (`_micro_tail`, `_micro`, `_micro_wide`): `MR` rows of sums in reg
 row's 4 bytes broadcast and one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8
 into int32) per vector for every 4 depths, taps read in place at offsets. `_dot_columns` takes
 a product's few last columns past a vector as dot products of each column with each row
-(`_row_dot`). Without VNNI (`VNNI` False) `rvm.kernels.qgemm` runs a plain loop instead.
+(`_row_dot`). Without VNNI, on AVX2 (`MADD16`), the same micro-kernels multiply 16-bit
+values by ``vpmaddwd`` (`_madd16_code`: `LANES` 8, `MR` from the register count) and store
+their sums; without either `rvm.kernels.qgemm` runs a plain loop.
 """
 
 from __future__ import annotations
@@ -19,12 +21,33 @@ from numba.extending import intrinsic
 
 from rvm.kernels.sgemm import _target_features
 
-__all__ = ["DOT_COLUMNS", "EPILOGUE", "LANES", "MR", "NR", "VECTORS", "VNNI", "Requantizer"]
+__all__ = [
+    "DOT_COLUMNS",
+    "EPILOGUE",
+    "LANES",
+    "MADD16",
+    "MR",
+    "NR",
+    "REGISTERS",
+    "VECTORS",
+    "VNNI",
+    "Requantizer",
+]
 
-VNNI = "+avx512vnni" in set(_target_features().split(","))
-LANES = 16
+_FEATURES = set(_target_features().split(","))
+VNNI = "+avx512vnni" in _FEATURES
+MADD16 = not VNNI and "+avx2" in _FEATURES
+"""Without VNNI, on AVX2: the tiles' products by ``vpmaddwd`` on 16-bit values (`_madd16_code`)."""
+LANES = 16 if VNNI else 8  # int32 lanes of the kernels' vectors: zmm with VNNI, else ymm
 VECTORS = 2
-MR = 8  # rows x VECTORS accumulators: 16 of the 32 zmm registers
+REGISTERS = 32 if "+avx512f" in _FEATURES else 16
+# The vector registers `_madd16_code` keeps besides its sums: the panel's widened vectors, a
+# row's broadcast pair (measured on Zen 3: 6 rows of 2 vectors, LLVM spilling one sum and the
+# byte shuffles' 2 masks, ran squeezenet's int8 products faster than 5 rows without spills).
+MADD16_SPARE = 4
+# Rows x VECTORS accumulators: with VNNI 16 of the 32 zmm registers; with ``vpmaddwd`` all the
+# others.
+MR = 8 if VNNI else (REGISTERS - MADD16_SPARE) // VECTORS
 NR = LANES * VECTORS
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -58,7 +81,10 @@ def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
         sig = nt.void(*(nt.int64,) * 14)
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            _micro_code(builder, args, vectors)
+            if VNNI:
+                _micro_code(builder, args, vectors)
+            else:
+                _madd16_code(builder, args, vectors)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -141,6 +167,100 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
         for flag, branch in ((True, swapped), (False, plain)):
             with branch:
                 for first, last in halves:
+                    with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
+                        tile(flag, first, last)
+
+
+def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
+    """The body of `_make_micro`'s kernel of ``vectors`` vectors without VNNI, on AVX2
+    (`MADD16`): A's rows are int16, ``lda`` bytes apart (the weight's bytes widened once a
+    product: `rvm.kernels.qgemm._operand_rows`); B's quads are bytes as for VNNI. For every
+    4 depths each vector of B (`LANES` columns x 4 bytes) is widened to 16-bit values twice,
+    once per pair of depths (column ``c``'s 2 bytes in its int32 lane: one in-lane byte
+    shuffle with zeros, or sign-extended), and each row's pair of int16 values is broadcast
+    and multiplied into every vector by one ``vpmaddwd`` (two multiply-adds an int32 lane,
+    the pair sum exact: at most 2 x 255 x 128 in magnitude; ``vpmaddubsw``'s int16 pair sums
+    would saturate). Rows in passes of as many as the registers keep sums of (all `MR` for 1
+    or 2 vectors). ``epi`` must be 0: the sums are stored (`rvm.kernels.qgemm._epilogue`
+    makes no record without VNNI)."""
+    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, _epi, _row, _col = args
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    vec, words = ir.VectorType(i32, LANES), ir.VectorType(i16, 2 * LANES)
+    raw, half = ir.VectorType(i8, 4 * LANES), ir.VectorType(i8, 2 * LANES)
+    madd = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [words, words]), "llvm.x86.avx2.pmadd.wd"
+    )
+    a_bytes, b_bytes = (
+        builder.inttoptr(a, i8.as_pointer()),
+        builder.inttoptr(b, i8.as_pointer()),
+    )
+    offs = builder.inttoptr(offsets, i64.as_pointer())
+    cp = builder.inttoptr(c, i32.as_pointer())
+    zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
+    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+    zero_bytes = ir.Constant(raw, None)
+    a_rows = [
+        builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
+        for i in range(MR)
+    ]
+
+    def widened(v, pair, signed):  # type: ignore[no-untyped-def]
+        """Depths ``2 * pair`` and ``2 * pair + 1`` of the `LANES` columns of ``v`` (their 4
+        bytes each) as int16 values, column ``c``'s in words ``2 c`` and ``2 c + 1``."""
+        picks = [4 * (k // 2) + 2 * pair + k % 2 for k in range(2 * LANES)]
+        if signed:
+            low = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, 2 * LANES), picks))
+            return builder.sext(builder.bitcast(low, half), words)
+        # Zero-extended: each byte beside a zero byte (one byte shuffle, within 128-bit lanes).
+        mask = ir.Constant(
+            ir.VectorType(i32, 4 * LANES), [i for k in picks for i in (k, 4 * LANES)]
+        )
+        return builder.bitcast(builder.shuffle_vector(v, zero_bytes, mask), words)
+
+    def step(signed, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
+        """Quad ``s`` of tap ``tap``: two ``vpmaddwd`` per accumulator."""
+        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
+        loaded = []
+        for j in range(vectors):
+            at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
+            loaded.append(builder.load(builder.bitcast(at, raw.as_pointer()), align=1))
+        depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(8))  # bytes of A
+        for pair in range(2):
+            bs = [widened(v, pair, signed) for v in loaded]
+            for i, a_row in enumerate(a_rows):
+                at = builder.gep(a_bytes, [builder.add(a_row, builder.add(depth, i64(4 * pair)))])
+                word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
+                av = builder.shuffle_vector(
+                    builder.insert_element(undef, word, i32(0)), undef, splat
+                )
+                av = builder.bitcast(av, words)
+                for j in range(vectors):
+                    product = builder.call(madd, [av, bs[j]])
+                    builder.store(builder.add(builder.load(acc[i][j]), product), acc[i][j])
+
+    def tile(signed, first, last):  # type: ignore[no-untyped-def]
+        """Rows ``first`` to ``last`` (exclusive) of the tile."""
+        acc = [
+            [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
+            for _ in range(first, last)
+        ]
+        with cgutils.for_range(builder, taps) as outer:
+            with cgutils.for_range(builder, quads) as inner:
+                step(signed, acc, outer.index, inner.index, a_rows[first:last])
+        for i in range(first, last):
+            with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
+                for j in range(vectors):
+                    at = builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))
+                    at = builder.bitcast(builder.gep(cp, [at]), vec.as_pointer())
+                    builder.store(builder.load(acc[i - first][j]), at, align=4)
+
+    per_pass = max(1, min(MR, (REGISTERS - MADD16_SPARE) // vectors))
+    passes = [(r, min(MR, r + per_pass)) for r in range(0, MR, per_pass)]
+    # ``swap`` 1: B holds the uint8 bytes (zero-extended); 0: the int8 ones (sign-extended).
+    with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (unsigned, signed):
+        for flag, branch in ((False, unsigned), (True, signed)):
+            with branch:
+                for first, last in passes:
                     with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
                         tile(flag, first, last)
 
