@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from jit_helpers import host_has
 
 from rvm.kernels import conv, cpu, sgemm
 
@@ -133,21 +134,15 @@ print("ok")
 """
 
 
-def _host_has(feature: str) -> bool:
-    from llvmlite import binding as llvm
-
-    return f"+{feature}" in llvm.get_host_cpu_features().flatten().split(",")
-
-
 @pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_avx2_path_gives_the_same_answers(tmp_path, every: bool) -> None:
     """The convolutions, pools and GEMM compiled for Haswell (AVX2, 8 lanes) on an AVX-512
     machine: the same answers as the references. Skipped where the host cannot run AVX2 code,
     and where AVX2 is the widest it runs: there every test runs the AVX2 path natively (and
     `test_avx512_path_compiles` takes the other target)."""
-    if not _host_has("avx2"):
+    if not host_has("avx2"):
         pytest.skip("the host has no AVX2")
-    if not _host_has("avx512f"):
+    if not host_has("avx512f"):
         pytest.skip("the host runs the AVX2 path natively: every test covers it")
     tests = str(Path(__file__).parent)
     env = dict(os.environ, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL)
@@ -186,7 +181,7 @@ def test_avx512_path_compiles(tmp_path) -> None:
     VNNI and BF16; `NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES` in a subprocess) take its tiles (16
     lanes, the VNNI and BF16 paths) and their GEMMs compile to zmm code: compiled only, as
     this CPU cannot run it. On an AVX-512 host every test runs that path natively."""
-    if _host_has("avx512f"):
+    if host_has("avx512f"):
         pytest.skip("the host runs the AVX-512 path natively: every test covers it")
     env = dict(os.environ, NUMBA_CPU_NAME="znver4", NUMBA_CPU_FEATURES=AVX512)
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from jit_helpers import check, prim, var
+from jit_helpers import check, host_has, prim, var
 
 from rvm import op
 from rvm.ir.infer import infer_type
@@ -431,9 +431,7 @@ def test_without_vnni_the_plain_loop_gives_the_same_answers(tmp_path):
     import sys
     from pathlib import Path
 
-    from llvmlite import binding as llvm
-
-    if "+avx512f" not in llvm.get_host_cpu_features().flatten().split(","):
+    if not host_has("avx512f"):
         pytest.skip("the host has no AVX-512")
     env = dict(os.environ, NUMBA_CPU_NAME="skylake-avx512", NUMBA_CACHE_DIR=str(tmp_path))
     env["NUMBA_CPU_FEATURES"] = (
