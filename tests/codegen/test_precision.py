@@ -11,7 +11,8 @@ import pytest
 import rvm
 from rvm import op
 from rvm.ir import Builder, Call, Tuple, Var, const, tensor
-from rvm.op.bf16 import default_pair_panel
+from rvm.kernels.reference.bf16 import pair_width
+from rvm.op.bf16 import turned_panel
 from rvm.runtime.executable import EXEC_MODES
 from rvm.transform.pipeline import default_passes, run_pipeline
 from rvm.transform.to_bf16 import to_bf16
@@ -84,6 +85,12 @@ def _is(binding, name: str) -> bool:
     return getattr(getattr(binding.value, "callee", None), "name", None) == name
 
 
+def _panel(og: int, out: tuple[int, int], iw: int, pl: int, kw: int, sw: int = 1) -> int:
+    """The panel this CPU's rule (`rvm.op.bf16.turned_panel`) gives a one-group convolution
+    of ``og`` channels to an ``out`` map from an ``iw``-wide image (0: direct)."""
+    return turned_panel(og, *out, pair_width(iw, out[1], pl, kw, 1, sw), 1)
+
+
 def test_a_conv_epilogue_joins_only_its_sole_use() -> None:
     """A bias add and relu join a bf16 convolution only where they alone read it and the bias
     is one constant per channel: a conv read twice, or a bias along another axis, stays."""
@@ -135,7 +142,9 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert len(first.args) == 3 and first.args[2].data.shape == (12,)
     assert first.attrs["activation"] == "relu" == second.attrs["activation"]
     assert len(second.args) == 4 and second.args[3] is not None  # bias, residual
-    assert first.attrs["panel"] == second.attrs["panel"] == default_pair_panel()  # 5 x 9 maps
+    # 5 x 9 maps of 12 channels: turned around at AVX-512's 16 lanes, direct at AVX2's 8
+    assert first.attrs["panel"] == _panel(12, (5, 9), 17, 1, 3, 2)
+    assert second.attrs["panel"] == _panel(12, (5, 9), 9, 1, 3)
     assert (first.attrs["pairing"], second.attrs["pairing"]) == ("columns", "channels")
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
@@ -226,11 +235,17 @@ def test_activations_stay_bf16_between_convolutions() -> None:
     first, second, strided, last = (b.value for b in convs)
     assert first.attrs["prologue"] == "affine_relu" and first.args[-1].data.shape == (2, 40)
     assert first.attrs["plane"] == (1, 0, 20, 17) and convs[0].var.type.dtype == "int32"
-    assert second.attrs["source"] == (48, 16, 16) and second.attrs["panel"] == 0  # direct
+    # The panels by this CPU's rule: at AVX-512's 16 lanes ``second`` direct, ``strided``
+    # and ``last`` turned (planes written both ways); at AVX2's 8 the writers direct and
+    # the readers turned
+    assert first.attrs["panel"] == _panel(48, (16, 16), 16, 0, 1)
+    assert second.attrs["source"] == (48, 16, 16)
+    assert second.attrs["panel"] == _panel(24, (17, 15), 16, 0, 3)
     # 8 wide, its right padding the next row's left (`pair_width`); ``first``'s (pl 0) not
     assert strided.attrs["plane"] == (1, 1, 11, 9) and strided.attrs["source"] == ()
-    assert first.attrs["panel"] == 0 and strided.attrs["panel"] > 0  # both ways of writing
-    assert last.attrs["source"] == (41, 8, 8) and last.attrs["panel"] > 0  # odd channels
+    assert strided.attrs["panel"] == _panel(41, (8, 8), 16, 1, 3, 2)
+    assert last.attrs["source"] == (41, 8, 8)  # odd channels
+    assert last.attrs["panel"] == _panel(32, (8, 8), 8, 1, 3)
     assert second.attrs["plane"] == last.attrs["plane"] == ()  # outputs stay float32
 
 
