@@ -98,6 +98,12 @@ def _is(binding, name: str) -> bool:
     return getattr(getattr(binding.value, "callee", None), "name", None) == name
 
 
+def _panel(og: int, out: tuple[int, int], iw: int, pl: int, kw: int, sw: int = 1) -> int:
+    """The panel this CPU's rule (`rvm.op.bf16.turned_panel`) gives a one-group convolution
+    of ``og`` channels to an ``out`` map from an ``iw``-wide image (0: direct)."""
+    return turned_panel(og, *out, pair_width(iw, out[1], pl, kw, 1, sw), 1)
+
+
 def test_a_conv_epilogue_joins_only_its_sole_use() -> None:
     """A bias add and relu join a bf16 convolution only where they alone read it and the bias
     is one constant per channel: a conv read twice, or a bias along another axis, stays."""
@@ -208,9 +214,9 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert len(first.args) == 3 and first.args[2].data.shape == (12,)
     assert first.attrs["activation"] == "relu" == second.attrs["activation"]
     assert len(second.args) == 4 and second.args[3] is not None  # bias, residual
-    # 5 x 9 maps: turned around where this CPU's tiles gain by it (AVX-512's, not AVX2's)
-    assert first.attrs["panel"] == turned_panel(12, 5, 9, pair_width(17, 9, 1, 3, 1, 2), 1)
-    assert second.attrs["panel"] == turned_panel(12, 5, 9, pair_width(9, 9, 1, 3, 1, 1), 1)
+    # 5 x 9 maps of 12 channels: turned around at AVX-512's 16 lanes, direct at AVX2's 8
+    assert first.attrs["panel"] == _panel(12, (5, 9), 17, 1, 3, 2)
+    assert second.attrs["panel"] == _panel(12, (5, 9), 9, 1, 3)
     assert (first.attrs["pairing"], second.attrs["pairing"]) == ("columns", "channels")
     assert ops.count("conv2d") == 1 and ops.count("matmul") == 1  # depthwise, two inputs
     assert "dense" not in ops and "softmax" in ops
@@ -307,15 +313,17 @@ def test_activations_stay_bf16_between_convolutions() -> None:
     first, second, strided, last = (b.value for b in convs)
     assert first.attrs["prologue"] == "affine_relu" and first.args[-1].data.shape == (2, 40)
     assert first.attrs["plane"] == (1, 0, 20, 17) and convs[0].var.type.dtype == "int32"
+    # The panels by this CPU's rule: at AVX-512's 16 lanes ``second`` direct, ``strided``
+    # and ``last`` turned (planes written both ways); at AVX2's 8 the writers direct and
+    # the readers turned
+    assert first.attrs["panel"] == _panel(48, (16, 16), 16, 0, 1)
     assert second.attrs["source"] == (48, 16, 16)
-    # direct or turned around as this CPU's tiles gain (`turned_panel`)
-    assert second.attrs["panel"] == turned_panel(24, 17, 15, pair_width(16, 15, 0, 3, 1, 1), 1)
+    assert second.attrs["panel"] == _panel(24, (17, 15), 16, 0, 3)
     # 8 wide, its right padding the next row's left (`pair_width`); ``first``'s (pl 0) not
     assert strided.attrs["plane"] == (1, 1, 11, 9) and strided.attrs["source"] == ()
-    assert first.attrs["panel"] == turned_panel(48, 16, 16, pair_width(16, 16, 0, 1, 1, 1), 1)
-    assert strided.attrs["panel"] == turned_panel(41, 8, 8, pair_width(16, 8, 1, 3, 1, 2), 1)
+    assert strided.attrs["panel"] == _panel(41, (8, 8), 16, 1, 3, 2)
     assert last.attrs["source"] == (41, 8, 8)  # odd channels
-    assert last.attrs["panel"] == turned_panel(32, 8, 8, pair_width(8, 8, 1, 3, 1, 1), 1)
+    assert last.attrs["panel"] == _panel(32, (8, 8), 8, 1, 3)
     assert second.attrs["plane"] == last.attrs["plane"] == ()  # outputs stay float32
 
 

@@ -15,6 +15,14 @@ from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.op import numpy_ref
 
 
+def host_has(feature: str) -> bool:
+    """Whether this host's CPU has ``feature`` (LLVM's name: ``avx2``, ``avx512f``...): can
+    run code compiled for a target with it."""
+    from llvmlite import binding as llvm
+
+    return f"+{feature}" in llvm.get_host_cpu_features().flatten().split(",")
+
+
 def var(name: str, shape: Sequence[object], dtype: str = "float32") -> Var:
     """A typed parameter."""
     return Var(name, TensorType(tuple(shape), dtype))

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from jit_helpers import host_has
 
 from rvm.kernels import conv, cpu, sgemm
 
@@ -135,17 +136,57 @@ print("ok")
 
 @pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_avx2_path_gives_the_same_answers(tmp_path, every: bool) -> None:
-    """The convolutions, pools and GEMM compiled for Haswell (AVX2, 8 lanes) on this machine:
-    the same answers as the references. Skipped where the host cannot run AVX2 code."""
-    from llvmlite import binding as llvm
-
-    if "+avx2" not in llvm.get_host_cpu_features().flatten().split(","):
+    """The convolutions, pools and GEMM compiled for Haswell (AVX2, 8 lanes) on an AVX-512
+    machine: the same answers as the references. Skipped where the host cannot run AVX2 code,
+    and where AVX2 is the widest it runs: there every test runs the AVX2 path natively (and
+    `test_avx512_path_compiles` takes the other target)."""
+    if not host_has("avx2"):
         pytest.skip("the host has no AVX2")
+    if not host_has("avx512f"):
+        pytest.skip("the host runs the AVX2 path natively: every test covers it")
     tests = str(Path(__file__).parent)
     env = dict(os.environ, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL)
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))
     run = subprocess.run(
         [sys.executable, "-c", _SCRIPT.format(tests=tests, every=every)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
+
+
+# Zen 4's target: AVX-512 with VNNI and BF16 (the wide tiles, ``vpdpbusd``, ``vdpbf16ps``).
+AVX512 = HASWELL + ",+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512cd,+avx512vnni,+avx512bf16"
+
+_COMPILE_512 = """
+from numba import types as nt
+from rvm.kernels import bf16gemm, cpu, gemv, qtile, sgemm
+assert cpu.cpu().vector_bits == 512 and sgemm.LANES == gemv.LANES == 16, cpu.cpu()
+assert qtile.VNNI and bf16gemm.DPBF16 and bf16gemm.LANES == 16
+# Compiled, never run (this host cannot): the float32 and bf16 GEMMs on zmm registers.
+f32 = (nt.int64,) * 9 + (nt.boolean,)
+bf16 = (nt.int64,) * 8 + (nt.boolean,)
+for kernel, sig, op in ((sgemm.sgemm, f32, "vfmadd"), (bf16gemm.gemm_bf16, bf16, "vdpbf16ps")):
+    kernel.compile(sig)
+    asm = kernel.inspect_asm(sig)
+    assert "zmm" in asm and op in asm, (kernel, op)
+print("ok")
+"""
+
+
+def test_avx512_path_compiles(tmp_path) -> None:
+    """Where the host runs no AVX-512 code, the kernels compiled for Zen 4's AVX-512 (with
+    VNNI and BF16; `NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES` in a subprocess) take its tiles (16
+    lanes, the VNNI and BF16 paths) and their GEMMs compile to zmm code: compiled only, as
+    this CPU cannot run it. On an AVX-512 host every test runs that path natively."""
+    if host_has("avx512f"):
+        pytest.skip("the host runs the AVX-512 path natively: every test covers it")
+    env = dict(os.environ, NUMBA_CPU_NAME="znver4", NUMBA_CPU_FEATURES=AVX512)
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_512],
         env=env,
         capture_output=True,
         text=True,

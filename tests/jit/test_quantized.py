@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from jit_helpers import check, prim, var
+from jit_helpers import check, host_has, prim, var
 
 from rvm import op
 from rvm.ir.infer import infer_type
@@ -474,11 +474,9 @@ def test_without_vnni_the_pmaddwd_kernels_give_the_same_answers(tmp_path, target
     import sys
     from pathlib import Path
 
-    from llvmlite import binding as llvm
-
-    needs = "+avx512f" if target == "skylake-avx512" else "+avx2"
-    if needs not in llvm.get_host_cpu_features().flatten().split(","):
-        pytest.skip(f"the host has no {needs[1:]}")
+    needs = "avx512f" if target == "skylake-avx512" else "avx2"
+    if not host_has(needs):
+        pytest.skip(f"the host has no {needs}")
     env = dict(os.environ, NUMBA_CPU_NAME=target, NUMBA_CACHE_DIR=str(tmp_path))
     env["NUMBA_CPU_FEATURES"] = NO_VNNI_TARGETS[target]
     script = _NO_VNNI.format(tests=str(Path(__file__).parent))
@@ -575,9 +573,9 @@ def test_turned_qconv2d_equals_reference(blas_threads, xs, ws, strides, pads, di
 
 
 def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
-    """`rvm.compile` (jit kernels) gives a qconv2d of a small map a turned weight (the rule:
-    `rvm.kernels.qturned.turned`) and keeps the direct method for 16 channels; every exec
-    mode equals the reference interpreter, saved and loaded too."""
+    """`rvm.compile` (jit kernels) gives a qconv2d of a small map a turned weight where this
+    CPU's rule says so (`rvm.kernels.qturned.turned`: with VNNI) and keeps the direct method
+    for 16 channels; every exec mode equals the reference interpreter, saved and loaded too."""
     import rvm
     from rvm.ir import Builder, TensorType, Var
     from rvm.ir import expr as E

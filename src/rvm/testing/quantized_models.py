@@ -16,9 +16,23 @@ import numpy as np
 from rvm.testing.onnx_models import graph_inputs, random_inputs
 
 
-def quantize_with_ort(model: Any, calibration: int = 8, seed: int = 100) -> Any:
+def ort_saturates() -> bool:
+    """Whether ONNX Runtime's uint8 x int8 products saturate on this host: without VNNI
+    (AVX-512's or AVX's) its AVX2 kernels sum each pair of products into 16 bits
+    (``vpmaddubsw``), so full 8-bit weights are not an exact oracle there; 7-bit ones
+    (``reduce_range``) are."""
+    from llvmlite import binding as llvm
+
+    features = set(llvm.get_host_cpu_features().flatten().split(","))
+    return not features & {"+avx512vnni", "+avxvnni"}
+
+
+def quantize_with_ort(
+    model: Any, calibration: int = 8, seed: int = 100, reduce_range: bool = False
+) -> Any:
     """``model`` (an ONNX ModelProto) quantized by ``onnxruntime.quantization.quantize_static``
-    in QDQ format on ``calibration`` random inputs (seeds ``seed``, ``seed + 1``...)."""
+    in QDQ format on ``calibration`` random inputs (seeds ``seed``, ``seed + 1``...), its
+    weights in 7 bits with ``reduce_range`` (see `ort_saturates`)."""
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -59,6 +73,7 @@ def quantize_with_ort(model: Any, calibration: int = 8, seed: int = 100) -> Any:
             per_channel=True,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,
         )
         return _constant_initializers(onnx.load(dst))
 
