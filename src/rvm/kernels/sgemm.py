@@ -19,9 +19,13 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   micro-kernel loads up to three vectors of B's row, broadcasts the band's ``MR`` values of A
   and adds their products into ``MR x 3`` accumulator registers (24 of the 32 AVX-512
   registers); it stores the tile once per block;
-- neither operand is packed (BLIS packs both): A's rows and B's rows are read where they are,
-  each a unit-stride stream. Packing A's band cost 4.5 times a plain copy of A, most of a
-  GEMM with few columns (a 7 x 7 image's 49), and B's rows are contiguous already;
+- A is not packed (BLIS packs both operands): its rows are read where they are, each a
+  unit-stride stream. Packing A's band cost 4.5 times a plain copy of A, most of a GEMM with
+  few columns (a 7 x 7 image's 49). B's rows are read in place where a tile's row of B is
+  several cache lines (AVX-512's three); where it is one (AVX2's 16 floats), a plain GEMM
+  copies each block of B into panels of `NR` columns first and its tiles read them without
+  masks (`PACK_B`, `_packed_blocks`); without mask registers (AVX2), whole tiles store without
+  masks (`PLAIN_STORES`);
 - each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
   weight comes from memory (a model's weights outgrow L3), and its first tile waited for each
   band's rows. A 1x1 convolution on a cold weight (256 to 1024 channels on 14 x 14, 512 to
