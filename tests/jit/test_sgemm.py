@@ -85,6 +85,23 @@ def test_property_against_numpy(m: int, n: int, k: int, accumulate: bool, seed: 
     _run(m, n, k, accumulate, seed)
 
 
+@pytest.mark.parametrize("n", [sgemm.NR + 3, 2 * sgemm.NR])
+def test_columns_beside_the_window_stay_out(n: int) -> None:
+    """Bands of A across a packed B (`sgemm.PACK_B`, the AVX2 path) or B in place: B's columns
+    just past the window (infinities here) never reach C, a NaN inside it does."""
+    m, k = 3 * sgemm.MR + 1, sgemm.KC + 5
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n + 9)).astype(np.float32)
+    b[:, n:] = np.inf
+    b[3, 1] = np.nan
+    c = np.empty((m, n), np.float32)
+    sgemm.sgemm(a.ctypes.data, k, b.ctypes.data, n + 9, c.ctypes.data, n, m, n, k, False)
+    want = a.astype(np.float64) @ b[:, :n]
+    assert np.isnan(c[:, 1]).all()
+    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
 def test_applies_to_float32_only() -> None:
     assert sgemm.applies(np.zeros(1, np.float32))
     assert not sgemm.applies(np.zeros(1, np.float64))
