@@ -24,8 +24,9 @@ int8) on C-contiguous operands:
   and issues one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32)
   per vector.
   Without VNNI, on AVX2 (`MADD16`), the same tiles (`MR` rows from the register count, of
-  `LANES` 8) multiply 16-bit values by ``vpmaddwd``, the weight's rows widened to int16 once
-  a product (`_operand_rows`); without either a plain loop computes the same sums;
+  `LANES` 8) multiply 16-bit values by ``vpmaddwd``, the weight's rows int16: widened once
+  at compile time for a constant weight (`rvm.op.quantized.widen_weight`), else once a
+  product (`_operand_rows`); without either a plain loop computes the same sums;
 - the sums are made a block of columns at a time (`_blocks`) and requantized: the
   epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
   scales in float32, rounds half to even, adds the output zero point and clips. With VNNI
@@ -118,19 +119,24 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
     return lambda x: value
 
 
+# The weight rows' type as the micro-kernels read them (`_operand_rows`; a dtype marker).
+_ROWS = np.zeros(0, np.int16 if MADD16 else np.int8)
+
+
 def _operand_rows(rows):  # type: ignore[no-untyped-def]
     """The weight rows as the micro-kernels read them: int16 values for the ``vpmaddwd``
-    kernels (`MADD16`), else ``rows`` itself."""
-    return rows.astype(np.int16) if MADD16 else rows
+    kernels (`MADD16`), else int8: ``rows`` itself when of that type (an int16 weight is
+    widened once at compile time, `rvm.op.quantized.widen_weight`), else a copy."""
+    return rows.astype(_ROWS.dtype)
 
 
 @nb.njit(**_OPTS)
-def _rows16(rows):  # type: ignore[no-untyped-def]
-    """`_operand_rows` for `MADD16`: the rows' values as int16 (a loop the compiler
-    vectorizes; per call, for every product)."""
+def _convert_rows(rows, like):  # type: ignore[no-untyped-def]
+    """`_operand_rows` when ``rows`` are not of ``like``'s type: their values as that type
+    (a loop the compiler vectorizes; per call, for every product)."""
     n, depth = rows.shape
     flat = np.ascontiguousarray(rows).reshape(-1)
-    out = np.empty(n * depth, np.int16)
+    out = np.empty(n * depth, like.dtype)
     for i in range(flat.size):
         out[i] = flat[i]
     return out.reshape(n, depth)
@@ -138,9 +144,9 @@ def _rows16(rows):  # type: ignore[no-untyped-def]
 
 @overload(_operand_rows, jit_options=_OPTS)
 def _operand_rows_impl(rows):  # type: ignore[no-untyped-def]
-    if MADD16:
-        return lambda rows: _rows16(rows)
-    return lambda rows: rows
+    if rows.dtype == nb.from_dtype(_ROWS.dtype):
+        return lambda rows: rows
+    return lambda rows: _convert_rows(rows, _ROWS)
 
 
 @nb.njit(**_OPTS)
@@ -284,7 +290,6 @@ def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
 
 # Dtype markers for `pointer_at` (never read).
 _U8, _I8 = np.zeros(0, np.uint8), np.zeros(0, np.int8)
-_ROWS = np.zeros(0, np.int16) if MADD16 else _I8  # the weight rows' type (`_operand_rows`)
 _I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.int64)
 # A job: its length; the weight rows (address, count, stride); the panel (bytes: address,
 # size; tap offsets: address, count; quads, ldb, columns, pitch, width); sums; bias and scale
