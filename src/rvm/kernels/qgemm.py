@@ -74,11 +74,13 @@ from rvm.kernels.qcolumns import (
 )
 from rvm.kernels.qtile import (
     DOT_COLUMNS,
+    DOT_DEPTHS,
     EPILOGUE,
     LANES,
     MADD16,
     MR,
     NR,
+    TILE_DEPTHS,
     VNNI,
     _dot_columns,
     _micro,
@@ -150,6 +152,22 @@ def _operand_rows_impl(rows):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
+def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
+    """Columns ``[j0, j1)``'s few last ones past a multiple of `LANES` made by dots
+    (`_dot_columns`, into ``acc`` as `_gemm`) when those cost less than a tile of `LANES`
+    columns (a dot: a pass over the depth, `DOT_DEPTHS` an instruction, and a sum of the
+    lanes per row; a tile's column `TILE_DEPTHS` an instruction); the first column they took
+    (``j1`` if none)."""
+    lda = rows.shape[1]
+    spare = (j1 - j0) % LANES if swap else 0
+    if spare > DOT_COLUMNS or TILE_DEPTHS * spare * (lda // DOT_DEPTHS + 24) >= lda:
+        return j1
+    if spare:
+        _dot_columns(rows, b, acc, j0, j1 - spare, j1)
+    return j1 - spare
+
+
+@nb.njit(**_OPTS)
 def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
@@ -164,14 +182,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     if VNNI:
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         fused = epi.ctypes.data if epi.size else 0
-        # A few columns past the last vector by dots when those cost less than a tile of
-        # `LANES` columns (a dot: a pass over the depth and a sum of the lanes per row).
-        spare = (j1 - j0) % LANES if swap else 0
-        if spare > DOT_COLUMNS or 4 * spare * (lda // (4 * LANES) + 24) >= lda:
-            spare = 0
-        if spare:
-            _dot_columns(rows, b, acc, j0, j1 - spare, j1)
-            j1 -= spare
+        j1 = _dots(rows, b, acc, swap, j0, j1)
         j = j0
         while j < j1:
             tail, wide = j1 - j <= LANES, j1 - j == NR + LANES
@@ -190,6 +201,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
             j += NR + LANES if wide else NR
         return j1
     if MADD16:  # the rows int16 (`_operand_rows`), tiles of `NR` columns or a last `LANES`
+        j1 = _dots(rows, b, acc, swap, j0, j1)
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         lda_bytes = lda * rows.itemsize
         j = j0

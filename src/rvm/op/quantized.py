@@ -3,8 +3,9 @@
 ``qconv2d(x, w, bias, scale)`` and ``qdense(x, w, bias, scale)`` are what a quantized model's
 ``DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear`` chain computes, as one op: the
 products of ``x - x_zero`` (uint8 or int8) and ``w`` (int8 or uint8, zero point 0: symmetric
-weights, as ONNX Runtime's quantizer makes them; or int8 values as int16, `widen_weight`) summed in int32, plus the int32 ``bias``
-(in the accumulator's scale), then requantized per output channel::
+weights, as ONNX Runtime's quantizer makes them; or an int8 weight's values as int16,
+`widen_weight`) summed in int32, plus the int32 ``bias`` (in the accumulator's scale), then
+requantized per output channel::
 
     y = clip(round_half_even(float32(acc) * scale[o]) + y_zero, low, high)   # cast to dtype
 
