@@ -320,25 +320,54 @@ def test_widened_weights_equal_reference(m, k, n):
         np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
 
 
+def _bias_and_scale(channels):
+    """A quantized op's bias and scale constants for ``channels`` output channels."""
+    import rvm
+
+    bias = RNG.integers(-3000, 3000, channels).astype(np.int32)
+    return rvm.const(bias), rvm.const(RNG.uniform(2e-4, 2e-3, channels).astype(np.float32))
+
+
+def _packed_calls(mod):
+    """The quantized op calls of ``mod``'s main after `pack_conv_weights`."""
+    from rvm.ir import expr as E
+    from rvm.transform.infer_shapes import infer_shapes
+    from rvm.transform.pack_conv_weights import pack_conv_weights
+
+    return [
+        bind.value
+        for block in pack_conv_weights(infer_shapes(mod))["main"].body.blocks
+        for bind in block.bindings
+        if isinstance(bind.value, E.Call) and bind.value.callee in (op.ops.qconv2d, op.ops.qdense)
+    ]
+
+
+def _check_saved(mod, xv, tmp_path):
+    """``mod`` compiled (jit kernels), saved and loaded: every exec mode of both equals the
+    reference interpreter on ``xv``."""
+    import rvm
+
+    want = rvm.interpret(mod, "main", xv)
+    ex = rvm.compile(mod)
+    ex.save(tmp_path / "module.rvmx")
+    for loaded in (ex, rvm.load_executable(tmp_path / "module.rvmx")):
+        for mode in ("bytecode", "compiled", "native"):
+            got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](xv)
+            np.testing.assert_array_equal(got, want)
+
+
 def test_compile_widens_constant_weights_where_the_kernels_take_int16(tmp_path):
     """`rvm.compile` (jit kernels) gives the qconv2d and qdense of constant int8 weights int16
     ones where this CPU's kernels multiply 16-bit values (`qtile.MADD16`), int8 elsewhere;
     every exec mode equals the reference interpreter, saved and loaded too."""
     import rvm
     from rvm.ir import Builder, TensorType, Var
-    from rvm.ir import expr as E
     from rvm.kernels import qtile
-    from rvm.transform.infer_shapes import infer_shapes
-    from rvm.transform.pack_conv_weights import pack_conv_weights
 
     x = Var("x", TensorType((1, 6, 9, 9), "uint8"))
     w1, w2 = _ints((16, 6, 3, 3), "int8"), _ints((10, 16 * 7 * 7), "int8")
     quant = {"x_zero": 3, "y_zero": 5, "relu": True}
-    consts = [
-        (rvm.const(RNG.integers(-3000, 3000, o).astype(np.int32)),
-         rvm.const(RNG.uniform(2e-4, 2e-3, o).astype(np.float32)))
-        for o in (16, 10)
-    ]  # fmt: skip
+    consts = [_bias_and_scale(o) for o in (16, 10)]
     b = Builder()
     with b.function("main", [x]):
         h = b.emit(op.qconv2d(x, rvm.const(w1), *consts[0], **quant))
@@ -346,23 +375,11 @@ def test_compile_widens_constant_weights_where_the_kernels_take_int16(tmp_path):
         h = b.emit(op.qdense(h, rvm.const(w2), *consts[1], **quant))
         b.emit_output(h)
     mod = b.get()
-    weights = [
-        bind.value.args[1]
-        for block in pack_conv_weights(infer_shapes(mod))["main"].body.blocks
-        for bind in block.bindings
-        if isinstance(bind.value, E.Call) and bind.value.callee in (op.ops.qconv2d, op.ops.qdense)
-    ]
+    weights = [call.args[1] for call in _packed_calls(mod)]
     wide = "int16" if qtile.MADD16 else "int8"
     assert [str(w.data.dtype) for w in weights] == [wide, wide]
     assert all(np.array_equal(w.data, v) for w, v in zip(weights, (w1, w2), strict=True))
-    xv = _ints((1, 6, 9, 9), "uint8")
-    want = rvm.interpret(mod, "main", xv)
-    ex = rvm.compile(mod)
-    ex.save(tmp_path / "wide.rvmx")
-    for loaded in (ex, rvm.load_executable(tmp_path / "wide.rvmx")):
-        for mode in ("bytecode", "compiled", "native"):
-            got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](xv)
-            np.testing.assert_array_equal(got, want)
+    _check_saved(mod, _ints((1, 6, 9, 9), "uint8"), tmp_path)
 
 
 def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
@@ -650,18 +667,11 @@ def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
     for 16 channels; every exec mode equals the reference interpreter, saved and loaded too."""
     import rvm
     from rvm.ir import Builder, TensorType, Var
-    from rvm.ir import expr as E
-    from rvm.transform.infer_shapes import infer_shapes
-    from rvm.transform.pack_conv_weights import pack_conv_weights
 
     x = Var("x", TensorType((1, 64, 7, 7), "uint8"))
     w1, w2 = _ints((64, 3, 3, 64), "int8"), _ints((16, 1, 1, 64), "int8")
     quant = {"x_zero": 3, "y_zero": 5, "relu": True}
-    consts = [
-        (rvm.const(RNG.integers(-3000, 3000, o).astype(np.int32)),
-         rvm.const(RNG.uniform(2e-4, 2e-3, o).astype(np.float32)))
-        for o in (64, 16)
-    ]  # fmt: skip
+    consts = [_bias_and_scale(o) for o in (64, 16)]
     b = Builder()
     with b.function("main", [x]):
         h = b.emit(op.qconv2d(x, rvm.const(w1), *consts[0], padding=1, weight_layout="OHWI",
@@ -669,20 +679,8 @@ def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
         h = b.emit(op.qconv2d(h, rvm.const(w2), *consts[1], weight_layout="OHWI", **quant))
         b.emit_output(h)
     mod = b.get()
-    layouts = [
-        bind.value.attrs.get("weight_layout")
-        for block in pack_conv_weights(infer_shapes(mod))["main"].body.blocks
-        for bind in block.bindings
-        if isinstance(bind.value, E.Call)
-    ]
+    layouts = [call.attrs.get("weight_layout") for call in _packed_calls(mod)]
     # 7 x 7 by 64: turned where this CPU has the turned kernel (VNNI); 16 channels: direct
     turned = "turned" if qturned.turned(64, 7, 7, 9, 1) else "OHWI"
     assert layouts == [turned, "OHWI"]
-    xv = _ints((1, 64, 7, 7), "uint8")
-    want = rvm.interpret(mod, "main", xv)
-    ex = rvm.compile(mod)
-    ex.save(tmp_path / "turned.rvmx")
-    for loaded in (ex, rvm.load_executable(tmp_path / "turned.rvmx")):
-        for mode in ("bytecode", "compiled", "native"):
-            got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](xv)
-            np.testing.assert_array_equal(got, want)
+    _check_saved(mod, _ints((1, 64, 7, 7), "uint8"), tmp_path)
