@@ -298,6 +298,90 @@ def test_dense_rows_in_a_wide_tile_and_a_dot():
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 2048, 1000), (49, 300, 20), (3, 37, 5)])
+def test_widened_weights_equal_reference(m, k, n):
+    """int16 weights holding int8 values (`rvm.op.quantized.widen_weight`; read in place by the
+    ``vpmaddwd`` kernels, narrowed per call with VNNI): `qgemm.qdense` (a one-row product's
+    column by dots, 49 rows: tiles and a dot) and `qgemm.qconv2d` in both layouts (channels
+    not a multiple of 4: rows padded in the weight's type) equal the int8 weights' reference."""
+    x, w = _ints((m, k), "uint8"), _ints((n, k), "int8")
+    bias, scale = np.arange(n, dtype=np.int32), np.full(n, 2e-4, np.float32)
+    want = numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
+    out = np.full(want.shape, 77, np.uint8)
+    qentry.qdense(x, w.astype(np.int16), bias, scale, out, 128, 3, 0, 255)
+    np.testing.assert_array_equal(out, want)
+    x, w = _ints((1, 6, 7, 9), "uint8"), _ints((n, 6, 3, 3), "int8")
+    want = numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 0, 255, "uint8", (1, 1), (1, 1, 1, 1),
+                             (1, 1), 1)  # fmt: skip
+    for hwc, weight in ((False, w), (True, w.transpose(0, 2, 3, 1))):
+        out = np.full(want.shape, 77, np.uint8)
+        qentry.qconv2d(x, np.ascontiguousarray(weight, np.int16), bias, scale, out, 3, 5, 0, 255,
+                       1, 1, 1, 1, 1, 1, 1, hwc)  # fmt: skip
+        np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
+
+
+def _bias_and_scale(channels):
+    """A quantized op's bias and scale constants for ``channels`` output channels."""
+    import rvm
+
+    bias = RNG.integers(-3000, 3000, channels).astype(np.int32)
+    return rvm.const(bias), rvm.const(RNG.uniform(2e-4, 2e-3, channels).astype(np.float32))
+
+
+def _packed_calls(mod):
+    """The quantized op calls of ``mod``'s main after `pack_conv_weights`."""
+    from rvm.ir import expr as E
+    from rvm.transform.infer_shapes import infer_shapes
+    from rvm.transform.pack_conv_weights import pack_conv_weights
+
+    return [
+        bind.value
+        for block in pack_conv_weights(infer_shapes(mod))["main"].body.blocks
+        for bind in block.bindings
+        if isinstance(bind.value, E.Call) and bind.value.callee in (op.ops.qconv2d, op.ops.qdense)
+    ]
+
+
+def _check_saved(mod, xv, tmp_path):
+    """``mod`` compiled (jit kernels), saved and loaded: every exec mode of both equals the
+    reference interpreter on ``xv``."""
+    import rvm
+
+    want = rvm.interpret(mod, "main", xv)
+    ex = rvm.compile(mod)
+    ex.save(tmp_path / "module.rvmx")
+    for loaded in (ex, rvm.load_executable(tmp_path / "module.rvmx")):
+        for mode in ("bytecode", "compiled", "native"):
+            got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](xv)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_compile_widens_constant_weights_where_the_kernels_take_int16(tmp_path):
+    """`rvm.compile` (jit kernels) gives the qconv2d and qdense of constant int8 weights int16
+    ones where this CPU's kernels multiply 16-bit values (`qtile.MADD16`), int8 elsewhere;
+    every exec mode equals the reference interpreter, saved and loaded too."""
+    import rvm
+    from rvm.ir import Builder, TensorType, Var
+    from rvm.kernels import qtile
+
+    x = Var("x", TensorType((1, 6, 9, 9), "uint8"))
+    w1, w2 = _ints((16, 6, 3, 3), "int8"), _ints((10, 16 * 7 * 7), "int8")
+    quant = {"x_zero": 3, "y_zero": 5, "relu": True}
+    consts = [_bias_and_scale(o) for o in (16, 10)]
+    b = Builder()
+    with b.function("main", [x]):
+        h = b.emit(op.qconv2d(x, rvm.const(w1), *consts[0], **quant))
+        h = b.emit(op.reshape(h, (1, 16 * 7 * 7)))
+        h = b.emit(op.qdense(h, rvm.const(w2), *consts[1], **quant))
+        b.emit_output(h)
+    mod = b.get()
+    weights = [call.args[1] for call in _packed_calls(mod)]
+    wide = "int16" if qtile.MADD16 else "int8"
+    assert [str(w.data.dtype) for w in weights] == [wide, wide]
+    assert all(np.array_equal(w.data, v) for w, v in zip(weights, (w1, w2), strict=True))
+    _check_saved(mod, _ints((1, 6, 9, 9), "uint8"), tmp_path)
+
+
 def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
     """`qgemm.qconv2d` called as a kernel calls it, in both weight layouts, output prefilled
     so an element no piece wrote fails: equal to the NumPy reference."""
@@ -434,6 +518,11 @@ bias, scale = np.arange(9, dtype=np.int32), np.full(9, 1e-3, np.float32)
 want = t.numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
 out = np.empty_like(want)
 qgemm.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
+np.testing.assert_array_equal(out, want)
+x, w = t._ints((1, 300), "uint8"), t._ints((9, 300), "int8")  # one row: dots; int16 weights
+want = t.numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
+out = np.empty_like(want)
+qgemm.qdense(x, w.astype(np.int16), bias, scale, out, 128, 3, 0, 255)
 np.testing.assert_array_equal(out, want)
 out = np.empty((1, 7, 5, 5), np.uint8)  # strided: an im2col panel
 x, w = t._ints((1, 4, 10, 10), "uint8"), t._ints((7, 4, 3, 3), "int8")
@@ -578,18 +667,11 @@ def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
     for 16 channels; every exec mode equals the reference interpreter, saved and loaded too."""
     import rvm
     from rvm.ir import Builder, TensorType, Var
-    from rvm.ir import expr as E
-    from rvm.transform.infer_shapes import infer_shapes
-    from rvm.transform.pack_conv_weights import pack_conv_weights
 
     x = Var("x", TensorType((1, 64, 7, 7), "uint8"))
     w1, w2 = _ints((64, 3, 3, 64), "int8"), _ints((16, 1, 1, 64), "int8")
     quant = {"x_zero": 3, "y_zero": 5, "relu": True}
-    consts = [
-        (rvm.const(RNG.integers(-3000, 3000, o).astype(np.int32)),
-         rvm.const(RNG.uniform(2e-4, 2e-3, o).astype(np.float32)))
-        for o in (64, 16)
-    ]  # fmt: skip
+    consts = [_bias_and_scale(o) for o in (64, 16)]
     b = Builder()
     with b.function("main", [x]):
         h = b.emit(op.qconv2d(x, rvm.const(w1), *consts[0], padding=1, weight_layout="OHWI",
@@ -597,20 +679,8 @@ def test_compile_turns_the_convolutions_of_small_maps(tmp_path):
         h = b.emit(op.qconv2d(h, rvm.const(w2), *consts[1], weight_layout="OHWI", **quant))
         b.emit_output(h)
     mod = b.get()
-    layouts = [
-        bind.value.attrs.get("weight_layout")
-        for block in pack_conv_weights(infer_shapes(mod))["main"].body.blocks
-        for bind in block.bindings
-        if isinstance(bind.value, E.Call)
-    ]
+    layouts = [call.attrs.get("weight_layout") for call in _packed_calls(mod)]
     # 7 x 7 by 64: turned where this CPU has the turned kernel (VNNI); 16 channels: direct
     turned = "turned" if qturned.turned(64, 7, 7, 9, 1) else "OHWI"
     assert layouts == [turned, "OHWI"]
-    xv = _ints((1, 64, 7, 7), "uint8")
-    want = rvm.interpret(mod, "main", xv)
-    ex = rvm.compile(mod)
-    ex.save(tmp_path / "turned.rvmx")
-    for loaded in (ex, rvm.load_executable(tmp_path / "turned.rvmx")):
-        for mode in ("bytecode", "compiled", "native"):
-            got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](xv)
-            np.testing.assert_array_equal(got, want)
+    _check_saved(mod, _ints((1, 64, 7, 7), "uint8"), tmp_path)

@@ -23,7 +23,7 @@ from rvm.op import ops
 
 def _check_operands(kb: KernelBuilder, args: list[Tensor]) -> None:
     x, w, bias, scale = args
-    if w.dtype != "int8" or x.dtype not in ("uint8", "int8"):
+    if w.dtype not in ("int8", "int16") or x.dtype not in ("uint8", "int8"):
         raise Unsupported(f"{kb.op} of {x.dtype} by {w.dtype} weights")
     for t in (bias, scale):
         if t.ndim != 1 or (t.dims[0] == "1" and w.dims[0] != "1"):

@@ -1,6 +1,7 @@
 """The operands of `rvm.kernels.qgemm`'s integer products: weight rows and input panels.
 
-- weight rows (`weight_rows`, `hwc_weight_rows`, `conv_weight_rows`): int8, depths
+- weight rows (`weight_rows`, `hwc_weight_rows`, `conv_weight_rows`): the weight's dtype
+  (int8, or int16 for a weight widened at compile time, `rvm.op.quantized.widen_weight`), depths
   contiguous and padded with zeros to a multiple of 4, beside each row's int32 sum; a
   convolution's in the panel's depth order (tap-major, 4 channels a word), an OHWI weight in
   place when its channels are a multiple of 4;
@@ -76,7 +77,7 @@ def hwc_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
     sums = _row_sums(flat, o0, og, taps * cg)
     if width == cg:
         return flat[o0 * taps * cg : (o0 + og) * taps * cg].reshape(og, taps * cg), sums
-    rows = np.zeros((og, taps * width), np.int8)
+    rows = np.zeros((og, taps * width), w.dtype)
     for o in range(og):
         for tap in range(taps):
             src = ((o0 + o) * taps + tap) * cg
@@ -95,7 +96,7 @@ def conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
     sums = _row_sums(flat, o0, og, cg * taps)
     if taps * width == cg:  # a 1 x 1 kernel, channels a multiple of 4: the weight itself
         return flat[o0 * cg : (o0 + og) * cg].reshape(og, cg), sums
-    rows = np.zeros((og, taps * width), np.int8)
+    rows = np.zeros((og, taps * width), w.dtype)
     rf = rows.reshape(-1)
     for o in range(og):
         src, dst = U((o0 + o) * cg * taps), U(o * taps * width)

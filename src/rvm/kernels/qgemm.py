@@ -24,8 +24,9 @@ int8) on C-contiguous operands:
   and issues one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32)
   per vector.
   Without VNNI, on AVX2 (`MADD16`), the same tiles (`MR` rows from the register count, of
-  `LANES` 8) multiply 16-bit values by ``vpmaddwd``, the weight's rows widened to int16 once
-  a product (`_operand_rows`); without either a plain loop computes the same sums;
+  `LANES` 8) multiply 16-bit values by ``vpmaddwd``, the weight's rows int16: widened once
+  at compile time for a constant weight (`rvm.op.quantized.widen_weight`), else once a
+  product (`_operand_rows`); without either a plain loop computes the same sums;
 - the sums are made a block of columns at a time (`_blocks`) and requantized: the
   epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
   scales in float32, rounds half to even, adds the output zero point and clips. With VNNI
@@ -73,11 +74,13 @@ from rvm.kernels.qcolumns import (
 )
 from rvm.kernels.qtile import (
     DOT_COLUMNS,
+    DOT_DEPTHS,
     EPILOGUE,
     LANES,
     MADD16,
     MR,
     NR,
+    TILE_DEPTHS,
     VNNI,
     _dot_columns,
     _micro,
@@ -118,19 +121,24 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
     return lambda x: value
 
 
+# The weight rows' type as the micro-kernels read them (`_operand_rows`; a dtype marker).
+_ROWS = np.zeros(0, np.int16 if MADD16 else np.int8)
+
+
 def _operand_rows(rows):  # type: ignore[no-untyped-def]
     """The weight rows as the micro-kernels read them: int16 values for the ``vpmaddwd``
-    kernels (`MADD16`), else ``rows`` itself."""
-    return rows.astype(np.int16) if MADD16 else rows
+    kernels (`MADD16`), else int8: ``rows`` itself when of that type (an int16 weight is
+    widened once at compile time, `rvm.op.quantized.widen_weight`), else a copy."""
+    return rows.astype(_ROWS.dtype)
 
 
 @nb.njit(**_OPTS)
-def _rows16(rows):  # type: ignore[no-untyped-def]
-    """`_operand_rows` for `MADD16`: the rows' values as int16 (a loop the compiler
-    vectorizes; per call, for every product)."""
+def _convert_rows(rows, like):  # type: ignore[no-untyped-def]
+    """`_operand_rows` when ``rows`` are not of ``like``'s type: their values as that type
+    (a loop the compiler vectorizes; per call, for every product)."""
     n, depth = rows.shape
     flat = np.ascontiguousarray(rows).reshape(-1)
-    out = np.empty(n * depth, np.int16)
+    out = np.empty(n * depth, like.dtype)
     for i in range(flat.size):
         out[i] = flat[i]
     return out.reshape(n, depth)
@@ -138,9 +146,25 @@ def _rows16(rows):  # type: ignore[no-untyped-def]
 
 @overload(_operand_rows, jit_options=_OPTS)
 def _operand_rows_impl(rows):  # type: ignore[no-untyped-def]
-    if MADD16:
-        return lambda rows: _rows16(rows)
-    return lambda rows: rows
+    if rows.dtype == nb.from_dtype(_ROWS.dtype):
+        return lambda rows: rows
+    return lambda rows: _convert_rows(rows, _ROWS)
+
+
+@nb.njit(**_OPTS)
+def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
+    """Columns ``[j0, j1)``'s few last ones past a multiple of `LANES` made by dots
+    (`_dot_columns`, into ``acc`` as `_gemm`) when those cost less than a tile of `LANES`
+    columns (a dot: a pass over the depth, `DOT_DEPTHS` an instruction, and a sum of the
+    lanes per row; a tile's column `TILE_DEPTHS` an instruction); the first column they took
+    (``j1`` if none)."""
+    lda = rows.shape[1]
+    spare = (j1 - j0) % LANES if swap else 0
+    if spare > DOT_COLUMNS or TILE_DEPTHS * spare * (lda // DOT_DEPTHS + 24) >= lda:
+        return j1
+    if spare:
+        _dot_columns(rows, b, acc, j0, j1 - spare, j1)
+    return j1 - spare
 
 
 @nb.njit(**_OPTS)
@@ -158,14 +182,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     if VNNI:
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         fused = epi.ctypes.data if epi.size else 0
-        # A few columns past the last vector by dots when those cost less than a tile of
-        # `LANES` columns (a dot: a pass over the depth and a sum of the lanes per row).
-        spare = (j1 - j0) % LANES if swap else 0
-        if spare > DOT_COLUMNS or 4 * spare * (lda // (4 * LANES) + 24) >= lda:
-            spare = 0
-        if spare:
-            _dot_columns(rows, b, acc, j0, j1 - spare, j1)
-            j1 -= spare
+        j1 = _dots(rows, b, acc, swap, j0, j1)
         j = j0
         while j < j1:
             tail, wide = j1 - j <= LANES, j1 - j == NR + LANES
@@ -184,6 +201,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
             j += NR + LANES if wide else NR
         return j1
     if MADD16:  # the rows int16 (`_operand_rows`), tiles of `NR` columns or a last `LANES`
+        j1 = _dots(rows, b, acc, swap, j0, j1)
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         lda_bytes = lda * rows.itemsize
         j = j0
@@ -284,7 +302,6 @@ def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
 
 # Dtype markers for `pointer_at` (never read).
 _U8, _I8 = np.zeros(0, np.uint8), np.zeros(0, np.int8)
-_ROWS = np.zeros(0, np.int16) if MADD16 else _I8  # the weight rows' type (`_operand_rows`)
 _I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.int64)
 # A job: its length; the weight rows (address, count, stride); the panel (bytes: address,
 # size; tap offsets: address, count; quads, ldb, columns, pitch, width); sums; bias and scale

@@ -19,16 +19,19 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels.planes import U
 from rvm.kernels.sgemm import _target_features
 
 __all__ = [
     "DOT_COLUMNS",
+    "DOT_DEPTHS",
     "EPILOGUE",
     "LANES",
     "MADD16",
     "MR",
     "NR",
     "REGISTERS",
+    "TILE_DEPTHS",
     "VECTORS",
     "VNNI",
     "Requantizer",
@@ -484,19 +487,26 @@ def _row_dot(typingctx, a, b, chunks):  # type: ignore[no-untyped-def]
 
 
 DOT_COLUMNS = 4  # a product's last columns past a multiple of `LANES`, at most, taken by dots
+# The depths one instruction of a dot (`_row_dot`'s ``vpdpbusd``; without VNNI ``vpmaddwd`` on
+# int16) and of a tile (each column's: ``vpdpbusd`` 4, ``vpmaddwd`` 2) multiply, for the rule
+# that takes a product's last columns by dots when those cost less (`rvm.kernels.qgemm`).
+DOT_DEPTHS = 4 * LANES if VNNI else 2 * LANES
+TILE_DEPTHS = 4 if VNNI else 2
+_COLUMN = np.zeros(0, np.uint8 if VNNI else np.int16)  # a gathered column's type (a marker)
 
 
 @nb.njit(**_OPTS)
 def _dot_columns(rows, b, acc, j0, c0, c1):  # type: ignore[no-untyped-def]
     """``acc[r, c - j0]`` for the columns ``c0 <= c < c1`` of the panel ``b``, one column at a
     time: its bytes gathered in depth order, then a dot product with each row (`_row_dot`,
-    64 depths an instruction, the rest a plain loop). A few columns past the last vector of
-    a product cost a dot each rather than a tile of `LANES` (7 x 7's 49 positions: 48 in
-    tiles and 1 by dots, not 64 in tiles)."""
+    64 depths an instruction, the rest a plain loop; without VNNI the column int16 and a
+    loop the compiler vectorizes, ``vpmaddwd`` on the rows' int16). A few columns past the
+    last vector of a product cost a dot each rather than a tile of `LANES` (7 x 7's 49
+    positions: 48 in tiles and 1 by dots, not 64 in tiles)."""
     flat, offsets, quads, ldb = b[0], b[1], b[2], b[3]
     n_rows, depth = rows.shape
-    chunks = depth // (4 * LANES)
-    col = np.empty(depth, np.uint8)
+    chunks = depth // (4 * LANES) if VNNI else 0
+    col = np.empty(depth, _COLUMN.dtype)
     for c in range(c0, c1):
         for tap in range(offsets.size):
             for q in range(quads):
@@ -504,7 +514,10 @@ def _dot_columns(rows, b, acc, j0, c0, c1):  # type: ignore[no-untyped-def]
                 for t in range(4):
                     col[d + t] = flat[at + t]
         for r in range(n_rows):
-            total = _row_dot(rows.ctypes.data + r * depth, col.ctypes.data, chunks)
-            for d in range(chunks * 4 * LANES, depth):
-                total += np.int32(rows[r, d]) * np.int32(col[d])
+            total = np.int32(0)
+            if VNNI:
+                total = _row_dot(rows.ctypes.data + r * depth, col.ctypes.data, chunks)
+            row = rows[r]
+            for d in range(U(chunks * 4 * LANES), U(depth)):
+                total += np.int32(row[d]) * np.int32(col[d])
             acc[r, c - j0] = total

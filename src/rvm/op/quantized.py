@@ -3,8 +3,9 @@
 ``qconv2d(x, w, bias, scale)`` and ``qdense(x, w, bias, scale)`` are what a quantized model's
 ``DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear`` chain computes, as one op: the
 products of ``x - x_zero`` (uint8 or int8) and ``w`` (int8 or uint8, zero point 0: symmetric
-weights, as ONNX Runtime's quantizer makes them) summed in int32, plus the int32 ``bias``
-(in the accumulator's scale), then requantized per output channel::
+weights, as ONNX Runtime's quantizer makes them; or an int8 weight's values as int16,
+`widen_weight`) summed in int32, plus the int32 ``bias`` (in the accumulator's scale), then
+requantized per output channel::
 
     y = clip(round_half_even(float32(acc) * scale[o]) + y_zero, low, high)   # cast to dtype
 
@@ -27,7 +28,7 @@ from rvm.op.conv import IntOrInts, conv_out_shape, normalize_padding, positive_i
 from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_int, define_op
 from rvm.op.shapes import fmt, rule
 
-__all__ = ["qconv2d", "qdense", "turn_qconv2d"]
+__all__ = ["qconv2d", "qdense", "turn_qconv2d", "widen_weight"]
 
 define_op("qconv2d", OpPattern.OPAQUE, 4)
 define_op("qdense", OpPattern.OPAQUE, 4)
@@ -35,6 +36,8 @@ OP_PRECISION.update(qconv2d="int8", qdense="int8")
 
 ACTIVATIONS = ("uint8", "int8")
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+# A weight's dtypes: int16 holds an int8 weight's values widened once (`widen_weight`).
+WEIGHTS = (*ACTIVATIONS, "int16")
 WEIGHT_LAYOUTS = ("OIHW", "OHWI", "turned")
 
 
@@ -129,8 +132,8 @@ def _check_operands(name: str, args: list[TensorType], channels: object) -> None
     x, w, bias, scale = args
     if x.dtype is not None and x.dtype not in ACTIVATIONS:
         raise IRError(f"{name}: the input must be uint8 or int8, got {x.dtype}")
-    if w.dtype is not None and w.dtype not in ACTIVATIONS:
-        raise IRError(f"{name}: the weight must be int8 or uint8, got {w.dtype}")
+    if w.dtype is not None and w.dtype not in WEIGHTS:
+        raise IRError(f"{name}: the weight must be int8, uint8 or int16, got {w.dtype}")
     if bias.dtype is not None and bias.dtype != "int32":
         raise IRError(f"{name}: the bias must be int32, got {bias.dtype}")
     if scale.dtype is not None and scale.dtype != "float32":
@@ -195,6 +198,24 @@ def turn_qconv2d(value: Call, weight: object) -> Call | None:
     shape = tuple(int(d) for d in ohwi.shape)
     new = {**attrs, "weight_layout": "turned", "weight_shape": shape}
     return call(ops.qconv2d, value.args[0], turned, *value.args[2:], **new)
+
+
+def widen_weight(value: Call, weight: object) -> Call | None:
+    """The ``qconv2d`` or ``qdense`` computing ``value`` (by the constant int8 ``weight``,
+    numpy, in its ``weight_layout``, not turned) with its weight widened to int16 here, once,
+    where this CPU's integer kernels multiply 16-bit values (`rvm.kernels.qtile.MADD16`: the
+    kernels would widen the weight at every call); None where not. The values are the
+    weight's: a CPU with VNNI narrows them back at each call (`rvm.kernels.qgemm`)."""
+    import numpy as np
+
+    from rvm.kernels import qtile
+
+    if not qtile.MADD16 or value.attrs.get("weight_layout", "OIHW") == "turned":
+        return None
+    if not isinstance(weight, np.ndarray) or weight.dtype != np.int8:
+        return None
+    wide = Constant(np.ascontiguousarray(weight).astype(np.int16))
+    return call(value.callee, value.args[0], wide, *value.args[2:], **value.attrs)
 
 
 @rule(ops.qconv2d)

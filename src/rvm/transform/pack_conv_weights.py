@@ -15,7 +15,9 @@ method anyway, so its shallower convolutions on small maps take it too where it 
 a module that packs none (squeezenet at batch 1) builds none of it at its first run. Likewise
 each int8 ``qconv2d`` with a constant weight and a static output shape that this CPU's
 turned-around kernel serves better (`rvm.op.turn_qconv2d`) takes its weight turned once
-(``weight_layout="turned"``). Elsewhere nothing changes.
+(``weight_layout="turned"``), and each other int8 ``qconv2d`` or ``qdense`` with a constant
+weight, where this CPU's integer kernels multiply 16-bit values, takes it widened to int16
+once (`rvm.op.quantized.widen_weight`), not at every call. Elsewhere nothing changes.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables; each matching call is replaced in place; a second walk by the wider rule
@@ -33,7 +35,7 @@ from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
 from rvm.op.conv import pack_conv2d
-from rvm.op.quantized import turn_qconv2d
+from rvm.op.quantized import turn_qconv2d, widen_weight
 from rvm.transform.legalize import map_function_regions, map_functions, replace_changed
 
 logger = logging.getLogger("rvm.transform")
@@ -106,7 +108,7 @@ def _images(value: E.Expr) -> int:
 def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray], built: bool) -> E.Call | None:
     """The packed call computing ``value``, or None when it stays as it is (``built``: the
     module builds the direct method anyway, `rvm.op.conv.pack_conv2d`; int8 ones are done)."""
-    callees = (ops.conv2d,) if built else (ops.conv2d, ops.qconv2d)
+    callees = (ops.conv2d,) if built else (ops.conv2d, ops.qconv2d, ops.qdense)
     if not isinstance(value, E.Call) or value.callee not in callees:
         return None
     w = value.args[1]
@@ -115,8 +117,10 @@ def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray], built: bool) -> E.C
         return None
     if value.type is None:
         infer_type(value)
-    if value.callee is ops.qconv2d:
-        new = turn_qconv2d(value, weight)
+    if value.callee is ops.qdense:
+        new = widen_weight(value, weight)
+    elif value.callee is ops.qconv2d:
+        new = turn_qconv2d(value, weight) or widen_weight(value, weight)
     else:
         new = pack_conv2d(value, weight, built)
     if new is not None:

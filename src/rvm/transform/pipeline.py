@@ -39,7 +39,9 @@ Each pass: what it needs → what it guarantees.
 - pack_conv_weights (only with jit kernels, which ``rvm.compile`` inserts here): inlined, batch
   norms folded → float32 conv2d with constant weights that the direct convolution serves
   (`rvm.kernels.direct`) are ``conv2d_packed`` with the weights packed once in panels; int8
-  qconv2d of small maps take their weights turned once (``weight_layout="turned"``).
+  qconv2d of small maps take their weights turned once (``weight_layout="turned"``), other
+  int8 qconv2d and qdense weights widened to int16 once where the CPU's integer kernels take
+  16-bit values (AVX2 without VNNI).
 - legalize: lifted → every op call is a call of a primitive function (``attrs["primitive"]``)
   holding that op; 0-d constants move into it; an avg_pool2d whose one window is its whole
   static map holds ``global_avg_pool2d``.
