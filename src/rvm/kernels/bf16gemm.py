@@ -39,7 +39,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
-from rvm.kernels.sgemm import _target_features, no_unroll
+from rvm.kernels.sgemm import _target_features
 from rvm.kernels.vectors import VectorIR
 
 __all__ = [
@@ -287,7 +287,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
                         builder.store(new, acc[i][j])
                 body = builder.basic_block
             if indexed == 2:  # unrolled by two, its 24 accumulators spilled (54 GF/s, not 230)
-                body.terminator.set_metadata("llvm.loop", no_unroll(module))
+                body.terminator.set_metadata("llvm.loop", _no_unroll(module))
 
             def store(adding):  # type: ignore[no-untyped-def]
                 for i in range(height):
@@ -335,6 +335,15 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
 # twice: `rvm.kernels.bf16conv`)
 micro = _make_micro([(v, x, MR) for v in range(1, VECTORS + 1) for x in (0, 1)])
 micro_turned = _make_micro([(v, 2, h) for v in range(1, VECTORS + 1) for h in (MR, MR - 1)])
+
+
+def _no_unroll(module: ir.Module) -> ir.MDValue:
+    """A loop's ``llvm.loop`` metadata saying not to unroll it (a distinct, self-referential
+    node, as LLVM wants a loop's)."""
+    flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    node = ir.values.MDValue(module, [flag], name=str(len(module.metadata)))
+    node.operands = (node, flag)
+    return node
 
 
 @nb.njit(**_OPTS)

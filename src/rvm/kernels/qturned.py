@@ -30,6 +30,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
+from rvm.kernels.bf16gemm import _no_unroll
 from rvm.kernels.bf16turned import position_tiles
 from rvm.kernels.qcolumns import image
 from rvm.kernels.qgemm import (
@@ -48,7 +49,6 @@ from rvm.kernels.qgemm import (
 )
 from rvm.kernels.qgemm import _epilogue as _epilogue_record
 from rvm.kernels.qtile import EPILOGUE, LANES, MR, VNNI, Requantizer, _vpdpbusd
-from rvm.kernels.sgemm import no_unroll
 
 __all__ = [
     "NR",
@@ -223,7 +223,7 @@ def _tile(builder: ir.IRBuilder, args: list, vectors: int, height: int) -> None:
                     builder.store(builder.call(dot, [builder.load(acc[i][j]), av, bs[j]]),
                                   acc[i][j])  # fmt: skip
             body = builder.basic_block
-    body.terminator.set_metadata("llvm.loop", no_unroll(module))
+    body.terminator.set_metadata("llvm.loop", _no_unroll(module))
     with builder.if_else(fused) as (requantize, sums):
         with requantize:
             _epilogue(builder, acc, record, rows, o0, p0, cols, channel_mask)

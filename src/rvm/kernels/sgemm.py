@@ -66,7 +66,6 @@ __all__ = [
     "applies",
     "block_bytes",
     "depth_block",
-    "no_unroll",
     "require",
     "sgemm",
     "sgemm_segments",
@@ -107,12 +106,6 @@ masks. Where masks are vector registers (AVX2's ``vmaskmovps``), a masked store 
 plain ones: on a Zen 3 core, 1x1 convolutions' GEMMs of depth 16 to 64 took 0.79-0.90 of MLAS's
 time with plain stores against 1.05-1.33 masked. AVX-512's masks are registers of their own:
 its tiles store under them as before."""
-WHOLE_TAPS = PLAIN_STORES
-"""Whether a tile of a convolution's taps (B's rows through a table) whose vectors are all whole
-reads them in a loop of its own, with plain loads. Where masks are vector registers (AVX2), the
-last vector's mask took a 17th ymm register beside 12 accumulators, 2 vectors of B and A's
-broadcast: LLVM rebuilt it from the stack every other step. AVX-512's masks are registers of
-their own: its tiles keep one loop."""
 HALF = LANES // 2 if LANES >= 8 else 0  # a tail tile's lanes on half vectors (`_micro_typing`)
 
 
@@ -143,15 +136,6 @@ memory (a 1x1 convolution's input at batch 8, squeezenet's 64-128 rows of 3025 p
 read in as many streams as it has rows, too many for the hardware's prefetcher: squeezenet's
 squeeze layers at 55 x 55 on a cold input took 79-146 against 168-317 µs an image on a Zen 4
 core (one tile ahead: 159-299; four: 92-165)."""
-
-
-def no_unroll(module: ir.Module) -> ir.MDValue:
-    """A loop's ``llvm.loop`` metadata saying not to unroll it (a distinct, self-referential
-    node, as LLVM wants a loop's)."""
-    flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    node = ir.values.MDValue(module, [flag], name=str(len(module.metadata)))
-    node.operands = (node, flag)
-    return node
 
 
 def _micro_for(mr: int, padded: bool = False):  # type: ignore[no-untyped-def]
@@ -264,13 +248,12 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                     at = builder.gep(b, [builder.add(row_b, i64(AHEAD * NR + line * LINE))])
                     builder.call(hint, [builder.bitcast(at, i8p), i32(0), i32(2), i32(1)])
 
-        def tile(vectors, indexed, lanes, plain_b=False):  # type: ignore[no-untyped-def]
-            # ``plain_b``: every vector of B's rows is whole (`WHOLE_TAPS`): plain loads.
+        def tile(vectors, indexed, lanes):  # type: ignore[no-untyped-def]
             vec, fma, masked_load, masked_store, mask = widths[lanes]
             vptr, zero = vec.as_pointer(), ir.Constant(vec, None)
 
             def load(at, j):  # type: ignore[no-untyped-def]
-                if padded or plain_b:
+                if padded:
                     return builder.load(at, align=4)
                 lanes = mask if j == vectors - 1 else inner
                 return builder.call(masked_load, [at, align, lanes, zero])
@@ -308,9 +291,6 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                         else:
                             new = builder.fadd(builder.fmul(a, bs[j]), old)
                         builder.store(new, acc[i][j])
-                body = builder.basic_block
-            if plain_b:  # unrolled by two, the second step's loads went first: 10 spills
-                body.terminator.set_metadata("llvm.loop", no_unroll(module))
 
             def store(adding, whole=False):  # type: ignore[no-untyped-def]
                 # ``whole``: every vector is all C's (plain loads and stores, no mask).
@@ -376,40 +356,26 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                     store_by_rows()
 
         # One tile loop per variant: (vectors - 1) * 2 + indexed picks it; a tile of one
-        # vector whose lanes fit half of one takes half vectors (`HALF`), 2 * VECTORS + indexed;
-        # an indexed tile of whole vectors, where they take plain loads (`WHOLE_TAPS`), one
-        # after those by its vectors.
-        variants = [(v, x, LANES, False) for v in range(1, VECTORS + 1) for x in (0, 1)]
+        # vector whose lanes fit half of one takes half vectors (`HALF`), 2 * VECTORS + indexed.
+        variants = [(v, x, LANES) for v in range(1, VECTORS + 1) for x in (0, 1)]
         if padded:  # the indexed variants are never taken: no code for them
-            variants = [(v, x if x == 0 else None, w, f) for v, x, w, f in variants]
+            variants = [(v, x if x == 0 else None, w) for v, x, w in variants]
         picked = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(2)), indexed)
         if half:
-            variants += [(1, x if x == 0 or not padded else None, half, False) for x in (0, 1)]
+            variants += [(1, x if x == 0 or not padded else None, half) for x in (0, 1)]
             fits = builder.and_(
                 builder.icmp_signed("==", vectors, i64(1)),
                 builder.icmp_signed("<=", last, i64(half)),
             )
             picked = builder.select(fits, builder.add(i64(2 * VECTORS), indexed), picked)
-        if WHOLE_TAPS and MR > 1 and not padded:
-            first = len(variants)
-            variants += [(v, 1, LANES, True) for v in range(1, VECTORS + 1)]
-            all_whole = builder.and_(
-                builder.icmp_signed("!=", indexed, i64(0)),
-                builder.and_(
-                    builder.icmp_signed("==", last, i64(LANES)),
-                    builder.icmp_signed("==", narrow, i64(0)),
-                ),
-            )
-            at = builder.add(i64(first - 1), vectors)
-            picked = builder.select(all_whole, at, picked)
-        blocks = [builder.append_basic_block(f"tile{v}.{x}.{w}.{f}") for v, x, w, f in variants]
+        blocks = [builder.append_basic_block(f"tile{v}.{x}.{w}") for v, x, w in variants]
         done = builder.append_basic_block("tiled")
         switch = builder.switch(picked, blocks[VECTORS * 2 - (2 if padded else 1)])
-        for index, ((v, x, w, f), block) in enumerate(zip(variants, blocks)):
+        for index, ((v, x, w), block) in enumerate(zip(variants, blocks)):
             switch.add_case(i64(index), block)
             builder.position_at_end(block)
             if x is not None:
-                tile(v, x, w, f)
+                tile(v, x, w)
             builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
