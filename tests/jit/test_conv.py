@@ -2,7 +2,8 @@
 own checks.
 
 Every path is covered: 1x1 GEMMs (strided too, on the subsampled input), depthwise loops
-(1 to 3 taps a pass), im2col from the input's stride phases by BLAS GEMM and by ``np.dot``;
+(1 to 3 taps a pass), im2col from the input's stride phases by BLAS GEMM and by ``np.dot``,
+the GEMM that reads its taps in place (called itself where `conv.TAPS_IN_PLACE` is off);
 with strides, dilations, groups (depthwise too), asymmetric pads, odd sizes and empty
 batches, and the geometries of the model zoo's CNNs. Operands that disagree with the
 geometry raise ValueError before any memory is touched.
@@ -114,11 +115,36 @@ def test_split_gemms_match_reference(blas_threads, case) -> None:
 # strided 1x1, the direct method (its weight packed at the call, then its images split by
 # `rvm.kernels.direct`).
 BATCH_CASES = [
-    ((4, 16, 16, 16, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.TAPS),
+    (
+        (4, 16, 16, 16, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+        conv.TAPS if conv.TAPS_IN_PLACE else conv.IM2COL,
+    ),
     ((4, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.IM2COL),
     ((4, 64, 28, 28, 96, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)), conv.STRIDED),
     ((2, 64, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.CHANNELS),
 ]
+
+
+def _reads_taps(case) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``case`` is one `conv.method` reads its taps in place for where it does
+    (`conv.TAPS_IN_PLACE`): rows of `conv.TAPS_MIN_WIDTH` or more, not 1x1 unpadded, not
+    depthwise (the direct method aside)."""
+    _, c, _, w, _, (kh, kw), (_, sw), (_, dw), groups, (_, pl, _, pr) = case
+    ow = conv._out_size.py_func(w, kw, sw, dw, pl, pr)
+    pointwise = kh == kw == 1 and not any(case[9])
+    return ow >= conv.TAPS_MIN_WIDTH and c // groups > 1 and not pointwise
+
+
+# The taps GEMM itself on every machine (`conv.method` takes it only where
+# `conv.TAPS_IN_PLACE`): rows, wrapped runs, a column matrix, batches, groups, dilations.
+@pytest.mark.parametrize("case", [c for c in CASES + SPLIT_CASES if _reads_taps(c)])
+def test_taps_gemm_matches_reference(blas_threads, case) -> None:
+    x, w = _operands(case, "float32")
+    want = _reference(case, x, w)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    (sh, sw), (dh, dw), groups, (pt, pl, _, _) = case[6:10]
+    conv._taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
 @pytest.mark.parametrize(("case", "how"), BATCH_CASES)

@@ -209,23 +209,27 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     from rvm import op
     from rvm.ir import Builder, Tuple
     from rvm.jit.first_run import library_tasks
+    from rvm.kernels import conv
     from rvm.transform.pipeline import run_pipeline
 
     x, w1, w2 = var("x", (1, 8, 32, 32)), var("w1", (16, 8, 3, 3)), var("w2", (8, 16, 1, 1))
     xi, k = var("xi", (1, 2, 8, 8), "int32"), var("k", (4, 2, 3, 3), "int32")
     b = Builder()
     with b.function("main", [x, w1, w2, xi, k]):
-        y = b.emit(op.relu(op.conv2d(x, w1, padding=1)))  # rows of 32: taps in place
+        y = b.emit(op.relu(op.conv2d(x, w1, padding=1)))  # rows of 32: taps (`TAPS_IN_PLACE`)
         y = b.emit(op.max_pool2d(y, pool_size=3, strides=2))  # rows of 32: `kernels.narrow`
         y = b.emit(op.conv2d(y, w2))  # 1x1: a GEMM on the map
         y = b.emit(op.lrn(y, size=3))
         y = b.emit(op.conv2d(op.conv2d(y, w1, padding=1), w2))  # again: listed once
         z = b.emit(op.conv2d(xi, k))
         b.emit_output(b.emit(Tuple([y, z])))
+    # Taps in place where they read best, else im2col (`rvm.kernels.conv.TAPS_IN_PLACE`).
+    how = conv.METHOD_TASKS[conv.TAPS if conv.TAPS_IN_PLACE else conv.IM2COL]
+    first = [(task, "float32") for task in how]
     assert library_tasks(run_pipeline(b.get())) == [
-        ("conv2d_taps", "float32"),
-        ("gemm_segments", "float32"),
+        *first,
         ("conv_epilogue", "float32"),  # the ReLU after it (`rvm.kernels.epipass`)
         ("pool2d_max_narrow", "float32"),
         ("conv2d_pointwise", "float32"),
+        *[t for t in [("gemm_segments", "float32")] if t not in first],
     ]
