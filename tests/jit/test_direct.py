@@ -14,7 +14,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, direct, parfor
+from rvm.kernels import conv, direct, parfor, sgemm
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -121,11 +121,15 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     """Where the direct method runs (`direct.prefers`, through `conv.channels_pay`)."""
     lanes = direct.LANES
     deep = 8 * lanes  # 3x3 taps of these channels: deep enough
+    # Where a tile's row of the GEMM's B is one cache line (AVX2), its taps read in place lose
+    # to the direct method from `BUILT_DEPTH` vectors deep; else from 36 (48 on small maps).
+    narrow = bool(direct.PACK_B)
     # Large maps: many output channels, stride 1, no groups; packed at the call too.
     assert _pays(deep, 8 * lanes, 1, 3, 1, 4 * lanes, 4 * lanes, packed=False)
     assert not _pays(deep, 8 * lanes, 1, 3, 2, 4 * lanes, 8 * lanes)  # strided
     assert not _pays(deep, 8 * lanes, 2, 3, 1, 4 * lanes, 4 * lanes)  # grouped
-    assert not _pays(16, 8 * lanes, 1, 3, 1, 55, 55)  # shallow (squeezenet's 16 channels)
+    assert _pays(2 * lanes, 8 * lanes, 1, 3, 1, 55, 55) == narrow  # squeezenet's 16 channels
+    assert not _pays(lanes, 8 * lanes, 1, 3, 1, 55, 55)  # 9 vectors deep: shallow
     assert not _pays(deep, 8 * lanes + 1, 1, 3, 1, 4 * lanes, 4 * lanes)  # ragged channels
     # Two vectors of output channels on maps of twice `PACK_MIN_POSITIONS` (resnet50's 64,
     # densenet121's 32 at 56 x 56), not smaller; one vector only when the input plane
@@ -143,33 +147,40 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
         assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
         assert _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided too
-    assert not _pays(5 * lanes, 2 * lanes, 1, 3, 1, lanes, lanes)  # whole vectors
+    assert _pays(5 * lanes, 2 * lanes, 1, 3, 1, lanes, lanes) == narrow  # whole vectors
     # Small maps, deeper still (vgg19's 28 x 28 and 14 x 14 layers, densenet121's 32 channels).
     assert _pays(deep, 6 * lanes, 1, 3, 1, 28, 28)
     assert not _pays(deep, 6 * lanes, 1, 3, 1, 28, 28, packed=False)
-    assert not _pays(4 * lanes, 8 * lanes, 1, 3, 1, 28, 28)  # 36 * lanes deep: too shallow
+    assert _pays(4 * lanes, 8 * lanes, 1, 3, 1, 28, 28) == narrow  # 36 * lanes deep
+    assert not _pays(lanes, 8 * lanes, 1, 3, 1, 28, 28)  # 9 * lanes deep: too shallow
     assert _pays(deep, 2 * lanes, 1, 3, 1, 28, 28)
     assert not _pays(deep, lanes, 1, 3, 1, 28, 28)  # one vector of output channels
     # In groups alike, a group's channels deep enough (alexnet's 5 x 5 layer in two groups).
     assert _pays(2 * deep, 8 * lanes, 2, 3, 1, 28, 28)
-    assert not _pays(deep, 8 * lanes, 2, 3, 1, 28, 28)  # 36 * lanes deep a group
+    assert _pays(deep, 8 * lanes, 2, 3, 1, 28, 28) == narrow  # 36 * lanes deep a group
+    assert not _pays(2 * lanes, 8 * lanes, 2, 3, 1, 28, 28)  # 9 * lanes deep a group
     assert not _pays(2 * deep, 2 * lanes, 2, 3, 1, 28, 28)  # one vector a group
     # Strided on such maps too (resnet50's stride-2 3x3 layers), not on large ones.
     assert _pays(deep, 8 * lanes, 1, 3, 2, 28, 56)
     assert not _pays(deep, 8 * lanes, 1, 3, 2, 28, 56, packed=False)
-    assert not _pays(4 * lanes, 8 * lanes, 1, 3, 2, 28, 56)  # too shallow
+    assert _pays(4 * lanes, 8 * lanes, 1, 3, 2, 28, 56) == narrow  # 36 * lanes deep
+    assert not _pays(lanes, 8 * lanes, 1, 3, 2, 28, 56)  # too shallow
     # Rows of 12 of a 3x3 convolution leave a quarter of the GEMM's lanes idle; a deep 1x1
-    # convolution pays only where its whole map does (7 x 7), not on maps that fill the
-    # GEMM's vectors (12 x 12: 144 positions, 9 vectors), nor shallow, nor on a large map.
+    # convolution pays only where its whole map does (7 x 7), or where the GEMM copies its B
+    # on maps of four of its tiles or fewer, not on maps that fill the GEMM's vectors (12 x
+    # 12: 144 positions, 9 vectors), nor shallow, nor on a large map.
     assert _pays(deep, 2 * lanes, 1, 3, 1, 12, 12)
-    assert not _pays(9 * deep, 2 * lanes, 1, 1, 1, 12, 12)
+    assert _pays(9 * deep, 8 * lanes, 1, 1, 1, 12, 12) == (narrow and 144 <= 4 * sgemm.NR)
     idle = 5 * 49 < 4 * -(-49 // lanes) * lanes  # 7 x 7: 49 of 64 lanes; of 56 on AVX2
+    idle = idle or narrow and 49 <= 4 * sgemm.NR
     assert _pays(64 * deep, 8 * lanes, 1, 1, 1, 7, 7) == idle
     assert _pays(64 * deep, 8 * lanes, 1, 1, 2, 7, 14) == idle
     assert not _pays(2 * deep, 8 * lanes, 1, 1, 1, 7, 7)  # 16 * lanes deep: too shallow
     assert _pays(4 * deep, 8 * lanes, 1, 1, 1, 7, 7) == idle  # 32 * lanes (resnet50's 512)
     assert not _pays(4 * deep - lanes, 8 * lanes, 1, 1, 1, 7, 7)
     assert not _pays(64 * deep, 3 * lanes, 1, 1, 1, 7, 7)  # few output channels
+    assert _pays(64 * deep, 4 * lanes, 1, 1, 1, 7, 7) == narrow  # the GEMM copies its B too
+    assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 4 * lanes + 1, 4 * lanes + 1)
     assert not _pays(64 * deep, 8 * lanes, 1, 1, 1, 56, 56)
 
 

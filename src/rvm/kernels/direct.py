@@ -54,7 +54,7 @@ from rvm.kernels.blocks import empty
 from rvm.kernels.cpu import cpu
 from rvm.kernels.direct_tile import MR, NB, micro, prefetch_l2
 from rvm.kernels.jitting import jit
-from rvm.kernels.sgemm import LANES, LINE, VECTORS
+from rvm.kernels.sgemm import LANES, LINE, NR, PACK_B, VECTORS
 
 __all__ = [
     "MR",
@@ -137,9 +137,30 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
     vgg19 and alexnet more but cost the first run seconds of building the packed entry point
     (issue 24's goals), so it is not taken.
+
+    Where a tile's row of the GEMM's B is one cache line (`rvm.kernels.sgemm.PACK_B`: AVX2's
+    two vectors of 8), the GEMMs lose what the floors above weigh: their taps, read in place,
+    are one line a row on as many pages (the reason a plain GEMM packs B there), and a plain
+    GEMM copies its B at each call as the direct method copies its input. Measured on a Zen 3
+    (AVX2, one thread, `benchmarks/conv_methods.py`), the taps GEMMs ran at 33-54 GFLOP/s
+    against the direct method's 60-90 on every 3 x 3 and 5 x 5 layer from `BUILT_DEPTH`
+    vectors deep but those on 56 x 56 maps (rows of whole tiles, a tie): squeezenet's 16 to 64
+    channels at 55 x 55 1.59 times as fast this way, inception_v1's 5 x 5 branches 1.8 to 2.1,
+    resnet50's stride-2 layers 1.8, densenet121's 128 to 32 2.2 to 2.35. So there the floor
+    on large maps is `BUILT_DEPTH` vectors (the 3-channel stems stay GEMMs), on smaller ones
+    36 (squeezenet's 32 to 128 channels at 27 x 27 1.92 times as fast), the shallower ones
+    left to `pays_once_built` (a model that builds nothing else of the method keeps them
+    GEMMs, as the small-map floor is there for). A 1x1 convolution runs
+    this way on maps of four of the GEMM's tiles of positions or fewer (``4 * NR``: 7 x 7 and 6 x
+    6, where its rows of B are few) from four vectors of output channels: densenet121's and the
+    inceptions' 512 to 1024 channels on 7 x 7 and 6 x 6 maps to 32...2048, 1.07 to 1.51 times
+    as fast; on 13 x 13 and 14 x 14 maps the two were within 0.85-1.27 of each other
+    (squeezenet's 384 and 512 to 64 and 1000 channels, inception_v2's 576, faster as GEMMs),
+    and from 28 x 28 the GEMM was mostly faster (0.82-0.93; 1.02-1.17 on 4 of 13).
     """
     depth = (c // groups) * kh * kw
-    if depth < (32 if kh * kw == 1 else 36) * LANES or (o // groups) % LANES:
+    floor, small = (BUILT_DEPTH, 36) if PACK_B else (36, 48)
+    if depth < (32 if kh * kw == 1 else floor) * LANES or (o // groups) % LANES:
         return False
     if oh * ow >= PACK_MIN_POSITIONS:
         if kh * kw == 1 or sh != 1 or sw != 1:
@@ -147,8 +168,10 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
         plane = 4 * c * (ih + kh) * (iw + kw)
         large = o >= 8 * LANES or 4 * plane > L3
         return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
-    if o // groups >= 2 * LANES and depth >= 48 * LANES and kh * kw > 1:
+    if o // groups >= 2 * LANES and depth >= small * LANES and kh * kw > 1:
         return True
+    if kh * kw == 1 and PACK_B:
+        return o >= 4 * LANES and gemm_run <= 4 * NR
     if kh * kw == 1 and o < 8 * LANES:
         return False  # the input's NHWC copy outweighs the lanes gained
     vectors = (gemm_run + LANES - 1) // LANES
