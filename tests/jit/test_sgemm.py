@@ -4,6 +4,10 @@ in float64, writing and accumulating, on windows of larger matrices."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -100,6 +104,30 @@ def test_columns_beside_the_window_stay_out(n: int) -> None:
     want = a.astype(np.float64) @ b[:, :n]
     assert np.isnan(c[:, 1]).all()
     np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
+def test_scratch_outlives_its_use_in_a_warm_process() -> None:
+    """A plain GEMM (B packed per call where `sgemm.PACK_B`: its panels are a scratch array the
+    micro-kernel reaches only through its address) in a second process loading its code from
+    Numba's cache, allocations from 4 KB on mapped apart (``MALLOC_MMAP_THRESHOLD_``) so that
+    a free unmaps them: the scratch must outlive the code that reads it
+    (`rvm.kernels.jitting.alive`). `_packed_blocks`' panels did not (s38): the README's first
+    program crashed in a warm process on AVX2."""
+    _run(9, 40, sgemm.KC + 3, False)  # the signature the process loads, cached here if not yet
+    script = (
+        "import numpy as np\n"
+        "from rvm.kernels import sgemm\n"
+        "rng = np.random.default_rng(0)\n"
+        "for m, n, k in ((8, 128, 784), (9, 40, 2 * sgemm.KC + 3), (1, 1000, 512)):\n"
+        "    a = rng.standard_normal((m, k)).astype(np.float32)\n"
+        "    b = rng.standard_normal((k, n)).astype(np.float32)\n"
+        "    c = np.empty((m, n), np.float32)\n"
+        "    sgemm.sgemm(a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, m, n, k, False)\n"
+        "    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)\n"
+    )
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="4096", RVM_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, f"rc {run.returncode}: {run.stderr[-2000:]}"
 
 
 def test_applies_to_float32_only() -> None:

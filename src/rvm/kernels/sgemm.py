@@ -55,7 +55,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from rvm.kernels.cpu import Cpu, cpu, target_features
-from rvm.kernels.jitting import jit
+from rvm.kernels.jitting import alive, jit
 
 __all__ = [
     "BLOCK_BYTES",
@@ -620,6 +620,7 @@ def _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate):  # ty
                     _micro_panel(kc, a_band, lda, packed + 4 * q0 * kc, NR, 0, c_band + 4 * q0, ldc,
                            add, rows, vectors, n - (vectors - 1) * LANES, LANES, LANES, 0, 0, 0,
                            0)  # fmt: skip
+    alive(into)  # read only through its address above: not freed before
 
 
 @jit(**_OPTS)
