@@ -48,6 +48,7 @@ from rvm.ir.types import TensorType, Type
 from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout, for to_bf16)
     PAIRINGS,
     PROLOGUES,
+    _round_bf16,
     bf16_bits,
     conv_pairing,
     conv_pairs,
@@ -92,6 +93,14 @@ def default_pair_panel() -> int:
     from rvm.kernels.bf16gemm import NR
 
     return NR
+
+
+def has_bf16_dot() -> bool:
+    """Whether this CPU target has a bf16 dot product (`rvm.kernels.bf16gemm.DPBF16`: AVX512-BF16),
+    imported when a pass asks (`rvm.transform.to_bf16.native_way`)."""
+    from rvm.kernels.bf16gemm import DPBF16
+
+    return bool(DPBF16)
 
 
 def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:

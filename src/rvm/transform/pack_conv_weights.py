@@ -120,7 +120,9 @@ def _convert(value: E.Expr, consts: dict[E.Var, np.ndarray], built: bool) -> E.C
     if value.callee is ops.qdense:
         new = widen_weight(value, weight)
     elif value.callee is ops.qconv2d:
-        new = turn_qconv2d(value, weight) or widen_weight(value, weight)
+        new = turn_qconv2d(value, weight)  # an rvm expression has no truth value: not `or`
+        if new is None:
+            new = widen_weight(value, weight)
     else:
         new = pack_conv2d(value, weight, built)
     if new is not None:

@@ -66,14 +66,15 @@ from rvm.ir import expr as E
 from rvm.ir.analysis import walk
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
-from rvm.kernels.reference.bf16 import _round_bf16
 from rvm.op import ops
 from rvm.op.bf16 import (
     PAIRINGS,
+    _round_bf16,
     bf16_bits,
     conv_pairing,
     conv_pairs,
     default_pair_panel,
+    has_bf16_dot,
     pack_pairs,
     padded_depth,
     pair_width,
@@ -115,9 +116,7 @@ WAYS = ("bf16", "rounded")
 def native_way() -> str:
     """The `WAYS` this CPU target runs fastest: ``"bf16"`` with a bf16 dot product
     (`rvm.kernels.bf16gemm.DPBF16`), else ``"rounded"``."""
-    from rvm.kernels.bf16gemm import DPBF16
-
-    return "bf16" if DPBF16 else "rounded"
+    return "bf16" if has_bf16_dot() else "rounded"
 
 
 @functools.cache
