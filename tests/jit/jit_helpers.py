@@ -15,6 +15,21 @@ from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.op import numpy_ref
 
 
+def run_warm(script: str) -> None:
+    """Runs ``script`` in a second Python process that loads its kernels from Numba's cache,
+    its allocations from 4 KB on mapped apart (``MALLOC_MMAP_THRESHOLD_``, fixed) so that a
+    free unmaps them: a scratch array reached only through its address and freed too early
+    (`rvm.kernels.jitting.alive`) crashes there, where a compiling process reuses the freed
+    memory unseen. Asserts the process succeeded."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="4096", RVM_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, f"rc {run.returncode}: {run.stderr[-2000:]}"
+
+
 def host_has(feature: str) -> bool:
     """Whether this host's CPU has ``feature`` (LLVM's name: ``avx2``, ``avx512f``...): can
     run code compiled for a target with it."""

@@ -13,7 +13,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from jit_helpers import Jit, check, host_has, prim, var
+from jit_helpers import Jit, check, host_has, prim, run_warm, var
 
 from rvm import op
 from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
@@ -331,9 +331,7 @@ def test_scratch_outlives_its_use_in_a_warm_process() -> None:
         "                3, b0, 0, r0, bf16gemm.NR, none, (0, 0, 0), (0, 0), 0)\n"
         "np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)\n"
     )
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="4096", RVM_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, f"rc {run.returncode}: {run.stderr[-2000:]}"
+    run_warm(script)
 
 
 def test_shapes_are_checked() -> None:

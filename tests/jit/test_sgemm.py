@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jit_helpers import host_has
+from jit_helpers import host_has, run_warm
 
 from rvm.kernels import sgemm
 
@@ -125,9 +125,7 @@ def test_scratch_outlives_its_use_in_a_warm_process() -> None:
         "    sgemm.sgemm(a.ctypes.data, k, b.ctypes.data, n, c.ctypes.data, n, m, n, k, False)\n"
         "    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)\n"
     )
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="4096", RVM_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, f"rc {run.returncode}: {run.stderr[-2000:]}"
+    run_warm(script)
 
 
 def test_applies_to_float32_only() -> None:
@@ -181,9 +179,6 @@ def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: in
         pytest.skip("the host's own vector width: every test covers it")
     if cpu == "haswell" and not host_has("avx2"):
         pytest.skip("the host has no AVX2")
-    import os
-    import subprocess
-    import sys
 
     script = (
         "import numpy as np\n"

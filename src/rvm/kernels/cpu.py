@@ -72,6 +72,18 @@ class Cpu:
         """float32 lanes of a vector."""
         return self.vector_bits // 32
 
+    @property
+    def mask_registers(self) -> bool:
+        """Whether masks have registers of their own (AVX-512's k registers). Without them
+        (AVX2) a masked load or store takes its mask in a vector register and costs several
+        plain ones, so kernels give whole vectors loops of their own."""
+        return "avx512f" in self.features
+
+    @property
+    def vector_registers(self) -> int:
+        """Vector registers a kernel's tile can keep: 32 zmm with AVX-512, else 16."""
+        return 32 if "avx512f" in self.features else 16
+
 
 def target_features() -> str:
     """The CPU features Numba compiles for, as its codegen reads them: ``NUMBA_CPU_FEATURES``

@@ -36,7 +36,7 @@ _FMA = cpu().fma
 # broadcast of 16 AVX2 registers): LLVM then rebuilt the mask from spilled vectors at every
 # step, 9 instructions and 2 reloads a 24 multiply-adds, and vgg19's 3 x 3 layers ran at 55
 # to 62 GFLOP/s on a core of a Zen 3, ORT's at 80 to 89.
-WHOLE_LOOPS = cpu().vector_bits < 512
+WHOLE_LOOPS = not cpu().mask_registers
 
 
 @intrinsic

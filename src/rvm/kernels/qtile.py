@@ -19,8 +19,8 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels.cpu import cpu
 from rvm.kernels.planes import U
-from rvm.kernels.sgemm import _target_features
 
 __all__ = [
     "DOT_COLUMNS",
@@ -37,13 +37,12 @@ __all__ = [
     "Requantizer",
 ]
 
-_FEATURES = set(_target_features().split(","))
-VNNI = "+avx512vnni" in _FEATURES
-MADD16 = not VNNI and "+avx2" in _FEATURES
+VNNI = "avx512vnni" in cpu().features
+MADD16 = not VNNI and "avx2" in cpu().features
 """Without VNNI, on AVX2: the tiles' products by ``vpmaddwd`` on 16-bit values (`_madd16_code`)."""
 LANES = 16 if VNNI else 8  # int32 lanes of the kernels' vectors: zmm with VNNI, else ymm
 VECTORS = 2
-REGISTERS = 32 if "+avx512f" in _FEATURES else 16
+REGISTERS = cpu().vector_registers
 # The vector registers `_madd16_code` keeps besides its sums: the panel's widened vectors, a
 # row's broadcast pair (measured on Zen 3: 6 rows of 2 vectors, LLVM spilling one sum and the
 # byte shuffles' 2 masks, ran squeezenet's int8 products faster than 5 rows without spills).
@@ -95,23 +94,33 @@ def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
     return micro
 
 
-def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
-    """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
-    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row, col = args
+def _addresses(builder: ir.IRBuilder, args: list) -> tuple:
+    """Both micro-kernel bodies' operands as pointers -- A's and B's bytes, the taps' int64
+    offsets, C's int32 sums -- and the byte offset in A of each of the `MR` rows (a row past
+    ``rows`` reads row 0)."""
+    _taps, offsets, _quads, a, lda, b, _ldb, c, _ldc, rows = args[:10]
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    dot, vec = _vpdpbusd(builder)
     a_bytes, b_bytes = (
         builder.inttoptr(a, i8.as_pointer()),
         builder.inttoptr(b, i8.as_pointer()),
     )
     offs = builder.inttoptr(offsets, i64.as_pointer())
     cp = builder.inttoptr(c, i32.as_pointer())
-    zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
-    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
     a_rows = [
         builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
         for i in range(MR)
     ]
+    return a_bytes, b_bytes, offs, cp, a_rows
+
+
+def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
+    """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
+    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row, col = args
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    dot, vec = _vpdpbusd(builder)
+    zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
+    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+    a_bytes, b_bytes, offs, cp, a_rows = _addresses(builder, args)
 
     def step(swapped, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
         """Quad ``s`` of tap ``tap``: one ``vpdpbusd`` per accumulator."""
@@ -193,19 +202,10 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
     madd = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(vec, [words, words]), "llvm.x86.avx2.pmadd.wd"
     )
-    a_bytes, b_bytes = (
-        builder.inttoptr(a, i8.as_pointer()),
-        builder.inttoptr(b, i8.as_pointer()),
-    )
-    offs = builder.inttoptr(offsets, i64.as_pointer())
-    cp = builder.inttoptr(c, i32.as_pointer())
     zero, undef = ir.Constant(vec, None), ir.Constant(vec, ir.Undefined)
     splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
     zero_bytes = ir.Constant(raw, None)
-    a_rows = [
-        builder.mul(builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0)), lda)
-        for i in range(MR)
-    ]
+    a_bytes, b_bytes, offs, cp, a_rows = _addresses(builder, args)
 
     def widened(v, pair, signed):  # type: ignore[no-untyped-def]
         """Depths ``2 * pair`` and ``2 * pair + 1`` of the `LANES` columns of ``v`` (their 4

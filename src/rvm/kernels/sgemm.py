@@ -100,7 +100,7 @@ def block_bytes(c: Cpu) -> int:
 _target_features = target_features  # the name `bf16gemm` and `qgemm` import
 LANES, MR, VECTORS, _FMA = _shape(cpu())
 NR = LANES * VECTORS  # a tile's columns at most
-PLAIN_STORES = "avx512f" not in cpu().features
+PLAIN_STORES = not cpu().mask_registers
 """Whether a tile whose vectors are all whole stores them (and reads C, adding) without
 masks. Where masks are vector registers (AVX2's ``vmaskmovps``), a masked store costs several
 plain ones: on a Zen 3 core, 1x1 convolutions' GEMMs of depth 16 to 64 took 0.79-0.90 of MLAS's
