@@ -84,6 +84,11 @@ def test_other_chains_keep_their_loops() -> None:
     ]:
         kernel = Jit(prim([x, *params], result))
         assert not _calls_the_pass(kernel)
+    x = var("x", (2, C, 1, 1))  # every operand per channel: x * bn(x) still is not affine
+    bn = op.batch_norm(x, *STATS)
+    for result, params in [(op.relu(bn * bn), STATS), (bn * x, STATS), (x - bn, STATS)]:
+        kernel = Jit(prim([x, *params], result))
+        assert not _calls_the_pass(kernel)
     assert not _calls_the_pass(Jit(prim([xi], op.relu(xi))))
 
 

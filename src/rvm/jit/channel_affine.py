@@ -60,6 +60,9 @@ def _steps(func: E.Function) -> tuple[E.Var, list[Step], int] | None:
         else:
             return None
         cur = b.var
+    chain = [x, *(b.var for b in bindings)]
+    if any(o is c for _, _, operands, _ in steps for o in operands for c in chain):
+        return None  # x times a value of x: not affine (x of one element a channel)
     return (x, steps, act) if steps or act else None
 
 
