@@ -110,3 +110,20 @@ def test_a_model_of_batch_norms_in_every_exec_mode() -> None:
     for mode in ("bytecode", "compiled", "native"):
         got = rvm.VirtualMachine(ex, exec_mode=mode)["main"](xs, *stats, sc, sh)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_compile_lists_the_task_of_a_large_pass() -> None:
+    """`rvm.jit.first_run`: the pass's task is built while the kernels compile when its
+    static shape splits, not for a small map."""
+    from rvm.ir import Builder
+    from rvm.jit.first_run import library_tasks
+    from rvm.transform.pipeline import run_pipeline
+
+    for shape, listed in [((1, C, 128, 128), True), ((1, C, 4, 4), False)]:
+        x = var("x", shape)
+        b = Builder()
+        with b.function("main", [x, *STATS]):
+            b.emit_output(b.emit(op.relu(op.batch_norm(x, *STATS))))
+        assert affine.splits(int(np.prod(shape))) == listed
+        tasks = library_tasks(run_pipeline(b.get()))
+        assert (("channel_affine", "float32") in tasks) == listed, tasks
