@@ -127,3 +127,34 @@ def test_a_compile_lists_the_task_of_a_large_pass() -> None:
         assert affine.splits(int(np.prod(shape))) == listed
         tasks = library_tasks(run_pipeline(b.get()))
         assert (("channel_affine", "float32") in tasks) == listed, tasks
+
+
+def test_the_pass_in_a_warm_process() -> None:
+    """Its coefficients, an array the library reaches by address, outlive the call in a
+    process loading the kernels from the caches (`jit_helpers.run_warm`)."""
+    from jit_helpers import run_warm
+
+    script = (
+        "import numpy as np\n"
+        "import rvm\n"
+        "from rvm import op\n"
+        "from rvm.ir import Builder, TensorType, Var\n"
+        "C = 24\n"
+        "x = Var('x', TensorType((1, C, 40, 40), 'float32'))\n"
+        "ps = [Var(f'q{i}', TensorType((C,), 'float32')) for i in range(4)]\n"
+        "b = Builder()\n"
+        "with b.function('main', [x, *ps]):\n"
+        "    b.emit_output(b.emit(op.relu(op.batch_norm(x, *ps))))\n"
+        "f = rvm.VirtualMachine(rvm.compile(b.get()))['main']\n"
+        "rng = np.random.default_rng(0)\n"
+        "xs = rng.standard_normal((1, C, 40, 40)).astype(np.float32)\n"
+        "g, be, m = (rng.standard_normal(C).astype(np.float32) for _ in range(3))\n"
+        "v = rng.random(C).astype(np.float32) + 0.5\n"
+        "want = np.maximum((xs - m[:, None, None]) / np.sqrt(v[:, None, None] + 1e-5)\n"
+        "                  * g[:, None, None] + be[:, None, None], 0)\n"
+        "for _ in range(20):\n"
+        "    got = np.asarray(f(xs, g, be, m, v))\n"
+        "    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)\n"
+    )
+    exec(script, {})  # compiled here, cached for the warm process
+    run_warm(script)
