@@ -77,7 +77,7 @@ def affine_chain(
     """(x, steps, activation) when ``func`` is such a chain (see the module docstring): x's
     tensor; each affine step's op, whether the running value is its second operand, its
     other operands' tensors (``arg`` lowers an operand) and attributes; the activation (an
-    index of `rvm.kernels.affine.ACTIVATIONS`); else None."""
+    index of `rvm.kernels.epipass.ACTIVATIONS`); else None."""
     found = _steps(func)
     if found is None:
         return None

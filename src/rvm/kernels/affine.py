@@ -19,15 +19,13 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, parfor
+from rvm.kernels.epipass import ACTIVATIONS, FAST  # the same activations, a kernel's flags
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES
 
-__all__ = ["ACTIVATIONS", "channel_affine", "entry_call", "splits"]
-
-ACTIVATIONS = ("none", "relu")  # the activations it applies, by index
+__all__ = ["channel_affine", "entry_call", "splits"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-FAST = {"nsz", "arcp", "contract", "afn"}  # a jit kernel's elementwise flags (`rvm.jit.lower`)
 
 # A job (int64): its length, the input's and the output's addresses, their elements, a row's
 # elements, channels, the coefficients' address (each channel's scale and shift), the activation
