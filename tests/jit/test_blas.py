@@ -7,6 +7,7 @@ import numba as nb
 import numpy as np
 import pytest
 
+import rvm
 from rvm.kernels import blas, segments
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
@@ -108,6 +109,23 @@ def test_split_gemm_checks_its_windows(blas_threads) -> None:
     with pytest.raises(IndexError, match="outside its array"):
         _gemm_split(a, 0, 300, b, 1, 400, c, 0, 400, 100, 400, 300, 0.0)
     assert (c == 1).all()
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_split_parts_are_a_multiple_of_the_threads(threads: int) -> None:
+    """A product is cut into whole rounds of the threads (3 pieces on 2 threads left one of
+    them two and the other idle a third of the time); fewer pieces than threads stay."""
+    parts = nb.njit(lambda work, least: blas.split_parts(work, least))
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(threads)
+    try:
+        for pieces in range(2, blas.PIECES_PER_THREAD * threads + 1):
+            got = parts(pieces * 1000 + 999, 1000)  # worth `pieces`
+            assert got == (pieces // threads * threads if pieces >= threads else pieces)
+        assert parts(10**9, 1000) == blas.PIECES_PER_THREAD * threads
+        assert parts(1999, 1000) == 1  # too little work for two pieces
+    finally:
+        rvm.set_num_threads(before)
 
 
 def test_blas_threads_follow_rvms_count(blas_threads) -> None:

@@ -62,6 +62,32 @@ def test_helpers_take_pieces_while_the_caller_works(threads) -> None:
     assert len(where) == 2
 
 
+def test_measured_pieces_are_counted_and_timed_per_thread(threads) -> None:
+    """`measure`: each thread's pieces and CPU time inside them, callers' first; off, none."""
+    both = threading.Barrier(min(threads, 2), timeout=30)
+
+    def piece(i: int) -> None:
+        if i < 2:
+            both.wait()  # with helpers, the first two pieces run on two threads
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 200_000:  # 0.2 ms of CPU
+            pass
+
+    workpool.measure(True)
+    try:
+        workpool.for_each(6, piece)
+        times = workpool.piece_times()
+    finally:
+        workpool.measure(False)
+    assert len(times) == threads
+    assert sum(n for _, n in times) == 6
+    assert all(ns >= 200_000 * n for ns, n in times)
+    if threads > 1:
+        assert sum(n > 0 for _, n in times) >= 2
+    workpool.for_each(6, piece)
+    assert workpool.piece_times() == [(0, 0)] * threads
+
+
 def test_the_first_error_reaches_the_caller(threads) -> None:
     def piece(i: int) -> None:
         if i == 5:

@@ -15,12 +15,14 @@ listed but never run costs a helper's time, nothing else.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from rvm.ir import expr as E
 from rvm.ir.analysis import walk
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType
+from rvm.jit.channel_affine import is_affine
 from rvm.jit.channel_epilogue import CONVS
 from rvm.kernels.numba_cache import light_loads
 from rvm.op import ops
@@ -72,6 +74,13 @@ def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
         from rvm.kernels import epipass
 
         yield from ((task, "float32") for task in epipass.FIRST_RUN_TASKS)
+    # a per-channel affine map (a batch norm) and ReLU: the library's pass (`rvm.jit.lower`)
+    shape = _shape(func.body.body, None) if is_affine(func) else None  # type: ignore[attr-defined]
+    if shape is not None:
+        from rvm.kernels import affine
+
+        if affine.splits(math.prod(shape)):
+            yield from ((task, "float32") for task in affine.FIRST_RUN_TASKS)
 
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:

@@ -36,6 +36,7 @@ from rvm.jit import (  # noqa: F401  (register compute definitions)
     quantized,
     stages,
 )
+from rvm.jit.channel_affine import affine_chain, coefficients
 from rvm.jit.channel_epilogue import channel_ops
 from rvm.jit.compute import compute
 from rvm.jit.cond import ne
@@ -431,6 +432,8 @@ class _KernelLowering:
                     continue  # a convolution's epilogue, the library's pass
                 if assemble.write_joined(kb, t, anchor, name, ty.dtype):
                     continue  # a concat's, piece by piece
+            if len(results) == 1 and self._channel_affine(name):
+                continue  # a per-channel affine map and ReLU, the library's pass
             if not layout.write_reshaped(kb, t, name, ty.dtype):
                 kb.write(t, name, ty.dtype)
         if self.style == "return":
@@ -461,6 +464,22 @@ class _KernelLowering:
             arrays[2] = array_view(kb, res.array, res.dims, rows)
         flags = (act, int(bias is not None), int(res is not None))
         kb.call_entry("conv_epilogue", arrays, flags, "float32")
+        return True
+
+    def _channel_affine(self, out: str) -> bool:
+        """Emit each channel's scale and shift and the library's pass (`rvm.kernels.affine`)
+        for a function that is `rvm.jit.channel_affine.affine_chain`'s, into the output
+        ``out``; else False."""
+        found = affine_chain(self.func, self.env, self._arg)
+        if found is None:
+            return False
+        x, steps, act = found
+        kb = self.kb
+        coef = kb.materialize(coefficients(kb, x, steps))
+        rows = (x.dims[0], x.dims[1], *(("1",) * (4 - x.ndim)), *x.dims[2:])
+        arrays = [array_view(kb, a, x.dims, rows) for a in (x.array, out)]
+        arrays.append(array_view(kb, coef, (x.dims[1], "2"), ("1", "1", x.dims[1], "2")))
+        kb.call_entry("channel_affine", arrays, (act,), "float32")
         return True
 
     # -- source --------------------------------------------------------------------------

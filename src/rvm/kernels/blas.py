@@ -188,11 +188,21 @@ def _float(typingctx, bits):  # type: ignore[no-untyped-def]
 @jit(**_OPTS)
 def split_parts(work, min_work):  # type: ignore[no-untyped-def]
     """How many pieces a product of ``work`` is worth: up to `PIECES_PER_THREAD` per thread,
-    each of ``min_work`` at least; 1 with one thread, too little work or a busy pool."""
+    each of ``min_work`` at least, a multiple of the threads when there are as many (`even`);
+    1 with one thread, too little work or a busy pool."""
     threads = workpool.threads()
     if threads < 2 or work < 2 * min_work or workpool.busy():
         return 1
-    return min(PIECES_PER_THREAD * threads, work // min_work)
+    return even(min(PIECES_PER_THREAD * threads, work // min_work), threads)
+
+
+@jit(**_OPTS)
+def even(parts, threads):  # type: ignore[no-untyped-def]
+    """``parts`` pieces of equal work rounded down to a multiple of ``threads`` when there are
+    as many: each thread then claims as many pieces, where 3 on 2 threads left one thread two
+    and the other idle for a third of the time (the job taking 2/3 of the work's time rather
+    than 1/2)."""
+    return parts // threads * threads if parts >= threads else parts
 
 
 @jit(**_OPTS)

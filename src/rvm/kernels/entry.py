@@ -55,6 +55,7 @@ MODULES = {
     "conv2d": "rvm.kernels.conv",
     "conv2d_packed": "rvm.kernels.direct",
     "conv_epilogue": "rvm.kernels.epipass",
+    "channel_affine": "rvm.kernels.affine",
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
     "qconv2d": "rvm.kernels.qentry",

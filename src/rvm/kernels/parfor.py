@@ -23,6 +23,7 @@ runs in the calling thread).
   or 1 with splitting off (`enable`; the environment variable ``RVM_SPLIT_LOOPS=0`` starts
   it off);
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
+- `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
 - `MIN_WORK`: the size (elements touched) from which a loop is worth splitting, written once.
 
 No Numba threading layer is involved (its workqueue layer aborts when entered from several
@@ -203,6 +204,15 @@ def _flag(typingctx):  # type: ignore[no-untyped-def]
         return builder.icmp_signed("!=", builder.load(flag), i64(0))
 
     return nt.boolean(), codegen
+
+
+@nb.njit(nogil=True, cache=True)
+def piece_range(piece, pieces, total, align):  # type: ignore[no-untyped-def]
+    """(lo, hi): piece ``piece`` of ``pieces`` equal runs of ``total`` elements, each starting
+    on a multiple of ``align`` (whole vectors between them), the last one to ``total``."""
+    lo = piece * total // pieces // align * align
+    hi = total if piece == pieces - 1 else (piece + 1) * total // pieces // align * align
+    return lo, hi
 
 
 @nb.njit(nogil=True, cache=True)

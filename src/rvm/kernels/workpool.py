@@ -39,7 +39,9 @@ helpers (`rvm.kernels.threads` does at the next VM).
 For compiled callers: `run(fn, n, data)`, `threads()` (1 + helpers) and `busy()` are
 intrinsics calling the pool's C functions by symbol, so cached code that uses them is
 resolved when linked. For Python: `for_each(n, fn)` runs a Python callable per piece
-(exceptions propagate), `helpers()` and `set_helpers(n)`.
+(exceptions propagate), `helpers()` and `set_helpers(n)`; `measure(on)` and `piece_times()`:
+each thread's CPU time inside pieces and its pieces (off by default: a load and a branch a
+piece), to find a job's critical path where wall time says little (a loaded machine).
 """
 
 from __future__ import annotations
@@ -68,8 +70,8 @@ SPIN_US = 200
 
 # Fields of the state, one cache line (8 int64) apart.
 (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
-(NUDGE, WAKES) = range(13, 15)
-_FIELDS = 15
+(NUDGE, WAKES, MEASURE) = range(13, 16)
+_FIELDS = 16
 _LINE = 8
 _STATE = "rvm_pool_state"
 _SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
@@ -81,7 +83,13 @@ _state = (ctypes.c_int64 * (_FIELDS * _LINE))()
 _SYNC_BYTES = 256  # room for a pthread mutex or condition variable on every platform
 _sync = ctypes.create_string_buffer(3 * _SYNC_BYTES)  # the mutex, then two conditions
 _libc = ctypes.CDLL(None)
+STAT_THREADS = 64
+"""Threads whose pieces `measure` times: the callers (together) and the first helpers."""
+_stats = (ctypes.c_int64 * (STAT_THREADS * _LINE))()  # a thread's line: busy ns, pieces
+_STATS = "rvm_pool_stats"
+_THREAD_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)  # Linux's 3 where unnamed
 _LIBC = {
+    "rvm_clock_gettime": "clock_gettime",
     "rvm_pthread_mutex_lock": "pthread_mutex_lock",
     "rvm_pthread_mutex_unlock": "pthread_mutex_unlock",
     "rvm_pthread_cond_wait": "pthread_cond_wait",
@@ -103,6 +111,7 @@ def _init_sync() -> None:
 
 _init_sync()
 llvm.add_symbol(_STATE, ctypes.addressof(_state))
+llvm.add_symbol(_STATS, ctypes.addressof(_stats))
 for _symbol, _name in _LIBC.items():
     llvm.add_symbol(_symbol, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
 
@@ -227,15 +236,63 @@ def _piece(typingctx, fn, i, data):  # type: ignore[no-untyped-def]
     return nt.void(nt.int64, nt.int64, nt.int64), codegen
 
 
+@intrinsic
+def _thread_ns(typingctx):  # type: ignore[no-untyped-def]
+    """The calling thread's CPU time in nanoseconds (``clock_gettime``)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        spec = cgutils.alloca_once(builder, ir.ArrayType(i64, 2))
+        at = builder.bitcast(spec, ir.IntType(8).as_pointer())
+        _c_call(builder, "rvm_clock_gettime", ir.IntType(32), [ir.IntType(32)(_THREAD_CLOCK), at])
+        sec = builder.load(builder.gep(spec, [ir.IntType(32)(0), ir.IntType(32)(0)]))
+        nsec = builder.load(builder.gep(spec, [ir.IntType(32)(0), ir.IntType(32)(1)]))
+        return builder.add(builder.mul(sec, i64(1_000_000_000)), nsec)
+
+    return nt.int64(), codegen
+
+
+@intrinsic
+def _stat_add(typingctx, line, ns):  # type: ignore[no-untyped-def]
+    """Adds ``ns`` and one piece to statistics line ``line`` (`measure`)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        stats = builder.module.globals.get(_STATS)
+        if stats is None:
+            stats = ir.GlobalVariable(
+                builder.module, ir.ArrayType(i64, STAT_THREADS * _LINE), _STATS
+            )
+            stats.linkage = "external"
+        at = builder.mul(args[0], i64(_LINE))
+        for offset, value in ((0, args[1]), (1, i64(1))):
+            ptr = builder.gep(stats, [ir.IntType(32)(0), builder.add(at, i64(offset))])
+            builder.atomic_rmw("add", ptr, value, "monotonic")
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64, nt.int64), codegen
+
+
 # -- the pool ---------------------------------------------------------------------------------
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 @nb.njit(**_OPTS)
-def _claim():  # type: ignore[no-untyped-def]
+def _timed_piece(who, fn, i, data):  # type: ignore[no-untyped-def]
+    """Piece ``i``; its thread CPU time added to line ``who`` while `measure` is on."""
+    if _load(MEASURE) == 0 or who >= STAT_THREADS:
+        _piece(fn, i, data)
+        return
+    start = _thread_ns()
+    _piece(fn, i, data)
+    _stat_add(who, _thread_ns() - start)
+
+
+@nb.njit(**_OPTS)
+def _claim(who):  # type: ignore[no-untyped-def]
     """Runs pieces of the published job until none is left unclaimed; returns the job's
-    sequence number."""
+    sequence number. ``who``: the thread's line in the statistics (`measure`)."""
     while True:
         word = _load(WORD)
         seq = word >> 32
@@ -249,7 +306,7 @@ def _claim():  # type: ignore[no-untyped-def]
         # The word still holding (seq, i) proves fn, n and data were seq's (fields change
         # only after the sequence number does).
         if _cas(WORD, word, word + 1):
-            _piece(fn, i, data)
+            _timed_piece(who, fn, i, data)
             if _add(DONE, 1) == n - 1 and _load(WAITING) != 0:  # the caller sleeps
                 _lock()
                 _signal_done()
@@ -263,7 +320,7 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
         return
     if n == 1 or n >= MAX_PIECES or _load(WANTED) == 0 or not _cas(BUSY, 0, 1):
         for i in range(n):
-            _piece(fn, i, data)
+            _timed_piece(0, fn, i, data)
         return
     seq = ((_load(WORD) >> 32) + 1) & _SEQ_MASK  # odd: publishing
     _store(WORD, seq << 32)
@@ -277,7 +334,7 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
         _lock()
         _broadcast()
         _unlock()
-    _claim()
+    _claim(0)
     spins, s = _load(SPIN), 0
     while _load(DONE) < n and s < spins:  # pieces helpers claimed and still run
         _pause()
@@ -302,7 +359,7 @@ def _helper(index):  # type: ignore[no-untyped-def]
     """Helper ``index``'s loop: claim pieces, spin, sleep; returns once the pool wants at most
     ``index`` helpers."""
     while _wanted(index):
-        seen = _claim()
+        seen = _claim(index + 1)
         spins, s = _load(SPIN), 0
         while (_load(WORD) >> 32) == seen and _wanted(index):
             if s < spins:
@@ -444,6 +501,23 @@ def wakes() -> int:
 def helpers() -> int:
     """How many helper threads the pool has (jobs run on these and their caller)."""
     return int(_state[WANTED * _LINE])
+
+
+def measure(on: bool) -> None:
+    """Time every piece the pool runs (``on``) or not (off, the default), the statistics
+    zeroed: `piece_times` reads them. For finding a job's critical path on a loaded machine,
+    where wall time says little: each thread's CPU time inside pieces, and its pieces."""
+    _state[MEASURE * _LINE] = 0
+    ctypes.memset(_stats, 0, ctypes.sizeof(_stats))
+    _state[MEASURE * _LINE] = int(bool(on))
+
+
+def piece_times() -> list[tuple[int, int]]:
+    """Since `measure` was turned on: per thread, (CPU nanoseconds inside pieces, pieces), the
+    callers' (any thread that started a job or ran one's pieces itself) first, then each
+    helper's (up to `STAT_THREADS` in all)."""
+    count = min(STAT_THREADS, 1 + helpers())
+    return [(int(_stats[t * _LINE]), int(_stats[t * _LINE + 1])) for t in range(count)]
 
 
 def _calibrate() -> int:
