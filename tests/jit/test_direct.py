@@ -75,6 +75,26 @@ def test_every_partial_tile_size() -> None:
             np.testing.assert_allclose(out, _reference(case, x, w), rtol=1e-4, atol=1e-3)
 
 
+def test_partial_tiles_in_interleaved_sums() -> None:
+    """A band's last, partial tile splits each tap's channels over interleaved sums
+    (`rvm.kernels.direct_tile.sums`), added after the loop: channels a group that fill the
+    sums unevenly (the rest in the first), fewer channels than sums, groups, 1 and 2 vectors
+    of output channels, 3 x 3 and 1 x 1 kernels, every partial tile size."""
+    from rvm.kernels.direct_tile import MR, PARTS, sums
+
+    assert any(sums(mr, 1) > 1 for mr in PARTS[1:]) and sums(MR, 1) == 1
+    for cg in (1, 3, 5, 9):
+        for groups, og, k in ((1, 16, 3), (2, 8, 3), (1, 24, 1)):
+            for width in range(MR + 1, 2 * MR):
+                pad = k // 2
+                case = (1, cg * groups, 1, width, og * groups, (k, k), (1, 1), (1, 1), groups,
+                        (pad,) * 4)  # fmt: skip
+                x, w = _operands(case)
+                out = np.full((1, og * groups, 1, width), np.nan, np.float32)
+                direct.conv2d_packed(x, direct.pack(w, groups), out, 1, 1, 1, 1, pad, pad)
+                np.testing.assert_allclose(out, _reference(case, x, w), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize(
     "case",
     [

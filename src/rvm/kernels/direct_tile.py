@@ -4,7 +4,9 @@ positions by up to `VECTORS` vectors of output channels, in LLVM IR at the CPU's
 `micro` keeps ``MR x VECTORS`` accumulators in registers (24 + 4 of 32 AVX-512 registers;
 12 + 3 of 16 AVX2 ones): for each (tap, input channel) it loads the packed weight's vectors
 and broadcasts each position's input value from the NHWC plane (`rvm.kernels.nhwc`). A whole
-tile goes transposed into the NCHW output in registers (`rvm.kernels.nhwc.transposed`).
+tile goes transposed into the NCHW output in registers (`rvm.kernels.nhwc.transposed`). A
+band's last, partial tile keeps its sums in several interleaved sets (`sums`), so its few
+accumulators do not wait on each multiply-add's latency.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from rvm.kernels import nhwc
 from rvm.kernels.cpu import cpu
 from rvm.kernels.sgemm import LANES, VECTORS
 
-__all__ = ["MR", "NB", "PARTS", "WHOLE_LOOPS", "micro", "prefetch_l2"]
+__all__ = ["CHAINS", "MR", "NB", "PARTS", "WHOLE_LOOPS", "micro", "prefetch_l2", "sums"]
 
 # Output positions a tile: MR x VECTORS accumulators, with room left for the weight's vectors
 # and a broadcast (24 + 4 of 32 AVX-512 registers; 12 + 3 of 16 AVX2 ones).
@@ -37,6 +39,24 @@ _FMA = cpu().fma
 # step, 9 instructions and 2 reloads a 24 multiply-adds, and vgg19's 3 x 3 layers ran at 55
 # to 62 GFLOP/s on a core of a Zen 3, ORT's at 80 to 89.
 WHOLE_LOOPS = not cpu().mask_registers
+# Independent sums that keep a core's FMA units busy: two pipes, each result ready 4 cycles
+# after its inputs (x86-64 cores with AVX2 or AVX-512 since Skylake and Zen 2).
+CHAINS = 8
+
+
+def sums(mr: int, vectors: int) -> int:
+    """Interleaved sums a partial tile of ``mr`` rows (fewer than `MR`) by ``vectors``
+    vectors keeps: as many as make up `CHAINS` independent accumulators, up to a whole
+    tile's count (`MR` x `VECTORS`: the registers). With fewer, each multiply-add waits on
+    the last one's result: a band's last position alone (7 x 7 and 13 x 13 maps: 49 and 169
+    positions, one past whole bands) kept 2 of AVX2's 12 accumulators and ran at 4 cycles a
+    step, 1.8 times as long as in 4 sums (3 rows: 1.25 to 1.6 times; one thread of a Zen 3).
+    A whole tile keeps its own count: a tile of one vector in two sums ran 1.2 times as long
+    (a broadcast for each of its multiply-adds: the loads bound it)."""
+    have = mr * vectors
+    if mr >= MR:
+        return 1
+    return min(-(-CHAINS // have), MR * VECTORS // have)
 
 
 @intrinsic
@@ -67,7 +87,8 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
     transposed in registers (`nhwc.transposed`). One loop per vector count and row count of
     `PARTS`, chosen by a switch: each keeps its accumulators in registers; a partial tile
     runs the loop of the fewest rows that hold it (a 7 x 7 map's last band of 1 position
-    cost a whole band's multiply-adds, a seventh of the map's)."""
+    cost a whole band's multiply-adds, a seventh of the map's), each tap's channels spread
+    over `sums` interleaved sets of accumulators."""
     sig = nt.void(*(nt.int64,) * 12)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -119,29 +140,53 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
                     return builder.load(at, align=4)
                 return builder.call(masked_load, [at, align, mask, zero])
 
-            acc = [
-                [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
-                for _ in range(mr)
-            ]
+            # Interleaved sums (`sums`): channel ``ch`` of each tap into set ``ch % count``
+            # (the last ``cg % count`` into the first), added together after the loop.
+            count = sums(mr, vectors)
+            sets = [
+                [[cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
+                 for _ in range(mr)]
+                for _ in range(count)
+            ]  # fmt: skip
+            acc = sets[0]
+
+            def step(row0, tap, ch, into):  # type: ignore[no-untyped-def]
+                """One (tap, channel)'s multiply-adds into the accumulators ``into``."""
+                row_b = builder.mul(builder.add(row0, ch), ldb)
+                bs = [load(vector_at(b, row_b, j), j) for j in range(vectors)]
+                at = builder.add(tap, ch)
+                for i in range(mr):
+                    x = builder.load(builder.gep(a, [builder.add(a_rows[i], at)]))
+                    x = broadcast(x, vec)
+                    for j in range(vectors):
+                        old = builder.load(into[i][j])
+                        if _FMA:
+                            new = builder.call(fma, [x, bs[j], old])
+                        else:
+                            new = builder.fadd(builder.fmul(x, bs[j]), old)
+                        builder.store(new, into[i][j])
+
             with cgutils.for_range(builder, ntaps) as outer:
                 t = outer.index
                 tap = builder.load(builder.gep(taps, [t]))
                 row0 = builder.mul(t, cg)
-                with cgutils.for_range(builder, cg) as inner:
-                    ch = inner.index
-                    row_b = builder.mul(builder.add(row0, ch), ldb)
-                    bs = [load(vector_at(b, row_b, j), j) for j in range(vectors)]
-                    at = builder.add(tap, ch)
-                    for i in range(mr):
-                        x = builder.load(builder.gep(a, [builder.add(a_rows[i], at)]))
-                        x = broadcast(x, vec)
-                        for j in range(vectors):
-                            old = builder.load(acc[i][j])
-                            if _FMA:
-                                new = builder.call(fma, [x, bs[j], old])
-                            else:
-                                new = builder.fadd(builder.fmul(x, bs[j]), old)
-                            builder.store(new, acc[i][j])
+                if count == 1:
+                    with cgutils.for_range(builder, cg) as inner:
+                        step(row0, tap, inner.index, acc)
+                else:
+                    rounds = builder.sdiv(cg, i64(count))
+                    with cgutils.for_range(builder, rounds) as inner:
+                        first = builder.mul(inner.index, i64(count))
+                        for k, into in enumerate(sets):
+                            step(row0, tap, builder.add(first, i64(k)), into)
+                    rest = builder.mul(rounds, i64(count))
+                    with cgutils.for_range_slice(builder, rest, cg, i64(1)) as (ch, _):
+                        step(row0, tap, ch, acc)
+            for other in sets[1:]:
+                for i in range(mr):
+                    for j in range(vectors):
+                        total = builder.fadd(builder.load(acc[i][j]), builder.load(other[i][j]))
+                        builder.store(total, acc[i][j])
 
             def store_rows():  # type: ignore[no-untyped-def]
                 for i in range(mr):
