@@ -106,9 +106,32 @@ def test_cap_and_threads() -> None:
     assert blocks.held() == 0
 
 
+def test_kept_scratch_of_any_size_is_kept() -> None:
+    @nb.njit
+    def scratch(n):  # type: ignore[no-untyped-def]
+        out = blocks.kept(n, np.float32)
+        out[:] = 2.5
+        return out
+
+    blocks.release()
+    n = 1000  # 4000 bytes: far under MIN_BYTES, kept all the same
+    a = scratch(n)
+    assert a.shape == (n,) and a.dtype == np.float32 and a.ctypes.data % blocks.ALIGN == 0
+    address = a.ctypes.data
+    del a
+    assert blocks.held() == 4 * n
+    b = scratch(n)  # the kept block, again
+    assert b.ctypes.data == address and blocks.held() == 0
+    np.testing.assert_array_equal(b, np.full(n, 2.5, np.float32))
+    del b
+    assert blocks.release() == 4 * n
+
+
 def test_empty_from_python_says_where_it_works() -> None:
     with pytest.raises(NotImplementedError, match="callable from compiled code only"):
         blocks.empty((4,), np.float32)
+    with pytest.raises(NotImplementedError, match="callable from compiled code only"):
+        blocks.kept(4, np.float32)
 
 
 def _vm_flags(address: int) -> list[str]:

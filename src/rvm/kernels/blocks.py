@@ -13,6 +13,8 @@ the same for compiled code:
 - when Numba frees such an array (its last reference gone, in any thread), its block is kept
   in one of `SLOTS` slots while the kept bytes stay under the cap (`set_cap`; 1 GiB at first),
   else given back to ``malloc``;
+- `kept(n, dtype)` (njit-callable) is the same at any size: scratch of one size a kernel
+  takes at every call (`rvm.kernels.sgemm`'s packed panels);
 - `held()` is the bytes kept, `release()` gives them all back.
 
 On Linux a new block of at least `HUGE_BYTES` is advised to the kernel for transparent huge
@@ -46,7 +48,17 @@ from rvm.kernels import numba_cache
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
 
-__all__ = ["HUGE_BYTES", "MIN_BYTES", "SLOTS", "c_array", "empty", "held", "release", "set_cap"]
+__all__ = [
+    "HUGE_BYTES",
+    "MIN_BYTES",
+    "SLOTS",
+    "c_array",
+    "empty",
+    "held",
+    "kept",
+    "release",
+    "set_cap",
+]
 
 MIN_BYTES = 1 << 20
 """Arrays of at least this many bytes take their memory from the kept blocks; smaller ones
@@ -313,6 +325,29 @@ def _empty(shape, dtype):  # type: ignore[no-untyped-def]
             if data != 0:
                 return _array(data, shape, dtype)
         return np.empty(shape, dtype)
+
+    return impl
+
+
+def kept(n, dtype):  # type: ignore[no-untyped-def]
+    """A 1-d `empty` of ``n`` elements whose memory is a kept block at any size: for scratch
+    of one size that a kernel takes at every call (`rvm.kernels.sgemm`'s packed panels, 256
+    KB), which ``malloc`` would otherwise map fresh, or take from a heap it trimmed, and
+    fault in again at every call. Callable from compiled code only."""
+    raise NotImplementedError("rvm.kernels.blocks.kept is callable from compiled code only")
+
+
+@overload(kept)
+def _kept(n, dtype):  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    itemsize = np.dtype(str(dtype.dtype)).itemsize
+
+    def impl(n, dtype):  # type: ignore[no-untyped-def]
+        data = _take(n * itemsize)
+        if data != 0:
+            return _array(data, (n,), dtype)
+        return np.empty(n, dtype)
 
     return impl
 

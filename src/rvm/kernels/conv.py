@@ -48,9 +48,10 @@ from numba.extending import overload
 from rvm.kernels import direct, entry, parfor, sgemm
 from rvm.kernels.blas import blas_threads
 from rvm.kernels.blas import gemm_split as gemm
+from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.depthwise import depthwise
-from rvm.kernels.jitting import jit
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
 from rvm.kernels.segments import gemm_segments
 
@@ -151,13 +152,18 @@ def _im2col(product):  # type: ignore[no-untyped-def]
         y = out.reshape((n, o, P))
         hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
         size = sh * sw * hq * wq
-        ph = np.zeros(cg * size, dtype=x.dtype)
+        # Scratch kept across calls (`rvm.kernels.blocks.kept`): from malloc, the stems' 0.6
+        # and 1.3 MB were mapped fresh in some processes, faulted in page by page at each
+        # call (squeezenet's 3 to 64 channels at 224 x 224: 696 µs with no mapping, 953
+        # in a process that mapped them, 1256 with every block mapped).
+        ph = kept(cg * size, x.dtype)
+        ph[:] = 0  # the padding (`padded_phases` writes the input's positions only)
         starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
         # Whole output rows per block, a block per thread: each thread's piece of the split
         # GEMM stays in its cache.
         B = min(max(64, COL_BYTES // x.itemsize // K), CONV_BLOCK) * blas_threads()
         rows = max(1, min(B // ow, oh))
-        col = np.empty((K, rows * ow), dtype=x.dtype)
+        col = kept(K * rows * ow, x.dtype).reshape((K, rows * ow))
         xf = x.reshape(x.size)
         for n_ in range(n):
             for g_ in range(groups):
@@ -166,6 +172,8 @@ def _im2col(product):  # type: ignore[no-untyped-def]
                     p1 = min(p0 + rows, oh)
                     _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1)
                     product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow)
+        alive(ph)  # reached by address in the product's pieces: not freed before
+        alive(col)
 
     return conv
 

@@ -1,19 +1,25 @@
 """Depthwise convolutions (one input channel per group, any channel multiplier) for
 `rvm.kernels.conv`'s depthwise method; input planes in chunks on the pool when large.
 
-3x3 windows 2 apart along rows (or 1, with 512-bit vectors or output rows that fit one
-vector: `takes`), undilated, on maps whose
+3x3 windows 2 apart along rows (or 1, with 512-bit vectors or output rows that fit two
+vectors: `takes`), undilated, on maps whose
 needed columns fit in four CPU vectors (`by_rows`: float32 on AVX-512, rows up to 62 wide at
 stride 1, 31 outputs at stride 2; shufflenet's and the MobileNets' 7 x 7 to 56 x 56 maps) go
 an output row at a time, as
 `rvm.kernels.narrow`'s pools: each of the three input rows is loaded whole as vectors from
 its padded column 0, the padding and rows outside the plane as lanes never read (0); each
 tap's columns are taken from that line by a constant shuffle (lane q: column ``sw q + j``),
-multiplied by the tap's weight and added in registers; the output row is stored once, masked.
-So an output row costs three loads, nine shuffles and multiply-adds and a store, where the
-general method (below) writes a padded copy of the plane, passes over a line of sums three
-taps at a time and copies the rows out: on shufflenet's depthwise layers (7 x 7 to 56 x 56,
-strides 1 and 2) this takes 0.2 to 0.55 of its time, one core of a Zen 4.
+multiplied by the tap's weight and added in registers, a sum per input row (three chains
+of three multiply-adds, not one of nine); the output row is stored once, masked (whole where
+masks are not registers of their own and the vector ends inside the plane: its lanes past
+the row are the next row's, stored over after). A row outside the plane reads its nearest
+row and takes zeros, so every row's load has the same mask (rebuilt for each row from its
+flag, it took AVX2 a dozen instructions a row). So an output row costs three loads, nine
+shuffles and multiply-adds and a store, where the general method (below) writes a padded
+copy of the plane, passes over a line of sums three taps at a time and copies the rows out:
+on shufflenet's depthwise layers (7 x 7 to 56 x 56, strides 1 and 2) this takes 0.2 to 0.55
+of its time, one core of a Zen 4. The chains, the stores and the mask took shufflenet's 7 x
+7 and stride-2 layers from 31-70 to 20-44 µs on a Zen 3 core (0.63-0.72 of the time).
 
 Other depthwise convolutions copy each input plane once into a zero-padded plane split into
 its stride phases (`rvm.kernels.planes`), then add the taps' weighted windows as long runs,
@@ -39,6 +45,7 @@ __all__ = ["by_rows", "depthwise"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _BITS = cpu().vector_bits
+_PLAIN = not cpu().mask_registers  # see `_plane`'s stores
 
 
 def _plane(sw: int, vectors: int):  # type: ignore[no-untyped-def]
@@ -69,19 +76,35 @@ def _plane(sw: int, vectors: int):  # type: ignore[no-untyped-def]
                                 o.vec) for t in range(9)]  # fmt: skip
             keep = o.first(ow)
             row = b.mul(iw, I64(size))
+            # Rows whose vector ends inside the plane store it whole where masks are not
+            # registers of their own (`Cpu.mask_registers`): its lanes past the row are the
+            # next row's, stored over after.
+            plane_end = b.mul(oh, ow)
             with cgutils.for_range(b, oh) as loop:
                 p = loop.index
                 r0 = b.sub(b.mul(p, sh), pt)
-                acc = blank
+                # A sum per input row: three chains of three multiply-adds, not one of nine.
+                sums = []
                 for i in range(3):
                     r = b.add(r0, I64(i))
-                    inside = b.and_(b.icmp_signed(">=", r, I64(0)), b.icmp_signed("<", r, ih))
-                    start = b.sub(b.add(x, b.mul(r, row)), b.mul(pl, I64(size)))
-                    line = v.load(start, v.vec, b.and_(cols, v.splat_mask(inside)), zero)
+                    above, below = b.icmp_signed("<", r, I64(0)), b.icmp_signed(">=", r, ih)
+                    near = b.select(above, I64(0), b.select(below, b.sub(ih, I64(1)), r))
+                    start = b.sub(b.add(x, b.mul(near, row)), b.mul(pl, I64(size)))
+                    line = v.load(start, v.vec, cols, zero)
+                    line = b.select(b.or_(above, below), zero, line)
+                    acc = blank
                     for j in range(3):
                         tap = b.shuffle_vector(line, zero, picks[j])
                         acc = b.call(fma, [taps[3 * i + j], tap, acc])
-                o.store_at(acc, out, b.mul(p, ow), keep)
+                    sums.append(acc)
+                acc = b.fadd(b.fadd(sums[0], sums[1]), sums[2])
+                fits = b.icmp_signed("<=", b.add(b.mul(p, ow), I64(n)), plane_end)
+                fits = b.and_(fits, ir.Constant(ir.IntType(1), _PLAIN))
+                with b.if_else(fits) as (plain, masked):
+                    with plain:
+                        o.store_at(acc, out, b.mul(p, ow), None)
+                    with masked:
+                        o.store_at(acc, out, b.mul(p, ow), keep)
             return context.get_dummy_value()
 
         return nt.void(like, *(nt.int64,) * 10), codegen
@@ -97,14 +120,14 @@ plane2, plane2x2, plane2x4 = _plane(2, 1), _plane(2, 2), _plane(2, 4)
 def takes(kh, kw, sw, dh, dw, ow, size):  # type: ignore[no-untyped-def]
     """Whether `by_rows` takes a depthwise convolution of this window, column stride and
     dilation, ``ow`` outputs a row, elements of ``size`` bytes: 3x3 taps, undilated, 2 apart
-    along rows, or 1 apart on CPUs with 512-bit vectors or where an output row fits one
-    vector, the columns an output row reads in four CPU vectors. (A line shifted by a lane is
+    along rows, or 1 apart on CPUs with 512-bit vectors or where an output row fits two
+    vectors, the columns an output row reads in four CPU vectors. (A line shifted by a lane is
     one instruction on AVX-512, a permute and a blend across the halves on AVX2: there,
     compiled for Haswell on a Zen 4, rows 1 apart took 1.1 to 1.6 times the plane method's
-    time on 14 x 14 to 30 x 30 maps, and rows 2 apart 0.36 to 0.7; on a Zen 3, 1.0 at 14 x 14
-    and 1.6 at 28 x 28, but 0.8 at 7 x 7, where the plane method's runs are shorter than a
-    vector and its padded copy and passes cost most.)"""
-    apart = sw == 2 or (sw == 1 and (_BITS >= 512 or row_vectors(ow, size) == 1))
+    time on 14 x 14 to 30 x 30 maps, and rows 2 apart 0.36 to 0.7; on a Zen 3, 0.54-0.58 at 14
+    x 14 (shufflenet's 272 channels, since each row's sum runs in three chains with one load
+    mask) and 0.91-1.04 at 28 x 28, where the plane method stays.)"""
+    apart = sw == 2 or (sw == 1 and (_BITS >= 512 or row_vectors(ow, size) <= 2))
     window = kh == 3 and kw == 3 and dh == 1 and dw == 1 and apart
     return window and row_vectors((ow - 1) * sw + 3, size) <= 4
 

@@ -24,7 +24,8 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   few columns (a 7 x 7 image's 49). B's rows are read in place where a tile's row of B is
   several cache lines (AVX-512's three); where it is one (AVX2's 16 floats), a plain GEMM
   copies each block of B into panels of `NR` columns first and its tiles read them without
-  masks (`PACK_B`, `_packed_blocks`); without mask registers (AVX2), whole tiles store without
+  masks (`PACK_B`, `_packed_blocks`, in a block kept across calls: `PACK_FLOATS`); without
+  mask registers (AVX2), whole tiles store without
   masks (`PLAIN_STORES`);
 - each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
   weight comes from memory (a model's weights outgrow L3), and its first tile waited for each
@@ -54,6 +55,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import Cpu, cpu, target_features
 from rvm.kernels.jitting import alive, jit
 
@@ -126,6 +128,16 @@ resnet50's and squeezenet's 1x1 convolutions went from 31-49 GFLOP/s (0.52-0.81 
 Runtime's MLAS, which packs B too) to 44-80 (0.75-1.28 of MLAS), packed panels read by
 `_micro_panel`. AVX-512's three lines a row were not measured packed: they read in place."""
 BLOCK_BYTES = block_bytes(cpu())
+PACK_FLOATS = max(KC * NR, BLOCK_BYTES // 4)
+"""The floats of `_packed_blocks`' panels, the most a block of B takes (``min(KC, k)``
+rows by its columns, `BLOCK_BYTES` or one panel): one size, so that its scratch is a block
+kept across calls (`rvm.kernels.blocks.kept`). From ``malloc`` at each call (256 KB here),
+it was mapped fresh or taken from a trimmed heap in some processes and its pages faulted in
+again at every call: on a Zen 3 core with ``MALLOC_MMAP_THRESHOLD_=65536`` (fresh pages each
+call) 1x1 convolutions' GEMMs took 1.3-1.8 times as long (512 to 128 channels on 14 x 14 326
+-> 485 µs, squeezenet's 64 to 16 at 55 x 55 147 -> 270), as in one process of
+`benchmarks/conv_methods.py` where densenet121's 14 x 14 GEMMs ran at 43-49 GFLOP/s against
+78-82 in others."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 LINE = max(1, cpu().line // 4)  # floats of a cache line: what one prefetch brings
@@ -603,7 +615,7 @@ def _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate):  # ty
     block of ``step`` columns and each depth block, B's block copied into panels of `NR`
     columns (`_pack`), then every band of A across the panels, each tile reading its panel's
     rows one after the other; m, k, width > 0."""
-    into = np.empty(min(KC, k) * step, dtype=np.float32)
+    into = kept(PACK_FLOATS, np.float32)  # one size for every call: a kept block
     packed = into.ctypes.data
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
