@@ -179,9 +179,9 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     flat, offsets, quads, ldb = b[0], b[1], b[2], b[3]
     n_rows, lda = rows.shape
     ldc, taps = acc.shape[1], offsets.size
+    fused = epi.ctypes.data if epi.size else 0  # the epilogue record's address, else 0
     if VNNI:
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
-        fused = epi.ctypes.data if epi.size else 0
         j1 = _dots(rows, b, acc, swap, j0, j1)
         j = j0
         while j < j1:
@@ -212,10 +212,10 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
                 at_a, at_c = a0 + r * lda_bytes, c0 + 4 * (r * ldc + j - j0)
                 if tail:
                     _micro_tail(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc,
-                                count, swap, 0, r, j)  # fmt: skip
+                                count, swap, fused, r, j)  # fmt: skip
                 else:
                     _micro(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc, count,
-                           swap, 0, r, j)  # fmt: skip
+                           swap, fused, r, j)  # fmt: skip
             j += NR
         return j1
     for r in range(n_rows):
@@ -355,7 +355,7 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
     arithmetic the epilogue repeats), or a scale of 1/2 or more (the epilogue's scaled sums
     stay within int32 below it)."""
     og = out.shape[0]
-    if not VNNI or not narrow or out.strides[1] != 1 or og == 0:
+    if not (VNNI or MADD16) or not narrow or out.strides[1] != 1 or og == 0:
         return np.empty(0, np.int64)
     words = np.empty(2 * (EPILOGUE + og), np.int32)
     floats = words.view(np.float32)
