@@ -6,8 +6,9 @@ row's 4 bytes broadcast and one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of 
 into int32) per vector for every 4 depths, taps read in place at offsets. `_dot_columns` takes
 a product's few last columns past a vector as dot products of each column with each row
 (`_row_dot`). Without VNNI, on AVX2 (`MADD16`), the same micro-kernels multiply 16-bit
-values by ``vpmaddwd`` (`_madd16_code`: `LANES` 8, `MR` from the register count) and store
-their sums; without either `rvm.kernels.qgemm` runs a plain loop.
+values by ``vpmaddwd`` (`_madd16_code`: `LANES` 8, `MR` from the register count, a
+product's last rows in tiles of fewer) and requantize their sums as those do; without either
+`rvm.kernels.qgemm` runs a plain loop.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ REGISTERS = cpu().vector_registers
 # row's broadcast pair (measured on Zen 3: 6 rows of 2 vectors, LLVM spilling one sum and the
 # byte shuffles' 2 masks, ran squeezenet's int8 products faster than 5 rows without spills).
 MADD16_SPARE = 4
+# The ``vpmaddwd`` kernels' tiles of fewer rows than `MR`, for a product's last rows: by
+# steps of this many (`_madd16_code`).
+SHORT_ROWS = 2
 # Rows x VECTORS accumulators: with VNNI 16 of the 32 zmm registers; with ``vpmaddwd`` all the
 # others.
 MR = 8 if VNNI else (REGISTERS - MADD16_SPARE) // VECTORS
@@ -273,13 +277,29 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
 
     per_pass = max(1, min(MR, (REGISTERS - MADD16_SPARE) // vectors))
     passes = [(r, min(MR, r + per_pass)) for r in range(0, MR, per_pass)]
+    # A product's last tile of fewer rows (its output channels past a multiple of `MR`: 2
+    # or 4 of 6 for a power of two) computes as many as it has, rounded up to `SHORT_ROWS`,
+    # rather than `MR` (each a tile of its own: a row past ``rows`` costs what a row does).
+    shorts = list(range(SHORT_ROWS, per_pass, SHORT_ROWS)) if len(passes) == 1 else []
+
+    def rows_of(signed, shorts):  # type: ignore[no-untyped-def]
+        """The tile of the fewest rows in ``shorts`` that holds ``rows``, else all passes."""
+        if not shorts:
+            for first, last in passes:
+                with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
+                    tile(signed, first, last)
+            return
+        with builder.if_else(builder.icmp_signed("<=", rows, i64(shorts[0]))) as (few, more):
+            with few:
+                tile(signed, 0, shorts[0])
+            with more:
+                rows_of(signed, shorts[1:])
+
     # ``swap`` 1: B holds the uint8 bytes (zero-extended); 0: the int8 ones (sign-extended).
     with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (unsigned, signed):
         for flag, branch in ((False, unsigned), (True, signed)):
             with branch:
-                for first, last in passes:
-                    with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
-                        tile(flag, first, last)
+                rows_of(flag, shorts)
 
 
 # The record a fused epilogue reads (int64 fields): the addresses of the rows' int32 shifts
