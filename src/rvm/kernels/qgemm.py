@@ -30,12 +30,14 @@ int8) on C-contiguous operands:
 - the sums are made a block of columns at a time (`_blocks`) and requantized: the
   epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
   scales in float32, rounds half to even, adds the output zero point and clips. With VNNI
-  it runs in the micro-kernel on its registers (`_epilogue`: a record of the rows' shifts
-  and scales; `qtile._epilogue_code` stores the bytes masked at their positions, a row's
-  margin dropped), so no int32 sum goes through memory (13 x 13's 3 x 3 convolutions ~9%
-  faster, 14 x 14's ~4%, one thread); else (no VNNI, a transposed output, sums or shifts
-  past 2 ** 30, a product's last columns taken by dots) the block's sums are stored and
-  requantized after it (`_requantize`, in cache);
+  or `MADD16` it runs in the micro-kernel on its registers (`_epilogue`: a record of the
+  rows' shifts and scales; `qtile._epilogue_code` stores the bytes masked at their
+  positions, a row's margin dropped; on AVX2 a row's bytes whole or the run an image row
+  takes), so no int32 sum goes through memory (13 x 13's 3 x 3 convolutions ~9% faster with
+  VNNI, 14 x 14's ~4%, one thread; on AVX2 squeezenet's 1 x 1 convolutions of depth 16-64
+  ~10-20%); else (the plain loop, a transposed output, sums or shifts past 2 ** 30, a
+  product's last columns taken by dots) the block's sums are stored and requantized after
+  it (`_requantize`, in cache);
 - a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
   ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
   are, from `SPLIT_MIN` multiply-adds a piece: pieces of columns, or of rows (output
@@ -179,9 +181,9 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     flat, offsets, quads, ldb = b[0], b[1], b[2], b[3]
     n_rows, lda = rows.shape
     ldc, taps = acc.shape[1], offsets.size
+    fused = epi.ctypes.data if epi.size else 0  # the epilogue record's address, else 0
     if VNNI:
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
-        fused = epi.ctypes.data if epi.size else 0
         j1 = _dots(rows, b, acc, swap, j0, j1)
         j = j0
         while j < j1:
@@ -212,10 +214,10 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
                 at_a, at_c = a0 + r * lda_bytes, c0 + 4 * (r * ldc + j - j0)
                 if tail:
                     _micro_tail(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc,
-                                count, swap, 0, r, j)  # fmt: skip
+                                count, swap, fused, r, j)  # fmt: skip
                 else:
                     _micro(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc, count,
-                           swap, 0, r, j)  # fmt: skip
+                           swap, fused, r, j)  # fmt: skip
             j += NR
         return j1
     for r in range(n_rows):
@@ -350,12 +352,12 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
               signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """The record (`EPILOGUE` int64 fields, then the rows' int32 shifts and float32 scales it
     points to) with which the micro-kernels requantize their tiles into ``out`` themselves,
-    or an empty array when they cannot: no VNNI kernels, ``out``'s positions not contiguous
-    (a transposed output), a sum or shift past the narrow path of `_run` (whose
-    arithmetic the epilogue repeats), or a scale of 1/2 or more (the epilogue's scaled sums
-    stay within int32 below it)."""
+    or an empty array when they cannot: a plain loop (neither `VNNI` nor `MADD16`),
+    ``out``'s positions not contiguous (a transposed output), a sum or shift past the narrow
+    path of `_run` (whose arithmetic the epilogue repeats), or a scale of 1/2 or more (the
+    epilogue's scaled sums stay within int32 below it)."""
     og = out.shape[0]
-    if not VNNI or not narrow or out.strides[1] != 1 or og == 0:
+    if not (VNNI or MADD16) or not narrow or out.strides[1] != 1 or og == 0:
         return np.empty(0, np.int64)
     words = np.empty(2 * (EPILOGUE + og), np.int32)
     floats = words.view(np.float32)

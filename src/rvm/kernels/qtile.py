@@ -6,8 +6,9 @@ row's 4 bytes broadcast and one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of 
 into int32) per vector for every 4 depths, taps read in place at offsets. `_dot_columns` takes
 a product's few last columns past a vector as dot products of each column with each row
 (`_row_dot`). Without VNNI, on AVX2 (`MADD16`), the same micro-kernels multiply 16-bit
-values by ``vpmaddwd`` (`_madd16_code`: `LANES` 8, `MR` from the register count) and store
-their sums; without either `rvm.kernels.qgemm` runs a plain loop.
+values by ``vpmaddwd`` (`_madd16_code`: `LANES` 8, `MR` from the register count, a
+product's last rows in tiles of fewer) and requantize their sums as those do; without either
+`rvm.kernels.qgemm` runs a plain loop.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ REGISTERS = cpu().vector_registers
 # row's broadcast pair (measured on Zen 3: 6 rows of 2 vectors, LLVM spilling one sum and the
 # byte shuffles' 2 masks, ran squeezenet's int8 products faster than 5 rows without spills).
 MADD16_SPARE = 4
+# The ``vpmaddwd`` kernels' tiles of fewer rows than `MR`, for a product's last rows: by
+# steps of this many (`_madd16_code`).
+SHORT_ROWS = 2
 # Rows x VECTORS accumulators: with VNNI 16 of the 32 zmm registers; with ``vpmaddwd`` all the
 # others.
 MR = 8 if VNNI else (REGISTERS - MADD16_SPARE) // VECTORS
@@ -113,6 +117,45 @@ def _addresses(builder: ir.IRBuilder, args: list) -> tuple:
     return a_bytes, b_bytes, offs, cp, a_rows
 
 
+def _start_sums(builder: ir.IRBuilder, acc: list, rows, epi, row, first: int) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """With an epilogue record ``epi`` (fused), the tile's sums ``acc`` (rows ``first``..)
+    start from the rows' shifts (a row past ``rows``, row 0's); they are zero without."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    vec = ir.VectorType(i32, LANES)
+    undef = ir.Constant(vec, ir.Undefined)
+    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+    with builder.if_then(builder.icmp_signed("!=", epi, i64(0))):
+        record = builder.inttoptr(epi, i64.as_pointer())
+        shifts = builder.inttoptr(builder.load(record), i32.as_pointer())
+        for i in range(len(acc)):
+            inside = builder.icmp_signed("<", i64(first + i), rows)
+            r = builder.add(row, builder.select(inside, i64(first + i), i64(0)))
+            word = builder.load(builder.gep(shifts, [r]))
+            start = builder.shuffle_vector(
+                builder.insert_element(undef, word, i32(0)), undef, splat
+            )
+            for slot in acc[i]:
+                builder.store(start, slot)
+
+
+def _finish(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first: int, cp, ldc) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """The tile's sums ``acc`` (rows ``first``..) requantized into the output of the record
+    ``epi`` (`_epilogue_code`), or without one stored as int32 at ``cp``, rows ``ldc`` apart
+    (the rows past ``rows`` dropped)."""
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(ir.IntType(32), LANES)
+    with builder.if_else(builder.icmp_signed("!=", epi, i64(0))) as (fused, sums):
+        with fused:
+            _epilogue_code(builder, acc, rows, epi, row, col, first)
+        with sums:
+            for i in range(len(acc)):
+                with builder.if_then(builder.icmp_signed("<", i64(first + i), rows)):
+                    for j in range(len(acc[i])):
+                        at = builder.add(builder.mul(ldc, i64(first + i)), i64(j * LANES))
+                        at = builder.bitcast(builder.gep(cp, [at]), vec.as_pointer())
+                        builder.store(builder.load(acc[i][j]), at, align=4)
+
+
 def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
     """The body of `_make_micro`'s kernel of ``vectors`` vectors."""
     taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row, col = args
@@ -144,32 +187,11 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
             for _ in range(first, last)
         ]
-        with builder.if_then(builder.icmp_signed("!=", epi, i64(0))):
-            # Fused: the sums start from the rows' shifts (a row past ``rows``, row 0's).
-            record = builder.inttoptr(epi, i64.as_pointer())
-            shifts = builder.inttoptr(builder.load(record), i32.as_pointer())
-            for i in range(first, last):
-                inside = builder.icmp_signed("<", i64(i), rows)
-                r = builder.add(row, builder.select(inside, i64(i), i64(0)))
-                word = builder.load(builder.gep(shifts, [r]))
-                start = builder.shuffle_vector(
-                    builder.insert_element(undef, word, i32(0)), undef, splat
-                )
-                for j in range(vectors):
-                    builder.store(start, acc[i - first][j])
+        _start_sums(builder, acc, rows, epi, row, first)
         with cgutils.for_range(builder, taps) as outer:
             with cgutils.for_range(builder, quads) as inner:
                 step(swapped, acc, outer.index, inner.index, a_rows[first:last])
-        with builder.if_else(builder.icmp_signed("!=", epi, i64(0))) as (fused, sums):
-            with fused:
-                _epilogue_code(builder, acc, rows, epi, row, col, first)
-            with sums:
-                for i in range(first, last):
-                    with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                        for j in range(vectors):
-                            at = builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))
-                            at = builder.bitcast(builder.gep(cp, [at]), vec.as_pointer())
-                            builder.store(builder.load(acc[i - first][j]), at, align=4)
+        _finish(builder, acc, rows, epi, row, col, first, cp, ldc)
 
     # Three vectors of `MR` rows would need more registers than there are (24 accumulators,
     # the operands, the broadcasts: LLVM spills): two passes of half the rows each, the
@@ -193,9 +215,9 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
     and multiplied into every vector by one ``vpmaddwd`` (two multiply-adds an int32 lane,
     the pair sum exact: at most 2 x 255 x 128 in magnitude; ``vpmaddubsw``'s int16 pair sums
     would saturate). Rows in passes of as many as the registers keep sums of (all `MR` for 1
-    or 2 vectors). ``epi`` must be 0: the sums are stored (`rvm.kernels.qgemm._epilogue`
-    makes no record without VNNI)."""
-    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, _epi, _row, _col = args
+    or 2 vectors). With an epilogue record ``epi`` the sums are requantized in registers as
+    with VNNI (`_epilogue_code`, on ymm registers: `_store_rows`)."""
+    taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row, col = args
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     vec, words = ir.VectorType(i32, LANES), ir.VectorType(i16, 2 * LANES)
     raw, half = ir.VectorType(i8, 4 * LANES), ir.VectorType(i8, 2 * LANES)
@@ -247,25 +269,37 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
             for _ in range(first, last)
         ]
+        _start_sums(builder, acc, rows, epi, row, first)
         with cgutils.for_range(builder, taps) as outer:
             with cgutils.for_range(builder, quads) as inner:
                 step(signed, acc, outer.index, inner.index, a_rows[first:last])
-        for i in range(first, last):
-            with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
-                for j in range(vectors):
-                    at = builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))
-                    at = builder.bitcast(builder.gep(cp, [at]), vec.as_pointer())
-                    builder.store(builder.load(acc[i - first][j]), at, align=4)
+        _finish(builder, acc, rows, epi, row, col, first, cp, ldc)
 
     per_pass = max(1, min(MR, (REGISTERS - MADD16_SPARE) // vectors))
     passes = [(r, min(MR, r + per_pass)) for r in range(0, MR, per_pass)]
+    # A product's last tile of fewer rows (its output channels past a multiple of `MR`: 2
+    # or 4 of 6 for a power of two) computes as many as it has, rounded up to `SHORT_ROWS`,
+    # rather than `MR` (each a tile of its own: a row past ``rows`` costs what a row does).
+    shorts = list(range(SHORT_ROWS, per_pass, SHORT_ROWS)) if len(passes) == 1 else []
+
+    def rows_of(signed, shorts):  # type: ignore[no-untyped-def]
+        """The tile of the fewest rows in ``shorts`` that holds ``rows``, else all passes."""
+        if not shorts:
+            for first, last in passes:
+                with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
+                    tile(signed, first, last)
+            return
+        with builder.if_else(builder.icmp_signed("<=", rows, i64(shorts[0]))) as (few, more):
+            with few:
+                tile(signed, 0, shorts[0])
+            with more:
+                rows_of(signed, shorts[1:])
+
     # ``swap`` 1: B holds the uint8 bytes (zero-extended); 0: the int8 ones (sign-extended).
     with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (unsigned, signed):
         for flag, branch in ((False, unsigned), (True, signed)):
             with branch:
-                for first, last in passes:
-                    with builder.if_then(builder.icmp_signed("<", i64(first), rows)):
-                        tile(flag, first, last)
+                rows_of(flag, shorts)
 
 
 # The record a fused epilogue reads (int64 fields): the addresses of the rows' int32 shifts
@@ -283,7 +317,9 @@ class Requantizer:
     (``vcvtps2dq {rn-sae}``: the scales are below 1/2, `qgemm._epilogue`, so none
     overflows); `bytes` packs 4 such vectors to bytes with saturation (int16, the zero point
     added, then bytes) and clips them to the range: byte ``16 L + 4 p + t`` of the register
-    is lane ``4 L + t`` of vector ``p`` (the packs work within 128-bit lanes)."""
+    is lane ``4 L + t`` of vector ``p`` (the packs work within 128-bit lanes). On zmm
+    registers with AVX-512, on ymm ones without VNNI (`MADD16`: ``vcvtps2dq`` rounding as
+    MXCSR says, to nearest even as ``np.rint`` does)."""
 
     def __init__(self, builder: ir.IRBuilder, field: list) -> None:
         i8, i16, i32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
@@ -295,15 +331,21 @@ class Requantizer:
             return cgutils.get_or_insert_function(module, ir.FunctionType(result, params), name)
 
         vec, fvec, bytes64 = self.vec, self.fvec, self.bytes64
-        self.cvt = fn("llvm.x86.avx512.mask.cvtps2dq.512", vec, fvec, vec, i16, i32)
-        self.pack_words = fn("llvm.x86.avx512.packssdw.512", words, vec, vec)
-        self.add_sat = fn("llvm.sadd.sat.v32i16", words, words, words)
+        # zmm (AVX-512) or ymm (AVX2: `MADD16`) instructions, by the vectors' width.
+        x86 = "llvm.x86.avx512" if LANES == 16 else "llvm.x86.avx2"
+        if LANES == 16:
+            self.cvt = fn("llvm.x86.avx512.mask.cvtps2dq.512", vec, fvec, vec, i16, i32)
+        else:  # rounds as MXCSR says: to nearest even, as ``np.rint``
+            self.cvt = fn("llvm.x86.avx.cvt.ps2dq.256", vec, fvec)
+        suffix = ".512" if LANES == 16 else ""
+        self.pack_words = fn(f"{x86}.packssdw{suffix}", words, vec, vec)
+        self.add_sat = fn(f"llvm.sadd.sat.v{2 * LANES}i16", words, words, words)
         self.packs = {
-            True: fn("llvm.x86.avx512.packsswb.512", bytes64, words, words),
-            False: fn("llvm.x86.avx512.packuswb.512", bytes64, words, words),
+            True: fn(f"{x86}.packsswb{suffix}", bytes64, words, words),
+            False: fn(f"{x86}.packuswb{suffix}", bytes64, words, words),
         }
         self.clips = {
-            name: fn(f"llvm.{name}.v64i8", bytes64, bytes64, bytes64)
+            name: fn(f"llvm.{name}.v{4 * LANES}i8", bytes64, bytes64, bytes64)
             for name in ("umax", "umin", "smax", "smin")
         }
         self.zero = self.broadcast(builder.trunc(field[7], i16), words)
@@ -322,6 +364,8 @@ class Requantizer:
         """The int32 vector ``rint(float32(sums) * scale)`` (``scale`` a float32 vector)."""
         b, i16, i32 = self.builder, ir.IntType(16), ir.IntType(32)
         q = b.fmul(b.sitofp(sums, self.fvec), scale)
+        if LANES != 16:
+            return b.call(self.cvt, [q])
         return b.call(self.cvt, [q, ir.Constant(self.vec, None), i16(-1), i32(8)])
 
     def bytes(self, v):  # type: ignore[no-untyped-def]
@@ -358,12 +402,6 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first:
     f32 = ir.FloatType()
     vec, fvec = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
     bytes64 = ir.VectorType(i8, 4 * LANES)
-    masks = ir.VectorType(i1, 4 * LANES)
-    store = cgutils.get_or_insert_function(
-        builder.module,
-        ir.FunctionType(ir.VoidType(), [bytes64, bytes64.as_pointer(), i32, masks]),
-        "llvm.masked.store.v64i8.p0",
-    )
     record = builder.inttoptr(epi, i64.as_pointer())
     field = [builder.load(builder.gep(record, [i64(k)])) for k in range(EPILOGUE)]
     scales = builder.inttoptr(field[1], f32.as_pointer())
@@ -379,10 +417,12 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first:
         scale = requantize.broadcast(builder.load(builder.gep(scales, [r])), fvec)
         for j in range(len(acc[i])):  # the shift is in the sums
             values.append(requantize.rounded(builder.load(acc[i][j]), scale))
-    # 4 vectors a register: piece ``p`` (16 bytes) of register ``g`` is vector ``4g + p``
+    # 4 vectors a register: piece ``p`` (`LANES` bytes) of register ``g`` is vector ``4g + p``
     # (row ``(4g + p) // vectors``). The packs work within 128-bit lanes: lane ``L`` holds
     # 4 values of each vector, put back in order by one permutation of 32-bit words.
-    order = [4 * (k % 4) + k // 4 for k in range(LANES)]
+    quarters = LANES // 4  # 128-bit lanes a register
+    order = [4 * (k % quarters) + k // quarters for k in range(LANES)]
+    values += values[:1] * (-len(values) % 4)  # whole registers (6 rows of 1 vector)
     groups = []
     for g in range(len(values) // 4):
         packed = builder.bitcast(requantize.bytes(values[4 * g : 4 * g + 4]), vec)
@@ -410,24 +450,23 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first:
             builder.store(top, first_at)
             builder.store(builder.add(builder.sub(bottom, top), i64(1)), meets_at)
     skip = builder.sub(width, pitch)  # a row's margin, taken off the columns after it
-
-    def clamp(v):  # type: ignore[no-untyped-def]
-        """``v`` within [0, ``span``]."""
-        v = builder.select(builder.icmp_signed("<", v, i64(0)), i64(0), v)
-        return builder.select(builder.icmp_signed(">", v, i64(span)), i64(span), v)
+    if LANES != 16:  # no byte-masked store (AVX2): `_store_rows`
+        _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used, first_at,
+                    meets_at, skip)  # fmt: skip
+        return
+    masks = ir.VectorType(i1, 4 * LANES)
+    store = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(ir.VoidType(), [bytes64, bytes64.as_pointer(), i32, masks]),
+        "llvm.masked.store.v64i8.p0",
+    )
 
     def below(n):  # type: ignore[no-untyped-def]
         """The int64 mask of the ``n`` (0..48) low bits."""
         return builder.sub(builder.shl(i64(1), n), i64(1))
 
-    with cgutils.for_range(builder, builder.load(meets_at)) as loop:
-        image_row = builder.add(builder.load(first_at), loop.index)
-        start = builder.mul(image_row, pitch)
-        end = builder.add(start, width)
-        end = builder.select(builder.icmp_signed("<", end, used), end, used)
-        lo, hi = clamp(builder.sub(start, col)), clamp(builder.sub(end, col))
+    def body(lo, hi, offset):  # type: ignore[no-untyped-def]
         lanes = builder.and_(below(hi), builder.not_(below(lo)))  # bit c: column ``col + c``
-        offset = builder.add(col, builder.mul(image_row, skip))
         for i in range(len(acc)):
             # Row i's pieces, by register: piece p of register g is its vector 4g + p - i * V.
             for g in range(len(groups)):
@@ -447,6 +486,68 @@ def _epilogue_code(builder: ir.IRBuilder, acc: list, rows, epi, row, col, first:
                 at = builder.gep(bases[i], [builder.add(offset, i64(16 * delta))])
                 at = builder.bitcast(at, bytes64.as_pointer())
                 builder.call(store, [groups[g], at, i32(1), builder.bitcast(mask, masks)])
+
+    _row_runs(builder, col, pitch, width, used, first_at, meets_at, skip, span, body)
+
+
+def _row_runs(builder, col, pitch, width, used, first_at, meets_at, skip, span, body):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Calls ``body(lo, hi, offset)`` for each image row the tile's ``span`` columns from
+    ``col`` meet: its columns are the tile's ``lo`` to ``hi`` (``0 <= lo <= hi <= span``),
+    stored ``offset`` bytes from a row's start (column ``col + c`` at ``offset + c``)."""
+    i64 = ir.IntType(64)
+
+    def clamp(v):  # type: ignore[no-untyped-def]
+        v = builder.select(builder.icmp_signed("<", v, i64(0)), i64(0), v)
+        return builder.select(builder.icmp_signed(">", v, i64(span)), i64(span), v)
+
+    with cgutils.for_range(builder, builder.load(meets_at)) as loop:
+        image_row = builder.add(builder.load(first_at), loop.index)
+        start = builder.mul(image_row, pitch)
+        end = builder.add(start, width)
+        end = builder.select(builder.icmp_signed("<", end, used), end, used)
+        lo, hi = clamp(builder.sub(start, col)), clamp(builder.sub(end, col))
+        body(lo, hi, builder.add(col, builder.mul(image_row, skip)))
+
+
+def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used, first_at,
+                meets_at, skip):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`_epilogue_code`'s stores without byte-masked ones (AVX2): each row's ``vectors *
+    LANES`` bytes (whole pieces of one register: 4 divisible by ``vectors``) stored plainly
+    where an image row takes all the tile's columns, else the run of them it takes copied
+    from a slot on the stack (``llvm.memcpy``: a run's bytes only, as another thread may
+    write the bytes around it)."""
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    span = vectors * LANES
+    row_bytes = ir.VectorType(i8, span)
+    slot = builder.bitcast(cgutils.alloca_once(builder, row_bytes), i8.as_pointer())
+    copy = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(ir.VoidType(), [i8.as_pointer(), i8.as_pointer(), i64, ir.IntType(1)]),
+        "llvm.memcpy.p0.p0.i64",
+    )
+    rows = []
+    for i in range(len(bases)):
+        g, p = divmod(i * vectors, 4)  # row i: pieces p.. of register g
+        picks = ir.Constant(ir.VectorType(i32, span), list(range(p * LANES, p * LANES + span)))
+        rows.append(builder.shuffle_vector(groups[g], groups[g], picks))
+
+    def body(lo, hi, offset):  # type: ignore[no-untyped-def]
+        whole = builder.and_(
+            builder.icmp_signed("==", lo, i64(0)), builder.icmp_signed("==", hi, i64(span))
+        )
+        for i, values in enumerate(rows):
+            with builder.if_then(inside[i]):
+                at = builder.gep(bases[i], [offset])
+                with builder.if_else(whole) as (plain, run):
+                    with plain:
+                        builder.store(values, builder.bitcast(at, row_bytes.as_pointer()), align=1)
+                    with run:
+                        with builder.if_then(builder.icmp_signed("<", lo, hi)):
+                            builder.store(values, builder.bitcast(slot, row_bytes.as_pointer()))
+                            builder.call(copy, [builder.gep(at, [lo]), builder.gep(slot, [lo]),
+                                                builder.sub(hi, lo), ir.IntType(1)(0)])  # fmt: skip
+
+    _row_runs(builder, col, pitch, width, used, first_at, meets_at, skip, span, body)
 
 
 _micro = _make_micro(VECTORS)

@@ -428,8 +428,11 @@ def qconv2d_turned_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, 
             break
         image(x, n, 0, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
         dest = out[n].reshape(o, npos)
-        epi = _epilogue_record(sums, zero, bias, scale, 0, y_zero, low, high, dest, npos, npos,
-                               npos, narrow, signed)  # fmt: skip
+        # Fused only in the VNNI kernels (`_turned_part`'s plain loop fills the scratch).
+        epi = np.empty(0, np.int64)
+        if VNNI:
+            epi = _epilogue_record(sums, zero, bias, scale, 0, y_zero, low, high, dest, npos,
+                                   npos, npos, narrow, signed)  # fmt: skip
         scratch = np.empty((npos if epi.size == 0 else 0, panels * width), np.int32)
         job = np.empty(_TURNED_JOB, np.int64)
         job[0], job[1], job[2] = _TURNED_JOB, words.ctypes.data, 4 * words.shape[1]
