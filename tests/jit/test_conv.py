@@ -234,12 +234,13 @@ def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
     """The output of a stride-1 convolution that keeps the size is known to be the input's
     size: a residual add broadcasts nothing, and the convolution writes the output itself
     (through the library's entry point), also into an output array the caller passes; the
-    library's pass (`rvm.kernels.epipass`) then adds the residual and applies the ReLU."""
+    library adds the residual and applies the ReLU with it (``conv2d_fused``: in the GEMM's
+    store, or by its pass `rvm.kernels.epipass`)."""
     img, res = var("img", (1, 16, 7, 7)), var("res", (1, 8, 7, 7))
     k = var("k", (8, 16, kernel, kernel))
     func = prim([img, k, res], op.relu(op.conv2d(img, k, padding=pad) + res))
     jit = Jit(func)
-    want = (("conv2d", "float32"), ("conv_epilogue", "float32"))
+    want = (("conv2d_fused", "_".join(["float32"] * 5)),)
     assert jit.record.requires == want  # the generator's facts
     inputs = (rand((1, 16, 7, 7)), rand((8, 16, kernel, kernel), seed=1), rand((1, 8, 7, 7)))
     check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=jit)
@@ -269,23 +270,46 @@ def test_the_epilogue_pass_matches_numpy(blas_threads, bias) -> None:
             np.testing.assert_allclose(got, np.maximum(want, 0) if act else want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["conv1d", "relu_first"])
-def test_a_kernel_hands_its_epilogue_to_the_pass_when_it_can(case) -> None:
-    """A float32 convolution's bias, residual and ReLU, in that order, go to the library's
-    pass (`rvm.kernels.epipass`): a 1-d convolution's too. An epilogue in another order (the
-    ReLU before the residual) runs as the kernel's own loop. Both right, for any batch."""
+# 1x1 convolutions whose GEMM applies the epilogue as it stores (`rvm.kernels.sgemm.fuses`):
+# 20 output channels (bands of `sgemm.MR` rows and a part), 9 x 11 positions (a masked last
+# vector), a bias a channel or one for all, grouped, strided (its output's dims computed, not
+# the residual's: no residual). attrs, bias's shape.
+_FUSED = {
+    "pointwise": ({}, (20, 1, 1)),
+    "one_bias": ({}, (1, 1, 1)),
+    "grouped": ({"groups": 2}, (20, 1, 1)),
+    "strided": ({"strides": (2, 2)}, (20, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", ["conv1d", "relu_first", *_FUSED])
+def test_a_kernel_hands_its_epilogue_to_the_library_when_it_can(case) -> None:
+    """A float32 convolution's bias, residual and ReLU, in that order, go to the library
+    with the convolution (``conv2d_fused``: in its GEMM's store where it can, else the pass
+    `rvm.kernels.epipass`): a 1-d convolution's too. An epilogue in another order (the ReLU
+    before the residual) runs as the kernel's own loop. Both right, for any batch."""
     if case == "conv1d":
         x, res = var("x", ("b", 6, 17)), var("res", ("b", 8, 17))
         k, cb = var("k", (8, 6, 3)), var("cb", (8, 1))
         func = prim([x, k, cb, res], op.relu(op.conv1d(x, k, padding=1) + cb + res))
         shapes = [(6, 17), (8, 6, 3), (8, 1), (8, 17)]
-    else:
+    elif case == "relu_first":
         x, res = var("x", ("b", 6, 9, 9)), var("res", ("b", 8, 9, 9))
         k, cb = var("k", (8, 6, 1, 1)), var("cb", (8, 1, 1))
         func = prim([x, k, cb, res], op.relu(op.conv2d(x, k) + cb) + res)
         shapes = [(6, 9, 9), (8, 6, 1, 1), (8, 1, 1), (8, 9, 9)]
+    else:
+        attrs, bias = _FUSED[case]
+        groups = attrs.get("groups", 1)
+        x, res = var("x", ("b", 12, 9, 11)), var("res", ("b", 20, 9, 11))
+        k, cb = var("k", (20, 12 // groups, 1, 1)), var("cb", bias)
+        y = op.conv2d(x, k, **attrs) + cb
+        func = prim([x, k, cb], op.relu(y)) if "strides" in attrs else prim(
+            [x, k, cb, res], op.relu(y + res))  # fmt: skip
+        shapes = [(12, 9, 11), (20, 12 // groups, 1, 1), bias, (20, 9, 11)][: len(func.params)]
     kernel = Jit(func)
-    assert (("conv_epilogue", "float32") in kernel.record.requires) == (case == "conv1d")
+    library = {name for name, _ in kernel.record.requires} & {"conv_epilogue", "conv2d_fused"}
+    assert bool(library) == (case != "relu_first")
     for batch in (2, 1):
         sizes = [(batch, *s) if i in (0, 3) else s for i, s in enumerate(shapes)]
         inputs = [rand(s, seed=i) for i, s in enumerate(sizes)]

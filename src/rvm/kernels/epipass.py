@@ -25,7 +25,7 @@ from rvm.kernels import entry, parfor
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES
 
-__all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows"]
+__all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows", "operands"]
 
 ACTIVATIONS = ("none", "relu")  # the activations it applies, by index
 
@@ -117,23 +117,37 @@ def epilogue_rows(out, bias, act, res):  # type: ignore[no-untyped-def]
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------------
 
 
+@jit(**_OPTS, inline="always")
+def operands(out, b, bias_dims, c, res_dims, act, with_bias, with_res):  # type: ignore[no-untyped-def]  # noqa: E501
+    """(whether they agree, the bias, the residual) for `epilogue_rows` on ``out`` (4-d) from
+    an entry point's pointers and dims: the bias at ``b`` viewed (1, c or 1, 1, 1) when
+    ``with_bias``, else none (empty); the residual at ``c``, of ``out``'s shape, when
+    ``with_res``; the activation ``act`` an index of `ACTIVATIONS`."""
+    nbias = bias_dims[1] if with_bias else 0
+    ok = 0 <= act < len(ACTIVATIONS)
+    if with_bias and (bias_dims[0] != 1 or bias_dims[2] != 1 or bias_dims[3] != 1):
+        ok = False
+    if with_bias and nbias != 1 and nbias != out.shape[1]:
+        ok = False
+    if with_res:
+        for axis in range(4):
+            if res_dims[axis] != out.shape[axis]:
+                ok = False
+    bias = nb.carray(b, (nbias if ok else 0,))
+    res = nb.carray(c, (out.size if with_res and ok else 0,))
+    return ok, bias, res
+
+
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
     """`epilogue_rows` on out (a), the bias viewed (1, c or 1, 1, 1) (b) and the residual
     (c); ``params``: the activation, whether there is a bias, whether a residual (an array
     absent is passed as out, unread): 0 done, 1 the shapes disagree."""
     d, p = nb.carray(dims, 12), nb.carray(params, 3)
-    act, with_bias, with_res = p[0], p[1], p[2]
     out = nb.carray(a, (d[0], d[1], d[2], d[3]))
-    if act < 0 or act >= len(ACTIVATIONS):
+    ok, bias, res = operands(out, b, d[4:8], c, d[8:12], p[0], p[1], p[2])
+    if not ok:
         return 1
-    nbias = d[5] if with_bias else 0
-    if with_bias and (d[4] != 1 or d[6] != 1 or d[7] != 1 or (nbias != 1 and nbias != d[1])):
-        return 1
-    if with_res and (d[8] != d[0] or d[9] != d[1] or d[10] != d[2] or d[11] != d[3]):
-        return 1
-    bias = nb.carray(b, (nbias,))
-    res = nb.carray(c, (out.size if with_res else 0,))
-    epilogue_rows(out, bias, act, res)
+    epilogue_rows(out, bias, p[0], res)
     return 0
 
 
