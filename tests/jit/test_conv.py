@@ -270,15 +270,17 @@ def test_the_epilogue_pass_matches_numpy(blas_threads, bias) -> None:
             np.testing.assert_allclose(got, np.maximum(want, 0) if act else want, rtol=1e-6)
 
 
-# 1x1 convolutions whose GEMM applies the epilogue as it stores (`rvm.kernels.sgemm.fuses`):
-# 20 output channels (bands of `sgemm.MR` rows and a part), 9 x 11 positions (a masked last
-# vector), a bias a channel or one for all, grouped, strided (its output's dims computed, not
-# the residual's: no residual). attrs, bias's shape.
+# Convolutions whose GEMM applies the epilogue as it stores (`rvm.kernels.sgemm.fuses`): 1x1
+# ones and im2col's (3 x 3 on a small map): 20 output channels (bands of `sgemm.MR` rows and
+# a part), 9 x 11 positions (a masked last vector), a bias a channel or one for all, grouped,
+# strided (its output's dims computed, not the residual's: no residual). attrs, bias's shape.
 _FUSED = {
     "pointwise": ({}, (20, 1, 1)),
     "one_bias": ({}, (1, 1, 1)),
     "grouped": ({"groups": 2}, (20, 1, 1)),
     "strided": ({"strides": (2, 2)}, (20, 1, 1)),
+    "im2col": ({"padding": 1}, (20, 1, 1)),
+    "im2col_grouped": ({"padding": 1, "groups": 2}, (20, 1, 1)),
 }
 
 
@@ -302,11 +304,13 @@ def test_a_kernel_hands_its_epilogue_to_the_library_when_it_can(case) -> None:
         attrs, bias = _FUSED[case]
         groups = attrs.get("groups", 1)
         x, res = var("x", ("b", 12, 9, 11)), var("res", ("b", 20, 9, 11))
-        k, cb = var("k", (20, 12 // groups, 1, 1)), var("cb", bias)
+        taps = 3 if "padding" in attrs else 1
+        k, cb = var("k", (20, 12 // groups, taps, taps)), var("cb", bias)
         y = op.conv2d(x, k, **attrs) + cb
         func = prim([x, k, cb], op.relu(y)) if "strides" in attrs else prim(
             [x, k, cb, res], op.relu(y + res))  # fmt: skip
-        shapes = [(12, 9, 11), (20, 12 // groups, 1, 1), bias, (20, 9, 11)][: len(func.params)]
+        shapes = [(12, 9, 11), (20, 12 // groups, taps, taps), bias, (20, 9, 11)]
+        shapes = shapes[: len(func.params)]
     kernel = Jit(func)
     library = {name for name, _ in kernel.record.requires} & {"conv_epilogue", "conv2d_fused"}
     assert bool(library) == (case != "relu_first")

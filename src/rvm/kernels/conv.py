@@ -46,7 +46,7 @@ from numba.core import types as nt
 from numba.extending import overload
 
 from rvm.kernels import direct, entry, epipass, parfor, sgemm
-from rvm.kernels.blas import blas_threads
+from rvm.kernels.blas import blas_threads, gemm_epilogue
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.cpu import cpu
 from rvm.kernels.depthwise import depthwise
@@ -130,12 +130,13 @@ def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-
 
 
 def _im2col(product):  # type: ignore[no-untyped-def]
-    """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes: the
-    input of each (image, group) is split into its zero-padded stride phases once, so every
-    tap of every output row is a unit-stride run of them (`rvm.kernels.planes`)."""
+    """The im2col convolution whose block products ``product(wm, col, y, ..., epilogue)``
+    computes: the input of each (image, group) is split into its zero-padded stride phases
+    once, so every tap of every output row is a unit-stride run of them
+    (`rvm.kernels.planes`)."""
 
     @jit(**_OPTS)
-    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
         oh, ow = out.shape[2], out.shape[3]
@@ -165,21 +166,27 @@ def _im2col(product):  # type: ignore[no-untyped-def]
                 for p0 in range(0, oh, rows):
                     p1 = min(p0 + rows, oh)
                     _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1)
-                    product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow)
+                    product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow, epilogue)
 
     return conv
 
 
 @jit(**_OPTS)
-def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
-    """The block's product straight into the output's columns (row stride P), by BLAS."""
+def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_, epilogue):  # type: ignore[no-untyped-def]
+    """The block's product straight into the output's columns (row stride P), by BLAS, the
+    ``epilogue`` (`_conv2d_blas`') applied as it stores (`blas.gemm_epilogue`)."""
     o = y.shape[1]
     at = (n_ * o + g_ * og) * P + pb_
-    gemm(wm, g_ * og * K, K, col, 0, col.shape[1], y, at, P, og, pe_ - pb_, K, 0.0)
+    bias, bias_step, act, res = epilogue
+    if bias != 0:
+        bias += 4 * bias_step * g_ * og
+    res = (res - parfor.address(y)) // 4 if res != 0 else 0  # of the output's layout
+    gemm_epilogue(wm, g_ * og * K, K, col, 0, col.shape[1], y, at, P, og, pe_ - pb_, K,
+                  (bias, bias_step, act, res))  # fmt: skip
 
 
 @jit(**_OPTS)
-def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
+def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_, epilogue):  # type: ignore[no-untyped-def]
     """np.dot of contiguous operands into a temporary, copied into the output (by loops: see
     `planes.copy`)."""
     tmp = np.empty((og, pe_ - pb_), dtype=y.dtype)
@@ -397,7 +404,8 @@ def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20],
+                 _epilogue(job))  # fmt: skip
 
 
 def _images_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -498,7 +506,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  
     how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
     job[21] = how
     images = by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads())
-    fused = fuses_epilogue(how, cg, images) and sgemm.applies(x)
+    fused = fuses_epilogue(how, cg * kh * kw, images) and sgemm.applies(x)
     if fused:
         job[_EPILOGUE], job[_EPILOGUE + 1], job[_EPILOGUE + 2], job[_EPILOGUE + 3] = epilogue
     if images:
@@ -509,13 +517,14 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  
 
 
 @jit(**_OPTS, inline="always")
-def fuses_epilogue(how, cg, images):  # type: ignore[no-untyped-def]
-    """Whether a float32 convolution by method ``how`` (``cg`` input channels a group; a
-    batch split ``images`` by images: `by_images`) applies its epilogue in its GEMM's store
-    (`sgemm.fuses`): the 1x1 ones, one GEMM of the whole batch on the input's rows (strided:
-    on the subsampled input), where the GEMM can."""
-    gemm = how == POINTWISE or how == STRIDED
-    return gemm and not images and sgemm.fuses(False, 1, cg)
+def fuses_epilogue(how, k, images):  # type: ignore[no-untyped-def]
+    """Whether a float32 convolution by method ``how`` (a depth of ``k`` a group; a batch split
+    ``images`` by images: `by_images`) applies its epilogue in its GEMM's store
+    (`sgemm.fuses`): the 1x1 ones (one GEMM of the whole batch on the input's rows; strided:
+    on the subsampled input) and im2col's (a GEMM a block of output rows, on the column
+    matrix), where the GEMM can."""
+    gemm = how == POINTWISE or how == STRIDED or how == IM2COL
+    return gemm and not images and sgemm.fuses(False, 1, k)
 
 
 @jit(**_OPTS)
@@ -629,4 +638,4 @@ def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: igno
     """`conv2d` by im2col and ``np.dot`` (where NumPy's BLAS is not reachable)."""
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
-    conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl)
+    conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl, sgemm.NO_EPILOGUE)
