@@ -247,12 +247,11 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
         # A's rows as they are (no packing): row i at i * lda, rows past ``rows`` read the
         # last one (their sums are not stored).
         last_row = builder.sub(rows, i64(1))
-        a_rows = [
-            builder.mul(
-                builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row), lda
-            )
+        row_ids = [
+            builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row)
             for i in range(MR)
         ]
+        a_rows = [builder.mul(row, lda) for row in row_ids]
 
         if padded:  # the epilogue's operands (`_micro_typing`)
             bias, bias_step, act, res = args[18:]
@@ -297,6 +296,14 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
             def vector_at(base, offset, j, apart):  # type: ignore[no-untyped-def]
                 at = builder.gep(base, [builder.add(offset, builder.mul(apart, i64(j)))])
                 return builder.bitcast(at, vptr)
+
+            if padded:  # the residual's lines of the tile into L2 while it computes
+                with builder.if_then(builder.icmp_signed("!=", res, i64(0))):
+                    for i in range(MR):
+                        row = builder.add(builder.mul(ldc, row_ids[i]), res)
+                        for end in (0, vectors * lanes - 1):
+                            at = builder.gep(c, [builder.add(row, i64(end))])
+                            builder.call(hint, [builder.bitcast(at, i8p), i32(0), i32(2), i32(1)])
 
             # Accumulators as stack slots: LLVM promotes them to registers.
             acc = [
