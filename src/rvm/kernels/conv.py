@@ -1,9 +1,12 @@
 """Float convolution for jit kernels, compiled once and called by every convolution kernel.
 
 A convolution kernel checks its operands' shapes, calls `conv2d` (or `conv2d_dot`) with the
-attributes, and runs its epilogue (bias, activation) over the output; the convolution itself
-lives here, so it is compiled once per operand type and cached with this module's Numba
-cache, not compiled again into every kernel (it was most of a CNN's compile time):
+attributes, and runs its epilogue (bias, activation) over the output, or, for float32, hands a
+bias, residual and ReLU to the library with the convolution (``conv2d_fused``: its GEMM applies
+them as it stores where it can, `fuses_epilogue`, else `rvm.kernels.epipass`'s pass); the
+convolution itself lives here, so it is compiled once per operand type and cached with this
+module's Numba cache, not compiled again into every kernel (it was most of a CNN's compile
+time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr)`: NumPy's BLAS
   (`rvm.kernels.blas.gemm_split`: every GEMM is cut into pieces that run at once on

@@ -33,6 +33,8 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   machine (within noise on a quieter one); on a weight in cache, the same;
 - on plain rows of B (not a convolution's taps), it prefetches the row `AHEAD` tiles on along C: a
   1x1 convolution's wide input at batch 8 comes from memory in as many streams as it has rows;
+- where B is packed (`FUSED_EPILOGUE`), a convolution's bias, residual and ReLU are applied
+  in registers as the last depth block's tiles store (``epilogue``), C written once;
 - the last tile of a row is as wide as what is left (one, two or three vectors), its last
   vector loaded and stored under a lane mask, and rows past ``m`` are not stored, so no edge
   needs a copy;
