@@ -637,6 +637,7 @@ def sgemm_segments(
     # read every band of A again for little B), and cutting them was slower.
     if segments == 1:
         step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
+        # A band or less reads B once, unpacked; an epilogue is the packed tiles' own.
         fused = epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0
         if PACK_B and table == 0 and (m > MR or fused):
             _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate, epilogue)
