@@ -110,6 +110,39 @@ def test_split_gemms_match_reference(blas_threads, case) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
+# More output channels than positions: im2col's GEMM split along its rows on two threads.
+ALONG_CHANNELS = (1, 32, 8, 8, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("case", [*SPLIT_CASES[:5], ALONG_CHANNELS])
+def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
+    """A bias, a residual and a ReLU applied with the convolution (`conv._conv2d_blas`' epilogue:
+    in its GEMM's store where `conv.fuses_epilogue` holds, 1 back, else 0 and the caller runs
+    the pass) on products split over two threads: along the channels (the bias from each
+    piece's rows: a 1x1's bands, im2col's rows) and along the positions, in im2col blocks, in
+    groups, a batch of 2 (split by images: the pass), the direct method (the pass)."""
+    from rvm.kernels import epipass
+
+    x, w = _operands(case, "float32")
+    conv_out = _reference(case, x, w)
+    bias = rand((conv_out.shape[1],), seed=3)
+    res = rand(conv_out.shape, seed=4)
+    want = np.maximum(conv_out + bias[None, :, None, None] + res, 0)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
+    done = conv._conv2d_blas(x, w, out, *_args(case), epilogue)
+    assert done in (0, 1)
+    if done == 0:
+        epipass.epilogue_rows(out, bias, 1, res)
+    n, c, h, wd, o, (kh, kw), (sh, sw) = case[:7]
+    oh, ow = out.shape[2:]
+    how = conv.method.py_func(c, o, case[8], kh, kw, sh, sw, oh, ow, h, wd, not any(case[9]), True)
+    images = conv.by_images.py_func(how, n, n * o * oh * ow * w[0].size, blas_threads)
+    gemm = how in (conv.POINTWISE, conv.STRIDED, conv.IM2COL) and not images
+    assert done == (sgemm.FUSED_EPILOGUE and gemm)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
 # Batches of small images (4; 2 for the direct method), each taking another method, split an
 # image a piece on two threads (`conv.by_images`): the taps GEMM, im2col (7 columns), a
 # strided 1x1, the direct method (its weight packed at the call, then its images split by
