@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm.kernels import blas, segments
+from rvm.kernels import blas, segments, sgemm
 
 pytestmark = pytest.mark.skipif(not blas.AVAILABLE, reason="NumPy's BLAS has no ILP64 CBLAS")
 
@@ -159,7 +159,7 @@ def _segments(
     a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs, batches, groups, ag, bb, cb
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     segments.gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segs, width, bs, cs,
-                           batches, groups, ag, bb, cb, 0, 0)  # fmt: skip
+                           batches, groups, ag, bb, cb, 0, 0, sgemm.NO_EPILOGUE)  # fmt: skip
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -110,6 +110,39 @@ def test_split_gemms_match_reference(blas_threads, case) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
+# More output channels than positions: im2col's GEMM split along its rows on two threads.
+ALONG_CHANNELS = (1, 32, 8, 8, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("case", [*SPLIT_CASES[:5], ALONG_CHANNELS])
+def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
+    """A bias, a residual and a ReLU applied with the convolution (`conv._conv2d_blas`' epilogue:
+    in its GEMM's store where `conv.fuses_epilogue` holds, 1 back, else 0 and the caller runs
+    the pass) on products split over two threads: along the channels (the bias from each
+    piece's rows: a 1x1's bands, im2col's rows) and along the positions, in im2col blocks, in
+    groups, a batch of 2 (split by images: the pass), the direct method (the pass)."""
+    from rvm.kernels import epipass
+
+    x, w = _operands(case, "float32")
+    conv_out = _reference(case, x, w)
+    bias = rand((conv_out.shape[1],), seed=3)
+    res = rand(conv_out.shape, seed=4)
+    want = np.maximum(conv_out + bias[None, :, None, None] + res, 0)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
+    done = conv._conv2d_blas(x, w, out, *_args(case), epilogue)
+    assert done in (0, 1)
+    if done == 0:
+        epipass.epilogue_rows(out, bias, 1, res)
+    n, c, h, wd, o, (kh, kw), (sh, sw) = case[:7]
+    oh, ow = out.shape[2:]
+    how = conv.method.py_func(c, o, case[8], kh, kw, sh, sw, oh, ow, h, wd, not any(case[9]), True)
+    images = conv.by_images.py_func(how, n, n * o * oh * ow * w[0].size, blas_threads)
+    gemm = how in (conv.POINTWISE, conv.STRIDED, conv.IM2COL) and not images
+    assert done == (sgemm.FUSED_EPILOGUE and gemm)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
 # Batches of small images (4; 2 for the direct method), each taking another method, split an
 # image a piece on two threads (`conv.by_images`): the taps GEMM, im2col (7 columns), a
 # strided 1x1, the direct method (its weight packed at the call, then its images split by
@@ -234,12 +267,13 @@ def test_same_size_convolution_adds_its_residual_in_place(kernel, pad) -> None:
     """The output of a stride-1 convolution that keeps the size is known to be the input's
     size: a residual add broadcasts nothing, and the convolution writes the output itself
     (through the library's entry point), also into an output array the caller passes; the
-    library's pass (`rvm.kernels.epipass`) then adds the residual and applies the ReLU."""
+    library adds the residual and applies the ReLU with it (``conv2d_fused``: in the GEMM's
+    store, or by its pass `rvm.kernels.epipass`)."""
     img, res = var("img", (1, 16, 7, 7)), var("res", (1, 8, 7, 7))
     k = var("k", (8, 16, kernel, kernel))
     func = prim([img, k, res], op.relu(op.conv2d(img, k, padding=pad) + res))
     jit = Jit(func)
-    want = (("conv2d", "float32"), ("conv_epilogue", "float32"))
+    want = (("conv2d_fused", "_".join(["float32"] * 5)),)
     assert jit.record.requires == want  # the generator's facts
     inputs = (rand((1, 16, 7, 7)), rand((8, 16, kernel, kernel), seed=1), rand((1, 8, 7, 7)))
     check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=jit)
@@ -269,23 +303,50 @@ def test_the_epilogue_pass_matches_numpy(blas_threads, bias) -> None:
             np.testing.assert_allclose(got, np.maximum(want, 0) if act else want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["conv1d", "relu_first"])
-def test_a_kernel_hands_its_epilogue_to_the_pass_when_it_can(case) -> None:
-    """A float32 convolution's bias, residual and ReLU, in that order, go to the library's
-    pass (`rvm.kernels.epipass`): a 1-d convolution's too. An epilogue in another order (the
-    ReLU before the residual) runs as the kernel's own loop. Both right, for any batch."""
+# Convolutions whose GEMM applies the epilogue as it stores (`rvm.kernels.sgemm.fuses`): 1x1
+# ones and im2col's (3 x 3 on a small map): 20 output channels (bands of `sgemm.MR` rows and
+# a part), 9 x 11 positions (a masked last vector), a bias a channel or one for all, grouped,
+# strided (its output's dims computed, not the residual's: no residual). attrs, bias's shape.
+_FUSED = {
+    "pointwise": ({}, (20, 1, 1)),
+    "one_bias": ({}, (1, 1, 1)),
+    "grouped": ({"groups": 2}, (20, 1, 1)),
+    "strided": ({"strides": (2, 2)}, (20, 1, 1)),
+    "im2col": ({"padding": 1}, (20, 1, 1)),
+    "im2col_grouped": ({"padding": 1, "groups": 2}, (20, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", ["conv1d", "relu_first", *_FUSED])
+def test_a_kernel_hands_its_epilogue_to_the_library_when_it_can(case) -> None:
+    """A float32 convolution's bias, residual and ReLU, in that order, go to the library
+    with the convolution (``conv2d_fused``: in its GEMM's store where it can, else the pass
+    `rvm.kernels.epipass`): a 1-d convolution's too. An epilogue in another order (the ReLU
+    before the residual) runs as the kernel's own loop. Both right, for any batch."""
     if case == "conv1d":
         x, res = var("x", ("b", 6, 17)), var("res", ("b", 8, 17))
         k, cb = var("k", (8, 6, 3)), var("cb", (8, 1))
         func = prim([x, k, cb, res], op.relu(op.conv1d(x, k, padding=1) + cb + res))
         shapes = [(6, 17), (8, 6, 3), (8, 1), (8, 17)]
-    else:
+    elif case == "relu_first":
         x, res = var("x", ("b", 6, 9, 9)), var("res", ("b", 8, 9, 9))
         k, cb = var("k", (8, 6, 1, 1)), var("cb", (8, 1, 1))
         func = prim([x, k, cb, res], op.relu(op.conv2d(x, k) + cb) + res)
         shapes = [(6, 9, 9), (8, 6, 1, 1), (8, 1, 1), (8, 9, 9)]
+    else:
+        attrs, bias = _FUSED[case]
+        groups = attrs.get("groups", 1)
+        x, res = var("x", ("b", 12, 9, 11)), var("res", ("b", 20, 9, 11))
+        taps = 3 if "padding" in attrs else 1
+        k, cb = var("k", (20, 12 // groups, taps, taps)), var("cb", bias)
+        y = op.conv2d(x, k, **attrs) + cb
+        func = prim([x, k, cb], op.relu(y)) if "strides" in attrs else prim(
+            [x, k, cb, res], op.relu(y + res))  # fmt: skip
+        shapes = [(12, 9, 11), (20, 12 // groups, taps, taps), bias, (20, 9, 11)]
+        shapes = shapes[: len(func.params)]
     kernel = Jit(func)
-    assert (("conv_epilogue", "float32") in kernel.record.requires) == (case == "conv1d")
+    library = {name for name, _ in kernel.record.requires} & {"conv_epilogue", "conv2d_fused"}
+    assert bool(library) == (case != "relu_first")
     for batch in (2, 1):
         sizes = [(batch, *s) if i in (0, 3) else s for i, s in enumerate(shapes)]
         inputs = [rand(s, seed=i) for i, s in enumerate(sizes)]

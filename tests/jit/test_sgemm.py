@@ -128,6 +128,42 @@ def test_scratch_outlives_its_use_in_a_warm_process() -> None:
     run_warm(script)
 
 
+@pytest.mark.parametrize("m,n,k", [(1, sgemm.NR + 1, 7), (sgemm.MR + 1, 169, sgemm.KC + 3),
+                                   (3 * sgemm.MR + 5, sgemm.LANES - 1, 5)])  # fmt: skip
+@pytest.mark.parametrize("bias", ["rows", "one", "none"])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("act", [0, 1])
+def test_epilogue_in_the_store(m: int, n: int, k: int, bias: str, residual: bool, act: int) -> None:
+    """`sgemm.sgemm_segments`' epilogue where it applies one (`sgemm.fuses`, the AVX2 path):
+    C = act(A @ B + bias + residual) on a window of C (a canary border), the residual of C's
+    layout elsewhere, a bias a row or one for all or none, across depth blocks; a NaN of the
+    residual stays NaN through the ReLU, as in the pass (`rvm.kernels.epipass`)."""
+    if not sgemm.fuses(False, 1, k):
+        pytest.skip("this CPU's GEMM leaves the epilogue to the pass (sgemm.FUSED_EPILOGUE)")
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = np.full((m + 2, n + 7), 7.0, np.float32)
+    r = rng.standard_normal((m + 2, n + 7)).astype(np.float32)
+    r[m // 2 + 1, 3 + n // 2] = np.nan
+    biases = rng.standard_normal(m if bias == "rows" else 1).astype(np.float32)
+    want = c.astype(np.float64)
+    value = a.astype(np.float64) @ b + (biases[:, None] if bias != "none" else 0)
+    value = value + (r[1 : m + 1, 3 : n + 3] if residual else 0)
+    want[1 : m + 1, 3 : n + 3] = np.where(value < 0, 0, value) if act else value
+    at_c = c.ctypes.data + 4 * (n + 7 + 3)
+    epilogue = (
+        biases.ctypes.data if bias != "none" else 0,
+        1 if bias == "rows" else 0,
+        act,
+        (r.ctypes.data - c.ctypes.data) // 4 if residual else 0,
+    )
+    sgemm.sgemm_segments(a.ctypes.data, k, b.ctypes.data, n, 0, at_c, n + 7, m, k, 1, n, 0, 0,
+                         False, 0, 0, 0, epilogue)  # fmt: skip
+    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+    assert np.isnan(c[m // 2 + 1, 3 + n // 2]) == residual
+
+
 def test_applies_to_float32_only() -> None:
     assert sgemm.applies(np.zeros(1, np.float32))
     assert not sgemm.applies(np.zeros(1, np.float64))
@@ -153,6 +189,7 @@ def test_segments(width: int, segments: int, indexed: bool) -> None:
     sgemm.sgemm_segments(
         a.ctypes.data, k, b_at, span, table.ctypes.data if indexed else 0,
         c.ctypes.data, c.shape[1], m, k, segments, width, b_step, c_step, False, 0, 0, 0,
+        sgemm.NO_EPILOGUE,
     )  # fmt: skip
     want = np.full(c.shape, 9.0)
     for s in range(segments):

@@ -453,7 +453,6 @@ class _KernelLowering:
             return False
         bias, res, act = found
         kb = self.kb
-        kb.materialize(self.env[bindings[k].var])  # the convolution, into out
         rows = (target.dims[0], target.dims[1], *(("1",) * (4 - target.ndim)), *target.dims[2:])
         view = array_view(kb, out, target.dims, rows)
         arrays = [view, view, view]  # an absent operand is passed as out, unread
@@ -463,7 +462,13 @@ class _KernelLowering:
         if res is not None:
             arrays[2] = array_view(kb, res.array, res.dims, rows)
         flags = (act, int(bias is not None), int(res is not None))
-        kb.call_entry("conv_epilogue", arrays, flags, "float32")
+        conv = self.env[bindings[k].var]
+        # The convolution, into out; with its epilogue where the library takes both at once
+        # (`rvm.jit.stages`: float32 ``conv2d``, applied in its GEMM's store where it can).
+        conv.info["epilogue"] = (arrays[1], arrays[2], flags)
+        kb.materialize(conv)
+        if not conv.info.get("fused"):
+            kb.call_entry("conv_epilogue", arrays, flags, "float32")
         return True
 
     def _channel_affine(self, out: str) -> bool:

@@ -30,7 +30,7 @@ from rvm.jit.te import (
     is_int,
 )
 from rvm.jit.views import array_view
-from rvm.kernels import cblas
+from rvm.kernels import cblas, entry
 from rvm.op import ops
 
 BLAS_DTYPES = ("float32", "float64")
@@ -192,7 +192,7 @@ def _conv(nsp: int):
             ov = t.array
             if nsp == 1:
                 ov = array_view(kb, ov, dims, (dims[0], dims[1], "1", dims[2]))
-            _emit_conv(kb, xv, wv, ov, groups, g2, out)
+            t.info["fused"] = _emit_conv(kb, xv, wv, ov, groups, g2, out, t.info.get("epilogue"))
 
         t.fill = fill
         return t
@@ -200,17 +200,25 @@ def _conv(nsp: int):
     return lower
 
 
-def _emit_conv(kb, x, w, out, groups, geo, dtype: str) -> None:
-    """A call of the convolution library (`rvm.kernels.conv`) on 4-d views of
-    ``dtype``."""
+def _emit_conv(kb, x, w, out, groups, geo, dtype: str, epilogue=None) -> bool:
+    """A call of the convolution library (`rvm.kernels.conv`) on 4-d views of ``dtype``, and
+    of its ``epilogue`` when one is given (`rvm.jit.lower`: the 4-d views of the bias and the
+    residual, each ``out`` when absent, and the pass's flags) and the library takes it with
+    the convolution (float32: ``conv2d_fused``): whether it did."""
     (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
+    params = (groups, sh, sw, dh, dw, pt, pl, pb, pr)
+    if cblas.AVAILABLE and epilogue is not None and dtype == "float32":
+        bias, res, flags = epilogue
+        arrays = (x, w, out, bias, res)
+        kb.call_entry("conv2d_fused", arrays, (*params, *flags), entry.variant([dtype] * 5))
+        return True
     if cblas.AVAILABLE:
-        params = (groups, sh, sw, dh, dw, pt, pl, pb, pr)
         kb.call_entry("conv2d", (x, w, out), params, dtype)
     else:
         call = f"{x}, {w}, {out}, {int_args(groups, sh, sw, dh, dw, pt, pl, pb, pr)}"
         kb.imports.add(("rvm.kernels.conv", "conv2d_dot", None))
         kb.root.lines.append(f"conv2d_dot({call})")
+    return False
 
 
 def _conv_loops(kb, x, w, geo, groups, dims, out) -> Tensor:

@@ -54,6 +54,7 @@ __all__ = [
     "AVAILABLE",
     "blas_threads",
     "gemm",
+    "gemm_epilogue",
     "gemm_split",
     "matmul",
     "product",
@@ -133,12 +134,13 @@ def _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: i
 
 
 @jit(**_OPTS, inline="always")  # one level less to build (`sgemm.sgemm_segments`)
-def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc):  # type: ignore[no-untyped-def]
+def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C = A @ op(B) + beta * C`` on addresses in the calling thread, m, n, k > 0: rvm's
-    own kernel (`rvm.kernels.sgemm`) for float32 with B as it is and beta 0 or 1,
-    BLAS otherwise."""
+    own kernel (`rvm.kernels.sgemm`) for float32 with B as it is and beta 0 or 1, applying
+    the ``epilogue`` (`sgemm.sgemm_segments`; `sgemm.NO_EPILOGUE` for BLAS), BLAS otherwise."""
     if sgemm.applies(like) and tb == NO_TRANS and (beta == 0.0 or beta == 1.0):
-        sgemm.sgemm(a, lda, b, ldb, c, ldc, m, n, k, beta != 0.0)
+        sgemm.sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, beta != 0.0, 0, 0, 0,
+                             epilogue)  # fmt: skip
     else:
         cblas.gemm(like, NO_TRANS, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)
 
@@ -150,7 +152,7 @@ def gemm(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-
     if not _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):
         return
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
-    _product(c, NO_TRANS, m, n, k, pa, lda, pb, ldb, beta, pc, ldc)
+    _product(c, NO_TRANS, m, n, k, pa, lda, pb, ldb, beta, pc, ldc, sgemm.NO_EPILOGUE)
 
 
 @jit(**_OPTS)
@@ -219,8 +221,10 @@ def _pieces(side, work, min_work):  # type: ignore[no-untyped-def]
 
 
 # A GEMM job (int64): its length, tb, the A, B, C addresses, lda, ldb, ldc, m, n, k, beta's
-# bits, whether it is cut along n, the step, the itemsize.
-_GEMM_JOB = 15
+# bits, whether it is cut along n, the step, the itemsize, the epilogue (`gemm_epilogue`: the
+# bias's address or 0, its step a row, the activation, the residual's offset from C in floats
+# or 0).
+_GEMM_JOB = 19
 
 
 def _gemm_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -229,15 +233,19 @@ def _gemm_task(p, like, data):  # type: ignore[no-untyped-def]
     tb, a, b, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
     m, n, k, beta = job[8], job[9], job[10], _float(job[11])
     along_n, step, size = job[12], job[13], job[14]
+    bias, bias_step, act, res = job[15], job[16], job[17], job[18]
     lo = p * step
     if along_n:
         cols = min(step, n - lo)
         at_b = lo * ldb if tb == TRANS else lo  # B's columns are rows of B^T
-        _product(like, tb, m, cols, k, a, lda, b + at_b * size, ldb, beta, c + lo * size, ldc)
+        epilogue = (bias, bias_step, act, res)
+        _product(like, tb, m, cols, k, a, lda, b + at_b * size, ldb, beta, c + lo * size, ldc,
+                 epilogue)  # fmt: skip
     else:
         rows = min(step, m - lo)
         at_a, at_c = a + lo * lda * size, c + lo * ldc * size
-        _product(like, tb, rows, n, k, at_a, lda, b, ldb, beta, at_c, ldc)
+        epilogue = (bias + 4 * lo * bias_step if bias != 0 else 0, bias_step, act, res)
+        _product(like, tb, rows, n, k, at_a, lda, b, ldb, beta, at_c, ldc, epilogue)
 
 
 # A GEMV job (int64): its length, trans, A's address, lda, rows, cols, x's and y's addresses,
@@ -302,13 +310,15 @@ _call_gemv = parfor.caller("gemv")
 
 
 @jit(**_OPTS)
-def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
+def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C = A @ op(B) + beta * C`` (``tb``: B's CBLAS transpose enum), cut into pieces on the
-    pool when large (`_pieces`); no checks, m, n, k > 0."""
+    pool when large (`_pieces`), the ``epilogue`` (`gemm_epilogue`) applied; no checks, m, n,
+    k > 0."""
     along_n = n >= m
     parts, step = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
     job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, c.itemsize)
+    job[15], job[16], job[17], job[18] = epilogue
     if parts == 1:  # the whole product, in this thread
         _call_gemm(c, 0, job)
     else:
@@ -323,6 +333,7 @@ def _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, items
     job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
     job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, itemsize
+    job[15], job[16], job[17], job[18] = sgemm.NO_EPILOGUE
     return job
 
 
@@ -344,7 +355,20 @@ def gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: igno
     `SPLIT_MIN_MNK`, one call)."""
     if not _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):
         return
-    _split(NO_TRANS, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta)
+    _split(NO_TRANS, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, sgemm.NO_EPILOGUE)
+
+
+@jit(**_OPTS)
+def gemm_epilogue(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`gemm_split` with beta 0 and a convolution's ``epilogue`` applied as the float32 GEMM
+    stores (where `rvm.kernels.sgemm.fuses` holds for one plain run of depth ``k``; the caller
+    checks): (the address of the bias of C's first row or 0, the floats from a row's bias to
+    the next's, 1 or 0, the activation, the floats from C to the residual, of C's layout, or
+    0). C = ``act(A @ B + bias + residual)``; the caller checks the bias and the residual span
+    what C does."""
+    if not _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, 0.0):
+        return
+    _split(NO_TRANS, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, 0.0, epilogue)
 
 
 @jit(**_OPTS)
@@ -449,4 +473,4 @@ def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
         _call_rows_axpy(a, 0, job)
     else:
         tb = TRANS if b_t else NO_TRANS
-        _split(tb, a, 0, k, b, 0, k if b_t else n, out, 0, n, m, n, k, 0.0)
+        _split(tb, a, 0, k, b, 0, k if b_t else n, out, 0, n, m, n, k, 0.0, sgemm.NO_EPILOGUE)

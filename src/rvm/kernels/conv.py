@@ -1,9 +1,12 @@
 """Float convolution for jit kernels, compiled once and called by every convolution kernel.
 
 A convolution kernel checks its operands' shapes, calls `conv2d` (or `conv2d_dot`) with the
-attributes, and runs its epilogue (bias, activation) over the output; the convolution itself
-lives here, so it is compiled once per operand type and cached with this module's Numba
-cache, not compiled again into every kernel (it was most of a CNN's compile time):
+attributes, and runs its epilogue (bias, activation) over the output, or, for float32, hands a
+bias, residual and ReLU to the library with the convolution (``conv2d_fused``: its GEMM applies
+them as it stores where it can, `fuses_epilogue`, else `rvm.kernels.epipass`'s pass); the
+convolution itself lives here, so it is compiled once per operand type and cached with this
+module's Numba cache, not compiled again into every kernel (it was most of a CNN's compile
+time):
 
 - `conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr)`: NumPy's BLAS
   (`rvm.kernels.blas.gemm_split`: every GEMM is cut into pieces that run at once on
@@ -45,8 +48,8 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import direct, entry, parfor, sgemm
-from rvm.kernels.blas import blas_threads
+from rvm.kernels import direct, entry, epipass, parfor, sgemm
+from rvm.kernels.blas import blas_threads, gemm_epilogue
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
@@ -131,12 +134,13 @@ def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-
 
 
 def _im2col(product):  # type: ignore[no-untyped-def]
-    """The im2col convolution whose block products ``product(wm, col, y, ...)`` computes: the
-    input of each (image, group) is split into its zero-padded stride phases once, so every
-    tap of every output row is a unit-stride run of them (`rvm.kernels.planes`)."""
+    """The im2col convolution whose block products ``product(wm, col, y, ..., epilogue)``
+    computes: the input of each (image, group) is split into its zero-padded stride phases
+    once, so every tap of every output row is a unit-stride run of them
+    (`rvm.kernels.planes`)."""
 
     @jit(**_OPTS)
-    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
+    def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
         oh, ow = out.shape[2], out.shape[3]
@@ -171,7 +175,7 @@ def _im2col(product):  # type: ignore[no-untyped-def]
                 for p0 in range(0, oh, rows):
                     p1 = min(p0 + rows, oh)
                     _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1)
-                    product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow)
+                    product(wm, col, y, n_, g_, og, K, P, p0 * ow, p1 * ow, epilogue)
         alive(ph)  # reached by address in the product's pieces: not freed before
         alive(col)
 
@@ -179,15 +183,21 @@ def _im2col(product):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
-    """The block's product straight into the output's columns (row stride P), by BLAS."""
+def _gemm_product(wm, col, y, n_, g_, og, K, P, pb_, pe_, epilogue):  # type: ignore[no-untyped-def]
+    """The block's product straight into the output's columns (row stride P), by BLAS, the
+    ``epilogue`` (`_conv2d_blas`') applied as it stores (`blas.gemm_epilogue`)."""
     o = y.shape[1]
     at = (n_ * o + g_ * og) * P + pb_
-    gemm(wm, g_ * og * K, K, col, 0, col.shape[1], y, at, P, og, pe_ - pb_, K, 0.0)
+    bias, bias_step, act, res = epilogue
+    if bias != 0:
+        bias += 4 * bias_step * g_ * og
+    res = (res - parfor.address(y)) // 4 if res != 0 else 0  # of the output's layout
+    gemm_epilogue(wm, g_ * og * K, K, col, 0, col.shape[1], y, at, P, og, pe_ - pb_, K,
+                  (bias, bias_step, act, res))  # fmt: skip
 
 
 @jit(**_OPTS)
-def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_):  # type: ignore[no-untyped-def]
+def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_, epilogue):  # type: ignore[no-untyped-def]
     """np.dot of contiguous operands into a temporary, copied into the output (by loops: see
     `planes.copy`)."""
     tmp = np.empty((og, pe_ - pb_), dtype=y.dtype)
@@ -243,7 +253,7 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
                 _im2col_rows(ph, size, starts, col, cg, wq, ow, 0, oh)
             at_out = (n_ * o + g_ * og) * P
             gemm_segments(wf, g_ * og * K, K, b, ldb, rows, of, at_out, P, og, K, runs, run, step,
-                          ow, 1, 1, 0, 0, 0, wrap, ow)  # fmt: skip
+                          ow, 1, 1, 0, 0, 0, wrap, ow, sgemm.NO_EPILOGUE)  # fmt: skip
 
 
 @jit(**_OPTS)
@@ -291,19 +301,20 @@ def columns_pay(og, k, oh, ow, wq):  # type: ignore[no-untyped-def]
     return not taps_fill(oh, ow, wq)
 
 
-def _pointwise(x, w, out, groups):  # type: ignore[no-untyped-def]
+def _pointwise(x, w, out, groups, epilogue):  # type: ignore[no-untyped-def]
     """A 1x1, stride-1, unpadded convolution: for float32 one batched GEMM
-    (`_pointwise_batched`), else one GEMM per (image, group) straight from the input to the
-    output, (og, cg) weight rows times the group's (cg, h * w) input rows. Jitted code only."""
+    (`_pointwise_batched`, which applies the ``epilogue``), else one GEMM per (image, group)
+    straight from the input to the output, (og, cg) weight rows times the group's (cg, h * w)
+    input rows (``epilogue`` `sgemm.NO_EPILOGUE`). Jitted code only."""
     raise NotImplementedError("_pointwise is for jitted code")
 
 
 @overload(_pointwise, jit_options=_OPTS)
-def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
+def _pointwise_impl(x, w, out, groups, epilogue):  # type: ignore[no-untyped-def]
     if isinstance(x, nt.Array) and x.dtype == nt.float32:
-        return lambda x, w, out, groups: _pointwise_batched(x, w, out, groups)
+        return lambda x, w, out, groups, epilogue: _pointwise_batched(x, w, out, groups, epilogue)
 
-    def by_blas(x, w, out, groups):  # type: ignore[no-untyped-def]
+    def by_blas(x, w, out, groups, epilogue):  # type: ignore[no-untyped-def]
         n, c, ih, iw = x.shape
         o, cg = w.shape[0], w.shape[1]
         og, P = o // groups, ih * iw
@@ -316,22 +327,24 @@ def _pointwise_impl(x, w, out, groups):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _pointwise_batched(x, w, out, groups):  # type: ignore[no-untyped-def]
+def _pointwise_batched(x, w, out, groups, epilogue):  # type: ignore[no-untyped-def]
     """`_pointwise` for float32 as one batched GEMM over the (image, group) pairs, whose
-    pieces the pool takes pair by pair when each product is small (shufflenet's groups)."""
+    pieces the pool takes pair by pair when each product is small (shufflenet's groups), the
+    ``epilogue`` (`gemm_segments`': the residual of ``out``'s layout) applied as it stores."""
     n, _, ih, iw = x.shape
     o, cg = w.shape[0], w.shape[1]
     og, P = o // groups, ih * iw
     none = np.empty(0, dtype=np.int64)
     wf, xf, of = w.reshape(w.size), x.reshape(x.size), out.reshape(out.size)
     gemm_segments(wf, 0, cg, xf, P, none, of, 0, P, og, cg, 1, P, 0, 0, n * groups, groups,
-                  og * cg, cg * P, og * P, 0, 0)  # fmt: skip
+                  og * cg, cg * P, og * P, 0, 0, epilogue)  # fmt: skip
 
 
 @jit(**_OPTS)
-def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-def]
+def _strided_pointwise(x, w, out, groups, sh, sw, epilogue):  # type: ignore[no-untyped-def]
     """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
-    every sw-th column), then one GEMM per (image, group) as `_pointwise`."""
+    every sw-th column), then one GEMM per (image, group) as `_pointwise` (and its
+    ``epilogue``)."""
     n, c, ih, iw = x.shape
     oh, ow = out.shape[2], out.shape[3]
     xs = np.empty((n, c, oh, ow), dtype=x.dtype)
@@ -346,14 +359,23 @@ def _strided_pointwise(x, w, out, groups, sh, sw):  # type: ignore[no-untyped-de
                 step = U(sw)
                 for q_ in range(U(ow)):
                     sf[dst + q_] = xf[src + q_ * step]
-    _pointwise(xs, w, out, groups)
+    _pointwise(xs, w, out, groups, epilogue)
 
 
 # -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
 
-# A method's job (int64): its length (22), x, w, out, the dims of x (4), of w (4), of out's
-# plane (2), groups, sh, sw, dh, dw, pt, pl, the method (`method`; read by `_images_task`).
-_JOB = 22
+# A method's job (int64): its length (26), x, w, out, the dims of x (4), of w (4), of out's
+# plane (2), groups, sh, sw, dh, dw, pt, pl, the method (`method`; read by `_images_task`),
+# the epilogue the GEMM applies (`sgemm.sgemm_segments`; all 0: none).
+_JOB = 26
+_EPILOGUE = 22
+
+
+@jit(**_OPTS, inline="always")
+def _epilogue(job):  # type: ignore[no-untyped-def]
+    """The epilogue of a method's job, as `sgemm.sgemm_segments` takes it."""
+    at = _EPILOGUE
+    return job[at], job[at + 1], job[at + 2], job[at + 3]
 
 
 @jit(**_OPTS)
@@ -368,12 +390,12 @@ def _operands(data, like):  # type: ignore[no-untyped-def]
 
 def _pointwise_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _pointwise(x, w, out, job[14])
+    _pointwise(x, w, out, job[14], _epilogue(job))
 
 
 def _strided_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _strided_pointwise(x, w, out, job[14], job[15], job[16])
+    _strided_pointwise(x, w, out, job[14], job[15], job[16], _epilogue(job))
 
 
 def _depthwise_method_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -393,7 +415,8 @@ def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20])
+    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20],
+                 _epilogue(job))  # fmt: skip
 
 
 def _images_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -471,30 +494,48 @@ def first_run_tasks(
 
 
 @jit(**_OPTS)
-def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[no-untyped-def]
-    """`conv2d`'s work; False when the shapes disagree with the geometry (`_check`).
+def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`conv2d`'s work: -1 when the shapes disagree with the geometry (`_check`), else 1 when
+    it applied the ``epilogue`` (`sgemm.sgemm_segments`' (bias, its step, act, residual), the
+    residual of ``out``'s layout; `sgemm.NO_EPILOGUE`: none), 0 when the caller still has to
+    (`fuses_epilogue`).
 
     The method by shape (`method`), each a task of its own built when first run (a model
     builds the methods its convolutions take).
     """
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
-        return False
+        return -1
     n, o, oh, ow = out.shape
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     if n * o * oh * ow == 0:
-        return True
+        return 1
     job = np.array((_JOB, parfor.address(x), parfor.address(w), parfor.address(out),
                     n, x.shape[1], x.shape[2], x.shape[3], o, cg, kh, kw, oh, ow,
-                    groups, sh, sw, dh, dw, pt, pl, 0), dtype=np.int64)  # fmt: skip
+                    groups, sh, sw, dh, dw, pt, pl, 0, 0, 0, 0, 0), dtype=np.int64)  # fmt: skip
     unpadded = pt == 0 and pl == 0 and pb == 0 and pr == 0
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
     job[21] = how
-    if by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads()):
+    images = by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads())
+    fused = fuses_epilogue(how, cg * kh * kw, images) and sgemm.applies(x)
+    if fused:
+        job[_EPILOGUE], job[_EPILOGUE + 1], job[_EPILOGUE + 2], job[_EPILOGUE + 3] = epilogue
+    if images:
         _run_images(x, n, job)
     else:
         _dispatch(x, how, job)
-    return True
+    return 1 if fused else 0
+
+
+@jit(**_OPTS, inline="always")
+def fuses_epilogue(how, k, images):  # type: ignore[no-untyped-def]
+    """Whether a float32 convolution by method ``how`` (a depth of ``k`` a group; a batch split
+    ``images`` by images: `by_images`) applies its epilogue in its GEMM's store
+    (`sgemm.fuses`): the 1x1 ones (one GEMM of the whole batch on the input's rows; strided:
+    on the subsampled input) and im2col's (a GEMM a block of output rows, on the column
+    matrix), where the GEMM can."""
+    gemm = how == POINTWISE or how == STRIDED or how == IM2COL
+    return gemm and not images and sgemm.fuses(False, 1, k)
 
 
 @jit(**_OPTS)
@@ -552,13 +593,44 @@ def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
     w = nb.carray(b, (d[4], d[5], d[6], d[7]))
     out = nb.carray(c, (d[8], d[9], d[10], d[11]))
-    ok = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8])
-    return 0 if ok else 1
+    done = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
+                        sgemm.NO_EPILOGUE)  # fmt: skip
+    return 0 if done >= 0 else 1
+
+
+def _fused_entry(a, b, c, bias, res, dims, params):  # type: ignore[no-untyped-def]
+    """`_conv2d_blas` on x (a), w (b), out (c), then its epilogue (`rvm.kernels.epipass`:
+    the bias viewed (1, c or 1, 1, 1), the residual of out's shape; ``params``: the
+    convolution's nine, then the activation, whether there is a bias, whether a residual; an
+    array absent is passed as out, unread), in the GEMM's store where it can
+    (`fuses_epilogue`), else by the pass: 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 20), nb.carray(params, 12)
+    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
+    w = nb.carray(b, (d[4], d[5], d[6], d[7]))
+    out = nb.carray(c, (d[8], d[9], d[10], d[11]))
+    act = p[9]
+    ok, biases, added = epipass.operands(out, bias, d[12:16], res, d[16:20], act, p[10], p[11])
+    if not ok:
+        return 1
+    at_bias = parfor.address(biases) if biases.size else 0
+    at_res = parfor.address(added) if added.size else 0
+    epilogue = (at_bias, 1 if biases.size > 1 else 0, act, at_res)
+    done = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
+                        epilogue)  # fmt: skip
+    if done < 0:
+        return 1
+    if done == 0:
+        epipass.epilogue_rows(out, biases, act, added)
+    return 0
 
 
 entry.export("conv2d", _entry)
+entry.export("conv2d_fused", _fused_entry)
 # What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
 entry_call = entry.caller("conv2d", 9)
+conv2d_fused_call = entry.caller("conv2d_fused", 12)
+"""A float32 convolution and its epilogue (`_fused_entry`): ``conv2d_fused_call((x, w, out,
+bias, res), (groups, sh, sw, dh, dw, pt, pl, pb, pr, act, with bias, with residual))``."""
 
 
 # For Python callers (kernels call `entry_call`). Not cached: compiling it types the call, which
@@ -577,4 +649,4 @@ def conv2d_dot(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: igno
     """`conv2d` by im2col and ``np.dot`` (where NumPy's BLAS is not reachable)."""
     if not _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):
         raise ValueError("conv2d: the operands' shapes do not match the geometry")
-    conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl)
+    conv2d_dot_unchecked(x, w, out, groups, sh, sw, dh, dw, pt, pl, sgemm.NO_EPILOGUE)

@@ -53,6 +53,7 @@ NDIMS = 4
 # The library's entry points and the modules exporting them (imported by `require`).
 MODULES = {
     "conv2d": "rvm.kernels.conv",
+    "conv2d_fused": "rvm.kernels.conv",
     "conv2d_packed": "rvm.kernels.direct",
     "conv_epilogue": "rvm.kernels.epipass",
     "channel_affine": "rvm.kernels.affine",
@@ -69,6 +70,7 @@ MODULES = {
 # array may have. A kernel calls them through its module's ``<name>_call``, the others through
 # ``entry_call`` (`caller_attribute`).
 MIXED = {
+    "conv2d_fused": (4, 4, 4, 4, 4),
     "qconv2d": (4, 4, 1, 1, 4),
     "qconv2d_turned": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),

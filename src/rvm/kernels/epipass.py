@@ -2,18 +2,24 @@
 
 A jit kernel whose float32 convolution (`rvm.kernels.conv`, `rvm.kernels.direct`) writes
 straight into the kernel's output, then adds a per-channel bias, a residual of the output's
-shape and a ReLU, in that order (`rvm.jit.lower`), calls `entry_call` (``conv_epilogue``) for
-them rather than running a loop of its own over the output. Its own loop ran in the calling
-thread alone: on resnet50 about 4.5 of 75 ms at one thread, the other core idle at two. Here
-the output, viewed as rows (an image's output channel each), is cut into `threads()` contiguous
-pieces of equal size (whole vectors between them), each one linear sweep a row's run at a time,
-on the pool when the pass touches `MIN_WORK` elements or more, else in the calling thread. The
-sweep is the loop a kernel had (the same arithmetic in the same order, Numba's vectors, a
-kernel's fastmath flags), so the results are the same. One sweep of the whole output after the
-convolution prefetches better than the same epilogue in the convolution's tiles or bands, whose
-short runs of the residual lost 0-26% at one thread (session 34's prototypes); the vector
-epilogue `rvm.kernels.epilogue.tile_rows`, called a row at a time, lost 10-190% on rows of 7 x
-7 to 28 x 28 (its masked tail a row) against this loop.
+shape and a ReLU, in that order (`rvm.jit.lower`), hands them to the library rather than
+running a loop of its own over the output: with the convolution (``conv2d_fused``, whose GEMM
+applies them as it stores where it can, `rvm.kernels.conv.fuses_epilogue`, else runs this
+pass), or after it, `entry_call` (``conv_epilogue``: the direct method's). Its own loop ran in
+the calling thread alone: on resnet50 about 4.5 of 75 ms at one thread, the other core idle at
+two. Here the output, viewed as rows (an image's output channel each), is cut into `threads()`
+contiguous pieces of equal size (whole vectors between them), each one linear sweep a row's run
+at a time, on the pool when the pass touches `MIN_WORK` elements or more, else in the calling
+thread. The sweep is the loop a kernel had (the same arithmetic in the same order, Numba's
+vectors, a kernel's fastmath flags), so the results are the same. One sweep of the whole output
+after the convolution prefetches better than the same epilogue in the convolution's tiles or
+bands, whose short runs of the residual lost 0-26% at one thread (session 34's prototypes); the
+vector epilogue `rvm.kernels.epilogue.tile_rows`, called a row at a time, lost 10-190% on rows
+of 7 x 7 to 28 x 28 (its masked tail a row) against this loop. In registers in the GEMM's final
+store, before C is written (`rvm.kernels.sgemm.FUSED_EPILOGUE`, AVX2's packed tiles), the
+epilogue costs no second sweep: on a Zen 3 core resnet50's 1x1 layers on 56 x 56 and 28 x 28
+maps and its 7 x 7 stem took 3-8% less time than with this pass, those on 14 x 14 and 7 x 7 the
+same.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from rvm.kernels import entry, parfor
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES
 
-__all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows"]
+__all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows", "operands"]
 
 ACTIVATIONS = ("none", "relu")  # the activations it applies, by index
 
@@ -117,23 +123,37 @@ def epilogue_rows(out, bias, act, res):  # type: ignore[no-untyped-def]
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------------
 
 
+@jit(**_OPTS, inline="always")
+def operands(out, b, bias_dims, c, res_dims, act, with_bias, with_res):  # type: ignore[no-untyped-def]  # noqa: E501
+    """(whether they agree, the bias, the residual) for `epilogue_rows` on ``out`` (4-d) from
+    an entry point's pointers and dims: the bias at ``b`` viewed (1, c or 1, 1, 1) when
+    ``with_bias``, else none (empty); the residual at ``c``, of ``out``'s shape, when
+    ``with_res``; the activation ``act`` an index of `ACTIVATIONS`."""
+    nbias = bias_dims[1] if with_bias else 0
+    ok = 0 <= act < len(ACTIVATIONS)
+    if with_bias and (bias_dims[0] != 1 or bias_dims[2] != 1 or bias_dims[3] != 1):
+        ok = False
+    if with_bias and nbias != 1 and nbias != out.shape[1]:
+        ok = False
+    if with_res:
+        for axis in range(4):
+            if res_dims[axis] != out.shape[axis]:
+                ok = False
+    bias = nb.carray(b, (nbias if ok else 0,))
+    res = nb.carray(c, (out.size if with_res and ok else 0,))
+    return ok, bias, res
+
+
 def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
     """`epilogue_rows` on out (a), the bias viewed (1, c or 1, 1, 1) (b) and the residual
     (c); ``params``: the activation, whether there is a bias, whether a residual (an array
     absent is passed as out, unread): 0 done, 1 the shapes disagree."""
     d, p = nb.carray(dims, 12), nb.carray(params, 3)
-    act, with_bias, with_res = p[0], p[1], p[2]
     out = nb.carray(a, (d[0], d[1], d[2], d[3]))
-    if act < 0 or act >= len(ACTIVATIONS):
+    ok, bias, res = operands(out, b, d[4:8], c, d[8:12], p[0], p[1], p[2])
+    if not ok:
         return 1
-    nbias = d[5] if with_bias else 0
-    if with_bias and (d[4] != 1 or d[6] != 1 or d[7] != 1 or (nbias != 1 and nbias != d[1])):
-        return 1
-    if with_res and (d[8] != d[0] or d[9] != d[1] or d[10] != d[2] or d[11] != d[3]):
-        return 1
-    bias = nb.carray(b, (nbias,))
-    res = nb.carray(c, (out.size if with_res else 0,))
-    epilogue_rows(out, bias, act, res)
+    epilogue_rows(out, bias, p[0], res)
     return 0
 
 

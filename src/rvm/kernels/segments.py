@@ -29,11 +29,13 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
 # through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
 # pieces along the segments and per batch, columns a piece and pieces along the columns; B's and
-# C's positions a row when the run wraps (`sgemm.sgemm_segments`; 0: it does not).
+# C's positions a row when the run wraps (`sgemm.sgemm_segments`; 0: it does not); the
+# epilogue (`sgemm.sgemm_segments`): the bias's address (0: none) and its step a row, the
+# activation, the residual's address (0: none), of C's layout.
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
  _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH, _WSTEP,
- _WPARTS, _WRAP, _COLS) = range(1, 27)  # fmt: skip
-_SEGMENTS_JOB = 27
+ _WPARTS, _WRAP, _COLS, _BIAS, _BIAS_STEP, _ACT, _RES) = range(1, 31)  # fmt: skip
+_SEGMENTS_JOB = 31
 
 
 @jit(**_OPTS, inline="always")
@@ -53,8 +55,12 @@ def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     at_c, phase = sgemm.wrapped(at_c, j0, wrap, cols, 0)
     rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
     width = min(job[_WSTEP], job[_WIDTH] - j0)
+    bias, bias_step, res = job[_BIAS], job[_BIAS_STEP], job[_RES]
+    if bias != 0:  # this batch's group's channels, from the band's first
+        bias += 4 * bias_step * ((batch % job[_GROUPS]) * job[_M] + m0)
+    epilogue = (bias, bias_step, job[_ACT], (res - job[_C]) // 4 if res != 0 else 0)
     sgemm.sgemm_segments(at_a, lda, at_b, job[_LDB], job[_TABLE], at_c, ldc, rows, job[_K], runs,
-                         width, b_step, c_step, False, wrap, cols, phase)  # fmt: skip
+                         width, b_step, c_step, False, wrap, cols, phase, epilogue)  # fmt: skip
 
 
 def _segments_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -82,7 +88,7 @@ def _rows_fit(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
-                  batches, groups, a_group, b_batch, c_batch, wrap, cols):  # type: ignore[no-untyped-def]  # fmt: skip
+                  batches, groups, a_group, b_batch, c_batch, wrap, cols, epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
     each of ``batches`` products: B's row ``r`` at ``b[r * ldb]``, or at ``b[table[r]]`` when
     ``table`` (int64) is not empty; the columns in ``segments`` runs of ``width``, run ``s`` of B
@@ -91,6 +97,12 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     grouped convolution. A convolution reads its taps in place through the table, one segment
     per output row, or its whole map one segment whose positions wrap (``wrap``, ``cols``:
     B's rows of ``wrap`` positions, C's of their first ``cols``; `sgemm.sgemm_segments`).
+
+    ``epilogue`` (`sgemm.NO_EPILOGUE`: none; only where `sgemm.fuses` holds): (the bias's
+    address, 0 for none, of ``groups * m`` values or one (its step a row: 1 or 0), the
+    activation, the residual's address, 0 for none): C = ``act(A @ B + bias + residual)``,
+    the residual of C's layout from ``c[ic]``, applied as each tile stores. The caller checks
+    the bias and the residual span what C does.
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few, then runs of columns when the segments are few too. Checks every window first;
@@ -142,6 +154,7 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_WSTEP], job[_WPARTS] = w_step, w_parts
     job[_WRAP], job[_COLS] = wrap, cols
     job[_PER_BATCH] = m_parts * s_parts * w_parts
+    job[_BIAS], job[_BIAS_STEP], job[_ACT], job[_RES] = epilogue
     pieces = batches * job[_PER_BATCH]
     if pieces == 1 or parts == 1:
         for p in range(pieces):

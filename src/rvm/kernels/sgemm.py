@@ -34,6 +34,8 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   machine (within noise on a quieter one); on a weight in cache, the same;
 - on plain rows of B (not a convolution's taps), it prefetches the row `AHEAD` tiles on along C: a
   1x1 convolution's wide input at batch 8 comes from memory in as many streams as it has rows;
+- where B is packed (`FUSED_EPILOGUE`), a convolution's bias, residual and ReLU are applied
+  in registers as the last depth block's tiles store (``epilogue``), C written once;
 - the last tile of a row is as wide as what is left (one, two or three vectors), its last
   vector loaded and stored under a lane mask, and rows past ``m`` are not stored, so no edge
   needs a copy;
@@ -61,13 +63,16 @@ from rvm.kernels.jitting import alive, jit
 
 __all__ = [
     "BLOCK_BYTES",
+    "FUSED_EPILOGUE",
     "KC",
     "LANES",
     "MR",
+    "NO_EPILOGUE",
     "NR",
     "applies",
     "block_bytes",
     "depth_block",
+    "fuses",
     "require",
     "sgemm",
     "sgemm_segments",
@@ -138,6 +143,14 @@ call) 1x1 convolutions' GEMMs took 1.3-1.8 times as long (512 to 128 channels on
 -> 485 µs, squeezenet's 64 to 16 at 55 x 55 147 -> 270), as in one process of
 `benchmarks/conv_methods.py` where densenet121's 14 x 14 GEMMs ran at 43-49 GFLOP/s against
 78-82 in others."""
+FUSED_EPILOGUE = PACK_B
+"""Whether `sgemm_segments` applies a convolution's epilogue (a per-row bias, a residual, a
+ReLU: ``epilogue``) in registers as it stores each tile of its last depth block, so that C is
+written once and not read again by a pass over it (`rvm.kernels.epipass`): on one plain run of
+B (no table), where B is packed (`PACK_B`), its tiles' store (`_micro_panel`). Elsewhere the
+caller runs the pass (`fuses`)."""
+NO_EPILOGUE = (0, 0, 0, 0)
+"""`sgemm_segments`' ``epilogue`` when there is none: (bias, bias step, act, residual)."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 LINE = max(1, cpu().line // 4)  # floats of a cache line: what one prefetch brings
@@ -154,6 +167,15 @@ def _micro_for(mr: int, padded: bool = False):  # type: ignore[no-untyped-def]
     """The micro-kernel intrinsic for tiles of up to ``mr`` rows of C (`_micro`: `MR`;
     `_micro_row`: one row, a GEMV's, which does not multiply `MR` rows for one; ``padded``:
     `_micro_panel`, B's rows in panels of whole vectors)."""
+
+    if padded:  # and a convolution's epilogue in the final store (`FUSED_EPILOGUE`)
+
+        @intrinsic
+        def panel(typingctx, kc, ap, lda, b, rows_b, indexed, c, ldc, add, rows, vectors, last,
+                  b_vec, c_vec, narrow, wrap, cols, col0, bias, bias_step, act, res):  # type: ignore[no-untyped-def]  # fmt: skip  # noqa: E501
+            return _micro_typing(mr, padded)
+
+        return panel
 
     @intrinsic
     def micro(typingctx, kc, ap, lda, b, rows_b, indexed, c, ldc, add, rows, vectors, last,
@@ -185,12 +207,19 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
     0): B's rows are whole vectors, read without a mask (a packed panel's, zero past the
     product's columns: `_pack`), and not prefetched `AHEAD` (a panel is one stream). On AVX2
     the last vector's mask in the loop took a 17th ymm register: LLVM rebuilt it from the stack
-    every step."""
-    sig = nt.void(*(nt.int64,) * 18)
+    every step.
+
+    A padded tile also takes a convolution's epilogue, applied in registers as it stores
+    (`FUSED_EPILOGUE`; all 0: none): ``bias`` the address of its first row's bias (0: none),
+    the next rows' ``bias_step`` floats on (1, or 0: one value for all), then ``res`` (floats
+    from C to the residual, of C's layout; 0: none) added, then a ReLU when ``act``: C is
+    written once, ``act(C + bias + res)``, in the epilogue pass's order
+    (`rvm.kernels.epipass`)."""
+    sig = nt.void(*(nt.int64,) * (22 if padded else 18))
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         kc, ap, lda, b, rows_b, indexed, c, ldc, accumulate, rows, vectors, last = args[:12]
-        b_vec, c_vec, narrow, wrap, cols, col0 = args[12:]
+        b_vec, c_vec, narrow, wrap, cols, col0 = args[12:18]
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         fptr, i8p, module = f32.as_pointer(), ir.IntType(8).as_pointer(), builder.module
 
@@ -232,12 +261,20 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
         # A's rows as they are (no packing): row i at i * lda, rows past ``rows`` read the
         # last one (their sums are not stored).
         last_row = builder.sub(rows, i64(1))
-        a_rows = [
-            builder.mul(
-                builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row), lda
-            )
+        row_ids = [
+            builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), last_row)
             for i in range(MR)
         ]
+        a_rows = [builder.mul(row, lda) for row in row_ids]
+
+        if padded:  # the epilogue's operands (`_micro_typing`)
+            bias, bias_step, act, res = args[18:]
+            has_bias = builder.icmp_signed("!=", bias, i64(0))
+            biases = builder.select(has_bias, builder.inttoptr(bias, fptr), _zero(module))
+            bias_step = builder.select(has_bias, bias_step, i64(0))
+            relu = builder.icmp_signed("!=", act, i64(0))
+            floor_value = builder.select(relu, f32(0.0), f32(float("-inf")))
+            fusing = builder.icmp_signed("!=", builder.or_(builder.or_(bias, act), res), i64(0))
 
         prefetch = None
         if MR > 1:
@@ -274,6 +311,14 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                 at = builder.gep(base, [builder.add(offset, builder.mul(apart, i64(j)))])
                 return builder.bitcast(at, vptr)
 
+            if padded:  # the residual's lines of the tile into L2 while it computes
+                with builder.if_then(builder.icmp_signed("!=", res, i64(0))):
+                    for i in range(MR):
+                        row = builder.add(builder.mul(ldc, row_ids[i]), res)
+                        for end in (0, vectors * lanes - 1):
+                            at = builder.gep(c, [builder.add(row, i64(end))])
+                            builder.call(hint, [builder.bitcast(at, i8p), i32(0), i32(2), i32(1)])
+
             # Accumulators as stack slots: LLVM promotes them to registers.
             acc = [
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
@@ -304,28 +349,40 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                             new = builder.fadd(builder.fmul(a, bs[j]), old)
                         builder.store(new, acc[i][j])
 
-            def store(adding, whole=False):  # type: ignore[no-untyped-def]
+            def store(adding, whole=False, fused=None):  # type: ignore[no-untyped-def]
                 # ``whole``: every vector is all C's (plain loads and stores, no mask).
+                # ``fused``: the epilogue (`_micro_typing`) applied, True with a residual.
+                def read(at, lanes):  # type: ignore[no-untyped-def]
+                    if whole:
+                        return builder.load(at, align=4)
+                    return builder.call(masked_load, [at, align, lanes, zero])
+
                 for i in range(MR):
                     with builder.if_then(builder.icmp_signed("<", i64(i), rows)):
                         row_c = builder.mul(ldc, i64(i))
+                        if fused is not None:
+                            at_bias = builder.gep(biases, [builder.mul(bias_step, i64(i))])
+                            bias_i = broadcast(builder.load(at_bias), vec)
                         for j in range(vectors):
                             at = vector_at(c, row_c, j, c_vec)
                             value = builder.load(acc[i][j])
                             lanes = mask if j == vectors - 1 else inner
                             if adding:
-                                held = (
-                                    builder.load(at, align=4)
-                                    if whole
-                                    else builder.call(masked_load, [at, align, lanes, zero])
-                                )
-                                value = builder.fadd(held, value)
+                                value = builder.fadd(read(at, lanes), value)
+                            if fused is not None:
+                                value = builder.fadd(value, bias_i)
+                                if fused:
+                                    at_res = vector_at(c, builder.add(row_c, res), j, c_vec)
+                                    value = builder.fadd(value, read(at_res, lanes))
+                                floor = broadcast(floor_value, vec)
+                                below = builder.fcmp_ordered(">", floor, value)
+                                value = builder.select(below, floor, value)
                             if whole:
                                 builder.store(value, at, align=4)
                             else:
                                 builder.call(masked_store, [value, at, align, lanes])
 
-            def store_by_rows():  # type: ignore[no-untyped-def]
+            def store_by_rows(fused=None):  # type: ignore[no-untyped-def]
                 # C is read only when adding to it (a write-only tile costs no load of C).
                 # Without mask registers, a tile whose vectors are all whole stores without
                 # masks (`PLAIN_STORES`).
@@ -342,10 +399,21 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                                 continue
                             with builder.if_else(full) as (plain, masked):
                                 with plain:
-                                    store(adding, whole=True)
+                                    store(adding, whole=True, fused=fused)
                                 with masked:
-                                    store(adding)
+                                    store(adding, fused=fused)
 
+            if padded:  # the epilogue, with a residual or without, or none
+                with builder.if_else(fusing) as (fused, bare):
+                    with fused:
+                        with builder.if_else(builder.icmp_signed("!=", res, i64(0))) as (r, no_r):
+                            with r:
+                                store_by_rows(fused=True)
+                            with no_r:
+                                store_by_rows(fused=False)
+                    with bare:
+                        store_by_rows()
+                return
             if not indexed:
                 store_by_rows()
                 return
@@ -393,6 +461,16 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _zero(module: ir.Module) -> ir.GlobalVariable:
+    """A float32 zero in ``module``: the bias of a fused epilogue without one."""
+    name = "rvm_sgemm_zero"
+    if name in module.globals:
+        return module.globals[name]
+    zero = ir.GlobalVariable(module, ir.FloatType(), name)
+    zero.initializer, zero.global_constant, zero.linkage = ir.FloatType()(0.0), True, "internal"
+    return zero
 
 
 def _wrapped_store(module: ir.Module) -> ir.Function:
@@ -536,6 +614,7 @@ def sgemm_segments(
     wrap,
     cols,
     phase,
+    epilogue,
 ):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C (+)= A[m, k] @ B`` where C's and B's columns come in ``segments`` runs of
     ``width``: run ``s`` of B starts ``s * b_step`` floats after ``b``, of C ``s * c_step``
@@ -549,7 +628,12 @@ def sgemm_segments(
     convolution's output rows in its zero-padded input, ``wrap - cols`` columns between two:
     the whole map one run, so that a row's last vector is not mostly idle lanes); the run
     starts at column ``phase`` of its row, ``c`` at that place in C. The other columns are
-    computed, not stored."""
+    computed, not stored.
+
+    ``epilogue`` (`NO_EPILOGUE`: none), where `fuses` holds: (the address of the bias of C's
+    first row or 0, the floats from a row's bias to the next's (1, or 0: one for all), the
+    activation (1: ReLU), the floats from C to the residual, of C's layout, or 0): C becomes
+    ``act(A @ B + bias + residual)``, applied as each tile stores (`FUSED_EPILOGUE`)."""
     if m <= 0 or segments <= 0 or width <= 0:
         return
     if k <= 0:
@@ -565,8 +649,10 @@ def sgemm_segments(
     # read every band of A again for little B), and cutting them was slower.
     if segments == 1:
         step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
-        if PACK_B and table == 0 and m > MR:
-            _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate)
+        # A band or less reads B once, unpacked; an epilogue is the packed tiles' own.
+        fused = epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0
+        if PACK_B and table == 0 and (m > MR or fused):
+            _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate, epilogue)
             return
         for j0 in range(0, width, step):
             at_c, col0 = wrapped(c, j0, wrap, cols, phase)
@@ -595,13 +681,21 @@ def _pack(b, ldb, kc, width, into):  # type: ignore[no-untyped-def]
     """B's ``kc`` rows (``ldb`` floats apart from the address ``b``) by ``width`` columns into
     the floats at the address ``into``: panels of `NR` columns one after the other, each ``kc``
     rows of `NR` floats, the last panel's columns past ``width`` zeros (`_micro_panel` reads
-    whole vectors)."""
-    for r in range(kc):
-        row = _floats_at(b + 4 * r * ldb)
-        for q0 in range(0, width - NR + 1, NR):
-            _move_panel_row(b + 4 * (r * ldb + q0), into + 4 * (q0 * kc + r * NR))
-        q0 = width // NR * NR
-        if q0 < width:
+    whole vectors).
+
+    A panel at a time, its rows in turn: the writes one stream, the reads one line a row of B
+    (a stride the hardware follows). Row by row, each row's panels in turn, every write went
+    to another panel, ``4 * kc * NR`` bytes on: on a Zen 3 core that took 1.1 to 1.75 times
+    as long (147 to 1024 rows by 64 to 1024 columns; a 1x1 convolution's 256 rows of 3136
+    positions: 340 against 195 us, a quarter of its GEMM of 64 rows)."""
+    for q0 in range(0, width - NR + 1, NR):
+        src, dst = b + 4 * q0, into + 4 * q0 * kc
+        for r in range(kc):
+            _move_panel_row(src + 4 * r * ldb, dst + 4 * r * NR)
+    q0 = width // NR * NR
+    if q0 < width:
+        for r in range(kc):
+            row = _floats_at(b + 4 * r * ldb)
             at = _floats_at(into + 4 * (q0 * kc + r * NR))
             for j in range(width - q0):
                 at[j] = row[q0 + j]
@@ -609,29 +703,42 @@ def _pack(b, ldb, kc, width, into):  # type: ignore[no-untyped-def]
                 at[j] = 0.0
 
 
+@jit(**_OPTS, inline="always")
+def fuses(indexed, segments, k):  # type: ignore[no-untyped-def]
+    """Whether `sgemm_segments` applies an ``epilogue`` to a product of depth ``k`` over
+    ``segments`` runs of B's rows, through a table when ``indexed``: one plain run, where
+    `FUSED_EPILOGUE` holds. A caller passes `NO_EPILOGUE` elsewhere and runs the pass."""
+    return FUSED_EPILOGUE and not indexed and segments == 1 and k > 0
+
+
 @jit(**_OPTS)
-def _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate):  # type: ignore[no-untyped-def]  # noqa: E501
+def _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """`sgemm_segments` on one plain run (no table, no wrap) with B packed (`PACK_B`): for each
     block of ``step`` columns and each depth block, B's block copied into panels of `NR`
     columns (`_pack`), then every band of A across the panels, each tile reading its panel's
-    rows one after the other; m, k, width > 0."""
+    rows one after the other, the last depth block's tiles applying the ``epilogue``
+    (`sgemm_segments`); m, k, width > 0."""
     into = kept(PACK_FLOATS, np.float32)  # one size for every call: a kept block
     packed = into.ctypes.data
+    bias, bias_step, act, res = epilogue
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
         for p0 in range(0, k, KC):
             kc = min(KC, k - p0)
             _pack(b + 4 * (p0 * ldb + j0), ldb, kc, cols, packed)
             add = 1 if (accumulate or p0 > 0) else 0
+            last = p0 + kc == k
             for i0 in range(0, m, MR):
                 rows = min(MR, m - i0)
                 a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * (i0 * ldc + j0)
+                at_bias = bias + 4 * i0 * bias_step if last and bias != 0 else 0
                 for q0 in range(0, cols, NR):
                     n = min(NR, cols - q0)
                     vectors = (n + LANES - 1) // LANES
                     _micro_panel(kc, a_band, lda, packed + 4 * q0 * kc, NR, 0, c_band + 4 * q0, ldc,
-                           add, rows, vectors, n - (vectors - 1) * LANES, LANES, LANES, 0, 0, 0,
-                           0)  # fmt: skip
+                                 add, rows, vectors, n - (vectors - 1) * LANES, LANES, LANES, 0, 0,
+                                 0, 0, at_bias, bias_step, act if last else 0,
+                                 res if last else 0)  # fmt: skip
     alive(into)  # read only through its address above: not freed before
 
 
@@ -670,7 +777,7 @@ def sgemm(a, lda, b, ldb, c, ldc, m, n, k, accumulate):  # type: ignore[no-untyp
     """``C[m, n] (+)= A[m, k] @ B[k, n]`` on the float32 row-major matrices at the int64
     addresses ``a``, ``b``, ``c`` (row strides ``lda``, ``ldb``, ``ldc``), in the calling
     thread; ``accumulate`` adds to C. No checks."""
-    sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate, 0, 0, 0)
+    sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, accumulate, 0, 0, 0, NO_EPILOGUE)
 
 
 def _serves(like: nt.Type) -> bool:
