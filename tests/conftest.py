@@ -23,7 +23,7 @@ MAX_WORKERS = 4
 
 # The longest test files, weighed by CPU seconds (only the order matters): xdist starts them
 # first (`pytest_collection_modifyitems`). A file missing here goes after them, by its count of
-# tests. Session 39, on a 2-core Zen 3 (AVX2) under load 10-20: 25 of the longest files, each
+# tests. Session 39, on a 2-core Zen 3 (AVX2) under load 10-20: 27 of the longest files, each
 # alone (``-n 0``, user + system CPU of its process and helpers), two at a time in the order
 # of the table before, sharing a cache that started empty (a file's figure includes the
 # library it built first); test_bf16 and torch/test_models less what that session's changes
@@ -48,13 +48,13 @@ LONGEST_FILES = {
     "tests/jit/test_nn.py": 37,
     "tests/runtime/test_trust.py": 31,
     "tests/jit/test_first_run.py": 30,
-    "tests/jit/test_attention.py": 29,
     "tests/jit/test_numba_cache.py": 28,
-    "tests/runtime/test_native_mode.py": 27,
     "tests/frontend/onnx/test_quantize.py": 26,
     "tests/jit/test_matmul.py": 26,
     "tests/codegen/test_deploy.py": 26,
     "tests/frontend/onnx/test_qdq.py": 24,
+    "tests/jit/test_attention.py": 24,
+    "tests/runtime/test_native_mode.py": 24,
     "tests/frontend/onnx/test_control.py": 24,
     "tests/frontend/onnx/test_einsum.py": 24,
     "tests/generation/test_exported.py": 22,
