@@ -3,7 +3,7 @@ modules with torch.cond and torch.while_loop, exported once with batch 2 and sym
 (and sequence) sizes, run at two batch sizes and two sequence lengths in every exec mode.
 
 The transformers models compile for tens of seconds each: all but one are marked slow
-(``pytest -m slow``)."""
+(``pytest -m slow``), and that one's native mode too."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import importlib.util
 import pytest
 
 import rvm
+from rvm.runtime.executable import EXEC_MODES
 
 torch = pytest.importorskip("torch")
 if importlib.util.find_spec("transformers") is None:  # looked up, not imported:
@@ -35,9 +36,22 @@ def _imported(name: str) -> tuple:
     return _modules[name]
 
 
-@pytest.mark.parametrize(
-    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in CASES]
-)
+def _cases() -> list:
+    """(name, exec mode) in every exec mode; by default the `FAST` cases but BERT's native
+    mode (a native compile of its whole program, 11 CPU-s on a Zen 3 core), which
+    tests/frontend/onnx/test_transformers.py's `test_native_mode_runs_every_function_natively`
+    runs on the ONNX BERT with jit kernels (no fallback allowed), beside cond's and
+    while_loop's native runs here: the rest under -m slow."""
+    return [
+        pytest.param(name, mode, id=f"{mode}-{name}", marks=pytest.mark.slow)
+        if name not in FAST or (name, mode) == ("bert", "native")
+        else pytest.param(name, mode, id=f"{mode}-{name}")
+        for name in CASES
+        for mode in EXEC_MODES
+    ]
+
+
+@pytest.mark.parametrize(("name", "exec_mode"), _cases())
 def test_model_matches_eager_pytorch(name: str, exec_mode: str) -> None:
     case = CASES[name]
     model, mod = _imported(name)
