@@ -223,7 +223,7 @@ def _take(nbytes):  # type: ignore[no-untyped-def]
     return data
 
 
-@nb.cfunc(nt.void(nt.int64), **_OPTS)
+@numba_cache.cfunc(nt.void(nt.int64), **_OPTS)
 def _give(data):  # type: ignore[no-untyped-def]
     """Numba's destructor of a block's array: keeps the block, or frees it."""
     base, nbytes = _peek(data - 16), _peek(data - 8)
@@ -237,7 +237,7 @@ def _give(data):  # type: ignore[no-untyped-def]
     _free(base)
 
 
-@nb.cfunc(nt.int64(), **_OPTS)
+@numba_cache.cfunc(nt.int64(), **_OPTS)
 def _release():  # type: ignore[no-untyped-def]
     freed = 0
     for s in range(SLOTS):

@@ -212,6 +212,19 @@ def _library_module(cache: Any) -> Path | None:
     return Path(path) if os.path.realpath(path) in _library_sources() else None
 
 
+def cfunc(sig: Any, **options: Any) -> Any:
+    """`numba.cfunc` for a C callback a library module defines at import: compiled there and
+    then, or loaded from Numba's cache under `light_loads`, whoever imports the module (a
+    compile pass that reads one of the library's facts imports its module outside any load)."""
+    import numba
+
+    def build(fn: Any) -> Any:
+        with light_loads():
+            return numba.cfunc(sig, **options)(fn)
+
+    return build
+
+
 @contextlib.contextmanager
 def light_loads() -> Iterator[None]:
     """Within: Numba's cache loads on this thread skip the context refresh (see the module

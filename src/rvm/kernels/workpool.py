@@ -313,7 +313,7 @@ def _claim(who):  # type: ignore[no-untyped-def]
                 _unlock()
 
 
-@nb.cfunc(nt.void(nt.int64, nt.int64, nt.int64), **_OPTS)
+@numba_cache.cfunc(nt.void(nt.int64, nt.int64, nt.int64), **_OPTS)
 def _run(fn, n, data):  # type: ignore[no-untyped-def]
     """Runs the job ``fn`` on pieces 0 .. n - 1 (see the module docstring)."""
     if n <= 0:
@@ -354,7 +354,7 @@ def _wanted(index):  # type: ignore[no-untyped-def]
     return index < _load(WANTED)
 
 
-@nb.cfunc(nt.void(nt.int64), **_OPTS)
+@numba_cache.cfunc(nt.void(nt.int64), **_OPTS)
 def _helper(index):  # type: ignore[no-untyped-def]
     """Helper ``index``'s loop: claim pieces, spin, sleep; returns once the pool wants at most
     ``index`` helpers."""
@@ -376,7 +376,7 @@ def _helper(index):  # type: ignore[no-untyped-def]
             s = 0  # woken by a job (the loop ends) or by `wake`: spin for the job again
 
 
-@nb.cfunc(nt.void(), **_OPTS)
+@numba_cache.cfunc(nt.void(), **_OPTS)
 def _wake():  # type: ignore[no-untyped-def]
     """Sleeping helpers wake to spin for a job (see `wake`)."""
     if _load(SLEEPING) > 0:
@@ -386,17 +386,17 @@ def _wake():  # type: ignore[no-untyped-def]
         _unlock()
 
 
-@nb.cfunc(nt.int64(), **_OPTS)
+@numba_cache.cfunc(nt.int64(), **_OPTS)
 def _threads():  # type: ignore[no-untyped-def]
     return _load(WANTED) + 1
 
 
-@nb.cfunc(nt.int64(), **_OPTS)
+@numba_cache.cfunc(nt.int64(), **_OPTS)
 def _busy():  # type: ignore[no-untyped-def]
     return _load(BUSY)
 
 
-@nb.cfunc(nt.void(nt.int64), **_OPTS)
+@numba_cache.cfunc(nt.void(nt.int64), **_OPTS)
 def _spin(count):  # type: ignore[no-untyped-def]
     """``count`` spin-wait steps, as a helper takes them (to calibrate `SPIN_US`)."""
     for _ in range(count):
