@@ -317,8 +317,8 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # 
     along_n = n >= m
     parts, step = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
-    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, c.itemsize)
-    job[15], job[16], job[17], job[18] = epilogue
+    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, c.itemsize,
+                    epilogue)  # fmt: skip
     if parts == 1:  # the whole product, in this thread
         _call_gemm(c, 0, job)
     else:
@@ -326,14 +326,14 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # 
 
 
 @jit(**_OPTS)
-def _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, itemsize):  # type: ignore[no-untyped-def]  # noqa: E501
+def _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, itemsize, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """The job of a GEMM on addresses (`_GEMM_JOB`), cut into pieces of ``step`` along n
-    (``along_n``) or m."""
+    (``along_n``) or m, applying the ``epilogue`` (`gemm_epilogue`; `sgemm.NO_EPILOGUE`)."""
     job = np.empty(_GEMM_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
     job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, itemsize
-    job[15], job[16], job[17], job[18] = sgemm.NO_EPILOGUE
+    job[15], job[16], job[17], job[18] = epilogue
     return job
 
 
@@ -344,8 +344,9 @@ def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore
     enum) of the dtype of the array ``like``, in the calling thread: rvm's float32 kernel or
     BLAS, as `gemm`. Through the GEMM task, so a library task calling it (`rvm.kernels.
     attention`) does not compile the GEMM again. No checks; m, n, k > 0."""
-    _call_gemm(like, 0, _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, n,
-                                  like.itemsize))  # fmt: skip
+    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, n, like.itemsize,
+                    sgemm.NO_EPILOGUE)  # fmt: skip
+    _call_gemm(like, 0, job)
 
 
 @jit(**_OPTS)

@@ -52,8 +52,7 @@ def _task(piece, like, data):  # type: ignore[no-untyped-def]
     out = parfor.array_at(job[1], (total,), like)
     bias = parfor.array_at(job[5], ((channels if step else 1) if job[5] else 0,), like)
     res = parfor.array_at(job[8], (total if job[8] else 0,), like)
-    lo = piece * total // pieces // LANES * LANES  # whole vectors between pieces
-    hi = total if piece == pieces - 1 else (piece + 1) * total // pieces // LANES * LANES
+    lo, hi = parfor.piece_range(piece, pieces, total, LANES)  # whole vectors between pieces
     _sweep(out, bias, res, lo, hi, cols, channels, step, act)
 
 
