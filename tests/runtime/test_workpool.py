@@ -292,13 +292,19 @@ def test_a_call_wakes_sleeping_helpers_while_its_function_runs_jobs(threads) -> 
     if threads == 1:
         pytest.skip("no helper")
     asleep = lambda: workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1  # noqa: E731
+    # Whether a call woke them is read from the pool's wake-up requests, not from how many
+    # sleep after it: a helper still taking the mutex back from the last broadcast is counted
+    # asleep, and leaves that count later by itself (what made this test flaky).
+    nudges = lambda: int(workpool._state[workpool.NUDGE * workpool._LINE])  # noqa: E731
     ran = [False, True]
     assert _until(asleep)
+    before = nudges()
     assert workpool.call(ran, 1, lambda: 7, ()) == 7  # woke them first; ran no job
-    assert ran == [False, False]
+    assert ran == [False, False] and nudges() == before + 1
     assert _until(asleep)  # after their spin
+    before = nudges()
     workpool.call(ran, 1, lambda: None, ())  # left them asleep
-    assert asleep() and ran == [False, False]
+    assert nudges() == before and ran == [False, False]
     for _ in range(5):  # a helper may wake spuriously (a condition variable's right) and spin
         assert _until(asleep)
         before = workpool.wakes()
