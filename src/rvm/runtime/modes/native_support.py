@@ -7,11 +7,11 @@ bytes, from the same blocks), `view` (ALLOC_TENSOR, a tensor over a block's byte
 `shape_array` (SHAPE_OF), `call_begin` and `call_end` (an entry's bookkeeping of the thread
 pool, `rvm.kernels.workpool.call`'s, natively), `write_slice` (`vm.builtin.write_slice`),
 `full0` (a scalar register where an array is needed), `constant`, which rebuilds a small
-constant of the executable from the hex text a generated file holds (Numba freezes
-module-level arrays into the code it compiles), and `bound`, a big constant: the executable's own array, bound at load
-(`rvm.runtime.modes.native_constants`). A change to this file or a module it imports changes the
-hash of every generated file (`rvm.runtime.loading.cache.source_hash` covers the rvm modules a
-file imports), so no stale object code is reused.
+constant of the executable from the hex text a generated file holds (Numba freezes module-level
+arrays into the code it compiles), and `bound`, a big constant: the executable's own array,
+bound at load (`rvm.runtime.modes.native_constants`). A change to this file or a module it
+imports changes the hash of every generated file (`rvm.runtime.loading.cache.source_hash` covers
+the rvm modules a file imports), so no stale object code is reused.
 
 Imported only by generated files: importing it imports Numba.
 """
