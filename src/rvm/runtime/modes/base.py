@@ -7,11 +7,12 @@ instrumentation); an exec mode only runs functions. What a mode may see of its V
 (for work a mode hands back, such as calls deeper than it nests) and how failures are
 reported. A mode is any object with ``run(fidx, args)`` (`ExecMode`), built from the context
 by the factory the VM's mode table names (see `rvm.runtime.vm.EXEC_MODE_FACTORIES`). A mode may
-also offer ``fast_call(fidx)``: a callable that runs a call from Python on its unchecked
-positional arguments when it can check them more cheaply than the VM (every entry check,
-the ranges of bounded symbolic dims included), holding the VM's thread guard
-(`ExecContext.guard`) as the VM's own entry does, else returns `rvm.runtime.entry.NOT_RUN` so
-the VM checks and runs them as usual (the native mode's). The VM checks its result.
+also offer ``fast_call(fidx, slow, check)``: the VM's handle of a function (the native
+mode's), a callable that runs a call from Python on its unchecked positional arguments when it
+can check them more cheaply than the VM (every entry check, the ranges of bounded symbolic dims
+included), holding the VM's thread guard (`ExecContext.guard`) as the VM's own entry does, and
+checks its result with ``check(result, args)`` (None: no check); else it hands the call to
+``slow(*args, **kwargs)``, where the VM checks and runs it as usual.
 
 Failures: a mode raises `VMStackError` (a `VMError`) made by `ExecContext.error` from the
 original exception and the VM stack as ``(function index, pc)`` pairs, outermost first, so
