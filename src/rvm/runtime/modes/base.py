@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rvm.errors import ShapeError, VMError, is_shape_error
 from rvm.runtime.kernels import KERNEL_FILE_PREFIX
+from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
@@ -122,6 +123,11 @@ class ExecContext:
             instrumented or profiled. A mode reads it at each run (its identity changes).
         allocator: The VM's allocator now (`VirtualMachine.allocator` may be replaced between
             calls; the VM sets it here).
+        plain: Whether the VM calls `raw_packed` with an allocator of its own kind
+            (`rvm.runtime.memory.NAMED_ALLOCATORS`): what native code, which calls kernels
+            directly and allocates Numba's memory, runs under. Kept current as `packed` and
+            `allocator` are set, so a fast path reads one attribute (two and their tests cost
+            the MLP's native call at batch 1 ~5%, its caches cold after its product).
         guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``.
         fatal: The exception class FATAL raises.
         run_bytecode: ``run_bytecode(fidx, args)`` runs a function in the bytecode loop.
@@ -131,6 +137,14 @@ class ExecContext:
     """
 
     fatal = Fatal
+    plain = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in ("packed", "allocator", "raw_packed"):
+            own = type(getattr(self, "allocator", None)) in _OWN_ALLOCATORS
+            raw = getattr(self, "raw_packed", None)
+            object.__setattr__(self, "plain", own and getattr(self, "packed", None) is raw)
 
     def __init__(
         self,
@@ -151,6 +165,9 @@ class ExecContext:
     def error(self, error: BaseException, stack: Sequence[tuple[int, int]]) -> VMStackError:
         """The error every mode raises for `error` at VM stack `stack` (see `vm_error`)."""
         return vm_error(self.executable, error, list(stack))
+
+
+_OWN_ALLOCATORS = tuple(NAMED_ALLOCATORS.values())
 
 
 def _unbound(fidx: int, args: list[Any]) -> Any:

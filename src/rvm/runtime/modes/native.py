@@ -52,7 +52,6 @@ from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loading import NATIVE_DIR, NATIVE_IMPORTS, artifact
 from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
-from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.modes.base import ExecContext
 from rvm.runtime.modes.compiled import CompiledMode
 from rvm.runtime.modes.native_codegen import NativeModule, entry_name, render_module
@@ -66,7 +65,6 @@ _lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
 _ENTRIES: dict[tuple, Any] = {}  # by (id of the function, signature); modules live on
 _PLAN: Derived[_Plan] = Derived("the native plan its VMs share: file, dispatchers, reasons")
-_OWN_ALLOCATORS = tuple(NAMED_ALLOCATORS.values())  # the VM's: native code may bypass them
 
 
 @dataclass(frozen=True)
@@ -279,11 +277,7 @@ class NativeMode:
         """Runs function `fidx` on checked VM values: natively when it can, else compiled."""
         context = self.context
         func = self.plan.funcs[fidx]
-        if (
-            func is None
-            or context.packed is not context.raw_packed
-            or type(context.allocator) not in _OWN_ALLOCATORS
-        ):
+        if func is None or not context.plain:
             return self.compiled.run(fidx, args)
         entry = self.plan.entry(fidx)
         if entry is not None:
@@ -326,9 +320,8 @@ class NativeMode:
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:
             return None
         context = self.context
-        raw, entries, guard = context.raw_packed, plan.entries, context.guard
+        entries, guard = plan.entries, context.guard
         take, give = guard.free.pop, guard.free.append
-        own = context.allocator if type(context.allocator) in _OWN_ALLOCATORS else None
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if kwargs:
@@ -340,9 +333,7 @@ class NativeMode:
             guard.owner = get_ident()
             result = NOT_RUN
             try:
-                if context.packed is raw and (
-                    context.allocator is own or type(context.allocator) in _OWN_ALLOCATORS
-                ):
+                if context.plain:
                     native = entries[fidx]
                     if native is None:
                         native = plan.entry(fidx)
