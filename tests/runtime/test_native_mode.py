@@ -438,6 +438,29 @@ def test_the_thread_guard_is_free_after_every_kind_of_call() -> None:
         assert guard.free == [True] and guard.owner is None, mode
 
 
+def test_the_fast_path_checks_a_result_the_code_does_not_prove() -> None:
+    """Where a function's result is checked at run time, a call the native fast path runs is
+    checked too, with its arguments, after the guard is given back; a failed check raises its
+    own error (not a rerun in the compiled mode)."""
+    ex = rvm.compile(MLP)
+    vm = VirtualMachine(ex, exec_mode="native")
+    seen: list = []
+
+    def check(result, args, owner):  # type: ignore[no-untyped-def]
+        seen.append((result, args, owner.context.guard.free == [True]))
+        if len(seen) > 1:
+            raise ValueError("the recorded result type says no")
+
+    vm._results = [check]  # before its handles are made (as `exec_modes` forces checks)
+    args = _mlp_args()
+    out = vm["main"](*args)
+    assert len(seen) == 1 and seen[0][0] is out and seen[0][1] == args and seen[0][2]
+    assert not vm.native_report().fallbacks
+    with pytest.raises(ValueError, match="the recorded result type says no"):
+        vm["main"](*args)
+    assert len(seen) == 2 and vm.context.guard.free == [True]
+
+
 def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:
     # pick(c, x, y) returns a 1-d or a 2-d tensor: one Numba function cannot return both
     b = ExecBuilder()

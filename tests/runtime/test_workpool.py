@@ -318,7 +318,9 @@ def test_a_call_wakes_sleeping_helpers_while_its_function_runs_jobs(threads) -> 
 
 def test_a_vm_call_goes_through_the_pool_first(monkeypatch) -> None:
     """Each call from Python, in every exec mode, runs through the pool's `call` (which wakes
-    sleeping helpers when that helps), the native fast path included."""
+    sleeping helpers when that helps); the native fast path does the same natively, in its
+    entry (`call_begin` / `call_end`: see the next test), and a native call that leaves the
+    fast path runs through `call` as the other modes' do."""
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
     ex = rvm.compile(rvm.script.parse(_RELU))
     for mode in ("bytecode", "compiled", "native"):
@@ -332,7 +334,47 @@ def test_a_vm_call_goes_through_the_pool_first(monkeypatch) -> None:
 
         vm.context.pool_call = through
         np.testing.assert_array_equal(vm["main"](x), np.maximum(x, 0))
-        assert seen == [0], mode
+        assert seen == ([] if mode == "native" else [0]), mode
+        np.testing.assert_array_equal(vm["main"](x=x), np.maximum(x, 0))
+        assert seen == ([0] if mode == "native" else [0, 0]), mode  # by name: the checked path
+
+
+def test_a_native_entry_wakes_sleeping_helpers_while_its_function_runs_jobs(threads) -> None:
+    """The native entry's own `call_begin` / `call_end` (what `call` does, natively): a call
+    wakes helpers asleep as it begins at first and while the function's last call that found
+    them asleep ran a job; after one that ran none, they stay asleep."""
+    if threads == 1:
+        pytest.skip("no helper")
+    asleep = lambda: workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1  # noqa: E731
+    nudges = lambda: int(workpool._state[workpool.NUDGE * workpool._LINE])  # noqa: E731
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    vm = rvm.VirtualMachine(rvm.compile(rvm.script.parse(_RELU)), exec_mode="native")
+    relu = vm["main"]
+    relu(x)  # compiled now; its flag says whether this call ran a job: it ran none
+    assert not vm.native_report().fallbacks
+    for _ in range(3):
+        assert _until(asleep)
+        before = nudges()
+        np.testing.assert_array_equal(relu(x), np.maximum(x, 0))
+        assert nudges() == before  # left them asleep
+    big = rvm.compile(rvm.script.parse(_PRODUCT))
+    vm2 = rvm.VirtualMachine(big, exec_mode="native")
+    a = np.ones((256, 512), np.float32)
+    b = np.ones((512, 256), np.float32)
+    np.testing.assert_array_equal(vm2["main"](a, b), np.full((256, 256), 512, np.float32))
+    assert _until(asleep)
+    before = nudges()
+    vm2["main"](a, b)  # its last call ran a job: this one wakes them first
+    assert nudges() > before
+
+
+_PRODUCT = """
+@module
+class Product:
+    @func
+    def main(a: T[(256, 512), "float32"], b: T[(512, 256), "float32"]):
+        return op.matmul(a, b)
+"""
 
 
 _RELU = """

@@ -270,23 +270,31 @@ def _gemv_task(p, like, data):  # type: ignore[no-untyped-def]
 _ROW_JOB = 7
 
 
-@intrinsic
-def _row_job(typingctx):  # type: ignore[no-untyped-def]
-    """An int64 array of `_ROW_JOB` elements in the calling function's stack frame: the job of
-    a task run in the calling thread while it runs (a heap array cost a one-row product of a
-    microsecond or less 3-5% of it)."""
+def _stack_job(size: int):  # type: ignore[no-untyped-def]
+    """The intrinsic making an int64 array of ``size`` elements in the calling function's
+    stack frame: the job of a task that ends before its caller returns (run in the calling
+    thread, or a job of the pool, which returns when every piece is done). A heap array cost
+    a one-row product of a microsecond or less 3-5% of it."""
     array = nt.Array(nt.int64, 1, "C")
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64 = ir.IntType(64)
-        data = cgutils.alloca_once(builder, i64, size=_ROW_JOB)
-        out = context.make_array(array)(context, builder)
-        populate_array(
-            out, data=data, shape=[i64(_ROW_JOB)], strides=[i64(8)], itemsize=i64(8), meminfo=None
-        )
-        return out._getvalue()
+    @intrinsic
+    def job(typingctx):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64 = ir.IntType(64)
+            data = cgutils.alloca_once(builder, i64, size=size)
+            out = context.make_array(array)(context, builder)
+            populate_array(
+                out, data=data, shape=[i64(size)], strides=[i64(8)], itemsize=i64(8), meminfo=None
+            )
+            return out._getvalue()
 
-    return array(), codegen
+        return array(), codegen
+
+    return job
+
+
+_row_job = _stack_job(_ROW_JOB)
+_gemv_job = _stack_job(_GEMV_JOB)
 
 
 def _gemv_row_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -379,7 +387,7 @@ def _gemv(trans, a, lda, rows, cols, x, ix, y, iy):  # type: ignore[no-untyped-d
     outputs = cols if trans == TRANS else rows
     parts, step = _pieces(outputs, rows * cols, SPLIT_MIN_GEMV)
     pa, px, py = address(a, 0), address(x, ix), address(y, iy)
-    job = np.empty(_GEMV_JOB, dtype=np.int64)
+    job = _gemv_job()
     job[0], job[1], job[2], job[3], job[4] = _GEMV_JOB, trans, pa, lda, rows
     job[5], job[6], job[7], job[8], job[9] = cols, px, py, step, a.itemsize
     if parts == 1:  # the whole product, in this thread (the task's code, built once)

@@ -38,10 +38,12 @@ helpers (`rvm.kernels.threads` does at the next VM).
 
 For compiled callers: `run(fn, n, data)`, `threads()` (1 + helpers) and `busy()` are
 intrinsics calling the pool's C functions by symbol, so cached code that uses them is
-resolved when linked. For Python: `for_each(n, fn)` runs a Python callable per piece
-(exceptions propagate), `helpers()` and `set_helpers(n)`; `measure(on)` and `piece_times()`:
-each thread's CPU time inside pieces and its pieces (off by default: a load and a branch a
-piece), to find a job's critical path where wall time says little (a loaded machine).
+resolved when linked; `call_begin()` and `call_end(word)` do what `call` does around a VM call
+from Python, in the compiled function called (the native exec mode's entries). For Python:
+`for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
+`set_helpers(n)`; `measure(on)` and `piece_times()`: each thread's CPU time inside pieces and
+its pieces (off by default: a load and a branch a piece), to find a job's critical path where
+wall time says little (a loaded machine).
 """
 
 from __future__ import annotations
@@ -406,7 +408,8 @@ def _spin(count):  # type: ignore[no-untyped-def]
 
 RUN = "rvm_pool_run"
 """The symbol of the pool's C function ``run(fn, n, data)`` (int64 each)."""
-_SYMBOLS = {RUN: _run, "rvm_pool_threads": _threads, "rvm_pool_busy": _busy}
+_WAKE = "rvm_pool_wake"
+_SYMBOLS = {RUN: _run, "rvm_pool_threads": _threads, "rvm_pool_busy": _busy, _WAKE: _wake}
 for _symbol, _cfunc in _SYMBOLS.items():
     llvm.add_symbol(_symbol, _cfunc.address)
 
@@ -457,6 +460,59 @@ def busy(typingctx):  # type: ignore[no-untyped-def]
         return builder.icmp_signed("!=", value, ir.IntType(64)(0))
 
     return nt.boolean(), codegen
+
+
+def _ran_flag(builder: ir.IRBuilder) -> ir.GlobalVariable:
+    """The calling function's own flag for `call_begin` / `call_end`: whether its last call
+    that found helpers asleep ran a job (1 at first), a global of its module (so of its
+    object code, each process's own)."""
+    i64 = ir.IntType(64)
+    name = f"rvm_pool_ran.{builder.function.name}"
+    flag = builder.module.globals.get(name)
+    if flag is None:
+        flag = ir.GlobalVariable(builder.module, i64, name)
+        flag.linkage = "internal"
+        flag.initializer = i64(1)
+    return flag
+
+
+@intrinsic
+def call_begin(typingctx):  # type: ignore[no-untyped-def]
+    """What `call` does as a call from Python begins, in the compiled function called (the
+    native exec mode's entries): when helpers sleep, wakes them if this function's last such
+    call ran a job (`_ran_flag`; at first too), and returns the pool's word for `call_end`;
+    -1 when none sleeps (nothing to record). Its calling function must end in `call_end`."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        asleep = builder.icmp_signed(">", builder.load_atomic(_field(builder, i64(SLEEPING)),
+                                                              "monotonic", 8), i64(0))  # fmt: skip
+        word = builder.load_atomic(_field(builder, i64(WORD)), "monotonic", 8)
+        ran = builder.icmp_signed("!=", builder.load(_ran_flag(builder)), i64(0))
+        with builder.if_then(builder.and_(asleep, ran), likely=False):
+            _c_call(builder, _WAKE, ir.VoidType(), [])
+        return builder.select(asleep, word, i64(-1))
+
+    return nt.int64(), codegen
+
+
+@intrinsic
+def call_end(typingctx, word):  # type: ignore[no-untyped-def]
+    """What `call` does as a call from Python ends, in the compiled function called: with the
+    ``word`` `call_begin` returned (not -1), records whether the call ran a job."""
+    if not isinstance(word, nt.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        before = context.cast(builder, args[0], signature.args[0], nt.int64)
+        with builder.if_then(builder.icmp_signed("!=", before, i64(-1))):
+            now = builder.load_atomic(_field(builder, i64(WORD)), "monotonic", 8)
+            ran = builder.icmp_signed("!=", now, before)
+            builder.store(builder.zext(ran, i64), _ran_flag(builder))
+        return context.get_dummy_value()
+
+    return nt.void(word), codegen
 
 
 # -- for Python -------------------------------------------------------------------------------

@@ -62,7 +62,8 @@ __all__ = [
 ]
 
 NOT_RUN: Any = object()
-"""What a `BoundFunction`'s fast path returns when it did not run the call (see there)."""
+"""A mode's mark of a call its fast path did not run (the native mode's, before it hands the
+call to the checked path: see `BoundFunction`)."""
 
 
 def to_value(x: Any) -> Any:
@@ -420,7 +421,7 @@ def _caller(
     function: VMFunction,
     index: int,
     run: Callable[[int, list], Any],
-    fast: Callable[[tuple], Any] | None,
+    fast: Callable[[Callable[..., Any]], Any] | None,
     forms: PythonForms | None,
 ) -> Callable[..., Any]:
     """The call a `BoundFunction` makes (see there)."""
@@ -430,18 +431,15 @@ def _caller(
     def call(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             args = bind_arguments(function, args, kwargs)
-        else:
-            if fast is not None:
-                result = fast(args)
-                if result is not NOT_RUN:
-                    return result if out is None else out.to_python(result, function.result)
-            if unchanged is not None and unchanged(args):
-                result = run(index, list(args))
-                return result if out is None else out.to_python(result, function.result)
+        elif unchanged is not None and unchanged(args):
+            result = run(index, list(args))
+            return result if out is None else out.to_python(result, function.result)
         result = run(index, check_arguments(function, args, forms))
         return result if out is None else out.to_python(result, function.result)
 
-    return call
+    if fast is None or out is not None:  # (a mode's fast path returns no Python form)
+        return call
+    return fast(call) or call
 
 
 class BoundFunction(functools.partial):
@@ -451,11 +449,12 @@ class BoundFunction(functools.partial):
     values)` (the VM's entry) runs the function. The lookup by name happened once, when the
     object was made, so a positional call costs the checks and the run only.
 
-    An exec mode may offer a fast path (`fast(args)`, the native mode's): it runs a positional
-    call only when the arguments already are what the checks would pass unchanged, checking
-    them its own cheaper way, and returns `NOT_RUN` otherwise; the checks and `run` then take
-    the call as usual, so every error reads the same. A function of fixed-shape tensors
-    takes the same shortcut in every mode, checked in Python (`passes_unchanged`).
+    An exec mode may offer a fast path (the native mode's): ``fast(call)`` makes the handle's
+    whole call from its checked one (or returns None), which runs a positional call only when
+    the arguments already are what the checks would pass unchanged, checking them its own
+    cheaper way, and hands every other call to the checked one, so every error reads the same
+    (one Python frame above the mode's dispatcher rather than two). A function of fixed-shape
+    tensors takes the same shortcut in every mode, checked in Python (`passes_unchanged`).
 
     Data types with a Python form (``forms``) take it in the arguments and the result.
 
@@ -476,7 +475,7 @@ class BoundFunction(functools.partial):
         index: int,
         run: Callable[[int, list], Any],
         owner: str,
-        fast: Callable[[tuple], Any] | None = None,
+        fast: Callable[[Callable[..., Any]], Any] | None = None,
         forms: PythonForms | None = None,
     ) -> BoundFunction:
         return super().__new__(cls, _caller(function, index, run, fast, forms or None))
@@ -487,7 +486,7 @@ class BoundFunction(functools.partial):
         index: int,
         run: Callable[[int, list], Any],
         owner: str,
-        fast: Callable[[tuple], Any] | None = None,
+        fast: Callable[[Callable[..., Any]], Any] | None = None,
         forms: PythonForms | None = None,
     ) -> None:
         self.function = function

@@ -22,7 +22,6 @@ from rvm.kernels.threads import apply_environment, pool_call
 from rvm.runtime.calling import BoundLast, closure_function, result_checks
 from rvm.runtime.derived import Derived
 from rvm.runtime.entry import (
-    NOT_RUN,
     BoundFunction,
     PythonForms,
     SavedFunction,
@@ -232,25 +231,19 @@ class VirtualMachine:
         self._handles[name] = handle
         return handle
 
-    def _fast_entry(self, fidx: int) -> Callable[[tuple], Any] | None:
-        """The exec mode's fast path for calls of `fidx` from Python (`fast_call`, optional),
-        which takes the thread guard `_enter` takes (`ExecContext.guard`), its result checked
-        as `_enter` checks one; see `BoundFunction`."""
+    def _fast_entry(self, fidx: int) -> Callable[[Callable[..., Any]], Any] | None:
+        """The exec mode's handle of `fidx` for calls from Python (`fast_call`, optional),
+        made from the handle's checked call (``slow``): it takes the thread guard `_enter`
+        takes (`ExecContext.guard`), its result checked as `_enter` checks one; see
+        `BoundFunction`."""
         if range_probes(self.executable.functions[fidx]) is None:
             return None  # a bounded dimension the fast path cannot read: the checked entry
         make = getattr(self._mode, "fast_call", None)
-        call = make(fidx) if make is not None else None
+        if make is None:
+            return None
         check = self._results[fidx]
-        if call is None or check is None:
-            return call  # `call` checks the arguments (ranges included) under the guard
-
-        def fast(args: tuple) -> Any:
-            result = call(args)
-            if result is not NOT_RUN:
-                check(result, args, self)
-            return result
-
-        return fast
+        checked = None if check is None else lambda result, args: check(result, args, self)
+        return lambda slow: make(fidx, slow, checked)
 
     def invoke(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         """Calls function `name` (or a saved one) with the arguments, by position or by

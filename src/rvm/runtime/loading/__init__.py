@@ -34,6 +34,8 @@ its imports from this), which its cache key covers."""
 
 NATIVE_SUPPORT_NAMES = (
     "bound",
+    "call_begin",
+    "call_end",
     "constant",
     "empty",
     "full0",

@@ -7,11 +7,12 @@ instrumentation); an exec mode only runs functions. What a mode may see of its V
 (for work a mode hands back, such as calls deeper than it nests) and how failures are
 reported. A mode is any object with ``run(fidx, args)`` (`ExecMode`), built from the context
 by the factory the VM's mode table names (see `rvm.runtime.vm.EXEC_MODE_FACTORIES`). A mode may
-also offer ``fast_call(fidx)``: a callable that runs a call from Python on its unchecked
-positional arguments when it can check them more cheaply than the VM (every entry check,
-the ranges of bounded symbolic dims included), holding the VM's thread guard
-(`ExecContext.guard`) as the VM's own entry does, else returns `rvm.runtime.entry.NOT_RUN` so
-the VM checks and runs them as usual (the native mode's). The VM checks its result.
+also offer ``fast_call(fidx, slow, check)``: the VM's handle of a function (the native
+mode's), a callable that runs a call from Python on its unchecked positional arguments when it
+can check them more cheaply than the VM (every entry check, the ranges of bounded symbolic dims
+included), holding the VM's thread guard (`ExecContext.guard`) as the VM's own entry does, and
+checks its result with ``check(result, args)`` (None: no check); else it hands the call to
+``slow(*args, **kwargs)``, where the VM checks and runs it as usual.
 
 Failures: a mode raises `VMStackError` (a `VMError`) made by `ExecContext.error` from the
 original exception and the VM stack as ``(function index, pc)`` pairs, outermost first, so
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rvm.errors import ShapeError, VMError, is_shape_error
 from rvm.runtime.kernels import KERNEL_FILE_PREFIX
+from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.text import describe_instruction
 
 if TYPE_CHECKING:
@@ -121,6 +123,11 @@ class ExecContext:
             instrumented or profiled. A mode reads it at each run (its identity changes).
         allocator: The VM's allocator now (`VirtualMachine.allocator` may be replaced between
             calls; the VM sets it here).
+        plain: Whether the VM calls `raw_packed` with an allocator of its own kind
+            (`rvm.runtime.memory.NAMED_ALLOCATORS`): what native code, which calls kernels
+            directly and allocates Numba's memory, runs under. Kept current as `packed` and
+            `allocator` are set, so a fast path reads one attribute (two and their tests cost
+            the MLP's native call at batch 1 ~5%, its caches cold after its product).
         guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``.
         fatal: The exception class FATAL raises.
         run_bytecode: ``run_bytecode(fidx, args)`` runs a function in the bytecode loop.
@@ -130,6 +137,14 @@ class ExecContext:
     """
 
     fatal = Fatal
+    plain = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in ("packed", "allocator", "raw_packed"):
+            own = type(getattr(self, "allocator", None)) in _OWN_ALLOCATORS
+            raw = getattr(self, "raw_packed", None)
+            object.__setattr__(self, "plain", own and getattr(self, "packed", None) is raw)
 
     def __init__(
         self,
@@ -150,6 +165,9 @@ class ExecContext:
     def error(self, error: BaseException, stack: Sequence[tuple[int, int]]) -> VMStackError:
         """The error every mode raises for `error` at VM stack `stack` (see `vm_error`)."""
         return vm_error(self.executable, error, list(stack))
+
+
+_OWN_ALLOCATORS = tuple(NAMED_ALLOCATORS.values())
 
 
 def _unbound(fidx: int, args: list[Any]) -> Any:

@@ -52,7 +52,6 @@ from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loading import NATIVE_DIR, NATIVE_IMPORTS, artifact
 from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
-from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.modes.base import ExecContext
 from rvm.runtime.modes.compiled import CompiledMode
 from rvm.runtime.modes.native_codegen import NativeModule, entry_name, render_module
@@ -66,7 +65,6 @@ _lock = threading.RLock()
 _modules: dict[str, ModuleType] = {}  # by file path: identical programs share their code
 _ENTRIES: dict[tuple, Any] = {}  # by (id of the function, signature); modules live on
 _PLAN: Derived[_Plan] = Derived("the native plan its VMs share: file, dispatchers, reasons")
-_OWN_ALLOCATORS = tuple(NAMED_ALLOCATORS.values())  # the VM's: native code may bypass them
 
 
 @dataclass(frozen=True)
@@ -279,11 +277,7 @@ class NativeMode:
         """Runs function `fidx` on checked VM values: natively when it can, else compiled."""
         context = self.context
         func = self.plan.funcs[fidx]
-        if (
-            func is None
-            or context.packed is not context.raw_packed
-            or type(context.allocator) not in _OWN_ALLOCATORS
-        ):
+        if func is None or not context.plain:
             return self.compiled.run(fidx, args)
         entry = self.plan.entry(fidx)
         if entry is not None:
@@ -300,48 +294,61 @@ class NativeMode:
                 self.plan.fail(fidx, e)
             return self.compiled.run(fidx, args)
 
-    def fast_call(self, fidx: int) -> Callable[[tuple], Any] | None:
-        """A call of function `fidx` straight from Python arguments, for the VM's entry: under
-        the VM's thread guard (`ExecContext.guard`), it runs the function's entry dispatcher
-        when they are what the entry checks would pass unchanged (arrays of the parameters'
-        dtypes, ranks and dims, C-contiguous, bounded dims in their ranges: `entry_checks`) and
-        the function runs native now; else (the guard held, by this thread or another,
-        included) it returns `NOT_RUN`, and the VM takes its usual path. None if the function
-        has no such entry. One Python frame between the VM's handle and Numba's dispatcher,
-        which takes the guard's token as `EntryGuard.enter` does (no call of it: this is the
-        native call's whole cost above Numba's dispatcher)."""
+    def fast_call(
+        self,
+        fidx: int,
+        slow: Callable[..., Any],
+        check: Callable[[Any, tuple], None] | None = None,
+    ) -> Callable[..., Any] | None:
+        """The VM's handle of function `fidx` (what `vm[name]` calls): under the VM's thread
+        guard (`ExecContext.guard`), it runs the function's entry dispatcher when the arguments
+        are positional and what the entry checks would pass unchanged (arrays of the
+        parameters' dtypes, ranks and dims, C-contiguous, bounded dims in their ranges:
+        `entry_checks`) and the function runs native now, and returns its result (``check``ed,
+        if given: ``check(result, args)``); else (the guard held, by this thread or another,
+        included) it returns ``slow(*args, **kwargs)``, the VM's checked call, after giving the
+        guard back. None if the function has no such entry.
+
+        One Python frame between the handle's call and Numba's dispatcher, which takes the
+        guard's token as `EntryGuard.enter` does (no call of it): this is the native call's
+        whole cost above Numba's dispatcher. What the thread pool's `call` does around a VM
+        call from Python (`VirtualMachine._enter`'s), the entry does natively
+        (`workpool.call_begin`): that Python frame and its three reads of the pool's state cost
+        the MLP's call at batch 1 about 2 us (15%) on a Zen 3 core, its caches cold after the
+        product, as did a second Python frame here."""
         plan = self.plan
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:
             return None
         context = self.context
-        raw, entries, guard = context.raw_packed, plan.entries, context.guard
+        entries, guard = plan.entries, context.guard
         take, give = guard.free.pop, guard.free.append
-        own = context.allocator if type(context.allocator) in _OWN_ALLOCATORS else None
-        through, ran = context.pool_call, [True]  # as `VirtualMachine._enter` calls
 
-        def call(args: tuple) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if kwargs:
+                return slow(*args, **kwargs)
             try:
                 take()
             except IndexError:
-                return NOT_RUN  # held: the VM's entry reenters or says who holds it
+                return slow(*args)  # held: the VM's entry reenters or says who holds it
             guard.owner = get_ident()
+            result = NOT_RUN
             try:
-                if context.packed is raw and (
-                    context.allocator is own or type(context.allocator) in _OWN_ALLOCATORS
-                ):
+                if context.plain:
                     native = entries[fidx]
                     if native is None:
                         native = plan.entry(fidx)
                     if native is not None:
-                        if through is None:
-                            return native(*args)
-                        return through(ran, 0, native, args)
-                return NOT_RUN
-            except Exception:  # noqa: BLE001 - bad input or a failure: the usual path says
-                return NOT_RUN
+                        result = native(*args)
+            except Exception:  # noqa: BLE001, S110 - bad input or a failure: the slow path says
+                pass
             finally:
                 guard.owner = None
                 give(True)
+            if result is NOT_RUN:
+                return slow(*args)
+            if check is not None:
+                check(result, args)
+            return result
 
         return call
 

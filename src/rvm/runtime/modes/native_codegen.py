@@ -89,7 +89,10 @@ def entry_name(pyname: str) -> str:
 def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
     """The entry of native function `f` from Python: a second copy of its body, whose
     parameters leave out the call depth (one argument less for Numba's dispatcher to type; the
-    depth is a local 0), its dims checked first (`entry_checks`). A copy, not a call of the
+    depth is a local 0), its dims checked first (`entry_checks`), then what the thread pool's
+    `call` does around a VM call from Python, natively (`workpool.call_begin`, and
+    `workpool.call_end` before each return: no Python frame and no read of the pool's state
+    from Python between the VM's handle and Numba's dispatcher). A copy, not a call of the
     function: Numba compiles a callee's code again into its caller, so a wrapper would compile
     every kernel the function calls twice (tens of seconds for a CNN's one big function)."""
     name = ex.functions[f.index].name
@@ -101,8 +104,29 @@ def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
         f'    """@{name} called from Python: its dims checked, at depth 0."""',
         "    _d = 0",
         *entry_checks(ex, f.index),
-        *body,
+        "    _w = _call_begin()",
+        *_ended(body),
     ]
+
+
+def _ended(body: list[str]) -> list[str]:
+    """``body`` with `workpool.call_end` before each return, after its value is computed (a
+    tail call's jobs count). Every statement of a generated body that starts with ``return``
+    is a return of its function (the lowering writes no nested function)."""
+    out = []
+    for line in body:
+        text = line.lstrip()
+        if not text.startswith("return "):
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(text)]
+        value, _, comment = text[len("return ") :].partition("  # ")
+        out += [
+            f"{indent}_ret = {value}" + (f"  # {comment}" if comment else ""),
+            f"{indent}_call_end(_w)",
+            f"{indent}return _ret",
+        ]
+    return out
 
 
 def _cycles(calls: dict[int, set[int]]) -> dict[int, list[int]]:
