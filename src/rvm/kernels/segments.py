@@ -105,8 +105,10 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     the bias and the residual span what C does.
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
-    are few, then runs of columns when the segments are few too. Checks every window first;
-    float32 only (a TypingError for other dtypes)."""
+    are few, then runs of columns when the segments are few too; where the GEMM packs B
+    (`sgemm.packs`) and the columns outnumber C's rows, columns first (segments, or the columns
+    of one run) and bands last. Checks every window first; float32 only (a TypingError for
+    other dtypes); a ValueError for an epilogue where `sgemm.fuses` does not hold."""
     require_operands(a, b, c)
     sgemm.require(c)
     if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
@@ -130,13 +132,29 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         and ic + (m - 1) * ldc + span_c <= c.size
     ):
         raise IndexError("gemm_segments: a matrix window lies outside its array")
+    packed = sgemm.packs(segments, width, c_step, wrap)
+    if (epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0) and not (
+        sgemm.fuses(segments, width, c_step, wrap, k)
+    ):
+        raise ValueError("gemm_segments: an epilogue on a product the GEMM does not fuse it in")
     parts = split_parts(batches * m * k * segments * width, SPLIT_MIN_MNK)
     per_batch = max(1, -(-parts // batches))
-    m_parts = max(1, min(per_batch, m // (4 * sgemm.MR)))
-    s_parts = max(1, min(segments, per_batch // m_parts))
-    # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64 channels):
-    # the columns of each run too, in whole tiles.
-    w_parts = max(1, min(-(-width // sgemm.NR), per_batch // (m_parts * s_parts)))
+    bands = m // (4 * sgemm.MR)
+    # Columns of a run cut in whole tiles; B packed, a piece keeps whole runs (end to end in C).
+    tiles = -(-width // sgemm.NR) if segments == 1 or not packed else 1
+    if packed and segments * width >= m:
+        # B packed a piece (`sgemm.packs`): its columns first, each piece packing its own,
+        # where bands of C's rows would each pack all of B again; C's rows only when the
+        # columns run out (fewer positions than channels: A's rows are then what repeats).
+        s_parts = max(1, min(segments, per_batch))
+        w_parts = max(1, min(tiles, per_batch // s_parts))
+        m_parts = max(1, min(bands, per_batch // (s_parts * w_parts)))
+    else:
+        m_parts = max(1, min(per_batch, bands))
+        s_parts = max(1, min(segments, per_batch // m_parts))
+        # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64
+        # channels): the columns of each run too.
+        w_parts = max(1, min(tiles, per_batch // (m_parts * s_parts)))
     band = -(-m // m_parts)
     m_step = -(-band // sgemm.MR) * sgemm.MR
     s_step = -(-segments // s_parts)
