@@ -16,7 +16,10 @@ time):
   group) are direct loops, three taps per pass. Others split the zero-padded input of each
   (image, group) into its stride phases once (`rvm.kernels.planes`), so each tap of
   each output row is a unit-stride run, copy those runs into a column matrix (im2col) and
-  multiply it by the weight, one GEMM per block of output rows. (Stride-1 convolutions used
+  multiply it by the weight, one GEMM per block of output rows; where the GEMM packs B
+  (`sgemm.packs`) and output rows are wider than its panels (`panels_pay`), with no column
+  matrix: each piece of one GEMM on the pool copies its rows' taps from the phases straight
+  into the panels (`_im2col_panels`). (Stride-1 convolutions used
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
   Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:

@@ -24,7 +24,9 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   few columns (a 7 x 7 image's 49). B's rows are read in place where a tile's row of B is
   several cache lines (AVX-512's three); where it is one (AVX2's 16 floats), a plain GEMM
   copies each block of B into panels of `NR` columns first and its tiles read them without
-  masks (`PACK_B`, `_packed_blocks`, in a block kept across calls: `PACK_FLOATS`); without
+  masks (`PACK_B`, `_packed_blocks`, in a block kept across calls: `PACK_FLOATS`), B's rows
+  by their stride or through a table, in runs whose C columns lie end to end (`packs`: a
+  convolution's taps, its im2col straight into the panels); without
   mask registers (AVX2), whole tiles store without
   masks (`PLAIN_STORES`);
 - each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
