@@ -124,6 +124,16 @@ def test_split_parts_are_a_multiple_of_the_threads(threads: int) -> None:
             assert got == (pieces // threads * threads if pieces >= threads else pieces)
         assert parts(10**9, 1000) == blas.PIECES_PER_THREAD * threads
         assert parts(1999, 1000) == 1  # too little work for two pieces
+        # A side cut into equal shares of whole steps (`parfor.piece_range`): as many pieces
+        # as asked while each keeps a step, still whole rounds of the threads (224 rows in
+        # steps of 32 rounded up were 7 pieces); a short side takes fewer.
+        pieces = nb.njit(lambda side, work, least: blas._pieces(side, work, least))
+        most = blas.PIECES_PER_THREAD * threads
+        assert pieces(most * blas.SPLIT_ALIGN, 10**9, 1000) == most
+        assert pieces(224, 10**9, 1000) == min(most, 224 // blas.SPLIT_ALIGN // threads * threads)
+        short = pieces(3 * blas.SPLIT_ALIGN + 1, 10**9, 1000)
+        assert short == (3 // threads * threads if threads <= 3 else 3)
+        assert pieces(10**6, 1999, 1000) == 1
     finally:
         rvm.set_num_threads(before)
 
