@@ -136,6 +136,18 @@ def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-
                 dst, src = dst + U(ow), src + U(wq)
 
 
+@jit(**_OPTS, inline="always")
+def _done_before(w, out):  # type: ignore[no-untyped-def]
+    """Whether an im2col convolution is done before its work: an empty output, or none to sum
+    (a depth of 0: ``out`` zeros)."""
+    if out.size == 0:
+        return True
+    if w.shape[1] * w.shape[2] * w.shape[3] == 0:
+        out[...] = 0
+        return True
+    return False
+
+
 def _im2col(product):  # type: ignore[no-untyped-def]
     """The im2col convolution whose block products ``product(wm, col, y, ..., epilogue)``
     computes: the input of each (image, group) is split into its zero-padded stride phases
@@ -144,14 +156,11 @@ def _im2col(product):  # type: ignore[no-untyped-def]
 
     @jit(**_OPTS)
     def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]
+        if _done_before(w, out):
+            return
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
         oh, ow = out.shape[2], out.shape[3]
-        if n * o * oh * ow == 0:
-            return
-        if cg * kh * kw == 0:
-            out[...] = 0
-            return
         K = cg * kh * kw
         P = oh * ow
         og = o // groups
@@ -235,14 +244,11 @@ def _im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type
     pieces copy their output rows' taps straight into the GEMM's panels (`sgemm._pack`), the
     ``epilogue`` applied as it stores. Where the column matrix was written, then packed, by
     the calling thread alone, each piece now packs its own columns, once."""
+    if _done_before(w, out):
+        return
     n, c, ih, iw = x.shape
     o, cg, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
-    if n * o * oh * ow == 0:
-        return
-    if cg * kh * kw == 0:
-        out[...] = 0
-        return
     K, P, og = cg * kh * kw, oh * ow, o // groups
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     size = sh * sw * hq * wq
