@@ -124,6 +124,16 @@ def test_split_parts_are_a_multiple_of_the_threads(threads: int) -> None:
             assert got == (pieces // threads * threads if pieces >= threads else pieces)
         assert parts(10**9, 1000) == blas.PIECES_PER_THREAD * threads
         assert parts(1999, 1000) == 1  # too little work for two pieces
+        # A side cut into equal shares of whole steps (`parfor.piece_range`): as many pieces
+        # as asked while each keeps a step, still whole rounds of the threads (224 rows in
+        # steps of 32 rounded up were 7 pieces); a short side takes fewer.
+        pieces = nb.njit(lambda side, work, least: blas._pieces(side, work, least))
+        most = blas.PIECES_PER_THREAD * threads
+        assert pieces(most * blas.SPLIT_ALIGN, 10**9, 1000) == most
+        assert pieces(224, 10**9, 1000) == min(most, 224 // blas.SPLIT_ALIGN // threads * threads)
+        short = pieces(3 * blas.SPLIT_ALIGN + 1, 10**9, 1000)
+        assert short == (3 // threads * threads if threads <= 3 else 3)
+        assert pieces(10**6, 1999, 1000) == 1
     finally:
         rvm.set_num_threads(before)
 
@@ -204,6 +214,51 @@ def test_segments_window_outside_raises() -> None:
         _segments(a, 0, 4, b, 0, table, c, 0, 4, 3, 4, 1, 4, 0, 0, 1, 1, 0, 0, 0)
     with pytest.raises(IndexError, match="short table"):
         _segments(a, 0, 4, b, 0, np.zeros(2, np.int64), c, 0, 4, 3, 4, 1, 4, 0, 0, 1, 1, 0, 0, 0)
+
+
+@nb.njit
+def _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, c_step, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    segments.gemm_segments(a, 0, k, b, 0, table, c, 0, segs * c_step, m, k, segs, width, b_step,
+                           c_step, 1, 1, 0, 0, 0, 0, 0, epilogue)  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m,segs,width", [(96, 40, 37), (200, 3, 11), (13, 111, 5)])
+def test_segments_packed_with_an_epilogue_cut_on_the_pool(threads: int, m, segs, width) -> None:
+    """Runs of taps through a table, end to end in C (a convolution's rows; the GEMM packs
+    them where it can: `sgemm.packs`), cut on two threads: along the runs first where they
+    outnumber C's rows (each piece packing its own), along the rows where not (200 channels
+    of 33 positions), with a bias, a residual and a ReLU in the store where `sgemm.fuses`; an
+    epilogue where it does not raises (runs not end to end)."""
+    import rvm
+
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(m + segs)
+        k, b_step = 2 * sgemm.KC // 3, width + 4
+        span = (segs - 1) * b_step + width
+        a = rng.standard_normal(m * k).astype(np.float32)
+        b = rng.standard_normal(k + span).astype(np.float32)
+        table = rng.permutation(k).astype(np.int64)
+        c = np.full(m * segs * width, np.nan, np.float32)
+        res = rng.standard_normal(c.size).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32)
+        rows = np.stack([np.concatenate([b[t + s * b_step :][:width] for s in range(segs)])
+                         for t in table])  # fmt: skip
+        want = a.reshape(m, k).astype(np.float64) @ rows
+        fused = sgemm.fuses(segs, width, width, 0, k)
+        epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data) if fused else sgemm.NO_EPILOGUE
+        if fused:
+            want = np.maximum(want + bias[:, None] + res.reshape(m, -1), 0)
+        _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, width, epilogue)
+        np.testing.assert_allclose(c.reshape(m, -1), want, rtol=1e-4, atol=1e-3)
+        with pytest.raises(ValueError, match="epilogue"):
+            one = (bias.ctypes.data, 1, 1, 0)
+            c = np.empty(m * segs * (width + 1), np.float32)
+            _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, width + 1, one)
+    finally:
+        rvm.set_num_threads(before)
 
 
 def test_segments_refuse_float64() -> None:

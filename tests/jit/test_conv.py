@@ -143,6 +143,63 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
+# im2col straight into the GEMM's panels (`conv._im2col_panels`), called itself on every
+# machine: the stems' shapes (3x3 s2 unpadded on rows of 111, 7x7 s2 p3 on 112, 11x11 s4),
+# rows not a multiple of a panel (panels across rows), rows narrower than a panel (several
+# rows a panel), a depth over `sgemm.KC` (depth blocks), groups, a batch, dilation,
+# asymmetric pads.
+PANEL_CASES = [
+    (1, 3, 64, 64, 16, (3, 3), (2, 2), (1, 1), 1, (0, 0, 0, 0)),
+    (1, 3, 70, 66, 24, (7, 7), (2, 2), (1, 1), 1, (3, 3, 3, 3)),
+    (1, 3, 91, 87, 32, (11, 11), (4, 4), (1, 1), 1, (2, 2, 2, 2)),
+    (1, 8, 21, 37, 20, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (1, 16, 9, 7, 40, (3, 3), (1, 1), (1, 1), 1, (1, 0, 2, 1)),
+    (1, 80, 12, 19, 13, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (3, 12, 20, 41, 30, (3, 3), (1, 2), (2, 1), 3, (2, 1, 0, 2)),
+    (2, 6, 33, 35, 14, (5, 3), (2, 1), (1, 2), 2, (2, 1, 2, 3)),
+]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["pass", "fused"])
+@pytest.mark.parametrize("case", PANEL_CASES)
+def test_im2col_into_panels_matches_reference(blas_threads, case, fused) -> None:
+    """The taps copied into the GEMM's panels from the input's phases (`sgemm._pack` through a
+    table, C's runs end to end), with a bias, a residual and a ReLU in the store where the GEMM
+    fuses them (`sgemm.fuses`; elsewhere, and ``pass``, the epilogue pass after it), on one
+    and two threads (the columns cut first: `segments.gemm_segments`)."""
+    from rvm.kernels import epipass
+
+    x, w = _operands(case, "float32")
+    conv_out = _reference(case, x, w)
+    bias = rand((conv_out.shape[1],), seed=3)
+    res = rand(conv_out.shape, seed=4)
+    want = np.maximum(conv_out + bias[None, :, None, None] + res, 0)
+    out = np.full(want.shape, np.nan, dtype="float32")
+    oh, ow = out.shape[2:]
+    fused = fused and sgemm.fuses(oh, ow, ow, 0, w[0].size)
+    epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data) if fused else sgemm.NO_EPILOGUE
+    (sh, sw), (dh, dw), groups, (pt, pl, _, _) = case[6:10]
+    conv._im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue)
+    if not fused:
+        np.testing.assert_allclose(out, conv_out, rtol=1e-4, atol=2e-3)
+        epipass.epilogue_rows(out, bias, 1, res)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
+def test_im2col_takes_the_panels_on_rows_wider_than_a_panel() -> None:
+    """`conv.panels_pay`: where the GEMM packs B, rows wider than a panel; the tasks a first run
+    builds follow (`conv.first_run_tasks`)."""
+    assert conv.panels_pay.py_func(sgemm.NR + 1) == sgemm.PACK_B
+    assert not conv.panels_pay.py_func(sgemm.NR)
+    wide = conv.first_run_tasks(3, 64, 1, 7, 7, 2, 2, 112, 112, 224, 224, False)
+    narrow = conv.first_run_tasks(256, 256, 1, 3, 3, 1, 1, 7, 7, 7, 7, False)
+    if conv.TAPS_IN_PLACE:
+        assert wide == conv.METHOD_TASKS[conv.TAPS]
+    else:
+        assert wide == (conv.PANEL_TASKS if sgemm.PACK_B else conv.METHOD_TASKS[conv.IM2COL])
+    assert narrow in (conv.METHOD_TASKS[conv.IM2COL], conv.METHOD_TASKS[conv.CHANNELS])
+
+
 # Batches of small images (4; 2 for the direct method), each taking another method, split an
 # image a piece on two threads (`conv.by_images`): the taps GEMM, im2col (7 columns), a
 # strided 1x1, the direct method (its weight packed at the call, then its images split by

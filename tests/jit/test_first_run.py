@@ -223,13 +223,19 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
         y = b.emit(op.conv2d(op.conv2d(y, w1, padding=1), w2))  # again: listed once
         z = b.emit(op.conv2d(xi, k))
         b.emit_output(b.emit(Tuple([y, z])))
-    # Taps in place where they read best, else im2col (`rvm.kernels.conv.TAPS_IN_PLACE`).
-    how = conv.METHOD_TASKS[conv.TAPS if conv.TAPS_IN_PLACE else conv.IM2COL]
-    first = [(task, "float32") for task in how]
-    assert library_tasks(run_pipeline(b.get())) == [
+    # Taps in place where they read best, else im2col (`rvm.kernels.conv.TAPS_IN_PLACE`),
+    # into the GEMM's panels where that pays (`conv.panels_pay`).
+    # The second 3x3 one is on the pooled 15 x 15 map.
+    first = conv.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 32, 32, 32, 32, False)
+    second = conv.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 15, 15, 15, 15, False)
+    want: list[tuple[str, str]] = []
+    for task in (
         *first,
-        ("conv_epilogue", "float32"),  # the ReLU after it (`rvm.kernels.epipass`)
-        ("pool2d_max_narrow", "float32"),
-        ("conv2d_pointwise", "float32"),
-        *[t for t in [("gemm_segments", "float32")] if t not in first],
-    ]
+        "conv_epilogue",  # the ReLU after it (`rvm.kernels.epipass`)
+        "pool2d_max_narrow",
+        *conv.METHOD_TASKS[conv.POINTWISE],
+        *second,
+    ):
+        if (task, "float32") not in want:
+            want.append((task, "float32"))
+    assert library_tasks(run_pipeline(b.get())) == want

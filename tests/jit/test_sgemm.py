@@ -138,7 +138,7 @@ def test_epilogue_in_the_store(m: int, n: int, k: int, bias: str, residual: bool
     C = act(A @ B + bias + residual) on a window of C (a canary border), the residual of C's
     layout elsewhere, a bias a row or one for all or none, across depth blocks; a NaN of the
     residual stays NaN through the ReLU, as in the pass (`rvm.kernels.epipass`)."""
-    if not sgemm.fuses(False, 1, k):
+    if not sgemm.fuses(1, n, n, 0, k):
         pytest.skip("this CPU's GEMM leaves the epilogue to the pass (sgemm.FUSED_EPILOGUE)")
     rng = np.random.default_rng(m + n + k)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -195,6 +195,47 @@ def test_segments(width: int, segments: int, indexed: bool) -> None:
     for s in range(segments):
         rows = np.stack([b[st + 7 * (not indexed) + s * b_step :][:width] for st in starts])
         want[:, s * c_step : s * c_step + width] = a.astype(np.float64) @ rows
+    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-4)
+
+
+@pytest.mark.parametrize("width", [3, sgemm.LANES + 1, sgemm.NR, 2 * sgemm.NR + 5])
+@pytest.mark.parametrize("indexed", [False, True])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_runs_end_to_end_in_c(width: int, indexed: bool, epilogue: bool) -> None:
+    """Runs of B (``b_step`` apart, their rows by stride or through a table) whose C runs lie
+    end to end (``c_step == width``: a convolution's output rows): where the GEMM packs B
+    (`sgemm.packs`) its panels take pieces of several runs (a panel across runs, several runs
+    a panel when they are narrow) and the epilogue applies (`sgemm.fuses`); elsewhere the
+    runs read in place. Across depth blocks, with a last partial panel."""
+    if epilogue and not sgemm.fuses(7, width, width, 0, 1):
+        pytest.skip("this CPU's GEMM leaves the epilogue to the pass (sgemm.FUSED_EPILOGUE)")
+    assert sgemm.packs(7, width, width, 0) == sgemm.PACK_B
+    assert not sgemm.packs(7, width, width + 1, 0) and not sgemm.packs(1, width, 0, 9)
+    rng = np.random.default_rng(width + 10 * indexed)
+    m, k, segments, b_step = 2 * sgemm.MR + 1, sgemm.KC + 5, 7, width + 2
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    span = (segments - 1) * b_step + width
+    order = rng.permutation(k)
+    b = rng.standard_normal(k * span + 3).astype(np.float32)
+    starts = order * span + 3 if indexed else np.arange(k) * span
+    table = starts.astype(np.int64)
+    n = segments * width
+    c = np.full((m, n + 4), 5.0, np.float32)
+    r = rng.standard_normal((m, n + 4)).astype(np.float32)
+    biases = rng.standard_normal(m).astype(np.float32)
+    rows = np.stack([np.concatenate([b[st + s * b_step :][:width] for s in range(segments)])
+                     for st in starts])  # fmt: skip
+    want = np.full(c.shape, 5.0)
+    value = a.astype(np.float64) @ rows
+    if epilogue:
+        value = np.maximum(value + biases[:, None] + r[:, :n], 0)
+    want[:, :n] = value
+    sgemm.sgemm_segments(
+        a.ctypes.data, k, b.ctypes.data, span, table.ctypes.data if indexed else 0,
+        c.ctypes.data, c.shape[1], m, k, segments, width, b_step, width, False, 0, 0, 0,
+        (biases.ctypes.data, 1, 1, (r.ctypes.data - c.ctypes.data) // 4) if epilogue
+        else sgemm.NO_EPILOGUE,
+    )  # fmt: skip
     np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-4)
 
 

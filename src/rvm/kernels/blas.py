@@ -209,21 +209,22 @@ def even(parts, threads):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def _pieces(side, work, min_work):  # type: ignore[no-untyped-def]
-    """(pieces, step): how to cut ``side`` rows or columns of a product of ``work`` into
-    pieces of at least ``min_work`` each, up to `PIECES_PER_THREAD` per thread, steps of
-    `SPLIT_ALIGN`; (1, side) when it is not worth it or the pool is busy with another job."""
+    """How many pieces to cut ``side`` rows or columns of a product of ``work`` into: of at
+    least ``min_work`` each (`split_parts`) and `SPLIT_ALIGN` rows or columns, a multiple of
+    the threads (`even`), each an equal share in whole steps of `SPLIT_ALIGN`
+    (`parfor.piece_range`); 1 when it is not worth it or the pool is busy with another job.
+    (Steps of `SPLIT_ALIGN` rounded up left a piece fewer: 224 rows in 8 pieces of 32 were 7,
+    4 on one thread and 3 on the other.)"""
     parts = split_parts(work, min_work)
     if parts == 1:
-        return 1, side
-    step = -(-side // parts)
-    step = -(-step // SPLIT_ALIGN) * SPLIT_ALIGN
-    return -(-side // step), step
+        return 1
+    return even(min(parts, max(1, side // SPLIT_ALIGN)), workpool.threads())
 
 
 # A GEMM job (int64): its length, tb, the A, B, C addresses, lda, ldb, ldc, m, n, k, beta's
-# bits, whether it is cut along n, the step, the itemsize, the epilogue (`gemm_epilogue`: the
-# bias's address or 0, its step a row, the activation, the residual's offset from C in floats
-# or 0).
+# bits, whether it is cut along n, the pieces (`_pieces`), the itemsize, the epilogue
+# (`gemm_epilogue`: the bias's address or 0, its step a row, the activation, the residual's
+# offset from C in floats or 0).
 _GEMM_JOB = 19
 
 
@@ -232,38 +233,38 @@ def _gemm_task(p, like, data):  # type: ignore[no-untyped-def]
     job = parfor.job(data)
     tb, a, b, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
     m, n, k, beta = job[8], job[9], job[10], _float(job[11])
-    along_n, step, size = job[12], job[13], job[14]
+    along_n, parts, size = job[12], job[13], job[14]
     bias, bias_step, act, res = job[15], job[16], job[17], job[18]
-    lo = p * step
+    lo, hi = parfor.piece_range(p, parts, n if along_n else m, SPLIT_ALIGN)
     if along_n:
-        cols = min(step, n - lo)
+        cols = hi - lo
         at_b = lo * ldb if tb == TRANS else lo  # B's columns are rows of B^T
         epilogue = (bias, bias_step, act, res)
         _product(like, tb, m, cols, k, a, lda, b + at_b * size, ldb, beta, c + lo * size, ldc,
                  epilogue)  # fmt: skip
     else:
-        rows = min(step, m - lo)
+        rows = hi - lo
         at_a, at_c = a + lo * lda * size, c + lo * ldc * size
         epilogue = (bias + 4 * lo * bias_step if bias != 0 else 0, bias_step, act, res)
         _product(like, tb, rows, n, k, at_a, lda, b, ldb, beta, at_c, ldc, epilogue)
 
 
 # A GEMV job (int64): its length, trans, A's address, lda, rows, cols, x's and y's addresses,
-# the step, the itemsize.
+# the pieces (`_pieces`), the itemsize.
 _GEMV_JOB = 10
 
 
 def _gemv_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split GEMV: ``step`` outputs (a pool task)."""
+    """Piece ``p`` of a split GEMV: an equal share of the outputs (a pool task)."""
     job = parfor.job(data)
     trans, a, lda, rows, cols, x, y = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
-    step, size = job[8], job[9]
-    lo = p * step
+    parts, size = job[8], job[9]
+    lo, hi = parfor.piece_range(p, parts, cols if trans == TRANS else rows, SPLIT_ALIGN)
     if trans == TRANS:  # outputs are A's columns
-        cblas.gemv(like, TRANS, rows, min(step, cols - lo), a + lo * size, lda, x, y + lo * size)
+        cblas.gemv(like, TRANS, rows, hi - lo, a + lo * size, lda, x, y + lo * size)
     else:
         at = a + lo * lda * size
-        cblas.gemv(like, NO_TRANS, min(step, rows - lo), cols, at, lda, x, y + lo * size)
+        cblas.gemv(like, NO_TRANS, hi - lo, cols, at, lda, x, y + lo * size)
 
 
 # A one-row job (int64): its length, x's, B's and C's addresses, B's row stride, k, n.
@@ -323,9 +324,9 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # 
     pool when large (`_pieces`), the ``epilogue`` (`gemm_epilogue`) applied; no checks, m, n,
     k > 0."""
     along_n = n >= m
-    parts, step = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
+    parts = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
-    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, c.itemsize,
+    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, c.itemsize,
                     epilogue)  # fmt: skip
     if parts == 1:  # the whole product, in this thread
         _call_gemm(c, 0, job)
@@ -334,13 +335,13 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # 
 
 
 @jit(**_OPTS)
-def _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, step, itemsize, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-    """The job of a GEMM on addresses (`_GEMM_JOB`), cut into pieces of ``step`` along n
+def _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, itemsize, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The job of a GEMM on addresses (`_GEMM_JOB`), cut into ``parts`` pieces along n
     (``along_n``) or m, applying the ``epilogue`` (`gemm_epilogue`; `sgemm.NO_EPILOGUE`)."""
     job = np.empty(_GEMM_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
-    job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, step, itemsize
+    job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, parts, itemsize
     job[15], job[16], job[17], job[18] = epilogue
     return job
 
@@ -352,7 +353,7 @@ def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore
     enum) of the dtype of the array ``like``, in the calling thread: rvm's float32 kernel or
     BLAS, as `gemm`. Through the GEMM task, so a library task calling it (`rvm.kernels.
     attention`) does not compile the GEMM again. No checks; m, n, k > 0."""
-    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, n, like.itemsize,
+    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, 1, like.itemsize,
                     sgemm.NO_EPILOGUE)  # fmt: skip
     _call_gemm(like, 0, job)
 
@@ -385,11 +386,11 @@ def _gemv(trans, a, lda, rows, cols, x, ix, y, iy):  # type: ignore[no-untyped-d
     """``y[iy:] = op(A) @ x[ix:]`` for the rows x cols matrix at the start of ``a``, cut
     along the outputs into pieces on the pool when large; no checks, rows, cols > 0."""
     outputs = cols if trans == TRANS else rows
-    parts, step = _pieces(outputs, rows * cols, SPLIT_MIN_GEMV)
+    parts = _pieces(outputs, rows * cols, SPLIT_MIN_GEMV)
     pa, px, py = address(a, 0), address(x, ix), address(y, iy)
     job = _gemv_job()
     job[0], job[1], job[2], job[3], job[4] = _GEMV_JOB, trans, pa, lda, rows
-    job[5], job[6], job[7], job[8], job[9] = cols, px, py, step, a.itemsize
+    job[5], job[6], job[7], job[8], job[9] = cols, px, py, parts, a.itemsize
     if parts == 1:  # the whole product, in this thread (the task's code, built once)
         _call_gemv(a, 0, job)
     else:

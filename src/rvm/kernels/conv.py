@@ -16,7 +16,10 @@ time):
   group) are direct loops, three taps per pass. Others split the zero-padded input of each
   (image, group) into its stride phases once (`rvm.kernels.planes`), so each tap of
   each output row is a unit-stride run, copy those runs into a column matrix (im2col) and
-  multiply it by the weight, one GEMM per block of output rows. (Stride-1 convolutions used
+  multiply it by the weight, one GEMM per block of output rows; where the GEMM packs B
+  (`sgemm.packs`) and output rows are wider than its panels (`panels_pay`), with no column
+  matrix: each piece of one GEMM on the pool copies its rows' taps from the phases straight
+  into the panels (`_im2col_panels`). (Stride-1 convolutions used
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
   Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
@@ -133,6 +136,18 @@ def _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1):  # type: ignore[no-
                 dst, src = dst + U(ow), src + U(wq)
 
 
+@jit(**_OPTS, inline="always")
+def _done_before(w, out):  # type: ignore[no-untyped-def]
+    """Whether an im2col convolution is done before its work: an empty output, or none to sum
+    (a depth of 0: ``out`` zeros)."""
+    if out.size == 0:
+        return True
+    if w.shape[1] * w.shape[2] * w.shape[3] == 0:
+        out[...] = 0
+        return True
+    return False
+
+
 def _im2col(product):  # type: ignore[no-untyped-def]
     """The im2col convolution whose block products ``product(wm, col, y, ..., epilogue)``
     computes: the input of each (image, group) is split into its zero-padded stride phases
@@ -141,14 +156,11 @@ def _im2col(product):  # type: ignore[no-untyped-def]
 
     @jit(**_OPTS)
     def conv(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]
+        if _done_before(w, out):
+            return
         n, c, ih, iw = x.shape
         o, cg, kh, kw = w.shape
         oh, ow = out.shape[2], out.shape[3]
-        if n * o * oh * ow == 0:
-            return
-        if cg * kh * kw == 0:
-            out[...] = 0
-            return
         K = cg * kh * kw
         P = oh * ow
         og = o // groups
@@ -212,6 +224,86 @@ conv2d_dot_unchecked = _im2col(_dot_product)
 
 
 @jit(**_OPTS)
+def _tap_table(cg, size, starts):  # type: ignore[no-untyped-def]
+    """Where B's row (channel, tap) starts in an image's phases (``size`` elements a channel,
+    its taps at ``starts``): the GEMM's table of rows when it reads taps there."""
+    taps = starts.shape[0]
+    table = np.empty(cg * taps, dtype=np.int64)
+    for c_ in range(cg):
+        for t in range(taps):
+            table[c_ * taps + t] = c_ * size + starts[t]
+    return table
+
+
+@jit(**_OPTS)
+def _im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The im2col convolution where the GEMM packs B into panels (`sgemm.packs`), with no
+    column matrix: each image's input split into its zero-padded stride phases once, group
+    after group, then one segmented GEMM (`gemm_segments`: the groups its batches, an output
+    row a run, B's row (channel, tap) that tap's run in the phases, through a table) whose
+    pieces copy their output rows' taps straight into the GEMM's panels (`sgemm._pack`), the
+    ``epilogue`` applied as it stores. Where the column matrix was written, then packed, by
+    the calling thread alone, each piece now packs its own columns, once."""
+    if _done_before(w, out):
+        return
+    n, c, ih, iw = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = out.shape[2], out.shape[3]
+    K, P, og = cg * kh * kw, oh * ow, o // groups
+    hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
+    size = sh * sw * hq * wq
+    ph = kept(c * size, x.dtype)  # kept across calls, as `_im2col`'s scratch
+    ph[:] = 0  # the padding (`padded_phases` writes the input's positions only)
+    table = _tap_table(cg, size, tap_starts(sh, sw, hq, wq, kh, kw, dh, dw))
+    xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    bias, bias_step, act, res = epilogue
+    for n_ in range(n):
+        for g_ in range(groups):
+            _group_phases(xf, ph[g_ * cg * size :], n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp,
+                          pt, pl)  # fmt: skip
+        at = n_ * o * P
+        image = (bias, bias_step, act, res + 4 * at if res != 0 else 0)
+        gemm_segments(wf, 0, K, ph, 0, table, of, at, P, og, K, oh, ow, wq, ow, groups, groups,
+                      og * K, cg * size, og * P, 0, 0, image)  # fmt: skip
+    alive(ph)  # reached by address in the product's pieces: not freed before
+
+
+@jit(**_OPTS, inline="always")
+def panels_pay(ow):  # type: ignore[no-untyped-def]
+    """Whether a float32 im2col convolution with output rows of ``ow`` copies its taps
+    straight into the GEMM's panels (`_im2col_panels`): where the GEMM packs B
+    (`sgemm.PACK_B`), on rows wider than a panel (`sgemm.NR` columns), whose panels then
+    mostly lie within a row and move a vector a row of B; a panel across rows moves its pieces
+    a float at a time (`sgemm._pack`). On a Zen 3 core (one thread, bias and ReLU in the
+    store) the panels took 0.84-0.89 of the column matrix's time on 112 x 112 (the 7 x 7
+    stem), 0.90-0.95 on 111 x 111, 0.85-0.90 on 56 x 56 and 0.90-0.95 on 28 x 28, but 1.03-1.05
+    on 14 x 14 (every panel across two rows)."""
+    return sgemm.PACK_B and ow > sgemm.NR
+
+
+def _im2col_method(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The im2col method: float32 into the GEMM's panels where that pays (`panels_pay`),
+    else through a column matrix (`_im2col_gemm`). Jitted code only."""
+    raise NotImplementedError("_im2col_method is for jitted code")
+
+
+@overload(_im2col_method, jit_options=_OPTS)
+def _im2col_method_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    if sgemm.PACK_B and isinstance(x, nt.Array) and x.dtype == nt.float32:
+
+        def either(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+            if panels_pay(out.shape[3]):
+                _im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue)
+            else:
+                _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue)
+
+        return either
+    return lambda x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue: _im2col_gemm(
+        x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue
+    )
+
+
+@jit(**_OPTS)
 def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """The convolution as a GEMM that reads its taps in place: the input of each (image,
     group) is split into its zero-padded stride phases once, and B's row (channel, tap) is
@@ -224,15 +316,12 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
     oh, ow = out.shape[2], out.shape[3]
     if n * o * oh * ow == 0:
         return
-    K, P, og, taps = cg * kh * kw, oh * ow, o // groups, kh * kw
+    K, P, og = cg * kh * kw, oh * ow, o // groups
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     size = sh * sw * hq * wq
     ph = np.zeros(max(cg * size, 1), dtype=x.dtype)
     starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
-    table = np.empty(K, dtype=np.int64)
-    for c_ in range(cg):
-        for t in range(taps):
-            table[c_ * taps + t] = c_ * size + starts[t]
+    table = _tap_table(cg, size, starts)
     xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
     # The map a run per output row, or one run wrapping around its rows (`wraps_rows`), or its
     # taps copied into a column matrix first where that pays (`columns_pay`).
@@ -415,8 +504,8 @@ def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    _im2col_gemm(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20],
-                 _epilogue(job))  # fmt: skip
+    _im2col_method(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20],
+                   _epilogue(job))  # fmt: skip
 
 
 def _images_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -459,7 +548,9 @@ METHOD_TASKS = (
     ("conv2d_im2col", "gemm"),
 )
 """The library tasks (`rvm.kernels.parfor`) a convolution by each method runs on float32, the
-method's own first (`first_run_tasks`)."""
+method's own first (`first_run_tasks`); im2col into the GEMM's panels (`panels_pay`) runs
+`PANEL_TASKS`."""
+PANEL_TASKS = ("conv2d_im2col", "gemm_segments")
 
 
 @jit(**_OPTS)
@@ -490,7 +581,7 @@ def first_run_tasks(
     """The library tasks a float32 convolution of this shape runs (`method`, `METHOD_TASKS`):
     what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
     how = method.py_func(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, True)
-    return METHOD_TASKS[how]
+    return PANEL_TASKS if how == IM2COL and panels_pay.py_func(ow) else METHOD_TASKS[how]
 
 
 @jit(**_OPTS)
@@ -535,7 +626,8 @@ def fuses_epilogue(how, k, images):  # type: ignore[no-untyped-def]
     on the subsampled input) and im2col's (a GEMM a block of output rows, on the column
     matrix), where the GEMM can."""
     gemm = how == POINTWISE or how == STRIDED or how == IM2COL
-    return gemm and not images and sgemm.fuses(False, 1, k)
+    # One run of B's rows, or (im2col into panels) runs end to end in C: the same to `fuses`.
+    return gemm and not images and sgemm.fuses(1, 1, 1, 0, k)
 
 
 @jit(**_OPTS)

@@ -27,34 +27,34 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 # A segmented GEMM job (int64): its length; the A, B, table (0: none), C addresses; lda, ldb,
 # ldc, m, k, segments, width, b_step, c_step; the batches: how many, the groups A cycles
-# through, A's step per group, B's and C's per batch; the pieces: rows and segments a piece,
-# pieces along the segments and per batch, columns a piece and pieces along the columns; B's and
-# C's positions a row when the run wraps (`sgemm.sgemm_segments`; 0: it does not); the
-# epilogue (`sgemm.sgemm_segments`): the bias's address (0: none) and its step a row, the
-# activation, the residual's address (0: none), of C's layout.
+# through, A's step per group, B's and C's per batch; the pieces a batch is cut into along its
+# rows, its segments and their columns, and per batch; B's and C's positions a row when the
+# run wraps (`sgemm.sgemm_segments`; 0: it does not); the epilogue (`sgemm.sgemm_segments`):
+# the bias's address (0: none) and its step a row, the activation, the residual's address (0:
+# none), of C's layout.
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
- _AGROUP, _BBATCH, _CBATCH, _MSTEP, _SSTEP, _SPARTS, _PER_BATCH, _WSTEP,
- _WPARTS, _WRAP, _COLS, _BIAS, _BIAS_STEP, _ACT, _RES) = range(1, 31)  # fmt: skip
-_SEGMENTS_JOB = 31
+ _AGROUP, _BBATCH, _CBATCH, _MPARTS, _SPARTS, _WPARTS, _PER_BATCH, _WRAP, _COLS, _BIAS,
+ _BIAS_STEP, _ACT, _RES) = range(1, 29)  # fmt: skip
+_SEGMENTS_JOB = 29
 
 
 @jit(**_OPTS, inline="always")
 def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
-    segments and of their columns."""
+    segments and of their columns, each an equal share in whole bands and tiles
+    (`parfor.piece_range`)."""
     batch, piece = p // job[_PER_BATCH], p % job[_PER_BATCH]
     cols = job[_SPARTS] * job[_WPARTS]
-    m0 = (piece // cols) * job[_MSTEP]
-    s0 = ((piece % cols) // job[_WPARTS]) * job[_SSTEP]
-    j0 = (piece % job[_WPARTS]) * job[_WSTEP]
+    m0, m1 = parfor.piece_range(piece // cols, job[_MPARTS], job[_M], sgemm.MR)
+    s0, s1 = parfor.piece_range((piece % cols) // job[_WPARTS], job[_SPARTS], job[_SEGS], 1)
+    j0, j1 = parfor.piece_range(piece % job[_WPARTS], job[_WPARTS], job[_WIDTH], sgemm.NR)
     lda, ldc, b_step, c_step = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP]
     at_a = job[_A] + 4 * ((batch % job[_GROUPS]) * job[_AGROUP] + m0 * lda)
     at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step + j0)
     wrap, cols = job[_WRAP], job[_COLS]
     at_c = job[_C] + 4 * (batch * job[_CBATCH] + m0 * ldc + s0 * c_step)
     at_c, phase = sgemm.wrapped(at_c, j0, wrap, cols, 0)
-    rows, runs = min(job[_MSTEP], job[_M] - m0), min(job[_SSTEP], job[_SEGS] - s0)
-    width = min(job[_WSTEP], job[_WIDTH] - j0)
+    rows, runs, width = m1 - m0, s1 - s0, j1 - j0
     bias, bias_step, res = job[_BIAS], job[_BIAS_STEP], job[_RES]
     if bias != 0:  # this batch's group's channels, from the band's first
         bias += 4 * bias_step * ((batch % job[_GROUPS]) * job[_M] + m0)
@@ -105,8 +105,10 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     the bias and the residual span what C does.
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
-    are few, then runs of columns when the segments are few too. Checks every window first;
-    float32 only (a TypingError for other dtypes)."""
+    are few, then runs of columns when the segments are few too; where the GEMM packs B
+    (`sgemm.packs`) and the columns outnumber C's rows, columns first (segments, or the columns
+    of one run) and bands last. Checks every window first; float32 only (a TypingError for
+    other dtypes); a ValueError for an epilogue where `sgemm.fuses` does not hold."""
     require_operands(a, b, c)
     sgemm.require(c)
     if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
@@ -130,19 +132,32 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         and ic + (m - 1) * ldc + span_c <= c.size
     ):
         raise IndexError("gemm_segments: a matrix window lies outside its array")
+    packed = sgemm.packs(segments, width, c_step, wrap)
+    if (epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0) and not (
+        sgemm.fuses(segments, width, c_step, wrap, k)
+    ):
+        raise ValueError("gemm_segments: an epilogue on a product the GEMM does not fuse it in")
     parts = split_parts(batches * m * k * segments * width, SPLIT_MIN_MNK)
     per_batch = max(1, -(-parts // batches))
-    m_parts = max(1, min(per_batch, m // (4 * sgemm.MR)))
-    s_parts = max(1, min(segments, per_batch // m_parts))
-    # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64 channels):
-    # the columns of each run too, in whole tiles.
-    w_parts = max(1, min(-(-width // sgemm.NR), per_batch // (m_parts * s_parts)))
-    band = -(-m // m_parts)
-    m_step = -(-band // sgemm.MR) * sgemm.MR
-    s_step = -(-segments // s_parts)
-    w_step = -(-width // w_parts)
-    w_step = -(-w_step // sgemm.NR) * sgemm.NR if w_parts > 1 else width
-    m_parts, s_parts, w_parts = -(-m // m_step), -(-segments // s_step), -(-width // w_step)
+    bands = m // (4 * sgemm.MR)
+    # Columns of a run cut in whole tiles; B packed, a piece keeps whole runs (end to end in C).
+    tiles = max(1, width // sgemm.NR) if segments == 1 or not packed else 1
+    if packed and segments * width >= m:
+        # B packed a piece (`sgemm.packs`): its columns first, each piece packing its own,
+        # where bands of C's rows would each pack all of B again; C's rows only when the
+        # columns run out (fewer positions than channels: A's rows are then what repeats).
+        s_parts = max(1, min(segments, per_batch))
+        w_parts = max(1, min(tiles, per_batch // s_parts))
+        m_parts = max(1, min(bands, per_batch // (s_parts * w_parts)))
+    else:
+        m_parts = max(1, min(per_batch, bands))
+        s_parts = max(1, min(segments, per_batch // m_parts))
+        # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64
+        # channels): the columns of each run too.
+        w_parts = max(1, min(tiles, per_batch // (m_parts * s_parts)))
+    # Equal shares in whole bands and tiles (`parfor.piece_range`): steps rounded up to them
+    # left a last piece short (256 rows in 8: 7 of 36 and one of 4, a thread taking 144 rows
+    # to the other's 112) or a piece fewer (196 columns in 8: 7 of 32).
     job = np.empty(_SEGMENTS_JOB, dtype=np.int64)
     job[0], job[_A], job[_B], job[_C] = _SEGMENTS_JOB, address(a, ia), address(b, 0), address(c, ic)
     job[_TABLE] = table.ctypes.data if table.shape[0] > 0 else 0
@@ -150,8 +165,7 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_SEGS], job[_WIDTH], job[_BSTEP], job[_CSTEP] = segments, width, b_step, c_step
     job[_BATCHES], job[_GROUPS], job[_AGROUP] = batches, groups, a_group
     job[_BBATCH], job[_CBATCH] = b_batch, c_batch
-    job[_MSTEP], job[_SSTEP], job[_SPARTS] = m_step, s_step, s_parts
-    job[_WSTEP], job[_WPARTS] = w_step, w_parts
+    job[_MPARTS], job[_SPARTS], job[_WPARTS] = m_parts, s_parts, w_parts
     job[_WRAP], job[_COLS] = wrap, cols
     job[_PER_BATCH] = m_parts * s_parts * w_parts
     job[_BIAS], job[_BIAS_STEP], job[_ACT], job[_RES] = epilogue

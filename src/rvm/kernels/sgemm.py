@@ -24,7 +24,9 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   few columns (a 7 x 7 image's 49). B's rows are read in place where a tile's row of B is
   several cache lines (AVX-512's three); where it is one (AVX2's 16 floats), a plain GEMM
   copies each block of B into panels of `NR` columns first and its tiles read them without
-  masks (`PACK_B`, `_packed_blocks`, in a block kept across calls: `PACK_FLOATS`); without
+  masks (`PACK_B`, `_packed_blocks`, in a block kept across calls: `PACK_FLOATS`), B's rows
+  by their stride or through a table, in runs whose C columns lie end to end (`packs`: a
+  convolution's taps, its im2col straight into the panels); without
   mask registers (AVX2), whole tiles store without
   masks (`PLAIN_STORES`);
 - each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
@@ -73,6 +75,7 @@ __all__ = [
     "block_bytes",
     "depth_block",
     "fuses",
+    "packs",
     "require",
     "sgemm",
     "sgemm_segments",
@@ -566,6 +569,16 @@ def _floats_at(typingctx, address):  # type: ignore[no-untyped-def]
     return nt.CPointer(nt.float32)(nt.int64), codegen
 
 
+@intrinsic
+def _ints_at(typingctx, address):  # type: ignore[no-untyped-def]
+    """An int64 pointer to the int64 ``address`` (a table of B's rows)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+
+    return nt.CPointer(nt.int64)(nt.int64), codegen
+
+
 @jit(**_OPTS, inline="always")
 def wrapped(c, j, wrap, cols, phase):  # type: ignore[no-untyped-def]
     """Where B's column ``j`` of a run goes in C (``c``: the run's first column's place) and
@@ -644,16 +657,18 @@ def sgemm_segments(
                     for j in range(width):
                         out[i * ldc + j] = 0.0
         return
-    # One run (a plain GEMM): blocks of its columns whose rows of B stay in L2 while every
-    # band of A walks them. Runs of taps are not cut: their rows overlap (a block would
-    # read every band of A again for little B), and cutting them was slower.
+    # B packed (`packs`), or one run in place (a plain GEMM): blocks of C's columns whose rows
+    # of B stay in L2 while every band of A walks them. Runs of taps read in place are not
+    # cut: their rows overlap (a block would read every band of A again for little B), and
+    # cutting them was slower.
+    step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
+    # A band or less reads B once, unpacked; an epilogue is the packed tiles' own.
+    fused = epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0
+    if packs(segments, width, c_step, wrap) and (m > MR or fused):
+        _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, segments * width, width, b_step,
+                       step, accumulate, epilogue)  # fmt: skip
+        return
     if segments == 1:
-        step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
-        # A band or less reads B once, unpacked; an epilogue is the packed tiles' own.
-        fused = epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0
-        if PACK_B and table == 0 and (m > MR or fused):
-            _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate, epilogue)
-            return
         for j0 in range(0, width, step):
             at_c, col0 = wrapped(c, j0, wrap, cols, phase)
             _block(a, lda, b + 4 * j0, ldb, table, at_c, ldc, m, k, 1, min(step, width - j0),
@@ -677,47 +692,76 @@ def _move_panel_row(typingctx, src, dst):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _pack(b, ldb, kc, width, into):  # type: ignore[no-untyped-def]
-    """B's ``kc`` rows (``ldb`` floats apart from the address ``b``) by ``width`` columns into
-    the floats at the address ``into``: panels of `NR` columns one after the other, each ``kc``
-    rows of `NR` floats, the last panel's columns past ``width`` zeros (`_micro_panel` reads
-    whole vectors).
+def _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, into):  # type: ignore[no-untyped-def]
+    """B's rows ``p0`` to ``p0 + kc`` by C's columns ``j0`` to ``j0 + cols`` into the floats at
+    the address ``into``: panels of `NR` columns one after the other, each ``kc`` rows of `NR`
+    floats, the last panel's columns past ``cols`` zeros (`_micro_panel` reads whole vectors).
+    B's row ``r`` starts ``r * ldb`` floats after the address ``b``, or ``table[r]`` (an int64
+    array's address, else 0); C's column ``q`` is column ``q % run`` of B's run ``q // run``,
+    ``b_step`` floats after the one before (`sgemm_segments`' runs end to end in C: a
+    convolution's output rows, each a run of taps in its input's phases).
 
     A panel at a time, its rows in turn: the writes one stream, the reads one line a row of B
     (a stride the hardware follows). Row by row, each row's panels in turn, every write went
     to another panel, ``4 * kc * NR`` bytes on: on a Zen 3 core that took 1.1 to 1.75 times
     as long (147 to 1024 rows by 64 to 1024 columns; a 1x1 convolution's 256 rows of 3136
-    positions: 340 against 195 us, a quarter of its GEMM of 64 rows)."""
-    for q0 in range(0, width - NR + 1, NR):
-        src, dst = b + 4 * q0, into + 4 * q0 * kc
+    positions: 340 against 195 us, a quarter of its GEMM of 64 rows). A panel within one run
+    moves a vector a row; one across runs (or the last) moves its pieces a float at a time."""
+    rows = _ints_at(table)
+    for q0 in range(0, cols, NR):
+        n = min(NR, cols - q0)
+        q = j0 + q0
+        s, off = q // run, q % run
+        src, dst = b + 4 * (s * b_step + off), into + 4 * q0 * kc
+        if n == NR and off + NR <= run:
+            if table == 0:
+                for r in range(kc):
+                    _move_panel_row(src + 4 * (p0 + r) * ldb, dst + 4 * r * NR)
+            else:
+                for r in range(kc):
+                    _move_panel_row(src + 4 * rows[p0 + r], dst + 4 * r * NR)
+            continue
         for r in range(kc):
-            _move_panel_row(src + 4 * r * ldb, dst + 4 * r * NR)
-    q0 = width // NR * NR
-    if q0 < width:
-        for r in range(kc):
-            row = _floats_at(b + 4 * r * ldb)
-            at = _floats_at(into + 4 * (q0 * kc + r * NR))
-            for j in range(width - q0):
-                at[j] = row[q0 + j]
-            for j in range(width - q0, NR):
-                at[j] = 0.0
+            row = _floats_at(src + 4 * (rows[p0 + r] if table != 0 else (p0 + r) * ldb))
+            at = _floats_at(dst + 4 * r * NR)
+            j, piece, skip = 0, min(n, run - off), 0
+            while j < n:
+                for t in range(piece):
+                    at[j + t] = row[skip + t]
+                j, skip = j + piece, skip + piece + b_step - run
+                piece = min(n - j, run)
+            for t in range(n, NR):
+                at[t] = 0.0
 
 
 @jit(**_OPTS, inline="always")
-def fuses(indexed, segments, k):  # type: ignore[no-untyped-def]
+def packs(segments, width, c_step, wrap):  # type: ignore[no-untyped-def]
+    """Whether `sgemm_segments` copies B into panels of `NR` columns (`PACK_B`) for a product
+    over ``segments`` runs of ``width`` columns, C's ``c_step`` apart (``wrap``: its wrapped
+    run, 0: none): one run, or runs end to end in C (a convolution's output rows), B's rows
+    by their stride or through a table (its taps, `_pack`: an im2col straight into the
+    panels, no column matrix)."""
+    return PACK_B and wrap == 0 and (segments == 1 or c_step == width)
+
+
+@jit(**_OPTS, inline="always")
+def fuses(segments, width, c_step, wrap, k):  # type: ignore[no-untyped-def]
     """Whether `sgemm_segments` applies an ``epilogue`` to a product of depth ``k`` over
-    ``segments`` runs of B's rows, through a table when ``indexed``: one plain run, where
-    `FUSED_EPILOGUE` holds. A caller passes `NO_EPILOGUE` elsewhere and runs the pass."""
-    return FUSED_EPILOGUE and not indexed and segments == 1 and k > 0
+    ``segments`` runs of ``width`` columns, C's ``c_step`` apart (``wrap``: its wrapped run):
+    where it packs B (`packs`) and `FUSED_EPILOGUE` holds. A caller passes `NO_EPILOGUE`
+    elsewhere and runs the pass."""
+    return FUSED_EPILOGUE and packs(segments, width, c_step, wrap) and k > 0
 
 
 @jit(**_OPTS)
-def _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`sgemm_segments` on one plain run (no table, no wrap) with B packed (`PACK_B`): for each
-    block of ``step`` columns and each depth block, B's block copied into panels of `NR`
-    columns (`_pack`), then every band of A across the panels, each tile reading its panel's
-    rows one after the other, the last depth block's tiles applying the ``epilogue``
-    (`sgemm_segments`); m, k, width > 0."""
+def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step, accumulate,
+                   epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`sgemm_segments` where it packs B (`packs`; C's ``width`` columns, B's runs of ``run``
+    ``b_step`` apart, its rows by ``ldb`` or the ``table``: `_pack`): for each block of
+    ``step`` columns and each depth block, B's block copied into panels of `NR` columns, then
+    every band of A across the panels, each tile reading its panel's rows one after the other,
+    the last depth block's tiles applying the ``epilogue`` (`sgemm_segments`); m, k, width >
+    0."""
     into = kept(PACK_FLOATS, np.float32)  # one size for every call: a kept block
     packed = into.ctypes.data
     bias, bias_step, act, res = epilogue
@@ -725,7 +769,7 @@ def _packed_blocks(a, lda, b, ldb, c, ldc, m, k, width, step, accumulate, epilog
         cols = min(step, width - j0)
         for p0 in range(0, k, KC):
             kc = min(KC, k - p0)
-            _pack(b + 4 * (p0 * ldb + j0), ldb, kc, cols, packed)
+            _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, packed)
             add = 1 if (accumulate or p0 > 0) else 0
             last = p0 + kc == k
             for i0 in range(0, m, MR):
