@@ -12,9 +12,10 @@ import pytest
 from hypothesis import settings
 
 # LLVM's optimization level of everything the suite compiles (rvm's library, its kernels, the
-# tests' own functions), unless NUMBA_OPT is set: level 1 optimizes each function (inlining,
-# the explicit vector code rvm writes stays vector code) at a fraction of level 3's time, and
-# most of a cold test file's time is compiling. Code built at a level other than Numba's
+# tests' own functions), unless NUMBA_OPT is set: most of a cold test file's time is compiling,
+# and at level 1 (inlining; the explicit vector code rvm writes stays vector code) a cold file
+# takes 8-20% less CPU than at Numba's default 3 (level 0: no less, its code runs slowly,
+# test_pool on a Zen 3 in session 40). Code built at a level other than Numba's
 # default is keyed by it in every cache (`rvm.kernels.cpu.opt_key`), so a user's or
 # developer's process never loads it; the tests about the generated code itself compile at
 # the default (`tests/jit/test_cpu.py`). Set before Numba reads it (at import, from rvm).
