@@ -194,3 +194,47 @@ def test_the_librarys_object_code_is_dropped_after_its_source_changes(tmp_path: 
     start()
     assert not any(f.exists() for f in planted)
     assert other.exists() and stamp.read_text() == digest
+
+
+LEVELS = """
+import json, sys
+sys.path.insert(0, {src!r})
+sys.path.insert(0, {folder!r})
+from rvm.kernels import cpu, numba_cache
+from rvm.runtime.loading.cache import target_key
+numba_cache.install()
+import opt_mod
+assert opt_mod.twice(3.0) == 6.0
+print(json.dumps({{"key": cpu.opt_key(), "target": target_key().endswith(cpu.opt_key()),
+                  "hits": sum(opt_mod.twice.stats.cache_hits.values())}}))
+"""
+
+
+def test_code_built_at_another_optimization_level_is_not_loaded_at_the_default(tmp_path) -> None:
+    """Numba's cache index leaves LLVM's optimization level out: code the suite builds at
+    ``NUMBA_OPT=1`` would load in a process at the default. rvm's keys hold it where it is not
+    the default (`rvm.kernels.cpu.opt_key`): each level compiles its own, then loads it."""
+    folder = tmp_path / "mod"
+    folder.mkdir()
+    (folder / "opt_mod.py").write_text(
+        "import numba\n\n@numba.njit(cache=True)\ndef twice(x):\n    return 2 * x\n"
+    )
+    script = LEVELS.format(src=SRC, folder=str(folder))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_OPT"}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))
+    env["RVM_JIT_ISOLATE"] = "0"  # compiled in the process that runs it: its stats count
+
+    def run(level: str | None) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env if level is None else {**env, "NUMBA_OPT": level},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert run("1") == {"key": "opt=1", "target": True, "hits": 0}
+    assert run(None) == {"key": "", "target": True, "hits": 0}  # not the level-1 code
+    assert run("1")["hits"] == 1 and run(None)["hits"] == 1

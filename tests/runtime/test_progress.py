@@ -72,7 +72,11 @@ def test_a_long_single_step_draws_after_the_delay(monkeypatch):
     tty = _tty(monkeypatch)
     monkeypatch.setattr(progress, "DELAY_S", 0.05)
     with Progress("building rvm's library: conv2d (float32)"):
-        time.sleep(0.3)  # the timer draws while the step runs
+        # The timer draws while the step runs: the step lasts until it has (a fixed sleep
+        # could end before a loaded machine ran the timer's thread, and close() cancels it).
+        deadline = time.monotonic() + 60
+        while not tty.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
     text = tty.getvalue()
     assert text.startswith("\rbuilding rvm's library: conv2d (float32) ...") and text.endswith("\n")
 

@@ -265,21 +265,53 @@ def _until(test, seconds: float = 10.0) -> bool:
     return True
 
 
+def _asleep(threads: int) -> bool:
+    """Whether every helper counts itself asleep (`SLEEPING`). A helper woken by a broadcast
+    still counts until it takes the mutex back, then spins: holding now, it may not hold by
+    the time the next job is published (4 threads on 2 cores: a woken helper waits for a
+    core)."""
+    return workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1
+
+
+def _nudges() -> int:
+    """How many times `wake` found helpers asleep and woke them (the pool's `NUDGE`)."""
+    return int(workpool._state[workpool.NUDGE * workpool._LINE])
+
+
+def _found_asleep(threads: int, act) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``act()``, run once the helpers count themselves asleep, found them asleep
+    (it says so), within a few tries. A try that finds none asleep (all still leaving an
+    earlier wake-up, see `_asleep`) leaves no wake-up pending: the helpers then really sleep
+    before the next try's wait ends, and only ``act`` can wake them."""
+    for _ in range(5):
+        assert _until(lambda: _asleep(threads))
+        if act():
+            return True
+    return False
+
+
+def _counted(act, count):  # type: ignore[no-untyped-def]
+    """``act`` saying whether it raised ``count()``."""
+
+    def counted() -> bool:
+        before = count()
+        act()
+        return count() > before
+
+    return counted
+
+
 def test_wake_lets_sleeping_helpers_spin_then_sleep_again(threads) -> None:
     """`wake` (a VM call's first step) gets sleeping helpers up, they sleep again after the
     spin (no core burnt between calls), jobs after it run every piece, and a job that found
     helpers asleep is counted in `wakes`."""
     if threads == 1:
         pytest.skip("no helper")
-    asleep = lambda: workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1  # noqa: E731
+    job = lambda: workpool.for_each(threads, lambda i: None)  # noqa: E731
     for _ in range(3):
-        assert _until(asleep)
-        before = workpool.wakes()
-        workpool.for_each(threads, lambda i: None)  # found them asleep
-        assert workpool.wakes() > before
-        assert _until(asleep)
-        workpool.wake()
-        assert _until(asleep)  # back to sleep after the spin
+        assert _found_asleep(threads, _counted(job, workpool.wakes))
+        assert _found_asleep(threads, _counted(workpool.wake, _nudges))
+        assert _until(lambda: _asleep(threads))  # back to sleep after the spin
         hits: list[int] = []
         workpool.for_each(17, hits.append)
         assert Counter(hits) == Counter(range(17))
@@ -291,29 +323,27 @@ def test_a_call_wakes_sleeping_helpers_while_its_function_runs_jobs(threads) -> 
     one that ran none, they stay asleep until a call runs a job again (its job wakes them)."""
     if threads == 1:
         pytest.skip("no helper")
-    asleep = lambda: workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1  # noqa: E731
-    # Whether a call woke them is read from the pool's wake-up requests, not from how many
-    # sleep after it: a helper still taking the mutex back from the last broadcast is counted
-    # asleep, and leaves that count later by itself (what made this test flaky).
-    nudges = lambda: int(workpool._state[workpool.NUDGE * workpool._LINE])  # noqa: E731
+    # Whether a call woke them is read from the pool's wake-up requests (`_nudges`), not from
+    # how many sleep after it (see `_asleep`: what made this test flaky).
     ran = [False, True]
-    assert _until(asleep)
-    before = nudges()
-    assert workpool.call(ran, 1, lambda: 7, ()) == 7  # woke them first; ran no job
-    assert ran == [False, False] and nudges() == before + 1
-    assert _until(asleep)  # after their spin
-    before = nudges()
+
+    def first_call() -> bool:
+        ran[1], before = True, _nudges()  # as at first
+        assert workpool.call(ran, 1, lambda: 7, ()) == 7
+        return _nudges() == before + 1 and ran == [False, False]  # woke them; ran no job
+
+    assert _found_asleep(threads, first_call)
+    assert _until(lambda: _asleep(threads))  # after their spin
+    before = _nudges()
     workpool.call(ran, 1, lambda: None, ())  # left them asleep
-    assert nudges() == before and ran == [False, False]
-    for _ in range(5):  # a helper may wake spuriously (a condition variable's right) and spin
-        assert _until(asleep)
-        before = workpool.wakes()
-        workpool.call(ran, 1, workpool.for_each, (threads, lambda i: None))  # its job woke them
-        assert ran == [False, True]
-        if workpool.wakes() > before:
-            break
-        ran[1] = False
-    assert workpool.wakes() > before
+    assert _nudges() == before and ran == [False, False]
+
+    def job_call() -> bool:
+        ran[1], before = False, workpool.wakes()
+        workpool.call(ran, 1, workpool.for_each, (threads, lambda i: None))
+        return workpool.wakes() > before and ran == [False, True]  # its job woke them
+
+    assert _found_asleep(threads, job_call)
 
 
 def test_a_vm_call_goes_through_the_pool_first(monkeypatch) -> None:

@@ -196,3 +196,20 @@ def tuning_key() -> str:
     AVX2 path) does not make the library's code stale for the host's."""
     c = cpu()
     return f"l1d={c.l1d} l2={c.l2} l3={c.l3} line={c.line}"
+
+
+DEFAULT_OPT = 3
+"""Numba's default LLVM optimization level (``NUMBA_OPT`` unset), which keys as before."""
+
+
+def opt_key() -> str:
+    """LLVM's optimization level Numba compiles at (``NUMBA_OPT``), as a key field, or ""
+    at Numba's default (`DEFAULT_OPT`). Numba's cache keys leave it out, so code built at
+    another level (the test suite builds at 1) would be loaded by a process at the default:
+    rvm's keys (`rvm.runtime.loading.cache.target_key`) and Numba's cache index
+    (`rvm.kernels.numba_cache.install`) hold this field. Read per call: Numba reads the
+    variable at import."""
+    from numba.core import config
+
+    level = getattr(config.OPT, "_raw_value", config.OPT)  # 0-3, or "max"
+    return "" if level == DEFAULT_OPT else f"opt={level}"

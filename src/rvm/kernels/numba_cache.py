@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rvm.kernels import apart
-from rvm.kernels.cpu import tuning_key
+from rvm.kernels.cpu import opt_key, tuning_key
 
 logger = logging.getLogger("rvm.jit")
 
@@ -77,6 +77,7 @@ def install() -> bool:
         if _installed is None:
             apart.install(check_object_code, seal_object_code)  # helpers compile, if isolated
             drop_stale_library_code()
+            _key_opt_level()
             _installed = _patch()
             _seal_library()  # around the light loads: checked before either way loads
         return _installed
@@ -117,6 +118,26 @@ def _patch() -> bool:
     load_overload.__wrapped__ = original  # type: ignore[attr-defined]
     cls.load_overload = load_overload
     return True
+
+
+def _key_opt_level() -> None:
+    """Make Numba's cache index key every function by LLVM's optimization level too, where it
+    is not Numba's default (`rvm.kernels.cpu.opt_key`): Numba keys an entry by the signature,
+    the target's CPU name and features (its codegen's ``magic_tuple``) and the source, so a
+    process at the default would load code a process at another level cached (the test
+    suite's ``NUMBA_OPT=1``). At the default the keys stay Numba's own."""
+    from numba.core.codegen import CPUCodegen
+
+    field = opt_key()
+    plain = CPUCodegen.__dict__.get("magic_tuple")
+    if not field or not callable(plain) or hasattr(plain, "__wrapped__"):
+        return
+
+    def magic_tuple(self: Any) -> tuple:
+        return (*plain(self), field)
+
+    magic_tuple.__wrapped__ = plain  # type: ignore[attr-defined]
+    CPUCodegen.magic_tuple = magic_tuple
 
 
 def _seal_library() -> None:

@@ -70,17 +70,19 @@ def cache_dir() -> Path:
 def target_key() -> str:
     """Versions and the CPU that compiled code depends on (one line, stable per machine): the
     CPU name and features Numba compiles for (``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` when
-    set, else the host's) and the cache sizes tuning reads (`rvm.kernels.cpu`)."""
+    set, else the host's), the cache sizes tuning reads (`rvm.kernels.cpu`) and LLVM's
+    optimization level where it is not Numba's default (`rvm.kernels.cpu.opt_key`)."""
     import llvmlite
     import numba
 
-    from rvm.kernels.cpu import cpu, target_features, tuning_key
+    from rvm.kernels.cpu import cpu, opt_key, target_features, tuning_key
     from rvm.runtime.loading import VERSION
 
-    return (
+    key = (
         f"rvm={VERSION} numba={numba.__version__} llvmlite={llvmlite.__version__} "
         f"cpu={cpu().name} features={target_features()} {tuning_key()}"
     )
+    return f"{key} {opt_key()}".rstrip()
 
 
 # In an rvm library module's own (hand-written) source: `from rvm.x import a, b` or
