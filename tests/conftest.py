@@ -11,21 +11,15 @@ from html.parser import HTMLParser
 import pytest
 from hypothesis import settings
 
-# LLVM's optimization level of everything the suite compiles (rvm's library, its kernels, the
-# tests' own functions), unless NUMBA_OPT is set: most of a cold test file's time is compiling,
-# and at level 1 (inlining; the explicit vector code rvm writes stays vector code) a cold file
-# takes 8-20% less CPU than at Numba's default 3 (level 0: no less, its code runs slowly,
-# test_pool on a Zen 3 in session 40). Code built at a level other than Numba's
-# default is keyed by it in every cache (`rvm.kernels.cpu.opt_key`), so a user's or
-# developer's process never loads it; the tests about the generated code itself compile at
-# the default (`tests/jit/test_cpu.py`). Set before Numba reads it (at import, from rvm).
-SUITE_OPT = "1"
-os.environ.setdefault("NUMBA_OPT", SUITE_OPT)
-
-import rvm  # noqa: E402
-from rvm.ir import IRModule  # noqa: E402
-from rvm.kernels import numba_cache  # noqa: E402
-from rvm.runtime.executable import EXEC_MODES  # noqa: E402 - every mode the VM has runs every VM test
+# The suite compiles at Numba's default LLVM level (3), what users run: level 1 took 8-20% less
+# CPU a cold file (session 40), but it leaves LLVM's vectorizer and alias-based rewrites
+# untested, where a fused-kernel compiler's wrong in-place or aliasing assumption shows. A
+# developer may still set NUMBA_OPT: code built at another level is keyed by it in every cache
+# (`rvm.kernels.cpu.opt_key`), so a process at the default never loads it.
+import rvm
+from rvm.ir import IRModule
+from rvm.kernels import numba_cache
+from rvm.runtime.executable import EXEC_MODES  # every mode the VM has runs every VM test
 
 KERNELS = ("numpy", "jit")
 # pytest-xdist workers for ``-n auto``: each grows to 1-1.5 GB over the suite, and the

@@ -188,7 +188,7 @@ def test_avx512_path_compiles(tmp_path) -> None:
     # Compiled in this process, not apart (`rvm.kernels.apart`): code loaded from the cache has
     # no assembly to inspect.
     env["RVM_JIT_ISOLATE"] = "0"
-    env["NUMBA_OPT"] = str(cpu.DEFAULT_OPT)  # the code users get, not the suite's level
+    env["NUMBA_OPT"] = str(cpu.DEFAULT_OPT)  # the code users get, whatever NUMBA_OPT the run has
     run = subprocess.run(
         [sys.executable, "-c", _COMPILE_512],
         env=env,
