@@ -54,7 +54,7 @@ def test_pool2d_matches_reference(kind, include, dtype) -> None:
 
 # The models' pools: squeezenet and inception_v1 (3x3 s2 ceil, wide), resnet50 (3x3 s2 p1,
 # wide), inception's stride-1 3x3 (p1, avg with and without the padding), densenet's 2x2 s2,
-# shufflenet's 3x3 s2 p1 average.
+# shufflenet's 3x3 s2 p1 average, inception_v2's 3x3 s2 padded on the bottom and right.
 MODEL_POOLS = [
     ((1, 3, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), True),
     ((1, 2, 55, 55), (3, 3), (2, 2), (0, 0, 0, 0), True),
@@ -63,6 +63,7 @@ MODEL_POOLS = [
     ((1, 4, 28, 28), (2, 2), (2, 2), (0, 0, 0, 0), False),
     ((1, 3, 57, 57), (3, 3), (2, 2), (1, 1, 1, 1), False),
     ((2, 3, 15, 15), (3, 3), (2, 2), (1, 1, 1, 1), True),
+    ((2, 5, 112, 112), (3, 3), (2, 2), (0, 0, 1, 1), False),  # an overhang on the right
 ]
 
 

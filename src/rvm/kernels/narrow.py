@@ -96,14 +96,15 @@ def _rows(is_max: bool, vectors: int):  # type: ignore[no-untyped-def]
                                                   b.icmp_signed("<=", r, final)))  # fmt: skip
                             r = _least(b, _most(b, r, I64(0)), last)
                         ats.append(b.add(start, b.mul(r, row)))
-                    # Rows whose vectors lie in the m planes are loaded whole, their lanes
-                    # outside the map (the row before's or after's) set after the sum or
-                    # maximum (one blend a vector, not one a row): masked loads only at the
-                    # ends.
+                    # Rows whose vectors lie in the m planes are loaded whole where masks are
+                    # not registers of their own, their lanes outside the map (the row
+                    # before's or after's) set after the sum or maximum (one blend a vector,
+                    # not one a row): masked loads only at the ends.
                     whole = b.and_(
                         b.icmp_signed(">=", ats[0], x),
                         b.icmp_signed("<=", b.add(ats[2], I64(lanes * size)), bound),
                     )
+                    whole = b.and_(whole, ir.Constant(ir.IntType(1), _PLAIN))
                     slots = [cgutils.alloca_once(b, v.vec) for _ in range(3)]
                     with b.if_else(whole) as (plain, masked):
                         with plain:
