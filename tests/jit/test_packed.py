@@ -312,3 +312,18 @@ def _residual_executable() -> rvm.Executable:
     if not _RESIDUAL:
         _RESIDUAL.append(rvm.compile(_residual_model()))
     return _RESIDUAL[0]
+
+
+@pytest.mark.parametrize("parts", [3, 5, 7])
+def test_a_product_cut_along_panels_takes_a_multiple_of_the_threads(parts) -> None:
+    """`packed._cut` rounds its pieces to a multiple of the threads where there are as many
+    (`blas.even`): 3 pieces on 2 threads left one thread idle a third of the time."""
+    before = get_num_threads()
+    set_num_threads(2)
+    try:
+        m, k, panel = 64, 256, 16
+        n = parts * packed.SPLIT_MIN_MNK // (m * k)  # work // SPLIT_MIN_MNK == parts
+        pieces, step, along_n = packed._cut(m, k, n, panel)
+        assert along_n and pieces == parts - 1 and pieces * step >= n // panel
+    finally:
+        set_num_threads(before)

@@ -54,7 +54,7 @@ def test_pool2d_matches_reference(kind, include, dtype) -> None:
 
 # The models' pools: squeezenet and inception_v1 (3x3 s2 ceil, wide), resnet50 (3x3 s2 p1,
 # wide), inception's stride-1 3x3 (p1, avg with and without the padding), densenet's 2x2 s2,
-# shufflenet's 3x3 s2 p1 average.
+# shufflenet's 3x3 s2 p1 average, inception_v2's 3x3 s2 padded on the bottom and right.
 MODEL_POOLS = [
     ((1, 3, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), True),
     ((1, 2, 55, 55), (3, 3), (2, 2), (0, 0, 0, 0), True),
@@ -63,6 +63,7 @@ MODEL_POOLS = [
     ((1, 4, 28, 28), (2, 2), (2, 2), (0, 0, 0, 0), False),
     ((1, 3, 57, 57), (3, 3), (2, 2), (1, 1, 1, 1), False),
     ((2, 3, 15, 15), (3, 3), (2, 2), (1, 1, 1, 1), True),
+    ((2, 5, 112, 112), (3, 3), (2, 2), (0, 0, 1, 1), False),  # an overhang on the right
 ]
 
 
@@ -297,3 +298,36 @@ def test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan() -> No
             pool.pool2d(x, out, *map(int, flags))
             np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(geometry))
             np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(geometry))
+
+
+@pytest.mark.parametrize(
+    ("shape", "k", "pads", "ceil"),
+    [((2, 41, 27, 27), (3, 3), (0, 0, 0, 0), True), ((3, 37, 14, 14), (3, 3), (1, 1, 1, 1), False),
+     ((2, 45, 12, 13), (2, 2), (0, 0, 1, 1), True), ((2, 50, 28, 28), (2, 3), (1, 1, 1, 0), True)],
+)  # fmt: skip
+def test_narrow_pools_split_over_threads_match_reference_with_nan(blas_threads, shape, k, pads,
+                                                                 ceil):  # fmt: skip
+    """`rvm.kernels.narrow` (windows 2 apart, an output row from its window rows loaded
+    whole) on the models' 12 x 12 to 28 x 28 maps: batches whose channels split over threads
+    at odd counts (a chunk's rows stored whole over its next rows, never past its last),
+    padding, ceil mode, windows of 2 or 3 rows; a NaN wins a max and makes an average NaN,
+    at the first and last elements of chunks' planes too."""
+    x = rand(shape)
+    n, c, ih, iw = shape
+    for at in ((0, 0, 0, 0), (0, c - 1, ih - 1, iw - 1), (1, 0, ih - 1, 0), (1, c // 2, 3, 5)):
+        x[at] = np.nan
+    for kind, include in (("max", False), ("avg", False), ("avg", True)):
+        if kind == "avg" and k[1] == 2:
+            continue  # 2 columns: averages take the tiles or phased methods
+        geometry = (k, (2, 2), pads, (1, 1), ceil)
+        if kind == "max":
+            want = numpy_ref.max_pool2d(x, *geometry)
+        else:
+            want = numpy_ref.avg_pool2d(x, *geometry, include)
+        method = pool._method.py_func(kind == "max", iw, *want.shape[2:], *k, 2, 2, 1, 1, ih,
+                                      pads[0], pads[1], 4)  # fmt: skip
+        assert method == pool.NARROW, geometry
+        out = np.full(want.shape, 7.0, dtype="float32")
+        pool.pool2d(x, out, int(kind == "max"), *k, 2, 2, 1, 1, *pads, int(ceil), int(include))
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=str(geometry))
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=str(geometry))

@@ -50,7 +50,7 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, nhwc, parfor
-from rvm.kernels.blocks import empty
+from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.direct_tile import MR, NB, micro, prefetch_l2
 from rvm.kernels.jitting import jit
@@ -475,7 +475,9 @@ def conv2d_packed(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped
         chunks = min(bands, max(1, -(-PIECES_PER_THREAD * threads // (groups * panels))))
     pieces = groups * panels * chunks
     images = images_pay(n, n * work, threads)  # each image's plane its own (`_one_image`)
-    xh = empty(0 if images else hp * wp * c, x.dtype)  # kept when large: no fresh pages
+    # a kept block at any size (`blocks.kept`): from malloc, a plane under `blocks.MIN_BYTES`
+    # could be mapped or faulted in afresh at every call
+    xh = kept(0 if images else hp * wp * c, x.dtype)
     head = np.array((_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                      groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
                      parfor.address(out), out.size, parfor.address(x), n, x.shape[2],

@@ -171,17 +171,18 @@ def in_row(v: Vectors, q0: ir.Value, col0: ir.Value, width: ir.Value, sw: int | 
 
 
 @intrinsic
-def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
+def max3_pairs(typingctx, like, src, dst, n, spare):  # type: ignore[no-untyped-def]
     """On int64 addresses of elements of ``like``'s float type: ``dst[q]`` = the maximum of
     ``src[2q]``, ``src[2q + 1]`` and ``src[2q + 2]`` for q < ``n`` (``src`` holds 2n + 1
-    elements, no more are read): two vectors of ``src`` split into their even and odd elements
-    by shuffles, and the even ones of the two vectors one element on."""
+    elements, no more are read; with ``spare`` true, ``n`` rounded up to whole vectors are
+    read and written: no masked step): two vectors of ``src`` split into their even and odd
+    elements by shuffles, and the even ones of the two vectors one element on."""
     scalar = scalar_type(like)
     if scalar is None:
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        _, src, dst, n = args
+        _, src, dst, n, spare = args
         v = Vectors(builder, scalar)
         lanes, b = v.lanes, builder
         even = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
@@ -202,10 +203,12 @@ def max3_pairs(typingctx, like, src, dst, n):  # type: ignore[no-untyped-def]
 
         # A whole step at q0 reads src up to 2 q0 + 2 lanes + 1: inside while q0 + lanes < n.
         whole = b.sdiv(b.sub(n, I64(1)), I64(lanes))
-        loop(builder, v, n, b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0)), step)
+        whole = b.select(b.icmp_signed(">", n, I64(0)), whole, I64(0))
+        rounded = b.sdiv(b.add(n, I64(lanes - 1)), I64(lanes))
+        loop(builder, v, n, b.select(b.icmp_signed("!=", spare, I64(0)), rounded, whole), step)
         return context.get_dummy_value()
 
-    return nt.void(like, *(nt.int64,) * 3), codegen
+    return nt.void(like, *(nt.int64,) * 4), codegen
 
 
 class Blocks:
@@ -281,6 +284,9 @@ def max3_edged(typingctx, like, src, dst, n, apart, period):  # type: ignore[no-
     return nt.void(like, *(nt.int64,) * 5), codegen
 
 
+_PLAIN = not cpu().mask_registers  # see `by_lines`
+_LANES_BYTES = _BITS // 8  # a vector's bytes: its lanes for elements of a size
+
 CHANNEL_WIDTH = 4 * _BITS // 32
 """The input width (four float32 vectors) below which padded 3-row max pools are reduced over
 whole channels too (`_by_channel`): on 12 x 12 to 56 x 56 maps 0.6 to 0.8 of the time of
@@ -311,19 +317,20 @@ def _taps_in(r0, ih, kh, dh):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
-def _reduce_rows(like, size, base, ih, iw, r0, kh, dh, dst):  # type: ignore[no-untyped-def]
+def _reduce_rows(like, size, base, ih, iw, r0, kh, dh, dst, n):  # type: ignore[no-untyped-def]
     """At address ``dst``: the maximum, column by column, of the window rows r0 + i * dh
     (i < kh) that are in the (ih, iw) channel at address ``base``, three rows a pass; False
-    when none is. ``like``: a scalar of the elements' dtype, ``size`` bytes each."""
+    when none is. ``n`` (at least ``iw``) columns are read and written: those past ``iw`` are
+    the next rows'. ``like``: a scalar of the elements' dtype, ``size`` bytes each."""
     first, last = _taps_in(r0, ih, kh, dh)
     if last < first:
         return False
     row = iw * size
     at = base + (r0 + first * dh) * row
     step, k = dh * row, last - first + 1
-    max3_run(like, at, at + min(1, k - 1) * step, at + min(2, k - 1) * step, dst, iw)
+    max3_run(like, at, at + min(1, k - 1) * step, at + min(2, k - 1) * step, dst, n)
     for t in range(3, k, 2):
-        max3_run(like, dst, at + t * step, at + min(t + 1, k - 1) * step, dst, iw)
+        max3_run(like, dst, at + t * step, at + min(t + 1, k - 1) * step, dst, n)
     return True
 
 
@@ -337,7 +344,7 @@ def _edge_rows(like, size, base, v, lead, window, ih, iw, rows, r0, r1):  # type
     for r in range(0, rows, sh):
         if r0 <= r < r1:
             continue
-        if not _reduce_rows(like, size, base, ih, iw, r - pt, kh, dh, at_v + r * row):
+        if not _reduce_rows(like, size, base, ih, iw, r - pt, kh, dh, at_v + r * row, iw):
             v[lead + r * iw : lead + (r + 1) * iw] = -np.inf  # every window row in the padding
 
 
@@ -447,7 +454,7 @@ def _by_channel(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
                 src = at_v + p_ * sh * row - pl * size
                 dst = at_out + ((first * oh + p_) * ow) * size
                 if sw == 2:
-                    max3_pairs(like, src, dst, ow)
+                    max3_pairs(like, src, dst, ow, 0)
                 else:
                     max3_run(like, src, src + size, src + 2 * size, dst, ow)
         if m > 1 and (left or right):  # the group's rows one after another, in v as in out
@@ -486,25 +493,38 @@ def by_whole(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
 @jit(**_OPTS)
 def by_lines(x, out, lo, hi, window):  # type: ignore[no-untyped-def]
     """Max pools of channels ``lo`` to ``hi`` (flat n * c index) whose windows `takes`, one
-    output row at a time (see the module docstring), with a line of scratch of its own."""
+    output row at a time (see the module docstring), with a line of scratch of its own. Where
+    masks are not registers of their own (`Cpu.mask_registers`: a masked store is slow), the
+    window rows are reduced and the outputs computed in whole vectors, reading the next
+    row's columns too where they lie in ``x`` and storing over the next output row where it
+    is the chunk's: no masked step a row (a ceil-mode overhang set to -inf again)."""
     kh, kw, sh, sw, dh, dw, pt, pl = window
     ih, iw, oh, ow = x.shape[2], x.shape[3], out.shape[2], out.shape[3]
+    size = x.itemsize
+    lanes = _LANES_BYTES // size if _PLAIN else 1
+    wide_in, wide_out = -(-iw // lanes) * lanes, -(-ow // lanes) * lanes
     need = (ow - 1) * sw + kw  # the line's elements the outputs read
-    line = np.full(max(pl + iw, need), -np.inf, dtype=x.dtype)
-    like, size = line[0], x.itemsize
+    line = np.full(max(pl + wide_in, need, 2 * wide_out + 2), -np.inf, dtype=x.dtype)
+    like = line[0]
     at_x, at_line, at_out = x.ctypes.data, line.ctypes.data, out.ctypes.data
+    end_x, end_out = at_x + x.size * size, at_out + hi * oh * ow * size
     for c in range(lo, hi):
         base = at_x + c * ih * iw * size
         for p_ in range(oh):
-            if not _reduce_rows(
-                like, size, base, ih, iw, p_ * sh - pt, kh, dh, at_line + pl * size
-            ):
+            r0 = p_ * sh - pt
+            bottom = min(r0 + (kh - 1) * dh, ih - 1)  # reads reach this row's next columns
+            n = wide_in if base + bottom * iw * size + wide_in * size <= end_x else iw
+            if not _reduce_rows(like, size, base, ih, iw, r0, kh, dh, at_line + pl * size, n):
                 line[pl : pl + iw] = -np.inf  # a window row wholly in the padding
+            if lanes > 1 and need > pl + iw:
+                line[pl + iw : need] = -np.inf  # the overhang, written past the row before
             dst = at_out + ((c * oh + p_) * ow) * size
             if sw == 2:
-                max3_pairs(like, at_line, dst, ow)
+                spare = 1 if lanes > 1 and dst + wide_out * size <= end_out else 0
+                max3_pairs(like, at_line, dst, ow, spare)
             else:
                 max3_run(like, at_line, at_line + size, at_line + 2 * size, dst, ow)
+    alive(line)  # read and written through its address only
 
 
 @jit(**_OPTS)

@@ -34,7 +34,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import parfor, sgemm, workpool
+from rvm.kernels import blas, parfor, sgemm, workpool
 from rvm.kernels.cblas import address
 from rvm.kernels.cpu import Cpu, cpu
 from rvm.kernels.epilogue import tile as tile_epilogue
@@ -251,9 +251,11 @@ def _cut(m, k, n, panel):  # type: ignore[no-untyped-def]
         work, least = n * k, SPLIT_MIN_ROWS_LOOP
     if threads < 2 or work < 2 * least or workpool.busy():
         return 1, panels, True
-    parts = min(PIECES_PER_THREAD * threads, work // least)
+    # a multiple of the threads where there are as many (`blas.even`): 3 pieces on 2 threads
+    # left one idle a third of the time
+    parts = blas.even(min(PIECES_PER_THREAD * threads, work // least), threads)
     if panels >= parts or m < 2 * sgemm.MR * threads:
-        step = -(-panels // min(parts, panels))
+        step = -(-panels // blas.even(min(parts, panels), threads))
         return -(-panels // step), step, True
     band = -(-m // parts)
     step = -(-band // sgemm.MR) * sgemm.MR
