@@ -589,6 +589,36 @@ def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     assert qgemm.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
 
 
+@pytest.mark.parametrize(("x_dtype", "x_zero"), [("uint8", 0), ("int8", -128)])
+def test_zero_input_zero_point_products_equal_reference(x_dtype, x_zero):
+    """An input zero point of 0 as the kernels see it (uint8 at 0; int8 at -128, its bytes
+    shifted into uint8): the weight's row sums are not made, padded taps still add nothing;
+    runs of the image long and short (`qcolumns.BYTE_RUN`), convolutions and a dense product."""
+    y_zero, low, high = 5, 5, 255
+    for xs, ws, pad in [
+        ((1, 16, 47, 47), (24, 16, 3, 3), 1),  # padded: rows of 47 words
+        ((1, 32, 30, 30), (20, 32, 1, 1), 0),  # one run of 900 words
+        ((1, 12, 9, 9), (8, 12, 3, 3), 0),  # one run of 81
+    ]:
+        x, w = _ints(xs, x_dtype), _ints(ws, "int8")
+        bias = RNG.integers(-3000, 3000, ws[0]).astype(np.int32)
+        scale = RNG.uniform(2e-4, 2e-3, ws[0]).astype(np.float32)
+        want = numpy_ref.qconv2d(x, w, bias, scale, x_zero, y_zero, low, high, "uint8", (1, 1),
+                                 (pad,) * 4, (1, 1), 1)  # fmt: skip
+        ohwi = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+        out = np.full(want.shape, 77, np.uint8)
+        qentry.qconv2d(x, ohwi, bias, scale, out, x_zero, y_zero, low, high, 1, 1, 1, 1, 1, pad,
+                      pad, True)  # fmt: skip
+        np.testing.assert_array_equal(out, want, err_msg=str(xs))
+    x, w = _ints((37, 300), x_dtype), _ints((45, 300), "int8")
+    bias = RNG.integers(-3000, 3000, 45).astype(np.int32)
+    scale = RNG.uniform(1e-4, 1e-3, 45).astype(np.float32)
+    want = numpy_ref.qdense(x, w, bias, scale, x_zero, y_zero, low, high, "uint8")
+    out = np.full(want.shape, 77, np.uint8)
+    qentry.qdense(x, w, bias, scale, out, x_zero, y_zero, low, high)
+    np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("y_dtype", ["uint8", "int8"])
 @pytest.mark.parametrize(("m", "k", "n"), [(300, 200, 96), (1, 2048, 1000)])
 def test_split_qdense_equals_reference(blas_threads, y_dtype, m, k, n):

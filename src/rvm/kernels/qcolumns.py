@@ -2,9 +2,9 @@
 
 - weight rows (`weight_rows`, `hwc_weight_rows`, `conv_weight_rows`): the weight's dtype
   (int8, or int16 for a weight widened at compile time, `rvm.op.quantized.widen_weight`), depths
-  contiguous and padded with zeros to a multiple of 4, beside each row's int32 sum; a
-  convolution's in the panel's depth order (tap-major, 4 channels a word), an OHWI weight in
-  place when its channels are a multiple of 4;
+  contiguous and padded with zeros to a multiple of 4, beside each row's int32 sum (when
+  wanted: `_row_sums`); a convolution's in the panel's depth order (tap-major, 4 channels a
+  word), an OHWI weight in place when its channels are a multiple of 4;
 - an im2col panel (`columns`: by 32-bit words of 4 channels, tap by tap, for every output
   position; `columns_bytes`: a byte at a time in an OIHW weight's own depth order);
 - an image (`image`): the input's channels interleaved by words once, padded with the zero
@@ -38,26 +38,37 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # `_interleave`'s vector loop: a padded image interleaves them as one run, then moves them to
 # their rows (Zen 4, 3 x 3 padded: 7 and 14 words 1.35-1.45x faster, 28 1.06x; 56 0.89x).
 NARROW_ROW = 2 * cpu().vector_bits // 32
+# Runs of at least this many words `_interleave` makes a byte at a time (four byte stores a
+# word, which the compiler vectorizes as interleaving shuffles: on Zen 3 a 3136-word run
+# 2.3x faster, 196 1.05x) rather than a word at a time (faster below it: its vector loop
+# takes 4x fewer words a step). Measured on AVX2 only: with wider vectors the word loop
+# stays (0: never).
+BYTE_RUN = 4 * cpu().vector_bits // 8 if cpu().vector_bits <= 256 else 0
 
 
 @nb.njit(**_OPTS)
-def weight_rows(wm, quads):  # type: ignore[no-untyped-def]
+def weight_rows(wm, quads, wanted):  # type: ignore[no-untyped-def]
     """``wm`` (o, k) as rows of ``4 * quads`` depths (itself when ``k`` is a multiple of 4,
-    else a zero-padded copy), and each row's sum."""
+    else a zero-padded copy), and each row's sum (`_row_sums`, if ``wanted``)."""
     o, k = wm.shape
     rows = wm
     if k != 4 * quads:
         rows = np.zeros((o, 4 * quads), wm.dtype)
         for o_ in range(o):
             copy(rows[o_], wm[o_], k)
-    return rows, _row_sums(np.ascontiguousarray(wm).reshape(-1), 0, o, k)
+    return rows, _row_sums(np.ascontiguousarray(wm).reshape(-1), 0, o, k, wanted)
 
 
 @nb.njit(**_OPTS)
-def _row_sums(flat, o0, og, length):  # type: ignore[no-untyped-def]
+def _row_sums(flat, o0, og, length, wanted):  # type: ignore[no-untyped-def]
     """The int32 sums of rows ``o0 + [0, og)`` of ``flat`` viewed as rows of ``length``
-    (unsigned indices: vectorized)."""
+    (unsigned indices: vectorized); zeros, not summed, unless ``wanted`` (a product
+    subtracts the input zero point times a row's sum: none for a zero point of 0, the
+    common case after a ReLU, where the pass over the weight would cost a tenth of the
+    product's reads of it or more)."""
     sums = np.zeros(og, np.int32)
+    if not wanted:
+        return sums
     for o in range(og):
         at, total = U((o0 + o) * length), np.int32(0)
         for d in range(U(length)):
@@ -67,14 +78,14 @@ def _row_sums(flat, o0, og, length):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def hwc_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
+def hwc_weight_rows(w, o0, og, cq, wanted):  # type: ignore[no-untyped-def]
     """Output channels ``o0 + [0, og)`` of the OHWI weight ``w`` as rows of depths in the
     panel's order (itself when the channels are a multiple of 4, else each tap's channels
-    padded with zeros to ``4 * cq``), and each row's sum."""
+    padded with zeros to ``4 * cq``), and each row's sum (`_row_sums`, if ``wanted``)."""
     kh, kw, cg = w.shape[1], w.shape[2], w.shape[3]
     taps, width = kh * kw, 4 * cq
     flat = w.reshape(-1)
-    sums = _row_sums(flat, o0, og, taps * cg)
+    sums = _row_sums(flat, o0, og, taps * cg, wanted)
     if width == cg:
         return flat[o0 * taps * cg : (o0 + og) * taps * cg].reshape(og, taps * cg), sums
     rows = np.zeros((og, taps * width), w.dtype)
@@ -86,14 +97,15 @@ def hwc_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def conv_weight_rows(w, o0, og, cq):  # type: ignore[no-untyped-def]
+def conv_weight_rows(w, o0, og, cq, wanted):  # type: ignore[no-untyped-def]
     """Output channels ``o0 + [0, og)`` of the weight ``w`` (o, cg, kh, kw) as rows of depths
     in the panel's order (see `columns`: depth ``4 * ((u * kw + v) * cq + k) + t`` is
-    channel ``4 * k + t`` of tap ``(u, v)``, channels past ``cg`` 0), and each row's sum."""
+    channel ``4 * k + t`` of tap ``(u, v)``, channels past ``cg`` 0), and each row's sum
+    (`_row_sums`, if ``wanted``)."""
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     taps, width = kh * kw, 4 * cq
     flat = w.reshape(-1)
-    sums = _row_sums(flat, o0, og, cg * taps)
+    sums = _row_sums(flat, o0, og, cg * taps, wanted)
     if taps * width == cg:  # a 1 x 1 kernel, channels a multiple of 4: the weight itself
         return flat[o0 * cg : (o0 + og) * cg].reshape(og, cg), sums
     rows = np.zeros((og, taps * width), w.dtype)
@@ -158,7 +170,16 @@ def columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, wo
 @nb.njit(**_OPTS)
 def _interleave(xf, a0, a1, a2, a3, wf, dst, count, flip_word):  # type: ignore[no-untyped-def]
     """``wf[dst + j]`` = the bytes ``xf[a0 + j]`` .. ``xf[a3 + j]`` as one word, for j <
-    ``count`` (unsigned indices: a vectorized loop)."""
+    ``count`` (unsigned indices: a vectorized loop; by bytes from `BYTE_RUN` words)."""
+    if BYTE_RUN and count >= BYTE_RUN:
+        wb, flip = wf.view(np.uint8), np.uint8(flip_word & 255)
+        for j in range(count):
+            at = (dst + j) * U(4)
+            wb[at] = xf[a0 + j] ^ flip
+            wb[at + U(1)] = xf[a1 + j] ^ flip
+            wb[at + U(2)] = xf[a2 + j] ^ flip
+            wb[at + U(3)] = xf[a3 + j] ^ flip
+        return
     for j in range(count):
         wf[dst + j] = _word(xf, a0 + j, a1 + j, a2 + j, a3 + j) ^ flip_word
 

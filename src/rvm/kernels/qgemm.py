@@ -5,7 +5,8 @@
 int8) on C-contiguous operands:
 
 - the weight's rows are the micro-kernel's broadcast operand (int8, depths contiguous and
-  padded with zeros to a multiple of 4), beside each row's sum; a convolution's are in the
+  padded with zeros to a multiple of 4), beside each row's sum (summed only for an input
+  zero point other than 0: the sums are what it subtracts); a convolution's are in the
   panel's depth order (tap-major, 4 channels a word): an OHWI weight (``hwc``, as importers
   store it) is used in place when its channels are a multiple of 4; an OIHW one is reordered
   per call when the panel is by words, else used in place with a panel made a byte at a
@@ -525,7 +526,7 @@ def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh,
     flat = words.view(np.uint8).reshape(-1)
     b = _panel(flat, np.zeros(1, np.int64), quads, 4 * cols, cols, p_total, p_total)
     for g in range(groups):
-        rows, sums = _group_rows(w, g, og, cg, cq, kh * kw, hwc, by_words)
+        rows, sums = _group_rows(w, g, og, cg, cq, kh * kw, hwc, by_words, zero)
         for n in range(x.shape[0]):
             if by_words:
                 columns(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero, flip,
@@ -552,14 +553,16 @@ def direct_pitch(oh, ow, kw, sw, dw):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(**_OPTS)
-def _group_rows(w, g, og, cg, cq, taps, hwc, by_words):  # type: ignore[no-untyped-def]
-    """Group ``g``'s weight rows and their sums, in the panel's depth order."""
+def _group_rows(w, g, og, cg, cq, taps, hwc, by_words, zero):  # type: ignore[no-untyped-def]
+    """Group ``g``'s weight rows and their sums, in the panel's depth order (the sums zeros
+    when the input zero point ``zero`` is 0: nothing to subtract)."""
+    wanted = zero != 0
     if hwc:
-        return hwc_weight_rows(w, g * og, og, cq)
+        return hwc_weight_rows(w, g * og, og, cq, wanted)
     if by_words:
-        return conv_weight_rows(w, g * og, og, cq)
+        return conv_weight_rows(w, g * og, og, cq, wanted)
     wm = w[g * og : (g + 1) * og].reshape(og, cg * taps)
-    return weight_rows(wm, (cg * taps + 3) // 4)
+    return weight_rows(wm, (cg * taps + 3) // 4, wanted)
 
 
 @nb.njit(**_OPTS)
@@ -600,7 +603,7 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh,
     rows_of = ow if pitch > ow else oh * ow  # no margins: the columns are the positions
     b = _panel(flat, offsets, cq, 4 * plane, cols, rows_of + pitch - ow, rows_of)
     for g in range(groups):
-        rows, sums = _group_rows(w, g, og, cg, cq, taps, hwc, True)
+        rows, sums = _group_rows(w, g, og, cg, cq, taps, hwc, True, zero)
         for n in range(x.shape[0]):
             image(x, n, g * cg, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
             dest = out[n, g * og : (g + 1) * og].reshape(og, oh * ow)
@@ -626,6 +629,6 @@ def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed
     for p in range(m):
         for d in range(k):
             panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
-    rows, sums = weight_rows(w, quads)
+    rows, sums = weight_rows(w, quads, x_zero + flip != 0)
     b = _panel(panel.reshape(-1), np.zeros(1, np.int64), quads, 4 * cols, cols, m, m)
     _product(rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True, signed)
