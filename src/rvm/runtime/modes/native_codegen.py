@@ -97,36 +97,14 @@ def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
     every kernel the function calls twice (tens of seconds for a CNN's one big function)."""
     name = ex.functions[f.index].name
     params = ", ".join(f"r{i}" for i in range(len(ex.functions[f.index].params)))
-    head, body = f.lines[:2], f.lines[2:]  # the def line and the docstring, then the body
-    assert head[0].startswith("def ") and head[1].lstrip().startswith('"""'), head
     return [
         f"def {entry_name(pyname)}({params}):",
         f'    """@{name} called from Python: its dims checked, at depth 0."""',
         "    _d = 0",
         *entry_checks(ex, f.index),
         "    _w = _call_begin()",
-        *_ended(body),
+        *f.body_ending("_call_end(_w)"),
     ]
-
-
-def _ended(body: list[str]) -> list[str]:
-    """``body`` with `workpool.call_end` before each return, after its value is computed (a
-    tail call's jobs count). Every statement of a generated body that starts with ``return``
-    is a return of its function (the lowering writes no nested function)."""
-    out = []
-    for line in body:
-        text = line.lstrip()
-        if not text.startswith("return "):
-            out.append(line)
-            continue
-        indent = line[: len(line) - len(text)]
-        value, _, comment = text[len("return ") :].partition("  # ")
-        out += [
-            f"{indent}_ret = {value}" + (f"  # {comment}" if comment else ""),
-            f"{indent}_call_end(_w)",
-            f"{indent}return _ret",
-        ]
-    return out
 
 
 def _cycles(calls: dict[int, set[int]]) -> dict[int, list[int]]:

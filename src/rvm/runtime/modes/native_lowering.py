@@ -128,6 +128,7 @@ class FunctionLowering:
         self.scalar_kernels: set[int] = set()
         self.recursive = False
         self.lines: list[str] = []
+        self._head: list[str] = []  # `render`'s def line, docstring, checks and bindings
         self.sub: dict[int, str] = {}  # registers read as materialized scalars (`_stmt`)
         self.texts: set[int] = set()  # registers of check_tensor's text operands
         for spec in fn.param_specs:
@@ -255,7 +256,13 @@ class FunctionLowering:
         if self.recursive:
             out.append(f"    if _d > {MAX_DEPTH}:")
             out.append(f"        raise RuntimeError({_bail()!r})")
-        return out + self._bindings() + self.w.lines
+        self._head = out + self._bindings()
+        return self._head + self.w.lines
+
+    def body_ending(self, end: str) -> list[str]:
+        """The rendered function's body (after its def line and docstring: `render` first) with
+        the statement ``end`` before each of its returns (`SourceWriter.ending`)."""
+        return self._head[2:] + self.w.ending(end)
 
     def _bindings(self) -> list[str]:
         """The big constants the function reads, each bound to its slot (`native_constants`)."""
@@ -295,7 +302,7 @@ class FunctionLowering:
                     self.sub[r] = f"m{r}"
                     w.line(indent, f"m{r} = {self._array(r)}  # scalar s{r} as an array")
         if op == O.RET:
-            w.line(indent, f"return {self._reg(ins[1])}", pc)
+            w.ret(indent, self._reg(ins[1]), pc)
             return True
         if op == O.LOAD_CONST and ins[1] in self.texts:
             w.line(indent, f"pass  # {_r(ins[1])}: a text check_tensor reads", pc)
@@ -358,7 +365,7 @@ class FunctionLowering:
 
     def _tail(self, pc: int, ins: tuple, indent: int) -> None:
         if pc not in self.flow.self_tails:
-            self.w.line(indent, f"return {self._call(ins[1], ins[2])}", pc)
+            self.w.ret(indent, self._call(ins[1], ins[2]), pc)
             return
         moved = [(i, r) for i, r in enumerate(ins[2]) if i != r]
         if moved:

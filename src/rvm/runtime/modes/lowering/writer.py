@@ -25,6 +25,7 @@ class SourceWriter:
     def __init__(self, describe: Callable[[int], str]) -> None:
         self._describe = describe
         self._lines: list[tuple[int, str, int | None]] = []
+        self._returns: dict[int, str] = {}  # a return's line: the value it returns
 
     def line(self, indent: int, text: str, pc: int | None = None) -> None:
         """Appends `text` at `indent` levels; with `pc`, noted with the instruction it runs."""
@@ -32,14 +33,34 @@ class SourceWriter:
             text = f"{text}  # pc {pc}: {self._describe(pc)}"
         self._lines.append((indent, text, pc))
 
+    def ret(self, indent: int, value: str, pc: int | None = None) -> None:
+        """Appends ``return value``, kept as a return (`ending` writes a statement before it)."""
+        self._returns[len(self._lines)] = value
+        self.line(indent, f"return {value}", pc)
+
     def reset(self) -> None:
         """Drops every line written so far (a mode starting its function over)."""
         self._lines = []
+        self._returns = {}
 
     @property
     def lines(self) -> list[str]:
         """The lines as text, indented, without newlines."""
         return [INDENT * indent + text for indent, text, _ in self._lines]
+
+    def ending(self, end: str) -> list[str]:
+        """`lines` with the statement ``end`` before each return (`ret`), after its value is
+        computed (so what a tail call does comes before ``end``)."""
+        out = []
+        for i, (indent, text, pc) in enumerate(self._lines):
+            value = self._returns.get(i)
+            if value is None:
+                out.append(INDENT * indent + text)
+                continue
+            note = "" if pc is None else f"  # pc {pc}: {self._describe(pc)}"
+            pad = INDENT * indent
+            out += [f"{pad}_ret = {value}{note}", pad + end, f"{pad}return _ret"]
+        return out
 
     @property
     def source(self) -> str:
