@@ -133,9 +133,7 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     ):
         raise IndexError("gemm_segments: a matrix window lies outside its array")
     packed = sgemm.packs(segments, width, c_step, wrap)
-    if (epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0) and not (
-        sgemm.fuses(segments, width, c_step, wrap, k)
-    ):
+    if sgemm.has_epilogue(epilogue) and not sgemm.fuses(segments, width, c_step, wrap, k):
         raise ValueError("gemm_segments: an epilogue on a product the GEMM does not fuse it in")
     parts = split_parts(batches * m * k * segments * width, SPLIT_MIN_MNK)
     per_batch = max(1, -(-parts // batches))

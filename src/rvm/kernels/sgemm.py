@@ -75,6 +75,7 @@ __all__ = [
     "block_bytes",
     "depth_block",
     "fuses",
+    "has_epilogue",
     "packs",
     "require",
     "sgemm",
@@ -663,7 +664,7 @@ def sgemm_segments(
     # cutting them was slower.
     step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
     # A band or less reads B once, unpacked; an epilogue is the packed tiles' own.
-    fused = epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0
+    fused = has_epilogue(epilogue)
     if packs(segments, width, c_step, wrap) and (m > MR or fused):
         _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, segments * width, width, b_step,
                        step, accumulate, epilogue)  # fmt: skip
@@ -732,6 +733,13 @@ def _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, into):  # type: ignore[n
                 piece = min(n - j, run)
             for t in range(n, NR):
                 at[t] = 0.0
+
+
+@jit(**_OPTS, inline="always")
+def has_epilogue(epilogue):  # type: ignore[no-untyped-def]
+    """Whether ``epilogue`` (`sgemm_segments`') does anything: a bias, an activation or a
+    residual (`NO_EPILOGUE` does none)."""
+    return epilogue[0] != 0 or epilogue[2] != 0 or epilogue[3] != 0
 
 
 @jit(**_OPTS, inline="always")
