@@ -114,6 +114,17 @@ def test_split_gemms_match_reference(blas_threads, case) -> None:
 ALONG_CHANNELS = (1, 32, 8, 8, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
 
 
+def _with_epilogue(case):  # type: ignore[no-untyped-def]
+    """A case's float32 operands, the convolution's reference, a bias and a residual, the
+    reference with them and a ReLU, and an output of NaNs."""
+    x, w = _operands(case, "float32")
+    conv_out = _reference(case, x, w)
+    bias = rand((conv_out.shape[1],), seed=3)
+    res = rand(conv_out.shape, seed=4)
+    want = np.maximum(conv_out + bias[None, :, None, None] + res, 0)
+    return x, w, conv_out, bias, res, want, np.full(want.shape, np.nan, dtype="float32")
+
+
 @pytest.mark.parametrize("case", [*SPLIT_CASES[:5], ALONG_CHANNELS])
 def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     """A bias, a residual and a ReLU applied with the convolution (`conv._conv2d_blas`' epilogue:
@@ -123,12 +134,7 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     groups, a batch of 2 (split by images: the pass), the direct method (the pass)."""
     from rvm.kernels import epipass
 
-    x, w = _operands(case, "float32")
-    conv_out = _reference(case, x, w)
-    bias = rand((conv_out.shape[1],), seed=3)
-    res = rand(conv_out.shape, seed=4)
-    want = np.maximum(conv_out + bias[None, :, None, None] + res, 0)
-    out = np.full(want.shape, np.nan, dtype="float32")
+    x, w, conv_out, bias, res, want, out = _with_epilogue(case)
     epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
     done = conv._conv2d_blas(x, w, out, *_args(case), epilogue)
     assert done in (0, 1)
@@ -169,12 +175,7 @@ def test_im2col_into_panels_matches_reference(blas_threads, case, fused) -> None
     and two threads (the columns cut first: `segments.gemm_segments`)."""
     from rvm.kernels import epipass
 
-    x, w = _operands(case, "float32")
-    conv_out = _reference(case, x, w)
-    bias = rand((conv_out.shape[1],), seed=3)
-    res = rand(conv_out.shape, seed=4)
-    want = np.maximum(conv_out + bias[None, :, None, None] + res, 0)
-    out = np.full(want.shape, np.nan, dtype="float32")
+    x, w, conv_out, bias, res, want, out = _with_epilogue(case)
     oh, ow = out.shape[2:]
     fused = fused and sgemm.fuses(oh, ow, ow, 0, w[0].size)
     epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data) if fused else sgemm.NO_EPILOGUE
