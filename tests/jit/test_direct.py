@@ -174,6 +174,37 @@ def test_the_fused_entry_point_applies_the_epilogue(blas_threads, what) -> None:
     assert not out.any()
 
 
+def test_a_bias_of_one_value_in_a_warm_process() -> None:
+    """A bias of one value for all channels, spread over them in a scratch array the call's
+    task reaches by address, outlives the call in a process loading the kernels from the
+    caches (`jit_helpers.run_warm`): 4096 channels, 16 KB of scratch mapped apart there."""
+    from jit_helpers import run_warm
+
+    script = (
+        "import numba as nb\n"
+        "import numpy as np\n"
+        "from rvm.kernels import direct\n"
+        "from rvm.op import numpy_ref\n"
+        "@nb.njit\n"
+        "def call(x, w4, out, bias, params):\n"
+        "    return direct.conv2d_packed_fused_call((x, w4, out, bias, out), params)\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((1, 16, 3, 3)).astype(np.float32)\n"
+        "w = rng.standard_normal((4096, 16, 1, 1)).astype(np.float32)\n"
+        "packed = direct.pack(w, 1)\n"
+        "w4 = packed.reshape(packed.shape[0] * packed.shape[1], 1, 1, -1)\n"
+        "bias = np.full((1, 1, 1, 1), -0.5, np.float32)\n"
+        "want = np.maximum(numpy_ref.conv2d(x, w, (1, 1), (0, 0, 0, 0), (1, 1), 1) - 0.5, 0)\n"
+        "params = (1, 1, 1, 1, 1, 0, 0, 0, 0, packed.shape[5], 1, 1, 0)\n"
+        "for _ in range(20):\n"
+        "    out = np.full(want.shape, np.nan, np.float32)\n"
+        "    assert call(x, w4, out, bias, params) == 0\n"
+        "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)\n"
+    )
+    exec(script, {})  # compiled here, cached for the warm process
+    run_warm(script)
+
+
 @pytest.mark.parametrize("case", CASES[:4])
 def test_pack_in_jitted_code_is_pack(case) -> None:
     x, w = _operands(case)
