@@ -119,6 +119,92 @@ def test_input_copied_by_rows_on_the_threads(blas_threads, case) -> None:
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("act", [0, 1])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("panel", [direct.NB, 2 * direct.NB])
+@pytest.mark.parametrize("case", CASES)
+def test_the_epilogue_in_the_tiles_matches_the_pass(case, panel, with_bias, act) -> None:
+    """`conv2d_packed_fused`'s bias and ReLU, applied in the tiles' registers (whole tiles,
+    partial ones through the buffer, panels wider than a tile, groups, batches), equal the
+    convolution followed by the pass's arithmetic; a NaN in the input stays NaN."""
+    x, w = _operands(case)
+    if x.size:
+        x[0, 0, 0, 0] = np.nan
+    o = w.shape[0]
+    bias = rand((o,), seed=5) if with_bias else np.empty(0, np.float32)
+    with np.errstate(invalid="ignore"):
+        want = _reference(case, x, w)
+        if with_bias:
+            want = want + bias[:, None, None]
+        if act:
+            want = np.where(want < 0, 0, want)
+    packed = direct.pack(w, case[8], panel)
+    out = np.full(want.shape, np.nan, np.float32)
+    (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
+    direct.conv2d_packed_fused(x, packed, out, sh, sw, dh, dw, pads[0], pads[1], bias, act)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+@nb.njit
+def _fused_entry(x, w4, out, bias, res, params):  # type: ignore[no-untyped-def]
+    return direct.conv2d_packed_fused_call((x, w4, out, bias, res), params)
+
+
+@pytest.mark.parametrize("what", ["channels", "one", "none", "residual"])
+def test_the_fused_entry_point_applies_the_epilogue(blas_threads, what) -> None:
+    """Bias of a value a channel or one for all, none (ReLU alone), or a residual (then by
+    the pass after the convolution, the residual added before the ReLU): as the reference;
+    a bias of another channel count is refused, nothing written."""
+    x, w = rand((2, 16, 9, 7)), rand((32, 16, 3, 3), seed=1)
+    packed = direct.pack(w, 1)
+    w4 = packed.reshape(packed.shape[0] * packed.shape[1], 3, 3, -1)
+    want = numpy_ref.conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    bias = rand((1, 32 if what != "one" else 1, 1, 1), seed=2)
+    res = rand(want.shape, seed=3)
+    out = np.full(want.shape, np.nan, np.float32)
+    with_bias, with_res = int(what != "none"), int(what == "residual")
+    params = (1, 1, 1, 1, 1, 1, 1, 1, 1, packed.shape[5], 1, with_bias, with_res)
+    assert _fused_entry(x, w4, out, bias if with_bias else out, res if with_res else out,
+                        params) == 0  # fmt: skip
+    want = want + (bias if with_bias else 0) + (res if with_res else 0)
+    np.testing.assert_allclose(out, np.maximum(want, 0), rtol=1e-4, atol=1e-3)
+    out[...] = 0
+    refused = (*params[:11], 1, with_res)
+    assert _fused_entry(x, w4, out, rand((1, 31, 1, 1)), res, refused) == 1
+    assert not out.any()
+
+
+def test_a_bias_of_one_value_in_a_warm_process() -> None:
+    """A bias of one value for all channels, spread over them in a scratch array the call's
+    task reaches by address, outlives the call in a process loading the kernels from the
+    caches (`jit_helpers.run_warm`): 4096 channels, 16 KB of scratch mapped apart there."""
+    from jit_helpers import run_warm
+
+    script = (
+        "import numba as nb\n"
+        "import numpy as np\n"
+        "from rvm.kernels import direct\n"
+        "from rvm.op import numpy_ref\n"
+        "@nb.njit\n"
+        "def call(x, w4, out, bias, params):\n"
+        "    return direct.conv2d_packed_fused_call((x, w4, out, bias, out), params)\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((1, 16, 3, 3)).astype(np.float32)\n"
+        "w = rng.standard_normal((4096, 16, 1, 1)).astype(np.float32)\n"
+        "packed = direct.pack(w, 1)\n"
+        "w4 = packed.reshape(packed.shape[0] * packed.shape[1], 1, 1, -1)\n"
+        "bias = np.full((1, 1, 1, 1), -0.5, np.float32)\n"
+        "want = np.maximum(numpy_ref.conv2d(x, w, (1, 1), (0, 0, 0, 0), (1, 1), 1) - 0.5, 0)\n"
+        "params = (1, 1, 1, 1, 1, 0, 0, 0, 0, packed.shape[5], 1, 1, 0)\n"
+        "for _ in range(20):\n"
+        "    out = np.full(want.shape, np.nan, np.float32)\n"
+        "    assert call(x, w4, out, bias, params) == 0\n"
+        "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)\n"
+    )
+    exec(script, {})  # compiled here, cached for the warm process
+    run_warm(script)
+
+
 @pytest.mark.parametrize("case", CASES[:4])
 def test_pack_in_jitted_code_is_pack(case) -> None:
     x, w = _operands(case)
@@ -225,6 +311,28 @@ def test_library_convolution_takes_the_direct_method(case) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("case", CHANNELS_CASES)
+def test_the_library_applies_a_bias_and_relu_in_the_direct_tiles(case, residual) -> None:
+    """`conv._conv2d_blas` on the direct method takes a bias a channel and a ReLU into its
+    tiles (1 back); with a residual it leaves all three to the caller's pass (0 back)."""
+    from rvm.kernels import epipass
+
+    x, w = _operands(case)
+    conv_out = _reference(case, x, w)
+    bias = rand((w.shape[0],), seed=3)
+    res = rand(conv_out.shape, seed=4) if residual else np.empty(0, np.float32)
+    want = np.maximum(conv_out + bias[None, :, None, None] + (res if residual else 0), 0)
+    out = np.full(want.shape, np.nan, np.float32)
+    epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data if residual else 0)
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
+    done = conv._conv2d_blas(x, w, out, case[8], sh, sw, dh, dw, pt, pl, pb, pr, epilogue)
+    assert done == (0 if residual else 1)
+    if done == 0:
+        epipass.epilogue_rows(out, bias, 1, res)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
 def _model(case, weight_param: bool = False):
     """conv2d + bias + relu of ``case``, its weight a constant (as models bring them) or a
     parameter; the module and its inputs."""
@@ -256,6 +364,35 @@ def test_a_model_on_the_direct_method_in_every_exec_mode(exec_mode, case) -> Non
         want = rvm.interpret(mod, "main", *inputs)
         vm = rvm.VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
         np.testing.assert_allclose(vm["main"](*inputs), want, rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("bias_shape", ["channels", "one", "residual"])
+def test_a_packed_convolution_with_its_epilogue_in_every_exec_mode(exec_mode, bias_shape) -> None:
+    """A convolution on weights packed at build time and its kernel's epilogue
+    (``conv2d_packed_fused``): a bias a channel or one for all and a ReLU in the tiles, no
+    pass after; with a residual too; against the interpreter, in every exec mode."""
+    case = MODEL_CASES[0]
+    x_np, w_np = _operands(case)
+    bias = rand((case[4] if bias_shape != "one" else 1, 1, 1), seed=2)
+    x, r = var("x", x_np.shape), var("r", (1, case[4], 7, 7))
+    inputs = (x_np, rand((1, case[4], 7, 7), seed=4))
+    b = Builder()
+    with b.function("main", [x, r]):
+        attrs = dict(strides=case[6], dilation=case[7], groups=case[8], padding=case[9])
+        y = b.emit(op.conv2d(x, E.Constant(w_np), **attrs))
+        y = op.add(y, E.Constant(bias))
+        if bias_shape == "residual":
+            y = op.add(y, r)
+        b.emit_output(b.emit(op.relu(y)))
+    mod = b.get()
+    want = rvm.interpret(mod, "main", *inputs)
+    ex = rvm.compile(mod)
+    if bias_shape != "residual":  # (a residual here stays the kernel's own loop)
+        sources = [ex.kernel_source(k) for k in ex.kernels]
+        assert sum("conv2d_packed_fused" in text for text in sources) == 1
+        assert not any("conv_epilogue" in text for text in sources)
+    vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+    np.testing.assert_allclose(vm["main"](*inputs), want, rtol=1e-4, atol=2e-3)
 
 
 def test_constant_weights_are_packed_where_the_rule_says() -> None:

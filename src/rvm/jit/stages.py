@@ -275,7 +275,9 @@ compute[ops.conv2d] = _conv(2)
 def _conv_packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     """conv2d on a weight packed in panels (`rvm.op.conv2d_packed`): the library's direct
     convolution (`rvm.kernels.direct`), its weight viewed 4-d (groups * panels, kh, kw,
-    c / groups * panel) for the entry point, which checks the whole geometry again."""
+    c / groups * panel) for the entry point, which checks the whole geometry again; with
+    the kernel's epilogue (``info["epilogue"]``, `rvm.jit.lower`) through
+    ``conv2d_packed_fused``, which applies it."""
     x, w = args
     if out != "float32" or x.dtype != "float32" or w.dtype != "float32" or x.ndim != 4:
         raise Unsupported(f"conv2d_packed of {x.dtype} by {w.dtype} weights")
@@ -297,7 +299,14 @@ def _conv_packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -
         w4 = array_view(kb, wv, w.dims, flat)
         (_, _, sh, dh, (pt, pb), _), (_, _, sw, dw, (pl, pr), _) = geo
         params = (groups, sh, sw, dh, dw, pt, pl, pb, pr, w.dims[5])
-        kb.call_entry("conv2d_packed", (xv, w4, t.array), params, out)
+        epilogue = t.info.get("epilogue")  # `rvm.jit.lower`'s, applied in the tiles' registers
+        if epilogue is None:
+            kb.call_entry("conv2d_packed", (xv, w4, t.array), params, out)
+            return
+        bias, res, flags = epilogue
+        arrays = (xv, w4, t.array, bias, res)
+        kb.call_entry("conv2d_packed_fused", arrays, (*params, *flags), entry.variant([out] * 5))
+        t.info["fused"] = True
 
     t.fill = fill
     return t

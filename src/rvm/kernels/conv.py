@@ -499,7 +499,9 @@ def _taps_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
-    direct.conv2d_oihw(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20])
+    bias = parfor.array_at(job[_EPILOGUE], (out.shape[1] if job[_EPILOGUE] else 0,), like)
+    direct.conv2d_oihw(x, w, out, job[15], job[16], job[17], job[18], job[19], job[20], bias,
+                       job[_EPILOGUE + 2])  # fmt: skip
 
 
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -608,7 +610,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  
     how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
     job[21] = how
     images = by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads())
-    fused = fuses_epilogue(how, cg * kh * kw, images) and sgemm.applies(x)
+    fused = fuses_epilogue(how, cg * kh * kw, images, epilogue) and sgemm.applies(x)
     if fused:
         job[_EPILOGUE], job[_EPILOGUE + 1], job[_EPILOGUE + 2], job[_EPILOGUE + 3] = epilogue
     if images:
@@ -619,12 +621,16 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  
 
 
 @jit(**_OPTS, inline="always")
-def fuses_epilogue(how, k, images):  # type: ignore[no-untyped-def]
+def fuses_epilogue(how, k, images, epilogue):  # type: ignore[no-untyped-def]
     """Whether a float32 convolution by method ``how`` (a depth of ``k`` a group; a batch split
-    ``images`` by images: `by_images`) applies its epilogue in its GEMM's store
-    (`sgemm.fuses`): the 1x1 ones (one GEMM of the whole batch on the input's rows; strided:
-    on the subsampled input) and im2col's (a GEMM a block of output rows, on the column
-    matrix), where the GEMM can."""
+    ``images`` by images: `by_images`) applies its ``epilogue`` (`sgemm.sgemm_segments`') with
+    the convolution: in its GEMM's store (`sgemm.fuses`) for the 1x1 ones (one GEMM of the
+    whole batch on the input's rows; strided: on the subsampled input) and im2col's (a GEMM a
+    block of output rows, on the column matrix), where the GEMM can; in the direct method's
+    tiles (`rvm.kernels.direct.conv2d_packed_fused`) a bias a channel and a ReLU, not a
+    residual (the pass adds it before the ReLU)."""
+    if how == CHANNELS:
+        return epilogue[3] == 0 and (epilogue[0] == 0 or epilogue[1] == 1)
     gemm = how == POINTWISE or how == STRIDED or how == IM2COL
     # One run of B's rows, or (im2col into panels) runs end to end in C: the same to `fuses`.
     return gemm and not images and sgemm.fuses(1, 1, 1, 0, k)

@@ -4,7 +4,8 @@ positions by up to `VECTORS` vectors of output channels, in LLVM IR at the CPU's
 `micro` keeps ``MR x VECTORS`` accumulators in registers (24 + 4 of 32 AVX-512 registers;
 12 + 3 of 16 AVX2 ones): for each (tap, input channel) it loads the packed weight's vectors
 and broadcasts each position's input value from the NHWC plane (`rvm.kernels.nhwc`). A whole
-tile goes transposed into the NCHW output in registers (`rvm.kernels.nhwc.transposed`). A
+tile goes transposed into the NCHW output in registers (`rvm.kernels.nhwc.transposed`), a
+convolution's bias and ReLU applied to its accumulators first (no pass over the output). A
 band's last, partial tile keeps its sums in several interleaved sets (`sums`), so its few
 accumulators do not wait on each multiply-add's latency.
 """
@@ -77,10 +78,14 @@ def prefetch_l2(typingctx, address):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc):  # type: ignore[no-untyped-def]  # noqa: E501
-    """The micro-kernel, on int64 addresses: ``T[i, :width] = sum over (t, ch) of A[bases[i] +
-    taps[t] + ch] * B[t * cg + ch, :width]`` for positions i < ``rows`` (of `MR`), ``width =
-    (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps, B's rows ``ldb`` floats apart.
+def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The micro-kernel, on int64 addresses: ``T[i, :width] = act(sum over (t, ch) of
+    A[bases[i] + taps[t] + ch] * B[t * cg + ch, :width] + bias[:width])`` for positions i <
+    ``rows`` (of `MR`), ``width = (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps,
+    B's rows ``ldb`` floats apart; ``bias`` the address of the tile's ``width`` channels'
+    biases (0: none), ``act`` 1 for a ReLU (0: none), both applied to the accumulators in
+    registers, a vector of channels at a time, before any store (`rvm.kernels.epipass`'s
+    arithmetic: the sum plus the bias, then the ReLU, NaN kept).
     ``bases`` and ``taps`` are int64 arrays' addresses. With ``ldc`` 0, T's rows go to C `NB`
     floats apart; else the tile is whole (``rows`` = `MR`) and goes transposed, as NCHW wants
     it: channel ``k``'s `MR` positions one run at ``C + k * ldc``, the accumulators
@@ -89,10 +94,10 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
     runs the loop of the fewest rows that hold it (a 7 x 7 map's last band of 1 position
     cost a whole band's multiply-adds, a seventh of the map's), each tap's channels spread
     over `sums` interleaved sets of accumulators."""
-    sig = nt.void(*(nt.int64,) * 12)
+    sig = nt.void(*(nt.int64,) * 14)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc = args
+        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc, bias, act = args
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, LANES)
         vptr, fptr, iptr = vec.as_pointer(), f32.as_pointer(), i64.as_pointer()
@@ -187,6 +192,17 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
                     for j in range(vectors):
                         total = builder.fadd(builder.load(acc[i][j]), builder.load(other[i][j]))
                         builder.store(total, acc[i][j])
+            with builder.if_then(builder.icmp_signed("!=", bias, i64(0))):
+                for j in range(vectors):
+                    shift = load(vector_at(builder.inttoptr(bias, fptr), i64(0), j), j)
+                    for i in range(mr):
+                        builder.store(builder.fadd(builder.load(acc[i][j]), shift), acc[i][j])
+            with builder.if_then(builder.icmp_signed("!=", act, i64(0))):
+                for i in range(mr):
+                    for j in range(vectors):
+                        value = builder.load(acc[i][j])
+                        below = builder.fcmp_ordered("<", value, zero)
+                        builder.store(builder.select(below, zero, value), acc[i][j])
 
             def store_rows():  # type: ignore[no-untyped-def]
                 for i in range(mr):

@@ -55,6 +55,7 @@ MODULES = {
     "conv2d": "rvm.kernels.conv",
     "conv2d_fused": "rvm.kernels.conv",
     "conv2d_packed": "rvm.kernels.direct",
+    "conv2d_packed_fused": "rvm.kernels.direct",
     "conv_epilogue": "rvm.kernels.epipass",
     "channel_affine": "rvm.kernels.affine",
     "pool2d": "rvm.kernels.pool",
@@ -71,6 +72,7 @@ MODULES = {
 # ``entry_call`` (`caller_attribute`).
 MIXED = {
     "conv2d_fused": (4, 4, 4, 4, 4),
+    "conv2d_packed_fused": (4, 4, 4, 4, 4),
     "qconv2d": (4, 4, 1, 1, 4),
     "qconv2d_turned": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),

@@ -1,0 +1,58 @@
+"""A channel split into its padded stride phases (`rvm.kernels.planes.padded_phases`) against
+NumPy: every row and column stride (2: both column phases in one pass), padding on either
+side, odd and even widths, planes clipped by the windows' reach, the padding left as found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rvm.kernels import planes
+
+FILL = -7.0  # what the caller left in the phases: the padding value
+
+# (ih, iw, kernel, sh, sw, pt, pl, pb, pr)
+CASES = [
+    (224, 224, 3, 2, 2, 0, 0, 0, 0),  # squeezenet's stem: the last row and column unread
+    (10, 9, 3, 2, 2, 1, 1, 1, 1),
+    (11, 12, 3, 2, 2, 0, 1, 0, 1),  # an odd column first
+    (7, 7, 7, 2, 2, 3, 3, 3, 3),  # the 7x7 stems' padding
+    (9, 10, 3, 3, 2, 1, 0, 1, 0),
+    (5, 4, 5, 2, 2, 2, 2, 2, 2),  # more padding than input on a side
+    (6, 3, 2, 2, 2, 0, 2, 0, 1),  # three columns: one pair and one left over
+    (8, 2, 3, 2, 2, 1, 1, 1, 1),  # two columns
+    (8, 1, 3, 2, 2, 1, 1, 1, 1),  # one column: a phase at a time
+    (9, 11, 3, 1, 1, 1, 1, 1, 1),
+    (13, 17, 3, 2, 3, 1, 2, 1, 0),
+    (12, 15, 5, 3, 2, 2, 1, 2, 2),  # a column stride of 2 under a row stride of 3
+]
+
+
+def _reference(x, sh, sw, pt, pl, hp, wp, hq, wq):
+    """The phases by NumPy: the padded plane's rows a, a + sh... and columns b, b + sw...,
+    clipped to (hp, wp), FILL where no input element lands."""
+    ih, iw = x.shape
+    plane = np.full((hq * sh + sh, wq * sw + sw), FILL, np.float32)
+    for h in range(ih):
+        for w in range(iw):
+            if 0 <= h + pt < hp and 0 <= w + pl < wp:
+                plane[h + pt, w + pl] = x[h, w]
+    want = np.full((sh, sw, hq, wq), FILL, np.float32)
+    for a in range(sh):
+        for b in range(sw):
+            part = plane[a::sh, b::sw][:hq, :wq]
+            want[a, b, : part.shape[0], : part.shape[1]] = part
+    return want.reshape(-1)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_padded_phases_match_numpy(case) -> None:
+    ih, iw, k, sh, sw, pt, pl, pb, pr = case
+    oh, ow = (ih + pt + pb - k) // sh + 1, (iw + pl + pr - k) // sw + 1
+    hp, wp, hq, wq = planes.phase_shape(oh, ow, k, k, sh, sw, 1, 1)
+    x = np.random.default_rng(0).standard_normal((2, ih, iw)).astype(np.float32)
+    got = np.full(sh * sw * hq * wq, FILL, np.float32)
+    # the second channel of the flat input: its offset read right
+    planes.padded_phases(x.reshape(-1), ih * iw, ih, iw, got, sh, sw, hq, wq, hp, wp, pt, pl)
+    want = _reference(x[1], sh, sw, pt, pl, hp, wp, hq, wq)
+    np.testing.assert_array_equal(got, want)
