@@ -91,10 +91,10 @@ def default_passes() -> list[tuple[str, Pass]]:
     from rvm.transform.infer_shapes import infer_shapes
     from rvm.transform.inline import inline
     from rvm.transform.kill import kill
-    from rvm.transform.merge_convs import merge_convs
     from rvm.transform.lambda_lift import lambda_lift
     from rvm.transform.legalize import legalize
     from rvm.transform.memory_plan import memory_plan
+    from rvm.transform.merge_convs import merge_convs
     from rvm.transform.normalize import normalize
     from rvm.transform.shuffle_after_depthwise import shuffle_after_depthwise
     from rvm.transform.tail_call import tail_call
