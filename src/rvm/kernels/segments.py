@@ -128,8 +128,10 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few, then runs of columns when the segments are few too; where the GEMM packs B
     (`sgemm.packs`) and the columns outnumber C's rows, columns first (segments, or the columns
-    of one run) and bands last. Checks every window first; float32 only (a TypingError for
-    other dtypes); a ValueError for an epilogue where `sgemm.fuses` does not hold."""
+    of one run) and bands last; where the rows outnumber them, bands, after B's columns in a
+    part a thread where that moves fewer floats (`_packed_bands`). Checks every window first;
+    float32 only (a TypingError for other dtypes); a ValueError for an epilogue where
+    `sgemm.fuses` does not hold."""
     require_operands(a, b, c)
     sgemm.require(c)
     if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
