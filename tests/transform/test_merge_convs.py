@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fusion_helpers import op_names
 
 import rvm
 from rvm import op
@@ -61,14 +62,6 @@ def _branches(
     return bb.get()
 
 
-def _ops(mod: IRModule) -> list[str]:
-    return [
-        b.value.callee.name
-        for b in mod["main"].body.bindings
-        if isinstance(b.value, Call) and hasattr(b.value.callee, "name")
-    ]
-
-
 def _inputs(mod: IRModule, batch: int = 1, size: int = 9) -> list[np.ndarray]:
     return [
         RNG.standard_normal((batch, C, size, size)).astype(F32),
@@ -90,7 +83,7 @@ def test_convolutions_of_one_input_merge(case, chain) -> None:
     mod = _branches(**case)
     merged = merge_convs(mod)
     verify(merged)
-    ops = _ops(merged)
+    ops = op_names(merged)
     assert ops[: 1 + len(chain) + 3] == ["conv2d", *chain, *["strided_slice"] * 3]
     assert ops.count("conv2d") == 2  # the merged one and the second branch's 3x3
     conv = next(b.value for b in merged["main"].body.bindings if isinstance(b.value, Call))
@@ -114,7 +107,7 @@ def test_what_cannot_merge_stays(case) -> None:
     mod = _branches(**case)
     merged = merge_convs(mod)
     if case.get("dilation") is not None:
-        assert _ops(merged).count("conv2d") == 3  # the two of stride 2 merged
+        assert op_names(merged).count("conv2d") == 3  # the two of stride 2 merged
         args = _inputs(mod)
         want = interpret(mod, "main", *args)
         np.testing.assert_allclose(interpret(merged, "main", *args), want, rtol=1e-5, atol=1e-5)
@@ -127,7 +120,7 @@ def test_a_chain_step_read_twice_ends_the_chain() -> None:
     unlike the others'; those two merge."""
     mod = _branches(uses=2)
     merged = merge_convs(mod)
-    assert _ops(merged).count("conv2d") == 3
+    assert op_names(merged).count("conv2d") == 3
     args = _inputs(mod)
     want = interpret(mod, "main", *args)
     for got, ref in zip(interpret(merged, "main", *args), want):

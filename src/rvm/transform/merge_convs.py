@@ -37,7 +37,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, map_function_regions, map_functions, replace_changed
+from rvm.transform.legalize import count_uses, rewrite_counted
 
 logger = logging.getLogger("rvm.transform")
 
@@ -46,24 +46,15 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 def merge_convs(mod: IRModule) -> IRModule:
     """Merge the convolutions of each region that share their input (see above)."""
-    merged = 0
 
-    def rewrite(name: str, func: E.Function) -> E.Function:
+    def regions(func: E.Function):  # type: ignore[no-untyped-def]
         uses = count_uses(func.body)
+        return lambda bindings: _merge_region(bindings, uses)
 
-        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal merged
-            out, n = _merge_region(bindings, uses)
-            merged += n
-            return out, body
-
-        return map_function_regions(func, region)
-
-    funcs = map_functions(mod, rewrite)
-    if not merged:
-        return mod
-    logger.debug("merge_convs: %d convolutions merged", merged)
-    return replace_changed(mod, funcs)
+    out, merged = rewrite_counted(mod, regions)
+    if merged:
+        logger.debug("merge_convs: %d convolutions merged", merged)
+    return out
 
 
 def _merge_region(
