@@ -13,12 +13,16 @@ convolution whose weight holds theirs one after the other along the output chann
 joined bias and the chain once. Each member's result is then a ``strided_slice`` of the merged
 result along the channels. Only where the input has one image (every axis before the channels
 has size 1): each slice is then one contiguous run of the merged result, which `memory_plan`
-gives its readers as a view, no copy (`rvm.transform.concat_plan.contiguous_run`).
+gives its readers as a view, no copy (`rvm.transform.concat_plan.slice_offset`); a slice that
+is a piece of a concatenation written in place is copied there.
 
-Why: inception's branches start with 1x1 convolutions of the block's input (576 -> 224, 64, 96
-and 128 channels on a 14 x 14 map): merged, the GEMM copies its input into panels once instead
-of once a branch (~30 us of a 576-channel 14 x 14 input on a Zen 3 core, ~10% of a 96-channel
-branch's time), and the pool splits one larger job instead of starting several small ones.
+Why: inception's branches start with 1x1 convolutions of the block's input (576 -> 224, 64 and
+96 channels on a 14 x 14 map; the pool branch's projection, whose ReLU follows its pool, stays
+apart): merged, the GEMM copies its input into panels once instead of once a branch (~30 us
+of a 576-channel 14 x 14 input on a Zen 3 core, ~10% of a 96-channel branch's time), and the
+pool splits one larger job instead of starting several small ones. On that core, one thread:
+the 1x1 convolutions' time 2.4% less (slice copies included), inception_v2 within the noise
+of whole-model runs; two threads: 1-9% less CPU in all (pool pieces and the caller).
 
 The merged chain takes the place of the first member's convolution, the slices follow it; the
 members' own bindings go. Algorithm: one walk over each straight-line region (`map_regions`):
