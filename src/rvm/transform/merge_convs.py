@@ -22,7 +22,8 @@ apart): merged, the GEMM copies its input into panels once instead of once a bra
 of a 576-channel 14 x 14 input on a Zen 3 core, ~10% of a 96-channel branch's time), and the
 pool splits one larger job instead of starting several small ones. On that core, one thread:
 the 1x1 convolutions' time 2.4% less (slice copies included), inception_v2 within the noise
-of whole-model runs; two threads: 1-9% less CPU in all (pool pieces and the caller).
+of whole-model runs; two threads, with the GEMM's split of such products
+(`rvm.kernels.segments._packed_bands`): 1-9% less CPU in all (pool pieces and the caller).
 
 The merged chain takes the place of the first member's convolution, the slices follow it; the
 members' own bindings go. Algorithm: one walk over each straight-line region (`map_regions`):
