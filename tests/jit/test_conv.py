@@ -95,7 +95,13 @@ SPLIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", SPLIT_CASES)
+# A 1x1 with more output channels than positions whose input costs more to pack again a band
+# than its weight to read again (`segments._packed_bands`): on two threads B's columns in two
+# runs (195 positions: 12 tiles and 3), then bands of the 224 channels.
+BAND_COLUMNS = (1, 192, 13, 15, 224, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("case", [*SPLIT_CASES, BAND_COLUMNS])
 def test_split_gemms_match_reference(blas_threads, case) -> None:
     if case is WRAPPED:
         assert conv.wraps_rows(30, 33, 35) and conv.taps_fill(30, 33, 35)
@@ -125,7 +131,7 @@ def _with_epilogue(case):  # type: ignore[no-untyped-def]
     return x, w, conv_out, bias, res, want, np.full(want.shape, np.nan, dtype="float32")
 
 
-@pytest.mark.parametrize("case", [*SPLIT_CASES[:5], ALONG_CHANNELS])
+@pytest.mark.parametrize("case", [*SPLIT_CASES[:5], ALONG_CHANNELS, BAND_COLUMNS])
 def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     """A bias, a residual and a ReLU applied with the convolution (`conv._conv2d_blas`' epilogue:
     in its GEMM's store where `conv.fuses_epilogue` holds, 1 back, else 0 and the caller runs

@@ -87,6 +87,27 @@ def _rows_fit(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
+def _packed_bands(m_parts, s_parts, w_parts, per_batch, bands, segments, tiles, a_size, b_size):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The (bands, segment runs, column runs) a batch of a product whose B is packed a piece
+    (`sgemm.packs`) and whose rows outnumber its columns is cut into: bands only (each piece
+    packs all of B again, A read once in all) or, where that moves more floats, B's columns
+    in as many parts as there are threads first and bands of the rest (each piece packs its
+    part of B, A read once a part): the lesser of ``m_parts * b_size + a_size`` and
+    ``bands' * b_size + parts * a_size``. A 1x1 convolution of 576 channels on 14 x 14 to 224
+    (or inception's merged branch heads, 320-416) packed B eight times at two threads; one of
+    1024 to 2048 channels on 7 x 7 (B small, A large) keeps its bands."""
+    parts = max(1, min(segments * tiles, parfor.threads()))
+    if parts < 2 or s_parts * w_parts >= parts:
+        return m_parts, s_parts, w_parts
+    cut_s = max(1, min(segments, parts))
+    cut_w = max(1, min(tiles, parts // cut_s))
+    cut_m = max(1, min(bands, per_batch // (cut_s * cut_w)))
+    if cut_m * b_size + cut_s * cut_w * a_size >= m_parts * b_size + s_parts * w_parts * a_size:
+        return m_parts, s_parts, w_parts
+    return cut_m, cut_s, cut_w
+
+
+@jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
                   batches, groups, a_group, b_batch, c_batch, wrap, cols, epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
@@ -107,8 +128,10 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few, then runs of columns when the segments are few too; where the GEMM packs B
     (`sgemm.packs`) and the columns outnumber C's rows, columns first (segments, or the columns
-    of one run) and bands last. Checks every window first; float32 only (a TypingError for
-    other dtypes); a ValueError for an epilogue where `sgemm.fuses` does not hold."""
+    of one run) and bands last; where the rows outnumber them, bands, after B's columns in a
+    part a thread where that moves fewer floats (`_packed_bands`). Checks every window first;
+    float32 only (a TypingError for other dtypes); a ValueError for an epilogue where
+    `sgemm.fuses` does not hold."""
     require_operands(a, b, c)
     sgemm.require(c)
     if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
@@ -153,6 +176,11 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64
         # channels): the columns of each run too.
         w_parts = max(1, min(tiles, per_batch // (m_parts * s_parts)))
+        if packed:
+            m_parts, s_parts, w_parts = _packed_bands(
+                m_parts, s_parts, w_parts, per_batch, bands, segments, tiles, m * k,
+                k * segments * width,
+            )  # fmt: skip
     # Equal shares in whole bands and tiles (`parfor.piece_range`): steps rounded up to them
     # left a last piece short (256 rows in 8: 7 of 36 and one of 4, a thread taking 144 rows
     # to the other's 112) or a piece fewer (196 columns in 8: 7 of 32).

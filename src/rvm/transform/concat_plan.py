@@ -66,6 +66,38 @@ def concat_axis(func: E.Function) -> int | None:
     return int(call.attrs["axis"])
 
 
+def slice_offset(value: E.Expr, funcs: dict[str, E.Function]) -> int | None:
+    """The byte offset in its input of the result of ``value`` when it calls a lone
+    ``strided_slice`` (one axis, step 1) that is one contiguous run of a static input
+    (`placeable`: every axis before the sliced one has size 1), else None: the memory plan
+    makes such a slice a view of its input's storage (`rvm.transform.merge_convs`' channel
+    slices), and `rvm.transform.fuse_ops` joins it to no consumer."""
+    func = primitive_callee(value, funcs)
+    if func is None or len(func.params) != 1 or not isinstance(func.body, E.SeqExpr):
+        return None
+    bindings = list(func.body.bindings)
+    if len(bindings) != 1 or func.body.body is not bindings[0].var:
+        return None
+    call = bindings[0].value
+    if not (isinstance(call, E.Call) and call.callee is ops.strided_slice):
+        return None
+    if call.args[0] is not func.params[0] or not isinstance(value.args[0], E.Var):  # type: ignore[attr-defined]
+        return None
+    src = _static(value.args[0].type)  # type: ignore[attr-defined]
+    axes, strides = call.attrs["axes"], call.attrs["strides"]
+    if src is None or len(axes) != 1 or tuple(strides) != (1,):
+        return None
+    shape: tuple[int, ...] = src.shape  # type: ignore[assignment]
+    axis = axes[0] % len(shape)
+    begin, end = call.attrs["begin"][0], call.attrs["end"][0]
+    begin = min(max(begin + shape[axis] if begin < 0 else begin, 0), shape[axis])
+    end = min(max(end + shape[axis] if end < 0 else end, 0), shape[axis])
+    if end <= begin or not placeable(src, axis):
+        return None
+    itemsize = numpy_dtype(src.dtype).itemsize  # type: ignore[arg-type]
+    return begin * int(np.prod(shape[axis + 1 :], dtype=np.int64)) * itemsize
+
+
 def placeable(ty: object, axis: int) -> bool:
     """Whether a concat along ``axis`` with result type ``ty`` has pieces that are contiguous
     runs of it, large enough to be written in place (the pieces' own conditions aside):

@@ -34,7 +34,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, map_function_regions, map_functions, replace_changed
+from rvm.transform.legalize import count_uses, rewrite_counted
 
 logger = logging.getLogger("rvm.transform")
 
@@ -54,26 +54,16 @@ class _Chain:
 
 def fold_batch_norm(mod: IRModule) -> IRModule:
     """Fold every batch norm of a convolution into the convolution's weights."""
-    folded = 0
 
-    def rewrite(name: str, func: E.Function) -> E.Function:
-        nonlocal folded
+    def regions(func: E.Function):  # type: ignore[no-untyped-def]
         uses = count_uses(func.body)
         consts: dict[E.Var, np.ndarray] = {}
+        return lambda bindings: _fold_region(bindings, uses, consts)
 
-        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):
-            nonlocal folded
-            out, n = _fold_region(bindings, uses, consts)
-            folded += n
-            return out, body
-
-        return map_function_regions(func, region)
-
-    funcs = map_functions(mod, rewrite)
-    if not folded:
-        return mod
-    logger.debug("fold_batch_norm: %d batch norms folded into convolutions", folded)
-    return replace_changed(mod, funcs)
+    out, folded = rewrite_counted(mod, regions)
+    if folded:
+        logger.debug("fold_batch_norm: %d batch norms folded into convolutions", folded)
+    return out
 
 
 def _fold_region(

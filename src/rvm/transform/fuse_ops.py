@@ -20,7 +20,8 @@ absorbs no producer; a group holds at most one anchor (REDUCTION or OUT_ELEMWISE
 at most `MAX_GROUP_OPS` ops; OPAQUE never fuses; a group whose inputs are all constants does not
 join a group that has other inputs, so that `fold_constant` can still evaluate it; a lone
 concat whose pieces are runs of its output (`rvm.transform.concat_plan.placeable`) joins no
-consumer, so that `memory_plan` can write it in place.
+consumer, so that `memory_plan` can write it in place, nor does a lone slice that is one run of
+its input (`rvm.transform.concat_plan.slice_offset`), which `memory_plan` makes a view.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from rvm.ir.functor import ExprMutator
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.ir.op import OpPattern
-from rvm.transform.concat_plan import concat_axis, placeable
+from rvm.transform.concat_plan import concat_axis, placeable, slice_offset
 from rvm.transform.legalize import (
     PrimitiveTable,
     count_uses,
@@ -206,6 +207,8 @@ def _group_region(
                 continue
             if p.ops == ["concat"] and _placed_concat(bindings[j], funcs):
                 continue  # the memory plan may drop it (`rvm.transform.concat_plan`)
+            if p.ops == ["strided_slice"] and slice_offset(bindings[j].value, funcs) is not None:
+                continue  # a run of its input: the memory plan makes it a view
             group.members = sorted(p.members + group.members)
             group.patterns = p.patterns + group.patterns
             group.ops = p.ops + group.ops

@@ -108,6 +108,32 @@ def map_function_regions(func: E.Function, fn: RegionFn) -> E.Function:
     return E.Function(func.params, body, func.ret_type, func.attrs)
 
 
+CountedRegionFn = Callable[[list[E.VarBinding]], tuple[list[E.VarBinding], int]]
+
+
+def rewrite_counted(
+    mod: IRModule, regions: Callable[[E.Function], CountedRegionFn]
+) -> tuple[IRModule, int]:
+    """``mod`` with the bindings of every region of its non-primitive functions rewritten by
+    ``regions(func)`` (which returns them and how many rewrites it made), and the rewrites in
+    all; ``mod`` itself when there were none."""
+    total = 0
+
+    def rewrite(name: str, func: E.Function) -> E.Function:
+        fn = regions(func)
+
+        def region(bindings: list[E.VarBinding], body: E.Expr, depth: int):  # type: ignore[no-untyped-def]
+            nonlocal total
+            out, n = fn(bindings)
+            total += n
+            return out, body
+
+        return map_function_regions(func, region)
+
+    funcs = map_functions(mod, rewrite)
+    return (replace_changed(mod, funcs) if total else mod), total
+
+
 def replace_changed(mod: IRModule, funcs: dict[str, E.Function]) -> IRModule:
     """``mod`` with those of ``funcs`` (`map_functions`' result) that are not its own."""
     return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})

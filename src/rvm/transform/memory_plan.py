@@ -23,6 +23,9 @@ kernels of the region make, each a contiguous run of its output (`rvm.transform.
 is dropped: the output's storage is made at the first piece, the pieces' kernels write into views
 of it at their offsets, and the result is a view of it too; a piece that is such a concatenation
 itself is a view of the outermost one's storage, which lives until the last use of any of them.
+Likewise a kernel that only slices one contiguous run of another kernel's result
+(`rvm.transform.concat_plan.slice_offset`: `rvm.transform.merge_convs`' channel slices) is
+dropped: the slice is a view of that result's storage, which lives until the slice's last use.
 Figures go to one debug line per function and to ``mod.attrs["memory_plan"][name]``.
 
 Algorithm: per region, find which tensors escape and where each is last used, then rewrite the
@@ -42,7 +45,7 @@ from rvm.ir import expr as E
 from rvm.ir.module import IRModule
 from rvm.ir.types import TensorType, TupleType, Type
 from rvm.transform import vm_ops
-from rvm.transform.concat_plan import ConcatSite, concat_members, concat_sites
+from rvm.transform.concat_plan import ConcatSite, concat_members, concat_sites, slice_offset
 from rvm.transform.legalize import Namer, count_uses, hoist_result, map_regions, primitive_callee
 
 logger = logging.getLogger("rvm.transform")
@@ -70,6 +73,8 @@ class _Region:
     concats: dict[E.Var, ConcatSite] = field(default_factory=dict)  # written in place
     pieces: dict[E.Var, tuple[E.Var, int]] = field(default_factory=dict)  # -> outermost, offset
     concat_storage: dict[E.Var, E.Var] = field(default_factory=dict)  # concat -> its storage
+    views: dict[E.Var, tuple[E.Var, int]] = field(default_factory=dict)  # slice -> input, offset
+    storage_of: dict[E.Var, E.Var] = field(default_factory=dict)  # static tensor -> its storage
 
 
 class _Planner:
@@ -91,9 +96,11 @@ class _Planner:
         concats = concat_sites(bindings, self.funcs, self.uses)
         members = concat_members(concats)
         self._pieces = set(members)
-        state = self._analyse(bindings, members)
+        views = self._slice_views(bindings, members)
+        state = self._analyse(bindings, members, views)
         state.concats = concats
         state.pieces = members
+        state.views = views
         dropped = {site.tuple_var for site in state.concats.values()}
         out: list[E.VarBinding] = []
         for i, b in enumerate(bindings):
@@ -103,6 +110,14 @@ class _Planner:
                 out.append(b)
                 continue
             call: E.Call = b.value  # type: ignore[assignment]
+            if b.var in state.views:  # a run of its input: a view of the input's storage
+                source, offset = state.views[b.var]
+                ty: TensorType = b.var.type  # type: ignore[assignment]
+                attrs = {"offset": offset, "shape": ty.shape, "dtype": ty.dtype}
+                alloc = E.Call(vm_ops.alloc_tensor, (state.storage_of[source],), attrs)
+                out.append(E.VarBinding(b.var, alloc))
+                self._release(state, i, [b.var, *call.args])
+                continue
             view = None if b.var in state.pieces else self._view_shape(call, b.var.type)
             if view is not None:  # a reshape: a view of its input (RESHAPE_TENSOR)
                 value = self._reshape_view(call.args[0], view, b, state, out)
@@ -167,12 +182,48 @@ class _Planner:
         var.with_type(vm_ops.UNIT)
         return var
 
-    def _analyse(
+    def _slice_views(
         self, bindings: list[E.VarBinding], members: dict[E.Var, tuple[E.Var, int]]
+    ) -> dict[E.Var, tuple[E.Var, int]]:
+        """The lone slices of the region that are views of their input's storage, by result:
+        their input and byte offset there (`concat_plan.slice_offset`). The input is a
+        static result of an earlier kernel of the region with a storage of its own (no piece
+        of a concatenation written in place, no view itself), the slice no such piece."""
+        made: set[E.Var] = set()
+        views: dict[E.Var, tuple[E.Var, int]] = {}
+        for b in bindings:
+            if not self._is_prim_call(b.value):
+                continue
+            offset = slice_offset(b.value, self.funcs)
+            source = b.value.args[0] if offset is not None else None  # type: ignore[attr-defined]
+            if (
+                source in made
+                and source not in members
+                and source not in views
+                and b.var not in members
+                and isinstance(b.var.type, TensorType)
+                and b.var.type.is_static
+            ):
+                views[b.var] = (source, offset)  # type: ignore[assignment]
+            elif (
+                isinstance(b.var.type, TensorType)
+                and b.var.type.is_static
+                and self._view_shape(b.value, b.var.type) is None  # type: ignore[arg-type]
+                and _lone_op(primitive_callee(b.value, self.funcs), "shape_of") is None
+            ):
+                made.add(b.var)  # a kernel's result in a storage of its own (`_alloc`)
+        return views
+
+    def _analyse(
+        self,
+        bindings: list[E.VarBinding],
+        members: dict[E.Var, tuple[E.Var, int]],
+        views: dict[E.Var, tuple[E.Var, int]],
     ) -> _Region:
         """Last uses of kernel inputs and the tensors that do not escape the region; a
         concatenation written in place (``members``: `concat_members`) is last used where any
-        of its members is, and escapes when any of them does."""
+        of its members is, and escapes when any of them does; so is the input of a slice
+        made a view (``views``: `_slice_views`) where the slice is."""
         last_use: dict[E.Var, int] = {}
         dps_uses: dict[E.Var, int] = {}
         for i, b in enumerate(bindings):
@@ -203,6 +254,12 @@ class _Planner:
             # A piece is also used by its concatenation's tuple, which is dropped.
             if var is not root and self.uses.get(var, 0) != dps_uses.get(var, 0) + 1:
                 local.discard(root)
+        for var, (source, _) in views.items():
+            if var in last_use:
+                last_use[source] = max(last_use[var], last_use.get(source, -1))
+            if var not in local:
+                local.discard(source)
+            local.discard(var)  # its storage is its input's
         return _Region(last_use, local)
 
     def _plannable(self, ty: Type | None) -> list[TensorType] | None:
@@ -263,7 +320,7 @@ class _Planner:
             attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
             out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage, shape), attrs)))
             return
-        storage = self._static_storage(var, ty, state, out)
+        storage = state.storage_of[var] = self._static_storage(var, ty, state, out)
         attrs = {"offset": 0, "shape": ty.shape, "dtype": dtype}
         out.append(E.VarBinding(var, E.Call(vm_ops.alloc_tensor, (storage,), attrs)))
 
@@ -309,6 +366,8 @@ class _Planner:
         for v in dict.fromkeys(vars_):
             if isinstance(v, E.Var) and v in state.pieces:
                 v = state.pieces[v][0]  # a view: its storage is its outermost concatenation's
+            elif isinstance(v, E.Var) and v in state.views:
+                v = state.views[v][0]  # a slice's view: its storage is its input's
             if not isinstance(v, E.Var) or v not in state.owned:
                 continue
             if state.last_use.get(v, index) == index:

@@ -15,6 +15,10 @@ Each pass: what it needs → what it guarantees.
   statistics is folded into the weights and a per-channel bias add.
 - commute_pool_projection: batch norms folded → an average pool and a 1x1 convolution, the
   first used only by the second, run in the order that costs fewer multiply-adds and taps.
+- merge_convs: batch norms folded → conv2d calls of one region sharing their input (one
+  image), geometry and bias-and-activation chain are one convolution of their weights one after
+  the other, each member a channel ``strided_slice`` of its result (inception's branch heads),
+  which the memory plan makes a view.
 - shuffle_after_depthwise: inlined → a channel shuffle whose one use is a depthwise
   convolution with a constant weight that shrinks the map runs after it, on the smaller map.
 - fuse_attention: inlined → a scaled dot-product attention chain (matmul, scale, mask,
@@ -53,7 +57,8 @@ Each pass: what it needs → what it guarantees.
 - tail_call: any → calls in tail position carry ``attrs["tail"] = True``.
 - memory_plan: fused → primitive calls become ``vm.alloc_storage`` / ``vm.alloc_tensor`` /
   ``vm.call_dps`` (``vm.call_alloc`` where the output shape depends on data); storage is
-  reused between non-overlapping static tensors.
+  reused between non-overlapping static tensors; concatenations of kernels' results are written
+  in place and slices that are runs of one are views.
 - kill: planned → ``vm.kill(x)`` after the last use of every tensor not used later (never
   between a tail call and its return).
 """
@@ -89,6 +94,7 @@ def default_passes() -> list[tuple[str, Pass]]:
     from rvm.transform.lambda_lift import lambda_lift
     from rvm.transform.legalize import legalize
     from rvm.transform.memory_plan import memory_plan
+    from rvm.transform.merge_convs import merge_convs
     from rvm.transform.normalize import normalize
     from rvm.transform.shuffle_after_depthwise import shuffle_after_depthwise
     from rvm.transform.tail_call import tail_call
@@ -100,6 +106,7 @@ def default_passes() -> list[tuple[str, Pass]]:
         ("inline", inline),
         ("fold_batch_norm", fold_batch_norm),
         ("commute_pool_projection", commute_pool_projection),
+        ("merge_convs", merge_convs),
         ("shuffle_after_depthwise", shuffle_after_depthwise),
         ("fuse_attention", fuse_attention),
         ("fuse_norms", fuse_norms),
