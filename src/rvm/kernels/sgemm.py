@@ -605,12 +605,13 @@ def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width, wrap, cols,
                last, LANES, LANES, 0, wrap, cols, col0)  # fmt: skip
 
 
-# Inlined into its callers in Numba's IR (as `sgemm` and `blas._product` are): each jitted
-# level of a call chain is a library of its own that Numba optimizes and finalizes again with
-# everything it links, the micro-kernel included, so the GEMM task's chain of six levels cost
-# 3.5 CPU-s to build on a 2.6 GHz Zen 4; with these three inlined, 2.1 (the quickstart's first
-# run 5.2 to 3.7 s), with the same machine code (114 GFLOP/s on one core either way).
-@jit(**_OPTS, inline="always")
+# A library of its own, linked into its callers (the GEMM's and the segmented GEMM's tasks):
+# its paths are tasks (`TASKS`), so it links no micro-kernel, and Numba's IR inlining (which
+# types and lowers a copy of it in every caller) cost more than a link: on a Zen 3 core the
+# ``gemm`` and ``gemm_segments`` tasks built in 1.45-1.75 CPU-s against 2.18-2.31 inlined.
+# (Before its paths were tasks, every level of the chain linked the micro-kernel and was
+# optimized again: inlining it then took the GEMM task from 3.5 to 2.1 CPU-s on a Zen 4.)
+@jit(**_OPTS)
 def sgemm_segments(
     a,
     lda,
