@@ -16,6 +16,8 @@ and the same command once more with the caches it filled (``warm``). A failing c
 example checks its own results) fails the run. Wall time is what the goals name; CPU time
 (user + system of the process and of any helper processes it waited for) is stated beside it
 because the machine may be shared: the load average before and after each run is recorded.
+On Linux the CPU includes every helper the command started, those it left running too (this
+process adopts and reaps them: `_adopt_helpers`); elsewhere only the helpers it waited for.
 The table gives medians over ``--repeat`` cold runs; writes ``benchmarks/results/first_run.json``.
 """
 
@@ -76,6 +78,39 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _adopt_helpers() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux's
+    ``PR_SET_CHILD_SUBREAPER``): helpers a command leaves running (rvm's background builds, its
+    compile server) then end as this process's children, so their CPU counts in
+    ``RUSAGE_CHILDREN`` once reaped (`_reap`). False where that is not available (the CPU
+    column then misses them)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+ADOPTED = _adopt_helpers()
+REAP_WAIT_S = 120.0  # at most, for the helpers a command left to end (they end with it)
+
+
+def _reap() -> None:
+    """Wait for the descendants a command left behind (adopted: `_adopt_helpers`), so that
+    their CPU is counted; gives up after `REAP_WAIT_S`."""
+    end = time.monotonic() + REAP_WAIT_S
+    while ADOPTED and time.monotonic() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
 def _run(what: str, caches: Path) -> dict:
     """One process of ``what`` with its caches in ``caches``: wall and CPU seconds (the whole
     process, and for ``compile`` the compile alone), the load average around it."""
@@ -86,7 +121,9 @@ def _run(what: str, caches: Path) -> dict:
     load_before = os.getloadavg()[0]
     cpu0, wall0 = _children_cpu(), time.perf_counter()
     proc = subprocess.run(_command(what), env=env, capture_output=True, text=True, cwd=ROOT)
-    wall, cpu = time.perf_counter() - wall0, _children_cpu() - cpu0
+    wall = time.perf_counter() - wall0
+    _reap()
+    cpu = _children_cpu() - cpu0
     if proc.returncode != 0:
         raise RuntimeError(f"{what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     row = {"process_wall_s": wall, "process_cpu_s": cpu, "wall_s": wall, "cpu_s": cpu}
@@ -136,7 +173,9 @@ def _table(rows: dict[str, dict]) -> str:
         " first: empty RVM_CACHE_DIR and NUMBA_CACHE_DIR (rvm's library builds too); warm: the"
     )
     lines.append(
-        " same caches again. cpu: user + system seconds of the process and its helpers; load:"
+        " same caches again. cpu: user + system seconds of the process and its helpers"
+        + ("" if ADOPTED else " (those it waited for)")
+        + "; load:"
     )
     lines.append(f" the 1-minute load average during each first run, on {os.cpu_count()} cores.")
     if "compile" in rows:

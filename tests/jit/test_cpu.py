@@ -165,10 +165,11 @@ from numba import types as nt
 from rvm.kernels import bf16gemm, cpu, gemv, qtile, sgemm
 assert cpu.cpu().vector_bits == 512 and sgemm.LANES == gemv.LANES == 16, cpu.cpu()
 assert qtile.VNNI and bf16gemm.DPBF16 and bf16gemm.LANES == 16
-# Compiled, never run (this host cannot): the float32 and bf16 GEMMs on zmm registers.
-f32 = (nt.int64,) * 9 + (nt.boolean,)
+# Compiled, never run (this host cannot): the float32 GEMM's tiles (its in-place path's, a
+# task of its own that `sgemm.sgemm` calls) and the bf16 GEMM on zmm registers.
+f32 = (nt.int64,) * 14
 bf16 = (nt.int64,) * 8 + (nt.boolean,)
-for kernel, sig, op in ((sgemm.sgemm, f32, "vfmadd"), (bf16gemm.gemm_bf16, bf16, "vdpbf16ps")):
+for kernel, sig, op in ((sgemm._tiles, f32, "vfmadd"), (bf16gemm.gemm_bf16, bf16, "vdpbf16ps")):
     kernel.compile(sig)
     asm = kernel.inspect_asm(sig)
     assert "zmm" in asm and op in asm, (kernel, op)

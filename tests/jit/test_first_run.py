@@ -63,12 +63,16 @@ def _child(caches: Path, *sizes: int) -> dict:
 def test_a_pool_task_is_built_when_a_loop_first_splits(tmp_path: Path) -> None:
     """Importing the GEMM builds no task; a product of two rows builds the row loop's task
     alone (no GEMM); a GEMM builds its dtype's task at its first run (the product's code,
-    split on the pool or not), in a process that compiled the kernel and in one that loaded
-    it from the cache (whose object code links without the task)."""
-    gemm, rows = [["gemm", "float32"]], [["rows_axpy", "float32"]]
+    split on the pool or not) and the task of the path its pieces take (`sgemm.GEMM_TASKS`:
+    not the other path's), in a process that compiled the kernel and in one that loaded it
+    from the cache (whose object code links without the tasks)."""
+    from rvm.kernels import sgemm
+
+    gemm = sorted([["gemm", "float32"]] + [[t, "float32"] for t in sgemm.GEMM_TASKS])
+    rows = [["rows_axpy", "float32"]]
     caches = tmp_path / "caches"
     first = _child(caches, 2, 512)
-    assert first == {"import": [], "2": rows, "512": gemm + rows}
+    assert first == {"import": [], "2": rows, "512": sorted(gemm + rows)}
     again = _child(caches, 512)  # the kernel cached, the task too: loaded at the first split
     assert again == {"import": [], "512": gemm}
     other = tmp_path / "kernel-only" / "caches"

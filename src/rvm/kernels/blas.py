@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba.core import cgutils
 from numba.core import types as nt
 from numba.extending import intrinsic
-from numba.np.arrayobj import populate_array
 
 from rvm.kernels import cblas, gemv, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
@@ -64,14 +62,14 @@ __all__ = [
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
-FIRST_RUN_TASKS = ("gemv", "gemv_row", "gemm")
+FIRST_RUN_TASKS = ("gemv", "gemv_row", "gemm", *sgemm.GEMM_TASKS)
 """The tasks a float matmul's first runs take (`rvm.kernels.parfor`): ``gemv`` (or, B
-small, ``gemv_row``) for a product of one row, ``gemm`` otherwise; worth building while its
-kernels compile (`rvm.kernels.parfor.prefetch`). ``gemm`` last, so the background helper
-(which claims the last build first) starts with it: seconds of LLVM (3.4 CPU-s on a 2.6 GHz
-Zen 4) against half a second for ``gemv_row`` and less for ``gemv``, which the process builds
-itself when it needs one before the helper reaches it (the quickstart's batch 1 waited for
-neither, its batch 8 for the GEMM built after ``gemv_row``)."""
+small, ``gemv_row``) for a product of one row, ``gemm`` otherwise, and the path of rvm's
+GEMM a product of more than `sgemm.MR` rows takes (`sgemm.GEMM_TASKS`); worth building while
+its kernels compile (`rvm.kernels.parfor.prefetch`). The GEMM's last, so the background
+helper (which claims the last build first) starts with them: seconds of LLVM against half
+a second for ``gemv_row`` and less for ``gemv``, which the process builds itself when it
+needs one before the helper reaches it."""
 
 # A product is split only when each piece keeps at least this many multiply-adds (m * n * k):
 # a piece of 1 << 20 took 20-40 us on a Zen 4 core (16 lanes), a helper's wake-up a few. A rule
@@ -271,31 +269,8 @@ def _gemv_task(p, like, data):  # type: ignore[no-untyped-def]
 _ROW_JOB = 7
 
 
-def _stack_job(size: int):  # type: ignore[no-untyped-def]
-    """The intrinsic making an int64 array of ``size`` elements in the calling function's
-    stack frame: the job of a task that ends before its caller returns (run in the calling
-    thread, or a job of the pool, which returns when every piece is done). A heap array cost
-    a one-row product of a microsecond or less 3-5% of it."""
-    array = nt.Array(nt.int64, 1, "C")
-
-    @intrinsic
-    def job(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            i64 = ir.IntType(64)
-            data = cgutils.alloca_once(builder, i64, size=size)
-            out = context.make_array(array)(context, builder)
-            populate_array(
-                out, data=data, shape=[i64(size)], strides=[i64(8)], itemsize=i64(8), meminfo=None
-            )
-            return out._getvalue()
-
-        return array(), codegen
-
-    return job
-
-
-_row_job = _stack_job(_ROW_JOB)
-_gemv_job = _stack_job(_GEMV_JOB)
+_row_job = parfor.stack_job(_ROW_JOB)
+_gemv_job = parfor.stack_job(_GEMV_JOB)
 
 
 def _gemv_row_task(p, like, data):  # type: ignore[no-untyped-def]

@@ -542,17 +542,17 @@ POINTWISE, STRIDED, DEPTHWISE, CHANNELS, TAPS, IM2COL = range(6)
 """The methods `method` picks; the library tasks each runs are `METHOD_TASKS`'."""
 
 METHOD_TASKS = (
-    ("conv2d_pointwise", "gemm_segments"),
-    ("conv2d_strided", "gemm_segments"),
+    ("conv2d_pointwise", "gemm_segments", *sgemm.TASKS),
+    ("conv2d_strided", "gemm_segments", *sgemm.TASKS),
     ("conv2d_depthwise", "conv2d"),
     ("conv2d_channels", *direct.FIRST_RUN_TASKS),
-    ("conv2d_taps", "gemm_segments"),
-    ("conv2d_im2col", "gemm"),
+    ("conv2d_taps", "gemm_segments", *sgemm.TASKS),
+    ("conv2d_im2col", "gemm", *sgemm.TASKS),
 )
 """The library tasks (`rvm.kernels.parfor`) a convolution by each method runs on float32, the
 method's own first (`first_run_tasks`); im2col into the GEMM's panels (`panels_pay`) runs
 `PANEL_TASKS`."""
-PANEL_TASKS = ("conv2d_im2col", "gemm_segments")
+PANEL_TASKS = ("conv2d_im2col", "gemm_segments", *sgemm.TASKS)
 
 
 @jit(**_OPTS)

@@ -18,7 +18,8 @@ runs in the calling thread).
   dtype once per chunk, ``chunks`` of them, on the pool;
 - `caller(name)` is the intrinsic ``call(x, chunk, job)`` that runs one chunk of the task of
   ``x``'s dtype in the calling thread: a library function's methods, each built when first
-  run, and code several functions share (the GEMM's), built once;
+  run, and code several functions share (the GEMM's), built once; `stack_job(size)` makes
+  such a call's job in the caller's stack frame;
 - `threads()` is how many chunks to cut: the pool's threads (the caller and its helpers),
   or 1 with splitting off (`enable`; the environment variable ``RVM_SPLIT_LOOPS=0`` starts
   it off);
@@ -47,6 +48,7 @@ from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.arrayobj import populate_array
 
 from rvm.kernels import DTYPES, apart, workpool
 from rvm.kernels.cpu import cpu
@@ -252,36 +254,80 @@ def runner(name: str):  # type: ignore[no-untyped-def]
     return run
 
 
-def caller(name: str):  # type: ignore[no-untyped-def]
+def caller(name: str, dtype: str | None = None):  # type: ignore[no-untyped-def]
     """The intrinsic ``call(x, chunk, job)``: chunk ``chunk`` of task ``name`` of ``x``'s
     dtype, in the calling thread; ``job`` (int64, 1-d, C) is its data. A library function
     splits its methods into tasks called so, and each is built when first run (a model's
     first run builds the methods its shapes take, not every method the function has), and
-    code that several call (the GEMM) is built once, as a task, not into each of them."""
+    code that several call (the GEMM) is built once, as a task, not into each of them.
+    With a ``dtype`` (code on addresses, with no array to type it), ``call(chunk, job)``
+    runs the task of that dtype."""
+
+    def typed(x: nt.Type, chunk: nt.Type, job: nt.Type) -> bool:
+        return (
+            (dtype is not None or (isinstance(x, nt.Array) and str(x.dtype) in DTYPES))
+            and isinstance(chunk, nt.Integer)
+            and isinstance(job, nt.Array)
+            and job.dtype == nt.int64
+            and job.layout == "C"
+        )
+
+    def codegen(context, builder, x, chunk, job, args):  # type: ignore[no-untyped-def]
+        i64 = ir.IntType(64)
+        like = context.get_value_type(nt.CPointer(x))
+        jb = context.make_array(job)(context, builder, args[1])
+        task = _task_address(builder, slot_symbol(name, str(x)))
+        fnty = ir.FunctionType(ir.VoidType(), [i64, like, jb.data.type])
+        fn = builder.inttoptr(task, fnty.as_pointer())
+        k = context.cast(builder, args[0], chunk, nt.int64)
+        builder.call(fn, [k, ir.Constant(like, None), jb.data])
+        return context.get_dummy_value()
+
+    if dtype is not None:
+        scalar = nb.from_dtype(np.dtype(dtype))
+
+        @intrinsic
+        def call_typed(typingctx, chunk, job):  # type: ignore[no-untyped-def]
+            if not typed(None, chunk, job):
+                return None
+            return nt.void(chunk, job), lambda context, builder, signature, args: codegen(
+                context, builder, scalar, chunk, job, args
+            )
+
+        return call_typed
 
     @intrinsic
     def call(typingctx, x, chunk, job):  # type: ignore[no-untyped-def]
-        if not (isinstance(x, nt.Array) and str(x.dtype) in DTYPES):
+        if not typed(x, chunk, job):
             return None
-        if not isinstance(chunk, nt.Integer):
-            return None
-        if not (isinstance(job, nt.Array) and job.dtype == nt.int64 and job.layout == "C"):
-            return None
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            i64 = ir.IntType(64)
-            like = context.get_value_type(nt.CPointer(x.dtype))
-            jb = context.make_array(job)(context, builder, args[2])
-            task = _task_address(builder, slot_symbol(name, str(x.dtype)))
-            fnty = ir.FunctionType(ir.VoidType(), [i64, like, jb.data.type])
-            fn = builder.inttoptr(task, fnty.as_pointer())
-            k = context.cast(builder, args[1], chunk, nt.int64)
-            builder.call(fn, [k, ir.Constant(like, None), jb.data])
-            return context.get_dummy_value()
-
-        return nt.void(x, chunk, job), codegen
+        return nt.void(x, chunk, job), lambda context, builder, signature, args: codegen(
+            context, builder, x.dtype, chunk, job, args[1:]
+        )
 
     return call
+
+
+def stack_job(size: int):  # type: ignore[no-untyped-def]
+    """The intrinsic making an int64 array of ``size`` elements in the calling function's
+    stack frame: the job of a task that ends before its caller returns (run in the calling
+    thread, or a job of the pool, which returns when every piece is done). A heap array cost
+    a one-row product of a microsecond or less 3-5% of it."""
+    array = nt.Array(nt.int64, 1, "C")
+
+    @intrinsic
+    def job(typingctx):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64 = ir.IntType(64)
+            data = cgutils.alloca_once(builder, i64, size=size)
+            out = context.make_array(array)(context, builder)
+            populate_array(
+                out, data=data, shape=[i64(size)], strides=[i64(8)], itemsize=i64(8), meminfo=None
+            )
+            return out._getvalue()
+
+        return array(), codegen
+
+    return job
 
 
 def _task_address(builder: ir.IRBuilder, symbol: str) -> ir.Value:

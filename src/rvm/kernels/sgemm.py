@@ -59,6 +59,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from rvm.kernels import parfor
 from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import Cpu, cpu, target_features
 from rvm.kernels.jitting import alive, jit
@@ -604,12 +605,13 @@ def _tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width, wrap, cols,
                last, LANES, LANES, 0, wrap, cols, col0)  # fmt: skip
 
 
-# Inlined into its callers in Numba's IR (as `sgemm` and `blas._product` are): each jitted
-# level of a call chain is a library of its own that Numba optimizes and finalizes again with
-# everything it links, the micro-kernel included, so the GEMM task's chain of six levels cost
-# 3.5 CPU-s to build on a 2.6 GHz Zen 4; with these three inlined, 2.1 (the quickstart's first
-# run 5.2 to 3.7 s), with the same machine code (114 GFLOP/s on one core either way).
-@jit(**_OPTS, inline="always")
+# A library of its own, linked into its callers (the GEMM's and the segmented GEMM's tasks):
+# its paths are tasks (`TASKS`), so it links no micro-kernel, and Numba's IR inlining (which
+# types and lowers a copy of it in every caller) cost more than a link: on a Zen 3 core the
+# ``gemm`` and ``gemm_segments`` tasks built in 1.45-1.75 CPU-s against 2.18-2.31 inlined.
+# (Before its paths were tasks, every level of the chain linked the micro-kernel and was
+# optimized again: inlining it then took the GEMM task from 3.5 to 2.1 CPU-s on a Zen 4.)
+@jit(**_OPTS)
 def sgemm_segments(
     a,
     lda,
@@ -663,12 +665,42 @@ def sgemm_segments(
     # cut: their rows overlap (a block would read every band of A again for little B), and
     # cutting them was slower.
     step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
+    job = _path_job()
+    job[0], job[1], job[2], job[3], job[4], job[5] = _PATH_JOB, a, lda, b, ldb, table
+    job[6], job[7], job[8], job[9], job[10], job[11] = c, ldc, m, k, segments, width
+    job[12], job[13], job[14], job[15] = b_step, c_step, accumulate, wrap
+    job[16], job[17], job[18] = cols, phase, step
+    job[19], job[20], job[21], job[22] = epilogue
     # A band or less reads B once, unpacked; an epilogue is the packed tiles' own.
-    fused = has_epilogue(epilogue)
-    if packs(segments, width, c_step, wrap) and (m > MR or fused):
-        _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, segments * width, width, b_step,
-                       step, accumulate, epilogue)  # fmt: skip
-        return
+    if packs(segments, width, c_step, wrap) and (m > MR or has_epilogue(epilogue)):
+        _call_packed(0, job)
+    else:
+        _call_block(0, job)
+
+
+# The job of `sgemm_segments`' two paths (int64, in its stack frame): its length; a, lda, b,
+# ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate, wrap, cols, phase (as
+# `sgemm_segments` takes them); the step of C's columns a block of B's rows takes; the
+# epilogue's four.
+_PATH_JOB = 23
+_path_job = parfor.stack_job(_PATH_JOB)
+
+
+def _packed_task(p, like, data):  # type: ignore[no-untyped-def]
+    """`sgemm_segments` where it packs B (`_packed_blocks`), as a task (`rvm.kernels.parfor`):
+    built when a product first takes this path, once, not into every caller of the GEMM."""
+    j = parfor.job(data)
+    _packed_blocks(j[1], j[2], j[3], j[4], j[5], j[6], j[7], j[8], j[9], j[10] * j[11], j[11],
+                   j[12], j[18], j[14], (j[19], j[20], j[21], j[22]))  # fmt: skip
+
+
+def _block_task(p, like, data):  # type: ignore[no-untyped-def]
+    """`sgemm_segments` on B in place (`_block`), as a task (`rvm.kernels.parfor`): one block
+    of ``step`` columns after the other for one run, all runs in one block otherwise."""
+    j = parfor.job(data)
+    a, lda, b, ldb, table, c, ldc, m, k = j[1], j[2], j[3], j[4], j[5], j[6], j[7], j[8], j[9]
+    segments, width, b_step, c_step, accumulate = j[10], j[11], j[12], j[13], j[14]
+    wrap, cols, phase, step = j[15], j[16], j[17], j[18]
     if segments == 1:
         for j0 in range(0, width, step):
             at_c, col0 = wrapped(c, j0, wrap, cols, phase)
@@ -677,6 +709,18 @@ def sgemm_segments(
         return
     _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate,
            0, 0, 0)  # fmt: skip
+
+
+parfor.export_task("sgemm_packed", _packed_task)
+parfor.export_task("sgemm_block", _block_task)
+_call_packed = parfor.caller("sgemm_packed", "float32")
+_call_block = parfor.caller("sgemm_block", "float32")
+TASKS = ("sgemm_block", "sgemm_packed") if PACK_B else ("sgemm_block",)
+"""The tasks of `sgemm_segments`' paths (`rvm.kernels.parfor`), each built when a product
+first takes it: B in place, and packed (`packs`) where `PACK_B` holds."""
+GEMM_TASKS = ("sgemm_packed",) if PACK_B else ("sgemm_block",)
+"""The task a plain GEMM of more than `MR` rows takes (`packs`): what a matmul's first run
+likely builds (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
 
 
 @intrinsic
