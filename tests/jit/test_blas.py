@@ -226,10 +226,10 @@ def _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, c_step, epilog
 @pytest.mark.parametrize("m,segs,width", [(96, 40, 37), (200, 3, 11), (13, 111, 5)])
 def test_segments_packed_with_an_epilogue_cut_on_the_pool(threads: int, m, segs, width) -> None:
     """Runs of taps through a table, end to end in C (a convolution's rows; the GEMM packs
-    them where it can: `sgemm.packs`), cut on two threads: along the runs first where they
-    outnumber C's rows (each piece packing its own), along the rows where not (200 channels
-    of 33 positions), with a bias, a residual and a ReLU in the store where `sgemm.fuses`; an
-    epilogue where it does not raises (runs not end to end)."""
+    them where it can: `sgemm.packs`), cut on two threads: along the runs first (each piece
+    packing its own), along the rows when they run out (200 channels of 3 runs), with a bias,
+    a residual and a ReLU in the store where `sgemm.fuses`; an epilogue where it does not
+    raises (runs not end to end)."""
     import rvm
 
     before = rvm.get_num_threads()
@@ -257,6 +257,50 @@ def test_segments_packed_with_an_epilogue_cut_on_the_pool(threads: int, m, segs,
             one = (bias.ctypes.data, 1, 1, 0)
             c = np.empty(m * segs * (width + 1), np.float32)
             _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, width + 1, one)
+    finally:
+        rvm.set_num_threads(before)
+
+
+@nb.njit
+def _plain_epilogue(a, b, c, m, k, width, batches, epilogue):  # type: ignore[no-untyped-def]
+    none = np.empty(0, np.int64)
+    segments.gemm_segments(a, 0, k, b, width, none, c, 0, width, m, k, 1, width, 0, width,
+                           batches, 1, 0, k * width, m * width, 0, 0, epilogue)  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batches", [1, 2])
+@pytest.mark.parametrize("m,width", [(250, 197), (1030, 49), (64, 3137)])
+def test_segments_packed_plain_run_cut_along_its_columns(
+    threads: int, batches: int, m, width
+) -> None:
+    """One plain run of B per batch (a 1x1 convolution's GEMM on its input's rows), packed
+    (`sgemm.packs`) and cut on the pool along its columns first, also where C has more rows
+    than columns (resnet50's 1x1 layers on 14 x 14 and 7 x 7 maps), with a bias, a residual
+    and a ReLU in the store; rows, columns and depth not multiples of the tile or the depth
+    block."""
+    import rvm
+
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(m + width + batches)
+        k = sgemm.KC + 37
+        a = rng.standard_normal(m * k).astype(np.float32)
+        b = rng.standard_normal(batches * k * width).astype(np.float32)
+        c = np.full(batches * m * width, np.nan, np.float32)
+        res = rng.standard_normal(c.size).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32)
+        epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
+        if not sgemm.fuses(1, width, width, 0, k):
+            epilogue = sgemm.NO_EPILOGUE
+        _plain_epilogue(a, b, c, m, k, width, batches, epilogue)
+        for i in range(batches):
+            want = a.reshape(m, k).astype(np.float64) @ b.reshape(batches, k, width)[i]
+            if epilogue != sgemm.NO_EPILOGUE:
+                want = np.maximum(want + bias[:, None] + res.reshape(batches, m, width)[i], 0)
+            got = c.reshape(batches, m, width)[i]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
     finally:
         rvm.set_num_threads(before)
 
