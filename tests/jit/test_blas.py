@@ -226,10 +226,10 @@ def _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, c_step, epilog
 @pytest.mark.parametrize("m,segs,width", [(96, 40, 37), (200, 3, 11), (13, 111, 5)])
 def test_segments_packed_with_an_epilogue_cut_on_the_pool(threads: int, m, segs, width) -> None:
     """Runs of taps through a table, end to end in C (a convolution's rows; the GEMM packs
-    them where it can: `sgemm.packs`), cut on two threads: along the runs first (each piece
-    packing its own), along the rows when they run out (200 channels of 3 runs), with a bias,
-    a residual and a ReLU in the store where `sgemm.fuses`; an epilogue where it does not
-    raises (runs not end to end)."""
+    them where it can: `sgemm.packs`), cut on two threads: along the runs first where they
+    outnumber C's rows (each piece packing its own), along the rows where not (200 channels
+    of 33 positions), with a bias, a residual and a ReLU in the store where `sgemm.fuses`; an
+    epilogue where it does not raises (runs not end to end)."""
     import rvm
 
     before = rvm.get_num_threads()
@@ -271,14 +271,12 @@ def _plain_epilogue(a, b, c, m, k, width, batches, epilogue):  # type: ignore[no
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("batches", [1, 2])
 @pytest.mark.parametrize("m,width", [(250, 197), (1030, 49), (64, 3137)])
-def test_segments_packed_plain_run_cut_along_its_columns(
-    threads: int, batches: int, m, width
-) -> None:
+def test_segments_packed_plain_run_cut_on_the_pool(threads: int, batches: int, m, width) -> None:
     """One plain run of B per batch (a 1x1 convolution's GEMM on its input's rows), packed
-    (`sgemm.packs`) and cut on the pool along its columns first, also where C has more rows
-    than columns (resnet50's 1x1 layers on 14 x 14 and 7 x 7 maps), with a bias, a residual
-    and a ReLU in the store; rows, columns and depth not multiples of the tile or the depth
-    block."""
+    (`sgemm.packs`) and cut on the pool, where C has more columns than rows and where it has
+    more rows than columns (resnet50's 1x1 layers on 14 x 14 and 7 x 7 maps), with a bias, a
+    residual and a ReLU in the store; rows, columns and depth not multiples of the tile or the
+    depth block."""
     import rvm
 
     before = rvm.get_num_threads()

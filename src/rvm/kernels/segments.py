@@ -106,9 +106,9 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few, then runs of columns when the segments are few too; where the GEMM packs B
-    (`sgemm.packs`), columns first (segments, or the columns of one run) and bands last.
-    Checks every window first; float32 only (a TypingError for other dtypes); a ValueError for
-    an epilogue where `sgemm.fuses` does not hold."""
+    (`sgemm.packs`) and the columns outnumber C's rows, columns first (segments, or the columns
+    of one run) and bands last. Checks every window first; float32 only (a TypingError for
+    other dtypes); a ValueError for an epilogue where `sgemm.fuses` does not hold."""
     require_operands(a, b, c)
     sgemm.require(c)
     if m <= 0 or segments <= 0 or width <= 0 or batches <= 0:
@@ -140,13 +140,10 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     bands = m // (4 * sgemm.MR)
     # Columns of a run cut in whole tiles; B packed, a piece keeps whole runs (end to end in C).
     tiles = max(1, width // sgemm.NR) if segments == 1 or not packed else 1
-    if packed:
+    if packed and segments * width >= m:
         # B packed a piece (`sgemm.packs`): its columns first, each piece packing its own,
         # where bands of C's rows would each pack all of B again; C's rows only when the
-        # columns run out. So too with fewer positions than channels: at 2 threads on a Zen 3
-        # core, resnet50's 1x1 GEMMs on 14 x 14 maps (256 to 1024 channels) took 2-19% less
-        # CPU in 8 pieces of columns than in 8 bands, those on 7 x 7 10-14% less in 2 bands
-        # of 3 column pieces.
+        # columns run out (fewer positions than channels: A's rows are then what repeats).
         s_parts = max(1, min(segments, per_batch))
         w_parts = max(1, min(tiles, per_batch // s_parts))
         m_parts = max(1, min(bands, per_batch // (s_parts * w_parts)))

@@ -37,8 +37,8 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   packed (`_micro_panel`): there a step is half as many multiply-adds (12 on AVX2's 16
   registers), and the prefetch's address (a division by `MR`, products, two prefetches every
   two steps, ~14 integer instructions to 24 multiply-adds) cost a Zen 3 core 1-6% of its rate
-  on operands in cache at load 8, up to a quarter at load 13 (issue slots shared with the
-  other thread of the core); without it resnet50's 1x1 GEMMs took 0.74-1.0 of the time on
+  on operands in cache at load 8, up to a quarter at load 13 (the same loop, the machine
+  busier); without it resnet50's 1x1 GEMMs took 0.74-1.0 of the time on
   cold weights, 0.82-1.08 on warm ones (the hardware follows A's band rows);
 - on plain rows of B (not a convolution's taps), it prefetches the row `AHEAD` tiles on along C: a
   1x1 convolution's wide input at batch 8 comes from memory in as many streams as it has rows;
