@@ -261,6 +261,48 @@ def test_segments_packed_with_an_epilogue_cut_on_the_pool(threads: int, m, segs,
         rvm.set_num_threads(before)
 
 
+@nb.njit
+def _plain_epilogue(a, b, c, m, k, width, batches, epilogue):  # type: ignore[no-untyped-def]
+    none = np.empty(0, np.int64)
+    segments.gemm_segments(a, 0, k, b, width, none, c, 0, width, m, k, 1, width, 0, width,
+                           batches, 1, 0, k * width, m * width, 0, 0, epilogue)  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batches", [1, 2])
+@pytest.mark.parametrize("m,width", [(250, 197), (1030, 49), (64, 3137)])
+def test_segments_packed_plain_run_cut_on_the_pool(threads: int, batches: int, m, width) -> None:
+    """One plain run of B per batch (a 1x1 convolution's GEMM on its input's rows), packed
+    (`sgemm.packs`) and cut on the pool, where C has more columns than rows and where it has
+    more rows than columns (resnet50's 1x1 layers on 14 x 14 and 7 x 7 maps), with a bias, a
+    residual and a ReLU in the store; rows, columns and depth not multiples of the tile or the
+    depth block."""
+    import rvm
+
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(m + width + batches)
+        k = sgemm.KC + 37
+        a = rng.standard_normal(m * k).astype(np.float32)
+        b = rng.standard_normal(batches * k * width).astype(np.float32)
+        c = np.full(batches * m * width, np.nan, np.float32)
+        res = rng.standard_normal(c.size).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32)
+        epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
+        if not sgemm.fuses(1, width, width, 0, k):
+            epilogue = sgemm.NO_EPILOGUE
+        _plain_epilogue(a, b, c, m, k, width, batches, epilogue)
+        for i in range(batches):
+            want = a.reshape(m, k).astype(np.float64) @ b.reshape(batches, k, width)[i]
+            if epilogue != sgemm.NO_EPILOGUE:
+                want = np.maximum(want + bias[:, None] + res.reshape(batches, m, width)[i], 0)
+            got = c.reshape(batches, m, width)[i]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+    finally:
+        rvm.set_num_threads(before)
+
+
 def test_segments_refuse_float64() -> None:
     a = np.ones(4)
     with pytest.raises(nb.core.errors.TypingError):

@@ -33,7 +33,13 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   weight comes from memory (a model's weights outgrow L3), and its first tile waited for each
   band's rows. A 1x1 convolution on a cold weight (256 to 1024 channels on 14 x 14, 512 to
   2048 on 7 x 7) took 5-10% less time at one thread on Zen 4, resnet50 2% less on a loaded
-  machine (within noise on a quieter one); on a weight in cache, the same;
+  machine (within noise on a quieter one); on a weight in cache, the same. Not where B is
+  packed (`_micro_panel`): there a step is half as many multiply-adds (12 on AVX2's 16
+  registers), and the prefetch's address (a division by `MR`, products, two prefetches every
+  two steps, ~14 integer instructions to 24 multiply-adds) cost a Zen 3 core 1-6% of its rate
+  on operands in cache at load 8, up to a quarter at load 13 (the same loop, the machine
+  busier); without it resnet50's 1x1 GEMMs took 0.74-1.0 of the time on
+  cold weights, 0.82-1.08 on warm ones (the hardware follows A's band rows);
 - on plain rows of B (not a convolution's taps), it prefetches the row `AHEAD` tiles on along C: a
   1x1 convolution's wide input at batch 8 comes from memory in as many streams as it has rows;
 - where B is packed (`FUSED_EPILOGUE`), a convolution's bias, residual and ReLU are applied
@@ -210,7 +216,8 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
 
     ``padded`` (`_micro_panel`; plain rows of B only: ``indexed``, ``narrow`` and ``wrap``
     0): B's rows are whole vectors, read without a mask (a packed panel's, zero past the
-    product's columns: `_pack`), and not prefetched `AHEAD` (a panel is one stream). On AVX2
+    product's columns: `_pack`), and not prefetched `AHEAD` (a panel is one stream), nor A's
+    next band (its address cost more than it saved: see the module's notes). On AVX2
     the last vector's mask in the loop took a 17th ymm register: LLVM rebuilt it from the stack
     every step.
 
@@ -331,7 +338,7 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
             ]
             with cgutils.for_range(builder, kc) as loop:
                 step = loop.index
-                if prefetch is not None:
+                if prefetch is not None and not padded:  # (a panel's tile: see `_micro_typing`)
                     prefetch(step)
                 if indexed:
                     row_b = builder.load(builder.gep(table, [step]))
