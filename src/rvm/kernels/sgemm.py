@@ -727,7 +727,7 @@ TASKS = ("sgemm_block", "sgemm_packed") if PACK_B else ("sgemm_block",)
 first takes it: B in place, and packed (`packs`) where `PACK_B` holds."""
 GEMM_TASKS = ("sgemm_packed",) if PACK_B else ("sgemm_block",)
 """The task a plain GEMM of more than `MR` rows takes (`packs`): what a matmul's first run
-likely builds (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
+likely builds (`rvm.kernels.blas.METHOD_TASKS`)."""
 
 
 @intrinsic
