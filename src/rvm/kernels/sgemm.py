@@ -812,7 +812,7 @@ def fuses(segments, width, c_step, wrap, k):  # type: ignore[no-untyped-def]
     return FUSED_EPILOGUE and packs(segments, width, c_step, wrap) and k > 0
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")  # its one caller, the task: built and optimized once
 def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step, accumulate,
                    epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
     """`sgemm_segments` where it packs B (`packs`; C's ``width`` columns, B's runs of ``run``
