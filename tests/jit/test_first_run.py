@@ -243,3 +243,87 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
         if (task, "float32") not in want:
             want.append((task, "float32"))
     assert library_tasks(run_pipeline(b.get())) == want
+
+
+MATMUL_CHILD = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    from rvm.kernels import blas, parfor
+
+    rng = np.random.default_rng(0)
+    seen = []
+    for m, k, n, b_t in (
+        (1, 16, 8, False),  # a row times a small B: rvm's row kernel
+        (1, 784, 1024, False),  # a row times a B larger than any L2's half: BLAS's GEMV
+        (2, 8, 8, False),  # the row loop
+        (2, 8, 8, True),  # one GEMV per row of a transposed B
+        (8, 16, 1, False),  # one column
+        (64, 32, 48, False),  # rvm's GEMM and its packed path
+        (64, 32, 48, True),  # B transposed: BLAS's GEMM
+    ):
+        a = rng.standard_normal((m, k)).astype("float32")
+        b = rng.standard_normal((n, k) if b_t else (k, n)).astype("float32")
+        out = np.empty((m, n), dtype=np.float32)
+        before = set(map(tuple, parfor.required_tasks()))
+        blas.matmul(a, b, out, b_t)
+        np.testing.assert_allclose(out, a @ (b.T if b_t else b), rtol=1e-4, atol=1e-4)
+        now = set(map(tuple, parfor.required_tasks()))
+        seen.append({
+            "new": sorted(t for t, _ in now - before),
+            "had": sorted(t for t, _ in now),
+            "guessed": list(blas.first_run_tasks(m, k, n, b_t)),
+        })
+    print(json.dumps(seen))
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
+def test_a_product_builds_the_tasks_its_method_says(tmp_path: Path) -> None:
+    """What the library says a float32 product of each shape will build
+    (`blas.first_run_tasks`, from `blas.method`: what a compile builds in the background) is
+    what its call builds: every task a call built is one it guessed, and every one guessed
+    is built by then (one process, the suite's caches: a task loaded counts as built)."""
+    script = tmp_path / "child.py"
+    script.write_text(MATMUL_CHILD)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    for call in seen:
+        assert set(call["new"]) <= set(call["guessed"]), call
+        assert set(call["guessed"]) <= set(call["had"]), call
+    assert [call["guessed"][0] for call in seen] == [
+        seen[0]["guessed"][0],  # gemv_row or gemv: by the machine's L2 (`ROW_GEMV_BYTES`)
+        "gemv",
+        "rows_axpy",
+        "gemv",
+        "gemv",
+        "gemm",
+        "gemm",
+    ]
+    assert seen[-1]["guessed"] == ["gemm"]
+
+
+def test_a_compile_lists_a_products_tasks() -> None:
+    """A float32 matmul whose rows are known at run time only (a batch) lists the tasks of
+    one row and of many (`blas.first_run_tasks`), a row's first; a dense layer's B is
+    transposed (BLAS's GEMM, no path of rvm's); a float64 product lists none."""
+    from jit_helpers import var
+
+    from rvm import op
+    from rvm.ir import Builder, Tuple
+    from rvm.jit.first_run import library_tasks
+    from rvm.kernels import blas, sgemm
+    from rvm.transform.pipeline import run_pipeline
+
+    x, w = var("x", ("n", 784)), var("w", (784, 128))
+    wd, xd, wf = var("wd", (10, 128)), var("xd", (3, 4), "float64"), var("wf", (4, 3), "float64")
+    b = Builder()
+    with b.function("main", [x, w, wd, xd, wf]):
+        y = b.emit(op.relu(op.matmul(x, w)))
+        z = b.emit(op.dense(y, wd))
+        b.emit_output(b.emit(Tuple([z, b.emit(op.matmul(xd, wf))])))
+    row = blas.METHOD_TASKS[blas.method.py_func(1, 784, 128, False, True)]  # by the L2's size
+    want = list(dict.fromkeys((*row, "gemm", *sgemm.GEMM_TASKS, "gemv")))
+    assert [t for t, _ in library_tasks(run_pipeline(b.get()))] == want

@@ -85,17 +85,25 @@ def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:
     """The static float32 shape of ``expr``'s tensor of ``rank`` axes (any: None), else None."""
+    dims = _dims(expr)
+    if dims is None or rank not in (None, len(dims)) or None in dims:
+        return None
+    return dims  # type: ignore[return-value]
+
+
+def _dims(expr: E.Expr) -> tuple[int | None, ...] | None:
+    """The float32 tensor ``expr``'s dimensions (None: one known at run time only), else None."""
     t = getattr(expr, "type", None)
     if not isinstance(t, TensorType) or t.dtype != "float32" or t.shape is None:
         return None
-    if rank not in (None, len(t.shape)) or not all(isinstance(d, int) for d in t.shape):
-        return None
-    return tuple(t.shape)
+    return tuple(d if isinstance(d, int) else None for d in t.shape)
 
 
 def _call_tasks(call: E.Call) -> tuple[str, ...]:
     """The float32 library tasks one op call of static shapes runs."""
     callee, attrs = call.callee, call.attrs
+    if callee in (ops.matmul, ops.dense):
+        return _matmul_tasks(call, callee is ops.dense)
     if callee in (ops.conv1d, ops.conv2d):
         return _conv_tasks(call, 2 if callee is ops.conv2d else 1)
     if callee is ops.conv2d_packed:
@@ -130,6 +138,23 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
 
         return lrn.first_run_tasks(x[0] * x[1] * x[2] * x[3], attrs["size"])
     return ()
+
+
+def _matmul_tasks(call: E.Call, dense: bool) -> tuple[str, ...]:
+    """A float32 matmul's or dense's tasks (`rvm.kernels.blas.first_run_tasks`, on each
+    product of its batch: `rvm.jit.stages`): rows known at run time only (a batch) count as
+    one row and many; a depth or column count known then only, as every method's
+    (`blas.FIRST_RUN_TASKS`)."""
+    from rvm.kernels import blas, cblas
+
+    a, b = (_dims(e) for e in call.args)
+    if a is None or b is None or not cblas.AVAILABLE:
+        return ()
+    m, k = (1 if len(a) == 1 else a[-2]), a[-1]
+    n = b[0] if dense else (1 if len(b) == 1 else b[-1])
+    if k is None or n is None:
+        return blas.FIRST_RUN_TASKS
+    return blas.first_run_tasks(m, k, n, dense)
 
 
 def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:

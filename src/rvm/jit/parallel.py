@@ -35,9 +35,9 @@ cache a tenth of that, so a long-lived process compiling many programs (a test s
 notebook, a server) stays small; whatever else it compiles (rvm's library, native functions,
 a kernel loaded without `precompile`) compiles in a forked helper too (`rvm.kernels.apart`).
 
-The library tasks a model's first run will take (those its convolutions', pools' and lrn's
-shapes take: `rvm.jit.first_run`, and the float32 GEMM's when its kernels call it) are built
-in the background while its kernels compile (`_prefetch_tasks`).
+The library tasks a model's first run will take (those its products', convolutions', pools' and
+lrn's shapes take: `rvm.jit.first_run`) are built in the background while its kernels compile
+(`rvm.kernels.parfor.prefetch`).
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def precompile(records: Sequence[KernelRecord], tasks: Iterable[tuple[str, str]]
     processes when it pays; returns how many helpers ran. The parent's kernels are loaded
     (`rvm.runtime.loading.loader.load_kernel`); the helpers' are cache hits for it afterwards.
     When some are missing, the library tasks their first run will take (``tasks``, (task,
-    dtype) pairs first needed first: `rvm.jit.first_run.library_tasks`, and the GEMM's) are
-    built in the background meanwhile (`_prefetch_tasks`)."""
+    dtype) pairs first needed first: `rvm.jit.first_run.library_tasks`) are built in the
+    background meanwhile (`rvm.kernels.parfor.prefetch`)."""
     from rvm.runtime.loading.loader import load_kernel
 
     missing: dict[Path, KernelRecord] = {}
@@ -153,7 +153,9 @@ def precompile(records: Sequence[KernelRecord], tasks: Iterable[tuple[str, str]]
     if missing:
         if can_fork():
             numba_ready()  # once, here: the background helpers and the kernels' forks start ready
-        _prefetch_tasks(missing.values(), tasks)
+        from rvm.kernels import parfor
+
+        parfor.prefetch(tasks)  # in the background, while the kernels compile
     n = workers(len(missing))
     if n == 0:
         return 0
@@ -199,20 +201,6 @@ def precompile(records: Sequence[KernelRecord], tasks: Iterable[tuple[str, str]]
         "forked" if forking else "started",
     )
     return n
-
-
-def _prefetch_tasks(records: Iterable[KernelRecord], tasks: Iterable[tuple[str, str]]) -> None:
-    """Start building the library tasks the first runs of kernels ``records`` will likely
-    take, in the background (`rvm.kernels.parfor.prefetch`), while the kernels compile:
-    ``tasks``, then the float32 GEMM's when a kernel calls it
-    (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
-    from rvm.kernels import blas, parfor
-
-    wanted = list(tasks)
-    if any(blas.__name__ in rec.imports for rec in records):
-        wanted += [(name, "float32") for name in blas.FIRST_RUN_TASKS]
-    if wanted:
-        parfor.prefetch(wanted)
 
 
 def _work(

@@ -39,7 +39,6 @@ lowering then uses ``np.dot``.
 
 from __future__ import annotations
 
-import numpy as np
 from llvmlite import ir
 from numba.core import types as nt
 from numba.extending import intrinsic
@@ -63,13 +62,23 @@ __all__ = [
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 FIRST_RUN_TASKS = ("gemv", "gemv_row", "gemm", *sgemm.GEMM_TASKS)
-"""The tasks a float matmul's first runs take (`rvm.kernels.parfor`): ``gemv`` (or, B
-small, ``gemv_row``) for a product of one row, ``gemm`` otherwise, and the path of rvm's
-GEMM a product of more than `sgemm.MR` rows takes (`sgemm.GEMM_TASKS`); worth building while
-its kernels compile (`rvm.kernels.parfor.prefetch`). The GEMM's last, so the background
-helper (which claims the last build first) starts with them: seconds of LLVM against half
-a second for ``gemv_row`` and less for ``gemv``, which the process builds itself when it
-needs one before the helper reaches it."""
+"""The tasks a float32 matmul of shapes unknown at compile time may take on its first runs
+(`rvm.kernels.parfor`): every method's of one row and of many (`first_run_tasks`)."""
+
+COLUMN, ROW_GEMVS, ROW, ROW_BLAS, ROWS, GEMM = range(6)
+"""The methods `method` picks for `matmul`; the library tasks each runs are `METHOD_TASKS`'."""
+
+METHOD_TASKS = (
+    ("gemv",),
+    ("gemv",),
+    ("gemv_row",),
+    ("gemv",),
+    ("rows_axpy",),
+    ("gemm", *sgemm.GEMM_TASKS),
+)
+"""The library tasks (`rvm.kernels.parfor`) a float32 `matmul` by each method runs: a GEMV's,
+rvm's own row kernel's, the row loop's, the GEMM's and the path of rvm's GEMM a product of
+more than `sgemm.MR` rows takes (`sgemm.GEMM_TASKS`; B transposed: BLAS's, no path)."""
 
 # A product is split only when each piece keeps at least this many multiply-adds (m * n * k):
 # a piece of 1 << 20 took 20-40 us on a Zen 4 core (16 lanes), a helper's wake-up a few. A rule
@@ -301,24 +310,27 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # 
     along_n = n >= m
     parts = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
-    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, c.itemsize,
-                    epilogue)  # fmt: skip
+    job = _gemm_stack_job()
+    _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, c.itemsize,
+              epilogue)  # fmt: skip
     if parts == 1:  # the whole product, in this thread
         _call_gemm(c, 0, job)
     else:
         _run_gemm(c, parts, job)
 
 
+_gemm_stack_job = parfor.stack_job(_GEMM_JOB)
+
+
 @jit(**_OPTS)
-def _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, itemsize, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-    """The job of a GEMM on addresses (`_GEMM_JOB`), cut into ``parts`` pieces along n
+def _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, itemsize, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
+    """Fills ``job`` (`_gemm_stack_job`, in the caller's frame: the GEMM ends before it
+    returns) with a GEMM on addresses (`_GEMM_JOB`), cut into ``parts`` pieces along n
     (``along_n``) or m, applying the ``epilogue`` (`gemm_epilogue`; `sgemm.NO_EPILOGUE`)."""
-    job = np.empty(_GEMM_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
     job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, parts, itemsize
     job[15], job[16], job[17], job[18] = epilogue
-    return job
 
 
 @jit(**_OPTS)
@@ -328,8 +340,9 @@ def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore
     enum) of the dtype of the array ``like``, in the calling thread: rvm's float32 kernel or
     BLAS, as `gemm`. Through the GEMM task, so a library task calling it (`rvm.kernels.
     attention`) does not compile the GEMM again. No checks; m, n, k > 0."""
-    job = _gemm_job(tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, 1, like.itemsize,
-                    sgemm.NO_EPILOGUE)  # fmt: skip
+    job = _gemm_stack_job()
+    _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, 1, like.itemsize,
+              sgemm.NO_EPILOGUE)  # fmt: skip
     _call_gemm(like, 0, job)
 
 
@@ -401,6 +414,7 @@ def _rows_axpy(a, b, out):  # type: ignore[no-untyped-def]
 
 # A row-loop job (int64): its length, a's, b's and out's addresses, m, k, n.
 _ROWS_JOB = 7
+_rows_job = parfor.stack_job(_ROWS_JOB)
 
 
 def _rows_axpy_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -419,14 +433,10 @@ _call_rows_axpy = parfor.caller("rows_axpy")
 
 @jit(**_OPTS)
 def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
-    """``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d C-contiguous arrays.
-
-    The call is chosen per shape by what costs least (measured, single thread): a GEMV for a
-    single row or column (as NumPy does; rvm's own, `rvm.kernels.gemv`, for a float32 row
-    times a B of up to `ROW_GEMV_BYTES`), one GEMV per row of a transposed ``b`` and the row
-    loop `_rows_axpy` otherwise for fewer than `SMALL_ROWS` rows, GEMM from there on. GEMVs
-    and GEMMs are split over the pool when large. The row loop and the GEMM are tasks, built
-    when first run (`rvm.kernels.parfor.caller`), not compiled into each caller.
+    """``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d C-contiguous arrays, by the method
+    its shape takes (`method`). GEMVs and GEMMs are split over the pool when large. The row
+    kernel, the row loop, the GEMV and the GEMM are tasks, built when first run
+    (`rvm.kernels.parfor.caller`), not compiled into each caller.
     """
     require_operands(a, b, out)
     m, k = a.shape
@@ -440,22 +450,58 @@ def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
         return
     if k == 0:
         out[:, :] = 0
-    elif n == 1:  # b is one contiguous column either way
+        return
+    how = method(m, k, n, b_t, sgemm.applies(out))
+    if how == COLUMN:  # b is one contiguous column either way
         _gemv(NO_TRANS, a, k, m, k, b, 0, out, 0)
-    elif b_t and m < SMALL_ROWS:
+    elif how == ROW_GEMVS:
         for i in range(m):
             _gemv(NO_TRANS, b, k, n, k, a, i * k, out, i * n)
-    elif m == 1 and sgemm.applies(out) and k * n * out.itemsize <= ROW_GEMV_BYTES:
+    elif how == ROW:
         job = _row_job()
         job[0], job[1], job[2], job[3] = _ROW_JOB, address(a, 0), address(b, 0), address(out, 0)
         job[4], job[5], job[6] = n, k, n
         _call_gemv_row(out, 0, job)
-    elif m == 1:
+    elif how == ROW_BLAS:
         _gemv(TRANS, b, n, k, n, a, 0, out, 0)
-    elif m < SMALL_ROWS:
-        job = np.array((_ROWS_JOB, address(a, 0), address(b, 0), address(out, 0), m, k, n),
-                       dtype=np.int64)  # fmt: skip
+    elif how == ROWS:
+        job = _rows_job()
+        job[0], job[1], job[2], job[3] = _ROWS_JOB, address(a, 0), address(b, 0), address(out, 0)
+        job[4], job[5], job[6] = m, k, n
         _call_rows_axpy(a, 0, job)
     else:
         tb = TRANS if b_t else NO_TRANS
         _split(tb, a, 0, k, b, 0, k if b_t else n, out, 0, n, m, n, k, 0.0, sgemm.NO_EPILOGUE)
+
+
+@jit(**_OPTS)
+def method(m, k, n, b_t, f32):  # type: ignore[no-untyped-def]
+    """How `matmul` computes ``a @ b`` (``a @ b.T`` when ``b_t``) of m x k times k x n, all
+    > 0 (``f32``: float32 operands), by what costs least (measured, single thread): a GEMV
+    for a single column (`COLUMN`, B one contiguous column either way) or row, as NumPy
+    does: rvm's own for a float32 row times a B of up to `ROW_GEMV_BYTES` (`ROW`, B in L2),
+    BLAS's otherwise (`ROW_BLAS`); one GEMV per row of a transposed B for fewer than
+    `SMALL_ROWS` rows (`ROW_GEMVS`), the row loop `_rows_axpy` for those of B as it is
+    (`ROWS`), GEMM from there on (`GEMM`)."""
+    if n == 1:
+        return COLUMN
+    if b_t and m < SMALL_ROWS:
+        return ROW_GEMVS
+    if m == 1:
+        return ROW if f32 and k * n * 4 <= ROW_GEMV_BYTES else ROW_BLAS
+    return ROWS if m < SMALL_ROWS else GEMM
+
+
+def first_run_tasks(m: int | None, k: int, n: int, b_t: bool) -> tuple[str, ...]:
+    """The library tasks a float32 `matmul` of this shape runs (`method`, `METHOD_TASKS`):
+    what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`).
+    ``m`` None (rows known only at run time, a batch): a row's and a GEMM's, one row first
+    (a batch of one and a larger one)."""
+    if m is None:
+        many = max(SMALL_ROWS, sgemm.MR + 1)
+        both = first_run_tasks(1, k, n, b_t) + first_run_tasks(many, k, n, b_t)
+        return tuple(dict.fromkeys(both))
+    if m * k * n == 0:
+        return ()
+    how = method.py_func(m, k, n, b_t, True)
+    return ("gemm",) if how == GEMM and b_t else METHOD_TASKS[how]

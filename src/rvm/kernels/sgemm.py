@@ -727,7 +727,7 @@ TASKS = ("sgemm_block", "sgemm_packed") if PACK_B else ("sgemm_block",)
 first takes it: B in place, and packed (`packs`) where `PACK_B` holds."""
 GEMM_TASKS = ("sgemm_packed",) if PACK_B else ("sgemm_block",)
 """The task a plain GEMM of more than `MR` rows takes (`packs`): what a matmul's first run
-likely builds (`rvm.kernels.blas.FIRST_RUN_TASKS`)."""
+likely builds (`rvm.kernels.blas.METHOD_TASKS`)."""
 
 
 @intrinsic
@@ -812,7 +812,7 @@ def fuses(segments, width, c_step, wrap, k):  # type: ignore[no-untyped-def]
     return FUSED_EPILOGUE and packs(segments, width, c_step, wrap) and k > 0
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")  # its one caller, the task: built and optimized once
 def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step, accumulate,
                    epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
     """`sgemm_segments` where it packs B (`packs`; C's ``width`` columns, B's runs of ``run``

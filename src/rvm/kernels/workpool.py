@@ -56,7 +56,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import numba as nb
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
@@ -64,6 +63,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import numba_cache
+from rvm.kernels.jitting import jit
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
 
@@ -280,7 +280,7 @@ def _stat_add(typingctx, line, ns):  # type: ignore[no-untyped-def]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)  # one compile for every caller's ``who`` (no literal)
 def _timed_piece(who, fn, i, data):  # type: ignore[no-untyped-def]
     """Piece ``i``; its thread CPU time added to line ``who`` while `measure` is on."""
     if _load(MEASURE) == 0 or who >= STAT_THREADS:
@@ -291,7 +291,7 @@ def _timed_piece(who, fn, i, data):  # type: ignore[no-untyped-def]
     _stat_add(who, _thread_ns() - start)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _claim(who):  # type: ignore[no-untyped-def]
     """Runs pieces of the published job until none is left unclaimed; returns the job's
     sequence number. ``who``: the thread's line in the statistics (`measure`)."""
@@ -351,7 +351,7 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
     _store(BUSY, 0)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _wanted(index):  # type: ignore[no-untyped-def]
     return index < _load(WANTED)
 
