@@ -106,14 +106,16 @@ def _panel(og: int, out: tuple[int, int], iw: int, pl: int, kw: int, sw: int = 1
 
 def test_a_conv_epilogue_joins_only_its_sole_use() -> None:
     """A bias add and relu join a bf16 convolution only where they alone read it and the bias
-    is one constant per channel: a conv read twice, or a bias along another axis, stays."""
+    is one constant per channel: a conv read twice, or a bias along another axis, stays. (Two
+    inputs: convolutions of one input would be one (`merge_convs`).)"""
     img = Var("img", tensor((1, 8, 6, 6), F32))
+    img2 = Var("img2", tensor((1, 8, 6, 6), F32))
     w = const(RNG.standard_normal((4, 8, 3, 3)).astype(F32))
     bb = Builder()
-    with bb.function("main", [img]):
+    with bb.function("main", [img, img2]):
         a = bb.emit(op.conv2d(img, w, padding=1))
         a2 = bb.emit(op.relu(a))
-        b = bb.emit(op.conv2d(img, w, padding=1))
+        b = bb.emit(op.conv2d(img2, w, padding=1))
         b2 = bb.emit(op.relu(bb.emit(op.add(b, const(np.ones((1, 1, 6), F32))))))
         bb.emit_output(Tuple((a, a2, b2)))
     ops = _ops(_converted(bb.get()))
