@@ -313,10 +313,11 @@ def _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, c_step, epilog
 @pytest.mark.parametrize("m,segs,width", [(96, 40, 37), (200, 3, 11), (13, 111, 5)])
 def test_segments_packed_with_an_epilogue_cut_on_the_pool(threads: int, m, segs, width) -> None:
     """Runs of taps through a table, end to end in C (a convolution's rows; the GEMM packs
-    them where it can: `sgemm.packs`), cut on two threads: along the runs first where they
-    outnumber C's rows (each piece packing its own), along the rows where not (200 channels
-    of 33 positions), with a bias, a residual and a ReLU in the store where `sgemm.fuses`; an
-    epilogue where it does not raises (runs not end to end)."""
+    them where it can: `sgemm.packs`), cut on two threads by the floats each cut moves
+    (`blas.packed_cut`): along the runs where they outnumber C's rows (each piece packing its
+    own), along the rows where not (200 channels of 33 positions), with a bias, a residual
+    and a ReLU in the store where `sgemm.fuses`; an epilogue where it does not raises (runs
+    not end to end)."""
     import rvm
 
     before = rvm.get_num_threads()
