@@ -138,6 +138,93 @@ def test_split_parts_are_a_multiple_of_the_threads(threads: int) -> None:
         rvm.set_num_threads(before)
 
 
+_packed_cut = nb.njit(lambda m, n, k, parts, mm, nm, b: blas.packed_cut(m, n, k, parts, mm, nm, b))
+_moved = nb.njit(lambda m, n, k, mp, np_: sgemm.moved(m, n, k, mp, np_))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("batches", [1, 3])
+@pytest.mark.parametrize(
+    "m,n,k,mm,nm",
+    [(256, 196, 1024, 10, 12), (4096, 128, 512, 256, 8), (64, 3136, 256, 2, 196),
+     (384, 49, 832, 16, 3), (50, 40, 30, 1, 1), (100, 20, 700, 6, 1)],
+)  # fmt: skip
+def test_packed_cut_moves_the_least_of_the_most_pieces(threads, batches, m, n, k, mm, nm) -> None:
+    """`blas.packed_cut` against every cut by brute force: within the bounds and the pieces
+    asked, the most pieces that keep the threads even (the batches' pieces a multiple of
+    them, or fewer than them; where none does, of all), of those the fewest floats moved
+    (`sgemm.moved`)."""
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(threads)
+    try:
+        for parts in (1, 2, 3, 8, 12):
+            cuts = [(a, c) for a in range(1, min(parts, mm) + 1)
+                    for c in range(1, min(nm, parts // a) + 1)]  # fmt: skip
+            even = [(a, c) for a, c in cuts
+                    if batches * a * c % threads == 0 or batches * a * c < threads]  # fmt: skip
+            cuts = even or cuts  # none even (3 batches on 2 threads, one piece each): all
+            most = max(a * c for a, c in cuts)
+            least = min(_moved(m, n, k, a, c) for a, c in cuts if a * c == most)
+            got = _packed_cut(m, n, k, parts, mm, nm, batches)
+            assert got in cuts and got[0] * got[1] == most
+            assert _moved(m, n, k, *got) == least
+    finally:
+        rvm.set_num_threads(before)
+
+
+def test_packed_cut_weighs_packing_b_against_reading_a() -> None:
+    """Bands pack all of B again each, column runs read all of A again each (`sgemm.moved`):
+    on 8 pieces a deep product with few more rows than columns is cut into both, one with
+    32 times the rows into bands only, one with far more columns than rows into columns
+    only (two threads: resnet50's 1x1 convolutions on 14 x 14, a tall MatMul, one on 56 x
+    56); one thread is one piece."""
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(2)
+    try:
+        mixed = _packed_cut(256, 196, 1024, 8, 10, 12, 1)
+        assert mixed[0] > 1 and mixed[1] > 1 and mixed[0] * mixed[1] == 8
+        assert _packed_cut(4096, 128, 512, 8, 256, 8, 1) == (8, 1)
+        assert _packed_cut(64, 3136, 256, 8, 2, 196, 1) == (1, 8)
+        a_again = _moved(4096, 128, 512, 1, 8) - _moved(4096, 128, 512, 1, 1)
+        assert a_again == 7 * 4096 * 512  # each column run reads A once (<= one block)
+        assert _moved(256, 196, 1024, 8, 1) - _moved(256, 196, 1024, 1, 1) == 2 * 7 * 1024 * 196
+        rvm.set_num_threads(1)
+        assert _packed_cut(256, 196, 1024, 1, 10, 12, 1) == (1, 1)
+    finally:
+        rvm.set_num_threads(before)
+
+
+@nb.njit
+def _gemm_epilogue(a, b, c, m, n, k, epilogue):  # type: ignore[no-untyped-def]
+    blas.gemm_epilogue(a, 0, k, b, 0, n, c, 0, n, m, n, k, epilogue)
+
+
+@pytest.mark.parametrize(
+    "shape,mixed", [((301, 203, 997), True), ((1001, 199, 611), False), ((37, 2051, 129), False)]
+)
+def test_split_gemm_epilogue_on_bands_and_column_runs(blas_threads, shape, mixed) -> None:
+    """A GEMM with a bias, a residual and a ReLU in its store (`blas.gemm_epilogue`, where
+    `sgemm.fuses`), cut on two threads into bands by column runs (`blas.packed_cut`: each
+    piece's bias from its first row, its C and residual from its first row and column), and
+    into column runs only; odd sizes, a depth past the depth block."""
+    m, n, k = shape
+    if mixed and blas_threads == 2:
+        assert min(_packed_cut(m, n, k, 8, m // blas.SPLIT_ALIGN, n // blas.SPLIT_ALIGN, 1)) > 1
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = np.full((m, n), np.nan, np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    want = a.astype(np.float64) @ b
+    epilogue = sgemm.NO_EPILOGUE
+    if sgemm.fuses(1, n, n, 0, k):
+        epilogue = (bias.ctypes.data, 1, 1, (res.ctypes.data - c.ctypes.data) // 4)
+        want = np.maximum(want + bias[:, None] + res, 0)
+    _gemm_epilogue(a, b, c, m, n, k, epilogue)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=2e-3)
+
+
 def test_blas_threads_follow_rvms_count(blas_threads) -> None:
     assert nb.njit(lambda: blas.blas_threads())() == blas_threads
 
@@ -226,10 +313,11 @@ def _segments_epilogue(a, b, table, c, m, k, segs, width, b_step, c_step, epilog
 @pytest.mark.parametrize("m,segs,width", [(96, 40, 37), (200, 3, 11), (13, 111, 5)])
 def test_segments_packed_with_an_epilogue_cut_on_the_pool(threads: int, m, segs, width) -> None:
     """Runs of taps through a table, end to end in C (a convolution's rows; the GEMM packs
-    them where it can: `sgemm.packs`), cut on two threads: along the runs first where they
-    outnumber C's rows (each piece packing its own), along the rows where not (200 channels
-    of 33 positions), with a bias, a residual and a ReLU in the store where `sgemm.fuses`; an
-    epilogue where it does not raises (runs not end to end)."""
+    them where it can: `sgemm.packs`), cut on two threads by the floats each cut moves
+    (`blas.packed_cut`): along the runs where they outnumber C's rows (each piece packing its
+    own), along the rows where not (200 channels of 33 positions), with a bias, a residual
+    and a ReLU in the store where `sgemm.fuses`; an epilogue where it does not raises (runs
+    not end to end)."""
     import rvm
 
     before = rvm.get_num_threads()

@@ -96,8 +96,8 @@ SPLIT_CASES = [
 
 
 # A 1x1 with more output channels than positions whose input costs more to pack again a band
-# than its weight to read again (`segments._packed_bands`): on two threads B's columns in two
-# runs (195 positions: 12 tiles and 3), then bands of the 224 channels.
+# than its weight to read again (`blas.packed_cut`): on two threads B's columns in runs (195
+# positions: 12 tiles and 3), and bands of the 224 channels.
 BAND_COLUMNS = (1, 192, 13, 15, 224, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0))
 
 

@@ -23,8 +23,10 @@ Convolutions' segmented GEMM (B's rows through a table, C's columns in runs, man
 in one call) is `rvm.kernels.segments`, on this module's window check and split rule
 (`window_fits`, `split_parts`).
 
-Large products are cut along their longer output side into pieces, one single-threaded BLAS
-call each, run as a job of `rvm.kernels.workpool`: the calling thread and the pool's
+Large products are cut into pieces, one single-threaded call each -- where rvm's kernel
+packs B a piece, into bands of rows and runs of columns by the floats each cut moves
+(`packed_cut`), elsewhere along the longer output side -- run as a job of
+`rvm.kernels.workpool`: the calling thread and the pool's
 helpers take them. rvm splits its GEMMs itself and OpenBLAS runs on one thread
 (`rvm.kernels.threads`): OpenBLAS's own threading pays off only on large products,
 one at a time per process, and its threads spin on after each call, taking the core the
@@ -54,6 +56,7 @@ __all__ = [
     "gemm_epilogue",
     "gemm_split",
     "matmul",
+    "packed_cut",
     "product",
     "split_parts",
     "window_fits",
@@ -228,10 +231,38 @@ def _pieces(side, work, min_work):  # type: ignore[no-untyped-def]
     return even(min(parts, max(1, side // SPLIT_ALIGN)), workpool.threads())
 
 
+@jit(**_OPTS)
+def packed_cut(m, n, k, parts, m_most, n_most, batches):  # type: ignore[no-untyped-def]
+    """(bands, column runs): how to cut a product ``C[m, n] = A[m, k] @ B[k, n]`` whose B is
+    packed a piece (`sgemm.packs`) into at most ``parts`` pieces, at most ``m_most`` bands of
+    C's rows by ``n_most`` runs of its columns: of the cuts into the most pieces that keep the
+    threads even (``batches`` times the pieces a multiple of them, `even`; where none does,
+    of all cuts), the one that moves the fewest floats (`sgemm.moved`: bands pack B again,
+    column runs read A again). Both `_split` (a GEMM's) and `rvm.kernels.segments` (a
+    convolution's) cut by it. On a Zen 3 core (2 threads, CPU in the pool's pieces) bands
+    alone took 1.05-1.3 times the CPU of the cut it picks on 1x1 convolutions on 14 x 14 and
+    MatMuls with 1.3-5 times as many rows as columns; bands alone, picked on ones with 32,
+    took 0.97-0.99 of the others."""
+    threads = workpool.threads()
+    best, best_m, best_n, best_moved = -1, 1, 1, 0
+    for mp in range(1, min(parts, max(1, m_most)) + 1):
+        for np_ in range(1, min(max(1, n_most), parts // mp) + 1):
+            pieces = mp * np_
+            # Even cuts first (none may be: 3 batches on 2 threads), then the most pieces.
+            if batches * pieces % threads == 0 or batches * pieces < threads:
+                pieces += parts
+            if pieces < best:
+                continue
+            floats = sgemm.moved(m, n, k, mp, np_)
+            if pieces > best or floats < best_moved:
+                best, best_m, best_n, best_moved = pieces, mp, np_, floats
+    return best_m, best_n
+
+
 # A GEMM job (int64): its length, tb, the A, B, C addresses, lda, ldb, ldc, m, n, k, beta's
-# bits, whether it is cut along n, the pieces (`_pieces`), the itemsize, the epilogue
-# (`gemm_epilogue`: the bias's address or 0, its step a row, the activation, the residual's
-# offset from C in floats or 0).
+# bits, the runs of C's columns a band is cut into (`packed_cut`), the pieces, the itemsize,
+# the epilogue (`gemm_epilogue`: the bias's address or 0, its step a row, the activation, the
+# residual's offset from C in floats or 0).
 _GEMM_JOB = 19
 
 
@@ -240,20 +271,15 @@ def _gemm_task(p, like, data):  # type: ignore[no-untyped-def]
     job = parfor.job(data)
     tb, a, b, c, lda, ldb, ldc = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
     m, n, k, beta = job[8], job[9], job[10], _float(job[11])
-    along_n, parts, size = job[12], job[13], job[14]
+    n_parts, parts, size = job[12], job[13], job[14]
     bias, bias_step, act, res = job[15], job[16], job[17], job[18]
-    lo, hi = parfor.piece_range(p, parts, n if along_n else m, SPLIT_ALIGN)
-    if along_n:
-        cols = hi - lo
-        at_b = lo * ldb if tb == TRANS else lo  # B's columns are rows of B^T
-        epilogue = (bias, bias_step, act, res)
-        _product(like, tb, m, cols, k, a, lda, b + at_b * size, ldb, beta, c + lo * size, ldc,
-                 epilogue)  # fmt: skip
-    else:
-        rows = hi - lo
-        at_a, at_c = a + lo * lda * size, c + lo * ldc * size
-        epilogue = (bias + 4 * lo * bias_step if bias != 0 else 0, bias_step, act, res)
-        _product(like, tb, rows, n, k, at_a, lda, b, ldb, beta, at_c, ldc, epilogue)
+    i0, i1 = parfor.piece_range(p // n_parts, parts // n_parts, m, SPLIT_ALIGN)
+    j0, j1 = parfor.piece_range(p % n_parts, n_parts, n, SPLIT_ALIGN)
+    at_b = j0 * ldb if tb == TRANS else j0  # B's columns are rows of B^T
+    at_a, at_c = a + i0 * lda * size, c + (i0 * ldc + j0) * size
+    epilogue = (bias + 4 * i0 * bias_step if bias != 0 else 0, bias_step, act, res)
+    _product(like, tb, i1 - i0, j1 - j0, k, at_a, lda, b + at_b * size, ldb, beta, at_c, ldc,
+             epilogue)  # fmt: skip
 
 
 # A GEMV job (int64): its length, trans, A's address, lda, rows, cols, x's and y's addresses,
@@ -306,12 +332,19 @@ _call_gemv = parfor.caller("gemv")
 def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C = A @ op(B) + beta * C`` (``tb``: B's CBLAS transpose enum), cut into pieces on the
     pool when large (`_pieces`), the ``epilogue`` (`gemm_epilogue`) applied; no checks, m, n,
-    k > 0."""
-    along_n = n >= m
-    parts = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
+    k > 0. Where rvm's kernel packs B a piece (`_packs`), into bands and runs of columns by
+    what each moves (`packed_cut`); elsewhere along the longer output side."""
+    if _packs(c, tb, m, beta):
+        parts = split_parts(m * n * k, SPLIT_MIN_MNK)
+        m_parts, n_parts = packed_cut(m, n, k, parts, m // SPLIT_ALIGN, n // SPLIT_ALIGN, 1)
+        parts = m_parts * n_parts
+    else:
+        along_n = n >= m
+        parts = _pieces(n if along_n else m, m * n * k, SPLIT_MIN_MNK)
+        n_parts = parts if along_n else 1
     pa, pb, pc = address(a, ia), address(b, ib), address(c, ic)
     job = _gemm_stack_job()
-    _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, c.itemsize,
+    _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, n_parts, parts, c.itemsize,
               epilogue)  # fmt: skip
     if parts == 1:  # the whole product, in this thread
         _call_gemm(c, 0, job)
@@ -322,14 +355,28 @@ def _split(tb, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, epilogue):  # 
 _gemm_stack_job = parfor.stack_job(_GEMM_JOB)
 
 
+@jit(**_OPTS, inline="always")
+def _packs(like, tb, m, beta):  # type: ignore[no-untyped-def]
+    """Whether `_product` runs rvm's kernel packing B (`sgemm.packs`) on a product of ``m``
+    rows: float32, B as it is, beta 0 or 1, more than a band of rows."""
+    return (
+        sgemm.applies(like)
+        and tb == NO_TRANS
+        and (beta == 0.0 or beta == 1.0)
+        and m > sgemm.MR
+        and sgemm.packs(1, 1, 0, 0)
+    )
+
+
 @jit(**_OPTS)
-def _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, along_n, parts, itemsize, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
+def _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, n_parts, parts, itemsize, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501  # fmt: skip
     """Fills ``job`` (`_gemm_stack_job`, in the caller's frame: the GEMM ends before it
-    returns) with a GEMM on addresses (`_GEMM_JOB`), cut into ``parts`` pieces along n
-    (``along_n``) or m, applying the ``epilogue`` (`gemm_epilogue`; `sgemm.NO_EPILOGUE`)."""
+    returns) with a GEMM on addresses (`_GEMM_JOB`), cut into ``parts`` pieces: bands of its
+    rows by ``n_parts`` runs of its columns, applying the ``epilogue`` (`gemm_epilogue`;
+    `sgemm.NO_EPILOGUE`)."""
     job[0], job[1], job[2], job[3], job[4] = _GEMM_JOB, tb, pa, pb, pc
     job[5], job[6], job[7], job[8], job[9], job[10] = lda, ldb, ldc, m, n, k
-    job[11], job[12], job[13], job[14] = _bits(beta), 1 if along_n else 0, parts, itemsize
+    job[11], job[12], job[13], job[14] = _bits(beta), n_parts, parts, itemsize
     job[15], job[16], job[17], job[18] = epilogue
 
 
@@ -341,16 +388,15 @@ def product(like, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta):  # type: ignore
     BLAS, as `gemm`. Through the GEMM task, so a library task calling it (`rvm.kernels.
     attention`) does not compile the GEMM again. No checks; m, n, k > 0."""
     job = _gemm_stack_job()
-    _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, True, 1, like.itemsize,
+    _gemm_job(job, tb, pa, lda, pb, ldb, pc, ldc, m, n, k, beta, 1, 1, like.itemsize,
               sgemm.NO_EPILOGUE)  # fmt: skip
     _call_gemm(like, 0, job)
 
 
 @jit(**_OPTS)
 def gemm_split(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: ignore[no-untyped-def]
-    """`gemm`, cut along its longer output side into pieces that run at once on the pool,
-    one single-threaded BLAS call each (with one thread, a busy pool or pieces below
-    `SPLIT_MIN_MNK`, one call)."""
+    """`gemm`, cut into pieces that run at once on the pool (`_split`), one single-threaded
+    call each (with one thread, a busy pool or pieces below `SPLIT_MIN_MNK`, one call)."""
     if not _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):
         return
     _split(NO_TRANS, a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta, sgemm.NO_EPILOGUE)

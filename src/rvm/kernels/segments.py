@@ -9,7 +9,7 @@ rvm's own float32 kernel (`rvm.kernels.sgemm.sgemm_segments`), cut on rvm's thre
 (`rvm.kernels.workpool`) into batches, bands of C's rows, runs of segments and of columns; each
 piece is a task of `rvm.kernels.parfor`, built when first run. It checks every window it will touch
 first, as the GEMM of `rvm.kernels.blas` does, with the same rules (`blas.window_fits`,
-`blas.split_parts`).
+`blas.split_parts`, `blas.packed_cut`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from rvm.kernels import parfor, sgemm
-from rvm.kernels.blas import SPLIT_MIN_MNK, split_parts, window_fits
+from rvm.kernels.blas import SPLIT_MIN_MNK, packed_cut, split_parts, window_fits
 from rvm.kernels.cblas import address, require_operands
 from rvm.kernels.jitting import jit
 
@@ -87,27 +87,6 @@ def _rows_fit(table, ldb, k, lo, hi, size):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _packed_bands(m_parts, s_parts, w_parts, per_batch, bands, segments, tiles, a_size, b_size):  # type: ignore[no-untyped-def]  # noqa: E501
-    """The (bands, segment runs, column runs) a batch of a product whose B is packed a piece
-    (`sgemm.packs`) and whose rows outnumber its columns is cut into: bands only (each piece
-    packs all of B again, A read once in all) or, where that moves more floats, B's columns
-    in as many parts as there are threads first and bands of the rest (each piece packs its
-    part of B, A read once a part): the lesser of ``m_parts * b_size + a_size`` and
-    ``bands' * b_size + parts * a_size``. A 1x1 convolution of 576 channels on 14 x 14 to 224
-    (or inception's merged branch heads, 320-416) packed B eight times at two threads; one of
-    1024 to 2048 channels on 7 x 7 (B small, A large) keeps its bands."""
-    parts = max(1, min(segments * tiles, parfor.threads()))
-    if parts < 2 or s_parts * w_parts >= parts:
-        return m_parts, s_parts, w_parts
-    cut_s = max(1, min(segments, parts))
-    cut_w = max(1, min(tiles, parts // cut_s))
-    cut_m = max(1, min(bands, per_batch // (cut_s * cut_w)))
-    if cut_m * b_size + cut_s * cut_w * a_size >= m_parts * b_size + s_parts * w_parts * a_size:
-        return m_parts, s_parts, w_parts
-    return cut_m, cut_s, cut_w
-
-
-@jit(**_OPTS)
 def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, b_step, c_step,
                   batches, groups, a_group, b_batch, c_batch, wrap, cols, epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C = A[m, k] @ B`` for float32 (`rvm.kernels.sgemm.sgemm_segments`), for
@@ -127,9 +106,9 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few, then runs of columns when the segments are few too; where the GEMM packs B
-    (`sgemm.packs`) and the columns outnumber C's rows, columns first (segments, or the columns
-    of one run) and bands last; where the rows outnumber them, bands, after B's columns in a
-    part a thread where that moves fewer floats (`_packed_bands`). Checks every window first;
+    (`sgemm.packs`), into bands and runs of columns (segments, or the columns of one run) by
+    the floats each cut moves, as `blas.gemm_split` does (`blas.packed_cut`). Checks every
+    window first;
     float32 only (a TypingError for other dtypes); a ValueError for an epilogue where
     `sgemm.fuses` does not hold."""
     require_operands(a, b, c)
@@ -163,24 +142,20 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     bands = m // (4 * sgemm.MR)
     # Columns of a run cut in whole tiles; B packed, a piece keeps whole runs (end to end in C).
     tiles = max(1, width // sgemm.NR) if segments == 1 or not packed else 1
-    if packed and segments * width >= m:
-        # B packed a piece (`sgemm.packs`): its columns first, each piece packing its own,
-        # where bands of C's rows would each pack all of B again; C's rows only when the
-        # columns run out (fewer positions than channels: A's rows are then what repeats).
-        s_parts = max(1, min(segments, per_batch))
-        w_parts = max(1, min(tiles, per_batch // s_parts))
-        m_parts = max(1, min(bands, per_batch // (s_parts * w_parts)))
+    if packed:
+        # B packed a piece (`sgemm.packs`): bands of C's rows pack all of B again each, runs
+        # of its columns (whole segments, or one run's tiles: one of the two is 1) read all of
+        # A again each; the cut that moves the least (`blas.packed_cut`).
+        m_parts, n_parts = packed_cut(m, segments * width, k, per_batch, bands,
+                                      segments * tiles, batches)  # fmt: skip
+        s_parts = min(segments, n_parts)
+        w_parts = n_parts // s_parts
     else:
         m_parts = max(1, min(per_batch, bands))
         s_parts = max(1, min(segments, per_batch // m_parts))
         # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64
         # channels): the columns of each run too.
         w_parts = max(1, min(tiles, per_batch // (m_parts * s_parts)))
-        if packed:
-            m_parts, s_parts, w_parts = _packed_bands(
-                m_parts, s_parts, w_parts, per_batch, bands, segments, tiles, m * k,
-                k * segments * width,
-            )  # fmt: skip
     # Equal shares in whole bands and tiles (`parfor.piece_range`): steps rounded up to them
     # left a last piece short (256 rows in 8: 7 of 36 and one of 4, a thread taking 144 rows
     # to the other's 112) or a piece fewer (196 columns in 8: 7 of 32).

@@ -80,9 +80,11 @@ __all__ = [
     "NR",
     "applies",
     "block_bytes",
+    "column_step",
     "depth_block",
     "fuses",
     "has_epilogue",
+    "moved",
     "packs",
     "require",
     "sgemm",
@@ -671,7 +673,7 @@ def sgemm_segments(
     # of B stay in L2 while every band of A walks them. Runs of taps read in place are not
     # cut: their rows overlap (a block would read every band of A again for little B), and
     # cutting them was slower.
-    step = max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
+    step = column_step(k)
     job = _path_job()
     job[0], job[1], job[2], job[3], job[4], job[5] = _PATH_JOB, a, lda, b, ldb, table
     job[6], job[7], job[8], job[9], job[10], job[11] = c, ldc, m, k, segments, width
@@ -801,6 +803,27 @@ def packs(segments, width, c_step, wrap):  # type: ignore[no-untyped-def]
     by their stride or through a table (its taps, `_pack`: an im2col straight into the
     panels, no column matrix)."""
     return PACK_B and wrap == 0 and (segments == 1 or c_step == width)
+
+
+@jit(**_OPTS, inline="always")
+def column_step(k):  # type: ignore[no-untyped-def]
+    """C's columns a block of B's rows takes in a product of depth ``k`` (`sgemm_segments`):
+    ``min(KC, k)`` rows of them fill `BLOCK_BYTES` at most, in whole tiles; every band of A
+    walks the block, so A is read once a block."""
+    return max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
+
+
+@jit(**_OPTS)
+def moved(m, n, k, m_parts, n_parts):  # type: ignore[no-untyped-def]
+    """The floats a product ``C[m, n] = A[m, k] @ B[k, n]`` whose B is packed (`packs`) moves
+    beside its multiply-adds when cut into ``m_parts`` bands of C's rows by ``n_parts`` runs
+    of its columns, one call a piece: each piece packs its columns of B (`_pack`: a read and a
+    write of each float, the packed panels then read by every band in any cut) and reads its
+    rows of A once a block of its columns (`column_step`; A is not packed). Bands pack all of
+    B again each; column runs read all of A again each: the cut of a split product is the
+    one that moves the least (`rvm.kernels.blas.packed_cut`)."""
+    cols = -(-n // n_parts)  # a piece's columns, at most
+    return 2 * m_parts * k * n + n_parts * -(-cols // column_step(k)) * m * k
 
 
 @jit(**_OPTS, inline="always")

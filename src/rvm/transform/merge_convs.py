@@ -23,7 +23,7 @@ of a 576-channel 14 x 14 input on a Zen 3 core, ~10% of a 96-channel branch's ti
 pool splits one larger job instead of starting several small ones. On that core, one thread:
 the 1x1 convolutions' time 2.4% less (slice copies included), inception_v2 within the noise
 of whole-model runs; two threads, with the GEMM's split of such products
-(`rvm.kernels.segments._packed_bands`): 1-9% less CPU in all (pool pieces and the caller).
+(`rvm.kernels.blas.packed_cut`): 1-9% less CPU in all (pool pieces and the caller).
 
 The merged chain takes the place of the first member's convolution, the slices follow it; the
 members' own bindings go. Algorithm: one walk over each straight-line region (`map_regions`):
