@@ -143,12 +143,19 @@ def _product_left(a, ia, lda, b, ib, ldb, c, ic, ldc, m, n, k, beta):  # type: i
     return True
 
 
+@jit(**_OPTS, inline="always")
+def _own(like, tb, beta):  # type: ignore[no-untyped-def]
+    """Whether `_product` runs rvm's kernel (`rvm.kernels.sgemm`) rather than BLAS: float32,
+    B as it is, beta 0 or 1."""
+    return sgemm.applies(like) and tb == NO_TRANS and (beta == 0.0 or beta == 1.0)
+
+
 @jit(**_OPTS, inline="always")  # one level less to build (`sgemm.sgemm_segments`)
 def _product(like, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C = A @ op(B) + beta * C`` on addresses in the calling thread, m, n, k > 0: rvm's
     own kernel (`rvm.kernels.sgemm`) for float32 with B as it is and beta 0 or 1, applying
     the ``epilogue`` (`sgemm.sgemm_segments`; `sgemm.NO_EPILOGUE` for BLAS), BLAS otherwise."""
-    if sgemm.applies(like) and tb == NO_TRANS and (beta == 0.0 or beta == 1.0):
+    if _own(like, tb, beta):
         sgemm.sgemm_segments(a, lda, b, ldb, 0, c, ldc, m, k, 1, n, 0, 0, beta != 0.0, 0, 0, 0,
                              epilogue)  # fmt: skip
     else:
@@ -357,15 +364,9 @@ _gemm_stack_job = parfor.stack_job(_GEMM_JOB)
 
 @jit(**_OPTS, inline="always")
 def _packs(like, tb, m, beta):  # type: ignore[no-untyped-def]
-    """Whether `_product` runs rvm's kernel packing B (`sgemm.packs`) on a product of ``m``
-    rows: float32, B as it is, beta 0 or 1, more than a band of rows."""
-    return (
-        sgemm.applies(like)
-        and tb == NO_TRANS
-        and (beta == 0.0 or beta == 1.0)
-        and m > sgemm.MR
-        and sgemm.packs(1, 1, 0, 0)
-    )
+    """Whether `_product` runs rvm's kernel on its packed path (`sgemm.takes_packed`) for a
+    product of ``m`` rows (one run, no epilogue: as `_split` cuts it)."""
+    return _own(like, tb, beta) and sgemm.takes_packed(m, 1, 1, 0, 0, sgemm.NO_EPILOGUE)
 
 
 @jit(**_OPTS)

@@ -85,6 +85,7 @@ __all__ = [
     "fuses",
     "has_epilogue",
     "moved",
+    "takes_packed",
     "packs",
     "require",
     "sgemm",
@@ -681,7 +682,7 @@ def sgemm_segments(
     job[16], job[17], job[18] = cols, phase, step
     job[19], job[20], job[21], job[22] = epilogue
     # A band or less reads B once, unpacked; an epilogue is the packed tiles' own.
-    if packs(segments, width, c_step, wrap) and (m > MR or has_epilogue(epilogue)):
+    if takes_packed(m, segments, width, c_step, wrap, epilogue):
         _call_packed(0, job)
     else:
         _call_block(0, job)
@@ -803,6 +804,13 @@ def packs(segments, width, c_step, wrap):  # type: ignore[no-untyped-def]
     by their stride or through a table (its taps, `_pack`: an im2col straight into the
     panels, no column matrix)."""
     return PACK_B and wrap == 0 and (segments == 1 or c_step == width)
+
+
+@jit(**_OPTS, inline="always")
+def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no-untyped-def]
+    """Whether `sgemm_segments` takes its packed path (`sgemm_packed`) on a product of ``m``
+    rows: B packs (`packs`) and there is more than a band of rows or an epilogue to apply."""
+    return packs(segments, width, c_step, wrap) and (m > MR or has_epilogue(epilogue))
 
 
 @jit(**_OPTS, inline="always")
