@@ -35,13 +35,12 @@ their loops, on the pool or, while another's job holds it, in their own thread.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import numba as nb
 import numpy as np
@@ -248,7 +247,7 @@ def runner(name: str):  # type: ignore[no-untyped-def]
                 builder.ptrtoint(jb.data, i64),
             ]
             fnty = ir.FunctionType(ir.VoidType(), [i64] * 3)
-            with _gil_released(builder):
+            with workpool.gil_released(builder):
                 builder.call(
                     cgutils.get_or_insert_function(builder.module, fnty, workpool.RUN), values
                 )
@@ -257,35 +256,6 @@ def runner(name: str):  # type: ignore[no-untyped-def]
         return nt.void(x, chunks, job), codegen
 
     return run
-
-
-# The calling thread's attached Python thread state, or null: not null exactly while the
-# thread holds the GIL (unlike ``PyGILState_Check``, which says 1 in a process that made a
-# subinterpreter).
-_THREAD_STATE = (
-    "PyThreadState_GetUnchecked" if sys.version_info >= (3, 13) else "_PyThreadState_UncheckedGet"
-)
-
-
-@contextlib.contextmanager
-def _gil_released(builder: ir.IRBuilder) -> Iterator[None]:
-    """Code emitted inside runs without the GIL when the calling thread holds it (a caller
-    compiled without ``nogil``: a user's own ``@njit``), as ctypes runs a foreign call: a pool
-    helper may need the GIL to finish its piece (`_resolve` builds or loads a task the piece
-    calls, on a process's first runs) while the caller waits for its pieces. The library's own
-    callers are ``nogil``: for them, a read of a thread-local pointer a job."""
-    i8p = ir.IntType(8).as_pointer()
-
-    def c(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
-        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
-
-    state = builder.call(c(_THREAD_STATE, i8p), [])
-    held = builder.icmp_unsigned("!=", state, ir.Constant(i8p, None))
-    with builder.if_then(held, likely=False):
-        builder.call(c("PyEval_SaveThread", i8p), [])  # returns ``state``
-    yield
-    with builder.if_then(held, likely=False):
-        builder.call(c("PyEval_RestoreThread", ir.VoidType(), i8p), [state])
 
 
 def caller(name: str, dtype: str | None = None):  # type: ignore[no-untyped-def]
