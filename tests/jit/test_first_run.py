@@ -327,3 +327,57 @@ def test_a_compile_lists_a_products_tasks() -> None:
     row = blas.METHOD_TASKS[blas.method.py_func(1, 784, 128, False, True)]  # by the L2's size
     want = list(dict.fromkeys((*row, "gemm", *sgemm.GEMM_TASKS, "gemv")))
     assert [t for t, _ in library_tasks(run_pipeline(b.get()))] == want
+
+
+USER = textwrap.dedent(
+    """
+    import sys
+    import numba as nb
+    import numpy as np
+    import rvm
+    from rvm.kernels import blas, parfor
+
+    @nb.njit(nogil=sys.argv[1] == "nogil")
+    def user(a, b):
+        out = np.empty((a.shape[0], b.shape[1]), np.float32)
+        blas.matmul(a, b, out, False)  # a GEMM split on the pool: a task its pieces call
+        return out * 2.0
+
+    rvm.set_num_threads(2)  # a helper, even on one CPU
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((512, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 512)).astype(np.float32)
+    np.testing.assert_allclose(user(a, b), 2 * (a @ b), rtol=1e-3, atol=1e-3)
+    assert ("sgemm_packed", "float32") in parfor.required_tasks(), parfor.required_tasks()
+    print("ok")
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
+def test_a_users_own_njit_holding_the_gil_runs_a_split_kernel_on_a_first_run(
+    tmp_path: Path,
+) -> None:
+    """A user's ``@njit`` function without ``nogil`` (it holds the GIL while it runs) calling
+    a library kernel that splits on the pool, in a process that has not yet built or loaded
+    the task the pieces call: a pool helper resolving that task needs the GIL (`parfor`'s
+    ``_resolve`` is a callback into Python) while the caller waits for its pieces. The caller
+    lets go of the GIL for the job, so the call finishes with the right answer: with empty
+    caches, with warm ones (loading a task takes the GIL too), and with ``nogil``. A hang
+    fails by its timeout."""
+    script = tmp_path / "user.py"
+    script.write_text(USER)
+
+    def child(caches: str, gil: str) -> None:
+        env = dict(os.environ)
+        env["RVM_CACHE_DIR"] = str(tmp_path / caches / "rvm")
+        env["NUMBA_CACHE_DIR"] = str(tmp_path / caches / "numba")
+        run = subprocess.run(
+            [sys.executable, str(script), gil], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert run.returncode == 0 and run.stdout.split() == ["ok"], run.stderr[-3000:]
+
+    child("a", "gil")  # empty caches: the tasks built in this run
+    child("a", "gil")  # warm: loaded from Numba's cache
+    child("a", "nogil")
+    child("b", "nogil")  # empty caches

@@ -255,6 +255,52 @@ def test_a_forked_child_resets_the_pool_then_restarts_it(tmp_path) -> None:
     assert done.stdout.strip() == "(0, 2, 100)"
 
 
+HOLDING_THE_GIL = """
+import ctypes, threading
+import numba as nb
+import rvm
+from rvm.kernels import workpool
+
+ran = []
+
+def piece(i, _null, _data):  # Python: a helper running it needs the GIL
+    ran.append((i, threading.get_ident()))
+    sum(range(2000))  # long enough for the caller to finish its share first
+
+callback = workpool.PIECE(piece)
+address = ctypes.cast(callback, ctypes.c_void_p).value
+
+@nb.njit  # without nogil: holds the GIL while it runs, and so while it waits for its pieces
+def caller(fn, n):
+    workpool.run(fn, n, 0)
+
+rvm.set_num_threads(2)
+for job in range(100):
+    caller(address, 8)
+assert sorted(i for i, _ in ran) == sorted(list(range(8)) * 100)
+print("ok")
+"""
+
+
+def test_a_caller_holding_the_gil_lets_helpers_take_it(tmp_path) -> None:
+    """A compiled caller that holds the GIL (``@njit`` without ``nogil``) runs a job whose
+    pieces need the GIL (here Python pieces; in the library, a task resolved on a first run):
+    the caller lets go of it for the job, so a helper's piece never waits on a caller that
+    waits for it. A deadlock fails by the timeout (a separate process)."""
+    script = tmp_path / "holding.py"
+    script.write_text(HOLDING_THE_GIL)
+    src = str(Path(rvm.__file__).resolve().parents[1])  # this checkout's rvm
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok"]
+
+
 def _until(test, seconds: float = 10.0) -> bool:
     """Whether ``test()`` holds within ``seconds`` (polled)."""
     end = time.monotonic() + seconds

@@ -15,7 +15,8 @@ runs in the calling thread).
   runs chunk ``chunk`` (0 to ``chunks - 1``) of the job whose int64 array is ``data``
   (`job(data)` reads it; ``like`` is a null pointer typed by the dtype, for `array_at`);
 - `runner(name)` is the intrinsic ``run(x, chunks, job)`` that runs the task of ``x``'s
-  dtype once per chunk, ``chunks`` of them, on the pool;
+  dtype once per chunk, ``chunks`` of them, on the pool (a caller holding the GIL lets go of
+  it for the job: a helper's piece may need it to resolve a task it calls);
 - `caller(name)` is the intrinsic ``call(x, chunk, job)`` that runs one chunk of the task of
   ``x``'s dtype in the calling thread: a library function's methods, each built when first
   run, and code several functions share (the GEMM's), built once; `stack_job(size)` makes
@@ -246,7 +247,10 @@ def runner(name: str):  # type: ignore[no-untyped-def]
                 builder.ptrtoint(jb.data, i64),
             ]
             fnty = ir.FunctionType(ir.VoidType(), [i64] * 3)
-            builder.call(cgutils.get_or_insert_function(builder.module, fnty, workpool.RUN), values)
+            with workpool.gil_released(builder):
+                builder.call(
+                    cgutils.get_or_insert_function(builder.module, fnty, workpool.RUN), values
+                )
             return context.get_dummy_value()
 
         return nt.void(x, chunks, job), codegen

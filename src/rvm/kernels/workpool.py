@@ -38,7 +38,7 @@ helpers (`rvm.kernels.threads` does at the next VM).
 
 For compiled callers: `run(fn, n, data)`, `threads()` (1 + helpers) and `busy()` are
 intrinsics calling the pool's C functions by symbol, so cached code that uses them is
-resolved when linked; `call_begin()` and `call_end(word)` do what `call` does around a VM call
+resolved when linked (a caller holding the GIL lets go of it for a job: `gil_released`); `call_begin()` and `call_end(word)` do what `call` does around a VM call
 from Python, in the compiled function called (the native exec mode's entries). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
 `set_helpers(n)`; `measure(on)` and `piece_times()`: each thread's CPU time inside pieces and
@@ -49,12 +49,14 @@ wall time says little (a loaded machine).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import platform
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -425,6 +427,37 @@ PIECE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 # -- for compiled callers ---------------------------------------------------------------------
 
 
+# The calling thread's attached Python thread state, or null: not null exactly while the
+# thread holds the GIL (unlike ``PyGILState_Check``, which says 1 in a process that made a
+# subinterpreter).
+_THREAD_STATE = (
+    "PyThreadState_GetUnchecked" if sys.version_info >= (3, 13) else "_PyThreadState_UncheckedGet"
+)
+
+
+@contextlib.contextmanager
+def gil_released(builder: ir.IRBuilder) -> Iterator[None]:
+    """Code emitted inside runs without the GIL when the calling thread holds it (a caller
+    compiled without ``nogil``: a user's own ``@njit``), as ctypes runs a foreign call: what a
+    job's caller emits around `RUN` (`run`, `rvm.kernels.parfor.runner`), since a helper may
+    need the GIL to finish its piece (`rvm.kernels.parfor` resolves a task the piece calls, a
+    callback into Python, on a process's first runs) while the caller waits for its pieces.
+    The library's own callers are ``nogil``: for them, a read of a thread-local pointer a
+    job."""
+    i8p = ir.IntType(8).as_pointer()
+
+    def c(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
+        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
+
+    state = builder.call(c(_THREAD_STATE, i8p), [])
+    held = builder.icmp_unsigned("!=", state, ir.Constant(i8p, None))
+    with builder.if_then(held, likely=False):
+        builder.call(c("PyEval_SaveThread", i8p), [])  # returns ``state``
+    yield
+    with builder.if_then(held, likely=False):
+        builder.call(c("PyEval_RestoreThread", ir.VoidType(), i8p), [state])
+
+
 @intrinsic
 def run(typingctx, fn, n, data):  # type: ignore[no-untyped-def]
     """Runs piece function ``fn`` (an int64 address) on pieces 0 .. n - 1 with ``data`` (an
@@ -435,7 +468,8 @@ def run(typingctx, fn, n, data):  # type: ignore[no-untyped-def]
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         values = [context.cast(builder, v, t, nt.int64) for v, t in zip(args, signature.args)]
-        _c_call(builder, RUN, ir.VoidType(), values)
+        with gil_released(builder):
+            _c_call(builder, RUN, ir.VoidType(), values)
         return context.get_dummy_value()
 
     return nt.void(fn, n, data), codegen
