@@ -169,7 +169,8 @@ MR``) nothing is stored. B is read once, by the tiles, where a pass before the b
 and wrote the panels: a copy at about ``memcpy``'s rate (64 rows of 3025 floats: 27-37 µs,
 the same bytes copied by NumPy 29 µs), 16-29% of the time of a 1x1 convolution with 16 to 64
 output channels (squeezenet's squeezes, 3 to 11 bands), 2-9% of one with 256 to 1024.
-Whole panels of plain rows only (`_in_place`); the others are packed before their tile.
+Whole panels of B's rows by their stride only (`_in_place`): the others are packed before
+their tile; B's rows through a table (a convolution's taps) are packed before the bands.
 Same process, one thread, thread CPU, two runs of 40-60 alternated calls on a Zen 3 core:
 64->6 at 55 x 55 0.61-0.70 of the time, 64->16 0.89-0.91, 128->16 0.90-0.93, resnet50's 256
 ->64 and 256->128 at 56 x 56 0.87-0.97, 512->128 at 28 x 28 0.95-0.99, 13 x 13 maps 0.97-1.03;
@@ -875,7 +876,7 @@ def fuses(segments, width, c_step, wrap, k):  # type: ignore[no-untyped-def]
 @jit(**_OPTS, inline="always")
 def packs_in_place(m):  # type: ignore[no-untyped-def]
     """Whether `_packed_blocks` packs B in its first band's tiles (`IN_PLACE_ROWS`) for a
-    product of ``m`` rows, not in a pass before the bands."""
+    product of ``m`` rows (B's rows by their stride), not in a pass before the bands."""
     return m <= IN_PLACE_ROWS
 
 
@@ -898,11 +899,12 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
     ``step`` columns and each depth block, B's block copied into panels of `NR` columns, then
     every band of A across the panels, each tile reading its panel's rows one after the other,
     the last depth block's tiles applying the ``epilogue`` (`sgemm_segments`); m, k, width >
-    0. With few rows (`packs_in_place`) the first band packs as it computes instead."""
+    0. With few rows (`packs_in_place`) and B's rows by their stride, the first band packs as
+    it computes instead."""
     into = kept(PACK_FLOATS, np.float32)  # one size for every call: a kept block
     packed = into.ctypes.data
     bias, bias_step, act, res = epilogue
-    first = packs_in_place(m)
+    first = packs_in_place(m) and table == 0  # a table's taps: no panel reads in place
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
         for p0 in range(0, k, KC):
