@@ -74,11 +74,11 @@ from rvm.kernels.jitting import alive, jit
 __all__ = [
     "BLOCK_BYTES",
     "FUSED_EPILOGUE",
+    "IN_PLACE_ROWS",
     "KC",
     "LANES",
     "MR",
     "NO_EPILOGUE",
-    "IN_PLACE_ROWS",
     "NR",
     "applies",
     "block_bytes",
@@ -483,7 +483,7 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
         # One tile loop per variant: (vectors - 1) * 2 + indexed picks it; a tile of one
         # vector whose lanes fit half of one takes half vectors (`HALF`), 2 * VECTORS + indexed.
         variants = [(v, x, LANES) for v in range(1, VECTORS + 1) for x in (0, 1)]
-        if padded:  # "indexed" is copying, of whole panels only: no code for the others
+        if padded:  # "indexed" is in place, of whole panels only: no code for the others
             variants = [(v, x if x == 0 or v == VECTORS else None, w) for v, x, w in variants]
         picked = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(2)), indexed)
         if half:
@@ -881,12 +881,12 @@ def packs_in_place(m):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
-def _in_place(b, ldb, table, p0, q, n, run, b_step):  # type: ignore[no-untyped-def]
-    """The address of B's row ``p0`` at C's column ``q`` where the panel of C's columns ``q``
-    to ``q + n`` is a whole one (``n`` = `NR`) in one run of plain rows (no table): read there
-    by rows ``ldb`` floats apart, its copy is a vector a row (`_pack`); else 0."""
+def _in_place(b, ldb, p0, q, n, run, b_step):  # type: ignore[no-untyped-def]
+    """The address of B's row ``p0`` (rows by their stride) at C's column ``q`` where the
+    panel of C's columns ``q`` to ``q + n`` is a whole one (``n`` = `NR`) in one run: read
+    there by rows ``ldb`` floats apart, its copy is a vector a row (`_pack`); else 0."""
     s, off = q // run, q % run
-    if table != 0 or n != NR or off + NR > run:
+    if n != NR or off + NR > run:
         return 0
     return b + 4 * (s * b_step + off + p0 * ldb)
 
@@ -923,7 +923,7 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
                     panel = packed + 4 * q0 * kc
                     at_b, rows_b, in_place = panel, NR, 0
                     if first and i0 == 0:
-                        at = _in_place(b, ldb, table, p0, j0 + q0, n, run, b_step)
+                        at = _in_place(b, ldb, p0, j0 + q0, n, run, b_step)
                         if at == 0:
                             _pack(b, ldb, table, p0, kc, j0 + q0, n, run, b_step, panel)
                         else:
