@@ -164,6 +164,37 @@ def test_epilogue_in_the_store(m: int, n: int, k: int, bias: str, residual: bool
     assert np.isnan(c[m // 2 + 1, 3 + n // 2]) == residual
 
 
+@pytest.mark.parametrize(
+    "m", [sgemm.MR, sgemm.MR + 1, sgemm.IN_PLACE_ROWS, sgemm.IN_PLACE_ROWS + 1]
+)
+@pytest.mark.parametrize("n", [2 * sgemm.NR, 3 * sgemm.NR + 5])
+@pytest.mark.parametrize("k", [9, sgemm.KC + 3])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_packed_in_the_first_band_or_before(m: int, n: int, k: int, accumulate: bool) -> None:
+    """The packed path with few rows (`sgemm.packs_in_place`: the first band reads B's whole
+    panels in place and writes them for the other bands; one band writes none) and with
+    more (a pass packs B first), whole panels and a last partial one, across depth blocks
+    and column blocks (B's rows of more than `sgemm.column_step` columns), B a window of a
+    wider matrix, a bias a row and a ReLU: every band's rows right, the canary border kept."""
+    assert sgemm.packs_in_place(m) == (m <= sgemm.IN_PLACE_ROWS)
+    if not sgemm.fuses(1, n, n, 0, k):
+        pytest.skip("this CPU's GEMM does not pack B (sgemm.PACK_B)")
+    rng = np.random.default_rng(m + n + k)
+    width = n + sgemm.column_step(k)  # more than one block of C's columns
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, width + 6)).astype(np.float32)
+    c = rng.standard_normal((m + 2, width + 7)).astype(np.float32)
+    biases = rng.standard_normal(m).astype(np.float32)
+    want = c.astype(np.float64)
+    value = a.astype(np.float64) @ b[:, 2 : width + 2] + biases[:, None]
+    value = value + (want[1 : m + 1, 3 : width + 3] if accumulate else 0)
+    want[1 : m + 1, 3 : width + 3] = np.maximum(value, 0)
+    sgemm.sgemm_segments(a.ctypes.data, k, b.ctypes.data + 4 * 2, width + 6, 0,
+                         c.ctypes.data + 4 * (width + 7 + 3), width + 7, m, k, 1, width, 0, 0,
+                         accumulate, 0, 0, 0, (biases.ctypes.data, 1, 1, 0))  # fmt: skip
+    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
 def test_applies_to_float32_only() -> None:
     assert sgemm.applies(np.zeros(1, np.float32))
     assert not sgemm.applies(np.zeros(1, np.float64))

@@ -26,7 +26,8 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   copies each block of B into panels of `NR` columns first and its tiles read them without
   masks (`PACK_B`, `_packed_blocks`, in a block kept across calls: `PACK_FLOATS`), B's rows
   by their stride or through a table, in runs whose C columns lie end to end (`packs`: a
-  convolution's taps, its im2col straight into the panels); without
+  convolution's taps, its im2col straight into the panels); with few rows of C, the first
+  band's tiles pack B as they read it in place (`IN_PLACE_ROWS`); without
   mask registers (AVX2), whole tiles store without
   masks (`PLAIN_STORES`);
 - each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
@@ -73,6 +74,7 @@ from rvm.kernels.jitting import alive, jit
 __all__ = [
     "BLOCK_BYTES",
     "FUSED_EPILOGUE",
+    "IN_PLACE_ROWS",
     "KC",
     "LANES",
     "MR",
@@ -87,6 +89,7 @@ __all__ = [
     "moved",
     "takes_packed",
     "packs",
+    "packs_in_place",
     "require",
     "sgemm",
     "sgemm_segments",
@@ -157,6 +160,23 @@ call) 1x1 convolutions' GEMMs took 1.3-1.8 times as long (512 to 128 channels on
 -> 485 µs, squeezenet's 64 to 16 at 55 x 55 147 -> 270), as in one process of
 `benchmarks/conv_methods.py` where densenet121's 14 x 14 GEMMs ran at 43-49 GFLOP/s against
 78-82 in others."""
+IN_PLACE_ROWS = 128
+"""The most rows of C for which `_packed_blocks` packs B in its first band (`packs_in_place`):
+that band's tiles read whole panels of B where they are (`_micro_panel` in place, each step
+prefetching its row of B `AHEAD` tiles on, as tiles on plain rows do) and store each row's
+vectors into the panel as they go, which the other bands then read; with one band (``m <=
+MR``) nothing is stored. B is read once, by the tiles, where a pass before the bands read it
+and wrote the panels: a copy at about ``memcpy``'s rate (64 rows of 3025 floats: 27-37 µs,
+the same bytes copied by NumPy 29 µs), 16-29% of the time of a 1x1 convolution with 16 to 64
+output channels (squeezenet's squeezes, 3 to 11 bands), 2-9% of one with 256 to 1024.
+Whole panels of B's rows by their stride only (`_in_place`): the others are packed before
+their tile; B's rows through a table (a convolution's taps) are packed before the bands.
+Same process, one thread, thread CPU, two runs of 40-60 alternated calls on a Zen 3 core:
+64->6 at 55 x 55 0.61-0.70 of the time, 64->16 0.89-0.91, 128->16 0.90-0.93, resnet50's 256
+->64 and 256->128 at 56 x 56 0.87-0.97, 512->128 at 28 x 28 0.95-0.99, 13 x 13 maps 0.97-1.03;
+from 256 rows it lost 1-6% (64->256 at 56 x 56, 1024->512 at 14 x 14, 512->1000 at 13 x 13):
+the gain goes as the pack's share, two floats moved a column of B against ``m``
+multiply-adds, while the in-place band's own slowing does not."""
 FUSED_EPILOGUE = PACK_B
 """Whether `sgemm_segments` applies a convolution's epilogue (a per-row bias, a residual, a
 ReLU: ``epilogue``) in registers as it stores each tile of its last depth block, so that C is
@@ -217,10 +237,13 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
     spans, each a masked store ``m * (wrap - cols)`` floats back for the ``m``-th row on;
     the columns past ``cols`` of each row are computed, not stored.
 
-    ``padded`` (`_micro_panel`; plain rows of B only: ``indexed``, ``narrow`` and ``wrap``
-    0): B's rows are whole vectors, read without a mask (a packed panel's, zero past the
-    product's columns: `_pack`), and not prefetched `AHEAD` (a panel is one stream), nor A's
-    next band (its address cost more than it saved: see the module's notes). On AVX2
+    ``padded`` (`_micro_panel`; plain rows of B only: ``narrow`` and ``wrap`` 0): B's rows
+    are whole vectors, read without a mask (a packed panel's, zero past the product's
+    columns: `_pack`), and not prefetched `AHEAD` (a panel is one stream), nor A's next band
+    (its address cost more than it saved: see the module's notes). There ``indexed`` means in
+    place (whole panels only, ``vectors`` = `VECTORS`): B's rows ``rows_b`` floats apart,
+    each prefetched `AHEAD` tiles on, and, where ``col0`` is not 0, each row's vectors also
+    stored at that address, `NR` floats a row, as `_pack` would (`IN_PLACE_ROWS`). On AVX2
     the last vector's mask in the loop took a 17th ymm register: LLVM rebuilt it from the stack
     every step.
 
@@ -242,7 +265,8 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
             fnty = ir.FunctionType(ret, params)
             return cgutils.get_or_insert_function(module, fnty, intrinsic_name)
 
-        ap, b, c = (builder.inttoptr(x, fptr) for x in (ap, b, c))
+        ap, b, c, panel = (builder.inttoptr(x, fptr) for x in (ap, b, c, col0))
+        copying = builder.icmp_signed("!=", col0, i64(0))
         table = builder.inttoptr(rows_b, i64.as_pointer())
         align = i32(4)
 
@@ -343,14 +367,20 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                 step = loop.index
                 if prefetch is not None and not padded:  # (a panel's tile: see `_micro_typing`)
                     prefetch(step)
-                if indexed:
+                if indexed and not padded:
                     row_b = builder.load(builder.gep(table, [step]))
                 else:
                     row_b = builder.mul(step, rows_b)
-                if prefetch is not None and not indexed and not padded:
+                if prefetch is not None and (indexed if padded else not indexed):
                     ahead(row_b)
                 if padded:
                     bs = [load(vector_at(b, row_b, j, i64(lanes)), j) for j in range(vectors)]
+                    if indexed:  # in place: each row of B also into its panel (``col0``)
+                        with builder.if_then(copying):
+                            at_panel = builder.mul(step, i64(vectors * lanes))
+                            for j in range(vectors):
+                                at = vector_at(panel, at_panel, j, i64(lanes))
+                                builder.store(bs[j], at, align=4)
                 else:
                     bs = [load(vector_at(b, row_b, j, b_vec), j) for j in range(vectors)]
                 for i in range(MR):
@@ -453,8 +483,8 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
         # One tile loop per variant: (vectors - 1) * 2 + indexed picks it; a tile of one
         # vector whose lanes fit half of one takes half vectors (`HALF`), 2 * VECTORS + indexed.
         variants = [(v, x, LANES) for v in range(1, VECTORS + 1) for x in (0, 1)]
-        if padded:  # the indexed variants are never taken: no code for them
-            variants = [(v, x if x == 0 else None, w) for v, x, w in variants]
+        if padded:  # "indexed" is in place, of whole panels only: no code for the others
+            variants = [(v, x if x == 0 or v == VECTORS else None, w) for v, x, w in variants]
         picked = builder.add(builder.mul(builder.sub(vectors, i64(1)), i64(2)), indexed)
         if half:
             variants += [(1, x if x == 0 or not padded else None, half) for x in (0, 1)]
@@ -843,6 +873,24 @@ def fuses(segments, width, c_step, wrap, k):  # type: ignore[no-untyped-def]
     return FUSED_EPILOGUE and packs(segments, width, c_step, wrap) and k > 0
 
 
+@jit(**_OPTS, inline="always")
+def packs_in_place(m):  # type: ignore[no-untyped-def]
+    """Whether `_packed_blocks` packs B in its first band's tiles (`IN_PLACE_ROWS`) for a
+    product of ``m`` rows (B's rows by their stride), not in a pass before the bands."""
+    return m <= IN_PLACE_ROWS
+
+
+@jit(**_OPTS, inline="always")
+def _in_place(b, ldb, p0, q, n, run, b_step):  # type: ignore[no-untyped-def]
+    """The address of B's row ``p0`` (rows by their stride) at C's column ``q`` where the
+    panel of C's columns ``q`` to ``q + n`` is a whole one (``n`` = `NR`) in one run: read
+    there by rows ``ldb`` floats apart, its copy is a vector a row (`_pack`); else 0."""
+    s, off = q // run, q % run
+    if n != NR or off + NR > run:
+        return 0
+    return b + 4 * (s * b_step + off + p0 * ldb)
+
+
 @jit(**_OPTS, inline="always")  # its one caller, the task: built and optimized once
 def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step, accumulate,
                    epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
@@ -851,15 +899,18 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
     ``step`` columns and each depth block, B's block copied into panels of `NR` columns, then
     every band of A across the panels, each tile reading its panel's rows one after the other,
     the last depth block's tiles applying the ``epilogue`` (`sgemm_segments`); m, k, width >
-    0."""
+    0. With few rows (`packs_in_place`) and B's rows by their stride, the first band packs as
+    it computes instead."""
     into = kept(PACK_FLOATS, np.float32)  # one size for every call: a kept block
     packed = into.ctypes.data
     bias, bias_step, act, res = epilogue
+    first = packs_in_place(m) and table == 0  # a table's taps: no panel reads in place
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
         for p0 in range(0, k, KC):
             kc = min(KC, k - p0)
-            _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, packed)
+            if not first:
+                _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, packed)
             add = 1 if (accumulate or p0 > 0) else 0
             last = p0 + kc == k
             for i0 in range(0, m, MR):
@@ -869,9 +920,19 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
                 for q0 in range(0, cols, NR):
                     n = min(NR, cols - q0)
                     vectors = (n + LANES - 1) // LANES
-                    _micro_panel(kc, a_band, lda, packed + 4 * q0 * kc, NR, 0, c_band + 4 * q0, ldc,
+                    panel = packed + 4 * q0 * kc
+                    at_b, rows_b, in_place = panel, NR, 0
+                    if first and i0 == 0:
+                        at = _in_place(b, ldb, p0, j0 + q0, n, run, b_step)
+                        if at == 0:
+                            _pack(b, ldb, table, p0, kc, j0 + q0, n, run, b_step, panel)
+                        else:
+                            at_b, rows_b, in_place = at, ldb, 1
+                    # In place, the tile also writes the panel when other bands read it.
+                    into_panel = panel if in_place and m > MR else 0
+                    _micro_panel(kc, a_band, lda, at_b, rows_b, in_place, c_band + 4 * q0, ldc,
                                  add, rows, vectors, n - (vectors - 1) * LANES, LANES, LANES, 0, 0,
-                                 0, 0, at_bias, bias_step, act if last else 0,
+                                 0, into_panel, at_bias, bias_step, act if last else 0,
                                  res if last else 0)  # fmt: skip
     alive(into)  # read only through its address above: not freed before
 
