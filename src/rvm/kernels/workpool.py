@@ -38,8 +38,9 @@ helpers (`rvm.kernels.threads` does at the next VM).
 
 For compiled callers: `run(fn, n, data)`, `threads()` (1 + helpers) and `busy()` are
 intrinsics calling the pool's C functions by symbol, so cached code that uses them is
-resolved when linked (a caller holding the GIL lets go of it for a job: `gil_released`); `call_begin()` and `call_end(word)` do what `call` does around a VM call
-from Python, in the compiled function called (the native exec mode's entries). For Python:
+resolved when linked (a caller holding the GIL lets go of it for a job: `gil_released`);
+`call_begin()` and `call_end(word)` do what `call` does around a VM call from Python, in the
+compiled function called (the native exec mode's entries). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
 `set_helpers(n)`; `measure(on)` and `piece_times()`: each thread's CPU time inside pieces and
 its pieces (off by default: a load and a branch a piece), to find a job's critical path where
