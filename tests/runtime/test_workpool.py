@@ -88,6 +88,32 @@ def test_measured_pieces_are_counted_and_timed_per_thread(threads) -> None:
     assert workpool.piece_times() == [(0, 0)] * threads
 
 
+def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> None:
+    """A caller whose pieces are done spins for a helper's piece about as long as one of its
+    own took (a helper's is at most that far from its end), not just `SPIN_US`: its wake-up
+    would delay the job's end; it sleeps (counted in `naps`) when the helper's takes far
+    longer."""
+    if threads != 2:
+        pytest.skip("one helper: the caller runs one of the two pieces")
+    main = threading.get_ident()
+
+    def join_naps(helper_s: float) -> int:
+        both = threading.Barrier(2, timeout=30)
+
+        def piece(i: int) -> None:
+            both.wait()  # the two pieces run at once, one in each thread
+            time.sleep(0.004 if threading.get_ident() == main else helper_s)
+
+        before = workpool.naps()[1]
+        workpool.for_each(2, piece)
+        return workpool.naps()[1] - before
+
+    assert workpool.SPIN_US * 1e-6 < 0.001  # the helper's piece outlasts the spin alone
+    # The helper's piece ends 1 ms after the caller's (of 4 ms): spun for, in some try.
+    assert any(join_naps(0.005) == 0 for _ in range(5))
+    assert join_naps(0.1) == 1  # 96 ms after: the caller sleeps
+
+
 def test_the_first_error_reaches_the_caller(threads) -> None:
     def piece(i: int) -> None:
         if i == 5:
