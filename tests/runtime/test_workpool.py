@@ -92,7 +92,7 @@ def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> 
     """A caller whose pieces are done spins for a helper's piece about as long as one of its
     own took (a helper's is at most that far from its end), not just `SPIN_US`: its wake-up
     would delay the job's end; it sleeps (counted in `naps`) when the helper's takes far
-    longer."""
+    longer, and `join_time` counts its wait."""
     if threads != 2:
         pytest.skip("one helper: the caller runs one of the two pieces")
     main = threading.get_ident()
@@ -111,7 +111,14 @@ def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> 
     assert workpool.SPIN_US * 1e-6 < 0.001  # the helper's piece outlasts the spin alone
     # The helper's piece ends 1 ms after the caller's (of 4 ms): spun for, in some try.
     assert any(join_naps(0.005) == 0 for _ in range(5))
-    assert join_naps(0.1) == 1  # 96 ms after: the caller sleeps
+    workpool.measure(True)
+    try:
+        assert join_naps(0.1) == 1  # 96 ms after: the caller sleeps
+        waited = workpool.join_time()  # the caller's wait, asleep included
+    finally:
+        workpool.measure(False)
+    assert 0.09e9 <= waited < 30e9
+    assert workpool.join_time() == 0  # zeroed by `measure`
 
 
 def test_the_first_error_reaches_the_caller(threads) -> None:

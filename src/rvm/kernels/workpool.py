@@ -44,9 +44,10 @@ intrinsics calling the pool's C functions by symbol, so cached code that uses th
 resolved when linked; `call_begin()` and `call_end(word)` do what `call` does around a VM call
 from Python, in the compiled function called (the native exec mode's entries). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
-`set_helpers(n)`; `measure(on)` and `piece_times()`: each thread's CPU time inside pieces and
-its pieces (off by default: a load and a branch a piece), to find a job's critical path where
-wall time says little (a loaded machine).
+`set_helpers(n)`; `measure(on)`, `piece_times()` and `join_time()`: each thread's CPU time
+inside pieces and its pieces, and the callers' wait at jobs' ends (off by default: a load and
+a branch a piece), to find a job's critical path where wall time says little (a loaded
+machine); `wakes()` and `naps()`: the sleeps and wake-ups a workload pays.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ SPIN_US = 200
 
 # Fields of the state, one cache line (8 int64) apart.
 (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
-(NUDGE, WAKES, MEASURE, NAPS, JOIN_NAPS) = range(13, 18)
-_FIELDS = 18
+(NUDGE, WAKES, MEASURE, NAPS, JOIN_NAPS, JOIN_NS) = range(13, 19)
+_FIELDS = 19
 _LINE = 8
 _STATE = "rvm_pool_state"
 _SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
@@ -353,9 +354,10 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
         _unlock()
     start = _now_ns()
     ran = _claim(0)[1]
+    claimed = _now_ns()
     spins, s = _load(SPIN), 0
     if ran > 0:  # and as long as a piece of its own took: a helper's is that close to done
-        spins += (_now_ns() - start) // ran * spins // (SPIN_US * 1000)
+        spins += (claimed - start) // ran * spins // (SPIN_US * 1000)
     while _load(DONE) < n and s < spins:  # pieces helpers claimed and still run
         _pause()
         s += 1
@@ -367,6 +369,8 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
             _wait_done()
         _store(WAITING, 0)
         _unlock()
+    if _load(MEASURE) != 0:
+        _add(JOIN_NS, _now_ns() - claimed)
     _store(BUSY, 0)
 
 
@@ -593,7 +597,15 @@ def measure(on: bool) -> None:
     where wall time says little: each thread's CPU time inside pieces, and its pieces."""
     _state[MEASURE * _LINE] = 0
     ctypes.memset(_stats, 0, ctypes.sizeof(_stats))
+    _state[JOIN_NS * _LINE] = 0
     _state[MEASURE * _LINE] = int(bool(on))
+
+
+def join_time() -> int:
+    """Since `measure` was turned on: the nanoseconds (wall) the callers of jobs waited, their
+    own pieces done, for helpers to finish theirs (spinning or asleep): the jobs' imbalance
+    and late helpers, as the caller saw them."""
+    return int(_state[JOIN_NS * _LINE])
 
 
 def piece_times() -> list[tuple[int, int]]:
