@@ -47,7 +47,7 @@ from Python, in the compiled function called (the native exec mode's entries). F
 `set_helpers(n)`; `measure(on)`, `piece_times()` and `join_time()`: each thread's CPU time
 inside pieces and its pieces, and the callers' wait at jobs' ends (off by default: a load and
 a branch a piece), to find a job's critical path where wall time says little (a loaded
-machine); `wakes()` and `naps()`: the sleeps and wake-ups a workload pays.
+machine); `jobs()`, `wakes()` and `naps()`: the jobs, sleeps and wake-ups a workload pays.
 """
 
 from __future__ import annotations
@@ -571,6 +571,12 @@ def call(ran: list[bool], i: int, fn: Callable[..., object], args: tuple) -> obj
 
 
 _SLEEPING_AT, _WORD_AT = SLEEPING * _LINE, WORD * _LINE
+
+
+def jobs() -> int:
+    """How many jobs went to the pool's helpers so far (modulo 2 ** 30; not those run in their
+    caller: one thread, a busy pool, one piece)."""
+    return int(_state[_WORD_AT]) >> 33
 
 
 def wakes() -> int:
