@@ -109,16 +109,11 @@ def _work(elements, size):  # type: ignore[no-untyped-def]
     return elements * (size + 2)
 
 
-@jit(**_OPTS)
-def _large(elements, size):  # type: ignore[no-untyped-def]
-    """Whether an lrn of ``elements`` over windows of ``size`` channels is split over threads."""
-    return parfor.splits(_work(elements, size))
-
-
 def first_run_tasks(elements: int, size: int) -> tuple[str, ...]:
     """The library task an lrn of ``elements`` over windows of ``size`` channels runs (when
     split): what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
-    return ("lrn",) if _large.py_func(elements, size) else ()
+    large = parfor.splits.py_func(_work.py_func(elements, size))  # Python: nothing to compile
+    return ("lrn",) if large else ()
 
 
 @jit(**_OPTS, inline="always")
