@@ -78,13 +78,7 @@ FIRST_RUN_TASKS = ("channel_affine",)
 def splits(total):  # type: ignore[no-untyped-def]
     """Whether a pass over ``total`` elements goes to the pool: it touches (reads, writes)
     `parfor.MIN_WORK` elements or more."""
-    return parfor.splits(_touched(total))
-
-
-@jit(**_OPTS)
-def _touched(total):  # type: ignore[no-untyped-def]
-    """The elements a pass over ``total`` elements touches: each read and written."""
-    return 2 * total
+    return 2 * total >= parfor.MIN_WORK  # no callee: a compile's first run calls it
 
 
 @jit(**_OPTS, inline="always")
@@ -97,7 +91,7 @@ def channel_affine(x, out, coef, act):  # type: ignore[no-untyped-def]
     if total == 0:
         return
     channels = out.shape[1]
-    pieces = parfor.chunks(_touched(total), total)
+    pieces = parfor.chunks(2 * total, total)  # the elements `splits` counts
     job = np.empty(_JOB_FIELDS, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _JOB_FIELDS, parfor.address(x), parfor.address(out), total
     job[4], job[5] = total // (out.shape[0] * channels), channels
