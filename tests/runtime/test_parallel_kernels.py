@@ -66,6 +66,40 @@ def test_one_thread_gives_the_same_pools(restore_threads) -> None:
     np.testing.assert_allclose(out, want)
 
 
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_a_large_loop_is_cut_in_even_chunks_a_few_a_thread(restore_threads, count) -> None:
+    """`parfor.chunks`: one below `MIN_WORK` or on one thread; else a multiple of the threads
+    (where the items allow as many), at most `PIECES_PER_THREAD` a thread and one an item, of
+    ``MIN_WORK // PIECES_PER_THREAD`` elements at least: a late helper leaves its caller a
+    chunk, not half the loop."""
+    rvm.set_num_threads(count)
+    chunks = parfor.chunks.py_func
+    most = parfor.PIECES_PER_THREAD * count
+    assert chunks(parfor.MIN_WORK - 1, 1000) == 1
+    for work in (parfor.MIN_WORK, 3 * parfor.MIN_WORK, 100 * parfor.MIN_WORK):
+        for items in (1, count, 5, 7, 64, 1000):
+            k = chunks(work, items)
+            assert 1 <= k <= min(items, most)
+            assert k == 1 if count == 1 else k >= min(items, count)
+            assert k % count == 0 or items < count
+            assert k == count or work // k >= parfor.MIN_WORK // parfor.PIECES_PER_THREAD
+    assert chunks(100 * parfor.MIN_WORK, 1000) == (1 if count == 1 else most)
+
+
+@pytest.mark.parametrize("channels", [3, 5, 13, 64])
+def test_pools_cut_in_chunks_of_uneven_channels_match_the_reference(
+    restore_threads, channels
+) -> None:
+    """Channels not a multiple of the chunks: each chunk's range of them, every one once."""
+    rvm.set_num_threads(2)
+    x = np.random.default_rng(channels).standard_normal((1, channels, 121, 117)).astype("float32")
+    assert parfor.chunks(channels * (121 * 117 + 60 * 58 * 9), channels) > 1
+    out = np.full((1, channels, 60, 58), np.nan, dtype="float32")
+    pool.pool2d(x, out, 1, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
+    want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), False)
+    np.testing.assert_allclose(out, want)
+
+
 def test_split_loops_are_on_by_default() -> None:
     assert parfor.enabled()
 

@@ -88,6 +88,48 @@ def test_measured_pieces_are_counted_and_timed_per_thread(threads) -> None:
     assert workpool.piece_times() == [(0, 0)] * threads
 
 
+def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> None:
+    """A caller whose pieces are done spins for a helper's piece about as long as one of its
+    own took (a helper's is at most that far from its end), not just `SPIN_US`: its wake-up
+    would delay the job's end; it sleeps (counted in `naps`) when the helper's takes far
+    longer, and `join_time` counts its wait."""
+    if threads != 2:
+        pytest.skip("one helper: the caller runs one of the two pieces")
+    main = threading.get_ident()
+
+    def join_naps(helper_s: float) -> int:
+        both = threading.Barrier(2, timeout=30)
+
+        def piece(i: int) -> None:
+            both.wait()  # the two pieces run at once, one in each thread
+            time.sleep(0.02 if threading.get_ident() == main else helper_s)
+
+        before = workpool.naps()[1]
+        workpool.for_each(2, piece)
+        return workpool.naps()[1] - before
+
+    assert workpool.SPIN_US * 1e-6 < 0.001  # the helper's piece outlasts the spin alone
+    # The helper's piece ends 1 ms after the caller's (of 20 ms; the margin for a loaded
+    # machine's scheduling): spun for, in some try.
+    assert any(join_naps(0.021) == 0 for _ in range(5))
+    workpool.measure(True)
+    try:
+        assert join_naps(0.3) == 1  # 280 ms after: the caller sleeps
+        waited = workpool.join_time()  # the caller's wait, asleep included
+    finally:
+        workpool.measure(False)
+    assert 0.25e9 <= waited < 30e9
+    assert workpool.join_time() == 0  # zeroed by `measure`
+
+
+def test_jobs_counts_the_jobs_that_went_to_helpers(threads) -> None:
+    """`jobs`: one a job of several pieces with helpers; none run in the caller alone."""
+    before = workpool.jobs()
+    workpool.for_each(5, lambda i: None)
+    workpool.for_each(1, lambda i: None)  # one piece: in the caller
+    assert workpool.jobs() - before == (0 if threads == 1 else 1)
+
+
 def test_the_first_error_reaches_the_caller(threads) -> None:
     def piece(i: int) -> None:
         if i == 5:

@@ -8,9 +8,9 @@ for ``out = act(x * scale[c] + shift[c])``, rather than running its own loop nes
 output in the calling thread. That loop ran in the calling thread alone: densenet121's 62
 standalone batch norm, multiply, add and ReLU kernels took 6% of its one-thread time, the other
 core idle at two threads. Here the input and output, viewed as rows (an image's channel each),
-are cut into `threads()` contiguous pieces of equal size (whole vectors between them), each one
-linear sweep a row's run at a time, on the pool when the pass touches `parfor.MIN_WORK`
-elements or more, else in the calling thread.
+are cut into contiguous pieces of equal size (whole vectors between them; up to 4 a thread,
+`parfor.chunks`), each one linear sweep a row's run at a time, on the pool when the pass
+touches `parfor.MIN_WORK` elements or more, else in the calling thread.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ FIRST_RUN_TASKS = ("channel_affine",)
 def splits(total):  # type: ignore[no-untyped-def]
     """Whether a pass over ``total`` elements goes to the pool: it touches (reads, writes)
     `parfor.MIN_WORK` elements or more."""
-    return 2 * total >= parfor.MIN_WORK
+    return 2 * total >= parfor.MIN_WORK  # no callee: a compile's first run calls it
 
 
 @jit(**_OPTS, inline="always")
@@ -91,8 +91,7 @@ def channel_affine(x, out, coef, act):  # type: ignore[no-untyped-def]
     if total == 0:
         return
     channels = out.shape[1]
-    threads = parfor.threads()
-    pieces = threads if threads > 1 and splits(total) else 1
+    pieces = parfor.chunks(2 * total, total)  # the elements `splits` counts
     job = np.empty(_JOB_FIELDS, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _JOB_FIELDS, parfor.address(x), parfor.address(out), total
     job[4], job[5] = total // (out.shape[0] * channels), channels

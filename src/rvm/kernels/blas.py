@@ -48,6 +48,7 @@ from numba.extending import intrinsic
 from rvm.kernels import cblas, gemv, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
+from rvm.kernels.parfor import even
 
 __all__ = [
     "AVAILABLE",
@@ -213,15 +214,6 @@ def split_parts(work, min_work):  # type: ignore[no-untyped-def]
     if threads < 2 or work < 2 * min_work or workpool.busy():
         return 1
     return even(min(PIECES_PER_THREAD * threads, work // min_work), threads)
-
-
-@jit(**_OPTS)
-def even(parts, threads):  # type: ignore[no-untyped-def]
-    """``parts`` pieces of equal work rounded down to a multiple of ``threads`` when there are
-    as many: each thread then claims as many pieces, where 3 on 2 threads left one thread two
-    and the other idle for a third of the time (the job taking 2/3 of the work's time rather
-    than 1/2)."""
-    return parts // threads * threads if parts >= threads else parts
 
 
 @jit(**_OPTS)

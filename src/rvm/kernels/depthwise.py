@@ -217,8 +217,8 @@ def depthwise(x, w, out, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def
     n, c, ih, iw = x.shape
     o, _, kh, kw = w.shape
     oh, ow = out.shape[2], out.shape[3]
-    chunks = min(parfor.threads(), n * c)
-    if chunks < 2 or n * o * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
+    chunks = parfor.chunks(n * o * (ih * iw + oh * ow * kh * kw), n * c)
+    if chunks < 2:
         _depthwise_range(x, w, out, 0, n * c, sh, sw, dh, dw, pt, pl)
         return
     job = np.array((20, parfor.address(x), parfor.address(w), parfor.address(out), n, c, ih, iw,

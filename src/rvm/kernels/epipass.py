@@ -8,10 +8,11 @@ applies them as it stores where it can, `rvm.kernels.conv.fuses_epilogue`, else 
 pass; the direct method's ``conv2d_packed_fused`` applies a bias and a ReLU in its tiles, and
 this pass with a residual), or after it, `entry_call` (``conv_epilogue``). Its own loop ran in
 the calling thread alone: on resnet50 about 4.5 of 75 ms at one thread, the other core idle at
-two. Here the output, viewed as rows (an image's output channel each), is cut into `threads()`
-contiguous pieces of equal size (whole vectors between them), each one linear sweep a row's run
-at a time, on the pool when the pass touches `MIN_WORK` elements or more, else in the calling
-thread. The sweep is the loop a kernel had (the same arithmetic in the same order, Numba's
+two. Here the output, viewed as rows (an image's output channel each), is cut into
+contiguous pieces of equal size (whole vectors between them; up to 4 a thread,
+`parfor.chunks`), each one linear sweep a row's run at a time, on the pool when the pass
+touches `MIN_WORK` elements or more, else in the calling thread. The sweep is the loop a
+kernel had (the same arithmetic in the same order, Numba's
 vectors, a kernel's fastmath flags), so the results are the same. One sweep of the whole output
 after the convolution prefetches better than the same epilogue in the convolution's tiles or
 bands, whose short runs of the residual lost 0-26% at one thread (session 34's prototypes); the
@@ -103,9 +104,8 @@ def epilogue_rows(out, bias, act, res):  # type: ignore[no-untyped-def]
     if total == 0:
         return
     channels = out.shape[1]
-    threads = parfor.threads()
     touched = total * (3 if res.size else 2)  # read and written, and the residual read
-    pieces = threads if threads > 1 and touched >= parfor.MIN_WORK else 1
+    pieces = parfor.chunks(touched, total)
     job = np.empty(_JOB_FIELDS, dtype=np.int64)
     job[0], job[1], job[2] = _JOB_FIELDS, parfor.address(out), total
     job[3], job[4] = total // (out.shape[0] * channels), channels

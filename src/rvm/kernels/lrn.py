@@ -103,15 +103,17 @@ _run = parfor.runner("lrn")
 
 
 @jit(**_OPTS)
-def _large(elements, size):  # type: ignore[no-untyped-def]
-    """Whether an lrn of ``elements`` over windows of ``size`` channels is split over threads."""
-    return elements * (size + 2) >= parfor.MIN_WORK
+def _work(elements, size):  # type: ignore[no-untyped-def]
+    """The elements an lrn of ``elements`` over windows of ``size`` channels touches, for its
+    cut over threads (`parfor.chunks`)."""
+    return elements * (size + 2)
 
 
 def first_run_tasks(elements: int, size: int) -> tuple[str, ...]:
     """The library task an lrn of ``elements`` over windows of ``size`` channels runs (when
     split): what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
-    return ("lrn",) if _large.py_func(elements, size) else ()
+    large = parfor.splits.py_func(_work.py_func(elements, size))  # Python: nothing to compile
+    return ("lrn",) if large else ()
 
 
 @jit(**_OPTS, inline="always")
@@ -124,8 +126,8 @@ def _lrn(x, out, params):  # type: ignore[no-untyped-def]
     if x.size == 0:
         return True
     size = params[0]
-    chunks = min(parfor.threads(), n * c)
-    if chunks < 2 or not _large(x.size, size):
+    chunks = parfor.chunks(_work(x.size, size), n * c)
+    if chunks < 2:
         _range(x, out, 0, n * c, size, _floats(params, 1), _floats(params, 2), _floats(params, 3))
         return True
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, h, w, size,

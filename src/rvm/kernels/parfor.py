@@ -21,9 +21,11 @@ runs in the calling thread).
   ``x``'s dtype in the calling thread: a library function's methods, each built when first
   run, and code several functions share (the GEMM's), built once; `stack_job(size)` makes
   such a call's job in the caller's stack frame;
-- `threads()` is how many chunks to cut: the pool's threads (the caller and its helpers),
-  or 1 with splitting off (`enable`; the environment variable ``RVM_SPLIT_LOOPS=0`` starts
-  it off);
+- `threads()` is how many threads the chunks run on: the pool's threads (the caller and
+  its helpers), or 1 with splitting off (`enable`; the environment variable
+  ``RVM_SPLIT_LOOPS=0`` starts it off); `chunks(work, items)` how many chunks to cut a loop
+  into (`PIECES_PER_THREAD` a thread when it is large), `even(parts, threads)` a count of
+  equal pieces that keeps the threads even;
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
 - `MIN_WORK`: the size (elements touched) from which a loop is worth splitting, written once.
@@ -64,6 +66,12 @@ depthwise and direct convolutions, their epilogues) go a vector at a time, so a 
 the lanes takes about twice as long an element. 1 << 18 with AVX-512's 16 lanes (tuned on a
 Zen 4); 1 << 17 with AVX2's 8 (on a Zen 3, 1 << 18 elements of a pool took 60-65 us, so
 pieces of half that still outweigh a job's start tenfold)."""
+
+PIECES_PER_THREAD = 4
+"""Chunks a thread a large loop is cut into (`chunks`), so that the threads that come first
+take more of them when a helper is late (woken from sleep, its core busy elsewhere): cut in
+one chunk a thread, a helper that claimed its chunk late left the caller waiting up to half
+the loop's time, the loop at one core's speed."""
 
 # Read by compiled code through the symbol below.
 _enabled = ctypes.c_int64(int(split_loops_from_environment()))
@@ -220,8 +228,36 @@ def piece_range(piece, pieces, total, align):  # type: ignore[no-untyped-def]
 
 @nb.njit(nogil=True, cache=True)
 def threads():  # type: ignore[no-untyped-def]
-    """How many chunks a large loop is cut into (see the module docstring)."""
+    """How many threads a large loop's chunks run on (see the module docstring)."""
     return workpool.threads() if _flag() else 1
+
+
+@nb.njit(nogil=True, cache=True)
+def splits(work):  # type: ignore[no-untyped-def]
+    """Whether a loop touching ``work`` elements is worth cutting into chunks (`MIN_WORK`)."""
+    return work >= MIN_WORK
+
+
+@nb.njit(nogil=True, cache=True)
+def even(parts, threads):  # type: ignore[no-untyped-def]
+    """``parts`` pieces of equal work rounded down to a multiple of ``threads`` when there are
+    as many: each thread then claims as many pieces, where 3 on 2 threads left one thread two
+    and the other idle for a third of the time (the job taking 2/3 of the work's time rather
+    than 1/2)."""
+    return parts // threads * threads if parts >= threads else parts
+
+
+@nb.njit(nogil=True, cache=True)
+def chunks(work, items):  # type: ignore[no-untyped-def]
+    """How many chunks a loop over ``items`` independent items (planes, channels) touching
+    ``work`` elements is cut into: 1 below `MIN_WORK` (or on one thread); else up to
+    `PIECES_PER_THREAD` a thread, of ``MIN_WORK // PIECES_PER_THREAD`` elements at least (a
+    few microseconds of a core's work against a claim's fraction of one), a multiple of the
+    threads where there are as many (`even`), at most ``items``."""
+    t = threads()
+    if t < 2 or not splits(work):
+        return 1
+    return even(min(items, PIECES_PER_THREAD * t, max(t, work * PIECES_PER_THREAD // MIN_WORK)), t)
 
 
 def runner(name: str):  # type: ignore[no-untyped-def]

@@ -452,9 +452,7 @@ def _pool2d(x, out, is_max, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, ceil_mode, i
         return False
     if n * c * oh * ow == 0:
         return True
-    chunks = min(parfor.threads(), n * c)
-    if n * c * (ih * iw + oh * ow * kh * kw) < parfor.MIN_WORK:
-        chunks = 1
+    chunks = parfor.chunks(n * c * (ih * iw + oh * ow * kh * kw), n * c)
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, ih, iw, oh, ow, is_max,
                     kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, include_pad, chunks),
                    dtype=np.int64)  # fmt: skip

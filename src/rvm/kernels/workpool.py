@@ -19,8 +19,11 @@ that starts a parallel section runs its share of it):
   its function's last call that found them asleep ran a job (a call that runs none, a small
   MLP, would pay a system call and a core's spin for nothing); `wakes()` counts the jobs that
   still found helpers asleep;
-- a caller left waiting for pieces that helpers still run spins as long, then sleeps until
-  the last piece wakes it (on a busy machine its core may be the one a late helper needs);
+- a caller left waiting for pieces that helpers still run spins as long and as long again as
+  one of its own pieces took (a helper's piece is at most that far from its end: at most a
+  piece's time more of spin, 1/n of a job of n pieces), then sleeps until the last piece
+  wakes it (on a busy machine its core may be the one a late helper needs); a sleep is
+  paid by a wake-up on the job's critical path (`naps` counts them, and helpers' naps);
 - no helper at all (one thread, or a forked child before its pool restarts) is a plain loop
   in the caller.
 
@@ -42,9 +45,10 @@ resolved when linked (a caller holding the GIL lets go of it for a job: `gil_rel
 `call_begin()` and `call_end(word)` do what `call` does around a VM call from Python, in the
 compiled function called (the native exec mode's entries). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
-`set_helpers(n)`; `measure(on)` and `piece_times()`: each thread's CPU time inside pieces and
-its pieces (off by default: a load and a branch a piece), to find a job's critical path where
-wall time says little (a loaded machine).
+`set_helpers(n)`; `measure(on)`, `piece_times()` and `join_time()`: each thread's CPU time
+inside pieces and its pieces, and the callers' wait at jobs' ends (off by default: a load and
+a branch a piece), to find a job's critical path where wall time says little (a loaded
+machine); `jobs()`, `wakes()` and `naps()`: the jobs, sleeps and wake-ups a workload pays.
 """
 
 from __future__ import annotations
@@ -75,8 +79,8 @@ SPIN_US = 200
 
 # Fields of the state, one cache line (8 int64) apart.
 (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
-(NUDGE, WAKES, MEASURE) = range(13, 16)
-_FIELDS = 16
+(NUDGE, WAKES, MEASURE, NAPS, JOIN_NAPS, JOIN_NS) = range(13, 19)
+_FIELDS = 19
 _LINE = 8
 _STATE = "rvm_pool_state"
 _SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
@@ -93,6 +97,7 @@ STAT_THREADS = 64
 _stats = (ctypes.c_int64 * (STAT_THREADS * _LINE))()  # a thread's line: busy ns, pieces
 _STATS = "rvm_pool_stats"
 _THREAD_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)  # Linux's 3 where unnamed
+_MONOTONIC_CLOCK = getattr(time, "CLOCK_MONOTONIC", 1)
 _LIBC = {
     "rvm_clock_gettime": "clock_gettime",
     "rvm_pthread_mutex_lock": "pthread_mutex_lock",
@@ -241,20 +246,28 @@ def _piece(typingctx, fn, i, data):  # type: ignore[no-untyped-def]
     return nt.void(nt.int64, nt.int64, nt.int64), codegen
 
 
-@intrinsic
-def _thread_ns(typingctx):  # type: ignore[no-untyped-def]
-    """The calling thread's CPU time in nanoseconds (``clock_gettime``)."""
+def _clock(clock: int, doc: str):  # type: ignore[no-untyped-def]
+    """The intrinsic reading clock ``clock`` (``clock_gettime``) in nanoseconds."""
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64 = ir.IntType(64)
-        spec = cgutils.alloca_once(builder, ir.ArrayType(i64, 2))
-        at = builder.bitcast(spec, ir.IntType(8).as_pointer())
-        _c_call(builder, "rvm_clock_gettime", ir.IntType(32), [ir.IntType(32)(_THREAD_CLOCK), at])
-        sec = builder.load(builder.gep(spec, [ir.IntType(32)(0), ir.IntType(32)(0)]))
-        nsec = builder.load(builder.gep(spec, [ir.IntType(32)(0), ir.IntType(32)(1)]))
-        return builder.add(builder.mul(sec, i64(1_000_000_000)), nsec)
+    @intrinsic
+    def read(typingctx):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+            spec = cgutils.alloca_once(builder, ir.ArrayType(i64, 2))
+            at = builder.bitcast(spec, ir.IntType(8).as_pointer())
+            _c_call(builder, "rvm_clock_gettime", i32, [i32(clock), at])
+            sec = builder.load(builder.gep(spec, [i32(0), i32(0)]))
+            nsec = builder.load(builder.gep(spec, [i32(0), i32(1)]))
+            return builder.add(builder.mul(sec, i64(1_000_000_000)), nsec)
 
-    return nt.int64(), codegen
+        return nt.int64(), codegen
+
+    read.__doc__ = doc
+    return read
+
+
+_thread_ns = _clock(_THREAD_CLOCK, "The calling thread's CPU time in nanoseconds.")
+_now_ns = _clock(_MONOTONIC_CLOCK, "The monotonic clock in nanoseconds (vDSO: no system call).")
 
 
 @intrinsic
@@ -297,7 +310,9 @@ def _timed_piece(who, fn, i, data):  # type: ignore[no-untyped-def]
 @jit(**_OPTS)
 def _claim(who):  # type: ignore[no-untyped-def]
     """Runs pieces of the published job until none is left unclaimed; returns the job's
-    sequence number. ``who``: the thread's line in the statistics (`measure`)."""
+    sequence number and how many pieces this thread ran. ``who``: the thread's line in the
+    statistics (`measure`)."""
+    ran = 0
     while True:
         word = _load(WORD)
         seq = word >> 32
@@ -307,11 +322,12 @@ def _claim(who):  # type: ignore[no-untyped-def]
         i = word & _INDEX_MASK
         fn, n, data = _load(FN), _load(N), _load(DATA)
         if i >= n:
-            return seq
+            return seq, ran
         # The word still holding (seq, i) proves fn, n and data were seq's (fields change
         # only after the sequence number does).
         if _cas(WORD, word, word + 1):
             _timed_piece(who, fn, i, data)
+            ran += 1
             if _add(DONE, 1) == n - 1 and _load(WAITING) != 0:  # the caller sleeps
                 _lock()
                 _signal_done()
@@ -339,18 +355,25 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
         _lock()
         _broadcast()
         _unlock()
-    _claim(0)
+    start = _now_ns()
+    ran = _claim(0)[1]
+    claimed = _now_ns()
     spins, s = _load(SPIN), 0
+    if ran > 0:  # and as long as a piece of its own took: a helper's is that close to done
+        spins += (claimed - start) // ran * spins // (SPIN_US * 1000)
     while _load(DONE) < n and s < spins:  # pieces helpers claimed and still run
         _pause()
         s += 1
     if _load(DONE) < n:  # sleep: the core may be the late helper's
+        _add(JOIN_NAPS, 1)
         _lock()
         _store(WAITING, 1)
         while _load(DONE) < n:
             _wait_done()
         _store(WAITING, 0)
         _unlock()
+    if _load(MEASURE) != 0:
+        _add(JOIN_NS, _now_ns() - claimed)
     _store(BUSY, 0)
 
 
@@ -364,7 +387,7 @@ def _helper(index):  # type: ignore[no-untyped-def]
     """Helper ``index``'s loop: claim pieces, spin, sleep; returns once the pool wants at most
     ``index`` helpers."""
     while _wanted(index):
-        seen = _claim(index + 1)
+        seen = _claim(index + 1)[0]
         spins, s = _load(SPIN), 0
         while (_load(WORD) >> 32) == seen and _wanted(index):
             if s < spins:
@@ -372,6 +395,7 @@ def _helper(index):  # type: ignore[no-untyped-def]
                 s += 1
                 continue
             nudge = _load(NUDGE)
+            _add(NAPS, 1)
             _lock()
             _add(SLEEPING, 1)
             while (_load(WORD) >> 32) == seen and _wanted(index) and _load(NUDGE) == nudge:
@@ -584,9 +608,23 @@ def call(ran: list[bool], i: int, fn: Callable[..., object], args: tuple) -> obj
 _SLEEPING_AT, _WORD_AT = SLEEPING * _LINE, WORD * _LINE
 
 
+def jobs() -> int:
+    """How many jobs went to the pool's helpers so far (modulo 2 ** 30; not those run in their
+    caller: one thread, a busy pool, one piece)."""
+    return int(_state[_WORD_AT]) >> 33
+
+
 def wakes() -> int:
     """How many jobs so far had to wake sleeping helpers (each a wake-up's latency)."""
     return int(_state[WAKES * _LINE])
+
+
+def naps() -> tuple[int, int]:
+    """How many times so far (helpers, callers) went to sleep: a helper that spun `SPIN_US`
+    with no job, a caller that spun as long at a job's end while helpers still ran its
+    pieces. Each sleep is paid by a wake-up (tens of microseconds here, more where a virtual
+    CPU halts): `wakes` counts the jobs that found helpers asleep."""
+    return int(_state[NAPS * _LINE]), int(_state[JOIN_NAPS * _LINE])
 
 
 def helpers() -> int:
@@ -600,7 +638,15 @@ def measure(on: bool) -> None:
     where wall time says little: each thread's CPU time inside pieces, and its pieces."""
     _state[MEASURE * _LINE] = 0
     ctypes.memset(_stats, 0, ctypes.sizeof(_stats))
+    _state[JOIN_NS * _LINE] = 0
     _state[MEASURE * _LINE] = int(bool(on))
+
+
+def join_time() -> int:
+    """Since `measure` was turned on: the nanoseconds (wall) the callers of jobs waited, their
+    own pieces done, for helpers to finish theirs (spinning or asleep): the jobs' imbalance
+    and late helpers, as the caller saw them."""
+    return int(_state[JOIN_NS * _LINE])
 
 
 def piece_times() -> list[tuple[int, int]]:

@@ -1,0 +1,211 @@
+"""Where a light CNN's second thread goes: per kernel, what a call costs at two threads
+against one, from counters a loaded machine distorts least.
+
+Run: ``python benchmarks/two_threads.py [--only squeezenet,inception_v2] [--runs 40]
+[--threads 2]``.
+
+Per model (random weights, `common.light_model_files`), in one process, rvm's compiled mode
+with a callback around each kernel (`VirtualMachine.set_instrument`), runs on one thread and
+on ``--threads`` alternated run by run (`rvm.set_num_threads`). Around each kernel call, and
+between calls (the VM's own work, row ``vm``), it reads: the wall clock, the calling thread's
+CPU time, the first helper's CPU time (``pthread_getcpuclockid``), each thread's CPU time
+inside the pool's pieces (`rvm.kernels.workpool.measure`), the pool's jobs, the jobs that
+found helpers asleep (`workpool.wakes`), the helpers' and the callers' sleeps
+(`workpool.naps`) and the callers' wait at jobs' ends (`workpool.join_time`). Per kernel
+(its calls in a run summed, medians over runs, microseconds):
+
+- ``wall`` at the threads, ``T1`` its thread CPU at one thread (the whole work);
+- ``pieces``: the CPU inside pieces at the threads (all threads): beside ``T1``, what is done
+  twice (a product packing B again a piece) or slower when two cores share memory;
+- ``serial``: the caller's CPU outside pieces at the threads (copies, fills, job set-up, the
+  kernel run unsplit, and its spin at jobs' ends);
+- ``join``: the caller's wait at jobs' ends (wall); ``idle``: the helper's CPU outside pieces
+  (its spin while the caller works alone); ``lost`` = threads x wall - T1, what the kernel's
+  window costs beyond the work (with the helper spinning, about its CPU at the threads);
+- ``jobs``, ``pieces_n``, ``wakes``, ``naps`` (helpers'), ``join_naps`` (callers') a run.
+
+Rows sorted by ``lost``, the largest loss first; totals per call (the instrumented runs and
+plain ones). Writes ``benchmarks/results/two_threads.json`` (``--name``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from common import light_model_files, machine, machine_line, write_results
+
+# isort: split
+import numpy as np
+
+import rvm
+from rvm.kernels import workpool
+
+# Read at each kernel's edge, in this order.
+FIELDS = ("wall", "cpu", "helper", "in_caller", "n_caller", "in_helper", "n_helper", "jobs",
+          "wakes", "naps", "join_naps", "join")  # fmt: skip
+COLUMNS = ("wall", "T1", "pieces", "serial", "join", "idle", "lost", "jobs", "pieces_n",
+           "wakes", "naps", "join_naps")  # fmt: skip
+
+
+class Probe:
+    """The counters of `FIELDS`, read cheaply (no /proc, no Python allocation beyond a tuple)."""
+
+    def __init__(self) -> None:
+        self.clock: int | None = None
+
+    def threads(self, count: int) -> None:
+        rvm.set_num_threads(count)
+        helpers = workpool._helpers  # the first helper's CPU clock
+        self.clock = time.pthread_getcpuclockid(helpers[0].ident) if helpers else None
+
+    def read(self) -> tuple[int, ...]:
+        stats, line = workpool.piece_times(), workpool.naps()
+        caller, helper = stats[0], stats[1] if len(stats) > 1 else (0, 0)
+        return (
+            time.perf_counter_ns(),
+            time.thread_time_ns(),
+            time.clock_gettime_ns(self.clock) if self.clock is not None else 0,
+            caller[0], caller[1], helper[0], helper[1],
+            workpool.jobs(), workpool.wakes(), line[0], line[1], workpool.join_time(),
+        )  # fmt: skip
+
+
+def profile(name: str, runs: int, threads: int) -> dict:
+    path, _, _, inputs = light_model_files(name, Path(tempfile.mkdtemp()))
+    vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
+    f = vm["main"]
+    probe = Probe()
+    items: list[tuple[str, tuple[int, ...]]] = []
+    last: list[tuple[int, ...] | None] = [None]
+
+    def edge(kernel: str, args: tuple, before: bool) -> None:
+        now = probe.read()
+        if last[0] is not None:
+            items.append(("vm" if before else kernel, tuple(a - b for a, b in zip(now, last[0]))))
+        last[0] = now
+
+    per: dict[int, list[list[tuple[str, tuple[int, ...]]]]] = {1: [], threads: []}
+    plain: dict[int, list[tuple[int, ...]]] = {1: [], threads: []}
+    workpool.measure(True)
+    try:
+        for r in range(2 * runs + 4):
+            count = (1, threads)[r % 2]
+            probe.threads(count)
+            for _ in range(2):
+                f(*inputs)  # settled on this count
+            start = probe.read()
+            f(*inputs)
+            end = probe.read()
+            vm.set_instrument(edge)
+            items.clear()
+            last[0] = None
+            f(*inputs)
+            vm.set_instrument(None)
+            if r >= 4:  # the first two of each count warm up
+                per[count].append(list(items))
+                plain[count].append(tuple(b - a for a, b in zip(start, end)))
+    finally:
+        workpool.measure(False)
+        rvm.set_num_threads(threads)
+    return summarize(per, plain, threads)
+
+
+def summarize(per: dict, plain: dict, threads: int) -> dict:
+    """Per kernel name (its calls in a run summed) the medians of `COLUMNS`, and per call."""
+    at = {f: i for i, f in enumerate(FIELDS)}
+
+    def grouped(runs: list) -> dict[str, np.ndarray]:
+        out: dict[str, list[np.ndarray]] = collections.defaultdict(list)
+        for run in runs:
+            sums: dict[str, np.ndarray] = collections.defaultdict(lambda: np.zeros(len(FIELDS)))
+            for kernel, d in run:
+                sums[kernel] += d
+            for kernel, v in sums.items():
+                out[kernel].append(v)
+        return {k: np.array(v) for k, v in out.items()}
+
+    one, two = grouped(per[1]), grouped(per[threads])
+    rows = []
+    for kernel, v in two.items():
+        if kernel not in one:
+            continue
+
+        def med(field: str, scale: float = 1e-3, a: np.ndarray = v) -> float:
+            return float(np.median(a[:, at[field]])) * scale
+
+        wall, t1 = med("wall"), float(np.median(one[kernel][:, at["cpu"]])) * 1e-3
+        pieces = med("in_caller") + med("in_helper")
+        row = {
+            "kernel": kernel, "wall": wall, "T1": t1, "pieces": pieces,
+            "serial": med("cpu") - med("in_caller"), "join": med("join"),
+            "idle": med("helper") - med("in_helper"), "lost": threads * wall - t1,
+            "jobs": med("jobs", 1), "pieces_n": med("n_caller", 1) + med("n_helper", 1),
+            "wakes": float(v[:, at["wakes"]].mean()), "naps": float(v[:, at["naps"]].mean()),
+            "join_naps": float(v[:, at["join_naps"]].mean()),
+        }  # fmt: skip
+        rows.append(row)
+    rows.sort(key=lambda r: -r["lost"])
+    calls = {}
+    for count in (1, threads):
+        p = np.array(plain[count], dtype=float)
+        calls[str(count)] = {
+            "wall_min_ms": float(p[:, at["wall"]].min()) * 1e-6,
+            "wall_median_ms": float(np.median(p[:, at["wall"]])) * 1e-6,
+            "cpu_ms": float(np.median(p[:, at["cpu"]] + p[:, at["helper"]])) * 1e-6,
+            "jobs": float(p[:, at["jobs"]].mean()),
+            "wakes": float(p[:, at["wakes"]].mean()),
+            "naps": float(p[:, at["naps"]].mean()),
+            "join_naps": float(p[:, at["join_naps"]].mean()),
+        }
+    return {"rows": rows, "calls": calls}
+
+
+def table(name: str, result: dict, threads: int) -> str:
+    lines = [f"\n{name}: per call (plain runs, medians; CPU = caller + first helper)"]
+    for count, c in result["calls"].items():
+        lines.append(
+            f"  {count} thread(s): wall min {c['wall_min_ms']:.2f} median "
+            f"{c['wall_median_ms']:.2f} ms, CPU {c['cpu_ms']:.2f} ms, jobs {c['jobs']:.0f}, "
+            f"wakes {c['wakes']:.1f}, naps {c['naps']:.1f}, join naps {c['join_naps']:.2f}"
+        )
+    lines.append(f"per kernel at {threads} threads against 1 (us a run, medians; counts a run):")
+    head = f"{'kernel':42s}" + "".join(f"{c:>10s}" for c in COLUMNS)
+    lines.append(head)
+    total = collections.Counter()
+    for r in result["rows"]:
+        cells = "".join(
+            f"{r[c]:10.0f}" if c not in ("wakes", "naps", "join_naps") else f"{r[c]:10.2f}"
+            for c in COLUMNS
+        )
+        lines.append(f"{r['kernel'][:42]:42s}{cells}")
+        total.update({c: r[c] for c in COLUMNS})
+    lines.append(f"{'sum':42s}" + "".join(f"{total[c]:10.0f}" for c in COLUMNS))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="squeezenet,inception_v2", help="comma-separated models")
+    parser.add_argument("--runs", type=int, default=40, help="runs at each thread count")
+    parser.add_argument("--threads", type=int, default=2, help="the thread count against one")
+    parser.add_argument("--name", default="two_threads", help="results file name, no suffix")
+    args = parser.parse_args()
+    if args.threads < 2 or args.runs < 1:
+        parser.error("--threads must be at least 2 and --runs at least 1")
+    print(machine_line())
+    print(f"load {os.getloadavg()[0]:.2f}: wall columns are the scheduler's above ~1.5")
+    models = {}
+    for name in args.only.split(","):
+        models[name] = profile(name, args.runs, args.threads)
+        print(table(name, models[name], args.threads))
+    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads}
+    write_results(args.name, {**payload, "models": models})
+
+
+if __name__ == "__main__":
+    main()
