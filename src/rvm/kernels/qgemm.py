@@ -112,6 +112,11 @@ PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loa
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+# Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
+# array types), but `_dots`, `_gemm` and `_product` by Numba's own: their callers pass
+# constants that choose their code (``swap``, the micro-kernels' operand order; ``transposed``,
+# the output's layout and with it the `_blocks` linked), one value a caller, which Numba's
+# literal typing folds, pruning the other branch, at no extra compile.
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
@@ -155,7 +160,7 @@ def _operand_rows_impl(rows):  # type: ignore[no-untyped-def]
     return lambda rows: _convert_rows(rows, _ROWS)
 
 
-@jit(**_OPTS)
+@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
 def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     """Columns ``[j0, j1)``'s few last ones past a multiple of `LANES` made by dots
     (`_dot_columns`, into ``acc`` as `_gemm`) when those cost less than a tile of `LANES`
@@ -171,7 +176,7 @@ def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     return j1 - spare
 
 
-@jit(**_OPTS)
+@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
 def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
@@ -476,7 +481,7 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
     return pieces
 
 
-@jit(**_OPTS)
+@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
 def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed):  # type: ignore[no-untyped-def]  # noqa: E501
     """``out`` (channels x positions, or its transpose stored when ``transposed``; bytes,
     int8 ones when ``signed``) requantized from ``rows`` times the panel ``b``: in pieces of
