@@ -42,11 +42,14 @@ CHILD = textwrap.dedent(
 
 
 def _child(caches: Path, *sizes: int) -> dict:
+    """Runs `CHILD` with a kernel cache of its own (``caches``) and the suite's library cache
+    (Numba's, inherited): its kernel compiles or loads as ``caches`` has it, and the library's
+    tasks load when another test built them (a task loaded counts as built,
+    `parfor.required_tasks`); cold ones built the float32 GEMM's tasks twice (20-25 CPU-s)."""
     script = caches.parent / "child.py"  # a file: rvm script reads its classes' source
     script.write_text(CHILD)
     env = dict(os.environ)
     env["RVM_CACHE_DIR"] = str(caches / "rvm")
-    env["NUMBA_CACHE_DIR"] = str(caches / "numba")
     env["RVM_NUM_THREADS"] = "2"  # a large product splits even on one CPU
     run = subprocess.run(
         [sys.executable, str(script), *map(str, sizes)],
@@ -65,7 +68,8 @@ def test_a_pool_task_is_built_when_a_loop_first_splits(tmp_path: Path) -> None:
     alone (no GEMM); a GEMM builds its dtype's task at its first run (the product's code,
     split on the pool or not) and the task of the path its pieces take (`sgemm.GEMM_TASKS`:
     not the other path's), in a process that compiled the kernel and in one that loaded it
-    from the cache (whose object code links without the tasks)."""
+    from the cache (whose object code links without the tasks): the kernel caches are the
+    test's own, the library's the suite's (`_child`)."""
     from rvm.kernels import sgemm
 
     gemm = sorted([["gemm", "float32"]] + [[t, "float32"] for t in sgemm.GEMM_TASKS])

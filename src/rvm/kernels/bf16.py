@@ -18,7 +18,6 @@ side. No bounds are assumed: every entry point checks its arrays' shapes first a
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
@@ -27,6 +26,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels, run_bits
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
@@ -50,7 +50,7 @@ def _as_float(typingctx, bits):  # type: ignore[no-untyped-def]
     return nt.float32(nt.uint32), codegen
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def round_bits(word):  # type: ignore[no-untyped-def]
     """The bf16 bits (0..65535) nearest the float32 whose bits are ``word`` (ties to even;
     NaN stays a quiet NaN)."""
@@ -99,7 +99,7 @@ def _pair_row(typingctx, src, k, dst, stride):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def pack_rows(x, k, out):  # type: ignore[no-untyped-def]
     """``out[i // NR, p, i % NR]`` (uint32) = the bf16 pair of ``x[i, 2p]`` and ``x[i, 2p +
     1]`` (0 past ``k`` and past x's rows): x's rows (float32, 2-d, each row contiguous, as
@@ -112,7 +112,7 @@ def pack_rows(x, k, out):  # type: ignore[no-untyped-def]
         _pair_row(at_x + i * x.strides[0], k, at_o + 4 * ((i // NR) * k2 * NR + i % NR), NR)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def pair_rows(x, out):  # type: ignore[no-untyped-def]
     """``out[i, p]`` (uint32) = the bf16 pair of ``x[i, 2p]`` (low half) and ``x[i, 2p + 1]``
     (high half; 0 past x's columns): x's rows (float32, 2-d, each row contiguous, as a slice
@@ -129,7 +129,7 @@ def pair_rows(x, out):  # type: ignore[no-untyped-def]
 _JOB = 11
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     a, b, c, lda, ldc = job[1], job[2], job[3], job[4], job[5]
     m, n, k2, along_n, step = job[6], job[7], job[8], job[9], job[10]
@@ -150,7 +150,7 @@ parfor.export_task("bf16_gemm", _task)
 _run = parfor.runner("bf16_gemm")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
     """`gemm_bf16` writing C, cut into pieces on the pool when large; ``like`` is a float32
     array (the task's dtype)."""
@@ -172,7 +172,7 @@ def gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
     _run(like, -(-side // step), job)
 
 
-@nb.njit(**_OPTS, fastmath=True)
+@jit(**_OPTS, fastmath=True)
 def _gemv_rows(xw, w, out, j0, j1):  # type: ignore[no-untyped-def]
     """``out[j] = xw . w[j]`` for j in [j0, j1): ``xw`` the bf16-rounded input in float32,
     ``w``'s rows bf16 bits (uint16 view). Past `GEMV_SHARED_DEPTH`, four rows a pass share
@@ -220,7 +220,7 @@ parfor.export_task("bf16_gemv", _gemv_task)
 _run_gemv = parfor.runner("bf16_gemv")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _gemv(xw, w, out):  # type: ignore[no-untyped-def]
     """``out = xw @ w.T`` (``w`` uint16 bf16 bits), its rows cut into pieces on the pool when
     the weight is large."""
@@ -239,7 +239,7 @@ def _gemv(xw, w, out):  # type: ignore[no-untyped-def]
     _run_gemv(out, -(-n // step), job)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _check_dense(x, w, out):  # type: ignore[no-untyped-def]
     m, k = x.shape
     if w.shape[1] != k + (k & 1):
@@ -248,7 +248,7 @@ def _check_dense(x, w, out):  # type: ignore[no-untyped-def]
         raise ValueError("bf16 dense: the output's shape is not (rows, units)")
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def dense(x, w, out):  # type: ignore[no-untyped-def]
     """``out[m, n] = bf16(x[m, k]) @ w[n, kp].T`` with float32 sums; ``w`` int16 bf16 bits,
     all 2-d."""

@@ -43,7 +43,6 @@ is built (`pair_words`).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from rvm.kernels import parfor, workpool
@@ -68,7 +67,7 @@ from rvm.kernels.bf16planes import (
 )
 from rvm.kernels.bf16turned import turned_group
 from rvm.kernels.epilogue import tile_rows
-from rvm.kernels.jitting import alive
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.kernels.sgemm import _floats_at
@@ -83,7 +82,7 @@ _NONE2 = (0, 0)  # conv2d's ``before``: no prologue
 # -- stride 1: the direct method ------------------------------------------------------------
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     """Output channels [co0, co1) by output rows [y0, y1) of a job (`_DIRECT_JOB`), on the
     plane's rows: position ``(y, x)`` is the plane word ``y * wp + x`` (stride 1), so the
@@ -120,7 +119,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     alive(rows)  # written and read through its address only
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     """Rows [y0, y1) of channels [co0, co1) from the wide rows (``wp`` positions a row, at
     ``job[6]``, channels ``job[7]`` apart) into the output (``job[16]`` positions a row, at
@@ -138,7 +137,7 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         tile_rows(job[15] + at, ohw, co1 - co0, (y1 - y0) * ow, 0, job[19], res + at)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     """Rows [y0, y1) of channels [co0, co1) (``co0`` even) from the float32 rows at ``src``
     (channel ``o``'s row ``y0`` at ``src + 4 o ldc``, rows ``job[8]`` apart) into the next
@@ -192,7 +191,7 @@ parfor.export_task("bf16_conv_direct", _direct_task)
 _run_direct = parfor.runner("bf16_conv_direct")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
     """Runs a direct job (its first 10 fields set) on all ``og`` channels and ``oh`` rows, in
     pieces on the pool when large; ``like`` a float32 array (the task's dtype)."""
@@ -213,7 +212,7 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
         _run_direct(like, along_c * along_y, job)
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """Group ``g`` of image ``b`` on its pair plane (built by the caller): the job, which
     computes rows of the phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts
@@ -279,7 +278,7 @@ parfor.export_task("bf16_conv_groups", _group_task)
 _run_groups = parfor.runner("bf16_conv_groups")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _groups_apart(xc, w, oc, groups, plane):  # type: ignore[no-untyped-def]
     """Whether the groups of an image run side by side on the pool, one a thread: when there
     are several, each too small to be split itself (a grouped 1 x 1 convolution's)."""
@@ -289,7 +288,7 @@ def _groups_apart(xc, w, oc, groups, plane):  # type: ignore[no-untyped-def]
     return og * oh * plane.shape[2] * k2 < 2 * SPLIT_MIN
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, built):  # type: ignore[no-untyped-def]  # noqa: E501
     """Image ``b``, group after group (`_direct_group`, each split on the pool when large),
     or, when `_groups_apart`, all groups side by side on the pool, each with its own plane
@@ -322,7 +321,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, 
 # -- the entry point --------------------------------------------------------------------------
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing):  # type: ignore[no-untyped-def]  # noqa: E501
     n = x.shape[0]
     co = w.shape[0]
@@ -343,7 +342,7 @@ def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing):  # ty
         raise ValueError("bf16 conv2d: the residual's shape is not the output's")
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def conv2d(
     x,
     w,
@@ -456,7 +455,7 @@ def conv2d(
     alive(rc)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _image_pairs(y, plane, pt, pl):  # type: ignore[no-untyped-def]
     """float32 ``y`` (co, oh, ow) rounded into the pair plane ``plane`` (its uint32 words in
     a float32 ``((co + 1) // 2, hq, wq)``), padding ``pt`` rows above, ``pl`` columns left:

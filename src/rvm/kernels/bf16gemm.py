@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 
-import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
@@ -346,7 +345,7 @@ def _no_unroll(module: ir.Module) -> ir.MDValue:
     return node
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def piece_grid(na, ua, nb_, ub, parts, threads):  # type: ignore[no-untyped-def]
     """(step_a, along_a, step_b, along_b): a product's ``na`` x ``nb_`` cells (``ua``, ``ub``
     cells a unit: a band of channels, a row, a panel, a tile of positions) cut into a grid of
@@ -387,13 +386,13 @@ def piece_grid(na, ua, nb_, ub, parts, threads):  # type: ignore[no-untyped-def]
     return best_a, -(-ta // best_a), best_b, -(-tb // best_b)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def panels(n):  # type: ignore[no-untyped-def]
     """How many panels of `NR` columns ``n`` columns of B take."""
     return (n + NR - 1) // NR
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def panel_index(p, j, k2):  # type: ignore[no-untyped-def]
     """The word of B's pair row ``p``, column ``j`` in its panels of depth ``k2`` pairs."""
     return (j // NR) * (k2 * NR) + p * NR + j % NR
@@ -449,7 +448,7 @@ def walk(
                 tile_rows(c_band, ldc, rows, n, at_bias, act, at_res)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def gemm_bf16(a, lda, b, c, ldc, m, n, k2, accumulate):  # type: ignore[no-untyped-def]
     """``C[m, n] (+)= A[m, 2 k2] @ B[2 k2, n]``: A's bf16 rows ``lda`` words (pairs) apart, B
     pair-packed in panels (`panel_index`), C float32 with rows ``ldc`` apart; int64

@@ -16,7 +16,6 @@ padded pixels ``(r sh + a, q sw + b)`` and ``(r sh + a, q sw + b + dw)``, which 
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
@@ -25,6 +24,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, PIECES_PER_THREAD, pair_bits
+from rvm.kernels.jitting import jit
 from rvm.kernels.reference.bf16 import pair_depth, pair_width
 from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
@@ -45,8 +45,8 @@ NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
 PACK_SPLIT_MIN = 1 << 16  # words a packing piece writes at least (256 KB, about 10 us)
 
 
-_pair_width = nb.njit(inline="always", **_OPTS)(pair_width)  # the kernels' copies
-_pair_depth = nb.njit(inline="always", **_OPTS)(pair_depth)
+_pair_width = jit(inline="always", **_OPTS)(pair_width)  # the kernels' copies
+_pair_depth = jit(inline="always", **_OPTS)(pair_depth)
 
 
 @intrinsic
@@ -115,7 +115,7 @@ def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ig
     return sig, codegen
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def phase_slots(k, d, s):  # type: ignore[no-untyped-def]
     """Along one axis (kernel ``k``, dilation ``d``, stride ``s``): ``slots[a]``, the place of
     stride phase ``a`` among the phases some tap reads (-1 when none does), and their count."""
@@ -130,7 +130,7 @@ def phase_slots(k, d, s):  # type: ignore[no-untyped-def]
     return slots, count
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def plane_count(cg2, kh, kw, dh, dw, sh, sw, columns):  # type: ignore[no-untyped-def]
     """The ``(hq, wq)`` planes of a group's pair plane: ``cg2`` channel pairs in each stride
     phase some tap reads, and with ``columns`` (an odd group's last channel paired along
@@ -142,7 +142,7 @@ def plane_count(cg2, kh, kw, dh, dw, sh, sw, columns):  # type: ignore[no-untype
     return nrows * (ncols * cg2 + (nhcols if columns else 0))
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def column_pairs(plane, cg2, kh, kw, dh, dw, sh, sw):  # type: ignore[no-untyped-def]
     """The column-pair phases of a pair plane whose last pair is an odd group's last channel
     (its high halves 0), from that pair's phases, built: phase ``(a, b)``'s word ``i``
@@ -170,7 +170,7 @@ def column_pairs(plane, cg2, kh, kw, dh, dw, sh, sw):  # type: ignore[no-untyped
                 out[i] = lo[i] & 0xFFFF
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _scales(at, mode, c, i, pair):  # type: ignore[no-untyped-def]
     """The prologue's (scale, shift) of channel ``i`` and of ``i + 1`` (when ``pair``) of its
     affine at ``at`` (scales, then ``c`` shifts; `pair_words`), ones and zeros at ``mode``
@@ -182,7 +182,7 @@ def _scales(at, mode, c, i, pair):  # type: ignore[no-untyped-def]
     return (f[i], f[c + i], f[j], f[c + j])
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
     """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
     reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
@@ -255,7 +255,7 @@ parfor.export_task("bf16_plane", _plane_task)
 _run_plane = parfor.runner("bf16_plane")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
     """The pair plane of channels [c0, c0 + cg) of ``x`` (float32 CHW) in its stride phases
     (`_plane_part`; ``geometry``: pt, pl, sh, sw, kh, dh, kw, dw): ``plane`` (uint32,
@@ -288,7 +288,7 @@ def pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
         column_pairs(plane, cg2, job[13], job[15], job[14], job[16], job[11], job[12])
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns=0):  # type: ignore[no-untyped-def]
     """``table[p]`` (int64): the plane word of the GEMM's pair row ``p = (c2 * kh + dy) * kw +
     dx`` relative to an output position's (in phases ``(hq, wq)`` of ``cg2`` pairs, the

@@ -13,7 +13,6 @@ are moved into the output's channel rows, the epilogue applied there while in ca
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from rvm.kernels import parfor, workpool
@@ -28,7 +27,7 @@ from rvm.kernels.bf16gemm import (
     piece_grid,
 )
 from rvm.kernels.epilogue import tile_rows
-from rvm.kernels.jitting import alive
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.sgemm import _floats_at
 
 __all__ = ["TURN_GAIN", "position_tiles", "turned_group", "turned_panel"]
@@ -44,7 +43,7 @@ turned kernel took 0.76-0.98x the direct one's time where it used 1.14-1.31x the
 where it used 1.0-1.06x: 1 x 1 kernels at 13 x 13 to 28 x 28)."""
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def position_tiles(npos, mr):  # type: ignore[no-untyped-def]
     """(tiles, full): a turned convolution's ``npos`` output positions in ``tiles`` tiles, the
     first ``full`` of ``mr`` rows and the rest of ``mr - 1`` (the micro-kernel has both), so
@@ -79,7 +78,7 @@ def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     return NR if turned_use >= TURN_GAIN * direct_use else 0
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
     """Panels [t0, t1) of output channels of a turned job (`_TURNED_JOB`): ``C.T = B.T @
     A.T``, the output positions as the GEMM's rows, broadcast from the pair plane (position
@@ -142,7 +141,7 @@ parfor.export_task("bf16_conv_turned", _turned_task)
 _run_turned = parfor.runner("bf16_conv_turned")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def turned_group(w, oc, b, g, groups, plane, table, offs, epilogue, panel):  # type: ignore[no-untyped-def]  # noqa: E501
     """Group ``g`` of image ``b`` turned around (`_turned`) on its pair plane (built by the
     caller): its channel tiles, in pieces on the pool when large and the pool is free

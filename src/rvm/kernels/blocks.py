@@ -35,7 +35,6 @@ import ctypes
 import os
 import sys
 
-import numba as nb
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
@@ -45,6 +44,7 @@ from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array, populate_array
 
 from rvm.kernels import numba_cache
+from rvm.kernels.jitting import jit
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
 
@@ -199,7 +199,7 @@ def _poke(typingctx, address, value):  # type: ignore[no-untyped-def]
     return nt.void(nt.int64, nt.int64), codegen
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _take(nbytes):  # type: ignore[no-untyped-def]
     """The data address of a block of ``nbytes`` (a kept one if any), or 0 (no memory)."""
     for s in range(SLOTS):

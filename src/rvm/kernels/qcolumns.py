@@ -18,10 +18,10 @@ Bytes of int8 inputs are flipped by 0x80 into uint8 as they are copied.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from rvm.kernels.cpu import cpu
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, copy
 
 __all__ = [
@@ -46,7 +46,7 @@ NARROW_ROW = 2 * cpu().vector_bits // 32
 BYTE_RUN = 4 * cpu().vector_bits // 8 if cpu().vector_bits <= 256 else 0
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def weight_rows(wm, quads, wanted):  # type: ignore[no-untyped-def]
     """``wm`` (o, k) as rows of ``4 * quads`` depths (itself when ``k`` is a multiple of 4,
     else a zero-padded copy), and each row's sum (`_row_sums`, if ``wanted``)."""
@@ -59,7 +59,7 @@ def weight_rows(wm, quads, wanted):  # type: ignore[no-untyped-def]
     return rows, _row_sums(np.ascontiguousarray(wm).reshape(-1), 0, o, k, wanted)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _row_sums(flat, o0, og, length, wanted):  # type: ignore[no-untyped-def]
     """The int32 sums of rows ``o0 + [0, og)`` of ``flat`` viewed as rows of ``length``
     (unsigned indices: vectorized); zeros, not summed, unless ``wanted`` (a product
@@ -77,7 +77,7 @@ def _row_sums(flat, o0, og, length, wanted):  # type: ignore[no-untyped-def]
     return sums
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def hwc_weight_rows(w, o0, og, cq, wanted):  # type: ignore[no-untyped-def]
     """Output channels ``o0 + [0, og)`` of the OHWI weight ``w`` as rows of depths in the
     panel's order (itself when the channels are a multiple of 4, else each tap's channels
@@ -96,7 +96,7 @@ def hwc_weight_rows(w, o0, og, cq, wanted):  # type: ignore[no-untyped-def]
     return rows, sums
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def conv_weight_rows(w, o0, og, cq, wanted):  # type: ignore[no-untyped-def]
     """Output channels ``o0 + [0, og)`` of the weight ``w`` (o, cg, kh, kw) as rows of depths
     in the panel's order (see `columns`: depth ``4 * ((u * kw + v) * cq + k) + t`` is
@@ -119,7 +119,7 @@ def conv_weight_rows(w, o0, og, cq, wanted):  # type: ignore[no-untyped-def]
     return rows, sums
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words):  # type: ignore[no-untyped-def]
     """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view) as the panel by words:
     ``words[(u * kw + v) * cq + k, i * ow + j]`` holds channels ``4k`` to ``4k + 3`` (a byte
@@ -167,7 +167,7 @@ def columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, wo
                             wf[dst + j] = _word(xf, p0 + s, p1 + s, p2 + s, p3 + s) ^ flip_word
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _interleave(xf, a0, a1, a2, a3, wf, dst, count, flip_word):  # type: ignore[no-untyped-def]
     """``wf[dst + j]`` = the bytes ``xf[a0 + j]`` .. ``xf[a3 + j]`` as one word, for j <
     ``count`` (unsigned indices: a vectorized loop; by bytes from `BYTE_RUN` words)."""
@@ -184,21 +184,21 @@ def _interleave(xf, a0, a1, a2, a3, wf, dst, count, flip_word):  # type: ignore[
         wf[dst + j] = _word(xf, a0 + j, a1 + j, a2 + j, a3 + j) ^ flip_word
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _move(wf, src, dst, count):  # type: ignore[no-untyped-def]
     """``wf[dst + j] = wf[src + j]`` for j < ``count``, in order (``dst <= src``)."""
     for j in range(count):
         wf[dst + j] = wf[src + j]
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _word(xf, a0, a1, a2, a3):  # type: ignore[no-untyped-def]
     """The bytes ``xf[a0]`` .. ``xf[a3]`` as one little-endian word."""
     low = np.uint32(xf[a0]) | (np.uint32(xf[a1]) << 8)
     return low | (np.uint32(xf[a2]) << 16) | (np.uint32(xf[a3]) << 24)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, panel):  # type: ignore[no-untyped-def]
     """Image ``n``'s channels ``c0 + [0, cg)`` as a uint8 panel (quads, positions, 4) in the
     weight's own depth order: depth ``d = (c * kh + u) * kw + v`` of position ``i * ow + j``
@@ -232,7 +232,7 @@ def columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, fl
                 d += 1
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words):  # type: ignore[no-untyped-def]
     """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view, NCHW) interleaved by
     words into ``words`` (quads, plane), split by phase of the strides ``sh``, ``sw``: phase

@@ -15,6 +15,7 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, qgemm, qturned
+from rvm.kernels.jitting import jit
 
 __all__ = [
     "qconv2d",
@@ -75,7 +76,7 @@ def _qdense(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-de
     return 0
 
 
-@nb.njit(inline="always", nogil=True)
+@jit(inline="always", nogil=True)
 def _flip(signs):  # type: ignore[no-untyped-def]
     """The shift of the input's bytes into uint8: 128 when it is int8 (bit 0 of the signs)."""
     return 128 if signs & 1 else 0
@@ -95,7 +96,7 @@ qdense_call = entry.caller("qdense", 4)
 # without it. Each compiles in a fraction of a second and shares the entry point's object code
 # with every kernel, where ``qgemm.qconv2d`` called from Python would compile the whole
 # library again for its argument types.
-@nb.njit(nogil=True)
+@jit(nogil=True)
 def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
             hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
     """`qgemm.qconv2d` through its entry point: the same arguments, C-contiguous arrays."""
@@ -103,7 +104,7 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
     qconv2d_call((x, w, bias, scale, out), params)
 
 
-@nb.njit(nogil=True)
+@jit(nogil=True)
 def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl,
                    kh, kw):  # type: ignore[no-untyped-def]  # fmt: skip
     """`qturned.qconv2d_turned` through its entry point: the same arguments."""
@@ -111,7 +112,7 @@ def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh
     qconv2d_turned_call((x, w, bias, scale, out), params)
 
 
-@nb.njit(nogil=True)
+@jit(nogil=True)
 def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
     """`qgemm.qdense` through its entry point: the same arguments, C-contiguous arrays."""
     qdense_call((x, w, bias, scale, out), (x_zero, y_zero, low, high))

@@ -66,6 +66,7 @@ from numba import types as nt
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
     columns,
@@ -111,6 +112,11 @@ PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loa
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+# Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
+# array types), but `_dots`, `_gemm` and `_product` by Numba's own: their callers pass
+# constants that choose their code (``swap``, the micro-kernels' operand order; ``transposed``,
+# the output's layout and with it the `_blocks` linked), one value a caller, which Numba's
+# literal typing folds, pruning the other branch, at no extra compile.
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
@@ -135,7 +141,7 @@ def _operand_rows(rows):  # type: ignore[no-untyped-def]
     return rows.astype(_ROWS.dtype)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _convert_rows(rows, like):  # type: ignore[no-untyped-def]
     """`_operand_rows` when ``rows`` are not of ``like``'s type: their values as that type
     (a loop the compiler vectorizes; per call, for every product)."""
@@ -154,7 +160,7 @@ def _operand_rows_impl(rows):  # type: ignore[no-untyped-def]
     return lambda rows: _convert_rows(rows, _ROWS)
 
 
-@nb.njit(**_OPTS)
+@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
 def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     """Columns ``[j0, j1)``'s few last ones past a multiple of `LANES` made by dots
     (`_dot_columns`, into ``acc`` as `_gemm`) when those cost less than a tile of `LANES`
@@ -170,7 +176,7 @@ def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     return j1 - spare
 
 
-@nb.njit(**_OPTS)
+@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
 def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
@@ -233,7 +239,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     return j1
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1, pitch,
                 width, narrow, c0):  # type: ignore[no-untyped-def]  # fmt: skip
     """``out`` (channels x positions, any layout) from the sums ``acc[o, c - p0]`` of channel
@@ -261,7 +267,7 @@ def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, 
                      shift, f, y_zero, low, high, narrow)  # fmt: skip
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _run(acc, o, a0, out, at, count, shift, f, y_zero, low, high, narrow):  # type: ignore[no-untyped-def]
     """``out[o, at + p]`` from ``acc[o, a0 + p]`` for ``p < count`` (whole arrays, not
     slices, and unsigned indices keep contiguous ones' loops vectorized)."""
@@ -315,7 +321,7 @@ _JOB = 28
 BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _panel(flat, offsets, quads, ldb, cols, pitch, width):  # type: ignore[no-untyped-def]
     """The B operand of a product, as a tuple: ``flat`` (uint8) holds, for tap ``t`` and quad
     ``s`` of depth, the ``cols`` columns' 4 bytes each from byte ``offsets[t] + s * ldb``;
@@ -323,7 +329,7 @@ def _panel(flat, offsets, quads, ldb, cols, pitch, width):  # type: ignore[no-un
     return (flat, offsets, quads, ldb, cols, pitch, width)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1, signed):  # type: ignore[no-untyped-def]  # noqa: E501
     """Columns ``[j0, j1)`` of the panel ``b``'s product with ``rows``, requantized into
     ``out`` (channels x positions, any layout; bytes, int8 ones when ``signed``), a block of
@@ -348,7 +354,7 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
         b0 = b1
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width, used, narrow,
               signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """The record (`EPILOGUE` int64 fields, then the rows' int32 shifts and float32 scales it
@@ -382,7 +388,7 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
     return record
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split product: columns ``[p * step, (p + 1) * step)`` of every row,
     or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column; its sums, requantized."""
@@ -419,7 +425,7 @@ parfor.export_task("qgemm", _task)
 _run_pieces = parfor.runner("qgemm")
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _cut(tiles, want, threads):  # type: ignore[no-untyped-def]
     """(tiles a piece, pieces, the slowest thread's tiles) for ``tiles`` tiles cut into at
     most ``want`` pieces, the pieces taken by ``threads`` threads in turn."""
@@ -428,7 +434,7 @@ def _cut(tiles, want, threads):  # type: ignore[no-untyped-def]
     return step, pieces, -(-pieces // threads) * step
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
     """How a product of ``og`` rows (output channels) by ``cols`` columns (`NR` a tile) of
     ``depth`` is cut for ``threads`` threads: (axis, step, pieces), axis 0 pieces of ``step``
@@ -452,7 +458,7 @@ def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
     return axis, step, -(-size // step)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed):  # type: ignore[no-untyped-def]  # noqa: E501
     """A large product in pieces on the pool (`split_plan`): how many (1: not split, run
     it)."""
@@ -475,7 +481,7 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
     return pieces
 
 
-@nb.njit(**_OPTS)
+@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
 def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed):  # type: ignore[no-untyped-def]  # noqa: E501
     """``out`` (channels x positions, or its transpose stored when ``transposed``; bytes,
     int8 ones when ``signed``) requantized from ``rows`` times the panel ``b``: in pieces of
@@ -490,7 +496,7 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
         _blocks(operand, sums, b, *args, out, 0, b[4], signed)
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
             hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
     """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8, (o, cg,
@@ -500,7 +506,7 @@ def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, d
                   pl, hwc, flip, signed)  # fmt: skip
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt,
                   pl, hwc, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """`qconv2d` on the bytes of ``x`` and ``out`` (uint8 arrays): ``flip`` 128 when ``x``'s
@@ -539,7 +545,7 @@ def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh,
                      signed)  # fmt: skip
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def direct_pitch(oh, ow, kw, sw, dw):  # type: ignore[no-untyped-def]
     """The pitch (words between rows) of the image whose words a convolution's taps read in
     place (`_direct`; an output of ``oh`` x ``ow``, ``kw`` taps ``dw`` apart in a row, ``sw``
@@ -552,7 +558,7 @@ def direct_pitch(oh, ow, kw, sw, dw):  # type: ignore[no-untyped-def]
     return pitch
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _group_rows(w, g, og, cg, cq, taps, hwc, by_words, zero):  # type: ignore[no-untyped-def]
     """Group ``g``'s weight rows and their sums, in the panel's depth order (the sums zeros
     when the input zero point ``zero`` is 0: nothing to subtract)."""
@@ -565,7 +571,7 @@ def _group_rows(w, g, og, cg, cq, taps, hwc, by_words, zero):  # type: ignore[no
     return weight_rows(wm, (cg * taps + 3) // 4, wanted)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch):  # type: ignore[no-untyped-def]
     """(offsets, slots, used): tap ``(u, v)``'s byte offset ``offsets[u * kw + v]`` into the
     image `qcolumns.image` makes (``hp`` rows of ``pitch`` words a phase): it reads phase
@@ -584,7 +590,7 @@ def _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch):  # type: ignore[no-untyped-
     return offsets, slots, used
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
             hwc, pitch, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """A `qconv2d` whose taps read the image in place (`qcolumns.image`, split by phase of
@@ -611,7 +617,7 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh,
                      signed)  # fmt: skip
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
     """`rvm.op.qdense` of ``x`` (m, k) into ``out`` (m, n) of uint8 or int8; ``w`` int8.
     As a convolution's: the weight's rows broadcast, ``x``'s rows packed as the panel."""
@@ -619,7 +625,7 @@ def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[n
                  _shift(x), _shift(out) != 0)  # fmt: skip
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed):  # type: ignore[no-untyped-def]  # noqa: E501
     """`qdense` on the bytes of ``x`` and ``out`` (uint8 arrays), as `qconv2d_bytes`."""
     m, k = x.shape

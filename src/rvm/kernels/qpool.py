@@ -31,6 +31,7 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, parfor, workpool
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U
 from rvm.kernels.qgemm import pointer_at
 
@@ -40,7 +41,7 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 SPLIT_MIN = 1 << 17  # input bytes a piece keeps at least when a pool is split
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window, flip):  # type: ignore[no-untyped-def]
     """Output plane ``of[at_o:][:oh * ow]`` from the plane at ``src[at:]`` (rows ``wp``
     apart) that every window reads inside: the window rows' maxima ``v`` of every start row
@@ -99,7 +100,7 @@ def _plane_runs(src, at, wp, v, h, of, at_o, oh, ow, window, flip):  # type: ign
                 of[dst + q] = h[base + q * step]
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _pairs_max(v16, of8, dst, ow, flip):  # type: ignore[no-untyped-def]
     """``of8[dst + q]`` = the maximum of bytes ``2q``, ``2q + 1``, ``2q + 2`` of ``v16``
     (a row of bytes seen as little-endian 16-bit pairs: the taps of a 3-wide window at stride
@@ -114,7 +115,7 @@ def _pairs_max(v16, of8, dst, ow, flip):  # type: ignore[no-untyped-def]
         of8[dst + q] = np.uint8(top ^ back)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _planes(xf, of, lo, hi, shape, window, low):  # type: ignore[no-untyped-def]
     """Planes ``[lo, hi)`` (flat n * c index) of the pool: ``xf``/``of`` the flat input and
     output, ``shape`` (ih, iw, oh, ow), ``window`` (kh, kw, sh, sw, dh, dw, pt, pl). A pool
@@ -144,7 +145,7 @@ def _planes(xf, of, lo, hi, shape, window, low):  # type: ignore[no-untyped-def]
         _plane_runs(plane, 0, wp, v, h, of, k * oh * ow, oh, ow, window, flip)
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Planes ``[p * step, (p + 1) * step)`` of a split pool."""
     step, planes, low = job[5], job[6], job[19]
@@ -177,7 +178,7 @@ _JOB = 21
 _U8, _I8, _F32 = np.zeros(0, np.uint8), np.zeros(0, np.int8), np.zeros(0, np.float32)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def max_pool2d(x, out, low, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-untyped-def]
     """`rvm.op.max_pool2d` of ``x`` (n, c, ih, iw) into ``out`` (n, c, oh, ow), 8-bit
     integers; ``low`` the dtype's least value (what the padding holds)."""

@@ -13,7 +13,6 @@ product's last rows in tiles of fewer) and requantize their sums as those do; wi
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
@@ -21,6 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels.cpu import cpu
+from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U
 
 __all__ = [
@@ -596,7 +596,7 @@ TILE_DEPTHS = 4 if VNNI else 2
 _COLUMN = np.zeros(0, np.uint8 if VNNI else np.int16)  # a gathered column's type (a marker)
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _dot_columns(rows, b, acc, j0, c0, c1):  # type: ignore[no-untyped-def]
     """``acc[r, c - j0]`` for the columns ``c0 <= c < c1`` of the panel ``b``, one column at a
     time: its bytes gathered in depth order, then a dot product with each row (`_row_dot`,

@@ -32,6 +32,7 @@ from numba.extending import intrinsic
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import _no_unroll
 from rvm.kernels.bf16turned import position_tiles
+from rvm.kernels.jitting import jit
 from rvm.kernels.qcolumns import image
 from rvm.kernels.qgemm import (
     _F32,
@@ -326,7 +327,7 @@ def _epilogue(builder, acc, record, rows, o0, p0, cols, channel_mask) -> None:  
 _TURNED_JOB = 15
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _turned_part(job, t0, t1):  # type: ignore[no-untyped-def]
     """Weight panels [t0, t1) of a turned job, every position: tiles of up to `NR`
     channels by `MR` or `MR` - 1 positions (`position_tiles`)."""
@@ -353,7 +354,7 @@ def _turned_part(job, t0, t1):  # type: ignore[no-untyped-def]
                 i0 += rows
 
 
-@nb.njit(**_OPTS)
+@jit(**_OPTS)
 def _turned_plain(job, t0, t1, panel):  # type: ignore[no-untyped-def]
     """`_turned_part` without VNNI: each int32 sum of panels [t0, t1) in a plain loop, into
     the scratch."""
@@ -389,7 +390,7 @@ parfor.export_task("qgemm_turned", _turned_task)
 _run_turned = parfor.runner("qgemm_turned")
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt, pl,
                    kh, kw):  # type: ignore[no-untyped-def]  # fmt: skip
     """`rvm.op.qconv2d` (one group) into ``out`` (n, o, oh, ow) of uint8 or int8, turned
@@ -401,7 +402,7 @@ def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh
                          _shift(out) != 0)  # fmt: skip
 
 
-@nb.njit(inline="always", **_OPTS)
+@jit(inline="always", **_OPTS)
 def qconv2d_turned_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt,
                          pl, kh, kw, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """`qconv2d_turned` on the bytes of ``x`` and ``out`` (uint8 arrays), as
