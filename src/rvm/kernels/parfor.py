@@ -55,6 +55,7 @@ from numba.np.arrayobj import populate_array
 
 from rvm.kernels import DTYPES, apart, workpool
 from rvm.kernels.cpu import cpu
+from rvm.kernels.jitting import jit
 from rvm.kernels.threads import split_loops_from_environment
 from rvm.progress import Progress
 
@@ -217,7 +218,7 @@ def _flag(typingctx):  # type: ignore[no-untyped-def]
     return nt.boolean(), codegen
 
 
-@nb.njit(nogil=True, cache=True)
+@jit(nogil=True, cache=True)
 def piece_range(piece, pieces, total, align):  # type: ignore[no-untyped-def]
     """(lo, hi): piece ``piece`` of ``pieces`` equal runs of ``total`` elements, each starting
     on a multiple of ``align`` (whole vectors between them), the last one to ``total``."""
@@ -417,7 +418,7 @@ def _pointer(typingctx, at, like):  # type: ignore[no-untyped-def]
     return like(nt.int64, like), codegen
 
 
-@nb.njit(nogil=True, cache=True)
+@jit(nogil=True, cache=True)
 def array_at(at, shape, like):  # type: ignore[no-untyped-def]
     """The C-contiguous array of ``shape`` at address ``at``, of the dtype ``like`` points to."""
     return nb.carray(_pointer(at, like), shape)

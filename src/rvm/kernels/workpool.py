@@ -452,12 +452,15 @@ PIECE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 # -- for compiled callers ---------------------------------------------------------------------
 
 
-# The calling thread's attached Python thread state, or null: not null exactly while the
-# thread holds the GIL (unlike ``PyGILState_Check``, which says 1 in a process that made a
-# subinterpreter).
+# The Python thread state that holds the GIL: from 3.12 the calling thread's own (a thread-
+# local, null while it does not hold the GIL); before, the interpreter's global one, whichever
+# thread holds it, so there the caller holds the GIL only if that state is its own
+# (``PyGILState_GetThisThreadState``). Not ``PyGILState_Check``, which says 1 in a process that
+# made a subinterpreter.
 _THREAD_STATE = (
     "PyThreadState_GetUnchecked" if sys.version_info >= (3, 13) else "_PyThreadState_UncheckedGet"
 )
+_STATE_IS_LOCAL = sys.version_info >= (3, 12)
 
 
 @contextlib.contextmanager
@@ -467,8 +470,10 @@ def gil_released(builder: ir.IRBuilder) -> Iterator[None]:
     job's caller emits around `RUN` (`run`, `rvm.kernels.parfor.runner`), since a helper may
     need the GIL to finish its piece (`rvm.kernels.parfor` resolves a task the piece calls, a
     callback into Python, on a process's first runs) while the caller waits for its pieces.
-    The library's own callers are ``nogil``: for them, a read of a thread-local pointer a
-    job."""
+    The library's own callers are ``nogil``: for them, a read or two of the interpreter's
+    thread state a job. Threads running kernels at once (VMs in threads) must each see only
+    their own state: before 3.12 the state read is the GIL holder's, whichever thread that is
+    (`_THREAD_STATE`)."""
     i8p = ir.IntType(8).as_pointer()
 
     def c(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
@@ -476,6 +481,9 @@ def gil_released(builder: ir.IRBuilder) -> Iterator[None]:
 
     state = builder.call(c(_THREAD_STATE, i8p), [])
     held = builder.icmp_unsigned("!=", state, ir.Constant(i8p, None))
+    if not _STATE_IS_LOCAL:  # the GIL's holder: this thread only if it is this thread's state
+        own = builder.call(c("PyGILState_GetThisThreadState", i8p), [])
+        held = builder.and_(held, builder.icmp_unsigned("==", state, own))
     with builder.if_then(held, likely=False):
         builder.call(c("PyEval_SaveThread", i8p), [])  # returns ``state``
     yield
