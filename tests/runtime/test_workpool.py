@@ -282,17 +282,22 @@ if __name__ == "__main__":
 """
 
 
-def test_a_forked_child_resets_the_pool_then_restarts_it(tmp_path) -> None:
-    script = tmp_path / "forked.py"
-    script.write_text(FORKED)
-    src = str(Path(rvm.__file__).resolve().parents[1])  # this checkout's rvm
+def _run_script(script: Path, text: str, timeout: float) -> subprocess.CompletedProcess:
+    """Runs ``text`` as the Python file ``script`` in a new process with this checkout's rvm
+    (a hang fails by the ``timeout``, in that process, not the suite's)."""
+    script.write_text(text)
+    src = str(Path(rvm.__file__).resolve().parents[1])
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
     }
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    return subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def test_a_forked_child_resets_the_pool_then_restarts_it(tmp_path) -> None:
+    done = _run_script(tmp_path / "forked.py", FORKED, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "(0, 2, 100)"
 
@@ -329,16 +334,7 @@ def test_a_caller_holding_the_gil_lets_helpers_take_it(tmp_path) -> None:
     pieces need the GIL (here Python pieces; in the library, a task resolved on a first run):
     the caller lets go of it for the job, so a helper's piece never waits on a caller that
     waits for it. A deadlock fails by the timeout (a separate process)."""
-    script = tmp_path / "holding.py"
-    script.write_text(HOLDING_THE_GIL)
-    src = str(Path(rvm.__file__).resolve().parents[1])  # this checkout's rvm
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
-    )
+    done = _run_script(tmp_path / "holding.py", HOLDING_THE_GIL, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok"]
 
