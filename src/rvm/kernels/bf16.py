@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, NR, gemm_bf16, panels, run_bits
 from rvm.kernels.jitting import jit
+from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
@@ -37,7 +38,6 @@ GEMV_ROWS = 4  # up to this many rows, `dense` runs GEMVs (the GEMM's lanes run 
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
 GEMV_SHARED_DEPTH = 4096  # deeper, a GEMV's rows go four a pass (`_gemv_rows`)
 GEMV_SPLIT_MIN = 1 << 18  # weights a GEMV piece reads at least (512 KB of bf16)
-PIECES_PER_THREAD = 4
 
 
 @intrinsic

@@ -38,6 +38,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
+from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.sgemm import _target_features
 from rvm.kernels.vectors import VectorIR
 
@@ -86,7 +87,6 @@ CONV_SPLIT_MIN = SPLIT_MIN >> 2
 also build and round pair planes and move sums, which the pairs leave out, and at
 `SPLIT_MIN` a 3 x 3 convolution to 32 channels at 14 x 14 (densenet's, 3.6M pairs, 93 us)
 or squeezenet's 1 x 1s at 55 x 55 ran in one thread while the other core waited."""
-PIECES_PER_THREAD = 4  # pieces a thread claims when a product is split
 if not DPBF16:  # `rvm.transform.to_bf16` says at INFO which way bf16 products take here
     logger.debug(
         "rvm: this CPU target has no AVX512-BF16: bf16 GEMMs widen to float32 and use FMA "

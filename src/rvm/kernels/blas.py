@@ -48,7 +48,7 @@ from numba.extending import intrinsic
 from rvm.kernels import cblas, gemv, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
-from rvm.kernels.parfor import even
+from rvm.kernels.parfor import PIECES_PER_THREAD, even
 
 __all__ = [
     "AVAILABLE",
@@ -90,9 +90,6 @@ more than `sgemm.MR` rows takes (`sgemm.GEMM_TASKS`; B transposed: BLAS's, no pa
 # lanes 1 << 19 (a 1x1 convolution of 2.1M multiply-adds took 92 us on a Zen 3 core, unsplit).
 SPLIT_MIN_MNK = (1 << 16) * sgemm.LANES
 SPLIT_ALIGN = 16  # pieces start on multiples of this many columns (or rows)
-# Pieces per thread a large product is cut into, so that the threads that come first take
-# more of them when a helper is late (woken from sleep, or its core busy).
-PIECES_PER_THREAD = 4
 # A matrix-vector product is split only when each piece reads at least this many elements of
 # the matrix (memory-bound: 256 KB of float32 take 15-30 us).
 SPLIT_MIN_GEMV = 1 << 16

@@ -34,11 +34,12 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import blas, parfor, sgemm, workpool
+from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.cblas import address
 from rvm.kernels.cpu import Cpu, cpu
 from rvm.kernels.epilogue import tile as tile_epilogue
 from rvm.kernels.jitting import jit
+from rvm.kernels.parfor import PIECES_PER_THREAD, even
 from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
 from rvm.kernels.sgemm import panel_width
 
@@ -48,7 +49,6 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 SMALL_ROWS = 4  # fewer rows take the one-row tile (the `MR`-row tile computes MR rows anyway)
 SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
 SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
-PIECES_PER_THREAD = 4
 GEMV_GROUP = 4  # panels a one-row product streams at once (`_gemv_group`)
 
 
@@ -251,11 +251,11 @@ def _cut(m, k, n, panel):  # type: ignore[no-untyped-def]
         work, least = n * k, SPLIT_MIN_ROWS_LOOP
     if threads < 2 or work < 2 * least or workpool.busy():
         return 1, panels, True
-    # a multiple of the threads where there are as many (`blas.even`): 3 pieces on 2 threads
+    # a multiple of the threads where there are as many (`parfor.even`): 3 pieces on 2 threads
     # left one idle a third of the time
-    parts = blas.even(min(PIECES_PER_THREAD * threads, work // least), threads)
+    parts = even(min(PIECES_PER_THREAD * threads, work // least), threads)
     if panels >= parts or m < 2 * sgemm.MR * threads:
-        step = -(-panels // blas.even(min(parts, panels), threads))
+        step = -(-panels // even(min(parts, panels), threads))
         return -(-panels // step), step, True
     band = -(-m // parts)
     step = -(-band // sgemm.MR) * sgemm.MR

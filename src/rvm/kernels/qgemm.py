@@ -67,6 +67,7 @@ from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.jitting import jit
+from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
     columns,
@@ -106,7 +107,6 @@ __all__ = [
 
 
 SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is split
-PIECES_PER_THREAD = 4  # pieces a thread claims (more than one: balance on a loaded machine)
 # A convolution reads its taps in place while the columns its image's row
 # margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
