@@ -41,9 +41,12 @@ from common import light_model_files, machine, machine_line, write_results
 
 # isort: split
 import numpy as np
+import onnx
+from model_child import as_outputs, check_outputs
 
 import rvm
 from rvm.kernels import workpool
+from rvm.testing.onnx_models import run_ort
 
 # Read at each kernel's edge, in this order.
 FIELDS = ("wall", "cpu", "helper", "in_caller", "n_caller", "in_helper", "n_helper", "jobs",
@@ -79,6 +82,8 @@ def profile(name: str, runs: int, threads: int) -> dict:
     path, _, _, inputs = light_model_files(name, Path(tempfile.mkdtemp()))
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
+    # outputs first: a wrong model fails the run before anything is timed
+    check_outputs("rvm", as_outputs(f(*inputs)), run_ort(onnx.load(str(path)), inputs))
     probe = Probe()
     items: list[tuple[str, tuple[int, ...]]] = []
     last: list[tuple[int, ...] | None] = [None]
