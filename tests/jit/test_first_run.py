@@ -358,6 +358,20 @@ USER = textwrap.dedent(
 )
 
 
+def _user_child(tmp_path: Path, caches: str, gil: str) -> None:
+    """`USER` in a new process on the caches under ``tmp_path / caches`` (empty at first):
+    its ``@njit`` with or without ``nogil`` (``gil``), right answer and no hang."""
+    script = tmp_path / "user.py"
+    script.write_text(USER)
+    env = dict(os.environ)
+    env["RVM_CACHE_DIR"] = str(tmp_path / caches / "rvm")
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / caches / "numba")
+    run = subprocess.run(
+        [sys.executable, str(script), gil], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert run.returncode == 0 and run.stdout.split() == ["ok"], run.stderr[-3000:]
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
 def test_a_users_own_njit_holding_the_gil_runs_a_split_kernel_on_a_first_run(
     tmp_path: Path,
@@ -368,20 +382,17 @@ def test_a_users_own_njit_holding_the_gil_runs_a_split_kernel_on_a_first_run(
     ``_resolve`` is a callback into Python) while the caller waits for its pieces. The caller
     lets go of the GIL for the job, so the call finishes with the right answer: with empty
     caches, with warm ones (loading a task takes the GIL too), and with ``nogil``. A hang
-    fails by its timeout."""
-    script = tmp_path / "user.py"
-    script.write_text(USER)
+    fails by its timeout. Each start on empty caches builds its own copy of the GEMM library
+    (its Numba cache is empty too): ``nogil`` on empty caches is the next test, under -m slow."""
+    _user_child(tmp_path, "a", "gil")  # empty caches: the tasks built in this run
+    _user_child(tmp_path, "a", "gil")  # warm: loaded from Numba's cache
+    _user_child(tmp_path, "a", "nogil")
 
-    def child(caches: str, gil: str) -> None:
-        env = dict(os.environ)
-        env["RVM_CACHE_DIR"] = str(tmp_path / caches / "rvm")
-        env["NUMBA_CACHE_DIR"] = str(tmp_path / caches / "numba")
-        run = subprocess.run(
-            [sys.executable, str(script), gil], capture_output=True, text=True, env=env, timeout=300
-        )
-        assert run.returncode == 0 and run.stdout.split() == ["ok"], run.stderr[-3000:]
 
-    child("a", "gil")  # empty caches: the tasks built in this run
-    child("a", "gil")  # warm: loaded from Numba's cache
-    child("a", "nogil")
-    child("b", "nogil")  # empty caches
+# A nogil caller whose split task is built at its first run is what every kernel of rvm is (its
+# kernels are nogil): `test_a_pool_task_is_built_when_a_loop_first_splits` runs that in CI.
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX process model")
+def test_a_users_own_nogil_njit_runs_a_split_kernel_on_a_first_run(tmp_path: Path) -> None:
+    """The previous test's user function with ``nogil``, on empty caches."""
+    _user_child(tmp_path, "b", "nogil")
