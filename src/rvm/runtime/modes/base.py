@@ -111,6 +111,15 @@ class EntryGuard:
         self.owner = None
         self.free.append(True)
 
+    @property
+    def held(self) -> bool:
+        """Whether a thread holds the guard."""
+        return not self.free
+
+    def set_plain(self, plain: bool) -> None:
+        """Whether native code may run under this guard (`ExecContext.plain`): nothing runs
+        native under this one (the native mode's is `native_guard.NativeGuard`)."""
+
 
 class ExecContext:
     """What an exec mode sees of its VM (one per VM; the VM keeps it current).
@@ -128,7 +137,9 @@ class ExecContext:
             directly and allocates Numba's memory, runs under. Kept current as `packed` and
             `allocator` are set, so a fast path reads one attribute (two and their tests cost
             the MLP's native call at batch 1 ~5%, its caches cold after its product).
-        guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``.
+        guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``; a mode may
+            set its own with the same API (the native mode's `native_guard.NativeGuard`,
+            which its native entries claim themselves), kept told of `plain`.
         fatal: The exception class FATAL raises.
         run_bytecode: ``run_bytecode(fidx, args)`` runs a function in the bytecode loop.
         pool_call: The thread pool's `call`, that each run from Python goes through
@@ -141,10 +152,14 @@ class ExecContext:
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if name in ("packed", "allocator", "raw_packed"):
+        if name in ("packed", "allocator", "raw_packed", "guard"):
             own = type(getattr(self, "allocator", None)) in _OWN_ALLOCATORS
             raw = getattr(self, "raw_packed", None)
-            object.__setattr__(self, "plain", own and getattr(self, "packed", None) is raw)
+            plain = own and getattr(self, "packed", None) is raw
+            object.__setattr__(self, "plain", plain)
+            guard = getattr(self, "guard", None)
+            if guard is not None:
+                guard.set_plain(plain)
 
     def __init__(
         self,
