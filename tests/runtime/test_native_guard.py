@@ -4,6 +4,7 @@ test runs in every exec mode, which must behave alike."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 import threading
 
@@ -157,3 +158,35 @@ def test_instrumented_calls_run_under_the_guard_and_native_resumes(executable, m
     count = len(seen)
     np.testing.assert_array_equal(vm["main"](*args), want)
     assert len(seen) == count and _free(vm)
+
+
+def test_a_native_call_runs_no_python_of_rvm_between_handle_and_entry(executable) -> None:
+    """The native handle is C code (`native_handle`): from the handle to the entry's native
+    code no Python function of rvm runs (Numba's own boxing may); a call the entry does not
+    run goes to rvm's checked call."""
+    from pathlib import Path
+
+    package = str(Path(rvm.__file__).parent)
+    vm = VirtualMachine(executable, exec_mode="native")
+    main, args = vm["main"], _args(3)
+    want = main(*args)
+    called: list[str] = []
+
+    def record(frame, event, arg) -> None:  # type: ignore[no-untyped-def]
+        if event == "call":
+            called.append(frame.f_code.co_filename)
+
+    sys.setprofile(record)
+    try:
+        out = main(*args)
+    finally:
+        sys.setprofile(None)
+    np.testing.assert_array_equal(out, want)
+    assert called and not [f for f in called if f.startswith(package)], called
+    sys.setprofile(record)
+    try:
+        out = main(*args[:2], steps=args[2])  # by keyword: the checked call
+    finally:
+        sys.setprofile(None)
+    np.testing.assert_array_equal(out, want)
+    assert [f for f in called if f.startswith(package)]

@@ -133,7 +133,8 @@ class VirtualMachine:
         self._handles: dict[str, BoundFunction] = {}  # vm[name], made once per name
         # `_run(fidx, args)` runs a function: the exec mode's `run`, the one switch.
         self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
-        self._guard = self.context.guard  # the thread guard (the mode's own, if it set one)
+        self.context.guard = getattr(self._mode, "guard", self.context.guard)  # a mode's own
+        self._guard = self.context.guard  # the thread guard, shared with the mode's fast path
         self._run: Callable[[int, list[Any]], Any] = self._mode.run
         # Each function's result check at the boundary (`calling.py`), by function index.
         self._results = _RESULT_CHECKS.get(ex, lambda: result_checks(ex))

@@ -261,13 +261,14 @@ class NativeMode:
         ex = context.executable
         self.plan: _Plan = _PLAN.get(ex, lambda: _Plan(ex, context.raw_packed))
         self._typing_error: type[BaseException] | None = None
+        self.guard: Any = context.guard  # the VM's thread guard (`ExecMode`'s ``guard``)
         if self.plan.path is not None:
             from numba.core.errors import NumbaError
 
             from rvm.runtime.modes.native_guard import NativeGuard
 
             self._typing_error = NumbaError
-            context.guard = NativeGuard(context.plain)  # native entries claim it themselves
+            self.guard = NativeGuard()  # its native entries claim it themselves
 
     @property
     def compiled(self) -> CompiledMode:
@@ -289,7 +290,7 @@ class NativeMode:
             return self.compiled.run(fidx, args)
         entry = self.plan.entry(fidx)
         if entry is not None:
-            guard = context.guard  # held by this thread's caller: the entry runs under it
+            guard = self.guard  # held by this thread's caller: the entry runs under it
             try:
                 return entry(guard.word, *args)
             except TypeError:  # other types: the dispatcher compiles for them
@@ -310,52 +311,40 @@ class NativeMode:
         slow: Callable[..., Any],
         check: Callable[[Any, tuple], None] | None = None,
     ) -> Callable[..., Any] | None:
-        """The VM's handle of function `fidx` (what `vm[name]` calls): it runs the function's
-        entry dispatcher on positional arguments, and returns its result (``check``ed, if
-        given: ``check(result, args)``); the entry takes the VM's thread guard itself
-        (`native_guard.NativeGuard`, its word the entry's first argument). Every call the entry
-        does not run (by keyword, the guard held by another thread or native code off for the
-        VM: `native_guard.Refused`, arguments other than what the entry checks would pass
-        unchanged, a failure inside), after giving the guard back if the entry took it, is
-        ``slow(*args, **kwargs)``: the VM's checked call, which reenters or says who holds
-        the guard, and reruns a failure in the compiled mode. None if the function has no such
-        entry.
+        """The VM's handle of function `fidx` (what `vm[name]` calls; `native_handle`, C code):
+        it runs the function's entry dispatcher on positional arguments and returns its result
+        (``check``ed, if given: ``check(result, args)``); the entry takes the VM's thread guard
+        itself (`native_guard.NativeGuard`, its word the entry's first argument). Every call
+        the entry does not run (by keyword, the guard held by another thread or native code
+        off for the VM: `native_guard.Refused`, arguments other than what the entry checks
+        would pass unchanged, a failure inside), after giving the guard back if the entry took
+        it, is ``slow(*args, **kwargs)``: the VM's checked call, which reenters or says who
+        holds the guard, and reruns a failure in the compiled mode. None if the function has
+        no such entry.
 
-        One Python frame between the handle's call and Numba's dispatcher, and nothing in it
-        but the call (the entry compiled at the first one): this is the native call's whole
-        cost above Numba's dispatcher. What the thread pool's `call` does around a VM call
-        from Python (`VirtualMachine._enter`'s), the entry does natively
+        No Python frame between the handle's call and Numba's dispatcher: this is the native
+        call's whole cost above the dispatcher. What the thread pool's `call` does around a VM
+        call from Python (`VirtualMachine._enter`'s), the entry does natively
         (`workpool.call_begin`): that Python frame and its three reads of the pool's state cost
         the MLP's call at batch 1 about 2 us (15%) on a Zen 3 core, its caches cold after the
-        product, as did a second Python frame here; the guard taken from Python (a token, the
-        owner's ident stored and cleared) 0.2-0.3 us more, and a closure testing more 0.1."""
+        product; a Python function holding just the call and its ``try``, 0.4-0.6 us more, and
+        the guard taken from Python (a token, the owner's ident stored and cleared) 0.2-0.3."""
         plan = self.plan
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:
             return None
-        guard = self.context.guard
-        word, failed = guard.word, guard.failed
+        from rvm.runtime.modes import native_handle as nh
+
+        guard = self.guard
 
         def first(*args: Any) -> Any:
-            """The entry, compiled now (or a refusal when it does not compile), then called."""
-            nonlocal run
-            run = plan.entry(fidx) or _refuse
-            return run(*args)
+            """The entry, compiled now (or a refusal where it does not compile), then run."""
+            state[nh.RUN] = plan.entry(fidx) or _refuse
+            return state[nh.RUN](*args)
 
-        run = first
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if not kwargs:
-                try:
-                    result = run(word, *args)
-                except Exception:  # noqa: BLE001 - not run, or failed: the slow path says
-                    failed()
-                else:
-                    if check is not None:
-                        check(result, args)
-                    return result
-            return slow(*args, **kwargs)
-
-        return call
+        state: list[Any] = [None] * 5
+        state[nh.RUN], state[nh.WORD], state[nh.FAILED] = first, guard.word, guard.failed
+        state[nh.SLOW], state[nh.CHECK] = slow, check
+        return nh.handle(state)
 
     def report(self, compile: bool = False) -> NativeReport:
         """Which functions are native and why the others are not (typing errors show once a
