@@ -31,19 +31,20 @@ __all__ = ["CHECK", "FAILED", "RUN", "SLOW", "WORD", "handle"]
 
 RUN, WORD, FAILED, SLOW, CHECK = range(5)  # the items of a handle's state list
 
-_API = {  # the C API the handle calls: name -> (result, arguments), "p" a pointer, "n" ssize_t
+_API = {  # the C API the handle calls: name -> (result, arguments): "p" a pointer, "P" an
+    # array of them, "n" a Py_ssize_t, "i" an int, "v" void
     "PyTuple_Size": ("n", "p"),
     "PyTuple_New": ("p", "n"),
-    "PyTuple_GetItem": ("p", "pn"),
     "PyTuple_SetItem": ("i", "pnp"),
+    "PyTuple_GetSlice": ("p", "pnn"),
     "PyList_GetItem": ("p", "pn"),
-    "PyDict_Size": ("n", "p"),
     "Py_IncRef": ("v", "p"),
     "Py_DecRef": ("v", "p"),
     "PyObject_Call": ("p", "ppp"),
     "PyErr_ExceptionMatches": ("i", "p"),
     "PyErr_Clear": ("v", ""),
     "PyObject_CallNoArgs": ("p", "p"),
+    "PyObject_Vectorcall": ("p", "pPnp"),
 }
 _NAME = "rvm_native_handle"
 
@@ -57,16 +58,18 @@ class _MethodDef(ctypes.Structure):
     ]
 
 
-_METH_VARARGS, _METH_KEYWORDS = 0x0001, 0x0002
+_METH_FASTCALL, _METH_KEYWORDS = 0x0080, 0x0002
 _lock = threading.Lock()
 _made: list[Any] = []  # [method def, engine]: made once, kept for the process's life
 
 
 def _ir() -> str:
-    """The handle's C function as LLVM IR: ``PyObject *(PyObject *state, PyObject *args,
-    PyObject *kwargs)``."""
+    """The handle's C function as LLVM IR, a ``METH_FASTCALL | METH_KEYWORDS`` method:
+    ``PyObject *(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject
+    *kwnames)``."""
     p, n, i32 = ir.IntType(8).as_pointer(), ir.IntType(64), ir.IntType(32)
-    kinds = {"p": p, "n": n, "i": i32, "v": ir.VoidType()}
+    null = ir.Constant(p, None)
+    kinds = {"p": p, "P": p.as_pointer(), "n": n, "i": i32, "v": ir.VoidType()}
     module = ir.Module(_NAME)
     api = {
         name: ir.Function(module, ir.FunctionType(kinds[r], [kinds[a] for a in args]), name)
@@ -76,39 +79,45 @@ def _ir() -> str:
     exception.linkage = "external"
     none_struct = ir.GlobalVariable(module, ir.IntType(8), "_Py_NoneStruct")
     none_struct.linkage = "external"
-    fn = ir.Function(module, ir.FunctionType(p, [p, p, p]), _NAME)
-    state, args, kwargs = fn.args
+    fn = ir.Function(module, ir.FunctionType(p, [p, p.as_pointer(), n, p]), _NAME)
+    state, args, count, kwnames = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     none = b.bitcast(none_struct, p)
+
+    def block(name: str) -> ir.Block:
+        return fn.append_basic_block(name)
 
     def item(k: int) -> ir.Value:
         return b.call(api["PyList_GetItem"], [state, n(k)])
 
-    def slow() -> None:
-        b.ret(b.call(api["PyObject_Call"], [item(SLOW), args, kwargs]))
+    def slow(names: ir.Value) -> None:
+        b.ret(b.call(api["PyObject_Vectorcall"], [item(SLOW), args, count, names]))
 
-    positional, by_keyword = fn.append_basic_block("positional"), fn.append_basic_block("kw")
-    no_kwargs = b.icmp_unsigned("==", kwargs, ir.Constant(p, None))
-    test_kwargs = fn.append_basic_block("test_kwargs")
-    b.cbranch(no_kwargs, positional, test_kwargs)
-    b.position_at_end(test_kwargs)
-    empty = b.icmp_signed("==", b.call(api["PyDict_Size"], [kwargs]), n(0))
+    def fail_unless(value: ir.Value, then: ir.Block, drop: ir.Value | None = None) -> None:
+        """Returns NULL (the error set) when ``value`` is NULL, after dropping ``drop``."""
+        broke = block("broke")
+        b.cbranch(b.icmp_unsigned("!=", value, null), then, broke)
+        b.position_at_end(broke)
+        if drop is not None:
+            b.call(api["Py_DecRef"], [drop])
+        b.ret(null)
+        b.position_at_end(then)
+
+    positional, test_names, by_keyword = block("positional"), block("names"), block("keyword")
+    b.cbranch(b.icmp_unsigned("==", kwnames, null), positional, test_names)
+    b.position_at_end(test_names)
+    empty = b.icmp_signed("==", b.call(api["PyTuple_Size"], [kwnames]), n(0))
     b.cbranch(empty, positional, by_keyword)
     b.position_at_end(by_keyword)
-    slow()
+    slow(kwnames)
 
-    b.position_at_end(positional)
-    count = b.call(api["PyTuple_Size"], [args])
+    b.position_at_end(positional)  # full = (word, *args), each a new reference it steals
     full = b.call(api["PyTuple_New"], [b.add(count, n(1))])
-    made, no_memory = fn.append_basic_block("made"), fn.append_basic_block("no_memory")
-    b.cbranch(b.icmp_unsigned("!=", full, ir.Constant(p, None)), made, no_memory)
-    b.position_at_end(no_memory)
-    b.ret(ir.Constant(p, None))
-    b.position_at_end(made)
+    fail_unless(full, block("made"))
     word = item(WORD)
     b.call(api["Py_IncRef"], [word])
     b.call(api["PyTuple_SetItem"], [full, n(0), word])
-    loop, body, done = (fn.append_basic_block(x) for x in ("loop", "body", "done"))
+    loop, body, done = block("loop"), block("body"), block("done")
     start = b.block
     b.branch(loop)
     b.position_at_end(loop)
@@ -116,56 +125,51 @@ def _ir() -> str:
     at.add_incoming(n(0), start)
     b.cbranch(b.icmp_signed("<", at, count), body, done)
     b.position_at_end(body)
-    value = b.call(api["PyTuple_GetItem"], [args, at])
+    value = b.load(b.gep(args, [at]))
     b.call(api["Py_IncRef"], [value])
     b.call(api["PyTuple_SetItem"], [full, b.add(at, n(1)), value])
     at.add_incoming(b.add(at, n(1)), body)
     b.branch(loop)
     b.position_at_end(done)
-    result = b.call(api["PyObject_Call"], [item(RUN), full, ir.Constant(p, None)])
-    b.call(api["Py_DecRef"], [full])
-    ran, failed = fn.append_basic_block("ran"), fn.append_basic_block("failed")
-    b.cbranch(b.icmp_unsigned("!=", result, ir.Constant(p, None)), ran, failed)
+    result = b.call(api["PyObject_Call"], [item(RUN), full, null])
+    ran, failed = block("ran"), block("failed")
+    b.cbranch(b.icmp_unsigned("!=", result, null), ran, failed)
+
     b.position_at_end(ran)
     check = item(CHECK)
-    unchecked, checking = fn.append_basic_block("unchecked"), fn.append_basic_block("checking")
+    unchecked, checking = block("unchecked"), block("checking")
     b.cbranch(b.icmp_unsigned("==", check, none), unchecked, checking)
     b.position_at_end(unchecked)
+    b.call(api["Py_DecRef"], [full])
     b.ret(result)
     b.position_at_end(checking)  # check(result, args): its error raised, the result dropped
+    given = b.call(api["PyTuple_GetSlice"], [full, n(1), b.add(count, n(1))])
+    b.call(api["Py_DecRef"], [full])
+    fail_unless(given, block("sliced"), result)
     pair = b.call(api["PyTuple_New"], [n(2)])
-    paired, no_pair = fn.append_basic_block("paired"), fn.append_basic_block("no_pair")
-    b.cbranch(b.icmp_unsigned("!=", pair, ir.Constant(p, None)), paired, no_pair)
-    b.position_at_end(paired)
-    for k, value in enumerate((result, args)):
-        b.call(api["Py_IncRef"], [value])
-        b.call(api["PyTuple_SetItem"], [pair, n(k), value])
-    checked = b.call(api["PyObject_Call"], [check, pair, ir.Constant(p, None)])
+    fail_unless(pair, block("paired"), result)
+    b.call(api["Py_IncRef"], [result])
+    b.call(api["PyTuple_SetItem"], [pair, n(0), result])
+    b.call(api["PyTuple_SetItem"], [pair, n(1), given])  # stolen
+    checked = b.call(api["PyObject_Call"], [check, pair, null])
     b.call(api["Py_DecRef"], [pair])
-    passed = fn.append_basic_block("passed")
-    b.cbranch(b.icmp_unsigned("!=", checked, ir.Constant(p, None)), passed, no_pair)
-    b.position_at_end(passed)
+    fail_unless(checked, block("passed"), result)
     b.call(api["Py_DecRef"], [checked])
     b.ret(result)
-    b.position_at_end(no_pair)
-    b.call(api["Py_DecRef"], [result])
-    b.ret(ir.Constant(p, None))
+
     b.position_at_end(failed)
+    b.call(api["Py_DecRef"], [full])
     matches = b.call(api["PyErr_ExceptionMatches"], [b.load(exception)])
-    rerun, propagate = fn.append_basic_block("rerun"), fn.append_basic_block("propagate")
+    rerun, propagate = block("rerun"), block("propagate")
     b.cbranch(b.icmp_signed("!=", matches, i32(0)), rerun, propagate)
     b.position_at_end(propagate)  # not an Exception (KeyboardInterrupt...): raised as it is
-    b.ret(ir.Constant(p, None))
+    b.ret(null)
     b.position_at_end(rerun)
     b.call(api["PyErr_Clear"], [])
-    given = b.call(api["PyObject_CallNoArgs"], [item(FAILED)])
-    back, broke = fn.append_basic_block("back"), fn.append_basic_block("broke")
-    b.cbranch(b.icmp_unsigned("!=", given, ir.Constant(p, None)), back, broke)
-    b.position_at_end(broke)
-    b.ret(ir.Constant(p, None))
-    b.position_at_end(back)
-    b.call(api["Py_DecRef"], [given])
-    slow()
+    given_back = b.call(api["PyObject_CallNoArgs"], [item(FAILED)])
+    fail_unless(given_back, block("back"))
+    b.call(api["Py_DecRef"], [given_back])
+    slow(null)
     return str(module)
 
 
@@ -186,7 +190,7 @@ def _method() -> _MethodDef:
             method = _MethodDef(
                 _NAME.encode(),
                 engine.get_function_address(_NAME),
-                _METH_VARARGS | _METH_KEYWORDS,
+                _METH_FASTCALL | _METH_KEYWORDS,
                 None,
             )
             _made.extend([method, engine])
@@ -199,5 +203,11 @@ _new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
 
 
 def handle(state: list[Any]) -> Any:
-    """The handle over ``state`` (``[run, word, failed, slow, check]``: the module docstring)."""
+    """The handle over ``state`` (``[run, word, failed, slow, check]``: the module docstring).
+
+    Raises:
+        ValueError: ``state`` is not a list of five items (the C code reads them unchecked).
+    """
+    if type(state) is not list or len(state) != CHECK + 1:
+        raise ValueError(f"a native handle's state is a list of {CHECK + 1} items")
     return _new(ctypes.addressof(_method()), state, None)
