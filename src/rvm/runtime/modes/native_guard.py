@@ -110,15 +110,27 @@ def _take_word(typingctx, g):  # type: ignore[no-untyped-def]
 
 
 @jit(cache=True, nogil=True)
-def _take(g):  # type: ignore[no-untyped-def]
-    """Python's claim of guard ``g``: as `guard_claim`, whether native code is off or not."""
-    return _take_word(g)
-
-
-@jit(cache=True, nogil=True)
-def _give(g):  # type: ignore[no-untyped-def]
-    """Python's release of guard ``g``, which it took."""
+def _python_turn(g, take):  # type: ignore[no-untyped-def]
+    """Python's claim of guard ``g`` (``take``: as `guard_claim`, whether native code is off
+    or not) or its release of the guard it took (returns 0): one function, one compile."""
+    if take:
+        return _take_word(g)
     guard_release(g, 1)
+    return 0
+
+
+def _load() -> None:
+    """Compiles `_python_turn`, or loads it from Numba's cache without a refresh of Numba's
+    typing context (`numba_cache.light_loads`: loaded at its first call, the refresh cost a
+    native VM's first checked call 2 s), once per process."""
+    if _python_turn.signatures:
+        return
+    from numba import types as nt
+
+    from rvm.kernels.numba_cache import light_loads
+
+    with light_loads():
+        _python_turn.compile((nt.Array(nt.int64, 1, "C"), nt.boolean))
 
 
 class NativeGuard:
@@ -132,12 +144,13 @@ class NativeGuard:
         self.word = np.zeros(2, np.int64)
         self.word[OFF] = 0 if plain else 1
         self._python = False  # whether the holder took it from Python (`enter`)
+        _load()
 
     def enter(self) -> bool | None:
         """Takes the guard for this thread: True when this call took it (`leave` gives it
         back), False when this thread holds it already (a reentrant call), None when another
         thread holds it."""
-        took = _take(self.word)
+        took = _python_turn(self.word, True)
         if took == 1:
             self._python = True
             return True
@@ -146,13 +159,13 @@ class NativeGuard:
     def leave(self) -> None:
         """Gives back the guard `enter` took."""
         self._python = False
-        _give(self.word)
+        _python_turn(self.word, False)
 
     def failed(self) -> None:
         """After a native entry of this thread raised: gives the guard back if the entry took
         it (it holds it, and Python did not take it), as the entry would have returning."""
         if self.word[OWNER] == get_ident() and not self._python:
-            _give(self.word)
+            _python_turn(self.word, False)
 
     def set_plain(self, plain: bool) -> None:
         """Lets native entries run (``plain``) or makes them raise `Refused` (`OFF`)."""
