@@ -261,7 +261,7 @@ class NativeMode:
         ex = context.executable
         self.plan: _Plan = _PLAN.get(ex, lambda: _Plan(ex, context.raw_packed))
         self._typing_error: type[BaseException] | None = None
-        self.guard: Any = context.guard  # the VM's thread guard (`ExecMode`'s ``guard``)
+        self.guard: Any = context.guard  # the VM takes a mode's guard (`modes.base`)
         if self.plan.path is not None:
             from numba.core.errors import NumbaError
 
