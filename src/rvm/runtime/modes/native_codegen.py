@@ -90,7 +90,7 @@ def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
     """The entry of native function `f` from Python: a second copy of its body, whose
     parameters are the VM's thread guard (`native_guard`) and the function's without the call
     depth (one argument less for Numba's dispatcher to type; the depth is a local 0). It
-    claims the guard first (`native_guard.guard_claim`; another thread's, or native code off:
+    claims the guard first (`guard.guard_claim`; another thread's, or native code off:
     `native_guard.Refused`, nothing run), checks its dims (`entry_checks`), then does what the
     thread pool's `call` does around a VM call from Python, natively (`workpool.call_begin`),
     and before each return gives the guard back and ends the pool's call (`workpool.call_end`):
