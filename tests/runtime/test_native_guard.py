@@ -5,7 +5,6 @@ test runs in every exec mode, which must behave alike."""
 from __future__ import annotations
 
 import sys
-import textwrap
 import threading
 
 import numpy as np
@@ -14,30 +13,15 @@ import pytest
 import rvm
 from rvm.errors import ShapeError, VMError
 from rvm.runtime import VirtualMachine
+from rvm.testing.programs import RNN  # main(h (1, 16), w (16, 16), steps): a loop of steps
 
 MODES = ("bytecode", "compiled", "native")
-
-RNN = rvm.script.parse(
-    textwrap.dedent(
-        """
-        @module
-        class RNN:
-            @func
-            def main(h: T[(1, 8), "float32"], w: T[(8, 8), "float32"], steps: T[(), "int64"]):
-                i = rvm.const(0, "int64")
-                while i < steps:
-                    h = op.tanh(op.matmul(h, w))
-                    i = i + 1
-                return h
-        """
-    )
-)
 
 
 def _args(steps: int) -> tuple:
     rng = np.random.default_rng(0)
-    h = rng.standard_normal((1, 8)).astype("float32")
-    w = (rng.standard_normal((8, 8)) * 0.3).astype("float32")
+    h = rng.standard_normal((1, 16)).astype("float32")
+    w = (rng.standard_normal((16, 16)) * 0.2).astype("float32")
     return h, w, np.array(steps, "int64")
 
 
@@ -107,7 +91,7 @@ def test_a_failure_inside_a_call_gives_the_guard_back(executable, mode) -> None:
     vm = VirtualMachine(executable, exec_mode=mode)
     args = _args(3)
     want = vm["main"](*args)
-    bad = np.zeros((1, 9), "float32")
+    bad = np.zeros((1, 17), "float32")
     for _ in range(3):
         with pytest.raises(ShapeError, match="main"):
             vm["main"](bad, *args[1:])
@@ -132,7 +116,7 @@ def test_a_reentrant_failure_keeps_the_outer_holders_guard(executable, mode) -> 
     assert guard.enter() is True
     try:
         with pytest.raises(ShapeError):
-            vm["main"](np.zeros((1, 9), "float32"), *args[1:])
+            vm["main"](np.zeros((1, 17), "float32"), *args[1:])
         assert guard.held and guard.owner == threading.get_ident()
         np.testing.assert_array_equal(vm["main"](*args), want)
         assert guard.held and guard.owner == threading.get_ident()
