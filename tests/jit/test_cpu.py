@@ -88,10 +88,24 @@ def test_column_block_follows_l2(l2: int, block: int) -> None:
     assert sgemm.block_bytes(_facts(32 << 10, l2)) == block
 
 
+@pytest.mark.parametrize(
+    ("l2", "rows", "in_place"),
+    [(512 << 10, 6, 128), (1 << 20, 8, 256), (256 << 10, 6, 64), (64 << 10, 6, 6),
+     (2 << 20, 6, 512)],
+)  # fmt: skip
+def test_in_place_rows_follow_the_l2_that_bs_block_leaves(l2: int, rows: int, in_place: int):
+    """A's depth block (rows x KC floats, KC 512 with a 32 KB L1d) in the half of L2 that B's
+    block leaves; at least one band."""
+    facts = _facts(32 << 10, l2)
+    depth = sgemm.depth_block(facts, rows)
+    assert sgemm.in_place_rows(facts, depth, sgemm.block_bytes(facts), rows) == in_place
+
+
 def test_this_machine_tuning_comes_from_its_facts() -> None:
     facts = cpu.cpu()
     assert sgemm.KC == sgemm.depth_block(facts, sgemm.MR)
     assert sgemm.BLOCK_BYTES == sgemm.block_bytes(facts)
+    assert sgemm.IN_PLACE_ROWS == sgemm.in_place_rows(facts, sgemm.KC, sgemm.BLOCK_BYTES, sgemm.MR)
     assert conv.COL_BYTES == 2 * facts.l2
 
 

@@ -412,7 +412,7 @@ def test_the_native_fast_path_keeps_the_vms_thread_guard() -> None:
         worker.join()
     np.testing.assert_array_equal(inner[0], want)
     np.testing.assert_array_equal(vm["main"](*args), want)
-    assert vm.context.guard.owner is None and vm.context.guard.free == [True]
+    assert vm.context.guard.owner is None and not vm.context.guard.held
 
 
 def test_the_thread_guard_is_free_after_every_kind_of_call() -> None:
@@ -435,7 +435,7 @@ def test_the_thread_guard_is_free_after_every_kind_of_call() -> None:
         if mode == "native":
             with pytest.raises(VMError, match="match_shape"):
                 NativeMode(vm.context).run(0, [_f32(2, 700), *args[1:]])
-        assert guard.free == [True] and guard.owner is None, mode
+        assert not guard.held and guard.owner is None, mode
 
 
 def test_the_fast_path_checks_a_result_the_code_does_not_prove() -> None:
@@ -447,7 +447,7 @@ def test_the_fast_path_checks_a_result_the_code_does_not_prove() -> None:
     seen: list = []
 
     def check(result, args, owner):  # type: ignore[no-untyped-def]
-        seen.append((result, args, owner.context.guard.free == [True]))
+        seen.append((result, args, not owner.context.guard.held))
         if len(seen) > 1:
             raise ValueError("the recorded result type says no")
 
@@ -458,7 +458,7 @@ def test_the_fast_path_checks_a_result_the_code_does_not_prove() -> None:
     assert not vm.native_report().fallbacks
     with pytest.raises(ValueError, match="the recorded result type says no"):
         vm["main"](*args)
-    assert len(seen) == 2 and vm.context.guard.free == [True]
+    assert len(seen) == 2 and not vm.context.guard.held
 
 
 def test_a_function_numba_cannot_type_runs_compiled_and_says_why() -> None:

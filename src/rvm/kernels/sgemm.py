@@ -86,6 +86,7 @@ __all__ = [
     "depth_block",
     "fuses",
     "has_epilogue",
+    "in_place_rows",
     "moved",
     "takes_packed",
     "packs",
@@ -119,6 +120,17 @@ def block_bytes(c: Cpu) -> int:
     """`BLOCK_BYTES`: B's rows for a block of C's columns at most, half of one core's L2 (every
     band of A walks the block, which stays there)."""
     return max(64 << 10, c.l2 // 2)
+
+
+def in_place_rows(c: Cpu, depth: int, block: int, rows: int) -> int:
+    """`IN_PLACE_ROWS`: the rows of A whose depth block (``depth`` = `KC` floats a row) fits in
+    the part of L2 that B's block (``block`` = `BLOCK_BYTES`) leaves, at least one band
+    (``rows`` = `MR`). While the whole of A's depth block stays in L2 beside B's, every band
+    computes from L2 and the first band's strided reads of B (prefetched, a stream a row)
+    overlap its multiply-adds; with more rows A is read from L3 as well, and the pass before
+    the bands, one stream at about ``memcpy``'s rate, cost less. Counted at the full depth
+    block whatever the product's depth: 256 rows of depth 64 lost too."""
+    return max(rows, (c.l2 - block) // (4 * depth))
 
 
 _target_features = target_features  # the name `bf16gemm` and `qgemm` import
@@ -160,7 +172,7 @@ call) 1x1 convolutions' GEMMs took 1.3-1.8 times as long (512 to 128 channels on
 -> 485 µs, squeezenet's 64 to 16 at 55 x 55 147 -> 270), as in one process of
 `benchmarks/conv_methods.py` where densenet121's 14 x 14 GEMMs ran at 43-49 GFLOP/s against
 78-82 in others."""
-IN_PLACE_ROWS = 128
+IN_PLACE_ROWS = in_place_rows(cpu(), KC, BLOCK_BYTES, MR)
 """The most rows of C for which `_packed_blocks` packs B in its first band (`packs_in_place`):
 that band's tiles read whole panels of B where they are (`_micro_panel` in place, each step
 prefetching its row of B `AHEAD` tiles on, as tiles on plain rows do) and store each row's
@@ -174,9 +186,11 @@ their tile; B's rows through a table (a convolution's taps) are packed before th
 Same process, one thread, thread CPU, two runs of 40-60 alternated calls on a Zen 3 core:
 64->6 at 55 x 55 0.61-0.70 of the time, 64->16 0.89-0.91, 128->16 0.90-0.93, resnet50's 256
 ->64 and 256->128 at 56 x 56 0.87-0.97, 512->128 at 28 x 28 0.95-0.99, 13 x 13 maps 0.97-1.03;
-from 256 rows it lost 1-6% (64->256 at 56 x 56, 1024->512 at 14 x 14, 512->1000 at 13 x 13):
-the gain goes as the pack's share, two floats moved a column of B against ``m``
-multiply-adds, while the in-place band's own slowing does not."""
+from 224 rows it lost 1-6% (576->224 at 14 x 14, 64->256 at 56 x 56, 1024->512 at 14 x 14,
+512->1000 at 13 x 13): the gain goes as the pack's share, two floats moved a column of B
+against ``m`` multiply-adds, while the in-place band's own slowing does not. The break-even
+is the machine's (`in_place_rows`): 128 there (512 KB of L2, B's block 256 KB, `KC` 512);
+with AVX-512 (where `PACK_B` is false, so no block is packed) a 1 MB L2 gives 256."""
 FUSED_EPILOGUE = PACK_B
 """Whether `sgemm_segments` applies a convolution's epilogue (a per-row bias, a residual, a
 ReLU: ``epilogue``) in registers as it stores each tile of its last depth block, so that C is

@@ -453,8 +453,9 @@ class BoundFunction(functools.partial):
     whole call from its checked one (or returns None), which runs a positional call only when
     the arguments already are what the checks would pass unchanged, checking them its own
     cheaper way, and hands every other call to the checked one, so every error reads the same
-    (one Python frame above the mode's dispatcher rather than two). A function of fixed-shape
-    tensors takes the same shortcut in every mode, checked in Python (`passes_unchanged`).
+    (the native mode's is C code: no Python frame above its dispatcher). A function of
+    fixed-shape tensors takes the same shortcut in every mode, checked in Python
+    (`passes_unchanged`).
 
     Data types with a Python form (``forms``) take it in the arguments and the result.
 

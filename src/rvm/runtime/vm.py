@@ -82,7 +82,8 @@ class VirtualMachine:
     Threads: a VM has per-call state of its own (its allocator's blocks, the compiled mode's
     reused tensors), so one VM runs one call at a time. It is cheap to create: make one per
     thread over a shared executable. Every call from Python enters through a thread guard
-    taken without waiting (`EntryGuard`: a token taken from a list, no lock): a call from
+    taken without waiting (`EntryGuard`: a token taken from a list, no lock; in the native
+    mode a word its native entries claim themselves, `native_guard.NativeGuard`): a call from
     another thread while one runs raises `VMError` at once instead of corrupting either. The
     guard is reentrant: a packed function may call back into the same VM from its own thread
     (a recursion through Python), and the inner call runs as an independent call.
@@ -130,9 +131,10 @@ class VirtualMachine:
         self._outputs: dict[str, Any] = {}
         self._saved: dict[str, SavedFunction] = {}
         self._handles: dict[str, BoundFunction] = {}  # vm[name], made once per name
-        self._guard = self.context.guard  # the thread guard, shared with the mode's fast path
         # `_run(fidx, args)` runs a function: the exec mode's `run`, the one switch.
         self._mode: ExecMode = EXEC_MODE_FACTORIES[exec_mode](self.context)
+        self.context.guard = getattr(self._mode, "guard", self.context.guard)  # a mode's own
+        self._guard = self.context.guard  # the thread guard, shared with the mode's fast path
         self._run: Callable[[int, list[Any]], Any] = self._mode.run
         # Each function's result check at the boundary (`calling.py`), by function index.
         self._results = _RESULT_CHECKS.get(ex, lambda: result_checks(ex))

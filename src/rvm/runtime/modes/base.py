@@ -12,7 +12,9 @@ mode's), a callable that runs a call from Python on its unchecked positional arg
 can check them more cheaply than the VM (every entry check, the ranges of bounded symbolic dims
 included), holding the VM's thread guard (`ExecContext.guard`) as the VM's own entry does, and
 checks its result with ``check(result, args)`` (None: no check); else it hands the call to
-``slow(*args, **kwargs)``, where the VM checks and runs it as usual.
+``slow(*args, **kwargs)``, where the VM checks and runs it as usual. A mode with a ``guard``
+attribute of `EntryGuard`'s API has the VM take that guard (the native mode's, which its
+native entries claim themselves: `native_guard`).
 
 Failures: a mode raises `VMStackError` (a `VMError`) made by `ExecContext.error` from the
 original exception and the VM stack as ``(function index, pc)`` pairs, outermost first, so
@@ -111,6 +113,15 @@ class EntryGuard:
         self.owner = None
         self.free.append(True)
 
+    @property
+    def held(self) -> bool:
+        """Whether a thread holds the guard."""
+        return not self.free
+
+    def set_plain(self, plain: bool) -> None:
+        """Whether native code may run under this guard (`ExecContext.plain`): nothing runs
+        native under this one (the native mode's is `native_guard.NativeGuard`)."""
+
 
 class ExecContext:
     """What an exec mode sees of its VM (one per VM; the VM keeps it current).
@@ -128,7 +139,10 @@ class ExecContext:
             directly and allocates Numba's memory, runs under. Kept current as `packed` and
             `allocator` are set, so a fast path reads one attribute (two and their tests cost
             the MLP's native call at batch 1 ~5%, its caches cold after its product).
-        guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``.
+        guard: The VM's thread guard (`EntryGuard`), for a mode's ``fast_call``; a mode may
+            have its own with the same API as its ``guard`` attribute, which the VM makes the
+            context's, kept told of `plain` (the native mode's `native_guard.NativeGuard`,
+            which its native entries claim themselves).
         fatal: The exception class FATAL raises.
         run_bytecode: ``run_bytecode(fidx, args)`` runs a function in the bytecode loop.
         pool_call: The thread pool's `call`, that each run from Python goes through
@@ -141,10 +155,14 @@ class ExecContext:
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if name in ("packed", "allocator", "raw_packed"):
+        if name in ("packed", "allocator", "raw_packed", "guard"):
             own = type(getattr(self, "allocator", None)) in _OWN_ALLOCATORS
             raw = getattr(self, "raw_packed", None)
-            object.__setattr__(self, "plain", own and getattr(self, "packed", None) is raw)
+            plain = own and getattr(self, "packed", None) is raw
+            object.__setattr__(self, "plain", plain)
+            guard = getattr(self, "guard", None)
+            if guard is not None:
+                guard.set_plain(plain)
 
     def __init__(
         self,

@@ -37,7 +37,6 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from threading import get_ident
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +45,6 @@ import numpy as np
 from rvm.kernels.numba_cache import light_loads
 from rvm.progress import Progress
 from rvm.runtime.derived import Derived
-from rvm.runtime.entry import NOT_RUN
 from rvm.runtime.executable import SCALAR_META
 from rvm.runtime.kernels import resolve_primitives
 from rvm.runtime.loading import NATIVE_DIR, NATIVE_IMPORTS, artifact
@@ -143,19 +141,19 @@ class _Plan:
                     self.funcs[i] = getattr(self._mod, pyname)
 
     def entry(self, fidx: int) -> Any:
-        """The entry dispatcher of native function `fidx` (`native_codegen.entry_name`: its
-        arguments without the call depth, its dims checked), compiled for its parameters'
-        specs only (C-contiguous arrays of their dtypes and ranks; other values make Numba
-        raise TypeError at once), or None if it has none or does not compile. Calls from
-        Python take it, so a function called with the values its signature promises compiles
-        once."""
+        """The entry dispatcher of native function `fidx` (`native_codegen.entry_name`: the
+        VM's guard word and its arguments without the call depth, its dims checked), compiled
+        for its parameters' specs only (C-contiguous arrays of their dtypes and ranks; other
+        values make Numba raise TypeError at once), or None if it has none or does not
+        compile. Calls from Python take it, so a function called with the values its signature
+        promises compiles once."""
         found = self.entries[fidx]
         if found is not None or fidx not in self.module.entries or self.funcs[fidx] is None:
             return found
         import numba as nb
         from numba import types as nt
 
-        sig = tuple(
+        sig = (nt.Array(nt.int64, 1, "C"),) + tuple(  # the VM's guard, then the parameters
             nt.Array(nb.from_dtype(np.dtype(d)), n, "C") for d, n in self.module.entries[fidx]
         )
         with _lock:
@@ -185,6 +183,13 @@ class _Plan:
         first = (useful or lines or [type(error).__name__])[0]
         self.reasons[fidx] = f"Numba typing error: {first[:200]}"
         self.funcs[fidx] = None
+
+
+def _refuse(*args: Any) -> Any:
+    """A handle's run where the entry did not compile: the VM's checked call runs it."""
+    from rvm.runtime.modes.native_guard import Refused
+
+    raise Refused
 
 
 def _bind_constants(plan: _Plan, ex: Executable) -> None:
@@ -256,10 +261,14 @@ class NativeMode:
         ex = context.executable
         self.plan: _Plan = _PLAN.get(ex, lambda: _Plan(ex, context.raw_packed))
         self._typing_error: type[BaseException] | None = None
+        self.guard: Any = context.guard  # the VM takes a mode's guard (`modes.base`)
         if self.plan.path is not None:
             from numba.core.errors import NumbaError
 
+            from rvm.runtime.modes.native_guard import NativeGuard
+
             self._typing_error = NumbaError
+            self.guard = NativeGuard()  # its native entries claim it themselves
 
     @property
     def compiled(self) -> CompiledMode:
@@ -281,12 +290,14 @@ class NativeMode:
             return self.compiled.run(fidx, args)
         entry = self.plan.entry(fidx)
         if entry is not None:
+            guard = self.guard  # held by this thread's caller: the entry runs under it
             try:
-                return entry(*args)
-            except TypeError:  # noqa: S110 - other types: the dispatcher compiles for them
-                pass
+                return entry(guard.word, *args)
+            except TypeError:  # other types: the dispatcher compiles for them
+                guard.failed()
             except Exception:  # noqa: BLE001 - it ran and failed: the compiled mode reports
-                return self.compiled.run(fidx, args)  # (the dispatcher would compile it anew)
+                guard.failed()  # (the dispatcher would compile it anew)
+                return self.compiled.run(fidx, args)
         try:
             return func(*args, 0)
         except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
@@ -300,57 +311,40 @@ class NativeMode:
         slow: Callable[..., Any],
         check: Callable[[Any, tuple], None] | None = None,
     ) -> Callable[..., Any] | None:
-        """The VM's handle of function `fidx` (what `vm[name]` calls): under the VM's thread
-        guard (`ExecContext.guard`), it runs the function's entry dispatcher when the arguments
-        are positional and what the entry checks would pass unchanged (arrays of the
-        parameters' dtypes, ranks and dims, C-contiguous, bounded dims in their ranges:
-        `entry_checks`) and the function runs native now, and returns its result (``check``ed,
-        if given: ``check(result, args)``); else (the guard held, by this thread or another,
-        included) it returns ``slow(*args, **kwargs)``, the VM's checked call, after giving the
-        guard back. None if the function has no such entry.
+        """The VM's handle of function `fidx` (what `vm[name]` calls; `native_handle`, C code):
+        it runs the function's entry dispatcher on positional arguments and returns its result
+        (``check``ed, if given: ``check(result, args)``); the entry takes the VM's thread guard
+        itself (`native_guard.NativeGuard`, its word the entry's first argument). Every call
+        the entry does not run (by keyword, the guard held by another thread or native code
+        off for the VM: `native_guard.Refused`, arguments other than what the entry checks
+        would pass unchanged, a failure inside), after giving the guard back if the entry took
+        it, is ``slow(*args, **kwargs)``: the VM's checked call, which reenters or says who
+        holds the guard, and reruns a failure in the compiled mode. None if the function has
+        no such entry.
 
-        One Python frame between the handle's call and Numba's dispatcher, which takes the
-        guard's token as `EntryGuard.enter` does (no call of it): this is the native call's
-        whole cost above Numba's dispatcher. What the thread pool's `call` does around a VM
+        No Python frame between the handle's call and Numba's dispatcher: this is the native
+        call's whole cost above the dispatcher. What the thread pool's `call` does around a VM
         call from Python (`VirtualMachine._enter`'s), the entry does natively
         (`workpool.call_begin`): that Python frame and its three reads of the pool's state cost
         the MLP's call at batch 1 about 2 us (15%) on a Zen 3 core, its caches cold after the
-        product, as did a second Python frame here."""
+        product; a Python function holding just the call and its ``try``, 0.4-0.6 us more, and
+        the guard taken from Python (a token, the owner's ident stored and cleared) 0.2-0.3."""
         plan = self.plan
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:
             return None
-        context = self.context
-        entries, guard = plan.entries, context.guard
-        take, give = guard.free.pop, guard.free.append
+        from rvm.runtime.modes import native_handle as nh
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if kwargs:
-                return slow(*args, **kwargs)
-            try:
-                take()
-            except IndexError:
-                return slow(*args)  # held: the VM's entry reenters or says who holds it
-            guard.owner = get_ident()
-            result = NOT_RUN
-            try:
-                if context.plain:
-                    native = entries[fidx]
-                    if native is None:
-                        native = plan.entry(fidx)
-                    if native is not None:
-                        result = native(*args)
-            except Exception:  # noqa: BLE001, S110 - bad input or a failure: the slow path says
-                pass
-            finally:
-                guard.owner = None
-                give(True)
-            if result is NOT_RUN:
-                return slow(*args)
-            if check is not None:
-                check(result, args)
-            return result
+        guard = self.guard
 
-        return call
+        def first(*args: Any) -> Any:
+            """The entry, compiled now (or a refusal where it does not compile), then run."""
+            state[nh.RUN] = plan.entry(fidx) or _refuse
+            return state[nh.RUN](*args)
+
+        state: list[Any] = [None] * 5
+        state[nh.RUN], state[nh.WORD], state[nh.FAILED] = first, guard.word, guard.failed
+        state[nh.SLOW], state[nh.CHECK] = slow, check
+        return nh.handle(state)
 
     def report(self, compile: bool = False) -> NativeReport:
         """Which functions are native and why the others are not (typing errors show once a
