@@ -174,3 +174,22 @@ def test_a_native_call_runs_no_python_of_rvm_between_handle_and_entry(executable
         sys.setprofile(None)
     np.testing.assert_array_equal(out, want)
     assert [f for f in called if f.startswith(package)]
+
+
+def test_a_python_without_the_handles_c_api_runs_native_by_the_checked_call(
+    executable, monkeypatch
+) -> None:
+    """Where a C API function the handle calls is not exported (``PyObject_Vectorcall`` was an
+    inline function of the headers only in older CPythons), `vm[name]` is the checked call, and the
+    function still runs natively and right."""
+    from rvm.runtime.modes import native_handle as nh
+
+    monkeypatch.setattr(nh, "_made", [])
+    monkeypatch.setattr(nh, "_API", {**nh._API, "PyRvm_NotExported": ("v", "")})
+    with pytest.raises(nh.Unavailable, match="PyRvm_NotExported"):
+        nh.handle([None] * 5)
+    vm = VirtualMachine(executable, exec_mode="native")
+    args = _args(3)
+    want = VirtualMachine(executable, exec_mode="bytecode")["main"](*args)
+    np.testing.assert_allclose(vm["main"](*args), want, rtol=1e-5)
+    assert dict(vm.native_report().functions)["main"] is None and _free(vm)

@@ -320,7 +320,7 @@ class NativeMode:
         would pass unchanged, a failure inside), after giving the guard back if the entry took
         it, is ``slow(*args, **kwargs)``: the VM's checked call, which reenters or says who
         holds the guard, and reruns a failure in the compiled mode. None if the function has
-        no such entry.
+        no such entry or this Python lacks the C API the handle calls.
 
         No Python frame between the handle's call and Numba's dispatcher: this is the native
         call's whole cost above the dispatcher. What the thread pool's `call` does around a VM
@@ -344,7 +344,10 @@ class NativeMode:
         state: list[Any] = [None] * 5
         state[nh.RUN], state[nh.WORD], state[nh.FAILED] = first, guard.word, guard.failed
         state[nh.SLOW], state[nh.CHECK] = slow, check
-        return nh.handle(state)
+        try:
+            return nh.handle(state)
+        except nh.Unavailable:
+            return None  # the checked call serves (an older CPython)
 
     def report(self, compile: bool = False) -> NativeReport:
         """Which functions are native and why the others are not (typing errors show once a

@@ -27,7 +27,7 @@ from typing import Any
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-__all__ = ["CHECK", "FAILED", "RUN", "SLOW", "WORD", "handle"]
+__all__ = ["CHECK", "FAILED", "RUN", "SLOW", "WORD", "Unavailable", "handle"]
 
 RUN, WORD, FAILED, SLOW, CHECK = range(5)  # the items of a handle's state list
 
@@ -56,6 +56,12 @@ class _MethodDef(ctypes.Structure):
         ("ml_flags", ctypes.c_int),
         ("ml_doc", ctypes.c_char_p),
     ]
+
+
+class Unavailable(RuntimeError):
+    """This Python does not export a C API function the handle calls (``PyObject_Vectorcall``
+    was an inline function of the headers only in older CPythons): the VM's checked call
+    serves."""
 
 
 _METH_FASTCALL, _METH_KEYWORDS = 0x0080, 0x0002
@@ -177,7 +183,11 @@ def _method() -> _MethodDef:
     """The method definition of the handle's C function, compiled at the first use."""
     with _lock:
         if not _made:
-            for name in (*_API, "PyExc_Exception", "_Py_NoneStruct"):  # variables' too
+            names = (*_API, "PyExc_Exception", "_Py_NoneStruct")  # variables' too
+            missing = [name for name in names if not hasattr(ctypes.pythonapi, name)]
+            if missing:
+                raise Unavailable(f"this Python exports no {', '.join(missing)}")
+            for name in names:
                 address = ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
                 llvm.add_symbol(name, address)
             llvm.initialize_native_target()
@@ -207,6 +217,7 @@ def handle(state: list[Any]) -> Any:
 
     Raises:
         ValueError: ``state`` is not a list of five items (the C code reads them unchecked).
+        Unavailable: This Python lacks a C API function the handle calls.
     """
     if type(state) is not list or len(state) != CHECK + 1:
         raise ValueError(f"a native handle's state is a list of {CHECK + 1} items")
