@@ -14,7 +14,8 @@ time):
   unpadded convolutions are one GEMM per (image, group), on the operands themselves at
   stride 1, on the input subsampled once otherwise. Depthwise ones (one input channel per
   group) are direct loops, three taps per pass. Others split the zero-padded input of each
-  (image, group) into its stride phases once (`rvm.kernels.planes`), so each tap of
+  (image, group) into its stride phases once (`rvm.kernels.planes.fill_phases`: every element
+  written, padding included, on the pool by rows when large), so each tap of
   each output row is a unit-stride run, copy those runs into a column matrix (im2col) and
   multiply it by the weight, one GEMM per block of output rows; where the GEMM packs B
   (`sgemm.packs`) and output rows are wider than its panels (`panels_pay`), with no column
