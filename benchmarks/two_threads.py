@@ -25,7 +25,10 @@ found helpers asleep (`workpool.wakes`), the helpers' and the callers' sleeps
 - ``jobs``, ``pieces_n``, ``wakes``, ``naps`` (helpers'), ``join_naps`` (callers') a run.
 
 Rows sorted by ``lost``, the largest loss first; totals per call (the instrumented runs and
-plain ones). Writes ``benchmarks/results/two_threads.json`` (``--name``).
+plain ones). The ``vm`` row holds the probe's own cost (a read of the counters is a few
+microseconds, two a kernel): beside the table, the VM's work alone, a call with every kernel
+skipped (`rvm.SKIP_RUN`), plain and under the probe; their difference is what the probe adds
+to the ``vm`` row. Writes ``benchmarks/results/two_threads.json`` (``--name``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import collections
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common import light_model_files, machine, machine_line, write_results
@@ -53,6 +57,9 @@ FIELDS = ("wall", "cpu", "helper", "in_caller", "n_caller", "in_helper", "n_help
           "wakes", "naps", "join_naps", "join")  # fmt: skip
 COLUMNS = ("wall", "T1", "pieces", "serial", "join", "idle", "lost", "jobs", "pieces_n",
            "wakes", "naps", "join_naps")  # fmt: skip
+
+
+Edge = Callable[[str, tuple, bool], None]
 
 
 class Probe:
@@ -117,7 +124,36 @@ def profile(name: str, runs: int, threads: int) -> dict:
     finally:
         workpool.measure(False)
         rvm.set_num_threads(threads)
-    return summarize(per, plain, threads)
+    result = summarize(per, plain, threads)
+    result["vm_alone"] = vm_alone(f, inputs, vm, edge)
+    items.clear()
+    return result
+
+
+def vm_alone(f: Callable[..., object], inputs: list, vm: rvm.VirtualMachine, edge: Edge) -> dict:
+    """The VM's own work a call (microseconds, medians of 100 calls): every kernel skipped
+    (`rvm.SKIP_RUN`) by a callback that does nothing else (``plain``), and by the probe's
+    callback (``probed``, the ``edge`` the table's runs take): ``probed - plain`` is what the
+    probe adds to the ``vm`` row."""
+
+    def skip(kernel: str, args: tuple, before: bool) -> object:
+        return rvm.SKIP_RUN if before else None
+
+    def probed(kernel: str, args: tuple, before: bool) -> object:
+        edge(kernel, args, before)
+        return rvm.SKIP_RUN if before else None
+
+    medians = {}
+    for key, callback in (("plain", skip), ("probed", probed)):
+        vm.set_instrument(callback)
+        times = []
+        for _ in range(100):
+            start = time.perf_counter_ns()
+            f(*inputs)
+            times.append(time.perf_counter_ns() - start)
+        vm.set_instrument(None)
+        medians[key] = float(np.median(times)) * 1e-3
+    return medians
 
 
 def summarize(per: dict, plain: dict, threads: int) -> dict:
@@ -190,6 +226,12 @@ def table(name: str, result: dict, threads: int) -> str:
         lines.append(f"{r['kernel'][:42]:42s}{cells}")
         total.update({c: r[c] for c in COLUMNS})
     lines.append(f"{'sum':42s}" + "".join(f"{total[c]:10.0f}" for c in COLUMNS))
+    alone = result["vm_alone"]
+    lines.append(
+        f"the VM alone, every kernel skipped: {alone['plain']:.0f} us a call; under the probe "
+        f"{alone['probed']:.0f} us (the probe's share of the vm row: "
+        f"{alone['probed'] - alone['plain']:.0f} us)"
+    )
     return "\n".join(lines)
 
 

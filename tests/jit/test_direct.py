@@ -14,7 +14,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, direct, parfor, sgemm
+from rvm.kernels import conv, direct, parfor, sgemm, workpool
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -107,7 +107,8 @@ def test_input_copied_by_rows_on_the_threads(blas_threads, case) -> None:
     """The input plane is copied to NHWC by rows on the pool (two threads) whenever the
     convolution's pieces go there, a plane of `rvm.kernels.parfor.MIN_WORK` elements or more
     and a smaller one alike, with ragged row pieces and padding: the same answer, for each of
-    two inputs in turn (the plane's memory is kept across calls)."""
+    two inputs in turn (the plane's memory is kept across calls). The copy's pieces and the
+    bands are one job of the pool (the bands wait for the copy), none on one thread."""
     x, w = _operands(case)
     assert (x[0].size >= parfor.MIN_WORK) == (case[2] > 100)
     packed = direct.pack(w, 1)
@@ -115,7 +116,9 @@ def test_input_copied_by_rows_on_the_threads(blas_threads, case) -> None:
         want = _reference(case, image, w)
         assert want[0, 0].size * w.size >= 4 * parfor.MIN_WORK  # its pieces go to the pool
         out = np.full(want.shape, np.nan, np.float32)
+        start = workpool.jobs()
         direct.conv2d_packed(image, packed, out, 1, 1, 1, 1, 1, 2)
+        assert workpool.jobs() - start == (1 if blas_threads > 1 else 0)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
 
 

@@ -1,13 +1,15 @@
 """A channel split into its padded stride phases (`rvm.kernels.planes.padded_phases`) against
 NumPy: every row and column stride (2: both column phases in one pass), padding on either
-side, odd and even widths, planes clipped by the windows' reach, the padding left as found."""
+side, odd and even widths, planes clipped by the windows' reach, the padding left as found;
+and channels filled whole, padding written, on the pool when large (`planes.fill_phases`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rvm.kernels import planes
+import rvm
+from rvm.kernels import parfor, planes, workpool
 
 FILL = -7.0  # what the caller left in the phases: the padding value
 
@@ -56,3 +58,57 @@ def test_padded_phases_match_numpy(case) -> None:
     planes.padded_phases(x.reshape(-1), ih * iw, ih, iw, got, sh, sw, hq, wq, hp, wp, pt, pl)
     want = _reference(x[1], sh, sw, pt, pl, hp, wp, hq, wq)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CASES)
+def test_fill_phases_writes_every_element(case, threads) -> None:
+    """`planes.fill_phases` writes the phases whole: the input's elements, and zeros where
+    none lands (the padding, the slack), whatever the memory held; three channels read from
+    an offset in the flat input, one after another."""
+    ih, iw, k, sh, sw, pt, pl, pb, pr = case
+    oh, ow = (ih + pt + pb - k) // sh + 1, (iw + pl + pr - k) // sw + 1
+    hp, wp, hq, wq = planes.phase_shape(oh, ow, k, k, sh, sw, 1, 1)
+    x = np.random.default_rng(1).standard_normal((4, ih, iw)).astype(np.float32)
+    got = np.full(3 * sh * sw * hq * wq, np.nan, np.float32)
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(threads)
+    try:
+        planes.fill_phases(x.reshape(-1), got, ih * iw, 3, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
+    finally:
+        rvm.set_num_threads(before)
+    want = [_reference(x[c], sh, sw, pt, pl, hp, wp, hq, wq) for c in (1, 2, 3)]
+    np.testing.assert_array_equal(
+        got, np.where(np.concatenate(want) == FILL, 0, np.concatenate(want))
+    )
+
+
+def test_a_large_fill_runs_on_the_pool() -> None:
+    """A fill of `parfor.MIN_WORK` elements or more goes to the pool as one job (squeezenet's
+    stem: 3 channels of 224 x 224), a small one runs in the caller; both right."""
+    before = rvm.get_num_threads()
+    rvm.set_num_threads(2)
+    try:
+        for ih, jobs in ((224, 1), (8, 0)):
+            oh = (ih - 3) // 2 + 1
+            hp, wp, hq, wq = planes.phase_shape(oh, oh, 3, 3, 2, 2, 1, 1)
+            assert (3 * 4 * hq * wq >= parfor.MIN_WORK) == (jobs == 1)
+            x = np.random.default_rng(2).standard_normal((3, ih, ih)).astype(np.float32)
+            got = np.full(3 * 4 * hq * wq, np.nan, np.float32)
+            start = workpool.jobs()
+            planes.fill_phases(x.reshape(-1), got, 0, 3, ih, ih, 2, 2, hq, wq, hp, wp, 0, 0)
+            assert workpool.jobs() - start == jobs
+            want = np.concatenate([_reference(c, 2, 2, 0, 0, hp, wp, hq, wq) for c in x])
+            np.testing.assert_array_equal(got, np.where(want == FILL, 0, want))
+    finally:
+        rvm.set_num_threads(before)
+
+
+def test_fill_phases_refuses_a_channel_outside_its_array() -> None:
+    hp, wp, hq, wq = planes.phase_shape(3, 3, 3, 3, 1, 1, 1, 1)
+    x = np.zeros(2 * 25, np.float32)
+    flat = np.zeros(2 * hq * wq, np.float32)
+    with pytest.raises(IndexError):
+        planes.fill_phases(x, flat, 25, 2, 5, 5, 1, 1, hq, wq, hp, wp, 0, 0)
+    with pytest.raises(IndexError):
+        planes.fill_phases(x, flat[:-1], 0, 2, 5, 5, 1, 1, hq, wq, hp, wp, 0, 0)

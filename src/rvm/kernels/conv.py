@@ -14,7 +14,8 @@ time):
   unpadded convolutions are one GEMM per (image, group), on the operands themselves at
   stride 1, on the input subsampled once otherwise. Depthwise ones (one input channel per
   group) are direct loops, three taps per pass. Others split the zero-padded input of each
-  (image, group) into its stride phases once (`rvm.kernels.planes`), so each tap of
+  (image, group) into its stride phases once (`rvm.kernels.planes.fill_phases`: every element
+  written, padding included, on the pool by rows when large), so each tap of
   each output row is a unit-stride run, copy those runs into a column matrix (im2col) and
   multiply it by the weight, one GEMM per block of output rows; where the GEMM packs B
   (`sgemm.packs`) and output rows are wider than its panels (`panels_pay`), with no column
@@ -51,14 +52,14 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import direct, entry, epipass, parfor, sgemm
+from rvm.kernels import direct, entry, epipass, parfor, planes, sgemm
 from rvm.kernels.blas import blas_threads, gemm_epilogue
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.depthwise import depthwise
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.planes import U, padded_phases, phase_shape, tap_starts
+from rvm.kernels.planes import U, fill_phases, phase_shape, tap_starts
 from rvm.kernels.segments import gemm_segments
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
@@ -106,16 +107,6 @@ def _check(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr):  # type: ignore[n
         and out.shape[2] == _out_size(x.shape[2], kh, sh, dh, pt, pb)
         and out.shape[3] == _out_size(x.shape[3], kw, sw, dw, pl, pr)
     )
-
-
-@jit(**_OPTS)
-def _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl):  # type: ignore[no-untyped-def]
-    """The zero-padded channels of image ``n_``, group ``g_`` split into their stride phases
-    (`rvm.kernels.planes.padded_phases`), channel after channel in ``ph``."""
-    size = sh * sw * hq * wq
-    for c_ in range(cg):
-        at_x = ((n_ * c) + g_ * cg + c_) * ih * iw
-        padded_phases(xf, at_x, ih, iw, ph[c_ * size :], sh, sw, hq, wq, hp, wp, pt, pl)
 
 
 @jit(**_OPTS)
@@ -172,8 +163,7 @@ def _im2col(product):  # type: ignore[no-untyped-def]
         # and 1.3 MB were mapped fresh in some processes, faulted in page by page at each
         # call (squeezenet's 3 to 64 channels at 224 x 224: 696 µs with no mapping, 953
         # in a process that mapped them, 1256 with every block mapped).
-        ph = kept(cg * size, x.dtype)
-        ph[:] = 0  # the padding (`padded_phases` writes the input's positions only)
+        ph = kept(cg * size, x.dtype)  # every element written by `fill_phases`
         starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
         # Whole output rows per block, a block per thread: each thread's piece of the split
         # GEMM stays in its cache.
@@ -183,7 +173,8 @@ def _im2col(product):  # type: ignore[no-untyped-def]
         xf = x.reshape(x.size)
         for n_ in range(n):
             for g_ in range(groups):
-                _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
+                fill_phases(xf, ph, (n_ * c + g_ * cg) * ih * iw, cg, ih, iw, sh, sw, hq, wq,
+                            hp, wp, pt, pl)  # fmt: skip
                 for p0 in range(0, oh, rows):
                     p1 = min(p0 + rows, oh)
                     _im2col_rows(ph, size, starts, col, cg, wq, ow, p0, p1)
@@ -253,14 +244,12 @@ def _im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     size = sh * sw * hq * wq
     ph = kept(c * size, x.dtype)  # kept across calls, as `_im2col`'s scratch
-    ph[:] = 0  # the padding (`padded_phases` writes the input's positions only)
     table = _tap_table(cg, size, tap_starts(sh, sw, hq, wq, kh, kw, dh, dw))
     xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
     bias, bias_step, act, res = epilogue
     for n_ in range(n):
-        for g_ in range(groups):
-            _group_phases(xf, ph[g_ * cg * size :], n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp,
-                          pt, pl)  # fmt: skip
+        # the image's channels, every group's one after another
+        fill_phases(xf, ph, n_ * c * ih * iw, c, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
         at = n_ * o * P
         image = (bias, bias_step, act, res + 4 * at if res != 0 else 0)
         gemm_segments(wf, 0, K, ph, 0, table, of, at, P, og, K, oh, ow, wq, ow, groups, groups,
@@ -319,7 +308,7 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
     K, P, og = cg * kh * kw, oh * ow, o // groups
     hp, wp, hq, wq = phase_shape(oh, ow, kh, kw, sh, sw, dh, dw)
     size = sh * sw * hq * wq
-    ph = np.zeros(max(cg * size, 1), dtype=x.dtype)
+    ph = np.empty(max(cg * size, 1), dtype=x.dtype)  # every element written by `fill_phases`
     starts = tap_starts(sh, sw, hq, wq, kh, kw, dh, dw)
     table = _tap_table(cg, size, starts)
     xf, wf, of = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
@@ -337,7 +326,8 @@ def _taps_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl):  # type: ignore[no-un
         runs, run, step, wrap = oh, ow, wq, 0
     for n_ in range(n):
         for g_ in range(groups):
-            _group_phases(xf, ph, n_, c, g_, cg, ih, iw, sh, sw, hq, wq, hp, wp, pt, pl)
+            fill_phases(xf, ph, (n_ * c + g_ * cg) * ih * iw, cg, ih, iw, sh, sw, hq, wq, hp, wp,
+                        pt, pl)  # fmt: skip
             if columns:
                 _im2col_rows(ph, size, starts, col, cg, wq, ow, 0, oh)
             at_out = (n_ * o + g_ * og) * P
@@ -546,13 +536,13 @@ METHOD_TASKS = (
     ("conv2d_strided", "gemm_segments", *sgemm.TASKS),
     ("conv2d_depthwise", "conv2d"),
     ("conv2d_channels", *direct.FIRST_RUN_TASKS),
-    ("conv2d_taps", "gemm_segments", *sgemm.TASKS),
-    ("conv2d_im2col", "gemm", *sgemm.TASKS),
+    ("conv2d_taps", *planes.TASKS, "gemm_segments", *sgemm.TASKS),
+    ("conv2d_im2col", *planes.TASKS, "gemm", *sgemm.TASKS),
 )
 """The library tasks (`rvm.kernels.parfor`) a convolution by each method runs on float32, the
 method's own first (`first_run_tasks`); im2col into the GEMM's panels (`panels_pay`) runs
 `PANEL_TASKS`."""
-PANEL_TASKS = ("conv2d_im2col", "gemm_segments", *sgemm.TASKS)
+PANEL_TASKS = ("conv2d_im2col", *planes.TASKS, "gemm_segments", *sgemm.TASKS)
 
 
 @jit(**_OPTS)

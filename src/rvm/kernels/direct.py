@@ -49,7 +49,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import entry, epipass, nhwc, parfor
+from rvm.kernels import entry, epipass, nhwc, parfor, workpool
 from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.direct_tile import MR, NB, micro, prefetch_l2
@@ -362,14 +362,15 @@ def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-
             of[dst + i] = tmp[i * NB + lane]
 
 
-# An image's job (int64): its length, the NHWC plane's and the weight's addresses, the phase
-# (0: bands of outputs, else the NHWC copy's rows in that many pieces), c, o, groups, taps,
-# ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the panel's width, the
-# output's address and its size, the input's address, n, ih, iw, hp, pt, pl, the bias's address
-# (o values; 0: none) and the activation (1: ReLU; 0: none); then each tap's offset in the
-# plane (`micro`'s ``taps``).
-_JOB_FIELDS = 28
+# An image's job (int64): its length, the NHWC plane's and the weight's addresses, the
+# pieces of the NHWC copy's rows that come first (`_image`; 0: none, bands of outputs only),
+# c, o, groups, taps, ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the
+# panel's width, the output's address and its size, the input's address, n, ih, iw, hp, pt, pl,
+# the bias's address (o values; 0: none), the activation (1: ReLU; 0: none) and the copy's
+# pieces done (`_task`); then each tap's offset in the plane (`micro`'s ``taps``).
+_JOB_FIELDS = 29
 _JOB_BIAS = 26
+_JOB_COPIED = 28
 
 
 # A whole call from an entry point (`_entry`, `_fused_entry`; phase -2): its length, x's, the
@@ -380,22 +381,27 @@ _CALL_FIELDS = 30
 
 
 def _task(piece, like, data):  # type: ignore[no-untyped-def]
-    """A pool task: piece ``piece`` of an image's job, (phase -1) image ``piece`` of a batch
-    split by images (`images_pay`), or (phase -2) a whole call of the entry point."""
+    """A pool task: piece ``piece`` of an image's job (its first ``job[3]`` the NHWC copy's,
+    then its bands, each waiting for the copy to be done), (phase -1) image ``piece`` of a
+    batch split by images (`images_pay`), or (phase -2) a whole call of the entry point."""
     job = parfor.job(data)
-    if job[3] == -2:
+    copies = job[3]
+    if copies == -2:
         _whole_call(job, like)
         return
-    if job[3] < 0:
+    if copies < 0:
         _one_image(piece, job, like)
         return
-    if job[3]:
+    counter = parfor.address(job) + 8 * _JOB_COPIED
+    if piece < copies:
         _copy_rows(piece, job, like)
+        workpool.add_at(counter, 1)
         return
+    workpool.wait_until(counter, copies)  # the copy's pieces before this one: claimed, done soon
     of = parfor.array_at(job[17], (job[18],), like)
     bases = np.empty(MR, dtype=np.int64)
     tmp = np.empty(MR * NB, dtype=of.dtype)
-    _bands(job, piece, bases, tmp, of)
+    _bands(job, piece - copies, bases, tmp, of)
 
 
 @jit(**_OPTS, inline="always")
@@ -435,7 +441,7 @@ def _one_image(n_, job, like):  # type: ignore[no-untyped-def]
     x = parfor.array_at(job[19], (job[20], job[4], job[21], job[22]), like)
     own = job.copy()
     xh = empty(job[23] * job[10] * job[4], x.dtype)
-    own[1], own[3], own[14] = parfor.address(xh), 0, 1
+    own[1], own[14] = parfor.address(xh), 1
     _image(x, n_, xh, own, job[23], job[24], job[25], job[6] * job[13], False)
 
 
@@ -502,7 +508,7 @@ def conv2d_packed_fused(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: 
     head = np.array((_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                      groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
                      parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
-                     x.shape[3], hp, pt, pl, parfor.address(bias) if bias.size else 0, act),
+                     x.shape[3], hp, pt, pl, parfor.address(bias) if bias.size else 0, act, 0),
                     dtype=np.int64)  # fmt: skip
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
     for i in range(_JOB_FIELDS):  # element by element: a tuple into a slice was 2 s to build
@@ -528,21 +534,23 @@ def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untype
     twentieth of vgg19's convolutions, the other idle). The helpers that take the pieces
     next take half the copy first, whatever its size: those of `MIN_WORK` elements or fewer
     (resnet50's 3 x 3 inputs, 25 to 200 thousand elements, 20 to 60 us of copy on one core)
-    were copied by the caller alone while the other core waited for the pieces."""
+    were copied by the caller alone while the other core waited for the pieces.
+
+    The copy's pieces and the bands are one job, the copy's first (`_task`): a band waits for
+    the copy's pieces claimed before it, where two jobs paid a join between them (the caller
+    spinning for the helper's half of the copy, then sleeping when it was late, and a second
+    job to publish); a helper late to the job leaves the caller to copy it all and go on."""
     job[15] = n_
+    job[_JOB_COPIED] = 0
     threads = parfor.threads()
     nhwc.padding(x, xh, hp, job[10], pt, pl)
-    if split and pieces > 1 and threads > 1 and hp >= 2 * threads:
-        job[3] = threads
-        _run(x, threads, job)
+    if split and pieces > 1:
+        copies = threads if threads > 1 and hp >= 2 * threads else 1
+        job[3] = copies
+        _run(x, copies + pieces, job)
     else:
         job[3] = 1
-        _call(x, 0, job)
-    job[3] = 0
-    if split and pieces > 1:
-        _run(x, pieces, job)
-    else:
-        for piece in range(pieces):
+        for piece in range(1 + pieces):
             _call(x, piece, job)
 
 

@@ -43,7 +43,9 @@ For compiled callers: `run(fn, n, data)`, `threads()` (1 + helpers) and `busy()`
 intrinsics calling the pool's C functions by symbol, so cached code that uses them is
 resolved when linked (a caller holding the GIL lets go of it for a job: `gil_released`);
 `call_begin()` and `call_end(word)` do what `call` does around a VM call from Python, in the
-compiled function called (the native exec mode's entries). For Python:
+compiled function called (the native exec mode's entries); `add_at(address, value)` and
+`wait_until(address, value)` a counter in a job's data that a piece waits on for pieces of
+the same job before it (one job where two would pay a join between them). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
 `set_helpers(n)`; `measure(on)`, `piece_times()` and `join_time()`: each thread's CPU time
 inside pieces and its pieces, and the callers' wait at jobs' ends (off by default: a load and
@@ -104,6 +106,7 @@ _LIBC = {
     "rvm_pthread_mutex_unlock": "pthread_mutex_unlock",
     "rvm_pthread_cond_wait": "pthread_cond_wait",
     "rvm_pthread_cond_broadcast": "pthread_cond_broadcast",
+    "rvm_sched_yield": "sched_yield",
 }
 
 
@@ -198,6 +201,47 @@ def _pause(typingctx):  # type: ignore[no-untyped-def]
         return context.get_dummy_value()
 
     return nt.void(), codegen
+
+
+@intrinsic
+def _yield(typingctx):  # type: ignore[no-untyped-def]
+    """Gives the core to another thread that is ready to run (``sched_yield``)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        _c_call(builder, "rvm_sched_yield", ir.IntType(32), [])
+        return context.get_dummy_value()
+
+    return nt.void(), codegen
+
+
+def _at(builder: ir.IRBuilder, address: ir.Value) -> ir.Value:
+    return builder.inttoptr(address, ir.IntType(64).as_pointer())
+
+
+@intrinsic
+def add_at(typingctx, address, value):  # type: ignore[no-untyped-def]
+    """Adds ``value`` to the int64 at ``address`` atomically (a job's counter its pieces
+    share: `wait_until`); returns its value before."""
+    if not (isinstance(address, nt.Integer) and isinstance(value, nt.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        at = context.cast(builder, args[0], signature.args[0], nt.int64)
+        v = context.cast(builder, args[1], signature.args[1], nt.int64)
+        return builder.atomic_rmw("add", _at(builder, at), v, "seq_cst")
+
+    return nt.int64(address, value), codegen
+
+
+@intrinsic
+def _load_at(typingctx, address):  # type: ignore[no-untyped-def]
+    """The int64 at ``address``, loaded atomically."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        at = context.cast(builder, args[0], signature.args[0], nt.int64)
+        return builder.load_atomic(_at(builder, at), "seq_cst", 8)
+
+    return nt.int64(address), codegen
 
 
 def _c_call(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
@@ -375,6 +419,23 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
     if _load(MEASURE) != 0:
         _add(JOIN_NS, _now_ns() - claimed)
     _store(BUSY, 0)
+
+
+@jit(**_OPTS)
+def wait_until(address, value):  # type: ignore[no-untyped-def]
+    """Returns once the int64 at ``address`` (a job's counter, `add_at`) is at least
+    ``value``: a piece waiting for pieces of its own job that come before it (a job's pieces
+    are claimed in index order, so those are claimed, and run, by threads that do not wait
+    on this one: no deadlock; a job run in one thread runs them first). It spins as a helper
+    does for a job (`SPIN_US`), then yields its core at each look: the thread it waits for
+    may be waiting for a core (a loaded machine)."""
+    spins, s = _load(SPIN), 0
+    while _load_at(address) < value:
+        if s < spins:
+            _pause()
+            s += 1
+        else:
+            _yield()
 
 
 @jit(**_OPTS)
