@@ -14,19 +14,20 @@ times; the error grows by a few ulps (its transforms' coefficients are 0, +-1 an
 oh, ow), C-contiguous float32; ``pt``, ``pl`` the top and left padding, the output's size
 giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
 
-- the weight is transformed once a call, into ``U`` (16, o, c) (`_weights`);
-- the tiles of each image are cut into blocks of whole rows of tiles (`block_rows`: a block's
-  transformed input and its 16 products take about one core's L2, `rvm.kernels.cpu`), and
-  blocks (and, where there are fewer blocks than the pool's threads want, ranges of output
-  channels: `channel_parts`) are the pieces of a job on rvm's pool (`rvm.kernels.parfor`);
-- each piece runs its block's three phases in its thread, the block's data staying in its
-  cache: the input transform (`_input`: each channel's four input rows under a row of tiles,
-  zero-padded, transformed down the rows as whole rows, then across, tile by tile, into
-  ``V`` (16, c, tiles): the tiles along the lanes), the 16 GEMMs (rvm's `rvm.kernels.sgemm`,
-  its blocking read from the machine), and the output transform (`_output`), which applies
-  the convolution's epilogue (a bias per channel or one for all, a residual of the output's
-  layout, a ReLU: `rvm.kernels.sgemm.sgemm_segments`' ``epilogue``) as it stores, the
-  output written once.
+- the weight is transformed once a call, into ``U`` (16, o, c), on the pool (`_weights`);
+- the tiles of each image are cut into blocks of whole rows of tiles (`block_rows`: at each
+  of the 16 positions, a block's transformed input and products take about one core's L2,
+  `rvm.kernels.cpu`), and blocks (and, where there are fewer blocks than the pool's threads
+  want, ranges of output channels: `channel_parts`) are the pieces of a job on rvm's pool
+  (`rvm.kernels.parfor`), a batch's images' blocks all in one job;
+- each piece runs its block's three phases in its thread: the input transform (`_input`:
+  each channel's four input rows under a row of tiles, zero-padded, transformed down the rows
+  as whole rows, then across, tile by tile, into ``V`` (16, c, tiles): the tiles along the
+  GEMM's lanes), the 16 GEMMs ``M[xi] = U[xi] @ V[xi]`` (rvm's `rvm.kernels.sgemm`, its
+  blocking read from the machine), and the output transform (`_output`), which applies the
+  convolution's epilogue (a bias per channel or one for all, a residual of the output's
+  layout, a ReLU: `rvm.kernels.sgemm.sgemm_segments`' ``epilogue``) as it stores, the output
+  written once.
 
 Where it pays against the other methods is `rvm.kernels.conv.winograd_pays`' rule.
 """
@@ -48,7 +49,8 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 POSITIONS = 16
 """The positions of a transformed tile (4 x 4): the GEMMs a block runs."""
 L2_FLOATS = cpu().l2 // 4
-"""One core's L2 in floats: a block's transformed input and products take about this much."""
+"""One core's L2 in floats: a block's transformed input and products take 16 times this at
+most (`block_rows`)."""
 _PAIRS = 128  # (output, input) channel pairs a block of the weight's transform (`_weights`)
 FIRST_RUN_TASKS = ("conv2d_winograd", "winograd_blocks", *sgemm.TASKS)
 """The library tasks (`rvm.kernels.parfor`) a convolution by this method runs."""
@@ -57,9 +59,16 @@ FIRST_RUN_TASKS = ("conv2d_winograd", "winograd_blocks", *sgemm.TASKS)
 @jit(**_OPTS)
 def block_rows(c, oc, tw, th):  # type: ignore[no-untyped-def]
     """Rows of tiles a block takes, of ``th`` rows of ``tw`` tiles, for ``c`` input and
-    ``oc`` output channels a piece: the most whose transformed input and products (16 floats
-    a tile and channel each) fit one core's L2 (`L2_FLOATS`), one row at least."""
-    per_row = POSITIONS * (c + oc) * tw
+    ``oc`` output channels a piece: the most whose transformed input and products at one
+    position (a tile and channel a float each) fit one core's L2 (`L2_FLOATS`), what each of
+    the block's 16 GEMMs reads and writes, one row at least.
+
+    On a Zen 3 core (512 KB L2, one thread) this took 0.6 to 0.75 of the time of blocks
+    whose 16 positions fit L2 (1 to 14 tiles a block with 512 channels: GEMMs one panel wide,
+    the transformed weight read again from L3 for each) on vgg19's layers from 56 x 56 and
+    128 channels at 28 x 28; 64 channels at 56 x 56 ran about as fast either way (the
+    machine loaded: 0.9 to 1.2)."""
+    per_row = (c + oc) * tw
     return max(1, min(th, L2_FLOATS // per_row))
 
 
@@ -76,18 +85,17 @@ def channel_parts(o, blocks, threads):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _weights(w, u):  # type: ignore[no-untyped-def]
-    """``u`` (16, o, c) = ``G g G^T`` of each 3x3 kernel ``g`` of ``w`` (o, c, 3, 3):
+def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
+    """``uf`` (16 ``pairs`` floats: (16, o, c)) = ``G g G^T`` of each 3x3 kernel ``g`` of
+    ``wf`` (``pairs`` = o c kernels of 9 floats), kernels ``lo`` to ``hi``:
     G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]."""
-    o, c = w.shape[0], w.shape[1]
-    wf, uf = w.reshape(w.size), u.reshape(u.size)
-    s, h = U(o * c), np.float32(0.5)
+    s, h = U(pairs), np.float32(0.5)
     # Through a block of pairs a position in L1, then a run a position: stored straight, the
     # 16 positions' streams (o c floats apart: a multiple of 4 KB) share one set of L1 ways.
     tmp = np.empty(POSITIONS * _PAIRS, dtype=np.float32)
-    for q0 in range(0, o * c, _PAIRS):
-        pairs = min(_PAIRS, o * c - q0)
-        for i in range(pairs):
+    for q0 in range(lo, hi, _PAIRS):
+        block = min(_PAIRS, hi - q0)
+        for i in range(block):
             g, at, b = U(9 * (q0 + i)), U(i), U(_PAIRS)
             g0, g1, g2 = wf[g], wf[g + U(1)], wf[g + U(2)]
             g3, g4, g5 = wf[g + U(3)], wf[g + U(4)], wf[g + U(5)]
@@ -114,7 +122,7 @@ def _weights(w, u):  # type: ignore[no-untyped-def]
             tmp[at + U(15) * b] = g8
         for xi in range(POSITIONS):
             dst, src = U(xi) * s + U(q0), U(xi * _PAIRS)
-            for i in range(pairs):
+            for i in range(block):
                 uf[dst + U(i)] = tmp[src + U(i)]
 
 
@@ -227,14 +235,22 @@ def _output(m, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # type: ignore[n
 
 
 # A job (int64): its length, x, u (the transformed weight), out, n, c, ih, iw, o, oh, ow, pt,
-# pl, rows of tiles a block, blocks an image, channel parts, the epilogue (4).
-_JOB = 21
+# pl, rows of tiles a block, blocks an image, channel parts, the epilogue (4), the phase (0:
+# the blocks; else the pieces of the weight's transform), w.
+_JOB = 22
 
 
 def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``piece`` of a call (`conv2d`): one block of rows of tiles of one image, for one
-    range of output channels: its input transformed, its 16 GEMMs, its output transformed."""
+    """Piece ``piece`` of a call (`conv2d`): a range of the weight's kernels transformed
+    (phase 1), or one block of rows of tiles of one image, for one range of output channels:
+    its input transformed, its 16 GEMMs, its output transformed."""
     j = parfor.job(data)
+    if j[20] > 0:
+        pairs = j[8] * j[5]
+        lo, hi = parfor.piece_range(piece, j[20], pairs, _PAIRS)
+        wf = parfor.array_at(j[21], (9 * pairs,), like)
+        _weights(wf, parfor.array_at(j[2], (POSITIONS * pairs,), like), pairs, lo, hi)
+        return
     n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
     pt, pl, per, blocks, parts = j[11], j[12], j[13], j[14], j[15]
     x = parfor.array_at(j[1], (n, c, ih, iw), like)
@@ -275,8 +291,7 @@ def conv2d(x, w, out, pt, pl, epilogue):  # type: ignore[no-untyped-def]
     if out.size == 0:
         return
     th, tw = (oh + 1) // 2, (ow + 1) // 2
-    u = kept(POSITIONS * o * c, x.dtype).reshape((POSITIONS, o, c))
-    _weights(w, u)
+    u = kept(POSITIONS * o * c, x.dtype)
     threads = parfor.threads()
     per = block_rows(c, o, tw, th)
     blocks = -(-th // per)
@@ -290,6 +305,9 @@ def conv2d(x, w, out, pt, pl, epilogue):  # type: ignore[no-untyped-def]
     job[8], job[9], job[10], job[11], job[12] = o, oh, ow, pt, pl
     job[13], job[14], job[15] = per, blocks, parts
     job[16], job[17], job[18], job[19] = epilogue
+    job[21] = parfor.address(w)
+    job[20] = parfor.chunks(POSITIONS * o * c, max(1, o * c // _PAIRS))
+    _run(x, job[20], job)  # the weight's transform, then the blocks that read it
     job[20] = 0
     _run(x, n * blocks * parts, job)
     alive(u)  # read by the pieces through its address: not freed before
