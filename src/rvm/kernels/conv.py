@@ -27,7 +27,10 @@ time):
   stride 1 with many output channels or an input plane larger than a quarter of L3, as
   vgg19's and the inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS`
   or more run the direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight
-  packed at the call.
+  packed at the call. Float32 3x3 convolutions at stride 1 and dilation 1 without groups,
+  deep enough on maps of enough tiles (`winograd_pays`), run Winograd's F(2x2, 3x3) before
+  either (`rvm.kernels.winograd`: 2.25 times fewer multiply-adds, the weight transformed at
+  the call, the epilogue applied in its output transform).
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
