@@ -11,10 +11,11 @@ it). Per layer: milliseconds of each, interleaved medians in one process after c
 the outputs agree, GEMM/direct, direct/ORT, GFLOP/s of
 each, and whether
 the rule (`rvm.kernels.conv.channels_pay` with the weight packed at build time) picks the
-direct method; on 3x3 stride-1 layers Winograd's time, the faster of the other two over it
-(``b/w``) and whether its rule (`rvm.kernels.conv.winograd_pays`) picks it: the tables to
-check and re-tune the rules on another machine. ``gemm`` is the library's choice on the OIHW
-weight, Winograd's where its rule picks it. Both runtimes on
+direct method; on 3x3 stride-1 layers Winograd's time, the direct method's over it (``d/w``)
+and whether its rule (`rvm.kernels.conv.winograd_pays`) picks it: the tables to check and
+re-tune the rules on another machine. ``gemm`` is the library's choice on the OIHW weight:
+Winograd's where its rule picks it (then compare it with main's table of the GEMMs). Both
+runtimes on
 ``--threads`` threads (`rvm.set_num_threads`, ORT's ``intra_op_num_threads``), one by default:
 the per-core efficiency of the methods, which a loaded machine distorts least (one thread
 each runs in the calling thread: its CPU time is what is timed, `time.thread_time`, so other
@@ -147,8 +148,8 @@ def main() -> None:
     print(machine_line(), f"threads: {args.threads or 'default'}; batch {args.batch}")
     rows = []
     found = layers(args.only.split(","), args.batch)
-    print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule"
-          f"  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}  {'wino ms':>8} {'b/w':>5} rule")  # fmt: skip
+    head = f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule"
+    print(f"{head}  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}  {'wino ms':>8} {'d/w':>5} rule")
     for key, info in found.items():
         (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
         if groups == c and c > 1:
@@ -163,8 +164,8 @@ def main() -> None:
         speeds = f"{rates['gemm']:5.0f} {rates['direct']:6.0f} {rates['ort']:5.0f}"
         wino = ""
         if "winograd" in t:
-            best = min(t["gemm"], t["direct"]) / t["winograd"]
-            wino = f"  {t['winograd']:8.3f} {best:5.2f} {'yes' if t['picks_winograd'] else 'no'}"
+            ratio = t["direct"] / t["winograd"]
+            wino = f"  {t['winograd']:8.3f} {ratio:5.2f} {'yes' if t['picks_winograd'] else 'no'}"
         print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule:6} "
               f"          {speeds}{wino}")  # fmt: skip
         gflops = {f"{k}_gflops": v for k, v in rates.items()}

@@ -84,6 +84,18 @@ def channel_parts(o, blocks, threads):  # type: ignore[no-untyped-def]
     return min(max(1, o // (8 * sgemm.MR)), -(-want // blocks))
 
 
+@jit(**_OPTS, inline="always")
+def _g_row(tmp, at, b, k, x0, x1, x2):  # type: ignore[no-untyped-def]
+    """Row ``k`` of ``G g`` (``x0``, ``x1``, ``x2``) times G^T: positions ``4 k`` to ``4 k + 3``
+    of the pair at ``at``, positions ``b`` floats apart in ``tmp``."""
+    h = np.float32(0.5)
+    at += U(4 * k) * b
+    tmp[at] = x0
+    tmp[at + b] = h * (x0 + x1 + x2)
+    tmp[at + U(2) * b] = h * (x0 - x1 + x2)
+    tmp[at + U(3) * b] = x2
+
+
 @jit(**_OPTS)
 def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
     """``uf`` (16 ``pairs`` floats: (16, o, c)) = ``G g G^T`` of each 3x3 kernel ``g`` of
@@ -103,23 +115,11 @@ def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
             # The rows of G g: g's first, half the sum, half the alternating sum, its last.
             a0, a1, a2 = h * (g0 + g3 + g6), h * (g1 + g4 + g7), h * (g2 + g5 + g8)
             b0, b1, b2 = h * (g0 - g3 + g6), h * (g1 - g4 + g7), h * (g2 - g5 + g8)
-            # Each row's columns by G^T alike.
-            tmp[at] = g0
-            tmp[at + b] = h * (g0 + g1 + g2)
-            tmp[at + U(2) * b] = h * (g0 - g1 + g2)
-            tmp[at + U(3) * b] = g2
-            tmp[at + U(4) * b] = a0
-            tmp[at + U(5) * b] = h * (a0 + a1 + a2)
-            tmp[at + U(6) * b] = h * (a0 - a1 + a2)
-            tmp[at + U(7) * b] = a2
-            tmp[at + U(8) * b] = b0
-            tmp[at + U(9) * b] = h * (b0 + b1 + b2)
-            tmp[at + U(10) * b] = h * (b0 - b1 + b2)
-            tmp[at + U(11) * b] = b2
-            tmp[at + U(12) * b] = g6
-            tmp[at + U(13) * b] = h * (g6 + g7 + g8)
-            tmp[at + U(14) * b] = h * (g6 - g7 + g8)
-            tmp[at + U(15) * b] = g8
+            # Each row's columns by G^T alike: positions 4 k to 4 k + 3.
+            _g_row(tmp, at, b, 0, g0, g1, g2)
+            _g_row(tmp, at, b, 1, a0, a1, a2)
+            _g_row(tmp, at, b, 2, b0, b1, b2)
+            _g_row(tmp, at, b, 3, g6, g7, g8)
         for xi in range(POSITIONS):
             dst, src = U(xi) * s + U(q0), U(xi * _PAIRS)
             for i in range(block):
