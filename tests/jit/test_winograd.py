@@ -134,3 +134,27 @@ def test_onnx_model_against_onnxruntime(exec_mode) -> None:
     got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x)
     np.testing.assert_allclose(np.asarray(got), expect, rtol=1e-4, atol=1e-3)
     assert onnx is not None
+
+
+def test_winograd_in_a_warm_process() -> None:
+    """The transformed weight and a block's scratch, reached by address from the pool's
+    pieces, outlive their use in a process loading the kernels from the caches
+    (`jit_helpers.run_warm`: its scratch mapped apart, so a block freed early crashes)."""
+    from jit_helpers import run_warm
+
+    script = (
+        "import numpy as np\n"
+        "from rvm.kernels import conv\n"
+        "from rvm.op import numpy_ref\n"
+        "rng = np.random.default_rng(0)\n"
+        f"c = {C}\n"
+        "x = rng.standard_normal((2, c, 12, 13)).astype(np.float32)\n"
+        "w = rng.standard_normal((c, c, 3, 3)).astype(np.float32)\n"
+        "want = numpy_ref.conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)\n"
+        "for _ in range(5):\n"
+        "    out = np.full(want.shape, np.nan, np.float32)\n"
+        "    conv.conv2d(x, w, out, 1, 1, 1, 1, 1, 1, 1, 1, 1)\n"
+        "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)\n"
+    )
+    exec(script, {})  # compiled here, cached for the warm process
+    run_warm(script)
