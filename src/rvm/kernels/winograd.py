@@ -18,7 +18,7 @@ giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
 - the tiles of each image are cut into blocks of whole rows of tiles (`block_rows`: at each
   of the 16 positions, a block's transformed input and products take about one core's L2,
   `rvm.kernels.cpu`), and blocks (and, where there are fewer blocks than the pool's threads
-  want, ranges of output channels: `channel_parts`) are the pieces of a job on rvm's pool
+  want, ranges of output channels, then smaller blocks: `cut`) are the pieces of a job on rvm's pool
   (`rvm.kernels.parfor`), a batch's images' blocks all in one job;
 - each piece runs its block's three phases in its thread: the input transform (`_input`:
   each channel's four input rows under a row of tiles, zero-padded, transformed down the rows
@@ -42,7 +42,7 @@ from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U
 
-__all__ = ["FIRST_RUN_TASKS", "POSITIONS", "block_rows", "channel_parts", "conv2d"]
+__all__ = ["FIRST_RUN_TASKS", "POSITIONS", "block_rows", "channel_parts", "conv2d", "cut"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -82,6 +82,23 @@ def channel_parts(o, blocks, threads):  # type: ignore[no-untyped-def]
     if threads < 2 or blocks >= want:
         return 1
     return min(max(1, o // (8 * sgemm.MR)), -(-want // blocks))
+
+
+@jit(**_OPTS)
+def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
+    """(rows of tiles a block, blocks an image, ranges of output channels): a call's pieces on
+    the pool's ``threads``, ``n`` images of ``th`` rows of ``tw`` tiles. Blocks as large as
+    `block_rows` has them, cut into ranges of output channels where they are too few for the
+    threads (`channel_parts`), and where that still leaves fewer than
+    `rvm.kernels.parfor.PIECES_PER_THREAD` a thread, into smaller blocks (a row at least)."""
+    per = block_rows(c, o, tw, th)
+    blocks = -(-th // per)
+    parts = channel_parts(o, n * blocks, threads)
+    want = parfor.PIECES_PER_THREAD * threads
+    if threads > 1 and n * blocks * parts < want:
+        per = max(1, th // -(-want // (n * parts)))
+        blocks = -(-th // per)
+    return per, blocks, parts
 
 
 @jit(**_OPTS, inline="always")
@@ -292,13 +309,7 @@ def conv2d(x, w, out, pt, pl, epilogue):  # type: ignore[no-untyped-def]
         return
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     u = kept(POSITIONS * o * c, x.dtype)
-    threads = parfor.threads()
-    per = block_rows(c, o, tw, th)
-    blocks = -(-th // per)
-    parts = channel_parts(o, n * blocks, threads)
-    if parts > 1:  # a piece's products take less: its blocks may take more rows
-        per = block_rows(c, -(-o // parts), tw, th)
-        blocks = -(-th // per)
+    per, blocks, parts = cut(c, o, n, tw, th, parfor.threads())
     job = np.empty(_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _JOB, parfor.address(x), parfor.address(u), parfor.address(out)
     job[4], job[5], job[6], job[7] = n, c, x.shape[2], x.shape[3]
