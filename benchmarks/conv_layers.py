@@ -33,7 +33,7 @@ import rvm
 from rvm.kernels import conv
 from rvm.testing.onnx_models import run_ort
 
-METHODS = ("pointwise", "strided", "depthwise", "direct", "taps", "im2col")
+METHODS = ("pointwise", "strided", "depthwise", "direct", "taps", "im2col", "winograd")
 """`rvm.kernels.conv.method`'s results by value (`conv.POINTWISE`...)."""
 
 _SHAPE = re.compile(r"float32\[([0-9, ]*)\]")
@@ -72,7 +72,8 @@ def _method(key: tuple) -> str:
     as unpadded: the models' are)."""
     (_, c, ih, iw), (_, o, oh, ow), kh, kw, cg = key
     sh, sw = max(1, ih // oh), max(1, iw // ow)
-    how = conv.method.py_func(c, o, c // cg, kh, kw, sh, sw, oh, ow, ih, iw, kh * kw == 1, True)
+    unpadded = kh * kw == 1
+    how = conv.method.py_func(c, o, c // cg, kh, kw, sh, sw, 1, 1, oh, ow, ih, iw, unpadded, True)
     return METHODS[how]
 
 

@@ -1,6 +1,7 @@
 """Each distinct float32 convolution layer of the 9 light CNNs: the direct method (vectors of
 output channels, `rvm.kernels.direct`, on a weight packed beforehand) against the library's
-GEMM methods (`rvm.kernels.conv`, on the OIHW weight) and ONNX Runtime's Conv.
+GEMM methods (`rvm.kernels.conv`, on the OIHW weight), Winograd's (`rvm.kernels.winograd`, on
+3x3 stride-1 layers) and ONNX Runtime's Conv.
 
 Run: ``python benchmarks/conv_methods.py [--only vgg19,densenet121] [--repeat 21]
 [--threads 2] [--batch 8]``. The
@@ -10,7 +11,11 @@ it). Per layer: milliseconds of each, interleaved medians in one process after c
 the outputs agree, GEMM/direct, direct/ORT, GFLOP/s of
 each, and whether
 the rule (`rvm.kernels.conv.channels_pay` with the weight packed at build time) picks the
-direct method: the table to check and re-tune the rule on another machine. Both runtimes on
+direct method; on 3x3 stride-1 layers Winograd's time, the direct method's over it (``d/w``)
+and whether its rule (`rvm.kernels.conv.winograd_pays`) picks it: the tables to check and
+re-tune the rules on another machine. ``gemm`` is the library's choice on the OIHW weight:
+Winograd's where its rule picks it (then compare it with main's table of the GEMMs). Both
+runtimes on
 ``--threads`` threads (`rvm.set_num_threads`, ORT's ``intra_op_num_threads``), one by default:
 the per-core efficiency of the methods, which a loaded machine distorts least (one thread
 each runs in the calling thread: its CPU time is what is timed, `time.thread_time`, so other
@@ -35,7 +40,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 import rvm
-from rvm.kernels import conv, direct
+from rvm.kernels import conv, direct, sgemm, winograd
 from rvm.testing.onnx_models import LIGHT_MODELS, light_model_path
 
 
@@ -86,8 +91,10 @@ def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> 
     w = rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32)
     packed = direct.pack(w, groups)
     by_gemm, by_direct = np.empty(out_shape, np.float32), np.empty(out_shape, np.float32)
+    by_wino = np.empty(out_shape, np.float32)
     session = _ort(key, out_shape, w, threads)
     pt, pl, pb, pr = pads
+    wino_shape = (kh, kw, sh, sw, dh, dw, groups) == (3, 3, 1, 1, 1, 1, 1)
 
     def gemm() -> None:
         conv.conv2d(x, w, by_gemm, groups, sh, sw, dh, dw, pt, pl, pb, pr)
@@ -98,20 +105,31 @@ def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> 
     def onnxruntime() -> None:
         session.run(None, {"x": x})
 
+    def wino() -> None:
+        winograd.conv2d(x, w, by_wino, pt, pl, sgemm.NO_EPILOGUE)
+
     gemm(), channels()
     want = session.run(None, {"x": x})[0]
-    for got in (by_gemm, by_direct):
+    checked = (by_gemm, by_direct)
+    if wino_shape:
+        wino()
+        checked += (by_wino,)
+    for got in checked:
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
     # ORT's pool threads spin after its calls (more than one thread): each turn settles first.
     settle = 0.0 if threads == 1 else 0.05
     fns = {"gemm": gemm, "direct": channels, "ort": onnxruntime}
+    if wino_shape:
+        fns["winograd"] = wino
     # One thread each runs in the calling thread: its CPU time, which preemptions by other
     # processes on a loaded machine leave out; more threads, wall time.
     clock = time.thread_time if threads == 1 else time.perf_counter
     t = interleaved_medians(fns, repeat, settle_s=settle, clock=clock)
     oh, ow = out_shape[2], out_shape[3]
     picks = bool(conv.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True))
-    return {**{k: v * 1e3 for k, v in t.items()}, "picks_direct": picks}
+    wino_picks = bool(conv.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow))
+    times = {k: v * 1e3 for k, v in t.items()}
+    return {**times, "picks_direct": picks, "picks_winograd": wino_picks}
 
 
 def main() -> None:
@@ -130,8 +148,8 @@ def main() -> None:
     print(machine_line(), f"threads: {args.threads or 'default'}; batch {args.batch}")
     rows = []
     found = layers(args.only.split(","), args.batch)
-    print(f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule"
-          f"  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}")  # fmt: skip
+    head = f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule"
+    print(f"{head}  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}  {'wino ms':>8} {'d/w':>5} rule")
     for key, info in found.items():
         (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
         if groups == c and c > 1:
@@ -144,8 +162,12 @@ def main() -> None:
         gflop = 2 * n * o * oh * ow * (c // groups) * kernel[0] * kernel[1] / 1e9
         rates = {k: gflop / (t[k] / 1e3) for k in ("gemm", "direct", "ort")}
         speeds = f"{rates['gemm']:5.0f} {rates['direct']:6.0f} {rates['ort']:5.0f}"
+        wino = ""
+        if "winograd" in t:
+            ratio = t["direct"] / t["winograd"]
+            wino = f"  {t['winograd']:8.3f} {ratio:5.2f} {'yes' if t['picks_winograd'] else 'no'}"
         print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule:6} "
-              f"          {speeds}")  # fmt: skip
+              f"          {speeds}{wino}")  # fmt: skip
         gflops = {f"{k}_gflops": v for k, v in rates.items()}
         rows.append({"layer": name, "models": info["models"], **t, **gflops})
     name = "conv_methods" if args.threads == 1 else f"conv_methods_t{args.threads}"

@@ -46,7 +46,7 @@ def _float64_method(case) -> int:  # type: ignore[no-untyped-def]
         conv._out_size.py_func(w, kw, sw, dw, pl, pr),
     )
     unpadded = not any((pt, pl, pb, pr))
-    return conv.method.py_func(c, o, groups, kh, kw, sh, sw, oh, ow, h, w, unpadded, False)
+    return conv.method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, h, w, unpadded, False)
 
 
 # float64 builds each method's task again (seconds each): the default run keeps it on the
@@ -146,12 +146,13 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     assert done in (0, 1)
     if done == 0:
         epipass.epilogue_rows(out, bias, 1, res)
-    n, c, h, wd, o, (kh, kw), (sh, sw) = case[:7]
+    n, c, h, wd, o, (kh, kw), (sh, sw), (dh, dw) = case[:8]
     oh, ow = out.shape[2:]
-    how = conv.method.py_func(c, o, case[8], kh, kw, sh, sw, oh, ow, h, wd, not any(case[9]), True)
+    unpadded = not any(case[9])
+    how = conv.method.py_func(c, o, case[8], kh, kw, sh, sw, dh, dw, oh, ow, h, wd, unpadded, True)
     images = conv.by_images.py_func(how, n, n * o * oh * ow * w[0].size, blas_threads)
     gemm = how in (conv.POINTWISE, conv.STRIDED, conv.IM2COL) and not images
-    assert done == (sgemm.FUSED_EPILOGUE and gemm)
+    assert done == (sgemm.FUSED_EPILOGUE and gemm or how == conv.WINOGRAD)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
@@ -218,7 +219,7 @@ BATCH_CASES = [
     ),
     ((4, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.IM2COL),
     ((4, 64, 28, 28, 96, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)), conv.STRIDED),
-    ((2, 64, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.CHANNELS),
+    ((2, 64, 32, 33, 128, (5, 5), (1, 1), (1, 1), 1, (2, 2, 2, 2)), conv.CHANNELS),
 ]
 
 
@@ -250,7 +251,7 @@ def test_batch_split_by_images_matches_reference(blas_threads, case, how) -> Non
     want = _reference(case, x, w)
     (n, c, ih, iw), (o, cg, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
     (sh, sw), pads = case[6], case[9]
-    assert conv.method(c, o, 1, kh, kw, sh, sw, oh, ow, ih, iw, not any(pads), True) == how
+    assert conv.method(c, o, 1, kh, kw, sh, sw, 1, 1, oh, ow, ih, iw, not any(pads), True) == how
     work = n * o * oh * ow * cg * kh * kw
     split = conv.by_images(how, n, work, blas_threads) or (
         how == conv.CHANNELS and direct.images_pay(n, work, blas_threads)

@@ -294,9 +294,11 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
-# padded, dilated, odd sizes, a batch of 2.
+# padded, dilated, odd sizes, a batch of 2; a vector fewer input channels than Winograd's rule
+# takes (`conv.winograd_pays`).
+_SHALLOWER = (conv.WINOGRAD_MIN_CHANNELS - 1) * direct.LANES
 CHANNELS_CASES = [
-    (1, 64, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (1, _SHALLOWER, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
     (2, 72, 35, 31, 144, (3, 3), (1, 1), (2, 2), 1, (2, 1, 2, 3)),
 ]
 
@@ -307,7 +309,8 @@ def test_library_convolution_takes_the_direct_method(case) -> None:
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, np.float32)
     (_, c, ih, iw), (o, _, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
-    how = conv.method(c, o, case[8], kh, kw, *case[6], oh, ow, ih, iw, not any(case[9]), True)
+    unpadded = not any(case[9])
+    how = conv.method(c, o, case[8], kh, kw, *case[6], *case[7], oh, ow, ih, iw, unpadded, True)
     assert how == conv.CHANNELS  # the case tests what it means to
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
     conv.conv2d(x, w, out, case[8], sh, sw, dh, dw, pt, pl, pb, pr)

@@ -171,4 +171,7 @@ def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
     unpadded = not any(call.attrs["padding"])
     c, ih, iw = x[1:]
     o, _, kh, kw = w
-    return conv.first_run_tasks(c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded)
+    dh, dw = (1, *call.attrs["dilation"])[-2:]
+    return conv.first_run_tasks(
+        c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw
+    )

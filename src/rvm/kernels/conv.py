@@ -28,7 +28,10 @@ time):
   stride 1 with many output channels or an input plane larger than a quarter of L3, as
   vgg19's and the inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS`
   or more run the direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight
-  packed at the call.
+  packed at the call. Float32 3x3 convolutions at stride 1 and dilation 1 without groups,
+  deep enough on maps of enough tiles (`winograd_pays`), run Winograd's F(2x2, 3x3) before
+  either (`rvm.kernels.winograd`: 2.25 times fewer multiply-adds, the weight transformed at
+  the call, the epilogue applied in its output transform).
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
@@ -52,7 +55,7 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import direct, entry, epipass, parfor, planes, sgemm
+from rvm.kernels import direct, entry, epipass, parfor, planes, sgemm, winograd
 from rvm.kernels.blas import blas_threads, gemm_epilogue
 from rvm.kernels.blas import gemm_split as gemm
 from rvm.kernels.blocks import kept
@@ -500,6 +503,11 @@ def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
                    _epilogue(job))  # fmt: skip
 
 
+def _winograd_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    winograd.conv2d(x, w, out, job[19], job[20], _epilogue(job))
+
+
 def _images_task(k, like, data):  # type: ignore[no-untyped-def]
     """Image ``k`` of a batch split by images (`by_images`): the job's method on it alone,
     in this thread (its own splits, nested in the pool's job, run here too)."""
@@ -517,6 +525,7 @@ for _name, _task in (
     ("conv2d_taps", _taps_task),
     ("conv2d_channels", _channels_task),
     ("conv2d_im2col", _im2col_task),
+    ("conv2d_winograd", _winograd_task),
 ):
     parfor.export_task(_name, _task)
 _call_pointwise = parfor.caller("conv2d_pointwise")
@@ -525,10 +534,11 @@ _call_depthwise = parfor.caller("conv2d_depthwise")
 _call_taps = parfor.caller("conv2d_taps")
 _call_channels = parfor.caller("conv2d_channels")
 _call_im2col = parfor.caller("conv2d_im2col")
+_call_winograd = parfor.caller("conv2d_winograd")
 _run_images = parfor.runner("conv2d_images")
 
 
-POINTWISE, STRIDED, DEPTHWISE, CHANNELS, TAPS, IM2COL = range(6)
+POINTWISE, STRIDED, DEPTHWISE, CHANNELS, TAPS, IM2COL, WINOGRAD = range(7)
 """The methods `method` picks; the library tasks each runs are `METHOD_TASKS`'."""
 
 METHOD_TASKS = (
@@ -538,6 +548,7 @@ METHOD_TASKS = (
     ("conv2d_channels", *direct.FIRST_RUN_TASKS),
     ("conv2d_taps", *planes.TASKS, "gemm_segments", *sgemm.TASKS),
     ("conv2d_im2col", *planes.TASKS, "gemm", *sgemm.TASKS),
+    winograd.FIRST_RUN_TASKS,
 )
 """The library tasks (`rvm.kernels.parfor`) a convolution by each method runs on float32, the
 method's own first (`first_run_tasks`); im2col into the GEMM's panels (`panels_pay`) runs
@@ -546,11 +557,13 @@ PANEL_TASKS = ("conv2d_im2col", *planes.TASKS, "gemm_segments", *sgemm.TASKS)
 
 
 @jit(**_OPTS)
-def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type: ignore[no-untyped-def]
+def method(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, f32):  # type: ignore[no-untyped-def]  # noqa: E501
     """How `conv2d` computes a convolution of this shape (`POINTWISE`...; ``unpadded``: no
     padding; ``f32``: float32 operands): 1x1 unpadded convolutions are GEMMs on the operands
     (`_pointwise`, `_strided_pointwise` on the subsampled input); one input channel per
-    group runs direct loops (`rvm.kernels.depthwise`); float32 ones where vectors of output
+    group runs direct loops (`rvm.kernels.depthwise`); float32 3x3 ones at stride 1 where
+    Winograd's fewer multiplies pay run `rvm.kernels.winograd` (`winograd_pays`); float32 ones
+    where vectors of output
     channels pay the direct method (`channels_pay`), those with rows of `TAPS_MIN_WIDTH` or
     more and some depth read their taps in place (`_taps_gemm`) where that reads best
     (`TAPS_IN_PLACE`); the rest im2col (`_im2col_gemm`)."""
@@ -559,6 +572,8 @@ def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type
         return POINTWISE if sh == 1 and sw == 1 else STRIDED
     if cg == 1:
         return DEPTHWISE
+    if f32 and winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
+        return WINOGRAD
     if f32 and channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, False):
         return CHANNELS
     if TAPS_IN_PLACE and f32 and ow >= TAPS_MIN_WIDTH and cg * kh * kw > 0:
@@ -568,11 +583,11 @@ def method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, f32):  # type
 
 def first_run_tasks(
     c: int, o: int, groups: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
-    ih: int, iw: int, unpadded: bool,
+    ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1,
 ) -> tuple[str, ...]:  # fmt: skip
     """The library tasks a float32 convolution of this shape runs (`method`, `METHOD_TASKS`):
     what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
-    how = method.py_func(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, True)
+    how = method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True)
     return PANEL_TASKS if how == IM2COL and panels_pay.py_func(ow) else METHOD_TASKS[how]
 
 
@@ -597,7 +612,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  
                     groups, sh, sw, dh, dw, pt, pl, 0, 0, 0, 0, 0), dtype=np.int64)  # fmt: skip
     unpadded = pt == 0 and pl == 0 and pb == 0 and pr == 0
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
-    how = method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
+    how = method(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
     job[21] = how
     images = by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads())
     fused = fuses_epilogue(how, cg * kh * kw, images, epilogue) and sgemm.applies(x)
@@ -618,7 +633,10 @@ def fuses_epilogue(how, k, images, epilogue):  # type: ignore[no-untyped-def]
     whole batch on the input's rows; strided: on the subsampled input) and im2col's (a GEMM a
     block of output rows, on the column matrix), where the GEMM can; in the direct method's
     tiles (`rvm.kernels.direct.conv2d_packed_fused`) a bias a channel and a ReLU, not a
-    residual (the pass adds it before the ReLU)."""
+    residual (the pass adds it before the ReLU); in Winograd's output transform
+    (`rvm.kernels.winograd`) all of it."""
+    if how == WINOGRAD:
+        return True
     if how == CHANNELS:
         return epilogue[3] == 0 and (epilogue[0] == 0 or epilogue[1] == 1)
     gemm = how == POINTWISE or how == STRIDED or how == IM2COL
@@ -632,9 +650,9 @@ def by_images(how, n, work, threads):  # type: ignore[no-untyped-def]
     an image a piece on the pool, each image's method in one thread
     (`rvm.kernels.direct.images_pay`, the one rule). The 1x1 convolutions run one GEMM over
     the batch already (`_pointwise`), depthwise ones split their planes over the batch
-    (`rvm.kernels.depthwise`) and the direct method splits its batch itself (its weight packed
-    once)."""
-    if how == POINTWISE or how == DEPTHWISE or how == CHANNELS:
+    (`rvm.kernels.depthwise`) and the direct method and Winograd's split their batch themselves
+    (the weight packed or transformed once)."""
+    if how == POINTWISE or how == DEPTHWISE or how == CHANNELS or how == WINOGRAD:
         return False
     return direct.images_pay(n, work, threads)
 
@@ -652,6 +670,8 @@ def _dispatch(x, how, job):  # type: ignore[no-untyped-def]
         _call_channels(x, 0, job)
     elif how == TAPS:
         _call_taps(x, 0, job)
+    elif how == WINOGRAD:
+        _call_winograd(x, 0, job)
     else:
         _call_im2col(x, 0, job)
 
@@ -670,6 +690,37 @@ def channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, packed):  # type:
         return False
     run = ow if ow >= TAPS_MIN_WIDTH and kh * kw > 1 else oh * ow
     return direct.prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, run)
+
+
+@jit(**_OPTS)
+def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore[no-untyped-def]
+    """Whether a float32 convolution of this shape runs Winograd's F(2x2, 3x3)
+    (`rvm.kernels.winograd`) rather than the GEMMs or the direct method: 3x3, stride 1,
+    dilation 1, no groups, on maps of `WINOGRAD_MIN_TILES` tiles (2 x 2 output positions) or
+    more, from `WINOGRAD_MIN_CHANNELS` vectors of the GEMM's (`rvm.kernels.sgemm.LANES`)
+    input and output channels.
+
+    The transforms move each input and output value a few times, a float at a time, against
+    ``o`` (input) and ``c`` (output) multiply-adds a value in the GEMMs, which go a vector at a
+    time: so the channels' floor in vectors. The weight is transformed at each call, 16 ``o c``
+    floats against ``tiles`` times as many multiply-adds: so the tiles' floor. Measured on a
+    Zen 3 core (AVX2, one thread, thread CPU, the faster of the GEMMs and the direct method
+    over Winograd's time): vgg19's layers 1.07 (64 channels at 224 x 224) to 1.64 (512 at 28 x
+    28); 128 channels at 28 x 28 1.40, 64 to 96 at 28 x 28 1.09, 96 to 96 1.27; 14 x 14 and
+    13 x 13 maps (49 tiles) from 64 channels 1.01-1.17; 7 x 7 maps (16 tiles) 0.55-0.64;
+    squeezenet's shallow expansions 0.52 (16 channels at 55 x 55), 0.90 (48 at 13 x 13), 1.02
+    (32 at 27 x 27)."""
+    if groups != 1 or kh != 3 or kw != 3 or sh != 1 or sw != 1 or dh != 1 or dw != 1:
+        return False
+    tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
+    floor = WINOGRAD_MIN_CHANNELS * sgemm.LANES
+    return tiles >= WINOGRAD_MIN_TILES and c >= floor and o >= floor
+
+
+WINOGRAD_MIN_TILES = 32
+"""The tiles of a map from which `winograd_pays` (between 7 x 7 maps' 16 and 13 x 13's 49)."""
+WINOGRAD_MIN_CHANNELS = 8
+"""The input and output channels, in vectors, from which `winograd_pays`."""
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------

@@ -343,7 +343,9 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
     input by the constant ``weight`` (numpy, OIHW), with the weight packed here, once, where
     the direct method beats the GEMMs on this CPU (`rvm.kernels.conv.channels_pay`: the rule,
     written once; with ``built``, the model builds the method anyway, also where
-    `rvm.kernels.direct.pays_once_built`); None where it does not."""
+    `rvm.kernels.direct.pays_once_built`) and Winograd's does not beat both
+    (`rvm.kernels.conv.winograd_pays`: the library takes it on the OIHW weight); None
+    elsewhere."""
     import numpy as np
 
     from rvm.kernels import conv as library
@@ -361,7 +363,9 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
     attrs = value.attrs
     (_, c, ih, iw), (oh, ow) = x_type.shape, out_type.shape[2:]
     o, _, kh, kw = weight.shape
-    groups, (sh, sw) = attrs["groups"], attrs["strides"]
+    groups, (sh, sw), (dh, dw) = attrs["groups"], attrs["strides"], attrs["dilation"]
+    if library.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
+        return None
     if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True) and not (
         built and direct.pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow)
     ):

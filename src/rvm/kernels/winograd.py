@@ -1,0 +1,324 @@
+"""Winograd convolution F(2x2, 3x3) for float32 3x3 convolutions at stride 1 (jit kernels).
+
+A 3x3 convolution at stride 1 and dilation 1 computes each 2 x 2 block of output positions (a
+tile) from the 4 x 4 input window under it with 16 multiplies a channel pair where the direct
+sum takes 36 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015):
+``Y = A^T [(G g G^T) * (B^T d B)] A``, the products elementwise over the 16 positions of a 4 x 4
+transformed tile. Summed over input channels, each of the 16 positions is one GEMM:
+``M[xi] = U[xi] @ V[xi]``, ``U[xi]`` the transformed weight (output channels by input
+channels), ``V[xi]`` the transformed input (input channels by tiles). 2.25 times fewer
+multiply-adds than the direct sum, for transforms that move each input and output value a few
+times; the error grows by a few ulps (its transforms' coefficients are 0, +-1 and +-1/2).
+
+`conv2d(x, w, out, pt, pl, epilogue)` (``x`` (n, c, ih, iw), ``w`` (o, c, 3, 3), ``out`` (n, o,
+oh, ow), C-contiguous float32; ``pt``, ``pl`` the top and left padding, the output's size
+giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
+
+- the weight is transformed once a call, into ``U`` (16, o, c), on the pool (`_weights`);
+- the tiles of each image are cut into blocks of whole rows of tiles (`block_rows`: at each
+  of the 16 positions, a block's transformed input and products take about one core's L2,
+  `rvm.kernels.cpu`), and blocks (and, where there are fewer blocks than the pool's threads
+  want, ranges of output channels, then smaller blocks: `cut`) are the pieces of a job on rvm's pool
+  (`rvm.kernels.parfor`), a batch's images' blocks all in one job;
+- each piece runs its block's three phases in its thread: the input transform (`_input`:
+  each channel's four input rows under a row of tiles, zero-padded, transformed down the rows
+  as whole rows, then across, tile by tile, into ``V`` (16, c, tiles): the tiles along the
+  GEMM's lanes), the 16 GEMMs ``M[xi] = U[xi] @ V[xi]`` (rvm's `rvm.kernels.sgemm`, its
+  blocking read from the machine), and the output transform (`_output`), which applies the
+  convolution's epilogue (a bias per channel or one for all, a residual of the output's
+  layout, a ReLU: `rvm.kernels.sgemm.sgemm_segments`' ``epilogue``) as it stores, the output
+  written once.
+
+Where it pays against the other methods is `rvm.kernels.conv.winograd_pays`' rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rvm.kernels import parfor, sgemm
+from rvm.kernels.blocks import kept
+from rvm.kernels.cpu import cpu
+from rvm.kernels.jitting import alive, jit
+from rvm.kernels.planes import U
+
+__all__ = ["FIRST_RUN_TASKS", "POSITIONS", "block_rows", "channel_parts", "conv2d", "cut"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+POSITIONS = 16
+"""The positions of a transformed tile (4 x 4): the GEMMs a block runs."""
+L2_FLOATS = cpu().l2 // 4
+"""One core's L2 in floats: a block's transformed input and products take 16 times this at
+most (`block_rows`)."""
+_PAIRS = 128  # (output, input) channel pairs a block of the weight's transform (`_weights`)
+FIRST_RUN_TASKS = ("conv2d_winograd", "winograd_blocks", *sgemm.TASKS)
+"""The library tasks (`rvm.kernels.parfor`) a convolution by this method runs."""
+
+
+@jit(**_OPTS)
+def block_rows(c, oc, tw, th):  # type: ignore[no-untyped-def]
+    """Rows of tiles a block takes, of ``th`` rows of ``tw`` tiles, for ``c`` input and
+    ``oc`` output channels a piece: the most whose transformed input and products at one
+    position (a tile and channel a float each) fit one core's L2 (`L2_FLOATS`), what each of
+    the block's 16 GEMMs reads and writes, one row at least.
+
+    On a Zen 3 core (512 KB L2, one thread) this took 0.6 to 0.75 of the time of blocks
+    whose 16 positions fit L2 (1 to 14 tiles a block with 512 channels: GEMMs one panel wide,
+    the transformed weight read again from L3 for each) on vgg19's layers from 56 x 56 and
+    128 channels at 28 x 28; 64 channels at 56 x 56 ran about as fast either way (the
+    machine loaded: 0.9 to 1.2)."""
+    per_row = (c + oc) * tw
+    return max(1, min(th, L2_FLOATS // per_row))
+
+
+@jit(**_OPTS)
+def channel_parts(o, blocks, threads):  # type: ignore[no-untyped-def]
+    """Ranges of output channels each block is cut into: one where the ``blocks`` of the
+    call give each of the pool's ``threads`` a few (`rvm.kernels.parfor.PIECES_PER_THREAD`),
+    else as many as make that up, each a multiple of `rvm.kernels.sgemm.MR` rows and at least
+    eight bands of them (every part transforms the block's input again)."""
+    want = parfor.PIECES_PER_THREAD * threads
+    if threads < 2 or blocks >= want:
+        return 1
+    return min(max(1, o // (8 * sgemm.MR)), -(-want // blocks))
+
+
+@jit(**_OPTS)
+def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
+    """(rows of tiles a block, blocks an image, ranges of output channels): a call's pieces on
+    the pool's ``threads``, ``n`` images of ``th`` rows of ``tw`` tiles. Blocks as large as
+    `block_rows` has them, cut into ranges of output channels where they are too few for the
+    threads (`channel_parts`), and where that still leaves fewer than
+    `rvm.kernels.parfor.PIECES_PER_THREAD` a thread, into smaller blocks (a row at least)."""
+    per = block_rows(c, o, tw, th)
+    blocks = -(-th // per)
+    parts = channel_parts(o, n * blocks, threads)
+    want = parfor.PIECES_PER_THREAD * threads
+    if threads > 1 and n * blocks * parts < want:
+        per = max(1, th // -(-want // (n * parts)))
+        blocks = -(-th // per)
+    return per, blocks, parts
+
+
+@jit(**_OPTS, inline="always")
+def _g_row(tmp, at, b, k, x0, x1, x2):  # type: ignore[no-untyped-def]
+    """Row ``k`` of ``G g`` (``x0``, ``x1``, ``x2``) times G^T: positions ``4 k`` to ``4 k + 3``
+    of the pair at ``at``, positions ``b`` floats apart in ``tmp``."""
+    h = np.float32(0.5)
+    at += U(4 * k) * b
+    tmp[at] = x0
+    tmp[at + b] = h * (x0 + x1 + x2)
+    tmp[at + U(2) * b] = h * (x0 - x1 + x2)
+    tmp[at + U(3) * b] = x2
+
+
+@jit(**_OPTS)
+def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
+    """``uf`` (16 ``pairs`` floats: (16, o, c)) = ``G g G^T`` of each 3x3 kernel ``g`` of
+    ``wf`` (``pairs`` = o c kernels of 9 floats), kernels ``lo`` to ``hi``:
+    G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]."""
+    s, h = U(pairs), np.float32(0.5)
+    # Through a block of pairs a position in L1, then a run a position: stored straight, the
+    # 16 positions' streams (o c floats apart: a multiple of 4 KB) share one set of L1 ways.
+    tmp = np.empty(POSITIONS * _PAIRS, dtype=np.float32)
+    for q0 in range(lo, hi, _PAIRS):
+        block = min(_PAIRS, hi - q0)
+        for i in range(block):
+            g, at, b = U(9 * (q0 + i)), U(i), U(_PAIRS)
+            g0, g1, g2 = wf[g], wf[g + U(1)], wf[g + U(2)]
+            g3, g4, g5 = wf[g + U(3)], wf[g + U(4)], wf[g + U(5)]
+            g6, g7, g8 = wf[g + U(6)], wf[g + U(7)], wf[g + U(8)]
+            # The rows of G g: g's first, half the sum, half the alternating sum, its last.
+            a0, a1, a2 = h * (g0 + g3 + g6), h * (g1 + g4 + g7), h * (g2 + g5 + g8)
+            b0, b1, b2 = h * (g0 - g3 + g6), h * (g1 - g4 + g7), h * (g2 - g5 + g8)
+            # Each row's columns by G^T alike: positions 4 k to 4 k + 3.
+            _g_row(tmp, at, b, 0, g0, g1, g2)
+            _g_row(tmp, at, b, 1, a0, a1, a2)
+            _g_row(tmp, at, b, 2, b0, b1, b2)
+            _g_row(tmp, at, b, 3, g6, g7, g8)
+        for xi in range(POSITIONS):
+            dst, src = U(xi) * s + U(q0), U(xi * _PAIRS)
+            for i in range(block):
+                uf[dst + U(i)] = tmp[src + U(i)]
+
+
+@jit(**_OPTS)
+def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows):  # type: ignore[no-untyped-def]
+    """``v`` (16 c tiles floats: (16, c, tiles)) = ``B^T d B`` of the 4 x 4 input window ``d``
+    of each tile in rows ``ty0`` to ``ty1`` of image ``n_`` (the window of tile (ty, tx) at
+    input row ``2 ty - pt``, column ``2 tx - pl``; zeros outside the input), tile ``(ty - ty0)
+    tw + tx``; ``rows`` (8 (2 tw + 2) floats) scratch: a row of tiles' four input rows
+    zero-padded, then their transform down the rows. B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0,
+    -1, 1, 0], [0, 1, 0, -1]]."""
+    c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
+    xf = x.reshape(x.size)
+    tiles = (ty1 - ty0) * tw
+    width = 2 * tw + 2
+    lo, hi = max(0, pl), min(width, iw + pl)  # the row's columns inside the input
+    wd = U(width)
+    for j in range(4 * width):
+        rows[U(j)] = 0.0
+    step = U(c * tiles)
+    for c_ in range(c):
+        plane = (n_ * c + c_) * ih * iw
+        for ty in range(ty0, ty1):
+            for r in range(4):
+                iy = 2 * ty - pt + r
+                dst = U(r * width)
+                if 0 <= iy < ih:
+                    src = U(plane + iy * iw - pl)
+                    for j in range(lo, hi):
+                        rows[dst + U(j)] = xf[src + U(j)]
+                else:
+                    for j in range(lo, hi):
+                        rows[dst + U(j)] = 0.0
+            for j in range(width):
+                k = U(j)
+                r0, r1, r2, r3 = rows[k], rows[k + wd], rows[k + U(2) * wd], rows[k + U(3) * wd]
+                rows[k + U(4) * wd] = r0 - r2
+                rows[k + U(5) * wd] = r1 + r2
+                rows[k + U(6) * wd] = r2 - r1
+                rows[k + U(7) * wd] = r1 - r3
+            at = U(c_ * tiles + (ty - ty0) * tw)
+            for i in range(4):
+                t = U((4 + i) * width)
+                out = at + U(4 * i) * step
+                for tx in range(tw):
+                    j = t + U(2 * tx)
+                    d0, d1, d2, d3 = rows[j], rows[j + U(1)], rows[j + U(2)], rows[j + U(3)]
+                    q = out + U(tx)
+                    v[q] = d0 - d2
+                    v[q + step] = d1 + d2
+                    v[q + U(2) * step] = d2 - d1
+                    v[q + U(3) * step] = d1 - d3
+
+
+@jit(**_OPTS)
+def _output(m, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # type: ignore[no-untyped-def]
+    """Output channels ``o0`` to ``o1`` of image ``n_``'s rows of tiles ``ty0`` to ``ty1``:
+    ``A^T M A`` of each tile's 16 products ``m`` (16, o1 - o0, tiles), A^T = [[1, 1, 1, 0], [0,
+    1, -1, -1]], then the ``epilogue`` (`rvm.kernels.sgemm.sgemm_segments`': the bias's
+    address or 0, its step, the activation, the residual's address (out's layout) or 0), the
+    positions past the output's edge not stored."""
+    o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    of = out.reshape(out.size)
+    tiles = (ty1 - ty0) * tw
+    step = U((o1 - o0) * tiles)
+    at_bias, bias_step, act, at_res = epilogue
+    bias = parfor.array_at(at_bias, (o if at_bias != 0 else 0,), like)
+    res = parfor.array_at(at_res, (of.size if at_res != 0 else 0,), like)
+    full = ow // 2  # tiles whose two columns are both stored
+    zero = np.float32(0.0)
+    for k in range(o1 - o0):
+        b = bias[(o0 + k) * bias_step] if at_bias != 0 else zero
+        for ty in range(ty0, ty1):
+            at = U(k * tiles + (ty - ty0) * tw)
+            oy = 2 * ty
+            two = oy + 1 < oh
+            top = U(((n_ * o + o0 + k) * oh + oy) * ow)
+            bottom = top + U(ow)
+            for tx in range(tw):
+                q = at + U(tx)
+                m0, m1, m2, m3 = m[q], m[q + step], m[q + U(2) * step], m[q + U(3) * step]
+                m4, m5 = m[q + U(4) * step], m[q + U(5) * step]
+                m6, m7 = m[q + U(6) * step], m[q + U(7) * step]
+                m8, m9 = m[q + U(8) * step], m[q + U(9) * step]
+                m10, m11 = m[q + U(10) * step], m[q + U(11) * step]
+                m12, m13 = m[q + U(12) * step], m[q + U(13) * step]
+                m14, m15 = m[q + U(14) * step], m[q + U(15) * step]
+                s0, s1, s2, s3 = m0 + m4 + m8, m1 + m5 + m9, m2 + m6 + m10, m3 + m7 + m11
+                e0, e1, e2, e3 = m4 - m8 - m12, m5 - m9 - m13, m6 - m10 - m14, m7 - m11 - m15
+                y00, y01 = s0 + s1 + s2 + b, s1 - s2 - s3 + b
+                y10, y11 = e0 + e1 + e2 + b, e1 - e2 - e3 + b
+                p = U(2 * tx)
+                wide = tx < full
+                if at_res != 0:
+                    y00 += res[top + p]
+                    y01 += res[top + p + U(1)] if wide else zero
+                    if two:
+                        y10 += res[bottom + p]
+                        y11 += res[bottom + p + U(1)] if wide else zero
+                if act == 1:
+                    y00, y01 = max(y00, zero), max(y01, zero)
+                    y10, y11 = max(y10, zero), max(y11, zero)
+                of[top + p] = y00
+                if wide:
+                    of[top + p + U(1)] = y01
+                if two:
+                    of[bottom + p] = y10
+                    if wide:
+                        of[bottom + p + U(1)] = y11
+
+
+# A job (int64): its length, x, u (the transformed weight), out, n, c, ih, iw, o, oh, ow, pt,
+# pl, rows of tiles a block, blocks an image, channel parts, the epilogue (4), the phase (0:
+# the blocks; else the pieces of the weight's transform), w.
+_JOB = 22
+
+
+def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``piece`` of a call (`conv2d`): a range of the weight's kernels transformed
+    (phase 1), or one block of rows of tiles of one image, for one range of output channels:
+    its input transformed, its 16 GEMMs, its output transformed."""
+    j = parfor.job(data)
+    if j[20] > 0:
+        pairs = j[8] * j[5]
+        lo, hi = parfor.piece_range(piece, j[20], pairs, _PAIRS)
+        wf = parfor.array_at(j[21], (9 * pairs,), like)
+        _weights(wf, parfor.array_at(j[2], (POSITIONS * pairs,), like), pairs, lo, hi)
+        return
+    n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
+    pt, pl, per, blocks, parts = j[11], j[12], j[13], j[14], j[15]
+    x = parfor.array_at(j[1], (n, c, ih, iw), like)
+    out = parfor.array_at(j[3], (n, o, oh, ow), like)
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    part = piece % parts
+    b_ = (piece // parts) % blocks
+    n_ = piece // parts // blocks
+    ty0 = b_ * per
+    ty1 = min(th, ty0 + per)
+    o0, o1 = parfor.piece_range(part, parts, o, sgemm.MR)
+    oc, tiles = o1 - o0, (ty1 - ty0) * tw
+    v = kept(POSITIONS * c * per * tw, x.dtype)
+    m = kept(POSITIONS * oc * per * tw, x.dtype)
+    rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
+    _input(x, n_, pt, pl, ty0, ty1, tw, v, rows)
+    at_u, at_v, at_m = j[2], parfor.address(v), parfor.address(m)
+    for xi in range(POSITIONS):
+        sgemm.sgemm(at_u + 4 * (xi * o + o0) * c, c, at_v + 4 * xi * c * tiles, tiles,
+                    at_m + 4 * xi * oc * tiles, tiles, oc, tiles, c, 0)  # fmt: skip
+    alive(v)  # read by the GEMMs through its address: not freed before
+    _output(m, out, n_, o0, o1, ty0, ty1, tw, (j[16], j[17], j[18], j[19]), like)
+
+
+parfor.export_task("winograd_blocks", _blocks_task)
+_run = parfor.runner("winograd_blocks")
+
+
+@jit(**_OPTS)
+def conv2d(x, w, out, pt, pl, epilogue):  # type: ignore[no-untyped-def]
+    """``out`` = the 3x3 convolution of ``x`` by ``w`` at stride 1 (top and left padding ``pt``,
+    ``pl``), then its ``epilogue`` (`rvm.kernels.sgemm.sgemm_segments`': (bias address, its
+    step, activation, residual address), `rvm.kernels.sgemm.NO_EPILOGUE`: none), by
+    Winograd's F(2x2, 3x3) on rvm's pool (see the module docstring). float32, C-contiguous;
+    the caller checks the geometry."""
+    n, c = x.shape[0], x.shape[1]
+    o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    if out.size == 0:
+        return
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    u = kept(POSITIONS * o * c, x.dtype)
+    per, blocks, parts = cut(c, o, n, tw, th, parfor.threads())
+    job = np.empty(_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3] = _JOB, parfor.address(x), parfor.address(u), parfor.address(out)
+    job[4], job[5], job[6], job[7] = n, c, x.shape[2], x.shape[3]
+    job[8], job[9], job[10], job[11], job[12] = o, oh, ow, pt, pl
+    job[13], job[14], job[15] = per, blocks, parts
+    job[16], job[17], job[18], job[19] = epilogue
+    job[21] = parfor.address(w)
+    job[20] = parfor.chunks(POSITIONS * o * c, max(1, o * c // _PAIRS))
+    _run(x, job[20], job)  # the weight's transform, then the blocks that read it
+    job[20] = 0
+    _run(x, n * blocks * parts, job)
+    alive(u)  # read by the pieces through its address: not freed before
