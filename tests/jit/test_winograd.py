@@ -58,7 +58,7 @@ def test_winograd_fused_epilogue(blas_threads, per_channel) -> None:
 # Shapes the rule takes, at its floor of channels on this CPU (a batch of 3 on two threads:
 # blocks and channel ranges as pieces).
 C = conv.WINOGRAD_MIN_CHANNELS * sgemm.LANES
-TAKEN = [(1, C, 12, 11, C, (1, 1, 1, 1)), (3, C, 13, 14, C + 8, (1, 0, 2, 1))]
+TAKEN = [(1, C, 32, 33, C, (1, 1, 1, 1)), (3, C, 33, 34, C + 8, (1, 0, 2, 1))]
 
 
 @pytest.mark.parametrize("shape", TAKEN, ids=[str(s[:5]) for s in TAKEN])
@@ -90,10 +90,10 @@ def test_pack_leaves_winograd_weights() -> None:
     from rvm.op import conv2d
     from rvm.transform.pack_conv_weights import pack_conv_weights
 
-    assert conv.winograd_pays.py_func(C, C, 1, 3, 3, 1, 1, 1, 1, 16, 16)
+    assert conv.winograd_pays.py_func(C, C, 1, 3, 3, 1, 1, 1, 1, 32, 32)
     # The direct method would take it by its rule alone, its weight packed at build time.
-    assert conv.channels_pay.py_func(C, C, 1, 3, 3, 1, 1, 16, 16, 16, 16, True)
-    x = var("x", (1, C, 16, 16))
+    assert conv.channels_pay.py_func(C, C, 1, 3, 3, 1, 1, 32, 32, 32, 32, True)
+    x = var("x", (1, C, 32, 32))
     b = Builder()
     with b.function("main", [x]):
         w = E.Constant(rand((C, C, 3, 3), seed=1))
@@ -110,7 +110,7 @@ def test_onnx_model_against_onnxruntime(exec_mode) -> None:
 
     import rvm
 
-    c, h, w = C, 12, 13
+    c, h, w = C, 32, 33
     assert conv.winograd_pays.py_func(c, c, 1, 3, 3, 1, 1, 1, 1, h, w)
     inits = [
         numpy_helper.from_array(rand((c, c, 3, 3), seed=s) * 0.1, name)

@@ -717,8 +717,14 @@ def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore
     return tiles >= WINOGRAD_MIN_TILES and c >= floor and o >= floor
 
 
-WINOGRAD_MIN_TILES = 32
-"""The tiles of a map from which `winograd_pays` (between 7 x 7 maps' 16 and 13 x 13's 49)."""
+WINOGRAD_MIN_TILES = 256
+"""The tiles of a map from which `winograd_pays` (between 28 x 28 maps' 196 and 56 x 56's 784):
+a measured floor, not one derived from the machine. At one thread Winograd won from 49 tiles
+(13 x 13 and 14 x 14 maps, 1.01-1.17); at the pool's two threads it lost on those (1.5-2.5 times
+the packed direct method's time on inception_v2's 14 x 14 layers, 64 to 256 channels) and on
+28 x 28 maps with 64 to 96 channels (1.16-1.42), and won on 56 x 56 (0.83, 64 to 192 channels):
+its weight transformed at each call and its few blocks cut into channel ranges pay on small maps
+what its fewer multiplies save (`vm.profile`, per layer, medians of 100 runs, quiet)."""
 WINOGRAD_MIN_CHANNELS = 8
 """The input and output channels, in vectors, from which `winograd_pays`."""
 
