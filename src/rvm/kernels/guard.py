@@ -16,6 +16,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels.jitting import jit
+from rvm.kernels.numba_cache import light_loads
 
 __all__ = ["OFF", "OWNER", "guard_claim", "guard_release", "load", "python_turn"]
 
@@ -109,9 +110,5 @@ def load() -> None:
     native VM's first checked call 2 s), once per process."""
     if python_turn.signatures:
         return
-    from numba import types as nt
-
-    from rvm.kernels.numba_cache import light_loads
-
     with light_loads():
         python_turn.compile((nt.Array(nt.int64, 1, "C"), nt.boolean))
