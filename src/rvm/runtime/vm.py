@@ -297,8 +297,11 @@ class VirtualMachine:
         """
         guard = self._guard
         took = guard.enter()
-        if took is None:
-            raise self._busy_error()
+        while took is None:  # held: by the thread named, or given back since (then take it)
+            owner = guard.owner
+            if owner is not None:
+                raise self._busy_error(owner)
+            took = guard.enter()
         through = self.context.pool_call  # wakes sleeping helpers as it begins, if that helps
         try:
             if through is None:
@@ -313,10 +316,9 @@ class VirtualMachine:
             check(result, args, self)
         return result
 
-    def _busy_error(self) -> VMError:
-        owner = self._guard.owner
+    def _busy_error(self, owner: int) -> VMError:
         names = {t.ident: t.name for t in threading.enumerate()}
-        running = f"thread {names.get(owner, owner)!r}" if owner is not None else "another thread"
+        running = f"thread {names.get(owner, owner)!r}"
         return VMError(
             f"this VirtualMachine is already running in {running} (called from thread "
             f"{threading.current_thread().name!r}); create one VirtualMachine per thread over "
