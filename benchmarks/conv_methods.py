@@ -9,14 +9,15 @@ layers' shapes come from the models' graphs (ONNX shape inference); depthwise la
 left out (the direct method is not theirs; 1x1 ones are in: deep ones on 7 x 7 maps take
 it). Per layer: milliseconds of each, interleaved medians in one process after checking
 the outputs agree, GEMM/direct, direct/ORT, GFLOP/s of
-each, and whether
-the rule (`rvm.kernels.conv.channels_pay` with the weight packed at build time) picks the
-direct method; on 3x3 stride-1 layers Winograd's time, the direct method's over it (``d/w``)
-and whether its rule (`rvm.kernels.conv.winograd_pays`) picks it: the tables to check and
-re-tune the rules on another machine. ``gemm`` is the library's choice on the OIHW weight:
-Winograd's where its rule picks it (then compare it with main's table of the GEMMs). Both
-runtimes on
-``--threads`` threads (`rvm.set_num_threads`, ORT's ``intra_op_num_threads``), one by default:
+each, and whether the rule (`rvm.kernels.conv.channels_pay` with the weight packed at
+build time) picks the direct method; on 3x3 stride-1 layers Winograd's time with its weight
+transformed at the call (``wino ms``) and beforehand (``wino U``: a constant weight's,
+transformed at build time), the direct method's over the latter (``d/wU``) and whether its
+rule (`rvm.kernels.conv.winograd_pays`) picks it: the tables to check and re-tune the rules
+on another machine. ``gemm`` is the library's choice on the OIHW weight: Winograd's
+(transformed at the call) where its rule picks it (then compare it with main's table of the
+GEMMs). Both runtimes on ``--threads`` threads (`rvm.set_num_threads`, ORT's
+``intra_op_num_threads``), one by default:
 the per-core efficiency of the methods, which a loaded machine distorts least (one thread
 each runs in the calling thread: its CPU time is what is timed, `time.thread_time`, so other
 processes' preemptions are left out); ``--threads 0``
@@ -108,19 +109,25 @@ def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> 
     def wino() -> None:
         winograd.conv2d(x, w, by_wino, pt, pl, sgemm.NO_EPILOGUE)
 
+    u = winograd.transform(w) if wino_shape else None
+    by_u = np.empty(out_shape, np.float32)
+
+    def wino_u() -> None:
+        winograd.conv2d_transformed(x, u, by_u, pt, pl, sgemm.NO_EPILOGUE)
+
     gemm(), channels()
     want = session.run(None, {"x": x})[0]
     checked = (by_gemm, by_direct)
     if wino_shape:
-        wino()
-        checked += (by_wino,)
+        wino(), wino_u()
+        checked += (by_wino, by_u)
     for got in checked:
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
     # ORT's pool threads spin after its calls (more than one thread): each turn settles first.
     settle = 0.0 if threads == 1 else 0.05
     fns = {"gemm": gemm, "direct": channels, "ort": onnxruntime}
     if wino_shape:
-        fns["winograd"] = wino
+        fns["winograd"], fns["winograd_u"] = wino, wino_u
     # One thread each runs in the calling thread: its CPU time, which preemptions by other
     # processes on a loaded machine leave out; more threads, wall time.
     clock = time.thread_time if threads == 1 else time.perf_counter
@@ -149,7 +156,8 @@ def main() -> None:
     rows = []
     found = layers(args.only.split(","), args.batch)
     head = f"{'layer':58} {'gemm ms':>8} {'direct':>8} {'ort':>8} {'g/d':>5} {'d/ort':>5} rule"
-    print(f"{head}  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}  {'wino ms':>8} {'d/w':>5} rule")
+    wino_head = f"{'wino ms':>8} {'wino U':>8} {'d/wU':>5} rule"
+    print(f"{head}  GFLOP/s: {'gemm':>5} {'direct':>6} {'ort':>5}  {wino_head}")
     for key, info in found.items():
         (n, c, ih, iw), o, kernel, strides, _, groups, _ = key
         if groups == c and c > 1:
@@ -164,8 +172,8 @@ def main() -> None:
         speeds = f"{rates['gemm']:5.0f} {rates['direct']:6.0f} {rates['ort']:5.0f}"
         wino = ""
         if "winograd" in t:
-            ratio = t["direct"] / t["winograd"]
-            wino = f"  {t['winograd']:8.3f} {ratio:5.2f} {'yes' if t['picks_winograd'] else 'no'}"
+            ratio, takes = t["direct"] / t["winograd_u"], "yes" if t["picks_winograd"] else "no"
+            wino = f"  {t['winograd']:8.3f} {t['winograd_u']:8.3f} {ratio:5.2f} {takes}"
         print(f"{name:58} {t['gemm']:8.3f} {t['direct']:8.3f} {t['ort']:8.3f} {ratios} {rule:6} "
               f"          {speeds}{wino}")  # fmt: skip
         gflops = {f"{k}_gflops": v for k, v in rates.items()}

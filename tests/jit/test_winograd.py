@@ -2,11 +2,13 @@
 odd and tiny maps (edge tiles cut), padding 0, 1 and asymmetric, batches, channels not in
 whole vectors, its fused epilogue (a bias per channel or one for all, a residual, a ReLU),
 pieces on one and two threads; the library's choice of it (`rvm.kernels.conv.winograd_pays`)
-through `conv2d`, the build-time pass leaving its weights unpacked, and an ONNX model whose
-3x3 layers take it against ONNX Runtime in every exec mode."""
+through `conv2d`, the build-time pass transforming constant weights once (the same bits as
+the call's transform; saved and loaded), and an ONNX model whose 3x3 layers take it against
+ONNX Runtime in every exec mode."""
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 import pytest
 from jit_helpers import rand, var
@@ -23,6 +25,7 @@ SHAPES = [
     (3, 11, 13, 13, 9, (1, 1, 1, 1)),
     (1, 5, 9, 14, 7, (0, 2, 1, 0)),
     (2, 16, 10, 9, 8, (0, 0, 0, 0)),
+    (8, 5, 6, 7, 6, (1, 1, 1, 1)),  # a block an image, enough for two threads: not cut apart
 ]
 
 
@@ -55,9 +58,9 @@ def test_winograd_fused_epilogue(blas_threads, per_channel) -> None:
     np.testing.assert_allclose(out, expect, rtol=1e-4, atol=2e-3)
 
 
-# Shapes the rule takes, at its floor of channels on this CPU (a batch of 3 on two threads:
-# blocks and channel ranges as pieces).
-C = conv.WINOGRAD_MIN_CHANNELS * sgemm.LANES
+# Shapes the rule takes, at its floor of channels on this CPU (on two threads: their phases cut
+# apart, `winograd.cut`).
+C = conv.WINOGRAD_MEAN_CHANNELS * sgemm.LANES
 TAKEN = [(1, C, 32, 33, C, (1, 1, 1, 1)), (3, C, 33, 34, C + 8, (1, 0, 2, 1))]
 
 
@@ -67,6 +70,9 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     (_, c, h, wd), o, (oh, ow) = x.shape, w.shape[0], want.shape[2:]
     how = conv.method.py_func(c, o, 1, 3, 3, 1, 1, 1, 1, oh, ow, h, wd, False, True)
     assert how == conv.WINOGRAD
+    # Not below the channels' mean, each at its floor (`conv.WINOGRAD_MIN_CHANNELS`).
+    floor = conv.WINOGRAD_MIN_CHANNELS * sgemm.LANES
+    assert not conv.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, oh, ow)
     # Not with a dilation nor a stride: the rule is Winograd's shapes only.
     assert not conv.winograd_pays.py_func(c, o, 1, 3, 3, 1, 1, 2, 2, oh, ow)
     assert not conv.winograd_pays.py_func(c, o, 1, 3, 3, 2, 2, 1, 1, oh, ow)
@@ -81,24 +87,67 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     np.testing.assert_allclose(fused, expect, rtol=1e-4, atol=2e-3)
 
 
-def test_pack_leaves_winograd_weights() -> None:
-    """The build-time pass packs no weight of a convolution Winograd's rule takes: the
-    library transforms it at the call (`rvm.op.conv.pack_conv2d`); the model computes the
-    same."""
+def _model(pads=(1, 0, 2, 1)):  # type: ignore[no-untyped-def]
+    """A 3x3 layer the rule takes, its constant weight, a bias and a ReLU."""
     from rvm.ir import expr as E
     from rvm.ir.builder import Builder
-    from rvm.op import conv2d
-    from rvm.transform.pack_conv_weights import pack_conv_weights
+    from rvm.op import add, conv2d, relu
 
-    assert conv.winograd_pays.py_func(C, C, 1, 3, 3, 1, 1, 1, 1, 32, 32)
-    # The direct method would take it by its rule alone, its weight packed at build time.
-    assert conv.channels_pay.py_func(C, C, 1, 3, 3, 1, 1, 32, 32, 32, 32, True)
-    x = var("x", (1, C, 32, 32))
+    x, w = var("x", (2, C, 33, 32)), rand((C + 8, C, 3, 3), seed=1)
     b = Builder()
     with b.function("main", [x]):
-        w = E.Constant(rand((C, C, 3, 3), seed=1))
-        b.emit_output(b.emit(conv2d(x, w, (1, 1), (1, 1, 1, 1))))
-    assert "conv2d_packed" not in str(pack_conv_weights(b.get()))
+        y = b.emit(conv2d(x, E.Constant(w), (1, 1), pads))
+        y = b.emit(add(y, E.Constant(rand((1, C + 8, 1, 1), seed=2))))
+        b.emit_output(b.emit(relu(y)))
+    return b.get(), w, rand((2, C, 33, 32), seed=4)
+
+
+@nb.njit
+def _entry(x, u4, out, params):  # type: ignore[no-untyped-def]
+    return conv.conv2d_winograd_call((x, u4, out, out, out), params)
+
+
+def test_pack_transforms_winograd_weights(blas_threads) -> None:
+    """The build-time pass transforms the constant weight of a convolution Winograd's rule
+    takes, once (`rvm.op.conv2d_winograd`; not packed for the direct method, which its rule
+    would take too): the entry point on it computes what the call on the OIHW weight does
+    (the weight transformed there: the same bits), and the reference the same as conv2d's."""
+    from rvm.ir import expr as E
+    from rvm.transform.pack_conv_weights import pack_conv_weights
+
+    mod, w, x = _model()
+    assert conv.channels_pay.py_func(C, C + 8, 1, 3, 3, 1, 1, 33, 32, 33, 32, True)
+    packed = pack_conv_weights(mod)
+    assert "conv2d_packed" not in str(packed)
+    calls = [b.value for b in packed["main"].body.bindings if isinstance(b.value, E.Call)]
+    (taken,) = [v for v in calls if v.callee.name == "conv2d_winograd"]
+    u = winograd.transform(w)
+    np.testing.assert_array_equal(taken.args[1].data, u)
+    pads = (1, 0, 2, 1)
+    want = numpy_ref.conv2d(x, w, (1, 1), pads, (1, 1), 1)
+    np.testing.assert_allclose(numpy_ref.conv2d_winograd(x, u, pads), want, rtol=1e-5, atol=1e-4)
+    per_call = np.full(want.shape, np.nan, dtype=np.float32)
+    winograd.conv2d(x, w, per_call, 1, 0, sgemm.NO_EPILOGUE)
+    got = np.full(want.shape, np.nan, dtype=np.float32)
+    u4 = u.reshape(*u.shape, 1)
+    assert _entry(x, u4, got, (*pads, 0, 0, 0)) == 0
+    np.testing.assert_array_equal(got, per_call)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+    # Shapes that disagree with the geometry are refused, not read.
+    assert _entry(x, u4, got, (1, 1, 2, 1, 0, 0, 0)) == 1
+
+
+def test_saved_executable_with_transformed_weights(tmp_path) -> None:
+    """The transformed weight is a constant like any other: saved, loaded back, read in
+    place."""
+    import rvm
+
+    mod, _, x = _model()
+    path = str(tmp_path / "wino.rvmx")
+    rvm.compile(mod, kernels="jit").save(path)
+    back = rvm.load_executable(path)
+    want = rvm.interpret(mod, "main", x)
+    np.testing.assert_allclose(rvm.VirtualMachine(back)["main"](x), want, rtol=1e-4, atol=2e-3)
 
 
 def test_onnx_model_against_onnxruntime(exec_mode) -> None:

@@ -109,6 +109,7 @@ def sample_calls() -> list[Call]:
         op.dense_bf16(m, var("bw", (3, 4), "int16")),
         op.conv2d_bf16(x, var("cw", (5, 36), "int16"), 2, 1, 1, 1, (3, 3)),
         op.conv2d_packed(x, var("pw", (1, 1, 3, 3, 4, 16)), 5, 2, 1),
+        op.conv2d_winograd(x, var("ww", (16, 5, 4)), (1, 0, 2, 1)),
         op.dense_packed(m, var("dp", (1, 4, 16)), var("db", (5,)), units=5, activation="gelu"),
         op.dense_packed_bf16(m, var("pp", (1, 2, 16), "int32"), var("pb", (5,)), units=5,
                              activation="relu"),

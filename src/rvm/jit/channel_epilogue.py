@@ -15,7 +15,7 @@ from rvm.op import ops
 __all__ = ["CONVS", "channel_ops"]
 
 
-CONVS = (ops.conv1d, ops.conv2d, ops.conv2d_packed)
+CONVS = (ops.conv1d, ops.conv2d, ops.conv2d_packed, ops.conv2d_winograd)
 """The convolutions whose epilogue the pass can take (float32 ones)."""
 
 

@@ -110,6 +110,10 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
         from rvm.kernels import direct
 
         return direct.FIRST_RUN_TASKS if _shape(call.args[0], 4) else ()
+    if callee is ops.conv2d_winograd:
+        from rvm.kernels import winograd
+
+        return winograd.FIRST_RUN_TASKS if _shape(call.args[0], 4) else ()
     if callee is ops.dense_packed:
         from rvm.kernels import packed
 

@@ -313,3 +313,40 @@ def _conv_packed(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -
 
 
 compute[ops.conv2d_packed] = _conv_packed
+
+
+def _conv_winograd(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    """conv2d by Winograd's F(2x2, 3x3) on a weight transformed at build time
+    (`rvm.op.conv2d_winograd`): the library's entry point ``conv2d_winograd``
+    (`rvm.kernels.conv`), the weight viewed (16, o, c, 1), which checks the whole geometry
+    again, with the kernel's epilogue (``info["epilogue"]``, `rvm.jit.lower`) applied in its
+    output transform."""
+    x, u = args
+    if out != "float32" or x.dtype != "float32" or u.dtype != "float32" or x.ndim != 4:
+        raise Unsupported(f"conv2d_winograd of {x.dtype} by {u.dtype} weights")
+    kb.check(
+        ne(x.dims[1], u.dims[2]),
+        f"{kb.kernel}: {kb.op}: input channels do not match the weight",
+    )
+    oihw = Tensor((u.dims[1], u.dims[2], "3", "3"), u.dtype)
+    full = {**attrs, "strides": (1, 1), "dilation": (1, 1)}
+    geo = _conv_geometry(kb, full, x, oihw, 2)
+    dims = (x.dims[0], u.dims[1], *(g[5] for g in geo))
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        xv, uv = kb.materialize(x, out), kb.materialize(u, out)
+        u4 = array_view(kb, uv, u.dims, (*u.dims, "1"))
+        (_, _, _, _, (pt, pb), _), (_, _, _, _, (pl, pr), _) = geo
+        bias, res, flags = t.info.get("epilogue") or (t.array, t.array, (0, 0, 0))
+        arrays = (xv, u4, t.array, bias, res)
+        variant = entry.variant([out] * 5)
+        kb.call_entry("conv2d_winograd", arrays, (pt, pl, pb, pr, *flags), variant)
+        t.info["fused"] = True
+
+    t.fill = fill
+    return t
+
+
+compute[ops.conv2d_winograd] = _conv_winograd

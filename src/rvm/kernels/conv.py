@@ -32,6 +32,8 @@ time):
   deep enough on maps of enough tiles (`winograd_pays`), run Winograd's F(2x2, 3x3) before
   either (`rvm.kernels.winograd`: 2.25 times fewer multiply-adds, the weight transformed at
   the call, the epilogue applied in its output transform).
+- ``conv2d_winograd`` (entry point, `_winograd_entry`): Winograd's on a weight transformed at
+  build time (`rvm.op.conv2d_winograd`), with its epilogue.
 - `conv2d_dot(...)`: the same im2col with ``np.dot``, where NumPy's BLAS is not reachable.
 
 Each method is a task of its own (`rvm.kernels.parfor.caller`), built when a convolution
@@ -504,8 +506,14 @@ def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
 
 
 def _winograd_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Winograd's method on an OIHW weight, transformed at the call, or (``job[21]``
+    `TRANSFORMED`: `_winograd_entry`) on one transformed at build time, (16, o, c)."""
     x, w, out, job = _operands(data, like)
-    winograd.conv2d(x, w, out, job[19], job[20], _epilogue(job))
+    if job[21] == TRANSFORMED:
+        u = parfor.array_at(job[2], (winograd.POSITIONS, job[8], job[9]), like)
+        winograd.conv2d_transformed(x, u, out, job[19], job[20], _epilogue(job))
+    else:
+        winograd.conv2d(x, w, out, job[19], job[20], _epilogue(job))
 
 
 def _images_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -540,6 +548,9 @@ _run_images = parfor.runner("conv2d_images")
 
 POINTWISE, STRIDED, DEPTHWISE, CHANNELS, TAPS, IM2COL, WINOGRAD = range(7)
 """The methods `method` picks; the library tasks each runs are `METHOD_TASKS`'."""
+TRANSFORMED = 7
+"""A job's method (``job[21]``) of Winograd's on a weight transformed at build time
+(`_winograd_entry`)."""
 
 METHOD_TASKS = (
     ("conv2d_pointwise", "gemm_segments", *sgemm.TASKS),
@@ -698,35 +709,43 @@ def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore
     (`rvm.kernels.winograd`) rather than the GEMMs or the direct method: 3x3, stride 1,
     dilation 1, no groups, on maps of `WINOGRAD_MIN_TILES` tiles (2 x 2 output positions) or
     more, from `WINOGRAD_MIN_CHANNELS` vectors of the GEMM's (`rvm.kernels.sgemm.LANES`)
-    input and output channels.
+    input and output channels each and `WINOGRAD_MEAN_CHANNELS` vectors of their harmonic
+    mean.
 
-    The transforms move each input and output value a few times, a float at a time, against
-    ``o`` (input) and ``c`` (output) multiply-adds a value in the GEMMs, which go a vector at a
-    time: so the channels' floor in vectors. The weight is transformed at each call, 16 ``o c``
-    floats against ``tiles`` times as many multiply-adds: so the tiles' floor. Measured on a
-    Zen 3 core (AVX2, one thread, thread CPU, the faster of the GEMMs and the direct method
-    over Winograd's time): vgg19's layers 1.07 (64 channels at 224 x 224) to 1.64 (512 at 28 x
-    28); 128 channels at 28 x 28 1.40, 64 to 96 at 28 x 28 1.09, 96 to 96 1.27; 14 x 14 and
-    13 x 13 maps (49 tiles) from 64 channels 1.01-1.17; 7 x 7 maps (16 tiles) 0.55-0.64;
-    squeezenet's shallow expansions 0.52 (16 channels at 55 x 55), 0.90 (48 at 13 x 13), 1.02
-    (32 at 27 x 27)."""
+    The transforms move each input value a few times (``o`` multiply-adds each in the GEMMs)
+    and each output value a few times (``c`` each), a float at a time, where the GEMMs go a
+    vector at a time: their share of the time is about ``1 / c + 1 / o``, so the channels'
+    floor is on the harmonic mean ``2 c o / (c + o)``, in vectors. A constant weight is
+    transformed at build time (`rvm.op.conv2d_winograd`), and a small map's phases are cut
+    apart for the pool's threads (`rvm.kernels.winograd.cut`). Measured on a Zen 3 core
+    (AVX2), the faster of the direct method and the GEMMs over Winograd's time on a weight
+    transformed beforehand, every 3x3 stride-1 layer of the light models
+    (`benchmarks/conv_methods.py` at one thread, thread CPU; at two threads, wall minimums of
+    15 alternations, the machine loaded): from 12 x 12 maps (36 tiles) with the mean from
+    96 channels 1.04-1.78 at two threads, 1.08-1.59 at one (inception_v2's 14 x 14 and 28 x 28
+    layers, resnet50's, squeezenet's 64 -> 256, alexnet's, vgg19's 512-channel ones), but 160
+    -> 320 on 13 x 13 0.97; at a mean of 77 (64 -> 96, 48 -> 192) 0.68-1.26, of 64 (64 -> 64)
+    0.79-1.34, on 56 x 56 too (0.90-1.28); 7 x 7 maps (16 tiles) 0.76-1.52, 6 x 6 (9) 0.49-0.76
+    at any depth."""
     if groups != 1 or kh != 3 or kw != 3 or sh != 1 or sw != 1 or dh != 1 or dw != 1:
         return False
     tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
     floor = WINOGRAD_MIN_CHANNELS * sgemm.LANES
-    return tiles >= WINOGRAD_MIN_TILES and c >= floor and o >= floor
+    if tiles < WINOGRAD_MIN_TILES or c < floor or o < floor:
+        return False
+    return 2 * c * o >= WINOGRAD_MEAN_CHANNELS * sgemm.LANES * (c + o)
 
 
-WINOGRAD_MIN_TILES = 256
-"""The tiles of a map from which `winograd_pays` (between 28 x 28 maps' 196 and 56 x 56's 784):
-a measured floor, not one derived from the machine. At one thread Winograd won from 49 tiles
-(13 x 13 and 14 x 14 maps, 1.01-1.17); at the pool's two threads it lost on those (1.5-2.5 times
-the packed direct method's time on inception_v2's 14 x 14 layers, 64 to 256 channels) and on
-28 x 28 maps with 64 to 96 channels (1.16-1.42), and won on 56 x 56 (0.83, 64 to 192 channels):
-its weight transformed at each call and its few blocks cut into channel ranges pay on small maps
-what its fewer multiplies save (`vm.profile`, per layer, medians of 100 runs, quiet)."""
+WINOGRAD_MIN_TILES = 32
+"""The tiles of a map from which `winograd_pays` (between 7 x 7 maps' 16, where it won or lost
+by the layer, and 12 x 12 maps' 36, where it won): a measured floor, not one derived from the
+machine (session 43 had 256 while the weight was transformed at each call and a small map's
+pieces each transformed their input again)."""
 WINOGRAD_MIN_CHANNELS = 8
-"""The input and output channels, in vectors, from which `winograd_pays`."""
+"""The input and output channels, in vectors, from which `winograd_pays`, each."""
+WINOGRAD_MEAN_CHANNELS = 10
+"""The harmonic mean of the input and output channels, in vectors, from which `winograd_pays`
+(measured: see there)."""
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------
@@ -769,11 +788,49 @@ def _fused_entry(a, b, c, bias, res, dims, params):  # type: ignore[no-untyped-d
     return 0
 
 
+def _winograd_entry(a, b, c, bias, res, dims, params):  # type: ignore[no-untyped-def]
+    """Winograd's F(2x2, 3x3) on x (a) by a weight transformed at build time (b: `U`, (16, o,
+    c), viewed (16, o, c, 1): `rvm.kernels.winograd.transform`, `rvm.op.conv2d_winograd`)
+    into out (c), then its epilogue in the output transform (the bias viewed (1, o or 1, 1,
+    1), the residual of out's shape; ``params``: the padding (top, left, bottom, right), the
+    activation, whether there is a bias, whether a residual; an array absent is passed as
+    out, unread): 0 done, 1 the shapes disagree. The call runs in the method's task
+    (`_winograd_task`)."""
+    d, p = nb.carray(dims, 20), nb.carray(params, 7)
+    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
+    out = nb.carray(c, (d[8], d[9], d[10], d[11]))
+    n, ch, ih, iw, o = d[0], d[1], d[2], d[3], d[5]
+    pt, pl, pb, pr, act = p[0], p[1], p[2], p[3], p[4]
+    if min(pt, pl, pb, pr) < 0 or d[4] != winograd.POSITIONS or d[6] != ch or d[7] != 1:
+        return 1
+    if d[8] != n or d[9] != o or d[10] != _out_size(ih, 3, 1, 1, pt, pb):
+        return 1
+    if d[11] != _out_size(iw, 3, 1, 1, pl, pr):
+        return 1
+    ok, biases, added = epipass.operands(out, bias, d[12:16], res, d[16:20], act, p[5], p[6])
+    if not ok:
+        return 1
+    if out.size == 0:
+        return 0
+    job = np.array((_JOB, parfor.address(x), parfor.address(nb.carray(b, 1)),
+                    parfor.address(out), n, ch, ih, iw, o, ch, 3, 3, d[10], d[11],
+                    1, 1, 1, 1, 1, pt, pl, TRANSFORMED,
+                    parfor.address(biases) if biases.size else 0, 1 if biases.size > 1 else 0,
+                    act, parfor.address(added) if added.size else 0), dtype=np.int64)  # fmt: skip
+    _call_winograd(x, 0, job)
+    return 0
+
+
 entry.export("conv2d", _entry)
 entry.export("conv2d_fused", _fused_entry)
+entry.export("conv2d_winograd", _winograd_entry)
 # What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
 entry_call = entry.caller("conv2d", 9)
 conv2d_fused_call = entry.caller("conv2d_fused", 12)
+conv2d_winograd_call = entry.caller("conv2d_winograd", 7)
+"""Winograd's convolution by a weight transformed at build time and its epilogue
+(`_winograd_entry`): ``conv2d_winograd_call((x, u, out, bias, res), (pt, pl, pb, pr, act,
+with bias, with residual))``, ``u`` (16, o, c, 1)."""
 """A float32 convolution and its epilogue (`_fused_entry`): ``conv2d_fused_call((x, w, out,
 bias, res), (groups, sh, sw, dh, dw, pt, pl, pb, pr, act, with bias, with residual))``."""
 

@@ -14,11 +14,12 @@ times; the error grows by a few ulps (its transforms' coefficients are 0, +-1 an
 oh, ow), C-contiguous float32; ``pt``, ``pl`` the top and left padding, the output's size
 giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
 
-- the weight is transformed once a call, into ``U`` (16, o, c), on the pool (`_weights`);
+- the weight is transformed into ``U`` (16, o, c): once, at build time, where it is a
+  constant (`transform`; `rvm.op.conv2d_winograd`, which runs `conv2d_transformed`), else at
+  each call, on the pool (`_weights`);
 - the tiles of each image are cut into blocks of whole rows of tiles (`block_rows`: at each
   of the 16 positions, a block's transformed input and products take about one core's L2,
-  `rvm.kernels.cpu`), and blocks (and, where there are fewer blocks than the pool's threads
-  want, ranges of output channels, then smaller blocks: `cut`) are the pieces of a job on rvm's pool
+  `rvm.kernels.cpu`), and blocks are the pieces of a job on rvm's pool
   (`rvm.kernels.parfor`), a batch's images' blocks all in one job;
 - each piece runs its block's three phases in its thread: the input transform (`_input`:
   each channel's four input rows under a row of tiles, zero-padded, transformed down the rows
@@ -27,7 +28,12 @@ giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
   blocking read from the machine), and the output transform (`_output`), which applies the
   convolution's epilogue (a bias per channel or one for all, a residual of the output's
   layout, a ReLU: `rvm.kernels.sgemm.sgemm_segments`' ``epilogue``) as it stores, the output
-  written once.
+  written once;
+- where those blocks are too few for the pool's threads (small maps: `cut`), the three
+  phases are cut apart instead, each over whole images, in one job whose pieces wait for the
+  phase before (`rvm.kernels.workpool.wait_until`): the input transform by ranges of input
+  channels, the GEMMs by ranges of the 16 positions, the output transform by ranges of
+  output channels; no piece transforms an input or packs a GEMM's operand again.
 
 Where it pays against the other methods is `rvm.kernels.conv.winograd_pays`' rule.
 """
@@ -36,13 +42,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import parfor, sgemm
+from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U
 
-__all__ = ["FIRST_RUN_TASKS", "POSITIONS", "block_rows", "channel_parts", "conv2d", "cut"]
+__all__ = [
+    "FIRST_RUN_TASKS",
+    "POSITIONS",
+    "block_rows",
+    "conv2d",
+    "conv2d_transformed",
+    "cut",
+    "transform",
+]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -73,32 +87,28 @@ def block_rows(c, oc, tw, th):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def channel_parts(o, blocks, threads):  # type: ignore[no-untyped-def]
-    """Ranges of output channels each block is cut into: one where the ``blocks`` of the
-    call give each of the pool's ``threads`` a few (`rvm.kernels.parfor.PIECES_PER_THREAD`),
-    else as many as make that up, each a multiple of `rvm.kernels.sgemm.MR` rows and at least
-    eight bands of them (every part transforms the block's input again)."""
-    want = parfor.PIECES_PER_THREAD * threads
-    if threads < 2 or blocks >= want:
-        return 1
-    return min(max(1, o // (8 * sgemm.MR)), -(-want // blocks))
-
-
-@jit(**_OPTS)
 def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
-    """(rows of tiles a block, blocks an image, ranges of output channels): a call's pieces on
-    the pool's ``threads``, ``n`` images of ``th`` rows of ``tw`` tiles. Blocks as large as
-    `block_rows` has them, cut into ranges of output channels where they are too few for the
-    threads (`channel_parts`), and where that still leaves fewer than
-    `rvm.kernels.parfor.PIECES_PER_THREAD` a thread, into smaller blocks (a row at least)."""
+    """(rows of tiles a block, blocks an image, ranges of output channels, ranges of input
+    channels): a call's pieces on the pool's ``threads``, ``n`` images of ``th`` rows of ``tw``
+    tiles, for ``c`` input and ``o`` output channels.
+
+    Blocks as large as `block_rows` has them, each piece one block's three phases, where they
+    give each thread `rvm.kernels.parfor.PIECES_PER_THREAD` pieces or more (or there is one
+    thread): one range of output channels, no range of input channels (0). Where there are
+    fewer (small maps), each phase is cut apart for the whole image, its pieces waiting for
+    the phase before: the input transform by ranges of input channels (one a vector of them
+    at most), the GEMMs by ranges of the 16 positions (the "blocks"), the output transform
+    by ranges of output channels, as many of each as the threads want, so no piece does
+    another's work again. (Session 43 cut small maps' blocks into ranges of output channels
+    and rows of tiles, each transforming its input again and packing its GEMMs' operand again:
+    1.5 to 2.5 times the direct method's time on 14 x 14 maps at two threads.)"""
     per = block_rows(c, o, tw, th)
     blocks = -(-th // per)
-    parts = channel_parts(o, n * blocks, threads)
     want = parfor.PIECES_PER_THREAD * threads
-    if threads > 1 and n * blocks * parts < want:
-        per = max(1, th // -(-want // (n * parts)))
-        blocks = -(-th // per)
-    return per, blocks, parts
+    if threads < 2 or n * blocks >= want:
+        return per, blocks, 1, 0
+    each = -(-want // n)
+    return th, min(POSITIONS, each), min(o, each), max(1, min(each, c // sgemm.LANES))
 
 
 @jit(**_OPTS, inline="always")
@@ -144,13 +154,13 @@ def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows):  # type: ignore[no-untyped-def]
+def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, c0, c1):  # type: ignore[no-untyped-def]
     """``v`` (16 c tiles floats: (16, c, tiles)) = ``B^T d B`` of the 4 x 4 input window ``d``
-    of each tile in rows ``ty0`` to ``ty1`` of image ``n_`` (the window of tile (ty, tx) at
-    input row ``2 ty - pt``, column ``2 tx - pl``; zeros outside the input), tile ``(ty - ty0)
-    tw + tx``; ``rows`` (8 (2 tw + 2) floats) scratch: a row of tiles' four input rows
-    zero-padded, then their transform down the rows. B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0,
-    -1, 1, 0], [0, 1, 0, -1]]."""
+    of each tile in rows ``ty0`` to ``ty1`` of image ``n_``, input channels ``c0`` to ``c1``
+    (the window of tile (ty, tx) at input row ``2 ty - pt``, column ``2 tx - pl``; zeros
+    outside the input), tile ``(ty - ty0) tw + tx``; ``rows`` (8 (2 tw + 2) floats) scratch:
+    a row of tiles' four input rows zero-padded, then their transform down the rows. B^T =
+    [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     xf = x.reshape(x.size)
     tiles = (ty1 - ty0) * tw
@@ -160,7 +170,7 @@ def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows):  # type: ignore[no-untyped-def
     for j in range(4 * width):
         rows[U(j)] = 0.0
     step = U(c * tiles)
-    for c_ in range(c):
+    for c_ in range(c0, c1):
         plane = (n_ * c + c_) * ih * iw
         for ty in range(ty0, ty1):
             for r in range(4):
@@ -195,16 +205,17 @@ def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows):  # type: ignore[no-untyped-def
 
 
 @jit(**_OPTS)
-def _output(m, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # type: ignore[no-untyped-def]
+def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # type: ignore[no-untyped-def]  # noqa: E501
     """Output channels ``o0`` to ``o1`` of image ``n_``'s rows of tiles ``ty0`` to ``ty1``:
-    ``A^T M A`` of each tile's 16 products ``m`` (16, o1 - o0, tiles), A^T = [[1, 1, 1, 0], [0,
+    ``A^T M A`` of each tile's 16 products ``m`` (16 positions ``positions`` floats apart,
+    each (o1 - o0, tiles)), A^T = [[1, 1, 1, 0], [0,
     1, -1, -1]], then the ``epilogue`` (`rvm.kernels.sgemm.sgemm_segments`': the bias's
     address or 0, its step, the activation, the residual's address (out's layout) or 0), the
     positions past the output's edge not stored."""
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     of = out.reshape(out.size)
     tiles = (ty1 - ty0) * tw
-    step = U((o1 - o0) * tiles)
+    step = U(positions)
     at_bias, bias_step, act, at_res = epilogue
     bias = parfor.array_at(at_bias, (o if at_bias != 0 else 0,), like)
     res = parfor.array_at(at_res, (of.size if at_res != 0 else 0,), like)
@@ -252,21 +263,30 @@ def _output(m, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # type: ignore[n
 
 
 # A job (int64): its length, x, u (the transformed weight), out, n, c, ih, iw, o, oh, ow, pt,
-# pl, rows of tiles a block, blocks an image, channel parts, the epilogue (4), the phase (0:
-# the blocks; else the pieces of the weight's transform), w.
-_JOB = 22
+# pl, rows of tiles a block, blocks an image (or ranges of positions), ranges of output
+# channels, the epilogue (4), the phase (0: the blocks; else the pieces of the weight's
+# transform), w, then where the phases are cut apart (`cut`): ranges of input channels an
+# image (0: they are not), the transformed input's address, the products', and the count of
+# the pieces done of each of the first two phases.
+_JOB = 27
+_APART = 22
+_DONE = 25
 
 
 def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call (`conv2d`): a range of the weight's kernels transformed
-    (phase 1), or one block of rows of tiles of one image, for one range of output channels:
-    its input transformed, its 16 GEMMs, its output transformed."""
+    (phase 1); or one block of rows of tiles of one image, for one range of output channels:
+    its input transformed, its 16 GEMMs, its output transformed; or, where the phases are cut
+    apart (`cut`), a piece of one of them (`_apart`)."""
     j = parfor.job(data)
     if j[20] > 0:
         pairs = j[8] * j[5]
         lo, hi = parfor.piece_range(piece, j[20], pairs, _PAIRS)
         wf = parfor.array_at(j[21], (9 * pairs,), like)
         _weights(wf, parfor.array_at(j[2], (POSITIONS * pairs,), like), pairs, lo, hi)
+        return
+    if j[_APART] > 0:
+        _apart(piece, j, like)
         return
     n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
     pt, pl, per, blocks, parts = j[11], j[12], j[13], j[14], j[15]
@@ -283,13 +303,55 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
     v = kept(POSITIONS * c * per * tw, x.dtype)
     m = kept(POSITIONS * oc * per * tw, x.dtype)
     rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
-    _input(x, n_, pt, pl, ty0, ty1, tw, v, rows)
+    _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, 0, c)
     at_u, at_v, at_m = j[2], parfor.address(v), parfor.address(m)
     for xi in range(POSITIONS):
         sgemm.sgemm(at_u + 4 * (xi * o + o0) * c, c, at_v + 4 * xi * c * tiles, tiles,
                     at_m + 4 * xi * oc * tiles, tiles, oc, tiles, c, 0)  # fmt: skip
     alive(v)  # read by the GEMMs through its address: not freed before
-    _output(m, out, n_, o0, o1, ty0, ty1, tw, (j[16], j[17], j[18], j[19]), like)
+    _output(m, oc * tiles, out, n_, o0, o1, ty0, ty1, tw, (j[16], j[17], j[18], j[19]), like)
+
+
+@jit(**_OPTS, inline="always")
+def _apart(piece, j, like):  # type: ignore[no-untyped-def]
+    """Piece ``piece`` of a call whose phases are cut apart (`cut`), each image's whole: the
+    first ``n`` times ``j[22]`` a range of an image's input channels transformed, the next
+    ``n`` times ``j[14]`` a range of an image's positions' GEMMs (once the input's pieces are
+    done), the rest a range of an image's output channels transformed (once the GEMMs' are)."""
+    n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    tiles = th * tw
+    ranges, spans, parts = j[_APART], j[14], j[15]
+    image_v, image_m = POSITIONS * c * tiles, POSITIONS * o * tiles
+    v = parfor.array_at(j[_APART + 1], (n * image_v,), like)
+    m = parfor.array_at(j[_APART + 2], (n * image_m,), like)
+    done = parfor.address(j) + 8 * _DONE
+    inputs, gemms = n * ranges, n * spans
+    if piece < inputs:
+        x = parfor.array_at(j[1], (n, c, ih, iw), like)
+        n_, r = piece // ranges, piece % ranges
+        c0, c1 = parfor.piece_range(r, ranges, c, 1)
+        rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
+        _input(x, n_, j[11], j[12], 0, th, tw, v[n_ * image_v :], rows, c0, c1)
+        workpool.add_at(done, 1)
+        return
+    if piece < inputs + gemms:
+        workpool.wait_until(done, inputs)  # claimed before this piece: done soon
+        n_, r = (piece - inputs) // spans, (piece - inputs) % spans
+        xi0, xi1 = parfor.piece_range(r, spans, POSITIONS, 1)
+        at_v = parfor.address(v) + 4 * n_ * image_v
+        at_m = parfor.address(m) + 4 * n_ * image_m
+        for xi in range(xi0, xi1):
+            sgemm.sgemm(j[2] + 4 * xi * o * c, c, at_v + 4 * xi * c * tiles, tiles,
+                        at_m + 4 * xi * o * tiles, tiles, o, tiles, c, 0)  # fmt: skip
+        workpool.add_at(done + 8, 1)
+        return
+    workpool.wait_until(done + 8, gemms)
+    out = parfor.array_at(j[3], (n, o, oh, ow), like)
+    n_, r = (piece - inputs - gemms) // parts, (piece - inputs - gemms) % parts
+    o0, o1 = parfor.piece_range(r, parts, o, 1)
+    at = n_ * image_m + o0 * tiles
+    _output(m[at:], o * tiles, out, n_, o0, o1, 0, th, tw, (j[16], j[17], j[18], j[19]), like)
 
 
 parfor.export_task("winograd_blocks", _blocks_task)
@@ -301,24 +363,57 @@ def conv2d(x, w, out, pt, pl, epilogue):  # type: ignore[no-untyped-def]
     """``out`` = the 3x3 convolution of ``x`` by ``w`` at stride 1 (top and left padding ``pt``,
     ``pl``), then its ``epilogue`` (`rvm.kernels.sgemm.sgemm_segments`': (bias address, its
     step, activation, residual address), `rvm.kernels.sgemm.NO_EPILOGUE`: none), by
-    Winograd's F(2x2, 3x3) on rvm's pool (see the module docstring). float32, C-contiguous;
-    the caller checks the geometry."""
+    Winograd's F(2x2, 3x3) on rvm's pool (see the module docstring), the weight transformed
+    here, on the pool, then `conv2d_transformed`. float32, C-contiguous; the caller checks the
+    geometry."""
+    o, c = w.shape[0], w.shape[1]
+    if out.size == 0:
+        return
+    u = kept(POSITIONS * o * c, x.dtype)
+    job = np.zeros(_JOB, dtype=np.int64)
+    job[0], job[2], job[5], job[8] = _JOB, parfor.address(u), c, o
+    job[21] = parfor.address(w)
+    job[20] = parfor.chunks(POSITIONS * o * c, max(1, o * c // _PAIRS))
+    _run(x, job[20], job)  # the weight's transform, then the blocks that read it
+    conv2d_transformed(x, u.reshape((POSITIONS, o, c)), out, pt, pl, epilogue)
+    alive(u)  # read by the pieces through its address: not freed before
+
+
+@jit(**_OPTS)
+def conv2d_transformed(x, u, out, pt, pl, epilogue):  # type: ignore[no-untyped-def]
+    """`conv2d` by the weight already transformed, ``u`` (16, o, c): ``G g G^T`` of each
+    kernel ``g``, as `transform` gives it (at build time for a constant weight:
+    `rvm.op.conv2d_winograd`)."""
     n, c = x.shape[0], x.shape[1]
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     if out.size == 0:
         return
     th, tw = (oh + 1) // 2, (ow + 1) // 2
-    u = kept(POSITIONS * o * c, x.dtype)
-    per, blocks, parts = cut(c, o, n, tw, th, parfor.threads())
+    per, blocks, parts, ranges = cut(c, o, n, tw, th, parfor.threads())
+    apart = n * POSITIONS * th * tw if ranges else 1  # the phases' shared operands, per channel
+    v, m = kept(apart * c, x.dtype), kept(apart * o, x.dtype)
     job = np.empty(_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _JOB, parfor.address(x), parfor.address(u), parfor.address(out)
     job[4], job[5], job[6], job[7] = n, c, x.shape[2], x.shape[3]
     job[8], job[9], job[10], job[11], job[12] = o, oh, ow, pt, pl
     job[13], job[14], job[15] = per, blocks, parts
     job[16], job[17], job[18], job[19] = epilogue
-    job[21] = parfor.address(w)
-    job[20] = parfor.chunks(POSITIONS * o * c, max(1, o * c // _PAIRS))
-    _run(x, job[20], job)  # the weight's transform, then the blocks that read it
-    job[20] = 0
-    _run(x, n * blocks * parts, job)
-    alive(u)  # read by the pieces through its address: not freed before
+    job[20], job[21] = 0, 0
+    job[_APART], job[_APART + 1], job[_APART + 2] = ranges, parfor.address(v), parfor.address(m)
+    job[_DONE], job[_DONE + 1] = 0, 0
+    pieces = n * (ranges + blocks + parts) if ranges else n * blocks * parts
+    _run(x, pieces, job)
+    alive(v)  # read by the pieces through their addresses: not freed before
+    alive(m)
+
+
+@jit(**_OPTS)
+def transform(w):  # type: ignore[no-untyped-def]
+    """The transformed weight ``U`` (16, o, c) of the float32 OIHW 3x3 weight ``w``, in this
+    thread: what `conv2d` computes at the call, and the build-time pass once for a constant
+    weight (`rvm.op.conv.pack_conv2d`)."""
+    o, c = w.shape[0], w.shape[1]
+    u = np.empty((POSITIONS, o, c), dtype=w.dtype)
+    wf = np.ascontiguousarray(w).reshape(w.size)
+    _weights(wf, u.reshape(u.size), o * c, 0, o * c)
+    return u

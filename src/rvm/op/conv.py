@@ -34,6 +34,7 @@ __all__ = [
     "conv2d",
     "conv2d_packed",
     "conv2d_transpose",
+    "conv2d_winograd",
     "conv3d",
     "conv3d_transpose",
 ]
@@ -42,6 +43,7 @@ __all__ = [
 define_op("conv1d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv2d", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv2d_packed", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
+define_op("conv2d_winograd", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv3d", OpPattern.OPAQUE, 2)
 define_op("conv1d_transpose", OpPattern.OPAQUE, 2)
 define_op("conv2d_transpose", OpPattern.OPAQUE, 2)
@@ -338,14 +340,49 @@ def _infer_packed(call_: Call, args: list[TensorType]) -> Type:
     return TensorType((x.shape[0], channels, *spatial), dtype)
 
 
+# -- conv2d by Winograd's F(2x2, 3x3) on a weight transformed once ----------------------
+
+
+def conv2d_winograd(x: ExprLike, u: ExprLike, padding: IntOrInts = 0) -> Call:
+    """The 3x3 conv2d at stride 1 and dilation 1, without groups, of ``x`` (N, C, H, W) by a
+    weight transformed for Winograd's F(2x2, 3x3) (`rvm.kernels.winograd.transform`;
+    `rvm.transform.pack_conv_weights` transforms constant weights so, once): ``u`` is (16, O,
+    C), ``u[4 i + j]`` position (i, j) of ``G g G^T`` for each 3x3 kernel ``g``, G = [[1, 0,
+    0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]. ``padding`` as conv2d's."""
+    name = "conv2d_winograd"
+    pads = normalize_padding(name, padding, 2)
+    return call(ops.conv2d_winograd, as_expr(x), as_expr(u), padding=pads)
+
+
+@rule(ops.conv2d_winograd)
+def _infer_winograd(call_: Call, args: list[TensorType]) -> Type:
+    x, u = args
+    name = "conv2d_winograd"
+    check_rank(name, x, 4, "the input (NCHW)")
+    check_rank(name, u, 3, "the weight (16, O, C)")
+    dtype = promote_dtypes(x.dtype, u.dtype)
+    o = None if u.shape is None else u.shape[1]
+    if x.shape is None:
+        return TensorType(None, dtype)
+    if u.shape is not None:
+        cin, cg = x.shape[1], u.shape[2]
+        if u.shape[0] != 16 or (isinstance(cin, int) and isinstance(cg, int) and cin != cg):
+            raise IRError(f"{name}: input {fmt(x.shape)} does not match weight {fmt(u.shape)}")
+    spatial = [
+        window_out_dim(name, x.shape[2 + i], 3, 1, pads, 1)
+        for i, pads in enumerate(pad_pairs(call_.attrs["padding"], 2))
+    ]
+    return TensorType((x.shape[0], o, *spatial), dtype)
+
+
 def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None:
-    """The `conv2d_packed` call computing ``value``, a float32 ``conv2d`` of a static-shaped
-    input by the constant ``weight`` (numpy, OIHW), with the weight packed here, once, where
+    """The call computing ``value``, a float32 ``conv2d`` of a static-shaped input by the
+    constant ``weight`` (numpy, OIHW), on the weight laid out here, once, for the method the
+    library takes: `conv2d_winograd` on the weight transformed where Winograd's beats the other
+    methods (`rvm.kernels.conv.winograd_pays`), else `conv2d_packed` on the weight packed where
     the direct method beats the GEMMs on this CPU (`rvm.kernels.conv.channels_pay`: the rule,
     written once; with ``built``, the model builds the method anyway, also where
-    `rvm.kernels.direct.pays_once_built`) and Winograd's does not beat both
-    (`rvm.kernels.conv.winograd_pays`: the library takes it on the OIHW weight); None
-    elsewhere."""
+    `rvm.kernels.direct.pays_once_built`); None elsewhere."""
     import numpy as np
 
     from rvm.kernels import conv as library
@@ -365,7 +402,10 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
     o, _, kh, kw = weight.shape
     groups, (sh, sw), (dh, dw) = attrs["groups"], attrs["strides"], attrs["dilation"]
     if library.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
-        return None
+        from rvm.kernels import winograd
+
+        u = Constant(winograd.transform(weight))
+        return conv2d_winograd(value.args[0], u, attrs["padding"])
     if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True) and not (
         built and direct.pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow)
     ):

@@ -9,7 +9,9 @@ Guarantees: the same program, where each float32 ``conv2d(x, W)`` with a constan
 static input shape, for which the direct convolution vectorized along output channels beats
 the GEMMs on this CPU (`rvm.op.conv.pack_conv2d`, the library's rule), is ``conv2d_packed(x,
 P)`` with ``P`` the weight packed in panels of output channels (`rvm.kernels.direct.pack`):
-the kernel reads it as it is, with no copy at each call. A module that packs one builds the
+the kernel reads it as it is, with no copy at each call; each one Winograd's F(2x2, 3x3) serves
+(`rvm.kernels.conv.winograd_pays`) is ``conv2d_winograd(x, U)`` with ``U`` the weight transformed
+once (`rvm.kernels.winograd.transform`), not at each call. A module that packs one builds the
 method anyway, so its shallower convolutions on small maps take it too where it pays
 (`rvm.kernels.direct.pays_once_built`), and so does one run on batches (`BATCH_BUILDS`), while
 a module that packs none (squeezenet at batch 1) builds none of it at its first run. Likewise
@@ -50,7 +52,8 @@ which a batch of ``n`` repays ``n`` times sooner. squeezenet at batch 8 (one thr
 
 
 def pack_conv_weights(mod: IRModule) -> IRModule:
-    """Rewrite every conv2d the direct method serves to `rvm.op.conv2d_packed`."""
+    """Rewrite every conv2d the direct method serves to `rvm.op.conv2d_packed`, every one
+    Winograd's serves to `rvm.op.conv2d_winograd`."""
     out, packed, direct, images = _pack(mod, False)
     # The module builds the direct method, or runs batches whose calls repay its build sooner:
     # the wider rule's convolutions take it too.
@@ -65,8 +68,8 @@ def pack_conv_weights(mod: IRModule) -> IRModule:
 
 def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int, int, int]:
     """``mod`` with the convolutions `_convert` packs (``built``: only float ones, by the
-    wider rule too) rewritten, how many, how many of them float32 ones (the direct
-    method's: an int8 one turned around builds none of it), and the most images a float32
+    wider rule too) rewritten, how many, how many of them the direct method's (an int8 one
+    turned around or a Winograd one builds none of it), and the most images a float32
     convolution of it takes a call (`_images`)."""
     packed = direct = images = 0
 
@@ -83,7 +86,7 @@ def _pack(mod: IRModule, built: bool) -> tuple[IRModule, int, int, int]:
                 new = _convert(b.value, consts, built)
                 if new is not None:
                     packed += 1
-                    direct += b.value.callee is ops.conv2d
+                    direct += new.callee is ops.conv2d_packed
                     b = E.VarBinding(b.var, new)
                 out.append(b)
             return out, body

@@ -70,6 +70,17 @@ def conv2d_packed(x, w, channels, strides, padding, dilation, groups):
     return _conv(x, oihw, strides, padding, dilation, groups)
 
 
+def conv2d_winograd(x, u, padding):
+    """conv2d (3x3, stride 1) by a weight transformed for Winograd's F(2x2, 3x3): ``u`` (16, o,
+    c), ``G g G^T`` of each kernel ``g`` (G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0,
+    0, 1]]), taken back to OIHW by G's left inverse [[1, 0, 0, 0], [0, 1, -1, 0], [0, 0, 0,
+    1]]."""
+    back = np.array([[1, 0, 0, 0], [0, 1, -1, 0], [0, 0, 0, 1]], dtype=np.float64)
+    grid = u.astype(np.float64).reshape(4, 4, *u.shape[1:])
+    oihw = np.einsum("ai,ijoc,bj->ocab", back, grid, back).astype(u.dtype)
+    return _conv(x, oihw, (1, 1), padding, (1, 1), 1)
+
+
 def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
     """N-d transposed convolution, NC+spatial input, IO+spatial weight (the gradient of conv).
 
@@ -109,6 +120,7 @@ __all__ = [
     "conv1d",
     "conv2d",
     "conv2d_packed",
+    "conv2d_winograd",
     "conv3d",
     "conv1d_transpose",
     "conv2d_transpose",
