@@ -33,7 +33,8 @@ def _with_precision(passes: list, precision: str, kernels: str) -> list:
     (`rvm.transform.to_bf16`), then, for jit kernels, to packed constant weights: the GEMM's
     (`rvm.transform.pack_weights`, then `rvm.transform.merge_products`: those of one input
     as one) and the direct convolution's (`rvm.transform.pack_conv_weights`); attention then
-    reads its heads in place (`rvm.transform.fuse_attention.attention_heads`)."""
+    reads its heads in place (`rvm.transform.fuse_attention.attention_heads`); all before
+    `rvm.transform.concat_images`, whose per-image calls read the packed weights."""
     extra = []
     if precision == "bf16":
         from rvm.transform.to_bf16 import to_bf16
@@ -51,7 +52,7 @@ def _with_precision(passes: list, precision: str, kernels: str) -> list:
             ("pack_conv_weights", pack_conv_weights),
             ("attention_heads", attention_heads),
         ]
-    at = [name for name, _ in passes].index("legalize")
+    at = [name for name, _ in passes].index("concat_images")
     return [*passes[:at], *extra, *passes[at:]]
 
 

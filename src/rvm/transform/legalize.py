@@ -134,6 +134,32 @@ def rewrite_counted(
     return (replace_changed(mod, funcs) if total else mod), total
 
 
+def rewrite_with_uses(
+    mod: IRModule, region: Callable[[list[E.VarBinding], dict[E.Var, int]], tuple[list, int]]
+) -> tuple[IRModule, int]:
+    """`rewrite_counted` by ``region(bindings, uses)``, ``uses`` the use counts of the
+    function that holds the region (`count_uses`)."""
+
+    def regions(func: E.Function) -> CountedRegionFn:
+        uses = count_uses(func.body)
+        return lambda bindings: region(bindings, uses)
+
+    return rewrite_counted(mod, regions)
+
+
+def splice(
+    kept: list[E.VarBinding | None], extra: dict[int, list[E.VarBinding]]
+) -> list[E.VarBinding]:
+    """A region's bindings rewritten in place: ``kept`` (None where one goes) in order, the
+    bindings ``extra[i]`` before position ``i``."""
+    result: list[E.VarBinding] = []
+    for i, b in enumerate(kept):
+        result.extend(extra.get(i, ()))
+        if b is not None:
+            result.append(b)
+    return result
+
+
 def replace_changed(mod: IRModule, funcs: dict[str, E.Function]) -> IRModule:
     """``mod`` with those of ``funcs`` (`map_functions`' result) that are not its own."""
     return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})

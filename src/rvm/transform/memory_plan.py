@@ -114,7 +114,9 @@ class _Planner:
                 source, offset = state.views[b.var]
                 ty: TensorType = b.var.type  # type: ignore[assignment]
                 attrs = {"offset": offset, "shape": ty.shape, "dtype": ty.dtype}
-                alloc = E.Call(vm_ops.alloc_tensor, (state.storage_of[source],), attrs)
+                storage = state.concat_storage.get(source)
+                storage = state.storage_of[source] if storage is None else storage
+                alloc = E.Call(vm_ops.alloc_tensor, (storage,), attrs)
                 out.append(E.VarBinding(b.var, alloc))
                 self._release(state, i, [b.var, *call.args])
                 continue
@@ -186,9 +188,11 @@ class _Planner:
         self, bindings: list[E.VarBinding], members: dict[E.Var, tuple[E.Var, int]]
     ) -> dict[E.Var, tuple[E.Var, int]]:
         """The lone slices of the region that are views of their input's storage, by result:
-        their input and byte offset there (`concat_plan.slice_offset`). The input is a
-        static result of an earlier kernel of the region with a storage of its own (no piece
-        of a concatenation written in place, no view itself), the slice no such piece."""
+        the tensor that owns that storage and the byte offset there (`concat_plan.slice_offset`).
+        The input is a static result of an earlier kernel of the region, no view itself: with a
+        storage of its own, or a concatenation written in place or a piece of one (``members``),
+        whose storage is its outermost concatenation's (`rvm.transform.concat_images` slices
+        such a concatenation's images); the slice is no such piece."""
         made: set[E.Var] = set()
         views: dict[E.Var, tuple[E.Var, int]] = {}
         for b in bindings:
@@ -198,13 +202,13 @@ class _Planner:
             source = b.value.args[0] if offset is not None else None  # type: ignore[attr-defined]
             if (
                 source in made
-                and source not in members
                 and source not in views
                 and b.var not in members
                 and isinstance(b.var.type, TensorType)
                 and b.var.type.is_static
             ):
-                views[b.var] = (source, offset)  # type: ignore[assignment]
+                root, at = members.get(source, (source, 0))  # type: ignore[arg-type]
+                views[b.var] = (root, at + offset)  # type: ignore[operator]
             elif (
                 isinstance(b.var.type, TensorType)
                 and b.var.type.is_static

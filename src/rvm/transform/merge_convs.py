@@ -42,7 +42,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, rewrite_counted
+from rvm.transform.legalize import rewrite_with_uses, splice
 
 logger = logging.getLogger("rvm.transform")
 
@@ -52,11 +52,7 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")
 def merge_convs(mod: IRModule) -> IRModule:
     """Merge the convolutions of each region that share their input (see above)."""
 
-    def regions(func: E.Function):  # type: ignore[no-untyped-def]
-        uses = count_uses(func.body)
-        return lambda bindings: _merge_region(bindings, uses)
-
-    out, merged = rewrite_counted(mod, regions)
+    out, merged = rewrite_with_uses(mod, _merge_region)
     if merged:
         logger.debug("merge_convs: %d convolutions merged", merged)
     return out
@@ -92,12 +88,7 @@ def _merge_region(
                 out[i] = None
     if not merged:
         return bindings, 0
-    result: list[E.VarBinding] = []
-    for i, b in enumerate(out):
-        result.extend(extra.get(i, ()))
-        if b is not None:
-            result.append(b)
-    return result, merged
+    return splice(out, extra), merged
 
 
 def _conv_key(value: E.Expr) -> tuple | None:

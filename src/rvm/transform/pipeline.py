@@ -46,6 +46,11 @@ Each pass: what it needs → what it guarantees.
   qconv2d of small maps take their weights turned once (``weight_layout="turned"``), other
   int8 qconv2d and qdense weights widened to int16 once where the CPU's integer kernels take
   16-bit values (AVX2 without VNNI).
+- concat_images: inlined, batch norms folded, weights packed (the passes ``rvm.compile``
+  inserts come before it) → a channel concatenation of a batch of images whose pieces are
+  per-image chains (a convolution or pool, its bias and activation) runs the chains image by
+  image and joins each image's pieces, then the images: every piece one contiguous run of
+  the result, which the memory plan writes in place.
 - legalize: lifted → every op call is a call of a primitive function (``attrs["primitive"]``)
   holding that op; 0-d constants move into it; an avg_pool2d whose one window is its whole
   static map holds ``global_avg_pool2d``.
@@ -80,6 +85,7 @@ Pass = Callable[[IRModule], IRModule]
 def default_passes() -> list[tuple[str, Pass]]:
     """The passes of `rvm.compile`, in order."""
     from rvm.transform.commute_pool_projection import commute_pool_projection
+    from rvm.transform.concat_images import concat_images
     from rvm.transform.dead_code import dead_code
     from rvm.transform.fold_batch_norm import fold_batch_norm
     from rvm.transform.fold_constant import fold_constant
@@ -112,6 +118,7 @@ def default_passes() -> list[tuple[str, Pass]]:
         ("fuse_norms", fuse_norms),
         ("fuse_activations", fuse_activations),
         ("fuse_rope", fuse_rope),
+        ("concat_images", concat_images),
         ("legalize", legalize),
         ("fuse_ops", fuse_ops),
         ("fold_constant", fold_constant),
