@@ -395,3 +395,37 @@ def test_segments_refuse_float64() -> None:
     a = np.ones(4)
     with pytest.raises(nb.core.errors.TypingError):
         _segments(a, 0, 2, a, 2, np.empty(0, np.int64), a, 0, 2, 2, 2, 1, 2, 0, 0, 1, 1, 0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "m,segs,width,table",
+    [(16, 1, 3025, False), (1000, 1, 169, False), (96, 40, 37, True), (13, 111, 5, True),
+     (250, 1, 197, False), (64, 55, 55, True)],
+)  # fmt: skip
+def test_segments_equal_bits_at_every_thread_count(m, segs, width, table) -> None:
+    """A segmented GEMM cut on the pool, its shares guided (`parfor.guided_range`: along the
+    columns of squeezenet's 1x1 squeezes, the rows of its last 512 -> 1000 layer, the runs of
+    a tap table), gives the very bits it gives unsplit on one thread: the shares start on its
+    tiles' grid."""
+    rng = np.random.default_rng(m + segs + width)
+    k = 77
+    b_step = width + 3 if table else width
+    span = (segs - 1) * b_step + width
+    a = rng.standard_normal(m * k).astype(np.float32)
+    b = rng.standard_normal(k + span if table else k * span).astype(np.float32)
+    rows = rng.permutation(k).astype(np.int64) if table else np.empty(0, np.int64)
+    ldb = 0 if table else span
+    before = rvm.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2, 3):
+            rvm.set_num_threads(threads)
+            c = np.full(m * segs * width, np.nan, np.float32)
+            _segments(a, 0, k, b, ldb, rows, c, 0, segs * width, m, k, segs, width, b_step,
+                      width, 1, 1, 0, 0, 0)  # fmt: skip
+            outs.append(c)
+    finally:
+        rvm.set_num_threads(before)
+    assert not np.isnan(outs[0]).any()
+    for c in outs[1:]:
+        np.testing.assert_array_equal(c, outs[0])

@@ -561,3 +561,34 @@ def test_a_saved_executable_with_packed_weights_loads_and_runs(tmp_path) -> None
     np.testing.assert_allclose(
         rvm.VirtualMachine(back)["main"](*inputs), want, rtol=1e-4, atol=2e-3
     )
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (1, 16, 55, 55, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # squeezenet's expand
+        (1, 32, 28, 29, 96, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # 3 panels
+        (1, 24, 30, 30, 48, (3, 3), (2, 2), (1, 1), 2, (0, 1, 0, 1)),  # groups, a stride
+    ],
+    ids=["expand", "panels", "groups"],
+)
+def test_same_bits_at_every_thread_count(case) -> None:
+    """Bands cut on the pool in guided ranges (`parfor.guided_range`: each panel's last
+    ranges the smallest) give the very sums one thread gives: the ranges are whole bands."""
+    x, w = _operands(case)
+    want = _reference(case, x, w)
+    packed = direct.pack(w, case[8])
+    (sh, sw), pads = case[6], case[9]
+    before = rvm.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2, 3):
+            rvm.set_num_threads(threads)
+            out = np.full(want.shape, np.nan, np.float32)
+            direct.conv2d_packed(x, packed, out, sh, sw, 1, 1, pads[0], pads[1])
+            outs.append(out)
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-3)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])

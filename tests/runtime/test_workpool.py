@@ -88,6 +88,42 @@ def test_measured_pieces_are_counted_and_timed_per_thread(threads) -> None:
     assert workpool.piece_times() == [(0, 0)] * threads
 
 
+def test_measured_jobs_and_pieces_are_logged(threads) -> None:
+    """`measure`: `piece_log` holds every piece (its function, index, thread line, CPU time),
+    `job_log` every job that went to helpers (its function, pieces, the caller's, its tail
+    and join within its time); both emptied by `measure` and off without it."""
+    both = threading.Barrier(min(threads, 2), timeout=30)
+
+    def piece(i: int) -> None:
+        if i < 2:
+            both.wait()
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 100_000:
+            pass
+
+    workpool.measure(True)
+    try:
+        for _ in range(3):
+            workpool.for_each(5, piece)
+        pieces, jobs = workpool.piece_log(), workpool.job_log()
+    finally:
+        workpool.measure(False)
+    assert len(pieces) == 15
+    assert Counter(i for _, i, _, _ in pieces) == Counter(list(range(5)) * 3)
+    assert len({fn for fn, _, _, _ in pieces}) <= 3  # a callback each job
+    assert all(ns >= 100_000 and 0 <= who < threads for _, _, who, ns in pieces)
+    assert len(jobs) == (3 if threads > 1 else 0)  # one thread: no job goes to helpers
+    for fn, n, ran, tail, join, span in jobs:
+        assert fn in {f for f, _, _, _ in pieces}
+        # The barrier: two threads ran the first two; with one helper, the caller one of them.
+        assert n == 5 and (1 if threads == 2 else 0) <= ran <= 4
+        assert 0 <= join <= tail <= span
+    workpool.measure(True)
+    workpool.measure(False)
+    workpool.for_each(5, piece)
+    assert workpool.piece_log() == [] and workpool.job_log() == []
+
+
 def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> None:
     """A caller whose pieces are done spins for a helper's piece about as long as one of its
     own took (a helper's is at most that far from its end), not just `SPIN_US`: its wake-up

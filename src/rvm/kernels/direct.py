@@ -34,7 +34,8 @@ convolutions do:
   layers;
 
 Pieces on rvm's pool (`rvm.kernels.parfor`): a group's panel (read again by every band, kept
-in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large; a
+in L2) by a range of bands, `PIECES_PER_THREAD` pieces a thread when the work is large (each
+panel's ranges guided: smaller toward its end, `parfor.guided_range`); a
 batch the threads share evenly an image a piece instead (`images_pay`), each image's NHWC plane
 its own.
 
@@ -298,7 +299,9 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     j0 = panel * nb
     width = min(nb, og - j0)
     bands = (p_all + MR - 1) // MR
-    b_lo, b_hi = chunk * bands // chunks, (chunk + 1) * bands // chunks
+    # Guided (`parfor.guided_range`): the last bands claimed the smallest, the threads end
+    # together; on the band grid, so the same sums at every thread count.
+    b_lo, b_hi = parfor.guided_range(chunk, chunks, job[_JOB_THREADS], bands, 1)
     at_b = w + 4 * (g * panels + panel) * ntaps * cg * nb
     pb, pt_, of_at = parfor.address(bases), parfor.address(tmp), parfor.address(of)
     out_at = (n_ * o + g * og + j0) * p_all
@@ -366,11 +369,13 @@ def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-
 # pieces of the NHWC copy's rows that come first (`_image`; 0: none, bands of outputs only),
 # c, o, groups, taps, ow, oh * ow, wp, sh, sw, panels a group, chunks a panel, the image, the
 # panel's width, the output's address and its size, the input's address, n, ih, iw, hp, pt, pl,
-# the bias's address (o values; 0: none), the activation (1: ReLU; 0: none) and the copy's
-# pieces done (`_task`); then each tap's offset in the plane (`micro`'s ``taps``).
-_JOB_FIELDS = 29
+# the bias's address (o values; 0: none), the activation (1: ReLU; 0: none), the copy's
+# pieces done (`_task`) and the threads a panel's bands are claimed by (`_bands`' guided cut);
+# then each tap's offset in the plane (`micro`'s ``taps``).
+_JOB_FIELDS = 30
 _JOB_BIAS = 26
 _JOB_COPIED = 28
+_JOB_THREADS = 29
 
 
 # A whole call from an entry point (`_entry`, `_fused_entry`; phase -2): its length, x's, the
@@ -508,7 +513,8 @@ def conv2d_packed_fused(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: 
     head = np.array((_JOB_FIELDS + kh * kw, parfor.address(xh), parfor.address(w), 0, c, o,
                      groups, kh * kw, ow, p_all, wp, sh, sw, panels, chunks, 0, nb,
                      parfor.address(out), out.size, parfor.address(x), n, x.shape[2],
-                     x.shape[3], hp, pt, pl, parfor.address(bias) if bias.size else 0, act, 0),
+                     x.shape[3], hp, pt, pl, parfor.address(bias) if bias.size else 0, act, 0,
+                     threads),
                     dtype=np.int64)  # fmt: skip
     job = np.empty(_JOB_FIELDS + kh * kw, dtype=np.int64)
     for i in range(_JOB_FIELDS):  # element by element: a tuple into a slice was 2 s to build

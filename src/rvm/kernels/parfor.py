@@ -28,6 +28,8 @@ runs in the calling thread).
   equal pieces that keeps the threads even;
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
+  `guided_range(piece, pieces, threads, total, align)` in runs that shrink toward the end of
+  the claim order (the threads finish together);
 - `MIN_WORK`: the size (elements touched) from which a loop is worth splitting, written once.
 
 No Numba threading layer is involved (its workqueue layer aborts when entered from several
@@ -225,6 +227,45 @@ def piece_range(piece, pieces, total, align):  # type: ignore[no-untyped-def]
     lo = piece * total // pieces // align * align
     hi = total if piece == pieces - 1 else (piece + 1) * total // pieces // align * align
     return lo, hi
+
+
+GUIDED_LAST = 3
+"""A guided cut's first pieces against its last (`guided_range`): the threads' last claims a
+third of their first, so that the thread that runs out of pieces first waits at most about
+a last piece (a third of an equal cut's) for the others."""
+
+
+@jit(nogil=True, cache=True)
+def _guided_before(piece, rounds, threads):  # type: ignore[no-untyped-def]
+    """The weight of a guided cut's pieces before ``piece`` (`guided_range`): piece i weighs
+    ``GUIDED_LAST * (rounds - 1) - (GUIDED_LAST - 1) * (i // threads)``, so a round's pieces
+    weigh the same, each round less than the one before by the same step, the last round
+    ``1 / GUIDED_LAST`` of the first."""
+    first, step = GUIDED_LAST * (rounds - 1), GUIDED_LAST - 1
+    k, rem = piece // threads, piece % threads
+    return threads * (first * k - step * k * (k - 1) // 2) + rem * (first - step * k)
+
+
+@jit(nogil=True, cache=True)
+def guided_range(piece, pieces, threads, total, align):  # type: ignore[no-untyped-def]
+    """(lo, hi): piece ``piece`` of ``pieces`` runs of ``total`` elements claimed in index
+    order by ``threads`` threads, in rounds of ``threads`` pieces whose sizes shrink round by
+    round (guided scheduling: the last round's pieces a `GUIDED_LAST`-th of the first's,
+    sizes in proportion to `_guided_before`'s weights), each starting on a multiple of
+    ``align``, the last one to ``total``. The threads then finish together: the first one
+    out of pieces waits at most about a last piece, where runs of equal size leave it waiting
+    up to a whole one (half on average). Equal runs (`piece_range`) where the pieces make
+    one round or the runs are too few whole steps of ``align`` for the smallest to get one
+    (fewer than 2 a piece). The runs' boundaries are multiples of ``align``, as
+    `piece_range`'s: on the same grid of tiles as a product unsplit."""
+    if pieces <= threads or total // align < 2 * pieces:
+        return piece_range(piece, pieces, total, align)
+    rounds = (pieces + threads - 1) // threads
+    whole = _guided_before(pieces, rounds, threads)
+    lo = _guided_before(piece, rounds, threads) * total // whole // align * align
+    if piece == pieces - 1:
+        return lo, total
+    return lo, _guided_before(piece + 1, rounds, threads) * total // whole // align * align
 
 
 @nb.njit(nogil=True, cache=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import parfor, sgemm
+from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.blas import SPLIT_MIN_MNK, packed_cut, split_parts, window_fits
 from rvm.kernels.cblas import address, require_operands
 from rvm.kernels.jitting import jit
@@ -31,23 +31,49 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # rows, its segments and their columns, and per batch; B's and C's positions a row when the
 # run wraps (`sgemm.sgemm_segments`; 0: it does not); the epilogue (`sgemm.sgemm_segments`):
 # the bias's address (0: none) and its step a row, the activation, the residual's address (0:
-# none), of C's layout.
+# none), of C's layout; the cut's rounds (`_share`) along the rows, segments and columns.
 (_A, _B, _TABLE, _C, _LDA, _LDB, _LDC, _M, _K, _SEGS, _WIDTH, _BSTEP, _CSTEP, _BATCHES, _GROUPS,
  _AGROUP, _BBATCH, _CBATCH, _MPARTS, _SPARTS, _WPARTS, _PER_BATCH, _WRAP, _COLS, _BIAS,
- _BIAS_STEP, _ACT, _RES) = range(1, 29)  # fmt: skip
-_SEGMENTS_JOB = 29
+ _BIAS_STEP, _ACT, _RES, _MROUND, _SROUND, _WROUND) = range(1, 32)  # fmt: skip
+_SEGMENTS_JOB = 32
+
+
+@jit(**_OPTS, inline="always")
+def _share(i, parts, total, align, rounds):  # type: ignore[no-untyped-def]
+    """Share ``i`` of ``parts`` of a side of ``total`` in whole steps of ``align``: guided
+    (`parfor.guided_range`, ``rounds`` pieces claimed together) where ``rounds`` > 0, equal
+    (`parfor.piece_range`) otherwise."""
+    if rounds > 0:
+        return parfor.guided_range(i, parts, rounds, total, align)
+    return parfor.piece_range(i, parts, total, align)
+
+
+@jit(**_OPTS)
+def _guided_rounds(threads, batches, m_parts, s_parts, w_parts):  # type: ignore[no-untyped-def]
+    """(rows, segments, columns): the rounds `_share` cuts each side in (0: equal shares).
+    One batch: its outermost side cut in more than one part is cut guided
+    (`parfor.guided_range`), its pieces claimed ``threads`` at a time spanning that many
+    shares of it (a share of the rows spans every run of columns), so the last pieces claimed
+    are the smallest; several batches: equal (their pieces interleave in claim order)."""
+    if batches != 1:
+        return 0, 0, 0
+    if m_parts > 1:
+        return max(1, -(-threads // (s_parts * w_parts))), 0, 0
+    if s_parts > 1:
+        return 0, max(1, -(-threads // w_parts)), 0
+    return 0, 0, threads
 
 
 @jit(**_OPTS, inline="always")
 def _segments_piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split segmented GEMM: one batch's band of C's rows by a range of its
-    segments and of their columns, each an equal share in whole bands and tiles
-    (`parfor.piece_range`)."""
+    segments and of their columns, in whole bands and tiles, equal shares or guided ones
+    (`_share`)."""
     batch, piece = p // job[_PER_BATCH], p % job[_PER_BATCH]
     cols = job[_SPARTS] * job[_WPARTS]
-    m0, m1 = parfor.piece_range(piece // cols, job[_MPARTS], job[_M], sgemm.MR)
-    s0, s1 = parfor.piece_range((piece % cols) // job[_WPARTS], job[_SPARTS], job[_SEGS], 1)
-    j0, j1 = parfor.piece_range(piece % job[_WPARTS], job[_WPARTS], job[_WIDTH], sgemm.NR)
+    m0, m1 = _share(piece // cols, job[_MPARTS], job[_M], sgemm.MR, job[_MROUND])
+    s0, s1 = _share((piece % cols) // job[_WPARTS], job[_SPARTS], job[_SEGS], 1, job[_SROUND])
+    j0, j1 = _share(piece % job[_WPARTS], job[_WPARTS], job[_WIDTH], sgemm.NR, job[_WROUND])
     lda, ldc, b_step, c_step = job[_LDA], job[_LDC], job[_BSTEP], job[_CSTEP]
     at_a = job[_A] + 4 * ((batch % job[_GROUPS]) * job[_AGROUP] + m0 * lda)
     at_b = job[_B] + 4 * (batch * job[_BBATCH] + s0 * b_step + j0)
@@ -156,9 +182,9 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
         # Too few rows and segments (a 1x1 convolution's one run, squeezenet's 16-64
         # channels): the columns of each run too.
         w_parts = max(1, min(tiles, per_batch // (m_parts * s_parts)))
-    # Equal shares in whole bands and tiles (`parfor.piece_range`): steps rounded up to them
-    # left a last piece short (256 rows in 8: 7 of 36 and one of 4, a thread taking 144 rows
-    # to the other's 112) or a piece fewer (196 columns in 8: 7 of 32).
+    # Shares in whole bands and tiles (`parfor.piece_range`, guided: `_guided_rounds`): steps
+    # rounded up to them left a last piece short (256 rows in 8: 7 of 36 and one of 4, a
+    # thread taking 144 rows to the other's 112) or a piece fewer (196 columns in 8: 7 of 32).
     job = np.empty(_SEGMENTS_JOB, dtype=np.int64)
     job[0], job[_A], job[_B], job[_C] = _SEGMENTS_JOB, address(a, ia), address(b, 0), address(c, ic)
     job[_TABLE] = table.ctypes.data if table.shape[0] > 0 else 0
@@ -169,6 +195,8 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     job[_MPARTS], job[_SPARTS], job[_WPARTS] = m_parts, s_parts, w_parts
     job[_WRAP], job[_COLS] = wrap, cols
     job[_PER_BATCH] = m_parts * s_parts * w_parts
+    rounds = _guided_rounds(workpool.threads(), batches, m_parts, s_parts, w_parts)
+    job[_MROUND], job[_SROUND], job[_WROUND] = rounds
     job[_BIAS], job[_BIAS_STEP], job[_ACT], job[_RES] = epilogue
     pieces = batches * job[_PER_BATCH]
     if pieces == 1 or parts == 1:

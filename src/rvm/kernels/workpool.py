@@ -47,9 +47,10 @@ compiled function called (the native exec mode's entries); `add_at(address, valu
 `wait_until(address, value)` a counter in a job's data that a piece waits on for pieces of
 the same job before it (one job where two would pay a join between them). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
-`set_helpers(n)`; `measure(on)`, `piece_times()` and `join_time()`: each thread's CPU time
-inside pieces and its pieces, and the callers' wait at jobs' ends (off by default: a load and
-a branch a piece), to find a job's critical path where wall time says little (a loaded
+`set_helpers(n)`; `measure(on)`, `piece_times()`, `join_time()`, `job_log()` and
+`piece_log()`: each thread's CPU time inside pieces and its pieces, the callers' wait at
+jobs' ends, each job's tail and each piece's CPU time (off by default: a load and a branch a
+piece and a job), to find a job's critical path where wall time says little (a loaded
 machine); `jobs()`, `wakes()` and `naps()`: the jobs, sleeps and wake-ups a workload pays.
 """
 
@@ -81,8 +82,8 @@ SPIN_US = 200
 
 # Fields of the state, one cache line (8 int64) apart.
 (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
-(NUDGE, WAKES, MEASURE, NAPS, JOIN_NAPS, JOIN_NS) = range(13, 19)
-_FIELDS = 19
+(NUDGE, WAKES, MEASURE, NAPS, JOIN_NAPS, JOIN_NS, FIRST_OUT, LOGGED, PIECES_LOGGED) = range(13, 22)
+_FIELDS = 22
 _LINE = 8
 _STATE = "rvm_pool_state"
 _SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
@@ -98,6 +99,20 @@ STAT_THREADS = 64
 """Threads whose pieces `measure` times: the callers (together) and the first helpers."""
 _stats = (ctypes.c_int64 * (STAT_THREADS * _LINE))()  # a thread's line: busy ns, pieces
 _STATS = "rvm_pool_stats"
+LOG_JOBS = 1 << 14
+"""Jobs `job_log` records while `measure` is on (the first ones: later jobs are counted only)."""
+# A job's record: its piece function, pieces, the caller's pieces, then the monotonic clock
+# (ns) as it was published, as the first thread found no piece left, as the caller did, and
+# as its last piece was done.
+(_LOG_FN, _LOG_N, _LOG_RAN, _LOG_START, _LOG_FIRST_OUT, _LOG_OUT, _LOG_DONE) = range(7)
+_LOG_WIDTH = 8
+_log = (ctypes.c_int64 * (LOG_JOBS * _LOG_WIDTH))()
+_LOG = "rvm_pool_log"
+LOG_PIECES = 1 << 16
+"""Pieces `piece_log` records while `measure` is on (the first ones)."""
+_PIECE_WIDTH = 4  # a piece's record: its function, its index, its thread's line, its CPU ns
+_piece_log = (ctypes.c_int64 * (LOG_PIECES * _PIECE_WIDTH))()
+_PIECE_LOG = "rvm_pool_piece_log"
 _THREAD_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)  # Linux's 3 where unnamed
 _MONOTONIC_CLOCK = getattr(time, "CLOCK_MONOTONIC", 1)
 _LIBC = {
@@ -125,6 +140,8 @@ def _init_sync() -> None:
 _init_sync()
 llvm.add_symbol(_STATE, ctypes.addressof(_state))
 llvm.add_symbol(_STATS, ctypes.addressof(_stats))
+llvm.add_symbol(_LOG, ctypes.addressof(_log))
+llvm.add_symbol(_PIECE_LOG, ctypes.addressof(_piece_log))
 for _symbol, _name in _LIBC.items():
     llvm.add_symbol(_symbol, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
 
@@ -132,15 +149,19 @@ for _symbol, _name in _LIBC.items():
 # -- the atomics and calls the pool is made of ----------------------------------------------
 
 
+def _global(builder: ir.IRBuilder, symbol: str, size: int) -> ir.GlobalVariable:
+    """The int64 array of ``size`` elements registered as ``symbol``, declared in the module."""
+    array = builder.module.globals.get(symbol)
+    if array is None:
+        array = ir.GlobalVariable(builder.module, ir.ArrayType(ir.IntType(64), size), symbol)
+        array.linkage = "external"
+    return array
+
+
 def _field(builder: ir.IRBuilder, index: ir.Value) -> ir.Value:
     """A pointer to field ``index`` of the state."""
-    i64 = ir.IntType(64)
-    state = builder.module.globals.get(_STATE)
-    if state is None:
-        state = ir.GlobalVariable(builder.module, ir.ArrayType(i64, _FIELDS * _LINE), _STATE)
-        state.linkage = "external"
-    at = builder.mul(index, i64(_LINE))
-    return builder.gep(state, [ir.IntType(32)(0), at])
+    at = builder.mul(index, ir.IntType(64)(_LINE))
+    return builder.gep(_global(builder, _STATE, _FIELDS * _LINE), [ir.IntType(32)(0), at])
 
 
 @intrinsic
@@ -320,12 +341,7 @@ def _stat_add(typingctx, line, ns):  # type: ignore[no-untyped-def]
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         i64 = ir.IntType(64)
-        stats = builder.module.globals.get(_STATS)
-        if stats is None:
-            stats = ir.GlobalVariable(
-                builder.module, ir.ArrayType(i64, STAT_THREADS * _LINE), _STATS
-            )
-            stats.linkage = "external"
+        stats = _global(builder, _STATS, STAT_THREADS * _LINE)
         at = builder.mul(args[0], i64(_LINE))
         for offset, value in ((0, args[1]), (1, i64(1))):
             ptr = builder.gep(stats, [ir.IntType(32)(0), builder.add(at, i64(offset))])
@@ -333,6 +349,27 @@ def _stat_add(typingctx, line, ns):  # type: ignore[no-untyped-def]
         return context.get_dummy_value()
 
     return nt.void(nt.int64, nt.int64), codegen
+
+
+def _putter(symbol: str, size: int, doc: str):  # type: ignore[no-untyped-def]
+    """The intrinsic ``put(at, value)`` storing ``value`` at element ``at`` of the int64
+    array registered as ``symbol`` (``size`` elements)."""
+
+    @intrinsic
+    def put(typingctx, at, value):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            array = _global(builder, symbol, size)
+            builder.store(args[1], builder.gep(array, [ir.IntType(32)(0), args[0]]))
+            return context.get_dummy_value()
+
+        return nt.void(nt.int64, nt.int64), codegen
+
+    put.__doc__ = doc
+    return put
+
+
+_log_put = _putter(_LOG, LOG_JOBS * _LOG_WIDTH, "Stores an element of the job log (`job_log`).")
+_piece_put = _putter(_PIECE_LOG, LOG_PIECES * _PIECE_WIDTH, "... of the piece log (`piece_log`).")
 
 
 # -- the pool ---------------------------------------------------------------------------------
@@ -348,7 +385,13 @@ def _timed_piece(who, fn, i, data):  # type: ignore[no-untyped-def]
         return
     start = _thread_ns()
     _piece(fn, i, data)
-    _stat_add(who, _thread_ns() - start)
+    ns = _thread_ns() - start
+    _stat_add(who, ns)
+    at = _add(PIECES_LOGGED, 1)
+    if at < LOG_PIECES:
+        record = (fn, i, who, ns)
+        for k in range(_PIECE_WIDTH):
+            _piece_put(at * _PIECE_WIDTH + k, record[k])
 
 
 @jit(**_OPTS)
@@ -366,6 +409,8 @@ def _claim(who):  # type: ignore[no-untyped-def]
         i = word & _INDEX_MASK
         fn, n, data = _load(FN), _load(N), _load(DATA)
         if i >= n:
+            if _load(MEASURE) != 0 and _load(WORD) == word:  # the job's first thread out
+                _cas(FIRST_OUT, 0, _now_ns())
             return seq, ran
         # The word still holding (seq, i) proves fn, n and data were seq's (fields change
         # only after the sequence number does).
@@ -393,7 +438,9 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
     _store(DATA, data)
     _store(N, n)
     _store(DONE, 0)
+    _store(FIRST_OUT, 0)
     _store(WORD, ((seq + 1) & _SEQ_MASK) << 32)  # even: open, from piece 0
+    published = _now_ns() if _load(MEASURE) != 0 else 0
     if _load(SLEEPING) > 0:
         _add(WAKES, 1)
         _lock()
@@ -417,7 +464,13 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
         _store(WAITING, 0)
         _unlock()
     if _load(MEASURE) != 0:
-        _add(JOIN_NS, _now_ns() - claimed)
+        done = _now_ns()
+        _add(JOIN_NS, done - claimed)
+        at = _add(LOGGED, 1)
+        if at < LOG_JOBS:
+            record = (fn, n, ran, published, _load(FIRST_OUT), claimed, done)
+            for k in range(len(record)):
+                _log_put(at * _LOG_WIDTH + k, record[k])
     _store(BUSY, 0)
 
 
@@ -708,6 +761,8 @@ def measure(on: bool) -> None:
     _state[MEASURE * _LINE] = 0
     ctypes.memset(_stats, 0, ctypes.sizeof(_stats))
     _state[JOIN_NS * _LINE] = 0
+    _state[LOGGED * _LINE] = 0
+    _state[PIECES_LOGGED * _LINE] = 0
     _state[MEASURE * _LINE] = int(bool(on))
 
 
@@ -716,6 +771,34 @@ def join_time() -> int:
     own pieces done, for helpers to finish theirs (spinning or asleep): the jobs' imbalance
     and late helpers, as the caller saw them."""
     return int(_state[JOIN_NS * _LINE])
+
+
+def job_log() -> list[tuple[int, int, int, int, int, int]]:
+    """Since `measure` was turned on, the jobs that went to the helpers (the first `LOG_JOBS`),
+    each (piece function's address, pieces, the caller's pieces, the tail, the caller's
+    join, the job's time): the tail is the wall nanoseconds from the first thread finding no
+    piece left to claim to the last piece's end (a thread idle, caller or helper: the job's
+    imbalance), the join the caller's share of it (its own pieces done, waiting for a
+    helper's), the time from publishing to the last piece's end."""
+    count = min(LOG_JOBS, int(_state[LOGGED * _LINE]))
+    out = []
+    for j in range(count):
+        r = _log[j * _LOG_WIDTH : j * _LOG_WIDTH + _LOG_DONE + 1]
+        first = r[_LOG_FIRST_OUT] or r[_LOG_OUT]
+        tail = r[_LOG_DONE] - max(r[_LOG_START], min(first, r[_LOG_OUT]))
+        join = r[_LOG_DONE] - r[_LOG_OUT]
+        out.append((r[_LOG_FN], r[_LOG_N], r[_LOG_RAN], tail, join, r[_LOG_DONE] - r[_LOG_START]))
+    return out
+
+
+def piece_log() -> list[tuple[int, int, int, int]]:
+    """Since `measure` was turned on, the pieces run (the first `LOG_PIECES`), in the order
+    they ended: (piece function's address, its index, its thread's line as `piece_times`
+    numbers them, its CPU nanoseconds). At one thread, a job's pieces in claim order: what
+    a cut's tail at more threads can be computed from on a machine too loaded to time it."""
+    count = min(LOG_PIECES, int(_state[PIECES_LOGGED * _LINE]))
+    w = _PIECE_WIDTH
+    return [tuple(_piece_log[j * w : (j + 1) * w]) for j in range(count)]  # type: ignore[misc]
 
 
 def piece_times() -> list[tuple[int, int]]:
