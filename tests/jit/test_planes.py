@@ -83,6 +83,26 @@ def test_fill_phases_writes_every_element(case, threads) -> None:
     )
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_any_row_range_of_a_fill_writes_its_rows_whole(case) -> None:
+    """The pool's pieces of a fill (`planes._fill_rows`: a row range, zeros written, the
+    decoding `padded_phases` runs too) cut anywhere, a cut inside a row phase or a channel
+    included: every element written once, as the whole fill."""
+    ih, iw, k, sh, sw, pt, pl, pb, pr = case
+    oh, ow = (ih + pt + pb - k) // sh + 1, (iw + pl + pr - k) // sw + 1
+    hp, wp, hq, wq = planes.phase_shape(oh, ow, k, k, sh, sw, 1, 1)
+    x = np.random.default_rng(3).standard_normal((3, ih, iw)).astype(np.float32)
+    want = np.concatenate([_reference(x[c], sh, sw, pt, pl, hp, wp, hq, wq) for c in (1, 2)])
+    rows = 2 * sh * hq
+    for cut in sorted({1, hq // 2, hq, rows // 2 + 1, rows - 1}):
+        got = np.full(want.size, np.nan, np.float32)
+        job = planes.fill_job(x.reshape(-1), got, ih * iw, 2, ih, iw, sh, sw, hq, wq, hp, wp, pt,
+                              pl, 2)  # fmt: skip
+        planes._fill_rows(x.reshape(-1), got, job, 0, cut)
+        planes._fill_rows(x.reshape(-1), got, job, cut, rows)
+        np.testing.assert_array_equal(got, np.where(want == FILL, 0, want))
+
+
 def test_a_large_fill_runs_on_the_pool() -> None:
     """A fill of `parfor.MIN_WORK` elements or more goes to the pool as one job (squeezenet's
     stem: 3 channels of 224 x 224), a small one runs in the caller; both right."""

@@ -187,7 +187,7 @@ def test_a_python_without_the_handles_c_api_runs_native_by_the_checked_call(
     monkeypatch.setattr(nh, "_made", [])
     monkeypatch.setattr(nh, "_API", {**nh._API, "PyRvm_NotExported": ("v", "")})
     with pytest.raises(nh.Unavailable, match="PyRvm_NotExported"):
-        nh.handle([None] * 5)
+        nh.handle([None, 1, None, None, None, None, 0])  # a word: its address never read here
     vm = VirtualMachine(executable, exec_mode="native")
     args = _args(3)
     want = VirtualMachine(executable, exec_mode="bytecode")["main"](*args)

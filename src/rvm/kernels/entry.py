@@ -54,6 +54,7 @@ NDIMS = 4
 MODULES = {
     "conv2d": "rvm.kernels.conv",
     "conv2d_fused": "rvm.kernels.conv",
+    "conv2d_winograd": "rvm.kernels.conv",
     "conv2d_packed": "rvm.kernels.direct",
     "conv2d_packed_fused": "rvm.kernels.direct",
     "conv_epilogue": "rvm.kernels.epipass",
@@ -72,6 +73,7 @@ MODULES = {
 # ``entry_call`` (`caller_attribute`).
 MIXED = {
     "conv2d_fused": (4, 4, 4, 4, 4),
+    "conv2d_winograd": (4, 4, 4, 4, 4),
     "conv2d_packed_fused": (4, 4, 4, 4, 4),
     "qconv2d": (4, 4, 1, 1, 4),
     "qconv2d_turned": (4, 4, 1, 1, 4),

@@ -2,10 +2,12 @@
 `rvm.runtime.modes.native_guard`): a guard is an int64 array, word `OWNER` the holding
 thread's ident (0: free), the very ``threading.get_ident()`` value (CPython's
 ``PyThread_get_thread_ident``, called by symbol, so cached code links it anew in each process),
-word `OFF` nonzero while native entries may not run. `guard_claim` and `guard_release` are
-intrinsics a native entry calls; `python_turn` is Python's claim and release of the same word
-by the same compare-and-swap. In the kernel library (`rvm.kernels`), so its cached object code
-is the library's (`rvm.jit.clear_cache` drops it).
+word `OFF` nonzero while native entries may not run. `compare_and_swap` and `release` are the
+claim and its give-back as LLVM IR: the VM's native handle (C code,
+`rvm.runtime.modes.native_handle`) claims the word so around its call of a native entry, and
+`python_turn`, Python's claim and release of the same word, by the same instructions. In the
+kernel library (`rvm.kernels`), so its cached object code is the library's
+(`rvm.jit.clear_cache` drops it).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from numba.extending import intrinsic
 from rvm.kernels.jitting import jit
 from rvm.kernels.numba_cache import light_loads
 
-__all__ = ["OFF", "OWNER", "guard_claim", "guard_release", "load", "python_turn"]
+__all__ = ["IDENT", "OFF", "OWNER", "compare_and_swap", "load", "python_turn", "release"]
 
 OWNER, OFF = 0, 1  # the guard's words: the holding thread's ident (0: free); native code off
+IDENT = "PyThread_get_thread_ident"  # the C function of a thread's ident
 
 
 def _words(context, builder, sig, args):  # type: ignore[no-untyped-def]
@@ -28,12 +31,13 @@ def _words(context, builder, sig, args):  # type: ignore[no-untyped-def]
     return context.make_array(sig.args[0])(context, builder, args[0]).data
 
 
-def _compare_and_swap(builder, owner):  # type: ignore[no-untyped-def]
+def compare_and_swap(builder, owner):  # type: ignore[no-untyped-def]
     """1 when this thread took the free word ``owner`` now, 0 when it holds it already, -1
-    when another thread does."""
+    when another thread does: LLVM IR at ``builder`` (an ``llvmlite.ir.IRBuilder``; Numba's
+    or the native handle's, `rvm.runtime.modes.native_handle`), calling `IDENT`."""
     i64 = ir.IntType(64)
     fnty = ir.FunctionType(ir.IntType(64), [])
-    ident = cgutils.get_or_insert_function(builder.module, fnty, "PyThread_get_thread_ident")
+    ident = cgutils.get_or_insert_function(builder.module, fnty, IDENT)
     me = builder.call(ident, [])
     pair = builder.cmpxchg(owner, i64(0), me, "acquire", "monotonic")
     took, old = builder.extract_value(pair, 1), builder.extract_value(pair, 0)
@@ -45,41 +49,23 @@ def _is_guard(g: nt.Type) -> bool:
     return isinstance(g, nt.Array) and g.dtype == nt.int64 and g.ndim == 1
 
 
+def release(builder, owner):  # type: ignore[no-untyped-def]
+    """Gives back the word ``owner`` `compare_and_swap` took (LLVM IR at ``builder``)."""
+    builder.store_atomic(ir.IntType(64)(0), owner, "release", 8)
+
+
 @intrinsic
-def guard_claim(typingctx, g):  # type: ignore[no-untyped-def]
-    """A native entry's claim of its VM's guard ``g``: 1 taken now (`guard_release` it before each
-    return), 0 this thread's already, -1 another thread's or native code off (`OFF`): raise
-    `Refused`."""
+def _give_back(typingctx, g):  # type: ignore[no-untyped-def]
     if not _is_guard(g):
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64 = ir.IntType(64)
-        words = _words(context, builder, signature, args)
-        off = builder.load_atomic(builder.gep(words, [i64(OFF)]), "monotonic", 8)
-        out = cgutils.alloca_once_value(builder, i64(-1))
-        with builder.if_then(builder.icmp_signed("==", off, i64(0)), likely=True):
-            builder.store(_compare_and_swap(builder, builder.gep(words, [i64(OWNER)])), out)
-        return builder.load(out)
-
-    return nt.int64(g), codegen
-
-
-@intrinsic
-def guard_release(typingctx, g, took):  # type: ignore[no-untyped-def]
-    """Gives back guard ``g`` if `guard_claim` took it (``took`` 1), as the entry returns."""
-    if not _is_guard(g) or not isinstance(took, nt.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64 = ir.IntType(64)
-        took = context.cast(builder, args[1], signature.args[1], nt.int64)
-        with builder.if_then(builder.icmp_signed("==", took, i64(1))):
-            owner = builder.gep(_words(context, builder, signature, args), [i64(OWNER)])
-            builder.store_atomic(i64(0), owner, "release", 8)
+        release(
+            builder, builder.gep(_words(context, builder, signature, args), [ir.IntType(64)(OWNER)])
+        )
         return context.get_dummy_value()
 
-    return nt.void(g, took), codegen
+    return nt.void(g), codegen
 
 
 @intrinsic
@@ -89,18 +75,19 @@ def _take_word(typingctx, g):  # type: ignore[no-untyped-def]
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         owner = builder.gep(_words(context, builder, signature, args), [ir.IntType(64)(OWNER)])
-        return _compare_and_swap(builder, owner)
+        return compare_and_swap(builder, owner)
 
     return nt.int64(g), codegen
 
 
 @jit(cache=True, nogil=True)
 def python_turn(g, take):  # type: ignore[no-untyped-def]
-    """Python's claim of guard ``g`` (``take``: as `guard_claim`, whether native code is off
-    or not) or its release of the guard it took (returns 0): one function, one compile."""
+    """Python's claim of guard ``g`` (``take``: 1 taken now, 0 this thread's already, -1
+    another thread's, whether native code is off or not) or its release of the guard it took
+    (returns 0): one function, one compile."""
     if take:
         return _take_word(g)
-    guard_release(g, 1)
+    _give_back(g)
     return 0
 
 

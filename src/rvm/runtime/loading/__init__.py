@@ -33,15 +33,12 @@ NATIVE_IMPORTS = ("rvm.runtime.modes.native_support",)
 its imports from this), which its cache key covers."""
 
 NATIVE_SUPPORT_NAMES = (
-    "Refused",
     "bound",
     "call_begin",
     "call_end",
     "constant",
     "empty",
     "full0",
-    "guard_claim",
-    "guard_release",
     "shape_array",
     "storage",
     "view",

@@ -140,9 +140,18 @@ class _Plan:
                 if i not in self.reasons:
                     self.funcs[i] = getattr(self._mod, pyname)
 
+    def signature(self, fidx: int) -> tuple[Any, ...]:
+        """The Numba types `entry` compiles native function `fidx`'s entry for."""
+        import numba as nb
+        from numba import types as nt
+
+        return tuple(
+            nt.Array(nb.from_dtype(np.dtype(d)), n, "C") for d, n in self.module.entries[fidx]
+        )
+
     def entry(self, fidx: int) -> Any:
-        """The entry dispatcher of native function `fidx` (`native_codegen.entry_name`: the
-        VM's guard word and its arguments without the call depth, its dims checked), compiled
+        """The entry dispatcher of native function `fidx` (`native_codegen.entry_name`: its
+        arguments without the call depth, its dims checked, run under the VM's guard), compiled
         for its parameters' specs only (C-contiguous arrays of their dtypes and ranks; other
         values make Numba raise TypeError at once), or None if it has none or does not
         compile. Calls from Python take it, so a function called with the values its signature
@@ -150,12 +159,7 @@ class _Plan:
         found = self.entries[fidx]
         if found is not None or fidx not in self.module.entries or self.funcs[fidx] is None:
             return found
-        import numba as nb
-        from numba import types as nt
-
-        sig = (nt.Array(nt.int64, 1, "C"),) + tuple(  # the VM's guard, then the parameters
-            nt.Array(nb.from_dtype(np.dtype(d)), n, "C") for d, n in self.module.entries[fidx]
-        )
+        sig = self.signature(fidx)
         with _lock:
             if self.entries[fidx] is None:
                 if self.funcs[fidx] is None:  # another thread's compile of it failed meanwhile
@@ -290,14 +294,12 @@ class NativeMode:
             return self.compiled.run(fidx, args)
         entry = self.plan.entry(fidx)
         if entry is not None:
-            guard = self.guard  # held by this thread's caller: the entry runs under it
-            try:
-                return entry(guard.word, *args)
+            try:  # the guard held by this thread's caller: the entry runs under it
+                return entry(*args)
             except TypeError:  # other types: the dispatcher compiles for them
-                guard.failed()
+                pass
             except Exception:  # noqa: BLE001 - it ran and failed: the compiled mode reports
-                guard.failed()  # (the dispatcher would compile it anew)
-                return self.compiled.run(fidx, args)
+                return self.compiled.run(fidx, args)  # (the dispatcher would compile it anew)
         try:
             return func(*args, 0)
         except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
@@ -312,23 +314,23 @@ class NativeMode:
         check: Callable[[Any, tuple], None] | None = None,
     ) -> Callable[..., Any] | None:
         """The VM's handle of function `fidx` (what `vm[name]` calls; `native_handle`, C code):
-        it runs the function's entry dispatcher on positional arguments and returns its result
-        (``check``ed, if given: ``check(result, args)``); the entry takes the VM's thread guard
-        itself (`native_guard.NativeGuard`, its word the entry's first argument). Every call
-        the entry does not run (by keyword, the guard held by another thread or native code
-        off for the VM: `native_guard.Refused`, arguments other than what the entry checks
-        would pass unchanged, a failure inside), after giving the guard back if the entry took
-        it, is ``slow(*args, **kwargs)``: the VM's checked call, which reenters or says who
-        holds the guard, and reruns a failure in the compiled mode. None if the function has
-        no such entry or this Python lacks the C API the handle calls.
+        it claims the VM's thread guard in native code (`native_guard.NativeGuard`'s word),
+        runs the function's entry dispatcher on positional arguments, gives the guard back and
+        returns the result (``check``ed, if given: ``check(result, args)``). Every call the
+        entry does not run (by keyword, the guard held by another thread or native code off
+        for the VM, arguments other than what the entry checks would pass unchanged, a
+        failure inside) is ``slow(*args, **kwargs)``: the VM's checked call, which reenters or
+        says who holds the guard, and reruns a failure in the compiled mode. None if the
+        function has no such entry or this Python lacks the C API the handle calls.
 
         No Python frame between the handle's call and Numba's dispatcher: this is the native
         call's whole cost above the dispatcher. What the thread pool's `call` does around a VM
         call from Python (`VirtualMachine._enter`'s), the entry does natively
         (`workpool.call_begin`): that Python frame and its three reads of the pool's state cost
         the MLP's call at batch 1 about 2 us (15%) on a Zen 3 core, its caches cold after the
-        product; a Python function holding just the call and its ``try``, 0.4-0.6 us more, and
-        the guard taken from Python (a token, the owner's ident stored and cleared) 0.2-0.3."""
+        product; a Python function holding just the call and its ``try``, 0.4-0.6 us more, the
+        guard taken from Python (a token, the owner's ident stored and cleared) 0.2-0.3, and
+        the guard's word an argument of the entry (an array more to type and unbox) 0.1-0.25."""
         plan = self.plan
         if fidx not in plan.module.entries or plan.funcs[fidx] is None:
             return None
@@ -337,13 +339,19 @@ class NativeMode:
         guard = self.guard
 
         def first(*args: Any) -> Any:
-            """The entry, compiled now (or a refusal where it does not compile), then run."""
-            state[nh.RUN] = plan.entry(fidx) or _refuse
+            """The entry, compiled now (or a refusal where it does not compile), then run; its
+            compiled function for the handle to call where the arguments are its types."""
+            entry = plan.entry(fidx)
+            state[nh.RUN] = entry or _refuse
+            types = None if entry is None else nh.argument_types(plan.module.entries[fidx])
+            if types is not None:
+                state[nh.KEEP], state[nh.TYPES] = (guard, types), types.ctypes.data
+                state[nh.COMPILED] = entry.overloads[plan.signature(fidx)].entry_point
             return state[nh.RUN](*args)
 
-        state: list[Any] = [None] * 5
-        state[nh.RUN], state[nh.WORD], state[nh.FAILED] = first, guard.word, guard.failed
-        state[nh.SLOW], state[nh.CHECK] = slow, check
+        state: list[Any] = [None] * 7
+        state[nh.RUN], state[nh.WORD], state[nh.KEEP] = first, guard.word.ctypes.data, guard
+        state[nh.SLOW], state[nh.CHECK], state[nh.TYPES] = slow, check, 0
         try:
             return nh.handle(state)
         except nh.Unavailable:

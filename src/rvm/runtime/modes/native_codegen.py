@@ -88,28 +88,25 @@ def entry_name(pyname: str) -> str:
 
 def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
     """The entry of native function `f` from Python: a second copy of its body, whose
-    parameters are the VM's thread guard (`native_guard`) and the function's without the call
-    depth (one argument less for Numba's dispatcher to type; the depth is a local 0). It
-    claims the guard first (`guard.guard_claim`; another thread's, or native code off:
-    `native_guard.Refused`, nothing run), checks its dims (`entry_checks`), then does what the
-    thread pool's `call` does around a VM call from Python, natively (`workpool.call_begin`),
-    and before each return gives the guard back and ends the pool's call (`workpool.call_end`):
-    no Python frame, no read of the pool's state and no guard taken from Python between the
-    VM's handle and Numba's dispatcher. A copy, not a call of the function: Numba compiles a
+    parameters are the function's without the call depth (one argument less for Numba's
+    dispatcher to type; the depth is a local 0). Its caller holds the VM's thread guard (the
+    VM's handle claims it in native code, `native_handle`; the guard is no argument, one more
+    for the dispatcher). It checks its dims (`entry_checks`), then does what the thread pool's
+    `call` does around a VM call from Python, natively (`workpool.call_begin`), and ends the
+    pool's call before each return (`workpool.call_end`): no Python frame, no read of the
+    pool's state and no guard taken from Python between the VM's handle and Numba's
+    dispatcher. A copy, not a call of the function: Numba compiles a
     callee's code again into its caller, so a wrapper would compile every kernel the function
     calls twice (tens of seconds for a CNN's one big function)."""
     name = ex.functions[f.index].name
-    params = "".join(f", r{i}" for i in range(len(ex.functions[f.index].params)))
+    params = ", ".join(f"r{i}" for i in range(len(ex.functions[f.index].params)))
     return [
-        f"def {entry_name(pyname)}(_g{params}):",
-        f'    """@{name} called from Python under guard _g: its dims checked, at depth 0."""',
+        f"def {entry_name(pyname)}({params}):",
+        f'    """@{name} called from Python under its VM\'s guard: dims checked, at depth 0."""',
         "    _d = 0",
-        "    _c = _guard_claim(_g)",
-        "    if _c < 0:",
-        "        raise _Refused",
         *entry_checks(ex, f.index),
         "    _w = _call_begin()",
-        *f.body_ending("_guard_release(_g, _c); _call_end(_w)"),
+        *f.body_ending("_call_end(_w)"),
     ]
 
 

@@ -5,8 +5,7 @@ The free names of `semantics.OVERRIDES["native"]` templates that are not numpy's
 `rvm.kernels.blocks`, as the VM's pooled allocator does), `storage` (ALLOC_STORAGE, a block of
 bytes, from the same blocks), `view` (ALLOC_TENSOR, a tensor over a block's bytes),
 `shape_array` (SHAPE_OF), `call_begin` and `call_end` (an entry's bookkeeping of the thread
-pool, `rvm.kernels.workpool.call`'s, natively), `guard_claim`, `guard_release` and `Refused` (an
-entry's claim of its VM's thread guard, `rvm.kernels.guard`), `write_slice`
+pool, `rvm.kernels.workpool.call`'s, natively), `write_slice`
 (`vm.builtin.write_slice`), `full0` (a scalar register where an array is needed), `constant`,
 which rebuilds a small constant of the executable from the hex text a generated file holds
 (Numba freezes module-level arrays into the code it compiles), and `bound`, a big constant: the
@@ -30,15 +29,12 @@ import numpy as np
 from numba.extending import overload
 
 from rvm.kernels.blocks import empty
-from rvm.kernels.guard import guard_claim as guard_claim  # re-exported: native files import it
-from rvm.kernels.guard import guard_release as guard_release  # re-exported: native files too
 from rvm.kernels.jitting import jit
 from rvm.kernels.workpool import call_begin as call_begin  # re-exported: native files import it
 from rvm.kernels.workpool import call_end as call_end  # re-exported: native files import it
 from rvm.runtime.builtins import slice_fits
 from rvm.runtime.loading import NATIVE_SUPPORT_NAMES
 from rvm.runtime.modes.native_constants import bound as bound  # re-exported: native files import it
-from rvm.runtime.modes.native_guard import Refused as Refused  # re-exported: native files raise it
 
 __all__ = ["BAIL", *NATIVE_SUPPORT_NAMES]
 
