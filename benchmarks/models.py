@@ -173,9 +173,9 @@ def _table(rows: dict[str, dict]) -> str:
     head = (
         f"{'model':<14}{'cold s':>8}{'cpu s':>7}{'+help':>7}{'TVM s':>7}{'':>5}{'first':>7}"
         f"{'cpu s':>7}{'warm s':>8}{'cpu s':>7}"
-        f"{'':>5}{'rvm bc':>8}{'rvm cm':>8}{'rvm nt':>8}{'nt/cm':>6}"
-        f"{'ORT':>7}{'ORT 1t':>8}{'rvm/ORT':>8}"
-        f"{'alone':>7}{'rvm/al':>7}"
+        f"{'':>5}{'rvm bc':>9}{'rvm cm':>9}{'rvm nt':>9}{'nt/cm':>6}"
+        f"{'ORT':>9}{'ORT 1t':>9}{'rvm/ORT':>8}"
+        f"{'alone':>9}{'rvm/al':>7}"
         f"{'RSS MB':>8}{'ORT MB':>8}"
     )
     lines = [head, "-" * len(head)]
@@ -190,10 +190,10 @@ def _table(rows: dict[str, dict]) -> str:
         )
         if "ort_ms" in r:
             line += (
-                f"{r['rvm_bytecode_ms']:>8.2f}{r['rvm_compiled_ms']:>8.2f}"
-                f"{r['rvm_native_ms']:>8.2f}{r['native_over_compiled']:>6.2f}{r['ort_ms']:>7.2f}"
-                f"{r['ort_1thread_ms']:>8.2f}{r['rvm_over_ort']:>8.2f}"
-                f"{r['ort_alone_ms']:>7.2f}{r['rvm_over_ort_alone']:>7.2f}"
+                f"{r['rvm_bytecode_ms']:>9.2f}{r['rvm_compiled_ms']:>9.2f}"
+                f"{r['rvm_native_ms']:>9.2f}{r['native_over_compiled']:>6.2f}{r['ort_ms']:>9.2f}"
+                f"{r['ort_1thread_ms']:>9.2f}{r['rvm_over_ort']:>8.2f}"
+                f"{r['ort_alone_ms']:>9.2f}{r['rvm_over_ort_alone']:>7.2f}"
                 f"{r['peak_rss_mb']:>8.0f}{r['ort_peak_rss_mb']:>8.0f}"
             )
         lines.append(line)
