@@ -58,7 +58,8 @@ def test_chains_run_the_pass_and_match_numpy(case: int, rank: int) -> None:
 @pytest.mark.parametrize("blas_threads", [1, 2, 3], indirect=True)
 def test_a_large_pass_splits_over_the_pool(blas_threads: int) -> None:
     """Pieces of whole vectors tile the output, whatever the threads (an odd row length)."""
-    shape = (2, C, 101, 97)
+    rows = parfor.MIN_WORK // (2 * 2 * C * 97) + 1  # read and written: splits on any CPU
+    shape = (2, C, rows, 97)
     assert affine.splits(int(np.prod(shape)))
     x = var("x", shape)
     _, result, params, arrays = _chains(x)[0]
@@ -119,7 +120,8 @@ def test_a_compile_lists_the_task_of_a_large_pass() -> None:
     from rvm.jit.first_run import library_tasks
     from rvm.transform.pipeline import run_pipeline
 
-    for shape, listed in [((1, C, 128, 128), True), ((1, C, 4, 4), False)]:
+    side = int(np.ceil(np.sqrt(parfor.MIN_WORK / (2 * C))))  # splits on any CPU (the lanes')
+    for shape, listed in [((1, C, side, side), True), ((1, C, 4, 4), False)]:
         x = var("x", shape)
         b = Builder()
         with b.function("main", [x, *STATS]):

@@ -105,11 +105,14 @@ def test_any_row_range_of_a_fill_writes_its_rows_whole(case) -> None:
 
 def test_a_large_fill_runs_on_the_pool() -> None:
     """A fill of `parfor.MIN_WORK` elements or more goes to the pool as one job (squeezenet's
-    stem: 3 channels of 224 x 224), a small one runs in the caller; both right."""
+    stem: 3 channels of 224 x 224 with AVX2's lanes), a small one runs in the caller; both
+    right."""
     before = rvm.get_num_threads()
     rvm.set_num_threads(2)
     try:
-        for ih, jobs in ((224, 1), (8, 0)):
+        # large: 3 channels' 4 phases of MIN_WORK elements or more on any CPU (the lanes')
+        large = 2 * int(np.ceil(np.sqrt(parfor.MIN_WORK / 12))) + 4
+        for ih, jobs in ((large, 1), (8, 0)):
             oh = (ih - 3) // 2 + 1
             hp, wp, hq, wq = planes.phase_shape(oh, oh, 3, 3, 2, 2, 1, 1)
             assert (3 * 4 * hq * wq >= parfor.MIN_WORK) == (jobs == 1)

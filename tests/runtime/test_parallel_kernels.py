@@ -92,9 +92,12 @@ def test_pools_cut_in_chunks_of_uneven_channels_match_the_reference(
 ) -> None:
     """Channels not a multiple of the chunks: each chunk's range of them, every one once."""
     rvm.set_num_threads(2)
-    x = np.random.default_rng(channels).standard_normal((1, channels, 121, 117)).astype("float32")
-    assert parfor.chunks(channels * (121 * 117 + 60 * 58 * 9), channels) > 1
-    out = np.full((1, channels, 60, 58), np.nan, dtype="float32")
+    # rows enough that the pool splits on any CPU (`parfor.MIN_WORK` is the lanes')
+    h = 121 * -(-parfor.MIN_WORK // (channels * (121 * 117 + 60 * 58 * 9)))
+    oh = (h - 3) // 2 + 1
+    x = np.random.default_rng(channels).standard_normal((1, channels, h, 117)).astype("float32")
+    assert parfor.chunks(channels * (h * 117 + oh * 58 * 9), channels) > 1
+    out = np.full((1, channels, oh, 58), np.nan, dtype="float32")
     pool.pool2d(x, out, 1, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0)
     want = numpy_ref.max_pool2d(x, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), False)
     np.testing.assert_allclose(out, want)
