@@ -294,11 +294,10 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
-# padded, dilated, odd sizes, a batch of 2; a vector fewer input channels than Winograd's rule
-# takes (`conv.winograd_pays`).
-_SHALLOWER = (conv.WINOGRAD_MIN_CHANNELS - 1) * direct.LANES
+# padded, dilated, odd sizes, a batch of 2. Dilated: a plain 3x3 stride-1 one deep enough for
+# the direct method is Winograd's where its floor is 32 channels (`conv.winograd_pays`).
 CHANNELS_CASES = [
-    (1, _SHALLOWER, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (1, 64, 32, 33, 128, (3, 3), (1, 1), (2, 2), 1, (2, 2, 2, 2)),
     (2, 72, 35, 31, 144, (3, 3), (1, 1), (2, 2), 1, (2, 1, 2, 3)),
 ]
 
@@ -417,32 +416,39 @@ def test_constant_weights_are_packed_where_the_rule_says() -> None:
         assert ("conv2d(" in text) == (not want)
 
 
+# A shallow 3x3 convolution's output channels on small maps: few enough that Winograd's rule
+# (`conv.winograd_pays`, its floor on the channels' harmonic mean) leaves it to the others.
+_SHALLOW_OUT = 4 * direct.LANES
+
+
 def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> None:
     """A shallow 3x3 convolution on a 14 x 14 map (`direct.pays_once_built`, not `prefers`)
     stays a GEMM in a module of its own (which then builds nothing of the method), and takes
-    the direct method beside a deep one that does; the packed module computes the same."""
+    the direct method beside a deep one that does (dilated: Winograd's rule takes a deep 3x3
+    one undilated); the packed module computes the same."""
     from rvm.transform.pack_conv_weights import pack_conv_weights
 
-    lanes = direct.LANES
-    shallow = (1, 2 * lanes, 14, 14, 8 * lanes, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
-    assert not _pays(2 * lanes, 8 * lanes, 1, 3, 1, 14, 14)
-    assert direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)
-    assert not direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 2, 2, 14, 14)  # strided
-    assert not direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 32, 32)  # large
-    assert not direct.pays_once_built(lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)  # shallower
-    alone, inputs = _model(shallow)
+    lanes, out = direct.LANES, _SHALLOW_OUT
+    shallow = (1, 2 * lanes, 14, 14, out, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+    assert not _pays(2 * lanes, out, 1, 3, 1, 14, 14)
+    assert direct.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 14, 14)
+    assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 2, 2, 14, 14)  # strided
+    assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 32, 32)  # large
+    assert not direct.pays_once_built(lanes, out, 1, 3, 3, 1, 1, 14, 14)  # shallower
+    assert not conv.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 1, 1, 14, 14)
+    alone, _ = _model(shallow)
     assert "conv2d_packed" not in str(pack_conv_weights(alone))
-    x = var("x", inputs[0].shape)
-    weights = [rand((8 * lanes, 2 * lanes, 3, 3), seed=3), rand((2 * lanes, 8 * lanes, 3, 3))]
+    assert _pays(8 * lanes, 2 * lanes, 1, 3, 1, 14, 14)
+    x = var("x", (1, 8 * lanes, 14, 14))
+    deep, wide = rand((2 * lanes, 8 * lanes, 3, 3)), rand((out, 2 * lanes, 3, 3), seed=3)
     b = Builder()
     with b.function("main", [x]):
-        y = x
-        for w in weights:
-            y = b.emit(op.conv2d(y, E.Constant(w), (1, 1), (1, 1, 1, 1)))
-        b.emit_output(y)
+        y = b.emit(op.conv2d(x, E.Constant(deep), (1, 1), (2, 2, 2, 2), (2, 2)))
+        b.emit_output(b.emit(op.conv2d(y, E.Constant(wide), (1, 1), (1, 1, 1, 1))))
     mod = b.get()
     packed = pack_conv_weights(mod)
     assert str(packed).count("conv2d_packed") == 2 and "conv2d(" not in str(packed)
+    inputs = (rand((1, 8 * lanes, 14, 14), seed=4),)
     want = rvm.interpret(mod, "main", *inputs)
     np.testing.assert_allclose(rvm.interpret(packed, "main", *inputs), want, rtol=1e-4, atol=2e-3)
 
@@ -454,7 +460,7 @@ def test_a_batched_module_packs_its_shallower_small_maps() -> None:
     from rvm.transform.pack_conv_weights import BATCH_BUILDS, pack_conv_weights
 
     lanes = direct.LANES
-    w = rand((8 * lanes, 2 * lanes, 3, 3), seed=3)
+    w = rand((_SHALLOW_OUT, 2 * lanes, 3, 3), seed=3)
 
     def module(batch):  # type: ignore[no-untyped-def]
         x = var("x", (batch, 2 * lanes, 14, 14))
@@ -485,8 +491,8 @@ def test_an_int8_convolution_turned_around_does_not_widen_the_rule(monkeypatch) 
     xq, xf = var("xq", (1, 4, 8, 8), "uint8"), var("xf", (1, 2 * lanes, 14, 14))
     wq = np.ones((6, 4, 3, 3), np.int8)
     bq, sq = np.zeros(6, np.int32), np.ones(6, np.float32)
-    wf = rand((8 * lanes, 2 * lanes, 3, 3), seed=3)
-    assert direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)
+    wf = rand((_SHALLOW_OUT, 2 * lanes, 3, 3), seed=3)
+    assert direct.pays_once_built(2 * lanes, _SHALLOW_OUT, 1, 3, 3, 1, 1, 14, 14)
     b = Builder()
     with b.function("main", [xq, xf]):
         q = b.emit(op.qconv2d(xq, E.Constant(wq), E.Constant(bq), E.Constant(sq)))

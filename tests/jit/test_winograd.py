@@ -60,7 +60,7 @@ def test_winograd_fused_epilogue(blas_threads, per_channel) -> None:
 
 # Shapes the rule takes, at its floor of channels on this CPU (on two threads: their phases cut
 # apart, `winograd.cut`).
-C = conv.WINOGRAD_MEAN_CHANNELS * sgemm.LANES
+C = conv.WINOGRAD_MEAN_CHANNELS * conv.WINOGRAD_LANES
 TAKEN = [(1, C, 32, 33, C, (1, 1, 1, 1)), (3, C, 33, 34, C + 8, (1, 0, 2, 1))]
 
 
@@ -71,7 +71,7 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     how = conv.method.py_func(c, o, 1, 3, 3, 1, 1, 1, 1, oh, ow, h, wd, False, True)
     assert how == conv.WINOGRAD
     # Not below the channels' mean, each at its floor (`conv.WINOGRAD_MIN_CHANNELS`).
-    floor = conv.WINOGRAD_MIN_CHANNELS * sgemm.LANES
+    floor = conv.WINOGRAD_MIN_CHANNELS * conv.WINOGRAD_LANES
     assert not conv.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, oh, ow)
     # Not with a dilation nor a stride: the rule is Winograd's shapes only.
     assert not conv.winograd_pays.py_func(c, o, 1, 3, 3, 1, 1, 2, 2, oh, ow)
@@ -87,19 +87,24 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     np.testing.assert_allclose(fused, expect, rtol=1e-4, atol=2e-3)
 
 
+# A layer both rules take, Winograd's and the direct method's (`conv.channels_pay`: deeper than
+# Winograd's floor, its output channels whole vectors of the direct method's).
+DEEP, DEEP_OUT = 8 * sgemm.LANES, 9 * sgemm.LANES
+
+
 def _model(pads=(1, 0, 2, 1)):  # type: ignore[no-untyped-def]
-    """A 3x3 layer the rule takes, its constant weight, a bias and a ReLU."""
+    """A 3x3 layer the rules take (`DEEP`), its constant weight, a bias and a ReLU."""
     from rvm.ir import expr as E
     from rvm.ir.builder import Builder
     from rvm.op import add, conv2d, relu
 
-    x, w = var("x", (2, C, 33, 32)), rand((C + 8, C, 3, 3), seed=1)
+    x, w = var("x", (2, DEEP, 33, 32)), rand((DEEP_OUT, DEEP, 3, 3), seed=1)
     b = Builder()
     with b.function("main", [x]):
         y = b.emit(conv2d(x, E.Constant(w), (1, 1), pads))
-        y = b.emit(add(y, E.Constant(rand((1, C + 8, 1, 1), seed=2))))
+        y = b.emit(add(y, E.Constant(rand((1, DEEP_OUT, 1, 1), seed=2))))
         b.emit_output(b.emit(relu(y)))
-    return b.get(), w, rand((2, C, 33, 32), seed=4)
+    return b.get(), w, rand((2, DEEP, 33, 32), seed=4)
 
 
 @nb.njit
@@ -116,8 +121,7 @@ def test_pack_transforms_winograd_weights(blas_threads) -> None:
     from rvm.transform.pack_conv_weights import pack_conv_weights
 
     mod, w, x = _model()
-    # With AVX2's 8 lanes the direct method's rule takes this layer too (`conv.channels_pay`);
-    # with AVX-512's 16 it does not: Winograd's is taken either way.
+    assert conv.channels_pay.py_func(DEEP, DEEP_OUT, 1, 3, 3, 1, 1, 33, 32, 33, 32, True)
     packed = pack_conv_weights(mod)
     assert "conv2d_packed" not in str(packed)
     calls = [b.value for b in packed["main"].body.bindings if isinstance(b.value, E.Call)]

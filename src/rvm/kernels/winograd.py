@@ -211,7 +211,13 @@ def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # typ
     each (o1 - o0, tiles)), A^T = [[1, 1, 1, 0], [0,
     1, -1, -1]], then the ``epilogue`` (`rvm.kernels.sgemm.sgemm_segments`': the bias's
     address or 0, its step, the activation, the residual's address (out's layout) or 0), the
-    positions past the output's edge not stored."""
+    positions past the output's edge not stored.
+
+    A row of tiles is transformed into its two output rows in ``rows`` (in L1), then each row
+    is stored with its epilogue: both loops without a branch a tile, so the compiler
+    vectorizes them along the row (a loop over tiles that stored each into the output, the
+    odd column's and row's edge tested per tile, stayed scalar: 64 -> 64 channels on 56 x 56,
+    one Zen 4 core, 0.67 ms of Winograd's 1.98)."""
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     of = out.reshape(out.size)
     tiles = (ty1 - ty0) * tw
@@ -219,16 +225,13 @@ def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # typ
     at_bias, bias_step, act, at_res = epilogue
     bias = parfor.array_at(at_bias, (o if at_bias != 0 else 0,), like)
     res = parfor.array_at(at_res, (of.size if at_res != 0 else 0,), like)
-    full = ow // 2  # tiles whose two columns are both stored
     zero = np.float32(0.0)
+    wide = U(2 * tw)  # a row of tiles' output row, its last column past an odd edge
+    rows = np.empty(2 * 2 * tw, dtype=out.dtype)
     for k in range(o1 - o0):
         b = bias[(o0 + k) * bias_step] if at_bias != 0 else zero
         for ty in range(ty0, ty1):
             at = U(k * tiles + (ty - ty0) * tw)
-            oy = 2 * ty
-            two = oy + 1 < oh
-            top = U(((n_ * o + o0 + k) * oh + oy) * ow)
-            bottom = top + U(ow)
             for tx in range(tw):
                 q = at + U(tx)
                 m0, m1, m2, m3 = m[q], m[q + step], m[q + U(2) * step], m[q + U(3) * step]
@@ -240,26 +243,22 @@ def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # typ
                 m14, m15 = m[q + U(14) * step], m[q + U(15) * step]
                 s0, s1, s2, s3 = m0 + m4 + m8, m1 + m5 + m9, m2 + m6 + m10, m3 + m7 + m11
                 e0, e1, e2, e3 = m4 - m8 - m12, m5 - m9 - m13, m6 - m10 - m14, m7 - m11 - m15
-                y00, y01 = s0 + s1 + s2 + b, s1 - s2 - s3 + b
-                y10, y11 = e0 + e1 + e2 + b, e1 - e2 - e3 + b
                 p = U(2 * tx)
-                wide = tx < full
+                rows[p] = s0 + s1 + s2 + b
+                rows[p + U(1)] = s1 - s2 - s3 + b
+                rows[wide + p] = e0 + e1 + e2 + b
+                rows[wide + p + U(1)] = e1 - e2 - e3 + b
+            for r in range(min(2, oh - 2 * ty)):
+                top, src = U(((n_ * o + o0 + k) * oh + 2 * ty + r) * ow), U(r) * wide
                 if at_res != 0:
-                    y00 += res[top + p]
-                    y01 += res[top + p + U(1)] if wide else zero
-                    if two:
-                        y10 += res[bottom + p]
-                        y11 += res[bottom + p + U(1)] if wide else zero
+                    for j in range(ow):
+                        rows[src + U(j)] += res[top + U(j)]
                 if act == 1:
-                    y00, y01 = max(y00, zero), max(y01, zero)
-                    y10, y11 = max(y10, zero), max(y11, zero)
-                of[top + p] = y00
-                if wide:
-                    of[top + p + U(1)] = y01
-                if two:
-                    of[bottom + p] = y10
-                    if wide:
-                        of[bottom + p + U(1)] = y11
+                    for j in range(ow):
+                        of[top + U(j)] = max(rows[src + U(j)], zero)
+                else:
+                    for j in range(ow):
+                        of[top + U(j)] = rows[src + U(j)]
 
 
 # A job (int64): its length, x, u (the transformed weight), out, n, c, ih, iw, o, oh, ow, pt,
