@@ -294,11 +294,10 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
 
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
-# padded, dilated, odd sizes, a batch of 2; a vector fewer input channels than Winograd's rule
-# takes (`conv.winograd_pays`).
-_SHALLOWER = (conv.WINOGRAD_MIN_CHANNELS - 1) * direct.LANES
+# padded, dilated, odd sizes, a batch of 2; 5 x 5 at stride 1 (3 x 3 ones as deep as the
+# direct method's rule takes are Winograd's on AVX-512: `conv.winograd_floors`).
 CHANNELS_CASES = [
-    (1, _SHALLOWER, 32, 33, 128, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
+    (1, 4 * direct.LANES, 32, 33, 128, (5, 5), (1, 1), (1, 1), 1, (2, 2, 2, 2)),
     (2, 72, 35, 31, 144, (3, 3), (1, 1), (2, 2), 1, (2, 1, 2, 3)),
 ]
 
@@ -418,18 +417,21 @@ def test_constant_weights_are_packed_where_the_rule_says() -> None:
 
 
 def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> None:
-    """A shallow 3x3 convolution on a 14 x 14 map (`direct.pays_once_built`, not `prefers`)
-    stays a GEMM in a module of its own (which then builds nothing of the method), and takes
-    the direct method beside a deep one that does; the packed module computes the same."""
+    """A shallow 3x3 convolution on a 10 x 10 map (`direct.pays_once_built`, not `prefers`;
+    25 tiles, under Winograd's floor) stays a GEMM in a module of its own (which then builds
+    nothing of the method), and takes the direct method beside a deep one that does; the
+    packed module computes the same."""
     from rvm.transform.pack_conv_weights import pack_conv_weights
 
     lanes = direct.LANES
-    shallow = (1, 2 * lanes, 14, 14, 8 * lanes, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
-    assert not _pays(2 * lanes, 8 * lanes, 1, 3, 1, 14, 14)
-    assert direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)
-    assert not direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 2, 2, 14, 14)  # strided
+    shallow = (1, 2 * lanes, 10, 10, 8 * lanes, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+    assert not conv.winograd_pays.py_func(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 1, 1, 10, 10)
+    assert not conv.winograd_pays.py_func(8 * lanes, 2 * lanes, 1, 3, 3, 1, 1, 1, 1, 10, 10)
+    assert not _pays(2 * lanes, 8 * lanes, 1, 3, 1, 10, 10)
+    assert direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 10, 10)
+    assert not direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 2, 2, 10, 10)  # strided
     assert not direct.pays_once_built(2 * lanes, 8 * lanes, 1, 3, 3, 1, 1, 32, 32)  # large
-    assert not direct.pays_once_built(lanes, 8 * lanes, 1, 3, 3, 1, 1, 14, 14)  # shallower
+    assert not direct.pays_once_built(lanes, 8 * lanes, 1, 3, 3, 1, 1, 10, 10)  # shallower
     alone, inputs = _model(shallow)
     assert "conv2d_packed" not in str(pack_conv_weights(alone))
     x = var("x", inputs[0].shape)
@@ -457,7 +459,7 @@ def test_a_batched_module_packs_its_shallower_small_maps() -> None:
     w = rand((8 * lanes, 2 * lanes, 3, 3), seed=3)
 
     def module(batch):  # type: ignore[no-untyped-def]
-        x = var("x", (batch, 2 * lanes, 14, 14))
+        x = var("x", (batch, 2 * lanes, 10, 10))
         b = Builder()
         with b.function("main", [x]):
             b.emit_output(b.emit(op.conv2d(x, E.Constant(w), (1, 1), (1, 1, 1, 1))))
@@ -468,7 +470,7 @@ def test_a_batched_module_packs_its_shallower_small_maps() -> None:
     mod = module(BATCH_BUILDS)
     packed = pack_conv_weights(mod)
     assert "conv2d_packed" in str(packed) and "conv2d(" not in str(packed)
-    x = rand((BATCH_BUILDS, 2 * lanes, 14, 14), seed=4)
+    x = rand((BATCH_BUILDS, 2 * lanes, 10, 10), seed=4)
     want = rvm.interpret(mod, "main", x)
     np.testing.assert_allclose(rvm.interpret(packed, "main", x), want, rtol=1e-4, atol=2e-3)
 

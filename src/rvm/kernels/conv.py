@@ -710,7 +710,7 @@ def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore
     dilation 1, no groups, on maps of `WINOGRAD_MIN_TILES` tiles (2 x 2 output positions) or
     more, from `WINOGRAD_MIN_CHANNELS` vectors of the GEMM's (`rvm.kernels.sgemm.LANES`)
     input and output channels each and `WINOGRAD_MEAN_CHANNELS` vectors of their harmonic
-    mean.
+    mean (`winograd_floors`: measured per vector width; the figures below are AVX2's).
 
     The transforms move each input value a few times (``o`` multiply-adds each in the GEMMs)
     and each output value a few times (``c`` each), a float at a time, where the GEMMs go a
@@ -741,11 +741,29 @@ WINOGRAD_MIN_TILES = 32
 by the layer, and 12 x 12 maps' 36, where it won): a measured floor, not one derived from the
 machine (session 43 had 256 while the weight was transformed at each call and a small map's
 pieces each transformed their input again)."""
-WINOGRAD_MIN_CHANNELS = 8
-"""The input and output channels, in vectors, from which `winograd_pays`, each."""
-WINOGRAD_MEAN_CHANNELS = 10
-"""The harmonic mean of the input and output channels, in vectors, from which `winograd_pays`
-(measured: see there)."""
+
+
+def winograd_floors(vector_bits: int) -> tuple[int, int]:
+    """(`WINOGRAD_MIN_CHANNELS`, `WINOGRAD_MEAN_CHANNELS`) for vectors of ``vector_bits``, in
+    vectors: measured per vector width, as the transforms' share against the GEMMs' is not the
+    same count of vectors on both (`benchmarks/conv_methods.py`, one thread, thread CPU).
+
+    - 256 bits: 8 and 10, on a Zen 3 core (AVX2; `winograd_pays`' figures): 64 channels each
+      and a mean of 80.
+    - 512 bits: 2 and 3, on a Zen 4 core (AVX-512, load 17), Winograd on a weight transformed
+      beforehand over the faster of the direct method and the GEMMs: squeezenet's 32 -> 128 on
+      27 x 27 (a mean of 51 channels) 1.23, 48 -> 192 and 64 -> 256 on 13 x 13 1.09 and 1.25,
+      inception_v2's 64 -> 64, 64 -> 96, 96 -> 96 on 28 x 28 1.37-1.41, its 14 x 14 layers
+      from 64 -> 96 1.06-1.38, resnet50's 64 -> 64 on 56 x 56 1.10; only 16 -> 64 on 55 x 55
+      (one vector of input channels) lost (0.56). The floors of 8 and 10 vectors (128 and 160
+      channels) left all of these to the slower methods.
+    """
+    return (2, 3) if vector_bits >= 512 else (8, 10)
+
+
+WINOGRAD_MIN_CHANNELS, WINOGRAD_MEAN_CHANNELS = winograd_floors(cpu().vector_bits)
+"""The input and output channels, in vectors, from which `winograd_pays`, each; and their
+harmonic mean, in vectors (`winograd_floors`)."""
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------
