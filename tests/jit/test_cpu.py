@@ -73,18 +73,6 @@ def _facts(l1d: int, l2: int, bits: int = 512) -> cpu.Cpu:
 
 
 @pytest.mark.parametrize(
-    ("name", "bits", "lanes"),
-    [("znver4", 512, 8), ("sapphirerapids", 512, 16), ("znver3", 256, 8), ("znver4", 256, 8),
-     ("haswell", 256, 8), ("generic", 128, 4)],
-)  # fmt: skip
-def test_datapath_lanes_halve_where_512_bits_run_as_two_halves(name, bits, lanes) -> None:
-    """Zen 4 (``znver4``) runs AVX-512 as two 256-bit halves: 8 lanes a time, as AVX2."""
-    facts = dataclasses.replace(cpu.cpu(), name=name, vector_bits=bits)
-    assert facts.datapath_lanes == lanes
-    assert conv.WINOGRAD_LANES == cpu.cpu().datapath_lanes
-
-
-@pytest.mark.parametrize(
     ("l1d", "rows", "kc"),
     [(48 << 10, 8, 512), (32 << 10, 8, 512), (32 << 10, 6, 512), (64 << 10, 8, 1024),
      (16 << 10, 8, 256), (4 << 10, 8, 128), (1 << 20, 6, 1024)],

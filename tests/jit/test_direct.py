@@ -463,7 +463,7 @@ def test_a_batched_module_packs_its_shallower_small_maps() -> None:
     w = rand((_SHALLOW_OUT, 2 * lanes, 3, 3), seed=3)
 
     def module(batch):  # type: ignore[no-untyped-def]
-        x = var("x", (batch, 2 * lanes, 14, 14))
+        x = var("x", (batch, 2 * lanes, 10, 10))
         b = Builder()
         with b.function("main", [x]):
             b.emit_output(b.emit(op.conv2d(x, E.Constant(w), (1, 1), (1, 1, 1, 1))))
@@ -474,7 +474,7 @@ def test_a_batched_module_packs_its_shallower_small_maps() -> None:
     mod = module(BATCH_BUILDS)
     packed = pack_conv_weights(mod)
     assert "conv2d_packed" in str(packed) and "conv2d(" not in str(packed)
-    x = rand((BATCH_BUILDS, 2 * lanes, 14, 14), seed=4)
+    x = rand((BATCH_BUILDS, 2 * lanes, 10, 10), seed=4)
     want = rvm.interpret(mod, "main", x)
     np.testing.assert_allclose(rvm.interpret(packed, "main", x), want, rtol=1e-4, atol=2e-3)
 

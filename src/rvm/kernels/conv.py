@@ -708,58 +708,63 @@ def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore
     """Whether a float32 convolution of this shape runs Winograd's F(2x2, 3x3)
     (`rvm.kernels.winograd`) rather than the GEMMs or the direct method: 3x3, stride 1,
     dilation 1, no groups, on maps of `WINOGRAD_MIN_TILES` tiles (2 x 2 output positions) or
-    more, from `WINOGRAD_MIN_CHANNELS` vectors of the multiply-add datapath
-    (`WINOGRAD_LANES`) of input and output channels each and `WINOGRAD_MEAN_CHANNELS` vectors
-    of their harmonic mean.
+    more, from `WINOGRAD_MIN_CHANNELS` vectors of the GEMM's (`rvm.kernels.sgemm.LANES`)
+    input and output channels each and `WINOGRAD_MEAN_CHANNELS` vectors of their harmonic
+    mean (`winograd_floors`: measured per vector width).
 
     The transforms move each input value a few times (``o`` multiply-adds each in the GEMMs)
     and each output value a few times (``c`` each), where the GEMMs go a vector at a time:
     their share of the time is about ``1 / c + 1 / o``, so the channels' floor is on the
-    harmonic mean ``2 c o / (c + o)``, in vectors of the lanes the core multiplies at a time
-    (`rvm.kernels.cpu.Cpu.datapath_lanes`: Zen 4 runs its 16-lane AVX-512 as two 8-lane
-    halves, so its GEMMs go at the rate of Zen 3's AVX2; sessions 43-44 counted in
-    `rvm.kernels.sgemm.LANES`, which on Zen 4 doubled the floors in channels and turned away
-    layers Winograd won). A constant weight is transformed at build time
-    (`rvm.op.conv2d_winograd`), and a small map's phases are cut apart for the pool's threads
-    (`rvm.kernels.winograd.cut`).
-
-    Measured on a Zen 4 core (AVX-512; session 45, `benchmarks/conv_methods.py` at one thread,
-    thread CPU, the machine loaded; the direct method's time over Winograd's on a weight
-    transformed beforehand, every 3x3 stride-1 layer of the light models): on maps of 36
-    tiles or more (12 x 12 up) 1.08-1.78 from 32 channels each and a mean of 51 (densenet121's
-    128 -> 32 at 56 x 56 1.34, 28 x 28 1.39, 14 x 14 0.97; squeezenet's 32 -> 128 at 27 x 27
-    1.21; resnet50's 64 -> 64 at 56 x 56 1.10, 128 -> 128 at 28 x 28 1.67; vgg19's 64 at 224 x
-    224 1.22, 128 at 112 x 112 1.49), but 16 -> 64 (mean 26) 0.66 and 3 -> 64 0.26; on 7 x 7
-    maps (16 tiles) 1.17-1.35 from 160 channels, 128 -> 32 0.49; 6 x 6 (9 tiles) 0.89-0.98.
-    On a Zen 3 core (AVX2, 8 lanes both ways; session 44, one and two threads) a mean of 64
-    to 77 channels measured 0.68-1.34 (mixed) and from 96 1.04-1.78: the floors below take
-    those layers there too, not re-measured on that machine."""
+    harmonic mean ``2 c o / (c + o)``, in vectors. A constant weight is transformed at build
+    time (`rvm.op.conv2d_winograd`), and a small map's phases are cut apart for the pool's
+    threads (`rvm.kernels.winograd.cut`). The measurements that set the floors are
+    `winograd_floors`'."""
     if groups != 1 or kh != 3 or kw != 3 or sh != 1 or sw != 1 or dh != 1 or dw != 1:
         return False
     tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
-    floor = WINOGRAD_MIN_CHANNELS * WINOGRAD_LANES
+    floor = WINOGRAD_MIN_CHANNELS * sgemm.LANES
     if tiles < WINOGRAD_MIN_TILES or c < floor or o < floor:
         return False
-    return 2 * c * o >= WINOGRAD_MEAN_CHANNELS * WINOGRAD_LANES * (c + o)
+    return 2 * c * o >= WINOGRAD_MEAN_CHANNELS * sgemm.LANES * (c + o)
 
 
-WINOGRAD_LANES = cpu().datapath_lanes
-"""The lanes `winograd_pays` counts channels in: the multiply-add datapath's
-(`rvm.kernels.cpu.Cpu.datapath_lanes`), what the GEMMs' rate goes by."""
 WINOGRAD_MIN_TILES = 32
 """The tiles of a map from which `winograd_pays` (between 7 x 7 maps' 16, where it won or lost
 by the layer, and 12 x 12 maps' 36, where it won): a measured floor, not one derived from the
 machine (session 43 had 256 while the weight was transformed at each call and a small map's
-pieces each transformed their input again). On Zen 4 7 x 7 maps won from 160 channels at one
-thread (1.17-1.35); two threads' cut phases not measured there (the machine too loaded)."""
-WINOGRAD_MIN_CHANNELS = 4
-"""The input and output channels, in vectors of `WINOGRAD_LANES`, from which `winograd_pays`,
-each: 32 on 8 lanes (Zen 4: 32 -> 128 and 128 -> 32 won 1.21-1.39 on maps from 28 x 28, 16
--> 64 lost, 0.66)."""
-WINOGRAD_MEAN_CHANNELS = 6
-"""The harmonic mean of the input and output channels, in vectors of `WINOGRAD_LANES`, from
-which `winograd_pays`: 48 on 8 lanes, between 16 -> 64's 26 (lost) and 128 -> 32's 51 (won;
-measured: see there)."""
+pieces each transformed their input again). On a Zen 4 core 7 x 7 maps won from 160
+channels at one thread (1.17-1.35) but 128 -> 32 lost (0.49); two threads' cut phases not
+measured there (the machine too loaded)."""
+
+
+def winograd_floors(vector_bits: int) -> tuple[int, int]:
+    """(`WINOGRAD_MIN_CHANNELS`, `WINOGRAD_MEAN_CHANNELS`) for vectors of ``vector_bits``, in
+    vectors: measured per vector width (`benchmarks/conv_methods.py`, one thread, thread CPU;
+    the faster of the direct method and the GEMMs over Winograd's time on a weight transformed
+    beforehand, every 3x3 stride-1 layer of the light models), as the transforms' share
+    against the GEMMs' is not the same count of vectors on both.
+
+    - 256 bits: 8 and 10 (64 channels each and a mean of 80), on a Zen 3 core (AVX2; session
+      44, one and two threads, loaded): from 12 x 12 maps (36 tiles) with the mean from 96
+      channels 1.04-1.78, but 160 -> 320 on 13 x 13 0.97; at a mean of 77 (64 -> 96, 48 ->
+      192) 0.68-1.26, of 64 (64 -> 64) 0.79-1.34; 7 x 7 maps 0.76-1.52, 6 x 6 0.49-0.76.
+    - 512 bits: 2 and 3 (32 channels each and a mean of 48), on a Zen 4 core (AVX-512 run as
+      two 256-bit halves; session 45, loaded): from 36 tiles 1.06-1.78 from 32 channels each
+      and a mean of 51 -- squeezenet's 32 -> 128 on 27 x 27 1.21-1.23, 48 -> 192 and 64 -> 256
+      on 13 x 13 1.08-1.25; inception_v2's 28 x 28 layers 1.34-1.53, its 14 x 14 ones 1.06-1.44;
+      resnet50's 64 -> 64 on 56 x 56 1.10, 128 -> 128 on 28 x 28 1.67; vgg19's 64 on 224 x 224
+      1.22, 128 on 112 x 112 1.49; densenet121's 128 -> 32 on 56 x 56 1.34, 28 x 28 1.39, 14 x
+      14 0.97; inception_v1's 1.17-1.61 -- but 16 -> 64 on 55 x 55 (one vector of input
+      channels, a mean of 26) 0.56-0.66 and 3 -> 64 0.26. The floors of 8 and 10 vectors (128
+      and 160 channels) had left all of these to the slower methods. Not measured on a core
+      that runs 512 bits at once (Zen 5, Intel's), nor a Zen 3 re-measured at these floors.
+    """
+    return (2, 3) if vector_bits >= 512 else (8, 10)
+
+
+WINOGRAD_MIN_CHANNELS, WINOGRAD_MEAN_CHANNELS = winograd_floors(cpu().vector_bits)
+"""The input and output channels, in vectors, from which `winograd_pays`, each; and their
+harmonic mean, in vectors (`winograd_floors`)."""
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------

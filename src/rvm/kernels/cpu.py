@@ -26,7 +26,6 @@ from pathlib import Path
 __all__ = [
     "DEFAULT_CACHES",
     "DEFAULT_LINE",
-    "SPLIT_512",
     "Cpu",
     "cpu",
     "read_caches",
@@ -38,10 +37,6 @@ __all__ = [
 # (L1d, L2, L3) bytes where the system names none: a small core's, so blocks still fit.
 DEFAULT_CACHES = (32 << 10, 256 << 10, 8 << 20)
 DEFAULT_LINE = 64  # bytes of a cache line where the system names none (x86-64's)
-SPLIT_512 = frozenset({"znver4"})
-"""LLVM's names of the cores that run each 512-bit instruction as two 256-bit halves (AMD Zen 4):
-their AVX-512 multiply-adds go at the rate of AVX2's (`Cpu.datapath_lanes`). Not a feature
-flag the CPU reports: a fact of its microarchitecture, known by name."""
 _SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 _SYSCONF = ("SC_LEVEL1_DCACHE_SIZE", "SC_LEVEL2_CACHE_SIZE", "SC_LEVEL3_CACHE_SIZE")
 
@@ -76,14 +71,6 @@ class Cpu:
     def lanes(self) -> int:
         """float32 lanes of a vector."""
         return self.vector_bits // 32
-
-    @property
-    def datapath_lanes(self) -> int:
-        """float32 lanes one vector instruction computes at a time: `lanes`, or half of them
-        on a core that runs each 512-bit instruction as two 256-bit halves (`SPLIT_512`).
-        What sets the rate of multiply-adds, where `lanes` sets the registers' width."""
-        split = self.vector_bits == 512 and self.name in SPLIT_512
-        return self.lanes // 2 if split else self.lanes
 
     @property
     def mask_registers(self) -> bool:
