@@ -78,6 +78,12 @@ __all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _NONE4, _NONE3 = (0, 0, 0, 0), (0, 0, 0)  # conv2d's ``to`` and ``of``: no pair plane
 _NONE2 = (0, 0)  # conv2d's ``before``: no prologue
+# Plane rows (words) past which a block's new rows are read ahead of its first band
+# (`_read_rows`), measured on Zen 4 (one thread, the GEMM's walk over a 3.3 MB plane alone):
+# up to 161 words (644 bytes) the hardware's prefetchers kept that band fed (213-220 GF/s),
+# from 169 to 177 words on they did not (187-196); on narrower rows the read pass only cost
+# (1-4 %: resnet50's 1 x 1s at 56 x 56, vgg19's 3 x 3s at 112 x 112).
+READ_AHEAD_ROW = 10 * LINE
 
 
 # -- stride 1: the direct method ------------------------------------------------------------
@@ -95,8 +101,9 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     when the rows are wider than the output's, the block's rows compacted into the output
     (`_compact`, which adds the residual and applies the activation there, the residual being
     laid out as the output) while they are in cache, on this thread. A plane larger than a
-    block (``job[26]`` its planes, ``job[27]`` their rows) comes from beyond L2: each
-    block's plane rows the previous one did not read are read first (`_read_rows`)."""
+    block (``job[26]`` its planes, ``job[27]`` their rows; 0: none, or rows no wider than
+    `READ_AHEAD_ROW`) comes from beyond L2: each block's plane rows the previous one did not
+    read are read first (`_read_rows`)."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
@@ -198,7 +205,7 @@ def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
 # the residual's address (as the output's; 0: none); the next convolution's pair plane's
 # address (0: none), its padding top and left, its height and width (`_pairs_out`); the
-# plane's planes when it is larger than a block of rows (0: it stays in L2) and their rows.
+# plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows.
 _DIRECT_JOB = 28
 
 
@@ -254,7 +261,7 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     job = np.empty(_DIRECT_JOB, dtype=np.int64)
     job[0], job[2], job[3], job[4], job[5] = _DIRECT_JOB, k2, plane.ctypes.data, 0, k2
     job[4], job[8], job[9] = table.ctypes.data, wq, rows_block
-    job[26], job[27] = plane.shape[0] if rows_block < oh else 0, hq
+    job[26], job[27] = plane.shape[0] if rows_block < oh and wq > READ_AHEAD_ROW else 0, hq
     job[1] = w.ctypes.data + 2 * g * og * kp
     at_out = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
     job[15], job[16], job[17] = 0, ow, oh * ow
