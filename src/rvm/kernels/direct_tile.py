@@ -90,9 +90,10 @@ def prefetch_l2(typingctx, address):  # type: ignore[no-untyped-def]
 @intrinsic
 def read_line(typingctx, address):  # type: ignore[no-untyped-def]
     """Reads the byte at the int64 ``address`` and drops it: a load the compiler keeps (an
-    atomic one, unordered with the others: a plain ``mov`` on x86-64), which brings the byte's
-    cache line into L1 and L2 as any load does and, unlike `prefetch_l2`'s hint, is never
-    dropped when the core's misses queue up."""
+    atomic one of monotonic, relaxed, ordering, which LLVM does not delete: a plain ``mov``
+    on x86-64), bringing the byte's cache line into L1 and L2 as any load does. In a pass
+    over a plane's rows (`rvm.kernels.bf16conv._read_rows`) such loads fed the next products
+    better than `prefetch_l2`'s hints: 221 GF/s against 205 (Zen 4, one thread)."""
     sig = nt.void(nt.int64)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
