@@ -490,6 +490,8 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 64, 40, 40, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # stride 1: channels by rows
         (1, 512, 46, 46, 8, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # the pair plane in pieces
         (1, 256, 32, 32, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # plane past L2/2: blocks of rows
+        (1, 32, 48, 200, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # wide rows in blocks: read ahead
+        (1, 16, 40, 400, 8, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # the same in stride phases
         (1, 128, 7, 7, 256, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: panels in pieces
         (1, 256, 14, 14, 32, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned, one panel, an epilogue
     ],

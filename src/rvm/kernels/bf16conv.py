@@ -66,17 +66,24 @@ from rvm.kernels.bf16planes import (
     tap_table,
 )
 from rvm.kernels.bf16turned import turned_group
+from rvm.kernels.direct_tile import read_line
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
-from rvm.kernels.sgemm import _floats_at
+from rvm.kernels.sgemm import LINE, _floats_at
 
 __all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _NONE4, _NONE3 = (0, 0, 0, 0), (0, 0, 0)  # conv2d's ``to`` and ``of``: no pair plane
 _NONE2 = (0, 0)  # conv2d's ``before``: no prologue
+# Plane rows (words) past which a block's new rows are read ahead of its first band
+# (`_read_rows`), measured on Zen 4 (one thread, the GEMM's walk over a 3.3 MB plane alone):
+# up to 161 words (644 bytes) the hardware's prefetchers kept that band fed (213-220 GF/s),
+# from 169 to 177 words on they did not (187-196); on narrower rows the read pass only cost
+# (1-4 %: resnet50's 1 x 1s at 56 x 56, vgg19's 3 x 3s at 112 x 112).
+READ_AHEAD_ROW = 10 * LINE
 
 
 # -- stride 1: the direct method ------------------------------------------------------------
@@ -93,7 +100,10 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     its rows of the block right after its last depth block, while they are in cache; then,
     when the rows are wider than the output's, the block's rows compacted into the output
     (`_compact`, which adds the residual and applies the activation there, the residual being
-    laid out as the output) while they are in cache, on this thread."""
+    laid out as the output) while they are in cache, on this thread. A plane larger than a
+    block (``job[26]`` its planes, ``job[27]`` their rows; 0: none, or rows no wider than
+    `READ_AHEAD_ROW`) comes from beyond L2: each block's plane rows the previous one did not
+    read are read first (`_read_rows`)."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
@@ -106,6 +116,10 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     for yb in range(y0, y1, rows_block):
         ye = min(y1, yb + rows_block)
         run = (ye - yb) * wp
+        if job[26] != 0:
+            reach = job[27] - job[11]  # the plane rows past a block's last output row
+            first = yb + reach if yb > y0 else yb
+            _read_rows(plane, job[26], job[27] * wp, first * wp, min(job[27], ye + reach) * wp)
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
         if job[21] != 0:
             c_run, ldc = at_rows, ld_rows
@@ -117,6 +131,21 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         elif wide:
             _compact(job, co0, co1, yb, ye)
     alive(rows)  # written and read through its address only
+
+
+@jit(**_OPTS)
+def _read_rows(plane, planes, size, w0, w1):  # type: ignore[no-untyped-def]
+    """Words [w0, w1) of each of the ``planes`` planes of ``size`` words at ``plane``, read
+    one load a cache line (`read_line`) into L2 before a block's first band of channels
+    reads them. That band otherwise fetched them from memory at the pace of its products,
+    and on rows wider than about 160 words it waited for them: vgg19's 64 -> 64 3 x 3 at 224
+    x 224 (plane rows 225 words, 3.3 MB of plane) ran its first band at ~100 GF/s against
+    ~215 on rows of 113 words, 167 GF/s in all, the hardware's prefetchers not keeping up
+    (measured on Zen 4, one thread; the other bands, on L2, ran at ~222 either way)."""
+    for i in range(planes):
+        at = plane + 4 * i * size
+        for w in range(w0, w1, LINE):
+            read_line(at + 4 * w)
 
 
 @jit(**_OPTS)
@@ -175,8 +204,9 @@ def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # is wide rows, the output's address (its group's first channel; else 0), width and channels'
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
 # the residual's address (as the output's; 0: none); the next convolution's pair plane's
-# address (0: none), its padding top and left, its height and width (`_pairs_out`).
-_DIRECT_JOB = 26
+# address (0: none), its padding top and left, its height and width (`_pairs_out`); the
+# plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows.
+_DIRECT_JOB = 28
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -231,6 +261,7 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     job = np.empty(_DIRECT_JOB, dtype=np.int64)
     job[0], job[2], job[3], job[4], job[5] = _DIRECT_JOB, k2, plane.ctypes.data, 0, k2
     job[4], job[8], job[9] = table.ctypes.data, wq, rows_block
+    job[26], job[27] = plane.shape[0] if rows_block < oh and wq > READ_AHEAD_ROW else 0, hq
     job[1] = w.ctypes.data + 2 * g * og * kp
     at_out = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
     job[15], job[16], job[17] = 0, ow, oh * ow

@@ -21,7 +21,17 @@ from rvm.kernels import nhwc
 from rvm.kernels.cpu import cpu
 from rvm.kernels.sgemm import LANES, VECTORS
 
-__all__ = ["CHAINS", "MR", "NB", "PARTS", "WHOLE_LOOPS", "micro", "prefetch_l2", "sums"]
+__all__ = [
+    "CHAINS",
+    "MR",
+    "NB",
+    "PARTS",
+    "WHOLE_LOOPS",
+    "micro",
+    "prefetch_l2",
+    "read_line",
+    "sums",
+]
 
 # Output positions a tile: MR x VECTORS accumulators, with room left for the weight's vectors
 # and a broadcast (24 + 4 of 32 AVX-512 registers; 12 + 3 of 16 AVX2 ones).
@@ -72,6 +82,23 @@ def prefetch_l2(typingctx, address):  # type: ignore[no-untyped-def]
             builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
         )
         builder.call(hint, [builder.inttoptr(args[0], i8p), i32(0), i32(2), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def read_line(typingctx, address):  # type: ignore[no-untyped-def]
+    """Reads the byte at the int64 ``address`` and drops it: a load the compiler keeps (an
+    atomic one of monotonic, relaxed, ordering, which LLVM does not delete: a plain ``mov``
+    on x86-64), bringing the byte's cache line into L1 and L2 as any load does. In a pass
+    over a plane's rows (`rvm.kernels.bf16conv._read_rows`) such loads fed the next products
+    better than `prefetch_l2`'s hints: 221 GF/s against 205 (Zen 4, one thread)."""
+    sig = nt.void(nt.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i8p = ir.IntType(8).as_pointer()
+        builder.load_atomic(builder.inttoptr(args[0], i8p), "monotonic", 1)
         return context.get_dummy_value()
 
     return sig, codegen
