@@ -33,16 +33,22 @@ def machine() -> dict[str, Any]:
     from rvm.kernels.cpu import cpu
 
     model = platform.processor() or platform.machine()
+    cpuid = {}
     try:
         with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        model = names[0] if names else model
+            fields = [ln.split(":", 1) for ln in f.read().split("\n\n")[0].splitlines()]
+        info = {k.strip(): v.strip() for k, v in (f for f in fields if len(f) == 2)}
+        model = info.get("model name", model)
+        # A hypervisor may name the CPU vaguely ("AMD EPYC" for a Zen 3 and a Zen 4 alike):
+        # its family and model say which it is.
+        cpuid = {k: int(info[k]) for k in ("cpu family", "model") if info.get(k, "").isdigit()}
     except OSError:
         pass
     c = cpu()
     env = ("OPENBLAS_CORETYPE", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
     return {
         "cpu": model,
+        **({"family_model": [cpuid["cpu family"], cpuid["model"]]} if len(cpuid) == 2 else {}),
         "llvm_cpu": c.name,
         "vector_bits": c.vector_bits,
         "caches_kb": [c.l1d >> 10, c.l2 >> 10, c.l3 >> 10],
@@ -58,8 +64,9 @@ def machine_line() -> str:
     extra = "".join(f", {k}={m[k]}" for k in ("OPENBLAS_CORETYPE", "NUMBA_CPU_NAME") if k in m)
     if "NUMBA_CPU_FEATURES" in m:
         extra += ", NUMBA_CPU_FEATURES set"
+    family = "family {} model {}, ".format(*m["family_model"]) if "family_model" in m else ""
     return (
-        f"machine: {m['cpu']} ({m['llvm_cpu']}, {m['vector_bits']}-bit vectors, "
+        f"machine: {m['cpu']} ({family}{m['llvm_cpu']}, {m['vector_bits']}-bit vectors, "
         f"L1d/L2/L3 {'/'.join(str(k) for k in m['caches_kb'])} KB), "
         f"{m['cores']} cores, load {m['load']}{extra}"
     )

@@ -124,9 +124,15 @@ def speed(model: str, inputs: list[np.ndarray], threads: int | None = None) -> d
     # ORT's pool threads spin about 30 ms after its calls: rvm's next calls ran 1.7 times
     # slower for that long (squeezenet), so each turn starts after a settling pause.
     medians = interleaved_medians(calls, repeat=31, sample_s=0.05, settle_s=SETTLE_S)
+    # The native and compiled modes' CPU time too (the process's, its pool's threads'
+    # included): on a loaded machine their wall ratio swings by 10% between runs, the CPU
+    # ratio says whether native code does more work.
+    modes = {name: calls[name] for name in ("rvm_compiled", "rvm_native")}
+    cpu_times = interleaved_medians(modes, repeat=11, sample_s=0.05, clock=time.process_time)
     from rvm.kernels.cpu import cpu
 
     out = {f"{name}_ms": 1e3 * t for name, t in medians.items()}
+    out.update({f"{name}_cpu_ms": 1e3 * t for name, t in cpu_times.items()})
     return {**out, "vector_bits": cpu().vector_bits}  # what rvm compiled for
 
 

@@ -110,8 +110,10 @@ def test_this_machine_tuning_comes_from_its_facts() -> None:
 
 
 # In the subprocess: the convolution and pool cases of the library's own tests (their case
-# lists, run by their own checks; the direct method's with its panels and AVX-512's), on one
-# thread and two, and GEMMs around the tile edges. By default every convolution method and
+# lists, run by their own checks; the direct method's with its panels and AVX-512's;
+# Winograd's tiles, its rule at 8 lanes and its weights transformed at build time), on one
+# thread and two, an ONNX model whose 3x3 layers take Winograd in every exec mode, and GEMMs
+# around the tile edges. By default every convolution method and
 # the direct one, one pool of each kind; every case (the split GEMMs' large convolutions,
 # every model's pool) with -m slow: each new method is seconds of compiling for Haswell.
 _SCRIPT = """
@@ -121,7 +123,7 @@ import numpy as np
 import rvm
 from rvm.kernels import cpu, direct, sgemm
 assert cpu.cpu().vector_bits == 256 and sgemm.LANES == 8, (cpu.cpu(), sgemm.LANES)
-import test_conv, test_direct, test_pool, test_sgemm
+import test_conv, test_direct, test_pool, test_sgemm, test_winograd
 every = {every!r}
 convs = test_conv.CASES + (test_conv.SPLIT_CASES if every else [])
 pools = test_pool.MODEL_POOLS if every else test_pool.MODEL_POOLS[3:4]
@@ -137,10 +139,18 @@ for threads in (1, 2):
     for shape, k, s, pads, ceil in pools:
         for kind, include in (("max", False), ("avg", False), ("avg", True)):
             test_pool._check_pool(kind, include, shape, k, s, pads, ceil)
+    for shape in test_winograd.SHAPES:  # Winograd at 8 lanes: its tiles and rule
+        test_winograd.test_winograd_matches_reference(threads, shape)
+    for shape in test_winograd.TAKEN:
+        test_winograd.test_conv2d_takes_winograd(threads, shape)
+    test_winograd.test_winograd_fused_epilogue(threads, True)
+    test_winograd.test_pack_transforms_winograd_weights(threads)
     test_pool.test_pools_three_columns_wide_match_reference_with_nan("float32")
     test_pool.test_padded_pools_of_narrow_maps_by_channel_match_reference_with_nan()
     if every:  # pools 1 apart on maps narrower than 8 lanes: a method of their own
         test_pool.test_pools_of_small_maps_stacked_match_reference_with_nan("float32")
+for mode in ("bytecode", "compiled", "native"):  # a model through the build-time transform
+    test_winograd.test_onnx_model_against_onnxruntime(mode)
 for m in test_sgemm.SIZES_M:
     for n in test_sgemm.SIZES_N:
         test_sgemm._run(m, n, sgemm.KC + 3, True)
