@@ -91,9 +91,9 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     np.testing.assert_allclose(fused, expect, rtol=1e-4, atol=2e-3)
 
 
-# A layer both rules take, Winograd's and the direct method's (`conv.channels_pay`: deeper than
-# Winograd's floor, its output channels whole vectors of the direct method's).
-DEEP, DEEP_OUT = 8 * sgemm.LANES, 9 * sgemm.LANES
+# A layer both rules take, Winograd's and the direct method's (`conv.channels_pay`: at or above
+# both floors, its output channels whole vectors of the direct method's).
+DEEP, DEEP_OUT = BOTH, BOTH + sgemm.LANES
 
 
 def _model(pads=(1, 0, 2, 1)):  # type: ignore[no-untyped-def]
