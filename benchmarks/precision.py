@@ -27,7 +27,9 @@ batch 1, seq 128 (``bert``: exported with random weights by `transformer_models.
 
 Then the int8 rows (``--int8 squeezenet,resnet50``; ``--int8 ""`` skips them) of
 `precision_int8.py`: ONNX Runtime's ``quantize_static`` QDQ model through rvm and ORT, against
-rvm f32 (goals: >= 1.8x faster than rvm f32, <= 1.0x ORT int8).
+rvm f32 (goals: >= 1.8x faster than rvm f32, <= 1.0x ORT int8), on ``--threads`` too, its
+weights in 7 bits where ORT's products of 8-bit ones saturate (``--reduce-range``, see
+`precision_int8.py`).
 
 Prints the tables and writes ``benchmarks/results/precision.json`` with the machine and load.
 """
@@ -222,11 +224,15 @@ def main() -> None:
     ap.add_argument("--int8", default="squeezenet,resnet50", help="models of the int8 rows")
     ap.add_argument("--threads", type=int, default=0, help="threads of every engine (0: default)")
     ap.add_argument(
+        "--reduce-range", choices=("auto", "on", "off"), default="auto",
+        help="7-bit weights in the int8 rows (auto: where ORT's products saturate)",
+    )  # fmt: skip
+    ap.add_argument(
         "--workdir", default=os.path.join(tempfile.gettempdir(), "rvm-bench-transformers")
     )
     a = ap.parse_args()
     global THREADS
-    THREADS = a.threads
+    THREADS = precision_int8.THREADS = a.threads
     if a.threads:
         rvm.set_num_threads(a.threads)
     work = Path(a.workdir)
@@ -240,7 +246,8 @@ def main() -> None:
         print(table({name: results[name]}).splitlines()[-1], flush=True)
     print(f"\n{machine_line()}\n")
     print(table(results))
-    int8 = [precision_int8.measure(n, a.inputs, a.repeat) for n in a.int8.split(",") if n]
+    bits = precision_int8.reduced(a.reduce_range)
+    int8 = [precision_int8.measure(n, a.inputs, a.repeat, bits) for n in a.int8.split(",") if n]
     if int8:
         print("\nint8 (ONNX Runtime's quantize_static QDQ models)\n")
         print(precision_int8.int8_table(int8))

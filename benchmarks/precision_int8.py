@@ -1,15 +1,21 @@
 """The int8 rows of `precision.py`: rvm f32 and int8 against ONNX Runtime, batch 1.
 
 `precision.py` runs these rows after its f32/bf16 ones (``--int8``); alone: ``python
-benchmarks/precision_int8.py [--only squeezenet,resnet50] [--inputs 20] [--repeat 31]``, which
-writes ``benchmarks/results/precision_int8.json``. Per model (random weights,
-logits exposed, as `benchmarks/models.py`):
+benchmarks/precision_int8.py [--only squeezenet,resnet50] [--inputs 20] [--repeat 31]
+[--threads N] [--reduce-range auto|on|off]``, which writes
+``benchmarks/results/precision_int8.json``. Per model (random weights, logits exposed, as
+`benchmarks/models.py`):
 
 - **int8**: the float model quantized by ONNX Runtime's ``quantize_static`` (QDQ format, uint8
   activations per tensor, int8 weights per output channel, min/max calibration on 8 random
-  inputs: `rvm.testing.quantized_models`). rvm imports the same QDQ file (its chains become
-  integer kernels: `rvm.frontend.onnx.qdq`) and runs it in native mode; ORT runs it with its
-  default session options.
+  inputs: `rvm.testing.quantized_models`), its weights in 8 bits, or in 7 with
+  ``--reduce-range on`` (ORT's ``reduce_range``, its advice for CPUs without VNNI, whose
+  ``vpmaddubsw`` products of 8-bit weights saturate: ``auto``, the default, takes 7 bits
+  where ORT's products saturate, `rvm.testing.quantized_models.ort_saturates`; rvm multiplies
+  7-bit weights by ``vpmaddubsw`` too there, exactly). rvm imports the same QDQ file (its
+  chains become integer kernels: `rvm.frontend.onnx.qdq`) and runs it in native mode; ORT
+  runs it with its default session options, or ``--threads N`` (both runtimes; one thread:
+  each sample's thread CPU time, `time.thread_time`, which other processes' load leaves out).
 - **outputs first**: on ``--inputs`` random inputs, rvm int8's logits against ORT int8's
   (top-1 agreement, largest error relative to the largest logit) and against f32's; a model
   whose rvm int8 top-1 agrees with ORT's on fewer than 99% of the inputs fails the run.
@@ -43,7 +49,7 @@ import numpy as np
 import rvm
 from rvm.kernels import workpool
 from rvm.testing.onnx_models import random_inputs
-from rvm.testing.quantized_models import quantize_with_ort
+from rvm.testing.quantized_models import ort_saturates, quantize_with_ort
 
 MODELS = ("squeezenet", "resnet50")
 INT8_SPEEDUP_GOAL = 1.8  # rvm f32 / rvm int8 at least
@@ -66,10 +72,17 @@ def _wakes_per_call(fn, pause_s: float) -> float:  # type: ignore[no-untyped-def
     return total / WAKE_CALLS
 
 
+THREADS = 0  # --threads: 0 is each runtime's default
+
+
 def _session(model):  # type: ignore[no-untyped-def]
     import onnxruntime as ort
 
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
 
 
 def _runner(sess, inputs):  # type: ignore[no-untyped-def]
@@ -81,11 +94,16 @@ def _last(out):  # type: ignore[no-untyped-def]
     return np.asarray(out[-1] if isinstance(out, (tuple, list)) else out)
 
 
-def measure(name: str, n_inputs: int, repeat: int) -> dict:
+def reduced(choice: str) -> bool:
+    """Whether ``--reduce-range`` ``choice`` quantizes weights to 7 bits on this host."""
+    return ort_saturates() if choice == "auto" else choice == "on"
+
+
+def measure(name: str, n_inputs: int, repeat: int, reduce_range: bool = False) -> dict:
     """The row of model ``name``: errors first, then the interleaved medians."""
     with tempfile.TemporaryDirectory() as tmp:
         _, _, model, inputs = light_model_files(name, Path(tmp))
-    qmodel = quantize_with_ort(model)
+    qmodel = quantize_with_ort(model, reduce_range=reduce_range)
     f32_vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(model)), exec_mode="native")
     int8_vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(qmodel)), exec_mode="native")
     ort_f32, ort_int8 = _session(model), _session(qmodel)
@@ -112,6 +130,7 @@ def measure(name: str, n_inputs: int, repeat: int) -> dict:
         repeat=repeat,
         sample_s=SAMPLE_S,
         settle_s=SETTLE_S,
+        clock=time.thread_time if THREADS == 1 else time.perf_counter,
     )
     idle = interleaved_medians(
         {"rvm_int8": lambda: int8_vm["main"](*inputs), "ort_int8": _runner(ort_int8, inputs)},
@@ -123,6 +142,8 @@ def measure(name: str, n_inputs: int, repeat: int) -> dict:
     rvm_int8 = lambda: int8_vm["main"](*inputs)  # noqa: E731
     return {
         "model": name,
+        "weight_bits": 7 if reduce_range else 8,
+        "threads": THREADS or "default",
         "ms": ms,
         "int8_vs_f32_speedup": ms["rvm_f32"] / ms["rvm_int8"],
         "int8_vs_ort_int8": ms["rvm_int8"] / ms["ort_int8"],
@@ -146,8 +167,9 @@ def int8_table(rows: list[dict]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         ms = r["ms"]
+        model = f"{r['model']} w{r.get('weight_bits', 8)}"
         lines.append(
-            f"{r['model']:<12}{ms['rvm_f32']:>9.2f}{ms['rvm_int8']:>10.2f}{ms['ort_f32']:>9.2f}"
+            f"{model:<12}{ms['rvm_f32']:>9.2f}{ms['rvm_int8']:>10.2f}{ms['ort_f32']:>9.2f}"
             f"{ms['ort_int8']:>10.2f}{r['int8_vs_f32_speedup']:>9.2f}x"
             f"{r['int8_vs_ort_int8']:>9.2f}x{r['top1_vs_ort_int8']:>10.0%}"
             f"{r['logit_rel_err_vs_ort_int8']:>9.1e}{r['top1_vs_f32']:>10.0%}"
@@ -156,7 +178,8 @@ def int8_table(rows: list[dict]) -> str:
         )
     lines.append(
         f"goals: f32/int8 >= {INT8_SPEEDUP_GOAL}x, int8/ORT <= {INT8_ORT_GOAL}x; ms are "
-        "medians of interleaved turns of 50 ms samples, batch 1, default threads; idle: one "
+        "medians of interleaved turns of 50 ms samples, batch 1, default threads (one thread: "
+        "thread CPU time); w7/w8: the weights' bits; idle: one "
         "call after a 0.1 s pause; wakes/call: rvm int8 jobs finding pool helpers asleep, "
         "back to back / after the pause"
     )
@@ -168,8 +191,15 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(MODELS))
     parser.add_argument("--inputs", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=31)
+    parser.add_argument("--threads", type=int, default=0, help="of both runtimes (0: default)")
+    parser.add_argument("--reduce-range", choices=("auto", "on", "off"), default="auto")
     args = parser.parse_args()
-    rows = [measure(name, args.inputs, args.repeat) for name in args.only.split(",")]
+    global THREADS
+    THREADS = args.threads
+    if args.threads:
+        rvm.set_num_threads(args.threads)
+    bits = reduced(args.reduce_range)
+    rows = [measure(name, args.inputs, args.repeat, bits) for name in args.only.split(",")]
     load = os.getloadavg()
     print(machine_line())
     print(int8_table(rows))

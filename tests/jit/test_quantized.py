@@ -12,7 +12,7 @@ from jit_helpers import check, host_has, prim, var
 
 from rvm import op
 from rvm.ir.infer import infer_type
-from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qturned
+from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qtile, qturned
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -382,6 +382,32 @@ def test_compile_widens_constant_weights_where_the_kernels_take_int16(tmp_path):
     _check_saved(mod, _ints((1, 6, 9, 9), "uint8"), tmp_path)
 
 
+def test_compile_keeps_int8_weights_whose_pairs_fit(tmp_path):
+    """Constant 7-bit weights (`qtile.pairs_fit`) stay int8 where this CPU's kernels have no
+    VNNI, the calls saying so (``weight_pairs="int16"``: the ``vpmaddubsw`` tiles read them
+    in place); with VNNI nothing changes. Every exec mode equals the reference interpreter,
+    saved and loaded too."""
+    import rvm
+    from rvm.ir import Builder, TensorType, Var
+
+    x = Var("x", TensorType((1, 6, 9, 9), "uint8"))
+    w1, w2 = _small_pairs((16, 6, 3, 3)), _small_pairs((10, 16 * 7 * 7))
+    quant = {"x_zero": 3, "y_zero": 5, "relu": True}
+    consts = [_bias_and_scale(o) for o in (16, 10)]
+    b = Builder()
+    with b.function("main", [x]):
+        h = b.emit(op.qconv2d(x, rvm.const(w1), *consts[0], **quant))
+        h = b.emit(op.reshape(h, (1, 16 * 7 * 7)))
+        h = b.emit(op.qdense(h, rvm.const(w2), *consts[1], **quant))
+        b.emit_output(h)
+    mod = b.get()
+    calls = _packed_calls(mod)
+    assert [str(c.args[1].data.dtype) for c in calls] == ["int8", "int8"]
+    pairs = "int16" if qtile.MADD16 else None
+    assert [c.attrs.get("weight_pairs") for c in calls] == [pairs, pairs]
+    _check_saved(mod, _ints((1, 6, 9, 9), "uint8"), tmp_path)
+
+
 def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
     """`qgemm.qconv2d` called as a kernel calls it, in both weight layouts, output prefilled
     so an element no piece wrote fails: equal to the NumPy reference."""
@@ -499,6 +525,86 @@ def test_worst_case_products_stay_exact():
     _check_worst_case()
 
 
+def _small_pairs(shape):
+    """int8 weights whose pairs fit 16 bits (`qtile.pairs_fit`): 7-bit values (ONNX Runtime's
+    ``reduce_range``: -64..64), channel 0 all -64, channel 1 one -128 among zeros, channel 2
+    one 127 among ones (every pair at `qtile.PAIR_BOUND`)."""
+    w = RNG.integers(-64, 65, shape).astype(np.int8)
+    flat = w.reshape(shape[0], -1)
+    flat[0] = -64
+    flat[1], flat[1, flat.shape[1] // 2] = 0, -128
+    flat[2], flat[2, 1] = 1, 127
+    assert qtile.pairs_fit(w)
+    return w
+
+
+def _check_pairs_conv(x, w, groups, strides, pads, dilation):
+    """`qentry.qconv2d` on weights whose pairs fit 16 bits (``pairs``), both layouts, output
+    prefilled: equal to the NumPy reference."""
+    o, (sh, sw), (dh, dw) = w.shape[0], strides, dilation
+    bias = RNG.integers(-3000, 3000, o).astype(np.int32)
+    scale = RNG.uniform(2e-5, 2e-4, o).astype(np.float32)
+    want = numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 5, 255, "uint8", strides, pads,
+                             dilation, groups)  # fmt: skip
+    for hwc, weight in ((False, w), (True, np.ascontiguousarray(w.transpose(0, 2, 3, 1)))):
+        out = np.full(want.shape, 77, np.uint8)
+        qentry.qconv2d(x, weight, bias, scale, out, 3, 5, 5, 255, groups, sh, sw, dh, dw,
+                      pads[0], pads[1], hwc, True)  # fmt: skip
+        np.testing.assert_array_equal(out, want, err_msg=f"hwc={hwc}")
+
+
+def _check_small_pairs():
+    """Weights whose pairs fit 16 bits through the ``vpmaddubsw`` tiles where the CPU has
+    no VNNI (``pairs``; with VNNI it changes nothing): 255 at every depth by pairs at the
+    bound, deep (a dense product's tiles, a row's dots), and convolutions whose taps are
+    read in place or gathered by words or by bytes, uint8 and int8 inputs: equal the NumPy
+    reference."""
+    k = 4 * 1024 + 3
+    x = np.full((3, k), 255, np.uint8)
+    x[2] = _ints((k,), "uint8")
+    w = _small_pairs((7, k))
+    assert not qtile.pairs_fit(_ints((7, k), "int8"))  # full 8-bit weights
+    bias, scale = np.arange(7, dtype=np.int32), np.full(7, 1e-6, np.float32)
+    for rows in (x, x[:1]):  # tiles; one row: dots
+        want = numpy_ref.qdense(rows, w, bias, scale, 0, 0, -128, 127, "int8")
+        assert want.min() > -128 and want.max() < 127  # not clipped: the sums show
+        out = np.full(want.shape, 77, np.int8)
+        qentry.qdense(np.ascontiguousarray(rows), w, bias, scale, out, 0, 0, -128, 127, True)
+        np.testing.assert_array_equal(out, want)
+    xc = np.full((1, 64, 7, 7), 255, np.uint8)
+    _check_pairs_conv(xc, _small_pairs((40, 64, 3, 3)), 1, (1, 1), (1, 1, 1, 1), (1, 1))
+    _check_pairs_conv(_ints((2, 6, 9, 12), "int8"), _small_pairs((6, 3, 3, 3)), 2, (1, 1),
+                      (2, 0, 1, 1), (2, 2))  # fmt: skip
+    _check_pairs_conv(_ints((1, 5, 17, 9), "uint8"), _small_pairs((7, 5, 3, 2)), 1, (3, 2),
+                      (2, 0, 1, 1), (1, 2))  # fmt: skip
+    _check_pairs_conv(_ints((1, 6, 4, 4), "int8"), _small_pairs((40, 6, 3, 3)), 1, (1, 1),
+                      (1, 1, 1, 1), (1, 1))  # more channels than positions  # fmt: skip
+
+
+def test_small_pairs_equal_reference(blas_threads):
+    """`_check_small_pairs` on one thread or two, and products split on the pool by columns
+    and by rows."""
+    _check_small_pairs()
+    _check_pairs_conv(_ints((1, 32, 47, 47), "uint8"), _small_pairs((64, 32, 3, 3)), 1, (1, 1),
+                      (1, 1, 1, 1), (1, 1))  # fmt: skip
+    _check_pairs_conv(_ints((1, 64, 7, 7), "int8"), _small_pairs((256, 64, 3, 3)), 1, (1, 1),
+                      (1, 1, 1, 1), (1, 1))  # fmt: skip
+
+
+def test_pairs_fit_reads_the_two_largest_of_a_channel():
+    """`qtile.pairs_fit`: any two values of one output channel within `qtile.PAIR_BOUND`."""
+    w = np.zeros((3, 8), np.int8)
+    w[:, :2] = 64
+    assert qtile.pairs_fit(w)
+    w[1, 5] = 1  # 64 + 64 + 1 in one channel: its two largest still fit
+    assert qtile.pairs_fit(w)
+    w[1, 5] = -65  # 65 + 64
+    assert not qtile.pairs_fit(w)
+    assert qtile.pairs_fit(np.array([[-128, 0], [0, 0]], np.int8))
+    assert not qtile.pairs_fit(np.array([[-128, 1]], np.int8))
+    assert not qtile.pairs_fit(w.astype(np.int16))  # only int8 weights
+
+
 # In a subprocess compiled for a CPU without AVX-512 VNNI: the ``vpmaddwd`` kernels
 # (`qtile.MADD16`, AVX2 or AVX-512 without VNNI).
 _NO_VNNI = """
@@ -509,6 +615,7 @@ from rvm.kernels import qgemm
 assert not qgemm.VNNI and qgemm.MADD16
 import test_quantized as t
 t._check_worst_case()
+t._check_small_pairs()
 t._check_library_conv(t._ints((1, 6, 7, 9), "uint8"), t._ints((5, 6, 3, 3), "int8"), 1,
                       (1, 1, 1, 1), 1, "uint8")
 t._check_library_conv(t._ints((1, 3, 11, 11), "int8"), t._ints((4, 3, 3, 3), "int8"), 1,

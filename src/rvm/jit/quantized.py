@@ -38,6 +38,12 @@ def _quant_params(attrs: dict) -> tuple[int, ...]:
     return tuple(attrs[k] for k in ("x_zero", "y_zero", "low", "high"))
 
 
+def _pairs(attrs: dict) -> int:
+    """1 where the weight's pairs fit 16 bits (``weight_pairs``, `rvm.op.quantized.widen_weight`:
+    the library's ``vpmaddubsw`` tiles read it as it is), else 0."""
+    return int(attrs.get("weight_pairs") == "int16")
+
+
 def _call(
     kb: KernelBuilder, name: str, arrays: list[str], args: list[Tensor], out: str, params: tuple
 ) -> None:
@@ -78,7 +84,7 @@ def _qconv2d(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Te
             params = (*_quant_params(attrs), sh, sw, dh, dw, pt, pl, w.dims[2], w.dims[3])
             _call(kb, "qconv2d_turned", [*names, t.array], args, out, params)
             return
-        params = (*_quant_params(attrs), groups, sh, sw, dh, dw, pt, pl, int(hwc))
+        params = (*_quant_params(attrs), groups, sh, sw, dh, dw, pt, pl, int(hwc), _pairs(attrs))
         _call(kb, "qconv2d", [*names, t.array], args, out, params)
 
     t.fill = fill
@@ -101,7 +107,7 @@ def _qdense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Ten
         x2, o2 = kb.fresh("x2"), kb.fresh("o2")
         kb.root.lines.append(f"{x2} = {names[0]}.reshape(({rows}, {x.dims[-1]}))")
         kb.root.lines.append(f"{o2} = {t.array}.reshape(({rows}, {w.dims[0]}))")
-        _call(kb, "qdense", [x2, *names[1:], o2], args, out, _quant_params(attrs))
+        _call(kb, "qdense", [x2, *names[1:], o2], args, out, (*_quant_params(attrs), _pairs(attrs)))
 
     t.fill = fill
     return t

@@ -29,9 +29,9 @@ __all__ = [
 
 def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
     """`qgemm.qconv2d` on x, w (4-d), bias, scale (1-d), out (4-d); the parameters: x_zero,
-    y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, hwc (0 or 1), the signs
-    (`entry.BYTES`)."""
-    d, p = nb.carray(dims, 14), nb.carray(params, 13)
+    y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, hwc (0 or 1), pairs (0 or 1: the
+    weight's pairs fit 16 bits, `rvm.kernels.qtile.pairs_fit`), the signs (`entry.BYTES`)."""
+    d, p = nb.carray(dims, 14), nb.carray(params, 14)
     qgemm.qconv2d_bytes(
         nb.carray(x, (d[0], d[1], d[2], d[3])).view(np.uint8),
         nb.carray(w, (d[4], d[5], d[6], d[7])),
@@ -39,7 +39,7 @@ def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-d
         nb.carray(scale, (d[9],)),
         nb.carray(out, (d[10], d[11], d[12], d[13])).view(np.uint8),
         p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11] != 0,
-        _flip(p[12]), p[12] & 2 != 0,
+        _flip(p[13]), p[13] & 2 != 0, p[12] != 0,
     )  # fmt: skip
     return 0
 
@@ -63,15 +63,15 @@ def _qconv2d_turned(x, w, bias, scale, out, dims, params):  # type: ignore[no-un
 
 def _qdense(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
     """`qgemm.qdense` on x, w (2-d), bias, scale (1-d), out (2-d); the parameters: x_zero,
-    y_zero, low, high, the signs (`entry.BYTES`)."""
-    d, p = nb.carray(dims, 8), nb.carray(params, 5)
+    y_zero, low, high, pairs (as `_qconv2d`'s), the signs (`entry.BYTES`)."""
+    d, p = nb.carray(dims, 8), nb.carray(params, 6)
     qgemm.qdense_bytes(
         nb.carray(x, (d[0], d[1])).view(np.uint8),
         nb.carray(w, (d[2], d[3])),
         nb.carray(bias, (d[4],)),
         nb.carray(scale, (d[5],)),
         nb.carray(out, (d[6], d[7])).view(np.uint8),
-        p[0], p[1], p[2], p[3], _flip(p[4]), p[4] & 2 != 0,
+        p[0], p[1], p[2], p[3], _flip(p[5]), p[5] & 2 != 0, p[4] != 0,
     )  # fmt: skip
     return 0
 
@@ -86,9 +86,9 @@ entry.export("qconv2d", _qconv2d)
 entry.export("qconv2d_turned", _qconv2d_turned)
 entry.export("qdense", _qdense)
 # What kernels call (`rvm.kernels.entry.caller`): ``qconv2d_call(arrays, params)``, 0 done.
-qconv2d_call = entry.caller("qconv2d", 12)
+qconv2d_call = entry.caller("qconv2d", 13)
 qconv2d_turned_call = entry.caller("qconv2d_turned", 12)
-qdense_call = entry.caller("qdense", 4)
+qdense_call = entry.caller("qdense", 5)
 
 
 # For Python callers (kernels call the entry points). Not cached: compiling one types the call,
@@ -98,9 +98,10 @@ qdense_call = entry.caller("qdense", 4)
 # library again for its argument types.
 @jit(nogil=True)
 def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
-            hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
+            hwc=False, pairs=False):  # type: ignore[no-untyped-def]  # fmt: skip
     """`qgemm.qconv2d` through its entry point: the same arguments, C-contiguous arrays."""
-    params = (x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, 1 if hwc else 0)
+    params = (x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, 1 if hwc else 0,
+              1 if pairs else 0)  # fmt: skip
     qconv2d_call((x, w, bias, scale, out), params)
 
 
@@ -113,6 +114,6 @@ def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh
 
 
 @jit(nogil=True)
-def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
+def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high, pairs=False):  # type: ignore[no-untyped-def]  # noqa: E501
     """`qgemm.qdense` through its entry point: the same arguments, C-contiguous arrays."""
-    qdense_call((x, w, bias, scale, out), (x_zero, y_zero, low, high))
+    qdense_call((x, w, bias, scale, out), (x_zero, y_zero, low, high, 1 if pairs else 0))

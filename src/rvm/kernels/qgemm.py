@@ -27,7 +27,10 @@ int8) on C-contiguous operands:
   Without VNNI, on AVX2 (`MADD16`), the same tiles (`MR` rows from the register count, of
   `LANES` 8) multiply 16-bit values by ``vpmaddwd``, the weight's rows int16: widened once
   at compile time for a constant weight (`rvm.op.quantized.widen_weight`), else once a
-  product (`_operand_rows`); without either a plain loop computes the same sums;
+  product (`_operand_rows`); a constant weight whose pairs fit 16 bits (7-bit weights:
+  `rvm.kernels.qtile.pairs_fit`, the op's ``weight_pairs``) stays int8 and its tiles
+  multiply bytes by ``vpmaddubsw`` (``pairs``); without either a plain loop computes the
+  same sums;
 - the sums are made a block of columns at a time (`_blocks`) and requantized: the
   epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
   scales in float32, rounds half to even, adds the output zero point and clips. With VNNI
@@ -89,6 +92,8 @@ from rvm.kernels.qtile import (
     VNNI,
     _dot_columns,
     _micro,
+    _micro_pairs,
+    _micro_pairs_tail,
     _micro_tail,
     _micro_wide,
 )
@@ -213,15 +218,22 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
         j1 = _dots(rows, b, acc, swap, j0, j1)
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         lda_bytes = lda * rows.itemsize
+        pairs = rows.itemsize == 1  # int8 rows whose pairs fit 16 bits (`_product`)
         j = j0
         while j < j1:
             tail = j1 - j <= LANES
             for r in range(0, n_rows, MR):
                 count = min(MR, n_rows - r)
                 at_a, at_c = a0 + r * lda_bytes, c0 + 4 * (r * ldc + j - j0)
-                if tail:
+                if tail and pairs:
+                    _micro_pairs_tail(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c,
+                                      ldc, count, swap, fused, r, j)  # fmt: skip
+                elif tail:
                     _micro_tail(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc,
                                 count, swap, fused, r, j)  # fmt: skip
+                elif pairs:
+                    _micro_pairs(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc,
+                                 count, swap, fused, r, j)  # fmt: skip
                 else:
                     _micro(taps, offs, quads, at_a, lda_bytes, b0 + 4 * j, ldb, at_c, ldc, count,
                            swap, fused, r, j)  # fmt: skip
@@ -316,8 +328,9 @@ _I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, n
 # size; tap offsets: address, count; quads, ldb, columns, pitch, width); sums; bias and scale
 # (address, size); x_zero, o0, y_zero, low, high; the output's positions and kind (1 int8
 # else uint8, + 2 stored transposed); the step; the output's address; the pieces' axis (0
-# columns, 1 rows).
-_JOB = 28
+# columns, 1 rows); the weight rows' bytes a value (1: int8, which without VNNI are rows whose
+# pairs fit 16 bits, `_product`).
+_JOB = 29
 BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
 
 
@@ -392,9 +405,17 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
 def _piece(p, job):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a split product: columns ``[p * step, (p + 1) * step)`` of every row,
     or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column; its sums, requantized."""
-    og, lda, cols = job[2], job[3], job[10]
+    if job[28] == 1:  # int8 rows (without VNNI: their pairs fit 16 bits)
+        _piece_of(nb.carray(pointer_at(job[1], _I8), (job[2], job[3])), p, job)
+    else:
+        _piece_of(nb.carray(pointer_at(job[1], _ROWS), (job[2], job[3])), p, job)
+
+
+@jit(**_OPTS)
+def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
+    """`_piece` on the job's weight ``rows``."""
+    og, cols = job[2], job[10]
     p_total, kind, step = job[23], job[24], job[25]
-    rows = nb.carray(pointer_at(job[1], _ROWS), (og, lda))
     flat = nb.carray(pointer_at(job[4], _U8), job[5])
     offsets = nb.carray(pointer_at(job[6], _I64), job[7])
     b = _panel(flat, offsets, job[8], job[9], cols, job[11], job[12])
@@ -476,18 +497,29 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
                     offsets.ctypes.data, offsets.size, b[2], b[3], cols, b[5], b[6],
                     sums.ctypes.data, bias.ctypes.data, bias.size, scale.ctypes.data,
                     scale.size, zero, o0, y_zero, low, high, p_total, kind, step,
-                    out.ctypes.data, axis), dtype=np.int64)  # fmt: skip
+                    out.ctypes.data, axis, rows.itemsize), dtype=np.int64)  # fmt: skip
     _run_pieces(_F32, pieces, job)
     return pieces
 
 
 @nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
-def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed):  # type: ignore[no-untyped-def]  # noqa: E501
+def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
+             pairs):  # type: ignore[no-untyped-def]  # fmt: skip
     """``out`` (channels x positions, or its transpose stored when ``transposed``; bytes,
     int8 ones when ``signed``) requantized from ``rows`` times the panel ``b``: in pieces of
-    columns on rvm's pool when large."""
+    columns on rvm's pool when large. ``pairs``: the weight's pairs fit 16 bits
+    (`rvm.kernels.qtile.pairs_fit`, a fact of a constant weight), so without VNNI its int8
+    rows are read as they are (``vpmaddubsw``), not widened."""
     args = (zero, bias, scale, o0, y_zero, low, high)
-    operand = _operand_rows(rows)
+    if MADD16 and pairs and rows.itemsize == 1:
+        _multiply(rows, sums, b, args, out, transposed, signed)
+    else:
+        _multiply(_operand_rows(rows), sums, b, args, out, transposed, signed)
+
+
+@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
+def _multiply(operand, sums, b, args, out, transposed, signed):  # type: ignore[no-untyped-def]
+    """`_product` on the rows as the micro-kernels read them."""
     if _split(operand, sums, b, *args, out, transposed, signed) > 1:
         return
     if transposed:
@@ -498,17 +530,17 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
 
 @jit(inline="always", **_OPTS)
 def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
-            hwc=False):  # type: ignore[no-untyped-def]  # fmt: skip
+            hwc=False, pairs=False):  # type: ignore[no-untyped-def]  # fmt: skip
     """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8, (o, cg,
-    kh, kw) or, ``hwc``, (o, kh, kw, cg)."""
+    kh, kw) or, ``hwc``, (o, kh, kw, cg); ``pairs``: its pairs fit 16 bits (`_product`)."""
     xu, outu, flip, signed = x.view(np.uint8), out.view(np.uint8), _shift(x), _shift(out) != 0
     qconv2d_bytes(xu, w, bias, scale, outu, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt,
-                  pl, hwc, flip, signed)  # fmt: skip
+                  pl, hwc, flip, signed, pairs)  # fmt: skip
 
 
 @jit(inline="always", **_OPTS)
 def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt,
-                  pl, hwc, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
+                  pl, hwc, flip, signed, pairs):  # type: ignore[no-untyped-def]  # fmt: skip
     """`qconv2d` on the bytes of ``x`` and ``out`` (uint8 arrays): ``flip`` 128 when ``x``'s
     are int8 (0 for uint8), ``signed`` when ``out``'s are: one build serves every sign."""
     o, oh, ow = w.shape[0], out.shape[2], out.shape[3]
@@ -526,7 +558,7 @@ def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh,
     pitch = direct_pitch(oh, ow, kw, sw, dw) if by_words else 0
     if pitch:
         return _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw,
-                       pt, pl, hwc, pitch, flip, signed)  # fmt: skip
+                       pt, pl, hwc, pitch, flip, signed, pairs)  # fmt: skip
     quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
     words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
     flat = words.view(np.uint8).reshape(-1)
@@ -542,7 +574,7 @@ def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh,
                               flip, flat.reshape(quads, cols, 4))  # fmt: skip
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
-                     signed)  # fmt: skip
+                     signed, pairs)  # fmt: skip
 
 
 @jit(**_OPTS)
@@ -592,7 +624,7 @@ def _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch):  # type: ignore[no-untyped-
 
 @jit(**_OPTS)
 def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
-            hwc, pitch, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
+            hwc, pitch, flip, signed, pairs):  # type: ignore[no-untyped-def]  # fmt: skip
     """A `qconv2d` whose taps read the image in place (`qcolumns.image`, split by phase of
     the strides): output position ``(i, j)`` is column ``i * pitch + j``; tap ``(u, v)``
     reads phase ``(u * dh % sh, v * dw % sw)`` (only the phases some tap reads are made),
@@ -614,19 +646,19 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh,
             image(x, n, g * cg, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
             dest = out[n, g * og : (g + 1) * og].reshape(og, oh * ow)
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
-                     signed)  # fmt: skip
+                     signed, pairs)  # fmt: skip
 
 
 @jit(inline="always", **_OPTS)
-def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high):  # type: ignore[no-untyped-def]
+def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high, pairs=False):  # type: ignore[no-untyped-def]  # noqa: E501
     """`rvm.op.qdense` of ``x`` (m, k) into ``out`` (m, n) of uint8 or int8; ``w`` int8.
     As a convolution's: the weight's rows broadcast, ``x``'s rows packed as the panel."""
     qdense_bytes(x.view(np.uint8), w, bias, scale, out.view(np.uint8), x_zero, y_zero, low, high,
-                 _shift(x), _shift(out) != 0)  # fmt: skip
+                 _shift(x), _shift(out) != 0, pairs)  # fmt: skip
 
 
 @jit(inline="always", **_OPTS)
-def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed):  # type: ignore[no-untyped-def]  # noqa: E501
+def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed, pairs):  # type: ignore[no-untyped-def]  # noqa: E501
     """`qdense` on the bytes of ``x`` and ``out`` (uint8 arrays), as `qconv2d_bytes`."""
     m, k = x.shape
     quads = (k + 3) // 4
@@ -637,4 +669,6 @@ def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed
             panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
     rows, sums = weight_rows(w, quads, x_zero + flip != 0)
     b = _panel(panel.reshape(-1), np.zeros(1, np.int64), quads, 4 * cols, cols, m, m)
-    _product(rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True, signed)
+    _product(
+        rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True, signed, pairs
+    )

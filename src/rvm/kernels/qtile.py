@@ -31,11 +31,13 @@ __all__ = [
     "MADD16",
     "MR",
     "NR",
+    "PAIR_BOUND",
     "REGISTERS",
     "TILE_DEPTHS",
     "VECTORS",
     "VNNI",
     "Requantizer",
+    "pairs_fit",
 ]
 
 VNNI = "avx512vnni" in cpu().features
@@ -56,7 +58,26 @@ SHORT_ROWS = 2
 MR = 8 if VNNI else (REGISTERS - MADD16_SPARE) // VECTORS
 NR = LANES * VECTORS
 
+PAIR_BOUND = 128
+"""The most two int8 weights may sum to in magnitude for ``vpmaddubsw`` to be exact: a pair
+of products by uint8 values summed into int16, at most 255 x 128 = 32640 (`pairs_fit`)."""
+
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+
+def pairs_fit(weight: np.ndarray) -> bool:
+    """Whether the int8 ``weight`` (output channels along axis 0) can take the ``vpmaddubsw``
+    tiles (`_madd16_code`'s ``pairs``): any two values of one output channel sum to at most
+    `PAIR_BOUND` in magnitude, whatever depths the kernels pair (the two largest do). ONNX
+    Runtime's ``reduce_range`` weights (7 bits: -64..64) always do; full 8-bit ones, whose
+    channels each reach 127, do not."""
+    if weight.dtype != np.int8 or weight.ndim < 1 or weight.size == 0:
+        return False
+    mags = np.abs(weight.reshape(weight.shape[0], -1).astype(np.int16))
+    if mags.shape[1] < 2:
+        return bool(mags.max() <= PAIR_BOUND)
+    largest = np.partition(mags, mags.shape[1] - 2, axis=1)[:, -2:]
+    return bool(largest.sum(axis=1).max() <= PAIR_BOUND)
 
 
 def _vpdpbusd(builder: ir.IRBuilder) -> tuple[ir.Function, ir.VectorType]:
@@ -67,7 +88,7 @@ def _vpdpbusd(builder: ir.IRBuilder) -> tuple[ir.Function, ir.VectorType]:
     return cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx512.vpdpbusd.512"), vec
 
 
-def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
+def _make_micro(vectors: int, pairs: bool = False):  # type: ignore[no-untyped-def]
     """The micro-kernel ``micro(taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap)`` of
     ``vectors`` vectors of `LANES` columns: on int64 addresses, int32 ``C[:rows, :width] =
     A[:rows, :4 * taps * quads] @ B[:, :width]`` (``width`` = ``vectors * LANES``): A's rows
@@ -79,7 +100,8 @@ def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
     several read a convolution's taps in place from one image (`_direct`). ``epi`` 0: C is
     stored as int32 sums; else the address of an `EPILOGUE` record: the sums are requantized
     in registers (`_epilogue_code`) into its uint8/int8 output, as the product's rows ``row``..
-    and columns ``col``.. (C is not written)."""
+    and columns ``col``.. (C is not written). ``pairs``: without VNNI, A's rows are int8
+    whose pairs fit 16 bits (`_madd16_code`)."""
 
     @intrinsic
     def micro(typingctx, taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row,
@@ -90,7 +112,7 @@ def _make_micro(vectors: int):  # type: ignore[no-untyped-def]
             if VNNI:
                 _micro_code(builder, args, vectors)
             else:
-                _madd16_code(builder, args, vectors)
+                _madd16_code(builder, args, vectors, pairs)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -205,7 +227,7 @@ def _micro_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
                         tile(flag, first, last)
 
 
-def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
+def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int, pairs: bool = False) -> None:
     """The body of `_make_micro`'s kernel of ``vectors`` vectors without VNNI, on AVX2
     (`MADD16`): A's rows are int16, ``lda`` bytes apart (the weight's bytes widened once a
     product: `rvm.kernels.qgemm._operand_rows`); B's quads are bytes as for VNNI. For every
@@ -216,7 +238,15 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
     the pair sum exact: at most 2 x 255 x 128 in magnitude; ``vpmaddubsw``'s int16 pair sums
     would saturate). Rows in passes of as many as the registers keep sums of (all `MR` for 1
     or 2 vectors). With an epilogue record ``epi`` the sums are requantized in registers as
-    with VNNI (`_epilogue_code`, on ymm registers: `_store_rows`)."""
+    with VNNI (`_epilogue_code`, on ymm registers: `_store_rows`).
+
+    ``pairs``: A's rows are int8, 4 bytes a quad as with VNNI, and no two values of a row
+    sum past `PAIR_BOUND` in magnitude (a fact of the constant weight: `pairs_fit`), so
+    ``vpmaddubsw`` (uint8 by int8, each pair's two products summed into an int16) is exact:
+    each row's 4 bytes broadcast, one ``vpmaddubsw`` per vector of B as loaded and one
+    ``vpmaddwd`` by ones adding the int16 pairs into the int32 lanes -- 2 instructions of the
+    multiplier for 4 depths where the int16 tiles take 2 for 2, and no widening of B. B is
+    the uint8 operand (``swap`` 1, as every caller passes)."""
     taps, offsets, quads, a, lda, b, ldb, c, ldc, rows, swap, epi, row, col = args
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     vec, words = ir.VectorType(i32, LANES), ir.VectorType(i16, 2 * LANES)
@@ -263,6 +293,30 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
                     product = builder.call(madd, [av, bs[j]])
                     builder.store(builder.add(builder.load(acc[i][j]), product), acc[i][j])
 
+    bytes_by_bytes = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(words, [raw, raw]), "llvm.x86.avx2.pmadd.ub.sw"
+    )
+    ones = ir.Constant(words, [1] * 2 * LANES)
+
+    def pairs_step(signed, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
+        """Quad ``s`` of tap ``tap`` with ``pairs``: ``vpmaddubsw`` then ``vpmaddwd`` by
+        ones per accumulator."""
+        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
+        loaded = []
+        for j in range(vectors):
+            at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
+            loaded.append(builder.load(builder.bitcast(at, raw.as_pointer()), align=1))
+        depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))  # bytes of A
+        for i, a_row in enumerate(a_rows):
+            at = builder.gep(a_bytes, [builder.add(a_row, depth)])
+            word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
+            av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
+            av = builder.bitcast(av, raw)
+            for j in range(vectors):
+                pair_sums = builder.call(bytes_by_bytes, [loaded[j], av])
+                product = builder.call(madd, [pair_sums, ones])
+                builder.store(builder.add(builder.load(acc[i][j]), product), acc[i][j])
+
     def tile(signed, first, last):  # type: ignore[no-untyped-def]
         """Rows ``first`` to ``last`` (exclusive) of the tile."""
         acc = [
@@ -270,9 +324,10 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             for _ in range(first, last)
         ]
         _start_sums(builder, acc, rows, epi, row, first)
+        quad = pairs_step if pairs else step
         with cgutils.for_range(builder, taps) as outer:
             with cgutils.for_range(builder, quads) as inner:
-                step(signed, acc, outer.index, inner.index, a_rows[first:last])
+                quad(signed, acc, outer.index, inner.index, a_rows[first:last])
         _finish(builder, acc, rows, epi, row, col, first, cp, ldc)
 
     per_pass = max(1, min(MR, (REGISTERS - MADD16_SPARE) // vectors))
@@ -295,6 +350,9 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int) -> None:
             with more:
                 rows_of(signed, shorts[1:])
 
+    if pairs:  # B holds the uint8 bytes
+        rows_of(False, shorts)
+        return
     # ``swap`` 1: B holds the uint8 bytes (zero-extended); 0: the int8 ones (sign-extended).
     with builder.if_else(builder.icmp_signed("!=", swap, i64(0))) as (unsigned, signed):
         for flag, branch in ((False, unsigned), (True, signed)):
@@ -552,6 +610,9 @@ def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used
 
 _micro = _make_micro(VECTORS)
 _micro_tail = _make_micro(1)  # a product's last columns when `LANES` or fewer are left
+# Without VNNI, the same on int8 rows whose pairs fit 16 bits (`pairs_fit`): ``vpmaddubsw``.
+_micro_pairs = _make_micro(VECTORS, pairs=True)
+_micro_pairs_tail = _make_micro(1, pairs=True)
 _micro_wide = _make_micro(VECTORS + 1)  # its last columns when 3 * `LANES` are left
 
 

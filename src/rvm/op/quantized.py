@@ -202,10 +202,13 @@ def turn_qconv2d(value: Call, weight: object) -> Call | None:
 
 def widen_weight(value: Call, weight: object) -> Call | None:
     """The ``qconv2d`` or ``qdense`` computing ``value`` (by the constant int8 ``weight``,
-    numpy, in its ``weight_layout``, not turned) with its weight widened to int16 here, once,
-    where this CPU's integer kernels multiply 16-bit values (`rvm.kernels.qtile.MADD16`: the
-    kernels would widen the weight at every call); None where not. The values are the
-    weight's: a CPU with VNNI narrows them back at each call (`rvm.kernels.qgemm`)."""
+    numpy, in its ``weight_layout``, not turned) on the weight as this CPU's integer kernels
+    without VNNI read it (`rvm.kernels.qtile.MADD16`): where its pairs fit 16 bits
+    (`rvm.kernels.qtile.pairs_fit`: 7-bit weights), the same int8 weight with
+    ``weight_pairs="int16"``, which the ``vpmaddubsw`` tiles read as it is; else widened to
+    int16 here, once (the ``vpmaddwd`` tiles would widen it at every call). None where
+    neither (VNNI). Widened values are the weight's: a CPU with VNNI narrows them back at each
+    call (`rvm.kernels.qgemm`); ``weight_pairs`` is a fact its kernels do not need."""
     import numpy as np
 
     from rvm.kernels import qtile
@@ -214,6 +217,11 @@ def widen_weight(value: Call, weight: object) -> Call | None:
         return None
     if not isinstance(weight, np.ndarray) or weight.dtype != np.int8:
         return None
+    if value.attrs.get("weight_pairs") == "int16":
+        return None
+    if qtile.pairs_fit(weight):
+        attrs = {**value.attrs, "weight_pairs": "int16"}
+        return call(value.callee, *value.args, **attrs)
     wide = Constant(np.ascontiguousarray(weight).astype(np.int16))
     return call(value.callee, value.args[0], wide, *value.args[2:], **value.attrs)
 

@@ -19,7 +19,9 @@ each int8 ``qconv2d`` with a constant weight and a static output shape that this
 turned-around kernel serves better (`rvm.op.turn_qconv2d`) takes its weight turned once
 (``weight_layout="turned"``), and each other int8 ``qconv2d`` or ``qdense`` with a constant
 weight, where this CPU's integer kernels multiply 16-bit values, takes it widened to int16
-once (`rvm.op.quantized.widen_weight`), not at every call. Elsewhere nothing changes.
+once (`rvm.op.quantized.widen_weight`), not at every call, or, where its pairs fit 16 bits
+(7-bit weights), keeps it int8 and says so (``weight_pairs="int16"``: the ``vpmaddubsw``
+tiles). Elsewhere nothing changes.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables; each matching call is replaced in place; a second walk by the wider rule

@@ -45,7 +45,8 @@ Each pass: what it needs → what it guarantees.
   (`rvm.kernels.direct`) are ``conv2d_packed`` with the weights packed once in panels; int8
   qconv2d of small maps take their weights turned once (``weight_layout="turned"``), other
   int8 qconv2d and qdense weights widened to int16 once where the CPU's integer kernels take
-  16-bit values (AVX2 without VNNI).
+  16-bit values (AVX2 without VNNI), or kept int8 there with ``weight_pairs="int16"`` where
+  their pairs fit 16 bits (7-bit weights: the ``vpmaddubsw`` tiles).
 - concat_images: inlined, batch norms folded, weights packed (the passes ``rvm.compile``
   inserts come before it) → a channel concatenation of a batch of images whose pieces are
   per-image chains (a convolution or pool, its bias and activation) runs the chains image by

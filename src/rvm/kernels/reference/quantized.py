@@ -23,12 +23,12 @@ def _requantize(acc, bias, scale, axis, y_zero, low, high, dtype):
 
 
 def qconv2d(x, w, bias, scale, x_zero, y_zero, low, high, dtype, strides, padding, dilation,
-            groups, weight_layout="OIHW", weight_shape=None):  # fmt: skip
+            groups, weight_layout="OIHW", weight_shape=None, weight_pairs=None):  # fmt: skip
     """Quantized 2-d convolution: int32 sums of ``(x - x_zero) * w``, requantized (``w``
     (O, KH, KW, C / groups) when ``weight_layout`` is "OHWI"; "turned": ``(panels, KH * KW *
     Q + 1, width, 4)``, panel ``t``'s row ``(u * KW + v) * Q + k`` its channels' weights of
     input channels ``4k`` to ``4k + 3`` at tap ``(u, v)``, its last row their sums,
-    ``weight_shape`` the OHWI shape)."""
+    ``weight_shape`` the OHWI shape; ``weight_pairs`` is a fact for the jit kernels)."""
     if weight_layout == "turned":
         o, kh, kw, cg = weight_shape
         panels, width = w.shape[0], w.shape[2]
@@ -51,7 +51,8 @@ def qconv2d(x, w, bias, scale, x_zero, y_zero, low, high, dtype, strides, paddin
     return _requantize(acc, bias, scale, 1, y_zero, low, high, dtype)
 
 
-def qdense(x, w, bias, scale, x_zero, y_zero, low, high, dtype):
-    """Quantized ``x @ w.T``: int32 sums of ``(x - x_zero) * w``, requantized."""
+def qdense(x, w, bias, scale, x_zero, y_zero, low, high, dtype, weight_pairs=None):
+    """Quantized ``x @ w.T``: int32 sums of ``(x - x_zero) * w``, requantized (``weight_pairs``
+    is a fact for the jit kernels)."""
     acc = np.matmul(x.astype(np.float64) - x_zero, w.astype(np.float64).T)
     return _requantize(acc, bias, scale, -1, y_zero, low, high, dtype)
