@@ -12,7 +12,8 @@ a layer is the minimum over ``--repeat`` runs of the kernel's (the node's) time,
 the layers of that shape (ORT's ``Conv`` and ``FusedConv`` nodes; rvm's kernels that call a
 convolution). Prints the ``--top`` layers by absolute loss (rvm - ORT): shapes, how many,
 rvm's method (`rvm.kernels.conv.method`; ``direct-packed`` for a weight packed at build time,
-`rvm.op.conv2d_packed`; ``winograd-U`` for one transformed at build time, `rvm.op.conv2d_winograd`), microseconds and GFLOP/s of both; then the models' conv totals.
+`rvm.op.conv2d_packed`; ``winograd-U`` for one transformed at build time,
+`rvm.op.conv2d_winograd`), microseconds and GFLOP/s of both; then the models' conv totals.
 Writes ``benchmarks/results/conv_layers.json`` (``--name``).
 """
 
