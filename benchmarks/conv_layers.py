@@ -12,7 +12,8 @@ a layer is the minimum over ``--repeat`` runs of the kernel's (the node's) time,
 the layers of that shape (ORT's ``Conv`` and ``FusedConv`` nodes; rvm's kernels that call a
 convolution). Prints the ``--top`` layers by absolute loss (rvm - ORT): shapes, how many,
 rvm's method (`rvm.kernels.conv.method`; ``direct-packed`` for a weight packed at build time,
-`rvm.op.conv2d_packed`), microseconds and GFLOP/s of both; then the models' conv totals.
+`rvm.op.conv2d_packed`; ``winograd-U`` for one transformed at build time,
+`rvm.op.conv2d_winograd`), microseconds and GFLOP/s of both; then the models' conv totals.
 Writes ``benchmarks/results/conv_layers.json`` (``--name``).
 """
 
@@ -56,14 +57,20 @@ def rvm_layers(path: Path, inputs: list, repeat: int, want: list) -> dict[tuple,
         if len(x) != 4:
             continue  # conv1d
         packed = "conv2d_packed" in row["name"]
-        kh, kw, cg = (w[2], w[3], w[4]) if packed else (w[2], w[3], w[1])
+        transformed = len(w) == 3  # Winograd's weight transformed at build time, (16, o, c)
+        if transformed:
+            kh, kw, cg = 3, 3, w[2]
+        else:
+            kh, kw, cg = (w[2], w[3], w[4]) if packed else (w[2], w[3], w[1])
         out = rest[-1]
         key = (x, out, kh, kw, cg)
         layer = layers.setdefault(key, {"us": 0.0, "calls": 0, "kernels": []})
         layer["us"] += best[row["name"]]
         layer["calls"] += row["calls"]
         layer["kernels"].append(row["name"])
-        layer["method"] = "direct-packed" if packed else _method(key)
+        layer["method"] = (
+            "direct-packed" if packed else "winograd-U" if transformed else _method(key)
+        )
     return layers
 
 
