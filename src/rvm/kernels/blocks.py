@@ -65,12 +65,8 @@ MIN_BYTES = 1 << 20
 are ``malloc``'s (which reuses small blocks itself)."""
 HUGE_BYTES = 1 << 22
 """New blocks of at least this many bytes are advised for huge pages (Linux; NumPy's threshold)."""
-SLOTS = 64
-"""How many blocks are kept at most (the cap bounds their bytes). Kernels' scratch (`kept`) is
-kept a block per thread and size: at two threads zfnet512 at batch 8 filled 16 slots with
-twelve blocks of 0.25-1.1 MB and four tiny ones, so the native mode's two 35 MB storages found
-no slot, were freed and mapped again at every call (960 page faults and 10-90 ms of system
-time a call; none at one thread, where they fitted)."""
+SLOTS = 16
+"""How many blocks are kept at most."""
 ALIGN = 64
 """The alignment of an array's data."""
 _HEADER = 16
