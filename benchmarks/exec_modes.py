@@ -1,8 +1,9 @@
 """Benchmark of the exec modes: `rvm.interpret`, the bytecode loop and the compiled mode.
 
 Run: ``PYTHONPATH=src python benchmarks/exec_modes.py [--quick] [--kernels numpy,jit]
-[--native-only] [--large]``.
-Prints a table and writes ``benchmarks/results/exec_modes.json``. Every time is a median of
+[--native-only] [--large] [--name NAME]``.
+Prints a table and writes ``benchmarks/results/exec_modes.json`` (``exec_modes_large.json``,
+``exec_modes_native.json``... by the section run; ``--name``). Every time is a median of
 repeats (the machine is shared and noisy); every ratio compares timings of the same run.
 
 Programs:
@@ -478,6 +479,12 @@ def main() -> None:
         "--result-checks", action="store_true", help="only the cost of the result checks"
     )
     parser.add_argument("--large", action="store_true", help="only the large-work section")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="results file name, no suffix (default: exec_modes, exec_modes_large, "
+        "exec_modes_native or exec_modes_result_checks, by the section run)",
+    )
     parser.add_argument("--cold-child", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.cold_child:
@@ -490,14 +497,14 @@ def main() -> None:
     print(large_table(large))
     print()
     if opts.large:
-        write_results("exec_modes_large", {"machine": machine(), "large": large})
+        write_results(opts.name or "exec_modes_large", {"machine": machine(), "large": large})
         return
     checks = result_check_rows(31 if opts.quick else 101)
     print(f"result checks (load {os.getloadavg()[0]:.1f}), medians interleaved, us per call")
     print(result_check_table(checks))
     print()
     if opts.result_checks:
-        write_results("exec_modes_result_checks", {"result_checks": checks})
+        write_results(opts.name or "exec_modes_result_checks", {"result_checks": checks})
         return
     native = native_rows(31 if opts.quick else 101)
     cold = cold_build()
@@ -516,7 +523,7 @@ def main() -> None:
     print()
     if opts.native_only:
         write_results(
-            "exec_modes_native",
+            opts.name or "exec_modes_native",
             {"machine": machine(), "native": native, "large": large, "cold_build": cold},
         )
         return
@@ -539,7 +546,7 @@ def main() -> None:
     for line in goals(rows):
         print("  " + line)
     write_results(
-        "exec_modes",
+        opts.name or "exec_modes",
         {
             "machine": machine(),
             "repeat": repeat,

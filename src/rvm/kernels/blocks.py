@@ -43,7 +43,7 @@ from numba.core.runtime import _nrt_python
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array, populate_array
 
-from rvm.kernels import numba_cache
+from rvm.kernels import atomics, numba_cache
 from rvm.kernels.jitting import jit
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
@@ -102,46 +102,9 @@ _OPTS = {"nogil": True, "cache": True, "error_model": "numpy", "boundscheck": Fa
 _I64 = ir.IntType(64)
 
 
-def _field(builder: ir.IRBuilder, index: ir.Value) -> ir.Value:
-    state = builder.module.globals.get(_STATE)
-    if state is None:
-        state = ir.GlobalVariable(builder.module, ir.ArrayType(_I64, _FIELDS), _STATE)
-        state.linkage = "external"
-    return builder.gep(state, [ir.IntType(32)(0), index])
-
-
-@intrinsic
-def _load(typingctx, field):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.load_atomic(_field(builder, args[0]), "seq_cst", 8)
-
-    return nt.int64(nt.int64), codegen
-
-
-@intrinsic
-def _store(typingctx, field, value):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        builder.store_atomic(args[1], _field(builder, args[0]), "seq_cst", 8)
-        return context.get_dummy_value()
-
-    return nt.void(nt.int64, nt.int64), codegen
-
-
-@intrinsic
-def _add(typingctx, field, value):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.atomic_rmw("add", _field(builder, args[0]), args[1], "seq_cst")
-
-    return nt.int64(nt.int64, nt.int64), codegen
-
-
-@intrinsic
-def _cas(typingctx, field, old, new):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        pair = builder.cmpxchg(_field(builder, args[0]), args[1], args[2], "seq_cst", "seq_cst")
-        return builder.extract_value(pair, 1)
-
-    return nt.boolean(nt.int64, nt.int64, nt.int64), codegen
+_load, _store, _add, _cas = atomics.fields(_STATE, _FIELDS)
+"""The state's fields: the slots' addresses, their sizes, the kept bytes, the cap
+(`rvm.kernels.atomics`)."""
 
 
 def _c_call(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:

@@ -456,6 +456,29 @@ _EPILOGUE = 22
 
 
 @jit(**_OPTS, inline="always")
+def _job(x, w_at, out, cg, kh, kw, groups, sh, sw, dh, dw, pt, pl, how, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
+    """The job (`_JOB` fields) of method ``how`` on ``x`` and ``out`` (4-d) by the weight at
+    ``w_at`` (``out.shape[1]`` x ``cg`` x ``kh`` x ``kw`` as the methods view it; a transformed
+    one, `TRANSFORMED`, is read by `_winograd_task` in its own layout), with ``epilogue``
+    (`sgemm.sgemm_segments`'; `sgemm.NO_EPILOGUE`: none)."""
+    n, c, ih, iw = x.shape
+    o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    bias, step, act, res = epilogue
+    return np.array((_JOB, parfor.address(x), w_at, parfor.address(out), n, c, ih, iw,
+                     o, cg, kh, kw, oh, ow, groups, sh, sw, dh, dw, pt, pl, how,
+                     bias, step, act, res), dtype=np.int64)  # fmt: skip
+
+
+@jit(**_OPTS, inline="always")
+def _epilogue_of(biases, act, added):  # type: ignore[no-untyped-def]
+    """The epilogue `sgemm.sgemm_segments` takes, (bias, its step, act, residual), from
+    `epipass.operands`' bias (empty: none; one value: its step 0) and residual (empty: none)."""
+    at_bias = parfor.address(biases) if biases.size else 0
+    at_res = parfor.address(added) if added.size else 0
+    return at_bias, 1 if biases.size > 1 else 0, act, at_res
+
+
+@jit(**_OPTS, inline="always")
 def _epilogue(job):  # type: ignore[no-untyped-def]
     """The epilogue of a method's job, as `sgemm.sgemm_segments` takes it."""
     at = _EPILOGUE
@@ -618,17 +641,13 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  
     cg, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     if n * o * oh * ow == 0:
         return 1
-    job = np.array((_JOB, parfor.address(x), parfor.address(w), parfor.address(out),
-                    n, x.shape[1], x.shape[2], x.shape[3], o, cg, kh, kw, oh, ow,
-                    groups, sh, sw, dh, dw, pt, pl, 0, 0, 0, 0, 0), dtype=np.int64)  # fmt: skip
     unpadded = pt == 0 and pl == 0 and pb == 0 and pr == 0
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     how = method(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
-    job[21] = how
     images = by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads())
     fused = fuses_epilogue(how, cg * kh * kw, images, epilogue) and sgemm.applies(x)
-    if fused:
-        job[_EPILOGUE], job[_EPILOGUE + 1], job[_EPILOGUE + 2], job[_EPILOGUE + 3] = epilogue
+    job = _job(x, parfor.address(w), out, cg, kh, kw, groups, sh, sw, dh, dw, pt, pl, how,
+               epilogue if fused else sgemm.NO_EPILOGUE)  # fmt: skip
     if images:
         _run_images(x, n, job)
     else:
@@ -795,11 +814,8 @@ def _fused_entry(a, b, c, bias, res, dims, params):  # type: ignore[no-untyped-d
     ok, biases, added = epipass.operands(out, bias, d[12:16], res, d[16:20], act, p[10], p[11])
     if not ok:
         return 1
-    at_bias = parfor.address(biases) if biases.size else 0
-    at_res = parfor.address(added) if added.size else 0
-    epilogue = (at_bias, 1 if biases.size > 1 else 0, act, at_res)
     done = _conv2d_blas(x, w, out, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
-                        epilogue)  # fmt: skip
+                        _epilogue_of(biases, act, added))  # fmt: skip
     if done < 0:
         return 1
     if done == 0:
@@ -831,11 +847,8 @@ def _winograd_entry(a, b, c, bias, res, dims, params):  # type: ignore[no-untype
         return 1
     if out.size == 0:
         return 0
-    job = np.array((_JOB, parfor.address(x), parfor.address(nb.carray(b, 1)),
-                    parfor.address(out), n, ch, ih, iw, o, ch, 3, 3, d[10], d[11],
-                    1, 1, 1, 1, 1, pt, pl, TRANSFORMED,
-                    parfor.address(biases) if biases.size else 0, 1 if biases.size > 1 else 0,
-                    act, parfor.address(added) if added.size else 0), dtype=np.int64)  # fmt: skip
+    job = _job(x, parfor.address(nb.carray(b, 1)), out, ch, 3, 3, 1, 1, 1, 1, 1, pt, pl,
+               TRANSFORMED, _epilogue_of(biases, act, added))  # fmt: skip
     _call_winograd(x, 0, job)
     return 0
 

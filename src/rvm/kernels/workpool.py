@@ -72,7 +72,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import numba_cache
+from rvm.kernels import atomics, numba_cache
 from rvm.kernels.jitting import jit
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
@@ -149,57 +149,18 @@ for _symbol, _name in _LIBC.items():
 # -- the atomics and calls the pool is made of ----------------------------------------------
 
 
-def _global(builder: ir.IRBuilder, symbol: str, size: int) -> ir.GlobalVariable:
-    """The int64 array of ``size`` elements registered as ``symbol``, declared in the module."""
-    array = builder.module.globals.get(symbol)
-    if array is None:
-        array = ir.GlobalVariable(builder.module, ir.ArrayType(ir.IntType(64), size), symbol)
-        array.linkage = "external"
-    return array
+_global = atomics.array
 
 
 def _field(builder: ir.IRBuilder, index: ir.Value) -> ir.Value:
     """A pointer to field ``index`` of the state."""
-    at = builder.mul(index, ir.IntType(64)(_LINE))
-    return builder.gep(_global(builder, _STATE, _FIELDS * _LINE), [ir.IntType(32)(0), at])
+    return atomics.field(builder, _STATE, _FIELDS, _LINE, index)
 
 
-@intrinsic
-def _load(typingctx, field):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.load_atomic(_field(builder, args[0]), "seq_cst", 8)
-
-    return nt.int64(nt.int64), codegen
-
-
-@intrinsic
-def _store(typingctx, field, value):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        builder.store_atomic(args[1], _field(builder, args[0]), "seq_cst", 8)
-        return context.get_dummy_value()
-
-    return nt.void(nt.int64, nt.int64), codegen
-
-
-@intrinsic
-def _add(typingctx, field, value):  # type: ignore[no-untyped-def]
-    """Adds ``value`` to the field; returns its value before."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.atomic_rmw("add", _field(builder, args[0]), args[1], "seq_cst")
-
-    return nt.int64(nt.int64, nt.int64), codegen
-
-
-@intrinsic
-def _cas(typingctx, field, old, new):  # type: ignore[no-untyped-def]
-    """Sets the field to ``new`` if it holds ``old``; whether it did."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        pair = builder.cmpxchg(_field(builder, args[0]), args[1], args[2], "seq_cst", "seq_cst")
-        return builder.extract_value(pair, 1)
-
-    return nt.boolean(nt.int64, nt.int64, nt.int64), codegen
+_load, _store, _add, _cas = atomics.fields(_STATE, _FIELDS, _LINE)
+"""The state's fields, a cache line apart: ``_load(i)``, ``_store(i, value)``, ``_add(i,
+value)`` (the value before), ``_cas(i, old, new)`` (whether it did), each sequentially
+consistent (`rvm.kernels.atomics`)."""
 
 
 # The CPU's spin-wait hint as an LLVM intrinsic (name, arguments); none elsewhere.
