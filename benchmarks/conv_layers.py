@@ -56,14 +56,20 @@ def rvm_layers(path: Path, inputs: list, repeat: int, want: list) -> dict[tuple,
         if len(x) != 4:
             continue  # conv1d
         packed = "conv2d_packed" in row["name"]
-        kh, kw, cg = (w[2], w[3], w[4]) if packed else (w[2], w[3], w[1])
+        transformed = "conv2d_winograd" in row["name"]  # u: (16, O, C), of a 3x3 weight
+        if transformed:
+            kh, kw, cg = 3, 3, w[2]
+        else:
+            kh, kw, cg = (w[2], w[3], w[4]) if packed else (w[2], w[3], w[1])
         out = rest[-1]
         key = (x, out, kh, kw, cg)
         layer = layers.setdefault(key, {"us": 0.0, "calls": 0, "kernels": []})
         layer["us"] += best[row["name"]]
         layer["calls"] += row["calls"]
         layer["kernels"].append(row["name"])
-        layer["method"] = "direct-packed" if packed else _method(key)
+        layer["method"] = (
+            "winograd-built" if transformed else "direct-packed" if packed else _method(key)
+        )
     return layers
 
 
