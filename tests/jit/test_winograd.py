@@ -8,6 +8,8 @@ ONNX Runtime in every exec mode."""
 
 from __future__ import annotations
 
+import math
+
 import numba as nb
 import numpy as np
 import pytest
@@ -74,9 +76,15 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     (_, c, h, wd), o, (oh, ow) = x.shape, w.shape[0], want.shape[2:]
     how = conv.method.py_func(c, o, 1, 3, 3, 1, 1, 1, 1, oh, ow, h, wd, False, True)
     assert how == conv.WINOGRAD
-    # Not below the channels' mean, each at its floor (`conv.WINOGRAD_MIN_CHANNELS`).
+    # Not below the channels' mean, each at its floor (`conv.WINOGRAD_MIN_CHANNELS`), on a map
+    # too large for the small maps' mean (`conv.WINOGRAD_SMALL_MAP`); on a small one, from
+    # that mean (`conv.WINOGRAD_SMALL_MEAN`: the channels' floor on AVX2).
     floor = conv.WINOGRAD_MIN_CHANNELS * sgemm.LANES
-    assert not conv.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, oh, ow)
+    side = 2 * math.isqrt(conv.WINOGRAD_SMALL_MAP // (2 * floor)) + 2  # tiles beyond it
+    assert not conv.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, side, side)
+    small = 2 * floor * ((oh + 1) // 2) * ((ow + 1) // 2) <= conv.WINOGRAD_SMALL_MAP
+    at_floor = small and conv.WINOGRAD_SMALL_MEAN <= conv.WINOGRAD_MIN_CHANNELS
+    assert conv.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, oh, ow) == at_floor
     # Not with a dilation nor a stride: the rule is Winograd's shapes only.
     assert not conv.winograd_pays.py_func(c, o, 1, 3, 3, 1, 1, 2, 2, oh, ow)
     assert not conv.winograd_pays.py_func(c, o, 1, 3, 3, 2, 2, 1, 1, oh, ow)

@@ -729,7 +729,11 @@ def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore
     dilation 1, no groups, on maps of `WINOGRAD_MIN_TILES` tiles (2 x 2 output positions) or
     more, from `WINOGRAD_MIN_CHANNELS` vectors of the GEMM's (`rvm.kernels.sgemm.LANES`)
     input and output channels each and `WINOGRAD_MEAN_CHANNELS` vectors of their harmonic
-    mean (`winograd_floors`: measured per vector width).
+    mean (`winograd_floors`: measured per vector width); on a map small enough that an
+    image's transformed input and products at one of the 16 positions take at most half of
+    one core's L2 (`WINOGRAD_SMALL_MAP`: every GEMM's operands stay there, and the
+    image is one block, `rvm.kernels.winograd.block_rows`), from `WINOGRAD_SMALL_MEAN`
+    vectors of the harmonic mean.
 
     The transforms move each input value a few times (``o`` multiply-adds each in the GEMMs)
     and each output value a few times (``c`` each), where the GEMMs go a vector at a time:
@@ -744,7 +748,9 @@ def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore
     floor = WINOGRAD_MIN_CHANNELS * sgemm.LANES
     if tiles < WINOGRAD_MIN_TILES or c < floor or o < floor:
         return False
-    return 2 * c * o >= WINOGRAD_MEAN_CHANNELS * sgemm.LANES * (c + o)
+    small = (c + o) * tiles <= WINOGRAD_SMALL_MAP
+    mean = WINOGRAD_SMALL_MEAN if small else WINOGRAD_MEAN_CHANNELS
+    return 2 * c * o >= mean * sgemm.LANES * (c + o)
 
 
 WINOGRAD_MIN_TILES = 32
@@ -756,12 +762,12 @@ channels at one thread (1.17-1.35) but 128 -> 32 lost (0.49); two threads' cut p
 measured there (the machine too loaded)."""
 
 
-def winograd_floors(vector_bits: int) -> tuple[int, int]:
-    """(`WINOGRAD_MIN_CHANNELS`, `WINOGRAD_MEAN_CHANNELS`) for vectors of ``vector_bits``, in
-    vectors: measured per vector width (`benchmarks/conv_methods.py`, one thread, thread CPU;
-    the faster of the direct method and the GEMMs over Winograd's time on a weight transformed
-    beforehand, every 3x3 stride-1 layer of the light models), as the transforms' share
-    against the GEMMs' is not the same count of vectors on both.
+def winograd_floors(vector_bits: int) -> tuple[int, int, int]:
+    """(`WINOGRAD_MIN_CHANNELS`, `WINOGRAD_MEAN_CHANNELS`, `WINOGRAD_SMALL_MEAN`) for vectors
+    of ``vector_bits``, in vectors: measured per vector width (`benchmarks/conv_methods.py`,
+    one thread, thread CPU; the faster of the direct method and the GEMMs over Winograd's time
+    on a weight transformed beforehand, every 3x3 stride-1 layer of the light models), as the
+    transforms' share against the GEMMs' is not the same count of vectors on both.
 
     - 256 bits: 8 and 10 (64 channels each and a mean of 80), on a Zen 3 core (AVX2; session
       44, one and two threads, loaded): from 12 x 12 maps (36 tiles) with the mean from 96
@@ -777,13 +783,27 @@ def winograd_floors(vector_bits: int) -> tuple[int, int]:
       channels, a mean of 26) 0.56-0.66 and 3 -> 64 0.26. The floors of 8 and 10 vectors (128
       and 160 channels) had left all of these to the slower methods. Not measured on a core
       that runs 512 bits at once (Zen 5, Intel's), nor a Zen 3 re-measured at these floors.
+    - Small maps (`WINOGRAD_SMALL_MAP`), 256 bits: a mean of 8 vectors, the channels' floor
+      (session 46, Zen 3, load 8-10, thread CPU, alternated): 64 -> 96 and 64 -> 64 on 28 x 28
+      (inception_v2's) took 0.72-0.80 and 0.77-0.85 of the packed direct method's time at one
+      thread, 0.82 and 0.91 of its CPU in pieces at two (their phases cut apart); 64 -> 96 on
+      14 x 14 a tie (0.97 at one thread, 1.05 in pieces at two, 0.89 of its best wall); but
+      64 -> 64 on 56 x 56, where a position's operands take all of L2, 1.11 (the mean's floor
+      stays). 512 bits: the mean's floor (3), not measured.
     """
-    return (2, 3) if vector_bits >= 512 else (8, 10)
+    return (2, 3, 3) if vector_bits >= 512 else (8, 10, 8)
 
 
-WINOGRAD_MIN_CHANNELS, WINOGRAD_MEAN_CHANNELS = winograd_floors(cpu().vector_bits)
-"""The input and output channels, in vectors, from which `winograd_pays`, each; and their
-harmonic mean, in vectors (`winograd_floors`)."""
+WINOGRAD_MIN_CHANNELS, WINOGRAD_MEAN_CHANNELS, WINOGRAD_SMALL_MEAN = winograd_floors(
+    cpu().vector_bits
+)
+"""The input and output channels, in vectors, from which `winograd_pays`, each; their
+harmonic mean, in vectors; and that mean on small maps (`WINOGRAD_SMALL_MAP`;
+`winograd_floors`)."""
+WINOGRAD_SMALL_MAP = winograd.L2_FLOATS // 2
+"""The most floats of input and output channels times tiles (an image's transformed input and
+products at one of the 16 positions) of a map `winograd_pays` takes from `WINOGRAD_SMALL_MEAN`
+vectors of the channels' harmonic mean: half of one core's L2."""
 
 
 # -- the compiled entry point (see `rvm.kernels.entry`) ------------------------------
