@@ -356,16 +356,13 @@ def _check_saved(mod, xv, tmp_path):
             np.testing.assert_array_equal(got, want)
 
 
-def test_compile_widens_constant_weights_where_the_kernels_take_int16(tmp_path):
-    """`rvm.compile` (jit kernels) gives the qconv2d and qdense of constant int8 weights int16
-    ones where this CPU's kernels multiply 16-bit values (`qtile.MADD16`), int8 elsewhere;
-    every exec mode equals the reference interpreter, saved and loaded too."""
+def _conv_then_dense(w1, w2):
+    """A (1, 6, 9, 9) uint8 input through a qconv2d by ``w1`` (16, 6, 3, 3) and a qdense by
+    ``w2`` (10, 784), both int8 constants, requantized with ReLU."""
     import rvm
     from rvm.ir import Builder, TensorType, Var
-    from rvm.kernels import qtile
 
     x = Var("x", TensorType((1, 6, 9, 9), "uint8"))
-    w1, w2 = _ints((16, 6, 3, 3), "int8"), _ints((10, 16 * 7 * 7), "int8")
     quant = {"x_zero": 3, "y_zero": 5, "relu": True}
     consts = [_bias_and_scale(o) for o in (16, 10)]
     b = Builder()
@@ -374,7 +371,15 @@ def test_compile_widens_constant_weights_where_the_kernels_take_int16(tmp_path):
         h = b.emit(op.reshape(h, (1, 16 * 7 * 7)))
         h = b.emit(op.qdense(h, rvm.const(w2), *consts[1], **quant))
         b.emit_output(h)
-    mod = b.get()
+    return b.get()
+
+
+def test_compile_widens_constant_weights_where_the_kernels_take_int16(tmp_path):
+    """`rvm.compile` (jit kernels) gives the qconv2d and qdense of constant int8 weights int16
+    ones where this CPU's kernels multiply 16-bit values (`qtile.MADD16`), int8 elsewhere;
+    every exec mode equals the reference interpreter, saved and loaded too."""
+    w1, w2 = _ints((16, 6, 3, 3), "int8"), _ints((10, 16 * 7 * 7), "int8")
+    mod = _conv_then_dense(w1, w2)
     weights = [call.args[1] for call in _packed_calls(mod)]
     wide = "int16" if qtile.MADD16 else "int8"
     assert [str(w.data.dtype) for w in weights] == [wide, wide]
@@ -387,20 +392,8 @@ def test_compile_keeps_int8_weights_whose_pairs_fit(tmp_path):
     VNNI, the calls saying so (``weight_pairs="int16"``: the ``vpmaddubsw`` tiles read them
     in place); with VNNI nothing changes. Every exec mode equals the reference interpreter,
     saved and loaded too."""
-    import rvm
-    from rvm.ir import Builder, TensorType, Var
-
-    x = Var("x", TensorType((1, 6, 9, 9), "uint8"))
     w1, w2 = _small_pairs((16, 6, 3, 3)), _small_pairs((10, 16 * 7 * 7))
-    quant = {"x_zero": 3, "y_zero": 5, "relu": True}
-    consts = [_bias_and_scale(o) for o in (16, 10)]
-    b = Builder()
-    with b.function("main", [x]):
-        h = b.emit(op.qconv2d(x, rvm.const(w1), *consts[0], **quant))
-        h = b.emit(op.reshape(h, (1, 16 * 7 * 7)))
-        h = b.emit(op.qdense(h, rvm.const(w2), *consts[1], **quant))
-        b.emit_output(h)
-    mod = b.get()
+    mod = _conv_then_dense(w1, w2)
     calls = _packed_calls(mod)
     assert [str(c.args[1].data.dtype) for c in calls] == ["int8", "int8"]
     pairs = "int16" if qtile.MADD16 else None
