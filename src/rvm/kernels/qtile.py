@@ -272,23 +272,30 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int, pairs: bool = 
         )
         return builder.bitcast(builder.shuffle_vector(v, zero_bytes, mask), words)
 
-    def step(signed, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
-        """Quad ``s`` of tap ``tap``: two ``vpmaddwd`` per accumulator."""
+    def b_vectors(tap, s):  # type: ignore[no-untyped-def]
+        """Quad ``s`` of tap ``tap`` of the panel's `LANES`-column vectors, raw bytes."""
         row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
         loaded = []
         for j in range(vectors):
             at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
             loaded.append(builder.load(builder.bitcast(at, raw.as_pointer()), align=1))
+        return loaded
+
+    def a_word(a_row, offset, kind):  # type: ignore[no-untyped-def]
+        """The 32-bit word of A's row at byte ``offset``, in every lane, as ``kind``."""
+        at = builder.gep(a_bytes, [builder.add(a_row, offset)])
+        word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
+        av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
+        return builder.bitcast(av, kind)
+
+    def step(signed, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
+        """Quad ``s`` of tap ``tap``: two ``vpmaddwd`` per accumulator."""
+        loaded = b_vectors(tap, s)
         depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(8))  # bytes of A
         for pair in range(2):
             bs = [widened(v, pair, signed) for v in loaded]
             for i, a_row in enumerate(a_rows):
-                at = builder.gep(a_bytes, [builder.add(a_row, builder.add(depth, i64(4 * pair)))])
-                word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
-                av = builder.shuffle_vector(
-                    builder.insert_element(undef, word, i32(0)), undef, splat
-                )
-                av = builder.bitcast(av, words)
+                av = a_word(a_row, builder.add(depth, i64(4 * pair)), words)
                 for j in range(vectors):
                     product = builder.call(madd, [av, bs[j]])
                     builder.store(builder.add(builder.load(acc[i][j]), product), acc[i][j])
@@ -301,17 +308,10 @@ def _madd16_code(builder: ir.IRBuilder, args: list, vectors: int, pairs: bool = 
     def pairs_step(signed, acc, tap, s, a_rows):  # type: ignore[no-untyped-def]
         """Quad ``s`` of tap ``tap`` with ``pairs``: ``vpmaddubsw`` then ``vpmaddwd`` by
         ones per accumulator."""
-        row_b = builder.add(builder.load(builder.gep(offs, [tap])), builder.mul(s, ldb))
-        loaded = []
-        for j in range(vectors):
-            at = builder.gep(b_bytes, [builder.add(row_b, i64(4 * LANES * j))])
-            loaded.append(builder.load(builder.bitcast(at, raw.as_pointer()), align=1))
+        loaded = b_vectors(tap, s)
         depth = builder.mul(builder.add(builder.mul(tap, quads), s), i64(4))  # bytes of A
         for i, a_row in enumerate(a_rows):
-            at = builder.gep(a_bytes, [builder.add(a_row, depth)])
-            word = builder.load(builder.bitcast(at, i32.as_pointer()), align=1)
-            av = builder.shuffle_vector(builder.insert_element(undef, word, i32(0)), undef, splat)
-            av = builder.bitcast(av, raw)
+            av = a_word(a_row, depth, raw)
             for j in range(vectors):
                 pair_sums = builder.call(bytes_by_bytes, [loaded[j], av])
                 product = builder.call(madd, [pair_sums, ones])
