@@ -1,11 +1,12 @@
 """A light CNN's two-thread cuts from its pieces' CPU times: what a loaded machine can measure.
 
-Run: ``python benchmarks/cut_tails.py [--only resnet50] [--batch 1] [--runs 6] [--threads 2]
+Run: ``python benchmarks/cut_tails.py [--only resnet50] [--batch 1] [--runs 6] [--threads N]
 [--wake 0]``.
 
 Per model (random weights, `common.light_model_files`), in one process, rvm's compiled mode
-runs alternately on one thread (each kernel's CPU time, ``T1``: `time.thread_time` of the
-calling thread around it, `VirtualMachine.set_instrument`) and on ``--threads`` with
+(its outputs first checked against ONNX Runtime's) runs alternately on one thread (each
+kernel's CPU time, ``T1``: `time.thread_time` of the calling thread around it,
+`VirtualMachine.set_instrument`) and on ``--threads`` with
 `rvm.kernels.workpool.measure` on: every pool job (`workpool.job_log`) and the CPU time of
 each of its pieces (`workpool.piece_log`). Each job's pieces are scheduled again in their
 claim order on ``--threads`` threads that start together (the helpers ``--wake``
@@ -34,18 +35,21 @@ from __future__ import annotations
 import argparse
 import collections
 import heapq
+import os
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from common import light_model_files, machine, machine_line, write_results
+from model_child import as_outputs, check_outputs
 
 # isort: split
 import numpy as np
 
 import rvm
 from rvm.kernels import workpool
+from rvm.testing.onnx_models import run_ort
 
 COLUMNS = ("T1", "pieces", "span", "half", "tail", "unpooled")
 
@@ -79,9 +83,10 @@ def _jobs_of(pieces: list, jobs: list) -> tuple[list[list[float]], float]:
 
 
 def profile(name: str, batch: int, runs: int, threads: int, wake: float) -> dict:
-    path, _, _, inputs = light_model_files(name, Path(tempfile.mkdtemp()), batch)
+    path, _, model, inputs = light_model_files(name, Path(tempfile.mkdtemp()), batch)
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
+    check_outputs(name, as_outputs(f(*inputs)), run_ort(model, inputs))
     state, line = workpool._state, workpool._LINE
     edges: list[tuple[str, int, int]] = []
     cpu: dict[str, float] = collections.defaultdict(float)
@@ -164,7 +169,8 @@ def main() -> None:
     parser.add_argument("--only", default="resnet50", help="comma-separated models")
     parser.add_argument("--batch", type=int, default=1, help="images a call")
     parser.add_argument("--runs", type=int, default=6, help="calls at each thread count")
-    parser.add_argument("--threads", type=int, default=2, help="threads of the cut")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2,
+                        help="threads of the cut (default: every CPU, as rvm's)")  # fmt: skip
     parser.add_argument("--wake", type=float, default=0.0, help="helpers' late start (us)")
     parser.add_argument("--top", type=int, default=30, help="kernels listed")
     parser.add_argument("--name", default="cut_tails", help="results file name, no suffix")
