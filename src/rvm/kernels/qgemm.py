@@ -123,7 +123,7 @@ GATHER_WORD = 8
 image (`qcolumns.gather`) costs, in multiply-adds of the tiles without VNNI: Zen 3, one
 thread, gathering resnet50's 3 x 3 layer at 56 x 56 (3,248 columns for 3,136 positions, 64
 channels) took as long as it saved; at 28 x 28 and less (and squeezenet's 55, 27 and 13) it
-saved 5-19% of a layer's time (7 x 7 and a stride of 2 at 56 the most)."""
+saved 4-19% of a layer's time (7 x 7 and a stride of 2 at 56 the most)."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
