@@ -2,9 +2,9 @@
 
 `precision.py` runs these rows after its f32/bf16 ones (``--int8``); alone: ``python
 benchmarks/precision_int8.py [--only squeezenet,resnet50] [--inputs 20] [--repeat 31]
-[--threads N] [--reduce-range auto|on|off]``, which writes
-``benchmarks/results/precision_int8.json``. Per model (random weights, logits exposed, as
-`benchmarks/models.py`):
+[--threads N] [--reduce-range auto|on|off] [--name NAME]``, which writes
+``benchmarks/results/NAME.json`` (``precision_int8.json`` by default). Per model (random
+weights, logits exposed, as `benchmarks/models.py`):
 
 - **int8**: the float model quantized by ONNX Runtime's ``quantize_static`` (QDQ format, uint8
   activations per tensor, int8 weights per output channel, min/max calibration on 8 random
@@ -193,6 +193,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=31)
     parser.add_argument("--threads", type=int, default=0, help="of both runtimes (0: default)")
     parser.add_argument("--reduce-range", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--name", default="precision_int8", help="of the results file")
     args = parser.parse_args()
     global THREADS
     THREADS = args.threads
@@ -203,7 +204,7 @@ def main() -> None:
     load = os.getloadavg()
     print(machine_line())
     print(int8_table(rows))
-    write_results("precision_int8", {"rows": rows, "load": load, "machine": machine()})
+    write_results(args.name, {"rows": rows, "load": load, "machine": machine()})
 
 
 if __name__ == "__main__":

@@ -584,6 +584,31 @@ def test_small_pairs_equal_reference(blas_threads):
                       (1, 1, 1, 1), (1, 1))  # fmt: skip
 
 
+def test_without_vnni_small_maps_gather_their_taps(blas_threads):
+    """Without VNNI a convolution whose image rows' margins would cost the tiles more than
+    copying its taps' words gathers them into an im2col panel (`qgemm._gathers`): 7 x 7 and
+    14 x 14 outputs (also from a stride of 2), not a 1 x 1 kernel (no margins); with VNNI
+    never. Gathered convolutions, strided, dilated, grouped and batched, split on the pool
+    or not, equal the NumPy reference."""
+    assert qgemm._gathers(512, 7, 7, 9, 9 * 128) == qtile.MADD16
+    assert qgemm._gathers(256, 14, 14, 16, 9 * 64) == qtile.MADD16
+    assert qgemm._gathers(512, 7, 7, 8, 9 * 128) == qtile.MADD16  # 3 x 3 / 2 from 14 x 14
+    assert not qgemm._gathers(2048, 7, 7, 7, 128)
+    assert not qgemm._gathers(4, 56, 56, 58, 9)  # few channels: the copies cost more
+    cases = [  # x, w, groups, strides, pads, dilation
+        (_ints((1, 64, 14, 14), "uint8"), (256, 64, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+        (_ints((2, 8, 9, 9), "int8"), (48, 4, 3, 3), 2, (1, 1), (2, 2, 2, 2), (2, 2)),
+        (_ints((1, 12, 13, 13), "uint8"), (96, 12, 5, 5), 1, (1, 1), (2, 2, 2, 2), (1, 1)),
+    ]
+    for x, shape, groups, strides, pads, dilation in cases:
+        oh = (x.shape[2] + pads[0] + pads[2] - dilation[0] * (shape[2] - 1) - 1) // strides[0] + 1
+        ow = (x.shape[3] + pads[1] + pads[3] - dilation[1] * (shape[3] - 1) - 1) // strides[1] + 1
+        pitch = qgemm.direct_pitch(oh, ow, shape[3], strides[1], dilation[1])
+        quads = shape[2] * shape[3] * -(-shape[1] // 4)
+        assert qgemm._gathers(shape[0] // groups, oh, ow, pitch, quads) == qtile.MADD16
+        _check_pairs_conv(x, _small_pairs(shape), groups, strides, pads, dilation)
+
+
 def test_pairs_fit_reads_the_two_largest_of_a_channel():
     """`qtile.pairs_fit`: any two values of one output channel within `qtile.PAIR_BOUND`."""
     w = np.zeros((3, 8), np.int8)

@@ -12,6 +12,9 @@
   apart, so that a convolution's taps are offsets into it and the micro-kernel reads them
   in place (no im2col: output position ``(i, j)`` is column ``i * pitch + j``; the columns
   ``j >= ow`` of each row are computed and dropped).
+- an im2col panel gathered from that image (`gather`: a run of words per tap, quad and
+  output row, the row margins left out), where computing the margins would cost more than
+  copying the taps' words (`rvm.kernels.qgemm`'s ``_gathers``).
 
 Bytes of int8 inputs are flipped by 0x80 into uint8 as they are copied.
 """
@@ -28,6 +31,7 @@ __all__ = [
     "columns",
     "columns_bytes",
     "conv_weight_rows",
+    "gather",
     "hwc_weight_rows",
     "image",
     "weight_rows",
@@ -301,3 +305,22 @@ def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words):  #
                     for j in range(U(j1 - j0)):
                         t = row + j * step
                         wf[dst + j] = _word(xf, s0 + t, s1 + t, s2 + t, s3 + t) ^ flip_word
+
+
+@jit(**_OPTS)
+def gather(words, offsets, oh, ow, pitch, panel):  # type: ignore[no-untyped-def]
+    """The im2col panel by words (`columns`' layout) from the image `image` made: ``panel[t
+    * cq + k, i * ow + j] = words[k, offsets[t] // 4 + i * pitch + j]`` (``offsets`` the taps'
+    byte offsets into a quad's plane, `rvm.kernels.qgemm._tap_offsets`), a run of ``ow``
+    words per tap, quad and output row: the image's row margins left out. Columns past
+    ``oh * ow`` are left as they are."""
+    cq, plane, cols = words.shape[0], words.shape[1], panel.shape[1]
+    wf, pf = words.reshape(-1), panel.reshape(-1)
+    for t in range(offsets.size):
+        tap = offsets[t] // 4
+        for k in range(cq):
+            src, dst = k * plane + tap, (t * cq + k) * cols
+            for i in range(oh):
+                s, d = U(src + i * pitch), U(dst + i * ow)
+                for j in range(U(ow)):
+                    pf[d + j] = wf[s + j]

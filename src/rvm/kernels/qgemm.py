@@ -16,7 +16,9 @@ int8) on C-contiguous operands:
   NCHW image into words once, into an image padded with the zero point and split by phase
   of the strides, whose taps are offsets: the micro-kernel reads them in place (`_direct`:
   output position ``(i, j)`` is column ``i * pitch + j``, the few columns of each row's
-  margin are computed and dropped; `direct_pitch` says when). Others make an im2col panel by words,
+  margin are computed and dropped; `direct_pitch` says when; without VNNI, where those
+  columns would cost more than copying the taps' words, the words are gathered from the
+  image into an im2col panel: `_gathers`). Others make an im2col panel by words,
   tap by tap, for every output position (or by bytes, for an OIHW weight with more channels
   than positions). Taps in the padding read the zero point, so they add nothing once
   corrected; int8 inputs are shifted by 128 into uint8 (and their zero point with them);
@@ -76,6 +78,7 @@ from rvm.kernels.qcolumns import (
     columns,
     columns_bytes,
     conv_weight_rows,
+    gather,
     hwc_weight_rows,
     image,
     weight_rows,
@@ -115,6 +118,12 @@ SPLIT_MIN = 1 << 21  # multiply-adds a piece keeps at least when a product is sp
 # A convolution reads its taps in place while the columns its image's row
 # margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
+GATHER_WORD = 8
+"""What copying one word of a tap into an im2col panel gathered from the direct method's
+image (`qcolumns.gather`) costs, in multiply-adds of the tiles without VNNI: Zen 3, one
+thread, gathering resnet50's 3 x 3 layer at 56 x 56 (3,248 columns for 3,136 positions, 64
+channels) took as long as it saved; at 28 x 28 and less (and squeezenet's 55, 27 and 13) it
+saved 4-19% of a layer's time (7 x 7 and a stride of 2 at 56 the most)."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
@@ -172,13 +181,21 @@ def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     columns (a dot: a pass over the depth, `DOT_DEPTHS` an instruction, and a sum of the
     lanes per row; a tile's column `TILE_DEPTHS` an instruction); the first column they took
     (``j1`` if none)."""
-    lda = rows.shape[1]
-    spare = (j1 - j0) % LANES if swap else 0
-    if spare > DOT_COLUMNS or TILE_DEPTHS * spare * (lda // DOT_DEPTHS + 24) >= lda:
-        return j1
+    spare = _dotted(j1 - j0, rows.shape[1]) if swap else 0
     if spare:
         _dot_columns(rows, b, acc, j0, j1 - spare, j1)
     return j1 - spare
+
+
+@jit(**_OPTS)
+def _dotted(cols, lda):  # type: ignore[no-untyped-def]
+    """How many of a product's last ``cols`` columns (past a multiple of `LANES`) `_dots`
+    takes for rows of ``lda`` depths: all of them when they are `DOT_COLUMNS` or fewer and
+    their dots cost less than a tile of `LANES` columns, else none."""
+    spare = cols % LANES
+    if spare > DOT_COLUMNS or TILE_DEPTHS * spare * (lda // DOT_DEPTHS + 24) >= lda:
+        return 0
+    return spare
 
 
 @nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
@@ -591,6 +608,30 @@ def direct_pitch(oh, ow, kw, sw, dw):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
+def _tile_columns(cols, lda):  # type: ignore[no-untyped-def]
+    """The columns the tiles without VNNI compute (`_gemm`) for a product of ``cols`` columns
+    and rows of ``lda`` depths: tiles of `NR`, the last `LANES` wide when no more are left,
+    after the last few taken by dots (`_dotted`)."""
+    cols -= _dotted(cols, lda)
+    rest = cols % NR
+    return cols - rest + (0 if rest == 0 else (LANES if rest <= LANES else NR))
+
+
+@jit(**_OPTS)
+def _gathers(og, oh, ow, pitch, quads):  # type: ignore[no-untyped-def]
+    """Whether `_direct` copies its taps' words from the image into an im2col panel
+    (`qcolumns.gather`) for ``og`` output channels of an ``oh`` x ``ow`` output, rows
+    ``pitch`` words apart, ``quads`` quads deep: without VNNI, when the tiles' columns of
+    the rows' margins would cost more multiply-adds than the words copied (`GATHER_WORD`
+    each). With VNNI never: its small maps turn around (`rvm.kernels.qturned`)."""
+    if not MADD16 or pitch == ow:
+        return False
+    lda = 4 * quads
+    extra = _tile_columns((oh - 1) * pitch + ow, lda) - _tile_columns(oh * ow, lda)
+    return extra * og * 4 > GATHER_WORD * oh * ow
+
+
+@jit(**_OPTS)
 def _group_rows(w, g, og, cg, cq, taps, hwc, by_words, zero):  # type: ignore[no-untyped-def]
     """Group ``g``'s weight rows and their sums, in the panel's depth order (the sums zeros
     when the input zero point ``zero`` is 0: nothing to subtract)."""
@@ -640,10 +681,17 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh,
     flat = words.view(np.uint8).reshape(-1)
     rows_of = ow if pitch > ow else oh * ow  # no margins: the columns are the positions
     b = _panel(flat, offsets, cq, 4 * plane, cols, rows_of + pitch - ow, rows_of)
+    gathers = _gathers(og, oh, ow, pitch, taps * cq)
+    panel = np.empty((taps * cq if gathers else 0, (oh * ow + NR - 1) // NR * NR), np.uint32)
+    if gathers:  # the taps' words copied, the columns the positions
+        b = _panel(panel.view(np.uint8).reshape(-1), np.zeros(1, np.int64), taps * cq,
+                   4 * panel.shape[1], panel.shape[1], oh * ow, oh * ow)  # fmt: skip
     for g in range(groups):
         rows, sums = _group_rows(w, g, og, cg, cq, taps, hwc, True, zero)
         for n in range(x.shape[0]):
             image(x, n, g * cg, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
+            if gathers:
+                gather(words, offsets, oh, ow, pitch, panel)
             dest = out[n, g * og : (g + 1) * og].reshape(og, oh * ow)
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
                      signed, pairs)  # fmt: skip
