@@ -158,6 +158,20 @@ def _channels_first_impl(out, transposed):  # type: ignore[no-untyped-def]
     return None  # not a constant: Numba retries with its plain type, which has no overload
 
 
+def _byte_rows(rows):  # type: ignore[no-untyped-def]
+    """Whether ``rows`` are bytes: a fact of their type, a constant at typing, so `_gemm`
+    builds only the micro-kernels its rows take (``vpmaddubsw`` on int8, ``vpmaddwd`` on
+    int16)."""
+    return rows.itemsize == 1
+
+
+@overload(_byte_rows, inline="always", jit_options=_OPTS)
+def _byte_rows_impl(rows):  # type: ignore[no-untyped-def]
+    if rows.dtype.bitwidth == 8:
+        return lambda rows: True
+    return lambda rows: False
+
+
 def _operand_rows(rows):  # type: ignore[no-untyped-def]
     """The weight rows as the micro-kernels read them: int16 values for the ``vpmaddwd``
     kernels (`MADD16`), else int8: ``rows`` itself when of that type (an int16 weight is
@@ -237,7 +251,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
         j1 = _dots(rows, b, acc, swap, j0, j1)
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         lda_bytes = lda * rows.itemsize
-        pairs = rows.itemsize == 1  # int8 rows whose pairs fit 16 bits (`_product`)
+        pairs = _byte_rows(rows)  # int8 rows whose pairs fit 16 bits (`_product`)
         j = j0
         while j < j1:
             tail = j1 - j <= LANES
