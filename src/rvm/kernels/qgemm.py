@@ -71,7 +71,7 @@ from numba import types as nt
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.jitting import jit
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
@@ -127,10 +127,12 @@ saved 4-19% of a layer's time (7 x 7 and a stride of 2 at 56 the most)."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
-# array types), but `_dots`, `_gemm` and `_product` by Numba's own: their callers pass
-# constants that choose their code (``swap``, the micro-kernels' operand order; ``transposed``,
-# the output's layout and with it the `_blocks` linked), one value a caller, which Numba's
-# literal typing folds, pruning the other branch, at no extra compile.
+# array types), but `_dots`, `_gemm`, `_product` and `_multiply` by Numba's own: their
+# callers pass constants that choose their code (``swap``, the micro-kernels' operand order;
+# ``transposed``, the output's layout and with it the `_blocks` linked), one value a caller.
+# Numba types every branch of a function, a literal argument's dead one too (its branch
+# pruning folds only comparisons with None), so a choice between callees is made at typing
+# by an overload that reads the literal (`_channels_first`), not by an ``if``.
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
@@ -146,6 +148,37 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
 
 # The weight rows' type as the micro-kernels read them (`_operand_rows`; a dtype marker).
 _ROWS = np.zeros(0, np.int16 if MADD16 else np.int8)
+
+
+def _channels_first(out, transposed):  # type: ignore[no-untyped-def]
+    """``out`` as the products write it, channels x positions: its transpose when
+    ``transposed`` (a layout-A view, the type a split piece's rows of it have: one `_blocks`
+    build serves both)."""
+    return out.T[0 : out.shape[1]] if transposed else out
+
+
+@overload(_channels_first, jit_options=_OPTS)
+def _channels_first_impl(out, transposed):  # type: ignore[no-untyped-def]
+    turn = getattr(transposed, "literal_value", None)
+    if turn is True:
+        return lambda out, transposed: out.T[0 : out.shape[1]]
+    if turn is False:
+        return lambda out, transposed: out
+    return None  # not a constant: Numba retries with its plain type, which has no overload
+
+
+def _byte_rows(rows):  # type: ignore[no-untyped-def]
+    """Whether ``rows`` are bytes: a fact of their type, a constant at typing, so `_gemm`
+    builds only the micro-kernels its rows take (``vpmaddubsw`` on int8, ``vpmaddwd`` on
+    int16)."""
+    return rows.itemsize == 1
+
+
+@overload(_byte_rows, inline="always", jit_options=_OPTS)
+def _byte_rows_impl(rows):  # type: ignore[no-untyped-def]
+    if rows.dtype.bitwidth == 8:
+        return lambda rows: True
+    return lambda rows: False
 
 
 def _operand_rows(rows):  # type: ignore[no-untyped-def]
@@ -174,7 +207,7 @@ def _operand_rows_impl(rows):  # type: ignore[no-untyped-def]
     return lambda rows: _convert_rows(rows, _ROWS)
 
 
-@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
+@nb.njit(inline="always", **_OPTS)  # typed with its constants (see `_OPTS`)
 def _dots(rows, b, acc, swap, j0, j1):  # type: ignore[no-untyped-def]
     """Columns ``[j0, j1)``'s few last ones past a multiple of `LANES` made by dots
     (`_dot_columns`, into ``acc`` as `_gemm`) when those cost less than a tile of `LANES`
@@ -198,7 +231,7 @@ def _dotted(cols, lda):  # type: ignore[no-untyped-def]
     return spare
 
 
-@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
+@nb.njit(inline="always", **_OPTS)  # typed with its constants (see `_OPTS`)
 def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
     (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
@@ -235,7 +268,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
         j1 = _dots(rows, b, acc, swap, j0, j1)
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         lda_bytes = lda * rows.itemsize
-        pairs = rows.itemsize == 1  # int8 rows whose pairs fit 16 bits (`_product`)
+        pairs = _byte_rows(rows)  # int8 rows whose pairs fit 16 bits (`_product`)
         j = j0
         while j < j1:
             tail = j1 - j <= LANES
@@ -268,7 +301,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     return j1
 
 
-@jit(**_OPTS)
+@jit(inline="always", **_OPTS)
 def _requantize(acc, sums, x_zero, bias, scale, o0, y_zero, low, high, out, p0, p1, pitch,
                 width, narrow, c0):  # type: ignore[no-untyped-def]  # fmt: skip
     """``out`` (channels x positions, any layout) from the sums ``acc[o, c - p0]`` of channel
@@ -382,9 +415,11 @@ def _blocks(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, j0, j1
             _requantize(acc, sums, zero, bias, scale, o0, y_zero, low, high, out, b0, b1, b[5],
                         b[6], narrow, b0 if epi.size == 0 else dots)  # fmt: skip
         b0 = b1
+    alive(acc)  # the inlined `_gemm`'s tiles write it, and read ``epi``, by their addresses
+    alive(epi)
 
 
-@jit(**_OPTS)
+@jit(inline="always", **_OPTS)
 def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width, used, narrow,
               signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """The record (`EPILOGUE` int64 fields, then the rows' int32 shifts and float32 scales it
@@ -534,15 +569,14 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
         _multiply(_operand_rows(rows), sums, b, args, out, transposed, signed)
 
 
-@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
+@nb.njit(inline="always", **_OPTS)  # typed with its constants (see `_OPTS`)
 def _multiply(operand, sums, b, args, out, transposed, signed):  # type: ignore[no-untyped-def]
     """`_product` on the rows as the micro-kernels read them."""
     if _split(operand, sums, b, *args, out, transposed, signed) > 1:
         return
-    if transposed:
-        _blocks(operand, sums, b, *args, out.T, 0, b[4], signed)
-    else:
-        _blocks(operand, sums, b, *args, out, 0, b[4], signed)
+    zero, bias, scale, o0, y_zero, low, high = args  # an inlined call takes no *args
+    _blocks(operand, sums, b, zero, bias, scale, o0, y_zero, low, high,
+            _channels_first(out, transposed), 0, b[4], signed)  # fmt: skip
 
 
 @jit(inline="always", **_OPTS)
