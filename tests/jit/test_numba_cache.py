@@ -197,6 +197,44 @@ def test_the_librarys_object_code_is_dropped_after_its_source_changes(tmp_path: 
     assert other.exists() and stamp.read_text() == digest
 
 
+def test_a_user_modules_object_code_is_dropped_after_the_library_changes(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A module outside the library whose cached functions compile library code in (the
+    native mode's helpers inline `blocks`' slots) loses its object code when the library's
+    source changes: Numba checks it against its own file only, and the helpers' stale code
+    read the slots of an older layout, so the native mode never took a kept block back."""
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
+    user = tmp_path / "src" / "user.py"
+    folder = object_code_dir(user)
+    folder.mkdir(parents=True)
+    planted = [folder / "user.f-1.py311.nbi", folder / "user.f-1.py311.1.nbc"]
+    other = folder / "other.f-1.py311.nbi"
+    for f in [*planted, other]:
+        f.write_bytes(b"x")
+    assert numba_cache.drop_stale_user_code(user)  # no stamp yet: dropped
+    assert not any(f.exists() for f in planted) and other.exists()
+    stamp = folder / "user.library"
+    assert stamp.read_text() == numba_cache.library_digest()
+    for f in planted:
+        f.write_bytes(b"x")
+    assert not numba_cache.drop_stale_user_code(user)  # the stamp matches: kept
+    assert all(f.exists() for f in planted)
+    stamp.write_text("an older library")
+    assert numba_cache.drop_stale_user_code(user)
+    assert not any(f.exists() for f in planted) and other.exists()
+
+
+def test_the_native_helpers_object_code_follows_the_library() -> None:
+    from rvm.runtime.modes import native_support
+
+    path = Path(native_support.__file__)
+    stamp = object_code_dir(path) / f"{path.stem}.library"
+    assert stamp.read_text() == numba_cache.library_digest()
+
+
 LEVELS = """
 import json, sys
 sys.path.insert(0, {src!r})

@@ -127,6 +127,65 @@ def test_kept_scratch_of_any_size_is_kept() -> None:
     assert blocks.release() == 4 * n
 
 
+@nb.njit(nogil=True)
+def _scratch(n):  # type: ignore[no-untyped-def]
+    out = blocks.kept(n, np.uint8)
+    out[0] = 1
+    return out
+
+
+@nb.njit(nogil=True)
+def _tensors(n):  # type: ignore[no-untyped-def]
+    """Two big tensors, as a native function's storages."""
+    a, b = blocks.empty((n,), np.uint8), blocks.empty((n,), np.uint8)
+    a[0], b[-1] = 1, 2
+    return a, b
+
+
+def _kept_sizes() -> list[int]:
+    s = blocks._state
+    return sorted(s[blocks.SLOTS + i] for i in range(blocks.SLOTS) if s[i] > 1)
+
+
+def test_scratch_in_every_slot_does_not_crowd_out_big_tensors() -> None:
+    """At two threads the kernels' scratch (a block per thread and size) filled every slot, so
+    the native mode's big storages were freed and mapped afresh at every call (zfnet512 at
+    batch 8: 960 page faults a call). The biggest blocks are kept: a big block coming back to
+    full slots takes the smallest one's slot, and the next call takes it again."""
+    blocks.release()
+    small = [_scratch(4096 * (i + 1)) for i in range(blocks.SLOTS)]  # alive at once: distinct
+    small_bytes = sum(a.size for a in small)
+    del small
+    assert blocks.held() == small_bytes and len(_kept_sizes()) == blocks.SLOTS
+    n = 4 * blocks.MIN_BYTES
+    pair = _tensors(n)
+    del pair  # every slot full: the two smallest scratch blocks give theirs
+    assert blocks.held() == small_bytes - 4096 - 8192 + 2 * n
+    assert _kept_sizes()[-2:] == [n, n]
+    pair = _tensors(n)  # both taken again, nothing new from malloc
+    assert blocks.held() == small_bytes - 4096 - 8192 and n not in _kept_sizes()
+    del pair
+
+    def calls() -> None:  # a native function called again and again beside kernels' scratch
+        for i in range(50):
+            pair = _tensors(n)
+            _scratch(4096 * (i % blocks.SLOTS + 1))
+            del pair
+
+    try:
+        workers = [threading.Thread(target=calls) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        # Bounded: the scratch and a pair per thread at most (never a block per call).
+        assert blocks.held() <= small_bytes + 4 * n
+        assert _kept_sizes().count(n) >= 2
+    finally:
+        assert blocks.release() > 0
+    assert blocks.held() == 0
+
+
 def test_empty_from_python_says_where_it_works() -> None:
     with pytest.raises(NotImplementedError, match="callable from compiled code only"):
         blocks.empty((4,), np.float32)

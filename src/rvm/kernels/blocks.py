@@ -12,7 +12,11 @@ the same for compiled code:
   from ``malloc``;
 - when Numba frees such an array (its last reference gone, in any thread), its block is kept
   in one of `SLOTS` slots while the kept bytes stay under the cap (`set_cap`; 1 GiB at first),
-  else given back to ``malloc``;
+  else given back to ``malloc``. With every slot full, it takes the slot of the smallest kept
+  block if that is smaller (which goes back to ``malloc``): a block costs a page fault per 4
+  KiB each time it is mapped again, so the biggest are the ones to keep, and at two threads
+  the kernels' scratch (a block per thread and size) must not crowd out the tensors above
+  glibc's mmap threshold, which ``malloc`` maps afresh at every call;
 - `kept(n, dtype)` (njit-callable) is the same at any size: scratch of one size a kernel
   takes at every call (`rvm.kernels.sgemm`'s packed panels);
 - `held()` is the bytes kept, `release()` gives them all back.
@@ -65,8 +69,9 @@ MIN_BYTES = 1 << 20
 are ``malloc``'s (which reuses small blocks itself)."""
 HUGE_BYTES = 1 << 22
 """New blocks of at least this many bytes are advised for huge pages (Linux; NumPy's threshold)."""
-SLOTS = 16
-"""How many blocks are kept at most."""
+SLOTS = 64
+"""How many blocks are kept at most (the cap bounds their bytes): a model's tensors and its
+kernels' scratch, one per thread and size, at every thread count."""
 ALIGN = 64
 """The alignment of an array's data."""
 _HEADER = 16
@@ -196,6 +201,23 @@ def _give(data):  # type: ignore[no-untyped-def]
                 _store(_SIZES + s, nbytes)
                 _store(s, base)
                 return
+        # Every slot full: the smallest kept block, if smaller, gives its slot to this one.
+        smallest, victim = nbytes, -1
+        for s in range(SLOTS):
+            size = _load(_SIZES + s)
+            if _load(s) > 1 and size < smallest:
+                smallest, victim = size, s
+        if victim >= 0:
+            old = _load(victim)
+            if old > 1 and _cas(victim, old, 1):  # claimed: its size field is old's
+                size = _load(_SIZES + victim)
+                if size < nbytes:
+                    _store(_SIZES + victim, nbytes)
+                    _store(victim, base)
+                    _add(_HELD, -size)
+                    _free(old)
+                    return
+                _store(victim, old)  # refilled meanwhile with a block as big: left there
     _add(_HELD, -nbytes)
     _free(base)
 

@@ -310,9 +310,24 @@ def drop_stale_library_code() -> bool:
     longer exists, which LLVM answers by aborting the process. A folder rvm cannot write is
     left as it is (Numba cannot cache there either)."""
     sources = sorted(Path(__file__).parent.glob("*.py"))
+    return _drop_unless_stamped(sources, object_code_dir(sources[0]) / LIBRARY_STAMP)
+
+
+def drop_stale_user_code(path: Path) -> bool:
+    """Drop Numba's cached object code of the source file ``path``, a module outside the
+    library whose cached functions compile library code in, if the library's source changed
+    since it was written (the library's digest in ``<stem>.library`` beside it); True if
+    dropped. Numba checks that code against ``path`` alone: `rvm.runtime.modes.native_support`'s
+    helpers inline `rvm.kernels.blocks`' slots, and after `blocks.SLOTS` changed their stale
+    code read the slots of the old layout, so the native mode never took a kept block back.
+    Called at the module's import, before its functions load."""
+    return _drop_unless_stamped([path], object_code_dir(path) / f"{path.stem}.library")
+
+
+def _drop_unless_stamped(sources: list[Path], stamp: Path) -> bool:
+    """Drop the object code of ``sources`` unless ``stamp`` holds the library's digest, which
+    is then written there; True if dropped (False too where the folder is not writable)."""
     digest = library_digest()
-    folder = object_code_dir(sources[0])
-    stamp = folder / LIBRARY_STAMP
     try:
         if stamp.read_text() == digest:
             return False
@@ -321,7 +336,7 @@ def drop_stale_library_code() -> bool:
     try:
         for module in sources:
             drop_object_code(module)
-        folder.mkdir(parents=True, exist_ok=True)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(stamp, digest.encode())
     except OSError:
         return False

@@ -24,10 +24,13 @@ Imported only by generated files: importing it imports Numba.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numba as nb
 import numpy as np
 from numba.extending import overload
 
+from rvm.kernels import numba_cache
 from rvm.kernels.blocks import empty
 from rvm.kernels.jitting import jit
 from rvm.kernels.workpool import call_begin as call_begin  # re-exported: native files import it
@@ -37,6 +40,9 @@ from rvm.runtime.loading import NATIVE_SUPPORT_NAMES
 from rvm.runtime.modes.native_constants import bound as bound  # re-exported: native files import it
 
 __all__ = ["BAIL", *NATIVE_SUPPORT_NAMES]
+
+# The helpers below compile the library in (`empty`'s slots): their cached code goes with it.
+numba_cache.drop_stale_user_code(Path(__file__))
 
 BAIL = "rvm native: rerun in compiled mode"
 """The message of the exception native code raises where it hands the call back (a failed
