@@ -17,7 +17,7 @@ from conv_cases import CASES
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.kernels import conv, direct, sgemm
+from rvm.kernels import conv, direct, parfor, sgemm
 from rvm.op import numpy_ref
 
 slow = pytest.mark.slow
@@ -93,6 +93,12 @@ SPLIT_CASES = [
     WRAPPED,
     COLUMNS,
 ]
+# Strided 1x1s whose subsampled input is large enough to be cut by planes over the pool
+# (`conv._subsample`): rows and columns subsampled alike, and rows only at 3 on a batch of 2.
+SUBSAMPLED = [
+    (1, 256, 41, 39, 32, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)),
+    (2, 160, 37, 35, 24, (1, 1), (3, 1), (1, 1), 1, (0, 0, 0, 0)),
+]
 
 
 # A 1x1 with more output channels than positions whose input costs more to pack again a band
@@ -101,8 +107,12 @@ SPLIT_CASES = [
 BAND_COLUMNS = (1, 192, 13, 15, 224, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0))
 
 
-@pytest.mark.parametrize("case", [*SPLIT_CASES, BAND_COLUMNS])
+@pytest.mark.parametrize("case", [*SPLIT_CASES, BAND_COLUMNS, *SUBSAMPLED])
 def test_split_gemms_match_reference(blas_threads, case) -> None:
+    if case in SUBSAMPLED and blas_threads > 1:  # the subsample goes to the pool
+        n, c, h, w_, _, _, (sh, sw) = case[:7]
+        size = n * c * (-(-h // sh)) * (-(-w_ // sw))
+        assert parfor.chunks(2 * size, n * c) > 1
     if case is WRAPPED:
         assert conv.wraps_rows(30, 33, 35) and conv.taps_fill(30, 33, 35)
     if case is COLUMNS:
