@@ -17,7 +17,7 @@ from conv_cases import CASES
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.kernels import conv, direct, parfor, sgemm
+from rvm.kernels import blas, conv, direct, parfor, sgemm
 from rvm.op import numpy_ref
 
 slow = pytest.mark.slow
@@ -164,6 +164,48 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     gemm = how in (conv.POINTWISE, conv.STRIDED, conv.IM2COL) and not images
     assert done == (sgemm.FUSED_EPILOGUE and gemm or how == conv.WINOGRAD)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
+# 1x1s whose cut at two threads has bands of C's rows (`blas.packed_cut`), which then share one
+# packing of B (`segments._shared`): resnet50's 1024 to 256 channels on 14 x 14, 256 to 1024
+# with a residual, and the same channels on a ragged map (its last panel partial); a depth
+# over `sgemm.KC` (depth blocks) and over a column block's (`sgemm.column_step`).
+SHARED_B = [
+    (1, 1024, 14, 14, 256, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+    (1, 256, 14, 14, 1024, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+    (1, 600, 11, 13, 200, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("case", SHARED_B, ids=[str(c[:5]) for c in SHARED_B])
+def test_bands_on_b_packed_once_equal_one_thread(case) -> None:
+    """A product whose pieces share B packed once (`segments._shared`) gives one thread's
+    bits (the same tiles and sums), with the bias, residual and ReLU in its tiles."""
+    import rvm
+
+    x, w, conv_out, bias, res, want, _ = _with_epilogue(case)
+    epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
+    n, c, h, wd, o = case[:5]
+    before = rvm.get_num_threads()
+    outs = {}
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            if threads == 2 and sgemm.PACK_B:  # bands: the shared packing is taken
+                parts = blas.split_parts(o * c * h * wd, blas.SPLIT_MIN_MNK)
+                bands = o // (4 * sgemm.MR)
+                m_parts, _ = blas.packed_cut(o, h * wd, c, parts, bands, h * wd // sgemm.NR, 1)
+                assert m_parts > 1
+            outs[threads] = np.full(want.shape, np.nan, dtype="float32")
+            done = conv._conv2d_blas(x, w, outs[threads], *_args(case), epilogue)
+            if done == 0:  # no epilogue in the GEMM here (`sgemm.FUSED_EPILOGUE`): the pass
+                from rvm.kernels import epipass
+
+                epipass.epilogue_rows(outs[threads], bias, 1, res)
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_array_equal(outs[2], outs[1])
+    np.testing.assert_allclose(outs[2], want, rtol=1e-4, atol=2e-3)
 
 
 # im2col straight into the GEMM's panels (`conv._im2col_panels`), called itself on every
