@@ -65,7 +65,7 @@ from rvm.kernels.cpu import cpu
 from rvm.kernels.depthwise import depthwise
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U, fill_phases, phase_shape, tap_starts
-from rvm.kernels.segments import gemm_segments
+from rvm.kernels.segments import SHARED_TASKS, gemm_segments
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
 CONV_BLOCK = 1024
@@ -621,8 +621,8 @@ TRANSFORMED = 7
 (`_winograd_entry`)."""
 
 METHOD_TASKS = (
-    ("conv2d_pointwise", "gemm_segments", *sgemm.TASKS),
-    ("conv2d_strided", "conv2d_subsample", "gemm_segments", *sgemm.TASKS),
+    ("conv2d_pointwise", "gemm_segments", *sgemm.TASKS, *SHARED_TASKS),
+    ("conv2d_strided", "conv2d_subsample", "gemm_segments", *sgemm.TASKS, *SHARED_TASKS),
     ("conv2d_depthwise", "conv2d"),
     ("conv2d_channels", *direct.FIRST_RUN_TASKS),
     ("conv2d_taps", *planes.TASKS, "gemm_segments", *sgemm.TASKS),

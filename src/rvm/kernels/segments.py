@@ -22,7 +22,7 @@ from rvm.kernels.blocks import kept
 from rvm.kernels.cblas import address, require_operands
 from rvm.kernels.jitting import alive, jit
 
-__all__ = ["gemm_segments"]
+__all__ = ["SHARED_TASKS", "gemm_segments"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -137,6 +137,9 @@ def _shared_task(p, like, data):  # type: ignore[no-untyped-def]
 
 parfor.export_task("gemm_shared", _shared_task)
 _run_shared = parfor.runner("gemm_shared")
+SHARED_TASKS = ("gemm_shared",) if sgemm.PACK_B else ()
+"""The task a product whose B packs runs at two threads or more when cut into bands
+(`_shared`): what a 1x1 convolution's first run may build beside the GEMM's."""
 
 
 @jit(**_OPTS)
@@ -147,7 +150,10 @@ def _shared(c, at_a, lda, at_b, ldb, at_table, at_c, ldc, m, k, width, run, b_st
     a piece a thread, then ``bands`` bands of C's rows on them (`_shared_task`). Where the cut
     moves least (`blas.packed_cut`) has bands, each packed all of B again: 1x1 convolutions
     on 14 x 14 maps (resnet50's 256 to 1024 and 1024 to 256 channels) took 1.11 and 1.26
-    times their one-thread CPU at two threads on a Zen 3."""
+    times their one-thread CPU at two threads on a Zen 3 (its pieces' CPU), 1.01-1.02 this
+    way. Every band reads all of B's panels (from L3 where they outgrow L2), as the one
+    thread's bands do the blocks it packs; the results are one thread's bits (the same
+    tiles, `sgemm.bands_on_packed`)."""
     threads = workpool.threads()
     panels = -(-width // sgemm.NR)
     packed = kept(panels * k * sgemm.NR, c.dtype)
@@ -197,8 +203,9 @@ def gemm_segments(a, ia, lda, b, ldb, table, c, ic, ldc, m, k, segments, width, 
     Cut on the pool into batches, then bands of C's rows, then runs of segments when the rows
     are few, then runs of columns when the segments are few too; where the GEMM packs B
     (`sgemm.packs`), into bands and runs of columns (segments, or the columns of one run) by
-    the floats each cut moves, as `blas.gemm_split` does (`blas.packed_cut`). Checks every
-    window first;
+    the floats each cut moves, as `blas.gemm_split` does (`blas.packed_cut`); where that cut
+    of one product has bands, B is packed once for all of them instead (`_shared`). Checks
+    every window first;
     float32 only (a TypingError for other dtypes); a ValueError for an epilogue where
     `sgemm.fuses` does not hold."""
     require_operands(a, b, c)
