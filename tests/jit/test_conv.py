@@ -468,3 +468,50 @@ def test_a_kernel_hands_its_epilogue_to_the_library_when_it_can(case) -> None:
         sizes = [(batch, *s) if i in (0, 3) else s for i, s in enumerate(shapes)]
         inputs = [rand(s, seed=i) for i, s in enumerate(sizes)]
         check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=kernel)
+
+
+def test_shared_packing_and_subsample_in_a_model_equal_one_thread(exec_mode) -> None:
+    """ResNet's stage-3 entry as an ONNX model (a strided 1x1 whose subsample is cut by
+    planes over the pool, `conv._subsample`; 1x1s on 14 x 14 whose bands share B packed once,
+    `segments._shared`, with a bias, a ReLU and a residual) in each exec mode: two threads
+    give one thread's bits, and ONNX Runtime's results."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    import rvm
+
+    shapes = {"w1": (1024, 512, 1, 1), "w2": (256, 1024, 1, 1), "w3": (1024, 256, 1, 1)}
+    shapes.update(b1=(1024,), b2=(256,), b3=(1024,))
+    inits = [
+        numpy_helper.from_array(rand(shape, seed=s) * 0.05, name)
+        for s, (name, shape) in enumerate(shapes.items())
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a0"], strides=[2, 2]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node("Conv", ["a", "w2", "b2"], ["b0"]),
+        helper.make_node("Relu", ["b0"], ["b"]),
+        helper.make_node("Conv", ["b", "w3", "b3"], ["c0"]),
+        helper.make_node("Add", ["c0", "a"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "stage3", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024, 14, 14])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = rand((1, 512, 28, 28), seed=9)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expect = session.run(None, {"x": x})[0]
+    ex = rvm.compile(rvm.from_onnx(model), kernels="jit")
+    before = rvm.get_num_threads()
+    got = {}
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            got[threads] = np.asarray(rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x))
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_array_equal(got[2], got[1])
+    np.testing.assert_allclose(got[2], expect, rtol=1e-4, atol=1e-3)
