@@ -17,7 +17,7 @@ from conv_cases import CASES
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.kernels import conv, direct, sgemm
+from rvm.kernels import blas, conv, direct, parfor, sgemm
 from rvm.op import numpy_ref
 
 slow = pytest.mark.slow
@@ -93,6 +93,12 @@ SPLIT_CASES = [
     WRAPPED,
     COLUMNS,
 ]
+# Strided 1x1s whose subsampled input is large enough to be cut by planes over the pool
+# (`conv._subsample`): rows and columns subsampled alike, and rows only at 3 on a batch of 2.
+SUBSAMPLED = [
+    (1, 256, 41, 39, 32, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)),
+    (2, 160, 37, 35, 24, (1, 1), (3, 1), (1, 1), 1, (0, 0, 0, 0)),
+]
 
 
 # A 1x1 with more output channels than positions whose input costs more to pack again a band
@@ -101,8 +107,12 @@ SPLIT_CASES = [
 BAND_COLUMNS = (1, 192, 13, 15, 224, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0))
 
 
-@pytest.mark.parametrize("case", [*SPLIT_CASES, BAND_COLUMNS])
+@pytest.mark.parametrize("case", [*SPLIT_CASES, BAND_COLUMNS, *SUBSAMPLED])
 def test_split_gemms_match_reference(blas_threads, case) -> None:
+    if case in SUBSAMPLED and blas_threads > 1:  # the subsample goes to the pool
+        n, c, h, w_, _, _, (sh, sw) = case[:7]
+        size = n * c * (-(-h // sh)) * (-(-w_ // sw))
+        assert parfor.chunks(2 * size, n * c) > 1
     if case is WRAPPED:
         assert conv.wraps_rows(30, 33, 35) and conv.taps_fill(30, 33, 35)
     if case is COLUMNS:
@@ -154,6 +164,48 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     gemm = how in (conv.POINTWISE, conv.STRIDED, conv.IM2COL) and not images
     assert done == (sgemm.FUSED_EPILOGUE and gemm or how == conv.WINOGRAD)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
+
+
+# 1x1s whose cut at two threads has bands of C's rows (`blas.packed_cut`), which then share one
+# packing of B (`segments._shared`): resnet50's 1024 to 256 channels on 14 x 14, 256 to 1024
+# with a residual, and the same channels on a ragged map (its last panel partial); a depth
+# over `sgemm.KC` (depth blocks) and over a column block's (`sgemm.column_step`).
+SHARED_B = [
+    (1, 1024, 14, 14, 256, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+    (1, 256, 14, 14, 1024, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+    (1, 600, 11, 13, 200, (1, 1), (1, 1), (1, 1), 1, (0, 0, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("case", SHARED_B, ids=[str(c[:5]) for c in SHARED_B])
+def test_bands_on_b_packed_once_equal_one_thread(case) -> None:
+    """A product whose pieces share B packed once (`segments._shared`) gives one thread's
+    bits (the same tiles and sums), with the bias, residual and ReLU in its tiles."""
+    import rvm
+
+    x, w, conv_out, bias, res, want, _ = _with_epilogue(case)
+    epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
+    n, c, h, wd, o = case[:5]
+    before = rvm.get_num_threads()
+    outs = {}
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            if threads == 2 and sgemm.PACK_B:  # bands: the shared packing is taken
+                parts = blas.split_parts(o * c * h * wd, blas.SPLIT_MIN_MNK)
+                bands = o // (4 * sgemm.MR)
+                m_parts, _ = blas.packed_cut(o, h * wd, c, parts, bands, h * wd // sgemm.NR, 1)
+                assert m_parts > 1
+            outs[threads] = np.full(want.shape, np.nan, dtype="float32")
+            done = conv._conv2d_blas(x, w, outs[threads], *_args(case), epilogue)
+            if done == 0:  # no epilogue in the GEMM here (`sgemm.FUSED_EPILOGUE`): the pass
+                from rvm.kernels import epipass
+
+                epipass.epilogue_rows(outs[threads], bias, 1, res)
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_array_equal(outs[2], outs[1])
+    np.testing.assert_allclose(outs[2], want, rtol=1e-4, atol=2e-3)
 
 
 # im2col straight into the GEMM's panels (`conv._im2col_panels`), called itself on every
@@ -416,3 +468,50 @@ def test_a_kernel_hands_its_epilogue_to_the_library_when_it_can(case) -> None:
         sizes = [(batch, *s) if i in (0, 3) else s for i, s in enumerate(shapes)]
         inputs = [rand(s, seed=i) for i, s in enumerate(sizes)]
         check(func, *inputs, rtol=1e-4, atol=1e-4, kernel=kernel)
+
+
+def test_shared_packing_and_subsample_in_a_model_equal_one_thread(exec_mode) -> None:
+    """ResNet's stage-3 entry as an ONNX model (a strided 1x1 whose subsample is cut by
+    planes over the pool, `conv._subsample`; 1x1s on 14 x 14 whose bands share B packed once,
+    `segments._shared`, with a bias, a ReLU and a residual) in each exec mode: two threads
+    give one thread's bits, and ONNX Runtime's results."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    import rvm
+
+    shapes = {"w1": (1024, 512, 1, 1), "w2": (256, 1024, 1, 1), "w3": (1024, 256, 1, 1)}
+    shapes.update(b1=(1024,), b2=(256,), b3=(1024,))
+    inits = [
+        numpy_helper.from_array(rand(shape, seed=s) * 0.05, name)
+        for s, (name, shape) in enumerate(shapes.items())
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a0"], strides=[2, 2]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node("Conv", ["a", "w2", "b2"], ["b0"]),
+        helper.make_node("Relu", ["b0"], ["b"]),
+        helper.make_node("Conv", ["b", "w3", "b3"], ["c0"]),
+        helper.make_node("Add", ["c0", "a"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "stage3", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024, 14, 14])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = rand((1, 512, 28, 28), seed=9)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expect = session.run(None, {"x": x})[0]
+    ex = rvm.compile(rvm.from_onnx(model), kernels="jit")
+    before = rvm.get_num_threads()
+    got = {}
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            got[threads] = np.asarray(rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x))
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_array_equal(got[2], got[1])
+    np.testing.assert_allclose(got[2], expect, rtol=1e-4, atol=1e-3)

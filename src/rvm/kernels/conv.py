@@ -60,12 +60,12 @@ from numba.extending import overload
 from rvm.kernels import direct, entry, epipass, parfor, planes, sgemm, winograd
 from rvm.kernels.blas import blas_threads, gemm_epilogue
 from rvm.kernels.blas import gemm_split as gemm
-from rvm.kernels.blocks import kept
+from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.depthwise import depthwise
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U, fill_phases, phase_shape, tap_starts
-from rvm.kernels.segments import gemm_segments
+from rvm.kernels.segments import SHARED_TASKS, gemm_segments
 
 # Output positions per im2col block and BLAS thread, fewer past COL_BYTES (64 at least).
 CONV_BLOCK = 1024
@@ -427,13 +427,45 @@ def _pointwise_batched(x, w, out, groups, epilogue):  # type: ignore[no-untyped-
 @jit(**_OPTS)
 def _strided_pointwise(x, w, out, groups, sh, sw, epilogue):  # type: ignore[no-untyped-def]
     """A 1x1 unpadded convolution with strides: the input subsampled once (every sh-th row,
-    every sw-th column), then one GEMM per (image, group) as `_pointwise` (and its
-    ``epilogue``)."""
-    n, c, ih, iw = x.shape
+    every sw-th column; `_subsample`), then one GEMM per (image, group) as `_pointwise` (and
+    its ``epilogue``)."""
+    n, c = x.shape[0], x.shape[1]
     oh, ow = out.shape[2], out.shape[3]
-    xs = np.empty((n, c, oh, ow), dtype=x.dtype)
-    xf, sf = x.reshape(x.size), xs.reshape(xs.size)
-    for plane in range(n * c):
+    xs = empty((n, c, oh, ow), x.dtype)  # a kept block: from malloc, its pages faulted anew
+    _subsample(x, xs, sh, sw)
+    _pointwise(xs, w, out, groups, epilogue)
+
+
+@jit(**_OPTS)
+def _subsample(x, xs, sh, sw):  # type: ignore[no-untyped-def]
+    """``xs`` = every sh-th row and sw-th column of ``x``'s planes (``xs``' shape), on the
+    pool by ranges of planes when large (`parfor.chunks`). In the caller alone it was serial
+    work while the other cores waited for the GEMM: resnet50's 256 channels of 56 x 56 to 28
+    x 28, a third of the GEMM's time on one Zen 3 core (its pages faulted anew as well, the
+    array from malloc)."""
+    planes = x.shape[0] * x.shape[1]
+    size = planes * xs.shape[2] * xs.shape[3]
+    pieces = parfor.chunks(2 * size, planes)  # each element read and written
+    job = np.empty(_SUBSAMPLE_JOB, dtype=np.int64)
+    job[0], job[1], job[2], job[3] = _SUBSAMPLE_JOB, parfor.address(x), parfor.address(xs), planes
+    job[4], job[5], job[6], job[7] = x.shape[2], x.shape[3], xs.shape[2], xs.shape[3]
+    job[8], job[9], job[10] = sh, sw, pieces
+    if pieces > 1:
+        _run_subsample(x, pieces, job)
+    else:
+        _subsample_planes(x.reshape(x.size), xs.reshape(xs.size), job, 0, planes)
+
+
+# A subsample's job (int64): its length, x's and xs' addresses, the planes, ih, iw, oh, ow, sh,
+# sw, the pieces.
+_SUBSAMPLE_JOB = 11
+
+
+@jit(**_OPTS)
+def _subsample_planes(xf, sf, job, p0, p1):  # type: ignore[no-untyped-def]
+    """Planes [p0, p1) of `_subsample`'s job."""
+    ih, iw, oh, ow, sh, sw = job[4], job[5], job[6], job[7], job[8], job[9]
+    for plane in range(p0, p1):
         for p_ in range(oh):
             src, dst = U((plane * ih + p_ * sh) * iw), U((plane * oh + p_) * ow)
             if sw == 1:
@@ -443,7 +475,20 @@ def _strided_pointwise(x, w, out, groups, sh, sw, epilogue):  # type: ignore[no-
                 step = U(sw)
                 for q_ in range(U(ow)):
                     sf[dst + q_] = xf[src + q_ * step]
-    _pointwise(xs, w, out, groups, epilogue)
+
+
+def _subsample_task(piece, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``piece`` of `_subsample`'s job: an equal range of its planes."""
+    job = parfor.job(data)
+    planes = job[3]
+    xf = parfor.array_at(job[1], (planes * job[4] * job[5],), like)
+    sf = parfor.array_at(job[2], (planes * job[6] * job[7],), like)
+    p0, p1 = parfor.piece_range(piece, job[10], planes, 1)
+    _subsample_planes(xf, sf, job, p0, p1)
+
+
+parfor.export_task("conv2d_subsample", _subsample_task)
+_run_subsample = parfor.runner("conv2d_subsample")
 
 
 # -- the methods, each a task built when first run (`rvm.kernels.parfor.caller`) ----------
@@ -576,8 +621,8 @@ TRANSFORMED = 7
 (`_winograd_entry`)."""
 
 METHOD_TASKS = (
-    ("conv2d_pointwise", "gemm_segments", *sgemm.TASKS),
-    ("conv2d_strided", "gemm_segments", *sgemm.TASKS),
+    ("conv2d_pointwise", "gemm_segments", *sgemm.TASKS, *SHARED_TASKS),
+    ("conv2d_strided", "conv2d_subsample", "gemm_segments", *sgemm.TASKS, *SHARED_TASKS),
     ("conv2d_depthwise", "conv2d"),
     ("conv2d_channels", *direct.FIRST_RUN_TASKS),
     ("conv2d_taps", *planes.TASKS, "gemm_segments", *sgemm.TASKS),

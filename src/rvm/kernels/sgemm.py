@@ -81,6 +81,7 @@ __all__ = [
     "NO_EPILOGUE",
     "NR",
     "applies",
+    "bands_on_packed",
     "block_bytes",
     "column_step",
     "depth_block",
@@ -89,6 +90,7 @@ __all__ = [
     "in_place_rows",
     "moved",
     "takes_packed",
+    "pack_whole",
     "packs",
     "packs_in_place",
     "require",
@@ -949,6 +951,43 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
                                  0, into_panel, at_bias, bias_step, act if last else 0,
                                  res if last else 0)  # fmt: skip
     alive(into)  # read only through its address above: not freed before
+
+
+@jit(**_OPTS, inline="always")
+def pack_whole(b, ldb, table, k, j0, cols, run, b_step, into):  # type: ignore[no-untyped-def]
+    """B's columns ``j0`` (a multiple of `NR`) to ``j0 + cols``, every one of its ``k`` rows
+    (`_pack`'s B), into their panels of all of B packed at the address ``into``: (panels,
+    ``k``, `NR`) floats, panel ``j0 / NR`` on (what `bands_on_packed` reads), the last
+    panel's columns past B's zeros."""
+    _pack(b, ldb, table, 0, k, j0, cols, run, b_step, into + 4 * j0 * k)
+
+
+@jit(**_OPTS, inline="always")
+def bands_on_packed(a, lda, packed, c, ldc, m, k, width, epilogue):  # type: ignore[no-untyped-def]
+    """``C[:m, :width] = A[:m, :k] @ B`` (then the ``epilogue``, `sgemm_segments`') with all
+    of B packed at ``packed`` (`pack_whole`): `_packed_blocks`' loops and tiles on panels
+    packed once for every band (its column blocks, depth blocks, bands, tiles; the same sums
+    in the same order), C's columns end to end; m, k, width > 0."""
+    bias, bias_step, act, res = epilogue
+    step = column_step(k)
+    for j0 in range(0, width, step):
+        cols = min(step, width - j0)
+        for p0 in range(0, k, KC):
+            kc = min(KC, k - p0)
+            add = 1 if p0 > 0 else 0
+            last = p0 + kc == k
+            for i0 in range(0, m, MR):
+                rows = min(MR, m - i0)
+                a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * (i0 * ldc + j0)
+                at_bias = bias + 4 * i0 * bias_step if last and bias != 0 else 0
+                for q0 in range(0, cols, NR):
+                    n = min(NR, cols - q0)
+                    vectors = (n + LANES - 1) // LANES
+                    at_b = packed + 4 * ((j0 + q0) * k + p0 * NR)
+                    tail = n - (vectors - 1) * LANES
+                    _micro_panel(kc, a_band, lda, at_b, NR, 0, c_band + 4 * q0, ldc, add, rows,
+                                 vectors, tail, LANES, LANES, 0, 0, 0, 0, at_bias, bias_step,
+                                 act if last else 0, res if last else 0)  # fmt: skip
 
 
 @jit(**_OPTS)
