@@ -141,7 +141,7 @@ def _key_opt_level() -> None:
     CPUCodegen.magic_tuple = magic_tuple
 
 
-# The names Numba's `CPUCodeLibrary._optimize_functions` reads (numba 0.59-0.68), whose loop
+# The names Numba's `CPUCodeLibrary._optimize_functions` reads (Numba 0.68's), whose loop
 # `_skip_declarations` repeats: another body is left as it is.
 _FUNCTION_PASSES_READ = frozenset(
     ("_codegen", "_data_layout", "_function_pass_manager", "_recorded_timings", "data_layout")
