@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -277,3 +278,92 @@ def test_code_built_at_another_optimization_level_is_not_loaded_at_the_default(t
     assert run("1") == {"key": "opt=1", "target": True, "hits": 0}
     assert run(None) == {"key": "", "target": True, "hits": 0}  # not the level-1 code
     assert run("1")["hits"] == 1 and run(None)["hits"] == 1
+
+
+# A function calling what Numba declares (the runtime's allocation, libm's exp and tanh).
+DECLARING = """
+import numpy as np
+
+def f(x):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = np.exp(x[i]) * 0.5 + np.tanh(x[i])
+    return out
+"""
+
+
+def test_function_passes_skip_declarations_and_build_the_same_code(monkeypatch) -> None:
+    """Numba's function passes run on the functions a module defines, not on those it only
+    declares (`numba_cache._skip_declarations`, put in place by `install`): fewer pass
+    pipelines, and the same optimized module as Numba's own method builds."""
+    import numba as nb
+    from numba.core.codegen import CPUCodegen, CPUCodeLibrary
+
+    numba_cache.install()
+    skipping = CPUCodeLibrary._optimize_functions
+    assert skipping.__wrapped__ is not None  # installed on this Numba
+    pipelines: list[int] = []
+    made = CPUCodegen._function_pass_manager
+
+    def counted(self, **kwargs):  # type: ignore[no-untyped-def]
+        pipelines.append(1)
+        return made(self, **kwargs)
+
+    monkeypatch.setattr(CPUCodegen, "_function_pass_manager", counted)
+
+    def build() -> tuple[str, int]:
+        namespace: dict = {}
+        exec(DECLARING, namespace)  # noqa: S102 - a fresh function: compiled, not reused
+        pipelines.clear()
+        f = nb.njit("float32[::1](float32[::1])")(namespace["f"])
+        (sig,) = f.signatures
+        x = np.linspace(-2, 2, 7, dtype=np.float32)
+        np.testing.assert_allclose(f(x), np.exp(x) * 0.5 + np.tanh(x), rtol=1e-6)
+        return re.sub(r"B\d+v\d+", "Bv", f.inspect_llvm(sig)), len(pipelines)  # its ids
+
+    skipped, few = build()
+    monkeypatch.setattr(CPUCodeLibrary, "_optimize_functions", skipping.__wrapped__)
+    own, many = build()
+    assert skipped == own
+    assert "\ndeclare " in own and few < many
+
+
+_NO_WRAPPER: dict = {}
+
+
+def test_kernels_and_the_library_build_no_c_wrapper(exec_mode) -> None:
+    """Jit kernels, the library's functions and the native mode's are built without Numba's C
+    wrapper (`rvm.kernels.jitting.NO_C_WRAPPER`: nothing takes them as first-class function
+    values); a program whose kernels call the library (a convolution) and mathlib (tanh) runs
+    in every exec mode as the interpreter computes it."""
+    import rvm
+    from rvm.jit import kernel_llvm
+    from rvm.kernels import blas, jitting
+    from rvm.runtime.modes.native import native_file
+    from rvm.script import T, func, module
+
+    assert blas.matmul.targetoptions["no_cfunc_wrapper"] is True
+    assert jitting.alive.targetoptions["no_cfunc_wrapper"] is True
+    if not _NO_WRAPPER:
+
+        @module
+        class M:
+            @func
+            def main(x: T[(1, 3, 9, 9), "float32"], w: T[(4, 3, 1, 1), "float32"]):
+                y = op.tanh(op.conv2d(x, w))
+                return op.softmax(op.reshape(y, (1, 324)), axis=1)
+
+        _NO_WRAPPER["module"], _NO_WRAPPER["ex"] = M, rvm.compile(M)
+        records = [r for r in _NO_WRAPPER["ex"].kernels.values() if r.backend == "jit"]
+        assert records and all("no_cfunc_wrapper=True" in r.source for r in records)
+        assert "define" in kernel_llvm(records[0]) and "cfunc." not in kernel_llvm(records[0])
+    x = np.linspace(-1, 1, 243, dtype=np.float32).reshape(1, 3, 9, 9)
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3, 1, 1)
+    vm = rvm.VirtualMachine(_NO_WRAPPER["ex"], exec_mode=exec_mode)
+    got = np.asarray(vm["main"](x, w))
+    want = np.asarray(rvm.interpret(_NO_WRAPPER["module"], "main", x, w))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    if exec_mode == "native":
+        assert vm.native_report().fallbacks == {}
+        path = native_file(_NO_WRAPPER["ex"])
+        assert path is not None and "no_cfunc_wrapper=True" in Path(path).read_text()

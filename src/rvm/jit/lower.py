@@ -530,10 +530,13 @@ class _KernelLowering:
 
 
 def _flags(fast: Sequence[str]) -> str:
-    """The njit options every kernel function is compiled with, its signature aside."""
+    """The njit options every kernel function is compiled with, its signature aside: no C
+    wrapper (`rvm.kernels.jitting.NO_C_WRAPPER`), the VM and native code call it through
+    Numba's own."""
     fastmath = ", ".join(repr(f) for f in sorted(fast))
     return (
-        f'nogil=True, cache=CACHE, error_model="numpy", fastmath={{{fastmath}}}, boundscheck=False'
+        f'nogil=True, cache=CACHE, error_model="numpy", fastmath={{{fastmath}}}, '
+        "boundscheck=False, no_cfunc_wrapper=True"
     )
 
 

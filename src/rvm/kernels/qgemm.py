@@ -71,7 +71,7 @@ from numba import types as nt
 from numba.extending import intrinsic, overload
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.jitting import alive, jit
+from rvm.kernels.jitting import NO_C_WRAPPER, alive, jit
 from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
@@ -125,7 +125,7 @@ thread, gathering resnet50's 3 x 3 layer at 56 x 56 (3,248 columns for 3,136 pos
 channels) took as long as it saved; at 28 x 28 and less (and squeezenet's 55, 27 and 13) it
 saved 4-19% of a layer's time (7 x 7 and a stride of 2 at 56 the most)."""
 
-_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, **NO_C_WRAPPER)
 # Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
 # array types), but `_dots`, `_gemm`, `_product` and `_multiply` by Numba's own: their
 # callers pass constants that choose their code (``swap``, the micro-kernels' operand order;

@@ -78,7 +78,9 @@ class NativeModule:
 
 
 def _decorator(cache: bool) -> str:
-    return f"@_nb.njit(cache={cache}, nogil=True, error_model='numpy')"
+    # no C wrapper: native functions are called from Python or natively, never as values
+    # (`rvm.kernels.jitting.NO_C_WRAPPER`)
+    return f"@_nb.njit(cache={cache}, nogil=True, error_model='numpy', no_cfunc_wrapper=True)"
 
 
 def entry_name(pyname: str) -> str:
