@@ -35,14 +35,23 @@ from rvm.kernels import workpool
 COLUMNS = ("wall", "jobs", "before", "between", "after", "n_jobs", "calls")
 
 
-def _jobs() -> list[tuple[int, int]]:
-    """The logged jobs' (published, done) monotonic ns since `measure` was turned on."""
-    count = min(workpool.LOG_JOBS, int(workpool._state[workpool.LOGGED * workpool._LINE]))
-    w = workpool._LOG_WIDTH
-    log = workpool._log
-    return [
-        (log[j * w + workpool._LOG_START], log[j * w + workpool._LOG_DONE]) for j in range(count)
-    ]
+def check_against_ort(path: Path, inputs: list[np.ndarray], got: object) -> None:
+    """rvm's outputs against ONNX Runtime's on the same inputs, before any timing: a
+    ValueError naming the output and its error where they disagree."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    want = sess.run(None, dict(zip(names, inputs)))
+    got_list = list(got) if isinstance(got, (tuple, list)) else [got]
+    for i, (g, w) in enumerate(zip(got_list, want)):
+        g = np.asarray(g)
+        if g.shape != w.shape or not np.allclose(g, w, rtol=1e-3, atol=1e-4):
+            err = float(np.max(np.abs(g - w))) if g.shape == w.shape else float("nan")
+            raise ValueError(
+                f"{path.name}: output {i} differs from ONNX Runtime's "
+                f"(shape {g.shape} against {w.shape}, max error {err:.3g})"
+            )
 
 
 def profile(name: str, runs: int, threads: int) -> dict:
@@ -50,6 +59,7 @@ def profile(name: str, runs: int, threads: int) -> dict:
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
     rvm.set_num_threads(threads)
+    check_against_ort(path, inputs, f(*inputs))
     edges: list[tuple[str, bool, int]] = []
 
     def edge(kernel: str, args: tuple, before: bool) -> None:
@@ -64,7 +74,7 @@ def profile(name: str, runs: int, threads: int) -> dict:
         vm.set_instrument(edge)
         f(*inputs)
         vm.set_instrument(None)
-        jobs = _jobs()
+        jobs = workpool.job_edges()
         workpool.measure(False)
         if r < 3:
             continue

@@ -560,11 +560,16 @@ def _row_runs(builder, col, pitch, width, used, first_at, meets_at, skip, span, 
 
     with cgutils.for_range(builder, builder.load(meets_at)) as loop:
         image_row = builder.add(builder.load(first_at), loop.index)
-        start = builder.mul(image_row, pitch)
-        end = builder.add(start, width)
-        end = builder.select(builder.icmp_signed("<", end, used), end, used)
+        start, end = _row_span(builder, image_row, pitch, width, used)
         lo, hi = clamp(builder.sub(start, col)), clamp(builder.sub(end, col))
         body(lo, hi, builder.add(col, builder.mul(image_row, skip)))
+
+
+def _row_span(builder, image_row, pitch, width, used):  # type: ignore[no-untyped-def]
+    """Image row ``image_row``'s first column and its end (past its last; at most ``used``)."""
+    start = builder.mul(image_row, pitch)
+    end = builder.add(start, width)
+    return start, builder.select(builder.icmp_signed("<", end, used), end, used)
 
 
 def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used, first_at,
@@ -592,6 +597,9 @@ def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used
         picks = ir.Constant(ir.VectorType(i32, span), list(range(p * LANES, p * LANES + span)))
         rows.append(builder.shuffle_vector(groups[g], groups[g], picks))
 
+    def store(values, at):  # type: ignore[no-untyped-def]
+        builder.store(values, builder.bitcast(at, row_bytes.as_pointer()), align=1)
+
     def body(lo, hi, offset):  # type: ignore[no-untyped-def]
         whole = builder.and_(
             builder.icmp_signed("==", lo, i64(0)), builder.icmp_signed("==", hi, i64(span))
@@ -601,7 +609,7 @@ def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used
                 at = builder.gep(bases[i], [offset])
                 with builder.if_else(whole) as (plain, run):
                     with plain:
-                        builder.store(values, builder.bitcast(at, row_bytes.as_pointer()), align=1)
+                        store(values, at)
                     with run:
                         with builder.if_then(builder.icmp_signed("<", lo, hi)):
                             builder.store(values, builder.bitcast(slot, row_bytes.as_pointer()))
@@ -610,9 +618,7 @@ def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used
 
     # The common tile (see above): one image row takes all its columns.
     image_row = builder.load(first_at)
-    start = builder.mul(image_row, pitch)
-    end = builder.add(start, width)
-    end = builder.select(builder.icmp_signed("<", end, used), end, used)
+    start, end = _row_span(builder, image_row, pitch, width, used)
     fast = builder.and_(
         builder.icmp_signed("==", builder.load(meets_at), i64(1)),
         builder.and_(
@@ -625,8 +631,7 @@ def _store_rows(builder, groups, vectors, bases, inside, col, pitch, width, used
             offset = builder.add(col, builder.mul(image_row, skip))
             for i, values in enumerate(rows):
                 with builder.if_then(inside[i]):
-                    at = builder.gep(bases[i], [offset])
-                    builder.store(values, builder.bitcast(at, row_bytes.as_pointer()), align=1)
+                    store(values, builder.gep(bases[i], [offset]))
         with general:
             _row_runs(builder, col, pitch, width, used, first_at, meets_at, skip, span, body)
 

@@ -47,7 +47,7 @@ compiled function called (the native exec mode's entries); `add_at(address, valu
 `wait_until(address, value)` a counter in a job's data that a piece waits on for pieces of
 the same job before it (one job where two would pay a join between them). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
-`set_helpers(n)`; `measure(on)`, `piece_times()`, `join_time()`, `job_log()` and
+`set_helpers(n)`; `measure(on)`, `piece_times()`, `join_time()`, `job_log()`, `job_edges()` and
 `piece_log()`: each thread's CPU time inside pieces and its pieces, the callers' wait at
 jobs' ends, each job's tail and each piece's CPU time (off by default: a load and a branch a
 piece and a job), to find a job's critical path where wall time says little (a loaded
@@ -750,6 +750,15 @@ def job_log() -> list[tuple[int, int, int, int, int, int]]:
         join = r[_LOG_DONE] - r[_LOG_OUT]
         out.append((r[_LOG_FN], r[_LOG_N], r[_LOG_RAN], tail, join, r[_LOG_DONE] - r[_LOG_START]))
     return out
+
+
+def job_edges() -> list[tuple[int, int]]:
+    """Since `measure` was turned on, the logged jobs' (the first `LOG_JOBS`) publishing and
+    last piece's end, monotonic-clock nanoseconds (`time.perf_counter_ns`' clock): where they
+    fall between a kernel's own edges."""
+    count = min(LOG_JOBS, int(_state[LOGGED * _LINE]))
+    w = _LOG_WIDTH
+    return [(int(_log[j * w + _LOG_START]), int(_log[j * w + _LOG_DONE])) for j in range(count)]
 
 
 def piece_log() -> list[tuple[int, int, int, int]]:
