@@ -9,6 +9,7 @@ ordinary Python handlers keep working.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from string import Formatter
 
 
 class RVMError(Exception):
@@ -27,6 +28,47 @@ def is_shape_error(err: BaseException) -> bool:
     """Whether ``err`` is a `ShapeError`, or a reference kernel's ValueError marked as one
     (``rvm_kind = "shape"``: `rvm.kernels.reference` imports nothing of rvm)."""
     return isinstance(err, ShapeError) or getattr(err, "rvm_kind", None) == "shape"
+
+
+def kind_of(err: BaseException) -> str:
+    """The kind an error message names for ``err``: ``ShapeError`` for a shape error
+    (`is_shape_error`), the builtin's name for a jit kernel's `KernelValueError`, else its
+    class's name."""
+    if is_shape_error(err):
+        return "ShapeError"
+    return "ValueError" if isinstance(err, KernelValueError) else type(err).__name__
+
+
+def filled(template: str, values: tuple[int, ...]) -> str:
+    """A jit kernel's error message: ``template``'s ``{}`` fields filled with the first
+    ``values``; the rest are (axis, got, expected) triples, and its ``{wrong}`` field lists
+    those that disagree (``axis 0 is 3, expected 4; ...``)."""
+    fields = sum(1 for _, name, _, _ in Formatter().parse(template) if name == "")
+    rest = values[fields:]
+    wrong = "; ".join(
+        f"axis {axis} is {got}, expected {want}"
+        for axis, got, want in zip(rest[0::3], rest[1::3], rest[2::3])
+        if got != want
+    )
+    return template.format(*values[:fields], wrong=wrong)
+
+
+class KernelShapeError(ShapeError):
+    """A `ShapeError` a jit kernel raised as a message template and the ints it names
+    (`filled`): Numba passes ints out of a kernel for Python to format, where building the
+    string in the kernel (``str`` and ``+`` on Numba's unicode) cost 0.5-4 CPU-s of compile a
+    kernel (`rvm.jit.dynamic`). Without values, ``template`` is the message (a copy, a pickle)."""
+
+    def __init__(self, template: str = "", *values: int) -> None:
+        super().__init__(filled(template, values) if values else template)
+
+
+class KernelValueError(ValueError):
+    """A ValueError a jit kernel raised as `KernelShapeError` is raised; it reads as a
+    ValueError (`kind_of`)."""
+
+    def __init__(self, template: str = "", *values: int) -> None:
+        super().__init__(filled(template, values) if values else template)
 
 
 class DTypeError(RVMError, TypeError):

@@ -83,6 +83,49 @@ def test_check_raises_the_message_with_its_detail() -> None:
         k(data, np.array(False), _i64(9, 4))
 
 
+def test_kernels_raise_templates_python_fills() -> None:
+    """A kernel raises its error as a template and ints (`rvm.errors.KernelShapeError`, a
+    ShapeError; `KernelValueError`, read as a ValueError), not by building the string in
+    Numba: the full message of a contradiction names only the axes that disagree, the same
+    as the numpy kernel's in every exec mode, and the errors pickle with their message."""
+    import pickle
+
+    from rvm.errors import KernelShapeError, KernelValueError, filled, kind_of
+
+    x, s = var("x", ("n", 6)), var("s", (3,), "int64")
+    func = prim([x, s], op.dynamic_reshape(x, s, ("n", None, 2)))
+    k = Jit(func)
+    assert "str(" not in k.record.source and "KernelShapeError(" in k.record.source
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    want = (
+        "dynamic_reshape: the shape computed at run time, (2, 6, 2), contradicts the shape the "
+        "program promised, (4, None, 2) (axis 0 is 2, expected 4: the inputs' dimensions "
+        "disagree with the sizes computed from them)"
+    )
+    with pytest.raises(rvm.ShapeError) as caught:
+        k(data, _i64(2, 6, 2))
+    assert str(caught.value) == want
+    bb = rvm.ir.Builder()
+    with bb.function("main", [x, s]):
+        bb.emit_output(bb.emit(op.dynamic_reshape(x, s, ("n", None, 2))))
+    mod = bb.get()
+    for kernels in ("numpy", "jit"):
+        for mode in rvm.runtime.executable.EXEC_MODES:
+            vm = rvm.VirtualMachine(rvm.compile(mod, kernels=kernels), exec_mode=mode)
+            with pytest.raises(rvm.ShapeError, match="failed: ShapeError: ") as caught:
+                vm["main"](data, _i64(2, 6, 2))
+            assert want in str(caught.value), (kernels, mode)
+    assert (
+        filled("{} and {}{{}} ({wrong})", (1, 2, 0, 3, 3, 1, 4, 5))
+        == "1 and 2{} (axis 1 is 4, expected 5)"
+    )
+    for cls in (KernelShapeError, KernelValueError):
+        err = pickle.loads(pickle.dumps(cls("sizes {} and {}", 4, 9)))
+        assert type(err) is cls and str(err) == "sizes 4 and 9"
+    assert kind_of(KernelValueError("x")) == "ValueError"
+    assert kind_of(KernelShapeError("x")) == "ShapeError"
+
+
 def test_gather_nd() -> None:
     x, ind = var("x", (3, 4, 2)), var("i", (5, 2), "int64")
     k = Jit(prim([x, ind], op.gather_nd(x, ind)))

@@ -83,3 +83,5 @@ def test_require_checks_a_mixed_variant() -> None:
         entry.require("qconv2d", "uint8_int8")
     with pytest.raises(ValueError, match="float64"):
         entry.require("qdense", "uint8_int8_int32_float64_uint8")
+    with pytest.raises(ValueError, match="each one of float32, float64"):
+        entry.require("matmul", "float32_float16_float32")  # its own dtypes (MIXED_DTYPES_OF)

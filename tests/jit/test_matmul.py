@@ -41,6 +41,8 @@ def test_rows_against_numpy(dtype: str, dense: bool, epilogue: bool, k: int, n: 
     func = _layer(dtype, k, n, dense, epilogue)
     kernel = Jit(func, name=f"mm_{dtype}_{dense}_{epilogue}_{k}_{n}")
     assert "rvm.kernels.blas" in kernel.record.imports  # the generator's facts: BLAS's matmul
+    # through its entry point, the library's code linked by symbol, not compiled in
+    assert kernel.record.requires == (("matmul", "_".join([dtype] * 3)),)
     w = rand((n, k) if dense else (k, n), dtype, seed=1)
     extra = [rand((n,), dtype, seed=2)] if epilogue else []
     for m in ROWS:
@@ -134,6 +136,28 @@ def test_helper_rejects_bad_shapes(shapes) -> None:
     out = np.zeros(so, np.float32)
     with pytest.raises(ValueError, match="shapes do not match"):
         _matmul(rand(sa), rand(sb), out, b_t)
+    np.testing.assert_array_equal(out, 0)
+
+
+@nb.njit
+def _matmul_entry(a, b, out, b_t):  # type: ignore[no-untyped-def]
+    return blas.matmul_call((a, b, out), (b_t,))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("b_t", [0, 1])
+def test_the_entry_point_is_the_helper(dtype: str, b_t: int) -> None:
+    """`blas.matmul_call` (what kernels call) writes what `blas.matmul` does on every path,
+    and on operands that disagree returns 1 and writes nothing."""
+    for m in ROWS:
+        a, b = rand((m, 10), dtype), rand((6, 10) if b_t else (10, 6), dtype, seed=1)
+        got, want = np.full((m, 6), np.nan, dtype), np.full((m, 6), np.nan, dtype)
+        assert _matmul_entry(a, b, got, b_t) == 0
+        _matmul(a, b, want, bool(b_t))
+        np.testing.assert_array_equal(got, want)
+    out = np.zeros((3, 6), dtype)
+    assert _matmul_entry(rand((3, 4), dtype), rand((5, 6), dtype), out, b_t) == 1
+    assert _matmul_entry(rand((3, 10), dtype), rand((10, 6), dtype), out[:2], 0) == 1
     np.testing.assert_array_equal(out, 0)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numba as nb
 import numpy as np
 import pytest
 
@@ -109,6 +110,35 @@ def test_dense_refuses_mismatched_shapes() -> None:
         packed.dense(x, p, out, 20, np.ones(7, F32), 0)
     with pytest.raises(ValueError, match="unknown activation index"):
         packed.dense(x, p, out, 20, none, len(packed.ACTIVATIONS))
+
+
+@nb.njit
+def _entry(x, w, out, bias, res, n, act, with_res):  # type: ignore[no-untyped-def]
+    return packed.dense_packed_call((x, w, out, bias, res), (n, act, with_res))
+
+
+def test_the_entry_point_is_dense() -> None:
+    """`packed.dense_packed_call` (what kernels call) writes what `packed.dense` does, with
+    and without a bias and a residual, and on operands `dense` refuses returns 1 and writes
+    nothing."""
+    rng = np.random.default_rng(5)
+    relu = packed.ACTIVATIONS.index("relu")
+    for m, k, n in ((1, 9, 20), (3, 40, 7), (sgemm.MR + 2, 70, 3 * sgemm.NR + 5)):
+        x, b = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((k, n)).astype(F32)
+        w = packed.pack(b, False, packed.panel_width())
+        bias, res = rng.standard_normal(n).astype(F32), rng.standard_normal((m, n)).astype(F32)
+        for c, r in ((np.ones(0, F32), None), (bias, None), (bias, res)):
+            got, want = np.full((m, n), np.nan, F32), np.full((m, n), np.nan, F32)
+            assert _entry(x, w, got, c, got if r is None else r, n, relu, int(r is not None)) == 0
+            packed.dense(x, w, want, n, c, relu, r)
+            np.testing.assert_array_equal(got, want)
+    p = packed.pack(np.ones((8, 20), F32), False, 16)
+    x, out, none = np.ones((3, 8), F32), np.zeros((3, 20), F32), np.ones(0, F32)
+    assert _entry(np.ones((3, 9), F32), p, out, none, out, 20, 0, 0) == 1
+    assert _entry(x, p, out, np.ones(7, F32), out, 20, 0, 0) == 1
+    assert _entry(x, p, out, none, out, 20, len(packed.ACTIVATIONS), 0) == 1
+    assert _entry(x, p, out, none, np.ones((3, 19), F32), 20, 0, 1) == 1
+    np.testing.assert_array_equal(out, 0)
 
 
 def test_op_type_rule_errors() -> None:

@@ -25,17 +25,42 @@ from rvm.jit.te import Body, Scalar, Tensor, Unsupported, idx, product
 from rvm.jit.views import reshape_to
 from rvm.op import ops
 
-_ERRORS = {"shape": "ShapeError", "value": "ValueError"}
+# A kernel's errors: `rvm.ShapeError` and ValueError, raised as a message template and the
+# ints it names, formatted by Python (`rvm.errors.filled`): Numba builds no string in the
+# kernel (``str`` and ``+`` on its unicode type cost a kernel 0.5-4 CPU-s of compile).
+_ERRORS = {"shape": "KernelShapeError", "value": "KernelValueError"}
+_WRONG = "=_wrong"  # a message part: the axes that disagree (`_promised`)
 
 
-def _raise(kb: KernelBuilder, cond: str, parts: Sequence[str], error: str = "shape") -> None:
+def _raise(
+    kb: KernelBuilder,
+    cond: str,
+    parts: Sequence[str],
+    error: str = "shape",
+    axes: Sequence[str] = (),
+) -> None:
     """At the kernel's start: raise `rvm.ShapeError` (or ValueError) when ``cond`` holds, its
-    message ``parts`` joined: a literal piece is quoted, ``=expr`` is an int's value."""
-    if error == "shape":
-        kb.imports.add(("rvm.errors", "ShapeError", None))
-    pieces = [f"str({p[1:]})" if p.startswith("=") else repr(p) for p in parts]
+    message ``parts`` joined: a literal piece as it is, ``=expr`` an int's value, ``=_wrong``
+    those of ``axes`` (each ``"axis, got, expected"``) that disagree."""
     kb.root.lines.append(f"if {cond}:")
-    kb.root.lines.append(f"    raise {_ERRORS[error]}({' + '.join(pieces) or repr('')})")
+    kb.root.lines.append(f"    raise {_error(kb, error, parts, axes)}")
+
+
+def _error(kb: KernelBuilder, error: str, parts: Sequence[str], axes: Sequence[str]) -> str:
+    """The exception `_raise` raises (see there)."""
+    cls = _ERRORS[error]
+    kb.imports.add(("rvm.errors", cls, None))
+    values = [p[1:] for p in parts if p.startswith("=") and p != _WRONG]
+    if not values and not axes:
+        return f"{cls}({''.join(parts)!r})"
+    template = "".join(
+        "{wrong}" if p == _WRONG else "{}" if p.startswith("=") else _escaped(p) for p in parts
+    )
+    return f"{cls}({', '.join([repr(template), *values, *axes])})"
+
+
+def _escaped(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _values(kb: KernelBuilder, t: Tensor, count: int, what: str) -> list[str]:
@@ -77,29 +102,17 @@ def _promised(kb: KernelBuilder, dims: Sequence[str], promised: Sequence[object]
                 kb.origins[want] = f"the shape {kb.op} computed at axis {axis}"
     if not tests:
         return
-    lines = kb.root.lines
-    cond = " or ".join(f"{d} != {e}" for _, d, e in tests)
-    lines.append(f"if {cond}:")
-    lines.append("    _wrong = ''")
-    for axis, d, e in tests:
-        lines.append(f"    if {d} != {e}:")
-        lines.append(
-            f"        _wrong += ('; ' if _wrong else '') + 'axis {axis} is ' + str({d}) + "
-            f"', expected ' + str({e})"
-        )
-    kb.imports.add(("rvm.errors", "ShapeError", None))
     text = [
         f"{kb.op}: the shape computed at run time, ",
         *_dims_text(dims),
         ", contradicts the shape the program promised, ",
         *_tuple_text(expected),
         " (",
-        "=_wrong",
+        _WRONG,
         ": the inputs' dimensions disagree with the sizes computed from them)",
     ]
-    pieces = [f"str({p[1:]})" if p.startswith("=") and p != "=_wrong" else repr(p) for p in text]
-    pieces = ["_wrong" if p == "=_wrong" else q for p, q in zip(text, pieces)]
-    lines.append(f"    raise ShapeError({' + '.join(pieces)})")
+    axes = [f"{axis}, {d}, {e}" for axis, d, e in tests]
+    _raise(kb, " or ".join(f"{d} != {e}" for _, d, e in tests), text, axes=axes)
 
 
 def _tuple_text(items: Sequence[str]) -> list[str]:

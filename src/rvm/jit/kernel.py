@@ -44,18 +44,25 @@ class KernelBuilder(Emitter):
         self.entries: set[tuple[str, str]] = set()
 
     def call_entry(
-        self, name: str, arrays: Sequence[str], params: Sequence[object], dtype: str
+        self,
+        name: str,
+        arrays: Sequence[str],
+        params: Sequence[object],
+        dtype: str,
+        body: Body | None = None,
     ) -> None:
-        """A call of the library's entry point ``name`` (`rvm.kernels.entry`) on the 4-d
-        arrays ``arrays`` of ``dtype`` and the int ``params``, raising ValueError when the
-        library finds their shapes do not match. The kernel's module requires the entry point
-        at import, so its cached object code links."""
+        """A call of the library's entry point ``name`` (`rvm.kernels.entry`) on the arrays
+        ``arrays`` of ``dtype`` (4-d; a `entry.MIXED` one's, of its ranks and dtypes) and the
+        int ``params``, in ``body`` (the root by default), raising ValueError when the library
+        finds their shapes do not match. The kernel's module requires the entry point at
+        import, so its cached object code links."""
         self.imports.add((entry.MODULES[name], entry.caller_attribute(name), f"{name}_entry"))
         self.entries.add((name, dtype))
         values = "".join(f"{v}, " for v in params)  # plain ints: no np.int64 call to type
-        self.root.lines.append(f"if {name}_entry(({', '.join(arrays)},), ({values})) != 0:")
+        lines = (body or self.root).lines
+        lines.append(f"if {name}_entry(({', '.join(arrays)},), ({values})) != 0:")
         message = f"{self.kernel}: {name}: the operands' shapes do not match the geometry"
-        self.root.lines.append(f"    raise ValueError({message!r})")
+        lines.append(f"    raise ValueError({message!r})")
 
     # -- parameters ----------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """The anchor stage of ``dense_packed`` (`rvm.op.packed`): a product with a packed weight.
 
-It calls `rvm.kernels.packed.dense` on a 2-d view of the input, writing straight into the
-stage's array. The op's own bias, activation and residual run inside that call, per tile on
-the threads that computed it. A residual of the product's shape is read there; one that
+It calls `rvm.kernels.packed.dense` through its entry point (`rvm.kernels.entry`, compiled
+once for all kernels) on a 2-d view of the input, writing straight into the stage's array.
+The op's own bias, activation and residual run inside that call, per tile on the threads
+that computed it. A residual of the product's shape is read there; one that
 broadcasts (a shape known only at run time may) is added by NumPy broadcasting after the
 product, into the output of the broadcast shape. Any further epilogue fused into the kernel
 is one pass over the output in the same kernel, as for the other float32 anchors
@@ -11,25 +12,29 @@ is one pass over the output in the same kernel, as for the other float32 anchors
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
-from rvm.jit.te import Tensor, Unsupported, shape_tuple
+from rvm.jit.te import Body, Tensor, Unsupported, shape_tuple
 from rvm.jit.views import array_view
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 
 
 def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
-    return product(kb, attrs, args, out, ("rvm.kernels.packed", "dense", "packed_dense"))
+    return product(kb, attrs, args, out, "dense_packed")
 
 
 def product(
-    kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str, entry: tuple[str, str, str]
+    kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str, entry: str | tuple[str, str, str]
 ) -> Tensor:
     """The stage of a product on a packed weight, its epilogue in ``attrs``: a call of the
-    kernel library's ``entry`` (module, function, local name) taking ``(x, w, out, units,
-    bias, act[, residual])`` as `rvm.kernels.packed.dense` does; the weight's dtype is the
-    entry's to check (float32 panels, or int32 bf16 pairs: `rvm.jit.bf16`)."""
+    kernel library's ``entry`` taking ``(x, w, out, units, bias, act[, residual])`` as
+    `rvm.kernels.packed.dense` does: an entry point's name (`rvm.kernels.entry`: its arrays
+    ``(x, w, out, bias, residual or out)``, its parameters ``(units, act, with residual)``),
+    or a function's (module, function, local name), compiled into the kernel; the weight's
+    dtype is the entry's to check (float32 panels, or int32 bf16 pairs: `rvm.jit.bf16`)."""
     x, w = args[:2]
     if out != "float32" or any(a.dtype != "float32" for a in args if a is not w):
         raise Unsupported(f"{kb.op} of {', '.join(a.dtype for a in args)} to {out}")
@@ -46,17 +51,27 @@ def product(
         xv = array_view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
         wv = kb.materialize(w)
         bias = kb.materialize(args[2]) if len(args) >= 3 else "np.empty(0, np.float32)"
-        kb.imports.add(entry)
-        call = f"{entry[2]}({xv}, {wv}, {{}}, {units}, {bias}, {act}{{}})"
+
+        def call(body: Body, ov: str, rv: str | None) -> None:
+            """The product into ``ov`` (2-d), adding the residual ``rv`` (2-d) if any."""
+            if isinstance(entry, str):
+                arrays = (xv, wv, ov, bias, rv or ov)
+                variant = "_".join(("float32", w.dtype, "float32", "float32", "float32"))
+                kb.call_entry(entry, arrays, (units, act, int(rv is not None)), variant, body)
+                return
+            kb.imports.add(entry)
+            body.lines.append(f"{entry[2]}({xv}, {wv}, {ov}, {units}, {bias}, {act}"
+                              f"{'' if rv is None else f', {rv}'})")  # fmt: skip
+
         if residual is None:
             ov = array_view(kb, t.array, dims, (rows, str(units)))
-            kb.root.lines.append(call.format(ov, ""))
+            call(kb.root, ov, None)
             return
         r = kb.materialize(residual)
         if tuple(residual.dims) == tuple(dims) == product:
             ov = array_view(kb, t.array, dims, (rows, str(units)))
             rv = array_view(kb, r, dims, (rows, str(units)))
-            kb.root.lines.append(call.format(ov, f", {rv}"))
+            call(kb.root, ov, rv)
             return
         _broadcast_residual(kb, call, t.array, r, product, (rows, str(units)))
 
@@ -65,19 +80,27 @@ def product(
 
 
 def _broadcast_residual(
-    kb: KernelBuilder, call: str, out: str, r: str, product: tuple, flat: tuple
+    kb: KernelBuilder,
+    call: Callable[[Body, str, str | None], None],
+    out: str,
+    r: str,
+    product: tuple,
+    flat: tuple,
 ) -> None:
     """The product with a residual whose shape is known only at run time: in the GEMM's
     epilogue when it is the product's (and the output's), else added by broadcasting."""
     shape, two_d = shape_tuple(product), shape_tuple(flat)
     tmp = kb.fresh("p")
+    whole, broadcast = Body(kb.root, None), Body(kb.root, None)
+    call(whole, f"{out}.reshape({two_d})", f"{r}.reshape({two_d})")
+    broadcast.lines.append(f"{tmp} = np.empty({shape}, dtype=np.float32)")
+    call(broadcast, f"{tmp}.reshape({two_d})", None)
+    broadcast.lines.append(f"np.add({tmp}, {r}, {out})")
     kb.root.lines += [
         f"if {r}.shape == {shape} and {out}.shape == {shape}:",
-        f"    {call.format(f'{out}.reshape({two_d})', f', {r}.reshape({two_d})')}",
+        *whole.render(1),
         "else:",
-        f"    {tmp} = np.empty({shape}, dtype=np.float32)",
-        f"    {call.format(f'{tmp}.reshape({two_d})', '')}",
-        f"    np.add({tmp}, {r}, {out})",
+        *broadcast.render(1),
     ]
 
 

@@ -1,8 +1,9 @@
 """Anchor stages: matmul, dense, conv1d/conv2d (BLAS) and the window pools.
 
-Float matmul and dense call `rvm.kernels.blas.matmul` inside the kernel (NumPy's BLAS,
-with the GEMV, GEMM or row loop that costs least for the shape; ``np.dot`` when NumPy's BLAS
-is not reachable), one call per batch matrix, writing straight into the stage's array; the
+Float matmul and dense call `rvm.kernels.blas.matmul` inside the kernel through its entry
+point (`rvm.kernels.entry`: NumPy's BLAS, with the GEMV, GEMM or row loop that costs least
+for the shape, compiled once for all kernels; ``np.dot`` when NumPy's BLAS is not
+reachable), one call per batch matrix, writing straight into the stage's array; the
 lowering points that array at the kernel's output when the epilogue (bias, activation) can
 run in place, so the epilogue is one pass over the output in the same kernel. Float
 convolutions call `rvm.kernels.conv.conv2d` (1x1 GEMMs, depthwise loops or im2col),
@@ -70,7 +71,7 @@ def _matmul(dense: bool):
             av = array_view(kb, kb.materialize(a, out), a.dims, a2)
             bv = array_view(kb, kb.materialize(b, out), b.dims, b.dims if dense else b2)
             ov = array_view(kb, target, res, full)
-            _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense)
+            _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense, out)
 
         t.fill = fill
         return t
@@ -78,22 +79,20 @@ def _matmul(dense: bool):
     return lower
 
 
-def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense) -> None:
+def _emit_dots(kb, av, bv, ov, a2, b2, batch, full, dense, dtype) -> None:
     m, k, n = full[-2], a2[-1], full[-1]
     kb.root.lines.append(f"if {k} == 0:")
     kb.root.lines.append(f"    {ov}[...] = 0")
     # not an elif: the loop nest may emit broadcast flags at the root before its header
     loop = Body(kb.root, None, f"if {k} != 0 and {m} > 0 and {n} > 0:")
 
-    if cblas.AVAILABLE:
-        kb.imports.add(("rvm.kernels.blas", "matmul", None))
-
     def emit(body: Body, index: list[Scalar]) -> None:
         ai = kb.broadcast_index(a2[:-2], batch, index)
         bi = kb.broadcast_index(b2[:-2], batch, index) if not dense else []
         aref, bref, oref = _sub(av, ai), _sub(bv, bi), _sub(ov, index)
-        if cblas.AVAILABLE:
-            body.lines.append(f"matmul({aref}, {bref}, {oref}, {dense})")
+        if cblas.AVAILABLE:  # `rvm.kernels.blas.matmul` through its entry point
+            variant = entry.variant([dtype] * 3)
+            kb.call_entry("matmul", (aref, bref, oref), (int(dense),), variant, body)
         else:
             body.lines.append(f"np.dot({aref}, {bref + '.T' if dense else bref}, {oref})")
 

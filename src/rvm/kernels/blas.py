@@ -41,11 +41,12 @@ lowering then uses ``np.dot``.
 
 from __future__ import annotations
 
+import numba as nb
 from llvmlite import ir
 from numba.core import types as nt
 from numba.extending import intrinsic
 
-from rvm.kernels import cblas, gemv, parfor, sgemm, workpool
+from rvm.kernels import cblas, entry, gemv, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
 from rvm.kernels.parfor import PIECES_PER_THREAD, even
@@ -467,17 +468,26 @@ parfor.export_task("rows_axpy", _rows_axpy_task)
 _call_rows_axpy = parfor.caller("rows_axpy")
 
 
+@jit(**_OPTS, inline="always")
+def _shapes_agree(a, b, out, b_t):  # type: ignore[no-untyped-def]
+    """Whether ``a`` (m, k), ``b`` (k, n; (n, k) when ``b_t``) and ``out`` (m, n) agree."""
+    m, k = a.shape
+    n = b.shape[0] if b_t else b.shape[1]
+    return (b.shape[1] if b_t else b.shape[0]) == k and out.shape[0] == m and out.shape[1] == n
+
+
 @jit(**_OPTS)
 def matmul(a, b, out, b_t):  # type: ignore[no-untyped-def]
     """``out = a @ b`` (``a @ b.T`` when ``b_t``) on 2-d C-contiguous arrays, by the method
     its shape takes (`method`). GEMVs and GEMMs are split over the pool when large. The row
     kernel, the row loop, the GEMV and the GEMM are tasks, built when first run
-    (`rvm.kernels.parfor.caller`), not compiled into each caller.
+    (`rvm.kernels.parfor.caller`), not compiled into each caller; kernels call it through its
+    entry point (`matmul_call`), not compiled into them either.
     """
     require_operands(a, b, out)
     m, k = a.shape
     n = b.shape[0] if b_t else b.shape[1]
-    if (b.shape[1] if b_t else b.shape[0]) != k or out.shape[0] != m or out.shape[1] != n:
+    if not _shapes_agree(a, b, out, b_t):
         raise ValueError(
             "matmul: the operand and output shapes do not match: expected a (m, k), b (k, n) "
             "(b (n, k) when transposed) and out (m, n)"
@@ -526,6 +536,24 @@ def method(m, k, n, b_t, f32):  # type: ignore[no-untyped-def]
     if m == 1:
         return ROW if f32 and k * n * 4 <= ROW_GEMV_BYTES else ROW_BLAS
     return ROWS if m < SMALL_ROWS else GEMM
+
+
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+    """`matmul` on a (m, k), b (k, n; (n, k) when ``params[0]`` is not 0: transposed) and out
+    (m, n), 2-d arrays of one dtype: 0 done, 1 the shapes disagree."""
+    d, b_t = nb.carray(dims, 6), nb.carray(params, 1)[0] != 0
+    x, y, out = nb.carray(a, (d[0], d[1])), nb.carray(b, (d[2], d[3])), nb.carray(c, (d[4], d[5]))
+    if not _shapes_agree(x, y, out, b_t):
+        return 1
+    matmul(x, y, out, b_t)
+    return 0
+
+
+entry.export("matmul", _entry)
+# What kernels call (`rvm.kernels.entry.caller`): ``matmul_call((a, b, out), (b_t,))``, 0 done:
+# a kernel links the symbol of `matmul`'s code built once, not `matmul` and the levels below it
+# optimized again into its own (0.1-0.3 CPU-s of LLVM a kernel).
+matmul_call = entry.caller("matmul", 1)
 
 
 def first_run_tasks(m: int | None, k: int, n: int, b_t: bool) -> tuple[str, ...]:

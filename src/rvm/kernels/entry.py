@@ -1,4 +1,4 @@
-"""C entry points of the kernel library (`rvm.kernels.conv`, `.pool`).
+"""C entry points of the kernel library (`rvm.kernels.conv`, `.pool`, `.blas`' matmul...).
 
 A kernel that called a library function directly would link the function's code into its own
 module, and LLVM would optimize it again in every kernel (1-3 s per kernel for the
@@ -67,6 +67,8 @@ MODULES = {
     "qmax_pool2d": "rvm.kernels.qpool",
     "conv2d_bf16": "rvm.kernels.bf16entry",
     "dense_bf16": "rvm.kernels.bf16entry",
+    "matmul": "rvm.kernels.blas",
+    "dense_packed": "rvm.kernels.packed",
 }
 # The entry points whose arrays are of several dtypes: each array's rank, and the dtypes an
 # array may have. A kernel calls them through its module's ``<name>_call``, the others through
@@ -81,8 +83,12 @@ MIXED = {
     "qmax_pool2d": (4, 4),
     "conv2d_bf16": (4, 2, 4, 1, 4, 2),
     "dense_bf16": (2, 2, 2),
+    "matmul": (2, 2, 2),
+    "dense_packed": (2, 3, 2, 1, 2),
 }
 MIXED_DTYPES = ("uint8", "int8", "int16", "int32", "float32")
+# The dtypes a `MIXED` entry point's arrays may have where they are not `MIXED_DTYPES`.
+MIXED_DTYPES_OF = {"matmul": ("float32", "float64")}
 # The `MIXED` entry points' byte arrays (by position): an int8 one is passed as uint8 and its
 # sign as one more parameter after the caller's (bit i: the i-th of these arrays is int8), so
 # one build serves every variant of signs (the integer products' input and output: each
@@ -116,7 +122,7 @@ def require(name: str, dtype: str) -> None:
     if name not in MODULES or not _known(name, dtype):
         if name in MIXED:
             want = f"the dtypes of its {len(MIXED[name])} arrays joined by '_', each one of "
-            want += ", ".join(MIXED_DTYPES)
+            want += ", ".join(_mixed_dtypes(name))
         else:
             want = f"dtypes {', '.join(DTYPES)}"
         raise ValueError(
@@ -137,7 +143,12 @@ def _known(name: str, dtype: str) -> bool:
     if name not in MIXED:
         return dtype in DTYPES
     parts = dtype.split("_")
-    return len(parts) == len(MIXED[name]) and all(p in MIXED_DTYPES for p in parts)
+    return len(parts) == len(MIXED[name]) and all(p in _mixed_dtypes(name) for p in parts)
+
+
+def _mixed_dtypes(name: str) -> tuple[str, ...]:
+    """The dtypes the arrays of `MIXED` entry point ``name`` may have."""
+    return MIXED_DTYPES_OF.get(name, MIXED_DTYPES)
 
 
 def variant(dtypes: Sequence[str], name: str = "") -> str:
@@ -192,7 +203,7 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
 
     @intrinsic
     def call(typingctx, arrays, params):  # type: ignore[no-untyped-def]
-        if not (_mixed_ok(arrays, ranks) if ranks else _arrays_ok(arrays)):
+        if not (_mixed_ok(arrays, ranks, _mixed_dtypes(name)) if ranks else _arrays_ok(arrays)):
             return None
         if not _params_ok(params, n_params):
             return None
@@ -244,11 +255,11 @@ def _arrays_ok(arrays: nt.Type) -> bool:
     return len({t.dtype for t in types}) == 1 and str(types[0].dtype) in DTYPES
 
 
-def _mixed_ok(arrays: nt.Type, ranks: tuple[int, ...]) -> bool:
+def _mixed_ok(arrays: nt.Type, ranks: tuple[int, ...], dtypes: tuple[str, ...]) -> bool:
     if not isinstance(arrays, nt.BaseTuple) or len(arrays) != len(ranks):
         return False
     return all(
-        isinstance(t, nt.Array) and t.ndim == r and t.layout == "C" and str(t.dtype) in MIXED_DTYPES
+        isinstance(t, nt.Array) and t.ndim == r and t.layout == "C" and str(t.dtype) in dtypes
         for t, r in zip(arrays.types, ranks)
     )
 

@@ -28,13 +28,14 @@ of at most `DEPTH`.
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import parfor, sgemm, workpool
+from rvm.kernels import entry, parfor, sgemm, workpool
 from rvm.kernels.cblas import address
 from rvm.kernels.cpu import Cpu, cpu
 from rvm.kernels.epilogue import tile as tile_epilogue
@@ -268,32 +269,55 @@ def _bias_at(bias):  # type: ignore[no-untyped-def]
     return address(bias, 0) if bias.shape[0] > 0 else 0
 
 
+@jit(**_OPTS, inline="always")
+def _wrong(x, w, out, n, bias, act, rm, rn):  # type: ignore[no-untyped-def]
+    """What is wrong with `dense`'s operands (a residual of ``rm`` x ``rn``; ``rm`` -1: none):
+    0 nothing, else the number of `dense`'s error, in the order it checks them."""
+    m, k = x.shape
+    panels, kw, panel = w.shape
+    if rm >= 0 and (rm != m or rn != n):
+        return 1
+    if bias.shape[0] != 0 and bias.shape[0] != n:
+        return 2
+    if act < 0 or act >= len(ACTIVATIONS):
+        return 3
+    if kw != k or out.shape[0] != m or out.shape[1] != n or panel <= 0:
+        return 4
+    if n < 0 or panels != -(-n // panel):
+        return 5
+    return 0
+
+
 @jit(**_OPTS)
 def dense(x, w, out, n, bias, act, residual=None):  # type: ignore[no-untyped-def]
     """``out[m, n] = act(x[m, k] @ B + bias) + residual`` for float32 C-contiguous ``x`` and
     ``out``, ``w`` the packed B ``(panels, k, panel)`` (`pack`) of ``n`` columns, ``bias``
     ``(n,)`` or empty (none), ``act`` an index of `ACTIVATIONS`, ``residual`` None or a
     C-contiguous ``(m, n)`` float32 array. The bias, activation and residual run on each
-    tile as it is done, in the thread that computed it."""
+    tile as it is done, in the thread that computed it. Kernels call it through its entry
+    point (`dense_packed_call`), not compiled into them."""
     m, k = x.shape
     res = 0
+    rm, rn = -1, 0
     if residual is not None:
-        if residual.shape[0] != m or residual.shape[1] != n:
-            raise ValueError("packed dense: the residual must have out's shape (m, n)")
-        if m > 0 and n > 0:
+        rm, rn = residual.shape[0], residual.shape[1]
+        if rm == m and rn == n and m > 0 and n > 0:
             res = address(residual, 0)
-    panels, kw, panel = w.shape
-    if bias.shape[0] != 0 and bias.shape[0] != n:
+    wrong = _wrong(x, w, out, n, bias, act, rm, rn)
+    if wrong == 1:
+        raise ValueError("packed dense: the residual must have out's shape (m, n)")
+    if wrong == 2:
         raise ValueError("packed dense: the bias must have n values (or none)")
-    if act < 0 or act >= len(ACTIVATIONS):
+    if wrong == 3:
         raise ValueError("packed dense: unknown activation index")
-    if kw != k or out.shape[0] != m or out.shape[1] != n or panel <= 0:
+    if wrong == 4:
         raise ValueError(
             "packed dense: the shapes do not match: expected x (m, k), the packed weight "
             "(panels, k, panel) and out (m, n)"
         )
-    if n < 0 or panels != -(-n // panel):
+    if wrong == 5:
         raise ValueError("packed dense: the packed weight's panels do not cover n columns")
+    panel = w.shape[2]
     if m == 0 or n == 0:
         return
     if k == 0:
@@ -311,3 +335,28 @@ def dense(x, w, out, n, bias, act, residual=None):  # type: ignore[no-untyped-de
         _call(out, 0, job)
     else:
         _run(out, parts, job)
+
+
+def _entry(x, w, out, bias, res, dims, params):  # type: ignore[no-untyped-def]
+    """`dense` on x (m, k), the packed weight w (panels, k, panel), out (m, n), bias (n,) or
+    empty (none) and res, the residual (m, n) when ``params[2]`` is not 0 (else out, unread);
+    ``params``: n, the activation's index, whether a residual. 0 done, 1 the operands
+    disagree."""
+    d, p = nb.carray(dims, 10), nb.carray(params, 3)
+    xa, wa = nb.carray(x, (d[0], d[1])), nb.carray(w, (d[2], d[3], d[4]))
+    oa, ba = nb.carray(out, (d[5], d[6])), nb.carray(bias, (d[7],))
+    n, act, with_res = p[0], p[1], p[2] != 0
+    if _wrong(xa, wa, oa, n, ba, act, d[8] if with_res else -1, d[9]) != 0:
+        return 1
+    if with_res:
+        dense(xa, wa, oa, n, ba, act, nb.carray(res, (d[8], d[9])))
+    else:
+        dense(xa, wa, oa, n, ba, act)
+    return 0
+
+
+entry.export("dense_packed", _entry)
+# What kernels call (`rvm.kernels.entry.caller`): ``dense_packed_call((x, w, out, bias, res),
+# (n, act, with residual))``, 0 done: a kernel links the symbol of `dense`'s code built once,
+# not `dense` and the levels below it optimized again into its own.
+dense_packed_call = entry.caller("dense_packed", 3)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rvm.errors import ShapeError, VMError, is_shape_error
+from rvm.errors import ShapeError, VMError, is_shape_error, kind_of
 from rvm.runtime.kernels import KERNEL_FILE_PREFIX
 from rvm.runtime.memory import NAMED_ALLOCATORS
 from rvm.runtime.text import describe_instruction
@@ -211,7 +211,7 @@ def vm_error(ex: Executable, error: BaseException, stack: list[tuple[int, int]])
     else:
         fn = ex.functions[stack[-1][0]]
         what = describe_instruction(ex, fn.instructions[stack[-1][1]])
-        kind = "ShapeError" if is_shape_error(error) else type(error).__name__
+        kind = kind_of(error)
         head = f"{what} failed: {kind}: {error}"
     parts = [head, "VM stack (most recent call last):", *lines]
     kernel_line = _kernel_line(error)
