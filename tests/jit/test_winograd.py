@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from jit_helpers import rand, var
 
+import rvm
 from rvm.kernels import conv, sgemm, winograd
 from rvm.op import numpy_ref
 
@@ -58,6 +59,32 @@ def test_winograd_fused_epilogue(blas_threads, per_channel) -> None:
     winograd.conv2d(x, w, out, pt, pl, epilogue)
     expect = np.maximum(want + bias.reshape(1, -1, 1, 1) + res, 0)
     np.testing.assert_allclose(out, expect, rtol=1e-4, atol=2e-3)
+
+
+def test_winograd_blocks_of_rows_at_two_threads() -> None:
+    """A map whose image takes more than one block (`winograd.block_rows`: a position's
+    operands spill a core's L2) but too few for the pool's pieces: at two threads it is cut
+    into blocks of whole rows, a multiple of the threads (not its phases apart), and gives
+    one thread's bits, which the reference matches."""
+    c = o = 64
+    side = 2 * math.isqrt(winograd.L2_FLOATS // (c + o)) + 4  # tiles beyond one block
+    th = tw = side // 2
+    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2)
+    assert winograd.block_rows.py_func(c, o, tw, th) < th  # more than one block an image
+    assert ranges == 0 and parts == 1 and blocks % 2 == 0 and blocks >= 4
+    assert per * blocks >= th
+    x, w, (pt, pl, _, _), want = _case((1, c, side, side, o, (1, 1, 1, 1)))
+    outs = []
+    before = rvm.get_num_threads()
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            outs.append(np.full(want.shape, np.nan, dtype=np.float32))
+            winograd.conv2d(x, w, outs[-1], pt, pl, sgemm.NO_EPILOGUE)
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-3)
 
 
 # Shapes the rule takes, at its floor of channels on this CPU (on two threads: their phases cut
