@@ -72,7 +72,12 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
     per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2)
     assert winograd.block_rows.py_func(c, o, tw, th) < th  # more than one block an image
     assert ranges == 0 and parts == 1 and blocks % 2 == 0 and blocks >= 4
-    assert per * blocks >= th
+    assert per * blocks >= th and th * tw >= blocks * winograd.ROW_BLOCK_TILES
+    # Blocks that would be narrower than that (vgg19's 512 channels on 28 x 28, more than one
+    # block an image where L2 is 512 KB): the phases cut apart.
+    if winograd.block_rows.py_func(512, 512, 14, 14) < 14:
+        assert 14 * 14 < 4 * winograd.ROW_BLOCK_TILES
+        assert winograd.cut.py_func(512, 512, 1, 14, 14, 2)[3] > 0
     x, w, (pt, pl, _, _), want = _case((1, c, side, side, o, (1, 1, 1, 1)))
     outs = []
     before = rvm.get_num_threads()
