@@ -199,7 +199,13 @@ def test_saved_executable_with_transformed_weights(tmp_path) -> None:
     np.testing.assert_allclose(rvm.VirtualMachine(back)["main"](x), want, rtol=1e-4, atol=2e-3)
 
 
-def test_onnx_model_against_onnxruntime(exec_mode) -> None:
+# (images, height, width): a small batch; one image on a map of more than one block (at two
+# threads, on a 512 KB L2: blocks of rows, `winograd.cut`).
+MODEL_MAPS = [(2, 32, 33), (1, 70, 70)]
+
+
+@pytest.mark.parametrize("n, h, w", MODEL_MAPS, ids=[f"{n}x{h}x{w}" for n, h, w in MODEL_MAPS])
+def test_onnx_model_against_onnxruntime(exec_mode, n, h, w) -> None:
     """Two 3x3 layers the rule takes (bias and ReLU, then a residual add) in a model, jit
     kernels, against ONNX Runtime."""
     onnx = pytest.importorskip("onnx")
@@ -208,7 +214,7 @@ def test_onnx_model_against_onnxruntime(exec_mode) -> None:
 
     import rvm
 
-    c, h, w = C, 32, 33
+    c = C
     assert conv.winograd_pays.py_func(c, c, 1, 3, 3, 1, 1, 1, 1, h, w)
     inits = [
         numpy_helper.from_array(rand((c, c, 3, 3), seed=s) * 0.1, name)
@@ -221,11 +227,11 @@ def test_onnx_model_against_onnxruntime(exec_mode) -> None:
         helper.make_node("Add", ["b", "x"], ["y"]),
     ]
     graph = helper.make_graph(
-        nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, h, w])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, c, h, w])], inits,
+        nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, c, h, w])], inits,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    x = rand((2, c, h, w), seed=4)
+    x = rand((n, c, h, w), seed=4)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expect = want.run(None, {"x": x})[0]
     ex = rvm.compile(rvm.from_onnx(model), kernels="jit")
