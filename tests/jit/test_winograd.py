@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from jit_helpers import rand, var
 
+import rvm
 from rvm.kernels import conv, sgemm, winograd
 from rvm.op import numpy_ref
 
@@ -58,6 +59,37 @@ def test_winograd_fused_epilogue(blas_threads, per_channel) -> None:
     winograd.conv2d(x, w, out, pt, pl, epilogue)
     expect = np.maximum(want + bias.reshape(1, -1, 1, 1) + res, 0)
     np.testing.assert_allclose(out, expect, rtol=1e-4, atol=2e-3)
+
+
+def test_winograd_blocks_of_rows_at_two_threads() -> None:
+    """A map whose image takes more than one block (`winograd.block_rows`: a position's
+    operands spill a core's L2) but too few for the pool's pieces: at two threads it is cut
+    into blocks of whole rows, a multiple of the threads (not its phases apart), and gives
+    one thread's bits, which the reference matches."""
+    c = o = 64
+    side = 2 * math.isqrt(winograd.L2_FLOATS // (c + o)) + 4  # tiles beyond one block
+    th = tw = side // 2
+    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2)
+    assert winograd.block_rows.py_func(c, o, tw, th) < th  # more than one block an image
+    assert ranges == 0 and parts == 1 and blocks % 2 == 0 and blocks >= 4
+    assert per * blocks >= th and th * tw >= blocks * winograd.ROW_BLOCK_TILES
+    # Blocks that would be narrower than that (vgg19's 512 channels on 28 x 28, more than one
+    # block an image where L2 is 512 KB): the phases cut apart.
+    if winograd.block_rows.py_func(512, 512, 14, 14) < 14:
+        assert 14 * 14 < 4 * winograd.ROW_BLOCK_TILES
+        assert winograd.cut.py_func(512, 512, 1, 14, 14, 2)[3] > 0
+    x, w, (pt, pl, _, _), want = _case((1, c, side, side, o, (1, 1, 1, 1)))
+    outs = []
+    before = rvm.get_num_threads()
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            outs.append(np.full(want.shape, np.nan, dtype=np.float32))
+            winograd.conv2d(x, w, outs[-1], pt, pl, sgemm.NO_EPILOGUE)
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-3)
 
 
 # Shapes the rule takes, at its floor of channels on this CPU (on two threads: their phases cut
@@ -167,7 +199,13 @@ def test_saved_executable_with_transformed_weights(tmp_path) -> None:
     np.testing.assert_allclose(rvm.VirtualMachine(back)["main"](x), want, rtol=1e-4, atol=2e-3)
 
 
-def test_onnx_model_against_onnxruntime(exec_mode) -> None:
+# (images, height, width): a small batch; one image on a map of more than one block (at two
+# threads, on a 512 KB L2: blocks of rows, `winograd.cut`).
+MODEL_MAPS = [(2, 32, 33), (1, 70, 70)]
+
+
+@pytest.mark.parametrize("n, h, w", MODEL_MAPS, ids=[f"{n}x{h}x{w}" for n, h, w in MODEL_MAPS])
+def test_onnx_model_against_onnxruntime(exec_mode, n, h, w) -> None:
     """Two 3x3 layers the rule takes (bias and ReLU, then a residual add) in a model, jit
     kernels, against ONNX Runtime."""
     onnx = pytest.importorskip("onnx")
@@ -176,7 +214,7 @@ def test_onnx_model_against_onnxruntime(exec_mode) -> None:
 
     import rvm
 
-    c, h, w = C, 32, 33
+    c = C
     assert conv.winograd_pays.py_func(c, c, 1, 3, 3, 1, 1, 1, 1, h, w)
     inits = [
         numpy_helper.from_array(rand((c, c, 3, 3), seed=s) * 0.1, name)
@@ -189,11 +227,11 @@ def test_onnx_model_against_onnxruntime(exec_mode) -> None:
         helper.make_node("Add", ["b", "x"], ["y"]),
     ]
     graph = helper.make_graph(
-        nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, h, w])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, c, h, w])], inits,
+        nodes, "wino", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, c, h, w])], inits,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    x = rand((2, c, h, w), seed=4)
+    x = rand((n, c, h, w), seed=4)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expect = want.run(None, {"x": x})[0]
     ex = rvm.compile(rvm.from_onnx(model), kernels="jit")

@@ -86,27 +86,50 @@ def block_rows(c, oc, tw, th):  # type: ignore[no-untyped-def]
     return max(1, min(th, L2_FLOATS // per_row))
 
 
+ROW_BLOCK_TILES = 8 * sgemm.NR
+"""Tiles a block of rows keeps at least where a small batch's images are cut into blocks of
+rows for the threads (`cut`), its GEMMs 8 of the micro-kernel's tiles wide or more: on a Zen 3
+(AVX2, 16 columns a tile) inception_v2's 64 -> 192 on 56 x 56 in blocks of 196 tiles won
+(6.7-7.0 -> 4.6 ms in the model at two threads), vgg19's 512 -> 512 on 28 x 28 in blocks of
+42-56 lost to its phases cut apart (18.5-27 -> 22-26 ms alone, loaded)."""
+
+
 @jit(**_OPTS)
 def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
     """(rows of tiles a block, blocks an image, ranges of output channels, ranges of input
     channels): a call's pieces on the pool's ``threads``, ``n`` images of ``th`` rows of ``tw``
     tiles, for ``c`` input and ``o`` output channels.
 
-    Blocks as large as `block_rows` has them, each piece one block's three phases, where they
-    give each thread `rvm.kernels.parfor.PIECES_PER_THREAD` pieces or more (or there is one
-    thread): one range of output channels, no range of input channels (0). Where there are
-    fewer (small maps), each phase is cut apart for the whole image, its pieces waiting for
-    the phase before: the input transform by ranges of input channels (one a vector of them
-    at most), the GEMMs by ranges of the 16 positions (the "blocks"), the output transform
-    by ranges of output channels, as many of each as the threads want, so no piece does
-    another's work again. (Session 43 cut small maps' blocks into ranges of output channels
-    and rows of tiles, each transforming its input again and packing its GEMMs' operand again:
-    1.5 to 2.5 times the direct method's time on 14 x 14 maps at two threads.)"""
+    Blocks as large as `block_rows` has them (an image's rows cut evenly), each piece one
+    block's three phases, where they give each thread `rvm.kernels.parfor.PIECES_PER_THREAD`
+    pieces or more (or there is one thread): one range of output channels, no range of input
+    channels (0). Where there are fewer but an image takes more than one block, whole blocks
+    still: a multiple of the threads, two a thread at least (each thread's operands stay in
+    its own L2), each of `ROW_BLOCK_TILES` tiles or more. Else (small maps: an image one
+    block, or blocks that would be too narrow), each phase is cut apart for the
+    whole image, its pieces waiting for the phase before: the input transform by ranges of
+    input channels (one a vector of them at most), the GEMMs by ranges of the 16 positions
+    (the "blocks"), the output transform by ranges of output channels, as many of each as
+    the threads want, so no piece does another's work again. (Session 43 cut small maps'
+    blocks into ranges of output channels and rows of tiles, each transforming its input
+    again and packing its GEMMs' operand again: 1.5 to 2.5 times the direct method's time on
+    14 x 14 maps at two threads. Cut apart, inception_v2's 64 -> 192 on 56 x 56, two blocks,
+    streamed its image's 13 MB of transformed input and products through L3 between the
+    phases: 7.0 ms in the model at two threads against 4.6 in four blocks of rows, its one
+    thread's 6.7; on 28 x 28 and 14 x 14, one block an image, blocks of rows lost: 0.56 ms
+    -> 0.73 with four on 64 -> 64 at 28 x 28, whose GEMMs get narrow.)
+
+    At batch 1 on two threads that takes inception_v1's and inception_v2's 64 -> 192 on 56 x
+    56 and vgg19's layers on 112 x 112 and 56 x 56 out of the phases cut apart (vgg19's
+    image streamed 13-38 MB of them through L3 and memory)."""
     per = block_rows(c, o, tw, th)
     blocks = -(-th // per)
     want = parfor.PIECES_PER_THREAD * threads
     if threads < 2 or n * blocks >= want:
-        return per, blocks, 1, 0
+        return -(-th // blocks), blocks, 1, 0
+    b = min(th, -(-max(blocks, -(-2 * threads // n)) // threads) * threads)
+    if blocks > 1 and th * tw >= b * ROW_BLOCK_TILES:  # whole blocks of rows, none apart
+        return -(-th // b), b, 1, 0
     each = -(-want // n)
     return th, min(POSITIONS, each), min(o, each), max(1, min(each, c // sgemm.LANES))
 
@@ -295,8 +318,7 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
     part = piece % parts
     b_ = (piece // parts) % blocks
     n_ = piece // parts // blocks
-    ty0 = b_ * per
-    ty1 = min(th, ty0 + per)
+    ty0, ty1 = parfor.piece_range(b_, blocks, th, 1)  # even: at most ``per`` rows
     o0, o1 = parfor.piece_range(part, parts, o, sgemm.MR)
     oc, tiles = o1 - o0, (ty1 - ty0) * tw
     v = kept(POSITIONS * c * per * tw, x.dtype)
