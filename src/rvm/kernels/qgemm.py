@@ -46,9 +46,12 @@ int8) on C-contiguous operands:
   it (`_requantize`, in cache);
 - a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
   ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
-  are, from `SPLIT_MIN` multiply-adds a piece: pieces of columns, or of rows (output
-  channels) when those share the work out more evenly between the threads (few positions:
-  a 7 x 7 output's 49 are two tiles of columns);
+  are, from `SPLIT_MIN` multiply-adds a piece, each tile's fixed cost counted
+  (`TILE_DEPTHS_FIXED`): pieces of columns, or of rows (output channels) when those share
+  the work out more evenly between the threads (few positions: a 7 x 7 output's 49 are two
+  tiles of columns). The job's first pieces make the panel's operand (a convolution's image
+  and the panel gathered from it, or its im2col panel by words: `_prepare`), a share of its
+  quads each, and the others wait for them before they multiply;
 - the last tile of a product's columns is one vector (`LANES`) wide when no more are left
   (`_micro_tail`: 13 x 13's 169 positions compute 176 columns, not 192), three vectors wide
   when three are left (`_micro_wide`, in two passes of 4 rows: each row's broadcast feeds
