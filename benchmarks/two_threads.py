@@ -2,9 +2,11 @@
 against one, from counters a loaded machine distorts least.
 
 Run: ``python benchmarks/two_threads.py [--only squeezenet,inception_v2] [--runs 40]
-[--threads 2]``.
+[--threads 2] [--int8]``.
 
-Per model (random weights, `common.light_model_files`), in one process, rvm's compiled mode
+Per model (random weights, `common.light_model_files`; with ``--int8`` the model quantized by
+ONNX Runtime as `precision_int8.py` quantizes it, its outputs checked against ORT's int8 run
+of it by top-1 and `INT8_TOLERANCE`), in one process, rvm's compiled mode
 with a callback around each kernel (`VirtualMachine.set_instrument`), runs on one thread and
 on ``--threads`` alternated run by run (`rvm.set_num_threads`). Around each kernel call, and
 between calls (the VM's own work, row ``vm``), it reads: the wall clock, the calling thread's
@@ -50,7 +52,10 @@ from model_child import as_outputs, check_outputs
 
 import rvm
 from rvm.kernels import workpool
-from rvm.testing.onnx_models import run_ort
+from rvm.testing.onnx_models import compare, run_ort
+from rvm.testing.quantized_models import ort_saturates, quantize_with_ort
+
+INT8_TOLERANCE = 5e-2  # rvm int8's logits against ORT int8's, relative to the largest
 
 # Read at each kernel's edge, in this order.
 FIELDS = ("wall", "cpu", "helper", "in_caller", "n_caller", "in_helper", "n_helper", "jobs",
@@ -85,12 +90,21 @@ class Probe:
         )  # fmt: skip
 
 
-def profile(name: str, runs: int, threads: int) -> dict:
-    path, _, _, inputs = light_model_files(name, Path(tempfile.mkdtemp()))
+def profile(name: str, runs: int, threads: int, int8: bool = False) -> dict:
+    path, _, model, inputs = light_model_files(name, Path(tempfile.mkdtemp()))
+    if int8:  # as `precision_int8.py` quantizes it (7-bit weights where ORT's saturate)
+        model = quantize_with_ort(model, reduce_range=ort_saturates())
+        onnx.save(model, path)
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
     # outputs first: a wrong model fails the run before anything is timed
-    check_outputs("rvm", as_outputs(f(*inputs)), run_ort(onnx.load(str(path)), inputs))
+    got, want = as_outputs(f(*inputs)), run_ort(onnx.load(str(path)), inputs)
+    if int8:
+        result = compare(got[-1], want[-1])
+        if result.rel_err > INT8_TOLERANCE or not result.top1_equal:
+            raise AssertionError(f"rvm int8: the logits differ from ORT int8's: {result}")
+    else:
+        check_outputs("rvm", got, want)
     probe = Probe()
     items: list[tuple[str, tuple[int, ...]]] = []
     last: list[tuple[int, ...] | None] = [None]
@@ -241,6 +255,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40, help="runs at each thread count")
     parser.add_argument("--threads", type=int, default=2, help="the thread count against one")
     parser.add_argument("--name", default="two_threads", help="results file name, no suffix")
+    parser.add_argument("--int8", action="store_true", help="the models quantized by ORT (QDQ)")
     args = parser.parse_args()
     if args.threads < 2 or args.runs < 1:
         parser.error("--threads must be at least 2 and --runs at least 1")
@@ -248,9 +263,9 @@ def main() -> None:
     print(f"load {os.getloadavg()[0]:.2f}: wall columns are the scheduler's above ~1.5")
     models = {}
     for name in args.only.split(","):
-        models[name] = profile(name, args.runs, args.threads)
+        models[name] = profile(name, args.runs, args.threads, args.int8)
         print(table(name, models[name], args.threads))
-    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads}
+    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads, "int8": args.int8}
     write_results(args.name, {**payload, "models": models})
 
 

@@ -12,7 +12,7 @@ from jit_helpers import check, host_has, prim, var
 
 from rvm import op
 from rvm.ir.infer import infer_type
-from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qtile, qturned
+from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qtile, qturned, workpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -609,6 +609,33 @@ def test_without_vnni_small_maps_gather_their_taps(blas_threads):
         _check_pairs_conv(x, _small_pairs(shape), groups, strides, pads, dilation)
 
 
+OPERAND_CASES = [
+    # x dtype and shape, weight shape (OIHW), groups, strides, padding: products split at two
+    # threads whose pieces make the panel's operand first, a share of its quads each
+    # (`qgemm._prepare`): a 16-channel 1 x 1 at 55 x 55 (split for its tiles' fixed cost,
+    # `qgemm.TILE_DEPTHS_FIXED`); padded 3 x 3s (their image gathered into a panel without
+    # VNNI) of 5 quads (uneven shares) and strided (the image's phases); a 7 x 7 on a small
+    # map (an im2col panel: by words with the OHWI weight, by bytes with the OIHW one); groups
+    # and a batch (an operand per image and group)
+    ("uint8", (1, 16, 55, 55), (64, 16, 1, 1), 1, (1, 1), (0, 0, 0, 0)),
+    ("int8", (1, 20, 27, 27), (48, 20, 3, 3), 1, (1, 1), (1, 1, 1, 1)),
+    ("uint8", (1, 16, 41, 41), (64, 16, 3, 3), 1, (2, 2), (1, 1, 1, 1)),
+    ("int8", (1, 64, 12, 12), (256, 64, 7, 7), 1, (1, 1), (0, 0, 0, 0)),
+    ("uint8", (2, 32, 23, 23), (96, 16, 3, 3), 2, (1, 1), (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize(("x_dtype", "xs", "ws", "groups", "strides", "pads"), OPERAND_CASES)
+def test_split_products_make_their_operand_in_pieces(blas_threads, x_dtype, xs, ws, groups,
+                                                     strides, pads):  # fmt: skip
+    """Products whose pieces make their image, gathered panel or im2col panel (at two
+    threads, on the pool) equal the NumPy reference exactly, as on one thread."""
+    before = workpool.jobs()
+    _check_pairs_conv(_ints(xs, x_dtype), _small_pairs(ws), groups, strides, pads, (1, 1))
+    if blas_threads == 2:
+        assert workpool.jobs() > before
+
+
 def test_pairs_fit_reads_the_two_largest_of_a_channel():
     """`qtile.pairs_fit`: any two values of one output channel within `qtile.PAIR_BOUND`."""
     w = np.zeros((3, 8), np.int8)
@@ -711,6 +738,10 @@ def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     assert axis == 1 and pieces * step == 32 * mr and step % mr == 0
     assert qgemm.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
     assert qgemm.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
+    # a shallow product (a 16-channel 1 x 1 at 55 x 55, 3.1M multiply-adds): its tiles' fixed
+    # cost counted, split, in pieces a multiple of the threads
+    axis, step, pieces = qgemm.split_plan(64, 16, 3040, 2)
+    assert axis == 0 and pieces >= 2 and pieces % 2 == 0
     assert qgemm.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
 
 

@@ -124,8 +124,9 @@ def conv_weight_rows(w, o0, og, cq, wanted):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words):  # type: ignore[no-untyped-def]
-    """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view) as the panel by words:
+def columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words, k0, k1):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view) as the panel by words
+    (its quads ``[k0, k1)``: the pieces of a split product make theirs, `rvm.kernels.qgemm`):
     ``words[(u * kw + v) * cq + k, i * ow + j]`` holds channels ``4k`` to ``4k + 3`` (a byte
     each, ``flip`` 0x80 shifting int8 into uint8) that tap ``(u, v)`` of output position
     ``(i, j)`` reads, ``fill`` in each byte for a tap in the padding; channels past ``cg``
@@ -138,7 +139,7 @@ def columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, wo
     fill_word = np.uint32(fill) * np.uint32(0x01010101)
     flip_word = np.uint32(flip) * np.uint32(0x01010101)
     plane = U(ih * iw)
-    for k in range(cq):
+    for k in range(k0, k1):
         base = U((n * x.shape[1] + c0) * ih * iw)
         p0 = base + U(min(4 * k, cg - 1)) * plane
         p1 = base + U(min(4 * k + 1, cg - 1)) * plane
@@ -237,9 +238,10 @@ def columns_bytes(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, fl
 
 
 @jit(**_OPTS)
-def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words):  # type: ignore[no-untyped-def]
+def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words, k0, k1):  # type: ignore[no-untyped-def]  # noqa: E501
     """Image ``n``'s channels ``c0 + [0, cg)`` of ``x`` (uint8 view, NCHW) interleaved by
-    words into ``words`` (quads, plane), split by phase of the strides ``sh``, ``sw``: phase
+    words into ``words`` (quads, plane; its quads ``[k0, k1)``), split by phase of the
+    strides ``sh``, ``sw``: phase
     ``(a, b)`` in slot ``slots[a * sw + b]`` (-1: not made), at ``words[k, slot * hp * pitch
     + r * pitch + j]``, holds channels ``4k`` to ``4k + 3`` (a byte each,
     ``flip`` 0x80 shifting int8 into uint8) of input pixel ``(sh * r + a - pt, sw * j + b -
@@ -248,12 +250,12 @@ def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words):  #
     weights are 0). A run of words per input row, or one for all rows at unit strides
     (a padded plane's then moved to their rows: 3.4x faster for 14-word rows)."""
     ih, iw = x.shape[2], x.shape[3]
-    cq, plane, size = words.shape[0], words.shape[1], hp * pitch
+    plane, size = words.shape[1], hp * pitch
     wf, xf = words.reshape(-1), x.reshape(-1)
     fill_word = np.uint32(fill) * np.uint32(0x01010101)
     flip_word = np.uint32(flip) * np.uint32(0x01010101)
     base = U((n * x.shape[1] + c0) * ih * iw)
-    for k in range(cq):
+    for k in range(k0, k1):
         s0 = base + U(min(4 * k, cg - 1) * ih * iw)
         s1 = base + U(min(4 * k + 1, cg - 1) * ih * iw)
         s2 = base + U(min(4 * k + 2, cg - 1) * ih * iw)
@@ -308,17 +310,17 @@ def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words):  #
 
 
 @jit(**_OPTS)
-def gather(words, offsets, oh, ow, pitch, panel):  # type: ignore[no-untyped-def]
+def gather(words, offsets, oh, ow, pitch, panel, k0, k1):  # type: ignore[no-untyped-def]
     """The im2col panel by words (`columns`' layout) from the image `image` made: ``panel[t
     * cq + k, i * ow + j] = words[k, offsets[t] // 4 + i * pitch + j]`` (``offsets`` the taps'
-    byte offsets into a quad's plane, `rvm.kernels.qgemm._tap_offsets`), a run of ``ow``
-    words per tap, quad and output row: the image's row margins left out. Columns past
-    ``oh * ow`` are left as they are."""
+    byte offsets into a quad's plane, `rvm.kernels.qgemm._tap_offsets`) for the quads
+    ``[k0, k1)``, a run of ``ow`` words per tap, quad and output row: the image's row margins
+    left out. Columns past ``oh * ow`` are left as they are."""
     cq, plane, cols = words.shape[0], words.shape[1], panel.shape[1]
     wf, pf = words.reshape(-1), panel.reshape(-1)
     for t in range(offsets.size):
         tap = offsets[t] // 4
-        for k in range(cq):
+        for k in range(k0, k1):
             src, dst = k * plane + tap, (t * cq + k) * cols
             for i in range(oh):
                 s, d = U(src + i * pitch), U(dst + i * ow)

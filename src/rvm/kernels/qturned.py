@@ -427,7 +427,7 @@ def qconv2d_turned_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, 
     for n in range(x.shape[0]):
         if npos == 0 or o == 0:
             break
-        image(x, n, 0, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words)
+        image(x, n, 0, cg, sh, sw, pt, pl, hp, pitch, slots, zero, flip, words, 0, cq)
         dest = out[n].reshape(o, npos)
         # Fused only in the VNNI kernels (`_turned_part`'s plain loop fills the scratch).
         epi = np.empty(0, np.int64)

@@ -284,3 +284,61 @@ def test_residual_requantizes_in_one_kernel_and_matches_ort():
         for mode in EXEC_MODES:
             y = rvm.VirtualMachine(ex, exec_mode=mode)["main"](x)
             np.testing.assert_allclose(y, expected, rtol=0, atol=step * 1.001, err_msg=mode)
+
+
+def _wide_fire_model() -> onnx.ModelProto:
+    """A fire module on a 41 x 41 map (squeezenet's shape of block): a 1 x 1 squeeze to 16
+    channels, then a 1 x 1 and a padded 3 x 3 expansion to 64 each, concatenated, and a
+    1 x 1 head: products large enough to be split at two threads."""
+    inits = [
+        nh.from_array(RNG.normal(0, 0.3, (16, 24, 1, 1)).astype(np.float32), "ws"),
+        nh.from_array(RNG.normal(0, 0.3, (64, 16, 1, 1)).astype(np.float32), "wa"),
+        nh.from_array(RNG.normal(0, 0.1, (64, 16, 3, 3)).astype(np.float32), "wb"),
+        nh.from_array(RNG.normal(0, 0.1, (8, 128, 1, 1)).astype(np.float32), "wh"),
+    ]
+    nodes = [
+        oh.make_node("Conv", ["x", "ws"], ["cs"]),
+        oh.make_node("Relu", ["cs"], ["rs"]),
+        oh.make_node("Conv", ["rs", "wa"], ["ca"]),
+        oh.make_node("Relu", ["ca"], ["ra"]),
+        oh.make_node("Conv", ["rs", "wb"], ["cb"], pads=[1, 1, 1, 1]),
+        oh.make_node("Relu", ["cb"], ["rb"]),
+        oh.make_node("Concat", ["ra", "rb"], ["cat"], axis=1),
+        oh.make_node("Conv", ["cat", "wh"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "wide_fire",
+        [oh.make_tensor_value_info("x", TP.FLOAT, [1, 24, 41, 41])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [1, 8, 41, 41])],
+        inits,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_two_threads_give_one_threads_bits():
+    """A fire module whose products split at two threads (their pieces making the image and
+    panels they read, `rvm.kernels.qgemm._prepare`) gives the same bits at two threads as at
+    one in every exec mode, within two output steps of ORT's."""
+    from rvm.kernels import workpool
+
+    quantized = quantize_with_ort(_wide_fire_model(), reduce_range=REDUCE)
+    ex = rvm.compile(rvm.from_onnx(quantized))
+    step = _output_scale(quantized)
+    before = rvm.get_num_threads()
+    try:
+        for seed in range(2):
+            x = np.random.default_rng(seed).normal(size=(1, 24, 41, 41)).astype(np.float32)
+            (expected,) = run_ort(quantized, [x])
+            for mode in EXEC_MODES:
+                f = rvm.VirtualMachine(ex, exec_mode=mode)["main"]
+                rvm.set_num_threads(1)
+                one = f(x)
+                rvm.set_num_threads(2)
+                jobs = workpool.jobs()
+                two = f(x)
+                assert workpool.jobs() > jobs, mode  # split on the pool
+                np.testing.assert_array_equal(two, one, err_msg=mode)
+                np.testing.assert_allclose(one, expected, rtol=0, atol=step * 2.001, err_msg=mode)
+    finally:
+        rvm.set_num_threads(before)
