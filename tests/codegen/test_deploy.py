@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -144,6 +145,11 @@ def _fresh_load(tmp_path, name: str, data: bytes) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def _base(name: str) -> str:
+    """A Numba cache file's function: ``m.f-3.py311`` of ``m.f-3.py311.nbi`` and ``.2.nbc``."""
+    return re.sub(r"\.(\d+\.nbc|nbi)$", "", name)
+
+
 def test_saved_native_code_loads_with_empty_caches_and_compiles_no_kernel(tmp_path):
     ex = _mlp_files(tmp_path)
     native = ex.native_code()
@@ -169,14 +175,16 @@ def test_saved_native_code_loads_with_empty_caches_and_compiles_no_kernel(tmp_pa
     assert shipped <= set(got["cached"])
     # (The pool's tasks are left out: they are built when a loop first splits, and this small
     # model's loops never do.)
+    # Compared by function: the saving process may hold other overloads of an entry point
+    # (a float64 matmul another test built) that this model never loads.
     library = {
-        n
+        _base(n)
         for g in native.groups
         if g.kind == "module"
         for n, _ in g.files
         if not n.split("-")[0].endswith("_task")
     }
-    assert library and library <= set(got["cached"])
+    assert library and library <= {_base(n) for n in got["cached"]}
 
 
 def test_native_code_for_another_key_rebuilds_and_says_so_once(tmp_path):
