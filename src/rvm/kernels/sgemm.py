@@ -907,6 +907,41 @@ def _in_place(b, ldb, p0, q, n, run, b_step):  # type: ignore[no-untyped-def]
     return b + 4 * (s * b_step + off + p0 * ldb)
 
 
+@jit(**_OPTS, inline="always")
+def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, last, epilogue,
+                     first, b, ldb, table, run, b_step):  # type: ignore[no-untyped-def]  # fmt: skip
+    """The bands of A's rows (``m``) times one depth block (rows ``p0`` to ``p0 + kc``) of B's
+    columns ``j0`` to ``j0 + cols``, packed in panels of `NR` columns (panel ``q0 / NR`` at
+    ``panels + 4 * q0 * depth``, its rows `NR` floats apart): each band's tiles across the
+    panels, into C's rows (``add``: onto them), the ``epilogue`` (`sgemm_segments`') on the
+    ``last`` depth block. With ``first`` the first band packs each panel from B (``b``,
+    ``ldb``, ``table``, ``run``, ``b_step``: `_pack`'s) as it reads it, or reads B in place
+    (`_in_place`) and writes the panel for the other bands. The loops `_packed_blocks` and
+    `bands_on_packed` share (the latter without ``first``, a constant its copy folds)."""
+    bias, bias_step, act, res = epilogue
+    for i0 in range(0, m, MR):
+        rows = min(MR, m - i0)
+        a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * (i0 * ldc + j0)
+        at_bias = bias + 4 * i0 * bias_step if last and bias != 0 else 0
+        for q0 in range(0, cols, NR):
+            n = min(NR, cols - q0)
+            vectors = (n + LANES - 1) // LANES
+            panel = panels + 4 * q0 * depth
+            at_b, rows_b, in_place = panel, NR, 0
+            if first and i0 == 0:
+                at = _in_place(b, ldb, p0, j0 + q0, n, run, b_step)
+                if at == 0:
+                    _pack(b, ldb, table, p0, kc, j0 + q0, n, run, b_step, panel)
+                else:
+                    at_b, rows_b, in_place = at, ldb, 1
+            # In place, the tile also writes the panel when other bands read it.
+            into_panel = panel if in_place and m > MR else 0
+            _micro_panel(kc, a_band, lda, at_b, rows_b, in_place, c_band + 4 * q0, ldc, add,
+                         rows, vectors, n - (vectors - 1) * LANES, LANES, LANES, 0, 0, 0,
+                         into_panel, at_bias, bias_step, act if last else 0,
+                         res if last else 0)  # fmt: skip
+
+
 @jit(**_OPTS, inline="always")  # its one caller, the task: built and optimized once
 def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step, accumulate,
                    epilogue):  # type: ignore[no-untyped-def]  # fmt: skip
@@ -919,7 +954,6 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
     it computes instead."""
     into = kept(PACK_FLOATS, np.float32)  # one size for every call: a kept block
     packed = into.ctypes.data
-    bias, bias_step, act, res = epilogue
     first = packs_in_place(m) and table == 0  # a table's taps: no panel reads in place
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
@@ -928,28 +962,8 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
             if not first:
                 _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, packed)
             add = 1 if (accumulate or p0 > 0) else 0
-            last = p0 + kc == k
-            for i0 in range(0, m, MR):
-                rows = min(MR, m - i0)
-                a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * (i0 * ldc + j0)
-                at_bias = bias + 4 * i0 * bias_step if last and bias != 0 else 0
-                for q0 in range(0, cols, NR):
-                    n = min(NR, cols - q0)
-                    vectors = (n + LANES - 1) // LANES
-                    panel = packed + 4 * q0 * kc
-                    at_b, rows_b, in_place = panel, NR, 0
-                    if first and i0 == 0:
-                        at = _in_place(b, ldb, p0, j0 + q0, n, run, b_step)
-                        if at == 0:
-                            _pack(b, ldb, table, p0, kc, j0 + q0, n, run, b_step, panel)
-                        else:
-                            at_b, rows_b, in_place = at, ldb, 1
-                    # In place, the tile also writes the panel when other bands read it.
-                    into_panel = panel if in_place and m > MR else 0
-                    _micro_panel(kc, a_band, lda, at_b, rows_b, in_place, c_band + 4 * q0, ldc,
-                                 add, rows, vectors, n - (vectors - 1) * LANES, LANES, LANES, 0, 0,
-                                 0, into_panel, at_bias, bias_step, act if last else 0,
-                                 res if last else 0)  # fmt: skip
+            _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, packed, kc, add, p0 + kc == k,
+                             epilogue, first, b, ldb, table, run, b_step)  # fmt: skip
     alive(into)  # read only through its address above: not freed before
 
 
@@ -968,26 +982,14 @@ def bands_on_packed(a, lda, packed, c, ldc, m, k, width, epilogue):  # type: ign
     of B packed at ``packed`` (`pack_whole`): `_packed_blocks`' loops and tiles on panels
     packed once for every band (its column blocks, depth blocks, bands, tiles; the same sums
     in the same order), C's columns end to end; m, k, width > 0."""
-    bias, bias_step, act, res = epilogue
     step = column_step(k)
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
         for p0 in range(0, k, KC):
             kc = min(KC, k - p0)
-            add = 1 if p0 > 0 else 0
-            last = p0 + kc == k
-            for i0 in range(0, m, MR):
-                rows = min(MR, m - i0)
-                a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * (i0 * ldc + j0)
-                at_bias = bias + 4 * i0 * bias_step if last and bias != 0 else 0
-                for q0 in range(0, cols, NR):
-                    n = min(NR, cols - q0)
-                    vectors = (n + LANES - 1) // LANES
-                    at_b = packed + 4 * ((j0 + q0) * k + p0 * NR)
-                    tail = n - (vectors - 1) * LANES
-                    _micro_panel(kc, a_band, lda, at_b, NR, 0, c_band + 4 * q0, ldc, add, rows,
-                                 vectors, tail, LANES, LANES, 0, 0, 0, 0, at_bias, bias_step,
-                                 act if last else 0, res if last else 0)  # fmt: skip
+            panels = packed + 4 * (j0 * k + p0 * NR)
+            _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, k, 1 if p0 > 0 else 0,
+                             p0 + kc == k, epilogue, False, 0, 0, 0, 1, 0)  # fmt: skip
 
 
 @jit(**_OPTS)
