@@ -261,6 +261,8 @@ def test_a_native_executable_ships_its_native_functions_too(tmp_path):
     np.save(tmp_path / "expected.npy", rvm.VirtualMachine(ex)["main"](*args))
     kinds = [g.kind for g in ex.native_code().groups]
     assert kinds.count("native") == 1
+    (group,) = [g for g in ex.native_code().groups if g.kind == "native"]
+    assert b"= _by_symbol(k" in dict(group.files)[group.ident]  # its kernels called by symbol
     path = tmp_path / "mlp_native.rvmx"
     path.write_bytes(ex.to_bytes())
     env = dict(os.environ)

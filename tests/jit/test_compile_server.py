@@ -242,6 +242,32 @@ def test_an_idle_server_is_reaped_at_exit(isolated: Path, monkeypatch) -> None:
     assert said == "reaped"
 
 
+def test_a_busy_server_is_killed_and_reaped_at_exit(isolated: Path, monkeypatch) -> None:
+    """At exit, a server a (daemon) thread is still using is killed and reaped all the same:
+    its CPU counts as the process's child's."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child whose server another thread holds, running the atexit handler
+        code = 1
+        try:
+            os.close(read)
+            _generated(isolated, monkeypatch, 31)
+            server = apart.server()
+            served_by = server.pid()
+            assert server._lock.acquire(blocking=False)  # as a thread mid-request holds it
+            apart._stop_background()
+            gone = served_by > 0 and not Path(f"/proc/{served_by}").exists()
+            os.write(write, b"reaped" if gone else b"running")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        said = pipe.read()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert said == "reaped"
+
+
 def test_off_compiles_in_a_forked_helper(isolated: Path, monkeypatch) -> None:
     monkeypatch.setenv("RVM_JIT_SERVER", "0")
     assert apart.server() is None

@@ -560,8 +560,8 @@ _claim_folders: set[Path] = set()  # their claims, removed once they have all ex
 def _stop_background() -> None:
     """End the background helpers still running when this process exits (their work was
     not needed; a process's helpers do not outlive it), and the compile server if it is
-    idle (`compile_server.Server.stop_if_idle`)."""
-    _server.stop_if_idle()
+    idle, else killed (`compile_server.Server.stop_at_exit`), reaped either way."""
+    _server.stop_at_exit()
     for pid in list(_background):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)

@@ -36,13 +36,13 @@ and closure and reuses it whatever its globals were when it compiled.
 Lifetime: the server reads requests from a socket whose other end only the parent holds
 open for long, so it exits at the parent's exit (end of file), and, forked from the main
 thread, is killed when the parent dies (``PR_SET_PDEATHSIG``). At a normal exit the parent
-ends an idle server and reaps it (`Server.stop_if_idle`), so its CPU counts as the parent's
-child's (``time``, ``getrusage``) rather than an orphan's nobody counts. A server that dies (a crash
-in LLVM) is replaced at the next request (after `MAX_DEATHS` deaths the process forks
-helpers as before); one whose compiles have grown it past `RETIRE_BYTES` of its own memory
-retires after its reply (a Numba compile keeps its memory for good) and the next request
-forks a fresh one. One request at a time: a thread finding the server busy forks a helper
-as before, so threads still compile side by side.
+ends its server (kills one a daemon thread is using) and reaps it (`Server.stop_at_exit`), so
+its CPU counts as the parent's child's (``time``, ``getrusage``) rather than an orphan's nobody
+counts. A server that dies (a crash in LLVM) is replaced at the next request (after
+`MAX_DEATHS` deaths the process forks helpers as before); one whose compiles have grown it
+past `RETIRE_BYTES` of its own memory retires after its reply (a Numba compile keeps its
+memory for good) and the next request forks a fresh one. One request at a time: a thread
+finding the server busy forks a helper as before, so threads still compile side by side.
 """
 
 from __future__ import annotations
@@ -304,15 +304,24 @@ class Server:
         with self._lock:
             self._stop()
 
-    def stop_if_idle(self) -> None:
-        """`stop` unless a thread is using the server (at exit: a server ended and reaped
-        here counts its CPU as this process's child's, as ``time`` and ``getrusage`` see it;
-        one left to exit by itself is reparented and its CPU counted nowhere)."""
+    def stop_at_exit(self) -> None:
+        """At this process's exit: `stop` the server, or, if a thread is using it (a daemon
+        thread's request, which nobody will read), kill it; reaped either way, so its CPU
+        counts as this process's child's, as ``time`` and ``getrusage`` see it (one left to
+        exit by itself is reparented and its CPU counted nowhere). The using thread meets end
+        of file and takes the server for dead."""
         if self._lock.acquire(blocking=False):
             try:
                 self._stop()
             finally:
                 self._lock.release()
+            return
+        pid = self._pid
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 def _start(

@@ -34,6 +34,7 @@ its imports from this), which its cache key covers."""
 
 NATIVE_SUPPORT_NAMES = (
     "bound",
+    "by_symbol",
     "call_begin",
     "call_end",
     "constant",

@@ -35,7 +35,7 @@ from rvm.kernels.numba_cache import (
     seal_object_code,
     write_atomic,
 )
-from rvm.runtime.loading import COMPILED_DIR, FILES_DIR, NATIVE_DIR, user_dir
+from rvm.runtime.loading import COMPILED_DIR, FILES_DIR, NATIVE_DIR, NATIVE_IMPORTS, user_dir
 
 KERNEL_DIR = "kernels"
 logger = logging.getLogger("rvm.jit")
@@ -246,8 +246,9 @@ def clear_cache() -> None:
     """Delete everything rvm's caches hold: rvm's folders in the cache directory (kernels,
     the native exec mode's files, trusted files' entries, `rvm.compile_onnx`'s executables:
     `OWN_DIRS`), Numba's object code of them (beside them, or their mirrors under
-    ``NUMBA_CACHE_DIR``), and Numba's object code of rvm's kernel library (`rvm.kernels`),
-    wherever Numba keeps it. Nothing else in the cache directory is touched (it may be a
+    ``NUMBA_CACHE_DIR``), and Numba's object code of rvm's kernel library (`rvm.kernels`) and
+    of the native files' helpers (`NATIVE_IMPORTS`, with their stamps), wherever Numba keeps
+    it. Nothing else in the cache directory is touched (it may be a
     folder of the user's)."""
     from rvm.kernels import apart, numba_cache
 
@@ -268,3 +269,7 @@ def clear_cache() -> None:
         for lock in folder.glob(f"{module.stem}.*.{apart.BUILD_LOCK}"):  # `apart.built_once`'s
             lock.unlink(missing_ok=True)
     (folder / numba_cache.LIBRARY_STAMP).unlink(missing_ok=True)
+    for name in NATIVE_IMPORTS:  # outside the library, compiling its code in: their stamps too
+        module = Path(__file__).parents[2].joinpath(*name.split(".")[1:]).with_suffix(".py")
+        drop_object_code(module)
+        (object_code_dir(module) / f"{module.stem}.library").unlink(missing_ok=True)

@@ -1,8 +1,9 @@
 """The native exec mode: every VM function that can be, one Numba function.
 
 `native_codegen.py` writes one Python file per executable holding an njit function per native
-VM function (registers as typed locals, kernels called njit to njit, tensors allocated by
-Numba, branches and loops native, calls between native functions native calls). The file is
+VM function (registers as typed locals, kernels called njit to njit (by the symbol of their
+loaded object code but for small ones: `native_symbols`), tensors allocated by Numba, branches
+and loops native, calls between native functions native calls). The file is
 the native code's cache entry: it lives at ``<rvm cache dir>/native/n_<hash>.py``, named by the
 hash of its text, the versions and CPU it is compiled for and the rvm modules it imports
 (`rvm.runtime.loading.cache.source_hash`), written atomically, registered in `linecache`, and

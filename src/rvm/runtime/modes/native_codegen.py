@@ -77,6 +77,10 @@ class NativeModule:
     bound: dict[str, int] = field(default_factory=dict)
 
 
+# The largest compile cost (`rvm.jit.lower.compile_cost`) of a jit kernel native code inlines.
+INLINE_COST = 40
+
+
 def _decorator(cache: bool) -> str:
     # no C wrapper: native functions are called from Python or natively, never as values
     # (`rvm.kernels.jitting.NO_C_WRAPPER`)
@@ -212,6 +216,8 @@ def _file(
     for k in kernels:
         rec = ex.kernels[ex.primitive_names[k]]
         head.append(f"# k{k} = kernel {rec.name!r}: {rec.entry} of {_kernel_module(rec)}")
+        if not inlined(rec):
+            head.append(f"k{k} = _by_symbol(k{k})")
     for k in sorted({k for f in functions for k in f.scalar_kernels}):
         rec = ex.kernels[ex.primitive_names[k]]
         name = rec.meta[SCALAR_META]
@@ -238,6 +244,15 @@ def _file(
             entry = _entry(ex, f, names.funcs[f.index])
             body += ["", "", _decorator(f.index not in uncached), *entry]
     return "\n".join(head + body) + "\n"
+
+
+def inlined(rec: KernelRecord) -> bool:
+    """Whether native code calls jit kernel ``rec`` as Numba calls a jitted function, its code
+    linked into the native function's module, inlined where LLVM finds it pays, and optimized
+    and generated again there; else by symbol (`native_symbols`: its loaded object code). Only
+    small kernels (`INLINE_COST`, by the compile cost its generator estimated): their call is
+    a real share of their time on small tensors, and their code compiles again quickly."""
+    return rec.cost <= INLINE_COST
 
 
 def _kernel_module(rec: KernelRecord) -> str:

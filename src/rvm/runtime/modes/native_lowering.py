@@ -5,7 +5,8 @@ Registers become typed locals `r0, r1, ...`; non-control instructions are their 
 template (`semantics.template(ins, "native")`: the `OVERRIDES["native"]` form where Numba
 needs another, stating why, else the `SEMANTICS` one every mode renders; `OWN_STATEMENTS` are
 written here, as the table says); jit kernels are called directly (`k<i>`, the kernels' own
-dispatchers, so a call is njit to njit); tensors are allocated by Numba in native code.
+dispatchers, so a call is njit to njit; all but small ones by symbol, `native_symbols`); tensors
+are allocated by Numba in native code.
 
 Control flow: a function with jumps or a self tail call is a `while True:` loop over its basic
 blocks dispatched on a `_pc` local (LLVM turns the constant `_pc` stores into direct branches);

@@ -4,7 +4,8 @@ The free names of `semantics.OVERRIDES["native"]` templates that are not numpy's
 (NEW_TENSOR and its kin: ``np.empty`` whose big tensors' memory is kept and reused across calls,
 `rvm.kernels.blocks`, as the VM's pooled allocator does), `storage` (ALLOC_STORAGE, a block of
 bytes, from the same blocks), `view` (ALLOC_TENSOR, a tensor over a block's bytes),
-`shape_array` (SHAPE_OF), `call_begin` and `call_end` (an entry's bookkeeping of the thread
+`shape_array` (SHAPE_OF), `by_symbol` (a kernel native code calls by symbol, not inlined:
+`native_symbols`), `call_begin` and `call_end` (an entry's bookkeeping of the thread
 pool, `rvm.kernels.workpool.call`'s, natively), `write_slice`
 (`vm.builtin.write_slice`), `full0` (a scalar register where an array is needed), `constant`,
 which rebuilds a small constant of the executable from the hex text a generated file holds
@@ -38,6 +39,7 @@ from rvm.kernels.workpool import call_end as call_end  # re-exported: native fil
 from rvm.runtime.builtins import slice_fits
 from rvm.runtime.loading import NATIVE_SUPPORT_NAMES
 from rvm.runtime.modes.native_constants import bound as bound  # re-exported: native files import it
+from rvm.runtime.modes.native_symbols import by_symbol as by_symbol  # re-exported: native files
 
 __all__ = ["BAIL", *NATIVE_SUPPORT_NAMES]
 
