@@ -12,7 +12,7 @@ from jit_helpers import check, host_has, prim, var
 
 from rvm import op
 from rvm.ir.infer import infer_type
-from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qtile, qturned, workpool
+from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qsplit, qtile, qturned, workpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -612,8 +612,8 @@ def test_without_vnni_small_maps_gather_their_taps(blas_threads):
 OPERAND_CASES = [
     # x dtype and shape, weight shape (OIHW), groups, strides, padding: products split at two
     # threads whose pieces make the panel's operand first, a share of its quads each
-    # (`qgemm._prepare`): a 16-channel 1 x 1 at 55 x 55 (split for its tiles' fixed cost,
-    # `qgemm.TILE_DEPTHS_FIXED`); padded 3 x 3s (their image gathered into a panel without
+    # (`qsplit.prepare`): a 16-channel 1 x 1 at 55 x 55 (split for its tiles' fixed cost,
+    # `qsplit.TILE_DEPTHS_FIXED`); padded 3 x 3s (their image gathered into a panel without
     # VNNI) of 5 quads (uneven shares) and strided (the image's phases); a 7 x 7 on a small
     # map (an im2col panel: by words with the OHWI weight, by bytes with the OIHW one); groups
     # and a batch (an operand per image and group)
@@ -729,20 +729,20 @@ def test_without_vnni_the_pmaddwd_kernels_give_the_same_answers(tmp_path, target
 def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     """(axis, step, pieces): columns for many positions, rows (output channels) for few."""
     nr, mr = qgemm.NR, qgemm.MR
-    axis, step, pieces = qgemm.split_plan(1000, 512, 6 * nr, 2)  # 13 x 13: 6 column tiles
+    axis, step, pieces = qsplit.split_plan(1000, 512, 6 * nr, 2)  # 13 x 13: 6 column tiles
     assert (axis, step, pieces) == (0, nr, 6)
     # 64 tiles of rows (512 channels with VNNI's 8-row tiles) by 2 column tiles (7 x 7)
-    axis, step, pieces = qgemm.split_plan(64 * mr, 2048, 2 * nr, 2)
+    axis, step, pieces = qsplit.split_plan(64 * mr, 2048, 2 * nr, 2)
     assert axis == 1 and pieces == 8 and step == 64 * mr // 8
-    axis, step, pieces = qgemm.split_plan(32 * mr, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
+    axis, step, pieces = qsplit.split_plan(32 * mr, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
     assert axis == 1 and pieces * step == 32 * mr and step % mr == 0
-    assert qgemm.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
-    assert qgemm.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
+    assert qsplit.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
+    assert qsplit.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
     # a shallow product (a 16-channel 1 x 1 at 55 x 55, 3.1M multiply-adds): its tiles' fixed
     # cost counted, split, in pieces a multiple of the threads
-    axis, step, pieces = qgemm.split_plan(64, 16, 3040, 2)
+    axis, step, pieces = qsplit.split_plan(64, 16, 3040, 2)
     assert axis == 0 and pieces >= 2 and pieces % 2 == 0
-    assert qgemm.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
+    assert qsplit.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
 
 
 @pytest.mark.parametrize(("x_dtype", "x_zero"), [("uint8", 0), ("int8", -128)])

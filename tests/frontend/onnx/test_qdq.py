@@ -318,7 +318,7 @@ def _wide_fire_model() -> onnx.ModelProto:
 
 def test_two_threads_give_one_threads_bits():
     """A fire module whose products split at two threads (their pieces making the image and
-    panels they read, `rvm.kernels.qgemm._prepare`) gives the same bits at two threads as at
+    panels they read, `rvm.kernels.qsplit.prepare`) gives the same bits at two threads as at
     one in every exec mode, within two output steps of ORT's."""
     from rvm.kernels import workpool
 
