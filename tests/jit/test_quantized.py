@@ -2,7 +2,8 @@
 VNNI where the CPU has it) equal their NumPy references exactly, over strides, padding,
 dilation, groups, depths that are not multiples of 4, batches, uint8 and int8 inputs, ReLU
 clamps and int8 outputs, products split on the pool or not; uint8 and int8 max pools
-(through `rvm.kernels.qpool`, in the integers) too."""
+(through `rvm.kernels.qpool`, in the integers) and requantized sums (`rvm.op.qadd`, through
+`rvm.kernels.qadd`) too."""
 
 from __future__ import annotations
 
@@ -634,6 +635,42 @@ def test_split_products_make_their_operand_in_pieces(blas_threads, x_dtype, xs, 
     _check_pairs_conv(_ints(xs, x_dtype), _small_pairs(ws), groups, strides, pads, (1, 1))
     if blas_threads == 2:
         assert workpool.jobs() > before
+
+
+QADD_CASES = [
+    # a's and b's dtypes, the output's, ReLU, shape: a resnet50 residual (large enough to be
+    # cut over the pool at two threads, `rvm.kernels.epipass.sweep_pieces`), mixed signs on
+    # an odd shape (one piece), int8 out of a 2-d pair
+    ("uint8", "uint8", "uint8", True, (1, 64, 56, 56)),
+    ("int8", "uint8", "int8", False, (2, 3, 5, 7)),
+    ("uint8", "int8", "uint8", False, (1, 256, 14, 14)),
+    ("int8", "int8", "int8", True, (300, 257)),
+]
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype", "y_dtype", "relu", "shape"), QADD_CASES)
+def test_qadd_kernel_equals_reference(blas_threads, a_dtype, b_dtype, y_dtype, relu, shape):
+    """`rvm.op.qadd` through the library (`rvm.kernels.qadd`) equals its NumPy reference
+    exactly, on one thread and cut over the pool at two; the scales make rounding ties and
+    both ends of the range."""
+    a, b = var("a", shape, a_dtype), var("b", shape, b_dtype)
+    zeros = {"uint8": (3, 131, 7), "int8": (-4, 5, -9)}
+    call = op.qadd(a, b, a_scale=0.0412, b_scale=0.0733, y_scale=0.0625,
+                   a_zero=zeros[a_dtype][0], b_zero=zeros[b_dtype][1], y_zero=zeros[y_dtype][2],
+                   dtype=y_dtype, relu=relu)  # fmt: skip
+    before = workpool.jobs()
+    check(prim([a, b], call), _ints(shape, a_dtype), _ints(shape, b_dtype))
+    if blas_threads == 2 and shape[-1] == 56:
+        assert workpool.jobs() > before
+
+
+def test_qadd_rejects_inputs_of_other_shapes_or_dtypes():
+    with pytest.raises(Exception, match="differ in shape"):
+        infer_type(op.qadd(var("a", (2, 3), "uint8"), var("b", (3, 2), "uint8"), a_scale=1.0,
+                           b_scale=1.0, y_scale=1.0))  # fmt: skip
+    with pytest.raises(Exception, match="uint8 or int8"):
+        infer_type(op.qadd(var("a", (2, 3)), var("b", (2, 3), "uint8"), a_scale=1.0,
+                           b_scale=1.0, y_scale=1.0))  # fmt: skip
 
 
 def test_pairs_fit_reads_the_two_largest_of_a_channel():
