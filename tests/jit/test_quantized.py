@@ -2,7 +2,8 @@
 VNNI where the CPU has it) equal their NumPy references exactly, over strides, padding,
 dilation, groups, depths that are not multiples of 4, batches, uint8 and int8 inputs, ReLU
 clamps and int8 outputs, products split on the pool or not; uint8 and int8 max pools
-(through `rvm.kernels.qpool`, in the integers) too."""
+(through `rvm.kernels.qpool`, in the integers) and requantized sums (`rvm.op.qadd`, through
+`rvm.kernels.qadd`) too."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from jit_helpers import check, host_has, prim, var
 
 from rvm import op
 from rvm.ir.infer import infer_type
-from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qtile, qturned, workpool
+from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qsplit, qtile, qturned, workpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -612,8 +613,8 @@ def test_without_vnni_small_maps_gather_their_taps(blas_threads):
 OPERAND_CASES = [
     # x dtype and shape, weight shape (OIHW), groups, strides, padding: products split at two
     # threads whose pieces make the panel's operand first, a share of its quads each
-    # (`qgemm._prepare`): a 16-channel 1 x 1 at 55 x 55 (split for its tiles' fixed cost,
-    # `qgemm.TILE_DEPTHS_FIXED`); padded 3 x 3s (their image gathered into a panel without
+    # (`qsplit.prepare`): a 16-channel 1 x 1 at 55 x 55 (split for its tiles' fixed cost,
+    # `qsplit.TILE_DEPTHS_FIXED`); padded 3 x 3s (their image gathered into a panel without
     # VNNI) of 5 quads (uneven shares) and strided (the image's phases); a 7 x 7 on a small
     # map (an im2col panel: by words with the OHWI weight, by bytes with the OIHW one); groups
     # and a batch (an operand per image and group)
@@ -634,6 +635,42 @@ def test_split_products_make_their_operand_in_pieces(blas_threads, x_dtype, xs, 
     _check_pairs_conv(_ints(xs, x_dtype), _small_pairs(ws), groups, strides, pads, (1, 1))
     if blas_threads == 2:
         assert workpool.jobs() > before
+
+
+QADD_CASES = [
+    # a's and b's dtypes, the output's, ReLU, shape: a resnet50 residual (large enough to be
+    # cut over the pool at two threads, `rvm.kernels.epipass.sweep_pieces`), mixed signs on
+    # an odd shape (one piece), int8 out of a 2-d pair
+    ("uint8", "uint8", "uint8", True, (1, 64, 56, 56)),
+    ("int8", "uint8", "int8", False, (2, 3, 5, 7)),
+    ("uint8", "int8", "uint8", False, (1, 256, 14, 14)),
+    ("int8", "int8", "int8", True, (300, 257)),
+]
+
+
+@pytest.mark.parametrize(("a_dtype", "b_dtype", "y_dtype", "relu", "shape"), QADD_CASES)
+def test_qadd_kernel_equals_reference(blas_threads, a_dtype, b_dtype, y_dtype, relu, shape):
+    """`rvm.op.qadd` through the library (`rvm.kernels.qadd`) equals its NumPy reference
+    exactly, on one thread and cut over the pool at two; the scales make rounding ties and
+    both ends of the range."""
+    a, b = var("a", shape, a_dtype), var("b", shape, b_dtype)
+    zeros = {"uint8": (3, 131, 7), "int8": (-4, 5, -9)}
+    call = op.qadd(a, b, a_scale=0.0412, b_scale=0.0733, y_scale=0.0625,
+                   a_zero=zeros[a_dtype][0], b_zero=zeros[b_dtype][1], y_zero=zeros[y_dtype][2],
+                   dtype=y_dtype, relu=relu)  # fmt: skip
+    before = workpool.jobs()
+    check(prim([a, b], call), _ints(shape, a_dtype), _ints(shape, b_dtype))
+    if blas_threads == 2 and shape[-1] == 56:
+        assert workpool.jobs() > before
+
+
+def test_qadd_rejects_inputs_of_other_shapes_or_dtypes():
+    with pytest.raises(Exception, match="differ in shape"):
+        infer_type(op.qadd(var("a", (2, 3), "uint8"), var("b", (3, 2), "uint8"), a_scale=1.0,
+                           b_scale=1.0, y_scale=1.0))  # fmt: skip
+    with pytest.raises(Exception, match="uint8 or int8"):
+        infer_type(op.qadd(var("a", (2, 3)), var("b", (2, 3), "uint8"), a_scale=1.0,
+                           b_scale=1.0, y_scale=1.0))  # fmt: skip
 
 
 def test_pairs_fit_reads_the_two_largest_of_a_channel():
@@ -729,20 +766,20 @@ def test_without_vnni_the_pmaddwd_kernels_give_the_same_answers(tmp_path, target
 def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     """(axis, step, pieces): columns for many positions, rows (output channels) for few."""
     nr, mr = qgemm.NR, qgemm.MR
-    axis, step, pieces = qgemm.split_plan(1000, 512, 6 * nr, 2)  # 13 x 13: 6 column tiles
+    axis, step, pieces = qsplit.split_plan(1000, 512, 6 * nr, 2)  # 13 x 13: 6 column tiles
     assert (axis, step, pieces) == (0, nr, 6)
     # 64 tiles of rows (512 channels with VNNI's 8-row tiles) by 2 column tiles (7 x 7)
-    axis, step, pieces = qgemm.split_plan(64 * mr, 2048, 2 * nr, 2)
+    axis, step, pieces = qsplit.split_plan(64 * mr, 2048, 2 * nr, 2)
     assert axis == 1 and pieces == 8 and step == 64 * mr // 8
-    axis, step, pieces = qgemm.split_plan(32 * mr, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
+    axis, step, pieces = qsplit.split_plan(32 * mr, 1024, 7 * nr, 2)  # 14 x 14: 7 column tiles
     assert axis == 1 and pieces * step == 32 * mr and step % mr == 0
-    assert qgemm.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
-    assert qgemm.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
+    assert qsplit.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
+    assert qsplit.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
     # a shallow product (a 16-channel 1 x 1 at 55 x 55, 3.1M multiply-adds): its tiles' fixed
     # cost counted, split, in pieces a multiple of the threads
-    axis, step, pieces = qgemm.split_plan(64, 16, 3040, 2)
+    axis, step, pieces = qsplit.split_plan(64, 16, 3040, 2)
     assert axis == 0 and pieces >= 2 and pieces % 2 == 0
-    assert qgemm.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
+    assert qsplit.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
 
 
 @pytest.mark.parametrize(("x_dtype", "x_zero"), [("uint8", 0), ("int8", -128)])

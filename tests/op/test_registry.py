@@ -61,6 +61,8 @@ def sample_calls() -> list[Call]:
                    relu=True, strides=2, padding=1, groups=2),
         op.qdense(var("qa", (3, 4), "int8"), var("qv", (5, 4), "int8"), var("qc", (5,), "int32"),
                   var("qt", (5,), "float32"), x_zero=-2, y_zero=-1, dtype="int8", high=100),
+        op.qadd(var("qa", (3, 4), "int8"), var("qe", (3, 4), "uint8"), a_scale=0.5, b_scale=0.25,
+                y_scale=0.125, a_zero=-2, b_zero=7, y_zero=3, relu=True),
         op.max_pool1d(var("p1", (2, 3, 9)), 3, 2, (1, 0), 2, True),
         op.max_pool3d(var("p3", (2, 3, 5, 6, 7)), (2, 3, 1), 2, 1),
         op.avg_pool1d(var("a1", (2, 3, 9)), 2, count_include_pad=True),

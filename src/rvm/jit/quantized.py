@@ -1,5 +1,5 @@
 """Quantized anchors: `rvm.op.qconv2d` and `rvm.op.qdense` call `rvm.kernels.qgemm` (a
-turned weight, ``qconv2d_turned``).
+turned weight, ``qconv2d_turned``), `rvm.op.qadd` calls `rvm.kernels.qadd`.
 
 The kernel checks its operands' shapes (the convolution's geometry as `rvm.jit.stages` checks
 a float convolution's), makes the call and returns; the integer GEMM (VNNI ``vpdpbusd``
@@ -113,5 +113,33 @@ def _qdense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Ten
     return t
 
 
+def _qadd(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    a, b = args
+    if a.dtype not in ("uint8", "int8") or b.dtype not in ("uint8", "int8"):
+        raise Unsupported(f"{kb.op} of {a.dtype} and {b.dtype}")
+    if a.ndim != b.ndim:
+        raise Unsupported(f"{kb.op} of ranks {a.ndim} and {b.ndim}")
+    for p, q in zip(a.dims, b.dims, strict=True):
+        kb.check(ne(p, q), f"{kb.kernel}: {kb.op}: the inputs differ in shape")
+    t = Tensor(a.dims, out, kind="anchor")
+
+    def fill() -> None:
+        from rvm.kernels.lrn import float_bits
+
+        t.array = kb.buffer(a.dims, out, t.array)
+        names = [kb.materialize(x) for x in args]
+        size = " * ".join(a.dims) or "1"
+        flat = [kb.fresh("f") for _ in range(3)]
+        for name, array in zip(flat, [*names, t.array], strict=True):
+            kb.root.lines.append(f"{name} = {array}.reshape(({size},))")
+        zeros = tuple(attrs[k] for k in ("a_zero", "b_zero", "y_zero", "low", "high"))
+        scales = tuple(float_bits(attrs[k]) for k in ("a_scale", "b_scale", "y_scale"))
+        _call(kb, "qadd", flat, args, out, (*zeros, *scales))
+
+    t.fill = fill
+    return t
+
+
 compute[ops.qconv2d] = _qconv2d
 compute[ops.qdense] = _qdense
+compute[ops.qadd] = _qadd

@@ -65,6 +65,7 @@ MODULES = {
     "qconv2d_turned": "rvm.kernels.qentry",
     "qdense": "rvm.kernels.qentry",
     "qmax_pool2d": "rvm.kernels.qpool",
+    "qadd": "rvm.kernels.qadd",
     "conv2d_bf16": "rvm.kernels.bf16entry",
     "dense_bf16": "rvm.kernels.bf16entry",
     "matmul": "rvm.kernels.blas",
@@ -81,6 +82,7 @@ MIXED = {
     "qconv2d_turned": (4, 4, 1, 1, 4),
     "qdense": (2, 2, 1, 1, 2),
     "qmax_pool2d": (4, 4),
+    "qadd": (1, 1, 1),
     "conv2d_bf16": (4, 2, 4, 1, 4, 2),
     "dense_bf16": (2, 2, 2),
     "matmul": (2, 2, 2),
@@ -93,7 +95,7 @@ MIXED_DTYPES_OF = {"matmul": ("float32", "float64")}
 # sign as one more parameter after the caller's (bit i: the i-th of these arrays is int8), so
 # one build serves every variant of signs (the integer products' input and output: each
 # build is seconds of LLVM).
-BYTES = {"qconv2d": (0, 4), "qconv2d_turned": (0, 4), "qdense": (0, 4)}
+BYTES = {"qconv2d": (0, 4), "qconv2d_turned": (0, 4), "qdense": (0, 4), "qadd": (0, 1, 2)}
 
 _bodies: dict[str, Callable[..., int]] = {}  # exported entry points by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive

@@ -33,7 +33,7 @@ from rvm.kernels import entry, parfor
 from rvm.kernels.jitting import jit
 from rvm.kernels.sgemm import LANES
 
-__all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows", "operands"]
+__all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows", "operands", "sweep_pieces", "sweep_range"]
 
 ACTIVATIONS = ("none", "relu")  # the activations it applies, by index
 
@@ -54,8 +54,23 @@ def _task(piece, like, data):  # type: ignore[no-untyped-def]
     out = parfor.array_at(job[1], (total,), like)
     bias = parfor.array_at(job[5], ((channels if step else 1) if job[5] else 0,), like)
     res = parfor.array_at(job[8], (total if job[8] else 0,), like)
-    lo, hi = parfor.piece_range(piece, pieces, total, LANES)  # whole vectors between pieces
+    lo, hi = sweep_range(piece, pieces, total)
     _sweep(out, bias, res, lo, hi, cols, channels, step, act)
+
+
+@jit(**_OPTS)
+def sweep_pieces(touched, total):  # type: ignore[no-untyped-def]
+    """The pieces a sweep over ``total`` elements (one pass of memory, a run of its elements a
+    piece: `sweep_range`) touching ``touched`` elements is cut into (`parfor.chunks`: on the
+    pool from `parfor.MIN_WORK`). Also the int8 residual's (`rvm.kernels.qadd`)."""
+    return parfor.chunks(touched, total)
+
+
+@jit(**_OPTS, inline="always")
+def sweep_range(piece, pieces, total):  # type: ignore[no-untyped-def]
+    """(lo, hi): the elements of piece ``piece`` of a sweep cut into ``pieces``
+    (`sweep_pieces`): equal runs, whole vectors between them."""
+    return parfor.piece_range(piece, pieces, total, LANES)
 
 
 @jit(**_OPTS, fastmath=FAST)
@@ -105,7 +120,7 @@ def epilogue_rows(out, bias, act, res):  # type: ignore[no-untyped-def]
         return
     channels = out.shape[1]
     touched = total * (3 if res.size else 2)  # read and written, and the residual read
-    pieces = parfor.chunks(touched, total)
+    pieces = sweep_pieces(touched, total)
     job = np.empty(_JOB_FIELDS, dtype=np.int64)
     job[0], job[1], job[2] = _JOB_FIELDS, parfor.address(out), total
     job[3], job[4] = total // (out.shape[0] * channels), channels

@@ -46,12 +46,13 @@ int8) on C-contiguous operands:
   it (`_requantize`, in cache);
 - a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
   ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
-  are, from `SPLIT_MIN` multiply-adds a piece, each tile's fixed cost counted
-  (`TILE_DEPTHS_FIXED`): pieces of columns, or of rows (output channels) when those share
-  the work out more evenly between the threads (few positions: a 7 x 7 output's 49 are two
-  tiles of columns). The job's first pieces make the panel's operand (a convolution's image
-  and the panel gathered from it, or its im2col panel by words: `_prepare`), a share of its
-  quads each, and the others wait for them before they multiply;
+  are, cut as `rvm.kernels.qsplit` plans (`split_plan`: from `SPLIT_MIN` multiply-adds a
+  piece, each tile's fixed cost counted, `TILE_DEPTHS_FIXED`): pieces of columns, or of rows
+  (output channels) when those share the work out more evenly between the threads (few
+  positions: a 7 x 7 output's 49 are two tiles of columns). The job's first pieces make the
+  panel's operand (a convolution's image and the panel gathered from it, or its im2col panel
+  by words: `qsplit.prepare`), a share of its quads each, and the others wait for them
+  before they multiply;
 - the last tile of a product's columns is one vector (`LANES`) wide when no more are left
   (`_micro_tail`: 13 x 13's 169 positions compute 176 columns, not 192), three vectors wide
   when three are left (`_micro_wide`, in two passes of 4 rows: each row's broadcast feeds
@@ -71,20 +72,28 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 from numba import types as nt
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import parfor, qsplit, workpool
 from rvm.kernels.jitting import NO_C_WRAPPER, alive, jit
-from rvm.kernels.parfor import PIECES_PER_THREAD
+from rvm.kernels.parfor import PIECES_PER_THREAD  # noqa: F401  (`rvm.kernels.qturned`'s)
 from rvm.kernels.planes import U
 from rvm.kernels.qcolumns import (
-    columns,
     columns_bytes,
     conv_weight_rows,
-    gather,
     hwc_weight_rows,
-    image,
     weight_rows,
+)
+from rvm.kernels.qsplit import (  # noqa: F401  (SPLIT_MIN, pointer_at, markers: importers')
+    _F32,
+    _I8,
+    _I32,
+    _I64,
+    _U8,
+    SPLIT_MIN,
+    TILE_DEPTHS_FIXED,
+    pointer_at,
+    split_plan,
 )
 from rvm.kernels.qtile import (
     DOT_COLUMNS,
@@ -117,18 +126,6 @@ __all__ = [
 ]
 
 
-SPLIT_MIN = (1 << 17) * LANES
-"""Multiply-adds a piece keeps at least when a product is split, its tiles' fixed cost counted
-(`TILE_DEPTHS_FIXED`). A rule of the vector width, as the float GEMM's
-(`rvm.kernels.blas.SPLIT_MIN_MNK`), so that a piece is about the same time of a core's work
-on every CPU: 1 << 21 with VNNI's 16 lanes (tuned on a Zen 4); 1 << 20 with AVX2's 8 lanes,
-about 13 us of a Zen 3 core's tiles (at 1 << 21 squeezenet's 1 x 1 convolutions, 50-80 us
-each, ran on one core while the other waited)."""
-TILE_DEPTHS_FIXED = 20
-"""What a tile costs besides its multiply-adds (starting it, its loops, the requantizing
-epilogue and the stores of its bytes), in depths of its multiply-adds: without VNNI (Zen 3)
-about 23 ns a 6 x 16 tile, against 4.7 ns a quad of depth. It weighs on shallow products:
-squeezenet's 16-channel 1 x 1s spend half their time there. `split_plan` counts it as work."""
 # A convolution reads its taps in place while the columns its image's row
 # margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
 DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
@@ -361,19 +358,6 @@ def _run(acc, o, a0, out, at, count, shift, f, y_zero, low, high, narrow):  # ty
         out[o, at + p] = np.int32(min(max(q, lo), hi))
 
 
-@intrinsic
-def pointer_at(typingctx, address, like):  # type: ignore[no-untyped-def]
-    """Address ``address`` (int64) as a pointer to ``like``'s dtype (``like`` an array)."""
-    if not isinstance(like, nt.Array):
-        return None
-    ptr = nt.CPointer(like.dtype)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.inttoptr(args[0], context.get_value_type(ptr))
-
-    return ptr(nt.int64, like), codegen
-
-
 def _plain(bias, scale):  # type: ignore[no-untyped-def]
     """Whether ``bias`` is int32 and ``scale`` float32 (the ops' types: what a piece reads)."""
     return bias.dtype == np.int32 and scale.dtype == np.float32
@@ -385,27 +369,6 @@ def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
     return lambda bias, scale: value
 
 
-# Dtype markers for `pointer_at` (never read).
-_U8, _I8, _U32 = np.zeros(0, np.uint8), np.zeros(0, np.int8), np.zeros(0, np.uint32)
-_I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.int64)
-# A job: its length; the weight rows (address, count, stride); the panel (bytes: address,
-# size; tap offsets: address, count; quads, ldb, columns, pitch, width); sums; bias and scale
-# (address, size); x_zero, o0, y_zero, low, high; the output's positions and kind (1 int8
-# else uint8, + 2 stored transposed); the step; the output's address; the pieces' axis (0
-# columns, 1 rows); the weight rows' bytes a value (1: int8, which without VNNI are rows whose
-# pairs fit 16 bits, `_product`); the operand's record (`_PREP`: its address), the pieces
-# making it first, and the count of those done (`_prepare`).
-_JOB = 32
-_JOB_PREP, _JOB_MAKERS, _JOB_MADE = 29, 30, 31
-# The operand a product's pieces make before they multiply (`_prepare`), an int64 record: its
-# kind (`_NONE`: made already; `_COLUMNS`: an im2col panel by words, `columns`; `_IMAGE`: an
-# image, `image`; `_GATHERED`: an image and the panel gathered from it, `gather`); the input
-# (address, n, c, ih, iw); the image, its first channel and channels; kh, kw, sh, sw, dh, dw,
-# pt, pl, oh, ow; the fill and the flip; the words (address, quads, plane); hp, pitch; the
-# slots (address, count); the taps' offsets (address, count); the gathered panel (address,
-# columns).
-_PREP = 32
-_NONE, _COLUMNS, _IMAGE, _GATHERED = 0, 1, 2, 3
 BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
 
 
@@ -480,43 +443,47 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
 
 @jit(**_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split product: its first ``job[_JOB_MAKERS]`` make the operand, a share
-    of its quads each (`_prepare`); then, each waiting for those (claimed before it, done
-    soon), columns ``[p * step, (p + 1) * step)`` of every row, or (axis 1) rows ``[p * step,
-    (p + 1) * step)`` of every column (``p`` counted from the first), their sums requantized."""
-    makers, made = job[_JOB_MAKERS], job.ctypes.data + 8 * _JOB_MADE
-    if p < makers:
-        prep = nb.carray(pointer_at(job[_JOB_PREP], _I64), _PREP)
-        quads = _quads(prep)
-        _prepare(prep, p * quads // makers, (p + 1) * quads // makers)
+    """Piece ``p`` of a split product (the record ``job``, `rvm.kernels.qsplit.JOB`): its
+    first ``job[JOB_MAKERS]`` make the operand, a share of its quads each (`qsplit.prepare`);
+    then, each waiting for those (claimed before it, done soon), columns ``[p * step, (p + 1)
+    * step)`` of every row, or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column
+    (``p`` counted from the first), their sums requantized."""
+    count, made = job[qsplit.JOB_MAKERS], job.ctypes.data + 8 * qsplit.JOB_MADE
+    if p < count:
+        prep = nb.carray(pointer_at(job[qsplit.JOB_PREP], _I64), qsplit.PREP)
+        total = qsplit.quads(prep)
+        qsplit.prepare(prep, p * total // count, (p + 1) * total // count)
         workpool.add_at(made, 1)
         return
-    workpool.wait_until(made, makers)
-    p -= makers
-    if job[28] == 1:  # int8 rows (without VNNI: their pairs fit 16 bits)
-        _piece_of(nb.carray(pointer_at(job[1], _I8), (job[2], job[3])), p, job)
+    workpool.wait_until(made, count)
+    p -= count
+    shape = (job[qsplit.JOB_OG], job[qsplit.JOB_DEPTH])
+    if job[qsplit.JOB_ROW_BYTES] == 1:  # int8 rows (without VNNI: their pairs fit 16 bits)
+        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], _I8), shape), p, job)
     else:
-        _piece_of(nb.carray(pointer_at(job[1], _ROWS), (job[2], job[3])), p, job)
+        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], _ROWS), shape), p, job)
 
 
 @jit(**_OPTS)
 def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
     """`_piece` on the job's weight ``rows``."""
-    og, cols = job[2], job[10]
-    p_total, kind, step = job[23], job[24], job[25]
-    flat = nb.carray(pointer_at(job[4], _U8), job[5])
-    offsets = nb.carray(pointer_at(job[6], _I64), job[7])
-    b = _panel(flat, offsets, job[8], job[9], cols, job[11], job[12])
-    sums = nb.carray(pointer_at(job[13], _I32), og)
-    bias = nb.carray(pointer_at(job[14], _I32), job[15])
-    scale = nb.carray(pointer_at(job[16], _F32), job[17])
-    zero, o0, y_zero, low, high = job[18], job[19], job[20], job[21], job[22]
-    if job[27]:
+    og, cols = job[qsplit.JOB_OG], job[qsplit.JOB_COLS]
+    p_total, kind, step = job[qsplit.JOB_POSITIONS], job[qsplit.JOB_KIND], job[qsplit.JOB_STEP]
+    flat = nb.carray(pointer_at(job[qsplit.JOB_FLAT], _U8), job[qsplit.JOB_FLAT_SIZE])
+    offsets = nb.carray(pointer_at(job[qsplit.JOB_OFFSETS], _I64), job[qsplit.JOB_TAPS])
+    quads, ldb = job[qsplit.JOB_QUADS], job[qsplit.JOB_LDB]
+    b = _panel(flat, offsets, quads, ldb, cols, job[qsplit.JOB_PITCH], job[qsplit.JOB_WIDTH])
+    sums = nb.carray(pointer_at(job[qsplit.JOB_SUMS], _I32), og)
+    bias = nb.carray(pointer_at(job[qsplit.JOB_BIAS], _I32), job[qsplit.JOB_BIAS_SIZE])
+    scale = nb.carray(pointer_at(job[qsplit.JOB_SCALE], _F32), job[qsplit.JOB_SCALE_SIZE])
+    zero, o0, y_zero = job[qsplit.JOB_ZERO], job[qsplit.JOB_O0], job[qsplit.JOB_Y_ZERO]
+    low, high = job[qsplit.JOB_LOW], job[qsplit.JOB_HIGH]
+    if job[qsplit.JOB_AXIS]:
         r0, r1, j0, j1 = p * step, min(og, (p + 1) * step), 0, cols
     else:
         r0, r1, j0, j1 = 0, og, p * step, min(cols, (p + 1) * step)
     rp, sp, op = rows[r0:r1], sums[r0:r1], o0 + r0
-    address, signed = job[26], kind & 1 != 0  # the output's bytes, int8 ones when signed
+    address, signed = job[qsplit.JOB_OUT], kind & 1 != 0  # the output; int8 bytes if signed
     if kind & 2 == 0:
         out = nb.carray(pointer_at(address, _U8), (og, p_total))
         _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
@@ -535,101 +502,10 @@ _run_pieces = parfor.runner("qgemm")
 
 
 @jit(**_OPTS)
-def _cut(tiles, want, threads):  # type: ignore[no-untyped-def]
-    """(tiles a piece, pieces, the slowest thread's tiles) for ``tiles`` tiles cut into at
-    most ``want`` pieces, the pieces taken by ``threads`` threads in turn."""
-    step = -(-tiles // min(want, tiles))
-    pieces = -(-tiles // step)
-    return step, pieces, -(-pieces // threads) * step
-
-
-@jit(**_OPTS)
-def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
-    """How a product of ``og`` rows (output channels) by ``cols`` columns (`NR` a tile) of
-    ``depth`` is cut for ``threads`` threads: (axis, step, pieces), axis 0 pieces of ``step``
-    columns, 1 of ``step`` rows; 1 piece: not split (fewer than `SPLIT_MIN` multiply-adds a
-    piece, a tile's fixed cost counted: `TILE_DEPTHS_FIXED`), else at most a multiple of the
-    threads where there are as many (`parfor.even`). By columns, or by rows when those even
-    out the threads better (few positions, many channels: 7 x 7's two tiles of columns,
-    14 x 14's seven)."""
-    work = og * cols * (depth + TILE_DEPTHS_FIXED)
-    want = parfor.even(min(PIECES_PER_THREAD * threads, work // SPLIT_MIN), threads)
-    col_tiles, row_tiles = cols // NR, og // MR
-    if threads < 2 or want < 2 or max(col_tiles, row_tiles) < 2:
-        return 0, cols, 1
-    step, pieces, slowest = _cut(max(col_tiles, 1), want, threads)
-    axis, size, unit = 0, cols, NR
-    if row_tiles >= 2:
-        row_step, row_pieces, row_slowest = _cut(row_tiles, want, threads)
-        # The slowest thread's share of the product, rows against columns; as even, the more
-        # pieces (a late helper leaves less to the others).
-        by_rows, by_cols = row_slowest * col_tiles, slowest * row_tiles
-        if by_rows < by_cols or (by_rows == by_cols and row_pieces > pieces):
-            axis, size, unit, step = 1, og, MR, row_step
-    step *= unit
-    return axis, step, -(-size // step)
-
-
-@jit(**_OPTS)
-def _prepare(prep, k0, k1):  # type: ignore[no-untyped-def]
-    """Quads ``[k0, k1)`` of channels (`_quads`) of the operand the record ``prep`` describes
-    (`_PREP`)."""
-    kind = prep[0]
-    if kind == _NONE or k1 <= k0:
-        return
-    x = nb.carray(pointer_at(prep[1], _U8), (prep[2], prep[3], prep[4], prep[5]))
-    n, c0, cg, kh, kw, sh, sw = prep[6], prep[7], prep[8], prep[9], prep[10], prep[11], prep[12]
-    dh, dw, pt, pl, oh, ow = prep[13], prep[14], prep[15], prep[16], prep[17], prep[18]
-    fill, flip = prep[19], prep[20]
-    words = nb.carray(pointer_at(prep[21], _U32), (prep[22], prep[23]))
-    if kind == _COLUMNS:
-        columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words, k0, k1)
-        return
-    hp, pitch = prep[24], prep[25]
-    slots = nb.carray(pointer_at(prep[26], _I64), prep[27])
-    image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words, k0, k1)
-    if kind == _GATHERED:
-        offsets = nb.carray(pointer_at(prep[28], _I64), prep[29])
-        panel = nb.carray(pointer_at(prep[30], _U32), (prep[29] * prep[22], prep[31]))
-        gather(words, offsets, oh, ow, pitch, panel, k0, k1)
-
-
-@jit(**_OPTS)
-def _operand(kind, x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words, hp,
-             pitch, slots, offsets, panel):  # type: ignore[no-untyped-def]  # fmt: skip
-    """The record (`_PREP`) of the operand of kind ``kind`` that `_prepare` makes from these
-    arrays (which its caller keeps alive until the product is done)."""
-    prep = np.zeros(_PREP, np.int64)
-    prep[0], prep[1], prep[2], prep[3] = kind, x.ctypes.data, x.shape[0], x.shape[1]
-    prep[4], prep[5], prep[6], prep[7], prep[8] = x.shape[2], x.shape[3], n, c0, cg
-    prep[9], prep[10], prep[11], prep[12], prep[13], prep[14] = kh, kw, sh, sw, dh, dw
-    prep[15], prep[16], prep[17], prep[18], prep[19], prep[20] = pt, pl, oh, ow, fill, flip
-    prep[21], prep[22], prep[23] = words.ctypes.data, words.shape[0], words.shape[1]
-    prep[24], prep[25], prep[26], prep[27] = hp, pitch, slots.ctypes.data, slots.size
-    prep[28], prep[29] = offsets.ctypes.data, offsets.size
-    prep[30], prep[31] = panel.ctypes.data, panel.shape[1]
-    return prep
-
-
-@jit(inline="always", **_OPTS)
-def _quads(prep):  # type: ignore[no-untyped-def]
-    """The quads of channels (words of 4) of the operand ``prep`` describes: `_prepare` makes
-    a range of them (none: made already)."""
-    return 0 if prep[0] == _NONE else (prep[8] + 3) // 4
-
-
-@jit(**_OPTS)
-def _makers(prep, threads):  # type: ignore[no-untyped-def]
-    """How many of a split product's pieces make its operand (`_prepare`): a share of its
-    quads a thread (none when it is made already)."""
-    return min(_quads(prep), threads)
-
-
-@jit(**_OPTS)
 def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
            prep):  # type: ignore[no-untyped-def]  # fmt: skip
     """A large product in pieces on the pool (`split_plan`), its operand made by its first
-    pieces (`_prepare`): how many (1: not split, run it)."""
+    pieces (`qsplit.prepare`): how many (1: not split, run it)."""
     og, depth, cols = rows.shape[0], rows.shape[1], b[4]
     threads = parfor.threads()
     if threads < 2 or not _plain(bias, scale) or workpool.busy():
@@ -639,16 +515,9 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
         return 1
     p_total = out.shape[0] if transposed else out.shape[1]
     kind = (1 if signed else 0) + (2 if transposed else 0)
-    flat, offsets = b[0], b[1]
-    job = np.array((_JOB, rows.ctypes.data, og, depth, flat.ctypes.data, flat.size,
-                    offsets.ctypes.data, offsets.size, b[2], b[3], cols, b[5], b[6],
-                    sums.ctypes.data, bias.ctypes.data, bias.size, scale.ctypes.data,
-                    scale.size, zero, o0, y_zero, low, high, p_total, kind, step,
-                    out.ctypes.data, axis, rows.itemsize, prep.ctypes.data, 0, 0),
-                   dtype=np.int64)  # fmt: skip
-    makers = _makers(prep, threads)
-    job[_JOB_MAKERS] = makers
-    _run_pieces(_F32, makers + pieces, job)
+    job = qsplit.job(rows, b, sums, bias, scale, zero, o0, y_zero, low, high, p_total, kind,
+                     step, out, axis, prep, threads)  # fmt: skip
+    _run_pieces(_F32, job[qsplit.JOB_MAKERS] + pieces, job)
     return pieces
 
 
@@ -660,7 +529,7 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
     columns on rvm's pool when large. ``pairs``: the weight's pairs fit 16 bits
     (`rvm.kernels.qtile.pairs_fit`, a fact of a constant weight), so without VNNI its int8
     rows are read as they are (``vpmaddubsw``), not widened. ``prep``: the record of the
-    panel's operand (`_PREP`), made first: by the pieces, a share of its quads each, when
+    panel's operand (`qsplit.PREP`), made first: by the pieces, a share of its quads each, when
     the product is split. (Made by the caller alone, the other core waited: on a Zen 3 core
     squeezenet's 3 x 3 at 55 x 55 took 29 us to make its image and gathered panel against
     390 us of tiles, resnet50's at 56 x 56 97 us.)"""
@@ -676,7 +545,7 @@ def _multiply(operand, sums, b, args, out, transposed, signed, prep):  # type: i
     """`_product` on the rows as the micro-kernels read them."""
     if _split(operand, sums, b, *args, out, transposed, signed, prep) > 1:
         return
-    _prepare(prep, 0, _quads(prep))
+    qsplit.prepare(prep, 0, qsplit.quads(prep))
     zero, bias, scale, o0, y_zero, low, high = args  # an inlined call takes no *args
     _blocks(operand, sums, b, zero, bias, scale, o0, y_zero, low, high,
             _channels_first(out, transposed), 0, b[4], signed)  # fmt: skip
@@ -721,17 +590,17 @@ def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh,
     for g in range(groups):
         rows, sums = _group_rows(w, g, og, cg, cq, kh * kw, hwc, by_words, zero)
         for n in range(x.shape[0]):
-            # by words: the panel made by the product (`_prepare`, by its pieces when split)
-            prep = _operand(_COLUMNS if by_words else _NONE, x, n, g * cg, cg, kh, kw, sh, sw,
-                            dh, dw, pt, pl, oh, ow, zero, flip, words, 0, 0, none, none,
-                            words)  # fmt: skip
+            # by words: the panel made by the product (`qsplit.prepare`, by its pieces when split)
+            kind = qsplit.COLUMNS if by_words else qsplit.NONE
+            prep = qsplit.operand(kind, x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+                                  zero, flip, words, 0, 0, none, none, words)  # fmt: skip
             if not by_words:
                 columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
                               flip, flat.reshape(quads, cols, 4))  # fmt: skip
             dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
                      signed, pairs, prep)  # fmt: skip
-    alive(words)  # written through ``prep``'s address (`_prepare`)
+    alive(words)  # written through ``prep``'s address (`qsplit.prepare`)
 
 
 @jit(**_OPTS)
@@ -826,17 +695,17 @@ def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh,
     if gathers:  # the taps' words copied, the columns the positions
         b = _panel(panel.view(np.uint8).reshape(-1), np.zeros(1, np.int64), taps * cq,
                    4 * panel.shape[1], panel.shape[1], oh * ow, oh * ow)  # fmt: skip
-    kind = _GATHERED if gathers else _IMAGE
+    kind = qsplit.GATHERED if gathers else qsplit.IMAGE
     for g in range(groups):
         rows, sums = _group_rows(w, g, og, cg, cq, taps, hwc, True, zero)
         for n in range(x.shape[0]):
-            # the image (and the panel gathered from it) made by the product (`_prepare`)
-            prep = _operand(kind, x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
-                            flip, words, hp, pitch, slots, offsets, panel)  # fmt: skip
+            # the image (and the panel gathered from it) made by the product (`qsplit.prepare`)
+            prep = qsplit.operand(kind, x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+                                  zero, flip, words, hp, pitch, slots, offsets, panel)  # fmt: skip
             dest = out[n, g * og : (g + 1) * og].reshape(og, oh * ow)
             _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
                      signed, pairs, prep)  # fmt: skip
-    alive(words)  # read through ``prep``'s addresses (`_prepare`)
+    alive(words)  # read through ``prep``'s addresses (`qsplit.prepare`)
     alive(slots)
     alive(offsets)
     alive(panel)
@@ -862,6 +731,6 @@ def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed
             panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
     rows, sums = weight_rows(w, quads, x_zero + flip != 0)
     b = _panel(panel.reshape(-1), np.zeros(1, np.int64), quads, 4 * cols, cols, m, m)
-    prep = np.zeros(_PREP, np.int64)  # `_NONE`: the panel made
+    prep = np.zeros(qsplit.PREP, np.int64)  # `NONE`: the panel made
     _product(rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True, signed,
              pairs, prep)  # fmt: skip

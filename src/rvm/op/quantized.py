@@ -15,9 +15,20 @@ was folded in. ``qconv2d``'s weight is (O, C / groups, KH, KW), or in another
 ``weight_layout``: "OHWI", or "turned" (the jit kernels' layout for a convolution turned
 around, `turn_qconv2d`, with its ``weight_shape``); ``qdense``'s is (N, K) as in
 `rvm.op.dense`, and ``x`` is (..., K). Both are OPAQUE: their kernels stand alone.
+
+``qadd(a, b)`` is a quantized model's residual, ``DequantizeLinear(a) + DequantizeLinear(b)
+[-> Relu] -> QuantizeLinear`` of two tensors of one shape (uint8 or int8, per-tensor scales
+and zero points), in float32 as ONNX defines the chain::
+
+    y = clip(rint(((a - a_zero) * a_scale + (b - b_zero) * b_scale) / y_scale) + y_zero, low, high)
+
+(a ReLU folded into ``low``: ``y_zero``, as above). OPAQUE too: the library's pass over it is
+cut over rvm's pool (`rvm.kernels.qadd`).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from rvm.errors import IRError
 from rvm.ir.expr import Call, Constant
@@ -25,14 +36,15 @@ from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
 from rvm.op import ops
 from rvm.op.conv import IntOrInts, conv_out_shape, normalize_padding, positive_ints
-from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_int, define_op
+from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_float, check_int, define_op
 from rvm.op.shapes import fmt, rule
 
-__all__ = ["qconv2d", "qdense", "turn_qconv2d", "widen_weight"]
+__all__ = ["qadd", "qconv2d", "qdense", "turn_qconv2d", "widen_weight"]
 
 define_op("qconv2d", OpPattern.OPAQUE, 4)
 define_op("qdense", OpPattern.OPAQUE, 4)
-OP_PRECISION.update(qconv2d="int8", qdense="int8")
+define_op("qadd", OpPattern.OPAQUE, 2)
+OP_PRECISION.update(qconv2d="int8", qdense="int8", qadd="int8")
 
 ACTIVATIONS = ("uint8", "int8")
 RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
@@ -118,6 +130,34 @@ def qdense(
     _override(attrs, low, high)
     args = (as_expr(x), as_expr(w), as_expr(bias), as_expr(scale))
     return call(ops.qdense, *args, **attrs)
+
+
+def qadd(
+    a: ExprLike,
+    b: ExprLike,
+    *,
+    a_scale: float,
+    b_scale: float,
+    y_scale: float,
+    a_zero: int = 0,
+    b_zero: int = 0,
+    y_zero: int = 0,
+    dtype: str = "uint8",
+    relu: bool = False,
+    low: int | None = None,
+    high: int | None = None,
+) -> Call:
+    """The requantized sum of two quantized tensors of one shape (see the module docstring);
+    the scales are float32 values."""
+    attrs = _quant_attrs("qadd", a_zero, y_zero, dtype, relu)
+    attrs["a_zero"] = attrs.pop("x_zero")
+    attrs["b_zero"] = check_int("qadd", "b_zero", b_zero)
+    for name, value in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
+        attrs[name] = float(np.float32(check_float("qadd", name, value)))
+        if not attrs[name] > 0:
+            raise IRError(f"qadd: {name} must be positive, got {value!r}")
+    _override(attrs, low, high)
+    return call(ops.qadd, as_expr(a), as_expr(b), **attrs)
 
 
 def _override(attrs: dict, low: int | None, high: int | None) -> None:
@@ -224,6 +264,22 @@ def widen_weight(value: Call, weight: object) -> Call | None:
         return call(value.callee, *value.args, **attrs)
     wide = Constant(np.ascontiguousarray(weight).astype(np.int16))
     return call(value.callee, value.args[0], wide, *value.args[2:], **value.attrs)
+
+
+@rule(ops.qadd)
+def _infer_qadd(call_: Call, args: list[TensorType]) -> Type:
+    a, b = args
+    for t in (a, b):
+        if t.dtype is not None and t.dtype not in ACTIVATIONS:
+            raise IRError(f"qadd: the inputs must be uint8 or int8, got {t.dtype}")
+    if a.shape is not None and b.shape is not None:
+        same = len(a.shape) == len(b.shape) and all(
+            not (isinstance(p, int) and isinstance(q, int)) or p == q
+            for p, q in zip(a.shape, b.shape, strict=True)
+        )
+        if not same:
+            raise IRError(f"qadd: the inputs differ in shape: {fmt(a.shape)} and {fmt(b.shape)}")
+    return TensorType(a.shape if a.shape is not None else b.shape, call_.attrs["dtype"])
 
 
 @rule(ops.qconv2d)

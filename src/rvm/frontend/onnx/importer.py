@@ -35,7 +35,7 @@ from rvm.frontend.onnx.functions import (
     type_proto,
 )
 from rvm.frontend.onnx.loader import check_supported, load_model, model_opsets
-from rvm.frontend.onnx.qdq import FusedQDQ, convert_fused, fuse_qdq
+from rvm.frontend.onnx.qdq import FusedQAdd, FusedQDQ, convert_add, convert_fused, fuse_qdq
 from rvm.frontend.onnx.registry import lookup, normalize_domain
 from rvm.frontend.onnx.signature import check_declared, check_inputs, check_outputs
 from rvm.frontend.onnx.weights import np_dtype, tensor_to_array
@@ -295,6 +295,9 @@ class GraphImporter:
         if isinstance(node, FusedQDQ):
             self._convert_fused(node, scope)
             return
+        if isinstance(node, FusedQAdd):
+            self._convert_add(node, scope)
+            return
         if self.custom_ops and f"{node.domain}.{node.op_type}" in self.custom_ops:
             self._bind_outputs(node, scope, self.custom_call(node, scope))
             return
@@ -344,6 +347,21 @@ class GraphImporter:
             expr = convert_fused(fused, x, window)
         except RVMError as err:
             raise OnnxImportError(f"node {anchor.name!r} ({fused.op_type}): {err}") from None
+        if expr is None:
+            self.convert_nodes(fused.nodes, scope)
+            return
+        scope.bind(fused.output, self.emitter.emit(expr))
+
+    def _convert_add(self, fused: FusedQAdd, scope: Scope) -> None:
+        """A quantized residual as `rvm.op.qadd` (`rvm.frontend.onnx.qdq`), or its nodes."""
+        where = f"input of node {fused.nodes[0].name!r}:"
+        a, b = self._lookup(scope, fused.a, where), self._lookup(scope, fused.b, where)
+        try:
+            expr = convert_add(fused, a, b)
+        except RVMError as err:
+            raise OnnxImportError(
+                f"node {fused.nodes[0].name!r} ({fused.op_type}): {err}"
+            ) from None
         if expr is None:
             self.convert_nodes(fused.nodes, scope)
             return

@@ -18,6 +18,11 @@ and its QuantizeLinear by a `FusedQDQ` entry, which `convert_fused` turns into t
 - a Relu between the anchor and the QuantizeLinear clamps at the output zero point;
 - the QuantizeLinear's scale and zero point are per tensor initializers.
 
+``DequantizeLinear(a), DequantizeLinear(b) -> Add [-> Relu] -> QuantizeLinear`` (a residual;
+or a Sum of the two),
+every scale and zero point per tensor, becomes `rvm.op.qadd` (a `FusedQAdd`, converted by
+`convert_add`: the op when the two quantized inputs have one shape, else the nodes).
+
 ``DequantizeLinear -> MaxPool/Concat/Flatten/Reshape/Transpose/... -> QuantizeLinear`` with
 one scale and zero point throughout becomes the op on the integers (it commutes with both);
 an input at another scale made by a fused chain for it alone (a concat of branches) is
@@ -67,6 +72,22 @@ class FusedQDQ:
         self.op_type = f"fused {self.anchor.op_type}"
 
 
+@dataclass
+class FusedQAdd:
+    """A quantized residual found by `fuse_qdq`, with the nodes it replaces."""
+
+    nodes: list[Any]  # Add (or Sum) [, Relu], QuantizeLinear: converted as they are on fallback
+    a: str  # the quantized inputs' value names
+    b: str
+    a_quant: tuple[float, np.ndarray]  # (scale, zero point) of each
+    b_quant: tuple[float, np.ndarray]
+    relu: bool
+    y_scale: float
+    y_zero: np.ndarray  # 0-d, uint8 or int8
+    output: str
+    op_type: str = "fused Add"
+
+
 def fuse_qdq(nodes: Sequence[Any], array_of: ArrayOf, outputs: set[str]) -> list[Any]:
     """``nodes`` with each quantized chain replaced by a `FusedQDQ` (at its QuantizeLinear's
     place); ``array_of`` gives an initializer's array by name (None for other values);
@@ -82,6 +103,8 @@ def fuse_qdq(nodes: Sequence[Any], array_of: ArrayOf, outputs: set[str]) -> list
         if q.op_type != "QuantizeLinear":
             continue
         fused = _match(q, producer, uses, array_of, outputs)
+        if fused is None:
+            fused = _match_add(q, producer, uses, array_of, outputs)
         if fused is not None:
             replaced[id(q)] = fused
             dropped.update(id(n) for n in fused.nodes[:-1])
@@ -206,6 +229,35 @@ def _match(q, producer, uses, array_of, outputs) -> FusedQDQ | None:  # noqa: AN
     )  # fmt: skip
 
 
+def _match_add(q, producer, uses, array_of, outputs) -> FusedQAdd | None:  # noqa: ANN001
+    """``Q([Relu](DQ(a) + DQ(b)))`` (an Add, or a Sum of two), every scale and zero point per
+    tensor, as a `FusedQAdd`."""
+    y = _per_tensor(q, array_of)
+    if y is None or q.input[0] in outputs or uses.get(q.input[0]) != 1:
+        return None
+    chain = [q]
+    add = producer.get(q.input[0])
+    relu = add is not None and add.op_type == "Relu"
+    if relu:
+        chain.insert(0, add)
+        if add.input[0] in outputs or uses.get(add.input[0]) != 1:
+            return None
+        add = producer.get(add.input[0])
+    if add is None or add.op_type not in ("Add", "Sum") or len(add.input) != 2:
+        return None
+    quants = []
+    for value in add.input:
+        dq = producer.get(value)
+        quant = (
+            None if dq is None or dq.op_type != "DequantizeLinear" else _per_tensor(dq, array_of)
+        )
+        if quant is None:
+            return None
+        quants.append((dq.input[0], quant))
+    (a, a_quant), (b, b_quant) = quants
+    return FusedQAdd([add, *chain], a, b, a_quant, b_quant, relu, y[0], y[1], q.output[0])
+
+
 def _plain(anchor: Any) -> bool:
     """A Gemm without alpha, beta or transA (they would need float arithmetic)."""
     if anchor.op_type != "Gemm":
@@ -305,3 +357,19 @@ def convert_fused(fused: FusedQDQ, x: Expr, convolve_attrs: Callable[[Expr], dic
         return op.qconv2d(*args[:1], ohwi, *args[2:], **quant, **convolve_attrs(x),
                           weight_layout="OHWI")  # fmt: skip
     return op.qdense(*args, **quant)
+
+
+def convert_add(fused: FusedQAdd, a: Expr, b: Expr) -> Expr | None:
+    """`rvm.op.qadd` computing ``fused`` from its quantized inputs ``a`` and ``b``; None when
+    they are not uint8/int8 of one known shape (the caller converts the original nodes)."""
+    ta, tb = infer_type(a), infer_type(b)
+    for t in (ta, tb):
+        if not isinstance(t, TensorType) or t.dtype not in ("uint8", "int8") or t.shape is None:
+            return None
+    if ta.shape != tb.shape:
+        return None
+    return op.qadd(
+        a, b, a_scale=fused.a_quant[0], b_scale=fused.b_quant[0], y_scale=fused.y_scale,
+        a_zero=int(fused.a_quant[1]), b_zero=int(fused.b_quant[1]), y_zero=int(fused.y_zero),
+        dtype=fused.y_zero.dtype.name, relu=fused.relu,
+    )  # fmt: skip

@@ -8,7 +8,7 @@ import numpy as np
 
 from rvm.kernels.reference.conv import _out_size, _pad_pairs, _windows
 
-__all__ = ["qconv2d", "qdense"]
+__all__ = ["qadd", "qconv2d", "qdense"]
 
 
 def _requantize(acc, bias, scale, axis, y_zero, low, high, dtype):
@@ -56,3 +56,12 @@ def qdense(x, w, bias, scale, x_zero, y_zero, low, high, dtype, weight_pairs=Non
     is a fact for the jit kernels)."""
     acc = np.matmul(x.astype(np.float64) - x_zero, w.astype(np.float64).T)
     return _requantize(acc, bias, scale, -1, y_zero, low, high, dtype)
+
+
+def qadd(a, b, a_zero, b_zero, y_zero, low, high, dtype, a_scale, b_scale, y_scale):
+    """``clip(rint(((a - a_zero) * a_scale + (b - b_zero) * b_scale) / y_scale) + y_zero, low,
+    high)`` in float32, as ``dtype``: a residual's DequantizeLinear, Add and QuantizeLinear."""
+    f32 = np.float32
+    s = (a.astype(f32) - f32(a_zero)) * f32(a_scale) + (b.astype(f32) - f32(b_zero)) * f32(b_scale)
+    y = np.rint(s / f32(y_scale)) + f32(y_zero)
+    return np.clip(y, low, high).astype(dtype)
