@@ -188,9 +188,11 @@ def _retargetable(dq, x, producer, uses, outputs, fused) -> FusedQDQ | None:  # 
     return chain
 
 
-def _match(q, producer, uses, array_of, outputs) -> FusedQDQ | None:  # noqa: ANN001
-    y = _per_tensor(q, array_of)
-    if y is None or q.input[0] in outputs or uses.get(q.input[0]) != 1:
+def _tail(q, producer, uses, outputs):  # noqa: ANN001, ANN202
+    """The chain a fused op ends with, walked back from the QuantizeLinear ``q``: ([Relu,] q),
+    the node before it (None if none) and whether a Relu is in it; None where a value inside
+    the chain is a graph output or read elsewhere."""
+    if q.input[0] in outputs or uses.get(q.input[0]) != 1:
         return None
     chain = [q]
     anchor = producer.get(q.input[0])
@@ -200,6 +202,15 @@ def _match(q, producer, uses, array_of, outputs) -> FusedQDQ | None:  # noqa: AN
         if anchor.input[0] in outputs or uses.get(anchor.input[0]) != 1:
             return None
         anchor = producer.get(anchor.input[0])
+    return chain, anchor, relu
+
+
+def _match(q, producer, uses, array_of, outputs) -> FusedQDQ | None:  # noqa: ANN001
+    y = _per_tensor(q, array_of)
+    tail = _tail(q, producer, uses, outputs) if y is not None else None
+    if tail is None:
+        return None
+    chain, anchor, relu = tail
     if anchor is None or anchor.op_type not in ("Conv", "MatMul", "Gemm"):
         return None
     if not _plain(anchor):
@@ -233,16 +244,10 @@ def _match_add(q, producer, uses, array_of, outputs) -> FusedQAdd | None:  # noq
     """``Q([Relu](DQ(a) + DQ(b)))`` (an Add, or a Sum of two), every scale and zero point per
     tensor, as a `FusedQAdd`."""
     y = _per_tensor(q, array_of)
-    if y is None or q.input[0] in outputs or uses.get(q.input[0]) != 1:
+    tail = _tail(q, producer, uses, outputs) if y is not None else None
+    if tail is None:
         return None
-    chain = [q]
-    add = producer.get(q.input[0])
-    relu = add is not None and add.op_type == "Relu"
-    if relu:
-        chain.insert(0, add)
-        if add.input[0] in outputs or uses.get(add.input[0]) != 1:
-            return None
-        add = producer.get(add.input[0])
+    chain, add, relu = tail
     if add is None or add.op_type not in ("Add", "Sum") or len(add.input) != 2:
         return None
     quants = []
