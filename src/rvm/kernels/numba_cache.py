@@ -360,7 +360,12 @@ def drop_stale_user_code(path: Path) -> bool:
     helpers inline `rvm.kernels.blocks`' slots, and after `blocks.SLOTS` changed their stale
     code read the slots of the old layout, so the native mode never took a kept block back.
     Called at the module's import, before its functions load."""
-    return _drop_unless_stamped([path], object_code_dir(path) / f"{path.stem}.library")
+    return _drop_unless_stamped([path], user_code_stamp(path))
+
+
+def user_code_stamp(path: Path) -> Path:
+    """Where `drop_stale_user_code` keeps the library's digest for the module at ``path``."""
+    return object_code_dir(path) / f"{path.stem}.library"
 
 
 def _drop_unless_stamped(sources: list[Path], stamp: Path) -> bool:

@@ -37,7 +37,7 @@ from rvm.ir.types import TensorType, Type
 from rvm.op import ops
 from rvm.op.conv import IntOrInts, conv_out_shape, normalize_padding, positive_ints
 from rvm.op.core import OP_PRECISION, ExprLike, as_expr, call, check_float, check_int, define_op
-from rvm.op.shapes import fmt, rule
+from rvm.op.shapes import fmt, rule, unify_dim
 
 __all__ = ["qadd", "qconv2d", "qdense", "turn_qconv2d", "widen_weight"]
 
@@ -273,12 +273,10 @@ def _infer_qadd(call_: Call, args: list[TensorType]) -> Type:
         if t.dtype is not None and t.dtype not in ACTIVATIONS:
             raise IRError(f"qadd: the inputs must be uint8 or int8, got {t.dtype}")
     if a.shape is not None and b.shape is not None:
-        same = len(a.shape) == len(b.shape) and all(
-            not (isinstance(p, int) and isinstance(q, int)) or p == q
-            for p, q in zip(a.shape, b.shape, strict=True)
-        )
-        if not same:
+        if len(a.shape) != len(b.shape):
             raise IRError(f"qadd: the inputs differ in shape: {fmt(a.shape)} and {fmt(b.shape)}")
+        for axis, (p, q) in enumerate(zip(a.shape, b.shape, strict=True)):
+            unify_dim("qadd", p, q, f"the inputs differ in shape at axis {axis}")
     return TensorType(a.shape if a.shape is not None else b.shape, call_.attrs["dtype"])
 
 

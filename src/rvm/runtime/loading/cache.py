@@ -272,4 +272,4 @@ def clear_cache() -> None:
     for name in NATIVE_IMPORTS:  # outside the library, compiling its code in: their stamps too
         module = Path(__file__).parents[2].joinpath(*name.split(".")[1:]).with_suffix(".py")
         drop_object_code(module)
-        (object_code_dir(module) / f"{module.stem}.library").unlink(missing_ok=True)
+        numba_cache.user_code_stamp(module).unlink(missing_ok=True)
