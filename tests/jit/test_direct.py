@@ -14,7 +14,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, direct, parfor, sgemm, workpool
+from rvm.kernels import conv, convmethod, direct, parfor, sgemm, workpool
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -223,11 +223,11 @@ def test_pack_refuses_channels_that_do_not_divide() -> None:
 
 
 def _pays(c, o, groups, k, stride, out, size, packed=True) -> bool:
-    return conv.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed)
+    return convmethod.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed)
 
 
 def test_the_rule_follows_the_shape_and_the_cpu() -> None:
-    """Where the direct method runs (`direct.prefers`, through `conv.channels_pay`)."""
+    """Where the direct method runs (`direct.prefers`, through `convmethod.channels_pay`)."""
     lanes = direct.LANES
     deep = 8 * lanes  # 3x3 taps of these channels: deep enough
     # Where a tile's row of the GEMM's B is one cache line (AVX2), its taps read in place lose
@@ -252,7 +252,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     # on weights packed at build time only.
     idle = 3 * lanes + 1  # positions of a map whose GEMM runs over all of them
     side = int(idle**0.5)
-    if side * side == idle and side < conv.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
+    if side * side == idle and side < convmethod.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
         assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
         assert _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided too
@@ -295,7 +295,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
 # padded, dilated, odd sizes, a batch of 2. Dilated: a plain 3x3 stride-1 one deep enough for
-# the direct method is Winograd's where its floor is 32 channels (`conv.winograd_pays`).
+# the direct method is Winograd's where its floor is 32 channels (`convmethod.winograd_pays`).
 CHANNELS_CASES = [
     (1, 64, 32, 33, 128, (3, 3), (1, 1), (2, 2), 1, (2, 2, 2, 2)),
     (2, 72, 35, 31, 144, (3, 3), (1, 1), (2, 2), 1, (2, 1, 2, 3)),
@@ -309,8 +309,10 @@ def test_library_convolution_takes_the_direct_method(case) -> None:
     out = np.full(want.shape, np.nan, np.float32)
     (_, c, ih, iw), (o, _, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
     unpadded = not any(case[9])
-    how = conv.method(c, o, case[8], kh, kw, *case[6], *case[7], oh, ow, ih, iw, unpadded, True)
-    assert how == conv.CHANNELS  # the case tests what it means to
+    how = convmethod.method(
+        c, o, case[8], kh, kw, *case[6], *case[7], oh, ow, ih, iw, unpadded, True
+    )
+    assert how == convmethod.CHANNELS  # the case tests what it means to
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
     conv.conv2d(x, w, out, case[8], sh, sw, dh, dw, pt, pl, pb, pr)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
@@ -417,7 +419,7 @@ def test_constant_weights_are_packed_where_the_rule_says() -> None:
 
 
 # A shallow 3x3 convolution's output channels on small maps: few enough that Winograd's rule
-# (`conv.winograd_pays`, its floor on the channels' harmonic mean) leaves it to the others.
+# (`convmethod.winograd_pays`, its floor on the channels' harmonic mean) leaves it to the others.
 _SHALLOW_OUT = 4 * direct.LANES
 
 
@@ -435,7 +437,7 @@ def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> Non
     assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 2, 2, 14, 14)  # strided
     assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 32, 32)  # large
     assert not direct.pays_once_built(lanes, out, 1, 3, 3, 1, 1, 14, 14)  # shallower
-    assert not conv.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 1, 1, 14, 14)
+    assert not convmethod.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 1, 1, 14, 14)
     alone, _ = _model(shallow)
     assert "conv2d_packed" not in str(pack_conv_weights(alone))
     assert _pays(8 * lanes, 2 * lanes, 1, 3, 1, 14, 14)

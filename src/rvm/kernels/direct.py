@@ -40,7 +40,7 @@ batch the threads share evenly an image a piece instead (`images_pay`), each ima
 its own.
 
 `prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L3;
-`rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
+`rvm.kernels.convmethod.channels_pay` applies it (the library at the call and the build-time pass
 alike). The entry point (`entry_call`, ``conv2d_packed``) checks the operands against the
 geometry (`agrees`) before touching memory.
 """
@@ -264,7 +264,7 @@ _panel_width = jit(**_OPTS)(panel_width)
 @jit(**_OPTS)
 def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]
     """`conv2d_packed_fused` of an OIHW weight ``w``, packed here, at the call (where that
-    copy is small against the work: `rvm.kernels.conv.channels_pay`)."""
+    copy is small against the work: `rvm.kernels.convmethod.channels_pay`)."""
     o, cg, kh, kw = w.shape
     groups = x.shape[1] // cg
     panel = _panel_width(o // groups)
