@@ -15,6 +15,7 @@ from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
 from rvm.kernels import conv, convmethod, direct, parfor, sgemm, workpool
+from rvm.kernels.cpu import cpu
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -227,7 +228,7 @@ def _pays(c, o, groups, k, stride, out, size, packed=True) -> bool:
 
 
 def test_the_rule_follows_the_shape_and_the_cpu() -> None:
-    """Where the direct method runs (`direct.prefers`, through `convmethod.channels_pay`)."""
+    """Where the direct method runs (`convmethod.prefers`, through `convmethod.channels_pay`)."""
     lanes = direct.LANES
     deep = 8 * lanes  # 3x3 taps of these channels: deep enough
     # Where a tile's row of the GEMM's B is one cache line (AVX2), its taps read in place lose
@@ -245,7 +246,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     # outgrows a quarter of the last level cache (vgg19's first layers).
     assert _pays(deep, 2 * lanes, 1, 3, 1, 56, 56)
     assert not _pays(deep, 2 * lanes, 1, 3, 1, 32, 32)
-    side = 4 * lanes * (1 + int((direct.L3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
+    side = 4 * lanes * (1 + int((cpu().l3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
     assert _pays(deep, lanes, 1, 3, 1, side, side)
     assert not _pays(deep, lanes, 1, 3, 1, 2 * lanes, 2 * lanes)
     # Small maps: where the GEMM's vectors of positions leave a fifth of their lanes idle,
@@ -424,7 +425,7 @@ _SHALLOW_OUT = 4 * direct.LANES
 
 
 def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> None:
-    """A shallow 3x3 convolution on a 14 x 14 map (`direct.pays_once_built`, not `prefers`)
+    """A shallow 3x3 convolution on a 14 x 14 map (`convmethod.pays_once_built`, not `prefers`)
     stays a GEMM in a module of its own (which then builds nothing of the method), and takes
     the direct method beside a deep one that does (dilated: Winograd's rule takes a deep 3x3
     one undilated); the packed module computes the same."""
@@ -433,10 +434,10 @@ def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> Non
     lanes, out = direct.LANES, _SHALLOW_OUT
     shallow = (1, 2 * lanes, 14, 14, out, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
     assert not _pays(2 * lanes, out, 1, 3, 1, 14, 14)
-    assert direct.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 14, 14)
-    assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 2, 2, 14, 14)  # strided
-    assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 32, 32)  # large
-    assert not direct.pays_once_built(lanes, out, 1, 3, 3, 1, 1, 14, 14)  # shallower
+    assert convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 14, 14)
+    assert not convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 2, 2, 14, 14)  # strided
+    assert not convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 32, 32)  # large
+    assert not convmethod.pays_once_built(lanes, out, 1, 3, 3, 1, 1, 14, 14)  # shallower
     assert not convmethod.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 1, 1, 14, 14)
     alone, _ = _model(shallow)
     assert "conv2d_packed" not in str(pack_conv_weights(alone))
@@ -484,7 +485,7 @@ def test_a_batched_module_packs_its_shallower_small_maps() -> None:
 def test_an_int8_convolution_turned_around_does_not_widen_the_rule(monkeypatch) -> None:
     """Only a float32 convolution on the direct method builds it: a module whose one packed
     convolution is an int8 one (turned around: `rvm.op.turn_qconv2d`) keeps its shallow float
-    convolution on small maps a GEMM (`direct.pays_once_built` holds for it)."""
+    convolution on small maps a GEMM (`convmethod.pays_once_built` holds for it)."""
     from rvm.transform import pack_conv_weights as pcw
 
     lanes = direct.LANES
@@ -494,7 +495,7 @@ def test_an_int8_convolution_turned_around_does_not_widen_the_rule(monkeypatch) 
     wq = np.ones((6, 4, 3, 3), np.int8)
     bq, sq = np.zeros(6, np.int32), np.ones(6, np.float32)
     wf = rand((_SHALLOW_OUT, 2 * lanes, 3, 3), seed=3)
-    assert direct.pays_once_built(2 * lanes, _SHALLOW_OUT, 1, 3, 3, 1, 1, 14, 14)
+    assert convmethod.pays_once_built(2 * lanes, _SHALLOW_OUT, 1, 3, 3, 1, 1, 14, 14)
     b = Builder()
     with b.function("main", [xq, xf]):
         q = b.emit(op.qconv2d(xq, E.Constant(wq), E.Constant(bq), E.Constant(sq)))

@@ -23,10 +23,10 @@ time):
   into the panels (`rvm.kernels.im2col`). (Stride-1 convolutions used
   to run one GEMM per kernel row on shifted windows of the padded input, with no column
   matrix: its shallower GEMMs and its weight transpose made it slower than this im2col.)
-  Float32 convolutions where vectors of output channels pay (`rvm.kernels.direct.prefers`:
+  Float32 convolutions where vectors of output channels pay (`rvm.kernels.convmethod.prefers`:
   deep, in whole vectors of output channels, on rows that leave the GEMM's lanes idle or at
   stride 1 with many output channels or an input plane larger than a quarter of L3, as
-  vgg19's and the inception stems' are) on maps of `rvm.kernels.direct.PACK_MIN_POSITIONS`
+  vgg19's and the inception stems' are) on maps of `rvm.kernels.convmethod.PACK_MIN_POSITIONS`
   or more run the direct method instead (`rvm.kernels.direct.conv2d_oihw`), their weight
   packed at the call. Float32 3x3 convolutions at stride 1 and dilation 1 without groups,
   deep enough on maps of enough tiles (`winograd_pays`), run Winograd's F(2x2, 3x3) before

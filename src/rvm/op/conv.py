@@ -382,7 +382,7 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
     methods (`rvm.kernels.convmethod.winograd_pays`), else `conv2d_packed` on the weight packed
     where the direct method beats the GEMMs on this CPU
     (`rvm.kernels.convmethod.channels_pay`: the rule, written once; with ``built``, the model
-    builds the method anyway, also where `rvm.kernels.direct.pays_once_built`); None
+    builds the method anyway, also where `rvm.kernels.convmethod.pays_once_built`); None
     elsewhere."""
     import numpy as np
 
@@ -407,7 +407,7 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
         u = Constant(winograd.transform(weight))
         return conv2d_winograd(value.args[0], u, attrs["padding"])
     if not convmethod.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True) and not (
-        built and direct.pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow)
+        built and convmethod.pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow)
     ):
         return None
     return conv2d_packed(
