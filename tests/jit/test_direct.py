@@ -233,7 +233,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     deep = 8 * lanes  # 3x3 taps of these channels: deep enough
     # Where a tile's row of the GEMM's B is one cache line (AVX2), its taps read in place lose
     # to the direct method from `BUILT_DEPTH` vectors deep; else from 36 (48 on small maps).
-    narrow = bool(direct.PACK_B)
+    narrow = bool(sgemm.PACK_B)
     # Large maps: many output channels, stride 1, no groups; packed at the call too.
     assert _pays(deep, 8 * lanes, 1, 3, 1, 4 * lanes, 4 * lanes, packed=False)
     assert not _pays(deep, 8 * lanes, 1, 3, 2, 4 * lanes, 8 * lanes)  # strided
