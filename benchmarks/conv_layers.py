@@ -11,7 +11,7 @@ shapes: input, output and weight (kernel size, input channels per group); each s
 a layer is the minimum over ``--repeat`` runs of the kernel's (the node's) time, summed over
 the layers of that shape (ORT's ``Conv`` and ``FusedConv`` nodes; rvm's kernels that call a
 convolution). Prints the ``--top`` layers by absolute loss (rvm - ORT): shapes, how many,
-rvm's method (`rvm.kernels.conv.method`; ``direct-packed`` for a weight packed at build time,
+rvm's method (`rvm.kernels.convmethod.method`; ``direct-packed`` for a weight packed at build time,
 `rvm.op.conv2d_packed`; ``winograd-U`` for one transformed at build time,
 `rvm.op.conv2d_winograd`), microseconds and GFLOP/s of both; then the models' conv totals.
 Writes ``benchmarks/results/conv_layers.json`` (``--name``).
@@ -31,11 +31,11 @@ from common import light_model_files, machine, machine_line, write_results
 from op_kinds import ort_profile, rvm_profile
 
 import rvm
-from rvm.kernels import conv
+from rvm.kernels import convmethod
 from rvm.testing.onnx_models import run_ort
 
 METHODS = ("pointwise", "strided", "depthwise", "direct", "taps", "im2col", "winograd")
-"""`rvm.kernels.conv.method`'s results by value (`conv.POINTWISE`...)."""
+"""`rvm.kernels.convmethod.method`'s results by value (`convmethod.POINTWISE`...)."""
 
 _SHAPE = re.compile(r"float32\[([0-9, ]*)\]")
 
@@ -80,7 +80,9 @@ def _method(key: tuple) -> str:
     (_, c, ih, iw), (_, o, oh, ow), kh, kw, cg = key
     sh, sw = max(1, ih // oh), max(1, iw // ow)
     unpadded = kh * kw == 1
-    how = conv.method.py_func(c, o, c // cg, kh, kw, sh, sw, 1, 1, oh, ow, ih, iw, unpadded, True)
+    how = convmethod.method.py_func(
+        c, o, c // cg, kh, kw, sh, sw, 1, 1, oh, ow, ih, iw, unpadded, True
+    )
     return METHODS[how]
 
 

@@ -9,11 +9,11 @@ layers' shapes come from the models' graphs (ONNX shape inference); depthwise la
 left out (the direct method is not theirs; 1x1 ones are in: deep ones on 7 x 7 maps take
 it). Per layer: milliseconds of each, interleaved medians in one process after checking
 the outputs agree, GEMM/direct, direct/ORT, GFLOP/s of
-each, and whether the rule (`rvm.kernels.conv.channels_pay` with the weight packed at
+each, and whether the rule (`rvm.kernels.convmethod.channels_pay` with the weight packed at
 build time) picks the direct method; on 3x3 stride-1 layers Winograd's time with its weight
 transformed at the call (``wino ms``) and beforehand (``wino U``: a constant weight's,
 transformed at build time), the direct method's over the latter (``d/wU``) and whether its
-rule (`rvm.kernels.conv.winograd_pays`) picks it: the tables to check and re-tune the rules
+rule (`rvm.kernels.convmethod.winograd_pays`) picks it: the tables to check and re-tune the rules
 on another machine. ``gemm`` is the library's choice on the OIHW weight: Winograd's
 (transformed at the call) where its rule picks it (then compare it with main's table of the
 GEMMs). Both runtimes on ``--threads`` threads (`rvm.set_num_threads`, ORT's
@@ -41,7 +41,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 import rvm
-from rvm.kernels import conv, direct, sgemm, winograd
+from rvm.kernels import conv, convmethod, direct, sgemm, winograd
 from rvm.testing.onnx_models import LIGHT_MODELS, light_model_path
 
 
@@ -133,8 +133,8 @@ def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> 
     clock = time.thread_time if threads == 1 else time.perf_counter
     t = interleaved_medians(fns, repeat, settle_s=settle, clock=clock)
     oh, ow = out_shape[2], out_shape[3]
-    picks = bool(conv.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True))
-    wino_picks = bool(conv.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow))
+    picks = bool(convmethod.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True))
+    wino_picks = bool(convmethod.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow))
     times = {k: v * 1e3 for k, v in t.items()}
     return {**times, "picks_direct": picks, "picks_winograd": wino_picks}
 

@@ -194,3 +194,19 @@ def test_a_numpy_kernels_key_covers_every_reference_module(monkeypatch) -> None:
             cache, "module_source", lambda m, e=edited: real(m) + ("\n# edited" if m == e else "")
         )
         assert cache.source_hash(rec.source, rec.imports) != before, edited
+
+
+def test_a_library_module_imported_in_parentheses_counts() -> None:
+    """A library module's ``from rvm.kernels.x import (a, b)`` over several lines counts
+    ``rvm.kernels.x`` as imported (`rvm.runtime.loading.cache.imported_modules`), and so does a
+    module named in the parentheses: an edit of it changes the key of every kernel that reaches
+    it (``avgrows`` imports ``maxrows`` only that way: its kernels' keys missed it before)."""
+    from rvm.runtime.loading import cache
+
+    source = cache.module_source("rvm.kernels.qgemm")
+    assert "from rvm.kernels.qtile import (\n" in source
+    assert "from rvm.kernels.qcolumns import (\n" in source
+    found = set(cache.imported_modules(("rvm.kernels.qgemm",)))
+    assert {"rvm.kernels.qtile", "rvm.kernels.qcolumns"} <= found
+    found = set(cache.imported_modules(("rvm.kernels.avgrows",)))
+    assert "rvm.kernels.maxrows" in found

@@ -3,7 +3,7 @@ own checks.
 
 Every path is covered: 1x1 GEMMs (strided too, on the subsampled input), depthwise loops
 (1 to 3 taps a pass), im2col from the input's stride phases by BLAS GEMM and by ``np.dot``,
-the GEMM that reads its taps in place (called itself where `conv.TAPS_IN_PLACE` is off);
+the GEMM that reads its taps in place (called itself where `convmethod.TAPS_IN_PLACE` is off);
 with strides, dilations, groups (depthwise too), asymmetric pads, odd sizes and empty
 batches, and the geometries of the model zoo's CNNs. Operands that disagree with the
 geometry raise ValueError before any memory is touched.
@@ -17,7 +17,7 @@ from conv_cases import CASES
 from jit_helpers import Jit, check, prim, rand, var
 
 from rvm import op
-from rvm.kernels import blas, conv, direct, parfor, sgemm
+from rvm.kernels import blas, conv, convmethod, direct, im2col, parfor, sgemm
 from rvm.op import numpy_ref
 
 slow = pytest.mark.slow
@@ -39,14 +39,16 @@ def _args(case) -> tuple[int, ...]:
 
 
 def _float64_method(case) -> int:  # type: ignore[no-untyped-def]
-    """The method `conv.conv2d` takes for ``case`` in float64 (`conv.method`)."""
+    """The method `conv.conv2d` takes for ``case`` in float64 (`convmethod.method`)."""
     _, c, h, w, o, (kh, kw), (sh, sw), (dh, dw), groups, (pt, pl, pb, pr) = case
     oh, ow = (
         conv._out_size.py_func(h, kh, sh, dh, pt, pb),
         conv._out_size.py_func(w, kw, sw, dw, pl, pr),
     )
     unpadded = not any((pt, pl, pb, pr))
-    return conv.method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, h, w, unpadded, False)
+    return convmethod.method.py_func(
+        c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, h, w, unpadded, False
+    )
 
 
 # float64 builds each method's task again (seconds each): the default run keeps it on the
@@ -59,7 +61,7 @@ def _float64_method(case) -> int:  # type: ignore[no-untyped-def]
         pytest.param(
             case,
             "float64",
-            marks=() if _float64_method(case) == conv.IM2COL else slow,
+            marks=() if _float64_method(case) == convmethod.IM2COL else slow,
             id=f"case{i}-float64",
         )
         for i, case in enumerate(CASES)
@@ -77,9 +79,9 @@ def test_conv2d_matches_reference(case, dtype) -> None:
 # blocks of output rows: stride 1 (odd sizes, asymmetric pads, 2 groups), stride 2
 # (dilated), 1x1 with more output channels than positions (split along the channels), a
 # batch of 2, and a strided 1x1. The last one's taps run as one run wrapping around the rows
-# (`conv.wraps_rows`, rows of 33 at any vector width), cut into pieces of columns; on a 13 x
+# (`convmethod.wraps_rows`, rows of 33 at any vector width), cut into pieces of columns; on a 13 x
 # 13 map (2 groups of 12 vectors of channels) the taps are copied into a column matrix first
-# (`conv.columns_pay`).
+# (`convmethod.columns_pay`).
 WRAPPED = (1, 16, 30, 33, 24, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
 COLUMNS = (1, 64, 13, 13, 24 * sgemm.LANES, (3, 3), (1, 1), (1, 1), 2, (1, 1, 1, 1))
 SPLIT_CASES = [
@@ -114,11 +116,11 @@ def test_split_gemms_match_reference(blas_threads, case) -> None:
         size = n * c * (-(-h // sh)) * (-(-w_ // sw))
         assert parfor.chunks(2 * size, n * c) > 1
     if case is WRAPPED:
-        assert conv.wraps_rows(30, 33, 35) and conv.taps_fill(30, 33, 35)
+        assert convmethod.wraps_rows(30, 33, 35) and convmethod.taps_fill(30, 33, 35)
     if case is COLUMNS:
-        assert conv.columns_pay(12 * sgemm.LANES, 32 * 9, 13, 13, 15)
-        assert not conv.columns_pay(12 * sgemm.LANES - 1, 32 * 9, 13, 13, 15)
-        assert not conv.columns_pay(12 * sgemm.LANES, 32 * 9, 14, 14, 16)
+        assert convmethod.columns_pay(12 * sgemm.LANES, 32 * 9, 13, 13, 15)
+        assert not convmethod.columns_pay(12 * sgemm.LANES - 1, 32 * 9, 13, 13, 15)
+        assert not convmethod.columns_pay(12 * sgemm.LANES, 32 * 9, 14, 14, 16)
     x, w = _operands(case, "float32")
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, dtype="float32")
@@ -144,7 +146,7 @@ def _with_epilogue(case):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("case", [*SPLIT_CASES[:5], ALONG_CHANNELS, BAND_COLUMNS])
 def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     """A bias, a residual and a ReLU applied with the convolution (`conv._conv2d_blas`' epilogue:
-    in its GEMM's store where `conv.fuses_epilogue` holds, 1 back, else 0 and the caller runs
+    in its GEMM's store where `convmethod.fuses_epilogue` holds, 1 back, else 0 and the caller runs
     the pass) on products split over two threads: along the channels (the bias from each
     piece's rows: a 1x1's bands, im2col's rows) and along the positions, in im2col blocks, in
     groups, a batch of 2 (split by images: the pass), the direct method (the pass)."""
@@ -159,10 +161,12 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     n, c, h, wd, o, (kh, kw), (sh, sw), (dh, dw) = case[:8]
     oh, ow = out.shape[2:]
     unpadded = not any(case[9])
-    how = conv.method.py_func(c, o, case[8], kh, kw, sh, sw, dh, dw, oh, ow, h, wd, unpadded, True)
-    images = conv.by_images.py_func(how, n, n * o * oh * ow * w[0].size, blas_threads)
-    gemm = how in (conv.POINTWISE, conv.STRIDED, conv.IM2COL) and not images
-    assert done == (sgemm.FUSED_EPILOGUE and gemm or how == conv.WINOGRAD)
+    how = convmethod.method.py_func(
+        c, o, case[8], kh, kw, sh, sw, dh, dw, oh, ow, h, wd, unpadded, True
+    )
+    images = convmethod.by_images.py_func(how, n, n * o * oh * ow * w[0].size, blas_threads)
+    gemm = how in (convmethod.POINTWISE, convmethod.STRIDED, convmethod.IM2COL) and not images
+    assert done == (sgemm.FUSED_EPILOGUE and gemm or how == convmethod.WINOGRAD)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
@@ -208,7 +212,7 @@ def test_bands_on_b_packed_once_equal_one_thread(case) -> None:
     np.testing.assert_allclose(outs[2], want, rtol=1e-4, atol=2e-3)
 
 
-# im2col straight into the GEMM's panels (`conv._im2col_panels`), called itself on every
+# im2col straight into the GEMM's panels (`im2col.im2col_panels`), called itself on every
 # machine: the stems' shapes (3x3 s2 unpadded on rows of 111, 7x7 s2 p3 on 112, 11x11 s4),
 # rows not a multiple of a panel (panels across rows), rows narrower than a panel (several
 # rows a panel), a depth over `sgemm.KC` (depth blocks), groups, a batch, dilation,
@@ -239,7 +243,7 @@ def test_im2col_into_panels_matches_reference(blas_threads, case, fused) -> None
     fused = fused and sgemm.fuses(oh, ow, ow, 0, w[0].size)
     epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data) if fused else sgemm.NO_EPILOGUE
     (sh, sw), (dh, dw), groups, (pt, pl, _, _) = case[6:10]
-    conv._im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue)
+    im2col.im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue)
     if not fused:
         np.testing.assert_allclose(out, conv_out, rtol=1e-4, atol=2e-3)
         epipass.epilogue_rows(out, bias, 1, res)
@@ -247,46 +251,51 @@ def test_im2col_into_panels_matches_reference(blas_threads, case, fused) -> None
 
 
 def test_im2col_takes_the_panels_on_rows_wider_than_a_panel() -> None:
-    """`conv.panels_pay`: where the GEMM packs B, rows wider than a panel; the tasks a first run
-    builds follow (`conv.first_run_tasks`)."""
-    assert conv.panels_pay.py_func(sgemm.NR + 1) == sgemm.PACK_B
-    assert not conv.panels_pay.py_func(sgemm.NR)
-    wide = conv.first_run_tasks(3, 64, 1, 7, 7, 2, 2, 112, 112, 224, 224, False)
-    narrow = conv.first_run_tasks(256, 256, 1, 3, 3, 1, 1, 7, 7, 7, 7, False)
-    if conv.TAPS_IN_PLACE:
-        assert wide == conv.METHOD_TASKS[conv.TAPS]
+    """`convmethod.panels_pay`: where the GEMM packs B, rows wider than a panel; the tasks a first
+    run builds follow (`convmethod.first_run_tasks`)."""
+    assert convmethod.panels_pay.py_func(sgemm.NR + 1) == sgemm.PACK_B
+    assert not convmethod.panels_pay.py_func(sgemm.NR)
+    wide = convmethod.first_run_tasks(3, 64, 1, 7, 7, 2, 2, 112, 112, 224, 224, False)
+    narrow = convmethod.first_run_tasks(256, 256, 1, 3, 3, 1, 1, 7, 7, 7, 7, False)
+    if convmethod.TAPS_IN_PLACE:
+        assert wide == convmethod.METHOD_TASKS[convmethod.TAPS]
     else:
-        assert wide == (conv.PANEL_TASKS if sgemm.PACK_B else conv.METHOD_TASKS[conv.IM2COL])
-    assert narrow in (conv.METHOD_TASKS[conv.IM2COL], conv.METHOD_TASKS[conv.CHANNELS])
+        assert wide == (
+            convmethod.PANEL_TASKS if sgemm.PACK_B else convmethod.METHOD_TASKS[convmethod.IM2COL]
+        )
+    assert narrow in (
+        convmethod.METHOD_TASKS[convmethod.IM2COL],
+        convmethod.METHOD_TASKS[convmethod.CHANNELS],
+    )
 
 
 # Batches of small images (4; 2 for the direct method), each taking another method, split an
-# image a piece on two threads (`conv.by_images`): the taps GEMM, im2col (7 columns), a
+# image a piece on two threads (`convmethod.by_images`): the taps GEMM, im2col (7 columns), a
 # strided 1x1, the direct method (its weight packed at the call, then its images split by
 # `rvm.kernels.direct`).
 BATCH_CASES = [
     (
         (4, 16, 16, 16, 32, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),
-        conv.TAPS if conv.TAPS_IN_PLACE else conv.IM2COL,
+        convmethod.TAPS if convmethod.TAPS_IN_PLACE else convmethod.IM2COL,
     ),
-    ((4, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), conv.IM2COL),
-    ((4, 64, 28, 28, 96, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)), conv.STRIDED),
-    ((2, 64, 32, 33, 128, (5, 5), (1, 1), (1, 1), 1, (2, 2, 2, 2)), conv.CHANNELS),
+    ((4, 32, 7, 7, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)), convmethod.IM2COL),
+    ((4, 64, 28, 28, 96, (1, 1), (2, 2), (1, 1), 1, (0, 0, 0, 0)), convmethod.STRIDED),
+    ((2, 64, 32, 33, 128, (5, 5), (1, 1), (1, 1), 1, (2, 2, 2, 2)), convmethod.CHANNELS),
 ]
 
 
 def _reads_taps(case) -> bool:  # type: ignore[no-untyped-def]
-    """Whether ``case`` is one `conv.method` reads its taps in place for where it does
-    (`conv.TAPS_IN_PLACE`): rows of `conv.TAPS_MIN_WIDTH` or more, not 1x1 unpadded, not
+    """Whether ``case`` is one `convmethod.method` reads its taps in place for where it does
+    (`convmethod.TAPS_IN_PLACE`): rows of `convmethod.TAPS_MIN_WIDTH` or more, not 1x1 unpadded, not
     depthwise (the direct method aside)."""
     _, c, _, w, _, (kh, kw), (_, sw), (_, dw), groups, (_, pl, _, pr) = case
     ow = conv._out_size.py_func(w, kw, sw, dw, pl, pr)
     pointwise = kh == kw == 1 and not any(case[9])
-    return ow >= conv.TAPS_MIN_WIDTH and c // groups > 1 and not pointwise
+    return ow >= convmethod.TAPS_MIN_WIDTH and c // groups > 1 and not pointwise
 
 
-# The taps GEMM itself on every machine (`conv.method` takes it only where
-# `conv.TAPS_IN_PLACE`): rows, wrapped runs, a column matrix, batches, groups, dilations.
+# The taps GEMM itself on every machine (`convmethod.method` takes it only where
+# `convmethod.TAPS_IN_PLACE`): rows, wrapped runs, a column matrix, batches, groups, dilations.
 @pytest.mark.parametrize("case", [c for c in CASES + SPLIT_CASES if _reads_taps(c)])
 def test_taps_gemm_matches_reference(blas_threads, case) -> None:
     x, w = _operands(case, "float32")
@@ -303,10 +312,12 @@ def test_batch_split_by_images_matches_reference(blas_threads, case, how) -> Non
     want = _reference(case, x, w)
     (n, c, ih, iw), (o, cg, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
     (sh, sw), pads = case[6], case[9]
-    assert conv.method(c, o, 1, kh, kw, sh, sw, 1, 1, oh, ow, ih, iw, not any(pads), True) == how
+    assert (
+        convmethod.method(c, o, 1, kh, kw, sh, sw, 1, 1, oh, ow, ih, iw, not any(pads), True) == how
+    )
     work = n * o * oh * ow * cg * kh * kw
-    split = conv.by_images(how, n, work, blas_threads) or (
-        how == conv.CHANNELS and direct.images_pay(n, work, blas_threads)
+    split = convmethod.by_images(how, n, work, blas_threads) or (
+        how == convmethod.CHANNELS and direct.images_pay(n, work, blas_threads)
     )
     assert split == (blas_threads == 2)  # the case tests what it means to
     out = np.full(want.shape, np.nan, dtype="float32")

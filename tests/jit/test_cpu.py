@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from jit_helpers import host_has
 
-from rvm.kernels import conv, cpu, sgemm
+from rvm.kernels import cpu, im2col, sgemm
 
 HASWELL = "+64bit,+avx,+avx2,+fma,+f16c,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,+popcnt"
 
@@ -106,7 +106,7 @@ def test_this_machine_tuning_comes_from_its_facts() -> None:
     assert sgemm.KC == sgemm.depth_block(facts, sgemm.MR)
     assert sgemm.BLOCK_BYTES == sgemm.block_bytes(facts)
     assert sgemm.IN_PLACE_ROWS == sgemm.in_place_rows(facts, sgemm.KC, sgemm.BLOCK_BYTES, sgemm.MR)
-    assert conv.COL_BYTES == 2 * facts.l2
+    assert im2col.COL_BYTES == 2 * facts.l2
 
 
 # In the subprocess: the convolution and pool cases of the library's own tests (their case

@@ -14,7 +14,8 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, direct, parfor, sgemm, workpool
+from rvm.kernels import conv, convmethod, direct, parfor, sgemm, workpool
+from rvm.kernels.cpu import cpu
 from rvm.op import numpy_ref
 
 # (batch, channels, height, width, out channels, kernel (h, w), strides, dilation, groups,
@@ -223,16 +224,16 @@ def test_pack_refuses_channels_that_do_not_divide() -> None:
 
 
 def _pays(c, o, groups, k, stride, out, size, packed=True) -> bool:
-    return conv.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed)
+    return convmethod.channels_pay(c, o, groups, k, k, stride, stride, out, out, size, size, packed)
 
 
 def test_the_rule_follows_the_shape_and_the_cpu() -> None:
-    """Where the direct method runs (`direct.prefers`, through `conv.channels_pay`)."""
+    """Where the direct method runs (`convmethod.prefers`, through `convmethod.channels_pay`)."""
     lanes = direct.LANES
     deep = 8 * lanes  # 3x3 taps of these channels: deep enough
     # Where a tile's row of the GEMM's B is one cache line (AVX2), its taps read in place lose
     # to the direct method from `BUILT_DEPTH` vectors deep; else from 36 (48 on small maps).
-    narrow = bool(direct.PACK_B)
+    narrow = bool(sgemm.PACK_B)
     # Large maps: many output channels, stride 1, no groups; packed at the call too.
     assert _pays(deep, 8 * lanes, 1, 3, 1, 4 * lanes, 4 * lanes, packed=False)
     assert not _pays(deep, 8 * lanes, 1, 3, 2, 4 * lanes, 8 * lanes)  # strided
@@ -245,14 +246,14 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
     # outgrows a quarter of the last level cache (vgg19's first layers).
     assert _pays(deep, 2 * lanes, 1, 3, 1, 56, 56)
     assert not _pays(deep, 2 * lanes, 1, 3, 1, 32, 32)
-    side = 4 * lanes * (1 + int((direct.L3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
+    side = 4 * lanes * (1 + int((cpu().l3 / (16 * deep)) ** 0.5) // (4 * lanes) + 1)
     assert _pays(deep, lanes, 1, 3, 1, side, side)
     assert not _pays(deep, lanes, 1, 3, 1, 2 * lanes, 2 * lanes)
     # Small maps: where the GEMM's vectors of positions leave a fifth of their lanes idle,
     # on weights packed at build time only.
     idle = 3 * lanes + 1  # positions of a map whose GEMM runs over all of them
     side = int(idle**0.5)
-    if side * side == idle and side < conv.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
+    if side * side == idle and side < convmethod.TAPS_MIN_WIDTH:  # 7 x 7 on 16 lanes
         assert _pays(deep, 2 * lanes, 1, 3, 1, side, side)
         assert not _pays(deep, 2 * lanes, 1, 3, 1, side, side, packed=False)
         assert _pays(deep, 2 * lanes, 1, 3, 2, side, 2 * side)  # strided too
@@ -295,7 +296,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
 # padded, dilated, odd sizes, a batch of 2. Dilated: a plain 3x3 stride-1 one deep enough for
-# the direct method is Winograd's where its floor is 32 channels (`conv.winograd_pays`).
+# the direct method is Winograd's where its floor is 32 channels (`convmethod.winograd_pays`).
 CHANNELS_CASES = [
     (1, 64, 32, 33, 128, (3, 3), (1, 1), (2, 2), 1, (2, 2, 2, 2)),
     (2, 72, 35, 31, 144, (3, 3), (1, 1), (2, 2), 1, (2, 1, 2, 3)),
@@ -309,8 +310,10 @@ def test_library_convolution_takes_the_direct_method(case) -> None:
     out = np.full(want.shape, np.nan, np.float32)
     (_, c, ih, iw), (o, _, kh, kw), (oh, ow) = x.shape, w.shape, want.shape[2:]
     unpadded = not any(case[9])
-    how = conv.method(c, o, case[8], kh, kw, *case[6], *case[7], oh, ow, ih, iw, unpadded, True)
-    assert how == conv.CHANNELS  # the case tests what it means to
+    how = convmethod.method(
+        c, o, case[8], kh, kw, *case[6], *case[7], oh, ow, ih, iw, unpadded, True
+    )
+    assert how == convmethod.CHANNELS  # the case tests what it means to
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = case[6], case[7], case[9]
     conv.conv2d(x, w, out, case[8], sh, sw, dh, dw, pt, pl, pb, pr)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
@@ -417,12 +420,12 @@ def test_constant_weights_are_packed_where_the_rule_says() -> None:
 
 
 # A shallow 3x3 convolution's output channels on small maps: few enough that Winograd's rule
-# (`conv.winograd_pays`, its floor on the channels' harmonic mean) leaves it to the others.
+# (`convmethod.winograd_pays`, its floor on the channels' harmonic mean) leaves it to the others.
 _SHALLOW_OUT = 4 * direct.LANES
 
 
 def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> None:
-    """A shallow 3x3 convolution on a 14 x 14 map (`direct.pays_once_built`, not `prefers`)
+    """A shallow 3x3 convolution on a 14 x 14 map (`convmethod.pays_once_built`, not `prefers`)
     stays a GEMM in a module of its own (which then builds nothing of the method), and takes
     the direct method beside a deep one that does (dilated: Winograd's rule takes a deep 3x3
     one undilated); the packed module computes the same."""
@@ -431,11 +434,11 @@ def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> Non
     lanes, out = direct.LANES, _SHALLOW_OUT
     shallow = (1, 2 * lanes, 14, 14, out, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
     assert not _pays(2 * lanes, out, 1, 3, 1, 14, 14)
-    assert direct.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 14, 14)
-    assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 2, 2, 14, 14)  # strided
-    assert not direct.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 32, 32)  # large
-    assert not direct.pays_once_built(lanes, out, 1, 3, 3, 1, 1, 14, 14)  # shallower
-    assert not conv.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 1, 1, 14, 14)
+    assert convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 14, 14)
+    assert not convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 2, 2, 14, 14)  # strided
+    assert not convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 32, 32)  # large
+    assert not convmethod.pays_once_built(lanes, out, 1, 3, 3, 1, 1, 14, 14)  # shallower
+    assert not convmethod.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 1, 1, 14, 14)
     alone, _ = _model(shallow)
     assert "conv2d_packed" not in str(pack_conv_weights(alone))
     assert _pays(8 * lanes, 2 * lanes, 1, 3, 1, 14, 14)
@@ -482,7 +485,7 @@ def test_a_batched_module_packs_its_shallower_small_maps() -> None:
 def test_an_int8_convolution_turned_around_does_not_widen_the_rule(monkeypatch) -> None:
     """Only a float32 convolution on the direct method builds it: a module whose one packed
     convolution is an int8 one (turned around: `rvm.op.turn_qconv2d`) keeps its shallow float
-    convolution on small maps a GEMM (`direct.pays_once_built` holds for it)."""
+    convolution on small maps a GEMM (`convmethod.pays_once_built` holds for it)."""
     from rvm.transform import pack_conv_weights as pcw
 
     lanes = direct.LANES
@@ -492,7 +495,7 @@ def test_an_int8_convolution_turned_around_does_not_widen_the_rule(monkeypatch) 
     wq = np.ones((6, 4, 3, 3), np.int8)
     bq, sq = np.zeros(6, np.int32), np.ones(6, np.float32)
     wf = rand((_SHALLOW_OUT, 2 * lanes, 3, 3), seed=3)
-    assert direct.pays_once_built(2 * lanes, _SHALLOW_OUT, 1, 3, 3, 1, 1, 14, 14)
+    assert convmethod.pays_once_built(2 * lanes, _SHALLOW_OUT, 1, 3, 3, 1, 1, 14, 14)
     b = Builder()
     with b.function("main", [xq, xf]):
         q = b.emit(op.qconv2d(xq, E.Constant(wq), E.Constant(bq), E.Constant(sq)))

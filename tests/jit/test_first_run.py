@@ -89,7 +89,7 @@ CONV_CHILD = textwrap.dedent(
     """
     import json
     import numpy as np
-    from rvm.kernels import conv, parfor, pool
+    from rvm.kernels import conv, convmethod, parfor, pool
 
     def reference(x, w, stride, pad, groups):
         n, c, h, wd = x.shape
@@ -135,8 +135,8 @@ CONV_CHILD = textwrap.dedent(
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
         seen[name] = built("conv2d")
         oh, ow = ref.shape[2:]
-        guess = conv.first_run_tasks(xs[1], ws[0], groups, ws[2], ws[3], stride, stride, oh, ow,
-                                     xs[2], xs[3], pad == 0)
+        guess = convmethod.first_run_tasks(xs[1], ws[0], groups, ws[2], ws[3], stride, stride,
+                                           oh, ow, xs[2], xs[3], pad == 0)
         seen[name + " guessed"] = guess[0]
     for name, shape, is_max, k, s, p in (
         ("max_rows", (1, 2, 70, 70), True, 3, 2, 1),  # max windows that overlap, 3x3
@@ -217,7 +217,7 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     from rvm import op
     from rvm.ir import Builder, Tuple
     from rvm.jit.first_run import library_tasks
-    from rvm.kernels import conv
+    from rvm.kernels import convmethod
     from rvm.transform.pipeline import run_pipeline
 
     x, w1, w2 = var("x", (1, 8, 32, 32)), var("w1", (16, 8, 3, 3)), var("w2", (8, 16, 1, 1))
@@ -231,17 +231,17 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
         y = b.emit(op.conv2d(op.conv2d(y, w1, padding=1), w2))  # again: listed once
         z = b.emit(op.conv2d(xi, k))
         b.emit_output(b.emit(Tuple([y, z])))
-    # Taps in place where they read best, else im2col (`rvm.kernels.conv.TAPS_IN_PLACE`),
-    # into the GEMM's panels where that pays (`conv.panels_pay`).
+    # Taps in place where they read best, else im2col (`rvm.kernels.convmethod.TAPS_IN_PLACE`),
+    # into the GEMM's panels where that pays (`convmethod.panels_pay`).
     # The second 3x3 one is on the pooled 15 x 15 map.
-    first = conv.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 32, 32, 32, 32, False)
-    second = conv.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 15, 15, 15, 15, False)
+    first = convmethod.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 32, 32, 32, 32, False)
+    second = convmethod.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 15, 15, 15, 15, False)
     want: list[tuple[str, str]] = []
     for task in (
         *first,
         "conv_epilogue",  # the ReLU after it (`rvm.kernels.epipass`)
         "pool2d_max_narrow",
-        *conv.METHOD_TASKS[conv.POINTWISE],
+        *convmethod.METHOD_TASKS[convmethod.POINTWISE],
         *second,
     ):
         if (task, "float32") not in want:

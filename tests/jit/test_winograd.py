@@ -1,7 +1,7 @@
 """Winograd's F(2x2, 3x3) convolution (`rvm.kernels.winograd`) against the NumPy reference:
 odd and tiny maps (edge tiles cut), padding 0, 1 and asymmetric, batches, channels not in
 whole vectors, its fused epilogue (a bias per channel or one for all, a residual, a ReLU),
-pieces on one and two threads; the library's choice of it (`rvm.kernels.conv.winograd_pays`)
+pieces on one and two threads; the library's choice of it (`rvm.kernels.convmethod.winograd_pays`)
 through `conv2d`, the build-time pass transforming constant weights once (the same bits as
 the call's transform; saved and loaded), and an ONNX model whose 3x3 layers take it against
 ONNX Runtime in every exec mode."""
@@ -16,7 +16,7 @@ import pytest
 from jit_helpers import rand, var
 
 import rvm
-from rvm.kernels import conv, sgemm, winograd
+from rvm.kernels import conv, convmethod, sgemm, winograd
 from rvm.op import numpy_ref
 
 # (n, c, h, w, o, (pt, pl, pb, pr)): 1 x 1 and 2 x 2 maps, 7 x 7, 13 x 13 (a cut edge tile
@@ -94,11 +94,11 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
 
 # Shapes the rule takes, at its floor of channels on this CPU (on two threads: their phases cut
 # apart, `winograd.cut`).
-C = conv.WINOGRAD_MEAN_CHANNELS * sgemm.LANES
+C = convmethod.WINOGRAD_MEAN_CHANNELS * sgemm.LANES
 TAKEN = [(1, C, 32, 33, C, (1, 1, 1, 1)), (3, C, 33, 34, C + 8, (1, 0, 2, 1))]
 # Channels both Winograd's rule and the direct method's take (`_model`, in and out: the
 # latter in whole vectors): on AVX-512 the former's floor is below the latter's
-# (`conv.winograd_floors`).
+# (`convmethod.winograd_floors`).
 BOTH = max(C, 8 * sgemm.LANES)
 
 
@@ -106,20 +106,20 @@ BOTH = max(C, 8 * sgemm.LANES)
 def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     x, w, pads, want = _case(shape)
     (_, c, h, wd), o, (oh, ow) = x.shape, w.shape[0], want.shape[2:]
-    how = conv.method.py_func(c, o, 1, 3, 3, 1, 1, 1, 1, oh, ow, h, wd, False, True)
-    assert how == conv.WINOGRAD
-    # Not below the channels' mean, each at its floor (`conv.WINOGRAD_MIN_CHANNELS`), on a map
-    # too large for the small maps' mean (`conv.WINOGRAD_SMALL_MAP`); on a small one, from
-    # that mean (`conv.WINOGRAD_SMALL_MEAN`: the channels' floor on AVX2).
-    floor = conv.WINOGRAD_MIN_CHANNELS * sgemm.LANES
-    side = 2 * math.isqrt(conv.WINOGRAD_SMALL_MAP // (2 * floor)) + 2  # tiles beyond it
-    assert not conv.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, side, side)
-    small = 2 * floor * ((oh + 1) // 2) * ((ow + 1) // 2) <= conv.WINOGRAD_SMALL_MAP
-    at_floor = small and conv.WINOGRAD_SMALL_MEAN <= conv.WINOGRAD_MIN_CHANNELS
-    assert conv.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, oh, ow) == at_floor
+    how = convmethod.method.py_func(c, o, 1, 3, 3, 1, 1, 1, 1, oh, ow, h, wd, False, True)
+    assert how == convmethod.WINOGRAD
+    # Not below the channels' mean, each at its floor (`convmethod.WINOGRAD_MIN_CHANNELS`), on a map
+    # too large for the small maps' mean (`convmethod.WINOGRAD_SMALL_MAP`); on a small one, from
+    # that mean (`convmethod.WINOGRAD_SMALL_MEAN`: the channels' floor on AVX2).
+    floor = convmethod.WINOGRAD_MIN_CHANNELS * sgemm.LANES
+    side = 2 * math.isqrt(convmethod.WINOGRAD_SMALL_MAP // (2 * floor)) + 2  # tiles beyond it
+    assert not convmethod.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, side, side)
+    small = 2 * floor * ((oh + 1) // 2) * ((ow + 1) // 2) <= convmethod.WINOGRAD_SMALL_MAP
+    at_floor = small and convmethod.WINOGRAD_SMALL_MEAN <= convmethod.WINOGRAD_MIN_CHANNELS
+    assert convmethod.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, oh, ow) == at_floor
     # Not with a dilation nor a stride: the rule is Winograd's shapes only.
-    assert not conv.winograd_pays.py_func(c, o, 1, 3, 3, 1, 1, 2, 2, oh, ow)
-    assert not conv.winograd_pays.py_func(c, o, 1, 3, 3, 2, 2, 1, 1, oh, ow)
+    assert not convmethod.winograd_pays.py_func(c, o, 1, 3, 3, 1, 1, 2, 2, oh, ow)
+    assert not convmethod.winograd_pays.py_func(c, o, 1, 3, 3, 2, 2, 1, 1, oh, ow)
     out = np.full(want.shape, np.nan, dtype=np.float32)
     conv.conv2d(x, w, out, 1, 1, 1, 1, 1, *pads)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
@@ -131,8 +131,8 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     np.testing.assert_allclose(fused, expect, rtol=1e-4, atol=2e-3)
 
 
-# A layer both rules take, Winograd's and the direct method's (`conv.channels_pay`: at or above
-# both floors, its output channels whole vectors of the direct method's).
+# A layer both rules take, Winograd's and the direct method's (`convmethod.channels_pay`: at or
+# above both floors, its output channels whole vectors of the direct method's).
 DEEP, DEEP_OUT = BOTH, BOTH + sgemm.LANES
 
 
@@ -165,7 +165,7 @@ def test_pack_transforms_winograd_weights(blas_threads) -> None:
     from rvm.transform.pack_conv_weights import pack_conv_weights
 
     mod, w, x = _model()
-    assert conv.channels_pay.py_func(DEEP, DEEP_OUT, 1, 3, 3, 1, 1, 33, 32, 33, 32, True)
+    assert convmethod.channels_pay.py_func(DEEP, DEEP_OUT, 1, 3, 3, 1, 1, 33, 32, 33, 32, True)
     packed = pack_conv_weights(mod)
     assert "conv2d_packed" not in str(packed)
     calls = [b.value for b in packed["main"].body.bindings if isinstance(b.value, E.Call)]
@@ -215,7 +215,7 @@ def test_onnx_model_against_onnxruntime(exec_mode, n, h, w) -> None:
     import rvm
 
     c = C
-    assert conv.winograd_pays.py_func(c, c, 1, 3, 3, 1, 1, 1, 1, h, w)
+    assert convmethod.winograd_pays.py_func(c, c, 1, 3, 3, 1, 1, 1, 1, h, w)
     inits = [
         numpy_helper.from_array(rand((c, c, 3, 3), seed=s) * 0.1, name)
         for s, name in ((1, "w1"), (2, "w2"))

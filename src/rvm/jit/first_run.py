@@ -4,7 +4,7 @@ The kernel library builds each method of its convolutions, pools and lrn, and it
 packed weights, as a task of its own (`rvm.kernels.parfor`), when a call first takes it:
 seconds of LLVM each on a first run, one after the other, while the other cores sit idle. The
 compiler knows every such call's shapes before any kernel runs, and the library says which
-tasks a call of those shapes takes (`rvm.kernels.conv.first_run_tasks` and the like: the same
+tasks a call of those shapes takes (`rvm.kernels.convmethod.first_run_tasks` and the like: the same
 rule the call follows), so `library_tasks` lists them, in the order the module's functions
 call them, for `rvm.jit.parallel.precompile` to build in the background
 (`rvm.kernels.parfor.prefetch`) while the kernels compile.
@@ -34,7 +34,7 @@ def library_tasks(mod: IRModule) -> list[tuple[str, str]]:
     """The (task, dtype) pairs the jit kernels of ``mod`` (lowered: primitive functions with
     static types) will likely run on their first call, first needed first.
 
-    The library's rules it asks (`rvm.kernels.conv.method`...) are compiled functions: their
+    The library's rules it asks (`rvm.kernels.convmethod.method`...) are compiled functions: their
     cached code loads without a refresh of Numba's compiler (`light_loads`), as a warm start
     loads everything else."""
     with light_loads():
@@ -162,9 +162,9 @@ def _matmul_tasks(call: E.Call, dense: bool) -> tuple[str, ...]:
 
 
 def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
-    """A float32 convolution's tasks (`rvm.kernels.conv.first_run_tasks`); a 1-d one runs as
+    """A float32 convolution's tasks (`rvm.kernels.convmethod.first_run_tasks`); a 1-d one runs as
     a 2-d one of height 1."""
-    from rvm.kernels import cblas, conv
+    from rvm.kernels import cblas, convmethod
 
     x, w, out = (_shape(e, 2 + nsp) for e in (call.args[0], call.args[1], call))
     if x is None or w is None or out is None or not cblas.AVAILABLE:
@@ -176,6 +176,6 @@ def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
     c, ih, iw = x[1:]
     o, _, kh, kw = w
     dh, dw = (1, *call.attrs["dilation"])[-2:]
-    return conv.first_run_tasks(
+    return convmethod.first_run_tasks(
         c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw
     )

@@ -39,10 +39,10 @@ panel's ranges guided: smaller toward its end, `parfor.guided_range`); a
 batch the threads share evenly an image a piece instead (`images_pay`), each image's NHWC plane
 its own.
 
-`prefers(...)` is where this method beats the GEMMs, from the shape, the vector width and L3;
-`rvm.kernels.conv.channels_pay` applies it (the library at the call and the build-time pass
-alike). The entry point (`entry_call`, ``conv2d_packed``) checks the operands against the
-geometry (`agrees`) before touching memory.
+Where this method beats the GEMMs, from the shape, the vector width and L3, is
+`rvm.kernels.convmethod.prefers`' rule, which `rvm.kernels.convmethod.channels_pay` applies
+(the library at the call and the build-time pass alike). The entry point (`entry_call`,
+``conv2d_packed``) checks the operands against the geometry (`agrees`) before touching memory.
 """
 
 from __future__ import annotations
@@ -55,12 +55,11 @@ from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.direct_tile import MR, NB, micro, prefetch_l2
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.sgemm import LANES, LINE, NR, PACK_B, VECTORS
+from rvm.kernels.sgemm import LANES, LINE, VECTORS
 
 __all__ = [
     "MR",
     "NB",
-    "PACK_MIN_POSITIONS",
     "agrees",
     "conv2d_oihw",
     "conv2d_packed",
@@ -70,13 +69,10 @@ __all__ = [
     "pack",
     "pack_into",
     "panel_width",
-    "pays_once_built",
-    "prefers",
     "unpack",
 ]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-L3 = cpu().l3
 # An NHWC plane larger than half of one core's L2 (the panel's weights take the rest) comes from
 # L3 again in each panel's sweep: `_bands` prefetches each next band's new input into L2
 # (`_prefetch_band`).
@@ -87,130 +83,9 @@ PREFETCH_PLANE = cpu().l2 // 2
 PIECES_PER_THREAD = 8
 
 
-@jit(**_OPTS)
-def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ignore[no-untyped-def]
-    """Whether the direct method beats the GEMMs of `rvm.kernels.conv` on a float32
-    convolution of this shape on this CPU, the GEMM's vectors running over ``gemm_run``
-    output positions (an output row, or the whole map).
-
-    Measured on AVX-512 (each layer of the 9 light CNNs, one thread, `benchmarks/
-    conv_methods.py`): the channel vectors pay deep enough (``kh * kw * c / groups >= 36 *
-    LANES``: the transposed store is small against the multiply-adds) and in whole vectors
-    of a group's output channels, and
-
-    - on maps of `PACK_MIN_POSITIONS` or more at stride 1 without groups, with many output
-      channels (``o >= 8 * LANES``: whole tiles) or an input plane larger than a quarter of
-      the last level cache (the GEMM streams it again for every band of output channels; the
-      direct method reads it once): vgg19's layers, the inception stems; on maps twice that size
-      from two vectors of output channels (``o >= 2 * LANES``: resnet50's 64 and
-      densenet121's 32 at 56 x 56, 1.12 to 1.18 times as fast as the GEMM since the input's
-      NHWC copy goes by vectors; 1.03 to 1.12 on AVX2; at 32 x 32 the GEMM was 4 % faster);
-    - on smaller maps, deeper still (``>= 48 * LANES``), from two vectors of a group's
-      output channels (``o / groups >= 2 * LANES``): vgg19's 28 x 28 and 14 x 14 layers, resnet50's
-      256 x 14 x 14, the inceptions' 27 x 27, 14 x 14 and 13 x 13 branches (1.05 to 1.2 times
-      as fast as the GEMM; ~230 GFLOP/s on a core against ~195 at 28 x 28 and 512 channels;
-      on AVX2 1.15 to 1.2 times too); densenet121's 128 to 32 channels at 28 x 28 and 14 x
-      14, and 96 or 128 to 64 at 28 x 28, 1.10 to 1.17 times as fast on Zen 4 (after the
-      tile's transposed store went by in-lane shuffles, `rvm.kernels.nhwc.transposed`).
-      Squeezenet's shallower expansions stay GEMMs on AVX-512 (not on AVX2, where its last
-      two, 48 and 64 channels deep, run 1.2 times as fast this way). With groups, the GEMM
-      runs group by group on a group's channels and the rule holds alike: alexnet's 5 x 5
-      layer in two groups of 48 to 128 channels at 26 x 26 ran 1.67 times as fast this way
-      on a Zen 3 (AVX2; not measured on AVX-512, where it was a GEMM before);
-    - on smaller maps where the GEMM leaves a fifth of its lanes idle or more (7 x 7 maps: 49
-      of 64 lanes; 6 x 6; rows of 12) and the channels fill theirs.
-
-    Both rules for smaller maps hold at any stride (measured at 2), where the GEMM's taps are
-    strided runs and the direct method's are not (it reads each position's channels,
-    contiguous, at any stride): resnet50's three 3 x 3 stride-2 layers (128 x 56 x 56 to 512
-    x 14 x 14) ran 1.05 to 1.24 times as fast this way, the inceptions' and zfnet's
-    reductions 1.08 to 1.43 (on AVX2, resnet50's 1.07 to 1.31).
-    The last rule holds for 1x1 convolutions too, from ``32 * LANES`` deep (the multiply-adds
-    a tile's store and a position's copy weigh against: resnet50's 512 to 2048 channels on
-    7 x 7 ran 1.22 times as fast this way on Zen 4, 1.17 at batch 8; 480, 512 and 544 to 128
-    1.05), with ``o >= 8 * LANES`` (the NHWC copy of the input is the same for fewer output
-    channels: 832 to 48 or 32 took 1.1 to 1.25 times as long): resnet50's 2048 to 512
-    channels and the inceptions' 832 to 128...384 on 7 x 7 maps ran 1.1 to 1.2 times as fast
-    this way (before the
-    input's NHWC copy went by vectors on rows narrower than one and a band of 4 positions or
-    fewer took half a tile's work, they took 1.05 to 2 times as long); on maps whose
-    positions fill the GEMM's vectors (14 x 14: 196 of 208 lanes) the GEMM was 1.1 times as
-    fast. Shallow convolutions (squeezenet's first expansions, the 3-channel stems, strided
-    or not), ragged channel counts and other 1x1 convolutions run faster as GEMMs. A wider
-    rule (rows of 13, 27 and 55 at any stride, from ``16 * LANES`` deep) gave
-    vgg19 and alexnet more but cost the first run seconds of building the packed entry point
-    (issue 24's goals), so it is not taken.
-
-    Where a tile's row of the GEMM's B is one cache line (`rvm.kernels.sgemm.PACK_B`: AVX2's
-    two vectors of 8), the GEMMs lose what the floors above weigh: their taps, read in place,
-    are one line a row on as many pages (the reason a plain GEMM packs B there), and a plain
-    GEMM copies its B at each call as the direct method copies its input. Measured on a Zen 3
-    (AVX2, one thread, `benchmarks/conv_methods.py`), the taps GEMMs ran at 33-54 GFLOP/s
-    against the direct method's 60-90 on every 3 x 3 and 5 x 5 layer from `BUILT_DEPTH`
-    vectors deep but those on 56 x 56 maps (rows of whole tiles, a tie): squeezenet's 16 to 64
-    channels at 55 x 55 1.59 times as fast this way, inception_v1's 5 x 5 branches 1.8 to 2.1,
-    resnet50's stride-2 layers 1.8, densenet121's 128 to 32 2.2 to 2.35. So there the floor
-    on large maps is `BUILT_DEPTH` vectors (the 3-channel stems stay GEMMs), on smaller ones
-    36 (squeezenet's 32 to 128 channels at 27 x 27 1.92 times as fast), the shallower ones
-    left to `pays_once_built` (a model that builds nothing else of the method keeps them
-    GEMMs, as the small-map floor is there for). A 1x1 convolution runs
-    this way on maps of four of the GEMM's tiles of positions or fewer (``4 * NR``: 7 x 7 and 6 x
-    6, where its rows of B are few) from four vectors of output channels: densenet121's and the
-    inceptions' 512 to 1024 channels on 7 x 7 and 6 x 6 maps to 32...2048, 1.07 to 1.51 times
-    as fast; on 13 x 13 and 14 x 14 maps the two were within 0.85-1.27 of each other
-    (squeezenet's 384 and 512 to 64 and 1000 channels, inception_v2's 576, faster as GEMMs),
-    and from 28 x 28 the GEMM was mostly faster (0.82-0.93; 1.02-1.17 on 4 of 13).
-    """
-    depth = (c // groups) * kh * kw
-    floor, small = (BUILT_DEPTH, 36) if PACK_B else (36, 48)
-    if depth < (32 if kh * kw == 1 else floor) * LANES or (o // groups) % LANES:
-        return False
-    if oh * ow >= PACK_MIN_POSITIONS:
-        if kh * kw == 1 or sh != 1 or sw != 1:
-            return False
-        plane = 4 * c * (ih + kh) * (iw + kw)
-        large = o >= 8 * LANES or 4 * plane > L3
-        return groups == 1 and (large or o >= 2 * LANES and oh * ow >= 2 * PACK_MIN_POSITIONS)
-    if o // groups >= 2 * LANES and depth >= small * LANES and kh * kw > 1:
-        return True
-    if kh * kw == 1 and PACK_B:
-        return o >= 4 * LANES and gemm_run <= 4 * NR
-    if kh * kw == 1 and o < 8 * LANES:
-        return False  # the input's NHWC copy outweighs the lanes gained
-    vectors = (gemm_run + LANES - 1) // LANES
-    return 5 * gemm_run < 4 * vectors * LANES
-
-
-def pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow):  # type: ignore[no-untyped-def]
-    """Whether a float32 convolution of this shape on a small map takes the direct method in
-    a model that builds the method anyway (some other convolution of it `prefers` it): a
-    wider rule than `prefers`'s, whose depth floors keep the models that need none of it (such
-    as squeezenet, the quick start's) from building the method at their first run.
-
-    Measured on AVX-512 (`benchmarks/conv_methods.py`, one thread), the direct method beat the
-    GEMMs on every 3 x 3 and 5 x 5 layer at stride 1 on maps under `PACK_MIN_POSITIONS` from
-    `BUILT_DEPTH` vectors deep: inception_v2's 64 to 64 and 96 channels at 28 x 28 and 14 x
-    14, 1.06 to 1.17 times as fast; inception_v1's 5 x 5 branches at 27 x 27 and 13 x 13, 1.15
-    to 1.2 (squeezenet's 32 to 64 channels deep at 27 x 27 and 13 x 13, 1.11 to 1.21, where
-    the rule does not apply). Without groups, in whole vectors of output channels, from two."""
-    if groups != 1 or kh * kw == 1 or sh != 1 or sw != 1 or oh * ow >= PACK_MIN_POSITIONS:
-        return False
-    return o >= 2 * LANES and o % LANES == 0 and c * kh * kw >= BUILT_DEPTH * LANES
-
-
-BUILT_DEPTH = 16
-"""The depth (input channels times taps) in vectors from which `pays_once_built` holds."""
-
-
 FIRST_RUN_TASKS = ("conv2d_direct",)
 """The library task (`rvm.kernels.parfor`) a convolution by this method runs: what its first
 run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
-
-
-# Positions from which packing the weight at each call costs little against the convolution
-# (one copy of the weight against positions x weight multiply-adds), and from which a map is
-# large for `prefers`: with fewer, the method runs on weights packed at build time only.
-PACK_MIN_POSITIONS = 1024
 
 
 def panel_width(og: int) -> int:
@@ -264,7 +139,7 @@ _panel_width = jit(**_OPTS)(panel_width)
 @jit(**_OPTS)
 def conv2d_oihw(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: ignore[no-untyped-def]
     """`conv2d_packed_fused` of an OIHW weight ``w``, packed here, at the call (where that
-    copy is small against the work: `rvm.kernels.conv.channels_pay`)."""
+    copy is small against the work: `rvm.kernels.convmethod.channels_pay`)."""
     o, cg, kh, kw = w.shape
     groups = x.shape[1] // cg
     panel = _panel_width(o // groups)

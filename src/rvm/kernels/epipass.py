@@ -4,7 +4,7 @@ A jit kernel whose float32 convolution (`rvm.kernels.conv`, `rvm.kernels.direct`
 straight into the kernel's output, then adds a per-channel bias, a residual of the output's
 shape and a ReLU, in that order (`rvm.jit.lower`), hands them to the library rather than
 running a loop of its own over the output: with the convolution (``conv2d_fused``, whose GEMM
-applies them as it stores where it can, `rvm.kernels.conv.fuses_epilogue`, else runs this
+applies them as it stores where it can, `rvm.kernels.convmethod.fuses_epilogue`, else runs this
 pass; the direct method's ``conv2d_packed_fused`` applies a bias and a ReLU in its tiles, and
 this pass with a residual), or after it, `entry_call` (``conv_epilogue``). Its own loop ran in
 the calling thread alone: on resnet50 about 4.5 of 75 ms at one thread, the other core idle at

@@ -35,7 +35,7 @@ giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
   channels, the GEMMs by ranges of the 16 positions, the output transform by ranges of
   output channels; no piece transforms an input or packs a GEMM's operand again.
 
-Where it pays against the other methods is `rvm.kernels.conv.winograd_pays`' rule.
+Where it pays against the other methods is `rvm.kernels.convmethod.winograd_pays`' rule.
 """
 
 from __future__ import annotations

@@ -379,14 +379,14 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
     """The call computing ``value``, a float32 ``conv2d`` of a static-shaped input by the
     constant ``weight`` (numpy, OIHW), on the weight laid out here, once, for the method the
     library takes: `conv2d_winograd` on the weight transformed where Winograd's beats the other
-    methods (`rvm.kernels.conv.winograd_pays`), else `conv2d_packed` on the weight packed where
-    the direct method beats the GEMMs on this CPU (`rvm.kernels.conv.channels_pay`: the rule,
-    written once; with ``built``, the model builds the method anyway, also where
-    `rvm.kernels.direct.pays_once_built`); None elsewhere."""
+    methods (`rvm.kernels.convmethod.winograd_pays`), else `conv2d_packed` on the weight packed
+    where the direct method beats the GEMMs on this CPU
+    (`rvm.kernels.convmethod.channels_pay`: the rule, written once; with ``built``, the model
+    builds the method anyway, also where `rvm.kernels.convmethod.pays_once_built`); None
+    elsewhere."""
     import numpy as np
 
-    from rvm.kernels import conv as library
-    from rvm.kernels import direct
+    from rvm.kernels import convmethod, direct
 
     x_type, out_type = getattr(value.args[0], "type", None), getattr(value, "type", None)
     if not isinstance(weight, np.ndarray) or weight.dtype != np.float32 or weight.ndim != 4:
@@ -401,13 +401,13 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
     (_, c, ih, iw), (oh, ow) = x_type.shape, out_type.shape[2:]
     o, _, kh, kw = weight.shape
     groups, (sh, sw), (dh, dw) = attrs["groups"], attrs["strides"], attrs["dilation"]
-    if library.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
+    if convmethod.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
         from rvm.kernels import winograd
 
         u = Constant(winograd.transform(weight))
         return conv2d_winograd(value.args[0], u, attrs["padding"])
-    if not library.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True) and not (
-        built and direct.pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow)
+    if not convmethod.channels_pay(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, True) and not (
+        built and convmethod.pays_once_built(c, o, groups, kh, kw, sh, sw, oh, ow)
     ):
         return None
     return conv2d_packed(

@@ -10,10 +10,10 @@ static input shape, for which the direct convolution vectorized along output cha
 the GEMMs on this CPU (`rvm.op.conv.pack_conv2d`, the library's rule), is ``conv2d_packed(x,
 P)`` with ``P`` the weight packed in panels of output channels (`rvm.kernels.direct.pack`):
 the kernel reads it as it is, with no copy at each call; each one Winograd's F(2x2, 3x3) serves
-(`rvm.kernels.conv.winograd_pays`) is ``conv2d_winograd(x, U)`` with ``U`` the weight transformed
-once (`rvm.kernels.winograd.transform`), not at each call. A module that packs one builds the
-method anyway, so its shallower convolutions on small maps take it too where it pays
-(`rvm.kernels.direct.pays_once_built`), and so does one run on batches (`BATCH_BUILDS`), while
+(`rvm.kernels.convmethod.winograd_pays`) is ``conv2d_winograd(x, U)`` with ``U`` the weight
+transformed once (`rvm.kernels.winograd.transform`), not at each call. A module that packs
+one builds the method anyway, so its shallower convolutions on small maps take it too where it pays
+(`rvm.kernels.convmethod.pays_once_built`), and so does one run on batches (`BATCH_BUILDS`), while
 a module that packs none (squeezenet at batch 1) builds none of it at its first run. Likewise
 each int8 ``qconv2d`` with a constant weight and a static output shape that this CPU's
 turned-around kernel serves better (`rvm.op.turn_qconv2d`) takes its weight turned once
@@ -47,7 +47,7 @@ logger = logging.getLogger("rvm.transform")
 
 BATCH_BUILDS = 2
 """From this many images a call (a static batch), a module takes the direct method where the
-wider rule (`rvm.kernels.direct.pays_once_built`) has it, whether or not it packs a
+wider rule (`rvm.kernels.convmethod.pays_once_built`) has it, whether or not it packs a
 convolution by the narrow one: its first run builds the method (squeezenet's: about 8 CPU-s),
 which a batch of ``n`` repays ``n`` times sooner. squeezenet at batch 8 (one thread): its
 3 x 3 expansions on 27 x 27 and 13 x 13 maps; at batch 1 (the quick start) it builds none."""

@@ -222,7 +222,9 @@ def loaded_functions(records: Iterable[KernelRecord]) -> dict[str, set[str]]:
             found.setdefault(got[0], set()).add(got[1])
 
     for name in modules:
-        for obj in list(vars(sys.modules.get(name, object())).values()):
+        # a module named only by a function's own import, never run in this process, has none
+        module = sys.modules.get(name)
+        for obj in list(vars(module).values()) if module is not None else ():
             eager = isinstance(obj, CPUDispatcher) and not getattr(obj, "_can_compile", True)
             if eager or isinstance(obj, CFunc):
                 add(obj)

@@ -85,15 +85,16 @@ def target_key() -> str:
     return f"{key} {opt_key()}".rstrip()
 
 
-# In an rvm library module's own (hand-written) source: `from rvm.x import a, b` or
-# `from rvm.x import *` (group 1: the module, 2: the names or "*") or `import rvm.x` (group 3).
-# Generated source is never read for this.
+# In an rvm library module's own (hand-written) source: `from rvm.x import a, b`, the names in
+# parentheses over several lines, or `from rvm.x import *` (group 1: the module, 2: the names
+# or "*") or `import rvm.x` (group 3). Generated source is never read for this.
 _RVM_IMPORT = re.compile(
     r"^[ \t]*(?:"
-    r"from[ \t]+(rvm(?:\.\w+)*)[ \t]+import[ \t]+\(?(\*|[\w, \t]+)"
+    r"from[ \t]+(rvm(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|\*|[\w, \t]+)"
     r"|import[ \t]+(rvm(?:\.\w+)*))",
     re.MULTILINE,
 )
+_COMMENT = re.compile(r"#[^\n]*")
 
 
 @functools.cache
@@ -145,7 +146,8 @@ def imported_modules(imports: tuple[str, ...]) -> tuple[str, ...]:
         for m in _RVM_IMPORT.finditer(module_source(name)):
             names = [m.group(3)] if m.group(3) else [m.group(1)]
             if m.group(2) and m.group(2) != "*":
-                subs = (f"{m.group(1)}.{n.strip()}" for n in m.group(2).split(","))
+                listed = _COMMENT.sub("", m.group(2)).strip("()")
+                subs = (f"{m.group(1)}.{n.strip()}" for n in listed.split(",") if n.strip())
                 names += [n for n in subs if n not in seen and _in_runtime(n) and _is_module(n)]
             todo += [n for n in names if n not in seen and _in_runtime(n)]
     return tuple(sorted(seen))
