@@ -7,14 +7,15 @@ a polynomial, and 2**n built from the exponent bits), which LLVM vectorizes like
 elementwise code. NaN propagates; overflow gives inf; results below float32's range give 0
 (or a denormal).
 
-Each is a Numba intrinsic: a call writes the function's LLVM IR into its caller (a kernel, or
-a library function), where LLVM optimizes and vectorizes it with the caller's loop and the
-caller's fastmath flags. Nothing is compiled on its own. (As ``@njit(inline="always")``
-functions they were inlined in Numba's IR: each call copied, typed and lowered the function's
-Python body again, 0.3-0.5 CPU-s a call in every kernel's compile; as separately compiled
-functions LLVM's inliner left erf's calls out of the loop, which then ran scalar.) The IR is the
-Python arithmetic each docstring states, operation for operation, as Numba lowers it
-(`_Scalar`): the results are the inlined functions' to the bit.
+Each is a Numba intrinsic of a float32 argument: a call writes the function's LLVM IR into its
+caller (a kernel, or a library function), where LLVM optimizes and vectorizes it with the
+caller's loop. Nothing is compiled on its own. (As ``@njit(inline="always")`` functions they
+were inlined in Numba's IR: each call copied, typed and lowered the function's Python body
+again, 0.3-0.5 CPU-s a call in every kernel's compile; compiled apart and linked, LLVM's
+inliner left erf's calls out of the loop, which then ran scalar.) The IR is the arithmetic each
+comment below states, operation for operation, as Numba lowers it (`_Scalar`), its float
+operations flagged with the functions' own fastmath flags (`_FAST`) whatever the caller's, as
+the inlined functions' were: the results are theirs to the bit.
 """
 
 from __future__ import annotations
