@@ -7,13 +7,22 @@ a polynomial, and 2**n built from the exponent bits), which LLVM vectorizes like
 elementwise code. NaN propagates; overflow gives inf; results below float32's range give 0
 (or a denormal).
 
-They are compiled (for float32) when a kernel first calls one, not at import: a first run whose
-kernels call none builds none.
+Each is a Numba intrinsic of a float32 argument: a call writes the function's LLVM IR into its
+caller (a kernel, or a library function), where LLVM optimizes and vectorizes it with the
+caller's loop. Nothing is compiled on its own. (As ``@njit(inline="always")`` functions they
+were inlined in Numba's IR: each call copied, typed and lowered the function's Python body
+again, 0.3-0.5 CPU-s a call in every kernel's compile; compiled apart and linked, LLVM's
+inliner left erf's calls out of the loop, which then ran scalar.) The IR is the arithmetic each
+comment below states, operation for operation, as Numba lowers it (`_Scalar`), its float
+operations flagged with the functions' own fastmath flags (`_FAST`) whatever the caller's, as
+the inlined functions' were: the results are theirs to the bit.
 """
 
 from __future__ import annotations
 
-import numba as nb
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
@@ -57,65 +66,6 @@ ERFC_POLY = (  # erfc(x) = t * exp(Q(t) - x * x), t = 1 / (1 + x / 2) (Numerical
 )
 
 
-@intrinsic
-def _bits_to_float32(typingctx, bits):  # type: ignore[no-untyped-def]
-    """Reinterpret an int32 as a float32 (an LLVM bitcast)."""
-    if bits != nt.int32:
-        return None
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return nt.float32(nt.int32), codegen
-
-
-@nb.njit(inline="always", nogil=True, cache=True)
-def _pow2(n):  # type: ignore[no-untyped-def]
-    return _bits_to_float32(np.int32((n + 127) << 23))
-
-
-@nb.njit(inline="always", nogil=True, cache=True, fastmath=_FAST)
-def exp32(x):  # type: ignore[no-untyped-def]
-    """e ** x for float32."""
-    xc = np.minimum(np.maximum(x, np.float32(EXP_RANGE[0])), np.float32(EXP_RANGE[1]))
-    n = np.floor(xc * np.float32(LOG2E) + np.float32(0.5))
-    r = xc - n * np.float32(LN2_HI) - n * np.float32(LN2_LO)
-    p = np.float32(EXP_POLY[0])
-    p = p * r + np.float32(EXP_POLY[1])
-    p = p * r + np.float32(EXP_POLY[2])
-    p = p * r + np.float32(EXP_POLY[3])
-    p = p * r + np.float32(EXP_POLY[4])
-    p = p * r + np.float32(EXP_POLY[5])
-    p = p * r * r + r + np.float32(1.0)
-    ni = np.int32(n)
-    half = ni >> 1
-    return p * _pow2(half) * _pow2(ni - half)
-
-
-@nb.njit(inline="always", nogil=True, cache=True, fastmath=_FAST)
-def tanh32(x):  # type: ignore[no-untyped-def]
-    """tanh(x) for float32: a polynomial near 0, 1 - 2 / (exp(2|x|) + 1) elsewhere."""
-    a = np.abs(x)
-    big = np.float32(1.0) - np.float32(2.0) / (exp32(np.float32(2.0) * a) + np.float32(1.0))
-    big = big if x >= np.float32(0.0) else -big
-    z = x * x
-    p = np.float32(TANH_POLY[0])
-    p = p * z + np.float32(TANH_POLY[1])
-    p = p * z + np.float32(TANH_POLY[2])
-    p = p * z + np.float32(TANH_POLY[3])
-    p = p * z + np.float32(TANH_POLY[4])
-    small = p * z * x + x
-    return small if a < np.float32(TANH_SMALL) else big
-
-
-@nb.njit(inline="always", nogil=True, cache=True, fastmath=_FAST)
-def sigmoid32(x):  # type: ignore[no-untyped-def]
-    """1 / (1 + exp(-x)) for float32, from exp(-|x|): exact in both tails."""
-    e = exp32(-np.abs(x))
-    r = np.float32(1.0) / (np.float32(1.0) + e)
-    return r if x >= np.float32(0.0) else e * r
-
-
 # erf(x) / x as a polynomial in x * x on [0, 1] (a least-squares fit at Chebyshev nodes,
 # weighted to relative error: within 3e-10 before float32 rounding).
 ERF_SMALL = (
@@ -129,36 +79,181 @@ ERF_SMALL = (
     -9.68963773230187e-06,
 )
 
+F32 = ir.FloatType()
+_FLAGS = tuple(sorted(_FAST))
+I32 = ir.IntType(32)
 
-@nb.njit(inline="always", nogil=True, cache=True, fastmath=_FAST)
-def erf32(x):  # type: ignore[no-untyped-def]
-    """The error function for float32, within 3 ulp: ``x * P(x * x)`` below 1 in magnitude,
-    ``1 - erfc(|x|)`` (with its sign) from there, erfc by Numerical Recipes' Chebyshev fit
-    ``t * exp(Q(t) - x * x)``, ``t = 1 / (1 + |x| / 2)`` (relative error below 1.2e-7). Both
-    are computed and one is selected, so a loop of it vectorizes."""
-    z = x * x
-    p = np.float32(ERF_SMALL[7])
-    p = p * z + np.float32(ERF_SMALL[6])
-    p = p * z + np.float32(ERF_SMALL[5])
-    p = p * z + np.float32(ERF_SMALL[4])
-    p = p * z + np.float32(ERF_SMALL[3])
-    p = p * z + np.float32(ERF_SMALL[2])
-    p = p * z + np.float32(ERF_SMALL[1])
-    p = p * z + np.float32(ERF_SMALL[0])
-    small = x * p
-    a = np.abs(x)
-    ac = np.minimum(a, np.float32(ERF_CLAMP))
-    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.5) * ac)
-    q = np.float32(ERFC_POLY[0])
-    q = q * t + np.float32(ERFC_POLY[1])
-    q = q * t + np.float32(ERFC_POLY[2])
-    q = q * t + np.float32(ERFC_POLY[3])
-    q = q * t + np.float32(ERFC_POLY[4])
-    q = q * t + np.float32(ERFC_POLY[5])
-    q = q * t + np.float32(ERFC_POLY[6])
-    q = q * t + np.float32(ERFC_POLY[7])
-    q = q * t + np.float32(ERFC_POLY[8])
-    q = q * t + np.float32(ERFC_POLY[9])
-    big = np.float32(1.0) - t * exp32(q - ac * ac)
-    big = big if x >= np.float32(0.0) else -big
-    return small if a < np.float32(1.0) else big
+
+class _Flagged:
+    """An IR builder whose float operations, comparisons and calls carry `_FAST`'s flags, as
+    the functions' own fastmath (``fastmath=_FAST``) gave them inlined, whatever the caller's."""
+
+    def __init__(self, builder: ir.IRBuilder) -> None:
+        self._b = builder
+        self.module = builder.module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._b, name)
+
+    def fadd(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self._b.fadd(x, y, flags=_FLAGS)
+
+    def fsub(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self._b.fsub(x, y, flags=_FLAGS)
+
+    def fmul(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self._b.fmul(x, y, flags=_FLAGS)
+
+    def fdiv(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self._b.fdiv(x, y, flags=_FLAGS)
+
+    def fcmp_ordered(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self._b.fcmp_ordered(op, x, y, flags=_FLAGS)
+
+    def fcmp_unordered(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self._b.fcmp_unordered(op, x, y, flags=_FLAGS)
+
+    def call(self, fn: ir.Function, args: list[ir.Value]) -> ir.Value:
+        return self._b.call(fn, args, fastmath=_FLAGS)
+
+
+class _Scalar:
+    """Writes float32 scalar IR as Numba lowers the Python arithmetic of the docstrings (the
+    same operations in the same order; the caller's fastmath pass flags them as it flags its
+    own), so that the inlined code is the code Numba's inlining gave."""
+
+    def __init__(self, builder: ir.IRBuilder) -> None:
+        self.b = _Flagged(builder)
+
+    @staticmethod
+    def f(value: float) -> ir.Constant:
+        """A float32 constant (``np.float32(value)``)."""
+        return ir.Constant(F32, float(np.float32(value)))
+
+    def _intrinsic(self, name: str, x: ir.Value) -> ir.Value:
+        fn = self.b.module.declare_intrinsic(f"llvm.{name}", [F32])
+        return self.b.call(fn, [x])
+
+    def abs(self, x: ir.Value) -> ir.Value:
+        """``np.abs(x)``."""
+        return self._intrinsic("fabs", x)
+
+    def neg(self, x: ir.Value) -> ir.Value:
+        """``-x`` (``-0.0 - x``, Numba's negation)."""
+        return self.b.fsub(self.f(-0.0), x)
+
+    def where(self, op: str, x: ir.Value, y: ir.Value, a: ir.Value, c: ir.Value) -> ir.Value:
+        """``a if x <op> y else c``."""
+        return self.b.select(self.b.fcmp_ordered(op, x, y), a, c)
+
+    def _extreme(self, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``np.minimum`` (``<=``) or ``np.maximum`` (``>=``): NaN preferred."""
+        b = self.b
+        nan = b.select(b.fcmp_unordered("uno", x, x), x, y)
+        return b.select(b.fcmp_unordered("uno", x, y), nan, self.where(op, x, y, x, y))
+
+    def horner(self, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+        """``p = c0; p = p * x + c1; ...`` (highest degree first)."""
+        p = self.f(coefficients[0])
+        for c in coefficients[1:]:
+            p = self.b.fadd(self.b.fmul(p, x), self.f(c))
+        return p
+
+    def _pow2(self, n: ir.Value) -> ir.Value:
+        """2 ** n for an int32 ``n`` in float32's exponent range, from its bits."""
+        b = self.b
+        bits = b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23))
+        return b.bitcast(bits, F32)
+
+    def exp(self, x: ir.Value) -> ir.Value:
+        """`exp32`."""
+        b, f = self.b, self.f
+        xc = self._extreme("<=", self._extreme(">=", x, f(EXP_RANGE[0])), f(EXP_RANGE[1]))
+        n = self._intrinsic("floor", b.fadd(b.fmul(xc, f(LOG2E)), f(0.5)))
+        r = b.fsub(b.fsub(xc, b.fmul(n, f(LN2_HI))), b.fmul(n, f(LN2_LO)))
+        p = self.horner(r, EXP_POLY)
+        p = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), f(1.0))
+        ni = b.fptosi(n, I32)
+        half = b.ashr(ni, ir.Constant(I32, 1))
+        return b.fmul(b.fmul(p, self._pow2(half)), self._pow2(b.sub(ni, half)))
+
+    def tanh(self, x: ir.Value) -> ir.Value:
+        """`tanh32`."""
+        b, f = self.b, self.f
+        a = self.abs(x)
+        big = b.fsub(f(1.0), b.fdiv(f(2.0), b.fadd(self.exp(b.fmul(f(2.0), a)), f(1.0))))
+        big = self.where(">=", x, f(0.0), big, self.neg(big))
+        z = b.fmul(x, x)
+        small = b.fadd(b.fmul(b.fmul(self.horner(z, TANH_POLY), z), x), x)
+        return self.where("<", a, f(TANH_SMALL), small, big)
+
+    def sigmoid(self, x: ir.Value) -> ir.Value:
+        """`sigmoid32`."""
+        b, f = self.b, self.f
+        e = self.exp(self.neg(self.abs(x)))
+        r = b.fdiv(f(1.0), b.fadd(f(1.0), e))
+        return self.where(">=", x, f(0.0), r, b.fmul(e, r))
+
+    def erf(self, x: ir.Value) -> ir.Value:
+        """`erf32`."""
+        b, f = self.b, self.f
+        z = b.fmul(x, x)
+        small = b.fmul(x, self.horner(z, tuple(reversed(ERF_SMALL))))
+        a = self.abs(x)
+        ac = self._extreme("<=", a, f(ERF_CLAMP))
+        t = b.fdiv(f(1.0), b.fadd(f(1.0), b.fmul(f(0.5), ac)))
+        q = self.horner(t, ERFC_POLY)
+        big = b.fsub(f(1.0), b.fmul(t, self.exp(b.fsub(q, b.fmul(ac, ac)))))
+        big = self.where(">=", x, f(0.0), big, self.neg(big))
+        return self.where("<", a, f(1.0), small, big)
+
+
+def _float32_function(write: Callable[[_Scalar, ir.Value], ir.Value]) -> Any:
+    """A Numba intrinsic of one float32 argument whose IR ``write`` makes."""
+
+    def typer(typingctx, x):  # type: ignore[no-untyped-def]
+        if x != nt.float32:
+            return None
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return write(_Scalar(builder), args[0])
+
+        return nt.float32(nt.float32), codegen
+
+    typer.__name__ = write.__name__
+    return intrinsic(typer)
+
+
+def _exp(s: _Scalar, x: ir.Value) -> ir.Value:
+    return s.exp(x)
+
+
+def _tanh(s: _Scalar, x: ir.Value) -> ir.Value:
+    return s.tanh(x)
+
+
+def _sigmoid(s: _Scalar, x: ir.Value) -> ir.Value:
+    return s.sigmoid(x)
+
+
+def _erf(s: _Scalar, x: ir.Value) -> ir.Value:
+    return s.erf(x)
+
+
+# e ** x for float32: ``xc = np.minimum(np.maximum(x, EXP_RANGE[0]), EXP_RANGE[1])``,
+# ``n = np.floor(xc * LOG2E + 0.5)``, ``r = xc - n * LN2_HI - n * LN2_LO``, ``p`` = EXP_POLY's
+# Horner sum at ``r``, ``p = p * r * r + r + 1``, then ``p * 2 ** half * 2 ** (n - half)``
+# with ``half = int32(n) >> 1`` (each power built from its exponent bits).
+exp32 = _float32_function(_exp)
+# tanh(x) for float32: ``x + x * z * P(z)`` (``z = x * x``, P = TANH_POLY) below TANH_SMALL
+# in magnitude, ``1 - 2 / (exp32(2 |x|) + 1)`` with the sign of x from there.
+tanh32 = _float32_function(_tanh)
+# 1 / (1 + exp(-x)) for float32, from ``e = exp32(-|x|)``: ``r = 1 / (1 + e)`` for x >= 0,
+# ``e * r`` below: exact in both tails.
+sigmoid32 = _float32_function(_sigmoid)
+# The error function for float32, within 3 ulp: ``x * P(x * x)`` below 1 in magnitude (P =
+# ERF_SMALL), ``1 - erfc(|x|)`` (with its sign) from there, erfc by Numerical Recipes'
+# Chebyshev fit ``t * exp32(Q(t) - x * x)``, ``t = 1 / (1 + |x| / 2)``, |x| clamped at
+# ERF_CLAMP (Q = ERFC_POLY, relative error below 1.2e-7). Both are computed and one is
+# selected, so a loop of it vectorizes.
+erf32 = _float32_function(_erf)
