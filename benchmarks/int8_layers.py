@@ -9,11 +9,12 @@ in their model (`in_model.rvm_calls`: the calling thread's CPU, least over ``--r
 and least alone on the same arguments: loaded, medians swing up to 2x), and ONNX Runtime's
 nodes of the f32 and the QDQ model (`op_kinds.ort_profile`, least time over ``--runs``).
 Convolutions are paired across the four runs by their geometry (input channels and size,
-output channels, kernel size, output size; the n-th of a geometry with the n-th); every other kernel or node (pools, quantize and
-dequantize, residual adds, the head) is summed into one ``other`` row per runtime. Per layer:
-rvm f32 and int8 (in the model), their ratio, ORT's f32 and int8 nodes and their ratio, and
-``lost``: the time rvm int8 takes beyond f32 / 1.8 (issue 29's goal), which sorts the table.
-ORT's own ratio bounds what 1.8x means on the machine. Writes
+output channels, kernel size, output size; the n-th of a geometry with the n-th); every other
+kernel or node (pools, quantize and dequantize, residual adds, the head) is summed into one
+``other`` row per runtime. Per layer: rvm f32 and int8 (in the model), their ratio, ORT's f32
+and int8 nodes and their ratio, and ``lost``: the time rvm int8 takes beyond f32 / 1.8 (issue
+29's goal), which sorts the table. ORT's own ratio bounds what 1.8x means on the machine.
+``--table FILE`` prints a results file's tables again. Writes
 ``benchmarks/results/NAME.json``.
 """
 
