@@ -95,31 +95,34 @@ def ort_rows(path: Path, inputs: list, runs: int) -> list[dict]:
 
 
 def named(quantized: list[dict], floats: list[dict]) -> None:
-    """Gives ORT's n-th QLinearConv the geometry of its n-th float Conv (one graph's order)
-    where their channels and sizes agree (in NCHW or NHWC): its weight is prepacked, so its
-    profile has no kernel size. Consecutive convolutions that agree alike (a fire module's
-    1 x 1 and 3 x 3 expansions, which the two sessions run in either order) are paired by
-    kernel size against time, the larger kernel taking the longer node."""
-    convs = [r["layer"] for r in floats if r["layer"] is not None]
+    """Gives ORT's QLinearConv nodes the geometry of its float Conv nodes (their weights are
+    prepacked, so their profile has no kernel size): the n-th QLinearConv of a class (input
+    channels and size, output channels and size, read as NCHW or NHWC) takes the n-th float
+    Conv of that class (the two sessions order a block's branches differently); a run of
+    consecutive ones of a class (a fire module's 1 x 1 and 3 x 3 expansions, run in either
+    order) is paired by time against kernel size, the larger kernel the longer node."""
+    pending: dict[tuple, collections.deque] = collections.defaultdict(collections.deque)
+    for r in floats:
+        if r["layer"] is not None:
+            layer = r["layer"]
+            pending[(layer[0], layer[1], layer[2], layer[4])].append(layer)
+
+    def of(row: dict) -> tuple | None:
+        return next((c for c in row["layer"] if pending.get(c)), None)
+
     rows = [r for r in quantized if r["layer"] is not None and len(r["layer"]) == 2]
     i = 0
     while i < len(rows):
-        layer = convs[i] if i < len(convs) else None
-        partial = None if layer is None else (layer[0], layer[1], layer[2], layer[4])
-        if partial not in rows[i]["layer"]:
-            rows[i]["layer"] = None
-            i += 1
-            continue
-        end = i + 1
-        while (
-            end < min(len(rows), len(convs))
-            and (convs[end][0], convs[end][1], convs[end][2], convs[end][4]) == partial
-            and partial in rows[end]["layer"]
-        ):
+        cls, end = of(rows[i]), i + 1
+        while cls is not None and end < len(rows) and of(rows[end]) == cls:
             end += 1
-        by_time = sorted(rows[i:end], key=lambda r: r["us"])
-        for r, geometry in zip(by_time, sorted(convs[i:end], key=lambda c: c[3]), strict=True):
+        window = rows[i:end]
+        taken = [pending[cls].popleft() for _ in window if cls is not None and pending[cls]]
+        by_time = sorted(window[: len(taken)], key=lambda r: r["us"])
+        for r, geometry in zip(by_time, sorted(taken, key=lambda c: c[3]), strict=True):
             r["layer"] = geometry
+        for r in window[len(taken) :]:
+            r["layer"] = None
         i = end
 
 
