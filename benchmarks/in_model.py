@@ -25,6 +25,7 @@ import collections
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common import light_model_files, machine, machine_line, write_results
@@ -43,13 +44,20 @@ def _shape(value: object) -> list[int] | None:
     return None if shape is None else [int(d) for d in shape]
 
 
-def rvm_calls(path: Path, model: object, inputs: list, runs: int, alone: int) -> list[dict]:
-    """rvm's compiled mode on ``path`` (``model`` loaded: ORT's outputs to check against): per
-    kernel call of a run, its thread CPU in the model (median and minimum over ``runs``) and
-    alone (median of ``alone`` calls), microseconds."""
+def rvm_calls(
+    path: Path, model: object, inputs: list, runs: int, alone: int, check: Callable | None = None
+) -> list[dict]:
+    """rvm's compiled mode on ``path`` (``model`` loaded: ORT's outputs to check against, by
+    ``check(got, want)`` or `check_outputs`): per kernel call of a run, its thread CPU in the
+    model (median and minimum over ``runs``) and alone (median of ``alone`` calls),
+    microseconds."""
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
-    check_outputs("rvm", as_outputs(f(*inputs)), run_ort(model, inputs))
+    got, want = as_outputs(f(*inputs)), run_ort(model, inputs)
+    if check is None:
+        check_outputs("rvm", got, want)
+    else:
+        check(got, want)
     cpu: dict[int, list[int]] = collections.defaultdict(list)
     calls: list[tuple[str, tuple]] = []
     start = [0]
@@ -82,6 +90,7 @@ def rvm_calls(path: Path, model: object, inputs: list, runs: int, alone: int) ->
             "in_model_us": float(np.median(cpu[i])) / 1e3,
             "in_model_min_us": float(np.min(cpu[i])) / 1e3,
             "alone_us": float(np.median(times[2:])) / 1e3,
+            "alone_min_us": float(np.min(times[2:])) / 1e3,
             "shapes": [_shape(a) for a in args],
         })  # fmt: skip
     return rows

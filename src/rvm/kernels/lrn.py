@@ -80,8 +80,9 @@ def _range(x, out, lo, hi, size, alpha, beta, bias):  # type: ignore[no-untyped-
 
 
 @jit(**_OPTS)
-def _floats(p, at):  # type: ignore[no-untyped-def]
-    """The float64 whose bits are ``p[at]``."""
+def bits_float(p, at):  # type: ignore[no-untyped-def]
+    """The float64 whose bits are ``p[at]`` (an int64 array): `float_bits`' inverse, as the
+    kernels that take float attributes in an int64 record read them (`rvm.kernels.qadd`)."""
     return p[at : at + 1].view(np.float64)[0]
 
 
@@ -95,7 +96,7 @@ def _task(k, like, data):  # type: ignore[no-untyped-def]
     x = parfor.array_at(job[1], (n, c, h, w), like)
     out = parfor.array_at(job[2], (n, c, h, w), like)
     lo, hi = k * n * c // job[11], (k + 1) * n * c // job[11]
-    _range(x, out, lo, hi, job[7], _floats(job, 8), _floats(job, 9), _floats(job, 10))
+    _range(x, out, lo, hi, job[7], bits_float(job, 8), bits_float(job, 9), bits_float(job, 10))
 
 
 parfor.export_task("lrn", _task)
@@ -128,7 +129,8 @@ def _lrn(x, out, params):  # type: ignore[no-untyped-def]
     size = params[0]
     chunks = parfor.chunks(_work(x.size, size), n * c)
     if chunks < 2:
-        _range(x, out, 0, n * c, size, _floats(params, 1), _floats(params, 2), _floats(params, 3))
+        alpha, beta, bias = bits_float(params, 1), bits_float(params, 2), bits_float(params, 3)
+        _range(x, out, 0, n * c, size, alpha, beta, bias)
         return True
     job = np.array((_JOB, parfor.address(x), parfor.address(out), n, c, h, w, size,
                     params[1], params[2], params[3], chunks), dtype=np.int64)  # fmt: skip

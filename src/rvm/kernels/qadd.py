@@ -26,8 +26,9 @@ import numpy as np
 from rvm.kernels import entry, parfor
 from rvm.kernels.epipass import sweep_pieces, sweep_range
 from rvm.kernels.jitting import jit
+from rvm.kernels.lrn import bits_float
 from rvm.kernels.planes import U
-from rvm.kernels.qsplit import _F32, _I8, _U8, pointer_at
+from rvm.kernels.qsplit import F32, I8, U8, pointer_at
 
 __all__ = ["add", "qadd_call"]
 
@@ -45,10 +46,8 @@ def _sweep(a, b, out, job):  # type: ignore[no-untyped-def]
     """``out`` from ``a`` and ``b`` (of their dtypes: uint8 or int8; ``out`` the bytes) as the
     job says: one vectorized loop (float32 lanes) a pair of dtypes."""
     f32 = np.float32
-    bits = np.empty(3, np.int64)  # the scales' float64 bits
-    bits[0], bits[1], bits[2] = job[_A_SCALE], job[_B_SCALE], job[_Y_SCALE]
-    scales = bits.view(np.float64)
-    sa, sb, sy = f32(scales[0]), f32(scales[1]), f32(scales[2])
+    sa, sb = f32(bits_float(job, _A_SCALE)), f32(bits_float(job, _B_SCALE))
+    sy = f32(bits_float(job, _Y_SCALE))
     za, zb = f32(job[_A_ZERO]), f32(job[_B_ZERO])
     zy, low, high = f32(job[_Y_ZERO]), f32(job[_LOW]), f32(job[_HIGH])
     for i in range(U(out.size)):
@@ -67,11 +66,11 @@ def _piece(piece, job):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of the job's elements (`sweep_range`), its inputs read as their dtypes."""
     total = job[_TOTAL]
     lo, hi = sweep_range(piece, job[_PIECES], total)
-    out = nb.carray(pointer_at(job[_OUT], _U8), total)[lo:hi]
-    ua = nb.carray(pointer_at(job[_A], _U8), total)[lo:hi]
-    ub = nb.carray(pointer_at(job[_B], _U8), total)[lo:hi]
-    sa = nb.carray(pointer_at(job[_A], _I8), total)[lo:hi]
-    sb = nb.carray(pointer_at(job[_B], _I8), total)[lo:hi]
+    out = nb.carray(pointer_at(job[_OUT], U8), total)[lo:hi]
+    ua = nb.carray(pointer_at(job[_A], U8), total)[lo:hi]
+    ub = nb.carray(pointer_at(job[_B], U8), total)[lo:hi]
+    sa = nb.carray(pointer_at(job[_A], I8), total)[lo:hi]
+    sb = nb.carray(pointer_at(job[_B], I8), total)[lo:hi]
     if job[_A_SIGNED] and job[_B_SIGNED]:
         _sweep(sa, sb, out, job)
     elif job[_A_SIGNED]:
@@ -103,7 +102,7 @@ def add(a, b, out, a_zero, b_zero, y_zero, low, high, a_scale, b_scale, y_scale,
     pieces = sweep_pieces(3 * total, total)  # two bytes read, one written, an element
     job[_PIECES] = pieces
     if pieces > 1:
-        _run(_F32, pieces, job)
+        _run(F32, pieces, job)
     else:
         _piece(0, job)
 

@@ -84,14 +84,14 @@ from rvm.kernels.qcolumns import (
     hwc_weight_rows,
     weight_rows,
 )
-from rvm.kernels.qsplit import (  # noqa: F401  (SPLIT_MIN, pointer_at, markers: importers')
-    _F32,
-    _I8,
-    _I32,
-    _I64,
-    _U8,
+from rvm.kernels.qsplit import (  # noqa: F401  (SPLIT_MIN: the docstring's, an importer's)
+    F32,
+    I8,
+    I32,
+    I64,
     SPLIT_MIN,
     TILE_DEPTHS_FIXED,
+    U8,
     pointer_at,
     split_plan,
 )
@@ -450,7 +450,7 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     (``p`` counted from the first), their sums requantized."""
     count, made = job[qsplit.JOB_MAKERS], job.ctypes.data + 8 * qsplit.JOB_MADE
     if p < count:
-        prep = nb.carray(pointer_at(job[qsplit.JOB_PREP], _I64), qsplit.PREP)
+        prep = nb.carray(pointer_at(job[qsplit.JOB_PREP], I64), qsplit.PREP)
         total = qsplit.quads(prep)
         qsplit.prepare(prep, p * total // count, (p + 1) * total // count)
         workpool.add_at(made, 1)
@@ -459,7 +459,7 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     p -= count
     shape = (job[qsplit.JOB_OG], job[qsplit.JOB_DEPTH])
     if job[qsplit.JOB_ROW_BYTES] == 1:  # int8 rows (without VNNI: their pairs fit 16 bits)
-        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], _I8), shape), p, job)
+        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], I8), shape), p, job)
     else:
         _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], _ROWS), shape), p, job)
 
@@ -469,13 +469,13 @@ def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
     """`_piece` on the job's weight ``rows``."""
     og, cols = job[qsplit.JOB_OG], job[qsplit.JOB_COLS]
     p_total, kind, step = job[qsplit.JOB_POSITIONS], job[qsplit.JOB_KIND], job[qsplit.JOB_STEP]
-    flat = nb.carray(pointer_at(job[qsplit.JOB_FLAT], _U8), job[qsplit.JOB_FLAT_SIZE])
-    offsets = nb.carray(pointer_at(job[qsplit.JOB_OFFSETS], _I64), job[qsplit.JOB_TAPS])
+    flat = nb.carray(pointer_at(job[qsplit.JOB_FLAT], U8), job[qsplit.JOB_FLAT_SIZE])
+    offsets = nb.carray(pointer_at(job[qsplit.JOB_OFFSETS], I64), job[qsplit.JOB_TAPS])
     quads, ldb = job[qsplit.JOB_QUADS], job[qsplit.JOB_LDB]
     b = _panel(flat, offsets, quads, ldb, cols, job[qsplit.JOB_PITCH], job[qsplit.JOB_WIDTH])
-    sums = nb.carray(pointer_at(job[qsplit.JOB_SUMS], _I32), og)
-    bias = nb.carray(pointer_at(job[qsplit.JOB_BIAS], _I32), job[qsplit.JOB_BIAS_SIZE])
-    scale = nb.carray(pointer_at(job[qsplit.JOB_SCALE], _F32), job[qsplit.JOB_SCALE_SIZE])
+    sums = nb.carray(pointer_at(job[qsplit.JOB_SUMS], I32), og)
+    bias = nb.carray(pointer_at(job[qsplit.JOB_BIAS], I32), job[qsplit.JOB_BIAS_SIZE])
+    scale = nb.carray(pointer_at(job[qsplit.JOB_SCALE], F32), job[qsplit.JOB_SCALE_SIZE])
     zero, o0, y_zero = job[qsplit.JOB_ZERO], job[qsplit.JOB_O0], job[qsplit.JOB_Y_ZERO]
     low, high = job[qsplit.JOB_LOW], job[qsplit.JOB_HIGH]
     if job[qsplit.JOB_AXIS]:
@@ -485,10 +485,10 @@ def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
     rp, sp, op = rows[r0:r1], sums[r0:r1], o0 + r0
     address, signed = job[qsplit.JOB_OUT], kind & 1 != 0  # the output; int8 bytes if signed
     if kind & 2 == 0:
-        out = nb.carray(pointer_at(address, _U8), (og, p_total))
+        out = nb.carray(pointer_at(address, U8), (og, p_total))
         _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
     else:
-        out = nb.carray(pointer_at(address, _U8), (p_total, og)).T
+        out = nb.carray(pointer_at(address, U8), (p_total, og)).T
         _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
 
 
@@ -517,7 +517,7 @@ def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transpo
     kind = (1 if signed else 0) + (2 if transposed else 0)
     job = qsplit.job(rows, b, sums, bias, scale, zero, o0, y_zero, low, high, p_total, kind,
                      step, out, axis, prep, threads)  # fmt: skip
-    _run_pieces(_F32, job[qsplit.JOB_MAKERS] + pieces, job)
+    _run_pieces(F32, job[qsplit.JOB_MAKERS] + pieces, job)
     return pieces
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from rvm.kernels import entry, parfor, workpool
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U
-from rvm.kernels.qgemm import pointer_at
+from rvm.kernels.qsplit import F32, I8, U8, pointer_at
 
 __all__ = ["max_pool2d", "qmax_pool2d_call"]
 
@@ -155,14 +155,14 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
     hi = min(planes, lo + step)
     if job[20]:
         xf, of = (
-            nb.carray(pointer_at(job[1], _I8), job[2]),
-            nb.carray(pointer_at(job[3], _I8), job[4]),
+            nb.carray(pointer_at(job[1], I8), job[2]),
+            nb.carray(pointer_at(job[3], I8), job[4]),
         )
         _planes(xf, of, lo, hi, shape, window, np.int8(low))
     else:
         xf, of = (
-            nb.carray(pointer_at(job[1], _U8), job[2]),
-            nb.carray(pointer_at(job[3], _U8), job[4]),
+            nb.carray(pointer_at(job[1], U8), job[2]),
+            nb.carray(pointer_at(job[3], U8), job[4]),
         )
         _planes(xf, of, lo, hi, shape, window, np.uint8(low))
 
@@ -175,7 +175,6 @@ def _task(p, like, data):  # type: ignore[no-untyped-def]
 parfor.export_task("qpool", _task)
 _run = parfor.runner("qpool")
 _JOB = 21
-_U8, _I8, _F32 = np.zeros(0, np.uint8), np.zeros(0, np.int8), np.zeros(0, np.float32)
 
 
 @jit(**_OPTS)
@@ -195,7 +194,7 @@ def max_pool2d(x, out, low, kh, kw, sh, sw, dh, dw, pt, pl):  # type: ignore[no-
     job = np.array((_JOB, xf.ctypes.data, xf.size, of.ctypes.data, of.size, step, planes,
                     ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, low, low < 0),
                    dtype=np.int64)  # fmt: skip
-    _run(_F32, -(-planes // step), job)
+    _run(F32, -(-planes // step), job)
 
 
 def _entry(x, out, dims, params):  # type: ignore[no-untyped-def]

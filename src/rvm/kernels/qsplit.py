@@ -80,9 +80,9 @@ squeezenet's 16-channel 1 x 1s spend half their time there. `split_plan` counts 
  PREP) = range(33)  # fmt: skip
 NONE, COLUMNS, IMAGE, GATHERED = 0, 1, 2, 3
 
-# Dtype markers for `pointer_at` (never read).
-_U8, _I8, _U32 = np.zeros(0, np.uint8), np.zeros(0, np.int8), np.zeros(0, np.uint32)
-_I32, _F32, _I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.int64)
+# Dtype markers for `pointer_at` (never read), shared by the integer kernels.
+U8, I8, U32 = np.zeros(0, np.uint8), np.zeros(0, np.int8), np.zeros(0, np.uint32)
+I32, F32, I64 = np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.int64)
 
 
 @intrinsic
@@ -201,22 +201,22 @@ def prepare(prep, k0, k1):  # type: ignore[no-untyped-def]
     kind = prep[PREP_KIND]
     if kind == NONE or k1 <= k0:
         return
-    x = nb.carray(pointer_at(prep[PREP_X], _U8),
+    x = nb.carray(pointer_at(prep[PREP_X], U8),
                   (prep[PREP_XN], prep[PREP_XC], prep[PREP_XH], prep[PREP_XW]))  # fmt: skip
     n, c0, cg = prep[PREP_N], prep[PREP_C0], prep[PREP_CG]
     kh, kw, sh, sw = prep[PREP_KH], prep[PREP_KW], prep[PREP_SH], prep[PREP_SW]
     dh, dw, pt, pl = prep[PREP_DH], prep[PREP_DW], prep[PREP_PT], prep[PREP_PL]
     oh, ow, fill, flip = prep[PREP_OH], prep[PREP_OW], prep[PREP_FILL], prep[PREP_FLIP]
-    words = nb.carray(pointer_at(prep[PREP_WORDS], _U32), (prep[PREP_QUADS], prep[PREP_PLANE]))
+    words = nb.carray(pointer_at(prep[PREP_WORDS], U32), (prep[PREP_QUADS], prep[PREP_PLANE]))
     if kind == COLUMNS:
         columns(x, n, c0, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, fill, flip, words, k0, k1)
         return
     hp, pitch = prep[PREP_HP], prep[PREP_PITCH]
-    slots = nb.carray(pointer_at(prep[PREP_SLOTS], _I64), prep[PREP_SLOT_COUNT])
+    slots = nb.carray(pointer_at(prep[PREP_SLOTS], I64), prep[PREP_SLOT_COUNT])
     image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words, k0, k1)
     if kind == GATHERED:
         taps = prep[PREP_TAPS]
-        offsets = nb.carray(pointer_at(prep[PREP_OFFSETS], _I64), taps)
-        panel = nb.carray(pointer_at(prep[PREP_PANEL], _U32),
+        offsets = nb.carray(pointer_at(prep[PREP_OFFSETS], I64), taps)
+        panel = nb.carray(pointer_at(prep[PREP_PANEL], U32),
                           (taps * prep[PREP_QUADS], prep[PREP_PANEL_COLS]))  # fmt: skip
         gather(words, offsets, oh, ow, pitch, panel, k0, k1)

@@ -35,20 +35,14 @@ from rvm.kernels.bf16turned import position_tiles
 from rvm.kernels.jitting import jit
 from rvm.kernels.qcolumns import image
 from rvm.kernels.qgemm import (
-    _F32,
-    _I8,
-    _I32,
-    _I64,
     _OPTS,
-    _U8,
     PIECES_PER_THREAD,
-    SPLIT_MIN,
     _requantize,
     _shift,
     _tap_offsets,
-    pointer_at,
 )
 from rvm.kernels.qgemm import _epilogue as _epilogue_record
+from rvm.kernels.qsplit import F32, I8, I32, I64, SPLIT_MIN, U8, pointer_at
 from rvm.kernels.qtile import EPILOGUE, LANES, MR, VNNI, Requantizer, _vpdpbusd
 
 __all__ = [
@@ -360,11 +354,11 @@ def _turned_plain(job, t0, t1, panel):  # type: ignore[no-untyped-def]
     the scratch."""
     words, lda, offs, taps, quads = job[1], job[2], job[3], job[4], job[5]
     pos, npos, wt, width, o = job[6], job[7], job[8], job[9], job[10]
-    image = nb.carray(pointer_at(words, _U8), lda * quads)
-    weight = nb.carray(pointer_at(wt, _I8), panel * t1)
-    taps_at = nb.carray(pointer_at(offs, _I64), taps)
-    columns = nb.carray(pointer_at(pos, _I64), npos)
-    sums = nb.carray(pointer_at(job[12], _I32), (npos, job[13]))
+    image = nb.carray(pointer_at(words, U8), lda * quads)
+    weight = nb.carray(pointer_at(wt, I8), panel * t1)
+    taps_at = nb.carray(pointer_at(offs, I64), taps)
+    columns = nb.carray(pointer_at(pos, I64), npos)
+    sums = nb.carray(pointer_at(job[12], I32), (npos, job[13]))
     for c in range(t0 * width, min(o, t1 * width)):
         at_c = c // width * panel + 4 * (c % width)
         for i in range(npos):
@@ -448,7 +442,7 @@ def qconv2d_turned_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, 
         step = -(-panels // max(1, parts))
         job[14] = step
         if panels > step:
-            _run_turned(_F32, -(-panels // step), job)
+            _run_turned(F32, -(-panels // step), job)
         else:
             _turned_part(job, 0, panels)
         if epi.size == 0:  # the sums, requantized as the direct method's are
