@@ -92,6 +92,29 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
     np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-3)
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_winograd_phases_apart_give_one_threads_bits(n) -> None:
+    """A small map at two and four threads (more than the cores: late helpers, whose units
+    others take, `rvm.kernels.parfor.affine_unit`) is cut into its phases apart, and gives one
+    thread's bits at every call."""
+    shape = (n, 64, 14, 14, 96, (1, 1, 1, 1))
+    x, w, (pt, pl, _, _), want = _case(shape)
+    assert winograd.cut.py_func(64, 96, n, 7, 7, 2)[3] > 0  # apart
+    outs = []
+    before = rvm.get_num_threads()
+    try:
+        for threads in (1, 2, 4):
+            rvm.set_num_threads(threads)
+            for _ in range(5):
+                outs.append(np.full(want.shape, np.nan, dtype=np.float32))
+                winograd.conv2d(x, w, outs[-1], pt, pl, sgemm.NO_EPILOGUE)
+    finally:
+        rvm.set_num_threads(before)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-3)
+
+
 # Shapes the rule takes, at its floor of channels on this CPU (on two threads: their phases cut
 # apart, `winograd.cut`).
 C = conv.WINOGRAD_MEAN_CHANNELS * sgemm.LANES

@@ -29,7 +29,8 @@ runs in the calling thread).
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
   `guided_range(piece, pieces, threads, total, align)` in runs that shrink toward the end of
-  the claim order (the threads finish together);
+  the claim order (the threads finish together); `affine_unit(counters, units, threads)`
+  the unit a piece does where units go to the same thread at every call;
 - `MIN_WORK`: the size (elements touched) from which a loop is worth splitting, written once.
 
 No Numba threading layer is involved (its workqueue layer aborts when entered from several
@@ -55,7 +56,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
-from rvm.kernels import DTYPES, apart, workpool
+from rvm.kernels import DTYPES, apart, pool_thread, workpool
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.threads import split_loops_from_environment
@@ -266,6 +267,24 @@ def guided_range(piece, pieces, threads, total, align):  # type: ignore[no-untyp
     if piece == pieces - 1:
         return lo, total
     return lo, _guided_before(piece + 1, rounds, threads) * total // whole // align * align
+
+
+@jit(nogil=True, cache=True)
+def affine_unit(counters, units, threads):  # type: ignore[no-untyped-def]
+    """The unit of work (0 .. ``units`` - 1) the calling piece does, where a job's ``units``
+    pieces (a phase's: each calls this once, so each unit is done once) give unit u to thread
+    ``u % threads`` (`rvm.kernels.pool_thread.index`) first: each thread takes its own in
+    order, then, out of its own, the next of another's (a late thread's are taken, not waited
+    for). So a thread does the same units at every call while the threads keep pace: it
+    writes again the lines it wrote last time, its own core's. ``counters``: the address of
+    ``threads`` int64 zeros, one a thread, the phase's pieces' alone."""
+    t = min(pool_thread.index(), threads - 1)
+    for k in range(threads):
+        owner = (t + k) % threads
+        u = owner + workpool.add_at(counters + 8 * owner, 1) * threads
+        if u < units:
+            return u
+    return -1  # not reached: a piece of the phase finds a unit left
 
 
 @nb.njit(nogil=True, cache=True)
