@@ -33,7 +33,10 @@ giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
   phases are cut apart instead, each over whole images, in one job whose pieces wait for the
   phase before (`rvm.kernels.workpool.wait_until`): the input transform by ranges of input
   channels, the GEMMs by ranges of the 16 positions, the output transform by ranges of
-  output channels; no piece transforms an input or packs a GEMM's operand again.
+  output channels; no piece transforms an input or packs a GEMM's operand again. Each phase's
+  ranges go to the same thread at every call while the threads keep pace
+  (`rvm.kernels.parfor.affine_unit`), so a core writes again the lines of the transformed
+  input and products it wrote last time.
 
 Where it pays against the other methods is `rvm.kernels.conv.winograd_pays`' rule.
 """
@@ -340,7 +343,9 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call whose phases are cut apart (`cut`), each image's whole: the
     first ``n`` times ``j[22]`` a range of an image's input channels transformed, the next
     ``n`` times ``j[14]`` a range of an image's positions' GEMMs (once the input's pieces are
-    done), the rest a range of an image's output channels transformed (once the GEMMs' are)."""
+    done), the rest a range of an image's output channels transformed (once the GEMMs' are);
+    each piece's range in its phase from `rvm.kernels.parfor.affine_unit` where the job has
+    its counters."""
     n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     tiles = th * tw
