@@ -27,7 +27,8 @@ the same for compiled code:
   over, one's own ~1 ns; `benchmarks/cross_core.py`) each of its lines crossed between them;
   where they share one (an L3), its own block is no worse than another;
 - `held()` is the bytes kept, `release()` gives them all back; `set_owned(False)` makes every
-  block go to the common slots (to measure what a thread's own saves).
+  block go to the common slots, and cuts give no work by thread (to measure what owning
+  saves; `owned()` in compiled code).
 
 On Linux a new block of at least `HUGE_BYTES` is advised to the kernel for transparent huge
 pages (``madvise(MADV_HUGEPAGE)``), as NumPy advises its own big arrays (the VM's pooled
@@ -73,6 +74,7 @@ __all__ = [
     "empty",
     "held",
     "kept",
+    "owned",
     "release",
     "set_cap",
     "set_owned",
@@ -406,10 +408,18 @@ def release() -> int:
     return int(_release_c())
 
 
+@jit(**_OPTS)
+def owned():  # type: ignore[no-untyped-def]
+    """Whether threads own scratch and work from call to call (`set_owned`)."""
+    return _load(_OWNING) != 0
+
+
 def set_owned(on: bool) -> None:
-    """Whether `kept` blocks go back to the thread that gave them (on, the default) or to the
-    common slots, taken by any thread (off: to measure what the former saves). Blocks in
-    threads' own slots stay there, taken again by their thread only while it is on."""
+    """Whether threads own scratch and work from call to call (on, the default): `kept`
+    blocks go back to the thread that gave them, not to the common slots, taken by any
+    thread, and cuts that give work by thread do (`rvm.kernels.parfor.affine_unit`, read by
+    `owned`). Off: to measure what they save. Blocks in threads' own slots stay there, taken
+    again by their thread only while it is on."""
     _state[_OWNING] = int(bool(on))
 
 
