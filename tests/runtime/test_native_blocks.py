@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm.kernels import blocks, pool_thread, workpool
+from rvm.kernels import blocks
 
 N = 1 << 19  # 2 MiB of float32: above blocks.MIN_BYTES
 CHAIN = rvm.script.parse(
@@ -151,18 +151,8 @@ def test_scratch_in_every_slot_does_not_crowd_out_big_tensors() -> None:
     """At two threads the kernels' scratch (a block per thread and size) filled every slot, so
     the native mode's big storages were freed and mapped afresh at every call (zfnet512 at
     batch 8: 960 page faults a call). The biggest blocks are kept: a big block coming back to
-    full slots takes the smallest one's slot, and the next call takes it again. (Scratch in
-    the common slots: a thread's own are off here.)"""
+    full slots takes the smallest one's slot, and the next call takes it again."""
     blocks.release()
-    blocks.set_owned(False)
-    try:
-        _crowd()
-    finally:
-        blocks.set_owned(True)
-    assert blocks.held() == 0
-
-
-def _crowd() -> None:
     small = [_scratch(4096 * (i + 1)) for i in range(blocks.SLOTS)]  # alive at once: distinct
     small_bytes = sum(a.size for a in small)
     del small
@@ -193,35 +183,7 @@ def _crowd() -> None:
         assert _kept_sizes().count(n) >= 2
     finally:
         assert blocks.release() > 0
-
-
-def test_kept_scratch_comes_back_to_its_thread() -> None:
-    """At two threads each pool thread takes back the block it gave (its own slots), however
-    the pieces fall; the other thread's is another; `release` gives them back too."""
-    blocks.release()
-    before = rvm.get_num_threads()
-    rvm.set_num_threads(2)
-    seen: dict[int, set[int]] = {0: set(), 1: set()}
-    lock = threading.Lock()
-
-    def piece(i: int) -> None:
-        a = _scratch(8192)
-        with lock:
-            seen[pool_thread.current()].add(a.ctypes.data)
-        del a
-
-    try:
-        workpool.for_each(8, piece)  # each thread gives one back to its own slots
-        for s in seen.values():
-            s.clear()
-        for _ in range(30):
-            workpool.for_each(8, piece)
-    finally:
-        rvm.set_num_threads(before)
-    for index, addresses in seen.items():
-        assert len(addresses) <= 1, index
-    assert not (seen[0] & seen[1])
-    assert blocks.release() >= 8192 and blocks.held() == 0
+    assert blocks.held() == 0
 
 
 def test_empty_from_python_says_where_it_works() -> None:

@@ -18,17 +18,8 @@ the same for compiled code:
   the kernels' scratch (a block per thread and size) must not crowd out the tensors above
   glibc's mmap threshold, which ``malloc`` maps afresh at every call;
 - `kept(n, dtype)` (njit-callable) is the same at any size: scratch of one size a kernel
-  takes at every call (`rvm.kernels.sgemm`'s packed panels). Its block comes back to the
-  thread that gave it back (`rvm.kernels.pool_thread.index`'s, up to `OWN_SLOTS` blocks a
-  thread, in slots of the thread's own): a pool thread's pieces write again the lines their
-  core wrote last time. Taken from the shared slots instead, a thread's scratch was the other
-  core's about every other call, and where two cores share no cache level (the two vCPUs of
-  a KVM guest on a Zen 3: a line the other core wrote costs ~7 ns to read, ~25 ns to write
-  over, one's own ~1 ns; `benchmarks/cross_core.py`) each of its lines crossed between them;
-  where they share one (an L3), its own block is no worse than another;
-- `held()` is the bytes kept, `release()` gives them all back; `set_owned(False)` makes every
-  block go to the common slots, and cuts give no work by thread (to measure what owning
-  saves; `owned()` in compiled code).
+  takes at every call (`rvm.kernels.sgemm`'s packed panels);
+- `held()` is the bytes kept, `release()` gives them all back.
 
 On Linux a new block of at least `HUGE_BYTES` is advised to the kernel for transparent huge
 pages (``madvise(MADV_HUGEPAGE)``), as NumPy advises its own big arrays (the VM's pooled
@@ -38,11 +29,8 @@ kernel on 16M float32 elements.
 The slots are an int64 array registered with llvmlite as ``rvm_blocks_state`` (allocated by
 ``calloc`` and never freed: an array may die at interpreter exit), claimed by compare-and-swap:
 a slot holds 0 (empty), 1 (being filled or emptied by the thread that claimed it) or a block's
-address, whose size is in the slot's size field; each of the first `OWNERS` thread indices has
-`OWN_SLOTS` of its own, on cache lines of their own (threads sharing an index, several
-callers at 0, share them safely). An array's block has a 16-byte header before its data
-(64-byte aligned): the address ``malloc`` gave, and twice the size plus whether the block is
-`kept` scratch (it goes back to its thread's own slots first).
+address, whose size is in the slot's size field. An array's block has a 16-byte header before
+its data (64-byte aligned): the address ``malloc`` gave and the size.
 """
 
 from __future__ import annotations
@@ -59,7 +47,7 @@ from numba.core.runtime import _nrt_python
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array, populate_array
 
-from rvm.kernels import atomics, numba_cache, pool_thread
+from rvm.kernels import atomics, numba_cache
 from rvm.kernels.jitting import jit
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
@@ -67,17 +55,13 @@ numba_cache.install()  # the functions compiled at import below load sealed obje
 __all__ = [
     "HUGE_BYTES",
     "MIN_BYTES",
-    "OWNERS",
-    "OWN_SLOTS",
     "SLOTS",
     "c_array",
     "empty",
     "held",
     "kept",
-    "owned",
     "release",
     "set_cap",
-    "set_owned",
 ]
 
 MIN_BYTES = 1 << 20
@@ -91,19 +75,9 @@ kernels' scratch, one per thread and size, at every thread count."""
 ALIGN = 64
 """The alignment of an array's data."""
 _HEADER = 16
-OWNERS = 64
-"""Thread indices (`rvm.kernels.pool_thread.index`) with slots of their own for `kept` blocks:
-a pool's threads (the others share the common slots)."""
-OWN_SLOTS = 16
-"""`kept` blocks a thread keeps in its own slots (more go to the common ones): the sizes of
-scratch its pieces take at every call."""
-# The state's fields: the slots' addresses, their sizes, the kept bytes, the cap and whether
-# threads own slots, then from a cache line on each owner's slots (addresses, then sizes) on
-# lines of its own.
-_SIZES, _HELD, _CAP, _OWNING = SLOTS, 2 * SLOTS, 2 * SLOTS + 1, 2 * SLOTS + 2
-_OWN = (2 * SLOTS + 3 + 7) // 8 * 8
-_OWN_STRIDE = (2 * OWN_SLOTS + 7) // 8 * 8
-_FIELDS = _OWN + OWNERS * _OWN_STRIDE
+# The state's fields: the slots' addresses, their sizes, the kept bytes and the cap.
+_SIZES, _HELD, _CAP = SLOTS, 2 * SLOTS, 2 * SLOTS + 1
+_FIELDS = 2 * SLOTS + 2
 _STATE = "rvm_blocks_state"
 
 _libc = ctypes.CDLL(None)
@@ -114,7 +88,6 @@ if not _address:
     raise MemoryError("rvm.kernels.blocks: calloc of the slots failed")
 _state = (ctypes.c_int64 * _FIELDS).from_address(_address)
 _state[_CAP] = 1 << 30
-_state[_OWNING] = 1
 llvm.add_symbol(_STATE, _address)
 _HUGE = sys.platform.startswith("linux")  # MADV_HUGEPAGE (14) is Linux's
 _MADV_HUGEPAGE = 14
@@ -194,66 +167,35 @@ def _poke(typingctx, address, value):  # type: ignore[no-untyped-def]
     return nt.void(nt.int64, nt.int64), codegen
 
 
-@jit(**_OPTS, inline="always")
-def _owned_at():  # type: ignore[no-untyped-def]
-    """The first field of the calling thread's own slots, or -1 (an index past `OWNERS`)."""
-    t = pool_thread.index()
-    return _OWN + t * _OWN_STRIDE if t < OWNERS and _load(_OWNING) != 0 else -1
-
-
-@jit(**_OPTS, inline="always")
-def _take_slot(addresses, sizes, count, nbytes):  # type: ignore[no-untyped-def]
-    """The address ``malloc`` gave of a block of ``nbytes`` taken from the ``count`` slots whose
-    addresses start at field ``addresses`` and sizes at ``sizes``, or 0 (none)."""
-    for s in range(count):
-        base = _load(addresses + s)
-        if base > 1 and _load(sizes + s) == nbytes and _cas(addresses + s, base, 1):
-            if _load(sizes + s) != nbytes:  # refilled meanwhile: put it back
-                _store(addresses + s, base)
-                continue
-            _store(addresses + s, 0)
-            _add(_HELD, -nbytes)
-            return base
-    return 0
-
-
 @jit(**_OPTS)
-def _take(nbytes, own):  # type: ignore[no-untyped-def]
-    """The data address of a block of ``nbytes`` (a kept one if any: with ``own``, one of the
-    calling thread's own first), or 0 (no memory)."""
-    base = 0
-    at = _owned_at() if own else -1
-    if at >= 0:
-        base = _take_slot(at, at + OWN_SLOTS, OWN_SLOTS, nbytes)
+def _take(nbytes):  # type: ignore[no-untyped-def]
+    """The data address of a block of ``nbytes`` (a kept one if any), or 0 (no memory)."""
+    for s in range(SLOTS):
+        base = _load(s)
+        if base > 1 and _load(_SIZES + s) == nbytes and _cas(s, base, 1):
+            if _load(_SIZES + s) != nbytes:  # refilled meanwhile: put it back
+                _store(s, base)
+                continue
+            _store(s, 0)
+            _add(_HELD, -nbytes)
+            return (base + _HEADER + ALIGN - 1) // ALIGN * ALIGN
+    base = _malloc(nbytes + _HEADER + ALIGN)
     if base == 0:
-        base = _take_slot(0, _SIZES, SLOTS, nbytes)
-    if base == 0:
-        base = _malloc(nbytes + _HEADER + ALIGN)
-        if base == 0:
-            return 0
-        if _HUGE and nbytes >= HUGE_BYTES:  # the whole pages of the block
-            first = (base + _PAGE - 1) // _PAGE * _PAGE
-            _advise_huge(first, (base + nbytes + _HEADER + ALIGN - first) // _PAGE * _PAGE)
+        return 0
+    if _HUGE and nbytes >= HUGE_BYTES:  # the whole pages of the block
+        first = (base + _PAGE - 1) // _PAGE * _PAGE
+        _advise_huge(first, (base + nbytes + _HEADER + ALIGN - first) // _PAGE * _PAGE)
     data = (base + _HEADER + ALIGN - 1) // ALIGN * ALIGN
     _poke(data - 16, base)
-    _poke(data - 8, 2 * nbytes + (1 if own else 0))
+    _poke(data - 8, nbytes)
     return data
 
 
 @numba_cache.cfunc(nt.void(nt.int64), **_OPTS)
 def _give(data):  # type: ignore[no-untyped-def]
-    """Numba's destructor of a block's array: keeps the block (a `kept` one in its thread's
-    own slots first), or frees it."""
-    base, word = _peek(data - 16), _peek(data - 8)
-    nbytes = word >> 1
+    """Numba's destructor of a block's array: keeps the block, or frees it."""
+    base, nbytes = _peek(data - 16), _peek(data - 8)
     if _add(_HELD, nbytes) + nbytes <= _load(_CAP):
-        at = _owned_at() if word & 1 else -1
-        if at >= 0:
-            for s in range(OWN_SLOTS):
-                if _cas(at + s, 0, 1):
-                    _store(at + OWN_SLOTS + s, nbytes)
-                    _store(at + s, base)
-                    return
         for s in range(SLOTS):
             if _cas(s, 0, 1):
                 _store(_SIZES + s, nbytes)
@@ -283,17 +225,14 @@ def _give(data):  # type: ignore[no-untyped-def]
 @numba_cache.cfunc(nt.int64(), **_OPTS)
 def _release():  # type: ignore[no-untyped-def]
     freed = 0
-    for t in range(-1, OWNERS):  # the common slots, then each owner's
-        at, count = (0, SLOTS) if t < 0 else (_OWN + t * _OWN_STRIDE, OWN_SLOTS)
-        sizes = _SIZES if t < 0 else at + OWN_SLOTS
-        for s in range(count):
-            base = _load(at + s)
-            if base > 1 and _cas(at + s, base, 1):
-                nbytes = _load(sizes + s)
-                _store(at + s, 0)
-                _add(_HELD, -nbytes)
-                _free(base)
-                freed += nbytes
+    for s in range(SLOTS):
+        base = _load(s)
+        if base > 1 and _cas(s, base, 1):
+            nbytes = _load(_SIZES + s)
+            _store(s, 0)
+            _add(_HELD, -nbytes)
+            _free(base)
+            freed += nbytes
     return freed
 
 
@@ -367,7 +306,7 @@ def _empty(shape, dtype):  # type: ignore[no-untyped-def]
         for d in shape:
             nbytes *= d
         if nbytes >= MIN_BYTES:
-            data = _take(nbytes, False)
+            data = _take(nbytes)
             if data != 0:
                 return _array(data, shape, dtype)
         return np.empty(shape, dtype)
@@ -390,7 +329,7 @@ def _kept(n, dtype):  # type: ignore[no-untyped-def]
     itemsize = np.dtype(str(dtype.dtype)).itemsize
 
     def impl(n, dtype):  # type: ignore[no-untyped-def]
-        data = _take(n * itemsize, True)
+        data = _take(n * itemsize)
         if data != 0:
             return _array(data, (n,), dtype)
         return np.empty(n, dtype)
@@ -406,21 +345,6 @@ def held() -> int:
 def release() -> int:
     """Gives every kept block back to ``malloc``; returns their bytes."""
     return int(_release_c())
-
-
-@jit(**_OPTS)
-def owned():  # type: ignore[no-untyped-def]
-    """Whether threads own scratch and work from call to call (`set_owned`)."""
-    return _load(_OWNING) != 0
-
-
-def set_owned(on: bool) -> None:
-    """Whether threads own scratch and work from call to call (on, the default): `kept`
-    blocks go back to the thread that gave them, not to the common slots, taken by any
-    thread, and cuts that give work by thread do (`rvm.kernels.parfor.affine_unit`, read by
-    `owned`). Off: to measure what they save. Blocks in threads' own slots stay there, taken
-    again by their thread only while it is on."""
-    _state[_OWNING] = int(bool(on))
 
 
 def set_cap(nbytes: int) -> None:

@@ -30,7 +30,8 @@ runs in the calling thread).
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
   `guided_range(piece, pieces, threads, total, align)` in runs that shrink toward the end of
   the claim order (the threads finish together); `affine_unit(counters, units, threads)`
-  the unit a piece does where units go to the same thread at every call;
+  the unit a piece does where units go to the same thread at every call (`set_affine(False)`
+  turns that off, `affine()` reads it);
 - `MIN_WORK`: the size (elements touched) from which a loop is worth splitting, written once.
 
 No Numba threading layer is involved (its workqueue layer aborts when entered from several
@@ -77,9 +78,11 @@ take more of them when a helper is late (woken from sleep, its core busy elsewhe
 one chunk a thread, a helper that claimed its chunk late left the caller waiting up to half
 the loop's time, the loop at one core's speed."""
 
-# Read by compiled code through the symbol below.
+# Read by compiled code through the symbols below.
 _enabled = ctypes.c_int64(int(split_loops_from_environment()))
 llvm.add_symbol("rvm_parallel_enabled", ctypes.addressof(_enabled))
+_affine = ctypes.c_int64(1)
+llvm.add_symbol("rvm_affine_units", ctypes.addressof(_affine))
 _task_bodies: dict[str, Callable[..., None]] = {}  # exported tasks by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
 _slots: dict[tuple[str, str], ctypes.c_int64] = {}  # (name, dtype) -> its address slot
@@ -99,6 +102,12 @@ def enable(on: bool) -> None:
 def enabled() -> bool:
     """Whether large library loops are split (`enable`)."""
     return bool(_enabled.value)
+
+
+def set_affine(on: bool) -> None:
+    """Whether cuts that can give their units by thread do (`affine_unit`; on by default):
+    off, to measure what it saves."""
+    _affine.value = int(bool(on))
 
 
 def slot_symbol(name: str, dtype: str) -> str:
@@ -208,17 +217,27 @@ def job(data):  # type: ignore[no-untyped-def]
     return nb.carray(data, data[0])
 
 
-@intrinsic
-def _flag(typingctx):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64 = ir.IntType(64)
-        flag = builder.module.globals.get("rvm_parallel_enabled")
-        if flag is None:
-            flag = ir.GlobalVariable(builder.module, i64, "rvm_parallel_enabled")
-            flag.linkage = "external"
-        return builder.icmp_signed("!=", builder.load(flag), i64(0))
+def _global_flag(symbol: str):  # type: ignore[no-untyped-def]
+    """The intrinsic reading the int64 registered as ``symbol`` as a boolean."""
 
-    return nt.boolean(), codegen
+    @intrinsic
+    def flag(typingctx):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64 = ir.IntType(64)
+            value = builder.module.globals.get(symbol)
+            if value is None:
+                value = ir.GlobalVariable(builder.module, i64, symbol)
+                value.linkage = "external"
+            return builder.icmp_signed("!=", builder.load(value), i64(0))
+
+        return nt.boolean(), codegen
+
+    return flag
+
+
+_flag = _global_flag("rvm_parallel_enabled")
+affine = _global_flag("rvm_affine_units")
+"""Whether cuts give their units by thread (`set_affine`), in compiled code."""
 
 
 @jit(nogil=True, cache=True)

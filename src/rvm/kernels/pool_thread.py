@@ -3,11 +3,11 @@
 `index()` (njit-callable) is 0 in any thread that is not one of `rvm.kernels.workpool`'s
 helpers (a job's caller, a VM's thread, a piece run inline) and ``i + 1`` in helper ``i``,
 which says so as its loop starts (`set_index`). Inside a job of ``workpool.threads()``
-threads it is in ``0 .. threads - 1`` and the same for a thread at every job: what scratch
-kept from one call to the next is keyed by (`rvm.kernels.blocks.kept`), so that a core
-writes again the lines it wrote last time, and what a cut can give a thread the work it did
-last time. Not a proof that no other thread has the same index (several callers are all 0):
-what is keyed by it must stay correct when two threads share one (atomic claims).
+threads it is in ``0 .. threads - 1`` and the same for a thread at every job: what a cut
+gives a thread the work it did last time by (`rvm.kernels.parfor.affine_unit`), so that a
+core writes again the lines it wrote last time. Not a proof that no other thread has the
+same index (several callers are all 0): what is keyed by it must stay correct when two
+threads share one (atomic claims).
 
 It is a POSIX thread-specific value (``pthread_getspecific`` on a key made at import: a call
 of a few nanoseconds, no system call), not an LLVM thread-local, which MCJIT does not link;

@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from rvm.kernels import parfor, sgemm, workpool
-from rvm.kernels.blocks import kept, owned
+from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U
@@ -428,7 +428,7 @@ def conv2d_transformed(x, u, out, pt, pl, epilogue):  # type: ignore[no-untyped-
     per, blocks, parts, ranges = cut(c, o, n, tw, th, threads)
     apart = n * POSITIONS * th * tw if ranges else 1  # the phases' shared operands, per channel
     v, m = kept(apart * c, x.dtype), kept(apart * o, x.dtype)
-    size = _JOB + 3 * threads if ranges and threads > 1 and owned() else _JOB
+    size = _JOB + 3 * threads if ranges and threads > 1 and parfor.affine() else _JOB
     job = np.zeros(size, dtype=np.int64)
     job[0], job[1], job[2], job[3] = size, parfor.address(x), parfor.address(u), parfor.address(out)
     job[4], job[5], job[6], job[7] = n, c, x.shape[2], x.shape[3]

@@ -27,7 +27,8 @@ that starts a parallel section runs its share of it):
 - no helper at all (one thread, or a forked child before its pool restarts) is a plain loop
   in the caller;
 - a piece knows which thread runs it (`rvm.kernels.pool_thread.index`: the caller 0, helper
-  i i + 1), the same at every job: scratch a thread keeps from call to call is keyed by it.
+  i i + 1), the same at every job: what gives a thread the same work at every call is keyed
+  by it (`rvm.kernels.parfor.affine_unit`).
 
 The pool is written in Numba-compiled code with no C of its own: the state is an int64 array
 registered with llvmlite as ``rvm_pool_state`` (one cache line per field), claims are LLVM
