@@ -16,7 +16,7 @@ import pytest
 from jit_helpers import rand, var
 
 import rvm
-from rvm.kernels import conv, convmethod, sgemm, winograd
+from rvm.kernels import conv, convmethod, parfor, sgemm, winograd
 from rvm.op import numpy_ref
 
 # (n, c, h, w, o, (pt, pl, pb, pr)): 1 x 1 and 2 x 2 maps, 7 x 7, 13 x 13 (a cut edge tile
@@ -89,6 +89,31 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
     finally:
         rvm.set_num_threads(before)
     np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_winograd_phases_apart_give_one_threads_bits(n) -> None:
+    """A small map at two and four threads (more than the cores: late helpers, whose units
+    others take, `rvm.kernels.parfor.affine_unit`) is cut into its phases apart, and gives one
+    thread's bits at every call, its units by thread or not (`parfor.set_affine`)."""
+    shape = (n, 64, 14, 14, 96, (1, 1, 1, 1))
+    x, w, (pt, pl, _, _), want = _case(shape)
+    assert winograd.cut.py_func(64, 96, n, 7, 7, 2)[3] > 0  # apart
+    outs = []
+    before = rvm.get_num_threads()
+    try:
+        for threads, by_thread in ((1, True), (2, True), (4, True), (2, False)):
+            rvm.set_num_threads(threads)
+            parfor.set_affine(by_thread)
+            for _ in range(5):
+                outs.append(np.full(want.shape, np.nan, dtype=np.float32))
+                winograd.conv2d(x, w, outs[-1], pt, pl, sgemm.NO_EPILOGUE)
+    finally:
+        rvm.set_num_threads(before)
+        parfor.set_affine(True)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
     np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-3)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm.kernels import parfor, workpool
+from rvm.kernels import parfor, pool_thread, workpool
 from rvm.testing.threads import run_in_threads
 
 
@@ -36,6 +36,36 @@ def test_the_pool_has_count_minus_one_helpers(threads) -> None:
     assert nb.njit(lambda: workpool.threads())() == threads
     names = [t.name for t in threading.enumerate() if t.name.startswith("rvm-pool-")]
     assert len(names) == threads - 1
+
+
+def test_a_piece_knows_its_thread_the_same_at_every_job(threads) -> None:
+    """`pool_thread.index`: 0 in the caller, a helper's own index in 1 .. threads - 1, the
+    same for an OS thread at every job, as compiled code and Python read it."""
+    where: dict[int, set[tuple[int, int]]] = {}
+    lock = threading.Lock()
+
+    def piece(i: int) -> None:
+        seen = (pool_thread.current(), _thread_index())
+        with lock:
+            where.setdefault(threading.get_ident(), set()).add(seen)
+        time.sleep(0.0005)  # each helper gets a piece now and then
+
+    for _ in range(20):
+        workpool.for_each(4 * threads, piece)
+    indices = set()
+    for ident, seen in where.items():
+        assert len(seen) == 1
+        ((python, compiled),) = seen
+        assert python == compiled and 0 <= python < threads
+        assert (python == 0) == (ident == threading.get_ident())
+        indices.add(python)
+    assert len(indices) == len(where)  # one index a thread
+    assert _thread_index() == pool_thread.current() == 0
+
+
+@nb.njit(nogil=True)
+def _thread_index():  # type: ignore[no-untyped-def]
+    return pool_thread.index()
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 17, 1000])
@@ -259,6 +289,44 @@ def test_compiled_tasks_run_each_piece_once(threads, n) -> None:
         out = np.zeros(n)
         _fill(out)
         np.testing.assert_array_equal(out, np.arange(1, n + 1))
+
+
+def _affine_task(k, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``k`` adds 1 to the element of the unit `parfor.affine_unit` gives it, and
+    records its thread there."""
+    job = parfor.job(data)
+    units = job[2]
+    out = parfor.array_at(job[1], (2 * units,), like)
+    u = parfor.affine_unit(parfor.address(job) + 8 * 4, units, job[3])
+    out[u] += 1
+    out[units + u] = pool_thread.index()
+
+
+parfor.export_task("test_affine", _affine_task)
+_run_affine = parfor.runner("test_affine")
+
+
+@nb.njit(nogil=True)
+def _affine(out, units):  # type: ignore[no-untyped-def]
+    threads = parfor.threads()
+    job = np.zeros(4 + threads, dtype=np.int64)
+    job[0], job[1], job[2], job[3] = job.size, parfor.address(out), units, threads
+    _run_affine(out, units, job)
+
+
+@pytest.mark.parametrize("units", [1, 2, 5, 64])
+def test_affine_units_run_once_each_mostly_on_their_thread(threads, units) -> None:
+    """Each unit once; a unit goes to thread ``unit % threads`` unless that thread was late."""
+    parfor.require_task("test_affine", "float64")
+    on_own = 0
+    for _ in range(20):
+        out = np.zeros(2 * units)
+        _affine(out, units)
+        np.testing.assert_array_equal(out[:units], np.ones(units))
+        on_own += int(np.sum(out[units:] == np.arange(units) % threads))
+        assert np.all(out[units:] < threads)
+    if threads == 1:
+        assert on_own == 20 * units
 
 
 parfor.export_task("test_fill_lazy", _fill_task)

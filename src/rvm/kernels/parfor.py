@@ -29,7 +29,9 @@ runs in the calling thread).
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
   `guided_range(piece, pieces, threads, total, align)` in runs that shrink toward the end of
-  the claim order (the threads finish together);
+  the claim order (the threads finish together); `affine_unit(counters, units, threads)`
+  the unit a piece does where units go to the same thread at every call (`set_affine(False)`
+  turns that off, `affine()` reads it);
 - `MIN_WORK`: the size (elements touched) from which a loop is worth splitting, written once.
 
 No Numba threading layer is involved (its workqueue layer aborts when entered from several
@@ -55,7 +57,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
-from rvm.kernels import DTYPES, apart, workpool
+from rvm.kernels import DTYPES, apart, pool_thread, workpool
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import jit
 from rvm.kernels.threads import split_loops_from_environment
@@ -76,9 +78,11 @@ take more of them when a helper is late (woken from sleep, its core busy elsewhe
 one chunk a thread, a helper that claimed its chunk late left the caller waiting up to half
 the loop's time, the loop at one core's speed."""
 
-# Read by compiled code through the symbol below.
+# Read by compiled code through the symbols below.
 _enabled = ctypes.c_int64(int(split_loops_from_environment()))
 llvm.add_symbol("rvm_parallel_enabled", ctypes.addressof(_enabled))
+_affine = ctypes.c_int64(1)
+llvm.add_symbol("rvm_affine_units", ctypes.addressof(_affine))
 _task_bodies: dict[str, Callable[..., None]] = {}  # exported tasks by name
 _compiled: dict[tuple[str, str], object] = {}  # (name, dtype) -> its cfunc, kept alive
 _slots: dict[tuple[str, str], ctypes.c_int64] = {}  # (name, dtype) -> its address slot
@@ -98,6 +102,12 @@ def enable(on: bool) -> None:
 def enabled() -> bool:
     """Whether large library loops are split (`enable`)."""
     return bool(_enabled.value)
+
+
+def set_affine(on: bool) -> None:
+    """Whether cuts that can give their units by thread do (`affine_unit`; on by default):
+    off, to measure what it saves."""
+    _affine.value = int(bool(on))
 
 
 def slot_symbol(name: str, dtype: str) -> str:
@@ -207,17 +217,27 @@ def job(data):  # type: ignore[no-untyped-def]
     return nb.carray(data, data[0])
 
 
-@intrinsic
-def _flag(typingctx):  # type: ignore[no-untyped-def]
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64 = ir.IntType(64)
-        flag = builder.module.globals.get("rvm_parallel_enabled")
-        if flag is None:
-            flag = ir.GlobalVariable(builder.module, i64, "rvm_parallel_enabled")
-            flag.linkage = "external"
-        return builder.icmp_signed("!=", builder.load(flag), i64(0))
+def _global_flag(symbol: str):  # type: ignore[no-untyped-def]
+    """The intrinsic reading the int64 registered as ``symbol`` as a boolean."""
 
-    return nt.boolean(), codegen
+    @intrinsic
+    def flag(typingctx):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i64 = ir.IntType(64)
+            value = builder.module.globals.get(symbol)
+            if value is None:
+                value = ir.GlobalVariable(builder.module, i64, symbol)
+                value.linkage = "external"
+            return builder.icmp_signed("!=", builder.load(value), i64(0))
+
+        return nt.boolean(), codegen
+
+    return flag
+
+
+_flag = _global_flag("rvm_parallel_enabled")
+affine = _global_flag("rvm_affine_units")
+"""Whether cuts give their units by thread (`set_affine`), in compiled code."""
 
 
 @jit(nogil=True, cache=True)
@@ -266,6 +286,24 @@ def guided_range(piece, pieces, threads, total, align):  # type: ignore[no-untyp
     if piece == pieces - 1:
         return lo, total
     return lo, _guided_before(piece + 1, rounds, threads) * total // whole // align * align
+
+
+@jit(nogil=True, cache=True)
+def affine_unit(counters, units, threads):  # type: ignore[no-untyped-def]
+    """The unit of work (0 .. ``units`` - 1) the calling piece does, where a job's ``units``
+    pieces (a phase's: each calls this once, so each unit is done once) give unit u to thread
+    ``u % threads`` (`rvm.kernels.pool_thread.index`) first: each thread takes its own in
+    order, then, out of its own, the next of another's (a late thread's are taken, not waited
+    for). So a thread does the same units at every call while the threads keep pace: it
+    writes again the lines it wrote last time, its own core's. ``counters``: the address of
+    ``threads`` int64 zeros, one a thread, the phase's pieces' alone."""
+    t = min(pool_thread.index(), threads - 1)
+    for k in range(threads):
+        owner = (t + k) % threads
+        u = owner + workpool.add_at(counters + 8 * owner, 1) * threads
+        if u < units:
+            return u
+    return -1  # not reached: a piece of the phase finds a unit left
 
 
 @nb.njit(nogil=True, cache=True)

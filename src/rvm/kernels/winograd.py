@@ -33,7 +33,10 @@ giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
   phases are cut apart instead, each over whole images, in one job whose pieces wait for the
   phase before (`rvm.kernels.workpool.wait_until`): the input transform by ranges of input
   channels, the GEMMs by ranges of the 16 positions, the output transform by ranges of
-  output channels; no piece transforms an input or packs a GEMM's operand again.
+  output channels; no piece transforms an input or packs a GEMM's operand again. Each phase's
+  ranges go to the same thread at every call while the threads keep pace
+  (`rvm.kernels.parfor.affine_unit`), so a core writes again the lines of the transformed
+  input and products it wrote last time.
 
 Where it pays against the other methods is `rvm.kernels.convmethod.winograd_pays`' rule.
 """
@@ -289,7 +292,9 @@ def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # typ
 # channels, the epilogue (4), the phase (0: the blocks; else the pieces of the weight's
 # transform), w, then where the phases are cut apart (`cut`): ranges of input channels an
 # image (0: they are not), the transformed input's address, the products', and the count of
-# the pieces done of each of the first two phases.
+# the pieces done of each of the first two phases; then, where the phases are cut apart on
+# more than one thread, each phase's counters of `rvm.kernels.parfor.affine_unit`, one a
+# thread.
 _JOB = 27
 _APART = 22
 _DONE = 25
@@ -338,7 +343,9 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call whose phases are cut apart (`cut`), each image's whole: the
     first ``n`` times ``j[22]`` a range of an image's input channels transformed, the next
     ``n`` times ``j[14]`` a range of an image's positions' GEMMs (once the input's pieces are
-    done), the rest a range of an image's output channels transformed (once the GEMMs' are)."""
+    done), the rest a range of an image's output channels transformed (once the GEMMs' are);
+    each piece's range in its phase from `rvm.kernels.parfor.affine_unit` where the job has
+    its counters."""
     n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     tiles = th * tw
@@ -348,9 +355,12 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
     m = parfor.array_at(j[_APART + 2], (n * image_m,), like)
     done = parfor.address(j) + 8 * _DONE
     inputs, gemms = n * ranges, n * spans
+    affine = (j[0] - _JOB) // 3  # the threads units go to (0: a piece's unit is its index)
+    counters = parfor.address(j) + 8 * _JOB
     if piece < inputs:
         x = parfor.array_at(j[1], (n, c, ih, iw), like)
-        n_, r = piece // ranges, piece % ranges
+        u = parfor.affine_unit(counters, inputs, affine) if affine else piece
+        n_, r = u // ranges, u % ranges
         c0, c1 = parfor.piece_range(r, ranges, c, 1)
         rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
         _input(x, n_, j[11], j[12], 0, th, tw, v[n_ * image_v :], rows, c0, c1)
@@ -358,7 +368,8 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         return
     if piece < inputs + gemms:
         workpool.wait_until(done, inputs)  # claimed before this piece: done soon
-        n_, r = (piece - inputs) // spans, (piece - inputs) % spans
+        u = parfor.affine_unit(counters + 8 * affine, gemms, affine) if affine else piece - inputs
+        n_, r = u // spans, u % spans
         xi0, xi1 = parfor.piece_range(r, spans, POSITIONS, 1)
         at_v = parfor.address(v) + 4 * n_ * image_v
         at_m = parfor.address(m) + 4 * n_ * image_m
@@ -369,7 +380,10 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         return
     workpool.wait_until(done + 8, gemms)
     out = parfor.array_at(j[3], (n, o, oh, ow), like)
-    n_, r = (piece - inputs - gemms) // parts, (piece - inputs - gemms) % parts
+    u = piece - inputs - gemms
+    if affine:
+        u = parfor.affine_unit(counters + 16 * affine, n * parts, affine)
+    n_, r = u // parts, u % parts
     o0, o1 = parfor.piece_range(r, parts, o, 1)
     at = n_ * image_m + o0 * tiles
     _output(m[at:], o * tiles, out, n_, o0, o1, 0, th, tw, (j[16], j[17], j[18], j[19]), like)
@@ -410,11 +424,13 @@ def conv2d_transformed(x, u, out, pt, pl, epilogue):  # type: ignore[no-untyped-
     if out.size == 0:
         return
     th, tw = (oh + 1) // 2, (ow + 1) // 2
-    per, blocks, parts, ranges = cut(c, o, n, tw, th, parfor.threads())
+    threads = parfor.threads()
+    per, blocks, parts, ranges = cut(c, o, n, tw, th, threads)
     apart = n * POSITIONS * th * tw if ranges else 1  # the phases' shared operands, per channel
     v, m = kept(apart * c, x.dtype), kept(apart * o, x.dtype)
-    job = np.empty(_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3] = _JOB, parfor.address(x), parfor.address(u), parfor.address(out)
+    size = _JOB + 3 * threads if ranges and threads > 1 and parfor.affine() else _JOB
+    job = np.zeros(size, dtype=np.int64)
+    job[0], job[1], job[2], job[3] = size, parfor.address(x), parfor.address(u), parfor.address(out)
     job[4], job[5], job[6], job[7] = n, c, x.shape[2], x.shape[3]
     job[8], job[9], job[10], job[11], job[12] = o, oh, ow, pt, pl
     job[13], job[14], job[15] = per, blocks, parts

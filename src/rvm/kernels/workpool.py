@@ -25,7 +25,10 @@ that starts a parallel section runs its share of it):
   wakes it (on a busy machine its core may be the one a late helper needs); a sleep is
   paid by a wake-up on the job's critical path (`naps` counts them, and helpers' naps);
 - no helper at all (one thread, or a forked child before its pool restarts) is a plain loop
-  in the caller.
+  in the caller;
+- a piece knows which thread runs it (`rvm.kernels.pool_thread.index`: the caller 0, helper
+  i i + 1), the same at every job: what gives a thread the same work at every call is keyed
+  by it (`rvm.kernels.parfor.affine_unit`).
 
 The pool is written in Numba-compiled code with no C of its own: the state is an int64 array
 registered with llvmlite as ``rvm_pool_state`` (one cache line per field), claims are LLVM
@@ -72,7 +75,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import atomics, numba_cache
+from rvm.kernels import atomics, numba_cache, pool_thread
 from rvm.kernels.jitting import jit
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
@@ -460,7 +463,8 @@ def _wanted(index):  # type: ignore[no-untyped-def]
 @numba_cache.cfunc(nt.void(nt.int64), **_OPTS)
 def _helper(index):  # type: ignore[no-untyped-def]
     """Helper ``index``'s loop: claim pieces, spin, sleep; returns once the pool wants at most
-    ``index`` helpers."""
+    ``index`` helpers. Its pieces see `rvm.kernels.pool_thread.index` ``index + 1``."""
+    pool_thread.set_index(index + 1)
     while _wanted(index):
         seen = _claim(index + 1)[0]
         spins, s = _load(SPIN), 0
