@@ -8,7 +8,7 @@ declared in each module that reads it. `rvm.kernels.workpool`'s pool and
 threads write fields apart): ``load(i)``, ``store(i, value)``, ``add(i, value)`` (the value
 before) and ``cas(i, old, new)`` (whether the field held ``old`` and now holds ``new``).
 `array` and `field` are what an intrinsic of the module's own (another ordering, a field read
-in its codegen) builds on.
+in its codegen) builds on; `c_call` calls a C function registered with llvmlite by name.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 
 from llvmlite import ir
 from numba import types as nt
+from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["array", "field", "fields"]
+__all__ = ["array", "c_call", "field", "fields"]
 
 _I64 = ir.IntType(64)
 
@@ -31,6 +32,13 @@ def array(builder: ir.IRBuilder, symbol: str, size: int) -> ir.GlobalVariable:
         found = ir.GlobalVariable(builder.module, ir.ArrayType(_I64, size), symbol)
         found.linkage = "external"
     return found
+
+
+def c_call(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+    """A call of the C function registered as ``name`` (returning ``ret``), declared in the
+    module once."""
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
 
 
 def field(builder: ir.IRBuilder, symbol: str, count: int, stride: int, index: ir.Value) -> Any:

@@ -112,15 +112,10 @@ _load, _store, _add, _cas = atomics.fields(_STATE, _FIELDS)
 (`rvm.kernels.atomics`)."""
 
 
-def _c_call(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
-    fnty = ir.FunctionType(ret, [a.type for a in args])
-    return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
-
-
 @intrinsic
 def _malloc(typingctx, nbytes):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        ptr = _c_call(builder, "rvm_blocks_malloc", ir.IntType(8).as_pointer(), [args[0]])
+        ptr = atomics.c_call(builder, "rvm_blocks_malloc", ir.IntType(8).as_pointer(), [args[0]])
         return builder.ptrtoint(ptr, _I64)
 
     return nt.int64(nt.int64), codegen
@@ -130,7 +125,7 @@ def _malloc(typingctx, nbytes):  # type: ignore[no-untyped-def]
 def _free(typingctx, address):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-        _c_call(builder, "rvm_blocks_free", ir.VoidType(), [ptr])
+        atomics.c_call(builder, "rvm_blocks_free", ir.VoidType(), [ptr])
         return context.get_dummy_value()
 
     return nt.void(nt.int64), codegen
@@ -144,7 +139,7 @@ def _advise_huge(typingctx, address, nbytes):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         ptr = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
         advice = ir.IntType(32)(_MADV_HUGEPAGE)
-        _c_call(builder, "rvm_blocks_madvise", ir.IntType(32), [ptr, args[1], advice])
+        atomics.c_call(builder, "rvm_blocks_madvise", ir.IntType(32), [ptr, args[1], advice])
         return context.get_dummy_value()
 
     return nt.void(nt.int64, nt.int64), codegen

@@ -208,8 +208,9 @@ class _Scalar:
         return self.where("<", a, f(1.0), small, big)
 
 
-def _float32_function(write: Callable[[_Scalar, ir.Value], ir.Value]) -> Any:
-    """A Numba intrinsic of one float32 argument whose IR ``write`` makes."""
+def _float32_function(name: str, write: Callable[[_Scalar, ir.Value], ir.Value]) -> Any:
+    """The Numba intrinsic ``name`` of one float32 argument whose IR ``write`` (a `_Scalar`
+    method) makes."""
 
     def typer(typingctx, x):  # type: ignore[no-untyped-def]
         if x != nt.float32:
@@ -220,40 +221,24 @@ def _float32_function(write: Callable[[_Scalar, ir.Value], ir.Value]) -> Any:
 
         return nt.float32(nt.float32), codegen
 
-    typer.__name__ = write.__name__
+    typer.__name__ = name
     return intrinsic(typer)
-
-
-def _exp(s: _Scalar, x: ir.Value) -> ir.Value:
-    return s.exp(x)
-
-
-def _tanh(s: _Scalar, x: ir.Value) -> ir.Value:
-    return s.tanh(x)
-
-
-def _sigmoid(s: _Scalar, x: ir.Value) -> ir.Value:
-    return s.sigmoid(x)
-
-
-def _erf(s: _Scalar, x: ir.Value) -> ir.Value:
-    return s.erf(x)
 
 
 # e ** x for float32: ``xc = np.minimum(np.maximum(x, EXP_RANGE[0]), EXP_RANGE[1])``,
 # ``n = np.floor(xc * LOG2E + 0.5)``, ``r = xc - n * LN2_HI - n * LN2_LO``, ``p`` = EXP_POLY's
 # Horner sum at ``r``, ``p = p * r * r + r + 1``, then ``p * 2 ** half * 2 ** (n - half)``
 # with ``half = int32(n) >> 1`` (each power built from its exponent bits).
-exp32 = _float32_function(_exp)
+exp32 = _float32_function("exp32", _Scalar.exp)
 # tanh(x) for float32: ``x + x * z * P(z)`` (``z = x * x``, P = TANH_POLY) below TANH_SMALL
 # in magnitude, ``1 - 2 / (exp32(2 |x|) + 1)`` with the sign of x from there.
-tanh32 = _float32_function(_tanh)
+tanh32 = _float32_function("tanh32", _Scalar.tanh)
 # 1 / (1 + exp(-x)) for float32, from ``e = exp32(-|x|)``: ``r = 1 / (1 + e)`` for x >= 0,
 # ``e * r`` below: exact in both tails.
-sigmoid32 = _float32_function(_sigmoid)
+sigmoid32 = _float32_function("sigmoid32", _Scalar.sigmoid)
 # The error function for float32, within 3 ulp: ``x * P(x * x)`` below 1 in magnitude (P =
 # ERF_SMALL), ``1 - erfc(|x|)`` (with its sign) from there, erfc by Numerical Recipes'
 # Chebyshev fit ``t * exp32(Q(t) - x * x)``, ``t = 1 / (1 + |x| / 2)``, |x| clamped at
 # ERF_CLAMP (Q = ERFC_POLY, relative error below 1.2e-7). Both are computed and one is
 # selected, so a loop of it vectorizes.
-erf32 = _float32_function(_erf)
+erf32 = _float32_function("erf32", _Scalar.erf)

@@ -22,10 +22,9 @@ import sys
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
-from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import numba_cache
+from rvm.kernels import atomics, numba_cache
 
 numba_cache.install()
 
@@ -54,18 +53,13 @@ def _load_key(builder: ir.IRBuilder) -> ir.Value:
     return builder.load(key)
 
 
-def _c(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
-    fnty = ir.FunctionType(ret, [a.type for a in args])
-    return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
-
-
 @intrinsic
 def index(typingctx):  # type: ignore[no-untyped-def]
     """The calling thread's index among the pool's (see the module docstring)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         i8p = ir.IntType(8).as_pointer()
-        value = _c(builder, "rvm_pthread_getspecific", i8p, [_load_key(builder)])
+        value = atomics.c_call(builder, "rvm_pthread_getspecific", i8p, [_load_key(builder)])
         return builder.ptrtoint(value, ir.IntType(64))
 
     return nt.int64(), codegen
@@ -80,7 +74,8 @@ def set_index(typingctx, i):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         value = context.cast(builder, args[0], signature.args[0], nt.int64)
         ptr = builder.inttoptr(value, ir.IntType(8).as_pointer())
-        _c(builder, "rvm_pthread_setspecific", ir.IntType(32), [_load_key(builder), ptr])
+        key = _load_key(builder)
+        atomics.c_call(builder, "rvm_pthread_setspecific", ir.IntType(32), [key, ptr])
         return context.get_dummy_value()
 
     return nt.void(i), codegen

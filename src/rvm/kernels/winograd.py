@@ -339,6 +339,17 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
+def _unit(j, phase, units, index):  # type: ignore[no-untyped-def]
+    """The unit of phase ``phase`` (0 the input's, 1 the GEMMs', 2 the output's; ``units`` in
+    all) that the piece ``index`` of that phase does: `rvm.kernels.parfor.affine_unit`'s where
+    the job carries the phases' counters (three a thread past `_JOB`), else ``index``."""
+    threads = (j[0] - _JOB) // 3
+    if threads == 0:
+        return index
+    return parfor.affine_unit(parfor.address(j) + 8 * (_JOB + phase * threads), units, threads)
+
+
+@jit(**_OPTS, inline="always")
 def _apart(piece, j, like):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call whose phases are cut apart (`cut`), each image's whole: the
     first ``n`` times ``j[22]`` a range of an image's input channels transformed, the next
@@ -355,11 +366,9 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
     m = parfor.array_at(j[_APART + 2], (n * image_m,), like)
     done = parfor.address(j) + 8 * _DONE
     inputs, gemms = n * ranges, n * spans
-    affine = (j[0] - _JOB) // 3  # the threads units go to (0: a piece's unit is its index)
-    counters = parfor.address(j) + 8 * _JOB
     if piece < inputs:
         x = parfor.array_at(j[1], (n, c, ih, iw), like)
-        u = parfor.affine_unit(counters, inputs, affine) if affine else piece
+        u = _unit(j, 0, inputs, piece)
         n_, r = u // ranges, u % ranges
         c0, c1 = parfor.piece_range(r, ranges, c, 1)
         rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
@@ -368,7 +377,7 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         return
     if piece < inputs + gemms:
         workpool.wait_until(done, inputs)  # claimed before this piece: done soon
-        u = parfor.affine_unit(counters + 8 * affine, gemms, affine) if affine else piece - inputs
+        u = _unit(j, 1, gemms, piece - inputs)
         n_, r = u // spans, u % spans
         xi0, xi1 = parfor.piece_range(r, spans, POSITIONS, 1)
         at_v = parfor.address(v) + 4 * n_ * image_v
@@ -380,9 +389,7 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         return
     workpool.wait_until(done + 8, gemms)
     out = parfor.array_at(j[3], (n, o, oh, ow), like)
-    u = piece - inputs - gemms
-    if affine:
-        u = parfor.affine_unit(counters + 16 * affine, n * parts, affine)
+    u = _unit(j, 2, n * parts, piece - inputs - gemms)
     n_, r = u // parts, u % parts
     o0, o1 = parfor.piece_range(r, parts, o, 1)
     at = n_ * image_m + o0 * tiles

@@ -182,7 +182,7 @@ def _pause(typingctx):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         if _PAUSE is not None:
             name, values = _PAUSE
-            _c_call(builder, name, ir.VoidType(), [ir.IntType(32)(v) for v in values])
+            atomics.c_call(builder, name, ir.VoidType(), [ir.IntType(32)(v) for v in values])
         return context.get_dummy_value()
 
     return nt.void(), codegen
@@ -193,7 +193,7 @@ def _yield(typingctx):  # type: ignore[no-untyped-def]
     """Gives the core to another thread that is ready to run (``sched_yield``)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        _c_call(builder, "rvm_sched_yield", ir.IntType(32), [])
+        atomics.c_call(builder, "rvm_sched_yield", ir.IntType(32), [])
         return context.get_dummy_value()
 
     return nt.void(), codegen
@@ -229,11 +229,6 @@ def _load_at(typingctx, address):  # type: ignore[no-untyped-def]
     return nt.int64(address), codegen
 
 
-def _c_call(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
-    fnty = ir.FunctionType(ret, [a.type for a in args])
-    return builder.call(cgutils.get_or_insert_function(builder.module, fnty, name), args)
-
-
 def _sync_call(name: str, fields: tuple[int, ...]):  # type: ignore[no-untyped-def]
     """The intrinsic calling C function ``name`` on the addresses in ``fields``."""
 
@@ -245,7 +240,7 @@ def _sync_call(name: str, fields: tuple[int, ...]):  # type: ignore[no-untyped-d
                 builder.inttoptr(builder.load_atomic(_field(builder, i64(f)), "monotonic", 8), i8p)
                 for f in fields
             ]
-            _c_call(builder, name, ir.IntType(32), ptrs)
+            atomics.c_call(builder, name, ir.IntType(32), ptrs)
             return context.get_dummy_value()
 
         return nt.void(), codegen
@@ -284,7 +279,7 @@ def _clock(clock: int, doc: str):  # type: ignore[no-untyped-def]
             i64, i32 = ir.IntType(64), ir.IntType(32)
             spec = cgutils.alloca_once(builder, ir.ArrayType(i64, 2))
             at = builder.bitcast(spec, ir.IntType(8).as_pointer())
-            _c_call(builder, "rvm_clock_gettime", i32, [i32(clock), at])
+            atomics.c_call(builder, "rvm_clock_gettime", i32, [i32(clock), at])
             sec = builder.load(builder.gep(spec, [i32(0), i32(0)]))
             nsec = builder.load(builder.gep(spec, [i32(0), i32(1)]))
             return builder.add(builder.mul(sec, i64(1_000_000_000)), nsec)
@@ -581,7 +576,7 @@ def run(typingctx, fn, n, data):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         values = [context.cast(builder, v, t, nt.int64) for v, t in zip(args, signature.args)]
         with gil_released(builder):
-            _c_call(builder, RUN, ir.VoidType(), values)
+            atomics.c_call(builder, RUN, ir.VoidType(), values)
         return context.get_dummy_value()
 
     return nt.void(fn, n, data), codegen
@@ -592,7 +587,7 @@ def threads(typingctx):  # type: ignore[no-untyped-def]
     """How many threads a job can run on: the caller and the pool's helpers."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return _c_call(builder, "rvm_pool_threads", ir.IntType(64), [])
+        return atomics.c_call(builder, "rvm_pool_threads", ir.IntType(64), [])
 
     return nt.int64(), codegen
 
@@ -602,7 +597,7 @@ def busy(typingctx):  # type: ignore[no-untyped-def]
     """Whether a job runs on the pool now (a job started now would run in its caller)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        value = _c_call(builder, "rvm_pool_busy", ir.IntType(64), [])
+        value = atomics.c_call(builder, "rvm_pool_busy", ir.IntType(64), [])
         return builder.icmp_signed("!=", value, ir.IntType(64)(0))
 
     return nt.boolean(), codegen
@@ -636,7 +631,7 @@ def call_begin(typingctx):  # type: ignore[no-untyped-def]
         word = builder.load_atomic(_field(builder, i64(WORD)), "monotonic", 8)
         ran = builder.icmp_signed("!=", builder.load(_ran_flag(builder)), i64(0))
         with builder.if_then(builder.and_(asleep, ran), likely=False):
-            _c_call(builder, _WAKE, ir.VoidType(), [])
+            atomics.c_call(builder, _WAKE, ir.VoidType(), [])
         return builder.select(asleep, word, i64(-1))
 
     return nt.int64(), codegen
