@@ -193,7 +193,7 @@ assert qtile.VNNI and bf16gemm.DPBF16 and bf16gemm.LANES == 16
 # task of its own that `sgemm.sgemm` calls) and the bf16 GEMM on zmm registers.
 f32 = (nt.int64,) * 14
 bf16 = (nt.int64,) * 8 + (nt.boolean,)
-for kernel, sig, op in ((sgemm._tiles, f32, "vfmadd"), (bf16gemm.gemm_bf16, bf16, "vdpbf16ps")):
+for kernel, sig, op in ((sgemm.band_tiles, f32, "vfmadd"), (bf16gemm.gemm_bf16, bf16, "vdpbf16ps")):
     kernel.compile(sig)
     asm = kernel.inspect_asm(sig)
     assert "zmm" in asm and op in asm, (kernel, op)
