@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from jit_helpers import host_has
 
-from rvm.kernels import cpu, im2col, sgemm
+from rvm.kernels import cpu, gemmshape, im2col, sgemm
 
 HASWELL = "+64bit,+avx,+avx2,+fma,+f16c,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,+popcnt"
 
@@ -79,13 +79,13 @@ def _facts(l1d: int, l2: int, bits: int = 512) -> cpu.Cpu:
 )  # fmt: skip
 def test_depth_block_follows_l1d(l1d: int, rows: int, kc: int) -> None:
     """A band of A (rows x KC floats) takes half of L1d, a power of two from 128 to 1024."""
-    assert sgemm.depth_block(_facts(l1d, 1 << 20), rows) == kc
+    assert gemmshape.depth_block(_facts(l1d, 1 << 20), rows) == kc
 
 
 @pytest.mark.parametrize(("l2", "block"), [(1 << 20, 1 << 19), (256 << 10, 128 << 10),
                                            (2 << 20, 1 << 20), (64 << 10, 64 << 10)])  # fmt: skip
 def test_column_block_follows_l2(l2: int, block: int) -> None:
-    assert sgemm.block_bytes(_facts(32 << 10, l2)) == block
+    assert gemmshape.block_bytes(_facts(32 << 10, l2)) == block
 
 
 @pytest.mark.parametrize(
@@ -97,15 +97,16 @@ def test_in_place_rows_follow_the_l2_that_bs_block_leaves(l2: int, rows: int, in
     """A's depth block (rows x KC floats, KC 512 with a 32 KB L1d) in the half of L2 that B's
     block leaves; at least one band."""
     facts = _facts(32 << 10, l2)
-    depth = sgemm.depth_block(facts, rows)
-    assert sgemm.in_place_rows(facts, depth, sgemm.block_bytes(facts), rows) == in_place
+    depth = gemmshape.depth_block(facts, rows)
+    assert gemmshape.in_place_rows(facts, depth, gemmshape.block_bytes(facts), rows) == in_place
 
 
 def test_this_machine_tuning_comes_from_its_facts() -> None:
     facts = cpu.cpu()
-    assert sgemm.KC == sgemm.depth_block(facts, sgemm.MR)
-    assert sgemm.BLOCK_BYTES == sgemm.block_bytes(facts)
-    assert sgemm.IN_PLACE_ROWS == sgemm.in_place_rows(facts, sgemm.KC, sgemm.BLOCK_BYTES, sgemm.MR)
+    assert gemmshape.KC == gemmshape.depth_block(facts, gemmshape.MR)
+    assert gemmshape.BLOCK_BYTES == gemmshape.block_bytes(facts)
+    rows = gemmshape.in_place_rows(facts, gemmshape.KC, gemmshape.BLOCK_BYTES, gemmshape.MR)
+    assert gemmshape.IN_PLACE_ROWS == rows
     assert im2col.COL_BYTES == 2 * facts.l2
 
 
@@ -193,7 +194,7 @@ assert qtile.VNNI and bf16gemm.DPBF16 and bf16gemm.LANES == 16
 # task of its own that `sgemm.sgemm` calls) and the bf16 GEMM on zmm registers.
 f32 = (nt.int64,) * 14
 bf16 = (nt.int64,) * 8 + (nt.boolean,)
-for kernel, sig, op in ((sgemm._tiles, f32, "vfmadd"), (bf16gemm.gemm_bf16, bf16, "vdpbf16ps")):
+for kernel, sig, op in ((sgemm.band_tiles, f32, "vfmadd"), (bf16gemm.gemm_bf16, bf16, "vdpbf16ps")):
     kernel.compile(sig)
     asm = kernel.inspect_asm(sig)
     assert "zmm" in asm and op in asm, (kernel, op)

@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jit_helpers import host_has, run_warm
 
-from rvm.kernels import sgemm
+from rvm.kernels import gemmshape, sgemm
 
 # Around the tile edges: one row, a band, a band and one; one lane, a vector, a tile, a tile
 # and one, a tile and the widest tail on half vectors; depths around the depth block.
 SIZES_M = [1, sgemm.MR - 1, sgemm.MR, sgemm.MR + 1, 3 * sgemm.MR + 5]
 SIZES_N = [1, sgemm.LANES - 1, sgemm.LANES, sgemm.NR - 1, sgemm.NR, sgemm.NR + 1]
-SIZES_N += [sgemm.NR + max(1, sgemm.HALF), 169]
+SIZES_N += [sgemm.NR + max(1, gemmshape.HALF), 169]
 SIZES_K = [1, 7, sgemm.KC, sgemm.KC + 3]
 
 

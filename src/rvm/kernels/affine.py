@@ -20,8 +20,8 @@ import numpy as np
 
 from rvm.kernels import entry, parfor
 from rvm.kernels.epipass import ACTIVATIONS, FAST  # the same activations, a kernel's flags
+from rvm.kernels.gemmshape import LANES
 from rvm.kernels.jitting import jit
-from rvm.kernels.sgemm import LANES
 
 __all__ = ["channel_affine", "entry_call", "splits"]
 

@@ -49,6 +49,7 @@ from rvm.kernels.bf16planes import pair_words
 from rvm.kernels.cblas import NO_TRANS
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.mathlib import exp32
+from rvm.kernels.microkernel import floats_at
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
@@ -109,16 +110,6 @@ def _words_at(typingctx, at):  # type: ignore[no-untyped-def]
         return builder.inttoptr(args[0], ir.IntType(32).as_pointer())
 
     return nt.CPointer(nt.uint32)(nt.int64), codegen
-
-
-@intrinsic
-def _floats_at(typingctx, at):  # type: ignore[no-untyped-def]
-    """A float32 pointer to the int64 address ``at``."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.inttoptr(args[0], ir.FloatType().as_pointer())
-
-    return nt.CPointer(nt.float32)(nt.int64), codegen
 
 
 @jit(**_OPTS)
@@ -402,7 +393,7 @@ def _bf16_scores(q, kh, sc, n, te, d, head, qr, kr):  # type: ignore[no-untyped-
     head's packed K at ``head``."""
     d2 = (d + 1) // 2
     qp = np.empty(n * d2, dtype=np.uint32)
-    rows = nb.carray(_floats_at(parfor.address(q)), (n, qr))[:, :d]  # strided when qr > d
+    rows = nb.carray(floats_at(parfor.address(q)), (n, qr))[:, :d]  # strided when qr > d
     pair_rows(rows, qp.reshape((n, d2)))
     walk(parfor.address(qp), d2, 0, n, head, 4 * d2, 4 * NR, NR, 0, 0,
          parfor.address(sc), te, te, d2, 0, 0, 0, 0)  # fmt: skip

@@ -68,10 +68,11 @@ from rvm.kernels.bf16planes import (
 from rvm.kernels.bf16turned import turned_group
 from rvm.kernels.direct_tile import read_line
 from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import alive, jit
+from rvm.kernels.microkernel import floats_at
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
-from rvm.kernels.sgemm import LINE, _floats_at
 
 __all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 
@@ -154,7 +155,7 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     ``job[6]``, channels ``job[7]`` apart) into the output (``job[16]`` positions a row, at
     ``job[15]``, channels ``job[17]`` apart); with a residual (at ``job[20]``, laid out as the
     output), ``act(rows + R)`` (the activation ``job[19]``)."""
-    src, dst = _floats_at(job[6]), _floats_at(job[15])
+    src, dst = floats_at(job[6]), floats_at(job[15])
     ldc, wp, ow, ohw, res = job[7], job[8], job[16], job[17], job[20]
     for o in range(co0, co1):
         for y in range(y0, y1):
@@ -180,7 +181,7 @@ def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         pair = 1 if 2 * c2 + 1 < og else 0
         lo = src + 4 * 2 * c2 * ldc
         at = job[21] + 4 * c2 * hq * wq
-        words = _floats_at(at)  # 0.0's bits are 0
+        words = floats_at(at)  # 0.0's bits are 0
         if y0 == 0:
             for i in range(pt * wq):
                 words[i] = 0.0

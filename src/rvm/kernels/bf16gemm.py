@@ -36,10 +36,10 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
 from rvm.kernels.parfor import PIECES_PER_THREAD
-from rvm.kernels.sgemm import _target_features
 from rvm.kernels.vectors import VectorIR
 
 __all__ = [

@@ -25,8 +25,8 @@ from numba.extending import intrinsic
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, PIECES_PER_THREAD, pair_bits
 from rvm.kernels.jitting import jit
+from rvm.kernels.microkernel import floats_at
 from rvm.kernels.reference.bf16 import pair_depth, pair_width
-from rvm.kernels.sgemm import _floats_at
 from rvm.kernels.vectors import VectorIR
 
 __all__ = [
@@ -177,7 +177,7 @@ def _scales(at, mode, c, i, pair):  # type: ignore[no-untyped-def]
     0."""
     if mode == 0:
         return NO_AFFINE
-    f = _floats_at(at)
+    f = floats_at(at)
     j = i + pair
     return (f[i], f[c + i], f[j], f[c + j])
 

@@ -28,7 +28,7 @@ from rvm.kernels.bf16gemm import (
 )
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.sgemm import _floats_at
+from rvm.kernels.microkernel import floats_at
 
 __all__ = ["TURN_GAIN", "position_tiles", "turned_group", "turned_panel"]
 
@@ -91,8 +91,8 @@ def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
     wt, plane, table, k2, offs, npos = job[1], job[2], job[3], job[4], job[5], job[6]
     og, out, ohw, bias, act, res = job[7], job[9], job[10], job[11], job[12], job[13]
     panel = job[15]
-    scratch = _floats_at(ct)
-    dst = _floats_at(out)
+    scratch = floats_at(ct)
+    dst = floats_at(out)
     tiles, full = position_tiles(npos, MR)
     for t in range(t0, t1):
         width = min(panel, og - t * panel)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from rvm.kernels import direct, planes, sgemm, winograd
 from rvm.kernels.cpu import cpu
+from rvm.kernels.gemmshape import LANES, NR, PACK_B
 from rvm.kernels.jitting import jit
 from rvm.kernels.segments import SHARED_TASKS
-from rvm.kernels.sgemm import LANES, NR, PACK_B
 
 __all__ = [
     "CHANNELS",

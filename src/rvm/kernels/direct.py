@@ -54,8 +54,8 @@ from rvm.kernels import entry, epipass, nhwc, parfor, workpool
 from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.direct_tile import MR, NB, micro, prefetch_l2
+from rvm.kernels.gemmshape import LANES, LINE, VECTORS
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.sgemm import LANES, LINE, VECTORS
 
 __all__ = [
     "MR",

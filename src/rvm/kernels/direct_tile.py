@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 
 from rvm.kernels import nhwc
 from rvm.kernels.cpu import cpu
-from rvm.kernels.sgemm import LANES, VECTORS
+from rvm.kernels.gemmshape import LANES, VECTORS
 
 __all__ = [
     "CHAINS",

@@ -33,7 +33,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import mathlib as m
-from rvm.kernels.sgemm import LANES  # float32 lanes of the CPU's vectors
+from rvm.kernels.gemmshape import LANES  # float32 lanes of the CPU's vectors
 from rvm.kernels.vectors import VectorIR
 
 __all__ = ["VectorMath", "tile", "tile_rows"]

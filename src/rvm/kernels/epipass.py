@@ -30,8 +30,8 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, parfor
+from rvm.kernels.gemmshape import LANES
 from rvm.kernels.jitting import jit
-from rvm.kernels.sgemm import LANES
 
 __all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows", "operands", "sweep_pieces", "sweep_range"]
 

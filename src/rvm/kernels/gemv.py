@@ -24,13 +24,13 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels import sgemm
+from rvm.kernels import gemmshape
 from rvm.kernels.jitting import jit
 from rvm.kernels.vectors import VectorIR
 
 __all__ = ["TILE_VECTORS", "row"]
 
-LANES = sgemm.LANES
+LANES = gemmshape.LANES
 TILE_VECTORS = 8
 """Vectors of C's columns a tile keeps in registers (8 of the 16 AVX2 registers, 8 of 32 on
 AVX-512: the rest hold B's loads and x's broadcast)."""
@@ -76,7 +76,7 @@ class _Writer:
         row_b = builder.gep(self.b, [builder.mul(p, self.ldb)])
         for j in range(n):
             old, bj = builder.load(sums[j]), self._load(row_b, j, n)
-            if sgemm._FMA:
+            if gemmshape.FMA:
                 new = builder.call(self.fma, [a, bj, old])
             else:
                 new = builder.fadd(builder.fmul(a, bj), old)

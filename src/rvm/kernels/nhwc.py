@@ -17,9 +17,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor
+from rvm.kernels.gemmshape import LANES
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U
-from rvm.kernels.sgemm import LANES
 
 __all__ = ["TILE_CHANNELS", "image", "padding", "rows", "tile", "tile_part", "transposed"]
 

@@ -39,10 +39,11 @@ from rvm.kernels import entry, parfor, sgemm, workpool
 from rvm.kernels.cblas import address
 from rvm.kernels.cpu import Cpu, cpu
 from rvm.kernels.epilogue import tile as tile_epilogue
+from rvm.kernels.gemmshape import FMA, panel_width
 from rvm.kernels.jitting import jit
+from rvm.kernels.microkernel import micro_row
 from rvm.kernels.parfor import PIECES_PER_THREAD, even
 from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
-from rvm.kernels.sgemm import panel_width
 
 __all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
 
@@ -97,8 +98,8 @@ def _panels(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  #
                     width = min(panel, n - q * panel)
                     at_b = bp + 4 * (q * k * panel + p0 * panel)
                     at_c = c_band + 4 * q * panel
-                    sgemm._tiles(kc, a_band, lda, at_b, panel, 0, at_c, ldc, add, rows, width, 0,
-                                 0, 0)  # fmt: skip
+                    sgemm.band_tiles(kc, a_band, lda, at_b, panel, 0, at_c, ldc, add, rows,
+                                     width, 0, 0, 0)  # fmt: skip
                     if final:
                         at_bias = bias + 4 * q * panel if bias != 0 else 0
                         at_res = at_c - c + res if res != 0 else 0
@@ -141,7 +142,7 @@ def _gemv_group(typingctx, k, x, bp, c, group):  # type: ignore[no-untyped-def]
                         at = builder.gep(bp, [builder.add(base, i64(j * lanes))])
                         b = builder.load(builder.bitcast(at, vptr), align=4)
                         slot = acc[p * vectors + j]
-                        if sgemm._FMA:
+                        if FMA:
                             new = builder.call(fma, [a, b, builder.load(slot)])
                         else:
                             new = builder.fadd(builder.fmul(a, b), builder.load(slot))
@@ -166,7 +167,7 @@ def _gemv_group(typingctx, k, x, bp, c, group):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`_panels` for a few rows: one row at a time (`sgemm._micro_row`, a GEMV's tile), the
+    """`_panels` for a few rows: one row at a time (`microkernel.micro_row`, a GEMV's tile), the
     whole depth at once, each panel streamed once per row (in L2 for the next row), then the
     panel's epilogue (`rvm.kernels.epilogue.tile`; ``res``: the residual's address, row
     stride ``ldc``; 0: none)."""
@@ -178,7 +179,7 @@ def _rows(a, lda, bp, k, panel, c, ldc, m, n, first, last, bias, act, res):  # t
             vectors = (cols + sgemm.LANES - 1) // sgemm.LANES
             tail = cols - (vectors - 1) * sgemm.LANES
             for i in range(m):
-                sgemm._micro_row(k, a + 4 * i * lda, lda, at_b + 4 * j0, panel, 0,
+                micro_row(k, a + 4 * i * lda, lda, at_b + 4 * j0, panel, 0,
                                  c + 4 * (i * ldc + q * panel + j0), ldc, 0, 1, vectors, tail,
                                  sgemm.LANES, sgemm.LANES, 0, 0, 0, 0)  # fmt: skip
         if bias != 0 or act != 0 or res != 0:

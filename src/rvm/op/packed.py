@@ -44,10 +44,10 @@ def pack_weight(weight: np.ndarray, transposed: bool, panel: int) -> np.ndarray:
 
 
 def default_panel() -> int:
-    """The panel width this CPU's GEMM reads best (`rvm.kernels.sgemm.panel_width`). Imported
+    """The panel width this CPU's GEMM reads best (`rvm.kernels.gemmshape.panel_width`). Imported
     here, when a pass asks: importing the ops loads no Numba, and the pass loads none of the
     library's code (the work pool's functions load at their first use, within its light loads)."""
-    from rvm.kernels.sgemm import panel_width
+    from rvm.kernels.gemmshape import panel_width
 
     return panel_width()
 
