@@ -89,6 +89,15 @@ def test_property_against_numpy(m: int, n: int, k: int, accumulate: bool, seed: 
     _run(m, n, k, accumulate, seed)
 
 
+@pytest.mark.parametrize("m", [2 * sgemm.MR, 2 * sgemm.MR + 1, 4 * sgemm.MR - 1])
+@pytest.mark.parametrize("n", [sgemm.NR - 1, 2 * sgemm.NR + 3, 7 * sgemm.NR])
+def test_next_band_prefetched_from_any_tile_count(m: int, n: int) -> None:
+    """Each band's tiles prefetch A's next band a row or more a tile (`sgemm._row_into_l2`):
+    fewer tiles than rows, more, a last band of fewer rows, two depth blocks; the products
+    match NumPy's."""
+    _run(m, n, sgemm.KC + 9, accumulate=False)
+
+
 @pytest.mark.parametrize("n", [sgemm.NR + 3, 2 * sgemm.NR])
 def test_columns_beside_the_window_stay_out(n: int) -> None:
     """Bands of A across a packed B (`sgemm.PACK_B`, the AVX2 path) or B in place: B's columns

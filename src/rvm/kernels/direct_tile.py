@@ -20,6 +20,7 @@ from numba.extending import intrinsic
 from rvm.kernels import nhwc
 from rvm.kernels.cpu import cpu
 from rvm.kernels.gemmshape import LANES, VECTORS
+from rvm.kernels.microkernel import prefetch_l2
 
 __all__ = [
     "CHAINS",
@@ -68,23 +69,6 @@ def sums(mr: int, vectors: int) -> int:
     if mr >= MR:
         return 1
     return min(-(-CHAINS // have), MR * VECTORS // have)
-
-
-@intrinsic
-def prefetch_l2(typingctx, address):  # type: ignore[no-untyped-def]
-    """A hint to bring the cache line at the int64 ``address`` into L2 (``prefetcht1`` on
-    x86-64); no fault whatever the address."""
-    sig = nt.void(nt.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        hint = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
-        )
-        builder.call(hint, [builder.inttoptr(args[0], i8p), i32(0), i32(2), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @intrinsic

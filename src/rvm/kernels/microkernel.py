@@ -14,7 +14,15 @@ from numba.extending import intrinsic
 
 from rvm.kernels.gemmshape import AHEAD, FMA, HALF, LANES, LINE, MR, NR, PLAIN_STORES, VECTORS
 
-__all__ = ["floats_at", "ints_at", "micro", "micro_for", "micro_panel", "micro_row"]
+__all__ = [
+    "floats_at",
+    "ints_at",
+    "micro",
+    "micro_for",
+    "micro_panel",
+    "micro_row",
+    "prefetch_l2",
+]
 
 
 def micro_for(mr: int, padded: bool = False):  # type: ignore[no-untyped-def]
@@ -60,7 +68,8 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
     ``padded`` (`micro_panel`; plain rows of B only: ``narrow`` and ``wrap`` 0): B's rows
     are whole vectors, read without a mask (a packed panel's, zero past the product's
     columns: `sgemm._pack`), and not prefetched `AHEAD` (a panel is one stream), nor A's next band
-    (its address cost more than it saved: see the module's notes). There ``indexed`` means in
+    in the loop (its address cost more than it saved: the bands prefetch it between tiles,
+    `sgemm._bands_on_panels`). There ``indexed`` means in
     place (whole panels only, ``vectors`` = `VECTORS`): B's rows ``rows_b`` floats apart,
     each prefetched `AHEAD` tiles on, and, where ``col0`` is not 0, each row's vectors also
     stored at that address, `NR` floats a row, as `sgemm._pack` would (`IN_PLACE_ROWS`). On AVX2
@@ -442,3 +451,20 @@ def ints_at(typingctx, address):  # type: ignore[no-untyped-def]
         return builder.inttoptr(args[0], ir.IntType(64).as_pointer())
 
     return nt.CPointer(nt.int64)(nt.int64), codegen
+
+
+@intrinsic
+def prefetch_l2(typingctx, address):  # type: ignore[no-untyped-def]
+    """A hint to bring the cache line at the int64 ``address`` into L2 (``prefetcht1`` on
+    x86-64); no fault whatever the address."""
+    sig = nt.void(nt.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        hint = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
+        )
+        builder.call(hint, [builder.inttoptr(args[0], i8p), i32(0), i32(2), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -40,7 +40,13 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   two steps, ~14 integer instructions to 24 multiply-adds) cost a Zen 3 core 1-6% of its rate
   on operands in cache at load 8, up to a quarter at load 13 (the same loop, the machine
   busier); without it resnet50's 1x1 GEMMs took 0.74-1.0 of the time on
-  cold weights, 0.82-1.08 on warm ones (the hardware follows A's band rows);
+  cold weights, 0.82-1.08 on warm ones (the hardware follows A's band rows). There the
+  bands prefetch it between tiles instead (`_bands_on_panels`): before each tile, a row or
+  more of the next band's depth block into L2, its rows spread over the band's tiles, a few
+  dozen hints a tile outside the loop. A band of a few tiles reads its rows from memory
+  where the weight is cold and the tiles few: Winograd's 16 GEMMs on 14 x 14 maps (U, 22 MB of
+  inception_v2's constants, 49 columns: 4 tiles a band) took 0.77-0.85 of the time with it,
+  squeezenet's conv10 (512 -> 1000 on 13 x 13) 0.92, one Zen 3 core, in the model;
 - on plain rows of B (not a convolution's taps), it prefetches the row `AHEAD` tiles on along C: a
   1x1 convolution's wide input at batch 8 comes from memory in as many streams as it has rows;
 - where B is packed (`FUSED_EPILOGUE`), a convolution's bias, residual and ReLU are applied
@@ -73,6 +79,7 @@ from rvm.kernels.gemmshape import (
     IN_PLACE_ROWS,
     KC,
     LANES,
+    LINE,
     MR,
     NO_EPILOGUE,
     NR,
@@ -81,7 +88,7 @@ from rvm.kernels.gemmshape import (
     VECTORS,
 )
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import floats_at, ints_at, micro, micro_panel
+from rvm.kernels.microkernel import floats_at, ints_at, micro, micro_panel, prefetch_l2
 
 __all__ = [  # with the shape of its tiles and blocks its callers reason about (`gemmshape`)
     "BLOCK_BYTES",
@@ -386,6 +393,13 @@ def _in_place(b, ldb, p0, q, n, run, b_step):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
+def _row_into_l2(row, kc):  # type: ignore[no-untyped-def]
+    """Prefetches ``kc`` floats of a row of A at the address ``row`` into L2, a hint a line."""
+    for at in range(0, kc, LINE):
+        prefetch_l2(row + 4 * at)
+
+
+@jit(**_OPTS, inline="always")
 def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, last, epilogue,
                      first, b, ldb, table, run, b_step):  # type: ignore[no-untyped-def]  # fmt: skip
     """The bands of A's rows (``m``) times one depth block (rows ``p0`` to ``p0 + kc``) of B's
@@ -394,17 +408,24 @@ def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, la
     panels, into C's rows (``add``: onto them), the ``epilogue`` (`sgemm_segments`') on the
     ``last`` depth block. With ``first`` the first band packs each panel from B (``b``,
     ``ldb``, ``table``, ``run``, ``b_step``: `_pack`'s) as it reads it, or reads B in place
-    (`_in_place`) and writes the panel for the other bands. The loops `_packed_blocks` and
-    `bands_on_packed` share (the latter without ``first``, a constant its copy folds)."""
+    (`_in_place`) and writes the panel for the other bands. Each band's tiles prefetch the
+    next band's rows of the depth block into L2 (`_row_into_l2`), row ``r`` before tile
+    ``r``, ``r + tiles``...: where a weight comes from memory, a band of few tiles otherwise
+    waits on it (the module's notes). The loops `_packed_blocks` and `bands_on_packed` share
+    (the latter without ``first``, a constant its copy folds)."""
     bias, bias_step, act, res = epilogue
+    tiles = -(-cols // NR)
     for i0 in range(0, m, MR):
         rows = min(MR, m - i0)
         a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * (i0 * ldc + j0)
         at_bias = bias + 4 * i0 * bias_step if last and bias != 0 else 0
+        ahead = min(MR, m - i0 - MR)  # the next band's rows, 0 on the last band
         for q0 in range(0, cols, NR):
             n = min(NR, cols - q0)
             vectors = (n + LANES - 1) // LANES
             panel = panels + 4 * q0 * depth
+            for r in range(q0 // NR, ahead, tiles):  # its rows in turn, a row or more a tile
+                _row_into_l2(a_band + 4 * (MR + r) * lda, kc)
             at_b, rows_b, in_place = panel, NR, 0
             if first and i0 == 0:
                 at = _in_place(b, ldb, p0, j0 + q0, n, run, b_step)
