@@ -212,7 +212,7 @@ def _load_at(typingctx, address):  # type: ignore[no-untyped-def]
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         at = context.cast(builder, args[0], signature.args[0], nt.int64)
-        return builder._load_atomic(_at(builder, at), "seq_cst", 8)
+        return builder.load_atomic(_at(builder, at), "seq_cst", 8)
 
     return nt.int64(address), codegen
 
