@@ -7,8 +7,8 @@ Per model (random weights, `common.light_model_files`), in one process, rvm's co
 (its outputs first checked against ONNX Runtime's) runs alternately on one thread (each
 kernel's CPU time, ``T1``: `time.thread_time` of the calling thread around it,
 `VirtualMachine.set_instrument`) and on ``--threads`` with
-`rvm.kernels.workpool.measure` on: every pool job (`workpool.job_log`) and the CPU time of
-each of its pieces (`workpool.piece_log`). Each job's pieces are scheduled again in their
+`rvm.kernels.poolstate.measure` on: every pool job (`poolstate.job_log`) and the CPU time of
+each of its pieces (`poolstate.piece_log`). Each job's pieces are scheduled again in their
 claim order on ``--threads`` threads that start together (the helpers ``--wake``
 microseconds late), each taking the next piece as it is free: the job's ``span``, against
 ``half`` (its pieces' CPU over the threads). Per kernel (its calls in a call summed, medians
@@ -48,7 +48,7 @@ from model_child import as_outputs, check_outputs
 import numpy as np
 
 import rvm
-from rvm.kernels import workpool
+from rvm.kernels import poolstate
 from rvm.testing.onnx_models import run_ort
 
 COLUMNS = ("T1", "pieces", "span", "half", "tail", "unpooled")
@@ -65,8 +65,8 @@ def makespan(times: list[float], threads: int, wake: float) -> float:
 
 
 def _jobs_of(pieces: list, jobs: list) -> tuple[list[list[float]], float]:
-    """The pieces' CPU (us) of each pool job in ``jobs`` (`workpool.job_log`'s records), in
-    claim order, matched in ``pieces`` (`workpool.piece_log`'s, in end order) by function;
+    """The pieces' CPU (us) of each pool job in ``jobs`` (`poolstate.job_log`'s records), in
+    claim order, matched in ``pieces`` (`poolstate.piece_log`'s, in end order) by function;
     and the CPU of the pieces no pool job took."""
     used = [False] * len(pieces)
     out, i = [], 0
@@ -87,7 +87,7 @@ def profile(name: str, batch: int, runs: int, threads: int, wake: float) -> dict
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
     check_outputs(name, as_outputs(f(*inputs)), run_ort(model, inputs))
-    state, line = workpool._state, workpool._LINE
+    state, line = poolstate.state, poolstate.LINE
     edges: list[tuple[str, int, int]] = []
     cpu: dict[str, float] = collections.defaultdict(float)
     started = [0]
@@ -100,7 +100,7 @@ def profile(name: str, batch: int, runs: int, threads: int, wake: float) -> dict
 
     def logged(kernel: str, args: tuple, before: bool) -> None:
         if not before:
-            at = (int(state[workpool.PIECES_LOGGED * line]), int(state[workpool.LOGGED * line]))
+            at = (int(state[poolstate.PIECES_LOGGED * line]), int(state[poolstate.LOGGED * line]))
             edges.append((kernel, *at))
 
     def run(count: int, instrument: Callable[[str, tuple, bool], None], logs: bool) -> None:
@@ -108,7 +108,7 @@ def profile(name: str, batch: int, runs: int, threads: int, wake: float) -> dict
         f(*inputs)  # settled on this count
         if logs:  # the logs from the instrumented call only
             edges.clear()
-            workpool.measure(True)
+            poolstate.measure(True)
         vm.set_instrument(instrument)
         f(*inputs)
         vm.set_instrument(None)
@@ -119,8 +119,8 @@ def profile(name: str, batch: int, runs: int, threads: int, wake: float) -> dict
             cpu.clear()
             run(1, timed, False)
             run(threads, logged, True)
-            pieces, jobs = workpool.piece_log(), workpool.job_log()
-            workpool.measure(False)
+            pieces, jobs = poolstate.piece_log(), poolstate.job_log()
+            poolstate.measure(False)
             if r == 0:  # warm-up
                 continue
             sums: dict[str, list[float]] = collections.defaultdict(lambda: [0.0] * len(COLUMNS))
@@ -140,7 +140,7 @@ def profile(name: str, batch: int, runs: int, threads: int, wake: float) -> dict
                 row[0] = cpu.get(kernel, 0.0)
                 per[kernel].append(row)
     finally:
-        workpool.measure(False)
+        poolstate.measure(False)
         rvm.set_num_threads(threads)
     rows = [
         {"kernel": k, **dict(zip(COLUMNS, np.median(np.array(v), axis=0).tolist()))}

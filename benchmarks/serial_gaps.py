@@ -5,7 +5,7 @@ Run: ``python benchmarks/serial_gaps.py [--only squeezenet,inception_v2,resnet50
 [--threads 2]``.
 
 Per model (random weights, `common.light_model_files`), rvm's compiled mode at ``--threads``
-with `rvm.kernels.workpool.measure` on and a callback around each kernel
+with `rvm.kernels.poolstate.measure` on and a callback around each kernel
 (`VirtualMachine.set_instrument`): each kernel's edges (the monotonic clock) and each pool
 job's publishing and end (`workpool`'s job log, the same clock) give, per kernel (its calls
 in a run summed, medians over ``--runs``, microseconds): ``wall``, ``jobs`` (the jobs' own
@@ -30,7 +30,7 @@ from common import light_model_files, machine, machine_line, write_results
 import numpy as np
 
 import rvm
-from rvm.kernels import workpool
+from rvm.kernels import poolstate
 
 COLUMNS = ("wall", "jobs", "before", "between", "after", "n_jobs", "calls")
 
@@ -70,12 +70,12 @@ def profile(name: str, runs: int, threads: int) -> dict:
         for _ in range(2):
             f(*inputs)
         edges.clear()
-        workpool.measure(True)
+        poolstate.measure(True)
         vm.set_instrument(edge)
         f(*inputs)
         vm.set_instrument(None)
-        jobs = workpool.job_edges()
-        workpool.measure(False)
+        jobs = poolstate.job_edges()
+        poolstate.measure(False)
         if r < 3:
             continue
         sums: dict[str, np.ndarray] = collections.defaultdict(lambda: np.zeros(len(COLUMNS)))

@@ -11,9 +11,9 @@ with a callback around each kernel (`VirtualMachine.set_instrument`), runs on on
 on ``--threads`` alternated run by run (`rvm.set_num_threads`). Around each kernel call, and
 between calls (the VM's own work, row ``vm``), it reads: the wall clock, the calling thread's
 CPU time, the first helper's CPU time (``pthread_getcpuclockid``), each thread's CPU time
-inside the pool's pieces (`rvm.kernels.workpool.measure`), the pool's jobs, the jobs that
+inside the pool's pieces (`rvm.kernels.poolstate.measure`), the pool's jobs, the jobs that
 found helpers asleep (`workpool.wakes`), the helpers' and the callers' sleeps
-(`workpool.naps`) and the callers' wait at jobs' ends (`workpool.join_time`). Per kernel
+(`workpool.naps`) and the callers' wait at jobs' ends (`poolstate.join_time`). Per kernel
 (its calls in a run summed, medians over runs, microseconds):
 
 - ``wall`` at the threads, ``T1`` its thread CPU at one thread (the whole work);
@@ -51,7 +51,7 @@ import onnx
 from model_child import as_outputs, check_outputs
 
 import rvm
-from rvm.kernels import workpool
+from rvm.kernels import poolstate, workpool
 from rvm.testing.onnx_models import compare, run_ort
 from rvm.testing.quantized_models import ort_saturates, quantize_with_ort
 
@@ -79,14 +79,14 @@ class Probe:
         self.clock = time.pthread_getcpuclockid(helpers[0].ident) if helpers else None
 
     def read(self) -> tuple[int, ...]:
-        stats, line = workpool.piece_times(), workpool.naps()
+        stats, line = poolstate.piece_times(), workpool.naps()
         caller, helper = stats[0], stats[1] if len(stats) > 1 else (0, 0)
         return (
             time.perf_counter_ns(),
             time.thread_time_ns(),
             time.clock_gettime_ns(self.clock) if self.clock is not None else 0,
             caller[0], caller[1], helper[0], helper[1],
-            workpool.jobs(), workpool.wakes(), line[0], line[1], workpool.join_time(),
+            workpool.jobs(), workpool.wakes(), line[0], line[1], poolstate.join_time(),
         )  # fmt: skip
 
 
@@ -117,7 +117,7 @@ def profile(name: str, runs: int, threads: int, int8: bool = False) -> dict:
 
     per: dict[int, list[list[tuple[str, tuple[int, ...]]]]] = {1: [], threads: []}
     plain: dict[int, list[tuple[int, ...]]] = {1: [], threads: []}
-    workpool.measure(True)
+    poolstate.measure(True)
     try:
         for r in range(2 * runs + 4):
             count = (1, threads)[r % 2]
@@ -136,7 +136,7 @@ def profile(name: str, runs: int, threads: int, int8: bool = False) -> dict:
                 per[count].append(list(items))
                 plain[count].append(tuple(b - a for a, b in zip(start, end)))
     finally:
-        workpool.measure(False)
+        poolstate.measure(False)
         rvm.set_num_threads(threads)
     result = summarize(per, plain, threads)
     result["vm_alone"] = vm_alone(f, inputs, vm, edge)

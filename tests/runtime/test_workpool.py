@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import rvm
-from rvm.kernels import parfor, pool_thread, workpool
+from rvm.kernels import parfor, pool_thread, poolstate, workpool
 from rvm.testing.threads import run_in_threads
 
 
@@ -103,19 +103,19 @@ def test_measured_pieces_are_counted_and_timed_per_thread(threads) -> None:
         while time.thread_time_ns() - t < 200_000:  # 0.2 ms of CPU
             pass
 
-    workpool.measure(True)
+    poolstate.measure(True)
     try:
         workpool.for_each(6, piece)
-        times = workpool.piece_times()
+        times = poolstate.piece_times()
     finally:
-        workpool.measure(False)
+        poolstate.measure(False)
     assert len(times) == threads
     assert sum(n for _, n in times) == 6
     assert all(ns >= 200_000 * n for ns, n in times)
     if threads > 1:
         assert sum(n > 0 for _, n in times) >= 2
     workpool.for_each(6, piece)
-    assert workpool.piece_times() == [(0, 0)] * threads
+    assert poolstate.piece_times() == [(0, 0)] * threads
 
 
 def test_measured_jobs_and_pieces_are_logged(threads) -> None:
@@ -131,13 +131,13 @@ def test_measured_jobs_and_pieces_are_logged(threads) -> None:
         while time.thread_time_ns() - t < 100_000:
             pass
 
-    workpool.measure(True)
+    poolstate.measure(True)
     try:
         for _ in range(3):
             workpool.for_each(5, piece)
-        pieces, jobs = workpool.piece_log(), workpool.job_log()
+        pieces, jobs = poolstate.piece_log(), poolstate.job_log()
     finally:
-        workpool.measure(False)
+        poolstate.measure(False)
     assert len(pieces) == 15
     assert Counter(i for _, i, _, _ in pieces) == Counter(list(range(5)) * 3)
     assert len({fn for fn, _, _, _ in pieces}) <= 3  # a callback each job
@@ -148,10 +148,10 @@ def test_measured_jobs_and_pieces_are_logged(threads) -> None:
         # The barrier: two threads ran the first two; with one helper, the caller one of them.
         assert n == 5 and (1 if threads == 2 else 0) <= ran <= 4
         assert 0 <= join <= tail <= span
-    workpool.measure(True)
-    workpool.measure(False)
+    poolstate.measure(True)
+    poolstate.measure(False)
     workpool.for_each(5, piece)
-    assert workpool.piece_log() == [] and workpool.job_log() == []
+    assert poolstate.piece_log() == [] and poolstate.job_log() == []
 
 
 def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> None:
@@ -178,14 +178,14 @@ def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> 
     # The helper's piece ends 1 ms after the caller's (of 20 ms; the margin for a loaded
     # machine's scheduling): spun for, in some try.
     assert any(join_naps(0.021) == 0 for _ in range(5))
-    workpool.measure(True)
+    poolstate.measure(True)
     try:
         assert join_naps(0.3) == 1  # 280 ms after: the caller sleeps
-        waited = workpool.join_time()  # the caller's wait, asleep included
+        waited = poolstate.join_time()  # the caller's wait, asleep included
     finally:
-        workpool.measure(False)
+        poolstate.measure(False)
     assert 0.25e9 <= waited < 30e9
-    assert workpool.join_time() == 0  # zeroed by `measure`
+    assert poolstate.join_time() == 0  # zeroed by `measure`
 
 
 def test_jobs_counts_the_jobs_that_went_to_helpers(threads) -> None:
@@ -458,12 +458,12 @@ def _asleep(threads: int) -> bool:
     still counts until it takes the mutex back, then spins: holding now, it may not hold by
     the time the next job is published (4 threads on 2 cores: a woken helper waits for a
     core)."""
-    return workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1
+    return poolstate.state[poolstate.SLEEPING * poolstate.LINE] == threads - 1
 
 
 def _nudges() -> int:
     """How many times `wake` found helpers asleep and woke them (the pool's `NUDGE`)."""
-    return int(workpool._state[workpool.NUDGE * workpool._LINE])
+    return int(poolstate.state[poolstate.NUDGE * poolstate.LINE])
 
 
 def _found_asleep(threads: int, act) -> bool:  # type: ignore[no-untyped-def]
@@ -563,8 +563,8 @@ def test_a_native_entry_wakes_sleeping_helpers_while_its_function_runs_jobs(thre
     them asleep ran a job; after one that ran none, they stay asleep."""
     if threads == 1:
         pytest.skip("no helper")
-    asleep = lambda: workpool._state[workpool.SLEEPING * workpool._LINE] == threads - 1  # noqa: E731
-    nudges = lambda: int(workpool._state[workpool.NUDGE * workpool._LINE])  # noqa: E731
+    asleep = lambda: poolstate.state[poolstate.SLEEPING * poolstate.LINE] == threads - 1  # noqa: E731
+    nudges = lambda: int(poolstate.state[poolstate.NUDGE * poolstate.LINE])  # noqa: E731
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
     vm = rvm.VirtualMachine(rvm.compile(rvm.script.parse(_RELU)), exec_mode="native")
     relu = vm["main"]

@@ -50,11 +50,12 @@ compiled function called (the native exec mode's entries); `add_at(address, valu
 `wait_until(address, value)` a counter in a job's data that a piece waits on for pieces of
 the same job before it (one job where two would pay a join between them). For Python:
 `for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
-`set_helpers(n)`; `measure(on)`, `piece_times()`, `join_time()`, `job_log()`, `job_edges()` and
-`piece_log()`: each thread's CPU time inside pieces and its pieces, the callers' wait at
-jobs' ends, each job's tail and each piece's CPU time (off by default: a load and a branch a
-piece and a job), to find a job's critical path where wall time says little (a loaded
-machine); `jobs()`, `wakes()` and `naps()`: the jobs, sleeps and wake-ups a workload pays.
+`set_helpers(n)`; `jobs()`, `wakes()` and `naps()`: the jobs, sleeps and wake-ups a workload
+pays. What the pool measures when asked (each thread's CPU time inside pieces, the callers'
+wait at jobs' ends, each job's tail and each piece's CPU time; off by default: a load and a
+branch a piece and a job), to find a job's critical path where wall time says little (a
+loaded machine), is `rvm.kernels.poolstate`'s (`measure(on)`, `piece_times()`, `job_log()`...),
+with the state, atomics, locks and clocks the pool's native code is made of.
 """
 
 from __future__ import annotations
@@ -63,7 +64,6 @@ import atexit
 import contextlib
 import ctypes
 import os
-import platform
 import sys
 import threading
 import time
@@ -76,6 +76,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import atomics, numba_cache, pool_thread
+from rvm.kernels import poolstate as ps
 from rvm.kernels.jitting import jit
 
 numba_cache.install()  # the functions compiled at import below load sealed object code only
@@ -83,120 +84,107 @@ numba_cache.install()  # the functions compiled at import below load sealed obje
 SPIN_US = 200
 """How long a helper spins for the next job before it sleeps, in microseconds."""
 
-# Fields of the state, one cache line (8 int64) apart.
-(WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
-(NUDGE, WAKES, MEASURE, NAPS, JOIN_NAPS, JOIN_NS, FIRST_OUT, LOGGED, PIECES_LOGGED) = range(13, 22)
-_FIELDS = 22
-_LINE = 8
-_STATE = "rvm_pool_state"
-_SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
-_INDEX_MASK = (1 << 32) - 1  # the next piece's bits
-MAX_PIECES = 1 << 31
-"""A job has fewer pieces than this (the claim counter's range)."""
 
-_state = (ctypes.c_int64 * (_FIELDS * _LINE))()
-_SYNC_BYTES = 256  # room for a pthread mutex or condition variable on every platform
-_sync = ctypes.create_string_buffer(3 * _SYNC_BYTES)  # the mutex, then two conditions
-_libc = ctypes.CDLL(None)
-STAT_THREADS = 64
-"""Threads whose pieces `measure` times: the callers (together) and the first helpers."""
-_stats = (ctypes.c_int64 * (STAT_THREADS * _LINE))()  # a thread's line: busy ns, pieces
-_STATS = "rvm_pool_stats"
-LOG_JOBS = 1 << 14
-"""Jobs `job_log` records while `measure` is on (the first ones: later jobs are counted only)."""
-# A job's record: its piece function, pieces, the caller's pieces, then the monotonic clock
-# (ns) as it was published, as the first thread found no piece left, as the caller did, and
-# as its last piece was done.
-(_LOG_FN, _LOG_N, _LOG_RAN, _LOG_START, _LOG_FIRST_OUT, _LOG_OUT, _LOG_DONE) = range(7)
-_LOG_WIDTH = 8
-_log = (ctypes.c_int64 * (LOG_JOBS * _LOG_WIDTH))()
-_LOG = "rvm_pool_log"
-LOG_PIECES = 1 << 16
-"""Pieces `piece_log` records while `measure` is on (the first ones)."""
-_PIECE_WIDTH = 4  # a piece's record: its function, its index, its thread's line, its CPU ns
-_piece_log = (ctypes.c_int64 * (LOG_PIECES * _PIECE_WIDTH))()
-_PIECE_LOG = "rvm_pool_piece_log"
-_THREAD_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)  # Linux's 3 where unnamed
-_MONOTONIC_CLOCK = getattr(time, "CLOCK_MONOTONIC", 1)
-_LIBC = {
-    "rvm_clock_gettime": "clock_gettime",
-    "rvm_pthread_mutex_lock": "pthread_mutex_lock",
-    "rvm_pthread_mutex_unlock": "pthread_mutex_unlock",
-    "rvm_pthread_cond_wait": "pthread_cond_wait",
-    "rvm_pthread_cond_broadcast": "pthread_cond_broadcast",
-    "rvm_sched_yield": "sched_yield",
-}
+# -- the pool ---------------------------------------------------------------------------------
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-def _init_sync() -> None:
-    """(Re)initializes the mutex and condition variable (at start and in a forked child,
-    where the parent's may have been held by a thread that does not exist there)."""
-    mutex, cond, done = (ctypes.addressof(_sync) + i * _SYNC_BYTES for i in range(3))
-    if _libc.pthread_mutex_init(ctypes.c_void_p(mutex), None) != 0:
-        raise OSError("rvm's thread pool: pthread_mutex_init failed")
-    for at in (cond, done):
-        if _libc.pthread_cond_init(ctypes.c_void_p(at), None) != 0:
-            raise OSError("rvm's thread pool: pthread_cond_init failed")
-    _state[MUTEX * _LINE], _state[COND * _LINE], _state[DONE_COND * _LINE] = mutex, cond, done
+@jit(**_OPTS)  # one compile for every caller's ``who`` (no literal)
+def _timed_piece(who, fn, i, data):  # type: ignore[no-untyped-def]
+    """Piece ``i``; its thread CPU time added to line ``who`` while `measure` is on."""
+    if ps.load(ps.MEASURE) == 0 or who >= ps.STAT_THREADS:
+        ps.call_piece(fn, i, data)
+        return
+    start = ps.thread_ns()
+    ps.call_piece(fn, i, data)
+    ns = ps.thread_ns() - start
+    ps.stat_add(who, ns)
+    at = ps.add(ps.PIECES_LOGGED, 1)
+    if at < ps.LOG_PIECES:
+        record = (fn, i, who, ns)
+        for k in range(ps.PIECE_WIDTH):
+            ps.piece_put(at * ps.PIECE_WIDTH + k, record[k])
 
 
-_init_sync()
-llvm.add_symbol(_STATE, ctypes.addressof(_state))
-llvm.add_symbol(_STATS, ctypes.addressof(_stats))
-llvm.add_symbol(_LOG, ctypes.addressof(_log))
-llvm.add_symbol(_PIECE_LOG, ctypes.addressof(_piece_log))
-for _symbol, _name in _LIBC.items():
-    llvm.add_symbol(_symbol, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
+@jit(**_OPTS)
+def _claim(who):  # type: ignore[no-untyped-def]
+    """Runs pieces of the published job until none is left unclaimed; returns the job's
+    sequence number and how many pieces this thread ran. ``who``: the thread's line in the
+    statistics (`measure`)."""
+    ran = 0
+    while True:
+        word = ps.load(ps.WORD)
+        seq = word >> 32
+        if seq & 1:  # being published: ready in a moment
+            ps.pause()
+            continue
+        i = word & ps.INDEX_MASK
+        fn, n, data = ps.load(ps.FN), ps.load(ps.N), ps.load(ps.DATA)
+        if i >= n:
+            if ps.load(ps.MEASURE) != 0 and ps.load(ps.WORD) == word:  # the job's first thread out
+                ps.cas(ps.FIRST_OUT, 0, ps.now_ns())
+            return seq, ran
+        # The word still holding (seq, i) proves fn, n and data were seq's (fields change
+        # only after the sequence number does).
+        if ps.cas(ps.WORD, word, word + 1):
+            _timed_piece(who, fn, i, data)
+            ran += 1
+            if ps.add(ps.DONE, 1) == n - 1 and ps.load(ps.WAITING) != 0:  # the caller sleeps
+                ps.lock()
+                ps.signal_done()
+                ps.unlock()
 
 
-# -- the atomics and calls the pool is made of ----------------------------------------------
-
-
-_global = atomics.array
-
-
-def _field(builder: ir.IRBuilder, index: ir.Value) -> ir.Value:
-    """A pointer to field ``index`` of the state."""
-    return atomics.field(builder, _STATE, _FIELDS, _LINE, index)
-
-
-_load, _store, _add, _cas = atomics.fields(_STATE, _FIELDS, _LINE)
-"""The state's fields, a cache line apart: ``_load(i)``, ``_store(i, value)``, ``_add(i,
-value)`` (the value before), ``_cas(i, old, new)`` (whether it did), each sequentially
-consistent (`rvm.kernels.atomics`)."""
-
-
-# The CPU's spin-wait hint as an LLVM intrinsic (name, arguments); none elsewhere.
-_PAUSE = {
-    "x86_64": ("llvm.x86.sse2.pause", ()),
-    "amd64": ("llvm.x86.sse2.pause", ()),
-    "aarch64": ("llvm.aarch64.hint", (1,)),  # YIELD
-    "arm64": ("llvm.aarch64.hint", (1,)),
-}.get(platform.machine().lower())
-
-
-@intrinsic
-def _pause(typingctx):  # type: ignore[no-untyped-def]
-    """The CPU's spin-wait hint (nothing where it has none)."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        if _PAUSE is not None:
-            name, values = _PAUSE
-            atomics.c_call(builder, name, ir.VoidType(), [ir.IntType(32)(v) for v in values])
-        return context.get_dummy_value()
-
-    return nt.void(), codegen
-
-
-@intrinsic
-def _yield(typingctx):  # type: ignore[no-untyped-def]
-    """Gives the core to another thread that is ready to run (``sched_yield``)."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        atomics.c_call(builder, "rvm_sched_yield", ir.IntType(32), [])
-        return context.get_dummy_value()
-
-    return nt.void(), codegen
+@numba_cache.cfunc(nt.void(nt.int64, nt.int64, nt.int64), **_OPTS)
+def _run(fn, n, data):  # type: ignore[no-untyped-def]
+    """Runs the job ``fn`` on pieces 0 .. n - 1 (see the module docstring)."""
+    if n <= 0:
+        return
+    if n == 1 or n >= ps.MAX_PIECES or ps.load(ps.WANTED) == 0 or not ps.cas(ps.BUSY, 0, 1):
+        for i in range(n):
+            _timed_piece(0, fn, i, data)
+        return
+    seq = ((ps.load(ps.WORD) >> 32) + 1) & ps.SEQ_MASK  # odd: publishing
+    ps.store(ps.WORD, seq << 32)
+    ps.store(ps.FN, fn)
+    ps.store(ps.DATA, data)
+    ps.store(ps.N, n)
+    ps.store(ps.DONE, 0)
+    ps.store(ps.FIRST_OUT, 0)
+    ps.store(ps.WORD, ((seq + 1) & ps.SEQ_MASK) << 32)  # even: open, from piece 0
+    published = ps.now_ns() if ps.load(ps.MEASURE) != 0 else 0
+    if ps.load(ps.SLEEPING) > 0:
+        ps.add(ps.WAKES, 1)
+        ps.lock()
+        ps.broadcast()
+        ps.unlock()
+    start = ps.now_ns()
+    ran = _claim(0)[1]
+    claimed = ps.now_ns()
+    spins, s = ps.load(ps.SPIN), 0
+    if ran > 0:  # and as long as a piece of its own took: a helper's is that close to done
+        spins += (claimed - start) // ran * spins // (SPIN_US * 1000)
+    while ps.load(ps.DONE) < n and s < spins:  # pieces helpers claimed and still run
+        ps.pause()
+        s += 1
+    if ps.load(ps.DONE) < n:  # sleep: the core may be the late helper's
+        ps.add(ps.JOIN_NAPS, 1)
+        ps.lock()
+        ps.store(ps.WAITING, 1)
+        while ps.load(ps.DONE) < n:
+            ps.wait_done()
+        ps.store(ps.WAITING, 0)
+        ps.unlock()
+    if ps.load(ps.MEASURE) != 0:
+        done = ps.now_ns()
+        ps.add(ps.JOIN_NS, done - claimed)
+        at = ps.add(ps.LOGGED, 1)
+        if at < ps.LOG_JOBS:
+            record = (fn, n, ran, published, ps.load(ps.FIRST_OUT), claimed, done)
+            for k in range(len(record)):
+                ps.log_put(at * ps.LOG_WIDTH + k, record[k])
+    ps.store(ps.BUSY, 0)
 
 
 def _at(builder: ir.IRBuilder, address: ir.Value) -> ir.Value:
@@ -229,210 +217,6 @@ def _load_at(typingctx, address):  # type: ignore[no-untyped-def]
     return nt.int64(address), codegen
 
 
-def _sync_call(name: str, fields: tuple[int, ...]):  # type: ignore[no-untyped-def]
-    """The intrinsic calling C function ``name`` on the addresses in ``fields``."""
-
-    @intrinsic
-    def call(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-            ptrs = [
-                builder.inttoptr(builder.load_atomic(_field(builder, i64(f)), "monotonic", 8), i8p)
-                for f in fields
-            ]
-            atomics.c_call(builder, name, ir.IntType(32), ptrs)
-            return context.get_dummy_value()
-
-        return nt.void(), codegen
-
-    return call
-
-
-_lock = _sync_call("rvm_pthread_mutex_lock", (MUTEX,))
-_unlock = _sync_call("rvm_pthread_mutex_unlock", (MUTEX,))
-_wait = _sync_call("rvm_pthread_cond_wait", (COND, MUTEX))
-_broadcast = _sync_call("rvm_pthread_cond_broadcast", (COND,))
-_wait_done = _sync_call("rvm_pthread_cond_wait", (DONE_COND, MUTEX))
-_signal_done = _sync_call("rvm_pthread_cond_broadcast", (DONE_COND,))
-
-
-@intrinsic
-def _piece(typingctx, fn, i, data):  # type: ignore[no-untyped-def]
-    """Calls piece function ``fn`` (an address) on piece ``i`` and ``data``."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [i64, i8p, i8p])
-        target = builder.inttoptr(args[0], fnty.as_pointer())
-        builder.call(target, [args[1], ir.Constant(i8p, None), builder.inttoptr(args[2], i8p)])
-        return context.get_dummy_value()
-
-    return nt.void(nt.int64, nt.int64, nt.int64), codegen
-
-
-def _clock(clock: int, doc: str):  # type: ignore[no-untyped-def]
-    """The intrinsic reading clock ``clock`` (``clock_gettime``) in nanoseconds."""
-
-    @intrinsic
-    def read(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            i64, i32 = ir.IntType(64), ir.IntType(32)
-            spec = cgutils.alloca_once(builder, ir.ArrayType(i64, 2))
-            at = builder.bitcast(spec, ir.IntType(8).as_pointer())
-            atomics.c_call(builder, "rvm_clock_gettime", i32, [i32(clock), at])
-            sec = builder.load(builder.gep(spec, [i32(0), i32(0)]))
-            nsec = builder.load(builder.gep(spec, [i32(0), i32(1)]))
-            return builder.add(builder.mul(sec, i64(1_000_000_000)), nsec)
-
-        return nt.int64(), codegen
-
-    read.__doc__ = doc
-    return read
-
-
-_thread_ns = _clock(_THREAD_CLOCK, "The calling thread's CPU time in nanoseconds.")
-_now_ns = _clock(_MONOTONIC_CLOCK, "The monotonic clock in nanoseconds (vDSO: no system call).")
-
-
-@intrinsic
-def _stat_add(typingctx, line, ns):  # type: ignore[no-untyped-def]
-    """Adds ``ns`` and one piece to statistics line ``line`` (`measure`)."""
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        i64 = ir.IntType(64)
-        stats = _global(builder, _STATS, STAT_THREADS * _LINE)
-        at = builder.mul(args[0], i64(_LINE))
-        for offset, value in ((0, args[1]), (1, i64(1))):
-            ptr = builder.gep(stats, [ir.IntType(32)(0), builder.add(at, i64(offset))])
-            builder.atomic_rmw("add", ptr, value, "monotonic")
-        return context.get_dummy_value()
-
-    return nt.void(nt.int64, nt.int64), codegen
-
-
-def _putter(symbol: str, size: int, doc: str):  # type: ignore[no-untyped-def]
-    """The intrinsic ``put(at, value)`` storing ``value`` at element ``at`` of the int64
-    array registered as ``symbol`` (``size`` elements)."""
-
-    @intrinsic
-    def put(typingctx, at, value):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            array = _global(builder, symbol, size)
-            builder.store(args[1], builder.gep(array, [ir.IntType(32)(0), args[0]]))
-            return context.get_dummy_value()
-
-        return nt.void(nt.int64, nt.int64), codegen
-
-    put.__doc__ = doc
-    return put
-
-
-_log_put = _putter(_LOG, LOG_JOBS * _LOG_WIDTH, "Stores an element of the job log (`job_log`).")
-_piece_put = _putter(_PIECE_LOG, LOG_PIECES * _PIECE_WIDTH, "... of the piece log (`piece_log`).")
-
-
-# -- the pool ---------------------------------------------------------------------------------
-
-_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-
-
-@jit(**_OPTS)  # one compile for every caller's ``who`` (no literal)
-def _timed_piece(who, fn, i, data):  # type: ignore[no-untyped-def]
-    """Piece ``i``; its thread CPU time added to line ``who`` while `measure` is on."""
-    if _load(MEASURE) == 0 or who >= STAT_THREADS:
-        _piece(fn, i, data)
-        return
-    start = _thread_ns()
-    _piece(fn, i, data)
-    ns = _thread_ns() - start
-    _stat_add(who, ns)
-    at = _add(PIECES_LOGGED, 1)
-    if at < LOG_PIECES:
-        record = (fn, i, who, ns)
-        for k in range(_PIECE_WIDTH):
-            _piece_put(at * _PIECE_WIDTH + k, record[k])
-
-
-@jit(**_OPTS)
-def _claim(who):  # type: ignore[no-untyped-def]
-    """Runs pieces of the published job until none is left unclaimed; returns the job's
-    sequence number and how many pieces this thread ran. ``who``: the thread's line in the
-    statistics (`measure`)."""
-    ran = 0
-    while True:
-        word = _load(WORD)
-        seq = word >> 32
-        if seq & 1:  # being published: ready in a moment
-            _pause()
-            continue
-        i = word & _INDEX_MASK
-        fn, n, data = _load(FN), _load(N), _load(DATA)
-        if i >= n:
-            if _load(MEASURE) != 0 and _load(WORD) == word:  # the job's first thread out
-                _cas(FIRST_OUT, 0, _now_ns())
-            return seq, ran
-        # The word still holding (seq, i) proves fn, n and data were seq's (fields change
-        # only after the sequence number does).
-        if _cas(WORD, word, word + 1):
-            _timed_piece(who, fn, i, data)
-            ran += 1
-            if _add(DONE, 1) == n - 1 and _load(WAITING) != 0:  # the caller sleeps
-                _lock()
-                _signal_done()
-                _unlock()
-
-
-@numba_cache.cfunc(nt.void(nt.int64, nt.int64, nt.int64), **_OPTS)
-def _run(fn, n, data):  # type: ignore[no-untyped-def]
-    """Runs the job ``fn`` on pieces 0 .. n - 1 (see the module docstring)."""
-    if n <= 0:
-        return
-    if n == 1 or n >= MAX_PIECES or _load(WANTED) == 0 or not _cas(BUSY, 0, 1):
-        for i in range(n):
-            _timed_piece(0, fn, i, data)
-        return
-    seq = ((_load(WORD) >> 32) + 1) & _SEQ_MASK  # odd: publishing
-    _store(WORD, seq << 32)
-    _store(FN, fn)
-    _store(DATA, data)
-    _store(N, n)
-    _store(DONE, 0)
-    _store(FIRST_OUT, 0)
-    _store(WORD, ((seq + 1) & _SEQ_MASK) << 32)  # even: open, from piece 0
-    published = _now_ns() if _load(MEASURE) != 0 else 0
-    if _load(SLEEPING) > 0:
-        _add(WAKES, 1)
-        _lock()
-        _broadcast()
-        _unlock()
-    start = _now_ns()
-    ran = _claim(0)[1]
-    claimed = _now_ns()
-    spins, s = _load(SPIN), 0
-    if ran > 0:  # and as long as a piece of its own took: a helper's is that close to done
-        spins += (claimed - start) // ran * spins // (SPIN_US * 1000)
-    while _load(DONE) < n and s < spins:  # pieces helpers claimed and still run
-        _pause()
-        s += 1
-    if _load(DONE) < n:  # sleep: the core may be the late helper's
-        _add(JOIN_NAPS, 1)
-        _lock()
-        _store(WAITING, 1)
-        while _load(DONE) < n:
-            _wait_done()
-        _store(WAITING, 0)
-        _unlock()
-    if _load(MEASURE) != 0:
-        done = _now_ns()
-        _add(JOIN_NS, done - claimed)
-        at = _add(LOGGED, 1)
-        if at < LOG_JOBS:
-            record = (fn, n, ran, published, _load(FIRST_OUT), claimed, done)
-            for k in range(len(record)):
-                _log_put(at * _LOG_WIDTH + k, record[k])
-    _store(BUSY, 0)
-
-
 @jit(**_OPTS)
 def wait_until(address, value):  # type: ignore[no-untyped-def]
     """Returns once the int64 at ``address`` (a job's counter, `add_at`) is at least
@@ -441,18 +225,18 @@ def wait_until(address, value):  # type: ignore[no-untyped-def]
     on this one: no deadlock; a job run in one thread runs them first). It spins as a helper
     does for a job (`SPIN_US`), then yields its core at each look: the thread it waits for
     may be waiting for a core (a loaded machine)."""
-    spins, s = _load(SPIN), 0
+    spins, s = ps.load(ps.SPIN), 0
     while _load_at(address) < value:
         if s < spins:
-            _pause()
+            ps.pause()
             s += 1
         else:
-            _yield()
+            ps.yield_core()
 
 
 @jit(**_OPTS)
 def _wanted(index):  # type: ignore[no-untyped-def]
-    return index < _load(WANTED)
+    return index < ps.load(ps.WANTED)
 
 
 @numba_cache.cfunc(nt.void(nt.int64), **_OPTS)
@@ -462,49 +246,51 @@ def _helper(index):  # type: ignore[no-untyped-def]
     pool_thread.set_index(index + 1)
     while _wanted(index):
         seen = _claim(index + 1)[0]
-        spins, s = _load(SPIN), 0
-        while (_load(WORD) >> 32) == seen and _wanted(index):
+        spins, s = ps.load(ps.SPIN), 0
+        while (ps.load(ps.WORD) >> 32) == seen and _wanted(index):
             if s < spins:
-                _pause()
+                ps.pause()
                 s += 1
                 continue
-            nudge = _load(NUDGE)
-            _add(NAPS, 1)
-            _lock()
-            _add(SLEEPING, 1)
-            while (_load(WORD) >> 32) == seen and _wanted(index) and _load(NUDGE) == nudge:
-                _wait()
-            _add(SLEEPING, -1)
-            _unlock()
+            nudge = ps.load(ps.NUDGE)
+            ps.add(ps.NAPS, 1)
+            ps.lock()
+            ps.add(ps.SLEEPING, 1)
+            while (
+                (ps.load(ps.WORD) >> 32) == seen and _wanted(index) and ps.load(ps.NUDGE) == nudge
+            ):
+                ps.wait()
+            ps.add(ps.SLEEPING, -1)
+            ps.unlock()
             s = 0  # woken by a job (the loop ends) or by `wake`: spin for the job again
 
 
 @numba_cache.cfunc(nt.void(), **_OPTS)
 def _wake():  # type: ignore[no-untyped-def]
     """Sleeping helpers wake to spin for a job (see `wake`)."""
-    if _load(SLEEPING) > 0:
-        _add(NUDGE, 1)
-        _lock()
-        _broadcast()
-        _unlock()
+    if ps.load(ps.SLEEPING) > 0:
+        ps.add(ps.NUDGE, 1)
+        ps.lock()
+        ps.broadcast()
+        ps.unlock()
 
 
 @numba_cache.cfunc(nt.int64(), **_OPTS)
 def _threads():  # type: ignore[no-untyped-def]
-    return _load(WANTED) + 1
+    return ps.load(ps.WANTED) + 1
 
 
 @numba_cache.cfunc(nt.int64(), **_OPTS)
 def _busy():  # type: ignore[no-untyped-def]
-    return _load(BUSY)
+    return ps.load(ps.BUSY)
 
 
 @numba_cache.cfunc(nt.void(nt.int64), **_OPTS)
 def _spin(count):  # type: ignore[no-untyped-def]
     """``count`` spin-wait steps, as a helper takes them (to calibrate `SPIN_US`)."""
     for _ in range(count):
-        _load(WORD)
-        _pause()
+        ps.load(ps.WORD)
+        ps.pause()
 
 
 RUN = "rvm_pool_run"
@@ -553,16 +339,16 @@ def gil_released(builder: ir.IRBuilder) -> Iterator[None]:
     def c(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
         return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
 
-    state = builder.call(c(_THREAD_STATE, i8p), [])
-    held = builder.icmp_unsigned("!=", state, ir.Constant(i8p, None))
+    thread_state = builder.call(c(_THREAD_STATE, i8p), [])
+    held = builder.icmp_unsigned("!=", thread_state, ir.Constant(i8p, None))
     if not _STATE_IS_LOCAL:  # the GIL's holder: this thread only if it is this thread's state
         own = builder.call(c("PyGILState_GetThisThreadState", i8p), [])
-        held = builder.and_(held, builder.icmp_unsigned("==", state, own))
+        held = builder.and_(held, builder.icmp_unsigned("==", thread_state, own))
     with builder.if_then(held, likely=False):
-        builder.call(c("PyEval_SaveThread", i8p), [])  # returns ``state``
+        builder.call(c("PyEval_SaveThread", i8p), [])  # returns ``thread_state``
     yield
     with builder.if_then(held, likely=False):
-        builder.call(c("PyEval_RestoreThread", ir.VoidType(), i8p), [state])
+        builder.call(c("PyEval_RestoreThread", ir.VoidType(), i8p), [thread_state])
 
 
 @intrinsic
@@ -626,9 +412,9 @@ def call_begin(typingctx):  # type: ignore[no-untyped-def]
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         i64 = ir.IntType(64)
-        asleep = builder.icmp_signed(">", builder.load_atomic(_field(builder, i64(SLEEPING)),
+        asleep = builder.icmp_signed(">", builder.load_atomic(ps.field(builder, i64(ps.SLEEPING)),
                                                               "monotonic", 8), i64(0))  # fmt: skip
-        word = builder.load_atomic(_field(builder, i64(WORD)), "monotonic", 8)
+        word = builder.load_atomic(ps.field(builder, i64(ps.WORD)), "monotonic", 8)
         ran = builder.icmp_signed("!=", builder.load(_ran_flag(builder)), i64(0))
         with builder.if_then(builder.and_(asleep, ran), likely=False):
             atomics.c_call(builder, _WAKE, ir.VoidType(), [])
@@ -648,7 +434,7 @@ def call_end(typingctx, word):  # type: ignore[no-untyped-def]
         i64 = ir.IntType(64)
         before = context.cast(builder, args[0], signature.args[0], nt.int64)
         with builder.if_then(builder.icmp_signed("!=", before, i64(-1))):
-            now = builder.load_atomic(_field(builder, i64(WORD)), "monotonic", 8)
+            now = builder.load_atomic(ps.field(builder, i64(ps.WORD)), "monotonic", 8)
             ran = builder.icmp_signed("!=", now, before)
             builder.store(builder.zext(ran, i64), _ran_flag(builder))
         return context.get_dummy_value()
@@ -664,7 +450,7 @@ _helpers: list[threading.Thread] = []
 
 def wake() -> None:
     """Sleeping helpers wake now and spin `SPIN_US` for a job (see `call`)."""
-    if _state[_SLEEPING_AT]:
+    if ps.state[_SLEEPING_AT]:
         _wake_c()
 
 
@@ -676,29 +462,29 @@ def call(ran: list[bool], i: int, fn: Callable[..., object], args: tuple) -> obj
     function whose calls run no job (the MLP at batch 1: 5 us) thus leaves them asleep, where
     waking them cost each call 0.3 us of CPU (a system call, amortized) on this 2-core Zen 4,
     and their spin a core. About 100 ns when none sleeps."""
-    if not _state[_SLEEPING_AT]:
+    if not ps.state[_SLEEPING_AT]:
         return fn(*args)
-    word = _state[_WORD_AT]  # changes as a job is published or a piece claimed
+    word = ps.state[_WORD_AT]  # changes as a job is published or a piece claimed
     if ran[i]:
         _wake_c()
     try:
         return fn(*args)
     finally:
-        ran[i] = _state[_WORD_AT] != word
+        ran[i] = ps.state[_WORD_AT] != word
 
 
-_SLEEPING_AT, _WORD_AT = SLEEPING * _LINE, WORD * _LINE
+_SLEEPING_AT, _WORD_AT = ps.SLEEPING * ps.LINE, ps.WORD * ps.LINE
 
 
 def jobs() -> int:
     """How many jobs went to the pool's helpers so far (modulo 2 ** 30; not those run in their
     caller: one thread, a busy pool, one piece)."""
-    return int(_state[_WORD_AT]) >> 33
+    return int(ps.state[_WORD_AT]) >> 33
 
 
 def wakes() -> int:
     """How many jobs so far had to wake sleeping helpers (each a wake-up's latency)."""
-    return int(_state[WAKES * _LINE])
+    return int(ps.state[ps.WAKES * ps.LINE])
 
 
 def naps() -> tuple[int, int]:
@@ -706,76 +492,12 @@ def naps() -> tuple[int, int]:
     with no job, a caller that spun as long at a job's end while helpers still ran its
     pieces. Each sleep is paid by a wake-up (tens of microseconds here, more where a virtual
     CPU halts): `wakes` counts the jobs that found helpers asleep."""
-    return int(_state[NAPS * _LINE]), int(_state[JOIN_NAPS * _LINE])
+    return int(ps.state[ps.NAPS * ps.LINE]), int(ps.state[ps.JOIN_NAPS * ps.LINE])
 
 
 def helpers() -> int:
     """How many helper threads the pool has (jobs run on these and their caller)."""
-    return int(_state[WANTED * _LINE])
-
-
-def measure(on: bool) -> None:
-    """Time every piece the pool runs (``on``) or not (off, the default), the statistics
-    zeroed: `piece_times` reads them. For finding a job's critical path on a loaded machine,
-    where wall time says little: each thread's CPU time inside pieces, and its pieces."""
-    _state[MEASURE * _LINE] = 0
-    ctypes.memset(_stats, 0, ctypes.sizeof(_stats))
-    _state[JOIN_NS * _LINE] = 0
-    _state[LOGGED * _LINE] = 0
-    _state[PIECES_LOGGED * _LINE] = 0
-    _state[MEASURE * _LINE] = int(bool(on))
-
-
-def join_time() -> int:
-    """Since `measure` was turned on: the nanoseconds (wall) the callers of jobs waited, their
-    own pieces done, for helpers to finish theirs (spinning or asleep): the jobs' imbalance
-    and late helpers, as the caller saw them."""
-    return int(_state[JOIN_NS * _LINE])
-
-
-def job_log() -> list[tuple[int, int, int, int, int, int]]:
-    """Since `measure` was turned on, the jobs that went to the helpers (the first `LOG_JOBS`),
-    each (piece function's address, pieces, the caller's pieces, the tail, the caller's
-    join, the job's time): the tail is the wall nanoseconds from the first thread finding no
-    piece left to claim to the last piece's end (a thread idle, caller or helper: the job's
-    imbalance), the join the caller's share of it (its own pieces done, waiting for a
-    helper's), the time from publishing to the last piece's end."""
-    count = min(LOG_JOBS, int(_state[LOGGED * _LINE]))
-    out = []
-    for j in range(count):
-        r = _log[j * _LOG_WIDTH : j * _LOG_WIDTH + _LOG_DONE + 1]
-        first = r[_LOG_FIRST_OUT] or r[_LOG_OUT]
-        tail = r[_LOG_DONE] - max(r[_LOG_START], min(first, r[_LOG_OUT]))
-        join = r[_LOG_DONE] - r[_LOG_OUT]
-        out.append((r[_LOG_FN], r[_LOG_N], r[_LOG_RAN], tail, join, r[_LOG_DONE] - r[_LOG_START]))
-    return out
-
-
-def job_edges() -> list[tuple[int, int]]:
-    """Since `measure` was turned on, the logged jobs' (the first `LOG_JOBS`) publishing and
-    last piece's end, monotonic-clock nanoseconds (`time.perf_counter_ns`' clock): where they
-    fall between a kernel's own edges."""
-    count = min(LOG_JOBS, int(_state[LOGGED * _LINE]))
-    w = _LOG_WIDTH
-    return [(int(_log[j * w + _LOG_START]), int(_log[j * w + _LOG_DONE])) for j in range(count)]
-
-
-def piece_log() -> list[tuple[int, int, int, int]]:
-    """Since `measure` was turned on, the pieces run (the first `LOG_PIECES`), in the order
-    they ended: (piece function's address, its index, its thread's line as `piece_times`
-    numbers them, its CPU nanoseconds). At one thread, a job's pieces in claim order: what
-    a cut's tail at more threads can be computed from on a machine too loaded to time it."""
-    count = min(LOG_PIECES, int(_state[PIECES_LOGGED * _LINE]))
-    w = _PIECE_WIDTH
-    return [tuple(_piece_log[j * w : (j + 1) * w]) for j in range(count)]  # type: ignore[misc]
-
-
-def piece_times() -> list[tuple[int, int]]:
-    """Since `measure` was turned on: per thread, (CPU nanoseconds inside pieces, pieces), the
-    callers' (any thread that started a job or ran one's pieces itself) first, then each
-    helper's (up to `STAT_THREADS` in all)."""
-    count = min(STAT_THREADS, 1 + helpers())
-    return [(int(_stats[t * _LINE]), int(_stats[t * _LINE + 1])) for t in range(count)]
+    return int(ps.state[ps.WANTED * ps.LINE])
 
 
 def _calibrate() -> int:
@@ -792,9 +514,9 @@ def _timed(steps: int) -> int:
 
 
 def _wake_all() -> None:
-    _libc.pthread_mutex_lock(ctypes.c_void_p(_state[MUTEX * _LINE]))
-    _libc.pthread_cond_broadcast(ctypes.c_void_p(_state[COND * _LINE]))
-    _libc.pthread_mutex_unlock(ctypes.c_void_p(_state[MUTEX * _LINE]))
+    ps.libc.pthread_mutex_lock(ctypes.c_void_p(ps.state[ps.MUTEX * ps.LINE]))
+    ps.libc.pthread_cond_broadcast(ctypes.c_void_p(ps.state[ps.COND * ps.LINE]))
+    ps.libc.pthread_mutex_unlock(ctypes.c_void_p(ps.state[ps.MUTEX * ps.LINE]))
 
 
 def set_helpers(n: int) -> None:
@@ -810,9 +532,9 @@ def set_helpers(n: int) -> None:
         alive = [t for t in _helpers if t.is_alive()]
         if n == len(alive) == helpers():
             return
-        if _state[SPIN * _LINE] == 0:
-            _state[SPIN * _LINE] = _calibrate()
-        _state[WANTED * _LINE] = n
+        if ps.state[ps.SPIN * ps.LINE] == 0:
+            ps.state[ps.SPIN * ps.LINE] = _calibrate()
+        ps.state[ps.WANTED * ps.LINE] = n
         _wake_all()  # sleepers past the new count leave
         for t in alive[n:]:
             t.join()
@@ -850,14 +572,14 @@ def _reset_in_child() -> None:
     global _guard
     _guard = threading.Lock()
     _helpers.clear()
-    for field in (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING):
-        _state[field * _LINE] = 0
-    _init_sync()
+    for at in (ps.WORD, ps.FN, ps.DATA, ps.N, ps.DONE, ps.BUSY, ps.WANTED, ps.SLEEPING, ps.WAITING):
+        ps.state[at * ps.LINE] = 0
+    ps.init_sync()
 
 
 def _stop() -> None:
     """At exit: helpers leave their loop (none is left inside native code or a piece)."""
-    _state[WANTED * _LINE] = 0
+    ps.state[ps.WANTED * ps.LINE] = 0
     _wake_all()
     for t in list(_helpers):
         t.join(timeout=1.0)
