@@ -16,7 +16,11 @@ rebuilds it as its own:
   rebuilt from data (`binding`: a module-level object by its module and qualified name, that
   module run again or imported in turn; an array or a scalar pickled); importing or running
   a module compiles its eagerly compiled functions, and the function itself is compiled for
-  the signature if it is not yet. Before each compile of a function of a file run with values
+  the signature if it is not yet. A C callback made at run time from a module's plain
+  function (the library's tasks and entry points: `rvm.kernels.parfor`, `rvm.kernels.entry`)
+  is made again there from that function, its signature, options and locals sent with the
+  request (`describe_cfunc`): the server's Numba has typed and compiled the overloads they
+  share (np.empty, min, max...) already, where a helper forked for each typed them again. Before each compile of a function of a file run with values
   bound into it, the server checks the file's object code is what rvm sealed (``check``, as
   the native mode's guard checks before each load in the parent), else leaves it to the
   parent. A function that is not a module's own (defined in another function, closing over
