@@ -19,12 +19,13 @@ rebuilds it as its own:
   the signature if it is not yet. A C callback made at run time from a module's plain
   function (the library's tasks and entry points: `rvm.kernels.parfor`, `rvm.kernels.entry`)
   is made again there from that function, its signature, options and locals sent with the
-  request (`describe_cfunc`): the server's Numba has typed and compiled the overloads they
-  share (np.empty, min, max...) already, where a helper forked for each typed them again. Before each compile of a function of a file run with values
-  bound into it, the server checks the file's object code is what rvm sealed (``check``, as
-  the native mode's guard checks before each load in the parent), else leaves it to the
-  parent. A function that is not a module's own (defined in another function, closing over
-  values), or of a file with a bound value that is neither, is never sent.
+  request (`describe_cfunc`), rather than a helper forked from the parent for each (a
+  fork's system time, and Numba's overloads they share, np.empty, min, max..., typed again).
+  Before each compile of a function of a file run with values bound into it, the server
+  checks the file's object code is what rvm sealed (``check``, as the native mode's guard
+  checks before each load in the parent), else leaves it to the parent. A function that is
+  not a module's own (defined in another function, closing over values), or of a file with a
+  bound value that is neither, is never sent.
 - a call (`call`): a module-level function of an importable module with arguments that
   pickle, run there (`rvm.jit.parallel` sends a model's missing kernels as one call).
 
