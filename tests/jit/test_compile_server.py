@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import numba as nb
 import numpy as np
 import pytest
 from numba.core.errors import TypingError
@@ -33,6 +34,9 @@ def twice(x):
 @nb.njit(cache=True)
 def scale(x, k):
     return x * k + {tag}
+
+def halve(x):
+    return 0.5 * x + {tag}
 """
 
 
@@ -71,6 +75,28 @@ def test_a_compile_is_served_and_loaded_here(isolated: Path, monkeypatch) -> Non
     assert sum(mod.twice.stats.cache_hits.values()) == 1  # loaded here, not compiled
     assert sum(mod.scale.stats.cache_hits.values()) == 1
     assert apart.server().pid() not in (0, os.getpid())
+
+
+def test_a_callback_made_at_run_time_is_served(isolated: Path, monkeypatch) -> None:
+    """A C callback made at run time from a module's plain function (as the library's tasks
+    and entry points are: `rvm.kernels.parfor.require_task`) is made again by the server, with
+    the same signature and options, and loaded here; one of a closure goes to a helper."""
+    mod = _generated(isolated, monkeypatch, 5)
+    before = apart.counts()
+    made = nb.cfunc("float64(float64)", cache=True, error_model="numpy")(mod.halve)
+    after = apart.counts()
+    assert after["served"] - before["served"] == 1 and after["apart"] - before["apart"] == 1
+    assert made._cache_hits == 1  # loaded here, not compiled
+    assert made.ctypes(3.0) == 6.5
+    request = compile_server.describe_cfunc(made)
+    assert (request.qualname, request.made is not None) == ("halve", True)
+
+    k = 2.0
+
+    def closure(x):  # noqa: ANN001, ANN202 - not its module's own: never sent
+        return x * k
+
+    assert compile_server.describe_cfunc(nb.cfunc("float64(float64)")(closure)) is None
 
 
 def test_a_dead_server_is_replaced_and_its_compile_done_anyway(isolated, monkeypatch) -> None:

@@ -194,7 +194,7 @@ def install(check: Callable[[Path], bool], seal: Callable[[Path], None]) -> None
                         self._sig,
                         target,
                         lambda: cfunc_compile(self),
-                        lambda: compile_server.describe(self._pyfunc, None, self._cache),
+                        lambda: compile_server.describe_cfunc(self),
                     )
                 with _compiling():
                     return cfunc_compile(self)

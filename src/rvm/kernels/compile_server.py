@@ -16,11 +16,16 @@ rebuilds it as its own:
   rebuilt from data (`binding`: a module-level object by its module and qualified name, that
   module run again or imported in turn; an array or a scalar pickled); importing or running
   a module compiles its eagerly compiled functions, and the function itself is compiled for
-  the signature if it is not yet. Before each compile of a function of a file run with values
-  bound into it, the server checks the file's object code is what rvm sealed (``check``, as
-  the native mode's guard checks before each load in the parent), else leaves it to the
-  parent. A function that is not a module's own (defined in another function, closing over
-  values), or of a file with a bound value that is neither, is never sent.
+  the signature if it is not yet. A C callback made at run time from a module's plain
+  function (the library's tasks and entry points: `rvm.kernels.parfor`, `rvm.kernels.entry`)
+  is made again there from that function, its signature, options and locals sent with the
+  request (`describe_cfunc`), rather than a helper forked from the parent for each (a
+  fork's system time, and Numba's overloads they share, np.empty, min, max..., typed again).
+  Before each compile of a function of a file run with values bound into it, the server
+  checks the file's object code is what rvm sealed (``check``, as the native mode's guard
+  checks before each load in the parent), else leaves it to the parent. A function that is
+  not a module's own (defined in another function, closing over values), or of a file with a
+  bound value that is neither, is never sent.
 - a call (`call`): a module-level function of an importable module with arguments that
   pickle, run there (`rvm.jit.parallel` sends a model's missing kernels as one call).
 
@@ -49,9 +54,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import logging
 import os
 import pickle
@@ -154,6 +161,9 @@ class Request:
     cache_path: str  # the folder of Numba's cache the parent loads from
     cache_dir: str | None  # Numba's ``config.CACHE_DIR`` in the parent
     replay: Replay | None  # how to run it again, when the module is a generated file
+    # A C callback made at run time from the module's plain function (`describe_cfunc`):
+    # its (signature, options, locals), pickled; None: the module's attribute is the function
+    made: bytes | None = None
 
 
 def describe(py_func: Any, signature: Any, cache: Any) -> Request | None:
@@ -182,6 +192,26 @@ def describe(py_func: Any, signature: Any, cache: Any) -> Request | None:
         config.CACHE_DIR or None,
         _replayable.get(module),
     )
+
+
+def describe_cfunc(cfunc: Any) -> Request | None:
+    """The request compiling the C callback ``cfunc`` (a `numba.core.ccallback.CFunc`) into
+    Numba's cache: by its module's attribute, which is the callback itself (made by a
+    decorator) or the plain function the callback was made from at run time, as the library's
+    tasks and entry points are (`rvm.kernels.parfor.require_task`, `rvm.kernels.entry.require`):
+    the server then makes it again from that function, with the same signature, options and
+    locals (None: `describe` cannot, or they do not pickle, or it has a pipeline of its own)."""
+    from numba.core.compiler import Compiler
+
+    request = describe(cfunc._pyfunc, None, cfunc._cache)
+    compiler = cfunc._compiler
+    if request is None or compiler.pipeline_class is not Compiler:
+        return None
+    try:
+        made = pickle.dumps((cfunc._sig, dict(compiler.targetoptions), dict(compiler.locals)))
+    except Exception:  # noqa: BLE001 - not sendable: the parent's usual way
+        return None
+    return dataclasses.replace(request, made=made)
 
 
 class Server:
@@ -430,6 +460,8 @@ def _compile(
     if module is None:
         return False
     found = _attribute(module, request.qualname)
+    if request.made is not None and inspect.isfunction(found):
+        found = _made(found, request.made, request.cache_dir)
     if not isinstance(found, (Dispatcher, CFunc)):
         return False
     code = found._pyfunc.__code__ if isinstance(found, CFunc) else found.py_func.__code__
@@ -448,6 +480,27 @@ def _compile(
         return None
     seal(Path(request.file))
     return True
+
+
+# In a server: the C callbacks it made from plain functions (`describe_cfunc`), by (function,
+# its signature, options and locals pickled, Numba's cache folder).
+_callbacks: dict[tuple[Any, bytes, str | None], Any] = {}
+
+
+def _made(function: Any, made: bytes, cache_dir: str | None) -> Any:
+    """The C callback of ``function`` that ``made`` describes (`describe_cfunc`), made once
+    per cache folder, caching on disk as the parent's does; not compiled yet."""
+    key = (function, made, cache_dir)
+    if key not in _callbacks:
+        from numba.core import sigutils
+        from numba.core.ccallback import CFunc
+
+        sig, options, locals_ = pickle.loads(made)  # noqa: S301 - our parent's request
+        args = sigutils.normalize_signature(sig)
+        callback = CFunc(function, args, locals=locals_, options=options)
+        callback.enable_caching()
+        _callbacks[key] = callback
+    return _callbacks[key]
 
 
 def _module(
