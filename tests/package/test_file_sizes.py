@@ -17,7 +17,7 @@ LIMIT = 600
 OVER = {
     "kernels/sgemm.py": 1059,
     "kernels/workpool.py": 867,
-    "kernels/qgemm.py": 736,
+    "kernels/qgemm.py": 722,
     "kernels/qtile.py": 713,
 }
 """The files past `LIMIT` (their seams: `sgemm`'s IR micro-kernel against its drivers,
