@@ -333,6 +333,28 @@ def test_a_compile_lists_a_products_tasks() -> None:
     assert [t for t, _ in library_tasks(run_pipeline(b.get()))] == want
 
 
+def test_a_compile_lists_an_integer_products_task() -> None:
+    """An integer convolution and dense layer list the task their products run
+    (`rvm.kernels.qgemm`'s ``qgemm``, a small product's in the calling thread): the entry
+    points no longer hold the GEMM, so a first run builds it while the kernels compile."""
+    from jit_helpers import var
+
+    from rvm import op
+    from rvm.ir import Builder, Tuple
+    from rvm.jit.first_run import library_tasks
+    from rvm.transform.pipeline import run_pipeline
+
+    x, w = var("x", (1, 8, 10, 10), "uint8"), var("w", (16, 8, 3, 3), "int8")
+    bias, scale = var("b", (16,), "int32"), var("s", (16,), "float32")
+    xd, wd = var("xd", (2, 40), "uint8"), var("wd", (16, 40), "int8")
+    b = Builder()
+    with b.function("main", [x, w, bias, scale, xd, wd]):
+        y = b.emit(op.qconv2d(x, w, bias, scale, x_zero=3, padding=1))
+        z = b.emit(op.qdense(xd, wd, bias, scale, x_zero=3))
+        b.emit_output(b.emit(Tuple([y, z])))
+    assert library_tasks(run_pipeline(b.get())) == [("qgemm", "float32")]
+
+
 USER = textwrap.dedent(
     """
     import sys

@@ -15,7 +15,7 @@ LIMIT = 600
 """The most lines of a source file of the package (STYLE.md's 500, with room for a docstring)."""
 
 OVER = {
-    "kernels/qgemm.py": 736,
+    "kernels/qgemm.py": 722,
     "kernels/qtile.py": 713,
 }
 """The files past `LIMIT` (their seams: `qgemm`'s operand geometry, `qtile`'s tiles by vector

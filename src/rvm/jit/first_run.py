@@ -100,7 +100,8 @@ def _dims(expr: E.Expr) -> tuple[int | None, ...] | None:
 
 
 def _call_tasks(call: E.Call) -> tuple[str, ...]:
-    """The float32 library tasks one op call of static shapes runs."""
+    """The float32 library tasks one op call of static shapes runs (an integer product's
+    too: `rvm.kernels.qgemm`'s task is built as float32's)."""
     callee, attrs = call.callee, call.attrs
     if callee in (ops.matmul, ops.dense):
         return _matmul_tasks(call, callee is ops.dense)
@@ -122,6 +123,10 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
         from rvm.kernels import bf16dense
 
         return bf16dense.FIRST_RUN_TASKS if _shape(call.args[0], None) else ()
+    if callee in (ops.qconv2d, ops.qdense) and attrs.get("weight_layout") != "turned":
+        from rvm.kernels import qgemm
+
+        return qgemm.FIRST_RUN_TASKS
     if callee in (ops.max_pool2d, ops.avg_pool2d):
         x, out = _shape(call.args[0], 4), _shape(call, 4)
         if x is None or out is None:

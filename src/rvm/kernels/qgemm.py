@@ -44,10 +44,11 @@ int8) on C-contiguous operands:
   ~10-20%); else (the plain loop, a transposed output, sums or shifts past 2 ** 30, a
   product's last columns taken by dots) the block's sums are stored and requantized after
   it (`_requantize`, in cache);
-- a large product is cut into pieces on rvm's pool (`rvm.kernels.parfor`: the task
-  ``qgemm``, its job addresses and sizes; each piece its own blocks), as the float GEMMs
-  are, cut as `rvm.kernels.qsplit` plans (`split_plan`: from `SPLIT_MIN` multiply-adds a
-  piece, each tile's fixed cost counted, `TILE_DEPTHS_FIXED`): pieces of columns, or of rows
+- a product runs as pieces of the task ``qgemm`` (`rvm.kernels.parfor`: built once, its
+  job addresses and sizes; each piece its own blocks; a small product's in the calling
+  thread), a large one's on rvm's pool, as the float GEMMs are, cut as `rvm.kernels.qsplit`
+  plans (`split_plan`: from `SPLIT_MIN` multiply-adds a piece, each tile's fixed cost
+  counted, `TILE_DEPTHS_FIXED`): pieces of columns, or of rows
   (output channels) when those share the work out more evenly between the threads (few
   positions: a 7 x 7 output's 49 are two tiles of columns). The job's first pieces make the
   panel's operand (a convolution's image and the panel gathered from it, or its im2col panel
@@ -138,12 +139,11 @@ saved 4-19% of a layer's time (7 x 7 and a stride of 2 at 56 the most)."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, **NO_C_WRAPPER)
 # Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
-# array types), but `_dots`, `_gemm`, `_product` and `_multiply` by Numba's own: their
-# callers pass constants that choose their code (``swap``, the micro-kernels' operand order;
-# ``transposed``, the output's layout and with it the `_blocks` linked), one value a caller.
+# array types), but `_dots` and `_gemm` by Numba's own: their callers pass a constant that
+# chooses their code (``swap``, the micro-kernels' operand order), one value a caller.
 # Numba types every branch of a function, a literal argument's dead one too (its branch
-# pruning folds only comparisons with None), so a choice between callees is made at typing
-# by an overload that reads the literal (`_channels_first`), not by an ``if``.
+# pruning folds only comparisons with None), so a choice made by types is made at typing by
+# an overload (`_byte_rows`, `_as_plain`), not by an ``if``.
 
 
 def _shift(x):  # type: ignore[no-untyped-def]
@@ -159,23 +159,6 @@ def _shift_impl(x):  # type: ignore[no-untyped-def]
 
 # The weight rows' type as the micro-kernels read them (`_operand_rows`; a dtype marker).
 _ROWS = np.zeros(0, np.int16 if MADD16 else np.int8)
-
-
-def _channels_first(out, transposed):  # type: ignore[no-untyped-def]
-    """``out`` as the products write it, channels x positions: its transpose when
-    ``transposed`` (a layout-A view, the type a split piece's rows of it have: one `_blocks`
-    build serves both)."""
-    return out.T[0 : out.shape[1]] if transposed else out
-
-
-@overload(_channels_first, jit_options=_OPTS)
-def _channels_first_impl(out, transposed):  # type: ignore[no-untyped-def]
-    turn = getattr(transposed, "literal_value", None)
-    if turn is True:
-        return lambda out, transposed: out.T[0 : out.shape[1]]
-    if turn is False:
-        return lambda out, transposed: out
-    return None  # not a constant: Numba retries with its plain type, which has no overload
 
 
 def _byte_rows(rows):  # type: ignore[no-untyped-def]
@@ -358,15 +341,17 @@ def _run(acc, o, a0, out, at, count, shift, f, y_zero, low, high, narrow):  # ty
         out[o, at + p] = np.int32(min(max(q, lo), hi))
 
 
-def _plain(bias, scale):  # type: ignore[no-untyped-def]
-    """Whether ``bias`` is int32 and ``scale`` float32 (the ops' types: what a piece reads)."""
-    return bias.dtype == np.int32 and scale.dtype == np.float32
+def _as_plain(bias, scale):  # type: ignore[no-untyped-def]
+    """``bias`` as int32 and ``scale`` as float32 (the ops' types: what a piece reads),
+    themselves when of those types, else copies (`_requantize` takes those values of them)."""
+    return bias.astype(np.int32), scale.astype(np.float32)
 
 
-@overload(_plain, jit_options=_OPTS)
-def _plain_impl(bias, scale):  # type: ignore[no-untyped-def]
-    value = bias.dtype == nt.int32 and scale.dtype == nt.float32
-    return lambda bias, scale: value
+@overload(_as_plain, jit_options=_OPTS)
+def _as_plain_impl(bias, scale):  # type: ignore[no-untyped-def]
+    if bias.dtype == nt.int32 and scale.dtype == nt.float32:
+        return lambda bias, scale: (bias, scale)
+    return lambda bias, scale: (bias.astype(np.int32), scale.astype(np.float32))
 
 
 BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while in cache
@@ -441,9 +426,9 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
     return record
 
 
-@jit(**_OPTS)
+@jit(inline="always", **_OPTS)
 def _piece(p, job):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split product (the record ``job``, `rvm.kernels.qsplit.JOB`): its
+    """Piece ``p`` of a product (the record ``job``, `rvm.kernels.qsplit.JOB`): its
     first ``job[JOB_MAKERS]`` make the operand, a share of its quads each (`qsplit.prepare`);
     then, each waiting for those (claimed before it, done soon), columns ``[p * step, (p + 1)
     * step)`` of every row, or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column
@@ -464,7 +449,7 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
         _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], _ROWS), shape), p, job)
 
 
-@jit(**_OPTS)
+@jit(inline="always", **_OPTS)
 def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
     """`_piece` on the job's weight ``rows``."""
     og, cols = job[qsplit.JOB_OG], job[qsplit.JOB_COLS]
@@ -493,35 +478,18 @@ def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a split integer product (a pool task)."""
+    """Piece ``p`` of an integer product (a pool task)."""
     _piece(p, parfor.job(data))
 
 
 parfor.export_task("qgemm", _task)
+FIRST_RUN_TASKS = ("qgemm",)  # every product's (`rvm.jit.first_run`): a turned one's aside
 _run_pieces = parfor.runner("qgemm")
+_run_piece = parfor.caller("qgemm", "float32")
+_stack_job = parfor.stack_job(qsplit.JOB)
 
 
 @jit(**_OPTS)
-def _split(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
-           prep):  # type: ignore[no-untyped-def]  # fmt: skip
-    """A large product in pieces on the pool (`split_plan`), its operand made by its first
-    pieces (`qsplit.prepare`): how many (1: not split, run it)."""
-    og, depth, cols = rows.shape[0], rows.shape[1], b[4]
-    threads = parfor.threads()
-    if threads < 2 or not _plain(bias, scale) or workpool.busy():
-        return 1
-    axis, step, pieces = split_plan(og, depth, cols, threads)
-    if pieces < 2:
-        return 1
-    p_total = out.shape[0] if transposed else out.shape[1]
-    kind = (1 if signed else 0) + (2 if transposed else 0)
-    job = qsplit.job(rows, b, sums, bias, scale, zero, o0, y_zero, low, high, p_total, kind,
-                     step, out, axis, prep, threads)  # fmt: skip
-    _run_pieces(F32, job[qsplit.JOB_MAKERS] + pieces, job)
-    return pieces
-
-
-@nb.njit(**_OPTS)  # typed with its constants (see `_OPTS`)
 def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
              pairs, prep):  # type: ignore[no-untyped-def]  # fmt: skip
     """``out`` (channels x positions, or its transpose stored when ``transposed``; bytes,
@@ -533,22 +501,40 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
     the product is split. (Made by the caller alone, the other core waited: on a Zen 3 core
     squeezenet's 3 x 3 at 55 x 55 took 29 us to make its image and gathered panel against
     390 us of tiles, resnet50's at 56 x 56 97 us.)"""
-    args = (zero, bias, scale, o0, y_zero, low, high)
+    bias, scale = _as_plain(bias, scale)
     if MADD16 and pairs and rows.itemsize == 1:
-        _multiply(rows, sums, b, args, out, transposed, signed, prep)
+        _multiply(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed,
+                  signed, prep)  # fmt: skip
     else:
-        _multiply(_operand_rows(rows), sums, b, args, out, transposed, signed, prep)
+        _multiply(_operand_rows(rows), sums, b, zero, bias, scale, o0, y_zero, low, high, out,
+                  transposed, signed, prep)  # fmt: skip
 
 
-@nb.njit(inline="always", **_OPTS)  # typed with its constants (see `_OPTS`)
-def _multiply(operand, sums, b, args, out, transposed, signed, prep):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`_product` on the rows as the micro-kernels read them."""
-    if _split(operand, sums, b, *args, out, transposed, signed, prep) > 1:
+@jit(**_OPTS)
+def _multiply(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
+              prep):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`_product` on the rows as the micro-kernels read them: the pieces of the task ``qgemm``
+    (`_piece`), on the pool when the product is large (`split_plan`; its first pieces make
+    its operand, `qsplit.prepare`), else in the calling thread (one piece makes the operand,
+    one multiplies). The blocks (`_blocks`) are built once, in that task, not linked into
+    each function calling them, where every level optimized and compiled them again (the
+    int8 library's first build: seconds of LLVM each)."""
+    og, depth, cols = rows.shape[0], rows.shape[1], b[4]
+    threads = parfor.threads()
+    axis, step, pieces = 0, cols, 1
+    if threads > 1 and not workpool.busy():
+        axis, step, pieces = split_plan(og, depth, cols, threads)
+    p_total = out.shape[0] if transposed else out.shape[1]
+    kind = (1 if signed else 0) + (2 if transposed else 0)
+    job = _stack_job()  # the pieces end before this returns
+    qsplit.job(job, rows, b, sums, bias, scale, zero, o0, y_zero, low, high, p_total, kind, step,
+               out, axis, prep, threads if pieces > 1 else 1)  # fmt: skip
+    count = job[qsplit.JOB_MAKERS] + pieces
+    if pieces > 1:
+        _run_pieces(F32, count, job)
         return
-    qsplit.prepare(prep, 0, qsplit.quads(prep))
-    zero, bias, scale, o0, y_zero, low, high = args  # an inlined call takes no *args
-    _blocks(operand, sums, b, zero, bias, scale, o0, y_zero, low, high,
-            _channels_first(out, transposed), 0, b[4], signed)  # fmt: skip
+    for p in range(count):
+        _run_piece(p, job)
 
 
 @jit(inline="always", **_OPTS)

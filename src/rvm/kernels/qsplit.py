@@ -9,9 +9,10 @@ pieces make before they multiply.
   `prepare` reads it): a convolution's image (`rvm.kernels.qcolumns.image`) and the im2col
   panel gathered from it (`gather`), or its im2col panel by words (`columns`). A split
   product's first pieces (`makers`) make it, a share of its quads of channels each
-  (`quads`), while the multiplying pieces wait for them; an unsplit product makes it first;
-- the job of a split product (an int64 record, `JOB` fields named by ``JOB_*``), which
-  `rvm.kernels.qgemm` writes and its pieces read.
+  (`quads`), while the multiplying pieces wait for them; an unsplit product's one piece
+  making it runs first, in the calling thread, as its one multiplying piece does;
+- the job of a product (an int64 record, `JOB` fields named by ``JOB_*``), which
+  `rvm.kernels.qgemm` writes and its pieces (runs of its task ``qgemm``) read.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ epilogue and the stores of its bytes), in depths of its multiply-adds: without V
 about 23 ns a 6 x 16 tile, against 4.7 ns a quad of depth. It weighs on shallow products:
 squeezenet's 16-channel 1 x 1s spend half their time there. `split_plan` counts it as work."""
 
-# The job of a split product (int64): its length; the weight rows (address, count, stride);
+# The job of a product (int64): its length; the weight rows (address, count, stride);
 # the panel (bytes: address, size; tap offsets: address, count; quads, ldb, columns, pitch,
 # width); the rows' sums; bias and scale (address, size each); x_zero, o0, y_zero, low, high;
 # the output's positions and kind (1 int8 else uint8, + 2 stored transposed); the step; the
@@ -135,13 +136,14 @@ def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def job(rows, b, sums, bias, scale, zero, o0, y_zero, low, high, positions, kind, step, out, axis,
-        prep, threads):  # type: ignore[no-untyped-def]  # fmt: skip
-    """The record (`JOB`) of a split product of the weight ``rows`` by the panel ``b``
-    (`rvm.kernels.qgemm`'s ``_panel``) into ``out``, cut as `split_plan` says (``axis``,
-    ``step``), its operand ``prep`` (`PREP`) made by its first pieces (`makers`)."""
+def job(record, rows, b, sums, bias, scale, zero, o0, y_zero, low, high, positions, kind, step,
+        out, axis, prep, threads):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Fill ``record`` (`JOB` int64s) as the job of a product of the weight ``rows`` by the
+    panel ``b`` (`rvm.kernels.qgemm`'s ``_panel``) into ``out``, cut as `split_plan` says
+    (``axis``, ``step``), its operand ``prep`` (`PREP`) made by its first pieces (`makers`,
+    for ``threads`` threads)."""
     flat, offsets = b[0], b[1]
-    record = np.zeros(JOB, np.int64)
+    record[:] = 0
     record[JOB_LENGTH], record[JOB_ROWS] = JOB, rows.ctypes.data
     record[JOB_OG], record[JOB_DEPTH] = rows.shape
     record[JOB_FLAT], record[JOB_FLAT_SIZE] = flat.ctypes.data, flat.size
@@ -156,7 +158,6 @@ def job(rows, b, sums, bias, scale, zero, o0, y_zero, low, high, positions, kind
     record[JOB_POSITIONS], record[JOB_KIND], record[JOB_STEP] = positions, kind, step
     record[JOB_OUT], record[JOB_AXIS], record[JOB_ROW_BYTES] = out.ctypes.data, axis, rows.itemsize
     record[JOB_PREP], record[JOB_MAKERS] = prep.ctypes.data, makers(prep, threads)
-    return record
 
 
 @jit(**_OPTS)
