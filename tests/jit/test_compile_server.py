@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from numba.core.errors import TypingError
 
-from rvm.kernels import apart, compile_server, numba_cache
+from rvm.kernels import apart, compile_request, numba_cache
 from rvm.runtime.loading.loader import exec_module_file
 from rvm.runtime.modes import native_constants
 
@@ -88,7 +88,7 @@ def test_a_callback_made_at_run_time_is_served(isolated: Path, monkeypatch) -> N
     assert after["served"] - before["served"] == 1 and after["apart"] - before["apart"] == 1
     assert made._cache_hits == 1  # loaded here, not compiled
     assert made.ctypes(3.0) == 6.5
-    request = compile_server.describe_cfunc(made)
+    request = compile_request.describe_cfunc(made)
     assert (request.qualname, request.made is not None) == ("halve", True)
 
     k = 2.0
@@ -96,7 +96,7 @@ def test_a_callback_made_at_run_time_is_served(isolated: Path, monkeypatch) -> N
     def closure(x):  # noqa: ANN001, ANN202 - not its module's own: never sent
         return x * k
 
-    assert compile_server.describe_cfunc(nb.cfunc("float64(float64)")(closure)) is None
+    assert compile_request.describe_cfunc(nb.cfunc("float64(float64)")(closure)) is None
 
 
 def test_a_dead_server_is_replaced_and_its_compile_done_anyway(isolated, monkeypatch) -> None:
@@ -307,6 +307,6 @@ def test_off_compiles_in_a_forked_helper(isolated: Path, monkeypatch) -> None:
 def test_only_plain_values_travel_as_data() -> None:
     # An array or dtype holding Python objects never goes as data: its pickle would rebuild
     # those objects by their own code in the server (the value goes the forked way instead).
-    assert compile_server.binding(np.zeros(3, np.float32))[0] == "data"
-    assert compile_server.binding(np.array([1, None], dtype=object)) is None
-    assert compile_server.binding(np.dtype([("a", "O")])) is None
+    assert compile_request.binding(np.zeros(3, np.float32))[0] == "data"
+    assert compile_request.binding(np.array([1, None], dtype=object)) is None
+    assert compile_request.binding(np.dtype([("a", "O")])) is None

@@ -70,7 +70,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rvm.kernels import compile_server
+from rvm.kernels import compile_request, compile_server
 
 logger = logging.getLogger("rvm.jit")
 
@@ -180,7 +180,7 @@ def install(check: Callable[[Path], bool], seal: Callable[[Path], None]) -> None
                         sig,
                         self.targetctx,
                         lambda: dispatch_compile(self, sig),
-                        lambda: compile_server.describe(self.py_func, sig, self._cache),
+                        lambda: compile_request.describe(self.py_func, sig, self._cache),
                     )
                 with _compiling():
                     return dispatch_compile(self, sig)
@@ -194,7 +194,7 @@ def install(check: Callable[[Path], bool], seal: Callable[[Path], None]) -> None
                         self._sig,
                         target,
                         lambda: cfunc_compile(self),
-                        lambda: compile_server.describe_cfunc(self),
+                        lambda: compile_request.describe_cfunc(self),
                     )
                 with _compiling():
                     return cfunc_compile(self)
@@ -225,7 +225,7 @@ def compile_apart(
     sig: Any,
     target: Any,
     compile_here: Callable[[], Any],
-    request: Callable[[], compile_server.Request | None] = lambda: None,
+    request: Callable[[], compile_request.Request | None] = lambda: None,
 ) -> bool:
     """Have ``sig`` compiled into Numba's ``cache`` by another process, unless the cache has it
     already (or it is not a disk cache): by the compile server (``request()``: what it
@@ -271,7 +271,7 @@ def compile_apart(
 
 
 def _served(
-    cache: Any, sig: Any, target: Any, request: Callable[[], compile_server.Request | None]
+    cache: Any, sig: Any, target: Any, request: Callable[[], compile_request.Request | None]
 ) -> bool | None:
     """Whether the compile server compiled ``sig`` into ``cache`` (False: it could not, is
     busy with another thread's request, or is off; None: Numba raised its error compiling it

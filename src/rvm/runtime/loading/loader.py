@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from rvm.errors import JITError
-from rvm.kernels import compile_server
+from rvm.kernels import compile_request
 from rvm.kernels.numba_cache import light_loads
 from rvm.progress import with_progress
 from rvm.runtime.loading.cache import (
@@ -171,7 +171,7 @@ def exec_module_file(
     code = compile(text, str(path), "exec", dont_inherit=True)
     module = importlib.util.module_from_spec(spec)
     module.__dict__.update(namespace or {})
-    compile_server.replayable(name, path, text, namespace)  # a compile server may run it again
+    compile_request.replayable(name, path, text, namespace)  # a compile server may run it again
     sys.modules[name] = module
     try:
         exec(code, module.__dict__)  # noqa: S102 - rvm's own generated source
