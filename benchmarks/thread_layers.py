@@ -203,9 +203,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="squeezenet,inception_v2", help="comma-separated models")
     parser.add_argument("--runs", type=int, default=20, help="rounds of the four turns")
-    parser.add_argument("--threads", type=int, default=2, help="the thread count against one")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="the thread count against one (rvm's default)"
+    )
     parser.add_argument("--name", default="thread_layers", help="results file name, no suffix")
     args = parser.parse_args()
+    args.threads = args.threads or rvm.get_num_threads()
     if args.threads < 2 or args.runs < 1:
         parser.error("--threads must be at least 2 and --runs at least 1")
     print(machine_line())

@@ -53,9 +53,10 @@ import numpy as np
 from rvm.kernels import entry, epipass, nhwc, parfor, workpool
 from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
-from rvm.kernels.direct_tile import MR, NB, micro, prefetch_l2
+from rvm.kernels.direct_tile import MR, NB, micro
 from rvm.kernels.gemmshape import LANES, LINE, VECTORS
 from rvm.kernels.jitting import alive, jit
+from rvm.kernels.microkernel import prefetch_l2
 
 __all__ = [
     "MR",

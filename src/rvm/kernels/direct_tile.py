@@ -20,7 +20,6 @@ from numba.extending import intrinsic
 from rvm.kernels import nhwc
 from rvm.kernels.cpu import cpu
 from rvm.kernels.gemmshape import LANES, VECTORS
-from rvm.kernels.microkernel import prefetch_l2
 
 __all__ = [
     "CHAINS",
@@ -29,7 +28,6 @@ __all__ = [
     "PARTS",
     "WHOLE_LOOPS",
     "micro",
-    "prefetch_l2",
     "read_line",
     "sums",
 ]
