@@ -400,13 +400,13 @@ def test_segments_refuse_float64() -> None:
 @pytest.mark.parametrize(
     "m,segs,width,table",
     [(16, 1, 3025, False), (1000, 1, 169, False), (96, 40, 37, True), (13, 111, 5, True),
-     (250, 1, 197, False), (64, 55, 55, True)],
+     (250, 1, 197, False), (64, 55, 55, True), (96, 1, 49, False), (200, 1, 50, False)],
 )  # fmt: skip
 def test_segments_equal_bits_at_every_thread_count(m, segs, width, table) -> None:
     """A segmented GEMM cut on the pool, its shares guided (`parfor.guided_range`: along the
     columns of squeezenet's 1x1 squeezes, the rows of its last 512 -> 1000 layer, the runs of
-    a tap table), gives the very bits it gives unsplit on one thread: the shares start on its
-    tiles' grid."""
+    a tap table; products whose last panel runs as dot products, `sgemm.TAIL_DOTS`), gives the
+    very bits it gives unsplit on one thread: the shares start on its tiles' grid."""
     rng = np.random.default_rng(m + segs + width)
     k = 77
     b_step = width + 3 if table else width

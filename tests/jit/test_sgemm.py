@@ -204,6 +204,41 @@ def test_packed_in_the_first_band_or_before(m: int, n: int, k: int, accumulate: 
     np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
 
 
+@pytest.mark.parametrize("m", [sgemm.MR + 1, sgemm.IN_PLACE_ROWS, sgemm.IN_PLACE_ROWS + 5])
+@pytest.mark.parametrize("tail", [1, sgemm.TAIL_DOTS, sgemm.TAIL_DOTS + 1])
+@pytest.mark.parametrize("k", [5, sgemm.KC + 3])
+@pytest.mark.parametrize("blocks", [1, 2])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_last_columns_as_dots(m: int, tail: int, k: int, blocks: int, accumulate: bool) -> None:
+    """A packed product's last panel of at most `sgemm.TAIL_DOTS` columns (a quarter of a
+    vector's lanes) runs as dot products along the depth (`microkernel.tail_dots`), one more
+    column in a tile: with the first band packing B or a pass before it, across depth
+    blocks, the tail after whole panels of its column block or alone in the last block,
+    writing or adding, a bias a row, the residual (a NaN of it stays NaN through the ReLU)
+    and a ReLU: every column right, the canary border kept."""
+    assert sgemm.TAIL_DOTS == sgemm.LANES // 4
+    if not sgemm.fuses(1, sgemm.NR, sgemm.NR, 0, k):
+        pytest.skip("this CPU's GEMM does not pack B (sgemm.PACK_B)")
+    n = (2 * sgemm.NR if blocks == 1 else sgemm.column_step(k)) + tail
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n + 6)).astype(np.float32)
+    c = rng.standard_normal((m + 2, n + 7)).astype(np.float32)
+    r = rng.standard_normal((m + 2, n + 7)).astype(np.float32)
+    r[m, n + 2] = np.nan  # the last row's last column: a dot's
+    biases = rng.standard_normal(m).astype(np.float32)
+    want = c.astype(np.float64)
+    value = a.astype(np.float64) @ b[:, 2 : n + 2] + biases[:, None] + r[1 : m + 1, 3 : n + 3]
+    value = value + (want[1 : m + 1, 3 : n + 3] if accumulate else 0)
+    want[1 : m + 1, 3 : n + 3] = np.where(value < 0, 0, value)
+    epilogue = (biases.ctypes.data, 1, 1, (r.ctypes.data - c.ctypes.data) // 4)
+    sgemm.sgemm_segments(a.ctypes.data, k, b.ctypes.data + 4 * 2, n + 6, 0,
+                         c.ctypes.data + 4 * (n + 7 + 3), n + 7, m, k, 1, n, 0, 0, accumulate,
+                         0, 0, 0, epilogue)  # fmt: skip
+    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+    assert np.isnan(c[m, n + 2])
+
+
 def test_applies_to_float32_only() -> None:
     assert sgemm.applies(np.zeros(1, np.float32))
     assert not sgemm.applies(np.zeros(1, np.float64))

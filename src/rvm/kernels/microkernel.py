@@ -7,12 +7,14 @@ The notes on why it is shaped so are `rvm.kernels.sgemm`'s."""
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels.gemmshape import AHEAD, FMA, HALF, LANES, LINE, MR, NR, PLAIN_STORES, VECTORS
+from rvm.kernels.jitting import jit
 
 __all__ = [
     "floats_at",
@@ -22,6 +24,7 @@ __all__ = [
     "micro_panel",
     "micro_row",
     "prefetch_l2",
+    "tail_dots",
 ]
 
 
@@ -468,3 +471,31 @@ def prefetch_l2(typingctx, address):  # type: ignore[no-untyped-def]
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False,
+     fastmath={"reassoc", "contract"})  # fmt: skip
+def tail_dots(kc, a_band, lda, tail, n, c_tile, ldc, add, rows, bias, bias_step, act, res):  # type: ignore[no-untyped-def]  # noqa: E501
+    """C's last ``n`` columns of a band of ``rows`` rows as dot products of A's rows (at
+    ``a_band``, ``lda`` apart) with B's columns gathered at ``tail`` (``kc`` floats each, one
+    after the other), into C at ``c_tile`` (``add``: onto it), then `micro_panel`'s epilogue
+    in its order (``bias`` the address of the first row's bias or 0, ``bias_step``, ``res``
+    the floats from C to the residual or 0, a ReLU when ``act``). Reassociated, each dot runs
+    in vectors along the depth (`rvm.kernels.sgemm.TAIL_DOTS`); the same sums at every thread
+    count (a product's last panel is its own at any cut)."""
+    for i in range(rows):
+        row = floats_at(a_band + 4 * i * lda)
+        out = floats_at(c_tile + 4 * i * ldc)
+        for j in range(n):
+            col = floats_at(tail + 4 * j * kc)
+            total = np.float32(0.0)
+            for t in range(kc):
+                total += row[t] * col[t]
+            value = out[j] + total if add else total
+            if bias != 0:
+                value += floats_at(bias)[i * bias_step]
+            if res != 0:
+                value += out[j + res]
+            if act != 0 and np.float32(0.0) > value:
+                value = np.float32(0.0)
+            out[j] = value

@@ -132,7 +132,8 @@ def _shared_task(p, like, data):  # type: ignore[no-untyped-def]
     at_bias = bias + 4 * bias_step * m0 if bias != 0 else 0
     epilogue = (at_bias, bias_step, job[_SACT], job[_SRES])
     at_a, at_c = job[_SA] + 4 * m0 * lda, job[_SC] + 4 * m0 * ldc
-    sgemm.bands_on_packed(at_a, lda, job[_SPACKED], at_c, ldc, m1 - m0, k, width, epilogue)
+    sgemm.bands_on_packed(at_a, lda, job[_SPACKED], at_c, ldc, m1 - m0, k, width, job[_SRUN],
+                          epilogue)  # fmt: skip
 
 
 parfor.export_task("gemm_shared", _shared_task)

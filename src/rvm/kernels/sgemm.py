@@ -58,7 +58,9 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   4 tiles and 4 columns, 49 of a 7 x 7 one tile and 1) runs on half vectors: a CPU that
   executes its widest vectors as two halves (Zen 4's AVX-512) does half the work for it, one
   that does not the same. One thread, Zen 4: 1x1 convolutions' GEMMs on 14 x 14 2% faster
-  (256 to 1024 channels, 944 to 925 us), on 7 x 7 5% (512 to 2048, 1162 to 1107 us).
+  (256 to 1024 channels, 944 to 925 us), on 7 x 7 5% (512 to 2048, 1162 to 1107 us);
+- where B is packed, a last panel of one or two columns (`TAIL_DOTS`) runs as dot products
+  along the depth instead (`microkernel.tail_dots`): a tile of one vector costs most of two.
 
 Multiple threads: `rvm.kernels.blas` cuts large products into pieces on rvm's pool, one
 call of this each.
@@ -88,7 +90,14 @@ from rvm.kernels.gemmshape import (
     VECTORS,
 )
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import floats_at, ints_at, micro, micro_panel, prefetch_l2
+from rvm.kernels.microkernel import (
+    floats_at,
+    ints_at,
+    micro,
+    micro_panel,
+    prefetch_l2,
+    tail_dots,
+)
 
 __all__ = [  # with the shape of its tiles and blocks its callers reason about (`gemmshape`)
     "BLOCK_BYTES",
@@ -101,6 +110,7 @@ __all__ = [  # with the shape of its tiles and blocks its callers reason about (
     "NO_EPILOGUE",
     "NR",
     "PACK_B",
+    "TAIL_DOTS",
     "VECTORS",
     "TASKS",
     "applies",
@@ -399,9 +409,19 @@ def _row_into_l2(row, kc):  # type: ignore[no-untyped-def]
         prefetch_l2(row + 4 * at)
 
 
+TAIL_DOTS = LANES // 4
+"""The most columns of a product's last panel that `_bands_on_panels` computes as dot
+products along the depth (`microkernel.tail_dots`), not in a tile of one vector: there each
+step broadcasts `MR` values of A for `MR` multiply-adds (the loads bound it: 4.0 cycles a step
+on a Zen 3 core where a tile of two vectors takes 5.3), whatever the columns it keeps. A
+quarter of a vector's lanes (2 on AVX2): 7 x 7 maps' 49 positions and the Winograd GEMMs of 14
+x 14 and 13 x 13 maps (49 tiles) end in one column; with 4 (14 x 14 maps' 196 positions) the
+dots were as slow as the tile."""
+
+
 @jit(**_OPTS, inline="always")
 def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, last, epilogue,
-                     first, b, ldb, table, run, b_step):  # type: ignore[no-untyped-def]  # fmt: skip
+                     first, b, ldb, table, run, b_step, one_run):  # type: ignore[no-untyped-def]  # fmt: skip  # noqa: E501
     """The bands of A's rows (``m``) times one depth block (rows ``p0`` to ``p0 + kc``) of B's
     columns ``j0`` to ``j0 + cols``, packed in panels of `NR` columns (panel ``q0 / NR`` at
     ``panels + 4 * q0 * depth``, its rows `NR` floats apart): each band's tiles across the
@@ -411,10 +431,25 @@ def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, la
     (`_in_place`) and writes the panel for the other bands. Each band's tiles prefetch the
     next band's rows of the depth block into L2 (`_row_into_l2`), row ``r`` before tile
     ``r``, ``r + tiles``...: where a weight comes from memory, a band of few tiles otherwise
-    waits on it (the module's notes). The loops `_packed_blocks` and `bands_on_packed` share
-    (the latter without ``first``, a constant its copy folds)."""
+    waits on it (the module's notes). Where C's columns are ``one_run`` (a plain GEMM's:
+    cut on the tiles' grid at every thread count, so its last panel is the same), a last
+    panel of `TAIL_DOTS` columns or fewer goes as dot products. The loops `_packed_blocks`
+    and `bands_on_packed` share (the latter without ``first``, a constant its copy folds)."""
     bias, bias_step, act, res = epilogue
     tiles = -(-cols // NR)
+    tail_q0 = (tiles - 1) * NR
+    tail_n = cols - tail_q0
+    dots = one_run and tail_n <= TAIL_DOTS
+    tail_block = np.empty(TAIL_DOTS * KC if dots else 0, np.float32)  # a few KB, from the heap
+    tail = tail_block.ctypes.data
+    if dots:  # the last panel's few columns gathered, each ``kc`` floats
+        panel = panels + 4 * tail_q0 * depth
+        if first:
+            _pack(b, ldb, table, p0, kc, j0 + tail_q0, tail_n, run, b_step, panel)
+        at, into = floats_at(panel), floats_at(tail)
+        for t in range(kc):
+            for j in range(tail_n):
+                into[j * kc + t] = at[t * NR + j]
     for i0 in range(0, m, MR):
         rows = min(MR, m - i0)
         a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * (i0 * ldc + j0)
@@ -426,6 +461,10 @@ def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, la
             panel = panels + 4 * q0 * depth
             for r in range(q0 // NR, ahead, tiles):  # its rows in turn, a row or more a tile
                 _row_into_l2(a_band + 4 * (MR + r) * lda, kc)
+            if dots and q0 == tail_q0:
+                tail_dots(kc, a_band, lda, tail, n, c_band + 4 * q0, ldc, add, rows, at_bias,
+                          bias_step, act if last else 0, res if last else 0)  # fmt: skip
+                continue
             at_b, rows_b, in_place = panel, NR, 0
             if first and i0 == 0:
                 at = _in_place(b, ldb, p0, j0 + q0, n, run, b_step)
@@ -439,6 +478,7 @@ def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, la
                          rows, vectors, n - (vectors - 1) * LANES, LANES, LANES, 0, 0, 0,
                          into_panel, at_bias, bias_step, act if last else 0,
                          res if last else 0)  # fmt: skip
+    alive(tail_block)  # read only through its address above: not freed before
 
 
 @jit(**_OPTS, inline="always")  # its one caller, the task: built and optimized once
@@ -462,7 +502,7 @@ def _packed_blocks(a, lda, b, ldb, table, c, ldc, m, k, width, run, b_step, step
                 _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, packed)
             add = 1 if (accumulate or p0 > 0) else 0
             _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, packed, kc, add, p0 + kc == k,
-                             epilogue, first, b, ldb, table, run, b_step)  # fmt: skip
+                             epilogue, first, b, ldb, table, run, b_step, run == width)  # fmt: skip
     alive(into)  # read only through its address above: not freed before
 
 
@@ -476,11 +516,11 @@ def pack_whole(b, ldb, table, k, j0, cols, run, b_step, into):  # type: ignore[n
 
 
 @jit(**_OPTS, inline="always")
-def bands_on_packed(a, lda, packed, c, ldc, m, k, width, epilogue):  # type: ignore[no-untyped-def]
+def bands_on_packed(a, lda, packed, c, ldc, m, k, width, run, epilogue):  # type: ignore[no-untyped-def]
     """``C[:m, :width] = A[:m, :k] @ B`` (then the ``epilogue``, `sgemm_segments`') with all
     of B packed at ``packed`` (`pack_whole`): `_packed_blocks`' loops and tiles on panels
     packed once for every band (its column blocks, depth blocks, bands, tiles; the same sums
-    in the same order), C's columns end to end; m, k, width > 0."""
+    in the same order), C's columns end to end, B's in runs of ``run``; m, k, width > 0."""
     step = column_step(k)
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
@@ -488,7 +528,8 @@ def bands_on_packed(a, lda, packed, c, ldc, m, k, width, epilogue):  # type: ign
             kc = min(KC, k - p0)
             panels = packed + 4 * (j0 * k + p0 * NR)
             _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, k, 1 if p0 > 0 else 0,
-                             p0 + kc == k, epilogue, False, 0, 0, 0, 1, 0)  # fmt: skip
+                             p0 + kc == k, epilogue, False, 0, 0, 0, 1, 0,
+                             run == width)  # fmt: skip
 
 
 @jit(**_OPTS)
