@@ -44,9 +44,11 @@ int8) on C-contiguous operands:
   ~10-20%); else (the plain loop, a transposed output, sums or shifts past 2 ** 30, a
   product's last columns taken by dots) the block's sums are stored and requantized after
   it (`_requantize`, in cache);
-- a product runs as pieces of the task ``qgemm`` (`rvm.kernels.parfor`: built once, its
-  job addresses and sizes; each piece its own blocks; a small product's in the calling
-  thread), a large one's on rvm's pool, as the float GEMMs are, cut as `rvm.kernels.qsplit`
+- a product runs as pieces of a task (`rvm.kernels.parfor`: built once, its job addresses
+  and sizes; each piece its own blocks; a small product's in the calling thread): ``qgemm``
+  for int8 rows, ``qgemm_wide`` for int16 ones, so that a process builds the blocks of only
+  the rows it multiplies (`first_run_tasks`), either output layout one strided type; a large
+  product's pieces on rvm's pool, as the float GEMMs are, cut as `rvm.kernels.qsplit`
   plans (`split_plan`: from `SPLIT_MIN` multiply-adds a piece, each tile's fixed cost
   counted, `TILE_DEPTHS_FIXED`): pieces of columns, or of rows
   (output channels) when those share the work out more evenly between the threads (few
@@ -74,6 +76,7 @@ import numba as nb
 import numpy as np
 from numba import types as nt
 from numba.extending import overload
+from numpy.lib.stride_tricks import as_strided
 
 from rvm.kernels import parfor, qsplit, workpool
 from rvm.kernels.jitting import NO_C_WRAPPER, alive, jit
@@ -427,12 +430,12 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
 
 
 @jit(inline="always", **_OPTS)
-def _piece(p, job):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a product (the record ``job``, `rvm.kernels.qsplit.JOB`): its
-    first ``job[JOB_MAKERS]`` make the operand, a share of its quads each (`qsplit.prepare`);
-    then, each waiting for those (claimed before it, done soon), columns ``[p * step, (p + 1)
-    * step)`` of every row, or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column
-    (``p`` counted from the first), their sums requantized."""
+def _piece(p, job, like):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a product (the record ``job``, `rvm.kernels.qsplit.JOB`) of weight rows
+    of ``like``'s dtype: its first ``job[JOB_MAKERS]`` make the operand, a share of its quads
+    each (`qsplit.prepare`); then, each waiting for those (claimed before it, done soon),
+    columns ``[p * step, (p + 1) * step)`` of every row, or (axis 1) rows ``[p * step, (p + 1)
+    * step)`` of every column (``p`` counted from the first), their sums requantized."""
     count, made = job[qsplit.JOB_MAKERS], job.ctypes.data + 8 * qsplit.JOB_MADE
     if p < count:
         prep = nb.carray(pointer_at(job[qsplit.JOB_PREP], I64), qsplit.PREP)
@@ -442,17 +445,8 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
         return
     workpool.wait_until(made, count)
     p -= count
-    shape = (job[qsplit.JOB_OG], job[qsplit.JOB_DEPTH])
-    if job[qsplit.JOB_ROW_BYTES] == 1:  # int8 rows (without VNNI: their pairs fit 16 bits)
-        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], I8), shape), p, job)
-    else:
-        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], _ROWS), shape), p, job)
-
-
-@jit(inline="always", **_OPTS)
-def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
-    """`_piece` on the job's weight ``rows``."""
     og, cols = job[qsplit.JOB_OG], job[qsplit.JOB_COLS]
+    rows = nb.carray(pointer_at(job[qsplit.JOB_ROWS], like), (og, job[qsplit.JOB_DEPTH]))
     p_total, kind, step = job[qsplit.JOB_POSITIONS], job[qsplit.JOB_KIND], job[qsplit.JOB_STEP]
     flat = nb.carray(pointer_at(job[qsplit.JOB_FLAT], U8), job[qsplit.JOB_FLAT_SIZE])
     offsets = nb.carray(pointer_at(job[qsplit.JOB_OFFSETS], I64), job[qsplit.JOB_TAPS])
@@ -467,26 +461,43 @@ def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
         r0, r1, j0, j1 = p * step, min(og, (p + 1) * step), 0, cols
     else:
         r0, r1, j0, j1 = 0, og, p * step, min(cols, (p + 1) * step)
-    rp, sp, op = rows[r0:r1], sums[r0:r1], o0 + r0
-    address, signed = job[qsplit.JOB_OUT], kind & 1 != 0  # the output; int8 bytes if signed
-    if kind & 2 == 0:
-        out = nb.carray(pointer_at(address, U8), (og, p_total))
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
-    else:
-        out = nb.carray(pointer_at(address, U8), (p_total, og)).T
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
+    # The output (channels x positions; int8 bytes if signed), stored channel-major or, for a
+    # transposed one, position-major: one strided type for both, so one `_blocks` build.
+    strides = (1, og) if kind & 2 else (p_total, 1)
+    out = as_strided(nb.carray(pointer_at(job[qsplit.JOB_OUT], U8), og * p_total),
+                     (og, p_total), strides)  # fmt: skip
+    _blocks(rows[r0:r1], sums[r0:r1], b, zero, bias, scale, o0 + r0, y_zero, low, high,
+            out[r0:r1], j0, j1, kind & 1 != 0)  # fmt: skip
+
+
+_WIDE = np.zeros(0, np.int16)  # the widened weight rows' type (`MADD16`; a dtype marker)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of an integer product (a pool task)."""
-    _piece(p, parfor.job(data))
+    """Piece ``p`` of an integer product of int8 weight rows (a pool task)."""
+    _piece(p, parfor.job(data), I8)
+
+
+def _task_wide(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of an integer product of int16 weight rows (`MADD16`'s: a weight whose
+    pairs do not fit 16 bits, widened); a task of its own, so that a process builds the
+    blocks of only the rows it multiplies."""
+    _piece(p, parfor.job(data), _WIDE)
 
 
 parfor.export_task("qgemm", _task)
-FIRST_RUN_TASKS = ("qgemm",)  # every product's (`rvm.jit.first_run`): a turned one's aside
-_run_pieces = parfor.runner("qgemm")
+parfor.export_task("qgemm_wide", _task_wide)
+_run_pieces, _run_pieces_wide = parfor.runner("qgemm"), parfor.runner("qgemm_wide")
 _run_piece = parfor.caller("qgemm", "float32")
+_run_piece_wide = parfor.caller("qgemm_wide", "float32")
 _stack_job = parfor.stack_job(qsplit.JOB)
+
+
+def first_run_tasks(pairs: bool) -> tuple[str, ...]:
+    """The task a product runs (`rvm.jit.first_run`; a turned one's aside): ``qgemm_wide``
+    where its weight rows are int16 (`MADD16`, the weight's pairs not fitting 16 bits:
+    ``pairs`` false), else ``qgemm``."""
+    return ("qgemm_wide",) if MADD16 and not pairs else ("qgemm",)
 
 
 @jit(**_OPTS)
@@ -513,10 +524,11 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
 @jit(**_OPTS)
 def _multiply(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
               prep):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`_product` on the rows as the micro-kernels read them: the pieces of the task ``qgemm``
-    (`_piece`), on the pool when the product is large (`split_plan`; its first pieces make
-    its operand, `qsplit.prepare`), else in the calling thread (one piece makes the operand,
-    one multiplies). The blocks (`_blocks`) are built once, in that task, not linked into
+    """`_product` on the rows as the micro-kernels read them: the pieces of the task of their
+    type (``qgemm``, ``qgemm_wide``: `_piece`), on the pool when the product is large
+    (`split_plan`; its first pieces make its operand, `qsplit.prepare`), else in the calling
+    thread (one piece makes the operand, one multiplies). The blocks (`_blocks`, one build
+    for both output layouts, a row type's a task) are built once, in that task, not linked into
     each function calling them, where every level optimized and compiled them again (the
     int8 library's first build: seconds of LLVM each)."""
     og, depth, cols = rows.shape[0], rows.shape[1], b[4]
@@ -529,12 +541,18 @@ def _multiply(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, tran
     job = _stack_job()  # the pieces end before this returns
     qsplit.job(job, rows, b, sums, bias, scale, zero, o0, y_zero, low, high, p_total, kind, step,
                out, axis, prep, threads if pieces > 1 else 1)  # fmt: skip
-    count = job[qsplit.JOB_MAKERS] + pieces
+    count, wide = job[qsplit.JOB_MAKERS] + pieces, not _byte_rows(rows)  # which task
     if pieces > 1:
-        _run_pieces(F32, count, job)
+        if wide:
+            _run_pieces_wide(F32, count, job)
+        else:
+            _run_pieces(F32, count, job)
         return
     for p in range(count):
-        _run_piece(p, job)
+        if wide:
+            _run_piece_wide(p, job)
+        else:
+            _run_piece(p, job)
 
 
 @jit(inline="always", **_OPTS)
