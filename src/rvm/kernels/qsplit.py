@@ -12,7 +12,7 @@ pieces make before they multiply.
   (`quads`), while the multiplying pieces wait for them; an unsplit product's one piece
   making it runs first, in the calling thread, as its one multiplying piece does;
 - the job of a product (an int64 record, `JOB` fields named by ``JOB_*``), which
-  `rvm.kernels.qgemm` writes and its pieces (runs of its task ``qgemm``) read.
+  `rvm.kernels.qgemm` writes and its pieces (runs of its tasks ``qgemm`` and ``qgemm_wide``) read.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
 def job(record, rows, b, sums, bias, scale, zero, o0, y_zero, low, high, positions, kind, step,
         out, axis, prep, threads):  # type: ignore[no-untyped-def]  # fmt: skip
     """Fill ``record`` (`JOB` int64s) as the job of a product of the weight ``rows`` by the
-    panel ``b`` (`rvm.kernels.qgemm`'s ``_panel``) into ``out``, cut as `split_plan` says
+    panel ``b`` (`rvm.kernels.qgemm.panel_of`) into ``out``, cut as `split_plan` says
     (``axis``, ``step``), its operand ``prep`` (`PREP`) made by its first pieces (`makers`,
     for ``threads`` threads)."""
     flat, offsets = b[0], b[1]
