@@ -335,13 +335,19 @@ def test_a_compile_lists_a_products_tasks() -> None:
 
 def test_a_compile_lists_an_integer_products_task() -> None:
     """An integer convolution and dense layer list the task their products run
-    (`rvm.kernels.qgemm`'s ``qgemm``, a small product's in the calling thread): the entry
-    points no longer hold the GEMM, so a first run builds it while the kernels compile."""
+    (`rvm.kernels.qgemm`'s ``qgemm``, or ``qgemm_wide`` for int16 weight rows; a small
+    product's in the calling thread): the entry points no longer hold the GEMM, so a first
+    run builds it while the kernels compile."""
+    import numpy as np
     from jit_helpers import var
 
+    import rvm
     from rvm import op
     from rvm.ir import Builder, Tuple
     from rvm.jit.first_run import library_tasks
+    from rvm.kernels import qgemm
+    from rvm.transform.infer_shapes import infer_shapes
+    from rvm.transform.pack_conv_weights import pack_conv_weights
     from rvm.transform.pipeline import run_pipeline
 
     x, w = var("x", (1, 8, 10, 10), "uint8"), var("w", (16, 8, 3, 3), "int8")
@@ -352,7 +358,16 @@ def test_a_compile_lists_an_integer_products_task() -> None:
         y = b.emit(op.qconv2d(x, w, bias, scale, x_zero=3, padding=1))
         z = b.emit(op.qdense(xd, wd, bias, scale, x_zero=3))
         b.emit_output(b.emit(Tuple([y, z])))
-    assert library_tasks(run_pipeline(b.get())) == [("qgemm", "float32")]
+    want = [(task, "float32") for task in qgemm.first_run_tasks(False)]  # their rows' task
+    assert library_tasks(run_pipeline(b.get())) == want
+    # A constant weight whose pairs fit 16 bits, as a compile with jit kernels packs it
+    # (`pack_conv_weights`): int8 rows where others are widened (MADD16).
+    wc = rvm.const(np.full((16, 8, 3, 3), -64, np.int8))
+    b = Builder()
+    with b.function("main", [x, bias, scale]):
+        b.emit_output(b.emit(op.qconv2d(x, wc, bias, scale, x_zero=3, padding=1)))
+    want = [(task, "float32") for task in qgemm.first_run_tasks(True)]
+    assert library_tasks(run_pipeline(pack_conv_weights(infer_shapes(b.get())))) == want
 
 
 USER = textwrap.dedent(

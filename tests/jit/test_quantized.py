@@ -13,7 +13,7 @@ from jit_helpers import check, host_has, prim, var
 
 from rvm import op
 from rvm.ir.infer import infer_type
-from rvm.kernels import entry, parfor, qentry, qgemm, qpool, qsplit, qtile, qturned, workpool
+from rvm.kernels import entry, parfor, qconv, qentry, qgemm, qpool, qsplit, qtile, qturned, workpool
 from rvm.op import numpy_ref
 
 RNG = np.random.default_rng(7)
@@ -105,8 +105,9 @@ def test_qdense_kernel_equals_reference(m, k, n):
 
 def test_library_without_kernel_matches_reference():
     """The library called directly (as a kernel calls it), output prefilled so a missed
-    element fails. A product too small to split runs the pieces of the task ``qgemm`` in the
-    calling thread (the GEMM built once, in the task, not into each entry point)."""
+    element fails. A product too small to split runs the pieces of its task (``qgemm``, or
+    ``qgemm_wide`` for int16 weight rows) in the calling thread (the GEMM built once, in the
+    task, not into each entry point)."""
     x, w = _ints((1, 6, 8, 8), "uint8"), _ints((12, 6, 3, 3), "int8")
     bias, scale = np.arange(12, dtype=np.int32), np.full(12, 1e-3, np.float32)
     want = numpy_ref.qconv2d(x, w, bias, scale, 3, 1, 0, 255, "uint8", (1, 1), (1, 1, 1, 1),
@@ -114,7 +115,8 @@ def test_library_without_kernel_matches_reference():
     out = np.full(want.shape, 77, np.uint8)  # hwc given, as a kernel gives it: one compile
     qentry.qconv2d(x, w, bias, scale, out, 3, 1, 0, 255, 1, 1, 1, 1, 1, 1, 1, False)
     np.testing.assert_array_equal(out, want)
-    assert ("qgemm", "float32") in parfor.required_tasks()
+    (task,) = qgemm.first_run_tasks(False)  # a weight not known to fit pairs: its rows' task
+    assert (task, "float32") in parfor.required_tasks()
 
 
 def test_int8_products_run_on_the_uint8_build():
@@ -249,7 +251,8 @@ def test_split_qconv2d_equals_reference(blas_threads, xs, ws, padding, groups, x
                   padding, True)  # fmt: skip
     np.testing.assert_array_equal(out, want)
     if blas_threads == 2:
-        assert ("qgemm", "float32") in parfor.required_tasks()
+        (task,) = qgemm.first_run_tasks(False)
+        assert (task, "float32") in parfor.required_tasks()
 
 
 DIRECT_CASES = [
@@ -291,7 +294,7 @@ def test_wide_tiles_and_dots_equal_reference(blas_threads, xs, ws, x_dtype):
 
 
 def test_dense_rows_in_a_wide_tile_and_a_dot():
-    """`qgemm.qdense` of 49 rows (positions): a wide tile and one dot, depth 300 (the dot's
+    """`qconv.qdense` of 49 rows (positions): a wide tile and one dot, depth 300 (the dot's
     plain remainder: 44)."""
     x, w = _ints((49, 300), "uint8"), _ints((20, 300), "int8")
     bias, scale = np.arange(20, dtype=np.int32), np.full(20, 2e-4, np.float32)
@@ -304,8 +307,8 @@ def test_dense_rows_in_a_wide_tile_and_a_dot():
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 2048, 1000), (49, 300, 20), (3, 37, 5)])
 def test_widened_weights_equal_reference(m, k, n):
     """int16 weights holding int8 values (`rvm.op.quantized.widen_weight`; read in place by the
-    ``vpmaddwd`` kernels, narrowed per call with VNNI): `qgemm.qdense` (a one-row product's
-    column by dots, 49 rows: tiles and a dot) and `qgemm.qconv2d` in both layouts (channels
+    ``vpmaddwd`` kernels, narrowed per call with VNNI): `qconv.qdense` (a one-row product's
+    column by dots, 49 rows: tiles and a dot) and `qconv.qconv2d` in both layouts (channels
     not a multiple of 4: rows padded in the weight's type) equal the int8 weights' reference."""
     x, w = _ints((m, k), "uint8"), _ints((n, k), "int8")
     bias, scale = np.arange(n, dtype=np.int32), np.full(n, 2e-4, np.float32)
@@ -405,7 +408,7 @@ def test_compile_keeps_int8_weights_whose_pairs_fit(tmp_path):
 
 
 def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
-    """`qgemm.qconv2d` called as a kernel calls it, in both weight layouts, output prefilled
+    """`qconv.qconv2d` called as a kernel calls it, in both weight layouts, output prefilled
     so an element no piece wrote fails: equal to the NumPy reference."""
     o = w.shape[0]
     bias = RNG.integers(-3000, 3000, o).astype(np.int32)
@@ -422,11 +425,11 @@ def _check_library_conv(x, w, groups, pads, dilation, y_dtype):
 
 @pytest.mark.parametrize(("xs", "ws", "pads", "dilation", "groups"), DIRECT_CASES)
 def test_direct_qconv2d_equals_reference(blas_threads, xs, ws, pads, dilation, groups):
-    """Unit-stride convolutions take the image read in place (`qgemm.direct_pitch`), on one
+    """Unit-stride convolutions take the image read in place (`qconv.direct_pitch`), on one
     thread or two, uint8 and int8 inputs in turn."""
     oh = xs[2] + pads[0] + pads[2] - dilation * (ws[2] - 1)
     ow = xs[3] + pads[1] + pads[3] - dilation * (ws[3] - 1)
-    assert qgemm.direct_pitch(oh, ow, ws[3], 1, dilation) == ow + dilation * (ws[3] - 1)
+    assert qconv.direct_pitch(oh, ow, ws[3], 1, dilation) == ow + dilation * (ws[3] - 1)
     x_dtype = "int8" if xs[1] % 2 else "uint8"
     _check_library_conv(_ints(xs, x_dtype), _ints(ws, "int8"), groups, pads, dilation, x_dtype)
 
@@ -450,9 +453,9 @@ def test_wide_shifts_requantize_after_the_tiles():
 def test_direct_pitch_falls_back_to_im2col():
     """Rows whose margins would add too many columns use im2col; strides split the image
     by phase, so their rows' margins are narrower."""
-    assert qgemm.direct_pitch(7, 7, 7, 1, 1) == 0  # 85 columns of 13-word rows for 49
-    assert qgemm.direct_pitch(14, 14, 3, 1, 1) == 16
-    assert qgemm.direct_pitch(112, 112, 7, 2, 1) == 115  # resnet's stem: 4 phases
+    assert qconv.direct_pitch(7, 7, 7, 1, 1) == 0  # 85 columns of 13-word rows for 49
+    assert qconv.direct_pitch(14, 14, 3, 1, 1) == 16
+    assert qconv.direct_pitch(112, 112, 7, 2, 1) == 115  # resnet's stem: 4 phases
 
 
 STRIDED_CASES = [
@@ -475,7 +478,7 @@ def test_strided_direct_qconv2d_equals_reference(blas_threads, xs, ws, strides, 
     sh, sw = strides
     oh = (xs[2] + pads[0] + pads[2] - dh * (ws[2] - 1) - 1) // sh + 1
     ow = (xs[3] + pads[1] + pads[3] - dw * (ws[3] - 1) - 1) // sw + 1
-    assert qgemm.direct_pitch(oh, ow, ws[3], sw, dw) > 0
+    assert qconv.direct_pitch(oh, ow, ws[3], sw, dw) > 0
     x_dtype = "int8" if xs[1] % 2 else "uint8"
     x, w = _ints(xs, x_dtype), _ints(ws, "int8")
     o = w.shape[0]
@@ -589,15 +592,15 @@ def test_small_pairs_equal_reference(blas_threads):
 
 def test_without_vnni_small_maps_gather_their_taps(blas_threads):
     """Without VNNI a convolution whose image rows' margins would cost the tiles more than
-    copying its taps' words gathers them into an im2col panel (`qgemm._gathers`): 7 x 7 and
+    copying its taps' words gathers them into an im2col panel (`qconv._gathers`): 7 x 7 and
     14 x 14 outputs (also from a stride of 2), not a 1 x 1 kernel (no margins); with VNNI
     never. Gathered convolutions, strided, dilated, grouped and batched, split on the pool
     or not, equal the NumPy reference."""
-    assert qgemm._gathers(512, 7, 7, 9, 9 * 128) == qtile.MADD16
-    assert qgemm._gathers(256, 14, 14, 16, 9 * 64) == qtile.MADD16
-    assert qgemm._gathers(512, 7, 7, 8, 9 * 128) == qtile.MADD16  # 3 x 3 / 2 from 14 x 14
-    assert not qgemm._gathers(2048, 7, 7, 7, 128)
-    assert not qgemm._gathers(4, 56, 56, 58, 9)  # few channels: the copies cost more
+    assert qconv._gathers(512, 7, 7, 9, 9 * 128) == qtile.MADD16
+    assert qconv._gathers(256, 14, 14, 16, 9 * 64) == qtile.MADD16
+    assert qconv._gathers(512, 7, 7, 8, 9 * 128) == qtile.MADD16  # 3 x 3 / 2 from 14 x 14
+    assert not qconv._gathers(2048, 7, 7, 7, 128)
+    assert not qconv._gathers(4, 56, 56, 58, 9)  # few channels: the copies cost more
     cases = [  # x, w, groups, strides, pads, dilation
         (_ints((1, 64, 14, 14), "uint8"), (256, 64, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
         (_ints((2, 8, 9, 9), "int8"), (48, 4, 3, 3), 2, (1, 1), (2, 2, 2, 2), (2, 2)),
@@ -606,9 +609,9 @@ def test_without_vnni_small_maps_gather_their_taps(blas_threads):
     for x, shape, groups, strides, pads, dilation in cases:
         oh = (x.shape[2] + pads[0] + pads[2] - dilation[0] * (shape[2] - 1) - 1) // strides[0] + 1
         ow = (x.shape[3] + pads[1] + pads[3] - dilation[1] * (shape[3] - 1) - 1) // strides[1] + 1
-        pitch = qgemm.direct_pitch(oh, ow, shape[3], strides[1], dilation[1])
+        pitch = qconv.direct_pitch(oh, ow, shape[3], strides[1], dilation[1])
         quads = shape[2] * shape[3] * -(-shape[1] // 4)
-        assert qgemm._gathers(shape[0] // groups, oh, ow, pitch, quads) == qtile.MADD16
+        assert qconv._gathers(shape[0] // groups, oh, ow, pitch, quads) == qtile.MADD16
         _check_pairs_conv(x, _small_pairs(shape), groups, strides, pads, dilation)
 
 
@@ -695,7 +698,7 @@ _NO_VNNI = """
 import sys
 sys.path.insert(0, {tests!r})
 import numpy as np
-from rvm.kernels import qgemm
+from rvm.kernels import qconv, qgemm
 assert not qgemm.VNNI and qgemm.MADD16
 import test_quantized as t
 t._check_worst_case()
@@ -708,17 +711,17 @@ x, w = t._ints((5, 37), "uint8"), t._ints((9, 37), "int8")
 bias, scale = np.arange(9, dtype=np.int32), np.full(9, 1e-3, np.float32)
 want = t.numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
 out = np.empty_like(want)
-qgemm.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
+qconv.qdense(x, w, bias, scale, out, 128, 3, 0, 255)
 np.testing.assert_array_equal(out, want)
 x, w = t._ints((1, 300), "uint8"), t._ints((9, 300), "int8")  # one row: dots; int16 weights
 want = t.numpy_ref.qdense(x, w, bias, scale, 128, 3, 0, 255, "uint8")
 out = np.empty_like(want)
-qgemm.qdense(x, w.astype(np.int16), bias, scale, out, 128, 3, 0, 255)
+qconv.qdense(x, w.astype(np.int16), bias, scale, out, 128, 3, 0, 255)
 np.testing.assert_array_equal(out, want)
 out = np.empty((1, 7, 5, 5), np.uint8)  # strided: an im2col panel
 x, w = t._ints((1, 4, 10, 10), "uint8"), t._ints((7, 4, 3, 3), "int8")
 bias, scale = np.arange(7, dtype=np.int32), np.full(7, 1e-3, np.float32)
-qgemm.qconv2d(x, w, bias, scale, out, 3, 5, 0, 255, 1, 2, 2, 1, 1, 1, 1)
+qconv.qconv2d(x, w, bias, scale, out, 3, 5, 0, 255, 1, 2, 2, 1, 1, 1, 1)
 want = t.numpy_ref.qconv2d(x, w, bias, scale, 3, 5, 0, 255, "uint8", (2, 2), (1, 1, 1, 1),
                            (1, 1), 1)
 np.testing.assert_array_equal(out, want)

@@ -126,7 +126,7 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
     if callee in (ops.qconv2d, ops.qdense) and attrs.get("weight_layout") != "turned":
         from rvm.kernels import qgemm
 
-        return qgemm.FIRST_RUN_TASKS
+        return qgemm.first_run_tasks(attrs.get("weight_pairs") == "int16")
     if callee in (ops.max_pool2d, ops.avg_pool2d):
         x, out = _shape(call.args[0], 4), _shape(call, 4)
         if x is None or out is None:

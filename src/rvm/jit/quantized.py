@@ -1,4 +1,4 @@
-"""Quantized anchors: `rvm.op.qconv2d` and `rvm.op.qdense` call `rvm.kernels.qgemm` (a
+"""Quantized anchors: `rvm.op.qconv2d` and `rvm.op.qdense` call `rvm.kernels.qconv` (a
 turned weight, ``qconv2d_turned``), `rvm.op.qadd` calls `rvm.kernels.qadd`.
 
 The kernel checks its operands' shapes (the convolution's geometry as `rvm.jit.stages` checks

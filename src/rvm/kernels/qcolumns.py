@@ -14,7 +14,7 @@
   ``j >= ow`` of each row are computed and dropped).
 - an im2col panel gathered from that image (`gather`: a run of words per tap, quad and
   output row, the row margins left out), where computing the margins would cost more than
-  copying the taps' words (`rvm.kernels.qgemm`'s ``_gathers``).
+  copying the taps' words (`rvm.kernels.qconv`'s ``_gathers``).
 
 Bytes of int8 inputs are flipped by 0x80 into uint8 as they are copied.
 """
@@ -313,7 +313,7 @@ def image(x, n, c0, cg, sh, sw, pt, pl, hp, pitch, slots, fill, flip, words, k0,
 def gather(words, offsets, oh, ow, pitch, panel, k0, k1):  # type: ignore[no-untyped-def]
     """The im2col panel by words (`columns`' layout) from the image `image` made: ``panel[t
     * cq + k, i * ow + j] = words[k, offsets[t] // 4 + i * pitch + j]`` (``offsets`` the taps'
-    byte offsets into a quad's plane, `rvm.kernels.qgemm._tap_offsets`) for the quads
+    byte offsets into a quad's plane, `rvm.kernels.qconv.tap_offsets`) for the quads
     ``[k0, k1)``, a run of ``ow`` words per tap, quad and output row: the image's row margins
     left out. Columns past ``oh * ow`` are left as they are."""
     cq, plane, cols = words.shape[0], words.shape[1], panel.shape[1]

@@ -1,4 +1,4 @@
-"""The quantized products' entry points (`rvm.kernels.entry`): `rvm.kernels.qgemm`'s
+"""The quantized products' entry points (`rvm.kernels.entry`): `rvm.kernels.qconv`'s
 ``qconv2d`` and ``qdense`` and `rvm.kernels.qturned`'s ``qconv2d_turned`` compiled once per
 variant (the dtypes of their arrays) and called by jit kernels through a registered symbol,
 so a kernel links the library instead of compiling its integer GEMM, im2col and requantizing
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import entry, qgemm, qturned
+from rvm.kernels import entry, qconv, qturned
 from rvm.kernels.jitting import jit
 
 __all__ = [
@@ -28,11 +28,11 @@ __all__ = [
 
 
 def _qconv2d(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
-    """`qgemm.qconv2d` on x, w (4-d), bias, scale (1-d), out (4-d); the parameters: x_zero,
+    """`qconv.qconv2d` on x, w (4-d), bias, scale (1-d), out (4-d); the parameters: x_zero,
     y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, hwc (0 or 1), pairs (0 or 1: the
     weight's pairs fit 16 bits, `rvm.kernels.qtile.pairs_fit`), the signs (`entry.BYTES`)."""
     d, p = nb.carray(dims, 14), nb.carray(params, 14)
-    qgemm.qconv2d_bytes(
+    qconv.qconv2d_bytes(
         nb.carray(x, (d[0], d[1], d[2], d[3])).view(np.uint8),
         nb.carray(w, (d[4], d[5], d[6], d[7])),
         nb.carray(bias, (d[8],)),
@@ -62,10 +62,10 @@ def _qconv2d_turned(x, w, bias, scale, out, dims, params):  # type: ignore[no-un
 
 
 def _qdense(x, w, bias, scale, out, dims, params):  # type: ignore[no-untyped-def]
-    """`qgemm.qdense` on x, w (2-d), bias, scale (1-d), out (2-d); the parameters: x_zero,
+    """`qconv.qdense` on x, w (2-d), bias, scale (1-d), out (2-d); the parameters: x_zero,
     y_zero, low, high, pairs (as `_qconv2d`'s), the signs (`entry.BYTES`)."""
     d, p = nb.carray(dims, 8), nb.carray(params, 6)
-    qgemm.qdense_bytes(
+    qconv.qdense_bytes(
         nb.carray(x, (d[0], d[1])).view(np.uint8),
         nb.carray(w, (d[2], d[3])),
         nb.carray(bias, (d[4],)),
@@ -94,12 +94,12 @@ qdense_call = entry.caller("qdense", 5)
 # For Python callers (kernels call the entry points). Not cached: compiling one types the call,
 # which registers the entry point (`entry.require`); cached object code would be linked
 # without it. Each compiles in a fraction of a second and shares the entry point's object code
-# with every kernel, where ``qgemm.qconv2d`` called from Python would compile the whole
+# with every kernel, where ``qconv.qconv2d`` called from Python would compile the whole
 # library again for its argument types.
 @jit(nogil=True)
 def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
             hwc=False, pairs=False):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`qgemm.qconv2d` through its entry point: the same arguments, C-contiguous arrays."""
+    """`qconv.qconv2d` through its entry point: the same arguments, C-contiguous arrays."""
     params = (x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl, 1 if hwc else 0,
               1 if pairs else 0)  # fmt: skip
     qconv2d_call((x, w, bias, scale, out), params)
@@ -115,5 +115,5 @@ def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh
 
 @jit(nogil=True)
 def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high, pairs=False):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`qgemm.qdense` through its entry point: the same arguments, C-contiguous arrays."""
+    """`qconv.qdense` through its entry point: the same arguments, C-contiguous arrays."""
     qdense_call((x, w, bias, scale, out), (x_zero, y_zero, low, high, 1 if pairs else 0))

@@ -1,27 +1,12 @@
-"""Integer convolution and dense products for quantized models: uint8 x int8 -> int32.
+"""Integer products for quantized models: uint8 x int8 -> int32, requantized.
 
-`qconv2d` and `qdense` compute what `rvm.op.qconv2d` / `rvm.op.qdense` define (int32 sums of
-``(x - x_zero) * w`` plus the bias, requantized per output channel, clipped, cast to uint8 or
-int8) on C-contiguous operands:
+`product` computes ``out`` (channels x positions, or its transpose) from the weight's rows
+(int8, depths contiguous and padded with zeros to a multiple of 4, beside each row's sum)
+times a panel (`panel_of`: the uint8 packed operand, quads of depth by columns, read at tap
+offsets) that `rvm.kernels.qconv`'s ``qconv2d`` and ``qdense`` make; its sums are
+requantized per output channel (``(x - x_zero) * w`` summed, plus the bias, scaled, rounded
+half to even, the output zero point added, clipped, cast to uint8 or int8):
 
-- the weight's rows are the micro-kernel's broadcast operand (int8, depths contiguous and
-  padded with zeros to a multiple of 4), beside each row's sum (summed only for an input
-  zero point other than 0: the sums are what it subtracts); a convolution's are in the
-  panel's depth order (tap-major, 4 channels a word): an OHWI weight (``hwc``, as importers
-  store it) is used in place when its channels are a multiple of 4; an OIHW one is reordered
-  per call when the panel is by words, else used in place with a panel made a byte at a
-  time in its order;
-- the input is the packed operand, uint8 (quads of depth, positions, 4), made by
-  `rvm.kernels.qcolumns`. A convolution interleaves each group of 4 channel rows of the
-  NCHW image into words once, into an image padded with the zero point and split by phase
-  of the strides, whose taps are offsets: the micro-kernel reads them in place (`_direct`:
-  output position ``(i, j)`` is column ``i * pitch + j``, the few columns of each row's
-  margin are computed and dropped; `direct_pitch` says when; without VNNI, where those
-  columns would cost more than copying the taps' words, the words are gathered from the
-  image into an im2col panel: `_gathers`). Others make an im2col panel by words,
-  tap by tap, for every output position (or by bytes, for an OIHW weight with more channels
-  than positions). Taps in the padding read the zero point, so they add nothing once
-  corrected; int8 inputs are shifted by 128 into uint8 (and their zero point with them);
 - the micro-kernel (`_micro`, LLVM IR in `rvm.kernels.qtile`) keeps `MR` rows x `NR`
   columns of int32 sums in registers: for every 4 depths it broadcasts each row's 4 bytes
   and issues one ``vpdpbusd`` (AVX-512 VNNI: 64 multiply-adds of uint8 by int8 into int32)
@@ -37,16 +22,18 @@ int8) on C-contiguous operands:
   epilogue corrects for the input zero point (``- x_zero * weight_sum``), adds the bias,
   scales in float32, rounds half to even, adds the output zero point and clips. With VNNI
   or `MADD16` it runs in the micro-kernel on its registers (`_epilogue`: a record of the
-  rows' shifts and scales; `qtile._epilogue_code` stores the bytes masked at their
+  rows' shifts and scales; `rvm.kernels.qepilogue` stores the bytes masked at their
   positions, a row's margin dropped; on AVX2 a row's bytes whole or the run an image row
   takes), so no int32 sum goes through memory (13 x 13's 3 x 3 convolutions ~9% faster with
   VNNI, 14 x 14's ~4%, one thread; on AVX2 squeezenet's 1 x 1 convolutions of depth 16-64
   ~10-20%); else (the plain loop, a transposed output, sums or shifts past 2 ** 30, a
   product's last columns taken by dots) the block's sums are stored and requantized after
   it (`_requantize`, in cache);
-- a product runs as pieces of the task ``qgemm`` (`rvm.kernels.parfor`: built once, its
-  job addresses and sizes; each piece its own blocks; a small product's in the calling
-  thread), a large one's on rvm's pool, as the float GEMMs are, cut as `rvm.kernels.qsplit`
+- a product runs as pieces of a task (`rvm.kernels.parfor`: built once, its job addresses
+  and sizes; each piece its own blocks; a small product's in the calling thread): ``qgemm``
+  for int8 rows, ``qgemm_wide`` for int16 ones, so that a process builds the blocks of only
+  the rows it multiplies (`first_run_tasks`), either output layout one strided type; a large
+  product's pieces on rvm's pool, as the float GEMMs are, cut as `rvm.kernels.qsplit`
   plans (`split_plan`: from `SPLIT_MIN` multiply-adds a piece, each tile's fixed cost
   counted, `TILE_DEPTHS_FIXED`): pieces of columns, or of rows
   (output channels) when those share the work out more evenly between the threads (few
@@ -74,17 +61,13 @@ import numba as nb
 import numpy as np
 from numba import types as nt
 from numba.extending import overload
+from numpy.lib.stride_tricks import as_strided
 
 from rvm.kernels import parfor, qsplit, workpool
 from rvm.kernels.jitting import NO_C_WRAPPER, alive, jit
 from rvm.kernels.parfor import PIECES_PER_THREAD  # noqa: F401  (`rvm.kernels.qturned`'s)
 from rvm.kernels.planes import U
-from rvm.kernels.qcolumns import (
-    columns_bytes,
-    conv_weight_rows,
-    hwc_weight_rows,
-    weight_rows,
-)
+from rvm.kernels.qepilogue import EPILOGUE
 from rvm.kernels.qsplit import (  # noqa: F401  (SPLIT_MIN: the docstring's, an importer's)
     F32,
     I8,
@@ -99,7 +82,6 @@ from rvm.kernels.qsplit import (  # noqa: F401  (SPLIT_MIN: the docstring's, an 
 from rvm.kernels.qtile import (
     DOT_COLUMNS,
     DOT_DEPTHS,
-    EPILOGUE,
     LANES,
     MADD16,
     MR,
@@ -118,24 +100,13 @@ __all__ = [
     "MR",
     "NR",
     "VNNI",
-    "direct_pitch",
-    "qconv2d",
-    "qconv2d_bytes",
-    "qdense",
-    "qdense_bytes",
+    "first_run_tasks",
+    "panel_of",
+    "product",
     "split_plan",
+    "tile_columns",
 ]
 
-
-# A convolution reads its taps in place while the columns its image's row
-# margins add stay within 5/4 of an im2col panel's (which writes every tap's columns):
-DIRECT_SLACK_NUM, DIRECT_SLACK_DEN = 5, 4
-GATHER_WORD = 8
-"""What copying one word of a tap into an im2col panel gathered from the direct method's
-image (`qcolumns.gather`) costs, in multiply-adds of the tiles without VNNI: Zen 3, one
-thread, gathering resnet50's 3 x 3 layer at 56 x 56 (3,248 columns for 3,136 positions, 64
-channels) took as long as it saved; at 28 x 28 and less (and squeezenet's 55, 27 and 13) it
-saved 4-19% of a layer's time (7 x 7 and a stride of 2 at 56 the most)."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, **NO_C_WRAPPER)
 # Functions are jitted by `jitting.jit` (a constant argument types plainly: one compile per
@@ -144,17 +115,6 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, **N
 # Numba types every branch of a function, a literal argument's dead one too (its branch
 # pruning folds only comparisons with None), so a choice made by types is made at typing by
 # an overload (`_byte_rows`, `_as_plain`), not by an ``if``.
-
-
-def _shift(x):  # type: ignore[no-untyped-def]
-    """128 for an int8 array (its values shift into uint8), 0 for uint8."""
-    return 128 if x.dtype == np.int8 else 0
-
-
-@overload(_shift, jit_options=_OPTS)
-def _shift_impl(x):  # type: ignore[no-untyped-def]
-    value = 128 if x.dtype == nt.int8 else 0
-    return lambda x: value
 
 
 # The weight rows' type as the micro-kernels read them (`_operand_rows`; a dtype marker).
@@ -225,10 +185,20 @@ def _dotted(cols, lda):  # type: ignore[no-untyped-def]
     return spare
 
 
+@jit(**_OPTS)
+def tile_columns(cols, lda):  # type: ignore[no-untyped-def]
+    """The columns the tiles without VNNI compute (`_gemm`) for a product of ``cols`` columns
+    and rows of ``lda`` depths: tiles of `NR`, the last `LANES` wide when no more are left,
+    after the last few taken by dots (`_dotted`)."""
+    cols -= _dotted(cols, lda)
+    rest = cols % NR
+    return cols - rest + (0 if rest == 0 else (LANES if rest <= LANES else NR))
+
+
 @nb.njit(inline="always", **_OPTS)  # typed with its constants (see `_OPTS`)
 def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
     """``acc[r, j - j0] = sum_d rows[r, d] * B[d, j]`` in int32 for columns ``j0 <= j < j1``
-    (``j0`` a multiple of `NR`), B the panel ``b`` (see `_panel`); ``swap`` says which
+    (``j0`` a multiple of `NR`), B the panel ``b`` (see `panel_of`); ``swap`` says which
     operand is the uint8 one (see `_micro`). Tiles of `NR` columns, the last one `LANES`
     wide when no more are left (its other columns of ``acc`` are not written). With an
     epilogue record ``epi`` (`_epilogue`, else empty) the tiles' sums are
@@ -262,7 +232,7 @@ def _gemm(rows, b, acc, swap, j0, j1, epi):  # type: ignore[no-untyped-def]
         j1 = _dots(rows, b, acc, swap, j0, j1)
         a0, b0, c0, offs = rows.ctypes.data, flat.ctypes.data, acc.ctypes.data, offsets.ctypes.data
         lda_bytes = lda * rows.itemsize
-        pairs = _byte_rows(rows)  # int8 rows whose pairs fit 16 bits (`_product`)
+        pairs = _byte_rows(rows)  # int8 rows whose pairs fit 16 bits (`product`)
         j = j0
         while j < j1:
             tail = j1 - j <= LANES
@@ -358,7 +328,7 @@ BLOCK_BYTES = 1 << 17  # the int32 sums of a block of columns, requantized while
 
 
 @jit(inline="always", **_OPTS)
-def _panel(flat, offsets, quads, ldb, cols, pitch, width):  # type: ignore[no-untyped-def]
+def panel_of(flat, offsets, quads, ldb, cols, pitch, width):  # type: ignore[no-untyped-def]
     """The B operand of a product, as a tuple: ``flat`` (uint8) holds, for tap ``t`` and quad
     ``s`` of depth, the ``cols`` columns' 4 bytes each from byte ``offsets[t] + s * ldb``;
     column ``i * pitch + j`` is output position ``i * width + j`` (``j < width``)."""
@@ -427,12 +397,12 @@ def _epilogue(sums, zero, bias, scale, o0, y_zero, low, high, out, pitch, width,
 
 
 @jit(inline="always", **_OPTS)
-def _piece(p, job):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a product (the record ``job``, `rvm.kernels.qsplit.JOB`): its
-    first ``job[JOB_MAKERS]`` make the operand, a share of its quads each (`qsplit.prepare`);
-    then, each waiting for those (claimed before it, done soon), columns ``[p * step, (p + 1)
-    * step)`` of every row, or (axis 1) rows ``[p * step, (p + 1) * step)`` of every column
-    (``p`` counted from the first), their sums requantized."""
+def _piece(p, job, like):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of a product (the record ``job``, `rvm.kernels.qsplit.JOB`) of weight rows
+    of ``like``'s dtype: its first ``job[JOB_MAKERS]`` make the operand, a share of its quads
+    each (`qsplit.prepare`); then, each waiting for those (claimed before it, done soon),
+    columns ``[p * step, (p + 1) * step)`` of every row, or (axis 1) rows ``[p * step, (p + 1)
+    * step)`` of every column (``p`` counted from the first), their sums requantized."""
     count, made = job[qsplit.JOB_MAKERS], job.ctypes.data + 8 * qsplit.JOB_MADE
     if p < count:
         prep = nb.carray(pointer_at(job[qsplit.JOB_PREP], I64), qsplit.PREP)
@@ -442,22 +412,13 @@ def _piece(p, job):  # type: ignore[no-untyped-def]
         return
     workpool.wait_until(made, count)
     p -= count
-    shape = (job[qsplit.JOB_OG], job[qsplit.JOB_DEPTH])
-    if job[qsplit.JOB_ROW_BYTES] == 1:  # int8 rows (without VNNI: their pairs fit 16 bits)
-        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], I8), shape), p, job)
-    else:
-        _piece_of(nb.carray(pointer_at(job[qsplit.JOB_ROWS], _ROWS), shape), p, job)
-
-
-@jit(inline="always", **_OPTS)
-def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
-    """`_piece` on the job's weight ``rows``."""
     og, cols = job[qsplit.JOB_OG], job[qsplit.JOB_COLS]
+    rows = nb.carray(pointer_at(job[qsplit.JOB_ROWS], like), (og, job[qsplit.JOB_DEPTH]))
     p_total, kind, step = job[qsplit.JOB_POSITIONS], job[qsplit.JOB_KIND], job[qsplit.JOB_STEP]
     flat = nb.carray(pointer_at(job[qsplit.JOB_FLAT], U8), job[qsplit.JOB_FLAT_SIZE])
     offsets = nb.carray(pointer_at(job[qsplit.JOB_OFFSETS], I64), job[qsplit.JOB_TAPS])
     quads, ldb = job[qsplit.JOB_QUADS], job[qsplit.JOB_LDB]
-    b = _panel(flat, offsets, quads, ldb, cols, job[qsplit.JOB_PITCH], job[qsplit.JOB_WIDTH])
+    b = panel_of(flat, offsets, quads, ldb, cols, job[qsplit.JOB_PITCH], job[qsplit.JOB_WIDTH])
     sums = nb.carray(pointer_at(job[qsplit.JOB_SUMS], I32), og)
     bias = nb.carray(pointer_at(job[qsplit.JOB_BIAS], I32), job[qsplit.JOB_BIAS_SIZE])
     scale = nb.carray(pointer_at(job[qsplit.JOB_SCALE], F32), job[qsplit.JOB_SCALE_SIZE])
@@ -467,30 +428,47 @@ def _piece_of(rows, p, job):  # type: ignore[no-untyped-def]
         r0, r1, j0, j1 = p * step, min(og, (p + 1) * step), 0, cols
     else:
         r0, r1, j0, j1 = 0, og, p * step, min(cols, (p + 1) * step)
-    rp, sp, op = rows[r0:r1], sums[r0:r1], o0 + r0
-    address, signed = job[qsplit.JOB_OUT], kind & 1 != 0  # the output; int8 bytes if signed
-    if kind & 2 == 0:
-        out = nb.carray(pointer_at(address, U8), (og, p_total))
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
-    else:
-        out = nb.carray(pointer_at(address, U8), (p_total, og)).T
-        _blocks(rp, sp, b, zero, bias, scale, op, y_zero, low, high, out[r0:r1], j0, j1, signed)
+    # The output (channels x positions; int8 bytes if signed), stored channel-major or, for a
+    # transposed one, position-major: one strided type for both, so one `_blocks` build.
+    strides = (1, og) if kind & 2 else (p_total, 1)
+    out = as_strided(nb.carray(pointer_at(job[qsplit.JOB_OUT], U8), og * p_total),
+                     (og, p_total), strides)  # fmt: skip
+    _blocks(rows[r0:r1], sums[r0:r1], b, zero, bias, scale, o0 + r0, y_zero, low, high,
+            out[r0:r1], j0, j1, kind & 1 != 0)  # fmt: skip
+
+
+_WIDE = np.zeros(0, np.int16)  # the widened weight rows' type (`MADD16`; a dtype marker)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of an integer product (a pool task)."""
-    _piece(p, parfor.job(data))
+    """Piece ``p`` of an integer product of int8 weight rows (a pool task)."""
+    _piece(p, parfor.job(data), I8)
+
+
+def _task_wide(p, like, data):  # type: ignore[no-untyped-def]
+    """Piece ``p`` of an integer product of int16 weight rows (`MADD16`'s: a weight whose
+    pairs do not fit 16 bits, widened); a task of its own, so that a process builds the
+    blocks of only the rows it multiplies."""
+    _piece(p, parfor.job(data), _WIDE)
 
 
 parfor.export_task("qgemm", _task)
-FIRST_RUN_TASKS = ("qgemm",)  # every product's (`rvm.jit.first_run`): a turned one's aside
-_run_pieces = parfor.runner("qgemm")
+parfor.export_task("qgemm_wide", _task_wide)
+_run_pieces, _run_pieces_wide = parfor.runner("qgemm"), parfor.runner("qgemm_wide")
 _run_piece = parfor.caller("qgemm", "float32")
+_run_piece_wide = parfor.caller("qgemm_wide", "float32")
 _stack_job = parfor.stack_job(qsplit.JOB)
 
 
+def first_run_tasks(pairs: bool) -> tuple[str, ...]:
+    """The task a product runs (`rvm.jit.first_run`; a turned one's aside): ``qgemm_wide``
+    where its weight rows are int16 (`MADD16`, the weight's pairs not fitting 16 bits:
+    ``pairs`` false), else ``qgemm``."""
+    return ("qgemm_wide",) if MADD16 and not pairs else ("qgemm",)
+
+
 @jit(**_OPTS)
-def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
+def product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
              pairs, prep):  # type: ignore[no-untyped-def]  # fmt: skip
     """``out`` (channels x positions, or its transpose stored when ``transposed``; bytes,
     int8 ones when ``signed``) requantized from ``rows`` times the panel ``b``: in pieces of
@@ -513,10 +491,11 @@ def _product(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, trans
 @jit(**_OPTS)
 def _multiply(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, transposed, signed,
               prep):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`_product` on the rows as the micro-kernels read them: the pieces of the task ``qgemm``
-    (`_piece`), on the pool when the product is large (`split_plan`; its first pieces make
-    its operand, `qsplit.prepare`), else in the calling thread (one piece makes the operand,
-    one multiplies). The blocks (`_blocks`) are built once, in that task, not linked into
+    """`product` on the rows as the micro-kernels read them: the pieces of the task of their
+    type (``qgemm``, ``qgemm_wide``: `_piece`), on the pool when the product is large
+    (`split_plan`; its first pieces make its operand, `qsplit.prepare`), else in the calling
+    thread (one piece makes the operand, one multiplies). The blocks (`_blocks`, one build
+    for both output layouts, a row type's a task) are built once, in that task, not linked into
     each function calling them, where every level optimized and compiled them again (the
     int8 library's first build: seconds of LLVM each)."""
     og, depth, cols = rows.shape[0], rows.shape[1], b[4]
@@ -529,194 +508,15 @@ def _multiply(rows, sums, b, zero, bias, scale, o0, y_zero, low, high, out, tran
     job = _stack_job()  # the pieces end before this returns
     qsplit.job(job, rows, b, sums, bias, scale, zero, o0, y_zero, low, high, p_total, kind, step,
                out, axis, prep, threads if pieces > 1 else 1)  # fmt: skip
-    count = job[qsplit.JOB_MAKERS] + pieces
+    count, wide = job[qsplit.JOB_MAKERS] + pieces, not _byte_rows(rows)  # which task
     if pieces > 1:
-        _run_pieces(F32, count, job)
+        if wide:
+            _run_pieces_wide(F32, count, job)
+        else:
+            _run_pieces(F32, count, job)
         return
     for p in range(count):
-        _run_piece(p, job)
-
-
-@jit(inline="always", **_OPTS)
-def qconv2d(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
-            hwc=False, pairs=False):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`rvm.op.qconv2d` into ``out`` (n, o, oh, ow) of uint8 or int8; ``w`` int8, (o, cg,
-    kh, kw) or, ``hwc``, (o, kh, kw, cg); ``pairs``: its pairs fit 16 bits (`_product`)."""
-    xu, outu, flip, signed = x.view(np.uint8), out.view(np.uint8), _shift(x), _shift(out) != 0
-    qconv2d_bytes(xu, w, bias, scale, outu, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt,
-                  pl, hwc, flip, signed, pairs)  # fmt: skip
-
-
-@jit(inline="always", **_OPTS)
-def qconv2d_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, groups, sh, sw, dh, dw, pt,
-                  pl, hwc, flip, signed, pairs):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`qconv2d` on the bytes of ``x`` and ``out`` (uint8 arrays): ``flip`` 128 when ``x``'s
-    are int8 (0 for uint8), ``signed`` when ``out``'s are: one build serves every sign."""
-    o, oh, ow = w.shape[0], out.shape[2], out.shape[3]
-    cg, kh, kw = (w.shape[3], w.shape[1], w.shape[2]) if hwc else w.shape[1:]
-    og = o // groups
-    p_total = oh * ow
-    # The panel by words (4 channels of a tap) needs the weight in tap-major order: an OHWI
-    # weight is (in place when its channels are a multiple of 4); an OIHW one is reordered
-    # per call, worth it for many positions. Many channels of an OIHW weight: the weight in
-    # place, the panel a byte at a time.
-    by_words = hwc or 4 * og < p_total
-    cq = (cg + 3) // 4 if by_words else 1  # words of 4 channels
-    zero = x_zero + flip  # int8 inputs shift into uint8
-    cols = (p_total + NR - 1) // NR * NR
-    pitch = direct_pitch(oh, ow, kw, sw, dw) if by_words else 0
-    if pitch:
-        return _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw,
-                       pt, pl, hwc, pitch, flip, signed, pairs)  # fmt: skip
-    quads = kh * kw * cq if by_words else (cg * kh * kw + 3) // 4
-    words = np.zeros((quads, cols), np.uint32)  # the panel, 4 bytes a word
-    flat = words.view(np.uint8).reshape(-1)
-    b = _panel(flat, np.zeros(1, np.int64), quads, 4 * cols, cols, p_total, p_total)
-    none = np.zeros(0, np.int64)
-    for g in range(groups):
-        rows, sums = _group_rows(w, g, og, cg, cq, kh * kw, hwc, by_words, zero)
-        for n in range(x.shape[0]):
-            # by words: the panel made by the product (`qsplit.prepare`, by its pieces when split)
-            kind = qsplit.COLUMNS if by_words else qsplit.NONE
-            prep = qsplit.operand(kind, x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                                  zero, flip, words, 0, 0, none, none, words)  # fmt: skip
-            if not by_words:
-                columns_bytes(x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, zero,
-                              flip, flat.reshape(quads, cols, 4))  # fmt: skip
-            dest = out[n, g * og : (g + 1) * og].reshape(og, p_total)
-            _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
-                     signed, pairs, prep)  # fmt: skip
-    alive(words)  # written through ``prep``'s address (`qsplit.prepare`)
-
-
-@jit(**_OPTS)
-def direct_pitch(oh, ow, kw, sw, dw):  # type: ignore[no-untyped-def]
-    """The pitch (words between rows) of the image whose words a convolution's taps read in
-    place (`_direct`; an output of ``oh`` x ``ow``, ``kw`` taps ``dw`` apart in a row, ``sw``
-    apart in the input), or 0 for an im2col panel: when the columns the image's row margins
-    add to the product pass `DIRECT_SLACK_NUM` / `DIRECT_SLACK_DEN` of the panel's."""
-    pitch = ow + (kw - 1) * dw // sw
-    cols = (oh * ow + NR - 1) // NR * NR
-    if ((oh - 1) * pitch + ow) * DIRECT_SLACK_DEN > cols * DIRECT_SLACK_NUM:
-        return 0
-    return pitch
-
-
-@jit(**_OPTS)
-def _tile_columns(cols, lda):  # type: ignore[no-untyped-def]
-    """The columns the tiles without VNNI compute (`_gemm`) for a product of ``cols`` columns
-    and rows of ``lda`` depths: tiles of `NR`, the last `LANES` wide when no more are left,
-    after the last few taken by dots (`_dotted`)."""
-    cols -= _dotted(cols, lda)
-    rest = cols % NR
-    return cols - rest + (0 if rest == 0 else (LANES if rest <= LANES else NR))
-
-
-@jit(**_OPTS)
-def _gathers(og, oh, ow, pitch, quads):  # type: ignore[no-untyped-def]
-    """Whether `_direct` copies its taps' words from the image into an im2col panel
-    (`qcolumns.gather`) for ``og`` output channels of an ``oh`` x ``ow`` output, rows
-    ``pitch`` words apart, ``quads`` quads deep: without VNNI, when the tiles' columns of
-    the rows' margins would cost more multiply-adds than the words copied (`GATHER_WORD`
-    each). With VNNI never: its small maps turn around (`rvm.kernels.qturned`)."""
-    if not MADD16 or pitch == ow:
-        return False
-    lda = 4 * quads
-    extra = _tile_columns((oh - 1) * pitch + ow, lda) - _tile_columns(oh * ow, lda)
-    return extra * og * 4 > GATHER_WORD * oh * ow
-
-
-@jit(**_OPTS)
-def _group_rows(w, g, og, cg, cq, taps, hwc, by_words, zero):  # type: ignore[no-untyped-def]
-    """Group ``g``'s weight rows and their sums, in the panel's depth order (the sums zeros
-    when the input zero point ``zero`` is 0: nothing to subtract)."""
-    wanted = zero != 0
-    if hwc:
-        return hwc_weight_rows(w, g * og, og, cq, wanted)
-    if by_words:
-        return conv_weight_rows(w, g * og, og, cq, wanted)
-    wm = w[g * og : (g + 1) * og].reshape(og, cg * taps)
-    return weight_rows(wm, (cg * taps + 3) // 4, wanted)
-
-
-@jit(**_OPTS)
-def _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch):  # type: ignore[no-untyped-def]
-    """(offsets, slots, used): tap ``(u, v)``'s byte offset ``offsets[u * kw + v]`` into the
-    image `qcolumns.image` makes (``hp`` rows of ``pitch`` words a phase): it reads phase
-    ``(u * dh % sh, v * dw % sw)``, in slot ``slots[phase]`` (-1: no tap reads it; ``used``
-    slots), ``(u * dh // sh, v * dw // sw)`` words on."""
-    offsets = np.empty(kh * kw, np.int64)
-    slots = np.full(sh * sw, -1, np.int64)  # the phases the taps read, in slots
-    used = 0
-    for u in range(kh):
-        for v in range(kw):
-            phase = (u * dh % sh) * sw + v * dw % sw
-            if slots[phase] < 0:
-                slots[phase], used = used, used + 1
-            at = slots[phase] * hp * pitch + (u * dh // sh) * pitch + v * dw // sw
-            offsets[u * kw + v] = 4 * at
-    return offsets, slots, used
-
-
-@jit(**_OPTS)
-def _direct(x, w, bias, scale, out, zero, y_zero, low, high, groups, sh, sw, dh, dw, pt, pl,
-            hwc, pitch, flip, signed, pairs):  # type: ignore[no-untyped-def]  # fmt: skip
-    """A `qconv2d` whose taps read the image in place (`qcolumns.image`, split by phase of
-    the strides): output position ``(i, j)`` is column ``i * pitch + j``; tap ``(u, v)``
-    reads phase ``(u * dh % sh, v * dw % sw)`` (only the phases some tap reads are made),
-    ``(u * dh // sh, v * dw // sw)`` words on."""
-    o, oh, ow = w.shape[0], out.shape[2], out.shape[3]
-    cg, kh, kw = (w.shape[3], w.shape[1], w.shape[2]) if hwc else w.shape[1:]
-    og, cq, taps = o // groups, (cg + 3) // 4, kh * kw
-    cols = ((oh - 1) * pitch + ow + NR - 1) // NR * NR
-    hp = oh + (kh - 1) * dh // sh
-    offsets, slots, used = _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch)
-    plane = max(used * hp * pitch, cols + offsets.max() // 4)  # the last column's taps
-    words = np.empty((cq, plane), np.uint32)
-    flat = words.view(np.uint8).reshape(-1)
-    rows_of = ow if pitch > ow else oh * ow  # no margins: the columns are the positions
-    b = _panel(flat, offsets, cq, 4 * plane, cols, rows_of + pitch - ow, rows_of)
-    gathers = _gathers(og, oh, ow, pitch, taps * cq)
-    panel = np.empty((taps * cq if gathers else 0, (oh * ow + NR - 1) // NR * NR), np.uint32)
-    if gathers:  # the taps' words copied, the columns the positions
-        b = _panel(panel.view(np.uint8).reshape(-1), np.zeros(1, np.int64), taps * cq,
-                   4 * panel.shape[1], panel.shape[1], oh * ow, oh * ow)  # fmt: skip
-    kind = qsplit.GATHERED if gathers else qsplit.IMAGE
-    for g in range(groups):
-        rows, sums = _group_rows(w, g, og, cg, cq, taps, hwc, True, zero)
-        for n in range(x.shape[0]):
-            # the image (and the panel gathered from it) made by the product (`qsplit.prepare`)
-            prep = qsplit.operand(kind, x, n, g * cg, cg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                                  zero, flip, words, hp, pitch, slots, offsets, panel)  # fmt: skip
-            dest = out[n, g * og : (g + 1) * og].reshape(og, oh * ow)
-            _product(rows, sums, b, zero, bias, scale, g * og, y_zero, low, high, dest, False,
-                     signed, pairs, prep)  # fmt: skip
-    alive(words)  # read through ``prep``'s addresses (`qsplit.prepare`)
-    alive(slots)
-    alive(offsets)
-    alive(panel)
-
-
-@jit(inline="always", **_OPTS)
-def qdense(x, w, bias, scale, out, x_zero, y_zero, low, high, pairs=False):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`rvm.op.qdense` of ``x`` (m, k) into ``out`` (m, n) of uint8 or int8; ``w`` int8.
-    As a convolution's: the weight's rows broadcast, ``x``'s rows packed as the panel."""
-    qdense_bytes(x.view(np.uint8), w, bias, scale, out.view(np.uint8), x_zero, y_zero, low, high,
-                 _shift(x), _shift(out) != 0, pairs)  # fmt: skip
-
-
-@jit(inline="always", **_OPTS)
-def qdense_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, flip, signed, pairs):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`qdense` on the bytes of ``x`` and ``out`` (uint8 arrays), as `qconv2d_bytes`."""
-    m, k = x.shape
-    quads = (k + 3) // 4
-    cols = (m + NR - 1) // NR * NR
-    panel = np.zeros((quads, cols, 4), np.uint8)
-    for p in range(m):
-        for d in range(k):
-            panel[d // 4, p, d % 4] = np.uint8((np.int32(x[p, d]) + flip) & 255)
-    rows, sums = weight_rows(w, quads, x_zero + flip != 0)
-    b = _panel(panel.reshape(-1), np.zeros(1, np.int64), quads, 4 * cols, cols, m, m)
-    prep = np.zeros(qsplit.PREP, np.int64)  # `NONE`: the panel made
-    _product(rows, sums, b, x_zero + flip, bias, scale, 0, y_zero, low, high, out, True, signed,
-             pairs, prep)  # fmt: skip
+        if wide:
+            _run_piece_wide(p, job)
+        else:
+            _run_piece(p, job)

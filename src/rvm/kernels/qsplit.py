@@ -12,7 +12,7 @@ pieces make before they multiply.
   (`quads`), while the multiplying pieces wait for them; an unsplit product's one piece
   making it runs first, in the calling thread, as its one multiplying piece does;
 - the job of a product (an int64 record, `JOB` fields named by ``JOB_*``), which
-  `rvm.kernels.qgemm` writes and its pieces (runs of its task ``qgemm``) read.
+  `rvm.kernels.qgemm` writes and its pieces (runs of its tasks ``qgemm`` and ``qgemm_wide``) read.
 """
 
 from __future__ import annotations
@@ -59,14 +59,13 @@ squeezenet's 16-channel 1 x 1s spend half their time there. `split_plan` counts 
 # the panel (bytes: address, size; tap offsets: address, count; quads, ldb, columns, pitch,
 # width); the rows' sums; bias and scale (address, size each); x_zero, o0, y_zero, low, high;
 # the output's positions and kind (1 int8 else uint8, + 2 stored transposed); the step; the
-# output's address; the pieces' axis (0 columns, 1 rows); the weight rows' bytes a value (1:
-# int8, which without VNNI are rows whose pairs fit 16 bits); the operand's record (`PREP`:
-# its address), the pieces making it first, and the count of those done.
+# output's address; the pieces' axis (0 columns, 1 rows); the operand's record (`PREP`: its
+# address), the pieces making it first, and the count of those done.
 (JOB_LENGTH, JOB_ROWS, JOB_OG, JOB_DEPTH, JOB_FLAT, JOB_FLAT_SIZE, JOB_OFFSETS, JOB_TAPS,
  JOB_QUADS, JOB_LDB, JOB_COLS, JOB_PITCH, JOB_WIDTH, JOB_SUMS, JOB_BIAS, JOB_BIAS_SIZE,
  JOB_SCALE, JOB_SCALE_SIZE, JOB_ZERO, JOB_O0, JOB_Y_ZERO, JOB_LOW, JOB_HIGH, JOB_POSITIONS,
- JOB_KIND, JOB_STEP, JOB_OUT, JOB_AXIS, JOB_ROW_BYTES, JOB_PREP, JOB_MAKERS, JOB_MADE,
- JOB) = range(33)  # fmt: skip
+ JOB_KIND, JOB_STEP, JOB_OUT, JOB_AXIS, JOB_PREP, JOB_MAKERS, JOB_MADE,
+ JOB) = range(32)  # fmt: skip
 
 # The operand a product's pieces make before they multiply (int64): its kind (`NONE`: made
 # already; `COLUMNS`: an im2col panel by words, `columns`; `IMAGE`: an image, `image`;
@@ -139,7 +138,7 @@ def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
 def job(record, rows, b, sums, bias, scale, zero, o0, y_zero, low, high, positions, kind, step,
         out, axis, prep, threads):  # type: ignore[no-untyped-def]  # fmt: skip
     """Fill ``record`` (`JOB` int64s) as the job of a product of the weight ``rows`` by the
-    panel ``b`` (`rvm.kernels.qgemm`'s ``_panel``) into ``out``, cut as `split_plan` says
+    panel ``b`` (`rvm.kernels.qgemm.panel_of`) into ``out``, cut as `split_plan` says
     (``axis``, ``step``), its operand ``prep`` (`PREP`) made by its first pieces (`makers`,
     for ``threads`` threads)."""
     flat, offsets = b[0], b[1]
@@ -156,7 +155,7 @@ def job(record, rows, b, sums, bias, scale, zero, o0, y_zero, low, high, positio
     record[JOB_ZERO], record[JOB_O0], record[JOB_Y_ZERO] = zero, o0, y_zero
     record[JOB_LOW], record[JOB_HIGH] = low, high
     record[JOB_POSITIONS], record[JOB_KIND], record[JOB_STEP] = positions, kind, step
-    record[JOB_OUT], record[JOB_AXIS], record[JOB_ROW_BYTES] = out.ctypes.data, axis, rows.itemsize
+    record[JOB_OUT], record[JOB_AXIS] = out.ctypes.data, axis
     record[JOB_PREP], record[JOB_MAKERS] = prep.ctypes.data, makers(prep, threads)
 
 

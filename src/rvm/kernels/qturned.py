@@ -16,7 +16,7 @@ packed to bytes with saturation, clipped), the scales now a vector of channels; 
 vector's `MR` positions of 16 channels are put channel-major by one byte permutation into two
 registers of 8 channels x 8 positions, and each channel's bytes are stored with one masked
 store at its row of the NCHW output. Without an epilogue record the int32 sums are stored,
-a row per position. `qconv2d_turned` drives it: the image as `rvm.kernels.qgemm`'s direct
+a row per position. `qconv2d_turned` drives it: the image as `rvm.kernels.qconv`'s direct
 method builds it, weight panels split over the pool (the task ``qgemm_turned``).
 """
 
@@ -34,16 +34,16 @@ from rvm.kernels.bf16gemm import _no_unroll
 from rvm.kernels.bf16turned import position_tiles
 from rvm.kernels.jitting import jit
 from rvm.kernels.qcolumns import image
+from rvm.kernels.qconv import byte_shift, tap_offsets
+from rvm.kernels.qepilogue import EPILOGUE, Requantizer
 from rvm.kernels.qgemm import (
     _OPTS,
     PIECES_PER_THREAD,
     _requantize,
-    _shift,
-    _tap_offsets,
 )
 from rvm.kernels.qgemm import _epilogue as _epilogue_record
 from rvm.kernels.qsplit import F32, I8, I32, I64, SPLIT_MIN, U8, pointer_at
-from rvm.kernels.qtile import EPILOGUE, LANES, MR, VNNI, Requantizer, _vpdpbusd
+from rvm.kernels.qtile import LANES, MR, VNNI, _vpdpbusd
 
 __all__ = [
     "NR",
@@ -95,7 +95,7 @@ def turned(og: int, oh: int, ow: int, pitch: int, groups: int) -> bool:
     """Whether a convolution of ``og`` output channels a group, an ``oh`` x
     ``ow`` output, runs turned around (its weight in `turn_weight`'s layout): when its tiles
     use `TURN_GAIN` times the direct tiles' share of the lanes' work. Direct
-    (`rvm.kernels.qgemm._direct`): the positions with each row's margin (rows ``pitch``
+    (`rvm.kernels.qconv._direct`): the positions with each row's margin (rows ``pitch``
     words apart) in vectors of `LANES` columns, and a pass over the weight for its sums
     (`SUM_PASS`); turned: every position once (`position_tiles`), ``og`` in vectors of
     `LANES`. Only with VNNI, one group and at least `NR` channels (16 leave the turned tile's
@@ -119,7 +119,7 @@ def micro_turned(typingctx, taps, offsets, quads, a, lda, pos, b, ldb, rows, vec
     uint8 word at ``a + 4 * pos[i] + offsets[t] + s * lda`` (``pos``, ``offsets``: int64
     arrays' addresses), broadcast; the channels' int8 words of that quad the vectors at
     ``b + (t * quads + s) * ldb``. ``epi`` 0: the int32 sums stored at ``c``, a row of
-    ``ldc`` values per position; else the address of a `rvm.kernels.qtile.EPILOGUE` record:
+    ``ldc`` values per position; else the address of a `rvm.kernels.qepilogue.EPILOGUE` record:
     the sums start from the shifts of channels ``o0``.. and are requantized into its output
     at positions ``p0``.. (the first ``cols`` channels of the tile stored)."""
     sig = nt.void(*(nt.int64,) * 16)
@@ -255,7 +255,7 @@ def _epilogue(builder, acc, record, rows, o0, p0, cols, channel_mask) -> None:  
     scales = builder.inttoptr(field[1], f32.as_pointer())
     out = builder.inttoptr(field[2], i8.as_pointer())
     ldo = field[3]
-    requantize = Requantizer(builder, field)
+    requantize = Requantizer(builder, field, LANES)
     height, vectors = len(acc), len(acc[0])
     # positions p0 + [0, rows): bits [8q, 8q + rows) of the store of a register's channel q
     lanes = builder.sub(builder.shl(i64(1), rows), i64(1))
@@ -390,24 +390,24 @@ def qconv2d_turned(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh
     """`rvm.op.qconv2d` (one group) into ``out`` (n, o, oh, ow) of uint8 or int8, turned
     around (`rvm.kernels.qturned`): ``w`` the turned weight ``(panels, kh * kw * cq + 1,
     width, 4)`` (`qturned.turn_weight`, each panel's last row its channels' sums); the
-    image as `rvm.kernels.qgemm`'s direct method builds it."""
+    image as `rvm.kernels.qconv`'s direct method builds it."""
     qconv2d_turned_bytes(x.view(np.uint8), w, bias, scale, out.view(np.uint8), x_zero, y_zero,
-                         low, high, sh, sw, dh, dw, pt, pl, kh, kw, _shift(x),
-                         _shift(out) != 0)  # fmt: skip
+                         low, high, sh, sw, dh, dw, pt, pl, kh, kw, byte_shift(x),
+                         byte_shift(out) != 0)  # fmt: skip
 
 
 @jit(inline="always", **_OPTS)
 def qconv2d_turned_bytes(x, w, bias, scale, out, x_zero, y_zero, low, high, sh, sw, dh, dw, pt,
                          pl, kh, kw, flip, signed):  # type: ignore[no-untyped-def]  # fmt: skip
     """`qconv2d_turned` on the bytes of ``x`` and ``out`` (uint8 arrays), as
-    `rvm.kernels.qgemm.qconv2d_bytes`."""
+    `rvm.kernels.qconv.qconv2d_bytes`."""
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     cg, npos = x.shape[1], out.shape[2] * out.shape[3]
     cq, taps, width = (cg + 3) // 4, kh * kw, w.shape[2]
     zero = x_zero + flip
     pitch = ow + (kw - 1) * dw // sw
     hp = oh + (kh - 1) * dh // sh
-    offsets, slots, used = _tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch)
+    offsets, slots, used = tap_offsets(kh, kw, sh, sw, dh, dw, hp, pitch)
     words = np.empty((cq, used * hp * pitch), np.uint32)
     pos = np.empty(npos, np.int64)
     for i in range(npos):

@@ -231,7 +231,7 @@ def turn_qconv2d(value: Call, weight: object) -> Call | None:
     ohwi = weight if layout == "OHWI" else weight.transpose(0, 2, 3, 1)
     oh, ow = out_type.shape[2:]
     kw, sw, dw = ohwi.shape[2], attrs["strides"][1], attrs["dilation"][1]
-    pitch = ow + (kw - 1) * dw // sw  # the image's row (`rvm.kernels.qgemm._direct`)
+    pitch = ow + (kw - 1) * dw // sw  # the image's row (`rvm.kernels.qconv._direct`)
     if not qturned.turned(ohwi.shape[0], oh, ow, pitch, attrs["groups"]):
         return None
     turned = Constant(qturned.turn_weight(np.ascontiguousarray(ohwi)))
