@@ -367,3 +367,59 @@ def test_kernels_and_the_library_build_no_c_wrapper(exec_mode) -> None:
         assert vm.native_report().fallbacks == {}
         path = native_file(_NO_WRAPPER["ex"])
         assert path is not None and "no_cfunc_wrapper=True" in Path(path).read_text()
+
+
+def test_an_overload_compiles_once_for_callers_agreeing_on_the_flags_it_inherits() -> None:
+    """Numba keys an ``@overload``'s compiled implementation by its caller's whole flags; rvm's
+    key keeps those the overload's compile inherits (`numba_cache._share_overloads`, put in
+    place by `install`): callers differing in nogil, bounds checks or the C wrapper share one
+    compile, one of another fastmath or error model gets its own, and each computes the same."""
+    import numba as nb
+    from numba.core import event
+    from numba.core.typing.templates import _OverloadFunctionTemplate
+    from numba.extending import overload
+
+    numba_cache.install()
+    assert _OverloadFunctionTemplate._get_impl.__wrapped__ is not None  # on this Numba
+
+    def halve(x):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    @overload(halve)
+    def _halve(x):  # type: ignore[no-untyped-def]
+        def halve_impl(x):  # type: ignore[no-untyped-def]
+            out = np.empty(x.shape[0], np.float32)
+            for i in range(x.shape[0]):
+                out[i] = x[i] / np.float32(2.0)
+            return out
+
+        return halve_impl
+
+    def caller(x):  # type: ignore[no-untyped-def]
+        return halve(x)
+
+    compiled: list[str] = []
+
+    class Count(event.Listener):
+        def on_start(self, ev) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def on_end(self, ev) -> None:  # type: ignore[no-untyped-def]
+            fn = getattr(ev.data["dispatcher"], "py_func", None)
+            if getattr(fn, "__name__", "") == "halve_impl":
+                compiled.append(fn.__name__)
+
+    x = np.linspace(-3, 3, 11, dtype=np.float32)
+    shared = (
+        dict(nogil=True, boundscheck=False, error_model="numpy"),
+        dict(error_model="numpy"),
+        dict(error_model="numpy", no_cfunc_wrapper=True),
+    )
+    own = (dict(error_model="numpy", fastmath=True), dict(error_model="python"))
+    with event.install_listener("numba:compile", Count()):
+        for options in shared:
+            np.testing.assert_array_equal(nb.njit(**options)(caller)(x), x / 2)
+        assert len(compiled) == 1
+        for options in own:
+            np.testing.assert_array_equal(nb.njit(**options)(caller)(x), x / 2)
+        assert len(compiled) == 3

@@ -4,7 +4,7 @@ It calls `rvm.kernels.packed.dense` through its entry point (`rvm.kernels.entry`
 once for all kernels) on a 2-d view of the input, writing straight into the stage's array.
 The op's own bias, activation and residual run inside that call, per tile on the threads
 that computed it. A residual of the product's shape is read there; one that
-broadcasts (a shape known only at run time may) is added by NumPy broadcasting after the
+broadcasts (a shape known only at run time may) is added by broadcasting loops after the
 product, into the output of the broadcast shape. Any further epilogue fused into the kernel
 is one pass over the output in the same kernel, as for the other float32 anchors
 (`rvm.jit.stages`).
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
-from rvm.jit.te import Body, Tensor, Unsupported, shape_tuple
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, array_ref, shape_tuple
 from rvm.jit.views import array_view
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
@@ -73,7 +73,7 @@ def product(
             rv = array_view(kb, r, dims, (rows, str(units)))
             call(kb.root, ov, rv)
             return
-        _broadcast_residual(kb, call, t.array, r, product, (rows, str(units)))
+        _broadcast_residual(kb, call, t.array, r, (product, residual.dims, dims), rows, units)
 
     t.fill = fill
     return t
@@ -84,18 +84,29 @@ def _broadcast_residual(
     call: Callable[[Body, str, str | None], None],
     out: str,
     r: str,
-    product: tuple,
-    flat: tuple,
+    shapes: tuple[tuple, tuple, tuple],
+    rows: str,
+    units: int,
 ) -> None:
     """The product with a residual whose shape is known only at run time: in the GEMM's
-    epilogue when it is the product's (and the output's), else added by broadcasting."""
-    shape, two_d = shape_tuple(product), shape_tuple(flat)
+    epilogue when it is the product's (and the output's), else added by broadcasting in
+    loops of the kernel's own, as `KernelBuilder.elemwise` broadcasts (Numba's ``np.add`` on
+    arrays, used before, took a 3-d kernel's compile from 1.5 to 3.7 CPU-s, and ran 3-5x
+    slower)."""
+    product, rdims, dims = shapes
+    shape, two_d = shape_tuple(product), shape_tuple((rows, str(units)))
     tmp = kb.fresh("p")
     whole, broadcast = Body(kb.root, None), Body(kb.root, None)
     call(whole, f"{out}.reshape({two_d})", f"{r}.reshape({two_d})")
     broadcast.lines.append(f"{tmp} = np.empty({shape}, dtype=np.float32)")
     call(broadcast, f"{tmp}.reshape({two_d})", None)
-    broadcast.lines.append(f"np.add({tmp}, {r}, {out})")
+
+    def add(body: Body, index: list[Scalar]) -> None:
+        a = array_ref(tmp, kb.broadcast_index(product, dims, index))
+        b = array_ref(r, kb.broadcast_index(rdims, dims, index))
+        body.lines.append(f"{array_ref(out, index)} = {a} + {b}")
+
+    kb.loop_nest(broadcast, dims, add)
     kb.root.lines += [
         f"if {r}.shape == {shape} and {out}.shape == {shape}:",
         *whole.render(1),

@@ -79,6 +79,7 @@ def install() -> bool:
             drop_stale_library_code()
             _key_opt_level()
             _skip_declarations()
+            _share_overloads()
             _installed = _patch()
             _seal_library()  # around the light loads: checked before either way loads
         return _installed
@@ -177,6 +178,77 @@ def _skip_declarations() -> None:
 
     _optimize_functions.__wrapped__ = plain  # type: ignore[attr-defined]
     CPUCodeLibrary._optimize_functions = _optimize_functions
+
+
+# The names Numba's `_OverloadFunctionTemplate._get_impl` reads (Numba 0.68's), whose lookup
+# `_share_overloads` repeats with another key.
+_OVERLOAD_IMPL_READ = frozenset(
+    ("ConfigStack", "KeyError", "_build_impl", "_impl_cache", "context", "items")
+    + ("targetconfig", "top_or_none", "tuple")
+)
+
+
+def _share_overloads() -> None:
+    """Make an ``@overload``'s compiled implementation (NumPy's ``np.empty``, ``min`` of a
+    tuple...) serve every caller whose flags agree on those its compile takes from the caller.
+    Numba keys it by the caller's whole flags (`_OverloadFunctionTemplate._get_impl`), so one
+    process compiling the library (nogil, no bounds checks), its C callbacks (neither) and the
+    kernels (no C wrapper) compiled ``np.empty`` of one signature up to 7 times (session 53), each
+    the same code: the compile takes only the flags its options inherit (`_inherited_flags`:
+    ``nrt``, ``fastmath``, ``error_model``, ``forceinline``) from the caller, and the rest from
+    the overload's own options. The key here holds those inherited values only. A Numba whose
+    lookup reads other names, or whose options inherit other flags, keeps its own."""
+    from numba.core import targetconfig
+    from numba.core.typing.templates import _OverloadFunctionTemplate as cls
+
+    plain = cls.__dict__.get("_get_impl")
+    code = getattr(plain, "__code__", None)
+    if code is None or hasattr(plain, "__wrapped__"):
+        return
+    names = _inherited_flags()
+    if frozenset(code.co_names) != _OVERLOAD_IMPL_READ or names is None:
+        return
+
+    def _get_impl(self: Any, args: Any, kws: Any) -> Any:
+        flags = targetconfig.ConfigStack.top_or_none()
+        inherited = None if flags is None else tuple(_hashable(getattr(flags, n)) for n in names)
+        key = self.context, tuple(args), tuple(kws.items()), inherited
+        try:
+            return self._impl_cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable value: Numba's own key
+            return plain(self, args, kws)
+        return self._build_impl(key, args, kws)
+
+    _get_impl.__wrapped__ = plain  # type: ignore[attr-defined]
+    cls._get_impl = _get_impl
+
+
+def _inherited_flags() -> tuple[str, ...] | None:
+    """The flags a compile on Numba's CPU target takes from its caller's (the names its
+    options' ``finalize`` passes to ``inherit_if_not_set``), or None when that is unclear."""
+    import dis
+
+    from numba.core.cpu import CPUTargetOptions
+
+    try:
+        code = list(dis.get_instructions(CPUTargetOptions.finalize))
+    except TypeError:
+        return None
+    names = []
+    for k, ins in enumerate(code):
+        if ins.argval == "inherit_if_not_set":
+            if k + 1 == len(code) or not isinstance(code[k + 1].argval, str):
+                return None
+            names.append(code[k + 1].argval)
+    return tuple(names) or None
+
+
+def _hashable(value: Any) -> Any:
+    """A flag's value as a key: fastmath's options (a set, unhashable) by their flags."""
+    flags = getattr(value, "flags", None)
+    return (type(value).__name__, frozenset(flags)) if isinstance(flags, set) else value
 
 
 def _seal_library() -> None:
