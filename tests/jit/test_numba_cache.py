@@ -228,12 +228,34 @@ def test_a_user_modules_object_code_is_dropped_after_the_library_changes(
     assert not any(f.exists() for f in planted) and other.exists()
 
 
-def test_the_native_helpers_object_code_follows_the_library() -> None:
-    from rvm.runtime.modes import native_support
+NATIVE_STAMP = """
+import sys
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from rvm.kernels import numba_cache
+from rvm.runtime.modes import native_support
+path = Path(native_support.__file__)
+stamp = numba_cache.object_code_dir(path) / f"{{path.stem}}.library"
+assert stamp.read_text() == numba_cache.library_digest(), stamp
+print(stamp)
+"""
 
-    path = Path(native_support.__file__)
-    stamp = object_code_dir(path) / f"{path.stem}.library"
-    assert stamp.read_text() == numba_cache.library_digest()
+
+def test_the_native_helpers_object_code_follows_the_library(tmp_path) -> None:
+    """Importing `native_support` stamps its object code with the library's digest. In a
+    process of its own, with its own cache: in this one the module was imported by whichever
+    test came first, perhaps while that test pointed Numba's cache elsewhere."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env["RVM_CACHE_DIR"] = str(tmp_path / "rvm")
+    done = subprocess.run(
+        [sys.executable, "-c", NATIVE_STAMP.format(src=SRC)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert Path(done.stdout.strip()).is_relative_to(tmp_path / "numba")
 
 
 LEVELS = """
