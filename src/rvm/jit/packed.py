@@ -73,7 +73,7 @@ def product(
             rv = array_view(kb, r, dims, (rows, str(units)))
             call(kb.root, ov, rv)
             return
-        _broadcast_residual(kb, call, t.array, r, (product, residual.dims, dims), rows, units)
+        _broadcast_residual(kb, call, t.array, r, product, residual.dims, dims, rows, units)
 
     t.fill = fill
     return t
@@ -84,7 +84,9 @@ def _broadcast_residual(
     call: Callable[[Body, str, str | None], None],
     out: str,
     r: str,
-    shapes: tuple[tuple, tuple, tuple],
+    product: tuple,
+    rdims: tuple,
+    dims: tuple,
     rows: str,
     units: int,
 ) -> None:
@@ -92,8 +94,8 @@ def _broadcast_residual(
     epilogue when it is the product's (and the output's), else added by broadcasting in
     loops of the kernel's own, as `KernelBuilder.elemwise` broadcasts (Numba's ``np.add`` on
     arrays, used before, took a 3-d kernel's compile from 1.5 to 3.7 CPU-s, and ran 3-5x
-    slower)."""
-    product, rdims, dims = shapes
+    slower). ``product``, ``rdims`` and ``dims`` are the product's, the residual's and the
+    output's shapes, ``rows`` x ``units`` the product's as a matrix."""
     shape, two_d = shape_tuple(product), shape_tuple((rows, str(units)))
     tmp = kb.fresh("p")
     whole, broadcast = Body(kb.root, None), Body(kb.root, None)

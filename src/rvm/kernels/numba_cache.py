@@ -183,9 +183,9 @@ def _skip_declarations() -> None:
 # The names Numba's `_OverloadFunctionTemplate._get_impl` reads (Numba 0.68's), whose lookup
 # `_share_overloads` repeats with another key.
 _OVERLOAD_IMPL_READ = frozenset(
-    ("ConfigStack", "KeyError", "_build_impl", "_impl_cache", "context", "items")
-    + ("targetconfig", "top_or_none", "tuple")
-)
+    ("ConfigStack", "KeyError", "_build_impl", "_impl_cache", "context", "items", "targetconfig",
+     "top_or_none", "tuple")
+)  # fmt: skip
 
 
 def _share_overloads() -> None:
