@@ -223,3 +223,50 @@ def test_avx512_path_compiles(tmp_path) -> None:
         timeout=840,
     )
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
+
+
+_WIDE = """
+import re
+import numba
+from llvmlite import binding as llvm
+{before}
+from rvm.kernels import cpu
+host = llvm.get_host_cpu_features().flatten()
+wide = {explicit} is None and {before_flag} is False and "+avx512f" in host.split(",")
+features = cpu.target_features()
+assert features == (host + "," + cpu.WIDE_VECTORS if wide else {explicit} or host), features
+
+@numba.njit(fastmath=True)
+def axpy(a, x, y):
+    for i in range(y.size):
+        y[i] += a * x[i]
+
+import numpy as np
+x = np.ones(1000, np.float32)
+axpy(np.float32(2), x, x)
+asm = "".join(axpy.inspect_asm().values())
+if wide:  # a loop LLVM vectorizes takes 512-bit vectors, whatever its tuning for the CPU
+    assert re.search(r"%zmm", asm), "no zmm in the vectorized loop"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("case", ["host", "explicit", "numba_first"])
+def test_loops_vectorize_at_the_hosts_full_width(tmp_path, case: str) -> None:
+    """`cpu.wide_vectors`: on an AVX-512 host with no ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``,
+    Numba compiles for the host's features and ``-prefer-256-bit``, so loops it vectorizes take
+    zmm registers on Intel's cores too (LLVM's tuning there prefers 256 bits). Features a user
+    set stay theirs, and so does a code generator Numba made before rvm's first use; on another
+    host nothing is added."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))
+    env["NUMBA_OPT"] = str(cpu.DEFAULT_OPT)
+    explicit = None
+    if case == "explicit":
+        explicit = env["NUMBA_CPU_FEATURES"] = HASWELL
+    before = "numba.njit(lambda: 1)()" if case == "numba_first" else ""
+    script = _WIDE.format(before=before, explicit=repr(explicit), before_flag=case == "numba_first")
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rvm.kernels import apart
-from rvm.kernels.cpu import opt_key, tuning_key
+from rvm.kernels.cpu import opt_key, tuning_key, wide_vectors
 
 logger = logging.getLogger("rvm.jit")
 
@@ -75,6 +75,7 @@ def install() -> bool:
     global _installed
     with _lock:
         if _installed is None:
+            wide_vectors()  # before anything compiles: the features every build keys on
             apart.install(check_object_code, seal_object_code)  # helpers compile, if isolated
             drop_stale_library_code()
             _key_opt_level()
