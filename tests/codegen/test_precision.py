@@ -156,10 +156,31 @@ def bf16_executables():
     return get
 
 
-def test_the_native_way_follows_the_cpu() -> None:
+def test_the_native_way_follows_the_cpu_and_its_dot_products_speed(monkeypatch, caplog) -> None:
+    """The bf16 ops where the CPU has a bf16 dot product doing more multiply-adds a second
+    than its float32 FMAs, or one that cannot be timed (a cross build); else the rounded way,
+    which says why once, at INFO."""
     from rvm.kernels.bf16gemm import DPBF16
+    from rvm.op.bf16 import bf16_dot_speed
 
-    assert native_way() == ("bf16" if DPBF16 else "rounded")
+    speed = bf16_dot_speed()
+    fast = speed is None or speed[0] > speed[1]
+    assert native_way() == ("bf16" if DPBF16 and fast else "rounded")
+    monkeypatch.setattr(to_bf16_module, "has_bf16_dot", lambda: True)
+    with caplog.at_level("INFO", logger="rvm.transform"):
+        for speed, way in (((2e9, 1e9), "bf16"), (None, "bf16"), ((11e9, 23e9), "rounded")):
+            monkeypatch.setattr(to_bf16_module, "bf16_dot_speed", lambda s=speed: s)
+            assert native_way() == way
+            assert native_way() == way
+    said = [r.getMessage() for r in caplog.records if "multiply-adds" in r.getMessage()]
+    assert said == [
+        "rvm: this CPU's bf16 dot product (vdpbf16ps) does 11G multiply-adds a second on one "
+        "core, its float32 FMAs 23G: precision='bf16' runs its convolutions and GEMMs as float32"
+        " kernels on weights rounded to bf16 at compile time (activations stay float32), its "
+        "GEMVs of a few rows on bf16 weights"
+    ]
+    monkeypatch.setattr(to_bf16_module, "has_bf16_dot", lambda: False)
+    assert native_way() == "rounded"
     with pytest.raises(ValueError, match="way must be one of"):
         to_bf16(MODEL, "fp16")
 

@@ -471,6 +471,24 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
     assert run.stderr.count("INFO:rvm.transform:rvm: this CPU has no bf16 dot") == 1, run.stderr
 
 
+def test_the_dot_products_speed_is_timed_where_it_can_be() -> None:
+    """`bf16speed` times ``vdpbf16ps`` against float32 FMAs where the host and the target have
+    AVX512-BF16 (their loops sum what they should), and refuses elsewhere."""
+    from rvm.kernels import bf16speed
+
+    if not bf16speed.measurable():
+        assert bf16speed.measured() is None
+        with pytest.raises(RuntimeError, match="no AVX512-BF16"):
+            bf16speed.dot_speed()
+        return
+    # 0.5's bits as a bf16 pair are (0, 0.5): each step adds 0.5 * 0.5 to each lane either way
+    want = bf16speed.ACCUMULATORS * bf16gemm.LANES * 3 * 0.25
+    assert bf16speed._dots(3, 0.5) == want and bf16speed._fmas(3, 0.5) == want
+    dots, fmas = bf16speed.measured()
+    assert 1e8 < dots < 1e13 and 1e8 < fmas < 1e13  # multiply-adds a second of one core
+    assert bf16speed.measured() == (dots, fmas)  # timed once a process
+
+
 def test_large_gemv_in_pieces(blas_threads: int) -> None:
     """A batch-1 dense layer with a large weight runs its rows in pieces on the pool."""
     rng = np.random.default_rng(7)

@@ -103,6 +103,15 @@ def has_bf16_dot() -> bool:
     return bool(DPBF16)
 
 
+def bf16_dot_speed() -> tuple[float, float] | None:
+    """(bf16 dot products, float32 FMAs) a second on one core of this CPU, timed once a
+    process, or None where they cannot be (`rvm.kernels.bf16speed.measured`), imported when a
+    pass asks (`rvm.transform.to_bf16.native_way`)."""
+    from rvm.kernels.bf16speed import measured
+
+    return measured()
+
+
 def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     """The panel width a convolution's kernel runs turned around with on this CPU (0: not),
     imported when a pass asks: `rvm.kernels.bf16turned.turned_panel`."""

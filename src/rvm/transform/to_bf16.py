@@ -35,7 +35,9 @@ rounded once, by the producer, while in cache (`_join_prologues`, `_pair_planes`
 Where the CPU has no bf16 dot product (``vdpbf16ps``: `rvm.kernels.bf16gemm.DPBF16`), the bf16
 kernels could only widen each bf16 pair to float32 and multiply in float32 -- as many FMAs as
 float32's, plus the widening and each call's rounding of the activations, in a smaller tile
-(AVX2's 16 registers hold fewer accumulators beside the widened operands). There the pass
+(AVX2's 16 registers hold fewer accumulators beside the widened operands); where its dot
+product does fewer multiply-adds a second than its float32 FMAs (timed: `native_way`), the
+bf16 kernels would run at that lower rate. There the pass
 takes the ``"rounded"`` way (`WAYS`; the default follows the CPU, `native_way`): each product
 it would convert keeps its float32 op and kernel, with its weight rounded to bf16 here, once
 (float32 values that are bf16 values): products of bf16 values are exact in float32, so a
@@ -71,6 +73,7 @@ from rvm.op.bf16 import (
     PAIRINGS,
     _round_bf16,
     bf16_bits,
+    bf16_dot_speed,
     conv_pairing,
     conv_pairs,
     default_pair_panel,
@@ -115,19 +118,37 @@ WAYS = ("bf16", "rounded")
 
 def native_way() -> str:
     """The `WAYS` this CPU target runs fastest: ``"bf16"`` with a bf16 dot product
-    (`rvm.kernels.bf16gemm.DPBF16`), else ``"rounded"``."""
-    return "bf16" if has_bf16_dot() else "rounded"
+    (`rvm.kernels.bf16gemm.DPBF16`) that does more multiply-adds a second than float32's FMAs
+    (`rvm.op.bf16.bf16_dot_speed`, timed once a process; untimed, a cross build: bf16), else
+    ``"rounded"``: on an Intel Emerald Rapids without AMX ``vdpbf16ps`` runs at half the
+    FMAs' rate, and rvm's bf16 kernels took 1.3-1.5x float32's time in a model."""
+    if not has_bf16_dot():
+        _say_way("rounded", None)
+        return "rounded"
+    speed = bf16_dot_speed()
+    way = "bf16" if speed is None or speed[0] > speed[1] else "rounded"
+    _say_way(way, speed)
+    return way
 
 
 @functools.cache
-def _say_way(way: str) -> None:
+def _say_way(way: str, speed: tuple[float, float] | None) -> None:
     """Logs once per process which way bf16 products take, when it is not the bf16 ops."""
-    if way == "rounded":
-        logger.info(
-            "rvm: this CPU has no bf16 dot product (AVX512-BF16): precision='bf16' runs its "
-            "convolutions and GEMMs as float32 kernels on weights rounded to bf16 at compile "
-            "time (activations stay float32), its GEMVs of a few rows on bf16 weights"
+    if way != "rounded":
+        return
+    if speed is None:
+        why = "this CPU has no bf16 dot product (AVX512-BF16)"
+    else:
+        why = (
+            f"this CPU's bf16 dot product (vdpbf16ps) does {speed[0] / 1e9:.0f}G multiply-adds "
+            f"a second on one core, its float32 FMAs {speed[1] / 1e9:.0f}G"
         )
+    logger.info(
+        "rvm: %s: precision='bf16' runs its convolutions and GEMMs as float32 kernels on "
+        "weights rounded to bf16 at compile time (activations stay float32), its GEMVs of a "
+        "few rows on bf16 weights",
+        why,
+    )
 
 
 def bf16_rows(weight: np.ndarray) -> np.ndarray:
@@ -199,7 +220,6 @@ def to_bf16(mod: IRModule, way: str | None = None) -> IRModule:
     funcs = map_functions(mod, rewrite)
     if not converted:
         return mod
-    _say_way(way)
     logger.debug(
         "to_bf16 (%s): %d products in bf16 (%d conv epilogues joined, %d prologues, %d pair planes "
         "between convolutions), weights %.2f MB", way, converted, joined, prologues, planes,
