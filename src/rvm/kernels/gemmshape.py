@@ -89,14 +89,21 @@ def panel_width() -> int:
 
 
 KC = depth_block(cpu(), MR)
-PACK_B = VECTORS * LANES * 4 <= cpu().line
+PACK_B = True
 """Whether a plain GEMM (one run of B's rows, no table) copies B's blocks into panels of `NR`
-columns first (`sgemm._packed_blocks`): where a tile's row of B is one cache line (AVX2's 16
-floats), read in place its ``KC`` rows are ``KC`` lines on as many pages, which the hardware
-does not prefetch. On a Zen 3 core (AVX2, 32 KB L1d, 512 KB L2) the GEMMs of resnet50's and
-squeezenet's 1x1 convolutions went from 31-49 GFLOP/s (0.52-0.81 of ONNX Runtime's MLAS, which
-packs B too) to 44-80 (0.75-1.28 of MLAS), packed panels read by `microkernel.micro_panel`.
-AVX-512's three lines a row were not measured packed: they read in place."""
+columns first (`sgemm._packed_blocks`), on every CPU. Read in place, a tile's ``KC`` rows of B
+are ``KC`` short runs ``ldb`` floats apart: where a run is one cache line (AVX2's 16 floats)
+they are as many lines on as many pages, which the hardware does not prefetch; where it is
+three (AVX-512's 48 floats), a run that does not start on a line loads each vector across two
+lines, and rows 4 KB apart fall in one set of L1d. On a Zen 3 core (AVX2, 32 KB L1d, 512 KB
+L2) the GEMMs of resnet50's and squeezenet's 1x1 convolutions went from 31-49 GFLOP/s (0.52-0.81
+of ONNX Runtime's MLAS, which packs B too) to 44-80 (0.75-1.28 of MLAS), packed panels read by
+`microkernel.micro_panel`. On an Intel Emerald Rapids core (AVX-512 at full width, 48 KB L1d,
+2 MB L2; one thread, operands in cache, session 54) packed panels ran 150-155 GFLOP/s whatever
+B's alignment and stride, in place 108-132 (1000 x 169 x 512, 256 x 1536 x 512, 128 x 784 x
+256 with B a float off a line) and 81-86 on rows 4 KB apart (96 x 1024 x 576); squeezenet took
+0.90 of its time (two threads, quiet, back to back). AVX-512 had read B in place on the Zen 4
+and Zen 5 without a measurement against packing."""
 BLOCK_BYTES = block_bytes(cpu())
 PACK_FLOATS = max(KC * NR, BLOCK_BYTES // 4)
 """The floats of `sgemm._packed_blocks`' panels, the most a block of B takes (``min(KC, k)``

@@ -21,10 +21,10 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   registers); it stores the tile once per block;
 - A is not packed (BLIS packs both operands): its rows are read where they are, each a
   unit-stride stream. Packing A's band cost 4.5 times a plain copy of A, most of a GEMM with
-  few columns (a 7 x 7 image's 49). B's rows are read in place where a tile's row of B is
-  several cache lines (AVX-512's three); where it is one (AVX2's 16 floats), a plain GEMM
-  copies each block of B into panels of `NR` columns first and its tiles read them without
-  masks (`PACK_B`, `_packed_blocks`, in a block kept across calls: `PACK_FLOATS`), B's rows
+  few columns (a 7 x 7 image's 49). A plain GEMM copies each block of B into panels of `NR`
+  columns first and its tiles read them without masks (`PACK_B`: read in place, B's rows
+  split vectors across lines and share L1d's sets; `_packed_blocks`, in a block kept across
+  calls: `PACK_FLOATS`), B's rows
   by their stride or through a table, in runs whose C columns lie end to end (`packs`: a
   convolution's taps, its im2col straight into the panels); with few rows of C, the first
   band's tiles pack B as they read it in place (`IN_PLACE_ROWS`); without
