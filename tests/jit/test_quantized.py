@@ -197,6 +197,10 @@ PAIR_POOLS = [
     # of 1 with an odd width (the pairs would straddle rows) takes the runs
     ((1, 3, 109, 109), (3, 3), (2, 2), (0, 0)),
     ((2, 2, 14, 15), (3, 3), (2, 2), (1, 1)),
+    # rows shorter than `qpool.FLAT_PAIRS` take the pairs of a plane's whole run at once
+    # (squeezenet's 27 -> 13, a one-row output)
+    ((2, 5, 27, 27), (3, 3), (2, 2), (0, 0)),
+    ((1, 2, 3, 8), (3, 3), (2, 2), (0, 0)),
     ((1, 2, 8, 10), (2, 3), (3, 2), (0, 1)),
     ((1, 2, 7, 9), (3, 3), (1, 2), (1, 0)),
 ]
