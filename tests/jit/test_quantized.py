@@ -197,6 +197,10 @@ PAIR_POOLS = [
     # of 1 with an odd width (the pairs would straddle rows) takes the runs
     ((1, 3, 109, 109), (3, 3), (2, 2), (0, 0)),
     ((2, 2, 14, 15), (3, 3), (2, 2), (1, 1)),
+    # rows shorter than `qpool.FLAT_PAIRS` take the pairs of a plane's whole run at once
+    # (squeezenet's 27 -> 13, a one-row output)
+    ((2, 5, 27, 27), (3, 3), (2, 2), (0, 0)),
+    ((1, 2, 3, 8), (3, 3), (2, 2), (0, 0)),
     ((1, 2, 8, 10), (2, 3), (3, 2), (0, 1)),
     ((1, 2, 7, 9), (3, 3), (1, 2), (1, 0)),
 ]
@@ -781,9 +785,11 @@ def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     assert qsplit.split_plan(1000, 2048, nr, 2)[0] == 1  # a dense product of one row
     assert qsplit.split_plan(16, 64, 2 * nr, 2)[2] == 1  # too little work a piece
     # a shallow product (a 16-channel 1 x 1 at 55 x 55, 3.1M multiply-adds): its tiles' fixed
-    # cost counted, split, in pieces a multiple of the threads
+    # cost counted, split, in pieces a multiple of the threads (by columns with AVX2's tiles;
+    # with VNNI's 8-row tiles its 64 channels, 8 tiles, share out as evenly by rows)
     axis, step, pieces = qsplit.split_plan(64, 16, 3040, 2)
-    assert axis == 0 and pieces >= 2 and pieces % 2 == 0
+    assert pieces >= 2 and pieces % 2 == 0
+    assert step * pieces == 64 if axis == 1 else step * pieces >= 3040
     assert qsplit.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
 
 
