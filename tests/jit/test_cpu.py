@@ -151,7 +151,8 @@ for threads in (1, 2):
     if every:  # pools 1 apart on maps narrower than 8 lanes: a method of their own
         test_pool.test_pools_of_small_maps_stacked_match_reference_with_nan("float32")
 for mode in ("bytecode", "compiled", "native"):  # a model through the build-time transform
-    test_winograd.test_onnx_model_against_onnxruntime(mode)
+    for n, h, w in test_winograd.MODEL_MAPS:
+        test_winograd.test_onnx_model_against_onnxruntime(mode, n, h, w)
 for m in test_sgemm.SIZES_M:
     for n in test_sgemm.SIZES_N:
         test_sgemm._run(m, n, sgemm.KC + 3, True)
