@@ -380,9 +380,10 @@ def prefers(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, gemm_run):  # type: ig
     vgg19 and alexnet more but cost the first run seconds of building the packed entry point
     (issue 24's goals), so it is not taken.
 
-    Where a tile's row of the GEMM's B is one cache line (`rvm.kernels.sgemm.PACK_B`: AVX2's
-    two vectors of 8), the GEMMs lose what the floors above weigh: their taps, read in place,
-    are one line a row on as many pages (the reason a plain GEMM packs B there), and a plain
+    Where the GEMM packs B (`rvm.kernels.sgemm.PACK_B`: every CPU since session 54; the
+    floors below were measured where a tile's row of B is one cache line, AVX2's two vectors
+    of 8), the GEMMs lose what the floors above weigh: their taps, read in place, are one
+    line a row on as many pages (the reason a plain GEMM packs B there), and a plain
     GEMM copies its B at each call as the direct method copies its input. Measured on a Zen 3
     (AVX2, one thread, `benchmarks/conv_methods.py`), the taps GEMMs ran at 33-54 GFLOP/s
     against the direct method's 60-90 on every 3 x 3 and 5 x 5 layer from `BUILT_DEPTH`

@@ -109,9 +109,7 @@ def wide_vectors() -> None:
         return
     if "_toplevel_target_context" in vars(registry.cpu_target):  # the generator exists
         return
-    from llvmlite import binding as llvm
-
-    host = llvm.get_host_cpu_features().flatten()
+    host = _host_features()
     if "+avx512f" not in host.split(","):
         return
     config.CPU_FEATURES = f"{host},{WIDE_VECTORS}"
@@ -121,12 +119,17 @@ def target_features() -> str:
     """The CPU features Numba compiles for, as its codegen reads them: ``NUMBA_CPU_FEATURES``
     (empty by default when ``NUMBA_CPU_NAME`` is ``generic``; see `wide_vectors`), else the
     host's."""
-    from llvmlite import binding as llvm
     from numba.core import config
 
     wide_vectors()
     if config.CPU_FEATURES is not None:
         return config.CPU_FEATURES
+    return _host_features()
+
+
+def _host_features() -> str:
+    from llvmlite import binding as llvm
+
     return llvm.get_host_cpu_features().flatten()
 
 

@@ -133,7 +133,7 @@ maps 0.97-1.03; from 224 rows it lost 1-6% (576->224 at 14 x 14, 64->256 at 56 x
 at 14 x 14, 512->1000 at 13 x 13): the gain goes as the pack's share, two floats moved a column
 of B against ``m`` multiply-adds, while the in-place band's own slowing does not. The
 break-even is the machine's (`in_place_rows`): 128 there (512 KB of L2, B's block 256 KB, `KC`
-512); with AVX-512 (where `PACK_B` is false, so no block is packed) a 1 MB L2 gives 256."""
+512); a 1 MB L2 gives 256."""
 FUSED_EPILOGUE = PACK_B
 """Whether `sgemm.sgemm_segments` applies a convolution's epilogue (a per-row bias, a residual,
 a ReLU: ``epilogue``) in registers as it stores each tile of its last depth block, so that C is
