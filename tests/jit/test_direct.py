@@ -578,8 +578,9 @@ def test_a_saved_executable_with_packed_weights_loads_and_runs(tmp_path) -> None
         (1, 16, 55, 55, 64, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # squeezenet's expand
         (1, 32, 28, 29, 96, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # 3 panels
         (1, 24, 30, 30, 48, (3, 3), (2, 2), (1, 1), 2, (0, 1, 0, 1)),  # groups, a stride
+        (1, 64, 7, 7, 240, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1)),  # 5 panels of 7 bands
     ],
-    ids=["expand", "panels", "groups"],
+    ids=["expand", "panels", "groups", "small-map"],
 )
 def test_same_bits_at_every_thread_count(case) -> None:
     """Bands cut on the pool in guided ranges (`parfor.guided_range`: each panel's last
@@ -601,3 +602,21 @@ def test_same_bits_at_every_thread_count(case) -> None:
     np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-3)
     for out in outs[1:]:
         np.testing.assert_array_equal(out, outs[0])
+
+
+def test_small_maps_split_whole_panels_and_cut_the_last() -> None:
+    """On few bands a panel (`direct._split`), the threads take whole panels and only the
+    last ``units % threads`` are cut, a chunk a thread; on many, every panel is cut into
+    enough pieces to even out the threads."""
+    split = direct._split.py_func
+    per = direct.PIECES_PER_THREAD
+    assert split(11, 7, 2) == (2, 10)  # resnet50's 512 channels on 7 x 7: one panel cut
+    assert split(5, 7, 3) == (3, 3)
+    assert split(4, 7, 2) == (2, 4)  # as many whole panels a thread: none cut
+    assert split(1, 7, 2) == (7, 0)  # fewer panels than threads: cut as before
+    assert split(43, 7, 2) == (1, 0)  # panels enough: none cut
+    many = per * 2
+    assert split(2, many, 2) == (per, 0)  # a large map: every panel cut, as before
+    for units, bands, threads in ((11, 7, 2), (5, 7, 3), (2, 100, 2), (3, 5, 4)):
+        chunks, whole = split(units, bands, threads)
+        assert 0 <= whole <= units and 1 <= chunks <= bands
