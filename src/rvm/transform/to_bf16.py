@@ -48,8 +48,9 @@ so do attention's operands (no weights: nothing to round once). Products of a fe
 (`GEMV_ROWS`) still take ``dense_bf16``: a GEMV reads each weight once, and reading half the
 bytes made vgg19's 25088 x 4096 classifier layer 1.75x as fast (one AVX2 core); its input
 stays float32 too (``input="float32"``: its FMAs widen the weight and take the input as it
-is, so rounding the input bought only error). The pass says once in the log which way runs
-and why.
+is, so rounding the input bought only error: over 200 random inputs, zfnet512's logits 6.3e-3
+off float32's, bvlc_alexnet's 8.5e-3, against 4.9e-3 and 6.3e-3 with it float32). The pass
+says once in the log which way runs and why.
 
 Algorithm: one walk over each straight-line region (`map_regions`), remembering constants
 bound to variables and the convolutions whose epilogue may still grow; each matching call is
