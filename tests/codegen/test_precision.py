@@ -193,6 +193,10 @@ def test_the_rounded_way_keeps_float32_kernels_on_rounded_weights() -> None:
     ops = _ops(rounded)
     assert "conv2d_bf16" not in ops and "dense_packed_bf16" not in ops
     assert ops.count("dense_bf16") == 1 and ops.count("conv2d") == 3
+    for way, input in (("rounded", "float32"), ("bf16", "bf16")):  # the GEMV's activations
+        gemv = next(b.value for b in _converted(MODEL, way)["main"].body.bindings
+                    if _is(b, "dense_bf16"))  # fmt: skip
+        assert gemv.attrs["input"] == input
     att = next(b.value for b in rounded["main"].body.bindings if _is(b, "attention"))
     assert att.attrs.get("precision", "fp32") == "fp32"
     weights = [
@@ -209,19 +213,24 @@ def test_the_rounded_way_keeps_float32_kernels_on_rounded_weights() -> None:
 @pytest.mark.parametrize("exec_mode", EXEC_MODES)
 def test_the_rounded_way_against_numpy(exec_mode: str) -> None:
     """The float32 kernels on rounded weights give NumPy's products of the rounded weights
-    and the float32 input: a dense of 7 rows, a 3 x 3 convolution."""
+    and the float32 input: a dense of 7 rows, a 3 x 3 convolution; so does the GEMV of 2
+    rows on the weight's bf16 bits (``dense_bf16``), its input not rounded."""
     x = Var("x", tensor((7, 40), F32))
     img = Var("img", tensor((1, 16, 9, 9), F32))
     w = RNG.standard_normal((24, 40)).astype(F32)
     wc = RNG.standard_normal((8, 16, 3, 3)).astype(F32)
     bb = Builder()
     with bb.function("main", [x, img]):
-        bb.emit_output(Tuple((bb.emit(op.dense(x, const(w))), bb.emit(op.conv2d(img, const(wc))))))
+        d = bb.emit(op.dense(x, const(w)))
+        g = bb.emit(op.dense(bb.emit(op.strided_slice(x, [0], [2], axes=[0])), const(w)))
+        bb.emit_output(Tuple((d, bb.emit(op.conv2d(img, const(wc))), g)))
     ex = _compiled(bb.get(), "rounded", progress=False)
     xs = RNG.standard_normal((7, 40)).astype(F32)
     im = RNG.standard_normal((1, 16, 9, 9)).astype(F32)
-    got_d, got_c = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](xs, im)
+    got_d, got_c, got_g = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](xs, im)
     np.testing.assert_allclose(got_d, xs @ _round_bf16(w).T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_g, xs[:2] @ _round_bf16(w).T, rtol=1e-5, atol=1e-5)
+    assert np.abs(got_g - _round_bf16(xs[:2]) @ _round_bf16(w).T).max() > 1e-3
     windows = np.lib.stride_tricks.sliding_window_view(im[0], (3, 3), axis=(1, 2))
     want = np.einsum("chwij,ocij->ohw", windows, _round_bf16(wc))[None]
     np.testing.assert_allclose(got_c, want, rtol=1e-4, atol=1e-4)

@@ -117,6 +117,22 @@ def test_dense(m: int, k: int, n: int, blas_threads: int) -> None:
     np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 129, 17), (bf16.GEMV_ROWS + 1, 7, 33)])
+def test_dense_of_float32_inputs(m: int, k: int, n: int, blas_threads: int) -> None:
+    """``exact`` (``dense_bf16``'s ``input="float32"``): ``x`` as it is times the bf16
+    weight, by GEMVs whatever the rows, to float32's rounding; not ``bf16(x)``'s product."""
+    rng = np.random.default_rng(m * k + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    bf16.dense(x, bf16_rows(w), out, True)
+    want = x.astype(np.float64) @ _rounded(w).T.astype(np.float64)
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k))
+    reference = numpy_ref.dense_bf16(x, bf16_rows(w), input="float32")
+    np.testing.assert_allclose(out, reference, rtol=RTOL, atol=RTOL * np.sqrt(k))
+    assert np.abs(out - _rounded(x) @ _rounded(w).T).max() > 1e-3  # x was not rounded
+
+
 @pytest.mark.parametrize(
     "m,k,n",
     [(1, 1, 5), (bf16gemm.MR + 1, 7, bf16gemm.NR + 1), (3 * bf16gemm.MR, 1031, 50)],

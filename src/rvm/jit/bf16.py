@@ -22,7 +22,7 @@ from rvm.jit.views import array_view
 from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
-from rvm.op.bf16 import PAIRINGS, PROLOGUES, split_operands
+from rvm.op.bf16 import INPUTS, PAIRINGS, PROLOGUES, split_operands
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
 # of the weight, float32 out (and the convolution's float32 bias, residual and prologue's
@@ -60,7 +60,8 @@ def _dense(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tens
         xv = array_view(kb, kb.materialize(x, out), x.dims, (rows, x.dims[-1]))
         wv = kb.materialize(w)
         ov = array_view(kb, t.array, dims, (rows, w.dims[0]))
-        kb.call_entry("dense_bf16", (xv, wv, ov), (0,), entry.variant(_VARIANT[:3]))
+        exact = INPUTS.index(attrs.get("input", "bf16"))  # 1: x as it is, not rounded
+        kb.call_entry("dense_bf16", (xv, wv, ov), (exact,), entry.variant(_VARIANT[:3]))
 
     t.fill = fill
     return t

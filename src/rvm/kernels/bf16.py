@@ -5,9 +5,11 @@ of bf16 values, laid out as the GEMM's A (`rvm.kernels.bf16gemm`): ``(rows, kp)`
 row's depth padded to an even ``kp`` with zeros. Activations arrive in float32 and are rounded
 (to nearest even) to bf16 per call, packed in pairs as the GEMM's B:
 
-- `dense(x, w, out)`: ``out[m, n] = bf16(x[m, k]) @ w[n, kp].T``. A few rows (a batch-1
+- `dense(x, w, out, exact)`: ``out[m, n] = bf16(x[m, k]) @ w[n, kp].T``. A few rows (a batch-1
   classifier) take a GEMV over ``w``'s rows (float32 FMAs on widened bf16, half the bytes of
-  float32 weights); more take the GEMM ``out.T = w @ pack(x.T)``, then a transpose.
+  float32 weights); more take the GEMM ``out.T = w @ pack(x.T)``, then a transpose. With
+  ``exact`` (the ``"rounded"`` way's GEMVs, `rvm.transform.to_bf16`), ``x`` is not rounded:
+  ``x @ w.T``, GEMVs only.
 - `gemm(like, a, lda, b, c, ldc, m, n, k2)`: the GEMM on the pool, which the convolution
   (`rvm.kernels.bf16conv`) calls too.
 
@@ -249,9 +251,10 @@ def _check_dense(x, w, out):  # type: ignore[no-untyped-def]
 
 
 @jit(inline="always", **_OPTS)
-def dense(x, w, out):  # type: ignore[no-untyped-def]
+def dense(x, w, out, exact=False):  # type: ignore[no-untyped-def]
     """``out[m, n] = bf16(x[m, k]) @ w[n, kp].T`` with float32 sums; ``w`` int16 bf16 bits,
-    all 2-d."""
+    all 2-d. With ``exact``, ``x`` as it is, not rounded (``dense_bf16``'s ``activations``
+    ``"float32"``): GEMVs for every row, whose FMAs take float32 ``x`` at no cost."""
     _check_dense(x, w, out)
     m, k = x.shape
     n, kp = w.shape
@@ -259,15 +262,16 @@ def dense(x, w, out):  # type: ignore[no-untyped-def]
         return
     xc = np.ascontiguousarray(x)
     wc = np.ascontiguousarray(w).view(np.uint16)
-    if m <= GEMV_ROWS:
+    if m <= GEMV_ROWS or exact:
         xw = np.zeros(kp, dtype=np.float32)
         row = np.empty(n, dtype=np.float32)
         bits = xw.view(np.uint32)
         for i in range(m):
             for q in range(k):
                 xw[q] = xc[i, q]
-            for q in range(k):
-                bits[q] = np.uint32(round_bits(bits[q]) << 16)
+            if not exact:
+                for q in range(k):
+                    bits[q] = np.uint32(round_bits(bits[q]) << 16)
             _gemv(xw, wc, row)
             copy(out[i], row, n)
         return

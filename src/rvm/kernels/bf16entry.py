@@ -47,11 +47,12 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
 
 
 def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
-    """`bf16.dense` on x (2-d float32), w (2-d int16 bits), out (2-d float32); no parameters
-    past the one `entry.caller` needs (unused)."""
-    d = nb.carray(dims, 6)
+    """`bf16.dense` on x (2-d float32), w (2-d int16 bits), out (2-d float32); the parameter:
+    the index of ``dense_bf16``'s ``input`` in `rvm.op.bf16.INPUTS` (1, ``"float32"``: x as
+    it is, `bf16.dense`'s ``exact``; 0: rounded to bf16)."""
+    d, p = nb.carray(dims, 6), nb.carray(params, 1)
     xa, wa = nb.carray(x, (d[0], d[1])), nb.carray(w, (d[2], d[3]))
-    bf16.dense(xa, wa, nb.carray(out, (d[4], d[5])))
+    bf16.dense(xa, wa, nb.carray(out, (d[4], d[5])), p[0] != 0)
     return 0
 
 

@@ -6,7 +6,9 @@ time, to bf16 and stored as its int16 bits in the layout the kernel reads: ``(ro
 each row's depth padded with zeros to an even ``kp``. The input stays float32 and is rounded
 to bf16 (to nearest even) by the op; products are summed in float32; the result is float32.
 
-- ``dense_bf16(x, w)``: ``x`` (..., k) float32, ``w`` (units, kp) int16: ``bf16(x) @ w.T``.
+- ``dense_bf16(x, w, input)``: ``x`` (..., k) float32, ``w`` (units, kp) int16: ``bf16(x) @
+  w.T``; with ``input`` ``"float32"`` (`INPUTS`) ``x @ w.T``, ``x`` as it is (the
+  ``"rounded"`` way's GEMVs, `rvm.transform.to_bf16`).
 - ``conv2d_bf16(x, w, strides, padding, dilation, groups, kernel, bias=None, residual=None,
   activation)``: ``x`` NCHW float32, ``w`` (out channels, kp) int16 with depth in channel
   pairs, ``(c2, dy, dx, parity)`` -- conv2d's OIHW weight through `conv_pairs`, ``kp =
@@ -46,6 +48,7 @@ from rvm.ir.expr import Call
 from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
 from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout, for to_bf16)
+    INPUTS,
     PAIRINGS,
     PROLOGUES,
     _round_bf16,
@@ -250,9 +253,11 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     return TensorType(shape, "float32")
 
 
-def dense_bf16(x: ExprLike, w: ExprLike) -> Call:
-    """``bf16(x) @ w.T`` in float32 sums: ``w`` (units, kp) the int16 bits of bf16 values."""
-    return call(ops.dense_bf16, as_expr(x), as_expr(w))
+def dense_bf16(x: ExprLike, w: ExprLike, input: str = "bf16") -> Call:
+    """``bf16(x) @ w.T`` in float32 sums: ``w`` (units, kp) the int16 bits of bf16 values;
+    ``input`` ``"float32"`` (`INPUTS`): ``x @ w.T``, ``x`` not rounded."""
+    input = check_choice("dense_bf16", "input", input, INPUTS)
+    return call(ops.dense_bf16, as_expr(x), as_expr(w), input=input)
 
 
 def conv2d_bf16(

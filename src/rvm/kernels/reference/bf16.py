@@ -13,6 +13,7 @@ from rvm.kernels.reference.elemwise import gelu, relu
 from rvm.kernels.reference.packed import dense_packed
 
 __all__ = [
+    "INPUTS",
     "PAIRINGS",
     "bf16_bits",
     "conv2d_bf16",
@@ -50,10 +51,19 @@ def _round_bf16(x):
     return (bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
 
 
-def dense_bf16(x, w):
-    """``bf16(x) @ w.T`` with float32 sums; ``w`` (units, kp) int16 bf16 bits."""
+INPUTS = ("bf16", "float32")
+"""What ``dense_bf16`` multiplies its weight's bf16 values by (its ``input``): ``"bf16"``, its
+float32 input rounded to bf16 per call (as a bf16 dot product needs); ``"float32"``, the input
+as it is (the ``"rounded"`` way of `rvm.transform.to_bf16`: its activations stay float32, and
+its GEMV's float32 FMAs take them at no cost)."""
+
+
+def dense_bf16(x, w, input="bf16"):
+    """``bf16(x) @ w.T`` (``input`` ``"float32"``: ``x @ w.T``, `INPUTS`) with float32 sums;
+    ``w`` (units, kp) int16 bf16 bits."""
     k = x.shape[-1]
-    return _like(np.matmul(_round_bf16(x), _bf16_values(w)[:, :k].T), np.float32)
+    xs = _round_bf16(x) if input == "bf16" else np.asarray(x, np.float32)
+    return _like(np.matmul(xs, _bf16_values(w)[:, :k].T), np.float32)
 
 
 PAIRINGS = ("channels", "columns")
