@@ -359,3 +359,29 @@ def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: in
         env["NUMBA_CPU_FEATURES"] = features
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("run", [1, 3, sgemm.LANES + 1, sgemm.NR - 1, sgemm.NR + 5, 111])
+@pytest.mark.parametrize("indexed", [False, True])
+def test_pack_moves_each_piece_and_zeros_past_the_columns(run: int, indexed: bool) -> None:
+    """`sgemm._pack`'s panels hold B's columns bit for bit, pieces of several runs (``b_step``
+    apart) in a panel, the last panel's columns past ``cols`` zero and nothing written past
+    the panels, from a column ``j0`` inside a run, rows by stride or through a table."""
+    rng = np.random.default_rng(run + 1000 * indexed)
+    kc, p0, b_step, runs = 5, 2, run + 4, 9
+    span = runs * b_step
+    b = rng.standard_normal((p0 + kc) * span + 16).astype(np.float32)
+    starts = rng.permutation(p0 + kc) * span if indexed else np.arange(p0 + kc) * span
+    table = starts.astype(np.int64)
+    j0 = run // 2 + run
+    cols = runs * run - j0 - 1
+    columns = [(q // run) * b_step + q % run for q in range(j0, j0 + cols)]
+    want = np.zeros((-(-cols // sgemm.NR), kc, sgemm.NR), np.float32)
+    for r in range(kc):
+        for i, at in enumerate(columns):
+            want[i // sgemm.NR, r, i % sgemm.NR] = b[starts[p0 + r] + at]
+    into = np.full(want.size + 16, np.nan, np.float32)
+    sgemm._pack(b.ctypes.data, span, table.ctypes.data if indexed else 0, p0, kc, j0, cols, run,
+                b_step, into.ctypes.data)  # fmt: skip
+    assert np.array_equal(into[: want.size].view(np.int32), want.ravel().view(np.int32))
+    assert np.isnan(into[want.size :]).all()

@@ -87,10 +87,10 @@ def panels_pay(ow):  # type: ignore[no-untyped-def]
     straight into the GEMM's panels (`rvm.kernels.im2col.im2col_panels`): where the GEMM packs B
     (`sgemm.PACK_B`), on rows wider than a panel (`sgemm.NR` columns), whose panels then
     mostly lie within a row and move a vector a row of B; a panel across rows moves its pieces
-    a float at a time (`sgemm._pack`). On a Zen 3 core (one thread, bias and ReLU in the
-    store) the panels took 0.84-0.89 of the column matrix's time on 112 x 112 (the 7 x 7
-    stem), 0.90-0.95 on 111 x 111, 0.85-0.90 on 56 x 56 and 0.90-0.95 on 28 x 28, but 1.03-1.05
-    on 14 x 14 (every panel across two rows)."""
+    in masked vectors (`sgemm._pack`; a float at a time when the figures below were taken).
+    On a Zen 3 core (one thread, bias and ReLU in the store) the panels took 0.84-0.89 of the
+    column matrix's time on 112 x 112 (the 7 x 7 stem), 0.90-0.95 on 111 x 111, 0.85-0.90 on
+    56 x 56 and 0.90-0.95 on 28 x 28, but 1.03-1.05 on 14 x 14 (every panel across two rows)."""
     return sgemm.PACK_B and ow > sgemm.NR
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "micro_for",
     "micro_panel",
     "micro_row",
+    "move_lanes",
     "prefetch_l2",
     "tail_dots",
 ]
@@ -444,6 +445,46 @@ def floats_at(typingctx, address):  # type: ignore[no-untyped-def]
         return builder.inttoptr(args[0], ir.FloatType().as_pointer())
 
     return nt.CPointer(nt.float32)(nt.int64), codegen
+
+
+@intrinsic
+def move_lanes(typingctx, src, dst, lo, hi):  # type: ignore[no-untyped-def]
+    """Lanes ``lo`` to ``hi`` of `NR` floats at the int64 address ``src`` to the same lanes at
+    ``dst``, and zeros to its lanes ``hi`` to `NR`: `VECTORS` masked loads and stores, no lane
+    outside ``lo`` to ``hi`` read (``src`` may point before a piece's floats: its lane ``lo``
+    is the piece's first). A panel row's pieces in turn leave its columns past the last zero
+    (`rvm.kernels.sgemm._pack`)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        f32, i1, i32, i64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
+        vec, masks = ir.VectorType(f32, LANES), ir.VectorType(i1, LANES)
+        vptr, module, name = vec.as_pointer(), builder.module, f"v{LANES}f32"
+        load = cgutils.get_or_insert_function(
+            module, ir.FunctionType(vec, [vptr, i32, masks, vec]), f"llvm.masked.load.{name}.p0"
+        )
+        store = cgutils.get_or_insert_function(
+            module, ir.FunctionType(ir.VoidType(), [vec, vptr, i32, masks]),
+            f"llvm.masked.store.{name}.p0")  # fmt: skip
+        src, dst, lo, hi = args
+        # The lanes' masks as bits of one integer (a mask register's move, not compares).
+        wide, lane_bits = ir.IntType(128), ir.IntType(LANES)  # NR <= 64
+        one = ir.Constant(wide, 1)
+        first, past = (builder.shl(one, builder.zext(x, wide)) for x in (lo, hi))
+        loads = builder.sub(past, first)
+        stores = builder.sub(builder.shl(one, ir.Constant(wide, NR)), first)
+        zero = ir.Constant(vec, [0.0] * LANES)
+
+        def part(bits, v):  # type: ignore[no-untyped-def]
+            shifted = builder.lshr(bits, ir.Constant(wide, v * LANES))
+            return builder.bitcast(builder.trunc(shifted, lane_bits), masks)
+
+        for v in range(VECTORS):
+            at = (builder.inttoptr(builder.add(x, i64(4 * v * LANES)), vptr) for x in (src, dst))
+            value = builder.call(load, [next(at), i32(4), part(loads, v), zero])
+            builder.call(store, [value, next(at), i32(4), part(stores, v)])
+        return context.get_dummy_value()
+
+    return nt.void(nt.int64, nt.int64, nt.int64, nt.int64), codegen
 
 
 @intrinsic
