@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jit_helpers import host_has, run_warm
+from jit_helpers import HASWELL, host_has, run_warm
 
 from rvm.kernels import gemmshape, sgemm
 
@@ -317,13 +317,15 @@ def test_runs_end_to_end_in_c(width: int, indexed: bool, epilogue: bool) -> None
 @pytest.mark.parametrize(
     "cpu,features,lanes",
     [
-        ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
+        pytest.param("haswell", HASWELL, 8, id="haswell"),
         # Numba's generic CPU has no features: SSE's lanes, no FMA. A second cold process
         # building the library for another CPU (seconds of LLVM): with -m slow.
-        pytest.param("generic", None, 4, marks=pytest.mark.slow),
+        pytest.param("generic", None, 4, marks=pytest.mark.slow, id="generic"),
     ],
 )
-def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: int) -> None:
+def test_other_vector_widths(
+    tmp_path, haswell_caches, cpu: str, features: str | None, lanes: int
+) -> None:
     """The kernel's tile follows the CPU Numba compiles for (`NUMBA_CPU_NAME` and
     `NUMBA_CPU_FEATURES`): AVX2 and plain SSE give the same products as AVX-512, and so does
     the one-row product (`rvm.kernels.gemv`). Skipped at the host's own lanes (every test
@@ -357,5 +359,7 @@ def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: in
     env.pop("NUMBA_CPU_FEATURES", None)
     if features:
         env["NUMBA_CPU_FEATURES"] = features
+    if cpu == "haswell":  # its GEMMs the AVX2 path's test builds too (test_cpu)
+        env.update(haswell_caches)
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
