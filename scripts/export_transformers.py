@@ -1,7 +1,7 @@
 """Export the tiny random-weight transformers that rvm's tests import (tests/data/transformers).
 
-Four models, each 2 layers wide 64 with a 256-token vocabulary and random weights (fixed seed),
-stored with their weights inside the file (a few hundred kB each):
+Five models, each 2 layers with random weights (fixed seed), stored with their weights inside
+the file (a few hundred kB each); the first four wide 64 with a 256-token vocabulary:
 
 - ``gpt2_dynamo.onnx``: GPT-2 decoder by ``torch.onnx.export(dynamo=True)``, inputs
   ``input_ids``, ``attention_mask`` (batch, seq) -> ``logits``;
@@ -11,7 +11,10 @@ stored with their weights inside the file (a few hundred kB each):
 - ``gpt2_with_past.onnx`` and ``llama_with_past.onnx``: optimum's ``text-generation-with-past``
   layout (``input_ids``, ``attention_mask``, [``position_ids``], ``past_key_values.N.key/value``
   -> ``logits``, ``present.N.key/value``); the Llama model has RoPE, RMSNorm, a SiLU MLP and
-  grouped-query attention (2 key/value heads for 4 query heads).
+  grouped-query attention (2 key/value heads for 4 query heads);
+- ``llama_dynamo.onnx``: the Llama-style decoder of `rvm.testing.torch_models` (wide 32, a
+  97-token vocabulary) by ``torch.onnx.export(dynamo=True)``, input ``input_ids`` (batch, seq)
+  -> ``logits``.
 
 It needs the ``export`` extra (torch CPU, transformers, onnxscript, optimum-onnx)::
 
@@ -181,11 +184,32 @@ def export_llama_with_past(out: str) -> str:
     return _optimum_export(transformers.LlamaForCausalLM, config, "llama_with_past.onnx", out)
 
 
+def export_llama_dynamo(out: str) -> str:
+    """The Llama-style decoder of `rvm.testing.torch_models` (benchmarks/torch_models.py)
+    through torch.onnx.export(dynamo=True), batch and sequence symbolic: its attention
+    reshaped to ``(-1, seq, 8)`` with ``seq`` read from a Range's length."""
+    from rvm.testing.torch_models import CASES
+
+    case = CASES["llama"]
+    program = torch.onnx.export(
+        case.build(),
+        case.inputs(2, case.seqs[0]),
+        dynamo=True,
+        dynamic_shapes=case.dynamic_shapes(),
+        verbose=False,
+    )
+    path = os.path.join(out, "llama_dynamo.onnx")
+    with open(path, "wb") as f:
+        f.write(program.model_proto.SerializeToString())
+    return path
+
+
 EXPORTS = {
     "gpt2_dynamo": export_gpt2_dynamo,
     "bert_dynamo": export_bert_dynamo,
     "gpt2_with_past": export_gpt2_with_past,
     "llama_with_past": export_llama_with_past,
+    "llama_dynamo": export_llama_dynamo,
 }
 
 

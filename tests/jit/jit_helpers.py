@@ -30,6 +30,12 @@ def run_warm(script: str) -> None:
     assert run.returncode == 0, f"rc {run.returncode}: {run.stderr[-2000:]}"
 
 
+# Haswell's features (AVX2 + FMA, 8 lanes) in LLVM's names: the target the tests of the AVX2
+# path compile for in a subprocess on a wider host (`NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`),
+# all with this one string, so they share that build (`haswell_caches` in conftest.py).
+HASWELL = "+64bit,+avx,+avx2,+fma,+f16c,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,+popcnt"
+
+
 def host_has(feature: str) -> bool:
     """Whether this host's CPU has ``feature`` (LLVM's name: ``avx2``, ``avx512f``...): can
     run code compiled for a target with it."""

@@ -13,7 +13,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from jit_helpers import Jit, check, host_has, prim, run_warm, var
+from jit_helpers import HASWELL, Jit, check, host_has, prim, run_warm, var
 
 from rvm import op
 from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
@@ -390,17 +390,20 @@ def test_shapes_are_checked() -> None:
 @pytest.mark.parametrize(
     "cpu,features,lanes",
     [
-        ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
+        pytest.param("haswell", HASWELL, 8, id="haswell"),
         pytest.param(  # AVX-512 without its BF16 instructions: a second cold process (-m slow)
             "skylake-avx512",
             "+64bit,+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl,+sse,+sse2,+sse3,"
             "+sse4.1,+sse4.2,+ssse3,+cmov,-avx512bf16",
             16,
             marks=pytest.mark.slow,
+            id="skylake-avx512",
         ),
     ],
 )
-def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes: int) -> None:
+def test_cpus_without_bf16_instructions(
+    tmp_path, haswell_caches, cpu: str, features: str, lanes: int
+) -> None:
     """Without AVX512-BF16 (`NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`) the kernel widens bf16 to
     float32 and uses FMAs, with the same results (dense, convolution, its odd channel's taps
     paired along columns; attention in the AVX-512 case, -m slow), saying so once at DEBUG;
@@ -478,8 +481,10 @@ def test_cpus_without_bf16_instructions(tmp_path, cpu: str, features: str, lanes
         "to_bf16(bb.get())\n"
     )
     env = dict(os.environ)
-    if host_has("avx512bf16") or lanes != bf16gemm.LANES:  # another CPU's build, cold
+    if host_has("avx512bf16") or lanes != bf16gemm.LANES:  # another CPU's build
         env.update(NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features, NUMBA_CACHE_DIR=str(tmp_path))
+        if cpu == "haswell":  # the library functions the AVX2 path's tests build too
+            env.update(NUMBA_CACHE_DIR=haswell_caches["NUMBA_CACHE_DIR"])
     # else the host is such a CPU, at these lanes: its own build, from the suite's caches
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]

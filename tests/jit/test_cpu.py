@@ -11,11 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from jit_helpers import host_has
+from jit_helpers import HASWELL, host_has
 
 from rvm.kernels import cpu, gemmshape, im2col, sgemm
-
-HASWELL = "+64bit,+avx,+avx2,+fma,+f16c,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov,+popcnt"
 
 
 def _cache_dir(root: Path, levels: list[tuple[int, str, str]]) -> Path:
@@ -161,7 +159,7 @@ print("ok")
 
 
 @pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_avx2_path_gives_the_same_answers(tmp_path, every: bool) -> None:
+def test_avx2_path_gives_the_same_answers(haswell_caches, every: bool) -> None:
     """The convolutions, pools and GEMM compiled for Haswell (AVX2, 8 lanes) on an AVX-512
     machine: the same answers as the references. Skipped where the host cannot run AVX2 code,
     and where AVX2 is the widest it runs: there every test runs the AVX2 path natively (and
@@ -172,7 +170,7 @@ def test_avx2_path_gives_the_same_answers(tmp_path, every: bool) -> None:
         pytest.skip("the host runs the AVX2 path natively: every test covers it")
     tests = str(Path(__file__).parent)
     env = dict(os.environ, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL)
-    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), RVM_CACHE_DIR=str(tmp_path / "rvm"))
+    env.update(haswell_caches)
     run = subprocess.run(
         [sys.executable, "-c", _SCRIPT.format(tests=tests, every=every)],
         env=env,

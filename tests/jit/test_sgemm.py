@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jit_helpers import host_has, run_warm
+from jit_helpers import HASWELL, host_has, run_warm
 
 from rvm.kernels import gemmshape, sgemm
 
@@ -173,6 +174,21 @@ def test_epilogue_in_the_store(m: int, n: int, k: int, bias: str, residual: bool
     assert np.isnan(c[m // 2 + 1, 3 + n // 2]) == residual
 
 
+# C's columns the float64 reference of a wide product takes at a time (`_check_by_columns`).
+REFERENCE_COLUMNS = 4096
+
+
+def _check_by_columns(c: np.ndarray, expected: Callable[[int, int], np.ndarray], k: int) -> None:
+    """``c`` against ``expected(lo, hi)``, the float64 reference of its columns ``lo:hi``, a
+    block of `REFERENCE_COLUMNS` at a time, as one `assert_allclose` of the whole would: a
+    product one column block wide at a small depth (`sgemm.column_step`: 29 088 columns at
+    depth 9 on a 2 MB L2) by `sgemm.IN_PLACE_ROWS` rows has a whole reference and its
+    temporaries of hundreds of MB (a worker's peak grew by 0.84 GB in such a test)."""
+    for lo in range(0, c.shape[1], REFERENCE_COLUMNS):
+        hi = min(lo + REFERENCE_COLUMNS, c.shape[1])
+        np.testing.assert_allclose(c[:, lo:hi], expected(lo, hi), rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
 @pytest.mark.parametrize(
     "m", [sgemm.MR, sgemm.MR + 1, sgemm.IN_PLACE_ROWS, sgemm.IN_PLACE_ROWS + 1]
 )
@@ -191,17 +207,24 @@ def test_packed_in_the_first_band_or_before(m: int, n: int, k: int, accumulate: 
     rng = np.random.default_rng(m + n + k)
     width = n + sgemm.column_step(k)  # more than one block of C's columns
     a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, width + 6)).astype(np.float32)
-    c = rng.standard_normal((m + 2, width + 7)).astype(np.float32)
+    b = rng.standard_normal((k, width + 6), np.float32)  # drawn as float32: no float64 copy
+    c = rng.standard_normal((m + 2, width + 7), np.float32)
     biases = rng.standard_normal(m).astype(np.float32)
-    want = c.astype(np.float64)
-    value = a.astype(np.float64) @ b[:, 2 : width + 2] + biases[:, None]
-    value = value + (want[1 : m + 1, 3 : width + 3] if accumulate else 0)
-    want[1 : m + 1, 3 : width + 3] = np.maximum(value, 0)
+    before = c.copy()
     sgemm.sgemm_segments(a.ctypes.data, k, b.ctypes.data + 4 * 2, width + 6, 0,
                          c.ctypes.data + 4 * (width + 7 + 3), width + 7, m, k, 1, width, 0, 0,
                          accumulate, 0, 0, 0, (biases.ctypes.data, 1, 1, 0))  # fmt: skip
-    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+    def expected(lo: int, hi: int) -> np.ndarray:  # C's columns lo:hi; B's column j is C's j + 1
+        want = before[:, lo:hi].astype(np.float64)
+        x0, x1 = max(lo, 3), min(hi, width + 3)  # the product's columns among them
+        if x0 < x1:
+            value = a.astype(np.float64) @ b[:, x0 - 1 : x1 - 1] + biases[:, None]
+            value = value + (want[1 : m + 1, x0 - lo : x1 - lo] if accumulate else 0)
+            want[1 : m + 1, x0 - lo : x1 - lo] = np.maximum(value, 0)
+        return want
+
+    _check_by_columns(c, expected, k)
 
 
 @pytest.mark.parametrize("m", [sgemm.MR + 1, sgemm.IN_PLACE_ROWS, sgemm.IN_PLACE_ROWS + 5])
@@ -222,20 +245,28 @@ def test_last_columns_as_dots(m: int, tail: int, k: int, blocks: int, accumulate
     n = (2 * sgemm.NR if blocks == 1 else sgemm.column_step(k)) + tail
     rng = np.random.default_rng(m + n + k)
     a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n + 6)).astype(np.float32)
-    c = rng.standard_normal((m + 2, n + 7)).astype(np.float32)
-    r = rng.standard_normal((m + 2, n + 7)).astype(np.float32)
+    b = rng.standard_normal((k, n + 6), np.float32)  # drawn as float32: no float64 copy
+    c = rng.standard_normal((m + 2, n + 7), np.float32)
+    r = rng.standard_normal((m + 2, n + 7), np.float32)
     r[m, n + 2] = np.nan  # the last row's last column: a dot's
     biases = rng.standard_normal(m).astype(np.float32)
-    want = c.astype(np.float64)
-    value = a.astype(np.float64) @ b[:, 2 : n + 2] + biases[:, None] + r[1 : m + 1, 3 : n + 3]
-    value = value + (want[1 : m + 1, 3 : n + 3] if accumulate else 0)
-    want[1 : m + 1, 3 : n + 3] = np.where(value < 0, 0, value)
+    before = c.copy()
     epilogue = (biases.ctypes.data, 1, 1, (r.ctypes.data - c.ctypes.data) // 4)
     sgemm.sgemm_segments(a.ctypes.data, k, b.ctypes.data + 4 * 2, n + 6, 0,
                          c.ctypes.data + 4 * (n + 7 + 3), n + 7, m, k, 1, n, 0, 0, accumulate,
                          0, 0, 0, epilogue)  # fmt: skip
-    np.testing.assert_allclose(c, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+    def expected(lo: int, hi: int) -> np.ndarray:  # C's columns lo:hi; B's column j is C's j + 1
+        want = before[:, lo:hi].astype(np.float64)
+        x0, x1 = max(lo, 3), min(hi, n + 3)  # the product's columns among them
+        if x0 < x1:
+            value = a.astype(np.float64) @ b[:, x0 - 1 : x1 - 1] + biases[:, None]
+            value = value + r[1 : m + 1, x0:x1]
+            value = value + (want[1 : m + 1, x0 - lo : x1 - lo] if accumulate else 0)
+            want[1 : m + 1, x0 - lo : x1 - lo] = np.where(value < 0, 0, value)
+        return want
+
+    _check_by_columns(c, expected, k)
     assert np.isnan(c[m, n + 2])
 
 
@@ -317,13 +348,15 @@ def test_runs_end_to_end_in_c(width: int, indexed: bool, epilogue: bool) -> None
 @pytest.mark.parametrize(
     "cpu,features,lanes",
     [
-        ("haswell", "+64bit,+avx,+avx2,+fma,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+cmov", 8),
+        pytest.param("haswell", HASWELL, 8, id="haswell"),
         # Numba's generic CPU has no features: SSE's lanes, no FMA. A second cold process
         # building the library for another CPU (seconds of LLVM): with -m slow.
-        pytest.param("generic", None, 4, marks=pytest.mark.slow),
+        pytest.param("generic", None, 4, marks=pytest.mark.slow, id="generic"),
     ],
 )
-def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: int) -> None:
+def test_other_vector_widths(
+    tmp_path, haswell_caches, cpu: str, features: str | None, lanes: int
+) -> None:
     """The kernel's tile follows the CPU Numba compiles for (`NUMBA_CPU_NAME` and
     `NUMBA_CPU_FEATURES`): AVX2 and plain SSE give the same products as AVX-512, and so does
     the one-row product (`rvm.kernels.gemv`). Skipped at the host's own lanes (every test
@@ -357,6 +390,8 @@ def test_other_vector_widths(tmp_path, cpu: str, features: str | None, lanes: in
     env.pop("NUMBA_CPU_FEATURES", None)
     if features:
         env["NUMBA_CPU_FEATURES"] = features
+    if cpu == "haswell":  # its GEMMs the AVX2 path's test builds too (test_cpu)
+        env.update(haswell_caches)
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
 

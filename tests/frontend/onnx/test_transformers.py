@@ -211,48 +211,19 @@ def test_export_script_reproduces_the_models(tmp_path):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-_LLAMA_DYNAMO: list[bytes] = []
-
-
-def _llama_dynamo() -> bytes:
-    """The Llama-style decoder of `rvm.testing.torch_models` (benchmarks/torch_models.py)
-    through ``torch.onnx.export(dynamo=True)`` with symbolic batch and sequence, exported once
-    per session."""
-    if not _LLAMA_DYNAMO:
-        torch = pytest.importorskip("torch")
-        pytest.importorskip("transformers")
-        pytest.importorskip("onnxscript")
-        from rvm.testing.torch_models import CASES
-
-        case = CASES["llama"]
-        model = case.build()
-        program = torch.onnx.export(
-            model,
-            case.inputs(2, case.seqs[0]),
-            dynamo=True,
-            dynamic_shapes=case.dynamic_shapes(),
-            verbose=False,
-        )
-        _LLAMA_DYNAMO.append(program.model_proto.SerializeToString())
-    return _LLAMA_DYNAMO[0]
-
-
 # jit kernels under -m slow: a cold jit compile of this model (tens of seconds) checks no more
 # of the import than NumPy kernels do; test_llama_jit_matches_ort runs a Llama on jit kernels.
 @pytest.mark.parametrize("kernels", ["numpy", pytest.param("jit", marks=pytest.mark.slow)])
 def test_llama_dynamo_export_matches_ort(exec_mode, kernels):
-    """The dynamo exporter's Llama reshapes attention to ``(-1, seq, 8)`` with ``seq`` read
+    """The dynamo exporter's Llama (``llama_dynamo.onnx``: `rvm.testing.torch_models`'s, by
+    scripts/export_transformers.py) reshapes attention to ``(-1, seq, 8)`` with ``seq`` read
     from a Range's length: it used to reach a kernel as the string 'seq' (a TypeError at run
     time). One compile runs two batch sizes and sequence lengths."""
     from rvm.testing.torch_models import CASES
 
-    data = _llama_dynamo()
     case = CASES["llama"]
-    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    key = ("llama_dynamo", kernels)
-    if key not in _EXECUTABLES:  # one compile per kernel backend, run in every exec mode
-        _EXECUTABLES[key] = rvm.compile(rvm.from_onnx(data), kernels=kernels)
-    vm = rvm.VirtualMachine(_EXECUTABLES[key], exec_mode)
+    session = _session("llama_dynamo")
+    vm = rvm.VirtualMachine(_executable("llama_dynamo", kernels), exec_mode)
     for batch, seq in [(2, case.seqs[0]), (1, case.seqs[1])]:
         (x,) = [a.numpy() for a in case.inputs(batch, seq)]
         (want,) = session.run(None, {session.get_inputs()[0].name: x})
