@@ -253,7 +253,7 @@ def _check_dense(x, w, out):  # type: ignore[no-untyped-def]
 @jit(inline="always", **_OPTS)
 def dense(x, w, out, exact=False):  # type: ignore[no-untyped-def]
     """``out[m, n] = bf16(x[m, k]) @ w[n, kp].T`` with float32 sums; ``w`` int16 bf16 bits,
-    all 2-d. With ``exact``, ``x`` as it is, not rounded (``dense_bf16``'s ``activations``
+    all 2-d. With ``exact``, ``x`` as it is, not rounded (``dense_bf16``'s ``input``
     ``"float32"``): GEMVs for every row, whose FMAs take float32 ``x`` at no cost."""
     _check_dense(x, w, out)
     m, k = x.shape
