@@ -110,7 +110,8 @@ def test_dense(m: int, k: int, n: int, blas_threads: int) -> None:
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     out = np.full((m, n), np.nan, np.float32)
-    bf16.dense(x, bf16_rows(w), out)
+    # ``exact`` given, as the entry point gives it (`bf16entry`): one build of `bf16.dense`
+    bf16.dense(x, bf16_rows(w), out, False)
     want = _rounded(x) @ _rounded(w).T
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
     reference = numpy_ref.dense_bf16(x, bf16_rows(w))  # the op's reference says the same
@@ -353,9 +354,9 @@ def test_scratch_outlives_its_use_in_a_warm_process() -> None:
 def test_shapes_are_checked() -> None:
     x = np.ones((2, 8), np.float32)
     with pytest.raises(ValueError, match="weight's depth is not the input's"):
-        bf16.dense(x, np.zeros((3, 10), np.int16), np.empty((2, 3), np.float32))
+        bf16.dense(x, np.zeros((3, 10), np.int16), np.empty((2, 3), np.float32), False)
     with pytest.raises(ValueError, match="output's shape is not"):
-        bf16.dense(x, np.zeros((3, 8), np.int16), np.empty((2, 4), np.float32))
+        bf16.dense(x, np.zeros((3, 8), np.int16), np.empty((2, 4), np.float32), False)
     panels, none = pack_pairs(np.ones((3, 8), np.float32), True, bf16gemm.NR), np.empty(0)
     with pytest.raises(ValueError, match=r"pair-packed weight \(panels, \(k \+ 1\) // 2"):
         bf16dense.dense(np.ones((2, 9), np.float32), panels, np.empty((2, 3), np.float32), 3,
@@ -517,7 +518,7 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
     x = rng.standard_normal((1, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     out = np.full((1, n), np.nan, np.float32)
-    bf16.dense(x, bf16_rows(w), out)
+    bf16.dense(x, bf16_rows(w), out, False)
     want = _rounded(x) @ _rounded(w).T
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=RTOL * np.sqrt(k) * 4)
 

@@ -326,9 +326,18 @@ def test_batch_split_by_images_matches_reference(blas_threads, case, how) -> Non
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
+def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``arrays``, read-only, as a jit kernel passes its parameters (`rvm.jit.signature`): a
+    library function called so shares the kernels' build (`conv.conv2d_dot` with writable
+    operands is another Numba signature, seconds of compiling)."""
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
+
+
 @pytest.mark.parametrize("case", CASES[:5] + CASES[17:20])
 def test_conv2d_dot_matches_reference(case) -> None:
-    x, w = _operands(case, "float32")
+    x, w = _read_only(*_operands(case, "float32"))
     want = _reference(case, x, w)
     out = np.full(want.shape, np.nan, dtype="float32")
     conv.conv2d_dot(x, w, out, *_args(case))
@@ -364,7 +373,7 @@ def test_geometry_disagreements_raise(entry, what, value) -> None:
     else:
         params[what] = value
     with pytest.raises(ValueError, match="do not match the geometry"):
-        getattr(conv, entry)(x, w, out, *params.values())
+        getattr(conv, entry)(*_read_only(x, w), out, *params.values())
     assert not out.any()
 
 

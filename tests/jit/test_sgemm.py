@@ -182,18 +182,23 @@ def _check_by_columns(c: np.ndarray, expected: Callable[[int, int], np.ndarray],
     """``c`` against ``expected(lo, hi)``, the float64 reference of its columns ``lo:hi``, a
     block of `REFERENCE_COLUMNS` at a time, as one `assert_allclose` of the whole would: a
     product one column block wide at a small depth (`sgemm.column_step`: 29 088 columns at
-    depth 9 on a 2 MB L2) by `sgemm.IN_PLACE_ROWS` rows has a whole reference and its
-    temporaries of hundreds of MB (a worker's peak grew by 0.84 GB in such a test)."""
+    depth 9 on a 2 MB L2) by `sgemm.IN_PLACE_ROWS` rows would have a whole reference and its
+    temporaries of hundreds of MB (a worker's peak grew by 0.84 GB in such a test), and a
+    machine's blocks may be wider than this one's."""
     for lo in range(0, c.shape[1], REFERENCE_COLUMNS):
         hi = min(lo + REFERENCE_COLUMNS, c.shape[1])
         np.testing.assert_allclose(c[:, lo:hi], expected(lo, hi), rtol=2e-5, atol=2e-5 * np.sqrt(k))
 
 
+# Depths: one depth block (`sgemm.KC` - 3) and two (KC + 3). A column block is then a few
+# hundred columns (`sgemm.column_step`: 480 at KC 512 on a 2 MB L2), where a small depth's is
+# tens of thousands (29 088 at depth 9) by `sgemm.IN_PLACE_ROWS` rows: seconds of data a test
+# for the same walk over blocks. Small depths on the packed path: `test_last_columns_as_dots`.
 @pytest.mark.parametrize(
     "m", [sgemm.MR, sgemm.MR + 1, sgemm.IN_PLACE_ROWS, sgemm.IN_PLACE_ROWS + 1]
 )
 @pytest.mark.parametrize("n", [2 * sgemm.NR, 3 * sgemm.NR + 5])
-@pytest.mark.parametrize("k", [9, sgemm.KC + 3])
+@pytest.mark.parametrize("k", [sgemm.KC - 3, sgemm.KC + 3])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_packed_in_the_first_band_or_before(m: int, n: int, k: int, accumulate: bool) -> None:
     """The packed path with few rows (`sgemm.packs_in_place`: the first band reads B's whole
@@ -227,10 +232,14 @@ def test_packed_in_the_first_band_or_before(m: int, n: int, k: int, accumulate: 
     _check_by_columns(c, expected, k)
 
 
+# The tail in the first column block at depth 5 (less than a vector) and at KC + 3 (two depth
+# blocks); alone in the last column block at one depth block's KC - 3 and at KC + 3, whose
+# column blocks are a few hundred columns (depth 5's: 52 416 on a 2 MB L2, by 512 rows).
 @pytest.mark.parametrize("m", [sgemm.MR + 1, sgemm.IN_PLACE_ROWS, sgemm.IN_PLACE_ROWS + 5])
 @pytest.mark.parametrize("tail", [1, sgemm.TAIL_DOTS, sgemm.TAIL_DOTS + 1])
-@pytest.mark.parametrize("k", [5, sgemm.KC + 3])
-@pytest.mark.parametrize("blocks", [1, 2])
+@pytest.mark.parametrize(
+    ("k", "blocks"), [(5, 1), (sgemm.KC + 3, 1), (sgemm.KC - 3, 2), (sgemm.KC + 3, 2)]
+)
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_last_columns_as_dots(m: int, tail: int, k: int, blocks: int, accumulate: bool) -> None:
     """A packed product's last panel of at most `sgemm.TAIL_DOTS` columns (a quarter of a

@@ -132,16 +132,23 @@ def test_the_scanner_sees_hidden_imports(tmp_path: Path) -> None:
     assert [n for _, n in rvm_imports(path)] == ["rvm.script", "rvm.op"]
 
 
-def test_no_import_cycles_in_the_runtime_kernels_jit_and_converters() -> None:
-    comps = cycles(graph(SRC))
+@pytest.fixture(scope="module")
+def src_graph() -> dict[str, set[str]]:
+    """rvm's import graph (`rvm.testing.import_graph.graph`), built once for the tests that
+    read it: each build parses every source file (seconds)."""
+    return graph(SRC)
+
+
+def test_no_import_cycles_in_the_runtime_kernels_jit_and_converters(src_graph) -> None:
+    comps = cycles(src_graph)
     inside = [c for c in comps if any(_within(m, ACYCLIC) for m in c)]
     assert not inside, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in inside)
 
 
-def test_within_runtime_the_record_sits_below_what_uses_it() -> None:
+def test_within_runtime_the_record_sits_below_what_uses_it(src_graph) -> None:
     """`Executable` is data plus validation: it imports none of the modules that encode,
     print, package, load or run it (they bind its methods from `rvm.runtime.methods`)."""
-    g = graph(SRC)
+    g = src_graph
     above = ("rvm.runtime.serialize", "rvm.runtime.text", "rvm.runtime.vm")
     above += ("rvm.runtime.loading", "rvm.runtime.modes")
     wrong = [m for m in g["rvm.runtime.executable"] if _within(m, above)]
@@ -149,10 +156,10 @@ def test_within_runtime_the_record_sits_below_what_uses_it() -> None:
     assert not [m for m in g["rvm.runtime.loading.artifact"] if _within(m, ("rvm.runtime.modes",))]
 
 
-def test_the_lowering_toolkit_stands_below_the_modes_that_use_it() -> None:
+def test_the_lowering_toolkit_stands_below_the_modes_that_use_it(src_graph) -> None:
     """`rvm.runtime.modes.lowering` reads bytecode and the opcode table: it imports no exec
     mode, no loading, no VM and no kernel library (lazy imports included)."""
-    g = graph(SRC)
+    g = src_graph
     toolkit = [m for m in g if _within(m, ("rvm.runtime.modes.lowering",))]
     assert len(toolkit) >= 5, toolkit
     banned = ("rvm.runtime.loading", "rvm.runtime.vm", "rvm.kernels")
