@@ -2,7 +2,7 @@
 before its first pool job, between its jobs and after its last one.
 
 Run: ``python benchmarks/serial_gaps.py [--only squeezenet,inception_v2,resnet50] [--runs 20]
-[--threads 2]``.
+[--threads 2] [--batch 1]``.
 
 Per model (random weights, `common.light_model_files`), rvm's compiled mode at ``--threads``
 with `rvm.kernels.poolstate.measure` on and a callback around each kernel
@@ -54,8 +54,8 @@ def check_against_ort(path: Path, inputs: list[np.ndarray], got: object) -> None
             )
 
 
-def profile(name: str, runs: int, threads: int) -> dict:
-    path, _, _, inputs = light_model_files(name, Path(tempfile.mkdtemp()))
+def profile(name: str, runs: int, threads: int, batch: int = 1) -> dict:
+    path, _, _, inputs = light_model_files(name, Path(tempfile.mkdtemp()), batch)
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
     rvm.set_num_threads(threads)
@@ -132,14 +132,16 @@ def main() -> None:
     parser.add_argument("--only", default="squeezenet,inception_v2,resnet50", help="models")
     parser.add_argument("--runs", type=int, default=20, help="measured calls")
     parser.add_argument("--threads", type=int, default=2, help="threads")
+    parser.add_argument("--batch", type=int, default=1, help="images a call")
     parser.add_argument("--name", default="serial_gaps", help="results file name, no suffix")
     args = parser.parse_args()
     print(machine_line())
     models = {}
     for name in args.only.split(","):
-        models[name] = profile(name, args.runs, args.threads)
+        models[name] = profile(name, args.runs, args.threads, args.batch)
         print(table(name, models[name]))
-    write_results(args.name, {"machine": machine(), "runs": args.runs, "models": models})
+    payload = {"machine": machine(), "runs": args.runs, "batch": args.batch}
+    write_results(args.name, {**payload, "models": models})
 
 
 if __name__ == "__main__":

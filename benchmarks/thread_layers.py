@@ -2,18 +2,18 @@
 the second thread's time goes against ORT's, and whether the gap is the second thread's.
 
 Run: ``python benchmarks/thread_layers.py [--only squeezenet,inception_v2] [--runs 20]
-[--threads 2]``.
+[--threads 2] [--batch 1]``.
 
-Per model (random weights, `common.light_model_files`), in one process, rounds of four turns
-(rvm at one thread and at ``--threads``, ORT at one thread and at ``--threads``), each turn
-after a 50 ms pause and one untimed call (ORT's pool spins about 30 ms after a call): one
-plain call timed (the model's wall), then one call timed per layer: rvm's compiled mode with a
-callback around each kernel (`VirtualMachine.set_instrument`, the wall clock), ORT's session
-with its profiler on (``enable_profiling``, each node's time; a session of its own, after
-another pause and one untimed call, as the plain session's pool spins on). The turns
-alternate within a few hundred milliseconds because this machine's speed moves by a third in
-spells of seconds (memory shared with the host's other guests): a table whose runtimes ran one
-after the other compares two spells, not two runtimes.
+Per model (random weights, `common.light_model_files`, ``--batch`` images a call), in one
+process, rounds of four turns (rvm at one thread and at ``--threads``, ORT at one thread and at
+``--threads``), each turn after a 50 ms pause and one untimed call (ORT's pool spins about 30
+ms after a call): one plain call timed (the model's wall), then one call timed per layer: rvm's
+compiled mode with a callback around each kernel (`VirtualMachine.set_instrument`, the wall
+clock), ORT's session with its profiler on (``enable_profiling``, each node's time; a session
+of its own, after another pause and one untimed call, as the plain session's pool spins on).
+The turns alternate within a few hundred milliseconds because this machine's speed moves by a
+third in spells of seconds (memory shared with the host's other guests): a table whose runtimes
+ran one after the other compares two spells, not two runtimes.
 
 Layers are paired by geometry, not by name: rvm merges a block's 1x1 convolutions of one input
 (`rvm.transform.merge_convs`) and writes concatenations in place, ORT keeps each node and
@@ -83,9 +83,9 @@ def _session(path: Path, threads: int, prefix: Path | None) -> ort.InferenceSess
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
-def profile(name: str, runs: int, threads: int, tmp: Path) -> dict:
+def profile(name: str, runs: int, threads: int, tmp: Path, batch: int = 1) -> dict:
     """Model ``name``'s rows and plain walls (see the module docstring)."""
-    path, _, model, inputs = light_model_files(name, tmp)
+    path, _, model, inputs = light_model_files(name, tmp, batch)
     vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
     f = vm["main"]
     check_outputs("rvm", as_outputs(f(*inputs)), run_ort(model, inputs))
@@ -206,19 +206,21 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="the thread count against one (rvm's default)"
     )
+    parser.add_argument("--batch", type=int, default=1, help="images a call")
     parser.add_argument("--name", default="thread_layers", help="results file name, no suffix")
     args = parser.parse_args()
     args.threads = args.threads or rvm.get_num_threads()
-    if args.threads < 2 or args.runs < 1:
-        parser.error("--threads must be at least 2 and --runs at least 1")
+    if args.threads < 2 or min(args.runs, args.batch) < 1:
+        parser.error("--threads must be at least 2, --runs and --batch at least 1")
     print(machine_line())
     models = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
-            models[name] = profile(name, args.runs, args.threads, Path(tmp))
+            models[name] = profile(name, args.runs, args.threads, Path(tmp), args.batch)
             print(table(name, models[name], args.threads))
     print(f"load {os.getloadavg()}")
-    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads}
+    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads,
+               "batch": args.batch}  # fmt: skip
     write_results(args.name, {**payload, "models": models})
 
 

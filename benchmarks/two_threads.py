@@ -2,7 +2,7 @@
 against one, from counters a loaded machine distorts least.
 
 Run: ``python benchmarks/two_threads.py [--only squeezenet,inception_v2] [--runs 40]
-[--threads 2] [--int8]``.
+[--threads 2] [--int8] [--batch 1]``.
 
 Per model (random weights, `common.light_model_files`; with ``--int8`` the model quantized by
 ONNX Runtime as `precision_int8.py` quantizes it, its outputs checked against ORT's int8 run
@@ -90,8 +90,8 @@ class Probe:
         )  # fmt: skip
 
 
-def profile(name: str, runs: int, threads: int, int8: bool = False) -> dict:
-    path, _, model, inputs = light_model_files(name, Path(tempfile.mkdtemp()))
+def profile(name: str, runs: int, threads: int, int8: bool = False, batch: int = 1) -> dict:
+    path, _, model, inputs = light_model_files(name, Path(tempfile.mkdtemp()), batch)
     if int8:  # as `precision_int8.py` quantizes it (7-bit weights where ORT's saturate)
         model = quantize_with_ort(model, reduce_range=ort_saturates())
         onnx.save(model, path)
@@ -255,6 +255,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40, help="runs at each thread count")
     parser.add_argument("--threads", type=int, default=2, help="the thread count against one")
     parser.add_argument("--name", default="two_threads", help="results file name, no suffix")
+    parser.add_argument("--batch", type=int, default=1, help="images a call")
     parser.add_argument("--int8", action="store_true", help="the models quantized by ORT (QDQ)")
     args = parser.parse_args()
     if args.threads < 2 or args.runs < 1:
@@ -263,9 +264,10 @@ def main() -> None:
     print(f"load {os.getloadavg()[0]:.2f}: wall columns are the scheduler's above ~1.5")
     models = {}
     for name in args.only.split(","):
-        models[name] = profile(name, args.runs, args.threads, args.int8)
+        models[name] = profile(name, args.runs, args.threads, args.int8, args.batch)
         print(table(name, models[name], args.threads))
-    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads, "int8": args.int8}
+    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads, "int8": args.int8,
+               "batch": args.batch}  # fmt: skip
     write_results(args.name, {**payload, "models": models})
 
 

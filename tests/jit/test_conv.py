@@ -150,7 +150,8 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     in its GEMM's store where `convmethod.fuses_epilogue` holds, 1 back, else 0 and the caller runs
     the pass) on products split over two threads: along the channels (the bias from each
     piece's rows: a 1x1's bands, im2col's rows) and along the positions, in im2col blocks, in
-    groups, a batch of 2 (split by images: the pass), the direct method (the pass)."""
+    groups, a batch of 2 (split by images at two threads: each image's job its own residual),
+    the direct method (the pass)."""
     from rvm.kernels import epipass
 
     x, w, conv_out, bias, res, want, out = _with_epilogue(case)
@@ -165,8 +166,7 @@ def test_the_epilogue_in_the_gemm_matches_reference(blas_threads, case) -> None:
     how = convmethod.method.py_func(
         c, o, case[8], kh, kw, sh, sw, dh, dw, oh, ow, h, wd, unpadded, True
     )
-    images = convmethod.by_images.py_func(how, n, n * o * oh * ow * w[0].size, blas_threads)
-    gemm = how in (convmethod.POINTWISE, convmethod.STRIDED, convmethod.IM2COL) and not images
+    gemm = how in (convmethod.POINTWISE, convmethod.STRIDED, convmethod.IM2COL)
     assert done == (sgemm.FUSED_EPILOGUE and gemm or how == convmethod.WINOGRAD)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
@@ -333,6 +333,32 @@ def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     for a in arrays:
         a.flags.writeable = False
     return arrays
+
+
+# A stem's shape: 3 channels at stride 2, rows of 50 (im2col into panels where the GEMM packs B).
+STEM = ((4, 3, 101, 101, 32, (3, 3), (2, 2), (1, 1), 1, (0, 0, 0, 0)), convmethod.IM2COL)
+
+
+@pytest.mark.parametrize(("case", "how"), [*BATCH_CASES[1:3], STEM])
+def test_batch_split_by_images_applies_the_epilogue(blas_threads, case, how) -> None:
+    """A batch split an image a piece (two threads) by a GEMM method applies its bias,
+    residual and ReLU in each image's GEMM (`convmethod.fuses_epilogue`), each image's job
+    taking its image's residual: the same values as the pass, at one thread and at two."""
+    x, w, _, bias, res, want, out = _with_epilogue(case)
+    n, o, oh, ow = want.shape
+    c, (kh, kw), (sh, sw) = case[1], case[5], case[6]
+    flat = not any(case[9])
+    assert convmethod.method(c, o, 1, kh, kw, sh, sw, 1, 1, oh, ow, *case[2:4], flat, True) == how
+    assert convmethod.by_images(how, n, n * o * oh * ow * w[0].size, blas_threads) == (
+        blas_threads == 2
+    )
+    done = conv._conv2d_blas(x, w, out, *_args(case), (bias.ctypes.data, 1, 1, res.ctypes.data))
+    assert done == int(sgemm.FUSED_EPILOGUE)
+    if done == 0:
+        from rvm.kernels import epipass
+
+        epipass.epilogue_rows(out, bias, 1, res)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-3)
 
 
 @pytest.mark.parametrize("case", CASES[:5] + CASES[17:20])

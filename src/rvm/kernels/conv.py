@@ -45,7 +45,8 @@ first takes it: the entry point itself is only the checks and the choice, second
 build, and a model builds the methods its shapes take (a CNN without depthwise convolutions
 never builds that one), each once, not nested in the others' code. A batch the pool's threads
 share evenly runs an image a piece (`by_images`): each image's method in one thread, one join
-for the batch instead of one per image (and per GEMM block), small images a core each.
+for the batch instead of one per image (and per GEMM block), small images a core each, its
+epilogue in each image's GEMM as at one image (each image's job takes its image's residual).
 
 Operands are C-contiguous: ``x`` (n, c, ih, iw), ``w`` (o, c / groups, kh, kw), ``out`` (n, o,
 oh, ow); ``pt``, ``pl``, ``pb``, ``pr`` are the top, left, bottom and right padding. Both
@@ -359,6 +360,8 @@ def _images_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
     one = job.copy()
     one[1], one[3], one[4] = parfor.address(x[k]), parfor.address(out[k]), 1
+    if one[_EPILOGUE + 3] != 0:  # a residual of the output's layout: image k's
+        one[_EPILOGUE + 3] += one[3] - job[3]
     _dispatch(x, job[21], one)
 
 
@@ -403,7 +406,7 @@ def _conv2d_blas(x, w, out, groups, sh, sw, dh, dw, pt, pl, pb, pr, epilogue):  
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     how = method(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, sgemm.applies(x))
     images = by_images(how, n, n * o * oh * ow * cg * kh * kw, parfor.threads())
-    fused = fuses_epilogue(how, cg * kh * kw, images, epilogue) and sgemm.applies(x)
+    fused = fuses_epilogue(how, cg * kh * kw, epilogue) and sgemm.applies(x)
     job = _job(x, parfor.address(w), out, cg, kh, kw, groups, sh, sw, dh, dw, pt, pl, how,
                epilogue if fused else sgemm.NO_EPILOGUE)  # fmt: skip
     if images:

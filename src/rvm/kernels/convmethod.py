@@ -195,12 +195,15 @@ def first_run_tasks(
 
 
 @jit(**_OPTS, inline="always")
-def fuses_epilogue(how, k, images, epilogue):  # type: ignore[no-untyped-def]
-    """Whether a float32 convolution by method ``how`` (a depth of ``k`` a group; a batch split
-    ``images`` by images: `by_images`) applies its ``epilogue`` (`sgemm.sgemm_segments`') with
-    the convolution: in its GEMM's store (`sgemm.fuses`) for the 1x1 ones (one GEMM of the
-    whole batch on the input's rows; strided: on the subsampled input) and im2col's (a GEMM a
-    block of output rows, on the column matrix), where the GEMM can; in the direct method's
+def fuses_epilogue(how, k, epilogue):  # type: ignore[no-untyped-def]
+    """Whether a float32 convolution by method ``how`` (a depth of ``k`` a group) applies its
+    ``epilogue`` (`sgemm.sgemm_segments`') with the convolution: in its GEMM's store
+    (`sgemm.fuses`) for the 1x1 ones (one GEMM of the whole batch on the input's rows;
+    strided: on the subsampled input) and im2col's (a GEMM a block of output rows, on the
+    column matrix, or into panels), where the GEMM can, a batch split by images too
+    (`by_images`: each image's job takes its image's residual; until session 56 such a batch
+    left it to a pass over the whole output, squeezenet's stem's 25 MB at batch 8); in the
+    direct method's
     tiles (`rvm.kernels.direct.conv2d_packed_fused`) a bias a channel and a ReLU, not a
     residual (the pass adds it before the ReLU); in Winograd's output transform
     (`rvm.kernels.winograd`) all of it."""
@@ -210,7 +213,7 @@ def fuses_epilogue(how, k, images, epilogue):  # type: ignore[no-untyped-def]
         return epilogue[3] == 0 and (epilogue[0] == 0 or epilogue[1] == 1)
     gemm = how == POINTWISE or how == STRIDED or how == IM2COL
     # One run of B's rows, or (im2col into panels) runs end to end in C: the same to `fuses`.
-    return gemm and not images and sgemm.fuses(1, 1, 1, 0, k)
+    return gemm and sgemm.fuses(1, 1, 1, 0, k)
 
 
 @jit(**_OPTS)

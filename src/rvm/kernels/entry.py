@@ -61,6 +61,7 @@ MODULES = {
     "channel_affine": "rvm.kernels.affine",
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
+    "join_rows": "rvm.kernels.joins",
     "qconv2d": "rvm.kernels.qentry",
     "qconv2d_turned": "rvm.kernels.qentry",
     "qdense": "rvm.kernels.qentry",
