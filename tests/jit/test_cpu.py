@@ -87,6 +87,24 @@ def test_column_block_follows_l2(l2: int, block: int) -> None:
 
 
 @pytest.mark.parametrize(
+    ("l2", "block"),
+    [(1 << 20, 256 << 10), (256 << 10, 64 << 10), (2 << 20, 512 << 10), (128 << 10, 64 << 10)],
+)
+def test_gemm_column_block_is_a_quarter_of_l2(l2: int, block: int) -> None:
+    """The packed GEMM's block of B (`gemmshape.COLUMN_BYTES`): a quarter of L2, 64 KB at least."""
+    assert gemmshape.column_bytes(_facts(32 << 10, l2)) == block
+
+
+@pytest.mark.parametrize(
+    ("l1d", "width", "steps"),
+    [(48 << 10, 48, 16), (32 << 10, 16, 32), (32 << 10, 48, 10), (1 << 10, 48, 1)],
+)
+def test_panel_prefetch_distance_follows_l1d(l1d: int, width: int, steps: int) -> None:
+    """A panel's rows (``width`` floats) prefetched a sixteenth of L1d on, a step at least."""
+    assert gemmshape.panel_ahead(_facts(l1d, 1 << 20), width) == steps
+
+
+@pytest.mark.parametrize(
     ("l2", "rows", "in_place"),
     [(512 << 10, 6, 128), (1 << 20, 8, 256), (256 << 10, 6, 64), (64 << 10, 6, 6),
      (2 << 20, 6, 512)],
@@ -103,6 +121,8 @@ def test_this_machine_tuning_comes_from_its_facts() -> None:
     facts = cpu.cpu()
     assert gemmshape.KC == gemmshape.depth_block(facts, gemmshape.MR)
     assert gemmshape.BLOCK_BYTES == gemmshape.block_bytes(facts)
+    assert gemmshape.COLUMN_BYTES == gemmshape.column_bytes(facts)
+    assert gemmshape.PANEL_AHEAD == gemmshape.panel_ahead(facts, gemmshape.NR)
     rows = gemmshape.in_place_rows(facts, gemmshape.KC, gemmshape.BLOCK_BYTES, gemmshape.MR)
     assert gemmshape.IN_PLACE_ROWS == rows
     assert im2col.COL_BYTES == 2 * facts.l2

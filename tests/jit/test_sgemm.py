@@ -56,10 +56,10 @@ def test_accumulates(m: int, n: int, k: int) -> None:
 
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_wide_products_in_column_blocks(accumulate: bool) -> None:
-    """A product wider than a column block (`BLOCK_BYTES` of B's rows) runs block by block,
+    """A product wider than a column block (`COLUMN_BYTES` of B's rows) runs block by block,
     the last one partial."""
     k = sgemm.KC + 8
-    block = sgemm.BLOCK_BYTES // (4 * sgemm.KC) // sgemm.NR * sgemm.NR
+    block = gemmshape.COLUMN_BYTES // (4 * sgemm.KC) // sgemm.NR * sgemm.NR
     _run(sgemm.MR + 3, 4 * block + 7, k, accumulate)
 
 

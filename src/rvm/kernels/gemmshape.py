@@ -1,5 +1,5 @@
 """The shape of rvm's float32 GEMM on this CPU (`rvm.kernels.sgemm`): its micro-tile (`LANES`,
-`MR`, `VECTORS`, `NR`), its blocking (`KC`, `BLOCK_BYTES`, `IN_PLACE_ROWS`) and which of its
+`MR`, `VECTORS`, `NR`), its blocking (`KC`, `COLUMN_BYTES`, `IN_PLACE_ROWS`) and which of its
 paths apply (`PACK_B`, `PLAIN_STORES`, `FUSED_EPILOGUE`), each from the CPU's vector width and
 cache sizes read at run time (`rvm.kernels.cpu`).
 
@@ -13,6 +13,7 @@ from rvm.kernels.cpu import Cpu, cpu
 __all__ = [
     "AHEAD",
     "BLOCK_BYTES",
+    "COLUMN_BYTES",
     "FMA",
     "FUSED_EPILOGUE",
     "HALF",
@@ -25,11 +26,14 @@ __all__ = [
     "NR",
     "PACK_B",
     "PACK_FLOATS",
+    "PANEL_AHEAD",
     "PLAIN_STORES",
     "VECTORS",
     "block_bytes",
+    "column_bytes",
     "depth_block",
     "in_place_rows",
+    "panel_ahead",
     "panel_width",
 ]
 
@@ -54,9 +58,23 @@ def depth_block(c: Cpu, rows: int) -> int:
 
 
 def block_bytes(c: Cpu) -> int:
-    """`BLOCK_BYTES`: B's rows for a block of C's columns at most, half of one core's L2 (every
-    band of A walks the block, which stays there)."""
+    """`BLOCK_BYTES`: a block of data that a kernel reads again while it stays in one core's
+    L2, half of it (the direct method's packed weights, a column matrix the GEMM's bands walk,
+    B of a one-row product; the GEMM's own column block is `column_bytes`)."""
     return max(64 << 10, c.l2 // 2)
+
+
+def column_bytes(c: Cpu) -> int:
+    """`COLUMN_BYTES`: B's rows for a block of C's columns of the GEMM at most
+    (`sgemm.column_step`), a quarter of one core's L2. Every band of A walks the block, which
+    stays in L2 while as many bytes again stream through it on their way in (B's own rows, read
+    by the first band in place or by the pack), with C's rows and A's depth block. At half of
+    L2 (2 MB, Emerald Rapids, one thread, a copy of the packed path in one process, bias and
+    ReLU, interleaved) the 1x1 convolutions' GEMMs took 1.05-1.15 times as long on 56 x 56 and
+    28 x 28 maps (256 -> 64, 64 -> 256, 192 -> 128, 512 -> 128), 1.1-1.5 on squeezenet's 64 ->
+    16 at 55 x 55, the same on 14 x 14 and 7 x 7 (one block either way); an eighth lost on 1024
+    -> 512 at 14 x 14 (A read again every block)."""
+    return max(64 << 10, c.l2 // 4)
 
 
 def in_place_rows(c: Cpu, depth: int, block: int, rows: int) -> int:
@@ -105,9 +123,10 @@ B's alignment and stride, in place 108-132 (1000 x 169 x 512, 256 x 1536 x 512, 
 0.90 of its time (two threads, quiet, back to back). AVX-512 had read B in place on the Zen 4
 and Zen 5 without a measurement against packing."""
 BLOCK_BYTES = block_bytes(cpu())
-PACK_FLOATS = max(KC * NR, BLOCK_BYTES // 4)
+COLUMN_BYTES = column_bytes(cpu())
+PACK_FLOATS = max(KC * NR, COLUMN_BYTES // 4)
 """The floats of `sgemm._packed_blocks`' panels, the most a block of B takes (``min(KC, k)``
-rows by its columns, `BLOCK_BYTES` or one panel): one size, so that its scratch is a block
+rows by its columns, `COLUMN_BYTES` or one panel): one size, so that its scratch is a block
 kept across calls (`rvm.kernels.blocks.kept`). From ``malloc`` at each call (256 KB here),
 it was mapped fresh or taken from a trimmed heap in some processes and its pages faulted in
 again at every call: on a Zen 3 core with ``MALLOC_MMAP_THRESHOLD_=65536`` (fresh pages each
@@ -151,3 +170,17 @@ memory (a 1x1 convolution's input at batch 8, squeezenet's 64-128 rows of 3025 p
 read in as many streams as it has rows, too many for the hardware's prefetcher: squeezenet's
 squeeze layers at 55 x 55 on a cold input took 79-146 against 168-317 µs an image on a Zen 4
 core (one tile ahead: 159-299; four: 92-165)."""
+
+
+def panel_ahead(c: Cpu, width: int) -> int:
+    """`PANEL_AHEAD`: how many steps ahead a tile on a packed panel (rows of ``width`` = `NR`
+    floats) prefetches the panel's row into L1d, each step its own, a hint a line: the rows
+    a sixteenth of L1d on (3 KB, 16 steps, with a 48 KB L1d and rows of 48 floats). The
+    hardware brought a panel's rows from L2 late: bands of 8 rows over 4 to 21 panels of 256
+    to 512 rows (Emerald Rapids, one thread, in one process) ran at 0.41-0.63 of the core's
+    peak without it, 0.53-0.73 with it, the same on a panel in L1; 24 steps did as well, 4, 8
+    and 32 less. Past a tile's last row it brings the next panel's first (they follow)."""
+    return max(1, c.l1d // 16 // (4 * width))
+
+
+PANEL_AHEAD = panel_ahead(cpu(), NR)

@@ -13,7 +13,18 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels.gemmshape import AHEAD, FMA, HALF, LANES, LINE, MR, NR, PLAIN_STORES, VECTORS
+from rvm.kernels.gemmshape import (
+    AHEAD,
+    FMA,
+    HALF,
+    LANES,
+    LINE,
+    MR,
+    NR,
+    PANEL_AHEAD,
+    PLAIN_STORES,
+    VECTORS,
+)
 from rvm.kernels.jitting import jit
 
 __all__ = [
@@ -71,9 +82,10 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
 
     ``padded`` (`micro_panel`; plain rows of B only: ``narrow`` and ``wrap`` 0): B's rows
     are whole vectors, read without a mask (a packed panel's, zero past the product's
-    columns: `sgemm._pack`), and not prefetched `AHEAD` (a panel is one stream), nor A's next band
-    in the loop (its address cost more than it saved: the bands prefetch it between tiles,
-    `sgemm._bands_on_panels`). There ``indexed`` means in
+    columns: `sgemm._pack`), not prefetched `AHEAD` (a panel is one stream) but into L1d
+    `PANEL_AHEAD` steps on, nor A's next band in the loop (its address cost more than it
+    saved: the bands prefetch it between tiles, `sgemm._bands_on_panels`). There ``indexed``
+    means in
     place (whole panels only, ``vectors`` = `VECTORS`): B's rows ``rows_b`` floats apart,
     each prefetched `AHEAD` tiles on, and, where ``col0`` is not 0, each row's vectors also
     stored at that address, `NR` floats a row, as `sgemm._pack` would (`IN_PLACE_ROWS`). On AVX2
@@ -206,6 +218,11 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
                     row_b = builder.mul(step, rows_b)
                 if prefetch is not None and (indexed if padded else not indexed):
                     ahead(row_b)
+                if prefetch is not None and padded and not indexed:  # see `PANEL_AHEAD`
+                    soon = builder.add(row_b, builder.mul(rows_b, i64(PANEL_AHEAD)))
+                    for line in range(-(-vectors * lanes // LINE)):
+                        at = builder.gep(b, [builder.add(soon, i64(line * LINE))])
+                        builder.call(hint, [builder.bitcast(at, i8p), i32(0), i32(3), i32(1)])
                 if padded:
                     bs = [load(vector_at(b, row_b, j, i64(lanes)), j) for j in range(vectors)]
                     if indexed:  # in place: each row of B also into its panel (``col0``)

@@ -24,12 +24,10 @@ How (a register-blocked GEMM, C's rows along A and its columns in vectors):
   few columns (a 7 x 7 image's 49). A plain GEMM copies each block of B into panels of `NR`
   columns first and its tiles read them without masks (`PACK_B`: read in place, B's rows
   split vectors across lines and share L1d's sets; `_packed_blocks`, in a block kept across
-  calls: `PACK_FLOATS`), B's rows
-  by their stride or through a table, in runs whose C columns lie end to end (`packs`: a
-  convolution's taps, its im2col straight into the panels); with few rows of C, the first
-  band's tiles pack B as they read it in place (`IN_PLACE_ROWS`); without
-  mask registers (AVX2), whole tiles store without
-  masks (`PLAIN_STORES`);
+  calls: `PACK_FLOATS`), B's rows by their stride or through a table, in runs whose C columns
+  lie end to end (`packs`: a convolution's taps, its im2col straight into the panels); with
+  few rows of C, the first band's tiles pack B as they read it in place (`IN_PLACE_ROWS`);
+  without mask registers (AVX2), whole tiles store without masks (`PLAIN_STORES`);
 - each step of the micro-kernel prefetches a line of A's next band into L2: a convolution's
   weight comes from memory (a model's weights outgrow L3), and its first tile waited for each
   band's rows. A 1x1 convolution on a cold weight (256 to 1024 channels on 14 x 14, 512 to
@@ -77,6 +75,7 @@ from rvm.kernels import parfor
 from rvm.kernels.blocks import kept
 from rvm.kernels.gemmshape import (
     BLOCK_BYTES,
+    COLUMN_BYTES,
     FUSED_EPILOGUE,
     IN_PLACE_ROWS,
     KC,
@@ -358,9 +357,9 @@ def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no
 @jit(**_OPTS, inline="always")
 def column_step(k):  # type: ignore[no-untyped-def]
     """C's columns a block of B's rows takes in a product of depth ``k`` (`sgemm_segments`):
-    ``min(KC, k)`` rows of them fill `BLOCK_BYTES` at most, in whole tiles; every band of A
+    ``min(KC, k)`` rows of them fill `COLUMN_BYTES` at most, in whole tiles; every band of A
     walks the block, so A is read once a block."""
-    return max(NR, BLOCK_BYTES // (4 * min(KC, k)) // NR * NR)
+    return max(NR, COLUMN_BYTES // (4 * min(KC, k)) // NR * NR)
 
 
 @jit(**_OPTS)
