@@ -63,17 +63,23 @@ parfor.export_task("join_rows", _task)
 _run = parfor.runner("join_rows")
 
 
+@jit(**_OPTS, inline="always")
+def _work(elements):  # type: ignore[no-untyped-def]
+    """The elements a piece's copy touches (`parfor.chunks`' measure): each read and written
+    once."""
+    return 2 * elements
+
+
 @jit(**_OPTS)
 def _chunks(elements):  # type: ignore[no-untyped-def]
-    """The chunks a piece of ``elements`` is cut into (`parfor.chunks`: each element read and
-    written once)."""
-    return parfor.chunks(2 * elements, max(1, elements // (16 * _ALIGN)))
+    """The chunks a piece of ``elements`` is cut into (`parfor.chunks`)."""
+    return parfor.chunks(_work(elements), max(1, elements // (16 * _ALIGN)))
 
 
 def first_run_tasks(elements: int) -> tuple[str, ...]:
     """The library task a piece of ``elements`` runs (when split): what its first run builds,
     worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
-    large = parfor.splits.py_func(2 * elements)  # Python: nothing to compile
+    large = parfor.splits.py_func(_work.py_func(elements))  # Python: nothing to compile
     return ("join_rows",) if large else ()
 
 
