@@ -177,15 +177,17 @@ def test_packed_cut_weighs_packing_b_against_reading_a() -> None:
     on 8 pieces a deep product with few more rows than columns is cut into both, one with
     32 times the rows into bands only, one with far more columns than rows into columns
     only (two threads: resnet50's 1x1 convolutions on 14 x 14, a tall MatMul, one on 56 x
-    56); one thread is one piece."""
+    56); one thread is one piece. The tall MatMul's columns are at most one block of B
+    (`sgemm.column_step`, from the L2's size), so a band reads A once."""
+    tall = min(128, sgemm.column_step(512))
     before = rvm.get_num_threads()
     rvm.set_num_threads(2)
     try:
         mixed = _packed_cut(256, 196, 1024, 8, 10, 12, 1)
         assert mixed[0] > 1 and mixed[1] > 1 and mixed[0] * mixed[1] == 8
-        assert _packed_cut(4096, 128, 512, 8, 256, 8, 1) == (8, 1)
+        assert _packed_cut(4096, tall, 512, 8, 256, 8, 1) == (8, 1)
         assert _packed_cut(64, 3136, 256, 8, 2, 196, 1) == (1, 8)
-        a_again = _moved(4096, 128, 512, 1, 8) - _moved(4096, 128, 512, 1, 1)
+        a_again = _moved(4096, tall, 512, 1, 8) - _moved(4096, tall, 512, 1, 1)
         assert a_again == 7 * 4096 * 512  # each column run reads A once (<= one block)
         assert _moved(256, 196, 1024, 8, 1) - _moved(256, 196, 1024, 1, 1) == 2 * 7 * 1024 * 196
         rvm.set_num_threads(1)
