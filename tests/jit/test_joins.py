@@ -97,15 +97,18 @@ def test_concat_of_computed_pieces_or_integers_keeps_its_loops() -> None:
 # -- programs in every exec mode ------------------------------------------------------------
 
 
-def _program() -> IRModule:
-    """Two pieces made by kernels of their own and their concat at batch n: not runs of the
-    output (`rvm.transform.concat_plan`), so a kernel copies them."""
-    x = Var("x", tensor(("n", 64, 27, 27), "float32"))
+def _program(batch: int | str = "n", relu: bool = False, side: int = 27) -> IRModule:
+    """Two pieces made by kernels of their own and their concat at batch ``batch`` (of maps
+    ``side`` wide): not runs of the output (`rvm.transform.concat_plan`), so a kernel copies
+    them (with ``relu``, the concat's ReLU in the same kernel: each piece's loops write the
+    output, no copy)."""
+    x = Var("x", tensor((batch, 64, side, side), "float32"))
     bb = Builder()
     with bb.function("main", [x]):
         p = bb.emit(op.exp(op.multiply(x, rvm.const(np.float32(0.1)))))
         q = bb.emit(op.tanh(x))
-        bb.emit_output(op.concat(bb.emit(Tuple((p, q))), axis=1))
+        joined = op.concat(bb.emit(Tuple((p, q))), axis=1)
+        bb.emit_output(op.relu(bb.emit(joined)) if relu else joined)
     return bb.get()
 
 
@@ -126,3 +129,33 @@ def test_program_in_every_exec_mode(
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     c = np.concatenate([np.exp(x * np.float32(0.1)), np.tanh(x)], axis=1)
     np.testing.assert_allclose(got, c, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("batch", "relu", "side"), [(8, False, 27), (2, False, 5), (8, True, 27), ("n", False, 27)]
+)
+def test_a_compile_builds_the_joins_task_ahead(
+    monkeypatch, batch: int | str, relu: bool, side: int
+) -> None:
+    """A compile hands the background build of a first run's library tasks
+    (`rvm.jit.parallel.precompile`, `rvm.jit.first_run.library_tasks`) the copy's task when
+    its kernel copies the pieces (its record requires ``join_rows``) and the largest piece's
+    static size splits it (`joins.first_run_tasks`): 64 maps of 27 x 27 at batch 8, not of
+    5 x 5 at batch 2, nor where the ReLU's loops write the pieces (no copy), nor at a batch
+    known at run time only (no static size)."""
+    from rvm.jit import parallel
+
+    handed: list[tuple[str, str]] = []
+
+    def precompile(records, tasks=()):  # type: ignore[no-untyped-def]
+        handed.extend(tasks)
+        return real(records, tasks)
+
+    real = parallel.precompile
+    monkeypatch.setattr(parallel, "precompile", precompile)
+    exe = rvm.compile(_program(batch, relu, side))
+    copies = [k.requires for k in exe.kernels.values() if k.requires]
+    assert copies == ([] if relu else [(("join_rows", "float32"),)])
+    # the large pieces split on every CPU (`parfor.MIN_WORK`), the small ones on none
+    assert joins.first_run_tasks(8 * 64 * 27 * 27) and not joins.first_run_tasks(2 * 64 * 5 * 5)
+    assert (("join_rows", "float32") in handed) == (batch == 8 and not relu), handed

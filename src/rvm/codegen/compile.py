@@ -129,7 +129,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
             from rvm.jit.parallel import frozen_gc, precompile
 
             with frozen_gc():
-                precompile(list(ex.kernels.values()), library_tasks(lowered))
+                precompile(list(ex.kernels.values()), library_tasks(lowered, ex.kernels))
                 build(ex, progress=progress)
         else:
             build(ex, progress=progress)

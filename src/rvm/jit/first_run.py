@@ -9,6 +9,11 @@ rule the call follows), so `library_tasks` lists them, in the order the module's
 call them, for `rvm.jit.parallel.precompile` to build in the background
 (`rvm.kernels.parfor.prefetch`) while the kernels compile.
 
+A kernel that copies a concatenation's pieces with the library (`rvm.kernels.joins`) says so
+in its record (``requires`` holds ``join_rows``: the generator's choice, which depends on how the
+pieces are made); the largest piece's size comes from the call's static types, and
+`rvm.kernels.joins.first_run_tasks` says whether its copy splits over the pool.
+
 A guess is only a head start: a task left out is built when first run, as without it, and one
 listed but never run costs a helper's time, nothing else.
 """
@@ -16,7 +21,7 @@ listed but never run costs a helper's time, nothing else.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from rvm.ir import expr as E
 from rvm.ir.analysis import walk
@@ -26,22 +31,27 @@ from rvm.jit.channel_affine import is_affine
 from rvm.jit.channel_epilogue import CONVS
 from rvm.kernels.numba_cache import light_loads
 from rvm.op import ops
+from rvm.runtime.executable import KernelRecord
 
 __all__ = ["library_tasks"]
 
 
-def library_tasks(mod: IRModule) -> list[tuple[str, str]]:
+def library_tasks(
+    mod: IRModule, kernels: Mapping[str, KernelRecord] | None = None
+) -> list[tuple[str, str]]:
     """The (task, dtype) pairs the jit kernels of ``mod`` (lowered: primitive functions with
-    static types) will likely run on their first call, first needed first.
+    static types) will likely run on their first call, first needed first. ``kernels``, the
+    executable's records by name (`rvm.codegen.vm_codegen`), tell which kernels copy a
+    concatenation's pieces with the library (`_join_tasks`); without them none is listed.
 
     The library's rules it asks (`rvm.kernels.convmethod.method`...) are compiled functions: their
     cached code loads without a refresh of Numba's compiler (`light_loads`), as a warm start
     loads everything else."""
     with light_loads():
-        return _library_tasks(mod)
+        return _library_tasks(mod, kernels or {})
 
 
-def _library_tasks(mod: IRModule) -> list[tuple[str, str]]:
+def _library_tasks(mod: IRModule, kernels: Mapping[str, KernelRecord]) -> list[tuple[str, str]]:
     funcs = dict(mod.items())
     seen: set[str] = set()
     tasks: dict[tuple[str, str], None] = {}
@@ -55,7 +65,37 @@ def _library_tasks(mod: IRModule) -> list[tuple[str, str]]:
             if func is not None and func.is_primitive:
                 seen.add(node.name)
                 tasks.update(dict.fromkeys(_primitive_tasks(func)))
+                tasks.update(dict.fromkeys(_join_tasks(func, node.name, kernels)))
     return list(tasks)
+
+
+def _join_tasks(
+    func: E.Function, name: str, kernels: Mapping[str, KernelRecord]
+) -> Iterator[tuple[str, str]]:
+    """The library task of the concatenations primitive ``func`` copies with `join_rows`, if
+    its kernel (``name``'s record, a ``dps`` or ``return`` one: `vm_codegen`) calls it: the
+    largest piece of static size decides whether a copy splits (`joins.first_run_tasks`)."""
+    records = (kernels.get(name), kernels.get(f"{name}_alloc"))
+    dtypes = {d for r in records if r is not None for n, d in r.requires if n == "join_rows"}
+    if not dtypes:
+        return
+    from rvm.kernels import joins
+
+    for dtype in sorted(dtypes):
+        largest = max(_piece_sizes(func, dtype), default=0)
+        yield from ((task, dtype) for task in joins.first_run_tasks(largest))
+
+
+def _piece_sizes(func: E.Function, dtype: str) -> Iterator[int]:
+    """The elements of each piece of ``dtype`` and static shape that ``func``'s concat and
+    stack calls join (a stack's piece is as large as its input)."""
+    for node in walk(func.body):
+        if isinstance(node, E.Call) and node.callee in (ops.concat, ops.stack):
+            pieces = getattr(node.args[0], "type", None)
+            for t in getattr(pieces, "fields", ()):
+                if isinstance(t, TensorType) and t.dtype == dtype and t.shape is not None:
+                    if all(isinstance(d, int) for d in t.shape):
+                        yield math.prod(t.shape)
 
 
 def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
