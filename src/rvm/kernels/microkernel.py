@@ -474,9 +474,9 @@ def move_lanes(typingctx, src, dst, lo, hi):  # type: ignore[no-untyped-def]
     without (`PLAIN_STORES`: AVX2's masked store takes its mask in a vector register, several
     plain stores' cost) each vector is stored whole, its lanes below ``lo`` read back from
     ``dst`` (the pieces before, written just before) and its lanes past ``hi`` zeros. On a Zen 3
-    core (one thread, in one process) the masked stores packed squeezenet's, resnet50's and
-    inception_v2's 3 x 3 im2col panels (rows of 13 to 56) in 1.9-2.6 times the float-at-a-time
-    copy's time, the whole stores in 0.43-0.91 of it (session 57)."""
+    core (one thread, in one process, quiet: `benchmarks/pack_pieces.py`) the masked stores
+    packed 3 x 3 im2col panels (16 to 256 channels, rows of 13 to 56) in 2.2-2.9 times the
+    float-at-a-time copy's time, the whole stores in 0.48-0.83 of it (session 57)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         f32, i1, i32, i64 = ir.FloatType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
