@@ -3,7 +3,7 @@
 (``branch``) against session 53's float-at-a-time copy of a piece (``s53``) and session 55's
 masked loads and stores (``s55 masked``), copied here; 60 interleaved calls each, medians.
 
-Run: ``python benchmarks/pack_pieces.py`` (session 57, the Zen 3: masked stores 1.9-3.1 times
+Run: ``python benchmarks/pack_pieces.py`` (session 57, the Zen 3: masked stores 2.2-2.9 times
 s53's time, the branch 0.48-0.83).
 """
 
