@@ -303,7 +303,8 @@ def _pack(b, ldb, table, p0, kc, j0, cols, run, b_step, into):  # type: ignore[n
     as long (147 to 1024 rows by 64 to 1024 columns; a 1x1 convolution's 256 rows of 3136
     positions: 340 against 195 us, a quarter of its GEMM of 64 rows). A panel within one run
     moves a vector a row; one across runs (or the last) moves each piece of a row in masked
-    vectors (`microkernel.move_lanes`, zeros past the last): squeezenet's 3 x 3 im2col on rows
+    vectors (`microkernel.move_lanes`, zeros past the last; AVX2 stores them whole, its masked
+    stores cost twice the float-at-a-time copy on a Zen 3): squeezenet's 3 x 3 im2col on rows
     of 55 (144 rows by 3025 columns, Emerald Rapids, one thread) packed in 0.74 of the time
     the float-at-a-time copy took (LLVM's vectorized copy ran pieces under 8 floats and the
     last 7 of each a float at a time), 0.70-0.83 on rows of 111, 27 and 13."""
