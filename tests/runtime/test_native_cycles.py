@@ -4,7 +4,11 @@ as in the other modes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,3 +174,35 @@ def test_a_cycle_whose_parameter_has_no_static_type_stays_compiled() -> None:
     report = VirtualMachine(b.build(), exec_mode="native").native_report().fallbacks
     assert "recursion through @ping, @pong" in report["ping"]
     assert "parameter 'x' of @ping has no static type" in report["pong"]
+
+
+_CHILD = """
+import sys
+import numpy as np, rvm
+sys.path.insert(0, {here!r})
+from test_native_cycles import DESCENT, MUTUAL
+vm = rvm.VirtualMachine(rvm.compile(MUTUAL), exec_mode="native")
+assert int(vm["even"](np.array(10))) == 1
+mutual = vm.native_report()
+vm = rvm.VirtualMachine(rvm.compile(DESCENT), exec_mode="native")
+vm["main"](np.ones(4, "float32"), np.array(3))
+descent = vm.native_report()
+print(mutual.compiled, mutual.loaded, descent.compiled)
+"""
+
+
+def test_a_cycle_that_only_jumps_is_disk_cached(tmp_path: Path) -> None:
+    # even/odd only jump: a second process loads it; the descent recurses, so each process
+    # compiles it (as a self-recursive function, numba#6061)
+    env = dict(os.environ, RVM_CACHE_DIR=str(tmp_path / "rvm"))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(rvm.__file__).parents[1]), *sys.path])
+    env["RVM_JIT_ISOLATE"] = "0"
+    child = _CHILD.format(here=str(Path(__file__).parent))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", child], env=env, capture_output=True, text=True, check=True
+        )
+        runs.append([int(v) for v in out.stdout.split()])
+    assert runs[0][0] >= 1 and runs[1][:2] == [0, 1]
+    assert runs[0][2] >= 1 and runs[1][2] >= 1
