@@ -80,6 +80,28 @@ DESCENT = _parse(
     """
 )
 
+# count and grow share no parameter type: each one's function passes an empty array of the
+# other's type in the other's parameters of the merged function
+APART = _parse(
+    """
+    @module
+    class Apart:
+        @func
+        def count(n: T[(), "int64"]):
+            if n <= 0:
+                return op.zeros((3,), "float32")
+            else:
+                return grow(op.full((3,), 1.0, "float32") * op.cast(n, "float32")) + 1.0
+
+        @func
+        def grow(x: T[(3,), "float32"]):
+            if op.sum(x) > 10.0:
+                return x
+            else:
+                return count(op.cast(op.sum(x), "int64") - 1)
+    """
+)
+
 
 def _i64(v: int) -> np.ndarray:
     return np.array(v, "int64")
@@ -135,6 +157,19 @@ def test_a_recursive_descent_agrees_with_the_interpreter(mode: str, reruns) -> N
         assert_values_close(vm["factor"](x, _i64(depth)), want, rtol=1e-5)
     if mode == "native":
         assert vm.native_report().fallbacks == {} and reruns == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_members_that_share_no_parameter_type(mode: str, reruns) -> None:
+    vm = VirtualMachine(rvm.compile(APART), exec_mode=mode)
+    for n in (0, 1, 3, 12):
+        assert_values_close(vm["count"](_i64(n)), rvm.interpret(APART, "count", _i64(n)))
+    x = np.full(3, 2.0, "float32")
+    assert_values_close(vm["grow"](x), rvm.interpret(APART, "grow", x))
+    if mode == "native":
+        assert vm.native_report().fallbacks == {} and reruns == []
+        source = open(vm.native_report().path).read()
+        assert "_np.empty((), dt_int64)" in source and "_np.empty((0,), dt_float32)" in source
 
 
 def test_too_deep_recursion_through_other_functions_hands_over_to_the_compiled_mode(

@@ -142,7 +142,8 @@ def _empty(spec: ParamSpec, names: Names, dtypes: set[str]) -> str:
         return f"({', '.join(fields)}{',' if len(fields) == 1 else ''})"
     assert spec.dtype is not None and spec.shape is not None
     dtypes.add(spec.dtype)
-    shape = "(" + "0, " * len(spec.shape) + ")"
+    n = len(spec.shape)
+    shape = "(" + ", ".join(["0"] * n) + ("," if n == 1 else "") + ")"
     return f"_np.empty({shape}, {names.dtype(spec.dtype)})"
 
 
