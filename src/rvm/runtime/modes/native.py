@@ -14,7 +14,8 @@ A function is compiled at its first call (for the types of that call's values).
 Fallback, per function, to the compiled mode (`CompiledMode`, which this mode holds):
 
 - functions that cannot be native (`native_codegen.NotNative`: ADT values, closures, packed
-  functions that are not jit kernels, recursion through other functions), and
+  functions that are not jit kernels; recursion through other functions is native, each call
+  cycle one merged function, `native_groups`), and
   functions Numba fails to type at their first call, always run compiled; `NativeMode.report`
   (`VirtualMachine.native_report()`) says which and why;
 - a failure inside native code (a kernel's error, a failed shape check, FATAL, recursion

@@ -3,11 +3,12 @@
 `render_module(ex, kinds)` writes one Python file for an executable: a Numba function per VM
 function that can be native (each lowered by `native_lowering.FunctionLowering`, which says how
 registers, control flow, scalars and shapes become Numba code), and, for each of the others,
-the reason it cannot (`NotNative`: its own, a call cycle through other functions, or a call of
-a function that is not native). The file's head binds what the functions read: the kernels
-(`k<i>`, bound as globals when the file is loaded), dtypes, small constants (rebuilt from hex
-text: Numba freezes module-level arrays into the code it compiles), immediates and the pads of
-shape checks; big constants are read through slots bound at load (`native_constants`).
+the reason it cannot (`NotNative`: its own, or a call of a function that is not native). The
+functions of a call cycle through other functions are merged into one (`native_groups`).
+The file's head binds what the functions read: the kernels (`k<i>`, bound as globals when the
+file is loaded), dtypes, small constants (rebuilt from hex text: Numba freezes module-level
+arrays into the code it compiles), immediates and the pads of shape checks; big constants are
+read through slots bound at load (`native_constants`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rvm.runtime.loading import NATIVE_IMPORTS, NATIVE_SUPPORT_NAMES
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.loading.loader import kernel_module_name
 from rvm.runtime.modes.lowering.operands import Names
+from rvm.runtime.modes.native_groups import groups
 from rvm.runtime.modes.native_lowering import (
     MAX_CONSTANT_BYTES,
     MAX_DEPTH,
@@ -116,40 +118,27 @@ def _entry(ex: Executable, f: FunctionLowering, pyname: str) -> list[str]:
     ]
 
 
-def _cycles(calls: dict[int, set[int]]) -> dict[int, list[int]]:
-    """Per function in a call cycle through other functions, the members of its cycle."""
-    out: dict[int, list[int]] = {}
-    for start in calls:
-        seen, todo = set(), [c for c in calls[start] if c != start]
-        while todo:
-            f = todo.pop()
-            if f in seen or f not in calls:
-                continue
-            seen.add(f)
-            todo.extend(c for c in calls[f] if c != f)
-        if start in seen:
-            out[start] = sorted(seen)
-    return out
-
-
 def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
     """The generated file of the native functions of `ex`; `kinds[i]` is "jit" when primitive
     `i` is a jit kernel (see the module docstring)."""
     names = Names(ex)
     slots: dict[int, str] = {}
     rendered: dict[int, FunctionLowering] = {}
-    reasons: dict[int, str] = {}
+    cycles, reasons = groups(ex)
     for i in range(len(ex.functions)):
+        if i in reasons:
+            continue
         try:
-            f = FunctionLowering(ex, i, names, kinds, slots)
+            f = FunctionLowering(ex, i, names, kinds, slots, cycles.get(i))
             f.lines = f.render()
             rendered[i] = f
         except NotNative as e:
             reasons[i] = str(e)
-    calls = {i: f.callees for i, f in rendered.items()}
-    for i, members in _cycles(calls).items():
-        others = ", ".join(f"@{ex.functions[m].name}" for m in members if m != i)
-        reasons[i] = f"recursion through {others} (Numba types self-recursion only)"
+    merged: list[tuple[list[str], bool]] = []  # each group's function, whether it is cached
+    for group in {id(g): g for g in cycles.values()}.values():
+        if all(m in rendered for m in group.members):
+            members = [rendered[m] for m in group.members]
+            merged.append((group.render(members), not group.recursive))
     changed = True
     while changed:
         changed = False
@@ -170,7 +159,7 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
             specs = ex.functions[f.index].param_specs
             if all(s.kind == "tensor" and s.dtype and s.shape is not None for s in specs):
                 module.entries[f.index] = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
-        module.source = _file(ex, names, native, uncached, module.entries)
+        module.source = _file(ex, names, native, uncached, module.entries, merged)
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
         module.scalar_kernels = {f"ks{k}": k for f in native for k in sorted(f.scalar_kernels)}
         used = {c for f in native for c in f.constants}
@@ -199,6 +188,7 @@ def _file(
     functions: list[FunctionLowering],
     uncached: set[int],
     entries: dict[int, tuple[tuple[str, int], ...]],
+    merged: list[tuple[list[str], bool]],
 ) -> str:
     head = [
         "# rvm native functions (exec_mode='native'), made by rvm.runtime.modes.native_codegen",
@@ -243,6 +233,8 @@ def _file(
         if f.index in entries:
             entry = _entry(ex, f, names.funcs[f.index])
             body += ["", "", _decorator(f.index not in uncached), *entry]
+    for lines, cache in merged:  # the call cycles' merged functions (`native_groups`)
+        body += ["", "", _decorator(cache), *lines]
     return "\n".join(head + body) + "\n"
 
 

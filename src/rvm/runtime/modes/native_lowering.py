@@ -31,9 +31,11 @@ exhaust the native stack.
 
 What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): ADT values and
 closures (Numba has no such objects), packed functions that are not jit kernels (numpy kernels,
-builtins and registered Python functions), constants that are not numeric arrays,
-recursion through other functions (Numba types self-recursion only), and calls of functions
-that are not native themselves. Numba typing errors are found when a function is compiled
+builtins and registered Python functions), constants that are not numeric arrays, and calls of
+functions that are not native themselves. Functions that recurse through each other are
+rendered each as its body, then merged into one function per call cycle (`native_groups`:
+calls inside the cycle are that function's self-recursive calls, tail calls its jumps). Numba
+typing errors are found when a function is compiled
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ from rvm.runtime.weights import constant_digest
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
+    from rvm.runtime.modes.native_groups import Group
 
 __all__ = [
+    "BAIL",
     "MAX_CONSTANT_BYTES",
     "MAX_DEPTH",
     "NATIVE_BUILTINS",
@@ -111,7 +115,13 @@ class FunctionLowering:
     """The rendering of one VM function (see the module docstring)."""
 
     def __init__(
-        self, ex: Executable, index: int, names: Names, kinds: list[str], slots: dict[int, str]
+        self,
+        ex: Executable,
+        index: int,
+        names: Names,
+        kinds: list[str],
+        slots: dict[int, str],
+        group: Group | None = None,
     ) -> None:
         fn = ex.functions[index]
         self.ex = ex
@@ -119,6 +129,7 @@ class FunctionLowering:
         self.names = names
         self.kinds = kinds
         self.slots = slots  # big constants' slot names, shared by the module's functions
+        self.group = group  # the call cycle it is merged into (`native_groups`), if any
         self.flow = FlowInfo(fn.instructions, len(fn.params), index)
         self.callees: set[int] = set()
         self.constants: set[int] = set()
@@ -245,6 +256,7 @@ class FunctionLowering:
         out = [f"def {self.names.funcs[self.index]}({', '.join(params)}):"]
         out.append(f'    """@{fn.name}: {len(code)} instructions."""')
         jumps = any(ins[0] in (O.IF, O.IF_IMM, O.GOTO) for ins in code) or self.flow.self_tails
+        self.machine = bool(jumps)  # a block machine: a jump to another member `break`s out
         for i in range(len(fn.params)):
             if i in self.scalars:
                 self.w.line(1, f"s{i} = {_r(i)}[()]  # a scalar parameter")
@@ -257,15 +269,23 @@ class FunctionLowering:
         if self.recursive:
             out.append(f"    if _d > {MAX_DEPTH}:")
             out.append(f"        raise RuntimeError({_bail()!r})")
-        self._head = out + self._bindings()
+        self._head = out + self.bindings()
         return self._head + self.w.lines
+
+    def wrap(self, call: str) -> None:
+        """Makes the rendered function the wrapper of its group's merged function, which runs
+        its body (`native_groups.Group.render`): it returns ``call``."""
+        self.w.reset()
+        self.w.ret(1, call)
+        self._head = self._head[:2]
+        self.lines = self._head + self.w.lines
 
     def body_ending(self, end: str) -> list[str]:
         """The rendered function's body (after its def line and docstring: `render` first) with
         the statement ``end`` before each of its returns (`SourceWriter.ending`)."""
         return self._head[2:] + self.w.ending(end)
 
-    def _bindings(self) -> list[str]:
+    def bindings(self) -> list[str]:
         """The big constants the function reads, each bound to its slot (`native_constants`)."""
         lines = []
         for c in sorted(self.constants):
@@ -362,9 +382,17 @@ class FunctionLowering:
         if callee == self.index:
             self.recursive = True
         self.callees.add(callee)
+        if self.group is not None and callee in self.group.members:
+            self.recursive = True
+            return self.group.call(callee, [self._reg(a) for a in args])
         return f"{self.names.funcs[callee]}({', '.join([self._reg(a) for a in args] + ['_d + 1'])})"
 
     def _tail(self, pc: int, ins: tuple, indent: int) -> None:
+        if self.group is not None and ins[1] in self.group.members and ins[1] != self.index:
+            self.callees.add(ins[1])
+            self.w.line(indent, self.group.jump(ins[1], [self._reg(a) for a in ins[2]]), pc)
+            self.w.line(indent, "break" if self.machine else "continue", pc)
+            return
         if pc not in self.flow.self_tails:
             self.w.ret(indent, self._call(ins[1], ins[2]), pc)
             return
@@ -477,8 +505,12 @@ class _Operands(OperandRenderer):
         return super().value(o)
 
 
+BAIL = "rvm native: rerun in compiled mode"
+"""The message of the exception native code raises to hand a call back to the compiled mode."""
+
+
 def _bail() -> str:
-    return "rvm native: rerun in compiled mode"
+    return BAIL
 
 
 def _packed_reason(name: str, kind: str) -> str:
