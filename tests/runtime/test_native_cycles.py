@@ -18,6 +18,7 @@ from rvm.errors import VMError
 from rvm.runtime import ExecBuilder, Opcode, VirtualMachine
 from rvm.runtime.modes.compiled import CompiledMode
 from rvm.testing import assert_values_close
+from rvm.testing.programs import Mutual
 
 MODES = ("bytecode", "compiled", "native")
 
@@ -27,25 +28,7 @@ def _parse(text: str) -> rvm.IRModule:
 
 
 # even and odd call each other in tail position: the merged function jumps, at any depth
-MUTUAL = _parse(
-    """
-    @module
-    class Mutual:
-        @func
-        def even(n: T[(), "int64"]):
-            if n == 0:
-                return rvm.const(1, "int64")
-            else:
-                return odd(n - 1)
-
-        @func
-        def odd(n: T[(), "int64"]):
-            if n == 0:
-                return rvm.const(0, "int64")
-            else:
-                return even(n - 1)
-    """
-)
+MUTUAL = Mutual
 
 # A recursive descent: expr -> term -> factor -> expr, with parameters of different types and
 # orders, a straight-line member (term), calls that are not tail calls (expr's, term's), a tail

@@ -17,7 +17,7 @@ import rvm
 from rvm.errors import VMError
 from rvm.runtime import ExecBuilder, Opcode, VirtualMachine, register_func
 from rvm.testing import assert_values_close
-from rvm.testing.programs import MLP, Closures, Lists, Recursion
+from rvm.testing.programs import MLP, Closures, Lists, Mutual, Recursion
 
 MODES = ("bytecode", "compiled", "native")
 
@@ -40,25 +40,7 @@ RNN = _parse(
     """
 )
 
-MUTUAL = _parse(
-    """
-    @module
-    class Mutual:
-        @func
-        def even(n: T[(), "int64"]):
-            if n == 0:
-                return rvm.const(1, "int64")
-            else:
-                return odd(n - 1)
-
-        @func
-        def odd(n: T[(), "int64"]):
-            if n == 0:
-                return rvm.const(0, "int64")
-            else:
-                return even(n - 1)
-    """
-)
+MUTUAL = Mutual
 
 
 def _f32(*shape: int) -> np.ndarray:

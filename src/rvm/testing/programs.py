@@ -86,6 +86,25 @@ class Recursion:
 
 
 @module
+class Mutual:
+    """even and odd call each other in tail position (the native mode merges the cycle)."""
+
+    @func
+    def even(n: T[(), "int64"]):
+        if n == 0:
+            return rvm.const(1, "int64")
+        else:
+            return odd(n - 1)
+
+    @func
+    def odd(n: T[(), "int64"]):
+        if n == 0:
+            return rvm.const(0, "int64")
+        else:
+            return even(n - 1)
+
+
+@module
 class Closures:
     @func
     def main(x: T[(4,), "float32"], k: T[(4,), "float32"]):
@@ -293,4 +312,4 @@ PROGRAMS: list[Program] = [
     Program("attention_s13", Attention, "main", lambda r: _attention_args(r, 13), _attention_ref),
 ]
 
-__all__ = ["ADT", "PROGRAMS", "Design", "List", "Program"]
+__all__ = ["ADT", "PROGRAMS", "Design", "List", "Mutual", "Program"]
