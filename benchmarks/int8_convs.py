@@ -1,6 +1,7 @@
 """Single int8 convolutions: rvm's kernel against ONNX Runtime's ``QLinearConv`` node.
 
-Run: ``python benchmarks/int8_convs.py [--reps 100] [--threads 1] [--name int8_convs]``.
+Run: ``python benchmarks/int8_convs.py [--reps 100] [--threads N] [--name int8_convs]`` (default
+threads: rvm's default, as a user's; session 57's figures: ``--threads 1`` and 2).
 
 For each of resnet50's int8 convolution classes where `int8_layers.py` finds rvm behind ORT
 (3 x 3 at 56 x 56 and 14 x 14, 1 x 1 at 7, 14 and 56), one convolution alone, on the same
@@ -112,7 +113,9 @@ def measure(shape: tuple, reps: int, rng: np.random.Generator) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=100, help="interleaved rounds")
-    parser.add_argument("--threads", type=int, default=1, help="of both runtimes")
+    parser.add_argument(
+        "--threads", type=int, default=rvm.get_num_threads(), help="both runtimes'"
+    )
     parser.add_argument("--name", default="int8_convs", help="results file name, no suffix")
     args = parser.parse_args()
     rvm.set_num_threads(args.threads)

@@ -3,12 +3,15 @@
 (``branch``) against session 53's float-at-a-time copy of a piece (``s53``) and session 55's
 masked loads and stores (``s55 masked``), copied here; 60 interleaved calls each, medians.
 
-Run: ``python benchmarks/pack_pieces.py`` (session 57, the Zen 3: masked stores 2.2-2.9 times
-s53's time, the branch 0.48-0.83).
+Run: ``python benchmarks/pack_pieces.py``, which writes ``results/pack_pieces.json`` (session
+57, the Zen 3: masked stores 2.2-2.9 times s53's time, the branch 0.48-0.83).
 """
 
 import time
 
+from common import machine, machine_line, write_results
+
+# isort: split
 import numpy as np
 from llvmlite import ir
 from numba import njit
@@ -135,10 +138,9 @@ def case(c, k, ow, wp, oh):
         into[:] = -1
         f[nm]()
         outs[nm] = into.copy()
-    assert np.array_equal(outs["masked"], outs["old"])
-    d = np.nonzero(outs["new"] != outs["old"])[0]
-    if len(d):
-        print("differ", len(d), d[:10], outs["new"][d[:5]], outs["old"][d[:5]])
+    for nm in ("new", "masked"):
+        differ = np.nonzero(outs[nm] != outs["old"])[0]
+        assert not len(differ), f"{nm}: {len(differ)} floats differ from the old copy"
     ts = {nm: [] for nm in f}
     for _ in range(60):
         for nm in f:
@@ -148,7 +150,7 @@ def case(c, k, ow, wp, oh):
     return {nm: np.median(v) * 1e6 for nm, v in ts.items()}
 
 
-for c, k, ow, wp, oh in [
+SHAPES = [
     (16, 3, 55, 57, 55),
     (32, 3, 27, 29, 27),
     (64, 3, 13, 15, 13),
@@ -156,11 +158,24 @@ for c, k, ow, wp, oh in [
     (128, 3, 28, 30, 28),
     (256, 3, 14, 16, 14),
     (3, 7, 112, 230, 112),
-]:
-    r = case(c, k, ow, wp, oh)
-    old, masked, new = r["old"], r["masked"], r["new"]
-    print(
-        f"c{c} k{k} ow{ow}: s53 float-at-a-time {old:.1f} us, s55 masked {masked:.1f} "
-        f"({masked / old:.2f}), branch {new:.1f} ({new / old:.2f})",
-        flush=True,
-    )
+]
+
+
+def main() -> None:
+    print(machine_line(), flush=True)
+    rows = []
+    for c, k, ow, wp, oh in SHAPES:
+        r = case(c, k, ow, wp, oh)
+        old, masked, new = r["old"], r["masked"], r["new"]
+        rows.append({"channels": c, "kernel": k, "ow": ow, "s53_us": old, "s55_masked_us": masked,
+                     "branch_us": new})  # fmt: skip
+        print(
+            f"c{c} k{k} ow{ow}: s53 float-at-a-time {old:.1f} us, s55 masked {masked:.1f} "
+            f"({masked / old:.2f}), branch {new:.1f} ({new / old:.2f})",
+            flush=True,
+        )
+    write_results("pack_pieces", {"machine": machine(), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
