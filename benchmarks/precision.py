@@ -31,7 +31,8 @@ rvm f32 (goals: >= 1.8x faster than rvm f32, <= 1.0x ORT int8), on ``--threads``
 weights in 7 bits where ORT's products of 8-bit ones saturate (``--reduce-range``, see
 `precision_int8.py`).
 
-Prints the tables and writes ``benchmarks/results/precision.json`` with the machine and load.
+Prints the tables and writes ``benchmarks/results/precision.json`` (``--name``) with the
+machine and load.
 """
 
 from __future__ import annotations
@@ -230,6 +231,7 @@ def main() -> None:
     ap.add_argument(
         "--workdir", default=os.path.join(tempfile.gettempdir(), "rvm-bench-transformers")
     )
+    ap.add_argument("--name", default="precision", help="of the results file")
     a = ap.parse_args()
     global THREADS
     THREADS = precision_int8.THREADS = a.threads
@@ -252,7 +254,7 @@ def main() -> None:
         print("\nint8 (ONNX Runtime's quantize_static QDQ models)\n")
         print(precision_int8.int8_table(int8))
     write_results(
-        "precision",
+        a.name,
         {"machine": machine(), "load": os.getloadavg(), "bounds": [BOUND_ERR, BOUND_TOP1],
          "threads": a.threads or "default",
          "models": results, "int8": int8},
