@@ -13,9 +13,9 @@ A function is compiled at its first call (for the types of that call's values).
 
 Fallback, per function, to the compiled mode (`CompiledMode`, which this mode holds):
 
-- functions that cannot be native (`native_codegen.NotNative`: ADT values, closures, packed
-  functions that are not jit kernels; recursion through other functions is native, each call
-  cycle one merged function, `native_groups`), and
+- functions that cannot be native (`native_codegen.NotNative`: closures, values of recursive
+  data types, packed functions that are not jit kernels; recursion through other functions is
+  native, each call cycle one merged function, `native_groups`), and
   functions Numba fails to type at their first call, always run compiled; `NativeMode.report`
   (`VirtualMachine.native_report()`) says which and why;
 - a failure inside native code (a kernel's error, a failed shape check, FATAL, recursion
@@ -54,10 +54,11 @@ from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.modes.base import ExecContext
 from rvm.runtime.modes.compiled import CompiledMode
+from rvm.runtime.modes.native_adts import Key, Layouts, has_adt, spec_key
 from rvm.runtime.modes.native_codegen import NativeModule, entry_name, render_module
 
 if TYPE_CHECKING:
-    from rvm.runtime.executable import Executable
+    from rvm.runtime.executable import Executable, VMFunction
 
 __all__ = ["NativeMode", "NativeReport", "native_file", "native_path"]
 
@@ -121,6 +122,7 @@ class _Plan:
         self.own = False  # whether `path` is in rvm's own cache (its object code sealed)
         self.funcs: list[Any] = [None] * len(ex.functions)
         self.entries: list[Any] = [None] * len(ex.functions)
+        self.boundaries: list[_Boundary | None] = [_Boundary.of(ex, f) for f in ex.functions]
         if self.module.source:
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
             try:
@@ -189,6 +191,33 @@ class _Plan:
         first = (useful or lines or [type(error).__name__])[0]
         self.reasons[fidx] = f"Numba typing error: {first[:200]}"
         self.funcs[fidx] = None
+
+
+class _Boundary:
+    """The conversions of a native function's data type values at its call from the VM
+    (`native_adts`): its `ADT` arguments into tuples, its result back into `ADT` objects."""
+
+    def __init__(self, layouts: Layouts, params: list[Key | None], result: Key | None) -> None:
+        self.layouts = layouts
+        self.params = params
+        self.result = result
+
+    @staticmethod
+    def of(ex: Executable, fn: VMFunction) -> _Boundary | None:
+        """The boundary of ``fn``, or None where no value of it holds a data type value."""
+        params = [spec_key(s) for s in fn.param_specs]
+        result = spec_key(fn.result)
+        if not any(has_adt(k) for k in [*params, result]):
+            return None
+        params = [k if has_adt(k) else None for k in params]
+        return _Boundary(Layouts(ex), params, result if has_adt(result) else None)
+
+    def arguments(self, args: list[Any]) -> list[Any]:
+        to = self.layouts.to_native
+        return [a if k is None else to(a, k) for a, k in zip(args, self.params)]
+
+    def value(self, result: Any) -> Any:
+        return result if self.result is None else self.layouts.from_native(result, self.result)
 
 
 def _refuse(*args: Any) -> Any:
@@ -302,7 +331,10 @@ class NativeMode:
                 pass
             except Exception:  # noqa: BLE001 - it ran and failed: the compiled mode reports
                 return self.compiled.run(fidx, args)  # (the dispatcher would compile it anew)
+        boundary = self.plan.boundaries[fidx]
         try:
+            if boundary is not None:
+                return boundary.value(func(*boundary.arguments(args), 0))
             return func(*args, 0)
         except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
             if self._typing_error is not None and isinstance(e, self._typing_error):

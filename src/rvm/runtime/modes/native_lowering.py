@@ -29,13 +29,19 @@ recursion deeper than `MAX_DEPTH` hand back the same way (every function takes t
 its last argument `_d`), so an error reads the same as in the other modes and no recursion can
 exhaust the native stack.
 
-What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): ADT values and
-closures (Numba has no such objects), packed functions that are not jit kernels (numpy kernels,
-builtins and registered Python functions), constants that are not numeric arrays, and calls of
-functions that are not native themselves. Functions that recurse through each other are
-rendered each as its body, then merged into one function per call cycle (`native_groups`:
-calls inside the cycle are that function's self-recursive calls, tail calls its jumps). Numba
-typing errors are found when a function is compiled
+Data type values: a value of a non-recursive data type is a tuple (slots..., tag) laid out from
+its constructors' recorded field types (`native_adts`): ALLOC_ADT builds it, GET_TAG reads its
+last item (an int64 local the tag tests compare), and GET_FIELD after a match's tag test reads
+its constructor's slot.
+
+What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): closures
+(Numba has no such objects), values of recursive data types (a recursive type, which Numba
+cannot type) or of data types without recorded field types, packed functions that are not jit
+kernels (numpy kernels, builtins and registered Python functions), constants that are not
+numeric arrays, and calls of functions that are not native themselves. Functions that recurse
+through each other are rendered each as its body, then merged into one function per call
+cycle (`native_groups`: calls inside the cycle are that function's self-recursive calls, tail
+calls its jumps). Numba typing errors are found when a function is compiled
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from rvm.runtime.modes.lowering.flow import FlowInfo
 from rvm.runtime.modes.lowering.operands import Names, Operand, OperandRenderer
 from rvm.runtime.modes.lowering.scalars import fixed_parameter, scalar_registers
 from rvm.runtime.modes.lowering.writer import SourceWriter
+from rvm.runtime.modes.native_adts import Layouts, NoLayout, has_adt, known_tags, spec_key
 from rvm.runtime.text import describe_instruction
 from rvm.runtime.weights import constant_digest
 
@@ -83,7 +90,9 @@ call hands back to the compiled mode, whose own limit hands on to the bytecode l
 
 OWN_STATEMENTS = frozenset({O.FATAL, O.MATCH_SHAPE, O.MAKE_SHAPE})
 """The opcodes this module writes itself (`_stmt`): those `semantics.OVERRIDES["native"]`
-gives no template, for the reason it states."""
+gives no template, for the reason it states. Besides, ALLOC_ADT of a constructor (tag >= 0;
+tag -1, a tuple, is the table's variant) is the tuple `native_adts.Layouts.build` lays out,
+and GET_FIELD of a known constructor renders `TUPLE_FIELD` with the field's slot."""
 
 NATIVE_BUILTINS = {
     "vm.builtin.write_slice": "the native helper `native_support.write_slice`, which tests "
@@ -99,7 +108,6 @@ _UNSUPPORTED = {
     O.ALLOC_CLOSURE: "closures",
     O.INVOKE_CLOSURE: "closures",
     O.TAIL_INVOKE_CLOSURE: "closures",
-    O.GET_TAG: "ADT values",
 }
 
 
@@ -143,13 +151,51 @@ class FunctionLowering:
         self._head: list[str] = []  # `render`'s def line, docstring, checks and bindings
         self.sub: dict[int, str] = {}  # registers read as materialized scalars (`_stmt`)
         self.texts: set[int] = set()  # registers of check_tensor's text operands
-        for spec in fn.param_specs:
-            if spec.kind == "adt":
-                raise NotNative(f"parameter {spec.name!r} is an ADT value")
+        self.adts = Layouts(ex)
+        self.tags = known_tags(self.flow)  # per pc, the registers of a known constructor
+        self._check_values()
         self._check()
         self.scalars = scalar_registers(fn, self.flow, ex.constants, self._scalar_kernel)
         self.w = SourceWriter(lambda pc: describe_instruction(ex, self.flow.code[pc]))
         self.operands = _Operands(self)
+
+    def _layout_key(self, key: tuple, what: str) -> None:
+        """Refuses a value of type ``key`` that native code cannot hold (`native_adts`)."""
+        try:
+            self.adts.dummy(key, Names.dtype)
+        except NoLayout as e:
+            raise NotNative(f"{what}: {e}") from None
+
+    def _check_values(self) -> None:
+        """Refuses parameters and a result holding data type values native code cannot hold
+        or convert at the boundary (`native_adts`)."""
+        fn = self.ex.functions[self.index]
+        for spec in fn.param_specs:
+            key = spec_key(spec)
+            if spec.kind == "adt" and key is None:
+                raise NotNative(f"parameter {spec.name!r} is a data type value of unknown type")
+            if has_adt(key):
+                self._layout_key(key, f"parameter {spec.name!r}")
+        key = spec_key(fn.result)
+        if has_adt(key):
+            self._layout_key(key, "its result")
+        unknown = fn.result is None or (key is None and fn.result.kind != "tensor")
+        if unknown and self._holds_adts():
+            raise NotNative("a result of unknown type in a function of data type values")
+
+    def _holds_adts(self) -> bool:
+        """Whether the function takes, builds or is given data type values."""
+        fn, functions = self.ex.functions[self.index], self.ex.functions
+        if any(has_adt(spec_key(s)) for s in fn.param_specs):
+            return True
+        for ins in self.flow.code:
+            if ins[0] == O.ALLOC_ADT and ins[2] >= 0:
+                return True
+            if ins[0] in (O.INVOKE, O.TAIL_INVOKE):
+                callee = functions[ins[2] if ins[0] == O.INVOKE else ins[1]]
+                if has_adt(spec_key(callee.result)):
+                    return True
+        return False
 
     def _check(self) -> None:
         self.texts = self._text_operands()
@@ -157,7 +203,13 @@ class FunctionLowering:
             op = Opcode(ins[0])
             why = _UNSUPPORTED.get(op)
             if op == O.ALLOC_ADT and ins[2] != -1:
-                why = "ADT values"
+                name = self.adts.adt_of.get(ins[2])
+                try:
+                    self.adts.get(name) if name else None
+                except NoLayout as e:
+                    why = str(e)
+            if op == O.GET_FIELD and ins[2] not in (self.tags[pc] or {}):
+                why = self._untagged(ins[2])
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
                 why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
             if (  # a jit kernel's own output, or a builtin native code runs
@@ -170,6 +222,18 @@ class FunctionLowering:
                 why = _constant_reason(self.ex.constants[ins[2]])
             if why is not None:
                 raise NotNative(f"{why} (pc {pc}: {describe_instruction(self.ex, ins)})")
+
+    def _untagged(self, reg: int) -> str | None:
+        """Why GET_FIELD of ``reg`` with no known constructor cannot be native: it is read as
+        a tuple, so ``reg`` must not hold a data type value there."""
+        code = self.flow.code
+        writes = [code[w] for w in self.flow.writers.get(reg, [])]
+        param = self.ex.functions[self.index].param_specs[reg] if reg < self.flow.nparams else None
+        if (param is not None and param.kind == "adt") or any(
+            w[0] == O.ALLOC_ADT and w[2] >= 0 for w in writes
+        ):
+            return f"a field of data type value {_r(reg)} read with no constructor test"
+        return None
 
     def _text_operands(self) -> set[int]:
         """The registers that hold only text constants read only as check_tensor's dtype and
@@ -229,8 +293,13 @@ class FunctionLowering:
         return rec.meta.get(SCALAR_META)
 
     def _value(self, reg: int) -> str:
-        """The machine value of 0-d register `reg`."""
-        return f"s{reg}" if reg in self.scalars else f"{_r(reg)}[()]"
+        """The machine value of 0-d register `reg` (a tag, GET_TAG's, is an int64 already)."""
+        if reg in self.scalars:
+            return f"s{reg}"
+        writes = [self.flow.code[w][0] for w in self.flow.writers.get(reg, [])]
+        if writes and reg >= self.flow.nparams and all(w == O.GET_TAG for w in writes):
+            return _r(reg)
+        return f"{_r(reg)}[()]"
 
     def _array(self, reg: int) -> str:
         """Register `reg` as an array: a scalar register materialized (`_full0`), but a
@@ -349,9 +418,30 @@ class FunctionLowering:
             w.line(indent, last, pc)
         elif op == O.MAKE_SHAPE:
             w.line(indent, f"{_r(ins[1])} = {self._make(ins, pc)}", pc)
+        elif op == O.ALLOC_ADT and ins[2] >= 0:
+            for key in self.adts.get(self.adts.adt_of[ins[2]]).slots:
+                self._dtypes_of(key)
+            value = self.adts.build(ins[2], [self._reg(a) for a in ins[3]], Names.dtype)
+            w.line(indent, f"{_r(ins[1])} = {value}", pc)
+        elif op == O.GET_FIELD and ins[2] in (self.tags[pc] or {}):
+            tag = self.tags[pc][ins[2]]
+            slot = self.adts.get(self.adts.adt_of[tag]).where[tag][ins[3]]
+            given = {"dst": _r(ins[1]), "obj": self._reg(ins[2]), "index": str(slot)}
+            w.line(indent, sem.render(sem.TUPLE_FIELD, lambda f, _: given[f]), pc)
         else:
             w.line(indent, self.operands.render(sem.template(ins, "native")[1], ins, pc), pc)
         return False
+
+    def _dtypes_of(self, key: tuple) -> None:
+        """Records the dtypes the placeholders of a value of type ``key`` name."""
+        if key[0] == "tensor":
+            self.dtypes.add(key[1])
+        elif key[0] == "tuple":
+            for k in key[1]:
+                self._dtypes_of(k)
+        else:
+            for k in self.adts.get(key[1]).slots:
+                self._dtypes_of(k)
 
     def _scalar_stmt(self, ins: tuple) -> str | None:
         """The statement of `ins` on scalar registers, if it is one: the scalar form of a
