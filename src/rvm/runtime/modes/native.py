@@ -54,7 +54,7 @@ from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.modes.base import ExecContext
 from rvm.runtime.modes.compiled import CompiledMode
-from rvm.runtime.modes.native_adts import Key, Layouts, has_adt, spec_key
+from rvm.runtime.modes.native_adts import Key, Layouts, NoLayout, has_adt, spec_key
 from rvm.runtime.modes.native_codegen import NativeModule, entry_name, render_module
 
 if TYPE_CHECKING:
@@ -198,26 +198,28 @@ class _Boundary:
     (`native_adts`): its `ADT` arguments into tuples, its result back into `ADT` objects."""
 
     def __init__(self, layouts: Layouts, params: list[Key | None], result: Key | None) -> None:
-        self.layouts = layouts
-        self.params = params
-        self.result = result
+        self.params = [None if k is None else layouts.to_native(k) for k in params]
+        self.result = None if result is None else layouts.from_native(result)
 
     @staticmethod
     def of(ex: Executable, fn: VMFunction) -> _Boundary | None:
-        """The boundary of ``fn``, or None where no value of it holds a data type value."""
+        """The boundary of ``fn``, or None where no value of it holds a data type value (or
+        one native code cannot hold: the function is not native then)."""
         params = [spec_key(s) for s in fn.param_specs]
         result = spec_key(fn.result)
         if not any(has_adt(k) for k in [*params, result]):
             return None
         params = [k if has_adt(k) else None for k in params]
-        return _Boundary(Layouts(ex), params, result if has_adt(result) else None)
+        try:
+            return _Boundary(Layouts(ex), params, result if has_adt(result) else None)
+        except NoLayout:
+            return None
 
     def arguments(self, args: list[Any]) -> list[Any]:
-        to = self.layouts.to_native
-        return [a if k is None else to(a, k) for a, k in zip(args, self.params)]
+        return [a if f is None else f(a) for a, f in zip(args, self.params)]
 
     def value(self, result: Any) -> Any:
-        return result if self.result is None else self.layouts.from_native(result, self.result)
+        return result if self.result is None else self.result(result)
 
 
 def _refuse(*args: Any) -> Any:

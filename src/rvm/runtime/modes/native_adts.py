@@ -152,29 +152,49 @@ class Layouts:
 
     # -- the boundary with the VM ------------------------------------------------------------
 
-    def to_native(self, value: Any, key: Key) -> Any:
-        """The VM value ``value`` of type ``key`` as native code holds it."""
-        if key[0] == "tensor":  # native code's arrays are C-contiguous, 0-d ones too
-            value = np.asarray(value)
-            return value if value.flags.c_contiguous else value.copy(order="C")
-        if key[0] == "tuple":
-            return tuple(self.to_native(v, k) for v, k in zip(value, key[1]))
-        layout = self.get(key[1])
-        out: list[Any] = [self._empty(k) for k in layout.slots]
-        for slot, k, v in zip(layout.where[value.tag], layout.fields[value.tag], value.fields):
-            out[slot] = self.to_native(v, k)
-        return (*out, value.tag)
-
-    def from_native(self, value: Any, key: Key) -> Any:
-        """The native value ``value`` of type ``key`` as the VM holds it."""
+    def to_native(self, key: Key) -> Callable[[Any], Any]:
+        """The conversion of a VM value of type ``key`` into native code's value (made once
+        per function: a call converts with no lookups)."""
         if key[0] == "tensor":
-            return value
+            return _contiguous
         if key[0] == "tuple":
-            return tuple(self.from_native(v, k) for v, k in zip(value, key[1]))
+            items = [self.to_native(k) for k in key[1]]
+            return lambda value: tuple(f(v) for f, v in zip(items, value))
         layout = self.get(key[1])
-        tag = int(value[-1])
-        fields = zip(layout.where[tag], layout.fields[tag])
-        return ADT(tag, tuple(self.from_native(value[s], k) for s, k in fields), layout.names[tag])
+        empty = [self._empty(k) for k in layout.slots]  # never written: native code reads
+        per_tag = {  # only the slots of the constructor its tag names
+            tag: tuple(zip(layout.where[tag], (self.to_native(k) for k in layout.fields[tag])))
+            for tag in layout.where
+        }
+
+        def convert(value: ADT) -> tuple:
+            out = list(empty)
+            for (slot, f), v in zip(per_tag[value.tag], value.fields):
+                out[slot] = f(v)
+            return (*out, value.tag)
+
+        return convert
+
+    def from_native(self, key: Key) -> Callable[[Any], Any] | None:
+        """The conversion of native code's value of type ``key`` into the VM's, or None where
+        they are the same (a tensor)."""
+        if key[0] == "tensor":
+            return None
+        if key[0] == "tuple":
+            items = [self.from_native(k) or _same for k in key[1]]
+            return lambda value: tuple(f(v) for f, v in zip(items, value))
+        layout = self.get(key[1])
+        per_tag = {}
+        for tag, slots in layout.where.items():
+            fields = [self.from_native(k) for k in layout.fields[tag]]
+            per_tag[tag] = (tuple(zip(slots, fields)), layout.names[tag])
+
+        def convert(value: tuple) -> ADT:
+            tag = value[-1]
+            slots, name = per_tag[tag]
+            return ADT(tag, [value[s] if f is None else f(value[s]) for s, f in slots], name)
+
+        return convert
 
     def _empty(self, key: Key) -> Any:
         if key[0] == "tensor":
@@ -182,6 +202,16 @@ class Layouts:
         if key[0] == "tuple":
             return tuple(self._empty(k) for k in key[1])
         return (*(self._empty(k) for k in self.get(key[1]).slots), -1)
+
+
+def _contiguous(value: Any) -> np.ndarray:
+    """A tensor as native code holds it: C-contiguous (0-d ones too)."""
+    value = np.asarray(value)
+    return value if value.flags.c_contiguous else value.copy(order="C")
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _tuple(items: list[str]) -> str:
