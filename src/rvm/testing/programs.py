@@ -18,6 +18,7 @@ import rvm
 from rvm import op
 from rvm.ir import IRModule
 from rvm.runtime.objects import ADT
+from rvm.script import Callable as Fn
 from rvm.script import T, adt, func, module
 
 
@@ -243,6 +244,47 @@ def _total_ref(n: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.array(acc, "float32")
 
 
+_F4 = Fn[[T[(4,), "float32"]], T[(4,), "float32"]]
+
+
+@module
+class HigherOrder:
+    """Closures passed to another function, which calls them in a loop; one returned."""
+
+    @func
+    def apply_n(f: _F4, x: T[(4,), "float32"], n: T[(), "int64"]):
+        i = rvm.const(0, "int64")
+        while i < n:
+            x = f(x)
+            i = i + 1
+        return x
+
+    @func
+    def main(x: T[(4,), "float32"], k: T[(4,), "float32"], n: T[(), "int64"]):
+        def add_k(y: T[(4,), "float32"]):
+            return y * 0.5 + k
+
+        def scale(y: T[(4,), "float32"]):
+            return y * 0.9
+
+        return apply_n(scale, apply_n(add_k, x, n), n)
+
+    @func
+    def make(k: T[(4,), "float32"]):
+        def shift(y: T[(4,), "float32"]):
+            return y - k
+
+        return shift
+
+
+def _higher_order_ref(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    for _ in range(int(n)):
+        x = x * np.float32(0.5) + k
+    for _ in range(int(n)):
+        x = x * np.float32(0.9)
+    return x
+
+
 @module
 class Design:
     """The project's design example: a data-type fold, a while-loop RNN and a closure."""
@@ -396,6 +438,13 @@ PROGRAMS: list[Program] = [
         _total_ref,
     ),
     Program(
+        "closure_passed",
+        HigherOrder,
+        "main",
+        lambda r: (_f32(r, 4), _f32(r, 4), _i64(6)),
+        _higher_order_ref,
+    ),
+    Program(
         "rnn", RNN, "main", lambda r: (_f32(r, 1, 16), _f32(r, 16, 16) * 0.3, _i64(20)), _rnn_ref
     ),
     Program(
@@ -409,4 +458,15 @@ PROGRAMS: list[Program] = [
     Program("attention_s13", Attention, "main", lambda r: _attention_args(r, 13), _attention_ref),
 ]
 
-__all__ = ["ADT", "PROGRAMS", "DataTypes", "Design", "List", "Mutual", "Opt", "Program", "Shape"]
+__all__ = [
+    "ADT",
+    "PROGRAMS",
+    "DataTypes",
+    "Design",
+    "HigherOrder",
+    "List",
+    "Mutual",
+    "Opt",
+    "Program",
+    "Shape",
+]

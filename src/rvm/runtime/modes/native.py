@@ -54,11 +54,11 @@ from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.modes.base import ExecContext
 from rvm.runtime.modes.compiled import CompiledMode
-from rvm.runtime.modes.native_adts import Key, Layouts, NoLayout, has_adt, spec_key
+from rvm.runtime.modes.native_adts import Layouts, NoLayout, has_adt, spec_key
 from rvm.runtime.modes.native_codegen import NativeModule, entry_name, render_module
 
 if TYPE_CHECKING:
-    from rvm.runtime.executable import Executable, VMFunction
+    from rvm.runtime.executable import Executable
 
 __all__ = ["NativeMode", "NativeReport", "native_file", "native_path"]
 
@@ -122,7 +122,10 @@ class _Plan:
         self.own = False  # whether `path` is in rvm's own cache (its object code sealed)
         self.funcs: list[Any] = [None] * len(ex.functions)
         self.entries: list[Any] = [None] * len(ex.functions)
-        self.boundaries: list[_Boundary | None] = [_Boundary.of(ex, f) for f in ex.functions]
+        self.boundaries: list[_Boundary | None] = [
+            _Boundary.of(ex, i, self.module) if i not in self.reasons else None
+            for i in range(len(ex.functions))
+        ]
         if self.module.source:
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
             try:
@@ -194,26 +197,37 @@ class _Plan:
 
 
 class _Boundary:
-    """The conversions of a native function's data type values at its call from the VM
-    (`native_adts`): its `ADT` arguments into tuples, its result back into `ADT` objects."""
+    """The conversions of a native function's values at its call from the VM: its `ADT`
+    arguments into tuples and its result back into `ADT` objects (`native_adts`), the
+    `Closure` arguments into their class's tuples (`native_closures`)."""
 
-    def __init__(self, layouts: Layouts, params: list[Key | None], result: Key | None) -> None:
-        self.params = [None if k is None else layouts.to_native(k) for k in params]
-        self.result = None if result is None else layouts.from_native(result)
+    def __init__(self, params: list[Any], result: Any) -> None:
+        self.params = params
+        self.result = result
 
     @staticmethod
-    def of(ex: Executable, fn: VMFunction) -> _Boundary | None:
-        """The boundary of ``fn``, or None where no value of it holds a data type value (or
-        one native code cannot hold: the function is not native then)."""
-        params = [spec_key(s) for s in fn.param_specs]
-        result = spec_key(fn.result)
-        if not any(has_adt(k) for k in [*params, result]):
-            return None
-        params = [k if has_adt(k) else None for k in params]
+    def of(ex: Executable, fidx: int, module: NativeModule) -> _Boundary | None:
+        """The boundary of function ``fidx``, or None where its values need no conversion
+        (or one native code cannot hold: the function is not native then)."""
+        fn = ex.functions[fidx]
+        layouts = Layouts(ex)
         try:
-            return _Boundary(Layouts(ex), params, result if has_adt(result) else None)
-        except NoLayout:
+            params = []
+            for i, spec in enumerate(fn.param_specs):
+                key = spec_key(spec)
+                if has_adt(key):
+                    params.append(layouts.to_native(key))
+                elif spec.kind == "any" and module.closures is not None:
+                    params.append(module.closures.to_native(fidx, i, layouts))
+                else:
+                    params.append(None)
+            key = spec_key(fn.result)
+            result = layouts.from_native(key) if has_adt(key) else None
+        except (NoLayout, ValueError):
             return None
+        if all(p is None for p in params) and result is None:
+            return None
+        return _Boundary(params, result)
 
     def arguments(self, args: list[Any]) -> list[Any]:
         return [a if f is None else f(a) for a, f in zip(args, self.params)]

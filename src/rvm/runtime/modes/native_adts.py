@@ -161,7 +161,7 @@ class Layouts:
             items = [self.to_native(k) for k in key[1]]
             return lambda value: tuple(f(v) for f, v in zip(items, value))
         layout = self.get(key[1])
-        empty = [self._empty(k) for k in layout.slots]  # never written: native code reads
+        empty = [self.empty(k) for k in layout.slots]  # never written: native code reads
         per_tag = {  # only the slots of the constructor its tag names
             tag: tuple(zip(layout.where[tag], (self.to_native(k) for k in layout.fields[tag])))
             for tag in layout.where
@@ -196,12 +196,13 @@ class Layouts:
 
         return convert
 
-    def _empty(self, key: Key) -> Any:
+    def empty(self, key: Key) -> Any:
+        """A placeholder value of type ``key`` (`dummy`'s, made in Python)."""
         if key[0] == "tensor":
             return np.empty((0,) * key[2], key[1])
         if key[0] == "tuple":
-            return tuple(self._empty(k) for k in key[1])
-        return (*(self._empty(k) for k in self.get(key[1]).slots), -1)
+            return tuple(self.empty(k) for k in key[1])
+        return (*(self.empty(k) for k in self.get(key[1]).slots), -1)
 
 
 def _contiguous(value: Any) -> np.ndarray:

@@ -60,6 +60,7 @@ from rvm.runtime.modes.lowering.operands import Names, Operand, OperandRenderer
 from rvm.runtime.modes.lowering.scalars import fixed_parameter, scalar_registers
 from rvm.runtime.modes.lowering.writer import SourceWriter
 from rvm.runtime.modes.native_adts import Layouts, NoLayout, has_adt, known_tags, spec_key
+from rvm.runtime.modes.native_closures import UNKNOWN, ClosureFlow
 from rvm.runtime.text import describe_instruction
 from rvm.runtime.weights import constant_digest
 
@@ -104,11 +105,7 @@ NATIVE_BUILTINS = {
 """The packed builtins native code runs, and how, with the builtin's meaning (a failed check
 hands the call back, and the builtin raises its own error in the compiled mode)."""
 
-_UNSUPPORTED = {
-    O.ALLOC_CLOSURE: "closures",
-    O.INVOKE_CLOSURE: "closures",
-    O.TAIL_INVOKE_CLOSURE: "closures",
-}
+_CLOSURE_CALLS = (O.INVOKE_CLOSURE, O.TAIL_INVOKE_CLOSURE)
 
 
 class NotNative(Exception):
@@ -130,6 +127,7 @@ class FunctionLowering:
         kinds: list[str],
         slots: dict[int, str],
         group: Group | None = None,
+        closures: ClosureFlow | None = None,
     ) -> None:
         fn = ex.functions[index]
         self.ex = ex
@@ -152,7 +150,10 @@ class FunctionLowering:
         self.sub: dict[int, str] = {}  # registers read as materialized scalars (`_stmt`)
         self.texts: set[int] = set()  # registers of check_tensor's text operands
         self.adts = Layouts(ex)
+        self.closures = closures or ClosureFlow(ex)
         self.tags = known_tags(self.flow)  # per pc, the registers of a known constructor
+        if {t for t in self.closures.returned.get(index, ()) if t != UNKNOWN}:
+            raise NotNative("returns a closure (a VM object where its caller is Python)")
         self._check_values()
         self._check()
         self.scalars = scalar_registers(fn, self.flow, ex.constants, self._scalar_kernel)
@@ -201,13 +202,17 @@ class FunctionLowering:
         self.texts = self._text_operands()
         for pc, ins in enumerate(self.flow.code):
             op = Opcode(ins[0])
-            why = _UNSUPPORTED.get(op)
+            why = self._closure_reason(ins) if op in (O.ALLOC_CLOSURE, *_CLOSURE_CALLS) else None
             if op == O.ALLOC_ADT and ins[2] != -1:
                 name = self.adts.adt_of.get(ins[2])
                 try:
                     self.adts.get(name) if name else None
                 except NoLayout as e:
                     why = str(e)
+            if op == O.ALLOC_ADT and any(
+                self.closures.targets(self.index, r) - {UNKNOWN} for r in ins[3]
+            ):
+                why = "a closure in a tuple or data type value"
             if op == O.GET_FIELD and ins[2] not in (self.tags[pc] or {}):
                 why = self._untagged(ins[2])
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
@@ -222,6 +227,60 @@ class FunctionLowering:
                 why = _constant_reason(self.ex.constants[ins[2]])
             if why is not None:
                 raise NotNative(f"{why} (pc {pc}: {describe_instruction(self.ex, ins)})")
+
+    def _closure_reason(self, ins: tuple) -> str | None:
+        """Why a closure instruction cannot be native (`native_closures`), or None."""
+        if ins[0] == O.ALLOC_CLOSURE:
+            targets = {ins[2]}
+        else:
+            targets = self.closures.targets(self.index, ins[2 if ins[0] == O.INVOKE_CLOSURE else 1])
+            if not targets or UNKNOWN in targets:
+                return (
+                    "a call of a closure of unknown origin (read from a tuple or a packed result)"
+                )
+        for t in sorted(targets):
+            if t == self.index or (self.group is not None and t in self.group.members):
+                return f"a closure call of @{self.ex.functions[t].name} inside its call cycle"
+            try:
+                for key in self.closures.slots(t):
+                    self._layout_key(key[1], "a captured value")
+            except ValueError as e:
+                return str(e)
+        return None
+
+    def _closure(self, ins: tuple) -> str:
+        """ALLOC_CLOSURE as its class's tuple (`native_closures`): captured values, target."""
+        target, values = ins[2], [self._reg(r) for r in ins[3]]
+        slots = self.closures.slots(target)
+        out = []
+        for _, key in slots:
+            self._dtypes_of(key)
+            out.append(self.adts.dummy(key, Names.dtype))
+        for slot, value in zip(self.closures.where(target), values):
+            out[slot] = value
+        out.append(f"_int64({target})")
+        return f"({out[0]},)" if len(out) == 1 else f"({', '.join(out)})"
+
+    def _closure_call(self, pc: int, ins: tuple, indent: int) -> None:
+        """INVOKE_CLOSURE / TAIL_INVOKE_CLOSURE: a switch over the closure's targets, each a
+        call of its function with the captured values first."""
+        tail = ins[0] == O.TAIL_INVOKE_CLOSURE
+        closure, args = (ins[1], ins[2]) if tail else (ins[2], ins[3])
+        c = self._reg(closure)
+        targets = sorted(self.closures.targets(self.index, closure))
+        w = self.w
+        for n, t in enumerate(targets):
+            self.callees.add(t)
+            values = [f"{c}[{s}]" for s in self.closures.where(t)]
+            values += [self._reg(a) for a in args] + ["_d + 1"]
+            call = f"{self.names.funcs[t]}({', '.join(values)})"
+            w.line(indent, f"{'if' if n == 0 else 'elif'} {c}[-1] == {t}:", pc)
+            if tail:
+                w.ret(indent + 1, call)
+            else:
+                w.line(indent + 1, f"{_r(ins[1])} = {call}")
+        w.line(indent, "else:")
+        w.line(indent + 1, f"raise RuntimeError({_bail()!r})")
 
     def _untagged(self, reg: int) -> str | None:
         """Why GET_FIELD of ``reg`` with no known constructor cannot be native: it is read as
@@ -409,6 +468,9 @@ class FunctionLowering:
         if op == O.TAIL_INVOKE:
             self._tail(pc, ins, indent)
             return True
+        if op == O.TAIL_INVOKE_CLOSURE:
+            self._closure_call(pc, ins, indent)
+            return True
         if op == O.INVOKE:
             w.line(indent, f"{_r(ins[1])} = {self._call(ins[2], ins[3])}", pc)
         elif op == O.MATCH_SHAPE:
@@ -418,6 +480,10 @@ class FunctionLowering:
             w.line(indent, last, pc)
         elif op == O.MAKE_SHAPE:
             w.line(indent, f"{_r(ins[1])} = {self._make(ins, pc)}", pc)
+        elif op == O.ALLOC_CLOSURE:
+            w.line(indent, f"{_r(ins[1])} = {self._closure(ins)}", pc)
+        elif op == O.INVOKE_CLOSURE:
+            self._closure_call(pc, ins, indent)
         elif op == O.ALLOC_ADT and ins[2] >= 0:
             for key in self.adts.get(self.adts.adt_of[ins[2]]).slots:
                 self._dtypes_of(key)
