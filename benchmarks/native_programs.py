@@ -10,8 +10,9 @@ ONNX Runtime, and imported by rvm's ONNX importer).
 - ``rnn100``: 100 steps of an RNN cell, ``h = tanh(h @ W + x @ U + b)`` with H = 32, as a
   ``while`` loop in rvm script, a ``for`` loop in Numba, and an ONNX ``Loop``.
 
-`adt_programs` are programs of non-recursive data types (`rvm.testing.programs.DataTypes`),
-timed in the compiled and native modes only (no Numba or ONNX form of them).
+`adt_programs` are programs of non-recursive data types (`rvm.testing.programs.DataTypes`) and
+of closures passed to other functions, timed in the compiled and native modes only (no Numba or
+ONNX form of them).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numba as nb
 import numpy as np
 
 import rvm
-from rvm.testing.programs import MLP, DataTypes
+from rvm.testing.programs import MLP, DataTypes, HigherOrder
 
 H = 32
 STEPS = 100
@@ -272,8 +273,9 @@ def adt_programs() -> list[dict[str, Any]]:
     steps of a loop that builds one of three constructors (fields of float32, float64 and
     int64) and matches it (``total``); ``adt_option``, an ``Option`` built, returned from one
     function and matched in another (``main``); ``adt_return``, an ``Option`` returned to
-    Python (``find``, its value converted at the boundary). name, module, function name and
-    arguments."""
+    Python (``find``, its value converted at the boundary); ``closure_loop``, two closures
+    (one capturing a tensor) each passed to a function that calls it in a 50-step loop
+    (`rvm.testing.programs.HigherOrder`). name, module, function name and arguments."""
     rng = np.random.default_rng(2)
     x2, y3 = rng.standard_normal(2).astype("float32"), rng.standard_normal(3).astype("float32")
     x4 = np.abs(rng.standard_normal(4)).astype("float32")
@@ -286,4 +288,11 @@ def adt_programs() -> list[dict[str, Any]]:
         },
         {"name": "adt_option", "mod": DataTypes, "fname": "main", "args": (x4, -x4)},
         {"name": "adt_return", "mod": DataTypes, "fname": "find", "args": (x4,)},
+        {
+            "name": "closure_loop",
+            "mod": HigherOrder,
+            "fname": "main",
+            "args": (x4, -x4, np.array(50, "int64")),
+            "fallbacks": ("make",),  # returns a closure to Python: a VM object
+        },
     ]
