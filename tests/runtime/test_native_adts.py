@@ -124,3 +124,58 @@ def test_a_file_without_field_types_runs_its_data_types_compiled(ex) -> None:
     assert reasons["get_or"] == "parameter 'o': data type Opt has no recorded field types"
     x = np.ones(4, np.float32)
     _same(vm["main"](x, x), x * 2)
+
+
+NESTED = """
+@rvm.script.adt
+class Shape:
+    Circle: (T[(), "float32"],)
+    Label: (T[(3,), "int64"],)
+
+@rvm.script.adt
+class Tagged:
+    Plain: (T[(2,), "float32"],)
+    Pair: ("Shape", Tuple[T[(2,), "float32"], T[(), "int64"]])
+
+@module
+class Nested:
+    @func
+    def wrap(x: T[(2,), "float32"], n: T[(), "int64"]):
+        if n > 0:
+            return Pair(Circle(op.sum(x)), (x, n))
+        else:
+            return Plain(x)
+
+    @func
+    def score(t: Tagged):
+        match t:
+            case Pair(Circle(r), (v, n)):
+                return op.sum(v) * r + op.cast(n, "float32")
+            case Pair(Label(ids), (v, n)):
+                return op.cast(op.sum(ids), "float32")
+            case Plain(v):
+                return op.sum(v)
+"""
+
+
+def test_nested_data_types_and_tuple_fields_round_trip(exec_mode) -> None:
+    mod = rvm.script.parse(NESTED)
+    vm = VirtualMachine(rvm.compile(mod), exec_mode=exec_mode)
+    tags = {c: tag for info in vm.executable.adts for c, tag, _ in info.constructors}
+    x = np.array([1.0, 2.0], np.float32)
+    made = vm["wrap"](x, np.array(3))
+    circle = ADT(tags["Circle"], (np.array(3.0, np.float32),), "Circle")
+    assert made.name == "Pair" and isinstance(made.fields[1], tuple)
+    _same(made.fields[0], circle)
+    np.testing.assert_array_equal(made.fields[1][0], x)
+    _same(vm["score"](made), np.array(12.0, np.float32))
+    label = ADT(tags["Label"], (np.arange(3),), "Label")
+    given = ADT(tags["Pair"], (label, (x, np.array(1))), "Pair")
+    _same(vm["score"](given), np.array(3.0, np.float32))
+    _same(vm["score"](vm["wrap"](x, np.array(0))), np.array(3.0, np.float32))
+    for seed in range(2):
+        v = np.random.default_rng(seed).standard_normal(2).astype(np.float32)
+        want = rvm.interpret(mod, "score", rvm.interpret(mod, "wrap", v, np.array(2)))
+        _same(vm["score"](vm["wrap"](v, np.array(2))), want)
+    if exec_mode == "native":
+        _all_native(vm)
