@@ -140,6 +140,10 @@ class ClosureFlow:
 
     # -- layout --------------------------------------------------------------------------------
 
+    def held_any(self, fidx: int, regs: tuple[int, ...]) -> bool:
+        """Whether a register of ``regs`` of function ``fidx`` may hold a known closure."""
+        return any(self.targets(fidx, r) - {UNKNOWN} for r in regs)
+
     def targets(self, fidx: int, reg: int) -> set[int]:
         """The targets of the closures register ``reg`` of function ``fidx`` may hold."""
         return self.held.get((fidx, reg), set())

@@ -29,17 +29,19 @@ recursion deeper than `MAX_DEPTH` hand back the same way (every function takes t
 its last argument `_d`), so an error reads the same as in the other modes and no recursion can
 exhaust the native stack.
 
-Data type values: a value of a non-recursive data type is a tuple (slots..., tag) laid out from
-its constructors' recorded field types (`native_adts`): ALLOC_ADT builds it, GET_TAG reads its
-last item (an int64 local the tag tests compare), and GET_FIELD after a match's tag test reads
-its constructor's slot.
+Data type values and closures (`native_values`): a value of a non-recursive data type is a
+tuple (slots..., tag) laid out from its constructors' recorded field types (`native_adts`):
+ALLOC_ADT builds it, GET_TAG reads its last item (an int64 local the tag tests compare), and
+GET_FIELD after a match's tag test reads its constructor's slot; a closure passed between
+functions is a tuple of its captured values and target, and its call a switch over the
+targets the program's closure flow finds (`native_closures`).
 
 What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): closures
-(Numba has no such objects), values of recursive data types (a recursive type, which Numba
-cannot type) or of data types without recorded field types, packed functions that are not jit
-kernels (numpy kernels, builtins and registered Python functions), constants that are not
-numeric arrays, and calls of functions that are not native themselves. Functions that recurse
-through each other are rendered each as its body, then merged into one function per call
+returned, put in a tuple or of unknown origin, values of recursive data types (a recursive type,
+which Numba cannot type) or of data types without recorded field types, packed functions that
+are not jit kernels (numpy kernels, builtins and registered Python functions), constants that
+are not numeric arrays, and calls of functions that are not native themselves. Functions that
+recurse through each other are rendered each as its body, then merged into one function per call
 cycle (`native_groups`: calls inside the cycle are that function's self-recursive calls, tail
 calls its jumps). Numba typing errors are found when a function is compiled
 """
@@ -59,8 +61,8 @@ from rvm.runtime.modes.lowering.flow import FlowInfo
 from rvm.runtime.modes.lowering.operands import Names, Operand, OperandRenderer
 from rvm.runtime.modes.lowering.scalars import fixed_parameter, scalar_registers
 from rvm.runtime.modes.lowering.writer import SourceWriter
-from rvm.runtime.modes.native_adts import Layouts, NoLayout, has_adt, known_tags, spec_key
-from rvm.runtime.modes.native_closures import UNKNOWN, ClosureFlow
+from rvm.runtime.modes.native_closures import ClosureFlow
+from rvm.runtime.modes.native_values import Refused, ValueLowering
 from rvm.runtime.text import describe_instruction
 from rvm.runtime.weights import constant_digest
 
@@ -105,8 +107,6 @@ NATIVE_BUILTINS = {
 """The packed builtins native code runs, and how, with the builtin's meaning (a failed check
 hands the call back, and the builtin raises its own error in the compiled mode)."""
 
-_CLOSURE_CALLS = (O.INVOKE_CLOSURE, O.TAIL_INVOKE_CLOSURE)
-
 
 class NotNative(Exception):
     """A function cannot be native; the message says why (`vm.native_report()`)."""
@@ -149,72 +149,22 @@ class FunctionLowering:
         self._head: list[str] = []  # `render`'s def line, docstring, checks and bindings
         self.sub: dict[int, str] = {}  # registers read as materialized scalars (`_stmt`)
         self.texts: set[int] = set()  # registers of check_tensor's text operands
-        self.adts = Layouts(ex)
-        self.closures = closures or ClosureFlow(ex)
-        self.tags = known_tags(self.flow)  # per pc, the registers of a known constructor
-        if {t for t in self.closures.returned.get(index, ()) if t != UNKNOWN}:
-            raise NotNative("returns a closure (a VM object where its caller is Python)")
-        self._check_values()
+        bail = f"raise RuntimeError({_bail()!r})"
+        self.values = ValueLowering(self, closures or ClosureFlow(ex), bail)
+        try:
+            self.values.refuse_function()
+        except Refused as e:
+            raise NotNative(str(e)) from None
         self._check()
         self.scalars = scalar_registers(fn, self.flow, ex.constants, self._scalar_kernel)
         self.w = SourceWriter(lambda pc: describe_instruction(ex, self.flow.code[pc]))
         self.operands = _Operands(self)
 
-    def _layout_key(self, key: tuple, what: str) -> None:
-        """Refuses a value of type ``key`` that native code cannot hold (`native_adts`)."""
-        try:
-            self.adts.dummy(key, Names.dtype)
-        except NoLayout as e:
-            raise NotNative(f"{what}: {e}") from None
-
-    def _check_values(self) -> None:
-        """Refuses parameters and a result holding data type values native code cannot hold
-        or convert at the boundary (`native_adts`)."""
-        fn = self.ex.functions[self.index]
-        for spec in fn.param_specs:
-            key = spec_key(spec)
-            if spec.kind == "adt" and key is None:
-                raise NotNative(f"parameter {spec.name!r} is a data type value of unknown type")
-            if has_adt(key):
-                self._layout_key(key, f"parameter {spec.name!r}")
-        key = spec_key(fn.result)
-        if has_adt(key):
-            self._layout_key(key, "its result")
-        unknown = fn.result is None or (key is None and fn.result.kind != "tensor")
-        if unknown and self._holds_adts():
-            raise NotNative("a result of unknown type in a function of data type values")
-
-    def _holds_adts(self) -> bool:
-        """Whether the function takes, builds or is given data type values."""
-        fn, functions = self.ex.functions[self.index], self.ex.functions
-        if any(has_adt(spec_key(s)) for s in fn.param_specs):
-            return True
-        for ins in self.flow.code:
-            if ins[0] == O.ALLOC_ADT and ins[2] >= 0:
-                return True
-            if ins[0] in (O.INVOKE, O.TAIL_INVOKE):
-                callee = functions[ins[2] if ins[0] == O.INVOKE else ins[1]]
-                if has_adt(spec_key(callee.result)):
-                    return True
-        return False
-
     def _check(self) -> None:
         self.texts = self._text_operands()
         for pc, ins in enumerate(self.flow.code):
             op = Opcode(ins[0])
-            why = self._closure_reason(ins) if op in (O.ALLOC_CLOSURE, *_CLOSURE_CALLS) else None
-            if op == O.ALLOC_ADT and ins[2] != -1:
-                name = self.adts.adt_of.get(ins[2])
-                try:
-                    self.adts.get(name) if name else None
-                except NoLayout as e:
-                    why = str(e)
-            if op == O.ALLOC_ADT and any(
-                self.closures.targets(self.index, r) - {UNKNOWN} for r in ins[3]
-            ):
-                why = "a closure in a tuple or data type value"
-            if op == O.GET_FIELD and ins[2] not in (self.tags[pc] or {}):
-                why = self._untagged(ins[2])
+            why = self.values.reason(pc, ins)
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
                 why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
             if (  # a jit kernel's own output, or a builtin native code runs
@@ -227,72 +177,6 @@ class FunctionLowering:
                 why = _constant_reason(self.ex.constants[ins[2]])
             if why is not None:
                 raise NotNative(f"{why} (pc {pc}: {describe_instruction(self.ex, ins)})")
-
-    def _closure_reason(self, ins: tuple) -> str | None:
-        """Why a closure instruction cannot be native (`native_closures`), or None."""
-        if ins[0] == O.ALLOC_CLOSURE:
-            targets = {ins[2]}
-        else:
-            targets = self.closures.targets(self.index, ins[2 if ins[0] == O.INVOKE_CLOSURE else 1])
-            if not targets or UNKNOWN in targets:
-                return (
-                    "a call of a closure of unknown origin (read from a tuple or a packed result)"
-                )
-        for t in sorted(targets):
-            if t == self.index or (self.group is not None and t in self.group.members):
-                return f"a closure call of @{self.ex.functions[t].name} inside its call cycle"
-            try:
-                for key in self.closures.slots(t):
-                    self._layout_key(key[1], "a captured value")
-            except ValueError as e:
-                return str(e)
-        return None
-
-    def _closure(self, ins: tuple) -> str:
-        """ALLOC_CLOSURE as its class's tuple (`native_closures`): captured values, target."""
-        target, values = ins[2], [self._reg(r) for r in ins[3]]
-        slots = self.closures.slots(target)
-        out = []
-        for _, key in slots:
-            self._dtypes_of(key)
-            out.append(self.adts.dummy(key, Names.dtype))
-        for slot, value in zip(self.closures.where(target), values):
-            out[slot] = value
-        out.append(f"_int64({target})")
-        return f"({out[0]},)" if len(out) == 1 else f"({', '.join(out)})"
-
-    def _closure_call(self, pc: int, ins: tuple, indent: int) -> None:
-        """INVOKE_CLOSURE / TAIL_INVOKE_CLOSURE: a switch over the closure's targets, each a
-        call of its function with the captured values first."""
-        tail = ins[0] == O.TAIL_INVOKE_CLOSURE
-        closure, args = (ins[1], ins[2]) if tail else (ins[2], ins[3])
-        c = self._reg(closure)
-        targets = sorted(self.closures.targets(self.index, closure))
-        w = self.w
-        for n, t in enumerate(targets):
-            self.callees.add(t)
-            values = [f"{c}[{s}]" for s in self.closures.where(t)]
-            values += [self._reg(a) for a in args] + ["_d + 1"]
-            call = f"{self.names.funcs[t]}({', '.join(values)})"
-            w.line(indent, f"{'if' if n == 0 else 'elif'} {c}[-1] == {t}:", pc)
-            if tail:
-                w.ret(indent + 1, call)
-            else:
-                w.line(indent + 1, f"{_r(ins[1])} = {call}")
-        w.line(indent, "else:")
-        w.line(indent + 1, f"raise RuntimeError({_bail()!r})")
-
-    def _untagged(self, reg: int) -> str | None:
-        """Why GET_FIELD of ``reg`` with no known constructor cannot be native: it is read as
-        a tuple, so ``reg`` must not hold a data type value there."""
-        code = self.flow.code
-        writes = [code[w] for w in self.flow.writers.get(reg, [])]
-        param = self.ex.functions[self.index].param_specs[reg] if reg < self.flow.nparams else None
-        if (param is not None and param.kind == "adt") or any(
-            w[0] == O.ALLOC_ADT and w[2] >= 0 for w in writes
-        ):
-            return f"a field of data type value {_r(reg)} read with no constructor test"
-        return None
 
     def _text_operands(self) -> set[int]:
         """The registers that hold only text constants read only as check_tensor's dtype and
@@ -355,8 +239,7 @@ class FunctionLowering:
         """The machine value of 0-d register `reg` (a tag, GET_TAG's, is an int64 already)."""
         if reg in self.scalars:
             return f"s{reg}"
-        writes = [self.flow.code[w][0] for w in self.flow.writers.get(reg, [])]
-        if writes and reg >= self.flow.nparams and all(w == O.GET_TAG for w in writes):
+        if self.values.is_tag(reg):
             return _r(reg)
         return f"{_r(reg)}[()]"
 
@@ -468,9 +351,9 @@ class FunctionLowering:
         if op == O.TAIL_INVOKE:
             self._tail(pc, ins, indent)
             return True
-        if op == O.TAIL_INVOKE_CLOSURE:
-            self._closure_call(pc, ins, indent)
-            return True
+        ends = self.values.statement(pc, ins, indent)
+        if ends is not None:
+            return ends
         if op == O.INVOKE:
             w.line(indent, f"{_r(ins[1])} = {self._call(ins[2], ins[3])}", pc)
         elif op == O.MATCH_SHAPE:
@@ -480,34 +363,9 @@ class FunctionLowering:
             w.line(indent, last, pc)
         elif op == O.MAKE_SHAPE:
             w.line(indent, f"{_r(ins[1])} = {self._make(ins, pc)}", pc)
-        elif op == O.ALLOC_CLOSURE:
-            w.line(indent, f"{_r(ins[1])} = {self._closure(ins)}", pc)
-        elif op == O.INVOKE_CLOSURE:
-            self._closure_call(pc, ins, indent)
-        elif op == O.ALLOC_ADT and ins[2] >= 0:
-            for key in self.adts.get(self.adts.adt_of[ins[2]]).slots:
-                self._dtypes_of(key)
-            value = self.adts.build(ins[2], [self._reg(a) for a in ins[3]], Names.dtype)
-            w.line(indent, f"{_r(ins[1])} = {value}", pc)
-        elif op == O.GET_FIELD and ins[2] in (self.tags[pc] or {}):
-            tag = self.tags[pc][ins[2]]
-            slot = self.adts.get(self.adts.adt_of[tag]).where[tag][ins[3]]
-            given = {"dst": _r(ins[1]), "obj": self._reg(ins[2]), "index": str(slot)}
-            w.line(indent, sem.render(sem.TUPLE_FIELD, lambda f, _: given[f]), pc)
         else:
             w.line(indent, self.operands.render(sem.template(ins, "native")[1], ins, pc), pc)
         return False
-
-    def _dtypes_of(self, key: tuple) -> None:
-        """Records the dtypes the placeholders of a value of type ``key`` name."""
-        if key[0] == "tensor":
-            self.dtypes.add(key[1])
-        elif key[0] == "tuple":
-            for k in key[1]:
-                self._dtypes_of(k)
-        else:
-            for k in self.adts.get(key[1]).slots:
-                self._dtypes_of(k)
 
     def _scalar_stmt(self, ins: tuple) -> str | None:
         """The statement of `ins` on scalar registers, if it is one: the scalar form of a
