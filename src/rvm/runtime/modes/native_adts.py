@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from rvm.runtime.executable import Executable, ParamSpec
     from rvm.runtime.modes.lowering.flow import FlowInfo
 
-__all__ = ["Key", "Layout", "Layouts", "NoLayout", "known_tags", "spec_key"]
+__all__ = ["Key", "Layout", "Layouts", "NoLayout", "has_adt", "known_tags", "packing", "spec_key"]
 
 Key = tuple
 """A field's type in native code: ``("tensor", dtype, ndim)``, ``("tuple", (key, ...))`` or
@@ -166,14 +166,8 @@ class Layouts:
             tag: tuple(zip(layout.where[tag], (self.to_native(k) for k in layout.fields[tag])))
             for tag in layout.where
         }
-
-        def convert(value: ADT) -> tuple:
-            out = list(empty)
-            for (slot, f), v in zip(per_tag[value.tag], value.fields):
-                out[slot] = f(v)
-            return (*out, value.tag)
-
-        return convert
+        pack = packing(empty, per_tag)
+        return lambda value: pack(value.tag, value.fields)
 
     def from_native(self, key: Key) -> Callable[[Any], Any] | None:
         """The conversion of native code's value of type ``key`` into the VM's, or None where
@@ -203,6 +197,23 @@ class Layouts:
         if key[0] == "tuple":
             return tuple(self.empty(k) for k in key[1])
         return (*(self.empty(k) for k in self.get(key[1]).slots), -1)
+
+
+Fills = dict[int, tuple[tuple[int, Callable[[Any], Any]], ...]]
+"""Per tag (or closure target), the slot and the conversion of each of its values."""
+
+
+def packing(empty: list[Any], fills: Fills) -> Callable[[int, tuple], tuple]:
+    """The conversion of a tag's values into native code's flat tuple: the placeholders
+    ``empty``, each value converted in its slot (``fills``), the tag last."""
+
+    def pack(tag: int, values: tuple) -> tuple:
+        out = list(empty)
+        for (slot, f), v in zip(fills[tag], values):
+            out[slot] = f(v)
+        return (*out, tag)
+
+    return pack
 
 
 def _contiguous(value: Any) -> np.ndarray:

@@ -24,11 +24,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rvm.runtime.bytecode import Opcode
-from rvm.runtime.modes.native_adts import Key, Layouts, spec_key
+from rvm.runtime.modes.native_adts import Key, Layouts, packing, spec_key
 
 if TYPE_CHECKING:
     from rvm.runtime.executable import Executable
-    from rvm.runtime.objects import Closure
 
 __all__ = ["UNKNOWN", "ClosureFlow"]
 
@@ -192,11 +191,5 @@ class ClosureFlow:
             t: tuple(zip(self.where(t), (layouts.to_native(k) for k in self.keys(t))))
             for t in members
         }
-
-        def convert(value: Closure) -> tuple:
-            out = list(empty)
-            for (slot, f), v in zip(per_target[value.func_index], value.free_vars):
-                out[slot] = f(v)
-            return (*out, value.func_index)
-
-        return convert
+        pack = packing(empty, per_target)
+        return lambda value: pack(value.func_index, value.free_vars)
