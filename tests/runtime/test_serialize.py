@@ -154,3 +154,6 @@ def test_field_types_of_data_types_round_trip_and_older_files_have_none() -> Non
     assert Executable.from_bytes(data).adts == ex.adts
     older = Executable.from_bytes(_rename_section(data, b"ADTF", b"ZZZZ"))
     assert older.adts[0].fields is None and older.adts[0].constructors == info.constructors
+    namespace: dict = {}
+    exec(compile(ex.as_python(), "<as_python>", "exec"), namespace)  # noqa: S102
+    assert namespace["executable"].adts == ex.adts
