@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -178,17 +179,11 @@ class Layouts:
             items = [self.from_native(k) or _same for k in key[1]]
             return lambda value: tuple(f(v) for f, v in zip(items, value))
         layout = self.get(key[1])
-        per_tag = {}
+        per_tag: dict[int, Callable[[tuple], ADT]] = {}
         for tag, slots in layout.where.items():
             fields = [self.from_native(k) for k in layout.fields[tag]]
-            per_tag[tag] = (tuple(zip(slots, fields)), layout.names[tag])
-
-        def convert(value: tuple) -> ADT:
-            tag = value[-1]
-            slots, name = per_tag[tag]
-            return ADT(tag, [value[s] if f is None else f(value[s]) for s, f in slots], name)
-
-        return convert
+            per_tag[tag] = _constructor(tag, layout.names[tag], slots, fields)
+        return lambda value: per_tag[value[-1]](value)
 
     def empty(self, key: Key) -> Any:
         """A placeholder value of type ``key`` (`dummy`'s, made in Python)."""
@@ -214,6 +209,23 @@ def packing(empty: list[Any], fills: Fills) -> Callable[[int, tuple], tuple]:
         return (*out, tag)
 
     return pack
+
+
+def _constructor(
+    tag: int, name: str, slots: tuple[int, ...], fields: list[Callable[[Any], Any] | None]
+) -> Callable[[tuple], ADT]:
+    """The `ADT` of constructor ``tag`` from its native tuple: each field read from its slot
+    (by one `operator.itemgetter` where no field needs converting: an `Option` returned to
+    Python pays one call for it)."""
+    if all(f is None for f in fields):
+        if not slots:
+            return lambda value: ADT(tag, (), name)
+        get = itemgetter(*slots)
+        if len(slots) == 1:
+            return lambda value: ADT(tag, (get(value),), name)
+        return lambda value: ADT(tag, get(value), name)
+    pairs = list(zip(slots, fields))
+    return lambda value: ADT(tag, [value[s] if f is None else f(value[s]) for s, f in pairs], name)
 
 
 def _contiguous(value: Any) -> np.ndarray:
