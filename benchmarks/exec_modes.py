@@ -1,7 +1,7 @@
 """Benchmark of the exec modes: `rvm.interpret`, the bytecode loop and the compiled mode.
 
 Run: ``PYTHONPATH=src python benchmarks/exec_modes.py [--quick] [--kernels numpy,jit]
-[--native-only] [--large] [--name NAME]``.
+[--native-only] [--large] [--data-types] [--name NAME]``.
 Prints a table and writes ``benchmarks/results/exec_modes.json`` (``exec_modes_large.json``,
 ``exec_modes_native.json``... by the section run; ``--name``). Every time is a median of
 repeats (the machine is shared and noisy); every ratio compares timings of the same run.
@@ -49,6 +49,12 @@ machine distorts least). Goal: native <= 1.05x compiled. Every section's header
 names the machine (`common.machine`). The cold build (the programs' kernels
 and native functions compiled with empty caches, in a child process) is reported too.
 
+The data-type section (`native_programs.adt_programs`; alone with ``--data-types``) times the
+compiled and native modes, interleaved, on programs of non-recursive data type values (built,
+matched in a loop, returned to Python) and of closures passed to a loop, outputs checked
+against each other and the native mode's report checked for fallbacks (but those a program
+names: ``HigherOrder.make`` returns a closure to Python, a VM object).
+
 The result-check section (also alone with ``--result-checks``) times the native programs in
 each mode on a default VM (results checked against the recorded type where the code does not
 prove it: these programs are all proved, so ``default`` should cost nothing), on one checking
@@ -89,7 +95,7 @@ import tempfile
 import time
 
 import numpy as np
-from native_programs import large_programs, numba_identity
+from native_programs import adt_programs, large_programs, numba_identity
 from native_programs import programs as native_programs
 
 import rvm
@@ -369,6 +375,41 @@ def large_rows(repeat: int) -> list[dict[str, Any]]:
     return rows
 
 
+def adt_rows(repeat: int) -> list[dict[str, Any]]:
+    """Per program of `native_programs.adt_programs`: the compiled and native modes'
+    interleaved medians (us per call), outputs checked against each other and the native
+    mode's report checked for fallbacks."""
+    rows = []
+    for prog in adt_programs():
+        ex = rvm.compile(prog["mod"])
+        calls, outs = {}, {}
+        for mode in ("compiled", "native"):
+            vm = rvm.VirtualMachine(ex, exec_mode=mode)
+            calls[mode] = functools.partial(vm[prog["fname"]], *prog["args"])
+            outs[mode] = calls[mode]()
+            if mode == "native" and set(vm.native_report().fallbacks) - set(
+                prog.get("fallbacks", ())
+            ):
+                raise AssertionError(f"{prog['name']}: {vm.native_report().fallbacks}")
+        assert repr(outs["native"]) == repr(outs["compiled"]), prog["name"]
+        times = interleaved_medians(calls, repeat=repeat)
+        row = {"program": prog["name"], **{f"{k}_us": v * 1e6 for k, v in times.items()}}
+        row["native_over_compiled"] = times["native"] / times["compiled"]
+        rows.append(row)
+    return rows
+
+
+def adt_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'program':<12} {'compiled us':>12} {'native us':>10} {'native/compiled':>16}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['program']:<12} {r['compiled_us']:>12.2f} {r['native_us']:>10.2f} "
+            f"{r['native_over_compiled']:>16.3f}"
+        )
+    return "\n".join(lines)
+
+
 def large_table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'program':<9} {'compiled ms':>12} {'native ms':>10} {'native/compiled':>16} "
@@ -479,6 +520,7 @@ def main() -> None:
         "--result-checks", action="store_true", help="only the cost of the result checks"
     )
     parser.add_argument("--large", action="store_true", help="only the large-work section")
+    parser.add_argument("--data-types", action="store_true", help="only the data-type section")
     parser.add_argument(
         "--name",
         default=None,
@@ -492,6 +534,12 @@ def main() -> None:
         return
     print(machine_line())
     repeat = 5 if opts.quick else 11
+    if opts.data_types:
+        adts = adt_rows(31 if opts.quick else 201)
+        print(f"data types (load {os.getloadavg()[0]:.1f}), medians interleaved, us per call")
+        print(adt_table(adts))
+        write_results(opts.name or "exec_modes_adts", {"machine": machine(), "adts": adts})
+        return
     large = large_rows(5 if opts.quick else 15)
     print(f"large work (load {os.getloadavg()[0]:.1f}), medians interleaved, ms per call")
     print(large_table(large))

@@ -9,6 +9,10 @@ ONNX Runtime, and imported by rvm's ONNX importer).
   Numba baseline writes the same 50 array expressions in one function.
 - ``rnn100``: 100 steps of an RNN cell, ``h = tanh(h @ W + x @ U + b)`` with H = 32, as a
   ``while`` loop in rvm script, a ``for`` loop in Numba, and an ONNX ``Loop``.
+
+`adt_programs` are programs of non-recursive data types (`rvm.testing.programs.DataTypes`) and
+of closures passed to other functions, timed in the compiled and native modes only (no Numba or
+ONNX form of them).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numba as nb
 import numpy as np
 
 import rvm
-from rvm.testing.programs import MLP
+from rvm.testing.programs import MLP, DataTypes, HigherOrder
 
 H = 32
 STEPS = 100
@@ -259,3 +263,36 @@ def large_programs() -> list[dict[str, Any]]:
         args = (f32(batch, 784), *weights)
         rows.append({"name": f"mlp_b{batch}", "mod": MLP, "fname": "main", "args": args})
     return rows
+
+
+# -- data types: values of non-recursive data types in native code ----------------------------
+
+
+def adt_programs() -> list[dict[str, Any]]:
+    """Programs of data type values (`rvm.testing.programs.DataTypes`): ``adt_loop100``, 100
+    steps of a loop that builds one of three constructors (fields of float32, float64 and
+    int64) and matches it (``total``); ``adt_option``, an ``Option`` built, returned from one
+    function and matched in another (``main``); ``adt_return``, an ``Option`` returned to
+    Python (``find``, its value converted at the boundary); ``closure_loop``, two closures
+    (one capturing a tensor) each passed to a function that calls it in a 50-step loop
+    (`rvm.testing.programs.HigherOrder`). name, module, function name and arguments."""
+    rng = np.random.default_rng(2)
+    x2, y3 = rng.standard_normal(2).astype("float32"), rng.standard_normal(3).astype("float32")
+    x4 = np.abs(rng.standard_normal(4)).astype("float32")
+    return [
+        {
+            "name": "adt_loop100",
+            "mod": DataTypes,
+            "fname": "total",
+            "args": (np.array(100, "int64"), x2, y3 * 4),
+        },
+        {"name": "adt_option", "mod": DataTypes, "fname": "main", "args": (x4, -x4)},
+        {"name": "adt_return", "mod": DataTypes, "fname": "find", "args": (x4,)},
+        {
+            "name": "closure_loop",
+            "mod": HigherOrder,
+            "fname": "main",
+            "args": (x4, -x4, np.array(50, "int64")),
+            "fallbacks": ("make",),  # returns a closure to Python: a VM object
+        },
+    ]

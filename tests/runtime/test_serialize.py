@@ -121,3 +121,39 @@ def test_a_shape_pattern_kind_of_a_newer_format_is_refused_at_load(with_exprs) -
     newer = r"format 2\.9\) uses a shape pattern that has kind 7, which this rvm \(format 2\.1\)"
     with pytest.raises(ExecutableFormatError, match=newer):
         Executable.from_bytes(_with_minor(data, 9))
+
+
+# -- ADTF: the data types' field types ---------------------------------------------------------
+
+
+def _rename_section(data: bytes, tag: bytes, new: bytes) -> bytes:
+    """``data`` with section ``tag`` renamed ``new`` (a reader skips a section it does not
+    know, as a reader from before ADTF skips ADTF)."""
+    out = bytearray(data)
+    pos = 12
+    while out[pos : pos + 4] != tag:
+        pos += 16 + struct.unpack_from("<Q", out, pos + 4)[0]
+    out[pos : pos + 4] = new
+    return bytes(out)
+
+
+def test_field_types_of_data_types_round_trip_and_older_files_have_none() -> None:
+    import rvm
+    from rvm.testing.programs import Lists
+
+    ex = rvm.compile(Lists, kernels="numpy")
+    (info,) = ex.adts
+    head, tail = info.fields[1]
+    assert info.fields[0] == () and (head.kind, head.dtype, head.shape) == (
+        "tensor",
+        "float32",
+        (2,),
+    )
+    assert (tail.kind, tail.adt) == ("adt", "List")
+    data = ex.to_bytes()
+    assert Executable.from_bytes(data).adts == ex.adts
+    older = Executable.from_bytes(_rename_section(data, b"ADTF", b"ZZZZ"))
+    assert older.adts[0].fields is None and older.adts[0].constructors == info.constructors
+    namespace: dict = {}
+    exec(compile(ex.as_python(), "<as_python>", "exec"), namespace)  # noqa: S102
+    assert namespace["executable"].adts == ex.adts

@@ -50,7 +50,11 @@ class ModuleCodegen:
         forms = mod.attrs.get("python_forms", {})  # the frontends' (ONNX sequences, optionals)
         for adt in mod.adts.values():
             rows = [(c.name, len(c.field_types)) for c in adt.constructors]
-            tags = self.builder.add_adt(adt.name, rows, forms.get(adt.name))
+            fields = [
+                [result_spec(t, f"{c.name}[{j}]") for j, t in enumerate(c.field_types)]
+                for c in adt.constructors
+            ]
+            tags = self.builder.add_adt(adt.name, rows, forms.get(adt.name), fields)
             for (cname, _), tag in zip(rows, tags):
                 self._tags[(adt.name, cname)] = tag
 

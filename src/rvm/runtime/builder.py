@@ -194,10 +194,15 @@ class ExecBuilder:
         self.libraries[name] = source
 
     def add_adt(
-        self, name: str, constructors: Iterable[Sequence[Any]], python: str | None = None
+        self,
+        name: str,
+        constructors: Iterable[Sequence[Any]],
+        python: str | None = None,
+        fields: Sequence[Sequence[ParamSpec]] | None = None,
     ) -> list[int]:
         """Adds an ADT; constructors are (name, arity) or (name, tag, arity); ``python`` is
-        its values' Python form at the boundary (`ADTInfo.python`).
+        its values' Python form at the boundary (`ADTInfo.python`); ``fields`` the types of
+        each constructor's fields, when known (`ADTInfo.fields`).
 
         Returns:
             The constructors' tags; tags not given are numbered after every tag used so far,
@@ -211,7 +216,8 @@ class ExecBuilder:
                 cname, tag, arity = c
             self._next_tag = max(self._next_tag, int(tag) + 1)
             rows.append((str(cname), int(tag), int(arity)))
-        self.adts.append(ADTInfo(name, tuple(rows), python))
+        types = None if fields is None else tuple(tuple(f) for f in fields)
+        self.adts.append(ADTInfo(name, tuple(rows), python, types))
         return [tag for _, tag, _ in rows]
 
     def function(

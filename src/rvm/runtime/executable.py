@@ -137,11 +137,17 @@ class ADTInfo:
     or None (they stay `ADT` objects): ``"list"`` for ``Nil | Cons(head, tail)`` (a Python
     list of the heads), ``"optional"`` for ``Nothing | Some(value)`` (None, or the value), and
     ``"optional:<name>"`` when that value is of data type ``<name>``, itself converted.
+
+    ``fields`` gives, per constructor in the order of ``constructors``, the types of its
+    fields as specs (a tensor's dtype and shape, a tuple's fields, a data type's name), from
+    the compiler's type data; None where unknown (built by hand, or saved without them). The
+    native exec mode lays out a value from them (`rvm.runtime.modes.native_adts`).
     """
 
     name: str
     constructors: tuple[tuple[str, int, int], ...]
     python: str | None = None
+    fields: tuple[tuple[ParamSpec, ...], ...] | None = None
 
 
 class Executable:
@@ -313,6 +319,11 @@ def validate(ex: Executable) -> None:
             if not _is_int(tag) or tag < 0 or tag in tags:
                 _fail(f"ADT {info.name}: constructor {cname} has a bad or duplicate tag {tag!r}")
             tags[tag] = arity
+        if info.fields is not None and (
+            len(info.fields) != len(info.constructors)
+            or any(len(f) != c[2] for f, c in zip(info.fields, info.constructors))
+        ):
+            _fail(f"ADT {info.name}: field types do not match its constructors' arities")
     for fn in ex.functions:
         _validate_function(ex, fn, tags)
 

@@ -1,7 +1,7 @@
 """The sections of an RVMX image (`rvm.runtime.serialize`), each written and read by its pair
 of functions here: GLOB (functions and data types), the format-1 CONS (constants inside the
 section; format 2 keeps them in WGHT, `rvm.runtime.weights`), PRIM, CODE (with the upgrade of
-format 1.0 / 1.1 tail calls), KERN, FACT, META, RSLT, PFLD, DIMR and NATV.
+format 1.0 / 1.1 tail calls), KERN, FACT, META, RSLT, PFLD, DIMR, ADTF and NATV.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "read_code",
     "read_cons",
     "read_digests",
+    "read_adtf",
     "read_dimr",
     "read_fact",
     "read_glob",
@@ -43,6 +44,7 @@ __all__ = [
     "uses_expressions",
     "write_code",
     "write_cons",
+    "write_adtf",
     "write_dimr",
     "write_fact",
     "write_glob",
@@ -178,6 +180,39 @@ def read_dimr(r: Reader, count: int) -> list[tuple]:
             hi = r.int() if r.flag() else None
             ranges.append((name, lo, hi))
         out.append(tuple(ranges))
+    r.end()
+    return out
+
+
+def write_adtf(ex: Executable) -> bytes:
+    """Per data type (GLOB's order): a flag, then per constructor its fields' specs (as in
+    RSLT): `ADTInfo.fields`."""
+    w = Writer()
+    w.count(len(ex.adts))
+    for info in ex.adts:
+        w.raw(b"\x00" if info.fields is None else b"\x01")
+        for fields in info.fields or ():
+            w.count(len(fields))
+            for spec in fields:
+                write_result(w, spec)
+    return w.getvalue()
+
+
+def read_adtf(r: Reader, adts: list[ADTInfo]) -> list[ADTInfo]:
+    """`adts` with the field types of ADTF (`write_adtf`)."""
+    if r.count(1) != len(adts):
+        r.fail(f"{len(adts)} data types but another count of field types")
+    out = []
+    for info in adts:
+        if not r.flag():
+            out.append(info)
+            continue
+        fields = []
+        for cname, _, arity in info.constructors:
+            if r.count(4) != arity:
+                r.fail(f"constructor {cname} has {arity} fields but another count of types")
+            fields.append(tuple(read_result(r, 0) for _ in range(arity)))
+        out.append(replace(info, fields=tuple(fields)))
     r.end()
     return out
 

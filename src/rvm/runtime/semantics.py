@@ -201,6 +201,11 @@ OVERRIDES: dict[str, dict[Opcode, Override]] = {
         O.GET_FIELD: Override(
             "native code holds no `ADT` (no `type(x) is`): its values are tuples", TUPLE_FIELD
         ),
+        O.GET_TAG: Override(
+            "a data type value is a tuple (slots..., tag) in native code, its tag last "
+            "(`native_adts`)",
+            "{dst} = {obj}[-1]",
+        ),
         O.SHAPE_OF: Override(
             "`np.array(shape, dtype=)` does not type in Numba: `_shape_array`",
             "{dst} = _shape_array({tensor})",

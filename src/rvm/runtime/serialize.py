@@ -29,6 +29,10 @@ pairs), the rvm modules it imports, its compile cost (`KernelRecord`); a jit ker
 file gets them from `rvm.runtime.facts.recovered`. An optional DIMR section, written only when a
 function bounds its symbolic dimensions (`VMFunction.dim_ranges`), holds per function a count of
 (name, optional min, optional max); readers that skip it load the file without those checks. An
+optional ADTF section, written only when a data type records its constructors' field types
+(`ADTInfo.fields`), holds per data type a flag, then per constructor its fields' specs (as in
+RSLT); readers that skip it, and files without it, load with no field types (the native exec
+mode then runs the functions that hold such values in the compiled mode). An
 optional last section SIGN (readers before it skip it) holds a signature of every byte before it:
 the signing key's id and an HMAC-SHA256 (`rvm.runtime.loading.trust`). A file that is not signed by
 a trusted key, nor loaded with ``trusted=True``, loads as data: its functions, constants and text
@@ -82,6 +86,7 @@ from rvm.runtime.loading import trust
 from rvm.runtime.loading.artifact import NativeCode, install
 from rvm.runtime.rvmx_fields import VERSION, Reader, Writer, newer, read_result
 from rvm.runtime.rvmx_sections import (
+    read_adtf,
     read_code,
     read_cons,
     read_digests,
@@ -93,6 +98,7 @@ from rvm.runtime.rvmx_sections import (
     read_pfld,
     upgrade_tail_calls,
     uses_expressions,
+    write_adtf,
     write_code,
     write_cons,
     write_dimr,
@@ -118,6 +124,7 @@ SIGN = b"SIGN"  # optional, last: the signature of every byte before it (but WGH
 WGHT = b"WGHT"  # format 2: the constants' bytes (`rvm.runtime.weights`), before SIGN
 DIMR = b"DIMR"  # optional: the functions' symbolic-dimension ranges (written when any has one)
 FACT = b"FACT"  # optional (added in 1.6): the kernels' facts
+ADTF = b"ADTF"  # optional: the data types' field types (written when any has them)
 _HEADER = struct.Struct("<4sHHI")
 _SECTION = struct.Struct("<4sQI")
 
@@ -164,6 +171,9 @@ def encode_parts(
     if any(fn.dim_ranges for fn in ex.functions):
         sections.append(write_dimr(ex))
         tags.append(DIMR)
+    if any(info.fields is not None for info in ex.adts):
+        sections.append(write_adtf(ex))
+        tags.append(ADTF)
     if native is not None:
         sections.append(write_natv(native))
         tags.append(NATV)
@@ -454,6 +464,8 @@ def _decode_sections(
         functions = out["functions"]
         ranges = read_dimr(Reader(found[DIMR], "dimension ranges"), len(functions))
         out["functions"] = [replace(fn, dim_ranges=d) for fn, d in zip(functions, ranges)]
+    if ADTF in found:  # only in executables whose data types record their field types
+        out["adts"] = read_adtf(Reader(found[ADTF], "field types", version), out["adts"])
     if NATV in found:  # absent before version 1.4, and in executables without jit kernels
         out["native"] = read_natv(Reader(found[NATV], "native code"))
     return out

@@ -171,7 +171,10 @@ def as_python(ex: Executable) -> str:
     for name, src in ex.libraries.items():
         out.append(f"b.add_library({name!r}, {src!r})")
     for info in ex.adts:
-        out.append(f"b.add_adt({info.name!r}, {list(info.constructors)!r})")
+        out.append(
+            f"b.add_adt({info.name!r}, {list(info.constructors)!r}, {info.python!r}, "
+            f"{info.fields!r})"
+        )
     for fn in ex.functions:
         out.append("")
         out.append(

@@ -18,6 +18,7 @@ import rvm
 from rvm import op
 from rvm.ir import IRModule
 from rvm.runtime.objects import ADT
+from rvm.script import Callable as Fn
 from rvm.script import T, adt, func, module
 
 
@@ -160,6 +161,130 @@ class Lists:
         return sum_nt(build(n, Nil()))
 
 
+@adt
+class Opt:
+    Nothing: ()
+    Some: (T[(4,), "float32"],)
+
+
+@adt
+class Shape:
+    """Three constructors whose fields differ in dtype and rank at the same position."""
+
+    Circle: (T[(), "float32"],)
+    Rect: (T[(2,), "float32"], T[(), "float64"])
+    Label: (T[(3,), "int64"],)
+
+
+@module
+class DataTypes:
+    """Non-recursive data types: built, matched (in a loop too), passed in and returned."""
+
+    @func
+    def find(x: T[(4,), "float32"]):
+        if op.sum(x) > 0.0:
+            return Some(x * 2.0)
+        else:
+            return Nothing()
+
+    @func
+    def get_or(o: Opt, d: T[(4,), "float32"]):
+        match o:
+            case Some(v):
+                return v
+            case Nothing():
+                return d
+
+    @func
+    def main(x: T[(4,), "float32"], d: T[(4,), "float32"]):
+        return get_or(find(x), d)
+
+    @func
+    def make(k: T[(), "int64"], x: T[(2,), "float32"], y: T[(3,), "float32"]):
+        if k < 3:
+            return Circle(op.sum(x))
+        else:
+            if k < 6:
+                return Rect(x, op.cast(op.sum(y), "float64"))
+            else:
+                return Label(op.cast(y, "int64"))
+
+    @func
+    def area(s: Shape):
+        match s:
+            case Circle(r):
+                return r * r * 3.0
+            case Rect(wh, k):
+                return op.sum(wh) * op.cast(k, "float32")
+            case Label(ids):
+                return op.cast(op.sum(ids), "float32")
+
+    @func
+    def total(n: T[(), "int64"], x: T[(2,), "float32"], y: T[(3,), "float32"]):
+        i = rvm.const(0, "int64")
+        acc = rvm.const(0.0, "float32")
+        while i < n:
+            acc = acc + area(make(i - (i // 9) * 9, x, y))
+            i = i + 1
+        return acc
+
+
+def _area_ref(k: int, x: np.ndarray, y: np.ndarray) -> np.float32:
+    if k < 3:
+        return np.float32(x.sum() * x.sum() * 3)
+    if k < 6:
+        return np.float32(x.sum() * np.float32(y.astype("float64").sum()))
+    return np.float32(y.astype("int64").sum())
+
+
+def _total_ref(n: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    acc = np.float32(0)
+    for i in range(int(n)):
+        acc = np.float32(acc + _area_ref(i % 9, x, y))
+    return np.array(acc, "float32")
+
+
+_F4 = Fn[[T[(4,), "float32"]], T[(4,), "float32"]]
+
+
+@module
+class HigherOrder:
+    """Closures passed to another function, which calls them in a loop; one returned."""
+
+    @func
+    def apply_n(f: _F4, x: T[(4,), "float32"], n: T[(), "int64"]):
+        i = rvm.const(0, "int64")
+        while i < n:
+            x = f(x)
+            i = i + 1
+        return x
+
+    @func
+    def main(x: T[(4,), "float32"], k: T[(4,), "float32"], n: T[(), "int64"]):
+        def add_k(y: T[(4,), "float32"]):
+            return y * 0.5 + k
+
+        def scale(y: T[(4,), "float32"]):
+            return y * 0.9
+
+        return apply_n(scale, apply_n(add_k, x, n), n)
+
+    @func
+    def make(k: T[(4,), "float32"]):
+        def shift(y: T[(4,), "float32"]):
+            return y - k
+
+        return shift
+
+
+def _higher_order_ref(x: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    for _ in range(int(n)):
+        x = x * np.float32(0.5) + k
+    for _ in range(int(n)):
+        x = x * np.float32(0.9)
+    return x
+
+
 @module
 class Design:
     """The project's design example: a data-type fold, a while-loop RNN and a closure."""
@@ -299,6 +424,27 @@ PROGRAMS: list[Program] = [
         lambda n: np.full(2, 50 * 51 / 2, dtype="float32"),
     ),
     Program(
+        "adt_option",
+        DataTypes,
+        "main",
+        lambda r: (_f32(r, 4), _f32(r, 4)),
+        lambda x, d: x * np.float32(2) if x.sum() > 0 else d,
+    ),
+    Program(
+        "adt_match_loop",
+        DataTypes,
+        "total",
+        lambda r: (_i64(20), _f32(r, 2), _f32(r, 3) * 4),
+        _total_ref,
+    ),
+    Program(
+        "closure_passed",
+        HigherOrder,
+        "main",
+        lambda r: (_f32(r, 4), _f32(r, 4), _i64(6)),
+        _higher_order_ref,
+    ),
+    Program(
         "rnn", RNN, "main", lambda r: (_f32(r, 1, 16), _f32(r, 16, 16) * 0.3, _i64(20)), _rnn_ref
     ),
     Program(
@@ -312,4 +458,15 @@ PROGRAMS: list[Program] = [
     Program("attention_s13", Attention, "main", lambda r: _attention_args(r, 13), _attention_ref),
 ]
 
-__all__ = ["ADT", "PROGRAMS", "Design", "List", "Mutual", "Program"]
+__all__ = [
+    "ADT",
+    "PROGRAMS",
+    "DataTypes",
+    "Design",
+    "HigherOrder",
+    "List",
+    "Mutual",
+    "Opt",
+    "Program",
+    "Shape",
+]

@@ -13,9 +13,9 @@ A function is compiled at its first call (for the types of that call's values).
 
 Fallback, per function, to the compiled mode (`CompiledMode`, which this mode holds):
 
-- functions that cannot be native (`native_codegen.NotNative`: ADT values, closures, packed
-  functions that are not jit kernels; recursion through other functions is native, each call
-  cycle one merged function, `native_groups`), and
+- functions that cannot be native (`native_codegen.NotNative`: closures, values of recursive
+  data types, packed functions that are not jit kernels; recursion through other functions is
+  native, each call cycle one merged function, `native_groups`), and
   functions Numba fails to type at their first call, always run compiled; `NativeMode.report`
   (`VirtualMachine.native_report()`) says which and why;
 - a failure inside native code (a kernel's error, a failed shape check, FATAL, recursion
@@ -54,6 +54,7 @@ from rvm.runtime.loading import cache as native_cache
 from rvm.runtime.loading.loader import exec_module_file, kernel_function
 from rvm.runtime.modes.base import ExecContext
 from rvm.runtime.modes.compiled import CompiledMode
+from rvm.runtime.modes.native_adts import Layouts, NoLayout, has_adt, spec_key
 from rvm.runtime.modes.native_codegen import NativeModule, entry_name, render_module
 
 if TYPE_CHECKING:
@@ -121,6 +122,10 @@ class _Plan:
         self.own = False  # whether `path` is in rvm's own cache (its object code sealed)
         self.funcs: list[Any] = [None] * len(ex.functions)
         self.entries: list[Any] = [None] * len(ex.functions)
+        self.boundaries: list[_Boundary | None] = [
+            _Boundary.of(ex, i, self.module) if i not in self.reasons else None
+            for i in range(len(ex.functions))
+        ]
         if self.module.source:
             bound = {name: kernels[k] for name, k in self.module.kernels.items()}
             try:
@@ -189,6 +194,46 @@ class _Plan:
         first = (useful or lines or [type(error).__name__])[0]
         self.reasons[fidx] = f"Numba typing error: {first[:200]}"
         self.funcs[fidx] = None
+
+
+class _Boundary:
+    """The conversions of a native function's values at its call from the VM: its `ADT`
+    arguments into tuples and its result back into `ADT` objects (`native_adts`), the
+    `Closure` arguments into their class's tuples (`native_closures`)."""
+
+    def __init__(self, params: list[Any], result: Any) -> None:
+        self.params = params
+        self.result = result
+
+    @staticmethod
+    def of(ex: Executable, fidx: int, module: NativeModule) -> _Boundary | None:
+        """The boundary of function ``fidx``, or None where its values need no conversion
+        (or one native code cannot hold: the function is not native then)."""
+        fn = ex.functions[fidx]
+        layouts = Layouts(ex)
+        try:
+            params = []
+            for i, spec in enumerate(fn.param_specs):
+                key = spec_key(spec)
+                if has_adt(key):
+                    params.append(layouts.to_native(key))
+                elif spec.kind == "any" and module.closures is not None:
+                    params.append(module.closures.to_native(fidx, i, layouts))
+                else:
+                    params.append(None)
+            key = spec_key(fn.result)
+            result = layouts.from_native(key) if has_adt(key) else None
+        except (NoLayout, ValueError):
+            return None
+        if all(p is None for p in params) and result is None:
+            return None
+        return _Boundary(params, result)
+
+    def arguments(self, args: list[Any]) -> list[Any]:
+        return [a if f is None else f(a) for a, f in zip(args, self.params)]
+
+    def value(self, result: Any) -> Any:
+        return result if self.result is None else self.result(result)
 
 
 def _refuse(*args: Any) -> Any:
@@ -302,7 +347,10 @@ class NativeMode:
                 pass
             except Exception:  # noqa: BLE001 - it ran and failed: the compiled mode reports
                 return self.compiled.run(fidx, args)  # (the dispatcher would compile it anew)
+        boundary = self.plan.boundaries[fidx]
         try:
+            if boundary is not None:
+                return boundary.value(func(*boundary.arguments(args), 0))
             return func(*args, 0)
         except Exception as e:  # noqa: BLE001 - any failure is reported by the compiled mode
             if self._typing_error is not None and isinstance(e, self._typing_error):

@@ -23,6 +23,8 @@ from rvm.runtime.loading import NATIVE_IMPORTS, NATIVE_SUPPORT_NAMES
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.loading.loader import kernel_module_name
 from rvm.runtime.modes.lowering.operands import Names
+from rvm.runtime.modes.native_adts import has_adt, spec_key
+from rvm.runtime.modes.native_closures import ClosureFlow
 from rvm.runtime.modes.native_groups import groups
 from rvm.runtime.modes.native_lowering import (
     MAX_CONSTANT_BYTES,
@@ -61,12 +63,13 @@ class NativeModule:
         pynames: Per function index, its Python name in the file.
         reasons: Per function index that is not native, why not.
         kernels: The kernel names the file takes as globals (`k<i>` = the primitive at i).
-        entries: Per native function whose parameters are all tensors of known dtype and rank,
-            the `(dtype, ndim)` of each: the signature of its entry from Python, the function
-            `entry_name` of its Python name, which checks its dims (`entry_checks`) and calls
-            it at depth 0.
+        entries: Per native function whose parameters are all tensors of known dtype and rank
+            and whose result holds no data type value, the `(dtype, ndim)` of each: the
+            signature of its entry from Python, the function `entry_name` of its Python name,
+            which checks its dims (`entry_checks`) and calls it at depth 0.
         uncached: The native functions Numba's disk cache cannot hold (`_uncached`).
         bound: The big constants' slots (`native_constants.bind`): name -> constant index.
+        closures: Where the program's closures go (`native_closures`), for the boundary.
     """
 
     source: str
@@ -77,6 +80,7 @@ class NativeModule:
     entries: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     uncached: set[int] = field(default_factory=set)
     bound: dict[str, int] = field(default_factory=dict)
+    closures: ClosureFlow | None = None
 
 
 # The largest compile cost (`rvm.jit.lower.compile_cost`) of a jit kernel native code inlines.
@@ -125,11 +129,12 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
     slots: dict[int, str] = {}
     rendered: dict[int, FunctionLowering] = {}
     cycles, reasons = groups(ex)
+    closures = ClosureFlow(ex)
     for i in range(len(ex.functions)):
         if i in reasons:
             continue
         try:
-            f = FunctionLowering(ex, i, names, kinds, slots, cycles.get(i))
+            f = FunctionLowering(ex, i, names, kinds, slots, cycles.get(i), closures)
             f.lines = f.render()
             rendered[i] = f
         except NotNative as e:
@@ -151,13 +156,15 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
                     changed = True
                     break
     native = [f for i, f in rendered.items() if i not in reasons]
-    module = NativeModule("", names.funcs, reasons)
+    module = NativeModule("", names.funcs, reasons, closures=closures)
     if native:
         uncached = _uncached(native)
         module.uncached = uncached
         for f in native:
             specs = ex.functions[f.index].param_specs
-            if all(s.kind == "tensor" and s.dtype and s.shape is not None for s in specs):
+            if all(
+                s.kind == "tensor" and s.dtype and s.shape is not None for s in specs
+            ) and not has_adt(spec_key(ex.functions[f.index].result)):
                 module.entries[f.index] = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
         module.source = _file(ex, names, native, uncached, module.entries, merged)
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}

@@ -29,13 +29,21 @@ recursion deeper than `MAX_DEPTH` hand back the same way (every function takes t
 its last argument `_d`), so an error reads the same as in the other modes and no recursion can
 exhaust the native stack.
 
-What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): ADT values and
-closures (Numba has no such objects), packed functions that are not jit kernels (numpy kernels,
-builtins and registered Python functions), constants that are not numeric arrays, and calls of
-functions that are not native themselves. Functions that recurse through each other are
-rendered each as its body, then merged into one function per call cycle (`native_groups`:
-calls inside the cycle are that function's self-recursive calls, tail calls its jumps). Numba
-typing errors are found when a function is compiled
+Data type values and closures (`native_values`): a value of a non-recursive data type is a
+tuple (slots..., tag) laid out from its constructors' recorded field types (`native_adts`):
+ALLOC_ADT builds it, GET_TAG reads its last item (an int64 local the tag tests compare), and
+GET_FIELD after a match's tag test reads its constructor's slot; a closure passed between
+functions is a tuple of its captured values and target, and its call a switch over the
+targets the program's closure flow finds (`native_closures`).
+
+What cannot be native (`NotNative`, with the reason `vm.native_report()` shows): closures
+returned, put in a tuple or of unknown origin, values of recursive data types (a recursive type,
+which Numba cannot type) or of data types without recorded field types, packed functions that
+are not jit kernels (numpy kernels, builtins and registered Python functions), constants that
+are not numeric arrays, and calls of functions that are not native themselves. Functions that
+recurse through each other are rendered each as its body, then merged into one function per call
+cycle (`native_groups`: calls inside the cycle are that function's self-recursive calls, tail
+calls its jumps). Numba typing errors are found when a function is compiled
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ from rvm.runtime.modes.lowering.flow import FlowInfo
 from rvm.runtime.modes.lowering.operands import Names, Operand, OperandRenderer
 from rvm.runtime.modes.lowering.scalars import fixed_parameter, scalar_registers
 from rvm.runtime.modes.lowering.writer import SourceWriter
+from rvm.runtime.modes.native_closures import ClosureFlow
+from rvm.runtime.modes.native_values import Refused, ValueLowering
 from rvm.runtime.text import describe_instruction
 from rvm.runtime.weights import constant_digest
 
@@ -83,7 +93,9 @@ call hands back to the compiled mode, whose own limit hands on to the bytecode l
 
 OWN_STATEMENTS = frozenset({O.FATAL, O.MATCH_SHAPE, O.MAKE_SHAPE})
 """The opcodes this module writes itself (`_stmt`): those `semantics.OVERRIDES["native"]`
-gives no template, for the reason it states."""
+gives no template, for the reason it states. Besides, ALLOC_ADT of a constructor (tag >= 0;
+tag -1, a tuple, is the table's variant) is the tuple `native_adts.Layouts.build` lays out,
+and GET_FIELD of a known constructor renders `TUPLE_FIELD` with the field's slot."""
 
 NATIVE_BUILTINS = {
     "vm.builtin.write_slice": "the native helper `native_support.write_slice`, which tests "
@@ -94,13 +106,6 @@ NATIVE_BUILTINS = {
 }
 """The packed builtins native code runs, and how, with the builtin's meaning (a failed check
 hands the call back, and the builtin raises its own error in the compiled mode)."""
-
-_UNSUPPORTED = {
-    O.ALLOC_CLOSURE: "closures",
-    O.INVOKE_CLOSURE: "closures",
-    O.TAIL_INVOKE_CLOSURE: "closures",
-    O.GET_TAG: "ADT values",
-}
 
 
 class NotNative(Exception):
@@ -122,6 +127,7 @@ class FunctionLowering:
         kinds: list[str],
         slots: dict[int, str],
         group: Group | None = None,
+        closures: ClosureFlow | None = None,
     ) -> None:
         fn = ex.functions[index]
         self.ex = ex
@@ -143,9 +149,12 @@ class FunctionLowering:
         self._head: list[str] = []  # `render`'s def line, docstring, checks and bindings
         self.sub: dict[int, str] = {}  # registers read as materialized scalars (`_stmt`)
         self.texts: set[int] = set()  # registers of check_tensor's text operands
-        for spec in fn.param_specs:
-            if spec.kind == "adt":
-                raise NotNative(f"parameter {spec.name!r} is an ADT value")
+        bail = f"raise RuntimeError({_bail()!r})"
+        self.values = ValueLowering(self, closures or ClosureFlow(ex), bail)
+        try:
+            self.values.refuse_function()
+        except Refused as e:
+            raise NotNative(str(e)) from None
         self._check()
         self.scalars = scalar_registers(fn, self.flow, ex.constants, self._scalar_kernel)
         self.w = SourceWriter(lambda pc: describe_instruction(ex, self.flow.code[pc]))
@@ -155,9 +164,7 @@ class FunctionLowering:
         self.texts = self._text_operands()
         for pc, ins in enumerate(self.flow.code):
             op = Opcode(ins[0])
-            why = _UNSUPPORTED.get(op)
-            if op == O.ALLOC_ADT and ins[2] != -1:
-                why = "ADT values"
+            why = self.values.reason(pc, ins)
             if op == O.INVOKE_PACKED and self.kinds[ins[1]] != "jit":
                 why = _packed_reason(self.ex.primitive_names[ins[1]], self.kinds[ins[1]])
             if (  # a jit kernel's own output, or a builtin native code runs
@@ -229,8 +236,12 @@ class FunctionLowering:
         return rec.meta.get(SCALAR_META)
 
     def _value(self, reg: int) -> str:
-        """The machine value of 0-d register `reg`."""
-        return f"s{reg}" if reg in self.scalars else f"{_r(reg)}[()]"
+        """The machine value of 0-d register `reg` (a tag, GET_TAG's, is an int64 already)."""
+        if reg in self.scalars:
+            return f"s{reg}"
+        if self.values.is_tag(reg):
+            return _r(reg)
+        return f"{_r(reg)}[()]"
 
     def _array(self, reg: int) -> str:
         """Register `reg` as an array: a scalar register materialized (`_full0`), but a
@@ -340,6 +351,9 @@ class FunctionLowering:
         if op == O.TAIL_INVOKE:
             self._tail(pc, ins, indent)
             return True
+        ends = self.values.statement(pc, ins, indent)
+        if ends is not None:
+            return ends
         if op == O.INVOKE:
             w.line(indent, f"{_r(ins[1])} = {self._call(ins[2], ins[3])}", pc)
         elif op == O.MATCH_SHAPE:
