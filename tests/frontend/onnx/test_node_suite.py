@@ -2,12 +2,11 @@
 
 Every case runs with numpy kernels, integer graph inputs that rvm needs at import (axes,
 shapes...) bound to the case's values (`RvmSpecializingBackend`). The cases listed in
-``node_suite_expected_failures.txt`` are expected failures (unittest's ``expectedFailure``):
-one that starts passing is reported as an unexpected success, which fails the run, so the
-list only shrinks; a case failing while not listed fails as usual, so the pass count cannot
-regress silently. A sample of varied cases also runs with jit kernels. The tests are
-collected from the cases' names (``node_suite_cases.txt``); ONNX generates their models and
-data when the first runs.
+``node_suite_expected_failures.txt`` are expected failures (pytest's strict ``xfail``): one
+that starts passing fails the run, so the list only shrinks; a case failing while not listed
+fails as usual, so the pass count cannot regress silently. A sample of varied cases also runs
+with jit kernels. The tests are collected from the cases' names (``node_suite_cases.txt``);
+ONNX generates their models and data when the first runs.
 
 Counts per failure reason, and both files regenerated: ``python -m rvm.testing.onnx_backend
 --report [--write]``.
@@ -42,28 +41,27 @@ with open(CASE_NAMES, encoding="utf-8") as _f:
 @functools.cache
 def _onnx_tests() -> type[unittest.TestCase]:
     """ONNX's test class for the node suite on rvm's backend. ONNX's generators build every
-    case's model and data (~8 CPU-s): at the first case run, in the worker that runs them,
-    not at collection in every pytest-xdist worker."""
+    case's model and data (~8 CPU-s): at the first test that needs them, in the worker that
+    runs this module (one pytest-xdist scope: every test here is a module-level function), not
+    at collection in every worker."""
     backend_test = onnx.backend.test.BackendTest(RvmSpecializingBackend, __name__)
     backend_test.include(r"_cpu$")
     return backend_test.test_cases["OnnxBackendNodeModelTest"]
 
 
-def _test(case: str):  # type: ignore[no-untyped-def]
+def _param(case: str):  # type: ignore[no-untyped-def]
+    if case not in EXPECTED_FAILURES:
+        return case
+    return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[case]))
+
+
+@pytest.mark.parametrize("case", [_param(case) for case in CASES])
+def test_node_case(case: str) -> None:
+    """ONNX's own test of the case (its ``test_<case>_cpu``), on rvm's backend."""
+    tests = _onnx_tests()
     name = f"{case}_cpu"
+    getattr(tests, name)(tests(name))
 
-    def test(self: unittest.TestCase) -> None:
-        getattr(_onnx_tests(), name)(self)
-
-    test.__name__ = test.__qualname__ = name
-    return unittest.expectedFailure(test) if case in EXPECTED_FAILURES else test
-
-
-OnnxBackendNodeModelTest = type(
-    "OnnxBackendNodeModelTest",
-    (unittest.TestCase,),
-    {f"{case}_cpu": _test(case) for case in CASES},
-)
 
 JIT_SAMPLE = (
     "test_abs",
