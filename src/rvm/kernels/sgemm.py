@@ -215,7 +215,7 @@ def sgemm_segments(
     # of B stay in L2 while every band of A walks them. Runs of taps read in place are not
     # cut: their rows overlap (a block would read every band of A again for little B), and
     # cutting them was slower.
-    step = column_step(k)
+    step = column_step(k, segments * width)
     job = _path_job()
     job[0], job[1], job[2], job[3], job[4], job[5] = _PATH_JOB, a, lda, b, ldb, table
     job[6], job[7], job[8], job[9], job[10], job[11] = c, ldc, m, k, segments, width
@@ -356,11 +356,19 @@ def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no
 
 
 @jit(**_OPTS, inline="always")
-def column_step(k):  # type: ignore[no-untyped-def]
-    """C's columns a block of B's rows takes in a product of depth ``k`` (`sgemm_segments`):
-    ``min(KC, k)`` rows of them fill `COLUMN_BYTES` at most, in whole tiles; every band of A
-    walks the block, so A is read once a block."""
-    return max(NR, COLUMN_BYTES // (4 * min(KC, k)) // NR * NR)
+def column_step(k, width):  # type: ignore[no-untyped-def]
+    """C's columns a block of B's rows takes in a product of depth ``k`` over ``width``
+    columns (`sgemm_segments`), in whole tiles; every band of A walks the block, so A is read
+    once a block. All of them where their ``min(KC, k)`` rows fit `BLOCK_BYTES` (half of one
+    core's L2: A then read once, a few tiles of C a band), else as many as fill
+    `COLUMN_BYTES`. A deep product on a small map reads a weight larger than L2 once a block:
+    squeezenet's conv10 (512 -> 1000 on 13 x 13, 169 columns, on a Zen 3's 512 KB L2 a
+    64-column block) read its 2 MB weight three times a piece."""
+    depth = 4 * min(KC, k)
+    whole = -(-width // NR) * NR
+    if depth * whole <= BLOCK_BYTES:
+        return max(NR, whole)
+    return max(NR, COLUMN_BYTES // depth // NR * NR)
 
 
 @jit(**_OPTS)
@@ -373,7 +381,7 @@ def moved(m, n, k, m_parts, n_parts):  # type: ignore[no-untyped-def]
     B again each; column runs read all of A again each: the cut of a split product is the
     one that moves the least (`rvm.kernels.blas.packed_cut`)."""
     cols = -(-n // n_parts)  # a piece's columns, at most
-    return 2 * m_parts * k * n + n_parts * -(-cols // column_step(k)) * m * k
+    return 2 * m_parts * k * n + n_parts * -(-cols // column_step(k, cols)) * m * k
 
 
 @jit(**_OPTS, inline="always")
@@ -522,7 +530,7 @@ def bands_on_packed(a, lda, packed, c, ldc, m, k, width, run, epilogue):  # type
     of B packed at ``packed`` (`pack_whole`): `_packed_blocks`' loops and tiles on panels
     packed once for every band (its column blocks, depth blocks, bands, tiles; the same sums
     in the same order), C's columns end to end, B's in runs of ``run``; m, k, width > 0."""
-    step = column_step(k)
+    step = column_step(k, width)
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
         for p0 in range(0, k, KC):
