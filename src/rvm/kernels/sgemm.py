@@ -119,6 +119,7 @@ __all__ = [  # with the shape of its tiles and blocks its callers reason about (
     "fuses",
     "has_epilogue",
     "moved",
+    "one_block",
     "pack_whole",
     "packs",
     "packs_in_place",
@@ -356,19 +357,26 @@ def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no
 
 
 @jit(**_OPTS, inline="always")
+def one_block(k):  # type: ignore[no-untyped-def]
+    """The most columns of a product of depth ``k`` that `column_step` keeps in one block:
+    their ``min(KC, k)`` rows of B fill `BLOCK_BYTES` (half of one core's L2) at most, in
+    whole tiles."""
+    return BLOCK_BYTES // (4 * min(KC, k)) // NR * NR
+
+
+@jit(**_OPTS, inline="always")
 def column_step(k, width):  # type: ignore[no-untyped-def]
     """C's columns a block of B's rows takes in a product of depth ``k`` over ``width``
     columns (`sgemm_segments`), in whole tiles; every band of A walks the block, so A is read
-    once a block. All of them where their ``min(KC, k)`` rows fit `BLOCK_BYTES` (half of one
-    core's L2: A then read once, a few tiles of C a band), else as many as fill
-    `COLUMN_BYTES`. A deep product on a small map reads a weight larger than L2 once a block:
-    squeezenet's conv10 (512 -> 1000 on 13 x 13, 169 columns, on a Zen 3's 512 KB L2 a
-    64-column block) read its 2 MB weight three times a piece."""
-    depth = 4 * min(KC, k)
+    once a block. All of them where they fit one block (`one_block`: A then read once, a few
+    tiles of C a band), else as many as fill `COLUMN_BYTES` (a quarter of L2: see
+    `gemmshape.column_bytes`). A deep product on a small map reads a weight larger than L2
+    once a block: squeezenet's conv10 (512 -> 1000 on 13 x 13, 169 columns) took blocks of 64
+    columns on a Zen 3 (512 KB L2), its 2 MB weight read three times a piece."""
     whole = -(-width // NR) * NR
-    if depth * whole <= BLOCK_BYTES:
+    if whole <= one_block(k):
         return max(NR, whole)
-    return max(NR, COLUMN_BYTES // depth // NR * NR)
+    return max(NR, COLUMN_BYTES // (4 * min(KC, k)) // NR * NR)
 
 
 @jit(**_OPTS)
