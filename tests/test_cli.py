@@ -1,5 +1,6 @@
-"""The `rvm` command line, end to end through real subprocesses (`python -m rvm ...`), on
-small ONNX models built here with onnx.helper."""
+"""The `rvm` command line, end to end in subprocesses, on small ONNX models built here with
+onnx.helper: most commands in one process running `rvm.cli.main` for each (`rvm_cmd`), those
+whose own process is the point in ``python -m rvm ...`` (`rvm_process`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,18 +18,108 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def rvm_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def rvm_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m rvm ARGS`` in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "rvm", *args],
         cwd=cwd,
-        env=env,
+        env=ENV,
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+# A command line run by `rvm_cmd`: `rvm.cli.main` in the directory given, its stdout and
+# stderr captured, its status as ``python -m rvm``'s would be (argparse's SystemExit, an
+# uncaught exception's traceback and status 1).
+_SERVE = r"""
+import contextlib, io, json, os, sys, traceback
+from rvm.cli import main
+reply = os.fdopen(int(sys.argv[1]), "w")
+for line in sys.stdin:
+    request = json.loads(line)
+    if request is None:
+        break
+    os.chdir(request["cwd"])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(request["argv"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) or e.code is None else 1
+            if not isinstance(e.code, int) and e.code is not None:
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    reply.write(json.dumps([code or 0, out.getvalue(), err.getvalue()]) + "\n")
+    reply.flush()
+"""
+
+
+class _Server:
+    """One process running many command lines, as ``python -m rvm`` would run each: a new
+    process per command costs its start (rvm, NumPy, ONNX's ml_dtypes: 0.3-1.4 CPU-s) and its
+    compiler's first use again. The tests that need a process of the command's own (its exit
+    through ``sys.exit``, a reader closing its pipe, what a run imports) use `rvm_process`."""
+
+    def __init__(self) -> None:
+        read, self._write = os.pipe()
+        self._log = tempfile.TemporaryFile("w+")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, str(self._write)],
+            env=ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            pass_fds=(self._write,),
+            text=True,
+        )
+        os.close(self._write)
+        self._replies = os.fdopen(read)
+
+    def run(self, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd)}) + "\n")
+        self._proc.stdin.flush()
+        line = self._replies.readline()
+        if not line:
+            self._log.seek(0)
+            status = self._proc.wait(timeout=60)
+            raise AssertionError(f"the command-line process ended ({status}): {self._log.read()}")
+        code, out, err = json.loads(line)
+        return subprocess.CompletedProcess(["rvm", *argv], code, out, err)
+
+    def close(self) -> None:
+        # Said, not the end of its input: a process this one forked since (a compile helper)
+        # holds the pipe open.
+        assert self._proc.stdin is not None
+        self._proc.stdin.write("null\n")
+        self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+        self._replies.close()
+        self._log.close()
+
+
+_server: list[_Server] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _serve():
+    yield
+    while _server:
+        _server.pop().close()
+
+
+def rvm_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``rvm ARGS`` run by this module's command-line process (`_Server`)."""
+    if not _server:
+        _server.append(_Server())
+    return _server[0].run(list(args), cwd)
 
 
 def ok(run: subprocess.CompletedProcess) -> str:
@@ -94,7 +186,7 @@ def work(tmp_path_factory) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.INT64, [None, 3])],
     )
     onnx.save(bad, d / "unsupported.onnx")
-    ok(rvm_cmd("compile", "small.onnx", "-o", "small.rvmx", "--exec-mode", "compiled", cwd=d))
+    ok(rvm_process("compile", "small.onnx", "-o", "small.rvmx", "--exec-mode", "compiled", cwd=d))
     np.save(d / "x.npy", rng.standard_normal((5, 4)).astype("float32"))
     return d
 
@@ -169,7 +261,7 @@ def test_user_errors_are_one_line_without_traceback(work):
     (work / "corrupt.rvmx").write_bytes((work / "small.rvmx").read_bytes()[:200])
     np.save(work / "wide.npy", np.zeros((5, 7), "float32"))
     np.save(work / "ints.npy", np.zeros((5, 4), "int32"))
-    user_error(rvm_cmd("run", "missing.rvmx", cwd=work), "no such file: missing.rvmx")
+    user_error(rvm_process("run", "missing.rvmx", cwd=work), "no such file: missing.rvmx")
     user_error(rvm_cmd("inspect", "corrupt.rvmx", cwd=work), "ExecutableFormatError")
     user_error(rvm_cmd("run", "x.npy", cwd=work), "ExecutableFormatError", "not an rvm executable")
     user_error(rvm_cmd("run", "small.rvmx", cwd=work), "give its size with --dim n=SIZE")
@@ -188,7 +280,7 @@ def test_user_errors_are_one_line_without_traceback(work):
     user_error(rvm_cmd("run", "small.rvmx", "-f", "nope", cwd=work), "no function 'nope'")
     user_error(rvm_cmd("compile", "unsupported.onnx", cwd=work), "OnnxImportError", "NonMax")
     user_error(rvm_cmd("compile", "small.rvmx", cwd=work), "takes an ONNX model")
-    usage = rvm_cmd("frobnicate", cwd=work)
+    usage = rvm_process("frobnicate", cwd=work)
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
 
 
@@ -283,10 +375,9 @@ def test_a_sequence_input_from_an_npz_file_and_sequence_outputs(work):
 
 
 def test_output_cut_short_by_its_reader_ends_quietly(work):
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "rvm", "inspect", "small.rvmx", "--text"]
     proc = subprocess.Popen(
-        cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     proc.stdout.close()  # the reader is gone before the first line: `| head -0`
     err = proc.stderr.read()

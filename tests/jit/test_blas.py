@@ -178,8 +178,8 @@ def test_packed_cut_weighs_packing_b_against_reading_a() -> None:
     32 times the rows into bands only, one with far more columns than rows into columns
     only (two threads: resnet50's 1x1 convolutions on 14 x 14, a tall MatMul, one on 56 x
     56); one thread is one piece. The tall MatMul's columns are at most one block of B
-    (`sgemm.column_step`, from the L2's size), so a band reads A once."""
-    tall = min(128, sgemm.column_step(512))
+    (`sgemm.one_block`, from the L2's size), so a band reads A once."""
+    tall = min(128, sgemm.one_block(512))
     before = rvm.get_num_threads()
     rvm.set_num_threads(2)
     try:

@@ -376,22 +376,22 @@ USER = textwrap.dedent(
     import numba as nb
     import numpy as np
     import rvm
-    from rvm.kernels import blas, parfor, sgemm
+    from rvm.kernels import epipass, parfor
 
     @nb.njit(nogil=sys.argv[1] == "nogil")
-    def user(a, b):
-        out = np.empty((a.shape[0], b.shape[1]), np.float32)
-        blas.matmul(a, b, out, False)  # a GEMM split on the pool: a task its pieces call
+    def user(out, bias, res):
+        epipass.epilogue_rows(out, bias, 1, res)  # split on the pool: a task its pieces call
         return out * 2.0
 
     rvm.set_num_threads(2)  # a helper, even on one CPU
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((512, 512)).astype(np.float32)
-    b = rng.standard_normal((512, 512)).astype(np.float32)
-    np.testing.assert_allclose(user(a, b), 2 * (a @ b), rtol=1e-3, atol=1e-3)
-    # the GEMM's task on this CPU (B packed per call with AVX2's lanes, read in place with
-    # AVX-512's)
-    assert (sgemm.GEMM_TASKS[0], "float32") in parfor.required_tasks(), parfor.required_tasks()
+    out = rng.standard_normal((2, 32, 64, 64)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    res = rng.standard_normal(out.size).astype(np.float32)
+    want = 2 * np.maximum(out + bias[:, None, None] + res.reshape(out.shape), 0)
+    assert epipass.sweep_pieces(3 * out.size, out.size) > 1  # large enough to split
+    np.testing.assert_allclose(user(out, bias, res), want, rtol=1e-6)
+    assert ("conv_epilogue", "float32") in parfor.required_tasks(), parfor.required_tasks()
     print("ok")
     """
 )
@@ -421,8 +421,11 @@ def test_a_users_own_njit_holding_the_gil_runs_a_split_kernel_on_a_first_run(
     ``_resolve`` is a callback into Python) while the caller waits for its pieces. The caller
     lets go of the GIL for the job, so the call finishes with the right answer: with empty
     caches, with warm ones (loading a task takes the GIL too), and with ``nogil``. A hang
-    fails by its timeout. Each start on empty caches builds its own copy of the GEMM library
-    (its Numba cache is empty too): ``nogil`` on empty caches is the next test, under -m slow."""
+    fails by its timeout. The kernel is the convolutions' epilogue pass (`rvm.kernels.epipass`,
+    split from 2 * 32 * 64 * 64 elements): any kernel split on the pool resolves its task the
+    same way (`parfor`), and each start on empty caches builds its own copy of what it calls
+    (its Numba cache is empty too), seconds for a GEMM, a second for the pass. ``nogil`` on
+    empty caches is the next test, under -m slow."""
     _user_child(tmp_path, "a", "gil")  # empty caches: the tasks built in this run
     _user_child(tmp_path, "a", "gil")  # warm: loaded from Numba's cache
     _user_child(tmp_path, "a", "nogil")

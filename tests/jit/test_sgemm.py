@@ -210,7 +210,7 @@ def test_packed_in_the_first_band_or_before(m: int, n: int, k: int, accumulate: 
     if not sgemm.fuses(1, n, n, 0, k):
         pytest.skip("this CPU's GEMM does not pack B (sgemm.PACK_B)")
     rng = np.random.default_rng(m + n + k)
-    width = n + sgemm.column_step(k)  # more than one block of C's columns
+    width = n + sgemm.one_block(k)  # more than one block of C's columns (`sgemm.column_step`)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, width + 6), np.float32)  # drawn as float32: no float64 copy
     c = rng.standard_normal((m + 2, width + 7), np.float32)
@@ -251,7 +251,9 @@ def test_last_columns_as_dots(m: int, tail: int, k: int, blocks: int, accumulate
     assert sgemm.TAIL_DOTS == sgemm.LANES // 4
     if not sgemm.fuses(1, sgemm.NR, sgemm.NR, 0, k):
         pytest.skip("this CPU's GEMM does not pack B (sgemm.PACK_B)")
-    n = (2 * sgemm.NR if blocks == 1 else sgemm.column_step(k)) + tail
+    wide = sgemm.one_block(k) + sgemm.NR  # more than one block (`sgemm.column_step`)
+    step = sgemm.column_step(k, wide)
+    n = (2 * sgemm.NR if blocks == 1 else -(-wide // step) * step) + tail
     rng = np.random.default_rng(m + n + k)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n + 6), np.float32)  # drawn as float32: no float64 copy

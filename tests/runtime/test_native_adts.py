@@ -59,8 +59,15 @@ def test_an_option_returned_to_python_is_the_vms_value(ex, exec_mode) -> None:
     _same(vm["find"](x), ADT(TAGS["Some"], (x * 2,), "Some"))
     _same(vm["find"](-x), ADT(TAGS["Nothing"], (), "Nothing"))
     assert repr(vm["find"](-x)) == "Nothing()"
+    # by keyword and from a strided view: the checked call, not the native handle's entry
+    _same(vm["find"](x=x), ADT(TAGS["Some"], (x * 2,), "Some"))
+    strided = np.arange(8, dtype=np.float32)[::2] + 1
+    _same(vm["find"](strided), ADT(TAGS["Some"], (strided * 2,), "Some"))
+    with pytest.raises(TypeError, match="float32"):
+        vm["find"](x.astype(np.float64))
     if exec_mode == "native":
         _all_native(vm)
+        assert vm.executable.function_index("find") in vm._mode.plan.module.entries
 
 
 def test_a_three_constructor_type_of_different_dtypes_round_trips(ex, exec_mode) -> None:

@@ -124,16 +124,15 @@ B's alignment and stride, in place 108-132 (1000 x 169 x 512, 256 x 1536 x 512, 
 and Zen 5 without a measurement against packing."""
 BLOCK_BYTES = block_bytes(cpu())
 COLUMN_BYTES = column_bytes(cpu())
-PACK_FLOATS = max(KC * NR, COLUMN_BYTES // 4)
-"""The floats of `sgemm._packed_blocks`' panels, the most a block of B takes (``min(KC, k)``
-rows by its columns, `COLUMN_BYTES` or one panel): one size, so that its scratch is a block
-kept across calls (`rvm.kernels.blocks.kept`). From ``malloc`` at each call (256 KB here),
-it was mapped fresh or taken from a trimmed heap in some processes and its pages faulted in
-again at every call: on a Zen 3 core with ``MALLOC_MMAP_THRESHOLD_=65536`` (fresh pages each
-call) 1x1 convolutions' GEMMs took 1.3-1.8 times as long (512 to 128 channels on 14 x 14 326
--> 485 µs, squeezenet's 64 to 16 at 55 x 55 147 -> 270), as in one process of
-`benchmarks/conv_methods.py` where densenet121's 14 x 14 GEMMs ran at 43-49 GFLOP/s against
-78-82 in others."""
+PACK_FLOATS = max(KC * NR, COLUMN_BYTES // 4, BLOCK_BYTES // 4)
+"""The floats of `sgemm._packed_blocks`' panels, the most a block of B takes (``min(KC, k)`` rows by
+its columns, `COLUMN_BYTES`, `BLOCK_BYTES` or one panel: `sgemm.column_step`): one size, so that its
+scratch is a block kept across calls (`rvm.kernels.blocks.kept`). From ``malloc`` at each call (256
+KB here), it was mapped fresh or taken from a trimmed heap in some processes and its pages faulted
+in again at every call: on a Zen 3 core with ``MALLOC_MMAP_THRESHOLD_=65536`` (fresh pages each
+call) 1x1 convolutions' GEMMs took 1.3-1.8 times as long (512 to 128 channels on 14 x 14 326 -> 485
+µs, squeezenet's 64 to 16 at 55 x 55 147 -> 270), as in one process of `benchmarks/conv_methods.py`
+where densenet121's 14 x 14 GEMMs ran at 43-49 GFLOP/s against 78-82 in others."""
 IN_PLACE_ROWS = in_place_rows(cpu(), KC, BLOCK_BYTES, MR)
 """The most rows of C for which `sgemm._packed_blocks` packs B in its first band
 (`sgemm.packs_in_place`): that band's tiles read whole panels of B where they are

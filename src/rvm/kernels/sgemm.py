@@ -119,6 +119,7 @@ __all__ = [  # with the shape of its tiles and blocks its callers reason about (
     "fuses",
     "has_epilogue",
     "moved",
+    "one_block",
     "pack_whole",
     "packs",
     "packs_in_place",
@@ -215,7 +216,7 @@ def sgemm_segments(
     # of B stay in L2 while every band of A walks them. Runs of taps read in place are not
     # cut: their rows overlap (a block would read every band of A again for little B), and
     # cutting them was slower.
-    step = column_step(k)
+    step = column_step(k, segments * width)
     job = _path_job()
     job[0], job[1], job[2], job[3], job[4], job[5] = _PATH_JOB, a, lda, b, ldb, table
     job[6], job[7], job[8], job[9], job[10], job[11] = c, ldc, m, k, segments, width
@@ -356,10 +357,25 @@ def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no
 
 
 @jit(**_OPTS, inline="always")
-def column_step(k):  # type: ignore[no-untyped-def]
-    """C's columns a block of B's rows takes in a product of depth ``k`` (`sgemm_segments`):
-    ``min(KC, k)`` rows of them fill `COLUMN_BYTES` at most, in whole tiles; every band of A
-    walks the block, so A is read once a block."""
+def one_block(k):  # type: ignore[no-untyped-def]
+    """The most columns of a product of depth ``k`` that `column_step` keeps in one block:
+    their ``min(KC, k)`` rows of B fill `BLOCK_BYTES` (half of one core's L2) at most, in
+    whole tiles."""
+    return BLOCK_BYTES // (4 * min(KC, k)) // NR * NR
+
+
+@jit(**_OPTS, inline="always")
+def column_step(k, width):  # type: ignore[no-untyped-def]
+    """C's columns a block of B's rows takes in a product of depth ``k`` over ``width``
+    columns (`sgemm_segments`), in whole tiles; every band of A walks the block, so A is read
+    once a block. All of them where they fit one block (`one_block`: A then read once, a few
+    tiles of C a band), else as many as fill `COLUMN_BYTES` (a quarter of L2: see
+    `gemmshape.column_bytes`). A deep product on a small map reads a weight larger than L2
+    once a block: squeezenet's conv10 (512 -> 1000 on 13 x 13, 169 columns) took blocks of 64
+    columns on a Zen 3 (512 KB L2), its 2 MB weight read three times a piece."""
+    whole = -(-width // NR) * NR
+    if whole <= one_block(k):
+        return max(NR, whole)
     return max(NR, COLUMN_BYTES // (4 * min(KC, k)) // NR * NR)
 
 
@@ -373,7 +389,7 @@ def moved(m, n, k, m_parts, n_parts):  # type: ignore[no-untyped-def]
     B again each; column runs read all of A again each: the cut of a split product is the
     one that moves the least (`rvm.kernels.blas.packed_cut`)."""
     cols = -(-n // n_parts)  # a piece's columns, at most
-    return 2 * m_parts * k * n + n_parts * -(-cols // column_step(k)) * m * k
+    return 2 * m_parts * k * n + n_parts * -(-cols // column_step(k, cols)) * m * k
 
 
 @jit(**_OPTS, inline="always")
@@ -522,7 +538,7 @@ def bands_on_packed(a, lda, packed, c, ldc, m, k, width, run, epilogue):  # type
     of B packed at ``packed`` (`pack_whole`): `_packed_blocks`' loops and tiles on panels
     packed once for every band (its column blocks, depth blocks, bands, tiles; the same sums
     in the same order), C's columns end to end, B's in runs of ``run``; m, k, width > 0."""
-    step = column_step(k)
+    step = column_step(k, width)
     for j0 in range(0, width, step):
         cols = min(step, width - j0)
         for p0 in range(0, k, KC):

@@ -2,18 +2,21 @@
 
 Every case runs with numpy kernels, integer graph inputs that rvm needs at import (axes,
 shapes...) bound to the case's values (`RvmSpecializingBackend`). The cases listed in
-``node_suite_expected_failures.txt`` are expected failures (unittest's ``expectedFailure``):
-one that starts passing is reported as an unexpected success, which fails the run, so the
-list only shrinks; a case failing while not listed fails as usual, so the pass count cannot
-regress silently. A sample of varied cases also runs with jit kernels.
+``node_suite_expected_failures.txt`` are expected failures (pytest's strict ``xfail``): one
+that starts passing fails the run, so the list only shrinks; a case failing while not listed
+fails as usual, so the pass count cannot regress silently. A sample of varied cases also runs
+with jit kernels. The tests are collected from the cases' names (``node_suite_cases.txt``);
+ONNX generates their models and data when the first runs.
 
-Counts per failure reason, and the file regenerated: ``python -m rvm.testing.onnx_backend
+Counts per failure reason, and both files regenerated: ``python -m rvm.testing.onnx_backend
 --report [--write]``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import unittest
 
 import pytest
 
@@ -22,6 +25,7 @@ pytest.importorskip("onnx")
 import onnx.backend.test  # noqa: E402
 
 from rvm.testing.onnx_backend import (  # noqa: E402
+    CASE_NAMES,
     RvmJitBackend,
     RvmSpecializingBackend,
     node_cases,
@@ -30,17 +34,34 @@ from rvm.testing.onnx_backend import (  # noqa: E402
 )
 
 EXPECTED_FAILURES = read_expected_failures()
+with open(CASE_NAMES, encoding="utf-8") as _f:
+    CASES = _f.read().split()
 
-_backend_test = onnx.backend.test.BackendTest(RvmSpecializingBackend, __name__)
-_backend_test.include(r"_cpu$")
-if EXPECTED_FAILURES:
-    _names = "|".join(re.escape(n) for n in EXPECTED_FAILURES)
-    _backend_test.xfail(f"^(?:{_names})_cpu$")
 
-OnnxBackendNodeModelTest = _backend_test.test_cases["OnnxBackendNodeModelTest"]
-for _attr in list(vars(OnnxBackendNodeModelTest)):
-    if _attr.startswith("test_") and not _attr.endswith("_cpu"):
-        delattr(OnnxBackendNodeModelTest, _attr)  # the CUDA variants rvm does not run
+@functools.cache
+def _onnx_tests() -> type[unittest.TestCase]:
+    """ONNX's test class for the node suite on rvm's backend. ONNX's generators build every
+    case's model and data (~8 CPU-s): at the first test that needs them, in the worker that
+    runs this module (one pytest-xdist scope: every test here is a module-level function), not
+    at collection in every worker."""
+    backend_test = onnx.backend.test.BackendTest(RvmSpecializingBackend, __name__)
+    backend_test.include(r"_cpu$")
+    return backend_test.test_cases["OnnxBackendNodeModelTest"]
+
+
+def _param(case: str):  # type: ignore[no-untyped-def]
+    if case not in EXPECTED_FAILURES:
+        return case
+    return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[case]))
+
+
+@pytest.mark.parametrize("case", [_param(case) for case in CASES])
+def test_node_case(case: str) -> None:
+    """ONNX's own test of the case (its ``test_<case>_cpu``), on rvm's backend."""
+    tests = _onnx_tests()
+    name = f"{case}_cpu"
+    getattr(tests, name)(tests(name))
+
 
 JIT_SAMPLE = (
     "test_abs",
@@ -110,6 +131,14 @@ def test_expected_failures_name_real_cases() -> None:
     names = {c.name for c in node_cases()}
     stale = sorted(set(EXPECTED_FAILURES) - names)
     assert not stale, f"expected failures that are not node-suite cases: {stale}"
+
+
+def test_the_tests_are_every_case_of_onnx() -> None:
+    """node_suite_cases.txt lists ONNX's cases (``python -m rvm.testing.onnx_backend --write``
+    rewrites it), and each test runs ONNX's own test of its case."""
+    assert CASES == sorted(c.name for c in node_cases())
+    generated = {n for n in vars(_onnx_tests()) if n.startswith("test_") and n.endswith("_cpu")}
+    assert generated == {f"{case}_cpu" for case in CASES}
 
 
 @pytest.mark.parametrize("name", JIT_SAMPLE)

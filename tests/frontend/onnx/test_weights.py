@@ -391,7 +391,8 @@ MEMORY = textwrap.dedent(
 
 
 # Made in a process of its own: building, checking and saving it copy the weights several
-# times, which raised a test worker's peak memory by 670 MB.
+# times, which raised a test worker's peak memory by 670 MB. One process writes both files
+# (the weights inline, and in a file beside the model), once for the module.
 MAKE_BIG = textwrap.dedent(
     """
     import sys
@@ -403,29 +404,38 @@ MAKE_BIG = textwrap.dedent(
     w = np.random.default_rng(0).standard_normal((6, 2048, 2048)).astype(np.float32)
     nodes = [helper.make_node("Gather", ["w", "i"], ["y"], axis=0)]
     model = make_model(nodes, [("i", TensorProto.INT64, [1])], ["y"], {"w": w})
-    onnx.save(model, sys.argv[1], save_as_external_data=sys.argv[2] == "1")
+    onnx.save(model, sys.argv[1])
+    onnx.save(model, sys.argv[2], save_as_external_data=True)
     """
 )
+WEIGHTS_MB = 6 * 2048 * 2048 * 4 / 2**20
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+@pytest.fixture(scope="module")
+def big_models(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, str]:
+    """``{external: path}``: the model with 96 MB of weights, inline and external."""
+    paths = {False: tmp_path_factory.mktemp("inline"), True: tmp_path_factory.mktemp("external")}
+    files = {external: str(folder / "big.onnx") for external, folder in paths.items()}
+    make = [sys.executable, "-c", MAKE_BIG, files[False], files[True]]
+    made = subprocess.run(make, capture_output=True, text=True, env=ENV)
+    assert made.returncode == 0, made.stderr
+    return files
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmHWM (Linux)")
 @pytest.mark.parametrize("external", [False, True], ids=["inline", "external_data"])
-def test_import_and_compile_hold_the_weights_once(external, tmp_path):
+def test_import_and_compile_hold_the_weights_once(external, big_models):
     """A model with 96 MB of weights, imported from its file in a fresh process."""
-    weights_mb = 6 * 2048 * 2048 * 4 / 2**20
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    path = tmp_path / "big.onnx"
-    make = [sys.executable, "-c", MAKE_BIG, str(path), str(int(external))]
-    made = subprocess.run(make, capture_output=True, text=True, env=env)
-    assert made.returncode == 0, made.stderr
+    path = big_models[external]
     if external:  # the weights are in a file beside it
-        assert os.path.getsize(path) < weights_mb * 2**20 / 100
+        assert os.path.getsize(path) < WEIGHTS_MB * 2**20 / 100
     proc = subprocess.run(
-        [sys.executable, "-c", MEMORY, str(path)],
+        [sys.executable, "-c", MEMORY, path],
         capture_output=True,
         text=True,
-        env=env,
+        env=ENV,
     )
     assert proc.returncode == 0, proc.stderr
     held_mb = float(proc.stdout.split()[-1])
-    assert held_mb < 1.5 * weights_mb, f"{held_mb:.0f} MB held for {weights_mb:.0f} MB of weights"
+    assert held_mb < 1.5 * WEIGHTS_MB, f"{held_mb:.0f} MB held for {WEIGHTS_MB:.0f} MB of weights"

@@ -236,6 +236,26 @@ class _Boundary:
         return result if self.result is None else self.result(result)
 
 
+def _converting(
+    handle: Callable[..., Any],
+    convert: Callable[[tuple], Any],
+    check: Callable[[Any, tuple], None] | None,
+) -> Callable[..., Any]:
+    """The handle of a function whose result is a data type value (`native_codegen.
+    entry_result`): the native tuple the entry returns converted into the VM's `ADT`, then
+    checked; the checked call's result (an `ADT` already) as it comes."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = handle(*args, **kwargs)
+        if type(result) is tuple:
+            result = convert(result)
+            if check is not None:
+                check(result, args)
+        return result
+
+    return call
+
+
 def _refuse(*args: Any) -> Any:
     """A handle's run where the entry did not compile: the VM's checked call runs it."""
     from rvm.runtime.modes.native_guard import Refused
@@ -340,14 +360,15 @@ class NativeMode:
         if func is None or not context.plain:
             return self.compiled.run(fidx, args)
         entry = self.plan.entry(fidx)
+        boundary = self.plan.boundaries[fidx]
         if entry is not None:
             try:  # the guard held by this thread's caller: the entry runs under it
-                return entry(*args)
+                result = entry(*args)
+                return result if boundary is None else boundary.value(result)
             except TypeError:  # other types: the dispatcher compiles for them
                 pass
             except Exception:  # noqa: BLE001 - it ran and failed: the compiled mode reports
                 return self.compiled.run(fidx, args)  # (the dispatcher would compile it anew)
-        boundary = self.plan.boundaries[fidx]
         try:
             if boundary is not None:
                 return boundary.value(func(*boundary.arguments(args), 0))
@@ -399,13 +420,19 @@ class NativeMode:
                 state[nh.COMPILED] = entry.overloads[plan.signature(fidx)].entry_point
             return state[nh.RUN](*args)
 
+        boundary = plan.boundaries[fidx]
+        convert = None if boundary is None else boundary.result
         state: list[Any] = [None] * 7
         state[nh.RUN], state[nh.WORD], state[nh.KEEP] = first, guard.word.ctypes.data, guard
-        state[nh.SLOW], state[nh.CHECK], state[nh.TYPES] = slow, check, 0
+        state[nh.SLOW], state[nh.CHECK] = slow, check if convert is None else None
+        state[nh.TYPES] = 0
         try:
-            return nh.handle(state)
+            handle = nh.handle(state)
         except nh.Unavailable:
             return None  # the checked call serves (an older CPython)
+        if convert is None:
+            return handle
+        return _converting(handle, convert, check)
 
     def report(self, compile: bool = False) -> NativeReport:
         """Which functions are native and why the others are not (typing errors show once a

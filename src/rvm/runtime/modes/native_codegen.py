@@ -23,7 +23,7 @@ from rvm.runtime.loading import NATIVE_IMPORTS, NATIVE_SUPPORT_NAMES
 from rvm.runtime.loading.cache import kernel_path
 from rvm.runtime.loading.loader import kernel_module_name
 from rvm.runtime.modes.lowering.operands import Names
-from rvm.runtime.modes.native_adts import has_adt, spec_key
+from rvm.runtime.modes.native_adts import Key, has_adt, spec_key
 from rvm.runtime.modes.native_closures import ClosureFlow
 from rvm.runtime.modes.native_groups import groups
 from rvm.runtime.modes.native_lowering import (
@@ -164,7 +164,7 @@ def render_module(ex: Executable, kinds: list[str]) -> NativeModule:
             specs = ex.functions[f.index].param_specs
             if all(
                 s.kind == "tensor" and s.dtype and s.shape is not None for s in specs
-            ) and not has_adt(spec_key(ex.functions[f.index].result)):
+            ) and entry_result(spec_key(ex.functions[f.index].result)):
                 module.entries[f.index] = tuple((str(s.dtype), len(s.shape or ())) for s in specs)
         module.source = _file(ex, names, native, uncached, module.entries, merged)
         module.kernels = {f"k{k}": k for f in native for k in sorted(f.kernels)}
@@ -187,6 +187,15 @@ def _uncached(functions: list[FunctionLowering]) -> set[int]:
                 out.add(f.index)
                 changed = True
     return out
+
+
+def entry_result(key: Key | None) -> bool:
+    """Whether a function of result type ``key`` may have an entry for calls from Python:
+    a result with no data type value, or a data type value itself, whose native tuple the
+    caller converts (`native_adts.Layouts.from_native`), telling it by its type from the VM's
+    `ADT` that the checked call returns; not a tuple holding one, whose two forms are both
+    tuples."""
+    return not has_adt(key) or (key is not None and key[0] == "adt")
 
 
 def _file(
