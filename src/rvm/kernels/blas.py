@@ -234,7 +234,7 @@ def packed_cut(m, n, k, parts, m_most, n_most, batches):  # type: ignore[no-unty
     packed a piece (`sgemm.packs`) into at most ``parts`` pieces, at most ``m_most`` bands of
     C's rows by ``n_most`` runs of its columns: of the cuts into the most pieces that keep the
     threads even (``batches`` times the pieces a multiple of them, `even`; where none does,
-    of all cuts), the one that moves the fewest floats (`sgemm.moved`: bands pack B again,
+    of all cuts), the one that moves the fewest floats (`gemmcut.moved`: bands pack B again,
     column runs read A again). Both `_split` (a GEMM's) and `rvm.kernels.segments` (a
     convolution's) cut by it. On a Zen 3 core (2 threads, CPU in the pool's pieces) bands
     alone took 1.05-1.3 times the CPU of the cut it picks on 1x1 convolutions on 14 x 14 and

@@ -66,7 +66,7 @@ def block_bytes(c: Cpu) -> int:
 
 def column_bytes(c: Cpu) -> int:
     """`COLUMN_BYTES`: B's rows for a block of C's columns of the GEMM at most
-    (`sgemm.column_step`), a quarter of one core's L2. Every band of A walks the block, which
+    (`gemmcut.column_step`), a quarter of one core's L2. Every band of A walks the block, which
     stays in L2 while as many bytes again stream through it on their way in (B's own rows, read
     by the first band in place or by the pack), with C's rows and A's depth block. At half of
     L2 (2 MB, Emerald Rapids, one thread, a copy of the packed path in one process, bias and
