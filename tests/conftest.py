@@ -26,74 +26,60 @@ KERNELS = ("numpy", "jit")
 # suite's long tail (a few model-level tests of 20-40 s) leaves more workers idle at the end.
 MAX_WORKERS = 4
 
-# The longest test files, weighed by CPU seconds (only the order matters): xdist starts them
-# first (`pytest_collection_modifyitems`). A file missing here goes after them, by its count of
-# tests. Session 56, on a 2-core Emerald Rapids (AVX-512): each file's CPU seconds (user and
-# system of the worker, its compile server and its subprocesses, per test, summed) in session
-# 55's two-worker run from empty caches under load, less its profiler's 21 ms a test and what
-# sessions 55 and 56 took out; tests/jit/test_cpu.py (its AVX2 path's test: a Haswell build in a
-# subprocess, 113 CPU-s) and tests/jit/test_sgemm.py measured alone from empty caches, the
-# first until then weighed 14 and started last. Measured data that ages: after a change to what
-# the suite compiles, regenerate it (scripts/longest_files.py reads a run's durations).
+# The longest test files, weighed by seconds (only the order matters): xdist starts them first
+# (`pytest_collection_modifyitems`). A file missing here goes after them, by its count of tests.
+# Session 59, on a 2-core AMD EPYC Zen 3 (AVX2): each file's summed test durations in a clean
+# clone's two-worker run from empty caches (`scripts/longest_files.py`, after the session's
+# merges). tests/jit/test_cpu.py keeps session 56's weight, first: on an AVX-512 host its AVX2
+# path's test builds a Haswell library in a subprocess (113 CPU-s), which on an AVX2 host like
+# this one it does not, so this run weighs it at 11. Measured data that ages: after a change to
+# what the suite compiles, regenerate it (scripts/longest_files.py reads a run's durations).
 LONGEST_FILES = {
     "tests/jit/test_cpu.py": 124,
-    "tests/jit/test_conv.py": 98,
-    "tests/jit/test_bf16.py": 97,
-    "tests/jit/test_quantized.py": 67,
-    "tests/frontend/onnx/test_transformers.py": 64,
-    "tests/jit/test_pool.py": 62,
-    "tests/frontend/onnx/test_node_suite.py": 61,
-    "tests/test_cli.py": 56,
-    "tests/jit/test_sgemm.py": 52,
-    "tests/generation/test_greedy.py": 43,
-    "tests/frontend/torch/test_api.py": 30,
-    "tests/codegen/test_random_programs.py": 30,
-    "tests/codegen/test_precision.py": 29,
-    "tests/frontend/torch/test_models.py": 28,
-    "tests/frontend/torch/test_converters.py": 27,
-    "tests/codegen/test_deploy.py": 27,
-    "tests/jit/test_ops.py": 25,
-    "tests/runtime/test_parallel_kernels.py": 25,
-    "tests/jit/test_nn.py": 22,
-    "tests/runtime/test_trust.py": 21,
-    "tests/frontend/onnx/test_quantize.py": 19,
-    "tests/jit/test_numba_cache.py": 19,
-    "tests/jit/test_matmul.py": 17,
+    "tests/jit/test_conv.py": 96,
+    "tests/jit/test_quantized.py": 77,
+    "tests/jit/test_pool.py": 66,
+    "tests/frontend/onnx/test_node_suite.py": 54,
+    "tests/jit/test_bf16.py": 52,
+    "tests/frontend/onnx/test_transformers.py": 42,
+    "tests/generation/test_greedy.py": 31,
+    "tests/runtime/test_trust.py": 27,
+    "tests/runtime/test_native_cycles.py": 26,
+    "tests/codegen/test_deploy.py": 26,
+    "tests/jit/test_nn.py": 25,
+    "tests/codegen/test_precision.py": 24,
+    "tests/frontend/torch/test_converters.py": 24,
+    "tests/jit/test_ops.py": 23,
+    "tests/frontend/onnx/test_light_models.py": 22,
+    "tests/frontend/torch/test_api.py": 22,
+    "tests/codegen/test_random_programs.py": 21,
+    "tests/jit/test_first_run.py": 19,
+    "tests/jit/test_numba_cache.py": 18,
     "tests/examples/test_notebooks.py": 17,
-    "tests/frontend/torch/test_control.py": 16,
-    "tests/runtime/test_native_mode.py": 16,
-    "tests/frontend/onnx/test_qdq.py": 15,
-    "tests/jit/test_first_run.py": 15,
-    "tests/examples/test_torch_quickstart.py": 15,
-    "tests/jit/test_blas.py": 14,
-    "tests/jit/test_attention.py": 14,
+    "tests/frontend/torch/test_models.py": 17,
+    "tests/frontend/onnx/test_quantize.py": 16,
+    "tests/codegen/test_programs.py": 16,
+    "tests/generation/test_exported.py": 14,
+    "tests/jit/test_matmul.py": 14,
     "tests/codegen/test_native.py": 13,
-    "tests/test_dask.py": 13,
-    "tests/frontend/onnx/test_control.py": 13,
-    "tests/jit/test_direct.py": 13,
-    "tests/frontend/onnx/test_einsum.py": 13,
-    "tests/frontend/onnx/test_weights.py": 12,
+    "tests/frontend/onnx/test_qdq.py": 13,
+    "tests/jit/test_affine.py": 13,
+    "tests/runtime/test_parallel_kernels.py": 13,
+    "tests/runtime/test_vm_api.py": 13,
     "tests/jit/test_cache.py": 12,
-    "tests/jit/test_affine.py": 12,
-    "tests/codegen/test_programs.py": 11,
-    "tests/transform/test_fuse_attention.py": 11,
-    "tests/runtime/test_vm_api.py": 11,
-    "tests/jit/test_flatten.py": 10,
-    "tests/frontend/onnx/test_light_models.py": 10,
-    "tests/generation/test_exported.py": 10,
-    "tests/runtime/test_release_file.py": 10,
+    "tests/runtime/test_native_mode.py": 12,
+    "tests/frontend/onnx/test_control.py": 12,
+    "tests/frontend/onnx/test_einsum.py": 12,
+    "tests/jit/test_direct.py": 12,
+    "tests/test_quantization.py": 11,
+    "tests/frontend/torch/test_control.py": 11,
+    "tests/examples/test_torch_quickstart.py": 10,
+    "tests/jit/test_attention.py": 10,
+    "tests/frontend/onnx/test_functions.py": 10,
+    "tests/test_cli.py": 10,
+    "tests/jit/test_blas.py": 10,
     "tests/runtime/test_fuzz_executables.py": 9,
-    "tests/frontend/onnx/test_functions.py": 9,
-    "tests/test_quantization.py": 9,
-    "tests/runtime/test_semantics.py": 9,
-    "tests/runtime/test_threads.py": 9,
-    "tests/jit/test_dynamic.py": 8,
-    "tests/jit/test_safety.py": 8,
-    "tests/jit/test_property.py": 8,
-    "tests/runtime/test_workpool.py": 8,
-    "tests/jit/test_parallel.py": 8,
-    "tests/jit/test_winograd.py": 8,
-    "tests/jit/test_packed.py": 8,
+    "tests/runtime/test_release_file.py": 9,
 }
 
 # Everything Numba compiles (kernels, rvm's library, native functions) compiles in forked
