@@ -113,9 +113,7 @@ def measure(shape: tuple, reps: int, rng: np.random.Generator) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=100, help="interleaved rounds")
-    parser.add_argument(
-        "--threads", type=int, default=rvm.get_num_threads(), help="both runtimes'"
-    )
+    parser.add_argument("--threads", type=int, default=rvm.get_num_threads(), help="both runtimes'")
     parser.add_argument("--name", default="int8_convs", help="results file name, no suffix")
     args = parser.parse_args()
     rvm.set_num_threads(args.threads)
