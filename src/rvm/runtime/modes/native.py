@@ -122,8 +122,9 @@ class _Plan:
         self.own = False  # whether `path` is in rvm's own cache (its object code sealed)
         self.funcs: list[Any] = [None] * len(ex.functions)
         self.entries: list[Any] = [None] * len(ex.functions)
+        layouts = Layouts(ex)  # one for every function: each data type's layout made once
         self.boundaries: list[_Boundary | None] = [
-            _Boundary.of(ex, i, self.module) if i not in self.reasons else None
+            _Boundary.of(ex, i, self.module, layouts) if i not in self.reasons else None
             for i in range(len(ex.functions))
         ]
         if self.module.source:
@@ -206,11 +207,11 @@ class _Boundary:
         self.result = result
 
     @staticmethod
-    def of(ex: Executable, fidx: int, module: NativeModule) -> _Boundary | None:
-        """The boundary of function ``fidx``, or None where its values need no conversion
-        (or one native code cannot hold: the function is not native then)."""
+    def of(ex: Executable, fidx: int, module: NativeModule, layouts: Layouts) -> _Boundary | None:
+        """The boundary of function ``fidx`` (its data types' layouts from ``layouts``), or
+        None where its values need no conversion (or one native code cannot hold: the function
+        is not native then)."""
         fn = ex.functions[fidx]
-        layouts = Layouts(ex)
         try:
             params = []
             for i, spec in enumerate(fn.param_specs):

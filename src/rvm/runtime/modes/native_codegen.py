@@ -64,9 +64,9 @@ class NativeModule:
         reasons: Per function index that is not native, why not.
         kernels: The kernel names the file takes as globals (`k<i>` = the primitive at i).
         entries: Per native function whose parameters are all tensors of known dtype and rank
-            and whose result holds no data type value, the `(dtype, ndim)` of each: the
-            signature of its entry from Python, the function `entry_name` of its Python name,
-            which checks its dims (`entry_checks`) and calls it at depth 0.
+            and whose result may come back through it (`entry_result`), the `(dtype, ndim)`
+            of each: the signature of its entry from Python, the function `entry_name` of its
+            Python name, which checks its dims (`entry_checks`) and calls it at depth 0.
         uncached: The native functions Numba's disk cache cannot hold (`_uncached`).
         bound: The big constants' slots (`native_constants.bind`): name -> constant index.
         closures: Where the program's closures go (`native_closures`), for the boundary.
