@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -214,6 +215,21 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     out.write_text(json.dumps({**meta, **payload}, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
     return out
+
+
+def text_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    """``rows`` as a text table: one column per ``(header, key, spec)``, its cells
+    ``format(row[key], spec)`` and its header aligned and padded as the spec says (``"<9"``,
+    ``">10.2f"``), a rule under the header."""
+
+    def head(title: str, spec: str) -> str:
+        m = re.match(r"([<>^]?)(\d*)", spec)
+        return format(title, f"{m.group(1) or '<'}{m.group(2)}")
+
+    header = " ".join(head(title, spec) for title, _, spec in columns)
+    lines = [header, "-" * len(header)]
+    lines += [" ".join(format(r[key], spec) for _, key, spec in columns) for r in rows]
+    return "\n".join(lines)
 
 
 def with_batch(model: Any, batch: int) -> Any:

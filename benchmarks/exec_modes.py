@@ -84,6 +84,7 @@ from common import (
     machine_line,
     median_time,
     replay,
+    text_table,
     write_results,
 )
 
@@ -220,20 +221,22 @@ def bench(prog: dict[str, Any], kernels: str, repeat: int, interp_s: float) -> l
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'program':<9} {'kern':<5} {'mode':<8} {'instrs':>7} {'calls':>6} "
-        f"{'call us':>10} {'kern us':>9} {'ovh ns/i':>8} {'interp us':>10} "
-        f"{'/bytecode':>9} {'/interp':>8}"
+    return text_table(
+        rows,
+        [
+            ("program", "program", "<9"),
+            ("kern", "kernels", "<5"),
+            ("mode", "exec_mode", "<8"),
+            ("instrs", "instructions", ">7"),
+            ("calls", "kernel_calls", ">6"),
+            ("call us", "call_us", ">10.1f"),
+            ("kern us", "kernel_us", ">9.1f"),
+            ("ovh ns/i", "overhead_ns_per_instr", ">8.0f"),
+            ("interp us", "interp_us", ">10.1f"),
+            ("/bytecode", "over_bytecode", ">9.2f"),
+            ("/interp", "over_interp", ">8.3f"),
+        ],
     )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['program']:<9} {r['kernels']:<5} {r['exec_mode']:<8} {r['instructions']:>7} "
-            f"{r['kernel_calls']:>6} {r['call_us']:>10.1f} {r['kernel_us']:>9.1f} "
-            f"{r['overhead_ns_per_instr']:>8.0f} {r['interp_us']:>10.1f} "
-            f"{r['over_bytecode']:>9.2f} {r['over_interp']:>8.3f}"
-        )
-    return "\n".join(lines)
 
 
 def goals(rows: list[dict[str, Any]]) -> list[str]:
@@ -322,16 +325,15 @@ def native_rows(repeat: int) -> list[dict[str, Any]]:
 
 def native_table(rows: list[dict[str, Any]]) -> str:
     cols = ["compiled", "native", "numba", "numba_empty", "ort", "native_onnx"]
-    head = f"{'program':<8} " + " ".join(f"{c + ' us':>14}" for c in cols)
-    head += f" {'native/numba':>13} {'native/ort':>11}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        figures = " ".join(f"{r[c + '_us']:>14.2f}" for c in cols)
-        lines.append(
-            f"{r['program']:<8} {figures} {r['native_over_numba']:>13.2f} "
-            f"{r['native_over_ort']:>11.2f}"
-        )
-    return "\n".join(lines)
+    return text_table(
+        rows,
+        [("program", "program", "<8")]
+        + [(f"{c} us", f"{c}_us", ">14.2f") for c in cols]
+        + [
+            ("native/numba", "native_over_numba", ">13.2f"),
+            ("native/ort", "native_over_ort", ">11.2f"),
+        ],
+    )
 
 
 def native_goals(rows: list[dict[str, Any]]) -> list[str]:
@@ -400,32 +402,39 @@ def adt_rows(repeat: int) -> list[dict[str, Any]]:
 
 
 def adt_table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'program':<12} {'compiled us':>12} {'native us':>10} {'native/compiled':>16}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['program']:<12} {r['compiled_us']:>12.2f} {r['native_us']:>10.2f} "
-            f"{r['native_over_compiled']:>16.3f}"
-        )
-    return "\n".join(lines)
+    return text_table(
+        rows,
+        [
+            ("program", "program", "<12"),
+            ("compiled us", "compiled_us", ">12.2f"),
+            ("native us", "native_us", ">10.2f"),
+            ("native/compiled", "native_over_compiled", ">16.3f"),
+        ],
+    )
 
 
 def large_table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'program':<9} {'compiled ms':>12} {'native ms':>10} {'native/compiled':>16} "
-        f"{'cpu ms cm':>10} {'nt':>8} {'nt/cm':>6}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        ok = "ok" if r["native_over_compiled"] <= GOAL_NATIVE_OVER_COMPILED else "MISSED"
-        lines.append(
-            f"{r['program']:<9} {r['compiled_ms']:>12.3f} {r['native_ms']:>10.3f} "
-            f"{r['native_over_compiled']:>16.2f} {r['compiled_cpu_ms']:>10.3f} "
-            f"{r['native_cpu_ms']:>8.3f} {r['native_over_compiled_cpu']:>6.2f}"
-            f"  (goal <= {GOAL_NATIVE_OVER_COMPILED}) {ok}"
-        )
-    lines.append("(cpu ms: the process's CPU time per call, its pool's threads' included)")
-    return "\n".join(lines)
+    ok = {True: "ok", False: "MISSED"}
+    marked = [
+        {
+            **r,
+            "goal": f" (goal <= {GOAL_NATIVE_OVER_COMPILED}) "
+            f"{ok[r['native_over_compiled'] <= GOAL_NATIVE_OVER_COMPILED]}",
+        }
+        for r in rows
+    ]
+    columns = [
+        ("program", "program", "<9"),
+        ("compiled ms", "compiled_ms", ">12.3f"),
+        ("native ms", "native_ms", ">10.3f"),
+        ("native/compiled", "native_over_compiled", ">16.2f"),
+        ("cpu ms cm", "compiled_cpu_ms", ">10.3f"),
+        ("nt", "native_cpu_ms", ">8.3f"),
+        ("nt/cm", "native_over_compiled_cpu", ">6.2f"),
+        ("", "goal", ""),
+    ]
+    cpu = "(cpu ms: the process's CPU time per call, its pool's threads' included)"
+    return text_table(marked, columns).rstrip() + "\n" + cpu
 
 
 def result_check_rows(repeat: int) -> list[dict[str, Any]]:
@@ -466,17 +475,18 @@ def result_check_rows(repeat: int) -> list[dict[str, Any]]:
 
 
 def result_check_table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'program':<8} {'mode':<9} {'off us':>8} {'default us':>11} {'cost ns':>8} "
-        f"{'forced us':>10} {'cost ns':>8}"
+    return text_table(
+        rows,
+        [
+            ("program", "program", "<8"),
+            ("mode", "mode", "<9"),
+            ("off us", "off_us", ">8.2f"),
+            ("default us", "default_us", ">11.2f"),
+            ("cost ns", "default_cost_ns", ">8.0f"),
+            ("forced us", "forced_us", ">10.2f"),
+            ("cost ns", "forced_cost_ns", ">8.0f"),
+        ],
     )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['program']:<8} {r['mode']:<9} {r['off_us']:>8.2f} {r['default_us']:>11.2f} "
-            f"{r['default_cost_ns']:>8.0f} {r['forced_us']:>10.2f} {r['forced_cost_ns']:>8.0f}"
-        )
-    return "\n".join(lines)
 
 
 def cold_build() -> dict[str, dict[str, float]]:
