@@ -3,7 +3,6 @@ on one thread from the first VM, and several VMs running at once in several thre
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -91,71 +90,6 @@ def test_first_vm_with_numpy_kernels_loads_no_pool():
     out = _run_with_env("3", FIRST_VM.format(kernels="numpy"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[1:] == ["1", "None"]
-
-
-PINNED = (
-    "import json, os, rvm; from rvm.kernels import workpool; from rvm.testing.programs import MLP; "
-    "rvm.VirtualMachine(rvm.compile(MLP, kernels='jit')); cpus = os.sched_getaffinity(0); "
-    "print(json.dumps([sorted(cpus), [sorted(c) for c in workpool.helper_cpus()]]))"
-)
-needs_two_cpus = pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-    reason="pinning needs two CPUs and sched_getaffinity",
-)
-
-
-def _pinned(**env: str) -> tuple[list[int], list[list[int]]]:
-    """The CPUs a new process may run on and each of its pool helpers', with ``env`` over this
-    environment (``RVM_NUM_THREADS`` and ``RVM_PIN_THREADS`` unset unless given)."""
-    base = {k: v for k, v in os.environ.items() if k not in ("RVM_NUM_THREADS", "RVM_PIN_THREADS")}
-    out = subprocess.run(
-        [sys.executable, "-c", PINNED], env={**base, **env}, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    cpus, helpers = json.loads(out.stdout)
-    return cpus, helpers
-
-
-@needs_two_cpus
-def test_at_the_default_count_helper_i_is_pinned_to_the_next_cpu():
-    cpus, helpers = _pinned()
-    assert helpers == [[c] for c in cpus[1:]]
-
-
-@needs_two_cpus
-@pytest.mark.parametrize("env", [{"RVM_PIN_THREADS": "0"}, {"RVM_NUM_THREADS": "CPUS"}])
-def test_helpers_run_anywhere_when_told_or_at_a_chosen_count(env):
-    if env.get("RVM_NUM_THREADS") == "CPUS":
-        env = {"RVM_NUM_THREADS": str(len(os.sched_getaffinity(0)))}
-    cpus, helpers = _pinned(**env)
-    assert helpers == [cpus] * (len(cpus) - 1)
-
-
-@needs_two_cpus
-def test_a_count_set_in_the_process_leaves_helpers_free(restore_threads):
-    from rvm.kernels import workpool
-
-    cpus = os.sched_getaffinity(0)
-    rvm.set_num_threads(len(cpus))
-    assert workpool.helper_cpus() == [cpus] * (len(cpus) - 1)
-    workpool.set_helpers(len(cpus) - 1, sorted(cpus)[::-1])
-    assert workpool.helper_cpus() == [{c} for c in sorted(cpus)[::-1][: len(cpus) - 1]]
-    rvm.set_num_threads(len(cpus))  # free again, as at every set_num_threads
-    assert workpool.helper_cpus() == [cpus] * (len(cpus) - 1)
-
-
-def test_bad_pin_variable_and_empty_cpus_raise():
-    from rvm.kernels import threads, workpool
-
-    os.environ["RVM_PIN_THREADS"] = "yes"
-    try:
-        with pytest.raises(ValueError, match="RVM_PIN_THREADS: expected 0 or 1"):
-            threads.pin_from_environment()
-    finally:
-        del os.environ["RVM_PIN_THREADS"]
-    with pytest.raises(ValueError, match="expected CPUs to pin helpers to"):
-        workpool.set_helpers(workpool.helpers(), [])
 
 
 NO_LAYER = """

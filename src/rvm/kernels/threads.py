@@ -17,13 +17,6 @@ the pool busy with another VM's job runs in its own thread. So several VMs in se
 threads share the cores without oversubscription collapse, and one VM uses them all. The
 numpy kernels' ``np.dot`` runs on one thread as a consequence.
 
-At the default count (every CPU, neither ``RVM_NUM_THREADS`` nor `set_num_threads` chose
-it), helper i is pinned to the process's CPU i + 1 (its CPUs in order) and the calling thread
-left free, as ONNX Runtime pins its pool's threads at its default count: a helper that wakes
-on the caller's CPU takes turns with it there (the caller preempted in mid-job, its job's
-pieces waiting for it) until the scheduler moves one of them. ``RVM_PIN_THREADS=0`` leaves
-them free; a count chosen leaves them free too (the other CPUs may be another process's).
-
 ``RVM_SPLIT_LOOPS=0`` turns off the splitting of library loops (pooling, lrn;
 `rvm.kernels.parfor`, which reads it here when it is imported).
 """
@@ -41,7 +34,6 @@ from typing import Any
 
 ENV_VAR = "RVM_NUM_THREADS"
 SPLIT_ENV_VAR = "RVM_SPLIT_LOOPS"
-PIN_ENV_VAR = "RVM_PIN_THREADS"
 
 # NumPy's bundled OpenBLAS spelling (scipy_ prefix, ILP64 64_ suffix), then other builds'.
 _SET_NAMES = (
@@ -54,7 +46,6 @@ _POOL = "rvm.kernels.workpool"
 
 _lock = threading.Lock()
 _count: int | None = None  # the chosen count, once chosen (explicitly or at first use)
-_default = True  # the count is every CPU's (no RVM_NUM_THREADS, no set_num_threads)
 _openblas_set = False  # NumPy's OpenBLAS set to one thread
 
 
@@ -97,22 +88,15 @@ def _check(n: object, where: str) -> int:
     return n
 
 
-def _cpus() -> list[int]:
-    """The CPUs this process may run on, in order (empty where the system cannot say)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return []
-
-
 def _all_cpus() -> int:
-    return len(_cpus()) or os.cpu_count() or 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def _from_environment() -> int:
-    global _default
     text = os.environ.get(ENV_VAR, "").strip()
-    _default = not text
     if not text:
         return _all_cpus()
     try:
@@ -143,36 +127,12 @@ def _chosen() -> int:
     return _count
 
 
-def pin_from_environment() -> bool:
-    """Whether ``RVM_PIN_THREADS`` lets the pool's helpers be pinned at the default count
-    (anything but ``0``; unset is on).
-
-    Raises:
-        ValueError: The variable is set to something other than ``0`` or ``1``.
-    """
-    text = os.environ.get(PIN_ENV_VAR, "").strip()
-    if text not in ("", "0", "1"):
-        raise ValueError(f"environment variable {PIN_ENV_VAR}: expected 0 or 1, got {text!r}")
-    return text != "0"
-
-
-def _helper_cpus(count: int) -> list[int] | None:
-    """The CPUs the pool's ``count - 1`` helpers are pinned to, one each (the module
-    docstring says when), or None: not pinned."""
-    cpus = _cpus()
-    if not _default or count != len(cpus) or count < 2 or not pin_from_environment():
-        return None
-    return cpus[1:]
-
-
 def _size_pool(import_it: bool) -> None:
-    """Gives the pool ``count - 1`` helpers (pinned at the default count): always when
-    ``import_it``, else only if jit code has loaded it (a process running numpy kernels
-    alone never loads Numba)."""
+    """Gives the pool ``count - 1`` helpers: always when ``import_it``, else only if jit
+    code has loaded it (a process running numpy kernels alone never loads Numba)."""
     if not import_it and _POOL not in sys.modules:
         return
-    count = _chosen()
-    importlib.import_module(_POOL).set_helpers(count - 1, _helper_cpus(count))
+    importlib.import_module(_POOL).set_helpers(_chosen() - 1)
 
 
 def pool_call() -> Callable[[list[bool], int, Callable[..., Any], tuple], Any] | None:
@@ -228,10 +188,10 @@ def set_num_threads(n: int) -> None:
     Raises:
         ValueError: `n` is not a positive int.
     """
-    global _count, _default
+    global _count
     n = _check(n, "rvm.set_num_threads")
     with _lock:
-        _count, _default = n, False
+        _count = n
         _openblas_to_one_thread()
         _size_pool(import_it=True)
 

@@ -49,12 +49,11 @@ resolved when linked (a caller holding the GIL lets go of it for a job: `gil_rel
 compiled function called (the native exec mode's entries); `add_at(address, value)` and
 `wait_until(address, value)` a counter in a job's data that a piece waits on for pieces of
 the same job before it (one job where two would pay a join between them). For Python:
-`for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()`,
-`set_helpers(n, cpus)` and `helper_cpus()` (helpers pinned to CPUs or not); `jobs()`,
-`wakes()` and `naps()`: the jobs, sleeps and wake-ups a workload pays. What the pool
-measures when asked (each thread's CPU time inside pieces, the callers' wait at jobs' ends,
-each job's tail and each piece's CPU time; off by default: a load and a branch a piece and a
-job), to find a job's critical path where wall time says little (a
+`for_each(n, fn)` runs a Python callable per piece (exceptions propagate), `helpers()` and
+`set_helpers(n)`; `jobs()`, `wakes()` and `naps()`: the jobs, sleeps and wake-ups a workload
+pays. What the pool measures when asked (each thread's CPU time inside pieces, the callers'
+wait at jobs' ends, each job's tail and each piece's CPU time; off by default: a load and a
+branch a piece and a job), to find a job's critical path where wall time says little (a
 loaded machine), is `rvm.kernels.poolstate`'s (`measure(on)`, `piece_times()`, `job_log()`...),
 with the state, atomics, locks and clocks the pool's native code is made of.
 """
@@ -68,7 +67,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -520,23 +519,18 @@ def _wake_all() -> None:
     ps.libc.pthread_mutex_unlock(ctypes.c_void_p(ps.state[ps.MUTEX * ps.LINE]))
 
 
-def set_helpers(n: int, cpus: Sequence[int] | None = None) -> None:
+def set_helpers(n: int) -> None:
     """Makes the pool have ``n`` helper threads (0: every job runs in its caller), starting
-    or stopping threads; a no-op when it has them. ``cpus``: helper i runs only on CPU
-    ``cpus[i % len(cpus)]`` (pinned: `rvm.kernels.threads` pins them at its default count);
-    None: on any CPU the process may run on.
+    or stopping threads; a no-op when it has them.
 
     Raises:
-        ValueError: ``n`` is not a whole number >= 0, or ``cpus`` is empty.
+        ValueError: ``n`` is not a whole number >= 0.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"set_helpers: expected a whole number >= 0 of helpers, got {n!r}")
-    if cpus is not None and not cpus:
-        raise ValueError("set_helpers: expected CPUs to pin helpers to, got none")
     with _guard:
         alive = [t for t in _helpers if t.is_alive()]
         if n == len(alive) == helpers():
-            _pin(alive, cpus)
             return
         if ps.state[ps.SPIN * ps.LINE] == 0:
             ps.state[ps.SPIN * ps.LINE] = _calibrate()
@@ -550,28 +544,6 @@ def set_helpers(n: int, cpus: Sequence[int] | None = None) -> None:
             t.start()
             alive.append(t)
         _helpers[:] = alive
-        _pin(alive, cpus)
-
-
-def _pin(alive: list[threading.Thread], cpus: Sequence[int] | None) -> None:
-    """Helper i to CPU ``cpus[i % len(cpus)]`` alone, or (None) to every CPU the process may
-    run on; nothing where the system cannot say (no ``sched_setaffinity``)."""
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    anywhere = os.sched_getaffinity(0)
-    for i, t in enumerate(alive):
-        if t.native_id is not None:
-            os.sched_setaffinity(t.native_id, anywhere if cpus is None else {cpus[i % len(cpus)]})
-
-
-def helper_cpus() -> list[set[int]]:
-    """The CPUs each helper may run on (every CPU of the process unless pinned: `set_helpers`;
-    empty where the system cannot say)."""
-    with _guard:
-        alive = [t for t in _helpers if t.is_alive() and t.native_id is not None]
-    if not hasattr(os, "sched_getaffinity"):
-        return [set() for _ in alive]
-    return [set(os.sched_getaffinity(t.native_id)) for t in alive]  # type: ignore[arg-type]
 
 
 def for_each(n: int, fn: Callable[[int], object]) -> None:
