@@ -102,7 +102,7 @@ def back_to_back(fns: dict[str, Callable[[], object]], calls: int) -> dict:
 def serial(fn: Callable[[], object], calls: int) -> dict:
     """rvm's call with the pool measuring: its jobs' union against the wall, in microseconds
     (medians over ``calls``)."""
-    rows = []
+    rows, per_job = [], []
     for _ in range(calls):
         fn()
         poolstate.measure(True)
@@ -113,6 +113,7 @@ def serial(fn: Callable[[], object], calls: int) -> dict:
         poolstate.measure(False)
         if not edges:
             continue
+        per_job.append([(r[1], r[3], r[5]) for r in log])
         gaps = [b[0] - a[1] for a, b in zip(edges, edges[1:])]
         rows.append(
             (
@@ -129,6 +130,9 @@ def serial(fn: Callable[[], object], calls: int) -> dict:
     keys = ("wall", "jobs", "before_first", "between", "after_last", "join", "tails")
     med = np.median(np.array(rows, dtype=float), axis=0) if rows else np.zeros(len(keys) + 1)
     out = {f"{k}_us": float(v) / 1e3 for k, v in zip(keys, med)}
+    jobs = [j for j in per_job if len(j) == len(per_job[0])]  # calls whose jobs all logged
+    each = np.median(np.array(jobs, dtype=float), axis=0) if jobs else np.zeros((0, 3))
+    out["each_job"] = [{"pieces": int(p), "tail_us": t / 1e3, "us": u / 1e3} for p, t, u in each]
     return {**out, "jobs_a_call": float(med[-1])}
 
 
@@ -189,6 +193,11 @@ def _report(name: str, r: dict) -> str:
         f"jobs {s['jobs_us']:.0f}, alone before the first job {s['before_first_us']:.0f}, "
         f"between jobs {s['between_us']:.0f}, after the last {s['after_last_us']:.0f}; "
         f"callers' join {s['join_us']:.0f}, tails {s['tails_us']:.0f}"
+    )
+    top = sorted(enumerate(s["each_job"]), key=lambda e: -e[1]["tail_us"])[:6]
+    lines.append(
+        "  largest tails (job: pieces, tail/time us): "
+        + ", ".join(f"{i}: {j['pieces']}, {j['tail_us']:.0f}/{j['us']:.0f}" for i, j in top)
     )
     return "\n".join(lines)
 
