@@ -4,7 +4,8 @@ Run by models.py, never by hand: ``python model_child.py WHAT MODEL INPUTS RESUL
 [TURNS]]``, with ``PYTHONPATH`` naming the rvm sources to measure and ``RVM_CACHE_DIR`` the
 kernel cache (and ``RVM_NUM_THREADS`` rvm's threads). ``THREADS``: ORT's intra-op threads in
 place of its default (``models.py --threads``; 0: the default); ``TURNS``: of the speed
-figures' interleaved medians (``models.py --turns``, default `TURNS`). WHAT is one of:
+figures' interleaved medians (``models.py --turns``, default `TURNS`; the CPU-time figures
+take 11 turns, or ``TURNS`` if fewer). WHAT is one of:
 
 - ``cold``: ``rvm.from_onnx`` + ``rvm.compile`` (kernels built);
 - ``warm``: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call; the call's outputs
@@ -132,7 +133,9 @@ def speed(
     # included): on a loaded machine their wall ratio swings by 10% between runs, the CPU
     # ratio says whether native code does more work.
     modes = {name: calls[name] for name in ("rvm_compiled", "rvm_native")}
-    cpu_times = interleaved_medians(modes, repeat=11, sample_s=0.05, clock=time.process_time)
+    cpu_times = interleaved_medians(
+        modes, repeat=min(11, turns), sample_s=0.05, clock=time.process_time
+    )
     from rvm.kernels.cpu import cpu
 
     out = {f"{name}_ms": 1e3 * t for name, t in medians.items()}

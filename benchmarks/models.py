@@ -8,7 +8,8 @@ input's batch: `common.with_batch`);
 in the measured processes), to measure that path of the kernels on an AVX-512 machine (ORT
 still dispatches on the CPU itself). ``--src`` names the rvm sources the measured processes
 import (default: this checkout's ``src``), to measure another version with the same script.
-``--turns`` sets the turns of the speed figures' interleaved medians (default 31), and
+``--turns`` sets the turns of the speed figures' interleaved medians (default 31; the CPU
+time's take 11, or as many if fewer), and
 ``--speed-only`` leaves out the compile figures (cold, first, warm): the speed and ORT-alone
 processes compile with the kernel cache of ``RVM_CACHE_DIR`` (warm it with an earlier run). A
 big model at batch 8, whose full run takes many minutes, so fits a time limit with the same
