@@ -1,9 +1,11 @@
 """One measurement of `benchmarks/models.py`, in a fresh process of its own.
 
-Run by models.py, never by hand: ``python model_child.py WHAT MODEL INPUTS RESULT [THREADS]``,
-with ``PYTHONPATH`` naming the rvm sources to measure and ``RVM_CACHE_DIR`` the kernel cache
-(and ``RVM_NUM_THREADS`` rvm's threads). ``THREADS``: ORT's intra-op threads in place of its
-default (``models.py --threads``). WHAT is one of:
+Run by models.py, never by hand: ``python model_child.py WHAT MODEL INPUTS RESULT [THREADS
+[TURNS]]``, with ``PYTHONPATH`` naming the rvm sources to measure and ``RVM_CACHE_DIR`` the
+kernel cache (and ``RVM_NUM_THREADS`` rvm's threads). ``THREADS``: ORT's intra-op threads in
+place of its default (``models.py --threads``; 0: the default); ``TURNS``: of the speed
+figures' interleaved medians (``models.py --turns``, default `TURNS`; the CPU-time figures
+take 11 turns, or ``TURNS`` if fewer). WHAT is one of:
 
 - ``cold``: ``rvm.from_onnx`` + ``rvm.compile`` (kernels built);
 - ``warm``: ``import rvm`` + ``from_onnx`` + ``compile`` + the first call; the call's outputs
@@ -35,6 +37,7 @@ import numpy as np  # noqa: E402
 
 TOLERANCE = 1e-4  # relative error of every output against ONNX Runtime's
 SETTLE_S = 0.1  # the pause before each turn of the speed measurement (`interleaved_medians`)
+TURNS = 31  # of the speed measurement's interleaved medians
 
 
 def _inputs(path: str) -> list[np.ndarray]:
@@ -96,9 +99,11 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024 if sys.platform == "darwin" else 1024)  # bytes on macOS
 
 
-def speed(model: str, inputs: list[np.ndarray], threads: int | None = None) -> dict:
+def speed(
+    model: str, inputs: list[np.ndarray], threads: int | None = None, turns: int = TURNS
+) -> dict:
     """Milliseconds per call of rvm (each exec mode) and ORT (default or ``threads``, and 1
-    thread)."""
+    thread), medians of ``turns`` interleaved turns."""
     import rvm
 
     # After rvm: common.py puts this checkout's src first on sys.path, but the rvm already
@@ -123,12 +128,14 @@ def speed(model: str, inputs: list[np.ndarray], threads: int | None = None) -> d
     calls = {name: (lambda f=f: f(*inputs)) for name, f in fns.items()}
     # ORT's pool threads spin about 30 ms after its calls: rvm's next calls ran 1.7 times
     # slower for that long (squeezenet), so each turn starts after a settling pause.
-    medians = interleaved_medians(calls, repeat=31, sample_s=0.05, settle_s=SETTLE_S)
+    medians = interleaved_medians(calls, repeat=turns, sample_s=0.05, settle_s=SETTLE_S)
     # The native and compiled modes' CPU time too (the process's, its pool's threads'
     # included): on a loaded machine their wall ratio swings by 10% between runs, the CPU
     # ratio says whether native code does more work.
     modes = {name: calls[name] for name in ("rvm_compiled", "rvm_native")}
-    cpu_times = interleaved_medians(modes, repeat=11, sample_s=0.05, clock=time.process_time)
+    cpu_times = interleaved_medians(
+        modes, repeat=min(11, turns), sample_s=0.05, clock=time.process_time
+    )
     from rvm.kernels.cpu import cpu
 
     out = {f"{name}_ms": 1e3 * t for name, t in medians.items()}
@@ -138,7 +145,8 @@ def speed(model: str, inputs: list[np.ndarray], threads: int | None = None) -> d
 
 def main() -> None:
     what, model, inputs_path, result = sys.argv[1:5]
-    threads = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    threads = int(sys.argv[5]) if len(sys.argv) > 5 and int(sys.argv[5]) else None
+    turns = int(sys.argv[6]) if len(sys.argv) > 6 else TURNS
     out: dict = {}
     if what == "cold":
         _rvm_main(model)
@@ -147,14 +155,14 @@ def main() -> None:
         outputs = as_outputs(main_fn(*_inputs(inputs_path)))
         np.savez(result + ".npz", *outputs)
     elif what == "speed":
-        out = speed(model, _inputs(inputs_path), threads)
+        out = speed(model, _inputs(inputs_path), threads, turns)
     elif what == "ort":
         from common import interleaved_medians
 
         run, inputs = _ort(model, threads), _inputs(inputs_path)
         np.savez(result + ".npz", *as_outputs(run(*inputs)))  # checked by the parent first
         median = interleaved_medians(
-            {"ort": lambda: run(*inputs)}, repeat=31, sample_s=0.05, settle_s=SETTLE_S
+            {"ort": lambda: run(*inputs)}, repeat=turns, sample_s=0.05, settle_s=SETTLE_S
         )
         out["ort_alone_ms"] = 1e3 * median["ort"]
     else:

@@ -1,13 +1,19 @@
 """Benchmark of the 9 light ONNX CNNs (random weights) with jit kernels against ONNX Runtime.
 
 Run: ``python benchmarks/models.py [--only squeezenet,vgg19] [--runs 3] [--no-speed] [--no-first]
-[--batch 8] [--avx2] [--threads 1] [--src DIR]``. ``--batch`` runs every model at that many
-images a call (the models' batch-1 Reshapes made to follow the input's batch:
-`common.with_batch`);
+[--batch 8] [--avx2] [--threads 1] [--src DIR] [--turns 11] [--speed-only]``. ``--batch``
+runs every model at that many images a call (the models' batch-1 Reshapes made to follow the
+input's batch: `common.with_batch`);
 ``--avx2`` has rvm compile for an AVX2 CPU (Haswell: ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``
 in the measured processes), to measure that path of the kernels on an AVX-512 machine (ORT
 still dispatches on the CPU itself). ``--src`` names the rvm sources the measured processes
 import (default: this checkout's ``src``), to measure another version with the same script.
+``--turns`` sets the turns of the speed figures' interleaved medians (default 31; the CPU
+time's take 11, or as many if fewer), and
+``--speed-only`` leaves out the compile figures (cold, first, warm): the speed and ORT-alone
+processes compile with the kernel cache of ``RVM_CACHE_DIR`` (warm it with an earlier run). A
+big model at batch 8, whose full run takes many minutes, so fits a time limit with the same
+speed protocol (outputs checked first, interleaved medians after a settling pause).
 Prints a table, writes ``benchmarks/results/models.json`` (``models_b8.json``,
 ``models_avx2.json``...; ``--name``) and a bar chart of rvm/ORT per model (``models.png``).
 Every figure comes from a fresh process (`model_child.py`); per model:
@@ -66,6 +72,7 @@ from common import ROOT, light_model_files, machine, machine_line, write_results
 import numpy as np
 from model_child import check_outputs
 
+from rvm.runtime.loading.cache import cache_dir
 from rvm.testing.onnx_models import (
     LIGHT_MODELS,
     run_ort,
@@ -98,15 +105,15 @@ def _child(
 ) -> dict:
     """One fresh-process measurement (see `model_child.py`); a failing child fails the run.
     ``numba_cache``: an empty folder for Numba's cache (rvm's library not compiled yet)."""
-    result = cache.with_name(f"{cache.name}_{what}.json")
+    result = model.with_name(f"{cache.name}_{what}.json")  # in the run's work folder
     env = {**os.environ, "RVM_CACHE_DIR": str(cache), "PYTHONPATH": str(src), **_TARGET_ENV}
     if numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(numba_cache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # rvm's modules byte-compiled, as when installed
     cmd = [sys.executable, str(CHILD), what, str(model), str(inputs), str(result)]
+    cmd += [str(_THREADS[0] if _THREADS else 0), str(_TURNS[0])]  # ORT's threads (0: default)
     if _THREADS:
         env["RVM_NUM_THREADS"] = str(_THREADS[0])
-        cmd.append(str(_THREADS[0]))  # ORT's
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{what} measurement of {model.stem} failed:\n{proc.stderr}")
@@ -115,6 +122,7 @@ def _child(
 
 _TARGET_ENV: dict[str, str] = {}  # the children's Numba target (``--avx2``), else the host's
 _THREADS: list[int] = []  # ``--threads``: rvm's and ORT's in the children, else their defaults
+_TURNS: list[int] = []  # ``--turns``: of the speed children's interleaved medians
 
 
 def _median(rows: list[dict], key: str) -> float:
@@ -126,23 +134,23 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
 
     path, npz, model, inputs = light_model_files(name, work, args.batch)
     run = [args.src, path, npz]
-    _child("warm", *run, work / f"{name}_library")  # rvm's library built (see the docstring)
-    colds = [_child("cold", *run, work / f"{name}_cache_{k}") for k in range(args.runs)]
-    cache = work / f"{name}_cache_0"
-    warms = [_child("warm", *run, cache) for _ in range(args.runs)]
-    got = np.load(warms[-1]["result"] + ".npz")
-    errors = check_outputs(name, [got[k] for k in got.files], run_ort(model, inputs))
-    row = {
-        "cold_s": _median(colds, "wall_s"),
-        "cold_cpu_s": _median(colds, "cpu_s"),
-        "cold_helpers_cpu_s": _median(colds, "cpu_helpers_s"),
-        "tvm_build_s": TVM_BUILD_S[name],
-        "warm_s": _median(warms, "wall_s"),
-        "warm_cpu_s": _median(warms, "cpu_s"),
-        "rel_err_vs_ort": errors,
-        "runs": args.runs,
-    }
-    if args.first:
+    row: dict = {"tvm_build_s": TVM_BUILD_S[name], "runs": args.runs}
+    if args.speed_only:
+        cache = cache_dir()  # the user's, warmed (see the docstring)
+    else:
+        _child("warm", *run, work / f"{name}_library")  # rvm's library built (see the docstring)
+        colds = [_child("cold", *run, work / f"{name}_cache_{k}") for k in range(args.runs)]
+        cache = work / f"{name}_cache_0"
+        warms = [_child("warm", *run, cache) for _ in range(args.runs)]
+        got = np.load(warms[-1]["result"] + ".npz")
+        row["rel_err_vs_ort"] = check_outputs(
+            name, [got[k] for k in got.files], run_ort(model, inputs)
+        )
+        for key, rows in (("cold", colds), ("warm", warms)):
+            row[f"{key}_s"] = _median(rows, "wall_s")
+            row[f"{key}_cpu_s"] = _median(rows, "cpu_s")
+        row["cold_helpers_cpu_s"] = _median(colds, "cpu_helpers_s")
+    if args.first and not args.speed_only:
         first = _child("cold", *run, work / f"{name}_first", numba_cache=work / f"{name}_numba")
         row["first_s"] = first["wall_s"]
         row["first_cpu_s"] = first["cpu_s"] + first["cpu_helpers_s"]
@@ -164,8 +172,8 @@ def bench_model(name: str, args: argparse.Namespace, work: Path) -> dict:
     return row
 
 
-def _goal(value: float, goal: float | None) -> str:
-    return "" if goal is None else ("ok" if value <= goal else "MISS")
+def _goal(value: float | None, goal: float | None) -> str:
+    return "" if goal is None or value is None else ("ok" if value <= goal else "MISS")
 
 
 def _fmt(value: float | None, width: int) -> str:
@@ -184,12 +192,12 @@ def _table(rows: dict[str, dict]) -> str:
     lines = [head, "-" * len(head)]
     for name, r in rows.items():
         line = (
-            f"{name:<14}{r['cold_s']:>8.2f}{r['cold_cpu_s']:>7.2f}"
-            f"{r['cold_helpers_cpu_s']:>7.2f}{r['tvm_build_s']:>7.1f}"
-            f"{_goal(r['cold_s'], r['tvm_build_s']):>5}"
+            f"{name:<14}{_fmt(r.get('cold_s'), 8)}{_fmt(r.get('cold_cpu_s'), 7)}"
+            f"{_fmt(r.get('cold_helpers_cpu_s'), 7)}{r['tvm_build_s']:>7.1f}"
+            f"{_goal(r.get('cold_s'), r['tvm_build_s']):>5}"
             f"{_fmt(r.get('first_s'), 7)}{_fmt(r.get('first_cpu_s'), 7)}"
-            f"{r['warm_s']:>8.2f}{r['warm_cpu_s']:>7.2f}"
-            f"{_goal(r['warm_s'], WARM_GOAL_S.get(name)):>5}"
+            f"{_fmt(r.get('warm_s'), 8)}{_fmt(r.get('warm_cpu_s'), 7)}"
+            f"{_goal(r.get('warm_s'), WARM_GOAL_S.get(name)):>5}"
         )
         if "ort_ms" in r:
             line += (
@@ -261,9 +269,27 @@ def main() -> None:
         help="rvm's (RVM_NUM_THREADS) and ORT's (intra_op_num_threads) threads (0: defaults)",
     )
     parser.add_argument(
+        "--turns",
+        type=int,
+        default=31,
+        help="turns of the speed figures' interleaved medians (fewer: a big model at batch 8 "
+        "fits a time limit)",
+    )
+    parser.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="no compile figures (cold, first, warm): the speed processes compile with the "
+        "kernel cache of RVM_CACHE_DIR (warm it with an earlier run)",
+    )
+    parser.add_argument(
         "--name", default=None, help="results file name, no suffix (models, models_b8...)"
     )
     args = parser.parse_args()
+    if args.turns < 1:
+        parser.error(f"--turns takes a positive count; not {args.turns}")
+    if args.speed_only and not args.speed:
+        parser.error("--speed-only and --no-speed leave nothing to measure")
+    _TURNS.append(args.turns)
     if args.batch < 1:
         parser.error(f"--batch takes a positive count of images; not {args.batch}")
     if args.threads < 0:
@@ -285,7 +311,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             rows[name] = bench_model(name, args, Path(tmp))
-            print(f"{name}: cold {rows[name]['cold_s']:.2f} s", file=sys.stderr, flush=True)
+            if "cold_s" in rows[name]:
+                print(f"{name}: cold {rows[name]['cold_s']:.2f} s", file=sys.stderr, flush=True)
     threads = {
         k: os.environ[k] for k in ("RVM_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
     }
@@ -305,6 +332,8 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     payload = {"src": str(args.src), "load_average": load, "cpus": os.cpu_count()}
     payload["batch"] = args.batch
+    payload["turns"] = args.turns
+    payload["speed_only"] = args.speed_only
     payload["threads"] = args.threads or "defaults"
     payload["rvm_target"] = _TARGET_ENV or "host"
     payload["machine"] = machine()
