@@ -10,10 +10,14 @@ that starts a parallel section runs its share of it):
 - one job at a time: while a job runs, a `run` from another thread (another VM) or from
   inside a piece (nesting) runs all its pieces in its own thread, at once, with no wait and
   no extra thread;
-- a helper that finishes spins about `SPIN_US` for the next job (a model's next GEMM is
-  usually that close: between them run the VM and single-threaded kernels), then sleeps on a
-  condition variable; a job wakes sleepers (200 us rather than 10 made shufflenet and
-  squeezenet 15-20% faster, resnet50 7%: a wake-up costs tens of microseconds here);
+- a helper that finishes spins while the job's other pieces still run and then about
+  `SPIN_US` for the next job (a model's next GEMM is usually that close: between them run the
+  VM and single-threaded kernels), then sleeps on a condition variable; a job wakes sleepers
+  (200 us rather than 10 made shufflenet and squeezenet 15-20% faster, resnet50 7%: a wake-up
+  costs tens of microseconds here, milliseconds where a virtual CPU that halted waits for its
+  host's core). Counted from the job's end, not the helper's: a job whose caller still runs a
+  piece 200 us longer than the helper's (a core slowed by its host) had the helper asleep at
+  the next job, and squeezenet's calls found it asleep at 15 jobs of 30 in such spells;
 - a VM call wakes sleeping helpers as it begins (`call`), so after a quiet spell their
   wake-up overlaps the call's first steps rather than delaying its first job, but only while
   its function's last call that found them asleep ran a job (a call that runs none, a small
@@ -250,7 +254,8 @@ def _helper(index):  # type: ignore[no-untyped-def]
         while (ps.load(ps.WORD) >> 32) == seen and _wanted(index):
             if s < spins:
                 ps.pause()
-                s += 1
+                if ps.load(ps.DONE) >= ps.load(ps.N):  # counted from the job's end
+                    s += 1
                 continue
             nudge = ps.load(ps.NUDGE)
             ps.add(ps.NAPS, 1)
