@@ -47,6 +47,7 @@ from typing import Any
 
 import precision_int8
 from common import interleaved_medians, light_model_files, machine, machine_line, write_results
+from transformer_models import missing_for_export
 
 # isort: split
 import numpy as np
@@ -217,20 +218,6 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _check_export_extra() -> None:
-    """BERT's row exports the model first (`transformer_models.export_bert`): fail before the
-    CNN rows, not after them, when what it needs is missing."""
-    import importlib.util
-
-    needed = ("torch", "transformers", "optimum.exporters.onnx")
-    missing = [m for m in needed if importlib.util.find_spec(m) is None]
-    if missing:
-        raise SystemExit(
-            f"precision.py: the bert row needs {', '.join(missing)} (pip install -e '.[export]' "
-            "with the CPU torch); leave bert out of --only to run the others"
-        )
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=",".join([*LIGHT_MODELS, "bert"]))
@@ -251,9 +238,14 @@ def main() -> None:
     THREADS = precision_int8.THREADS = a.threads
     if a.threads:
         rvm.set_num_threads(a.threads)
-    if "bert" in a.only.split(","):
-        _check_export_extra()
     work = Path(a.workdir)
+    # BERT's row exports the model first: fail before the CNN rows, not after them
+    missing = missing_for_export(work, "bert") if "bert" in a.only.split(",") else []
+    if missing:
+        raise SystemExit(
+            f"precision.py: the bert row needs {', '.join(missing)} (pip install -e '.[export]' "
+            "with the CPU torch); leave bert out of --only to run the others"
+        )
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     for name in a.only.split(","):

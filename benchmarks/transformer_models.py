@@ -23,12 +23,30 @@ def export_bert(workdir: Path, **config: int) -> Path:
     return _export(workdir, "bert", "feature-extraction", config)
 
 
-def _export(workdir: Path, arch: str, task: str, config: dict[str, int]) -> Path:
+EXPORT_MODULES = ("torch", "transformers", "optimum.exporters.onnx")
+"""What an export imports (the ``export`` extra)."""
+
+
+def missing_for_export(workdir: Path, arch: str, **config: int) -> list[str]:
+    """The modules of `EXPORT_MODULES` that ``arch``'s export would need and cannot import;
+    none when its export is already kept in ``workdir``."""
+    import importlib.util
+
+    if _model_path(workdir, arch, config).exists():
+        return []
+    return [m for m in EXPORT_MODULES if importlib.util.find_spec(m) is None]
+
+
+def _model_path(workdir: Path, arch: str, config: dict[str, int]) -> Path:
     tag = arch + "".join(f"-{k}{v}" for k, v in sorted(config.items()))
-    out = workdir / tag
-    model = out / "model.onnx"
+    return workdir / tag / "model.onnx"
+
+
+def _export(workdir: Path, arch: str, task: str, config: dict[str, int]) -> Path:
+    model = _model_path(workdir, arch, config)
     if model.exists():
         return model
+    out, tag = model.parent, model.parent.name
     import torch
     import transformers
     from optimum.exporters.onnx import main_export
