@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import tempfile
 import time
@@ -53,8 +54,10 @@ def rvm_key(kernel: str, shapes: list[tuple[int, ...]]) -> tuple:
     """A kernel call's row: convolutions and pools by geometry, the rest by kernel name."""
     x, out = shapes[0], shapes[-1]
     if "conv2d" in kernel and len(shapes) >= 3:
-        w = shapes[1]  # OIHW, Winograd's (16, o, c), or packed (g, panels, kh, kw, c, panel)
-        kh = 3 if len(w) == 3 else w[2]
+        # OIHW, Winograd's (16, o, c), packed (g, panels, kh, kw, c, panel), or bf16's
+        # (o, taps) of the input's channels (its depth padded even)
+        w = shapes[1]
+        kh = 3 if len(w) == 3 else w[2] if len(w) > 2 else math.isqrt(max(1, w[1] // x[1]))
         return ("conv", x[1], x[2], kh, out[2])
     if "pool2d" in kernel and "global" not in kernel:
         return (kernel.split("_")[1] + "pool", x[1], x[2], out[2])
