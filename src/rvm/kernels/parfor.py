@@ -243,10 +243,21 @@ affine = _global_flag("rvm_affine_units")
 @jit(nogil=True, cache=True)
 def piece_range(piece, pieces, total, align):  # type: ignore[no-untyped-def]
     """(lo, hi): piece ``piece`` of ``pieces`` equal runs of ``total`` elements, each starting
-    on a multiple of ``align`` (whole vectors between them), the last one to ``total``."""
-    lo = piece * total // pieces // align * align
-    hi = total if piece == pieces - 1 else (piece + 1) * total // pieces // align * align
+    on a multiple of ``align`` (whole vectors between them), the last one to ``total``: each
+    boundary the multiple of ``align`` nearest the equal one (`_nearest_step`)."""
+    lo = _nearest_step(piece, pieces, total, align)
+    hi = total if piece == pieces - 1 else _nearest_step(piece + 1, pieces, total, align)
     return lo, hi
+
+
+@jit(nogil=True, cache=True, inline="always")
+def _nearest_step(piece, pieces, total, align):  # type: ignore[no-untyped-def]
+    """The multiple of ``align`` nearest ``piece * total / pieces``, at most the last one in
+    ``total`` (a boundary inside stays on the grid; the last piece takes the rest).
+    Rounded down, a short side left one piece most of the work: a 1x1 convolution's 169
+    positions (13 x 13) in tiles of 48 cut 48 + 121, its two threads' pieces 16 and 41 us
+    (squeezenet's 64 -> 256, one Zen 4 core each); nearest, 96 + 73."""
+    return min(total // align, (2 * piece * total // pieces + align) // (2 * align)) * align
 
 
 GUIDED_LAST = 3
