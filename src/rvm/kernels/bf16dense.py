@@ -65,7 +65,7 @@ def _panels(a, k2, bp, panel, c, m, n, first, last, bias, act, res):  # type: ig
                     width = min(panel, n - q * panel)
                     at_b = bp + 4 * (q * k2 * panel + p0 * panel)
                     at_c = c_band + 4 * q * panel
-                    band(kc2, a_band, k2, at_b, 4, panel, 0, at_c, n, add, rows, width, 0, 0, 0)
+                    band(kc2, a_band, k2, at_b, 4, panel, 0, at_c, n, add, rows, width)
                     if final:
                         at_bias = bias + 4 * q * panel if bias != 0 else 0
                         at_res = at_c - c + res if res != 0 else 0

@@ -39,7 +39,6 @@ from numba.extending import intrinsic
 from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
-from rvm.kernels.microkernel import row_into_l2
 from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.vectors import VectorIR
 
@@ -400,28 +399,18 @@ def panel_index(p, j, k2):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def band(
-    kc2, a, lda, b, b_col, ldb, indexed, c, ldc, add, rows, width, ahead, ahead_rows, ahead_kc2
-):  # type: ignore[no-untyped-def]  # noqa: E501
+def band(kc2, a, lda, b, b_col, ldb, indexed, c, ldc, add, rows, width):  # type: ignore[no-untyped-def]  # noqa: E501
     """The tile walk of every bf16 product: ``C[:rows, :width] (+)= A[:rows] @ B`` over
     ``kc2`` pairs, tile after tile of `NR` columns (`micro`, the last tile's lanes masked).
     Tile ``j0``'s B starts ``b_col * j0`` bytes after ``b`` (its pair rows ``ldb`` words
     apart or, ``indexed``, through the table at ``ldb``), its C ``4 * j0`` bytes after ``c``.
-    The tiles prefetch ``ahead_rows`` rows of ``ahead_kc2`` words at ``ahead`` (``lda``
-    apart; the next band's A: `walk`) into L2, row ``r`` before tile ``r``, ``r + tiles``...
-    (0 rows: none).
     Where B's columns are adjacent words (``b_col`` 4: a convolution's plane, not panels)
     and the last tile would be one vector after a tile of `VECTORS` (3), the two are two
     tiles of two vectors: a one-vector tile loads a broadcast of A for each product and took
     half a full tile's time (a 7 x 7 map's 49 positions: 48 + 1 columns 718 us, 32 + 17:
     614 us, m 2048 by 512 deep, one Zen 4 core)."""
     j0 = 0
-    tiles = max(1, width // NR)
-    tile = 0
     while j0 < width:
-        for r in range(tile, ahead_rows, tiles):
-            row_into_l2(ahead + 4 * r * lda, ahead_kc2)
-        tile += 1
         cols = min(NR, width - j0)
         if VECTORS == 3 and b_col == 4 and NR < width - j0 <= NR + LANES:
             cols = 2 * LANES
@@ -442,13 +431,8 @@ def walk(
     p0`` bytes after ``ldb``). With a bias's address (0: none), an activation's index (0:
     none) or a residual's (R laid out as C, at ``res``; 0: none), ``act(C + bias + R)`` on
     each band's rows once its last depth block is summed, while they are in cache
-    (`rvm.kernels.epilogue.tile_rows`). Each band's tiles prefetch the next band's rows of A
-    into L2 (`band`; after a depth block's last band, the next block's first), as
-    `rvm.kernels.sgemm`'s do: a convolution's weight comes from memory in a model (resnet50's
-    bf16 weights are 51 MB), and a band of few tiles waited for its rows. A 1 x 1 convolution,
-    1024 to 256 channels on 14 x 14, its weight evicted before each call: 406-436 us without,
-    361-373 us with (two Zen 4 cores); on a weight in cache, the same. The GEMM on pair panels
-    (`gemm_bf16`) and the direct convolution (`rvm.kernels.bf16conv`) both walk C so."""
+    (`rvm.kernels.epilogue.tile_rows`). The GEMM on pair panels (`gemm_bf16`) and the direct
+    convolution (`rvm.kernels.bf16conv`) both walk C so."""
     last = ((k2 - 1) // KC2) * KC2  # the last depth block's first pair
     for p0 in range(0, k2, KC2):
         kc2 = min(KC2, k2 - p0)
@@ -457,16 +441,7 @@ def walk(
         for i0 in range(m0, m1, MR):
             rows = min(MR, m1 - i0)
             a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
-            # the next band's rows of A (the next depth block's first band after the last)
-            if i0 + MR < m1:
-                ahead, ahead_rows, ahead_kc2 = a_band + 4 * MR * lda, min(MR, m1 - i0 - MR), kc2
-            elif p0 + KC2 < k2:
-                ahead, ahead_rows = a + 4 * (m0 * lda + p0 + KC2), min(MR, m1 - m0)
-                ahead_kc2 = min(KC2, k2 - p0 - KC2)
-            else:
-                ahead, ahead_rows, ahead_kc2 = 0, 0, 0
-            band(kc2, a_band, lda, b_block, b_col, ldb_block, indexed, c_band, ldc, add, rows, n,
-                 ahead, ahead_rows, ahead_kc2)  # fmt: skip
+            band(kc2, a_band, lda, b_block, b_col, ldb_block, indexed, c_band, ldc, add, rows, n)
             if p0 == last and (bias != 0 or act != 0 or res != 0):
                 at_bias = bias + 4 * i0 if bias != 0 else 0
                 at_res = res + 4 * i0 * ldc if res != 0 else 0

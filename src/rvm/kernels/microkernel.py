@@ -36,7 +36,6 @@ __all__ = [
     "micro_row",
     "move_lanes",
     "prefetch_l2",
-    "row_into_l2",
     "tail_dots",
 ]
 
@@ -554,15 +553,6 @@ def prefetch_l2(typingctx, address):  # type: ignore[no-untyped-def]
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-@jit(nogil=True, cache=True, error_model="numpy", boundscheck=False, inline="always")
-def row_into_l2(row, count):  # type: ignore[no-untyped-def]
-    """Prefetches ``count`` 4-byte elements from the int64 address ``row`` into L2, a hint a
-    cache line (`prefetch_l2`): a weight's rows for the GEMMs' next band (`rvm.kernels.sgemm`,
-    `rvm.kernels.bf16gemm`), which a model's other weights have evicted."""
-    for at in range(0, count, LINE):
-        prefetch_l2(row + 4 * at)
 
 
 @jit(nogil=True, cache=True, error_model="numpy", boundscheck=False,

@@ -80,6 +80,7 @@ from rvm.kernels.gemmshape import (
     IN_PLACE_ROWS,
     KC,
     LANES,
+    LINE,
     MR,
     NO_EPILOGUE,
     NR,
@@ -94,7 +95,7 @@ from rvm.kernels.microkernel import (
     micro,
     micro_panel,
     move_lanes,
-    row_into_l2,
+    prefetch_l2,
     tail_dots,
 )
 
@@ -382,6 +383,13 @@ def _in_place(b, ldb, p0, q, n, run, b_step):  # type: ignore[no-untyped-def]
     return b + 4 * (s * b_step + off + p0 * ldb)
 
 
+@jit(**_OPTS, inline="always")
+def _row_into_l2(row, kc):  # type: ignore[no-untyped-def]
+    """Prefetches ``kc`` floats of a row of A at the address ``row`` into L2, a hint a line."""
+    for at in range(0, kc, LINE):
+        prefetch_l2(row + 4 * at)
+
+
 TAIL_DOTS = LANES // 4
 """The most columns of a product's last panel that `_bands_on_panels` computes as dot
 products along the depth (`microkernel.tail_dots`), not in a tile of one vector: there each
@@ -402,7 +410,7 @@ def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, la
     ``last`` depth block. With ``first`` the first band packs each panel from B (``b``,
     ``ldb``, ``table``, ``run``, ``b_step``: `_pack`'s) as it reads it, or reads B in place
     (`_in_place`) and writes the panel for the other bands. Each band's tiles prefetch the
-    next band's rows of the depth block into L2 (`row_into_l2`), row ``r`` before tile
+    next band's rows of the depth block into L2 (`_row_into_l2`), row ``r`` before tile
     ``r``, ``r + tiles``...: where a weight comes from memory, a band of few tiles otherwise
     waits on it (the module's notes). Where C's columns are ``one_run`` (a plain GEMM's:
     cut on the tiles' grid at every thread count, so its last panel is the same), a last
@@ -433,7 +441,7 @@ def _bands_on_panels(a, lda, c, ldc, m, p0, kc, j0, cols, panels, depth, add, la
             vectors = (n + LANES - 1) // LANES
             panel = panels + 4 * q0 * depth
             for r in range(q0 // NR, ahead, tiles):  # its rows in turn, a row or more a tile
-                row_into_l2(a_band + 4 * (MR + r) * lda, kc)
+                _row_into_l2(a_band + 4 * (MR + r) * lda, kc)
             if dots and q0 == tail_q0:
                 tail_dots(kc, a_band, lda, tail, n, c_band + 4 * q0, ldc, add, rows, at_bias,
                           bias_step, act if last else 0, res if last else 0)  # fmt: skip
