@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from common import light_model_files, machine, machine_line, write_results
-from thread_layers import rvm_key
+from thread_layers import kernel_recorder, rvm_key
 
 # isort: split
 import numpy as np
@@ -106,16 +106,7 @@ def profile(name: str, runs: int, threads: int, tmp: Path, batch: int = 1) -> di
         if _error(np.asarray(got), want) > SANE:
             raise SystemExit(f"{name}: {side} differs from ORT f32 by {_error(got, want):.2e}")
     keys = {n.get_friendly_name(): ov_key(n) for n in counted_model.get_runtime_model().get_ops()}
-    calls: list[tuple[str, list, int]] = []
-    start = [0]
-
-    def edge(kernel: str, args: tuple, before: bool) -> None:
-        if before:
-            start[0] = time.perf_counter_ns()
-            return
-        took = time.perf_counter_ns() - start[0]
-        calls.append((kernel, [image_shape(a) for a in args], took))
-
+    edge, calls = kernel_recorder(image_shape)
     walls: dict[str, list[float]] = collections.defaultdict(list)
     per_call: dict[int, list[int]] = collections.defaultdict(list)
     per_node: dict[str, list[float]] = collections.defaultdict(list)

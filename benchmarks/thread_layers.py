@@ -35,7 +35,9 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from common import light_model_files, machine, machine_line, write_results
 
@@ -62,6 +64,24 @@ def rvm_key(kernel: str, shapes: list[tuple[int, ...]]) -> tuple:
     if "pool2d" in kernel and "global" not in kernel:
         return (kernel.split("_")[1] + "pool", x[1], x[2], out[2])
     return (kernel.rstrip("_0123456789"),)
+
+
+def kernel_recorder(
+    shape_of: Callable[[Any], tuple] = lambda a: tuple(getattr(a, "shape", ())),
+) -> tuple[Callable[[str, tuple, bool], None], list[tuple[str, list, int]]]:
+    """(edge, calls): a `VirtualMachine.set_instrument` callback that appends each kernel call
+    to ``calls`` as (kernel, its arguments' ``shape_of``, wall nanoseconds)."""
+    calls: list[tuple[str, list, int]] = []
+    start = [0]
+
+    def edge(kernel: str, args: tuple, before: bool) -> None:
+        if before:
+            start[0] = time.perf_counter_ns()
+            return
+        took = time.perf_counter_ns() - start[0]
+        calls.append((kernel, [shape_of(a) for a in args], took))
+
+    return edge, calls
 
 
 def ort_key(args: dict) -> tuple:
@@ -96,16 +116,7 @@ def profile(name: str, runs: int, threads: int, tmp: Path, batch: int = 1) -> di
     plain = {(side, t): _session(path, t, None) for side in ("ort",) for t in counts}
     profiled = {t: _session(path, t, tmp / f"{name}_{t}") for t in counts}
     feed = dict(zip([i.name for i in plain["ort", 1].get_inputs()], inputs, strict=True))
-    calls: list[tuple[str, list, int]] = []
-    start = [0]
-
-    def edge(kernel: str, args: tuple, before: bool) -> None:
-        if before:
-            start[0] = time.perf_counter_ns()
-            return
-        took = time.perf_counter_ns() - start[0]
-        calls.append((kernel, [tuple(getattr(a, "shape", ())) for a in args], took))
-
+    edge, calls = kernel_recorder()
     walls: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
     per_call: dict[int, dict[int, list[int]]] = {t: collections.defaultdict(list) for t in counts}
     turns = [("rvm", t) for t in counts] + [("ort", t) for t in counts]
