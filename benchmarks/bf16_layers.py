@@ -47,7 +47,7 @@ import numpy as np
 from model_child import as_outputs
 
 import rvm
-from rvm.testing.onnx_models import run_ort
+from rvm.testing.onnx_models import compare, run_ort
 
 SETTLE_S = 0.05  # a turn's pause before its untimed call
 INSTRUMENTED = 3  # rvm's instrumented calls a turn, back to back; the first is dropped
@@ -82,10 +82,6 @@ def ov_key(node: Any) -> tuple:
     return (kind,)
 
 
-def _error(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.abs(got - want).max() / max(1e-30, float(np.abs(want).max())))
-
-
 def profile(name: str, runs: int, threads: int, tmp: Path, batch: int = 1) -> dict:
     """Model ``name``'s rows and plain walls (see the module docstring)."""
     import openvino as ov
@@ -103,8 +99,9 @@ def profile(name: str, runs: int, threads: int, tmp: Path, batch: int = 1) -> di
     want = run_ort(model, inputs)[-1]
     for side, got in (("rvm bf16", as_outputs(f(*inputs))[-1]),
                       ("OpenVINO", list(plain.infer(inputs).values())[-1])):  # fmt: skip
-        if _error(np.asarray(got), want) > SANE:
-            raise SystemExit(f"{name}: {side} differs from ORT f32 by {_error(got, want):.2e}")
+        err = compare(np.asarray(got), want).rel_err
+        if err > SANE:
+            raise SystemExit(f"{name}: {side} differs from ORT f32 by {err:.2e}")
     keys = {n.get_friendly_name(): ov_key(n) for n in counted_model.get_runtime_model().get_ops()}
     edge, calls = kernel_recorder(image_shape)
     walls: dict[str, list[float]] = collections.defaultdict(list)

@@ -130,25 +130,27 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / max(1e-30, float(np.abs(want).max())))
 
 
-def _top1(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Per row (an image; BERT: a token), whether the argmax over the last axis of size
-    above 1 agrees: squeezenet's and densenet121's logits ``(1, 1000, 1, 1)`` are one row of
-    1000, not 1000 rows of 1."""
+def _rows(got: np.ndarray, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both outputs as rows (an image; BERT: a token) over their last axis of size above 1:
+    squeezenet's and densenet121's logits ``(1, 1000, 1, 1)`` are one row of 1000, not 1000
+    rows of 1."""
     shape = want.shape
     while len(shape) > 1 and shape[-1] == 1:
         shape = shape[:-1]
-    g, w = got.reshape(-1, shape[-1]), want.reshape(-1, shape[-1])
+    return got.reshape(-1, shape[-1]), want.reshape(-1, shape[-1])
+
+
+def _top1(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per row (`_rows`), whether the argmax agrees."""
+    g, w = _rows(got, want)
     return np.argmax(g, -1) == np.argmax(w, -1)
 
 
 def _ties(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Per row (as `_top1`'s): whether f32's two largest logits (``want``'s) lie closer than
+    """Per row (`_rows`): whether f32's two largest logits (``want``'s) lie closer than
     twice the engine's largest error on that row, so that its rounding can swap them (a near
     tie): a top-1 can only flip on such a row."""
-    shape = want.shape
-    while len(shape) > 1 and shape[-1] == 1:
-        shape = shape[:-1]
-    g, w = got.reshape(-1, shape[-1]), want.reshape(-1, shape[-1])
+    g, w = _rows(got, want)
     top2 = np.sort(w, -1)[:, -2:]
     return top2[:, 1] - top2[:, 0] < 2 * np.abs(g - w).max(-1)
 
