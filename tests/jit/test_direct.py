@@ -296,7 +296,7 @@ def test_the_rule_follows_the_shape_and_the_cpu() -> None:
 
 # Convolutions `rvm.kernels.conv` runs by the direct method, its weight packed at the call:
 # padded, dilated, odd sizes, a batch of 2. Dilated: a plain 3x3 stride-1 one deep enough for
-# the direct method is Winograd's where its floor is 32 channels (`convmethod.winograd_pays`).
+# the direct method is Winograd's where its floor is 16 channels (`convmethod.winograd_pays`).
 CHANNELS_CASES = [
     (1, 64, 32, 33, 128, (3, 3), (1, 1), (2, 2), 1, (2, 2, 2, 2)),
     (2, 72, 35, 31, 144, (3, 3), (1, 1), (2, 2), 1, (2, 1, 2, 3)),
@@ -419,26 +419,26 @@ def test_constant_weights_are_packed_where_the_rule_says() -> None:
         assert ("conv2d(" in text) == (not want)
 
 
-# A shallow 3x3 convolution's output channels on small maps: few enough that Winograd's rule
-# (`convmethod.winograd_pays`, its floor on the channels' harmonic mean) leaves it to the others.
+# A shallow 3x3 convolution's output channels on small maps (dilated where its map takes
+# Winograd's: `convmethod.winograd_pays` takes no dilation).
 _SHALLOW_OUT = 4 * direct.LANES
 
 
 def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> None:
     """A shallow 3x3 convolution on a 14 x 14 map (`convmethod.pays_once_built`, not `prefers`)
     stays a GEMM in a module of its own (which then builds nothing of the method), and takes
-    the direct method beside a deep one that does (dilated: Winograd's rule takes a deep 3x3
-    one undilated); the packed module computes the same."""
+    the direct method beside a deep one that does (both dilated: Winograd's rule takes a 3x3
+    one undilated there); the packed module computes the same."""
     from rvm.transform.pack_conv_weights import pack_conv_weights
 
     lanes, out = direct.LANES, _SHALLOW_OUT
-    shallow = (1, 2 * lanes, 14, 14, out, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+    shallow = (1, 2 * lanes, 14, 14, out, (3, 3), (1, 1), (2, 2), 1, (2, 2, 2, 2))
     assert not _pays(2 * lanes, out, 1, 3, 1, 14, 14)
     assert convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 14, 14)
     assert not convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 2, 2, 14, 14)  # strided
     assert not convmethod.pays_once_built(2 * lanes, out, 1, 3, 3, 1, 1, 32, 32)  # large
     assert not convmethod.pays_once_built(lanes, out, 1, 3, 3, 1, 1, 14, 14)  # shallower
-    assert not convmethod.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 1, 1, 14, 14)
+    assert not convmethod.winograd_pays(2 * lanes, out, 1, 3, 3, 1, 1, 2, 2, 14, 14)
     alone, _ = _model(shallow)
     assert "conv2d_packed" not in str(pack_conv_weights(alone))
     assert _pays(8 * lanes, 2 * lanes, 1, 3, 1, 14, 14)
@@ -447,7 +447,7 @@ def test_a_module_that_builds_the_method_packs_its_shallower_small_maps() -> Non
     b = Builder()
     with b.function("main", [x]):
         y = b.emit(op.conv2d(x, E.Constant(deep), (1, 1), (2, 2, 2, 2), (2, 2)))
-        b.emit_output(b.emit(op.conv2d(y, E.Constant(wide), (1, 1), (1, 1, 1, 1))))
+        b.emit_output(b.emit(op.conv2d(y, E.Constant(wide), (1, 1), (2, 2, 2, 2), (2, 2))))
     mod = b.get()
     packed = pack_conv_weights(mod)
     assert str(packed).count("conv2d_packed") == 2 and "conv2d(" not in str(packed)

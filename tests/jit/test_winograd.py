@@ -78,6 +78,28 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
     if winograd.block_rows.py_func(512, 512, 14, 14) < 14:
         assert 14 * 14 < 4 * winograd.ROW_BLOCK_TILES
         assert winograd.cut.py_func(512, 512, 1, 14, 14, 2)[3] > 0
+    _rows_match_one_thread(c, o, side)
+
+
+def test_winograd_small_weight_cut_in_rows_at_two_threads() -> None:
+    """An image of one block (`winograd.block_rows`) whose transformed weight fits one core's
+    L2 (each block reads it all again) is cut into blocks of rows at two threads from half
+    `winograd.ROW_BLOCK_TILES` tiles a block (one thread's GEMMs are as wide as the image, so
+    their last columns' sums may round otherwise: `sgemm.TAIL_DOTS`)."""
+    c = o = 32
+    assert winograd.POSITIONS * c * o <= winograd.L2_FLOATS
+    th = tw = math.isqrt(2 * winograd.ROW_BLOCK_TILES) + 1  # four blocks of half the floor
+    assert winograd.block_rows.py_func(c, o, tw, th) == th  # one block an image
+    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2)
+    assert ranges == 0 and parts == 1 and blocks == 4 and per * blocks >= th
+    # Too few tiles for those blocks: the phases apart.
+    assert winograd.cut.py_func(c, o, 1, th // 2, th // 2, 2)[3] > 0
+    _rows_match_one_thread(c, o, 2 * th, bits=False)
+
+
+def _rows_match_one_thread(c: int, o: int, side: int, bits: bool = True) -> None:
+    """`winograd.conv2d` on one ``side`` x ``side`` image at two threads gives one thread's
+    bits (or, not ``bits``, its result within rounding), which the reference matches."""
     x, w, (pt, pl, _, _), want = _case((1, c, side, side, o, (1, 1, 1, 1)))
     outs = []
     before = rvm.get_num_threads()
@@ -88,7 +110,9 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
             winograd.conv2d(x, w, outs[-1], pt, pl, sgemm.NO_EPILOGUE)
     finally:
         rvm.set_num_threads(before)
-    np.testing.assert_array_equal(outs[1], outs[0])
+    if bits:
+        np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-3)
 
 
@@ -119,7 +143,7 @@ def test_winograd_phases_apart_give_one_threads_bits(n) -> None:
 
 # Shapes the rule takes, at its floor of channels on this CPU (on two threads: their phases cut
 # apart, `winograd.cut`).
-C = convmethod.WINOGRAD_MEAN_CHANNELS * sgemm.LANES
+C = math.ceil(convmethod.WINOGRAD_MEAN_CHANNELS * sgemm.LANES)
 TAKEN = [(1, C, 32, 33, C, (1, 1, 1, 1)), (3, C, 33, 34, C + 8, (1, 0, 2, 1))]
 # Channels both Winograd's rule and the direct method's take (`_model`, in and out: the
 # latter in whole vectors): on AVX-512 the former's floor is below the latter's

@@ -285,7 +285,7 @@ channels at one thread (1.17-1.35) but 128 -> 32 lost (0.49); two threads' cut p
 measured there (the machine too loaded)."""
 
 
-def winograd_floors(vector_bits: int) -> tuple[int, int, int]:
+def winograd_floors(vector_bits: int) -> tuple[int, float, float]:
     """(`WINOGRAD_MIN_CHANNELS`, `WINOGRAD_MEAN_CHANNELS`, `WINOGRAD_SMALL_MEAN`) for vectors
     of ``vector_bits``, in vectors: measured per vector width (`benchmarks/conv_methods.py`,
     one thread, thread CPU; the faster of the direct method and the GEMMs over Winograd's time
@@ -313,8 +313,21 @@ def winograd_floors(vector_bits: int) -> tuple[int, int, int]:
       14 x 14 a tie (0.97 at one thread, 1.05 in pieces at two, 0.89 of its best wall); but
       64 -> 64 on 56 x 56, where a position's operands take all of L2, 1.11 (the mean's floor
       stays). 512 bits: the mean's floor (3), not measured.
+    - 512 bits, session 65 (Zen 4, a layer alone in a model, bias and ReLU, native mode, the
+      GEMMs' method or the direct one against Winograd's on its weight transformed at build
+      time, interleaved medians in one process): 1 vector each, a mean of 1.5 (16 channels,
+      24). From 16 channels Winograd's was as fast or faster everywhere but on 16 -> 16:
+      squeezenet's 16 -> 64 on 55 x 55 1.01 at one thread (thread CPU) and 1.08 at two (wall;
+      0.73-0.83 of the time in blocks of rows, `rvm.kernels.winograd.cut`, hot and cold,
+      alternated processes; the model 2.5% faster at two threads), 16 -> 48 1.05 and 1.07, 16
+      -> 128 on 28 x 28 1.05 and 1.10, 24 -> 64 1.18 and 1.15, 32 -> 32 1.07 and 1.18, 32 -> 64
+      on 14 x 14 1.29 and 1.38, 16 -> 256 1.13 and 1.17, 256 -> 16 1.04 and 1.07, 512 -> 16 on
+      14 x 14 1.22 and 1.45; a mean under 1.5 vectors lost or tied: 16 -> 16 on 14 x 14 0.86
+      and 0.57, on 28 x 28 0.99 and 0.93, 16 -> 32 on 55 x 55 1.42 at one thread but 0.99 at
+      two. Session 45's 0.56-0.66 on 16 -> 64 came before the output transform was vectorized
+      and small maps' phases were cut apart.
     """
-    return (2, 3, 3) if vector_bits >= 512 else (8, 10, 8)
+    return (1, 1.5, 1.5) if vector_bits >= 512 else (8, 10, 8)
 
 
 WINOGRAD_MIN_CHANNELS, WINOGRAD_MEAN_CHANNELS, WINOGRAD_SMALL_MEAN = winograd_floors(

@@ -91,10 +91,16 @@ def block_rows(c, oc, tw, th):  # type: ignore[no-untyped-def]
 
 ROW_BLOCK_TILES = 8 * sgemm.NR
 """Tiles a block of rows keeps at least where a small batch's images are cut into blocks of
-rows for the threads (`cut`), its GEMMs 8 of the micro-kernel's tiles wide or more: on a Zen 3
-(AVX2, 16 columns a tile) inception_v2's 64 -> 192 on 56 x 56 in blocks of 196 tiles won
-(6.7-7.0 -> 4.6 ms in the model at two threads), vgg19's 512 -> 512 on 28 x 28 in blocks of
-42-56 lost to its phases cut apart (18.5-27 -> 22-26 ms alone, loaded)."""
+rows for the threads (`cut`), its GEMMs 8 of the micro-kernel's tiles wide or more (half that
+where the transformed weight fits one core's L2): on a Zen 3 (AVX2, 16 columns a tile)
+inception_v2's 64 -> 192 on 56 x 56 in blocks of 196 tiles won (6.7-7.0 -> 4.6 ms in the model
+at two threads), vgg19's 512 -> 512 on 28 x 28 in blocks of 42-56 lost to its phases cut apart
+(18.5-27 -> 22-26 ms alone, loaded). On a Zen 4 (AVX-512, 48 columns a tile, 1 MB of L2: an
+image of 56 x 56 one block, so none of them was cut in rows before session 65) blocks of 196
+tiles took 0.86-1.01 of the phases apart's time where the weight fits L2 (resnet50's 64 -> 64,
+densenet121's 128 -> 32 and inception_v2's 64 -> 192 on 56 x 56: a layer alone in a model, two
+threads, its input in cache or evicted, medians and quartiles of alternated processes) but
+1.24 on vgg19's 256 -> 256 on 56 x 56 (a 4 MB weight each block reads again)."""
 
 
 @jit(**_OPTS)
@@ -106,10 +112,11 @@ def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
     Blocks as large as `block_rows` has them (an image's rows cut evenly), each piece one
     block's three phases, where they give each thread `rvm.kernels.parfor.PIECES_PER_THREAD`
     pieces or more (or there is one thread): one range of output channels, no range of input
-    channels (0). Where there are fewer but an image takes more than one block, whole blocks
-    still: a multiple of the threads, two a thread at least (each thread's operands stay in
-    its own L2), each of `ROW_BLOCK_TILES` tiles or more. Else (small maps: an image one
-    block, or blocks that would be too narrow), each phase is cut apart for the
+    channels (0). Where there are fewer but an image takes more than one block, or its
+    transformed weight fits one core's L2 (each block reads it all), whole blocks still: a
+    multiple of the threads, two a thread at least (each thread's operands stay in its own
+    L2), each of `ROW_BLOCK_TILES` tiles or more (half as many with that weight). Else (small
+    maps, or blocks that would be too narrow), each phase is cut apart for the
     whole image, its pieces waiting for the phase before: the input transform by ranges of
     input channels (one a vector of them at most), the GEMMs by ranges of the 16 positions
     (the "blocks"), the output transform by ranges of output channels, as many of each as
@@ -131,7 +138,9 @@ def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
     if threads < 2 or n * blocks >= want:
         return -(-th // blocks), blocks, 1, 0
     b = min(th, -(-max(blocks, -(-2 * threads // n)) // threads) * threads)
-    if blocks > 1 and th * tw >= b * ROW_BLOCK_TILES:  # whole blocks of rows, none apart
+    small_weight = POSITIONS * o * c <= L2_FLOATS  # each block reads it all again
+    least = ROW_BLOCK_TILES // 2 if small_weight else ROW_BLOCK_TILES
+    if (blocks > 1 or small_weight) and th * tw >= b * least:  # whole blocks of rows
         return -(-th // b), b, 1, 0
     each = -(-want // n)
     return th, min(POSITIONS, each), min(o, each), max(1, min(each, c // sgemm.LANES))
