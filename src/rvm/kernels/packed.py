@@ -36,20 +36,20 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import entry, parfor, sgemm, workpool
+from rvm.kernels.blas import SPLIT_MIN_MNK, split_parts
 from rvm.kernels.cblas import address
 from rvm.kernels.cpu import Cpu, cpu
 from rvm.kernels.epilogue import tile as tile_epilogue
 from rvm.kernels.gemmshape import FMA, panel_width
 from rvm.kernels.jitting import jit
 from rvm.kernels.microkernel import micro_row
-from rvm.kernels.parfor import PIECES_PER_THREAD, even
+from rvm.kernels.parfor import even
 from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
 
 __all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 SMALL_ROWS = 4  # fewer rows take the one-row tile (the `MR`-row tile computes MR rows anyway)
-SPLIT_MIN_MNK = 1 << 20  # multiply-adds a piece keeps at least when a product is split
 SPLIT_MIN_ROWS_LOOP = 1 << 16  # weights a row-loop piece reads at least
 GEMV_GROUP = 4  # panels a one-row product streams at once (`_gemv_group`)
 
@@ -248,14 +248,12 @@ def _cut(m, k, n, panel):  # type: ignore[no-untyped-def]
     multiple of `sgemm.MR`)."""
     panels = -(-n // panel)
     threads = workpool.threads()
-    work, least = m * n * k, SPLIT_MIN_MNK
+    work, least = m * n * k, SPLIT_MIN_MNK  # the rule `blas` cuts its products by
     if m < SMALL_ROWS:
         work, least = n * k, SPLIT_MIN_ROWS_LOOP
-    if threads < 2 or work < 2 * least or workpool.busy():
+    parts = split_parts(work, least)  # a multiple of the threads where there are as many
+    if parts == 1:
         return 1, panels, True
-    # a multiple of the threads where there are as many (`parfor.even`): 3 pieces on 2 threads
-    # left one idle a third of the time
-    parts = even(min(PIECES_PER_THREAD * threads, work // least), threads)
     if panels >= parts or m < 2 * sgemm.MR * threads:
         step = -(-panels // even(min(parts, panels), threads))
         return -(-panels // step), step, True
