@@ -5,6 +5,8 @@ mode with no concat kernel left."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from fusion_helpers import op_names
@@ -13,6 +15,8 @@ import rvm
 from rvm import op
 from rvm.interp import interpret
 from rvm.ir import Builder, IRModule, Var, const, tensor, verify
+from rvm.kernels import winograd
+from rvm.kernels.winograd import transform
 from rvm.transform.concat_images import MAX_DEPTH, concat_images
 from rvm.transform.pipeline import default_passes, run_pipeline
 
@@ -31,13 +35,13 @@ def _b(out: int) -> np.ndarray:
 
 def _fire(batch: int | str = 2, axis: int = 1, twice: bool = False, batch_bias: bool = False,
           pool: bool = True, size: int = 9, squeeze: int = 4,
-          pool_x: bool = False) -> IRModule:  # fmt: skip
+          pool_x: bool = False, winograd: bool = False) -> IRModule:  # fmt: skip
     """main(x) with x (batch, C, size, size): a squeeze convolution, then squeezenet's fire
     expansion (a 1x1 and a 3x3 convolution of it, each with its bias and ReLU) and a max pool
     of it (``pool``), concatenated along ``axis``, then a 1x1 convolution of that.
     ``twice``: the 1x1 expansion is also returned; ``batch_bias``: the 3x3 one adds a
     constant with an axis of ``batch`` images; ``squeeze``: the squeeze's channels; ``pool_x``:
-    the pool is of ``x``."""
+    the pool is of ``x``; ``winograd``: the 3x3 one is Winograd's (`op.conv2d_winograd`)."""
     x = Var("x", tensor((batch, C, size, size), F32))
     bb = Builder()
     with bb.function("main", [x]):
@@ -45,7 +49,11 @@ def _fire(batch: int | str = 2, axis: int = 1, twice: bool = False, batch_bias: 
         n1 = 7 if axis == 0 else 5  # along the batch: the pieces' channels agree
         e1 = bb.emit(op.conv2d(s, const(_w(n1, squeeze, 1))))
         e1 = bb.emit(op.relu(bb.emit(op.add(e1, const(_b(n1))))))
-        e3 = bb.emit(op.conv2d(s, const(_w(7, squeeze, 3)), padding=1))
+        w3 = _w(7, squeeze, 3)
+        if winograd:
+            e3 = bb.emit(op.conv2d_winograd(s, const(transform(w3)), padding=1))
+        else:
+            e3 = bb.emit(op.conv2d(s, const(w3), padding=1))
         e3 = bb.emit(op.add(e3, const(_b(7))))
         if batch_bias:
             e3 = bb.emit(op.add(e3, const(RNG.standard_normal((2, 7, 1, 1)).astype(F32))))
@@ -115,6 +123,27 @@ def test_a_batch_concatenation_runs_image_by_image(batch) -> None:
 def test_what_is_not_per_image_stays(case) -> None:
     mod = _normal(_fire(**case))
     assert concat_images(mod) is mod
+
+
+def test_a_winograd_piece_runs_image_by_image_where_its_image_keeps_its_phases() -> None:
+    """A Winograd 3x3 expansion is a piece's head where one image's call keeps each piece's
+    phases together on the threads (`winograd.cut`: blocks of rows on a large map, or one
+    thread), not where they would be cut apart (a small map on two threads)."""
+    side = 2 * math.isqrt(2 * winograd.ROW_BLOCK_TILES) + 2  # four blocks of rows an image
+    before = rvm.get_num_threads()
+    try:
+        for threads, size, split in ((2, side, True), (2, 9, False), (1, 9, True)):
+            rvm.set_num_threads(threads)
+            mod = _normal(_fire(winograd=True, size=size))
+            got = concat_images(mod)
+            assert (got is not mod) == split, (threads, size)
+            if split:
+                assert op_names(got).count("conv2d_winograd") == 2
+                x = _x(2, size)
+                want = interpret(mod, "main", x)
+                np.testing.assert_allclose(interpret(got, "main", x), want, rtol=1e-5, atol=1e-5)
+    finally:
+        rvm.set_num_threads(before)
 
 
 def test_the_depth_bound_is_the_heads_average() -> None:

@@ -375,6 +375,18 @@ def _infer_winograd(call_: Call, args: list[TensorType]) -> Type:
     return TensorType((x.shape[0], o, *spatial), dtype)
 
 
+def winograd_keeps_phases(c: int, o: int, oh: int, ow: int) -> bool:
+    """Whether `conv2d_winograd` of one image of ``c`` input and ``o`` output channels to an
+    ``oh`` x ``ow`` map keeps each piece's three phases together on the pool's threads (at
+    rvm's thread count now): blocks of rows, or one thread, not its phases cut apart, each
+    waiting for the one before (`rvm.kernels.winograd.cut`)."""
+    from rvm.kernels import winograd
+    from rvm.kernels.threads import get_num_threads
+
+    cut = winograd.cut.py_func(c, o, 1, (ow + 1) // 2, (oh + 1) // 2, get_num_threads())
+    return bool(cut[3] == 0)
+
+
 def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None:
     """The call computing ``value``, a float32 ``conv2d`` of a static-shaped input by the
     constant ``weight`` (numpy, OIHW), on the weight laid out here, once, for the method the
