@@ -318,7 +318,7 @@ def winograd_floors(vector_bits: int) -> tuple[int, float, float]:
       time, interleaved medians in one process): 1 vector each, a mean of 1.5 (16 channels,
       24). From 16 channels Winograd's was as fast or faster everywhere but on 16 -> 16:
       squeezenet's 16 -> 64 on 55 x 55 1.01 at one thread (thread CPU) and 1.08 at two (wall;
-      0.73-0.83 of the time in blocks of rows, `rvm.kernels.winograd.cut`, hot and cold,
+      0.73-0.98 of the time in blocks of rows, `rvm.kernels.winograd.cut`, hot and cold,
       alternated processes; the model 2.5% faster at two threads), 16 -> 48 1.05 and 1.07, 16
       -> 128 on 28 x 28 1.05 and 1.10, 24 -> 64 1.18 and 1.15, 32 -> 32 1.07 and 1.18, 32 -> 64
       on 14 x 14 1.29 and 1.38, 16 -> 256 1.13 and 1.17, 256 -> 16 1.04 and 1.07, 512 -> 16 on
