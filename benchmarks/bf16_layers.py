@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import light_model_files, machine, machine_line, write_results
-from thread_layers import kernel_recorder, rvm_key
+from common import light_model_files
+from thread_layers import kernel_recorder, run_models, rvm_key
 
 # isort: split
 import numpy as np
@@ -209,16 +207,7 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.runs, args.batch) < 1 or args.threads < 0:
         parser.error("--runs and --batch must be at least 1, --threads at least 0")
-    print(machine_line())
-    models = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.only.split(","):
-            models[name] = profile(name, args.runs, args.threads, Path(tmp), args.batch)
-            print(table(name, models[name]))
-    print(f"load {os.getloadavg()}")
-    payload = {"machine": machine(), "runs": args.runs, "threads": args.threads,
-               "batch": args.batch}  # fmt: skip
-    write_results(args.name, {**payload, "models": models})
+    run_models(args, profile, table)
 
 
 if __name__ == "__main__":

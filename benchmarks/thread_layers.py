@@ -226,12 +226,23 @@ def main() -> None:
     args.threads = args.threads or rvm.get_num_threads()
     if args.threads < 2 or min(args.runs, args.batch) < 1:
         parser.error("--threads must be at least 2, --runs and --batch at least 1")
+    run_models(args, profile, lambda name, result: table(name, result, args.threads))
+
+
+def run_models(
+    args: argparse.Namespace,
+    profile: Callable[[str, int, int, Path, int], dict],
+    table: Callable[[str, dict], str],
+) -> None:
+    """Each model of ``args.only`` profiled (``profile(name, runs, threads, tmp, batch)``) and
+    its ``table`` printed, then the results written to ``args.name`` with the machine and
+    the arguments: what this script's and `bf16_layers.py`'s ``main`` share."""
     print(machine_line())
     models = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
             models[name] = profile(name, args.runs, args.threads, Path(tmp), args.batch)
-            print(table(name, models[name], args.threads))
+            print(table(name, models[name]))
     print(f"load {os.getloadavg()}")
     payload = {"machine": machine(), "runs": args.runs, "threads": args.threads,
                "batch": args.batch}  # fmt: skip
