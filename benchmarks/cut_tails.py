@@ -1,11 +1,11 @@
 """A light CNN's two-thread cuts from its pieces' CPU times: what a loaded machine can measure.
 
 Run: ``python benchmarks/cut_tails.py [--only resnet50] [--batch 1] [--runs 6] [--threads N]
-[--wake 0]``.
+[--wake 0] [--precision bf16]``.
 
 Per model (random weights, `common.light_model_files`), in one process, rvm's compiled mode
-(its outputs first checked against ONNX Runtime's) runs alternately on one thread (each
-kernel's CPU time, ``T1``: `time.thread_time` of the calling thread around it,
+(``--precision``; its outputs first checked against ONNX Runtime's) runs alternately on one
+thread (each kernel's CPU time, ``T1``: `time.thread_time` of the calling thread around it,
 `VirtualMachine.set_instrument`) and on ``--threads`` with
 `rvm.kernels.poolstate.measure` on: every pool job (`poolstate.job_log`) and the CPU time of
 each of its pieces (`poolstate.piece_log`). Each job's pieces are scheduled again in their
@@ -49,7 +49,9 @@ import numpy as np
 
 import rvm
 from rvm.kernels import poolstate
-from rvm.testing.onnx_models import run_ort
+from rvm.testing.onnx_models import compare, run_ort
+
+BF16_SANE = 5e-2  # a bf16 output this far off ORT's float32 is wrong, not rounded
 
 COLUMNS = ("T1", "pieces", "span", "half", "tail", "unpooled")
 
@@ -82,11 +84,18 @@ def _jobs_of(pieces: list, jobs: list) -> tuple[list[list[float]], float]:
     return out, rest
 
 
-def profile(name: str, batch: int, runs: int, threads: int, wake: float) -> dict:
+def profile(name: str, batch: int, runs: int, threads: int, wake: float, precision: str) -> dict:
     path, _, model, inputs = light_model_files(name, Path(tempfile.mkdtemp()), batch)
-    vm = rvm.VirtualMachine(rvm.compile(rvm.from_onnx(str(path))), exec_mode="compiled")
+    exe = rvm.compile(rvm.from_onnx(str(path)), precision=precision)
+    vm = rvm.VirtualMachine(exe, exec_mode="compiled")
     f = vm["main"]
-    check_outputs(name, as_outputs(f(*inputs)), run_ort(model, inputs))
+    got, want = as_outputs(f(*inputs)), run_ort(model, inputs)
+    if precision == "bf16":  # rounded, not wrong: within `BF16_SANE` of ORT's float32
+        for g, w in zip(got, want, strict=True):
+            if compare(g, w).rel_err > BF16_SANE:
+                raise AssertionError(f"{name}: bf16 output differs from ORT's: {compare(g, w)}")
+    else:
+        check_outputs(name, got, want)
     state, line = poolstate.state, poolstate.LINE
     edges: list[tuple[str, int, int]] = []
     cpu: dict[str, float] = collections.defaultdict(float)
@@ -173,17 +182,21 @@ def main() -> None:
                         help="threads of the cut (default: every CPU, as rvm's)")  # fmt: skip
     parser.add_argument("--wake", type=float, default=0.0, help="helpers' late start (us)")
     parser.add_argument("--top", type=int, default=30, help="kernels listed")
+    parser.add_argument("--precision", default="fp32", help="rvm.compile's (fp32, bf16)")
     parser.add_argument("--name", default="cut_tails", help="results file name, no suffix")
     args = parser.parse_args()
-    results, lines = {}, [machine_line(), f"threads {args.threads}; batch {args.batch}"]
+    head = f"threads {args.threads}; batch {args.batch}; {args.precision}"
+    results, lines = {}, [machine_line(), head]
     for name in args.only.split(","):
-        results[name] = profile(name, args.batch, args.runs, args.threads, args.wake)
+        results[name] = profile(
+            name, args.batch, args.runs, args.threads, args.wake, args.precision
+        )
         lines += lines_of(name, results[name], args.top)
     print("\n".join(lines))
     write_results(
         args.name,
         {"machine": machine(), "threads": args.threads, "batch": args.batch,
-         "wake_us": args.wake, "models": results},
+         "wake_us": args.wake, "precision": args.precision, "models": results},
     )  # fmt: skip
 
 
