@@ -16,7 +16,7 @@ import pytest
 from jit_helpers import HASWELL, Jit, check, host_has, prim, run_warm, var
 
 from rvm import op
-from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm
+from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16planes
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 from rvm.op.bf16 import PAIRINGS, bf16_bits, conv_pairing, conv_pairs, pack_pairs, turn_pairs
@@ -290,6 +290,31 @@ def test_conv2d(i: int, blas_threads: int) -> None:
     pairing = conv_pairing(case[1] // case[10], case[6]) if i else "channels"
     _conv(case, seed=seed, with_bias=i % 3 == 1, act=act, res=i % 2 == 1, panel=panel,
           pairing=pairing)  # fmt: skip
+
+
+@pytest.mark.parametrize("panel", [0, bf16gemm.NR], ids=["direct", "turned"])
+def test_pair_plane_out_in_pieces(panel: int, blas_threads: int) -> None:
+    """A convolution writing the next one's pair plane (``to``), direct and turned around,
+    cut into pieces at two threads (each piece rounds its own channels' rows,
+    `bf16planes.rows_to_pairs`): every word is its float32 output's channel pair rounded
+    (ties to even), the padding's words 0, and an odd channel count leaves the last pair's
+    high half 0."""
+    rng = np.random.default_rng(5)
+    c, o, s = 64, 2 * bf16gemm.NR + 3, 14
+    x = rng.standard_normal((1, c, s, s)).astype(np.float32)
+    bits = bf16_bits(conv_pairs(rng.standard_normal((o, c, 3, 3)).astype(np.float32) / 20))
+    w = turn_pairs(bits.view(np.int16), 1, panel) if panel else bits.view(np.int16)
+    bias = rng.standard_normal(o).astype(np.float32)
+    y = np.empty((1, o, s, s), np.float32)
+    bf16conv.conv2d(x, w, y, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias, 1, NO_RES, panel)
+    wq = bf16planes.pair_width(s, s, 1, 3, 1, 1)
+    plane = np.full((1, (o + 1) // 2, s + 3, wq), np.nan, np.float32)
+    bf16conv.conv2d(x, w, plane, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias, 1, NO_RES, panel, (1, 1, s, s))
+    half = np.zeros((1, o + 1, s, s), np.uint32)
+    half[:, :o] = bf16_bits(y)
+    want = np.zeros(plane.shape, np.uint32)
+    want[:, :, 1 : 1 + s, 1 : 1 + s] = half[:, 0::2] | (half[:, 1::2] << 16)
+    np.testing.assert_array_equal(plane.view(np.uint32), want)
 
 
 def test_conv2d_rounds_inputs_to_nearest_even() -> None:

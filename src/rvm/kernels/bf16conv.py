@@ -35,8 +35,9 @@ checks its arrays' shapes first and raises `ValueError` naming what disagrees.
 
 Between convolutions the activation may stay bf16 (`rvm.op.bf16`, decided by
 `rvm.transform.to_bf16`): a convolution then writes the next one's pair plane instead of
-float32, each block of rows rounded from a small buffer while in cache (`_pairs_out`; turned
-around, from the image: `_image_pairs`), and the next one reads it as its plane. A prologue
+float32, each block of rows rounded from a small buffer while in cache
+(`rvm.kernels.bf16planes.rows_to_pairs`; turned around, each panel of channels as it is done,
+in its piece), and the next one reads it as its plane. A prologue
 (``x * scale + shift`` per channel, then ReLU: densenet's BN-ReLU) is applied as the plane
 is built (`pair_words`).
 """
@@ -56,13 +57,12 @@ from rvm.kernels.bf16gemm import (
     walk,
 )
 from rvm.kernels.bf16planes import (
-    NO_AFFINE,
     _pair_depth,
     _pair_width,
     pair_plane,
-    pair_words,
     phase_slots,
     plane_count,
+    rows_to_pairs,
     tap_table,
 )
 from rvm.kernels.bf16turned import turned_group
@@ -110,7 +110,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
     late = wide and res != 0  # the residual, then the activation, in `_compact`
     # a pair plane out: each block's float32 rows in one small buffer, rounded out of it
-    # while in cache (`_pairs_out`), so they are never written back to memory
+    # while in cache (`rows_to_pairs`), so they are never written back to memory
     rows = np.empty((co1 - co0 if job[21] != 0 else 0, rows_block * wp), np.float32)
     ld_rows = rows.shape[1]
     at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
@@ -128,7 +128,8 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
              0 if late else act, r_run)  # fmt: skip
         if job[21] != 0:
-            _pairs_out(job, at_rows, ld_rows, co0, co1, yb, ye)
+            rows_to_pairs(job[21:26], at_rows, ld_rows, job[8], job[10], job[11], job[16],
+                          co0, co1, yb, ye)  # fmt: skip
         elif wide:
             _compact(job, co0, co1, yb, ye)
     alive(rows)  # written and read through its address only
@@ -167,37 +168,6 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         tile_rows(job[15] + at, ohw, co1 - co0, (y1 - y0) * ow, 0, job[19], res + at)
 
 
-@jit(**_OPTS)
-def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
-    """Rows [y0, y1) of channels [co0, co1) (``co0`` even) from the float32 rows at ``src``
-    (channel ``o``'s row ``y0`` at ``src + 4 o ldc``, rows ``job[8]`` apart) into the next
-    convolution's pair plane (at ``job[21]``, padding ``job[22]`` rows above and ``job[23]``
-    columns left, ``job[24]`` x ``job[25]`` words a channel pair), rounded to bf16 pairs
-    while in cache; the padding's words of those rows 0, and the rows above and below the
-    image's with its first and last rows."""
-    wp, og, oh, ow = job[8], job[10], job[11], job[16]
-    pt, pl, hq, wq = job[22], job[23], job[24], job[25]
-    for c2 in range(co0 // 2, (co1 + 1) // 2):
-        pair = 1 if 2 * c2 + 1 < og else 0
-        lo = src + 4 * 2 * c2 * ldc
-        at = job[21] + 4 * c2 * hq * wq
-        words = floats_at(at)  # 0.0's bits are 0
-        if y0 == 0:
-            for i in range(pt * wq):
-                words[i] = 0.0
-        if y1 == oh:
-            for i in range((pt + oh) * wq, hq * wq):
-                words[i] = 0.0
-        for y in range(y0, y1):
-            r = (pt + y) * wq
-            for i in range(r, r + pl):
-                words[i] = 0.0
-            for i in range(r + pl + ow, r + wq):
-                words[i] = 0.0
-            row = lo + 4 * (y - y0) * wp
-            pair_words(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, 1, NO_AFFINE, 0)
-
-
 # A direct job (int64): its length; the group's weight rows' address, their words (lda); the
 # plane's and the tap table's addresses, the pairs (k2); the result's address (the group's
 # first channel, rows of the plane's width) and its channels' stride (ldc); the plane's width,
@@ -205,7 +175,7 @@ def _pairs_out(job, src, ldc, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # is wide rows, the output's address (its group's first channel; else 0), width and channels'
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
 # the residual's address (as the output's; 0: none); the next convolution's pair plane's
-# address (0: none), its padding top and left, its height and width (`_pairs_out`); the
+# address (0: none), its padding top and left, its height and width (`rows_to_pairs`); the
 # plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows.
 _DIRECT_JOB = 28
 
@@ -252,7 +222,7 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     (0: none) and the activation's index, the residual's address (as ``oc``'s; 0: none),
     and, when the result is the next convolution's pair plane (one group; ``oc`` then not
     written), the plane's address (0: none), padding top and left, height and width
-    (`_pairs_out`).
+    (`rows_to_pairs`).
     Split on the pool when large and the pool is free (not from within a pool task:
     `_group_task`)."""
     co, kp = w.shape[0], w.shape[1]
@@ -409,7 +379,7 @@ def conv2d(
     top, left, the output's height, width; height 0: none) makes ``out`` the next
     convolution's pair plane ``(n, (co + 1) // 2, hq, wq)`` (its uint32 words in a float32
     array; one group, no residual), each block of rows rounded into it as it is summed
-    (`_pairs_out`); ``of`` (int64: the image's c, h, w; c 0: none) says ``x`` is this
+    (`rows_to_pairs`); ``of`` (int64: the image's c, h, w; c 0: none) says ``x`` is this
     convolution's pair plane of such an image ``(n, (c + 1) // 2, hq, wq)`` (stride 1, one
     group), read as it is. ``before`` (int64: the address of a ``(2, c)`` float32 affine,
     its scales then its shifts, 0: none; a `rvm.op.bf16.PROLOGUES` index) applies ``x *
@@ -463,7 +433,7 @@ def conv2d(
     epilogue[2] = rc.ctypes.data if rc.size else 0
     for b in range(n):
         image = xc[b].view(np.uint32) if planed_in else plane
-        if planed_out and panel == 0:
+        if planed_out:
             epilogue[3] = out.ctypes.data + 4 * b * out.shape[1] * out.shape[2] * out.shape[3]
             epilogue[4], epilogue[5] = to[0], to[1]
             epilogue[6], epilogue[7] = out.shape[2], out.shape[3]
@@ -476,8 +446,6 @@ def conv2d(
                 if not planed_in:
                     pair_plane(xc[b], g * cg, cg, geometry, image)
                 turned_group(wc, oc, b, g, groups, image, table, offs, epilogue, panel)
-            if planed_out:
-                _image_pairs(oc[b], out[b], to[0], to[1])
         else:
             _direct_image(xc, wc, oc, b, groups, geometry, image, table, wide, epilogue, planed_in)
     if not planed_out and oc.ctypes.data != out.ctypes.data:
@@ -485,16 +453,3 @@ def conv2d(
             out[i] = oc[i]
     alive(bc)  # copies of a strided bias or residual: read through their addresses
     alive(rc)
-
-
-@jit(**_OPTS)
-def _image_pairs(y, plane, pt, pl):  # type: ignore[no-untyped-def]
-    """float32 ``y`` (co, oh, ow) rounded into the pair plane ``plane`` (its uint32 words in
-    a float32 ``((co + 1) // 2, hq, wq)``), padding ``pt`` rows above, ``pl`` columns left:
-    `_pairs_out` on the whole image, its rows ``ow`` apart."""
-    co, oh, ow = y.shape
-    job = np.zeros(_DIRECT_JOB, dtype=np.int64)
-    job[8], job[10], job[11], job[16] = ow, co, oh, ow
-    job[21], job[22], job[23] = plane.ctypes.data, pt, pl
-    job[24], job[25] = plane.shape[1], plane.shape[2]
-    _pairs_out(job, np.int64(y.ctypes.data), oh * ow, 0, co, 0, oh)

@@ -35,6 +35,7 @@ __all__ = [
     "pair_plane",
     "pair_words",
     "phase_slots",
+    "rows_to_pairs",
     "plane_count",
     "tap_table",
 ]
@@ -237,6 +238,37 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                     dst = at_p + 4 * (((slot + c2) * hq + r) * wq + q0)
                     pair_words(src, src + 4 * h * wd * pair, dst, q1 - q0, pair, sw, scales,
                                 job[18])  # fmt: skip
+
+
+@jit(**_OPTS)
+def rows_to_pairs(to, src, ldc, wp, og, oh, ow, co0, co1, y0, y1):  # type: ignore[no-untyped-def]  # noqa: E501
+    """A convolution's float32 output rows into the next convolution's pair plane: rows [y0,
+    y1) of channels [co0, co1) (``co0`` even; ``og`` the channels in all) at ``src`` (channel
+    ``o``'s row ``y0`` at ``src + 4 o ldc``, rows ``wp`` floats apart, ``ow`` of them the
+    image's), rounded to bf16 pairs while in cache; ``to`` (int64) the plane's address, its
+    padding top and left, its height and width in words (a channel pair's ``hq`` x ``wq``).
+    The padding's words of those rows are written 0, and the rows above and below the
+    image's with its first and last rows."""
+    at_plane, pt, pl, hq, wq = to[0], to[1], to[2], to[3], to[4]
+    for c2 in range(co0 // 2, (co1 + 1) // 2):
+        pair = 1 if 2 * c2 + 1 < og else 0
+        lo = src + 4 * 2 * c2 * ldc
+        at = at_plane + 4 * c2 * hq * wq
+        words = floats_at(at)  # 0.0's bits are 0
+        if y0 == 0:
+            for i in range(pt * wq):
+                words[i] = 0.0
+        if y1 == oh:
+            for i in range((pt + oh) * wq, hq * wq):
+                words[i] = 0.0
+        for y in range(y0, y1):
+            r = (pt + y) * wq
+            for i in range(r, r + pl):
+                words[i] = 0.0
+            for i in range(r + pl + ow, r + wq):
+                words[i] = 0.0
+            row = lo + 4 * (y - y0) * wp
+            pair_words(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, 1, NO_AFFINE, 0)
 
 
 # A plane job (int64): its length; the group's first channel's address, the group's channels,
