@@ -342,20 +342,27 @@ def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns=0):  # type: ignore[n
     hcols, nhcols = phase_slots(kw // 2, 2 * dw, sw)
     full = cg2 - 1 if columns else cg2
     kwp = (kw + 1) // 2
-    table = np.empty(full * kh * kw + (kh * kwp if columns else 0), dtype=np.int64)
-    for c2 in range(cg2):
+    taps = kh * kw
+    table = np.empty(full * taps + (kh * kwp if columns else 0), dtype=np.int64)
+    # pair 0's words tap by tap, and pair c2's c2 * hq * wq words on: the divisions once a
+    # tap, not once a row (they took 8.6 us of a 3 x 3 from 224 channels at each call)
+    first = np.empty(taps, dtype=np.int64)
+    for dy in range(kh):
+        for dx in range(kw):
+            slot = rows[(dy * dh) % sh] * ncols + cols[(dx * dw) % sw]
+            first[dy * kw + dx] = (slot * cg2 * hq + (dy * dh) // sh) * wq + (dx * dw) // sw
+    for c2 in range(full):
+        for t in range(taps):
+            table[c2 * taps + t] = first[t] + c2 * hq * wq
+    if columns:  # the last pair: an odd group's last channel, its taps paired along rows
         for dy in range(kh):
             r = (dy * dh) // sh
             for dx in range(kw):
-                slot = rows[(dy * dh) % sh] * ncols + cols[(dx * dw) % sw]
-                word = ((slot * cg2 + c2) * hq + r) * wq + (dx * dw) // sw
-                if c2 < full:
-                    table[(c2 * kh + dy) * kw + dx] = word
-                elif dx % 2 == 1 or dx == kw - 1:  # a column pair's, or the last odd tap
-                    p = full * kh * kw + dy * kwp + dx // 2
-                    if dx % 2 == 1:  # the pair's first tap's column-pair phase
-                        first = nrows * ncols * cg2 + rows[(dy * dh) % sh] * nhcols
-                        slot = first + hcols[((dx - 1) * dw) % sw]
-                        word = (slot * hq + r) * wq + ((dx - 1) * dw) // sw
-                    table[p] = word
+                p = full * taps + dy * kwp + dx // 2
+                if dx % 2 == 1:  # the pair's first tap's column-pair phase
+                    slot = nrows * ncols * cg2 + rows[(dy * dh) % sh] * nhcols
+                    slot += hcols[((dx - 1) * dw) % sw]
+                    table[p] = (slot * hq + r) * wq + ((dx - 1) * dw) // sw
+                elif dx == kw - 1:  # a last odd tap, in its channel pair's phase
+                    table[p] = first[dy * kw + dx] + full * hq * wq
     return table
