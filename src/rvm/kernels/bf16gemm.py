@@ -87,6 +87,16 @@ CONV_SPLIT_MIN = SPLIT_MIN >> 2
 also build and round pair planes and move sums, which the pairs leave out, and at
 `SPLIT_MIN` a 3 x 3 convolution to 32 channels at 14 x 14 (densenet's, 3.6M pairs, 93 us)
 or squeezenet's 1 x 1s at 55 x 55 ran in one thread while the other core waited."""
+PACK_SPLIT_MIN = 1 << 10
+"""Words a piece of a pair plane or of a product's A writes at least (4 KB) when its rounding
+into bf16 pairs is cut on the pool (`rvm.kernels.bf16planes.pair_plane`,
+`rvm.kernels.bf16.pair_rows`). Small: the rounding runs before its product's job, and the last
+call's pieces of that job left the destination's lines in every core's cache, so one core
+writing it alone waits on each line's invalidation. On Zen 4 at two threads the 60K-word plane
+of a 1 x 1 from 576 channels on 14 x 14 took 34 us so, against 10 in a buffer no other core
+had read; cut from 1K words, bf16 models took 0.92-0.97 of the time cut from 64K (squeezenet
+0.92, densenet121 0.93, inception_v2 0.95, resnet50 0.96-0.98: the two cuts in turns in one
+process)."""
 if not DPBF16:  # `rvm.transform.to_bf16` says at INFO which way bf16 products take here
     logger.debug(
         "rvm: this CPU target has no AVX512-BF16: bf16 GEMMs widen to float32 and use FMA "

@@ -23,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import LANES, PIECES_PER_THREAD, pair_bits
+from rvm.kernels.bf16gemm import LANES, PACK_SPLIT_MIN, PIECES_PER_THREAD, pair_bits
 from rvm.kernels.jitting import jit
 from rvm.kernels.microkernel import floats_at
 from rvm.kernels.reference.bf16 import pair_depth, pair_width
@@ -43,14 +43,6 @@ __all__ = [
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
 """`pair_words`'s ``scales`` with no prologue: (scale, shift) of the low and the high half."""
-PACK_SPLIT_MIN = 1 << 10
-"""Words a piece of a pair plane writes at least (4 KB) when it is cut on the pool. Small: a
-plane is built before its convolution's job, and the last call's pieces of that job left its
-lines in every core's cache, so one core writing it alone waits on each line's invalidation.
-On Zen 4 at two threads the 60K-word plane of a 1 x 1 from 576 channels on 14 x 14 took 34 us
-so, against 10 in a buffer no other core had read; cut from 1K words, bf16 models took
-0.92-0.97 of the time cut from 64K (squeezenet 0.92, densenet121 0.93, inception_v2 0.95,
-resnet50 0.96-0.98: the two cuts in turns in one process)."""
 
 
 _pair_width = jit(inline="always", **_OPTS)(pair_width)  # the kernels' copies
