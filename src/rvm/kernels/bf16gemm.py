@@ -94,7 +94,7 @@ into bf16 pairs is cut on the pool (`rvm.kernels.bf16planes.pair_plane`,
 call's pieces of that job left the destination's lines in every core's cache, so one core
 writing it alone waits on each line's invalidation. On Zen 4 at two threads the 60K-word plane
 of a 1 x 1 from 576 channels on 14 x 14 took 34 us so, against 10 in a buffer no other core
-had read; cut from 1K words, bf16 models took 0.92-0.97 of the time cut from 64K (squeezenet
+had read; cut from 1K words, bf16 models took 0.92-0.98 of the time cut from 64K (squeezenet
 0.92, densenet121 0.93, inception_v2 0.95, resnet50 0.96-0.98: the two cuts in turns in one
 process)."""
 if not DPBF16:  # `rvm.transform.to_bf16` says at INFO which way bf16 products take here

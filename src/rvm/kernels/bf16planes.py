@@ -35,8 +35,8 @@ __all__ = [
     "pair_plane",
     "pair_words",
     "phase_slots",
-    "rows_to_pairs",
     "plane_count",
+    "rows_to_pairs",
     "tap_table",
 ]
 
