@@ -42,14 +42,13 @@ from thread_layers import kernel_recorder, run_models, rvm_key
 
 # isort: split
 import numpy as np
-from model_child import as_outputs
+from model_child import as_outputs, check_rounded
 
 import rvm
-from rvm.testing.onnx_models import compare, run_ort
+from rvm.testing.onnx_models import run_ort
 
 SETTLE_S = 0.05  # a turn's pause before its untimed call
 INSTRUMENTED = 3  # rvm's instrumented calls a turn, back to back; the first is dropped
-SANE = 5e-2  # a bf16 output this far off f32 is wrong, not rounded
 
 
 def image_shape(a: Any) -> tuple[int, ...]:
@@ -97,9 +96,7 @@ def profile(name: str, runs: int, threads: int, tmp: Path, batch: int = 1) -> di
     want = run_ort(model, inputs)[-1]
     for side, got in (("rvm bf16", as_outputs(f(*inputs))[-1]),
                       ("OpenVINO", list(plain.infer(inputs).values())[-1])):  # fmt: skip
-        err = compare(np.asarray(got), want).rel_err
-        if err > SANE:
-            raise SystemExit(f"{name}: {side} differs from ORT f32 by {err:.2e}")
+        check_rounded(f"{name} ({side})", [got], [want])
     keys = {n.get_friendly_name(): ov_key(n) for n in counted_model.get_runtime_model().get_ops()}
     edge, calls = kernel_recorder(image_shape)
     walls: dict[str, list[float]] = collections.defaultdict(list)

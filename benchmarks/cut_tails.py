@@ -42,16 +42,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common import light_model_files, machine, machine_line, write_results
-from model_child import as_outputs, check_outputs
+from model_child import as_outputs, check_outputs, check_rounded
 
 # isort: split
 import numpy as np
 
 import rvm
 from rvm.kernels import poolstate
-from rvm.testing.onnx_models import compare, run_ort
-
-BF16_SANE = 5e-2  # a bf16 output this far off ORT's float32 is wrong, not rounded
+from rvm.testing.onnx_models import run_ort
 
 COLUMNS = ("T1", "pieces", "span", "half", "tail", "unpooled")
 
@@ -89,13 +87,8 @@ def profile(name: str, batch: int, runs: int, threads: int, wake: float, precisi
     exe = rvm.compile(rvm.from_onnx(str(path)), precision=precision)
     vm = rvm.VirtualMachine(exe, exec_mode="compiled")
     f = vm["main"]
-    got, want = as_outputs(f(*inputs)), run_ort(model, inputs)
-    if precision == "bf16":  # rounded, not wrong: within `BF16_SANE` of ORT's float32
-        for g, w in zip(got, want, strict=True):
-            if compare(g, w).rel_err > BF16_SANE:
-                raise AssertionError(f"{name}: bf16 output differs from ORT's: {compare(g, w)}")
-    else:
-        check_outputs(name, got, want)
+    check = check_rounded if precision == "bf16" else check_outputs
+    check(name, as_outputs(f(*inputs)), run_ort(model, inputs))
     state, line = poolstate.state, poolstate.LINE
     edges: list[tuple[str, int, int]] = []
     cpu: dict[str, float] = collections.defaultdict(float)

@@ -36,6 +36,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 TOLERANCE = 1e-4  # relative error of every output against ONNX Runtime's
+BF16_SANE = 5e-2  # a bf16 output this far off ORT's float32 is wrong, not rounded
 SETTLE_S = 0.1  # the pause before each turn of the speed measurement (`interleaved_medians`)
 TURNS = 31  # of the speed measurement's interleaved medians
 
@@ -81,6 +82,17 @@ def check_outputs(name: str, got: list[np.ndarray], want: list[np.ndarray]) -> l
             raise AssertionError(f"{name}: output {k} differs from ORT's: {result}")
         errors.append(result.rel_err)
     return errors
+
+
+def check_rounded(name: str, got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """Raises when an output of a reduced-precision run (bf16) lies more than `BF16_SANE`
+    from ORT's float32 one: rounded is expected, wrong is not."""
+    from rvm.testing.onnx_models import compare
+
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        result = compare(np.asarray(g), w)
+        if result.rel_err > BF16_SANE:
+            raise AssertionError(f"{name}: output {k} differs from ORT's float32: {result}")
 
 
 def peak_rss_mb() -> float:

@@ -119,11 +119,17 @@ def pack_rows(x, k, out):  # type: ignore[no-untyped-def]
 _ROWS_JOB = 8
 
 
+@jit(inline="always", **_OPTS)
+def _rows(job, r0, r1):  # type: ignore[no-untyped-def]
+    """Rows [r0, r1) of a pair-rows job."""
+    for i in range(r0, r1):
+        _pair_row(job[1] + i * job[2], job[3], job[4] + 4 * i * job[5], 1)
+
+
 def _rows_task(p, like, data):  # type: ignore[no-untyped-def]
     """Piece ``p`` of `pair_rows` (a pool task): its ``job[7]`` rows."""
     job = parfor.job(data)
-    for i in range(p * job[7], min(job[6], (p + 1) * job[7])):
-        _pair_row(job[1] + i * job[2], job[3], job[4] + 4 * i * job[5], 1)
+    _rows(job, p * job[7], min(job[6], (p + 1) * job[7]))
 
 
 parfor.export_task("bf16_pair_rows", _rows_task)
@@ -137,20 +143,18 @@ def pair_rows(x, out):  # type: ignore[no-untyped-def]
     of a wider array's columns) as a bf16 GEMM's A, ``out`` ``(rows, (k + 1) // 2)``
     C-contiguous. Cut by rows into pieces on the pool from `PACK_SPLIT_MIN` words a piece:
     in one thread, BERT-base's 128 x 3072 A took 66 us a call while the other core waited."""
-    rows, k, k2 = x.shape[0], x.shape[1], out.shape[1]
-    at_x, at_o = x.ctypes.data, out.ctypes.data
+    rows, k2 = x.shape[0], out.shape[1]
     threads, parts = parfor.threads(), 1
     if threads > 1 and not workpool.busy():
         parts = min(PIECES_PER_THREAD * threads, rows, rows * k2 // PACK_SPLIT_MIN)
-    if parts <= 1:
-        for i in range(rows):
-            _pair_row(at_x + i * x.strides[0], k, at_o + 4 * i * k2, 1)
-        return
-    step = -(-rows // parts)
+    step = -(-rows // max(1, parts))
     job = np.empty(_ROWS_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3] = _ROWS_JOB, at_x, x.strides[0], k
-    job[4], job[5], job[6], job[7] = at_o, k2, rows, step
-    _run_rows(x, -(-rows // step), job)
+    job[0], job[1], job[2], job[3] = _ROWS_JOB, x.ctypes.data, x.strides[0], x.shape[1]
+    job[4], job[5], job[6], job[7] = out.ctypes.data, k2, rows, step
+    if parts <= 1:
+        _rows(job, 0, rows)
+    else:
+        _run_rows(x, -(-rows // step), job)
 
 
 # A GEMM job (int64): its length; A, B, C addresses; lda, ldc (words, floats); m, n, k2;
