@@ -182,6 +182,32 @@ def test_heads_read_in_place_equal_split_copies(shape, bf16) -> None:
     assert got.tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
+def test_merged_heads_equal_the_transposed_output(threads, bf16) -> None:
+    """``merged``: the output (batch, seq, heads, dv) is the 4-d one transposed, bit for bit,
+    from 4-d operands and from heads read in place, rows that keep no key included."""
+    b, h, s, t, d, dv = 2, 3, 37, 37, 8, 5
+    q, k, v = _qkv(b, h, s, t, d, dv)
+    mask = np.where(RNG.random((b, 1, s, t)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    mask[0, 0, 3] = -np.inf  # a row that keeps no key: masked_row
+    want = np.full((b, h, s, dv), np.nan, np.float32)
+    lib.attention(q, k, v, mask, want, 0.125, -1e4, 0.5, False, bf16)
+    want = np.ascontiguousarray(want.transpose(0, 2, 1, 3))
+    x = np.concatenate([a.transpose(0, 2, 1, 3).reshape(b, s, -1) for a in (q, k, v)], axis=2)
+    before = rvm.get_num_threads()
+    try:
+        rvm.set_num_threads(threads)
+        got = np.full((b, s, h, dv), np.nan, np.float32)
+        lib.attention(q, k, v, mask, got, 0.125, -1e4, 0.5, False, bf16, True)
+        joined = np.full((b, s, h, dv), np.nan, np.float32)
+        lib.attention_heads(np.ascontiguousarray(x), x, x, mask, joined, 0.125, -1e4, 0.5,
+                            False, bf16, d, (0, h * d, 2 * h * d), True)  # fmt: skip
+    finally:
+        rvm.set_num_threads(before)
+    assert got.tobytes() == want.tobytes() and joined.tobytes() == want.tobytes()
+
+
 def test_empty_sequences() -> None:
     q, k, v = _qkv(2, 3, 0, 5, 4, 4)
     _run(q, k, v, np.zeros((1, 1, 1, 5), np.float32))

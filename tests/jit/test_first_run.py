@@ -249,6 +249,24 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     assert library_tasks(run_pipeline(b.get())) == want
 
 
+def test_a_compile_lists_a_norms_task() -> None:
+    """A norm over the trailing axis splits its rows when large, or when a sequence's length
+    is known at run time only (`rvm.kernels.norms`); a small one runs unsplit."""
+    from jit_helpers import var
+
+    from rvm import op
+    from rvm.ir import Builder
+    from rvm.jit.first_run import library_tasks
+    from rvm.transform.pipeline import run_pipeline
+
+    for shape, want in (((1, "seq", 768), [("norm_rows", "float32")]), ((2, 8), [])):
+        x, g = var("x", shape), var("g", (shape[-1],))
+        b = Builder()
+        with b.function("main", [x, g]):
+            b.emit_output(b.emit(op.rms_norm(x, g)))
+        assert library_tasks(run_pipeline(b.get())) == want
+
+
 MATMUL_CHILD = textwrap.dedent(
     """
     import json

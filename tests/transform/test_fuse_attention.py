@@ -78,9 +78,11 @@ def _bert():
     return build([q, k4, v, bias], body)
 
 
-def _merged():
+def _merged(join: bool = False, extra_use: bool = False):
     """Heads split by copies from one (batch, seq, q|k|v columns) tensor, BERT's after
-    `merge_products`: slices of its last axis, each reshaped to heads and transposed."""
+    `merge_products`: slices of its last axis, each reshaped to heads and transposed;
+    ``join``: the result's heads joined again, (batch, seq, 16), as BERT's before its output
+    projection (``extra_use``: the transposed result returned too)."""
     x = Var("x", tensor(("b", "s", 48), F32))
     bias = Var("bias", tensor(("b", 1, 1, "s"), F32))
 
@@ -91,7 +93,12 @@ def _merged():
 
         q, kt, v = heads(0, (0, 2, 1, 3)), heads(16, (0, 2, 3, 1)), heads(32, (0, 2, 1, 3))
         s = emit(op.add(emit(op.multiply(emit(op.matmul(q, kt)), const(0.25, F32))), bias))
-        return emit(op.matmul(emit(op.softmax(s, axis=-1)), v))
+        o = emit(op.matmul(emit(op.softmax(s, axis=-1)), v))
+        if not join:
+            return o
+        t = emit(op.transpose(o, (0, 2, 1, 3)))
+        joined = emit(op.reshape(t, ("b", "s", 16)))
+        return Tuple((joined, t)) if extra_use else joined
 
     return build([x, bias], body)
 
@@ -150,6 +157,20 @@ def test_heads_split_by_copies_are_read_in_place() -> None:
     np.testing.assert_allclose(rvm.interpret(fused, "main", x, bias), want, rtol=1e-6, atol=1e-6)
 
 
+def test_heads_joined_by_copies_are_written_in_place() -> None:
+    fused = run(_merged(join=True), lambda m: attention_heads(fuse_attention(m)))
+    assert op_names(fused) == ["attention"]
+    call = next(iter(fused["main"].body.bindings)).value
+    assert call.attrs["merge_heads"] and call.attrs["heads"] == (2, 8, 8, 0, 16, 32)
+    x, bias = _data((2, 5, 48)), np.where(RNG.random((2, 1, 1, 5)) < 0.3, -np.inf, 0).astype(F32)
+    want = rvm.interpret(_merged(join=True), "main", x, bias)
+    got = rvm.interpret(fused, "main", x, bias)
+    assert got.shape == (2, 5, 16)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    kept = run(_merged(join=True, extra_use=True), lambda m: attention_heads(fuse_attention(m)))
+    assert op_names(kept) == ["attention", "transpose", "reshape"]
+
+
 def test_no_mask_is_a_zero_bias() -> None:
     fused = run(_plain(), fuse_attention)
     assert op_names(fused) == ["attention"]
@@ -177,6 +198,7 @@ def test_fused_attention_equals_the_chain(exec_mode, b, s, t) -> None:
     check_numbers(_bert(), [q, np.ascontiguousarray(k.transpose(0, 2, 1, 3)), v, bias], exec_mode)
     if s == t:  # the heads read in place (`attention_heads`, run by compile for the jit)
         check_numbers(_merged(), [_data((b, s, 48)), bias], exec_mode)
+        check_numbers(_merged(join=True), [_data((b, s, 48)), bias], exec_mode)
 
 
 @pytest.mark.parametrize("hidden", [-np.inf, np.finfo(np.float32).min])

@@ -19,7 +19,7 @@ from rvm.jit.cond import all_of, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.scalar import lit
 from rvm.jit.stages import BLAS_DTYPES
-from rvm.jit.te import Tensor, Unsupported
+from rvm.jit.te import Tensor, Unsupported, product, shape_tuple
 from rvm.kernels import cblas
 from rvm.op import ops
 
@@ -54,14 +54,19 @@ def _attention(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> 
                 all_of(ne(m, 1), ne(m, full)),
                 f"{kb.kernel}: attention: mask axis {axis} does not broadcast to the scores",
             )
-    dims = (b, h, s, dv)
+    merged = bool(attrs.get("merge_heads"))
+    dims = (b, s, kb.dim(product((h, dv)))) if merged else (b, h, s, dv)
     result = Tensor(dims, out, kind="anchor")
 
     def fill() -> None:
         result.array = kb.buffer(dims, out, result.array)
+        o = result.array
+        if merged:  # the library writes (b, s, h, dv): the heads side by side in each row
+            o = kb.fresh("w")
+            kb.root.lines.append(f"{o} = {result.array}.reshape({shape_tuple((b, s, h, dv))})")
         qa, ka, va = (kb.materialize(x, out) for x in (q, k, v))
         ma = kb.materialize(mask, out if attrs["mask_kind"] == "add" else "bool")
-        _emit(kb, attrs, qa, ka, va, ma, result.array, out)
+        _emit(kb, attrs, qa, ka, va, ma, o, out)
 
     result.fill = fill
     return result
@@ -74,13 +79,14 @@ def _emit(kb, attrs, q, k, v, mask, o, dtype) -> None:  # type: ignore[no-untype
     empty = lit(attrs["masked_row"], dtype)
     bf16 = attrs.get("precision") == "bf16" and dtype == "float32"
     args = f"{q}, {k}, {v}, {mask}, {o}, {scale}, {fill}, {empty}, {select}, {bf16}"
+    merged = bool(attrs.get("merge_heads"))
     heads = attrs.get("heads") or ()
     if not heads:
-        kb.root.lines.append(f"attention({args})")
+        kb.root.lines.append(f"attention({args}, {merged})")
         return
     kb.imports.add(("rvm.kernels.attention", "attention_heads", None))
     _, d, _, *at = heads
-    kb.root.lines.append(f"attention_heads({args}, {d}, ({at[0]}, {at[1]}, {at[2]}))")
+    kb.root.lines.append(f"attention_heads({args}, {d}, ({at[0]}, {at[1]}, {at[2]}), {merged})")
 
 
 compute[ops.attention] = _attention

@@ -21,7 +21,8 @@ from rvm.jit.cond import mod, ne
 from rvm.jit.kernel import KernelBuilder
 from rvm.jit.reduce import reduce_tensor
 from rvm.jit.scalar import exp_source, lit, scalar_compute
-from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, deps_of, idx, product
+from rvm.kernels import entry
 from rvm.op import ops
 from rvm.op.declare import ELEMENTWISE
 
@@ -207,6 +208,9 @@ def _layer_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) ->
                     f"{kb.kernel}: layer_norm: {what} "
                     f"does not match the normalized axes of the input",
                 )
+    library = _library_norm(kb, x, (gamma, beta), axes, attrs["epsilon"])
+    if library is not None:
+        return library
     m = reduce_tensor(kb, "mean", x, axes, True, t)
     d = kb.elemwise(lambda a, b: f"({a} - {b})", t, [x, m])
     sq = kb.elemwise(lambda a: f"({a} * {a})", t, [d])
@@ -236,6 +240,9 @@ def _rms_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> T
                 f"{gamma.dims[k]} != {x.dims[a]}",
                 f"{kb.kernel}: rms_norm: gamma does not match the normalized axes of the input",
             )
+    library = _library_norm(kb, x, (gamma,), axes, attrs["epsilon"])
+    if library is not None:
+        return library
     sq = kb.elemwise(lambda a: f"({a} * {a})", t, [x])
     ms = reduce_tensor(kb, "mean", sq, axes, True, t)
     eps = lit(attrs["epsilon"], t)
@@ -249,6 +256,39 @@ def _rms_norm(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> T
 
 
 compute[ops.rms_norm] = _rms_norm
+
+
+def _library_norm(
+    kb: KernelBuilder, x: Tensor, params: Sequence[Tensor], axes: tuple[int, ...], eps: float
+) -> Tensor | None:
+    """A float32 or float64 layer norm (``params`` gamma, beta) or RMS norm (gamma) over the
+    trailing axes as a call of the library's ``norm_rows`` (`rvm.kernels.norms`: rows on the
+    pool when large) filling an array; None for the loops above (other dtypes and axes)."""
+    k = len(axes)
+    trailing = k > 0 and axes == tuple(range(x.ndim - k, x.ndim))
+    if x.dtype not in ("float32", "float64") or not trailing:
+        return None
+    if any(p.dtype != x.dtype for p in params):
+        return None
+    from rvm.kernels.lrn import float_bits
+
+    t = Tensor(x.dims, x.dtype, kind="anchor")
+    rms = len(params) == 1
+
+    def fill() -> None:
+        t.array = kb.buffer(x.dims, x.dtype, t.array)
+        rows, n = kb.dim(product(x.dims[: x.ndim - k])), kb.dim(product(x.dims[x.ndim - k :]))
+        flat = [f"{kb.materialize(p)}.reshape(({n},))" for p in params]
+        arrays = (
+            f"{kb.materialize(x)}.reshape(({rows}, {n}))",
+            *(flat if not rms else flat * 2),  # RMS: beta not read
+            f"{t.array}.reshape(({rows}, {n}))",
+        )
+        dtype = entry.variant([x.dtype] * 4)
+        kb.call_entry("norm_rows", arrays, (float_bits(float(eps)), int(rms)), dtype)
+
+    t.fill = fill
+    return t
 
 
 def _rope(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:

@@ -186,7 +186,25 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
         from rvm.kernels import lrn
 
         return lrn.first_run_tasks(x[0] * x[1] * x[2] * x[3], attrs["size"])
+    if callee in (ops.layer_norm, ops.rms_norm):
+        return _norm_tasks(call)
     return ()
+
+
+def _norm_tasks(call: E.Call) -> tuple[str, ...]:
+    """A float32 norm's task over trailing axes of static size (`rvm.kernels.norms`; rows
+    known at run time only count as many, as a sequence's)."""
+    x, k = _dims(call.args[0]), len(call.attrs["axes"])
+    if not x or not k:
+        return ()
+    axes = sorted(a % len(x) for a in call.attrs["axes"])
+    n = x[len(x) - k :]
+    if axes != list(range(len(x) - k, len(x))) or None in n:
+        return ()
+    from rvm.kernels import norms
+
+    rows = x[: len(x) - k]
+    return norms.first_run_tasks(None if None in rows else math.prod(rows), math.prod(n))  # type: ignore[arg-type]
 
 
 def _matmul_tasks(call: E.Call, dense: bool) -> tuple[str, ...]:

@@ -85,11 +85,11 @@ UNDERFLOW = -104.0  # exp of less is 0 in float32 (and below every float64 score
 # the mask's dims; whether it selects, whether a hidden key can be skipped; the rows of a
 # band, the bands per head; the itemsize; bf16: the heads' packed K and V (0: float32
 # products), the words of a head's K and V, and the phase (0: packing heads, 1: bands); the
-# strides (elements) of q's, k's and v's batches, heads and rows (`_layout`).
+# strides (elements) of q's, k's, v's and the output's batches, heads and rows (`_layout`).
 (_Q, _K, _V, _MASK, _OUT, _PARAMS, _B, _H, _S, _T, _D, _DV, _MB, _MH, _MS, _MT, _SELECT, _SKIP,
  _ROWS, _BANDS, _SIZE, _PACKED, _KW, _VW, _PHASE, _QB, _QH, _QR, _KB, _KH, _KR, _VB, _VH,
- _VR) = range(1, 35)  # fmt: skip
-_JOB = 35
+ _VR, _OB, _OH, _OR) = range(1, 38)  # fmt: skip
+_JOB = 38
 
 
 @intrinsic
@@ -248,10 +248,10 @@ def _dots(q, kh, sc, n, te, d, w, qr, kr):  # type: ignore[no-untyped-def]
 
 
 @jit(**_FAST)
-def _row_sums(sc, vh, o, n, te, dv, vr):  # type: ignore[no-untyped-def]
-    """``o[i] = sum_j sc[i, j] * vh[j]`` for a few rows (V's ``vr`` apart)."""
+def _row_sums(sc, vh, o, n, te, dv, vr, orow):  # type: ignore[no-untyped-def]
+    """``o[i] = sum_j sc[i, j] * vh[j]`` for a few rows (V's ``vr`` apart, o's ``orow``)."""
     for i in range(n):
-        out = o[i * dv : (i + 1) * dv]
+        out = o[i * orow : i * orow + dv]
         out[:] = 0
         for j in range(te):
             p = sc[i * te + j]
@@ -271,7 +271,7 @@ def _transposed(kh, te, d, kr):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _add_last_key(sc, vh, o, n, te, dv, vr):  # type: ignore[no-untyped-def]
+def _add_last_key(sc, vh, o, n, te, dv, vr, orow):  # type: ignore[no-untyped-def]
     """``o[i] += p[i, te - 1] * v[te - 1]``, both rounded to bf16 as the GEMM's operands."""
     p, v = np.empty(n, dtype=np.float32), np.empty(dv, dtype=np.float32)
     for i in range(n):
@@ -282,7 +282,7 @@ def _add_last_key(sc, vh, o, n, te, dv, vr):  # type: ignore[no-untyped-def]
         for i in range(a.size):
             bits[i] = np.uint32(round_bits(bits[i]) << 16)
     for i in range(n):
-        out = o[i * dv : (i + 1) * dv]
+        out = o[i * orow : i * orow + dv]
         for x in range(dv):
             out[x] += p[i] * v[x]
 
@@ -345,7 +345,8 @@ def _piece(p, job, like, scores, values):  # type: ignore[no-untyped-def]
     q = _rows(job[_Q] + size * (bi * job[_QB] + hi * job[_QH] + r0 * qr), n, d, qr, like)
     kh = _rows(job[_K] + size * (bi * job[_KB] + hi * job[_KH]), t, d, kr, like)
     vh = _rows(job[_V] + size * (bi * job[_VB] + hi * job[_VH]), t, dv, vr, like)
-    o = parfor.array_at(job[_OUT] + size * (bh * s + r0) * dv, (n * dv,), like)
+    orow = job[_OR]  # o's rows: ``orow`` apart (heads merged: the heads' columns between)
+    o = _rows(job[_OUT] + size * (bi * job[_OB] + hi * job[_OH] + r0 * orow), n, dv, orow, like)
     sc = np.empty(n * te, dtype=o.dtype)
     w = np.empty(d if s < SMALL_ROWS else 0, dtype=o.dtype)  # `_dots`' scratch
     if s < SMALL_ROWS:  # the head's rows, not the band's: a band's cut changes no answer
@@ -363,12 +364,12 @@ def _piece(p, job, like, scores, values):  # type: ignore[no-untyped-def]
         if not kept[i]:
             sc[i * te : (i + 1) * te] = 0
     if s < SMALL_ROWS:
-        _row_sums(sc, vh, o, n, te, dv, vr)
+        _row_sums(sc, vh, o, n, te, dv, vr, orow)
     else:
-        values(sc, vh, o, n, te, t, dv, head + 4 * job[_KW], vr)
+        values(sc, vh, o, n, te, t, dv, head + 4 * job[_KW], vr, orow)
     for i in range(n):
         if not kept[i]:
-            o[i * dv : (i + 1) * dv] = empty
+            o[i * orow : i * orow + dv] = empty
 
 
 @jit(**_OPTS)
@@ -381,10 +382,10 @@ def _f32_scores(q, kh, sc, n, te, d, head, qr, kr):  # type: ignore[no-untyped-d
 
 
 @jit(**_OPTS)
-def _f32_values(sc, vh, o, n, te, t, dv, head, vr):  # type: ignore[no-untyped-def]
-    """``o = sc @ vh[:te]`` for ``n`` rows: rvm's float32 GEMM."""
+def _f32_values(sc, vh, o, n, te, t, dv, head, vr, orow):  # type: ignore[no-untyped-def]
+    """``o = sc @ vh[:te]`` for ``n`` rows (``orow`` apart): rvm's float32 GEMM."""
     blas.product(o, NO_TRANS, parfor.address(sc), te, parfor.address(vh), vr,
-                 parfor.address(o), dv, n, dv, te, 0.0)  # fmt: skip
+                 parfor.address(o), orow, n, dv, te, 0.0)  # fmt: skip
 
 
 @jit(**_OPTS)
@@ -401,9 +402,9 @@ def _bf16_scores(q, kh, sc, n, te, d, head, qr, kr):  # type: ignore[no-untyped-
 
 
 @jit(**_OPTS)
-def _bf16_values(sc, vh, o, n, te, t, dv, head, vr):  # type: ignore[no-untyped-def]
-    """``o = sc @ v`` for ``n`` rows: the bf16 GEMM on the rounded probabilities and the
-    head's packed V at ``head``."""
+def _bf16_values(sc, vh, o, n, te, t, dv, head, vr, orow):  # type: ignore[no-untyped-def]
+    """``o = sc @ v`` for ``n`` rows (``orow`` apart): the bf16 GEMM on the rounded
+    probabilities and the head's packed V at ``head``."""
     te2 = (te + 1) // 2
     pp = np.empty(n * te2, dtype=np.uint32)
     pair_rows(sc.reshape((n, te)), pp.reshape((n, te2)))
@@ -411,12 +412,13 @@ def _bf16_values(sc, vh, o, n, te, t, dv, head, vr):  # type: ignore[no-untyped-
     # a hidden one, whose value (a cache slot not written yet) may be anything
     whole = te2 if te == t or te % 2 == 0 else te2 - 1
     if whole == 0:
-        o[:] = 0
+        for i in range(n):
+            o[i * orow : i * orow + dv] = 0
     walk(parfor.address(pp), te2, 0, n, head, 4 * ((t + 1) // 2), 4 * NR,
-         NR, 0, 0, parfor.address(o), dv, dv, whole, 0, 0, 0, 0)  # fmt: skip
+         NR, 0, 0, parfor.address(o), orow, dv, whole, 0, 0, 0, 0)  # fmt: skip
     alive(pp)
     if whole < te2:  # the last key alone
-        _add_last_key(sc, vh, o, n, te, dv, vr)
+        _add_last_key(sc, vh, o, n, te, dv, vr, orow)
 
 
 def _task(p, like, data):  # type: ignore[no-untyped-def]
@@ -458,10 +460,11 @@ def _bands(b, h, s, t, work, itemsize):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False):  # type: ignore[no-untyped-def]  # noqa: E501
+def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False, merged=False):  # type: ignore[no-untyped-def]  # noqa: E501
     """``out = softmax(scale * q @ k^T, masked) @ v`` per (batch, head): q (b, h, s, d),
-    k (b, h, t, d), v (b, h, t, dv), out (b, h, s, dv), C-contiguous arrays of one float
-    dtype; ``mask`` (4-d, each axis 1 or the scores' (b, h, s, t)) is added (of that dtype)
+    k (b, h, t, d), v (b, h, t, dv), out (b, h, s, dv) (``merged``: (b, s, h, dv), the heads
+    side by side in each row, as ``transpose(out, (0, 2, 1, 3))``), C-contiguous arrays of one
+    float dtype; ``mask`` (4-d, each axis 1 or the scores' (b, h, s, t)) is added (of that dtype)
     or, with ``select``, keeps a score where it holds and puts ``fill`` elsewhere (bool). A
     row whose every score is -inf gives ``masked_row``. ``bf16`` (float32): both products in
     bf16 with float32 sums (the module docstring). Checks the shapes first.
@@ -473,23 +476,35 @@ def attention(q, k, v, mask, out, scale, fill, masked_row, select, bf16=False): 
     t, dv = k.shape[2], v.shape[3]
     if k.shape != (b, h, t, d) or v.shape != (b, h, t, dv):
         raise ValueError("attention: q, k, v, the mask and the output do not agree")
-    layout = np.array([h * s * d, s * d, d, h * t * d, t * d, d, h * t * dv, t * dv, dv])
+    ob, oh, orow = _out_layout(h, s, dv, merged)
+    layout = np.array([h * s * d, s * d, d, h * t * d, t * d, d, h * t * dv, t * dv, dv, ob,
+                       oh, orow])  # fmt: skip
     _attend(parfor.address(q), parfor.address(k), parfor.address(v), layout, mask, out,
-            (b, h, s, t, d, dv), scale, fill, masked_row, select, bf16)  # fmt: skip
+            (b, h, s, t, d, dv), scale, fill, masked_row, select, bf16, merged)  # fmt: skip
+
+
+@jit(**_OPTS, inline="always")
+def _out_layout(h, s, dv, merged):  # type: ignore[no-untyped-def]
+    """The output's strides (elements) of batches, heads and rows: (b, h, s, dv), or
+    (b, s, h, dv) ``merged``."""
+    return (s * h * dv, dv, h * dv) if merged else (h * s * dv, s * dv, dv)
 
 
 @jit(**_OPTS)
-def attention_heads(q, k, v, mask, out, scale, fill, masked_row, select, bf16, d, at):  # type: ignore[no-untyped-def]  # noqa: E501
+def attention_heads(q, k, v, mask, out, scale, fill, masked_row, select, bf16, d, at, merged=False):  # type: ignore[no-untyped-def]  # noqa: E501
     """`attention` on heads read in place from 3-d (batch, seq, columns) C-contiguous arrays
     (`rvm.op.attention`'s ``heads``): head ``i`` of q is its columns ``at[0] + i * d`` to
     ``at[0] + (i + 1) * d``, of k ``at[1] + i * d`` on, of v ``at[2] + i * dv`` on (``dv``:
     out's last axis); q, k and v may be one array (a merged product's). ``out`` is
-    (batch, heads, seq, dv).
+    (batch, heads, seq, dv), or (batch, seq, heads, dv) ``merged``.
 
     Raises:
         ValueError: The shapes do not agree.
     """
-    b, h, s, dv = out.shape
+    if merged:
+        b, s, h, dv = out.shape
+    else:
+        b, h, s, dv = out.shape
     t, cq, ck, cv = k.shape[1], q.shape[2], k.shape[2], v.shape[2]
     if (
         q.shape[:2] != (b, s)
@@ -501,22 +516,24 @@ def attention_heads(q, k, v, mask, out, scale, fill, masked_row, select, bf16, d
         or at[2] + h * dv > cv
     ):
         raise ValueError("attention: the heads' columns, the mask and the output do not agree")
-    layout = np.array([s * cq, d, cq, t * ck, d, ck, t * cv, dv, cv])
+    ob, oh, orow = _out_layout(h, s, dv, merged)
+    layout = np.array([s * cq, d, cq, t * ck, d, ck, t * cv, dv, cv, ob, oh, orow])
     size = out.itemsize
     _attend(parfor.address(q) + size * at[0], parfor.address(k) + size * at[1],
             parfor.address(v) + size * at[2], layout, mask, out, (b, h, s, t, d, dv), scale,
-            fill, masked_row, select, bf16)  # fmt: skip
+            fill, masked_row, select, bf16, merged)  # fmt: skip
 
 
 @jit(**_OPTS)
-def _attend(qa, ka, va, layout, mask, out, dims, scale, fill, masked_row, select, bf16):  # type: ignore[no-untyped-def]  # noqa: E501
+def _attend(qa, ka, va, layout, mask, out, dims, scale, fill, masked_row, select, bf16, merged):  # type: ignore[no-untyped-def]  # noqa: E501
     """`attention` on q, k and v at the addresses ``qa``, ``ka``, ``va`` whose batches,
-    heads and rows are ``layout``'s strides apart (elements: q's three, k's, v's); ``dims``
-    (b, h, s, t, d, dv). Checks the mask and the output."""
+    heads and rows are ``layout``'s strides apart (elements: q's three, k's, v's, then the
+    output's); ``dims`` (b, h, s, t, d, dv). Checks the mask and the output ((b, h, s, dv),
+    or (b, s, h, dv) ``merged``)."""
     b, h, s, t, d, dv = dims
     mb, mh, ms, mt = mask.shape
     if (
-        out.shape != (b, h, s, dv)
+        out.shape != ((b, s, h, dv) if merged else (b, h, s, dv))
         or not (mb == 1 or mb == b)
         or not (mh == 1 or mh == h)
         or not (ms == 1 or ms == s)
@@ -534,7 +551,7 @@ def _attend(qa, ka, va, layout, mask, out, dims, scale, fill, masked_row, select
     rows, bands, parts = _bands(b, h, s, t, b * h * s * t * (d + dv), out.itemsize)
     job = np.empty(_JOB, dtype=np.int64)
     job[0], job[_Q], job[_K], job[_V] = _JOB, qa, ka, va
-    for i in range(9):
+    for i in range(12):
         job[_QB + i] = layout[i]
     job[_MASK], job[_OUT], job[_PARAMS] = (
         parfor.address(mask),

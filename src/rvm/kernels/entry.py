@@ -61,6 +61,7 @@ MODULES = {
     "channel_affine": "rvm.kernels.affine",
     "pool2d": "rvm.kernels.pool",
     "lrn": "rvm.kernels.lrn",
+    "norm_rows": "rvm.kernels.norms",
     "join_rows": "rvm.kernels.joins",
     "qconv2d": "rvm.kernels.qentry",
     "qconv2d_turned": "rvm.kernels.qentry",
@@ -88,10 +89,11 @@ MIXED = {
     "dense_bf16": (2, 2, 2),
     "matmul": (2, 2, 2),
     "dense_packed": (2, 3, 2, 1, 2),
+    "norm_rows": (2, 1, 1, 2),
 }
 MIXED_DTYPES = ("uint8", "int8", "int16", "int32", "float32")
 # The dtypes a `MIXED` entry point's arrays may have where they are not `MIXED_DTYPES`.
-MIXED_DTYPES_OF = {"matmul": ("float32", "float64")}
+MIXED_DTYPES_OF = {"matmul": ("float32", "float64"), "norm_rows": ("float32", "float64")}
 # The `MIXED` entry points' byte arrays (by position): an int8 one is passed as uint8 and its
 # sign as one more parameter after the caller's (bit i: the i-th of these arrays is int8), so
 # one build serves every variant of signs (the integer products' input and output: each

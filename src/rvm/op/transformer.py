@@ -9,7 +9,10 @@ elsewhere. A row whose every score is ``-inf`` gives ``masked_row`` (0.0 as expo
 softmax with ``where(p != p, 0, p)``, NaN as plain softmax gives). With ``heads=(h, d, dv,
 q_at, k_at, v_at)``, q, k and v are 3-d (batch, seq, columns) tensors whose heads are read in
 place: head i of q is ``q[:, :, q_at + i*d : q_at + (i+1)*d]``, of k likewise from ``k_at``,
-of v ``dv`` columns each from ``v_at`` (one merged QKV product can be all three). The jit
+of v ``dv`` columns each from ``v_at`` (one merged QKV product can be all three). With
+``merge_heads``, the result is (batch, seq, heads * vdim), each row its heads side by side
+(``reshape(transpose(o, (0, 2, 1, 3)), ...)`` of the 4-d one, as exporters join the heads
+before the output projection), written so in place. The jit
 runs it as one kernel that never holds more than one head's scores (`rvm.jit.attention`).
 
 ``rms_norm(x, gamma, axes, epsilon)`` is ``x / sqrt(mean(x * x, axes) + epsilon) * gamma``
@@ -90,6 +93,10 @@ def _infer_attention(call_: Call, args: list[TensorType]) -> Type:
         raise IRError(f"attention: a select mask must be bool, got {mask.dtype}")
     if kind == "add" and mask.dtype is not None and mask.dtype not in FLOAT_DTYPES:
         raise IRError(f"attention: an additive mask must be float, got {mask.dtype}")
+    if call_.attrs.get("merge_heads"):
+        h, dv = qs[1], vs[3]
+        width = h * dv if isinstance(h, int) and isinstance(dv, int) else None
+        return TensorType((qs[0], qs[2], width), q.dtype)
     return TensorType((qs[0], qs[1], qs[2], vs[3]), q.dtype)
 
 
@@ -170,6 +177,7 @@ def attention(
     masked_row: float = 0.0,
     precision: str = "fp32",
     heads: Sequence[int] = (),
+    merge_heads: bool = False,
 ) -> Call:
     """``softmax(scale * q @ k^T masked by mask) @ v`` over (batch, heads, seq, dim) tensors.
 
@@ -187,6 +195,8 @@ def attention(
             stay float32.
         heads: ``(h, d, dv, q_at, k_at, v_at)``: q, k and v are 3-d (batch, seq, columns)
             and their heads are read in place (the module docstring); ``()``: 4-d.
+        merge_heads: The result is (batch, seq, heads * vdim), the heads side by side in
+            each row, rather than (batch, heads, seq, vdim).
     """
     kind = check_choice("attention", "mask_kind", mask_kind, ("add", "select"))
     split = check_ints("attention", "heads", heads)
@@ -204,6 +214,7 @@ def attention(
         masked_row=check_float("attention", "masked_row", masked_row),
         precision=check_choice("attention", "precision", precision, ("fp32", "bf16")),
         heads=split,
+        merge_heads=bool(merge_heads),
     )
 
 

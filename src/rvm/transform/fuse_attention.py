@@ -24,7 +24,10 @@ The jit runs it as one kernel instead of four to six (`rvm.jit.attention`).
 place: when q, k and v are each ``transpose(reshape(x, (b, s, h, d)), (0, 2, 1, 3))`` of a 3-d
 ``x`` (b, s, h*d), or of a unit-step ``strided_slice`` of x's last axis (the slices of a merged
 QKV product), single-use, the call takes the 3-d tensors and ``heads=(h, d, dv, q_at, k_at,
-v_at)`` (the columns where each head starts): no copy splits the heads.
+v_at)`` (the columns where each head starts): no copy splits the heads. And where an
+attention's result is only ``reshape(transpose(o, (0, 2, 1, 3)), (b, s, h*dv))`` (the heads
+joined again before the output projection, as BERT's), single-use, the call takes
+``merge_heads=True`` and writes that 3-d result itself: no copy joins the heads.
 
 Algorithm: one walk over each straight-line region; each ``matmul`` (``attention``) is tried
 as the end of a chain, matched backwards through single-use bindings (`rvm.transform.pattern`).
@@ -39,6 +42,7 @@ import numpy as np
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.module import IRModule
+from rvm.ir.types import TensorType
 from rvm.op import ops
 from rvm.transform.dead_code import dead_code
 from rvm.transform.pattern import Region, fuse_chains, operands, rank
@@ -52,7 +56,25 @@ def fuse_attention(mod: IRModule) -> IRModule:
 def attention_heads(mod: IRModule) -> IRModule:
     """Let every attention whose heads are split by copies read them in place (see above);
     dead code goes first (an unused ``shape_of`` of q would keep q's split)."""
-    return fuse_chains(dead_code(mod), "attention_heads", {ops.attention: (_heads,)}, "splits")
+    mod = fuse_chains(dead_code(mod), "attention_heads", {ops.attention: (_heads,)}, "splits")
+    return fuse_chains(mod, "attention_heads", {ops.reshape: (_merged,)}, "joins")
+
+
+def _merged(r: Region, call: E.Call) -> E.Call | None:
+    """The attention writing ``call`` (a reshape joining its heads) itself, or None."""
+    tr = r.call(call.args[0], ops.transpose)
+    if tr is None or tuple(tr.attrs["axes"] or ()) != (0, 2, 1, 3):
+        return None
+    att = r.call(tr.args[0], ops.attention)
+    if att is None or att.attrs.get("merge_heads") or rank(tr.args[0]) != 4:
+        return None
+    b, h, s, dv = tr.args[0].type.shape  # type: ignore[union-attr]
+    joined = getattr(call, "type", None)
+    if not (isinstance(h, int) and isinstance(dv, int) and isinstance(joined, TensorType)):
+        return None
+    if joined.shape is None or tuple(joined.shape) != (b, s, h * dv):
+        return None
+    return op.attention(*att.args, **{**att.attrs, "merge_heads": True})
 
 
 def _heads(r: Region, call: E.Call) -> E.Call | None:

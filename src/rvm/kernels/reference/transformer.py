@@ -11,11 +11,12 @@ from rvm.kernels.reference.common import _like
 
 def attention(
     q, k, v, mask, scale=1.0, mask_kind="add", fill=0.0, masked_row=0.0, precision="fp32",
-    heads=(),
+    heads=(), merge_heads=False,
 ):  # fmt: skip
     """softmax(scale * q @ k^T, masked) @ v; rows whose scores are all -inf give
     ``masked_row``. ``precision="bf16"`` (float32): q, k, p and v rounded to bf16 first.
-    ``heads=(h, d, dv, q_at, k_at, v_at)``: q, k, v 3-d, their heads read from columns."""
+    ``heads=(h, d, dv, q_at, k_at, v_at)``: q, k, v 3-d, their heads read from columns.
+    ``merge_heads``: the result (b, s, h * dv), each row its heads side by side."""
     if heads:
         h, d, dv, *at = heads
         q, k, v = (
@@ -36,7 +37,11 @@ def attention(
     if bf16:
         p = _round_bf16(_like(p, q.dtype))
     out = np.matmul(_like(p, q.dtype), v)
-    return _like(np.where(empty, np.asarray(masked_row, q.dtype), out), q.dtype)
+    out = _like(np.where(empty, np.asarray(masked_row, q.dtype), out), q.dtype)
+    if merge_heads:
+        b, h, s, dv = out.shape
+        out = np.ascontiguousarray(out.transpose(0, 2, 1, 3)).reshape(b, s, h * dv)
+    return out
 
 
 def rms_norm(x, gamma, axes=(-1,), epsilon=1e-6):
