@@ -96,6 +96,16 @@ def erf_source(t: str, x: str) -> str:
     return f"np.{t}(math.erf(np.float64({x})))"
 
 
+def gelu_source(t: str, x: str) -> str:
+    """GELU's erf form, ``0.5 x (1 + erf(x / sqrt 2))``: the vectorizable
+    `rvm.kernels.mathlib.gelu32` for float32 (the GEMM epilogue's arithmetic), else with
+    `erf_source`."""
+    if t == "float32":
+        return _mathlib("gelu32", x)
+    half, one = lit(0.5, t), lit(1.0, t)
+    return f"({half} * {x} * ({one} + {erf_source(t, f'({x} * {lit(0.7071067811865476, t)})')}))"
+
+
 def sigmoid_source(t: str, x: str) -> str:
     """The stable sigmoid: exp(-|x|) based, exact in both tails as the reference."""
     if t == "float32":
@@ -133,6 +143,9 @@ class ScalarEmitter:
 
     def erf(self, x: str) -> str:
         return erf_source(self.dtype, x)
+
+    def gelu(self, x: str) -> str:
+        return gelu_source(self.dtype, x)
 
     def unsupported(self, reason: str) -> NoReturn:
         raise Unsupported(reason)

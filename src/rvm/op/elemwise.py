@@ -480,8 +480,7 @@ def _gelu_form(e: Emitter, x: str) -> str:
     if e.attrs.get("approximate") == "tanh":
         inner = f"{e.lit(0.7978845608028654)} * ({x} + {e.lit(0.044715)} * {x} * {x} * {x})"
         return f"({half} * {x} * ({one} + {e.tanh(inner)}))"
-    scaled = f"({x} * {e.lit(0.7071067811865476)})"
-    return f"({half} * {x} * ({one} + {e.erf(scaled)}))"
+    return e.gelu(x)
 
 
 @elementwise("gelu", 1, Rule.FLOAT, _gelu_form, exports=__all__)
