@@ -13,7 +13,7 @@ from jit_helpers import check, prim, var
 from numba.core.errors import TypingError
 
 from rvm import op
-from rvm.kernels.mathlib import erf32, exp32, gelu32, sigmoid32, tanh32
+from rvm.kernels.mathlib import erf32, exp32, gelu32, gelu_tanh32, sigmoid32, tanh32
 
 
 @nb.njit(error_model="numpy", fastmath={"nsz", "arcp", "contract", "afn"})
@@ -45,19 +45,27 @@ def test_erf32_special_values() -> None:
 
 
 @nb.njit(error_model="numpy", fastmath={"nsz", "arcp", "contract", "afn"})
-def _gelu_all(xs, out):  # type: ignore[no-untyped-def]
+def _gelu_all(xs, out, tanh):  # type: ignore[no-untyped-def]
     for i in range(xs.size):
-        out[i] = gelu32(xs[i])
+        out[i] = gelu_tanh32(xs[i]) if tanh else gelu32(xs[i])
 
 
-def test_gelu32_against_the_float64_gelu() -> None:
-    """GELU's rational erf (`mathlib.ERF_FAST_P`): within 3 ulp where x > 0; below 0, where
-    ``1 + erf`` cancels, within 8 ulp plus 3e-7 |x| (erf's 5 ulp near -1, times x / 2)."""
+def _gelu64(v: float, tanh: bool) -> float:
+    if tanh:
+        return 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)))
+    return 0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("tanh", [False, True], ids=["erf", "tanh"])
+def test_gelu32_against_the_float64_gelu(tanh: bool) -> None:
+    """GELU's rational erf and tanh (`mathlib.ERF_FAST`, `TANH_FAST`): within 3 ulp where
+    x > 0; below 0, where ``1 + erf`` (``1 + tanh``) cancels, within 8 ulp plus 3e-7 |x|
+    (erf's 5 ulp near -1, times x / 2)."""
     tiny = np.logspace(-38, 1.5, 20001)
     xs = np.concatenate([np.linspace(-12, 12, 480001), tiny, -tiny]).astype(np.float32)
     out = np.empty_like(xs)
-    _gelu_all(xs, out)
-    want = np.array([0.5 * float(v) * (1 + math.erf(float(v) / math.sqrt(2))) for v in xs])
+    _gelu_all(xs, out, tanh)
+    want = np.array([_gelu64(float(v), tanh) for v in xs])
     ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     err = np.abs(out.astype(np.float64) - want)
     above = xs > 0
@@ -65,11 +73,10 @@ def test_gelu32_against_the_float64_gelu() -> None:
     assert (err <= 8 * ulp + 3e-7 * np.abs(xs)).all()
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 6.0, -6.0], np.float32)
     got = np.empty_like(special)
-    _gelu_all(special, got)
-    with np.errstate(invalid="ignore"):  # -inf * (1 + erf(-inf)) is NaN, as the reference's
-        want = 0.5 * special * (1 + np.array([math.erf(v) for v in special / np.sqrt(2)]))
-    np.testing.assert_array_equal(got[[0, 1, 2, 3, 4]], want[[0, 1, 2, 3, 4]].astype(np.float32))
-    assert got[5] == np.float32(6.0) and -1e-6 < got[6] <= 0  # -6 Phi(-6): -5.9e-9
+    _gelu_all(special, got, tanh)
+    # -inf * (1 + erf(-inf)) is NaN, as the reference's
+    np.testing.assert_array_equal(got[:5], np.array([0.0, -0.0, np.inf, np.nan, np.nan]))
+    assert np.signbit(got[1]) and got[5] == np.float32(6.0) and -1e-6 < got[6] <= 0
 
 
 def test_gelu_and_erf_kernels_over_a_wide_range() -> None:

@@ -509,7 +509,7 @@ class _KernelLowering:
             "import numpy as np",
             "from numba import types as nt",
             "",
-            "from rvm.kernels.mathlib import erf32, exp32, gelu32, sigmoid32, tanh32",
+            "from rvm.kernels.mathlib import erf32, exp32, gelu32, gelu_tanh32, sigmoid32, tanh32",
             *sorted(_import_line(*i) for i in self.kb.imports),
             *(["from rvm.kernels.entry import require"] if self.kb.entries else []),
             "",

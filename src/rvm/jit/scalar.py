@@ -23,6 +23,7 @@ import numpy as np
 
 from rvm.ir.types import FLOAT_DTYPES
 from rvm.jit.te import Scalar, Unsupported
+from rvm.kernels.mathlib import GELU_CUBIC, SQRT_2_OVER_PI, SQRT_HALF
 from rvm.op.declare import ELEMENTWISE, ScalarForm
 
 ScalarFn = Callable[..., str]
@@ -96,14 +97,19 @@ def erf_source(t: str, x: str) -> str:
     return f"np.{t}(math.erf(np.float64({x})))"
 
 
-def gelu_source(t: str, x: str) -> str:
-    """GELU's erf form, ``0.5 x (1 + erf(x / sqrt 2))``: the vectorizable
-    `rvm.kernels.mathlib.gelu32` for float32 (the GEMM epilogue's arithmetic), else with
-    `erf_source`."""
+def gelu_source(t: str, x: str, tanh: bool = False) -> str:
+    """GELU's erf form, ``0.5 x (1 + erf(x / sqrt 2))``, or its tanh form (``tanh``): the
+    vectorizable `rvm.kernels.mathlib.gelu32` (`gelu_tanh32`) for float32, the GEMM epilogue's
+    arithmetic; else from `erf_source` (`tanh_source`)."""
     if t == "float32":
-        return _mathlib("gelu32", x)
+        return _mathlib("gelu_tanh32" if tanh else "gelu32", x)
     half, one = lit(0.5, t), lit(1.0, t)
-    return f"({half} * {x} * ({one} + {erf_source(t, f'({x} * {lit(0.7071067811865476, t)})')}))"
+    if tanh:
+        cubic = f"({x} + {lit(GELU_CUBIC, t)} * {x} * {x} * {x})"
+        shape = tanh_source(t, f"({lit(SQRT_2_OVER_PI, t)} * {cubic})")
+    else:
+        shape = erf_source(t, f"({x} * {lit(SQRT_HALF, t)})")
+    return f"({half} * {x} * ({one} + {shape}))"
 
 
 def sigmoid_source(t: str, x: str) -> str:
@@ -144,8 +150,8 @@ class ScalarEmitter:
     def erf(self, x: str) -> str:
         return erf_source(self.dtype, x)
 
-    def gelu(self, x: str) -> str:
-        return gelu_source(self.dtype, x)
+    def gelu(self, x: str, tanh: bool = False) -> str:
+        return gelu_source(self.dtype, x, tanh)
 
     def unsupported(self, reason: str) -> NoReturn:
         raise Unsupported(reason)

@@ -12,15 +12,15 @@ Why in LLVM IR: the same epilogue written as Numba loops (once `rvm.kernels.pack
 called on each 8 x 48 tile from within the bf16 GEMM's walk, vectorizes its bias and ReLU but
 left its GELU scalar, with a branch between erf's two forms: on BERT's FFN shape (128 x 768
 by 768 x 3072, 2 threads) with pre-activations of standard deviation 2.3, the GELU added 2.5
-to 5 ms to the GEMM's 1.4 ms; here it adds about 0.2-0.3 ms. (Where most values are below 1 in
+to 5 ms to the GEMM's 1.4 ms; here it added about 0.2-0.3 ms with erf32's arithmetic, 0.07 ms
+with the rational erf (`rvm.kernels.mathlib.ERF_FAST`). (Where most values are below 1 in
 magnitude the scalar code takes erf's cheap form and cost less: random-weight BERT showed no
-end-to-end change.) The GELU is the same arithmetic as
-`rvm.kernels.mathlib`'s (`gelu32`'s rational erf, `tanh32`, `exp32`: their polynomials, their
-range reduction, both branches computed and one selected), on whole vectors in registers, so
-its results agree with the elementwise kernels' within a few ulp.
+end-to-end change.) The GELU is the same arithmetic as `rvm.kernels.mathlib`'s `gelu32` and
+`gelu_tanh32` (their rational erf and tanh, from the same constants), on whole vectors in
+registers, so its results agree with the elementwise kernels' within a few ulp.
 
-`VectorMath` holds that arithmetic (exp, erf, tanh, the two GELUs) for any intrinsic that
-wants it. NaN propagates, as in `rvm.kernels.mathlib`.
+`VectorMath` holds that arithmetic (the two GELUs) for any intrinsic that wants it. NaN
+propagates, as in `rvm.kernels.mathlib`.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ I64, F32 = ir.IntType(64), ir.FloatType()
 
 
 class VectorMath(VectorIR):
-    """`VectorIR` plus float32 vector exp, erf, tanh and the GELUs, as `rvm.kernels.mathlib`
-    computes them lane by lane."""
+    """`VectorIR` plus the float32 vector GELUs, as `rvm.kernels.mathlib` computes them lane by
+    lane."""
 
     def f(self, value: float) -> ir.Constant:
         """A float32 vector of ``value`` in every lane."""
@@ -62,75 +62,27 @@ class VectorMath(VectorIR):
             p = self.fma(p, x, self.f(c))
         return p
 
-    def _clamp(self, x: ir.Value, lo: float, hi: float) -> ir.Value:
-        """``x`` within [lo, hi], NaN kept."""
-        b = self.builder
-        x = b.select(b.fcmp_ordered("<", x, self.f(lo)), self.f(lo), x)
-        return b.select(b.fcmp_ordered(">", x, self.f(hi)), self.f(hi), x)
-
-    def _pow2(self, n: ir.Value) -> ir.Value:
-        b = self.builder
-        return b.bitcast(b.shl(b.add(n, self.constant(127)), self.constant(23)), self.f32)
-
-    def exp(self, x: ir.Value) -> ir.Value:
-        """e ** x (`rvm.kernels.mathlib.exp32`)."""
-        b = self.builder
-        xc = self._clamp(x, *m.EXP_RANGE)
-        n = self._call("floor", self.fma(xc, self.f(m.LOG2E), self.f(0.5)))
-        r = self.fma(n, self.f(-m.LN2_HI), xc)
-        r = self.fma(n, self.f(-m.LN2_LO), r)
-        p = self._horner(r, m.EXP_POLY)
-        p = self.fma(b.fmul(p, r), r, b.fadd(r, self.f(1.0)))
-        ni = b.fptosi(n, self.i32)
-        half = b.ashr(ni, self.constant(1))
-        return b.fmul(b.fmul(p, self._pow2(half)), self._pow2(b.sub(ni, half)))
-
-    def _signed(self, x: ir.Value, magnitude: ir.Value) -> ir.Value:
-        """``magnitude`` with the sign of ``x`` (``-magnitude`` where ``x < 0``)."""
-        b = self.builder
-        return b.select(b.fcmp_ordered(">=", x, self.f(0.0)), magnitude, b.fneg(magnitude))
-
-    def erf(self, x: ir.Value) -> ir.Value:
-        """erf(x) (`rvm.kernels.mathlib.erf32`)."""
-        b = self.builder
-        small = b.fmul(x, self._horner(b.fmul(x, x), tuple(reversed(m.ERF_SMALL))))
-        a = self._call("fabs", x)
-        ac = b.select(b.fcmp_ordered(">", a, self.f(m.ERF_CLAMP)), self.f(m.ERF_CLAMP), a)
-        t = b.fdiv(self.f(1.0), self.fma(self.f(0.5), ac, self.f(1.0)))
-        q = self._horner(t, m.ERFC_POLY)
-        big = b.fsub(self.f(1.0), b.fmul(t, self.exp(b.fsub(q, b.fmul(ac, ac)))))
-        return b.select(b.fcmp_ordered("<", a, self.f(1.0)), small, self._signed(x, big))
-
-    def tanh(self, x: ir.Value) -> ir.Value:
-        """tanh(x) (`rvm.kernels.mathlib.tanh32`)."""
-        b = self.builder
-        a = self._call("fabs", x)
-        e = self.exp(b.fmul(self.f(2.0), a))
-        big = b.fsub(self.f(1.0), b.fdiv(self.f(2.0), b.fadd(e, self.f(1.0))))
-        z = b.fmul(x, x)
-        p = self._horner(z, m.TANH_POLY)
-        small = self.fma(b.fmul(p, z), x, x)
-        return b.select(b.fcmp_ordered("<", a, self.f(m.TANH_SMALL)), small, self._signed(x, big))
-
     def gelu(self, v: ir.Value, tanh: bool) -> ir.Value:
-        """``0.5 v (1 + erf(v / sqrt 2))`` (GELU's erf, `fast_erf`), or with ``tanh`` its
-        tanh approximation."""
+        """``0.5 v (1 + erf(v / sqrt 2))``, or with ``tanh`` its tanh approximation: erf and
+        tanh as `rvm.kernels.mathlib.gelu32` and `gelu_tanh32` take them (`odd_rational`)."""
         b = self.builder
         if tanh:
             cube = b.fmul(b.fmul(v, v), v)
-            inner = b.fmul(self.f(0.7978845608028654), self.fma(self.f(0.044715), cube, v))
-            shape = self.tanh(inner)
+            inner = b.fmul(self.f(m.SQRT_2_OVER_PI), self.fma(self.f(m.GELU_CUBIC), cube, v))
+            shape = self.odd_rational(inner, m.TANH_FAST)
         else:
-            shape = self.fast_erf(b.fmul(v, self.f(m.SQRT_HALF)))
+            shape = self.odd_rational(b.fmul(v, self.f(m.SQRT_HALF)), m.ERF_FAST)
         return b.fmul(b.fmul(self.f(0.5), v), b.fadd(self.f(1.0), shape))
 
-    def fast_erf(self, s: ir.Value) -> ir.Value:
-        """GELU's erf (`rvm.kernels.mathlib.gelu32`'s: ERF_FAST_P / ERF_FAST_Q)."""
+    def odd_rational(self, s: ir.Value, fit: tuple) -> ir.Value:
+        """`rvm.kernels.mathlib`'s odd rational fit ``fit`` (`ERF_FAST`, `TANH_FAST`) at ``s``:
+        ``s * P(s * s) / Q(s * s)`` below its clamp in magnitude, else +-1."""
         b = self.builder
+        clamp, p, q = fit
         z = b.fmul(s, s)
-        e = b.fmul(s, b.fdiv(self._horner(z, m.ERF_FAST_P), self._horner(z, m.ERF_FAST_Q)))
+        e = b.fmul(s, b.fdiv(self._horner(z, p), self._horner(z, q)))
         one = b.select(b.fcmp_ordered(">=", s, self.f(0.0)), self.f(1.0), self.f(-1.0))
-        inside = b.fcmp_ordered("<", self._call("fabs", s), self.f(m.ERF_FAST_CLAMP))
+        inside = b.fcmp_ordered("<", self._call("fabs", s), self.f(clamp))
         return b.select(inside, e, one)
 
     def activation(self, v: ir.Value, act: int) -> ir.Value:

@@ -59,8 +59,9 @@ class Emitter(Protocol):
         """The error function (vectorizable for float32)."""
         ...
 
-    def gelu(self, x: str) -> str:
-        """GELU's erf form, ``0.5 x (1 + erf(x / sqrt 2))`` (vectorizable for float32)."""
+    def gelu(self, x: str, tanh: bool = False) -> str:
+        """GELU's erf form, ``0.5 x (1 + erf(x / sqrt 2))``, or its tanh form (``tanh``)
+        (vectorizable for float32)."""
         ...
 
     def unsupported(self, reason: str) -> NoReturn:

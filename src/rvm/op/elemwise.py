@@ -476,11 +476,7 @@ def leaky_relu(x: ExprLike, alpha: float = 0.01) -> Call:
 
 
 def _gelu_form(e: Emitter, x: str) -> str:
-    half, one = e.lit(0.5), e.lit(1.0)
-    if e.attrs.get("approximate") == "tanh":
-        inner = f"{e.lit(0.7978845608028654)} * ({x} + {e.lit(0.044715)} * {x} * {x} * {x})"
-        return f"({half} * {x} * ({one} + {e.tanh(inner)}))"
-    return e.gelu(x)
+    return e.gelu(x, tanh=e.attrs.get("approximate") == "tanh")
 
 
 @elementwise("gelu", 1, Rule.FLOAT, _gelu_form, exports=__all__)
