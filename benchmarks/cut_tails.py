@@ -175,7 +175,8 @@ def main() -> None:
                         help="threads of the cut (default: every CPU, as rvm's)")  # fmt: skip
     parser.add_argument("--wake", type=float, default=0.0, help="helpers' late start (us)")
     parser.add_argument("--top", type=int, default=30, help="kernels listed")
-    parser.add_argument("--precision", default="fp32", help="rvm.compile's (fp32, bf16)")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                        help="rvm.compile's")  # fmt: skip
     parser.add_argument("--name", default="cut_tails", help="results file name, no suffix")
     args = parser.parse_args()
     head = f"threads {args.threads}; batch {args.batch}; {args.precision}"

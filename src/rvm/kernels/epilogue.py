@@ -15,12 +15,9 @@ by 768 x 3072, 2 threads) with pre-activations of standard deviation 2.3, the GE
 to 5 ms to the GEMM's 1.4 ms; here it added about 0.2-0.3 ms with erf32's arithmetic, 0.07 ms
 with the rational erf (`rvm.kernels.mathlib.ERF_FAST`). (Where most values are below 1 in
 magnitude the scalar code takes erf's cheap form and cost less: random-weight BERT showed no
-end-to-end change.) The GELU is the same arithmetic as `rvm.kernels.mathlib`'s `gelu32` and
-`gelu_tanh32` (their rational erf and tanh, from the same constants), on whole vectors in
-registers, so its results agree with the elementwise kernels' within a few ulp.
-
-`VectorMath` holds that arithmetic (the two GELUs) for any intrinsic that wants it. NaN
-propagates, as in `rvm.kernels.mathlib`.
+end-to-end change.) The GELU is `rvm.kernels.mathlib`'s `gelu32` and `gelu_tanh32`, written by
+the same code on whole vectors in registers (`mathlib.gelu_ir`), so its results are the
+elementwise kernels'. NaN propagates, as there.
 """
 
 from __future__ import annotations
@@ -42,55 +39,18 @@ I64, F32 = ir.IntType(64), ir.FloatType()
 
 
 class VectorMath(VectorIR):
-    """`VectorIR` plus the float32 vector GELUs, as `rvm.kernels.mathlib` computes them lane by
-    lane."""
+    """`VectorIR` plus float32 constants in every lane and the activations."""
 
     def f(self, value: float) -> ir.Constant:
         """A float32 vector of ``value`` in every lane."""
         return ir.Constant(self.f32, [value] * self.lanes)
-
-    def _call(self, name: str, *args: ir.Value) -> ir.Value:
-        fn = self.declare(self.f32, [self.f32] * len(args), f"llvm.{name}.v{self.lanes}f32")
-        return self.builder.call(fn, list(args))
-
-    def fma(self, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
-        return self._call("fma", x, y, z)
-
-    def _horner(self, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
-        p = self.f(coefficients[0])
-        for c in coefficients[1:]:
-            p = self.fma(p, x, self.f(c))
-        return p
-
-    def gelu(self, v: ir.Value, tanh: bool) -> ir.Value:
-        """``0.5 v (1 + erf(v / sqrt 2))``, or with ``tanh`` its tanh approximation: erf and
-        tanh as `rvm.kernels.mathlib.gelu32` and `gelu_tanh32` take them (`odd_rational`)."""
-        b = self.builder
-        if tanh:
-            cube = b.fmul(b.fmul(v, v), v)
-            inner = b.fmul(self.f(m.SQRT_2_OVER_PI), self.fma(self.f(m.GELU_CUBIC), cube, v))
-            shape = self.odd_rational(inner, m.TANH_FAST)
-        else:
-            shape = self.odd_rational(b.fmul(v, self.f(m.SQRT_HALF)), m.ERF_FAST)
-        return b.fmul(b.fmul(self.f(0.5), v), b.fadd(self.f(1.0), shape))
-
-    def odd_rational(self, s: ir.Value, fit: tuple) -> ir.Value:
-        """`rvm.kernels.mathlib`'s odd rational fit ``fit`` (`ERF_FAST`, `TANH_FAST`) at ``s``:
-        ``s * P(s * s) / Q(s * s)`` below its clamp in magnitude, else +-1."""
-        b = self.builder
-        clamp, p, q = fit
-        z = b.fmul(s, s)
-        e = b.fmul(s, b.fdiv(self._horner(z, p), self._horner(z, q)))
-        one = b.select(b.fcmp_ordered(">=", s, self.f(0.0)), self.f(1.0), self.f(-1.0))
-        inside = b.fcmp_ordered("<", self._call("fabs", s), self.f(clamp))
-        return b.select(inside, e, one)
 
     def activation(self, v: ir.Value, act: int) -> ir.Value:
         """Activation ``act`` (an index of `ACTIVATIONS`: none, relu, gelu, gelu_tanh)."""
         if act == 1:
             b = self.builder
             return b.select(b.fcmp_ordered("<", v, self.f(0.0)), self.f(0.0), v)
-        return self.gelu(v, act == 3) if act in (2, 3) else v
+        return m.gelu_ir(self.builder, v, act == 3) if act in (2, 3) else v
 
 
 def _by_activation(builder: ir.IRBuilder, act: ir.Value, loop: Callable[[int], None]) -> None:

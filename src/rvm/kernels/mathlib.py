@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 from numba import types as nt
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 _FAST = {"nsz", "arcp", "contract", "afn"}
 
-# The constants of the arithmetic below, written once: `rvm.kernels.epilogue.VectorMath` builds
-# the same functions as LLVM vectors from them. Polynomials are listed highest degree first.
+# The constants of the arithmetic below, written once. Polynomials are listed highest degree
+# first.
 EXP_RANGE = (-104.0, 89.0)  # exp32 clamps its argument to this: 0 and inf beyond
 LOG2E = 1.4426950408889634
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = LN2_HI + LN2_LO, LN2_HI exact in 9 bits
@@ -167,18 +168,24 @@ class _Flagged:
 class _Scalar:
     """Writes float32 scalar IR as Numba lowers the Python arithmetic of the docstrings (the
     same operations in the same order; the caller's fastmath pass flags them as it flags its
-    own), so that the inlined code is the code Numba's inlining gave."""
+    own), so that the inlined code is the code Numba's inlining gave. With ``lanes``, the same
+    operations on vectors of that many float32 lanes (`gelu_ir`: the GEMM epilogue's)."""
 
-    def __init__(self, builder: ir.IRBuilder) -> None:
+    def __init__(self, builder: ir.IRBuilder, lanes: int = 0) -> None:
         self.b = _Flagged(builder)
+        self.lanes = lanes
+        self.t = ir.VectorType(F32, lanes) if lanes else F32
 
-    @staticmethod
-    def f(value: float) -> ir.Constant:
-        """A float32 constant (``np.float32(value)``)."""
-        return ir.Constant(F32, float(np.float32(value)))
+    def f(self, value: float) -> ir.Constant:
+        """A float32 constant (``np.float32(value)``), in every lane."""
+        v = float(np.float32(value))
+        return ir.Constant(self.t, [v] * self.lanes if self.lanes else v)
 
     def _intrinsic(self, name: str, x: ir.Value) -> ir.Value:
-        fn = self.b.module.declare_intrinsic(f"llvm.{name}", [F32])
+        if not self.lanes:
+            return self.b.call(self.b.module.declare_intrinsic(f"llvm.{name}", [F32]), [x])
+        full = f"llvm.{name}.v{self.lanes}f32"  # llvmlite names scalar overloads only
+        fn = cgutils.get_or_insert_function(self.b.module, ir.FunctionType(self.t, [self.t]), full)
         return self.b.call(fn, [x])
 
     def abs(self, x: ir.Value) -> ir.Value:
@@ -320,3 +327,10 @@ gelu32 = _float32_function("gelu32", _Scalar.gelu)
 # GELU's tanh form for float32: the same of ``s = SQRT_2_OVER_PI * (x + GELU_CUBIC * (x * x *
 # x))`` with TANH_FAST.
 gelu_tanh32 = _float32_function("gelu_tanh32", _Scalar.gelu_tanh)
+
+
+def gelu_ir(builder: ir.IRBuilder, x: ir.Value, tanh: bool) -> ir.Value:
+    """`gelu32` (``tanh``: `gelu_tanh32`) of the float32 vector ``x``, written into ``builder``
+    as the intrinsics write it for one lane."""
+    writer = _Scalar(builder, x.type.count)
+    return writer.gelu_tanh(x) if tanh else writer.gelu(x)
