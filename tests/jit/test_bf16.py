@@ -16,7 +16,7 @@ import pytest
 from jit_helpers import HASWELL, Jit, check, host_has, prim, run_warm, var
 
 from rvm import op
-from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16planes
+from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16planes, bf16turned
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 from rvm.op.bf16 import PAIRINGS, bf16_bits, conv_pairing, conv_pairs, pack_pairs, turn_pairs
@@ -280,19 +280,22 @@ def test_conv2d(i: int, blas_threads: int) -> None:
     other case with a residual added before the activation: applied to the rows as they are
     summed, wide rows (the residual and activation as they are compacted) and grouped pieces
     alike; and turned around (output channels along the lanes), in panels of a tile's `NR`
-    channels or of fewer than two vectors' (a tile's last vector part of a panel). An odd
+    channels, of `LANES` (a tile's vectors from several panels, where the channels fill
+    them) or of fewer than two vectors' (a tile's last vector part of a panel). An odd
     group's last channel pairs its taps as `rvm.transform.to_bf16` has it (`conv_pairing`:
     along the kernel's rows, at any stride and dilation), the first case's as its channel
     pairs."""
     case = CONVS[i]
     seed, act = case[1] * case[2] + case[4], (0, 1, 3)[i % 3]
-    panel = bf16gemm.NR if i % 2 else bf16gemm.LANES + 3
+    panel = (bf16gemm.LANES + 3, bf16gemm.NR, bf16gemm.LANES, bf16gemm.NR)[i % 4]
     pairing = conv_pairing(case[1] // case[10], case[6]) if i else "channels"
     _conv(case, seed=seed, with_bias=i % 3 == 1, act=act, res=i % 2 == 1, panel=panel,
           pairing=pairing)  # fmt: skip
 
 
-@pytest.mark.parametrize("panel", [0, bf16gemm.NR], ids=["direct", "turned"])
+@pytest.mark.parametrize(
+    "panel", [0, bf16gemm.NR, bf16gemm.LANES], ids=["direct", "turned", "turned-spanning"]
+)
 def test_pair_plane_out_in_pieces(panel: int, blas_threads: int) -> None:
     """A convolution writing the next one's pair plane (``to``), direct and turned around,
     cut into pieces at two threads (each piece rounds its own channels' rows,
@@ -559,14 +562,52 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 16, 40, 400, 8, 3, 3, 2, (1, 1, 1, 1), 1, 1),  # the same in stride phases
         (1, 128, 7, 7, 256, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: panels in pieces
         (1, 256, 14, 14, 32, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned, one panel, an epilogue
+        (1, 64, 7, 7, 512, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: 8 tiles of 48, 4 of 32
+        (1, 96, 13, 13, 208, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: 1 tile of 48, 5 of 32
+        (1, 64, 14, 14, 200, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # turned: panels not all full
     ],
 )
-def test_large_convolutions_in_pieces(case: tuple, blas_threads: int) -> None:
+@pytest.mark.parametrize("spanning", [False, True], ids=["nr-panels", "lanes-panels"])
+def test_large_convolutions_in_pieces(case: tuple, spanning: bool, blas_threads: int) -> None:
     """Large convolutions run in pieces on the pool, with the same results (turned around
-    too, the last two cases, the last one with a bias, a residual and ReLU)."""
-    turned = case[2] in (7, 14)
-    _conv(case, seed=8, with_bias=turned, act=int(turned), res=turned,
-          panel=bf16gemm.NR if turned else 0)  # fmt: skip
+    too, the cases at 7 x 7 to 14 x 14, with a bias, a residual and ReLU: the weight in
+    panels of `NR` channels, or of `LANES`, tiles then spanning panels where the channels
+    fill them and cut for the threads into whole tiles, `bf16turned._short_tiles`)."""
+    turned = case[2] in (7, 13, 14)
+    if spanning and not turned:
+        pytest.skip("the direct method has no panels")
+    panel = (bf16gemm.LANES if spanning else bf16gemm.NR) if turned else 0
+    _conv(case, seed=8, with_bias=turned, act=int(turned), res=turned, panel=panel)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_turned_tiles_give_each_thread_its_share(threads: int) -> None:
+    """A turned convolution's channels (a multiple of `LANES`) are cut into tiles of `NR`,
+    then of ``2 * LANES`` (`bf16turned._short_tiles`, `_tile_start`): the tiles make the
+    channels, and threads taking them in turn get the fewest channels at most that such a
+    mix allows, exactly their share where the mix makes one (512 or 256 on two threads)."""
+    short_tiles = bf16turned._short_tiles.py_func
+    start = bf16turned._tile_start.py_func
+    lanes, nr = bf16gemm.LANES, bf16gemm.NR
+    for og in range(lanes, 2049, lanes):
+        short = short_tiles(og, threads)
+        count = -(-(og - short * 2 * lanes) // nr) + short
+        edges = [start(i, og, short) for i in range(count + 1)]
+        widths = [b - a for a, b in zip(edges, edges[1:])]
+        assert edges[0] == 0 and edges[-1] == og and all(w > 0 for w in widths), og
+        assert all(w in (nr, 2 * lanes) for w in widths) or short == 0, (og, widths)
+        busiest = max(sum(widths[t::threads]) for t in range(threads))
+        for n in range(og // (2 * lanes) + 1):  # no other mix of the two loads it less
+            rest = og - n * 2 * lanes
+            if rest % nr == 0:
+                mix = [nr] * (rest // nr) + [2 * lanes] * n
+                assert busiest <= max(sum(mix[t::threads]) for t in range(threads)), og
+    if threads == 2 and nr == 3 * lanes:
+        for og in (256, 512, 1024, 2048):
+            short = short_tiles(og, 2)
+            count = (og - short * 2 * lanes) // nr + short
+            widths = [start(i + 1, og, short) - start(i, og, short) for i in range(count)]
+            assert sum(widths[0::2]) == sum(widths[1::2]) == og // 2, og
 
 
 def test_piece_grids_balance_the_threads() -> None:

@@ -173,7 +173,21 @@ def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-d
 
     @intrinsic
     def kernel(
-        typingctx, kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs
+        typingctx,
+        kc2,
+        a,
+        lda,
+        b,
+        ldb,
+        indexed,
+        c,
+        ldc,
+        accumulate,
+        rows,
+        vectors,
+        last,
+        offs,
+        bstep,
     ):  # type: ignore[no-untyped-def]  # noqa: E501
         return _micro_codegen(kinds)
 
@@ -188,12 +202,16 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
     (a convolution turned around: output positions as A's rows, output channels along the
     lanes): A's row ``i``, pair ``s`` is the word ``offs[i] + table[s]`` after ``a``, ``lda``
     the table's address and ``offs`` that of the rows' int64 word offsets (``offs`` unused
-    otherwise), and a tile of ``MR - 1`` rows has its own loop. One loop per (vector count,
-    indexed, rows), chosen by a switch: each keeps its accumulators in registers."""
-    sig = nt.void(*(nt.int64,) * 13)
+    otherwise), and a tile of ``MR - 1`` rows has its own loop; there B's vector ``j`` starts
+    ``j * bstep`` words after its pair row's first word (a turned weight's panels of `LANES`
+    channels: ``bstep`` a panel's words, so that a tile's channels may span panels), where
+    the other loops read B's vectors adjacent (``bstep`` `LANES`, as `band` passes). One loop
+    per (vector count, indexed, rows), chosen by a switch: each keeps its accumulators in
+    registers."""
+    sig = nt.void(*(nt.int64,) * 14)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs = args
+        kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs, bstep = args
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec, words = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
         masks, module = ir.VectorType(i1, LANES), builder.module
@@ -262,6 +280,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
                 [cgutils.alloca_once_value(builder, zero) for _ in range(vectors)]
                 for _ in range(height)
             ]
+            apart = bstep if indexed == 2 else i64(LANES)  # words from one B vector to the next
             with cgutils.for_range(builder, kc2) as loop:
                 step = loop.index
                 if indexed == 2:
@@ -273,7 +292,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
                     row_b = builder.mul(step, ldb)
                 bs = []
                 for j in range(vectors):
-                    at = builder.gep(bp, [builder.add(row_b, i64(j * LANES))])
+                    at = builder.gep(bp, [builder.add(row_b, builder.mul(apart, i64(j)))])
                     lanes = mask if j == vectors - 1 else whole
                     w = builder.call(load_words, [builder.bitcast(at, wptr), align, lanes, zero_w])
                     bs.append(builder.bitcast(w, pairs) if DPBF16 else halves(w))
@@ -426,7 +445,7 @@ def band(kc2, a, lda, b, b_col, ldb, indexed, c, ldc, add, rows, width):  # type
             cols = 2 * LANES
         vectors = (cols + LANES - 1) // LANES
         micro(kc2, a, lda, b + b_col * j0, ldb, indexed, c + 4 * j0, ldc, add, rows, vectors,
-              cols - (vectors - 1) * LANES, 0)  # fmt: skip
+              cols - (vectors - 1) * LANES, 0, LANES)  # fmt: skip
         j0 += cols
 
 

@@ -7,7 +7,15 @@ are the rows, each broadcast from the same pair plane (built by `rvm.kernels.bf1
 through the same tap table, and the output channels run along the lanes, read from the
 weight converted at compile time into panels of channels
 (`rvm.kernels.reference.bf16.turn_pairs`, the op's ``panel``). `turned_panel` says which
-convolutions take it (`TURN_GAIN`). The sums land in a scratch of ``(positions, NR)`` and
+convolutions take it (`TURN_GAIN`) and in which panels: where the channels fill panels of
+`LANES`, those, a tile of `NR` channels reading its vectors from three of them, so that the
+channels are cut into tiles once and the threads' pieces are whole tiles, equal shares
+(`_short_tiles`). Panels of `NR`, each cut into its own tiles, left 512 channels in ten
+tiles of 48 and one of 32, one thread's pieces 288 channels and the other's 224; panels of
+`LANES` make them eight tiles of 48 and four of 32, 256 each (squeezenet, resnet50 and
+inception_v2 in bf16 took 0.96-0.97 of the time, vgg19 and shufflenet 0.99, the others the
+same: the two in turns in one process, Zen 4, two threads). The sums land in a scratch of
+``(positions, NR)`` and
 are moved into the output's channel rows, the epilogue applied there while in cache, and,
 when the next convolution reads a pair plane (`rvm.op.bf16`), rounded into it from there
 (`rvm.kernels.bf16planes.rows_to_pairs`) in the same piece: one thread rounding the whole
@@ -59,15 +67,16 @@ def position_tiles(npos, mr):  # type: ignore[no-untyped-def]
 
 
 def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
-    """The panel width (output channels, `NR`) a convolution of ``og`` output channels a
-    group, an ``oh`` x ``ow`` output and pair-plane rows ``wq`` words wide runs turned
-    around with, or 0 for the direct method: turned when its tiles use `TURN_GAIN` times the
-    direct tiles' share of lanes and rows. Direct: ``og`` in bands of `MR` rows, the rows'
-    ``oh * wq`` positions (the last ``wq - ow`` of each row dropped) along `LANES` lanes;
-    turned: ``oh * ow`` positions in tiles (`position_tiles`), ``og`` along the lanes in
-    tiles of `NR`, a last tile of one vector after full ones counted as half a full one (64
-    channels: 48 + 16 took 1.03-1.04x the direct kernel's time, 3 x 3 at 13 x 13 and 14 x 14).
-    Groups stay direct (they run side by side there)."""
+    """The panel width (output channels: `LANES` where they fill such panels, so that tiles
+    span panels and the threads' pieces are whole tiles of equal shares, else `NR`) a
+    convolution of ``og`` output channels a group, an ``oh`` x ``ow`` output and pair-plane
+    rows ``wq`` words wide runs turned around with, or 0 for the direct method: turned when
+    its tiles use `TURN_GAIN` times the direct tiles' share of lanes and rows. Direct: ``og``
+    in bands of `MR` rows, the rows' ``oh * wq`` positions (the last ``wq - ow`` of each row
+    dropped) along `LANES` lanes; turned: ``oh * ow`` positions in tiles (`position_tiles`),
+    ``og`` along the lanes in tiles of `NR`, a last tile of one vector after full ones
+    counted as half a full one (64 channels: 48 + 16 took 1.03-1.04x the direct kernel's
+    time, 3 x 3 at 13 x 13 and 14 x 14). Groups stay direct (they run side by side there)."""
     npos = oh * ow
     if groups != 1 or npos == 0 or og == 0:
         return 0
@@ -79,71 +88,136 @@ def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
         lanes = max(LANES, NR // 2)
     direct_use = npos / (-(-oh * wq // LANES) * LANES) * og / (-(-og // MR) * MR)
     turned_use = npos / computed * og / (og - rest + lanes)
-    return NR if turned_use >= TURN_GAIN * direct_use else 0
+    if turned_use < TURN_GAIN * direct_use:
+        return 0
+    return LANES if og % LANES == 0 else NR
+
+
+@jit(inline="always", **_OPTS)
+def _tile_width(left, span):  # type: ignore[no-untyped-def]
+    """The channels of a turned tile, ``left`` channels of its piece (``span``: tiles span
+    panels) or of its panel left: `NR`, or what is left; spanning, 64 as two tiles of 32, not
+    `NR` and one vector (a one-vector tile broadcasts A for half the products)."""
+    if span and left == NR + LANES:
+        return 2 * LANES
+    return min(NR, left)
 
 
 @jit(**_OPTS)
-def _turned(job, t0, t1, ct):  # type: ignore[no-untyped-def]
-    """Panels [t0, t1) of output channels of a turned job (`_TURNED_JOB`): ``C.T = B.T @
-    A.T``, the output positions as the GEMM's rows, broadcast from the pair plane (position
-    ``i``'s pair row ``s`` the word ``offs[i] + table[s]``: any positions, no wide rows), the
-    weight's pairs as its B in panels of ``panel`` output channels (`turn_pairs`: panel ``t``
-    ``(k2, width)`` words, ``width`` its channels, the last panel's fewer), read a vector of
-    `LANES` channels at a time, `NR` channels a tile; summed into the scratch ``(positions,
-    NR)`` at ``ct``, then moved into the output's channel rows and ``act(C + bias + R)``
-    applied there while in cache (`tile_rows`)."""
+def _short_tiles(og, threads):  # type: ignore[no-untyped-def]
+    """How many tiles of ``2 * LANES`` channels end the tiles of ``og`` channels (the others
+    `NR`; ``og`` a multiple of `LANES`) so that ``threads`` threads taking the tiles in turn
+    get the fewest channels at most: 512 on two threads, eight of 48 and four of 32 (256
+    each; whole tiles of 48 left one thread 288); of equals, the fewest short tiles. 0 where
+    no such mix makes ``og`` (the last tile the rest, `_tile_start`)."""
+    best, most = 0, og + 1
+    short = 2 * LANES
+    for n in range(og // short + 1):
+        rest = og - n * short
+        if rest % NR != 0:
+            continue
+        full = rest // NR
+        busiest = 0
+        for t in range(threads):  # tile i goes to thread i % threads
+            mine = 0
+            for i in range(t, full + n, threads):
+                mine += NR if i < full else short
+            busiest = max(busiest, mine)
+        if busiest < most:
+            best, most = n, busiest
+    return best
+
+
+@jit(inline="always", **_OPTS)
+def _tile_start(i, og, short):  # type: ignore[no-untyped-def]
+    """The first channel of tile ``i`` of ``og`` channels whose last ``short`` tiles are of
+    ``2 * LANES`` channels, the others of `NR` (`_short_tiles`)."""
+    full = (og - short * 2 * LANES) // NR  # with no short tiles, the last one the rest
+    return min(og, NR * min(i, full) + 2 * LANES * max(0, i - full))
+
+
+@jit(**_OPTS)
+def _turned(job, c0, c1):  # type: ignore[no-untyped-def]
+    """Output channels [c0, c1) of a turned job (`_TURNED_JOB`): ``C.T = B.T @ A.T``, the
+    output positions as the GEMM's rows, broadcast from the pair plane (position ``i``'s pair
+    row ``s`` the word ``offs[i] + table[s]``: any positions, no wide rows), the weight's
+    pairs as its B in panels of ``panel`` output channels (`turn_pairs`: panel ``t`` ``(k2,
+    width)`` words, ``width`` its channels, the last panel's fewer), read a vector of `LANES`
+    channels at a time, up to `NR` channels a tile (`_tile_width`): with panels of `LANES`
+    channels, all full, a tile spans panels (the micro-kernel's ``bstep``), so that [c0, c1)
+    may start and end at any panel (`_tile_start`); wider panels hold their tiles. Each tile
+    summed into a scratch ``(positions, NR)``, then moved into the output's channel rows and
+    ``act(C + bias + R)`` applied there while in cache (`tile_rows`)."""
     wt, plane, table, k2, offs, npos = job[1], job[2], job[3], job[4], job[5], job[6]
     og, out, ohw, bias, act, res = job[7], job[9], job[10], job[11], job[12], job[13]
     panel = job[15]
+    room = np.empty(npos * NR, dtype=np.float32)  # the scratch
+    ct = room.ctypes.data
     scratch = floats_at(ct)
     dst = floats_at(out)
     tiles, full = position_tiles(npos, MR)
-    for t in range(t0, t1):
-        width = min(panel, og - t * panel)
-        at_panel = wt + 4 * t * panel * k2
-        for jj in range(0, width, NR):
-            j0 = t * panel + jj
-            cols = min(NR, width - jj)
-            vectors = (cols + LANES - 1) // LANES
-            last = cols - (vectors - 1) * LANES
-            for p0 in range(0, k2, KC2):
-                kc2 = min(KC2, k2 - p0)
-                b = at_panel + 4 * (p0 * width + jj)
-                i0 = 0
-                for q in range(tiles):  # not ``t``: the panel's index, read again below
-                    rows = min(MR if q < full else MR - 1, npos - i0)
-                    micro_turned(kc2, plane, table + 8 * p0, b, width, 2, ct + 4 * i0 * NR, NR,
-                          1 if p0 else 0, rows, vectors, last, offs + 8 * i0)  # fmt: skip
-                    i0 += rows
-            for o in range(cols):
-                d = (j0 + o) * ohw
-                for i in range(npos):
-                    dst[d + i] = scratch[i * NR + o]
-            if bias != 0 or act != 0 or res != 0:
-                at_bias = bias + 4 * j0 if bias != 0 else 0
-                at_res = res + 4 * j0 * ohw if res != 0 else 0
-                tile_rows(out + 4 * j0 * ohw, ohw, cols, npos, at_bias, act, at_res)
-            if job[16] != 0:  # the next convolution's pair plane, from these rows in cache
-                oh, ow = job[21], job[22]
-                rows_to_pairs(job[16:21], out, ohw, ow, og, oh, ow, j0, j0 + cols, 0, oh)
+    span = panel == LANES and og % LANES == 0  # panels of LANES channels, all full
+    j0 = c0
+    while j0 < c1:
+        t = j0 // panel
+        width = min(panel, og - t * panel)  # the channels of j0's panel
+        jj = j0 - t * panel
+        if span:
+            cols = _tile_width(c1 - j0, span)
+            ldb, bstep = LANES, LANES * k2
+        else:
+            cols = _tile_width(min(c1, t * panel + width) - j0, span)
+            ldb, bstep = width, LANES
+        vectors = (cols + LANES - 1) // LANES
+        last = cols - (vectors - 1) * LANES
+        for p0 in range(0, k2, KC2):
+            kc2 = min(KC2, k2 - p0)
+            b = wt + 4 * (t * panel * k2 + p0 * ldb + jj)
+            i0 = 0
+            for q in range(tiles):
+                rows = min(MR if q < full else MR - 1, npos - i0)
+                micro_turned(kc2, plane, table + 8 * p0, b, ldb, 2, ct + 4 * i0 * NR, NR,
+                             1 if p0 else 0, rows, vectors, last, offs + 8 * i0, bstep)  # fmt: skip
+                i0 += rows
+        for o in range(cols):
+            d = (j0 + o) * ohw
+            for i in range(npos):
+                dst[d + i] = scratch[i * NR + o]
+        if bias != 0 or act != 0 or res != 0:
+            at_bias = bias + 4 * j0 if bias != 0 else 0
+            at_res = res + 4 * j0 * ohw if res != 0 else 0
+            tile_rows(out + 4 * j0 * ohw, ohw, cols, npos, at_bias, act, at_res)
+        if job[16] != 0:  # the next convolution's pair plane, from these rows in cache
+            oh, ow = job[21], job[22]
+            rows_to_pairs(job[16:21], out, ohw, ow, og, oh, ow, j0, j0 + cols, 0, oh)
+        j0 += cols
+    alive(room)  # read and written through its address only
 
 
 # A turned job (int64): its length; the group's weight pairs' address ((k2, og) words), the
 # plane's, the tap table's, the pairs (k2), the positions' word offsets' address, the
-# positions, the group's channels; the scratch's address (the first piece's), the output's
-# (the group's first channel), its positions a channel; the bias's address (the group's
-# first channel; 0: none), the activation's index, the residual's (as the output's; 0: none);
-# panels a piece, channels a panel; the next convolution's pair plane's address (0: none),
-# its padding top and left, its height and width (`rows_to_pairs`); the output's height and
-# width.
-_TURNED_JOB = 23
+# positions, the group's channels; its tiles of 2 * LANES channels (`_short_tiles`); the
+# output's address (the group's first channel), its positions a channel; the bias's address
+# (the group's first channel; 0: none), the activation's index, the residual's (as the
+# output's; 0: none); channels a piece (whole panels; 0: a tile a piece or a guided cut of
+# the tiles), channels a panel; the next convolution's pair plane's address (0: none), its
+# padding top and left, its height and width (`rows_to_pairs`); the output's height and
+# width; the pieces and the threads.
+_TURNED_JOB = 25
 
 
 def _turned_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a turned convolution: a range of channel tiles, its own scratch."""
+    """Piece ``p`` of a turned convolution: a range of channels, its own scratch."""
     job = parfor.job(data)
-    step, tiles = job[14], -(-job[7] // job[15])
-    _turned(job, p * step, min(tiles, (p + 1) * step), job[8] + 4 * p * job[6] * NR)
+    step = job[14]
+    if step == 0:  # tiles spanning panels: a guided cut of the tiles (`_short_tiles`)
+        og, short = job[7], job[8]
+        tiles = -(-(og - short * 2 * LANES) // NR) + short
+        t0, t1 = parfor.guided_range(p, job[23], job[24], tiles, 1)
+        c0, c1 = _tile_start(t0, og, short), _tile_start(t1, og, short)
+    else:
+        c0, c1 = p * step, min(job[7], (p + 1) * step)
+    _turned(job, c0, c1)
 
 
 parfor.export_task("bf16_conv_turned", _turned_task)
@@ -153,32 +227,38 @@ _run_turned = parfor.runner("bf16_conv_turned")
 @jit(**_OPTS)
 def turned_group(w, oc, b, g, groups, plane, table, offs, epilogue, panel):  # type: ignore[no-untyped-def]  # noqa: E501
     """Group ``g`` of image ``b`` turned around (`_turned`) on its pair plane (built by the
-    caller): its channel tiles, in pieces on the pool when large and the pool is free
-    (`piece_grid`); ``epilogue`` (int64) the bias's address (0: none), the activation's
-    index, the residual's address (0: none), and, when the output is the next convolution's
-    pair plane (``oc`` then the float32 rows it is rounded from), the plane's address (0:
-    none), padding top and left, height and width."""
+    caller): its channels, in pieces on the pool when large and the pool is free: with tiles
+    spanning panels (`_turned`), a tile a piece (`_short_tiles`: the threads' shares equal),
+    or, where the work is too small for that many, a guided cut of the tiles
+    (`rvm.kernels.parfor.guided_range`); else whole panels (`piece_grid`). ``epilogue``
+    (int64) the bias's address (0: none), the activation's index, the residual's address (0:
+    none), and, when the output is the next convolution's pair plane (``oc`` then the
+    float32 rows it is rounded from), the plane's address (0: none), padding top and left,
+    height and width."""
     co, kp, oh, ow = w.shape[0], w.shape[1], oc.shape[2], oc.shape[3]
     og, k2, npos = co // groups, kp // 2, oh * ow
-    tiles = -(-og // panel)
     threads, parts = parfor.threads(), 1
-    if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, tiles, (og * npos * k2) // CONV_SPLIT_MIN)
-    step, parts, _, _ = piece_grid(og, panel, 1, 1, parts, threads)
-    scratch = np.empty(parts * npos * NR, dtype=np.float32)
+    split = threads > 1 and not workpool.busy()
+    most = (og * npos * k2) // CONV_SPLIT_MIN if split else 1  # pieces of enough work
+    step, short = 0, 0
+    if panel == LANES and og % LANES == 0:  # a piece a tile, or a few (`_turned_task`)
+        short = _short_tiles(og, threads)
+        parts = max(1, min(most, -(-(og - short * 2 * LANES) // NR) + short))
+    elif split:
+        parts = min(PIECES_PER_THREAD * threads, -(-og // panel), most)
+        step, parts, _, _ = piece_grid(og, panel, 1, 1, parts, threads)
     job = np.empty(_TURNED_JOB, dtype=np.int64)
     job[0], job[1], job[2] = _TURNED_JOB, w.ctypes.data + 2 * g * og * kp, plane.ctypes.data
     job[3], job[4], job[5], job[6], job[7] = table.ctypes.data, k2, offs.ctypes.data, npos, og
-    job[8], job[9] = scratch.ctypes.data, oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
-    job[10], job[12], job[14], job[15] = oh * ow, epilogue[1], step, panel
+    job[8], job[9] = short, oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
+    job[10], job[12], job[14], job[15] = oh * ow, epilogue[1], step * panel, panel
     job[11] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
     job[13] = epilogue[2] + job[9] - oc.ctypes.data if epilogue[2] != 0 else 0
     planed = epilogue.size > 3 and epilogue[3] != 0  # one group: its plane's first pair
     for i in range(5):
         job[16 + i] = epilogue[3 + i] if planed else 0
-    job[21], job[22] = oh, ow
+    job[21], job[22], job[23], job[24] = oh, ow, parts, threads
     if parts == 1:
-        _turned(job, 0, tiles, job[8])
-        alive(scratch)  # read and written through its address only
+        _turned(job, 0, og)
     else:
-        _run_turned(scratch, parts, job)  # the pool's ``like``: kept alive until done
+        _run_turned(oc, parts, job)
