@@ -462,20 +462,21 @@ def test_cpus_without_bf16_instructions(
         "from rvm.op.bf16 import bf16_bits, conv_pairs, turn_pairs\n"
         "for s in (1, 2):\n"
         "    x = rng.standard_normal((1, 5, 11, 13)).astype(np.float32)\n"
-        "    w = rng.standard_normal((9, 5, 3, 3)).astype(np.float32)\n"
+        "    w = rng.standard_normal((48, 5, 3, 3)).astype(np.float32)\n"
         "    want = numpy_ref.conv2d(r(x), r(w), (s, s), (1, 1, 1, 1), (1, 1), 1)\n"
         "    out = np.empty(want.shape, np.float32)\n"
         "    bits = bf16_bits(conv_pairs(w, 1)).view(np.int16)\n"  # the 5th channel's columns
-        "    bias = np.linspace(-1, 1, 9, dtype=np.float32)\n"  # the tile's bias, residual, ReLU
+        "    bias = np.linspace(-1, 1, 48, dtype=np.float32)\n"  # the tile's bias, residual, ReLU
         "    res = rng.standard_normal(want.shape).astype(np.float32)\n"
-        "    want = np.maximum(want + bias.reshape(9, 1, 1) + res, 0)\n"
+        "    want = np.maximum(want + bias.reshape(48, 1, 1) + res, 0)\n"
         "    tail = ((0, 0, 0, 0), (0, 0, 0), (0, 0), 1)\n"
         "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res, 0, *tail)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
-        "    nr = bf16gemm.NR\n"  # turned around: output channels along the lanes
-        "    bf16conv.conv2d(x, turn_pairs(bits, 1, nr), out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1,\n"
-        "                    res, nr, *tail)\n"
-        "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
+        "    for nr in (bf16gemm.NR, bf16gemm.LANES):\n"  # turned around: channels on the lanes
+        "        out[...] = np.nan\n"  # in panels of a tile, or of a vector (tiles span them)
+        "        wt = turn_pairs(bits, 1, nr)\n"
+        "        bf16conv.conv2d(x, wt, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res, nr, *tail)\n"
+        "        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "from rvm.kernels import bf16dense\n"  # the tile epilogue's GELU at these lanes
         "from rvm.op.bf16 import pack_pairs\n"
         "x = np.linspace(-8, 8, 23, dtype=np.float32)[:, None]\n"
