@@ -119,13 +119,18 @@ def _short_tiles(og, threads):  # type: ignore[no-untyped-def]
         full = rest // NR
         busiest = 0
         for t in range(threads):  # tile i goes to thread i % threads
-            mine = 0
-            for i in range(t, full + n, threads):
-                mine += NR if i < full else short
-            busiest = max(busiest, mine)
+            wide = _turns(full, t, threads)
+            busiest = max(busiest, NR * wide + short * (_turns(full + n, t, threads) - wide))
         if busiest < most:
             best, most = n, busiest
     return best
+
+
+@jit(inline="always", **_OPTS)
+def _turns(count, t, threads):  # type: ignore[no-untyped-def]
+    """How many of ``0 .. count - 1`` are ``t`` modulo ``threads``: thread ``t``'s tiles of
+    ``count`` taken in turn."""
+    return (count - t + threads - 1) // threads if count > t else 0
 
 
 @jit(inline="always", **_OPTS)
