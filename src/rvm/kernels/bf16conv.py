@@ -417,7 +417,7 @@ def conv2d(
         raise ValueError("bf16 conv2d: the input's pair plane is not this convolution's")
     # with a pair plane out, the float32 rows are scratch: a block's (direct: `_direct`) or
     # an image's (turned around)
-    scratch = np.empty((n if panel > 0 else 0, co, oh, ow), np.float32)
+    scratch = np.empty((n if panel > 0 and planed_out else 0, co, oh, ow), np.float32)
     oc = scratch if planed_out else np.ascontiguousarray(out)
     phases = 0 if planed_in else plane_count(cg2, kh, kw, dh, dw, sh, sw, columns)
     plane = np.empty((phases, hq, wq), dtype=np.uint32)
