@@ -264,14 +264,14 @@ def _library_norm(
     """A float32 or float64 layer norm (``params`` gamma, beta) or RMS norm (gamma) over the
     trailing axes as a call of the library's ``norm_rows`` (`rvm.kernels.norms`: rows on the
     pool when large) filling an array; None for the loops above (other dtypes and axes)."""
-    k = len(axes)
-    trailing = k > 0 and axes == tuple(range(x.ndim - k, x.ndim))
-    if x.dtype not in ("float32", "float64") or not trailing:
+    from rvm.kernels.lrn import float_bits
+    from rvm.kernels.norms import over_rows
+
+    if x.dtype not in entry.MIXED_DTYPES_OF["norm_rows"] or not over_rows(x.ndim, axes):
         return None
     if any(p.dtype != x.dtype for p in params):
         return None
-    from rvm.kernels.lrn import float_bits
-
+    k = len(axes)
     t = Tensor(x.dims, x.dtype, kind="anchor")
     rms = len(params) == 1
 

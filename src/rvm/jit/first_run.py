@@ -194,16 +194,14 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
 def _norm_tasks(call: E.Call) -> tuple[str, ...]:
     """A float32 norm's task over trailing axes of static size (`rvm.kernels.norms`; rows
     known at run time only count as many, as a sequence's)."""
-    x, k = _dims(call.args[0]), len(call.attrs["axes"])
-    if not x or not k:
-        return ()
-    axes = sorted(a % len(x) for a in call.attrs["axes"])
-    n = x[len(x) - k :]
-    if axes != list(range(len(x) - k, len(x))) or None in n:
-        return ()
     from rvm.kernels import norms
 
-    rows = x[: len(x) - k]
+    x, k = _dims(call.args[0]), len(call.attrs["axes"])
+    if not x or not norms.over_rows(len(x), [a % len(x) for a in call.attrs["axes"]]):
+        return ()
+    n, rows = x[len(x) - k :], x[: len(x) - k]
+    if None in n:
+        return ()
     return norms.first_run_tasks(None if None in rows else math.prod(rows), math.prod(n))  # type: ignore[arg-type]
 
 

@@ -134,10 +134,16 @@ def _turns(count, t, threads):  # type: ignore[no-untyped-def]
 
 
 @jit(inline="always", **_OPTS)
+def _tile_count(og, short):  # type: ignore[no-untyped-def]
+    """The tiles of ``og`` channels whose last ``short`` tiles are of ``2 * LANES`` channels,
+    the others of `NR` (`_short_tiles`; with no short tiles, the last one the rest)."""
+    return -(-(og - short * 2 * LANES) // NR) + short
+
+
+@jit(inline="always", **_OPTS)
 def _tile_start(i, og, short):  # type: ignore[no-untyped-def]
-    """The first channel of tile ``i`` of ``og`` channels whose last ``short`` tiles are of
-    ``2 * LANES`` channels, the others of `NR` (`_short_tiles`)."""
-    full = (og - short * 2 * LANES) // NR  # with no short tiles, the last one the rest
+    """The first channel of tile ``i`` of those (`_tile_count`)."""
+    full = (og - short * 2 * LANES) // NR
     return min(og, NR * min(i, full) + 2 * LANES * max(0, i - full))
 
 
@@ -217,8 +223,7 @@ def _turned_task(p, like, data):  # type: ignore[no-untyped-def]
     step = job[14]
     if step == 0:  # tiles spanning panels: a guided cut of the tiles (`_short_tiles`)
         og, short = job[7], job[8]
-        tiles = -(-(og - short * 2 * LANES) // NR) + short
-        t0, t1 = parfor.guided_range(p, job[23], job[24], tiles, 1)
+        t0, t1 = parfor.guided_range(p, job[23], job[24], _tile_count(og, short), 1)
         c0, c1 = _tile_start(t0, og, short), _tile_start(t1, og, short)
     else:
         c0, c1 = p * step, min(job[7], (p + 1) * step)
@@ -248,7 +253,7 @@ def turned_group(w, oc, b, g, groups, plane, table, offs, epilogue, panel):  # t
     step, short = 0, 0
     if panel == LANES and og % LANES == 0:  # a piece a tile, or a few (`_turned_task`)
         short = _short_tiles(og, threads)
-        parts = max(1, min(most, -(-(og - short * 2 * LANES) // NR) + short))
+        parts = max(1, min(most, _tile_count(og, short)))
     elif split:
         parts = min(PIECES_PER_THREAD * threads, -(-og // panel), most)
         step, parts, _, _ = piece_grid(og, panel, 1, 1, parts, threads)

@@ -26,7 +26,7 @@ from rvm.kernels import entry, parfor
 from rvm.kernels.jitting import jit
 from rvm.kernels.lrn import bits_float
 
-__all__ = ["first_run_tasks", "norm_rows", "norm_rows_call"]
+__all__ = ["first_run_tasks", "norm_rows", "norm_rows_call", "over_rows"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # reassoc: the row's sums vectorize (a sum in order is a chain of dependent adds: 3 us a row of
@@ -90,6 +90,14 @@ def _task(k, like, data):  # type: ignore[no-untyped-def]
 
 parfor.export_task("norm_rows", _task)
 _run = parfor.runner("norm_rows")
+
+
+def over_rows(ndim: int, axes: tuple[int, ...] | list[int]) -> bool:
+    """Whether a norm over ``axes`` (in range, any order) of an ``ndim``-d input is one over
+    rows, `norm_rows`' (the jit calls it for those, `rvm.jit.compute`): the trailing axes, at
+    least one."""
+    k = len(axes)
+    return k > 0 and sorted(axes) == list(range(ndim - k, ndim))
 
 
 def first_run_tasks(rows: int | None, n: int) -> tuple[str, ...]:
