@@ -208,12 +208,16 @@ def replay(calls: list[tuple[Callable[..., Any], tuple]]) -> Callable[[], None]:
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:
     """Writes ``benchmarks/results/<name>.json`` (with the Python and NumPy versions) and says
-    so on stdout."""
-    out = ROOT / "benchmarks" / "results" / f"{name}.json"
+    so on stdout. A ``name`` that is a path (``/tmp/run``, ``../x``) is taken as it is, the
+    ``.json`` added where it lacks one."""
+    results = ROOT / "benchmarks" / "results"
+    out = results / name if not Path(name).is_absolute() else Path(name)
+    out = out if out.suffix == ".json" else out.with_name(out.name + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"python": platform.python_version(), "numpy": np.__version__}
     out.write_text(json.dumps({**meta, **payload}, indent=2))
-    print(f"\nwrote {out.relative_to(ROOT)}")
+    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    print(f"\nwrote {shown}")
     return out
 
 
