@@ -256,6 +256,52 @@ def test_the_pass_converts_products_with_constant_weights_only() -> None:
     assert att.attrs["precision"] == "bf16" and att.attrs["scale"] == 0.25
 
 
+def _classifier(last_rows: int = 2):
+    """main(x): a GEMV of x's 2 rows, ReLU, then a dense of ``last_rows`` of its rows (a GEMV
+    at 2 or fewer, pair panels above `GEMV_ROWS`), a bias and softmax: a classifier's head."""
+    x = Var("x", tensor((2, 64), F32))
+    w1 = RNG.standard_normal((48, 64)).astype(F32) / 8
+    w2 = RNG.standard_normal((10, 48)).astype(F32) / 7
+    bias = RNG.standard_normal(10).astype(F32)
+    bb = Builder()
+    with bb.function("main", [x]):
+        h = bb.emit(op.relu(bb.emit(op.dense(x, const(w1)))))
+        if last_rows > 2:
+            h = bb.emit(op.tile(h, (last_rows // 2, 1)))
+        z = bb.emit(op.add(bb.emit(op.dense(h, const(w2))), const(bias)))
+        bb.emit_output(bb.emit(op.softmax(z)))
+    return bb.get(), w1, w2, bias
+
+
+def test_the_last_gemv_takes_its_input_float32() -> None:
+    """A function's last product, a GEMV, takes its input unrounded (its rounding would move
+    the logits themselves); the GEMV before it rounds its input; a last product of more rows
+    than a GEMV's (pair panels) is not changed, nor a GEMV some product follows."""
+    mod = _classifier()[0]
+    gemvs = [b.value for b in _converted(mod)["main"].body.bindings if _is(b, "dense_bf16")]
+    assert [g.attrs["input"] for g in gemvs] == ["bf16", "float32"]
+    packed = list(_converted(_classifier(8)[0])["main"].body.bindings)
+    assert [b.value.attrs["input"] for b in packed if _is(b, "dense_bf16")] == ["bf16"]
+    assert sum(_is(b, "dense_packed_bf16") for b in packed) == 1
+    inputs = [g.attrs["input"] for g in (b.value for b in _converted(MODEL)["main"].body.bindings
+                                          if _is(b, "dense_bf16"))]  # fmt: skip
+    assert inputs == ["bf16"]  # the attention comes after MODEL's GEMV
+
+
+@pytest.mark.parametrize("exec_mode", EXEC_MODES)
+def test_the_last_gemv_against_numpy(exec_mode: str) -> None:
+    """The classifier's head in bf16: its first GEMV on bf16 inputs, its last on the float32
+    values it gets, both on bf16 weights, as NumPy computes them."""
+    mod, w1, w2, bias = _classifier()
+    ex = _compiled(mod, "bf16", progress=False)
+    xs = RNG.standard_normal((2, 64)).astype(F32)
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](xs)
+    h = np.maximum(_round_bf16(xs).astype(np.float64) @ _round_bf16(w1).T, 0).astype(F32)
+    z = h.astype(np.float64) @ _round_bf16(w2).T + bias
+    want = np.exp(z - z.max(1, keepdims=True))
+    np.testing.assert_allclose(got, want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("way", WAYS)
 def test_every_exec_mode_and_backend(
     bf16_executables, exec_mode: str, kernels: str, way: str

@@ -34,7 +34,7 @@ from rvm.ir import expr as E
 from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
-from rvm.transform.legalize import count_uses, rewrite_counted
+from rvm.transform.legalize import const_of, count_uses, rewrite_counted
 
 logger = logging.getLogger("rvm.transform")
 
@@ -79,7 +79,7 @@ def _fold_region(
         if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
             continue
         if value.callee in _CONVS:
-            weight = _const(value.args[1], consts)
+            weight = const_of(value.args[1], consts)
             if weight is not None and weight.dtype.name in _FLOATS and uses.get(b.var) == 1:
                 chains[b.var] = _Chain(i, weight)
         elif value.callee is ops.add:
@@ -89,12 +89,6 @@ def _fold_region(
         elif value.callee is ops.batch_norm and _fold(b, i, chains, uses, out, consts):
             folded += 1
     return [b for b in out if b is not None], folded
-
-
-def _const(arg: E.Expr, consts: dict[E.Var, np.ndarray]) -> np.ndarray | None:
-    if isinstance(arg, E.Constant):
-        return arg.data
-    return consts.get(arg) if isinstance(arg, E.Var) else None
 
 
 def _per_channel(
@@ -118,7 +112,7 @@ def _chain_operand(b, chains, consts):  # type: ignore[no-untyped-def]
         chain = chains.get(y) if isinstance(y, E.Var) else None
         if chain is None or b.var.type != y.type:
             continue
-        vec = _per_channel(_const(c, consts), len(y.type.shape), chain.weight.shape[0])
+        vec = _per_channel(const_of(c, consts), len(y.type.shape), chain.weight.shape[0])
         if vec is not None:
             return y, chain, vec
     return None
@@ -156,7 +150,7 @@ def _fold(b, i, chains, uses, out, consts) -> bool:  # type: ignore[no-untyped-d
     if chain is None:
         return False
     ndim, channels = len(x.type.shape), chain.weight.shape[0]
-    gamma, beta, mean, var = (_per_channel(_const(s, consts), 1, channels, 0) for s in stats)
+    gamma, beta, mean, var = (_per_channel(const_of(s, consts), 1, channels, 0) for s in stats)
     if b.value.attrs["axis"] % ndim != 1 or any(s is None for s in (gamma, beta, mean, var)):
         return False
     scale = gamma / np.sqrt(var + b.value.attrs["epsilon"])

@@ -22,12 +22,14 @@ Algorithm: walk each straight-line region (`map_regions`) and rewrite op-call bi
 functions go through a `PrimitiveTable`, which finds an equal function by structural hash.
 
 This module also holds what the lowering passes (fuse_ops, fold_constant, memory_plan, kill)
-share: `map_regions`, `PrimitiveTable`, `primitive_callee`, `count_uses`, `Namer`.
+share: `map_regions`, `PrimitiveTable`, `primitive_callee`, `count_uses`, `Namer`, `const_of`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import numpy as np
 
 from rvm import op
 from rvm.ir import expr as E
@@ -92,6 +94,14 @@ def _map_nested(value: E.Expr, fn: RegionFn, depth: int) -> E.Expr:
     if isinstance(value, E.SeqExpr):
         return map_regions(value, fn, depth)
     return value
+
+
+def const_of(arg: E.Expr, consts: dict[E.Var, np.ndarray]) -> np.ndarray | None:
+    """The array ``arg`` is: its data when a constant, the constant ``consts`` binds it to
+    when a variable (a region's bindings of constants, as a pass walks them), else None."""
+    if isinstance(arg, E.Constant):
+        return arg.data
+    return consts.get(arg) if isinstance(arg, E.Var) else None
 
 
 def map_functions(mod: IRModule, fn: Callable[[str, E.Function], E.Function]) -> dict:

@@ -43,7 +43,7 @@ from rvm.ir.infer import infer_type
 from rvm.ir.module import IRModule
 from rvm.op import ops
 from rvm.op.packed import default_panel, pack_weight
-from rvm.transform.legalize import map_functions, map_regions
+from rvm.transform.legalize import const_of, map_functions, map_regions
 
 logger = logging.getLogger("rvm.transform")
 
@@ -104,12 +104,6 @@ def pack_weights(mod: IRModule, panel: int | None = None) -> IRModule:
     return mod.with_functions({n: f for n, f in funcs.items() if f is not mod[n]})
 
 
-def _const(arg: E.Expr, consts: dict[E.Var, np.ndarray]) -> np.ndarray | None:
-    if isinstance(arg, E.Constant):
-        return arg.data
-    return consts.get(arg) if isinstance(arg, E.Var) else None
-
-
 def _input_rank(value: E.Call) -> int | None:
     """The rank of a float32 product's input, None when it is not one."""
     t = getattr(value.args[0], "type", None)
@@ -127,7 +121,7 @@ def _convert(
     """The ``dense_packed`` call computing ``value``, or None when it stays as it is."""
     if not isinstance(value, E.Call) or value.callee not in (ops.dense, ops.matmul):
         return None
-    rank, w = _input_rank(value), _const(value.args[1], consts)
+    rank, w = _input_rank(value), const_of(value.args[1], consts)
     if rank is None or w is None or w.dtype != np.float32 or w.ndim != 2:
         return None
     transposed = value.callee is ops.dense
@@ -209,7 +203,7 @@ def _with_bias(prod: E.Call, other: E.Expr, consts: dict[E.Var, np.ndarray]) -> 
     """The product with ``other`` as its bias, when it is a float32 constant of ``units``
     values broadcast along the last axis only; else None."""
     x, w, units = prod.args[0], prod.args[1], prod.attrs["units"]
-    b = _const(other, consts)
+    b = const_of(other, consts)
     rank = len(x.type.shape)
     if b is None or b.dtype != np.float32 or b.size != units or b.ndim > rank:
         return None

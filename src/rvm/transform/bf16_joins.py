@@ -1,0 +1,285 @@
+"""What joins a bf16 convolution (`rvm.transform.to_bf16`'s second and third steps): the ops
+after it that become its epilogue (`join_epilogue`: a per-channel bias, a residual, then an
+activation), the per-channel affine chain and ReLU before it that become its prologue
+(`join_prologues`), and the activation between two convolutions kept as a pair plane
+(`pair_planes`), each as the ``conv2d_bf16`` call's operands and attributes (`rvm.op.bf16`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from rvm import op
+from rvm.ir import expr as E
+from rvm.ir.infer import infer_type
+from rvm.op import ops
+from rvm.op.bf16 import (
+    PAIRINGS,
+    conv_pairs,
+    plane_shape,
+    split_operands,
+    turn_pairs,
+    unpair,
+    unturn_pairs,
+)
+from rvm.transform.legalize import const_of
+
+__all__ = ["join_epilogue", "join_prologues", "pair_planes"]
+
+
+def pair_planes(bindings: list[E.VarBinding], uses: Counter) -> tuple[list[E.VarBinding], int]:
+    """``bindings`` where each ``conv2d_bf16`` ``p`` whose one use is the input of a later
+    ``conv2d_bf16`` ``q`` of the region (stride 1, one group, static shapes) writes ``q``'s
+    pair plane (``plane``) and ``q`` reads it (``source``): the activation between them stays
+    bf16, rounded once where ``p`` sums it, as ``q`` would round it (`rvm.op.bf16`). ``p``
+    takes no residual and one group; the program's inputs and outputs stay float32. Returns
+    the new bindings and how many convolutions write planes."""
+    producers = {
+        b.var: i
+        for i, b in enumerate(bindings)
+        if _is_conv(b.value) and uses[b.var] == 1 and len(b.value.args) < 4
+        and b.value.attrs["groups"] == 1 and not b.value.attrs.get("plane")
+    }  # fmt: skip
+    out = list(bindings)
+    count = 0
+    for j, b in enumerate(bindings):
+        q = b.value
+        if not _is_conv(q) or q.args[0] not in producers or q.attrs.get("source"):
+            continue
+        if q.attrs.get("prologue", "none") != "none":
+            continue
+        if q.attrs["strides"] != (1, 1) or q.attrs["groups"] != 1:
+            continue
+        i = producers[q.args[0]]
+        p = out[i].value
+        shape = getattr(q.args[0].type, "shape", None)
+        if shape is None or not all(isinstance(d, int) for d in shape[1:]):
+            continue
+        source = tuple(shape[1:])
+        hq, wq = plane_shape(source, q.attrs["kernel"], q.attrs["padding"], q.attrs["dilation"])
+        plane = (q.attrs["padding"][0], q.attrs["padding"][1], hq, wq)
+        new_p = _rebuilt(p, plane=plane)
+        var = E.Var(out[i].var.name, new_p.type)
+        out[i] = E.VarBinding(var, new_p)
+        q = _channel_pairs(q, source[0])  # a pair plane in has no column pairs
+        out[j] = E.VarBinding(b.var, _rebuilt(q, x=var, source=source))  # q may write in turn
+        count += 1
+    return out, count
+
+
+def _channel_pairs(conv: E.Call, c: int) -> E.Call:
+    """``conv`` (a ``conv2d_bf16`` of ``c`` input channels, one group) with its odd channel's
+    taps paired as its channel pairs (`rvm.op.bf16.PAIRINGS`' ``"channels"``), its weight's
+    words moved (out of their panels and back, when turned)."""
+    attrs = conv.attrs
+    if attrs["pairing"] == "channels":
+        return conv
+    rows, panel = conv.args[1].data, attrs["panel"]
+    rows = unturn_pairs(rows, 1, panel) if panel else rows
+    rows = conv_pairs(unpair(rows, c, *attrs["kernel"], PAIRINGS.index(attrs["pairing"])))
+    rows = turn_pairs(rows, 1, panel) if panel else rows
+    return _rebuilt(conv, w=E.Constant(np.ascontiguousarray(rows)), pairing="channels")
+
+
+_CONV_ATTRS = (
+    "strides", "padding", "dilation", "groups", "kernel", "panel", "activation", "pairing"
+)  # fmt: skip
+
+
+def _rebuilt(conv: E.Call, **changes) -> E.Call:
+    """``conv`` (a ``conv2d_bf16``) with ``changes`` to its operands (``x``, ``w``, ``bias``,
+    ``residual``, ``affine``) or attributes, typed."""
+    attrs = conv.attrs
+    prologue = attrs.get("prologue", "none")
+    bias, residual, affine = split_operands(conv.args[2:], prologue)
+    parts = dict(x=conv.args[0], w=conv.args[1], bias=bias, residual=residual, affine=affine,
+                 plane=attrs.get("plane", ()), source=attrs.get("source", ()), prologue=prologue,
+                 **{k: attrs[k] for k in _CONV_ATTRS})  # fmt: skip
+    new = op.conv2d_bf16(**{**parts, **changes})
+    infer_type(new)
+    return new
+
+
+def join_prologues(bindings: list[E.VarBinding], uses: Counter) -> tuple[list[E.VarBinding], int]:
+    """``bindings`` where each ``conv2d_bf16`` whose input is a chain of per-channel affine
+    ops on a float32 NCHW tensor ``x`` -- ``batch_norm``, ``multiply`` and ``add`` by a
+    constant of one value a channel (or one value) -- then, or only, a ``relu``, each read by
+    the next alone, reads ``x`` with that chain as its ``prologue`` (one scale and shift a
+    channel, then ReLU), applied as its pair plane is built (densenet's BN-ReLU before each
+    convolution); the chain's bindings dropped. Returns the new bindings and how many
+    convolutions took a prologue."""
+    consts = {b.var: b.value.data for b in bindings if isinstance(b.value, E.Constant)}
+    at = {b.var: i for i, b in enumerate(bindings)}
+    out: list[E.VarBinding | None] = list(bindings)
+    count = 0
+    for j, b in enumerate(bindings):
+        q = b.value
+        if not _is_conv(q) or q.attrs.get("source") or q.attrs.get("prologue", "none") != "none":
+            continue
+        x = q.args[0]
+        shape = getattr(x.type, "shape", None)
+        if shape is None or len(shape) != 4 or not isinstance(shape[1], int):
+            continue
+        c = shape[1]
+        scale, shift, drop, relu = np.ones(c), np.zeros(c), [], False
+
+        def producer(v: E.Expr) -> E.Call | None:
+            if not isinstance(v, E.Var) or v not in at or uses[v] != 1:
+                return None
+            binding = out[at[v]]
+            value = binding.value if binding is not None else None
+            return value if isinstance(value, E.Call) and isinstance(value.callee, E.Op) else None
+
+        call = producer(x)
+        if call is not None and call.callee is ops.relu:
+            relu, drop, x = True, [at[x]], call.args[0]
+        while (call := producer(x)) is not None:
+            step = _affine_step(call, consts, c)
+            if step is None:
+                break
+            s, t = step
+            scale, shift = s * scale, t * scale + shift  # the chain after x * s + t
+            drop.append(at[x])
+            x = call.args[0]
+        if not drop or getattr(x.type, "dtype", None) != "float32":
+            continue
+        if tuple(getattr(x.type, "shape", ())) != tuple(shape):
+            continue
+        affine = E.Constant(np.stack([scale, shift]).astype(np.float32))
+        out[j] = E.VarBinding(
+            b.var,
+            _rebuilt(q, x=x, affine=affine, prologue="affine_relu" if relu else "affine"),
+        )
+        for d in drop:
+            out[d] = None
+        count += 1
+    return [b for b in out if b is not None], count
+
+
+def _affine_step(call: E.Call, consts: dict, c: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(s, t)`` (float64, one a channel) when ``call`` is ``x * s + t`` of its first
+    operand ``x`` per channel of ``c`` (axis 1): an inference ``batch_norm`` of constant
+    statistics, or a ``multiply`` or ``add`` by a constant of one value a channel (or one
+    value); else None."""
+    args = call.args
+    if call.callee is ops.batch_norm:
+        stats = [_per_channel(const_of(a, consts), c, stats=True) for a in args[1:5]]
+        if len(args) != 5 or call.attrs.get("axis") != 1 or any(v is None for v in stats):
+            return None
+        gamma, beta, mean, var = stats
+        s = gamma / np.sqrt(var + float(call.attrs["epsilon"]))
+        return s, beta - mean * s
+    if call.callee not in (ops.multiply, ops.add) or len(args) != 2:
+        return None
+    if const_of(args[0], consts) is not None:
+        return None  # the constant first: the chain's input is not args[0]
+    v = _per_channel(const_of(args[1], consts), c)
+    if v is None:
+        return None
+    return (v, np.zeros(c)) if call.callee is ops.multiply else (np.ones(c), v)
+
+
+def _per_channel(b: np.ndarray | None, c: int, stats: bool = False) -> np.ndarray | None:
+    """``b`` as ``c`` float64 values, one a channel: ``(c,)`` statistics (``stats``: a batch
+    norm's), or a constant an NCHW tensor broadcasts along its channels only (or one value
+    for all); else None."""
+    if b is None or b.dtype != np.float32 or b.ndim > 4:
+        return None
+    if stats:
+        return b.astype(np.float64) if b.shape == (c,) else None
+    if b.size == 1:
+        return np.full(c, float(b.reshape(())), np.float64)
+    if (1,) * (4 - b.ndim) + b.shape != (1, c, 1, 1):
+        return None
+    return b.reshape(c).astype(np.float64)
+
+
+def _is_conv(value: E.Expr) -> bool:
+    return isinstance(value, E.Call) and value.callee is ops.conv2d_bf16
+
+
+def _conv_attrs(conv: E.Call) -> dict:
+    keys = ("strides", "padding", "dilation", "groups", "kernel", "panel", "pairing")
+    return {k: conv.attrs[k] for k in keys}
+
+
+def join_epilogue(
+    value: E.Expr,
+    convs: dict[E.Var, int],
+    out: list[E.VarBinding | None],
+    consts: dict[E.Var, np.ndarray],
+    uses: Counter,
+) -> tuple[E.Var, E.Call] | None:
+    """(``p``, the one ``conv2d_bf16`` computing ``value``) when ``value`` is ``add(p, b)``
+    of a constant per-channel bias ``b`` (p without a bias, residual or activation yet),
+    ``add(p, r)`` of a float32 ``r`` of p's static shape (p without a residual or activation
+    yet; of two such convolutions, the later), or ``relu(p)`` or ``gelu(p)`` (p without an
+    activation yet), of a ``conv2d_bf16`` ``p`` that ``value`` alone uses; else None. The
+    kernel applies them to its rows as it sums them."""
+    if not isinstance(value, E.Call) or not isinstance(value.callee, E.Op):
+        return None
+    args = [a for a in value.args if isinstance(a, E.Var) and a in convs and uses[a] == 1]
+    if not args or (len(args) > 1 and value.callee is not ops.add):
+        return None
+    p = max(args, key=lambda a: convs[a])  # the later, whose place the joined call takes
+    binding = out[convs[p]]
+    assert binding is not None
+    conv = binding.value
+    x, w, rest, activation = conv.args[0], conv.args[1], conv.args[2:], conv.attrs["activation"]
+    if activation != "none":
+        return None
+    bias = rest[0] if rest else None
+    residual = rest[1] if len(rest) > 1 else None
+    if value.callee is ops.add and len(value.args) == 2 and residual is None:
+        other = value.args[1] if value.args[0] is p else value.args[0]
+        b = None if bias is not None else _channel_bias(other, consts, conv)
+        if b is not None:
+            new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=E.Constant(b))
+        elif _same_shape(other, binding.var):
+            if bias is None:
+                bias = E.Constant(np.zeros(conv.args[1].data.shape[0], np.float32))
+            new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=bias, residual=other)
+        else:
+            return None
+    elif value.callee in (ops.relu, ops.gelu):
+        form = "relu" if value.callee is ops.relu else "gelu"
+        if value.callee is ops.gelu and value.attrs.get("approximate") == "tanh":
+            form = "gelu_tanh"
+        new = op.conv2d_bf16(
+            x, w, **_conv_attrs(conv), bias=bias, residual=residual, activation=form
+        )
+    else:
+        return None
+    infer_type(new)
+    return p, new
+
+
+def _same_shape(r: E.Expr, conv: E.Var) -> bool:
+    """Whether ``r`` is a computed float32 tensor of the convolution's static shape."""
+    if isinstance(r, E.Constant):
+        return False
+    rt, ct = getattr(r, "type", None), getattr(conv, "type", None)
+    shape = getattr(ct, "shape", None)
+    return (
+        getattr(rt, "dtype", None) == "float32"
+        and shape is not None
+        and all(isinstance(d, int) for d in shape)
+        and tuple(getattr(rt, "shape", None) or ()) == tuple(shape)
+    )
+
+
+def _channel_bias(
+    other: E.Expr, consts: dict[E.Var, np.ndarray], conv: E.Call
+) -> np.ndarray | None:
+    """``other`` as a (channels,) float32 bias when it is a float32 constant broadcast along
+    the convolution's channels only (so the sum keeps the convolution's shape); else None."""
+    b = const_of(other, consts)
+    channels = conv.args[1].data.shape[0]
+    if b is None or b.dtype != np.float32 or b.ndim > 4:
+        return None
+    shape = (1,) * (4 - b.ndim) + b.shape
+    if shape != (1, channels, 1, 1):
+        return None
+    return np.ascontiguousarray(b.reshape(channels))
