@@ -210,8 +210,7 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     """Writes ``benchmarks/results/<name>.json`` (with the Python and NumPy versions) and says
     so on stdout. A ``name`` that is a path (``/tmp/run``, ``../x``) is taken as it is, the
     ``.json`` added where it lacks one."""
-    results = ROOT / "benchmarks" / "results"
-    out = results / name if not Path(name).is_absolute() else Path(name)
+    out = ROOT / "benchmarks" / "results" / name  # an absolute name replaces the folder
     out = out if out.suffix == ".json" else out.with_name(out.name + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"python": platform.python_version(), "numpy": np.__version__}

@@ -200,11 +200,6 @@ def _is_conv(value: E.Expr) -> bool:
     return isinstance(value, E.Call) and value.callee is ops.conv2d_bf16
 
 
-def _conv_attrs(conv: E.Call) -> dict:
-    keys = ("strides", "padding", "dilation", "groups", "kernel", "panel", "pairing")
-    return {k: conv.attrs[k] for k in keys}
-
-
 def join_epilogue(
     value: E.Expr,
     convs: dict[E.Var, int],
@@ -227,8 +222,8 @@ def join_epilogue(
     binding = out[convs[p]]
     assert binding is not None
     conv = binding.value
-    x, w, rest, activation = conv.args[0], conv.args[1], conv.args[2:], conv.attrs["activation"]
-    if activation != "none":
+    rest = conv.args[2:]
+    if conv.attrs["activation"] != "none":
         return None
     bias = rest[0] if rest else None
     residual = rest[1] if len(rest) > 1 else None
@@ -236,23 +231,20 @@ def join_epilogue(
         other = value.args[1] if value.args[0] is p else value.args[0]
         b = None if bias is not None else _channel_bias(other, consts, conv)
         if b is not None:
-            new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=E.Constant(b))
+            new = _rebuilt(conv, bias=E.Constant(b))
         elif _same_shape(other, binding.var):
             if bias is None:
                 bias = E.Constant(np.zeros(conv.args[1].data.shape[0], np.float32))
-            new = op.conv2d_bf16(x, w, **_conv_attrs(conv), bias=bias, residual=other)
+            new = _rebuilt(conv, bias=bias, residual=other)
         else:
             return None
     elif value.callee in (ops.relu, ops.gelu):
         form = "relu" if value.callee is ops.relu else "gelu"
         if value.callee is ops.gelu and value.attrs.get("approximate") == "tanh":
             form = "gelu_tanh"
-        new = op.conv2d_bf16(
-            x, w, **_conv_attrs(conv), bias=bias, residual=residual, activation=form
-        )
+        new = _rebuilt(conv, activation=form)
     else:
         return None
-    infer_type(new)
     return p, new
 
 
