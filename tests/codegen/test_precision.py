@@ -14,6 +14,8 @@ import pytest
 import rvm
 from rvm import op
 from rvm.ir import Builder, Call, Constant, Tuple, Var, const, tensor
+from rvm.ir.infer import infer_type
+from rvm.kernels import convmethod
 from rvm.kernels.reference.bf16 import _round_bf16
 from rvm.op.bf16 import pair_width, turned_panel
 from rvm.runtime.executable import EXEC_MODES
@@ -78,19 +80,32 @@ def _inputs(seed: int = 1) -> list[np.ndarray]:
     return [rng.standard_normal(s).astype(F32) for s in shapes]
 
 
-def _converted(mod, way: str = "bf16"):
+def _winograd(patch: pytest.MonkeyPatch, winograd: bool | None) -> None:
+    """Makes `to_bf16` take Winograd's bf16 convolution where Winograd's float32 rule pays
+    (``winograd`` True: as a CPU with bf16 dot products does), or never (False: the direct
+    bf16 convolutions, whose planes and prologues the tests read); None: this CPU's rule."""
+    if winograd is not None:
+        rule = (lambda *shape: bool(convmethod.winograd_pays(*shape))) if winograd else None
+        patch.setattr(convmethod, "winograd_bf16_pays", rule or (lambda *shape: False))
+
+
+def _converted(mod, way: str = "bf16", winograd: bool | None = False):
     """``mod`` after the pipeline's passes up to `to_bf16` taking ``way`` (what the bf16
-    executable compiled that way runs)."""
+    executable compiled that way runs), Winograd's bf16 convolution as ``winograd`` says
+    (`_winograd`)."""
     passes = default_passes()
     before = passes[: [n for n, _ in passes].index("legalize")]
-    return to_bf16(run_pipeline(mod, before), way)
+    with pytest.MonkeyPatch.context() as patch:
+        _winograd(patch, winograd)
+        return to_bf16(run_pipeline(mod, before), way)
 
 
-def _compiled(mod, way: str, **options):
+def _compiled(mod, way: str, winograd: bool | None = False, **options):
     """``rvm.compile(mod, precision="bf16", **options)`` as a CPU whose `native_way` is
-    ``way`` compiles it."""
+    ``way`` compiles it, Winograd's bf16 convolution as ``winograd`` says (`_winograd`)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(to_bf16_module, "native_way", lambda: way)
+        _winograd(patch, winograd)
         return rvm.compile(mod, precision="bf16", **options)
 
 
@@ -465,3 +480,72 @@ def test_bert_within_the_bound_of_float32(bert, exec_mode: str) -> None:
         for a, b in zip(got, want):
             assert np.abs(a - b).max() <= BF16_VS_F32 * np.abs(b).max()
             assert not np.array_equal(a, b)  # computed in bf16 (its weights, at least)
+
+
+def _winograd_model():
+    """main(img, r): a 3 x 3 convolution of 39 channels (the last pair's high half 0) to 33
+    on a 15 x 17 image, its padding uneven, + bias + a residual + relu, which Winograd's
+    F(2x2, 3x3) takes in bf16 where it pays, the epilogue in its output transform; and a 3 x
+    3 one to 8 channels (too few for Winograd's: the direct bf16 convolution)."""
+    img = Var("img", tensor((2, 39, 15, 17), F32))
+    r = Var("r", tensor((2, 33, 16, 16), F32))
+    bb = Builder()
+    with bb.function("main", [img, r]):
+        w = const(RNG.standard_normal((33, 39, 3, 3)).astype(F32) / 20)
+        a = bb.emit(op.conv2d(img, w, padding=(1, 0, 2, 1)))
+        a = bb.emit(op.add(a, const(RNG.standard_normal((33, 1, 1)).astype(F32))))
+        a = bb.emit(op.relu(bb.emit(op.add(a, r))))
+        w8 = const(RNG.standard_normal((8, 33, 3, 3)).astype(F32) / 20)
+        bb.emit_output(Tuple((a, bb.emit(op.conv2d(a, w8, padding=1)))))
+    return bb.get()
+
+
+WINOGRAD = _winograd_model()
+
+
+def test_winograd_takes_bf16_products_where_it_pays(monkeypatch) -> None:
+    """Where Winograd's pays, the convolution is `conv2d_winograd` with precision bf16 on its
+    weight transformed, rounded and paired once (int32 words, (16, o, ceil(c / 2))); the
+    shallow one stays the direct bf16 convolution. This CPU's rule takes it only with bf16
+    dot products (without them the bf16 products are float32 FMAs on widened pairs)."""
+    bindings = list(_converted(WINOGRAD, winograd=True)["main"].body.bindings)
+    wino = [b.value for b in bindings if _is(b, "conv2d_winograd")]
+    assert len(wino) == 1 and wino[0].attrs["precision"] == "bf16"
+    u = wino[0].args[1].data
+    assert u.dtype == np.int32 and u.shape == (16, 33, 20)
+    assert [b for b in bindings if _is(b, "conv2d_bf16")]
+    from rvm.kernels import bf16gemm
+
+    monkeypatch.setattr(bf16gemm, "DPBF16", False)
+    assert not _ops(_converted(WINOGRAD, winograd=None)).count("conv2d_winograd")
+
+
+def test_winograd_bf16_in_every_exec_mode(exec_mode: str, kernels: str) -> None:
+    """Against the NumPy reference of the same bf16 program (the transformed input rounded
+    to bf16, float64 sums: tight) and the float32 program (the bound)."""
+    ex = _compiled(WINOGRAD, "bf16", winograd=True, kernels=kernels, progress=False)
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((2, 39, 15, 17)).astype(F32), rng.random((2, 33, 16, 16), F32)]
+    vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+    got = vm["main"](*args)
+    exact = rvm.interpret(_converted(WINOGRAD, winograd=True), "main", *args)
+    full = rvm.interpret(WINOGRAD, "main", *args)
+    for a, b, f in zip(got, exact, full):
+        assert a.dtype == np.float32 and a.shape == f.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-4 * np.abs(b).max())
+        assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
+    if kernels == "jit" and exec_mode != "native":
+        rows = vm.profile("main", *args, warmup=0, repeat=1).rows
+        assert {r["precision"] for r in rows if "winograd" in r["name"]} == {"bf16"}
+
+
+def test_winograd_bf16_weights_are_checked() -> None:
+    x = Var("x", tensor((1, 8, 6, 6), F32))
+    u32 = const(np.zeros((16, 4, 8), F32))
+    with pytest.raises(rvm.IRError, match="precision bf16 takes"):
+        infer_type(op.conv2d_winograd(x, u32, 1, precision="bf16"))
+    with pytest.raises(rvm.IRError, match="input .* does not match weight"):
+        infer_type(op.conv2d_winograd(x, const(np.zeros((16, 4, 3), np.int32)), 1, "bf16"))
+    with pytest.raises(rvm.IRError, match="precision must be"):
+        op.conv2d_winograd(x, u32, 1, precision="int8")
+    assert infer_type(op.conv2d_winograd(x, const(np.zeros((16, 4, 4), np.int32)), 1, "bf16"))

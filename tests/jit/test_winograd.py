@@ -230,11 +230,21 @@ def test_pack_transforms_winograd_weights(blas_threads) -> None:
     winograd.conv2d(x, w, per_call, 1, 0, sgemm.NO_EPILOGUE)
     got = np.full(want.shape, np.nan, dtype=np.float32)
     u4 = u.reshape(*u.shape, 1)
-    assert _entry(x, u4, got, (*pads, 0, 0, 0)) == 0
+    assert _entry(x, u4, got, (*pads, 0, 0, 0, 0)) == 0
     np.testing.assert_array_equal(got, per_call)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
     # Shapes that disagree with the geometry are refused, not read.
-    assert _entry(x, u4, got, (1, 1, 2, 1, 0, 0, 0)) == 1
+    assert _entry(x, u4, got, (1, 1, 2, 1, 0, 0, 0, 0)) == 1
+    # The weight in bf16 pairs (bf16 flag): its products in bf16, as the reference sums them;
+    # a float32 U's depth is not its pairs'.
+    words = winograd.transform_bf16(frozen)
+    assert words.dtype == np.int32 and words.shape == (16, DEEP_OUT, (DEEP + 1) // 2)
+    assert _entry(x, u4, got, (*pads, 0, 0, 0, 1)) == 1
+    got = np.full(want.shape, np.nan, dtype=np.float32)
+    assert _entry(x, words.reshape(*words.shape, 1), got, (*pads, 0, 0, 0, 1)) == 0
+    exact = numpy_ref.conv2d_winograd(x, words, pads, "bf16")
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+    assert np.abs(got - want).max() < 2e-2 * np.abs(want).max()
 
 
 def test_saved_executable_with_transformed_weights(tmp_path) -> None:

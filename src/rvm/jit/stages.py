@@ -317,17 +317,22 @@ compute[ops.conv2d_packed] = _conv_packed
 def _conv_winograd(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
     """conv2d by Winograd's F(2x2, 3x3) on a weight transformed at build time
     (`rvm.op.conv2d_winograd`): the library's entry point ``conv2d_winograd``
-    (`rvm.kernels.conv`), the weight viewed (16, o, c, 1), which checks the whole geometry
-    again, with the kernel's epilogue (``info["epilogue"]``, `rvm.jit.lower`) applied in its
-    output transform."""
+    (`rvm.kernels.conv`), the weight viewed (16, o, c, 1) (float32) or (16, o, ceil(c / 2), 1)
+    (int32 words of bf16 pairs, `rvm.kernels.winograd.transform_bf16`: its GEMMs in bf16),
+    which checks the whole geometry again, with the kernel's epilogue (``info["epilogue"]``,
+    `rvm.jit.lower`) applied in its output transform."""
     x, u = args
-    if out != "float32" or x.dtype != "float32" or u.dtype != "float32" or x.ndim != 4:
+    pairs = attrs.get("precision") == "bf16"  # U of bf16 pairs: `winograd.transform_bf16`
+    if out != "float32" or x.dtype != "float32" or u.dtype != ("int32" if pairs else out):
         raise Unsupported(f"conv2d_winograd of {x.dtype} by {u.dtype} weights")
-    kb.check(
-        ne(x.dims[1], u.dims[2]),
-        f"{kb.kernel}: {kb.op}: input channels do not match the weight",
-    )
-    oihw = Tensor((u.dims[1], u.dims[2], "3", "3"), u.dtype)
+    if x.ndim != 4:
+        raise Unsupported(f"conv2d_winograd of a {x.ndim}-d input")
+    if not pairs:
+        kb.check(
+            ne(x.dims[1], u.dims[2]),
+            f"{kb.kernel}: {kb.op}: input channels do not match the weight",
+        )
+    oihw = Tensor((u.dims[1], x.dims[1], "3", "3"), out)  # U's depth: c, or its pairs
     full = {**attrs, "strides": (1, 1), "dilation": (1, 1)}
     geo = _conv_geometry(kb, full, x, oihw, 2)
     dims = (x.dims[0], u.dims[1], *(g[5] for g in geo))
@@ -335,13 +340,14 @@ def _conv_winograd(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str)
 
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
-        xv, uv = kb.materialize(x, out), kb.materialize(u, out)
+        xv, uv = kb.materialize(x, out), kb.materialize(u, u.dtype)
         u4 = array_view(kb, uv, u.dims, (*u.dims, "1"))
         (_, _, _, _, (pt, pb), _), (_, _, _, _, (pl, pr), _) = geo
         bias, res, flags = t.info.get("epilogue") or (t.array, t.array, (0, 0, 0))
         arrays = (xv, u4, t.array, bias, res)
-        variant = entry.variant([out] * 5)
-        kb.call_entry("conv2d_winograd", arrays, (pt, pl, pb, pr, *flags), variant)
+        variant = entry.variant([out, u.dtype, out, out, out])
+        params = (pt, pl, pb, pr, *flags, int(pairs))
+        kb.call_entry("conv2d_winograd", arrays, params, variant)
         t.info["fused"] = True
 
     t.fill = fill

@@ -72,6 +72,7 @@ from rvm.kernels.convmethod import (
     STRIDED,
     TAPS,
     TRANSFORMED,
+    TRANSFORMED_BF16,
     WINOGRAD,
     by_images,
     columns_pay,
@@ -345,11 +346,12 @@ def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
 
 def _winograd_task(k, like, data):  # type: ignore[no-untyped-def]
     """Winograd's method on an OIHW weight, transformed at the call, or (``job[21]``
-    `TRANSFORMED`: `_winograd_entry`) on one transformed at build time, (16, o, c)."""
+    `TRANSFORMED`: `_winograd_entry`) on one transformed at build time, (16, o, c) (or in bf16
+    pairs, (16, o, c2): `TRANSFORMED_BF16`)."""
     x, w, out, job = _operands(data, like)
-    if job[21] == TRANSFORMED:
-        u = parfor.array_at(job[2], (winograd.POSITIONS, job[8], job[9]), like)
-        winograd.conv2d_transformed(x, u, out, job[19], job[20], _epilogue(job))
+    if job[21] == TRANSFORMED or job[21] == TRANSFORMED_BF16:
+        bf16 = 1 if job[21] == TRANSFORMED_BF16 else 0
+        winograd.transformed_at(x, job[2], out, job[19], job[20], _epilogue(job), bf16)
     else:
         winograd.conv2d(x, w, out, job[19], job[20], _epilogue(job))
 
@@ -477,15 +479,17 @@ def _winograd_entry(a, b, c, bias, res, dims, params):  # type: ignore[no-untype
     c), viewed (16, o, c, 1): `rvm.kernels.winograd.transform`, `rvm.op.conv2d_winograd`)
     into out (c), then its epilogue in the output transform (the bias viewed (1, o or 1, 1,
     1), the residual of out's shape; ``params``: the padding (top, left, bottom, right), the
-    activation, whether there is a bias, whether a residual; an array absent is passed as
-    out, unread): 0 done, 1 the shapes disagree. The call runs in the method's task
-    (`_winograd_task`)."""
-    d, p = nb.carray(dims, 20), nb.carray(params, 7)
+    activation, whether there is a bias, whether a residual, whether U holds bf16 pairs ((16,
+    o, ceil(c / 2), 1) int32 words: `rvm.kernels.winograd.transform_bf16`); an array absent
+    is passed as out, unread): 0 done, 1 the shapes disagree. The call runs in the method's
+    task (`_winograd_task`)."""
+    d, p = nb.carray(dims, 20), nb.carray(params, 8)
     x = nb.carray(a, (d[0], d[1], d[2], d[3]))
     out = nb.carray(c, (d[8], d[9], d[10], d[11]))
     n, ch, ih, iw, o = d[0], d[1], d[2], d[3], d[5]
     pt, pl, pb, pr, act = p[0], p[1], p[2], p[3], p[4]
-    if min(pt, pl, pb, pr) < 0 or d[4] != winograd.POSITIONS or d[6] != ch or d[7] != 1:
+    depth = (ch + 1) // 2 if p[7] else ch
+    if min(pt, pl, pb, pr) < 0 or d[4] != winograd.POSITIONS or d[6] != depth or d[7] != 1:
         return 1
     if d[8] != n or d[9] != o or d[10] != _out_size(ih, 3, 1, 1, pt, pb):
         return 1
@@ -497,7 +501,8 @@ def _winograd_entry(a, b, c, bias, res, dims, params):  # type: ignore[no-untype
     if out.size == 0:
         return 0
     job = _job(x, parfor.address(nb.carray(b, 1)), out, ch, 3, 3, 1, 1, 1, 1, 1, pt, pl,
-               TRANSFORMED, _epilogue_of(biases, act, added))  # fmt: skip
+               TRANSFORMED_BF16 if p[7] else TRANSFORMED,
+               _epilogue_of(biases, act, added))  # fmt: skip
     _call_winograd(x, 0, job)
     return 0
 
@@ -508,10 +513,11 @@ entry.export("conv2d_winograd", _winograd_entry)
 # What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
 entry_call = entry.caller("conv2d", 9)
 conv2d_fused_call = entry.caller("conv2d_fused", 12)
-conv2d_winograd_call = entry.caller("conv2d_winograd", 7)
+conv2d_winograd_call = entry.caller("conv2d_winograd", 8)
 """Winograd's convolution by a weight transformed at build time and its epilogue
 (`_winograd_entry`): ``conv2d_winograd_call((x, u, out, bias, res), (pt, pl, pb, pr, act,
-with bias, with residual))``, ``u`` (16, o, c, 1)."""
+with bias, with residual, bf16))``, ``u`` (16, o, c, 1), or with bf16 (16, o, ceil(c / 2),
+1) int32 words."""
 """A float32 convolution and its epilogue (`_fused_entry`): ``conv2d_fused_call((x, w, out,
 bias, res), (groups, sh, sw, dh, dw, pt, pl, pb, pr, act, with bias, with residual))``."""
 

@@ -39,6 +39,7 @@ __all__ = [
     "TAPS_IN_PLACE",
     "TAPS_MIN_WIDTH",
     "TRANSFORMED",
+    "TRANSFORMED_BF16",
     "WINOGRAD",
     "WINOGRAD_MEAN_CHANNELS",
     "WINOGRAD_MIN_CHANNELS",
@@ -56,6 +57,7 @@ __all__ = [
     "prefers",
     "taps_fill",
     "winograd_floors",
+    "winograd_bf16_pays",
     "winograd_pays",
     "wraps_rows",
 ]
@@ -141,9 +143,10 @@ def columns_pay(og, k, oh, ow, wq):  # type: ignore[no-untyped-def]
 
 POINTWISE, STRIDED, DEPTHWISE, CHANNELS, TAPS, IM2COL, WINOGRAD = range(7)
 """The methods `method` picks; the library tasks each runs are `METHOD_TASKS`'."""
-TRANSFORMED = 7
+TRANSFORMED, TRANSFORMED_BF16 = 7, 8
 """A job's method (``job[21]``) of Winograd's on a weight transformed at build time
-(`conv._winograd_entry`)."""
+(`conv._winograd_entry`): float32 ``U``, or ``U`` in bf16 pairs
+(`rvm.kernels.winograd.transform_bf16`)."""
 
 METHOD_TASKS = (
     ("conv2d_pointwise", "gemm_segments", *sgemm.TASKS, *SHARED_TASKS),
@@ -274,6 +277,41 @@ def winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore
     small = (c + o) * tiles <= WINOGRAD_SMALL_MAP
     mean = WINOGRAD_SMALL_MEAN if small else WINOGRAD_MEAN_CHANNELS
     return 2 * c * o >= mean * sgemm.LANES * (c + o)
+
+
+def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Whether a convolution of this shape that ``precision="bf16"`` computes in bf16 runs
+    Winograd's F(2x2, 3x3) with bf16 products (`rvm.kernels.winograd.conv2d_transformed_bf16`)
+    rather than the direct bf16 convolution (`rvm.kernels.bf16conv`): where the CPU has bf16
+    dot products (`rvm.kernels.bf16gemm.DPBF16`), Winograd's pays in float32
+    (`winograd_pays`) and the GEMMs are deep and tall enough for the pair micro-kernel:
+    `WINOGRAD_BF16_CHANNELS` input and output channels or more, and on maps of fewer than
+    `WINOGRAD_BF16_TILES` tiles `WINOGRAD_BF16_SMALL` input channels.
+
+    Measured on a Zen 4 (AVX512-BF16, two threads, a layer alone in a model + ReLU, native
+    mode, interleaved medians, its input float32 both ways), Winograd's time over the direct
+    bf16 convolution's: from 64 channels on 28 x 28 maps and larger 0.61-0.93 (vgg19's and
+    resnet50's, inception's 64 -> 96 and 96 -> 128, densenet121's 128 -> 32 on 56 x 56 0.75),
+    from 96 input channels on 13 x 13 and 14 x 14 maps 0.62-0.78 (alexnet's, resnet50's 256,
+    inception's); but 1.12-3.6 under 64 channels (squeezenet's 16 -> 64 on 55 x 55 1.28, 32
+    -> 128 on 27 x 27 2.2, inception's 24 -> 64 on 14 x 14 3.6: the pair micro-kernel's 8 to
+    24 steps a tile against the direct convolution's 9 taps' worth), 64 -> 256 on 13 x 13 1.58
+    (49 tiles), densenet121's 128 -> 32 on 28 x 28 and 14 x 14 1.27 and 1.23, and vgg19's 64
+    -> 64 on 224 x 224 1.18 (taken: its rule's one miss)."""
+    from rvm.kernels.bf16gemm import DPBF16
+
+    if not DPBF16 or not winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
+        return False
+    tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
+    if min(c, o) < WINOGRAD_BF16_CHANNELS:
+        return False
+    return tiles >= WINOGRAD_BF16_TILES or c >= WINOGRAD_BF16_SMALL
+
+
+WINOGRAD_BF16_CHANNELS, WINOGRAD_BF16_SMALL, WINOGRAD_BF16_TILES = 64, 96, 196
+"""`winograd_bf16_pays`' floors: the input and output channels, the input channels on small
+maps, and the tiles of a map not small (28 x 28 maps'), measured where bf16 dot products run
+(AVX-512: 16 lanes)."""
 
 
 WINOGRAD_MIN_TILES = 32

@@ -343,15 +343,23 @@ def _infer_packed(call_: Call, args: list[TensorType]) -> Type:
 # -- conv2d by Winograd's F(2x2, 3x3) on a weight transformed once ----------------------
 
 
-def conv2d_winograd(x: ExprLike, u: ExprLike, padding: IntOrInts = 0) -> Call:
+def conv2d_winograd(
+    x: ExprLike, u: ExprLike, padding: IntOrInts = 0, precision: str = "fp32"
+) -> Call:
     """The 3x3 conv2d at stride 1 and dilation 1, without groups, of ``x`` (N, C, H, W) by a
     weight transformed for Winograd's F(2x2, 3x3) (`rvm.kernels.winograd.transform`;
     `rvm.transform.pack_conv_weights` transforms constant weights so, once): ``u`` is (16, O,
     C), ``u[4 i + j]`` position (i, j) of ``G g G^T`` for each 3x3 kernel ``g``, G = [[1, 0,
-    0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]. ``padding`` as conv2d's."""
+    0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]; or ``u`` is those values rounded to bf16
+    in channel pairs, (16, O, ceil(C / 2)) int32 words (`rvm.kernels.winograd.transform_bf16`,
+    by `rvm.transform.to_bf16`), with ``precision="bf16"``: then the 16 products take the
+    transformed input rounded to bf16 too, with float32 sums, and the input and output are
+    float32. ``padding`` as conv2d's."""
     name = "conv2d_winograd"
     pads = normalize_padding(name, padding, 2)
-    return call(ops.conv2d_winograd, as_expr(x), as_expr(u), padding=pads)
+    if precision not in ("fp32", "bf16"):
+        raise IRError(f"{name}: precision must be 'fp32' or 'bf16', got {precision!r}")
+    return call(ops.conv2d_winograd, as_expr(x), as_expr(u), padding=pads, precision=precision)
 
 
 @rule(ops.conv2d_winograd)
@@ -360,12 +368,20 @@ def _infer_winograd(call_: Call, args: list[TensorType]) -> Type:
     name = "conv2d_winograd"
     check_rank(name, x, 4, "the input (NCHW)")
     check_rank(name, u, 3, "the weight (16, O, C)")
-    dtype = promote_dtypes(x.dtype, u.dtype)
+    pairs = call_.attrs.get("precision", "fp32") == "bf16"  # U: bf16 pairs, (16, O, C2)
+    if pairs and (u.dtype != "int32" or x.dtype != "float32"):
+        raise IRError(
+            f"{name}: precision bf16 takes a float32 input and an int32 weight of bf16 pairs, "
+            f"got {x.dtype} and {u.dtype}"
+        )
+    dtype = x.dtype if pairs else promote_dtypes(x.dtype, u.dtype)
     o = None if u.shape is None else u.shape[1]
     if x.shape is None:
         return TensorType(None, dtype)
     if u.shape is not None:
         cin, cg = x.shape[1], u.shape[2]
+        if pairs and isinstance(cin, int):
+            cin = (cin + 1) // 2
         if u.shape[0] != 16 or (isinstance(cin, int) and isinstance(cg, int) and cin != cg):
             raise IRError(f"{name}: input {fmt(x.shape)} does not match weight {fmt(u.shape)}")
     spatial = [
@@ -387,18 +403,10 @@ def winograd_keeps_phases(c: int, o: int, oh: int, ow: int) -> bool:
     return bool(cut[3] == 0)
 
 
-def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None:
-    """The call computing ``value``, a float32 ``conv2d`` of a static-shaped input by the
-    constant ``weight`` (numpy, OIHW), on the weight laid out here, once, for the method the
-    library takes: `conv2d_winograd` on the weight transformed where Winograd's beats the other
-    methods (`rvm.kernels.convmethod.winograd_pays`), else `conv2d_packed` on the weight packed
-    where the direct method beats the GEMMs on this CPU
-    (`rvm.kernels.convmethod.channels_pay`: the rule, written once; with ``built``, the model
-    builds the method anyway, also where `rvm.kernels.convmethod.pays_once_built`); None
-    elsewhere."""
+def _static_shape(value: Call, weight: object) -> tuple[int, ...] | None:
+    """(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw) of ``value``, a float32
+    ``conv2d`` of a static-shaped input by the float32 OIHW numpy ``weight``; else None."""
     import numpy as np
-
-    from rvm.kernels import convmethod, direct
 
     x_type, out_type = getattr(value.args[0], "type", None), getattr(value, "type", None)
     if not isinstance(weight, np.ndarray) or weight.dtype != np.float32 or weight.ndim != 4:
@@ -413,6 +421,43 @@ def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None
     (_, c, ih, iw), (oh, ow) = x_type.shape, out_type.shape[2:]
     o, _, kh, kw = weight.shape
     groups, (sh, sw), (dh, dw) = attrs["groups"], attrs["strides"], attrs["dilation"]
+    return c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw
+
+
+def winograd_bf16(value: Call, weight: object) -> Call | None:
+    """The call computing ``value``, a float32 ``conv2d`` of a static-shaped input by the
+    constant ``weight`` (numpy, OIHW), in bf16 by Winograd's F(2x2, 3x3): `conv2d_winograd`
+    on the weight transformed and rounded into bf16 pairs, once
+    (`rvm.kernels.winograd.transform_bf16`), where Winograd's pays (`rvm.kernels.convmethod.
+    winograd_bf16_pays`); None elsewhere (`rvm.transform.to_bf16` then takes the direct bf16
+    convolution)."""
+    from rvm.kernels import convmethod
+
+    shape = _static_shape(value, weight)
+    if shape is None or not convmethod.winograd_bf16_pays(*shape[:11]):
+        return None
+    from rvm.kernels import winograd
+
+    u = Constant(winograd.transform_bf16(weight))
+    return conv2d_winograd(value.args[0], u, value.attrs["padding"], precision="bf16")
+
+
+def pack_conv2d(value: Call, weight: object, built: bool = False) -> Call | None:
+    """The call computing ``value``, a float32 ``conv2d`` of a static-shaped input by the
+    constant ``weight`` (numpy, OIHW), on the weight laid out here, once, for the method the
+    library takes: `conv2d_winograd` on the weight transformed where Winograd's beats the other
+    methods (`rvm.kernels.convmethod.winograd_pays`), else `conv2d_packed` on the weight packed
+    where the direct method beats the GEMMs on this CPU
+    (`rvm.kernels.convmethod.channels_pay`: the rule, written once; with ``built``, the model
+    builds the method anyway, also where `rvm.kernels.convmethod.pays_once_built`); None
+    elsewhere."""
+    from rvm.kernels import convmethod, direct
+
+    shape = _static_shape(value, weight)
+    if shape is None:
+        return None
+    attrs = value.attrs
+    c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw = shape
     if convmethod.winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
         from rvm.kernels import winograd
 

@@ -132,8 +132,8 @@ def depth(heads: list[E.VarBinding]) -> float:
     work = floats = 0
     for b in heads:
         call: E.Call = b.value  # type: ignore[assignment]
-        if call.callee.name == "conv2d_winograd":  # U (16, O, C): a 3x3 kernel's taps
-            taps = 9 * int(call.args[1].type.shape[2])  # type: ignore[attr-defined]
+        if call.callee.name == "conv2d_winograd":  # a 3x3 kernel's taps a channel
+            taps = 9 * int(call.args[0].type.shape[1])  # type: ignore[attr-defined]
         elif call.callee.name in ("conv2d", "conv2d_packed"):
             w = call.args[
                 1
@@ -155,7 +155,8 @@ def _whole_phases(call: E.Call, var: E.Var) -> bool:
     their copies (medians of interleaved calls, 9 runs, the host's contended spells the
     worst), with its 55 x 55 ones alone (four blocks of rows an image) 0.96-0.98 (0.96 at
     one thread)."""
-    _, o, c = (int(d) for d in call.args[1].type.shape)  # type: ignore[attr-defined]
+    o = int(call.args[1].type.shape[1])  # type: ignore[attr-defined]  # U: (16, O, C or C2)
+    c = int(call.args[0].type.shape[1])  # type: ignore[attr-defined]
     oh, ow = (int(d) for d in var.type.shape[2:])  # type: ignore[attr-defined]
     return winograd_keeps_phases(c, o, oh, ow)
 

@@ -92,6 +92,7 @@ from rvm.op.bf16 import (
     turn_pairs,
     turned_panel,
 )
+from rvm.op.conv import winograd_bf16
 from rvm.transform.bf16_joins import join_epilogue, join_prologues, pair_planes
 from rvm.transform.legalize import const_of, map_functions, map_regions
 
@@ -327,6 +328,9 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray, way: str) -> E.Call | None:
         return None
     if way == "rounded":
         return _rounded(value, w)
+    winograd = winograd_bf16(value, w)
+    if winograd is not None:
+        return winograd
     pairing = conv_pairing(w.shape[1], w.shape[3])
     rows = bf16_bits(conv_pairs(w.astype(np.float32), PAIRINGS.index(pairing))).view(np.int16)
     panel = _turned_panel(value, x, w, attrs)

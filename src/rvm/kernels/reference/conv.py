@@ -70,15 +70,48 @@ def conv2d_packed(x, w, channels, strides, padding, dilation, groups):
     return _conv(x, oihw, strides, padding, dilation, groups)
 
 
-def conv2d_winograd(x, u, padding):
+def conv2d_winograd(x, u, padding, precision="fp32"):
     """conv2d (3x3, stride 1) by a weight transformed for Winograd's F(2x2, 3x3): ``u`` (16, o,
     c), ``G g G^T`` of each kernel ``g`` (G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0,
     0, 1]]), taken back to OIHW by G's left inverse [[1, 0, 0, 0], [0, 1, -1, 0], [0, 0, 0,
-    1]]."""
+    1]]. With ``precision="bf16"``, ``u`` is (16, o, ceil(c / 2)) int32 words of bf16 pairs:
+    Winograd's own sum (`_winograd_bf16`)."""
+    if precision == "bf16":
+        return _winograd_bf16(x, u, padding)
     back = np.array([[1, 0, 0, 0], [0, 1, -1, 0], [0, 0, 0, 1]], dtype=np.float64)
     grid = u.astype(np.float64).reshape(4, 4, *u.shape[1:])
     oihw = np.einsum("ai,ijoc,bj->ocab", back, grid, back).astype(u.dtype)
     return _conv(x, oihw, (1, 1), padding, (1, 1), 1)
+
+
+_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float32)
+_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float32)
+
+
+def _winograd_bf16(x, u, padding):
+    """Winograd's F(2x2, 3x3) with bf16 products, as `rvm.kernels.winograd` sums: each tile's
+    4 x 4 input window ``d`` transformed, ``V = B^T d B`` (float32, its rows first: the same
+    bits), rounded to bf16; the
+    products ``M = U V`` summed over the channels (float64 here, float32 there: the sums'
+    order differs); ``Y = A^T M A``; ``u`` (16, o, c2) int32 words, word ``(xi, o, p)`` the bf16
+    bits of ``U[xi, o, 2 p]`` (low half) and ``U[xi, o, 2 p + 1]`` (high half)."""
+    from rvm.kernels.reference.bf16 import _bf16_values, _round_bf16
+
+    n, c, h, w = x.shape
+    pt, pl, pb, pr = padding
+    oh, ow = h + pt + pb - 2, w + pl + pr - 2
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    xp = np.zeros((n, c, 2 * th + 2, 2 * tw + 2), dtype=np.float32)
+    rows, cols = min(h, 2 * th + 2 - pt), min(w, 2 * tw + 2 - pl)
+    xp[:, :, pt : pt + rows, pl : pl + cols] = x[:, :, :rows, :cols]
+    d = np.lib.stride_tricks.sliding_window_view(xp, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
+    rows = np.einsum("ai,nctuij->nctuaj", _BT, d, dtype=np.float32)  # down the rows first,
+    v = _round_bf16(np.einsum("nctuaj,bj->nctuab", rows, _BT, dtype=np.float32))  # as there
+    halves = u.view(np.uint16).reshape(*u.shape[:2], -1)[:, :, :c]
+    uf = _bf16_values(halves).astype(np.float64).reshape(4, 4, u.shape[1], c)
+    m = np.einsum("abok,nktuab->notuab", uf, v.astype(np.float64))
+    y = np.einsum("pa,notuab,qb->notpuq", _AT, m, _AT)
+    return y.reshape(n, u.shape[1], 2 * th, 2 * tw)[:, :, :oh, :ow].astype(np.float32)
 
 
 def _conv_transpose(x, w, strides, padding, output_padding, dilation, groups):
