@@ -323,3 +323,29 @@ def test_winograd_in_a_warm_process() -> None:
     )
     exec(script, {})  # compiled here, cached for the warm process
     run_warm(script)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "o", "h", "w"),
+    [(1, 39, 33, 14, 13), (2, 40, 48, 30, 29), (1, 64, 64, 56, 56)],
+    ids=["small-odd", "batch", "rows"],
+)
+def test_bf16_products_every_cut(blas_threads, n: int, c: int, o: int, h: int, w: int) -> None:
+    """`winograd.conv2d_transformed_bf16` against the reference of the same sums, however
+    `winograd.cut` cuts the call: a small map's phases apart (its input transform by ranges
+    of whole channel pairs, an odd last one), a batch's blocks, an image in blocks of rows;
+    with a bias, a residual and a ReLU in the output transform."""
+    rng = np.random.default_rng(n + c + h)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((o, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    words = winograd.transform_bf16(wt)
+    bias = rng.standard_normal(o).astype(np.float32)
+    res = rng.standard_normal((n, o, h, w)).astype(np.float32)
+    got = np.full((n, o, h, w), np.nan, dtype=np.float32)
+    epilogue = (bias.ctypes.data, 1, 1, res.ctypes.data)
+    winograd.conv2d_transformed_bf16(x, words, got, 1, 1, epilogue)
+    plain = numpy_ref.conv2d_winograd(x, words, (1, 1, 1, 1), "bf16")
+    want = np.maximum(plain + bias[:, None, None] + res, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    full = numpy_ref.conv2d(x, wt, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert np.abs(plain - full).max() < 2e-2 * np.abs(full).max()

@@ -206,9 +206,10 @@ def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, c0, c1):  # type: ignore[no-untyped-def]
-    """``v`` (16 c tiles floats: (16, c, tiles)) = ``B^T d B`` of the 4 x 4 input window ``d``
-    of each tile in rows ``ty0`` to ``ty1`` of image ``n_``, input channels ``c0`` to ``c1``
+def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, c0, c1, vc0, vch):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``v`` (16 vch tiles floats: (16, vch, tiles), its channels ``vc0`` on) = ``B^T d B`` of
+    the 4 x 4 input window ``d`` of each tile in rows ``ty0`` to ``ty1`` of image ``n_``,
+    input channels ``c0`` to ``c1``
     (the window of tile (ty, tx) at input row ``2 ty - pt``, column ``2 tx - pl``; zeros
     outside the input), tile ``(ty - ty0) tw + tx``; ``rows`` (8 (2 tw + 2) floats) scratch:
     a row of tiles' four input rows zero-padded, then their transform down the rows. B^T =
@@ -221,7 +222,7 @@ def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, c0, c1):  # type: ignore[no-unt
     wd = U(width)
     for j in range(4 * width):
         rows[U(j)] = 0.0
-    step = U(c * tiles)
+    step = U(vch * tiles)
     for c_ in range(c0, c1):
         plane = (n_ * c + c_) * ih * iw
         for ty in range(ty0, ty1):
@@ -242,7 +243,7 @@ def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, c0, c1):  # type: ignore[no-unt
                 rows[k + U(5) * wd] = r1 + r2
                 rows[k + U(6) * wd] = r2 - r1
                 rows[k + U(7) * wd] = r1 - r3
-            at = U(c_ * tiles + (ty - ty0) * tw)
+            at = U((c_ - vc0) * tiles + (ty - ty0) * tw)
             for i in range(4):
                 t = U((4 + i) * width)
                 out = at + U(4 * i) * step
@@ -254,6 +255,27 @@ def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, c0, c1):  # type: ignore[no-unt
                     v[q + step] = d1 + d2
                     v[q + U(2) * step] = d2 - d1
                     v[q + U(3) * step] = d1 - d3
+
+
+@jit(**_OPTS)
+def _input_pairs(x, n_, pt, pl, ty0, ty1, tw, at_v, rows, c0, c1, c2):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`_input` of input channels ``c0`` (even) to ``c1`` rounded into bf16 pair rows at the
+    address ``at_v``: (16, c2, tiles) int32 words, word ``(xi, p, t)`` the bits of channels
+    ``2 p`` (low half) and ``2 p + 1`` (high half; 0 past the input's) at that position and
+    tile, as `rvm.kernels.bf16gemm.walk` reads B: a pair of channels transformed into
+    scratch in L1, then rounded (`rvm.kernels.bf16planes.pair_words`), so the float32 ``V``
+    never leaves L1 and the GEMMs read half its bytes."""
+    tiles = (ty1 - ty0) * tw
+    pair = np.empty(POSITIONS * 2 * tiles, dtype=x.dtype)
+    at_s = parfor.address(pair)
+    for c_ in range(c0, c1, 2):
+        hi = min(c_ + 2, c1)
+        _input(x, n_, pt, pl, ty0, ty1, tw, pair, rows, c_, hi, c_, 2)
+        for xi in range(POSITIONS):
+            lo = at_s + 8 * xi * tiles
+            pair_words(lo, lo + 4 * tiles, at_v + 4 * (xi * c2 + c_ // 2) * tiles, tiles,
+                       hi - c_ == 2, 1, NO_AFFINE, 0)  # fmt: skip
+    alive(pair)
 
 
 @jit(**_OPTS)
@@ -330,27 +352,20 @@ _BF16 = 27  # 1: U holds bf16 pairs (`transform_bf16`), the GEMMs run on bf16 (`
 @jit(**_OPTS)
 def _products(at_u, at_v, at_m, xi0, xi1, o0, oc, o, c, tiles, bf16):  # type: ignore[no-untyped-def]  # noqa: E501
     """The GEMMs of positions ``xi0`` to ``xi1``: ``M[xi] = U[xi] @ V[xi]`` for output channels
-    ``o0`` to ``o0 + oc`` (M's rows), V (16, c, tiles) and M (16, oc, tiles) float32 at
-    ``at_v`` and ``at_m``. float32 U (16, o, c) by `rvm.kernels.sgemm`; with ``bf16``, U
-    (16, o, c2) of bf16 pairs (`transform_bf16`) by `rvm.kernels.bf16gemm.walk` on each
-    position's V rounded into pair rows (`rvm.kernels.bf16planes.pair_words`) first."""
+    ``o0`` to ``o0 + oc`` (M's rows), V (16, c, tiles) at ``at_v`` and M (16, oc, tiles) at
+    ``at_m``, float32, by `rvm.kernels.sgemm` on U (16, o, c); with ``bf16``, V in bf16 pair
+    rows ((16, c2, tiles) words, `_input_pairs`) by `rvm.kernels.bf16gemm.walk` on U (16, o,
+    c2) of bf16 pairs (`transform_bf16`)."""
     if bf16 == 0:
         for xi in range(xi0, xi1):
             sgemm.sgemm(at_u + 4 * (xi * o + o0) * c, c, at_v + 4 * xi * c * tiles, tiles,
                         at_m + 4 * xi * oc * tiles, tiles, oc, tiles, c, 0)  # fmt: skip
         return
     c2 = (c + 1) // 2
-    pairs = kept(c2 * tiles, np.int32)
-    at_p = parfor.address(pairs)
     for xi in range(xi0, xi1):
-        row = at_v + 4 * xi * c * tiles
-        for p in range(c2):
-            lo = row + 8 * p * tiles
-            pair_words(lo, lo + 4 * tiles, at_p + 4 * p * tiles, tiles, 2 * p + 1 < c, 1,
-                       NO_AFFINE, 0)  # fmt: skip
-        walk(at_u + 4 * (xi * o + o0) * c2, c2, 0, oc, at_p, 4, 4 * tiles, tiles, 0, 0,
-             at_m + 4 * xi * oc * tiles, tiles, tiles, c2, 0, 0, 0, 0)  # fmt: skip
-    alive(pairs)
+        a, b = at_u + 4 * (xi * o + o0) * c2, at_v + 4 * xi * c2 * tiles
+        m = at_m + 4 * xi * oc * tiles
+        walk(a, c2, 0, oc, b, 4, 4 * tiles, tiles, 0, 0, m, tiles, tiles, c2, 0, 0, 0, 0)
 
 
 def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
@@ -379,12 +394,16 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
     ty0, ty1 = parfor.piece_range(b_, blocks, th, 1)  # even: at most ``per`` rows
     o0, o1 = parfor.piece_range(part, parts, o, sgemm.MR)
     oc, tiles = o1 - o0, (ty1 - ty0) * tw
-    v = kept(POSITIONS * c * per * tw, x.dtype)
+    bf16, c2 = j[_BF16], (c + 1) // 2
+    v = kept(POSITIONS * (c2 if bf16 else c) * per * tw, x.dtype)  # bf16: pair words
     m = kept(POSITIONS * oc * per * tw, x.dtype)
     rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
-    _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, 0, c)
+    if bf16:
+        _input_pairs(x, n_, pt, pl, ty0, ty1, tw, parfor.address(v), rows, 0, c, c2)
+    else:
+        _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, 0, c, 0, c)
     at_v, at_m = parfor.address(v), parfor.address(m)
-    _products(j[2], at_v, at_m, 0, POSITIONS, o0, oc, o, c, tiles, j[_BF16])
+    _products(j[2], at_v, at_m, 0, POSITIONS, o0, oc, o, c, tiles, bf16)
     alive(v)  # read by the GEMMs through its address: not freed before
     _output(m, oc * tiles, out, n_, o0, o1, ty0, ty1, tw, (j[16], j[17], j[18], j[19]), like)
 
@@ -421,9 +440,13 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         x = parfor.array_at(j[1], (n, c, ih, iw), like)
         u = _unit(j, 0, inputs, piece)
         n_, r = u // ranges, u % ranges
-        c0, c1 = parfor.piece_range(r, ranges, c, 1)
+        c0, c1 = parfor.piece_range(r, ranges, c, 1 + j[_BF16])  # bf16: whole pairs
         rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
-        _input(x, n_, j[11], j[12], 0, th, tw, v[n_ * image_v :], rows, c0, c1)
+        if j[_BF16]:
+            at_v = parfor.address(v) + 4 * n_ * image_v
+            _input_pairs(x, n_, j[11], j[12], 0, th, tw, at_v, rows, c0, c1, (c + 1) // 2)
+        else:
+            _input(x, n_, j[11], j[12], 0, th, tw, v[n_ * image_v :], rows, c0, c1, 0, c)
         workpool.add_at(done, 1)
         return
     if piece < inputs + gemms:
