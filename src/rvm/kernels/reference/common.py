@@ -69,3 +69,22 @@ def _store_exact(out, value):
             f"shape its type promised, {out.shape}"
         )
     out[...] = value
+
+
+def _bf16_values(bits):
+    """float32 values of the bf16 values whose bits are the int16 array ``bits``."""
+    return (bits.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_bits(x):
+    """The bits (uint16) of the bf16 values nearest the float32 array ``x``: ties to even, a
+    NaN a quiet NaN (as ml_dtypes rounds, without needing it)."""
+    w = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (w + 0x7FFF + ((w >> 16) & 1)) >> 16
+    nan = (w & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (w >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+def _round_bf16(x):
+    """float32 ``x`` rounded to the nearest bf16 (ties to even), as float32."""
+    return (bf16_bits(x).astype(np.uint32) << 16).view(np.float32)

@@ -5,7 +5,13 @@ Part of the NumPy reference kernels (`rvm.kernels.reference`).
 
 import numpy as np
 
-from rvm.kernels.reference.common import _binary_dtype, _is_ml_float, _like
+from rvm.kernels.reference.common import (
+    _bf16_values,
+    _binary_dtype,
+    _is_ml_float,
+    _like,
+    _round_bf16,
+)
 
 
 def _windows(xp, kernel, strides, dilation, out_shape):
@@ -95,8 +101,6 @@ def _winograd_bf16(x, u, padding):
     products ``M = U V`` summed over the channels (float64 here, float32 there: the sums'
     order differs); ``Y = A^T M A``; ``u`` (16, o, c2) int32 words, word ``(xi, o, p)`` the bf16
     bits of ``U[xi, o, 2 p]`` (low half) and ``U[xi, o, 2 p + 1]`` (high half)."""
-    from rvm.kernels.reference.bf16 import _bf16_values, _round_bf16
-
     n, c, h, w = x.shape
     pt, pl, pb, pr = padding
     oh, ow = h + pt + pb - 2, w + pl + pr - 2
