@@ -299,8 +299,15 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     inception's); but 1.12-3.6 under 64 channels (squeezenet's 16 -> 64 on 55 x 55 1.28, 32
     -> 128 on 27 x 27 2.2, inception's 24 -> 64 on 14 x 14 3.6: the pair micro-kernel's 8 to
     24 steps a tile against the direct convolution's 9 taps' worth), 64 -> 256 on 13 x 13 1.58
-    (49 tiles), densenet121's 128 -> 32 on 28 x 28 and 14 x 14 1.27 and 1.23, and vgg19's 64
-    -> 64 on 224 x 224 1.18 (taken: its rule's one miss)."""
+    (49 tiles), densenet121's 128 -> 32 on 28 x 28 and 14 x 14 1.27 and 1.23. Once Winograd's
+    input transform wrote its pairs itself, `benchmarks/bf16_winograd.py` (every such layer of
+    the light CNNs, `results/z4_s70_bf16_winograd.json`) read 0.56-0.80 on vgg19's, resnet50's,
+    alexnet's, zfnet512's and inception's layers from 28 x 28 (vgg19's 64 -> 64 on 224 x 224
+    0.79), 0.65-0.97 on inception_v2's 14 x 14 ones; near the line (0.76-1.27 between runs)
+    inception_v1's 96 -> 208, 112 -> 224 and 128 -> 256 on 13 x 13, and 64 -> 256 on 13 x 13
+    (0.89 there, 1.58 before, the direct one kept). densenet121's 128 -> 32 on 56 x 56 read
+    0.73-0.75 alone but 1.00 in the model (built both ways, taken in turns): its neighbours
+    then write and read float32, not the direct convolution's pair planes."""
     from rvm.kernels.bf16gemm import DPBF16
 
     if not DPBF16 or not winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
