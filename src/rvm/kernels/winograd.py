@@ -45,12 +45,12 @@ With ``precision="bf16"`` (`rvm.transform.to_bf16`, where `rvm.kernels.convmetho
 winograd_bf16_pays`) the 16 GEMMs run in bf16 with float32 sums (`conv2d_transformed_bf16`):
 ``U`` transformed, rounded to bf16 and paired along the input channels once, at build time
 (`transform_bf16`: int32 words, (16, o, ceil(c / 2)), A as `rvm.kernels.bf16gemm.walk` reads
-it), each position's ``V`` rounded into pair rows as its GEMM starts
-(`rvm.kernels.bf16planes.pair_words`), the transforms and ``M`` float32. On a Zen 4 core
-(``vdpbf16ps``, two threads) that took 0.60-0.68 of float32 Winograd's time on vgg19's and
-squeezenet's layers, where the direct bf16 convolution took about float32 Winograd's; its
-error about 1.7 times the direct bf16 convolution's (the transformed input's rounding: 3.7-4.4e-3
-of the largest output against 2.2-2.7e-3, random weights and inputs).
+it), each block's ``V`` written straight into bf16 pair rows by its input transform
+(`_input_pairs`, a pair of channels at a time), the output transform and ``M`` float32. On a
+Zen 4 core (``vdpbf16ps``, two threads) that took 0.59-0.69 of float32 Winograd's time on
+vgg19's and squeezenet's layers, where the direct bf16 convolution took about float32
+Winograd's; its error about 1.7 times the direct bf16 convolution's (the transformed input's
+rounding: 3.7-4.4e-3 of the largest output against 2.2-2.7e-3, random weights and inputs).
 """
 
 from __future__ import annotations
@@ -263,8 +263,8 @@ def _input_pairs(x, n_, pt, pl, ty0, ty1, tw, at_v, rows, c0, c1, c2):  # type: 
     address ``at_v``: (16, c2, tiles) int32 words, word ``(xi, p, t)`` the bits of channels
     ``2 p`` (low half) and ``2 p + 1`` (high half; 0 past the input's) at that position and
     tile, as `rvm.kernels.bf16gemm.walk` reads B: a pair of channels transformed into
-    scratch in L1, then rounded (`rvm.kernels.bf16planes.pair_words`), so the float32 ``V``
-    never leaves L1 and the GEMMs read half its bytes."""
+    scratch (32 floats a tile: L1 or L2), then rounded (`rvm.kernels.bf16planes.pair_words`),
+    so the block's float32 ``V`` is never written whole and the GEMMs read half its bytes."""
     tiles = (ty1 - ty0) * tw
     pair = np.empty(POSITIONS * 2 * tiles, dtype=x.dtype)
     at_s = parfor.address(pair)
