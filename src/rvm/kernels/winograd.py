@@ -64,6 +64,7 @@ from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U
+from rvm.kernels.reference.bf16 import bf16_rows
 
 __all__ = [
     "FIRST_RUN_TASKS",
@@ -558,10 +559,4 @@ def transform_bf16(w: np.ndarray) -> np.ndarray:
     `transform`'s ``U`` rounded to bf16 (nearest even), word ``(xi, o, p)`` the bits of
     ``U[xi, o, 2 p]`` (low half) and ``U[xi, o, 2 p + 1]`` (high half; 0 past ``c``), as
     `rvm.kernels.bf16gemm.walk` reads A: for `conv2d_transformed_bf16`."""
-    from rvm.kernels.reference.bf16 import bf16_bits
-
-    u = transform(np.ascontiguousarray(w, dtype=np.float32))
-    positions, o, c = u.shape
-    bits = np.zeros((positions, o, c + c % 2), dtype=np.uint16)
-    bits[:, :, :c] = bf16_bits(u)
-    return bits.view(np.uint32).view(np.int32)
+    return bf16_rows(transform(np.ascontiguousarray(w, dtype=np.float32))).view(np.int32)

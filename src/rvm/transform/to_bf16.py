@@ -82,12 +82,12 @@ from rvm.op.bf16 import (
     _round_bf16,
     bf16_bits,
     bf16_dot_speed,
+    bf16_rows,
     conv_pairing,
     conv_pairs,
     default_pair_panel,
     has_bf16_dot,
     pack_pairs,
-    padded_depth,
     pair_width,
     turn_pairs,
     turned_panel,
@@ -155,15 +155,6 @@ def _say_way(way: str, speed: tuple[float, float] | None) -> None:
         "few rows on bf16 weights",
         why,
     )
-
-
-def bf16_rows(weight: np.ndarray) -> np.ndarray:
-    """``weight`` (rows, depth) float as the int16 bits of its nearest bf16 values, each row
-    padded with zeros to an even depth."""
-    rows, depth = weight.shape
-    out = np.zeros((rows, padded_depth(depth)), dtype=np.int16)
-    out[:, :depth] = bf16_bits(weight.astype(np.float32)).view(np.int16)
-    return out
 
 
 def to_bf16(mod: IRModule, way: str | None = None) -> IRModule:

@@ -16,6 +16,7 @@ __all__ = [
     "INPUTS",
     "PAIRINGS",
     "bf16_bits",
+    "bf16_rows",
     "conv2d_bf16",
     "conv_pairing",
     "conv_pairs",
@@ -30,6 +31,16 @@ __all__ = [
     "turn_pairs",
     "unpair",
 ]
+
+
+def bf16_rows(weight):
+    """``weight`` (..., depth) float as the int16 bits of its nearest bf16 values, each row
+    (along the last axis) padded with a zero to an even depth: a product's A as the bf16
+    kernels read it, two values a 32-bit word (a GEMV's rows, Winograd's transformed weight)."""
+    depth = weight.shape[-1]
+    out = np.zeros((*weight.shape[:-1], depth + depth % 2), dtype=np.int16)
+    out[..., :depth] = bf16_bits(weight).view(np.int16)
+    return out
 
 
 INPUTS = ("bf16", "float32")

@@ -106,8 +106,8 @@ def _winograd_bf16(x, u, padding):
     oh, ow = h + pt + pb - 2, w + pl + pr - 2
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     xp = np.zeros((n, c, 2 * th + 2, 2 * tw + 2), dtype=np.float32)
-    rows, cols = min(h, 2 * th + 2 - pt), min(w, 2 * tw + 2 - pl)
-    xp[:, :, pt : pt + rows, pl : pl + cols] = x[:, :, :rows, :cols]
+    kept_h, kept_w = min(h, 2 * th + 2 - pt), min(w, 2 * tw + 2 - pl)  # what the tiles read
+    xp[:, :, pt : pt + kept_h, pl : pl + kept_w] = x[:, :, :kept_h, :kept_w]
     d = np.lib.stride_tricks.sliding_window_view(xp, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
     rows = np.einsum("ai,nctuij->nctuaj", _BT, d, dtype=np.float32)  # down the rows first,
     v = _round_bf16(np.einsum("nctuaj,bj->nctuab", rows, _BT, dtype=np.float32))  # as there
