@@ -172,16 +172,21 @@ def bf16_executables():
 
 
 def test_the_native_way_follows_the_cpu_and_its_dot_products_speed(monkeypatch, caplog) -> None:
-    """The bf16 ops where the CPU has a bf16 dot product doing more multiply-adds a second
-    than its float32 FMAs, or one that cannot be timed (a cross build); else the rounded way,
-    which says why once, at INFO."""
+    """The bf16 ops where the CPU has AMX tiles, or a bf16 dot product doing more
+    multiply-adds a second than its float32 FMAs, or one that cannot be timed (a cross build);
+    else the rounded way, which says why once, at INFO."""
+    from rvm.kernels.amx import AMX
     from rvm.kernels.bf16gemm import DPBF16
     from rvm.op.bf16 import bf16_dot_speed
 
     speed = bf16_dot_speed()
     fast = speed is None or speed[0] > speed[1]
-    assert native_way() == ("bf16" if DPBF16 and fast else "rounded")
+    assert native_way() == ("bf16" if DPBF16 and (AMX or fast) else "rounded")
     monkeypatch.setattr(to_bf16_module, "has_bf16_dot", lambda: True)
+    monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: True)
+    monkeypatch.setattr(to_bf16_module, "bf16_dot_speed", lambda: (11e9, 23e9))
+    assert native_way() == "bf16"  # the tiles, however slow the vector dot product
+    monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: False)
     with caplog.at_level("INFO", logger="rvm.transform"):
         for speed, way in (((2e9, 1e9), "bf16"), (None, "bf16"), ((11e9, 23e9), "rounded")):
             monkeypatch.setattr(to_bf16_module, "bf16_dot_speed", lambda s=speed: s)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import amx, parfor, workpool
 from rvm.kernels.bf16gemm import (
     BLOCK_BYTES,
     CONV_SPLIT_MIN,
@@ -202,11 +202,20 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
         parts = min(PIECES_PER_THREAD * threads, (og * oh * job[8] * k2) // CONV_SPLIT_MIN)
     # a plane larger than L2 is cut along rows first (each piece's rows stay there while
     # every band of channels walks them), a small one along channels first
-    if job[9] < oh:
+    unit = MR
+    if amx.AMX:  # cut one way: each piece packs its own weight rows and positions' pair rows
+        unit = amx.BLOCK_ROWS
+        if og > oh * job[8]:  # more weight rows than positions: cut the channels
+            step_c, along_c, step_y, along_y = piece_grid(og, unit, oh, oh, parts, threads)
+            step_y = oh  # one unit of ``oh`` rows
+        else:
+            step_y, along_y, step_c, along_c = piece_grid(oh, 1, og, og, parts, threads)
+            step_c = -(-og // unit)
+    elif job[9] < oh:
         step_y, along_y, step_c, along_c = piece_grid(oh, 1, og, MR, parts, threads)
     else:
         step_c, along_c, step_y, along_y = piece_grid(og, MR, oh, 1, parts, threads)
-    job[10], job[11], job[12], job[13], job[14] = og, oh, step_c * MR, step_y, along_y
+    job[10], job[11], job[12], job[13], job[14] = og, oh, step_c * unit, step_y, along_y
     if along_c * along_y <= 1:
         _direct(job, 0, og, 0, oh)
     else:

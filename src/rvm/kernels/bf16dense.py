@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import amx, parfor, workpool
 from rvm.kernels.bf16 import pair_rows
 from rvm.kernels.bf16gemm import BLOCK_BYTES, MR, PIECES_PER_THREAD, SPLIT_MIN, band
 from rvm.kernels.cblas import address
@@ -48,6 +48,14 @@ def _panels(a, k2, bp, panel, c, m, n, first, last, bias, act, res):  # type: ig
     thread: blocks of panels that fit half of L2, each depth block, each band of A across the
     block, tile after tile (`rvm.kernels.bf16gemm.band`); after the last depth block, each
     tile's epilogue."""
+    if amx.AMX:  # each panel's pair rows ``panel`` words apart, the whole depth at once
+        for q in range(first, last):
+            width = min(panel, n - q * panel)
+            at_bias = bias + 4 * q * panel if bias != 0 else 0
+            at_res = res + 4 * q * panel if res != 0 else 0
+            amx.walk(a, k2, 0, m, bp + 4 * q * k2 * panel, 4, panel, panel, 0, c + 4 * q * panel,
+                     n, width, k2, 0, at_bias, act, at_res, 1)  # fmt: skip
+        return
     blocks = -(-k2 // DEPTH2)
     step = -(-k2 // blocks)
     block = max(1, BLOCK_BYTES // (4 * step * panel))

@@ -36,6 +36,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels import amx
 from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
@@ -461,7 +462,13 @@ def walk(
     none) or a residual's (R laid out as C, at ``res``; 0: none), ``act(C + bias + R)`` on
     each band's rows once its last depth block is summed, while they are in cache
     (`rvm.kernels.epilogue.tile_rows`). The GEMM on pair panels (`gemm_bf16`) and the direct
-    convolution (`rvm.kernels.bf16conv`) both walk C so."""
+    convolution (`rvm.kernels.bf16conv`) both walk C so. With AMX tiles
+    (`rvm.kernels.amx.AMX`) the walk is `rvm.kernels.amx.walk`'s (B's pair rows ``ldb``
+    words apart when not indexed: ``b_pair`` is ``4 * ldb`` in every caller)."""
+    if amx.AMX:
+        amx.walk(a, lda, m0, m1, b, b_col, NR, ldb, indexed, c, ldc, n, k2, acc, bias, act, res,
+                 0)  # fmt: skip
+        return
     last = ((k2 - 1) // KC2) * KC2  # the last depth block's first pair
     for p0 in range(0, k2, KC2):
         kc2 = min(KC2, k2 - p0)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import amx, parfor, workpool
 from rvm.kernels.bf16gemm import (
     CONV_SPLIT_MIN,
     KC2,
@@ -78,7 +78,7 @@ def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     counted as half a full one (64 channels: 48 + 16 took 1.03-1.04x the direct kernel's
     time, 3 x 3 at 13 x 13 and 14 x 14). Groups stay direct (they run side by side there)."""
     npos = oh * ow
-    if groups != 1 or npos == 0 or og == 0:
+    if groups != 1 or npos == 0 or og == 0 or amx.AMX:  # AMX: the direct method's tiles
         return 0
     tiles, full = position_tiles(npos, MR)
     computed = full * MR + (tiles - full) * (MR - 1)  # the micro-kernel's rows, 7 or 8 a tile

@@ -19,7 +19,7 @@ depend on it, and each states the measurements that set it.
 
 from __future__ import annotations
 
-from rvm.kernels import bf16gemm, direct, planes, sgemm, winograd
+from rvm.kernels import amx, bf16gemm, direct, planes, sgemm, winograd
 from rvm.kernels.cpu import cpu
 from rvm.kernels.gemmshape import LANES, NR, PACK_B
 from rvm.kernels.jitting import jit
@@ -308,7 +308,9 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     (0.89 there, 1.58 before, the direct one kept). densenet121's 128 -> 32 on 56 x 56 read
     0.73-0.75 alone but 1.00 in the model (built both ways, taken in turns): its neighbours
     then write and read float32, not the direct convolution's pair planes."""
-    if not bf16gemm.DPBF16 or not winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
+    if not bf16gemm.DPBF16 or amx.AMX:  # AMX: the direct convolution's tiles (module doc)
+        return False
+    if not winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
         return False
     tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
     if min(c, o) < WINOGRAD_BF16_CHANNELS:

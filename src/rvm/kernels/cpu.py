@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_LINE",
     "WIDE_VECTORS",
     "Cpu",
+    "amx_tiles",
     "cpu",
     "read_caches",
     "read_line",
@@ -112,7 +113,40 @@ def wide_vectors() -> None:
     host = _host_features()
     if "+avx512f" not in host.split(","):
         return
+    if not _tiles_granted(host):  # no code that needs them: it would die on its first tile
+        host = ",".join(f"-{f[1:]}" if f.startswith("+amx") else f for f in host.split(","))
     config.CPU_FEATURES = f"{host},{WIDE_VECTORS}"
+
+
+_AMX = ("+amx-tile", "+amx-bf16")
+_ARCH_PRCTL, _REQ_XCOMP_PERM, _XTILEDATA = 158, 0x1023, 18  # Linux x86-64's numbers
+
+
+@functools.cache
+def _tiles_granted(features: str) -> bool:
+    """Whether this process may use AMX's tile registers: the features name AMX and Linux
+    grants the tile data's state to the process (``arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)``, Linux 5.16 and later; asked once, for every thread). Without the
+    grant the first tile instruction kills the process."""
+    import ctypes
+    import platform
+
+    flags = set(features.split(","))
+    if not all(f in flags for f in _AMX):
+        return False
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.syscall(_ARCH_PRCTL, _REQ_XCOMP_PERM, _XTILEDATA) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def amx_tiles() -> bool:
+    """Whether the kernels compile bf16 products for AMX tiles (`rvm.kernels.amx`): the
+    features Numba compiles for name AMX-BF16 and the OS granted this process the tiles."""
+    return _tiles_granted(target_features())
 
 
 def target_features() -> str:

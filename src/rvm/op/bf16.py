@@ -107,6 +107,14 @@ def has_bf16_dot() -> bool:
     return bool(DPBF16)
 
 
+def has_amx_tiles() -> bool:
+    """Whether this process runs bf16 products on AMX tiles (`rvm.kernels.amx.AMX`), imported
+    when a pass asks (`rvm.transform.to_bf16.native_way`)."""
+    from rvm.kernels.amx import AMX
+
+    return bool(AMX)
+
+
 def bf16_dot_speed() -> tuple[float, float] | None:
     """(bf16 dot products, float32 FMAs) a second on one core of this CPU, timed once a
     process, or None where they cannot be (`rvm.kernels.bf16speed.measured`), imported when a

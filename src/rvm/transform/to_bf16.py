@@ -86,6 +86,7 @@ from rvm.op.bf16 import (
     conv_pairing,
     conv_pairs,
     default_pair_panel,
+    has_amx_tiles,
     has_bf16_dot,
     pack_pairs,
     pair_width,
@@ -123,7 +124,8 @@ WAYS = ("bf16", "rounded")
 
 
 def native_way() -> str:
-    """The `WAYS` this CPU target runs fastest: ``"bf16"`` with a bf16 dot product
+    """The `WAYS` this CPU target runs fastest: ``"bf16"`` with AMX tiles
+    (`rvm.kernels.amx.AMX`), or with a bf16 dot product
     (`rvm.kernels.bf16gemm.DPBF16`) that does more multiply-adds a second than float32's FMAs
     (`rvm.op.bf16.bf16_dot_speed`, timed once a process; untimed, a cross build: bf16), else
     ``"rounded"``: on an Intel Emerald Rapids without AMX ``vdpbf16ps`` runs at half the
@@ -131,6 +133,8 @@ def native_way() -> str:
     if not has_bf16_dot():
         _say_way("rounded", None)
         return "rounded"
+    if has_amx_tiles():  # a tile product does 8192 multiply-adds, a vector FMA 16
+        return "bf16"
     speed = bf16_dot_speed()
     way = "bf16" if speed is None or speed[0] > speed[1] else "rounded"
     _say_way(way, speed)

@@ -1,0 +1,106 @@
+"""bf16 products on AMX tiles (`rvm.kernels.amx`): the walk against NumPy on the same
+bf16 operands (float64 sums) at every edge of its tiles and blocks, with B's pair rows at a
+stride, through a tap table and in pair panels, accumulating or not, with either epilogue; and
+the permission the kernels ask of Linux. Skipped where the host has no AMX (the bf16 kernels'
+vector path is `test_bf16.py`'s there)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from rvm.kernels import amx, cpu
+from rvm.kernels.reference.packed import ACTIVATIONS
+
+pytestmark = pytest.mark.skipif(not amx.AMX, reason="the host has no AMX tiles")
+
+BF16 = ml_dtypes.bfloat16
+RTOL = 1e-5
+
+
+def _words(values: np.ndarray) -> np.ndarray:
+    """(..., 2 k2) floats as (..., k2) int32 words of bf16 pairs along the last axis (the
+    even value in the low half)."""
+    bits = values.astype(BF16).view(np.uint16).astype(np.uint32)
+    return (bits[..., 0::2] | (bits[..., 1::2] << 16)).view(np.int32)
+
+
+def _rounded(x: np.ndarray) -> np.ndarray:
+    return x.astype(BF16).astype(np.float64)
+
+
+def _relu_like(name: str, x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0) if name == "relu" else x
+
+
+@pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 70])
+@pytest.mark.parametrize("n", [1, 15, 32, 33, 100])
+@pytest.mark.parametrize("k2", [1, 15, 16, 17, 40])
+def test_the_walk_at_every_edge(m: int, n: int, k2: int) -> None:
+    """Rows [m0, m1) of C (+)= A @ B on B's pair rows at a stride, fresh and accumulating,
+    the bias one a row, an activation and a residual (``act(C + bias + R)``)."""
+    rng = np.random.default_rng(m * 1000 + n * 10 + k2)
+    a = rng.standard_normal((m, 2 * k2)).astype(np.float32)
+    b = rng.standard_normal((2 * k2, n)).astype(np.float32)
+    wa = np.ascontiguousarray(_words(a))
+    wb = np.ascontiguousarray(_words(b.T).T)  # (k2, n) words: pairs along the depth
+    want = _rounded(a) @ _rounded(b)
+    bias = rng.standard_normal(m).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    m0 = m // 3
+    for acc in (0, 1):
+        c = np.full((m, n), 7.0, np.float32)
+        before = c.copy()
+        amx.walk(wa.ctypes.data, k2, m0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n,
+                 k2, acc, 0, 0, 0, 0)  # fmt: skip
+        expect = want[m0:] + (before[m0:] if acc else 0)
+        np.testing.assert_allclose(c[m0:], expect, rtol=RTOL * k2, atol=RTOL * k2)
+        np.testing.assert_array_equal(c[:m0], before[:m0])  # no row outside [m0, m1)
+    c = np.empty((m, n), np.float32)
+    act = ACTIVATIONS.index("relu")
+    amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n, k2, 0,
+             bias.ctypes.data, act, res.ctypes.data, 0)  # fmt: skip
+    expect = np.maximum(want + bias[:, None] + res, 0)
+    np.testing.assert_allclose(c, expect, rtol=RTOL * k2, atol=RTOL * k2)
+
+
+def test_pair_rows_through_a_table_and_in_panels() -> None:
+    """B's pair rows read through an int64 table of word offsets (a convolution's taps), and
+    B in pair panels of 48 columns (a 32-column block spanning two panels), with the bias
+    one a column (``act(C + bias) + R``, the dense layers')."""
+    rng = np.random.default_rng(3)
+    m, n, k2 = 37, 101, 23
+    a = rng.standard_normal((m, 2 * k2)).astype(np.float32)
+    b = rng.standard_normal((2 * k2, n)).astype(np.float32)
+    wa = np.ascontiguousarray(_words(a))
+    wb = np.ascontiguousarray(_words(b.T).T)
+    want = _rounded(a) @ _rounded(b)
+    # the table: pair row p stored at row order[p] of a taller plane
+    order = rng.permutation(k2 + 5)[:k2]
+    plane = np.zeros((k2 + 5, n), np.int32)
+    plane[order] = wb
+    table = (order * n).astype(np.int64)
+    c = np.empty((m, n), np.float32)
+    amx.walk(wa.ctypes.data, k2, 0, m, plane.ctypes.data, 4, 48, table.ctypes.data, 1,
+             c.ctypes.data, n, n, k2, 0, 0, 0, 0, 0)  # fmt: skip
+    np.testing.assert_allclose(c, want, rtol=RTOL * k2, atol=RTOL * k2)
+    # panels: (panels, k2, 48) words, panel q's column j at word (q, p, j)
+    nr, panels = 48, -(-n // 48)
+    padded = np.zeros((k2, panels * nr), np.int32)
+    padded[:, :n] = wb
+    packed = np.ascontiguousarray(padded.reshape(k2, panels, nr).transpose(1, 0, 2))
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    act = ACTIVATIONS.index("relu")
+    amx.walk(wa.ctypes.data, k2, 0, m, packed.ctypes.data, 4 * k2, nr, nr, 0, c.ctypes.data, n,
+             n, k2, 0, bias.ctypes.data, act, res.ctypes.data, 1)  # fmt: skip
+    expect = np.maximum(want + bias, 0) + res
+    np.testing.assert_allclose(c, expect, rtol=RTOL * k2, atol=RTOL * k2)
+
+
+def test_the_tiles_are_granted_once_named() -> None:
+    """The kernels use the tiles only where the compiled features name AMX-BF16 and Linux
+    granted them; features without them never ask."""
+    assert cpu.amx_tiles() is True
+    assert cpu._tiles_granted("+avx512f,+avx512bf16") is False
