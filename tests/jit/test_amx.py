@@ -65,19 +65,23 @@ def test_the_walk_at_every_edge(m: int, n: int, k2: int) -> None:
     np.testing.assert_allclose(c, expect, rtol=RTOL * k2, atol=RTOL * k2)
 
 
-def test_pair_rows_through_a_table_and_in_panels() -> None:
-    """B's pair rows read through an int64 table of word offsets (a convolution's taps), and
-    B in pair panels of 48 columns (a 32-column block spanning two panels), with the bias
-    one a column (``act(C + bias) + R``, the dense layers')."""
+@pytest.mark.parametrize("k2", [23, 32])
+@pytest.mark.parametrize("uniform", [False, True])
+def test_pair_rows_through_a_table_and_in_panels(k2: int, uniform: bool) -> None:
+    """B's pair rows read through an int64 table of word offsets (a convolution's taps, or
+    one stride: a 1 x 1's), and B in pair panels of 48 columns (a 32-column block spanning two
+    panels), with the bias one a column (``act(C + bias) + R``, the dense layers'); the tiles
+    from the operands as they lie where the depth is whole steps (32) and the rows one
+    stride, else from packed copies."""
     rng = np.random.default_rng(3)
-    m, n, k2 = 37, 101, 23
+    m, n = 70, 101
     a = rng.standard_normal((m, 2 * k2)).astype(np.float32)
     b = rng.standard_normal((2 * k2, n)).astype(np.float32)
     wa = np.ascontiguousarray(_words(a))
     wb = np.ascontiguousarray(_words(b.T).T)
     want = _rounded(a) @ _rounded(b)
     # the table: pair row p stored at row order[p] of a taller plane
-    order = rng.permutation(k2 + 5)[:k2]
+    order = np.arange(k2) + 2 if uniform else rng.permutation(k2 + 5)[:k2]
     plane = np.zeros((k2 + 5, n), np.int32)
     plane[order] = wb
     table = (order * n).astype(np.int64)

@@ -35,10 +35,10 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels.cpu import amx_tiles
+from rvm.kernels.cpu import amx_tiles, cpu
 from rvm.kernels.epilogue import tile, tile_rows
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import floats_at, ints_at
+from rvm.kernels.microkernel import floats_at, ints_at, prefetch_l2
 
 __all__ = [
     "AMX",
@@ -60,7 +60,9 @@ BLOCK_ROWS = 2 * TILE  # rows of C a `block` computes at most: two A tiles
 BLOCK_COLS = 2 * TILE  # columns of C a `block` computes at most: two B tiles
 _PACKED_ROW = 4 * BLOCK_COLS  # bytes of a pair row of packed B
 _STEP = 2 * TILE * 4 * TILE  # bytes of a step (16 pairs) of packed A or B: two tiles
-CHUNK_BYTES = 1 << 19  # packed B a chunk of columns (half of a 1 MB L2)
+CHUNK_BYTES = cpu().l2 // 2
+"""Bytes of B's pair rows a walk keeps in L2 while bands of A run across them (a chunk of
+packed blocks), and of A's rows when blocks of B run across them: half of one core's L2."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -106,21 +108,23 @@ def _release(typingctx):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def block(typingctx, a, b, steps, c, ldc, acc):  # type: ignore[no-untyped-def]
+def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C[32, 32] (+)= A @ B`` over ``steps`` steps of 16 pairs of depth (``acc``: add to
-    C), on int64 addresses, the tiles configured (`_configure`): A packed as `pack_a` writes
-    it (a step's two 16 x 16-word tiles, 2 KB a step), B as `pack_b` does (a step's 16 pair
-    rows of 32 words), C's rows ``ldc`` bytes apart. Its loads and products interleaved so
-    that each product's operands are loaded just before it (the tiles are not renamed: a
-    load waits for the products reading its tile)."""
+    C), on int64 addresses, the tiles configured (`_configure`): A's tile of rows 0-15 at
+    ``a0 + s * astep`` in step ``s``, of rows 16-31 at ``a1 + s * astep``, its rows ``lda``
+    bytes apart; B's tile of columns 0-15 at ``b0 + s * bstep``, of columns 16-31 at ``b1 + s
+    * bstep``, its pair rows ``ldb`` bytes apart; C's rows ``ldc`` bytes apart. Packed
+    (`pack_a`, `pack_b`) or as the operands lie. The loads and products interleaved so that
+    each product's operands are loaded just before it (the tiles are not renamed: a load
+    waits for the products reading its tile)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a, b, steps, c, ldc, acc = args
+        a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc = args
         load = _declare(builder, "llvm.x86.tileloadd64", [_I8, _PTR, _I64])
         store = _declare(builder, "llvm.x86.tilestored64", [_I8, _PTR, _I64])
         dot = _declare(builder, "llvm.x86.tdpbf16ps", [_I8, _I8, _I8])
         zero = _declare(builder, "llvm.x86.tilezero", [_I8])
-        ap, bp, cp = (builder.inttoptr(v, _PTR) for v in (a, b, c))
+        cp = builder.inttoptr(c, _PTR)
         down = builder.mul(ldc, _I64(TILE))
         cs = [cp, builder.gep(cp, [_I64(64)]), builder.gep(cp, [down])]
         cs.append(builder.gep(cp, [builder.add(down, _I64(64))]))
@@ -132,22 +136,23 @@ def block(typingctx, a, b, steps, c, ldc, acc):  # type: ignore[no-untyped-def]
                 for t in _C:
                     builder.call(load, [_I8(t), cs[t], ldc])
         with cgutils.for_range(builder, steps) as loop:
-            at_a = builder.gep(ap, [builder.mul(loop.index, _I64(_STEP))])
-            at_b = builder.gep(bp, [builder.mul(loop.index, _I64(_STEP))])
-            row = _I64(4 * TILE)
-            builder.call(load, [_I8(_A[0]), at_a, row])
-            builder.call(load, [_I8(_B[0]), at_b, _I64(_PACKED_ROW)])
+
+            def at(base, stride):  # type: ignore[no-untyped-def]
+                return builder.inttoptr(builder.add(base, builder.mul(loop.index, stride)), _PTR)
+
+            builder.call(load, [_I8(_A[0]), at(a0, astep), lda])
+            builder.call(load, [_I8(_B[0]), at(b0, bstep), ldb])
             builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
-            builder.call(load, [_I8(_B[1]), builder.gep(at_b, [row]), _I64(_PACKED_ROW)])
+            builder.call(load, [_I8(_B[1]), at(b1, bstep), ldb])
             builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
-            builder.call(load, [_I8(_A[1]), builder.gep(at_a, [_I64(_STEP // 2)]), row])
+            builder.call(load, [_I8(_A[1]), at(a1, astep), lda])
             builder.call(dot, [_I8(_C[2]), _I8(_A[1]), _I8(_B[0])])
             builder.call(dot, [_I8(_C[3]), _I8(_A[1]), _I8(_B[1])])
         for t in _C:
             builder.call(store, [_I8(t), cs[t], ldc])
         return context.get_dummy_value()
 
-    return nt.void(*(nt.int64,) * 6), codegen
+    return nt.void(*(nt.int64,) * 12), codegen
 
 
 @intrinsic
@@ -219,70 +224,133 @@ def pack_b(b, b_col, nr, ldb, indexed, j0, cols, k2, to):  # type: ignore[no-unt
 
 
 @jit(**_OPTS)
+def _stride(b, ldb, indexed, k2):  # type: ignore[no-untyped-def]
+    """(first, stride): B's pair row ``p`` at ``first + p * stride`` bytes from ``b`` for
+    every ``p`` (a plane's rows, a panel's, a table of one step: a 1 x 1 convolution's), or
+    stride 0 where they are not so (a table of taps)."""
+    if not indexed:
+        return 0, 4 * ldb
+    table = ints_at(ldb)
+    step = table[1] - table[0] if k2 > 1 else 0
+    for p in range(2, k2):
+        if table[p] - table[p - 1] != step:
+            return 0, 0
+    return 4 * table[0], 4 * step
+
+
+@jit(**_OPTS)
+def _ahead(b, b_col, nr, stride, j0, k2):  # type: ignore[no-untyped-def]
+    """Hints L2 to fetch the lines of unpacked B's block of columns [j0, j0 + 32), pair rows
+    ``stride`` bytes apart from ``b``, while the block before it runs its bands: streamed
+    once from memory, its tile loads otherwise waited on each line (a 4.7 MB weight read at
+    about 4 GB/s)."""
+    for g in range(2):
+        j = j0 + g * TILE
+        at = b + (4 * j if b_col == 4 else b_col * (j - j % nr) + 4 * (j % nr))
+        for p in range(k2):
+            prefetch_l2(at + p * stride)
+
+
+@jit(**_OPTS)
 def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, act, res, per_col):  # type: ignore[no-untyped-def]  # noqa: E501
     """Rows [m0, m1) of ``C[:, :n] (+)= A @ B`` over ``k2`` pairs on AMX tiles (int64
-    addresses; A's rows ``lda`` words apart, C's ``ldc`` floats; B as `pack_b` reads it): the
-    columns in chunks whose packed B fits half of L2, each chunk's blocks of `BLOCK_COLS`
-    columns packed once (`pack_b`), then each band of `BLOCK_ROWS` rows packed (`pack_a`) and
-    run across the chunk's blocks over the whole depth (`block`; a block at C's edges through
-    a 32 x 32 scratch), the band's epilogue on each block right after, while it is in cache:
-    with a bias's address (0: none), an activation's index (0: none) or a residual's (laid
-    out as C; 0: none), ``act(C + bias + R)``, the bias one value a row (`tile_rows`), or with
-    ``per_col`` ``act(C + bias) + R``, the bias one value a column (`tile`)."""
+    addresses; A's rows ``lda`` words apart, C's ``ldc`` floats; B as `pack_b` reads it).
+
+    Where the depth is whole steps of 16 pairs, the tiles are loaded from A's rows as they
+    lie, and from B's pair rows where they lie at one stride (`_stride`); else, and at C's
+    edges, from packed copies (`pack_a`: a band of `BLOCK_ROWS` rows; `pack_b`: a block of
+    `BLOCK_COLS` columns, in chunks of blocks whose copy fits half of L2, each packed once).
+    Unpacked B larger than a chunk, A smaller: each block of columns across every band (A's
+    rows stay in L2, B is read once); else each band across the chunk's blocks (C written
+    band by band). Each block of
+    C (`block`; at C's edges through a 32 x 32 scratch) then gets its epilogue, while it is
+    in cache: with a bias's address (0: none), an activation's index (0: none) or a
+    residual's (laid out as C; 0: none), ``act(C + bias + R)``, the bias one value a row
+    (`tile_rows`), or with ``per_col`` ``act(C + bias) + R``, the bias one value a column
+    (`tile`)."""
     if m1 <= m0 or n <= 0:
         return
     steps = (k2 + TILE - 1) // TILE
     per_block = steps * _STEP
-    chunk = max(1, min((n + BLOCK_COLS - 1) // BLOCK_COLS, CHUNK_BYTES // per_block))
-    packed_b = np.empty(chunk * per_block // 4, dtype=np.int32)
-    packed_a = np.empty(per_block // 4, dtype=np.int32)
-    edge = np.empty(BLOCK_ROWS * BLOCK_COLS + 16, dtype=np.float32)  # the scratch, the config
-    at_b, at_a, at_edge = packed_b.ctypes.data, packed_a.ctypes.data, edge.ctypes.data
+    whole = k2 % TILE == 0
+    first, stride = _stride(b, ldb, indexed, k2)
+    direct_b = whole and stride != 0 and (b_col == 4 or nr % TILE == 0)
+    columns_first = direct_b and (m1 - m0) * 4 * k2 <= CHUNK_BYTES < n * 4 * k2
+    chunk = (n + BLOCK_COLS - 1) // BLOCK_COLS
+    if not direct_b:
+        chunk = max(1, min(chunk, CHUNK_BYTES // per_block))
+    # scratch: the chunk's packed B (none unpacked), a band's packed A, an edge block's
+    # packed B, C's edge, the tile configuration; 64-byte aligned (a tile row a cache line)
+    sizes = np.array([0 if direct_b else chunk * per_block, per_block, per_block, 4096, 64])
+    room = np.empty((sizes.sum() + 64) // 4, dtype=np.int32)
+    at = (room.ctypes.data + 63) // 64 * 64
+    at_b, at_a = at, at + sizes[0]
+    at_b1, at_edge = at_a + sizes[1], at_a + sizes[1] + sizes[2]
+    edge = floats_at(at_edge)
+    _configure(at_edge + sizes[3])
+    band, packed_col = -1, -1  # the band packed at ``at_a``, the block at ``at_b1``
     epilogue = bias != 0 or act != 0 or res != 0
-    _configure(at_edge + 4 * BLOCK_ROWS * BLOCK_COLS)
     for q0 in range(0, n, chunk * BLOCK_COLS):
         q1 = min(n, q0 + chunk * BLOCK_COLS)
-        for j0 in range(q0, q1, BLOCK_COLS):
-            pack_b(b, b_col, nr, ldb, indexed, j0, min(BLOCK_COLS, n - j0), k2,
-                   at_b + (j0 - q0) // BLOCK_COLS * per_block)  # fmt: skip
-        for i0 in range(m0, m1, BLOCK_ROWS):
-            rows = min(BLOCK_ROWS, m1 - i0)
-            pack_a(a + 4 * i0 * lda, lda, rows, k2, at_a)
+        if not direct_b:
             for j0 in range(q0, q1, BLOCK_COLS):
-                cols = min(BLOCK_COLS, n - j0)
-                at_c = c + 4 * (i0 * ldc + j0)
-                from_b = at_b + (j0 - q0) // BLOCK_COLS * per_block
-                if rows == BLOCK_ROWS and cols == BLOCK_COLS:
-                    block(at_a, from_b, steps, at_c, 4 * ldc, acc)
-                else:  # through the scratch: only C's own rows and columns are read or written
-                    _edge(at_a, from_b, steps, at_c, ldc, rows, cols, acc, edge)
-                if epilogue:
-                    at_res = res + 4 * (i0 * ldc + j0) if res != 0 else 0
-                    if per_col:
-                        at_bias = bias + 4 * j0 if bias != 0 else 0
-                        tile(at_c, ldc, rows, cols, at_bias, act, at_res)
-                    else:
-                        at_bias = bias + 4 * i0 if bias != 0 else 0
-                        tile_rows(at_c, ldc, rows, cols, at_bias, act, at_res)
+                pack_b(b, b_col, nr, ldb, indexed, j0, min(BLOCK_COLS, n - j0), k2,
+                       at_b + (j0 - q0) // BLOCK_COLS * per_block)  # fmt: skip
+        bands = (m1 - m0 + BLOCK_ROWS - 1) // BLOCK_ROWS
+        blocks = (q1 - q0 + BLOCK_COLS - 1) // BLOCK_COLS
+        for t in range(bands * blocks):
+            if columns_first:
+                i0, j0 = m0 + (t % bands) * BLOCK_ROWS, q0 + (t // bands) * BLOCK_COLS
+            else:
+                i0, j0 = m0 + (t // blocks) * BLOCK_ROWS, q0 + (t % blocks) * BLOCK_COLS
+            rows, cols = min(BLOCK_ROWS, m1 - i0), min(BLOCK_COLS, n - j0)
+            if columns_first and t % bands == 0 and j0 + 2 * BLOCK_COLS <= n:
+                _ahead(b + first, b_col, nr, stride, j0 + BLOCK_COLS, k2)
+            if whole and rows == BLOCK_ROWS:  # A's rows as they lie
+                a0 = a + 4 * i0 * lda
+                a1, a_row, a_step = a0 + 4 * TILE * lda, 4 * lda, 4 * TILE
+            else:
+                if band != i0:
+                    pack_a(a + 4 * i0 * lda, lda, rows, k2, at_a)
+                    band = i0
+                a0, a1, a_row, a_step = at_a, at_a + _STEP // 2, 4 * TILE, _STEP
+            if direct_b and cols == BLOCK_COLS:  # B's pair rows as they lie
+                j1 = j0 + TILE
+                b0 = b + first + (4 * j0 if b_col == 4 else b_col * (j0 - j0 % nr) + 4 * (j0 % nr))
+                b1 = b + first + (4 * j1 if b_col == 4 else b_col * (j1 - j1 % nr) + 4 * (j1 % nr))
+                b_row, b_step = stride, TILE * stride
+            else:
+                at_block = at_b + (j0 - q0) // BLOCK_COLS * per_block
+                if direct_b:  # an edge block of unpacked B, packed on its own
+                    if packed_col != j0:
+                        pack_b(b, b_col, nr, ldb, indexed, j0, cols, k2, at_b1)
+                        packed_col = j0
+                    at_block = at_b1
+                b0, b1, b_row, b_step = at_block, at_block + 4 * TILE, _PACKED_ROW, _STEP
+            at_c = c + 4 * (i0 * ldc + j0)
+            if rows == BLOCK_ROWS and cols == BLOCK_COLS:
+                block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc)
+            else:  # through the scratch: only C's own rows and columns are read or written
+                out = floats_at(at_c)
+                if acc:
+                    for i in range(rows):
+                        for j in range(cols):
+                            edge[i * BLOCK_COLS + j] = out[i * ldc + j]
+                block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_edge,
+                      4 * BLOCK_COLS, acc)  # fmt: skip
+                for i in range(rows):
+                    for j in range(cols):
+                        out[i * ldc + j] = edge[i * BLOCK_COLS + j]
+            if epilogue:
+                at_res = res + 4 * (i0 * ldc + j0) if res != 0 else 0
+                if per_col:
+                    at_bias = bias + 4 * j0 if bias != 0 else 0
+                    tile(at_c, ldc, rows, cols, at_bias, act, at_res)
+                else:
+                    at_bias = bias + 4 * i0 if bias != 0 else 0
+                    tile_rows(at_c, ldc, rows, cols, at_bias, act, at_res)
     _release()
-    alive(packed_a)
-    alive(packed_b)
-    alive(edge)
-
-
-@jit(**_OPTS)
-def _edge(at_a, from_b, steps, at_c, ldc, rows, cols, acc, edge):  # type: ignore[no-untyped-def]
-    """A `block` at C's edges: on the 32 x 32 ``edge`` (C's part copied in first with
-    ``acc``), its ``rows`` x ``cols`` then copied out to C (``ldc`` floats a row)."""
-    out = floats_at(at_c)
-    if acc:
-        for i in range(rows):
-            for j in range(cols):
-                edge[i * BLOCK_COLS + j] = out[i * ldc + j]
-    block(at_a, from_b, steps, edge.ctypes.data, 4 * BLOCK_COLS, acc)
-    for i in range(rows):
-        for j in range(cols):
-            out[i * ldc + j] = edge[i * BLOCK_COLS + j]
+    alive(room)
 
 
 @jit(**_OPTS)

@@ -48,13 +48,11 @@ def _panels(a, k2, bp, panel, c, m, n, first, last, bias, act, res):  # type: ig
     thread: blocks of panels that fit half of L2, each depth block, each band of A across the
     block, tile after tile (`rvm.kernels.bf16gemm.band`); after the last depth block, each
     tile's epilogue."""
-    if amx.AMX:  # each panel's pair rows ``panel`` words apart, the whole depth at once
-        for q in range(first, last):
-            width = min(panel, n - q * panel)
-            at_bias = bias + 4 * q * panel if bias != 0 else 0
-            at_res = res + 4 * q * panel if res != 0 else 0
-            amx.walk(a, k2, 0, m, bp + 4 * q * k2 * panel, 4, panel, panel, 0, c + 4 * q * panel,
-                     n, width, k2, 0, at_bias, act, at_res, 1)  # fmt: skip
+    if amx.AMX and panel % amx.TILE == 0:  # the panels' columns in one walk: A packed once
+        at = 4 * first * panel
+        width = min(n, last * panel) - first * panel
+        amx.walk(a, k2, 0, m, bp + at * k2, 4 * k2, panel, panel, 0, c + at, n, width, k2, 0,
+                 bias + at if bias != 0 else 0, act, res + at if res != 0 else 0, 1)  # fmt: skip
         return
     blocks = -(-k2 // DEPTH2)
     step = -(-k2 // blocks)
