@@ -34,8 +34,8 @@ def _relu_like(name: str, x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0) if name == "relu" else x
 
 
-@pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 70])
-@pytest.mark.parametrize("n", [1, 15, 32, 33, 100])
+@pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 48, 70])
+@pytest.mark.parametrize("n", [1, 15, 16, 32, 33, 48, 100])
 @pytest.mark.parametrize("k2", [1, 15, 16, 17, 40])
 def test_the_walk_at_every_edge(m: int, n: int, k2: int) -> None:
     """Rows [m0, m1) of C (+)= A @ B on B's pair rows at a stride, fresh and accumulating,

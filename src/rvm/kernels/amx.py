@@ -108,9 +108,11 @@ def _release(typingctx):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc):  # type: ignore[no-untyped-def]  # noqa: E501
+def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide):  # type: ignore[no-untyped-def]  # noqa: E501
     """``C[32, 32] (+)= A @ B`` over ``steps`` steps of 16 pairs of depth (``acc``: add to
-    C), on int64 addresses, the tiles configured (`_configure`): A's tile of rows 0-15 at
+    C; ``tall`` 0: rows 0-15 only, ``wide`` 0: columns 0-15 only, the other tiles neither
+    loaded, multiplied nor stored), on int64 addresses, the tiles configured
+    (`_configure`): A's tile of rows 0-15 at
     ``a0 + s * astep`` in step ``s``, of rows 16-31 at ``a1 + s * astep``, its rows ``lda``
     bytes apart; B's tile of columns 0-15 at ``b0 + s * bstep``, of columns 16-31 at ``b1 + s
     * bstep``, its pair rows ``ldb`` bytes apart; C's rows ``ldc`` bytes apart. Packed
@@ -119,7 +121,19 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc)
     waits for the products reading its tile)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc = args
+        a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide = args
+        tall = builder.icmp_signed("!=", tall, _I64(0))
+        wide = builder.icmp_signed("!=", wide, _I64(0))
+        present = [None, wide, tall, builder.and_(tall, wide)]
+
+        def each_c(do):  # type: ignore[no-untyped-def]
+            for t in _C:
+                if present[t] is None:
+                    do(t)
+                else:
+                    with builder.if_then(present[t]):
+                        do(t)
+
         load = _declare(builder, "llvm.x86.tileloadd64", [_I8, _PTR, _I64])
         store = _declare(builder, "llvm.x86.tilestored64", [_I8, _PTR, _I64])
         dot = _declare(builder, "llvm.x86.tdpbf16ps", [_I8, _I8, _I8])
@@ -130,11 +144,9 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc)
         cs.append(builder.gep(cp, [builder.add(down, _I64(64))]))
         with builder.if_else(builder.icmp_signed("==", acc, _I64(0))) as (fresh, old):
             with fresh:
-                for t in _C:
-                    builder.call(zero, [_I8(t)])
+                each_c(lambda t: builder.call(zero, [_I8(t)]))
             with old:
-                for t in _C:
-                    builder.call(load, [_I8(t), cs[t], ldc])
+                each_c(lambda t: builder.call(load, [_I8(t), cs[t], ldc]))
         with cgutils.for_range(builder, steps) as loop:
 
             def at(base, stride):  # type: ignore[no-untyped-def]
@@ -143,16 +155,18 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc)
             builder.call(load, [_I8(_A[0]), at(a0, astep), lda])
             builder.call(load, [_I8(_B[0]), at(b0, bstep), ldb])
             builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
-            builder.call(load, [_I8(_B[1]), at(b1, bstep), ldb])
-            builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
-            builder.call(load, [_I8(_A[1]), at(a1, astep), lda])
-            builder.call(dot, [_I8(_C[2]), _I8(_A[1]), _I8(_B[0])])
-            builder.call(dot, [_I8(_C[3]), _I8(_A[1]), _I8(_B[1])])
-        for t in _C:
-            builder.call(store, [_I8(t), cs[t], ldc])
+            with builder.if_then(wide):
+                builder.call(load, [_I8(_B[1]), at(b1, bstep), ldb])
+                builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
+            with builder.if_then(tall):
+                builder.call(load, [_I8(_A[1]), at(a1, astep), lda])
+                builder.call(dot, [_I8(_C[2]), _I8(_A[1]), _I8(_B[0])])
+                with builder.if_then(wide):
+                    builder.call(dot, [_I8(_C[3]), _I8(_A[1]), _I8(_B[1])])
+        each_c(lambda t: builder.call(store, [_I8(t), cs[t], ldc]))
         return context.get_dummy_value()
 
-    return nt.void(*(nt.int64,) * 12), codegen
+    return nt.void(*(nt.int64,) * 14), codegen
 
 
 @intrinsic
@@ -306,7 +320,8 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
             rows, cols = min(BLOCK_ROWS, m1 - i0), min(BLOCK_COLS, n - j0)
             if columns_first and t % bands == 0 and j0 + 2 * BLOCK_COLS <= n:
                 _ahead(b + first, b_col, nr, stride, j0 + BLOCK_COLS, k2)
-            if whole and rows == BLOCK_ROWS:  # A's rows as they lie
+            tall, wide = 1 if rows > TILE else 0, 1 if cols > TILE else 0
+            if whole and rows % TILE == 0:  # A's rows as they lie
                 a0 = a + 4 * i0 * lda
                 a1, a_row, a_step = a0 + 4 * TILE * lda, 4 * lda, 4 * TILE
             else:
@@ -314,7 +329,7 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
                     pack_a(a + 4 * i0 * lda, lda, rows, k2, at_a)
                     band = i0
                 a0, a1, a_row, a_step = at_a, at_a + _STEP // 2, 4 * TILE, _STEP
-            if direct_b and cols == BLOCK_COLS:  # B's pair rows as they lie
+            if direct_b and cols % TILE == 0:  # B's pair rows as they lie
                 j1 = j0 + TILE
                 b0 = b + first + (4 * j0 if b_col == 4 else b_col * (j0 - j0 % nr) + 4 * (j0 % nr))
                 b1 = b + first + (4 * j1 if b_col == 4 else b_col * (j1 - j1 % nr) + 4 * (j1 % nr))
@@ -328,8 +343,9 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
                     at_block = at_b1
                 b0, b1, b_row, b_step = at_block, at_block + 4 * TILE, _PACKED_ROW, _STEP
             at_c = c + 4 * (i0 * ldc + j0)
-            if rows == BLOCK_ROWS and cols == BLOCK_COLS:
-                block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc)
+            if rows % TILE == 0 and cols % TILE == 0:  # whole tiles: C as it lies
+                block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc,
+                      tall, wide)  # fmt: skip
             else:  # through the scratch: only C's own rows and columns are read or written
                 out = floats_at(at_c)
                 if acc:
@@ -337,7 +353,7 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
                         for j in range(cols):
                             edge[i * BLOCK_COLS + j] = out[i * ldc + j]
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_edge,
-                      4 * BLOCK_COLS, acc)  # fmt: skip
+                      4 * BLOCK_COLS, acc, tall, wide)  # fmt: skip
                 for i in range(rows):
                     for j in range(cols):
                         out[i * ldc + j] = edge[i * BLOCK_COLS + j]
