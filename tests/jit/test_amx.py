@@ -6,6 +6,10 @@ vector path is `test_bf16.py`'s there)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -108,3 +112,44 @@ def test_the_tiles_are_granted_once_named() -> None:
     granted them; features without them never ask."""
     assert cpu.amx_tiles() is True
     assert cpu._tiles_granted("+avx512f,+avx512bf16") is False
+
+
+@pytest.mark.slow
+def test_the_vector_path_where_the_tiles_are_left_out(tmp_path) -> None:
+    """The same host compiling without AMX (``NUMBA_CPU_FEATURES`` less its ``amx`` ones: a
+    second cold process, -m slow) runs the bf16 products on ``vdpbf16ps`` (the path of
+    AVX512-BF16 CPUs without tiles), with the same results: a GEMM on pair panels and a 3 x 3
+    convolution, direct and turned around."""
+    features = ",".join(
+        f"-{f[1:]}" if f.startswith("+amx") else f for f in cpu.target_features().split(",")
+    )
+    script = (
+        "import numpy as np, ml_dtypes\n"
+        "from rvm.kernels import amx, bf16conv, bf16dense, bf16gemm\n"
+        "from rvm.op import numpy_ref\n"
+        "from rvm.op.bf16 import bf16_bits, conv_pairs, pack_pairs, turn_pairs\n"
+        "assert not amx.AMX and bf16gemm.DPBF16\n"
+        "r = lambda a: a.astype(ml_dtypes.bfloat16).astype(np.float64)\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = rng.standard_normal((37, 70)).astype(np.float32)\n"
+        "w = rng.standard_normal((70, 101)).astype(np.float32)\n"
+        "out = np.empty((37, 101), np.float32)\n"
+        "panels = pack_pairs(w, False, bf16gemm.NR)\n"
+        "bf16dense.dense(x, panels, out, 101, np.empty(0, np.float32), 0)\n"
+        "np.testing.assert_allclose(out, r(x) @ r(w), rtol=1e-4, atol=1e-4)\n"
+        "x = rng.standard_normal((1, 6, 11, 13)).astype(np.float32)\n"
+        "w = rng.standard_normal((40, 6, 3, 3)).astype(np.float32)\n"
+        "want = numpy_ref.conv2d(r(x), r(w), (1, 1), (1, 1, 1, 1), (1, 1), 1)\n"
+        "bits = bf16_bits(conv_pairs(w, 0)).view(np.int16)\n"
+        "none, res = np.empty(0, np.float32), np.empty((0, 0, 0, 0), np.float32)\n"
+        "tail = ((0, 0, 0, 0), (0, 0, 0), (0, 0), 0)\n"
+        "for panel in (0, bf16gemm.NR):\n"
+        "    out = np.empty(want.shape, np.float32)\n"
+        "    wt = turn_pairs(bits, 1, panel) if panel else bits\n"
+        "    bf16conv.conv2d(x, wt, out, 1, 1, 1, 1, 1, 1, 1, 3, 3, none, 0, res, panel, *tail)\n"
+        "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
+    )
+    env = dict(os.environ, NUMBA_CPU_FEATURES=features, NUMBA_CACHE_DIR=str(tmp_path))
+    env["RVM_CACHE_DIR"] = str(tmp_path / "rvm")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
