@@ -16,15 +16,17 @@ The layouts are the bf16 GEMM's (`rvm.kernels.bf16gemm`), and they are already t
 - B's pair rows hold, in each 32-bit word, the bf16 values of two consecutive depths of one
   column: AMX's "VNNI" layout of B, 16 pair rows of 16 words a B tile.
 
-`block` (LLVM's ``llvm.x86.tdpbf16ps`` and the tile loads and stores, through its
-tile-numbered intrinsics) computes ``C[:m, :n] (+)= A[:m] @ B`` for ``m, n <= 32``: four
-accumulator tiles (two of A's rows by two of B's columns), two A tiles, two B tiles, the
-depth in steps of 16 pairs and a last step of what is left; each shorter edge configured in
-the tile's shape (``ldtilecfg``), so no tail needs padding. `walk` feeds it: for each block of
-`BLOCK_COLS` columns it copies B's pair rows into one contiguous buffer (a convolution's rows
-are read through its tap table, a panel's or a plane's at their stride), then runs every band
-of `BLOCK_ROWS` rows of A across that buffer over the whole depth, the band's bias,
-activation and residual applied to its block of C right after (in cache).
+`block` (LLVM's ``llvm.x86.tdpbf16ps`` and the tile loads and stores, through their
+tile-numbered intrinsics) computes a 32 x 32 block of C in four accumulator tiles (two of A's
+rows by two of B's columns), loading two A and two B tiles a step of 16 pairs of depth; the
+tiles' addresses and strides are its arguments, so it reads the operands as they lie or
+packed. `walk` feeds it: where the depth is whole steps, A's tiles straight from its rows and
+B's from its pair rows where they lie one stride apart (a plane's, a panel's: dense layers and
+1 x 1 convolutions); else from copies packed once a walk and padded with zeros (`pack_a`,
+`pack_b`: a 3 x 3 convolution's taps gathered through its table, a depth's last step), so one
+tile configuration (every tile 16 rows of 64 bytes) serves the whole walk. A block at C's
+edges goes through a 32 x 32 scratch; blocks of 16 rows or 16 columns skip their second tiles.
+Each block's bias, activation and residual are applied right after it, while it is in cache.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _declare(builder, name, params):  # type: ignore[no-untyped-def]
     return cgutils.get_or_insert_function(builder.module, kind, name)
 
 
-_I8, _I16, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(64)
+_I8, _I64 = ir.IntType(8), ir.IntType(64)
 _PTR = _I8.as_pointer()
 
 

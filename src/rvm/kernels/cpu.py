@@ -262,11 +262,13 @@ def cpu() -> Cpu:
 
 def tuning_key() -> str:
     """The facts tuning depends on beyond the target's CPU name and features (which Numba's
-    cache and rvm's keys hold already): the cache sizes, as one line for cache keys. It does
-    not change with ``NUMBA_CPU_NAME``, so a process compiling for another CPU (a test of the
-    AVX2 path) does not make the library's code stale for the host's."""
+    cache and rvm's keys hold already): the cache sizes, and whether the code runs AMX tiles
+    (`amx_tiles`: features naming AMX compile without them where Linux refused the tiles), as
+    one line for cache keys. It does not change with ``NUMBA_CPU_NAME``, so a process
+    compiling for another CPU (a test of the AVX2 path) does not make the library's code
+    stale for the host's."""
     c = cpu()
-    return f"l1d={c.l1d} l2={c.l2} l3={c.l3} line={c.line}"
+    return f"l1d={c.l1d} l2={c.l2} l3={c.l3} line={c.line} amx={int(amx_tiles())}"
 
 
 DEFAULT_OPT = 3
