@@ -30,8 +30,10 @@ def machine() -> dict[str, Any]:
     """The machine a benchmark runs on: CPU model, the CPU and vector width Numba compiles for
     and the caches the kernels' tuning reads (`rvm.kernels.cpu`), cores, and the environment
     that changes the code run (``OPENBLAS_CORETYPE``, ``NUMBA_CPU_NAME``,
-    ``NUMBA_CPU_FEATURES``) where set."""
-    from rvm.kernels.cpu import cpu
+    ``NUMBA_CPU_FEATURES``) where set; the matrix and dot-product instructions the kernels
+    use (``extensions``: ``amx`` where the bf16 products run on AMX tiles, ``avx512bf16``,
+    ``avx512vnni``)."""
+    from rvm.kernels.cpu import amx_tiles, cpu, target_features
 
     model = platform.processor() or platform.machine()
     cpuid = {}
@@ -47,12 +49,16 @@ def machine() -> dict[str, Any]:
         pass
     c = cpu()
     env = ("OPENBLAS_CORETYPE", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
+    flags = set(target_features().split(","))
+    extensions = ["amx"] if amx_tiles() else []
+    extensions += [f for f in ("avx512bf16", "avx512vnni") if f"+{f}" in flags]
     return {
         "cpu": model,
         **({"family_model": [cpuid["cpu family"], cpuid["model"]]} if len(cpuid) == 2 else {}),
         "llvm_cpu": c.name,
         "vector_bits": c.vector_bits,
         "caches_kb": [c.l1d >> 10, c.l2 >> 10, c.l3 >> 10],
+        "extensions": extensions,
         "cores": os.cpu_count(),
         "load": round(os.getloadavg()[0], 2),
         **{name: os.environ[name] for name in env if name in os.environ},
@@ -67,7 +73,8 @@ def machine_line() -> str:
         extra += ", NUMBA_CPU_FEATURES set"
     family = "family {} model {}, ".format(*m["family_model"]) if "family_model" in m else ""
     return (
-        f"machine: {m['cpu']} ({family}{m['llvm_cpu']}, {m['vector_bits']}-bit vectors, "
+        f"machine: {m['cpu']} ({family}{m['llvm_cpu']}, {m['vector_bits']}-bit vectors"
+        f"{''.join(', ' + e for e in m['extensions'])}, "
         f"L1d/L2/L3 {'/'.join(str(k) for k in m['caches_kb'])} KB), "
         f"{m['cores']} cores, load {m['load']}{extra}"
     )
