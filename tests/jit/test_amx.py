@@ -34,10 +34,6 @@ def _rounded(x: np.ndarray) -> np.ndarray:
     return x.astype(BF16).astype(np.float64)
 
 
-def _relu_like(name: str, x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0) if name == "relu" else x
-
-
 @pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 48, 70])
 @pytest.mark.parametrize("n", [1, 15, 16, 32, 33, 48, 100])
 @pytest.mark.parametrize("k2", [1, 15, 16, 17, 40])

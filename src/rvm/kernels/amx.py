@@ -215,6 +215,14 @@ def pack_a(a, lda, rows, k2, to):  # type: ignore[no-untyped-def]
             _copy_words(a + 4 * (i * lda + s * TILE), out, count if i < rows else 0, TILE)
 
 
+@jit(inline="always", **_OPTS)
+def _column(b_col, nr, j):  # type: ignore[no-untyped-def]
+    """Bytes from a pair row's start to B's column ``j``: ``4 * j`` where columns are adjacent
+    words (``b_col`` 4), else in panels of ``nr`` columns ``b_col`` bytes a column apart (a
+    multiple of `TILE`: a 16-column group lies in one panel)."""
+    return 4 * j if b_col == 4 else b_col * (j - j % nr) + 4 * (j % nr)
+
+
 @jit(**_OPTS)
 def pack_b(b, b_col, nr, ldb, indexed, j0, cols, k2, to):  # type: ignore[no-untyped-def]
     """B's columns [j0, j0 + cols) (at most `BLOCK_COLS`, ``j0`` a multiple of `TILE`), pair
@@ -222,8 +230,7 @@ def pack_b(b, b_col, nr, ldb, indexed, j0, cols, k2, to):  # type: ignore[no-unt
     columns past ``cols`` and rows past ``k2`` (to a whole step) 0. B as
     `rvm.kernels.bf16gemm.walk` reads it: pair row ``p`` ``4 * ldb * p`` bytes after ``b``
     or, ``indexed``, ``4 * table[p]`` bytes, ``ldb`` the int64 table's address; column ``j``
-    ``4 * j`` bytes into the row (``b_col`` 4), or in panels of ``nr`` columns (a multiple of
-    `TILE`) ``b_col * (j - j % nr) + 4 * (j % nr)`` bytes."""
+    `_column` bytes into the row."""
     table = ints_at(ldb)
     for p in range(k2):
         row = b + (4 * table[p] if indexed else 4 * ldb * p)
@@ -233,8 +240,8 @@ def pack_b(b, b_col, nr, ldb, indexed, j0, cols, k2, to):  # type: ignore[no-unt
         else:
             for g in range(0, BLOCK_COLS, TILE):
                 j = j0 + g
-                _copy_words(row + b_col * (j - j % nr) + 4 * (j % nr), out + 4 * g,
-                            max(0, min(TILE, cols - g)), TILE)  # fmt: skip
+                _copy_words(row + _column(b_col, nr, j), out + 4 * g, max(0, min(TILE, cols - g)),
+                            TILE)  # fmt: skip
     for p in range(k2, (k2 + TILE - 1) // TILE * TILE):
         _copy_words(0, to + _PACKED_ROW * p, 0, BLOCK_COLS)
 
@@ -262,7 +269,7 @@ def _ahead(b, b_col, nr, stride, j0, k2):  # type: ignore[no-untyped-def]
     about 4 GB/s)."""
     for g in range(2):
         j = j0 + g * TILE
-        at = b + (4 * j if b_col == 4 else b_col * (j - j % nr) + 4 * (j % nr))
+        at = b + _column(b_col, nr, j)
         for p in range(k2):
             prefetch_l2(at + p * stride)
 
@@ -332,9 +339,8 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
                     band = i0
                 a0, a1, a_row, a_step = at_a, at_a + _STEP // 2, 4 * TILE, _STEP
             if direct_b and cols % TILE == 0:  # B's pair rows as they lie
-                j1 = j0 + TILE
-                b0 = b + first + (4 * j0 if b_col == 4 else b_col * (j0 - j0 % nr) + 4 * (j0 % nr))
-                b1 = b + first + (4 * j1 if b_col == 4 else b_col * (j1 - j1 % nr) + 4 * (j1 % nr))
+                b0 = b + first + _column(b_col, nr, j0)
+                b1 = b + first + _column(b_col, nr, j0 + TILE)
                 b_row, b_step = stride, TILE * stride
             else:
                 at_block = at_b + (j0 - q0) // BLOCK_COLS * per_block

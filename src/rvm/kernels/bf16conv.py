@@ -205,12 +205,11 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
     unit = MR
     if amx.AMX:  # cut one way: each piece packs its own weight rows and positions' pair rows
         unit = amx.BLOCK_ROWS
+        step_c, along_c, step_y, along_y = -(-og // unit), 1, oh, 1  # one piece each way
         if og > oh * job[8]:  # more weight rows than positions: cut the channels
-            step_c, along_c, step_y, along_y = piece_grid(og, unit, oh, oh, parts, threads)
-            step_y = oh  # one unit of ``oh`` rows
+            step_c, along_c, _, _ = piece_grid(og, unit, 1, 1, parts, threads)
         else:
-            step_y, along_y, step_c, along_c = piece_grid(oh, 1, og, og, parts, threads)
-            step_c = -(-og // unit)
+            step_y, along_y, _, _ = piece_grid(oh, 1, 1, 1, parts, threads)
     elif job[9] < oh:
         step_y, along_y, step_c, along_c = piece_grid(oh, 1, og, MR, parts, threads)
     else:
