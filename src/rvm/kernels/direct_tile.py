@@ -87,7 +87,8 @@ def read_line(typingctx, address):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc, bias, act):  # type: ignore[no-untyped-def]  # noqa: E501
+def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc, bias, act,
+          soon, lines):  # type: ignore[no-untyped-def]  # fmt: skip
     """The micro-kernel, on int64 addresses: ``T[i, :width] = act(sum over (t, ch) of
     A[bases[i] + taps[t] + ch] * B[t * cg + ch, :width] + bias[:width])`` for positions i <
     ``rows`` (of `MR`), ``width = (vectors - 1) * LANES + last``; ``depth`` = taps * cg steps,
@@ -102,11 +103,17 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
     `PARTS`, chosen by a switch: each keeps its accumulators in registers; a partial tile
     runs the loop of the fewest rows that hold it (a 7 x 7 map's last band of 1 position
     cost a whole band's multiply-adds, a seventh of the map's), each tap's channels spread
-    over `sums` interleaved sets of accumulators."""
-    sig = nt.void(*(nt.int64,) * 14)
+    over `sums` interleaved sets of accumulators.
+
+    ``soon`` (0: none): the address of ``lines`` cache lines the tile brings into L2 as it
+    goes, one every ``depth // (lines + 1)`` steps, spread over the loop rather than in a burst
+    (a prefetch waits for a fill buffer): `rvm.kernels.direct` passes a slice of the panel
+    its thread runs next."""
+    sig = nt.void(*(nt.int64,) * 16)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc, bias, act = args
+        depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, ldc, bias, act = args[:14]
+        soon, lines = args[14:]
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, LANES)
         vptr, fptr, iptr = vec.as_pointer(), f32.as_pointer(), i64.as_pointer()
@@ -118,6 +125,16 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
             )
 
         fma = declare(vec, [vec] * 3, f"llvm.fma.{name}")
+        hint = declare(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32],
+                       "llvm.prefetch.p0")  # fmt: skip
+        # ``soon``'s lines into L2, one every ``every`` steps from the first (``due`` -1: none)
+        every = builder.select(builder.icmp_signed("!=", soon, i64(0)),
+                               builder.sdiv(depth, builder.add(lines, i64(1))), i64(0))  # fmt: skip
+        every = builder.select(builder.icmp_signed("<", every, i64(1)), i64(1), every)
+        due = cgutils.alloca_once_value(
+            builder, builder.select(builder.icmp_signed("!=", soon, i64(0)), i64(0), i64(-1))
+        )
+        fetch = cgutils.alloca_once_value(builder, soon)
         masked_load = declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0")
         masked_store = declare(
             ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"
@@ -167,6 +184,13 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
             def step(row0, tap, ch, into):  # type: ignore[no-untyped-def]
                 """One (tap, channel)'s multiply-adds into the accumulators ``into``."""
                 row_b = builder.mul(builder.add(row0, ch), ldb)
+                with builder.if_then(builder.icmp_signed("==", builder.add(row0, ch),
+                                                         builder.load(due))):  # fmt: skip
+                    at = builder.load(fetch)
+                    builder.call(hint, [builder.inttoptr(at, ir.IntType(8).as_pointer()),
+                                        i32(0), i32(2), i32(1)])  # read, into L2, data  # fmt: skip
+                    builder.store(builder.add(at, i64(64)), fetch)
+                    builder.store(builder.add(builder.load(due), every), due)
                 bs = [load(vector_at(b, row_b, j), j) for j in range(vectors)]
                 at = builder.add(tap, ch)
                 for i in range(mr):
