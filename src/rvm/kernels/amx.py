@@ -40,7 +40,7 @@ from numba.extending import intrinsic
 from rvm.kernels.cpu import amx_tiles, cpu
 from rvm.kernels.epilogue import tile, tile_rows
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import floats_at, ints_at, prefetch_l2
+from rvm.kernels.microkernel import floats_at, ints_at
 
 __all__ = [
     "AMX",
@@ -77,7 +77,7 @@ def _declare(builder, name, params):  # type: ignore[no-untyped-def]
     return cgutils.get_or_insert_function(builder.module, kind, name)
 
 
-_I8, _I64 = ir.IntType(8), ir.IntType(64)
+_I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _PTR = _I8.as_pointer()
 
 
@@ -110,7 +110,8 @@ def _release(typingctx):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide,
+          soon, soon_ld, soon_gap, soon_lines):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C[32, 32] (+)= A @ B`` over ``steps`` steps of 16 pairs of depth (``acc``: add to
     C; ``tall`` 0: rows 0-15 only, ``wide`` 0: columns 0-15 only, the other tiles neither
     loaded, multiplied nor stored), on int64 addresses, the tiles configured
@@ -120,10 +121,14 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
     * bstep``, its pair rows ``ldb`` bytes apart; C's rows ``ldc`` bytes apart. Packed
     (`pack_a`, `pack_b`) or as the operands lie. The loads and products interleaved so that
     each product's operands are loaded just before it (the tiles are not renamed: a load
-    waits for the products reading its tile)."""
+    waits for the products reading its tile). Spread over its steps, a few a step, the block
+    also hints L2 to fetch ``soon_lines`` cache lines (0: none), line ``l`` at ``soon + (l //
+    2) * soon_ld + (l % 2) * soon_gap``: `_walk`'s next block of B, its two column groups'
+    pair rows in turn."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide = args
+        a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide = args[:14]
+        soon, soon_ld, soon_gap, soon_lines = args[14:]
         tall = builder.icmp_signed("!=", tall, _I64(0))
         wide = builder.icmp_signed("!=", wide, _I64(0))
         present = [None, wide, tall, builder.and_(tall, wide)]
@@ -140,6 +145,10 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
         store = _declare(builder, "llvm.x86.tilestored64", [_I8, _PTR, _I64])
         dot = _declare(builder, "llvm.x86.tdpbf16ps", [_I8, _I8, _I8])
         zero = _declare(builder, "llvm.x86.tilezero", [_I8])
+        hint = _declare(builder, "llvm.prefetch.p0", [_PTR, _I32, _I32, _I32])
+        # lines a step: all of them over the steps (none when there are no steps)
+        some = builder.select(builder.icmp_signed(">", steps, _I64(0)), steps, _I64(1))
+        each = builder.sdiv(builder.add(soon_lines, builder.sub(some, _I64(1))), some)
         cp = builder.inttoptr(c, _PTR)
         down = builder.mul(ldc, _I64(TILE))
         cs = [cp, builder.gep(cp, [_I64(64)]), builder.gep(cp, [down])]
@@ -154,6 +163,14 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
             def at(base, stride):  # type: ignore[no-untyped-def]
                 return builder.inttoptr(builder.add(base, builder.mul(loop.index, stride)), _PTR)
 
+            first = builder.mul(loop.index, each)
+            last = builder.select(builder.icmp_signed("<", builder.add(first, each), soon_lines),
+                                  builder.add(first, each), soon_lines)  # fmt: skip
+            with cgutils.for_range_slice(builder, first, last, _I64(1)) as (line, _):
+                row = builder.mul(builder.ashr(line, _I64(1)), soon_ld)
+                group = builder.mul(builder.and_(line, _I64(1)), soon_gap)
+                ahead = builder.inttoptr(builder.add(soon, builder.add(row, group)), _PTR)
+                builder.call(hint, [ahead, _I32(0), _I32(2), _I32(1)])  # read, into L2, data
             builder.call(load, [_I8(_A[0]), at(a0, astep), lda])
             builder.call(load, [_I8(_B[0]), at(b0, bstep), ldb])
             builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
@@ -168,7 +185,7 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
         each_c(lambda t: builder.call(store, [_I8(t), cs[t], ldc]))
         return context.get_dummy_value()
 
-    return nt.void(*(nt.int64,) * 14), codegen
+    return nt.void(*(nt.int64,) * 18), codegen
 
 
 @intrinsic
@@ -261,17 +278,16 @@ def _stride(b, ldb, indexed, k2):  # type: ignore[no-untyped-def]
     return 4 * table[0], 4 * step
 
 
-@jit(**_OPTS)
-def _ahead(b, b_col, nr, stride, j0, k2):  # type: ignore[no-untyped-def]
-    """Hints L2 to fetch the lines of unpacked B's block of columns [j0, j0 + 32), pair rows
-    ``stride`` bytes apart from ``b``, while the block before it runs its bands: streamed
-    once from memory, its tile loads otherwise waited on each line (a 4.7 MB weight read at
-    about 4 GB/s)."""
-    for g in range(2):
-        j = j0 + g * TILE
-        at = b + _column(b_col, nr, j)
-        for p in range(k2):
-            prefetch_l2(at + p * stride)
+@jit(**_OPTS, inline="always")
+def _ahead(b, b_col, nr, stride, j0, k2, band, bands):  # type: ignore[no-untyped-def]
+    """`block`'s (``soon``, ``soon_gap``, ``soon_lines``) for band ``band`` of ``bands``: its
+    slice of the pair rows of unpacked B's block of columns [j0, j0 + 32) (two 16-column
+    groups, pair rows ``stride`` bytes apart from ``b``), which `block` brings into L2 while
+    the block before it runs that band: streamed once from memory, the tile loads otherwise
+    waited on each line (a 4.7 MB weight read at about 4 GB/s)."""
+    lo, hi = band * k2 // bands, (band + 1) * k2 // bands
+    at = b + _column(b_col, nr, j0)
+    return at + lo * stride, _column(b_col, nr, j0 + TILE) - _column(b_col, nr, j0), 2 * (hi - lo)
 
 
 @jit(**_OPTS)
@@ -327,8 +343,10 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
             else:
                 i0, j0 = m0 + (t // blocks) * BLOCK_ROWS, q0 + (t % blocks) * BLOCK_COLS
             rows, cols = min(BLOCK_ROWS, m1 - i0), min(BLOCK_COLS, n - j0)
-            if columns_first and t % bands == 0 and j0 + 2 * BLOCK_COLS <= n:
-                _ahead(b + first, b_col, nr, stride, j0 + BLOCK_COLS, k2)
+            soon, gap, soon_lines = 0, 0, 0
+            if columns_first and j0 + 2 * BLOCK_COLS <= n:  # the next block's B, a slice a band
+                soon, gap, soon_lines = _ahead(b + first, b_col, nr, stride, j0 + BLOCK_COLS,
+                                               k2, t % bands, bands)  # fmt: skip
             tall, wide = 1 if rows > TILE else 0, 1 if cols > TILE else 0
             if whole and rows % TILE == 0:  # A's rows as they lie
                 a0 = a + 4 * i0 * lda
@@ -353,7 +371,7 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
             at_c = c + 4 * (i0 * ldc + j0)
             if rows % TILE == 0 and cols % TILE == 0:  # whole tiles: C as it lies
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc,
-                      tall, wide)  # fmt: skip
+                      tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
             else:  # through the scratch: only C's own rows and columns are read or written
                 out = floats_at(at_c)
                 if acc:
@@ -361,7 +379,7 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
                         for j in range(cols):
                             edge[i * BLOCK_COLS + j] = out[i * ldc + j]
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_edge,
-                      4 * BLOCK_COLS, acc, tall, wide)  # fmt: skip
+                      4 * BLOCK_COLS, acc, tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
                 for i in range(rows):
                     for j in range(cols):
                         out[i * ldc + j] = edge[i * BLOCK_COLS + j]
