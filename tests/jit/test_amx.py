@@ -1,7 +1,8 @@
 """bf16 products on AMX tiles (`rvm.kernels.amx`): the walk against NumPy on the same
 bf16 operands (float64 sums) at every edge of its tiles and blocks, with B's pair rows at a
-stride, through a tap table and in pair panels, accumulating or not, with either epilogue; and
-the permission the kernels ask of Linux. Skipped where the host has no AMX (the bf16 kernels'
+stride, through a tap table and in pair panels, accumulating or not, with either epilogue, B
+wider than half of L2 (its blocks of columns first); and the permission the kernels ask of
+Linux. Skipped where the host has no AMX (the bf16 kernels'
 vector path is `test_bf16.py`'s there)."""
 
 from __future__ import annotations
@@ -149,3 +150,31 @@ def test_the_vector_path_where_the_tiles_are_left_out(tmp_path) -> None:
     env["RVM_CACHE_DIR"] = str(tmp_path / "rvm")
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("panels", [False, True])
+def test_a_wide_b_walks_its_blocks_of_columns_first(panels: bool) -> None:
+    """B wider than half of L2 (`amx.CHUNK_BYTES`), A smaller: each block of columns runs
+    across every band (A's rows kept in L2), the next block's pair rows brought in a slice a
+    band (`amx._ahead`, `amx.block`'s hints) -- the same sums, to C's last edge column; B at a
+    stride and in pair panels of 48 columns."""
+    rng = np.random.default_rng(5)
+    m, k2 = 70, 64
+    n = amx.CHUNK_BYTES // (4 * k2) + 37  # a few blocks past the chunk, a ragged last one
+    a = rng.standard_normal((m, 2 * k2)).astype(np.float32)
+    b = rng.standard_normal((2 * k2, n)).astype(np.float32)
+    wa = np.ascontiguousarray(_words(a))
+    wb = np.ascontiguousarray(_words(b.T).T)
+    want = _rounded(a) @ _rounded(b)
+    c = np.empty((m, n), np.float32)
+    if panels:
+        nr, count = 48, -(-n // 48)
+        padded = np.zeros((k2, count * nr), np.int32)
+        padded[:, :n] = wb
+        packed = np.ascontiguousarray(padded.reshape(k2, count, nr).transpose(1, 0, 2))
+        amx.walk(wa.ctypes.data, k2, 0, m, packed.ctypes.data, 4 * k2, nr, nr, 0,
+                 c.ctypes.data, n, n, k2, 0, 0, 0, 0, 1)  # fmt: skip
+    else:
+        amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n,
+                 k2, 0, 0, 0, 0, 0)  # fmt: skip
+    np.testing.assert_allclose(c, want, rtol=RTOL * k2, atol=RTOL * k2)
