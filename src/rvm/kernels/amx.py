@@ -300,7 +300,8 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
     edges, from packed copies (`pack_a`: a band of `BLOCK_ROWS` rows; `pack_b`: a block of
     `BLOCK_COLS` columns, in chunks of blocks whose copy fits half of L2, each packed once).
     Unpacked B larger than a chunk, A smaller: each block of columns across every band (A's
-    rows stay in L2, B is read once); else each band across the chunk's blocks (C written
+    rows stay in L2, B is read once), each band's blocks bringing a slice of the next block's
+    pair rows into L2 as they go (`_ahead`); else each band across the chunk's blocks (C written
     band by band). Each block of
     C (`block`; at C's edges through a 32 x 32 scratch) then gets its epilogue, while it is
     in cache: with a bias's address (0: none), an activation's index (0: none) or a

@@ -25,6 +25,9 @@ convolutions do:
 - each panel's sweep reads the plane again: one larger than half of L2 (`PREFETCH_PLANE`)
   comes from L3, so each band first prefetches the next band's new input into L2
   (`_prefetch_band`);
+- a piece that runs a whole panel brings the panel its thread runs next into L2 as its bands
+  go, a slice a band, a line every few steps (`micro`'s ``soon``): on small maps a panel has
+  few bands (a 7 x 7 map 7), and the first of them had waited on memory for the weights;
 - a whole tile goes transposed into the NCHW output, each output channel's `MR` positions
   one run: the accumulators are transposed in registers by shuffles (`nhwc.transposed`), a
   vector store a channel. A band's last, partial tile goes through a small buffer, element
