@@ -422,7 +422,7 @@ def conv2d_packed_fused(x, w, out, sh, sw, dh, dw, pt, pl, bias, act):  # type: 
     for i in range(_JOB_WHOLE):  # element by element: a tuple into a slice was 2 s to build
         job[i] = head[i]
     job[_JOB_WHOLE] = whole  # (a tuple of 31 is built through a list, which Numba refuses)
-    job[_JOB_AHEAD] = 1
+    job[_JOB_AHEAD] = 1  # pieces in this thread, in order (`_image` on the pool: its threads)
     for i in range(kh):
         for j in range(kw):
             job[_JOB_FIELDS + i * kw + j] = (i * dh * wp + j * dw) * c
@@ -485,7 +485,6 @@ def _image(x, n_, xh, job, hp, pt, pl, pieces, split):  # type: ignore[no-untype
         _run(x, copies + pieces, job)
     else:
         job[3] = 1
-        job[_JOB_AHEAD] = 1
         for piece in range(1 + pieces):
             _call(x, piece, job)
 
