@@ -178,3 +178,16 @@ def test_a_wide_b_walks_its_blocks_of_columns_first(panels: bool) -> None:
         amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n,
                  k2, 0, 0, 0, 0, 0)  # fmt: skip
     np.testing.assert_allclose(c, want, rtol=RTOL * k2, atol=RTOL * k2)
+
+
+def test_which_walks_pack_b() -> None:
+    """`amx.packs_b`: B is packed where its depth is not whole steps or its pair rows are
+    not one stride apart (a 3 x 3 convolution's taps); a 1 x 1's table of one stride is read
+    as it lies (the direct convolution then keeps its finer cut by channels)."""
+    uniform = np.arange(32, dtype=np.int64) * 100
+    taps = uniform.copy()
+    taps[5] += 1
+    assert not amx.packs_b(uniform.ctypes.data, 1, 32)
+    assert amx.packs_b(taps.ctypes.data, 1, 32)
+    assert amx.packs_b(uniform.ctypes.data, 1, 24)  # not whole steps of 16 pairs
+    assert not amx.packs_b(64, 0, 32)  # pair rows 64 words apart, no table

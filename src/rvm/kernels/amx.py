@@ -51,6 +51,7 @@ __all__ = [
     "block",
     "pack_a",
     "pack_b",
+    "packs_b",
     "walk",
 ]
 
@@ -276,6 +277,14 @@ def _stride(b, ldb, indexed, k2):  # type: ignore[no-untyped-def]
         if table[p] - table[p - 1] != step:
             return 0, 0
     return 4 * table[0], 4 * step
+
+
+@jit(**_OPTS)
+def packs_b(ldb, indexed, k2):  # type: ignore[no-untyped-def]
+    """Whether `walk` packs B whole (its columns adjacent words; ``ldb``, ``indexed`` and
+    ``k2`` as `walk`'s): where its depth is not whole steps, or its pair rows not one stride
+    apart (a table of taps)."""
+    return k2 % TILE != 0 or _stride(0, ldb, indexed, k2)[1] == 0
 
 
 @jit(**_OPTS, inline="always")

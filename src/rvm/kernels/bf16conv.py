@@ -207,6 +207,8 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
         unit = amx.BLOCK_ROWS
         step_c, along_c, step_y, along_y = -(-og // unit), 1, oh, 1  # one piece each way
         if og > oh * job[8]:  # more weight rows than positions: cut the channels
+            if amx.packs_b(job[4], 1, k2):  # each piece packs all of B: one piece a thread
+                parts = min(parts, threads)
             step_c, along_c, _, _ = piece_grid(og, unit, 1, 1, parts, threads)
         else:
             step_y, along_y, _, _ = piece_grid(oh, 1, 1, 1, parts, threads)
