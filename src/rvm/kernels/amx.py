@@ -279,12 +279,19 @@ def _stride(b, ldb, indexed, k2):  # type: ignore[no-untyped-def]
     return 4 * table[0], 4 * step
 
 
+@jit(**_OPTS, inline="always")
+def _b_as_it_lies(stride, k2, b_col, nr):  # type: ignore[no-untyped-def]
+    """Whether `walk` loads B's tiles as B lies: its depth whole steps, its pair rows one
+    ``stride`` apart (`_stride`; 0: not), a 16-column group in one panel; else it packs B."""
+    return k2 % TILE == 0 and stride != 0 and (b_col == 4 or nr % TILE == 0)
+
+
 @jit(**_OPTS)
 def packs_b(ldb, indexed, k2):  # type: ignore[no-untyped-def]
     """Whether `walk` packs B whole (its columns adjacent words; ``ldb``, ``indexed`` and
     ``k2`` as `walk`'s): where its depth is not whole steps, or its pair rows not one stride
     apart (a table of taps)."""
-    return k2 % TILE != 0 or _stride(0, ldb, indexed, k2)[1] == 0
+    return not _b_as_it_lies(_stride(0, ldb, indexed, k2)[1], k2, 4, TILE)
 
 
 @jit(**_OPTS, inline="always")
@@ -323,7 +330,7 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
     per_block = steps * _STEP
     whole = k2 % TILE == 0
     first, stride = _stride(b, ldb, indexed, k2)
-    direct_b = whole and stride != 0 and (b_col == 4 or nr % TILE == 0)
+    direct_b = _b_as_it_lies(stride, k2, b_col, nr)
     columns_first = direct_b and (m1 - m0) * 4 * k2 <= CHUNK_BYTES < n * 4 * k2
     chunk = (n + BLOCK_COLS - 1) // BLOCK_COLS
     if not direct_b:
