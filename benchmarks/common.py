@@ -99,6 +99,7 @@ def interleaved_medians(
     sample_s: float = 1e-4,
     settle_s: float = 0.0,
     clock: Callable[[], float] = time.perf_counter,
+    warm_s: float = 0.0,
 ) -> dict[str, float]:
     """The median seconds per call of each ``fns[name]()``, the functions taking turns sample
     by sample, so a slow spell of a shared machine hits them alike.
@@ -115,6 +116,14 @@ def interleaved_medians(
     ``clock``: `time.perf_counter` (wall time) by default; `time.thread_time` measures the CPU
     time of calls that run in the calling thread only (one thread each), which a loaded
     machine's preemptions leave out.
+
+    ``warm_s``: after the settling pause, untimed calls for at least that long (one at least)
+    before the turn's timed calls, so each turn times the steady state a model's layers run
+    in, back to back. After a pause of 50 ms a single untimed call left the next ones slow on
+    a 2-core virtual machine (session 74, an Intel Xeon with AMX): rvm's 1 x 1 and 3 x 3
+    layers alone timed 1.4-2.3x their time in the model (squeezenet's 16 -> 64 1 x 1 on 55 x
+    55: 0.101 ms against 0.040), whole squeezenet 11% slower (ONNX Runtime's 6%) than after
+    10 ms of calls.
     """
     number = {}
     for name, fn in fns.items():
@@ -132,6 +141,10 @@ def interleaved_medians(
             if settle_s > 0:
                 time.sleep(settle_s)
                 fn()
+            if warm_s > 0:
+                begin = time.perf_counter()
+                while time.perf_counter() - begin < warm_s:
+                    fn()
             start = clock()
             for _ in range(number[name]):
                 fn()
