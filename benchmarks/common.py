@@ -121,7 +121,7 @@ def interleaved_medians(
     before the turn's timed calls, so each turn times the steady state a model's layers run
     in, back to back. After a pause of 50 ms a single untimed call left the next ones slow on
     a 2-core virtual machine (session 74, an Intel Xeon with AMX): rvm's 1 x 1 and 3 x 3
-    layers alone timed 1.4-2.3x their time in the model (squeezenet's 16 -> 64 1 x 1 on 55 x
+    layers alone timed 1.1-2.5x their time in the model (squeezenet's 16 -> 64 1 x 1 on 55 x
     55: 0.101 ms against 0.040), whole squeezenet 11% slower (ONNX Runtime's 6%) than after
     10 ms of calls.
     """

@@ -91,7 +91,7 @@ def _ort(key: tuple, out: list[int], w: np.ndarray, threads: int):  # type: igno
 
 WARM_S = 0.01
 """Seconds of untimed calls after a turn's pause (`common.interleaved_medians`' ``warm_s``):
-after the pause and one call, rvm's layers ran 1.4-2.3x their time in the model (session 74)."""
+after the pause and one call, rvm's layers ran 1.1-2.5x their time in the model (session 74)."""
 
 
 def measure(key: tuple, out_shape: list[int], repeat: int, threads: int = 1) -> dict:
