@@ -31,7 +31,8 @@ batch 1, seq 128 (``bert``: exported with random weights by `transformer_models.
 
 Then the int8 rows (``--int8 squeezenet,resnet50``; ``--int8 ""`` skips them) of
 `precision_int8.py`: ONNX Runtime's ``quantize_static`` QDQ model through rvm and ORT, against
-rvm f32 (goals: >= 1.8x faster than rvm f32, <= 1.0x ORT int8), on ``--threads`` too, its
+rvm f32 (goals: >= 1.8x faster than rvm f32, <= 1.0x ORT int8), on ``--threads`` and
+``--warm-ms`` too (not their after-idle column, a call after each pause by design), its
 weights in 7 bits where ORT's products of 8-bit ones saturate (``--reduce-range``, see
 `precision_int8.py`).
 
@@ -265,7 +266,7 @@ def main() -> None:
         ap.error(f"--warm-ms takes milliseconds >= 0; not {a.warm_ms}")
     global THREADS, WARM_S
     THREADS = precision_int8.THREADS = a.threads
-    WARM_S = a.warm_ms / 1e3
+    WARM_S = precision_int8.WARM_S = a.warm_ms / 1e3
     if a.threads:
         rvm.set_num_threads(a.threads)
     work = Path(a.workdir)

@@ -73,6 +73,7 @@ def _wakes_per_call(fn, pause_s: float) -> float:  # type: ignore[no-untyped-def
 
 
 THREADS = 0  # --threads: 0 is each runtime's default
+WARM_S = 0.0  # untimed calls after each turn's pause (`precision.py --warm-ms`; 0: one call)
 
 
 def _session(model):  # type: ignore[no-untyped-def]
@@ -131,6 +132,7 @@ def measure(name: str, n_inputs: int, repeat: int, reduce_range: bool = False) -
         sample_s=SAMPLE_S,
         settle_s=SETTLE_S,
         clock=time.thread_time if THREADS == 1 else time.perf_counter,
+        warm_s=WARM_S,
     )
     idle = interleaved_medians(
         {"rvm_int8": lambda: int8_vm["main"](*inputs), "ort_int8": _runner(ort_int8, inputs)},
