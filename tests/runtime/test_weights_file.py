@@ -100,6 +100,25 @@ def test_mmap_false_reads_the_file_into_memory(compiled):
     _check_runs(ex, "bytecode")
 
 
+def test_every_constant_lies_on_a_cache_line_however_it_came(compiled):
+    """Built in this process, read with ``mmap=False`` or mapped: each constant's data starts
+    at a multiple of `ALIGN` (kernels load rows of weights as vectors and AMX tiles); an
+    aligned read-only array is shared, an unaligned one copied."""
+    compiled.save("m.rvmx")
+    for ex in (compiled, rvm.load_executable("m.rvmx", mmap=False), rvm.load_executable("m.rvmx")):
+        assert all(c.ctypes.data % wt.ALIGN == 0 for c in ex.constants if c.nbytes > wt.ALIGN)
+    raw = np.zeros(1024 + 2 * wt.ALIGN, np.uint8)
+    at = -raw.ctypes.data % wt.ALIGN
+    on_line = raw[at : at + 1024].view(np.float32)
+    off_line = raw[at + 16 : at + 16 + 1024].view(np.float32)
+    for a in (on_line, off_line):
+        a.flags.writeable = False
+    assert wt.aligned(on_line) is on_line
+    copy = wt.aligned(off_line)
+    assert copy.ctypes.data % wt.ALIGN == 0 and not copy.flags.writeable
+    assert np.array_equal(copy, off_line)
+
+
 def test_the_signature_and_the_crcs_skip_the_weights_the_digest_stands_for_them(compiled):
     """Changed weights with every other byte intact: the load checks where they lie, not
     their bytes (data, never run); check_weights=True checks the digest."""

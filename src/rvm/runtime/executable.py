@@ -20,6 +20,7 @@ import numpy as np
 from rvm.dtypes import numpy_dtype
 from rvm.errors import ExecutableFormatError, FunctionNotFoundError
 from rvm.runtime.bytecode import OPCODE_INFO, Opcode
+from rvm.runtime.weights import aligned
 
 __all__ = ["SCALAR_META", "ParamSpec", "VMFunction", "KernelRecord", "ADTInfo", "Executable"]
 
@@ -188,13 +189,11 @@ class Executable:
         self.functions: tuple[VMFunction, ...] = tuple(functions)
         consts = []
         for c in constants:
-            # Read-only contiguous arrays (decoded from a file, or an IR constant's view of the
-            # user's weights) are shared, not copied: a model's weights are held once. Others
-            # are copied so that nobody can write the constants through this array.
-            if not (isinstance(c, np.ndarray) and not c.flags.writeable and c.flags.c_contiguous):
-                c = np.array(c, copy=True, order="C")
-                c.flags.writeable = False
-            consts.append(c)
+            # Read-only contiguous arrays on a cache line (decoded from a file, or an IR
+            # constant's view of the user's weights) are shared, not copied: a model's weights
+            # are held once. Others are copied, aligned (`weights.aligned`), so that nobody can
+            # write the constants through this array and no kernel reads them off a line.
+            consts.append(aligned(c if isinstance(c, np.ndarray) else np.asarray(c)))
         self.constants: tuple[np.ndarray, ...] = tuple(consts)
         self.primitive_names: tuple[str, ...] = tuple(primitive_names)
         self.kernels: Mapping[str, KernelRecord] = MappingProxyType(dict(kernels or {}))
