@@ -100,23 +100,36 @@ def test_mmap_false_reads_the_file_into_memory(compiled):
     _check_runs(ex, "bytecode")
 
 
-def test_every_constant_lies_on_a_cache_line_however_it_came(compiled):
-    """Built in this process, read with ``mmap=False`` or mapped: each constant's data starts
-    at a multiple of `ALIGN` (kernels load rows of weights as vectors and AMX tiles); an
-    aligned read-only array is shared, an unaligned one copied."""
+def test_constants_lie_on_cache_lines_but_the_users_are_held_as_given(compiled):
+    """Kernels load rows of weights as vectors and AMX tiles: a constant the compiler made
+    (a packed weight) starts at a multiple of `ALIGN`, and so does every constant of a loaded
+    file, mapped or read with ``mmap=False``; a user's array is shared as it lies, aligned or
+    not (a model's weights are held once), an unaligned copy made aligned."""
     compiled.save("m.rvmx")
-    for ex in (compiled, rvm.load_executable("m.rvmx", mmap=False), rvm.load_executable("m.rvmx")):
+    for ex in (rvm.load_executable("m.rvmx", mmap=False), rvm.load_executable("m.rvmx")):
         assert all(c.ctypes.data % wt.ALIGN == 0 for c in ex.constants if c.nbytes > wt.ALIGN)
-    raw = np.zeros(1024 + 2 * wt.ALIGN, np.uint8)
-    at = -raw.ctypes.data % wt.ALIGN
-    on_line = raw[at : at + 1024].view(np.float32)
-    off_line = raw[at + 16 : at + 16 + 1024].view(np.float32)
-    for a in (on_line, off_line):
-        a.flags.writeable = False
-    assert wt.aligned(on_line) is on_line
-    copy = wt.aligned(off_line)
+    raw = np.zeros(4 * 64 * 48 + 2 * wt.ALIGN, np.uint8)
+    at = -raw.ctypes.data % wt.ALIGN + 16
+    off_line = raw[at : at + 4 * 64 * 48].view(np.float32).reshape(64, 48)
+    off_line[...] = W
+    bias = W[0].copy()
+    bb = Builder()
+    x = Var("x", tensor((3, 64), "float32"))
+    with bb.function("main", [x]):
+        y = bb.emit(op.matmul(x, const(off_line)))  # packed for the GEMM: a new array
+        bb.emit_output(bb.emit(op.add(y, const(bias))))
+    ex = rvm.compile(bb.get())
+    users = [c for c in ex.constants if np.shares_memory(c, raw) or np.shares_memory(c, bias)]
+    made = [c for c in ex.constants if c.nbytes > wt.ALIGN and not any(c is u for u in users)]
+    assert made and all(c.ctypes.data % wt.ALIGN == 0 for c in made)
+    assert any(np.shares_memory(c, bias) for c in users)  # held as given
+    shared = const(off_line).data
+    assert Executable([], [shared]).constants[0] is shared  # the user's, as it lies
+    copy = wt.aligned(off_line)  # writeable: copied, onto a line
     assert copy.ctypes.data % wt.ALIGN == 0 and not copy.flags.writeable
     assert np.array_equal(copy, off_line)
+    frozen = wt.aligned(copy)
+    assert frozen is copy
 
 
 def test_the_signature_and_the_crcs_skip_the_weights_the_digest_stands_for_them(compiled):

@@ -13,6 +13,7 @@ from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.op.core import computes_in
 from rvm.runtime.executable import EXEC_MODES, PRECISIONS, Executable, KernelRecord
 from rvm.runtime.kernels import build_kernels as build
+from rvm.transform.align_constants import align_constants
 from rvm.transform.pipeline import default_passes, run_pipeline
 
 logger = logging.getLogger("rvm.codegen")
@@ -115,7 +116,7 @@ def compile(  # noqa: A001 - the public name users expect, as tvm.compile
             (n, (lambda m: fuse_ops(m, opt_level=opt_level)) if n == "fuse_ops" else p)
             for n, p in passes
         ]
-    lowered = run_pipeline(mod, passes, verify=verify, dump_dir=dump_dir)
+    lowered = align_constants(run_pipeline(mod, passes, verify=verify, dump_dir=dump_dir), mod)
     factory = _kernel_factory(kernels)
     try:
         ex = vm_codegen(lowered, factory)

@@ -189,11 +189,13 @@ class Executable:
         self.functions: tuple[VMFunction, ...] = tuple(functions)
         consts = []
         for c in constants:
-            # Read-only contiguous arrays on a cache line (decoded from a file, or an IR
-            # constant's view of the user's weights) are shared, not copied: a model's weights
-            # are held once. Others are copied, aligned (`weights.aligned`), so that nobody can
-            # write the constants through this array and no kernel reads them off a line.
-            consts.append(aligned(c if isinstance(c, np.ndarray) else np.asarray(c)))
+            # Read-only contiguous arrays (decoded from a file, or an IR constant's view of the
+            # user's weights) are shared, not copied: a model's weights are held once. Others
+            # are copied (on a cache line: `weights.aligned`) so that nobody can write the
+            # constants through this array.
+            if not (isinstance(c, np.ndarray) and not c.flags.writeable and c.flags.c_contiguous):
+                c = aligned(np.asarray(c))
+            consts.append(c)
         self.constants: tuple[np.ndarray, ...] = tuple(consts)
         self.primitive_names: tuple[str, ...] = tuple(primitive_names)
         self.kernels: Mapping[str, KernelRecord] = MappingProxyType(dict(kernels or {}))

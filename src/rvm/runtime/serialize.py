@@ -76,6 +76,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from rvm.errors import DTypeError, ExecutableFormatError
 from rvm.runtime import shape_patterns as sp
 from rvm.runtime import weights
@@ -323,8 +325,15 @@ def load_executable(
             except (OSError, ValueError):  # empty, or a file that cannot be mapped (a pipe)
                 pass
         if data is None:
-            data = f.read()
+            data = _read_on_line(f)
     return from_bytes(Executable, data, keys=keys, trusted=trusted, check_weights=check_weights)
+
+
+def _read_on_line(f: Any) -> memoryview:
+    """The rest of file ``f`` in memory that starts on a cache line (the bytes read, copied
+    where they do not): its constants, views of it at multiples of `weights.ALIGN`, then lie
+    on lines too, as in a mapped file."""
+    return memoryview(weights.aligned(np.frombuffer(f.read(), np.uint8)))
 
 
 def decode(data: bytes, *, check_weights: bool = False) -> dict[str, Any]:
