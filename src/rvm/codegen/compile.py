@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from rvm.codegen.align_constants import align_constants
 from rvm.codegen.vm_codegen import vm_codegen
 from rvm.errors import IRError
 from rvm.ir import IRModule
@@ -13,7 +14,6 @@ from rvm.jit.numpy_kernel import numpy_kernel
 from rvm.op.core import computes_in
 from rvm.runtime.executable import EXEC_MODES, PRECISIONS, Executable, KernelRecord
 from rvm.runtime.kernels import build_kernels as build
-from rvm.transform.align_constants import align_constants
 from rvm.transform.pipeline import default_passes, run_pipeline
 
 logger = logging.getLogger("rvm.codegen")

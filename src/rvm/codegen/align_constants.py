@@ -1,6 +1,7 @@
 """align_constants: the constants the compiler made, each on a cache line.
 
-Needs: a lowered module (the last of the pipeline's), and the module it was lowered from.
+Needs: a lowered module (`rvm.compile` runs it after the pipeline), and the module it was
+lowered from.
 
 Guarantees: the same program, where every constant of more than `rvm.runtime.weights.ALIGN`
 bytes that the passes made (packed, converted to bf16 or int8, folded) starts at a multiple of
