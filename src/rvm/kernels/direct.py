@@ -60,6 +60,7 @@ from rvm.kernels.direct_tile import MR, NB, micro
 from rvm.kernels.gemmshape import LANES, LINE, VECTORS
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import prefetch_l2
+from rvm.kernels.reference.common import on_line
 
 __all__ = [
     "MR",
@@ -116,8 +117,9 @@ def pack(w: np.ndarray, groups: int, panel: int | None = None) -> np.ndarray:
     panels = -(-og // panel)
     out = np.zeros((groups, panels * panel, cg, kh, kw), dtype=w.dtype)
     out[:, :og] = w.reshape(groups, og, cg, kh, kw)
-    out = out.reshape(groups, panels, panel, cg, kh, kw).transpose(0, 1, 4, 5, 3, 2)
-    return np.ascontiguousarray(out)
+    packed = on_line((groups, panels, kh, kw, cg, panel), w.dtype)  # an executable's constant
+    packed[...] = out.reshape(groups, panels, panel, cg, kh, kw).transpose(0, 1, 4, 5, 3, 2)
+    return packed
 
 
 @jit(**_OPTS)

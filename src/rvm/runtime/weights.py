@@ -30,6 +30,7 @@ import numpy as np
 
 from rvm.dtypes import NARROW_DTYPES, numpy_dtype
 from rvm.errors import DTypeError, ExecutableFormatError
+from rvm.kernels.reference.common import LINE, on_line
 
 __all__ = [
     "ALIGN",
@@ -47,7 +48,7 @@ __all__ = [
     "read_cons",
 ]
 
-ALIGN = 64
+ALIGN = LINE
 """Every constant's address in an executable, and its offset in WGHT: a cache line, so a
 vector or an AMX tile row loaded from a constant never spans two lines (`aligned`)."""
 PAGE = 4096  # WGHT's first constant starts at a multiple of this in the file
@@ -112,9 +113,7 @@ def aligned(a: np.ndarray) -> np.ndarray:
     if small:
         out = np.array(a, copy=True, order="C")
     else:
-        raw = np.empty(a.nbytes + ALIGN, np.uint8)
-        start = -raw.ctypes.data % ALIGN
-        out = raw[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+        out = on_line(a.shape, a.dtype)
         out[...] = a
     out.flags.writeable = False
     return out

@@ -11,6 +11,22 @@ SQRT_HALF = 0.7071067811865476
 SQRT_2_OVER_PI = 0.7978845608028654
 
 
+LINE = 64
+"""Bytes of a cache line (as on every x86-64; an AMX tile row's bytes): where constants and
+the weights the compiler packs start (`on_line`)."""
+
+
+def on_line(shape, dtype):
+    """An uninitialized C-contiguous array of ``shape`` and ``dtype`` whose data starts at a
+    multiple of `LINE` bytes: NumPy gives 16, and a kernel that loads rows of a weight as
+    vectors or AMX tiles then reads two lines a row (`rvm.runtime.weights.aligned`)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + LINE, np.uint8)
+    start = -raw.ctypes.data % LINE
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
 def _like(result, dtype):
     """``result`` as an array of ``dtype`` (undoes float64 from 0-d or mixed promotion)."""
     return np.asarray(result, dtype=dtype)

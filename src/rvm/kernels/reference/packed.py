@@ -9,7 +9,7 @@ the epilogue's `ACTIVATIONS`: B ``(k, units)`` cut into panels of ``panel`` colu
 
 import numpy as np
 
-from rvm.kernels.reference.common import _like
+from rvm.kernels.reference.common import _like, on_line
 from rvm.kernels.reference.elemwise import gelu, relu
 
 __all__ = ["dense_packed"]  # the ops; `ACTIVATIONS`, `pack` and `packed_shape` are not ops
@@ -31,9 +31,11 @@ def pack(weight, transposed, panel):
         raise ValueError(f"pack: expects a 2-d weight and panel > 0, got {weight.shape}, {panel}")
     b = weight.T if transposed else weight
     k, n = b.shape
-    out = np.zeros((-(-n // panel) * panel, k), dtype=np.float32)
-    out[:n] = b.T
-    return np.ascontiguousarray(out.reshape(-1, panel, k).transpose(0, 2, 1))
+    padded = np.zeros((-(-n // panel) * panel, k), dtype=np.float32)
+    padded[:n] = b.T
+    out = on_line((padded.shape[0] // panel, k, panel), np.float32)  # an executable's constant
+    out[...] = padded.reshape(-1, panel, k).transpose(0, 2, 1)
+    return out
 
 
 def dense_packed(x, w, *rest, units, activation):
