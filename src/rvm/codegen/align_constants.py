@@ -52,7 +52,6 @@ class _Align(ExprMutator):
     def __init__(self, given: set[int]) -> None:
         super().__init__()
         self.given = given
-        self.copied = 0
 
     def visit_constant(self, c: E.Constant) -> E.Expr:
         data = c.data
@@ -60,7 +59,6 @@ class _Align(ExprMutator):
             return c
         if id(_root(data)) in self.given:
             return c
-        self.copied += 1
         return E.Constant(aligned(data))
 
 
