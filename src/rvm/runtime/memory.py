@@ -39,6 +39,7 @@ __all__ = [
     "alloc_tensor",
     "alloc_view_of",
     "make_allocator",
+    "new_block",
     "NAMED_ALLOCATORS",
 ]
 
@@ -103,7 +104,10 @@ def alloc_view_of(allocator: Any) -> Callable[[Any, int, tuple, np.dtype], Any]:
     return alloc_then_view
 
 
-def _new_block(nbytes: int, alignment: int) -> tuple[np.ndarray, np.ndarray]:
+def new_block(nbytes: int, alignment: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the raw array, its ``nbytes`` uint8 bytes starting at a multiple of ``alignment``): a
+    new block of the allocators, and an executable's aligned constant
+    (`rvm.runtime.weights.aligned`)."""
     raw = np.empty(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw, raw[start : start + nbytes]
@@ -181,7 +185,7 @@ class NaiveAllocator:
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
-        raw, buf = _new_block(nbytes, alignment)
+        raw, buf = new_block(nbytes, alignment)
         self.allocations += 1
         self._live.append((weakref.ref(raw), raw.nbytes))
         if len(self._live) > 64 and self.allocations % 64 == 0:
@@ -304,7 +308,7 @@ class PooledAllocator:
         if entry is not None:
             self.pool_hits += 1
             return entry
-        raw, buf = _new_block(size, alignment)
+        raw, buf = new_block(size, alignment)
         storage = Storage(buf, size, raw)
         del raw, buf
         self.allocations += 1

@@ -30,7 +30,7 @@ import numpy as np
 
 from rvm.dtypes import NARROW_DTYPES, numpy_dtype
 from rvm.errors import DTypeError, ExecutableFormatError
-from rvm.kernels.reference.common import LINE, on_line
+from rvm.runtime.memory import new_block
 
 __all__ = [
     "ALIGN",
@@ -48,7 +48,7 @@ __all__ = [
     "read_cons",
 ]
 
-ALIGN = LINE
+ALIGN = 64
 """Every constant's address in an executable, and its offset in WGHT: a cache line, so a
 vector or an AMX tile row loaded from a constant never spans two lines (`aligned`)."""
 PAGE = 4096  # WGHT's first constant starts at a multiple of this in the file
@@ -113,7 +113,7 @@ def aligned(a: np.ndarray) -> np.ndarray:
     if small:
         out = np.array(a, copy=True, order="C")
     else:
-        out = on_line(a.shape, a.dtype)
+        out = new_block(a.nbytes, ALIGN)[1].view(a.dtype).reshape(a.shape)
         out[...] = a
     out.flags.writeable = False
     return out

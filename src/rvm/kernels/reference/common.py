@@ -12,8 +12,9 @@ SQRT_2_OVER_PI = 0.7978845608028654
 
 
 LINE = 64
-"""Bytes of a cache line (as on every x86-64; an AMX tile row's bytes): where constants and
-the weights the compiler packs start (`on_line`)."""
+"""Bytes of a cache line (as on every x86-64; an AMX tile row's bytes): where the weights the
+compiler packs start (`on_line`), as an executable's constants do (the runtime's
+`rvm.runtime.weights.ALIGN`, which this layer below it cannot import)."""
 
 
 def on_line(shape, dtype):
