@@ -54,14 +54,14 @@ def test_the_walk_at_every_edge(m: int, n: int, k2: int) -> None:
         c = np.full((m, n), 7.0, np.float32)
         before = c.copy()
         amx.walk(wa.ctypes.data, k2, m0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n,
-                 k2, acc, 0, 0, 0, 0)  # fmt: skip
+                 k2, acc, 0, 0, 0, 0, 0)  # fmt: skip
         expect = want[m0:] + (before[m0:] if acc else 0)
         np.testing.assert_allclose(c[m0:], expect, rtol=RTOL * k2, atol=RTOL * k2)
         np.testing.assert_array_equal(c[:m0], before[:m0])  # no row outside [m0, m1)
     c = np.empty((m, n), np.float32)
     act = ACTIVATIONS.index("relu")
     amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n, k2, 0,
-             bias.ctypes.data, act, res.ctypes.data, 0)  # fmt: skip
+             bias.ctypes.data, act, res.ctypes.data, 0, 0)  # fmt: skip
     expect = np.maximum(want + bias[:, None] + res, 0)
     np.testing.assert_allclose(c, expect, rtol=RTOL * k2, atol=RTOL * k2)
 
@@ -88,7 +88,7 @@ def test_pair_rows_through_a_table_and_in_panels(k2: int, uniform: bool) -> None
     table = (order * n).astype(np.int64)
     c = np.empty((m, n), np.float32)
     amx.walk(wa.ctypes.data, k2, 0, m, plane.ctypes.data, 4, 48, table.ctypes.data, 1,
-             c.ctypes.data, n, n, k2, 0, 0, 0, 0, 0)  # fmt: skip
+             c.ctypes.data, n, n, k2, 0, 0, 0, 0, 0, 0)  # fmt: skip
     np.testing.assert_allclose(c, want, rtol=RTOL * k2, atol=RTOL * k2)
     # panels: (panels, k2, 48) words, panel q's column j at word (q, p, j)
     nr, panels = 48, -(-n // 48)
@@ -99,9 +99,47 @@ def test_pair_rows_through_a_table_and_in_panels(k2: int, uniform: bool) -> None
     res = rng.standard_normal((m, n)).astype(np.float32)
     act = ACTIVATIONS.index("relu")
     amx.walk(wa.ctypes.data, k2, 0, m, packed.ctypes.data, 4 * k2, nr, nr, 0, c.ctypes.data, n,
-             n, k2, 0, bias.ctypes.data, act, res.ctypes.data, 1)  # fmt: skip
+             n, k2, 0, bias.ctypes.data, act, res.ctypes.data, 1, 0)  # fmt: skip
     expect = np.maximum(want + bias, 0) + res
     np.testing.assert_allclose(c, expect, rtol=RTOL * k2, atol=RTOL * k2)
+
+
+@pytest.mark.parametrize("m", [16, 33, 70])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("rows", [(56, 56, 56), (29, 31, 27), (9, 9, 7)])
+def test_the_walk_rounds_its_blocks_into_a_pair_plane(m: int, act: str, rows: tuple) -> None:
+    """With a pair plane out (``to``: `amx.PLANE_OUT`) each block's sums, plus the bias and
+    activated, are rounded from L1 straight into the plane's image words: exactly the bf16
+    pairs of the float32 output the same walk writes otherwise (channels ``2 c2`` low, ``2
+    c2 + 1`` high, an odd last channel's high half 0), the run's positions past the image's
+    width dropped, and no word outside the image written. ``rows``: the run's positions a
+    row, the plane's words a row and the image's width: as a 1 x 1's (all one), a 3 x 3's
+    wide rows into a padded plane, and rows narrower than a block."""
+    wp, wq, ow = rows
+    rng = np.random.default_rng(m + wp)
+    k2, oh = 24, 5
+    n = oh * wp
+    a = rng.standard_normal((m, 2 * k2)).astype(np.float32)
+    b = rng.standard_normal((2 * k2, n)).astype(np.float32)
+    wa = np.ascontiguousarray(_words(a))
+    wb = np.ascontiguousarray(_words(b.T).T)
+    bias = rng.standard_normal(m).astype(np.float32)
+    index = ACTIVATIONS.index(act)
+    c = np.empty((m, n), np.float32)
+    amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n, k2, 0,
+             bias.ctypes.data, index, 0, 0, 0)  # fmt: skip
+    pt, pl, hq = 1, (wq - ow) // 2, oh + 3
+    plane = np.full(((m + 1) // 2, hq, wq), -7, np.int32)
+    record = np.array([plane.ctypes.data + 4 * (pt * wq + pl), hq * wq, wq, wp, ow], np.int64)
+    assert record.size == amx.PLANE_OUT
+    amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, 0, n, n, k2, 0,
+             bias.ctypes.data, index, 0, 0, record.ctypes.data)  # fmt: skip
+    image = c.reshape(m, oh, wp)[:, :, :ow]
+    if m % 2:
+        image = np.concatenate([image, np.zeros((1, oh, ow), np.float32)])
+    want = plane.copy()
+    want[:, pt : pt + oh, pl : pl + ow] = _words(image.transpose(1, 2, 0)).transpose(2, 0, 1)
+    np.testing.assert_array_equal(plane, want)
 
 
 def test_the_tiles_are_granted_once_named() -> None:
@@ -173,10 +211,10 @@ def test_a_wide_b_walks_its_blocks_of_columns_first(panels: bool) -> None:
         padded[:, :n] = wb
         packed = np.ascontiguousarray(padded.reshape(k2, count, nr).transpose(1, 0, 2))
         amx.walk(wa.ctypes.data, k2, 0, m, packed.ctypes.data, 4 * k2, nr, nr, 0,
-                 c.ctypes.data, n, n, k2, 0, 0, 0, 0, 1)  # fmt: skip
+                 c.ctypes.data, n, n, k2, 0, 0, 0, 0, 1, 0)  # fmt: skip
     else:
         amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n,
-                 k2, 0, 0, 0, 0, 0)  # fmt: skip
+                 k2, 0, 0, 0, 0, 0, 0)  # fmt: skip
     np.testing.assert_allclose(c, want, rtol=RTOL * k2, atol=RTOL * k2)
 
 

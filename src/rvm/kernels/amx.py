@@ -37,6 +37,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rvm.kernels.bf16words import pair_words
 from rvm.kernels.cpu import amx_tiles, cpu
 from rvm.kernels.epilogue import tile, tile_rows
 from rvm.kernels.jitting import alive, jit
@@ -47,6 +48,7 @@ __all__ = [
     "BLOCK_COLS",
     "BLOCK_ROWS",
     "CHUNK_BYTES",
+    "PLANE_OUT",
     "TILE",
     "block",
     "pack_a",
@@ -306,8 +308,53 @@ def _ahead(b, b_col, nr, stride, j0, k2, band, bands):  # type: ignore[no-untype
     return at + lo * stride, _column(b_col, nr, j0 + TILE) - _column(b_col, nr, j0), 2 * (hi - lo)
 
 
+# A pair plane out (int64, `_walk`'s ``to``): the plane's address at the walk's first position
+# (word 0 of its channel pair 0), a channel pair's words (its height by width), its width in
+# words, the walk's positions a row (the run's rows may be wider than the image's) and the
+# image's width: C's column ``j`` is the run's position, row ``j // wp``, column ``j % wp``.
+PLANE_OUT = 5
+
+
 @jit(**_OPTS)
-def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, act, res, per_col):  # type: ignore[no-untyped-def]  # noqa: E501
+def _to_pairs(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-untyped-def]
+    """A block's float32 sums (``rows`` x ``cols`` at ``edge``, rows `BLOCK_COLS` floats
+    apart: output channels ``i0 + r`` at the run's positions ``j0 + q``), each plus its
+    channel's bias (at ``bias``, 0: none) and ReLU'd with ``relu``, rounded into the pair
+    plane the `PLANE_OUT` record ``to`` describes: channels ``2 c2`` and ``2 c2 + 1`` into
+    word ``c2`` (``i0`` even; an odd last channel's high halves 0), in one pass
+    (`pair_words`' prologue), each run of the block's positions within one of the image's
+    rows at a time (the whole block's at once where the run's rows are the plane's and the
+    image's), positions past the image's width dropped."""
+    desc = ints_at(to)
+    plane, size, wq, wp, ow = desc[0], desc[1], desc[2], desc[3], desc[4]
+    mode = 2 if relu else (1 if bias != 0 else 0)
+    b = floats_at(bias)
+    one, zero = np.float32(1.0), np.float32(0.0)
+    for r in range(0, rows, 2):
+        pair = 1 if r + 1 < rows else 0
+        lo = edge + 4 * r * BLOCK_COLS
+        at = plane + 4 * ((i0 + r) // 2) * size
+        b_lo = b[i0 + r] if bias != 0 else zero
+        b_hi = b[i0 + r + 1] if bias != 0 and pair else zero
+        scales = (one, b_lo, one, b_hi)
+        if wp == wq and wp == ow:  # the run is the plane's rows: one run of words
+            pair_words(lo, lo + 4 * BLOCK_COLS, at + 4 * j0, cols, pair, 1, scales, mode)
+            continue
+        j = j0
+        while j < j0 + cols:
+            y, x = j // wp, j % wp
+            run = min(j0 + cols - j, wp - x)
+            if x < ow:
+                src = lo + 4 * (j - j0)
+                pair_words(src, src + 4 * BLOCK_COLS, at + 4 * (y * wq + x), min(run, ow - x),
+                           pair, 1, scales, mode)  # fmt: skip
+            j += run
+
+
+@jit(**_OPTS)
+def _walk(
+    a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, act, res, per_col, to
+):  # type: ignore[no-untyped-def]
     """Rows [m0, m1) of ``C[:, :n] (+)= A @ B`` over ``k2`` pairs on AMX tiles (int64
     addresses; A's rows ``lda`` words apart, C's ``ldc`` floats; B as `pack_b` reads it).
 
@@ -323,7 +370,13 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
     in cache: with a bias's address (0: none), an activation's index (0: none) or a
     residual's (laid out as C; 0: none), ``act(C + bias + R)``, the bias one value a row
     (`tile_rows`), or with ``per_col`` ``act(C + bias) + R``, the bias one value a column
-    (`tile`)."""
+    (`tile`).
+
+    With ``to`` (the address of a `PLANE_OUT` record; 0: none) C is a convolution's output
+    rows, and each block, summed into the scratch, is rounded from there into the next
+    convolution's pair plane, its bias and ReLU applied in the same pass (`_to_pairs`; a GELU
+    before it): the float32 sums never leave L1 (``c``, ``ldc``, ``acc`` and ``res``
+    unused)."""
     if m1 <= m0 or n <= 0:
         return
     steps = (k2 + TILE - 1) // TILE
@@ -386,6 +439,14 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
                     at_block = at_b1
                 b0, b1, b_row, b_step = at_block, at_block + 4 * TILE, _PACKED_ROW, _STEP
             at_c = c + 4 * (i0 * ldc + j0)
+            if to != 0:  # into the scratch, rounded from there into the pair plane out
+                block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_edge,
+                      4 * BLOCK_COLS, 0, tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
+                if act > 1:  # a GELU first; a bias and ReLU as the sums are rounded
+                    tile_rows(at_edge, BLOCK_COLS, rows, cols, bias + 4 * i0 if bias else 0,
+                              act, 0)  # fmt: skip
+                _to_pairs(at_edge, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
+                continue
             if rows % TILE == 0 and cols % TILE == 0:  # whole tiles: C as it lies
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc,
                       tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
@@ -414,8 +475,8 @@ def _walk(a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, 
 
 @jit(**_OPTS)
 def _absent(
-    a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, act, res, per_col
-):  # type: ignore[no-untyped-def]  # noqa: E501
+    a, lda, m0, m1, b, b_col, nr, ldb, indexed, c, ldc, n, k2, acc, bias, act, res, per_col, to
+):  # type: ignore[no-untyped-def]
     """Nothing: `walk` where the target has no AMX, never called (``if AMX`` guards every
     call); LLVM cannot even select a tile instruction for such a target."""
 

@@ -45,7 +45,7 @@ from numba.extending import intrinsic, overload
 from rvm.kernels import blas, parfor, workpool
 from rvm.kernels.bf16 import pack_rows, pair_rows, round_bits
 from rvm.kernels.bf16gemm import NR, panels, walk
-from rvm.kernels.bf16planes import pair_words
+from rvm.kernels.bf16words import pair_words
 from rvm.kernels.cblas import NO_TRANS
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.mathlib import exp32

@@ -51,6 +51,7 @@ from rvm.kernels.bf16gemm import (
     BLOCK_BYTES,
     CONV_SPLIT_MIN,
     MR,
+    NR,
     PIECES_PER_THREAD,
     SPLIT_MIN,
     piece_grid,
@@ -59,6 +60,7 @@ from rvm.kernels.bf16gemm import (
 from rvm.kernels.bf16planes import (
     _pair_depth,
     _pair_width,
+    pad_pairs,
     pair_plane,
     phase_slots,
     plane_count,
@@ -109,9 +111,14 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
     late = wide and res != 0  # the residual, then the activation, in `_compact`
-    # a pair plane out: each block's float32 rows in one small buffer, rounded out of it
-    # while in cache (`rows_to_pairs`), so they are never written back to memory
-    rows = np.empty((co1 - co0 if job[21] != 0 else 0, rows_block * wp), np.float32)
+    # a pair plane out: on AMX the walk rounds each 32 x 32 block of sums into it from L1
+    # (`amx.PLANE_OUT`); else each block of rows' float32 sums go to one small buffer and are
+    # rounded out of it while in cache (`rows_to_pairs`), never written back to memory
+    in_walk = job[21] != 0 and amx.AMX
+    rows = np.empty((co1 - co0 if job[21] != 0 and not in_walk else 0, rows_block * wp),
+                    np.float32)  # fmt: skip
+    out = np.empty(amx.PLANE_OUT, np.int64)
+    out[1], out[2], out[3], out[4] = job[24] * job[25], job[25], wp, job[16]
     ld_rows = rows.shape[1]
     at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
     for yb in range(y0, y1, rows_block):
@@ -125,6 +132,12 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         if job[21] != 0:
             c_run, ldc = at_rows, ld_rows
         r_run = 0 if (late or res == 0) else res + 4 * yb * wp
+        if in_walk:
+            pad_pairs(job[21:26], job[10], job[11], job[16], co0, co1, yb, ye)
+            out[0] = job[21] + 4 * ((job[22] + yb) * job[25] + job[23])
+            amx.walk(a, lda, co0, co1, b_run, 4, NR, table, 1, c_run, ldc, run, k2, 0, bias,
+                     act, 0, 0, out.ctypes.data)  # fmt: skip
+            continue
         walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
              0 if late else act, r_run)  # fmt: skip
         if job[21] != 0:
@@ -132,7 +145,8 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                           co0, co1, yb, ye)  # fmt: skip
         elif wide:
             _compact(job, co0, co1, yb, ye)
-    alive(rows)  # written and read through its address only
+    alive(rows)  # written and read through their addresses only
+    alive(out)
 
 
 @jit(**_OPTS)

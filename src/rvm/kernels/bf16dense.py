@@ -52,7 +52,7 @@ def _panels(a, k2, bp, panel, c, m, n, first, last, bias, act, res):  # type: ig
         at = 4 * first * panel
         width = min(n, last * panel) - first * panel
         amx.walk(a, k2, 0, m, bp + at * k2, 4 * k2, panel, panel, 0, c + at, n, width, k2, 0,
-                 bias + at if bias != 0 else 0, act, res + at if res != 0 else 0, 1)  # fmt: skip
+                 bias + at if bias != 0 else 0, act, res + at if res != 0 else 0, 1, 0)  # fmt: skip
         return
     blocks = -(-k2 // DEPTH2)
     step = -(-k2 // blocks)

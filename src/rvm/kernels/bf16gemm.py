@@ -37,11 +37,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels import amx
+from rvm.kernels.bf16words import DPBF16, LANES, BFloat, pair_bits, run_bits
 from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import jit
 from rvm.kernels.parfor import PIECES_PER_THREAD
-from rvm.kernels.vectors import VectorIR
 
 __all__ = [
     "CONV_SPLIT_MIN",
@@ -67,18 +67,18 @@ __all__ = [
 logger = logging.getLogger("rvm.kernels")
 
 
-def _shape(features: str) -> tuple[bool, int, int, int, bool]:
-    """(dpbf16, lanes, rows, vectors, fma) for the target's features."""
+def _shape(features: str) -> tuple[int, int, bool]:
+    """(rows, vectors, fma) for the target's features (its lanes: `bf16words.LANES`)."""
     flags = set(features.split(","))
     fma = "+fma" in flags or "+avx512f" in flags
     if "+avx512f" in flags:
-        return "+avx512bf16" in flags, 16, 8, 3, True  # 24 accumulators of 32 zmm registers
+        return 8, 3, True  # 24 accumulators of 32 zmm registers
     if "+avx2" in flags or "+avx" in flags:
-        return False, 8, 4, 2, fma  # 8 accumulators, B's widened halves, A's two broadcasts
-    return False, 4, 4, 2, fma
+        return 4, 2, fma  # 8 accumulators, B's widened halves, A's two broadcasts
+    return 4, 2, fma
 
 
-DPBF16, LANES, MR, VECTORS, _FMA = _shape(_target_features())
+MR, VECTORS, _FMA = _shape(_target_features())
 NR = LANES * VECTORS
 KC2 = 256  # depth block in pairs (512 values, as sgemm's)
 BLOCK_BYTES = 1 << 19  # B's words for a block of C's columns at most (half of a 1 MB L2)
@@ -106,65 +106,6 @@ if not DPBF16:  # `rvm.transform.to_bf16` says at INFO which way bf16 products t
     )
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-
-
-class _BFloat(ir.Type):
-    """LLVM's ``bfloat`` (llvmlite has no class for it): the element type of the intrinsic's
-    operands."""
-
-    def _to_string(self) -> str:
-        return "bfloat"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _BFloat)
-
-    def __hash__(self) -> int:
-        return hash("bfloat")
-
-
-def _converted(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
-    """``bf16(lo) ++ bf16(hi)`` as ``<2n x bfloat>`` by one ``vcvtne2ps2bf16`` (AVX512-BF16
-    CPUs only): round to nearest even, a subnormal read as 0 -- as ``vdpbf16ps`` reads a bf16
-    one anyway, so no product changes."""
-    lanes = lo.type.count
-    f32, pairs = ir.VectorType(ir.FloatType(), lanes), ir.VectorType(_BFloat(), 2 * lanes)
-    name = f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * lanes}"
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(pairs, [f32, f32]), name)
-    return builder.call(fn, [hi, lo])  # its second operand fills the low lanes
-
-
-def pair_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
-    """The i32 vector whose lane ``i`` holds the bf16 of float32 ``lo[i]`` (low half) and of
-    ``hi[i]`` (high half), rounded to nearest even: with AVX512-BF16 one ``vcvtne2ps2bf16``
-    and an interleaving shuffle (`_converted`); elsewhere the integer rounding
-    (`VectorIR.bf16_bits`), with which resnet50's 1 x 1 convolutions' pair planes took
-    1.5-1.7x as long (one Zen 4 core)."""
-    lanes = lo.type.count
-    if not DPBF16:
-        v = VectorIR(builder, lanes)
-        return builder.or_(v.bf16_bits(lo), builder.shl(v.bf16_bits(hi), v.constant(16)))
-    both = _converted(builder, lo, hi)
-    order = [lane for i in range(lanes) for lane in (i, lanes + i)]
-    mixed = builder.shuffle_vector(
-        both, both, ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), order)
-    )
-    return builder.bitcast(mixed, ir.VectorType(ir.IntType(32), lanes))
-
-
-def run_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
-    """The i32 vector whose lane ``q`` holds the bf16 of values ``2 q`` (low half) and ``2 q
-    + 1`` (high half) of the float32 run ``lo ++ hi``, rounded as `pair_bits` rounds: a row of
-    A as the GEMM takes it (`rvm.kernels.bf16.pair_rows`)."""
-    lanes = lo.type.count
-    words = ir.VectorType(ir.IntType(32), lanes)
-    if DPBF16:
-        return builder.bitcast(_converted(builder, lo, hi), words)
-    v, wide = VectorIR(builder, lanes), ir.VectorType(ir.IntType(64), lanes)
-    both = ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), list(range(2 * lanes)))
-    bits = builder.shuffle_vector(v.bf16_bits(lo), v.bf16_bits(hi), both)
-    pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
-    pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * lanes)))
-    return builder.trunc(pairs, words)
 
 
 def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
@@ -228,7 +169,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
             ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.v{LANES}f32.p0"
         )
         if DPBF16:
-            pairs = ir.VectorType(_BFloat(), 2 * LANES)
+            pairs = ir.VectorType(BFloat(), 2 * LANES)
             dot = declare(vec, [vec, pairs, pairs], "llvm.x86.avx512bf16.dpbf16ps.512")
         ap = builder.inttoptr(a, i32.as_pointer())
         table = builder.inttoptr(ldb, i64.as_pointer())
@@ -467,7 +408,7 @@ def walk(
     words apart when not indexed: ``b_pair`` is ``4 * ldb`` in every caller)."""
     if amx.AMX:
         amx.walk(a, lda, m0, m1, b, b_col, NR, ldb, indexed, c, ldc, n, k2, acc, bias, act, res,
-                 0)  # fmt: skip
+                 0, 0)  # fmt: skip
         return
     last = ((k2 - 1) // KC2) * KC2  # the last depth block's first pair
     for p0 in range(0, k2, KC2):

@@ -2,10 +2,10 @@
 zero-padded 32-bit words ``vdpbf16ps`` takes as B, word ``(c2, y, x)`` the bf16 pair of
 channels ``2 c2`` (low half) and ``2 c2 + 1`` (high half) at ``(y, x)``, kept in its stride
 phases (`pair_plane`, split on the pool by channel pairs), and where each of a convolution's
-GEMM pair rows reads in them (`tap_table`). `pair_words` rounds one run of values (a prologue
-``x * scale + shift`` per channel, then ReLU, applied first when asked): the convolutions build
-their input planes with it (`rvm.kernels.bf16conv`, `rvm.kernels.bf16turned`) and write the next
-convolution's plane with it (`rvm.kernels.bf16conv`'s pair plane out).
+GEMM pair rows reads in them (`tap_table`), each run of values rounded by
+`rvm.kernels.bf16words.pair_words`: the convolutions build their input planes so
+(`rvm.kernels.bf16conv`, `rvm.kernels.bf16turned`), and without AMX write the next
+convolution's plane from their float32 rows so (`rows_to_pairs`).
 
 An odd group's last channel may pair its taps along the kernel's rows instead (``pairing``
 ``"columns"``, `rvm.kernels.reference.bf16.PAIRINGS`): then the plane holds, after its
@@ -17,23 +17,18 @@ padded pixels ``(r sh + a, q sw + b)`` and ``(r sh + a, q sw + b + dw)``, which 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import types as nt
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import LANES, PACK_SPLIT_MIN, PIECES_PER_THREAD, pair_bits
+from rvm.kernels.bf16gemm import PACK_SPLIT_MIN, PIECES_PER_THREAD
+from rvm.kernels.bf16words import NO_AFFINE, pair_words
 from rvm.kernels.jitting import jit
 from rvm.kernels.microkernel import floats_at
 from rvm.kernels.reference.bf16 import pair_depth, pair_width
-from rvm.kernels.vectors import VectorIR
 
 __all__ = [
-    "NO_AFFINE",
     "column_pairs",
+    "pad_pairs",
     "pair_plane",
-    "pair_words",
     "phase_slots",
     "plane_count",
     "rows_to_pairs",
@@ -41,78 +36,10 @@ __all__ = [
 ]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
-"""`pair_words`'s ``scales`` with no prologue: (scale, shift) of the low and the high half."""
 
 
 _pair_width = jit(inline="always", **_OPTS)(pair_width)  # the kernels' copies
 _pair_depth = jit(inline="always", **_OPTS)(pair_depth)
-
-
-@intrinsic
-def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ignore[no-untyped-def]  # noqa: E501
-    """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
-    (low half) and, when ``pair``, of ``hi[i * step]`` (high half; else 0), for i < ``n``: a
-    vector of `LANES` a step, the last under a lane mask; loads unit-stride at ``step`` 1,
-    two loads and a shuffle at ``step`` 2 (`VectorIR.evens`), gathered otherwise. With
-    ``mode`` 1 or 2 (a `PROLOGUES` index) each value is first ``value * scale + shift`` (a
-    multiply and an add, rounded as NumPy's), then, at 2, ReLU'd; ``scales`` the float32
-    (scale, shift) of the low half's channel and of the high half's."""
-    sig = nt.void(*(nt.int64,) * 6, nt.UniTuple(nt.float32, 4), nt.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        lo, hi, out, n, pair, step, scales, mode = args
-        v = VectorIR(builder, LANES)
-        i64 = ir.IntType(64)
-        with_hi = builder.icmp_signed("!=", pair, i64(0))
-        factors = [v.broadcast(builder.extract_value(scales, i), v.f32) for i in range(4)]
-        affine = builder.icmp_signed(">", mode, i64(0))
-        relu = builder.icmp_signed(">", mode, i64(1))
-        zero = ir.Constant(v.f32, None)
-
-        def prologue(x, scale, shift):  # type: ignore[no-untyped-def]
-            y = builder.fadd(builder.fmul(x, scale), shift)
-            y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
-            return builder.select(affine, y, x)
-
-        stride = builder.mul(step, i64(4))
-        steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
-
-        def row(read):  # type: ignore[no-untyped-def]
-            """The loop over the vectors, ``read(address, at)`` the float32 lanes from
-            ``address`` on, of the ``n - at`` left."""
-            with cgutils.for_range(builder, steps) as loop:
-                at = builder.mul(loop.index, i64(LANES))
-                offset = builder.mul(at, stride)
-                low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
-                low = prologue(low, factors[0], factors[1])
-                high = prologue(high, factors[2], factors[3])
-                high = builder.select(with_hi, high, ir.Constant(v.f32, None))
-                words = pair_bits(builder, low, high)
-                at_out = builder.add(out, builder.mul(at, i64(4)))
-                v.store(words, at_out, v.first(builder.sub(n, at)))
-
-        def unit(address, at):  # type: ignore[no-untyped-def]
-            return v.load(address, v.f32, v.first(builder.sub(n, at)))
-
-        def two(address, at):  # type: ignore[no-untyped-def]
-            return v.evens(address, builder.sub(n, at))
-
-        def gathered(address, at):  # type: ignore[no-untyped-def]
-            return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
-
-        with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
-            with plain:
-                row(unit)
-            with strided:
-                with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
-                    with half:
-                        row(two)
-                    with other:
-                        row(gathered)
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @jit(**_OPTS)
@@ -239,14 +166,28 @@ def rows_to_pairs(to, src, ldc, wp, og, oh, ow, co0, co1, y0, y1):  # type: igno
     ``o``'s row ``y0`` at ``src + 4 o ldc``, rows ``wp`` floats apart, ``ow`` of them the
     image's), rounded to bf16 pairs while in cache; ``to`` (int64) the plane's address, its
     padding top and left, its height and width in words (a channel pair's ``hq`` x ``wq``).
-    The padding's words of those rows are written 0, and the rows above and below the
-    image's with its first and last rows."""
+    Its padding's words are written too (`pad_pairs`)."""
+    pad_pairs(to, og, oh, ow, co0, co1, y0, y1)
     at_plane, pt, pl, hq, wq = to[0], to[1], to[2], to[3], to[4]
     for c2 in range(co0 // 2, (co1 + 1) // 2):
         pair = 1 if 2 * c2 + 1 < og else 0
         lo = src + 4 * 2 * c2 * ldc
         at = at_plane + 4 * c2 * hq * wq
-        words = floats_at(at)  # 0.0's bits are 0
+        for y in range(y0, y1):
+            row = lo + 4 * (y - y0) * wp
+            r = (pt + y) * wq
+            pair_words(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, 1, NO_AFFINE, 0)
+
+
+@jit(**_OPTS)
+def pad_pairs(to, og, oh, ow, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
+    """The padding of rows [y0, y1) of a pair plane's channel pairs of channels [co0, co1)
+    (``to`` as `rows_to_pairs`'; the image ``og`` channels by ``oh`` x ``ow``): the words
+    left and right of those rows written 0, and with the image's first row the plane's rows
+    above it, with its last the rows below."""
+    at_plane, pt, pl, hq, wq = to[0], to[1], to[2], to[3], to[4]
+    for c2 in range(co0 // 2, (co1 + 1) // 2):
+        words = floats_at(at_plane + 4 * c2 * hq * wq)  # 0.0's bits are 0
         if y0 == 0:
             for i in range(pt * wq):
                 words[i] = 0.0
@@ -259,8 +200,6 @@ def rows_to_pairs(to, src, ldc, wp, og, oh, ow, co0, co1, y0, y1):  # type: igno
                 words[i] = 0.0
             for i in range(r + pl + ow, r + wq):
                 words[i] = 0.0
-            row = lo + 4 * (y - y0) * wp
-            pair_words(row, row + 4 * ldc * pair, at + 4 * (r + pl), ow, pair, 1, NO_AFFINE, 0)
 
 
 # A plane job (int64): its length; the group's first channel's address, the group's channels,

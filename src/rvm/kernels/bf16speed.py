@@ -26,7 +26,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels.bf16gemm import DPBF16, LANES, _BFloat
+from rvm.kernels.bf16words import DPBF16, LANES, BFloat
 from rvm.kernels.jitting import jit
 
 __all__ = ["ACCUMULATORS", "STEPS", "TRIALS", "dot_speed", "measurable", "measured"]
@@ -54,7 +54,7 @@ def _loop(dot: bool):  # type: ignore[no-untyped-def]
             one = builder.insert_element(undef, seed, i32(0))
             x = builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(i32, LANES), None))
             if dot:
-                pairs = ir.VectorType(_BFloat(), 2 * LANES)
+                pairs = ir.VectorType(BFloat(), 2 * LANES)
                 fn = cgutils.get_or_insert_function(
                     module, ir.FunctionType(vec, [vec, pairs, pairs]),
                     "llvm.x86.avx512bf16.dpbf16ps.512",

@@ -59,7 +59,7 @@ import numpy as np
 
 from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.bf16gemm import walk
-from rvm.kernels.bf16planes import NO_AFFINE, pair_words
+from rvm.kernels.bf16words import NO_AFFINE, pair_words
 from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import alive, jit
@@ -264,7 +264,7 @@ def _input_pairs(x, n_, pt, pl, ty0, ty1, tw, at_v, rows, c0, c1, c2):  # type: 
     address ``at_v``: (16, c2, tiles) int32 words, word ``(xi, p, t)`` the bits of channels
     ``2 p`` (low half) and ``2 p + 1`` (high half; 0 past the input's) at that position and
     tile, as `rvm.kernels.bf16gemm.walk` reads B: a pair of channels transformed into
-    scratch (32 floats a tile: L1 or L2), then rounded (`rvm.kernels.bf16planes.pair_words`),
+    scratch (32 floats a tile: L1 or L2), then rounded (`rvm.kernels.bf16words.pair_words`),
     so the block's float32 ``V`` is never written whole and the GEMMs read half its bytes."""
     tiles = (ty1 - ty0) * tw
     pair = np.empty(POSITIONS * 2 * tiles, dtype=x.dtype)

@@ -1,0 +1,174 @@
+"""bf16 words: float32 vectors rounded (to nearest even) into bf16 values in 32-bit words, as
+``vdpbf16ps`` and AMX's ``tdpbf16ps`` take them.
+
+`pair_bits` rounds two float32 vectors into one vector of pairs (lane ``i``: ``lo[i]`` in the
+low half, ``hi[i]`` in the high), `run_bits` one run of values into consecutive pairs (a row
+of A as the GEMM takes it), and `pair_words` a whole run of values (a prologue ``x * scale +
+shift`` per channel, then ReLU, applied first when asked) into pair words in memory: the
+convolutions build their pair planes with it (`rvm.kernels.bf16planes`) and the AMX walk
+writes the next convolution's plane with it (`rvm.kernels.amx`). With AVX512-BF16 (`DPBF16`)
+one ``vcvtne2ps2bf16`` rounds 32 values; elsewhere the integer rounding
+(`rvm.kernels.vectors.VectorIR.bf16_bits`). The lowest of the bf16 kernels: it imports no
+other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rvm.kernels.cpu import target_features
+from rvm.kernels.vectors import VectorIR
+
+__all__ = [
+    "DPBF16",
+    "LANES",
+    "NO_AFFINE",
+    "BFloat",
+    "converted",
+    "pair_bits",
+    "pair_words",
+    "run_bits",
+]
+
+
+def _words(features: str) -> tuple[bool, int]:
+    """(dpbf16, lanes) for the target's features: AVX512-BF16's dot product and conversions,
+    and the float32 lanes of its vectors."""
+    flags = set(features.split(","))
+    if "+avx512f" in flags:
+        return "+avx512bf16" in flags, 16
+    return False, 8 if ("+avx2" in flags or "+avx" in flags) else 4
+
+
+DPBF16, LANES = _words(target_features())
+NO_AFFINE = (np.float32(1.0), np.float32(0.0), np.float32(1.0), np.float32(0.0))
+"""`pair_words`'s ``scales`` with no prologue: (scale, shift) of the low and the high half."""
+
+
+class BFloat(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no class for it): the element type of the intrinsic's
+    operands."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BFloat)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+def converted(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """``bf16(lo) ++ bf16(hi)`` as ``<2n x bfloat>`` by one ``vcvtne2ps2bf16`` (AVX512-BF16
+    CPUs only): round to nearest even, a subnormal read as 0 -- as ``vdpbf16ps`` reads a bf16
+    one anyway, so no product changes."""
+    lanes = lo.type.count
+    f32, pairs = ir.VectorType(ir.FloatType(), lanes), ir.VectorType(BFloat(), 2 * lanes)
+    name = f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * lanes}"
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(pairs, [f32, f32]), name)
+    return builder.call(fn, [hi, lo])  # its second operand fills the low lanes
+
+
+def pair_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The i32 vector whose lane ``i`` holds the bf16 of float32 ``lo[i]`` (low half) and of
+    ``hi[i]`` (high half), rounded to nearest even: with AVX512-BF16 one ``vcvtne2ps2bf16``
+    and an interleaving shuffle (`converted`); elsewhere the integer rounding
+    (`VectorIR.bf16_bits`), with which resnet50's 1 x 1 convolutions' pair planes took
+    1.5-1.7x as long (one Zen 4 core)."""
+    lanes = lo.type.count
+    if not DPBF16:
+        v = VectorIR(builder, lanes)
+        return builder.or_(v.bf16_bits(lo), builder.shl(v.bf16_bits(hi), v.constant(16)))
+    both = converted(builder, lo, hi)
+    order = [lane for i in range(lanes) for lane in (i, lanes + i)]
+    mixed = builder.shuffle_vector(
+        both, both, ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), order)
+    )
+    return builder.bitcast(mixed, ir.VectorType(ir.IntType(32), lanes))
+
+
+def run_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The i32 vector whose lane ``q`` holds the bf16 of values ``2 q`` (low half) and ``2 q
+    + 1`` (high half) of the float32 run ``lo ++ hi``, rounded as `pair_bits` rounds: a row of
+    A as the GEMM takes it (`rvm.kernels.bf16.pair_rows`)."""
+    lanes = lo.type.count
+    words = ir.VectorType(ir.IntType(32), lanes)
+    if DPBF16:
+        return builder.bitcast(converted(builder, lo, hi), words)
+    v, wide = VectorIR(builder, lanes), ir.VectorType(ir.IntType(64), lanes)
+    both = ir.Constant(ir.VectorType(ir.IntType(32), 2 * lanes), list(range(2 * lanes)))
+    bits = builder.shuffle_vector(v.bf16_bits(lo), v.bf16_bits(hi), both)
+    pairs = builder.bitcast(bits, wide)  # value 2q in the low half, 2q + 1 the high
+    pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(wide, [16] * lanes)))
+    return builder.trunc(pairs, words)
+
+
+@intrinsic
+def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ignore[no-untyped-def]  # noqa: E501
+    """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
+    (low half) and, when ``pair``, of ``hi[i * step]`` (high half; else 0), for i < ``n``: a
+    vector of `LANES` a step, the last under a lane mask; loads unit-stride at ``step`` 1,
+    two loads and a shuffle at ``step`` 2 (`VectorIR.evens`), gathered otherwise. With
+    ``mode`` 1 or 2 (a `PROLOGUES` index) each value is first ``value * scale + shift`` (a
+    multiply and an add, rounded as NumPy's), then, at 2, ReLU'd; ``scales`` the float32
+    (scale, shift) of the low half's channel and of the high half's."""
+    sig = nt.void(*(nt.int64,) * 6, nt.UniTuple(nt.float32, 4), nt.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        lo, hi, out, n, pair, step, scales, mode = args
+        v = VectorIR(builder, LANES)
+        i64 = ir.IntType(64)
+        with_hi = builder.icmp_signed("!=", pair, i64(0))
+        factors = [v.broadcast(builder.extract_value(scales, i), v.f32) for i in range(4)]
+        affine = builder.icmp_signed(">", mode, i64(0))
+        relu = builder.icmp_signed(">", mode, i64(1))
+        zero = ir.Constant(v.f32, None)
+
+        def prologue(x, scale, shift):  # type: ignore[no-untyped-def]
+            y = builder.fadd(builder.fmul(x, scale), shift)
+            y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
+            return builder.select(affine, y, x)
+
+        stride = builder.mul(step, i64(4))
+        steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
+
+        def row(read):  # type: ignore[no-untyped-def]
+            """The loop over the vectors, ``read(address, at)`` the float32 lanes from
+            ``address`` on, of the ``n - at`` left."""
+            with cgutils.for_range(builder, steps) as loop:
+                at = builder.mul(loop.index, i64(LANES))
+                offset = builder.mul(at, stride)
+                low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
+                low = prologue(low, factors[0], factors[1])
+                high = prologue(high, factors[2], factors[3])
+                high = builder.select(with_hi, high, ir.Constant(v.f32, None))
+                words = pair_bits(builder, low, high)
+                at_out = builder.add(out, builder.mul(at, i64(4)))
+                v.store(words, at_out, v.first(builder.sub(n, at)))
+
+        def unit(address, at):  # type: ignore[no-untyped-def]
+            return v.load(address, v.f32, v.first(builder.sub(n, at)))
+
+        def two(address, at):  # type: ignore[no-untyped-def]
+            return v.evens(address, builder.sub(n, at))
+
+        def gathered(address, at):  # type: ignore[no-untyped-def]
+            return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
+
+        with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
+            with plain:
+                row(unit)
+            with strided:
+                with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
+                    with half:
+                        row(two)
+                    with other:
+                        row(gathered)
+        return context.get_dummy_value()
+
+    return sig, codegen
