@@ -130,7 +130,8 @@ def test_the_walk_rounds_its_blocks_into_a_pair_plane(m: int, act: str, rows: tu
              bias.ctypes.data, index, 0, 0, 0)  # fmt: skip
     pt, pl, hq = 1, (wq - ow) // 2, oh + 3
     plane = np.full(((m + 1) // 2, hq, wq), -7, np.int32)
-    record = np.array([plane.ctypes.data + 4 * (pt * wq + pl), hq * wq, wq, wp, ow], np.int64)
+    at = plane.ctypes.data + 4 * (pt * wq + pl)
+    record = np.array([at, hq * wq, wq, wp, ow, 0, 0, 0], np.int64)  # no residual
     assert record.size == amx.PLANE_OUT
     amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, 0, n, n, k2, 0,
              bias.ctypes.data, index, 0, 0, record.ctypes.data)  # fmt: skip

@@ -17,6 +17,7 @@ from jit_helpers import HASWELL, Jit, check, host_has, prim, run_warm, var
 
 from rvm import op
 from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16planes, bf16turned
+from rvm.kernels.reference.bf16 import pair_plane, plane_image
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 from rvm.op.bf16 import PAIRINGS, bf16_bits, conv_pairing, conv_pairs, pack_pairs, turn_pairs
@@ -318,6 +319,44 @@ def test_pair_plane_out_in_pieces(panel: int, blas_threads: int) -> None:
     want = np.zeros(plane.shape, np.uint32)
     want[:, :, 1 : 1 + s, 1 : 1 + s] = half[:, 0::2] | (half[:, 1::2] << 16)
     np.testing.assert_array_equal(plane.view(np.uint32), want)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("o", [64, 2 * bf16gemm.NR + 3])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu"])
+def test_residuals_in_and_out_of_pair_planes(k: int, o: int, act: str, blas_threads: int) -> None:
+    """A residual as a pair plane (``rof``: the plane a convolution wrote for the next, as
+    ResNet's shortcut stays bf16) or float32, into a float32 output or a pair plane out (on
+    AMX rounded with the sums in the walk, `amx.PLANE_OUT`; elsewhere, or with a GELU, through
+    float32 rows): every output is bit for bit the float32 output's, with the residual's
+    values, rounded into the plane, cut into pieces at two threads; a 1 x 1 (the plane's rows
+    the output's) and a 3 x 3 (wider rows, a padded plane)."""
+    rng = np.random.default_rng(o + k)
+    c, s, p = 64, 14, k // 2
+    x = rng.standard_normal((1, c, s, s)).astype(np.float32)
+    w = bf16_bits(conv_pairs(rng.standard_normal((o, c, k, k)).astype(np.float32) / 8))
+    w = w.view(np.int16)
+    bias = rng.standard_normal(o).astype(np.float32)
+    index = ACTIVATIONS.index(act)
+    wq = bf16planes.pair_width(s, s, p, k, 1, 1)
+    shape = (1, (o + 1) // 2, s + 2 * p + 1, wq)
+    image = rng.standard_normal((1, o, s, s)).astype(np.float32)
+    r_plane = np.ascontiguousarray(pair_plane(image, p, p, *shape[2:]).view(np.float32))
+    r_image = plane_image(r_plane, o, s, s, p, p)  # the residual's values: bf16
+    to, rof = (p, p, s, s), (1, p, p)
+
+    def conv(out, res, to=(0, 0, 0, 0), rof=(0, 0, 0)):  # type: ignore[no-untyped-def]
+        bf16conv.conv2d(x, w, out, 1, 1, 1, 1, 1, p, p, k, k, bias, index, res, 0, to,
+                        (0, 0, 0), (0, 0), 0, rof)  # fmt: skip
+        return out
+
+    y = conv(np.empty((1, o, s, s), np.float32), r_image)
+    want = pair_plane(y, p, p, *shape[2:])
+    np.testing.assert_array_equal(conv(np.empty((1, o, s, s), np.float32), r_plane, rof=rof), y)
+    for res, kind in ((r_image, (0, 0, 0)), (r_plane, rof)):
+        plane = np.full(shape, np.nan, np.float32)
+        conv(plane, res, to, kind)
+        np.testing.assert_array_equal(plane.view(np.int32), want)
 
 
 def test_conv2d_rounds_inputs_to_nearest_even() -> None:

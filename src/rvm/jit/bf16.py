@@ -25,8 +25,8 @@ from rvm.op import ops
 from rvm.op.bf16 import INPUTS, PAIRINGS, PROLOGUES, split_operands
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
-# of the weight, float32 out (and the convolution's float32 bias, residual and prologue's
-# affine).
+# of the weight, float32 out (and the convolution's float32 bias, residual -- a pair plane's
+# words viewed as float32 where it is one -- and prologue's affine).
 _VARIANT = ("float32", "int16", "float32", "float32", "float32", "float32")
 
 
@@ -75,8 +75,12 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     planes = ("int32" if source else "float32", "int32" if plane else "float32")
     if (x.dtype, out) != planes or w.dtype != "int16":
         raise Unsupported(f"{kb.op} of {x.dtype} and {w.dtype} to {out}")
-    if any(a.dtype != "float32" for a in args[2:]):
-        raise Unsupported(f"{kb.op} with a bias or residual not float32")
+    residual_plane = attrs.get("residual_plane", ())
+    b, r, a = split_operands(args[2:], prologue)
+    if any(t is not None and t.dtype != "float32" for t in (b, a)) or (
+        r is not None and r.dtype != ("int32" if residual_plane else "float32")
+    ):
+        raise Unsupported(f"{kb.op} with a bias or residual of another dtype")
     act = ACTIVATIONS.index(attrs.get("activation", "none"))
     (kh, kw), (sh, sw), (dh, dw) = attrs["kernel"], attrs["strides"], attrs["dilation"]
     pt, pl, pb, pr = attrs["padding"]
@@ -106,14 +110,18 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     def fill() -> None:
         t.array = kb.buffer(dims, out, t.array)
         xv, wv = kb.materialize(x, planes[0]), kb.materialize(w)
-        b, r, a = split_operands(args[2:], prologue)
         bias = kb.materialize(b) if b is not None else "np.empty(0, np.float32)"
-        res = kb.materialize(r, "float32") if r is not None else _NO_RESIDUAL
+        res = _NO_RESIDUAL
+        if r is not None and residual_plane:  # a pair plane's words, as float32
+            res = _as_floats(kb, kb.materialize(r, "int32"))
+        elif r is not None:
+            res = kb.materialize(r, "float32")
         affine = kb.materialize(a) if a is not None else "np.empty((0, 0), np.float32)"
         params = (groups, sh, sw, dh, dw, pt, pl, kh, kw, act, attrs.get("panel", 0))
         params += (*(plane[:2] or (0, 0)), *spatial) if plane else (0, 0, 0, 0)
         params += tuple(source) if source else (0, 0, 0)
         params += (PROLOGUES.index(prologue), pairing)
+        params += (1, *residual_plane) if residual_plane else (0, 0, 0)
         ov = t.array
         if source:
             xv = _as_floats(kb, xv)

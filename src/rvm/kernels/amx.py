@@ -37,7 +37,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels.bf16words import pair_words
+from rvm.kernels.bf16words import sum_words
 from rvm.kernels.cpu import amx_tiles, cpu
 from rvm.kernels.epilogue import tile, tile_rows
 from rvm.kernels.jitting import alive, jit
@@ -312,42 +312,49 @@ def _ahead(b, b_col, nr, stride, j0, k2, band, bands):  # type: ignore[no-untype
 # (word 0 of its channel pair 0), a channel pair's words (its height by width), its width in
 # words, the walk's positions a row (the run's rows may be wider than the image's) and the
 # image's width: C's column ``j`` is the run's position, row ``j // wp``, column ``j % wp``.
-PLANE_OUT = 5
+# Then the residual's kind (`sum_words`: 0 none, 1 float32, 2 a pair plane), its address at
+# the walk's first position (channel 0; a pair plane laid out as the plane out) and, float32,
+# its channels' stride in floats (its rows the image's width apart).
+PLANE_OUT = 8
 
 
 @jit(**_OPTS)
 def _to_pairs(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-untyped-def]
     """A block's float32 sums (``rows`` x ``cols`` at ``edge``, rows `BLOCK_COLS` floats
     apart: output channels ``i0 + r`` at the run's positions ``j0 + q``), each plus its
-    channel's bias (at ``bias``, 0: none) and ReLU'd with ``relu``, rounded into the pair
-    plane the `PLANE_OUT` record ``to`` describes: channels ``2 c2`` and ``2 c2 + 1`` into
-    word ``c2`` (``i0`` even; an odd last channel's high halves 0), in one pass
-    (`pair_words`' prologue), each run of the block's positions within one of the image's
-    rows at a time (the whole block's at once where the run's rows are the plane's and the
+    channel's bias (at ``bias``, 0: none) and the residual, then ReLU'd with ``relu``,
+    rounded into the pair plane the `PLANE_OUT` record ``to`` describes: channels ``2 c2``
+    and ``2 c2 + 1`` into word ``c2`` (``i0`` even; an odd last channel's high halves 0), in
+    one pass (`sum_words`), each run of the block's positions within one of the image's rows
+    at a time (the whole block's at once where the run's rows are the plane's and the
     image's), positions past the image's width dropped."""
     desc = ints_at(to)
     plane, size, wq, wp, ow = desc[0], desc[1], desc[2], desc[3], desc[4]
-    mode = 2 if relu else (1 if bias != 0 else 0)
+    kind, res, ld_res = desc[5], desc[6], desc[7]
     b = floats_at(bias)
-    one, zero = np.float32(1.0), np.float32(0.0)
+    zero = np.float32(0.0)
+    flags = (1 if bias != 0 else 0) | (2 if relu else 0)  # `sum_words`' bias and ReLU
     for r in range(0, rows, 2):
         pair = 1 if r + 1 < rows else 0
         lo = edge + 4 * r * BLOCK_COLS
-        at = plane + 4 * ((i0 + r) // 2) * size
-        b_lo = b[i0 + r] if bias != 0 else zero
-        b_hi = b[i0 + r + 1] if bias != 0 and pair else zero
-        scales = (one, b_lo, one, b_hi)
-        if wp == wq and wp == ow:  # the run is the plane's rows: one run of words
-            pair_words(lo, lo + 4 * BLOCK_COLS, at + 4 * j0, cols, pair, 1, scales, mode)
+        at = 4 * ((i0 + r) // 2) * size
+        shifts = (b[i0 + r] if bias != 0 else zero, b[i0 + r + 1] if bias != 0 and pair else zero)
+        at_res = res + 4 * (i0 + r) * ld_res if kind == 1 else res + at
+        if wp == wq and wp == ow:  # the run is the plane's rows (and the image's): one run
+            r_lo = at_res + 4 * j0
+            sum_words(lo, lo + 4 * BLOCK_COLS, plane + at + 4 * j0, cols, pair, shifts, flags,
+                      (kind, r_lo, r_lo + 4 * ld_res))  # fmt: skip
             continue
         j = j0
         while j < j0 + cols:
             y, x = j // wp, j % wp
             run = min(j0 + cols - j, wp - x)
             if x < ow:
-                src = lo + 4 * (j - j0)
-                pair_words(src, src + 4 * BLOCK_COLS, at + 4 * (y * wq + x), min(run, ow - x),
-                           pair, 1, scales, mode)  # fmt: skip
+                src, word = lo + 4 * (j - j0), 4 * (y * wq + x)
+                r_lo = at_res + 4 * (y * ow + x) if kind == 1 else at_res + word
+                residual = (kind, r_lo, r_lo + 4 * ld_res)
+                sum_words(src, src + 4 * BLOCK_COLS, plane + at + word, min(run, ow - x), pair,
+                          shifts, flags, residual)  # fmt: skip
             j += run
 
 
@@ -374,9 +381,9 @@ def _walk(
 
     With ``to`` (the address of a `PLANE_OUT` record; 0: none) C is a convolution's output
     rows, and each block, summed into the scratch, is rounded from there into the next
-    convolution's pair plane, its bias and ReLU applied in the same pass (`_to_pairs`; a GELU
-    before it): the float32 sums never leave L1 (``c``, ``ldc``, ``acc`` and ``res``
-    unused)."""
+    convolution's pair plane, its bias, residual and ReLU applied in the same pass
+    (`_to_pairs`; a GELU, with no residual, before it): the float32 sums never leave L1
+    (``c``, ``ldc``, ``acc`` and ``res`` unused)."""
     if m1 <= m0 or n <= 0:
         return
     steps = (k2 + TILE - 1) // TILE

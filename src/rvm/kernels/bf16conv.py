@@ -119,6 +119,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                     np.float32)  # fmt: skip
     out = np.empty(amx.PLANE_OUT, np.int64)
     out[1], out[2], out[3], out[4] = job[24] * job[25], job[25], wp, job[16]
+    out[5], out[7] = job[28] if res != 0 else 0, job[17]
     ld_rows = rows.shape[1]
     at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
     for yb in range(y0, y1, rows_block):
@@ -134,7 +135,9 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         r_run = 0 if (late or res == 0) else res + 4 * yb * wp
         if in_walk:
             pad_pairs(job[21:26], job[10], job[11], job[16], co0, co1, yb, ye)
-            out[0] = job[21] + 4 * ((job[22] + yb) * job[25] + job[23])
+            at_word = 4 * ((job[22] + yb) * job[25] + job[23])
+            out[0] = job[21] + at_word
+            out[6] = res + (4 * yb * job[16] if out[5] == 1 else at_word)
             amx.walk(a, lda, co0, co1, b_run, 4, NR, table, 1, c_run, ldc, run, k2, 0, bias,
                      act, 0, 0, out.ctypes.data)  # fmt: skip
             continue
@@ -190,8 +193,10 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
 # the residual's address (as the output's; 0: none); the next convolution's pair plane's
 # address (0: none), its padding top and left, its height and width (`rows_to_pairs`); the
-# plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows.
-_DIRECT_JOB = 28
+# plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows; with a
+# pair plane out, the residual's kind (`amx.PLANE_OUT`: 1 float32 as the output, 2 a pair
+# plane laid out as the plane out, its address then the image's words at the plane's).
+_DIRECT_JOB = 29
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -263,7 +268,9 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     job[18] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
     job[19] = epilogue[1]
     job[20] = epilogue[2] + at_out - oc.ctypes.data if epilogue[2] != 0 else 0
-    job[21] = 0
+    job[21], job[28] = 0, epilogue[8] if epilogue.size > 8 else 0
+    if job[28] == 2:  # a pair plane's: the image's already
+        job[20] = epilogue[2]
     if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair
         copy(job[21:], epilogue[3:], 5)
     if wide.size == 0:
@@ -348,7 +355,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, 
 
 
 @jit(**_OPTS)
-def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing):  # type: ignore[no-untyped-def]  # noqa: E501
+def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape):  # type: ignore[no-untyped-def]  # noqa: E501
     n = x.shape[0]
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
@@ -364,7 +371,7 @@ def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing):  # ty
         raise ValueError("bf16 conv2d: the bias needs one value per output channel, or none")
     if act < 0 or act >= len(ACTIVATIONS):
         raise ValueError("bf16 conv2d: unknown activation index")
-    if res.size != 0 and res.shape != out.shape:
+    if res.size != 0 and res.shape != res_shape:
         raise ValueError("bf16 conv2d: the residual's shape is not the output's")
 
 
@@ -390,40 +397,108 @@ def conv2d(
     of=_NONE3,
     before=_NONE2,
     pairing=0,
-):  # type: ignore[no-untyped-def]  # noqa: E501
+    rof=_NONE3,
+):  # type: ignore[no-untyped-def]
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
     top ``pt``, left ``pl`` (the output's size says the rest), by the direct method on the
     input's pair plane in its stride phases; then ``act(out + bias + res)`` (``bias`` float32,
-    one value per output channel or empty: none; ``res`` float32 as ``out`` or empty: none;
-    ``act`` an index of `ACTIVATIONS`) on each band of channels' rows as soon as they are
-    summed, not as a pass after the convolution.
+    one value per output channel or empty: none; ``res`` float32 as the output image or
+    empty: none; ``act`` an index of `ACTIVATIONS`) on each band of channels' rows as soon as
+    they are summed, not as a pass after the convolution.
 
     Activations may stay bf16 between convolutions (`rvm.op.bf16`): ``to`` (int64: padding
     top, left, the output's height, width; height 0: none) makes ``out`` the next
     convolution's pair plane ``(n, (co + 1) // 2, hq, wq)`` (its uint32 words in a float32
-    array; one group, no residual), each block of rows rounded into it as it is summed
-    (`rows_to_pairs`); ``of`` (int64: the image's c, h, w; c 0: none) says ``x`` is this
-    convolution's pair plane of such an image ``(n, (c + 1) // 2, hq, wq)`` (stride 1, one
-    group), read as it is. ``before`` (int64: the address of a ``(2, c)`` float32 affine,
-    its scales then its shifts, 0: none; a `rvm.op.bf16.PROLOGUES` index) applies ``x *
-    scale + shift`` per channel (then ReLU) to the input as its pair plane is built.
-    ``pairing`` (a `rvm.kernels.reference.bf16.PAIRINGS` index) says how ``w`` pairs an odd
-    group's last channel's taps: 1, along the kernel's rows (not with a pair plane in)."""
+    array; one group), each block of rows rounded into it as it is summed (on AMX from the
+    walk's block in L1, `amx.PLANE_OUT`; else `rows_to_pairs`); ``of`` (int64: the image's
+    c, h, w; c 0: none) says ``x`` is this convolution's pair plane of such an image ``(n, (c
+    + 1) // 2, hq, wq)`` (stride 1, one group), read as it is. ``before`` (int64: the address
+    of a ``(2, c)`` float32 affine, its scales then its shifts, 0: none; a
+    `rvm.op.bf16.PROLOGUES` index) applies ``x * scale + shift`` per channel (then ReLU) to
+    the input as its pair plane is built. ``pairing`` (a
+    `rvm.kernels.reference.bf16.PAIRINGS` index) says how ``w`` pairs an odd group's last
+    channel's taps: 1, along the kernel's rows (not with a pair plane in). ``rof`` (int64: 1,
+    then the padding top and left; ``(0, 0, 0)``: none) says ``res`` is the pair plane ``(n,
+    (co + 1) // 2, hq, wq)`` of the output's image with that padding (a convolution's plane
+    out, its words in a float32 array), read as it is where the output is a pair plane laid
+    out alike and the walk is AMX's (`_conv2d`), else widened first (`_widened`)."""
+    planed_out = to[2] > 0
+    n, co = x.shape[0], w.shape[0]
+    oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
+    kind = 0 if res.size == 0 else (2 if rof[0] != 0 else 1)
+    if kind == 2:
+        _check_residual_plane(res, n, co, oh, ow, rof)
+    same = kind == 2 and rof[1] == to[0] and rof[2] == to[1] and res.shape == out.shape
+    fast = amx.AMX and panel == 0 and act <= 1 and (kind == 1 or same)
+    if kind == 0 or (kind == 1 and not planed_out) or (planed_out and fast):
+        _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
+                before, pairing, kind)  # fmt: skip
+        return
+    # else the residual as float32 and, with a plane out, the float32 output rounded after
+    rf = _widened(res, co, oh, ow, rof[1], rof[2]) if kind == 2 else res
+    if not planed_out:
+        _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, to, of,
+                before, pairing, 1)  # fmt: skip
+        return
+    sums = np.empty((n, co, oh, ow), np.float32)
+    _conv2d(x, w, sums, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, _NONE4,
+            of, before, pairing, 1)  # fmt: skip
+    plane = np.empty(5, np.int64)
+    plane[1], plane[2], plane[3], plane[4] = to[0], to[1], out.shape[2], out.shape[3]
+    for b in range(n):
+        plane[0] = out.ctypes.data + 4 * b * out.shape[1] * out.shape[2] * out.shape[3]
+        at = sums.ctypes.data + 4 * b * co * oh * ow
+        rows_to_pairs(plane, at, oh * ow, ow, co, oh, ow, 0, co, 0, oh)
+
+
+@jit(**_OPTS)
+def _check_residual_plane(res, n, co, oh, ow, rof):  # type: ignore[no-untyped-def]
+    if res.ndim != 4 or res.shape[0] != n or res.shape[1] != (co + 1) // 2:
+        raise ValueError("bf16 conv2d: the residual's pair plane has not the output's pairs")
+    if rof[1] < 0 or rof[2] < 0 or res.shape[2] < rof[1] + oh or res.shape[3] < rof[2] + ow:
+        raise ValueError("bf16 conv2d: the residual's pair plane is too small for the output")
+
+
+@jit(**_OPTS)
+def _widened(res, co, oh, ow, pt, pl):  # type: ignore[no-untyped-def]
+    """The float32 image ``(n, co, oh, ow)`` whose pair plane (padding ``pt``, ``pl``) is
+    ``res`` (its words in a float32 array): channel ``2 c2`` the low halves of pair ``c2``'s
+    words, ``2 c2 + 1`` the high halves."""
+    words = res.view(np.uint32)
+    n = res.shape[0]
+    image = np.empty((n, co, oh, ow), np.float32)
+    bits = image.view(np.uint32)
+    for b in range(n):
+        for o in range(co):
+            for y in range(oh):
+                for x in range(ow):
+                    word = words[b, o // 2, pt + y, pl + x]
+                    bits[b, o, y, x] = word << 16 if o % 2 == 0 else word & 0xFFFF0000
+    return image
+
+
+@jit(inline="always", **_OPTS)
+def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
+            before, pairing, kind):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`conv2d` with a float32 residual (``kind`` 1) or none, or with a pair plane out on AMX
+    (one group, ReLU at most) one laid out as that plane (``kind`` 2): rounded with the sums
+    as the walk stores them (`amx.PLANE_OUT`)."""
     planed_in, planed_out = of[0] > 0, to[2] > 0
     n, c = x.shape[0], of[0] if planed_in else x.shape[1]
     co = w.shape[0]
     co_out = (co + 1) // 2 if planed_out else co
-    _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing)
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
+    res_shape = out.shape if kind == 2 else (n, co, oh, ow)
+    _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape)
     cg, og = c // groups, co // groups
     columns = 1 if pairing == 1 and cg % 2 == 1 else 0
     if planed_in and columns:
         raise ValueError("bf16 conv2d: a pair plane in pairs its channels, not columns")
     if (planed_in or planed_out) and groups != 1:
         raise ValueError("bf16 conv2d: pair planes in or out need one group")
-    if planed_out and res.size != 0:
-        raise ValueError("bf16 conv2d: a pair plane out takes no residual")
+    if planed_out and res.size != 0 and not (amx.AMX and panel == 0 and act <= 1):
+        raise ValueError("bf16 conv2d: a pair plane out takes a residual only on AMX")
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
     if planed_out and (out.shape[2] < to[0] + oh + 1 or out.shape[3] < to[1] + ow):
@@ -451,14 +526,18 @@ def conv2d(
     wide = np.empty((og if wq > ow and panel == 0 and not planed_out else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
-    epilogue = np.zeros(8, dtype=np.int64)
+    epilogue = np.zeros(9, dtype=np.int64)
     epilogue[0] = bc.ctypes.data if bc.size else 0
     epilogue[1] = act
     epilogue[2] = rc.ctypes.data if rc.size else 0
+    epilogue[8] = kind if rc.size else 0
+    image_words = out.shape[1] * out.shape[2] * out.shape[3]
     for b in range(n):
         image = xc[b].view(np.uint32) if planed_in else plane
         if planed_out:
-            epilogue[3] = out.ctypes.data + 4 * b * out.shape[1] * out.shape[2] * out.shape[3]
+            epilogue[3] = out.ctypes.data + 4 * b * image_words
+            if kind == 2 and rc.size:
+                epilogue[2] = rc.ctypes.data + 4 * b * image_words
             epilogue[4], epilogue[5] = to[0], to[1]
             epilogue[6], epilogue[7] = out.shape[2], out.shape[3]
         if panel > 0:

@@ -22,13 +22,15 @@ __all__ = ["conv2d_bf16_call", "dense_bf16_call"]
 
 def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-untyped-def]
     """`bf16conv.conv2d` on x (4-d float32), w (2-d int16 bits), out (4-d float32), bias
-    (1-d float32, empty: none), res (4-d float32 as out, empty: none), affine (2-d float32,
+    (1-d float32, empty: none), res (4-d float32, the output image or its pair plane's words;
+    empty: none), affine (2-d float32,
     the prologue's scales and shifts, empty: none); the parameters:
     groups, sh, sw, dh, dw, pt, pl, kh, kw, act, panel (0: w in rows, else turned); the pair
     plane out's padding top, left and the output's height, width (0, 0, 0, 0: out is float32
     NCHW); the image's c, h, w when x is its pair plane (0, 0, 0: x is float32 NCHW); the
-    prologue's index (`rvm.op.bf16.PROLOGUES`); the pairing's (`rvm.op.bf16.PAIRINGS`)."""
-    d, p = nb.carray(dims, 17), nb.carray(params, 20)
+    prologue's index (`rvm.op.bf16.PROLOGUES`); the pairing's (`rvm.op.bf16.PAIRINGS`); 1 and
+    the padding top and left when res is a pair plane (0, 0, 0: float32)."""
+    d, p = nb.carray(dims, 17), nb.carray(params, 23)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5])),
@@ -42,6 +44,7 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
         p[15:18],
         (np.int64(nb.carray(affine, (d[15], d[16])).ctypes.data), p[18]),
         p[19],
+        p[20:23],
     )  # fmt: skip
     return 0
 
@@ -59,5 +62,5 @@ def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
 entry.export("conv2d_bf16", _conv2d)
 entry.export("dense_bf16", _dense)
 # What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
-conv2d_bf16_call = entry.caller("conv2d_bf16", 20)
+conv2d_bf16_call = entry.caller("conv2d_bf16", 23)
 dense_bf16_call = entry.caller("dense_bf16", 1)

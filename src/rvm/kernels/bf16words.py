@@ -27,11 +27,13 @@ __all__ = [
     "DPBF16",
     "LANES",
     "NO_AFFINE",
+    "NO_RESIDUAL",
     "BFloat",
     "converted",
     "pair_bits",
     "pair_words",
     "run_bits",
+    "sum_words",
 ]
 
 
@@ -169,6 +171,85 @@ def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ig
                         row(two)
                     with other:
                         row(gathered)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+NO_RESIDUAL = (0, 0, 0)
+"""`sum_words`' ``res`` with no residual: its kind, then the addresses of its two channels."""
+
+
+@intrinsic
+def sum_words(typingctx, lo, hi, out, n, pair, shifts, flags, res):  # type: ignore[no-untyped-def]
+    """A convolution's sums rounded as its epilogue ends: on int64 addresses, ``out[i]``
+    (uint32) = the bf16 bits of ``act(lo[i] + shifts[0] + R_lo[i])`` (low half) and, when
+    ``pair``, of ``act(hi[i] + shifts[1] + R_hi[i])`` (high half; else 0), for i < ``n``, unit
+    stride, a vector of `LANES` a step, the last under a lane mask; ``shifts`` the two
+    channels' biases, added where ``flags`` has bit 0 (not adding 0: -0.0 stays), ``act`` ReLU
+    where it has bit 1, else none; the sums in that order, each rounded to float32, as the
+    float32 epilogue's (`rvm.kernels.epilogue.tile_rows`);
+    ``res`` the residual: ``(kind, r_lo, r_hi)``, kind 0 none, 1 float32 values at ``r_lo +
+    4 i`` and ``r_hi + 4 i``, 2 a pair plane's words at ``r_lo + 4 i`` (its low halves the
+    low channel's, its high halves the high one's; ``r_hi`` unused)."""
+    sig = nt.void(*(nt.int64,) * 5, nt.UniTuple(nt.float32, 2), nt.int64, nt.UniTuple(nt.int64, 3))
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        lo, hi, out, n, pair, shifts, flags, res = args
+        v = VectorIR(builder, LANES)
+        i64 = ir.IntType(64)
+        with_hi = builder.icmp_signed("!=", pair, i64(0))
+        with_bias = builder.icmp_signed("!=", builder.and_(flags, i64(1)), i64(0))
+        with_relu = builder.icmp_signed("!=", builder.and_(flags, i64(2)), i64(0))
+        biases = [v.broadcast(builder.extract_value(shifts, i), v.f32) for i in range(2)]
+        kind, r_lo, r_hi = (builder.extract_value(res, i) for i in range(3))
+        zero = ir.Constant(v.f32, None)
+        high_half = v.constant(-65536)  # 0xFFFF0000
+        steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
+
+        def rows(residual):  # type: ignore[no-untyped-def]
+            """The loop over the vectors, ``residual(at, mask)`` the two channels' residual
+            lanes from lane ``at`` on (None: none)."""
+            with cgutils.for_range(builder, steps) as loop:
+                at = builder.mul(loop.index, i64(LANES))
+                mask = v.first(builder.sub(n, at))
+                offset = builder.mul(at, i64(4))
+                sums = [v.load(builder.add(src, offset), v.f32, mask) for src in (lo, hi)]
+                sums = [
+                    builder.select(with_bias, builder.fadd(s, b), s) for s, b in zip(sums, biases)
+                ]
+                more = residual(offset, mask)
+                if more is not None:
+                    sums = [builder.fadd(s, r) for s, r in zip(sums, more)]
+                sums = [
+                    builder.select(
+                        with_relu,
+                        builder.select(builder.fcmp_ordered("<", s, zero), zero, s),
+                        s,
+                    )
+                    for s in sums
+                ]  # fmt: skip
+                high = builder.select(with_hi, sums[1], zero)
+                words = pair_bits(builder, sums[0], high)
+                v.store(words, builder.add(out, offset), mask)
+
+        def floats(offset, mask):  # type: ignore[no-untyped-def]
+            return [v.load(builder.add(r, offset), v.f32, mask) for r in (r_lo, r_hi)]
+
+        def words(offset, mask):  # type: ignore[no-untyped-def]
+            w = v.load(builder.add(r_lo, offset), v.i32, mask)
+            low = builder.shl(w, v.constant(16))
+            return [builder.bitcast(x, v.f32) for x in (low, builder.and_(w, high_half))]
+
+        with builder.if_else(builder.icmp_signed("==", kind, i64(0))) as (none, some):
+            with none:
+                rows(lambda offset, mask: None)
+            with some:
+                with builder.if_else(builder.icmp_signed("==", kind, i64(1))) as (f32, plane):
+                    with f32:
+                        rows(floats)
+                    with plane:
+                        rows(words)
         return context.get_dummy_value()
 
     return sig, codegen

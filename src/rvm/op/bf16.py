@@ -29,7 +29,10 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   x ``h`` x ``w`` image, laid out for this convolution (stride 1, one group: its padding
   around it, one row more below). With ``prologue`` ``"affine"`` or ``"affine_relu"`` the
   input is first ``x * scale + shift`` per channel (then ReLU; a batch norm's and its scaling
-  before the convolution: densenet's), the last operand ``affine`` ``(2, c)`` float32.
+  before the convolution: densenet's), the last operand ``affine`` ``(2, c)`` float32. With
+  ``residual_plane`` ``(pt, pl)`` the residual is not float32 but the int32 pair plane of the
+  output's image with that padding, as a convolution wrote it for the next (ResNet's shortcut
+  kept bf16 between its blocks).
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
@@ -242,7 +245,10 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
         for i, pads in enumerate(pad_pairs(attrs["padding"], 2))
     ]
     shape = (x.shape[0], None if w.shape is None else w.shape[0], *spatial)
-    if residual is not None:
+    residual_plane = attrs.get("residual_plane", ())
+    if residual is not None and residual_plane:
+        _check_residual_plane(residual, shape, residual_plane)
+    elif residual is not None:
         res = residual
         if res.dtype not in (None, "float32") or (
             res.shape is not None
@@ -253,13 +259,34 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
                 f"conv2d_bf16: the residual must be float32 {fmt(shape)}, got {res.dtype} "
                 f"{fmt(res.shape)}"
             )
+    if residual_plane and residual is None:
+        raise IRError("conv2d_bf16: residual_plane says how a residual lies, but there is none")
     if plane:
-        if residual is not None or groups != 1:
-            raise IRError("conv2d_bf16: writes a pair plane with one group and no residual")
+        if groups != 1:
+            raise IRError("conv2d_bf16: writes a pair plane with one group")
         co = shape[1]
         pairs = (co + 1) // 2 if isinstance(co, int) else None
         return TensorType((x.shape[0], pairs, plane[2], plane[3]), "int32")
     return TensorType(shape, "float32")
+
+
+def _check_residual_plane(res: TensorType, shape: tuple, at: tuple) -> None:
+    """A residual given as the pair plane of the output's image (``shape``) with padding
+    ``at`` (top, left): int32, its pairs the output's channels', room for the image."""
+    co, oh, ow = shape[1:]
+    want = (shape[0], (co + 1) // 2 if isinstance(co, int) else None)
+    ok = res.dtype in (None, "int32") and (res.shape is None or len(res.shape) == 4)
+    if ok and res.shape is not None:
+        room = [pad + image if isinstance(image, int) else None for pad, image in zip(at, (oh, ow))]
+        least = [*want, *room]
+        for i, (size, bound) in enumerate(zip(res.shape, least)):
+            if isinstance(size, int) and isinstance(bound, int):
+                ok = ok and (size == bound if i < 2 else size >= bound)
+    if not ok:
+        raise IRError(
+            f"conv2d_bf16: the residual must be the int32 pair plane of a {fmt(shape)} image "
+            f"with padding {at}, got {res.dtype} {fmt(res.shape)}"
+        )
 
 
 def dense_bf16(x: ExprLike, w: ExprLike, input: str = "bf16") -> Call:
@@ -286,6 +313,7 @@ def conv2d_bf16(
     affine: ExprLike | None = None,
     prologue: str = "none",
     pairing: str = "channels",
+    residual_plane: Sequence[int] = (),
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
@@ -296,7 +324,9 @@ def conv2d_bf16(
     pair plane, ``source`` ``(c, h, w)``: ``x`` is this convolution's pair plane of such an
     image (the module's docstring); ``prologue`` (`PROLOGUES`): ``x * scale + shift`` per
     input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts;
-    ``pairing`` (`PAIRINGS`): how ``w`` pairs an odd group's last channel's taps."""
+    ``pairing`` (`PAIRINGS`): how ``w`` pairs an odd group's last channel's taps;
+    ``residual_plane`` ``(pt, pl)``: the residual is the int32 pair plane of the output's image
+    with that padding (a convolution's ``plane`` out), not float32."""
     name = "conv2d_bf16"
     if residual is not None and bias is None:
         raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
@@ -319,6 +349,7 @@ def conv2d_bf16(
         source=_ints(name, "source", source, 3, 1),
         prologue=check_choice(name, "prologue", prologue, PROLOGUES),
         pairing=check_choice(name, "pairing", pairing, PAIRINGS),
+        residual_plane=_ints(name, "residual_plane", residual_plane, 2, 0),
     )
 
 

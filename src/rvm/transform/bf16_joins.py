@@ -96,6 +96,7 @@ def _rebuilt(conv: E.Call, **changes) -> E.Call:
     bias, residual, affine = split_operands(conv.args[2:], prologue)
     parts = dict(x=conv.args[0], w=conv.args[1], bias=bias, residual=residual, affine=affine,
                  plane=attrs.get("plane", ()), source=attrs.get("source", ()), prologue=prologue,
+                 residual_plane=attrs.get("residual_plane", ()),
                  **{k: attrs[k] for k in _CONV_ATTRS})  # fmt: skip
     new = op.conv2d_bf16(**{**parts, **changes})
     infer_type(new)

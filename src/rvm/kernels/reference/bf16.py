@@ -191,7 +191,7 @@ def split_operands(rest, prologue="none"):
 
 def conv2d_bf16(
     x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0,
-    plane=(), source=(), prologue="none", pairing="channels"
+    plane=(), source=(), prologue="none", pairing="channels", residual_plane=()
 ):  # fmt: skip
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
     bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
@@ -200,7 +200,9 @@ def conv2d_bf16(
     wq)`` the result as the next convolution's pair plane (`pair_plane`); with ``source``
     ``(c, h, w)``, ``x`` this one's pair plane (`rvm.op.bf16`); ``prologue`` (`PROLOGUES`)
     applied to ``x`` first, its affine the last of ``rest``; an odd group's last channel's
-    taps paired as ``pairing`` says (`PAIRINGS`)."""
+    taps paired as ``pairing`` says (`PAIRINGS`); with ``residual_plane`` ``(pt, pl)`` the
+    residual is the output image's pair plane with that padding (a convolution's ``plane``
+    out: its values bf16)."""
     if source:
         x = plane_image(x, *source, padding[0], padding[1])
     bias, residual, affine = split_operands(rest, prologue)
@@ -212,7 +214,7 @@ def conv2d_bf16(
     if plane:
         attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
         y = conv2d_bf16(x, w, *rest, **attrs, kernel=kernel, activation=activation, panel=panel,
-                        pairing=pairing)  # fmt: skip
+                        pairing=pairing, residual_plane=residual_plane)  # fmt: skip
         return pair_plane(y, *plane)
     cg, (kh, kw) = x.shape[1] // groups, kernel
     if panel:
@@ -222,7 +224,9 @@ def conv2d_bf16(
     if rest:
         y = _like(y + np.asarray(rest[0], np.float32).reshape(-1, 1, 1), np.float32)
     if len(rest) > 1:
-        y = _like(y + np.asarray(rest[1], np.float32), np.float32)
+        r = rest[1]
+        r = plane_image(r, *y.shape[1:], *residual_plane) if residual_plane else r
+        y = _like(y + np.asarray(r, np.float32), np.float32)
     if activation == "relu":
         return relu(y)
     if activation in ("gelu", "gelu_tanh"):
