@@ -108,7 +108,7 @@ def test_pair_rows_through_a_table_and_in_panels(k2: int, uniform: bool) -> None
 @pytest.mark.parametrize("act", ["none", "relu", "gelu"])
 @pytest.mark.parametrize("rows", [(56, 56, 56), (29, 31, 27), (9, 9, 7)])
 def test_the_walk_rounds_its_blocks_into_a_pair_plane(m: int, act: str, rows: tuple) -> None:
-    """With a pair plane out (``to``: `amx.PLANE_OUT`) each block's sums, plus the bias and
+    """With a pair plane out (``to``: `amx.BLOCK_OUT`) each block's sums, plus the bias and
     activated, are rounded from L1 straight into the plane's image words: exactly the bf16
     pairs of the float32 output the same walk writes otherwise (channels ``2 c2`` low, ``2
     c2 + 1`` high, an odd last channel's high half 0), the run's positions past the image's
@@ -131,8 +131,8 @@ def test_the_walk_rounds_its_blocks_into_a_pair_plane(m: int, act: str, rows: tu
     pt, pl, hq = 1, (wq - ow) // 2, oh + 3
     plane = np.full(((m + 1) // 2, hq, wq), -7, np.int32)
     at = plane.ctypes.data + 4 * (pt * wq + pl)
-    record = np.array([at, hq * wq, wq, wp, ow, 0, 0, 0], np.int64)  # no residual
-    assert record.size == amx.PLANE_OUT
+    record = np.array([0, at, hq * wq, wq, wp, ow, 0, 0, 0, 0], np.int64)  # no residual
+    assert record.size == amx.BLOCK_OUT
     amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, 0, n, n, k2, 0,
              bias.ctypes.data, index, 0, 0, record.ctypes.data)  # fmt: skip
     image = c.reshape(m, oh, wp)[:, :, :ow]

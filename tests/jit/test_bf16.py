@@ -326,11 +326,12 @@ def test_pair_plane_out_in_pieces(panel: int, blas_threads: int) -> None:
 @pytest.mark.parametrize("act", ["none", "relu", "gelu"])
 def test_residuals_in_and_out_of_pair_planes(k: int, o: int, act: str, blas_threads: int) -> None:
     """A residual as a pair plane (``rof``: the plane a convolution wrote for the next, as
-    ResNet's shortcut stays bf16) or float32, into a float32 output or a pair plane out (on
-    AMX rounded with the sums in the walk, `amx.PLANE_OUT`; elsewhere, or with a GELU, through
-    float32 rows): every output is bit for bit the float32 output's, with the residual's
-    values, rounded into the plane, cut into pieces at two threads; a 1 x 1 (the plane's rows
-    the output's) and a 3 x 3 (wider rows, a padded plane)."""
+    ResNet's shortcut stays bf16; laid out as the plane out or not) or float32, into a float32
+    output or a pair plane out (on AMX added, and rounded, with the sums in the walk,
+    `amx.BLOCK_OUT`; elsewhere, or with a GELU, through float32 rows): every output is bit
+    for bit the float32 output's with the residual's values, rounded into the plane, cut into
+    pieces at two threads; a 1 x 1 (the plane's rows the output's) and a 3 x 3 (wider rows, a
+    padded plane)."""
     rng = np.random.default_rng(o + k)
     c, s, p = 64, 14, k // 2
     x = rng.standard_normal((1, c, s, s)).astype(np.float32)
@@ -350,10 +351,13 @@ def test_residuals_in_and_out_of_pair_planes(k: int, o: int, act: str, blas_thre
                         (0, 0, 0), (0, 0), 0, rof)  # fmt: skip
         return out
 
+    # and a plane laid out for a 1 x 1 (no padding, one row more), whatever the output's
+    r_other = np.ascontiguousarray(pair_plane(r_image, 0, 0, s + 1, s).view(np.float32))
     y = conv(np.empty((1, o, s, s), np.float32), r_image)
     want = pair_plane(y, p, p, *shape[2:])
-    np.testing.assert_array_equal(conv(np.empty((1, o, s, s), np.float32), r_plane, rof=rof), y)
-    for res, kind in ((r_image, (0, 0, 0)), (r_plane, rof)):
+    for res, kind in ((r_plane, rof), (r_other, (1, 0, 0))):
+        np.testing.assert_array_equal(conv(np.empty((1, o, s, s), np.float32), res, rof=kind), y)
+    for res, kind in ((r_image, (0, 0, 0)), (r_plane, rof), (r_other, (1, 0, 0))):
         plane = np.full(shape, np.nan, np.float32)
         conv(plane, res, to, kind)
         np.testing.assert_array_equal(plane.view(np.int32), want)

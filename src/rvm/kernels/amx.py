@@ -48,7 +48,7 @@ __all__ = [
     "BLOCK_COLS",
     "BLOCK_ROWS",
     "CHUNK_BYTES",
-    "PLANE_OUT",
+    "BLOCK_OUT",
     "TILE",
     "block",
     "pack_a",
@@ -308,53 +308,55 @@ def _ahead(b, b_col, nr, stride, j0, k2, band, bands):  # type: ignore[no-untype
     return at + lo * stride, _column(b_col, nr, j0 + TILE) - _column(b_col, nr, j0), 2 * (hi - lo)
 
 
-# A pair plane out (int64, `_walk`'s ``to``): the plane's address at the walk's first position
-# (word 0 of its channel pair 0), a channel pair's words (its height by width), its width in
-# words, the walk's positions a row (the run's rows may be wider than the image's) and the
-# image's width: C's column ``j`` is the run's position, row ``j // wp``, column ``j % wp``.
-# Then the residual's kind (`sum_words`: 0 none, 1 float32, 2 a pair plane), its address at
-# the walk's first position (channel 0; a pair plane laid out as the plane out) and, float32,
-# its channels' stride in floats (its rows the image's width apart).
-PLANE_OUT = 8
+# A block out (int64, `_walk`'s ``to``): where the walk's blocks go from L1, past C. The
+# output's kind (0: a pair plane, its channel pairs' words; 1: a float32 image), its address
+# at the walk's first position (channel 0), its channels' stride (a pair plane: a pair's
+# words) and its rows' width; the walk's positions a row (its rows may be wider than the
+# image's: C's column ``j`` is row ``j // wp``, column ``j % wp``) and the image's width; the
+# residual's kind (`sum_words`: 0 none, 1 a float32 image, 2 a pair plane), its address at
+# the walk's first position, its channels' stride and its rows' width, as the output's.
+BLOCK_OUT = 10
 
 
 @jit(**_OPTS)
-def _to_pairs(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-untyped-def]
+def _block_out(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-untyped-def]
     """A block's float32 sums (``rows`` x ``cols`` at ``edge``, rows `BLOCK_COLS` floats
-    apart: output channels ``i0 + r`` at the run's positions ``j0 + q``), each plus its
-    channel's bias (at ``bias``, 0: none) and the residual, then ReLU'd with ``relu``,
-    rounded into the pair plane the `PLANE_OUT` record ``to`` describes: channels ``2 c2``
-    and ``2 c2 + 1`` into word ``c2`` (``i0`` even; an odd last channel's high halves 0), in
-    one pass (`sum_words`), each run of the block's positions within one of the image's rows
-    at a time (the whole block's at once where the run's rows are the plane's and the
-    image's), positions past the image's width dropped."""
+    apart: output channels ``i0`` on at the run's positions ``j0`` on), each plus its
+    channel's bias (at ``bias``, 0: none) and the residual, then ReLU'd with ``relu``, into
+    the output the `BLOCK_OUT` record ``to`` describes, two channels at a time in one pass
+    (`sum_words`): a pair plane's word ``c2`` rounded from channels ``2 c2`` and ``2 c2 + 1``
+    (``i0`` even; an odd last channel's high halves 0), or a float32 image's two rows. Each
+    run of the block's positions within one of the image's rows at a time (the whole block's
+    at once where the run, the output's and the residual's rows are the image's), positions
+    past the image's width dropped."""
     desc = ints_at(to)
-    plane, size, wq, wp, ow = desc[0], desc[1], desc[2], desc[3], desc[4]
-    kind, res, ld_res = desc[5], desc[6], desc[7]
+    floats, out, ld_out, row_out, wp, ow = desc[0], desc[1], desc[2], desc[3], desc[4], desc[5]
+    kind, res, ld_res, row_res = desc[6], desc[7], desc[8], desc[9]
     b = floats_at(bias)
     zero = np.float32(0.0)
-    flags = (1 if bias != 0 else 0) | (2 if relu else 0)  # `sum_words`' bias and ReLU
+    # `sum_words`' bias, ReLU and float32 out
+    flags = (1 if bias != 0 else 0) | (2 if relu else 0) | (4 if floats else 0)
+    whole = wp == ow and row_out == ow and (kind == 0 or row_res == ow)
     for r in range(0, rows, 2):
         pair = 1 if r + 1 < rows else 0
-        lo = edge + 4 * r * BLOCK_COLS
-        at = 4 * ((i0 + r) // 2) * size
-        shifts = (b[i0 + r] if bias != 0 else zero, b[i0 + r + 1] if bias != 0 and pair else zero)
-        at_res = res + 4 * (i0 + r) * ld_res if kind == 1 else res + at
-        if wp == wq and wp == ow:  # the run is the plane's rows (and the image's): one run
-            r_lo = at_res + 4 * j0
-            sum_words(lo, lo + 4 * BLOCK_COLS, plane + at + 4 * j0, cols, pair, shifts, flags,
-                      (kind, r_lo, r_lo + 4 * ld_res))  # fmt: skip
+        lo, c = edge + 4 * r * BLOCK_COLS, i0 + r
+        at_out = out + 4 * (c if floats else c // 2) * ld_out
+        at_res = res + 4 * (c if kind == 1 else c // 2) * ld_res
+        shifts = (b[c] if bias != 0 else zero, b[c + 1] if bias != 0 and pair else zero)
+        if whole:  # one run of the image's positions, in the output and the residual
+            o, q = at_out + 4 * j0, at_res + 4 * j0
+            sum_words(lo, lo + 4 * BLOCK_COLS, o, o + 4 * ld_out, cols, pair, shifts, flags,
+                      (kind, q, q + 4 * ld_res))  # fmt: skip
             continue
         j = j0
         while j < j0 + cols:
             y, x = j // wp, j % wp
             run = min(j0 + cols - j, wp - x)
             if x < ow:
-                src, word = lo + 4 * (j - j0), 4 * (y * wq + x)
-                r_lo = at_res + 4 * (y * ow + x) if kind == 1 else at_res + word
-                residual = (kind, r_lo, r_lo + 4 * ld_res)
-                sum_words(src, src + 4 * BLOCK_COLS, plane + at + word, min(run, ow - x), pair,
-                          shifts, flags, residual)  # fmt: skip
+                src = lo + 4 * (j - j0)
+                o, q = at_out + 4 * (y * row_out + x), at_res + 4 * (y * row_res + x)
+                sum_words(src, src + 4 * BLOCK_COLS, o, o + 4 * ld_out, min(run, ow - x), pair,
+                          shifts, flags, (kind, q, q + 4 * ld_res))  # fmt: skip
             j += run
 
 
@@ -379,11 +381,12 @@ def _walk(
     (`tile_rows`), or with ``per_col`` ``act(C + bias) + R``, the bias one value a column
     (`tile`).
 
-    With ``to`` (the address of a `PLANE_OUT` record; 0: none) C is a convolution's output
-    rows, and each block, summed into the scratch, is rounded from there into the next
-    convolution's pair plane, its bias, residual and ReLU applied in the same pass
-    (`_to_pairs`; a GELU, with no residual, before it): the float32 sums never leave L1
-    (``c``, ``ldc``, ``acc`` and ``res`` unused)."""
+    With ``to`` (the address of a `BLOCK_OUT` record; 0: none) C is a convolution's output
+    rows, and each block, summed into the scratch, goes from there into the output the record
+    describes -- the next convolution's pair plane, rounded, or a float32 image -- its bias,
+    residual (float32, or a pair plane's) and ReLU applied in the same pass (`_block_out`; a
+    GELU, with no residual, before it): the float32 sums never leave L1 (``c``, ``ldc``,
+    ``acc`` and ``res`` unused)."""
     if m1 <= m0 or n <= 0:
         return
     steps = (k2 + TILE - 1) // TILE
@@ -446,13 +449,13 @@ def _walk(
                     at_block = at_b1
                 b0, b1, b_row, b_step = at_block, at_block + 4 * TILE, _PACKED_ROW, _STEP
             at_c = c + 4 * (i0 * ldc + j0)
-            if to != 0:  # into the scratch, rounded from there into the pair plane out
+            if to != 0:  # into the scratch, and from there into the output `to` describes
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_edge,
                       4 * BLOCK_COLS, 0, tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
                 if act > 1:  # a GELU first; a bias and ReLU as the sums are rounded
                     tile_rows(at_edge, BLOCK_COLS, rows, cols, bias + 4 * i0 if bias else 0,
                               act, 0)  # fmt: skip
-                _to_pairs(at_edge, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
+                _block_out(at_edge, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
                 continue
             if rows % TILE == 0 and cols % TILE == 0:  # whole tiles: C as it lies
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc,

@@ -112,14 +112,16 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
     late = wide and res != 0  # the residual, then the activation, in `_compact`
     # a pair plane out: on AMX the walk rounds each 32 x 32 block of sums into it from L1
-    # (`amx.PLANE_OUT`); else each block of rows' float32 sums go to one small buffer and are
-    # rounded out of it while in cache (`rows_to_pairs`), never written back to memory
-    in_walk = job[21] != 0 and amx.AMX
-    rows = np.empty((co1 - co0 if job[21] != 0 and not in_walk else 0, rows_block * wp),
-                    np.float32)  # fmt: skip
-    out = np.empty(amx.PLANE_OUT, np.int64)
-    out[1], out[2], out[3], out[4] = job[24] * job[25], job[25], wp, job[16]
-    out[5], out[7] = job[28] if res != 0 else 0, job[17]
+    # (`amx.BLOCK_OUT`), as it adds a pair plane's residual to a float32 output; else each
+    # block of rows' float32 sums go to one small buffer and are rounded out of it while in
+    # cache (`rows_to_pairs`), never written back to memory
+    planed = job[21] != 0
+    in_walk = amx.AMX and (planed or job[28] == 2)
+    rows = np.empty((co1 - co0 if planed and not in_walk else 0, rows_block * wp), np.float32)
+    out = np.empty(amx.BLOCK_OUT, np.int64)
+    out[0], out[4], out[5] = 0 if planed else 1, wp, job[16]
+    out[2], out[3] = (job[24] * job[25], job[25]) if planed else (job[17], job[16])
+    out[6], out[8], out[9] = job[28] if res != 0 else 0, job[29], job[30]
     ld_rows = rows.shape[1]
     at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
     for yb in range(y0, y1, rows_block):
@@ -130,20 +132,22 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
             first = yb + reach if yb > y0 else yb
             _read_rows(plane, job[26], job[27] * wp, first * wp, min(job[27], ye + reach) * wp)
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
-        if job[21] != 0:
+        if planed:
             c_run, ldc = at_rows, ld_rows
         r_run = 0 if (late or res == 0) else res + 4 * yb * wp
         if in_walk:
-            pad_pairs(job[21:26], job[10], job[11], job[16], co0, co1, yb, ye)
-            at_word = 4 * ((job[22] + yb) * job[25] + job[23])
-            out[0] = job[21] + at_word
-            out[6] = res + (4 * yb * job[16] if out[5] == 1 else at_word)
+            if planed:
+                pad_pairs(job[21:26], job[10], job[11], job[16], co0, co1, yb, ye)
+                out[1] = job[21] + 4 * ((job[22] + yb) * job[25] + job[23])
+            else:
+                out[1] = job[31] + 4 * yb * job[16]
+            out[7] = res + 4 * (yb * job[30] + (job[32] if job[28] == 2 else 0))
             amx.walk(a, lda, co0, co1, b_run, 4, NR, table, 1, c_run, ldc, run, k2, 0, bias,
                      act, 0, 0, out.ctypes.data)  # fmt: skip
             continue
         walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
              0 if late else act, r_run)  # fmt: skip
-        if job[21] != 0:
+        if planed:
             rows_to_pairs(job[21:26], at_rows, ld_rows, job[8], job[10], job[11], job[16],
                           co0, co1, yb, ye)  # fmt: skip
         elif wide:
@@ -193,10 +197,12 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
 # the residual's address (as the output's; 0: none); the next convolution's pair plane's
 # address (0: none), its padding top and left, its height and width (`rows_to_pairs`); the
-# plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows; with a
-# pair plane out, the residual's kind (`amx.PLANE_OUT`: 1 float32 as the output, 2 a pair
-# plane laid out as the plane out, its address then the image's words at the plane's).
-_DIRECT_JOB = 29
+# plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows; the
+# residual's kind (`amx.BLOCK_OUT`: 1 float32 as the output, 2 a pair plane, its address then
+# the image's channel pair's), its channels' stride and its rows' width (a pair plane's:
+# words); the output image's address (its group's first channel); a pair plane residual's
+# words before its image's first.
+_DIRECT_JOB = 33
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -268,9 +274,13 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
     job[18] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
     job[19] = epilogue[1]
     job[20] = epilogue[2] + at_out - oc.ctypes.data if epilogue[2] != 0 else 0
-    job[21], job[28] = 0, epilogue[8] if epilogue.size > 8 else 0
-    if job[28] == 2:  # a pair plane's: the image's already
-        job[20] = epilogue[2]
+    job[21], job[28], job[29], job[30] = 0, 0, oh * ow, ow
+    job[31], job[32] = at_out, 0
+    if epilogue.size > 8 and epilogue[8] == 2:  # a pair plane's residual: the image's already
+        job[20], job[28], job[29] = epilogue[2], 2, epilogue[11] * epilogue[12]
+        job[30], job[32] = epilogue[12], epilogue[9] * epilogue[12] + epilogue[10]
+    elif job[20] != 0:
+        job[28] = 1
     if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair
         copy(job[21:], epilogue[3:], 5)
     if wide.size == 0:
@@ -411,7 +421,7 @@ def conv2d(
     top, left, the output's height, width; height 0: none) makes ``out`` the next
     convolution's pair plane ``(n, (co + 1) // 2, hq, wq)`` (its uint32 words in a float32
     array; one group), each block of rows rounded into it as it is summed (on AMX from the
-    walk's block in L1, `amx.PLANE_OUT`; else `rows_to_pairs`); ``of`` (int64: the image's
+    walk's block in L1, `amx.BLOCK_OUT`; else `rows_to_pairs`); ``of`` (int64: the image's
     c, h, w; c 0: none) says ``x`` is this convolution's pair plane of such an image ``(n, (c
     + 1) // 2, hq, wq)`` (stride 1, one group), read as it is. ``before`` (int64: the address
     of a ``(2, c)`` float32 affine, its scales then its shifts, 0: none; a
@@ -421,29 +431,28 @@ def conv2d(
     channel's taps: 1, along the kernel's rows (not with a pair plane in). ``rof`` (int64: 1,
     then the padding top and left; ``(0, 0, 0)``: none) says ``res`` is the pair plane ``(n,
     (co + 1) // 2, hq, wq)`` of the output's image with that padding (a convolution's plane
-    out, its words in a float32 array), read as it is where the output is a pair plane laid
-    out alike and the walk is AMX's (`_conv2d`), else widened first (`_widened`)."""
+    out, its words in a float32 array), read as it is by AMX's walk (`_conv2d`), else
+    widened first (`_widened`)."""
     planed_out = to[2] > 0
     n, co = x.shape[0], w.shape[0]
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
     kind = 0 if res.size == 0 else (2 if rof[0] != 0 else 1)
     if kind == 2:
         _check_residual_plane(res, n, co, oh, ow, rof)
-    same = kind == 2 and rof[1] == to[0] and rof[2] == to[1] and res.shape == out.shape
-    fast = amx.AMX and panel == 0 and act <= 1 and (kind == 1 or same)
-    if kind == 0 or (kind == 1 and not planed_out) or (planed_out and fast):
+    fast = amx.AMX and panel == 0 and act <= 1  # the walk's blocks take any residual
+    if kind == 0 or (kind == 1 and not planed_out) or fast:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-                before, pairing, kind)  # fmt: skip
+                before, pairing, kind, rof)  # fmt: skip
         return
     # else the residual as float32 and, with a plane out, the float32 output rounded after
     rf = _widened(res, co, oh, ow, rof[1], rof[2]) if kind == 2 else res
     if not planed_out:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, to, of,
-                before, pairing, 1)  # fmt: skip
+                before, pairing, 1, rof)  # fmt: skip
         return
     sums = np.empty((n, co, oh, ow), np.float32)
     _conv2d(x, w, sums, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, _NONE4,
-            of, before, pairing, 1)  # fmt: skip
+            of, before, pairing, 1, rof)  # fmt: skip
     plane = np.empty(5, np.int64)
     plane[1], plane[2], plane[3], plane[4] = to[0], to[1], out.shape[2], out.shape[3]
     for b in range(n):
@@ -480,16 +489,16 @@ def _widened(res, co, oh, ow, pt, pl):  # type: ignore[no-untyped-def]
 
 @jit(inline="always", **_OPTS)
 def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-            before, pairing, kind):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`conv2d` with a float32 residual (``kind`` 1) or none, or with a pair plane out on AMX
-    (one group, ReLU at most) one laid out as that plane (``kind`` 2): rounded with the sums
-    as the walk stores them (`amx.PLANE_OUT`)."""
+            before, pairing, kind, rof):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`conv2d` with a float32 residual (``kind`` 1) or none, or on AMX (one group, ReLU at
+    most) a pair plane's (``kind`` 2, its padding ``rof[1:]``), read as the walk stores its
+    blocks (`amx.BLOCK_OUT`)."""
     planed_in, planed_out = of[0] > 0, to[2] > 0
     n, c = x.shape[0], of[0] if planed_in else x.shape[1]
     co = w.shape[0]
     co_out = (co + 1) // 2 if planed_out else co
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
-    res_shape = out.shape if kind == 2 else (n, co, oh, ow)
+    res_shape = res.shape if kind == 2 else (n, co, oh, ow)  # a plane's: checked by `conv2d`
     _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape)
     cg, og = c // groups, co // groups
     columns = 1 if pairing == 1 and cg % 2 == 1 else 0
@@ -497,8 +506,8 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         raise ValueError("bf16 conv2d: a pair plane in pairs its channels, not columns")
     if (planed_in or planed_out) and groups != 1:
         raise ValueError("bf16 conv2d: pair planes in or out need one group")
-    if planed_out and res.size != 0 and not (amx.AMX and panel == 0 and act <= 1):
-        raise ValueError("bf16 conv2d: a pair plane out takes a residual only on AMX")
+    if (planed_out or kind == 2) and res.size != 0 and not (amx.AMX and panel == 0 and act <= 1):
+        raise ValueError("bf16 conv2d: a pair plane out or residual here needs AMX's walk")
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
     if planed_out and (out.shape[2] < to[0] + oh + 1 or out.shape[3] < to[1] + ow):
@@ -526,18 +535,22 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     wide = np.empty((og if wq > ow and panel == 0 and not planed_out else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
-    epilogue = np.zeros(9, dtype=np.int64)
+    epilogue = np.zeros(13, dtype=np.int64)
     epilogue[0] = bc.ctypes.data if bc.size else 0
     epilogue[1] = act
     epilogue[2] = rc.ctypes.data if rc.size else 0
     epilogue[8] = kind if rc.size else 0
+    if kind == 2:  # the residual plane's padding top and left, height and width
+        epilogue[9], epilogue[10] = rof[1], rof[2]
+        epilogue[11], epilogue[12] = rc.shape[2], rc.shape[3]
     image_words = out.shape[1] * out.shape[2] * out.shape[3]
+    res_words = rc.shape[1] * rc.shape[2] * rc.shape[3]
     for b in range(n):
         image = xc[b].view(np.uint32) if planed_in else plane
+        if kind == 2 and rc.size:
+            epilogue[2] = rc.ctypes.data + 4 * b * res_words
         if planed_out:
             epilogue[3] = out.ctypes.data + 4 * b * image_words
-            if kind == 2 and rc.size:
-                epilogue[2] = rc.ctypes.data + 4 * b * image_words
             epilogue[4], epilogue[5] = to[0], to[1]
             epilogue[6], epilogue[7] = out.shape[2], out.shape[3]
         if panel > 0:

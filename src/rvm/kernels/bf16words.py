@@ -181,26 +181,29 @@ NO_RESIDUAL = (0, 0, 0)
 
 
 @intrinsic
-def sum_words(typingctx, lo, hi, out, n, pair, shifts, flags, res):  # type: ignore[no-untyped-def]
+def sum_words(typingctx, lo, hi, out, out_hi, n, pair, shifts, flags, res):  # type: ignore[no-untyped-def]
     """A convolution's sums rounded as its epilogue ends: on int64 addresses, ``out[i]``
     (uint32) = the bf16 bits of ``act(lo[i] + shifts[0] + R_lo[i])`` (low half) and, when
     ``pair``, of ``act(hi[i] + shifts[1] + R_hi[i])`` (high half; else 0), for i < ``n``, unit
     stride, a vector of `LANES` a step, the last under a lane mask; ``shifts`` the two
     channels' biases, added where ``flags`` has bit 0 (not adding 0: -0.0 stays), ``act`` ReLU
     where it has bit 1, else none; the sums in that order, each rounded to float32, as the
-    float32 epilogue's (`rvm.kernels.epilogue.tile_rows`);
+    float32 epilogue's (`rvm.kernels.epilogue.tile_rows`). With bit 2 of ``flags`` the sums
+    are stored as they are instead, float32, the low channel's at ``out + 4 i``, the high
+    one's (when ``pair``) at ``out_hi + 4 i``, for a float32 output;
     ``res`` the residual: ``(kind, r_lo, r_hi)``, kind 0 none, 1 float32 values at ``r_lo +
     4 i`` and ``r_hi + 4 i``, 2 a pair plane's words at ``r_lo + 4 i`` (its low halves the
     low channel's, its high halves the high one's; ``r_hi`` unused)."""
-    sig = nt.void(*(nt.int64,) * 5, nt.UniTuple(nt.float32, 2), nt.int64, nt.UniTuple(nt.int64, 3))
+    sig = nt.void(*(nt.int64,) * 6, nt.UniTuple(nt.float32, 2), nt.int64, nt.UniTuple(nt.int64, 3))
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        lo, hi, out, n, pair, shifts, flags, res = args
+        lo, hi, out, out_hi, n, pair, shifts, flags, res = args
         v = VectorIR(builder, LANES)
         i64 = ir.IntType(64)
         with_hi = builder.icmp_signed("!=", pair, i64(0))
         with_bias = builder.icmp_signed("!=", builder.and_(flags, i64(1)), i64(0))
         with_relu = builder.icmp_signed("!=", builder.and_(flags, i64(2)), i64(0))
+        floats_out = builder.icmp_signed("!=", builder.and_(flags, i64(4)), i64(0))
         biases = [v.broadcast(builder.extract_value(shifts, i), v.f32) for i in range(2)]
         kind, r_lo, r_hi = (builder.extract_value(res, i) for i in range(3))
         zero = ir.Constant(v.f32, None)
@@ -229,9 +232,15 @@ def sum_words(typingctx, lo, hi, out, n, pair, shifts, flags, res):  # type: ign
                     )
                     for s in sums
                 ]  # fmt: skip
-                high = builder.select(with_hi, sums[1], zero)
-                words = pair_bits(builder, sums[0], high)
-                v.store(words, builder.add(out, offset), mask)
+                with builder.if_else(floats_out) as (as_floats, as_words):
+                    with as_floats:
+                        v.store(sums[0], builder.add(out, offset), mask)
+                        v.store(sums[1], builder.add(out_hi, offset), builder.and_(
+                            mask, v.broadcast(with_hi, v.masks)))  # fmt: skip
+                    with as_words:
+                        high = builder.select(with_hi, sums[1], zero)
+                        words = pair_bits(builder, sums[0], high)
+                        v.store(words, builder.add(out, offset), mask)
 
         def floats(offset, mask):  # type: ignore[no-untyped-def]
             return [v.load(builder.add(r, offset), v.f32, mask) for r in (r_lo, r_hi)]
