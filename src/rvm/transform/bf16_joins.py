@@ -29,44 +29,80 @@ from rvm.transform.legalize import const_of
 __all__ = ["join_epilogue", "join_prologues", "pair_planes"]
 
 
-def pair_planes(bindings: list[E.VarBinding], uses: Counter) -> tuple[list[E.VarBinding], int]:
-    """``bindings`` where each ``conv2d_bf16`` ``p`` whose one use is the input of a later
-    ``conv2d_bf16`` ``q`` of the region (stride 1, one group, static shapes) writes ``q``'s
-    pair plane (``plane``) and ``q`` reads it (``source``): the activation between them stays
-    bf16, rounded once where ``p`` sums it, as ``q`` would round it (`rvm.op.bf16`). ``p``
-    takes no residual and one group; the program's inputs and outputs stay float32. Returns
-    the new bindings and how many convolutions write planes."""
-    producers = {
-        b.var: i
-        for i, b in enumerate(bindings)
-        if _is_conv(b.value) and uses[b.var] == 1 and len(b.value.args) < 4
-        and b.value.attrs["groups"] == 1 and not b.value.attrs.get("plane")
-    }  # fmt: skip
+def pair_planes(
+    bindings: list[E.VarBinding], uses: Counter, residuals: bool = False
+) -> tuple[list[E.VarBinding], int]:
+    """``bindings`` where each ``conv2d_bf16`` ``p`` (one group, static shapes) whose uses are
+    all the input of later ``conv2d_bf16`` calls ``q`` of the region (stride 1, one group, no
+    prologue, each reading the same pair plane) writes that plane (``plane``) and each ``q``
+    reads it (``source``): the activation between them stays bf16, rounded once where ``p``
+    sums it, as ``q`` would round it (`rvm.op.bf16`). With ``residuals`` (where the kernels
+    add a pair plane's residual as they store their blocks: AMX's walk,
+    `rvm.kernels.amx.BLOCK_OUT`) some of those uses may instead be the residual of later
+    convolutions ``r`` (no panels, at most a ReLU), which then read the plane as their
+    residual (``residual_plane``: ResNet's shortcut, read by the next block's first
+    convolution and added by its last, stays bf16), and ``p`` may take a residual itself;
+    else ``p`` takes none. The program's inputs and outputs stay float32. Returns the new
+    bindings and how many convolutions write planes."""
+    readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's conv readers and their roles
+    for j, b in enumerate(bindings):
+        if _is_conv(b.value):
+            _, residual, _ = split_operands(b.value.args[2:], b.value.attrs.get("prologue", "none"))
+            for role, arg in (("x", b.value.args[0]), ("residual", residual)):
+                if isinstance(arg, E.Var):
+                    readers.setdefault(arg, []).append((j, role))
     out = list(bindings)
     count = 0
-    for j, b in enumerate(bindings):
-        q = b.value
-        if not _is_conv(q) or q.args[0] not in producers or q.attrs.get("source"):
-            continue
-        if q.attrs.get("prologue", "none") != "none":
-            continue
-        if q.attrs["strides"] != (1, 1) or q.attrs["groups"] != 1:
-            continue
-        i = producers[q.args[0]]
+    for i, b in enumerate(bindings):
         p = out[i].value
-        shape = getattr(q.args[0].type, "shape", None)
+        found = readers.get(b.var, [])
+        if not _is_conv(p) or p.attrs["groups"] != 1 or p.attrs.get("plane"):
+            continue
+        if len(found) != uses[b.var] or (len(p.args) > 3 and not (residuals and _adds(p))):
+            continue
+        sources = [j for j, role in found if role == "x"]
+        added = [j for j, role in found if role == "residual"]
+        if not sources or (added and not (residuals and all(_adds(out[j].value) for j in added))):
+            continue
+        shape = getattr(b.var.type, "shape", None)
         if shape is None or not all(isinstance(d, int) for d in shape[1:]):
             continue
         source = tuple(shape[1:])
-        hq, wq = plane_shape(source, q.attrs["kernel"], q.attrs["padding"], q.attrs["dilation"])
-        plane = (q.attrs["padding"][0], q.attrs["padding"][1], hq, wq)
+        geometries = {_plane_for(out[j].value, source) for j in sources}
+        if len(geometries) != 1 or None in geometries:
+            continue
+        plane = geometries.pop()
         new_p = _rebuilt(p, plane=plane)
         var = E.Var(out[i].var.name, new_p.type)
         out[i] = E.VarBinding(var, new_p)
-        q = _channel_pairs(q, source[0])  # a pair plane in has no column pairs
-        out[j] = E.VarBinding(b.var, _rebuilt(q, x=var, source=source))  # q may write in turn
+        for j, role in found:
+            q = out[j].value
+            if role == "x":  # a pair plane in has no column pairs
+                q = _rebuilt(_channel_pairs(q, source[0]), x=var, source=source)
+            else:
+                q = _rebuilt(q, residual=var, residual_plane=plane[:2])
+            out[j] = E.VarBinding(out[j].var, q)  # q may write in turn
         count += 1
     return out, count
+
+
+def _plane_for(q: E.Call, source: tuple) -> tuple | None:
+    """The pair plane ``(pt, pl, hq, wq)`` convolution ``q`` reads of a ``source`` image (its
+    input), or None where it reads none (a stride, groups, a prologue, one read already)."""
+    attrs = q.attrs
+    if attrs.get("source") or attrs.get("prologue", "none") != "none":
+        return None
+    if attrs["strides"] != (1, 1) or attrs["groups"] != 1:
+        return None
+    hq, wq = plane_shape(source, attrs["kernel"], attrs["padding"], attrs["dilation"])
+    return (attrs["padding"][0], attrs["padding"][1], hq, wq)
+
+
+def _adds(conv: E.Call) -> bool:
+    """Whether ``conv`` adds a residual (or may take a pair plane's) as AMX's walk stores its
+    blocks: no panels, at most a ReLU after (`rvm.kernels.bf16conv.conv2d`)."""
+    attrs = conv.attrs
+    return attrs.get("panel", 0) == 0 and attrs["activation"] in ("none", "relu")
 
 
 def _channel_pairs(conv: E.Call, c: int) -> E.Call:

@@ -211,7 +211,7 @@ def to_bf16(mod: IRModule, way: str | None = None) -> IRModule:
             nonlocal planes, prologues, unrounded
             new, count = join_prologues(bindings, uses)
             prologues += count
-            new, count = pair_planes(new, uses)
+            new, count = pair_planes(new, uses, residuals=has_amx_tiles())
             planes += count
             if depth == 0:
                 new, count = _last_gemv_unrounded(new)
