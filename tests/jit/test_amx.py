@@ -54,14 +54,14 @@ def test_the_walk_at_every_edge(m: int, n: int, k2: int) -> None:
         c = np.full((m, n), 7.0, np.float32)
         before = c.copy()
         amx.walk(wa.ctypes.data, k2, m0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n,
-                 k2, acc, 0, 0, 0, 0, 0)  # fmt: skip
+                 k2, acc, 0, 0, 0, 0, None)  # fmt: skip
         expect = want[m0:] + (before[m0:] if acc else 0)
         np.testing.assert_allclose(c[m0:], expect, rtol=RTOL * k2, atol=RTOL * k2)
         np.testing.assert_array_equal(c[:m0], before[:m0])  # no row outside [m0, m1)
     c = np.empty((m, n), np.float32)
     act = ACTIVATIONS.index("relu")
     amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n, k2, 0,
-             bias.ctypes.data, act, res.ctypes.data, 0, 0)  # fmt: skip
+             bias.ctypes.data, act, res.ctypes.data, 0, None)  # fmt: skip
     expect = np.maximum(want + bias[:, None] + res, 0)
     np.testing.assert_allclose(c, expect, rtol=RTOL * k2, atol=RTOL * k2)
 
@@ -88,7 +88,7 @@ def test_pair_rows_through_a_table_and_in_panels(k2: int, uniform: bool) -> None
     table = (order * n).astype(np.int64)
     c = np.empty((m, n), np.float32)
     amx.walk(wa.ctypes.data, k2, 0, m, plane.ctypes.data, 4, 48, table.ctypes.data, 1,
-             c.ctypes.data, n, n, k2, 0, 0, 0, 0, 0, 0)  # fmt: skip
+             c.ctypes.data, n, n, k2, 0, 0, 0, 0, 0, None)  # fmt: skip
     np.testing.assert_allclose(c, want, rtol=RTOL * k2, atol=RTOL * k2)
     # panels: (panels, k2, 48) words, panel q's column j at word (q, p, j)
     nr, panels = 48, -(-n // 48)
@@ -99,7 +99,7 @@ def test_pair_rows_through_a_table_and_in_panels(k2: int, uniform: bool) -> None
     res = rng.standard_normal((m, n)).astype(np.float32)
     act = ACTIVATIONS.index("relu")
     amx.walk(wa.ctypes.data, k2, 0, m, packed.ctypes.data, 4 * k2, nr, nr, 0, c.ctypes.data, n,
-             n, k2, 0, bias.ctypes.data, act, res.ctypes.data, 1, 0)  # fmt: skip
+             n, k2, 0, bias.ctypes.data, act, res.ctypes.data, 1, None)  # fmt: skip
     expect = np.maximum(want + bias, 0) + res
     np.testing.assert_allclose(c, expect, rtol=RTOL * k2, atol=RTOL * k2)
 
@@ -127,7 +127,7 @@ def test_the_walk_rounds_its_blocks_into_a_pair_plane(m: int, act: str, rows: tu
     index = ACTIVATIONS.index(act)
     c = np.empty((m, n), np.float32)
     amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n, k2, 0,
-             bias.ctypes.data, index, 0, 0, 0)  # fmt: skip
+             bias.ctypes.data, index, 0, 0, None)  # fmt: skip
     pt, pl, hq = 1, (wq - ow) // 2, oh + 3
     plane = np.full(((m + 1) // 2, hq, wq), -7, np.int32)
     at = plane.ctypes.data + 4 * (pt * wq + pl)
@@ -212,10 +212,10 @@ def test_a_wide_b_walks_its_blocks_of_columns_first(panels: bool) -> None:
         padded[:, :n] = wb
         packed = np.ascontiguousarray(padded.reshape(k2, count, nr).transpose(1, 0, 2))
         amx.walk(wa.ctypes.data, k2, 0, m, packed.ctypes.data, 4 * k2, nr, nr, 0,
-                 c.ctypes.data, n, n, k2, 0, 0, 0, 0, 1, 0)  # fmt: skip
+                 c.ctypes.data, n, n, k2, 0, 0, 0, 0, 1, None)  # fmt: skip
     else:
         amx.walk(wa.ctypes.data, k2, 0, m, wb.ctypes.data, 4, 48, n, 0, c.ctypes.data, n, n,
-                 k2, 0, 0, 0, 0, 0, 0)  # fmt: skip
+                 k2, 0, 0, 0, 0, 0, None)  # fmt: skip
     np.testing.assert_allclose(c, want, rtol=RTOL * k2, atol=RTOL * k2)
 
 

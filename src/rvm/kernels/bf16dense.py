@@ -51,8 +51,9 @@ def _panels(a, k2, bp, panel, c, m, n, first, last, bias, act, res):  # type: ig
     if amx.AMX and panel % amx.TILE == 0:  # the panels' columns in one walk: A packed once
         at = 4 * first * panel
         width = min(n, last * panel) - first * panel
+        at_bias, at_res = bias + at if bias != 0 else 0, res + at if res != 0 else 0
         amx.walk(a, k2, 0, m, bp + at * k2, 4 * k2, panel, panel, 0, c + at, n, width, k2, 0,
-                 bias + at if bias != 0 else 0, act, res + at if res != 0 else 0, 1, 0)  # fmt: skip
+                 at_bias, act, at_res, 1, None)  # fmt: skip
         return
     blocks = -(-k2 // DEPTH2)
     step = -(-k2 // blocks)

@@ -408,7 +408,7 @@ def walk(
     words apart when not indexed: ``b_pair`` is ``4 * ldb`` in every caller)."""
     if amx.AMX:
         amx.walk(a, lda, m0, m1, b, b_col, NR, ldb, indexed, c, ldc, n, k2, acc, bias, act, res,
-                 0, 0)  # fmt: skip
+                 0, None)  # fmt: skip
         return
     last = ((k2 - 1) // KC2) * KC2  # the last depth block's first pair
     for p0 in range(0, k2, KC2):

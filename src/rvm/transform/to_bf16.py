@@ -31,10 +31,15 @@ tile as it stores it (`rvm.kernels.bf16conv`) instead of a pass over the output 
 Then activations stay bf16 between convolutions where nothing else reads them: a chain of
 per-channel affine ops (``batch_norm``, ``multiply`` and ``add`` by constants of one value a
 channel) and, or only, a ``relu`` before a convolution becomes its ``prologue``, applied as
-its input is rounded (densenet's BN-ReLU); and a convolution read only by a stride-1
-convolution of one group writes that one's pair plane (``plane``: its padded bf16 input, int32
-words), which it reads as it is (``source``; its taps in channel pairs), so the activation is
-rounded once, by the producer, while in cache (`rvm.transform.bf16_joins`; `rvm.op.bf16`).
+its input is rounded (densenet's BN-ReLU); and a convolution read only by stride-1
+convolutions of one group that read the same pair plane writes it (``plane``: their padded
+bf16 input, int32 words), which they read as it is (``source``; its taps in channel pairs), so
+the activation is rounded once, by the producer, while in cache. On AMX (`has_amx_tiles`) some
+of its readers may instead add it as their residual (``residual_plane``), and it may take a
+residual itself: ResNet's shortcut stays a pair plane from block to block, read by each
+block's first convolution and added by its last, which the walk adds and rounds as it stores
+each block of sums (`rvm.kernels.amx.BLOCK_OUT`); elsewhere the kernels would widen it first,
+so there it stays float32 (`rvm.transform.bf16_joins`; `rvm.op.bf16`).
 
 Where the CPU has no bf16 dot product (``vdpbf16ps``: `rvm.kernels.bf16gemm.DPBF16`), the bf16
 kernels could only widen each bf16 pair to float32 and multiply in float32 -- as many FMAs as
