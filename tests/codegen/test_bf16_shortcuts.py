@@ -110,3 +110,19 @@ def test_the_shortcut_in_every_exec_mode(resnet_executables, exec_mode: str, ker
         # in the last bits (another order): a bf16 step of a few inputs of later products
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-2 * np.abs(b).max())
         assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
+
+
+def test_the_shortcut_saved_and_loaded(resnet_executables, tmp_path) -> None:
+    """A saved executable whose convolutions add pair-plane residuals loads and runs as it
+    ran, in the bytecode and native modes (the kernels' entry takes the residual's layout)."""
+    _, compiled = resnet_executables
+    ex = compiled["jit"]
+    path = tmp_path / "resnet.rvmx"
+    ex.save(str(path))
+    loaded = rvm.load_executable(str(path))
+    x = np.random.default_rng(4).standard_normal((2, 24, 12, 12)).astype(F32)
+    want = rvm.VirtualMachine(ex)["main"](x)
+    for mode in ("bytecode", "native"):
+        got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](x)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
