@@ -87,6 +87,24 @@ def test_the_shortcut_stays_a_pair_plane_between_blocks() -> None:
     assert all(c.attrs["plane"] == () for c in convs[3:10:3])
 
 
+def test_a_main_path_only_added_is_a_plane() -> None:
+    """The first block of a ResNet stage adds its main path to its projection: the main
+    path's last convolution, whose one use is that residual, writes a 1 x 1's plane."""
+    rng = np.random.default_rng(1)
+    img = Var("img", tensor((1, 32, 10, 10), F32))
+    bb = Builder()
+    with bb.function("main", [img]):
+        w1, w2 = (const(rng.standard_normal((64, 32, 1, 1)).astype(F32) / 6) for _ in range(2))
+        main_path = bb.emit(op.conv2d(img, w1))
+        projection = bb.emit(op.conv2d(img, w2))
+        bb.emit_output(bb.emit(op.relu(bb.emit(op.add(main_path, projection)))))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(to_bf16_module, "has_amx_tiles", lambda: True)
+        first, second = _convs(to_bf16(bb.get(), "bf16"))
+    assert first.attrs["plane"] == (0, 0, 11, 10)
+    assert second.attrs["residual_plane"] == (0, 0) and second.attrs["plane"] == ()
+
+
 @pytest.fixture(scope="module", params=[True, False], ids=["residual-planes", "float32"])
 def resnet_executables(request):
     """RESNET compiled in bf16 with the pass's decision forced either way, by both kernel

@@ -43,7 +43,8 @@ def pair_planes(
     residual (``residual_plane``: ResNet's shortcut, read by the next block's first
     convolution and added by its last, stays bf16), and ``p`` may take a residual itself;
     else ``p`` takes none. The program's inputs and outputs stay float32. Returns the new
-    bindings and how many convolutions write planes."""
+    bindings and how many convolutions write planes (one only added, as a 1 x 1 would read
+    it: ResNet's first block's main path, added by its projection)."""
     readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's conv readers and their roles
     for j, b in enumerate(bindings):
         if _is_conv(b.value):
@@ -62,13 +63,16 @@ def pair_planes(
             continue
         sources = [j for j, role in found if role == "x"]
         added = [j for j, role in found if role == "residual"]
-        if not sources or (added and not (residuals and all(_adds(out[j].value) for j in added))):
+        if not found or (added and not (residuals and all(_adds(out[j].value) for j in added))):
             continue
         shape = getattr(b.var.type, "shape", None)
         if shape is None or not all(isinstance(d, int) for d in shape[1:]):
             continue
         source = tuple(shape[1:])
-        geometries = {_plane_for(out[j].value, source) for j in sources}
+        # the plane its readers read, or where it is only added, a 1 x 1's (no padding)
+        geometries = {_plane_for(out[j].value, source) for j in sources} or {
+            (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
+        }
         if len(geometries) != 1 or None in geometries:
             continue
         plane = geometries.pop()
