@@ -144,3 +144,49 @@ def test_the_shortcut_saved_and_loaded(resnet_executables, tmp_path) -> None:
         got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](x)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+def _stage_start() -> rvm.IRModule:
+    """main(img): a 1 x 1 to 40 channels + ReLU read by a 1 x 1 (stride 1), a 3 x 3 of stride
+    2 and a 1 x 1 of stride 2 (a ResNet stage's first block and its projection)."""
+    rng = np.random.default_rng(2)
+    img = Var("img", tensor((2, 24, 11, 11), F32))
+
+    def w(o, c, k):  # type: ignore[no-untyped-def]
+        return const((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(F32))
+
+    bb = Builder()
+    with bb.function("main", [img]):
+        x = bb.emit(op.relu(bb.emit(op.conv2d(img, w(40, 24, 1)))))
+        a = bb.emit(op.conv2d(x, w(16, 40, 1)))
+        b = bb.emit(op.conv2d(x, w(16, 40, 3), strides=2, padding=1))
+        c = bb.emit(op.conv2d(x, w(32, 40, 1), strides=2))
+        bb.emit_output(Tuple((a, b, c)))
+    return bb.get()
+
+
+STAGE = _stage_start()
+
+
+def test_strided_readers_copy_the_plane_into_their_phases(
+    exec_mode: str, kernels: str, monkeypatch
+) -> None:
+    """A convolution read by a stride-1 one and by strided ones writes the stride-1 reader's
+    plane; the strided ones copy its words into their own phases (``source_at``), on any
+    CPU, in every exec mode and kernel backend."""
+    passes = default_passes()
+    monkeypatch.setattr(to_bf16_module, "native_way", lambda: "bf16")  # on any CPU
+    converted = to_bf16(run_pipeline(STAGE, passes[: [n for n, _ in passes].index("legalize")]))
+    first, a, b, c = _convs(converted)
+    assert first.attrs["plane"] == (0, 0, 12, 11)
+    assert a.attrs["source"] == (40, 11, 11) and a.attrs["source_at"] == ()
+    for strided in (b, c):
+        assert strided.attrs["source"] == (40, 11, 11) and strided.attrs["source_at"] == (0, 0)
+    ex = rvm.compile(STAGE, precision="bf16", kernels=kernels)
+    x = np.random.default_rng(5).standard_normal((2, 24, 11, 11)).astype(F32)
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x)
+    exact = rvm.interpret(converted, "main", x)
+    full = rvm.interpret(STAGE, "main", x)
+    for g, e, f in zip(got, exact, full):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-2 * np.abs(e).max())
+        assert np.abs(g - f).max() <= BF16_VS_F32 * np.abs(f).max()

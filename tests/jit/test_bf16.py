@@ -363,6 +363,27 @@ def test_residuals_in_and_out_of_pair_planes(k: int, o: int, act: str, blas_thre
         np.testing.assert_array_equal(plane.view(np.int32), want)
 
 
+@pytest.mark.parametrize("k, stride, pad", [(1, 2, 0), (3, 2, 1), (3, 1, 1), (7, 2, 3)])
+def test_a_pair_plane_in_copied_into_the_phases(k: int, stride: int, pad: int) -> None:
+    """A pair plane laid out for another convolution (``at``: its padding; here a 1 x 1's),
+    its words copied into this one's stride phases: bit for bit the convolution of the
+    plane's image as float32 (bf16 values, rounded to themselves), odd channels too."""
+    rng = np.random.default_rng(k + stride)
+    c, o, s = 37, 40, 15
+    image = rng.standard_normal((2, c, s, s)).astype(np.float32)
+    plane = np.ascontiguousarray(pair_plane(image, 0, 0, s + 1, s).view(np.float32))
+    values = plane_image(plane, c, s, s, 0, 0)
+    w = bf16_bits(conv_pairs(rng.standard_normal((o, c, k, k)).astype(np.float32) / 8))
+    w = w.view(np.int16)
+    bias = rng.standard_normal(o).astype(np.float32)
+    os_ = (s + 2 * pad - k) // stride + 1
+    want, got = (np.empty((2, o, os_, os_), np.float32) for _ in range(2))
+    args = (1, stride, stride, 1, 1, pad, pad, k, k, bias, 1, NO_RES, 0, (0, 0, 0, 0))
+    bf16conv.conv2d(values, w, want, *args)
+    bf16conv.conv2d(plane, w, got, *args, (c, s, s), (0, 0), 0, (0, 0, 0), (1, 0, 0))
+    np.testing.assert_array_equal(got, want)
+
+
 def test_conv2d_rounds_inputs_to_nearest_even() -> None:
     """The pair plane rounds each input as `bf16_bits` does (ties to even, NaN kept), the
     vector path and its masked tail alike (no subnormals: `vdpbf16ps` takes them as 0)."""

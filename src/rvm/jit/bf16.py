@@ -75,7 +75,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     planes = ("int32" if source else "float32", "int32" if plane else "float32")
     if (x.dtype, out) != planes or w.dtype != "int16":
         raise Unsupported(f"{kb.op} of {x.dtype} and {w.dtype} to {out}")
-    residual_plane = attrs.get("residual_plane", ())
+    residual_plane, source_at = attrs.get("residual_plane", ()), attrs.get("source_at", ())
     b, r, a = split_operands(args[2:], prologue)
     if any(t is not None and t.dtype != "float32" for t in (b, a)) or (
         r is not None and r.dtype != ("int32" if residual_plane else "float32")
@@ -122,6 +122,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         params += tuple(source) if source else (0, 0, 0)
         params += (PROLOGUES.index(prologue), pairing)
         params += (1, *residual_plane) if residual_plane else (0, 0, 0)
+        params += (1, *source_at) if source_at else (0, 0, 0)
         ov = t.array
         if source:
             xv = _as_floats(kb, xv)

@@ -347,15 +347,17 @@ def _groups_apart(xc, w, oc, groups, plane):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, built):  # type: ignore[no-untyped-def]  # noqa: E501
+def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, built, src, c):  # type: ignore[no-untyped-def]  # noqa: E501
     """Image ``b``, group after group (`_direct_group`, each split on the pool when large),
     or, when `_groups_apart`, all groups side by side on the pool, each with its own plane
-    and wide rows; ``built``: ``plane`` is the image's pair plane already (one group)."""
-    if built or not _groups_apart(xc, w, oc, groups, plane):
-        cg = xc.shape[1] // groups
+    and wide rows; ``built``: ``plane`` is the image's pair plane already (one group);
+    ``src``: ``xc`` holds pair planes of images of ``c`` channels (`pair_plane`'s ``src``;
+    one group)."""
+    if built or src[0] != 0 or not _groups_apart(xc, w, oc, groups, plane):
+        cg = c // groups
         for g in range(groups):
             if not built:
-                pair_plane(xc[b], g * cg, cg, geometry, plane)
+                pair_plane(xc[b], g * cg, cg, geometry, plane, src)
             _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue)
         return
     # every group's plane, then every group's wide rows, in one array: the pool's task takes
@@ -423,6 +425,7 @@ def conv2d(
     before=_NONE2,
     pairing=0,
     rof=_NONE3,
+    at=_NONE3,
 ):  # type: ignore[no-untyped-def]
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
@@ -447,7 +450,10 @@ def conv2d(
     then the padding top and left; ``(0, 0, 0)``: none) says ``res`` is the pair plane ``(n,
     (co + 1) // 2, hq, wq)`` of the output's image with that padding (a convolution's plane
     out, its words in a float32 array), read as it is by AMX's walk (`_conv2d`), else
-    widened first (`_widened`)."""
+    widened first (`_widened`). ``at`` (int64: 1, then the padding top and left; ``(0, 0,
+    0)``: none) with ``of`` says ``x`` is a pair plane of that image laid out for another
+    convolution, with that padding: its words are copied into this one's stride phases (a
+    strided convolution reading the plane a stride-1 one reads too)."""
     planed_out = to[2] > 0
     n, co = x.shape[0], w.shape[0]
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
@@ -457,17 +463,17 @@ def conv2d(
     fast = amx.AMX and panel == 0 and act <= 1  # the walk's blocks take any residual
     if kind == 0 or (kind == 1 and not planed_out) or fast:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-                before, pairing, kind, rof)  # fmt: skip
+                before, pairing, kind, rof, at)  # fmt: skip
         return
     # else the residual as float32 and, with a plane out, the float32 output rounded after
     rf = _widened(res, co, oh, ow, rof[1], rof[2]) if kind == 2 else res
     if not planed_out:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, to, of,
-                before, pairing, 1, rof)  # fmt: skip
+                before, pairing, 1, rof, at)  # fmt: skip
         return
     sums = np.empty((n, co, oh, ow), np.float32)
     _conv2d(x, w, sums, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, _NONE4,
-            of, before, pairing, 1, rof)  # fmt: skip
+            of, before, pairing, 1, rof, at)  # fmt: skip
     plane = np.empty(5, np.int64)
     plane[1], plane[2], plane[3], plane[4] = to[0], to[1], out.shape[2], out.shape[3]
     for b in range(n):
@@ -504,12 +510,13 @@ def _widened(res, co, oh, ow, pt, pl):  # type: ignore[no-untyped-def]
 
 @jit(inline="always", **_OPTS)
 def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-            before, pairing, kind, rof):  # type: ignore[no-untyped-def]  # fmt: skip
+            before, pairing, kind, rof, at):  # type: ignore[no-untyped-def]  # fmt: skip
     """`conv2d` with a float32 residual (``kind`` 1) or none, or on AMX (one group, ReLU at
     most) a pair plane's (``kind`` 2, its padding ``rof[1:]``), read as the walk stores its
     blocks (`amx.BLOCK_OUT`)."""
-    planed_in, planed_out = of[0] > 0, to[2] > 0
-    n, c = x.shape[0], of[0] if planed_in else x.shape[1]
+    gathered = at[0] != 0 and of[0] > 0  # a pair plane in, copied into this one's phases
+    planed_in, planed_out = of[0] > 0 and not gathered, to[2] > 0
+    n, c = x.shape[0], of[0] if of[0] > 0 else x.shape[1]
     co = w.shape[0]
     co_out = (co + 1) // 2 if planed_out else co
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
@@ -519,8 +526,17 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     columns = 1 if pairing == 1 and cg % 2 == 1 else 0
     if planed_in and columns:
         raise ValueError("bf16 conv2d: a pair plane in pairs its channels, not columns")
-    if (planed_in or planed_out) and groups != 1:
+    if (planed_in or planed_out or gathered) and groups != 1:
         raise ValueError("bf16 conv2d: pair planes in or out need one group")
+    if gathered and (
+        columns
+        or x.shape[1] != (c + 1) // 2
+        or at[1] < 0
+        or at[2] < 0
+        or x.shape[2] < at[1] + of[1]
+        or x.shape[3] < at[2] + of[2]
+    ):
+        raise ValueError("bf16 conv2d: the input's pair plane does not hold its image")
     if (planed_out or kind == 2) and res.size != 0 and not (amx.AMX and panel == 0 and act <= 1):
         raise ValueError("bf16 conv2d: a pair plane out or residual here needs AMX's walk")
     if planed_in and (sh != 1 or sw != 1):
@@ -535,7 +551,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     # each phase holds its taps' rows of every output row, and one row more for the
     # positions past a row's end (their taps run on into the next row)
     hq = oh + ((kh - 1) * dh) // sh + 1
-    wq = _pair_width(of[2] if planed_in else x.shape[3], ow, pl, kw, dw, sw)
+    wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
     if planed_in and (x.shape[1] != cg2 or x.shape[2] != hq or x.shape[3] != wq):
         raise ValueError("bf16 conv2d: the input's pair plane is not this convolution's")
     # with a pair plane out, the float32 rows are scratch: a block's (direct: `_direct`) or
@@ -547,6 +563,8 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns)
     geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw, before[0], before[1], columns],
                         dtype=np.int64)  # fmt: skip
+    # `pair_plane`'s source: a pair plane's height, padding and width, and the image's size
+    src = (x.shape[2], at[1], at[2], x.shape[3], of[1], of[2]) if gathered else (0, 0, 0, 0, 0, 0)
     rows_wide = wq > ow and panel == 0 and not planed_out and not _walks_out(act, res.size != 0)
     wide = np.empty((og if rows_wide else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
@@ -576,10 +594,11 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
                     offs[y * ow + x_] = y * wq + x_
             for g in range(groups):
                 if not planed_in:
-                    pair_plane(xc[b], g * cg, cg, geometry, image)
+                    pair_plane(xc[b], g * cg, cg, geometry, image, src)
                 turned_group(wc, oc, b, g, groups, image, table, offs, epilogue, panel)
         else:
-            _direct_image(xc, wc, oc, b, groups, geometry, image, table, wide, epilogue, planed_in)
+            _direct_image(xc, wc, oc, b, groups, geometry, image, table, wide, epilogue, planed_in,
+                          src, c)  # fmt: skip
     if not planed_out and oc.ctypes.data != out.ctypes.data:
         for i in np.ndindex(out.shape):  # not ``out[...] = oc``: see `planes.copy`
             out[i] = oc[i]

@@ -29,8 +29,9 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
     plane out's padding top, left and the output's height, width (0, 0, 0, 0: out is float32
     NCHW); the image's c, h, w when x is its pair plane (0, 0, 0: x is float32 NCHW); the
     prologue's index (`rvm.op.bf16.PROLOGUES`); the pairing's (`rvm.op.bf16.PAIRINGS`); 1 and
-    the padding top and left when res is a pair plane (0, 0, 0: float32)."""
-    d, p = nb.carray(dims, 17), nb.carray(params, 23)
+    the padding top and left when res is a pair plane (0, 0, 0: float32); 1 and the padding
+    top and left when x is a pair plane laid out for another convolution (0, 0, 0: not)."""
+    d, p = nb.carray(dims, 17), nb.carray(params, 26)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5])),
@@ -45,6 +46,7 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
         (np.int64(nb.carray(affine, (d[15], d[16])).ctypes.data), p[18]),
         p[19],
         p[20:23],
+        p[23:26],
     )  # fmt: skip
     return 0
 
@@ -62,5 +64,5 @@ def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
 entry.export("conv2d_bf16", _conv2d)
 entry.export("dense_bf16", _dense)
 # What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
-conv2d_bf16_call = entry.caller("conv2d_bf16", 23)
+conv2d_bf16_call = entry.caller("conv2d_bf16", 26)
 dense_bf16_call = entry.caller("dense_bf16", 1)

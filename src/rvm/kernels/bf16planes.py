@@ -131,7 +131,7 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
             slot = (rows[a] * ncols + cols[b]) * cg2
             # unit strides, no column padding: the rows an input row fills are one run of
             # words in both the image and the phase, converted in one call
-            whole = sh == 1 and sw == 1 and q0 == 0 and q1 == wq and wq == wd
+            whole = sh == 1 and sw == 1 and q0 == 0 and q1 == wq and wq == wd and job[20] == 0
             for c2 in range(c2a, c2b):
                 pair = 1 if 2 * c2 + 1 < cg else 0
                 lo = at_x + 4 * (2 * c2 * h * wd + first)
@@ -153,6 +153,13 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                         continue
                     row[:q0] = 0
                     row[q1:] = 0
+                    if job[20] != 0:  # a pair plane's words, copied (as float32 bits)
+                        words = floats_at(at_x + 4 * (c2 * job[20] * job[23] + (job[21] + y)
+                                                      * job[23] + job[22] + first))  # fmt: skip
+                        bits = row.view(np.float32)
+                        for q in range(q1 - q0):
+                            bits[q0 + q] = words[q * sw]
+                        continue
                     src = lo + 4 * y * wd
                     dst = at_p + 4 * (((slot + c2) * hq + r) * wq + q0)
                     pair_words(src, src + 4 * h * wd * pair, dst, q1 - q0, pair, sw, scales,
@@ -206,8 +213,11 @@ def pad_pairs(to, og, oh, ow, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # the image's height and width; the plane's address, its phases' height and width; the
 # padding top and left; the pairs a piece; the strides; the kernel and dilation by rows, by
 # columns; the prologue's affine's address at the group's first channel (0: none), the
-# prologue's index, the image's channels (the shifts' offset from the scales).
-_PLANE_JOB = 20
+# prologue's index, the image's channels (the shifts' offset from the scales); when the
+# source is a pair plane (its words at the group's first channel's address), its height (0:
+# a float32 image), padding top and left and width.
+_PLANE_JOB = 24
+_IMAGE = (0, 0, 0, 0, 0, 0)  # `pair_plane`'s ``src``: a float32 image
 
 
 def _plane_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -226,7 +236,7 @@ _run_plane = parfor.runner("bf16_plane")
 
 
 @jit(**_OPTS)
-def pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
+def pair_plane(x, c0, cg, geometry, plane, src=_IMAGE):  # type: ignore[no-untyped-def]
     """The pair plane of channels [c0, c0 + cg) of ``x`` (float32 CHW) in its stride phases
     (`_plane_part`; ``geometry``: pt, pl, sh, sw, kh, dh, kw, dw): ``plane`` (uint32,
     ``(phases * cg2, hq, wq)``), phase after phase, pair after pair; word ``(c2, r, q)`` of a
@@ -234,11 +244,16 @@ def pair_plane(x, c0, cg, geometry, plane):  # type: ignore[no-untyped-def]
     ``cg``); ``geometry[8:10]`` the prologue's affine's address (0: none) and index, applied
     to each value first (`pair_words`); ``geometry[10]`` 1: the last channel's column-pair
     phases after them (`column_pairs`; ``cg`` odd). Cut by channel pairs into pieces on the
-    pool when large."""
-    h, wd = x.shape[1], x.shape[2]
+    pool when large. With ``src`` (int64: its height, padding top and left, width, and the
+    image's height and width; height 0: none) ``x`` is instead a pair plane of the image
+    (``(cg2, height, width)`` words, ``c0`` even, no prologue), whose words are copied into
+    the phases: a strided convolution reading the plane another wrote."""
+    h, wd = (src[4], src[5]) if src[0] != 0 else (x.shape[1], x.shape[2])
     cg2 = (cg + 1) // 2
     job = np.empty(_PLANE_JOB, dtype=np.int64)
-    job[0], job[1], job[2], job[3], job[4] = _PLANE_JOB, x.ctypes.data + 4 * c0 * h * wd, cg, h, wd
+    first = c0 // 2 * src[0] * src[3] if src[0] != 0 else c0 * h * wd
+    job[0], job[1], job[2], job[3], job[4] = _PLANE_JOB, x.ctypes.data + 4 * first, cg, h, wd
+    job[20], job[21], job[22], job[23] = src[0], src[1], src[2], src[3]
     job[5], job[6], job[7] = plane.ctypes.data, plane.shape[1], plane.shape[2]
     job[8], job[9], job[11], job[12] = geometry[0], geometry[1], geometry[2], geometry[3]
     job[13], job[14], job[15], job[16] = geometry[4], geometry[5], geometry[6], geometry[7]

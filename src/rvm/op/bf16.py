@@ -194,7 +194,12 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     pairing = PAIRINGS.index(attrs.get("pairing", "channels"))
     if source and pairing:
         raise IRError("conv2d_bf16: reads a pair plane with its channels paired, not columns")
-    if source:
+    source_at = attrs.get("source_at", ())
+    if source and source_at:  # another's plane, its words copied into this one's phases
+        if attrs["groups"] != 1:
+            raise IRError("conv2d_bf16: reads a pair plane only with one group")
+        _check_residual_plane(x, (x.shape[0] if x.shape else None, *source), source_at, "input")
+    elif source:
         kernel, padding, dilation = attrs["kernel"], attrs["padding"], attrs["dilation"]
         want = ((source[0] + 1) // 2, *plane_shape(source, kernel, padding, dilation))
         if attrs["strides"] != (1, 1) or attrs["groups"] != 1:
@@ -206,8 +211,10 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
                 f"conv2d_bf16: the pair plane of a {fmt(source)} image is {fmt(want)} an "
                 f"image, got {fmt(x.shape)}"
             )
-        if x.shape is not None:
-            x = TensorType((x.shape[0], *source), "float32")
+    elif source_at:
+        raise IRError("conv2d_bf16: source_at says how a pair plane in lies, but x is none")
+    if source and x.shape is not None:
+        x = TensorType((x.shape[0], *source), "float32")
     if bias is not None:
         units = None if w.shape is None else w.shape[0]
         if bias.dtype not in (None, "float32") or (
@@ -270,9 +277,9 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     return TensorType(shape, "float32")
 
 
-def _check_residual_plane(res: TensorType, shape: tuple, at: tuple) -> None:
-    """A residual given as the pair plane of the output's image (``shape``) with padding
-    ``at`` (top, left): int32, its pairs the output's channels', room for the image."""
+def _check_residual_plane(res: TensorType, shape: tuple, at: tuple, what: str = "residual") -> None:
+    """A residual (or an input: ``what``) given as the pair plane of an image (``shape``,
+    NCHW) with padding ``at`` (top, left): int32, a word a channel pair, room for the image."""
     co, oh, ow = shape[1:]
     want = (shape[0], (co + 1) // 2 if isinstance(co, int) else None)
     ok = res.dtype in (None, "int32") and (res.shape is None or len(res.shape) == 4)
@@ -284,7 +291,7 @@ def _check_residual_plane(res: TensorType, shape: tuple, at: tuple) -> None:
                 ok = ok and (size == bound if i < 2 else size >= bound)
     if not ok:
         raise IRError(
-            f"conv2d_bf16: the residual must be the int32 pair plane of a {fmt(shape)} image "
+            f"conv2d_bf16: the {what} must be the int32 pair plane of a {fmt(shape)} image "
             f"with padding {at}, got {res.dtype} {fmt(res.shape)}"
         )
 
@@ -314,6 +321,7 @@ def conv2d_bf16(
     prologue: str = "none",
     pairing: str = "channels",
     residual_plane: Sequence[int] = (),
+    source_at: Sequence[int] = (),
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
@@ -326,7 +334,9 @@ def conv2d_bf16(
     input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts;
     ``pairing`` (`PAIRINGS`): how ``w`` pairs an odd group's last channel's taps;
     ``residual_plane`` ``(pt, pl)``: the residual is the int32 pair plane of the output's image
-    with that padding (a convolution's ``plane`` out), not float32."""
+    with that padding (a convolution's ``plane`` out), not float32; ``source_at`` ``(pt,
+    pl)`` with ``source``: ``x`` is a pair plane of that image with that padding, laid out for
+    another convolution (any stride here: its words copied into this one's phases)."""
     name = "conv2d_bf16"
     if residual is not None and bias is None:
         raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
@@ -350,6 +360,7 @@ def conv2d_bf16(
         prologue=check_choice(name, "prologue", prologue, PROLOGUES),
         pairing=check_choice(name, "pairing", pairing, PAIRINGS),
         residual_plane=_ints(name, "residual_plane", residual_plane, 2, 0),
+        source_at=_ints(name, "source_at", source_at, 2, 0),
     )
 
 

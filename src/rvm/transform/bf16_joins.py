@@ -33,12 +33,13 @@ def pair_planes(
     bindings: list[E.VarBinding], uses: Counter, residuals: bool = False
 ) -> tuple[list[E.VarBinding], int]:
     """``bindings`` where each ``conv2d_bf16`` ``p`` (one group, static shapes) whose uses are
-    all the input of later ``conv2d_bf16`` calls ``q`` of the region (stride 1, one group, no
-    prologue, each reading the same pair plane) writes that plane (``plane``) and each ``q``
-    reads it (``source``): the activation between them stays bf16, rounded once where ``p``
-    sums it, as ``q`` would round it (`rvm.op.bf16`). With ``residuals`` (where the kernels
-    add a pair plane's residual as they store their blocks: AMX's walk,
-    `rvm.kernels.amx.BLOCK_OUT`) some of those uses may instead be the residual of later
+    all the input of later ``conv2d_bf16`` calls ``q`` of the region (one group, no prologue)
+    writes a pair plane (``plane``: the first stride-1 reader's, else a 1 x 1's) and each
+    ``q`` reads it (``source``), as it lies or, strided or laid out otherwise, its words
+    copied into its own phases (``source_at``): the activation between them stays bf16,
+    rounded once where ``p`` sums it, as ``q`` would round it (`rvm.op.bf16`). With
+    ``residuals`` (where the kernels add a pair plane's residual as they store their blocks:
+    AMX's walk, `rvm.kernels.amx.BLOCK_OUT`) some of those uses may instead be the residual of later
     convolutions ``r`` (no panels, at most a ReLU), which then read the plane as their
     residual (``residual_plane``: ResNet's shortcut, read by the next block's first
     convolution and added by its last, stays bf16), and ``p`` may take a residual itself;
@@ -69,20 +70,21 @@ def pair_planes(
         if shape is None or not all(isinstance(d, int) for d in shape[1:]):
             continue
         source = tuple(shape[1:])
-        # the plane its readers read, or where it is only added, a 1 x 1's (no padding)
-        geometries = {_plane_for(out[j].value, source) for j in sources} or {
-            (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
-        }
-        if len(geometries) != 1 or None in geometries:
+        wants = [_plane_for(out[j].value, source) for j in sources]
+        if None in wants:
             continue
-        plane = geometries.pop()
+        # the plane its first stride-1 reader reads, or a 1 x 1's (no padding): the others
+        # copy its words into their own phases (``source_at``)
+        own = [g for g in wants if g != _ANY]
+        plane = own[0] if own else (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
         new_p = _rebuilt(p, plane=plane)
         var = E.Var(out[i].var.name, new_p.type)
         out[i] = E.VarBinding(var, new_p)
         for j, role in found:
             q = out[j].value
             if role == "x":  # a pair plane in has no column pairs
-                q = _rebuilt(_channel_pairs(q, source[0]), x=var, source=source)
+                at = () if _plane_for(q, source) == plane else plane[:2]
+                q = _rebuilt(_channel_pairs(q, source[0]), x=var, source=source, source_at=at)
             else:
                 q = _rebuilt(q, residual=var, residual_plane=plane[:2])
             out[j] = E.VarBinding(out[j].var, q)  # q may write in turn
@@ -90,14 +92,18 @@ def pair_planes(
     return out, count
 
 
+_ANY = ()  # `_plane_for`: a convolution that copies any plane's words into its own phases
+
+
 def _plane_for(q: E.Call, source: tuple) -> tuple | None:
-    """The pair plane ``(pt, pl, hq, wq)`` convolution ``q`` reads of a ``source`` image (its
-    input), or None where it reads none (a stride, groups, a prologue, one read already)."""
+    """The pair plane ``(pt, pl, hq, wq)`` convolution ``q`` reads as it lies of a ``source``
+    image (its input; stride 1), `_ANY` where it copies another's words into its own phases
+    (strided), or None where it reads none (groups, a prologue, one read already)."""
     attrs = q.attrs
-    if attrs.get("source") or attrs.get("prologue", "none") != "none":
+    if attrs.get("source") or attrs.get("prologue", "none") != "none" or attrs["groups"] != 1:
         return None
-    if attrs["strides"] != (1, 1) or attrs["groups"] != 1:
-        return None
+    if attrs["strides"] != (1, 1):
+        return _ANY
     hq, wq = plane_shape(source, attrs["kernel"], attrs["padding"], attrs["dilation"])
     return (attrs["padding"][0], attrs["padding"][1], hq, wq)
 
@@ -137,6 +143,7 @@ def _rebuilt(conv: E.Call, **changes) -> E.Call:
     parts = dict(x=conv.args[0], w=conv.args[1], bias=bias, residual=residual, affine=affine,
                  plane=attrs.get("plane", ()), source=attrs.get("source", ()), prologue=prologue,
                  residual_plane=attrs.get("residual_plane", ()),
+                 source_at=attrs.get("source_at", ()),
                  **{k: attrs[k] for k in _CONV_ATTRS})  # fmt: skip
     new = op.conv2d_bf16(**{**parts, **changes})
     infer_type(new)

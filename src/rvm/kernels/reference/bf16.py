@@ -191,7 +191,7 @@ def split_operands(rest, prologue="none"):
 
 def conv2d_bf16(
     x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0,
-    plane=(), source=(), prologue="none", pairing="channels", residual_plane=()
+    plane=(), source=(), prologue="none", pairing="channels", residual_plane=(), source_at=()
 ):  # fmt: skip
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
     bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
@@ -202,9 +202,10 @@ def conv2d_bf16(
     applied to ``x`` first, its affine the last of ``rest``; an odd group's last channel's
     taps paired as ``pairing`` says (`PAIRINGS`); with ``residual_plane`` ``(pt, pl)`` the
     residual is the output image's pair plane with that padding (a convolution's ``plane``
-    out: its values bf16)."""
-    if source:
-        x = plane_image(x, *source, padding[0], padding[1])
+    out: its values bf16); with ``source_at`` ``(pt, pl)`` ``x`` is a pair plane of the
+    ``source`` image with that padding, laid out for another convolution."""
+    if source:  # this one's plane, or with ``source_at`` another's
+        x = plane_image(x, *source, *(source_at or padding[:2]))
     bias, residual, affine = split_operands(rest, prologue)
     rest = tuple(r for r in (bias, residual) if r is not None)
     if affine is not None:
