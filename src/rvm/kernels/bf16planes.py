@@ -157,8 +157,15 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                         words = floats_at(at_x + 4 * (c2 * job[20] * job[23] + (job[21] + y)
                                                       * job[23] + job[22] + first))  # fmt: skip
                         bits = row.view(np.float32)
-                        for q in range(q1 - q0):
-                            bits[q0 + q] = words[q * sw]
+                        if sw == 1:  # constant strides, which LLVM vectorizes
+                            for q in range(q1 - q0):
+                                bits[q0 + q] = words[q]
+                        elif sw == 2:
+                            for q in range(q1 - q0):
+                                bits[q0 + q] = words[2 * q]
+                        else:
+                            for q in range(q1 - q0):
+                                bits[q0 + q] = words[q * sw]
                         continue
                     src = lo + 4 * y * wd
                     dst = at_p + 4 * (((slot + c2) * hq + r) * wq + q0)
