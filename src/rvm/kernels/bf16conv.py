@@ -66,6 +66,7 @@ from rvm.kernels.bf16planes import (
     plane_count,
     rows_to_pairs,
     tap_table,
+    widened,
 )
 from rvm.kernels.bf16turned import turned_group
 from rvm.kernels.direct_tile import read_line
@@ -450,7 +451,7 @@ def conv2d(
     then the padding top and left; ``(0, 0, 0)``: none) says ``res`` is the pair plane ``(n,
     (co + 1) // 2, hq, wq)`` of the output's image with that padding (a convolution's plane
     out, its words in a float32 array), read as it is by AMX's walk (`_conv2d`), else
-    widened first (`_widened`). ``at`` (int64: 1, then the padding top and left; ``(0, 0,
+    widened first (`bf16planes.widened`). ``at`` (int64: 1, then the padding top and left; ``(0, 0,
     0)``: none) with ``of`` says ``x`` is a pair plane of that image laid out for another
     convolution, with that padding: its words are copied into this one's stride phases (a
     strided convolution reading the plane a stride-1 one reads too)."""
@@ -466,7 +467,7 @@ def conv2d(
                 before, pairing, kind, rof, at)  # fmt: skip
         return
     # else the residual as float32 and, with a plane out, the float32 output rounded after
-    rf = _widened(res, co, oh, ow, rof[1], rof[2]) if kind == 2 else res
+    rf = widened(res, co, oh, ow, rof[1], rof[2]) if kind == 2 else res
     if not planed_out:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, to, of,
                 before, pairing, 1, rof, at)  # fmt: skip
@@ -488,24 +489,6 @@ def _check_residual_plane(res, n, co, oh, ow, rof):  # type: ignore[no-untyped-d
         raise ValueError("bf16 conv2d: the residual's pair plane has not the output's pairs")
     if rof[1] < 0 or rof[2] < 0 or res.shape[2] < rof[1] + oh or res.shape[3] < rof[2] + ow:
         raise ValueError("bf16 conv2d: the residual's pair plane is too small for the output")
-
-
-@jit(**_OPTS)
-def _widened(res, co, oh, ow, pt, pl):  # type: ignore[no-untyped-def]
-    """The float32 image ``(n, co, oh, ow)`` whose pair plane (padding ``pt``, ``pl``) is
-    ``res`` (its words in a float32 array): channel ``2 c2`` the low halves of pair ``c2``'s
-    words, ``2 c2 + 1`` the high halves."""
-    words = res.view(np.uint32)
-    n = res.shape[0]
-    image = np.empty((n, co, oh, ow), np.float32)
-    bits = image.view(np.uint32)
-    for b in range(n):
-        for o in range(co):
-            for y in range(oh):
-                for x in range(ow):
-                    word = words[b, o // 2, pt + y, pl + x]
-                    bits[b, o, y, x] = word << 16 if o % 2 == 0 else word & 0xFFFF0000
-    return image
 
 
 @jit(inline="always", **_OPTS)

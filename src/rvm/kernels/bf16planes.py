@@ -33,6 +33,7 @@ __all__ = [
     "plane_count",
     "rows_to_pairs",
     "tap_table",
+    "widened",
 ]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -214,6 +215,24 @@ def pad_pairs(to, og, oh, ow, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                 words[i] = 0.0
             for i in range(r + pl + ow, r + wq):
                 words[i] = 0.0
+
+
+@jit(**_OPTS)
+def widened(res, co, oh, ow, pt, pl):  # type: ignore[no-untyped-def]
+    """The float32 image ``(n, co, oh, ow)`` whose pair plane (padding ``pt``, ``pl``) is
+    ``res`` (its words in a float32 array): channel ``2 c2`` the low halves of pair ``c2``'s
+    words, ``2 c2 + 1`` the high halves."""
+    words = res.view(np.uint32)
+    n = res.shape[0]
+    image = np.empty((n, co, oh, ow), np.float32)
+    bits = image.view(np.uint32)
+    for b in range(n):
+        for o in range(co):
+            for y in range(oh):
+                for x in range(ow):
+                    word = words[b, o // 2, pt + y, pl + x]
+                    bits[b, o, y, x] = word << 16 if o % 2 == 0 else word & 0xFFFF0000
+    return image
 
 
 # A plane job (int64): its length; the group's first channel's address, the group's channels,

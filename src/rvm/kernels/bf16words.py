@@ -110,6 +110,21 @@ def run_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
     return builder.trunc(pairs, words)
 
 
+def _three_ways(builder: ir.IRBuilder, value: ir.Value, cases: tuple, emit: tuple) -> None:
+    """``emit[0]()``'s code where ``value`` (i64) is ``cases[0]``, ``emit[1]()``'s where it is
+    ``cases[1]``, else ``emit[2]()``'s: each a loop of its own, specialized."""
+    i64 = ir.IntType(64)
+    with builder.if_else(builder.icmp_signed("==", value, i64(cases[0]))) as (first, rest):
+        with first:
+            emit[0]()
+        with rest:
+            with builder.if_else(builder.icmp_signed("==", value, i64(cases[1]))) as (second, last):
+                with second:
+                    emit[1]()
+                with last:
+                    emit[2]()
+
+
 @intrinsic
 def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ignore[no-untyped-def]  # noqa: E501
     """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
@@ -162,15 +177,8 @@ def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ig
         def gathered(address, at):  # type: ignore[no-untyped-def]
             return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
 
-        with builder.if_else(builder.icmp_signed("==", step, i64(1))) as (plain, strided):
-            with plain:
-                row(unit)
-            with strided:
-                with builder.if_else(builder.icmp_signed("==", step, i64(2))) as (half, other):
-                    with half:
-                        row(two)
-                    with other:
-                        row(gathered)
+        _three_ways(builder, step, (1, 2), (lambda: row(unit), lambda: row(two),
+                                            lambda: row(gathered)))  # fmt: skip
         return context.get_dummy_value()
 
     return sig, codegen
@@ -250,15 +258,8 @@ def sum_words(typingctx, lo, hi, out, out_hi, n, pair, shifts, flags, res):  # t
             low = builder.shl(w, v.constant(16))
             return [builder.bitcast(x, v.f32) for x in (low, builder.and_(w, high_half))]
 
-        with builder.if_else(builder.icmp_signed("==", kind, i64(0))) as (none, some):
-            with none:
-                rows(lambda offset, mask: None)
-            with some:
-                with builder.if_else(builder.icmp_signed("==", kind, i64(1))) as (f32, plane):
-                    with f32:
-                        rows(floats)
-                    with plane:
-                        rows(words)
+        _three_ways(builder, kind, (0, 1), (lambda: rows(lambda offset, mask: None),
+                                            lambda: rows(floats), lambda: rows(words)))  # fmt: skip
         return context.get_dummy_value()
 
     return sig, codegen
