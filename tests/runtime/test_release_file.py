@@ -101,3 +101,19 @@ def test_a_release_file_runs_without_the_compiler(tmp_path: pathlib.Path) -> Non
     want = _expected(x, np.full((16, 8), 0.1, np.float32), np.float32(0))
     assert shape.startswith("(3, 8)") and np.isclose(float(shape.split()[-1]), want[0, 0])
     assert bad == "[]"
+
+
+BF16 = RELEASE.with_name("release_62992ee5_bf16.rvmx")
+
+
+def test_an_earlier_bf16_file_runs(exec_mode: str) -> None:
+    """A bf16 executable saved at 62992ee5 (`data/make_release_bf16_rvmx.py`), whose kernels,
+    rebuilt from their source, call the bf16 convolution's entry point with the 20 parameters
+    it took then: the entry takes 26 now, the later ones 0 for their old meaning."""
+    ex = rvm.load_executable(str(BF16))
+    assert ex.precision == "bf16"
+    assert "conv2d_bf16_call" in "".join(r.source for r in ex.kernels.values())
+    saved = np.load(BF16.with_suffix(".npz"))
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](saved["x"])
+    # the same products; a CPU without AMX sums them in another order
+    np.testing.assert_allclose(got, saved["y"], rtol=1e-4, atol=1e-4 * np.abs(saved["y"]).max())

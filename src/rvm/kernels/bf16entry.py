@@ -64,5 +64,6 @@ def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
 entry.export("conv2d_bf16", _conv2d)
 entry.export("dense_bf16", _dense)
 # What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
-conv2d_bf16_call = entry.caller("conv2d_bf16", 26)
+# (20: before the residual's and the input's pair planes, session 76)
+conv2d_bf16_call = entry.caller("conv2d_bf16", 26, older=(20,))
 dense_bf16_call = entry.caller("dense_bf16", 1)

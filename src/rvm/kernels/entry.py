@@ -199,18 +199,22 @@ def required() -> list[tuple[str, str]]:
     return sorted(_compiled)
 
 
-def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
+def caller(name: str, n_params: int, older: tuple[int, ...] = ()):  # type: ignore[no-untyped-def]
     """The intrinsic ``call(arrays, params) -> int64`` of entry point ``name``: ``arrays`` a
     tuple of up to `MAX_ARRAYS` C-contiguous 4-d arrays of one float dtype (of a `MIXED` one:
     its C-contiguous arrays of their ranks), ``params`` a tuple of ``n_params`` integers (each
-    passed as int64)."""
+    passed as int64), or of as many as an earlier library's entry took (``older``): a kernel
+    of an executable saved then, rebuilt from its source here, passes those, and the entry's
+    later parameters are passed as 0, which means what the earlier entry did (an entry point
+    only grows parameters at its end, each 0 for its old behaviour)."""
     ranks = MIXED.get(name)
 
     @intrinsic
     def call(typingctx, arrays, params):  # type: ignore[no-untyped-def]
         if not (_mixed_ok(arrays, ranks, _mixed_dtypes(name)) if ranks else _arrays_ok(arrays)):
             return None
-        if not _params_ok(params, n_params):
+        given = len(params) if isinstance(params, nt.BaseTuple) else -1
+        if not _params_ok(params, given if given in older else n_params):
             return None
         dtypes = [str(t.dtype) for t in arrays.types]
         dtype = variant(dtypes, name) if ranks else dtypes[0]
@@ -229,8 +233,9 @@ def caller(name: str, n_params: int):  # type: ignore[no-untyped-def]
                 dims += [i64(0)] * (MAX_ARRAYS * NDIMS - len(dims))
             pvals = [
                 context.cast(builder, v, t, nt.int64)
-                for v, t in zip(cgutils.unpack_tuple(builder, args[1], n_params), params.types)
+                for v, t in zip(cgutils.unpack_tuple(builder, args[1], given), params.types)
             ]
+            pvals += [i64(0)] * (n_params - given)  # an earlier library's call: the rest 0
             if name in BYTES:  # int8 and uint8 pointers are both i8*: the sign as data
                 pvals.append(i64(signs(name, dtypes)))
             bufs = [_stack_array(builder, dims), _stack_array(builder, pvals)]
