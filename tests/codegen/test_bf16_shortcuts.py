@@ -50,6 +50,16 @@ def _resnet() -> rvm.IRModule:
 RESNET = _resnet()
 
 
+def _near_both(got, exact, full) -> None:  # type: ignore[no-untyped-def]
+    """Each output near the NumPy reference of the same bf16 program (an activation rounded to
+    bf16 may round the other way when its float32 sum differs in the last bits, another
+    order: a bf16 step of a few inputs of later products) and within the issue's bound of the
+    float32 one."""
+    for g, e, f in zip(got, exact, full):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-2 * np.abs(e).max())
+        assert np.abs(g - f).max() <= BF16_VS_F32 * np.abs(f).max()
+
+
 def _converted(residuals: bool) -> rvm.IRModule:
     passes = default_passes()
     before = passes[: [n for n, _ in passes].index("legalize")]
@@ -122,12 +132,9 @@ def test_the_shortcut_in_every_exec_mode(resnet_executables, exec_mode: str, ker
     got = rvm.VirtualMachine(compiled[kernels], exec_mode=exec_mode)["main"](x)
     exact = rvm.interpret(_converted(residuals), "main", x)
     full = rvm.interpret(RESNET, "main", x)
-    for a, b, f in zip(got, exact, full):
+    for a, f in zip(got, full):
         assert a.dtype == np.float32 and a.shape == f.shape
-        # an activation rounded to bf16 may round the other way when its float32 sum differs
-        # in the last bits (another order): a bf16 step of a few inputs of later products
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-2 * np.abs(b).max())
-        assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
+    _near_both(got, exact, full)
 
 
 def test_the_shortcut_saved_and_loaded(resnet_executables, tmp_path) -> None:
@@ -187,6 +194,4 @@ def test_strided_readers_copy_the_plane_into_their_phases(
     got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x)
     exact = rvm.interpret(converted, "main", x)
     full = rvm.interpret(STAGE, "main", x)
-    for g, e, f in zip(got, exact, full):
-        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-2 * np.abs(e).max())
-        assert np.abs(g - f).max() <= BF16_VS_F32 * np.abs(f).max()
+    _near_both(got, exact, full)

@@ -461,7 +461,7 @@ def conv2d(
     kind = 0 if res.size == 0 else (2 if rof[0] != 0 else 1)
     if kind == 2:
         _check_residual_plane(res, n, co, oh, ow, rof)
-    fast = amx.AMX and panel == 0 and act <= 1  # the walk's blocks take any residual
+    fast = panel == 0 and _walks_out(act, True)  # the walk's blocks take any residual
     if kind == 0 or (kind == 1 and not planed_out) or fast:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
                 before, pairing, kind, rof, at)  # fmt: skip
@@ -520,7 +520,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         or x.shape[3] < at[2] + of[2]
     ):
         raise ValueError("bf16 conv2d: the input's pair plane does not hold its image")
-    if (planed_out or kind == 2) and res.size != 0 and not (amx.AMX and panel == 0 and act <= 1):
+    if (planed_out or kind == 2) and res.size != 0 and not (panel == 0 and _walks_out(act, True)):
         raise ValueError("bf16 conv2d: a pair plane out or residual here needs AMX's walk")
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")

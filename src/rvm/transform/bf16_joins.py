@@ -80,14 +80,15 @@ def pair_planes(
         new_p = _rebuilt(p, plane=plane)
         var = E.Var(out[i].var.name, new_p.type)
         out[i] = E.VarBinding(var, new_p)
-        for j, role in found:
-            q = out[j].value
-            if role == "x":  # a pair plane in has no column pairs
-                at = () if _plane_for(q, source) == plane else plane[:2]
-                q = _rebuilt(_channel_pairs(q, source[0]), x=var, source=source, source_at=at)
-            else:
-                q = _rebuilt(q, residual=var, residual_plane=plane[:2])
+        for j, want in zip(sources, wants):  # a pair plane in has no column pairs
+            at = () if want == plane else plane[:2]
+            q = _rebuilt(
+                _channel_pairs(out[j].value, source[0]), x=var, source=source, source_at=at
+            )
             out[j] = E.VarBinding(out[j].var, q)  # q may write in turn
+        for j in added:
+            q = _rebuilt(out[j].value, residual=var, residual_plane=plane[:2])
+            out[j] = E.VarBinding(out[j].var, q)
         count += 1
     return out, count
 
