@@ -447,6 +447,48 @@ def test_pair_planes_and_prologues_in_every_exec_mode(
         assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
 
 
+def _taps_model():
+    """main(img): a 3 x 3 convolution of 64 channels + ReLU (stride 1) read by another
+    (stride 1, its pair plane) and by a strided one (its words copied into that one's
+    phases); both returned."""
+    img = Var("img", tensor((1, 64, 18, 18), F32))
+    bb = Builder()
+    with bb.function("main", [img]):
+        w = [const(RNG.standard_normal((o, 64, 3, 3)).astype(F32) / 24) for o in (64, 40, 32)]
+        a = bb.emit(op.relu(bb.emit(op.conv2d(img, w[0], padding=1))))
+        b = bb.emit(op.conv2d(a, w[1], padding=1))
+        c = bb.emit(op.conv2d(a, w[2], strides=2, padding=1))
+        bb.emit_output(Tuple((b, c)))
+    return bb.get()
+
+
+TAPS = _taps_model()
+
+
+@pytest.mark.parametrize("amx", [True, False], ids=["amx", "vectors"])
+def test_taps_first_on_amx(amx: bool, exec_mode: str, monkeypatch) -> None:
+    """On AMX a stride-1 direct convolution whose pairs fill whole steps takes its weight tap
+    by tap (``pairing`` ``"taps"``: the walk's tiles then load from the plane), a strided one
+    channel pair by channel pair (their phases' tiles load faster packed); elsewhere all
+    channel by channel. Either program runs on any CPU, in every exec mode, near the NumPy
+    reference of the same bf16 program and within the bound of the float32 one."""
+    monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: amx)
+    converted = _converted(TAPS)
+    first, b, c = (x.value for x in converted["main"].body.bindings if _is(x, "conv2d_bf16"))
+    assert first.attrs["panel"] == b.attrs["panel"] == 0 and b.attrs["source"]
+    taps = "taps" if amx else "channels"
+    assert (first.attrs["pairing"], b.attrs["pairing"], c.attrs["pairing"]) == (
+        taps, taps, "channels")  # fmt: skip
+    ex = _compiled(TAPS, "bf16")
+    x = np.random.default_rng(6).standard_normal((1, 64, 18, 18)).astype(F32)
+    got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x)
+    exact = rvm.interpret(converted, "main", x)
+    full = rvm.interpret(TAPS, "main", x)
+    for a, e, f in zip(got, exact, full):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=2e-4 * np.abs(e).max())
+        assert np.abs(a - f).max() <= BF16_VS_F32 * np.abs(f).max()
+
+
 def test_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16', 'int8'\)"):
         rvm.compile(MODEL, precision="fp16")

@@ -17,7 +17,7 @@ from jit_helpers import HASWELL, Jit, check, host_has, prim, run_warm, var
 
 from rvm import op
 from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16planes, bf16turned
-from rvm.kernels.reference.bf16 import pair_plane, plane_image
+from rvm.kernels.reference.bf16 import pair_depth, pair_plane, plane_image, unpair
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
 from rvm.op.bf16 import PAIRINGS, bf16_bits, conv_pairing, conv_pairs, pack_pairs, turn_pairs
@@ -361,6 +361,63 @@ def test_residuals_in_and_out_of_pair_planes(k: int, o: int, act: str, blas_thre
         plane = np.full(shape, np.nan, np.float32)
         conv(plane, res, to, kind)
         np.testing.assert_array_equal(plane.view(np.int32), want)
+
+
+@pytest.mark.parametrize(
+    "case, panel",
+    [
+        ((1, 64, 20, 21, 48, 3, 3, 1, (1, 1, 1, 1), 1, 1), 0),  # two steps a tap, an edge block
+        ((2, 32, 9, 11, 40, 3, 3, 1, (2, 2, 2, 2), 2, 1), 0),  # dilated, two images
+        ((1, 96, 12, 12, 33, 5, 5, 1, (2, 2, 2, 2), 1, 1), 0),  # 5 x 5, three steps a tap
+        ((1, 64, 16, 16, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1), 0),  # strided: phases
+        ((1, 64, 7, 7, 40, 3, 3, 1, (1, 1, 1, 1), 1, 1), bf16gemm.NR),  # turned around
+        ((1, 40, 10, 10, 16, 3, 3, 1, (1, 1, 1, 1), 1, 1), 0),  # a step spans two taps
+    ],
+)
+def test_taps_first(case: tuple, panel: int, blas_threads: int) -> None:
+    """A weight in ``"taps"`` order (`PAIRINGS`: tap by tap, each tap's channel pairs in
+    turn) against the float64 convolution and the NumPy reference: on AMX each step of 16
+    pairs is one tap's, its tiles loaded straight from the plane (`amx.block`'s
+    ``b_steps``), where the pairs fill whole steps; else, and elsewhere, through the table."""
+    _conv(case, seed=11, with_bias=True, act=1, res=True, panel=panel, pairing="taps")
+
+
+def test_taps_first_on_a_pair_plane_in() -> None:
+    """A ``"taps"`` convolution reading the pair plane another wrote: bit for bit the same
+    convolution of the plane's values as float32."""
+    rng = np.random.default_rng(3)
+    c, o, s = 64, 48, 13
+    image = rng.standard_normal((1, c, s, s)).astype(np.float32)
+    wq = bf16planes.pair_width(s, s, 1, 3, 1, 1)
+    plane = np.ascontiguousarray(pair_plane(image, 1, 1, s + 3, wq).view(np.float32))
+    values = plane_image(plane, c, s, s, 1, 1)
+    w = rng.standard_normal((o, c, 3, 3)).astype(np.float32) / 8
+    bits = bf16_bits(conv_pairs(w, PAIRINGS.index("taps"))).view(np.int16)
+    bias = rng.standard_normal(o).astype(np.float32)
+    want, got = (np.empty((1, o, s, s), np.float32) for _ in range(2))
+    _conv2d(values, bits, want, 1, 1, 1, (1, 1), (3, 3), bias, 1, NO_RES, 0, 2)
+    _conv2d(plane, bits, got, 1, 1, 1, (1, 1), (3, 3), bias, 1, NO_RES, 0, 2, (c, s, s))
+    np.testing.assert_array_equal(got, want)
+    channels = np.full_like(got, np.nan)
+    _conv2d(values, bf16_bits(conv_pairs(w)).view(np.int16), channels, 1, 1, 1, (1, 1),
+            (3, 3), bias, 1, NO_RES)  # fmt: skip
+    np.testing.assert_allclose(got, channels, rtol=RTOL, atol=RTOL * np.sqrt(9 * c) * 8)
+
+
+def test_conv_pairings() -> None:
+    """`conv_pairing` and each pairing's order, `unpair` undoing `conv_pairs`."""
+    assert conv_pairing(3, 7) == "columns"
+    assert conv_pairing(64, 3, 3) == conv_pairing(64, 1, 1, taps=True) == "channels"
+    assert conv_pairing(64, 3, 3, taps=True) == conv_pairing(32, 1, 5, taps=True) == "taps"
+    assert conv_pairing(48, 3, 3, taps=True) == "channels"  # a tap's pairs not whole steps
+    rng = np.random.default_rng(0)
+    for c, pairing in ((5, 0), (5, 1), (6, 2), (64, 2)):
+        w = rng.standard_normal((3, c, 3, 2)).astype(np.float32)
+        rows = conv_pairs(w, pairing)
+        assert rows.shape == (3, pair_depth(c, 3, 2, pairing))
+        np.testing.assert_array_equal(unpair(rows, c, 3, 2, pairing), w)
+    taps = conv_pairs(w, 2).reshape(3, 3, 2, 32, 2)  # (o, dy, dx, c2, parity)
+    np.testing.assert_array_equal(taps[:, 1, 0, 5, 1], w[:, 11, 1, 0])
 
 
 @pytest.mark.parametrize("k, stride, pad", [(1, 2, 0), (3, 2, 1), (3, 1, 1), (7, 2, 3)])

@@ -97,7 +97,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     if not image[0].isdigit():  # as for dense: in channel pairs (`rvm.op.bf16.pair_depth`)
         cg = kb.dim(f"{image[0]} // {groups}")
         depth = kb.dim(f"({cg} + {cg} % 2) * {kh * kw}")
-        if pairing:  # an odd group's last channel: kh * ceil(kw / 2) pairs
+        if pairing == 1:  # an odd group's last channel: kh * ceil(kw / 2) pairs
             depth = kb.dim(f"({cg} - {cg} % 2) * {kh * kw} + {cg} % 2 * {2 * kh * ((kw + 1) // 2)}")
         kb.check(ne(w.dims[1], depth), f"{kb.kernel}: {kb.op}: the weight's depth is not x's")
     dims = (x.dims[0], w.dims[0], *spatial)

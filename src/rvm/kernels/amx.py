@@ -114,14 +114,17 @@ def _release(typingctx):  # type: ignore[no-untyped-def]
 
 @intrinsic
 def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide,
-          soon, soon_ld, soon_gap, soon_lines):  # type: ignore[no-untyped-def]  # fmt: skip
+          soon, soon_ld, soon_gap, soon_lines, b_steps):  # type: ignore[no-untyped-def]  # fmt: skip
     """``C[32, 32] (+)= A @ B`` over ``steps`` steps of 16 pairs of depth (``acc``: add to
     C; ``tall`` 0: rows 0-15 only, ``wide`` 0: columns 0-15 only, the other tiles neither
     loaded, multiplied nor stored), on int64 addresses, the tiles configured
     (`_configure`): A's tile of rows 0-15 at
     ``a0 + s * astep`` in step ``s``, of rows 16-31 at ``a1 + s * astep``, its rows ``lda``
     bytes apart; B's tile of columns 0-15 at ``b0 + s * bstep``, of columns 16-31 at ``b1 + s
-    * bstep``, its pair rows ``ldb`` bytes apart; C's rows ``ldc`` bytes apart. Packed
+    * bstep``, its pair rows ``ldb`` bytes apart, or with ``b_steps`` (the address of an int64
+    array; 0: none) at ``b0 + b_steps[s]`` and ``b1 + b_steps[s]`` (a convolution's taps in
+    turn, each step's pair rows one tap's, read from the plane: `_stride`); C's rows ``ldc``
+    bytes apart. Packed
     (`pack_a`, `pack_b`) or as the operands lie. The loads and products interleaved so that
     each product's operands are loaded just before it (the tiles are not renamed: a load
     waits for the products reading its tile). Spread over its steps, a few a step, the block
@@ -131,7 +134,7 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide = args[:14]
-        soon, soon_ld, soon_gap, soon_lines = args[14:]
+        soon, soon_ld, soon_gap, soon_lines, b_steps = args[14:]
         tall = builder.icmp_signed("!=", tall, _I64(0))
         wide = builder.icmp_signed("!=", wide, _I64(0))
         present = [None, wide, tall, builder.and_(tall, wide)]
@@ -166,6 +169,21 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
             def at(base, stride):  # type: ignore[no-untyped-def]
                 return builder.inttoptr(builder.add(base, builder.mul(loop.index, stride)), _PTR)
 
+            fixed = builder.mul(loop.index, bstep)
+            with builder.if_else(builder.icmp_signed("==", b_steps, _I64(0))) as (plain, listed):
+                with plain:
+                    at_plain = builder.block
+                with listed:
+                    entry = builder.add(b_steps, builder.mul(loop.index, _I64(8)))
+                    own = builder.load(builder.inttoptr(entry, _I64.as_pointer()))
+                    at_listed = builder.block
+            b_off = builder.phi(_I64)
+            b_off.add_incoming(fixed, at_plain)
+            b_off.add_incoming(own, at_listed)
+
+            def at_b(base):  # type: ignore[no-untyped-def]
+                return builder.inttoptr(builder.add(base, b_off), _PTR)
+
             first = builder.mul(loop.index, each)
             last = builder.select(builder.icmp_signed("<", builder.add(first, each), soon_lines),
                                   builder.add(first, each), soon_lines)  # fmt: skip
@@ -175,10 +193,10 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
                 ahead = builder.inttoptr(builder.add(soon, builder.add(row, group)), _PTR)
                 builder.call(hint, [ahead, _I32(0), _I32(2), _I32(1)])  # read, into L2, data
             builder.call(load, [_I8(_A[0]), at(a0, astep), lda])
-            builder.call(load, [_I8(_B[0]), at(b0, bstep), ldb])
+            builder.call(load, [_I8(_B[0]), at_b(b0), ldb])
             builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
             with builder.if_then(wide):
-                builder.call(load, [_I8(_B[1]), at(b1, bstep), ldb])
+                builder.call(load, [_I8(_B[1]), at_b(b1), ldb])
                 builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
             with builder.if_then(tall):
                 builder.call(load, [_I8(_A[1]), at(a1, astep), lda])
@@ -188,7 +206,7 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
         each_c(lambda t: builder.call(store, [_I8(t), cs[t], ldc]))
         return context.get_dummy_value()
 
-    return nt.void(*(nt.int64,) * 18), codegen
+    return nt.void(*(nt.int64,) * 19), codegen
 
 
 @intrinsic
@@ -267,18 +285,33 @@ def pack_b(b, b_col, nr, ldb, indexed, j0, cols, k2, to):  # type: ignore[no-unt
 
 
 @jit(**_OPTS)
-def _stride(b, ldb, indexed, k2):  # type: ignore[no-untyped-def]
-    """(first, stride): B's pair row ``p`` at ``first + p * stride`` bytes from ``b`` for
-    every ``p`` (a plane's rows, a panel's, a table of one step: a 1 x 1 convolution's), or
-    stride 0 where they are not so (a table of taps)."""
+def _stride(b, ldb, indexed, k2, steps):  # type: ignore[no-untyped-def]
+    """(first, stride, listed): B's pair row ``p`` at ``first + p * stride`` bytes from ``b``
+    for every ``p`` (a plane's rows, a panel's, a table of one step: a 1 x 1 convolution's);
+    or, ``listed``, each step of 16 pair rows at one ``stride`` from its own first row,
+    ``first + steps[s]`` (a table of taps in tap-major order: a tap's channel pairs,
+    `rvm.kernels.bf16planes.tap_table`'s ``taps_first``; ``steps`` int64, a step's room);
+    else stride 0 (a table of taps channel by channel)."""
     if not indexed:
-        return 0, 4 * ldb
+        return 0, 4 * ldb, False
     table = ints_at(ldb)
     step = table[1] - table[0] if k2 > 1 else 0
+    uniform = True
     for p in range(2, k2):
         if table[p] - table[p - 1] != step:
-            return 0, 0
-    return 4 * table[0], 4 * step
+            uniform = False
+            break
+    if uniform:
+        return 4 * table[0], 4 * step, False
+    if k2 % TILE != 0:
+        return 0, 0, False
+    for s in range(k2 // TILE):
+        base = table[s * TILE]
+        for r in range(1, TILE):
+            if table[s * TILE + r] != base + r * step:
+                return 0, 0, False
+        steps[s] = 4 * (base - table[0])
+    return 4 * table[0], 4 * step, True
 
 
 @jit(**_OPTS, inline="always")
@@ -291,9 +324,14 @@ def _b_as_it_lies(stride, k2, b_col, nr):  # type: ignore[no-untyped-def]
 @jit(**_OPTS)
 def packs_b(ldb, indexed, k2):  # type: ignore[no-untyped-def]
     """Whether `walk` packs B whole (its columns adjacent words; ``ldb``, ``indexed`` and
-    ``k2`` as `walk`'s): where its depth is not whole steps, or its pair rows not one stride
-    apart (a table of taps)."""
-    return not _b_as_it_lies(_stride(0, ldb, indexed, k2)[1], k2, 4, TILE)
+    ``k2`` as `walk`'s), where its depth is not whole steps or its pair rows not one stride
+    apart a step (a table of taps channel by channel), or reads it tap by tap (`_stride`'s
+    ``listed``), packing only its edge block of columns: a convolution cut into more pieces
+    than threads would pack it in each (resnet50's 512 -> 512 3 x 3 on 7 x 7 so cut: 1.25x
+    the time)."""
+    steps = np.empty((k2 + TILE - 1) // TILE, np.int64)
+    _, stride, listed = _stride(0, ldb, indexed, k2, steps)
+    return listed or not _b_as_it_lies(stride, k2, 4, TILE)
 
 
 @jit(**_OPTS, inline="always")
@@ -368,10 +406,12 @@ def _walk(
     addresses; A's rows ``lda`` words apart, C's ``ldc`` floats; B as `pack_b` reads it).
 
     Where the depth is whole steps of 16 pairs, the tiles are loaded from A's rows as they
-    lie, and from B's pair rows where they lie at one stride (`_stride`); else, and at C's
-    edges, from packed copies (`pack_a`: a band of `BLOCK_ROWS` rows; `pack_b`: a block of
-    `BLOCK_COLS` columns, in chunks of blocks whose copy fits half of L2, each packed once).
-    Unpacked B larger than a chunk, A smaller: each block of columns across every band (A's
+    lie, and from B's pair rows where they lie at one stride (`_stride`), or at one stride a
+    step (a convolution's taps in turn: its plane's words, `block`'s ``b_steps``); else, and
+    at C's edges, from packed copies (`pack_a`: a band of `BLOCK_ROWS` rows; `pack_b`: a
+    block of `BLOCK_COLS` columns, in chunks of blocks whose copy fits half of L2, each
+    packed once). Unpacked B larger than a chunk, A smaller, B not read tap by tap: each
+    block of columns across every band (A's
     rows stay in L2, B is read once), each band's blocks bringing a slice of the next block's
     pair rows into L2 as they go (`_ahead`); else each band across the chunk's blocks (C written
     band by band). Each block of
@@ -394,9 +434,10 @@ def _walk(
     steps = (k2 + TILE - 1) // TILE
     per_block = steps * _STEP
     whole = k2 % TILE == 0
-    first, stride = _stride(b, ldb, indexed, k2)
+    b_steps = np.empty(steps, np.int64)
+    first, stride, listed = _stride(b, ldb, indexed, k2, b_steps)
     direct_b = _b_as_it_lies(stride, k2, b_col, nr)
-    columns_first = direct_b and (m1 - m0) * 4 * k2 <= CHUNK_BYTES < n * 4 * k2
+    columns_first = direct_b and not listed and (m1 - m0) * 4 * k2 <= CHUNK_BYTES < n * 4 * k2
     chunk = (n + BLOCK_COLS - 1) // BLOCK_COLS
     if not direct_b:
         chunk = max(1, min(chunk, CHUNK_BYTES // per_block))
@@ -442,7 +483,9 @@ def _walk(
                 b0 = b + first + _column(b_col, nr, j0)
                 b1 = b + first + _column(b_col, nr, j0 + TILE)
                 b_row, b_step = stride, TILE * stride
+                at_steps = b_steps.ctypes.data if listed else 0
             else:
+                at_steps = 0
                 at_block = at_b + (j0 - q0) // BLOCK_COLS * per_block
                 if direct_b:  # an edge block of unpacked B, packed on its own
                     if packed_col != j0:
@@ -453,7 +496,8 @@ def _walk(
             at_c = c + 4 * (i0 * ldc + j0)
             if to is not None and to != 0:  # into the scratch, thence the output `to` says
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_edge,
-                      4 * BLOCK_COLS, 0, tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
+                      4 * BLOCK_COLS, 0, tall, wide, soon, stride, gap, soon_lines,
+                      at_steps)  # fmt: skip
                 if act > 1:  # a GELU first; a bias and ReLU as the sums are rounded
                     tile_rows(at_edge, BLOCK_COLS, rows, cols, bias + 4 * i0 if bias else 0,
                               act, 0)  # fmt: skip
@@ -461,7 +505,7 @@ def _walk(
                 continue
             if rows % TILE == 0 and cols % TILE == 0:  # whole tiles: C as it lies
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc,
-                      tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
+                      tall, wide, soon, stride, gap, soon_lines, at_steps)  # fmt: skip
             else:  # through the scratch: only C's own rows and columns are read or written
                 out = floats_at(at_c)
                 if acc:
@@ -469,7 +513,8 @@ def _walk(
                         for j in range(cols):
                             edge[i * BLOCK_COLS + j] = out[i * ldc + j]
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_edge,
-                      4 * BLOCK_COLS, acc, tall, wide, soon, stride, gap, soon_lines)  # fmt: skip
+                      4 * BLOCK_COLS, acc, tall, wide, soon, stride, gap, soon_lines,
+                      at_steps)  # fmt: skip
                 for i in range(rows):
                     for j in range(cols):
                         out[i * ldc + j] = edge[i * BLOCK_COLS + j]
@@ -483,6 +528,7 @@ def _walk(
                     tile_rows(at_c, ldc, rows, cols, at_bias, act, at_res)
     _release()
     alive(room)
+    alive(b_steps)
 
 
 @jit(**_OPTS)

@@ -388,7 +388,7 @@ def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_sh
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
         raise ValueError("bf16 conv2d: the channels do not divide into the groups")
-    if pairing < 0 or pairing > 1:
+    if pairing < 0 or pairing > 2:
         raise ValueError("bf16 conv2d: unknown pairing index")
     cg = c // groups
     if w.shape[1] != _pair_depth(cg, kh, kw, pairing):
@@ -543,7 +543,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     oc = scratch if planed_out else np.ascontiguousarray(out)
     phases = 0 if planed_in else plane_count(cg2, kh, kw, dh, dw, sh, sw, columns)
     plane = np.empty((phases, hq, wq), dtype=np.uint32)
-    table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns)
+    table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns, 1 if pairing == 2 else 0)
     geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw, before[0], before[1], columns],
                         dtype=np.int64)  # fmt: skip
     # `pair_plane`'s source: a pair plane's height, padding and width, and the image's size

@@ -300,10 +300,12 @@ def pair_plane(x, c0, cg, geometry, plane, src=_IMAGE):  # type: ignore[no-untyp
 
 
 @jit(**_OPTS)
-def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns=0):  # type: ignore[no-untyped-def]
+def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns=0, taps_first=0):  # type: ignore[no-untyped-def]  # noqa: E501
     """``table[p]`` (int64): the plane word of the GEMM's pair row ``p = (c2 * kh + dy) * kw +
-    dx`` relative to an output position's (in phases ``(hq, wq)`` of ``cg2`` pairs, the
-    phases no tap reads left out: `pair_plane`). Output position ``(y, x)`` is word ``y * wq
+    dx`` (with ``taps_first``, ``p = (dy * kw + dx) * cg2 + c2``: a tap's pairs one phase
+    apart, which AMX's tiles load from the plane, `rvm.kernels.amx.block`) relative to an
+    output position's (in phases ``(hq, wq)`` of ``cg2`` pairs, the phases no tap reads
+    left out: `pair_plane`). Output position ``(y, x)`` is word ``y * wq
     + x`` of each phase: every tap reads the positions as one unit-stride run. With
     ``columns`` the last pair is an odd group's last channel paired along columns
     (`rvm.kernels.reference.bf16.PAIRINGS`): its rows ``p = (cg2 - 1) * kh * kw + dy * kwp +
@@ -325,7 +327,7 @@ def tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns=0):  # type: ignore[n
             first[dy * kw + dx] = (slot * cg2 * hq + (dy * dh) // sh) * wq + (dx * dw) // sw
     for c2 in range(full):
         for t in range(taps):
-            table[c2 * taps + t] = first[t] + c2 * hq * wq
+            table[t * full + c2 if taps_first else c2 * taps + t] = first[t] + c2 * hq * wq
     if columns:  # the last pair: an odd group's last channel, its taps paired along rows
         for dy in range(kh):
             r = (dy * dh) // sh

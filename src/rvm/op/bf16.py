@@ -20,7 +20,8 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   ``panel`` > 0 the kernel runs turned around (output channels along the vector lanes) and
   ``w`` holds the same words in its panels of ``panel`` output channels (`turn_pairs`). With
   ``pairing`` ``"columns"`` (`PAIRINGS`) an odd group's last channel pairs its taps along the
-  kernel's rows, ``kp = pair_depth(c / groups, kh, kw, 1)`` (not with ``source``).
+  kernel's rows, ``kp = pair_depth(c / groups, kh, kw, 1)`` (not with ``source``); with
+  ``"taps"`` the row's words go tap by tap, each tap's channel pairs in turn.
   Between two convolutions activations may stay bf16 (`rvm.transform.to_bf16` decides): with
   ``plane`` ``(pt, pl, hq, wq)`` the result is not float32 NCHW but the next convolution's
   *pair plane* (`pair_plane`): int32 ``(n, (co + 1) // 2, hq, wq)``, word ``(c2, pt + y, pl
@@ -192,7 +193,7 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
         raise IRError("conv2d_bf16: the prologue needs a float32 input and affine")
     _check_inputs("conv2d_bf16", x, w, bool(source))
     pairing = PAIRINGS.index(attrs.get("pairing", "channels"))
-    if source and pairing:
+    if source and pairing == 1:
         raise IRError("conv2d_bf16: reads a pair plane with its channels paired, not columns")
     source_at = attrs.get("source_at", ())
     if source and source_at:  # another's plane, its words copied into this one's phases
@@ -332,7 +333,8 @@ def conv2d_bf16(
     pair plane, ``source`` ``(c, h, w)``: ``x`` is this convolution's pair plane of such an
     image (the module's docstring); ``prologue`` (`PROLOGUES`): ``x * scale + shift`` per
     input channel (then ReLU) before rounding, ``affine`` the ``(2, c)`` scales and shifts;
-    ``pairing`` (`PAIRINGS`): how ``w`` pairs an odd group's last channel's taps;
+    ``pairing`` (`PAIRINGS`): how ``w`` pairs an odd group's last channel's taps, and in
+    which order its words go;
     ``residual_plane`` ``(pt, pl)``: the residual is the int32 pair plane of the output's image
     with that padding (a convolution's ``plane`` out), not float32; ``source_at`` ``(pt,
     pl)`` with ``source``: ``x`` is a pair plane of that image with that padding, laid out for

@@ -121,7 +121,7 @@ def _channel_pairs(conv: E.Call, c: int) -> E.Call:
     taps paired as its channel pairs (`rvm.op.bf16.PAIRINGS`' ``"channels"``), its weight's
     words moved (out of their panels and back, when turned)."""
     attrs = conv.attrs
-    if attrs["pairing"] == "channels":
+    if attrs["pairing"] != "columns":
         return conv
     rows, panel = conv.args[1].data, attrs["panel"]
     rows = unturn_pairs(rows, 1, panel) if panel else rows

@@ -331,9 +331,12 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray, way: str) -> E.Call | None:
     winograd = winograd_bf16(value, w)
     if winograd is not None:
         return winograd
-    pairing = conv_pairing(w.shape[1], w.shape[3])
-    rows = bf16_bits(conv_pairs(w.astype(np.float32), PAIRINGS.index(pairing))).view(np.int16)
     panel = _turned_panel(value, x, w, attrs)
+    # on AMX a direct stride-1 convolution's taps go first: its tiles then load from the
+    # plane (strided ones read their phases' tiles packed faster: resnet50's 1.03-1.18x)
+    taps = has_amx_tiles() and not panel and attrs["groups"] == 1 and attrs["strides"] == (1, 1)
+    pairing = conv_pairing(w.shape[1], w.shape[3], w.shape[2], taps)
+    rows = bf16_bits(conv_pairs(w.astype(np.float32), PAIRINGS.index(pairing))).view(np.int16)
     if panel:
         rows = turn_pairs(rows, attrs["groups"], panel)
     return op.conv2d_bf16(

@@ -58,21 +58,35 @@ def dense_bf16(x, w, input="bf16"):
     return _like(np.matmul(xs, _bf16_values(w)[:, :k].T), np.float32)
 
 
-PAIRINGS = ("channels", "columns")
-"""How a bf16 convolution's weight row pairs the taps of an odd group's last channel (the op's
-``pairing``; the kernels take its index): ``"channels"``, as every channel pair, the channel
-with a zero (its high half 0); ``"columns"``, along each kernel row, word ``(dy, t)`` of the
-channel's ``kh`` x ``ceil(kw / 2)`` holding taps ``(dy, 2 t)`` (low half) and ``(dy, 2 t +
-1)`` (high; 0 past ``kw``), read from a plane whose words pair horizontally adjacent input
-pixels (`rvm.kernels.bf16planes`): a 3-channel 7 x 7 stem takes 49 + 28 pairs of taps, not
-98. An even group is the same either way."""
+PAIRINGS = ("channels", "columns", "taps")
+"""How a bf16 convolution's weight row pairs the taps of an odd group's last channel, and in
+which order its words go (the op's ``pairing``; the kernels take its index): ``"channels"``,
+channel pair by channel pair, each pair's taps in turn, the channel past an odd group with a
+zero (its high half 0); ``"columns"``, so, then the odd group's last channel along each
+kernel row, word ``(dy, t)`` of the channel's ``kh`` x ``ceil(kw / 2)`` holding taps ``(dy, 2
+t)`` (low half) and ``(dy, 2 t + 1)`` (high; 0 past ``kw``), read from a plane whose words
+pair horizontally adjacent input pixels (`rvm.kernels.bf16planes`): a 3-channel 7 x 7 stem
+takes 49 + 28 pairs of taps, not 98; ``"taps"``, the channel pairs as ``"channels"``' but tap
+by tap, each tap's channel pairs in turn: a tap's `STEP_PAIRS` pairs lie one plane phase
+apart, so AMX's walk loads them as a tile straight from the plane
+(`rvm.kernels.amx.block`'s ``b_steps``) instead of packing B through the table of taps."""
+
+STEP_PAIRS = 16
+"""The pairs of depth of a step of AMX's walk (a tile's rows: `rvm.kernels.amx.TILE`): a
+group of a multiple of twice as many channels may take ``"taps"`` (`conv_pairing`)."""
 
 
-def conv_pairing(channels: int, kw: int) -> str:
-    """The `PAIRINGS` a convolution of ``channels`` input channels a group and ``kw`` kernel
-    columns takes: ``"columns"`` when the group is odd and a kernel row has two taps to pair
-    (fewer pairs of taps, the plane one or two phases larger), else ``"channels"``."""
-    return "columns" if channels % 2 == 1 and kw > 1 else "channels"
+def conv_pairing(channels: int, kw: int, kh: int = 1, taps: bool = False) -> str:
+    """The `PAIRINGS` a convolution of ``channels`` input channels a group and a ``kh`` x
+    ``kw`` kernel takes: ``"columns"`` when the group is odd and a kernel row has two taps to
+    pair (fewer pairs of taps, the plane one or two phases larger); with ``taps`` (the
+    kernel walks AMX's tiles: `rvm.transform.to_bf16`) ``"taps"`` for a kernel of more than
+    one tap whose group's pairs fill whole steps (`STEP_PAIRS`); else ``"channels"``."""
+    if channels % 2 == 1 and kw > 1:
+        return "columns"
+    if taps and kh * kw > 1 and channels % (2 * STEP_PAIRS) == 0:
+        return "taps"
+    return "channels"
 
 
 def pair_depth(channels, kh, kw, pairing=0):
@@ -91,7 +105,7 @@ def conv_pairs(w, pairing=0):
     ``(dy, dx)``, so a 32-bit word holds a channel pair; the channel past an odd ``c`` is 0.
     With ``pairing`` 1 (``"columns"``, `PAIRINGS`) and an odd ``c``, the channel pairs' words
     so and then the last channel's ``(dy, t, half)``: tap ``(dy, 2 t + half)``, 0 past
-    ``kw``."""
+    ``kw``; with ``pairing`` 2 (``"taps"``) each row ``(dy, dx, c2, parity)``."""
     o, c, kh, kw = w.shape
     if pairing == 1 and c % 2 == 1:
         last = np.zeros((o, kh, 2 * ((kw + 1) // 2)), dtype=w.dtype)
@@ -100,6 +114,8 @@ def conv_pairs(w, pairing=0):
     even = np.zeros((o, c + (c & 1), kh, kw), dtype=w.dtype)
     even[:, :c] = w
     pairs = even.reshape(o, (c + 1) // 2, 2, kh, kw).transpose(0, 1, 3, 4, 2)
+    if pairing == 2:
+        pairs = pairs.transpose(0, 2, 3, 1, 4)
     return np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
 
 
@@ -110,7 +126,10 @@ def unpair(rows, c, kh, kw, pairing=0):
         head = (c - 1) * kh * kw
         last = rows[:, head:].reshape(o, 1, kh, -1)[..., :kw]
         return np.concatenate([unpair(rows[:, :head], c - 1, kh, kw), last], axis=1)
-    pairs = rows.reshape(o, (c + 1) // 2, kh, kw, 2).transpose(0, 1, 4, 2, 3)
+    if pairing == 2:
+        pairs = rows.reshape(o, kh, kw, (c + 1) // 2, 2).transpose(0, 3, 4, 1, 2)
+    else:
+        pairs = rows.reshape(o, (c + 1) // 2, kh, kw, 2).transpose(0, 1, 4, 2, 3)
     return pairs.reshape(o, -1, kh, kw)[:, :c]
 
 
