@@ -43,9 +43,12 @@ def pair_planes(
     convolutions ``r`` (no panels, at most a ReLU), which then read the plane as their
     residual (``residual_plane``: ResNet's shortcut, read by the next block's first
     convolution and added by its last, stays bf16), and ``p`` may take a residual itself;
-    else ``p`` takes none. The program's inputs and outputs stay float32. Returns the new
-    bindings and how many convolutions write planes (one only added, as a 1 x 1 would read
-    it: ResNet's first block's main path, added by its projection)."""
+    else ``p`` takes none. A channel concatenation of such convolutions (``p``s of an even
+    number of channels, used only there: squeezenet's fire modules) so read is a
+    concatenation of their planes, each writing its pairs of the readers' plane (in place,
+    `rvm.transform.concat_plan`). The program's inputs and outputs stay float32. Returns
+    the new bindings and how many convolutions write planes (one only added, as a 1 x 1
+    would read it: ResNet's first block's main path, added by its projection)."""
     readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's conv readers and their roles
     for j, b in enumerate(bindings):
         if _is_conv(b.value):
@@ -53,18 +56,17 @@ def pair_planes(
             for role, arg in (("x", b.value.args[0]), ("residual", residual)):
                 if isinstance(arg, E.Var):
                     readers.setdefault(arg, []).append((j, role))
+    at = {b.var: i for i, b in enumerate(bindings)}
     out = list(bindings)
     count = 0
     for i, b in enumerate(bindings):
-        p = out[i].value
+        pieces = _writers(out, i, at, uses, residuals)
         found = readers.get(b.var, [])
-        if not _is_conv(p) or p.attrs["groups"] != 1 or p.attrs.get("plane"):
-            continue
-        if len(found) != uses[b.var] or (len(p.args) > 3 and not (residuals and _adds(p))):
+        if pieces is None or not found or len(found) != uses[b.var]:
             continue
         sources = [j for j, role in found if role == "x"]
         added = [j for j, role in found if role == "residual"]
-        if not found or (added and not (residuals and all(_adds(out[j].value) for j in added))):
+        if added and not (residuals and all(_adds(out[j].value) for j in added)):
             continue
         shape = getattr(b.var.type, "shape", None)
         if shape is None or not all(isinstance(d, int) for d in shape[1:]):
@@ -77,20 +79,68 @@ def pair_planes(
         # copy its words into their own phases (``source_at``)
         own = [g for g in wants if g != _ANY]
         plane = own[0] if own else (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
-        new_p = _rebuilt(p, plane=plane)
-        var = E.Var(out[i].var.name, new_p.type)
-        out[i] = E.VarBinding(var, new_p)
+        for k in pieces:
+            p = out[k]
+            out[k] = E.VarBinding(E.Var(p.var.name, _rebuilt(p.value, plane=plane).type),
+                                  _rebuilt(p.value, plane=plane))  # fmt: skip
+        if pieces != [i]:  # a concatenation: of the planes, through its tuple
+            t = at[out[i].value.args[0]]
+            fields = E.Tuple([out[k].var for k in pieces])
+            infer_type(fields)
+            out[t] = E.VarBinding(E.Var(out[t].var.name, fields.type), fields)
+            joined = E.Call(out[i].value.callee, [out[t].var], out[i].value.attrs)
+            infer_type(joined)
+            out[i] = E.VarBinding(E.Var(out[i].var.name, joined.type), joined)
+        var = out[i].var
         for j, want in zip(sources, wants):  # a pair plane in has no column pairs
-            at = () if want == plane else plane[:2]
+            at_ = () if want == plane else plane[:2]
             q = _rebuilt(
-                _channel_pairs(out[j].value, source[0]), x=var, source=source, source_at=at
+                _channel_pairs(out[j].value, source[0]), x=var, source=source, source_at=at_
             )
             out[j] = E.VarBinding(out[j].var, q)  # q may write in turn
         for j in added:
             q = _rebuilt(out[j].value, residual=var, residual_plane=plane[:2])
             out[j] = E.VarBinding(out[j].var, q)
-        count += 1
+        count += len(pieces)
     return out, count
+
+
+def _writers(
+    out: list[E.VarBinding], i: int, at: dict, uses: Counter, residuals: bool
+) -> list[int] | None:
+    """The places of the convolutions that would write binding ``i``'s pair plane: ``[i]``
+    where it is a convolution that may write one, or the pieces of a channel concatenation
+    (its tuple's one use) each of which may, of an even number of channels and used only
+    there; else None."""
+    value = out[i].value
+    if _is_conv(value):
+        return [i] if _may_write(value, residuals) else None
+    if not (isinstance(value, E.Call) and value.callee is ops.concat and value.attrs["axis"] == 1):
+        return None
+    t = value.args[0]
+    if not isinstance(t, E.Var) or t not in at or uses[t] != 1:
+        return None
+    fields = out[at[t]].value
+    if not isinstance(fields, E.Tuple):
+        return None
+    pieces = []
+    for f in fields.fields:
+        k = at.get(f) if isinstance(f, E.Var) else None
+        if k is None or uses[f] != 1 or k in pieces or not _may_write(out[k].value, residuals):
+            return None
+        shape = getattr(f.type, "shape", None)
+        if shape is None or not isinstance(shape[1], int) or shape[1] % 2:
+            return None
+        pieces.append(k)
+    return pieces
+
+
+def _may_write(conv: E.Expr, residuals: bool) -> bool:
+    """Whether ``conv`` (a ``conv2d_bf16`` or another value) may write a pair plane: one
+    group, none yet, and a residual only where the kernels add it as they store (`_adds`)."""
+    if not _is_conv(conv) or conv.attrs["groups"] != 1 or conv.attrs.get("plane"):
+        return False
+    return len(conv.args) <= 3 or (residuals and _adds(conv))
 
 
 _ANY = ()  # `_plane_for`: a convolution that copies any plane's words into its own phases
