@@ -375,6 +375,8 @@ def _block_out(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-unt
     # `sum_words`' bias, ReLU and float32 out
     flags = (1 if bias != 0 else 0) | (2 if relu else 0) | (4 if floats else 0)
     whole = wp == ow and row_out == ow and (kind == 0 or row_res == ow)
+    # the first run's row and column once a block, not once a pair of channels
+    y0, x0 = (0, 0) if whole else (j0 // wp, j0 % wp)
     for r in range(0, rows, 2):
         pair = 1 if r + 1 < rows else 0
         lo, c = edge + 4 * r * BLOCK_COLS, i0 + r
@@ -386,16 +388,15 @@ def _block_out(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-unt
             sum_words(lo, lo + 4 * BLOCK_COLS, o, o + 4 * ld_out, cols, pair, shifts, flags,
                       (kind, q, q + 4 * ld_res))  # fmt: skip
             continue
-        j = j0
+        j, y, x = j0, y0, x0
         while j < j0 + cols:
-            y, x = j // wp, j % wp
             run = min(j0 + cols - j, wp - x)
             if x < ow:
                 src = lo + 4 * (j - j0)
                 o, q = at_out + 4 * (y * row_out + x), at_res + 4 * (y * row_res + x)
                 sum_words(src, src + 4 * BLOCK_COLS, o, o + 4 * ld_out, min(run, ow - x), pair,
                           shifts, flags, (kind, q, q + 4 * ld_res))  # fmt: skip
-            j += run
+            j, y, x = j + run, y + 1, 0
 
 
 @jit(**_OPTS)
