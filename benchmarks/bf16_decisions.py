@@ -1,0 +1,96 @@
+"""Two decisions of the bf16 pass, each made both ways for whole models in one process: a
+direct stride-1 convolution's weight tap by tap on AMX (``pairing="taps"``,
+`rvm.kernels.reference.bf16.conv_pairing`), and a channel concatenation of convolutions read
+only by convolutions as a concatenation of their pair planes (`rvm.transform.bf16_joins`).
+
+Run: ``python benchmarks/bf16_decisions.py [--only squeezenet,resnet50] [--repeat 41]``.
+
+Per model (random weights, `common.light_model_files`), four executables compiled with
+``precision="bf16"``: neither decision taken ("base"), each alone, and both (what
+`rvm.compile` does); every one's outputs checked against float32's first (the bound of
+`benchmarks/precision.py`, 3e-2 of the largest), then interleaved medians of whole calls in
+the compiled exec mode, each turn after 20 ms of calls (`interleaved_medians`' ``warm_s``),
+at rvm's default threads. Kernel changes cannot be measured this way (one library a
+process), but a pass's choices can, free of the spread between processes on a shared host
+(10-20% here, against a few % in one process). Prints the milliseconds and each one's time
+over the base's; writes ``benchmarks/results/bf16_decisions.json`` (``--name``). Both
+decisions only change anything where the CPU has AMX's tiles (taps) and bf16 dot products.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from common import interleaved_medians, light_model_files, machine, machine_line, write_results
+
+# isort: split
+import numpy as np
+
+import rvm
+from rvm.transform import bf16_joins
+from rvm.transform import to_bf16 as to_bf16_module
+
+BOUND = 3e-2  # bf16's largest error against float32, of the largest output (the issue's)
+WAYS = {
+    "base": (False, False), "taps": (True, False), "concat": (False, True), "both": (True, True)
+}  # fmt: skip
+
+
+def _compiled(mod: rvm.IRModule, taps: bool, concat: bool) -> rvm.Executable:
+    """``mod`` in bf16 with the taps order and the concatenated planes as given."""
+    pairing, writers = to_bf16_module.conv_pairing, bf16_joins._writers
+
+    def no_taps(c: int, kw: int, kh: int = 1, taps_: bool = False) -> str:
+        return pairing(c, kw, kh, taps_ and taps)
+
+    def no_concat(out, i, at, uses, residuals):  # type: ignore[no-untyped-def]
+        if not concat and not bf16_joins._is_conv(out[i].value):
+            return None
+        return writers(out, i, at, uses, residuals)
+
+    to_bf16_module.conv_pairing, bf16_joins._writers = no_taps, no_concat
+    try:
+        return rvm.compile(mod, precision="bf16")
+    finally:
+        to_bf16_module.conv_pairing, bf16_joins._writers = pairing, writers
+
+
+def _first(out):  # type: ignore[no-untyped-def]
+    return np.asarray(out[0] if isinstance(out, (list, tuple)) else out, np.float64)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="squeezenet,resnet50,inception_v2,vgg19")
+    parser.add_argument("--repeat", type=int, default=41)
+    parser.add_argument("--name", default="bf16_decisions")
+    args = parser.parse_args()
+    print(machine_line())
+    rows = []
+    for name in args.only.split(","):
+        path, _, _, inputs = light_model_files(name, Path(tempfile.mkdtemp()))
+        mod = rvm.from_onnx(str(path))
+        full = _first(rvm.VirtualMachine(rvm.compile(mod), exec_mode="compiled")["main"](*inputs))
+        vms = {}
+        for way, (taps, concat) in WAYS.items():
+            vm = rvm.VirtualMachine(_compiled(mod, taps, concat), exec_mode="compiled")
+            err = np.abs(_first(vm["main"](*inputs)) - full).max() / np.abs(full).max()
+            if not err <= BOUND:
+                raise AssertionError(f"{name} {way}: {err:.2e} of float32's largest output")
+            vms[way] = vm["main"]
+        times = interleaved_medians(
+            {way: (lambda f=f, xs=inputs: f(*xs)) for way, f in vms.items()},
+            repeat=args.repeat, warm_s=0.02,
+        )  # fmt: skip
+        row = {"model": name, **{f"{w}_ms": times[w] * 1e3 for w in WAYS}}
+        row.update({f"{w}_ratio": times[w] / times["base"] for w in WAYS})
+        rows.append(row)
+        print(f"{name:14s} " + "  ".join(
+            f"{w} {row[f'{w}_ms']:7.3f} ms ({row[f'{w}_ratio']:.3f})" for w in WAYS))  # fmt: skip
+    write_results(args.name, {"machine": machine(), "repeat": args.repeat, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
