@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bf16_checks import near_both
 
 import rvm
 from rvm import op
@@ -20,7 +21,6 @@ from rvm.transform.pipeline import default_passes, run_pipeline
 from rvm.transform.to_bf16 import to_bf16
 
 F32 = "float32"
-BF16_VS_F32 = 3e-2  # the bound for a model's outputs (test_precision.py)
 
 
 def _fires(n: int) -> rvm.IRModule:
@@ -99,9 +99,4 @@ def test_joined_planes_in_every_exec_mode(fires, exec_mode: str, kernels: str) -
     inputs = [rng.standard_normal((n, 24, 14, 14)).astype(F32) for _ in range(2)]
     results = [vm["main"](x) for x in inputs]  # a later call leaves the earlier results be
     for x, got in zip(inputs, results):
-        exact = rvm.interpret(_converted(mod), "main", x)
-        full = rvm.interpret(mod, "main", x)
-        for g, e, f in zip(got, exact, full):
-            assert g.dtype == np.float32 and g.shape == f.shape
-            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-2 * np.abs(e).max())
-            assert np.abs(g - f).max() <= BF16_VS_F32 * np.abs(f).max()
+        near_both(got, rvm.interpret(_converted(mod), "main", x), rvm.interpret(mod, "main", x))

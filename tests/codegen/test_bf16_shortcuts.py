@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bf16_checks import near_both
 
 import rvm
 from rvm import op
@@ -21,7 +22,6 @@ from rvm.transform.pipeline import default_passes, run_pipeline
 from rvm.transform.to_bf16 import to_bf16
 
 F32 = "float32"
-BF16_VS_F32 = 3e-2  # the issue's bound for a model's outputs (test_precision.py)
 
 
 def _resnet() -> rvm.IRModule:
@@ -48,16 +48,6 @@ def _resnet() -> rvm.IRModule:
 
 
 RESNET = _resnet()
-
-
-def _near_both(got, exact, full) -> None:  # type: ignore[no-untyped-def]
-    """Each output near the NumPy reference of the same bf16 program (an activation rounded to
-    bf16 may round the other way when its float32 sum differs in the last bits, another
-    order: a bf16 step of a few inputs of later products) and within the issue's bound of the
-    float32 one."""
-    for g, e, f in zip(got, exact, full):
-        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-2 * np.abs(e).max())
-        assert np.abs(g - f).max() <= BF16_VS_F32 * np.abs(f).max()
 
 
 def _converted(residuals: bool) -> rvm.IRModule:
@@ -131,10 +121,7 @@ def test_the_shortcut_in_every_exec_mode(resnet_executables, exec_mode: str, ker
     x = np.random.default_rng(3).standard_normal((2, 24, 12, 12)).astype(F32)
     got = rvm.VirtualMachine(compiled[kernels], exec_mode=exec_mode)["main"](x)
     exact = rvm.interpret(_converted(residuals), "main", x)
-    full = rvm.interpret(RESNET, "main", x)
-    for a, f in zip(got, full):
-        assert a.dtype == np.float32 and a.shape == f.shape
-    _near_both(got, exact, full)
+    near_both(got, exact, rvm.interpret(RESNET, "main", x))
 
 
 def test_the_shortcut_saved_and_loaded(resnet_executables, tmp_path) -> None:
@@ -194,4 +181,4 @@ def test_strided_readers_copy_the_plane_into_their_phases(
     got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x)
     exact = rvm.interpret(converted, "main", x)
     full = rvm.interpret(STAGE, "main", x)
-    _near_both(got, exact, full)
+    near_both(got, exact, full)
