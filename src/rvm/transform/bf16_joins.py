@@ -56,11 +56,11 @@ def pair_planes(
             for role, arg in (("x", b.value.args[0]), ("residual", residual)):
                 if isinstance(arg, E.Var):
                     readers.setdefault(arg, []).append((j, role))
-    at = {b.var: i for i, b in enumerate(bindings)}
+    place = {b.var: i for i, b in enumerate(bindings)}
     out = list(bindings)
     count = 0
     for i, b in enumerate(bindings):
-        pieces = _writers(out, i, at, uses, residuals)
+        pieces = _writers(out, i, place, uses, residuals)
         found = readers.get(b.var, [])
         if pieces is None or not found or len(found) != uses[b.var]:
             continue
@@ -80,11 +80,10 @@ def pair_planes(
         own = [g for g in wants if g != _ANY]
         plane = own[0] if own else (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
         for k in pieces:
-            p = out[k]
-            out[k] = E.VarBinding(E.Var(p.var.name, _rebuilt(p.value, plane=plane).type),
-                                  _rebuilt(p.value, plane=plane))  # fmt: skip
+            p = _rebuilt(out[k].value, plane=plane)
+            out[k] = E.VarBinding(E.Var(out[k].var.name, p.type), p)
         if pieces != [i]:  # a concatenation: of the planes, through its tuple
-            t = at[out[i].value.args[0]]
+            t = place[out[i].value.args[0]]
             fields = E.Tuple([out[k].var for k in pieces])
             infer_type(fields)
             out[t] = E.VarBinding(E.Var(out[t].var.name, fields.type), fields)
@@ -93,9 +92,9 @@ def pair_planes(
             out[i] = E.VarBinding(E.Var(out[i].var.name, joined.type), joined)
         var = out[i].var
         for j, want in zip(sources, wants):  # a pair plane in has no column pairs
-            at_ = () if want == plane else plane[:2]
+            at = () if want == plane else plane[:2]
             q = _rebuilt(
-                _channel_pairs(out[j].value, source[0]), x=var, source=source, source_at=at_
+                _channel_pairs(out[j].value, source[0]), x=var, source=source, source_at=at
             )
             out[j] = E.VarBinding(out[j].var, q)  # q may write in turn
         for j in added:
@@ -106,7 +105,7 @@ def pair_planes(
 
 
 def _writers(
-    out: list[E.VarBinding], i: int, at: dict, uses: Counter, residuals: bool
+    out: list[E.VarBinding], i: int, place: dict, uses: Counter, residuals: bool
 ) -> list[int] | None:
     """The places of the convolutions that would write binding ``i``'s pair plane: ``[i]``
     where it is a convolution that may write one, or the pieces of a channel concatenation
@@ -118,14 +117,14 @@ def _writers(
     if not (isinstance(value, E.Call) and value.callee is ops.concat and value.attrs["axis"] == 1):
         return None
     t = value.args[0]
-    if not isinstance(t, E.Var) or t not in at or uses[t] != 1:
+    if not isinstance(t, E.Var) or t not in place or uses[t] != 1:
         return None
-    fields = out[at[t]].value
+    fields = out[place[t]].value
     if not isinstance(fields, E.Tuple):
         return None
     pieces = []
     for f in fields.fields:
-        k = at.get(f) if isinstance(f, E.Var) else None
+        k = place.get(f) if isinstance(f, E.Var) else None
         if k is None or uses[f] != 1 or k in pieces or not _may_write(out[k].value, residuals):
             return None
         shape = getattr(f.type, "shape", None)
