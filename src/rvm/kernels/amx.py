@@ -42,6 +42,7 @@ from rvm.kernels.cpu import amx_tiles, cpu
 from rvm.kernels.epilogue import tile, tile_rows
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import floats_at, ints_at
+from rvm.kernels.reference.bf16 import STEP_PAIRS
 
 __all__ = [
     "AMX",
@@ -60,7 +61,7 @@ __all__ = [
 AMX = amx_tiles()
 """Whether the bf16 products run on AMX tiles in this process (compiled in: the features
 Numba compiles for name AMX only where the OS granted the tiles, `rvm.kernels.cpu`)."""
-TILE = 16  # a tile's rows, its float32 columns, its pairs of depth
+TILE = STEP_PAIRS  # a tile's rows (its pairs of depth, a step's), its float32 columns
 BLOCK_ROWS = 2 * TILE  # rows of C a `block` computes at most: two A tiles
 BLOCK_COLS = 2 * TILE  # columns of C a `block` computes at most: two B tiles
 _PACKED_ROW = 4 * BLOCK_COLS  # bytes of a pair row of packed B

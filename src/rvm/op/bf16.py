@@ -199,7 +199,7 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     if source and source_at:  # another's plane, its words copied into this one's phases
         if attrs["groups"] != 1:
             raise IRError("conv2d_bf16: reads a pair plane only with one group")
-        _check_residual_plane(x, (x.shape[0] if x.shape else None, *source), source_at, "input")
+        _check_plane(x, (x.shape[0] if x.shape else None, *source), source_at, "input")
     elif source:
         kernel, padding, dilation = attrs["kernel"], attrs["padding"], attrs["dilation"]
         want = ((source[0] + 1) // 2, *plane_shape(source, kernel, padding, dilation))
@@ -255,7 +255,7 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     shape = (x.shape[0], None if w.shape is None else w.shape[0], *spatial)
     residual_plane = attrs.get("residual_plane", ())
     if residual is not None and residual_plane:
-        _check_residual_plane(residual, shape, residual_plane)
+        _check_plane(residual, shape, residual_plane)
     elif residual is not None:
         res = residual
         if res.dtype not in (None, "float32") or (
@@ -278,7 +278,7 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     return TensorType(shape, "float32")
 
 
-def _check_residual_plane(res: TensorType, shape: tuple, at: tuple, what: str = "residual") -> None:
+def _check_plane(res: TensorType, shape: tuple, at: tuple, what: str = "residual") -> None:
     """A residual (or an input: ``what``) given as the pair plane of an image (``shape``,
     NCHW) with padding ``at`` (top, left): int32, a word a channel pair, room for the image."""
     co, oh, ow = shape[1:]

@@ -72,8 +72,9 @@ apart, so AMX's walk loads them as a tile straight from the plane
 (`rvm.kernels.amx.block`'s ``b_steps``) instead of packing B through the table of taps."""
 
 STEP_PAIRS = 16
-"""The pairs of depth of a step of AMX's walk (a tile's rows: `rvm.kernels.amx.TILE`): a
-group of a multiple of twice as many channels may take ``"taps"`` (`conv_pairing`)."""
+"""The pairs of depth of a step of AMX's walk, a tile's rows (`rvm.kernels.amx.TILE` is
+this): a group of a multiple of twice as many channels may take ``"taps"``
+(`conv_pairing`)."""
 
 
 def conv_pairing(channels: int, kw: int, kh: int = 1, taps: bool = False) -> str:
