@@ -1,5 +1,5 @@
 """Anchor stages of the bf16 products: ``dense_bf16``, ``dense_packed_bf16`` and ``conv2d_bf16``
-(`rvm.op.bf16`).
+(`rvm.op.bf16`), and of the max pool on their pair planes, ``max_pool2d_pairs``.
 
 Each calls the kernel library's bf16 entry (`rvm.kernels.bf16`, `rvm.kernels.bf16conv`: the
 activations rounded and packed per call, the weight's bf16 bits as they are, float32 sums;
@@ -23,6 +23,8 @@ from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 from rvm.op.bf16 import INPUTS, PAIRINGS, PROLOGUES, split_operands
+from rvm.op.conv import pad_pairs
+from rvm.op.shapes import window_out_dim
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
 # of the weight, float32 out (and the convolution's float32 bias, residual -- a pair plane's
@@ -143,6 +145,38 @@ def _as_floats(kb: KernelBuilder, array: str) -> str:
     return name
 
 
+def _pool(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    """``max_pool2d_pairs``: `rvm.kernels.bf16pool` through its entry point, the plane's words
+    (and a plane out's) passed as float32 bits."""
+    (x,) = args
+    source, source_at, plane = attrs["source"], attrs["source_at"], attrs["plane"]
+    if x.dtype != "int32" or out != ("int32" if plane else "float32"):
+        raise Unsupported(f"{kb.op} of {x.dtype} to {out}")
+    (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
+    pads = pad_pairs(attrs["padding"], 2)
+    oh, ow = (
+        window_out_dim(kb.op, size, k, s, p, d, attrs["ceil_mode"])
+        for size, k, s, p, d in zip(source[1:], (kh, kw), (sh, sw), pads, (dh, dw))
+    )  # fmt: skip
+    c = source[0]
+    dims = (x.dims[0], str(c), str(oh), str(ow))
+    if plane:
+        dims = (x.dims[0], str((c + 1) // 2), str(plane[2]), str(plane[3]))
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        xv = _as_floats(kb, kb.materialize(x, "int32"))
+        ov = _as_floats(kb, t.array) if plane else t.array
+        params = (c, source[1], source[2], *source_at, kh, kw, sh, sw, dh, dw, pads[0][0],
+                  pads[1][0], oh, ow, *(plane[:2] or (-1, 0)), int(attrs["signed"]))  # fmt: skip
+        kb.call_entry("max_pool2d_pairs", (xv, ov), params, entry.variant(["float32"] * 2))
+
+    t.fill = fill
+    return t
+
+
 compute[ops.dense_bf16] = _dense
+compute[ops.max_pool2d_pairs] = _pool
 compute[ops.conv2d_bf16] = _conv
 compute[ops.dense_packed_bf16] = _packed

@@ -11,6 +11,7 @@ from rvm.kernels.reference.common import _bf16_values, _like, _round_bf16, bf16_
 from rvm.kernels.reference.conv import _conv
 from rvm.kernels.reference.elemwise import gelu, relu
 from rvm.kernels.reference.packed import dense_packed
+from rvm.kernels.reference.pool import max_pool2d
 
 __all__ = [
     "INPUTS",
@@ -22,6 +23,7 @@ __all__ = [
     "conv_pairs",
     "dense_bf16",
     "dense_packed_bf16",
+    "max_pool2d_pairs",
     "pack_pairs",
     "pair_depth",
     "pair_plane",
@@ -253,6 +255,18 @@ def conv2d_bf16(
     if activation in ("gelu", "gelu_tanh"):
         return gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
     return y
+
+
+def max_pool2d_pairs(x, *, pool_size, strides, padding, dilation, ceil_mode, source,
+                     source_at, plane=(), signed=True):  # fmt: skip
+    """`max_pool2d` of the ``source`` ``(c, h, w)`` image whose pair plane ``x`` is (its
+    padding ``source_at``): float32 NCHW, or with ``plane`` ``(pt, pl, hq, wq)`` the next
+    convolution's pair plane of it (`pair_plane`). bf16 values' maximum is one of them, so
+    the result is exact; ``signed`` False says the values are no less than +0 (the kernel
+    may then compare their bits), which this reference does not need."""
+    image = plane_image(x, *source, *source_at)
+    y = max_pool2d(image, pool_size, strides, padding, dilation, ceil_mode)
+    return pair_plane(y, *plane) if plane else y
 
 
 def pack_pairs(weight, transposed, panel):
