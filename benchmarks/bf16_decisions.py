@@ -1,19 +1,21 @@
-"""Two decisions of the bf16 pass, each made both ways for whole models in one process: a
+"""Three decisions of the bf16 pass, each made both ways for whole models in one process: a
 direct stride-1 convolution's weight tap by tap on AMX (``pairing="taps"``,
-`rvm.kernels.reference.bf16.conv_pairing`), and a channel concatenation of convolutions read
-only by convolutions as a concatenation of their pair planes (`rvm.transform.bf16_joins`).
+`rvm.kernels.reference.bf16.conv_pairing`), a channel concatenation of convolutions read
+only by convolutions as a concatenation of their pair planes, and a max pool between bf16
+convolutions on their pair planes (``max_pool2d_pairs``; both `rvm.transform.bf16_joins`).
 
 Run: ``python benchmarks/bf16_decisions.py [--only squeezenet,resnet50] [--repeat 41]``.
 
-Per model (random weights, `common.light_model_files`), four executables compiled with
-``precision="bf16"``: neither decision taken ("base"), each alone, and both (what
-`rvm.compile` does); every one's outputs checked against float32's first (the bound of
+Per model (random weights, `common.light_model_files`), executables compiled with
+``precision="bf16"``: no decision taken ("base"), each alone, and all three ("all": what
+`rvm.compile` does), and all but the pools (the last decision's gain where the others are
+taken); every one's outputs checked against float32's first (the bound of
 `benchmarks/precision.py`, 3e-2 of the largest), then interleaved medians of whole calls in
 the compiled exec mode, each turn after 20 ms of calls (`interleaved_medians`' ``warm_s``),
 at rvm's default threads. Kernel changes cannot be measured this way (one library a
 process), but a pass's choices can, free of the spread between processes on a shared host
 (10-20% here, against a few % in one process). Prints the milliseconds and each one's time
-over the base's; writes ``benchmarks/results/bf16_decisions.json`` (``--name``). Both
+over the base's; writes ``benchmarks/results/bf16_decisions.json`` (``--name``). The
 decisions only change anything where the CPU has AMX's tiles (taps) and bf16 dot products.
 """
 
@@ -33,28 +35,36 @@ from rvm.transform import bf16_joins
 from rvm.transform import to_bf16 as to_bf16_module
 
 BOUND = 3e-2  # bf16's largest error against float32, of the largest output (the issue's)
-WAYS = {
-    "base": (False, False), "taps": (True, False), "concat": (False, True), "both": (True, True)
+WAYS = {  # (taps, concat, pools)
+    "base": (False, False, False), "taps": (True, False, False), "concat": (False, True, False),
+    "pools": (False, False, True), "all_but_pools": (True, True, False), "all": (True, True, True),
 }  # fmt: skip
 
 
-def _compiled(mod: rvm.IRModule, taps: bool, concat: bool) -> rvm.Executable:
-    """``mod`` in bf16 with the taps order and the concatenated planes as given."""
-    pairing, writers = to_bf16_module.conv_pairing, bf16_joins._writers
+def _compiled(mod: rvm.IRModule, taps: bool, concat: bool, pools: bool) -> rvm.Executable:
+    """``mod`` in bf16 with the taps order, the concatenated planes and the pools on planes
+    as given."""
+    pairing, writers, pooled = to_bf16_module.conv_pairing, bf16_joins._writers, bf16_joins._pools
 
     def no_taps(c: int, kw: int, kh: int = 1, taps_: bool = False) -> str:
         return pairing(c, kw, kh, taps_ and taps)
 
     def no_concat(out, i, at, uses, residuals):  # type: ignore[no-untyped-def]
-        if not concat and not bf16_joins._is_conv(out[i].value):
+        value = out[i].value
+        if not concat and getattr(value, "callee", None) is rvm.op.ops.concat:
             return None
         return writers(out, i, at, uses, residuals)
 
+    def no_pools(value):  # type: ignore[no-untyped-def]
+        return pools and pooled(value)
+
     to_bf16_module.conv_pairing, bf16_joins._writers = no_taps, no_concat
+    bf16_joins._pools = no_pools
     try:
         return rvm.compile(mod, precision="bf16")
     finally:
         to_bf16_module.conv_pairing, bf16_joins._writers = pairing, writers
+        bf16_joins._pools = pooled
 
 
 def _first(out):  # type: ignore[no-untyped-def]
@@ -74,8 +84,8 @@ def main() -> None:
         mod = rvm.from_onnx(str(path))
         full = _first(rvm.VirtualMachine(rvm.compile(mod), exec_mode="compiled")["main"](*inputs))
         vms = {}
-        for way, (taps, concat) in WAYS.items():
-            vm = rvm.VirtualMachine(_compiled(mod, taps, concat), exec_mode="compiled")
+        for way, decisions in WAYS.items():
+            vm = rvm.VirtualMachine(_compiled(mod, *decisions), exec_mode="compiled")
             err = np.abs(_first(vm["main"](*inputs)) - full).max() / np.abs(full).max()
             if not err <= BOUND:
                 raise AssertionError(f"{name} {way}: {err:.2e} of float32's largest output")

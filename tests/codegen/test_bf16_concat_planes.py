@@ -3,9 +3,10 @@ modules: two expansions joined, read by the next squeeze) is a concatenation of 
 (`rvm.transform.bf16_joins.pair_planes`): each piece writes its channel pairs of the readers'
 plane -- at batch 1 straight into the joined plane's storage (`rvm.transform.concat_plan`),
 else joined by the concat kernel as int32 -- and the readers read it as it lies. One read by a
-pool, or with a piece of an odd number of channels, stays float32. The tests run every exec
-mode and kernel backend against the NumPy references of the same bf16 program (tight) and of
-the float32 one (the accuracy bf16 costs)."""
+pool whose result is the program's output, or with a piece of an odd number of channels,
+stays float32 (a pool that only convolutions read reads planes: test_bf16_pool_planes.py).
+The tests run every exec mode and kernel backend against the NumPy references of the same bf16
+program (tight) and of the float32 one (the accuracy bf16 costs)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from rvm.kernels import entry, parfor, workpool
 from rvm.kernels.jitting import jit
-from rvm.kernels.planes import U
+from rvm.kernels.planes import U, copy
 from rvm.kernels.qsplit import F32
 
 __all__ = ["max_pool2d_pairs", "max_pool2d_pairs_call"]
@@ -72,8 +72,7 @@ def _pairs(x16, out, lo, hi, geo):  # type: ignore[no-untyped-def]
     # values no less than +0 are read in place where the plane's own padding (zeros, which
     # never win there) holds the pool's; else copied, as keys, into a plane padded with the
     # least key: as wide as the plane's rows (one flat run copies them) where the windows fit
-    in_place = not keyed and spt >= pt and spl >= pl and spt - pt + hp <= hq_in
-    in_place = in_place and spl - pl + wp <= wq_in
+    in_place = not keyed and spl >= pl
     width = wq_in if (in_place or wq_in >= wp) else wp
     w2 = 2 * width
     keys = np.full(0 if in_place else hp * w2 + 2, _LOW, np.int16)
@@ -106,8 +105,8 @@ def _pairs(x16, out, lo, hi, geo):  # type: ignore[no-untyped-def]
             o_next = oh * ow if 2 * p2 + 1 < c else 0
         plane = 2 * k * hq_in * wq_in
         at = U(0)
-        if in_place:
-            at = U(plane + 2 * ((spt - pt) * wq_in + spl - pl))
+        if in_place:  # image row r's padded column 0 at ``at + r * w2``
+            at = U(plane + 2 * (spt * wq_in + spl - pl))
         elif width == wq_in and r1 > r0:
             # key (r + pt, x + pl) is word (spt + r, spl + x): one run from the image's first
             # row to its last, the plane's own padding words then set to the least key
@@ -141,22 +140,36 @@ def _pairs(x16, out, lo, hi, geo):  # type: ignore[no-untyped-def]
         # the taps' along them as one flat run (its windows across a row's end never read)
         n_h = U((oh - 1) * vs + 2 * (ow - 1) * sw + 2)
         for p in range(oh):
-            top, row = at + U(p * sh * w2), U(p * vs)
-            last = top + U((kh - 1) * dh * w2)  # the window's last row
-            run = U(2 * wp)
+            row, r = U(p * vs), p * sh - pt  # the window's first row (of the image)
+            i0, i1 = 0, kh  # the window's rows read: in place, the image's only
+            if in_place and dh == 1:
+                i0, i1 = max(0, -r), min(kh, h - r)
+                r += i0
+            elif in_place:
+                i0 = max(0, (dh - 1 - r) // dh)
+                i1 = min(kh, (h - r + dh - 1) // dh)
+                r += i0 * dh
+            else:
+                r += pt  # the keys' rows are the padded image's
+            top = at + U(r * w2)
+            last = top + U((i1 - i0 - 1) * dh * w2)
+            run = min(U(2 * wp), U(src.size) - last)
             if last + U(vs) <= U(src.size):  # whole vectors, past the row's end (unused)
                 run = U(vs)
-            if kh == 3:  # the common window: its rows in one pass
+            if i1 - i0 == 3:  # the common window: its rows in one pass
                 d1 = top + U(dh * w2)
                 for q in range(run):
                     v[row + q] = max(max(src[top + q], src[d1 + q]), src[last + q])
             else:
                 for q in range(run):
                     v[row + q] = src[top + q]
-                for i in range(1, kh):
+                for i in range(1, i1 - i0):
                     first = top + U(i * dh * w2)
                     for q in range(run):
                         v[row + q] = max(v[row + q], src[first + q])
+            if in_place:  # columns past the image's (the next row's, or past the plane)
+                for q in range(row + U(2 * (pl + w)), row + U(2 * wp)):
+                    v[q] = _LOW
         if kw == 3:  # a tap is a word on: two halves
             t1, t2 = U(2 * dw), U(4 * dw)
             if keyed:
@@ -252,7 +265,7 @@ def max_pool2d_pairs(x, out, c, h, w, spt, spl, kh, kw, sh, sw, dh, dw, pt, pl, 
     job = np.empty(_JOB, np.int64)
     job[0], job[1], job[2] = _JOB, x16.ctypes.data, x16.size
     job[3], job[4], job[5], job[6] = o32.ctypes.data, o32.size, step, pairs_all
-    job[7:] = geo
+    copy(job[7:], geo, _GEO)
     _run(F32, -(-pairs_all // step), job)
 
 

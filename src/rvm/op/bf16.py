@@ -318,11 +318,9 @@ def _infer_pool(call_: Call, args: list[TensorType]) -> Type:
     source, plane = a["source"], a["plane"]
     n = x.shape[0] if x.shape is not None and len(x.shape) == 4 else None
     _check_plane(x, (n, *source), a["source_at"], "input", name)
-    spatial = [
-        window_out_dim(name, source[1 + i], a["pool_size"][i], a["strides"][i], pads,
-                       a["dilation"][i], a["ceil_mode"])  # fmt: skip
-        for i, pads in enumerate(pad_pairs(a["padding"], 2))
-    ]
+    windows = zip(source[1:], a["pool_size"], a["strides"], pad_pairs(a["padding"], 2),
+                  a["dilation"])  # fmt: skip
+    spatial = [window_out_dim(name, *w, a["ceil_mode"]) for w in windows]
     if not plane:
         return TensorType((n, source[0], *spatial), "float32")
     if plane[2] < plane[0] + spatial[0] or plane[3] < plane[1] + spatial[1]:

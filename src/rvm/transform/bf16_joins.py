@@ -46,16 +46,33 @@ def pair_planes(
     else ``p`` takes none. A channel concatenation of such convolutions (``p``s of an even
     number of channels, used only there: squeezenet's fire modules) so read is a
     concatenation of their planes, each writing its pairs of the readers' plane (in place,
-    `rvm.transform.concat_plan`). The program's inputs and outputs stay float32. Returns
+    `rvm.transform.concat_plan`). A 2-d max pool of such a ``p`` (or concatenation) whose
+    result only such convolutions read reads ``p``'s plane and writes theirs
+    (``max_pool2d_pairs``), comparing bits where every piece ends in a ReLU (``signed``
+    False): a maximum of bf16 values is one of them, so the readers get the values they got.
+    The program's inputs and outputs stay float32. Returns
     the new bindings and how many convolutions write planes (one only added, as a 1 x 1
     would read it: ResNet's first block's main path, added by its projection)."""
-    readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's conv readers and their roles
+    readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's readers and their roles
     for j, b in enumerate(bindings):
         if _is_conv(b.value):
             _, residual, _ = split_operands(b.value.args[2:], b.value.attrs.get("prologue", "none"))
             for role, arg in (("x", b.value.args[0]), ("residual", residual)):
                 if isinstance(arg, E.Var):
                     readers.setdefault(arg, []).append((j, role))
+    for j, b in enumerate(bindings):  # a pool whose result only convolutions read
+        if _pools(b.value) and isinstance(b.value.args[0], E.Var):
+            shape = getattr(b.var.type, "shape", None)
+            found = readers.get(b.var, [])
+            if (
+                shape is not None
+                and all(isinstance(d, int) for d in shape[1:])
+                and found
+                and len(found) == uses[b.var]
+                and all(role == "x" and _plane_for(bindings[k].value, tuple(shape[1:]))
+                        is not None for k, role in found)
+            ):  # fmt: skip
+                readers.setdefault(b.value.args[0], []).append((j, "pool"))
     place = {b.var: i for i, b in enumerate(bindings)}
     out = list(bindings)
     count = 0
@@ -66,6 +83,7 @@ def pair_planes(
             continue
         sources = [j for j, role in found if role == "x"]
         added = [j for j, role in found if role == "residual"]
+        pools = [j for j, role in found if role == "pool"]
         if added and not (residuals and all(_adds(out[j].value) for j in added)):
             continue
         shape = getattr(b.var.type, "shape", None)
@@ -76,12 +94,15 @@ def pair_planes(
         if None in wants:
             continue
         # the plane its first stride-1 reader reads, or a 1 x 1's (no padding): the others
-        # copy its words into their own phases (``source_at``)
+        # copy its words into their own phases (``source_at``), a pool reads any (in place,
+        # or through a copy where its padding is not the plane's: a plane of the pool's
+        # padding made resnet50's stem write rows wider than its image, 1.07x its time)
         own = [g for g in wants if g != _ANY]
         plane = own[0] if own else (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
         for k in pieces:
             p = _rebuilt(out[k].value, plane=plane)
             out[k] = E.VarBinding(E.Var(out[k].var.name, p.type), p)
+        relu = all(_no_negatives(out[k].value) for k in pieces)
         if pieces != [i]:  # a concatenation: of the planes, through its tuple
             t = place[out[i].value.args[0]]
             fields = E.Tuple([out[k].var for k in pieces])
@@ -100,6 +121,9 @@ def pair_planes(
         for j in added:
             q = _rebuilt(out[j].value, residual=var, residual_plane=plane[:2])
             out[j] = E.VarBinding(out[j].var, q)
+        for j in pools:  # float32 out, until its own readers make it write their plane
+            q = _pooled(out[j].value, var, source, plane[:2], signed=not relu)
+            out[j] = E.VarBinding(out[j].var, q)
         count += len(pieces)
     return out, count
 
@@ -114,6 +138,8 @@ def _writers(
     value = out[i].value
     if _is_conv(value):
         return [i] if _may_write(value, residuals) else None
+    if isinstance(value, E.Call) and value.callee is ops.max_pool2d_pairs:
+        return [i] if not value.attrs["plane"] else None
     if not (isinstance(value, E.Call) and value.callee is ops.concat and value.attrs["axis"] == 1):
         return None
     t = value.args[0]
@@ -158,6 +184,28 @@ def _plane_for(q: E.Call, source: tuple) -> tuple | None:
     return (attrs["padding"][0], attrs["padding"][1], hq, wq)
 
 
+def _pools(value: E.Expr) -> bool:
+    """Whether ``value`` is a 2-d max pool (NCHW) that may read a pair plane instead."""
+    return isinstance(value, E.Call) and value.callee is ops.max_pool2d
+
+
+def _no_negatives(value: E.Call) -> bool:
+    """Whether ``value`` (a convolution or a pool on pair planes) has no value below +0."""
+    if value.callee is ops.max_pool2d_pairs:
+        return not value.attrs["signed"]
+    return value.attrs["activation"] == "relu"
+
+
+def _pooled(pool: E.Call, x: E.Var, source: tuple, at: tuple, signed: bool) -> E.Call:
+    """``pool`` (a ``max_pool2d``) as a ``max_pool2d_pairs`` of ``x``, the pair plane of its
+    ``source`` image with padding ``at``, float32 out, typed."""
+    a = pool.attrs
+    new = op.max_pool2d_pairs(x, source, at, a["pool_size"], a["strides"], a["padding"],
+                              a["dilation"], a["ceil_mode"], signed=signed)  # fmt: skip
+    infer_type(new)
+    return new
+
+
 def _adds(conv: E.Call) -> bool:
     """Whether ``conv`` adds a residual (or may take a pair plane's) as AMX's walk stores its
     blocks: no panels, at most a ReLU after (`rvm.kernels.bf16conv.conv2d`)."""
@@ -185,9 +233,13 @@ _CONV_ATTRS = (
 
 
 def _rebuilt(conv: E.Call, **changes) -> E.Call:
-    """``conv`` (a ``conv2d_bf16``) with ``changes`` to its operands (``x``, ``w``, ``bias``,
-    ``residual``, ``affine``) or attributes, typed."""
+    """``conv`` (a ``conv2d_bf16``, or a ``max_pool2d_pairs``) with ``changes`` to its operands
+    (``x``, ``w``, ``bias``, ``residual``, ``affine``) or attributes, typed."""
     attrs = conv.attrs
+    if conv.callee is ops.max_pool2d_pairs:
+        new = op.max_pool2d_pairs(conv.args[0], **{**attrs, **changes})
+        infer_type(new)
+        return new
     prologue = attrs.get("prologue", "none")
     bias, residual, affine = split_operands(conv.args[2:], prologue)
     parts = dict(x=conv.args[0], w=conv.args[1], bias=bias, residual=residual, affine=affine,
