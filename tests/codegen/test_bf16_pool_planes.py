@@ -188,3 +188,19 @@ def test_pools_on_planes_in_every_exec_mode(pooled, exec_mode: str, kernels: str
         near_both(got, rvm.interpret(_converted(mod), "main", x), rvm.interpret(mod, "main", x))
         for g, b in zip(got, before["main"](x)):  # the float32 pool's, bit for bit
             np.testing.assert_array_equal(np.asarray(g), np.asarray(b))
+
+
+def test_pools_on_planes_saved_and_loaded(pooled, tmp_path) -> None:
+    """A saved executable with pools on pair planes loads and runs as it ran, in the bytecode
+    and native modes (the pool's entry point, `rvm.kernels.bf16pool`, linked at load)."""
+    mod, compiled = pooled
+    n = mod["main"].params[0].type.shape[0]
+    path = tmp_path / "pooled.rvmx"
+    compiled["jit"].save(str(path))
+    loaded = rvm.load_executable(str(path))
+    x = np.random.default_rng(4).standard_normal((n, 16, 15, 15)).astype(F32)
+    want = rvm.VirtualMachine(compiled["jit"])["main"](x)
+    for mode in ("bytecode", "native"):
+        got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](x)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
