@@ -22,9 +22,7 @@ from rvm.jit.views import array_view
 from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
-from rvm.op.bf16 import INPUTS, PAIRINGS, PROLOGUES, split_operands
-from rvm.op.conv import pad_pairs
-from rvm.op.shapes import window_out_dim
+from rvm.op.bf16 import INPUTS, PAIRINGS, PROLOGUES, pooled_size, split_operands
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
 # of the weight, float32 out (and the convolution's float32 bias, residual -- a pair plane's
@@ -153,11 +151,7 @@ def _pool(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     if x.dtype != "int32" or out != ("int32" if plane else "float32"):
         raise Unsupported(f"{kb.op} of {x.dtype} to {out}")
     (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
-    pads = pad_pairs(attrs["padding"], 2)
-    oh, ow = (
-        window_out_dim(kb.op, size, k, s, p, d, attrs["ceil_mode"])
-        for size, k, s, p, d in zip(source[1:], (kh, kw), (sh, sw), pads, (dh, dw))
-    )  # fmt: skip
+    oh, ow = pooled_size(attrs)
     c = source[0]
     dims = (x.dims[0], str(c), str(oh), str(ow))
     if plane:
@@ -168,8 +162,9 @@ def _pool(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         t.array = kb.buffer(dims, out, t.array)
         xv = _as_floats(kb, kb.materialize(x, "int32"))
         ov = _as_floats(kb, t.array) if plane else t.array
-        params = (c, source[1], source[2], *source_at, kh, kw, sh, sw, dh, dw, pads[0][0],
-                  pads[1][0], oh, ow, *(plane[:2] or (-1, 0)), int(attrs["signed"]))  # fmt: skip
+        out_at = plane[:2] or (-1, 0)  # -1: float32 NCHW out
+        params = (c, source[1], source[2], *source_at, kh, kw, sh, sw, dh, dw,
+                  *attrs["padding"][:2], oh, ow, *out_at, int(attrs["signed"]))  # fmt: skip
         kb.call_entry("max_pool2d_pairs", (xv, ov), params, entry.variant(["float32"] * 2))
 
     t.fill = fill

@@ -310,6 +310,15 @@ def _check_plane(
         )
 
 
+def pooled_size(attrs: dict) -> tuple[int, int]:
+    """The output's height and width of a ``max_pool2d_pairs`` (its ``attrs``), written once
+    for its type rule and its jit stage."""
+    windows = zip(attrs["source"][1:], attrs["pool_size"], attrs["strides"],
+                  pad_pairs(attrs["padding"], 2), attrs["dilation"])  # fmt: skip
+    h, w = (window_out_dim("max_pool2d_pairs", *win, attrs["ceil_mode"]) for win in windows)
+    return h, w
+
+
 @rule(ops.max_pool2d_pairs)
 def _infer_pool(call_: Call, args: list[TensorType]) -> Type:
     name = "max_pool2d_pairs"
@@ -318,9 +327,7 @@ def _infer_pool(call_: Call, args: list[TensorType]) -> Type:
     source, plane = a["source"], a["plane"]
     n = x.shape[0] if x.shape is not None and len(x.shape) == 4 else None
     _check_plane(x, (n, *source), a["source_at"], "input", name)
-    windows = zip(source[1:], a["pool_size"], a["strides"], pad_pairs(a["padding"], 2),
-                  a["dilation"])  # fmt: skip
-    spatial = [window_out_dim(name, *w, a["ceil_mode"]) for w in windows]
+    spatial = pooled_size(a)
     if not plane:
         return TensorType((n, source[0], *spatial), "float32")
     if plane[2] < plane[0] + spatial[0] or plane[3] < plane[1] + spatial[1]:
