@@ -42,8 +42,8 @@ CASES = {
 
 
 def _image(rng, shape, signed: bool) -> np.ndarray:
-    """Random bf16 values (as float32); with ``signed``, of both signs and with -0, +-inf;
-    else a ReLU's (no value below +0)."""
+    """Random bf16 values (as float32); with ``signed``, of both signs and with -0, +-inf and
+    NaNs of both signs (which win); else a ReLU's (no value below +0)."""
     x = _round_bf16(rng.standard_normal(shape).astype(np.float32))
     if not signed:
         return np.maximum(x, 0)
@@ -51,6 +51,8 @@ def _image(rng, shape, signed: bool) -> np.ndarray:
     flat[::7] = -0.0
     flat[3::97] = -np.inf
     flat[5::101] = np.inf
+    flat[11::211] = np.nan
+    flat[13::223] = -np.nan  # x86's default NaN: its sign bit set
     return x
 
 
@@ -71,7 +73,7 @@ def test_the_kernel_against_the_reference(case: str, signed: bool, planed: bool)
         outside = pair_plane(np.ones_like(want), 1, 1, oh + 3, ow + 2) == 0
         assert not out[outside].any()  # the words around the image are 0
     else:
-        out = np.full((n, c, oh, ow), np.nan, np.float32)
+        out = np.full((n, c, oh, ow), 7, np.float32)
         pool_kernel(plane.view(np.float32), out, *args, -1, 0, signed)
         np.testing.assert_array_equal(out, want)
 

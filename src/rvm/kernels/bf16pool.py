@@ -43,8 +43,18 @@ _LOW = np.int16(-32768)  # the least key: what the padding holds, never the maxi
 @jit(inline="always", **_OPTS)
 def _key(s):  # type: ignore[no-untyped-def]
     """bf16 bits ``s`` (int16) as a key whose signed order is the values' order: a negative
-    value's magnitude bits flipped (its own inverse). Each step cast back to 16 bits, so that
-    LLVM keeps the loops on 16-bit lanes."""
+    value's magnitude bits flipped; a NaN the greatest key (NaN wins, as in
+    `rvm.op.max_pool2d`). Each step cast back to 16 bits, so that LLVM keeps the loops on
+    16-bit lanes."""
+    if np.int16(s & np.int16(0x7FFF)) > np.int16(0x7F80):
+        return np.int16(0x7FFF)
+    return _flip(s)
+
+
+@jit(inline="always", **_OPTS)
+def _flip(s):  # type: ignore[no-untyped-def]
+    """`_key` but for NaNs, both ways: a negative value's magnitude bits flipped (its own
+    inverse; the greatest key, a NaN's, stays a NaN's bits)."""
     return np.int16(s ^ np.int16(np.int16(s >> np.int16(15)) & np.int16(0x7FFF)))
 
 
@@ -174,7 +184,7 @@ def _pairs(x16, out, lo, hi, geo):  # type: ignore[no-untyped-def]
             t1, t2 = U(2 * dw), U(4 * dw)
             if keyed:
                 for s in range(n_h):
-                    hm[s] = _key(max(max(v[s], v[s + t1]), v[s + t2]))
+                    hm[s] = _flip(max(max(v[s], v[s + t1]), v[s + t2]))
             else:
                 for s in range(n_h):
                     hm[s] = max(max(v[s], v[s + t1]), v[s + t2])
@@ -187,7 +197,7 @@ def _pairs(x16, out, lo, hi, geo):  # type: ignore[no-untyped-def]
                     hm[s] = max(hm[s], v[s + off])
             if keyed:
                 for s in range(n_h):
-                    hm[s] = _key(hm[s])
+                    hm[s] = _flip(hm[s])
         # all of it written out in this loop, no function of the arrays: each call took and
         # dropped references to them (atomic operations: 18% of the time at 27 x 27)
         step = U(sw)
