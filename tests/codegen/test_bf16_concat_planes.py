@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bf16_checks import near_both
+from bf16_checks import bindings_of, converted, near_both
 
 import rvm
 from rvm import op
 from rvm.ir import Builder, Tuple, Var, const, tensor
 from rvm.transform import to_bf16 as to_bf16_module
-from rvm.transform.pipeline import default_passes, run_pipeline
-from rvm.transform.to_bf16 import to_bf16
 
 F32 = "float32"
 
@@ -50,27 +48,12 @@ def _fires(n: int) -> rvm.IRModule:
     return bb.get()
 
 
-def _converted(mod: rvm.IRModule) -> rvm.IRModule:
-    passes = default_passes()
-    before = passes[: [n for n, _ in passes].index("legalize")]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(to_bf16_module, "native_way", lambda: "bf16")  # on any CPU
-        return to_bf16(run_pipeline(mod, before))
-
-
-def _named(mod: rvm.IRModule, name: str) -> list:
-    return [
-        b for b in mod["main"].body.bindings
-        if getattr(getattr(b.value, "callee", None), "name", None) == name
-    ]  # fmt: skip
-
-
 def test_a_concatenation_read_by_convolutions_joins_pair_planes() -> None:
-    converted = _converted(_fires(1))
-    joined, pooled, odd = _named(converted, "concat")
+    bf16 = converted(_fires(1))
+    joined, pooled, odd = bindings_of(bf16, "concat")
     assert joined.var.type.dtype == "int32" and joined.var.type.shape == (1, 32, 15, 14)
     assert pooled.var.type.dtype == odd.var.type.dtype == "float32"
-    convs = [b.value for b in _named(converted, "conv2d_bf16")]
+    convs = [b.value for b in bindings_of(bf16, "conv2d_bf16")]
     first_fire, second_squeeze = convs[1:3], convs[3]
     assert all(c.attrs["plane"] == (0, 0, 15, 14) for c in first_fire)
     assert second_squeeze.attrs["source"] == (64, 14, 14)
@@ -100,4 +83,4 @@ def test_joined_planes_in_every_exec_mode(fires, exec_mode: str, kernels: str) -
     inputs = [rng.standard_normal((n, 24, 14, 14)).astype(F32) for _ in range(2)]
     results = [vm["main"](x) for x in inputs]  # a later call leaves the earlier results be
     for x, got in zip(inputs, results):
-        near_both(got, rvm.interpret(_converted(mod), "main", x), rvm.interpret(mod, "main", x))
+        near_both(got, rvm.interpret(converted(mod), "main", x), rvm.interpret(mod, "main", x))

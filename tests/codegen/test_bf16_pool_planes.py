@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bf16_checks import near_both
+from bf16_checks import bindings_of, converted, near_both
 
 import rvm
 from rvm import op
@@ -22,8 +22,6 @@ from rvm.kernels.reference.bf16 import _round_bf16, pair_plane, plane_image
 from rvm.kernels.reference.pool import max_pool2d
 from rvm.transform import bf16_joins
 from rvm.transform import to_bf16 as to_bf16_module
-from rvm.transform.pipeline import default_passes, run_pipeline
-from rvm.transform.to_bf16 import to_bf16
 
 F32 = "float32"
 
@@ -129,26 +127,12 @@ def _pooled(n: int) -> rvm.IRModule:
     return bb.get()
 
 
-def _converted(mod: rvm.IRModule) -> rvm.IRModule:
-    passes = default_passes()
-    before = passes[: [n for n, _ in passes].index("legalize")]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(to_bf16_module, "native_way", lambda: "bf16")  # on any CPU
-        return to_bf16(run_pipeline(mod, before))
-
-
-def _calls(mod: rvm.IRModule, name: str) -> list:
-    return [
-        b.value for b in mod["main"].body.bindings
-        if getattr(getattr(b.value, "callee", None), "name", None) == name
-    ]  # fmt: skip
-
-
 def test_a_pool_between_convolutions_reads_and_writes_pair_planes() -> None:
-    converted = _converted(_pooled(1))
-    relu_pool, signed_pool = _calls(converted, "max_pool2d_pairs")
-    (output_pool,) = _calls(converted, "max_pool2d")  # the program's output: float32
-    first, second, third, after_relu, after_signed = _calls(converted, "conv2d_bf16")
+    bf16 = converted(_pooled(1))
+    relu_pool, signed_pool = (b.value for b in bindings_of(bf16, "max_pool2d_pairs"))
+    (output_pool,) = (b.value for b in bindings_of(bf16, "max_pool2d"))  # an output: float32
+    convs = [b.value for b in bindings_of(bf16, "conv2d_bf16")]
+    first, second, third, after_relu, after_signed = convs
     # the ReLU's pool: its padding not the plane's (a 1 x 1's: whole rows), so read through
     # a copy; written as the 1 x 1's
     assert first.attrs["plane"] == (0, 0, 16, 15) and relu_pool.attrs["source_at"] == (0, 0)
@@ -187,7 +171,7 @@ def test_pools_on_planes_in_every_exec_mode(pooled, exec_mode: str, kernels: str
     inputs = [rng.standard_normal((n, 16, 15, 15)).astype(F32) for _ in range(2)]
     results = [vm["main"](x) for x in inputs]  # a later call leaves the earlier results be
     for x, got in zip(inputs, results):
-        near_both(got, rvm.interpret(_converted(mod), "main", x), rvm.interpret(mod, "main", x))
+        near_both(got, rvm.interpret(converted(mod), "main", x), rvm.interpret(mod, "main", x))
         for g, b in zip(got, before["main"](x)):  # the float32 pool's, bit for bit
             np.testing.assert_array_equal(np.asarray(g), np.asarray(b))
 
