@@ -28,7 +28,7 @@ vectors apart). At two threads, plane to plane, against the float32 pool of the 
 Everything a channel pair does is written out in one loop, no function of the arrays called
 per pair or row: each such call took and dropped Numba's references, atomic operations, 18%
 of the time at 27 x 27.
-Channel pairs are split over rvm's threads when the plane is large (`rvm.kernels.parfor`:
+Channel pairs are split over rvm's threads when the pool is large (`rvm.kernels.parfor.chunks`:
 the task ``bf16_pool``). Kernels call the pool through its entry point ``max_pool2d_pairs``
 (`rvm.kernels.entry`).
 """
@@ -38,7 +38,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from rvm.kernels import entry, parfor, workpool
+from rvm.kernels import entry, parfor
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, copy
 from rvm.kernels.qsplit import F32
@@ -46,7 +46,6 @@ from rvm.kernels.qsplit import F32
 __all__ = ["max_pool2d_pairs", "max_pool2d_pairs_call"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-SPLIT_MIN = 1 << 17  # plane bytes a piece keeps at least when a pool is split
 _LOW = np.int16(-32768)  # the least key: what the padding holds, never the maximum
 
 
@@ -275,12 +274,12 @@ def max_pool2d_pairs(x, out, c, h, w, spt, spl, kh, kw, sh, sw, dh, dw, pt, pl, 
                     1 if planed else 0, opt, opl, out.shape[2], out.shape[3],
                     1 if signed else 0), np.int64)  # fmt: skip
     pairs_all = n * c2
-    threads = parfor.threads()
-    parts = min(pairs_all, (4 * x.size) // SPLIT_MIN, 4 * threads)
-    if threads < 2 or parts < 2 or workpool.busy():
+    # cut as `rvm.kernels.pool` cuts a float32 pool: the values read and the windows' taps
+    chunks = parfor.chunks(n * c * (h * w + oh * ow * kh * kw), pairs_all)
+    if chunks <= 1:
         _pairs(x16, o32, 0, pairs_all, geo)
         return
-    step = -(-pairs_all // parts)
+    step = -(-pairs_all // chunks)
     job = np.empty(_JOB, np.int64)
     job[0], job[1], job[2] = _JOB, x16.ctypes.data, x16.size
     job[3], job[4], job[5], job[6] = o32.ctypes.data, o32.size, step, pairs_all
