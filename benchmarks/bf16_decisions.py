@@ -35,19 +35,23 @@ from rvm.transform import bf16_joins
 from rvm.transform import to_bf16 as to_bf16_module
 
 BOUND = 3e-2  # bf16's largest error against float32, of the largest output (the issue's)
-WAYS = {  # (taps, concat, pools)
-    "base": (False, False, False), "taps": (True, False, False), "concat": (False, True, False),
-    "pools": (False, False, True), "all_but_pools": (True, True, False), "all": (True, True, True),
+WAYS = {  # (taps, concat, pools, tiles)
+    "base": (False, False, False, False), "taps": (True, False, False, False),
+    "concat": (False, True, False, False), "pools": (False, False, True, False),
+    "all_but_pools": (True, True, False, True), "all_but_tiles": (True, True, True, False),
+    "all": (True, True, True, True),
 }  # fmt: skip
 
 
-def _compiled(mod: rvm.IRModule, taps: bool, concat: bool, pools: bool) -> rvm.Executable:
-    """``mod`` in bf16 with the taps order, the concatenated planes and the pools on planes
-    as given."""
+def _compiled(
+    mod: rvm.IRModule, taps: bool, concat: bool, pools: bool, tiles: bool
+) -> rvm.Executable:
+    """``mod`` in bf16 with the taps order, the concatenated planes, the pools on planes and
+    the weights in tiles (the walk turned around) as given."""
     pairing, writers, pooled = to_bf16_module.conv_pairing, bf16_joins._writers, bf16_joins._pools
 
-    def no_taps(c: int, kw: int, kh: int = 1, taps_: bool = False) -> str:
-        return pairing(c, kw, kh, taps_ and taps)
+    def no_taps(c: int, kw: int, kh: int = 1, taps_: bool = False, out: int = 0) -> str:
+        return pairing(c, kw, kh, taps_ and taps, out if tiles else 0)
 
     def no_concat(out, i, at, uses, residuals):  # type: ignore[no-untyped-def]
         value = out[i].value
@@ -76,7 +80,9 @@ def main() -> None:
     parser.add_argument("--only", default="squeezenet,resnet50,inception_v2,vgg19")
     parser.add_argument("--repeat", type=int, default=41)
     parser.add_argument("--name", default="bf16_decisions")
+    parser.add_argument("--ways", default=",".join(WAYS), help="of " + ", ".join(WAYS))
     args = parser.parse_args()
+    ways = {w: WAYS[w] for w in ["base", *args.ways.split(",")]}
     print(machine_line())
     rows = []
     for name in args.only.split(","):
@@ -84,7 +90,7 @@ def main() -> None:
         mod = rvm.from_onnx(str(path))
         full = _first(rvm.VirtualMachine(rvm.compile(mod), exec_mode="compiled")["main"](*inputs))
         vms = {}
-        for way, decisions in WAYS.items():
+        for way, decisions in ways.items():
             vm = rvm.VirtualMachine(_compiled(mod, *decisions), exec_mode="compiled")
             err = np.abs(_first(vm["main"](*inputs)) - full).max() / np.abs(full).max()
             if not err <= BOUND:
@@ -94,11 +100,11 @@ def main() -> None:
             {way: (lambda f=f, xs=inputs: f(*xs)) for way, f in vms.items()},
             repeat=args.repeat, warm_s=0.02,
         )  # fmt: skip
-        row = {"model": name, **{f"{w}_ms": times[w] * 1e3 for w in WAYS}}
-        row.update({f"{w}_ratio": times[w] / times["base"] for w in WAYS})
+        row = {"model": name, **{f"{w}_ms": times[w] * 1e3 for w in ways}}
+        row.update({f"{w}_ratio": times[w] / times["base"] for w in ways})
         rows.append(row)
         print(f"{name:14s} " + "  ".join(
-            f"{w} {row[f'{w}_ms']:7.3f} ms ({row[f'{w}_ratio']:.3f})" for w in WAYS))  # fmt: skip
+            f"{w} {row[f'{w}_ms']:7.3f} ms ({row[f'{w}_ratio']:.3f})" for w in ways))  # fmt: skip
     write_results(args.name, {"machine": machine(), "repeat": args.repeat, "rows": rows})
 
 

@@ -465,17 +465,20 @@ TAPS = _taps_model()
 @pytest.mark.parametrize("amx", [True, False], ids=["amx", "vectors"])
 def test_taps_first_on_amx(amx: bool, exec_mode: str, monkeypatch) -> None:
     """On AMX a stride-1 direct convolution whose pairs fill whole steps takes its weight tap
-    by tap (``pairing`` ``"taps"``: the walk's tiles then load from the plane), a strided one
-    channel pair by channel pair (their phases' tiles load faster packed); elsewhere all
-    channel by channel. Either program runs on any CPU, in every exec mode, near the NumPy
-    reference of the same bf16 program and within the bound of the float32 one."""
+    by tap, in tiles where its output channels fill bands of 32 (``pairing`` ``"tiles"``: the
+    walk turned around, `rvm.kernels.amxconv`), else as rows (``"taps"``: the walk's tiles
+    load from the plane); a strided one channel pair by channel pair (their phases' tiles
+    load faster packed); elsewhere all channel by channel. Either program runs on any CPU
+    (a weight in tiles where the walk is not turned is turned back into rows), in every exec
+    mode, near the NumPy reference of the same bf16 program and within the bound of the
+    float32 one."""
     monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: amx)
     converted = _converted(TAPS)
     first, b, c = (x.value for x in converted["main"].body.bindings if _is(x, "conv2d_bf16"))
     assert first.attrs["panel"] == b.attrs["panel"] == 0 and b.attrs["source"]
-    taps = "taps" if amx else "channels"
+    tiles, taps = ("tiles", "taps") if amx else ("channels", "channels")
     assert (first.attrs["pairing"], b.attrs["pairing"], c.attrs["pairing"]) == (
-        taps, taps, "channels")  # fmt: skip
+        tiles, taps, "channels")  # fmt: skip
     ex = _compiled(TAPS, "bf16")
     x = np.random.default_rng(6).standard_normal((1, 64, 18, 18)).astype(F32)
     got = rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x)

@@ -52,6 +52,9 @@ __all__ = [
     "BLOCK_OUT",
     "TILE",
     "block",
+    "block_out",
+    "configure",
+    "release",
     "pack_a",
     "pack_b",
     "packs_b",
@@ -86,7 +89,7 @@ _PTR = _I8.as_pointer()
 
 
 @intrinsic
-def _configure(typingctx, scratch):  # type: ignore[no-untyped-def]
+def configure(typingctx, scratch):  # type: ignore[no-untyped-def]
     """Loads the tile configuration: palette 1, all eight tiles 16 rows of 64 bytes (written
     into the 64 bytes at the int64 address ``scratch`` first)."""
 
@@ -103,7 +106,7 @@ def _configure(typingctx, scratch):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
-def _release(typingctx):  # type: ignore[no-untyped-def]
+def release(typingctx):  # type: ignore[no-untyped-def]
     """Releases the tiles (back to their initial state: no tile state saved on a switch)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -119,7 +122,7 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
     """``C[32, 32] (+)= A @ B`` over ``steps`` steps of 16 pairs of depth (``acc``: add to
     C; ``tall`` 0: rows 0-15 only, ``wide`` 0: columns 0-15 only, the other tiles neither
     loaded, multiplied nor stored), on int64 addresses, the tiles configured
-    (`_configure`): A's tile of rows 0-15 at
+    (`configure`): A's tile of rows 0-15 at
     ``a0 + s * astep`` in step ``s``, of rows 16-31 at ``a1 + s * astep``, its rows ``lda``
     bytes apart; B's tile of columns 0-15 at ``b0 + s * bstep``, of columns 16-31 at ``b1 + s
     * bstep``, its pair rows ``ldb`` bytes apart, or with ``b_steps`` (the address of an int64
@@ -358,7 +361,7 @@ BLOCK_OUT = 10
 
 
 @jit(**_OPTS)
-def _block_out(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-untyped-def]
+def block_out(edge, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-untyped-def]
     """A block's float32 sums (``rows`` x ``cols`` at ``edge``, rows `BLOCK_COLS` floats
     apart: output channels ``i0`` on at the run's positions ``j0`` on), each plus its
     channel's bias (at ``bias``, 0: none) and the residual, then ReLU'd with ``relu``, into
@@ -428,7 +431,7 @@ def _walk(
     slower) C is a convolution's output
     rows, and each block, summed into the scratch, goes from there into the output the record
     describes -- the next convolution's pair plane, rounded, or a float32 image -- its bias,
-    residual (float32, or a pair plane's) and ReLU applied in the same pass (`_block_out`; a
+    residual (float32, or a pair plane's) and ReLU applied in the same pass (`block_out`; a
     GELU, with no residual, before it): the float32 sums never leave L1 (``c``, ``ldc``,
     ``acc`` and ``res`` unused)."""
     if m1 <= m0 or n <= 0:
@@ -451,7 +454,7 @@ def _walk(
     at_b, at_a = at, at + sizes[0]
     at_b1, at_edge = at_a + sizes[1], at_a + sizes[1] + sizes[2]
     edge = floats_at(at_edge)
-    _configure(at_edge + sizes[3])
+    configure(at_edge + sizes[3])
     band, packed_col = -1, -1  # the band packed at ``at_a``, the block at ``at_b1``
     epilogue = bias != 0 or act != 0 or res != 0
     for q0 in range(0, n, chunk * BLOCK_COLS):
@@ -503,7 +506,7 @@ def _walk(
                 if act > 1:  # a GELU first; a bias and ReLU as the sums are rounded
                     tile_rows(at_edge, BLOCK_COLS, rows, cols, bias + 4 * i0 if bias else 0,
                               act, 0)  # fmt: skip
-                _block_out(at_edge, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
+                block_out(at_edge, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
                 continue
             if rows % TILE == 0 and cols % TILE == 0:  # whole tiles: C as it lies
                 block(a0, a1, a_row, a_step, b0, b1, b_row, b_step, steps, at_c, 4 * ldc, acc,
@@ -528,7 +531,7 @@ def _walk(
                 else:
                     at_bias = bias + 4 * i0 if bias != 0 else 0
                     tile_rows(at_c, ldc, rows, cols, at_bias, act, at_res)
-    _release()
+    release()
     alive(room)
     alive(b_steps)
 

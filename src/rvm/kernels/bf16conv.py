@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import amx, parfor, workpool
+from rvm.kernels import amx, amxconv, parfor, workpool
 from rvm.kernels.bf16gemm import (
     BLOCK_BYTES,
     CONV_SPLIT_MIN,
@@ -64,12 +64,12 @@ from rvm.kernels.bf16planes import (
     pair_plane,
     phase_slots,
     plane_count,
+    read_rows,
     rows_to_pairs,
     tap_table,
     widened,
 )
 from rvm.kernels.bf16turned import turned_group
-from rvm.kernels.direct_tile import read_line
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import alive, jit
@@ -83,7 +83,7 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _NONE4, _NONE3 = (0, 0, 0, 0), (0, 0, 0)  # conv2d's ``to`` and ``of``: no pair plane
 _NONE2 = (0, 0)  # conv2d's ``before``: no prologue
 # Plane rows (words) past which a block's new rows are read ahead of its first band
-# (`_read_rows`), measured on Zen 4 (one thread, the GEMM's walk over a 3.3 MB plane alone):
+# (`read_rows`), measured on Zen 4 (one thread, the GEMM's walk over a 3.3 MB plane alone):
 # up to 161 words (644 bytes) the hardware's prefetchers kept that band fed (213-220 GF/s),
 # from 169 to 177 words on they did not (187-196); on narrower rows the read pass only cost
 # (1-4 %: resnet50's 1 x 1s at 56 x 56, vgg19's 3 x 3s at 112 x 112).
@@ -112,7 +112,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     buffer of wide rows (two threads). A plane larger than a
     block (``job[26]`` its planes, ``job[27]`` their rows; 0: none, or rows no wider than
     `READ_AHEAD_ROW`) comes from beyond L2: each block's plane rows the previous one did not
-    read are read first (`_read_rows`)."""
+    read are read first (`read_rows`)."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
     c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
     bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
@@ -137,7 +137,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
         if job[26] != 0:
             reach = job[27] - job[11]  # the plane rows past a block's last output row
             first = yb + reach if yb > y0 else yb
-            _read_rows(plane, job[26], job[27] * wp, first * wp, min(job[27], ye + reach) * wp)
+            read_rows(plane, job[26], job[27] * wp, first * wp, min(job[27], ye + reach) * wp)
         b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
         if planed:
             c_run, ldc = at_rows, ld_rows
@@ -149,8 +149,12 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
             else:
                 out[1] = job[31] + 4 * yb * job[16]
             out[7] = res + 4 * (yb * job[30] + (job[32] if job[28] == 2 else 0))
-            amx.walk(a, lda, co0, co1, b_run, 4, NR, table, 1, c_run, ldc, run, k2, 0, bias,
-                     act, 0, 0, out.ctypes.data)  # fmt: skip
+            if job[33] > 0:  # turned around: the positions as A's rows
+                amxconv.walk(a, co0, co1, b_run, table, job[33], k2, job[34], run, bias, act,
+                             out.ctypes.data)  # fmt: skip
+            else:
+                amx.walk(a, lda, co0, co1, b_run, 4, NR, table, 1, c_run, ldc, run, k2, 0, bias,
+                         act, 0, 0, out.ctypes.data)  # fmt: skip
             continue
         walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
              0 if late else act, r_run)  # fmt: skip
@@ -170,21 +174,6 @@ def _walks_out(act, residual):  # type: ignore[no-untyped-def]
     output's (else summed into a float32 buffer of wide rows, 3.3 MB for a 7 x 7 stem, then
     compacted). On AMX, with at most a ReLU after a residual."""
     return amx.AMX and (not residual or act <= 1)
-
-
-@jit(**_OPTS)
-def _read_rows(plane, planes, size, w0, w1):  # type: ignore[no-untyped-def]
-    """Words [w0, w1) of each of the ``planes`` planes of ``size`` words at ``plane``, read
-    one load a cache line (`read_line`) into L2 before a block's first band of channels
-    reads them. That band otherwise fetched them from memory at the pace of its products,
-    and on rows wider than about 160 words it waited for them: vgg19's 64 -> 64 3 x 3 at 224
-    x 224 (plane rows 225 words, 3.3 MB of plane) ran its first band at ~100 GF/s against
-    ~215 on rows of 113 words, 167 GF/s in all, the hardware's prefetchers not keeping up
-    (measured on Zen 4, one thread; the other bands, on L2, ran at ~222 either way)."""
-    for i in range(planes):
-        at = plane + 4 * i * size
-        for w in range(w0, w1, LINE):
-            read_line(at + 4 * w)
 
 
 @jit(**_OPTS)
@@ -213,12 +202,13 @@ def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 # stride; the bias's address (its group's first channel; 0: none), the activation's index;
 # the residual's address (as the output's; 0: none); the next convolution's pair plane's
 # address (0: none), its padding top and left, its height and width (`rows_to_pairs`); the
-# plane's planes when its rows are read ahead (`_read_rows`; 0: not) and their rows; the
+# plane's planes when its rows are read ahead (`read_rows`; 0: not) and their rows; the
 # residual's kind (`amx.BLOCK_OUT`: 1 float32 as the output, 2 a pair plane, its address then
 # the image's channel pair's), its channels' stride and its rows' width (a pair plane's:
 # words); the output image's address (its group's first channel); a pair plane residual's
-# words before its image's first.
-_DIRECT_JOB = 33
+# words before its image's first; the taps of the walk turned around (`amxconv`; 0: not), and
+# the words between the plane's channel pairs.
+_DIRECT_JOB = 35
 
 
 def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
@@ -299,6 +289,8 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
         job[28] = 1
     if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair
         copy(job[21:], epilogue[3:], 5)
+    cg2 = epilogue[13] if epilogue.size > 13 else 0  # a weight in tiles: its pairs a tap
+    job[33], job[34] = k2 // cg2 if cg2 > 0 else 0, hq * wq
     if wide.size == 0:
         job[6], job[7] = at_out, oh * ow
     else:
@@ -388,9 +380,11 @@ def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_sh
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
         raise ValueError("bf16 conv2d: the channels do not divide into the groups")
-    if pairing < 0 or pairing > 2:
+    if pairing < 0 or pairing > 3:
         raise ValueError("bf16 conv2d: unknown pairing index")
     cg = c // groups
+    if pairing == 3 and (groups != 1 or co % 32 or cg % 32):  # `amxconv`'s bands and steps
+        raise ValueError("bf16 conv2d: a weight in tiles needs one group, channels in 32s")
     if w.shape[1] != _pair_depth(cg, kh, kw, pairing):
         raise ValueError("bf16 conv2d: the weight's depth is not channel pairs x kernel")
     if out.shape[0] != n or out.shape[1] != co_out:
@@ -535,6 +529,11 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     # positions past a row's end (their taps run on into the next row)
     hq = oh + ((kh - 1) * dh) // sh + 1
     wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
+    # a weight in tiles: the walk turned around (`amxconv`) where it puts its blocks itself
+    turned = pairing == 3 and amx.AMX and panel == 0 and groups == 1
+    turned = turned and _walks_out(act, res.size != 0) and (planed_out or kind == 2 or wq > ow)
+    if pairing == 3 and not turned:
+        wc = amxconv.rows_of(wc, kh * kw)
     if planed_in and (x.shape[1] != cg2 or x.shape[2] != hq or x.shape[3] != wq):
         raise ValueError("bf16 conv2d: the input's pair plane is not this convolution's")
     # with a pair plane out, the float32 rows are scratch: a block's (direct: `_direct`) or
@@ -543,7 +542,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     oc = scratch if planed_out else np.ascontiguousarray(out)
     phases = 0 if planed_in else plane_count(cg2, kh, kw, dh, dw, sh, sw, columns)
     plane = np.empty((phases, hq, wq), dtype=np.uint32)
-    table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns, 1 if pairing == 2 else 0)
+    table = tap_table(cg2, kh, kw, dh, dw, sh, sw, hq, wq, columns, 1 if pairing >= 2 else 0)
     geometry = np.array([pt, pl, sh, sw, kh, dh, kw, dw, before[0], before[1], columns],
                         dtype=np.int64)  # fmt: skip
     # `pair_plane`'s source: a pair plane's height, padding and width, and the image's size
@@ -552,7 +551,8 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     wide = np.empty((og if rows_wide else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
-    epilogue = np.zeros(13, dtype=np.int64)
+    epilogue = np.zeros(14, dtype=np.int64)
+    epilogue[13] = cg2 if turned else 0
     epilogue[0] = bc.ctypes.data if bc.size else 0
     epilogue[1] = act
     epilogue[2] = rc.ctypes.data if rc.size else 0

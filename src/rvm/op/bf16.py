@@ -21,7 +21,9 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   ``w`` holds the same words in its panels of ``panel`` output channels (`turn_pairs`). With
   ``pairing`` ``"columns"`` (`PAIRINGS`) an odd group's last channel pairs its taps along the
   kernel's rows, ``kp = pair_depth(c / groups, kh, kw, 1)`` (not with ``source``); with
-  ``"taps"`` the row's words go tap by tap, each tap's channel pairs in turn.
+  ``"taps"`` the row's words go tap by tap, each tap's channel pairs in turn; with
+  ``"tiles"`` (one group, input and output channels multiples of 32) those words are laid out
+  as the tiles of B of AMX's walk turned around (`tile_pairs`, `rvm.kernels.amxconv`).
   Between two convolutions activations may stay bf16 (`rvm.transform.to_bf16` decides): with
   ``plane`` ``(pt, pl, hq, wq)`` the result is not float32 NCHW but the next convolution's
   *pair plane* (`pair_plane`): int32 ``(n, (co + 1) // 2, hq, wq)``, word ``(c2, pt + y, pl
@@ -251,6 +253,12 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
             raise IRError(
                 f"conv2d_bf16: input {fmt(x.shape)} with groups={groups} and kernel {kernel} "
                 f"does not match weight {fmt(w.shape)}"
+            )
+        if pairing == 3 and (groups != 1 or cin % 32 or w.shape[0] % 32):
+            raise IRError(
+                f"conv2d_bf16: a weight in tiles needs one group and input and output "
+                f"channels multiples of 32, got input {fmt(x.shape)}, weight {fmt(w.shape)} "
+                f"and groups={groups}"
             )
     spatial = [
         window_out_dim(

@@ -333,9 +333,11 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray, way: str) -> E.Call | None:
         return winograd
     panel = _turned_panel(value, x, w, attrs)
     # on AMX a direct stride-1 convolution's taps go first: its tiles then load from the
-    # plane (strided ones read their phases' tiles packed faster: resnet50's 1.03-1.18x)
+    # plane (strided ones read their phases' tiles packed faster: resnet50's 1.03-1.18x),
+    # and where its output channels fill bands of 32 its weight is the tiles of the walk
+    # turned around (`rvm.kernels.amxconv`)
     taps = has_amx_tiles() and not panel and attrs["groups"] == 1 and attrs["strides"] == (1, 1)
-    pairing = conv_pairing(w.shape[1], w.shape[3], w.shape[2], taps)
+    pairing = conv_pairing(w.shape[1], w.shape[3], w.shape[2], taps, w.shape[0])
     rows = bf16_bits(conv_pairs(w.astype(np.float32), PAIRINGS.index(pairing))).view(np.int16)
     if panel:
         rows = turn_pairs(rows, attrs["groups"], panel)

@@ -28,6 +28,8 @@ __all__ = [
     "pair_depth",
     "pair_plane",
     "pair_width",
+    "tile_pairs",
+    "untile_pairs",
     "plane_image",
     "split_operands",
     "turn_pairs",
@@ -60,7 +62,7 @@ def dense_bf16(x, w, input="bf16"):
     return _like(np.matmul(xs, _bf16_values(w)[:, :k].T), np.float32)
 
 
-PAIRINGS = ("channels", "columns", "taps")
+PAIRINGS = ("channels", "columns", "taps", "tiles")
 """How a bf16 convolution's weight row pairs the taps of an odd group's last channel, and in
 which order its words go (the op's ``pairing``; the kernels take its index): ``"channels"``,
 channel pair by channel pair, each pair's taps in turn, the channel past an odd group with a
@@ -71,7 +73,9 @@ pair horizontally adjacent input pixels (`rvm.kernels.bf16planes`): a 3-channel 
 takes 49 + 28 pairs of taps, not 98; ``"taps"``, the channel pairs as ``"channels"``' but tap
 by tap, each tap's channel pairs in turn: a tap's `STEP_PAIRS` pairs lie one plane phase
 apart, so AMX's walk loads them as a tile straight from the plane
-(`rvm.kernels.amx.block`'s ``b_steps``) instead of packing B through the table of taps."""
+(`rvm.kernels.amx.block`'s ``b_steps``) instead of packing B through the table of taps;
+``"tiles"``, ``"taps"``' words laid out as the tiles of B of AMX's walk turned around
+(`rvm.kernels.amxconv`: the positions as A's rows, the weight as B), `tile_pairs`."""
 
 STEP_PAIRS = 16
 """The pairs of depth of a step of AMX's walk, a tile's rows (`rvm.kernels.amx.TILE` is
@@ -79,16 +83,21 @@ this): a group of a multiple of twice as many channels may take ``"taps"``
 (`conv_pairing`)."""
 
 
-def conv_pairing(channels: int, kw: int, kh: int = 1, taps: bool = False) -> str:
+def conv_pairing(
+    channels: int, kw: int, kh: int = 1, taps: bool = False, out_channels: int = 0
+) -> str:
     """The `PAIRINGS` a convolution of ``channels`` input channels a group and a ``kh`` x
     ``kw`` kernel takes: ``"columns"`` when the group is odd and a kernel row has two taps to
     pair (fewer pairs of taps, the plane one or two phases larger); with ``taps`` (the
-    kernel walks AMX's tiles: `rvm.transform.to_bf16`) ``"taps"`` for a kernel of more than
-    one tap whose group's pairs fill whole steps (`STEP_PAIRS`); else ``"channels"``."""
+    kernel walks AMX's tiles: `rvm.transform.to_bf16`), for a kernel of more than one tap
+    whose group's pairs fill whole steps (`STEP_PAIRS`), ``"tiles"`` when its
+    ``out_channels`` fill whole bands of two tiles (the walk turned around,
+    `rvm.kernels.amxconv`), else ``"taps"``; else ``"channels"``."""
     if channels % 2 == 1 and kw > 1:
         return "columns"
     if taps and kh * kw > 1 and channels % (2 * STEP_PAIRS) == 0:
-        return "taps"
+        whole = out_channels > 0 and out_channels % (2 * STEP_PAIRS) == 0
+        return "tiles" if whole else "taps"
     return "channels"
 
 
@@ -117,9 +126,37 @@ def conv_pairs(w, pairing=0):
     even = np.zeros((o, c + (c & 1), kh, kw), dtype=w.dtype)
     even[:, :c] = w
     pairs = even.reshape(o, (c + 1) // 2, 2, kh, kw).transpose(0, 1, 3, 4, 2)
-    if pairing == 2:
+    if pairing >= 2:
         pairs = pairs.transpose(0, 2, 3, 1, 4)
-    return np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
+    rows = np.ascontiguousarray(pairs.reshape(o, pair_depth(c, kh, kw)))
+    return tile_pairs(rows, kh * kw) if pairing == 3 else rows
+
+
+def _tiles(o: int, k2: int, taps: int) -> tuple[int, ...]:
+    """`tile_pairs`' values as (bands, halves, channels, taps, steps, pairs, parity)."""
+    return (o // (2 * STEP_PAIRS), 2, STEP_PAIRS, taps, k2 // taps // STEP_PAIRS, STEP_PAIRS, 2)
+
+
+def tile_pairs(rows, taps):
+    """``"taps"`` rows (``(o, kp)``, `conv_pairs`) as ``"tiles"``: the same shape, each band of
+    32 output channels the tiles of B its steps read in turn (`rvm.kernels.amxconv.walk`),
+    tap by tap, each tap's 16 pairs at a time, the band's first 16 channels' tile then its
+    last 16's: a tile 16 pairs of depth by 16 channels' pairs (words). ``o`` and the channel
+    pairs of a tap whole multiples of 32 and 16."""
+    o, kp = rows.shape
+    values = np.ascontiguousarray(rows).reshape(_tiles(o, kp // 2, taps))
+    tiles = values.transpose(0, 3, 4, 1, 5, 2, 6)  # bands, taps, steps, halves, pairs, channels
+    return np.ascontiguousarray(tiles).reshape(o, kp)
+
+
+def untile_pairs(rows, taps):
+    """`tile_pairs`' inverse."""
+    o, kp = rows.shape
+    shape = _tiles(o, kp // 2, taps)
+    order = (shape[0], shape[3], shape[4], shape[1], shape[5], shape[2], 2)
+    values = np.ascontiguousarray(rows).reshape(order)
+    back = values.transpose(0, 3, 5, 1, 2, 4, 6)  # bands, halves, channels, taps, steps, pairs
+    return np.ascontiguousarray(back).reshape(o, kp)
 
 
 def unpair(rows, c, kh, kw, pairing=0):
@@ -129,7 +166,9 @@ def unpair(rows, c, kh, kw, pairing=0):
         head = (c - 1) * kh * kw
         last = rows[:, head:].reshape(o, 1, kh, -1)[..., :kw]
         return np.concatenate([unpair(rows[:, :head], c - 1, kh, kw), last], axis=1)
-    if pairing == 2:
+    if pairing == 3:
+        rows = untile_pairs(rows, kh * kw)
+    if pairing >= 2:
         pairs = rows.reshape(o, kh, kw, (c + 1) // 2, 2).transpose(0, 3, 4, 1, 2)
     else:
         pairs = rows.reshape(o, (c + 1) // 2, kh, kw, 2).transpose(0, 1, 4, 2, 3)

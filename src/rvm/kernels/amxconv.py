@@ -1,0 +1,298 @@
+"""A bf16 convolution on AMX tiles with the positions as A's rows: the walk turned around.
+
+`rvm.kernels.amx.walk` runs a convolution as ``C = W @ X``: the output channels are A's rows
+(the weight's, as they lie), the positions B's columns, read from the input's pair plane (a
+channel pair's positions in a row of words) a tap at a time. A 3 x 3 tap moves B's rows by
+one or two words, so two of every three taps load rows that straddle cache lines, and a
+tile's 16 pair rows lie a plane apart. Turned around (``C.T = X.T @ W.T``, as oneDNN's
+convolutions run), a tile of A is 16 positions' 16 channel pairs, a position's pairs one
+64-byte line, its rows a position's pairs apart; a tap moves it by whole positions, so every
+load is whole lines, and B is the weight laid out as its tiles when the program is compiled
+(``pairing="tiles"``, `rvm.kernels.reference.bf16.tile_pairs`), 2 KB a step of 16 pairs for
+a band of 32 output channels, in L1 while the band runs along the positions. The products
+alone, one thread, inception_v2's 64 -> 192 3 x 3 on 56 x 56: 351 us against 642.
+
+`walk` takes what `rvm.kernels.amx.walk` takes for a convolution whose taps come tap by tap
+(each tap's channel pairs a plane apart: a weight in tiles), with its output record
+(`rvm.kernels.amx.BLOCK_OUT`). It copies the words of the input's pair plane its run reads
+into a scratch of positions by channel pairs (`_gather`: 16 x 16 words at a time, turned in
+registers by `_turn`), then walks each band of 32 output channels along the run's blocks of
+32 positions (`_block`), and puts each block of sums, turned back into channel rows in L1,
+where the record says (`rvm.kernels.amx.block_out`: the next convolution's pair plane or a
+float32 image, with its bias, residual and activation). The sums are the walk's bit for bit
+(the same products in the same order). Where the walk is not turned (no AMX: a program
+saved on a CPU with it), `rows_of` turns the tiles back into rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rvm.kernels.amx import AMX, BLOCK_COLS, TILE, block_out, configure, release
+from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.jitting import alive, jit
+from rvm.kernels.microkernel import ints_at
+
+__all__ = ["rows_of", "walk"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_PTR = _I8.as_pointer()
+_WORDS = ir.VectorType(_I32, TILE)
+_C, _A, _B = (0, 1, 2, 3), (4, 5), (6, 7)  # as `rvm.kernels.amx.block`'s
+_TILE_BYTES = 4 * TILE * TILE  # a tile: 16 rows of 64 bytes
+_STEP = 2 * _TILE_BYTES  # a step of packed B: two tiles, output channels 0-15 then 16-31
+AHEAD = 4  # steps ahead a band's first block of positions fetches the weight's tiles
+
+
+def _declare(builder, name, params):  # type: ignore[no-untyped-def]
+    kind = ir.FunctionType(ir.VoidType(), params)
+    return cgutils.get_or_insert_function(builder.module, kind, name)
+
+
+@intrinsic
+def _block(typingctx, a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_lines):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``C[32, 32] = sum over steps s of A_s @ B_s`` on the configured tiles (int64
+    addresses): A's tile of rows 0-15 at ``a0 + a_steps[s]``, of rows 16-31 at ``a1 +
+    a_steps[s]`` (``a_steps`` the address of an int64 array), its rows ``lda`` bytes apart;
+    B packed, step ``s``'s tile of columns 0-15 at ``b + 2048 s``, of columns 16-31 1024 bytes
+    on, rows 64 bytes apart; C's rows 128 bytes apart at ``c``. ``tall`` 0: rows 0-15 only,
+    ``wide`` 0: columns 0-15 only (the other tiles neither loaded, multiplied nor stored).
+    Spread over its steps, a few a step, it hints L2 to fetch the ``soon_lines`` cache lines
+    from ``soon`` on (0: none): the next band's weight, which otherwise came from memory at
+    the pace of the tile loads waiting for it (resnet50's 512 -> 512 3 x 3 on 7 x 7: a 4.7
+    MB weight for 49 positions)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_lines = args
+        tall = builder.icmp_signed("!=", tall, _I64(0))
+        wide = builder.icmp_signed("!=", wide, _I64(0))
+        present = [None, wide, tall, builder.and_(tall, wide)]
+        load = _declare(builder, "llvm.x86.tileloadd64", [_I8, _PTR, _I64])
+        store = _declare(builder, "llvm.x86.tilestored64", [_I8, _PTR, _I64])
+        dot = _declare(builder, "llvm.x86.tdpbf16ps", [_I8, _I8, _I8])
+        zero = _declare(builder, "llvm.x86.tilezero", [_I8])
+        hint = _declare(builder, "llvm.prefetch.p0", [_PTR, _I32, _I32, _I32])
+        some = builder.select(builder.icmp_signed(">", steps, _I64(0)), steps, _I64(1))
+        each = builder.sdiv(builder.add(soon_lines, builder.sub(some, _I64(1))), some)
+        cp = builder.inttoptr(c, _PTR)
+        cs = [cp, builder.gep(cp, [_I64(64)]), builder.gep(cp, [_I64(2048)])]
+        cs.append(builder.gep(cp, [_I64(2048 + 64)]))
+
+        def each_c(do):  # type: ignore[no-untyped-def]
+            for t in _C:
+                if present[t] is None:
+                    do(t)
+                else:
+                    with builder.if_then(present[t]):
+                        do(t)
+
+        each_c(lambda t: builder.call(zero, [_I8(t)]))
+        with cgutils.for_range(builder, steps) as loop:
+            entry = builder.add(a_steps, builder.mul(loop.index, _I64(8)))
+            shift = builder.load(builder.inttoptr(entry, _I64.as_pointer()))
+            b0 = builder.add(b, builder.mul(loop.index, _I64(_STEP)))
+            first = builder.mul(loop.index, each)
+            last = builder.select(builder.icmp_signed("<", builder.add(first, each), soon_lines),
+                                  builder.add(first, each), soon_lines)  # fmt: skip
+            with cgutils.for_range_slice(builder, first, last, _I64(1)) as (line, _):
+                ahead = builder.add(soon, builder.mul(line, _I64(64)))
+                builder.call(hint, [builder.inttoptr(ahead, _PTR), _I32(0), _I32(2), _I32(1)])
+
+            def at(base):  # type: ignore[no-untyped-def]
+                return builder.inttoptr(base, _PTR)
+
+            builder.call(load, [_I8(_A[0]), at(builder.add(a0, shift)), lda])
+            builder.call(load, [_I8(_B[0]), at(b0), _I64(64)])
+            builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
+            with builder.if_then(wide):
+                builder.call(load, [_I8(_B[1]), at(builder.add(b0, _I64(_TILE_BYTES))), _I64(64)])
+                builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
+            with builder.if_then(tall):
+                builder.call(load, [_I8(_A[1]), at(builder.add(a1, shift)), lda])
+                builder.call(dot, [_I8(_C[2]), _I8(_A[1]), _I8(_B[0])])
+                with builder.if_then(wide):
+                    builder.call(dot, [_I8(_C[3]), _I8(_A[1]), _I8(_B[1])])
+        each_c(lambda t: builder.call(store, [_I8(t), cs[t], _I64(4 * BLOCK_COLS)]))
+        return context.get_dummy_value()
+
+    return nt.void(*(nt.int64,) * 11), codegen
+
+
+@intrinsic
+def _turn(typingctx, src, src_row, rows, cols, dst, dst_row):  # type: ignore[no-untyped-def]
+    """16 x 16 32-bit words turned: row ``i`` of the words at ``dst`` (rows ``dst_row`` bytes
+    apart) is column ``i`` of the ``rows`` x ``cols`` at ``src`` (rows ``src_row`` bytes
+    apart), 0 past them (masked loads: nothing past them is read); int64 addresses. Four
+    rounds of 16 two-vector shuffles, each swapping the off-diagonal blocks of every 2b x 2b
+    block (b = 8, 4, 2, 1)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, src_row, rows, cols, dst, dst_row = args
+        wptr = _WORDS.as_pointer()
+        bits = ir.VectorType(ir.IntType(1), TILE)
+        kind = ir.FunctionType(_WORDS, [wptr, _I32, bits, _WORDS])
+        masked = cgutils.get_or_insert_function(
+            builder.module, kind, f"llvm.masked.load.v{TILE}i32.p0"
+        )
+        lanes = ir.Constant(ir.VectorType(_I64, TILE), list(range(TILE)))
+        undef = ir.Constant(ir.VectorType(_I64, TILE), ir.Undefined)
+        splat = ir.Constant(ir.VectorType(_I32, TILE), [0] * TILE)
+        count = builder.shuffle_vector(builder.insert_element(undef, cols, _I32(0)), undef, splat)
+        inside = builder.icmp_signed("<", lanes, count)
+        none = ir.Constant(bits, [0] * TILE)
+        zeros = ir.Constant(_WORDS, [0] * TILE)
+        loaded = []
+        for i in range(TILE):
+            at = builder.inttoptr(builder.add(src, builder.mul(src_row, _I64(i))), wptr)
+            mask = builder.select(builder.icmp_signed(">", rows, _I64(i)), inside, none)
+            loaded.append(builder.call(masked, [at, _I32(4), mask, zeros]))
+        b = TILE // 2
+        while b >= 1:
+            low = ir.Constant(
+                ir.VectorType(_I32, TILE), [j if not j & b else TILE + j - b for j in range(TILE)]
+            )
+            high = ir.Constant(
+                ir.VectorType(_I32, TILE), [j + b if not j & b else TILE + j for j in range(TILE)]
+            )
+            turned = list(loaded)
+            for r in range(TILE):
+                if not r & b:
+                    x, y = loaded[r], loaded[r + b]
+                    turned[r] = builder.shuffle_vector(x, y, low)
+                    turned[r + b] = builder.shuffle_vector(x, y, high)
+            loaded = turned
+            b //= 2
+        for i in range(TILE):
+            at = builder.add(dst, builder.mul(dst_row, _I64(i)))
+            builder.store(loaded[i], builder.inttoptr(at, wptr), align=4)
+        return context.get_dummy_value()
+
+    return nt.void(*(nt.int64,) * 6), codegen
+
+
+@jit(**_OPTS)
+def rows_of(w, taps):  # type: ignore[no-untyped-def]
+    """The ``"taps"`` rows of the ``"tiles"`` weight ``w`` (int16 ``(o, kp)``,
+    `rvm.kernels.reference.bf16.tile_pairs`), in a new array: for a convolution the turned
+    walk does not take (a CPU without AMX)."""
+    o, kp = w.shape
+    k2 = kp // 2
+    steps = k2 // TILE
+    rows = np.empty((o, kp), np.int16)
+    src, dst = w.ctypes.data, rows.ctypes.data
+    for band in range(o // (2 * TILE)):
+        for s in range(steps):
+            t, g = s // (steps // taps), s % (steps // taps)
+            for h in range(2):
+                at = src + _STEP * (band * steps + s) + h * _TILE_BYTES
+                o0 = band * 2 * TILE + h * TILE
+                _turn(at, 4 * TILE, TILE, TILE, dst + 4 * (o0 * k2 + t * (k2 // taps) + g * TILE),
+                      4 * k2)  # fmt: skip
+    return rows
+
+
+@jit(**_OPTS)
+def _layout(table, taps, k2, size, n):  # type: ignore[no-untyped-def]
+    """`_gather`'s scratch for ``n`` positions: (its phases, positions a phase, channel pairs a
+    position, steps of 16 pairs a tap, the positions the taps read)."""
+    cg2 = k2 // taps
+    groups = (cg2 + TILE - 1) // TILE
+    words = ints_at(table)
+    phase = cg2 * size
+    slots, reach = 1, 0
+    for t in range(taps):
+        first = words[t * cg2]
+        slots = max(slots, first // phase + 1)
+        reach = max(reach, first % phase)
+    span = n + reach
+    room = (span + 2 * BLOCK_COLS - 1) // BLOCK_COLS * BLOCK_COLS  # whole blocks, read past n
+    return slots, room, groups * TILE, groups, span
+
+
+@jit(**_OPTS)
+def _gather(plane, size, cg2, slots, span, room, c2p, to):  # type: ignore[no-untyped-def]
+    """Words [0, span) of the ``slots`` phases' ``cg2`` channel pairs of the pair plane at
+    ``plane`` (int64; phase ``s``'s pair ``c2`` at ``4 * (s * cg2 + c2) * size`` bytes) as
+    positions by pairs at ``to``: phase ``s``'s position ``p`` the ``c2p`` words at ``4 * (s *
+    room + p) * c2p`` bytes, pairs past ``cg2`` 0; 16 positions' 16 pairs at a time, turned in
+    registers (`_turn`)."""
+    for s in range(slots):
+        for g in range(0, c2p, TILE):
+            for p0 in range(0, span, TILE):
+                src = plane + 4 * ((s * cg2 + g) * size + p0)
+                dst = to + 4 * ((s * room + p0) * c2p + g)
+                _turn(src, 4 * size, max(0, min(TILE, cg2 - g)), min(TILE, span - p0), dst,
+                      4 * c2p)  # fmt: skip
+
+
+@jit(**_OPTS)
+def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Output channels [m0, m1) (``m0`` a multiple of 32) at a run of ``n`` positions of a
+    convolution (int64 addresses), turned around: ``C.T = X.T @ W.T`` on AMX's tiles, each 32 x
+    32 block of sums put where the `rvm.kernels.amx.BLOCK_OUT` record ``to`` says, with the
+    bias (at ``bias``, 0: none; one value an output channel) and the activation ``act``, as
+    `rvm.kernels.amx.walk` does with ``to``. ``w`` is the weight's ``"tiles"``
+    (`rvm.kernels.reference.bf16.tile_pairs`); the run's position ``j`` reads tap ``t``'s
+    channel pair ``c2`` at word ``j + table[t * cg2 + c2]`` of the pair plane at ``plane``
+    (a phase's pairs ``size`` words apart), copied first as the positions' rows of
+    A (`_gather`: the words this run reads, on this thread)."""
+    if m1 <= m0 or n <= 0:
+        return
+    cg2 = k2 // taps
+    slots, room, c2p, groups, span = _layout(table, taps, k2, size, n)
+    steps = taps * groups
+    words = ints_at(table)
+    phase = cg2 * size
+    bands = (m1 - m0 + 2 * TILE - 1) // (2 * TILE)
+    # scratch: the positions' pairs, a block of sums, the same turned into channel rows, the
+    # tile configuration; 64-byte aligned
+    sizes = np.array([4 * slots * room * c2p, 4096, 4096, 64])
+    scratch = np.empty((sizes.sum() + 64) // 4, dtype=np.int32)
+    at_x = (scratch.ctypes.data + 63) // 64 * 64
+    at_c, at_e = at_x + sizes[0], at_x + sizes[0] + sizes[1]
+    shifts = np.empty(steps, np.int64)
+    for t in range(taps):
+        first = words[t * cg2]
+        for g in range(groups):
+            shifts[t * groups + g] = 4 * ((first // phase * room + first % phase) * c2p + g * TILE)
+    _gather(plane, size, cg2, slots, span, room, c2p, at_x)
+    configure(at_e + sizes[2])
+    lda_x = 4 * c2p
+    for band in range(bands):
+        i0 = m0 + band * 2 * TILE
+        rows = min(2 * TILE, m1 - i0)
+        at_b = w + _STEP * (i0 // (2 * TILE)) * steps
+        for j0 in range(0, n, BLOCK_COLS):  # C's rows: positions; its columns: channels
+            cols = min(BLOCK_COLS, n - j0)
+            a0 = at_x + lda_x * j0
+            soon, lines = 0, 0
+            if j0 == 0:  # the band's weight from memory: each step's tiles fetched ahead
+                soon, lines = at_b + _STEP * AHEAD, steps * _STEP // 64
+            _block(a0, a0 + lda_x * TILE, lda_x, shifts.ctypes.data, at_b, steps, at_c,
+                   1 if cols > TILE else 0, 1 if rows > TILE else 0, soon, lines)  # fmt: skip
+            for h in range(4):  # positions by channels -> channel rows
+                hp, ho = h // 2, h % 2
+                _turn(at_c + 4 * (TILE * hp * BLOCK_COLS + TILE * ho), 4 * BLOCK_COLS, TILE, TILE,
+                      at_e + 4 * (TILE * ho * BLOCK_COLS + TILE * hp), 4 * BLOCK_COLS)  # fmt: skip
+            if act > 1:  # a GELU first; a bias and ReLU as the sums are rounded
+                tile_rows(at_e, BLOCK_COLS, rows, cols, bias + 4 * i0 if bias else 0, act, 0)
+            block_out(at_e, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
+    release()
+    alive(scratch)
+    alive(shifts)
+
+
+@jit(**_OPTS)
+def _absent(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: ignore[no-untyped-def]  # noqa: E501
+    """Nothing: `walk` where the target has no AMX, never called (a weight in tiles is turned
+    back into rows there, `rows_of`); LLVM cannot even select a tile instruction for such a
+    target."""
+
+
+walk = _walk if AMX else _absent
+"""The turned walk (`_walk`), or where the target has none a stand-in never called."""
