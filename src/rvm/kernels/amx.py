@@ -54,7 +54,10 @@ __all__ = [
     "block",
     "block_out",
     "configure",
+    "lines_a_step",
+    "present_tiles",
     "release",
+    "tile_intrinsics",
     "pack_a",
     "pack_b",
     "packs_b",
@@ -116,6 +119,41 @@ def release(typingctx):  # type: ignore[no-untyped-def]
     return nt.void(), codegen
 
 
+def tile_intrinsics(builder):  # type: ignore[no-untyped-def]
+    """LLVM's tile load, store, product (``tdpbf16ps``) and zeroing, and the prefetch hint,
+    declared in ``builder``'s module."""
+    return (
+        _declare(builder, "llvm.x86.tileloadd64", [_I8, _PTR, _I64]),
+        _declare(builder, "llvm.x86.tilestored64", [_I8, _PTR, _I64]),
+        _declare(builder, "llvm.x86.tdpbf16ps", [_I8, _I8, _I8]),
+        _declare(builder, "llvm.x86.tilezero", [_I8]),
+        _declare(builder, "llvm.prefetch.p0", [_PTR, _I32, _I32, _I32]),
+    )
+
+
+def present_tiles(builder, tall, wide):  # type: ignore[no-untyped-def]
+    """``each_c(do)``, which emits ``do(t)`` for each accumulator tile ``t`` of a 32 x 32
+    block, under the i1 flags ``tall`` (rows 16-31) and ``wide`` (columns 16-31)."""
+    present = [None, wide, tall, builder.and_(tall, wide)]
+
+    def each_c(do):  # type: ignore[no-untyped-def]
+        for t in _C:
+            if present[t] is None:
+                do(t)
+            else:
+                with builder.if_then(present[t]):
+                    do(t)
+
+    return each_c
+
+
+def lines_a_step(builder, lines, steps):  # type: ignore[no-untyped-def]
+    """Of ``lines`` cache lines hinted over a block's ``steps``, how many a step: all of them
+    over the steps (none when there are no steps)."""
+    some = builder.select(builder.icmp_signed(">", steps, _I64(0)), steps, _I64(1))
+    return builder.sdiv(builder.add(lines, builder.sub(some, _I64(1))), some)
+
+
 @intrinsic
 def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide,
           soon, soon_ld, soon_gap, soon_lines, b_steps):  # type: ignore[no-untyped-def]  # fmt: skip
@@ -141,24 +179,9 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
         soon, soon_ld, soon_gap, soon_lines, b_steps = args[14:]
         tall = builder.icmp_signed("!=", tall, _I64(0))
         wide = builder.icmp_signed("!=", wide, _I64(0))
-        present = [None, wide, tall, builder.and_(tall, wide)]
-
-        def each_c(do):  # type: ignore[no-untyped-def]
-            for t in _C:
-                if present[t] is None:
-                    do(t)
-                else:
-                    with builder.if_then(present[t]):
-                        do(t)
-
-        load = _declare(builder, "llvm.x86.tileloadd64", [_I8, _PTR, _I64])
-        store = _declare(builder, "llvm.x86.tilestored64", [_I8, _PTR, _I64])
-        dot = _declare(builder, "llvm.x86.tdpbf16ps", [_I8, _I8, _I8])
-        zero = _declare(builder, "llvm.x86.tilezero", [_I8])
-        hint = _declare(builder, "llvm.prefetch.p0", [_PTR, _I32, _I32, _I32])
-        # lines a step: all of them over the steps (none when there are no steps)
-        some = builder.select(builder.icmp_signed(">", steps, _I64(0)), steps, _I64(1))
-        each = builder.sdiv(builder.add(soon_lines, builder.sub(some, _I64(1))), some)
+        each_c = present_tiles(builder, tall, wide)
+        load, store, dot, zero, hint = tile_intrinsics(builder)
+        each = lines_a_step(builder, soon_lines, steps)
         cp = builder.inttoptr(c, _PTR)
         down = builder.mul(ldc, _I64(TILE))
         cs = [cp, builder.gep(cp, [_I64(64)]), builder.gep(cp, [down])]

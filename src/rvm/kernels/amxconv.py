@@ -32,7 +32,17 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rvm.kernels.amx import AMX, BLOCK_COLS, TILE, block_out, configure, release
+from rvm.kernels.amx import (
+    AMX,
+    BLOCK_COLS,
+    TILE,
+    block_out,
+    configure,
+    lines_a_step,
+    present_tiles,
+    release,
+    tile_intrinsics,
+)
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import ints_at
@@ -47,11 +57,6 @@ _C, _A, _B = (0, 1, 2, 3), (4, 5), (6, 7)  # as `rvm.kernels.amx.block`'s
 _TILE_BYTES = 4 * TILE * TILE  # a tile: 16 rows of 64 bytes
 _STEP = 2 * _TILE_BYTES  # a step of packed B: two tiles, output channels 0-15 then 16-31
 AHEAD = 4  # steps ahead a band's first block of positions fetches the weight's tiles
-
-
-def _declare(builder, name, params):  # type: ignore[no-untyped-def]
-    kind = ir.FunctionType(ir.VoidType(), params)
-    return cgutils.get_or_insert_function(builder.module, kind, name)
 
 
 @intrinsic
@@ -71,26 +76,12 @@ def _block(typingctx, a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_
         a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_lines = args
         tall = builder.icmp_signed("!=", tall, _I64(0))
         wide = builder.icmp_signed("!=", wide, _I64(0))
-        present = [None, wide, tall, builder.and_(tall, wide)]
-        load = _declare(builder, "llvm.x86.tileloadd64", [_I8, _PTR, _I64])
-        store = _declare(builder, "llvm.x86.tilestored64", [_I8, _PTR, _I64])
-        dot = _declare(builder, "llvm.x86.tdpbf16ps", [_I8, _I8, _I8])
-        zero = _declare(builder, "llvm.x86.tilezero", [_I8])
-        hint = _declare(builder, "llvm.prefetch.p0", [_PTR, _I32, _I32, _I32])
-        some = builder.select(builder.icmp_signed(">", steps, _I64(0)), steps, _I64(1))
-        each = builder.sdiv(builder.add(soon_lines, builder.sub(some, _I64(1))), some)
+        each_c = present_tiles(builder, tall, wide)
+        load, store, dot, zero, hint = tile_intrinsics(builder)
+        each = lines_a_step(builder, soon_lines, steps)
         cp = builder.inttoptr(c, _PTR)
         cs = [cp, builder.gep(cp, [_I64(64)]), builder.gep(cp, [_I64(2048)])]
         cs.append(builder.gep(cp, [_I64(2048 + 64)]))
-
-        def each_c(do):  # type: ignore[no-untyped-def]
-            for t in _C:
-                if present[t] is None:
-                    do(t)
-                else:
-                    with builder.if_then(present[t]):
-                        do(t)
-
         each_c(lambda t: builder.call(zero, [_I8(t)]))
         with cgutils.for_range(builder, steps) as loop:
             entry = builder.add(a_steps, builder.mul(loop.index, _I64(8)))
