@@ -1,22 +1,26 @@
-"""Three decisions of the bf16 pass, each made both ways for whole models in one process: a
+"""Four decisions of the bf16 pass, each made both ways for whole models in one process: a
 direct stride-1 convolution's weight tap by tap on AMX (``pairing="taps"``,
-`rvm.kernels.reference.bf16.conv_pairing`), a channel concatenation of convolutions read
-only by convolutions as a concatenation of their pair planes, and a max pool between bf16
-convolutions on their pair planes (``max_pool2d_pairs``; both `rvm.transform.bf16_joins`).
+`rvm.kernels.reference.bf16.conv_pairing`), and in tiles for the walk turned around where its
+channels fill bands of 32 (``pairing="tiles"``, `rvm.kernels.amxconv`), a channel
+concatenation of convolutions read only by convolutions as a concatenation of their pair
+planes, and a max pool between bf16 convolutions on their pair planes (``max_pool2d_pairs``;
+both `rvm.transform.bf16_joins`).
 
-Run: ``python benchmarks/bf16_decisions.py [--only squeezenet,resnet50] [--repeat 41]``.
+Run: ``python benchmarks/bf16_decisions.py [--only squeezenet,resnet50] [--repeat 41]
+[--ways all_but_tiles,all]``.
 
 Per model (random weights, `common.light_model_files`), executables compiled with
-``precision="bf16"``: no decision taken ("base"), each alone, and all three ("all": what
-`rvm.compile` does), and all but the pools (the last decision's gain where the others are
-taken); every one's outputs checked against float32's first (the bound of
-`benchmarks/precision.py`, 3e-2 of the largest), then interleaved medians of whole calls in
-the compiled exec mode, each turn after 20 ms of calls (`interleaved_medians`' ``warm_s``),
-at rvm's default threads. Kernel changes cannot be measured this way (one library a
-process), but a pass's choices can, free of the spread between processes on a shared host
-(10-20% here, against a few % in one process). Prints the milliseconds and each one's time
-over the base's; writes ``benchmarks/results/bf16_decisions.json`` (``--name``). The
-decisions only change anything where the CPU has AMX's tiles (taps) and bf16 dot products.
+``precision="bf16"``: no decision taken ("base"), each of the first three alone, all ("all":
+what `rvm.compile` does), and all but the pools and all but the tiles (each one's gain where
+the others are taken); or the ``--ways`` asked, with the base; every one's outputs checked
+against float32's first (the bound of `benchmarks/precision.py`, 3e-2 of the largest), then
+interleaved medians of whole calls in the compiled exec mode, each turn after 20 ms of calls
+(`interleaved_medians`' ``warm_s``), at rvm's default threads. Kernel changes cannot be
+measured this way (one library a process), but a pass's choices can, free of the spread
+between processes on a shared host (10-20% here, against a few % in one process). Prints the
+milliseconds and each one's time over the base's; writes
+``benchmarks/results/bf16_decisions.json`` (``--name``). The decisions only change anything
+where the CPU has AMX's tiles (taps, tiles) and bf16 dot products.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import rvm
+from rvm import op
+from rvm.errors import IRError
+from rvm.ir import Var, tensor
 from rvm.kernels import amxconv, bf16conv, bf16planes
 from rvm.kernels.reference.bf16 import (
     PAIRINGS,
@@ -112,7 +116,14 @@ def test_tiles_bit_for_bit_the_taps(case: tuple, act: str, blas_threads: int) ->
 
 
 def test_tiles_need_whole_bands() -> None:
-    """A weight in tiles needs one group and its input and output channels multiples of 32."""
+    """A weight in tiles needs one group and its input and output channels multiples of 32:
+    the type rule's error and the kernel's."""
+    x = Var("x", tensor((1, 32, 8, 8), "float32"))
+    ok = op.conv2d_bf16(x, Var("w", tensor((64, 32 * 9), "int16")), kernel=3, pairing="tiles")
+    assert rvm.ir.infer.infer_type(ok) == tensor((1, 64, 6, 6), "float32")
+    bad = op.conv2d_bf16(x, Var("w", tensor((48, 32 * 9), "int16")), kernel=3, pairing="tiles")
+    with pytest.raises(IRError, match="a weight in tiles needs one group"):
+        rvm.ir.infer.infer_type(bad)
     x = np.zeros((1, 32, 8, 8), np.float32)
     w = np.zeros((48, 32 * 9), np.int16)
     out = np.zeros((1, 48, 8, 8), np.float32)

@@ -28,12 +28,12 @@ __all__ = [
     "pair_depth",
     "pair_plane",
     "pair_width",
-    "tile_pairs",
-    "untile_pairs",
     "plane_image",
     "split_operands",
+    "tile_pairs",
     "turn_pairs",
     "unpair",
+    "untile_pairs",
 ]
 
 
