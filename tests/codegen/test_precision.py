@@ -485,6 +485,21 @@ def test_taps_first_on_amx(amx: bool, exec_mode: str, monkeypatch) -> None:
     near_both(got, rvm.interpret(converted, "main", x), rvm.interpret(TAPS, "main", x), 2e-4)
 
 
+def test_tiles_saved_and_loaded(tmp_path) -> None:
+    """A saved bf16 executable whose weights are AMX's tiles (on this CPU's AMX, else its
+    rows) loads and runs as it ran, in every exec mode."""
+    ex = _compiled(TAPS, "bf16")
+    path = tmp_path / "tiles.rvmx"
+    ex.save(str(path))
+    loaded = rvm.load_executable(str(path))
+    x = np.random.default_rng(8).standard_normal((1, 64, 18, 18)).astype(F32)
+    want = rvm.VirtualMachine(ex)["main"](x)
+    for mode in ("bytecode", "compiled", "native"):
+        got = rvm.VirtualMachine(loaded, exec_mode=mode)["main"](x)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match=r"precision must be one of \('fp32', 'bf16', 'int8'\)"):
         rvm.compile(MODEL, precision="fp16")
