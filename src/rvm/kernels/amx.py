@@ -58,6 +58,7 @@ __all__ = [
     "present_tiles",
     "release",
     "tile_intrinsics",
+    "tile_step",
     "pack_a",
     "pack_b",
     "packs_b",
@@ -132,8 +133,11 @@ def tile_intrinsics(builder):  # type: ignore[no-untyped-def]
 
 
 def present_tiles(builder, tall, wide):  # type: ignore[no-untyped-def]
-    """``each_c(do)``, which emits ``do(t)`` for each accumulator tile ``t`` of a 32 x 32
-    block, under the i1 flags ``tall`` (rows 16-31) and ``wide`` (columns 16-31)."""
+    """(``each_c``, ``tall``, ``wide``): the int64 flags ``tall`` (rows 16-31 of a 32 x 32
+    block; 0: rows 0-15 only) and ``wide`` (columns 16-31) as i1, and ``each_c(do)``, which
+    emits ``do(t)`` for each accumulator tile ``t`` present."""
+    tall = builder.icmp_signed("!=", tall, _I64(0))
+    wide = builder.icmp_signed("!=", wide, _I64(0))
     present = [None, wide, tall, builder.and_(tall, wide)]
 
     def each_c(do):  # type: ignore[no-untyped-def]
@@ -144,7 +148,7 @@ def present_tiles(builder, tall, wide):  # type: ignore[no-untyped-def]
                 with builder.if_then(present[t]):
                     do(t)
 
-    return each_c
+    return each_c, tall, wide
 
 
 def lines_a_step(builder, lines, steps):  # type: ignore[no-untyped-def]
@@ -152,6 +156,33 @@ def lines_a_step(builder, lines, steps):  # type: ignore[no-untyped-def]
     over the steps (none when there are no steps)."""
     some = builder.select(builder.icmp_signed(">", steps, _I64(0)), steps, _I64(1))
     return builder.sdiv(builder.add(lines, builder.sub(some, _I64(1))), some)
+
+
+def tile_step(builder, ops, index, each, lines, line_at, a, lda, b, ldb, tall, wide):  # type: ignore[no-untyped-def]  # noqa: E501
+    """A block's step ``index`` (`tile_intrinsics`' ``ops``): its ``each`` of the ``lines``
+    cache lines hinted into L2 (line ``l`` at the int64 ``line_at(l)``), then the loads of its
+    A tiles (``a``: rows 0-15's and 16-31's i8 pointers, rows ``lda`` bytes apart) and B tiles
+    (``b``: columns 0-15's and 16-31's, ``ldb``) interleaved with the four products, each
+    operand loaded just before the product that reads it (the tiles are not renamed: a load
+    waits for the products reading its tile); ``tall`` and ``wide`` (i1) as `present_tiles`'."""
+    load, _, dot, _, hint = ops
+    first = builder.mul(index, each)
+    last = builder.select(builder.icmp_signed("<", builder.add(first, each), lines),
+                          builder.add(first, each), lines)  # fmt: skip
+    with cgutils.for_range_slice(builder, first, last, _I64(1)) as (line, _):
+        ahead = builder.inttoptr(line_at(line), _PTR)
+        builder.call(hint, [ahead, _I32(0), _I32(2), _I32(1)])  # read, into L2, data
+    builder.call(load, [_I8(_A[0]), a[0], lda])
+    builder.call(load, [_I8(_B[0]), b[0], ldb])
+    builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
+    with builder.if_then(wide):
+        builder.call(load, [_I8(_B[1]), b[1], ldb])
+        builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
+    with builder.if_then(tall):
+        builder.call(load, [_I8(_A[1]), a[1], lda])
+        builder.call(dot, [_I8(_C[2]), _I8(_A[1]), _I8(_B[0])])
+        with builder.if_then(wide):
+            builder.call(dot, [_I8(_C[3]), _I8(_A[1]), _I8(_B[1])])
 
 
 @intrinsic
@@ -167,9 +198,8 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
     array; 0: none) at ``b0 + b_steps[s]`` and ``b1 + b_steps[s]`` (a convolution's taps in
     turn, each step's pair rows one tap's, read from the plane: `_stride`); C's rows ``ldc``
     bytes apart. Packed
-    (`pack_a`, `pack_b`) or as the operands lie. The loads and products interleaved so that
-    each product's operands are loaded just before it (the tiles are not renamed: a load
-    waits for the products reading its tile). Spread over its steps, a few a step, the block
+    (`pack_a`, `pack_b`) or as the operands lie, each step's loads and products interleaved
+    (`tile_step`). Spread over its steps, a few a step, the block
     also hints L2 to fetch ``soon_lines`` cache lines (0: none), line ``l`` at ``soon + (l //
     2) * soon_ld + (l % 2) * soon_gap``: `_walk`'s next block of B, its two column groups'
     pair rows in turn."""
@@ -177,10 +207,9 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc, tall, wide = args[:14]
         soon, soon_ld, soon_gap, soon_lines, b_steps = args[14:]
-        tall = builder.icmp_signed("!=", tall, _I64(0))
-        wide = builder.icmp_signed("!=", wide, _I64(0))
-        each_c = present_tiles(builder, tall, wide)
-        load, store, dot, zero, hint = tile_intrinsics(builder)
+        each_c, tall, wide = present_tiles(builder, tall, wide)
+        ops = tile_intrinsics(builder)
+        load, store, _, zero, _ = ops
         each = lines_a_step(builder, soon_lines, steps)
         cp = builder.inttoptr(c, _PTR)
         down = builder.mul(ldc, _I64(TILE))
@@ -211,25 +240,14 @@ def block(typingctx, a0, a1, lda, astep, b0, b1, ldb, bstep, steps, c, ldc, acc,
             def at_b(base):  # type: ignore[no-untyped-def]
                 return builder.inttoptr(builder.add(base, b_off), _PTR)
 
-            first = builder.mul(loop.index, each)
-            last = builder.select(builder.icmp_signed("<", builder.add(first, each), soon_lines),
-                                  builder.add(first, each), soon_lines)  # fmt: skip
-            with cgutils.for_range_slice(builder, first, last, _I64(1)) as (line, _):
+            def line_at(line):  # type: ignore[no-untyped-def]
                 row = builder.mul(builder.ashr(line, _I64(1)), soon_ld)
-                group = builder.mul(builder.and_(line, _I64(1)), soon_gap)
-                ahead = builder.inttoptr(builder.add(soon, builder.add(row, group)), _PTR)
-                builder.call(hint, [ahead, _I32(0), _I32(2), _I32(1)])  # read, into L2, data
-            builder.call(load, [_I8(_A[0]), at(a0, astep), lda])
-            builder.call(load, [_I8(_B[0]), at_b(b0), ldb])
-            builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
-            with builder.if_then(wide):
-                builder.call(load, [_I8(_B[1]), at_b(b1), ldb])
-                builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
-            with builder.if_then(tall):
-                builder.call(load, [_I8(_A[1]), at(a1, astep), lda])
-                builder.call(dot, [_I8(_C[2]), _I8(_A[1]), _I8(_B[0])])
-                with builder.if_then(wide):
-                    builder.call(dot, [_I8(_C[3]), _I8(_A[1]), _I8(_B[1])])
+                return builder.add(soon, builder.add(row, builder.mul(builder.and_(line, _I64(1)),
+                                                                      soon_gap)))  # fmt: skip
+
+            a = (at(a0, astep), at(a1, astep))
+            tile_step(builder, ops, loop.index, each, soon_lines, line_at, a, lda,
+                      (at_b(b0), at_b(b1)), ldb, tall, wide)  # fmt: skip
         each_c(lambda t: builder.call(store, [_I8(t), cs[t], ldc]))
         return context.get_dummy_value()
 

@@ -42,6 +42,7 @@ from rvm.kernels.amx import (
     present_tiles,
     release,
     tile_intrinsics,
+    tile_step,
 )
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import alive, jit
@@ -53,7 +54,6 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _PTR = _I8.as_pointer()
 _WORDS = ir.VectorType(_I32, TILE)
-_C, _A, _B = (0, 1, 2, 3), (4, 5), (6, 7)  # as `rvm.kernels.amx.block`'s
 _TILE_BYTES = 4 * TILE * TILE  # a tile: 16 rows of 64 bytes
 _STEP = 2 * _TILE_BYTES  # a step of packed B: two tiles, output channels 0-15 then 16-31
 AHEAD = 4  # steps ahead a band's first block of positions fetches the weight's tiles
@@ -68,16 +68,15 @@ def _block(typingctx, a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_
     on, rows 64 bytes apart; C's rows 128 bytes apart at ``c``. ``tall`` 0: rows 0-15 only,
     ``wide`` 0: columns 0-15 only (the other tiles neither loaded, multiplied nor stored).
     Spread over its steps, a few a step, it hints L2 to fetch the ``soon_lines`` cache lines
-    from ``soon`` on (0: none): the next band's weight, which otherwise came from memory at
-    the pace of the tile loads waiting for it (resnet50's 512 -> 512 3 x 3 on 7 x 7: a 4.7
-    MB weight for 49 positions)."""
+    from ``soon`` on (0: none): a band's weight `AHEAD` steps ahead on its first block, which
+    otherwise came from memory at the pace of the tile loads waiting for it (resnet50's 512
+    -> 512 3 x 3 on 7 x 7: a 4.7 MB weight for 49 positions)."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_lines = args
-        tall = builder.icmp_signed("!=", tall, _I64(0))
-        wide = builder.icmp_signed("!=", wide, _I64(0))
-        each_c = present_tiles(builder, tall, wide)
-        load, store, dot, zero, hint = tile_intrinsics(builder)
+        each_c, tall, wide = present_tiles(builder, tall, wide)
+        ops = tile_intrinsics(builder)
+        _, store, _, zero, _ = ops
         each = lines_a_step(builder, soon_lines, steps)
         cp = builder.inttoptr(c, _PTR)
         cs = [cp, builder.gep(cp, [_I64(64)]), builder.gep(cp, [_I64(2048)])]
@@ -87,27 +86,15 @@ def _block(typingctx, a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_
             entry = builder.add(a_steps, builder.mul(loop.index, _I64(8)))
             shift = builder.load(builder.inttoptr(entry, _I64.as_pointer()))
             b0 = builder.add(b, builder.mul(loop.index, _I64(_STEP)))
-            first = builder.mul(loop.index, each)
-            last = builder.select(builder.icmp_signed("<", builder.add(first, each), soon_lines),
-                                  builder.add(first, each), soon_lines)  # fmt: skip
-            with cgutils.for_range_slice(builder, first, last, _I64(1)) as (line, _):
-                ahead = builder.add(soon, builder.mul(line, _I64(64)))
-                builder.call(hint, [builder.inttoptr(ahead, _PTR), _I32(0), _I32(2), _I32(1)])
 
             def at(base):  # type: ignore[no-untyped-def]
                 return builder.inttoptr(base, _PTR)
 
-            builder.call(load, [_I8(_A[0]), at(builder.add(a0, shift)), lda])
-            builder.call(load, [_I8(_B[0]), at(b0), _I64(64)])
-            builder.call(dot, [_I8(_C[0]), _I8(_A[0]), _I8(_B[0])])
-            with builder.if_then(wide):
-                builder.call(load, [_I8(_B[1]), at(builder.add(b0, _I64(_TILE_BYTES))), _I64(64)])
-                builder.call(dot, [_I8(_C[1]), _I8(_A[0]), _I8(_B[1])])
-            with builder.if_then(tall):
-                builder.call(load, [_I8(_A[1]), at(builder.add(a1, shift)), lda])
-                builder.call(dot, [_I8(_C[2]), _I8(_A[1]), _I8(_B[0])])
-                with builder.if_then(wide):
-                    builder.call(dot, [_I8(_C[3]), _I8(_A[1]), _I8(_B[1])])
+            a = (at(builder.add(a0, shift)), at(builder.add(a1, shift)))
+            b_tiles = (at(b0), at(builder.add(b0, _I64(_TILE_BYTES))))
+            tile_step(builder, ops, loop.index, each, soon_lines,
+                      lambda line: builder.add(soon, builder.mul(line, _I64(64))), a, lda,
+                      b_tiles, _I64(64), tall, wide)  # fmt: skip
         each_c(lambda t: builder.call(store, [_I8(t), cs[t], _I64(4 * BLOCK_COLS)]))
         return context.get_dummy_value()
 
@@ -189,20 +176,27 @@ def rows_of(w, taps):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def _layout(table, taps, k2, size, n):  # type: ignore[no-untyped-def]
-    """`_gather`'s scratch for ``n`` positions: (its phases, positions a phase, channel pairs a
-    position, steps of 16 pairs a tap, the positions the taps read)."""
+    """`_gather`'s scratch for ``n`` positions through the tap table at ``table``: (its
+    phases, positions a phase, channel pairs a position, the positions the taps read, and
+    each step's offset into it, int64 bytes: tap ``t``'s pairs [16 g, 16 g + 16) at step ``t
+    * ceil(cg2 / 16) + g``)."""
     cg2 = k2 // taps
     groups = (cg2 + TILE - 1) // TILE
+    c2p = groups * TILE
     words = ints_at(table)
     phase = cg2 * size
     slots, reach = 1, 0
     for t in range(taps):
-        first = words[t * cg2]
-        slots = max(slots, first // phase + 1)
-        reach = max(reach, first % phase)
+        slots = max(slots, words[t * cg2] // phase + 1)
+        reach = max(reach, words[t * cg2] % phase)
     span = n + reach
     room = (span + 2 * BLOCK_COLS - 1) // BLOCK_COLS * BLOCK_COLS  # whole blocks, read past n
-    return slots, room, groups * TILE, groups, span
+    shifts = np.empty(taps * groups, np.int64)
+    for t in range(taps):
+        first = words[t * cg2]
+        for g in range(groups):
+            shifts[t * groups + g] = 4 * ((first // phase * room + first % phase) * c2p + g * TILE)
+    return slots, room, c2p, span, shifts
 
 
 @jit(**_OPTS)
@@ -234,11 +228,8 @@ def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: i
     A (`_gather`: the words this run reads, on this thread)."""
     if m1 <= m0 or n <= 0:
         return
-    cg2 = k2 // taps
-    slots, room, c2p, groups, span = _layout(table, taps, k2, size, n)
-    steps = taps * groups
-    words = ints_at(table)
-    phase = cg2 * size
+    slots, room, c2p, span, shifts = _layout(table, taps, k2, size, n)
+    steps = shifts.size
     bands = (m1 - m0 + 2 * TILE - 1) // (2 * TILE)
     # scratch: the positions' pairs, a block of sums, the same turned into channel rows, the
     # tile configuration; 64-byte aligned
@@ -246,12 +237,7 @@ def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: i
     scratch = np.empty((sizes.sum() + 64) // 4, dtype=np.int32)
     at_x = (scratch.ctypes.data + 63) // 64 * 64
     at_c, at_e = at_x + sizes[0], at_x + sizes[0] + sizes[1]
-    shifts = np.empty(steps, np.int64)
-    for t in range(taps):
-        first = words[t * cg2]
-        for g in range(groups):
-            shifts[t * groups + g] = 4 * ((first // phase * room + first % phase) * c2p + g * TILE)
-    _gather(plane, size, cg2, slots, span, room, c2p, at_x)
+    _gather(plane, size, k2 // taps, slots, span, room, c2p, at_x)
     configure(at_e + sizes[2])
     lda_x = 4 * c2p
     for band in range(bands):

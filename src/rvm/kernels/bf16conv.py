@@ -122,8 +122,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     # positions; else each block of rows' float32 sums go to one small buffer and are rounded
     # out of it while in cache (`rows_to_pairs`), never written back to memory
     planed = job[21] != 0
-    in_walk = planed or job[28] == 2 or wp > job[16]  # and wide rows: no `_compact`
-    in_walk = in_walk and _walks_out(act, res != 0)
+    in_walk = _walks_out(act, res != 0, planed or job[28] == 2 or wp > job[16])
     rows = np.empty((co1 - co0 if planed and not in_walk else 0, rows_block * wp), np.float32)
     out = np.empty(amx.BLOCK_OUT, np.int64)
     out[0], out[4], out[5] = 0 if planed else 1, wp, job[16]
@@ -168,12 +167,12 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
 
 
 @jit(inline="always", **_OPTS)
-def _walks_out(act, residual):  # type: ignore[no-untyped-def]
+def _walks_out(act, residual, needed=True):  # type: ignore[no-untyped-def]
     """Whether the direct method's walk puts its blocks where they go itself, from L1
-    (`amx.BLOCK_OUT`): a pair plane out, a pair plane's residual, rows wider than the
-    output's (else summed into a float32 buffer of wide rows, 3.3 MB for a 7 x 7 stem, then
-    compacted). On AMX, with at most a ReLU after a residual."""
-    return amx.AMX and (not residual or act <= 1)
+    (`amx.BLOCK_OUT`), where ``needed``: a pair plane out, a pair plane's residual, rows
+    wider than the output's (else summed into a float32 buffer of wide rows, 3.3 MB for a 7
+    x 7 stem, then compacted). On AMX, with at most a ReLU after a residual."""
+    return needed and amx.AMX and (not residual or act <= 1)
 
 
 @jit(**_OPTS)
@@ -289,8 +288,8 @@ def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: i
         job[28] = 1
     if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair
         copy(job[21:], epilogue[3:], 5)
-    cg2 = epilogue[13] if epilogue.size > 13 else 0  # a weight in tiles: its pairs a tap
-    job[33], job[34] = k2 // cg2 if cg2 > 0 else 0, hq * wq
+    job[33] = epilogue[13] if epilogue.size > 13 else 0  # a weight in tiles: its taps
+    job[34] = hq * wq
     if wide.size == 0:
         job[6], job[7] = at_out, oh * ow
     else:
@@ -530,8 +529,8 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     hq = oh + ((kh - 1) * dh) // sh + 1
     wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
     # a weight in tiles: the walk turned around (`amxconv`) where it puts its blocks itself
-    turned = pairing == 3 and amx.AMX and panel == 0 and groups == 1
-    turned = turned and _walks_out(act, res.size != 0) and (planed_out or kind == 2 or wq > ow)
+    turned = pairing == 3 and panel == 0 and groups == 1
+    turned = turned and _walks_out(act, res.size != 0, planed_out or kind == 2 or wq > ow)
     if pairing == 3 and not turned:
         wc = amxconv.rows_of(wc, kh * kw)
     if planed_in and (x.shape[1] != cg2 or x.shape[2] != hq or x.shape[3] != wq):
@@ -552,7 +551,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
     epilogue = np.zeros(14, dtype=np.int64)
-    epilogue[13] = cg2 if turned else 0
+    epilogue[13] = kh * kw if turned else 0
     epilogue[0] = bc.ctypes.data if bc.size else 0
     epilogue[1] = act
     epilogue[2] = rc.ctypes.data if rc.size else 0
