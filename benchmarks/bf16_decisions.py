@@ -1,18 +1,19 @@
-"""Four decisions of the bf16 pass, each made both ways for whole models in one process: a
+"""Five decisions of the bf16 pass, each made both ways for whole models in one process: a
 direct stride-1 convolution's weight tap by tap on AMX (``pairing="taps"``,
 `rvm.kernels.reference.bf16.conv_pairing`), and in tiles for the walk turned around where its
 channels fill bands of 32 (``pairing="tiles"``, `rvm.kernels.amxconv`), a channel
 concatenation of convolutions read only by convolutions as a concatenation of their pair
-planes, and a max pool between bf16 convolutions on their pair planes (``max_pool2d_pairs``;
-both `rvm.transform.bf16_joins`).
+planes, a max pool between bf16 convolutions on their pair planes (``max_pool2d_pairs``), and
+the planes between convolutions that walk turned around laid out as positions by channel
+pairs (``plane_layout="positions"``; the last three `rvm.transform.bf16_joins`).
 
 Run: ``python benchmarks/bf16_decisions.py [--only squeezenet,resnet50] [--repeat 41]
-[--ways all_but_tiles,all]``.
+[--ways all_but_positions,all]``.
 
 Per model (random weights, `common.light_model_files`), executables compiled with
 ``precision="bf16"``: no decision taken ("base"), each of the first three alone, all ("all":
-what `rvm.compile` does), and all but the pools and all but the tiles (each one's gain where
-the others are taken); or the ``--ways`` asked, with the base; every one's outputs checked
+what `rvm.compile` does), and all but the pools, the tiles or the positions (each one's gain
+where the others are taken); or the ``--ways`` asked, with the base; every one's outputs checked
 against float32's first (the bound of `benchmarks/precision.py`, 3e-2 of the largest), then
 interleaved medians of whole calls in the compiled exec mode, each turn after 20 ms of calls
 (`interleaved_medians`' ``warm_s``), at rvm's default threads. Kernel changes cannot be
@@ -39,20 +40,22 @@ from rvm.transform import bf16_joins
 from rvm.transform import to_bf16 as to_bf16_module
 
 BOUND = 3e-2  # bf16's largest error against float32, of the largest output (the issue's)
-WAYS = {  # (taps, concat, pools, tiles)
-    "base": (False, False, False, False), "taps": (True, False, False, False),
-    "concat": (False, True, False, False), "pools": (False, False, True, False),
-    "all_but_pools": (True, True, False, True), "all_but_tiles": (True, True, True, False),
-    "all": (True, True, True, True),
+WAYS = {  # (taps, concat, pools, tiles, positions)
+    "base": (False, False, False, False, False), "taps": (True, False, False, False, False),
+    "concat": (False, True, False, False, False), "pools": (False, False, True, False, False),
+    "all_but_pools": (True, True, False, True, True),
+    "all_but_tiles": (True, True, True, False, False),
+    "all_but_positions": (True, True, True, True, False), "all": (True, True, True, True, True),
 }  # fmt: skip
 
 
 def _compiled(
-    mod: rvm.IRModule, taps: bool, concat: bool, pools: bool, tiles: bool
+    mod: rvm.IRModule, taps: bool, concat: bool, pools: bool, tiles: bool, positions: bool
 ) -> rvm.Executable:
-    """``mod`` in bf16 with the taps order, the concatenated planes, the pools on planes and
-    the weights in tiles (the walk turned around) as given."""
+    """``mod`` in bf16 with the taps order, the concatenated planes, the pools on planes, the
+    weights in tiles (the walk turned around) and the planes of positions as given."""
     pairing, writers, pooled = to_bf16_module.conv_pairing, bf16_joins._writers, bf16_joins._pools
+    lines = bf16_joins._lines
 
     def no_taps(c: int, kw: int, kh: int = 1, taps_: bool = False, out: int = 0) -> str:
         return pairing(c, kw, kh, taps_ and taps, out if tiles else 0)
@@ -66,13 +69,16 @@ def _compiled(
     def no_pools(value):  # type: ignore[no-untyped-def]
         return pools and pooled(value)
 
+    def no_positions(writer, readers, c):  # type: ignore[no-untyped-def]
+        return lines(writer, readers, c) if positions else "channels"
+
     to_bf16_module.conv_pairing, bf16_joins._writers = no_taps, no_concat
-    bf16_joins._pools = no_pools
+    bf16_joins._pools, bf16_joins._lines = no_pools, no_positions
     try:
         return rvm.compile(mod, precision="bf16")
     finally:
         to_bf16_module.conv_pairing, bf16_joins._writers = pairing, writers
-        bf16_joins._pools = pooled
+        bf16_joins._pools, bf16_joins._lines = pooled, lines
 
 
 def _first(out):  # type: ignore[no-untyped-def]

@@ -556,7 +556,8 @@ def test_cpus_without_bf16_instructions(
 ) -> None:
     """Without AVX512-BF16 (`NUMBA_CPU_NAME`/`NUMBA_CPU_FEATURES`) the kernel widens bf16 to
     float32 and uses FMAs, with the same results (dense, convolution, its odd channel's taps
-    paired along columns; attention in the AVX-512 case, -m slow), saying so once at DEBUG;
+    paired along columns, its planes of positions turned into pair planes and back; attention
+    in the AVX-512 case, -m slow), saying so once at DEBUG;
     `rvm.transform.to_bf16` then takes the rounded way, and says so once at INFO. A host
     without them at the case's lanes runs its own build, loaded from the suite's caches
     (every test here runs that path too): the same checks without building the library again
@@ -598,6 +599,17 @@ def test_cpus_without_bf16_instructions(
         "        wt = turn_pairs(bits, 1, nr)\n"
         "        bf16conv.conv2d(x, wt, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res, nr, *tail)\n"
         "        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
+        "from rvm.kernels.reference.bf16 import as_positions, pair_plane\n"  # planes of
+        "x = rng.standard_normal((1, 32, 6, 6)).astype(np.float32)\n"  # positions turned
+        "bits = bf16_bits(conv_pairs(rng.standard_normal((32, 32, 3, 3)), 3)).view(np.int16)\n"
+        "plane = pair_plane(x, 1, 1, 9, 7).view(np.float32)\n"  # into pair planes and back
+        "outs = [np.empty(s, np.float32) for s in ((1, 16, 9, 8), (1, 9, 8, 16))]\n"
+        "for src, out, orders in ((plane, outs[0], 0), (as_positions(plane), outs[1], 3)):\n"
+        "    bf16conv.conv2d(src, bits, out, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias[:32], 1,\n"
+        "                    np.empty((0, 0, 0, 0), np.float32), 0, (1, 1, 6, 6), (32, 6, 6),\n"
+        "                    (0, 0), 3, (0, 0, 0), (0, 0, 0), orders)\n"
+        "words = [o.view(np.int32) for o in outs]\n"
+        "np.testing.assert_array_equal(words[1], as_positions(words[0]))\n"
         "from rvm.kernels import bf16dense\n"  # the tile epilogue's GELU at these lanes
         "from rvm.op.bf16 import pack_pairs\n"
         "x = np.linspace(-8, 8, 23, dtype=np.float32)[:, None]\n"

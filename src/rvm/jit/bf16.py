@@ -22,7 +22,7 @@ from rvm.jit.views import array_view
 from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
-from rvm.op.bf16 import INPUTS, PAIRINGS, PROLOGUES, pooled_size, split_operands
+from rvm.op.bf16 import INPUTS, LAYOUTS, PAIRINGS, PROLOGUES, pooled_size, split_operands
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
 # of the weight, float32 out (and the convolution's float32 bias, residual -- a pair plane's
@@ -105,6 +105,14 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         co = w.dims[0]
         pairs = str((int(co) + 1) // 2) if co.isdigit() else kb.dim(f"({co} + 1) // 2")
         dims = (x.dims[0], pairs, str(plane[2]), str(plane[3]))
+        if attrs.get("plane_layout", "channels") == "positions":
+            dims = (x.dims[0], str(plane[2]), str(plane[3]), pairs)
+    # the planes laid out as positions by channel pairs: bit 0 the input's, bit 1 the output's
+    orders = sum(
+        1 << i
+        for i, key in enumerate(("source_layout", "plane_layout"))
+        if LAYOUTS.index(attrs.get(key, "channels")) == 1
+    )
     t = Tensor(dims, out, kind="anchor")
 
     def fill() -> None:
@@ -123,6 +131,7 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         params += (PROLOGUES.index(prologue), pairing)
         params += (1, *residual_plane) if residual_plane else (0, 0, 0)
         params += (1, *source_at) if source_at else (0, 0, 0)
+        params += (orders,)
         ov = t.array
         if source:
             xv = _as_floats(kb, xv)

@@ -50,6 +50,7 @@ __all__ = [
     "BLOCK_ROWS",
     "CHUNK_BYTES",
     "BLOCK_OUT",
+    "POSITIONS",
     "TILE",
     "block",
     "block_out",
@@ -397,8 +398,12 @@ def _ahead(b, b_col, nr, stride, j0, k2, band, bands):  # type: ignore[no-untype
 # words) and its rows' width; the walk's positions a row (its rows may be wider than the
 # image's: C's column ``j`` is row ``j // wp``, column ``j % wp``) and the image's width; the
 # residual's kind (`sum_words`: 0 none, 1 a float32 image, 2 a pair plane), its address at
-# the walk's first position, its channels' stride and its rows' width, as the output's.
+# the walk's first position, its channels' stride and its rows' width, as the output's. Kind
+# `POSITIONS` (the walk turned around only, `rvm.kernels.amxconv`): a plane of positions by
+# channel pairs, its address at the walk's first position, the words between its positions
+# (its channel pairs) and its rows' width (positions); no residual.
 BLOCK_OUT = 10
+POSITIONS = 2
 
 
 @jit(**_OPTS)

@@ -35,6 +35,7 @@ from numba.extending import intrinsic
 from rvm.kernels.amx import (
     AMX,
     BLOCK_COLS,
+    POSITIONS,
     TILE,
     block_out,
     configure,
@@ -44,6 +45,7 @@ from rvm.kernels.amx import (
     tile_intrinsics,
     tile_step,
 )
+from rvm.kernels.bf16words import run_bits
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import ints_at
@@ -54,6 +56,7 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _PTR = _I8.as_pointer()
 _WORDS = ir.VectorType(_I32, TILE)
+_FLOATS = ir.VectorType(ir.FloatType(), TILE)
 _TILE_BYTES = 4 * TILE * TILE  # a tile: 16 rows of 64 bytes
 _STEP = 2 * _TILE_BYTES  # a step of packed B: two tiles, output channels 0-15 then 16-31
 AHEAD = 4  # steps ahead a band's first block of positions fetches the weight's tiles
@@ -153,6 +156,42 @@ def _turn(typingctx, src, src_row, rows, cols, dst, dst_row):  # type: ignore[no
     return nt.void(*(nt.int64,) * 6), codegen
 
 
+@intrinsic
+def _line_out(typingctx, src, bias, relu, dst):  # type: ignore[no-untyped-def]
+    """One position's 32 float32 sums at ``src`` (its output channels in turn), each plus its
+    channel's bias (32 at ``bias``; 0: none, not adding 0: -0.0 stays), ReLU'd where ``relu``,
+    rounded into the 16 words at ``dst``: word ``q`` the bf16 of channels ``2 q`` (low half)
+    and ``2 q + 1`` (high half), in that order and rounded as `rvm.kernels.bf16words.sum_words`
+    rounds a pair plane's words (int64 addresses)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, bias, relu, dst = args
+        fptr = _FLOATS.as_pointer()
+        zero = ir.Constant(_FLOATS, None)
+
+        def halves(base):  # type: ignore[no-untyped-def]
+            at = [base, builder.add(base, _I64(4 * TILE))]
+            return [builder.load(builder.inttoptr(a, fptr), align=4) for a in at]
+
+        sums = halves(src)
+        out = cgutils.alloca_once(builder, _FLOATS, size=2)
+        for i, s in enumerate(sums):
+            builder.store(s, builder.gep(out, [_I32(i)]))
+        with builder.if_then(builder.icmp_signed("!=", bias, _I64(0))):
+            for i, (s, b) in enumerate(zip(sums, halves(bias))):
+                builder.store(builder.fadd(s, b), builder.gep(out, [_I32(i)]))
+        sums = [builder.load(builder.gep(out, [_I32(i)])) for i in range(2)]
+        with_relu = builder.icmp_signed("!=", relu, _I64(0))
+        sums = [builder.select(with_relu, builder.select(builder.fcmp_ordered("<", s, zero),
+                                                         zero, s), s)
+                for s in sums]  # fmt: skip
+        builder.store(run_bits(builder, *sums), builder.inttoptr(dst, _WORDS.as_pointer()),
+                      align=4)  # fmt: skip
+        return context.get_dummy_value()
+
+    return nt.void(*(nt.int64,) * 4), codegen
+
+
 @jit(**_OPTS)
 def rows_of(w, taps):  # type: ignore[no-untyped-def]
     """The ``"taps"`` rows of the ``"tiles"`` weight ``w`` (int16 ``(o, kp)``,
@@ -216,30 +255,73 @@ def _gather(plane, size, cg2, slots, span, room, c2p, to):  # type: ignore[no-un
 
 
 @jit(**_OPTS)
-def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: ignore[no-untyped-def]  # noqa: E501
+def _positions(table, taps, k2, size, across):  # type: ignore[no-untyped-def]
+    """Each step's offset (int64 bytes) into a plane of positions by ``across`` channel pairs
+    read through the tap table at ``table`` (a phase's pairs ``size`` words apart: the
+    channel plane's table; tap ``t``'s pairs [16 g, 16 g + 16) at step ``t * cg2 / 16 + g``),
+    and the positions past a block's first the taps reach."""
+    cg2 = k2 // taps
+    groups = cg2 // TILE
+    words = ints_at(table)
+    phase = cg2 * size
+    shifts = np.empty(taps * groups, np.int64)
+    reach = 0
+    for t in range(taps):
+        moved = words[t * cg2] % phase  # the tap's move in positions (stride 1: one phase)
+        reach = max(reach, moved)
+        for g in range(groups):
+            shifts[t * groups + g] = 4 * (moved * across + g * TILE)
+    return shifts, reach
+
+
+@jit(**_OPTS)
+def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to, across, limit):  # type: ignore[no-untyped-def]  # noqa: E501
     """Output channels [m0, m1) (``m0`` a multiple of 32) at a run of ``n`` positions of a
     convolution (int64 addresses), turned around: ``C.T = X.T @ W.T`` on AMX's tiles, each 32 x
     32 block of sums put where the `rvm.kernels.amx.BLOCK_OUT` record ``to`` says, with the
     bias (at ``bias``, 0: none; one value an output channel) and the activation ``act``, as
-    `rvm.kernels.amx.walk` does with ``to``. ``w`` is the weight's ``"tiles"``
+    `rvm.kernels.amx.walk` does with ``to``, or, where the record's kind is `POSITIONS`, each
+    position's 32 channels rounded into one line of a plane of positions (`_lines_out`: no
+    residual, ``act`` at most a ReLU). ``w`` is the weight's ``"tiles"``
     (`rvm.kernels.reference.bf16.tile_pairs`); the run's position ``j`` reads tap ``t``'s
     channel pair ``c2`` at word ``j + table[t * cg2 + c2]`` of the pair plane at ``plane``
     (a phase's pairs ``size`` words apart), copied first as the positions' rows of
-    A (`_gather`: the words this run reads, on this thread)."""
+    A (`_gather`: the words this run reads, on this thread). With ``across`` > 0 ``plane`` is
+    instead a plane of positions by ``across`` channel pairs (its ``limit`` positions from
+    the run's first readable), A's rows as they lie: the blocks that would read past its end
+    read a copy of its last positions."""
     if m1 <= m0 or n <= 0:
         return
-    slots, room, c2p, span, shifts = _layout(table, taps, k2, size, n)
+    first_copied, copied = n, 0  # positions read from a copy of the plane's last ones
+    if across > 0:
+        shifts, reach = _positions(table, taps, k2, size, across)
+        lda_x, words = 4 * across, 0
+        read = BLOCK_COLS + reach  # the positions a block reads from its first
+        last = (n - 1) // BLOCK_COLS * BLOCK_COLS
+        if last + read > limit:
+            first_copied = max(0, (limit - read) // BLOCK_COLS * BLOCK_COLS)
+            while first_copied + read <= limit:
+                first_copied += BLOCK_COLS
+            copied = last + read - first_copied
+            words = copied * across
+    else:
+        slots, room, c2p, span, shifts = _layout(table, taps, k2, size, n)
+        lda_x, words = 4 * c2p, slots * room * c2p
     steps = shifts.size
     bands = (m1 - m0 + 2 * TILE - 1) // (2 * TILE)
-    # scratch: the positions' pairs, a block of sums, the same turned into channel rows, the
-    # tile configuration; 64-byte aligned
-    sizes = np.array([4 * slots * room * c2p, 4096, 4096, 64])
+    lines = ints_at(to)[0] == POSITIONS
+    # scratch: the positions' pairs (or the plane's last ones), a block of sums, the same
+    # turned into channel rows, the tile configuration; 64-byte aligned
+    sizes = np.array([4 * words, 4096, 4096, 64])
     scratch = np.empty((sizes.sum() + 64) // 4, dtype=np.int32)
     at_x = (scratch.ctypes.data + 63) // 64 * 64
     at_c, at_e = at_x + sizes[0], at_x + sizes[0] + sizes[1]
-    _gather(plane, size, k2 // taps, slots, span, room, c2p, at_x)
+    if across == 0:
+        _gather(plane, size, k2 // taps, slots, span, room, c2p, at_x)
+    elif copied > 0:
+        kept = 4 * (limit - first_copied) * across
+        _copy_bytes(plane + 4 * first_copied * across, at_x, kept, 4 * words)
     configure(at_e + sizes[2])
-    lda_x = 4 * c2p
     for band in range(bands):
         i0 = m0 + band * 2 * TILE
         rows = min(2 * TILE, m1 - i0)
@@ -247,11 +329,16 @@ def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: i
         for j0 in range(0, n, BLOCK_COLS):  # C's rows: positions; its columns: channels
             cols = min(BLOCK_COLS, n - j0)
             a0 = at_x + lda_x * j0
-            soon, lines = 0, 0
+            if across > 0:
+                a0 = plane + lda_x * j0 if j0 < first_copied else at_x + lda_x * (j0 - first_copied)
+            soon, ahead = 0, 0
             if j0 == 0:  # the band's weight from memory: each step's tiles fetched ahead
-                soon, lines = at_b + _STEP * AHEAD, steps * _STEP // 64
+                soon, ahead = at_b + _STEP * AHEAD, steps * _STEP // 64
             _block(a0, a0 + lda_x * TILE, lda_x, shifts.ctypes.data, at_b, steps, at_c,
-                   1 if cols > TILE else 0, 1 if rows > TILE else 0, soon, lines)  # fmt: skip
+                   1 if cols > TILE else 0, 1 if rows > TILE else 0, soon, ahead)  # fmt: skip
+            if lines:
+                _lines_out(at_c, cols, i0, j0, to, bias, act == 1)
+                continue
             for h in range(4):  # positions by channels -> channel rows
                 hp, ho = h // 2, h % 2
                 _turn(at_c + 4 * (TILE * hp * BLOCK_COLS + TILE * ho), 4 * BLOCK_COLS, TILE, TILE,
@@ -265,7 +352,38 @@ def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: i
 
 
 @jit(**_OPTS)
-def _absent(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to):  # type: ignore[no-untyped-def]  # noqa: E501
+def _copy_bytes(src, dst, kept, size):  # type: ignore[no-untyped-def]
+    """``kept`` bytes from ``src`` to ``dst``, then 0 up to ``size`` bytes (int64 addresses,
+    whole words)."""
+    a, b = ints_at(src), ints_at(dst)
+    for i in range(kept // 8):
+        b[i] = a[i]
+    for i in range(kept // 8, size // 8):
+        b[i] = 0
+
+
+@jit(**_OPTS)
+def _lines_out(edge, cols, i0, j0, to, bias, relu):  # type: ignore[no-untyped-def]
+    """A block's sums (``cols`` positions from the run's ``j0``, each a row of 32 output
+    channels from ``i0`` at ``edge``, rows `BLOCK_COLS` floats apart), each plus its channel's
+    bias (at ``bias``, 0: none) and ReLU'd with ``relu``, rounded into the plane of positions
+    the `BLOCK_OUT` record ``to`` describes (kind `POSITIONS`): one line of 16 pair words a
+    position (`_line_out`), positions past the image's width dropped."""
+    desc = ints_at(to)
+    out, across, row_out, wp, ow = desc[1], desc[2], desc[3], desc[4], desc[5]
+    at_bias = bias + 4 * i0 if bias != 0 else 0
+    y, x = j0 // wp, j0 % wp
+    for r in range(cols):
+        if x < ow:
+            _line_out(edge + 4 * r * BLOCK_COLS, at_bias, 1 if relu else 0,
+                      out + 4 * ((y * row_out + x) * across + i0 // 2))  # fmt: skip
+        x += 1
+        if x == wp:
+            y, x = y + 1, 0
+
+
+@jit(**_OPTS)
+def _absent(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to, across, limit):  # type: ignore[no-untyped-def]  # noqa: E501
     """Nothing: `walk` where the target has no AMX, never called (a weight in tiles is turned
     back into rows there, `rows_of`); LLVM cannot even select a tile instruction for such a
     target."""

@@ -46,34 +46,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import amx, amxconv, parfor, workpool
-from rvm.kernels.bf16gemm import (
-    BLOCK_BYTES,
-    CONV_SPLIT_MIN,
-    MR,
-    NR,
-    PIECES_PER_THREAD,
-    SPLIT_MIN,
-    piece_grid,
-    walk,
-)
+from rvm.kernels import amxconv, parfor, workpool
+from rvm.kernels.bf16direct import direct, direct_group, walks_out
+from rvm.kernels.bf16gemm import SPLIT_MIN
 from rvm.kernels.bf16planes import (
     _pair_depth,
     _pair_width,
-    pad_pairs,
     pair_plane,
     phase_slots,
     plane_count,
-    read_rows,
     rows_to_pairs,
     tap_table,
+    turned_words,
     widened,
 )
 from rvm.kernels.bf16turned import turned_group
-from rvm.kernels.epilogue import tile_rows
-from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import floats_at
 from rvm.kernels.planes import copy
 from rvm.kernels.reference.packed import ACTIVATIONS
 
@@ -82,221 +70,6 @@ __all__ = ["conv2d", "direct", "phase_slots", "tap_table"]
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _NONE4, _NONE3 = (0, 0, 0, 0), (0, 0, 0)  # conv2d's ``to`` and ``of``: no pair plane
 _NONE2 = (0, 0)  # conv2d's ``before``: no prologue
-# Plane rows (words) past which a block's new rows are read ahead of its first band
-# (`read_rows`), measured on Zen 4 (one thread, the GEMM's walk over a 3.3 MB plane alone):
-# up to 161 words (644 bytes) the hardware's prefetchers kept that band fed (213-220 GF/s),
-# from 169 to 177 words on they did not (187-196); on narrower rows the read pass only cost
-# (1-4 %: resnet50's 1 x 1s at 56 x 56, vgg19's 3 x 3s at 112 x 112).
-READ_AHEAD_ROW = 10 * LINE
-
-
-# -- stride 1: the direct method ------------------------------------------------------------
-
-
-@jit(inline="always", **_OPTS)
-def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
-    """Output channels [co0, co1) by output rows [y0, y1) of a job (`_DIRECT_JOB`), on the
-    plane's rows: position ``(y, x)`` is the plane word ``y * wp + x`` (stride 1), so the
-    rows [y0, y1) are one run of ``(y1 - y0) * wp`` positions (the last ``wp - ow`` of each
-    row computed and dropped). Blocks of rows whose plane rows fit in L2, each walked as the
-    GEMM walks C (`rvm.kernels.bf16gemm.walk`: B's pair rows through the tap table), the
-    band's bias, residual and activation (``job[18]``, ``job[20]``, ``job[19]``) applied to
-    its rows of the block right after its last depth block, while they are in cache; then,
-    when the rows are wider than the output's, the block's rows compacted into the output
-    (`_compact`, which adds the residual and applies the activation there, the residual being
-    laid out as the output) while they are in cache, on this thread. On AMX (`_walks_out`)
-    the walk itself puts each 32 x 32 block of sums where it goes, from L1, with its
-    epilogue (`amx.BLOCK_OUT`): into a pair plane out, with a pair plane's residual, or into
-    the output's rows from wider ones; the 7 x 7 stem of resnet50 (3 -> 64, stride 2) took
-    0.70-0.74x its time, inception_v2's 64 -> 192 3 x 3 on 56 x 56 0.81x, without the float32
-    buffer of wide rows (two threads). A plane larger than a
-    block (``job[26]`` its planes, ``job[27]`` their rows; 0: none, or rows no wider than
-    `READ_AHEAD_ROW`) comes from beyond L2: each block's plane rows the previous one did not
-    read are read first (`read_rows`)."""
-    a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
-    c, ldc, wp, rows_block = job[6], job[7], job[8], job[9]
-    bias, act, res, wide = job[18], job[19], job[20], job[15] != 0
-    late = wide and res != 0  # the residual, then the activation, in `_compact`
-    # a pair plane out: on AMX the walk rounds each 32 x 32 block of sums into it from L1
-    # (`amx.BLOCK_OUT`), as it adds a pair plane's residual and drops wide rows' extra
-    # positions; else each block of rows' float32 sums go to one small buffer and are rounded
-    # out of it while in cache (`rows_to_pairs`), never written back to memory
-    planed = job[21] != 0
-    in_walk = _walks_out(act, res != 0, planed or job[28] == 2 or wp > job[16])
-    rows = np.empty((co1 - co0 if planed and not in_walk else 0, rows_block * wp), np.float32)
-    out = np.empty(amx.BLOCK_OUT, np.int64)
-    out[0], out[4], out[5] = 0 if planed else 1, wp, job[16]
-    out[2], out[3] = (job[24] * job[25], job[25]) if planed else (job[17], job[16])
-    out[6], out[8], out[9] = job[28] if res != 0 else 0, job[29], job[30]
-    ld_rows = rows.shape[1]
-    at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)
-    for yb in range(y0, y1, rows_block):
-        ye = min(y1, yb + rows_block)
-        run = (ye - yb) * wp
-        if job[26] != 0:
-            reach = job[27] - job[11]  # the plane rows past a block's last output row
-            first = yb + reach if yb > y0 else yb
-            read_rows(plane, job[26], job[27] * wp, first * wp, min(job[27], ye + reach) * wp)
-        b_run, c_run = plane + 4 * yb * wp, c + 4 * yb * wp
-        if planed:
-            c_run, ldc = at_rows, ld_rows
-        r_run = 0 if (late or res == 0) else res + 4 * yb * wp
-        if in_walk:
-            if planed:
-                pad_pairs(job[21:26], job[10], job[11], job[16], co0, co1, yb, ye)
-                out[1] = job[21] + 4 * ((job[22] + yb) * job[25] + job[23])
-            else:
-                out[1] = job[31] + 4 * yb * job[16]
-            out[7] = res + 4 * (yb * job[30] + (job[32] if job[28] == 2 else 0))
-            if job[33] > 0:  # turned around: the positions as A's rows
-                amxconv.walk(a, co0, co1, b_run, table, job[33], k2, job[34], run, bias, act,
-                             out.ctypes.data)  # fmt: skip
-            else:
-                amx.walk(a, lda, co0, co1, b_run, 4, NR, table, 1, c_run, ldc, run, k2, 0, bias,
-                         act, 0, 0, out.ctypes.data)  # fmt: skip
-            continue
-        walk(a, lda, co0, co1, b_run, 4, 0, table, 8, 1, c_run, ldc, run, k2, 0, bias,
-             0 if late else act, r_run)  # fmt: skip
-        if planed:
-            rows_to_pairs(job[21:26], at_rows, ld_rows, job[8], job[10], job[11], job[16],
-                          co0, co1, yb, ye)  # fmt: skip
-        elif wide:
-            _compact(job, co0, co1, yb, ye)
-    alive(rows)  # written and read through their addresses only
-    alive(out)
-
-
-@jit(inline="always", **_OPTS)
-def _walks_out(act, residual, needed=True):  # type: ignore[no-untyped-def]
-    """Whether the direct method's walk puts its blocks where they go itself, from L1
-    (`amx.BLOCK_OUT`), where ``needed``: a pair plane out, a pair plane's residual, rows
-    wider than the output's (else summed into a float32 buffer of wide rows, 3.3 MB for a 7
-    x 7 stem, then compacted). On AMX, with at most a ReLU after a residual."""
-    return needed and amx.AMX and (not residual or act <= 1)
-
-
-@jit(**_OPTS)
-def _compact(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
-    """Rows [y0, y1) of channels [co0, co1) from the wide rows (``wp`` positions a row, at
-    ``job[6]``, channels ``job[7]`` apart) into the output (``job[16]`` positions a row, at
-    ``job[15]``, channels ``job[17]`` apart); with a residual (at ``job[20]``, laid out as the
-    output), ``act(rows + R)`` (the activation ``job[19]``)."""
-    src, dst = floats_at(job[6]), floats_at(job[15])
-    ldc, wp, ow, ohw, res = job[7], job[8], job[16], job[17], job[20]
-    for o in range(co0, co1):
-        for y in range(y0, y1):
-            s, d = o * ldc + y * wp, o * ohw + y * ow
-            for x in range(ow):
-                dst[d + x] = src[s + x]
-    if res != 0:
-        at = 4 * (co0 * ohw + y0 * ow)
-        tile_rows(job[15] + at, ohw, co1 - co0, (y1 - y0) * ow, 0, job[19], res + at)
-
-
-# A direct job (int64): its length; the group's weight rows' address, their words (lda); the
-# plane's and the tap table's addresses, the pairs (k2); the result's address (the group's
-# first channel, rows of the plane's width) and its channels' stride (ldc); the plane's width,
-# rows a block; channels, rows; channels and rows a piece, pieces along rows; when the result
-# is wide rows, the output's address (its group's first channel; else 0), width and channels'
-# stride; the bias's address (its group's first channel; 0: none), the activation's index;
-# the residual's address (as the output's; 0: none); the next convolution's pair plane's
-# address (0: none), its padding top and left, its height and width (`rows_to_pairs`); the
-# plane's planes when its rows are read ahead (`read_rows`; 0: not) and their rows; the
-# residual's kind (`amx.BLOCK_OUT`: 1 float32 as the output, 2 a pair plane, its address then
-# the image's channel pair's), its channels' stride and its rows' width (a pair plane's:
-# words); the output image's address (its group's first channel); a pair plane residual's
-# words before its image's first; the taps of the walk turned around (`amxconv`; 0: not), and
-# the words between the plane's channel pairs.
-_DIRECT_JOB = 35
-
-
-def _direct_task(p, like, data):  # type: ignore[no-untyped-def]
-    """Piece ``p`` of a direct convolution: a range of channels by a range of rows."""
-    job = parfor.job(data)
-    co, oh, step_c, step_y, along_y = job[10], job[11], job[12], job[13], job[14]
-    c0, y0 = (p // along_y) * step_c, (p % along_y) * step_y
-    _direct(job, c0, min(co, c0 + step_c), y0, min(oh, y0 + step_y))
-
-
-parfor.export_task("bf16_conv_direct", _direct_task)
-_run_direct = parfor.runner("bf16_conv_direct")
-
-
-@jit(**_OPTS)
-def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
-    """Runs a direct job (its first 10 fields set) on all ``og`` channels and ``oh`` rows, in
-    pieces on the pool when large; ``like`` a float32 array (the task's dtype)."""
-    threads = parfor.threads()
-    parts = 1
-    if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, (og * oh * job[8] * k2) // CONV_SPLIT_MIN)
-    # a plane larger than L2 is cut along rows first (each piece's rows stay there while
-    # every band of channels walks them), a small one along channels first
-    unit = MR
-    if amx.AMX:  # cut one way: each piece packs its own weight rows and positions' pair rows
-        unit = amx.BLOCK_ROWS
-        step_c, along_c, step_y, along_y = -(-og // unit), 1, oh, 1  # one piece each way
-        if og > oh * job[8]:  # more weight rows than positions: cut the channels
-            if amx.packs_b(job[4], 1, k2):  # each piece packs all of B: one piece a thread
-                parts = min(parts, threads)
-            step_c, along_c, _, _ = piece_grid(og, unit, 1, 1, parts, threads)
-        else:
-            step_y, along_y, _, _ = piece_grid(oh, 1, 1, 1, parts, threads)
-    elif job[9] < oh:
-        step_y, along_y, step_c, along_c = piece_grid(oh, 1, og, MR, parts, threads)
-    else:
-        step_c, along_c, step_y, along_y = piece_grid(og, MR, oh, 1, parts, threads)
-    job[10], job[11], job[12], job[13], job[14] = og, oh, step_c * unit, step_y, along_y
-    if along_c * along_y <= 1:
-        _direct(job, 0, og, 0, oh)
-    else:
-        _run_direct(like, along_c * along_y, job)
-
-
-@jit(inline="always", **_OPTS)
-def _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Group ``g`` of image ``b`` on its pair plane (built by the caller): the job, which
-    computes rows of the phases' width into ``wide`` (``(og, oh * wq)`` float32) and compacts
-    them into ``oc`` block by block (`_direct`); with ``wide`` empty the phases are as wide
-    as the output and the job writes ``oc`` itself; ``epilogue`` (int64) the bias's address
-    (0: none) and the activation's index, the residual's address (as ``oc``'s; 0: none),
-    and, when the result is the next convolution's pair plane (one group; ``oc`` then not
-    written), the plane's address (0: none), padding top and left, height and width
-    (`rows_to_pairs`).
-    Split on the pool when large and the pool is free (not from within a pool task:
-    `_group_task`)."""
-    co, kp = w.shape[0], w.shape[1]
-    oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
-    og, k2 = co // groups, kp // 2
-    rows_block = max(1, BLOCK_BYTES // (4 * plane.shape[0] * wq) - hq + oh)
-    job = np.empty(_DIRECT_JOB, dtype=np.int64)
-    job[0], job[2], job[3], job[4], job[5] = _DIRECT_JOB, k2, plane.ctypes.data, 0, k2
-    job[4], job[8], job[9] = table.ctypes.data, wq, rows_block
-    job[26], job[27] = plane.shape[0] if rows_block < oh and wq > READ_AHEAD_ROW else 0, hq
-    job[1] = w.ctypes.data + 2 * g * og * kp
-    at_out = oc.ctypes.data + 4 * (b * co + g * og) * oh * ow
-    job[15], job[16], job[17] = 0, ow, oh * ow
-    job[18] = epilogue[0] + 4 * g * og if epilogue[0] != 0 else 0
-    job[19] = epilogue[1]
-    job[20] = epilogue[2] + at_out - oc.ctypes.data if epilogue[2] != 0 else 0
-    job[21], job[28], job[29], job[30] = 0, 0, oh * ow, ow
-    job[31], job[32] = at_out, 0
-    if epilogue.size > 8 and epilogue[8] == 2:  # a pair plane's residual: the image's already
-        job[20], job[28], job[29] = epilogue[2], 2, epilogue[11] * epilogue[12]
-        job[30], job[32] = epilogue[12], epilogue[9] * epilogue[12] + epilogue[10]
-    elif job[20] != 0:
-        job[28] = 1
-    if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair
-        copy(job[21:], epilogue[3:], 5)
-    job[33] = epilogue[13] if epilogue.size > 13 else 0  # a weight in tiles: its taps
-    job[34] = hq * wq
-    if wide.size == 0:
-        job[6], job[7] = at_out, oh * ow
-    else:
-        job[6], job[7], job[15] = wide.ctypes.data, oh * wq, at_out
-    direct(oc, job, og, oh, k2)
-
-
 # A groups job (int64): its length; x's, w's, out's, the planes', the tap table's and the
 # wide rows' addresses; n, c, h, w; co, kp; oh, ow; the planes' (phase pairs, hq, wq); the
 # table's length; the wide rows' (og, oh * wq) (0, 0: none); the image, the groups; the
@@ -321,7 +94,7 @@ def _group_task(p, like, data):  # type: ignore[no-untyped-def]
     planes = plane.view(np.uint32)
     cg = job[8] // job[22]
     pair_plane(xc[job[21]], p * cg, cg, geometry, planes)
-    _direct_group(w, oc, job[21], p, job[22], planes, table, wide, epilogue)
+    direct_group(w, oc, job[21], p, job[22], planes, table, wide, epilogue)
 
 
 parfor.export_task("bf16_conv_groups", _group_task)
@@ -340,8 +113,8 @@ def _groups_apart(xc, w, oc, groups, plane):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, built, src, c):  # type: ignore[no-untyped-def]  # noqa: E501
-    """Image ``b``, group after group (`_direct_group`, each split on the pool when large),
-    or, when `_groups_apart`, all groups side by side on the pool, each with its own plane
+    """Image ``b``, group after group (`direct_group`, each split on the pool when large), or,
+    when `_groups_apart`, all groups side by side on the pool, each with its own plane
     and wide rows; ``built``: ``plane`` is the image's pair plane already (one group);
     ``src``: ``xc`` holds pair planes of images of ``c`` channels (`pair_plane`'s ``src``;
     one group)."""
@@ -350,7 +123,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, 
         for g in range(groups):
             if not built:
                 pair_plane(xc[b], g * cg, cg, geometry, plane, src)
-            _direct_group(w, oc, b, g, groups, plane, table, wide, epilogue)
+            direct_group(w, oc, b, g, groups, plane, table, wide, epilogue)
         return
     # every group's plane, then every group's wide rows, in one array: the pool's task takes
     # it as its ``like`` argument, which keeps it alive until the groups are done
@@ -374,7 +147,7 @@ def _direct_image(xc, w, oc, b, groups, geometry, plane, table, wide, epilogue, 
 
 
 @jit(**_OPTS)
-def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape):  # type: ignore[no-untyped-def]  # noqa: E501
+def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape, lines):  # type: ignore[no-untyped-def]  # noqa: E501
     n = x.shape[0]
     co = w.shape[0]
     if groups < 1 or c % groups or co % groups:
@@ -386,7 +159,7 @@ def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_sh
         raise ValueError("bf16 conv2d: a weight in tiles needs one group, channels in 32s")
     if w.shape[1] != _pair_depth(cg, kh, kw, pairing):
         raise ValueError("bf16 conv2d: the weight's depth is not channel pairs x kernel")
-    if out.shape[0] != n or out.shape[1] != co_out:
+    if out.shape[0] != n or out.shape[3 if lines else 1] != co_out:
         raise ValueError("bf16 conv2d: the output's batch or channels disagree")
     if bias.size != 0 and bias.size != co:
         raise ValueError("bf16 conv2d: the bias needs one value per output channel, or none")
@@ -420,6 +193,7 @@ def conv2d(
     pairing=0,
     rof=_NONE3,
     at=_NONE3,
+    orders=0,
 ):  # type: ignore[no-untyped-def]
     """NCHW convolution of float32 ``x`` with the bf16 weight ``w`` (int16 bits, ``(out
     channels, kp)`` in channel pairs: `rvm.op.bf16.conv_pairs`) into float32 ``out``; padding
@@ -447,27 +221,74 @@ def conv2d(
     widened first (`bf16planes.widened`). ``at`` (int64: 1, then the padding top and left; ``(0, 0,
     0)``: none) with ``of`` says ``x`` is a pair plane of that image laid out for another
     convolution, with that padding: its words are copied into this one's stride phases (a
-    strided convolution reading the plane a stride-1 one reads too)."""
+    strided convolution reading the plane a stride-1 one reads too). ``orders`` (bit 0 with
+    ``of``: ``x`` is laid out as positions by channel pairs, ``(n, hq, wq, (c + 1) // 2)``, a
+    pair plane's words turned; bit 1 with ``to``: so is ``out``, ``(n, hq, wq, (co + 1) //
+    2)``) lets the walk turned around (`amxconv`) read a position's channel pairs as one line
+    and write them so; where it does not run (`_walks_positions`) the planes are turned into
+    pair planes first and after (`turned_words`)."""
+    if orders != 0 and not _walks_positions(pairing, panel, groups, act, res.size != 0, orders):
+        _positions_apart(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res,
+                         panel, to, of, before, pairing, rof, at, orders)  # fmt: skip
+        return
+    _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
+            before, pairing, rof, at, orders)  # fmt: skip
+
+
+@jit(inline="always", **_OPTS)
+def _walks_positions(pairing, panel, groups, act, residual, orders):  # type: ignore[no-untyped-def]
+    """Whether a convolution's planes of positions (``orders``, as `conv2d`'s) are walked as
+    they lie: by the walk turned around (a weight in tiles, on AMX), a plane out only with no
+    residual and at most a ReLU (`amxconv._lines_out`)."""
+    lines_ok = orders & 2 == 0 or (act <= 1 and not residual)
+    return pairing == 3 and panel == 0 and groups == 1 and walks_out(act, residual) and lines_ok
+
+
+@jit(**_OPTS)
+def _positions_apart(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel,
+                     to, of, before, pairing, rof, at, orders):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`conv2d` on pair planes turned from and into its planes of positions (``orders``)."""
+    n = x.shape[0]
+    xc, oc = np.ascontiguousarray(x), out
+    if orders & 1:
+        xc = np.empty((n, x.shape[3], x.shape[1], x.shape[2]), np.float32)
+        src = np.ascontiguousarray(x)
+        for b in range(n):
+            turned_words(src[b].ctypes.data, x.shape[1] * x.shape[2], x.shape[3], xc[b].ctypes.data)
+    if orders & 2:
+        oc = np.empty((n, out.shape[3], out.shape[1], out.shape[2]), np.float32)
+    _planes(xc, w, oc, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
+            before, pairing, rof, at, 0)  # fmt: skip
+    if orders & 2:
+        for b in range(n):
+            turned_words(oc[b].ctypes.data, oc.shape[1], oc.shape[2] * oc.shape[3],
+                         out[b].ctypes.data)  # fmt: skip
+
+
+@jit(inline="always", **_OPTS)
+def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
+            before, pairing, rof, at, orders):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`conv2d`, its planes of positions walked as they lie, if any."""
     planed_out = to[2] > 0
     n, co = x.shape[0], w.shape[0]
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
     kind = 0 if res.size == 0 else (2 if rof[0] != 0 else 1)
     if kind == 2:
         _check_residual_plane(res, n, co, oh, ow, rof)
-    fast = panel == 0 and _walks_out(act, True)  # the walk's blocks take any residual
+    fast = panel == 0 and walks_out(act, True)  # the walk's blocks take any residual
     if kind == 0 or (kind == 1 and not planed_out) or fast:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-                before, pairing, kind, rof, at)  # fmt: skip
+                before, pairing, kind, rof, at, orders)  # fmt: skip
         return
     # else the residual as float32 and, with a plane out, the float32 output rounded after
     rf = widened(res, co, oh, ow, rof[1], rof[2]) if kind == 2 else res
     if not planed_out:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, to, of,
-                before, pairing, 1, rof, at)  # fmt: skip
+                before, pairing, 1, rof, at, 0)  # fmt: skip
         return
     sums = np.empty((n, co, oh, ow), np.float32)
     _conv2d(x, w, sums, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rf, panel, _NONE4,
-            of, before, pairing, 1, rof, at)  # fmt: skip
+            of, before, pairing, 1, rof, at, 0)  # fmt: skip
     plane = np.empty(5, np.int64)
     plane[1], plane[2], plane[3], plane[4] = to[0], to[1], out.shape[2], out.shape[3]
     for b in range(n):
@@ -486,18 +307,20 @@ def _check_residual_plane(res, n, co, oh, ow, rof):  # type: ignore[no-untyped-d
 
 @jit(inline="always", **_OPTS)
 def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-            before, pairing, kind, rof, at):  # type: ignore[no-untyped-def]  # fmt: skip
+            before, pairing, kind, rof, at, orders):  # type: ignore[no-untyped-def]  # fmt: skip
     """`conv2d` with a float32 residual (``kind`` 1) or none, or on AMX (one group, ReLU at
     most) a pair plane's (``kind`` 2, its padding ``rof[1:]``), read as the walk stores its
-    blocks (`amx.BLOCK_OUT`)."""
+    blocks (`amx.BLOCK_OUT`); planes of positions (``orders``) only where the walk turned
+    around runs (`_walks_positions`)."""
     gathered = at[0] != 0 and of[0] > 0  # a pair plane in, copied into this one's phases
     planed_in, planed_out = of[0] > 0 and not gathered, to[2] > 0
+    across, lines = orders & 1 != 0 and planed_in, orders & 2 != 0 and planed_out
     n, c = x.shape[0], of[0] if of[0] > 0 else x.shape[1]
     co = w.shape[0]
     co_out = (co + 1) // 2 if planed_out else co
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
     res_shape = res.shape if kind == 2 else (n, co, oh, ow)  # a plane's: checked by `conv2d`
-    _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape)
+    _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape, lines)
     cg, og = c // groups, co // groups
     columns = 1 if pairing == 1 and cg % 2 == 1 else 0
     if planed_in and columns:
@@ -513,12 +336,15 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         or x.shape[3] < at[2] + of[2]
     ):
         raise ValueError("bf16 conv2d: the input's pair plane does not hold its image")
-    if (planed_out or kind == 2) and res.size != 0 and not (panel == 0 and _walks_out(act, True)):
+    if (planed_out or kind == 2) and res.size != 0 and not (panel == 0 and walks_out(act, True)):
         raise ValueError("bf16 conv2d: a pair plane out or residual here needs AMX's walk")
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
-    if planed_out and (out.shape[2] < to[0] + oh + 1 or out.shape[3] < to[1] + ow):
+    height, width = (out.shape[1], out.shape[2]) if lines else (out.shape[2], out.shape[3])
+    if planed_out and (height < to[0] + oh + 1 or width < to[1] + ow):
         raise ValueError("bf16 conv2d: the pair plane out is too small for the output")
+    if orders != 0 and not _walks_positions(pairing, panel, groups, act, res.size != 0, orders):
+        raise ValueError("bf16 conv2d: a plane of positions here needs the walk turned around")
     if n == 0 or co == 0 or oh * ow == 0:
         return
     xc = np.ascontiguousarray(x)
@@ -530,10 +356,11 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
     # a weight in tiles: the walk turned around (`amxconv`) where it puts its blocks itself
     turned = pairing == 3 and panel == 0 and groups == 1
-    turned = turned and _walks_out(act, res.size != 0, planed_out or kind == 2 or wq > ow)
+    turned = turned and walks_out(act, res.size != 0, planed_out or kind == 2 or wq > ow or across)
     if pairing == 3 and not turned:
         wc = amxconv.rows_of(wc, kh * kw)
-    if planed_in and (x.shape[1] != cg2 or x.shape[2] != hq or x.shape[3] != wq):
+    dims = (x.shape[3], x.shape[1], x.shape[2]) if across else (x.shape[1], x.shape[2], x.shape[3])
+    if planed_in and (dims[0] != cg2 or dims[1] != hq or dims[2] != wq):
         raise ValueError("bf16 conv2d: the input's pair plane is not this convolution's")
     # with a pair plane out, the float32 rows are scratch: a block's (direct: `_direct`) or
     # an image's (turned around)
@@ -546,12 +373,14 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
                         dtype=np.int64)  # fmt: skip
     # `pair_plane`'s source: a pair plane's height, padding and width, and the image's size
     src = (x.shape[2], at[1], at[2], x.shape[3], of[1], of[2]) if gathered else (0, 0, 0, 0, 0, 0)
-    rows_wide = wq > ow and panel == 0 and not planed_out and not _walks_out(act, res.size != 0)
+    rows_wide = wq > ow and panel == 0 and not planed_out and not walks_out(act, res.size != 0)
     wide = np.empty((og if rows_wide else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
-    epilogue = np.zeros(14, dtype=np.int64)
+    epilogue = np.zeros(16, dtype=np.int64)
     epilogue[13] = kh * kw if turned else 0
+    epilogue[14] = cg2 if across else 0  # planes of positions: their channel pairs
+    epilogue[15] = co_out if lines else 0
     epilogue[0] = bc.ctypes.data if bc.size else 0
     epilogue[1] = act
     epilogue[2] = rc.ctypes.data if rc.size else 0
@@ -568,7 +397,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         if planed_out:
             epilogue[3] = out.ctypes.data + 4 * b * image_words
             epilogue[4], epilogue[5] = to[0], to[1]
-            epilogue[6], epilogue[7] = out.shape[2], out.shape[3]
+            epilogue[6], epilogue[7] = height, width
         if panel > 0:
             offs = np.empty(oh * ow, dtype=np.int64)
             for y in range(oh):

@@ -30,8 +30,9 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
     NCHW); the image's c, h, w when x is its pair plane (0, 0, 0: x is float32 NCHW); the
     prologue's index (`rvm.op.bf16.PROLOGUES`); the pairing's (`rvm.op.bf16.PAIRINGS`); 1 and
     the padding top and left when res is a pair plane (0, 0, 0: float32); 1 and the padding
-    top and left when x is a pair plane laid out for another convolution (0, 0, 0: not)."""
-    d, p = nb.carray(dims, 17), nb.carray(params, 26)
+    top and left when x is a pair plane laid out for another convolution (0, 0, 0: not); the
+    planes laid out as positions by channel pairs (bit 0 x's, bit 1 out's; 0: none)."""
+    d, p = nb.carray(dims, 17), nb.carray(params, 27)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),
         nb.carray(w, (d[4], d[5])),
@@ -47,6 +48,7 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
         p[19],
         p[20:23],
         p[23:26],
+        p[26],
     )  # fmt: skip
     return 0
 
@@ -64,6 +66,7 @@ def _dense(x, w, out, dims, params):  # type: ignore[no-untyped-def]
 entry.export("conv2d_bf16", _conv2d)
 entry.export("dense_bf16", _dense)
 # What kernels call (`rvm.kernels.entry.caller`): ``conv2d_bf16_call(arrays, params)``, 0 done.
-# (20: before the residual's and the input's pair planes, session 76)
-conv2d_bf16_call = entry.caller("conv2d_bf16", 26, older=(20,))
+# (20: before the residual's and the input's pair planes, session 76; 26: before the planes of
+# positions, session 80)
+conv2d_bf16_call = entry.caller("conv2d_bf16", 27, older=(20, 26))
 dense_bf16_call = entry.caller("dense_bf16", 1)

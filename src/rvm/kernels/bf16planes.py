@@ -30,12 +30,14 @@ from rvm.kernels.reference.bf16 import pair_depth, pair_width
 __all__ = [
     "column_pairs",
     "pad_pairs",
+    "pad_positions",
     "pair_plane",
     "phase_slots",
     "plane_count",
     "read_rows",
     "rows_to_pairs",
     "tap_table",
+    "turned_words",
     "widened",
 ]
 
@@ -218,6 +220,40 @@ def pad_pairs(to, og, oh, ow, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                 words[i] = 0.0
             for i in range(r + pl + ow, r + wq):
                 words[i] = 0.0
+
+
+@jit(**_OPTS)
+def pad_positions(to, across, oh, ow, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
+    """`pad_pairs` for a plane of positions by ``across`` channel pairs (``to`` its address,
+    padding top and left, height and width): the words of the channel pairs of channels
+    [co0, co1) at the positions left and right of rows [y0, y1) written 0, and with the
+    image's first row at the positions above it, with its last below."""
+    at_plane, pt, pl, hq, wq = to[0], to[1], to[2], to[3], to[4]
+    p0, p1 = co0 // 2, (co1 + 1) // 2
+    words = floats_at(at_plane)  # 0.0's bits are 0
+    spans = [(0, pt * wq if y0 == 0 else 0), ((pt + oh) * wq if y1 == oh else hq * wq, hq * wq)]
+    for y in range(y0, y1):
+        r = (pt + y) * wq
+        spans.append((r, r + pl))
+        spans.append((r + pl + ow, r + wq))
+    for first, end in spans:
+        for p in range(first, end):
+            for c2 in range(p0, p1):
+                words[p * across + c2] = 0.0
+
+
+@jit(**_OPTS)
+def turned_words(src, rows, cols, dst):  # type: ignore[no-untyped-def]
+    """The ``rows`` x ``cols`` 32-bit words at ``src`` into ``dst`` turned (``dst[j, i] =
+    src[i, j]``; int64 addresses): a pair plane's channel pairs by positions into positions by
+    channel pairs, or back (for a convolution that does not walk such planes as they lie,
+    `rvm.kernels.bf16conv`)."""
+    a, b = floats_at(src), floats_at(dst)
+    for i0 in range(0, rows, 16):  # 16 x 16 blocks: a block's lines stay in L1
+        for j0 in range(0, cols, 16):
+            for i in range(i0, min(rows, i0 + 16)):
+                for j in range(j0, min(cols, j0 + 16)):
+                    b[j * rows + i] = a[i * cols + j]
 
 
 @jit(**_OPTS)

@@ -35,7 +35,11 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   before the convolution: densenet's), the last operand ``affine`` ``(2, c)`` float32. With
   ``residual_plane`` ``(pt, pl)`` the residual is not float32 but the int32 pair plane of the
   output's image with that padding, as a convolution wrote it for the next (ResNet's shortcut
-  kept bf16 between its blocks).
+  kept bf16 between its blocks). With ``plane_layout`` ``"positions"`` (`LAYOUTS`) the plane
+  out is laid out as positions by channel pairs, ``(n, hq, wq, (co + 1) // 2)``, the same
+  words turned; with ``source_layout`` ``"positions"`` so is the plane in (read as it lies,
+  not with ``source_at``): what AMX's walk turned around reads and writes a line a position
+  (`rvm.kernels.amxconv`).
 - ``max_pool2d_pairs(x, source, source_at, pool_size, strides, padding, dilation, ceil_mode,
   plane, signed)``: `rvm.op.max_pool2d` of the ``source`` ``(c, h, w)`` image whose int32 pair
   plane (its padding ``source_at``) ``x`` is: float32 NCHW, or with ``plane`` the next
@@ -62,6 +66,7 @@ from rvm.ir.op import OpPattern
 from rvm.ir.types import TensorType, Type
 from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout, for to_bf16)
     INPUTS,
+    LAYOUTS,
     PAIRINGS,
     PROLOGUES,
     _round_bf16,
@@ -73,6 +78,7 @@ from rvm.kernels.reference.bf16 import (  # noqa: F401 (the rounding and layout,
     pair_depth,
     pair_width,
     split_operands,
+    tile_pairs,
     turn_pairs,
     unpair,
     unturn_pairs,
@@ -206,6 +212,15 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
         raise IRError("conv2d_bf16: the prologue needs a float32 input and affine")
     _check_inputs("conv2d_bf16", x, w, bool(source))
     pairing = PAIRINGS.index(attrs.get("pairing", "channels"))
+    lines_in = attrs.get("source_layout", "channels") == "positions"
+    lines_out = attrs.get("plane_layout", "channels") == "positions"
+    if lines_in and (not source or attrs.get("source_at", ())):
+        raise IRError("conv2d_bf16: a plane of positions in is read as it lies (source, no "
+                      "source_at)")  # fmt: skip
+    if lines_out and not plane:
+        raise IRError("conv2d_bf16: plane_layout says how a plane out lies, but there is none")
+    if lines_in and x.shape is not None:  # as a pair plane, for the checks below
+        x = TensorType((x.shape[0], x.shape[3], x.shape[1], x.shape[2]), x.dtype)
     if source and pairing == 1:
         raise IRError("conv2d_bf16: reads a pair plane with its channels paired, not columns")
     source_at = attrs.get("source_at", ())
@@ -293,6 +308,8 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
             raise IRError("conv2d_bf16: writes a pair plane with one group")
         co = shape[1]
         pairs = (co + 1) // 2 if isinstance(co, int) else None
+        if lines_out:
+            return TensorType((x.shape[0], plane[2], plane[3], pairs), "int32")
         return TensorType((x.shape[0], pairs, plane[2], plane[3]), "int32")
     return TensorType(shape, "float32")
 
@@ -407,6 +424,8 @@ def conv2d_bf16(
     pairing: str = "channels",
     residual_plane: Sequence[int] = (),
     source_at: Sequence[int] = (),
+    plane_layout: str = "channels",
+    source_layout: str = "channels",
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
@@ -422,7 +441,8 @@ def conv2d_bf16(
     ``residual_plane`` ``(pt, pl)``: the residual is the int32 pair plane of the output's image
     with that padding (a convolution's ``plane`` out), not float32; ``source_at`` ``(pt,
     pl)`` with ``source``: ``x`` is a pair plane of that image with that padding, laid out for
-    another convolution (any stride here: its words copied into this one's phases)."""
+    another convolution (any stride here: its words copied into this one's phases);
+    ``plane_layout`` and ``source_layout`` (`LAYOUTS`): how the planes out and in lie."""
     name = "conv2d_bf16"
     if residual is not None and bias is None:
         raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
@@ -447,6 +467,8 @@ def conv2d_bf16(
         pairing=check_choice(name, "pairing", pairing, PAIRINGS),
         residual_plane=_ints(name, "residual_plane", residual_plane, 2, 0),
         source_at=_ints(name, "source_at", source_at, 2, 0),
+        plane_layout=check_choice(name, "plane_layout", plane_layout, LAYOUTS),
+        source_layout=check_choice(name, "source_layout", source_layout, LAYOUTS),
     )
 
 

@@ -20,6 +20,7 @@ from rvm.op.bf16 import (
     conv_pairs,
     plane_shape,
     split_operands,
+    tile_pairs,
     turn_pairs,
     unpair,
     unturn_pairs,
@@ -50,7 +51,11 @@ def pair_planes(
     result only such convolutions read reads ``p``'s plane and writes theirs
     (``max_pool2d_pairs``), comparing bits where every piece ends in a ReLU (``signed``
     False): a maximum of bf16 values is one of them, so the readers get the values they got.
-    The program's inputs and outputs stay float32. Returns
+    With ``residuals`` too, a plane that one convolution writes and only convolutions that
+    walk it turned around read as it lies (`_lines`) is laid out as positions by channel
+    pairs (``plane_layout`` and ``source_layout`` ``"positions"``): a position's pairs one
+    line, which the writer rounds its sums into and each reader loads as A's rows as they
+    lie (`rvm.kernels.amxconv`). The program's inputs and outputs stay float32. Returns
     the new bindings and how many convolutions write planes (one only added, as a 1 x 1
     would read it: ResNet's first block's main path, added by its projection)."""
     readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's readers and their roles
@@ -99,8 +104,18 @@ def pair_planes(
         # padding made resnet50's stem write rows wider than its image, 1.07x its time)
         own = [g for g in wants if g != _ANY]
         plane = own[0] if own else (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
+        layout = "channels"
+        if (
+            residuals
+            and pieces == [i]
+            and not added
+            and not pools
+            and all(want == plane for want in wants)
+        ):
+            layout = _lines(out[i].value, [out[j].value for j in sources], source[0])
         for k in pieces:
-            p = _rebuilt(out[k].value, plane=plane)
+            lies = {"plane_layout": layout} if _is_conv(out[k].value) else {}
+            p = _rebuilt(out[k].value, plane=plane, **lies)
             out[k] = E.VarBinding(E.Var(out[k].var.name, p.type), p)
         relu = all(_no_negatives(out[k].value) for k in pieces)
         if pieces != [i]:  # a concatenation: of the planes, through its tuple
@@ -114,9 +129,9 @@ def pair_planes(
         var = out[i].var
         for j, want in zip(sources, wants):  # a pair plane in has no column pairs
             at = () if want == plane else plane[:2]
-            q = _rebuilt(
-                _channel_pairs(out[j].value, source[0]), x=var, source=source, source_at=at
-            )
+            q = _channel_pairs(out[j].value, source[0])
+            q = _rebuilt(q if layout == "channels" else _in_tiles(q), x=var, source=source,
+                         source_at=at, source_layout=layout)  # fmt: skip
             out[j] = E.VarBinding(out[j].var, q)  # q may write in turn
         for j in added:
             q = _rebuilt(out[j].value, residual=var, residual_plane=plane[:2])
@@ -166,6 +181,51 @@ def _may_write(conv: E.Expr, residuals: bool) -> bool:
     if not _is_conv(conv) or conv.attrs["groups"] != 1 or conv.attrs.get("plane"):
         return False
     return len(conv.args) <= 3 or (residuals and _adds(conv))
+
+
+def _lines(writer: E.Call, readers: list[E.Call], c: int) -> str:
+    """How the plane ``writer`` (a ``conv2d_bf16``) writes for its ``readers`` (convolutions
+    that read it as it lies; ``c`` its channels) lies (`rvm.op.bf16.LAYOUTS`): as positions
+    by channel pairs where the writer and every reader run as AMX's walk turned around on such
+    planes (`_turns`), the writer with no residual and at most a ReLU, and rounds its sums
+    into them a line a position; else as channel pairs."""
+    if not _is_conv(writer):  # a pool's
+        return "channels"
+    attrs = writer.attrs
+    _, residual, _ = split_operands(writer.args[2:], attrs.get("prologue", "none"))
+    ins = getattr(writer.args[0].type, "shape", None)
+    cin = attrs["source"][0] if attrs.get("source") else (ins[1] if ins else None)
+    # a 1 x 1 takes tiles only reading a plane of positions (a pair plane's copy costs more)
+    ok = residual is None and attrs["activation"] in ("none", "relu")
+    ok = ok and attrs["pairing"] == "tiles" and _turns(writer, cin)
+    return "positions" if ok and all(_turns(q, c) for q in readers) else "channels"
+
+
+def _turns(conv: E.Call, c: int | None) -> bool:
+    """Whether ``conv`` (a ``conv2d_bf16`` of ``c`` input channels) runs as the walk turned
+    around (`rvm.kernels.bf16conv._walks_positions`): one group, stride 1, no panels, input
+    and output channels in 32s, its weight in tiles or a 1 x 1's (laid out so: `_in_tiles`),
+    and at most a ReLU after a residual."""
+    attrs = conv.attrs
+    o = conv.args[1].type.shape[0] if getattr(conv.args[1], "type", None) else None
+    _, residual, _ = split_operands(conv.args[2:], attrs.get("prologue", "none"))
+    tiles = attrs["pairing"] == "tiles" or tuple(attrs["kernel"]) == (1, 1)
+    return (
+        tiles
+        and isinstance(c, int) and c % 32 == 0
+        and isinstance(o, int) and o % 32 == 0
+        and attrs["groups"] == 1 and attrs["strides"] == (1, 1) and attrs.get("panel", 0) == 0
+        and (residual is None or attrs["activation"] in ("none", "relu"))
+    )  # fmt: skip
+
+
+def _in_tiles(conv: E.Call) -> E.Call:
+    """``conv`` (a ``conv2d_bf16`` `_turns` takes) with its weight in tiles (a 1 x 1's
+    channel pairs laid out anew, `rvm.op.bf16.tile_pairs`)."""
+    if conv.attrs["pairing"] == "tiles":
+        return conv
+    rows = tile_pairs(conv.args[1].data, 1)
+    return _rebuilt(conv, w=E.Constant(np.ascontiguousarray(rows)), pairing="tiles")
 
 
 _ANY = ()  # `_plane_for`: a convolution that copies any plane's words into its own phases
@@ -246,6 +306,8 @@ def _rebuilt(conv: E.Call, **changes) -> E.Call:
                  plane=attrs.get("plane", ()), source=attrs.get("source", ()), prologue=prologue,
                  residual_plane=attrs.get("residual_plane", ()),
                  source_at=attrs.get("source_at", ()),
+                 plane_layout=attrs.get("plane_layout", "channels"),
+                 source_layout=attrs.get("source_layout", "channels"),
                  **{k: attrs[k] for k in _CONV_ATTRS})  # fmt: skip
     new = op.conv2d_bf16(**{**parts, **changes})
     infer_type(new)

@@ -15,7 +15,10 @@ from rvm.kernels.reference.pool import max_pool2d
 
 __all__ = [
     "INPUTS",
+    "LAYOUTS",
     "PAIRINGS",
+    "as_channels",
+    "as_positions",
     "bf16_bits",
     "bf16_rows",
     "conv2d_bf16",
@@ -236,6 +239,25 @@ def plane_image(plane, c, h, w, pt, pl):
     return np.ascontiguousarray(image[:, :c])
 
 
+LAYOUTS = ("channels", "positions")
+"""How a pair plane's words lie (``conv2d_bf16``'s ``plane_layout`` and ``source_layout``; the
+kernels take a bit a plane, `rvm.kernels.bf16conv.conv2d`'s ``orders``): ``"channels"``, as
+`pair_plane` lays them, ``(n, pairs, hq, wq)``, a channel pair's positions in rows;
+``"positions"``, the same words turned, ``(n, hq, wq, pairs)``, a position's channel pairs in
+turn (`as_positions`): what the walk turned around reads as A's rows as they lie and writes a
+line a position (`rvm.kernels.amxconv`)."""
+
+
+def as_positions(plane):
+    """A pair plane ``(n, pairs, hq, wq)`` laid out as positions by channel pairs."""
+    return np.ascontiguousarray(np.asarray(plane).transpose(0, 2, 3, 1))
+
+
+def as_channels(plane):
+    """`as_positions`' inverse."""
+    return np.ascontiguousarray(np.asarray(plane).transpose(0, 3, 1, 2))
+
+
 PROLOGUES = ("none", "affine", "affine_relu")
 """What ``conv2d_bf16`` applies to its input before rounding it (its ``prologue``): nothing,
 or ``x * scale + shift`` per input channel (then ReLU), the scales and shifts its last
@@ -252,7 +274,8 @@ def split_operands(rest, prologue="none"):
 
 def conv2d_bf16(
     x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0,
-    plane=(), source=(), prologue="none", pairing="channels", residual_plane=(), source_at=()
+    plane=(), source=(), prologue="none", pairing="channels", residual_plane=(), source_at=(),
+    plane_layout="channels", source_layout="channels"
 ):  # fmt: skip
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
     bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
@@ -264,8 +287,10 @@ def conv2d_bf16(
     taps paired as ``pairing`` says (`PAIRINGS`); with ``residual_plane`` ``(pt, pl)`` the
     residual is the output image's pair plane with that padding (a convolution's ``plane``
     out: its values bf16); with ``source_at`` ``(pt, pl)`` ``x`` is a pair plane of the
-    ``source`` image with that padding, laid out for another convolution."""
+    ``source`` image with that padding, laid out for another convolution; ``plane_layout``
+    and ``source_layout`` (`LAYOUTS`) how the planes out and in lie."""
     if source:  # this one's plane, or with ``source_at`` another's
+        x = as_channels(x) if source_layout == "positions" else x
         x = plane_image(x, *source, *(source_at or padding[:2]))
     bias, residual, affine = split_operands(rest, prologue)
     rest = tuple(r for r in (bias, residual) if r is not None)
@@ -277,7 +302,8 @@ def conv2d_bf16(
         attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
         y = conv2d_bf16(x, w, *rest, **attrs, kernel=kernel, activation=activation, panel=panel,
                         pairing=pairing, residual_plane=residual_plane)  # fmt: skip
-        return pair_plane(y, *plane)
+        y = pair_plane(y, *plane)
+        return as_positions(y) if plane_layout == "positions" else y
     cg, (kh, kw) = x.shape[1] // groups, kernel
     if panel:
         w = unturn_pairs(np.asarray(w), groups, panel)

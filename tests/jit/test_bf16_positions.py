@@ -1,0 +1,142 @@
+"""bf16 convolutions on planes laid out as positions by channel pairs (`rvm.kernels.bf16conv`'s
+``orders``; ``source_layout``/``plane_layout`` ``"positions"``, `rvm.op.bf16`): the walk
+turned around (`rvm.kernels.amxconv`) reads such a plane's lines as A's rows as they lie and
+rounds each position's channels into one line of such a plane out; elsewhere (no AMX, a GELU,
+a residual with a plane out) the planes are turned into pair planes first and after. Either
+way the words are the pair planes' words turned, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rvm
+from rvm import op
+from rvm.ir import Builder, Var, const, tensor
+from rvm.kernels import bf16conv, bf16planes
+from rvm.kernels.reference.bf16 import PAIRINGS, conv_pairs, pair_plane
+from rvm.kernels.reference.packed import ACTIVATIONS
+from rvm.op import ops
+from rvm.op.bf16 import bf16_bits
+from rvm.transform import to_bf16 as to_bf16_module
+from rvm.transform.pipeline import default_passes, run_pipeline
+from rvm.transform.to_bf16 import to_bf16
+
+TILES = PAIRINGS.index("tiles")
+NONE4 = (0, 0, 0, 0)
+
+CASES = [  # n, c, o, h, w, k, padding, dilation, the plane out's padding
+    (1, 64, 96, 28, 28, 3, 1, 1, 1),  # several bands and blocks, an edge block of positions
+    (2, 32, 64, 13, 11, 3, 2, 2, 1),  # dilated, two images, not square
+    (1, 128, 64, 7, 7, 3, 1, 1, 0),  # a small map: blocks read past the plane's end
+    (1, 64, 128, 14, 14, 1, 0, 1, 1),  # a 1 x 1 into a 3 x 3's plane
+    (2, 256, 64, 7, 7, 1, 0, 1, 0),  # a 1 x 1 on a small map, two images
+    (1, 32, 32, 40, 40, 3, 1, 1, 2),  # rows of 41 words, a plane out padded by 2
+]
+
+
+def positions(plane: np.ndarray) -> np.ndarray:
+    """A pair plane ``(n, pairs, hq, wq)``'s words as positions by channel pairs."""
+    return np.ascontiguousarray(plane.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("act", ["none", "relu", "gelu"])
+def test_positions_bit_for_bit_the_pair_planes(case: tuple, act: str, blas_threads: int) -> None:
+    """A plane of positions in gives the pair plane's bits, into float32, a pair plane or a
+    plane of positions, with no residual, a float32 one or a pair plane's."""
+    n, c, o, h, w_, k, p, d, q = case
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c, h, w_)).astype(np.float32)
+    w = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
+    bits = bf16_bits(conv_pairs(w, TILES)).view(np.int16)
+    bias = rng.standard_normal(o).astype(np.float32)
+    index = ACTIVATIONS.index(act)
+    oh, ow = h + 2 * p - d * (k - 1), w_ + 2 * p - d * (k - 1)
+    wq = bf16planes.pair_width(w_, ow, p, k, d, 1)
+    plane_in = np.ascontiguousarray(pair_plane(x, p, p, oh + d * (k - 1) + 1, wq).view(np.float32))
+    res = rng.standard_normal((n, o, oh, ow)).astype(np.float32)
+    res_plane = np.ascontiguousarray(pair_plane(res, 1, 1, oh + 3, ow + 1).view(np.float32))
+    none = np.zeros((0, 0, 0, 0), np.float32)
+    out_plane = (q, q, oh, ow)
+    shape = (n, o // 2, oh + 2 * q + 1, ow + 2 * q)
+
+    def conv(src: np.ndarray, r: np.ndarray, rof: tuple, to: tuple, orders: int) -> np.ndarray:
+        out_shape = shape if to[2] else (n, o, oh, ow)
+        if orders & 2:
+            out_shape = (n, shape[2], shape[3], shape[1])
+        out = np.full(out_shape, np.nan, np.float32)
+        bf16conv.conv2d(src, bits, out, 1, 1, 1, d, d, p, p, k, k, bias, index, r, 0, to,
+                        (c, h, w_), (0, 0), TILES, rof, (0, 0, 0), orders)  # fmt: skip
+        return out
+
+    for r, rof in ((none, (0, 0, 0)), (res, (0, 0, 0)), (res_plane, (1, 1, 1))):
+        for to in (NONE4, out_plane):
+            want = conv(plane_in, r, rof, to, 0).view(np.int32)
+            got = conv(positions(plane_in), r, rof, to, 1).view(np.int32)
+            np.testing.assert_array_equal(got, want)
+            if to[2]:
+                for src, orders in ((plane_in, 2), (positions(plane_in), 3)):
+                    got = conv(src, r, rof, to, orders).view(np.int32)
+                    np.testing.assert_array_equal(got, positions(want))
+
+
+def _chain():
+    """main(img): 3 x 3 (64 -> 64, ReLU), 3 x 3 (64 -> 64, ReLU), 1 x 1 (64 -> 128, ReLU),
+    3 x 3 (128 -> 64), each read only by the next: every plane between them may lie as
+    positions."""
+    rng = np.random.default_rng(3)
+    img = Var("img", tensor((1, 64, 18, 18), "float32"))
+    bb = Builder()
+    with bb.function("main", [img]):
+        y = img
+        for o, c, k, relu in ((64, 64, 3, True), (64, 64, 3, True), (128, 64, 1, True),
+                              (64, 128, 3, False)):  # fmt: skip
+            w = (rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+            y = bb.emit(op.conv2d(y, const(w), padding=k // 2))
+            y = bb.emit(op.relu(y)) if relu else y
+        bb.emit_output(y)
+    return bb.get()
+
+
+CHAIN = _chain()
+
+
+@pytest.mark.parametrize("amx", [True, False], ids=["amx", "vectors"])
+def test_planes_of_positions_between_turned_convolutions(amx: bool, exec_mode: str,
+                                                         monkeypatch) -> None:  # fmt: skip
+    """On AMX each plane between convolutions that walk turned around lies as positions (the
+    1 x 1 reading one takes its weight in tiles); elsewhere as channel pairs. The program runs
+    on any CPU in every exec mode, near the NumPy reference of the same bf16 program and
+    within the bound of the float32 one; saved and loaded, it runs as it ran."""
+    monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: amx)
+    monkeypatch.setattr(to_bf16_module, "native_way", lambda: "bf16")
+    passes = default_passes()
+    converted = to_bf16(run_pipeline(CHAIN, passes[: [n for n, _ in passes].index("legalize")]))
+    convs = [b.value for b in converted["main"].body.bindings
+             if getattr(b.value, "callee", None) is ops.conv2d_bf16]  # fmt: skip
+    lines = "positions" if amx else "channels"
+    assert [c.attrs["plane_layout"] for c in convs] == [lines] * 3 + ["channels"]
+    assert [c.attrs["source_layout"] for c in convs] == ["channels"] + [lines] * 3
+    assert convs[2].attrs["pairing"] == ("tiles" if amx else "channels")
+    ex = rvm.compile(CHAIN, precision="bf16")
+    x = np.random.default_rng(6).standard_normal((1, 64, 18, 18)).astype(np.float32)
+    got = np.asarray(rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x))
+    want = np.asarray(rvm.interpret(converted, "main", x))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
+    exact = np.asarray(rvm.interpret(CHAIN, "main", x))
+    assert np.abs(got - exact).max() <= 3e-2 * np.abs(exact).max()
+
+
+def test_planes_of_positions_saved_and_loaded(tmp_path) -> None:
+    """A saved bf16 executable with planes of positions loads and runs as it ran, in every
+    exec mode."""
+    ex = rvm.compile(CHAIN, precision="bf16")
+    path = tmp_path / "positions.rvmx"
+    ex.save(str(path))
+    loaded = rvm.load_executable(str(path))
+    x = np.random.default_rng(8).standard_normal((1, 64, 18, 18)).astype(np.float32)
+    want = np.asarray(rvm.VirtualMachine(ex)["main"](x))
+    for mode in ("bytecode", "compiled", "native"):
+        got = np.asarray(rvm.VirtualMachine(loaded, exec_mode=mode)["main"](x))
+        np.testing.assert_array_equal(got, want)
